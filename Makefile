@@ -1,0 +1,162 @@
+# qtrain build.
+#
+#   make deps    install what is missing (apt-get; silent when everything is there)
+#   make gen     configgen -> generated/<run>/plan.{h,c,txt} for every run config
+#   make all     configgen, plans, build/<run>/qtrain (glibc) and qtrain-static (musl)
+#   make run     train the default model on the embedded corpus
+#   make test    every test, ending with one line "N passed, M failed"
+#   make goldens regenerate tests/golden/ with the PyTorch reference (needs python3-torch)
+#   make bench   tokens/s and MFU of qtrain and of the PyTorch reference
+#   make clean
+#
+# Every object and binary lives under build/. Generated plans live under generated/ and are
+# committed; `make gen` rewrites them from configgen.
+
+SHELL := /bin/bash
+CC ?= gcc
+CXX ?= g++
+MUSLCC ?= musl-gcc
+ARCH ?= -march=native
+PYTHON ?= /usr/bin/python3
+
+# Determinism flags (design.md section 6): no contraction, no fast-math, C11.
+DETFLAGS := -ffp-contract=off -fno-fast-math
+WARN := -Wall -Wextra -Werror
+CFLAGS_FW := -std=c11 -O2 $(ARCH) $(DETFLAGS) $(WARN) -D_GNU_SOURCE -Ifirmware/include -Ifirmware
+CFLAGS_HOST := -std=c11 -O2 $(WARN) -D_GNU_SOURCE -Iconfiggen/src -Ifirmware/include
+CXXFLAGS_TEST := -std=c++17 -O1 $(ARCH) $(DETFLAGS) -Wall -Wextra -Ifirmware/include -Ifirmware -Itests/unit -Itests
+
+BUILD := build
+RUNS := $(sort $(basename $(notdir $(wildcard configgen/configs/runs/*.yml))))
+DEFAULT_RUN ?= default
+
+# ---------------------------------------------------------------- sources
+FW_DIRS := math kernels ops runtime io
+FW_COMMON := $(foreach d,$(FW_DIRS),$(wildcard firmware/$(d)/*.c))
+# The glibc build talks MPI (MPICH); the musl static build is single-rank (comm_local.c).
+FW_SRC := $(FW_COMMON) firmware/comm/comm_mpi.c
+FW_SRC_MUSL := $(FW_COMMON) firmware/comm/comm_local.c
+FW_MAIN := firmware/app/main.c $(filter-out firmware/app/main.c,$(wildcard firmware/app/*.c))
+KERNEL_SRC := $(wildcard firmware/kernels/*.c)
+CG_SRC := $(wildcard configgen/src/*.c)
+TEST_CPP := $(wildcard tests/unit/*.cpp)
+TEST_C := $(wildcard tests/unit/*.c)
+TOOL_SRC := $(wildcard tests/tools/*.c)
+
+FW_OBJ := $(patsubst firmware/%.c,$(BUILD)/fw/%.o,$(FW_SRC))
+FW_APP_OBJ := $(patsubst firmware/%.c,$(BUILD)/fw/%.o,$(FW_MAIN))
+FW_MUSL_OBJ := $(patsubst firmware/%.c,$(BUILD)/musl/%.o,$(FW_SRC_MUSL) $(FW_MAIN))
+K64_OBJ := $(patsubst firmware/kernels/%.c,$(BUILD)/k64/%.o,$(KERNEL_SRC))
+CG_OBJ := $(patsubst configgen/src/%.c,$(BUILD)/configgen/%.o,$(CG_SRC))
+TEST_OBJ := $(patsubst tests/unit/%.cpp,$(BUILD)/tests/%.o,$(TEST_CPP)) \
+            $(patsubst tests/unit/%.c,$(BUILD)/tests/%.o,$(TEST_C))
+TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC))
+
+CONFIGGEN := $(BUILD)/configgen/configgen
+PLANS := $(foreach r,$(RUNS),generated/$(r)/plan.c)
+QTRAIN := $(foreach r,$(RUNS),$(BUILD)/$(r)/qtrain)
+QTRAIN_STATIC := $(foreach r,$(RUNS),$(BUILD)/$(r)/qtrain-static)
+UNIT := $(BUILD)/tests/unit_tests
+
+MPI_CFLAGS := -I/usr/include/x86_64-linux-gnu/mpich
+LIBS_GLIBC := -lmpich -Wl,--no-as-needed -lhugetlbfs -Wl,--as-needed
+LINK_ARENA := -Wl,-T,linker/arena.ld
+
+.PHONY: all deps gen run test goldens bench clean check-deps tools
+.DEFAULT_GOAL := all
+.SECONDARY:
+
+all: $(CONFIGGEN) $(PLANS) $(QTRAIN) $(QTRAIN_STATIC) $(UNIT) $(TOOLS)
+
+deps:
+	@./tests/scripts/deps.sh
+
+# ---------------------------------------------------------------- configgen and plans
+$(BUILD)/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_HOST) -Iconfiggen/src -c $< -o $@
+
+$(CONFIGGEN): $(CG_OBJ)
+	$(CC) -o $@ $^ -lm
+
+gen: $(PLANS)
+
+generated/%/plan.c: configgen/configs/runs/%.yml $(CONFIGGEN) configgen/configs/base.yml $(wildcard configgen/configs/models/*.yml)
+	$(CONFIGGEN) $< out=generated
+
+# ---------------------------------------------------------------- firmware
+$(BUILD)/fw/%.o: firmware/%.c $(wildcard firmware/include/*.h firmware/*/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_FW) $(MPI_CFLAGS) -c $< -o $@
+
+$(BUILD)/musl/%.o: firmware/%.c $(wildcard firmware/include/*.h firmware/*/*.h)
+	@mkdir -p $(@D)
+	$(MUSLCC) $(CFLAGS_FW) -DQT_MUSL -c $< -o $@
+
+$(BUILD)/k64/%.o: firmware/kernels/%.c $(wildcard firmware/include/*.h firmware/*/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_FW) -DQT_REAL_DOUBLE -c $< -o $@
+
+$(BUILD)/plans/%.o: generated/%/plan.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_FW) -Igenerated/$* -c $< -o $@
+
+$(BUILD)/plans/%.main.o: generated/%/plan.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_FW) -Igenerated/$* -c generated/$*/plan_main.c -o $@
+
+$(BUILD)/plans-musl/%.o: generated/%/plan.c
+	@mkdir -p $(@D)
+	$(MUSLCC) $(CFLAGS_FW) -DQT_MUSL -Igenerated/$* -c $< -o $@
+
+$(BUILD)/plans-musl/%.main.o: generated/%/plan.c
+	@mkdir -p $(@D)
+	$(MUSLCC) $(CFLAGS_FW) -DQT_MUSL -Igenerated/$* -c generated/$*/plan_main.c -o $@
+
+$(BUILD)/%/qtrain: $(FW_OBJ) $(FW_APP_OBJ) $(BUILD)/plans/%.o $(BUILD)/plans/%.main.o linker/arena.ld
+	@mkdir -p $(@D)
+	$(CC) -o $@ $(FW_OBJ) $(FW_APP_OBJ) $(BUILD)/plans/$*.o $(BUILD)/plans/$*.main.o $(LINK_ARENA) $(LIBS_GLIBC)
+
+$(BUILD)/%/qtrain-static: $(FW_MUSL_OBJ) $(BUILD)/plans-musl/%.o $(BUILD)/plans-musl/%.main.o linker/arena.ld
+	@mkdir -p $(@D)
+	$(MUSLCC) -static -o $@ $(FW_MUSL_OBJ) $(BUILD)/plans-musl/$*.o $(BUILD)/plans-musl/$*.main.o $(LINK_ARENA)
+
+# ---------------------------------------------------------------- tests and tools
+$(BUILD)/tests/%.o: tests/unit/%.cpp $(wildcard tests/unit/*.h tests/golden/kernels/*.h firmware/include/*.h firmware/*/*.h)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS_TEST) -c $< -o $@
+
+$(BUILD)/tests/%.o: tests/unit/%.c $(wildcard tests/unit/*.h firmware/include/*.h firmware/*/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_FW) -Itests/unit -Itests -c $< -o $@
+
+TEST_PLAN_RUNS := $(filter test-%,$(RUNS))
+TEST_PLAN_OBJ := $(foreach r,$(TEST_PLAN_RUNS),$(BUILD)/plans/$(r).o)
+
+$(UNIT): $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CONFIGGEN)
+	$(CXX) -o $@ $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(LINK_ARENA) $(LIBS_GLIBC) $$(pkg-config --libs cpputest) -lm
+
+$(BUILD)/tools/%: tests/tools/%.c $(FW_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_FW) -o $@ $< $(FW_OBJ) $(LIBS_GLIBC) -lm
+
+tools: $(TOOLS)
+
+# ---------------------------------------------------------------- entry points
+run: deps
+	@$(MAKE) --no-print-directory $(BUILD)/$(DEFAULT_RUN)/qtrain
+	./$(BUILD)/$(DEFAULT_RUN)/qtrain steps=$${STEPS:-200} metrics=$(BUILD)/$(DEFAULT_RUN)/metrics.jsonl
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@./tests/scripts/run_all.sh
+
+goldens:
+	$(PYTHON) tests/reference/make_goldens.py
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@./tests/scripts/bench.sh
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,172 @@
+/* qt_plan.h - the static plan tables that configgen emits and the firmware executes.
+ *
+ * A plan is everything one training step needs, decided at generation time: the model
+ * sizes, every tensor (parameters, activations, gradients, optimizer state, scratch) with
+ * its logical axes, sharding spec and arena offset, and the flat op schedules.
+ *
+ * Invariants (checked by configgen, trusted by the firmware):
+ *  - every tensor lies inside [0, arena_bytes) and is 64-byte aligned;
+ *  - tensors whose lifetimes overlap in a schedule do not share bytes;
+ *  - every op's tensor ids are valid indices into tensors[] (or QT_NONE);
+ *  - the parameter region is flat: parameter p occupies
+ *    [params_offset + 4*flat_offset, +4*numel) and the same flat offset is used inside
+ *    the gradient, Adam m, Adam v and every tree-level region;
+ *  - sizes in op attributes agree with the tensor shapes.
+ * Generated plan.c files define one `const qt_plan qt_plan_<run>` and its arena.
+ */
+#ifndef QT_PLAN_H
+#define QT_PLAN_H
+
+#include <stdint.h>
+
+#define QT_NONE (-1)
+#define QT_MAX_DIMS 4
+#define QT_OP_MAX_T 12
+#define QT_OP_MAX_A 10
+#define QT_OP_MAX_F 2
+#define QT_MAX_TREE_LEVELS 24
+#define QT_ARENA_ALIGN (2u << 20)
+#define QT_TENSOR_ALIGN 64
+
+/* Mesh axes (design.md section 4). A sharding spec is one bitmask of mesh axes per dim;
+ * 0 means replicated along that dim. */
+enum qt_mesh_axis {
+    QT_MESH_DATA = 0,
+    QT_MESH_FSDP,
+    QT_MESH_TENSOR,
+    QT_MESH_EXPERT,
+    QT_MESH_CONTEXT,
+    QT_MESH_COUNT
+};
+
+enum qt_dtype { QT_F32 = 0, QT_I32 = 1 };
+
+/* What a tensor is for; drives the memory map in plan.txt and checkpoint IO. */
+enum qt_role {
+    QT_ROLE_PARAM = 0,   /* fp32 master weight (flat parameter region) */
+    QT_ROLE_GRAD,        /* final gradient of a parameter (flat gradient region) */
+    QT_ROLE_ADAM_M,      /* first moment */
+    QT_ROLE_ADAM_V,      /* second moment */
+    QT_ROLE_INPUT,       /* tokens / targets of the current microbatch */
+    QT_ROLE_ACT,         /* forward activation */
+    QT_ROLE_SAVED,       /* statistic saved by a forward op for its backward */
+    QT_ROLE_ACT_GRAD,    /* gradient of an activation */
+    QT_ROLE_LOSS,        /* per-sequence loss sums */
+    QT_ROLE_TABLE,       /* constant table filled by the init schedule (rotary) */
+    QT_ROLE_SCRATCH,     /* kernel scratch, dead outside one op */
+    QT_ROLE_COUNT
+};
+
+/* How a parameter is initialised when no checkpoint is loaded (MaxText rules). */
+enum qt_init_rule {
+    QT_INIT_ZEROS = 0,       /* (1+w) norms */
+    QT_INIT_ONES,            /* dt_bias, gated-norm weight */
+    QT_INIT_NORMAL,          /* N(0, init_scale^2) */
+    QT_INIT_TRUNC_NORMAL,    /* N(0, init_scale^2) truncated to +-2 sigma */
+    QT_INIT_LOG_UNIFORM,     /* log(U(init_lo, init_hi))  (A_log) */
+    QT_INIT_COUNT
+};
+
+typedef struct qt_tensor {
+    const char *name;              /* e.g. "L3.attn.q" or an HF parameter name */
+    uint8_t role;                  /* enum qt_role */
+    uint8_t dtype;                 /* enum qt_dtype */
+    uint8_t ndim;
+    int64_t shape[QT_MAX_DIMS];    /* this rank's local shape */
+    int64_t global_shape[QT_MAX_DIMS];
+    uint8_t axes[QT_MAX_DIMS];     /* logical axis ids (configgen's table, names in plan.txt) */
+    uint8_t spec[QT_MAX_DIMS];     /* bitmask of enum qt_mesh_axis per dim */
+    int64_t offset;                /* byte offset into the arena */
+    int64_t numel;                 /* local element count */
+} qt_tensor;
+
+typedef struct qt_op {
+    uint16_t kind;                 /* enum qt_op_kind (qt_ops.h) */
+    uint16_t flags;
+    int32_t t[QT_OP_MAX_T];        /* tensor ids, meaning per kind (qt_ops.h), QT_NONE if unused */
+    int64_t a[QT_OP_MAX_A];        /* integer attributes, meaning per kind */
+    float f[QT_OP_MAX_F];          /* float attributes, meaning per kind */
+} qt_op;
+
+typedef struct qt_param {
+    const char *name;              /* canonical (Qwen3-Next HF) name, e.g.
+                                      "model.layers.0.linear_attn.in_proj_qkvz.weight" */
+    int32_t tensor;                /* tensor id of the value (role PARAM) */
+    int64_t flat_offset;           /* element offset inside every flat region */
+    int64_t numel;
+    uint8_t init;                  /* enum qt_init_rule */
+    float init_scale, init_lo, init_hi;
+    int32_t layer;                 /* decoder layer, -1 for embedding / final norm / head */
+} qt_param;
+
+typedef struct qt_model_dims {
+    int32_t decoder_block;         /* 0 = qwen3_next, 1 = qwen3_5 */
+    int64_t d, n_layers, vocab, cycle;
+    int64_t n_q_heads, n_kv_heads, head_dim, rotary_dim;
+    int64_t gdn_k_heads, gdn_v_heads, gdn_k_dim, gdn_v_dim, gdn_conv, gdn_chunk;
+    int64_t n_experts, top_k, moe_dim, shared_dim;
+    float norm_eps, rope_theta;
+} qt_model_dims;
+
+typedef struct qt_train_cfg {
+    int64_t micro_batch;           /* sequences per microbatch on this rank (per_device_batch_size) */
+    int64_t seq_len;               /* max_target_length */
+    int64_t grad_accum;            /* gradient_accumulation_steps */
+    int64_t global_batch;          /* sequences per optimizer step over all ranks */
+    int64_t steps;                 /* default number of steps */
+    int64_t schedule_steps;        /* learning_rate_schedule_steps resolved (= steps if -1) */
+    float lr, adam_b1, adam_b2, adam_eps, weight_decay, clip;
+    float warmup_frac, final_frac, lb_weight;
+} qt_train_cfg;
+
+typedef struct qt_plan {
+    const char *run_name;
+    const char *generator_version;
+    uint64_t hash;                 /* hash of the whole plan; checked at start-up */
+    int32_t n_ranks;               /* product of the mesh */
+    int32_t mesh[QT_MESH_COUNT];   /* size of each mesh axis */
+    int32_t shard_mode;            /* 0 auto, 1 explicit */
+    int32_t zero1;                 /* shard_optimizer_over_data */
+    qt_model_dims model;
+    qt_train_cfg train;
+
+    unsigned char *arena;          /* the static arena (linker section .qt_arena) */
+    int64_t arena_bytes;
+
+    int32_t n_tensors;
+    const qt_tensor *tensors;
+    int32_t n_params;
+    const qt_param *params;
+    int64_t n_param_elems;         /* total flat parameter elements */
+    int64_t params_offset, grads_offset, adam_m_offset, adam_v_offset; /* bytes */
+    int32_t n_tree_levels;         /* log2(leaves)+1 partial-sum regions */
+    int64_t tree_offset[QT_MAX_TREE_LEVELS];  /* bytes, each n_param_elems floats */
+    int64_t leaf_scratch_offset;   /* bytes, room for the two largest params of one op */
+    int64_t leaf_scratch_elems;
+
+    int32_t tokens, targets;       /* tensor ids (I32, [micro_batch*seq_len]) */
+    int32_t loss_seq, lb_seq;      /* tensor ids (F32, [micro_batch]); lb_seq QT_NONE if off */
+
+    int32_t n_init_ops;            /* run once at start-up (rotary tables) */
+    const qt_op *init_ops;
+    int32_t n_mb_ops;              /* forward + backward of one microbatch, in order */
+    const qt_op *mb_ops;
+} qt_plan;
+
+/* Execution context handed to op wrappers. */
+typedef struct qt_ctx {
+    const qt_plan *plan;
+    unsigned char *arena;
+} qt_ctx;
+
+static inline float *qt_f32(const qt_ctx *c, int32_t id)
+{
+    return (float *)(void *)(c->arena + c->plan->tensors[id].offset);
+}
+
+static inline int32_t *qt_i32(const qt_ctx *c, int32_t id)
+{
+    return (int32_t *)(void *)(c->arena + c->plan->tensors[id].offset);
+}
+
+#endif

@@ -1,0 +1,86 @@
+/* qt_io.h - the firmware's file interfaces: weights/checkpoints (safetensors), token data,
+ * metrics. All of them run at init or between steps, use no heap (static buffers and the
+ * plan's arena only) and report errors as a negative QT_E* code after printing one line to
+ * stderr that names the file, the tensor/key/position and what was expected.
+ */
+#ifndef QT_IO_H
+#define QT_IO_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "qt_plan.h"
+
+enum qt_err {
+    QT_OK = 0,
+    QT_E_ARG = -1,      /* bad command-line value */
+    QT_E_IO = -2,       /* open/read/write/fsync/rename failed */
+    QT_E_FORMAT = -3,   /* malformed file */
+    QT_E_MISMATCH = -4, /* file does not fit the plan (missing/extra/mis-shaped tensor, hash) */
+    QT_E_RANGE = -5,    /* token id out of range, file too short */
+    QT_E_PLAN = -6      /* plan invalid for this process (rank count, arena) */
+};
+
+/* ---- weights and checkpoints (firmware/io/checkpoint.c) ----------------------------- */
+
+/* Load parameters from a safetensors file into the plan's parameter region (and, when the
+ * file carries them and `want_optimizer` is set, Adam m/v and the step metadata).
+ * Accepts the Hugging Face on-disk names of the plan's decoder (Qwen3-Next or Qwen3.5
+ * layouts, per-expert experts.E.{gate,up,down}_proj) and the fused in-memory expert names
+ * (mlp.experts.gate_up_proj [E,2I,H], mlp.experts.down_proj [E,H,I]); F32 or BF16 tensors.
+ * mtp.* tensors are skipped with a note on stderr. Missing, extra or mis-shaped tensors are
+ * errors naming them. On success *step_out / *data_pos_out receive the metadata (0 if the
+ * file has none); they may be NULL. */
+int qt_checkpoint_load(const qt_plan *p, const char *path, int want_optimizer,
+                       int64_t *step_out, int64_t *data_pos_out);
+
+/* Write parameters (HF on-disk names of the plan's decoder) and, if with_optimizer, Adam m/v
+ * as "optimizer.m.<name>" / "optimizer.v.<name>" plus __metadata__ (format, step, data
+ * position, plan hash, run name). Atomic: writes <path>.tmp, fsyncs, renames. */
+int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer,
+                       int64_t step, int64_t data_pos);
+
+/* Write the flat gradient region (HF on-disk names, F32) to a safetensors file (tests). */
+int qt_checkpoint_save_grads(const qt_plan *p, const char *path);
+
+/* ---- token data (firmware/io/data.c) ------------------------------------------------- */
+
+typedef struct qt_data {
+    const char *path;          /* NULL for the embedded corpus */
+    const void *base;          /* token payload */
+    int64_t n_tokens;
+    int32_t bytes_per_token;   /* 1 (embedded bytes), 2 or 4 */
+    int64_t n_windows;         /* (n_tokens - 1) / seq_len */
+} qt_data;
+
+/* Open a token file (.npy of an integer dtype, or the raw "QTTOKENS" format documented in
+ * README.md, or headerless raw with dtype given as "uint16"/"uint32") or, with path NULL,
+ * the embedded byte-level corpus. Maps it read-only, checks every id < vocab (reporting the
+ * first bad id with its position) and that at least one window of seq_len+1 tokens exists. */
+int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vocab,
+                 int64_t seq_len);
+
+/* Fill inputs/targets (I32, [n_seqs * seq_len]) with global sequences first_seq ..
+ * first_seq+n_seqs-1 of optimizer step `step` (window (step*global_batch + j) % n_windows). */
+void qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
+                  int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets);
+
+void qt_data_close(qt_data *d);
+
+/* ---- metrics (firmware/io/metrics.c) -------------------------------------------------- */
+
+typedef struct qt_step_metrics {
+    int64_t step;
+    double loss;               /* reported loss (float value widened) */
+    float loss_f32;            /* bits printed in hex */
+    double grad_norm, lr, tokens_per_s, step_seconds;
+    uint64_t fingerprint;
+    int64_t tokens;
+} qt_step_metrics;
+
+/* One JSON object per line: {"step":..,"loss":..,"loss_bits":"0x..","grad_norm":..,"lr":..,
+ * "tokens_per_s":..,"step_s":..,"tokens":..,"fingerprint":"0x.."}. */
+void qt_metrics_write(FILE *f, const qt_step_metrics *m);
+/* Progress line on stderr. */
+void qt_progress_print(FILE *f, const qt_step_metrics *m, int64_t total_steps);
+
+#endif
