@@ -41,16 +41,17 @@ KERNEL_SRC := $(wildcard firmware/kernels/*.c)
 CG_SRC := $(wildcard configgen/src/*.c)
 TEST_CPP := $(wildcard tests/unit/*.cpp)
 TEST_C := $(wildcard tests/unit/*.c)
-TOOL_SRC := $(wildcard tests/tools/*.c)
+TOOL_SRC := $(filter-out tests/tools/heap_audit.c,$(wildcard tests/tools/*.c))
 
 FW_OBJ := $(patsubst firmware/%.c,$(BUILD)/fw/%.o,$(FW_SRC))
 FW_APP_OBJ := $(patsubst firmware/%.c,$(BUILD)/fw/%.o,$(FW_MAIN))
 FW_MUSL_OBJ := $(patsubst firmware/%.c,$(BUILD)/musl/%.o,$(FW_SRC_MUSL) $(FW_MAIN))
 K64_OBJ := $(patsubst firmware/kernels/%.c,$(BUILD)/k64/%.o,$(KERNEL_SRC))
 CG_OBJ := $(patsubst configgen/src/%.c,$(BUILD)/configgen/%.o,$(CG_SRC))
+CG_LIB_OBJ := $(filter-out $(BUILD)/configgen/main.o,$(CG_OBJ))
 TEST_OBJ := $(patsubst tests/unit/%.cpp,$(BUILD)/tests/%.o,$(TEST_CPP)) \
             $(patsubst tests/unit/%.c,$(BUILD)/tests/%.o,$(TEST_C))
-TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC))
+TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC)) $(BUILD)/tools/libheap_audit.so
 
 CONFIGGEN := $(BUILD)/configgen/configgen
 PLANS := $(foreach r,$(RUNS),generated/$(r)/plan.c)
@@ -82,7 +83,7 @@ $(CONFIGGEN): $(CG_OBJ)
 gen: $(PLANS)
 
 generated/%/plan.c: configgen/configs/runs/%.yml $(CONFIGGEN) configgen/configs/base.yml $(wildcard configgen/configs/models/*.yml)
-	$(CONFIGGEN) $< out=generated
+	$(CONFIGGEN) -o generated $<
 
 # ---------------------------------------------------------------- firmware
 $(BUILD)/fw/%.o: firmware/%.c $(wildcard firmware/include/*.h firmware/*/*.h)
@@ -133,12 +134,16 @@ $(BUILD)/tests/%.o: tests/unit/%.c $(wildcard tests/unit/*.h firmware/include/*.
 TEST_PLAN_RUNS := $(filter test-%,$(RUNS))
 TEST_PLAN_OBJ := $(foreach r,$(TEST_PLAN_RUNS),$(BUILD)/plans/$(r).o)
 
-$(UNIT): $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CONFIGGEN)
-	$(CXX) -o $@ $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(LINK_ARENA) $(LIBS_GLIBC) $$(pkg-config --libs cpputest) -lm
+$(UNIT): $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ)
+	$(CXX) -o $@ $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ) $(LINK_ARENA) $(LIBS_GLIBC) $$(pkg-config --libs cpputest) -lm
 
 $(BUILD)/tools/%: tests/tools/%.c $(FW_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_FW) -o $@ $< $(FW_OBJ) $(LIBS_GLIBC) -lm
+
+$(BUILD)/tools/libheap_audit.so: tests/tools/heap_audit.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -shared -fPIC -o $@ $< -ldl
 
 tools: $(TOOLS)
 
@@ -160,3 +165,6 @@ bench: deps
 
 clean:
 	rm -rf $(BUILD)
+
+# The embedded corpus is pulled in with .incbin: rebuild when the text changes.
+$(BUILD)/fw/io/corpus.o $(BUILD)/musl/io/corpus.o: firmware/io/corpus.txt

@@ -158,7 +158,8 @@ enum qt_op_kind {
        h / (Hq/Hkv)), per sequence. s_ij = (q_i . k_j) * scale for j <= i;
        lse_i = m + log(sum_j exp(s_ij - m)); o_i = sum_j exp(s_ij - lse_i) v_j (j increasing).
        t0 o[T,Hq*hd] (writes); t1 lse[b,Hq,S] (saved); t2 q[T,Hq,hd]; t3 k[T,Hkv,hd];
-       t4 v[T,Hkv,hd]. a0 b, a1 S, a2 Hq, a3 Hkv, a4 hd, f0 scale. */
+       t4 v[T,Hkv,hd]; t5 scratch (SCRATCH, >= S floats). a0 b, a1 S, a2 Hq, a3 Hkv, a4 hd,
+       f0 scale. */
     QT_OP_ATTN_FWD,
     /* ATTN_BWD: t0 dq (acc); t1 dk (acc); t2 dv (acc); t3 do; t4 q; t5 k; t6 v; t7 o;
        t8 lse; t9 scratch (SCRATCH, >= 2*S floats). attrs as FWD. */
@@ -171,7 +172,8 @@ enum qt_op_kind {
        lb_seq[s] += c * sum_e f_e * Pbar_e with f_e = (1/S) * #(t,slot) routed to e and
        Pbar_e = (1/S) sum_t softmax(all E logits)_e.
        t0 idx I32[T,k] (writes); t1 p[T,k] (writes); t2 lb_seq[b] (acc, or QT_NONE);
-       t3 logits[T,E]. a0 T, a1 E, a2 k, a3 S, f0 c. */
+       t3 logits[T,E]. a0 T, a1 E, a2 k, a3 S, f0 c. The load-balance accumulators live on the
+       stack: E <= QT_MOE_MAX_EXPERTS (1024, moe_route.h) when c != 0; configgen rejects more. */
     QT_OP_MOE_ROUTE_FWD,
     /* MOE_ROUTE_BWD: t0 dlogits (acc); t1 dp; t2 logits; t3 idx; t4 p. attrs as FWD
        (the load-balance gradient, seed 1 on lb_seq, flows through Pbar when f0 != 0). */
@@ -181,7 +183,8 @@ enum qt_op_kind {
        gu[t*k+slot] = W_gu[e] x_t (2f: gate rows [0,f), up rows [f,2f)),
        y[t*k+slot] = W_down[e] (silu(gate) * up). Unweighted; MOE_COMBINE weights it.
        t0 y[T*k,d] (writes); t1 gu[T*k,2f] (saved); t2 x[T,d]; t3 idx[T,k];
-       t4 W_gu[E,2f,d]; t5 W_down[E,d,f]; t6 scratch (SCRATCH, >= T*k*(d+f) floats).
+       t4 W_gu[E,2f,d]; t5 W_down[E,d,f]; t6 scratch (SCRATCH, >= max(T*k*(d+f), S*(d+3f))
+       floats, so one sequence's rows always fit and the WGRAD bits do not depend on T).
        a0 T, a1 k, a2 E, a3 d, a4 f. */
     QT_OP_EXPERT_FFN_FWD,
     /* EXPERT_FFN_BWD: t0 dx[T,d] (acc; per token the slots add in increasing slot order);

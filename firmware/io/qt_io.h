@@ -48,7 +48,7 @@ typedef struct qt_data {
     const char *path;          /* NULL for the embedded corpus */
     const void *base;          /* token payload */
     int64_t n_tokens;
-    int32_t bytes_per_token;   /* 1 (embedded bytes), 2 or 4 */
+    int32_t bytes_per_token;   /* 1 (embedded bytes), 2, 4 or 8 */
     int64_t n_windows;         /* (n_tokens - 1) / seq_len */
 } qt_data;
 

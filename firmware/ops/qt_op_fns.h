@@ -10,6 +10,10 @@
 
 #include "../include/qt_ops.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void qt_op_zero(const qt_op *op, const qt_ctx *ctx);
 void qt_op_add(const qt_op *op, const qt_ctx *ctx);
 void qt_op_acc(const qt_op *op, const qt_ctx *ctx);
@@ -49,5 +53,9 @@ void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, flo
 void qt_op_moe_combine_fwd(const qt_op *op, const qt_ctx *ctx);
 void qt_op_moe_combine_bwd(const qt_op *op, const qt_ctx *ctx);
 void qt_op_xent(const qt_op *op, const qt_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

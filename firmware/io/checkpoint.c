@@ -1,0 +1,315 @@
+/* checkpoint.c - qt_checkpoint_load / _save / _save_grads (qt_io.h) over safetensors.
+ *
+ * Invariants:
+ *  - saving is atomic (st_write.c): <path> is either the old file or the complete new one;
+ *  - loading is all-or-nothing: the whole header is checked against the plan (every
+ *    expected tensor present with an accepted dtype and shape, nothing unexpected, plan
+ *    hash of optimizer state) before the first byte is written into the arena;
+ *  - tensor order on disk is plan parameter order, pieces in ckpt_map.c order, regions
+ *    params then optimizer.m then optimizer.v, so equal arenas give identical files.
+ * Sharded plans (a parameter whose local shape differs from its global shape) are refused
+ * with QT_E_PLAN: qt_plan.h carries no per-rank shard offsets yet.
+ * Checkpoints with optimizer state carry "format":"qtrain-1"; weight-only files carry
+ * "format":"pt" because transformers refuses safetensors files with another format.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "qt_io.h"
+#include "io_err.h"
+#include "ckpt_map.h"
+#include "safetensors.h"
+
+#define QT_CKPT_FORMAT "qtrain-1"
+#define QT_OPT_M "optimizer.m."
+#define QT_OPT_V "optimizer.v."
+
+static struct {
+    unsigned char used[QT_ST_MAX_TENSORS];   /* file tensor consumed by the plan */
+    char name[QT_ST_NAME_MAX + 16];
+} qt_ck;
+
+static void qt_fmt_shape(char *out, size_t n, int32_t ndim, const int64_t *s)
+{
+    size_t at = (size_t)snprintf(out, n, "[");
+    for (int32_t d = 0; d < ndim && at < n; d++)
+        at += (size_t)snprintf(out + at, n - at, "%s%lld", d ? "," : "", (long long)s[d]);
+    if (at < n)
+        snprintf(out + at, n - at, "]");
+}
+
+static int qt_ckpt_check_plan(const qt_plan *p, const char *path)
+{
+    for (int32_t i = 0; i < p->n_params; i++) {
+        const qt_tensor *t = &p->tensors[p->params[i].tensor];
+        for (int d = 0; d < t->ndim; d++)
+            if (t->shape[d] != t->global_shape[d])
+                return qt_io_fail(QT_E_PLAN, "%s: parameter %s is sharded on this rank; "
+                                  "checkpoint IO of sharded plans is not supported", path,
+                                  p->params[i].name);
+        if (!qt_ckpt_count(p, i, 0))
+            return QT_E_PLAN;
+    }
+    return QT_OK;
+}
+
+static float *qt_region(const qt_plan *p, int64_t region_offset, int32_t i)
+{
+    return (float *)(void *)(p->arena + region_offset) + p->params[i].flat_offset;
+}
+
+/* ---- save ---- */
+
+static int qt_save_declare(const qt_plan *p, const char *prefix)
+{
+    qt_ckpt_piece pc;
+    int rc;
+    for (int32_t i = 0; i < p->n_params; i++)
+        for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
+            qt_ckpt_piece_at(p, i, 0, k, &pc);
+            snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
+            if ((rc = qt_st_wadd(qt_ck.name, QT_ST_F32, pc.ndim, pc.shape)))
+                return rc;
+        }
+    return QT_OK;
+}
+
+static int qt_save_data(const qt_plan *p, int64_t region_offset)
+{
+    qt_ckpt_piece pc;
+    int rc;
+    for (int32_t i = 0; i < p->n_params; i++) {
+        const float *base = qt_region(p, region_offset, i);
+        for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
+            qt_ckpt_piece_at(p, i, 0, k, &pc);
+            if (pc.kind == QT_MAP_IDENT) {
+                if ((rc = qt_st_wwrite(base, 4 * pc.rows * pc.row_len)))
+                    return rc;
+                continue;
+            }
+            for (int64_t r = 0; r < pc.rows; r++)
+                if ((rc = qt_st_wwrite(base + qt_ckpt_plan_row(&pc, r) * pc.row_len,
+                                       4 * pc.row_len)))
+                    return rc;
+        }
+    }
+    return QT_OK;
+}
+
+static int qt_save(const qt_plan *p, const char *path, int with_opt, int64_t region,
+                   int64_t step, int64_t data_pos)
+{
+    char num[32];
+    int rc;
+    if ((rc = qt_ckpt_check_plan(p, path)) || (rc = qt_st_wopen(path)))
+        return rc;
+    rc = qt_st_wmeta("format", with_opt ? QT_CKPT_FORMAT : "pt");
+    if (!rc) {
+        snprintf(num, sizeof num, "%lld", (long long)step);
+        rc = qt_st_wmeta("step", num);
+    }
+    if (!rc) {
+        snprintf(num, sizeof num, "%lld", (long long)data_pos);
+        rc = qt_st_wmeta("data_pos", num);
+    }
+    if (!rc) {
+        snprintf(num, sizeof num, "0x%016llx", (unsigned long long)p->hash);
+        rc = qt_st_wmeta("plan_hash", num);
+    }
+    if (!rc)
+        rc = qt_st_wmeta("run_name", p->run_name ? p->run_name : "");
+    if (!rc)
+        rc = qt_save_declare(p, "");
+    if (!rc && with_opt && !(rc = qt_save_declare(p, QT_OPT_M)))
+        rc = qt_save_declare(p, QT_OPT_V);
+    if (!rc)
+        rc = qt_st_wbegin();
+    if (!rc)
+        rc = qt_save_data(p, region);
+    if (!rc && with_opt && !(rc = qt_save_data(p, p->adam_m_offset)))
+        rc = qt_save_data(p, p->adam_v_offset);
+    if (rc) {
+        qt_st_wabort();
+        return rc;
+    }
+    return qt_st_wcommit();
+}
+
+int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer, int64_t step,
+                       int64_t data_pos)
+{
+    return qt_save(p, path, with_optimizer, p->params_offset, step, data_pos);
+}
+
+int qt_checkpoint_save_grads(const qt_plan *p, const char *path)
+{
+    return qt_save(p, path, 0, p->grads_offset, 0, 0);
+}
+
+/* ---- load ---- */
+
+static int qt_fused_in_file(const qt_plan *p, int h, int32_t i, const char *prefix)
+{
+    char fused[QT_ST_NAME_MAX];
+    if (!qt_ckpt_is_expert(p, i))
+        return 0;
+    qt_ckpt_fused_name(p, i, fused, sizeof fused);
+    snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, fused);
+    return qt_st_find(h, qt_ck.name) != NULL;
+}
+
+static int qt_shape_eq(int32_t n, const int64_t *a, int32_t m, const int64_t *b)
+{
+    if (n != m)
+        return 0;
+    for (int32_t d = 0; d < n; d++)
+        if (a[d] != b[d])
+            return 0;
+    return 1;
+}
+
+/* Check every piece of every parameter under `prefix` and mark the file tensors used. */
+static int qt_load_check(const qt_plan *p, int h, const char *path, const char *prefix)
+{
+    qt_ckpt_piece pc;
+    char want[128], got[128];
+    for (int32_t i = 0; i < p->n_params; i++) {
+        int fused = qt_fused_in_file(p, h, i, prefix);
+        for (int32_t k = 0, n = qt_ckpt_count(p, i, fused); k < n; k++) {
+            qt_ckpt_piece_at(p, i, fused, k, &pc);
+            snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
+            const qt_st_tensor *t = qt_st_find(h, qt_ck.name);
+            qt_fmt_shape(want, sizeof want, pc.ndim, pc.shape);
+            if (!t)
+                return qt_io_fail(QT_E_MISMATCH, "%s: missing tensor %s (expected shape %s)",
+                                  path, qt_ck.name, want);
+            if (t->dtype != QT_ST_F32 && t->dtype != QT_ST_BF16 && t->dtype != QT_ST_F16)
+                return qt_io_fail(QT_E_MISMATCH, "%s: tensor %s: unsupported dtype %s (expected "
+                                  "F32, BF16 or F16)", path, qt_ck.name,
+                                  qt_st_dtype_name(t->dtype));
+            if (!qt_shape_eq(pc.ndim, pc.shape, t->ndim, t->shape) &&
+                !(pc.alt_ndim && qt_shape_eq(pc.alt_ndim, pc.alt_shape, t->ndim, t->shape))) {
+                qt_fmt_shape(got, sizeof got, t->ndim, t->shape);
+                return qt_io_fail(QT_E_MISMATCH, "%s: tensor %s: wrong shape: expected %s, "
+                                  "file has %s", path, qt_ck.name, want, got);
+            }
+            qt_ck.used[t - qt_st_at(h, 0)] = 1;
+        }
+    }
+    return QT_OK;
+}
+
+static void qt_load_copy(const qt_plan *p, int h, const char *prefix, int64_t region)
+{
+    qt_ckpt_piece pc;
+    for (int32_t i = 0; i < p->n_params; i++) {
+        int fused = qt_fused_in_file(p, h, i, prefix);
+        float *base = qt_region(p, region, i);
+        for (int32_t k = 0, n = qt_ckpt_count(p, i, fused); k < n; k++) {
+            qt_ckpt_piece_at(p, i, fused, k, &pc);
+            snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
+            const qt_st_tensor *t = qt_st_find(h, qt_ck.name);
+            if (pc.kind == QT_MAP_IDENT) {
+                qt_st_read_f32(h, t, 0, pc.rows * pc.row_len, base);
+                continue;
+            }
+            for (int64_t r = 0; r < pc.rows; r++)
+                qt_st_read_f32(h, t, r * pc.row_len, pc.row_len,
+                               base + qt_ckpt_plan_row(&pc, r) * pc.row_len);
+        }
+    }
+}
+
+static int qt_meta_int(int h, const char *path, const char *key, int64_t *out)
+{
+    const char *v = qt_st_meta(h, key);
+    int64_t x = 0;
+    *out = 0;
+    if (!v)
+        return QT_OK;
+    if (!*v)
+        return qt_io_fail(QT_E_FORMAT, "%s: __metadata__ %s is empty", path, key);
+    for (const char *c = v; *c; c++) {
+        if (*c < '0' || *c > '9' || x > INT64_MAX / 10 - 10)
+            return qt_io_fail(QT_E_FORMAT, "%s: __metadata__ %s = \"%s\" is not a "
+                              "non-negative integer", path, key, v);
+        x = x * 10 + (*c - '0');
+    }
+    *out = x;
+    return QT_OK;
+}
+
+static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_opt,
+                            int *load_opt)
+{
+    int rc, has_opt = 0;
+    int32_t n = qt_st_count(h), skipped_mtp = 0, skipped_other = 0;
+    memset(qt_ck.used, 0, (size_t)n);
+    for (int32_t k = 0; k < n; k++)
+        if (!strncmp(qt_st_at(h, k)->name, "optimizer.", 10))
+            has_opt = 1;
+    *load_opt = want_opt && has_opt;
+    if (*load_opt) {
+        const char *fh = qt_st_meta(h, "plan_hash");
+        char mine[24];
+        snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)p->hash);
+        if (!fh || strcmp(fh, mine))
+            return qt_io_fail(QT_E_MISMATCH, "%s: optimizer state was saved for plan hash %s, "
+                              "this plan's hash is %s", path, fh ? fh : "(none)", mine);
+    } else if (want_opt) {
+        qt_io_note("%s: no optimizer state in the file; Adam moments not loaded", path);
+    }
+    if ((rc = qt_load_check(p, h, path, "")))
+        return rc;
+    if (*load_opt && ((rc = qt_load_check(p, h, path, QT_OPT_M)) ||
+                      (rc = qt_load_check(p, h, path, QT_OPT_V))))
+        return rc;
+    for (int32_t k = 0; k < n; k++) {
+        const char *name = qt_st_at(h, k)->name;
+        if (qt_ck.used[k])
+            continue;
+        if (!strncmp(name, "mtp.", 4)) {
+            skipped_mtp++;
+        } else if ((p->model.decoder_block == 1 && !strncmp(name, "model.visual.", 13)) ||
+                   (!*load_opt && !strncmp(name, "optimizer.", 10))) {
+            skipped_other++;
+        } else {
+            return qt_io_fail(QT_E_MISMATCH, "%s: unexpected tensor %s (not a parameter of "
+                              "plan %s)", path, name, p->run_name ? p->run_name : "?");
+        }
+    }
+    if (skipped_mtp)
+        qt_io_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
+                   path, (int)skipped_mtp);
+    if (skipped_other)
+        qt_io_note("%s: skipped %d vision-tower or optimizer tensors", path,
+                   (int)skipped_other);
+    return QT_OK;
+}
+
+int qt_checkpoint_load(const qt_plan *p, const char *path, int want_optimizer,
+                       int64_t *step_out, int64_t *data_pos_out)
+{
+    int h, rc, load_opt = 0;
+    int64_t step = 0, data_pos = 0;
+    if ((rc = qt_ckpt_check_plan(p, path)) || (rc = qt_st_open(path, &h)))
+        return rc;
+    rc = qt_load_validate(p, h, path, want_optimizer, &load_opt);
+    if (!rc)
+        rc = qt_meta_int(h, path, "step", &step);
+    if (!rc)
+        rc = qt_meta_int(h, path, "data_pos", &data_pos);
+    if (!rc) {
+        qt_load_copy(p, h, "", p->params_offset);
+        if (load_opt) {
+            qt_load_copy(p, h, QT_OPT_M, p->adam_m_offset);
+            qt_load_copy(p, h, QT_OPT_V, p->adam_v_offset);
+        }
+        if (step_out)
+            *step_out = step;
+        if (data_pos_out)
+            *data_pos_out = data_pos;
+    }
+    qt_st_close(h);
+    return rc;
+}

@@ -1,0 +1,192 @@
+/* ckpt_map.c - plan parameter <-> on-disk tensor names, shapes and row permutations.
+ * Invariant: for every parameter the pieces partition its rows exactly once (checked by
+ * the round-trip tests for both decoders); see ckpt_map.h for the layouts.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "qt_io.h"
+#include "io_err.h"
+#include "ckpt_map.h"
+
+#define QT_SUF_GU ".mlp.experts.gate_up_proj"
+#define QT_SUF_DOWN ".mlp.experts.down_proj"
+#define QT_SUF_QKVZ ".linear_attn.in_proj_qkvz.weight"
+#define QT_SUF_BA ".linear_attn.in_proj_ba.weight"
+#define QT_SUF_CONV ".linear_attn.conv1d.weight"
+
+static int qt_ends_with(const char *s, const char *suf)
+{
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && !strcmp(s + n - m, suf);
+}
+
+static const qt_tensor *qt_ckpt_tensor(const qt_plan *p, int32_t i)
+{
+    return &p->tensors[p->params[i].tensor];
+}
+
+/* Canonical name with the decoder's prefix, with the last `cut` characters replaced by
+ * `tail` (cut 0, tail "" = whole name). */
+static void qt_ckpt_name(const qt_plan *p, int32_t i, size_t cut, const char *tail, char *out,
+                         size_t n)
+{
+    const char *c = p->params[i].name;
+    size_t len = strlen(c) - cut;
+    const char *pre = "";
+    if (p->model.decoder_block == 1 && !strncmp(c, "model.", 6)) {
+        pre = "model.language_model.";
+        c += 6;
+        len -= 6;
+    }
+    snprintf(out, n, "%s%.*s%s", pre, (int)len, c, tail);
+}
+
+int qt_ckpt_is_expert(const qt_plan *p, int32_t i)
+{
+    const char *c = p->params[i].name;
+    return qt_ends_with(c, QT_SUF_GU) || qt_ends_with(c, QT_SUF_DOWN);
+}
+
+void qt_ckpt_fused_name(const qt_plan *p, int32_t i, char *out, size_t n)
+{
+    qt_ckpt_name(p, i, 0, "", out, n);
+}
+
+static int qt_ckpt_gdn_ok(const qt_plan *p, const qt_tensor *t, int32_t i)
+{
+    const qt_model_dims *m = &p->model;
+    int64_t hk = m->gdn_k_heads, hv = m->gdn_v_heads, dk = m->gdn_k_dim, dv = m->gdn_v_dim;
+    int64_t want = qt_ends_with(p->params[i].name, QT_SUF_QKVZ) ? 2 * hk * dk + 2 * hv * dv
+                                                                 : 2 * hv;
+    if (hk <= 0 || hv % hk || t->ndim != 2 || t->global_shape[0] != want) {
+        qt_io_fail(QT_E_PLAN, "plan parameter %s: shape does not match the GDN dims "
+                   "(Hk %lld, Hv %lld, Dk %lld, Dv %lld)", p->params[i].name, (long long)hk,
+                   (long long)hv, (long long)dk, (long long)dv);
+        return 0;
+    }
+    return 1;
+}
+
+int32_t qt_ckpt_count(const qt_plan *p, int32_t i, int fused)
+{
+    const qt_tensor *t = qt_ckpt_tensor(p, i);
+    const char *c = p->params[i].name;
+    if (qt_ckpt_is_expert(p, i)) {
+        if (t->ndim != 3) {
+            qt_io_fail(QT_E_PLAN, "plan parameter %s: expected 3 dims [E,rows,cols]", c);
+            return 0;
+        }
+        if (fused)
+            return 1;
+        if (qt_ends_with(c, QT_SUF_GU) && t->global_shape[1] % 2) {
+            qt_io_fail(QT_E_PLAN, "plan parameter %s: odd gate_up rows", c);
+            return 0;
+        }
+        return (int32_t)(qt_ends_with(c, QT_SUF_GU) ? 2 * t->global_shape[0]
+                                                    : t->global_shape[0]);
+    }
+    if (p->model.decoder_block == 1 && (qt_ends_with(c, QT_SUF_QKVZ) || qt_ends_with(c, QT_SUF_BA)))
+        return qt_ckpt_gdn_ok(p, t, i) ? 2 : 0;
+    if (t->ndim < 1) {
+        qt_io_fail(QT_E_PLAN, "plan parameter %s: zero-dimensional", c);
+        return 0;
+    }
+    return 1;
+}
+
+void qt_ckpt_piece_at(const qt_plan *p, int32_t i, int fused, int32_t k, qt_ckpt_piece *pc)
+{
+    const qt_tensor *t = qt_ckpt_tensor(p, i);
+    const qt_model_dims *m = &p->model;
+    const char *c = p->params[i].name;
+    char tail[96];
+    memset(pc, 0, sizeof *pc);
+    pc->kind = QT_MAP_IDENT;
+    pc->ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++)
+        pc->shape[d] = t->global_shape[d];
+    pc->row_len = t->global_shape[t->ndim - 1];
+    pc->rows = 1;
+    for (int d = 0; d + 1 < t->ndim; d++)
+        pc->rows *= t->global_shape[d];
+    qt_ckpt_name(p, i, 0, "", pc->name, sizeof pc->name);
+
+    if (qt_ckpt_is_expert(p, i) && !fused) {
+        int gu = qt_ends_with(c, QT_SUF_GU);
+        int64_t e = gu ? k / 2 : k, rows = gu ? t->global_shape[1] / 2 : t->global_shape[1];
+        snprintf(tail, sizeof tail, ".mlp.experts.%lld.%s.weight", (long long)e,
+                 !gu ? "down_proj" : (k % 2 ? "up_proj" : "gate_proj"));
+        qt_ckpt_name(p, i, strlen(gu ? QT_SUF_GU : QT_SUF_DOWN), tail, pc->name, sizeof pc->name);
+        pc->kind = QT_MAP_ROWS;
+        pc->ndim = 2;
+        pc->shape[0] = pc->rows = rows;
+        pc->shape[1] = pc->row_len = t->global_shape[2];
+        pc->row0 = gu ? e * 2 * rows + (k % 2) * rows : e * rows;
+        return;
+    }
+    if (m->decoder_block == 1 && (qt_ends_with(c, QT_SUF_QKVZ) || qt_ends_with(c, QT_SUF_BA))) {
+        int qkvz = qt_ends_with(c, QT_SUF_QKVZ);
+        static const char *const names[4] = { "in_proj_qkv", "in_proj_z", "in_proj_b",
+                                                "in_proj_a" };
+        int which = (qkvz ? 0 : 2) + k;
+        pc->hk = m->gdn_k_heads;
+        pc->dk = m->gdn_k_dim;
+        pc->hv = m->gdn_v_heads;
+        pc->dv = m->gdn_v_dim;
+        snprintf(tail, sizeof tail, ".linear_attn.%s.weight", names[which]);
+        qt_ckpt_name(p, i, strlen(qkvz ? QT_SUF_QKVZ : QT_SUF_BA), tail, pc->name,
+                     sizeof pc->name);
+        pc->kind = QT_MAP_QKV + which;
+        pc->rows = which == 0 ? 2 * pc->hk * pc->dk + pc->hv * pc->dv
+                   : which == 1 ? pc->hv * pc->dv : pc->hv;
+        pc->ndim = 2;
+        pc->shape[0] = pc->rows;
+        pc->shape[1] = pc->row_len;
+        return;
+    }
+    if (qt_ends_with(c, QT_SUF_CONV) && t->ndim == 2) {
+        pc->alt_ndim = 2;
+        pc->alt_shape[0] = t->global_shape[0];
+        pc->alt_shape[1] = t->global_shape[1];
+        pc->ndim = 3;
+        pc->shape[1] = 1;
+        pc->shape[2] = t->global_shape[1];
+    } else if (qt_ends_with(c, QT_SUF_CONV) && t->ndim == 3 && t->global_shape[1] == 1) {
+        pc->alt_ndim = 2;
+        pc->alt_shape[0] = t->global_shape[0];
+        pc->alt_shape[1] = t->global_shape[2];
+    }
+}
+
+int64_t qt_ckpt_plan_row(const qt_ckpt_piece *pc, int64_t r)
+{
+    int64_t rr = pc->hv / (pc->hk ? pc->hk : 1);        /* value heads per key head */
+    int64_t g = 2 * pc->dk + 2 * rr * pc->dv;          /* rows of one key-head group */
+    int64_t j, i;
+    switch (pc->kind) {
+    case QT_MAP_ROWS:
+        return pc->row0 + r;
+    case QT_MAP_QKV:
+        if (r < pc->hk * pc->dk)
+            return (r / pc->dk) * g + r % pc->dk;
+        if (r < 2 * pc->hk * pc->dk) {
+            r -= pc->hk * pc->dk;
+            return (r / pc->dk) * g + pc->dk + r % pc->dk;
+        }
+        r -= 2 * pc->hk * pc->dk;
+        j = r / pc->dv;
+        i = r % pc->dv;
+        return (j / rr) * g + 2 * pc->dk + (j % rr) * pc->dv + i;
+    case QT_MAP_Z:
+        j = r / pc->dv;
+        i = r % pc->dv;
+        return (j / rr) * g + 2 * pc->dk + rr * pc->dv + (j % rr) * pc->dv + i;
+    case QT_MAP_B:
+        return (r / rr) * 2 * rr + r % rr;
+    case QT_MAP_A:
+        return (r / rr) * 2 * rr + rr + r % rr;
+    default:
+        return r;
+    }
+}

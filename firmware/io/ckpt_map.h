@@ -1,0 +1,51 @@
+/* ckpt_map.h - how each canonical plan parameter is laid out on disk.
+ *
+ * The plan stores parameters under their Qwen3-Next Hugging Face names with fused experts
+ * (mlp.experts.gate_up_proj [E,2I,d], mlp.experts.down_proj [E,d,I]). On disk one plan
+ * parameter becomes one or more "pieces"; every piece is a list of rows of row_len floats,
+ * and disk row r of the piece is plan row qt_ckpt_plan_row(piece, r) of the parameter
+ * (a row is the last dimension, so every mapping is a row gather/scatter):
+ *   - experts (both decoders, split layout): experts.E.gate_proj.weight [I,d] = gate_up rows
+ *     E*2I + [0,I); up_proj [I,d] = rows E*2I + [I,2I); down_proj [d,I] = down rows E*d + r;
+ *   - Qwen3.5 (decoder_block 1): prefix model.language_model. for everything under model.;
+ *     in_proj_qkvz -> in_proj_qkv [Cc,d] (all q heads, all k heads, all v heads) and
+ *     in_proj_z [Hv*Dv,d]; in_proj_ba -> in_proj_b [Hv,d] and in_proj_a [Hv,d], with the
+ *     grouped row formulas of qt_ops.h;
+ *   - linear_attn.conv1d.weight: on disk [C,1,K] (HF nn.Conv1d); a plan shape [C,K] is the
+ *     same bytes. Loading accepts either shape.
+ * With fused != 0 the experts keep their fused in-memory names and shapes (one piece).
+ */
+#ifndef QT_CKPT_MAP_H
+#define QT_CKPT_MAP_H
+
+#include <stdint.h>
+#include "qt_plan.h"
+#include "safetensors.h"
+
+enum qt_ckpt_kind { QT_MAP_IDENT = 0, QT_MAP_ROWS, QT_MAP_QKV, QT_MAP_Z, QT_MAP_B, QT_MAP_A };
+
+typedef struct qt_ckpt_piece {
+    char name[QT_ST_NAME_MAX];      /* on-disk name (without any optimizer.m./v. prefix) */
+    int32_t ndim;
+    int64_t shape[QT_MAX_DIMS];     /* on-disk shape */
+    int32_t alt_ndim;               /* another accepted on-disk shape, 0 if none */
+    int64_t alt_shape[QT_MAX_DIMS];
+    int64_t rows, row_len;          /* piece = rows x row_len floats */
+    int32_t kind;                   /* enum qt_ckpt_kind */
+    int64_t row0;                   /* QT_MAP_ROWS: first plan row */
+    int64_t hk, dk, hv, dv;         /* GDN kinds: head counts and dims */
+} qt_ckpt_piece;
+
+/* 1 if parameter i is a fused expert tensor (has a split on-disk layout). */
+int qt_ckpt_is_expert(const qt_plan *p, int32_t i);
+/* The fused in-memory on-disk name of parameter i (decoder prefix applied) into out. */
+void qt_ckpt_fused_name(const qt_plan *p, int32_t i, char *out, size_t n);
+/* Number of pieces of parameter i; 0 with a message if the plan's shape does not fit the
+ * layout (QT_E_PLAN is then the caller's error). */
+int32_t qt_ckpt_count(const qt_plan *p, int32_t i, int fused);
+/* Describe piece k (0 <= k < count) of parameter i. */
+void qt_ckpt_piece_at(const qt_plan *p, int32_t i, int fused, int32_t k, qt_ckpt_piece *pc);
+/* Plan row (index into the parameter viewed as rows of pc->row_len) of disk row r. */
+int64_t qt_ckpt_plan_row(const qt_ckpt_piece *pc, int64_t r);
+
+#endif

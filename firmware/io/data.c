@@ -1,0 +1,327 @@
+/* data.c - token streams: qt_data_open / qt_data_fill / qt_data_close (qt_io.h).
+ *
+ * Accepted files (mapped read-only, never copied):
+ *  - NumPy .npy, format version 1, 2 or 3: magic "\x93NUMPY", major, minor, header length
+ *    (uint16 LE for v1, uint32 LE for v2/v3), a Python dict literal with 'descr',
+ *    'fortran_order', 'shape'; payload follows. descr must be a little-endian (or
+ *    byte-order-free) integer: |u1 |i1 <u2 <i2 <u4 <i4 <u8 <i8. Any shape, flattened in C
+ *    order (fortran_order True is accepted only for 0/1-D arrays).
+ *  - "QTTOKENS" raw format, version 1. A 24-byte header, all little-endian:
+ *        bytes 0..7   magic "QTTOKENS"
+ *        bytes 8..11  uint32 version = 1
+ *        bytes 12..15 uint32 bytes per token, 2 or 4
+ *        bytes 16..23 uint64 token count N
+ *    followed by exactly N tokens, unsigned little-endian of that width, nothing after.
+ *  - Headerless raw tokens when raw_dtype is "uint16" or "uint32" (file size a multiple of
+ *    the width).
+ *  - path NULL: the embedded corpus (corpus.c), one token per byte; needs vocab >= 256.
+ * Invariants after a successful open: every token is in [0, vocab); n_tokens >= seq_len+1;
+ * n_windows = (n_tokens-1)/seq_len >= 1. Signed files are validated as signed, so after
+ * open every token can be read as an unsigned integer of the same width (8-byte tokens
+ * are allowed: bytes_per_token may be 8 as well as 1, 2, 4).
+ * Data rule (tests/golden/SPEC.md section 2): window n covers tokens [n*S, n*S+S];
+ * optimizer step i, global sequence j uses window (i*B + j) % W.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "qt_io.h"
+#include "io_err.h"
+#include "corpus.h"
+
+#define QT_DATA_MAX_OPEN 4
+#define QT_QTT_HEADER 24
+
+typedef struct qt_map_slot {
+    const qt_data *owner;
+    void *map;
+    size_t len;
+} qt_map_slot;
+
+static struct {
+    qt_map_slot slot[QT_DATA_MAX_OPEN];
+} qt_dat;
+
+typedef struct qt_fmt {
+    int64_t offset;       /* payload start in the file */
+    int64_t n;            /* tokens */
+    int32_t width;        /* bytes per token */
+    int32_t is_signed;
+} qt_fmt;
+
+static uint64_t qt_le(const unsigned char *b, int width)
+{
+    uint64_t v = 0;
+    for (int i = width - 1; i >= 0; i--)
+        v = (v << 8) | b[i];
+    return v;
+}
+
+static int qt_npy_descr(const char *path, const char *h, qt_fmt *f)
+{
+    static const struct { const char *d; int w, s; } ok[] = {
+        { "|u1", 1, 0 }, { "|i1", 1, 1 }, { "<u2", 2, 0 }, { "<i2", 2, 1 },
+        { "<u4", 4, 0 }, { "<i4", 4, 1 }, { "<u8", 8, 0 }, { "<i8", 8, 1 },
+    };
+    const char *d = strstr(h, "'descr'");
+    char got[16];
+    int n = 0;
+    if (!d || !(d = strchr(d + 7, '\'')))
+        return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: no 'descr'", path);
+    d++;
+    while (d[n] && d[n] != '\'' && n < 15) {
+        got[n] = d[n];
+        n++;
+    }
+    got[n] = '\0';
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcmp(got, ok[i].d)) {
+            f->width = ok[i].w;
+            f->is_signed = ok[i].s;
+            return QT_OK;
+        }
+    if (strchr("fcbOSUVmM?", got[1] ? got[1] : 'x') && got[0])
+        return qt_io_fail(QT_E_FORMAT, "%s: .npy dtype '%s' is not an integer type (token "
+                          "files need |u1 <u2 <u4 <i2 <i4 <i8 <u8)", path, got);
+    return qt_io_fail(QT_E_FORMAT, "%s: unsupported .npy dtype '%s' (need a little-endian "
+                      "integer: |u1 <u2 <u4 <i2 <i4 <i8 <u8)", path, got);
+}
+
+static int qt_npy_header(const char *path, const unsigned char *m, int64_t size, qt_fmt *f)
+{
+    char h[4096];
+    int64_t hl, start;
+    if (size < 10)
+        return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: file too short", path);
+    if (m[6] == 1) {
+        hl = (int64_t)qt_le(m + 8, 2);
+        start = 10;
+    } else if (m[6] == 2 || m[6] == 3) {
+        if (size < 12)
+            return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: file too short", path);
+        hl = (int64_t)qt_le(m + 8, 4);
+        start = 12;
+    } else {
+        return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: unknown version %d", path, m[6]);
+    }
+    if (hl <= 0 || hl >= (int64_t)sizeof h || start + hl > size)
+        return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: header length %lld", path,
+                          (long long)hl);
+    memcpy(h, m + start, (size_t)hl);
+    h[hl] = '\0';
+    f->offset = start + hl;
+    int rc = qt_npy_descr(path, h, f);
+    if (rc)
+        return rc;
+    const char *fo = strstr(h, "'fortran_order'");
+    const char *sh = strstr(h, "'shape'");
+    if (!fo || !sh || !(sh = strchr(sh, '(')))
+        return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: no 'fortran_order' or 'shape'",
+                          path);
+    fo += 15;
+    while (*fo == ' ' || *fo == ':')
+        fo++;
+    int fortran = !strncmp(fo, "True", 4);
+    int64_t n = 1, dims = 0;
+    const char *c = sh + 1;
+    for (;;) {
+        while (*c == ' ' || *c == ',')
+            c++;
+        if (*c == ')')
+            break;
+        if (*c < '0' || *c > '9')
+            return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: bad 'shape'", path);
+        int64_t v = 0;
+        while (*c >= '0' && *c <= '9') {
+            if (v > (INT64_C(1) << 50))
+                return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: shape too large", path);
+            v = v * 10 + (*c++ - '0');
+        }
+        if (v && n > (INT64_C(1) << 58) / v)
+            return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: shape too large", path);
+        n *= v;
+        dims++;
+    }
+    if (fortran && dims > 1)
+        return qt_io_fail(QT_E_FORMAT, "%s: .npy array is in Fortran order; save it C-ordered "
+                          "(np.ascontiguousarray)", path);
+    f->n = n;
+    return QT_OK;
+}
+
+static int qt_detect(const char *path, const char *raw_dtype, const unsigned char *m,
+                     int64_t size, qt_fmt *f)
+{
+    memset(f, 0, sizeof *f);
+    if (raw_dtype && *raw_dtype) {
+        if (!strcmp(raw_dtype, "uint16"))
+            f->width = 2;
+        else if (!strcmp(raw_dtype, "uint32"))
+            f->width = 4;
+        else
+            return qt_io_fail(QT_E_ARG, "%s: raw dtype \"%s\" not supported (uint16 or uint32)",
+                              path, raw_dtype);
+        if (size % f->width)
+            return qt_io_fail(QT_E_FORMAT, "%s: raw %s file has %lld bytes, not a multiple of "
+                              "%d", path, raw_dtype, (long long)size, (int)f->width);
+        f->n = size / f->width;
+        return QT_OK;
+    }
+    if (size >= 6 && !memcmp(m, "\x93NUMPY", 6)) {
+        int rc = qt_npy_header(path, m, size, f);
+        if (rc)
+            return rc;
+    } else if (size >= 8 && !memcmp(m, "QTTOKENS", 8)) {
+        if (size < QT_QTT_HEADER)
+            return qt_io_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: file has %lld bytes, the "
+                              "header needs %d", path, (long long)size, QT_QTT_HEADER);
+        uint32_t ver = (uint32_t)qt_le(m + 8, 4), w = (uint32_t)qt_le(m + 12, 4);
+        uint64_t n = qt_le(m + 16, 8);
+        if (ver != 1)
+            return qt_io_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: version %u (expected 1)",
+                              path, ver);
+        if (w != 2 && w != 4)
+            return qt_io_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: %u bytes per token "
+                              "(expected 2 or 4)", path, w);
+        if (n > (uint64_t)1 << 58)
+            return qt_io_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: token count %llu", path,
+                              (unsigned long long)n);
+        f->offset = QT_QTT_HEADER;
+        f->width = (int32_t)w;
+        f->n = (int64_t)n;
+    } else {
+        return qt_io_fail(QT_E_FORMAT, "%s: unknown token file format (expected the .npy magic "
+                          "or a QTTOKENS header; for headerless files give raw dtype "
+                          "uint16/uint32)", path);
+    }
+    if (size - f->offset != f->n * f->width)
+        return qt_io_fail(QT_E_FORMAT, "%s: payload has %lld bytes but the header declares "
+                          "%lld tokens of %d bytes (%lld bytes)", path,
+                          (long long)(size - f->offset), (long long)f->n, (int)f->width,
+                          (long long)(f->n * f->width));
+    return QT_OK;
+}
+
+static int qt_check_tokens(const char *path, const unsigned char *b, const qt_fmt *f,
+                           int64_t vocab)
+{
+    for (int64_t i = 0; i < f->n; i++) {
+        uint64_t u = qt_le(b + i * f->width, f->width);
+        int64_t v;
+        if (f->is_signed && f->width < 8 && (u >> (8 * f->width - 1)))
+            v = (int64_t)u - ((int64_t)1 << (8 * f->width));
+        else
+            v = (int64_t)u;
+        if ((f->is_signed && v < 0) || (!f->is_signed && u >= (uint64_t)vocab) || v >= vocab)
+            return qt_io_fail(QT_E_RANGE, "%s: token id %lld at position %lld is outside "
+                              "[0, %lld) (vocab_size)", path,
+                              f->is_signed ? (long long)v : (long long)u, (long long)i,
+                              (long long)vocab);
+    }
+    return QT_OK;
+}
+
+static int qt_data_finish(qt_data *d, const char *path, int64_t seq_len)
+{
+    const char *what = path ? path : "(embedded corpus)";
+    if (seq_len <= 0)
+        return qt_io_fail(QT_E_ARG, "%s: seq_len %lld must be positive", what,
+                          (long long)seq_len);
+    if (d->n_tokens < seq_len + 1)
+        return qt_io_fail(QT_E_RANGE, "%s: %lld tokens, need at least seq_len+1 = %lld for one "
+                          "window", what, (long long)d->n_tokens, (long long)(seq_len + 1));
+    d->n_windows = (d->n_tokens - 1) / seq_len;
+    return QT_OK;
+}
+
+int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vocab,
+                 int64_t seq_len)
+{
+    memset(d, 0, sizeof *d);
+    if (!path) {
+        if (vocab < 256)
+            return qt_io_fail(QT_E_ARG, "(embedded corpus): byte-level tokens need vocab_size "
+                              ">= 256, the plan has %lld; pass data=<token file>",
+                              (long long)vocab);
+        d->base = qt_corpus_bytes(&d->n_tokens);
+        d->bytes_per_token = 1;
+        return qt_data_finish(d, NULL, seq_len);
+    }
+    qt_map_slot *s = NULL;
+    for (int k = 0; k < QT_DATA_MAX_OPEN; k++)
+        if (!qt_dat.slot[k].owner) {
+            s = &qt_dat.slot[k];
+            break;
+        }
+    if (!s)
+        return qt_io_fail(QT_E_PLAN, "%s: more than %d token files open", path,
+                          QT_DATA_MAX_OPEN);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return qt_io_fail(QT_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+        int e = errno;
+        close(fd);
+        return qt_io_fail(st.st_size == 0 ? QT_E_FORMAT : QT_E_IO, "%s: %s", path,
+                          st.st_size == 0 ? "empty file" : strerror(e));
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return qt_io_fail(QT_E_IO, "%s: cannot map: %s", path, strerror(errno));
+    qt_fmt f;
+    int rc = qt_detect(path, raw_dtype, m, st.st_size, &f);
+    if (!rc)
+        rc = qt_check_tokens(path, (const unsigned char *)m + f.offset, &f, vocab);
+    if (!rc) {
+        d->path = path;
+        d->base = (const unsigned char *)m + f.offset;
+        d->n_tokens = f.n;
+        d->bytes_per_token = f.width;
+        rc = qt_data_finish(d, path, seq_len);
+    }
+    if (rc) {
+        munmap(m, (size_t)st.st_size);
+        memset(d, 0, sizeof *d);
+        return rc;
+    }
+    s->owner = d;
+    s->map = m;
+    s->len = (size_t)st.st_size;
+    return QT_OK;
+}
+
+static int32_t qt_token(const qt_data *d, int64_t i)
+{
+    const unsigned char *b = (const unsigned char *)d->base + i * d->bytes_per_token;
+    return (int32_t)qt_le(b, d->bytes_per_token);
+}
+
+void qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
+                  int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets)
+{
+    for (int64_t j = 0; j < n_seqs; j++) {
+        int64_t w = (step * global_batch + first_seq + j) % d->n_windows;
+        int64_t at = w * seq_len;
+        for (int64_t t = 0; t < seq_len; t++) {
+            inputs[j * seq_len + t] = qt_token(d, at + t);
+            targets[j * seq_len + t] = qt_token(d, at + t + 1);
+        }
+    }
+}
+
+void qt_data_close(qt_data *d)
+{
+    for (int k = 0; k < QT_DATA_MAX_OPEN; k++)
+        if (qt_dat.slot[k].owner == d) {
+            munmap(qt_dat.slot[k].map, qt_dat.slot[k].len);
+            qt_dat.slot[k].owner = NULL;
+        }
+    memset(d, 0, sizeof *d);
+}

@@ -1,0 +1,46 @@
+/* attention.h - causal softmax attention with grouped-query heads, forward and backward.
+ *
+ * Layouts (qt_ops.h ATTN_*): q[T,Hq,hd], k and v [T,Hkv,hd], o[T,Hq*hd], lse[b,Hq,S],
+ * T = b*S; query head h reads kv head h / (Hq/Hkv); query i of a sequence sees keys
+ * j <= i of the same sequence only.
+ * Dot products over hd use one fixed order everywhere (qt_attn_dot in attention.c: eight
+ * strided lanes, then a fixed pairwise combine), so scores recomputed in the backward, or
+ * by the scratch-free forward path, are bit-identical to the forward's.
+ * Every kernel exists as float (name) and double (name_f64).
+ */
+#ifndef QT_KERNELS_ATTENTION_H
+#define QT_KERNELS_ATTENTION_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* o writes, lse writes (log-sum-exp of each query row's scaled scores). Reads q, k, v.
+ * scratch: >= S elements, or NULL (then scores are recomputed: same bits, ~1.5x slower). */
+void qt_attn_fwd(float *o, float *lse, const float *q, const float *k, const float *v,
+                 float *scratch, int64_t b, int64_t S, int64_t Hq, int64_t Hkv, int64_t hd,
+                 float scale);
+void qt_attn_fwd_f64(double *o, double *lse, const double *q, const double *k,
+                     const double *v, double *scratch, int64_t b, int64_t S, int64_t Hq,
+                     int64_t Hkv, int64_t hd, double scale);
+
+/* dq[T,Hq,hd], dk, dv [T,Hkv,hd] accumulate (+=). Reads dout[T,Hq*hd], q, k, v, o, lse.
+ * scratch: >= S elements. Order: sequence, query head h increasing (so a kv head's
+ * gradient sums its group's query heads in increasing h), query row i increasing, key j
+ * increasing. dq_i += sum_j (scale*ds_ij) k_j and dk_j += (scale*ds_ij) q_i. */
+void qt_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                 const float *k, const float *v, const float *o, const float *lse,
+                 float *scratch, int64_t b, int64_t S, int64_t Hq, int64_t Hkv, int64_t hd,
+                 float scale);
+void qt_attn_bwd_f64(double *dq, double *dk, double *dv, const double *dout,
+                     const double *q, const double *k, const double *v, const double *o,
+                     const double *lse, double *scratch, int64_t b, int64_t S, int64_t Hq,
+                     int64_t Hkv, int64_t hd, double scale);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,86 @@
+/* elementwise.c - zero/add/acc, SwiGLU and sigmoid gate kernels (see elementwise.h).
+ * Invariants: 1 - sigmoid(x) is computed as sigmoid(-x) so gate derivatives keep relative
+ * accuracy when the gate saturates; the ROW-mode gate gradient sums in increasing i.
+ */
+#include "elementwise.h"
+#include "qt_real.h"
+#include "qt_ops.h"
+
+void QT_FN(qt_zero)(qt_real *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = 0;
+}
+
+#ifndef QT_REAL_DOUBLE
+void qt_zero_i32(int32_t *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = 0;
+}
+#endif
+
+void QT_FN(qt_add)(qt_real *y, const qt_real *a, const qt_real *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+void QT_FN(qt_acc)(qt_real *dst, const qt_real *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = dst[i] + src[i];
+}
+
+void QT_FN(qt_swiglu_fwd)(qt_real *h, const qt_real *a, const qt_real *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) h[i] = QT_SILU(a[i]) * u[i];
+}
+
+/* d silu(a)/da = sig(a) + a sig(a)(1 - sig(a)) = sig(a) (1 + a sig(-a)). */
+void QT_FN(qt_swiglu_bwd)(qt_real *da, qt_real *du, const qt_real *dh, const qt_real *a,
+                          const qt_real *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        qt_real sp = QT_SIGMOID(a[i]), sm = QT_SIGMOID(-a[i]);
+        qt_real dsilu = sp * (QT_R(1.0) + a[i] * sm);
+        da[i] = da[i] + (dh[i] * u[i]) * dsilu;
+        du[i] = du[i] + dh[i] * QT_SILU(a[i]);
+    }
+}
+
+/* Offset of the gate of element i of row t (HEADS: q_proj layout, ROW: one per row). */
+static int64_t qt_gate_index(int64_t t, int64_t i, int64_t n, int mode, int64_t hd)
+{
+    if (mode == QT_GATE_ROW) return t;
+    int64_t h = i / hd;
+    return t * 2 * n + h * 2 * hd + hd + (i - h * hd);
+}
+
+void QT_FN(qt_sigmoid_gate_fwd)(qt_real *y, const qt_real *x, const qt_real *gate, int64_t T,
+                                int64_t n, int mode, int64_t hd)
+{
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < n; i++)
+            y[t * n + i] = x[t * n + i] * QT_SIGMOID(gate[qt_gate_index(t, i, n, mode, hd)]);
+}
+
+void QT_FN(qt_sigmoid_gate_bwd)(qt_real *dx, qt_real *dgate, const qt_real *dy,
+                                const qt_real *x, const qt_real *gate, int64_t T, int64_t n,
+                                int mode, int64_t hd)
+{
+    for (int64_t t = 0; t < T; t++) {
+        if (mode == QT_GATE_ROW) {
+            qt_real g = gate[t], sp = QT_SIGMOID(g), sm = QT_SIGMOID(-g);
+            qt_real dot = 0;
+            for (int64_t i = 0; i < n; i++) {
+                dx[t * n + i] = dx[t * n + i] + dy[t * n + i] * sp;
+                dot = dot + dy[t * n + i] * x[t * n + i];
+            }
+            dgate[t] = dgate[t] + dot * (sp * sm);
+            continue;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            int64_t gi = qt_gate_index(t, i, n, mode, hd);
+            qt_real sp = QT_SIGMOID(gate[gi]), sm = QT_SIGMOID(-gate[gi]);
+            dx[t * n + i] = dx[t * n + i] + dy[t * n + i] * sp;
+            dgate[gi] = dgate[gi] + (dy[t * n + i] * x[t * n + i]) * (sp * sm);
+        }
+    }
+}

@@ -1,0 +1,169 @@
+/* expert_ffn.c - gather / matmul / scatter implementation of the routed experts.
+ *
+ * Invariants: an expert's rows are always visited in increasing r = t*k + slot; the
+ * backward visits slots in the outer loop so dx[t] receives its slots in slot order; the
+ * SwiGLU pointwise math is the same expression in forward, backward and wgrad, so
+ * recomputed activations match the forward's bits. Scratch regions: A (cap*d), B (cap*f),
+ * C (cap*2f); the forward needs no B because H is compacted in place over C.
+ */
+#include "expert_ffn.h"
+#include "matmul.h"
+#include "../include/qt_real.h"
+
+/* End of the next chunk: scans r from r0, stops after `cap` rows of expert e (and of
+ * `slot` when slot >= 0) or at r1; *n receives the number of rows in [r0, end). */
+static int64_t qt_ffn_chunk(int64_t *n, const int32_t *idx, int64_t k, int32_t e,
+                            int64_t slot, int64_t r0, int64_t r1, int64_t cap)
+{
+    int64_t r = r0, cnt = 0;
+    for (; r < r1 && cnt < cap; r++)
+        if (idx[r] == e && (slot < 0 || r % k == slot)) cnt++;
+    *n = cnt;
+    return r;
+}
+
+/* dst rows <- src rows of the matching r in [r0, r1); src row is r (per_token 0) or r/k. */
+static void qt_ffn_gather(qt_real *dst, const qt_real *src, int64_t width, int per_token,
+                          const int32_t *idx, int64_t k, int32_t e, int64_t slot,
+                          int64_t r0, int64_t r1)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        if (idx[r] != e || (slot >= 0 && r % k != slot)) continue;
+        const qt_real *s = src + (per_token ? r / k : r) * width;
+        for (int64_t i = 0; i < width; i++) dst[i] = s[i];
+        dst += width;
+    }
+}
+
+/* dst rows (r, or r/k with accumulate) <- src rows, the inverse of qt_ffn_gather. */
+static void qt_ffn_scatter(qt_real *dst, const qt_real *src, int64_t width, int per_token_acc,
+                           const int32_t *idx, int64_t k, int32_t e, int64_t slot,
+                           int64_t r0, int64_t r1)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        if (idx[r] != e || (slot >= 0 && r % k != slot)) continue;
+        if (per_token_acc) {
+            qt_real *d = dst + (r / k) * width;
+            for (int64_t i = 0; i < width; i++) d[i] += src[i];
+        } else {
+            qt_real *d = dst + r * width;
+            for (int64_t i = 0; i < width; i++) d[i] = src[i];
+        }
+        src += width;
+    }
+}
+
+/* h[n,f] = silu(gate) * up from gu[n,2f]; h may alias gu (compaction reads ahead of writes). */
+static void qt_ffn_swiglu(qt_real *h, const qt_real *gu, int64_t n, int64_t f)
+{
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t i = 0; i < f; i++) {
+            const qt_real a = gu[r * 2 * f + i], u = gu[r * 2 * f + f + i];
+            h[r * f + i] = QT_SILU(a) * u;
+        }
+}
+
+/* gu[n,2f] <- d(gu) in place from dh[n,f]: d gate = dh*u*silu'(a), d up = dh*silu(a). */
+static void qt_ffn_swiglu_bwd(qt_real *gu, const qt_real *dh, int64_t n, int64_t f)
+{
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t i = 0; i < f; i++) {
+            qt_real *pa = gu + r * 2 * f + i, *pu = pa + f;
+            const qt_real a = *pa, u = *pu, g = dh[r * f + i];
+            const qt_real sg = QT_SIGMOID(a);
+            *pa = (g * u) * (sg * (QT_R(1.0) + a * (QT_R(1.0) - sg)));
+            *pu = g * QT_SILU(a);
+        }
+}
+
+static void qt_ffn_zero(qt_real *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) p[i] = 0;
+}
+
+static void qt_ffn_poison(qt_real *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) p[i] = QT_LOG(QT_R(-1.0));
+}
+
+void QT_FN(qt_expert_ffn_fwd)(qt_real *y, qt_real *gu, const qt_real *x, const int32_t *idx,
+                              const qt_real *w_gu, const qt_real *w_down, qt_real *scratch,
+                              int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                              int64_t scratch_elems)
+{
+    const int64_t cap = scratch_elems / (d + 2 * f);
+    if (cap < 1) { qt_ffn_poison(y, T * k * d); return; }
+    qt_real *A = scratch, *C = scratch + cap * d;
+    for (int32_t e = 0; e < E; e++) {
+        const qt_real *wg = w_gu + (int64_t)e * 2 * f * d, *wd = w_down + (int64_t)e * d * f;
+        for (int64_t r0 = 0, r1, n; r0 < T * k; r0 = r1) {
+            r1 = qt_ffn_chunk(&n, idx, k, e, -1, r0, T * k, cap);
+            if (n == 0) break;
+            qt_ffn_gather(A, x, d, 1, idx, k, e, -1, r0, r1);
+            QT_FN(qt_matmul_fwd)(C, A, wg, n, 2 * f, d);
+            qt_ffn_scatter(gu, C, 2 * f, 0, idx, k, e, -1, r0, r1);
+            qt_ffn_swiglu(C, C, n, f);
+            QT_FN(qt_matmul_fwd)(A, C, wd, n, d, f);
+            qt_ffn_scatter(y, A, d, 0, idx, k, e, -1, r0, r1);
+        }
+    }
+}
+
+void QT_FN(qt_expert_ffn_bwd)(qt_real *dx, const qt_real *dy, const int32_t *idx,
+                              const qt_real *gu, const qt_real *w_gu, const qt_real *w_down,
+                              qt_real *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
+                              int64_t f, int64_t scratch_elems)
+{
+    const int64_t cap = scratch_elems / (d + 3 * f);
+    if (cap < 1) { qt_ffn_poison(dx, T * d); return; }
+    qt_real *A = scratch, *B = A + cap * d, *C = B + cap * f;
+    for (int64_t slot = 0; slot < k; slot++) {
+        for (int32_t e = 0; e < E; e++) {
+            const qt_real *wg = w_gu + (int64_t)e * 2 * f * d;
+            const qt_real *wd = w_down + (int64_t)e * d * f;
+            for (int64_t r0 = 0, r1, n; r0 < T * k; r0 = r1) {
+                r1 = qt_ffn_chunk(&n, idx, k, e, slot, r0, T * k, cap);
+                if (n == 0) break;
+                qt_ffn_gather(A, dy, d, 0, idx, k, e, slot, r0, r1);
+                qt_ffn_zero(B, n * f);
+                QT_FN(qt_matmul_bwd_data)(B, A, wd, n, d, f);
+                qt_ffn_gather(C, gu, 2 * f, 0, idx, k, e, slot, r0, r1);
+                qt_ffn_swiglu_bwd(C, B, n, f);
+                qt_ffn_zero(A, n * d);
+                QT_FN(qt_matmul_bwd_data)(A, C, wg, n, 2 * f, d);
+                qt_ffn_scatter(dx, A, d, 1, idx, k, e, slot, r0, r1);
+            }
+        }
+    }
+}
+
+void QT_FN(qt_expert_ffn_wgrad)(qt_real *dw_gu, qt_real *dw_down, const qt_real *dy,
+                                const qt_real *x, const int32_t *idx, const qt_real *gu,
+                                const qt_real *w_down, qt_real *scratch, int64_t T, int64_t k,
+                                int64_t E, int64_t d, int64_t f, int64_t scratch_elems)
+{
+    const int64_t cap = scratch_elems / (d + 3 * f);
+    if (cap < 1) {
+        qt_ffn_poison(dw_gu, E * 2 * f * d);
+        qt_ffn_poison(dw_down, E * d * f);
+        return;
+    }
+    qt_real *A = scratch, *B = A + cap * d, *C = B + cap * f;
+    for (int32_t e = 0; e < E; e++) {
+        const qt_real *wd = w_down + (int64_t)e * d * f;
+        qt_real *dwg = dw_gu + (int64_t)e * 2 * f * d, *dwd = dw_down + (int64_t)e * d * f;
+        for (int64_t r0 = 0, r1, n; r0 < T * k; r0 = r1) {
+            r1 = qt_ffn_chunk(&n, idx, k, e, -1, r0, T * k, cap);
+            if (n == 0) break;
+            qt_ffn_gather(A, dy, d, 0, idx, k, e, -1, r0, r1);
+            qt_ffn_gather(C, gu, 2 * f, 0, idx, k, e, -1, r0, r1);
+            qt_ffn_swiglu(B, C, n, f);
+            QT_FN(qt_matmul_wgrad)(dwd, A, B, n, d, f);
+            qt_ffn_zero(B, n * f);
+            QT_FN(qt_matmul_bwd_data)(B, A, wd, n, d, f);
+            qt_ffn_swiglu_bwd(C, B, n, f);
+            qt_ffn_gather(A, x, d, 1, idx, k, e, -1, r0, r1);
+            QT_FN(qt_matmul_wgrad)(dwg, C, A, n, 2 * f, d);
+        }
+    }
+}

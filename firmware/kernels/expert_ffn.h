@@ -1,0 +1,62 @@
+/* expert_ffn.h - routed expert SwiGLU FFN over (token, slot) rows: forward, backward (data)
+ * and the per-sequence weight gradient.
+ *
+ * Layouts (qt_ops.h EXPERT_FFN_*): x[T,d], idx I32[T,k], row r = t*k + slot;
+ * y[T*k,d] (unweighted expert output), gu[T*k,2f] (saved pre-activations: gate columns
+ * [0,f), up columns [f,2f)), W_gu[E,2f,d], W_down[E,d,f] (HF [out,in]).
+ * Expert e's rows are gathered into scratch in increasing r, run through the matmul kernels
+ * (matmul.h) and scattered back. Row results do not depend on which other rows share the
+ * matmul (the matmul contract: a fixed K order per output element), so the batch split and
+ * the scratch size never change the forward/backward bits. Scratch holds `cap` rows at a
+ * time: cap = scratch_elems / (d + 2f) forward, / (d + 3f) backward and wgrad. With the
+ * plan's scratch T*k*(d+f), k >= 2 and f <= d (or k >= 3), cap >= S, so a sequence's wgrad
+ * never splits an expert's rows. A scratch too small for one row poisons the outputs
+ * with NaN. Every kernel exists as float (name) and double (name_f64).
+ */
+#ifndef QT_KERNELS_EXPERT_FFN_H
+#define QT_KERNELS_EXPERT_FFN_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y, gu write. Reads x, idx, w_gu, w_down. */
+void qt_expert_ffn_fwd(float *y, float *gu, const float *x, const int32_t *idx,
+                       const float *w_gu, const float *w_down, float *scratch,
+                       int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                       int64_t scratch_elems);
+void qt_expert_ffn_fwd_f64(double *y, double *gu, const double *x, const int32_t *idx,
+                           const double *w_gu, const double *w_down, double *scratch,
+                           int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                           int64_t scratch_elems);
+
+/* dx[T,d] accumulates; processed slot by slot (outer loop), so each token's slots add in
+ * increasing slot order. Reads dy[T*k,d], x, idx, gu, w_gu, w_down. */
+void qt_expert_ffn_bwd(float *dx, const float *dy, const int32_t *idx, const float *gu,
+                       const float *w_gu, const float *w_down, float *scratch,
+                       int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                       int64_t scratch_elems);
+void qt_expert_ffn_bwd_f64(double *dx, const double *dy, const int32_t *idx,
+                           const double *gu, const double *w_gu, const double *w_down,
+                           double *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
+                           int64_t f, int64_t scratch_elems);
+
+/* dw_gu[E,2f,d] and dw_down[E,d,f] accumulate the gradient of the T rows given (one
+ * sequence: pass pointers already offset to its first token). Per expert, rows r
+ * increasing (t then slot), via matmul_wgrad. Reads dy, x, idx, gu, w_down. */
+void qt_expert_ffn_wgrad(float *dw_gu, float *dw_down, const float *dy, const float *x,
+                         const int32_t *idx, const float *gu, const float *w_down,
+                         float *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
+                         int64_t f, int64_t scratch_elems);
+void qt_expert_ffn_wgrad_f64(double *dw_gu, double *dw_down, const double *dy,
+                             const double *x, const int32_t *idx, const double *gu,
+                             const double *w_down, double *scratch, int64_t T, int64_t k,
+                             int64_t E, int64_t d, int64_t f, int64_t scratch_elems);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

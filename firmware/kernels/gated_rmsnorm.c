@@ -1,0 +1,81 @@
+/* gated_rmsnorm.c - RMSNorm over each value head's Dv outputs, times w, gated by silu(z)
+ * (contract: gated_rmsnorm.h, qt_ops.h QT_OP_GATED_RMSNORM_*).
+ *
+ * Invariants: "norm before gate" as HF Qwen3NextRMSNormGated; w multiplies directly (no
+ * 1+w); the backward recomputes n = o*rstd from the saved rstd with the forward's
+ * expression, so n carries the forward's bits; fixed summation orders (see header).
+ */
+#include "qt_real.h"
+#include "kernels/gated_rmsnorm.h"
+
+static inline int64_t qt_grn_zcol(int64_t j, int64_t hk, int64_t dk, int64_t hv, int64_t dv)
+{
+    int64_t r = hv / hk;
+    return (j / r) * (2 * dk + 2 * r * dv) + 2 * dk + r * dv + (j % r) * dv;
+}
+
+void QT_FN(qt_gated_rmsnorm_fwd)(qt_real *restrict y, qt_real *restrict rstd,
+                                 const qt_real *restrict o, const qt_real *restrict qkvz,
+                                 const qt_real *restrict w, int64_t T, int64_t hk,
+                                 int64_t dk, int64_t hv, int64_t dv, qt_real eps)
+{
+    int64_t wq = hk * (2 * dk + 2 * (hv / hk) * dv);
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < hv; j++) {
+            const qt_real *x = o + (t * hv + j) * dv;
+            const qt_real *z = qkvz + t * wq + qt_grn_zcol(j, hk, dk, hv, dv);
+            qt_real *yr = y + (t * hv + j) * dv;
+            qt_real ss = QT_R(0.0);
+            for (int64_t i = 0; i < dv; i++) ss += x[i] * x[i];
+            qt_real rs = QT_R(1.0) / QT_SQRT(ss / (qt_real)dv + eps);
+            rstd[t * hv + j] = rs;
+            for (int64_t i = 0; i < dv; i++) yr[i] = ((x[i] * rs) * w[i]) * QT_SILU(z[i]);
+        }
+    }
+}
+
+void QT_FN(qt_gated_rmsnorm_bwd)(qt_real *restrict d_o, qt_real *restrict dqkvz,
+                                 const qt_real *restrict rstd, const qt_real *restrict dy,
+                                 const qt_real *restrict o, const qt_real *restrict qkvz,
+                                 const qt_real *restrict w, int64_t T, int64_t hk,
+                                 int64_t dk, int64_t hv, int64_t dv)
+{
+    int64_t wq = hk * (2 * dk + 2 * (hv / hk) * dv);
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < hv; j++) {
+            int64_t e0 = (t * hv + j) * dv, zc = t * wq + qt_grn_zcol(j, hk, dk, hv, dv);
+            const qt_real *x = o + e0, *z = qkvz + zc, *dyr = dy + e0;
+            qt_real rs = rstd[t * hv + j], dot = QT_R(0.0);
+            for (int64_t i = 0; i < dv; i++) {
+                qt_real n = x[i] * rs;
+                qt_real sg = QT_SIGMOID(z[i]);
+                qt_real sl = QT_SILU(z[i]);
+                /* silu'(z) = s*(1 + z*(1-s)) */
+                dqkvz[zc + i] += (dyr[i] * (n * w[i])) * (sg * (QT_R(1.0) + z[i] * (QT_R(1.0) - sg)));
+                dot += n * ((dyr[i] * w[i]) * sl);
+            }
+            qt_real m = dot / (qt_real)dv;
+            for (int64_t i = 0; i < dv; i++) {
+                qt_real dn = (dyr[i] * w[i]) * QT_SILU(z[i]);
+                d_o[e0 + i] += rs * (dn - (x[i] * rs) * m);
+            }
+        }
+    }
+}
+
+void QT_FN(qt_gated_rmsnorm_wgrad)(qt_real *restrict dw, const qt_real *restrict rstd,
+                                   const qt_real *restrict dy, const qt_real *restrict o,
+                                   const qt_real *restrict qkvz, int64_t S, int64_t hk,
+                                   int64_t dk, int64_t hv, int64_t dv)
+{
+    int64_t wq = hk * (2 * dk + 2 * (hv / hk) * dv);
+    for (int64_t t = 0; t < S; t++) {
+        for (int64_t j = 0; j < hv; j++) {
+            int64_t e0 = (t * hv + j) * dv;
+            const qt_real *z = qkvz + t * wq + qt_grn_zcol(j, hk, dk, hv, dv);
+            qt_real rs = rstd[t * hv + j];
+            for (int64_t i = 0; i < dv; i++)
+                dw[i] += (dy[e0 + i] * (o[e0 + i] * rs)) * QT_SILU(z[i]);
+        }
+    }
+}

@@ -1,0 +1,342 @@
+/* gdn_core.c - the gated delta rule, forward with chunk checkpoints and backward by
+ * per-chunk recomputation (contract: gdn_core.h, qt_ops.h QT_OP_GDN_CORE_*).
+ *
+ * Invariants:
+ *  - one step function (qt_gdn_step) produces every state, in the forward and in the
+ *    backward's recomputation, so recomputed states carry the forward's bits and the
+ *    chunk size cannot change any result;
+ *  - loops over a state run row kk (Dk) outside, column (Dv) inside and contiguous; every
+ *    per-column sum therefore runs in increasing kk, per-row sums over Dv use the fixed
+ *    8-lane order of QT_GDN_BLOCKED, sums over Dk alone (norms) run in increasing i;
+ *  - the forward has no scratch: the running state of chunk n lives in checkpoint slot
+ *    n+1 (which it becomes); the last chunk runs in its own slot, which is then restored by
+ *    re-running the previous chunk (at most one extra chunk per sequence and head);
+ *  - nothing crosses a sequence: every sequence starts from S_0 = 0 and dS = 0.
+ */
+#include "qt_real.h"
+#include "kernels/gdn_core.h"
+
+typedef struct qt_gdn_core_dims {
+    int64_t S, hk, dk, hv, dv, r, cc, chunk, nch, dkdv;
+} qt_gdn_core_dims;
+
+static qt_gdn_core_dims qt_gdn_core_make_dims(int64_t S, int64_t hk, int64_t dk, int64_t hv,
+                                              int64_t dv, int64_t chunk)
+{
+    qt_gdn_core_dims d;
+    d.S = S;
+    d.hk = hk;
+    d.dk = dk;
+    d.hv = hv;
+    d.dv = dv;
+    d.r = hv / hk;
+    d.cc = 2 * hk * dk + hv * dv;
+    d.chunk = chunk;
+    d.nch = (S + chunk - 1) / chunk;
+    d.dkdv = dk * dv;
+    return d;
+}
+
+/* Per-row sums over Dv run in QT_GDN_LANES interleaved lanes (lane = x mod 8, each lane in
+ * increasing x) combined by a fixed pairwise tree: a fixed order, and one the compiler can
+ * vectorise without -ffast-math. Column updates are blocked the same way only so that
+ * they vectorise at -O2; blocking elementwise updates does not change their bits. */
+#define QT_GDN_LANES 8
+#define QT_GDN_BLOCKED(x, l, n, body)                                            \
+    do {                                                                         \
+        int64_t x##0 = 0;                                                        \
+        for (; x##0 + QT_GDN_LANES <= (n); x##0 += QT_GDN_LANES)                 \
+            for (int64_t l = 0; l < QT_GDN_LANES; l++) {                         \
+                int64_t x = x##0 + l;                                            \
+                body                                                             \
+            }                                                                    \
+        for (int64_t l = 0; x##0 + l < (n); l++) {                               \
+            int64_t x = x##0 + l;                                                \
+            body                                                                 \
+        }                                                                        \
+    } while (0)
+
+static inline qt_real qt_gdn_lanes_sum(const qt_real *l)
+{
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+static inline void qt_gdn_lanes_zero(qt_real *l)
+{
+    for (int i = 0; i < QT_GDN_LANES; i++) l[i] = QT_R(0.0);
+}
+
+/* Normalised key and scaled normalised query of one (row, key head). */
+static void qt_gdn_load_qk(qt_real *restrict qh, qt_real *restrict kh,
+                           const qt_real *restrict crow, qt_real rq, qt_real rk,
+                           qt_real qscale, int64_t h, const qt_gdn_core_dims *d)
+{
+    const qt_real *q = crow + h * d->dk;
+    const qt_real *k = crow + d->hk * d->dk + h * d->dk;
+    for (int64_t i = 0; i < d->dk; i++) {
+        qh[i] = (q[i] * rq) * qscale;
+        kh[i] = k[i] * rk;
+    }
+}
+
+/* One token on st in place: st = a*st + kh delta^T with delta = beta*(v - (a*st)^T kh);
+ * leaves delta in delta[], and when o is not NULL writes o = st^T qh. a*st is recomputed
+ * in the second pass rather than stored, which gives the same bits and keeps st the only
+ * pointer into the state (so the loops vectorise without alias checks). */
+static void qt_gdn_step(qt_real *restrict st, qt_real *restrict o, qt_real *restrict delta,
+                        const qt_real *restrict qh, const qt_real *restrict kh,
+                        const qt_real *restrict v, qt_real a, qt_real bt,
+                        const qt_gdn_core_dims *d)
+{
+    int64_t dk = d->dk, dv = d->dv;
+    for (int64_t x = 0; x < dv; x++) delta[x] = QT_R(0.0);
+    for (int64_t kk = 0; kk < dk; kk++) {
+        const qt_real *srow = st + kk * dv;
+        qt_real kv = kh[kk];
+        QT_GDN_BLOCKED(x, l, dv, { delta[x] += (a * srow[x]) * kv; });
+    }
+    for (int64_t x = 0; x < dv; x++) delta[x] = bt * (v[x] - delta[x]);
+    if (o)
+        for (int64_t x = 0; x < dv; x++) o[x] = QT_R(0.0);
+    for (int64_t kk = 0; kk < dk; kk++) {
+        qt_real *srow = st + kk * dv;
+        qt_real kv = kh[kk];
+        if (o) {
+            qt_real qv = qh[kk];
+            QT_GDN_BLOCKED(x, l, dv, {
+                srow[x] = a * srow[x] + kv * delta[x];
+                o[x] += srow[x] * qv;
+            });
+        } else {
+            QT_GDN_BLOCKED(x, l, dv, { srow[x] = a * srow[x] + kv * delta[x]; });
+        }
+    }
+}
+
+/* Runs tokens [t0, t0+len) of sequence s, value head j, on the state st in place;
+ * writes their outputs when o is not NULL. qh, kh: Dk reals; delta: Dv reals. */
+static void qt_gdn_run_chunk(qt_real *st, qt_real *o, const qt_real *c, const qt_real *g,
+                             const qt_real *beta, const qt_real *rq, const qt_real *rk,
+                             qt_real qscale, int64_t s, int64_t j, int64_t t0, int64_t len,
+                             qt_real *qh, qt_real *kh, qt_real *delta,
+                             const qt_gdn_core_dims *d)
+{
+    int64_t h = j / d->r;
+    for (int64_t t = t0; t < t0 + len; t++) {
+        int64_t row = s * d->S + t;
+        const qt_real *crow = c + row * d->cc;
+        qt_gdn_load_qk(qh, kh, crow, rq[row * d->hk + h], rk[row * d->hk + h], qscale, h, d);
+        qt_gdn_step(st, o ? o + row * d->hv * d->dv + j * d->dv : 0, delta, qh, kh,
+                    crow + 2 * d->hk * d->dk + j * d->dv, QT_EXP(g[row * d->hv + j]),
+                    beta[row * d->hv + j], d);
+    }
+}
+
+static void qt_gdn_copy(qt_real *restrict dst, const qt_real *restrict src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = src[i];
+}
+
+static void qt_gdn_zero(qt_real *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = QT_R(0.0);
+}
+
+void QT_FN(qt_gdn_core_fwd)(qt_real *restrict o, qt_real *restrict states,
+                            qt_real *restrict rq, qt_real *restrict rk,
+                            const qt_real *restrict c, const qt_real *restrict g,
+                            const qt_real *restrict beta, int64_t b, int64_t S, int64_t hk,
+                            int64_t dk, int64_t hv, int64_t dv, int64_t chunk,
+                            qt_real qscale, qt_real l2eps)
+{
+    qt_real qh[QT_GDN_CORE_MAX_DIM], kh[QT_GDN_CORE_MAX_DIM], delta[QT_GDN_CORE_MAX_DIM];
+    if (dk > QT_GDN_CORE_MAX_DIM || dv > QT_GDN_CORE_MAX_DIM || chunk < 1) return;
+    qt_gdn_core_dims d = qt_gdn_core_make_dims(S, hk, dk, hv, dv, chunk);
+
+    for (int64_t row = 0; row < b * S; row++) {
+        const qt_real *crow = c + row * d.cc;
+        for (int64_t h = 0; h < hk; h++) {
+            const qt_real *q = crow + h * dk, *k = crow + hk * dk + h * dk;
+            qt_real sq = QT_R(0.0), sk = QT_R(0.0);
+            for (int64_t i = 0; i < dk; i++) sq += q[i] * q[i];
+            for (int64_t i = 0; i < dk; i++) sk += k[i] * k[i];
+            rq[row * hk + h] = QT_R(1.0) / QT_SQRT(sq + l2eps);
+            rk[row * hk + h] = QT_R(1.0) / QT_SQRT(sk + l2eps);
+        }
+    }
+
+    for (int64_t s = 0; s < b; s++) {
+        for (int64_t j = 0; j < hv; j++) {
+            qt_real *base = states + (s * hv + j) * d.nch * d.dkdv;
+            qt_gdn_zero(base, d.dkdv);
+            for (int64_t n = 0; n < d.nch; n++) {
+                qt_real *cur = base + n * d.dkdv;
+                int64_t t0 = n * chunk, len = S - t0 < chunk ? S - t0 : chunk;
+                if (n + 1 < d.nch) {
+                    qt_gdn_copy(cur + d.dkdv, cur, d.dkdv);
+                    qt_gdn_run_chunk(cur + d.dkdv, o, c, g, beta, rq, rk, qscale, s, j, t0,
+                                     len, qh, kh, delta, &d);
+                    continue;
+                }
+                qt_gdn_run_chunk(cur, o, c, g, beta, rq, rk, qscale, s, j, t0, len, qh, kh,
+                                 delta, &d);
+                if (n == 0) {
+                    qt_gdn_zero(cur, d.dkdv);
+                } else {
+                    qt_gdn_copy(cur, cur - d.dkdv, d.dkdv);
+                    qt_gdn_run_chunk(cur, 0, c, g, beta, rq, rk, qscale, s, j, t0 - chunk,
+                                     chunk, qh, kh, delta, &d);
+                }
+            }
+        }
+    }
+}
+
+/* Backward, first pass over row kk of the state (S' = a*S_prev, S_t = S' + kh delta^T):
+ * dS += qh do^T; returns dqh[kk] = S_t do and dkh[kk] = dS delta; ddelta += dS^T kh.
+ * Separate restrict arguments so the compiler knows the rows do not overlap. */
+static void qt_gdn_bwd_row_b(qt_real *restrict dsrow, qt_real *restrict ddelta,
+                             qt_real *restrict dqk, const qt_real *restrict srow,
+                             const qt_real *restrict delta, const qt_real *restrict dor,
+                             qt_real a, qt_real kv, qt_real qv, int64_t dv)
+{
+    qt_real laq[QT_GDN_LANES], lak[QT_GDN_LANES];
+    qt_gdn_lanes_zero(laq);
+    qt_gdn_lanes_zero(lak);
+    QT_GDN_BLOCKED(x, l, dv, {
+        qt_real st = a * srow[x] + kv * delta[x];
+        qt_real dsv = dsrow[x] + qv * dor[x];
+        laq[l] += st * dor[x];
+        dsrow[x] = dsv;
+        lak[l] += dsv * delta[x];
+        ddelta[x] += dsv * kv;
+    });
+    dqk[0] = qt_gdn_lanes_sum(laq);
+    dqk[1] = qt_gdn_lanes_sum(lak);
+}
+
+/* Backward, second pass over row kk: dS' = dS + kh dpred^T; returns S'dpred (row kk) and
+ * <dS', S_prev> (row kk); dS becomes dS_prev = a*dS'. */
+static void qt_gdn_bwd_row_c(qt_real *restrict dsrow, qt_real *restrict kr,
+                             const qt_real *restrict srow, const qt_real *restrict dpred,
+                             qt_real a, qt_real kv, int64_t dv)
+{
+    qt_real lak[QT_GDN_LANES], lar[QT_GDN_LANES];
+    qt_gdn_lanes_zero(lak);
+    qt_gdn_lanes_zero(lar);
+    QT_GDN_BLOCKED(x, l, dv, {
+        qt_real dsp = dsrow[x] + kv * dpred[x];
+        lak[l] += (a * srow[x]) * dpred[x];
+        lar[l] += dsp * srow[x];
+        dsrow[x] = a * dsp;
+    });
+    kr[0] = qt_gdn_lanes_sum(lak);
+    kr[1] = qt_gdn_lanes_sum(lar);
+}
+
+/* pred += (a*srow) * kv, the forward's first-pass expression. */
+static void qt_gdn_pred_row(qt_real *restrict pred, const qt_real *restrict srow, qt_real a,
+                            qt_real kv, int64_t dv)
+{
+    QT_GDN_BLOCKED(x, l, dv, { pred[x] += (a * srow[x]) * kv; });
+}
+
+/* l2norm backward of one vector x (normalised y = x*r) with upstream dy = dyn*scale:
+ * dx = r*(dy - y*(y.dy)); accumulates dx into dst. */
+static void qt_gdn_l2_bwd(qt_real *restrict dst, const qt_real *restrict x,
+                          const qt_real *restrict dyn, qt_real r, qt_real scale, int64_t n)
+{
+    qt_real dot = QT_R(0.0);
+    for (int64_t i = 0; i < n; i++) dot += (x[i] * r) * (dyn[i] * scale);
+    for (int64_t i = 0; i < n; i++) dst[i] += r * (dyn[i] * scale - (x[i] * r) * dot);
+}
+
+void QT_FN(qt_gdn_core_bwd)(qt_real *restrict dc, qt_real *restrict dg,
+                            qt_real *restrict dbeta, const qt_real *restrict states,
+                            const qt_real *restrict rq, const qt_real *restrict rk,
+                            const qt_real *restrict d_o, const qt_real *restrict c,
+                            const qt_real *restrict g, const qt_real *restrict beta,
+                            qt_real *restrict scratch, int64_t b, int64_t S, int64_t hk,
+                            int64_t dk, int64_t hv, int64_t dv, int64_t chunk,
+                            qt_real qscale, qt_real l2eps)
+{
+    (void)l2eps; /* the saved rq, rk already hold it */
+    if (chunk < 1) return;
+    qt_gdn_core_dims d = qt_gdn_core_make_dims(S, hk, dk, hv, dv, chunk);
+    qt_real *slots = scratch;                       /* slot i: state before token i */
+    qt_real *ds = scratch + chunk * d.dkdv;         /* dL/dS after the current token */
+    qt_real *qh = ds + d.dkdv, *kh = qh + dk, *dqh = kh + dk, *dkh = dqh + dk;
+    qt_real *pred = dkh + dk, *delta = pred + dv, *ddelta = delta + dv, *dpred = ddelta + dv;
+
+    for (int64_t s = 0; s < b; s++) {
+        for (int64_t j = 0; j < hv; j++) {
+            int64_t h = j / d.r;
+            const qt_real *base = states + (s * hv + j) * d.nch * d.dkdv;
+            qt_gdn_zero(ds, d.dkdv);
+            for (int64_t n = d.nch - 1; n >= 0; n--) {
+                int64_t t0 = n * chunk, len = S - t0 < chunk ? S - t0 : chunk;
+                qt_gdn_copy(slots, base + n * d.dkdv, d.dkdv);
+                for (int64_t i = 0; i + 1 < len; i++) {
+                    int64_t row = s * S + t0 + i;
+                    const qt_real *crow = c + row * d.cc;
+                    qt_gdn_load_qk(qh, kh, crow, rq[row * hk + h], rk[row * hk + h], qscale,
+                                   h, &d);
+                    qt_gdn_copy(slots + (i + 1) * d.dkdv, slots + i * d.dkdv, d.dkdv);
+                    qt_gdn_step(slots + (i + 1) * d.dkdv, 0, delta, qh, kh,
+                                crow + 2 * hk * dk + j * dv, QT_EXP(g[row * hv + j]),
+                                beta[row * hv + j], &d);
+                }
+                for (int64_t i = len - 1; i >= 0; i--) {
+                    int64_t row = s * S + t0 + i;
+                    const qt_real *crow = c + row * d.cc;
+                    const qt_real *v = crow + 2 * hk * dk + j * dv;
+                    const qt_real *dor = d_o + row * hv * dv + j * dv;
+                    const qt_real *sp = slots + i * d.dkdv;
+                    qt_real a = QT_EXP(g[row * hv + j]), bt = beta[row * hv + j];
+                    qt_gdn_load_qk(qh, kh, crow, rq[row * hk + h], rk[row * hk + h], qscale,
+                                   h, &d);
+                    /* pred and delta exactly as the forward step computed them */
+                    for (int64_t x = 0; x < dv; x++) pred[x] = QT_R(0.0);
+                    for (int64_t kk = 0; kk < dk; kk++)
+                        qt_gdn_pred_row(pred, sp + kk * dv, a, kh[kk], dv);
+                    for (int64_t x = 0; x < dv; x++) {
+                        delta[x] = bt * (v[x] - pred[x]);
+                        ddelta[x] = QT_R(0.0);
+                    }
+                    /* S_t = S' + kh delta^T; dqh = S_t do; dS += qh do^T;
+                     * dkh = dS delta; ddelta = dS^T kh */
+                    for (int64_t kk = 0; kk < dk; kk++) {
+                        qt_real r2[2];
+                        qt_gdn_bwd_row_b(ds + kk * dv, ddelta, r2, sp + kk * dv, delta, dor, a,
+                                         kh[kk], qh[kk], dv);
+                        dqh[kk] = r2[0];
+                        dkh[kk] = r2[1];
+                    }
+                    qt_real db = QT_R(0.0);
+                    for (int64_t x = 0; x < dv; x++) {
+                        db += ddelta[x] * (v[x] - pred[x]);
+                        dpred[x] = -(bt * ddelta[x]);
+                    }
+                    /* dkh += S' dpred; dS' = dS + kh dpred^T; da = <dS', S_prev>;
+                     * dS_prev = a*dS' */
+                    qt_real da = QT_R(0.0);
+                    for (int64_t kk = 0; kk < dk; kk++) {
+                        qt_real r2[2];
+                        qt_gdn_bwd_row_c(ds + kk * dv, r2, sp + kk * dv, dpred, a, kh[kk], dv);
+                        dkh[kk] += r2[0];
+                        da += r2[1];
+                    }
+                    dg[row * hv + j] += da * a;
+                    dbeta[row * hv + j] += db;
+                    qt_real *dcrow = dc + row * d.cc;
+                    for (int64_t x = 0; x < dv; x++)
+                        dcrow[2 * hk * dk + j * dv + x] += bt * ddelta[x];
+                    qt_gdn_l2_bwd(dcrow + h * dk, crow + h * dk, dqh, rq[row * hk + h], qscale,
+                                  dk);
+                    qt_gdn_l2_bwd(dcrow + hk * dk + h * dk, crow + hk * dk + h * dk, dkh,
+                                  rk[row * hk + h], QT_R(1.0), dk);
+                }
+            }
+        }
+    }
+}

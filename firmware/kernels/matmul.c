@@ -1,0 +1,295 @@
+/* matmul.c - dense matmuls (contract and determinism rule: matmul.h).
+ *
+ * Two implementations with identical bits:
+ *  - scalar reference: one FMA chain per output element, contraction index increasing;
+ *  - optimised float path (AVX-512, or AVX2+FMA): vectorises across output COLUMNS, so each
+ *    SIMD lane runs exactly the scalar chain of one element. Contraction blocking stores the
+ *    partial accumulator as a float and reloads it, which is exact, so blocking never
+ *    changes bits. The accumulating variants keep partials in a static tile and add into the
+ *    destination only after the last block (dst = dst + acc, once).
+ * The double build (-DQT_REAL_DOUBLE) uses the scalar path only.
+ * Invariants: no heap; the packed B panel and the partial tile are one static module struct;
+ * padded panel columns are zero and never stored.
+ */
+#include "matmul.h"
+#include "qt_real.h"
+
+#ifdef QT_REAL_DOUBLE
+#define QT_MM_FMA(a, b, c) __builtin_fma((a), (b), (c))
+#else
+#define QT_MM_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
+#endif
+
+void QT_FN(qt_matmul_fwd_ref)(qt_real *y, const qt_real *x, const qt_real *w, int64_t M,
+                              int64_t N, int64_t K)
+{
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            qt_real acc = 0;
+            for (int64_t k = 0; k < K; k++) acc = QT_MM_FMA(x[m * K + k], w[n * K + k], acc);
+            y[m * N + n] = acc;
+        }
+}
+
+void QT_FN(qt_matmul_bwd_data_ref)(qt_real *dx, const qt_real *dy, const qt_real *w, int64_t M,
+                                   int64_t N, int64_t K)
+{
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) {
+            qt_real acc = 0;
+            for (int64_t n = 0; n < N; n++) acc = QT_MM_FMA(dy[m * N + n], w[n * K + k], acc);
+            dx[m * K + k] = dx[m * K + k] + acc;
+        }
+}
+
+void QT_FN(qt_matmul_wgrad_ref)(qt_real *dw, const qt_real *dy, const qt_real *x, int64_t M,
+                                int64_t N, int64_t K)
+{
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            qt_real acc = 0;
+            for (int64_t m = 0; m < M; m++) acc = QT_MM_FMA(dy[m * N + n], x[m * K + k], acc);
+            dw[n * K + k] = dw[n * K + k] + acc;
+        }
+}
+
+#if !defined(QT_REAL_DOUBLE) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
+#define QT_MM_OPT 1
+#include <immintrin.h>
+
+#if defined(__AVX512F__)
+typedef __m512 qt_vec;
+#define QT_MM_VW 16
+#define QT_MM_MR 12            /* 24 accumulators + 2 panel loads + broadcast of 32 zmm */
+#define QT_VZERO() _mm512_setzero_ps()
+#define QT_VLOAD(p) _mm512_loadu_ps(p)
+#define QT_VSTORE(p, v) _mm512_storeu_ps((p), (v))
+#define QT_VBCAST(s) _mm512_set1_ps(s)
+#define QT_VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define QT_VADD(a, b) _mm512_add_ps((a), (b))
+#else
+typedef __m256 qt_vec;
+#define QT_MM_VW 8
+#define QT_MM_MR 6             /* 12 accumulators of 16 ymm */
+#define QT_VZERO() _mm256_setzero_ps()
+#define QT_VLOAD(p) _mm256_loadu_ps(p)
+#define QT_VSTORE(p, v) _mm256_storeu_ps((p), (v))
+#define QT_VBCAST(s) _mm256_set1_ps(s)
+#define QT_VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define QT_VADD(a, b) _mm256_add_ps((a), (b))
+#endif
+
+#define QT_MM_NR (2 * QT_MM_VW)          /* panel strip width: two vectors */
+#define QT_MM_KC 256                      /* contraction block */
+#define QT_MM_NC (8 * QT_MM_NR)           /* columns per packed panel */
+#define QT_MM_MC (16 * QT_MM_MR)          /* rows per partial tile (accumulating kernels) */
+
+static struct {
+    float bpack[QT_MM_KC * QT_MM_NC];    /* B panel: strips of [kc][NR], zero padded */
+    float part[QT_MM_MC * QT_MM_NC];     /* partial accumulators between contraction blocks */
+    float edge[QT_MM_MR * QT_MM_NR];     /* staging for tiles narrower than NR */
+} qt_mm;
+
+/* One tile of mr <= MR rows by nr <= NR columns over kc contraction steps.
+ * acc starts from cin (ld ldi, NULL: +0), then out = acc (add 0) or out = out + acc (add 1).
+ * a(i,p) = a[i*sai + p*sap]; the panel bp holds b(p, jj) at bp[p*NR + jj]. */
+static void qt_mm_tile(float *out, int64_t ldo, int add, const float *cin, int64_t ldi,
+                       const float *a, int64_t sai, int64_t sap, const float *bp, int64_t kc,
+                       int mr, int nr)
+{
+    qt_vec acc[QT_MM_MR][2];
+    if (cin && nr == QT_MM_NR) {
+        for (int i = 0; i < mr; i++) {
+            acc[i][0] = QT_VLOAD(cin + i * ldi);
+            acc[i][1] = QT_VLOAD(cin + i * ldi + QT_MM_VW);
+        }
+    } else if (cin) {
+        for (int i = 0; i < mr; i++) {
+            for (int j = 0; j < QT_MM_NR; j++) qt_mm.edge[i * QT_MM_NR + j] = j < nr ? cin[i * ldi + j] : 0.0f;
+            acc[i][0] = QT_VLOAD(qt_mm.edge + i * QT_MM_NR);
+            acc[i][1] = QT_VLOAD(qt_mm.edge + i * QT_MM_NR + QT_MM_VW);
+        }
+    } else {
+        for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = QT_VZERO();
+    }
+
+    if (mr == QT_MM_MR) {
+        /* full tile: fully unrolled so the accumulators live in registers */
+        for (int64_t p = 0; p < kc; p++) {
+            qt_vec b0 = QT_VLOAD(bp + p * QT_MM_NR);
+            qt_vec b1 = QT_VLOAD(bp + p * QT_MM_NR + QT_MM_VW);
+            const float *ap = a + p * sap;
+#pragma GCC unroll 16
+            for (int i = 0; i < QT_MM_MR; i++) {
+                qt_vec av = QT_VBCAST(ap[i * sai]);
+                acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
+                acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
+            }
+        }
+    } else {
+        for (int i = 0; i < mr; i++) {
+            qt_vec c0 = acc[i][0], c1 = acc[i][1];
+            const float *ai = a + i * sai;
+            for (int64_t p = 0; p < kc; p++) {
+                qt_vec av = QT_VBCAST(ai[p * sap]);
+                c0 = QT_VFMA(av, QT_VLOAD(bp + p * QT_MM_NR), c0);
+                c1 = QT_VFMA(av, QT_VLOAD(bp + p * QT_MM_NR + QT_MM_VW), c1);
+            }
+            acc[i][0] = c0;
+            acc[i][1] = c1;
+        }
+    }
+
+    if (nr == QT_MM_NR) {
+        for (int i = 0; i < mr; i++) {
+            float *o = out + i * ldo;
+            if (add) {
+                QT_VSTORE(o, QT_VADD(QT_VLOAD(o), acc[i][0]));
+                QT_VSTORE(o + QT_MM_VW, QT_VADD(QT_VLOAD(o + QT_MM_VW), acc[i][1]));
+            } else {
+                QT_VSTORE(o, acc[i][0]);
+                QT_VSTORE(o + QT_MM_VW, acc[i][1]);
+            }
+        }
+    } else {
+        for (int i = 0; i < mr; i++) {
+            QT_VSTORE(qt_mm.edge + i * QT_MM_NR, acc[i][0]);
+            QT_VSTORE(qt_mm.edge + i * QT_MM_NR + QT_MM_VW, acc[i][1]);
+            float *o = out + i * ldo;
+            for (int j = 0; j < nr; j++)
+                o[j] = add ? o[j] + qt_mm.edge[i * QT_MM_NR + j] : qt_mm.edge[i * QT_MM_NR + j];
+        }
+    }
+}
+
+/* Pack b(p, j) = b[p*sbp + j] (rows contiguous in j) for p in [0,kc), j in [0,nc). */
+static void qt_mm_pack_rows(const float *b, int64_t sbp, int64_t kc, int64_t nc)
+{
+    for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
+        float *dst = qt_mm.bpack + s * kc * QT_MM_NR;
+        int64_t j0 = s * QT_MM_NR;
+        int64_t w = nc - j0 < QT_MM_NR ? nc - j0 : QT_MM_NR;
+        for (int64_t p = 0; p < kc; p++) {
+            const float *src = b + p * sbp + j0;
+            int64_t j = 0;
+            for (; j < w; j++) dst[p * QT_MM_NR + j] = src[j];
+            for (; j < QT_MM_NR; j++) dst[p * QT_MM_NR + j] = 0.0f;
+        }
+    }
+}
+
+/* Pack b(p, j) = b[j*sbj + p] (columns contiguous in p: the transposed weight of fwd). */
+static void qt_mm_pack_cols(const float *b, int64_t sbj, int64_t kc, int64_t nc)
+{
+    for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
+        float *dst = qt_mm.bpack + s * kc * QT_MM_NR;
+        for (int64_t jj = 0; jj < QT_MM_NR; jj++) {
+            int64_t j = s * QT_MM_NR + jj;
+            if (j < nc) {
+                const float *src = b + j * sbj;
+                for (int64_t p = 0; p < kc; p++) dst[p * QT_MM_NR + jj] = src[p];
+            } else {
+                for (int64_t p = 0; p < kc; p++) dst[p * QT_MM_NR + jj] = 0.0f;
+            }
+        }
+    }
+}
+
+static int64_t qt_mm_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* fwd: y is written, so it holds the partial sums between contraction blocks itself. */
+static void qt_mm_fwd_opt(float *y, const float *x, const float *w, int64_t M, int64_t N,
+                          int64_t K)
+{
+    for (int64_t jc = 0; jc < N; jc += QT_MM_NC) {
+        int64_t nc = qt_mm_min(QT_MM_NC, N - jc);
+        for (int64_t pc = 0; pc < K; pc += QT_MM_KC) {
+            int64_t kc = qt_mm_min(QT_MM_KC, K - pc);
+            qt_mm_pack_cols(w + jc * K + pc, K, kc, nc);
+            for (int64_t ic = 0; ic < M; ic += QT_MM_MR) {
+                int mr = (int)qt_mm_min(QT_MM_MR, M - ic);
+                for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
+                    int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
+                    float *o = y + ic * N + jc + s * QT_MM_NR;
+                    qt_mm_tile(o, N, 0, pc ? o : 0, N, x + ic * K + pc, K, 1,
+                               qt_mm.bpack + s * kc * QT_MM_NR, kc, mr, nr);
+                }
+            }
+        }
+    }
+}
+
+/* C[I,J] (ld ldc) += sum_p a(i,p) b(p,j), a(i,p) = a[i*sai + p*sap], b(p,j) = b[p*sbp + j]. */
+static void qt_mm_acc_opt(float *c, int64_t ldc, const float *a, int64_t sai, int64_t sap,
+                          const float *b, int64_t sbp, int64_t I, int64_t J, int64_t P)
+{
+    for (int64_t ic = 0; ic < I; ic += QT_MM_MC) {
+        int64_t mc = qt_mm_min(QT_MM_MC, I - ic);
+        for (int64_t jc = 0; jc < J; jc += QT_MM_NC) {
+            int64_t nc = qt_mm_min(QT_MM_NC, J - jc);
+            for (int64_t pc = 0; pc < P; pc += QT_MM_KC) {
+                int64_t kc = qt_mm_min(QT_MM_KC, P - pc);
+                int last = pc + kc >= P;
+                qt_mm_pack_rows(b + pc * sbp + jc, sbp, kc, nc);
+                for (int64_t ir = 0; ir < mc; ir += QT_MM_MR) {
+                    int mr = (int)qt_mm_min(QT_MM_MR, mc - ir);
+                    const float *ap = a + (ic + ir) * sai + pc * sap;
+                    for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
+                        int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
+                        float *pt = qt_mm.part + ir * QT_MM_NC + s * QT_MM_NR;
+                        const float *bp = qt_mm.bpack + s * kc * QT_MM_NR;
+                        if (last)
+                            qt_mm_tile(c + (ic + ir) * ldc + jc + s * QT_MM_NR, ldc, 1,
+                                       pc ? pt : 0, QT_MM_NC, ap, sai, sap, bp, kc, mr, nr);
+                        else
+                            qt_mm_tile(pt, QT_MM_NC, 0, pc ? pt : 0, QT_MM_NC, ap, sai, sap,
+                                       bp, kc, mr, QT_MM_NR);
+                    }
+                }
+            }
+        }
+    }
+}
+#endif
+
+void QT_FN(qt_matmul_fwd)(qt_real *y, const qt_real *x, const qt_real *w, int64_t M, int64_t N,
+                          int64_t K)
+{
+#ifdef QT_MM_OPT
+    if (K == 0) {
+        for (int64_t i = 0; i < M * N; i++) y[i] = 0.0f;
+        return;
+    }
+    qt_mm_fwd_opt(y, x, w, M, N, K);
+#else
+    QT_FN(qt_matmul_fwd_ref)(y, x, w, M, N, K);
+#endif
+}
+
+void QT_FN(qt_matmul_bwd_data)(qt_real *dx, const qt_real *dy, const qt_real *w, int64_t M,
+                               int64_t N, int64_t K)
+{
+#ifdef QT_MM_OPT
+    if (N == 0) { /* empty contraction: dst + 0, as the reference */
+        for (int64_t i = 0; i < M * K; i++) dx[i] = dx[i] + 0.0f;
+        return;
+    }
+    qt_mm_acc_opt(dx, K, dy, N, 1, w, K, M, K, N);
+#else
+    QT_FN(qt_matmul_bwd_data_ref)(dx, dy, w, M, N, K);
+#endif
+}
+
+void QT_FN(qt_matmul_wgrad)(qt_real *dw, const qt_real *dy, const qt_real *x, int64_t M,
+                            int64_t N, int64_t K)
+{
+#ifdef QT_MM_OPT
+    if (M == 0) {
+        for (int64_t i = 0; i < N * K; i++) dw[i] = dw[i] + 0.0f;
+        return;
+    }
+    qt_mm_acc_opt(dw, K, dy, 1, N, x, K, N, K, M);
+#else
+    QT_FN(qt_matmul_wgrad_ref)(dw, dy, x, M, N, K);
+#endif
+}

@@ -1,0 +1,55 @@
+/* matmul.h - dense matmuls in the Hugging Face [out, in] weight layout.
+ *
+ * Determinism: every output element is the dot product over the contraction index in
+ * increasing order, evaluated as a chain of fused multiply-adds starting from +0
+ * (acc = fma(a, b, acc)); the accumulating variants then do dst = dst + acc once. The
+ * result therefore depends neither on blocking nor on ISA: the AVX-512 / AVX2 paths are
+ * bit-identical to the scalar reference (*_ref), which the tests check.
+ * Both precisions are declared: the float names are the firmware kernels, the *_f64 names
+ * come from compiling matmul.c with -DQT_REAL_DOUBLE (scalar path only).
+ * Not thread-safe: the optimised path packs panels into one static module buffer.
+ */
+#ifndef QT_KERNEL_MATMUL_H
+#define QT_KERNEL_MATMUL_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y[M,N] = x[M,K] w[N,K]^T. Writes y. */
+void qt_matmul_fwd(float *y, const float *x, const float *w, int64_t M, int64_t N, int64_t K);
+/* dx[M,K] += dy[M,N] w[N,K] (contraction over n increasing). Accumulates into dx. */
+void qt_matmul_bwd_data(float *dx, const float *dy, const float *w, int64_t M, int64_t N,
+                        int64_t K);
+/* dw[N,K] += sum_m dy[m,n] x[m,k], m increasing. Accumulates into dw. */
+void qt_matmul_wgrad(float *dw, const float *dy, const float *x, int64_t M, int64_t N,
+                     int64_t K);
+
+/* Scalar references with the same contract (used by the tests for bit identity). */
+void qt_matmul_fwd_ref(float *y, const float *x, const float *w, int64_t M, int64_t N,
+                       int64_t K);
+void qt_matmul_bwd_data_ref(float *dx, const float *dy, const float *w, int64_t M, int64_t N,
+                            int64_t K);
+void qt_matmul_wgrad_ref(float *dw, const float *dy, const float *x, int64_t M, int64_t N,
+                         int64_t K);
+
+void qt_matmul_fwd_f64(double *y, const double *x, const double *w, int64_t M, int64_t N,
+                       int64_t K);
+void qt_matmul_bwd_data_f64(double *dx, const double *dy, const double *w, int64_t M,
+                            int64_t N, int64_t K);
+void qt_matmul_wgrad_f64(double *dw, const double *dy, const double *x, int64_t M, int64_t N,
+                         int64_t K);
+void qt_matmul_fwd_ref_f64(double *y, const double *x, const double *w, int64_t M, int64_t N,
+                           int64_t K);
+void qt_matmul_bwd_data_ref_f64(double *dx, const double *dy, const double *w, int64_t M,
+                                int64_t N, int64_t K);
+void qt_matmul_wgrad_ref_f64(double *dw, const double *dy, const double *x, int64_t M,
+                             int64_t N, int64_t K);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

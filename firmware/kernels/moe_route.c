@@ -1,0 +1,110 @@
+/* moe_route.c - top-k routing with softmax over the selected logits, load-balance term.
+ *
+ * Invariants: selection is a strict total order (value descending, then index ascending),
+ * found by k scans that each take the best element ranked after the previous pick, so no
+ * marker array is needed and ties always go to the lower index. All sums run in a fixed
+ * order: slots increasing, experts increasing, tokens increasing. The load-balance term
+ * only ever reads the tokens of its own sequence.
+ */
+#include "moe_route.h"
+#include "../include/qt_real.h"
+
+/* Non-finite logits make the ranking partial; the fallback keeps idx inside [0, E). */
+static int32_t qt_route_pick(const qt_real *row, int64_t E, int64_t slot, int32_t prev)
+{
+    int32_t best = -1;
+    for (int64_t e = 0; e < E; e++) {
+        const int ranked_after = slot == 0 || row[e] < row[prev] ||
+                                 (row[e] == row[prev] && e > prev);
+        if (ranked_after && (best < 0 || row[e] > row[best])) best = (int32_t)e;
+    }
+    return best < 0 ? (prev < 0 ? 0 : prev) : best;
+}
+
+/* Full softmax of one row: *m the max, *z = sum_e exp(row[e] - m) with e increasing. */
+static void qt_route_lse(qt_real *m, qt_real *z, const qt_real *row, int64_t E)
+{
+    qt_real mx = row[0], sum = 0;
+    for (int64_t e = 1; e < E; e++) mx = row[e] > mx ? row[e] : mx;
+    for (int64_t e = 0; e < E; e++) sum += QT_EXP(row[e] - mx);
+    *m = mx;
+    *z = sum;
+}
+
+void QT_FN(qt_moe_route_fwd)(int32_t *idx, qt_real *p, qt_real *lb_seq, const qt_real *logits,
+                             int64_t T, int64_t E, int64_t k, int64_t S, qt_real c)
+{
+    for (int64_t t = 0; t < T; t++) {
+        const qt_real *row = logits + t * E;
+        int32_t *it = idx + t * k;
+        qt_real *pt = p + t * k;
+        int32_t prev = -1;
+        for (int64_t s = 0; s < k; s++) it[s] = prev = qt_route_pick(row, E, s, prev);
+        const qt_real m = row[it[0]];
+        qt_real sum = 0;
+        for (int64_t s = 0; s < k; s++) {
+            pt[s] = QT_EXP(row[it[s]] - m);
+            sum += pt[s];
+        }
+        for (int64_t s = 0; s < k; s++) pt[s] = pt[s] / sum;
+    }
+    if (c == 0 || !lb_seq) return;
+    const int64_t b = T / S;
+    if (E > QT_MOE_MAX_EXPERTS) {
+        for (int64_t s = 0; s < b; s++) lb_seq[s] = QT_LOG(QT_R(-1.0));
+        return;
+    }
+    int32_t count[QT_MOE_MAX_EXPERTS];
+    qt_real pbar[QT_MOE_MAX_EXPERTS];
+    const qt_real inv_s = QT_R(1.0) / (qt_real)S;
+    for (int64_t s = 0; s < b; s++) {
+        for (int64_t e = 0; e < E; e++) { count[e] = 0; pbar[e] = 0; }
+        for (int64_t r = s * S * k; r < (s + 1) * S * k; r++) count[idx[r]]++;
+        for (int64_t t = s * S; t < (s + 1) * S; t++) {
+            const qt_real *row = logits + t * E;
+            qt_real m, z;
+            qt_route_lse(&m, &z, row, E);
+            for (int64_t e = 0; e < E; e++) pbar[e] += QT_EXP(row[e] - m) / z;
+        }
+        qt_real acc = 0;
+        for (int64_t e = 0; e < E; e++)
+            acc += ((qt_real)count[e] * inv_s) * (pbar[e] * inv_s);
+        lb_seq[s] += c * acc;
+    }
+}
+
+void QT_FN(qt_moe_route_bwd)(qt_real *dlogits, const qt_real *dp, const qt_real *logits,
+                             const int32_t *idx, const qt_real *p, int64_t T, int64_t E,
+                             int64_t k, int64_t S, qt_real c)
+{
+    for (int64_t t = 0; t < T; t++) {
+        const qt_real *pt = p + t * k, *dpt = dp + t * k;
+        qt_real a = 0;
+        for (int64_t s = 0; s < k; s++) a += pt[s] * dpt[s];
+        for (int64_t s = 0; s < k; s++) dlogits[t * E + idx[t * k + s]] += pt[s] * (dpt[s] - a);
+    }
+    if (c == 0) return;
+    if (E > QT_MOE_MAX_EXPERTS) {
+        for (int64_t i = 0; i < T * E; i++) dlogits[i] = QT_LOG(QT_R(-1.0));
+        return;
+    }
+    int32_t count[QT_MOE_MAX_EXPERTS];
+    qt_real g[QT_MOE_MAX_EXPERTS], prow[QT_MOE_MAX_EXPERTS];
+    const qt_real inv_s = QT_R(1.0) / (qt_real)S;
+    for (int64_t s = 0; s < T / S; s++) {
+        for (int64_t e = 0; e < E; e++) count[e] = 0;
+        for (int64_t r = s * S * k; r < (s + 1) * S * k; r++) count[idx[r]]++;
+        /* d(c sum_e f_e Pbar_e)/dP_te = c f_e / S, the same for every token of the sequence. */
+        for (int64_t e = 0; e < E; e++) g[e] = (c * ((qt_real)count[e] * inv_s)) * inv_s;
+        for (int64_t t = s * S; t < (s + 1) * S; t++) {
+            const qt_real *row = logits + t * E;
+            qt_real m, z, a = 0;
+            qt_route_lse(&m, &z, row, E);
+            for (int64_t e = 0; e < E; e++) {
+                prow[e] = QT_EXP(row[e] - m) / z;
+                a += prow[e] * g[e];
+            }
+            for (int64_t e = 0; e < E; e++) dlogits[t * E + e] += prow[e] * (g[e] - a);
+        }
+    }
+}

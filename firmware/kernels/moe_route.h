@@ -1,0 +1,46 @@
+/* moe_route.h - MoE router: top-k selection, softmax over the selected logits, and the
+ * optional per-sequence load-balance term; forward and backward.
+ *
+ * Layouts (qt_ops.h MOE_ROUTE_*): logits[T,E], idx I32[T,k], p[T,k], lb_seq[T/S].
+ * Selection order is descending raw logit, ties to the lower expert index; slot s holds the
+ * s-th selection. The load-balance term needs per-expert accumulators on the stack, so it
+ * supports E <= QT_MOE_MAX_EXPERTS; above that the kernels poison their output with NaN
+ * (a loud failure; configgen must reject such plans when the term is on).
+ * Every kernel exists as float (name) and double (name_f64).
+ */
+#ifndef QT_KERNELS_MOE_ROUTE_H
+#define QT_KERNELS_MOE_ROUTE_H
+
+#include <stdint.h>
+
+#define QT_MOE_MAX_EXPERTS 1024
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* idx, p write. lb_seq[T/S] accumulates c * sum_e f_e * Pbar_e when c != 0 and lb_seq is
+ * not NULL (f_e = routed (t,slot) count / S, Pbar_e = mean over the sequence's tokens of
+ * softmax over all E logits). Reads logits. Requires k <= E, T % S == 0. */
+void qt_moe_route_fwd(int32_t *idx, float *p, float *lb_seq, const float *logits,
+                      int64_t T, int64_t E, int64_t k, int64_t S, float c);
+void qt_moe_route_fwd_f64(int32_t *idx, double *p, double *lb_seq, const double *logits,
+                          int64_t T, int64_t E, int64_t k, int64_t S, double c);
+
+/* dlogits[T,E] accumulates: first, per token, the selected-softmax gradient
+ * dlogits[idx_s] += p_s (dp_s - sum_u p_u dp_u) (slots increasing); then, when c != 0,
+ * the load-balance gradient (seed 1 on every lb_seq entry, f held constant)
+ * dlogits[e] += P_e (g_e - sum_u P_u g_u), g_e = c f_e / S, e increasing.
+ * Reads dp[T,k], logits, idx, p. */
+void qt_moe_route_bwd(float *dlogits, const float *dp, const float *logits,
+                      const int32_t *idx, const float *p, int64_t T, int64_t E, int64_t k,
+                      int64_t S, float c);
+void qt_moe_route_bwd_f64(double *dlogits, const double *dp, const double *logits,
+                          const int32_t *idx, const double *p, int64_t T, int64_t E,
+                          int64_t k, int64_t S, double c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

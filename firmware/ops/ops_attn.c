@@ -1,0 +1,58 @@
+/* ops_attn.c - op wrappers for the rotary table, rotary embedding and causal attention.
+ *
+ * Each wrapper resolves its op record's slots exactly as qt_ops.h documents them and calls
+ * the kernel; none allocates or decides a size. ATTN_FWD has no scratch slot in qt_ops.h,
+ * so the wrapper uses, in order: a t[5] tensor of role SCRATCH with >= S elements if the
+ * plan ever provides one, this file's static row buffer when S fits, or the kernel's
+ * scratch-free path. All three give the same bits (attention.h).
+ */
+#include "qt_op_fns.h"
+#include "../kernels/rope.h"
+#include "../kernels/attention.h"
+
+#define QT_ATTN_STATIC_ROW 8192
+
+static struct {
+    float fwd_row[QT_ATTN_STATIC_ROW];   /* scores of one query row (S <= QT_ATTN_STATIC_ROW) */
+} qt_ops_attn_state;
+
+void qt_op_rope_table(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_rope_table(qt_f32(ctx, op->t[0]), op->a[0], op->a[1], (double)op->f[0]);
+}
+
+void qt_op_rope_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_rope_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                op->a[0], op->a[1], op->a[2], op->a[3], op->a[4]);
+}
+
+void qt_op_rope_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_rope_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                op->a[0], op->a[1], op->a[2], op->a[3], op->a[4]);
+}
+
+void qt_op_attn_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t S = op->a[1];
+    const int32_t ts = op->t[5];
+    float *scratch = 0;
+    if (ts != QT_NONE && ctx->plan->tensors[ts].role == QT_ROLE_SCRATCH &&
+        ctx->plan->tensors[ts].numel >= S)
+        scratch = qt_f32(ctx, ts);
+    else if (S <= QT_ATTN_STATIC_ROW)
+        scratch = qt_ops_attn_state.fwd_row;
+    qt_attn_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), scratch, op->a[0], S, op->a[2],
+                op->a[3], op->a[4], op->f[0]);
+}
+
+void qt_op_attn_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_attn_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), qt_f32(ctx, op->t[5]),
+                qt_f32(ctx, op->t[6]), qt_f32(ctx, op->t[7]), qt_f32(ctx, op->t[8]),
+                qt_f32(ctx, op->t[9]), op->a[0], op->a[1], op->a[2], op->a[3], op->a[4],
+                op->f[0]);
+}

@@ -1,0 +1,134 @@
+/* ops_basic.c - op wrappers for the basic kinds: ZERO, ADD, ACC, EMBED_*, RMSNORM_*,
+ * MATMUL_*, SWIGLU_*, SIGMOID_GATE_*, XENT.
+ *
+ * Each wrapper reads exactly the slots and attributes that qt_ops.h defines for its kind,
+ * resolves tensor ids to arena pointers (qt_f32 / qt_i32) and calls the float kernel. The
+ * plan is trusted (configgen checks ids and sizes), so wrappers do no validation.
+ * WGRAD wrappers restrict the rows to sequence `seq` and accumulate into dw[0], which the
+ * interpreter zeroed; the parameter tensor slot is not read (dw[0] replaces it).
+ */
+#include "qt_op_fns.h"
+#include "kernels/elementwise.h"
+#include "kernels/embed.h"
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/xent.h"
+
+/* ZERO: t0 (F32 or I32), a0 elements. */
+void qt_op_zero(const qt_op *op, const qt_ctx *ctx)
+{
+    if (ctx->plan->tensors[op->t[0]].dtype == QT_I32)
+        qt_zero_i32(qt_i32(ctx, op->t[0]), op->a[0]);
+    else
+        qt_zero(qt_f32(ctx, op->t[0]), op->a[0]);
+}
+
+/* ADD: t0 y = t1 + t2, a0 n. */
+void qt_op_add(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_add(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]), op->a[0]);
+}
+
+/* ACC: t0 += t1, a0 n. */
+void qt_op_acc(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_acc(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), op->a[0]);
+}
+
+/* EMBED_FWD: t0 x, t1 tokens, t2 W; a0 T, a1 d, a2 V. */
+void qt_op_embed_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_embed_fwd(qt_f32(ctx, op->t[0]), qt_i32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                 op->a[0], op->a[1], op->a[2]);
+}
+
+/* EMBED_WGRAD: t0 dx, t1 tokens; a1 d, a2 V, a3 S. Rows [seq*S, (seq+1)*S). */
+void qt_op_embed_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
+{
+    int64_t d = op->a[1], S = op->a[3];
+    qt_embed_wgrad(dw[0], qt_f32(ctx, op->t[0]) + seq * S * d, qt_i32(ctx, op->t[1]) + seq * S,
+                   S, d, op->a[2]);
+}
+
+/* RMSNORM_FWD: t0 y, t1 rstd, t2 x, t3 w; a0 R, a1 n, a2 xs, a3 ys, a4 flags, f0 eps. */
+void qt_op_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_rmsnorm_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                   qt_f32(ctx, op->t[3]), op->a[0], op->a[1], op->a[2], op->a[3],
+                   (int)op->a[4], op->f[0]);
+}
+
+/* RMSNORM_BWD: t0 dx (acc), t1 dy, t2 x, t3 w, t4 rstd; attributes as FWD. */
+void qt_op_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_rmsnorm_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                   qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), op->a[0], op->a[1],
+                   op->a[2], op->a[3], (int)op->a[4]);
+}
+
+/* RMSNORM_WGRAD: t0 dy, t1 x, t2 rstd; a1 n, a2 xs, a3 ys, a5 rows per sequence. */
+void qt_op_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
+{
+    int64_t rps = op->a[5], r0 = seq * rps;
+    qt_rmsnorm_wgrad(dw[0], qt_f32(ctx, op->t[0]) + r0 * op->a[3],
+                     qt_f32(ctx, op->t[1]) + r0 * op->a[2], qt_f32(ctx, op->t[2]) + r0, rps,
+                     op->a[1], op->a[2], op->a[3]);
+}
+
+/* MATMUL_FWD: t0 y, t1 x, t2 W; a0 M, a1 N, a2 K. */
+void qt_op_matmul_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_matmul_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                  op->a[0], op->a[1], op->a[2]);
+}
+
+/* MATMUL_BWD_DATA: t0 dx (acc), t1 dy, t2 W; a0 M, a1 N, a2 K. */
+void qt_op_matmul_bwd_data(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_matmul_bwd_data(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                       op->a[0], op->a[1], op->a[2]);
+}
+
+/* MATMUL_WGRAD: t0 dy, t1 x; a1 N, a2 K, a3 rows per sequence. */
+void qt_op_matmul_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
+{
+    int64_t N = op->a[1], K = op->a[2], rps = op->a[3];
+    qt_matmul_wgrad(dw[0], qt_f32(ctx, op->t[0]) + seq * rps * N,
+                    qt_f32(ctx, op->t[1]) + seq * rps * K, rps, N, K);
+}
+
+/* SWIGLU_FWD: t0 h, t1 a, t2 u; a0 n. */
+void qt_op_swiglu_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_swiglu_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                  op->a[0]);
+}
+
+/* SWIGLU_BWD: t0 da (acc), t1 du (acc), t2 dh, t3 a, t4 u; a0 n. */
+void qt_op_swiglu_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_swiglu_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                  qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), op->a[0]);
+}
+
+/* SIGMOID_GATE_FWD: t0 y, t1 x, t2 gate source; a0 T, a1 n, a2 mode, a3 hd. */
+void qt_op_sigmoid_gate_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_sigmoid_gate_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                        op->a[0], op->a[1], (int)op->a[2], op->a[3]);
+}
+
+/* SIGMOID_GATE_BWD: t0 dx (acc), t1 dgate (acc), t2 dy, t3 x, t4 gate; attributes as FWD. */
+void qt_op_sigmoid_gate_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_sigmoid_gate_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                        qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), op->a[0], op->a[1],
+                        (int)op->a[2], op->a[3]);
+}
+
+/* XENT: t0 loss_seq, t1 dlogits, t2 logits, t3 targets; a0 b, a1 S, a2 V. */
+void qt_op_xent(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_xent(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+            qt_i32(ctx, op->t[3]), op->a[0], op->a[1], op->a[2]);
+}

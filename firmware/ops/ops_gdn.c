@@ -1,0 +1,132 @@
+/* ops_gdn.c - op wrappers for the Gated DeltaNet ops (QT_OP_GDN_CONV_*, QT_OP_GDN_GATES_*,
+ * QT_OP_GDN_CORE_*, QT_OP_GATED_RMSNORM_*): resolve the slots of qt_ops.h to arena
+ * pointers and call the float kernels.
+ *
+ * Invariants: slot and attribute meanings are exactly those of qt_ops.h; WGRAD wrappers
+ * read only the rows of sequence `seq` ([seq*S, (seq+1)*S)) and accumulate into dw[], which
+ * the interpreter zeroed. No module state.
+ */
+#include "ops/qt_op_fns.h"
+#include "kernels/gdn_conv.h"
+#include "kernels/gdn_core.h"
+#include "kernels/gdn_gates.h"
+#include "kernels/gated_rmsnorm.h"
+
+/* Width of one qkvz row: Hk*G with G = 2*Dk + 2*(Hv/Hk)*Dv. */
+static int64_t qt_gdn_qkvz_width(int64_t hk, int64_t dk, int64_t hv, int64_t dv)
+{
+    return hk * (2 * dk + 2 * (hv / hk) * dv);
+}
+
+static int64_t qt_gdn_conv_channels(int64_t hk, int64_t dk, int64_t hv, int64_t dv)
+{
+    return 2 * hk * dk + hv * dv;
+}
+
+/* conv: a0 b, a1 S, a2 Hk, a3 Dk, a4 Hv, a5 Dv, a6 K */
+void qt_op_gdn_conv_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t *a = op->a;
+    qt_gdn_conv_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                    qt_f32(ctx, op->t[3]), a[0], a[1], a[2], a[3], a[4], a[5], a[6]);
+}
+
+void qt_op_gdn_conv_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t *a = op->a;
+    /* slots: t0 dqkvz, t1 dc, t2 pre, t3 w */
+    qt_gdn_conv_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[2]), qt_f32(ctx, op->t[1]),
+                    qt_f32(ctx, op->t[3]), a[0], a[1], a[2], a[3], a[4], a[5], a[6]);
+}
+
+void qt_op_gdn_conv_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
+{
+    const int64_t *a = op->a;
+    int64_t S = a[1], cc = qt_gdn_conv_channels(a[2], a[3], a[4], a[5]);
+    int64_t wq = qt_gdn_qkvz_width(a[2], a[3], a[4], a[5]);
+    /* slots: t0 dc, t1 pre, t2 qkvz, t3 w (param) */
+    qt_gdn_conv_wgrad(dw[0], qt_f32(ctx, op->t[1]) + seq * S * cc,
+                      qt_f32(ctx, op->t[0]) + seq * S * cc,
+                      qt_f32(ctx, op->t[2]) + seq * S * wq, S, a[2], a[3], a[4], a[5], a[6]);
+}
+
+/* gates: a0 T, a1 Hk, a2 Hv (a3 S for WGRAD) */
+void qt_op_gdn_gates_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t *a = op->a;
+    qt_gdn_gates_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                     qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), a[0], a[1], a[2]);
+}
+
+void qt_op_gdn_gates_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t *a = op->a;
+    qt_gdn_gates_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                     qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), qt_f32(ctx, op->t[5]),
+                     a[0], a[1], a[2]);
+}
+
+void qt_op_gdn_gates_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
+{
+    const int64_t *a = op->a;
+    int64_t S = a[3], hv = a[2];
+    /* slots: t0 dg, t1 ba, t2 A_log (dw[0]), t3 dt_bias (dw[1]) */
+    qt_gdn_gates_wgrad(dw[0], dw[1], qt_f32(ctx, op->t[0]) + seq * S * hv,
+                       qt_f32(ctx, op->t[1]) + seq * S * 2 * hv, qt_f32(ctx, op->t[2]),
+                       qt_f32(ctx, op->t[3]), S, a[1], hv);
+}
+
+/* core: a0 b, a1 S, a2 Hk, a3 Dk, a4 Hv, a5 Dv, a6 chunk, f0 qscale, f1 l2eps */
+void qt_op_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t *a = op->a;
+    const int32_t *t = op->t;
+    qt_gdn_core_fwd(qt_f32(ctx, t[0]), qt_f32(ctx, t[1]), qt_f32(ctx, t[2]), qt_f32(ctx, t[3]),
+                    qt_f32(ctx, t[4]), qt_f32(ctx, t[5]), qt_f32(ctx, t[6]), a[0], a[1], a[2],
+                    a[3], a[4], a[5], a[6], op->f[0], op->f[1]);
+}
+
+void qt_op_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t *a = op->a;
+    const int32_t *t = op->t;
+    /* slots: t0 dc, t1 dg, t2 dbeta, t3 do, t4 c, t5 g, t6 beta, t7 states, t8 rq, t9 rk,
+     * t10 scratch */
+    qt_gdn_core_bwd(qt_f32(ctx, t[0]), qt_f32(ctx, t[1]), qt_f32(ctx, t[2]), qt_f32(ctx, t[7]),
+                    qt_f32(ctx, t[8]), qt_f32(ctx, t[9]), qt_f32(ctx, t[3]), qt_f32(ctx, t[4]),
+                    qt_f32(ctx, t[5]), qt_f32(ctx, t[6]), qt_f32(ctx, t[10]), a[0], a[1], a[2],
+                    a[3], a[4], a[5], a[6], op->f[0], op->f[1]);
+}
+
+/* gated rmsnorm: a0 T, a1 Hk, a2 Dk, a3 Hv, a4 Dv, f0 eps (a5 S for WGRAD) */
+void qt_op_gated_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t *a = op->a;
+    qt_gated_rmsnorm_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                         qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), a[0], a[1], a[2], a[3],
+                         a[4], op->f[0]);
+}
+
+void qt_op_gated_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t *a = op->a;
+    const int32_t *t = op->t;
+    /* slots: t0 do, t1 dqkvz, t2 dy, t3 o, t4 qkvz, t5 w, t6 rstd */
+    qt_gated_rmsnorm_bwd(qt_f32(ctx, t[0]), qt_f32(ctx, t[1]), qt_f32(ctx, t[6]),
+                         qt_f32(ctx, t[2]), qt_f32(ctx, t[3]), qt_f32(ctx, t[4]),
+                         qt_f32(ctx, t[5]), a[0], a[1], a[2], a[3], a[4]);
+}
+
+void qt_op_gated_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
+                               float *const dw[2])
+{
+    const int64_t *a = op->a;
+    const int32_t *t = op->t;
+    int64_t S = a[5], hv = a[3], dv = a[4];
+    int64_t wq = qt_gdn_qkvz_width(a[1], a[2], hv, dv);
+    /* slots: t0 dy, t1 o, t2 qkvz, t3 rstd, t4 w (param) */
+    qt_gated_rmsnorm_wgrad(dw[0], qt_f32(ctx, t[3]) + seq * S * hv,
+                           qt_f32(ctx, t[0]) + seq * S * hv * dv,
+                           qt_f32(ctx, t[1]) + seq * S * hv * dv,
+                           qt_f32(ctx, t[2]) + seq * S * wq, S, a[1], a[2], hv, dv);
+}

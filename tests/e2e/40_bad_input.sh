@@ -1,0 +1,51 @@
+# 40_bad_input.sh - bad input of every kind fails with a clear message, a non-zero exit and
+# nothing left half-written (sourced by run_all.sh).
+#
+# expect_fail NAME SUBSTRING CMD...: CMD must exit non-zero and print SUBSTRING on stderr.
+expect_fail() {
+  local sub=$1; shift
+  local err=$QT_TMP/err.txt
+  "$@" > /dev/null 2> $err && { echo "unexpected success: $*"; return 1; }
+  grep -qF -- "$sub" $err || { echo "message lacks \"$sub\":"; cat $err; return 1; }
+  echo "ok: $(head -n 3 $err)"
+}
+Q=build/test-next-tiny/qtrain
+T=tests/golden/e2e/test-next-tiny/tokens.npy
+B=$QT_TMP/bad; mkdir -p $B
+
+# ---- command line
+check "cli: unknown key names it and suggests" expect_fail "stpes" $Q stpes=3
+check "cli: negative steps" expect_fail "steps" $Q steps=-3
+check "cli: non-numeric seed" expect_fail "seed" $Q seed=abc
+check "cli: argument without '='" expect_fail "key=value" $Q steps
+
+# ---- token files
+printf 'QTTOKENS\x01\x00\x00\x00\x02\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00\x01\x00' > $B/short.tok
+check "data: missing file names it" expect_fail "$B/nope.npy" $Q data=$B/nope.npy steps=1
+check "data: raw file shorter than its header says" expect_fail "short.tok" $Q data=$B/short.tok steps=1
+cp tests/golden/e2e/test-35-tiny/tokens.npy $B/vocab80.npy 2>/dev/null
+check "data: token id out of range names id and position" expect_fail "position" $Q data=$B/vocab80.npy steps=1
+head -c 60 $T > $B/trunc.npy
+check "data: truncated npy" expect_fail "trunc.npy" $Q data=$B/trunc.npy steps=1
+
+# ---- checkpoints
+check "load: missing checkpoint file" expect_fail "$B/none.safetensors" $Q load=$B/none.safetensors steps=1 data=$T
+check "load: checkpoint of another model names a tensor" expect_fail "model." $Q load=tests/golden/e2e/test-35-tiny/init.safetensors steps=1 data=$T
+printf 'garbage' > $B/garbage.safetensors
+check "load: not a safetensors file" expect_fail "garbage.safetensors" $Q load=$B/garbage.safetensors steps=1 data=$T
+save_missing_dir() {
+  echo precious > $B/keep.safetensors
+  $Q steps=1 data=$T save=$B/nodir/out.safetensors 2> $QT_TMP/err.txt && { echo "save into a missing directory succeeded"; return 1; }
+  grep -q "nodir" $QT_TMP/err.txt || { cat $QT_TMP/err.txt; return 1; }
+  ! ls $B/nodir* 2>/dev/null | grep -q . && grep -q precious $B/keep.safetensors
+}
+check "save: unwritable destination fails with its name, nothing written" save_missing_dir
+
+# ---- rank count
+check "ranks: started on 2 ranks for a 1-rank plan" expect_fail "rank" mpiexec -n 2 $Q steps=1 data=$T
+
+# ---- configs (the full table of bad configs is in tests/unit/test_configgen.cpp)
+check "configgen: unknown key suggests the nearest" expect_fail "base_emb_dim" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml base_emb_dimm=64
+check "configgen: multi-rank mesh not yet supported" expect_fail "ici_data_parallelism" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml num_ranks=2 ici_data_parallelism=2
+no_output_on_error() { ! [ -e $B/gen ] || ! ls -A $B/gen | grep -q .; }
+check "configgen: a failed generation writes nothing" no_output_on_error

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# bench.sh - `make bench`: tokens/s, step time and model FLOP utilisation of qtrain and of the
+# PyTorch reference on the same bench model and batch (configgen/configs/runs/bench.yml), on
+# this machine, printed side by side. Figures, not assertions.
+#
+# Model FLOPs per token (training = 3 x forward, forward = 2 x MACs): every projection and
+# expert matmul a token touches (k routed experts + shared expert + router + lm_head), the
+# causal attention score/value products (S/2 keys on average) and the gated delta rule
+# (~3 Dk x Dv products per value head and token). The peak used for MFU is the measured
+# single-thread AVX-512 FMA peak of this VM kind (toolchain.md section 5: 210 GFLOP/s);
+# override with PEAK_GFLOPS=....
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+STEPS=${STEPS:-12}
+WARM=2
+PEAK=${PEAK_GFLOPS:-210}
+model=configgen/configs/models/$(awk -F': *' '$1=="model_name"{gsub(/"/,"",$2);print $2}' configgen/configs/runs/bench.yml).yml
+get() { awk -F': *' -v k="$1" '$1==k{sub(/ *#.*/,"",$2);gsub(/"/,"",$2);print $2}' "$model" configgen/configs/runs/bench.yml | tail -n1; }
+d=$(get base_emb_dim); L=$(get base_num_decoder_layers); cyc=$(get inhomogeneous_layer_cycle_interval)
+hq=$(get base_num_query_heads); hkv=$(get base_num_kv_heads); hd=$(get head_dim)
+hk=$(get gdn_num_key_heads); hv=$(get gdn_num_value_heads); dk=$(get gdn_key_head_dim); dv=$(get gdn_value_head_dim)
+E=$(get num_experts); k=$(get num_experts_per_tok); f=$(get base_moe_mlp_dim); fs=$(get shared_expert_mlp_dim)
+V=$(get vocab_size); S=$(get max_target_length); b=$(get per_device_batch_size)
+fpt=$(awk -v d=$d -v L=$L -v c=$cyc -v hq=$hq -v hkv=$hkv -v hd=$hd -v hk=$hk -v hv=$hv -v dk=$dk -v dv=$dv \
+          -v E=$E -v k=$k -v f=$f -v fs=$fs -v V=$V -v S=$S 'BEGIN{
+  na=L/c; ng=L-na
+  gdn = d*(2*hk*dk+2*hv*dv) + d*2*hv + hv*dv*d + 3*hv*dk*dv
+  att = d*2*hq*hd + 2*d*hkv*hd + hq*hd*d + hq*hd*S
+  moe = d*E + k*3*d*f + 3*d*fs + d
+  fwd = 2*(ng*gdn + na*att + L*moe + d*V)
+  printf "%.0f", 3*fwd }')
+
+echo "bench model: d=$d L=$L heads $hq/$hkv x $hd, GDN $hk/$hv x $dk/$dv, experts $E top-$k x $f, shared $fs, vocab $V, batch $b x $S"
+echo "model FLOPs per token (fwd+bwd): $fpt; MFU against ${PEAK} GFLOP/s"
+
+make --no-print-directory build/bench/qtrain >/dev/null
+out=$(mktemp -d /tmp/qtrain-bench.XXXXXX); trap 'rm -rf "$out"' EXIT
+./build/bench/qtrain steps=$STEPS metrics=$out/m.jsonl 2> $out/err.txt || { cat $out/err.txt; exit 1; }
+qt_tps=$(awk -v w=$WARM -F'"tokens_per_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/m.jsonl)
+qt_step=$(awk -v w=$WARM -F'"step_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/m.jsonl)
+
+pt_line=""
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  pt_line=$(/usr/bin/python3 tests/reference/bench_torch.py 2>/dev/null | tail -n1 || true)
+fi
+pt_tps=$(echo "$pt_line" | grep -o '"tokens_per_s": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$' || true)
+pt_step=$(echo "$pt_line" | grep -o '"step_s": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$' || true)
+pt_thr=$(echo "$pt_line" | grep -o '"threads": *[0-9]*' | grep -o '[0-9]*$' || true)
+
+mfu() { awk -v t=$1 -v f=$fpt -v p=$PEAK 'BEGIN{printf "%.1f%%", 100*t*f/(p*1e9)}'; }
+printf '\n%-28s %12s %10s %8s\n' "implementation" "tokens/s" "step s" "MFU"
+printf '%-28s %12s %10s %8s\n' "qtrain (fp32, 1 rank)" "$qt_tps" "$qt_step" "$(mfu $qt_tps)"
+if [ -n "$pt_tps" ]; then
+  printf '%-28s %12s %10s %8s\n' "pytorch ${pt_thr} thread(s) fp32" "$pt_tps" "$pt_step" "$(mfu $pt_tps)"
+  awk -v a=$qt_tps -v b=$pt_tps 'BEGIN{printf "qtrain / pytorch: %.2fx\n", a/b}'
+else
+  echo "pytorch reference: not available (apt-get install python3-torch to compare)"
+fi

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# run_all.sh - runs every test and ends with one line "N passed, M failed".
+#
+# 1. The CppUTest unit binary (kernels vs goldens and finite differences, math, configgen,
+#    runtime, io): each TEST counts once.
+# 2. The end-to-end checks in tests/e2e/*.sh: each `check` call counts once.
+# Exit status is 0 only if nothing failed. Run from the project root after `make all`.
+set -u
+cd "$(dirname "$0")/../.."
+export QT_ROOT=$PWD
+export QT_TMP=$(mktemp -d /tmp/qtrain-test.XXXXXX)
+trap 'rm -rf "$QT_TMP"' EXIT
+# MPICH's temporary buffers: keep glibc from mmap/munmap-ing them per call (toolchain.md 1).
+export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
+
+passed=0; failed=0; failures=()
+
+# ---- unit tests
+unit_out="$QT_TMP/unit.txt"
+if [ -x build/tests/unit_tests ]; then
+  build/tests/unit_tests -v > "$unit_out" 2>&1; unit_rc=$?
+  cat "$unit_out"
+  read -r u_ran u_fail < <(awk '/^(OK|Errors) \(/ { s=$0; gsub(/[(),]/," ",s); n=split(s,w," ");
+      for(i=1;i<=n;i++){ if(w[i+1]=="ran") ran=w[i]; if(w[i+1]=="failures") f=w[i]; } }
+      END { if (f=="") f=0; if (ran=="") ran=0; print ran, f }' "$unit_out")
+  if [ "$u_ran" = 0 ] && [ "$unit_rc" -ne 0 ]; then u_fail=1; fi
+  passed=$((passed + u_ran - u_fail)); failed=$((failed + u_fail))
+  [ "$u_fail" -gt 0 ] && failures+=("unit tests: $u_fail failed (see above)")
+else
+  failed=$((failed + 1)); failures+=("build/tests/unit_tests missing")
+fi
+
+# ---- end-to-end checks
+# check NAME CMD...: runs CMD, counts it, prints PASS/FAIL with the last lines of output.
+check() {
+  local name=$1; shift
+  local log="$QT_TMP/check.$passed.$failed.log"
+  local t0=$SECONDS
+  if "$@" > "$log" 2>&1; then
+    passed=$((passed + 1)); echo "PASS $name ($((SECONDS - t0)) s)"
+  else
+    failed=$((failed + 1)); failures+=("$name"); echo "FAIL $name"; tail -n 25 "$log" | sed 's/^/    /'
+  fi
+}
+export -f check 2>/dev/null || true
+for f in tests/e2e/*.sh; do
+  [ -f "$f" ] || continue
+  echo "== $f"
+  # shellcheck source=/dev/null
+  source "$f"
+done
+
+echo
+if [ ${#failures[@]} -gt 0 ]; then printf 'failed: %s\n' "${failures[@]}"; fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,108 @@
+/* metrics_compare.c - compares a qtrain metrics file (JSON lines) with the reference's
+ * expected.json ({"loss": [...], "grad_norm": [...], "lr": [...]}).
+ *
+ * usage: metrics_compare <metrics.jsonl> <expected.json> <loss_rel_tol> <norm_rel_tol>
+ * Each step's loss and grad norm must agree within the relative tolerance, the learning
+ * rate within 1e-6 relative (it is a pure function of the schedule). Prints one line per
+ * step; exit 0 only if every step present in expected.json is within tolerance.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_STEPS 1024
+
+static char g_buf[1 << 20];
+
+static int read_file(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) { fprintf(stderr, "metrics_compare: cannot open %s\n", path); return -1; }
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return (int)n;
+}
+
+/* Parses the array after "key": in a JSON text into out; returns the count. */
+static int json_array(const char *text, const char *key, double *out, int cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    const char *p = strstr(text, pat);
+    if (!p) return -1;
+    p = strchr(p + strlen(pat), '[');
+    if (!p) return -1;
+    p++;
+    int n = 0;
+    while (*p && *p != ']' && n < cap) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p) { p++; continue; }
+        out[n++] = v;
+        p = end;
+    }
+    return n;
+}
+
+/* Value of "key": in one JSON line. */
+static int json_number(const char *line, const char *key, double *out)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(line, pat);
+    if (!p) return -1;
+    *out = strtod(p + strlen(pat), NULL);
+    return 0;
+}
+
+static int within(double got, double want, double tol)
+{
+    return fabs(got - want) <= tol * fmax(fabs(want), 1e-12);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) {
+        fprintf(stderr, "usage: metrics_compare <metrics.jsonl> <expected.json> <loss_rel_tol> <norm_rel_tol>\n");
+        return 2;
+    }
+    static double e_loss[MAX_STEPS], e_norm[MAX_STEPS], e_lr[MAX_STEPS];
+    if (read_file(argv[2], g_buf, sizeof g_buf) < 0) return 2;
+    int n = json_array(g_buf, "loss", e_loss, MAX_STEPS);
+    int nn = json_array(g_buf, "grad_norm", e_norm, MAX_STEPS);
+    int nl = json_array(g_buf, "lr", e_lr, MAX_STEPS);
+    if (n <= 0 || nn != n || nl != n) {
+        fprintf(stderr, "metrics_compare: %s: need equal-length loss/grad_norm/lr arrays\n", argv[2]);
+        return 2;
+    }
+    double tl = atof(argv[3]), tn = atof(argv[4]);
+    FILE *f = fopen(argv[1], "r");
+    if (!f) { fprintf(stderr, "metrics_compare: cannot open %s\n", argv[1]); return 2; }
+    static char line[8192];
+    int bad = 0, seen = 0;
+    while (fgets(line, sizeof line, f)) {
+        double step, loss, norm, lr;
+        if (json_number(line, "step", &step) || json_number(line, "loss", &loss) ||
+            json_number(line, "grad_norm", &norm) || json_number(line, "lr", &lr)) {
+            fprintf(stderr, "metrics_compare: %s: line without step/loss/grad_norm/lr: %s", argv[1], line);
+            fclose(f);
+            return 2;
+        }
+        int s = (int)step;
+        if (s < 0 || s >= n) continue;
+        int ok = within(loss, e_loss[s], tl) && within(norm, e_norm[s], tn) && within(lr, e_lr[s], 1e-6);
+        printf("step %d loss %.9g ref %.9g (rel %.2e)  norm %.7g ref %.7g (rel %.2e)  lr %.6g ref %.6g %s\n",
+               s, loss, e_loss[s], fabs(loss - e_loss[s]) / fmax(fabs(e_loss[s]), 1e-12), norm, e_norm[s],
+               fabs(norm - e_norm[s]) / fmax(fabs(e_norm[s]), 1e-12), lr, e_lr[s], ok ? "ok" : "MISMATCH");
+        bad += !ok;
+        seen++;
+    }
+    fclose(f);
+    if (seen != n) {
+        fprintf(stderr, "metrics_compare: %s has %d of the %d expected steps\n", argv[1], seen, n);
+        return 1;
+    }
+    return bad ? 1 : 0;
+}

@@ -1,0 +1,740 @@
+// test_io.cpp - firmware IO: safetensors reader/writer, checkpoints of both decoders
+// (names, Qwen3.5 row permutation, bf16, optimizer state, atomic save), token data
+// (npy, QTTOKENS, raw, embedded corpus, data rule), metrics, and a table of bad inputs
+// that must each fail with their error code and a message naming the defect.
+// Every file lives in a mkdtemp directory under /tmp that teardown removes.
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+extern "C" {
+#include "qt_plan.h"
+#include "io/qt_io.h"
+#include "io/io_err.h"
+#include "io/safetensors.h"
+}
+
+#include "CppUTest/TestHarness.h"
+
+namespace {
+
+// ---- a hand-made tiny plan: one GDN+MoE layer, Hk=2 Dk=2 Hv=4 (r=2) Dv=3, d=4, E=3 I=2
+const int kD = 4, kV = 8, kHk = 2, kDk = 2, kHv = 4, kDv = 3, kE = 3, kI = 2, kK = 4;
+const int kQkvz = kHk * (2 * kDk + 2 * (kHv / kHk) * kDv);   // 32 rows, G = 16
+const int kCc = 2 * kHk * kDk + kHv * kDv;                   // 20 conv channels
+
+struct spec { const char *name; int ndim; int64_t s[3]; };
+const spec kSpecs[] = {
+    { "model.embed_tokens.weight", 2, { kV, kD, 0 } },
+    { "model.layers.0.input_layernorm.weight", 1, { kD, 0, 0 } },
+    { "model.layers.0.linear_attn.in_proj_qkvz.weight", 2, { kQkvz, kD, 0 } },
+    { "model.layers.0.linear_attn.in_proj_ba.weight", 2, { 2 * kHv, kD, 0 } },
+    { "model.layers.0.linear_attn.conv1d.weight", 2, { kCc, kK, 0 } },
+    { "model.layers.0.linear_attn.A_log", 1, { kHv, 0, 0 } },
+    { "model.layers.0.mlp.gate.weight", 2, { kE, kD, 0 } },
+    { "model.layers.0.mlp.experts.gate_up_proj", 3, { kE, 2 * kI, kD } },
+    { "model.layers.0.mlp.experts.down_proj", 3, { kE, kD, kI } },
+    { "model.norm.weight", 1, { kD, 0, 0 } },
+    { "lm_head.weight", 2, { kV, kD, 0 } },
+};
+const int kNP = sizeof kSpecs / sizeof kSpecs[0];
+const int kQkvzParam = 2, kBaParam = 3, kGuParam = 7, kDownParam = 8;
+
+struct tiny {
+    qt_tensor t[kNP];
+    qt_param p[kNP];
+    qt_plan plan;
+    int64_t region_elems;
+};
+alignas(64) unsigned char g_arena[4 * 4 * 1024 * 4];
+tiny g_tiny;
+char g_dir[64];
+char g_path[256], g_path2[256];
+
+void make_plan(int decoder)
+{
+    tiny &T = g_tiny;
+    memset(&T, 0, sizeof T);
+    int64_t flat = 0;
+    for (int i = 0; i < kNP; i++) {
+        int64_t n = 1;
+        T.t[i].name = kSpecs[i].name;
+        T.t[i].role = QT_ROLE_PARAM;
+        T.t[i].ndim = (uint8_t)kSpecs[i].ndim;
+        for (int d = 0; d < kSpecs[i].ndim; d++) {
+            T.t[i].shape[d] = T.t[i].global_shape[d] = kSpecs[i].s[d];
+            n *= kSpecs[i].s[d];
+        }
+        T.t[i].numel = n;
+        T.t[i].offset = 4 * flat;
+        T.p[i].name = kSpecs[i].name;
+        T.p[i].tensor = i;
+        T.p[i].flat_offset = flat;
+        T.p[i].numel = n;
+        T.p[i].layer = strstr(kSpecs[i].name, "layers.0") ? 0 : -1;
+        flat += (n + 15) / 16 * 16;   // 64-byte aligned as configgen does
+    }
+    T.region_elems = flat;
+    qt_plan &P = T.plan;
+    P.run_name = decoder ? "test-io-35" : "test-io-next";
+    P.hash = decoder ? 0x1234abcd5678ef01ull : 0x0fedcba987654321ull;
+    P.n_ranks = 1;
+    P.model.decoder_block = decoder;
+    P.model.d = kD;
+    P.model.n_layers = 1;
+    P.model.vocab = kV;
+    P.model.gdn_k_heads = kHk;
+    P.model.gdn_v_heads = kHv;
+    P.model.gdn_k_dim = kDk;
+    P.model.gdn_v_dim = kDv;
+    P.model.gdn_conv = kK;
+    P.model.n_experts = kE;
+    P.model.moe_dim = kI;
+    P.arena = g_arena;
+    P.arena_bytes = sizeof g_arena;
+    P.n_tensors = kNP;
+    P.tensors = T.t;
+    P.n_params = kNP;
+    P.params = T.p;
+    P.n_param_elems = flat;
+    P.params_offset = 0;
+    P.grads_offset = 4 * flat;
+    P.adam_m_offset = 8 * flat;
+    P.adam_v_offset = 12 * flat;
+    CHECK(16 * flat <= (int64_t)sizeof g_arena);
+}
+
+float *region(int r) { return (float *)(void *)g_arena + r * g_tiny.region_elems; }
+float *param(int r, int i) { return region(r) + g_tiny.p[i].flat_offset; }
+
+// Distinct, exactly representable values: region r, element k -> r*4096 + k + 0.5 (and a
+// sign pattern), so any misplaced row shows up as a wrong value.
+// Alignment padding between parameters stays 0: checkpoints carry parameters only.
+void fill_region(int r)
+{
+    memset(region(r), 0, 4 * g_tiny.region_elems);
+    for (int i = 0; i < kNP; i++)
+        for (int64_t k = g_tiny.p[i].flat_offset; k < g_tiny.p[i].flat_offset + g_tiny.p[i].numel; k++)
+            region(r)[k] = (float)((k % 3 ? 1 : -1) * (r * 4096 + k + 0.5));
+}
+
+// Index of the first differing float (bitwise), -1 if equal: short failure messages.
+long first_diff(const float *a, const float *b, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++)
+        if (memcmp(&a[k], &b[k], 4)) return (long)k;
+    return -1;
+}
+
+const char *path_in(const char *name, char *buf = g_path)
+{
+    snprintf(buf, 256, "%s/%s", g_dir, name);
+    return buf;
+}
+
+void write_bytes(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    CHECK(fwrite(b, 1, n, f) == n);
+    fclose(f);
+}
+
+size_t read_bytes(const char *path, void *b, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(b, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+bool exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+// Read one on-disk tensor as floats; returns its element count (0 if absent).
+int64_t disk_tensor(const char *file, const char *name, float *out, int64_t cap)
+{
+    int h;
+    LONGS_EQUAL(QT_OK, qt_st_open(file, &h));
+    const qt_st_tensor *t = qt_st_find(h, name);
+    int64_t n = t ? t->numel : 0;
+    if (t) {
+        CHECK(n <= cap);
+        LONGS_EQUAL(0, qt_st_read_f32(h, t, 0, n, out));
+    }
+    qt_st_close(h);
+    return n;
+}
+
+// Copy a safetensors file through the reader and writer, optionally altering it.
+enum mut { M_NONE, M_BF16, M_DROP, M_EXTRA, M_RESHAPE, M_DTYPE_I32, M_MTP };
+void rewrite(const char *src, const char *dst, mut m, const char *target = "")
+{
+    int h;
+    static unsigned char buf[1 << 16];
+    LONGS_EQUAL(QT_OK, qt_st_open(src, &h));
+    LONGS_EQUAL(QT_OK, qt_st_wopen(dst));
+    const char *keys[] = { "format", "step", "data_pos", "plan_hash", "run_name" };
+    for (const char *k : keys)
+        if (qt_st_meta(h, k)) LONGS_EQUAL(QT_OK, qt_st_wmeta(k, qt_st_meta(h, k)));
+    int64_t extra_shape[2] = { 2, 2 };
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < qt_st_count(h); i++) {
+            const qt_st_tensor *t = qt_st_at(h, i);
+            bool hit = !strcmp(t->name, target);
+            if (m == M_DROP && hit) continue;
+            int dtype = m == M_BF16 ? QT_ST_BF16 : (m == M_DTYPE_I32 && hit) ? QT_ST_I32 : t->dtype;
+            int64_t shape[QT_ST_MAX_DIMS];
+            memcpy(shape, t->shape, sizeof shape);
+            if (m == M_RESHAPE && hit) { shape[0] = t->shape[1]; shape[1] = t->shape[0]; }
+            if (pass == 0) {
+                LONGS_EQUAL(QT_OK, qt_st_wadd(t->name, dtype, t->ndim, shape));
+                continue;
+            }
+            const unsigned char *src_b = (const unsigned char *)qt_st_data(h, t);
+            if (m == M_BF16) {   // round-to-nearest-even on the float bits
+                for (int64_t k = 0; k < t->numel; k++) {
+                    uint32_t u;
+                    memcpy(&u, src_b + 4 * k, 4);
+                    uint16_t b = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+                    LONGS_EQUAL(QT_OK, qt_st_wwrite(&b, 2));
+                }
+            } else {
+                LONGS_EQUAL(QT_OK, qt_st_wwrite(src_b, t->end - t->begin));
+            }
+        }
+        if (pass == 0 && (m == M_EXTRA || m == M_MTP))
+            LONGS_EQUAL(QT_OK, qt_st_wadd(m == M_EXTRA ? "model.bogus.weight"
+                                                       : "mtp.fc.weight", QT_ST_F32, 2, extra_shape));
+        if (pass == 0) LONGS_EQUAL(QT_OK, qt_st_wbegin());
+    }
+    if (m == M_EXTRA || m == M_MTP) {
+        memset(buf, 0, 16);
+        LONGS_EQUAL(QT_OK, qt_st_wwrite(buf, 16));
+    }
+    LONGS_EQUAL(QT_OK, qt_st_wcommit());
+    qt_st_close(h);
+}
+
+void write_st_raw(const char *path, const char *json, size_t data_bytes, int64_t hlen_override = -1)
+{
+    static unsigned char buf[4096];
+    size_t hl = strlen(json);
+    uint64_t len = hlen_override >= 0 ? (uint64_t)hlen_override : hl;
+    for (int b = 0; b < 8; b++) buf[b] = (unsigned char)(len >> (8 * b));
+    memcpy(buf + 8, json, hl);
+    memset(buf + 8 + hl, 0, data_bytes);
+    write_bytes(path, buf, 8 + hl + data_bytes);
+}
+
+void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char p[512];
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+bool has(const char *needle) { return strstr(qt_io_last_error(), needle) != NULL; }
+
+}  // namespace
+
+TEST_GROUP(io)
+{
+    void setup() override
+    {
+        snprintf(g_dir, sizeof g_dir, "/tmp/qt_io_test_XXXXXX");
+        CHECK(mkdtemp(g_dir) != NULL);
+        memset(g_arena, 0, sizeof g_arena);
+        qt_io_set_quiet(1);
+    }
+    void teardown() override
+    {
+        qt_io_set_quiet(0);
+        remove_dir(g_dir);
+    }
+};
+
+// ---------------------------------------------------------------- checkpoints
+
+static void round_trip(int decoder)
+{
+    make_plan(decoder);
+    fill_region(0);
+    static float saved[1 << 12];
+    memcpy(saved, region(0), 4 * g_tiny.region_elems);
+    const char *f = path_in("w.safetensors");
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, f, 0, 5, 77));
+    CHECK(!exists(path_in("w.safetensors.tmp", g_path2)));
+    memset(g_arena, 0, sizeof g_arena);
+    int64_t step = -1, pos = -1;
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, f, 0, &step, &pos));
+    // bit-exact: the load must undo every permutation of the save
+    LONGS_EQUAL(-1, first_diff(saved, region(0), g_tiny.region_elems));
+    LONGS_EQUAL(5, step);
+    LONGS_EQUAL(77, pos);
+}
+
+TEST(io, next_round_trip_and_names)
+{
+    round_trip(0);
+    static float buf[256];
+    const char *f = g_path;
+    // fused names are not on disk; per-expert slices are
+    LONGS_EQUAL(0, disk_tensor(f, "model.layers.0.mlp.experts.gate_up_proj", buf, 256));
+    LONGS_EQUAL(kNP - 2 + 3 * kE, [] { int h; qt_st_open(g_path, &h); int n = qt_st_count(h);
+                                       qt_st_close(h); return n; }());
+    // expert 1 gate = gate_up rows [2I, 2I+I), up = rows [2I+I, 4I)
+    const float *gu = param(0, kGuParam), *down = param(0, kDownParam);
+    LONGS_EQUAL(kI * kD, disk_tensor(f, "model.layers.0.mlp.experts.1.gate_proj.weight", buf, 256));
+    MEMCMP_EQUAL(gu + (1 * 2 * kI + 0) * kD, buf, 4 * kI * kD);
+    LONGS_EQUAL(kI * kD, disk_tensor(f, "model.layers.0.mlp.experts.1.up_proj.weight", buf, 256));
+    MEMCMP_EQUAL(gu + (1 * 2 * kI + kI) * kD, buf, 4 * kI * kD);
+    LONGS_EQUAL(kD * kI, disk_tensor(f, "model.layers.0.mlp.experts.2.down_proj.weight", buf, 256));
+    MEMCMP_EQUAL(down + 2 * kD * kI, buf, 4 * kD * kI);
+    // Next keeps the grouped GDN projections and the model. prefix; conv1d is [C,1,K]
+    LONGS_EQUAL(kQkvz * kD, disk_tensor(f, "model.layers.0.linear_attn.in_proj_qkvz.weight", buf, 256));
+    int h;
+    LONGS_EQUAL(QT_OK, qt_st_open(f, &h));
+    const qt_st_tensor *c = qt_st_find(h, "model.layers.0.linear_attn.conv1d.weight");
+    CHECK(c != NULL);
+    LONGS_EQUAL(3, c->ndim);
+    LONGS_EQUAL(kCc, c->shape[0]);
+    LONGS_EQUAL(1, c->shape[1]);
+    LONGS_EQUAL(kK, c->shape[2]);
+    STRCMP_EQUAL("pt", qt_st_meta(h, "format"));
+    qt_st_close(h);
+}
+
+TEST(io, qwen35_round_trip_names_and_row_order)
+{
+    round_trip(1);
+    static float buf[256];
+    const char *f = g_path;
+    const char *pre = "model.language_model.layers.0.";
+    char name[256];
+    LONGS_EQUAL(0, disk_tensor(f, "model.layers.0.input_layernorm.weight", buf, 256));
+    LONGS_EQUAL(kV * kD, disk_tensor(f, "model.language_model.embed_tokens.weight", buf, 256));
+    LONGS_EQUAL(kV * kD, disk_tensor(f, "lm_head.weight", buf, 256));
+    LONGS_EQUAL(kD, disk_tensor(f, "model.language_model.norm.weight", buf, 256));
+    snprintf(name, sizeof name, "%smlp.experts.0.gate_proj.weight", pre);
+    LONGS_EQUAL(kI * kD, disk_tensor(f, name, buf, 256));
+    // Hand-computed grouped-row index of every split row (G = 16, r = 2, qt_ops.h formulas).
+    static const int qkv_rows[kCc] = { 0, 1, 16, 17,   2, 3, 18, 19,
+                                       4, 5, 6, 7, 8, 9, 20, 21, 22, 23, 24, 25 };
+    static const int z_rows[kHv * kDv] = { 10, 11, 12, 13, 14, 15, 26, 27, 28, 29, 30, 31 };
+    static const int b_rows[kHv] = { 0, 1, 4, 5 }, a_rows[kHv] = { 2, 3, 6, 7 };
+    struct { const char *suffix; const int *rows; int n; int param; } cases[] = {
+        { "linear_attn.in_proj_qkv.weight", qkv_rows, kCc, kQkvzParam },
+        { "linear_attn.in_proj_z.weight", z_rows, kHv * kDv, kQkvzParam },
+        { "linear_attn.in_proj_b.weight", b_rows, kHv, kBaParam },
+        { "linear_attn.in_proj_a.weight", a_rows, kHv, kBaParam },
+    };
+    for (auto &cs : cases) {
+        snprintf(name, sizeof name, "%s%s", pre, cs.suffix);
+        LONGS_EQUAL(cs.n * kD, disk_tensor(f, name, buf, 256));
+        for (int r = 0; r < cs.n; r++)
+            MEMCMP_EQUAL(param(0, cs.param) + cs.rows[r] * kD, buf + r * kD, 4 * kD);
+    }
+    snprintf(name, sizeof name, "%slinear_attn.in_proj_qkvz.weight", pre);
+    LONGS_EQUAL(0, disk_tensor(f, name, buf, 256));
+}
+
+TEST(io, bf16_load_and_fused_expert_names)
+{
+    make_plan(1);
+    fill_region(0);
+    static float want[1 << 12];
+    memcpy(want, region(0), 4 * g_tiny.region_elems);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, path_in("f.safetensors"), 0, 0, 0));
+    rewrite(g_path, path_in("b.safetensors", g_path2), M_BF16);
+    memset(g_arena, 0, sizeof g_arena);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, g_path2, 0, NULL, NULL));
+    // expected = the float rounded to bf16 (nearest even), widened back: exact comparison
+    double worst = 0.0;
+    for (int64_t k = 0; k < g_tiny.region_elems; k++) {
+        uint32_t u;
+        memcpy(&u, &want[k], 4);
+        uint32_t r = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16;
+        float e;
+        memcpy(&e, &r, 4);
+        CHECK(e == region(0)[k]);
+        double rel = fabs((double)e - want[k]) / fabs((double)want[k]);
+        if (rel > worst) worst = rel;
+    }
+    // bf16 keeps 8 significant bits: round-to-nearest relative error <= 2^-8, and the test
+    // values need more than 8 bits, so the error must also be non-zero (the path converted)
+    CHECK(worst <= 1.0 / 256 && worst > 0.0);
+
+    // A file with the fused in-memory expert names loads too.
+    int h;
+    LONGS_EQUAL(QT_OK, qt_st_open(g_path, &h));
+    LONGS_EQUAL(QT_OK, qt_st_wopen(path_in("fused.safetensors", g_path2)));
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < kNP; i++) {
+            char name[256];
+            if (i == kGuParam || i == kDownParam) {
+                snprintf(name, sizeof name, "model.language_model.layers.0.mlp.experts.%s",
+                         i == kGuParam ? "gate_up_proj" : "down_proj");
+                if (pass == 0)
+                    LONGS_EQUAL(QT_OK, qt_st_wadd(name, QT_ST_F32, 3, kSpecs[i].s));
+                else
+                    LONGS_EQUAL(QT_OK, qt_st_wwrite(want + g_tiny.p[i].flat_offset, 4 * g_tiny.p[i].numel));
+            }
+        }
+        for (int32_t k = 0; k < qt_st_count(h); k++) {
+            const qt_st_tensor *t = qt_st_at(h, k);
+            if (strstr(t->name, ".experts.")) continue;
+            if (pass == 0) LONGS_EQUAL(QT_OK, qt_st_wadd(t->name, t->dtype, t->ndim, t->shape));
+            else LONGS_EQUAL(QT_OK, qt_st_wwrite(qt_st_data(h, t), t->end - t->begin));
+        }
+        if (pass == 0) LONGS_EQUAL(QT_OK, qt_st_wbegin());
+    }
+    LONGS_EQUAL(QT_OK, qt_st_wcommit());
+    qt_st_close(h);
+    memset(g_arena, 0, sizeof g_arena);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, g_path2, 0, NULL, NULL));
+    LONGS_EQUAL(-1, first_diff(want, region(0), g_tiny.region_elems));
+}
+
+TEST(io, optimizer_state_round_trip_and_hash_check)
+{
+    make_plan(0);
+    fill_region(0);
+    fill_region(2);
+    fill_region(3);
+    static float want[3][1 << 12];
+    for (int r = 0; r < 3; r++)
+        memcpy(want[r], region(r == 0 ? 0 : r + 1), 4 * g_tiny.region_elems);
+    const char *f = path_in("ck.safetensors");
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, f, 1, 42, 4200));
+    memset(g_arena, 0, sizeof g_arena);
+    int64_t step = 0, pos = 0;
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, f, 1, &step, &pos));
+    LONGS_EQUAL(42, step);
+    LONGS_EQUAL(4200, pos);
+    LONGS_EQUAL(-1, first_diff(want[0], region(0), g_tiny.region_elems));
+    LONGS_EQUAL(-1, first_diff(want[1], region(2), g_tiny.region_elems));
+    LONGS_EQUAL(-1, first_diff(want[2], region(3), g_tiny.region_elems));
+    int h;
+    LONGS_EQUAL(QT_OK, qt_st_open(f, &h));
+    STRCMP_EQUAL("qtrain-1", qt_st_meta(h, "format"));
+    STRCMP_EQUAL("0x0fedcba987654321", qt_st_meta(h, "plan_hash"));
+    STRCMP_EQUAL("test-io-next", qt_st_meta(h, "run_name"));
+    CHECK(qt_st_find(h, "optimizer.m.model.layers.0.mlp.experts.2.up_proj.weight") != NULL);
+    CHECK(qt_st_find(h, "optimizer.v.lm_head.weight") != NULL);
+    qt_st_close(h);
+
+    // weights only from an optimizer checkpoint: m/v untouched
+    memset(g_arena, 0, sizeof g_arena);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, f, 0, NULL, NULL));
+    LONGS_EQUAL(-1, first_diff(want[0], region(0), g_tiny.region_elems));
+    CHECK(region(2)[0] == 0.0f);
+
+    // another plan hash: refused, nothing written into the arena
+    g_tiny.plan.hash ^= 1;
+    memset(g_arena, 0, sizeof g_arena);
+    LONGS_EQUAL(QT_E_MISMATCH, qt_checkpoint_load(&g_tiny.plan, f, 1, NULL, NULL));
+    CHECK(has("0x0fedcba987654321") && has("0x0fedcba987654320"));
+    CHECK(region(0)[1] == 0.0f);
+}
+
+TEST(io, grads_use_gradient_region)
+{
+    make_plan(0);
+    fill_region(1);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save_grads(&g_tiny.plan, path_in("g.safetensors")));
+    static float buf[256];
+    LONGS_EQUAL(kV * kD, disk_tensor(g_path, "lm_head.weight", buf, 256));
+    MEMCMP_EQUAL(param(1, kNP - 1), buf, 4 * kV * kD);
+}
+
+TEST(io, atomic_save_keeps_old_file)
+{
+    make_plan(0);
+    fill_region(0);
+    const char *f = path_in("a.safetensors");
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, f, 0, 1, 1));
+    static unsigned char before[1 << 15], after[1 << 15];
+    size_t n = read_bytes(f, before, sizeof before);
+    CHECK(n > 2000);
+    // A real write failure: the file-size limit makes pwrite fail with EFBIG mid-way.
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 1000;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    fill_region(2);   // different content, so a partial overwrite would be visible
+    memcpy(region(0), region(2), 4 * g_tiny.region_elems);
+    int rc = qt_checkpoint_save(&g_tiny.plan, f, 1, 2, 2);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    LONGS_EQUAL(QT_E_IO, rc);
+    CHECK(has("write failed"));
+    CHECK(!exists(path_in("a.safetensors.tmp", g_path2)));
+    LONGS_EQUAL(n, read_bytes(f, after, sizeof after));
+    MEMCMP_EQUAL(before, after, n);
+    // and a save into a missing directory fails cleanly
+    LONGS_EQUAL(QT_E_IO, qt_checkpoint_save(&g_tiny.plan, "/nonexistent-qt/x.safetensors", 0, 0, 0));
+}
+
+// ---------------------------------------------------------------- bad files
+
+TEST(io, bad_safetensors_headers)
+{
+    struct { const char *json; size_t data; int64_t hlen; const char *msg; } cases[] = {
+        { "{}", 0, 100, "not sane" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", 4, -1, "bad safetensors header JSON" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[100],\"data_offsets\":[0,400]}}", 4, -1, "past the end" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, -1, "need 8" },
+        { "{\"a\":{\"dtype\":\"F33\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, -1, "unknown dtype" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+          "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, -1, "overlaps" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, -1, "hole" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+          "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, -1, "appears twice" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 12, -1, "trailing bytes" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 0, -1, "missing data_offsets" },
+    };
+    int h;
+    for (auto &c : cases) {
+        write_st_raw(path_in("bad.safetensors"), c.json, c.data, c.hlen);
+        LONGS_EQUAL(QT_E_FORMAT, qt_st_open(g_path, &h));
+        if (!has(c.msg) || !has(g_path))
+            FAIL(qt_io_last_error());
+    }
+    write_bytes(g_path, "\x05\0\0", 3);   // shorter than the length field
+    LONGS_EQUAL(QT_E_FORMAT, qt_st_open(g_path, &h));
+    CHECK(has("truncated header"));
+    // truncating a valid checkpoint by one byte is detected
+    make_plan(0);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, path_in("t.safetensors", g_path2), 0, 0, 0));
+    struct stat st;
+    CHECK(stat(g_path2, &st) == 0);
+    CHECK(truncate(g_path2, st.st_size - 1) == 0);
+    LONGS_EQUAL(QT_E_FORMAT, qt_checkpoint_load(&g_tiny.plan, g_path2, 0, NULL, NULL));
+    CHECK(has("past the end") && has("truncated"));
+}
+
+TEST(io, checkpoint_mismatches_change_nothing)
+{
+    make_plan(1);
+    fill_region(0);
+    const char *good = path_in("good.safetensors");
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, good, 0, 0, 0));
+    struct { mut m; const char *target; int code; const char *msg; } cases[] = {
+        { M_DROP, "model.language_model.layers.0.linear_attn.in_proj_z.weight", QT_E_MISMATCH,
+          "missing tensor model.language_model.layers.0.linear_attn.in_proj_z.weight" },
+        { M_EXTRA, "", QT_E_MISMATCH, "unexpected tensor model.bogus.weight" },
+        { M_RESHAPE, "model.language_model.layers.0.mlp.gate.weight", QT_E_MISMATCH,
+          "wrong shape: expected [3,4], file has [4,3]" },
+        { M_DTYPE_I32, "lm_head.weight", QT_E_MISMATCH, "unsupported dtype I32" },
+    };
+    for (auto &c : cases) {
+        rewrite(good, path_in("bad.safetensors", g_path2), c.m, c.target);
+        memset(g_arena, 0, sizeof g_arena);
+        LONGS_EQUAL(c.code, qt_checkpoint_load(&g_tiny.plan, g_path2, 0, NULL, NULL));
+        if (!has(c.msg) || !has(g_path2))
+            FAIL(qt_io_last_error());
+        for (int64_t k = 0; k < g_tiny.region_elems; k++)
+            CHECK(region(0)[k] == 0.0f);   // all-or-nothing
+    }
+    // mtp.* is skipped, not an error
+    rewrite(good, g_path2, M_MTP);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, g_path2, 0, NULL, NULL));
+    // a Next file is not a Qwen3.5 file
+    make_plan(0);
+    LONGS_EQUAL(QT_E_MISMATCH, qt_checkpoint_load(&g_tiny.plan, good, 0, NULL, NULL));
+    CHECK(has("missing tensor model.embed_tokens.weight"));
+}
+
+// ---------------------------------------------------------------- token data
+
+static void write_npy(const char *path, const char *descr, const void *payload, size_t n_elems,
+                      size_t width, const char *shape = NULL)
+{
+    static unsigned char buf[1 << 16];
+    char hdr[256], sh[64];
+    if (shape) snprintf(sh, sizeof sh, "%s", shape);
+    else snprintf(sh, sizeof sh, "(%zu,)", n_elems);
+    int hl = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                      descr, sh);
+    int total = 10 + hl + 1;
+    int pad = (64 - total % 64) % 64;
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (unsigned char)((hl + pad + 1) & 0xff);
+    buf[9] = (unsigned char)((hl + pad + 1) >> 8);
+    memcpy(buf + 10, hdr, (size_t)hl);
+    memset(buf + 10 + hl, ' ', (size_t)pad);
+    buf[10 + hl + pad] = '\n';
+    memcpy(buf + 10 + hl + pad + 1, payload, n_elems * width);
+    write_bytes(path, buf, (size_t)(10 + hl + pad + 1) + n_elems * width);
+}
+
+TEST(io, data_rule_npy_qttokens_raw)
+{
+    const int N = 50, S = 4, VOC = 1000;
+    uint16_t tok[N];
+    uint32_t tok32[N];
+    for (int i = 0; i < N; i++) { tok[i] = (uint16_t)(i * 7 % VOC); tok32[i] = tok[i]; }
+    static unsigned char q[24 + 4 * N];
+    memcpy(q, "QTTOKENS", 8);
+    uint32_t ver = 1, w = 4;
+    uint64_t cnt = N;
+    memcpy(q + 8, &ver, 4); memcpy(q + 12, &w, 4); memcpy(q + 16, &cnt, 8);
+    memcpy(q + 24, tok32, 4 * N);
+    write_npy(path_in("t.npy"), "<u2", tok, N, 2);
+    write_bytes(path_in("t.qtt", g_path2), q, sizeof q);
+    static char raw[256];
+    snprintf(raw, sizeof raw, "%s/t.raw", g_dir);
+    write_bytes(raw, tok, sizeof tok);
+    struct { const char *p; const char *dt; int bpt; } files[] = {
+        { g_path, NULL, 2 }, { g_path2, NULL, 4 }, { raw, "uint16", 2 } };
+    for (auto &fl : files) {
+        qt_data d;
+        LONGS_EQUAL(QT_OK, qt_data_open(&d, fl.p, fl.dt, VOC, S));
+        LONGS_EQUAL(N, d.n_tokens);
+        LONGS_EQUAL(fl.bpt, d.bytes_per_token);
+        LONGS_EQUAL((N - 1) / S, d.n_windows);
+        int32_t in[2 * S], tg[2 * S];
+        const int64_t step = 3, B = 5, first = 2;
+        qt_data_fill(&d, step, B, first, 2, S, in, tg);
+        for (int j = 0; j < 2; j++) {
+            int64_t win = (step * B + first + j) % ((N - 1) / S);   // SPEC.md section 2
+            for (int t = 0; t < S; t++) {
+                LONGS_EQUAL(tok[win * S + t], in[j * S + t]);
+                LONGS_EQUAL(tok[win * S + t + 1], tg[j * S + t]);
+            }
+        }
+        qt_data_close(&d);
+    }
+}
+
+TEST(io, embedded_corpus)
+{
+    qt_data d;
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, NULL, NULL, 256, 128));
+    CHECK(d.n_tokens >= 60000 && d.n_tokens <= 200000);
+    LONGS_EQUAL(1, d.bytes_per_token);
+    LONGS_EQUAL((d.n_tokens - 1) / 128, d.n_windows);
+    CHECK(memcmp(d.base, "                    GNU GENERAL PUBLIC LICENSE", 46) == 0);
+    int32_t in[128], tg[128];
+    qt_data_fill(&d, 0, 1, 1, 1, 128, in, tg);
+    LONGS_EQUAL(((const unsigned char *)d.base)[128], in[0]);
+    LONGS_EQUAL(((const unsigned char *)d.base)[129], tg[0]);
+    qt_data_close(&d);
+    LONGS_EQUAL(QT_E_ARG, qt_data_open(&d, NULL, NULL, 80, 16));
+    CHECK(has("vocab_size >= 256"));
+}
+
+TEST(io, bad_token_files)
+{
+    uint16_t tok[20];
+    for (int i = 0; i < 20; i++) tok[i] = (uint16_t)i;
+    float ftok[20] = { 0 };
+    int16_t neg[20] = { 0 };
+    neg[7] = -3;
+    qt_data d;
+    // float dtype
+    write_npy(path_in("f.npy"), "<f4", ftok, 20, 4);
+    LONGS_EQUAL(QT_E_FORMAT, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("not an integer") && has(g_path));
+    // big-endian integers are not accepted
+    write_npy(g_path, ">u2", tok, 20, 2);
+    LONGS_EQUAL(QT_E_FORMAT, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("unsupported .npy dtype '>u2'"));
+    // id out of range: first offending id and its position
+    write_npy(g_path, "<u2", tok, 20, 2);
+    LONGS_EQUAL(QT_E_RANGE, qt_data_open(&d, g_path, NULL, 9, 4));
+    CHECK(has("token id 9 at position 9"));
+    write_npy(g_path, "<i2", neg, 20, 2);
+    LONGS_EQUAL(QT_E_RANGE, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("token id -3 at position 7"));
+    // too short: 20 tokens, seq_len 20 needs 21
+    write_npy(g_path, "<u2", tok, 20, 2);
+    LONGS_EQUAL(QT_E_RANGE, qt_data_open(&d, g_path, NULL, 100, 20));
+    CHECK(has("need at least seq_len+1 = 21"));
+    // payload size does not match the shape
+    write_npy(g_path, "<u2", tok, 20, 2, "(21,)");
+    LONGS_EQUAL(QT_E_FORMAT, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("payload has 40 bytes"));
+    // bad QTTOKENS headers
+    unsigned char q[24 + 40];
+    memcpy(q, "QTTOKENS", 8);
+    uint32_t ver = 2, w = 2;
+    uint64_t cnt = 20;
+    memcpy(q + 8, &ver, 4); memcpy(q + 12, &w, 4); memcpy(q + 16, &cnt, 8);
+    memcpy(q + 24, tok, 40);
+    write_bytes(g_path, q, sizeof q);
+    LONGS_EQUAL(QT_E_FORMAT, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("bad QTTOKENS header: version 2"));
+    ver = 1; w = 3;
+    memcpy(q + 8, &ver, 4); memcpy(q + 12, &w, 4);
+    write_bytes(g_path, q, sizeof q);
+    LONGS_EQUAL(QT_E_FORMAT, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("3 bytes per token"));
+    write_bytes(g_path, q, 20);
+    LONGS_EQUAL(QT_E_FORMAT, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("bad QTTOKENS header"));
+    // unknown format, raw with odd size, unknown raw dtype
+    write_bytes(g_path, "hello world", 11);
+    LONGS_EQUAL(QT_E_FORMAT, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("unknown token file format"));
+    LONGS_EQUAL(QT_E_FORMAT, qt_data_open(&d, g_path, "uint16", 200, 4));
+    CHECK(has("not a multiple of 2"));
+    LONGS_EQUAL(QT_E_ARG, qt_data_open(&d, g_path, "int7", 200, 4));
+    LONGS_EQUAL(QT_E_IO, qt_data_open(&d, path_in("nope.npy"), NULL, 100, 4));
+}
+
+// ---------------------------------------------------------------- metrics
+
+TEST(io, metrics_line_format)
+{
+    qt_step_metrics m;
+    memset(&m, 0, sizeof m);
+    m.step = 3;
+    m.loss_f32 = 5.25f;
+    m.loss = m.loss_f32;
+    m.grad_norm = 0.1;
+    m.lr = 3e-3;
+    m.tokens_per_s = 1234.5;
+    m.step_seconds = 0.25;
+    m.tokens = 1024;
+    m.fingerprint = 0x0123456789abcdefull;
+    char buf[512] = { 0 };
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    qt_metrics_write(f, &m);
+    m.grad_norm = 1.0 / 0.0 * 0.0;   // NaN -> null
+    qt_metrics_write(f, &m);
+    fclose(f);
+    STRCMP_EQUAL("{\"step\":3,\"loss\":5.25,\"loss_bits\":\"0x40a80000\",\"grad_norm\":0.10000000000000001,"
+                 "\"lr\":0.0030000000000000001,\"tokens_per_s\":1234.5,\"step_s\":0.25,\"tokens\":1024,"
+                 "\"fingerprint\":\"0x0123456789abcdef\"}\n"
+                 "{\"step\":3,\"loss\":5.25,\"loss_bits\":\"0x40a80000\",\"grad_norm\":null,"
+                 "\"lr\":0.0030000000000000001,\"tokens_per_s\":1234.5,\"step_s\":0.25,\"tokens\":1024,"
+                 "\"fingerprint\":\"0x0123456789abcdef\"}\n", buf);
+    char line[256] = { 0 };
+    f = fmemopen(line, sizeof line - 1, "w");
+    m.grad_norm = 0.5;
+    qt_progress_print(f, &m, 10);
+    fclose(f);
+    CHECK(strstr(line, "step 4/10") && strstr(line, "loss 5.250000") && strstr(line, "tokens/s"));
+}

@@ -1,0 +1,356 @@
+// test_kernels_basic.cpp - the basic kernels (matmul, rmsnorm, embed, xent, elementwise):
+//  (a) double build vs central finite differences in double,
+//  (b) float build vs double build on the same float-representable inputs,
+//  (c) optimised vs scalar matmul bit identity on awkward sizes, plus a GFLOP/s print.
+// Every backward is checked through the scalar L = sum(out * R) with random R, so dL/din is
+// what the backward kernel must produce when fed dout = R.
+// Tolerances:
+//  - FD: 1e-6 relative to the gradient's max |value|. Central differences with h = 1e-6 have
+//    truncation error ~h^2 |f'''| ~ 1e-12 and cancellation error ~1e-16 |L| / h ~ 1e-9.
+//  - float vs double: 1e-5 relative to the max |value| (a few float ulps through short
+//    reductions of <= 64 terms, each ~6e-8 relative).
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <vector>
+#include "CppUTest/TestHarness.h"
+#include "qt_test_util.h"
+
+extern "C" {
+#include "qt_ops.h"
+#include "kernels/elementwise.h"
+#include "kernels/embed.h"
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/xent.h"
+}
+
+namespace {
+
+typedef std::vector<double> vd;
+typedef std::vector<float> vf;
+
+const double FD_TOL = 1e-6;
+const double F32_TOL = 1e-5;
+
+// Random values rounded to float so the float kernel sees exactly the double inputs.
+vd rnd(size_t n, uint64_t *s, double scale = 1.0)
+{
+    vd v(n);
+    for (size_t i = 0; i < n; i++) v[i] = (double)(float)(scale * qt_test_rand(s));
+    return v;
+}
+
+vf to_f(const vd &v)
+{
+    vf f(v.size());
+    for (size_t i = 0; i < v.size(); i++) f[i] = (float)v[i];
+    return f;
+}
+
+double dot(const vd &a, const vd &b)
+{
+    double s = 0;
+    for (size_t i = 0; i < a.size(); i++) s += a[i] * b[i];
+    return s;
+}
+
+// Central differences of loss() w.r.t. every element of x, compared with grad.
+template <class F>
+double fd_check(const char *what, F loss, vd &x, const vd &grad)
+{
+    const double h = 1e-6;
+    vd num(x.size());
+    for (size_t i = 0; i < x.size(); i++) {
+        double keep = x[i];
+        x[i] = keep + h;
+        double lp = loss();
+        x[i] = keep - h;
+        double lm = loss();
+        x[i] = keep;
+        num[i] = (lp - lm) / (2 * h);
+    }
+    double e = qt_test_rel_err_f64(what, grad.data(), num.data(), num.size(), FD_TOL);
+    printf("\n  %-28s FD rel err %.2e", what, e);
+    return e;
+}
+
+double f32_check(const char *what, const vf &got, const vd &want)
+{
+    double e = qt_test_rel_err_f32(what, got.data(), want.data(), want.size(), F32_TOL);
+    printf("\n  %-28s f32 vs f64 rel err %.2e", what, e);
+    return e;
+}
+
+double now_s()
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+} // namespace
+
+TEST_GROUP(KernelsBasic) {};
+
+TEST(KernelsBasic, MatmulFdAndF32)
+{
+    uint64_t s = 11;
+    const int64_t M = 5, N = 4, K = 7;
+    vd x = rnd(M * K, &s), w = rnd(N * K, &s), R = rnd(M * N, &s);
+    vd y(M * N);
+    auto loss = [&]() { qt_matmul_fwd_f64(y.data(), x.data(), w.data(), M, N, K); return dot(y, R); };
+    // Accumulation: start from a non-zero base and subtract it afterwards.
+    vd base = rnd(M * K, &s), dx = base, dw0 = rnd(N * K, &s), dw = dw0;
+    qt_matmul_bwd_data_f64(dx.data(), R.data(), w.data(), M, N, K);
+    qt_matmul_wgrad_f64(dw.data(), R.data(), x.data(), M, N, K);
+    for (size_t i = 0; i < dx.size(); i++) dx[i] -= base[i];
+    for (size_t i = 0; i < dw.size(); i++) dw[i] -= dw0[i];
+    CHECK(fd_check("matmul dx", loss, x, dx) <= FD_TOL);
+    CHECK(fd_check("matmul dw", loss, w, dw) <= FD_TOL);
+
+    // float vs double, on a size that uses the vector edge paths (contraction 70)
+    const int64_t M2 = 13, N2 = 37, K2 = 70;
+    vd x2 = rnd(M2 * K2, &s), w2 = rnd(N2 * K2, &s), dy2 = rnd(M2 * N2, &s);
+    vd y2(M2 * N2), dx2(M2 * K2, 0.0), dw2(N2 * K2, 0.0);
+    qt_matmul_fwd_f64(y2.data(), x2.data(), w2.data(), M2, N2, K2);
+    qt_matmul_bwd_data_f64(dx2.data(), dy2.data(), w2.data(), M2, N2, K2);
+    qt_matmul_wgrad_f64(dw2.data(), dy2.data(), x2.data(), M2, N2, K2);
+    vf fx = to_f(x2), fw = to_f(w2), fdy = to_f(dy2), fy(M2 * N2), fdx(M2 * K2, 0.f), fdw(N2 * K2, 0.f);
+    qt_matmul_fwd(fy.data(), fx.data(), fw.data(), M2, N2, K2);
+    qt_matmul_bwd_data(fdx.data(), fdy.data(), fw.data(), M2, N2, K2);
+    qt_matmul_wgrad(fdw.data(), fdy.data(), fx.data(), M2, N2, K2);
+    CHECK(f32_check("matmul y", fy, y2) <= F32_TOL);
+    CHECK(f32_check("matmul dx", fdx, dx2) <= F32_TOL);
+    CHECK(f32_check("matmul dw", fdw, dw2) <= F32_TOL);
+}
+
+// Optimised vs scalar reference: must be bit-identical (same FMA chain per element).
+// Sizes straddle the vector width (16), strip (32), row tile (12) and block (256) edges.
+TEST(KernelsBasic, MatmulOptimisedBitIdentical)
+{
+    const int64_t sz[] = {1, 3, 17, 33, 65, 100, 257, 300};
+    const int ns = (int)(sizeof sz / sizeof sz[0]);
+    uint64_t s = 5;
+    vf A(300 * 300), B(300 * 300), C1(300 * 300), C2(300 * 300);
+    for (auto &v : A) v = (float)qt_test_rand(&s);
+    for (auto &v : B) v = (float)qt_test_rand(&s);
+    long bad = 0, cases = 0;
+    for (int a = 0; a < ns; a++)
+        for (int b = 0; b < ns; b++)
+            for (int c = 0; c < ns; c++) {
+                int64_t M = sz[a], N = sz[b], K = sz[c];
+                if (M * N * K > 4000000) continue; // keep the scalar reference quick
+                qt_matmul_fwd(C1.data(), A.data(), B.data(), M, N, K);
+                qt_matmul_fwd_ref(C2.data(), A.data(), B.data(), M, N, K);
+                bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * N)) != 0;
+                for (int64_t i = 0; i < M * K; i++) C1[i] = C2[i] = B[i + 1];
+                qt_matmul_bwd_data(C1.data(), A.data(), B.data(), M, N, K);
+                qt_matmul_bwd_data_ref(C2.data(), A.data(), B.data(), M, N, K);
+                bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * K)) != 0;
+                for (int64_t i = 0; i < N * K; i++) C1[i] = C2[i] = B[i + 2];
+                qt_matmul_wgrad(C1.data(), A.data(), B.data(), M, N, K);
+                qt_matmul_wgrad_ref(C2.data(), A.data(), B.data(), M, N, K);
+                bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(N * K)) != 0;
+                cases += 3;
+            }
+    printf("\n  matmul opt vs ref: %ld cases, %ld differ", cases, bad);
+    LONGS_EQUAL(0, bad);
+}
+
+// Not a timed test: prints GFLOP/s (best of 3) for the shapes named in the brief.
+TEST(KernelsBasic, MatmulBenchPrint)
+{
+    const int64_t sh[][3] = {{256, 512, 512}, {1024, 512, 512}, {1024, 512, 2048}, {1024, 4096, 512}};
+    static float A[1024 * 4096], B[4096 * 2048], C[1024 * 4096];
+    uint64_t s = 9;
+    for (auto &v : A) v = (float)qt_test_rand(&s);
+    for (auto &v : B) v = (float)qt_test_rand(&s);
+    for (auto &d : sh) {
+        int64_t M = d[0], N = d[1], K = d[2];
+        double fl = 2.0 * (double)(M * N * K), best[3] = {1e9, 1e9, 1e9};
+        for (int r = 0; r < 3; r++) {
+            double t0 = now_s();
+            qt_matmul_fwd(C, A, B, M, N, K);
+            double t1 = now_s();
+            qt_matmul_bwd_data(A, C, B, M, N, K);
+            double t2 = now_s();
+            qt_matmul_wgrad(B, C, A, M, N, K);
+            double t3 = now_s();
+            best[0] = fmin(best[0], t1 - t0);
+            best[1] = fmin(best[1], t2 - t1);
+            best[2] = fmin(best[2], t3 - t2);
+            for (int64_t i = 0; i < M * K; i++) A[i] = (float)qt_test_rand(&s); // keep finite
+            for (int64_t i = 0; i < N * K; i++) B[i] = (float)qt_test_rand(&s);
+        }
+        printf("\n  matmul M=%ld N=%ld K=%ld: fwd %.1f, bwd_data %.1f, wgrad %.1f GFLOP/s",
+               (long)M, (long)N, (long)K, fl / best[0] * 1e-9, fl / best[1] * 1e-9,
+               fl / best[2] * 1e-9);
+        CHECK(best[0] > 0.0);
+    }
+}
+
+static void rmsnorm_case(int flags)
+{
+    uint64_t s = 21 + (uint64_t)flags;
+    const int64_t R = 4, n = 6, xs = 8, ys = 7; // strided rows, gaps must stay untouched
+    const double eps = 1e-6;
+    vd x = rnd(R * xs, &s), w = rnd(n, &s), Rw = rnd(R * ys, &s);
+    vd y(R * ys, 0.0), rstd(R);
+    auto loss = [&]() {
+        qt_rmsnorm_fwd_f64(y.data(), rstd.data(), x.data(), w.data(), R, n, xs, ys, flags, eps);
+        double L = 0;
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t i = 0; i < n; i++) L += y[r * ys + i] * Rw[r * ys + i];
+        return L;
+    };
+    loss();
+    vd dy(R * ys, 0.0);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t i = 0; i < n; i++) dy[r * ys + i] = Rw[r * ys + i];
+    vd base = rnd(R * xs, &s), dx = base, dw(n, 0.0);
+    qt_rmsnorm_bwd_f64(dx.data(), dy.data(), x.data(), w.data(), rstd.data(), R, n, xs, ys, flags);
+    qt_rmsnorm_wgrad_f64(dw.data(), dy.data(), x.data(), rstd.data(), R, n, xs, ys);
+    for (size_t i = 0; i < dx.size(); i++) dx[i] -= base[i];
+    // FD over the whole strided buffer: gap elements must have zero gradient on both sides
+    CHECK(fd_check(flags ? "rmsnorm(zc) dx" : "rmsnorm dx", loss, x, dx) <= FD_TOL);
+    CHECK(fd_check(flags ? "rmsnorm(zc) dw" : "rmsnorm dw", loss, w, dw) <= FD_TOL);
+
+    vf fx = to_f(x), fw = to_f(w), fdy = to_f(dy), fy(R * ys, 0.f), frstd(R), fdx(R * xs, 0.f), fdw(n, 0.f);
+    vd y2(R * ys, 0.0), dx2(R * xs, 0.0);
+    qt_rmsnorm_fwd_f64(y2.data(), rstd.data(), x.data(), w.data(), R, n, xs, ys, flags, (double)1e-6f);
+    qt_rmsnorm_bwd_f64(dx2.data(), dy.data(), x.data(), w.data(), rstd.data(), R, n, xs, ys, flags);
+    qt_rmsnorm_fwd(fy.data(), frstd.data(), fx.data(), fw.data(), R, n, xs, ys, flags, 1e-6f);
+    qt_rmsnorm_bwd(fdx.data(), fdy.data(), fx.data(), fw.data(), frstd.data(), R, n, xs, ys, flags);
+    qt_rmsnorm_wgrad(fdw.data(), fdy.data(), fx.data(), frstd.data(), R, n, xs, ys);
+    CHECK(f32_check("rmsnorm y", fy, y2) <= F32_TOL);
+    CHECK(f32_check("rmsnorm rstd", frstd, rstd) <= F32_TOL);
+    CHECK(f32_check("rmsnorm dx", fdx, dx2) <= F32_TOL);
+    CHECK(f32_check("rmsnorm dw", fdw, dw) <= F32_TOL);
+}
+
+TEST(KernelsBasic, RmsnormFdAndF32) { rmsnorm_case(0); }
+TEST(KernelsBasic, RmsnormZeroCentredFdAndF32) { rmsnorm_case(QT_RMSNORM_ZERO_CENTRED); }
+
+TEST(KernelsBasic, EmbedFdAndF32)
+{
+    uint64_t s = 31;
+    const int64_t T = 7, d = 5, V = 6;
+    const int32_t tok[T] = {3, 1, 3, 0, 5, 3, 1}; // repeats exercise the scatter-add
+    vd w = rnd(V * d, &s), Rw = rnd(T * d, &s), x(T * d);
+    auto loss = [&]() { qt_embed_fwd_f64(x.data(), tok, w.data(), T, d, V); return dot(x, Rw); };
+    vd dw(V * d, 0.0);
+    qt_embed_wgrad_f64(dw.data(), Rw.data(), tok, T, d, V);
+    CHECK(fd_check("embed dw", loss, w, dw) <= FD_TOL);
+    vf fw = to_f(w), fR = to_f(Rw), fx(T * d), fdw(V * d, 0.f);
+    loss();
+    qt_embed_fwd(fx.data(), tok, fw.data(), T, d, V);
+    qt_embed_wgrad(fdw.data(), fR.data(), tok, T, d, V);
+    CHECK(f32_check("embed x", fx, x) <= 0.0);      // a gather is exact
+    CHECK(f32_check("embed dw", fdw, dw) <= F32_TOL);
+}
+
+TEST(KernelsBasic, XentFdAndF32)
+{
+    uint64_t s = 41;
+    const int64_t b = 2, S = 3, V = 9;
+    const int32_t tg[b * S] = {0, 8, 4, 4, 2, 7};
+    vd l = rnd(b * S * V, &s, 6.0), dl(b * S * V), ls(b);
+    auto loss = [&]() {
+        vd g(b * S * V);
+        qt_xent_f64(ls.data(), g.data(), l.data(), tg, b, S, V);
+        return ls[0] + ls[1];
+    };
+    qt_xent_f64(ls.data(), dl.data(), l.data(), tg, b, S, V);
+    // loss value against an independent direct formula
+    for (int64_t q = 0; q < b; q++) {
+        double want = 0;
+        for (int64_t t = q * S; t < (q + 1) * S; t++) {
+            double z = 0;
+            for (int64_t v = 0; v < V; v++) z += exp(l[t * V + v]);
+            want += log(z) - l[t * V + tg[t]];
+        }
+        DOUBLES_EQUAL(want, ls[q], 1e-12 * fabs(want)); // double rounding only
+    }
+    CHECK(fd_check("xent dlogits", loss, l, dl) <= FD_TOL);
+    vf fl = to_f(l), fdl(b * S * V), fls(b);
+    qt_xent(fls.data(), fdl.data(), fl.data(), tg, b, S, V);
+    CHECK(f32_check("xent loss", fls, ls) <= F32_TOL);
+    CHECK(f32_check("xent dlogits", fdl, dl) <= F32_TOL);
+    // stability: huge logits must not overflow
+    float big[4] = {1000.f, 999.f, -1000.f, 998.f}, g[4], lsum;
+    int32_t t1 = 1;
+    qt_xent(&lsum, g, big, &t1, 1, 1, 4);
+    CHECK(isfinite(lsum) && isfinite(g[0]));
+    // lse ~ 1000.4 is rounded to float (ulp 6.1e-5) before subtracting 999: 2 ulp there
+    DOUBLES_EQUAL(1.0 + log(1.0 + exp(-1.0) + exp(-2.0)), lsum, 1.25e-4);
+}
+
+TEST(KernelsBasic, SwigluFdAndF32)
+{
+    uint64_t s = 51;
+    const int64_t n = 11;
+    vd a = rnd(n, &s, 4.0), u = rnd(n, &s, 2.0), Rw = rnd(n, &s), h(n);
+    auto loss = [&]() { qt_swiglu_fwd_f64(h.data(), a.data(), u.data(), n); return dot(h, Rw); };
+    vd b1 = rnd(n, &s), b2 = rnd(n, &s), da = b1, du = b2;
+    qt_swiglu_bwd_f64(da.data(), du.data(), Rw.data(), a.data(), u.data(), n);
+    for (int64_t i = 0; i < n; i++) { da[i] -= b1[i]; du[i] -= b2[i]; }
+    CHECK(fd_check("swiglu da", loss, a, da) <= FD_TOL);
+    CHECK(fd_check("swiglu du", loss, u, du) <= FD_TOL);
+    loss();
+    vf fa = to_f(a), fu = to_f(u), fR = to_f(Rw), fh(n), fda(n, 0.f), fdu(n, 0.f);
+    qt_swiglu_fwd(fh.data(), fa.data(), fu.data(), n);
+    qt_swiglu_bwd(fda.data(), fdu.data(), fR.data(), fa.data(), fu.data(), n);
+    CHECK(f32_check("swiglu h", fh, h) <= F32_TOL);
+    CHECK(f32_check("swiglu da", fda, da) <= F32_TOL);
+    CHECK(f32_check("swiglu du", fdu, du) <= F32_TOL);
+}
+
+static void gate_case(int mode)
+{
+    uint64_t s = 61 + (uint64_t)mode;
+    const int64_t T = 3, H = 2, hd = 3, n = H * hd;
+    const int64_t ng = mode == QT_GATE_HEADS ? T * 2 * n : T;
+    vd x = rnd(T * n, &s), g = rnd(ng, &s, 4.0), Rw = rnd(T * n, &s), y(T * n);
+    auto loss = [&]() {
+        qt_sigmoid_gate_fwd_f64(y.data(), x.data(), g.data(), T, n, mode, hd);
+        return dot(y, Rw);
+    };
+    vd b1 = rnd(T * n, &s), b2 = rnd(ng, &s), dx = b1, dg = b2;
+    qt_sigmoid_gate_bwd_f64(dx.data(), dg.data(), Rw.data(), x.data(), g.data(), T, n, mode, hd);
+    for (size_t i = 0; i < dx.size(); i++) dx[i] -= b1[i];
+    for (size_t i = 0; i < dg.size(); i++) dg[i] -= b2[i];
+    // In HEADS mode the q half of the gate source must get exactly zero gradient.
+    CHECK(fd_check(mode ? "gate(row) dx" : "gate(heads) dx", loss, x, dx) <= FD_TOL);
+    CHECK(fd_check(mode ? "gate(row) dgate" : "gate(heads) dgate", loss, g, dg) <= FD_TOL);
+    loss();
+    vf fx = to_f(x), fg = to_f(g), fR = to_f(Rw), fy(T * n), fdx(T * n, 0.f), fdg(ng, 0.f);
+    qt_sigmoid_gate_fwd(fy.data(), fx.data(), fg.data(), T, n, mode, hd);
+    qt_sigmoid_gate_bwd(fdx.data(), fdg.data(), fR.data(), fx.data(), fg.data(), T, n, mode, hd);
+    CHECK(f32_check("gate y", fy, y) <= F32_TOL);
+    CHECK(f32_check("gate dx", fdx, dx) <= F32_TOL);
+    CHECK(f32_check("gate dgate", fdg, dg) <= F32_TOL);
+}
+
+TEST(KernelsBasic, SigmoidGateHeadsFdAndF32) { gate_case(QT_GATE_HEADS); }
+TEST(KernelsBasic, SigmoidGateRowFdAndF32) { gate_case(QT_GATE_ROW); }
+
+TEST(KernelsBasic, ZeroAddAcc)
+{
+    uint64_t s = 71;
+    vd a = rnd(9, &s), b = rnd(9, &s);
+    vf fa = to_f(a), fb = to_f(b), y(9, 7.f), d = fa;
+    qt_add(y.data(), fa.data(), fb.data(), 9);
+    qt_acc(d.data(), fb.data(), 9);
+    for (int i = 0; i < 9; i++) {
+        DOUBLES_EQUAL((double)(fa[i] + fb[i]), y[i], 0.0); // one float add, exact match
+        DOUBLES_EQUAL((double)(fa[i] + fb[i]), d[i], 0.0);
+    }
+    qt_zero(y.data(), 9);
+    int32_t iz[3] = {1, 2, 3};
+    qt_zero_i32(iz, 3);
+    for (int i = 0; i < 9; i++) DOUBLES_EQUAL(0.0, y[i], 0.0);
+    LONGS_EQUAL(0, iz[0] | iz[1] | iz[2]);
+}
