@@ -24,7 +24,7 @@ DETFLAGS := -ffp-contract=off -fno-fast-math
 WARN := -Wall -Wextra -Werror
 CFLAGS_FW := -std=c11 -O2 $(ARCH) $(DETFLAGS) $(WARN) -D_GNU_SOURCE -Ifirmware/include -Ifirmware
 CFLAGS_HOST := -std=c11 -O2 $(WARN) -D_GNU_SOURCE -Iconfiggen/src -Ifirmware/include
-CXXFLAGS_TEST := -std=c++17 -O1 $(ARCH) $(DETFLAGS) -Wall -Wextra -Ifirmware/include -Ifirmware -Itests/unit -Itests
+CXXFLAGS_TEST := -std=c++17 -O1 $(ARCH) $(DETFLAGS) -Wall -Wextra -Ifirmware/include -Ifirmware -Iconfiggen/src -Itests/unit -Itests
 
 BUILD := build
 RUNS := $(sort $(basename $(notdir $(wildcard configgen/configs/runs/*.yml))))

@@ -1,0 +1,246 @@
+/* qt_cg.h - configgen's data model and library interface (host tool, not firmware).
+ *
+ * configgen turns a layered YAML config (base.yml, models/<model>.yml, runs/<run>.yml,
+ * key=value overrides) into the static plan tables of firmware/include/qt_plan.h:
+ *   yaml -> config (known keys, types, layering) -> settings (validated, resolved) ->
+ *   graph (forward ops, then reverse-mode backward) -> layout (flat regions + liveness
+ *   planner) -> hash -> emitted files (plan.h, plan.c, plan_main.c, plan.txt).
+ * Invariants: every public symbol is prefixed qt_cg_; every function that can fail returns
+ * 0 on success or -1 after writing one message into (err, errlen); on any error nothing is
+ * written to the output directory. The host may use malloc; allocation failure aborts.
+ */
+#ifndef QT_CG_H
+#define QT_CG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "qt_plan.h"
+#include "qt_ops.h"
+
+#define QT_CG_VERSION "0.1.0"
+
+/* ---- utilities (qt_cg_util.c) ------------------------------------------------------- */
+
+/* Format a message into err (if non-NULL) and return -1, so callers write
+ * `return qt_cg_fail(err, errlen, ...)`. */
+int qt_cg_fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void *qt_cg_alloc(size_t bytes);                       /* zeroed; aborts when out of memory */
+void *qt_cg_grow(void *p, int *cap, int need, size_t elem); /* amortised array growth */
+char *qt_cg_strdup(const char *s);
+
+/* Growable text buffer; p is always NUL-terminated. */
+typedef struct qt_cg_buf {
+    char *p;
+    size_t n, cap;
+} qt_cg_buf;
+void qt_cg_buf_printf(qt_cg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void qt_cg_buf_free(qt_cg_buf *b);
+
+int qt_cg_edit_distance(const char *a, const char *b);
+/* Read a whole file into a fresh NUL-terminated buffer. */
+int qt_cg_read_file(const char *path, char **text, char *err, size_t errlen);
+/* Format a float as a C literal that round-trips ("1e-06f", "10000.0f"). */
+void qt_cg_float_literal(char *out, size_t n, float v);
+
+/* ---- YAML subset (qt_cg_yaml.c) ------------------------------------------------------ */
+
+enum { QT_CG_SCALAR = 0, QT_CG_LIST = 1 };
+
+typedef struct qt_cg_val {
+    int kind;                  /* QT_CG_SCALAR or QT_CG_LIST */
+    int quoted;                /* scalar was written in quotes (always a string) */
+    char *s;                   /* scalar text (unquoted) */
+    struct qt_cg_val *items;   /* list items */
+    int n;
+} qt_cg_val;
+
+typedef struct qt_cg_entry {
+    char *key;
+    qt_cg_val val;
+    int line;
+} qt_cg_entry;
+
+typedef struct qt_cg_doc {
+    char *file;
+    qt_cg_entry *e;
+    int n, cap;
+} qt_cg_doc;
+
+/* Parse `text` (the contents of `file`) as flat `key: value` lines. Errors are
+ * "file:line: ...". */
+int qt_cg_yaml_parse(const char *file, const char *text, qt_cg_doc *out, char *err, size_t errlen);
+/* Parse one value (a command-line override's right-hand side); the whole text must be used. */
+int qt_cg_yaml_parse_value(const char *where, const char *text, qt_cg_val *out, char *err,
+                           size_t errlen);
+void qt_cg_val_free(qt_cg_val *v);
+void qt_cg_doc_free(qt_cg_doc *d);
+/* Render a value back to YAML flow text (for messages and plan.txt). */
+void qt_cg_val_render(const qt_cg_val *v, qt_cg_buf *b);
+
+/* ---- layered config (qt_cg_config.c) ------------------------------------------------- */
+
+enum { QT_CG_T_BOOL = 0, QT_CG_T_INT, QT_CG_T_FLOAT, QT_CG_T_STR, QT_CG_T_LIST };
+
+typedef struct qt_cg_known {
+    const char *key;           /* points into the base doc */
+    int type;                  /* inferred from the base.yml value */
+    const qt_cg_val *val;      /* current (last applied) value */
+    char where[300];           /* "file:line" or "command line" of the current value */
+} qt_cg_known;
+
+typedef struct qt_cg_config {
+    qt_cg_doc base, model, run;
+    int have_model;
+    qt_cg_val *over;           /* parsed override values */
+    char **over_keys;
+    int n_over;
+    qt_cg_known *k;            /* one per base.yml key, in base order */
+    int n;
+    char run_name[128];
+    char model_name[128];
+    char *files[3];            /* base, model (or NULL), run paths as given */
+} qt_cg_config;
+
+/* Load base.yml and models/<model_name>.yml from configs_dir, the run file, then the
+ * overrides ("key=value"). run_name defaults to the run file's stem. */
+int qt_cg_config_load(qt_cg_config *c, const char *configs_dir, const char *run_path, int n_over,
+                      char *const *over, char *err, size_t errlen);
+void qt_cg_config_free(qt_cg_config *c);
+const qt_cg_known *qt_cg_config_find(const qt_cg_config *c, const char *key);
+
+/* ---- validated settings (qt_cg_settings.c) ------------------------------------------- */
+
+#define QT_CG_MAX_RULE_AXES 12
+/* MaxText mesh axes (research/maxtext.md 3.1); those qtrain lacks have size 1. */
+#define QT_CG_N_MT_AXES 12
+
+typedef struct qt_cg_rule {
+    const char *name;          /* logical axis name (points into the config) */
+    int n;
+    int axes[QT_CG_MAX_RULE_AXES]; /* MaxText mesh axis ids (qt_cg_mt_axis_names) */
+} qt_cg_rule;
+
+typedef struct qt_cg_settings {
+    char run_name[128];
+    char cname[128];           /* run_name with non-alphanumerics -> '_' */
+    char model_name[128];
+    qt_model_dims m;
+    qt_train_cfg tr;
+    int32_t mesh[QT_MESH_COUNT];
+    int32_t n_ranks, shard_mode, zero1;
+    double lb_weight;
+    int use_mrope;
+    qt_cg_rule *rules;
+    int n_rules;
+    char unused[512];          /* accepted-but-unused keys that were set (vision tower) */
+} qt_cg_settings;
+
+int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
+void qt_cg_settings_free(qt_cg_settings *s);
+
+/* ---- sharding (qt_cg_shard.c) -------------------------------------------------------- */
+
+extern const char *const qt_cg_mt_axis_names[QT_CG_N_MT_AXES];
+/* MaxText mesh axis id -> enum qt_mesh_axis, or -1 when qtrain lacks the axis. */
+int qt_cg_mt_to_qt(int mt_axis);
+int qt_cg_mt_axis_id(const char *name);    /* -1 if unknown */
+
+/* Logical axis ids stored in qt_tensor.axes (0 = none/replicated). */
+enum qt_cg_lax {
+    QT_LAX_NONE = 0,
+    QT_LAX_ACT_BATCH, QT_LAX_ACT_NORM_LENGTH, QT_LAX_ACT_EMBED, QT_LAX_ACT_LENGTH,
+    QT_LAX_ACT_EMBED_LOGITS_BATCH, QT_LAX_ACT_VOCAB, QT_LAX_ACT_KV_BATCH,
+    QT_LAX_ACT_LENGTH_ATTN, QT_LAX_ACT_KV_HEADS, QT_LAX_ACT_KV_HEAD_DIM, QT_LAX_ACT_MLP,
+    QT_LAX_VOCAB, QT_LAX_EMBED_VOCAB, QT_LAX_EMBED, QT_LAX_GDN_HEAD, QT_LAX_Q_HEADS,
+    QT_LAX_KV_HEADS, QT_LAX_MLP, QT_LAX_EXP, QT_LAX_EMBED_MOE, QT_LAX_MLP_MOE,
+    QT_LAX_COUNT
+};
+extern const char *const qt_cg_lax_names[QT_LAX_COUNT];
+
+/* Resolve logical axis names to mesh axes with MaxText semantics: rules in order; a rule
+ * applies to the (first) dim with its name only if that dim is unassigned and none of its
+ * mesh axes is already used by another dim; size-1 axes are dropped afterwards.
+ * names[i] may be NULL (replicated). spec[i] receives a bitmask of enum qt_mesh_axis;
+ * desc (optional, ndim strings of 64 bytes) receives e.g. "(fsdp,expert)" or "-". */
+void qt_cg_resolve(const qt_cg_rule *rules, int n_rules, const int32_t mesh[QT_MESH_COUNT],
+                   int ndim, const char *const *names, uint8_t *spec, char (*desc)[64]);
+
+/* ---- graph (qt_cg_graph.c, qt_cg_autodiff.c, qt_cg_slots.c) ------------------------- */
+
+typedef struct qt_cg_tensor {
+    qt_tensor t;               /* t.name owned by the graph */
+    int param;                 /* index into params or -1 */
+    int whole;                 /* live for the whole microbatch schedule */
+    int first, last;           /* op index range in mb_ops (-1: unused) */
+} qt_cg_tensor;
+
+typedef struct qt_cg_graph {
+    const qt_cg_settings *s;
+    qt_cg_tensor *ts;
+    int nt, capt;
+    qt_param *ps;
+    int np, capp;
+    qt_op *init;
+    int ninit, capinit;
+    qt_op *mb;
+    int nmb, capmb;
+    int n_fwd;                 /* mb ops [0, n_fwd) are the forward */
+    int32_t tokens, targets, loss_seq, lb_seq, table;
+    /* layout (qt_cg_memplan.c) */
+    int64_t n_param_elems, params_offset, grads_offset, adam_m_offset, adam_v_offset;
+    int32_t n_tree_levels;
+    int64_t tree_offset[QT_MAX_TREE_LEVELS];
+    int64_t leaf_scratch_offset, leaf_scratch_elems;
+    int64_t act_offset, act_peak, arena_bytes;
+    uint64_t hash;
+} qt_cg_graph;
+
+/* Slot roles per op kind: one char per t[] slot: 'w' writes, 'a' accumulates, 'r' reads an
+ * activation, 'p' reads a parameter, 's' kernel scratch, '-' unused. */
+const char *qt_cg_op_slots(int kind);
+const char *qt_cg_op_name(int kind);
+
+int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen);
+int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen);
+void qt_cg_graph_free(qt_cg_graph *g);
+
+/* Internal helpers shared by graph and autodiff. */
+int32_t qt_cg_add_tensor(qt_cg_graph *g, const char *name, int role, int dtype, int ndim,
+                         const int64_t *shape, const uint8_t *axes);
+qt_op *qt_cg_emit_op(qt_cg_graph *g, int init, int kind);
+
+/* ---- memory (qt_cg_memplan.c) -------------------------------------------------------- */
+
+int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen);
+/* Check the plan invariants (alignment, bounds, no overlap of live tensors, flat regions);
+ * returns 0 or -1 with the first violation in err. */
+int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen);
+
+/* Check the schedules (qt_cg_check.c): every slot a kind uses is set and no other; a tensor
+ * read or accumulated into was written earlier (parameters, inputs and the init-written
+ * table count as written); 'p' slots hold parameters; WGRAD ops carry QT_OPF_WGRAD and
+ * name their parameters in a[8]/a[9]; each parameter has exactly one WGRAD producer. */
+int qt_cg_check_schedule(const qt_cg_graph *g, char *err, size_t errlen);
+
+/* ---- emission (qt_cg_emit.c, qt_cg_report.c, qt_cg_hash.c) -------------------------- */
+
+uint64_t qt_cg_hash(const qt_cg_graph *g);
+void qt_cg_emit_plan_h(const qt_cg_graph *g, const char *banner, qt_cg_buf *b);
+void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b);
+void qt_cg_emit_plan_main(const qt_cg_graph *g, const char *banner, qt_cg_buf *b);
+void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b);
+
+/* ---- driver (qt_cg_generate.c) ------------------------------------------------------- */
+
+/* Everything up to (not including) writing files; fills c, s and g (free with
+ * qt_cg_plan_free). configs_dir NULL: found from the run file (../base.yml, ./base.yml) or
+ * configgen/configs. */
+int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
+                     char *const *over, qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g,
+                     char *err, size_t errlen);
+void qt_cg_plan_free(qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g);
+/* The command line: argv[0] ignored, [-o outdir] <run.yml> [key=value ...]. */
+int qt_cg_generate(int argc, char **argv, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,299 @@
+/* qt_cg_autodiff.c - reverse-mode differentiation of the forward microbatch graph.
+ *
+ * Walks the forward ops backwards and emits each op's backward per qt_ops.h. Invariants:
+ *  - every activation-gradient buffer gets a ZERO op immediately before its first writer,
+ *    because every backward kernel accumulates (+=); fan-out is summed by accumulation;
+ *  - XENT already wrote d.logits (the seed), so it has no backward op;
+ *  - integer tensors (tokens, idx) and tables get no gradient;
+ *  - each parameter gets exactly one WGRAD op (QT_OPF_WGRAD, parameter indices in
+ *    a[8]/a[9], a[9] = -1 when the op has one parameter), which the runtime runs once per
+ *    sequence; rows per sequence go in the attribute qt_ops.h names for the kind;
+ *  - what a backward reads from the forward (x, rstd, pre, states, lse, gu, ...) is named
+ *    in its slots, so the liveness planner keeps those tensors alive up to that op.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "qt_cg.h"
+
+typedef struct qt_cg_ad {
+    qt_cg_graph *g;
+    int32_t *grad;             /* forward tensor id -> gradient tensor id or QT_NONE */
+    int n;
+    char *err;
+    size_t errlen;
+    int failed;
+} qt_cg_ad;
+
+static int needs_grad(const qt_cg_ad *ad, int32_t t)
+{
+    const qt_tensor *x = &ad->g->ts[t].t;
+    return x->role == QT_ROLE_ACT && x->dtype == QT_F32;
+}
+
+/* Gradient buffer of forward tensor x, created (and zeroed) on first use. */
+static int32_t dgrad(qt_cg_ad *ad, int32_t x)
+{
+    if (ad->grad[x] != QT_NONE) return ad->grad[x];
+    qt_cg_graph *g = ad->g;
+    char name[300];
+    snprintf(name, sizeof name, "d.%s", g->ts[x].t.name);
+    qt_tensor src = g->ts[x].t; /* copy: add_tensor may move the array */
+    int32_t d = qt_cg_add_tensor(g, name, QT_ROLE_ACT_GRAD, QT_F32, src.ndim, src.shape,
+                                 src.axes);
+    qt_op *z = qt_cg_emit_op(g, 0, QT_OP_ZERO);
+    z->t[0] = d;
+    z->a[0] = src.numel;
+    ad->grad[x] = d;
+    return d;
+}
+
+/* Gradient of a forward output; it must exist because every consumer ran first. */
+static int32_t dout(qt_cg_ad *ad, int32_t y)
+{
+    if (ad->grad[y] == QT_NONE && !ad->failed) {
+        ad->failed = 1;
+        qt_cg_fail(ad->err, ad->errlen, "internal error: no gradient reaches '%s'",
+                   ad->g->ts[y].t.name);
+    }
+    return ad->grad[y];
+}
+
+static int pidx(const qt_cg_ad *ad, int32_t t)
+{
+    return ad->g->ts[t].param;
+}
+
+static qt_op *wgrad(qt_cg_ad *ad, int kind, const qt_op *f, int32_t p0, int32_t p1)
+{
+    qt_op *op = qt_cg_emit_op(ad->g, 0, kind);
+    memcpy(op->a, f->a, sizeof op->a);
+    memcpy(op->f, f->f, sizeof op->f);
+    op->flags = QT_OPF_WGRAD;
+    op->a[8] = pidx(ad, p0);
+    op->a[9] = p1 == QT_NONE ? -1 : pidx(ad, p1);
+    return op;
+}
+
+static qt_op *bwd(qt_cg_ad *ad, int kind, const qt_op *f)
+{
+    qt_op *op = qt_cg_emit_op(ad->g, 0, kind);
+    memcpy(op->a, f->a, sizeof op->a);
+    memcpy(op->f, f->f, sizeof op->f);
+    return op;
+}
+
+static int32_t bwd_scratch(qt_cg_ad *ad, const char *what, const char *of, int64_t n)
+{
+    char name[300];
+    snprintf(name, sizeof name, "%s.%s", of, what);
+    return qt_cg_add_tensor(ad->g, name, QT_ROLE_SCRATCH, QT_F32, 1, (const int64_t[]){n},
+                            (const uint8_t[]){0});
+}
+
+static void backward_of(qt_cg_ad *ad, const qt_op *f)
+{
+    qt_cg_graph *g = ad->g;
+    qt_op *op;
+    const int64_t S = g->s->tr.seq_len;
+    switch (f->kind) {
+    case QT_OP_ZERO:
+    case QT_OP_XENT:
+        return;
+    case QT_OP_ADD: {
+        int32_t dy = dout(ad, f->t[0]);
+        for (int i = 1; i <= 2; i++) {
+            if (!needs_grad(ad, f->t[i])) continue;
+            int32_t dx = dgrad(ad, f->t[i]);
+            op = qt_cg_emit_op(g, 0, QT_OP_ACC);
+            op->t[0] = dx;
+            op->t[1] = dy;
+            op->a[0] = f->a[0];
+        }
+        return;
+    }
+    case QT_OP_EMBED_FWD:
+        op = wgrad(ad, QT_OP_EMBED_WGRAD, f, f->t[2], QT_NONE);
+        op->t[0] = dout(ad, f->t[0]);
+        op->t[1] = f->t[1];
+        op->t[2] = f->t[2];
+        op->a[3] = S;
+        return;
+    case QT_OP_RMSNORM_FWD: {
+        int32_t dy = dout(ad, f->t[0]);
+        int32_t dx = dgrad(ad, f->t[2]);
+        op = bwd(ad, QT_OP_RMSNORM_BWD, f);
+        op->t[0] = dx;
+        op->t[1] = dy;
+        op->t[2] = f->t[2];
+        op->t[3] = f->t[3];
+        op->t[4] = f->t[1];
+        op = wgrad(ad, QT_OP_RMSNORM_WGRAD, f, f->t[3], QT_NONE);
+        op->t[0] = dy;
+        op->t[1] = f->t[2];
+        op->t[2] = f->t[1];
+        op->t[3] = f->t[3];
+        /* rows per sequence: S tokens times rows per token (heads for q/k norms) */
+        op->a[5] = S * (f->a[0] / (g->s->tr.micro_batch * S));
+        return;
+    }
+    case QT_OP_MATMUL_FWD: {
+        int32_t dy = dout(ad, f->t[0]);
+        if (needs_grad(ad, f->t[1])) {
+            int32_t dx = dgrad(ad, f->t[1]);
+            op = bwd(ad, QT_OP_MATMUL_BWD_DATA, f);
+            op->t[0] = dx;
+            op->t[1] = dy;
+            op->t[2] = f->t[2];
+        }
+        op = wgrad(ad, QT_OP_MATMUL_WGRAD, f, f->t[2], QT_NONE);
+        op->t[0] = dy;
+        op->t[1] = f->t[1];
+        op->t[2] = f->t[2];
+        op->a[3] = S;
+        return;
+    }
+    case QT_OP_SWIGLU_FWD:
+    case QT_OP_SIGMOID_GATE_FWD:
+    case QT_OP_MOE_COMBINE_FWD: {
+        int32_t dy = dout(ad, f->t[0]);
+        int32_t d1 = dgrad(ad, f->t[1]);
+        int32_t d2 = dgrad(ad, f->t[2]);
+        int kind = f->kind == QT_OP_SWIGLU_FWD ? QT_OP_SWIGLU_BWD
+                   : f->kind == QT_OP_SIGMOID_GATE_FWD ? QT_OP_SIGMOID_GATE_BWD
+                                                       : QT_OP_MOE_COMBINE_BWD;
+        op = bwd(ad, kind, f);
+        op->t[0] = d1;
+        op->t[1] = d2;
+        op->t[2] = dy;
+        op->t[3] = f->t[1];
+        op->t[4] = f->t[2];
+        return;
+    }
+    case QT_OP_ROPE_FWD: {
+        int32_t dy = dout(ad, f->t[0]);
+        int32_t dx = dgrad(ad, f->t[1]);
+        op = bwd(ad, QT_OP_ROPE_BWD, f);
+        op->t[0] = dx;
+        op->t[1] = dy;
+        op->t[2] = f->t[2];
+        return;
+    }
+    case QT_OP_ATTN_FWD: {
+        int32_t dO = dout(ad, f->t[0]);
+        int32_t dq = dgrad(ad, f->t[2]), dk = dgrad(ad, f->t[3]), dv = dgrad(ad, f->t[4]);
+        int32_t scr = bwd_scratch(ad, "bwd_scratch", g->ts[f->t[0]].t.name, 2 * S);
+        op = bwd(ad, QT_OP_ATTN_BWD, f);
+        int32_t t[10] = {dq, dk, dv, dO, f->t[2], f->t[3], f->t[4], f->t[0], f->t[1], scr};
+        memcpy(op->t, t, sizeof t);
+        return;
+    }
+    case QT_OP_GDN_CONV_FWD: {
+        int32_t dc = dout(ad, f->t[0]);
+        int32_t dq = dgrad(ad, f->t[2]);
+        op = bwd(ad, QT_OP_GDN_CONV_BWD, f);
+        op->t[0] = dq;
+        op->t[1] = dc;
+        op->t[2] = f->t[1];
+        op->t[3] = f->t[3];
+        op = wgrad(ad, QT_OP_GDN_CONV_WGRAD, f, f->t[3], QT_NONE);
+        op->t[0] = dc;
+        op->t[1] = f->t[1];
+        op->t[2] = f->t[2];
+        op->t[3] = f->t[3];
+        return;
+    }
+    case QT_OP_GDN_GATES_FWD: {
+        int32_t dbeta = dout(ad, f->t[0]), dg = dout(ad, f->t[1]);
+        int32_t dba = dgrad(ad, f->t[2]);
+        op = bwd(ad, QT_OP_GDN_GATES_BWD, f);
+        int32_t t[6] = {dba, dbeta, dg, f->t[2], f->t[3], f->t[4]};
+        memcpy(op->t, t, sizeof t);
+        op = wgrad(ad, QT_OP_GDN_GATES_WGRAD, f, f->t[3], f->t[4]);
+        op->t[0] = dg;
+        op->t[1] = f->t[2];
+        op->t[2] = f->t[3];
+        op->t[3] = f->t[4];
+        op->a[3] = S;
+        return;
+    }
+    case QT_OP_GDN_CORE_FWD: {
+        int32_t dO = dout(ad, f->t[0]);
+        int32_t dc = dgrad(ad, f->t[4]), dg = dgrad(ad, f->t[5]), db = dgrad(ad, f->t[6]);
+        int64_t Dk = f->a[3], Dv = f->a[5], C = f->a[6];
+        int32_t scr = bwd_scratch(ad, "bwd_scratch", g->ts[f->t[0]].t.name,
+                                  (C + 1) * Dk * Dv + 4 * Dk + 4 * Dv);
+        op = bwd(ad, QT_OP_GDN_CORE_BWD, f);
+        int32_t t[11] = {dc, dg, db, dO, f->t[4], f->t[5], f->t[6], f->t[1], f->t[2], f->t[3],
+                         scr};
+        memcpy(op->t, t, sizeof t);
+        return;
+    }
+    case QT_OP_GATED_RMSNORM_FWD: {
+        int32_t dy = dout(ad, f->t[0]);
+        int32_t dO = dgrad(ad, f->t[2]), dqkvz = dgrad(ad, f->t[3]);
+        op = bwd(ad, QT_OP_GATED_RMSNORM_BWD, f);
+        int32_t t[7] = {dO, dqkvz, dy, f->t[2], f->t[3], f->t[4], f->t[1]};
+        memcpy(op->t, t, sizeof t);
+        op = wgrad(ad, QT_OP_GATED_RMSNORM_WGRAD, f, f->t[4], QT_NONE);
+        int32_t w[5] = {dy, f->t[2], f->t[3], f->t[1], f->t[4]};
+        memcpy(op->t, w, sizeof w);
+        op->a[5] = S;
+        return;
+    }
+    case QT_OP_MOE_ROUTE_FWD: {
+        int32_t dp = dout(ad, f->t[1]);
+        int32_t dl = dgrad(ad, f->t[3]);
+        op = bwd(ad, QT_OP_MOE_ROUTE_BWD, f);
+        int32_t t[5] = {dl, dp, f->t[3], f->t[0], f->t[1]};
+        memcpy(op->t, t, sizeof t);
+        /* The runtime divides every gradient by the global token count; the load-balance
+         * term is already normalised, so its seed is scaled up by that count. */
+        op->f[0] = (float)((double)f->f[0] == 0.0 ? 0.0
+                           : g->s->lb_weight * (double)f->a[1] * (double)S /
+                                 (double)g->s->m.n_layers);
+        return;
+    }
+    case QT_OP_EXPERT_FFN_FWD: {
+        int32_t dy = dout(ad, f->t[0]);
+        int32_t dx = dgrad(ad, f->t[2]);
+        int64_t T = f->a[0], k = f->a[1], d = f->a[3], ff = f->a[4];
+        const char *nm = g->ts[f->t[0]].t.name;
+        int32_t s1 = bwd_scratch(ad, "bwd_scratch", nm, T * k * (d + 3 * ff));
+        op = bwd(ad, QT_OP_EXPERT_FFN_BWD, f);
+        int32_t t[8] = {dx, dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s1};
+        memcpy(op->t, t, sizeof t);
+        int32_t s2 = bwd_scratch(ad, "wgrad_scratch", nm, T * k * (d + 3 * ff));
+        op = wgrad(ad, QT_OP_EXPERT_FFN_WGRAD, f, f->t[4], f->t[5]);
+        int32_t w[7] = {dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s2};
+        memcpy(op->t, w, sizeof w);
+        op->a[5] = S;
+        return;
+    }
+    default:
+        if (!ad->failed) {
+            ad->failed = 1;
+            qt_cg_fail(ad->err, ad->errlen, "internal error: no backward for op kind %s",
+                       qt_cg_op_name(f->kind));
+        }
+    }
+}
+
+int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
+{
+    qt_cg_ad ad = {g, NULL, g->nt, err, errlen, 0};
+    ad.grad = qt_cg_alloc((size_t)g->nt * sizeof *ad.grad);
+    for (int i = 0; i < g->nt; i++) ad.grad[i] = QT_NONE;
+    const qt_op *xent = &g->mb[g->n_fwd - 1];
+    if (xent->kind != QT_OP_XENT) {
+        free(ad.grad);
+        return qt_cg_fail(err, errlen, "internal error: the forward must end with XENT");
+    }
+    ad.grad[xent->t[2]] = xent->t[1];
+    for (int i = g->n_fwd - 1; i >= 0 && !ad.failed; i--) {
+        qt_op f = g->mb[i]; /* copy: emitting grows g->mb */
+        backward_of(&ad, &f);
+    }
+    free(ad.grad);
+    return ad.failed ? -1 : 0;
+}

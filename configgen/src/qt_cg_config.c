@@ -1,0 +1,234 @@
+/* qt_cg_config.c - layering of config sources and key/type checking.
+ *
+ * base.yml defines the set of known keys and, by the form of each default, its type
+ * (true/false -> bool, integer literal -> int, other number -> float, quoted or bare
+ * text -> string, [...] -> list). Layers are applied in order base, models/<model>.yml,
+ * the run file, command-line key=value; the last one wins. Invariants: a key not in
+ * base.yml is an error naming where it was set and the nearest known key; a value of the
+ * wrong type is an error naming key, value and expected type; int keys accept integral
+ * numbers written as floats (2.0, 1e7) because MaxText configs do so.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "qt_cg.h"
+
+static int is_number(const char *s, double *out)
+{
+    char *end;
+    if (!*s) return 0;
+    double v = strtod(s, &end);
+    if (*end || !isfinite(v)) return 0;
+    if (strchr(s, 'x') || strchr(s, 'X') || strchr(s, 'n') || strchr(s, 'N')) return 0;
+    if (out) *out = v;
+    return 1;
+}
+
+static int is_int_literal(const char *s)
+{
+    const char *p = s;
+    if (*p == '-' || *p == '+') p++;
+    if (!*p) return 0;
+    for (; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
+static int infer_type(const qt_cg_val *v)
+{
+    if (v->kind == QT_CG_LIST) return QT_CG_T_LIST;
+    if (v->quoted) return QT_CG_T_STR;
+    if (!strcmp(v->s, "true") || !strcmp(v->s, "false")) return QT_CG_T_BOOL;
+    if (is_int_literal(v->s)) return QT_CG_T_INT;
+    if (is_number(v->s, NULL)) return QT_CG_T_FLOAT;
+    return QT_CG_T_STR;
+}
+
+static const char *type_name(int t)
+{
+    switch (t) {
+    case QT_CG_T_BOOL: return "true or false";
+    case QT_CG_T_INT: return "an integer";
+    case QT_CG_T_FLOAT: return "a number";
+    case QT_CG_T_STR: return "a string";
+    default: return "a list [...]";
+    }
+}
+
+static int check_type(const char *where, const char *key, int type, const qt_cg_val *v,
+                      char *err, size_t errlen)
+{
+    int ok = 0;
+    double d;
+    if (type == QT_CG_T_LIST) ok = v->kind == QT_CG_LIST;
+    else if (v->kind != QT_CG_SCALAR) ok = 0;
+    else if (type == QT_CG_T_STR) ok = 1;
+    else if (v->quoted) ok = 0;
+    else if (type == QT_CG_T_BOOL) ok = !strcmp(v->s, "true") || !strcmp(v->s, "false");
+    else if (type == QT_CG_T_FLOAT) ok = is_number(v->s, NULL);
+    else ok = is_number(v->s, &d) && d == floor(d) && fabs(d) < 9007199254740992.0;
+    if (ok) return 0;
+    qt_cg_buf b = {0};
+    qt_cg_val_render(v, &b);
+    qt_cg_fail(err, errlen, "%s: %s: value %s is not %s", where, key, b.p, type_name(type));
+    qt_cg_buf_free(&b);
+    return -1;
+}
+
+const qt_cg_known *qt_cg_config_find(const qt_cg_config *c, const char *key)
+{
+    for (int i = 0; i < c->n; i++)
+        if (!strcmp(c->k[i].key, key)) return &c->k[i];
+    return NULL;
+}
+
+static int unknown_key(const qt_cg_config *c, const char *where, const char *key, char *err,
+                       size_t errlen)
+{
+    int best = -1, bd = 1 << 30;
+    for (int i = 0; i < c->n; i++) {
+        int d = qt_cg_edit_distance(key, c->k[i].key);
+        if (d < bd) {
+            bd = d;
+            best = i;
+        }
+    }
+    if (best < 0) return qt_cg_fail(err, errlen, "%s: unknown key '%s'", where, key);
+    return qt_cg_fail(err, errlen, "%s: unknown key '%s' (did you mean '%s'?)", where, key,
+                      c->k[best].key);
+}
+
+static int apply(qt_cg_config *c, const char *where, const char *key, const qt_cg_val *v,
+                 char *err, size_t errlen)
+{
+    qt_cg_known *k = (qt_cg_known *)qt_cg_config_find(c, key);
+    if (!k) return unknown_key(c, where, key, err, errlen);
+    if (check_type(where, key, k->type, v, err, errlen)) return -1;
+    k->val = v;
+    snprintf(k->where, sizeof k->where, "%s", where);
+    return 0;
+}
+
+static int apply_doc(qt_cg_config *c, const qt_cg_doc *d, int is_model, char *err, size_t errlen)
+{
+    for (int i = 0; i < d->n; i++) {
+        char where[300];
+        snprintf(where, sizeof where, "%s:%d", d->file, d->e[i].line);
+        if (is_model && (!strcmp(d->e[i].key, "model_name") || !strcmp(d->e[i].key, "run_name")))
+            return qt_cg_fail(err, errlen, "%s: a model file may not set %s", where, d->e[i].key);
+        if (apply(c, where, d->e[i].key, &d->e[i].val, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+static int load_doc(const char *path, qt_cg_doc *d, char *err, size_t errlen)
+{
+    char *text;
+    if (qt_cg_read_file(path, &text, err, errlen)) return -1;
+    int r = qt_cg_yaml_parse(path, text, d, err, errlen);
+    free(text);
+    return r;
+}
+
+/* The value a later layer gives `key`, looking at overrides then the run file. */
+static const qt_cg_val *peek(const qt_cg_config *c, const char *key)
+{
+    for (int i = c->n_over - 1; i >= 0; i--)
+        if (!strcmp(c->over_keys[i], key)) return &c->over[i];
+    for (int i = 0; i < c->run.n; i++)
+        if (!strcmp(c->run.e[i].key, key)) return &c->run.e[i].val;
+    return NULL;
+}
+
+int qt_cg_config_load(qt_cg_config *c, const char *configs_dir, const char *run_path, int n_over,
+                      char *const *over, char *err, size_t errlen)
+{
+    char path[4096];
+    memset(c, 0, sizeof *c);
+    snprintf(path, sizeof path, "%s/base.yml", configs_dir);
+    c->files[0] = qt_cg_strdup(path);
+    if (load_doc(path, &c->base, err, errlen)) return -1;
+    c->n = c->base.n;
+    c->k = qt_cg_alloc((size_t)c->n * sizeof *c->k);
+    for (int i = 0; i < c->n; i++) {
+        c->k[i].key = c->base.e[i].key;
+        c->k[i].type = infer_type(&c->base.e[i].val);
+        c->k[i].val = &c->base.e[i].val;
+        snprintf(c->k[i].where, sizeof c->k[i].where, "%s:%d", c->base.file, c->base.e[i].line);
+    }
+    c->files[2] = qt_cg_strdup(run_path);
+    if (load_doc(run_path, &c->run, err, errlen)) return -1;
+
+    c->over = qt_cg_alloc((size_t)(n_over ? n_over : 1) * sizeof *c->over);
+    c->over_keys = qt_cg_alloc((size_t)(n_over ? n_over : 1) * sizeof *c->over_keys);
+    for (int i = 0; i < n_over; i++) {
+        const char *eq = strchr(over[i], '=');
+        if (!eq || eq == over[i])
+            return qt_cg_fail(err, errlen, "command line: expected key=value, got '%s'", over[i]);
+        size_t kl = (size_t)(eq - over[i]);
+        c->over_keys[i] = qt_cg_alloc(kl + 1);
+        memcpy(c->over_keys[i], over[i], kl);
+        c->n_over = i + 1;
+        char where[300];
+        snprintf(where, sizeof where, "command line (%s)", c->over_keys[i]);
+        if (qt_cg_yaml_parse_value(where, eq + 1, &c->over[i], err, errlen)) return -1;
+    }
+
+    /* The model file sits between base and run, so its name is looked up first. */
+    const qt_cg_val *mv = peek(c, "model_name");
+    if (!mv) mv = qt_cg_config_find(c, "model_name")->val;
+    if (mv && mv->kind == QT_CG_SCALAR && mv->s[0]) {
+        if (strchr(mv->s, '/') || strstr(mv->s, ".."))
+            return qt_cg_fail(err, errlen, "model_name '%s': expected a file stem under models/",
+                              mv->s);
+        snprintf(path, sizeof path, "%s/models/%s.yml", configs_dir, mv->s);
+        c->files[1] = qt_cg_strdup(path);
+        c->have_model = 1;
+        if (load_doc(path, &c->model, err, errlen)) {
+            size_t m = strlen(err);
+            if (m + 80 < errlen)
+                snprintf(err + m, errlen - m, " (model_name '%s')", mv->s);
+            return -1;
+        }
+        if (apply_doc(c, &c->model, 1, err, errlen)) return -1;
+    }
+    if (apply_doc(c, &c->run, 0, err, errlen)) return -1;
+    for (int i = 0; i < c->n_over; i++) {
+        char where[300];
+        snprintf(where, sizeof where, "command line");
+        if (apply(c, where, c->over_keys[i], &c->over[i], err, errlen)) return -1;
+    }
+    const qt_cg_known *mn = qt_cg_config_find(c, "model_name");
+    if (mn) snprintf(c->model_name, sizeof c->model_name, "%s", mn->val->s);
+    const qt_cg_known *rn = qt_cg_config_find(c, "run_name");
+    if (rn && rn->val->s[0]) {
+        snprintf(c->run_name, sizeof c->run_name, "%s", rn->val->s);
+    } else {
+        const char *b = strrchr(run_path, '/');
+        b = b ? b + 1 : run_path;
+        size_t n = strlen(b);
+        if (n > 4 && !strcmp(b + n - 4, ".yml")) n -= 4;
+        else if (n > 5 && !strcmp(b + n - 5, ".yaml")) n -= 5;
+        if (n >= sizeof c->run_name) n = sizeof c->run_name - 1;
+        memcpy(c->run_name, b, n);
+        c->run_name[n] = 0;
+    }
+    return 0;
+}
+
+void qt_cg_config_free(qt_cg_config *c)
+{
+    for (int i = 0; i < c->n_over; i++) {
+        qt_cg_val_free(&c->over[i]);
+        free(c->over_keys[i]);
+    }
+    free(c->over);
+    free(c->over_keys);
+    free(c->k);
+    qt_cg_doc_free(&c->base);
+    qt_cg_doc_free(&c->model);
+    qt_cg_doc_free(&c->run);
+    for (int i = 0; i < 3; i++) free(c->files[i]);
+    memset(c, 0, sizeof *c);
+}

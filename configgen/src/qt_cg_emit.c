@@ -1,0 +1,178 @@
+/* qt_cg_emit.c - emission of plan.h, plan.c and plan_main.c.
+ *
+ * Output is a pure function of the plan (no dates, pointers or host state), so running
+ * configgen twice gives byte-identical files. plan.c fills every qt_plan field; tensor
+ * and op tables are written positionally in the field order of qt_plan.h with a comment
+ * naming each row, floats as round-trip decimal literals, and unused t[] slots as QT_NONE.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include "qt_cg.h"
+
+static const char *const role_names[QT_ROLE_COUNT] = {
+    "QT_ROLE_PARAM", "QT_ROLE_GRAD", "QT_ROLE_ADAM_M", "QT_ROLE_ADAM_V", "QT_ROLE_INPUT",
+    "QT_ROLE_ACT", "QT_ROLE_SAVED", "QT_ROLE_ACT_GRAD", "QT_ROLE_LOSS", "QT_ROLE_TABLE",
+    "QT_ROLE_SCRATCH",
+};
+
+static const char *const init_names[QT_INIT_COUNT] = {
+    "QT_INIT_ZEROS", "QT_INIT_ONES", "QT_INIT_NORMAL", "QT_INIT_TRUNC_NORMAL",
+    "QT_INIT_LOG_UNIFORM",
+};
+
+static void upper(char *dst, size_t n, const char *src)
+{
+    size_t i = 0;
+    for (; src[i] && i + 1 < n; i++) dst[i] = (char)toupper((unsigned char)src[i]);
+    dst[i] = 0;
+}
+
+static const char *flit(char *buf, float v)
+{
+    qt_cg_float_literal(buf, 48, v);
+    return buf;
+}
+
+void qt_cg_emit_plan_h(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
+{
+    char up[160];
+    upper(up, sizeof up, g->s->cname);
+    qt_cg_buf_printf(b, "/* plan.h - %s */\n", banner);
+    qt_cg_buf_printf(b, "#ifndef QT_PLAN_%s_H\n#define QT_PLAN_%s_H\n\n", up, up);
+    qt_cg_buf_printf(b, "#include \"qt_plan.h\"\n\n");
+    qt_cg_buf_printf(b, "#define QT_PLAN_HASH_%s 0x%016llxull\n", up, (unsigned long long)g->hash);
+    qt_cg_buf_printf(b, "#define QT_PLAN_ARENA_BYTES_%s %lldll\n\n", up,
+                     (long long)g->arena_bytes);
+    qt_cg_buf_printf(b, "extern const qt_plan qt_plan_%s;\n\n#endif\n", g->s->cname);
+}
+
+static void emit_ops(qt_cg_buf *b, const qt_cg_graph *g, const char *tab, const qt_op *ops,
+                     int n)
+{
+    const char *c = g->s->cname;
+    if (!n) {
+        qt_cg_buf_printf(b, "static const qt_op qt_%s_%s[1] = {{0}};\n\n", tab, c);
+        return;
+    }
+    qt_cg_buf_printf(b, "static const qt_op qt_%s_%s[%d] = {\n", tab, c, n);
+    for (int i = 0; i < n; i++) {
+        const qt_op *o = &ops[i];
+        char f0[48], f1[48];
+        char kind[64];
+        upper(kind, sizeof kind, qt_cg_op_name(o->kind));
+        qt_cg_buf_printf(b, "    /* %d %s:", i, qt_cg_op_name(o->kind));
+        for (int s = 0; s < QT_OP_MAX_T; s++)
+            if (o->t[s] >= 0) qt_cg_buf_printf(b, " %s", g->ts[o->t[s]].t.name);
+        qt_cg_buf_printf(b, " */\n    {QT_OP_%s, 0x%x, {", kind, (unsigned)o->flags);
+        for (int s = 0; s < QT_OP_MAX_T; s++)
+            qt_cg_buf_printf(b, "%s%d", s ? ", " : "", (int)o->t[s]);
+        qt_cg_buf_printf(b, "}, {");
+        for (int s = 0; s < QT_OP_MAX_A; s++)
+            qt_cg_buf_printf(b, "%s%lldll", s ? ", " : "", (long long)o->a[s]);
+        qt_cg_buf_printf(b, "}, {%s, %s}},\n", flit(f0, o->f[0]), flit(f1, o->f[1]));
+    }
+    qt_cg_buf_printf(b, "};\n\n");
+}
+
+void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
+{
+    const qt_cg_settings *s = g->s;
+    const char *c = s->cname;
+    char f[12][48];
+    qt_cg_buf_printf(b, "/* plan.c - %s */\n", banner);
+    qt_cg_buf_printf(b, "#include \"plan.h\"\n#include \"qt_ops.h\"\n\n");
+    qt_cg_buf_printf(b, "__attribute__((section(\".bss.qt_arena\"), aligned(%u))) "
+                     "static unsigned char qt_arena_%s[%lld];\n\n", QT_ARENA_ALIGN, c,
+                     (long long)g->arena_bytes);
+    qt_cg_buf_printf(b, "static const qt_tensor qt_tensors_%s[%d] = {\n", c, g->nt);
+    for (int i = 0; i < g->nt; i++) {
+        const qt_tensor *t = &g->ts[i].t;
+        qt_cg_buf_printf(b, "    /* %d */ {\"%s\", %s, %s, %d, {%lld, %lld, %lld, %lld}, "
+                         "{%lld, %lld, %lld, %lld}, {%d, %d, %d, %d}, {%d, %d, %d, %d}, %lldll, "
+                         "%lldll},\n", i, t->name, role_names[t->role],
+                         t->dtype == QT_I32 ? "QT_I32" : "QT_F32", t->ndim,
+                         (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
+                         (long long)t->shape[3], (long long)t->global_shape[0],
+                         (long long)t->global_shape[1], (long long)t->global_shape[2],
+                         (long long)t->global_shape[3], t->axes[0], t->axes[1], t->axes[2],
+                         t->axes[3], t->spec[0], t->spec[1], t->spec[2], t->spec[3],
+                         (long long)t->offset, (long long)t->numel);
+    }
+    qt_cg_buf_printf(b, "};\n\n");
+    qt_cg_buf_printf(b, "static const qt_param qt_params_%s[%d] = {\n", c, g->np);
+    for (int i = 0; i < g->np; i++) {
+        const qt_param *p = &g->ps[i];
+        qt_cg_buf_printf(b, "    /* %d */ {\"%s\", %d, %lldll, %lldll, %s, %s, %s, %s, %d},\n", i,
+                         p->name, p->tensor, (long long)p->flat_offset, (long long)p->numel,
+                         init_names[p->init], flit(f[0], p->init_scale), flit(f[1], p->init_lo),
+                         flit(f[2], p->init_hi), p->layer);
+    }
+    qt_cg_buf_printf(b, "};\n\n");
+    emit_ops(b, g, "init_ops", g->init, g->ninit);
+    emit_ops(b, g, "mb_ops", g->mb, g->nmb);
+
+    const qt_model_dims *m = &s->m;
+    const qt_train_cfg *t = &s->tr;
+    qt_cg_buf_printf(b, "const qt_plan qt_plan_%s = {\n", c);
+    qt_cg_buf_printf(b, "    .run_name = \"%s\",\n    .generator_version = \"%s\",\n", s->run_name,
+                     QT_CG_VERSION);
+    qt_cg_buf_printf(b, "    .hash = 0x%016llxull,\n    .n_ranks = %d,\n",
+                     (unsigned long long)g->hash, s->n_ranks);
+    qt_cg_buf_printf(b, "    .mesh = {%d, %d, %d, %d, %d}, /* data fsdp tensor expert context */\n",
+                     s->mesh[0], s->mesh[1], s->mesh[2], s->mesh[3], s->mesh[4]);
+    qt_cg_buf_printf(b, "    .shard_mode = %d,\n    .zero1 = %d,\n", s->shard_mode, s->zero1);
+    qt_cg_buf_printf(b, "    .model = {.decoder_block = %d, .d = %lld, .n_layers = %lld, "
+                     ".vocab = %lld, .cycle = %lld,\n              .n_q_heads = %lld, "
+                     ".n_kv_heads = %lld, .head_dim = %lld, .rotary_dim = %lld,\n"
+                     "              .gdn_k_heads = %lld, .gdn_v_heads = %lld, .gdn_k_dim = %lld, "
+                     ".gdn_v_dim = %lld, .gdn_conv = %lld, .gdn_chunk = %lld,\n"
+                     "              .n_experts = %lld, .top_k = %lld, .moe_dim = %lld, "
+                     ".shared_dim = %lld,\n              .norm_eps = %s, .rope_theta = %s},\n",
+                     m->decoder_block, (long long)m->d, (long long)m->n_layers,
+                     (long long)m->vocab, (long long)m->cycle, (long long)m->n_q_heads,
+                     (long long)m->n_kv_heads, (long long)m->head_dim, (long long)m->rotary_dim,
+                     (long long)m->gdn_k_heads, (long long)m->gdn_v_heads,
+                     (long long)m->gdn_k_dim, (long long)m->gdn_v_dim, (long long)m->gdn_conv,
+                     (long long)m->gdn_chunk, (long long)m->n_experts, (long long)m->top_k,
+                     (long long)m->moe_dim, (long long)m->shared_dim, flit(f[0], m->norm_eps),
+                     flit(f[1], m->rope_theta));
+    qt_cg_buf_printf(b, "    .train = {.micro_batch = %lld, .seq_len = %lld, .grad_accum = %lld, "
+                     ".global_batch = %lld,\n              .steps = %lld, .schedule_steps = "
+                     "%lld, .lr = %s, .adam_b1 = %s, .adam_b2 = %s,\n              .adam_eps = "
+                     "%s, .weight_decay = %s, .clip = %s, .warmup_frac = %s,\n"
+                     "              .final_frac = %s, .lb_weight = %s},\n",
+                     (long long)t->micro_batch, (long long)t->seq_len, (long long)t->grad_accum,
+                     (long long)t->global_batch, (long long)t->steps,
+                     (long long)t->schedule_steps, flit(f[2], t->lr), flit(f[3], t->adam_b1),
+                     flit(f[4], t->adam_b2), flit(f[5], t->adam_eps), flit(f[6], t->weight_decay),
+                     flit(f[7], t->clip), flit(f[8], t->warmup_frac), flit(f[9], t->final_frac),
+                     flit(f[10], t->lb_weight));
+    qt_cg_buf_printf(b, "    .arena = qt_arena_%s,\n    .arena_bytes = %lldll,\n", c,
+                     (long long)g->arena_bytes);
+    qt_cg_buf_printf(b, "    .n_tensors = %d,\n    .tensors = qt_tensors_%s,\n", g->nt, c);
+    qt_cg_buf_printf(b, "    .n_params = %d,\n    .params = qt_params_%s,\n", g->np, c);
+    qt_cg_buf_printf(b, "    .n_param_elems = %lldll,\n    .params_offset = %lldll,\n"
+                     "    .grads_offset = %lldll,\n    .adam_m_offset = %lldll,\n"
+                     "    .adam_v_offset = %lldll,\n    .n_tree_levels = %d,\n    .tree_offset = {",
+                     (long long)g->n_param_elems, (long long)g->params_offset,
+                     (long long)g->grads_offset, (long long)g->adam_m_offset,
+                     (long long)g->adam_v_offset, g->n_tree_levels);
+    for (int i = 0; i < QT_MAX_TREE_LEVELS; i++)
+        qt_cg_buf_printf(b, "%s%lldll", i ? ", " : "", (long long)g->tree_offset[i]);
+    qt_cg_buf_printf(b, "},\n    .leaf_scratch_offset = %lldll,\n    .leaf_scratch_elems = %lldll,\n",
+                     (long long)g->leaf_scratch_offset, (long long)g->leaf_scratch_elems);
+    qt_cg_buf_printf(b, "    .tokens = %d,\n    .targets = %d,\n    .loss_seq = %d,\n"
+                     "    .lb_seq = %d,\n", g->tokens, g->targets, g->loss_seq, g->lb_seq);
+    qt_cg_buf_printf(b, "    .n_init_ops = %d,\n    .init_ops = qt_init_ops_%s,\n", g->ninit, c);
+    qt_cg_buf_printf(b, "    .n_mb_ops = %d,\n    .mb_ops = qt_mb_ops_%s,\n};\n", g->nmb, c);
+}
+
+void qt_cg_emit_plan_main(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
+{
+    qt_cg_buf_printf(b, "/* plan_main.c - %s\n * Selects this plan as the binary's plan "
+                     "(qt_runtime.h: qt_main_plan). */\n", banner);
+    qt_cg_buf_printf(b, "#include \"plan.h\"\n\nconst qt_plan *qt_main_plan(void);\n\n");
+    qt_cg_buf_printf(b, "const qt_plan *qt_main_plan(void) { return &qt_plan_%s; }\n",
+                     g->s->cname);
+}

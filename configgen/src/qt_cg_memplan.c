@@ -1,0 +1,199 @@
+/* qt_cg_memplan.c - arena layout and the liveness-based activation planner.
+ *
+ * Layout (bytes, every region and tensor 64-byte aligned):
+ *   params | grads | adam_m | adam_v | tree level 0..n-1 | leaf scratch | activations
+ * The first six regions are flat parameter regions: parameter p sits at the same element
+ * offset (flat_offset, a multiple of 16 so every tensor stays 64-byte aligned) in each of
+ * them; padding elements between parameters are never read as parameters and stay zero.
+ * n_tree_levels = bit length of the sequences this rank processes per step
+ * (micro_batch * grad_accum); the leaf scratch holds the two largest parameters (a WGRAD op
+ * produces at most two). Activations, saved statistics, gradients of activations, inputs,
+ * losses, the rotary table and kernel scratch get offsets from a greedy planner: lifetime =
+ * [first, last] op index in the microbatch schedule (whole schedule for tokens, targets,
+ * loss_seq, lb_seq and the table); tensors are placed largest first (ties by id) at the
+ * lowest offset that overlaps no placed tensor with an overlapping lifetime. The arena is
+ * rounded up to 2 MiB. Invariants are re-checked by qt_cg_check_plan.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "qt_cg.h"
+
+#define ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
+
+static int64_t bytes_of(const qt_tensor *t)
+{
+    return ALIGN_UP(t->numel * 4, (int64_t)QT_TENSOR_ALIGN);
+}
+
+static int planned(const qt_cg_tensor *t)
+{
+    return t->t.role != QT_ROLE_PARAM && t->t.role != QT_ROLE_GRAD &&
+           t->t.role != QT_ROLE_ADAM_M && t->t.role != QT_ROLE_ADAM_V;
+}
+
+static void lifetimes(qt_cg_graph *g)
+{
+    for (int i = 0; i < g->nt; i++) g->ts[i].first = g->ts[i].last = -1;
+    for (int o = 0; o < g->nmb; o++)
+        for (int s = 0; s < QT_OP_MAX_T; s++) {
+            int32_t id = g->mb[o].t[s];
+            if (id < 0) continue;
+            qt_cg_tensor *t = &g->ts[id];
+            if (t->first < 0) t->first = o;
+            t->last = o;
+        }
+    for (int i = 0; i < g->nt; i++)
+        if (planned(&g->ts[i]) && (g->ts[i].whole || g->ts[i].first < 0)) {
+            g->ts[i].first = 0;
+            g->ts[i].last = g->nmb > 0 ? g->nmb - 1 : 0;
+        }
+}
+
+typedef struct qt_cg_iv {
+    int64_t lo, hi;
+} qt_cg_iv;
+
+static int cmp_iv(const void *a, const void *b)
+{
+    const qt_cg_iv *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : (x->hi < y->hi ? -1 : x->hi > y->hi);
+}
+
+typedef struct qt_cg_sortkey {
+    int64_t bytes;
+    int32_t id;
+} qt_cg_sortkey;
+
+static int cmp_size(const void *a, const void *b)
+{
+    const qt_cg_sortkey *x = a, *y = b;
+    if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int overlap_life(const qt_cg_tensor *a, const qt_cg_tensor *b)
+{
+    return a->first <= b->last && b->first <= a->last;
+}
+
+int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
+{
+    /* flat parameter regions */
+    int64_t off = 0, max1 = 0, max2 = 0;
+    for (int p = 0; p < g->np; p++) {
+        g->ps[p].flat_offset = off;
+        off += ALIGN_UP(g->ps[p].numel, 16);
+        int64_t n = ALIGN_UP(g->ps[p].numel, 16);
+        if (n > max1) {
+            max2 = max1;
+            max1 = n;
+        } else if (n > max2) max2 = n;
+    }
+    g->n_param_elems = off;
+    int64_t region = off * 4;
+    g->params_offset = 0;
+    g->grads_offset = region;
+    g->adam_m_offset = 2 * region;
+    g->adam_v_offset = 3 * region;
+    int64_t seqs = g->s->tr.micro_batch * g->s->tr.grad_accum, lv = 0;
+    while (seqs >> lv) lv++;
+    if (lv > QT_MAX_TREE_LEVELS)
+        return qt_cg_fail(err, errlen, "%lld sequences per step need %lld tree levels (max %d)",
+                          (long long)seqs, (long long)lv, QT_MAX_TREE_LEVELS);
+    g->n_tree_levels = (int32_t)lv;
+    for (int i = 0; i < QT_MAX_TREE_LEVELS; i++)
+        g->tree_offset[i] = i < lv ? (4 + i) * region : 0;
+    g->leaf_scratch_offset = (4 + lv) * region;
+    g->leaf_scratch_elems = max1 + max2;
+    g->act_offset = ALIGN_UP(g->leaf_scratch_offset + 4 * g->leaf_scratch_elems,
+                             (int64_t)QT_TENSOR_ALIGN);
+    for (int p = 0; p < g->np; p++)
+        g->ts[g->ps[p].tensor].t.offset = g->params_offset + 4 * g->ps[p].flat_offset;
+
+    /* activations */
+    lifetimes(g);
+    qt_cg_sortkey *order = qt_cg_alloc((size_t)g->nt * sizeof *order);
+    int n = 0;
+    for (int i = 0; i < g->nt; i++)
+        if (planned(&g->ts[i])) order[n++] = (qt_cg_sortkey){bytes_of(&g->ts[i].t), i};
+    qsort(order, (size_t)n, sizeof *order, cmp_size);
+    qt_cg_iv *busy = qt_cg_alloc((size_t)(n ? n : 1) * sizeof *busy);
+    int64_t *rel = qt_cg_alloc((size_t)g->nt * sizeof *rel);
+    int64_t peak = 0;
+    for (int a = 0; a < n; a++) {
+        const qt_cg_tensor *t = &g->ts[order[a].id];
+        int nb = 0;
+        for (int b = 0; b < a; b++) {
+            const qt_cg_tensor *u = &g->ts[order[b].id];
+            if (overlap_life(t, u))
+                busy[nb++] = (qt_cg_iv){rel[order[b].id], rel[order[b].id] + order[b].bytes};
+        }
+        qsort(busy, (size_t)nb, sizeof *busy, cmp_iv);
+        int64_t cand = 0;
+        for (int b = 0; b < nb; b++) {
+            if (cand + order[a].bytes <= busy[b].lo) break;
+            if (busy[b].hi > cand) cand = busy[b].hi;
+        }
+        rel[order[a].id] = cand;
+        if (cand + order[a].bytes > peak) peak = cand + order[a].bytes;
+    }
+    for (int a = 0; a < n; a++) g->ts[order[a].id].t.offset = g->act_offset + rel[order[a].id];
+    g->act_peak = peak;
+    g->arena_bytes = ALIGN_UP(g->act_offset + peak, (int64_t)QT_ARENA_ALIGN);
+    free(order);
+    free(busy);
+    free(rel);
+    return 0;
+}
+
+int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen)
+{
+    if (g->arena_bytes % QT_ARENA_ALIGN)
+        return qt_cg_fail(err, errlen, "arena size %lld is not a multiple of 2 MiB",
+                          (long long)g->arena_bytes);
+    for (int i = 0; i < g->nt; i++) {
+        const qt_tensor *t = &g->ts[i].t;
+        int64_t n = 1;
+        for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+        if (n != t->numel)
+            return qt_cg_fail(err, errlen, "tensor %s: numel %lld != product of shape %lld",
+                              t->name, (long long)t->numel, (long long)n);
+        if (t->offset % QT_TENSOR_ALIGN)
+            return qt_cg_fail(err, errlen, "tensor %s: offset %lld not 64-byte aligned", t->name,
+                              (long long)t->offset);
+        if (t->offset < 0 || t->offset + t->numel * 4 > g->arena_bytes)
+            return qt_cg_fail(err, errlen, "tensor %s: [%lld, +%lld) outside the arena", t->name,
+                              (long long)t->offset, (long long)(t->numel * 4));
+        if (planned(&g->ts[i]) && t->offset < g->act_offset)
+            return qt_cg_fail(err, errlen, "tensor %s: below the activation region", t->name);
+    }
+    for (int p = 0; p < g->np; p++) {
+        const qt_param *q = &g->ps[p];
+        const qt_tensor *t = &g->ts[q->tensor].t;
+        if (t->offset != g->params_offset + 4 * q->flat_offset || q->numel != t->numel)
+            return qt_cg_fail(err, errlen, "param %s: not at its flat offset", q->name);
+        if (q->flat_offset % 16)
+            return qt_cg_fail(err, errlen, "param %s: flat offset not 16-element aligned", q->name);
+        if (p && q->flat_offset < g->ps[p - 1].flat_offset + g->ps[p - 1].numel)
+            return qt_cg_fail(err, errlen, "param %s overlaps %s", q->name, g->ps[p - 1].name);
+        if (q->flat_offset + q->numel > g->n_param_elems)
+            return qt_cg_fail(err, errlen, "param %s outside the flat region", q->name);
+        if (q->numel > g->leaf_scratch_elems)
+            return qt_cg_fail(err, errlen, "param %s larger than the leaf scratch", q->name);
+    }
+    for (int i = 0; i < g->nt; i++) {
+        const qt_cg_tensor *a = &g->ts[i];
+        if (!planned(a)) continue;
+        for (int j = i + 1; j < g->nt; j++) {
+            const qt_cg_tensor *b = &g->ts[j];
+            if (!planned(b) || !overlap_life(a, b)) continue;
+            if (a->t.offset < b->t.offset + b->t.numel * 4 &&
+                b->t.offset < a->t.offset + a->t.numel * 4)
+                return qt_cg_fail(err, errlen, "tensors %s [ops %d..%d] and %s [ops %d..%d] are "
+                                  "live together and share bytes", a->t.name, a->first, a->last,
+                                  b->t.name, b->first, b->last);
+        }
+    }
+    return 0;
+}

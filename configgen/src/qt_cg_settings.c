@@ -1,0 +1,395 @@
+/* qt_cg_settings.c - validation of a layered config and its resolution into plan values.
+ *
+ * Every rule refuses a config configgen cannot honour, with a message that names the
+ * key(s), the value(s), where they were set and what was expected, so a bad combination
+ * fails at generation time. Invariants of a resolved qt_cg_settings: all sizes positive,
+ * head counts divide, rotary dim even and > 0, float32 only, AdamW + cosine, dropless MoE
+ * with one shared expert, a single-rank mesh (the mesh plumbing resolves -1 axes from
+ * num_ranks and checks the product, but multi-rank meshes come in a later issue).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "qt_cg.h"
+
+typedef struct qt_cg_vctx {
+    const qt_cg_config *c;
+    char *err;
+    size_t errlen;
+} qt_cg_vctx;
+
+static const qt_cg_known *kv(const qt_cg_vctx *v, const char *key)
+{
+    const qt_cg_known *k = qt_cg_config_find(v->c, key);
+    if (!k) {
+        fprintf(stderr, "configgen: internal error: base.yml lacks key '%s'\n", key);
+        abort();
+    }
+    return k;
+}
+
+static int64_t geti(const qt_cg_vctx *v, const char *key)
+{
+    return (int64_t)strtod(kv(v, key)->val->s, NULL);
+}
+
+static double getf(const qt_cg_vctx *v, const char *key)
+{
+    return strtod(kv(v, key)->val->s, NULL);
+}
+
+static const char *gets_(const qt_cg_vctx *v, const char *key)
+{
+    return kv(v, key)->val->s;
+}
+
+static int getb(const qt_cg_vctx *v, const char *key)
+{
+    return !strcmp(kv(v, key)->val->s, "true");
+}
+
+/* "key=value (where): message" */
+static int bad(const qt_cg_vctx *v, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int bad(const qt_cg_vctx *v, const char *key, const char *fmt, ...)
+{
+    const qt_cg_known *k = kv(v, key);
+    qt_cg_buf b = {0};
+    qt_cg_val_render(k->val, &b);
+    char msg[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    qt_cg_fail(v->err, v->errlen, "%s=%s (%s): %s", key, b.p, k->where, msg);
+    qt_cg_buf_free(&b);
+    return -1;
+}
+
+static int positive(const qt_cg_vctx *v, const char *key, int64_t *out)
+{
+    int64_t x = geti(v, key);
+    if (x <= 0) return bad(v, key, "must be a positive integer");
+    *out = x;
+    return 0;
+}
+
+static int check_model(const qt_cg_vctx *v, qt_cg_settings *s)
+{
+    qt_model_dims *m = &s->m;
+    const char *db = gets_(v, "decoder_block");
+    if (!strcmp(db, "qwen3_next")) m->decoder_block = 0;
+    else if (!strcmp(db, "qwen3_5")) m->decoder_block = 1;
+    else return bad(v, "decoder_block", "expected qwen3_next or qwen3_5");
+    static const struct { const char *key; size_t off; } sizes[] = {
+        {"base_emb_dim", offsetof(qt_model_dims, d)},
+        {"base_num_decoder_layers", offsetof(qt_model_dims, n_layers)},
+        {"vocab_size", offsetof(qt_model_dims, vocab)},
+        {"inhomogeneous_layer_cycle_interval", offsetof(qt_model_dims, cycle)},
+        {"base_num_query_heads", offsetof(qt_model_dims, n_q_heads)},
+        {"base_num_kv_heads", offsetof(qt_model_dims, n_kv_heads)},
+        {"head_dim", offsetof(qt_model_dims, head_dim)},
+        {"gdn_num_key_heads", offsetof(qt_model_dims, gdn_k_heads)},
+        {"gdn_num_value_heads", offsetof(qt_model_dims, gdn_v_heads)},
+        {"gdn_key_head_dim", offsetof(qt_model_dims, gdn_k_dim)},
+        {"gdn_value_head_dim", offsetof(qt_model_dims, gdn_v_dim)},
+        {"gdn_conv_kernel_dim", offsetof(qt_model_dims, gdn_conv)},
+        {"gdn_chunk_size", offsetof(qt_model_dims, gdn_chunk)},
+        {"num_experts", offsetof(qt_model_dims, n_experts)},
+        {"num_experts_per_tok", offsetof(qt_model_dims, top_k)},
+        {"base_moe_mlp_dim", offsetof(qt_model_dims, moe_dim)},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (positive(v, sizes[i].key, (int64_t *)(void *)((char *)m + sizes[i].off))) return -1;
+    int64_t mlp;
+    if (positive(v, "base_mlp_dim", &mlp)) return -1;
+    int64_t sh = geti(v, "shared_expert_mlp_dim");
+    if (sh == -1) sh = m->moe_dim;
+    else if (sh <= 0) return bad(v, "shared_expert_mlp_dim", "must be a positive integer or -1 "
+                                 "(= base_moe_mlp_dim)");
+    m->shared_dim = sh;
+    if (m->gdn_v_heads % m->gdn_k_heads) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "gdn_num_value_heads must be divisible by gdn_num_key_heads "
+                 "(gdn_num_key_heads=%lld)", (long long)m->gdn_k_heads);
+        return bad(v, "gdn_num_value_heads", "%s", msg);
+    }
+    if (m->n_q_heads % m->n_kv_heads)
+        return bad(v, "base_num_query_heads", "must be divisible by base_num_kv_heads=%lld",
+                   (long long)m->n_kv_heads);
+    if (m->n_layers % m->cycle)
+        return bad(v, "base_num_decoder_layers",
+                   "must be a multiple of inhomogeneous_layer_cycle_interval=%lld",
+                   (long long)m->cycle);
+    if (m->top_k > m->n_experts)
+        return bad(v, "num_experts_per_tok", "must be <= num_experts=%lld",
+                   (long long)m->n_experts);
+    /* Kernel limits: per-step GDN vectors live on the stack (gdn_core.h), and so do the
+     * load-balance accumulators of moe_route (moe_route.h). */
+    if (m->gdn_k_dim > 512)
+        return bad(v, "gdn_key_head_dim", "must be <= 512 (QT_GDN_CORE_MAX_DIM)");
+    if (m->gdn_v_dim > 512)
+        return bad(v, "gdn_value_head_dim", "must be <= 512 (QT_GDN_CORE_MAX_DIM)");
+    if (getf(v, "load_balance_loss_weight") != 0.0 && m->n_experts > 1024)
+        return bad(v, "num_experts", "must be <= 1024 (QT_MOE_MAX_EXPERTS) when "
+                   "load_balance_loss_weight != 0");
+    if (geti(v, "shared_experts") != 1)
+        return bad(v, "shared_experts", "exactly one gated shared expert is built; expected 1");
+    double prf = getf(v, "partial_rotary_factor");
+    if (!(prf > 0.0 && prf <= 1.0)) return bad(v, "partial_rotary_factor", "expected 0 < f <= 1");
+    int64_t rot = (int64_t)((double)m->head_dim * prf);
+    if (rot <= 0 || rot % 2)
+        return bad(v, "partial_rotary_factor",
+                   "Calculated rotary dimension (%lld) must be a multiple of 2 and > 0 "
+                   "(head_dim=%lld)", (long long)rot, (long long)m->head_dim);
+    m->rotary_dim = rot;
+    s->use_mrope = getb(v, "use_mrope");
+    if (s->use_mrope) {
+        const qt_cg_val *ms = kv(v, "mrope_section")->val;
+        long long sum = 0;
+        for (int i = 0; i < ms->n; i++) {
+            double d;
+            char *end;
+            if (ms->items[i].kind != QT_CG_SCALAR || ms->items[i].quoted)
+                return bad(v, "mrope_section", "expected a list of non-negative integers");
+            d = strtod(ms->items[i].s, &end);
+            if (*end || d < 0 || d != floor(d))
+                return bad(v, "mrope_section", "expected a list of non-negative integers");
+            sum += (long long)d;
+        }
+        if (sum != rot / 2)
+            return bad(v, "mrope_section",
+                       "use_mrope=true needs sum(mrope_section) == rotary_dim/2 = %lld "
+                       "(sum is %lld)", (long long)(rot / 2), sum);
+    }
+    double eps = getf(v, "normalization_layer_epsilon");
+    if (!(eps > 0)) return bad(v, "normalization_layer_epsilon", "must be > 0");
+    m->norm_eps = (float)eps;
+    double theta = getf(v, "rope_max_timescale");
+    if (!(theta > 1)) return bad(v, "rope_max_timescale", "must be > 1");
+    m->rope_theta = (float)theta;
+    if (getf(v, "rope_min_timescale") != 1.0)
+        return bad(v, "rope_min_timescale", "only 1 is supported (frequencies theta^(-2i/R))");
+    if (!getb(v, "use_qk_norm_in_gdn"))
+        return bad(v, "use_qk_norm_in_gdn", "the GDN kernel always l2-normalises q and k; "
+                   "expected true");
+    if (!getb(v, "norm_topk_prob"))
+        return bad(v, "norm_topk_prob", "routing weights are always the softmax over the "
+                   "selected k (normalised); expected true");
+    if (getb(v, "logits_via_embedding"))
+        return bad(v, "logits_via_embedding", "tied embeddings are not supported; expected "
+                   "false (separate lm_head)");
+    if (getb(v, "enable_dropout") || getf(v, "dropout_rate") != 0.0)
+        return bad(v, getb(v, "enable_dropout") ? "enable_dropout" : "dropout_rate",
+                   "dropout is not supported; expected enable_dropout=false, dropout_rate=0");
+    const char *dts[2] = {"dtype", "weight_dtype"};
+    for (int i = 0; i < 2; i++) {
+        const char *t = gets_(v, dts[i]);
+        if (strcmp(t, "float32"))
+            return bad(v, dts[i], "only float32 is supported%s", !strcmp(t, "bfloat16") ?
+                       " (bfloat16 is not supported yet)" : "");
+    }
+    return 0;
+}
+
+static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)
+{
+    qt_train_cfg *t = &s->tr;
+    double pdb = getf(v, "per_device_batch_size");
+    if (!(pdb >= 1) || pdb != floor(pdb))
+        return bad(v, "per_device_batch_size", "expected an integer >= 1 (sequences per rank)");
+    t->micro_batch = (int64_t)pdb;
+    t->seq_len = geti(v, "max_target_length");
+    if (t->seq_len < 1 || t->seq_len > 65536)
+        return bad(v, "max_target_length", "expected 1..65536");
+    t->grad_accum = geti(v, "gradient_accumulation_steps");
+    if (t->grad_accum < 1) return bad(v, "gradient_accumulation_steps", "expected >= 1");
+    if (t->micro_batch * t->grad_accum >= (1ll << (QT_MAX_TREE_LEVELS - 1)))
+        return bad(v, "gradient_accumulation_steps", "too many sequences per step for the "
+                   "%d gradient tree levels", QT_MAX_TREE_LEVELS);
+    t->steps = geti(v, "steps");
+    if (t->steps < 1) return bad(v, "steps", "expected >= 1");
+    int64_t ss = geti(v, "learning_rate_schedule_steps");
+    if (ss == -1) ss = t->steps;
+    else if (ss < 1) return bad(v, "learning_rate_schedule_steps", "expected -1 (= steps) or >= 1");
+    t->schedule_steps = ss;
+    double lr = getf(v, "learning_rate");
+    if (!(lr >= 0)) return bad(v, "learning_rate", "expected >= 0");
+    t->lr = (float)lr;
+    double b1 = getf(v, "adam_b1"), b2 = getf(v, "adam_b2");
+    if (!(b1 >= 0 && b1 < 1)) return bad(v, "adam_b1", "expected 0 <= b1 < 1");
+    if (!(b2 >= 0 && b2 < 1)) return bad(v, "adam_b2", "expected 0 <= b2 < 1");
+    t->adam_b1 = (float)b1;
+    t->adam_b2 = (float)b2;
+    double eps = getf(v, "adam_eps");
+    if (!(eps > 0)) return bad(v, "adam_eps", "expected > 0");
+    t->adam_eps = (float)eps;
+    if (getf(v, "adam_eps_root") != 0.0) return bad(v, "adam_eps_root", "only 0 is supported");
+    double wd = getf(v, "adam_weight_decay");
+    if (!(wd >= 0)) return bad(v, "adam_weight_decay", "expected >= 0");
+    t->weight_decay = (float)wd;
+    double clip = getf(v, "gradient_clipping_threshold");
+    if (!(clip >= 0)) return bad(v, "gradient_clipping_threshold", "expected >= 0 (0 disables)");
+    t->clip = (float)clip;
+    double wf = getf(v, "warmup_steps_fraction"), ff = getf(v, "learning_rate_final_fraction");
+    if (!(wf >= 0 && wf < 1)) return bad(v, "warmup_steps_fraction", "expected 0 <= f < 1");
+    if (!(ff >= 0 && ff <= 1)) return bad(v, "learning_rate_final_fraction", "expected 0..1");
+    t->warmup_frac = (float)wf;
+    t->final_frac = (float)ff;
+    double lb = getf(v, "load_balance_loss_weight");
+    if (!(lb >= 0)) return bad(v, "load_balance_loss_weight", "expected >= 0");
+    s->lb_weight = lb;
+    t->lb_weight = (float)lb;
+    if (strcmp(gets_(v, "opt_type"), "adamw"))
+        return bad(v, "opt_type", "only adamw is supported");
+    if (strcmp(gets_(v, "lr_schedule_type"), "cosine"))
+        return bad(v, "lr_schedule_type", "only cosine (linear warmup + cosine decay) is "
+                   "supported");
+    if (getf(v, "z_loss_multiplier") != 0.0)
+        return bad(v, "z_loss_multiplier", "the z-loss is not supported; expected 0");
+    if (getf(v, "capacity_factor") != -1.0)
+        return bad(v, "capacity_factor", "only dropless routing is supported; expected -1");
+    if (!getb(v, "sparse_matmul"))
+        return bad(v, "sparse_matmul", "the dense MoE path is not planned; expected true");
+    return 0;
+}
+
+static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
+{
+    static const char *axes[6] = {"data", "fsdp", "tensor", "expert", "context", "pipeline"};
+    char ici[6][40], dcn[6][40];
+    int64_t iv[6], dv[6], n_ranks = geti(v, "num_ranks");
+    if (n_ranks < 1) return bad(v, "num_ranks", "expected >= 1");
+    int ici_fill = -1, dcn_fill = -1;
+    int64_t ici_prod = 1, dcn_prod = 1;
+    for (int i = 0; i < 6; i++) {
+        snprintf(ici[i], sizeof ici[i], "ici_%s_parallelism", axes[i]);
+        snprintf(dcn[i], sizeof dcn[i], "dcn_%s_parallelism", axes[i]);
+        iv[i] = geti(v, ici[i]);
+        dv[i] = geti(v, dcn[i]);
+        if (iv[i] == -1) {
+            if (ici_fill >= 0)
+                return bad(v, ici[i], "only one ici_*_parallelism may be -1 (%s is -1 too)",
+                           ici[ici_fill]);
+            ici_fill = i;
+        } else if (iv[i] < 1) return bad(v, ici[i], "expected -1 (fill) or >= 1");
+        else ici_prod *= iv[i];
+        if (dv[i] == -1) {
+            if (dcn_fill >= 0)
+                return bad(v, dcn[i], "only one dcn_*_parallelism may be -1 (%s is -1 too)",
+                           dcn[dcn_fill]);
+            dcn_fill = i;
+        } else if (dv[i] < 1) return bad(v, dcn[i], "expected -1 (fill) or >= 1");
+        else dcn_prod *= dv[i];
+    }
+    /* One slice: the dcn axes multiply to 1, so a -1 dcn axis is 1 and the ici axes cover
+     * every rank. */
+    if (dcn_fill >= 0) dv[dcn_fill] = 1;
+    if (dcn_prod != 1)
+        return bad(v, dcn[0], "qtrain plans one slice: every dcn_*_parallelism must be 1 or -1");
+    if (ici_fill >= 0) {
+        if (n_ranks % ici_prod)
+            return bad(v, ici[ici_fill], "-1 cannot be filled: num_ranks=%lld is not a multiple "
+                       "of the other ici axes' product %lld", (long long)n_ranks,
+                       (long long)ici_prod);
+        iv[ici_fill] = n_ranks / ici_prod;
+    }
+    int64_t prod = 1;
+    for (int i = 0; i < 6; i++) prod *= iv[i] * dv[i];
+    if (prod != n_ranks)
+        return bad(v, "num_ranks", "the mesh product of ici_*/dcn_* parallelism is %lld, "
+                   "expected num_ranks", (long long)prod);
+    static const int qt_of[5] = {QT_MESH_DATA, QT_MESH_FSDP, QT_MESH_TENSOR, QT_MESH_EXPERT,
+                                 QT_MESH_CONTEXT};
+    for (int i = 0; i < 6; i++) {
+        int64_t size = iv[i] * dv[i];
+        if (i < 5) s->mesh[qt_of[i]] = (int32_t)size;
+        if (size > 1)
+            return bad(v, iv[i] > 1 ? ici[i] : dcn[i], "resolves the %s mesh axis to %lld; "
+                       "multi-rank meshes come in a later issue (qtrain plans 1 rank for now)",
+                       axes[i], (long long)size);
+    }
+    s->n_ranks = (int32_t)n_ranks;
+    const char *sm = gets_(v, "shard_mode");
+    if (!strcmp(sm, "auto")) s->shard_mode = 0;
+    else if (!strcmp(sm, "explicit")) s->shard_mode = 1;
+    else return bad(v, "shard_mode", "expected auto or explicit");
+    s->zero1 = getb(v, "shard_optimizer_over_data");
+    return 0;
+}
+
+static int check_rules(const qt_cg_vctx *v, qt_cg_settings *s)
+{
+    const qt_cg_val *r = kv(v, "logical_axis_rules")->val;
+    s->rules = qt_cg_alloc((size_t)(r->n ? r->n : 1) * sizeof *s->rules);
+    for (int i = 0; i < r->n; i++) {
+        const qt_cg_val *e = &r->items[i];
+        if (e->kind != QT_CG_LIST || e->n != 2 || e->items[0].kind != QT_CG_SCALAR)
+            return bad(v, "logical_axis_rules", "entry %d: expected [logical_name, mesh_axis "
+                       "or [mesh_axes...]]", i);
+        qt_cg_rule *ru = &s->rules[s->n_rules++];
+        ru->name = e->items[0].s;
+        const qt_cg_val *m = &e->items[1];
+        int n = m->kind == QT_CG_LIST ? m->n : 1;
+        if (n > QT_CG_MAX_RULE_AXES)
+            return bad(v, "logical_axis_rules", "entry %d ('%s'): too many mesh axes", i, ru->name);
+        for (int a = 0; a < n; a++) {
+            const qt_cg_val *x = m->kind == QT_CG_LIST ? &m->items[a] : m;
+            int id = x->kind == QT_CG_SCALAR ? qt_cg_mt_axis_id(x->s) : -1;
+            if (id < 0)
+                return bad(v, "logical_axis_rules", "entry %d ('%s'): unknown mesh axis '%s' "
+                           "(known: data, stage, fsdp, fsdp_transpose, context, "
+                           "context_usp_ulysses, context_autoregressive, tensor, "
+                           "tensor_sequence, expert, autoregressive, diloco)", i, ru->name,
+                           x->kind == QT_CG_SCALAR ? x->s : "[...]");
+            ru->axes[ru->n++] = id;
+        }
+    }
+    return 0;
+}
+
+static void note_unused(const qt_cg_vctx *v, qt_cg_settings *s)
+{
+    size_t n = 0;
+    for (int i = 0; i < v->c->n; i++) {
+        const qt_cg_known *k = &v->c->k[i];
+        if (!strstr(k->key, "vit") && strcmp(k->key, "vision_encoder_block")) continue;
+        const qt_cg_val *x = k->val;
+        int set = x->kind == QT_CG_LIST ? x->n > 0 : (x->s[0] && strcmp(x->s, "0"));
+        if (set && n + strlen(k->key) + 3 < sizeof s->unused)
+            n += (size_t)snprintf(s->unused + n, sizeof s->unused - n, "%s%s", n ? ", " : "",
+                                  k->key);
+    }
+}
+
+int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen)
+{
+    qt_cg_vctx v = {c, err, errlen};
+    memset(s, 0, sizeof *s);
+    snprintf(s->run_name, sizeof s->run_name, "%s", c->run_name);
+    snprintf(s->model_name, sizeof s->model_name, "%s", c->model_name);
+    if (!s->run_name[0]) return qt_cg_fail(err, errlen, "run_name is empty");
+    for (size_t i = 0; s->run_name[i]; i++) {
+        char ch = s->run_name[i];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+        if (!ok && !strchr("-_.", ch))
+            return bad(&v, "run_name", "expected letters, digits, '-', '_' or '.' (it names the "
+                       "output directory)");
+        s->cname[i] = ok ? ch : '_';
+    }
+    if (check_model(&v, s) || check_train(&v, s) || check_mesh(&v, s) || check_rules(&v, s))
+        return -1;
+    s->tr.global_batch = s->tr.micro_batch * s->tr.grad_accum * s->n_ranks;
+    note_unused(&v, s);
+    return 0;
+}
+
+void qt_cg_settings_free(qt_cg_settings *s)
+{
+    free(s->rules);
+    memset(s, 0, sizeof *s);
+}

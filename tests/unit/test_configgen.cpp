@@ -1,0 +1,642 @@
+// test_configgen.cpp - unit tests of configgen (the qt_cg_ library): YAML subset parser,
+// layering and overrides, unknown-key suggestions, the bad-config table (message, status,
+// nothing written), the MaxText sharding resolver on hypothetical meshes, memory-planner
+// invariants and schedule sanity on the real run configs, and plan hash / output stability.
+// Run from the repository root (paths are relative to it, as in `make test`).
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "qt_cg.h"
+}
+
+#include "CppUTest/TestHarness.h"
+
+static const char *kRuns[] = {
+    "configgen/configs/runs/default.yml",         "configgen/configs/runs/bench.yml",
+    "configgen/configs/runs/test-35-tiny.yml",    "configgen/configs/runs/test-accum-b1g4.yml",
+    "configgen/configs/runs/test-accum-b2g2.yml", "configgen/configs/runs/test-accum-b4g1.yml",
+    "configgen/configs/runs/test-next-lb.yml",    "configgen/configs/runs/test-next-tiny.yml",
+};
+static const char *kTiny = "configgen/configs/runs/test-next-tiny.yml";
+
+static std::string make_tmpdir()
+{
+    char tmpl[] = "/tmp/qt_cg_test_XXXXXX";
+    char *d = mkdtemp(tmpl);
+    CHECK(d != NULL);
+    return std::string(d);
+}
+
+static void rm_rf(const std::string &path)
+{
+    DIR *d = opendir(path.c_str());
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            rm_rf(path + "/" + e->d_name);
+        }
+        closedir(d);
+        rmdir(path.c_str());
+    } else {
+        unlink(path.c_str());
+    }
+}
+
+static bool path_exists(const std::string &p)
+{
+    struct stat st;
+    return stat(p.c_str(), &st) == 0;
+}
+
+static std::string slurp(const std::string &p)
+{
+    char *text = NULL;
+    char err[256];
+    if (qt_cg_read_file(p.c_str(), &text, err, sizeof err)) return std::string("<missing>");
+    std::string s(text);
+    free(text);
+    return s;
+}
+
+static void write_file(const std::string &p, const char *text)
+{
+    FILE *f = fopen(p.c_str(), "w");
+    CHECK(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+// ---------------------------------------------------------------- parser
+
+TEST_GROUP(CgYaml){};
+
+TEST(CgYaml, ListsCommentsAndQuotes)
+{
+    const char *text =
+        "# header comment\n"
+        "a: 12   # trailing comment\n"
+        "b: \"x # not a comment\"\n"
+        "c: 'single'\n"
+        "d: bare_word\n"
+        "\n"
+        "rules: [\n"
+        "  ['n1', ['data', 'fsdp']],   # comment inside a list\n"
+        "  ['n2', 'tensor'],\n"
+        "  ['n3', []],\n"
+        "]\n"
+        "e: []\n"
+        "f: [1, 1, 0]\n";
+    qt_cg_doc d;
+    char err[512] = "";
+    int rc = qt_cg_yaml_parse("t.yml", text, &d, err, sizeof err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    LONGS_EQUAL(0, rc);
+    LONGS_EQUAL(7, d.n);
+    STRCMP_EQUAL("a", d.e[0].key);
+    STRCMP_EQUAL("12", d.e[0].val.s);
+    LONGS_EQUAL(2, d.e[0].line);
+    STRCMP_EQUAL("x # not a comment", d.e[1].val.s);
+    LONGS_EQUAL(1, d.e[1].val.quoted);
+    STRCMP_EQUAL("single", d.e[2].val.s);
+    STRCMP_EQUAL("bare_word", d.e[3].val.s);
+    LONGS_EQUAL(0, d.e[3].val.quoted);
+    const qt_cg_val *r = &d.e[4].val;
+    LONGS_EQUAL(QT_CG_LIST, r->kind);
+    LONGS_EQUAL(7, d.e[4].line);
+    LONGS_EQUAL(3, r->n); // trailing comma accepted
+    STRCMP_EQUAL("n1", r->items[0].items[0].s);
+    LONGS_EQUAL(2, r->items[0].items[1].n);
+    STRCMP_EQUAL("fsdp", r->items[0].items[1].items[1].s);
+    STRCMP_EQUAL("tensor", r->items[1].items[1].s);
+    LONGS_EQUAL(0, r->items[2].items[1].n);
+    LONGS_EQUAL(12, d.e[5].line); // line counting continues across the multi-line list
+    LONGS_EQUAL(0, d.e[5].val.n);
+    LONGS_EQUAL(3, d.e[6].val.n);
+    qt_cg_doc_free(&d);
+}
+
+TEST(CgYaml, ErrorsNameFileAndLine)
+{
+    struct {
+        const char *text, *want;
+    } cases[] = {
+        {"a: 1\nb: 2\n  c: 3\n", "t.yml:3: indented line"},
+        {"a: 1\n- x\n", "t.yml:2: block lists"},
+        {"a: 1\nb:\n", "t.yml:2: no value for key b"},
+        {"a: 1\na: 2\n", "t.yml:2: duplicate key 'a' (first set at line 1)"},
+        {"a: [1, 2,\n  3,\n", "t.yml:3: unterminated list opened at line 1"},
+        {"a: [1, 2\nb: 3\n", "t.yml:2: expected ',' or ']' in the list opened at line 1"},
+        {"a: \"abc\n", "t.yml:1: unterminated string"},
+        {"a: 1 2 ]\n", "t.yml:1: unexpected character"},
+        {"a: {x: 1}\n", "t.yml:1: unsupported YAML syntax"},
+        {"a: b: c\n", "t.yml:1: nested mappings"},
+        {"1a: 3\n", "t.yml:1: expected 'key: value'"},
+        {"a 3\n", "t.yml:1: expected ':'"},
+        {"x: ['a' 'b']\n", "t.yml:1: expected ',' or ']'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        qt_cg_doc d;
+        char err[512] = "";
+        int rc = qt_cg_yaml_parse("t.yml", cases[i].text, &d, err, sizeof err);
+        if (rc == 0 || !strstr(err, cases[i].want))
+            fprintf(stderr, "case %zu: rc %d, err '%s', want '%s'\n", i, rc, err, cases[i].want);
+        CHECK(rc != 0);
+        CHECK(strstr(err, cases[i].want) != NULL);
+        qt_cg_doc_free(&d);
+    }
+}
+
+// ---------------------------------------------------------------- layering
+
+TEST_GROUP(CgConfig){};
+
+TEST(CgConfig, LayeringAndOverrides)
+{
+    char *over[] = {(char *)"base_emb_dim=64", (char *)"learning_rate=0.5"};
+    qt_cg_config c;
+    char err[1024] = "";
+    int rc = qt_cg_config_load(&c, "configgen/configs", kTiny, 2, over, err, sizeof err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    LONGS_EQUAL(0, rc);
+    STRCMP_EQUAL("test-next-tiny", c.run_name); // defaults to the run file's stem
+    STRCMP_EQUAL("qwen3-next-tiny", c.model_name);
+    const qt_cg_known *k = qt_cg_config_find(&c, "base_emb_dim");
+    STRCMP_EQUAL("64", k->val->s); // command line beats the model file (32)
+    STRCMP_EQUAL("command line", k->where);
+    k = qt_cg_config_find(&c, "vocab_size");
+    STRCMP_EQUAL("64", k->val->s); // model file beats base (151936)
+    CHECK(strstr(k->where, "models/qwen3-next-tiny.yml:") != NULL);
+    k = qt_cg_config_find(&c, "per_device_batch_size");
+    STRCMP_EQUAL("2", k->val->s); // run file beats base (12)
+    CHECK(strstr(k->where, "runs/test-next-tiny.yml:4") != NULL);
+    k = qt_cg_config_find(&c, "adam_b2");
+    STRCMP_EQUAL("0.95", k->val->s); // untouched base default
+    qt_cg_config_free(&c);
+
+    char *over2[] = {(char *)"run_name=custom", (char *)"per_device_batch_size=2.0"};
+    rc = qt_cg_config_load(&c, "configgen/configs", kTiny, 2, over2, err, sizeof err);
+    LONGS_EQUAL(0, rc);
+    STRCMP_EQUAL("custom", c.run_name);
+    qt_cg_settings s;
+    rc = qt_cg_settings_resolve(&c, &s, err, sizeof err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    LONGS_EQUAL(0, rc); // 2.0 is accepted as an integer batch
+    LONGS_EQUAL(2, s.tr.micro_batch);
+    LONGS_EQUAL(4, s.m.rotary_dim); // int(8 * 0.5)
+    LONGS_EQUAL(24, s.m.shared_dim);
+    LONGS_EQUAL(2, s.tr.global_batch);
+    qt_cg_settings_free(&s);
+    qt_cg_config_free(&c);
+}
+
+TEST(CgConfig, UnknownKeySuggestsNearest)
+{
+    char err[1024] = "";
+    qt_cg_config c;
+    char *over[] = {(char *)"base_emb_dimm=3"};
+    int rc = qt_cg_config_load(&c, "configgen/configs", kTiny, 1, over, err, sizeof err);
+    CHECK(rc != 0);
+    CHECK(strstr(err, "command line: unknown key 'base_emb_dimm' (did you mean 'base_emb_dim'?)"));
+    qt_cg_config_free(&c);
+
+    // In a file the message names file:line.
+    std::string dir = make_tmpdir();
+    std::string run = dir + "/r.yml";
+    write_file(run, "model_name: \"qwen3-next-tiny\"\n# comment\ngdn_chunk_sise: 8\n");
+    rc = qt_cg_config_load(&c, "configgen/configs", run.c_str(), 0, NULL, err, sizeof err);
+    CHECK(rc != 0);
+    std::string want = run + ":3: unknown key 'gdn_chunk_sise' (did you mean 'gdn_chunk_size'?)";
+    if (!strstr(err, want.c_str())) fprintf(stderr, "got: %s\n", err);
+    CHECK(strstr(err, want.c_str()) != NULL);
+    qt_cg_config_free(&c);
+    rm_rf(dir);
+}
+
+TEST(CgConfig, TypeErrorsNameKeyValueAndType)
+{
+    struct {
+        const char *over, *want;
+    } cases[] = {
+        {"base_emb_dim=abc", "base_emb_dim: value abc is not an integer"},
+        {"base_emb_dim=2.5", "base_emb_dim: value 2.5 is not an integer"},
+        {"learning_rate=fast", "learning_rate: value fast is not a number"},
+        {"use_mrope=yes", "use_mrope: value yes is not true or false"},
+        {"mrope_section=3", "mrope_section: value 3 is not a list"},
+        {"decoder_block=[1]", "decoder_block: value [1] is not a string"},
+        {"steps", "expected key=value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        qt_cg_config c;
+        char err[1024] = "";
+        char *over[] = {(char *)cases[i].over};
+        int rc = qt_cg_config_load(&c, "configgen/configs", kTiny, 1, over, err, sizeof err);
+        if (rc == 0 || !strstr(err, cases[i].want))
+            fprintf(stderr, "case %s: rc %d err '%s'\n", cases[i].over, rc, err);
+        CHECK(rc != 0);
+        CHECK(strstr(err, cases[i].want) != NULL);
+        qt_cg_config_free(&c);
+    }
+}
+
+// ---------------------------------------------------------------- bad-config table
+
+TEST_GROUP(CgBadConfig){};
+
+TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
+{
+    struct {
+        const char *o1, *o2, *want;
+    } cases[] = {
+        {"base_emb_dim=0", NULL, "base_emb_dim=0 (command line): must be a positive integer"},
+        {"num_experts=-4", NULL, "num_experts=-4 (command line): must be a positive"},
+        {"gdn_num_value_heads=5", NULL, "gdn_num_value_heads must be divisible by gdn_num_key_heads"},
+        {"base_num_query_heads=3", NULL, "must be divisible by base_num_kv_heads=2"},
+        {"partial_rotary_factor=0.375", NULL, "Calculated rotary dimension (3) must be a multiple of 2"},
+        {"partial_rotary_factor=0.1", NULL, "Calculated rotary dimension (0)"},
+        {"base_num_decoder_layers=6", NULL, "multiple of inhomogeneous_layer_cycle_interval=4"},
+        {"num_experts_per_tok=5", NULL, "must be <= num_experts=4"},
+        {"shared_experts=2", NULL, "shared_experts=2 (command line): exactly one gated shared expert"},
+        {"use_mrope=true", "mrope_section=[1, 0]", "sum(mrope_section) == rotary_dim/2 = 2"},
+        {"decoder_block=llama2", NULL, "decoder_block=llama2 (command line): expected qwen3_next or qwen3_5"},
+        {"dtype=bfloat16", NULL, "bfloat16 is not supported yet"},
+        {"weight_dtype=float16", NULL, "weight_dtype=float16 (command line): only float32"},
+        {"opt_type=sgd", NULL, "only adamw is supported"},
+        {"lr_schedule_type=wsd", NULL, "only cosine"},
+        {"adam_eps_root=1e-8", NULL, "adam_eps_root=1e-8 (command line): only 0"},
+        {"z_loss_multiplier=1e-4", NULL, "z-loss is not supported"},
+        {"capacity_factor=1.25", NULL, "only dropless routing"},
+        {"sparse_matmul=false", NULL, "the dense MoE path is not planned"},
+        {"per_device_batch_size=0", NULL, "per_device_batch_size=0 (command line): expected an integer >= 1"},
+        {"per_device_batch_size=2.5", NULL, "per_device_batch_size: value 2.5 is not an integer"},
+        {"max_target_length=70000", NULL, "max_target_length=70000 (command line): expected 1..65536"},
+        {"max_target_length=0", NULL, "expected 1..65536"},
+        {"gradient_accumulation_steps=0", NULL, "gradient_accumulation_steps=0 (command line): expected >= 1"},
+        {"shard_mode=manual", NULL, "expected auto or explicit"},
+        {"num_ranks=2", NULL, "resolves the fsdp mesh axis to 2; multi-rank meshes come in a later issue"},
+        {"ici_tensor_parallelism=2", "num_ranks=2", "resolves the tensor mesh axis to 2; multi-rank"},
+        {"ici_tensor_parallelism=2", NULL, "-1 cannot be filled: num_ranks=1"},
+        {"ici_fsdp_parallelism=1", "ici_data_parallelism=2", "mesh product of ici_*/dcn_* parallelism is 2"},
+        {"ici_expert_parallelism=-1", NULL, "only one ici_*_parallelism may be -1"},
+        {"dcn_fsdp_parallelism=2", NULL, "every dcn_*_parallelism must be 1 or -1"},
+        {"logical_axis_rules=[['embed', 'bogus']]", NULL, "unknown mesh axis 'bogus'"},
+        {"logical_axis_rules=[['embed']]", NULL, "expected [logical_name, mesh_axis"},
+        {"normalization_layer_epsilon=0", NULL, "must be > 0"},
+        {"enable_dropout=true", NULL, "dropout is not supported"},
+        {"logits_via_embedding=true", NULL, "tied embeddings are not supported"},
+        {"model_name=nosuchmodel", NULL, "models/nosuchmodel.yml: cannot open"},
+        {"base_emb_dimm=3", NULL, "did you mean 'base_emb_dim'"},
+        {"run_name=a/b", NULL, "run_name=a/b (command line): expected letters"},
+    };
+    std::string out = make_tmpdir();
+    std::string gen = out + "/gen";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        std::vector<char *> argv = {(char *)"configgen", (char *)"-o", (char *)gen.c_str(),
+                                    (char *)kTiny, (char *)cases[i].o1};
+        if (cases[i].o2) argv.push_back((char *)cases[i].o2);
+        char err[1024] = "";
+        int rc = qt_cg_generate((int)argv.size(), argv.data(), err, sizeof err);
+        if (rc == 0 || !strstr(err, cases[i].want))
+            fprintf(stderr, "case %s %s: rc %d err '%s' want '%s'\n", cases[i].o1,
+                    cases[i].o2 ? cases[i].o2 : "", rc, err, cases[i].want);
+        CHECK(rc != 0);
+        CHECK(strstr(err, cases[i].want) != NULL);
+        CHECK(!path_exists(gen)); // nothing written at all
+    }
+    // The same command without a bad value succeeds and writes the four files.
+    char *ok[] = {(char *)"configgen", (char *)"-o", (char *)gen.c_str(), (char *)kTiny};
+    char err[1024] = "";
+    int rc = qt_cg_generate(4, ok, err, sizeof err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    LONGS_EQUAL(0, rc);
+    CHECK(path_exists(gen + "/test-next-tiny/plan.c"));
+    CHECK(path_exists(gen + "/test-next-tiny/plan.h"));
+    CHECK(path_exists(gen + "/test-next-tiny/plan_main.c"));
+    CHECK(path_exists(gen + "/test-next-tiny/plan.txt"));
+    rm_rf(out);
+}
+
+// ---------------------------------------------------------------- sharding resolver
+
+TEST_GROUP(CgShard)
+{
+    qt_cg_config c;
+    qt_cg_settings s;
+    void setup()
+    {
+        char err[1024] = "";
+        LONGS_EQUAL(0, qt_cg_config_load(&c, "configgen/configs", kTiny, 0, NULL, err, sizeof err));
+        LONGS_EQUAL(0, qt_cg_settings_resolve(&c, &s, err, sizeof err));
+    }
+    void teardown()
+    {
+        qt_cg_settings_free(&s);
+        qt_cg_config_free(&c);
+    }
+    void expect(const int32_t mesh[QT_MESH_COUNT], int ndim, const char *const *names,
+                const char *const *want_desc, const uint8_t *want_spec)
+    {
+        uint8_t spec[QT_MAX_DIMS];
+        char desc[QT_MAX_DIMS][64];
+        qt_cg_resolve(s.rules, s.n_rules, mesh, ndim, names, spec, desc);
+        for (int d = 0; d < ndim; d++) {
+            if (strcmp(desc[d], want_desc[d]) || spec[d] != want_spec[d])
+                fprintf(stderr, "dim %d (%s): got %s/0x%x want %s/0x%x\n", d,
+                        names[d] ? names[d] : "None", desc[d], spec[d], want_desc[d],
+                        want_spec[d]);
+            STRCMP_EQUAL(want_desc[d], desc[d]);
+            LONGS_EQUAL(want_spec[d], spec[d]);
+        }
+    }
+};
+
+#define BIT(a) (uint8_t)(1u << (a))
+
+// Hand-derived from base.yml's rule order (research/maxtext.md 3.2).
+TEST(CgShard, HypotheticalMeshFsdp4Tensor2Expert2)
+{
+    const int32_t mesh[QT_MESH_COUNT] = {1, 4, 2, 2, 1};
+    {   // mlp's rule takes fsdp_transpose first, so embed falls to its 2nd rule
+        const char *n[] = {"embed", "mlp"};
+        const char *d[] = {"(fsdp,expert)", "(tensor)"};
+        const uint8_t sp[] = {(uint8_t)(BIT(QT_MESH_FSDP) | BIT(QT_MESH_EXPERT)), BIT(QT_MESH_TENSOR)};
+        expect(mesh, 2, n, d, sp);
+    }
+    {   // HF [out,in] order of a routed expert gate_up_proj
+        const char *n[] = {"exp", "mlp_moe", "embed_moe"};
+        const char *d[] = {"(expert)", "(tensor)", "(fsdp)"};
+        const uint8_t sp[] = {BIT(QT_MESH_EXPERT), BIT(QT_MESH_TENSOR), BIT(QT_MESH_FSDP)};
+        expect(mesh, 3, n, d, sp);
+    }
+    {   // embedding table
+        const char *n[] = {"vocab", "embed_vocab"};
+        const char *d[] = {"(tensor)", "(fsdp,expert)"};
+        const uint8_t sp[] = {BIT(QT_MESH_TENSOR), (uint8_t)(BIT(QT_MESH_FSDP) | BIT(QT_MESH_EXPERT))};
+        expect(mesh, 2, n, d, sp);
+    }
+    {   // two dims wanting tensor: q_heads' rule comes first, mlp has no other rule
+        const char *n[] = {"q_heads", "mlp"};
+        const char *d[] = {"(tensor)", "-"};
+        const uint8_t sp[] = {BIT(QT_MESH_TENSOR), 0};
+        expect(mesh, 2, n, d, sp);
+    }
+    {   // None dims and replicated-by-rule names
+        const char *n[] = {NULL, "embed", "kv"};
+        const char *d[] = {"-", "(fsdp,expert)", "-"};
+        const uint8_t sp[] = {0, (uint8_t)(BIT(QT_MESH_FSDP) | BIT(QT_MESH_EXPERT)), 0};
+        expect(mesh, 3, n, d, sp);
+    }
+}
+
+TEST(CgShard, ActivationsOnDataAndTensor)
+{
+    const int32_t mesh[QT_MESH_COUNT] = {2, 4, 2, 2, 1};
+    const char *n[] = {"activation_batch", "activation_norm_length", "activation_embed"};
+    const char *d[] = {"(data,fsdp,expert)", "-", "(tensor)"};
+    const uint8_t sp[] = {(uint8_t)(BIT(QT_MESH_DATA) | BIT(QT_MESH_FSDP) | BIT(QT_MESH_EXPERT)), 0,
+                          BIT(QT_MESH_TENSOR)};
+    expect(mesh, 3, n, d, sp);
+}
+
+TEST(CgShard, OneRankMeshIsReplicated)
+{
+    const int32_t mesh[QT_MESH_COUNT] = {1, 1, 1, 1, 1};
+    const char *n[] = {"exp", "mlp_moe", "embed_moe"};
+    const char *d[] = {"-", "-", "-"};
+    const uint8_t sp[] = {0, 0, 0};
+    expect(mesh, 3, n, d, sp);
+}
+
+// ---------------------------------------------------------------- real plans
+
+struct CgPlan {
+    qt_cg_config c;
+    qt_cg_settings s;
+    qt_cg_graph g;
+    int build(const char *run, int n_over = 0, char **over = NULL)
+    {
+        char err[1024] = "";
+        int rc = qt_cg_plan_build(NULL, run, n_over, over, &c, &s, &g, err, sizeof err);
+        if (rc) fprintf(stderr, "%s: %s\n", run, err);
+        return rc;
+    }
+    ~CgPlan() { qt_cg_plan_free(&c, &s, &g); }
+};
+
+static bool is_planned_role(int r)
+{
+    return r != QT_ROLE_PARAM && r != QT_ROLE_GRAD && r != QT_ROLE_ADAM_M && r != QT_ROLE_ADAM_V;
+}
+
+TEST_GROUP(CgPlanner){};
+
+// Re-derives lifetimes from the schedule independently of the planner and checks every
+// pair; exact integer checks, no tolerance.
+TEST(CgPlanner, InvariantsHoldOnEveryRunConfig)
+{
+    for (size_t r = 0; r < sizeof kRuns / sizeof kRuns[0]; r++) {
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(kRuns[r]));
+        const qt_cg_graph &g = p.g;
+        char err[1024] = "";
+        LONGS_EQUAL(0, qt_cg_check_plan(&g, err, sizeof err));
+        LONGS_EQUAL(0, (long)(g.arena_bytes % (2 << 20)));
+        std::vector<int> first(g.nt, -1), last(g.nt, -1);
+        for (int o = 0; o < g.nmb; o++)
+            for (int s = 0; s < QT_OP_MAX_T; s++) {
+                int id = g.mb[o].t[s];
+                if (id < 0) continue;
+                if (first[id] < 0) first[id] = o;
+                last[id] = o;
+            }
+        int32_t whole[] = {g.tokens, g.targets, g.loss_seq, g.lb_seq, g.table};
+        for (int32_t w : whole)
+            if (w >= 0) {
+                first[w] = 0;
+                last[w] = g.nmb - 1;
+            }
+        for (int i = 0; i < g.nt; i++) {
+            const qt_tensor &t = g.ts[i].t;
+            LONGS_EQUAL(0, (long)(t.offset % 64));
+            CHECK(t.offset >= 0 && t.offset + 4 * t.numel <= g.arena_bytes);
+            if (is_planned_role(t.role)) CHECK(t.offset >= g.act_offset);
+            else CHECK(t.offset + 4 * t.numel <= g.grads_offset);
+        }
+        for (int i = 0; i < g.nt; i++) {
+            if (!is_planned_role(g.ts[i].t.role)) continue;
+            for (int j = i + 1; j < g.nt; j++) {
+                if (!is_planned_role(g.ts[j].t.role)) continue;
+                bool live = first[i] <= last[j] && first[j] <= last[i];
+                const qt_tensor &a = g.ts[i].t, &b = g.ts[j].t;
+                bool bytes = a.offset < b.offset + 4 * b.numel && b.offset < a.offset + 4 * a.numel;
+                if (live && bytes)
+                    fprintf(stderr, "%s: %s and %s overlap\n", kRuns[r], a.name, b.name);
+                CHECK(!(live && bytes));
+            }
+        }
+        // flat regions: params disjoint, in order, and regions laid out back to back
+        for (int q = 1; q < g.np; q++)
+            CHECK(g.ps[q].flat_offset >= g.ps[q - 1].flat_offset + g.ps[q - 1].numel);
+        LONGS_EQUAL(4 * g.n_param_elems, g.grads_offset - g.params_offset);
+        LONGS_EQUAL(4 * g.n_param_elems, g.adam_m_offset - g.grads_offset);
+        int64_t seqs = p.s.tr.micro_batch * p.s.tr.grad_accum, bits = 0;
+        while (seqs >> bits) bits++;
+        LONGS_EQUAL(bits, g.n_tree_levels);
+        // sharing happens: the planned peak is below the plain sum of activation bytes
+        int64_t sum = 0;
+        for (int i = 0; i < g.nt; i++)
+            if (is_planned_role(g.ts[i].t.role)) sum += (4 * g.ts[i].t.numel + 63) / 64 * 64;
+        CHECK(g.act_peak < sum);
+    }
+}
+
+TEST(CgPlanner, CheckerCatchesAnOverlap)
+{
+    CgPlan p;
+    LONGS_EQUAL(0, p.build(kTiny));
+    // tokens and targets are live together for the whole schedule
+    p.g.ts[p.g.targets].t.offset = p.g.ts[p.g.tokens].t.offset;
+    char err[1024] = "";
+    CHECK(qt_cg_check_plan(&p.g, err, sizeof err) != 0);
+    CHECK(strstr(err, "live together") != NULL);
+}
+
+TEST_GROUP(CgSchedule){};
+
+TEST(CgSchedule, DefBeforeUseAndOneWgradPerParam)
+{
+    for (size_t r = 0; r < sizeof kRuns / sizeof kRuns[0]; r++) {
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(kRuns[r]));
+        const qt_cg_graph &g = p.g;
+        char err[1024] = "";
+        int rc = qt_cg_check_schedule(&g, err, sizeof err);
+        if (rc) fprintf(stderr, "%s: %s\n", kRuns[r], err);
+        LONGS_EQUAL(0, rc);
+        // independent re-check of the two central properties
+        std::vector<int> written(g.nt, 0), wgrads(g.np, 0);
+        for (int i = 0; i < g.nt; i++)
+            written[i] = g.ts[i].t.role == QT_ROLE_PARAM || g.ts[i].t.role == QT_ROLE_INPUT ||
+                         g.ts[i].t.role == QT_ROLE_TABLE;
+        for (int o = 0; o < g.nmb; o++) {
+            const qt_op &op = g.mb[o];
+            const char *sl = qt_cg_op_slots(op.kind);
+            for (int s = 0; sl[s]; s++)
+                if (op.t[s] >= 0 && (sl[s] == 'r' || sl[s] == 'a')) CHECK(written[op.t[s]]);
+            for (int s = 0; sl[s]; s++)
+                if (op.t[s] >= 0 && sl[s] != 'r' && sl[s] != 'p') written[op.t[s]] = 1;
+            if (op.flags & QT_OPF_WGRAD) {
+                wgrads[op.a[8]]++;
+                if (op.a[9] >= 0) wgrads[op.a[9]]++;
+            }
+        }
+        for (int q = 0; q < g.np; q++) LONGS_EQUAL(1, wgrads[q]);
+        // forward first, XENT last of the forward, lb_seq zeroed first when on
+        LONGS_EQUAL(QT_OP_XENT, g.mb[g.n_fwd - 1].kind);
+        if (g.lb_seq >= 0) {
+            LONGS_EQUAL(QT_OP_ZERO, g.mb[0].kind);
+            LONGS_EQUAL(g.lb_seq, g.mb[0].t[0]);
+        }
+        // the only init op is the rotary table
+        LONGS_EQUAL(1, g.ninit);
+        LONGS_EQUAL(QT_OP_ROPE_TABLE, g.init[0].kind);
+    }
+}
+
+TEST(CgSchedule, CheckerCatchesDuplicateWgradAndUseBeforeDef)
+{
+    CgPlan p;
+    LONGS_EQUAL(0, p.build(kTiny));
+    char err[1024] = "";
+    int last_wgrad = -1;
+    for (int o = 0; o < p.g.nmb; o++)
+        if (p.g.mb[o].flags & QT_OPF_WGRAD) last_wgrad = o;
+    CHECK(last_wgrad > 0);
+    qt_op saved = p.g.mb[last_wgrad - 1];
+    p.g.mb[last_wgrad - 1] = p.g.mb[last_wgrad];
+    CHECK(qt_cg_check_schedule(&p.g, err, sizeof err) != 0);
+    p.g.mb[last_wgrad - 1] = saved;
+    LONGS_EQUAL(0, qt_cg_check_schedule(&p.g, err, sizeof err));
+    // move the first backward op (reads d.final_h / d.logits) before the forward
+    qt_op first = p.g.mb[0];
+    p.g.mb[0] = p.g.mb[p.g.n_fwd + 1];
+    CHECK(qt_cg_check_schedule(&p.g, err, sizeof err) != 0);
+    CHECK(strstr(err, "before it is written") != NULL);
+    p.g.mb[0] = first;
+}
+
+TEST(CgSchedule, LoadBalanceConstants)
+{
+    CgPlan p;
+    LONGS_EQUAL(0, p.build("configgen/configs/runs/test-next-lb.yml"));
+    // c = w*E/(B*L) = 0.01*4/(2*4); backward seed c*B*S. Compared as floats with a relative
+    // tolerance of 1e-6 (one float rounding of a double product).
+    int seen = 0;
+    for (int o = 0; o < p.g.nmb; o++) {
+        const qt_op &op = p.g.mb[o];
+        if (op.kind == QT_OP_MOE_ROUTE_FWD) {
+            DOUBLES_EQUAL(0.005, op.f[0], 0.005 * 1e-6);
+            LONGS_EQUAL(p.g.lb_seq, op.t[2]);
+            seen++;
+        }
+        if (op.kind == QT_OP_MOE_ROUTE_BWD) DOUBLES_EQUAL(0.005 * 2 * 16, op.f[0], 0.16 * 1e-6);
+    }
+    LONGS_EQUAL(4, seen);
+}
+
+// ---------------------------------------------------------------- hash and output stability
+
+TEST_GROUP(CgHash){};
+
+TEST(CgHash, StableAcrossRunsAndSensitiveToContent)
+{
+    CgPlan a, b, c, d;
+    LONGS_EQUAL(0, a.build(kTiny));
+    LONGS_EQUAL(0, b.build(kTiny));
+    CHECK(a.g.hash == b.g.hash);
+    CHECK(a.g.hash == qt_cg_hash(&a.g));
+    char *over[] = {(char *)"learning_rate=0.001"};
+    LONGS_EQUAL(0, c.build(kTiny, 1, over));
+    CHECK(c.g.hash != a.g.hash);
+    LONGS_EQUAL(0, d.build("configgen/configs/runs/test-accum-b2g2.yml"));
+    CHECK(d.g.hash != a.g.hash);
+    a.g.mb[5].a[0] += 1; // any table change moves the hash
+    CHECK(qt_cg_hash(&a.g) != b.g.hash);
+}
+
+TEST(CgHash, OutputFilesAreByteIdentical)
+{
+    std::string o1 = make_tmpdir(), o2 = make_tmpdir();
+    const char *run = "configgen/configs/runs/test-35-tiny.yml";
+    char *a1[] = {(char *)"configgen", (char *)"-o", (char *)o1.c_str(), (char *)run};
+    char *a2[] = {(char *)"configgen", (char *)"-o", (char *)o2.c_str(), (char *)run};
+    char err[1024] = "";
+    LONGS_EQUAL(0, qt_cg_generate(4, a1, err, sizeof err));
+    LONGS_EQUAL(0, qt_cg_generate(4, a2, err, sizeof err));
+    const char *files[] = {"plan.h", "plan.c", "plan_main.c", "plan.txt"};
+    for (const char *f : files) {
+        std::string x = slurp(o1 + "/test-35-tiny/" + f), y = slurp(o2 + "/test-35-tiny/" + f);
+        CHECK(x != "<missing>");
+        CHECK(x == y);
+    }
+    std::string h = slurp(o1 + "/test-35-tiny/plan.h");
+    CgPlan p;
+    LONGS_EQUAL(0, p.build(run));
+    char want[64];
+    snprintf(want, sizeof want, "QT_PLAN_HASH_TEST_35_TINY 0x%016llxull",
+             (unsigned long long)p.g.hash);
+    CHECK(h.find(want) != std::string::npos);
+    std::string c = slurp(o1 + "/test-35-tiny/plan.c");
+    CHECK(c.find("static unsigned char qt_arena_test_35_tiny[") != std::string::npos);
+    CHECK(c.find("const qt_plan qt_plan_test_35_tiny = {") != std::string::npos);
+    CHECK(c.find("do not edit; make gen regenerates") != std::string::npos);
+    rm_rf(o1);
+    rm_rf(o2);
+}
