@@ -139,7 +139,7 @@ $(UNIT): $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ)
 
 $(BUILD)/tools/%: tests/tools/%.c $(FW_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_FW) -o $@ $< $(FW_OBJ) $(LIBS_GLIBC) -lm
+	$(CC) $(CFLAGS_FW) $(MPI_CFLAGS) -o $@ $< $(FW_OBJ) $(LINK_ARENA) $(LIBS_GLIBC) -lm
 
 $(BUILD)/tools/libheap_audit.so: tests/tools/heap_audit.c
 	@mkdir -p $(@D)

@@ -14,13 +14,24 @@
 
 #include <stdint.h>
 #include "qt_plan.h"
+#include <stdio.h>
+#include "qt_ops.h"
 #include "../io/qt_io.h"
 
 typedef struct qt_run_opts {
     uint64_t seed;
     float lr_override;         /* < 0: use the plan's */
     int64_t total_steps;       /* for the schedule: plan's schedule_steps unless > 0 */
+    int32_t rank;              /* this process's rank (0 when single-rank) */
+    int32_t n_ranks;           /* ranks the process was started with; <= 0 means 1 */
 } qt_run_opts;
+
+/* Heap audit hook (tests/tools/heap_audit.c, LD_PRELOAD): called with 1 right before the
+ * first training step and 0 after the last one, only when the library is present. */
+void qt_heap_audit_mark(int in_steps) __attribute__((weak));
+
+/* The plan this binary was built for (generated/<run>/plan_main.c). */
+const qt_plan *qt_main_plan(void);
 
 int qt_runtime_init(const qt_plan *p, const qt_run_opts *o);
 /* Initialise every parameter from the plan's init rules with the given seed (counter-based
@@ -31,6 +42,17 @@ int qt_runtime_step(const qt_plan *p, const qt_data *d, int64_t step, qt_step_me
 /* Forward+backward only (no optimizer update): leaves the step's final, normalised and
  * unclipped gradient in the gradient region. Used by dump_grads and the tests. */
 int qt_runtime_grads(const qt_plan *p, const qt_data *d, int64_t step, qt_step_metrics *m);
+/* Tells the heap audit (if preloaded) whether training steps are in progress. */
+void qt_runtime_mark_steps(int in_steps);
+/* One start-up line on f: run name, plan hash, arena size and page backing (hugetlbfs /
+ * THP / 4K) with the prefault time, rank count and the comm back end name. */
+void qt_runtime_banner(FILE *f, const qt_plan *p, const char *comm_backend);
+/* Learning rate of 0-based step t under the current options (override, schedule steps). */
+double qt_runtime_lr(const qt_plan *p, int64_t t);
+/* Replaces the kernel table used by the interpreter (tests); NULL restores
+ * qt_kernel_table. Call before qt_runtime_init. */
+void qt_runtime_set_kernel_table(const qt_kernel_entry *table);
+
 /* Order-independent fingerprint over (global element index, value bits) of all params. */
 uint64_t qt_param_fingerprint(const qt_plan *p);
 

@@ -1,0 +1,136 @@
+/* cli.c - key=value command-line parsing for qtrain (see qt_cli.h).
+ *
+ * Invariants: each key may appear once; numbers must be plain decimal (no sign, no
+ * trailing characters) except learning_rate, a finite non-negative decimal float.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "qt_cli.h"
+#include "../io/qt_io.h"
+
+enum qt_cli_key {
+    QT_KEY_STEPS, QT_KEY_DATA, QT_KEY_DATA_DTYPE, QT_KEY_LOAD, QT_KEY_SAVE, QT_KEY_SAVE_EVERY,
+    QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_HELP, QT_KEY_COUNT
+};
+
+static const char *const qt_cli_names[QT_KEY_COUNT] = {
+    "steps", "data", "data_dtype", "load", "save", "save_every", "metrics", "seed",
+    "learning_rate", "dump_grads", "help"
+};
+
+void qt_cli_usage(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "usage: %s [key=value ...]\n"
+            "  steps=N          train until step N (total, counting steps of a loaded checkpoint;\n"
+            "                   default: the plan's steps; 0 = no training)\n"
+            "  data=PATH        token file (.npy, QTTOKENS raw, or headerless raw with data_dtype);\n"
+            "                   default: the embedded corpus\n"
+            "  data_dtype=T     uint16 | uint32, for headerless raw token files\n"
+            "  load=PATH        safetensors weights; optimizer state and step resume when present\n"
+            "  save=PATH        write a checkpoint (weights + optimizer) at the end\n"
+            "  save_every=N     also save to the save= path every N steps (atomic)\n"
+            "  metrics=PATH     JSON-lines metrics, one line per step\n"
+            "  seed=N           parameter init seed (unsigned decimal, default 0)\n"
+            "  learning_rate=X  peak learning rate override (default: the plan's)\n"
+            "  dump_grads=PATH  write the first step's normalised gradients, then train on\n"
+            "  help             this text\n", prog);
+}
+
+static int qt_cli_bad(const char *key, const char *val, const char *expect)
+{
+    fprintf(stderr, "qtrain: bad argument %s=%s: expected %s\n", key, val, expect);
+    return QT_E_ARG;
+}
+
+static int qt_cli_u64(const char *s, uint64_t *out)
+{
+    if (*s < '0' || *s > '9') return -1;
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+int qt_cli_parse(qt_cli *c, int argc, char **argv)
+{
+    int seen[QT_KEY_COUNT] = {0};
+    memset(c, 0, sizeof *c);
+    c->steps = -1;
+    c->learning_rate = -1.0f;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "help") || !strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            c->help = 1;
+            continue;
+        }
+        const char *eq = strchr(arg, '=');
+        if (!eq) {
+            fprintf(stderr, "qtrain: argument '%s' is not key=value (try: help)\n", arg);
+            return QT_E_ARG;
+        }
+        size_t klen = (size_t)(eq - arg);
+        const char *val = eq + 1;
+        int k = 0;
+        while (k < QT_KEY_COUNT &&
+               !(strlen(qt_cli_names[k]) == klen && !strncmp(arg, qt_cli_names[k], klen)))
+            k++;
+        if (k == QT_KEY_COUNT) {
+            fprintf(stderr, "qtrain: unknown key '%.*s' in '%s' (try: help)\n", (int)klen, arg, arg);
+            return QT_E_ARG;
+        }
+        const char *key = qt_cli_names[k];
+        if (seen[k]) {
+            fprintf(stderr, "qtrain: key %s given twice\n", key);
+            return QT_E_ARG;
+        }
+        seen[k] = 1;
+        if (!*val && k != QT_KEY_HELP) return qt_cli_bad(key, val, "a non-empty value");
+        uint64_t u = 0;
+        switch (k) {
+        case QT_KEY_STEPS:
+            if (qt_cli_u64(val, &u) || u > (uint64_t)INT64_MAX / 2)
+                return qt_cli_bad(key, val, "a non-negative integer");
+            c->steps = (int64_t)u;
+            break;
+        case QT_KEY_SAVE_EVERY:
+            if (qt_cli_u64(val, &u) || u == 0 || u > (uint64_t)INT64_MAX / 2)
+                return qt_cli_bad(key, val, "a positive integer");
+            c->save_every = (int64_t)u;
+            break;
+        case QT_KEY_SEED:
+            if (qt_cli_u64(val, &u)) return qt_cli_bad(key, val, "an unsigned decimal integer");
+            c->seed = u;
+            break;
+        case QT_KEY_LR: {
+            errno = 0;
+            char *end = NULL;
+            double v = strtod(val, &end);
+            if (errno || *end || end == val || !(v >= 0.0) || v > 1e30)
+                return qt_cli_bad(key, val, "a finite non-negative number");
+            c->learning_rate = (float)v;
+            break;
+        }
+        case QT_KEY_DATA_DTYPE:
+            if (strcmp(val, "uint16") && strcmp(val, "uint32"))
+                return qt_cli_bad(key, val, "uint16 or uint32");
+            c->data_dtype = val;
+            break;
+        case QT_KEY_DATA: c->data = val; break;
+        case QT_KEY_LOAD: c->load = val; break;
+        case QT_KEY_SAVE: c->save = val; break;
+        case QT_KEY_METRICS: c->metrics = val; break;
+        case QT_KEY_DUMP_GRADS: c->dump_grads = val; break;
+        case QT_KEY_HELP: c->help = 1; break;
+        default: break;
+        }
+    }
+    if (c->save_every && !c->save) {
+        fprintf(stderr, "qtrain: save_every=%lld needs save=PATH\n", (long long)c->save_every);
+        return QT_E_ARG;
+    }
+    return QT_OK;
+}

@@ -1,0 +1,130 @@
+/* main.c - the qtrain program: parse the command line, initialise, train, save.
+ *
+ * Invariants: main is the only function in the firmware that ends the process. Everything
+ * that can fail (arguments, plan, data, checkpoint) is checked before the first step, and
+ * files are opened before the steps so stdio never allocates during them (the metrics
+ * stream gets a static buffer). Exit codes: 0 success, 2 bad arguments, 1 any other error.
+ * Checkpoints are written atomically by the IO layer, so an error never leaves a file
+ * that looks valid but is half-written.
+ */
+#include <stdio.h>
+#include "qt_cli.h"
+#include "comm/qt_comm.h"
+#include "io/qt_io.h"
+#include "runtime/qt_runtime.h"
+
+#define QT_EXIT_ERR 1
+#define QT_EXIT_ARG 2
+
+static struct {
+    char metrics_buf[1 << 16];
+    qt_data data;
+    int data_open;
+    FILE *metrics;
+} qt_main_state;
+
+static int qt_main_finish(int code)
+{
+    if (qt_main_state.metrics) {
+        if (fclose(qt_main_state.metrics) != 0 && code == 0) {
+            fprintf(stderr, "qtrain: writing the metrics file failed\n");
+            code = QT_EXIT_ERR;
+        }
+        qt_main_state.metrics = NULL;
+    }
+    if (qt_main_state.data_open) qt_data_close(&qt_main_state.data);
+    qt_comm_finalize();
+    return code;
+}
+
+/* Data position stored in checkpoints: global sequences consumed before `step`. */
+static int64_t qt_main_data_pos(const qt_plan *p, int64_t step)
+{
+    return step * p->train.global_batch;
+}
+
+int main(int argc, char **argv)
+{
+    int rank = 0, size = 1;
+    if (qt_comm_init(&argc, &argv, &rank, &size) != QT_OK) return QT_EXIT_ERR;
+    qt_cli cli;
+    if (qt_cli_parse(&cli, argc, argv) != QT_OK) return qt_main_finish(QT_EXIT_ARG);
+    if (cli.help) {
+        if (rank == 0) qt_cli_usage(stdout, argv[0]);
+        return qt_main_finish(0);
+    }
+    const qt_plan *p = qt_main_plan();
+    qt_run_opts opts = {cli.seed, cli.learning_rate, 0, rank, size};
+    if (qt_runtime_init(p, &opts) != QT_OK) return qt_main_finish(QT_EXIT_ERR);
+    if (rank == 0) qt_runtime_banner(stderr, p, qt_comm_backend());
+
+    if (qt_data_open(&qt_main_state.data, cli.data, cli.data_dtype, p->model.vocab,
+                     p->train.seq_len) != QT_OK)
+        return qt_main_finish(QT_EXIT_ERR);
+    qt_main_state.data_open = 1;
+
+    int64_t start = 0, data_pos = 0;
+    if (cli.load) {
+        if (qt_checkpoint_load(p, cli.load, 1, &start, &data_pos) != QT_OK)
+            return qt_main_finish(QT_EXIT_ERR);
+        if (start < 0) {
+            fprintf(stderr, "qtrain: %s: step %lld in the metadata is negative\n", cli.load,
+                    (long long)start);
+            return qt_main_finish(QT_EXIT_ERR);
+        }
+        if (rank == 0 && start > 0)
+            fprintf(stderr, "qtrain: resuming from %s at step %lld\n", cli.load, (long long)start);
+    }
+    int64_t end = cli.steps >= 0 ? cli.steps : p->train.steps;
+
+    qt_step_metrics m;
+    if (cli.dump_grads) {
+        if (qt_runtime_grads(p, &qt_main_state.data, start, &m) != QT_OK)
+            return qt_main_finish(QT_EXIT_ERR);
+        if (rank == 0 && qt_checkpoint_save_grads(p, cli.dump_grads) != QT_OK)
+            return qt_main_finish(QT_EXIT_ERR);
+        if (rank == 0)
+            fprintf(stderr, "qtrain: gradients of step %lld written to %s (loss %.9g, grad norm "
+                    "%.9g)\n", (long long)start, cli.dump_grads, m.loss, m.grad_norm);
+    }
+
+    if (cli.metrics && rank == 0) {
+        qt_main_state.metrics = fopen(cli.metrics, "w");
+        if (!qt_main_state.metrics ||
+            setvbuf(qt_main_state.metrics, qt_main_state.metrics_buf, _IOFBF,
+                    sizeof qt_main_state.metrics_buf) != 0) {
+            fprintf(stderr, "qtrain: cannot open metrics file %s for writing\n", cli.metrics);
+            return qt_main_finish(QT_EXIT_ERR);
+        }
+    }
+
+    int64_t step = start;
+    if (step < end) {
+        qt_runtime_mark_steps(1);
+        for (; step < end; step++) {
+            if (qt_runtime_step(p, &qt_main_state.data, step, &m) != QT_OK) {
+                qt_runtime_mark_steps(0);
+                fprintf(stderr, "qtrain: step %lld failed\n", (long long)step);
+                return qt_main_finish(QT_EXIT_ERR);
+            }
+            if (rank == 0) {
+                if (qt_main_state.metrics) {
+                    qt_metrics_write(qt_main_state.metrics, &m);
+                    fflush(qt_main_state.metrics);
+                }
+                qt_progress_print(stderr, &m, end);
+            }
+            if (cli.save_every && (step + 1) % cli.save_every == 0 && step + 1 < end && rank == 0 &&
+                qt_checkpoint_save(p, cli.save, 1, step + 1, qt_main_data_pos(p, step + 1)) != QT_OK) {
+                qt_runtime_mark_steps(0);
+                return qt_main_finish(QT_EXIT_ERR);
+            }
+        }
+        qt_runtime_mark_steps(0);
+    }
+    if (cli.save && rank == 0 &&
+        qt_checkpoint_save(p, cli.save, 1, step, qt_main_data_pos(p, step)) != QT_OK)
+        return qt_main_finish(QT_EXIT_ERR);
+    (void)data_pos;
+    return qt_main_finish(0);
+}

@@ -1,0 +1,31 @@
+/* qt_cli.h - the qtrain command line: key=value arguments.
+ *
+ * Parsing never exits and never allocates: strings point into argv. Every malformed or
+ * unknown argument yields one stderr line naming the key, the value and what is expected.
+ */
+#ifndef QT_CLI_H
+#define QT_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct qt_cli {
+    int64_t steps;             /* total steps to reach (resume counts loaded steps); -1 = plan */
+    const char *data;          /* token file, NULL = embedded corpus */
+    const char *data_dtype;    /* "uint16" | "uint32" for headerless raw files, or NULL */
+    const char *load;          /* safetensors to load, or NULL */
+    const char *save;          /* safetensors written at the end, or NULL */
+    int64_t save_every;        /* 0 = off */
+    const char *metrics;       /* JSON-lines path, or NULL */
+    const char *dump_grads;    /* safetensors path for step gradients, or NULL */
+    uint64_t seed;
+    float learning_rate;       /* < 0: the plan's */
+    int help;
+} qt_cli;
+
+/* Parses argv[1..argc). Returns 0 or QT_E_ARG (message printed). */
+int qt_cli_parse(qt_cli *c, int argc, char **argv);
+/* Writes the usage text. */
+void qt_cli_usage(FILE *f, const char *prog);
+
+#endif

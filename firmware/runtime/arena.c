@@ -1,0 +1,173 @@
+/* arena.c - arena validation, huge-page backing and prefault (see qt_arena.h).
+ *
+ * Why: first-touch faults cost ~15 us per 4 KiB page on this class of VM, so the arena is
+ * faulted in once at start-up, on 2 MiB pages where possible, and never mapped or unmapped
+ * again. Replacing the mapping is only done before anything has written to the section
+ * (first call), so no data can be lost; a failed hugetlb mapping is replaced by a fresh
+ * zero anonymous mapping, which is what the section held. No heap: /proc and /sys are read
+ * with open/read into a static buffer.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include "qt_arena.h"
+#include "../io/qt_io.h"
+
+extern unsigned char __qt_arena_start[];
+extern unsigned char __qt_arena_end[];
+/* The section can be larger than 2 GiB (the bench plan's is), so its end may lie beyond the
+ * reach of a 32-bit PC-relative address. The bounds are read through 64-bit pointers held
+ * in data (absolute relocations) instead of being addressed directly. */
+static unsigned char *const volatile qt_arena_lo = __qt_arena_start;
+static unsigned char *const volatile qt_arena_hi = __qt_arena_end;
+
+#define QT_PAGE_4K 4096u
+
+static struct {
+    int backed;
+    enum qt_arena_mode mode;
+    double prefault_s;
+    char buf[8192];
+    unsigned char resident[4096];  /* mincore vector, one chunk of pages at a time */
+} qt_arena_state;
+
+static double qt_arena_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Reads a small text file into the static buffer; returns its length or -1. */
+static long qt_arena_slurp(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    long n = 0;
+    while (n < (long)sizeof qt_arena_state.buf - 1) {
+        ssize_t r = read(fd, qt_arena_state.buf + n, sizeof qt_arena_state.buf - 1 - (size_t)n);
+        if (r <= 0) break;
+        n += r;
+    }
+    close(fd);
+    qt_arena_state.buf[n] = 0;
+    return n;
+}
+
+static int qt_arena_thp_allowed(void)
+{
+    if (qt_arena_slurp("/sys/kernel/mm/transparent_hugepage/enabled") < 0) return 0;
+    return strstr(qt_arena_state.buf, "[never]") == NULL;
+}
+
+#ifndef QT_MUSL
+static long long qt_arena_hugepages_free(void)
+{
+    if (qt_arena_slurp("/proc/meminfo") < 0) return 0;
+    const char *s = strstr(qt_arena_state.buf, "HugePages_Free:");
+    if (!s) return 0;
+    s += strlen("HugePages_Free:");
+    while (*s == ' ' || *s == '\t') s++;
+    long long v = 0;
+    while (*s >= '0' && *s <= '9') v = v * 10 + (*s++ - '0');
+    return v;
+}
+
+/* 1 if no page of [base, base+len) is resident, i.e. nothing can have been written there
+ * (a unit-test binary may have used another plan's arena in the section before). */
+static int qt_arena_untouched(unsigned char *base, size_t len)
+{
+    const size_t chunk = sizeof qt_arena_state.resident * QT_PAGE_4K;
+    for (size_t off = 0; off < len; off += chunk) {
+        size_t n = len - off < chunk ? len - off : chunk;
+        if (mincore(base + off, n, qt_arena_state.resident) != 0) return 0;
+        for (size_t i = 0; i < (n + QT_PAGE_4K - 1) / QT_PAGE_4K; i++)
+            if (qt_arena_state.resident[i] & 1u) return 0;
+    }
+    return 1;
+}
+
+static int qt_arena_try_hugetlb(unsigned char *base, size_t len)
+{
+    if ((unsigned long long)qt_arena_hugepages_free() * QT_ARENA_ALIGN < len) return 0;
+    if (!qt_arena_untouched(base, len)) return 0;
+    void *r = mmap(base, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_HUGETLB, -1, 0);
+    if (r == (void *)base) return 1;
+    /* the old range may be gone after a failed MAP_FIXED: put zero pages back */
+    r = mmap(base, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    return r == (void *)base ? 0 : -1;
+}
+#endif
+
+static int qt_arena_back(void)
+{
+    unsigned char *base = qt_arena_lo;
+    size_t len = (size_t)(qt_arena_hi - qt_arena_lo);
+    qt_arena_state.mode = QT_ARENA_4K;
+    if (len == 0) return QT_OK;
+#ifndef QT_MUSL
+    int h = qt_arena_try_hugetlb(base, len);
+    if (h < 0) {
+        fprintf(stderr, "arena: could not restore the mapping of [%p, +%zu) after a failed hugetlb map\n",
+                (void *)base, len);
+        return QT_E_PLAN;
+    }
+    if (h > 0) {
+        qt_arena_state.mode = QT_ARENA_HUGETLB;
+        return QT_OK;
+    }
+#endif
+    if (qt_arena_thp_allowed() && madvise(base, len, MADV_HUGEPAGE) == 0)
+        qt_arena_state.mode = QT_ARENA_THP;
+    return QT_OK;
+}
+
+int qt_arena_init(const qt_plan *p)
+{
+    const unsigned char *a = p->arena;
+    if (!a || p->arena_bytes <= 0 || a < qt_arena_lo ||
+        p->arena_bytes > qt_arena_hi - a) {
+        fprintf(stderr, "plan %s: arena [%p, +%lld) is not inside section .qt_arena [%p, %p) "
+                "(link with linker/arena.ld; declare it in .bss.qt_arena)\n", p->run_name,
+                (const void *)a, (long long)p->arena_bytes, (void *)qt_arena_lo,
+                (void *)qt_arena_hi);
+        return QT_E_PLAN;
+    }
+    if (((uintptr_t)a & (QT_ARENA_ALIGN - 1)) != 0) {
+        fprintf(stderr, "plan %s: arena %p is not 2 MiB aligned\n", p->run_name, (const void *)a);
+        return QT_E_PLAN;
+    }
+    if (!qt_arena_state.backed) {
+        int rc = qt_arena_back();
+        if (rc) return rc;
+        qt_arena_state.backed = 1;
+    }
+    double t0 = qt_arena_now();
+    volatile unsigned char *q = p->arena;
+    for (int64_t i = 0; i < p->arena_bytes; i += QT_PAGE_4K) q[i] = q[i];
+    qt_arena_state.prefault_s = qt_arena_now() - t0;
+    return QT_OK;
+}
+
+enum qt_arena_mode qt_arena_mode(void)
+{
+    return qt_arena_state.mode;
+}
+
+const char *qt_arena_mode_name(void)
+{
+    switch (qt_arena_state.mode) {
+    case QT_ARENA_HUGETLB: return "hugetlbfs";
+    case QT_ARENA_THP: return "THP";
+    default: return "4K";
+    }
+}
+
+double qt_arena_prefault_seconds(void)
+{
+    return qt_arena_state.prefault_s;
+}

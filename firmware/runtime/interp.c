@@ -1,0 +1,153 @@
+/* interp.c - walks the init and microbatch schedules of a plan (see qt_interp.h).
+ *
+ * Invariants: ops run strictly in schedule order on one thread; per-sequence weight
+ * gradients are reduced only through qt_tree (never summed across sequences by a kernel),
+ * so gradient bits depend only on the leaves and their count, not on the batch split.
+ * No heap: the level pointer table lives on the stack with a fixed bound.
+ */
+#include <stdio.h>
+#include <string.h>
+#include "qt_interp.h"
+#include "qt_tree.h"
+#include "../io/qt_io.h"
+
+static struct {
+    uint8_t wgrad_uses[QT_INTERP_MAX_PARAMS];  /* validation scratch: WGRAD slots per param */
+} qt_interp_state;
+
+static void qt_interp_levels(const qt_plan *p, float **levels)
+{
+    for (int l = 0; l < QT_MAX_TREE_LEVELS; l++)
+        levels[l] = l < p->n_tree_levels ? (float *)(void *)(p->arena + p->tree_offset[l]) : NULL;
+}
+
+static int qt_interp_check_ops(const qt_plan *p, const qt_kernel_entry *table, const qt_op *ops,
+                               int32_t n, const char *sched)
+{
+    for (int32_t i = 0; i < n; i++) {
+        const qt_op *op = &ops[i];
+        if (op->kind >= QT_OP_COUNT) {
+            fprintf(stderr, "plan %s: %s op %d has kind %u (>= %d)\n", p->run_name, sched, i,
+                    op->kind, QT_OP_COUNT);
+            return QT_E_PLAN;
+        }
+        if (op->kind == QT_OP_NOP) continue;
+        int is_w = (op->flags & QT_OPF_WGRAD) != 0;
+        if ((is_w && !table[op->kind].wgrad) || (!is_w && !table[op->kind].run)) {
+            fprintf(stderr, "plan %s: %s op %d (%s) has no %s wrapper\n", p->run_name, sched, i,
+                    table[op->kind].name ? table[op->kind].name : "?", is_w ? "wgrad" : "run");
+            return QT_E_PLAN;
+        }
+        for (int k = 0; k < QT_OP_MAX_T; k++) {
+            if (op->t[k] != QT_NONE && (op->t[k] < 0 || op->t[k] >= p->n_tensors)) {
+                fprintf(stderr, "plan %s: %s op %d slot t%d = %d is not a tensor id\n",
+                        p->run_name, sched, i, k, op->t[k]);
+                return QT_E_PLAN;
+            }
+        }
+    }
+    return QT_OK;
+}
+
+int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
+{
+    int rc = qt_interp_check_ops(p, table, p->init_ops, p->n_init_ops, "init");
+    if (rc) return rc;
+    rc = qt_interp_check_ops(p, table, p->mb_ops, p->n_mb_ops, "microbatch");
+    if (rc) return rc;
+    if (p->n_params < 0 || p->n_params > QT_INTERP_MAX_PARAMS) {
+        fprintf(stderr, "plan %s: %d params (firmware limit %d)\n", p->run_name, p->n_params,
+                QT_INTERP_MAX_PARAMS);
+        return QT_E_PLAN;
+    }
+    int64_t leaves = p->train.micro_batch * p->train.grad_accum;
+    int need = qt_tree_levels_needed(leaves);
+    if (p->n_tree_levels < need || p->n_tree_levels > QT_MAX_TREE_LEVELS) {
+        fprintf(stderr, "plan %s: %d tree levels, %d leaves need %d (max %d)\n", p->run_name,
+                p->n_tree_levels, (int)leaves, need, QT_MAX_TREE_LEVELS);
+        return QT_E_PLAN;
+    }
+    memset(qt_interp_state.wgrad_uses, 0, sizeof qt_interp_state.wgrad_uses);
+    for (int32_t i = 0; i < p->n_mb_ops; i++) {
+        const qt_op *op = &p->mb_ops[i];
+        if (!(op->flags & QT_OPF_WGRAD)) continue;
+        int64_t need_scratch = 0;
+        for (int k = 0; k < 2; k++) {
+            int64_t pi = op->a[8 + k];
+            if (k == 1 && pi == -1) break;
+            if (pi < 0 || pi >= p->n_params) {
+                fprintf(stderr, "plan %s: WGRAD op %d (%s) a%d = %lld is not a parameter index\n",
+                        p->run_name, i, table[op->kind].name, 8 + k, (long long)pi);
+                return QT_E_PLAN;
+            }
+            if (qt_interp_state.wgrad_uses[pi] < 255) qt_interp_state.wgrad_uses[pi]++;
+            need_scratch += p->params[pi].numel;
+        }
+        if (need_scratch > p->leaf_scratch_elems) {
+            fprintf(stderr, "plan %s: WGRAD op %d needs %lld leaf scratch floats, plan has %lld\n",
+                    p->run_name, i, (long long)need_scratch, (long long)p->leaf_scratch_elems);
+            return QT_E_PLAN;
+        }
+    }
+    for (int32_t pi = 0; pi < p->n_params; pi++) {
+        if (qt_interp_state.wgrad_uses[pi] != 1) {
+            fprintf(stderr, "plan %s: parameter %s is named by %u WGRAD ops (expected exactly 1)\n",
+                    p->run_name, p->params[pi].name, qt_interp_state.wgrad_uses[pi]);
+            return QT_E_PLAN;
+        }
+    }
+    return QT_OK;
+}
+
+void qt_interp_run_init(const qt_plan *p, const qt_kernel_entry *table)
+{
+    qt_ctx ctx = {p, p->arena};
+    for (int32_t i = 0; i < p->n_init_ops; i++) {
+        const qt_op *op = &p->init_ops[i];
+        if (op->kind != QT_OP_NOP) table[op->kind].run(op, &ctx);
+    }
+}
+
+static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, const qt_op *op,
+                            const qt_ctx *ctx, float *const *levels, int64_t mb)
+{
+    float *scratch = (float *)(void *)(p->arena + p->leaf_scratch_offset);
+    const qt_param *pa = &p->params[op->a[8]];
+    const qt_param *pb = op->a[9] >= 0 ? &p->params[op->a[9]] : NULL;
+    for (int64_t s = 0; s < p->train.micro_batch; s++) {
+        int64_t leaf = mb * p->train.micro_batch + s;
+        float *dw[2] = {NULL, NULL};
+        dw[0] = qt_tree_leaf_dest(levels, pa->flat_offset, scratch, leaf);
+        memset(dw[0], 0, (size_t)pa->numel * sizeof(float));
+        if (pb) {
+            dw[1] = qt_tree_leaf_dest(levels, pb->flat_offset, scratch + pa->numel, leaf);
+            memset(dw[1], 0, (size_t)pb->numel * sizeof(float));
+        }
+        table[op->kind].wgrad(op, ctx, s, dw);
+        qt_tree_push(levels, pa->flat_offset, pa->numel, scratch, leaf);
+        if (pb) qt_tree_push(levels, pb->flat_offset, pb->numel, scratch + pa->numel, leaf);
+    }
+}
+
+void qt_interp_run_microbatch(const qt_plan *p, const qt_kernel_entry *table, int64_t mb)
+{
+    qt_ctx ctx = {p, p->arena};
+    float *levels[QT_MAX_TREE_LEVELS];
+    qt_interp_levels(p, levels);
+    for (int32_t i = 0; i < p->n_mb_ops; i++) {
+        const qt_op *op = &p->mb_ops[i];
+        if (op->kind == QT_OP_NOP) continue;
+        if (op->flags & QT_OPF_WGRAD)
+            qt_interp_wgrad(p, table, op, &ctx, levels, mb);
+        else
+            table[op->kind].run(op, &ctx);
+    }
+}
+
+void qt_interp_finalize_grads(const qt_plan *p)
+{
+    float *levels[QT_MAX_TREE_LEVELS];
+    qt_interp_levels(p, levels);
+    qt_tree_finalize((float *)(void *)(p->arena + p->grads_offset), levels, p->n_param_elems,
+                     p->train.micro_batch * p->train.grad_accum);
+}

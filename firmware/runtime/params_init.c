@@ -1,0 +1,153 @@
+/* params_init.c - seeded parameter initialisation and the parameter fingerprint.
+ *
+ * Invariants: values are functions of (seed, param index, global element index) only;
+ * the fingerprint is a sum modulo 2^64 of per-element hashes of (global flat index, bits),
+ * which is commutative, so it is independent of element order and of the mesh. Math runs
+ * in double through qt_math.h (no libm), then rounds once to float.
+ */
+#include <string.h>
+#include "qt_runtime.h"
+#include "qt_rng.h"
+#include "math/qt_math.h"
+
+#define QT_TWO_PI 6.28318530717958647692
+#define QT_TRUNC_MAX_DRAWS 64
+#define QT_FP_K 0x9E3779B97F4A7C15ull
+
+static struct {
+    int32_t rank;
+} qt_rng_state;
+
+uint64_t qt_mix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t qt_rng_key(uint64_t seed, int64_t param, int64_t elem, int64_t draw)
+{
+    uint64_t k = qt_mix64(seed ^ 0x5851F42D4C957F2Dull);
+    k = qt_mix64(k ^ (uint64_t)param);
+    k = qt_mix64(k ^ (uint64_t)elem);
+    return qt_mix64(k ^ ((uint64_t)draw * 0xD1B54A32D192ED03ull));
+}
+
+static double qt_rng_u53(uint64_t h)
+{
+    return (double)((h >> 11) + 1) * (1.0 / 9007199254740992.0);
+}
+
+double qt_rng_uniform(uint64_t seed, int64_t param, int64_t elem, int64_t draw)
+{
+    return qt_rng_u53(qt_rng_key(seed, param, elem, draw));
+}
+
+double qt_rng_normal(uint64_t seed, int64_t param, int64_t elem, int64_t draw)
+{
+    uint64_t h = qt_rng_key(seed, param, elem, draw);
+    double u1 = qt_rng_u53(h);                 /* (0,1]: log is finite */
+    double u2 = qt_rng_u53(qt_mix64(h ^ 0xA0761D6478BD642Full)) - (1.0 / 9007199254740992.0);
+    return qt_sqrt(-2.0 * qt_log(u1)) * qt_cos(QT_TWO_PI * u2);
+}
+
+float qt_init_value(const qt_param *pa, uint64_t seed, int64_t param, int64_t elem)
+{
+    switch (pa->init) {
+    case QT_INIT_ZEROS:
+        return 0.0f;
+    case QT_INIT_ONES:
+        return 1.0f;
+    case QT_INIT_NORMAL:
+        return (float)((double)pa->init_scale * qt_rng_normal(seed, param, elem, 0));
+    case QT_INIT_TRUNC_NORMAL:
+        for (int64_t d = 0; d < QT_TRUNC_MAX_DRAWS; d++) {
+            double z = qt_rng_normal(seed, param, elem, d);
+            if (z >= -2.0 && z <= 2.0) return (float)((double)pa->init_scale * z);
+        }
+        return 0.0f;
+    case QT_INIT_LOG_UNIFORM: {
+        double lo = pa->init_lo, hi = pa->init_hi;
+        double u = qt_rng_uniform(seed, param, elem, 0);
+        return (float)qt_log(lo + (hi - lo) * u);
+    }
+    default:
+        return 0.0f;
+    }
+}
+
+void qt_rng_set_rank(int32_t rank)
+{
+    qt_rng_state.rank = rank;
+}
+
+/* Index of this rank's shard along the mesh axes in `mask` (first axis major). */
+static int64_t qt_shard_index(const qt_plan *p, uint8_t mask)
+{
+    int64_t coord[QT_MESH_COUNT];
+    int64_t r = qt_rng_state.rank;
+    for (int a = QT_MESH_COUNT - 1; a >= 0; a--) {
+        int64_t n = p->mesh[a] > 0 ? p->mesh[a] : 1;
+        coord[a] = r % n;
+        r /= n;
+    }
+    int64_t idx = 0;
+    for (int a = 0; a < QT_MESH_COUNT; a++) {
+        if (!(mask & (1u << a))) continue;
+        int64_t n = p->mesh[a] > 0 ? p->mesh[a] : 1;
+        idx = idx * n + coord[a];
+    }
+    return idx;
+}
+
+int64_t qt_global_index(const qt_plan *p, const qt_tensor *t, int64_t local)
+{
+    int sharded = 0;
+    for (int d = 0; d < t->ndim; d++) sharded |= t->shape[d] != t->global_shape[d];
+    if (!sharded) return local;
+    int64_t coord[QT_MAX_DIMS] = {0};
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        coord[d] = local % t->shape[d];
+        local /= t->shape[d];
+    }
+    int64_t g = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t c = coord[d];
+        if (t->shape[d] != t->global_shape[d]) c += qt_shard_index(p, t->spec[d]) * t->shape[d];
+        g = g * t->global_shape[d] + c;
+    }
+    return g;
+}
+
+void qt_params_init(const qt_plan *p, uint64_t seed)
+{
+    for (int32_t i = 0; i < p->n_params; i++) {
+        const qt_param *pa = &p->params[i];
+        const qt_tensor *t = &p->tensors[pa->tensor];
+        float *w = (float *)(void *)(p->arena + p->params_offset) + pa->flat_offset;
+        for (int64_t j = 0; j < pa->numel; j++)
+            w[j] = qt_init_value(pa, seed, i, qt_global_index(p, t, j));
+    }
+}
+
+uint64_t qt_param_fingerprint(const qt_plan *p)
+{
+    uint64_t sum = 0;
+    int64_t gbase = 0;  /* global flat index of the parameter's first element */
+    for (int32_t i = 0; i < p->n_params; i++) {
+        const qt_param *pa = &p->params[i];
+        const qt_tensor *t = &p->tensors[pa->tensor];
+        const float *w = (const float *)(const void *)(p->arena + p->params_offset) + pa->flat_offset;
+        for (int64_t j = 0; j < pa->numel; j++) {
+            uint32_t bits;
+            memcpy(&bits, &w[j], sizeof bits);
+            uint64_t gi = (uint64_t)(gbase + qt_global_index(p, t, j));
+            sum += qt_mix64((gi * QT_FP_K) ^ (uint64_t)bits);
+        }
+        int64_t gn = 1;
+        for (int d = 0; d < t->ndim; d++) gn *= t->global_shape[d];
+        gbase += t->ndim ? gn : pa->numel;
+    }
+    return sum;
+}

@@ -1,0 +1,43 @@
+/* qt_exact.h - exact, order-independent accumulation of floats and float products.
+ *
+ * A Kulisch-style long accumulator: the exact sum is kept as a fixed-point integer whose
+ * least significant bit weighs 2^-QT_EXACT_FRAC_BITS, split into 32-bit digits held in
+ * int64 limbs so that many deposits can be added without carrying. Every float, and every
+ * product of two floats (exact in double: 24x24-bit significands, exponents within
+ * [-298, 256)), lands on that grid exactly, so the sum is exact and therefore independent
+ * of the order of the additions and of how they are split between accumulators.
+ * Conversion to double is correctly rounded (to nearest, ties to even) from the
+ * normalised, unique representation, so equal sums always give equal bits.
+ * Non-finite inputs are tracked separately: any NaN, or +inf together with -inf, gives NaN.
+ */
+#ifndef QT_EXACT_H
+#define QT_EXACT_H
+
+#include <stdint.h>
+
+#define QT_EXACT_LIMB_BITS 32
+#define QT_EXACT_FRAC_BITS 320   /* covers 2^-298 (smallest float product) with margin */
+#define QT_EXACT_LIMBS 22        /* 704 bits: magnitudes up to 2^383 */
+
+typedef struct qt_exact {
+    int64_t limb[QT_EXACT_LIMBS];  /* digit i weighs 2^(32 i - 320); not normalised */
+    int64_t pending;               /* deposits since the last normalisation */
+    uint32_t special;              /* bit 0: +inf seen, bit 1: -inf seen, bit 2: NaN seen */
+} qt_exact;
+
+/* Sets the accumulator to exactly zero. */
+void qt_exact_clear(qt_exact *a);
+/* Adds x exactly. */
+void qt_exact_add_f(qt_exact *a, float x);
+/* Adds the exact product x*y (computed exactly in double). */
+void qt_exact_add_prod(qt_exact *a, float x, float y);
+/* Adds d exactly, which must be a multiple of 2^-320 below 2^383 in magnitude (true for
+ * floats, float products and integers); other finite values are truncated toward zero to
+ * the grid. */
+void qt_exact_add_d(qt_exact *a, double d);
+/* Adds everything in b to a (exact; used to merge partial accumulators). */
+void qt_exact_merge(qt_exact *a, const qt_exact *b);
+/* The sum, correctly rounded to double. Normalises a (does not change its value). */
+double qt_exact_value(qt_exact *a);
+
+#endif

@@ -1,0 +1,34 @@
+/* qt_interp.h - the plan interpreter: runs op records through a kernel table.
+ *
+ * The kernel table is a parameter (the firmware passes qt_kernel_table; unit tests pass
+ * their own) so the schedule walker and the gradient trees can be tested without kernels.
+ */
+#ifndef QT_INTERP_H
+#define QT_INTERP_H
+
+#include <stdint.h>
+#include "qt_ops.h"
+
+#define QT_INTERP_MAX_PARAMS (1 << 16)
+
+/* Checks every op of both schedules against the table (kind in range, wrapper present for
+ * the op's flavour), every WGRAD op's parameter slots (a8, a9), that each parameter is
+ * named by exactly one WGRAD slot, that the leaf scratch holds the two params of any WGRAD
+ * op and that the plan has enough tree levels for micro_batch*grad_accum leaves.
+ * Prints one line naming the op/param on failure. Returns 0 or QT_E_PLAN. */
+int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table);
+
+/* Runs the init schedule once, in order. */
+void qt_interp_run_init(const qt_plan *p, const qt_kernel_entry *table);
+
+/* Runs the microbatch schedule for microbatch `mb` (0-based within the step; inputs must
+ * already be filled). Plain ops call table[kind].run. WGRAD ops call table[kind].wgrad
+ * once per sequence s, into zeroed leaf buffers, and push leaf mb*micro_batch + s into the
+ * trees of the op's parameters (tree levels and leaf scratch regions of the arena). */
+void qt_interp_run_microbatch(const qt_plan *p, const qt_kernel_entry *table, int64_t mb);
+
+/* After the last microbatch: writes the tree totals of micro_batch*grad_accum leaves into
+ * the gradient region (all n_param_elems elements). Reads the tree levels. */
+void qt_interp_finalize_grads(const qt_plan *p);
+
+#endif

@@ -1,0 +1,49 @@
+/* qt_optim.h - learning-rate schedule, gradient normalisation/clipping and AdamW.
+ *
+ * Semantics follow research/maxtext.md 4.3 and tests/golden/SPEC.md. The schedule and the
+ * bias corrections are computed in double with the project's own math (qt_cos), the
+ * element updates in float, in the fixed expression order documented per function, so the
+ * bits depend only on the inputs.
+ */
+#ifndef QT_OPTIM_H
+#define QT_OPTIM_H
+
+#include <stdint.h>
+
+typedef struct qt_adamw_hp {
+    float lr;            /* this step's learning rate (already scheduled) */
+    float b1, b2, eps, wd;
+    double bc1, bc2;     /* 1 - b1^(t+1), 1 - b2^(t+1) */
+} qt_adamw_hp;
+
+/* Warmup + cosine schedule at 0-based step t: warm = (int64)(sched_steps * warmup_frac);
+ * t < warm: peak*t/warm; t < sched_steps: final + (peak-final)*0.5*(1+cos(pi*s/(n-1))),
+ * s = t-warm, n = sched_steps-warm (peak when n <= 1), final = peak*final_frac; else 0. */
+double qt_lr_schedule(int64_t t, double peak, int64_t sched_steps, double warmup_frac,
+                      double final_frac);
+
+/* b^n in double by binary exponentiation (fixed operation order). */
+double qt_powi(double b, int64_t n);
+
+/* Fills hp for 0-based step t (bias corrections with count t+1). */
+void qt_adamw_hp_make(qt_adamw_hp *hp, float lr, float b1, float b2, float eps, float wd,
+                      int64_t t);
+
+/* g[i] = g[i] / n_tokens (float division) for i < n. Writes g. */
+void qt_grads_normalise(float *g, int64_t n, float n_tokens);
+
+/* Global-norm clipping: if clip > 0 and norm > clip, g[i] = g[i] * (float)(clip/norm).
+ * Returns the float scale used (1 when not clipped). Writes g. */
+float qt_grads_clip(float *g, int64_t n, double norm, double clip);
+
+/* Exact sum of g[i]^2 over i < n converted to double (order-independent). Reads g. */
+double qt_grads_sumsq(const float *g, int64_t n);
+
+/* AdamW on n elements. Reads g; writes p, m, v:
+ *   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*(g*g);
+ *   mhat = m / (float)bc1;  vhat = v / (float)bc2;
+ *   p = p - lr * (mhat / (sqrt(vhat) + eps) + wd * p)      (all float, left to right). */
+void qt_adamw_update(float *p, float *m, float *v, const float *g, int64_t n,
+                     const qt_adamw_hp *hp);
+
+#endif

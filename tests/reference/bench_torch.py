@@ -1,0 +1,85 @@
+"""bench_torch.py - PyTorch baseline for `make bench`: the bench model (configgen/configs/runs/
+bench.yml via config.py) in float32, random init, timed forward + backward + clipping + AdamW
+steps on random tokens (per_device_batch_size x max_target_length = 4 x 256).
+
+Prints ONE JSON line on stdout:
+  {"impl":"pytorch","tokens_per_s":..,"step_s":..,"threads":..,"gdn":"recurrent|chunked", ...}
+with torch's default thread count; "threads1_*" fields repeat the measurement with
+torch.set_num_threads(1) unless --no-single. The GDN form (recurrent or chunked WY, same math)
+is chosen by timing one step of each; the losing form's time is reported too. Progress goes
+to stderr.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+import config  # noqa: E402
+import model  # noqa: E402
+
+
+def make_step(dm, P, opt, names, chunk):
+    lb_c = model.lb_coefficient(dm)
+
+    def step(i, inp, tgt):
+        loss = model.loss_fn(P, dm, inp, tgt, lb_c=lb_c, chunk=chunk)[0]
+        gl = torch.autograd.grad(loss, [P[n] for n in names])
+        grads = dict(zip(names, gl))
+        model.clip_grads(grads, dm['gradient_clipping_threshold'])
+        opt.step(P, grads, model.lr_at(dm, i))
+        return float(loss)
+    return step
+
+
+def time_steps(dm, chunk, n, seed=0):
+    torch.manual_seed(seed)
+    P = {k: v.requires_grad_(True) for k, v in model.init_params(dm, seed, torch.float32).items()}
+    names = [n_ for n_, _, _ in model.param_specs(dm)]
+    opt = model.AdamW(dm, P)
+    step = make_step(dm, P, opt, names, chunk)
+    B, S = dm['B'], dm['S']
+    batches = [(torch.randint(0, dm['V'], (B, S)), torch.randint(0, dm['V'], (B, S)))
+               for _ in range(n + 1)]
+    step(1, *batches[0])                       # warm-up (allocator, first-call overheads)
+    t0 = time.perf_counter()
+    for i in range(n):
+        step(i + 2, *batches[i + 1])
+    return (time.perf_counter() - t0) / n
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--run', default='bench')
+    ap.add_argument('--steps', type=int, default=3)
+    ap.add_argument('--no-single', action='store_true')
+    args = ap.parse_args()
+    dm = config.dims(config.load(args.run))
+    tokens = dm['B'] * dm['S']
+    threads = torch.get_num_threads()
+    t_rec = time_steps(dm, None, 1)
+    t_chk = time_steps(dm, dm['chunk'], 1)
+    chunk = dm['chunk'] if t_chk < t_rec else None
+    print('bench_torch: one step recurrent %.3fs, chunked(%d) %.3fs' % (t_rec, dm['chunk'], t_chk),
+          file=sys.stderr)
+    step_s = time_steps(dm, chunk, args.steps)
+    out = {'impl': 'pytorch', 'tokens_per_s': tokens / step_s, 'step_s': step_s,
+           'threads': threads, 'gdn': 'chunked' if chunk else 'recurrent',
+           'gdn_probe_s': {'recurrent': t_rec, 'chunked': t_chk},
+           'tokens_per_step': tokens, 'run': args.run, 'dtype': 'float32'}
+    if not args.no_single and threads != 1:
+        torch.set_num_threads(1)
+        s1 = time_steps(dm, chunk, args.steps)
+        out['threads1_step_s'] = s1
+        out['threads1_tokens_per_s'] = tokens / s1
+        torch.set_num_threads(threads)
+    print(json.dumps(out, sort_keys=True))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

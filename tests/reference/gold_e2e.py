@@ -1,0 +1,129 @@
+"""gold_e2e.py - writes tests/golden/e2e/<run>/ per tests/golden/SPEC.md section 2.
+
+For each end-to-end run: draw initial weights (model.init_params, float32-representable),
+redrawing with the next seed until every token of the step-0 forward has a router margin
+(k-th minus (k+1)-th logit) >= 1e-4 in every MoE layer, so fp32 C and this fp64 reference
+route identically; then 10 AdamW steps in float64 with the SPEC data rule, clipping and
+schedule. Files: init.safetensors and grads0.safetensors (float32, on-disk HF layout of the
+run's decoder), tokens.npy (<u2), expected.json.
+"""
+import json
+import os
+
+import numpy as np
+import torch
+
+import config
+import convert
+import model
+
+RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb']
+N_STEPS = 10
+MIN_MARGIN = 1e-4
+SEED_TRIES = 64
+
+
+def token_stream(V, n, seed):
+    """A learnable stream: mostly an affine successor rule, 25% uniform noise."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros(n, dtype=np.int64)
+    out[0] = rng.integers(0, V)
+    for i in range(1, n):
+        out[i] = (out[i - 1] * 5 + 3) % V if rng.random() < 0.75 else rng.integers(0, V)
+    return out
+
+
+def step_batch(tokens, dm, step):
+    """SPEC data rule: global sequence j of step i uses window (i*B + j) % W."""
+    S, B = dm['S'], dm['B']
+    W = (len(tokens) - 1) // S
+    wins = [((step * B + j) % W) * S for j in range(B)]
+    inp = np.stack([tokens[w:w + S] for w in wins])
+    tgt = np.stack([tokens[w + 1:w + S + 1] for w in wins])
+    return torch.from_numpy(inp), torch.from_numpy(tgt)
+
+
+def step0_margin(P, dm, tokens):
+    inp, tgt = step_batch(tokens, dm, 0)
+    stats = []
+    with torch.no_grad():
+        model.loss_fn(P, dm, inp, tgt, lb_c=model.lb_coefficient(dm), stats=stats)
+    return min(stats)
+
+
+def train(P0, dm, tokens, steps=N_STEPS, chunk=None):
+    """Returns (per-step records, step-0 canonical gradients)."""
+    names = [n for n, _, _ in model.param_specs(dm)]
+    P = {k: v.clone().requires_grad_(True) for k, v in P0.items()}
+    opt = model.AdamW(dm, P)
+    lb_c = model.lb_coefficient(dm)
+    rec = {'loss': [], 'ce': [], 'lb': [], 'grad_norm': [], 'lr': [], 'route_margin_min': []}
+    grads0 = None
+    for i in range(steps):
+        inp, tgt = step_batch(tokens, dm, i)
+        stats = []
+        loss, ce, lb = model.loss_fn(P, dm, inp, tgt, n_tok=dm['B'] * dm['S'], lb_c=lb_c,
+                                     chunk=chunk, stats=stats)
+        gl = torch.autograd.grad(loss, [P[n] for n in names])
+        grads = {n: g.detach().clone() for n, g in zip(names, gl)}
+        if i == 0:
+            grads0 = {n: g.clone() for n, g in grads.items()}
+        norm = model.clip_grads(grads, dm['gradient_clipping_threshold'])
+        lr = model.lr_at(dm, i)
+        opt.step(P, grads, lr)
+        rec['loss'].append(float(loss))
+        rec['ce'].append(float(ce) / (dm['B'] * dm['S']))
+        rec['lb'].append(float(lb))
+        rec['grad_norm'].append(norm)
+        rec['lr'].append(lr)
+        rec['route_margin_min'].append(min(stats))
+    return rec, grads0
+
+
+def to_f32_numpy(d):
+    return {k: v.detach().to(torch.float32).numpy() for k, v in d.items()}
+
+
+def generate_run(run, outdir, seed0):
+    cfg = config.load(run)
+    dm = config.dims(cfg)
+    S, B = dm['S'], dm['B']
+    n_tok = N_STEPS * B * S + 1
+    tokens = token_stream(dm['V'], n_tok, seed0)
+    # Prefer a seed whose whole 10-step trajectory keeps every router margin >= MIN_MARGIN
+    # (fp32 parameters drift from the fp64 ones over the steps); required is step 0 only.
+    best = None
+    for seed in range(seed0, seed0 + SEED_TRIES):
+        P0 = model.init_params(dm, seed)
+        if step0_margin(P0, dm, tokens) < MIN_MARGIN:
+            continue
+        rec, grads0 = train(P0, dm, tokens)
+        m = min(rec['route_margin_min'])
+        if best is None or m > best[0]:
+            best = (m, seed, P0, rec, grads0)
+        if m >= MIN_MARGIN:
+            break
+    _, seed, P0, rec, grads0 = best
+    d = os.path.join(outdir, run)
+    os.makedirs(d, exist_ok=True)
+    meta = {'generator': 'tests/reference/make_goldens.py', 'run': run, 'seed': seed,
+            'layout': dm['block']}
+    from st_io import write
+    write(os.path.join(d, 'init.safetensors'), to_f32_numpy(convert.to_disk(P0, dm)), meta)
+    write(os.path.join(d, 'grads0.safetensors'), to_f32_numpy(convert.to_disk(grads0, dm)), meta)
+    np.save(os.path.join(d, 'tokens.npy'), tokens.astype('<u2'))
+    exp = {'loss': rec['loss'], 'grad_norm': rec['grad_norm'], 'lr': rec['lr'],
+           'tokens_per_step': B * S, 'ce': rec['ce'], 'lb': rec['lb'],
+           'route_margin_min': rec['route_margin_min'], 'seed': seed, 'run': run,
+           'min_margin_required_step0': MIN_MARGIN}
+    with open(os.path.join(d, 'expected.json'), 'w') as f:
+        json.dump(exp, f, indent=1, sort_keys=True)
+        f.write('\n')
+    return seed, rec
+
+
+def generate(outdir):
+    out = {}
+    for i, run in enumerate(RUNS):
+        out[run] = generate_run(run, outdir, 100 * (i + 1))
+    return out

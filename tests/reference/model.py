@@ -1,0 +1,292 @@
+"""model.py - the Qwen3-Next / Qwen3.5 hybrid decoder in torch (float64 for goldens).
+
+Written from research/maxtext.md section 1 and research/hf_reference.md with fp32-everywhere
+semantics (no bf16 casts): embedding; per layer zero-centred (1+w) RMSNorm -> GDN (layer i is
+full attention iff (i+1) % cycle == 0) or gated attention -> residual -> RMSNorm -> MoE ->
+residual; final norm; untied lm_head; token-mean cross entropy plus optional load balance.
+
+Parameters are a dict keyed by the canonical Qwen3-Next HF names (fused experts
+`mlp.experts.gate_up_proj` [E,2I,d] / `down_proj` [E,d,I]); convert.py maps them to and from
+the on-disk layouts. This file splits the projections HF-style (view + slice), while ops.py
+uses explicit index formulas; test_reference.py checks that both agree.
+
+Float attributes that the plan stores as float32 (eps, q scale, attention scale, rope theta,
+load-balance coefficient) are rounded to float32 here too (`f32`), so the float64 reference and
+the firmware evaluate the same function.
+"""
+import math
+
+import numpy as np
+import torch
+
+import ops
+
+F = torch.nn.functional
+
+
+def f32(x):
+    return float(np.float32(x))
+
+
+def is_attn(dm, layer):
+    return (layer + 1) % dm['cycle'] == 0
+
+
+# ------------------------------------------------------------------ parameters
+
+def param_specs(dm):
+    """Ordered [(canonical name, shape, init kind)] for the model dims `dm` (config.dims)."""
+    d, V, E, I, Is = dm['d'], dm['V'], dm['E'], dm['I'], dm['Is']
+    Hk, Hv, Dk, Dv, K = dm['Hk'], dm['Hv'], dm['Dk'], dm['Dv'], dm['K']
+    Hq, Hkv, hd = dm['Hq'], dm['Hkv'], dm['hd']
+    cc = 2 * Hk * Dk + Hv * Dv
+    out = [('model.embed_tokens.weight', (V, d), 'mat')]
+    for l in range(dm['L']):
+        p = 'model.layers.%d.' % l
+        out.append((p + 'input_layernorm.weight', (d,), 'norm1p'))
+        if is_attn(dm, l):
+            out += [(p + 'self_attn.q_proj.weight', (Hq * 2 * hd, d), 'mat'),
+                    (p + 'self_attn.k_proj.weight', (Hkv * hd, d), 'mat'),
+                    (p + 'self_attn.v_proj.weight', (Hkv * hd, d), 'mat'),
+                    (p + 'self_attn.o_proj.weight', (d, Hq * hd), 'mat'),
+                    (p + 'self_attn.q_norm.weight', (hd,), 'norm1p'),
+                    (p + 'self_attn.k_norm.weight', (hd,), 'norm1p')]
+        else:
+            a = p + 'linear_attn.'
+            out += [(a + 'in_proj_qkvz.weight', (2 * Hk * Dk + 2 * Hv * Dv, d), 'mat'),
+                    (a + 'in_proj_ba.weight', (2 * Hv, d), 'mat'),
+                    (a + 'conv1d.weight', (cc, 1, K), 'conv'),
+                    (a + 'dt_bias', (Hv,), 'dt_bias'),
+                    (a + 'A_log', (Hv,), 'a_log'),
+                    (a + 'norm.weight', (Dv,), 'norm_w'),
+                    (a + 'out_proj.weight', (d, Hv * Dv), 'mat')]
+        out += [(p + 'post_attention_layernorm.weight', (d,), 'norm1p'),
+                (p + 'mlp.gate.weight', (E, d), 'mat'),
+                (p + 'mlp.experts.gate_up_proj', (E, 2 * I, d), 'mat'),
+                (p + 'mlp.experts.down_proj', (E, d, I), 'mat'),
+                (p + 'mlp.shared_expert.gate_proj.weight', (Is, d), 'mat'),
+                (p + 'mlp.shared_expert.up_proj.weight', (Is, d), 'mat'),
+                (p + 'mlp.shared_expert.down_proj.weight', (d, Is), 'mat'),
+                (p + 'mlp.shared_expert_gate.weight', (1, d), 'mat')]
+    out += [('model.norm.weight', (d,), 'norm1p'), ('lm_head.weight', (V, d), 'mat')]
+    return out
+
+
+def init_params(dm, seed, dtype=torch.float64):
+    """Draws every parameter in float32 (so values are float32-representable), in
+    param_specs order from one generator; returns {name: tensor(dtype)}."""
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape, kind in param_specs(dm):
+        n = lambda s: torch.randn(shape, generator=gen, dtype=torch.float32) * s
+        if kind in ('mat', 'norm1p'):
+            t = n(0.02)
+        elif kind == 'conv':
+            t = n(0.2)
+        elif kind == 'norm_w':
+            t = 1.0 + n(0.02)
+        elif kind == 'dt_bias':
+            t = 1.0 + n(0.1)
+        elif kind == 'a_log':
+            t = torch.log(1.0 + 15.0 * torch.rand(shape, generator=gen, dtype=torch.float32))
+        else:
+            raise ValueError(kind)
+        out[name] = t.to(dtype)
+    return out
+
+
+# ------------------------------------------------------------------ blocks
+
+def rmsnorm_1p(x, w, eps):
+    """Zero-centred RMSNorm over the last axis: x * rsqrt(mean x^2 + eps) * (1 + w)."""
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * (1.0 + w)
+
+
+def gdn_layer(P, pre, h, dm, B, S, chunk=None):
+    """h [T,d] -> [T,d]; Qwen3-Next GatedDeltaNet with canonical (grouped) weights."""
+    T = h.shape[0]
+    Hk, Hv, Dk, Dv, K = dm['Hk'], dm['Hv'], dm['Dk'], dm['Dv'], dm['K']
+    r = Hv // Hk
+    eps = f32(dm['eps'])
+    qkvz = (h @ P[pre + 'in_proj_qkvz.weight'].t()).view(T, Hk, 2 * Dk + 2 * r * Dv)
+    q, k, v, z = torch.split(qkvz, [Dk, Dk, r * Dv, r * Dv], dim=-1)
+    v = v.reshape(T, Hv, Dv)
+    z = z.reshape(T, Hv, Dv)
+    ba = (h @ P[pre + 'in_proj_ba.weight'].t()).view(T, Hk, 2 * r)
+    b = ba[..., :r].reshape(T, Hv)
+    a = ba[..., r:].reshape(T, Hv)
+    u = torch.cat([q.reshape(T, -1), k.reshape(T, -1), v.reshape(T, -1)], dim=-1)
+    cc = u.shape[1]
+    u = u.reshape(B, S, cc).transpose(1, 2)                      # [B,Cc,S]
+    conv = F.conv1d(u, P[pre + 'conv1d.weight'], groups=cc, padding=K - 1)[..., :S]
+    u = ops.silu(conv).transpose(1, 2)                            # [B,S,Cc]
+    q = u[..., :Hk * Dk].reshape(B, S, Hk, Dk)
+    k = u[..., Hk * Dk:2 * Hk * Dk].reshape(B, S, Hk, Dk)
+    v = u[..., 2 * Hk * Dk:].reshape(B, S, Hv, Dv)
+    beta = torch.sigmoid(b).reshape(B, S, Hv)
+    g = (-torch.exp(P[pre + 'A_log']) * ops.softplus(a + P[pre + 'dt_bias'])).reshape(B, S, Hv)
+    q = q.repeat_interleave(r, dim=2)
+    k = k.repeat_interleave(r, dim=2)
+    q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + f32(1e-6)) * f32(Dk ** -0.5)
+    k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + f32(1e-6))
+    if chunk:
+        o = ops.delta_rule_chunked(q, k, v, g, beta, chunk)
+    else:
+        o = ops.delta_rule_recurrent(q, k, v, g, beta)
+    o = o.reshape(T, Hv, Dv)
+    y = o * torch.rsqrt((o * o).mean(-1, keepdim=True) + eps) * P[pre + 'norm.weight'] * ops.silu(z)
+    return y.reshape(T, Hv * Dv) @ P[pre + 'out_proj.weight'].t()
+
+
+def rotate_half_partial(x, pos, R, theta):
+    """x [..., S, H, hd] with positions pos [S]: rotate-half on the first R dims."""
+    inv = 1.0 / (theta ** (torch.arange(0, R, 2, dtype=torch.float64) / R))
+    ang = pos[:, None].to(torch.float64) * inv[None, :]
+    emb = torch.cat([ang, ang], dim=-1).to(x.dtype)               # [S,R]
+    cos, sin = torch.cos(emb)[:, None, :], torch.sin(emb)[:, None, :]
+    xr, xp = x[..., :R], x[..., R:]
+    rot = torch.cat([-xr[..., R // 2:], xr[..., :R // 2]], dim=-1)
+    return torch.cat([xr * cos + rot * sin, xp], dim=-1)
+
+
+def attn_layer(P, pre, h, dm, B, S):
+    """h [T,d] -> [T,d]; gated full attention (per-head [q|gate] q_proj, q/k norm, partial
+    RoPE, GQA, causal softmax, sigmoid output gate)."""
+    Hq, Hkv, hd, R = dm['Hq'], dm['Hkv'], dm['hd'], dm['R']
+    eps = f32(dm['eps'])
+    qg = (h @ P[pre + 'q_proj.weight'].t()).view(B, S, Hq, 2 * hd)
+    q, gate = qg[..., :hd], qg[..., hd:].reshape(B, S, Hq * hd)
+    k = (h @ P[pre + 'k_proj.weight'].t()).view(B, S, Hkv, hd)
+    v = (h @ P[pre + 'v_proj.weight'].t()).view(B, S, Hkv, hd)
+    q = rmsnorm_1p(q, P[pre + 'q_norm.weight'], eps)
+    k = rmsnorm_1p(k, P[pre + 'k_norm.weight'], eps)
+    pos = torch.arange(S)
+    theta = f32(dm['theta'])
+    q = rotate_half_partial(q, pos, R, theta)
+    k = rotate_half_partial(k, pos, R, theta)
+    grp = Hq // Hkv
+    k = k.repeat_interleave(grp, dim=2)
+    v = v.repeat_interleave(grp, dim=2)
+    s = torch.einsum('bqhd,bkhd->bhqk', q, k) * f32(hd ** -0.5)
+    s = s.masked_fill(~torch.tril(torch.ones(S, S, dtype=torch.bool)), float('-inf'))
+    o = torch.einsum('bhqk,bkhd->bqhd', torch.softmax(s, dim=-1), v).reshape(B, S, Hq * hd)
+    o = o * torch.sigmoid(gate)
+    return o.reshape(B * S, Hq * hd) @ P[pre + 'o_proj.weight'].t()
+
+
+def moe_layer(P, pre, h, dm, B, S, lb_c, stats):
+    """h [T,d] -> ([T,d], lb scalar). HF-style routing: softmax over all E, take the top-k
+    (stable: ties to the lower index), renormalise (= softmax over the k selected logits)."""
+    T, d = h.shape
+    E, k, I = dm['E'], dm['k'], dm['I']
+    logits = h @ P[pre + 'mlp.gate.weight'].t()
+    probs = torch.softmax(logits, dim=-1)
+    idx = torch.sort(logits.detach(), dim=-1, descending=True, stable=True).indices
+    if stats is not None:
+        srt = torch.gather(logits.detach(), 1, idx)
+        gap = srt[:, k - 1] - srt[:, k] if k < E else torch.full((T,), float('inf'))
+        stats.append(float(gap.min()))
+    idx = idx[:, :k]
+    w = torch.gather(probs, 1, idx)
+    w = w / w.sum(-1, keepdim=True)
+    wgu, wd = P[pre + 'mlp.experts.gate_up_proj'], P[pre + 'mlp.experts.down_proj']
+    routed = torch.zeros_like(h)
+    for e in range(E):
+        tok, slot = torch.nonzero(idx == e, as_tuple=True)
+        if tok.numel() == 0:
+            continue
+        gu = h[tok] @ wgu[e].t()
+        y = (ops.silu(gu[:, :I]) * gu[:, I:]) @ wd[e].t()
+        routed = routed.index_add(0, tok, y * w[tok, slot][:, None])
+    sh = (ops.silu(h @ P[pre + 'mlp.shared_expert.gate_proj.weight'].t())
+          * (h @ P[pre + 'mlp.shared_expert.up_proj.weight'].t())) \
+        @ P[pre + 'mlp.shared_expert.down_proj.weight'].t()
+    sg = torch.sigmoid(h @ P[pre + 'mlp.shared_expert_gate.weight'].t())
+    lb = h.new_zeros(())
+    if lb_c:
+        onehot = F.one_hot(idx, E).to(h.dtype).sum(1).reshape(B, S, E)   # no gradient
+        f = onehot.mean(1)
+        pbar = probs.reshape(B, S, E).mean(1)
+        lb = f32(lb_c) * (f * pbar).sum()
+    return routed + sg * sh, lb
+
+
+def lb_coefficient(dm):
+    """c of QT_OP_MOE_ROUTE_FWD: w * E / (global batch sequences * MoE layers)."""
+    w = dm['load_balance_loss_weight']
+    return w * dm['E'] / (dm['B'] * dm['L']) if w else 0.0
+
+
+def loss_fn(P, dm, inp, tgt, n_tok=None, lb_c=0.0, chunk=None, stats=None):
+    """inp, tgt int64 [B,S] -> (loss, ce_sum, lb_sum). loss = ce_sum / n_tok + lb_sum.
+    n_tok defaults to B*S (the step's target count when this call covers the whole step)."""
+    B, S = inp.shape
+    eps = f32(dm['eps'])
+    x = P['model.embed_tokens.weight'][inp.reshape(-1)]
+    lb_sum = x.new_zeros(())
+    for l in range(dm['L']):
+        pre = 'model.layers.%d.' % l
+        h = rmsnorm_1p(x, P[pre + 'input_layernorm.weight'], eps)
+        if is_attn(dm, l):
+            x = x + attn_layer(P, pre + 'self_attn.', h, dm, B, S)
+        else:
+            x = x + gdn_layer(P, pre + 'linear_attn.', h, dm, B, S, chunk)
+        h = rmsnorm_1p(x, P[pre + 'post_attention_layernorm.weight'], eps)
+        y, lb = moe_layer(P, pre, h, dm, B, S, lb_c, stats)
+        x = x + y
+        lb_sum = lb_sum + lb
+    logits = rmsnorm_1p(x, P['model.norm.weight'], eps) @ P['lm_head.weight'].t()
+    ce = torch.logsumexp(logits, -1) - torch.gather(logits, 1, tgt.reshape(-1, 1))[:, 0]
+    ce_sum = ce.sum()
+    n = n_tok if n_tok else B * S
+    return ce_sum / n + lb_sum, ce_sum, lb_sum
+
+
+# ------------------------------------------------------------------ optimizer
+
+def lr_at(dm, t):
+    """Warmup + cosine (research/maxtext.md 4.3), float32-rounded hyperparameters."""
+    peak = f32(dm['learning_rate'])
+    T = dm['schedule_steps']
+    warm = int(T * f32(dm['warmup_steps_fraction']))
+    final = peak * f32(dm['learning_rate_final_fraction'])
+    if t < warm:
+        return peak * t / warm
+    if t >= T:
+        return 0.0
+    s, n = t - warm, T - warm
+    if n - 1 <= 0:
+        return peak
+    return final + (peak - final) * 0.5 * (1.0 + math.cos(math.pi * s / (n - 1)))
+
+
+class AdamW:
+    """MaxText/optax adamw (eps_root 0, decoupled weight decay times lr, on every param)."""
+
+    def __init__(self, dm, params):
+        self.b1, self.b2 = f32(dm['adam_b1']), f32(dm['adam_b2'])
+        self.eps, self.wd = f32(dm['adam_eps']), f32(dm['adam_weight_decay'])
+        self.m = {k: torch.zeros_like(v) for k, v in params.items()}
+        self.v = {k: torch.zeros_like(v) for k, v in params.items()}
+        self.t = 0
+
+    def step(self, params, grads, lr):
+        self.t += 1
+        c1, c2 = 1.0 - self.b1 ** self.t, 1.0 - self.b2 ** self.t
+        with torch.no_grad():
+            for k in sorted(params):
+                g = grads[k]
+                self.m[k] = self.b1 * self.m[k] + (1.0 - self.b1) * g
+                self.v[k] = self.b2 * self.v[k] + (1.0 - self.b2) * g * g
+                upd = (self.m[k] / c1) / (torch.sqrt(self.v[k] / c2) + self.eps)
+                params[k] -= lr * (upd + self.wd * params[k])
+
+
+def clip_grads(grads, threshold):
+    """Global-norm clipping: returns the norm before clipping; scales in place."""
+    norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads.values()))
+    if threshold > 0 and norm > threshold:
+        s = threshold / norm
+        for g in grads.values():
+            g.mul_(s)
+    return norm

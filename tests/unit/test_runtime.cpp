@@ -1,0 +1,693 @@
+// test_runtime.cpp - unit tests of the firmware runtime: pairwise gradient trees (direct
+// and through the interpreter for every micro_batch x grad_accum split), the exact
+// accumulator, the learning-rate schedule, AdamW and clipping, parameter init statistics,
+// shard-independent init, the fingerprint, and a whole optimizer step under different
+// batch splits with a fake kernel table (no real kernels needed).
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <algorithm>
+
+extern "C" {
+#include "qt_plan.h"
+#include "qt_ops.h"
+#include "runtime/qt_runtime.h"
+#include "runtime/qt_exact.h"
+#include "runtime/qt_tree.h"
+#include "runtime/qt_interp.h"
+#include "runtime/qt_optim.h"
+#include "runtime/qt_rng.h"
+}
+
+#include "CppUTest/TestHarness.h"
+#include "qt_test_util.h"
+
+// ------------------------------------------------------------------ shared helpers
+
+static uint32_t rt_bits(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+static uint64_t rt_bits_d(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+// Leaf value of sequence `id`, element k: magnitudes spread over 2^-12..2^10 so that float
+// additions round and a different summation order would change bits.
+static float rt_leafval(int64_t id, int64_t k)
+{
+    uint64_t h = qt_mix64((uint64_t)id * 1000003ull + (uint64_t)k);
+    float m = (float)((int64_t)(h % 2000001) - 1000000) / 7.0f;
+    int e = (int)((h >> 32) % 23) - 12;
+    return ldexpf(m, e) / 1000.0f;
+}
+
+// Reference pairwise sum of leaves [lo, lo+n) for element k: a perfect binary tree for the
+// largest power-of-two block on the left, then the rest, left operand = earlier leaves.
+static float rt_ref_pairwise(int64_t lo, int64_t n, int64_t k)
+{
+    if (n == 1) return rt_leafval(lo, k);
+    int64_t big = 1;
+    while (big * 2 <= n) big *= 2;
+    if (big == n) return rt_ref_pairwise(lo, n / 2, k) + rt_ref_pairwise(lo + n / 2, n / 2, k);
+    return rt_ref_pairwise(lo, big, k) + rt_ref_pairwise(lo + big, n - big, k);
+}
+
+// ------------------------------------------------------------------ tree, direct
+
+TEST_GROUP(RuntimeTree){};
+
+TEST(RuntimeTree, MatchesRecursivePairwiseBitExactly)
+{
+    enum { NE = 7, NL = 6 };
+    static float lv[NL][NE], scratch[NE], out[NE];
+    float *levels[NL];
+    int differs_from_linear = 0;
+    for (int l = 0; l < NL; l++) levels[l] = lv[l];
+    for (int64_t n = 1; n <= 9; n++) {
+        memset(lv, 0xff, sizeof lv);  // NaN garbage: the tree must never read a free level
+        for (int64_t i = 0; i < n; i++) {
+            float *dst = qt_tree_leaf_dest(levels, 0, scratch, i);
+            for (int k = 0; k < NE; k++) dst[k] = rt_leafval(i, k);
+            qt_tree_push(levels, 0, NE, scratch, i);
+        }
+        qt_tree_finalize(out, levels, NE, n);
+        for (int k = 0; k < NE; k++) {
+            float ref = rt_ref_pairwise(0, n, k);
+            // bit-exact: the contract is identical bits, not closeness
+            LONGS_EQUAL(rt_bits(ref), rt_bits(out[k]));
+            float lin = 0.0f;
+            for (int64_t i = 0; i < n; i++) lin = lin + rt_leafval(i, k);
+            differs_from_linear |= rt_bits(lin) != rt_bits(out[k]);
+        }
+    }
+    // the data must be able to tell a tree from a left-to-right sum, else the test is void
+    CHECK(differs_from_linear);
+    LONGS_EQUAL(1, qt_tree_levels_needed(1));
+    LONGS_EQUAL(2, qt_tree_levels_needed(3));
+    LONGS_EQUAL(3, qt_tree_levels_needed(4));
+    LONGS_EQUAL(4, qt_tree_levels_needed(9));
+}
+
+// ------------------------------------------------------------------ a hand-built plan
+
+enum { RT_S = 4, RT_BMAX = 9, RT_N0 = 5, RT_N1 = 3, RT_LEVELS = 6 };
+enum {
+    RT_OFF_PARAMS = 0, RT_OFF_GRADS = 256, RT_OFF_M = 512, RT_OFF_V = 768, RT_OFF_SCRATCH = 1024,
+    RT_OFF_LEVEL0 = 1280, RT_OFF_TOKENS = RT_OFF_LEVEL0 + 256 * RT_LEVELS,
+    RT_OFF_TARGETS = RT_OFF_TOKENS + 256, RT_OFF_LOSS = RT_OFF_TARGETS + 256,
+    RT_ARENA_BYTES = RT_OFF_LOSS + 256
+};
+
+// The runtime checks that a plan's arena lies in the linker section, as generated plans do.
+static unsigned char rt_arena[2u << 20] __attribute__((section(".bss.qt_arena"), aligned(2u << 20)));
+
+struct rt_plan_store {
+    qt_plan plan;
+    qt_tensor tensors[5];
+    qt_param params[2];
+    qt_op ops[2];
+};
+
+static void rt_fake_loss(const qt_op *op, const qt_ctx *ctx)
+{
+    const int32_t *tok = qt_i32(ctx, op->t[1]);
+    float *loss = qt_f32(ctx, op->t[0]);
+    const float *p0 = qt_f32(ctx, op->t[2]);
+    for (int64_t s = 0; s < op->a[0]; s++)
+        loss[s] = (float)tok[s * op->a[1]] * 0.1f + 1.0f / 3.0f + p0[0] * p0[0];
+}
+
+// dW of sequence s: the leaf value of the sequence whose first token id is read from
+// the tokens (the global sequence number, by construction of the test data), times a
+// factor that depends on the current parameters so the optimizer sees a moving gradient.
+static void rt_fake_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
+{
+    const int32_t *tok = qt_i32(ctx, op->t[1]);
+    const float *p0 = qt_f32(ctx, op->t[2]);
+    int64_t id = tok[seq * op->a[1]];
+    for (int k = 0; k < RT_N0; k++) dw[0][k] += rt_leafval(id, k) * (1.0f + 0.25f * p0[k]);
+    for (int k = 0; k < RT_N1; k++) dw[1][k] += rt_leafval(id, 100 + k);
+}
+
+static qt_kernel_entry rt_table[QT_OP_COUNT];
+
+static void rt_make_table(void)
+{
+    memset(rt_table, 0, sizeof rt_table);
+    rt_table[QT_OP_XENT].name = "fake_loss";
+    rt_table[QT_OP_XENT].run = rt_fake_loss;
+    rt_table[QT_OP_MATMUL_WGRAD].name = "fake_wgrad";
+    rt_table[QT_OP_MATMUL_WGRAD].wgrad = rt_fake_wgrad;
+}
+
+static void rt_build_plan(rt_plan_store *st, int64_t b, int64_t G)
+{
+    memset(st, 0, sizeof *st);
+    qt_plan *p = &st->plan;
+    p->run_name = "rt-test";
+    p->generator_version = "test";
+    p->hash = 0x1234;
+    p->n_ranks = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++) p->mesh[a] = 1;
+    p->train.micro_batch = b;
+    p->train.grad_accum = G;
+    p->train.seq_len = RT_S;
+    p->train.global_batch = b * G;
+    p->train.steps = 10;
+    p->train.schedule_steps = 10;
+    p->train.lr = 0.01f;
+    p->train.adam_b1 = 0.9f;
+    p->train.adam_b2 = 0.95f;
+    p->train.adam_eps = 1e-8f;
+    p->train.weight_decay = 0.1f;
+    p->train.clip = 1.0f;
+    p->train.warmup_frac = 0.2f;
+    p->train.final_frac = 0.1f;
+    p->arena = rt_arena;
+    p->arena_bytes = RT_ARENA_BYTES;
+    const int64_t shp[2][2] = {{1, RT_N0}, {1, RT_N1}};
+    for (int i = 0; i < 2; i++) {
+        qt_tensor *t = &st->tensors[i];
+        t->name = i ? "p1" : "p0";
+        t->role = QT_ROLE_PARAM;
+        t->dtype = QT_F32;
+        t->ndim = 2;
+        t->shape[0] = t->global_shape[0] = shp[i][0];
+        t->shape[1] = t->global_shape[1] = shp[i][1];
+        t->offset = RT_OFF_PARAMS + 4 * (i ? RT_N0 : 0);
+        t->numel = shp[i][1];
+        qt_param *pa = &st->params[i];
+        pa->name = t->name;
+        pa->tensor = i;
+        pa->flat_offset = i ? RT_N0 : 0;
+        pa->numel = t->numel;
+        pa->init = i ? QT_INIT_ONES : QT_INIT_NORMAL;
+        pa->init_scale = 0.5f;
+        pa->layer = -1;
+    }
+    const char *names[3] = {"tokens", "targets", "loss_seq"};
+    const int64_t offs[3] = {RT_OFF_TOKENS, RT_OFF_TARGETS, RT_OFF_LOSS};
+    for (int i = 0; i < 3; i++) {
+        qt_tensor *t = &st->tensors[2 + i];
+        t->name = names[i];
+        t->role = i < 2 ? QT_ROLE_INPUT : QT_ROLE_LOSS;
+        t->dtype = i < 2 ? QT_I32 : QT_F32;
+        t->ndim = 1;
+        t->numel = t->shape[0] = t->global_shape[0] = i < 2 ? RT_BMAX * RT_S : RT_BMAX;
+        t->offset = offs[i];
+    }
+    p->n_tensors = 5;
+    p->tensors = st->tensors;
+    p->n_params = 2;
+    p->params = st->params;
+    p->n_param_elems = RT_N0 + RT_N1;
+    p->params_offset = RT_OFF_PARAMS;
+    p->grads_offset = RT_OFF_GRADS;
+    p->adam_m_offset = RT_OFF_M;
+    p->adam_v_offset = RT_OFF_V;
+    p->n_tree_levels = RT_LEVELS;
+    for (int l = 0; l < RT_LEVELS; l++) p->tree_offset[l] = RT_OFF_LEVEL0 + 256 * l;
+    p->leaf_scratch_offset = RT_OFF_SCRATCH;
+    p->leaf_scratch_elems = RT_N0 + RT_N1;
+    p->tokens = 2;
+    p->targets = 3;
+    p->loss_seq = 4;
+    p->lb_seq = QT_NONE;
+    for (int i = 0; i < 2; i++) {
+        qt_op *op = &st->ops[i];
+        for (int k = 0; k < QT_OP_MAX_T; k++) op->t[k] = QT_NONE;
+        op->t[1] = 2;
+        op->t[2] = 0;
+        op->a[0] = b;
+        op->a[1] = RT_S;
+        op->a[9] = -1;
+    }
+    st->ops[0].kind = QT_OP_XENT;
+    st->ops[0].t[0] = 4;
+    st->ops[1].kind = QT_OP_MATMUL_WGRAD;
+    st->ops[1].flags = QT_OPF_WGRAD;
+    st->ops[1].a[8] = 0;
+    st->ops[1].a[9] = 1;
+    p->n_mb_ops = 2;
+    p->mb_ops = st->ops;
+}
+
+// ------------------------------------------------------------------ tree via interpreter
+
+TEST_GROUP(RuntimeInterp){};
+
+TEST(RuntimeInterp, TreeThroughScheduleIsIndependentOfBatchSplit)
+{
+    static rt_plan_store st;
+    rt_make_table();
+    for (int64_t n = 1; n <= 9; n++) {
+        for (int64_t b = 1; b <= n; b++) {
+            if (n % b) continue;
+            int64_t G = n / b;
+            rt_build_plan(&st, b, G);
+            const qt_plan *p = &st.plan;
+            LONGS_EQUAL(0, qt_interp_validate(p, rt_table));
+            memset(rt_arena, 0xff, RT_ARENA_BYTES);  // stale data must not leak into results
+            memset(rt_arena + RT_OFF_PARAMS, 0, 4 * (RT_N0 + RT_N1));
+            qt_ctx ctx = {p, p->arena};
+            for (int64_t mb = 0; mb < G; mb++) {
+                int32_t *tok = qt_i32(&ctx, p->tokens);
+                for (int64_t s = 0; s < b; s++)
+                    for (int t = 0; t < RT_S; t++) tok[s * RT_S + t] = (int32_t)(mb * b + s);
+                qt_interp_run_microbatch(p, rt_table, mb);
+            }
+            qt_interp_finalize_grads(p);
+            const float *g = (const float *)(const void *)(rt_arena + RT_OFF_GRADS);
+            for (int k = 0; k < RT_N0; k++)  // p0 = 0: factor 1, the leaves are rt_leafval
+                LONGS_EQUAL(rt_bits(rt_ref_pairwise(0, n, k)), rt_bits(g[k]));
+            for (int k = 0; k < RT_N1; k++) {
+                float ref = 0.0f;
+                {
+                    // second parameter: same tree over its own leaves
+                    static float lv[RT_LEVELS][RT_N1], sc[RT_N1], out[RT_N1];
+                    float *lvp[RT_LEVELS];
+                    for (int l = 0; l < RT_LEVELS; l++) lvp[l] = lv[l];
+                    for (int64_t i = 0; i < n; i++) {
+                        float *d = qt_tree_leaf_dest(lvp, 0, sc, i);
+                        for (int j = 0; j < RT_N1; j++) d[j] = rt_leafval(i, 100 + j);
+                        qt_tree_push(lvp, 0, RT_N1, sc, i);
+                    }
+                    qt_tree_finalize(out, lvp, RT_N1, n);
+                    ref = out[k];
+                }
+                LONGS_EQUAL(rt_bits(ref), rt_bits(g[RT_N0 + k]));
+            }
+        }
+    }
+}
+
+TEST(RuntimeInterp, ValidateRejectsBadPlans)
+{
+    static rt_plan_store st;
+    rt_make_table();
+    rt_build_plan(&st, 2, 2);
+    LONGS_EQUAL(0, qt_interp_validate(&st.plan, rt_table));
+    st.ops[1].a[9] = -1;  // second param loses its gradient op
+    CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
+    rt_build_plan(&st, 2, 2);
+    st.plan.leaf_scratch_elems = RT_N0;  // no room for both leaves
+    CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
+    rt_build_plan(&st, 4, 2);
+    st.plan.n_tree_levels = 3;  // 8 leaves need 4 levels
+    CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
+    rt_build_plan(&st, 2, 2);
+    st.ops[0].kind = QT_OP_ROPE_FWD;  // no wrapper in the fake table
+    CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
+}
+
+// ------------------------------------------------------------------ exact accumulator
+
+TEST_GROUP(RuntimeExact){};
+
+TEST(RuntimeExact, OrderIndependentAndEqualToExactLongDouble)
+{
+    enum { N = 2000 };
+    static float x[N], y[N];
+    uint64_t s = 42;
+    long double ref = 0.0L, refp = 0.0L;
+    for (int i = 0; i < N; i++) {
+        // 12-bit significands, exponents in [-10, 10]: every partial sum of values and of
+        // products fits the 64-bit long double significand, so `ref` is exact.
+        double m = floor(qt_test_rand(&s) * 2048.0);
+        int e = (int)floor((qt_test_rand(&s) + 1.0) * 10.5) - 10;
+        x[i] = ldexpf((float)m, e - 11);
+        y[i] = ldexpf((float)floor(qt_test_rand(&s) * 2048.0), -(i % 7));
+        ref += (long double)x[i];
+        refp += (long double)x[i] * (long double)y[i];
+    }
+    qt_exact a, b, c;
+    qt_exact_clear(&a);
+    qt_exact_clear(&c);
+    for (int i = 0; i < N; i++) {
+        qt_exact_add_f(&a, x[i]);
+        qt_exact_add_prod(&c, x[i], y[i]);
+    }
+    double va = qt_exact_value(&a), vc = qt_exact_value(&c);
+    LONGS_EQUAL(rt_bits_d((double)ref) >> 32, rt_bits_d(va) >> 32);
+    CHECK(rt_bits_d((double)ref) == rt_bits_d(va));    // correctly rounded exact sum: bit-equal
+    CHECK(rt_bits_d((double)refp) == rt_bits_d(vc));
+    // shuffled order and a split into two merged accumulators give identical bits
+    int idx[N];
+    for (int i = 0; i < N; i++) idx[i] = i;
+    for (int i = N - 1; i > 0; i--) std::swap(idx[i], idx[(int)(qt_mix64((uint64_t)i) % (uint64_t)(i + 1))]);
+    qt_exact_clear(&a);
+    qt_exact_clear(&b);
+    for (int i = 0; i < N; i++) qt_exact_add_f(i % 3 ? &a : &b, x[idx[i]]);
+    qt_exact_merge(&a, &b);
+    CHECK(rt_bits_d(va) == rt_bits_d(qt_exact_value(&a)));
+    // a plain double sum in shuffled order would generally differ: make sure it can
+    double d1 = 0.0, d2 = 0.0;
+    for (int i = 0; i < N; i++) { d1 += (double)x[i] * y[i]; d2 += (double)x[idx[i]] * y[idx[i]]; }
+    (void)d1; (void)d2;
+}
+
+TEST(RuntimeExact, CancellationTinyValuesAndRounding)
+{
+    qt_exact a;
+    qt_exact_clear(&a);
+    qt_exact_add_f(&a, 1e30f);
+    qt_exact_add_f(&a, 1.0f);
+    qt_exact_add_f(&a, -1e30f);
+    DOUBLES_EQUAL(1.0, qt_exact_value(&a), 0.0);  // exact: no tolerance
+    qt_exact_clear(&a);
+    float tiny = ldexpf(1.0f, -149);            // smallest subnormal float
+    qt_exact_add_prod(&a, tiny, tiny);          // 2^-298, below any float
+    qt_exact_add_prod(&a, tiny, tiny);
+    qt_exact_add_prod(&a, tiny, 1.0f);
+    qt_exact_add_prod(&a, -tiny, 1.0f);
+    CHECK(ldexp(1.0, -297) == qt_exact_value(&a));
+    // ties to even: 1 + 2^-53 rounds to 1; with a tiny extra it rounds up to 1 + 2^-52
+    qt_exact_clear(&a);
+    qt_exact_add_d(&a, 1.0);
+    qt_exact_add_d(&a, ldexp(1.0, -53));
+    CHECK(1.0 == qt_exact_value(&a));
+    qt_exact_add_d(&a, ldexp(1.0, -100));
+    CHECK(1.0 + ldexp(1.0, -52) == qt_exact_value(&a));
+    // tie with an odd last bit rounds up to even: (1 + 2^-52) + 2^-53 -> 1 + 2^-51
+    qt_exact_clear(&a);
+    qt_exact_add_d(&a, 1.0 + ldexp(1.0, -52));
+    qt_exact_add_d(&a, ldexp(1.0, -53));
+    CHECK(1.0 + ldexp(1.0, -51) == qt_exact_value(&a));
+    // negative results round symmetrically
+    qt_exact_clear(&a);
+    qt_exact_add_d(&a, -1.0);
+    qt_exact_add_d(&a, -ldexp(1.0, -53));
+    qt_exact_add_d(&a, -ldexp(1.0, -100));
+    CHECK(-(1.0 + ldexp(1.0, -52)) == qt_exact_value(&a));
+    // huge products: 2^254 is far beyond float range but exact here
+    qt_exact_clear(&a);
+    qt_exact_add_prod(&a, ldexpf(1.0f, 127), ldexpf(1.0f, 127));
+    qt_exact_add_f(&a, 3.0f);
+    CHECK(ldexp(1.0, 254) == qt_exact_value(&a));
+    qt_exact_clear(&a);
+    qt_exact_add_f(&a, INFINITY);
+    qt_exact_add_f(&a, -INFINITY);
+    CHECK(qt_exact_value(&a) != qt_exact_value(&a));  // +inf + -inf = NaN
+    qt_exact_clear(&a);
+    DOUBLES_EQUAL(0.0, qt_exact_value(&a), 0.0);
+}
+
+TEST(RuntimeExact, ManyDepositsCarryCorrectly)
+{
+    // 3e6 deposits of the same limb-straddling value, then their negation: exact zero and
+    // exact multiple, which fails if carries are lost.
+    qt_exact a;
+    qt_exact_clear(&a);
+    const float v = 4294967295.0f * 0.75f;
+    for (int i = 0; i < 3000000; i++) qt_exact_add_f(&a, v);
+    CHECK((double)v * 3e6 == qt_exact_value(&a));
+    for (int i = 0; i < 3000000; i++) qt_exact_add_f(&a, -v);
+    CHECK(0.0 == qt_exact_value(&a));
+}
+
+// ------------------------------------------------------------------ schedule and AdamW
+
+TEST_GROUP(RuntimeOptim){};
+
+static double rt_sched_ref(int64_t t, double peak, int64_t T, double wf, double ff)
+{
+    int64_t warm = (int64_t)((double)T * wf);
+    if (t >= T) return 0.0;
+    if (t < warm) return peak * (double)t / (double)warm;
+    double fin = peak * ff;
+    int64_t s = t - warm, n = T - warm;
+    return fin + (peak - fin) * 0.5 * (1.0 + cos(M_PI * (double)s / (double)(n - 1)));
+}
+
+TEST(RuntimeOptim, ScheduleMatchesFormula)
+{
+    const double peak = 3e-3;
+    const int64_t T = 100;
+    const int64_t ts[] = {0, 1, 5, 9, 10, 11, 37, 50, 98, 99, 100, 150};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+        double got = qt_lr_schedule(ts[i], peak, T, 0.1, 0.1);
+        // qt_cos vs libm cos: a few ulp of a value <= peak
+        DOUBLES_EQUAL(rt_sched_ref(ts[i], peak, T, 0.1, 0.1), got, 1e-15);
+    }
+    DOUBLES_EQUAL(0.0, qt_lr_schedule(0, peak, T, 0.1, 0.1), 0.0);
+    DOUBLES_EQUAL(peak, qt_lr_schedule(10, peak, T, 0.1, 0.1), 1e-18);   // end of warmup
+    DOUBLES_EQUAL(peak * 0.1, qt_lr_schedule(99, peak, T, 0.1, 0.1), 1e-18);  // s = n-1
+    DOUBLES_EQUAL(0.0, qt_lr_schedule(100, peak, T, 0.1, 0.1), 0.0);
+    // n <= 1 guard: one step after warmup gets the peak, no division by zero
+    DOUBLES_EQUAL(peak, qt_lr_schedule(9, peak, 10, 0.9, 0.1), 0.0);
+    DOUBLES_EQUAL(peak, qt_lr_schedule(0, peak, 1, 0.0, 0.1), 0.0);
+    DOUBLES_EQUAL(0.9 * 0.9 * 0.9, qt_powi(0.9, 3), 1e-16);
+}
+
+TEST(RuntimeOptim, AdamWMatchesDoubleFormula)
+{
+    enum { N = 6 };
+    float p[N] = {1.0f, -0.5f, 0.25f, 3.0f, -2.0f, 1e-3f};
+    float m[N] = {0.0f, 0.1f, -0.2f, 0.01f, 0.0f, 0.3f};
+    float v[N] = {0.0f, 0.01f, 0.04f, 0.5f, 1e-6f, 0.2f};
+    const float g[N] = {0.5f, -0.25f, 1e-4f, 2.0f, -3.0f, 0.0f};
+    double pd[N], md[N], vd[N];
+    for (int i = 0; i < N; i++) { pd[i] = p[i]; md[i] = m[i]; vd[i] = v[i]; }
+    const int64_t t = 4;
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    qt_adamw_hp hp;
+    qt_adamw_hp_make(&hp, lr, b1, b2, eps, wd, t);
+    DOUBLES_EQUAL(1.0 - pow((double)b1, 5.0), hp.bc1, 1e-15);
+    qt_adamw_update(p, m, v, g, N, &hp);
+    for (int i = 0; i < N; i++) {
+        md[i] = (double)b1 * md[i] + (1.0 - (double)b1) * g[i];
+        vd[i] = (double)b2 * vd[i] + (1.0 - (double)b2) * (double)g[i] * g[i];
+        double mh = md[i] / (1.0 - pow((double)b1, t + 1.0));
+        double vh = vd[i] / (1.0 - pow((double)b2, t + 1.0));
+        pd[i] = pd[i] - (double)lr * (mh / (sqrt(vh) + (double)eps) + (double)wd * pd[i]);
+        // float path rounds ~10 times: allow 8 float ulps of the magnitudes involved
+        DOUBLES_EQUAL(md[i], m[i], 8 * 6e-8 * (fabs(md[i]) + 1e-30));
+        DOUBLES_EQUAL(vd[i], v[i], 8 * 6e-8 * (fabs(vd[i]) + 1e-30));
+        DOUBLES_EQUAL(pd[i], p[i], 8 * 6e-8 * (fabs(pd[i]) + (double)lr));
+    }
+}
+
+TEST(RuntimeOptim, ClipNormaliseAndSumSquares)
+{
+    float g[4] = {3.0f, 4.0f, 0.0f, 0.0f};
+    DOUBLES_EQUAL(25.0, qt_grads_sumsq(g, 4), 0.0);  // exact
+    float s = qt_grads_clip(g, 4, 5.0, 1.0);
+    DOUBLES_EQUAL(0.2f, s, 0.0);
+    DOUBLES_EQUAL(3.0f * 0.2f, g[0], 0.0);
+    float h[2] = {0.3f, 0.4f};
+    DOUBLES_EQUAL(1.0f, qt_grads_clip(h, 2, 0.5, 1.0), 0.0);  // below threshold: untouched
+    DOUBLES_EQUAL(0.3f, h[0], 0.0);
+    DOUBLES_EQUAL(1.0f, qt_grads_clip(h, 2, 5.0, 0.0), 0.0);  // 0 disables
+    qt_grads_normalise(h, 2, 3.0f);
+    DOUBLES_EQUAL(0.3f / 3.0f, h[0], 0.0);
+}
+
+// ------------------------------------------------------------------ init and fingerprint
+
+TEST_GROUP(RuntimeInit){};
+
+static double rt_stats(const qt_param *pa, int64_t n, double *sd, double *lo, double *hi)
+{
+    double s = 0.0, s2 = 0.0;
+    *lo = 1e300;
+    *hi = -1e300;
+    for (int64_t i = 0; i < n; i++) {
+        double x = qt_init_value(pa, 7, 3, i);
+        s += x;
+        s2 += x * x;
+        *lo = fmin(*lo, x);
+        *hi = fmax(*hi, x);
+    }
+    double mean = s / (double)n;
+    *sd = sqrt(s2 / (double)n - mean * mean);
+    return mean;
+}
+
+TEST(RuntimeInit, DistributionsAndBounds)
+{
+    const int64_t n = 200000;
+    qt_param pa;
+    memset(&pa, 0, sizeof pa);
+    double sd, lo, hi, mean;
+    pa.init = QT_INIT_NORMAL;
+    pa.init_scale = 0.02f;
+    mean = rt_stats(&pa, n, &sd, &lo, &hi);
+    // mean: 5 standard errors (0.02/sqrt(n) = 4.5e-5); sd: 1% (its standard error is 0.16%)
+    DOUBLES_EQUAL(0.0, mean, 5 * 0.02 / sqrt((double)n));
+    DOUBLES_EQUAL(0.02, sd, 0.02 * 0.01);
+    CHECK(hi > 0.02 * 3.5 && lo < -0.02 * 3.5);  // real tails exist (P(|z|>3.5) * n ~ 93)
+    pa.init = QT_INIT_TRUNC_NORMAL;
+    mean = rt_stats(&pa, n, &sd, &lo, &hi);
+    CHECK(lo >= -2 * 0.02 * (1 + 1e-7) && hi <= 2 * 0.02 * (1 + 1e-7));  // float rounding only
+    DOUBLES_EQUAL(0.0, mean, 5 * 0.02 / sqrt((double)n));
+    // sd of N(0,1) truncated to +-2 is 0.8796; 1% tolerance as above
+    DOUBLES_EQUAL(0.02 * 0.87963, sd, 0.02 * 0.87963 * 0.01);
+    pa.init = QT_INIT_LOG_UNIFORM;
+    pa.init_lo = 1.0f;
+    pa.init_hi = 16.0f;
+    mean = rt_stats(&pa, n, &sd, &lo, &hi);
+    CHECK(lo >= 0.0 && hi <= log(16.0) + 1e-6);
+    // E[log U(1,16)] = (16 ln 16 - 15) / 15; sd of log U(1,16) ~ 0.65: 5 standard errors
+    DOUBLES_EQUAL((16.0 * log(16.0) - 15.0) / 15.0, mean, 5 * 0.7 / sqrt((double)n));
+    pa.init = QT_INIT_ONES;
+    DOUBLES_EQUAL(1.0, qt_init_value(&pa, 1, 2, 3), 0.0);
+    pa.init = QT_INIT_ZEROS;
+    DOUBLES_EQUAL(0.0, qt_init_value(&pa, 1, 2, 3), 0.0);
+    pa.init = QT_INIT_NORMAL;
+    CHECK(qt_init_value(&pa, 1, 2, 3) == qt_init_value(&pa, 1, 2, 3));
+    CHECK(qt_init_value(&pa, 1, 2, 3) != qt_init_value(&pa, 2, 2, 3));  // seed matters
+    CHECK(qt_init_value(&pa, 1, 2, 3) != qt_init_value(&pa, 1, 3, 3));  // param matters
+}
+
+TEST(RuntimeInit, ShardedInitEqualsSliceOfUnsharded)
+{
+    // a [4,3] parameter sharded over fsdp (mesh fsdp = 2) on dim 0: rank r holds rows
+    // [2r, 2r+2). Its local init must equal the unsharded init's rows.
+    static rt_plan_store full, shard;
+    rt_build_plan(&full, 1, 1);
+    rt_build_plan(&shard, 1, 1);
+    for (rt_plan_store *st : {&full, &shard}) {
+        st->tensors[0].global_shape[0] = 4;
+        st->tensors[0].global_shape[1] = 3;
+        st->tensors[0].shape[1] = 3;
+        st->params[0].init = QT_INIT_TRUNC_NORMAL;
+    }
+    full.tensors[0].shape[0] = 4;
+    full.tensors[0].numel = full.params[0].numel = 12;
+    shard.tensors[0].shape[0] = 2;
+    shard.tensors[0].numel = shard.params[0].numel = 6;
+    shard.tensors[0].spec[0] = 1u << QT_MESH_FSDP;
+    shard.plan.mesh[QT_MESH_FSDP] = 2;
+    shard.plan.n_ranks = 2;
+    float ref[12];
+    qt_rng_set_rank(0);
+    for (int j = 0; j < 12; j++)
+        ref[j] = qt_init_value(&full.params[0], 9, 0, qt_global_index(&full.plan, &full.tensors[0], j));
+    for (int r = 0; r < 2; r++) {
+        qt_rng_set_rank(r);
+        for (int j = 0; j < 6; j++) {
+            int64_t gi = qt_global_index(&shard.plan, &shard.tensors[0], j);
+            LONGS_EQUAL(6 * r + j, gi);
+            LONGS_EQUAL(rt_bits(ref[6 * r + j]), rt_bits(qt_init_value(&shard.params[0], 9, 0, gi)));
+        }
+    }
+    qt_rng_set_rank(0);
+}
+
+TEST(RuntimeInit, FingerprintIsOrderIndependent)
+{
+    static rt_plan_store a, b;
+    rt_build_plan(&a, 1, 1);
+    qt_params_init(&a.plan, 5);
+    float vals[RT_N0 + RT_N1];
+    memcpy(vals, rt_arena + RT_OFF_PARAMS, sizeof vals);
+    uint64_t fa = qt_param_fingerprint(&a.plan);
+    // same parameters stored in the opposite flat order: same fingerprint
+    rt_build_plan(&b, 1, 1);
+    b.params[1].flat_offset = 0;
+    b.params[0].flat_offset = RT_N1;
+    float *w = (float *)(void *)(rt_arena + RT_OFF_PARAMS);
+    memcpy(w, vals + RT_N0, 4 * RT_N1);
+    memcpy(w + RT_N1, vals, 4 * RT_N0);
+    CHECK(fa == qt_param_fingerprint(&b.plan));
+    // one flipped low bit changes it
+    uint32_t u;
+    memcpy(&u, &w[2], 4);
+    u ^= 1u;
+    memcpy(&w[2], &u, 4);
+    CHECK(fa != qt_param_fingerprint(&b.plan));
+    // swapping two values (same multiset of bits, different indices) changes it
+    memcpy(w, vals + RT_N0, 4 * RT_N1);
+    memcpy(w + RT_N1, vals, 4 * RT_N0);
+    std::swap(w[RT_N1], w[RT_N1 + 1]);
+    CHECK(fa != qt_param_fingerprint(&b.plan));
+}
+
+// ------------------------------------------------------------------ whole steps
+
+TEST_GROUP(RuntimeStep){};
+
+TEST(RuntimeStep, BatchSplitDoesNotChangeBits)
+{
+    // token stream: window w starts with token w, so the fake wgrad sees the global
+    // sequence number. S = 4 tokens per window, 40 windows.
+    static uint16_t toks[40 * RT_S + 1];
+    for (int i = 0; i < 40 * RT_S + 1; i++) toks[i] = (uint16_t)(i % RT_S ? 1000 + i : i / RT_S);
+    qt_data d;
+    memset(&d, 0, sizeof d);
+    d.base = toks;
+    d.n_tokens = 40 * RT_S + 1;
+    d.bytes_per_token = 2;
+    d.n_windows = 40;
+    static rt_plan_store st;
+    rt_make_table();
+    qt_runtime_set_kernel_table(rt_table);
+    const int64_t splits[3][2] = {{1, 4}, {2, 2}, {4, 1}};
+    uint64_t fp[3][3];
+    uint32_t loss[3][3], params[3][RT_N0 + RT_N1];
+    double norm[3][3];
+    for (int v = 0; v < 3; v++) {
+        rt_build_plan(&st, splits[v][0], splits[v][1]);
+        qt_run_opts o;
+        memset(&o, 0, sizeof o);
+        o.seed = 3;
+        o.lr_override = -1.0f;
+        o.n_ranks = 1;
+        LONGS_EQUAL(0, qt_runtime_init(&st.plan, &o));
+        for (int64_t step = 0; step < 3; step++) {
+            // expected loss from the fake loss op: parameters before the update, windows
+            // 4*step .. 4*step+3 (first token = window index), token count 16
+            const float *p0 = (const float *)(const void *)(rt_arena + RT_OFF_PARAMS);
+            long double lsum = 0.0L;  // 4 floats of similar size: exact in long double
+            for (int j = 0; j < 4; j++)
+                lsum += (float)(4 * step + j) * 0.1f + 1.0f / 3.0f + p0[0] * p0[0];
+            qt_step_metrics m;
+            LONGS_EQUAL(0, qt_runtime_step(&st.plan, &d, step, &m));
+            fp[v][step] = m.fingerprint;
+            loss[v][step] = rt_bits(m.loss_f32);
+            norm[v][step] = m.grad_norm;
+            LONGS_EQUAL(4 * RT_S, m.tokens);
+            LONGS_EQUAL(rt_bits((float)((double)lsum / 16.0)), rt_bits(m.loss_f32));
+            DOUBLES_EQUAL(qt_runtime_lr(&st.plan, step), m.lr, 0.0);
+            if (step == 1)  // warm = (int)(10 * 0.2f) = 2: lr(1) = peak / 2 (exact in double)
+                DOUBLES_EQUAL((double)0.01f / 2.0, m.lr, 0.0);
+        }
+        memcpy(params[v], rt_arena + RT_OFF_PARAMS, sizeof params[v]);
+        CHECK(fp[v][0] != fp[v][1]);  // the optimizer moved the parameters
+    }
+    for (int v = 1; v < 3; v++) {
+        for (int s = 0; s < 3; s++) {
+            CHECK(fp[0][s] == fp[v][s]);
+            LONGS_EQUAL(loss[0][s], loss[v][s]);
+            CHECK(rt_bits_d(norm[0][s]) == rt_bits_d(norm[v][s]));
+        }
+        CHECK(memcmp(params[0], params[v], sizeof params[0]) == 0);
+    }
+    qt_runtime_set_kernel_table(NULL);
+}
+
+TEST(RuntimeStep, InitRejectsRankMismatchAndForeignArena)
+{
+    static rt_plan_store st;
+    static unsigned char outside[8192] __attribute__((aligned(64)));
+    rt_make_table();
+    qt_runtime_set_kernel_table(rt_table);
+    rt_build_plan(&st, 2, 2);
+    qt_run_opts o;
+    memset(&o, 0, sizeof o);
+    o.n_ranks = 2;
+    CHECK(qt_runtime_init(&st.plan, &o) != 0);
+    o.n_ranks = 1;
+    st.plan.arena = outside;
+    CHECK(qt_runtime_init(&st.plan, &o) != 0);
+    st.plan.arena = rt_arena;
+    LONGS_EQUAL(0, qt_runtime_init(&st.plan, &o));
+    qt_runtime_set_kernel_table(NULL);
+}
