@@ -9,6 +9,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # keep tests/reference free of __pycache__
 sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
