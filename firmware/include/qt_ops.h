@@ -54,7 +54,8 @@ enum qt_op_kind {
     /* ACC: t0 dst[n] accumulates src; t1 src[n]. a0 n. */
     QT_OP_ACC,
 
-    /* EMBED_FWD: t0 x[T,d] writes W[tok[t]]; t1 tokens I32[T]; t2 W[V,d]. a0 T, a1 d, a2 V. */
+    /* EMBED_FWD: t0 x[T,d] writes W[tok[t]]; t1 tokens I32[T]; t2 W[V,d]. a0 T, a1 d, a2 V.
+       A token outside [0,V) gives a zero row (a memory guard; ids are validated at load). */
     QT_OP_EMBED_FWD,
     /* EMBED_WGRAD: t0 dx[T,d]; t1 tokens; t2 W (param). a0 T, a1 d, a2 V, a3 S.
        dW[tok[t]] += dx[t] for t of the sequence in increasing t. */
@@ -70,7 +71,8 @@ enum qt_op_kind {
        attributes as FWD. */
     QT_OP_RMSNORM_BWD,
     /* RMSNORM_WGRAD: t0 dy; t1 x; t2 rstd; t3 w (param). attributes as FWD plus
-       a5 rows per sequence (rows [s*a5, (s+1)*a5)). dw[i] += sum_r dy_r[i]*x_r[i]*rstd_r. */
+       a5 rows per sequence (rows [s*a5, (s+1)*a5)). dw[i] += dy_r[i]*(x_r[i]*rstd_r), added
+       row by row in increasing r. */
     QT_OP_RMSNORM_WGRAD,
 
     /* MATMUL_FWD: t0 y[M,N] writes x W^T; t1 x[M,K]; t2 W[N,K]. a0 M, a1 N, a2 K. */
@@ -88,7 +90,7 @@ enum qt_op_kind {
 
     /* SIGMOID_GATE_FWD: t0 y[T,n] writes x * sigmoid(gate); t1 x[T,n]; t2 gate source.
        a0 T, a1 n, a2 mode, a3 hd (HEADS mode: n = H*hd and the gate of x[t][h*hd+i] is the
-       q_proj gate half, qg[t*H*2hd + h*2hd + hd + i]); ROW mode: gate[t]. */
+       q_proj gate half, qg[t*H*2hd + h*2hd + hd + i]); ROW mode: gate[t], a3 = 0. */
     QT_OP_SIGMOID_GATE_FWD,
     /* SIGMOID_GATE_BWD: t0 dx (acc); t1 dgate (acc, same layout as the gate source);
        t2 dy; t3 x; t4 gate source. attributes as FWD. ROW mode: dgate[t] sums over n in
@@ -98,8 +100,10 @@ enum qt_op_kind {
     /* GDN_CONV_FWD: causal depthwise conv + SiLU over the [q|k|v] channels of qkvz.
        pre[t,c] = sum_{j=0..K-1} w[c,j] * u[t-K+1+j, c] (j increasing; u = 0 before the
        start of the sequence), c[t,c] = silu(pre[t,c]).
-       t0 c[T,Cc] (writes); t1 pre[T,Cc] (saved); t2 qkvz[T, Hk*G]; t3 w[Cc,K] (HF conv1d
-       weight [Cc,1,K]). a0 b, a1 S, a2 Hk, a3 Dk, a4 Hv, a5 Dv, a6 K. */
+       t0 c[T,Cc] (writes); t1 pre[T,Cc] (saved); t2 qkvz[T, Hk*G]; t3 w (HF conv1d weight
+       [Cc,1,K], i.e. w[c*K + j]). a0 b, a1 S, a2 Hk, a3 Dk, a4 Hv, a5 Dv, a6 K.
+       Every BWD and WGRAD op below carries the attributes of its FWD op unless it says
+       otherwise. */
     QT_OP_GDN_CONV_FWD,
     /* GDN_CONV_BWD: t0 dqkvz (acc, q/k/v columns only); t1 dc; t2 pre; t3 w. attrs as FWD. */
     QT_OP_GDN_CONV_BWD,
@@ -112,8 +116,8 @@ enum qt_op_kind {
     QT_OP_GDN_GATES_FWD,
     /* GDN_GATES_BWD: t0 dba (acc); t1 dbeta; t2 dg; t3 ba; t4 A_log; t5 dt_bias. */
     QT_OP_GDN_GATES_BWD,
-    /* GDN_GATES_WGRAD: t0 dg; t1 ba; t2 A_log (param, a8); t3 dt_bias (param, a9).
-       a0 T, a1 Hk, a2 Hv, a3 S. */
+    /* GDN_GATES_WGRAD: t0 dg; t1 ba; t2 A_log (param, a8 -> dw[0]); t3 dt_bias (param,
+       a9 -> dw[1]). a0 T, a1 Hk, a2 Hv, a3 S. */
     QT_OP_GDN_GATES_WGRAD,
 
     /* GDN_CORE_FWD: head repeat, l2norm, scale and the gated delta rule.
@@ -121,14 +125,16 @@ enum qt_op_kind {
          rq = 1/sqrt(sum q_h^2 + l2eps), rk likewise; qh = q_h*rq*qscale; kh = k_h*rk;
          a = exp(g_t,j); S' = a*S; pred = S'^T kh; delta = beta_t,j*(v_j - pred);
          S = S' + kh delta^T; o_t,j = S^T qh.
-       t0 o[T,Hv*Dv] (writes); t1 states[b,Hv,nchunks,Dk,Dv] (saved: state before the
+       t0 o[T,Hv*Dv] (writes); t1 states[b,Hv,nchunks,Dk*Dv] (saved: state before the
        first token of each chunk of a6 tokens); t2 rq[T,Hk] (saved); t3 rk[T,Hk] (saved);
        t4 c[T,Cc] (conv output); t5 g[T,Hv]; t6 beta[T,Hv].
        a0 b, a1 S, a2 Hk, a3 Dk, a4 Hv, a5 Dv, a6 chunk, f0 qscale (Dk^-1/2), f1 l2eps. */
     QT_OP_GDN_CORE_FWD,
     /* GDN_CORE_BWD: t0 dc (acc); t1 dg (acc); t2 dbeta (acc); t3 do; t4 c; t5 g; t6 beta;
        t7 states; t8 rq; t9 rk; t10 scratch (SCRATCH, (a6+1)*Dk*Dv + 4*Dk + 4*Dv floats).
-       attrs as FWD. Key-head gradients sum value heads j = h*r..h*r+r-1 in increasing j. */
+       attrs as FWD. Key-head gradients: each value head j = h*r..h*r+r-1, in increasing j,
+       adds its l2norm-backward result straight into dc. Dot products over Dv use 8
+       interleaved partial sums combined by a fixed pairwise tree (gdn_core.c). */
     QT_OP_GDN_CORE_BWD,
 
     /* GATED_RMSNORM_FWD: per (t, value head j): rstd = 1/sqrt(mean(o^2)+eps),
@@ -162,7 +168,9 @@ enum qt_op_kind {
        f0 scale. */
     QT_OP_ATTN_FWD,
     /* ATTN_BWD: t0 dq (acc); t1 dk (acc); t2 dv (acc); t3 do; t4 q; t5 k; t6 v; t7 o;
-       t8 lse; t9 scratch (SCRATCH, >= 2*S floats). attrs as FWD. */
+       t8 lse; t9 scratch (SCRATCH, >= 2*S floats). attrs as FWD.
+       ds_ij = p_ij (do_i.v_j - do_i.o_i); dq_i += sum_j (scale*ds_ij) k_j;
+       dk_j += (scale*ds_ij) q_i; dv_j += p_ij do_i. */
     QT_OP_ATTN_BWD,
 
     /* MOE_ROUTE_FWD: top-k on raw logits (descending; ties to the lower expert index),
@@ -175,8 +183,10 @@ enum qt_op_kind {
        t3 logits[T,E]. a0 T, a1 E, a2 k, a3 S, f0 c. The load-balance accumulators live on the
        stack: E <= QT_MOE_MAX_EXPERTS (1024, moe_route.h) when c != 0; configgen rejects more. */
     QT_OP_MOE_ROUTE_FWD,
-    /* MOE_ROUTE_BWD: t0 dlogits (acc); t1 dp; t2 logits; t3 idx; t4 p. attrs as FWD
-       (the load-balance gradient, seed 1 on lb_seq, flows through Pbar when f0 != 0). */
+    /* MOE_ROUTE_BWD: t0 dlogits (acc); t1 dp; t2 logits; t3 idx; t4 p. attrs as FWD except
+       f0: the load-balance gradient flows through Pbar with coefficient f0 (seed 1 on
+       lb_seq). configgen sets f0 = c * (global tokens per step) because the runtime divides
+       every gradient by that count at the end, and the load-balance term must not be. */
     QT_OP_MOE_ROUTE_BWD,
 
     /* EXPERT_FFN_FWD: for each (t, slot) with e = idx[t,slot]:
@@ -203,7 +213,9 @@ enum qt_op_kind {
 
     /* XENT: fused cross-entropy forward and backward with seed 1 on the un-normalised sum.
        loss_seq[s] = sum over t of sequence s (increasing) of lse_t - logit_t[target_t];
-       dlogits[t] = softmax(logits_t) - onehot(target_t).
+       dlogits[t] = softmax(logits_t) - onehot(target_t), softmax_v = exp(l_v - m) * (1/sum),
+       m the row max, sum over v increasing. A target outside [0,V) (never produced by the data
+       loader, which validates ids) adds no loss and no one-hot term.
        t0 loss_seq[b] (writes); t1 dlogits[T,V] (writes); t2 logits[T,V]; t3 targets I32[T].
        a0 b, a1 S, a2 V. */
     QT_OP_XENT,
