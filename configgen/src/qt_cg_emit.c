@@ -165,7 +165,9 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
     qt_cg_buf_printf(b, "    .tokens = %d,\n    .targets = %d,\n    .loss_seq = %d,\n"
                      "    .lb_seq = %d,\n", g->tokens, g->targets, g->loss_seq, g->lb_seq);
     qt_cg_buf_printf(b, "    .n_init_ops = %d,\n    .init_ops = qt_init_ops_%s,\n", g->ninit, c);
-    qt_cg_buf_printf(b, "    .n_mb_ops = %d,\n    .mb_ops = qt_mb_ops_%s,\n};\n", g->nmb, c);
+    qt_cg_buf_printf(b, "    .n_mb_ops = %d,\n    .mb_ops = qt_mb_ops_%s,\n", g->nmb, c);
+    /* One rank: no exchanges. The multi-rank planner fills this table. */
+    qt_cg_buf_printf(b, "    .n_collectives = 0,\n    .collectives = 0,\n};\n");
 }
 
 void qt_cg_emit_plan_main(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)

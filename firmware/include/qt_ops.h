@@ -220,6 +220,11 @@ enum qt_op_kind {
        a0 b, a1 S, a2 V. */
     QT_OP_XENT,
 
+    /* COLLECTIVE: runs plan->collectives[a0] (qt_plan.h). The place in the schedule where
+       the multi-rank plans put their exchanges; one-rank plans contain none, and the
+       single-rank firmware has no wrapper for it, so it refuses such a plan at init. */
+    QT_OP_COLLECTIVE,
+
     QT_OP_COUNT
 };
 

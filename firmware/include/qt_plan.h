@@ -99,6 +99,27 @@ typedef struct qt_param {
     int32_t layer;                 /* decoder layer, -1 for embedding / final norm / head */
 } qt_param;
 
+/* A pre-planned collective (design.md section 3): which mesh axis it runs over, this rank's
+ * peers in the order the exchange visits them (fixed pairing, so float reductions keep one
+ * order), and the byte range it moves. QT_OP_COLLECTIVE records index this table. Plans of
+ * a one-rank mesh have none; the firmware refuses a plan whose collectives it cannot run. */
+enum qt_collective_kind {
+    QT_COLL_ALL_GATHER = 0,
+    QT_COLL_REDUCE_SCATTER,    /* recursive halving with fixed pairing, never MPI_SUM */
+    QT_COLL_ALL_TO_ALL,
+    QT_COLL_EXACT_SUM,         /* integer sum of exact accumulators (MPI integer reduce) */
+    QT_COLL_KIND_COUNT
+};
+
+typedef struct qt_collective {
+    uint8_t kind;                  /* enum qt_collective_kind */
+    uint8_t axis;                  /* enum qt_mesh_axis */
+    int32_t n_peers;
+    const int32_t *peers;          /* ranks, in exchange order */
+    int32_t tensor;                /* tensor id of the buffer */
+    int64_t offset, bytes;         /* byte range inside that tensor */
+} qt_collective;
+
 typedef struct qt_model_dims {
     int32_t decoder_block;         /* 0 = qwen3_next, 1 = qwen3_5 */
     int64_t d, n_layers, vocab, cycle;
@@ -151,6 +172,9 @@ typedef struct qt_plan {
     const qt_op *init_ops;
     int32_t n_mb_ops;              /* forward + backward of one microbatch, in order */
     const qt_op *mb_ops;
+
+    int32_t n_collectives;         /* 0 on a one-rank mesh */
+    const qt_collective *collectives;
 } qt_plan;
 
 /* Execution context handed to op wrappers. */

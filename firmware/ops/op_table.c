@@ -1,6 +1,8 @@
 /* op_table.c - the kernel table: op kind -> wrapper, indexed by enum qt_op_kind.
- * Invariant: every kind below QT_OP_COUNT except NOP has exactly one of run/wgrad set;
- * tests/unit/test_op_table.cpp checks it. */
+ * Invariant: every kind below QT_OP_COUNT except NOP and COLLECTIVE has exactly one of
+ * run/wgrad set (the WGRAD kinds the wgrad one); the interpreter refuses a plan that uses a
+ * kind without the wrapper it needs. COLLECTIVE gets its wrapper with the multi-rank
+ * communication layer. */
 #include "qt_op_fns.h"
 
 const qt_kernel_entry qt_kernel_table[QT_OP_COUNT] = {
@@ -44,4 +46,5 @@ const qt_kernel_entry qt_kernel_table[QT_OP_COUNT] = {
     [QT_OP_MOE_COMBINE_FWD] = {"moe_combine_fwd", qt_op_moe_combine_fwd, 0},
     [QT_OP_MOE_COMBINE_BWD] = {"moe_combine_bwd", qt_op_moe_combine_bwd, 0},
     [QT_OP_XENT] = {"xent", qt_op_xent, 0},
+    [QT_OP_COLLECTIVE] = {"collective", 0, 0},
 };

@@ -2204,4 +2204,6 @@ const qt_plan qt_plan_bench = {
     .init_ops = qt_init_ops_bench,
     .n_mb_ops = 699,
     .mb_ops = qt_mb_ops_bench,
+    .n_collectives = 0,
+    .collectives = 0,
 };

@@ -1151,4 +1151,6 @@ const qt_plan qt_plan_default = {
     .init_ops = qt_init_ops_default,
     .n_mb_ops = 355,
     .mb_ops = qt_mb_ops_default,
+    .n_collectives = 0,
+    .collectives = 0,
 };

@@ -1151,4 +1151,6 @@ const qt_plan qt_plan_test_accum_b4g1 = {
     .init_ops = qt_init_ops_test_accum_b4g1,
     .n_mb_ops = 355,
     .mb_ops = qt_mb_ops_test_accum_b4g1,
+    .n_collectives = 0,
+    .collectives = 0,
 };

@@ -1154,4 +1154,6 @@ const qt_plan qt_plan_test_next_lb = {
     .init_ops = qt_init_ops_test_next_lb,
     .n_mb_ops = 356,
     .mb_ops = qt_mb_ops_test_next_lb,
+    .n_collectives = 0,
+    .collectives = 0,
 };

@@ -1151,4 +1151,6 @@ const qt_plan qt_plan_test_next_tiny = {
     .init_ops = qt_init_ops_test_next_tiny,
     .n_mb_ops = 355,
     .mb_ops = qt_mb_ops_test_next_tiny,
+    .n_collectives = 0,
+    .collectives = 0,
 };
