@@ -143,7 +143,7 @@ $(BUILD)/tools/%: tests/tools/%.c $(FW_OBJ)
 
 $(BUILD)/tools/libheap_audit.so: tests/tools/heap_audit.c
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -shared -fPIC -o $@ $< -ldl
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $< -ldl
 
 tools: $(TOOLS)
 
