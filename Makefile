@@ -153,14 +153,14 @@ run: deps
 	./$(BUILD)/$(DEFAULT_RUN)/qtrain steps=$${STEPS:-200} metrics=$(BUILD)/$(DEFAULT_RUN)/metrics.jsonl
 
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$$(nproc) all
 	@./tests/scripts/run_all.sh
 
 goldens:
 	$(PYTHON) tests/reference/make_goldens.py
 
 bench: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$$(nproc) all
 	@./tests/scripts/bench.sh
 
 clean:
