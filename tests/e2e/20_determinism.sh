@@ -1,17 +1,27 @@
 # 20_determinism.sh - the determinism contract of design.md section 6 (sourced by run_all.sh).
 #
 # All comparisons are bit-exact: loss bits and the parameter fingerprint of every step.
-det_fields() { grep -o '"step":[0-9]*\|"loss_bits":"[^"]*"\|"fingerprint":"[^"]*"' "$1" | paste -sd' ' ; }
+# det_fields FILE: one line per step with the step, loss bits and fingerprint; fails (so the
+# comparison cannot pass vacuously) when a metrics line lacks any of them.
+det_fields() {
+  awk '{ s = match($0, /"step":[0-9]+/) ? substr($0, RSTART, RLENGTH) : "";
+         l = match($0, /"loss_bits":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
+         f = match($0, /"fingerprint":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
+         if (s == "" || l == "" || f == "") { print "metrics line without step/loss_bits/fingerprint: " $0 > "/dev/stderr"; bad = 1 }
+         print s, l, f }
+       END { if (NR == 0 || bad) exit 1 }' "$1"
+}
 
 accum_invariance() {
   local d=$QT_TMP/accum data=tests/golden/e2e/test-next-tiny/tokens.npy
   mkdir -p "$d"
   for r in test-accum-b4g1 test-accum-b2g2 test-accum-b1g4; do
     build/$r/qtrain data=$data steps=5 seed=7 metrics=$d/$r.jsonl || return 1
-    det_fields $d/$r.jsonl > $d/$r.det
+    det_fields $d/$r.jsonl > $d/$r.det || return 1
+    [ "$(wc -l < $d/$r.det)" -eq 5 ] || { echo "$r: expected 5 metrics lines"; return 1; }
   done
   cmp $d/test-accum-b4g1.det $d/test-accum-b2g2.det && cmp $d/test-accum-b4g1.det $d/test-accum-b1g4.det \
-    && echo "identical: $(cat $d/test-accum-b4g1.det | head -c 300)"
+    && echo "identical: $(head -c 300 $d/test-accum-b4g1.det)"
 }
 check "accumulation invariance: b=4,G=1 == b=2,G=2 == b=1,G=4 (bit-identical losses and params)" accum_invariance
 
@@ -21,9 +31,14 @@ run_to_run() {
   for i in 1 2; do
     build/test-next-tiny/qtrain steps=4 seed=3 data=tests/golden/e2e/test-next-tiny/tokens.npy \
         metrics=$d/m$i.jsonl save=$d/ck$i.safetensors || return 1
-    det_fields $d/m$i.jsonl > $d/m$i.det
+    det_fields $d/m$i.jsonl > $d/m$i.det || return 1
   done
-  cmp $d/m1.det $d/m2.det && cmp $d/ck1.safetensors $d/ck2.safetensors
+  cmp $d/m1.det $d/m2.det && cmp $d/ck1.safetensors $d/ck2.safetensors || return 1
+  # negative control: another seed must change the fingerprints, or the comparison is blind
+  build/test-next-tiny/qtrain steps=4 seed=4 data=tests/golden/e2e/test-next-tiny/tokens.npy \
+      metrics=$d/m3.jsonl || return 1
+  det_fields $d/m3.jsonl > $d/m3.det || return 1
+  ! cmp -s $d/m1.det $d/m3.det || { echo "seed 3 and seed 4 gave identical fingerprints"; return 1; }
 }
 check "run-to-run: metrics bits and checkpoint bytes identical" run_to_run
 
@@ -33,7 +48,7 @@ musl_vs_glibc() {
   build/test-next-tiny/qtrain steps=4 seed=5 data=$data metrics=$d/glibc.jsonl || return 1
   build/test-next-tiny/qtrain-static steps=4 seed=5 data=$data metrics=$d/musl.jsonl || return 1
   file build/test-next-tiny/qtrain-static | grep -q 'statically linked' || { echo "qtrain-static is not static"; return 1; }
-  det_fields $d/glibc.jsonl > $d/g.det; det_fields $d/musl.jsonl > $d/m.det
+  det_fields $d/glibc.jsonl > $d/g.det && det_fields $d/musl.jsonl > $d/m.det || return 1
   cmp $d/g.det $d/m.det
 }
 check "musl static build == glibc MPICH build, bit for bit" musl_vs_glibc
@@ -44,8 +59,9 @@ resume_exact() {
   build/test-next-tiny/qtrain steps=6 seed=9 data=$data metrics=$d/full.jsonl || return 1
   build/test-next-tiny/qtrain steps=3 seed=9 data=$data metrics=$d/a.jsonl save=$d/ck.safetensors || return 1
   build/test-next-tiny/qtrain steps=6 load=$d/ck.safetensors data=$data metrics=$d/b.jsonl || return 1
-  det_fields $d/full.jsonl > $d/full.det
-  cat $d/a.jsonl $d/b.jsonl > $d/ab.jsonl; det_fields $d/ab.jsonl > $d/ab.det
+  det_fields $d/full.jsonl > $d/full.det || return 1
+  cat $d/a.jsonl $d/b.jsonl > $d/ab.jsonl; det_fields $d/ab.jsonl > $d/ab.det || return 1
+  [ "$(wc -l < $d/ab.det)" -eq 6 ] || { echo "resumed run: expected 3 + 3 metrics lines"; return 1; }
   cmp $d/full.det $d/ab.det
 }
 check "resume from checkpoint is bit-exact (3 + 3 steps == 6 steps)" resume_exact
