@@ -84,7 +84,7 @@ void qt_cg_plan_free(qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g)
 
 static int mkdir_p(const char *path, char *err, size_t errlen)
 {
-    char buf[4096];
+    char buf[4400];
     snprintf(buf, sizeof buf, "%s", path);
     for (char *p = buf + 1; *p; p++) {
         if (*p != '/') continue;
@@ -127,6 +127,37 @@ static void banner(const qt_cg_config *c, const qt_cg_graph *g, qt_cg_buf *b)
     }
     qt_cg_buf_printf(b, "\n * plan hash 0x%016llx; do not edit; make gen regenerates.",
                      (unsigned long long)g->hash);
+    /* The banner is pasted inside C comments: a value containing the comment terminator
+     * must not end the comment early (and inject code into plan.c). */
+    for (size_t i = 0; i + 1 < b->n; i++)
+        if (b->p[i] == '*' && b->p[i + 1] == '/') b->p[i + 1] = '|';
+}
+
+/* Moves the finished temporary directory into place. A previous plan directory is first
+ * renamed aside and removed afterwards, so a reader sees either the whole old plan or the
+ * whole new one, never a mix of files from both. */
+static int swap_dir(const char *tmpdir, const char *dir, const char *const *names, int n,
+                    char *err, size_t errlen)
+{
+    char old[4400], path[4600];
+    snprintf(old, sizeof old, "%.4300s.old.%ld", dir, (long)getpid());
+    int had_old = rename(dir, old) == 0;
+    if (!had_old && errno != ENOENT)
+        return qt_cg_fail(err, errlen, "%s: cannot replace: %s", dir, strerror(errno));
+    if (rename(tmpdir, dir)) {
+        int e = errno;
+        if (had_old) rename(old, dir);
+        return qt_cg_fail(err, errlen, "%s: cannot move the new plan in place: %s", dir,
+                          strerror(e));
+    }
+    if (had_old) {
+        for (int k = 0; k < n; k++) {
+            snprintf(path, sizeof path, "%s/%s", old, names[k]);
+            unlink(path);
+        }
+        rmdir(old);
+    }
+    return 0;
 }
 
 int qt_cg_generate(int argc, char **argv, char *err, size_t errlen)
@@ -157,12 +188,21 @@ int qt_cg_generate(int argc, char **argv, char *err, size_t errlen)
         qt_cg_emit_plan_c(&g, ban.p, &files[1]);
         qt_cg_emit_plan_main(&g, ban.p, &files[2]);
         qt_cg_emit_report(&g, &c, &files[3]);
-        char dir[4096], path[4300];
+        char dir[4096], tmpdir[4200], path[4300];
         snprintf(dir, sizeof dir, "%s/%s", outdir, s.run_name);
-        rc = mkdir_p(dir, err, errlen);
+        snprintf(tmpdir, sizeof tmpdir, "%s/.%s.tmp.%ld", outdir, s.run_name, (long)getpid());
+        rc = mkdir_p(tmpdir, err, errlen);
         for (int k = 0; k < 4 && !rc; k++) {
-            snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+            snprintf(path, sizeof path, "%s/%s", tmpdir, names[k]);
             rc = write_atomic(path, &files[k], err, errlen);
+        }
+        if (!rc) rc = swap_dir(tmpdir, dir, names, 4, err, errlen);
+        if (rc) {
+            for (int k = 0; k < 4; k++) {
+                snprintf(path, sizeof path, "%s/%s", tmpdir, names[k]);
+                unlink(path);
+            }
+            rmdir(tmpdir);
         }
         for (int k = 0; k < 4; k++) qt_cg_buf_free(&files[k]);
         qt_cg_buf_free(&ban);

@@ -373,12 +373,15 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
     snprintf(s->run_name, sizeof s->run_name, "%s", c->run_name);
     snprintf(s->model_name, sizeof s->model_name, "%s", c->model_name);
     if (!s->run_name[0]) return qt_cg_fail(err, errlen, "run_name is empty");
+    /* The name becomes a directory under -o and a C identifier: letters, digits, '-' and
+     * '_' only, starting with a letter or digit, so it can never climb out of the output
+     * directory ("..") or hide (".x"). */
     for (size_t i = 0; s->run_name[i]; i++) {
         char ch = s->run_name[i];
         int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
-        if (!ok && !strchr("-_.", ch))
-            return bad(&v, "run_name", "expected letters, digits, '-', '_' or '.' (it names the "
-                       "output directory)");
+        if ((!ok && !strchr("-_", ch)) || (i == 0 && !ok))
+            return bad(&v, "run_name", "expected letters, digits, '-' or '_', starting with a "
+                       "letter or digit (it names the output directory and a C symbol)");
         s->cname[i] = ok ? ch : '_';
     }
     if (check_model(&v, s) || check_train(&v, s) || check_mesh(&v, s) || check_rules(&v, s))

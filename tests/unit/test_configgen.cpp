@@ -294,6 +294,10 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"model_name=nosuchmodel", NULL, "models/nosuchmodel.yml: cannot open"},
         {"base_emb_dimm=3", NULL, "did you mean 'base_emb_dim'"},
         {"run_name=a/b", NULL, "run_name=a/b (command line): expected letters"},
+        {"run_name=..", NULL, "run_name=.. (command line): expected letters"},
+        {"run_name=.hidden", NULL, "starting with a letter or digit"},
+        {"gdn_key_head_dim=1024", NULL, "gdn_key_head_dim=1024 (command line): must be <= 512"},
+        {"load_balance_loss_weight=0.01", "num_experts=2048", "must be <= 1024 (QT_MOE_MAX_EXPERTS)"},
     };
     std::string out = make_tmpdir();
     std::string gen = out + "/gen";
@@ -639,4 +643,21 @@ TEST(CgHash, OutputFilesAreByteIdentical)
     CHECK(c.find("do not edit; make gen regenerates") != std::string::npos);
     rm_rf(o1);
     rm_rf(o2);
+}
+
+TEST(CgHash, BannerCannotCloseItsComment)
+{
+    // An override value is echoed in the banner, which sits inside /* ... */: a "*/" in it
+    // must not end the comment and put the rest of the value into plan.c as code.
+    std::string o = make_tmpdir();
+    const char *run = "configgen/configs/runs/test-next-tiny.yml";
+    char *a[] = {(char *)"configgen", (char *)"-o", (char *)o.c_str(), (char *)run,
+                 (char *)"vision_encoder_block=\"x*/ int injected;\""};
+    char err[1024] = "";
+    LONGS_EQUAL(0, qt_cg_generate(5, a, err, sizeof err));
+    std::string c = slurp(o + "/test-next-tiny/plan.c");
+    size_t end = c.find("*/");
+    CHECK(end != std::string::npos);
+    CHECK(c.substr(0, end).find("injected") != std::string::npos); // still inside the comment
+    rm_rf(o);
 }
