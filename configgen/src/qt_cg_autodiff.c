@@ -259,11 +259,14 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         int32_t dx = dgrad(ad, f->t[2]);
         int64_t T = f->a[0], k = f->a[1], d = f->a[3], ff = f->a[4];
         const char *nm = g->ts[f->t[0]].t.name;
-        int32_t s1 = bwd_scratch(ad, "bwd_scratch", nm, T * k * (d + 3 * ff));
+        /* the forward's scratch size rule (qt_ops.h): max(T*k*(d+f), S*(d+3f)) */
+        int64_t S = g->s->tr.seq_len, esz = T * k * (d + ff);
+        if (S * (d + 3 * ff) > esz) esz = S * (d + 3 * ff);
+        int32_t s1 = bwd_scratch(ad, "bwd_scratch", nm, esz);
         op = bwd(ad, QT_OP_EXPERT_FFN_BWD, f);
         int32_t t[8] = {dx, dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s1};
         memcpy(op->t, t, sizeof t);
-        int32_t s2 = bwd_scratch(ad, "wgrad_scratch", nm, T * k * (d + 3 * ff));
+        int32_t s2 = bwd_scratch(ad, "wgrad_scratch", nm, esz);
         op = wgrad(ad, QT_OP_EXPERT_FFN_WGRAD, f, f->t[4], f->t[5]);
         int32_t w[7] = {dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s2};
         memcpy(op->t, w, sizeof w);

@@ -345,7 +345,10 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
                                   SHP(D->b, D->S, D->k, D->d), AX(B, L, 0, QT_LAX_ACT_EMBED));
     int32_t gu = qt_cg_add_tensor(g, AN("expert_gu"), QT_ROLE_SAVED, QT_F32, 4,
                                   SHP(D->b, D->S, D->k, 2 * D->f), AX(B, L, 0, QT_LAX_ACT_MLP));
-    int32_t fscr = scratch(g, AN("expert_fwd_scratch"), D->T * D->k * (D->d + 3 * D->f));
+    /* qt_ops.h: >= max(T*k*(d+f), S*(d+3f)), so one sequence's rows always fit. */
+    int64_t escr = D->T * D->k * (D->d + D->f);
+    if (D->S * (D->d + 3 * D->f) > escr) escr = D->S * (D->d + 3 * D->f);
+    int32_t fscr = scratch(g, AN("expert_fwd_scratch"), escr);
     int32_t routed = resid(g, AN("routed"), D);
     int32_t sa = act3(g, AN("shared_gate"), D, D->fs, B, L, QT_LAX_ACT_MLP);
     int32_t su = act3(g, AN("shared_up"), D, D->fs, B, L, QT_LAX_ACT_MLP);

@@ -80,15 +80,19 @@ static int overlap_life(const qt_cg_tensor *a, const qt_cg_tensor *b)
 int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
 {
     /* flat parameter regions */
-    int64_t off = 0, max1 = 0, max2 = 0;
+    int64_t off = 0;
     for (int p = 0; p < g->np; p++) {
         g->ps[p].flat_offset = off;
         off += ALIGN_UP(g->ps[p].numel, 16);
-        int64_t n = ALIGN_UP(g->ps[p].numel, 16);
-        if (n > max1) {
-            max2 = max1;
-            max1 = n;
-        } else if (n > max2) max2 = n;
+    }
+    /* Leaf scratch: the interpreter places one WGRAD op's parameter leaves back to back, so
+     * it needs the largest per-op sum (not the two largest parameters overall). */
+    int64_t leaf_need = 0;
+    for (int i = 0; i < g->nmb; i++) {
+        const qt_op *op = &g->mb[i];
+        if (!(op->flags & QT_OPF_WGRAD)) continue;
+        int64_t n = g->ps[op->a[8]].numel + (op->a[9] >= 0 ? g->ps[op->a[9]].numel : 0);
+        if (n > leaf_need) leaf_need = n;
     }
     g->n_param_elems = off;
     int64_t region = off * 4;
@@ -105,7 +109,7 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
     for (int i = 0; i < QT_MAX_TREE_LEVELS; i++)
         g->tree_offset[i] = i < lv ? (4 + i) * region : 0;
     g->leaf_scratch_offset = (4 + lv) * region;
-    g->leaf_scratch_elems = max1 + max2;
+    g->leaf_scratch_elems = ALIGN_UP(leaf_need, 16);
     g->act_offset = ALIGN_UP(g->leaf_scratch_offset + 4 * g->leaf_scratch_elems,
                              (int64_t)QT_TENSOR_ALIGN);
     for (int p = 0; p < g->np; p++)
