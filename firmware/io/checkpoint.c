@@ -253,9 +253,13 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
         const char *fh = qt_st_meta(h, "plan_hash");
         char mine[24];
         snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)p->hash);
-        if (!fh || strcmp(fh, mine))
-            return qt_io_fail(QT_E_MISMATCH, "%s: optimizer state was saved for plan hash %s, "
-                              "this plan's hash is %s", path, fh ? fh : "(none)", mine);
+        if (!fh || strcmp(fh, mine)) {
+            /* Another plan's Adam state (other batch split, schedule or run) does not resume
+             * this plan bit-exactly; its weights are still good, so they load alone. */
+            qt_io_note("%s: optimizer state was saved for plan hash %s, this plan's hash is %s; "
+                       "loading the weights only, from step 0", path, fh ? fh : "(none)", mine);
+            *load_opt = 0;
+        }
     } else if (want_opt) {
         qt_io_note("%s: no optimizer state in the file; Adam moments not loaded", path);
     }
@@ -305,10 +309,12 @@ int qt_checkpoint_load(const qt_plan *p, const char *path, int want_optimizer,
             qt_load_copy(p, h, QT_OPT_M, p->adam_m_offset);
             qt_load_copy(p, h, QT_OPT_V, p->adam_v_offset);
         }
+        /* The step resumes only together with the moments it belongs to: a weights-only
+         * load starts the schedule at step 0. */
         if (step_out)
-            *step_out = step;
+            *step_out = load_opt ? step : 0;
         if (data_pos_out)
-            *data_pos_out = data_pos;
+            *data_pos_out = load_opt ? data_pos : 0;
     }
     qt_st_close(h);
     return rc;

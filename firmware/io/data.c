@@ -265,11 +265,14 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
     if (fd < 0)
         return qt_io_fail(QT_E_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+    if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return qt_io_fail(st.st_size == 0 ? QT_E_FORMAT : QT_E_IO, "%s: %s", path,
-                          st.st_size == 0 ? "empty file" : strerror(e));
+        return qt_io_fail(QT_E_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (st.st_size <= 0) {
+        close(fd);
+        return qt_io_fail(QT_E_FORMAT, "%s: empty file", path);
     }
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);

@@ -3,12 +3,14 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include "io_err.h"
 
 #define QT_IO_ERR_MAX 1024
 
 static struct {
     char last[QT_IO_ERR_MAX];
+    char note[QT_IO_ERR_MAX];
     int quiet;
 } qt_io_err_state;
 
@@ -25,14 +27,26 @@ int qt_io_fail(int code, const char *fmt, ...)
 
 void qt_io_note(const char *fmt, ...)
 {
+    char line[QT_IO_ERR_MAX];
     va_list ap;
-    if (qt_io_err_state.quiet)
-        return;
     va_start(ap, fmt);
-    fputs("qtrain: note: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    if (!qt_io_err_state.quiet)
+        fprintf(stderr, "qtrain: note: %s\n", line);
+    /* appended (one per line, truncated when full) so a test sees every note of a call */
+    size_t used = strlen(qt_io_err_state.note);
+    snprintf(qt_io_err_state.note + used, sizeof qt_io_err_state.note - used, "%s\n", line);
+}
+
+const char *qt_io_notes(void)
+{
+    return qt_io_err_state.note;
+}
+
+void qt_io_clear_notes(void)
+{
+    qt_io_err_state.note[0] = 0;
 }
 
 const char *qt_io_last_error(void)

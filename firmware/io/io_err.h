@@ -9,8 +9,11 @@
 
 /* Format a message, print it on stderr as "qtrain: <msg>", remember it, return `code`. */
 int qt_io_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Informational note on stderr (not an error; not stored). */
+/* Informational note on stderr (not an error), also appended to a note log for the tests. */
 void qt_io_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Every note since the last qt_io_clear_notes, one per line. */
+const char *qt_io_notes(void);
+void qt_io_clear_notes(void);
 /* Text of the most recent qt_io_fail ("" if none). */
 const char *qt_io_last_error(void);
 /* quiet != 0 stops printing (messages are still stored); used by the bad-input tests. */

@@ -26,10 +26,11 @@ enum qt_err {
  * file carries them and `want_optimizer` is set, Adam m/v and the step metadata).
  * Accepts the Hugging Face on-disk names of the plan's decoder (Qwen3-Next or Qwen3.5
  * layouts, per-expert experts.E.{gate,up,down}_proj) and the fused in-memory expert names
- * (mlp.experts.gate_up_proj [E,2I,H], mlp.experts.down_proj [E,H,I]); F32 or BF16 tensors.
+ * (mlp.experts.gate_up_proj [E,2I,H], mlp.experts.down_proj [E,H,I]); F32, BF16 or F16 tensors.
  * mtp.* tensors are skipped with a note on stderr. Missing, extra or mis-shaped tensors are
- * errors naming them. On success *step_out / *data_pos_out receive the metadata (0 if the
- * file has none); they may be NULL. */
+ * errors naming them. Optimizer state saved by another plan (other hash) is skipped with a
+ * note and only the weights load. On success *step_out / *data_pos_out receive the step
+ * metadata when the optimizer state was loaded with it, else 0; they may be NULL. */
 int qt_checkpoint_load(const qt_plan *p, const char *path, int want_optimizer,
                        int64_t *step_out, int64_t *data_pos_out);
 

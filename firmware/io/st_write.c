@@ -26,7 +26,7 @@ static struct {
     int state;
     int fd;
     char path[QT_ST_PATH_MAX];
-    char tmp[QT_ST_PATH_MAX + 8];
+    char tmp[QT_ST_PATH_MAX + 32];
     char header[QT_ST_MAX_HEADER + 16];
     int64_t hlen;
     int n_meta;
@@ -97,8 +97,10 @@ int qt_st_wopen(const char *path)
     if (strlen(path) >= QT_ST_PATH_MAX)
         return qt_io_fail(QT_E_ARG, "%s: path too long", path);
     snprintf(qt_stw.path, sizeof qt_stw.path, "%s", path);
-    snprintf(qt_stw.tmp, sizeof qt_stw.tmp, "%s.tmp", path);
-    qt_stw.fd = open(qt_stw.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* A per-process name created exclusively: never truncates someone else's file, and two
+     * writers of the same path cannot interleave in one temporary. */
+    snprintf(qt_stw.tmp, sizeof qt_stw.tmp, "%s.tmp.%ld", path, (long)getpid());
+    qt_stw.fd = open(qt_stw.tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (qt_stw.fd < 0)
         return qt_io_fail(QT_E_IO, "%s: cannot create: %s", qt_stw.tmp, strerror(errno));
     qt_stw.state = QT_STW_META;
@@ -147,8 +149,13 @@ int qt_st_wadd(const char *name, int dtype, int ndim, const int64_t *shape)
         return qt_stw_fail(qt_io_fail(QT_E_ARG, "%s: tensor %s: bad dtype or rank",
                                       qt_stw.path, name));
     int64_t bytes = qt_st_dtype_size(dtype);
-    for (int d = 0; d < ndim; d++)
+    for (int d = 0; d < ndim; d++) {
+        /* the reader's bound: no dimension or byte count beyond 2^58 */
+        if (shape[d] < 0 || shape[d] > ((int64_t)1 << 58) || (shape[d] && bytes > ((int64_t)1 << 58) / shape[d]))
+            return qt_stw_fail(qt_io_fail(QT_E_ARG, "%s: tensor %s: bad dimension %lld",
+                                          qt_stw.path, name, (long long)shape[d]));
         bytes *= shape[d];
+    }
     if ((rc = qt_stw_put(qt_stw.n_meta || qt_stw.n_tensors ? "," : "")) ||
         (rc = qt_stw_put_str(name)) || (rc = qt_stw_put(":{\"dtype\":\"")) ||
         (rc = qt_stw_put(qt_st_dtype_name(dtype))) || (rc = qt_stw_put("\",\"shape\":[")))

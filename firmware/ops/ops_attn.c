@@ -1,9 +1,9 @@
 /* ops_attn.c - op wrappers for the rotary table, rotary embedding and causal attention.
  *
  * Each wrapper resolves its op record's slots exactly as qt_ops.h documents them and calls
- * the kernel; none allocates or decides a size. ATTN_FWD has no scratch slot in qt_ops.h,
- * so the wrapper uses, in order: a t[5] tensor of role SCRATCH with >= S elements if the
- * plan ever provides one, this file's static row buffer when S fits, or the kernel's
+ * the kernel; none allocates or decides a size. ATTN_FWD's score row comes from its t[5]
+ * SCRATCH tensor (>= S floats), which configgen always plans; a plan without one (hand-built
+ * test plans) falls back to this file's static row buffer when S fits, else to the kernel's
  * scratch-free path. All three give the same bits (attention.h).
  */
 #include "qt_op_fns.h"
