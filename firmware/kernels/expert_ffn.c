@@ -4,7 +4,9 @@
  * backward visits slots in the outer loop so dx[t] receives its slots in slot order; the
  * SwiGLU pointwise math is the same expression in forward, backward and wgrad, so
  * recomputed activations match the forward's bits. Scratch regions: A (cap*d), B (cap*f),
- * C (cap*2f); the forward needs no B because H is compacted in place over C.
+ * C (cap*2f); the forward needs no B because H is compacted in place over C. The backward
+ * prefers an expert-major order (row lists built once, weights read once per chunk) and
+ * falls back to the slot-major order when the scratch is too small; both give the same bits.
  */
 #include "expert_ffn.h"
 #include "matmul.h"
@@ -109,13 +111,41 @@ void QT_FN(qt_expert_ffn_fwd)(qt_real *y, qt_real *gu, const qt_real *x, const i
     }
 }
 
-void QT_FN(qt_expert_ffn_bwd)(qt_real *dx, const qt_real *dy, const int32_t *idx,
-                              const qt_real *gu, const qt_real *w_gu, const qt_real *w_down,
-                              qt_real *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
-                              int64_t f, int64_t scratch_elems)
+/* Builds the per-expert row lists once: list[off[e] .. off[e+1]) holds expert e's rows r in
+ * increasing order. Row numbers are stored as floats (exact below 2^24, checked by the
+ * caller) so the list lives in the float scratch without type punning. Rows whose expert
+ * is outside [0,E) are in no list. off has E+1 entries. */
+static void qt_ffn_lists(qt_real *list, qt_real *off, const int32_t *idx, int64_t R, int64_t E)
 {
-    const int64_t cap = scratch_elems / (d + 3 * f);
-    if (cap < 1) { qt_ffn_poison(dx, T * d); return; }
+    for (int64_t e = 0; e <= E; e++) off[e] = 0;
+    for (int64_t r = 0; r < R; r++)
+        if (idx[r] >= 0 && idx[r] < E) off[idx[r] + 1] += 1;
+    for (int64_t e = 0; e < E; e++) off[e + 1] += off[e];
+    for (int64_t e = 0; e < E; e++) {
+        int64_t n = (int64_t)off[e];
+        for (int64_t r = 0; r < R; r++)
+            if (idx[r] == e) list[n++] = (qt_real)r;
+    }
+}
+
+/* dst rows <- src rows list[0..n) (row index per_token ? r/k : r). */
+static void qt_ffn_gather_list(qt_real *dst, const qt_real *src, int64_t width, int per_token,
+                               const qt_real *list, int64_t n, int64_t k)
+{
+    for (int64_t j = 0; j < n; j++) {
+        const int64_t r = (int64_t)list[j];
+        const qt_real *sp = src + (per_token ? r / k : r) * width;
+        for (int64_t i = 0; i < width; i++) dst[j * width + i] = sp[i];
+    }
+}
+
+/* Per-slot path: one slot at a time, every expert's rows of that slot re-found by scanning
+ * idx. Used when the scratch cannot hold the whole [T*k,d] contribution buffer. */
+static void qt_ffn_bwd_slots(qt_real *dx, const qt_real *dy, const int32_t *idx,
+                             const qt_real *gu, const qt_real *w_gu, const qt_real *w_down,
+                             qt_real *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
+                             int64_t f, int64_t cap)
+{
     qt_real *A = scratch, *B = A + cap * d, *C = B + cap * f;
     for (int64_t slot = 0; slot < k; slot++) {
         for (int32_t e = 0; e < E; e++) {
@@ -135,6 +165,55 @@ void QT_FN(qt_expert_ffn_bwd)(qt_real *dx, const qt_real *dy, const int32_t *idx
             }
         }
     }
+}
+
+/* Expert-major path: each expert's rows of all slots go through the matmuls together (its
+ * weights are streamed once, not k times, and the matmuls are k times taller); each row's
+ * contribution (0 + acc, bit-identical to the per-slot path by the matmul row contract) is
+ * parked in Dx[r], then added to dx[t] in increasing slot order. Scratch: list (T*k),
+ * off (E+1), Dx (T*k*d), then the chunk buffers A, B, C of cap rows. */
+void QT_FN(qt_expert_ffn_bwd)(qt_real *dx, const qt_real *dy, const int32_t *idx,
+                              const qt_real *gu, const qt_real *w_gu, const qt_real *w_down,
+                              qt_real *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
+                              int64_t f, int64_t scratch_elems)
+{
+    const int64_t R = T * k, head = R + (E + 1) + R * d;
+    const int64_t capx = head < scratch_elems && R <= ((int64_t)1 << 24)
+                             ? (scratch_elems - head) / (d + 3 * f) : 0;
+    if (capx < 1) {
+        const int64_t cap = scratch_elems / (d + 3 * f);
+        if (cap < 1) { qt_ffn_poison(dx, T * d); return; }
+        qt_ffn_bwd_slots(dx, dy, idx, gu, w_gu, w_down, scratch, T, k, E, d, f, cap);
+        return;
+    }
+    qt_real *list = scratch, *off = list + R, *Dx = off + E + 1;
+    qt_real *A = Dx + R * d, *B = A + capx * d, *C = B + capx * f;
+    qt_ffn_lists(list, off, idx, R, E);
+    for (int64_t e = 0; e < E; e++) {
+        const qt_real *wg = w_gu + e * 2 * f * d, *wd = w_down + e * d * f;
+        const int64_t end = (int64_t)off[e + 1];
+        for (int64_t j0 = (int64_t)off[e]; j0 < end; j0 += capx) {
+            const int64_t n = end - j0 < capx ? end - j0 : capx;
+            qt_ffn_gather_list(A, dy, d, 0, list + j0, n, k);
+            qt_ffn_zero(B, n * f);
+            QT_FN(qt_matmul_bwd_data)(B, A, wd, n, d, f);
+            qt_ffn_gather_list(C, gu, 2 * f, 0, list + j0, n, k);
+            qt_ffn_swiglu_bwd(C, B, n, f);
+            qt_ffn_zero(A, n * d);
+            QT_FN(qt_matmul_bwd_data)(A, C, wg, n, 2 * f, d);
+            for (int64_t j = 0; j < n; j++) {
+                qt_real *dst = Dx + (int64_t)list[j0 + j] * d;
+                for (int64_t i = 0; i < d; i++) dst[i] = A[j * d + i];
+            }
+        }
+    }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t slot = 0; slot < k; slot++) {
+            const int32_t e = idx[t * k + slot];
+            if (e < 0 || e >= E) continue;
+            const qt_real *src = Dx + (t * k + slot) * d;
+            for (int64_t i = 0; i < d; i++) dx[t * d + i] += src[i];
+        }
 }
 
 void QT_FN(qt_expert_ffn_wgrad)(qt_real *dw_gu, qt_real *dw_down, const qt_real *dy,

@@ -32,8 +32,9 @@ void qt_expert_ffn_fwd_f64(double *y, double *gu, const double *x, const int32_t
                            int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
                            int64_t scratch_elems);
 
-/* dx[T,d] accumulates; processed slot by slot (outer loop), so each token's slots add in
- * increasing slot order. Reads dy[T*k,d], x, idx, gu, w_gu, w_down. */
+/* dx[T,d] accumulates; each token's slots add in increasing slot order. Expert-major (row
+ * lists, weights read once) when scratch >= T*k*(d+1) + E+1 + (d+3f), else slot-major;
+ * both give the same bits. Reads dy[T*k,d], x, idx, gu, w_gu, w_down. */
 void qt_expert_ffn_bwd(float *dx, const float *dy, const int32_t *idx, const float *gu,
                        const float *w_gu, const float *w_down, float *scratch,
                        int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,

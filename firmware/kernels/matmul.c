@@ -8,7 +8,11 @@
  *    changes bits. The accumulating variants keep partials in a static tile and add into the
  *    destination only after the last block (dst = dst + acc, once).
  * The double build (-DQT_REAL_DOUBLE) uses the scalar path only.
- * Invariants: no heap; the packed B panel and the partial tile are one static module struct;
+ * Each tile height 1..MR (and strips of one vector) has its own register-resident kernel.
+ * B strips already contiguous in the output column (bwd_data, wgrad) are read in place; A is
+ * packed into [kc][MR] micro-panels only where its in-place access is poor (wgrad; 4 KiB row
+ * strides). None of this touches the per-element FMA order.
+ * Invariants: no heap; the packed panels and the partial tile are one static module struct;
  * padded panel columns are zero and never stored.
  */
 #include "matmul.h"
@@ -82,65 +86,67 @@ typedef __m256 qt_vec;
 #define QT_MM_NR (2 * QT_MM_VW)          /* panel strip width: two vectors */
 #define QT_MM_KC 256                      /* contraction block */
 #define QT_MM_NC (8 * QT_MM_NR)           /* columns per packed panel */
-#define QT_MM_MC (16 * QT_MM_MR)          /* rows per partial tile (accumulating kernels) */
+#define QT_MM_MC (16 * QT_MM_MR)          /* rows per packed A block / partial tile */
 
 static struct {
     float bpack[QT_MM_KC * QT_MM_NC];    /* B panel: strips of [kc][NR], zero padded */
+    float apack[QT_MM_MC * QT_MM_KC];    /* A block: micro-panels of [kc][MR] */
     float part[QT_MM_MC * QT_MM_NC];     /* partial accumulators between contraction blocks */
     float edge[QT_MM_MR * QT_MM_NR];     /* staging for tiles narrower than NR */
 } qt_mm;
 
-/* One tile of mr <= MR rows by nr <= NR columns over kc contraction steps.
+/* One tile of mr <= MR rows by nr <= NR columns over kc contraction steps, mr a compile-time
+ * constant after inlining (so the accumulators stay in registers for every edge height).
  * acc starts from cin (ld ldi, NULL: +0), then out = acc (add 0) or out = out + acc (add 1).
- * a(i,p) = a[i*sai + p*sap]; the panel bp holds b(p, jj) at bp[p*NR + jj]. */
-static void qt_mm_tile(float *out, int64_t ldo, int add, const float *cin, int64_t ldi,
-                       const float *a, int64_t sai, int64_t sap, const float *bp, int64_t kc,
-                       int mr, int nr)
+ * a(i,p) = ap[i*sai + p*sap] (packed micro-panel: sai 1, sap MR); b(p, jj) = bp[p*ldb + jj], and when
+ * nr < NR the strip is a zero-padded packed one (ldb = NR), so full-width loads are safe. */
+static inline __attribute__((always_inline)) void
+qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, const float *ap,
+             int64_t sai, int64_t sap, const float *bp, int64_t ldb, int64_t kc, const int mr, int nr, const int nv)
 {
     qt_vec acc[QT_MM_MR][2];
     if (cin && nr == QT_MM_NR) {
+#pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
             acc[i][0] = QT_VLOAD(cin + i * ldi);
             acc[i][1] = QT_VLOAD(cin + i * ldi + QT_MM_VW);
         }
     } else if (cin) {
+#pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
-            for (int j = 0; j < QT_MM_NR; j++) qt_mm.edge[i * QT_MM_NR + j] = j < nr ? cin[i * ldi + j] : 0.0f;
+            for (int j = 0; j < QT_MM_NR; j++)
+                qt_mm.edge[i * QT_MM_NR + j] = j < nr ? cin[i * ldi + j] : 0.0f;
             acc[i][0] = QT_VLOAD(qt_mm.edge + i * QT_MM_NR);
             acc[i][1] = QT_VLOAD(qt_mm.edge + i * QT_MM_NR + QT_MM_VW);
         }
     } else {
+#pragma GCC unroll 16
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = QT_VZERO();
     }
 
-    if (mr == QT_MM_MR) {
-        /* full tile: fully unrolled so the accumulators live in registers */
+    if (nv == 2) {
         for (int64_t p = 0; p < kc; p++) {
-            qt_vec b0 = QT_VLOAD(bp + p * QT_MM_NR);
-            qt_vec b1 = QT_VLOAD(bp + p * QT_MM_NR + QT_MM_VW);
-            const float *ap = a + p * sap;
+            qt_vec b0 = QT_VLOAD(bp + p * ldb);
+            qt_vec b1 = QT_VLOAD(bp + p * ldb + QT_MM_VW);
+            const float *a = ap + p * sap;
 #pragma GCC unroll 16
-            for (int i = 0; i < QT_MM_MR; i++) {
-                qt_vec av = QT_VBCAST(ap[i * sai]);
+            for (int i = 0; i < mr; i++) {
+                qt_vec av = QT_VBCAST(a[i * sai]);
                 acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
                 acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
             }
         }
-    } else {
-        for (int i = 0; i < mr; i++) {
-            qt_vec c0 = acc[i][0], c1 = acc[i][1];
-            const float *ai = a + i * sai;
-            for (int64_t p = 0; p < kc; p++) {
-                qt_vec av = QT_VBCAST(ai[p * sap]);
-                c0 = QT_VFMA(av, QT_VLOAD(bp + p * QT_MM_NR), c0);
-                c1 = QT_VFMA(av, QT_VLOAD(bp + p * QT_MM_NR + QT_MM_VW), c1);
-            }
-            acc[i][0] = c0;
-            acc[i][1] = c1;
+    } else { /* nr <= VW: the second half of the strip would only compute padding */
+        for (int64_t p = 0; p < kc; p++) {
+            qt_vec b0 = QT_VLOAD(bp + p * ldb);
+            const float *a = ap + p * sap;
+#pragma GCC unroll 16
+            for (int i = 0; i < mr; i++) acc[i][0] = QT_VFMA(QT_VBCAST(a[i * sai]), b0, acc[i][0]);
         }
     }
 
     if (nr == QT_MM_NR) {
+#pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
             float *o = out + i * ldo;
             if (add) {
@@ -152,12 +158,53 @@ static void qt_mm_tile(float *out, int64_t ldo, int add, const float *cin, int64
             }
         }
     } else {
+#pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
             QT_VSTORE(qt_mm.edge + i * QT_MM_NR, acc[i][0]);
             QT_VSTORE(qt_mm.edge + i * QT_MM_NR + QT_MM_VW, acc[i][1]);
             float *o = out + i * ldo;
             for (int j = 0; j < nr; j++)
                 o[j] = add ? o[j] + qt_mm.edge[i * QT_MM_NR + j] : qt_mm.edge[i * QT_MM_NR + j];
+        }
+    }
+}
+
+/* Dispatch on the tile height (and on strips of at most one vector) so every edge tile gets
+ * its own register-resident kernel. */
+static void qt_mm_tile(float *out, int64_t ldo, int add, const float *cin, int64_t ldi,
+                       const float *ap, int64_t sai, int64_t sap, const float *bp, int64_t ldb, int64_t kc, int mr, int nr)
+{
+#define QT_MM_CASE(h)                                                                         \
+    case h:                                                                                   \
+        if (nr <= QT_MM_VW) qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 1);  \
+        else qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 2);                 \
+        break;
+    switch (mr) {
+    QT_MM_CASE(1) QT_MM_CASE(2) QT_MM_CASE(3) QT_MM_CASE(4) QT_MM_CASE(5) QT_MM_CASE(6)
+#if QT_MM_MR > 6
+    QT_MM_CASE(7) QT_MM_CASE(8) QT_MM_CASE(9) QT_MM_CASE(10) QT_MM_CASE(11) QT_MM_CASE(12)
+#endif
+    default: break;
+    }
+#undef QT_MM_CASE
+}
+
+/* Pack the A block a(i,p) = a[i*sai + p*sap], i in [0,mc), p in [0,kc), into micro-panels of
+ * MR rows: apack[(i/MR)*kc*MR + p*MR + i%MR]; rows past mc are never read. Packing removes
+ * the strided (same cache set, one page per row) access pattern from the inner loop. */
+static void qt_mm_pack_a(const float *a, int64_t sai, int64_t sap, int64_t mc, int64_t kc)
+{
+    for (int64_t ir = 0; ir < mc; ir += QT_MM_MR) {
+        float *dst = qt_mm.apack + ir * kc;
+        int64_t mr = mc - ir < QT_MM_MR ? mc - ir : QT_MM_MR;
+        if (sai == 1) {
+            for (int64_t p = 0; p < kc; p++)
+                for (int64_t i = 0; i < mr; i++) dst[p * QT_MM_MR + i] = a[(ir + i) + p * sap];
+        } else {
+            for (int64_t i = 0; i < mr; i++) {
+                const float *src = a + (ir + i) * sai;
+                for (int64_t p = 0; p < kc; p++) dst[p * QT_MM_MR + i] = src[p * sap];
+            }
         }
     }
 }
@@ -206,20 +253,30 @@ static void qt_mm_fwd_opt(float *y, const float *x, const float *w, int64_t M, i
         for (int64_t pc = 0; pc < K; pc += QT_MM_KC) {
             int64_t kc = qt_mm_min(QT_MM_KC, K - pc);
             qt_mm_pack_cols(w + jc * K + pc, K, kc, nc);
-            for (int64_t ic = 0; ic < M; ic += QT_MM_MR) {
-                int mr = (int)qt_mm_min(QT_MM_MR, M - ic);
-                for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
-                    int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
-                    float *o = y + ic * N + jc + s * QT_MM_NR;
-                    qt_mm_tile(o, N, 0, pc ? o : 0, N, x + ic * K + pc, K, 1,
-                               qt_mm.bpack + s * kc * QT_MM_NR, kc, mr, nr);
+            for (int64_t ic = 0; ic < M; ic += QT_MM_MC) {
+                int64_t mc = qt_mm_min(QT_MM_MC, M - ic);
+                /* x rows are contiguous in k: reading them in place measured faster than
+                 * packing (12 row streams fit L1 and the prefetchers) */
+                const int pk = 0;
+                if (pk) qt_mm_pack_a(x + ic * K + pc, K, 1, mc, kc);
+                for (int64_t ir = 0; ir < mc; ir += QT_MM_MR) {
+                    int mr = (int)qt_mm_min(QT_MM_MR, mc - ir);
+                    const float *ap = pk ? qt_mm.apack + ir * kc : x + (ic + ir) * K + pc;
+                    for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
+                        int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
+                        float *o = y + (ic + ir) * N + jc + s * QT_MM_NR;
+                        qt_mm_tile(o, N, 0, pc ? o : 0, N, ap, pk ? 1 : K, pk ? QT_MM_MR : 1,
+                                   qt_mm.bpack + s * kc * QT_MM_NR, QT_MM_NR, kc, mr, nr);
+                    }
                 }
             }
         }
     }
 }
 
-/* C[I,J] (ld ldc) += sum_p a(i,p) b(p,j), a(i,p) = a[i*sai + p*sap], b(p,j) = b[p*sbp + j]. */
+/* C[I,J] (ld ldc) += sum_p a(i,p) b(p,j), a(i,p) = a[i*sai + p*sap], b(p,j) = b[p*sbp + j].
+ * Full-width B strips are read in place (rows already contiguous in j); only the last,
+ * narrower strip is packed with zero padding. */
 static void qt_mm_acc_opt(float *c, int64_t ldc, const float *a, int64_t sai, int64_t sap,
                           const float *b, int64_t sbp, int64_t I, int64_t J, int64_t P)
 {
@@ -227,23 +284,34 @@ static void qt_mm_acc_opt(float *c, int64_t ldc, const float *a, int64_t sai, in
         int64_t mc = qt_mm_min(QT_MM_MC, I - ic);
         for (int64_t jc = 0; jc < J; jc += QT_MM_NC) {
             int64_t nc = qt_mm_min(QT_MM_NC, J - jc);
+            int64_t nfull = nc / QT_MM_NR;
             for (int64_t pc = 0; pc < P; pc += QT_MM_KC) {
                 int64_t kc = qt_mm_min(QT_MM_KC, P - pc);
                 int last = pc + kc >= P;
-                qt_mm_pack_rows(b + pc * sbp + jc, sbp, kc, nc);
+                /* Pack A when it is reused by several strips and its access is bad in place:
+                 * wgrad (a(i,p) = dy[p*N + i]: one row, one page per p) or row strides that
+                 * are multiples of 4 KiB (every row in the same L1 set). */
+                int pk = nc > QT_MM_NR && (sap != 1 || sai % 1024 == 0);
+                if (pk) qt_mm_pack_a(a + ic * sai + pc * sap, sai, sap, mc, kc);
+                if (nfull * QT_MM_NR < nc)
+                    qt_mm_pack_rows(b + pc * sbp + jc + nfull * QT_MM_NR, sbp, kc,
+                                    nc - nfull * QT_MM_NR);
                 for (int64_t ir = 0; ir < mc; ir += QT_MM_MR) {
                     int mr = (int)qt_mm_min(QT_MM_MR, mc - ir);
-                    const float *ap = a + (ic + ir) * sai + pc * sap;
+                    const float *ap = pk ? qt_mm.apack + ir * kc : a + (ic + ir) * sai + pc * sap;
+                    int64_t tsi = pk ? 1 : sai, tsp = pk ? QT_MM_MR : sap;
                     for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
                         int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
                         float *pt = qt_mm.part + ir * QT_MM_NC + s * QT_MM_NR;
-                        const float *bp = qt_mm.bpack + s * kc * QT_MM_NR;
+                        const float *bp = s < nfull ? b + pc * sbp + jc + s * QT_MM_NR
+                                                    : qt_mm.bpack;
+                        int64_t ldb = s < nfull ? sbp : QT_MM_NR;
                         if (last)
                             qt_mm_tile(c + (ic + ir) * ldc + jc + s * QT_MM_NR, ldc, 1,
-                                       pc ? pt : 0, QT_MM_NC, ap, sai, sap, bp, kc, mr, nr);
+                                       pc ? pt : 0, QT_MM_NC, ap, tsi, tsp, bp, ldb, kc, mr, nr);
                         else
-                            qt_mm_tile(pt, QT_MM_NC, 0, pc ? pt : 0, QT_MM_NC, ap, sai, sap,
-                                       bp, kc, mr, QT_MM_NR);
+                            qt_mm_tile(pt, QT_MM_NC, 0, pc ? pt : 0, QT_MM_NC, ap, tsi, tsp, bp,
+                                       ldb, kc, mr, QT_MM_NR);
                     }
                 }
             }

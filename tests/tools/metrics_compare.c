@@ -81,6 +81,7 @@ int main(int argc, char **argv)
     FILE *f = fopen(argv[1], "r");
     if (!f) { fprintf(stderr, "metrics_compare: cannot open %s\n", argv[1]); return 2; }
     static char line[8192];
+    static unsigned char seen_step[MAX_STEPS];
     int bad = 0, seen = 0;
     while (fgets(line, sizeof line, f)) {
         double step, loss, norm, lr;
@@ -92,6 +93,11 @@ int main(int argc, char **argv)
         }
         int s = (int)step;
         if (s < 0 || s >= n) continue;
+        if (seen_step[s]++) {
+            fprintf(stderr, "metrics_compare: %s: step %d appears twice\n", argv[1], s);
+            fclose(f);
+            return 1;
+        }
         int ok = within(loss, e_loss[s], tl) && within(norm, e_norm[s], tn) && within(lr, e_lr[s], 1e-6);
         printf("step %d loss %.9g ref %.9g (rel %.2e)  norm %.7g ref %.7g (rel %.2e)  lr %.6g ref %.6g %s\n",
                s, loss, e_loss[s], fabs(loss - e_loss[s]) / fmax(fabs(e_loss[s]), 1e-12), norm, e_norm[s],

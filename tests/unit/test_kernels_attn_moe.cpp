@@ -520,6 +520,33 @@ TEST(ExpertFfnKernel, ScratchSizeAndBatchDoNotChangeBits)
     CHECK(memcmp(dx1.data(), dxa.data() + t0 * c.d, dx1.size() * sizeof(float)) == 0);
 }
 
+// The backward has two orders: expert-major (row lists, weights read once; needs the [T*k,d]
+// contribution buffer in scratch) and slot-major (fallback). Dimensions large enough for the
+// matmul vector tiles; scratch sizes pick: expert-major in one chunk, expert-major split into
+// 5-row chunks, slot-major one row at a time. Bits must agree exactly (same per-row FMA
+// chains, same per-token slot order).
+TEST(ExpertFfnKernel, BackwardOrdersAndChunksAgreeBitwise)
+{
+    FfnCase c = ffn_case(40, 3, 4, 40, 24, 40, 160);
+    vf x = to_f(c.x), wgu = to_f(c.wgu), wdown = to_f(c.wdown);
+    const int64_t R = c.T * c.k, row = c.d + 3 * c.f, head = R + c.E + 1 + R * c.d;
+    vf big(R * row), mid(head + 5 * row), small(row);
+    vf y(R * c.d), gu(R * 2 * c.f);
+    qt_expert_ffn_fwd(y.data(), gu.data(), x.data(), c.idx.data(), wgu.data(), wdown.data(),
+                      big.data(), c.T, c.k, c.E, c.d, c.f, big.size());
+    vf dy = to_f(rand_vec(R * c.d, 165)), base = to_f(rand_vec(c.T * c.d, 166));
+    vf dxa = base, dxb = base, dxc = base;
+    qt_expert_ffn_bwd(dxa.data(), dy.data(), c.idx.data(), gu.data(), wgu.data(), wdown.data(),
+                      big.data(), c.T, c.k, c.E, c.d, c.f, big.size());
+    qt_expert_ffn_bwd(dxb.data(), dy.data(), c.idx.data(), gu.data(), wgu.data(), wdown.data(),
+                      mid.data(), c.T, c.k, c.E, c.d, c.f, mid.size());
+    qt_expert_ffn_bwd(dxc.data(), dy.data(), c.idx.data(), gu.data(), wgu.data(), wdown.data(),
+                      small.data(), c.T, c.k, c.E, c.d, c.f, small.size());
+    CHECK(!bits_equal(dxa, base)); // the backward did something
+    CHECK(bits_equal(dxa, dxb));
+    CHECK(bits_equal(dxa, dxc));
+}
+
 TEST(ExpertFfnKernel, FloatMatchesDouble)
 {
     FfnCase c = ffn_case(10, 2, 4, 16, 8, 5, 130);

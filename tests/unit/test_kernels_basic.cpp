@@ -1,7 +1,8 @@
 // test_kernels_basic.cpp - the basic kernels (matmul, rmsnorm, embed, xent, elementwise):
 //  (a) double build vs central finite differences in double,
 //  (b) float build vs double build on the same float-representable inputs,
-//  (c) optimised vs scalar matmul bit identity on awkward sizes, plus a GFLOP/s print.
+//  (c) optimised vs scalar matmul bit identity on awkward sizes and on the shapes of every
+//      optimised path (skinny, packed A, half strips), plus a GFLOP/s print.
 // Every backward is checked through the scalar L = sum(out * R) with random R, so dL/din is
 // what the backward kernel must produce when fed dout = R.
 // Tolerances:
@@ -160,10 +161,43 @@ TEST(KernelsBasic, MatmulOptimisedBitIdentical)
     LONGS_EQUAL(0, bad);
 }
 
+// Shapes that reach the other optimised paths: skinny outputs (N or K of 1 and 16, the
+// router / shared-gate / in_proj_ba widths, half-strip tiles), 4 KiB-multiple row strides
+// (bwd_data packs A then), every tile height 1..12 and several contraction blocks.
+TEST(KernelsBasic, MatmulOptimisedPathsBitIdentical)
+{
+    const int64_t sh[][3] = {{13, 1024, 40}, {25, 2048, 70}, {7, 1024, 200}, {100, 16, 300},
+                             {300, 1, 257}, {5, 4096, 48}, {47, 16, 513}, {64, 512, 16},
+                             {11, 33, 1}, {512, 1, 512}, {1, 1, 600}, {29, 1024, 16}};
+    const size_t cap = 300000;
+    std::vector<float> A(cap), B(cap), C1(cap), C2(cap);
+    uint64_t s = 6;
+    for (auto &v : A) v = (float)qt_test_rand(&s);
+    for (auto &v : B) v = (float)qt_test_rand(&s);
+    long bad = 0;
+    for (auto &d : sh) {
+        const int64_t M = d[0], N = d[1], K = d[2];
+        CHECK((size_t)(M * N + M * K + N * K) < cap);
+        qt_matmul_fwd(C1.data(), A.data(), B.data(), M, N, K);
+        qt_matmul_fwd_ref(C2.data(), A.data(), B.data(), M, N, K);
+        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * N)) != 0;
+        for (int64_t i = 0; i < M * K; i++) C1[i] = C2[i] = B[i + 1];
+        qt_matmul_bwd_data(C1.data(), A.data(), B.data(), M, N, K);
+        qt_matmul_bwd_data_ref(C2.data(), A.data(), B.data(), M, N, K);
+        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * K)) != 0;
+        for (int64_t i = 0; i < N * K; i++) C1[i] = C2[i] = B[i + 2];
+        qt_matmul_wgrad(C1.data(), A.data(), B.data(), M, N, K);
+        qt_matmul_wgrad_ref(C2.data(), A.data(), B.data(), M, N, K);
+        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(N * K)) != 0;
+    }
+    LONGS_EQUAL(0, bad);
+}
+
 // Not a timed test: prints GFLOP/s (best of 3) for the shapes named in the brief.
 TEST(KernelsBasic, MatmulBenchPrint)
 {
-    const int64_t sh[][3] = {{256, 512, 512}, {1024, 512, 512}, {1024, 512, 2048}, {1024, 4096, 512}};
+    const int64_t sh[][3] = {{256, 512, 512}, {1024, 512, 512}, {1024, 512, 2048}, {1024, 4096, 512},
+                             {256, 4096, 512}, {1024, 16, 512}, {1024, 1, 512}};
     static float A[1024 * 4096], B[4096 * 2048], C[1024 * 4096];
     uint64_t s = 9;
     for (auto &v : A) v = (float)qt_test_rand(&s);
