@@ -11,12 +11,13 @@
 
 enum qt_cli_key {
     QT_KEY_STEPS, QT_KEY_DATA, QT_KEY_DATA_DTYPE, QT_KEY_LOAD, QT_KEY_SAVE, QT_KEY_SAVE_EVERY,
-    QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_HELP, QT_KEY_COUNT
+    QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_PROFILE, QT_KEY_HELP,
+    QT_KEY_COUNT
 };
 
 static const char *const qt_cli_names[QT_KEY_COUNT] = {
     "steps", "data", "data_dtype", "load", "save", "save_every", "metrics", "seed",
-    "learning_rate", "dump_grads", "help"
+    "learning_rate", "dump_grads", "profile", "help"
 };
 
 void qt_cli_usage(FILE *f, const char *prog)
@@ -35,6 +36,9 @@ void qt_cli_usage(FILE *f, const char *prog)
             "  seed=N           parameter init seed (unsigned decimal, default 0)\n"
             "  learning_rate=X  peak learning rate override (default: the plan's)\n"
             "  dump_grads=PATH  write the first step's normalised gradients, then train on\n"
+            "  profile=0|1      1: time every op and optimizer phase (clock_gettime around each\n"
+            "                   op) and print ms per step per phase and per op kind at exit;\n"
+            "                   adds a little overhead, off by default\n"
             "  help             this text\n", prog);
 }
 
@@ -118,6 +122,10 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
             if (strcmp(val, "uint16") && strcmp(val, "uint32"))
                 return qt_cli_bad(key, val, "uint16 or uint32");
             c->data_dtype = val;
+            break;
+        case QT_KEY_PROFILE:
+            if (strcmp(val, "0") && strcmp(val, "1")) return qt_cli_bad(key, val, "0 or 1");
+            c->profile = val[0] == '1';
             break;
         case QT_KEY_DATA: c->data = val; break;
         case QT_KEY_LOAD: c->load = val; break;

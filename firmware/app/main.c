@@ -21,6 +21,8 @@ static struct {
     qt_data data;
     int data_open;
     FILE *metrics;
+    const qt_plan *plan;       /* set once the runtime is initialised: report memory at exit */
+    int rank;
 } qt_main_state;
 
 static int qt_main_finish(int code)
@@ -33,6 +35,10 @@ static int qt_main_finish(int code)
         qt_main_state.metrics = NULL;
     }
     if (qt_main_state.data_open) qt_data_close(&qt_main_state.data);
+    if (qt_main_state.plan && qt_main_state.rank == 0) {
+        qt_runtime_profile_print(stderr);
+        qt_runtime_memory_print(stderr, qt_main_state.plan);
+    }
     qt_comm_finalize();
     return code;
 }
@@ -56,6 +62,9 @@ int main(int argc, char **argv)
     const qt_plan *p = qt_main_plan();
     qt_run_opts opts = {cli.seed, cli.learning_rate, 0, rank, size};
     if (qt_runtime_init(p, &opts) != QT_OK) return qt_main_finish(QT_EXIT_ERR);
+    qt_main_state.plan = p;
+    qt_main_state.rank = rank;
+    qt_runtime_profile_enable(cli.profile);
     if (rank == 0) qt_runtime_banner(stderr, p, qt_comm_backend());
 
     if (qt_data_open(&qt_main_state.data, cli.data, cli.data_dtype, p->model.vocab,

@@ -20,6 +20,7 @@ typedef struct qt_cli {
     const char *dump_grads;    /* safetensors path for step gradients, or NULL */
     uint64_t seed;
     float learning_rate;       /* < 0: the plan's */
+    int profile;               /* 1: per-op / per-phase timing printed at exit */
     int help;
 } qt_cli;
 

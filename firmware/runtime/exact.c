@@ -7,6 +7,9 @@
  * qt_exact_value, which is why the result depends only on the multiset of inputs.
  */
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include "qt_exact.h"
 
 #define QT_EXACT_MAX_PENDING (1ll << 30)
@@ -30,6 +33,30 @@ static void qt_exact_normalise(qt_exact *a)
         a->limb[i + 1] += c;
     }
     a->pending = 0;
+}
+
+/* Adds (or subtracts when neg) m * 2^(p - QT_EXACT_FRAC_BITS), 0 <= p, m < 2^64. */
+static void qt_exact_deposit(qt_exact *a, int neg, uint64_t m, int p)
+{
+    int i = p / QT_EXACT_LIMB_BITS, s = p % QT_EXACT_LIMB_BITS;
+    if (i + 2 >= QT_EXACT_LIMBS) {
+        a->special |= neg ? QT_EXACT_SPECIAL_NINF : QT_EXACT_SPECIAL_PINF;
+        return;
+    }
+    /* m < 2^64 shifted by s < 32 spans three 32-bit digits, the top one below 2^31 */
+    uint64_t d0 = (m << s) & 0xffffffffull;
+    uint64_t hi = s ? (m >> (QT_EXACT_LIMB_BITS - s)) : (m >> QT_EXACT_LIMB_BITS);
+    uint64_t d1 = hi & 0xffffffffull, d2 = hi >> 32;
+    if (neg) {
+        a->limb[i] -= (int64_t)d0;
+        a->limb[i + 1] -= (int64_t)d1;
+        a->limb[i + 2] -= (int64_t)d2;
+    } else {
+        a->limb[i] += (int64_t)d0;
+        a->limb[i + 1] += (int64_t)d1;
+        a->limb[i + 2] += (int64_t)d2;
+    }
+    if (++a->pending >= QT_EXACT_MAX_PENDING) qt_exact_normalise(a);
 }
 
 void qt_exact_add_d(qt_exact *a, double d)
@@ -60,25 +87,7 @@ void qt_exact_add_d(qt_exact *a, double d)
         p = 0;
         if (m == 0) return;
     }
-    int i = p / QT_EXACT_LIMB_BITS, s = p % QT_EXACT_LIMB_BITS;
-    if (i + 2 >= QT_EXACT_LIMBS) {
-        a->special |= neg ? QT_EXACT_SPECIAL_NINF : QT_EXACT_SPECIAL_PINF;
-        return;
-    }
-    /* m < 2^53 shifted by s < 32 spans three 32-bit digits */
-    uint64_t d0 = (m << s) & 0xffffffffull;
-    uint64_t hi = s ? (m >> (QT_EXACT_LIMB_BITS - s)) : (m >> QT_EXACT_LIMB_BITS);
-    uint64_t d1 = hi & 0xffffffffull, d2 = hi >> 32;
-    if (neg) {
-        a->limb[i] -= (int64_t)d0;
-        a->limb[i + 1] -= (int64_t)d1;
-        a->limb[i + 2] -= (int64_t)d2;
-    } else {
-        a->limb[i] += (int64_t)d0;
-        a->limb[i + 1] += (int64_t)d1;
-        a->limb[i + 2] += (int64_t)d2;
-    }
-    if (++a->pending >= QT_EXACT_MAX_PENDING) qt_exact_normalise(a);
+    qt_exact_deposit(a, neg, m, p);
 }
 
 void qt_exact_add_f(qt_exact *a, float x)
@@ -153,4 +162,104 @@ double qt_exact_value(qt_exact *a)
     if (neg) bits |= 1ull << 63;
     memcpy(&r, &bits, sizeof r);
     return r;
+}
+
+/* Squares by float exponent: x = mx * 2^(e - 150) with mx < 2^24 an integer (implicit bit
+ * included, e = max(biased exponent, 1)), so x^2 = mx^2 * 2^(2e - 300) and mx^2 < 2^48 is an
+ * exact integer. Integers sharing e add exactly in a uint64 bin as long as at most 2^16 land
+ * in it (2^16 * (2^48 - 1) < 2^64); bins are flushed after every 2^16 elements in total, so
+ * no bin can wrap whatever the call sizes. Each bin then enters the long accumulator as one
+ * exact deposit. Exact sums commute, so the result equals per-element deposits. */
+#define QT_SQ_BLOCK (1ll << 16)
+#define QT_SQ_PREP 256          /* elements prepared per vector batch (3 KiB of stack) */
+
+static void qt_exact_sq_flush_bins(qt_exact_sq *q, qt_exact *a)
+{
+    for (int c = 0; c < QT_EXACT_SQ_COPIES; c++) {
+        for (int e = 1; e < 255; e++) {
+            uint64_t v = q->bin[c][e];
+            if (!v) continue;
+            q->bin[c][e] = 0;
+            /* v * 2^(2e - 300) on the 2^-320 grid: position 2e + 20 */
+            qt_exact_deposit(a, 0, v, 2 * e + 20);
+        }
+    }
+    q->used = 0;
+}
+
+void qt_exact_sq_clear(qt_exact_sq *q)
+{
+    memset(q, 0, sizeof *q);
+}
+
+void qt_exact_sq_add(qt_exact_sq *q, qt_exact *a, const float *x, int64_t n)
+{
+    int64_t k = 0;
+    while (k < n) {
+        int64_t len = n - k;
+        if (len > QT_SQ_BLOCK - q->used) len = QT_SQ_BLOCK - q->used;
+        const float *xs = x + k;
+        int64_t j = 0;
+#if defined(__AVX512F__)
+        /* exponent index and exact square of 16 floats per vector step (the same integer
+         * values as the scalar lines below), then scalar bin updates */
+        uint32_t idx[QT_SQ_PREP];
+        uint64_t sqv[QT_SQ_PREP];
+        const __m512i e_mask = _mm512_set1_epi32(0xff), m_mask = _mm512_set1_epi32(0x7fffff);
+        const __m512i hidden = _mm512_set1_epi32(0x800000), one = _mm512_set1_epi32(1);
+        for (; j + QT_SQ_PREP <= len; j += QT_SQ_PREP) {
+            for (int v = 0; v < QT_SQ_PREP; v += 16) {
+                __m512i b = _mm512_loadu_si512((const void *)(xs + j + v));
+                __m512i e = _mm512_and_si512(_mm512_srli_epi32(b, 23), e_mask);
+                __mmask16 nz = _mm512_test_epi32_mask(e, e);
+                __m512i m = _mm512_or_si512(_mm512_and_si512(b, m_mask),
+                                            _mm512_maskz_mov_epi32(nz, hidden));
+                _mm512_storeu_si512((void *)(idx + v), _mm512_mask_mov_epi32(one, nz, e));
+                __m512i lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(m));
+                __m512i hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(m, 1));
+                _mm512_storeu_si512((void *)(sqv + v), _mm512_mul_epu32(lo, lo));
+                _mm512_storeu_si512((void *)(sqv + v + 8), _mm512_mul_epu32(hi, hi));
+            }
+            for (int v = 0; v < QT_SQ_PREP; v += QT_EXACT_SQ_COPIES)
+                for (int c = 0; c < QT_EXACT_SQ_COPIES; c++) q->bin[c][idx[v + c]] += sqv[v + c];
+        }
+#endif
+        for (; j + QT_EXACT_SQ_COPIES <= len; j += QT_EXACT_SQ_COPIES) {
+            for (int c = 0; c < QT_EXACT_SQ_COPIES; c++) {
+                uint32_t b;
+                memcpy(&b, &xs[j + c], sizeof b);
+                uint32_t e = (b >> 23) & 0xffu;
+                uint64_t m = (b & 0x7fffffu) | ((uint32_t)(e != 0) << 23);
+                q->bin[c][e | (uint32_t)(e == 0)] += m * m;
+            }
+        }
+        for (; j < len; j++) {
+            uint32_t b;
+            memcpy(&b, &xs[j], sizeof b);
+            uint32_t e = (b >> 23) & 0xffu;
+            uint64_t m = (b & 0x7fffffu) | ((uint32_t)(e != 0) << 23);
+            q->bin[0][e | (uint32_t)(e == 0)] += m * m;
+        }
+        /* bin 255 collects inf/NaN: record them through the scalar path, which tracks them */
+        int special = 0;
+        for (int c = 0; c < QT_EXACT_SQ_COPIES; c++) {
+            special |= q->bin[c][255] != 0;
+            q->bin[c][255] = 0;
+        }
+        if (special) {
+            for (j = 0; j < len; j++) {
+                uint32_t b;
+                memcpy(&b, &xs[j], sizeof b);
+                if (((b >> 23) & 0xffu) == 0xffu) qt_exact_add_prod(a, xs[j], xs[j]);
+            }
+        }
+        q->used += len;
+        k += len;
+        if (q->used >= QT_SQ_BLOCK) qt_exact_sq_flush_bins(q, a);
+    }
+}
+
+void qt_exact_sq_flush(qt_exact_sq *q, qt_exact *a)
+{
+    qt_exact_sq_flush_bins(q, a);
 }

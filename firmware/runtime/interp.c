@@ -7,13 +7,27 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include "qt_interp.h"
 #include "qt_tree.h"
 #include "../io/qt_io.h"
 
 static struct {
     uint8_t wgrad_uses[QT_INTERP_MAX_PARAMS];  /* validation scratch: WGRAD slots per param */
+    qt_interp_prof *prof;                      /* NULL: no timing at all */
 } qt_interp_state;
+
+void qt_interp_set_profile(qt_interp_prof *prof)
+{
+    qt_interp_state.prof = prof;
+}
+
+double qt_interp_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static void qt_interp_levels(const qt_plan *p, float **levels)
 {
@@ -114,18 +128,30 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
     float *scratch = (float *)(void *)(p->arena + p->leaf_scratch_offset);
     const qt_param *pa = &p->params[op->a[8]];
     const qt_param *pb = op->a[9] >= 0 ? &p->params[op->a[9]] : NULL;
+    qt_interp_prof *prof = qt_interp_state.prof;
+    double t0 = 0.0, t1 = 0.0, t2 = 0.0;
     for (int64_t s = 0; s < p->train.micro_batch; s++) {
         int64_t leaf = mb * p->train.micro_batch + s;
         float *dw[2] = {NULL, NULL};
+        if (prof) t0 = qt_interp_now();
         dw[0] = qt_tree_leaf_dest(levels, pa->flat_offset, scratch, leaf);
         memset(dw[0], 0, (size_t)pa->numel * sizeof(float));
         if (pb) {
             dw[1] = qt_tree_leaf_dest(levels, pb->flat_offset, scratch + pa->numel, leaf);
             memset(dw[1], 0, (size_t)pb->numel * sizeof(float));
         }
+        if (prof) t1 = qt_interp_now();
         table[op->kind].wgrad(op, ctx, s, dw);
+        if (prof) t2 = qt_interp_now();
         qt_tree_push(levels, pa->flat_offset, pa->numel, scratch, leaf);
         if (pb) qt_tree_push(levels, pb->flat_offset, pb->numel, scratch + pa->numel, leaf);
+        if (prof) {
+            double t3 = qt_interp_now();
+            prof->leaf_zero_s += t1 - t0;
+            prof->wgrad_s[op->kind] += t2 - t1;
+            prof->wgrad_calls[op->kind]++;
+            prof->tree_push_s += t3 - t2;
+        }
     }
 }
 
@@ -134,14 +160,29 @@ void qt_interp_run_microbatch(const qt_plan *p, const qt_kernel_entry *table, in
     qt_ctx ctx = {p, p->arena};
     float *levels[QT_MAX_TREE_LEVELS];
     qt_interp_levels(p, levels);
+    qt_interp_prof *prof = qt_interp_state.prof;
     for (int32_t i = 0; i < p->n_mb_ops; i++) {
         const qt_op *op = &p->mb_ops[i];
         if (op->kind == QT_OP_NOP) continue;
-        if (op->flags & QT_OPF_WGRAD)
+        if (op->flags & QT_OPF_WGRAD) {
             qt_interp_wgrad(p, table, op, &ctx, levels, mb);
-        else
+        } else if (prof) {
+            double t0 = qt_interp_now();
             table[op->kind].run(op, &ctx);
+            prof->run_s[op->kind] += qt_interp_now() - t0;
+            prof->run_calls[op->kind]++;
+        } else {
+            table[op->kind].run(op, &ctx);
+        }
     }
+}
+
+void qt_interp_finalize_grads_range(const qt_plan *p, int64_t off, int64_t n)
+{
+    float *levels[QT_MAX_TREE_LEVELS];
+    qt_interp_levels(p, levels);
+    qt_tree_finalize_range((float *)(void *)(p->arena + p->grads_offset) + off, levels, off, n,
+                           p->train.micro_batch * p->train.grad_accum);
 }
 
 void qt_interp_finalize_grads(const qt_plan *p)

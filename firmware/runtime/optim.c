@@ -2,11 +2,23 @@
  *
  * Invariant: every float expression is written with explicit parenthesised order and the
  * build uses -ffp-contract=off, so no FMA or reassociation can change the bits between
- * compilers, -march levels or libcs. The only reduction (sum of squares) is exact.
+ * compilers, -march levels or libcs. The only reduction (sum of squares) is exact. The
+ * AVX-512 loops (AdamW, fingerprint terms) do per lane exactly the scalar reference's IEEE
+ * float or mod-2^64 integer operations, so both paths give the same bits; the scalar
+ * references stay public for the tests and for CPUs without AVX-512.
  */
+#include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include "qt_optim.h"
 #include "qt_exact.h"
+#include "qt_vec.h"
 #include "math/qt_math.h"
+
+static struct {
+    qt_exact_sq sq;  /* bins of qt_grads_sumsq (8 KiB: kept off the stack) */
+} qt_optim_state;
 
 #define QT_PI 3.14159265358979323846
 
@@ -48,7 +60,7 @@ void qt_adamw_hp_make(qt_adamw_hp *hp, float lr, float b1, float b2, float eps, 
 
 void qt_grads_normalise(float *g, int64_t n, float n_tokens)
 {
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] / n_tokens;
+    qt_vec_div_scalar(g, n, n_tokens);
 }
 
 float qt_grads_clip(float *g, int64_t n, double norm, double clip)
@@ -63,6 +75,16 @@ double qt_grads_sumsq(const float *g, int64_t n)
 {
     qt_exact acc;
     qt_exact_clear(&acc);
+    qt_exact_sq_clear(&qt_optim_state.sq);
+    qt_exact_sq_add(&qt_optim_state.sq, &acc, g, n);
+    qt_exact_sq_flush(&qt_optim_state.sq, &acc);
+    return qt_exact_value(&acc);
+}
+
+double qt_grads_sumsq_ref(const float *g, int64_t n)
+{
+    qt_exact acc;
+    qt_exact_clear(&acc);
     for (int64_t i = 0; i < n; i++) qt_exact_add_prod(&acc, g[i], g[i]);
     return qt_exact_value(&acc);
 }
@@ -70,11 +92,17 @@ double qt_grads_sumsq(const float *g, int64_t n)
 void qt_adamw_update(float *p, float *m, float *v, const float *g, int64_t n,
                      const qt_adamw_hp *hp)
 {
+    qt_adamw_update_scaled(p, m, v, g, n, hp, 1.0f, 0);
+}
+
+void qt_adamw_update_ref(float *p, float *m, float *v, const float *g, int64_t n,
+                         const qt_adamw_hp *hp, float gscale, int scaled)
+{
     const float b1 = hp->b1, b2 = hp->b2, c1 = 1.0f - hp->b1, c2 = 1.0f - hp->b2;
     const float bc1 = (float)hp->bc1, bc2 = (float)hp->bc2;
     const float lr = hp->lr, eps = hp->eps, wd = hp->wd;
     for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
+        float gi = scaled ? g[i] * gscale : g[i];
         float mi = (b1 * m[i]) + (c1 * gi);
         float vi = (b2 * v[i]) + (c2 * (gi * gi));
         m[i] = mi;
@@ -83,4 +111,78 @@ void qt_adamw_update(float *p, float *m, float *v, const float *g, int64_t n,
         float upd = (mhat / (qt_sqrtf(vhat) + eps)) + (wd * p[i]);
         p[i] = p[i] - (lr * upd);
     }
+}
+
+void qt_adamw_update_scaled(float *p, float *m, float *v, const float *g, int64_t n,
+                            const qt_adamw_hp *hp, float gscale, int scaled)
+{
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    /* Lane-wise the same IEEE operations in the same order as the scalar loop (separate
+     * mul/add, no FMA; vsqrtps is correctly rounded like qt_sqrtf, and v >= 0 or NaN), so
+     * the bits equal qt_adamw_update_ref's; tested against it. */
+    const __m512 b1 = _mm512_set1_ps(hp->b1), b2 = _mm512_set1_ps(hp->b2);
+    const __m512 c1 = _mm512_set1_ps(1.0f - hp->b1), c2 = _mm512_set1_ps(1.0f - hp->b2);
+    const __m512 bc1 = _mm512_set1_ps((float)hp->bc1), bc2 = _mm512_set1_ps((float)hp->bc2);
+    const __m512 lr = _mm512_set1_ps(hp->lr), eps = _mm512_set1_ps(hp->eps);
+    const __m512 wd = _mm512_set1_ps(hp->wd), gs = _mm512_set1_ps(gscale);
+    for (; i + 16 <= n; i += 16) {
+        __m512 gi = _mm512_loadu_ps(g + i);
+        if (scaled) gi = _mm512_mul_ps(gi, gs);
+        __m512 pi = _mm512_loadu_ps(p + i);
+        __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(c1, gi));
+        __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + i)),
+                                  _mm512_mul_ps(c2, _mm512_mul_ps(gi, gi)));
+        _mm512_storeu_ps(m + i, mi);
+        _mm512_storeu_ps(v + i, vi);
+        __m512 mhat = _mm512_div_ps(mi, bc1), vhat = _mm512_div_ps(vi, bc2);
+        __m512 den = _mm512_add_ps(_mm512_sqrt_ps(vhat), eps);
+        __m512 upd = _mm512_add_ps(_mm512_div_ps(mhat, den), _mm512_mul_ps(wd, pi));
+        _mm512_storeu_ps(p + i, _mm512_sub_ps(pi, _mm512_mul_ps(lr, upd)));
+    }
+#endif
+    qt_adamw_update_ref(p + i, m + i, v + i, g + i, n - i, hp, gscale, scaled);
+}
+
+#define QT_FP_K 0x9E3779B97F4A7C15ull
+
+uint64_t qt_fp_mix_ref(const float *w, int64_t n, uint64_t gidx0)
+{
+    uint64_t sum = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t bits;
+        memcpy(&bits, &w[j], sizeof bits);
+        uint64_t x = (((gidx0 + (uint64_t)j) * QT_FP_K) ^ (uint64_t)bits) + 0x9E3779B97F4A7C15ull;
+        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+        sum += x ^ (x >> 31);
+    }
+    return sum;
+}
+
+uint64_t qt_fp_mix(const float *w, int64_t n, uint64_t gidx0)
+{
+    int64_t j = 0;
+    uint64_t sum = 0;
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    /* integer arithmetic mod 2^64 lane by lane: identical to the scalar sum */
+    const __m512i k = _mm512_set1_epi64((long long)QT_FP_K);
+    const __m512i c0 = _mm512_set1_epi64((long long)0x9E3779B97F4A7C15ull);
+    const __m512i c1 = _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ull);
+    const __m512i c2 = _mm512_set1_epi64((long long)0x94D049BB133111EBull);
+    const __m512i step = _mm512_set1_epi64(8);
+    __m512i idx = _mm512_add_epi64(_mm512_set1_epi64((long long)gidx0),
+                                   _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+    __m512i acc = _mm512_setzero_si512();
+    for (; j + 8 <= n; j += 8) {
+        __m512i b = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)(const void *)(w + j)));
+        __m512i x = _mm512_add_epi64(_mm512_xor_si512(_mm512_mullo_epi64(idx, k), b), c0);
+        x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 30)), c1);
+        x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)), c2);
+        acc = _mm512_add_epi64(acc, _mm512_xor_si512(x, _mm512_srli_epi64(x, 31)));
+        idx = _mm512_add_epi64(idx, step);
+    }
+    sum = (uint64_t)_mm512_reduce_add_epi64(acc);
+#endif
+    return sum + qt_fp_mix_ref(w + j, n - j, gidx0 + (uint64_t)j);
 }

@@ -2,17 +2,19 @@
  *
  * Invariants: values are functions of (seed, param index, global element index) only;
  * the fingerprint is a sum modulo 2^64 of per-element hashes of (global flat index, bits),
- * which is commutative, so it is independent of element order and of the mesh. Math runs
+ * which is commutative, so it is independent of element order and of the mesh (unsharded
+ * parameters hash consecutive indices through the vectorised qt_fp_mix; sharded ones map
+ * each element through qt_global_index). Math runs
  * in double through qt_math.h (no libm), then rounds once to float.
  */
 #include <string.h>
 #include "qt_runtime.h"
 #include "qt_rng.h"
+#include "qt_optim.h"
 #include "math/qt_math.h"
 
 #define QT_TWO_PI 6.28318530717958647692
 #define QT_TRUNC_MAX_DRAWS 64
-#define QT_FP_K 0x9E3779B97F4A7C15ull
 
 static struct {
     int32_t rank;
@@ -131,23 +133,39 @@ void qt_params_init(const qt_plan *p, uint64_t seed)
     }
 }
 
+int64_t qt_param_global_numel(const qt_plan *p, int32_t i)
+{
+    const qt_param *pa = &p->params[i];
+    const qt_tensor *t = &p->tensors[pa->tensor];
+    if (!t->ndim) return pa->numel;
+    int64_t gn = 1;
+    for (int d = 0; d < t->ndim; d++) gn *= t->global_shape[d];
+    return gn;
+}
+
+uint64_t qt_param_fp_chunk(const qt_plan *p, int32_t i, int64_t gbase, int64_t j0, int64_t n)
+{
+    const qt_param *pa = &p->params[i];
+    const qt_tensor *t = &p->tensors[pa->tensor];
+    const float *w = (const float *)(const void *)(p->arena + p->params_offset) + pa->flat_offset;
+    int sharded = 0;
+    for (int d = 0; d < t->ndim; d++) sharded |= t->shape[d] != t->global_shape[d];
+    /* unsharded: global index = local index, so consecutive elements hash consecutive
+     * indices and the vectorised mixer applies */
+    if (!sharded) return qt_fp_mix(w + j0, n, (uint64_t)(gbase + j0));
+    uint64_t sum = 0;
+    for (int64_t j = j0; j < j0 + n; j++)
+        sum += qt_fp_mix_ref(&w[j], 1, (uint64_t)(gbase + qt_global_index(p, t, j)));
+    return sum;
+}
+
 uint64_t qt_param_fingerprint(const qt_plan *p)
 {
     uint64_t sum = 0;
     int64_t gbase = 0;  /* global flat index of the parameter's first element */
     for (int32_t i = 0; i < p->n_params; i++) {
-        const qt_param *pa = &p->params[i];
-        const qt_tensor *t = &p->tensors[pa->tensor];
-        const float *w = (const float *)(const void *)(p->arena + p->params_offset) + pa->flat_offset;
-        for (int64_t j = 0; j < pa->numel; j++) {
-            uint32_t bits;
-            memcpy(&bits, &w[j], sizeof bits);
-            uint64_t gi = (uint64_t)(gbase + qt_global_index(p, t, j));
-            sum += qt_mix64((gi * QT_FP_K) ^ (uint64_t)bits);
-        }
-        int64_t gn = 1;
-        for (int d = 0; d < t->ndim; d++) gn *= t->global_shape[d];
-        gbase += t->ndim ? gn : pa->numel;
+        sum += qt_param_fp_chunk(p, i, gbase, 0, p->params[i].numel);
+        gbase += qt_param_global_numel(p, i);
     }
     return sum;
 }

@@ -37,6 +37,22 @@ void qt_exact_add_prod(qt_exact *a, float x, float y);
 void qt_exact_add_d(qt_exact *a, double d);
 /* Adds everything in b to a (exact; used to merge partial accumulators). */
 void qt_exact_merge(qt_exact *a, const qt_exact *b);
+/* Fast exact sum of squares of floats: integer bins per float exponent (see exact.c),
+ * flushed into a qt_exact. Holds 8 KiB; keep it in static storage. */
+#define QT_EXACT_SQ_COPIES 4     /* independent bin sets: breaks store-to-load chains */
+typedef struct qt_exact_sq {
+    uint64_t bin[QT_EXACT_SQ_COPIES][256];  /* sum of mantissa^2 per biased float exponent */
+    int64_t used;                           /* elements since the last flush */
+} qt_exact_sq;
+
+/* Empties the bins. */
+void qt_exact_sq_clear(qt_exact_sq *q);
+/* Adds x[i]^2 for i < n exactly: same value as qt_exact_add_prod(a, x[i], x[i]) for each i
+ * once qt_exact_sq_flush has run. Deposits into a whenever the bins could overflow; inf and
+ * NaN go to a's special flags directly. Reads x. */
+void qt_exact_sq_add(qt_exact_sq *q, qt_exact *a, const float *x, int64_t n);
+/* Moves everything still held in the bins into a and empties them. */
+void qt_exact_sq_flush(qt_exact_sq *q, qt_exact *a);
 /* The sum, correctly rounded to double. Normalises a (does not change its value). */
 double qt_exact_value(qt_exact *a);
 

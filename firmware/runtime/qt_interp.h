@@ -30,5 +30,20 @@ void qt_interp_run_microbatch(const qt_plan *p, const qt_kernel_entry *table, in
 /* After the last microbatch: writes the tree totals of micro_batch*grad_accum leaves into
  * the gradient region (all n_param_elems elements). Reads the tree levels. */
 void qt_interp_finalize_grads(const qt_plan *p);
+/* The same for flat elements [off, off+n) only. */
+void qt_interp_finalize_grads_range(const qt_plan *p, int64_t off, int64_t n);
+
+/* Opt-in timing (qtrain profile=1): seconds summed over all calls, per op kind, split for
+ * WGRAD ops into zeroing the leaf buffers, the kernel and the tree pushes. */
+typedef struct qt_interp_prof {
+    double run_s[QT_OP_COUNT], wgrad_s[QT_OP_COUNT];
+    int64_t run_calls[QT_OP_COUNT], wgrad_calls[QT_OP_COUNT];
+    double leaf_zero_s, tree_push_s;
+} qt_interp_prof;
+
+/* Accumulate timings into *prof from now on (NULL: stop; no clock calls at all then). */
+void qt_interp_set_profile(qt_interp_prof *prof);
+/* CLOCK_MONOTONIC in seconds. */
+double qt_interp_now(void);
 
 #endif

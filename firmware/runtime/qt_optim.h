@@ -36,8 +36,11 @@ void qt_grads_normalise(float *g, int64_t n, float n_tokens);
  * Returns the float scale used (1 when not clipped). Writes g. */
 float qt_grads_clip(float *g, int64_t n, double norm, double clip);
 
-/* Exact sum of g[i]^2 over i < n converted to double (order-independent). Reads g. */
+/* Exact sum of g[i]^2 over i < n converted to double (order-independent). Reads g.
+ * Uses exponent bins (qt_exact_sq); qt_grads_sumsq_ref deposits element by element and
+ * must give the same bits (it is the reference for tests). */
 double qt_grads_sumsq(const float *g, int64_t n);
+double qt_grads_sumsq_ref(const float *g, int64_t n);
 
 /* AdamW on n elements. Reads g; writes p, m, v:
  *   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*(g*g);
@@ -45,5 +48,19 @@ double qt_grads_sumsq(const float *g, int64_t n);
  *   p = p - lr * (mhat / (sqrt(vhat) + eps) + wd * p)      (all float, left to right). */
 void qt_adamw_update(float *p, float *m, float *v, const float *g, int64_t n,
                      const qt_adamw_hp *hp);
+/* The same with clipping folded in: when `scaled`, every g[i] is replaced by the float
+ * product g[i] * gscale before use (bit-identical to scaling g first; g is not written).
+ * Vectorised where the CPU allows; qt_adamw_update_ref is the scalar reference and gives
+ * identical bits. */
+void qt_adamw_update_scaled(float *p, float *m, float *v, const float *g, int64_t n,
+                            const qt_adamw_hp *hp, float gscale, int scaled);
+void qt_adamw_update_ref(float *p, float *m, float *v, const float *g, int64_t n,
+                         const qt_adamw_hp *hp, float gscale, int scaled);
+
+/* Fingerprint terms of n consecutive elements whose global indices are gidx0, gidx0+1, ...:
+ * sum mod 2^64 of qt_mix64((gidx * 0x9E3779B97F4A7C15) ^ bits(w[j])). Reads w. qt_fp_mix is
+ * vectorised, qt_fp_mix_ref the scalar reference (identical result). */
+uint64_t qt_fp_mix(const float *w, int64_t n, uint64_t gidx0);
+uint64_t qt_fp_mix_ref(const float *w, int64_t n, uint64_t gidx0);
 
 #endif

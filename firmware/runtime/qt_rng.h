@@ -30,4 +30,11 @@ void qt_rng_set_rank(int32_t rank);
 /* Global row-major element index of local element `local` of tensor `t`. */
 int64_t qt_global_index(const qt_plan *p, const qt_tensor *t, int64_t local);
 
+/* Elements of parameter i over its global shape (its numel when it has no shape). */
+int64_t qt_param_global_numel(const qt_plan *p, int32_t i);
+/* Fingerprint terms (see qt_fp_mix) of local elements [j0, j0+n) of parameter i, whose first
+ * global flat element index is gbase (sum of the global sizes of parameters before it).
+ * Reads the parameter region. */
+uint64_t qt_param_fp_chunk(const qt_plan *p, int32_t i, int64_t gbase, int64_t j0, int64_t n);
+
 #endif

@@ -37,7 +37,9 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o);
 /* Initialise every parameter from the plan's init rules with the given seed (counter-based
  * RNG keyed by (seed, parameter index, element index): independent of sharding). */
 void qt_params_init(const qt_plan *p, uint64_t seed);
-/* One optimizer step `step` (0-based) over data d. Fills *m (loss, norm, lr, fingerprint). */
+/* One optimizer step `step` (0-based) over data d. Fills *m (loss, norm, lr, fingerprint).
+ * Clipping is folded into the update, so afterwards the gradient region holds the
+ * normalised, unclipped gradient. */
 int qt_runtime_step(const qt_plan *p, const qt_data *d, int64_t step, qt_step_metrics *m);
 /* Forward+backward only (no optimizer update): leaves the step's final, normalised and
  * unclipped gradient in the gradient region. Used by dump_grads and the tests. */
@@ -52,6 +54,15 @@ double qt_runtime_lr(const qt_plan *p, int64_t t);
 /* Replaces the kernel table used by the interpreter (tests); NULL restores
  * qt_kernel_table. Call before qt_runtime_init. */
 void qt_runtime_set_kernel_table(const qt_kernel_entry *table);
+
+/* Opt-in profiling (qtrain profile=1): when on, every op and every optimizer phase is timed
+ * with clock_gettime; qt_runtime_profile_print writes ms per step per phase and per op kind
+ * (run / wgrad) to f. Off by default: then no per-op clock calls are made. */
+void qt_runtime_profile_enable(int on);
+void qt_runtime_profile_print(FILE *f);
+/* One line on f: "qtrain: peak RSS X MiB (arena Y MiB, binary Z MiB)" from getrusage; binary
+ * is the file-backed image (text + data, not bss). */
+void qt_runtime_memory_print(FILE *f, const qt_plan *p);
 
 /* Order-independent fingerprint over (global element index, value bits) of all params. */
 uint64_t qt_param_fingerprint(const qt_plan *p);

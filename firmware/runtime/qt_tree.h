@@ -20,8 +20,8 @@ float *qt_tree_leaf_dest(float *const *levels, int64_t off, float *scratch, int6
 
 /* Pushes leaf `leaf` of one parameter (n elements at flat offset off). For an odd leaf the
  * values are read from `scratch` (n floats); for an even one they already sit in level 0.
- * Reads and writes levels[0..t] at [off, off+n), t = number of trailing ones of `leaf`;
- * levels[t] receives the carry. */
+ * Reads levels[0..t-1] and writes levels[t] at [off, off+n), t = number of trailing ones of
+ * `leaf` (levels below t are free afterwards and keep stale values). */
 void qt_tree_push(float *const *levels, int64_t off, int64_t n, const float *scratch,
                   int64_t leaf);
 
@@ -29,6 +29,10 @@ void qt_tree_push(float *const *levels, int64_t off, int64_t n, const float *scr
  * of every level): the occupied levels (set bits of n_leaves) combined lowest first,
  * out = level[higher] + out. Reads levels only. */
 void qt_tree_finalize(float *out, float *const *levels, int64_t n, int64_t n_leaves);
+/* The same for elements [off, off+n) of every level, written to out[0..n) (lets callers
+ * fuse later passes over cache-sized chunks). */
+void qt_tree_finalize_range(float *out, float *const *levels, int64_t off, int64_t n,
+                            int64_t n_leaves);
 
 /* Levels needed for n_leaves leaves: floor(log2(n_leaves)) + 1 (1 for n_leaves <= 1). */
 int qt_tree_levels_needed(int64_t n_leaves);

@@ -5,8 +5,13 @@
  * reduction is either a pairwise tree over per-sequence leaves (weight gradients) or an
  * exact accumulator (loss, token count, squared gradient norm), so the step's bits do not
  * depend on the micro_batch x grad_accum split.
+ * The parameter-sized passes after the schedule are fused per cache-sized chunk (tree total
+ * -> normalise -> exact square sum; clip -> AdamW -> fingerprint); each stage keeps the exact
+ * per-element operations of the unfused version, so fusion changes speed, never bits.
+ * Profiling (off by default) adds clock_gettime calls only.
  */
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include "qt_runtime.h"
 #include "qt_arena.h"
@@ -14,13 +19,35 @@
 #include "qt_interp.h"
 #include "qt_optim.h"
 #include "qt_rng.h"
+#include "qt_vec.h"
 #include "math/qt_math.h"
+
+/* Chunk of the fused passes over the parameter-sized regions: 64 KiB per stream, so a
+ * chunk written by one stage is still in L2 when the next stage reads it. */
+#define QT_RT_CHUNK 16384
+
+enum qt_rt_phase { QT_PH_DATA, QT_PH_SCHED, QT_PH_LOSS, QT_PH_GRADS, QT_PH_OPT, QT_PH_COUNT };
+static const char *const qt_rt_phase_names[QT_PH_COUNT] = {
+    "data fill", "schedule (fwd+bwd, see ops)", "loss/token sums",
+    "tree finalise+normalise+norm^2", "clip+AdamW+fingerprint"
+};
 
 static struct {
     const qt_plan *plan;
     qt_run_opts opts;
     const qt_kernel_entry *table;
+    int flat_in_order;           /* params tile [0, n_param_elems) in index order */
+    int profile;
+    int64_t prof_steps;
+    double phase_s[QT_PH_COUNT];
+    qt_interp_prof prof;
+    qt_exact_sq sq;              /* bins of the squared-norm pass */
 } qt_rt;
+
+/* Extern symbols of the standard GNU ld scripts (glibc and musl static): image start and end
+ * of initialised data, i.e. what the binary file maps. */
+extern char __executable_start[];
+extern char _edata[];
 
 void qt_runtime_set_kernel_table(const qt_kernel_entry *table)
 {
@@ -37,6 +64,15 @@ static double qt_runtime_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Adds the time since *t to phase ph and restarts *t (profiling only). */
+static void qt_runtime_lap(double *t, int ph)
+{
+    if (!qt_rt.profile) return;
+    double now = qt_runtime_now();
+    qt_rt.phase_s[ph] += now - *t;
+    *t = now;
 }
 
 static int qt_runtime_check_io_tensor(const qt_plan *p, int32_t id, const char *what,
@@ -137,6 +173,12 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
     if (rc) return rc;
     qt_rt.plan = p;
     qt_rt.opts = *o;
+    int64_t cursor = 0;
+    for (int32_t i = 0; i < p->n_params; i++) {
+        if (p->params[i].flat_offset != cursor) break;
+        cursor += p->params[i].numel;
+    }
+    qt_rt.flat_in_order = cursor == p->n_param_elems;
     memset(p->arena + p->adam_m_offset, 0, (size_t)p->n_param_elems * sizeof(float));
     memset(p->arena + p->adam_v_offset, 0, (size_t)p->n_param_elems * sizeof(float));
     qt_interp_run_init(p, qt_runtime_table());
@@ -163,14 +205,17 @@ static void qt_runtime_fwd_bwd(const qt_plan *p, const qt_data *d, int64_t step,
     const int64_t b = p->train.micro_batch, S = p->train.seq_len, G = p->train.grad_accum;
     /* ranks own contiguous, rank-major blocks of the global batch (design.md s.6) */
     const int64_t base = (int64_t)qt_rt.opts.rank * b * G;
-    qt_exact loss, lb, tok;
+    qt_exact loss, lb, tok, sq;
     qt_exact_clear(&loss);
     qt_exact_clear(&lb);
     qt_exact_clear(&tok);
+    double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     for (int64_t mb = 0; mb < G; mb++) {
         qt_data_fill(d, step, p->train.global_batch, base + mb * b, b, S, qt_i32(&ctx, p->tokens),
                      qt_i32(&ctx, p->targets));
+        qt_runtime_lap(&t, QT_PH_DATA);
         qt_interp_run_microbatch(p, table, mb);
+        qt_runtime_lap(&t, QT_PH_SCHED);
         const float *ls = qt_f32(&ctx, p->loss_seq);
         for (int64_t s = 0; s < b; s++) qt_exact_add_f(&loss, ls[s]);
         if (p->lb_seq != QT_NONE) {
@@ -178,18 +223,42 @@ static void qt_runtime_fwd_bwd(const qt_plan *p, const qt_data *d, int64_t step,
             for (int64_t s = 0; s < b; s++) qt_exact_add_f(&lb, lbs[s]);
         }
         qt_exact_add_d(&tok, (double)(b * S));
+        qt_runtime_lap(&t, QT_PH_LOSS);
     }
-    qt_interp_finalize_grads(p);
     double n_tok = qt_exact_value(&tok);
+    /* One pass per chunk: tree total -> normalise -> exact square sum, each stage with the
+     * same per-element operations as when run over the whole region. */
     float *g = (float *)(void *)(p->arena + p->grads_offset);
-    qt_grads_normalise(g, p->n_param_elems, (float)n_tok);
+    /* a power-of-two leaf count leaves the total in one level: divide straight from it
+     * (the same single division per element as copying first) */
+    const int64_t n_leaves = b * G;
+    const float *single = NULL;
+    if ((n_leaves & (n_leaves - 1)) == 0) {
+        int top = 0;
+        while ((1ll << top) < n_leaves) top++;
+        single = (const float *)(const void *)(p->arena + p->tree_offset[top]);
+    }
+    qt_exact_clear(&sq);
+    qt_exact_sq_clear(&qt_rt.sq);
+    for (int64_t k0 = 0; k0 < p->n_param_elems; k0 += QT_RT_CHUNK) {
+        int64_t c = p->n_param_elems - k0 < QT_RT_CHUNK ? p->n_param_elems - k0 : QT_RT_CHUNK;
+        if (single) {
+            qt_vec_div_to(g + k0, single + k0, c, (float)n_tok);
+        } else {
+            qt_interp_finalize_grads_range(p, k0, c);
+            qt_grads_normalise(g + k0, c, (float)n_tok);
+        }
+        qt_exact_sq_add(&qt_rt.sq, &sq, g + k0, c);
+    }
+    qt_exact_sq_flush(&qt_rt.sq, &sq);
     double loss_v = qt_exact_value(&loss) / n_tok + qt_exact_value(&lb);
     m->step = step;
     m->loss_f32 = (float)loss_v;
     m->loss = (double)m->loss_f32;
     m->tokens = (int64_t)n_tok;
-    m->grad_norm = qt_sqrt(qt_grads_sumsq(g, p->n_param_elems));
+    m->grad_norm = qt_sqrt(qt_exact_value(&sq));
     m->lr = qt_runtime_lr(p, step);
+    qt_runtime_lap(&t, QT_PH_GRADS);
 }
 
 int qt_runtime_grads(const qt_plan *p, const qt_data *d, int64_t step, qt_step_metrics *m)
@@ -203,23 +272,100 @@ int qt_runtime_grads(const qt_plan *p, const qt_data *d, int64_t step, qt_step_m
     return QT_OK;
 }
 
+/* Clip + AdamW + fingerprint. With the parameters tiling the flat region in index order,
+ * one pass per chunk: the fingerprint reads the freshly updated chunk from cache. */
+static uint64_t qt_runtime_update(const qt_plan *p, const qt_adamw_hp *hp, float gscale,
+                                  int scaled)
+{
+    float *w = (float *)(void *)(p->arena + p->params_offset);
+    float *mo = (float *)(void *)(p->arena + p->adam_m_offset);
+    float *vo = (float *)(void *)(p->arena + p->adam_v_offset);
+    const float *g = (const float *)(const void *)(p->arena + p->grads_offset);
+    if (!qt_rt.flat_in_order) {
+        qt_adamw_update_scaled(w, mo, vo, g, p->n_param_elems, hp, gscale, scaled);
+        return qt_param_fingerprint(p);
+    }
+    uint64_t fp = 0;
+    int64_t gbase = 0;
+    for (int32_t i = 0; i < p->n_params; i++) {
+        const int64_t off = p->params[i].flat_offset, n = p->params[i].numel;
+        for (int64_t j0 = 0; j0 < n; j0 += QT_RT_CHUNK) {
+            int64_t c = n - j0 < QT_RT_CHUNK ? n - j0 : QT_RT_CHUNK;
+            qt_adamw_update_scaled(w + off + j0, mo + off + j0, vo + off + j0, g + off + j0, c, hp,
+                                   gscale, scaled);
+            fp += qt_param_fp_chunk(p, i, gbase, j0, c);
+        }
+        gbase += qt_param_global_numel(p, i);
+    }
+    return fp;
+}
+
 int qt_runtime_step(const qt_plan *p, const qt_data *d, int64_t step, qt_step_metrics *m)
 {
     if (!p || p != qt_rt.plan) return QT_E_PLAN;
     double t0 = qt_runtime_now();
     qt_runtime_fwd_bwd(p, d, step, m);
-    float *g = (float *)(void *)(p->arena + p->grads_offset);
-    qt_grads_clip(g, p->n_param_elems, m->grad_norm, (double)p->train.clip);
+    double t = qt_rt.profile ? qt_runtime_now() : 0.0;
+    /* global-norm clipping: g * (float)(clip/norm), folded into the update */
+    const double clip = (double)p->train.clip;
+    const int scaled = clip > 0.0 && m->grad_norm > clip;
+    const float gscale = scaled ? (float)(clip / m->grad_norm) : 1.0f;
     qt_adamw_hp hp;
     qt_adamw_hp_make(&hp, (float)m->lr, p->train.adam_b1, p->train.adam_b2, p->train.adam_eps,
                      p->train.weight_decay, step);
-    qt_adamw_update((float *)(void *)(p->arena + p->params_offset),
-                    (float *)(void *)(p->arena + p->adam_m_offset),
-                    (float *)(void *)(p->arena + p->adam_v_offset), g, p->n_param_elems, &hp);
-    m->fingerprint = qt_param_fingerprint(p);
+    m->fingerprint = qt_runtime_update(p, &hp, gscale, scaled);
+    qt_runtime_lap(&t, QT_PH_OPT);
+    if (qt_rt.profile) qt_rt.prof_steps++;
     m->step_seconds = qt_runtime_now() - t0;
     m->tokens_per_s = m->step_seconds > 0.0 ? (double)m->tokens / m->step_seconds : 0.0;
     return QT_OK;
+}
+
+void qt_runtime_profile_enable(int on)
+{
+    qt_rt.profile = on != 0;
+    qt_interp_set_profile(on ? &qt_rt.prof : NULL);
+}
+
+void qt_runtime_profile_print(FILE *f)
+{
+    if (!qt_rt.profile) return;
+    const double n = qt_rt.prof_steps > 0 ? (double)qt_rt.prof_steps : 1.0;
+    const qt_kernel_entry *table = qt_runtime_table();
+    double total = 0.0;
+    for (int i = 0; i < QT_PH_COUNT; i++) total += qt_rt.phase_s[i];
+    fprintf(f, "qtrain profile: %lld optimizer step%s, ms per step (share of the timed total)\n",
+            (long long)qt_rt.prof_steps, qt_rt.prof_steps == 1 ? "" : "s");
+    for (int i = 0; i < QT_PH_COUNT; i++)
+        fprintf(f, "  phase %-34s %10.2f ms %6.2f%%\n", qt_rt_phase_names[i],
+                1e3 * qt_rt.phase_s[i] / n, total > 0 ? 100.0 * qt_rt.phase_s[i] / total : 0.0);
+    const qt_interp_prof *pr = &qt_rt.prof;
+    fprintf(f, "  sched leaf-gradient zeroing                %10.2f ms %6.2f%%\n",
+            1e3 * pr->leaf_zero_s / n, total > 0 ? 100.0 * pr->leaf_zero_s / total : 0.0);
+    fprintf(f, "  sched tree pushes                          %10.2f ms %6.2f%%\n",
+            1e3 * pr->tree_push_s / n, total > 0 ? 100.0 * pr->tree_push_s / total : 0.0);
+    for (int k = 0; k < QT_OP_COUNT; k++) {
+        for (int w = 0; w < 2; w++) {
+            double sec = w ? pr->wgrad_s[k] : pr->run_s[k];
+            int64_t calls = w ? pr->wgrad_calls[k] : pr->run_calls[k];
+            if (!calls) continue;
+            fprintf(f, "  op    %-20s %-6s %6.0f calls %10.2f ms %6.2f%%\n",
+                    table[k].name ? table[k].name : "?", w ? "wgrad" : "run", (double)calls / n,
+                    1e3 * sec / n, total > 0 ? 100.0 * sec / total : 0.0);
+        }
+    }
+}
+
+void qt_runtime_memory_print(FILE *f, const qt_plan *p)
+{
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return;
+    const double mib = 1024.0 * 1024.0;
+    /* ru_maxrss is in KiB on Linux (glibc and musl alike) */
+    fprintf(f, "qtrain: peak RSS %.1f MiB (arena %.1f MiB, binary %.1f MiB)\n",
+            (double)ru.ru_maxrss / 1024.0, p ? (double)p->arena_bytes / mib : 0.0,
+            (double)(_edata - __executable_start) / mib);
 }
 
 void qt_runtime_mark_steps(int in_steps)

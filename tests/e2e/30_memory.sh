@@ -16,3 +16,24 @@ generated_up_to_date() {
   diff -r generated $d
 }
 check "generated/ matches what configgen produces now" generated_up_to_date
+
+# Peak RSS of the musl static build of the default run. Bound: the arena is prefaulted at
+# start-up so all of it is resident, plus the file-backed image (text + data); the 5% of the
+# arena absorbs huge-page rounding and the kernel's accounting of the page tables, and 4 MiB
+# covers the stack, the touched part of the static buffers (matmul panels, metrics buffer)
+# and libc. Anything beyond that means memory the static plan does not account for (a heap
+# that grows, a second copy of a region, a buffer touched that should not be).
+peak_rss_within_arena() {
+  local out=$QT_TMP/rss-static.txt
+  build/default/qtrain-static steps=2 metrics=$QT_TMP/rss.jsonl 2> $out || { cat $out; return 1; }
+  local line
+  line=$(grep 'qtrain: peak RSS' $out) || { cat $out; echo "no peak RSS line"; return 1; }
+  echo "musl static: $line"
+  local line_g
+  line_g=$(build/default/qtrain steps=2 2>&1 | grep 'qtrain: peak RSS')
+  echo "glibc (MPICH, dynamic; not asserted): $line_g"
+  echo "$line" | awk '{ rss=$4; arena=$7; bin=$10; bound=arena+bin+0.05*arena+4;
+      printf "peak %.1f MiB, bound arena %.1f + binary %.1f + 5%% arena + 4 = %.1f MiB\n", rss, arena, bin, bound;
+      exit !(rss > 0 && arena > 0 && rss <= bound) }'
+}
+check "peak RSS of the musl static default run <= arena + binary + 5% arena + 4 MiB" peak_rss_within_arena

@@ -412,6 +412,71 @@ TEST(RuntimeExact, ManyDepositsCarryCorrectly)
     CHECK(0.0 == qt_exact_value(&a));
 }
 
+// Random float with a random sign, a full 24-bit significand and a biased exponent drawn
+// from [elo, ehi] (0 gives subnormals), for adversarial exponent spreads.
+static float rt_randf(uint64_t *st, int elo, int ehi)
+{
+    *st = qt_mix64(*st);
+    uint32_t e = (uint32_t)(elo + (int)((*st >> 40) % (uint64_t)(ehi - elo + 1)));
+    uint32_t b = ((uint32_t)(*st >> 63) << 31) | (e << 23) | (uint32_t)(*st & 0x7fffffu);
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+static double rt_sumsq_bins(const float *x, int64_t n, int64_t piece)
+{
+    static qt_exact_sq q;
+    qt_exact a;
+    qt_exact_clear(&a);
+    qt_exact_sq_clear(&q);
+    for (int64_t k = 0; k < n; k += piece)
+        qt_exact_sq_add(&q, &a, x + k, n - k < piece ? n - k : piece);
+    qt_exact_sq_flush(&q, &a);
+    return qt_exact_value(&a);
+}
+
+TEST(RuntimeExact, BinnedSquaresEqualPerElementDeposits)
+{
+    // The binned square sum must give the same exact value, hence the same bits, as one
+    // deposit per element, whatever the exponent spread and call sizes. No tolerance.
+    enum { N = 300007 };
+    static float x[N];
+    uint64_t st = 7;
+    const int ranges[4][2] = {{0, 254}, {0, 3}, {100, 140}, {250, 254}};
+    for (int r = 0; r < 4; r++) {
+        for (int i = 0; i < N; i++) x[i] = rt_randf(&st, ranges[r][0], ranges[r][1]);
+        const uint64_t ref = rt_bits_d(qt_grads_sumsq_ref(x, N));
+        CHECK(ref == rt_bits_d(qt_grads_sumsq(x, N)));
+        CHECK(ref == rt_bits_d(rt_sumsq_bins(x, N, 1)));       // many tiny calls
+        CHECK(ref == rt_bits_d(rt_sumsq_bins(x, N, 4093)));
+        CHECK(ref == rt_bits_d(rt_sumsq_bins(x, N, 70000)));   // calls straddling flushes
+    }
+    // bin overflow: 2^18 largest-mantissa values of one exponent would wrap a uint64 bin
+    // (2^18 * (2^24-1)^2 > 2^64) without the flush bound; exact reference: n * x^2
+    const float big = ldexpf(16777215.0f, -24);  // (2^24 - 1) * 2^-24
+    for (int i = 0; i < N; i++) x[i] = big;
+    const int64_t n = 1 << 18;
+    CHECK(rt_bits_d(qt_grads_sumsq_ref(x, n)) == rt_bits_d(qt_grads_sumsq(x, n)));
+    CHECK(rt_bits_d(qt_grads_sumsq_ref(x, n)) == rt_bits_d(rt_sumsq_bins(x, n, 1)));
+    // known exact value (16777215^2 * 2^18 * 2^-48 rounded once to double)
+    CHECK(rt_bits_d((double)((long double)16777215.0L * 16777215.0L * 262144.0L / 281474976710656.0L)) ==
+          rt_bits_d(qt_grads_sumsq(x, n)));
+    // order independence: reversed input, same bits
+    for (int i = 0; i < 1000; i++) x[i] = rt_randf(&st, 0, 254);
+    double fwd = qt_grads_sumsq(x, 1000);
+    std::reverse(x, x + 1000);
+    CHECK(rt_bits_d(fwd) == rt_bits_d(qt_grads_sumsq(x, 1000)));
+    // non-finite: inf gives +inf, NaN gives NaN, as the per-element path does
+    x[500] = INFINITY;
+    CHECK(qt_grads_sumsq(x, 1000) == INFINITY);
+    x[700] = NAN;
+    CHECK(qt_grads_sumsq(x, 1000) != qt_grads_sumsq(x, 1000));
+    x[500] = 1.0f;
+    x[700] = 2.0f;
+    CHECK(rt_bits_d(qt_grads_sumsq_ref(x, 1000)) == rt_bits_d(qt_grads_sumsq(x, 1000)));
+}
+
 // ------------------------------------------------------------------ schedule and AdamW
 
 TEST_GROUP(RuntimeOptim){};
@@ -472,6 +537,63 @@ TEST(RuntimeOptim, AdamWMatchesDoubleFormula)
         DOUBLES_EQUAL(vd[i], v[i], 8 * 6e-8 * (fabs(vd[i]) + 1e-30));
         DOUBLES_EQUAL(pd[i], p[i], 8 * 6e-8 * (fabs(pd[i]) + (double)lr));
     }
+}
+
+TEST(RuntimeOptim, VectorAdamWAndFingerprintMatchScalarBitExactly)
+{
+    // The vectorised update must give exactly the scalar reference's bits (same IEEE
+    // operations per lane), clipped or not, for lengths with and without a scalar tail.
+    enum { N = 1037 };
+    static float p0[N], m0[N], v0[N], g[N], p1[N], m1[N], v1[N], p2[N], m2[N], v2[N], gc[N];
+    uint64_t st = 99;
+    for (int i = 0; i < N; i++) {
+        p0[i] = rt_randf(&st, 100, 130);
+        m0[i] = rt_randf(&st, 90, 125);
+        v0[i] = fabsf(rt_randf(&st, 80, 125));
+        g[i] = rt_randf(&st, i % 5 ? 95 : 0, 130);  // every 5th may be subnormal
+    }
+    v0[3] = 0.0f;
+    g[3] = 0.0f;   // sqrt(0) + eps path
+    m0[4] = -0.0f;
+    qt_adamw_hp hp;
+    qt_adamw_hp_make(&hp, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+    const int64_t lens[] = {N, 16, 15, 1, 0};
+    for (int scaled = 0; scaled < 2; scaled++) {
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int64_t n = lens[li];
+            memcpy(p1, p0, sizeof p0); memcpy(m1, m0, sizeof m0); memcpy(v1, v0, sizeof v0);
+            memcpy(p2, p0, sizeof p0); memcpy(m2, m0, sizeof m0); memcpy(v2, v0, sizeof v0);
+            qt_adamw_update_scaled(p1, m1, v1, g, n, &hp, 0.37f, scaled);
+            qt_adamw_update_ref(p2, m2, v2, g, n, &hp, 0.37f, scaled);
+            CHECK(memcmp(p1, p2, sizeof p1) == 0);
+            CHECK(memcmp(m1, m2, sizeof m1) == 0);
+            CHECK(memcmp(v1, v2, sizeof v1) == 0);
+        }
+    }
+    // folding the clip scale in equals clipping g first, then the plain update
+    memcpy(gc, g, sizeof g);
+    qt_grads_clip(gc, N, 2.0, 1.0);  // scale (float)(1/2)
+    memcpy(p1, p0, sizeof p0); memcpy(m1, m0, sizeof m0); memcpy(v1, v0, sizeof v0);
+    memcpy(p2, p0, sizeof p0); memcpy(m2, m0, sizeof m0); memcpy(v2, v0, sizeof v0);
+    qt_adamw_update(p1, m1, v1, gc, N, &hp);
+    qt_adamw_update_scaled(p2, m2, v2, g, N, &hp, (float)(1.0 / 2.0), 1);
+    CHECK(memcmp(p1, p2, sizeof p1) == 0);
+    CHECK(memcmp(p1, p0, sizeof p1) != 0);  // the update did something
+    // fingerprint terms: vector == scalar for several offsets, lengths and index bases,
+    // and splitting a range anywhere gives the same sum (commutative, index-keyed)
+    const uint64_t bases[] = {0, 5, (1ull << 40) + 3};
+    for (size_t bi = 0; bi < 3; bi++) {
+        for (size_t li = 0; li < 4; li++) {
+            const int64_t n = lens[li];
+            CHECK(qt_fp_mix(p0 + 1, n, bases[bi]) == qt_fp_mix_ref(p0 + 1, n, bases[bi]));
+        }
+        CHECK(qt_fp_mix(p0, N, bases[bi]) ==
+              qt_fp_mix(p0, 517, bases[bi]) + qt_fp_mix(p0 + 517, N - 517, bases[bi] + 517));
+        CHECK(qt_fp_mix(p0, N, bases[bi]) != qt_fp_mix(p0, N, bases[bi] + 1));
+    }
+    uint64_t one = 0;
+    for (int j = 0; j < 40; j++) one += qt_mix64(((uint64_t)(9 + j) * 0x9E3779B97F4A7C15ull) ^ rt_bits(p0[j]));
+    CHECK(one == qt_fp_mix(p0, 40, 9));  // the documented per-element term
 }
 
 TEST(RuntimeOptim, ClipNormaliseAndSumSquares)
