@@ -42,6 +42,31 @@ void qt_cli_usage(FILE *f, const char *prog)
             "  help             this text\n", prog);
 }
 
+/* Edit distance between key[0..n) and name (both short): a one-row dynamic program over a
+ * fixed-size stack row, capped at QT_CLI_KEY_MAX characters. */
+#define QT_CLI_KEY_MAX 32
+static int qt_cli_distance(const char *key, size_t n, const char *name)
+{
+    size_t m = strlen(name);
+    if (n > QT_CLI_KEY_MAX) n = QT_CLI_KEY_MAX;
+    int row[QT_CLI_KEY_MAX + 1];
+    for (size_t j = 0; j <= m && j <= QT_CLI_KEY_MAX; j++) row[j] = (int)j;
+    if (m > QT_CLI_KEY_MAX) m = QT_CLI_KEY_MAX;
+    for (size_t i = 1; i <= n; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= m; j++) {
+            int up = row[j];
+            int best = diag + (key[i - 1] != name[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
 static int qt_cli_bad(const char *key, const char *val, const char *expect)
 {
     fprintf(stderr, "qtrain: bad argument %s=%s: expected %s\n", key, val, expect);
@@ -83,7 +108,16 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
                !(strlen(qt_cli_names[k]) == klen && !strncmp(arg, qt_cli_names[k], klen)))
             k++;
         if (k == QT_KEY_COUNT) {
-            fprintf(stderr, "qtrain: unknown key '%.*s' in '%s' (try: help)\n", (int)klen, arg, arg);
+            int best = 0, best_d = 1 << 30;
+            for (int c = 0; c < QT_KEY_COUNT; c++) {
+                int dist = qt_cli_distance(arg, klen, qt_cli_names[c]);
+                if (dist < best_d) { best_d = dist; best = c; }
+            }
+            if (best_d <= 3)
+                fprintf(stderr, "qtrain: unknown key '%.*s' in '%s'; did you mean '%s'? (try: help)\n",
+                        (int)klen, arg, arg, qt_cli_names[best]);
+            else
+                fprintf(stderr, "qtrain: unknown key '%.*s' in '%s' (try: help)\n", (int)klen, arg, arg);
             return QT_E_ARG;
         }
         const char *key = qt_cli_names[k];

@@ -8,6 +8,8 @@
  * that looks valid but is half-written.
  */
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 #include "qt_cli.h"
 #include "comm/qt_comm.h"
 #include "io/qt_io.h"
@@ -18,6 +20,7 @@
 
 static struct {
     char metrics_buf[1 << 16];
+    char dir_buf[4096];
     qt_data data;
     int data_open;
     FILE *metrics;
@@ -43,6 +46,36 @@ static int qt_main_finish(int code)
     return code;
 }
 
+/* A file that will be written after training (save=, dump_grads=) must have a writable
+ * directory now: finding out after hours of training is too late. */
+static int qt_main_check_dest(const char *key, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= sizeof qt_main_state.dir_buf) n = sizeof qt_main_state.dir_buf - 1;
+    memcpy(qt_main_state.dir_buf, path, n);
+    qt_main_state.dir_buf[n] = 0;
+    const char *dir = slash ? (n ? qt_main_state.dir_buf : "/") : ".";
+    if (access(dir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "qtrain: %s=%s: directory %s does not exist or is not writable\n", key,
+                path, dir);
+        return QT_E_ARG;
+    }
+    return QT_OK;
+}
+
+/* Writes one metrics line; a full disk or a closed pipe is an error, not a silent loss. */
+static int qt_main_metrics(const qt_step_metrics *m, const char *path)
+{
+    qt_metrics_write(qt_main_state.metrics, m);
+    if (fflush(qt_main_state.metrics) != 0 || ferror(qt_main_state.metrics)) {
+        fprintf(stderr, "qtrain: writing the metrics file %s failed at step %lld\n", path,
+                (long long)m->step);
+        return QT_E_IO;
+    }
+    return QT_OK;
+}
+
 /* Data position stored in checkpoints: global sequences consumed before `step`. */
 static int64_t qt_main_data_pos(const qt_plan *p, int64_t step)
 {
@@ -59,6 +92,9 @@ int main(int argc, char **argv)
         if (rank == 0) qt_cli_usage(stdout, argv[0]);
         return qt_main_finish(0);
     }
+    if ((cli.save && qt_main_check_dest("save", cli.save) != QT_OK) ||
+        (cli.dump_grads && qt_main_check_dest("dump_grads", cli.dump_grads) != QT_OK))
+        return qt_main_finish(QT_EXIT_ARG);
     const qt_plan *p = qt_main_plan();
     qt_run_opts opts = {cli.seed, cli.learning_rate, 0, rank, size};
     if (qt_runtime_init(p, &opts) != QT_OK) return qt_main_finish(QT_EXIT_ERR);
@@ -81,10 +117,21 @@ int main(int argc, char **argv)
                     (long long)start);
             return qt_main_finish(QT_EXIT_ERR);
         }
+        if (data_pos != qt_main_data_pos(p, start)) {
+            fprintf(stderr, "qtrain: %s: data position %lld does not match step %lld x global "
+                    "batch %lld\n", cli.load, (long long)data_pos, (long long)start,
+                    (long long)p->train.global_batch);
+            return qt_main_finish(QT_EXIT_ERR);
+        }
         if (rank == 0 && start > 0)
             fprintf(stderr, "qtrain: resuming from %s at step %lld\n", cli.load, (long long)start);
     }
     int64_t end = cli.steps >= 0 ? cli.steps : p->train.steps;
+    if (rank == 0 && end > p->train.schedule_steps)
+        fprintf(stderr, "qtrain: note: steps=%lld goes past the plan's learning-rate schedule "
+                "(%lld steps); later steps run at learning rate 0 (set steps or "
+                "learning_rate_schedule_steps in the config)\n", (long long)end,
+                (long long)p->train.schedule_steps);
 
     qt_step_metrics m;
     if (cli.dump_grads) {
@@ -117,9 +164,9 @@ int main(int argc, char **argv)
                 return qt_main_finish(QT_EXIT_ERR);
             }
             if (rank == 0) {
-                if (qt_main_state.metrics) {
-                    qt_metrics_write(qt_main_state.metrics, &m);
-                    fflush(qt_main_state.metrics);
+                if (qt_main_state.metrics && qt_main_metrics(&m, cli.metrics) != QT_OK) {
+                    qt_runtime_mark_steps(0);
+                    return qt_main_finish(QT_EXIT_ERR);
                 }
                 qt_progress_print(stderr, &m, end);
             }
@@ -134,6 +181,5 @@ int main(int argc, char **argv)
     if (cli.save && rank == 0 &&
         qt_checkpoint_save(p, cli.save, 1, step, qt_main_data_pos(p, step)) != QT_OK)
         return qt_main_finish(QT_EXIT_ERR);
-    (void)data_pos;
     return qt_main_finish(0);
 }

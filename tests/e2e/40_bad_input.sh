@@ -14,7 +14,7 @@ T=tests/golden/e2e/test-next-tiny/tokens.npy
 B=$QT_TMP/bad; mkdir -p $B
 
 # ---- command line
-check "cli: unknown key names it and suggests" expect_fail "stpes" $Q stpes=3
+check "cli: unknown key names it and suggests" expect_fail "unknown key 'stpes' in 'stpes=3'; did you mean 'steps'?" $Q stpes=3
 check "cli: negative steps" expect_fail "steps=-3: expected a non-negative integer" $Q steps=-3
 check "cli: non-numeric seed" expect_fail "seed=abc: expected" $Q seed=abc
 check "cli: argument without '='" expect_fail "key=value" $Q steps
@@ -41,7 +41,8 @@ save_missing_dir() {
   grep -q "nodir" $QT_TMP/err.txt || { cat $QT_TMP/err.txt; return 1; }
   ! ls -d $B/nodir* 2>/dev/null | grep -q .
 }
-check "save: unwritable destination fails with its name, nothing written" save_missing_dir
+check "save: unwritable destination fails at start-up with its name, nothing written" save_missing_dir
+check "metrics: a failing metrics write (full disk) is an error" expect_fail "writing the metrics file /dev/full failed" $Q steps=2 data=$T metrics=/dev/full
 
 # ---- rank count
 check "ranks: started on 2 ranks for a 1-rank plan" expect_fail "rank" mpiexec -n 2 $Q steps=1 data=$T
