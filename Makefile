@@ -47,8 +47,10 @@ FW_OBJ := $(patsubst firmware/%.c,$(BUILD)/fw/%.o,$(FW_SRC))
 FW_APP_OBJ := $(patsubst firmware/%.c,$(BUILD)/fw/%.o,$(FW_MAIN))
 FW_MUSL_OBJ := $(patsubst firmware/%.c,$(BUILD)/musl/%.o,$(FW_SRC_MUSL) $(FW_MAIN))
 K64_OBJ := $(patsubst firmware/kernels/%.c,$(BUILD)/k64/%.o,$(KERNEL_SRC))
-CG_OBJ := $(patsubst configgen/src/%.c,$(BUILD)/configgen/%.o,$(CG_SRC))
-CG_LIB_OBJ := $(filter-out $(BUILD)/configgen/main.o,$(CG_OBJ))
+# The plan hash is one function shared with the firmware (firmware/runtime/plan_hash.c).
+CG_OBJ := $(patsubst configgen/src/%.c,$(BUILD)/configgen/%.o,$(CG_SRC)) $(BUILD)/configgen/plan_hash.o
+# The unit tests link the firmware too, which brings its own plan_hash.o.
+CG_LIB_OBJ := $(filter-out $(BUILD)/configgen/main.o $(BUILD)/configgen/plan_hash.o,$(CG_OBJ))
 TEST_OBJ := $(patsubst tests/unit/%.cpp,$(BUILD)/tests/%.o,$(TEST_CPP)) \
             $(patsubst tests/unit/%.c,$(BUILD)/tests/%.o,$(TEST_C))
 TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC)) $(BUILD)/tools/libheap_audit.so
@@ -76,6 +78,10 @@ deps:
 $(BUILD)/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_HOST) -Iconfiggen/src -c $< -o $@
+
+$(BUILD)/configgen/plan_hash.o: firmware/runtime/plan_hash.c firmware/runtime/qt_plan_hash.h firmware/include/qt_plan.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_HOST) -c $< -o $@
 
 $(CONFIGGEN): $(CG_OBJ)
 	$(CC) -o $@ $^ -lm

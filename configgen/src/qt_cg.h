@@ -131,6 +131,7 @@ typedef struct qt_cg_settings {
     int32_t n_ranks, shard_mode, zero1;
     double lb_weight;
     int use_mrope;
+    int gdn_chunked;           /* gdn_core_algorithm: 1 chunked (WY), 0 recurrent */
     qt_cg_rule *rules;
     int n_rules;
     char unused[512];          /* accepted-but-unused keys that were set (vision tower) */

@@ -220,9 +220,13 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
     case QT_OP_GDN_CORE_FWD: {
         int32_t dO = dout(ad, f->t[0]);
         int32_t dc = dgrad(ad, f->t[4]), dg = dgrad(ad, f->t[5]), db = dgrad(ad, f->t[6]);
-        int64_t Dk = f->a[3], Dv = f->a[5], C = f->a[6];
-        int32_t scr = bwd_scratch(ad, "bwd_scratch", g->ts[f->t[0]].t.name,
-                                  (C + 1) * Dk * Dv + 4 * Dk + 4 * Dv);
+        /* scratch per a7 (qt_ops.h): recurrent (C+1)*Dk*Dv + 4*Dk + 4*Dv; chunked
+         * Dk*Dv + 4*Cr*Dk + 4*Cr*Dv + 7*Cr*Cr + 5*Cr with Cr = min(C, S) */
+        int64_t Sq = f->a[1], Dk = f->a[3], Dv = f->a[5], C = f->a[6];
+        int64_t Cr = C < Sq ? C : Sq;
+        int64_t n = f->a[7] ? Dk * Dv + 4 * Cr * Dk + 4 * Cr * Dv + 7 * Cr * Cr + 5 * Cr
+                            : (C + 1) * Dk * Dv + 4 * Dk + 4 * Dv;
+        int32_t scr = bwd_scratch(ad, "bwd_scratch", g->ts[f->t[0]].t.name, n);
         op = bwd(ad, QT_OP_GDN_CORE_BWD, f);
         int32_t t[11] = {dc, dg, db, dO, f->t[4], f->t[5], f->t[6], f->t[1], f->t[2], f->t[3],
                          scr};

@@ -85,6 +85,10 @@ static int check_model(const qt_cg_vctx *v, qt_cg_settings *s)
     if (!strcmp(db, "qwen3_next")) m->decoder_block = 0;
     else if (!strcmp(db, "qwen3_5")) m->decoder_block = 1;
     else return bad(v, "decoder_block", "expected qwen3_next or qwen3_5");
+    const char *ga = gets_(v, "gdn_core_algorithm");
+    if (!strcmp(ga, "chunked")) s->gdn_chunked = 1;
+    else if (!strcmp(ga, "recurrent")) s->gdn_chunked = 0;
+    else return bad(v, "gdn_core_algorithm", "expected chunked or recurrent");
     static const struct { const char *key; size_t off; } sizes[] = {
         {"base_emb_dim", offsetof(qt_model_dims, d)},
         {"base_num_decoder_layers", offsetof(qt_model_dims, n_layers)},

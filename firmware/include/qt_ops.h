@@ -127,12 +127,17 @@ enum qt_op_kind {
          S = S' + kh delta^T; o_t,j = S^T qh.
        t0 o[T,Hv*Dv] (writes); t1 states[b,Hv,nchunks,Dk*Dv] (saved: state before the
        first token of each chunk of a6 tokens); t2 rq[T,Hk] (saved); t3 rk[T,Hk] (saved);
-       t4 c[T,Cc] (conv output); t5 g[T,Hv]; t6 beta[T,Hv].
-       a0 b, a1 S, a2 Hk, a3 Dk, a4 Hv, a5 Dv, a6 chunk, f0 qscale (Dk^-1/2), f1 l2eps. */
+       t4 c[T,Cc] (conv output); t5 g[T,Hv]; t6 beta[T,Hv]; t7 scratch (SCRATCH; a7 = 1:
+       2*C*Dk + 2*C*Dv + 4*C*C + 3*C floats with C = min(a6, S); a7 = 0: unused, 1 float).
+       a0 b, a1 S, a2 Hk, a3 Dk, a4 Hv, a5 Dv, a6 chunk, a7 algorithm (0 recurrent:
+       gdn_core.c, per-token updates; 1 chunked WY form: gdn_chunk.c, per chunk of a6
+       tokens, same saved tensors, results differ at rounding level and depend on a6),
+       f0 qscale (Dk^-1/2), f1 l2eps. */
     QT_OP_GDN_CORE_FWD,
     /* GDN_CORE_BWD: t0 dc (acc); t1 dg (acc); t2 dbeta (acc); t3 do; t4 c; t5 g; t6 beta;
-       t7 states; t8 rq; t9 rk; t10 scratch (SCRATCH, (a6+1)*Dk*Dv + 4*Dk + 4*Dv floats).
-       attrs as FWD. Key-head gradients: each value head j = h*r..h*r+r-1, in increasing j,
+       t7 states; t8 rq; t9 rk; t10 scratch (SCRATCH; a7 = 0: (a6+1)*Dk*Dv + 4*Dk + 4*Dv
+       floats; a7 = 1: Dk*Dv + 4*C*Dk + 4*C*Dv + 7*C*C + 5*C, C = min(a6, S)).
+       attrs as FWD (a7 must match the forward's). Key-head gradients: each value head j = h*r..h*r+r-1, in increasing j,
        adds its l2norm-backward result straight into dc. Dot products over Dv use 8
        interleaved partial sums combined by a fixed pairwise tree (gdn_core.c). */
     QT_OP_GDN_CORE_BWD,

@@ -8,6 +8,7 @@
  */
 #include "ops/qt_op_fns.h"
 #include "kernels/gdn_conv.h"
+#include "kernels/gdn_chunk.h"
 #include "kernels/gdn_core.h"
 #include "kernels/gdn_gates.h"
 #include "kernels/gated_rmsnorm.h"
@@ -76,11 +77,19 @@ void qt_op_gdn_gates_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, floa
                        qt_f32(ctx, op->t[3]), S, a[1], hv);
 }
 
-/* core: a0 b, a1 S, a2 Hk, a3 Dk, a4 Hv, a5 Dv, a6 chunk, f0 qscale, f1 l2eps */
+/* core: a0 b, a1 S, a2 Hk, a3 Dk, a4 Hv, a5 Dv, a6 chunk, a7 algorithm (1 chunked),
+ * f0 qscale, f1 l2eps */
 void qt_op_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx)
 {
     const int64_t *a = op->a;
     const int32_t *t = op->t;
+    if (a[7] == 1) {
+        qt_gdn_chunk_fwd(qt_f32(ctx, t[0]), qt_f32(ctx, t[1]), qt_f32(ctx, t[2]),
+                         qt_f32(ctx, t[3]), qt_f32(ctx, t[4]), qt_f32(ctx, t[5]),
+                         qt_f32(ctx, t[6]), qt_f32(ctx, t[7]), a[0], a[1], a[2], a[3], a[4],
+                         a[5], a[6], op->f[0], op->f[1]);
+        return;
+    }
     qt_gdn_core_fwd(qt_f32(ctx, t[0]), qt_f32(ctx, t[1]), qt_f32(ctx, t[2]), qt_f32(ctx, t[3]),
                     qt_f32(ctx, t[4]), qt_f32(ctx, t[5]), qt_f32(ctx, t[6]), a[0], a[1], a[2],
                     a[3], a[4], a[5], a[6], op->f[0], op->f[1]);
@@ -92,6 +101,14 @@ void qt_op_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx)
     const int32_t *t = op->t;
     /* slots: t0 dc, t1 dg, t2 dbeta, t3 do, t4 c, t5 g, t6 beta, t7 states, t8 rq, t9 rk,
      * t10 scratch */
+    if (a[7] == 1) {
+        qt_gdn_chunk_bwd(qt_f32(ctx, t[0]), qt_f32(ctx, t[1]), qt_f32(ctx, t[2]),
+                         qt_f32(ctx, t[7]), qt_f32(ctx, t[8]), qt_f32(ctx, t[9]),
+                         qt_f32(ctx, t[3]), qt_f32(ctx, t[4]), qt_f32(ctx, t[5]),
+                         qt_f32(ctx, t[6]), qt_f32(ctx, t[10]), a[0], a[1], a[2], a[3], a[4],
+                         a[5], a[6], op->f[0], op->f[1]);
+        return;
+    }
     qt_gdn_core_bwd(qt_f32(ctx, t[0]), qt_f32(ctx, t[1]), qt_f32(ctx, t[2]), qt_f32(ctx, t[7]),
                     qt_f32(ctx, t[8]), qt_f32(ctx, t[9]), qt_f32(ctx, t[3]), qt_f32(ctx, t[4]),
                     qt_f32(ctx, t[5]), qt_f32(ctx, t[6]), qt_f32(ctx, t[10]), a[0], a[1], a[2],

@@ -20,6 +20,7 @@
 #include "qt_optim.h"
 #include "qt_rng.h"
 #include "qt_vec.h"
+#include "qt_plan_hash.h"
 #include "math/qt_math.h"
 
 /* Chunk of the fused passes over the parameter-sized regions: 64 KiB per stream, so a
@@ -115,8 +116,11 @@ static int qt_runtime_validate(const qt_plan *p, const qt_run_opts *o)
         fprintf(stderr, "plan %s: rank %d outside [0, %d)\n", p->run_name, o->rank, ranks);
         return QT_E_PLAN;
     }
-    if (p->hash == 0) {
-        fprintf(stderr, "plan %s: plan hash is 0 (not a configgen plan)\n", p->run_name);
+    uint64_t h = qt_plan_hash(p);
+    if (p->hash == 0 || h != p->hash) {
+        fprintf(stderr, "plan %s: the tables hash to 0x%016llx but carry 0x%016llx: "
+                "generated/%s/plan.c was edited or is stale (make gen regenerates it)\n",
+                p->run_name, (unsigned long long)h, (unsigned long long)p->hash, p->run_name);
         return QT_E_PLAN;
     }
     const qt_train_cfg *tc = &p->train;

@@ -266,6 +266,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"shared_experts=2", NULL, "shared_experts=2 (command line): exactly one gated shared expert"},
         {"use_mrope=true", "mrope_section=[1, 0]", "sum(mrope_section) == rotary_dim/2 = 2"},
         {"decoder_block=llama2", NULL, "decoder_block=llama2 (command line): expected qwen3_next or qwen3_5"},
+        {"gdn_core_algorithm=wy", NULL, "gdn_core_algorithm=wy (command line): expected chunked or recurrent"},
         {"dtype=bfloat16", NULL, "bfloat16 is not supported yet"},
         {"weight_dtype=float16", NULL, "weight_dtype=float16 (command line): only float32"},
         {"opt_type=sgd", NULL, "only adamw is supported"},

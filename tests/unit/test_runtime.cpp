@@ -12,6 +12,7 @@ extern "C" {
 #include "qt_plan.h"
 #include "qt_ops.h"
 #include "runtime/qt_runtime.h"
+#include "runtime/qt_plan_hash.h"
 #include "runtime/qt_exact.h"
 #include "runtime/qt_tree.h"
 #include "runtime/qt_interp.h"
@@ -762,6 +763,7 @@ TEST(RuntimeStep, BatchSplitDoesNotChangeBits)
         o.seed = 3;
         o.lr_override = -1.0f;
         o.n_ranks = 1;
+        st.plan.hash = qt_plan_hash(&st.plan);
         LONGS_EQUAL(0, qt_runtime_init(&st.plan, &o));
         for (int64_t step = 0; step < 3; step++) {
             // expected loss from the fake loss op: parameters before the update, windows
@@ -802,6 +804,7 @@ TEST(RuntimeStep, InitRejectsRankMismatchAndForeignArena)
     rt_make_table();
     qt_runtime_set_kernel_table(rt_table);
     rt_build_plan(&st, 2, 2);
+    st.plan.hash = qt_plan_hash(&st.plan);
     qt_run_opts o;
     memset(&o, 0, sizeof o);
     o.n_ranks = 2;
@@ -811,5 +814,8 @@ TEST(RuntimeStep, InitRejectsRankMismatchAndForeignArena)
     CHECK(qt_runtime_init(&st.plan, &o) != 0);
     st.plan.arena = rt_arena;
     LONGS_EQUAL(0, qt_runtime_init(&st.plan, &o));
+    // a table edited after generation no longer matches its hash: refused
+    st.plan.train.lr *= 2.0f;
+    CHECK(qt_runtime_init(&st.plan, &o) != 0);
     qt_runtime_set_kernel_table(NULL);
 }

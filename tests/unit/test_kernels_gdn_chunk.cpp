@@ -1,0 +1,299 @@
+// test_kernels_gdn_chunk.cpp - the chunked (WY) gated delta rule (gdn_chunk.c) against the
+// recurrent form (gdn_core.c) in double, its backward against central finite differences,
+// float against double, the goldens through the chunked path, determinism, and the
+// GDN_CORE op wrappers' a7 dispatch through a hand-built plan.
+//
+// Cases are random but seeded: r = Hv/Hk > 1, b >= 2 sequences, S not a multiple of the
+// chunk, chunk 1, chunk > S, Dk/Dv past the 8-lane blocks, g = -exp(u)*softplus(x).
+#include <functional>
+#include <vector>
+
+#include "CppUTest/TestHarness.h"
+
+extern "C" {
+#include "ops/qt_op_fns.h"
+}
+#include "kernels/gdn_chunk.h"
+#include "kernels/gdn_core.h"
+#include "qt_test_util.h"
+
+typedef std::vector<double> vecd;
+typedef std::vector<float> vecf;
+
+// Chunked vs recurrent in double: the two forms are the same function with different
+// rounding (cumulative log-decays instead of products of decays, a triangular solve instead
+// of sequential updates); a few hundred double roundings of O(1..10) values and exponent
+// differences of |G| <= ~100 give ~1e-14; 1e-12 relative to the tensor's max leaves margin
+// while any wrong term fails at >= 1e-3.
+static const double GC_TOL_FORMS = 1e-12;
+// Central differences, step 1e-5 (as test_kernels_gdn.cpp): truncation and rounding
+// ~1e-10, so 1e-6 relative to the largest gradient.
+static const double GC_FD_H = 1e-5, GC_FD_TOL = 1e-6;
+// float chunked vs double chunked on float-representable inputs: ~1e-7 per rounding times
+// a few hundred accumulations (exp(G_i - G_m) loses |G|*6e-8 when G is formed in float).
+static const double GC_F32_TOL = 1e-5;
+// goldens (tests/golden/SPEC.md): double 1e-10, float core 5e-5
+static const double GC_GOLD64 = 1e-10, GC_GOLD32 = 5e-5;
+
+namespace {
+struct gc_dims {
+    int64_t b, S, hk, dk, hv, dv, chunk;
+    int64_t T() const { return b * S; }
+    int64_t Cc() const { return 2 * hk * dk + hv * dv; }
+    int64_t nch() const { return (S + chunk - 1) / chunk; }
+    int64_t rows() const { return QT_GDN_CHUNK_ROWS(chunk, S); }
+};
+
+struct gc_case {
+    gc_dims d;
+    vecd c, g, beta, R;
+    double qscale, eps;
+    gc_case(const gc_dims &dd, uint64_t seed) : d(dd), eps((double)1e-6f)
+    {
+        c.resize(d.T() * d.Cc());
+        for (double &x : c) x = (double)(float)qt_test_rand(&seed);
+        g.resize(d.T() * d.hv);
+        for (double &x : g) {
+            double u = -0.5 + 1.5 * qt_test_rand(&seed), v = 3.0 * qt_test_rand(&seed);
+            x = (double)(float)(-exp(u) * log1p(exp(v)));
+        }
+        beta.resize(d.T() * d.hv);
+        for (double &x : beta) x = (double)(float)(1.0 / (1.0 + exp(-2.0 * qt_test_rand(&seed))));
+        R.resize(d.T() * d.hv * d.dv);
+        for (double &x : R) x = (double)(float)qt_test_rand(&seed);
+        qscale = (double)(float)(1.0 / sqrt((double)d.dk));
+    }
+};
+
+template <typename T> struct gc_out {
+    std::vector<T> o, states, rq, rk, dc, dg, dbeta;
+};
+}  // namespace
+
+template <typename T> static std::vector<T> gc_cast(const vecd &v)
+{
+    return std::vector<T>(v.begin(), v.end());
+}
+
+// Runs forward (and backward when bwd) of one form: chunked when chunked, else recurrent.
+static gc_out<double> gc_run64(const gc_case &k, bool chunked, bool bwd)
+{
+    const gc_dims &d = k.d;
+    gc_out<double> r;
+    r.o.assign(d.T() * d.hv * d.dv, 0.0);
+    r.states.assign(d.b * d.hv * d.nch() * d.dk * d.dv, 0.0);
+    r.rq.assign(d.T() * d.hk, 0.0);
+    r.rk.assign(d.T() * d.hk, 0.0);
+    vecd fscr(QT_GDN_CHUNK_FWD_SCRATCH(d.rows(), d.dk, d.dv), 0.0);
+    if (chunked)
+        qt_gdn_chunk_fwd_f64(r.o.data(), r.states.data(), r.rq.data(), r.rk.data(), k.c.data(),
+                             k.g.data(), k.beta.data(), fscr.data(), d.b, d.S, d.hk, d.dk, d.hv,
+                             d.dv, d.chunk, k.qscale, k.eps);
+    else
+        qt_gdn_core_fwd_f64(r.o.data(), r.states.data(), r.rq.data(), r.rk.data(), k.c.data(),
+                            k.g.data(), k.beta.data(), d.b, d.S, d.hk, d.dk, d.hv, d.dv, d.chunk,
+                            k.qscale, k.eps);
+    if (!bwd) return r;
+    r.dc.assign(k.c.size(), 0.0);
+    r.dg.assign(k.g.size(), 0.0);
+    r.dbeta.assign(k.beta.size(), 0.0);
+    if (chunked) {
+        vecd scr(QT_GDN_CHUNK_BWD_SCRATCH(d.rows(), d.dk, d.dv), 0.0);
+        qt_gdn_chunk_bwd_f64(r.dc.data(), r.dg.data(), r.dbeta.data(), r.states.data(),
+                             r.rq.data(), r.rk.data(), k.R.data(), k.c.data(), k.g.data(),
+                             k.beta.data(), scr.data(), d.b, d.S, d.hk, d.dk, d.hv, d.dv,
+                             d.chunk, k.qscale, k.eps);
+    } else {
+        vecd scr(QT_GDN_CORE_SCRATCH(d.chunk, d.dk, d.dv), 0.0);
+        qt_gdn_core_bwd_f64(r.dc.data(), r.dg.data(), r.dbeta.data(), r.states.data(),
+                            r.rq.data(), r.rk.data(), k.R.data(), k.c.data(), k.g.data(),
+                            k.beta.data(), scr.data(), d.b, d.S, d.hk, d.dk, d.hv, d.dv, d.chunk,
+                            k.qscale, k.eps);
+    }
+    return r;
+}
+
+static gc_out<float> gc_runf(const gc_case &k)
+{
+    const gc_dims &d = k.d;
+    vecf c = gc_cast<float>(k.c), g = gc_cast<float>(k.g), beta = gc_cast<float>(k.beta),
+         R = gc_cast<float>(k.R);
+    gc_out<float> r;
+    r.o.assign(d.T() * d.hv * d.dv, 0.0f);
+    r.states.assign(d.b * d.hv * d.nch() * d.dk * d.dv, 0.0f);
+    r.rq.assign(d.T() * d.hk, 0.0f);
+    r.rk.assign(d.T() * d.hk, 0.0f);
+    vecf fscr(QT_GDN_CHUNK_FWD_SCRATCH(d.rows(), d.dk, d.dv), 0.0f);
+    qt_gdn_chunk_fwd(r.o.data(), r.states.data(), r.rq.data(), r.rk.data(), c.data(), g.data(),
+                     beta.data(), fscr.data(), d.b, d.S, d.hk, d.dk, d.hv, d.dv, d.chunk,
+                     (float)k.qscale, (float)k.eps);
+    vecf scr(QT_GDN_CHUNK_BWD_SCRATCH(d.rows(), d.dk, d.dv), 0.0f);
+    r.dc.assign(c.size(), 0.0f);
+    r.dg.assign(g.size(), 0.0f);
+    r.dbeta.assign(beta.size(), 0.0f);
+    qt_gdn_chunk_bwd(r.dc.data(), r.dg.data(), r.dbeta.data(), r.states.data(), r.rq.data(),
+                     r.rk.data(), R.data(), c.data(), g.data(), beta.data(), scr.data(), d.b,
+                     d.S, d.hk, d.dk, d.hv, d.dv, d.chunk, (float)k.qscale, (float)k.eps);
+    return r;
+}
+
+static void gc_cmp64(const char *what, const vecd &got, const vecd &want, double tol)
+{
+    LONGS_EQUAL(want.size(), got.size());
+    double e = qt_test_rel_err_f64(what, got.data(), want.data(), want.size(), tol);
+    CHECK_TEXT(e <= tol, what);
+}
+
+static void gc_cmp32(const char *what, const vecf &got, const vecd &want, double tol)
+{
+    LONGS_EQUAL(want.size(), got.size());
+    double e = qt_test_rel_err_f32(what, got.data(), want.data(), want.size(), tol);
+    CHECK_TEXT(e <= tol, what);
+}
+
+static bool gc_same_bits(const vecf &a, const vecf &b)
+{
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// forward (o, states, rq, rk) and backward (dc, dg, dbeta) of the two forms agree
+static void gc_forms_agree(const gc_dims &d, uint64_t seed)
+{
+    gc_case k(d, seed);
+    gc_out<double> a = gc_run64(k, true, true), b = gc_run64(k, false, true);
+    gc_cmp64("chunk o", a.o, b.o, GC_TOL_FORMS);
+    gc_cmp64("chunk states", a.states, b.states, GC_TOL_FORMS);
+    gc_cmp64("chunk rq", a.rq, b.rq, 0.0);  // the same expressions: bit-equal
+    gc_cmp64("chunk rk", a.rk, b.rk, 0.0);
+    gc_cmp64("chunk dc", a.dc, b.dc, GC_TOL_FORMS);
+    gc_cmp64("chunk dg", a.dg, b.dg, GC_TOL_FORMS);
+    gc_cmp64("chunk dbeta", a.dbeta, b.dbeta, GC_TOL_FORMS);
+}
+
+TEST_GROUP(gdn_chunk){};
+
+// b=2, r=2, S=7 with chunk 3 (partial last chunk)
+TEST(gdn_chunk, matches_recurrent_grouped_heads) { gc_forms_agree({2, 7, 2, 4, 4, 3, 3}, 61); }
+// b=3, r=3, S=11 with chunk 4, Dk/Dv past one 8-lane block
+TEST(gdn_chunk, matches_recurrent_r3_wide) { gc_forms_agree({3, 11, 1, 10, 3, 12, 4}, 62); }
+// chunk 1: every token its own chunk (no intra-chunk products)
+TEST(gdn_chunk, matches_recurrent_chunk1) { gc_forms_agree({2, 5, 1, 3, 2, 4, 1}, 63); }
+// chunk > S: one partial chunk holds the whole sequence
+TEST(gdn_chunk, matches_recurrent_chunk_longer_than_sequence)
+{
+    gc_forms_agree({2, 9, 2, 3, 4, 5, 64}, 64);
+}
+// a long chunk (decays down to e^-100 inside it)
+TEST(gdn_chunk, matches_recurrent_long_chunk) { gc_forms_agree({2, 40, 1, 9, 2, 9, 32}, 65); }
+
+static vecd gc_numgrad(vecd &x, const std::function<double()> &loss)
+{
+    vecd g(x.size());
+    for (size_t i = 0; i < x.size(); i++) {
+        double keep = x[i];
+        x[i] = keep + GC_FD_H;
+        double lp = loss();
+        x[i] = keep - GC_FD_H;
+        double lm = loss();
+        x[i] = keep;
+        g[i] = (lp - lm) / (2.0 * GC_FD_H);
+    }
+    return g;
+}
+
+static void gc_fd(const gc_dims &d, uint64_t seed)
+{
+    gc_case k(d, seed);
+    gc_out<double> a = gc_run64(k, true, true);
+    auto loss = [&]() {
+        vecd o = gc_run64(k, true, false).o;
+        double s = 0.0;
+        for (size_t i = 0; i < o.size(); i++) s += o[i] * k.R[i];
+        return s;
+    };
+    gc_cmp64("chunk fd dc", a.dc, gc_numgrad(k.c, loss), GC_FD_TOL);
+    gc_cmp64("chunk fd dg", a.dg, gc_numgrad(k.g, loss), GC_FD_TOL);
+    gc_cmp64("chunk fd dbeta", a.dbeta, gc_numgrad(k.beta, loss), GC_FD_TOL);
+}
+
+TEST(gdn_chunk, backward_fd_grouped_heads) { gc_fd({2, 7, 2, 4, 4, 3, 3}, 71); }
+TEST(gdn_chunk, backward_fd_r3_lanes) { gc_fd({2, 6, 1, 9, 3, 10, 4}, 72); }
+TEST(gdn_chunk, backward_fd_one_chunk) { gc_fd({2, 5, 1, 3, 2, 3, 64}, 73); }
+
+TEST(gdn_chunk, float_matches_double_and_is_deterministic)
+{
+    gc_case k({2, 21, 2, 12, 4, 10, 8}, 81);
+    gc_out<double> a = gc_run64(k, true, true);
+    gc_out<float> f = gc_runf(k), f2 = gc_runf(k);
+    gc_cmp32("chunk f32 o", f.o, a.o, GC_F32_TOL);
+    gc_cmp32("chunk f32 states", f.states, a.states, GC_F32_TOL);
+    gc_cmp32("chunk f32 dc", f.dc, a.dc, GC_F32_TOL);
+    gc_cmp32("chunk f32 dg", f.dg, a.dg, GC_F32_TOL);
+    gc_cmp32("chunk f32 dbeta", f.dbeta, a.dbeta, GC_F32_TOL);
+    CHECK(gc_same_bits(f.o, f2.o) && gc_same_bits(f.states, f2.states));
+    CHECK(gc_same_bits(f.dc, f2.dc) && gc_same_bits(f.dg, f2.dg) &&
+          gc_same_bits(f.dbeta, f2.dbeta));
+}
+
+// A sequence's results do not depend on the other sequences in the batch.
+TEST(gdn_chunk, no_leak_across_sequences)
+{
+    gc_case k({2, 7, 1, 4, 2, 4, 3}, 91);
+    gc_out<float> a = gc_runf(k);
+    const size_t half_c = k.c.size() / 2;
+    for (size_t i = half_c; i < k.c.size(); i++) k.c[i] = -k.c[i] * 0.5;
+    gc_out<float> b = gc_runf(k);
+    const size_t no = a.o.size() / 2, nc = half_c, nh = a.dg.size() / 2;
+    CHECK(memcmp(a.o.data(), b.o.data(), no * sizeof(float)) == 0);
+    CHECK(memcmp(a.dc.data(), b.dc.data(), nc * sizeof(float)) == 0);
+    CHECK(memcmp(a.dg.data(), b.dg.data(), nh * sizeof(float)) == 0);
+    CHECK(memcmp(a.dbeta.data(), b.dbeta.data(), nh * sizeof(float)) == 0);
+    CHECK(memcmp(a.o.data() + no, b.o.data() + no, no * sizeof(float)) != 0);
+}
+
+// ------------------------------------------------------------------ goldens
+#if __has_include("golden/kernels/gdn_core.h")
+#include "golden/kernels/gdn_core.h"
+#define GC_N(a) (sizeof(a) / sizeof((a)[0]))
+
+static void gc_gold(const gc_dims &d, double qscale, double l2eps, const double *c,
+                    const double *g, const double *beta, const double *d_o, const double *o,
+                    const double *rq, const double *rk, const double *dc, const double *dg,
+                    const double *dbeta)
+{
+    gc_case k(d, 1);
+    size_t nc = d.T() * d.Cc(), nh = d.T() * d.hv, no = nh * d.dv, nr = d.T() * d.hk;
+    k.c.assign(c, c + nc);
+    k.g.assign(g, g + nh);
+    k.beta.assign(beta, beta + nh);
+    k.R.assign(d_o, d_o + no);
+    k.qscale = qscale;
+    k.eps = l2eps;
+    gc_out<double> a = gc_run64(k, true, true);
+    gc_out<float> f = gc_runf(k);
+    vecd wo(o, o + no), wrq(rq, rq + nr), wrk(rk, rk + nr), wdc(dc, dc + nc), wdg(dg, dg + nh),
+        wdb(dbeta, dbeta + nh);
+    gc_cmp64("gold chunk o", a.o, wo, GC_GOLD64);
+    gc_cmp64("gold chunk rq", a.rq, wrq, GC_GOLD64);
+    gc_cmp64("gold chunk rk", a.rk, wrk, GC_GOLD64);
+    gc_cmp64("gold chunk dc", a.dc, wdc, GC_GOLD64);
+    gc_cmp64("gold chunk dg", a.dg, wdg, GC_GOLD64);
+    gc_cmp64("gold chunk dbeta", a.dbeta, wdb, GC_GOLD64);
+    gc_cmp32("gold chunk o f32", f.o, wo, GC_GOLD32);
+    gc_cmp32("gold chunk dc f32", f.dc, wdc, GC_GOLD32);
+    gc_cmp32("gold chunk dg f32", f.dg, wdg, GC_GOLD32);
+    gc_cmp32("gold chunk dbeta f32", f.dbeta, wdb, GC_GOLD32);
+}
+
+#define GC_GOLD_CASE(C, c)                                                                      \
+    gc_gold({GOLD_GDN_CORE_##C##_B, GOLD_GDN_CORE_##C##_S, GOLD_GDN_CORE_##C##_HK,              \
+             GOLD_GDN_CORE_##C##_DK, GOLD_GDN_CORE_##C##_HV, GOLD_GDN_CORE_##C##_DV,            \
+             GOLD_GDN_CORE_##C##_CHUNK},                                                        \
+            GOLD_GDN_CORE_##C##_QSCALE, GOLD_GDN_CORE_##C##_L2EPS, gold_gdn_core_##c##_c,       \
+            gold_gdn_core_##c##_g, gold_gdn_core_##c##_beta, gold_gdn_core_##c##_do,            \
+            gold_gdn_core_##c##_o, gold_gdn_core_##c##_rq, gold_gdn_core_##c##_rk,              \
+            gold_gdn_core_##c##_dc, gold_gdn_core_##c##_dg, gold_gdn_core_##c##_dbeta)
+
+TEST(gdn_chunk, golden_c0_grouped_heads_two_sequences) { GC_GOLD_CASE(C0, c0); }
+TEST(gdn_chunk, golden_c1_single_head_partial_chunk) { GC_GOLD_CASE(C1, c1); }
+#endif
