@@ -10,7 +10,7 @@
 # (Adam's first steps are ~lr*sign(g)), so losses are compared at 2e-4 relative and the
 # pre-clip gradient norm at 1e-3.
 golden_run() {
-  local run=$1 g=tests/golden/e2e/$1 out=$QT_TMP/golden-$1
+  local run=$1 g=tests/golden/e2e/${2:-$1} out=$QT_TMP/golden-$1
   mkdir -p "$out"
   [ -f "$g/init.safetensors" ] || { echo "missing goldens in $g (make goldens)"; return 1; }
   build/$run/qtrain load="$g/init.safetensors" data="$g/tokens.npy" steps=10 \
@@ -21,3 +21,4 @@ golden_run() {
 check "golden qwen3-next tiny: step-0 gradients and 10-step losses vs PyTorch" golden_run test-next-tiny
 check "golden qwen3.5 tiny (split in_proj_qkv/z/b/a on disk) vs PyTorch" golden_run test-35-tiny
 check "golden qwen3-next tiny with load-balance loss vs PyTorch" golden_run test-next-lb
+check "golden qwen3-next tiny, chunked (WY) delta rule, vs PyTorch" golden_run test-next-chunked test-next-tiny
