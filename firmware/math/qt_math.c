@@ -7,9 +7,8 @@
  * Invariants:
  *  - no libm symbol is referenced (check: nm qt_math.o | grep ' U '); sqrt is the IEEE sqrt
  *    instruction (SSE intrinsic), never GCC's errno fallback call into libm;
- *  - the float functions evaluate in double and round once at the end: the double result
- *    carries < 1e-15 relative error, so the float result is within 0.5 ulp + 2^-28 ulp of the
- *    exact value (<= 1 ulp, almost always correctly rounded);
+ *  - the float functions are the branch-free inline cores of qt_math_inline.h (accuracy
+ *    argument there: double evaluation, one final rounding, <= 1 ulp);
  *  - the double functions use Cody-Waite range reduction and Taylor/atanh series evaluated
  *    so that the leading term is exact; measured ~1 ulp (tests/unit/test_math.cpp).
  *  - qt_sin/qt_cos reduce with a 3-part pi/2 (119 bits); they are accurate for |x| < 2^20*pi/2
@@ -248,55 +247,29 @@ float qt_sqrtf(float x)
 #endif
 }
 
+/* The float functions are the inline cores (qt_math_inline.h), so that an inlined or
+ * vectorised call in a kernel and a call through this API give the same bits. */
 float qt_expf(float x)
 {
-    if (x != x) return x + x;
-    if (x > 88.8f) return __builtin_inff();
-    if (x < -104.0f) return 0.0f;
-    /* |x| <= 104 keeps every intermediate a normal double; the float conversion then
-     * rounds once, including into the float subnormal range. */
-    return (float)qt_exp((double)x);
+    return qt_expf_inline(x);
 }
 
 float qt_logf(float x)
 {
-    return (float)qt_log((double)x);
-}
-
-/* sigmoid in double: the e^-|x| form never overflows and keeps relative accuracy for
- * both signs. */
-static double qt_sigmoid_d(double x)
-{
-    if (x >= 0.0) return 1.0 / (1.0 + qt_exp(-x));
-    double e = qt_exp(x);
-    return e / (1.0 + e);
+    return qt_logf_inline(x);
 }
 
 float qt_sigmoidf(float x)
 {
-    if (x != x) return x + x;
-    return (float)qt_sigmoid_d((double)x);
+    return qt_sigmoidf_inline(x);
 }
 
 float qt_siluf(float x)
 {
-    if (x != x) return x + x;
-    if (x < -120.0f) return -0.0f; /* |x e^x| < 2^-160 rounds to -0; also avoids -inf * 0 */
-    return (float)((double)x * qt_sigmoid_d((double)x));
-}
-
-/* log1p(e) for e >= 0: u = 1 + e is rounded, but log(u) * e / (u - 1) cancels that
- * rounding to first order (u - 1 is exact), keeping full relative accuracy for tiny e. */
-static double qt_log1p_pos(double e)
-{
-    double u = 1.0 + e;
-    if (u == 1.0) return e;
-    return qt_log(u) * (e / (u - 1.0));
+    return qt_siluf_inline(x);
 }
 
 float qt_softplusf(float x)
 {
-    if (x != x) return x + x;
-    if (x > 20.0f) return x;     /* as PyTorch's threshold: exact identity there */
-    return (float)qt_log1p_pos(qt_exp((double)x));
+    return qt_softplusf_inline(x);
 }
