@@ -169,7 +169,7 @@ goldens:
 	$(PYTHON) tests/reference/make_goldens.py
 
 bench: deps
-	@$(MAKE) --no-print-directory -j$$(nproc) all
+	@$(MAKE) --no-print-directory -j$$(nproc) all > /dev/null
 	@./tests/scripts/bench.sh
 
 clean:

@@ -39,12 +39,20 @@ out=$(mktemp -d /tmp/qtrain-bench.XXXXXX); trap 'rm -rf "$out"' EXIT
 qt_tps=$(awk -v w=$WARM -F'"tokens_per_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/m.jsonl)
 qt_step=$(awk -v w=$WARM -F'"step_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/m.jsonl)
 
+# The PyTorch baseline: Debian's python3-torch calls the system BLAS (libblas.so.3). With the
+# reference BLAS it runs ~10x slower than with OpenBLAS, which would flatter qtrain, so the
+# bench installs OpenBLAS (Debian's alternatives then select it) and lets OpenBLAS pick its
+# fastest kernels for this CPU (the environment may pin OPENBLAS_CORETYPE=Haswell).
 pt_line=""
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  pt_line=$(/usr/bin/python3 tests/reference/bench_torch.py 2>/dev/null | tail -n1 || true)
+  if ! dpkg-query -W -f='${Status}' libopenblas0-pthread 2>/dev/null | grep -q "install ok installed"; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1 || true
+  fi
+  pt_line=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 tests/reference/bench_torch.py 2>/dev/null | tail -n1 || true)
 fi
-pt_tps=$(echo "$pt_line" | grep -o '"tokens_per_s": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$' || true)
-pt_step=$(echo "$pt_line" | grep -o '"step_s": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$' || true)
+pt_tps=$(echo "$pt_line" | grep -o '"tokens_per_s": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$' | awk '{printf "%.1f", $1}' || true)
+pt_step=$(echo "$pt_line" | grep -o '"step_s": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$' | awk '{printf "%.3f", $1}' || true)
 pt_thr=$(echo "$pt_line" | grep -o '"threads": *[0-9]*' | grep -o '[0-9]*$' || true)
 
 mfu() { awk -v t=$1 -v f=$fpt -v p=$PEAK 'BEGIN{printf "%.1f%%", 100*t*f/(p*1e9)}'; }
