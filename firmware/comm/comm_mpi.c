@@ -27,6 +27,7 @@ int qt_comm_init(int *argc, char ***argv, int *rank, int *size)
     if (MPI_Comm_rank(MPI_COMM_WORLD, rank) != MPI_SUCCESS ||
         MPI_Comm_size(MPI_COMM_WORLD, size) != MPI_SUCCESS) {
         fprintf(stderr, "comm: MPI_Comm_rank/size failed\n");
+        qt_comm_finalize();
         return QT_E_PLAN;
     }
     return QT_OK;

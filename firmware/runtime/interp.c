@@ -11,6 +11,8 @@
 #include "qt_interp.h"
 #include "qt_tree.h"
 #include "../io/qt_io.h"
+#include "../kernels/gdn_core.h"
+#include "../kernels/moe_route.h"
 
 static struct {
     uint8_t wgrad_uses[QT_INTERP_MAX_PARAMS];  /* validation scratch: WGRAD slots per param */
@@ -50,6 +52,24 @@ static int qt_interp_check_ops(const qt_plan *p, const qt_kernel_entry *table, c
         if ((is_w && !table[op->kind].wgrad) || (!is_w && !table[op->kind].run)) {
             fprintf(stderr, "plan %s: %s op %d (%s) has no %s wrapper\n", p->run_name, sched, i,
                     table[op->kind].name ? table[op->kind].name : "?", is_w ? "wgrad" : "run");
+            return QT_E_PLAN;
+        }
+        /* Kernel limits that configgen also enforces: checked again here because a kernel
+         * past them cannot report an error from inside a step (gdn_core.h, moe_route.h). */
+        int gdn = op->kind == QT_OP_GDN_CORE_FWD || op->kind == QT_OP_GDN_CORE_BWD;
+        if (gdn && (op->a[3] > QT_GDN_CORE_MAX_DIM || op->a[5] > QT_GDN_CORE_MAX_DIM ||
+                    op->a[6] < 1)) {
+            fprintf(stderr, "plan %s: %s op %d: Dk=%lld Dv=%lld chunk=%lld outside the kernel's "
+                    "limits (Dk, Dv <= %d, chunk >= 1)\n", p->run_name, sched, i,
+                    (long long)op->a[3], (long long)op->a[5], (long long)op->a[6],
+                    QT_GDN_CORE_MAX_DIM);
+            return QT_E_PLAN;
+        }
+        int route = op->kind == QT_OP_MOE_ROUTE_FWD || op->kind == QT_OP_MOE_ROUTE_BWD;
+        if (route && op->f[0] != 0.0f && op->a[1] > QT_MOE_MAX_EXPERTS) {
+            fprintf(stderr, "plan %s: %s op %d: load-balance loss with %lld experts (kernel "
+                    "limit %d)\n", p->run_name, sched, i, (long long)op->a[1],
+                    QT_MOE_MAX_EXPERTS);
             return QT_E_PLAN;
         }
         for (int k = 0; k < QT_OP_MAX_T; k++) {

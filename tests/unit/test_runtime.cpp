@@ -306,6 +306,26 @@ TEST(RuntimeInterp, ValidateRejectsBadPlans)
     rt_build_plan(&st, 2, 2);
     st.ops[0].kind = QT_OP_ROPE_FWD;  // no wrapper in the fake table
     CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
+    // kernel limits: a delta-rule head dimension past QT_GDN_CORE_MAX_DIM, and the
+    // load-balance loss with more experts than the route kernel's accumulators hold
+    rt_table[QT_OP_GDN_CORE_FWD].name = "fake_gdn";
+    rt_table[QT_OP_GDN_CORE_FWD].run = rt_fake_loss;
+    rt_table[QT_OP_MOE_ROUTE_FWD].name = "fake_route";
+    rt_table[QT_OP_MOE_ROUTE_FWD].run = rt_fake_loss;
+    rt_build_plan(&st, 2, 2);
+    st.ops[0].kind = QT_OP_GDN_CORE_FWD;
+    st.ops[0].a[3] = 64;
+    st.ops[0].a[5] = 64;
+    st.ops[0].a[6] = 16;
+    LONGS_EQUAL(0, qt_interp_validate(&st.plan, rt_table));
+    st.ops[0].a[3] = 1024;
+    CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
+    rt_build_plan(&st, 2, 2);
+    st.ops[0].kind = QT_OP_MOE_ROUTE_FWD;
+    st.ops[0].a[1] = 2048;
+    LONGS_EQUAL(0, qt_interp_validate(&st.plan, rt_table));  // no load-balance term: fine
+    st.ops[0].f[0] = 0.5f;
+    CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
 }
 
 // ------------------------------------------------------------------ exact accumulator
