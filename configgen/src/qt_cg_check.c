@@ -1,6 +1,7 @@
 /* qt_cg_check.c - structural checks of the emitted schedules, run on every plan before
  * anything is written (and by the unit tests): slot usage per qt_cg_op_slots, def-before-
- * use, parameter slots and the one-WGRAD-per-parameter rule the gradient trees rely on.
+ * use, parameter slots, the one-WGRAD-per-parameter rule the gradient trees rely on, and
+ * that the sizes in op attributes agree with the tensors they name (qt_plan.h invariant).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,71 @@ static int is_wgrad_kind(int k)
     return k == QT_OP_EMBED_WGRAD || k == QT_OP_RMSNORM_WGRAD || k == QT_OP_MATMUL_WGRAD ||
            k == QT_OP_GDN_CONV_WGRAD || k == QT_OP_GDN_GATES_WGRAD ||
            k == QT_OP_GATED_RMSNORM_WGRAD || k == QT_OP_EXPERT_FFN_WGRAD;
+}
+
+/* numel(t[slot]) must equal want (exact) or be at least want (at_least). */
+static int need(const qt_cg_graph *g, const qt_op *o, int i, const char *which, int slot,
+                int64_t want, int at_least, char *err, size_t errlen)
+{
+    int32_t id = o->t[slot];
+    if (id == QT_NONE) return 0;
+    int64_t have = g->ts[id].t.numel;
+    if (at_least ? have >= want : have == want) return 0;
+    return qt_cg_fail(err, errlen, "%s op %d (%s): slot t%d %s has %lld elements, the "
+                      "attributes need %s%lld", which, i, qt_cg_op_name(o->kind), slot,
+                      g->ts[id].t.name, (long long)have, at_least ? ">= " : "", (long long)want);
+}
+
+/* Attribute/shape agreement for the kinds whose sizes are plain products (qt_ops.h). */
+static int check_sizes(const qt_cg_graph *g, const qt_op *o, int i, const char *which,
+                       char *err, size_t errlen)
+{
+    const int64_t *a = o->a;
+#define NEED(slot, n) do { if (need(g, o, i, which, slot, n, 0, err, errlen)) return -1; } while (0)
+#define ATLEAST(slot, n) do { if (need(g, o, i, which, slot, n, 1, err, errlen)) return -1; } while (0)
+    switch (o->kind) {
+    case QT_OP_ZERO: case QT_OP_ACC:
+        NEED(0, a[0]);
+        if (o->kind == QT_OP_ACC) NEED(1, a[0]);
+        break;
+    case QT_OP_ADD: NEED(0, a[0]); NEED(1, a[0]); NEED(2, a[0]); break;
+    case QT_OP_MATMUL_FWD: NEED(0, a[0] * a[1]); NEED(1, a[0] * a[2]); NEED(2, a[1] * a[2]); break;
+    case QT_OP_MATMUL_BWD_DATA: NEED(0, a[0] * a[2]); NEED(1, a[0] * a[1]); NEED(2, a[1] * a[2]); break;
+    case QT_OP_MATMUL_WGRAD: NEED(0, a[0] * a[1]); NEED(1, a[0] * a[2]); NEED(2, a[1] * a[2]); break;
+    case QT_OP_RMSNORM_FWD:
+        NEED(1, a[0]); NEED(3, a[1]);
+        ATLEAST(0, (a[0] - 1) * a[3] + a[1]); ATLEAST(2, (a[0] - 1) * a[2] + a[1]);
+        break;
+    case QT_OP_EMBED_FWD: NEED(0, a[0] * a[1]); NEED(1, a[0]); NEED(2, a[2] * a[1]); break;
+    case QT_OP_XENT: NEED(0, a[0]); NEED(1, a[0] * a[1] * a[2]); NEED(2, a[0] * a[1] * a[2]); NEED(3, a[0] * a[1]); break;
+    case QT_OP_ATTN_FWD:
+        NEED(0, a[0] * a[1] * a[2] * a[4]); NEED(1, a[0] * a[2] * a[1]);
+        NEED(2, a[0] * a[1] * a[2] * a[4]); NEED(3, a[0] * a[1] * a[3] * a[4]);
+        NEED(4, a[0] * a[1] * a[3] * a[4]); ATLEAST(5, a[1]);
+        break;
+    case QT_OP_MOE_ROUTE_FWD: NEED(0, a[0] * a[2]); NEED(1, a[0] * a[2]); NEED(3, a[0] * a[1]); break;
+    case QT_OP_EXPERT_FFN_FWD: {
+        int64_t S = g->s->tr.seq_len, scr = a[0] * a[1] * (a[3] + a[4]);
+        if (S * (a[3] + 3 * a[4]) > scr) scr = S * (a[3] + 3 * a[4]);
+        NEED(0, a[0] * a[1] * a[3]); NEED(1, a[0] * a[1] * 2 * a[4]); NEED(2, a[0] * a[3]);
+        NEED(3, a[0] * a[1]); NEED(4, a[2] * 2 * a[4] * a[3]); NEED(5, a[2] * a[3] * a[4]);
+        ATLEAST(6, scr);
+        break;
+    }
+    case QT_OP_MOE_COMBINE_FWD: NEED(0, a[0] * a[2]); NEED(1, a[0] * a[1]); NEED(2, a[0] * a[1] * a[2]); break;
+    case QT_OP_GDN_CORE_FWD: {
+        int64_t nch = (a[1] + a[6] - 1) / a[6];
+        NEED(0, a[0] * a[1] * a[4] * a[5]); NEED(1, a[0] * a[4] * nch * a[3] * a[5]);
+        NEED(2, a[0] * a[1] * a[2]); NEED(3, a[0] * a[1] * a[2]);
+        NEED(4, a[0] * a[1] * (2 * a[2] * a[3] + a[4] * a[5]));
+        NEED(5, a[0] * a[1] * a[4]); NEED(6, a[0] * a[1] * a[4]);
+        break;
+    }
+    default: break;
+    }
+#undef NEED
+#undef ATLEAST
+    return 0;
 }
 
 static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *which,
@@ -51,6 +117,7 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
             if (r == 's' && t->role != QT_ROLE_SCRATCH)
                 return qt_cg_fail(err, errlen, "%s op %d: scratch slot holds %s", which, i, t->name);
         }
+        if (check_sizes(g, o, i, which, err, errlen)) return -1;
         for (int s = 0; s < ns; s++)
             if (o->t[s] >= 0 && (sl[s] == 'w' || sl[s] == 'a' || sl[s] == 's')) written[o->t[s]] = 1;
         int wk = is_wgrad_kind(o->kind);

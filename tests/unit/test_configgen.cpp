@@ -577,6 +577,26 @@ TEST(CgSchedule, CheckerCatchesDuplicateWgradAndUseBeforeDef)
     p.g.mb[0] = first;
 }
 
+TEST(CgSchedule, CheckerCatchesAttributesThatDisagreeWithShapes)
+{
+    CgPlan p;
+    LONGS_EQUAL(0, p.build(kTiny));
+    char err[1024] = "";
+    LONGS_EQUAL(0, qt_cg_check_schedule(&p.g, err, sizeof err));
+    int kinds[] = {QT_OP_MATMUL_FWD, QT_OP_EXPERT_FFN_FWD, QT_OP_GDN_CORE_FWD, QT_OP_ATTN_FWD};
+    for (int kind : kinds) {
+        int at = -1;
+        for (int o = 0; o < p.g.nmb && at < 0; o++)
+            if (p.g.mb[o].kind == kind) at = o;
+        CHECK(at >= 0);
+        p.g.mb[at].a[1] += 1;  // one size off
+        CHECK(qt_cg_check_schedule(&p.g, err, sizeof err) != 0);
+        CHECK(strstr(err, "the attributes need") != NULL);
+        p.g.mb[at].a[1] -= 1;
+    }
+    LONGS_EQUAL(0, qt_cg_check_schedule(&p.g, err, sizeof err));
+}
+
 TEST(CgSchedule, LoadBalanceConstants)
 {
     CgPlan p;
