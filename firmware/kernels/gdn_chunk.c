@@ -49,10 +49,7 @@
  */
 #include "qt_real.h"
 #include "kernels/gdn_chunk.h"
-
-typedef struct qt_gdn_chunk_dims {
-    int64_t S, hk, dk, hv, dv, r, cc, chunk, nch, dkdv, rows;
-} qt_gdn_chunk_dims;
+#include "kernels/gdn_common.h"
 
 /* Per-chunk work buffers; the forward uses the first group only. */
 typedef struct qt_gdn_chunk_ws {
@@ -60,25 +57,7 @@ typedef struct qt_gdn_chunk_ws {
     qt_real *ds, *dq, *dk, *ddl, *dr, *dqk, *dkk, *ddec, *dgc, *db;
 } qt_gdn_chunk_ws;
 
-static qt_gdn_chunk_dims qt_gdn_chunk_make_dims(int64_t S, int64_t hk, int64_t dk, int64_t hv,
-                                                int64_t dv, int64_t chunk)
-{
-    qt_gdn_chunk_dims d;
-    d.S = S;
-    d.hk = hk;
-    d.dk = dk;
-    d.hv = hv;
-    d.dv = dv;
-    d.r = hv / hk;
-    d.cc = 2 * hk * dk + hv * dv;
-    d.chunk = chunk;
-    d.nch = (S + chunk - 1) / chunk;
-    d.dkdv = dk * dv;
-    d.rows = QT_GDN_CHUNK_ROWS(chunk, S);
-    return d;
-}
-
-static qt_gdn_chunk_ws qt_gdn_chunk_layout(qt_real *p, const qt_gdn_chunk_dims *d, int bwd)
+static qt_gdn_chunk_ws qt_gdn_chunk_layout(qt_real *p, const qt_gdn_dims *d, int bwd)
 {
     qt_gdn_chunk_ws w;
     int64_t C = d->rows;
@@ -190,7 +169,7 @@ static void qt_gc_rows_times(qt_real *restrict y, int64_t ys, const qt_real *res
 static void qt_gc_prepare(const qt_gdn_chunk_ws *w, const qt_real *s0, const qt_real *c,
                           const qt_real *g, const qt_real *beta, const qt_real *rq,
                           const qt_real *rk, qt_real qscale, int64_t s, int64_t j, int64_t t0,
-                          int64_t L, const qt_gdn_chunk_dims *d)
+                          int64_t L, const qt_gdn_dims *d)
 {
     int64_t h = j / d->r, dk = d->dk, dv = d->dv, C = d->rows;
     qt_real run = QT_R(0.0);
@@ -233,7 +212,7 @@ static void qt_gc_prepare(const qt_gdn_chunk_ws *w, const qt_real *s0, const qt_
 
 /* S_end = e_{L-1}*S0 + sum_m (kh_m[kk]*wl_m) Delta_m, row kk at a time. */
 static void qt_gc_state_end(qt_real *restrict send, const qt_real *restrict s0,
-                            const qt_gdn_chunk_ws *w, int64_t L, const qt_gdn_chunk_dims *d)
+                            const qt_gdn_chunk_ws *w, int64_t L, const qt_gdn_dims *d)
 {
     int64_t dk = d->dk, dv = d->dv;
     qt_real el = w->e[L - 1];
@@ -253,22 +232,12 @@ void QT_FN(qt_gdn_chunk_fwd)(qt_real *restrict o, qt_real *restrict states,
                              int64_t dv, int64_t chunk, qt_real qscale, qt_real l2eps)
 {
     if (chunk < 1) return;
-    qt_gdn_chunk_dims d = qt_gdn_chunk_make_dims(S, hk, dk, hv, dv, chunk);
+    qt_gdn_dims d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
     qt_gdn_chunk_ws w = qt_gdn_chunk_layout(scratch, &d, 0);
 
     /* rq, rk with gdn_core.c's exact expressions (the saved tensors must not depend on
      * the algorithm). */
-    for (int64_t row = 0; row < b * S; row++) {
-        const qt_real *crow = c + row * d.cc;
-        for (int64_t h = 0; h < hk; h++) {
-            const qt_real *q = crow + h * dk, *k = crow + hk * dk + h * dk;
-            qt_real sq = QT_R(0.0), sk = QT_R(0.0);
-            for (int64_t i = 0; i < dk; i++) sq += q[i] * q[i];
-            for (int64_t i = 0; i < dk; i++) sk += k[i] * k[i];
-            rq[row * hk + h] = QT_R(1.0) / QT_SQRT(sq + l2eps);
-            rk[row * hk + h] = QT_R(1.0) / QT_SQRT(sk + l2eps);
-        }
-    }
+    qt_gdn_inv_norms(rq, rk, c, b * S, l2eps, &d);
 
     for (int64_t s = 0; s < b; s++) {
         for (int64_t j = 0; j < hv; j++) {
@@ -294,23 +263,13 @@ void QT_FN(qt_gdn_chunk_fwd)(qt_real *restrict o, qt_real *restrict states,
     }
 }
 
-/* l2norm backward of one vector x (normalised y = x*r) with upstream dy = dyn*scale:
- * dx = r*(dy - y*(y.dy)), accumulated into dst (gdn_core.c's expressions and order). */
-static void qt_gc_l2_bwd(qt_real *restrict dst, const qt_real *restrict x,
-                         const qt_real *restrict dyn, qt_real r, qt_real scale, int64_t n)
-{
-    qt_real dot = QT_R(0.0);
-    for (int64_t i = 0; i < n; i++) dot += (x[i] * r) * (dyn[i] * scale);
-    for (int64_t i = 0; i < n; i++) dst[i] += r * (dyn[i] * scale - (x[i] * r) * dot);
-}
-
 /* One chunk's backward (the derivation at the top); w holds qt_gc_prepare's results for
  * this chunk and w->ds holds dSe on entry, dS0 on return. */
 static void qt_gc_chunk_bwd(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_gdn_chunk_ws *w,
                             const qt_real *s0, const qt_real *d_o, const qt_real *c,
                             const qt_real *beta, const qt_real *rq, const qt_real *rk,
                             qt_real qscale, int64_t s, int64_t j, int64_t t0, int64_t L,
-                            const qt_gdn_chunk_dims *d)
+                            const qt_gdn_dims *d)
 {
     int64_t h = j / d->r, dk = d->dk, dv = d->dv, C = d->rows, hv = d->hv;
     int64_t row0 = s * d->S + t0;
@@ -435,9 +394,9 @@ static void qt_gc_chunk_bwd(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_g
         const qt_real *crow = c + row * d->cc;
         qt_real *dcrow = dc + row * d->cc;
         dbeta[row * hv + j] += w->db[i];
-        qt_gc_l2_bwd(dcrow + h * dk, crow + h * dk, w->dq + i * dk, rq[row * d->hk + h],
+        qt_gdn_l2_bwd(dcrow + h * dk, crow + h * dk, w->dq + i * dk, rq[row * d->hk + h],
                      qscale, dk);
-        qt_gc_l2_bwd(dcrow + d->hk * dk + h * dk, crow + d->hk * dk + h * dk, w->dk + i * dk,
+        qt_gdn_l2_bwd(dcrow + d->hk * dk + h * dk, crow + d->hk * dk + h * dk, w->dk + i * dk,
                      rk[row * d->hk + h], QT_R(1.0), dk);
     }
 }
@@ -453,7 +412,7 @@ void QT_FN(qt_gdn_chunk_bwd)(qt_real *restrict dc, qt_real *restrict dg,
 {
     (void)l2eps; /* the saved rq, rk already hold it */
     if (chunk < 1) return;
-    qt_gdn_chunk_dims d = qt_gdn_chunk_make_dims(S, hk, dk, hv, dv, chunk);
+    qt_gdn_dims d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
     qt_gdn_chunk_ws w = qt_gdn_chunk_layout(scratch, &d, 1);
 
     for (int64_t s = 0; s < b; s++) {

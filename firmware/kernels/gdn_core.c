@@ -15,27 +15,7 @@
  */
 #include "qt_real.h"
 #include "kernels/gdn_core.h"
-
-typedef struct qt_gdn_core_dims {
-    int64_t S, hk, dk, hv, dv, r, cc, chunk, nch, dkdv;
-} qt_gdn_core_dims;
-
-static qt_gdn_core_dims qt_gdn_core_make_dims(int64_t S, int64_t hk, int64_t dk, int64_t hv,
-                                              int64_t dv, int64_t chunk)
-{
-    qt_gdn_core_dims d;
-    d.S = S;
-    d.hk = hk;
-    d.dk = dk;
-    d.hv = hv;
-    d.dv = dv;
-    d.r = hv / hk;
-    d.cc = 2 * hk * dk + hv * dv;
-    d.chunk = chunk;
-    d.nch = (S + chunk - 1) / chunk;
-    d.dkdv = dk * dv;
-    return d;
-}
+#include "kernels/gdn_common.h"
 
 /* Per-row sums over Dv run in QT_GDN_LANES interleaved lanes (lane = x mod 8, each lane in
  * increasing x) combined by a fixed pairwise tree: a fixed order, and one the compiler can
@@ -69,7 +49,7 @@ static inline void qt_gdn_lanes_zero(qt_real *l)
 /* Normalised key and scaled normalised query of one (row, key head). */
 static void qt_gdn_load_qk(qt_real *restrict qh, qt_real *restrict kh,
                            const qt_real *restrict crow, qt_real rq, qt_real rk,
-                           qt_real qscale, int64_t h, const qt_gdn_core_dims *d)
+                           qt_real qscale, int64_t h, const qt_gdn_dims *d)
 {
     const qt_real *q = crow + h * d->dk;
     const qt_real *k = crow + d->hk * d->dk + h * d->dk;
@@ -86,7 +66,7 @@ static void qt_gdn_load_qk(qt_real *restrict qh, qt_real *restrict kh,
 static void qt_gdn_step(qt_real *restrict st, qt_real *restrict o, qt_real *restrict delta,
                         const qt_real *restrict qh, const qt_real *restrict kh,
                         const qt_real *restrict v, qt_real a, qt_real bt,
-                        const qt_gdn_core_dims *d)
+                        const qt_gdn_dims *d)
 {
     int64_t dk = d->dk, dv = d->dv;
     for (int64_t x = 0; x < dv; x++) delta[x] = QT_R(0.0);
@@ -119,7 +99,7 @@ static void qt_gdn_run_chunk(qt_real *st, qt_real *o, const qt_real *c, const qt
                              const qt_real *beta, const qt_real *rq, const qt_real *rk,
                              qt_real qscale, int64_t s, int64_t j, int64_t t0, int64_t len,
                              qt_real *qh, qt_real *kh, qt_real *delta,
-                             const qt_gdn_core_dims *d)
+                             const qt_gdn_dims *d)
 {
     int64_t h = j / d->r;
     for (int64_t t = t0; t < t0 + len; t++) {
@@ -151,19 +131,9 @@ void QT_FN(qt_gdn_core_fwd)(qt_real *restrict o, qt_real *restrict states,
 {
     qt_real qh[QT_GDN_CORE_MAX_DIM], kh[QT_GDN_CORE_MAX_DIM], delta[QT_GDN_CORE_MAX_DIM];
     if (dk > QT_GDN_CORE_MAX_DIM || dv > QT_GDN_CORE_MAX_DIM || chunk < 1) return;
-    qt_gdn_core_dims d = qt_gdn_core_make_dims(S, hk, dk, hv, dv, chunk);
+    qt_gdn_dims d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
 
-    for (int64_t row = 0; row < b * S; row++) {
-        const qt_real *crow = c + row * d.cc;
-        for (int64_t h = 0; h < hk; h++) {
-            const qt_real *q = crow + h * dk, *k = crow + hk * dk + h * dk;
-            qt_real sq = QT_R(0.0), sk = QT_R(0.0);
-            for (int64_t i = 0; i < dk; i++) sq += q[i] * q[i];
-            for (int64_t i = 0; i < dk; i++) sk += k[i] * k[i];
-            rq[row * hk + h] = QT_R(1.0) / QT_SQRT(sq + l2eps);
-            rk[row * hk + h] = QT_R(1.0) / QT_SQRT(sk + l2eps);
-        }
-    }
+    qt_gdn_inv_norms(rq, rk, c, b * S, l2eps, &d);
 
     for (int64_t s = 0; s < b; s++) {
         for (int64_t j = 0; j < hv; j++) {
@@ -241,16 +211,6 @@ static void qt_gdn_pred_row(qt_real *restrict pred, const qt_real *restrict srow
     QT_GDN_BLOCKED(x, l, dv, { pred[x] += (a * srow[x]) * kv; });
 }
 
-/* l2norm backward of one vector x (normalised y = x*r) with upstream dy = dyn*scale:
- * dx = r*(dy - y*(y.dy)); accumulates dx into dst. */
-static void qt_gdn_l2_bwd(qt_real *restrict dst, const qt_real *restrict x,
-                          const qt_real *restrict dyn, qt_real r, qt_real scale, int64_t n)
-{
-    qt_real dot = QT_R(0.0);
-    for (int64_t i = 0; i < n; i++) dot += (x[i] * r) * (dyn[i] * scale);
-    for (int64_t i = 0; i < n; i++) dst[i] += r * (dyn[i] * scale - (x[i] * r) * dot);
-}
-
 void QT_FN(qt_gdn_core_bwd)(qt_real *restrict dc, qt_real *restrict dg,
                             qt_real *restrict dbeta, const qt_real *restrict states,
                             const qt_real *restrict rq, const qt_real *restrict rk,
@@ -262,7 +222,7 @@ void QT_FN(qt_gdn_core_bwd)(qt_real *restrict dc, qt_real *restrict dg,
 {
     (void)l2eps; /* the saved rq, rk already hold it */
     if (chunk < 1) return;
-    qt_gdn_core_dims d = qt_gdn_core_make_dims(S, hk, dk, hv, dv, chunk);
+    qt_gdn_dims d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
     qt_real *slots = scratch;                       /* slot i: state before token i */
     qt_real *ds = scratch + chunk * d.dkdv;         /* dL/dS after the current token */
     qt_real *qh = ds + d.dkdv, *kh = qh + dk, *dqh = kh + dk, *dkh = dqh + dk;

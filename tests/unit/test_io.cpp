@@ -156,11 +156,6 @@ size_t read_bytes(const char *path, void *b, size_t cap)
     return n;
 }
 
-bool exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
-}
 
 // True if the test directory holds an entry whose name starts with prefix (the writer's
 // temporary is "<target>.tmp.<pid>").
