@@ -186,6 +186,8 @@ typedef struct qt_cg_graph {
     int ninit, capinit;
     qt_op *mb;
     int nmb, capmb;
+    qt_op step[2];             /* the step schedule (qt_cg_step.c) */
+    int nstep;
     int n_fwd;                 /* mb ops [0, n_fwd) are the forward */
     int32_t tokens, targets, loss_seq, lb_seq, table;
     /* layout (qt_cg_memplan.c) */
@@ -210,6 +212,10 @@ void qt_cg_graph_free(qt_cg_graph *g);
 int32_t qt_cg_add_tensor(qt_cg_graph *g, const char *name, int role, int dtype, int ndim,
                          const int64_t *shape, const uint8_t *axes);
 qt_op *qt_cg_emit_op(qt_cg_graph *g, int init, int kind);
+
+/* The per-step schedule after the last microbatch: gradient finalisation and the AdamW
+ * update (qt_ops.h QT_OP_GRAD_FINALIZE, QT_OP_ADAMW); collectives join it with the mesh. */
+void qt_cg_step_schedule(qt_cg_graph *g);
 
 /* ---- memory (qt_cg_memplan.c) -------------------------------------------------------- */
 

@@ -267,12 +267,19 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         int64_t S = g->s->tr.seq_len, esz = T * k * (d + ff);
         if (S * (d + 3 * ff) > esz) esz = S * (d + 3 * ff);
         int32_t s1 = bwd_scratch(ad, "bwd_scratch", nm, esz);
+        /* d(gu) handed from BWD to WGRAD (saves the WGRAD a recompute matmul); shaped
+         * like gu so it is sharded and sized like it. */
+        char dnm[300];
+        snprintf(dnm, sizeof dnm, "%s.bwd_dgu", nm);
+        qt_tensor gsrc = g->ts[f->t[1]].t; /* copy: add_tensor may move the array */
+        int32_t dgu = qt_cg_add_tensor(g, dnm, QT_ROLE_SAVED, QT_F32, gsrc.ndim, gsrc.shape,
+                                       gsrc.axes);
         op = bwd(ad, QT_OP_EXPERT_FFN_BWD, f);
-        int32_t t[8] = {dx, dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s1};
+        int32_t t[9] = {dx, dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s1, dgu};
         memcpy(op->t, t, sizeof t);
         int32_t s2 = bwd_scratch(ad, "wgrad_scratch", nm, esz);
         op = wgrad(ad, QT_OP_EXPERT_FFN_WGRAD, f, f->t[4], f->t[5]);
-        int32_t w[7] = {dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s2};
+        int32_t w[8] = {dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s2, dgu};
         memcpy(op->t, w, sizeof w);
         op->a[5] = S;
         return;

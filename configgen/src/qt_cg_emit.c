@@ -111,6 +111,7 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
     qt_cg_buf_printf(b, "};\n\n");
     emit_ops(b, g, "init_ops", g->init, g->ninit);
     emit_ops(b, g, "mb_ops", g->mb, g->nmb);
+    emit_ops(b, g, "step_ops", g->step, g->nstep);
 
     const qt_model_dims *m = &s->m;
     const qt_train_cfg *t = &s->tr;
@@ -166,6 +167,7 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
                      "    .lb_seq = %d,\n", g->tokens, g->targets, g->loss_seq, g->lb_seq);
     qt_cg_buf_printf(b, "    .n_init_ops = %d,\n    .init_ops = qt_init_ops_%s,\n", g->ninit, c);
     qt_cg_buf_printf(b, "    .n_mb_ops = %d,\n    .mb_ops = qt_mb_ops_%s,\n", g->nmb, c);
+    qt_cg_buf_printf(b, "    .n_step_ops = %d,\n    .step_ops = qt_step_ops_%s,\n", g->nstep, c);
     /* One rank: no exchanges. The multi-rank planner fills this table. */
     qt_cg_buf_printf(b, "    .n_collectives = 0,\n    .collectives = 0,\n};\n");
 }

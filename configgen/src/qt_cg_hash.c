@@ -45,6 +45,8 @@ uint64_t qt_cg_hash(const qt_cg_graph *g)
     p.init_ops = g->init;
     p.n_mb_ops = g->nmb;
     p.mb_ops = g->mb;
+    p.n_step_ops = g->nstep;
+    p.step_ops = g->step;
     p.n_collectives = 0; /* one rank: none (qt_cg_emit.c writes the same) */
     uint64_t h = qt_plan_hash(&p);
     free(ts);

@@ -178,4 +178,6 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
     for (int i = 0; i < g->nt; i++) layout_line(b, g, i);
     schedule(b, g, "init schedule", g->init, g->ninit, -1);
     schedule(b, g, "microbatch schedule", g->mb, g->nmb, g->n_fwd);
+    schedule(b, g, "step schedule (after the last microbatch; a0 leaves, a1 tokens)", g->step,
+             g->nstep, -1);
 }

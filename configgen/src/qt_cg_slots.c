@@ -43,8 +43,8 @@ static const char *const slots[QT_OP_COUNT] = {
     [QT_OP_MOE_ROUTE_FWD] = "wwar",
     [QT_OP_MOE_ROUTE_BWD] = "arrrr",
     [QT_OP_EXPERT_FFN_FWD] = "wwrrpps",
-    [QT_OP_EXPERT_FFN_BWD] = "arrrrpps",
-    [QT_OP_EXPERT_FFN_WGRAD] = "rrrrpps",
+    [QT_OP_EXPERT_FFN_BWD] = "arrrrppsw",
+    [QT_OP_EXPERT_FFN_WGRAD] = "rrrrppsr",
     [QT_OP_MOE_COMBINE_FWD] = "wrr",
     [QT_OP_MOE_COMBINE_BWD] = "aarrr",
     [QT_OP_XENT] = "wwrr",
@@ -70,7 +70,8 @@ static const char *const names[QT_OP_COUNT] = {
     [QT_OP_MOE_ROUTE_BWD] = "moe_route_bwd", [QT_OP_EXPERT_FFN_FWD] = "expert_ffn_fwd",
     [QT_OP_EXPERT_FFN_BWD] = "expert_ffn_bwd", [QT_OP_EXPERT_FFN_WGRAD] = "expert_ffn_wgrad",
     [QT_OP_MOE_COMBINE_FWD] = "moe_combine_fwd", [QT_OP_MOE_COMBINE_BWD] = "moe_combine_bwd",
-    [QT_OP_XENT] = "xent",
+    [QT_OP_XENT] = "xent", [QT_OP_GRAD_FINALIZE] = "grad_finalize", [QT_OP_ADAMW] = "adamw",
+    [QT_OP_COLLECTIVE] = "collective",
 };
 
 const char *qt_cg_op_slots(int kind)

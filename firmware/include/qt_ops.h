@@ -203,10 +203,13 @@ enum qt_op_kind {
        a0 T, a1 k, a2 E, a3 d, a4 f. */
     QT_OP_EXPERT_FFN_FWD,
     /* EXPERT_FFN_BWD: t0 dx[T,d] (acc; per token the slots add in increasing slot order);
-       t1 dy[T*k,d]; t2 x; t3 idx; t4 gu; t5 W_gu; t6 W_down; t7 scratch. attrs as FWD. */
+       t1 dy[T*k,d]; t2 x; t3 idx; t4 gu; t5 W_gu; t6 W_down; t7 scratch; t8 dgu[T*k,2f]
+       (optional, writes: row r = d(gate, up) of the rows with a valid expert, kept for
+       the WGRAD so it does not recompute it). attrs as FWD. */
     QT_OP_EXPERT_FFN_BWD,
     /* EXPERT_FFN_WGRAD: t0 dy; t1 x; t2 idx; t3 gu; t4 W_gu (param, a8); t5 W_down
-       (param, a9); t6 scratch. a0..a4 as FWD, a5 S. Rows (t, slot) of the sequence in
+       (param, a9); t6 scratch; t7 dgu (optional: the BWD's t8; without it d(gu) is
+       recomputed, same bits). a0..a4 as FWD, a5 S. Rows (t, slot) of the sequence in
        increasing t then slot. */
     QT_OP_EXPERT_FFN_WGRAD,
 
@@ -224,6 +227,19 @@ enum qt_op_kind {
        t0 loss_seq[b] (writes); t1 dlogits[T,V] (writes); t2 logits[T,V]; t3 targets I32[T].
        a0 b, a1 S, a2 V. */
     QT_OP_XENT,
+
+    /* ---- the step schedule (plan->step_ops), run once per optimizer step after the last
+       microbatch. These ops have no tensor slots: they work on the plan's flat parameter,
+       gradient, Adam and tree regions, and their wrappers live in firmware/runtime/runtime.c
+       because they read and write the step's state (token count, norm, learning rate). */
+    /* GRAD_FINALIZE: combine the a0 leaves of every parameter's pairwise tree into the
+       gradient region, divide each element by a1 (the step's global target-token count, as a
+       float), and take the exact sum of squares of the result for the global norm. */
+    QT_OP_GRAD_FINALIZE,
+    /* ADAMW: global-norm clipping at train.clip (the scale is folded into the update),
+       AdamW with the step's learning rate over every parameter, and the parameter
+       fingerprint. */
+    QT_OP_ADAMW,
 
     /* COLLECTIVE: runs plan->collectives[a0] (qt_plan.h). The place in the schedule where
        the multi-rank plans put their exchanges; one-rank plans contain none, and the

@@ -172,6 +172,8 @@ typedef struct qt_plan {
     const qt_op *init_ops;
     int32_t n_mb_ops;              /* forward + backward of one microbatch, in order */
     const qt_op *mb_ops;
+    int32_t n_step_ops;            /* once per step after the last microbatch: gradient */
+    const qt_op *step_ops;         /* finalisation, (collectives,) optimizer update */
 
     int32_t n_collectives;         /* 0 on a one-rank mesh */
     const qt_collective *collectives;

@@ -6,6 +6,11 @@
  * nothing of size S*S is ever stored.
  * Invariants: one fixed summation order per quantity (documented at each loop); no state
  * crosses sequences; the result never depends on whether scratch was supplied.
+ * The fast paths compute eight keys' dot products together (qt_attn_dot8): eight
+ * independent lane chains instead of one latency-bound chain, and the eight final
+ * pairwise combines done as one transposing add tree. Every dot keeps qt_attn_dot's exact
+ * operation tree, so they are bit-identical to the one-dot-at-a-time *_ref versions
+ * (tested); the softmax exponentials are taken in a separate, vectorisable pass.
  */
 #include "attention.h"
 #include <string.h>
@@ -24,6 +29,17 @@ static inline qt_attn_v8 qt_attn_load8(const qt_real *p)
     return v;
 }
 
+/* Sixteen-wide elementwise slices for the accumulations (no sum crosses lanes there, so the
+ * width is free; 16 floats fill one AVX-512 register). */
+typedef qt_real qt_attn_v16 __attribute__((vector_size(16 * sizeof(qt_real))));
+
+static inline qt_attn_v16 qt_attn_load16(const qt_real *p)
+{
+    qt_attn_v16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 static inline qt_real qt_attn_dot(const qt_real *a, const qt_real *b, int64_t n)
 {
     qt_attn_v8 acc = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -31,6 +47,36 @@ static inline qt_real qt_attn_dot(const qt_real *a, const qt_real *b, int64_t n)
     for (int64_t i = 0; i < n8; i += 8) acc += qt_attn_load8(a + i) * qt_attn_load8(b + i);
     for (int64_t i = n8; i < n; i++) acc[i - n8] += a[i] * b[i];
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* out[m] = qt_attn_dot(a, b + m*stride, n) for m = 0..7, bit for bit: the same lane sums,
+ * then the same ((0+1)+(2+3))+((4+5)+(6+7)) tree per dot, evaluated for the eight dots at
+ * once by pairing lanes across vectors (IEEE addition is commutative, so only the grouping
+ * matters, and that is unchanged). */
+static inline void qt_attn_dot8(qt_real *out, const qt_real *a, const qt_real *b,
+                                int64_t stride, int64_t n)
+{
+    qt_attn_v8 acc[8];
+    for (int m = 0; m < 8; m++) acc[m] = (qt_attn_v8){0, 0, 0, 0, 0, 0, 0, 0};
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t i = 0; i < n8; i += 8) {
+        const qt_attn_v8 av = qt_attn_load8(a + i);
+        for (int m = 0; m < 8; m++) acc[m] += av * qt_attn_load8(b + m * stride + i);
+    }
+    for (int64_t i = n8; i < n; i++)
+        for (int m = 0; m < 8; m++) acc[m][i - n8] += a[i] * b[m * stride + i];
+    /* Each stage adds even and odd lanes of a vector pair: stage 1 leaves lane sums
+     * (0+1),(2+3),(4+5),(6+7) of two dots, stage 2 (01+23),(45+67) of four, stage 3 the
+     * totals of all eight in order. The index vectors are the same for every stage. */
+#define QT_ATTN_PAIRSUM(x, y)                                                               \
+    (__builtin_shufflevector((x), (y), 0, 2, 4, 6, 8, 10, 12, 14) +                          \
+     __builtin_shufflevector((x), (y), 1, 3, 5, 7, 9, 11, 13, 15))
+    qt_attn_v8 p[4], q[2];
+    for (int m = 0; m < 4; m++) p[m] = QT_ATTN_PAIRSUM(acc[2 * m], acc[2 * m + 1]);
+    for (int m = 0; m < 2; m++) q[m] = QT_ATTN_PAIRSUM(p[2 * m], p[2 * m + 1]);
+    const qt_attn_v8 r = QT_ATTN_PAIRSUM(q[0], q[1]);
+#undef QT_ATTN_PAIRSUM
+    memcpy(out, &r, sizeof r);
 }
 
 /* y[i] += a * x[i]; elementwise, so the vector form has the scalar bits. */
@@ -44,7 +90,7 @@ static inline void qt_attn_axpy(qt_real *y, qt_real a, const qt_real *x, int64_t
     for (int64_t i = n8; i < n; i++) y[i] += a * x[i];
 }
 
-void QT_FN(qt_attn_fwd)(qt_real *o, qt_real *lse, const qt_real *q, const qt_real *k,
+void QT_FN(qt_attn_fwd_ref)(qt_real *o, qt_real *lse, const qt_real *q, const qt_real *k,
                         const qt_real *v, qt_real *scratch, int64_t b, int64_t S, int64_t Hq,
                         int64_t Hkv, int64_t hd, qt_real scale)
 {
@@ -87,7 +133,7 @@ void QT_FN(qt_attn_fwd)(qt_real *o, qt_real *lse, const qt_real *q, const qt_rea
     }
 }
 
-void QT_FN(qt_attn_bwd)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
+void QT_FN(qt_attn_bwd_ref)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
                         const qt_real *q, const qt_real *k, const qt_real *v, const qt_real *o,
                         const qt_real *lse, qt_real *scratch, int64_t b, int64_t S, int64_t Hq,
                         int64_t Hkv, int64_t hd, qt_real scale)
@@ -120,4 +166,167 @@ void QT_FN(qt_attn_bwd)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *do
             }
         }
     }
+}
+
+/* Scaled scores of query row qi against keys 0..i: sc[j] = dot(qi, k_j) * scale - off
+ * (off = 0: raw scaled scores; off = lse: the exponent of p_ij). */
+static void qt_attn_scores(qt_real *sc, const qt_real *qi, const qt_real *kb, int64_t kstride,
+                           int64_t i, int64_t hd, qt_real scale, qt_real off)
+{
+    qt_real d8[8];
+    int64_t j = 0;
+    for (; j + 8 <= i + 1; j += 8) {
+        qt_attn_dot8(d8, qi, kb + j * kstride, kstride, hd);
+        for (int m = 0; m < 8; m++) sc[j + m] = d8[m] * scale - off;
+    }
+    for (; j <= i; j++) sc[j] = qt_attn_dot(qi, kb + j * kstride, hd) * scale - off;
+}
+
+void QT_FN(qt_attn_fwd)(qt_real *o, qt_real *lse, const qt_real *q, const qt_real *k,
+                        const qt_real *v, qt_real *scratch, int64_t b, int64_t S, int64_t Hq,
+                        int64_t Hkv, int64_t hd, qt_real scale)
+{
+    if (!scratch) {
+        QT_FN(qt_attn_fwd_ref)(o, lse, q, k, v, scratch, b, S, Hq, Hkv, hd, scale);
+        return;
+    }
+    const int64_t group = Hq / Hkv;
+    const int64_t kstride = Hkv * hd;
+    for (int64_t s = 0; s < b; s++) {
+        for (int64_t h = 0; h < Hq; h++) {
+            const int64_t g = h / group;
+            const qt_real *kb = k + s * S * kstride + g * hd;
+            const qt_real *vb = v + s * S * kstride + g * hd;
+            for (int64_t i = 0; i < S; i++) {
+                const qt_real *qi = q + ((s * S + i) * Hq + h) * hd;
+                qt_real *oi = o + ((s * S + i) * Hq + h) * hd;
+                /* x * scale - 0 == x * scale exactly (also for -0: -0 - 0 = -0) */
+                qt_attn_scores(scratch, qi, kb, kstride, i, hd, scale, QT_R(0.0));
+                qt_real m = scratch[0], sum = 0;
+                for (int64_t j = 1; j <= i; j++) m = scratch[j] > m ? scratch[j] : m;
+                for (int64_t j = 0; j <= i; j++) sum += QT_EXP(scratch[j] - m);
+                const qt_real l = m + QT_LOG(sum);
+                lse[(s * Hq + h) * S + i] = l;
+                for (int64_t j = 0; j <= i; j++) scratch[j] = QT_EXP(scratch[j] - l);
+                if (hd % 16) {
+                    for (int64_t d = 0; d < hd; d++) oi[d] = 0;
+                    for (int64_t j = 0; j <= i; j++)
+                        qt_attn_axpy(oi, scratch[j], vb + j * kstride, hd);
+                    continue;
+                }
+                /* o_i slice by slice with the slice held in a register across j: per
+                 * element the same chain 0 + p_0 v_0 + p_1 v_1 ... as the axpys */
+                for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+                    qt_attn_v16 acc = {0};
+                    for (int64_t j = 0; j <= i; j++)
+                        acc = acc + scratch[j] * qt_attn_load16(vb + j * kstride + d0);
+                    memcpy(oi + d0, &acc, sizeof acc);
+                }
+            }
+        }
+    }
+}
+
+/* Backward blocking: QT_ATTN_R query rows share every k_j / dk_j / dv_j load, with their
+ * dq slices held in registers; rows' p and ds live in a fixed stack tile, hence S bound. */
+#define QT_ATTN_R 4
+#define QT_ATTN_BMAX 1024
+
+/* Row i's softmax probabilities P[j] = exp(s_ij - lse_i) and scaled score gradients
+ * DS[j] = scale * (p_ij (do_i.v_j - do_i.o_i)), j = 0..i. Writes no gradient. */
+static void qt_attn_bwd_row(qt_real *P, qt_real *DS, const qt_real *qi, const qt_real *doi,
+                            const qt_real *oi, const qt_real *kb, const qt_real *vb,
+                            int64_t kstride, int64_t i, int64_t hd, qt_real scale, qt_real l)
+{
+    qt_real d8[8];
+    /* D_i = do_i . o_i is the softmax-Jacobian's row term. */
+    const qt_real D = qt_attn_dot(doi, oi, hd);
+    qt_attn_scores(P, qi, kb, kstride, i, hd, scale, l);
+    for (int64_t j = 0; j <= i; j++) P[j] = QT_EXP(P[j]);
+    int64_t j = 0;
+    for (; j + 8 <= i + 1; j += 8) {
+        qt_attn_dot8(d8, doi, vb + j * kstride, kstride, hd);
+        for (int m = 0; m < 8; m++) DS[j + m] = scale * (P[j + m] * (d8[m] - D));
+    }
+    for (; j <= i; j++) DS[j] = scale * (P[j] * (qt_attn_dot(doi, vb + j * kstride, hd) - D));
+}
+
+/* Rows i0..i0+R-1 (all of one (sequence, head)): dv_j += p_ij do_i and dk_j += ds_ij q_i for
+ * i increasing, dq_i += ds_ij k_j for j increasing, one 16-wide slice of hd at a time. */
+static void qt_attn_bwd_block(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt_real *qb,
+                              const qt_real *dob, const qt_real *kb,
+                              const qt_real (*P)[QT_ATTN_BMAX],
+                              const qt_real (*DS)[QT_ATTN_BMAX], int64_t qstride,
+                              int64_t kstride, int64_t i0, int64_t hd)
+{
+    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+        qt_attn_v16 qv[QT_ATTN_R], dov[QT_ATTN_R], dqv[QT_ATTN_R];
+        for (int r = 0; r < QT_ATTN_R; r++) {
+            qv[r] = qt_attn_load16(qb + r * qstride + d0);
+            dov[r] = qt_attn_load16(dob + r * qstride + d0);
+            dqv[r] = qt_attn_load16(dqb + r * qstride + d0);
+        }
+        for (int64_t j = 0; j < i0 + QT_ATTN_R; j++) {
+            /* key j is seen by rows i0+r >= j: all of them below the diagonal block */
+            const int r0 = j < i0 ? 0 : (int)(j - i0);
+            const qt_attn_v16 kj = qt_attn_load16(kb + j * kstride + d0);
+            qt_attn_v16 dvj = qt_attn_load16(dvb + j * kstride + d0);
+            qt_attn_v16 dkj = qt_attn_load16(dkb + j * kstride + d0);
+            for (int r = r0; r < QT_ATTN_R; r++) {
+                dvj = dvj + P[r][j] * dov[r];
+                dkj = dkj + DS[r][j] * qv[r];
+                dqv[r] = dqv[r] + DS[r][j] * kj;
+            }
+            memcpy(dvb + j * kstride + d0, &dvj, sizeof dvj);
+            memcpy(dkb + j * kstride + d0, &dkj, sizeof dkj);
+        }
+        for (int r = 0; r < QT_ATTN_R; r++) memcpy(dqb + r * qstride + d0, &dqv[r], sizeof dqv[r]);
+    }
+}
+
+void QT_FN(qt_attn_bwd)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
+                        const qt_real *q, const qt_real *k, const qt_real *v, const qt_real *o,
+                        const qt_real *lse, qt_real *scratch, int64_t b, int64_t S, int64_t Hq,
+                        int64_t Hkv, int64_t hd, qt_real scale)
+{
+    if (hd % 16 || S > QT_ATTN_BMAX) {
+        QT_FN(qt_attn_bwd_ref)(dq, dk, dv, dout, q, k, v, o, lse, scratch, b, S, Hq, Hkv, hd,
+                               scale);
+        return;
+    }
+    const int64_t group = Hq / Hkv;
+    const int64_t kstride = Hkv * hd, qstride = Hq * hd;
+    qt_real P[QT_ATTN_R][QT_ATTN_BMAX], DS[QT_ATTN_R][QT_ATTN_BMAX];
+    for (int64_t s = 0; s < b; s++) {
+        for (int64_t h = 0; h < Hq; h++) {
+            const int64_t g = h / group;
+            const int64_t kvoff = s * S * kstride + g * hd;
+            const qt_real *kb = k + kvoff, *vb = v + kvoff;
+            qt_real *dkb = dk + kvoff, *dvb = dv + kvoff;
+            int64_t i = 0;
+            for (; i + QT_ATTN_R <= S; i += QT_ATTN_R) {
+                const int64_t qoff = ((s * S + i) * Hq + h) * hd;
+                for (int r = 0; r < QT_ATTN_R; r++)
+                    qt_attn_bwd_row(P[r], DS[r], q + qoff + r * qstride,
+                                    dout + qoff + r * qstride, o + qoff + r * qstride, kb, vb,
+                                    kstride, i + r, hd, scale, lse[(s * Hq + h) * S + i + r]);
+                qt_attn_bwd_block(dq + qoff, dkb, dvb, q + qoff, dout + qoff, kb,
+                                  (const qt_real(*)[QT_ATTN_BMAX])P,
+                                  (const qt_real(*)[QT_ATTN_BMAX])DS, qstride, kstride, i, hd);
+            }
+            for (; i < S; i++) { /* the last S % R rows, one at a time */
+                const int64_t qoff = ((s * S + i) * Hq + h) * hd;
+                const qt_real *qi = q + qoff, *doi = dout + qoff;
+                qt_real *dqi = dq + qoff;
+                qt_attn_bwd_row(P[0], DS[0], qi, doi, o + qoff, kb, vb, kstride, i, hd, scale,
+                                lse[(s * Hq + h) * S + i]);
+                for (int64_t j = 0; j <= i; j++) qt_attn_axpy(dvb + j * kstride, P[0][j], doi, hd);
+                for (int64_t j = 0; j <= i; j++) {
+                    qt_attn_axpy(dqi, DS[0][j], kb + j * kstride, hd);
+                    qt_attn_axpy(dkb + j * kstride, DS[0][j], qi, hd);
+                }
+            }
+        }
+    }
+    (void)scratch;
 }

@@ -27,9 +27,11 @@ void qt_attn_fwd_f64(double *o, double *lse, const double *q, const double *k,
                      int64_t Hkv, int64_t hd, double scale);
 
 /* dq[T,Hq,hd], dk, dv [T,Hkv,hd] accumulate (+=). Reads dout[T,Hq*hd], q, k, v, o, lse.
- * scratch: >= S elements. Order: sequence, query head h increasing (so a kv head's
- * gradient sums its group's query heads in increasing h), query row i increasing, key j
- * increasing. dq_i += sum_j (scale*ds_ij) k_j and dk_j += (scale*ds_ij) q_i. */
+ * scratch: >= S elements (only the fallback for hd % 16 != 0 or S > 1024 uses it; the
+ * blocked path keeps four rows' p and ds in a fixed stack tile). Order: sequence, query
+ * head h increasing (so a kv head's gradient sums its group's query heads in increasing h),
+ * query row i increasing, key j increasing. dq_i += sum_j (scale*ds_ij) k_j and
+ * dk_j += (scale*ds_ij) q_i, dv_j += p_ij do_i, each element's terms in that order. */
 void qt_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
                  const float *k, const float *v, const float *o, const float *lse,
                  float *scratch, int64_t b, int64_t S, int64_t Hq, int64_t Hkv, int64_t hd,
@@ -38,6 +40,23 @@ void qt_attn_bwd_f64(double *dq, double *dk, double *dv, const double *dout,
                      const double *q, const double *k, const double *v, const double *o,
                      const double *lse, double *scratch, int64_t b, int64_t S, int64_t Hq,
                      int64_t Hkv, int64_t hd, double scale);
+
+/* One-dot-at-a-time scalar references of fwd / bwd (same contract and bits; the tests
+ * compare them with the batched fast paths above). */
+void qt_attn_fwd_ref(float *o, float *lse, const float *q, const float *k, const float *v,
+                     float *scratch, int64_t b, int64_t S, int64_t Hq, int64_t Hkv, int64_t hd,
+                     float scale);
+void qt_attn_fwd_ref_f64(double *o, double *lse, const double *q, const double *k,
+                         const double *v, double *scratch, int64_t b, int64_t S, int64_t Hq,
+                         int64_t Hkv, int64_t hd, double scale);
+void qt_attn_bwd_ref(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                     const float *k, const float *v, const float *o, const float *lse,
+                     float *scratch, int64_t b, int64_t S, int64_t Hq, int64_t Hkv, int64_t hd,
+                     float scale);
+void qt_attn_bwd_ref_f64(double *dq, double *dk, double *dv, const double *dout,
+                         const double *q, const double *k, const double *v, const double *o,
+                         const double *lse, double *scratch, int64_t b, int64_t S, int64_t Hq,
+                         int64_t Hkv, int64_t hd, double scale);
 
 #ifdef __cplusplus
 }

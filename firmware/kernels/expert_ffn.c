@@ -7,6 +7,8 @@
  * C (cap*2f); the forward needs no B because H is compacted in place over C. The backward
  * prefers an expert-major order (row lists built once, weights read once per chunk) and
  * falls back to the slot-major order when the scratch is too small; both give the same bits.
+ * The backward can park each row's d(gu) (the swiglu backward output it already has) so
+ * the wgrad need not recompute it with a third matmul (qt_expert_ffn_wgrad_saved).
  */
 #include "expert_ffn.h"
 #include "matmul.h"
@@ -141,7 +143,7 @@ static void qt_ffn_gather_list(qt_real *dst, const qt_real *src, int64_t width, 
 
 /* Per-slot path: one slot at a time, every expert's rows of that slot re-found by scanning
  * idx. Used when the scratch cannot hold the whole [T*k,d] contribution buffer. */
-static void qt_ffn_bwd_slots(qt_real *dx, const qt_real *dy, const int32_t *idx,
+static void qt_ffn_bwd_slots(qt_real *dx, qt_real *dgu, const qt_real *dy, const int32_t *idx,
                              const qt_real *gu, const qt_real *w_gu, const qt_real *w_down,
                              qt_real *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
                              int64_t f, int64_t cap)
@@ -159,6 +161,7 @@ static void qt_ffn_bwd_slots(qt_real *dx, const qt_real *dy, const int32_t *idx,
                 QT_FN(qt_matmul_bwd_data)(B, A, wd, n, d, f);
                 qt_ffn_gather(C, gu, 2 * f, 0, idx, k, e, slot, r0, r1);
                 qt_ffn_swiglu_bwd(C, B, n, f);
+                if (dgu) qt_ffn_scatter(dgu, C, 2 * f, 0, idx, k, e, slot, r0, r1);
                 qt_ffn_zero(A, n * d);
                 QT_FN(qt_matmul_bwd_data)(A, C, wg, n, 2 * f, d);
                 qt_ffn_scatter(dx, A, d, 1, idx, k, e, slot, r0, r1);
@@ -172,10 +175,11 @@ static void qt_ffn_bwd_slots(qt_real *dx, const qt_real *dy, const int32_t *idx,
  * contribution (0 + acc, bit-identical to the per-slot path by the matmul row contract) is
  * parked in Dx[r], then added to dx[t] in increasing slot order. Scratch: list (T*k),
  * off (E+1), Dx (T*k*d), then the chunk buffers A, B, C of cap rows. */
-void QT_FN(qt_expert_ffn_bwd)(qt_real *dx, const qt_real *dy, const int32_t *idx,
-                              const qt_real *gu, const qt_real *w_gu, const qt_real *w_down,
-                              qt_real *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
-                              int64_t f, int64_t scratch_elems)
+void QT_FN(qt_expert_ffn_bwd_save)(qt_real *dx, qt_real *dgu, const qt_real *dy,
+                                   const int32_t *idx, const qt_real *gu,
+                                   const qt_real *w_gu, const qt_real *w_down,
+                                   qt_real *scratch, int64_t T, int64_t k, int64_t E,
+                                   int64_t d, int64_t f, int64_t scratch_elems)
 {
     const int64_t R = T * k, head = R + (E + 1) + R * d;
     const int64_t capx = head < scratch_elems && R <= ((int64_t)1 << 24)
@@ -183,7 +187,7 @@ void QT_FN(qt_expert_ffn_bwd)(qt_real *dx, const qt_real *dy, const int32_t *idx
     if (capx < 1) {
         const int64_t cap = scratch_elems / (d + 3 * f);
         if (cap < 1) { qt_ffn_poison(dx, T * d); return; }
-        qt_ffn_bwd_slots(dx, dy, idx, gu, w_gu, w_down, scratch, T, k, E, d, f, cap);
+        qt_ffn_bwd_slots(dx, dgu, dy, idx, gu, w_gu, w_down, scratch, T, k, E, d, f, cap);
         return;
     }
     qt_real *list = scratch, *off = list + R, *Dx = off + E + 1;
@@ -199,6 +203,11 @@ void QT_FN(qt_expert_ffn_bwd)(qt_real *dx, const qt_real *dy, const int32_t *idx
             QT_FN(qt_matmul_bwd_data)(B, A, wd, n, d, f);
             qt_ffn_gather_list(C, gu, 2 * f, 0, list + j0, n, k);
             qt_ffn_swiglu_bwd(C, B, n, f);
+            if (dgu)
+                for (int64_t j = 0; j < n; j++) {
+                    qt_real *dst = dgu + (int64_t)list[j0 + j] * 2 * f;
+                    for (int64_t i = 0; i < 2 * f; i++) dst[i] = C[j * 2 * f + i];
+                }
             qt_ffn_zero(A, n * d);
             QT_FN(qt_matmul_bwd_data)(A, C, wg, n, 2 * f, d);
             for (int64_t j = 0; j < n; j++) {
@@ -214,6 +223,15 @@ void QT_FN(qt_expert_ffn_bwd)(qt_real *dx, const qt_real *dy, const int32_t *idx
             const qt_real *src = Dx + (t * k + slot) * d;
             for (int64_t i = 0; i < d; i++) dx[t * d + i] += src[i];
         }
+}
+
+void QT_FN(qt_expert_ffn_bwd)(qt_real *dx, const qt_real *dy, const int32_t *idx,
+                              const qt_real *gu, const qt_real *w_gu, const qt_real *w_down,
+                              qt_real *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
+                              int64_t f, int64_t scratch_elems)
+{
+    QT_FN(qt_expert_ffn_bwd_save)(dx, 0, dy, idx, gu, w_gu, w_down, scratch, T, k, E, d, f,
+                                  scratch_elems);
 }
 
 void QT_FN(qt_expert_ffn_wgrad)(qt_real *dw_gu, qt_real *dw_down, const qt_real *dy,
@@ -241,6 +259,38 @@ void QT_FN(qt_expert_ffn_wgrad)(qt_real *dw_gu, qt_real *dw_down, const qt_real 
             qt_ffn_zero(B, n * f);
             QT_FN(qt_matmul_bwd_data)(B, A, wd, n, d, f);
             qt_ffn_swiglu_bwd(C, B, n, f);
+            qt_ffn_gather(A, x, d, 1, idx, k, e, -1, r0, r1);
+            QT_FN(qt_matmul_wgrad)(dwg, C, A, n, 2 * f, d);
+        }
+    }
+}
+
+/* The recompute-free wgrad: d(gu) comes from the backward (same bits as recomputing it,
+ * by the matmul row contract), so only h = swiglu(gu) is rebuilt. Same chunking and row
+ * order as qt_expert_ffn_wgrad, hence the same bits. */
+void QT_FN(qt_expert_ffn_wgrad_saved)(qt_real *dw_gu, qt_real *dw_down, const qt_real *dy,
+                                      const qt_real *x, const int32_t *idx, const qt_real *gu,
+                                      const qt_real *dgu, qt_real *scratch, int64_t T,
+                                      int64_t k, int64_t E, int64_t d, int64_t f,
+                                      int64_t scratch_elems)
+{
+    const int64_t cap = scratch_elems / (d + 3 * f);
+    if (cap < 1) {
+        qt_ffn_poison(dw_gu, E * 2 * f * d);
+        qt_ffn_poison(dw_down, E * d * f);
+        return;
+    }
+    qt_real *A = scratch, *B = A + cap * d, *C = B + cap * f;
+    for (int32_t e = 0; e < E; e++) {
+        qt_real *dwg = dw_gu + (int64_t)e * 2 * f * d, *dwd = dw_down + (int64_t)e * d * f;
+        for (int64_t r0 = 0, r1, n; r0 < T * k; r0 = r1) {
+            r1 = qt_ffn_chunk(&n, idx, k, e, -1, r0, T * k, cap);
+            if (n == 0) break;
+            qt_ffn_gather(A, dy, d, 0, idx, k, e, -1, r0, r1);
+            qt_ffn_gather(C, gu, 2 * f, 0, idx, k, e, -1, r0, r1);
+            qt_ffn_swiglu(B, C, n, f);
+            QT_FN(qt_matmul_wgrad)(dwd, A, B, n, d, f);
+            qt_ffn_gather(C, dgu, 2 * f, 0, idx, k, e, -1, r0, r1);
             qt_ffn_gather(A, x, d, 1, idx, k, e, -1, r0, r1);
             QT_FN(qt_matmul_wgrad)(dwg, C, A, n, 2 * f, d);
         }

@@ -43,6 +43,17 @@ void qt_expert_ffn_bwd_f64(double *dx, const double *dy, const int32_t *idx,
                            const double *gu, const double *w_gu, const double *w_down,
                            double *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
                            int64_t f, int64_t scratch_elems);
+/* As bwd (same dx bits), and also writes dgu[T*k,2f]: row r = d(gate, up) of that row
+ * (d gate = dh*u*silu'(gate), d up = dh*silu(gate), dh = dy[r] W_down[e]); rows whose
+ * expert is outside [0,E) are left untouched. dgu NULL: not written. */
+void qt_expert_ffn_bwd_save(float *dx, float *dgu, const float *dy, const int32_t *idx,
+                            const float *gu, const float *w_gu, const float *w_down,
+                            float *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
+                            int64_t f, int64_t scratch_elems);
+void qt_expert_ffn_bwd_save_f64(double *dx, double *dgu, const double *dy,
+                                const int32_t *idx, const double *gu, const double *w_gu,
+                                const double *w_down, double *scratch, int64_t T, int64_t k,
+                                int64_t E, int64_t d, int64_t f, int64_t scratch_elems);
 
 /* dw_gu[E,2f,d] and dw_down[E,d,f] accumulate the gradient of the T rows given (one
  * sequence: pass pointers already offset to its first token). Per expert, rows r
@@ -55,6 +66,17 @@ void qt_expert_ffn_wgrad_f64(double *dw_gu, double *dw_down, const double *dy,
                              const double *x, const int32_t *idx, const double *gu,
                              const double *w_down, double *scratch, int64_t T, int64_t k,
                              int64_t E, int64_t d, int64_t f, int64_t scratch_elems);
+
+/* As wgrad (same bits) but reads the backward's dgu rows instead of recomputing them
+ * (one matmul fewer per expert). Reads dy, x, idx, gu, dgu (offset like dy). */
+void qt_expert_ffn_wgrad_saved(float *dw_gu, float *dw_down, const float *dy, const float *x,
+                               const int32_t *idx, const float *gu, const float *dgu,
+                               float *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
+                               int64_t f, int64_t scratch_elems);
+void qt_expert_ffn_wgrad_saved_f64(double *dw_gu, double *dw_down, const double *dy,
+                                   const double *x, const int32_t *idx, const double *gu,
+                                   const double *dgu, double *scratch, int64_t T, int64_t k,
+                                   int64_t E, int64_t d, int64_t f, int64_t scratch_elems);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,12 @@
  * a channel value, tokens increasing for the weight gradient). Channels are walked as
  * contiguous blocks (one q head, one k head or one value head) so the qkvz column of a
  * channel is block start + i.
+ * bwd / wgrad are tiled (QT_GDN_CONV_CW channels x a window of tokens held in a fixed
+ * stack tile) so dpre = dc * silu'(pre) is evaluated once per element instead of once per
+ * tap, and the inner loops run contiguously over channels. Each output element still sees
+ * exactly the expression chain of the *_ref versions (same terms, same order), so the
+ * tiled and reference paths are bit-identical (tested); K too large for the tile falls back
+ * to the reference.
  */
 #include "qt_real.h"
 #include "kernels/gdn_conv.h"
@@ -67,7 +73,7 @@ void QT_FN(qt_gdn_conv_fwd)(qt_real *restrict c, qt_real *restrict pre,
     }
 }
 
-void QT_FN(qt_gdn_conv_bwd)(qt_real *restrict dqkvz, const qt_real *restrict pre,
+void QT_FN(qt_gdn_conv_bwd_ref)(qt_real *restrict dqkvz, const qt_real *restrict pre,
                             const qt_real *restrict dc, const qt_real *restrict w,
                             int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
                             int64_t dv, int64_t K)
@@ -97,7 +103,7 @@ void QT_FN(qt_gdn_conv_bwd)(qt_real *restrict dqkvz, const qt_real *restrict pre
     }
 }
 
-void QT_FN(qt_gdn_conv_wgrad)(qt_real *restrict dw, const qt_real *restrict pre,
+void QT_FN(qt_gdn_conv_wgrad_ref)(qt_real *restrict dw, const qt_real *restrict pre,
                               const qt_real *restrict dc, const qt_real *restrict qkvz,
                               int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv,
                               int64_t K)
@@ -117,6 +123,111 @@ void QT_FN(qt_gdn_conv_wgrad)(qt_real *restrict dw, const qt_real *restrict pre,
                     dw[ch * K + j] += dp * qkvz[tt * wq + col0 + i];
                 }
             }
+        }
+    }
+}
+
+/* Tile geometry: CW channels by ROWS token rows of dpre (the K-1 halo included); K taps
+ * of transposed weights / accumulators. 24 KiB float, fits L1 next to the streams. */
+#define QT_GDN_CONV_CW 64
+#define QT_GDN_CONV_ROWS 96
+#define QT_GDN_CONV_KMAX 32
+
+/* dp[r*CW + i] = dc * silu'(pre) for rows [t0, t1) of one sequence, channels ch..ch+cw. */
+static void qt_gdn_conv_dpre_rows(qt_real *restrict dp, const qt_real *restrict pre,
+                                  const qt_real *restrict dc, int64_t t0, int64_t t1,
+                                  int64_t cc, int64_t ch, int64_t cw)
+{
+    for (int64_t t = t0; t < t1; t++) {
+        const qt_real *p = pre + t * cc + ch, *g = dc + t * cc + ch;
+        qt_real *d = dp + (t - t0) * QT_GDN_CONV_CW;
+        for (int64_t i = 0; i < cw; i++) d[i] = g[i] * qt_gdn_dsilu(p[i]);
+    }
+}
+
+void QT_FN(qt_gdn_conv_bwd)(qt_real *restrict dqkvz, const qt_real *restrict pre,
+                            const qt_real *restrict dc, const qt_real *restrict w,
+                            int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
+                            int64_t dv, int64_t K)
+{
+    if (K < 1 || K > QT_GDN_CONV_KMAX) {
+        QT_FN(qt_gdn_conv_bwd_ref)(dqkvz, pre, dc, w, b, S, hk, dk, hv, dv, K);
+        return;
+    }
+    int64_t r = hv / hk, wq = hk * (2 * dk + 2 * r * dv), cc = 2 * hk * dk + hv * dv;
+    int64_t nblk = 2 * hk + hv, tt = QT_GDN_CONV_ROWS - (K - 1);
+    qt_real dp[QT_GDN_CONV_ROWS * QT_GDN_CONV_CW];
+    qt_real wt[QT_GDN_CONV_KMAX * QT_GDN_CONV_CW];
+    qt_real acc[QT_GDN_CONV_CW];
+    for (int64_t s = 0; s < b; s++) {
+        const qt_real *ps = pre + s * S * cc, *gs = dc + s * S * cc;
+        for (int64_t t0 = 0; t0 < S; t0 += tt) {
+            int64_t t1 = t0 + tt < S ? t0 + tt : S;
+            int64_t te = t1 + K - 1 < S ? t1 + K - 1 : S;
+            for (int64_t blk = 0; blk < nblk; blk++) {
+                int64_t ch0, col0, width;
+                qt_gdn_conv_block(blk, hk, dk, hv, dv, &ch0, &col0, &width);
+                for (int64_t i0 = 0; i0 < width; i0 += QT_GDN_CONV_CW) {
+                    int64_t cw = width - i0 < QT_GDN_CONV_CW ? width - i0 : QT_GDN_CONV_CW;
+                    int64_t ch = ch0 + i0;
+                    for (int64_t j = 0; j < K; j++)
+                        for (int64_t i = 0; i < cw; i++)
+                            wt[j * QT_GDN_CONV_CW + i] = w[(ch + i) * K + j];
+                    qt_gdn_conv_dpre_rows(dp, ps, gs, t0, te, cc, ch, cw);
+                    for (int64_t tu = t0; tu < t1; tu++) {
+                        for (int64_t i = 0; i < cw; i++) acc[i] = QT_R(0.0);
+                        /* output token t = tu + K-1-j saw this input through tap j */
+                        for (int64_t j = 0; j < K; j++) {
+                            int64_t t = tu + K - 1 - j;
+                            if (t >= S) continue;
+                            const qt_real *d = dp + (t - t0) * QT_GDN_CONV_CW;
+                            const qt_real *wj = wt + j * QT_GDN_CONV_CW;
+                            for (int64_t i = 0; i < cw; i++) acc[i] += d[i] * wj[i];
+                        }
+                        qt_real *du = dqkvz + (s * S + tu) * wq + col0 + i0;
+                        for (int64_t i = 0; i < cw; i++) du[i] += acc[i];
+                    }
+                }
+            }
+        }
+    }
+}
+
+void QT_FN(qt_gdn_conv_wgrad)(qt_real *restrict dw, const qt_real *restrict pre,
+                              const qt_real *restrict dc, const qt_real *restrict qkvz,
+                              int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv,
+                              int64_t K)
+{
+    if (K < 1 || K > QT_GDN_CONV_KMAX) {
+        QT_FN(qt_gdn_conv_wgrad_ref)(dw, pre, dc, qkvz, S, hk, dk, hv, dv, K);
+        return;
+    }
+    int64_t r = hv / hk, wq = hk * (2 * dk + 2 * r * dv), cc = 2 * hk * dk + hv * dv;
+    int64_t nblk = 2 * hk + hv;
+    qt_real dp[QT_GDN_CONV_CW];
+    /* acc[j*CW + i] carries dw[ch+i, j] through the token loop: the same chain of += as
+     * adding into dw directly, t increasing. */
+    qt_real acc[QT_GDN_CONV_KMAX * QT_GDN_CONV_CW];
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        int64_t ch0, col0, width;
+        qt_gdn_conv_block(blk, hk, dk, hv, dv, &ch0, &col0, &width);
+        for (int64_t i0 = 0; i0 < width; i0 += QT_GDN_CONV_CW) {
+            int64_t cw = width - i0 < QT_GDN_CONV_CW ? width - i0 : QT_GDN_CONV_CW;
+            int64_t ch = ch0 + i0;
+            for (int64_t j = 0; j < K; j++)
+                for (int64_t i = 0; i < cw; i++) acc[j * QT_GDN_CONV_CW + i] = dw[(ch + i) * K + j];
+            for (int64_t t = 0; t < S; t++) {
+                qt_gdn_conv_dpre_rows(dp, pre, dc, t, t + 1, cc, ch, cw);
+                for (int64_t j = 0; j < K; j++) {
+                    int64_t tu = t - K + 1 + j;
+                    if (tu < 0) continue;
+                    const qt_real *u = qkvz + tu * wq + col0 + i0;
+                    qt_real *a = acc + j * QT_GDN_CONV_CW;
+                    for (int64_t i = 0; i < cw; i++) a[i] += dp[i] * u[i];
+                }
+            }
+            for (int64_t j = 0; j < K; j++)
+                for (int64_t i = 0; i < cw; i++) dw[(ch + i) * K + j] = acc[j * QT_GDN_CONV_CW + i];
         }
     }
 }

@@ -26,7 +26,9 @@ extern "C" {
  *   tap sum is added once. Reads pre, dc [T,Cc] and w.
  * wgrad: one sequence of S rows (pointers already at its first row): accumulates
  *   dw[c,j] += dpre[t,c] * u[t-K+1+j, c] for t increasing. Reads pre, dc, qkvz.
- * Argument order: outputs, saved statistics, inputs, weights, sizes. */
+ * Argument order: outputs, saved statistics, inputs, weights, sizes.
+ * *_ref: the untiled scalar references of bwd / wgrad (same contract, bit-identical; the
+ * tests compare them; the tiled versions fall back to them for K > 32). */
 #define QT_GDN_CONV_DECLARE(R, SFX)                                                       \
     void qt_gdn_conv_fwd##SFX(R *c, R *pre, const R *qkvz, const R *w, int64_t b,         \
                               int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv,   \
@@ -36,7 +38,13 @@ extern "C" {
                               int64_t K);                                                  \
     void qt_gdn_conv_wgrad##SFX(R *dw, const R *pre, const R *dc, const R *qkvz,           \
                                 int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv, \
-                                int64_t K);
+                                int64_t K);                                                \
+    void qt_gdn_conv_bwd_ref##SFX(R *dqkvz, const R *pre, const R *dc, const R *w,         \
+                                  int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,\
+                                  int64_t dv, int64_t K);                                  \
+    void qt_gdn_conv_wgrad_ref##SFX(R *dw, const R *pre, const R *dc, const R *qkvz,       \
+                                    int64_t S, int64_t hk, int64_t dk, int64_t hv,         \
+                                    int64_t dv, int64_t K);
 
 QT_GDN_CONV_DECLARE(float, )
 QT_GDN_CONV_DECLARE(double, _f64)

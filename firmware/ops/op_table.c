@@ -1,8 +1,9 @@
 /* op_table.c - the kernel table: op kind -> wrapper, indexed by enum qt_op_kind.
- * Invariant: every kind below QT_OP_COUNT except NOP and COLLECTIVE has exactly one of
- * run/wgrad set (the WGRAD kinds the wgrad one); the interpreter refuses a plan that uses a
- * kind without the wrapper it needs. COLLECTIVE gets its wrapper with the multi-rank
- * communication layer. */
+ * Invariant: every kind below QT_OP_COUNT except NOP, the step-schedule kinds and
+ * COLLECTIVE has exactly one of run/wgrad set (the WGRAD kinds the wgrad one); the
+ * interpreter refuses a plan that uses a kind without the wrapper it needs. The step kinds
+ * (GRAD_FINALIZE, ADAMW) are run by runtime.c, which owns the step's state; COLLECTIVE gets
+ * its wrapper with the multi-rank communication layer. */
 #include "qt_op_fns.h"
 
 const qt_kernel_entry qt_kernel_table[QT_OP_COUNT] = {
@@ -46,5 +47,7 @@ const qt_kernel_entry qt_kernel_table[QT_OP_COUNT] = {
     [QT_OP_MOE_COMBINE_FWD] = {"moe_combine_fwd", qt_op_moe_combine_fwd, 0},
     [QT_OP_MOE_COMBINE_BWD] = {"moe_combine_bwd", qt_op_moe_combine_bwd, 0},
     [QT_OP_XENT] = {"xent", qt_op_xent, 0},
+    [QT_OP_GRAD_FINALIZE] = {"grad_finalize", 0, 0}, /* step schedule: runtime.c */
+    [QT_OP_ADAMW] = {"adamw", 0, 0},                 /* step schedule: runtime.c */
     [QT_OP_COLLECTIVE] = {"collective", 0, 0},
 };

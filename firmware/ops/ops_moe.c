@@ -4,7 +4,8 @@
  * the kernel. Scratch sizes come from the scratch tensor's numel, so the kernels can check
  * them. The WGRAD wrapper offsets every row-indexed input to sequence `seq` (rows
  * [seq*S, (seq+1)*S) of x, i.e. (t, slot) rows [seq*S*k, (seq+1)*S*k)) and accumulates into
- * dw[0] (W_gu) and dw[1] (W_down).
+ * dw[0] (W_gu) and dw[1] (W_down). When the plan gives the BWD op its dgu slot, the BWD
+ * parks d(gu) there and the WGRAD reads it instead of recomputing it (same bits).
  */
 #include "qt_op_fns.h"
 #include "../kernels/moe_route.h"
@@ -33,18 +34,30 @@ void qt_op_expert_ffn_fwd(const qt_op *op, const qt_ctx *ctx)
                       op->a[4], ctx->plan->tensors[op->t[6]].numel);
 }
 
+/* t8 dgu is optional: without it the WGRAD recomputes d(gu). */
 void qt_op_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_expert_ffn_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_i32(ctx, op->t[3]),
-                      qt_f32(ctx, op->t[4]), qt_f32(ctx, op->t[5]), qt_f32(ctx, op->t[6]),
-                      qt_f32(ctx, op->t[7]), op->a[0], op->a[1], op->a[2], op->a[3],
-                      op->a[4], ctx->plan->tensors[op->t[7]].numel);
+    float *dgu = op->t[8] != QT_NONE ? qt_f32(ctx, op->t[8]) : 0;
+    qt_expert_ffn_bwd_save(qt_f32(ctx, op->t[0]), dgu, qt_f32(ctx, op->t[1]),
+                           qt_i32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), qt_f32(ctx, op->t[5]),
+                           qt_f32(ctx, op->t[6]), qt_f32(ctx, op->t[7]), op->a[0], op->a[1],
+                           op->a[2], op->a[3], op->a[4], ctx->plan->tensors[op->t[7]].numel);
 }
 
 void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     const int64_t k = op->a[1], d = op->a[3], f = op->a[4], S = op->a[5];
     const int64_t t0 = seq * S;
+    if (op->t[7] != QT_NONE) {
+        qt_expert_ffn_wgrad_saved(dw[0], dw[1], qt_f32(ctx, op->t[0]) + t0 * k * d,
+                                  qt_f32(ctx, op->t[1]) + t0 * d,
+                                  qt_i32(ctx, op->t[2]) + t0 * k,
+                                  qt_f32(ctx, op->t[3]) + t0 * k * 2 * f,
+                                  qt_f32(ctx, op->t[7]) + t0 * k * 2 * f,
+                                  qt_f32(ctx, op->t[6]), S, k, op->a[2], d, f,
+                                  ctx->plan->tensors[op->t[6]].numel);
+        return;
+    }
     qt_expert_ffn_wgrad(dw[0], dw[1], qt_f32(ctx, op->t[0]) + t0 * k * d,
                         qt_f32(ctx, op->t[1]) + t0 * d, qt_i32(ctx, op->t[2]) + t0 * k,
                         qt_f32(ctx, op->t[3]) + t0 * k * 2 * f, qt_f32(ctx, op->t[5]),

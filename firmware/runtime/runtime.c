@@ -158,6 +158,16 @@ static int qt_runtime_validate(const qt_plan *p, const qt_run_opts *o)
             return QT_E_PLAN;
         }
     }
+    /* The one-rank step schedule: finalise the leaves of this step, then update. */
+    const int64_t leaves = tc->micro_batch * tc->grad_accum;
+    if (p->n_step_ops != 2 || !p->step_ops || p->step_ops[0].kind != QT_OP_GRAD_FINALIZE ||
+        p->step_ops[1].kind != QT_OP_ADAMW || p->step_ops[0].a[0] != leaves ||
+        p->step_ops[0].a[1] != tc->global_batch * tc->seq_len) {
+        fprintf(stderr, "plan %s: the step schedule must be grad_finalize (%lld leaves, %lld "
+                "tokens) then adamw\n", p->run_name, (long long)leaves,
+                (long long)(tc->global_batch * tc->seq_len));
+        return QT_E_PLAN;
+    }
     return QT_OK;
 }
 
@@ -201,18 +211,20 @@ double qt_runtime_lr(const qt_plan *p, int64_t t)
 
 /* Forward + backward of every microbatch, trees finalised and normalised by the token
  * count; fills loss, tokens and the (unclipped) gradient norm of *m. */
-static void qt_runtime_fwd_bwd(const qt_plan *p, const qt_data *d, int64_t step,
-                               qt_step_metrics *m)
+/* Every microbatch of the step: fill its tokens, run the schedule (forward, backward,
+ * per-sequence leaves into the trees), and add its per-sequence losses to the exact
+ * accumulators. Leaves the step's token count, loss and learning rate in *m. */
+static void qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t step,
+                                    qt_step_metrics *m)
 {
     const qt_kernel_entry *table = qt_runtime_table();
     qt_ctx ctx = {p, p->arena};
     const int64_t b = p->train.micro_batch, S = p->train.seq_len, G = p->train.grad_accum;
     /* ranks own contiguous, rank-major blocks of the global batch (design.md s.6) */
     const int64_t base = (int64_t)qt_rt.opts.rank * b * G;
-    qt_exact loss, lb, tok, sq;
+    qt_exact loss, lb;
     qt_exact_clear(&loss);
     qt_exact_clear(&lb);
-    qt_exact_clear(&tok);
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     for (int64_t mb = 0; mb < G; mb++) {
         qt_data_fill(d, step, p->train.global_batch, base + mb * b, b, S, qt_i32(&ctx, p->tokens),
@@ -226,42 +238,50 @@ static void qt_runtime_fwd_bwd(const qt_plan *p, const qt_data *d, int64_t step,
             const float *lbs = qt_f32(&ctx, p->lb_seq);
             for (int64_t s = 0; s < b; s++) qt_exact_add_f(&lb, lbs[s]);
         }
-        qt_exact_add_d(&tok, (double)(b * S));
         qt_runtime_lap(&t, QT_PH_LOSS);
     }
-    double n_tok = qt_exact_value(&tok);
-    /* One pass per chunk: tree total -> normalise -> exact square sum, each stage with the
-     * same per-element operations as when run over the whole region. */
+    /* the step schedule's GRAD_FINALIZE carries the global token count (validated at init) */
+    const double n_tok = (double)p->step_ops[0].a[1];
+    double loss_v = qt_exact_value(&loss) / n_tok + qt_exact_value(&lb);
+    m->step = step;
+    m->loss_f32 = (float)loss_v;
+    m->loss = (double)m->loss_f32;
+    m->tokens = (int64_t)n_tok;
+    m->lr = qt_runtime_lr(p, step);
+}
+
+/* QT_OP_GRAD_FINALIZE: tree total -> normalise by a1 -> exact square sum, fused per chunk,
+ * each stage with the same per-element operations as when run over the whole region.
+ * Leaves the gradient norm in *m. */
+static void qt_runtime_op_grad_finalize(const qt_plan *p, const qt_op *op, qt_step_metrics *m)
+{
+    double t = qt_rt.profile ? qt_runtime_now() : 0.0;
+    const float n_tok = (float)op->a[1];
     float *g = (float *)(void *)(p->arena + p->grads_offset);
     /* a power-of-two leaf count leaves the total in one level: divide straight from it
      * (the same single division per element as copying first) */
-    const int64_t n_leaves = b * G;
+    const int64_t n_leaves = op->a[0];
     const float *single = NULL;
     if ((n_leaves & (n_leaves - 1)) == 0) {
         int top = 0;
         while ((1ll << top) < n_leaves) top++;
         single = (const float *)(const void *)(p->arena + p->tree_offset[top]);
     }
+    qt_exact sq;
     qt_exact_clear(&sq);
     qt_exact_sq_clear(&qt_rt.sq);
     for (int64_t k0 = 0; k0 < p->n_param_elems; k0 += QT_RT_CHUNK) {
         int64_t c = p->n_param_elems - k0 < QT_RT_CHUNK ? p->n_param_elems - k0 : QT_RT_CHUNK;
         if (single) {
-            qt_vec_div_to(g + k0, single + k0, c, (float)n_tok);
+            qt_vec_div_to(g + k0, single + k0, c, n_tok);
         } else {
             qt_interp_finalize_grads_range(p, k0, c);
-            qt_grads_normalise(g + k0, c, (float)n_tok);
+            qt_grads_normalise(g + k0, c, n_tok);
         }
         qt_exact_sq_add(&qt_rt.sq, &sq, g + k0, c);
     }
     qt_exact_sq_flush(&qt_rt.sq, &sq);
-    double loss_v = qt_exact_value(&loss) / n_tok + qt_exact_value(&lb);
-    m->step = step;
-    m->loss_f32 = (float)loss_v;
-    m->loss = (double)m->loss_f32;
-    m->tokens = (int64_t)n_tok;
     m->grad_norm = qt_sqrt(qt_exact_value(&sq));
-    m->lr = qt_runtime_lr(p, step);
     qt_runtime_lap(&t, QT_PH_GRADS);
 }
 
@@ -269,7 +289,11 @@ int qt_runtime_grads(const qt_plan *p, const qt_data *d, int64_t step, qt_step_m
 {
     if (!p || p != qt_rt.plan) return QT_E_PLAN;
     double t0 = qt_runtime_now();
-    qt_runtime_fwd_bwd(p, d, step, m);
+    qt_runtime_microbatches(p, d, step, m);
+    /* the step schedule up to (not including) the update */
+    for (int32_t i = 0; i < p->n_step_ops && p->step_ops[i].kind != QT_OP_ADAMW; i++)
+        if (p->step_ops[i].kind == QT_OP_GRAD_FINALIZE)
+            qt_runtime_op_grad_finalize(p, &p->step_ops[i], m);
     m->step_seconds = qt_runtime_now() - t0;
     m->tokens_per_s = m->step_seconds > 0.0 ? (double)m->tokens / m->step_seconds : 0.0;
     m->fingerprint = qt_param_fingerprint(p);
@@ -304,11 +328,9 @@ static uint64_t qt_runtime_update(const qt_plan *p, const qt_adamw_hp *hp, float
     return fp;
 }
 
-int qt_runtime_step(const qt_plan *p, const qt_data *d, int64_t step, qt_step_metrics *m)
+/* QT_OP_ADAMW: clip (scale folded into the update), AdamW, fingerprint. */
+static void qt_runtime_op_adamw(const qt_plan *p, int64_t step, qt_step_metrics *m)
 {
-    if (!p || p != qt_rt.plan) return QT_E_PLAN;
-    double t0 = qt_runtime_now();
-    qt_runtime_fwd_bwd(p, d, step, m);
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     /* global-norm clipping: g * (float)(clip/norm), folded into the update */
     const double clip = (double)p->train.clip;
@@ -319,6 +341,20 @@ int qt_runtime_step(const qt_plan *p, const qt_data *d, int64_t step, qt_step_me
                      p->train.weight_decay, step);
     m->fingerprint = qt_runtime_update(p, &hp, gscale, scaled);
     qt_runtime_lap(&t, QT_PH_OPT);
+}
+
+int qt_runtime_step(const qt_plan *p, const qt_data *d, int64_t step, qt_step_metrics *m)
+{
+    if (!p || p != qt_rt.plan) return QT_E_PLAN;
+    double t0 = qt_runtime_now();
+    qt_runtime_microbatches(p, d, step, m);
+    for (int32_t i = 0; i < p->n_step_ops; i++) {
+        const qt_op *op = &p->step_ops[i];
+        if (op->kind == QT_OP_GRAD_FINALIZE)
+            qt_runtime_op_grad_finalize(p, op, m);
+        else if (op->kind == QT_OP_ADAMW)
+            qt_runtime_op_adamw(p, step, m);
+    }
     if (qt_rt.profile) qt_rt.prof_steps++;
     m->step_seconds = qt_runtime_now() - t0;
     m->tokens_per_s = m->step_seconds > 0.0 ? (double)m->tokens / m->step_seconds : 0.0;

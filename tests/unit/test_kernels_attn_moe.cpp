@@ -269,6 +269,65 @@ TEST(AttnKernel, ScratchFreePathGivesSameBits)
     CHECK(bits_equal(la, lb));
 }
 
+// The batched fast paths (eight keys' dots at once, exponentials in a separate pass) must
+// reproduce the one-dot-at-a-time references bit for bit, float and double: S and hd with
+// and without multiples of 8 (dot8 blocks, tails, lane tails), GQA groups of 1 and 2,
+// non-zero gradient buffers (the backward accumulates). hd 64 and 16 take the blocked
+// 16-wide fast paths (with S % 4 leftover rows), hd 12 and 5 the fallbacks.
+TEST(AttnKernel, BatchedDotsBitIdenticalToReference)
+{
+    struct { int64_t b, S, Hq, Hkv, hd; } cases[] = {{2, 37, 4, 2, 64}, {1, 24, 2, 2, 12},
+                                                       {2, 7, 2, 1, 5}, {2, 10, 2, 1, 16}};
+    for (auto &c : cases) {
+        const int64_t T = c.b * c.S, nq = T * c.Hq * c.hd, nk = T * c.Hkv * c.hd;
+        const uint64_t sd = 70 + (uint64_t)c.S;
+        vd q = rand_vec(nq, sd, 2.0), k = rand_vec(nk, sd + 1, 2.0), v = rand_vec(nk, sd + 2),
+           w = rand_vec(nq, sd + 3), g0 = rand_vec(nq, sd + 4), g1 = rand_vec(nk, sd + 5),
+           g2 = rand_vec(nk, sd + 6);
+        const double scale = 0.125;
+        {   // float
+            vf qf = to_f(q), kf = to_f(k), vv = to_f(v), wf = to_f(w), oa(nq), ob(nq),
+               la(c.b * c.Hq * c.S), lb(la.size()), sa(2 * c.S), sb(2 * c.S);
+            qt_attn_fwd(oa.data(), la.data(), qf.data(), kf.data(), vv.data(), sa.data(), c.b,
+                        c.S, c.Hq, c.Hkv, c.hd, (float)scale);
+            qt_attn_fwd_ref(ob.data(), lb.data(), qf.data(), kf.data(), vv.data(), sb.data(),
+                            c.b, c.S, c.Hq, c.Hkv, c.hd, (float)scale);
+            CHECK(bits_equal(oa, ob));
+            CHECK(bits_equal(la, lb));
+            vf dqa = to_f(g0), dka = to_f(g1), dva = to_f(g2), dqb = dqa, dkb = dka, dvb = dva;
+            qt_attn_bwd(dqa.data(), dka.data(), dva.data(), wf.data(), qf.data(), kf.data(),
+                        vv.data(), oa.data(), la.data(), sa.data(), c.b, c.S, c.Hq, c.Hkv,
+                        c.hd, (float)scale);
+            qt_attn_bwd_ref(dqb.data(), dkb.data(), dvb.data(), wf.data(), qf.data(), kf.data(),
+                            vv.data(), oa.data(), la.data(), sb.data(), c.b, c.S, c.Hq, c.Hkv,
+                            c.hd, (float)scale);
+            CHECK(bits_equal(dqa, dqb));
+            CHECK(bits_equal(dka, dkb));
+            CHECK(bits_equal(dva, dvb));
+            CHECK(!bits_equal(dqa, to_f(g0)));   // the backward did something
+        }
+        {   // double
+            vd oa(nq), ob(nq), la(c.b * c.Hq * c.S), lb(la.size()), sa(2 * c.S), sb(2 * c.S);
+            qt_attn_fwd_f64(oa.data(), la.data(), q.data(), k.data(), v.data(), sa.data(), c.b,
+                            c.S, c.Hq, c.Hkv, c.hd, scale);
+            qt_attn_fwd_ref_f64(ob.data(), lb.data(), q.data(), k.data(), v.data(), sb.data(),
+                                c.b, c.S, c.Hq, c.Hkv, c.hd, scale);
+            CHECK(memcmp(oa.data(), ob.data(), nq * sizeof(double)) == 0);
+            CHECK(memcmp(la.data(), lb.data(), la.size() * sizeof(double)) == 0);
+            vd dqa = g0, dka = g1, dva = g2, dqb = g0, dkb = g1, dvb = g2;
+            qt_attn_bwd_f64(dqa.data(), dka.data(), dva.data(), w.data(), q.data(), k.data(),
+                            v.data(), oa.data(), la.data(), sa.data(), c.b, c.S, c.Hq, c.Hkv,
+                            c.hd, scale);
+            qt_attn_bwd_ref_f64(dqb.data(), dkb.data(), dvb.data(), w.data(), q.data(),
+                                k.data(), v.data(), oa.data(), la.data(), sb.data(), c.b, c.S,
+                                c.Hq, c.Hkv, c.hd, scale);
+            CHECK(memcmp(dqa.data(), dqb.data(), nq * sizeof(double)) == 0);
+            CHECK(memcmp(dka.data(), dkb.data(), nk * sizeof(double)) == 0);
+            CHECK(memcmp(dva.data(), dvb.data(), nk * sizeof(double)) == 0);
+        }
+    }
+}
+
 TEST(AttnKernel, FloatMatchesDouble)
 {
     const int64_t b = 2, S = 33, Hq = 4, Hkv = 2, hd = 64;
@@ -547,6 +606,76 @@ TEST(ExpertFfnKernel, BackwardOrdersAndChunksAgreeBitwise)
     CHECK(bits_equal(dxa, dxc));
 }
 
+// The backward can park d(gu) for the wgrad (qt_expert_ffn_bwd_save / _wgrad_saved). All
+// three backward orders must park the same bits, dx must not change, and the saved wgrad must
+// equal the recomputing one bit for bit per sequence (float and double): the saved rows are
+// the same FMA chains as the recomputed ones by the matmul row contract.
+TEST(ExpertFfnKernel, SavedDguWgradBitIdenticalToRecompute)
+{
+    FfnCase c = ffn_case(40, 3, 4, 40, 24, 20, 170);   // two sequences of 20 tokens
+    vf x = to_f(c.x), wgu = to_f(c.wgu), wdown = to_f(c.wdown);
+    const int64_t R = c.T * c.k, row = c.d + 3 * c.f, head = R + c.E + 1 + R * c.d;
+    const int64_t b = c.T / c.S;
+    vf big(R * row + head), mid(head + 5 * row), small(row);
+    vf y(R * c.d), gu(R * 2 * c.f);
+    qt_expert_ffn_fwd(y.data(), gu.data(), x.data(), c.idx.data(), wgu.data(), wdown.data(),
+                      big.data(), c.T, c.k, c.E, c.d, c.f, big.size());
+    vf dy = to_f(rand_vec(R * c.d, 175)), base = to_f(rand_vec(c.T * c.d, 176));
+    vf dx0 = base, dxa = base, dxb = base, dxc = base;
+    vf dga(R * 2 * c.f, 0.f), dgb = dga, dgc = dga;
+    qt_expert_ffn_bwd(dx0.data(), dy.data(), c.idx.data(), gu.data(), wgu.data(), wdown.data(),
+                      big.data(), c.T, c.k, c.E, c.d, c.f, big.size());
+    qt_expert_ffn_bwd_save(dxa.data(), dga.data(), dy.data(), c.idx.data(), gu.data(),
+                           wgu.data(), wdown.data(), big.data(), c.T, c.k, c.E, c.d, c.f,
+                           big.size());
+    qt_expert_ffn_bwd_save(dxb.data(), dgb.data(), dy.data(), c.idx.data(), gu.data(),
+                           wgu.data(), wdown.data(), mid.data(), c.T, c.k, c.E, c.d, c.f,
+                           mid.size());
+    qt_expert_ffn_bwd_save(dxc.data(), dgc.data(), dy.data(), c.idx.data(), gu.data(),
+                           wgu.data(), wdown.data(), small.data(), c.T, c.k, c.E, c.d, c.f,
+                           small.size());
+    CHECK(bits_equal(dx0, dxa));
+    CHECK(bits_equal(dx0, dxb));
+    CHECK(bits_equal(dx0, dxc));
+    CHECK(bits_equal(dga, dgb));
+    CHECK(bits_equal(dga, dgc));
+    for (int64_t s = 0; s < b; s++) {
+        const int64_t t0 = s * c.S;
+        vf g0(wgu.size(), 0.f), g1(wdown.size(), 0.f), r0 = g0, r1 = g1;
+        qt_expert_ffn_wgrad(r0.data(), r1.data(), dy.data() + t0 * c.k * c.d,
+                            x.data() + t0 * c.d, c.idx.data() + t0 * c.k,
+                            gu.data() + t0 * c.k * 2 * c.f, wdown.data(), big.data(), c.S,
+                            c.k, c.E, c.d, c.f, big.size());
+        qt_expert_ffn_wgrad_saved(g0.data(), g1.data(), dy.data() + t0 * c.k * c.d,
+                                  x.data() + t0 * c.d, c.idx.data() + t0 * c.k,
+                                  gu.data() + t0 * c.k * 2 * c.f,
+                                  dga.data() + t0 * c.k * 2 * c.f, big.data(), c.S, c.k, c.E,
+                                  c.d, c.f, big.size());
+        CHECK(bits_equal(r0, g0));
+        CHECK(bits_equal(r1, g1));
+        double mx = 0;
+        for (float g : g0) mx = fmax(mx, fabs(g));
+        CHECK(mx > 0);
+    }
+    // double: the same identity on the _f64 kernels
+    vd yd(R * c.d), gud(R * 2 * c.f), scd(big.size()), dyd = rand_vec(R * c.d, 177);
+    qt_expert_ffn_fwd_f64(yd.data(), gud.data(), c.x.data(), c.idx.data(), c.wgu.data(),
+                          c.wdown.data(), scd.data(), c.T, c.k, c.E, c.d, c.f, scd.size());
+    vd dxd(c.T * c.d, 0.0), dgd(R * 2 * c.f, 0.0);
+    qt_expert_ffn_bwd_save_f64(dxd.data(), dgd.data(), dyd.data(), c.idx.data(), gud.data(),
+                               c.wgu.data(), c.wdown.data(), scd.data(), c.T, c.k, c.E, c.d,
+                               c.f, scd.size());
+    vd q0(c.wgu.size(), 0.0), q1(c.wdown.size(), 0.0), p0 = q0, p1 = q1;
+    qt_expert_ffn_wgrad_f64(p0.data(), p1.data(), dyd.data(), c.x.data(), c.idx.data(),
+                            gud.data(), c.wdown.data(), scd.data(), c.S, c.k, c.E, c.d, c.f,
+                            scd.size());
+    qt_expert_ffn_wgrad_saved_f64(q0.data(), q1.data(), dyd.data(), c.x.data(), c.idx.data(),
+                                  gud.data(), dgd.data(), scd.data(), c.S, c.k, c.E, c.d, c.f,
+                                  scd.size());
+    CHECK(memcmp(p0.data(), q0.data(), p0.size() * sizeof(double)) == 0);
+    CHECK(memcmp(p1.data(), q1.data(), p1.size() * sizeof(double)) == 0);
+}
+
 TEST(ExpertFfnKernel, FloatMatchesDouble)
 {
     FfnCase c = ffn_case(10, 2, 4, 16, 8, 5, 130);
@@ -618,7 +747,7 @@ TEST(MoeCombineKernel, BackwardMatchesFiniteDifferencesAndFloat)
 // A tiny hand-built plan: tensors packed into a static arena, 64-byte aligned.
 struct MiniPlan {
     alignas(64) unsigned char arena[1 << 16];
-    qt_tensor tensors[16];
+    qt_tensor tensors[24];
     qt_plan plan;
     qt_ctx ctx;
     int32_t n = 0;
@@ -809,6 +938,32 @@ TEST(AttnMoeWrappers, MoeSlots)
         double mx = 0;
         for (float g : g0) mx = fmax(mx, fabs(g));
         CHECK(mx > 0);   // the sequence really produced a gradient
+    }
+
+    // With the optional dgu slots (BWD t8 writes, WGRAD t7 reads): same dx, same dw bits.
+    const int32_t dg = m.add(T * k * 2 * f, QT_ROLE_SAVED), dx2 = m.add(T * d);
+    op = make_op(QT_OP_EXPERT_FFN_BWD);
+    op.t[0] = dx2; op.t[1] = dy; op.t[2] = x; op.t[3] = idx; op.t[4] = gu; op.t[5] = wgu;
+    op.t[6] = wd; op.t[7] = sc; op.t[8] = dg;
+    op.a[0] = T; op.a[1] = k; op.a[2] = E; op.a[3] = d; op.a[4] = f;
+    qt_op_expert_ffn_bwd(&op, &m.ctx);
+    CHECK(memcmp(dx_r.data(), m.f(dx2), dx_r.size() * 4) == 0);
+    op = make_op(QT_OP_EXPERT_FFN_WGRAD);
+    op.flags = QT_OPF_WGRAD;
+    op.t[0] = dy; op.t[1] = x; op.t[2] = idx; op.t[3] = gu; op.t[4] = wgu; op.t[5] = wd;
+    op.t[6] = sc; op.t[7] = dg;
+    op.a[0] = T; op.a[1] = k; op.a[2] = E; op.a[3] = d; op.a[4] = f; op.a[5] = S;
+    op.a[8] = 0; op.a[9] = 1;
+    for (int64_t s = 0; s < b; s++) {
+        vf g0(E * 2 * f * d, 0.f), g1(E * d * f, 0.f), r0(g0.size(), 0.f), r1(g1.size(), 0.f);
+        float *const dw[2] = {g0.data(), g1.data()};
+        qt_op_expert_ffn_wgrad(&op, &m.ctx, s, dw);
+        qt_expert_ffn_wgrad(r0.data(), r1.data(), dy_r.data() + s * S * k * d,
+                            m.f(x) + s * S * d, idx_r.data() + s * S * k,
+                            gu_r.data() + s * S * k * 2 * f, m.f(wd), sc_r.data(), S, k, E, d,
+                            f, sc_r.size());
+        CHECK(bits_equal(r0, g0));
+        CHECK(bits_equal(r1, g1));
     }
 
     op = make_op(QT_OP_MOE_ROUTE_BWD);

@@ -114,6 +114,7 @@ struct rt_plan_store {
     qt_tensor tensors[5];
     qt_param params[2];
     qt_op ops[2];
+    qt_op step_ops[2];
 };
 
 static void rt_fake_loss(const qt_op *op, const qt_ctx *ctx)
@@ -238,6 +239,15 @@ static void rt_build_plan(rt_plan_store *st, int64_t b, int64_t G)
     st->ops[1].a[9] = 1;
     p->n_mb_ops = 2;
     p->mb_ops = st->ops;
+    // the step schedule configgen emits: finalise b*G leaves over the step's tokens, update
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < QT_OP_MAX_T; k++) st->step_ops[i].t[k] = QT_NONE;
+    st->step_ops[0].kind = QT_OP_GRAD_FINALIZE;
+    st->step_ops[0].a[0] = b * G;
+    st->step_ops[0].a[1] = b * G * RT_S;
+    st->step_ops[1].kind = QT_OP_ADAMW;
+    p->n_step_ops = 2;
+    p->step_ops = st->step_ops;
 }
 
 // ------------------------------------------------------------------ tree via interpreter
@@ -836,6 +846,12 @@ TEST(RuntimeStep, InitRejectsRankMismatchAndForeignArena)
     LONGS_EQUAL(0, qt_runtime_init(&st.plan, &o));
     // a table edited after generation no longer matches its hash: refused
     st.plan.train.lr *= 2.0f;
+    CHECK(qt_runtime_init(&st.plan, &o) != 0);
+    st.plan.train.lr /= 2.0f;
+    LONGS_EQUAL(0, qt_runtime_init(&st.plan, &o));
+    // a step schedule that finalises the wrong number of leaves: refused
+    st.step_ops[0].a[0] += 1;
+    st.plan.hash = qt_plan_hash(&st.plan);
     CHECK(qt_runtime_init(&st.plan, &o) != 0);
     qt_runtime_set_kernel_table(NULL);
 }
