@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "qt_cg.h"
+#include "../../firmware/kernels/gdn_core.h"
+#include "../../firmware/kernels/gdn_chunk.h"
 
 static int is_wgrad_kind(int k)
 {
@@ -64,8 +66,29 @@ static int check_sizes(const qt_cg_graph *g, const qt_op *o, int i, const char *
         break;
     }
     case QT_OP_MOE_COMBINE_FWD: NEED(0, a[0] * a[2]); NEED(1, a[0] * a[1]); NEED(2, a[0] * a[1] * a[2]); break;
+    case QT_OP_GDN_CORE_BWD: {
+        int64_t C = QT_GDN_CHUNK_ROWS(a[6], a[1]);
+        ATLEAST(10, a[7] ? QT_GDN_CHUNK_BWD_SCRATCH(C, a[3], a[5])
+                         : QT_GDN_CORE_SCRATCH(a[6], a[3], a[5]));
+        break;
+    }
+    case QT_OP_ATTN_BWD:
+        NEED(0, a[0] * a[1] * a[2] * a[4]); NEED(1, a[0] * a[1] * a[3] * a[4]);
+        NEED(2, a[0] * a[1] * a[3] * a[4]); NEED(3, a[0] * a[1] * a[2] * a[4]);
+        NEED(8, a[0] * a[2] * a[1]); ATLEAST(9, a[1]);
+        break;
+    case QT_OP_EXPERT_FFN_BWD: case QT_OP_EXPERT_FFN_WGRAD: {
+        /* the forward's scratch rule, and d(gu) shaped like gu when it is planned */
+        int64_t S = g->s->tr.seq_len, scr = a[0] * a[1] * (a[3] + a[4]);
+        if (S * (a[3] + 3 * a[4]) > scr) scr = S * (a[3] + 3 * a[4]);
+        int bwd = o->kind == QT_OP_EXPERT_FFN_BWD;
+        ATLEAST(bwd ? 7 : 6, scr);
+        NEED(bwd ? 8 : 7, a[0] * a[1] * 2 * a[4]);
+        break;
+    }
     case QT_OP_GDN_CORE_FWD: {
         int64_t nch = (a[1] + a[6] - 1) / a[6];
+        if (a[7]) ATLEAST(7, QT_GDN_CHUNK_FWD_SCRATCH(QT_GDN_CHUNK_ROWS(a[6], a[1]), a[3], a[5]));
         NEED(0, a[0] * a[1] * a[4] * a[5]); NEED(1, a[0] * a[4] * nch * a[3] * a[5]);
         NEED(2, a[0] * a[1] * a[2]); NEED(3, a[0] * a[1] * a[2]);
         NEED(4, a[0] * a[1] * (2 * a[2] * a[3] + a[4] * a[5]));
@@ -98,7 +121,12 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
                 continue;
             }
             if (id == QT_NONE) {
+                /* optional slots (qt_ops.h): lb_seq without a load-balance term, and the
+                 * expert backward's saved d(gu) */
                 if (o->kind == QT_OP_MOE_ROUTE_FWD && s == 2) continue;
+                if ((o->kind == QT_OP_EXPERT_FFN_BWD && s == 8) ||
+                    (o->kind == QT_OP_EXPERT_FFN_WGRAD && s == 7))
+                    continue;
                 return qt_cg_fail(err, errlen, "%s op %d (%s): slot t%d unset", which, i,
                                   qt_cg_op_name(o->kind), s);
             }

@@ -109,9 +109,9 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
             k++;
         if (k == QT_KEY_COUNT) {
             int best = 0, best_d = 1 << 30;
-            for (int c = 0; c < QT_KEY_COUNT; c++) {
-                int dist = qt_cli_distance(arg, klen, qt_cli_names[c]);
-                if (dist < best_d) { best_d = dist; best = c; }
+            for (int cand = 0; cand < QT_KEY_COUNT; cand++) {
+                int dist = qt_cli_distance(arg, klen, qt_cli_names[cand]);
+                if (dist < best_d) { best_d = dist; best = cand; }
             }
             if (best_d <= 3)
                 fprintf(stderr, "qtrain: unknown key '%.*s' in '%s'; did you mean '%s'? (try: help)\n",

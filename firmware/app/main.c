@@ -52,7 +52,11 @@ static int qt_main_check_dest(const char *key, const char *path)
 {
     const char *slash = strrchr(path, '/');
     size_t n = slash ? (size_t)(slash - path) : 0;
-    if (n >= sizeof qt_main_state.dir_buf) n = sizeof qt_main_state.dir_buf - 1;
+    if (!path[0] || (slash && !slash[1]) || strlen(path) >= sizeof qt_main_state.dir_buf) {
+        fprintf(stderr, "qtrain: %s=%s: expected a file path (not empty, not ending in '/', "
+                "shorter than %zu characters)\n", key, path, sizeof qt_main_state.dir_buf);
+        return QT_E_ARG;
+    }
     memcpy(qt_main_state.dir_buf, path, n);
     qt_main_state.dir_buf[n] = 0;
     const char *dir = slash ? (n ? qt_main_state.dir_buf : "/") : ".";

@@ -21,6 +21,12 @@
 #ifdef QT_REAL_DOUBLE
 #define QT_MM_FMA(a, b, c) __builtin_fma((a), (b), (c))
 #else
+/* The float path's bits are defined as chains of single-rounding FMAs; without the
+ * instruction __builtin_fmaf becomes a libm call (and an emulated fmaf is not worth its
+ * cost), so a target without FMA is refused at build time. */
+#ifndef __FMA__
+#error "qtrain's float kernels need the FMA instruction: build with ARCH=-march=x86-64-v3 (or newer, or -march=native on such a CPU)"
+#endif
 #define QT_MM_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
 #endif
 

@@ -12,6 +12,7 @@
 #include "qt_tree.h"
 #include "../io/qt_io.h"
 #include "../kernels/gdn_core.h"
+#include "../kernels/gdn_chunk.h"
 #include "../kernels/moe_route.h"
 
 static struct {
@@ -64,6 +65,23 @@ static int qt_interp_check_ops(const qt_plan *p, const qt_kernel_entry *table, c
                     (long long)op->a[3], (long long)op->a[5], (long long)op->a[6],
                     QT_GDN_CORE_MAX_DIM);
             return QT_E_PLAN;
+        }
+        /* the delta rule's scratch has no size argument: a short one would overrun */
+        if (gdn) {
+            const int fwd = op->kind == QT_OP_GDN_CORE_FWD, slot = fwd ? 7 : 10;
+            const int64_t C = QT_GDN_CHUNK_ROWS(op->a[6], op->a[1]);
+            const int64_t need =
+                op->a[7] ? (fwd ? QT_GDN_CHUNK_FWD_SCRATCH(C, op->a[3], op->a[5])
+                                : QT_GDN_CHUNK_BWD_SCRATCH(C, op->a[3], op->a[5]))
+                         : (fwd ? 0 : QT_GDN_CORE_SCRATCH(op->a[6], op->a[3], op->a[5]));
+            const int32_t st = op->t[slot];
+            if (need > 0 && (st < 0 || st >= p->n_tensors || p->tensors[st].numel < need)) {
+                fprintf(stderr, "plan %s: %s op %d: delta-rule scratch t%d holds %lld floats, "
+                        "needs %lld\n", p->run_name, sched, i, slot,
+                        (long long)(st >= 0 && st < p->n_tensors ? p->tensors[st].numel : 0),
+                        (long long)need);
+                return QT_E_PLAN;
+            }
         }
         int route = op->kind == QT_OP_MOE_ROUTE_FWD || op->kind == QT_OP_MOE_ROUTE_BWD;
         if (route && op->f[0] != 0.0f && op->a[1] > QT_MOE_MAX_EXPERTS) {

@@ -3,8 +3,9 @@
  * Invariant: every element gets exactly one IEEE operation with the operands in the stated
  * order, in the vector body (AVX-512, when compiled for it) and in the scalar tail alike, so
  * the result is bit-identical to the plain scalar loop whatever the vector width. There are
- * no reductions here (those would need reassociation). gcc -O2 does not vectorise these
- * loops on its own (very-cheap cost model), which is why they are spelled out.
+ * no reductions here (those would need reassociation). The loops are spelled out with
+ * intrinsics so their speed does not depend on the compiler's vectoriser; the bits never
+ * depend on it either way.
  */
 #ifndef QT_VEC_H
 #define QT_VEC_H

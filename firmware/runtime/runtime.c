@@ -209,8 +209,6 @@ double qt_runtime_lr(const qt_plan *p, int64_t t)
     return qt_lr_schedule(t, peak, n, (double)p->train.warmup_frac, (double)p->train.final_frac);
 }
 
-/* Forward + backward of every microbatch, trees finalised and normalised by the token
- * count; fills loss, tokens and the (unclipped) gradient norm of *m. */
 /* Every microbatch of the step: fill its tokens, run the schedule (forward, backward,
  * per-sequence leaves into the trees), and add its per-sequence losses to the exact
  * accumulators. Leaves the step's token count, loss and learning rate in *m. */

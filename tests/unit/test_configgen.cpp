@@ -583,16 +583,20 @@ TEST(CgSchedule, CheckerCatchesAttributesThatDisagreeWithShapes)
     LONGS_EQUAL(0, p.build(kTiny));
     char err[1024] = "";
     LONGS_EQUAL(0, qt_cg_check_schedule(&p.g, err, sizeof err));
-    int kinds[] = {QT_OP_MATMUL_FWD, QT_OP_EXPERT_FFN_FWD, QT_OP_GDN_CORE_FWD, QT_OP_ATTN_FWD};
-    for (int kind : kinds) {
+    // (kind, attribute to bump): shapes of the operands, and the kernel scratch sizes
+    const int cases[][2] = {{QT_OP_MATMUL_FWD, 1}, {QT_OP_EXPERT_FFN_FWD, 1},
+                            {QT_OP_GDN_CORE_FWD, 1}, {QT_OP_ATTN_FWD, 1},
+                            {QT_OP_GDN_CORE_BWD, 3}, {QT_OP_ATTN_BWD, 1},
+                            {QT_OP_EXPERT_FFN_BWD, 4}, {QT_OP_EXPERT_FFN_WGRAD, 4}};
+    for (const auto &cs : cases) {
         int at = -1;
         for (int o = 0; o < p.g.nmb && at < 0; o++)
-            if (p.g.mb[o].kind == kind) at = o;
+            if (p.g.mb[o].kind == cs[0]) at = o;
         CHECK(at >= 0);
-        p.g.mb[at].a[1] += 1;  // one size off
+        p.g.mb[at].a[cs[1]] += 1;  // one size off
         CHECK(qt_cg_check_schedule(&p.g, err, sizeof err) != 0);
         CHECK(strstr(err, "the attributes need") != NULL);
-        p.g.mb[at].a[1] -= 1;
+        p.g.mb[at].a[cs[1]] -= 1;
     }
     LONGS_EQUAL(0, qt_cg_check_schedule(&p.g, err, sizeof err));
 }
