@@ -159,6 +159,7 @@ int main(int argc, char **argv)
     }
 
     int64_t step = start;
+    double first_loss = 0.0, last_loss = 0.0;
     if (step < end) {
         qt_runtime_mark_steps(1);
         for (; step < end; step++) {
@@ -174,6 +175,17 @@ int main(int argc, char **argv)
                 }
                 qt_progress_print(stderr, &m, end);
             }
+            if (step == start) first_loss = m.loss;
+            last_loss = m.loss;
+            /* A non-finite loss or norm has already reached the parameters (AdamW ran):
+             * stop rather than train on, and write no checkpoint of that state. */
+            if (!(m.loss - m.loss == 0.0) || !(m.grad_norm - m.grad_norm == 0.0)) {
+                qt_runtime_mark_steps(0);
+                fprintf(stderr, "qtrain: step %lld: loss %g, gradient norm %g are not finite; "
+                        "stopping without saving (lower learning_rate, or check the data)\n",
+                        (long long)step + 1, m.loss, m.grad_norm);
+                return qt_main_finish(QT_EXIT_ERR);
+            }
             if (cli.save_every && (step + 1) % cli.save_every == 0 && step + 1 < end && rank == 0 &&
                 qt_checkpoint_save(p, cli.save, 1, step + 1, qt_main_data_pos(p, step + 1)) != QT_OK) {
                 qt_runtime_mark_steps(0);
@@ -181,6 +193,9 @@ int main(int argc, char **argv)
             }
         }
         qt_runtime_mark_steps(0);
+        if (rank == 0)
+            fprintf(stderr, "qtrain: trained steps %lld..%lld: loss %.6f -> %.6f\n",
+                    (long long)start + 1, (long long)end, first_loss, last_loss);
     }
     if (cli.save && rank == 0 &&
         qt_checkpoint_save(p, cli.save, 1, step, qt_main_data_pos(p, step)) != QT_OK)

@@ -44,6 +44,15 @@ save_missing_dir() {
 check "save: unwritable destination fails at start-up with its name, nothing written" save_missing_dir
 check "metrics: a failing metrics write (full disk) is an error" expect_fail "writing the metrics file /dev/full failed" $Q steps=2 data=$T metrics=/dev/full
 
+# ---- divergence
+diverged_stops() {
+  $Q steps=3 data=$T learning_rate=1e30 save=$B/diverged.safetensors 2> $QT_TMP/err.txt \
+    && { echo "a diverged run exited 0"; return 1; }
+  grep -q "are not finite; stopping without saving" $QT_TMP/err.txt || { cat $QT_TMP/err.txt; return 1; }
+  ! ls $B/diverged.safetensors* 2>/dev/null | grep -q .
+}
+check "training: a non-finite loss or gradient norm stops the run, nothing saved" diverged_stops
+
 # ---- rank count
 check "ranks: started on 2 ranks for a 1-rank plan" expect_fail "rank" mpiexec -n 2 $Q steps=1 data=$T
 
