@@ -1,13 +1,15 @@
 /* qt_cg_memplan.c - arena layout and the liveness-based activation planner.
  *
  * Layout (bytes, every region and tensor 64-byte aligned):
- *   params | grads | adam_m | adam_v | tree level 0..n-1 | leaf scratch | activations
- * The first six regions are flat parameter regions: parameter p sits at the same element
- * offset (flat_offset, a multiple of 16 so every tensor stays 64-byte aligned) in each of
- * them; padding elements between parameters are never read as parameters and stay zero.
- * n_tree_levels = bit length of the sequences this rank processes per step
- * (micro_batch * grad_accum); the leaf scratch holds the two largest parameters (a WGRAD op
- * produces at most two). Activations, saved statistics, gradients of activations, inputs,
+ *   params | adam_m | adam_v | tree level 0..n-1 (level n-1 = grads) | leaf scratch | activations
+ * The regions before the leaf scratch are flat parameter regions: parameter p sits at the
+ * same element offset (flat_offset, a multiple of 16 so every tensor stays 64-byte aligned)
+ * in each of them; padding elements between parameters are never read as parameters and
+ * stay zero. n_tree_levels = bit length of the sequences this rank processes per step
+ * (micro_batch * grad_accum). The gradient region is the top tree level itself: that level
+ * is written only by the last carry of the step's tree and stays occupied from then on, so
+ * the runtime completes the total in place there (qt_tree.h) and no separate region is
+ * needed. The leaf scratch holds the parameters of the largest WGRAD op (at most two). Activations, saved statistics, gradients of activations, inputs,
  * losses, the rotary table and kernel scratch get offsets from a greedy planner: lifetime =
  * [first, last] op index in the microbatch schedule (whole schedule for tokens, targets,
  * loss_seq, lb_seq and the table); tensors are placed largest first (ties by id) at the
@@ -97,18 +99,18 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
     g->n_param_elems = off;
     int64_t region = off * 4;
     g->params_offset = 0;
-    g->grads_offset = region;
-    g->adam_m_offset = 2 * region;
-    g->adam_v_offset = 3 * region;
+    g->adam_m_offset = region;
+    g->adam_v_offset = 2 * region;
     int64_t seqs = g->s->tr.micro_batch * g->s->tr.grad_accum, lv = 0;
     while (seqs >> lv) lv++;
-    if (lv > QT_MAX_TREE_LEVELS)
-        return qt_cg_fail(err, errlen, "%lld sequences per step need %lld tree levels (max %d)",
+    if (lv < 1 || lv > QT_MAX_TREE_LEVELS)
+        return qt_cg_fail(err, errlen, "%lld sequences per step need %lld tree levels (1..%d)",
                           (long long)seqs, (long long)lv, QT_MAX_TREE_LEVELS);
     g->n_tree_levels = (int32_t)lv;
     for (int i = 0; i < QT_MAX_TREE_LEVELS; i++)
-        g->tree_offset[i] = i < lv ? (4 + i) * region : 0;
-    g->leaf_scratch_offset = (4 + lv) * region;
+        g->tree_offset[i] = i < lv ? (3 + i) * region : 0;
+    g->grads_offset = g->tree_offset[lv - 1];
+    g->leaf_scratch_offset = (3 + lv) * region;
     g->leaf_scratch_elems = ALIGN_UP(leaf_need, 16);
     g->act_offset = ALIGN_UP(g->leaf_scratch_offset + 4 * g->leaf_scratch_elems,
                              (int64_t)QT_TENSOR_ALIGN);
@@ -151,11 +153,50 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
     return 0;
 }
 
+/* The flat regions: the tree levels the step's leaf count needs, the gradient region being
+ * the top one, and params, Adam moments, levels and leaf scratch pairwise disjoint, below
+ * the activations. */
+static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
+{
+    int64_t seqs = g->s->tr.micro_batch * g->s->tr.grad_accum, lv = 0;
+    while (seqs >> lv) lv++;
+    if (g->n_tree_levels != lv || lv < 1 || lv > QT_MAX_TREE_LEVELS)
+        return qt_cg_fail(err, errlen, "%d tree levels, %lld sequences per step need %lld",
+                          g->n_tree_levels, (long long)seqs, (long long)lv);
+    if (g->grads_offset != g->tree_offset[lv - 1])
+        return qt_cg_fail(err, errlen, "gradient region at %lld is not the top tree level "
+                          "(%lld)", (long long)g->grads_offset,
+                          (long long)g->tree_offset[lv - 1]);
+    enum { NREG = 4 + QT_MAX_TREE_LEVELS };
+    int64_t lo[NREG], hi[NREG];
+    const int64_t pb = 4 * g->n_param_elems;
+    int n = 0;
+    lo[n] = g->params_offset, hi[n] = lo[n] + pb, n++;
+    lo[n] = g->adam_m_offset, hi[n] = lo[n] + pb, n++;
+    lo[n] = g->adam_v_offset, hi[n] = lo[n] + pb, n++;
+    lo[n] = g->leaf_scratch_offset, hi[n] = lo[n] + 4 * g->leaf_scratch_elems, n++;
+    for (int l = 0; l < lv; l++) lo[n] = g->tree_offset[l], hi[n] = lo[n] + pb, n++;
+    for (int i = 0; i < n; i++) {
+        if (lo[i] < 0 || lo[i] % QT_TENSOR_ALIGN || hi[i] > g->act_offset)
+            return qt_cg_fail(err, errlen, "flat region [%lld, %lld) misaligned or not below "
+                              "the activations (%lld)", (long long)lo[i], (long long)hi[i],
+                              (long long)g->act_offset);
+        for (int j = i + 1; j < n; j++)
+            if (lo[i] < hi[j] && lo[j] < hi[i])
+                return qt_cg_fail(err, errlen, "flat regions [%lld, %lld) and [%lld, %lld) "
+                                  "overlap", (long long)lo[i], (long long)hi[i],
+                                  (long long)lo[j], (long long)hi[j]);
+    }
+    return 0;
+}
+
 int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen)
 {
     if (g->arena_bytes % QT_ARENA_ALIGN)
         return qt_cg_fail(err, errlen, "arena size %lld is not a multiple of 2 MiB",
                           (long long)g->arena_bytes);
+    int rc = check_regions(g, err, errlen);
+    if (rc) return rc;
     for (int i = 0; i < g->nt; i++) {
         const qt_tensor *t = &g->ts[i].t;
         int64_t n = 1;

@@ -148,11 +148,11 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
     int64_t param_b = 4 * g->n_param_elems;
     qt_cg_buf_printf(b, "\n== per-rank bytes ==\n");
     mib(b, "params (fp32 master)", param_b);
-    mib(b, "grads", param_b);
     mib(b, "adam m + v", 2 * param_b);
     char lv[64];
     snprintf(lv, sizeof lv, "gradient tree (%d levels)", g->n_tree_levels);
     mib(b, lv, (int64_t)g->n_tree_levels * param_b);
+    mib(b, "  of which grads (top level)", param_b);
     mib(b, "leaf scratch", 4 * g->leaf_scratch_elems);
     mib(b, "activations (peak)", g->act_peak);
     mib(b, "comm buffers", 0);
@@ -164,11 +164,13 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
     qt_cg_buf_printf(b, "\n== collectives per step ==\n  none (1 rank): 0 bytes moved\n");
 
     qt_cg_buf_printf(b, "\n== memory map (byte offsets in the arena) ==\n");
-    qt_cg_buf_printf(b, "  %14lld params\n  %14lld grads\n  %14lld adam_m\n  %14lld adam_v\n",
-                     (long long)g->params_offset, (long long)g->grads_offset,
-                     (long long)g->adam_m_offset, (long long)g->adam_v_offset);
+    qt_cg_buf_printf(b, "  %14lld params\n  %14lld adam_m\n  %14lld adam_v\n",
+                     (long long)g->params_offset, (long long)g->adam_m_offset,
+                     (long long)g->adam_v_offset);
     for (int i = 0; i < g->n_tree_levels; i++)
-        qt_cg_buf_printf(b, "  %14lld tree level %d\n", (long long)g->tree_offset[i], i);
+        qt_cg_buf_printf(b, "  %14lld tree level %d%s\n", (long long)g->tree_offset[i], i,
+                         g->tree_offset[i] == g->grads_offset
+                             ? " = grads (the step's total is completed here in place)" : "");
     qt_cg_buf_printf(b, "  %14lld leaf scratch (%lld floats)\n  %14lld activations (%lld bytes "
                      "peak)\n  %14lld end\n", (long long)g->leaf_scratch_offset,
                      (long long)g->leaf_scratch_elems, (long long)g->act_offset,

@@ -232,9 +232,12 @@ enum qt_op_kind {
        microbatch. These ops have no tensor slots: they work on the plan's flat parameter,
        gradient, Adam and tree regions, and their wrappers live in firmware/runtime/runtime.c
        because they read and write the step's state (token count, norm, learning rate). */
-    /* GRAD_FINALIZE: combine the a0 leaves of every parameter's pairwise tree into the
-       gradient region, divide each element by a1 (the step's global target-token count, as a
-       float), and take the exact sum of squares of the result for the global norm. */
+    /* GRAD_FINALIZE: complete the pairwise-tree total of the a0 leaves in place in the
+       gradient region, which is the top tree level (grads_offset ==
+       tree_offset[n_tree_levels-1]): the lower occupied levels are summed lowest first and
+       added as top = top + rest; then divide each element by a1 (the step's global
+       target-token count, as a float) and take the exact sum of squares of the result for
+       the global norm. */
     QT_OP_GRAD_FINALIZE,
     /* ADAMW: global-norm clipping at train.clip (the scale is folded into the update),
        AdamW with the step's learning rate over every parameter, and the parameter

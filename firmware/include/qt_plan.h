@@ -159,8 +159,12 @@ typedef struct qt_plan {
     int32_t n_params;
     const qt_param *params;
     int64_t n_param_elems;         /* total flat parameter elements */
-    int64_t params_offset, grads_offset, adam_m_offset, adam_v_offset; /* bytes */
-    int32_t n_tree_levels;         /* log2(leaves)+1 partial-sum regions */
+    /* Flat regions, bytes, each n_param_elems floats, pairwise disjoint except that the
+     * gradient region IS the top tree level: grads_offset == tree_offset[n_tree_levels-1]
+     * (that level is filled by the step's last tree carry and the total is completed there
+     * in place). Layout: params | adam_m | adam_v | tree levels | leaf scratch | activations. */
+    int64_t params_offset, grads_offset, adam_m_offset, adam_v_offset;
+    int32_t n_tree_levels;         /* exactly floor(log2(leaves))+1 partial-sum regions */
     int64_t tree_offset[QT_MAX_TREE_LEVELS];  /* bytes, each n_param_elems floats */
     int64_t leaf_scratch_offset;   /* bytes, room for the two largest params of one op */
     int64_t leaf_scratch_elems;

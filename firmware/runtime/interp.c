@@ -114,9 +114,16 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
     }
     int64_t leaves = p->train.micro_batch * p->train.grad_accum;
     int need = qt_tree_levels_needed(leaves);
-    if (p->n_tree_levels < need || p->n_tree_levels > QT_MAX_TREE_LEVELS) {
-        fprintf(stderr, "plan %s: %d tree levels, %d leaves need %d (max %d)\n", p->run_name,
-                p->n_tree_levels, (int)leaves, need, QT_MAX_TREE_LEVELS);
+    /* exactly: the gradient region is the top level, which only the last carry fills */
+    if (p->n_tree_levels != need || need > QT_MAX_TREE_LEVELS) {
+        fprintf(stderr, "plan %s: %d tree levels, %lld leaves need exactly %d (max %d)\n",
+                p->run_name, p->n_tree_levels, (long long)leaves, need, QT_MAX_TREE_LEVELS);
+        return QT_E_PLAN;
+    }
+    if (p->grads_offset != p->tree_offset[need - 1]) {
+        fprintf(stderr, "plan %s: gradient region at byte %lld is not the top tree level (level "
+                "%d at byte %lld)\n", p->run_name, (long long)p->grads_offset, need - 1,
+                (long long)p->tree_offset[need - 1]);
         return QT_E_PLAN;
     }
     memset(qt_interp_state.wgrad_uses, 0, sizeof qt_interp_state.wgrad_uses);
@@ -219,14 +226,10 @@ void qt_interp_finalize_grads_range(const qt_plan *p, int64_t off, int64_t n)
 {
     float *levels[QT_MAX_TREE_LEVELS];
     qt_interp_levels(p, levels);
-    qt_tree_finalize_range((float *)(void *)(p->arena + p->grads_offset) + off, levels, off, n,
-                           p->train.micro_batch * p->train.grad_accum);
+    qt_tree_finalize_range(levels, off, n, p->train.micro_batch * p->train.grad_accum);
 }
 
 void qt_interp_finalize_grads(const qt_plan *p)
 {
-    float *levels[QT_MAX_TREE_LEVELS];
-    qt_interp_levels(p, levels);
-    qt_tree_finalize((float *)(void *)(p->arena + p->grads_offset), levels, p->n_param_elems,
-                     p->train.micro_batch * p->train.grad_accum);
+    qt_interp_finalize_grads_range(p, 0, p->n_param_elems);
 }

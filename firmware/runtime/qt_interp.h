@@ -14,7 +14,8 @@
 /* Checks every op of both schedules against the table (kind in range, wrapper present for
  * the op's flavour), every WGRAD op's parameter slots (a8, a9), that each parameter is
  * named by exactly one WGRAD slot, that the leaf scratch holds the two params of any WGRAD
- * op and that the plan has enough tree levels for micro_batch*grad_accum leaves.
+ * op, that the plan has exactly the tree levels micro_batch*grad_accum leaves need and that
+ * the gradient region is the top one (grads_offset == tree_offset[n_tree_levels-1]).
  * Prints one line naming the op/param on failure. Returns 0 or QT_E_PLAN. */
 int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table);
 
@@ -27,8 +28,10 @@ void qt_interp_run_init(const qt_plan *p, const qt_kernel_entry *table);
  * trees of the op's parameters (tree levels and leaf scratch regions of the arena). */
 void qt_interp_run_microbatch(const qt_plan *p, const qt_kernel_entry *table, int64_t mb);
 
-/* After the last microbatch: writes the tree totals of micro_batch*grad_accum leaves into
- * the gradient region (all n_param_elems elements). Reads the tree levels. */
+/* After the last microbatch: completes the tree totals of micro_batch*grad_accum leaves in
+ * the gradient region, which is the top tree level (all n_param_elems elements): adds the
+ * lower occupied levels into it in place (see qt_tree_finalize_range). Reads the lower
+ * levels, writes the gradient region. */
 void qt_interp_finalize_grads(const qt_plan *p);
 /* The same for flat elements [off, off+n) only. */
 void qt_interp_finalize_grads_range(const qt_plan *p, int64_t off, int64_t n);

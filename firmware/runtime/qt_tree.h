@@ -7,6 +7,8 @@
  * combination of the occupied levels runs from the lowest level up, with the higher
  * (earlier) level on the left. So the result is a fixed function of the leaves and their
  * count N only: it does not depend on how N was split into microbatches.
+ * The total ends in the top level (index bit length of N minus 1), which plans use as the
+ * gradient region itself.
  */
 #ifndef QT_TREE_H
 #define QT_TREE_H
@@ -25,14 +27,17 @@ float *qt_tree_leaf_dest(float *const *levels, int64_t off, float *scratch, int6
 void qt_tree_push(float *const *levels, int64_t off, int64_t n, const float *scratch,
                   int64_t leaf);
 
-/* Writes the tree total of n_leaves leaves into out[0..n) (flat, n elements from offset 0
- * of every level): the occupied levels (set bits of n_leaves) combined lowest first,
- * out = level[higher] + out. Reads levels only. */
-void qt_tree_finalize(float *out, float *const *levels, int64_t n, int64_t n_leaves);
-/* The same for elements [off, off+n) of every level, written to out[0..n) (lets callers
- * fuse later passes over cache-sized chunks). */
-void qt_tree_finalize_range(float *out, float *const *levels, int64_t off, int64_t n,
-                            int64_t n_leaves);
+/* Completes the tree total of n_leaves leaves in place in the top level
+ * levels[top], top = qt_tree_levels_needed(n_leaves) - 1 (always occupied after the last
+ * leaf), for elements [off, off+n): with acc the lower occupied levels (set bits of
+ * n_leaves below top) combined lowest first (acc = level[higher] + acc), top = top + acc -
+ * exactly the additions and operand order of combining all occupied levels lowest first
+ * into a separate buffer. Reads the lower levels, writes only levels[top]. A power-of-two
+ * n_leaves leaves the total in the top level already: nothing is done. n_leaves < 1 zeroes
+ * levels[0]. */
+void qt_tree_finalize_range(float *const *levels, int64_t off, int64_t n, int64_t n_leaves);
+/* The same for elements [0, n). */
+void qt_tree_finalize(float *const *levels, int64_t n, int64_t n_leaves);
 
 /* Levels needed for n_leaves leaves: floor(log2(n_leaves)) + 1 (1 for n_leaves <= 1). */
 int qt_tree_levels_needed(int64_t n_leaves);

@@ -104,6 +104,48 @@ static int qt_runtime_check_region(const qt_plan *p, int64_t off, int64_t elems,
     return QT_OK;
 }
 
+/* The flat regions: each inside the arena and no two sharing bytes, except that the
+ * gradient region is the top tree level itself (qt_interp_validate checks that identity;
+ * here it only has to lie inside the arena like the rest). */
+static int qt_runtime_check_regions(const qt_plan *p)
+{
+    enum { QT_RT_REGIONS = 4 + QT_MAX_TREE_LEVELS };
+    static const char *const names[4] = {"params", "adam m", "adam v", "leaf scratch"};
+    int64_t off[QT_RT_REGIONS], elems[QT_RT_REGIONS];
+    const char *what[QT_RT_REGIONS];
+    if (p->n_tree_levels < 1 || p->n_tree_levels > QT_MAX_TREE_LEVELS) {
+        fprintf(stderr, "plan %s: %d tree levels (1..%d)\n", p->run_name, p->n_tree_levels,
+                QT_MAX_TREE_LEVELS);
+        return QT_E_PLAN;
+    }
+    int n = 0;
+    const int64_t fixed[4] = {p->params_offset, p->adam_m_offset, p->adam_v_offset,
+                              p->leaf_scratch_offset};
+    for (int i = 0; i < 4; i++, n++) {
+        off[n] = fixed[i];
+        elems[n] = i == 3 ? p->leaf_scratch_elems : p->n_param_elems;
+        what[n] = names[i];
+    }
+    for (int l = 0; l < p->n_tree_levels; l++, n++) {
+        off[n] = p->tree_offset[l];
+        elems[n] = p->n_param_elems;
+        what[n] = "tree level";
+    }
+    int rc = qt_runtime_check_region(p, p->grads_offset, p->n_param_elems, "grads");
+    for (int i = 0; !rc && i < n; i++) rc = qt_runtime_check_region(p, off[i], elems[i], what[i]);
+    for (int i = 0; !rc && i < n; i++) {
+        for (int j = i + 1; j < n; j++) {
+            if (off[i] < off[j] + 4 * elems[j] && off[j] < off[i] + 4 * elems[i]) {
+                fprintf(stderr, "plan %s: %s region at byte %lld overlaps %s region at byte "
+                        "%lld\n", p->run_name, what[i], (long long)off[i], what[j],
+                        (long long)off[j]);
+                return QT_E_PLAN;
+            }
+        }
+    }
+    return rc;
+}
+
 static int qt_runtime_validate(const qt_plan *p, const qt_run_opts *o)
 {
     int32_t ranks = o->n_ranks > 0 ? o->n_ranks : 1;
@@ -137,14 +179,7 @@ static int qt_runtime_validate(const qt_plan *p, const qt_run_opts *o)
     if (!rc) rc = qt_runtime_check_io_tensor(p, p->loss_seq, "loss_seq", QT_F32, tc->micro_batch);
     if (!rc && p->lb_seq != QT_NONE)
         rc = qt_runtime_check_io_tensor(p, p->lb_seq, "lb_seq", QT_F32, tc->micro_batch);
-    if (!rc) rc = qt_runtime_check_region(p, p->params_offset, p->n_param_elems, "params");
-    if (!rc) rc = qt_runtime_check_region(p, p->grads_offset, p->n_param_elems, "grads");
-    if (!rc) rc = qt_runtime_check_region(p, p->adam_m_offset, p->n_param_elems, "adam m");
-    if (!rc) rc = qt_runtime_check_region(p, p->adam_v_offset, p->n_param_elems, "adam v");
-    if (!rc) rc = qt_runtime_check_region(p, p->leaf_scratch_offset, p->leaf_scratch_elems,
-                                          "leaf scratch");
-    for (int l = 0; !rc && l < p->n_tree_levels && l < QT_MAX_TREE_LEVELS; l++)
-        rc = qt_runtime_check_region(p, p->tree_offset[l], p->n_param_elems, "tree level");
+    if (!rc) rc = qt_runtime_check_regions(p);
     if (rc) return rc;
     for (int32_t i = 0; i < p->n_params; i++) {
         const qt_param *pa = &p->params[i];
@@ -249,33 +284,22 @@ static void qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t 
 }
 
 /* QT_OP_GRAD_FINALIZE: tree total -> normalise by a1 -> exact square sum, fused per chunk,
- * each stage with the same per-element operations as when run over the whole region.
- * Leaves the gradient norm in *m. */
+ * each stage with the same per-element operations as when run over the whole region, all
+ * in place in the gradient region (= the top tree level). Leaves the gradient norm in *m. */
 static void qt_runtime_op_grad_finalize(const qt_plan *p, const qt_op *op, qt_step_metrics *m)
 {
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     const float n_tok = (float)op->a[1];
+    /* the gradient region is the top tree level (validated at init): the tree total is
+     * completed there in place (nothing to do for a power-of-two leaf count), then divided */
     float *g = (float *)(void *)(p->arena + p->grads_offset);
-    /* a power-of-two leaf count leaves the total in one level: divide straight from it
-     * (the same single division per element as copying first) */
-    const int64_t n_leaves = op->a[0];
-    const float *single = NULL;
-    if ((n_leaves & (n_leaves - 1)) == 0) {
-        int top = 0;
-        while ((1ll << top) < n_leaves) top++;
-        single = (const float *)(const void *)(p->arena + p->tree_offset[top]);
-    }
     qt_exact sq;
     qt_exact_clear(&sq);
     qt_exact_sq_clear(&qt_rt.sq);
     for (int64_t k0 = 0; k0 < p->n_param_elems; k0 += QT_RT_CHUNK) {
         int64_t c = p->n_param_elems - k0 < QT_RT_CHUNK ? p->n_param_elems - k0 : QT_RT_CHUNK;
-        if (single) {
-            qt_vec_div_to(g + k0, single + k0, c, n_tok);
-        } else {
-            qt_interp_finalize_grads_range(p, k0, c);
-            qt_grads_normalise(g + k0, c, n_tok);
-        }
+        qt_interp_finalize_grads_range(p, k0, c);
+        qt_grads_normalise(g + k0, c, n_tok);
         qt_exact_sq_add(&qt_rt.sq, &sq, g + k0, c);
     }
     qt_exact_sq_flush(&qt_rt.sq, &sq);

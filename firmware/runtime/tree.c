@@ -5,6 +5,9 @@
  * is free exactly when i is even, which is why even leaves are computed in place there.
  * The carry chain is evaluated in one pass per chunk (QT_TREE_CHUNK floats on the stack);
  * the additions and their operand order are exactly those of the level-by-level carry.
+ * The top level (bit length of the leaf count minus 1) is written by exactly one push, the
+ * carry of leaf 2^top - 1, and stays occupied after it, so the final total can be completed
+ * in place there: the plan makes that level the gradient region (no separate copy).
  */
 #include <string.h>
 #include "qt_tree.h"
@@ -42,26 +45,36 @@ void qt_tree_push(float *const *levels, int64_t off, int64_t n, const float *scr
     }
 }
 
-void qt_tree_finalize_range(float *out, float *const *levels, int64_t off, int64_t n,
-                            int64_t n_leaves)
+void qt_tree_finalize_range(float *const *levels, int64_t off, int64_t n, int64_t n_leaves)
 {
-    int first = 1;
-    for (int l = 0; l < 63 && (n_leaves >> l) != 0; l++) {
-        if (!((n_leaves >> l) & 1)) continue;
-        const float *src = levels[l] + off;
-        if (first) {
-            memcpy(out, src, (size_t)n * sizeof(float));
-            first = 0;
-        } else {
-            qt_vec_add(out, src, out, n);
+    if (n_leaves < 1) {  /* no leaves: the total is zero */
+        memset(levels[0] + off, 0, (size_t)n * sizeof(float));
+        return;
+    }
+    const int top = qt_tree_levels_needed(n_leaves) - 1;
+    int lo = 0;
+    while (!((n_leaves >> lo) & 1)) lo++;
+    if (lo == top) return;  /* a power of two: the top level already holds the total */
+    float acc[QT_TREE_CHUNK];
+    /* Same additions as combining into a separate output (out = level[lo];
+     * out = level[higher] + out, ..., out = level[top] + out), one chunk at a time: the
+     * running sum of the lower levels stays on the stack and only the last addition,
+     * top = top + acc, is stored, into the top level itself (element-wise in place). */
+    for (int64_t k0 = 0; k0 < n; k0 += QT_TREE_CHUNK) {
+        int64_t c = n - k0 < QT_TREE_CHUNK ? n - k0 : QT_TREE_CHUNK;
+        const float *sum = levels[lo] + off + k0;
+        for (int l = lo + 1; l <= top; l++) {
+            if (!((n_leaves >> l) & 1)) continue;
+            float *dst = l == top ? levels[top] + off + k0 : acc;
+            qt_vec_add(dst, levels[l] + off + k0, sum, c);
+            sum = acc;
         }
     }
-    if (first) memset(out, 0, (size_t)n * sizeof(float));
 }
 
-void qt_tree_finalize(float *out, float *const *levels, int64_t n, int64_t n_leaves)
+void qt_tree_finalize(float *const *levels, int64_t n, int64_t n_leaves)
 {
-    qt_tree_finalize_range(out, levels, 0, n, n_leaves);
+    qt_tree_finalize_range(levels, 0, n, n_leaves);
 }
 
 int qt_tree_levels_needed(int64_t n_leaves)

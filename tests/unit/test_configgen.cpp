@@ -472,7 +472,7 @@ TEST(CgPlanner, InvariantsHoldOnEveryRunConfig)
             LONGS_EQUAL(0, (long)(t.offset % 64));
             CHECK(t.offset >= 0 && t.offset + 4 * t.numel <= g.arena_bytes);
             if (is_planned_role(t.role)) CHECK(t.offset >= g.act_offset);
-            else CHECK(t.offset + 4 * t.numel <= g.grads_offset);
+            else CHECK(t.offset + 4 * t.numel <= g.params_offset + 4 * g.n_param_elems);
         }
         for (int i = 0; i < g.nt; i++) {
             if (!is_planned_role(g.ts[i].t.role)) continue;
@@ -486,14 +486,26 @@ TEST(CgPlanner, InvariantsHoldOnEveryRunConfig)
                 CHECK(!(live && bytes));
             }
         }
-        // flat regions: params disjoint, in order, and regions laid out back to back
+        // flat regions: params disjoint, in order; params, Adam moments, tree levels and leaf
+        // scratch laid out back to back without overlap, below the activations; the gradient
+        // region is the top tree level itself (bit length of the leaf count minus 1)
         for (int q = 1; q < g.np; q++)
             CHECK(g.ps[q].flat_offset >= g.ps[q - 1].flat_offset + g.ps[q - 1].numel);
-        LONGS_EQUAL(4 * g.n_param_elems, g.grads_offset - g.params_offset);
-        LONGS_EQUAL(4 * g.n_param_elems, g.adam_m_offset - g.grads_offset);
         int64_t seqs = p.s.tr.micro_batch * p.s.tr.grad_accum, bits = 0;
         while (seqs >> bits) bits++;
         LONGS_EQUAL(bits, g.n_tree_levels);
+        const int64_t pb = 4 * g.n_param_elems;
+        LONGS_EQUAL(0, g.params_offset);
+        LONGS_EQUAL(pb, g.adam_m_offset - g.params_offset);
+        LONGS_EQUAL(pb, g.adam_v_offset - g.adam_m_offset);
+        LONGS_EQUAL(pb, g.tree_offset[0] - g.adam_v_offset);
+        for (int l = 1; l < g.n_tree_levels; l++)
+            LONGS_EQUAL(pb, g.tree_offset[l] - g.tree_offset[l - 1]);
+        LONGS_EQUAL(g.tree_offset[g.n_tree_levels - 1], g.grads_offset);
+        LONGS_EQUAL(pb, g.leaf_scratch_offset - g.grads_offset);
+        CHECK(g.leaf_scratch_offset + 4 * g.leaf_scratch_elems <= g.act_offset);
+        // one parameter-sized region fewer than a separate gradient region would take
+        LONGS_EQUAL((3 + bits) * pb, g.leaf_scratch_offset);
         // sharing happens: the planned peak is below the plain sum of activation bytes
         int64_t sum = 0;
         for (int i = 0; i < g.nt; i++)
@@ -511,6 +523,36 @@ TEST(CgPlanner, CheckerCatchesAnOverlap)
     char err[1024] = "";
     CHECK(qt_cg_check_plan(&p.g, err, sizeof err) != 0);
     CHECK(strstr(err, "live together") != NULL);
+}
+
+TEST(CgPlanner, CheckerCatchesBadFlatRegions)
+{
+    char err[1024] = "";
+    {
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(kTiny));
+        LONGS_EQUAL(0, qt_cg_check_plan(&p.g, err, sizeof err));
+        // a gradient region of its own (where it was before it became the top tree level)
+        p.g.grads_offset = p.g.adam_m_offset;
+        CHECK(qt_cg_check_plan(&p.g, err, sizeof err) != 0);
+        CHECK(strstr(err, "top tree level") != NULL);
+    }
+    {
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(kTiny));
+        // the top level (and so the gradients) moved onto the second Adam moment
+        const int top = p.g.n_tree_levels - 1;
+        p.g.tree_offset[top] = p.g.grads_offset = p.g.adam_v_offset;
+        CHECK(qt_cg_check_plan(&p.g, err, sizeof err) != 0);
+        CHECK(strstr(err, "overlap") != NULL);
+    }
+    {
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(kTiny));
+        p.g.n_tree_levels++;  // one level too many: the top one would never be written
+        CHECK(qt_cg_check_plan(&p.g, err, sizeof err) != 0);
+        CHECK(strstr(err, "tree levels") != NULL);
+    }
 }
 
 TEST_GROUP(CgSchedule){};

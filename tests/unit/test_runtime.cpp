@@ -67,7 +67,7 @@ TEST_GROUP(RuntimeTree){};
 TEST(RuntimeTree, MatchesRecursivePairwiseBitExactly)
 {
     enum { NE = 7, NL = 6 };
-    static float lv[NL][NE], scratch[NE], out[NE];
+    static float lv[NL][NE], before[NL][NE], scratch[NE];
     float *levels[NL];
     int differs_from_linear = 0;
     for (int l = 0; l < NL; l++) levels[l] = lv[l];
@@ -78,7 +78,13 @@ TEST(RuntimeTree, MatchesRecursivePairwiseBitExactly)
             for (int k = 0; k < NE; k++) dst[k] = rt_leafval(i, k);
             qt_tree_push(levels, 0, NE, scratch, i);
         }
-        qt_tree_finalize(out, levels, NE, n);
+        // the total is completed in place in the top level (the plans' gradient region)
+        const int top = qt_tree_levels_needed(n) - 1;
+        memcpy(before, lv, sizeof lv);
+        qt_tree_finalize(levels, NE, n);
+        for (int l = 0; l < NL; l++)  // every other level is only read
+            if (l != top) CHECK(memcmp(before[l], lv[l], sizeof lv[l]) == 0);
+        const float *out = lv[top];
         for (int k = 0; k < NE; k++) {
             float ref = rt_ref_pairwise(0, n, k);
             // bit-exact: the contract is identical bits, not closeness
@@ -100,8 +106,9 @@ TEST(RuntimeTree, MatchesRecursivePairwiseBitExactly)
 
 enum { RT_S = 4, RT_BMAX = 9, RT_N0 = 5, RT_N1 = 3, RT_LEVELS = 6 };
 enum {
-    RT_OFF_PARAMS = 0, RT_OFF_GRADS = 256, RT_OFF_M = 512, RT_OFF_V = 768, RT_OFF_SCRATCH = 1024,
-    RT_OFF_LEVEL0 = 1280, RT_OFF_TOKENS = RT_OFF_LEVEL0 + 256 * RT_LEVELS,
+    // no gradient region of its own: it is the top tree level (rt_build_plan)
+    RT_OFF_PARAMS = 0, RT_OFF_M = 256, RT_OFF_V = 512, RT_OFF_SCRATCH = 768,
+    RT_OFF_LEVEL0 = 1024, RT_OFF_TOKENS = RT_OFF_LEVEL0 + 256 * RT_LEVELS,
     RT_OFF_TARGETS = RT_OFF_TOKENS + 256, RT_OFF_LOSS = RT_OFF_TARGETS + 256,
     RT_ARENA_BYTES = RT_OFF_LOSS + 256
 };
@@ -211,11 +218,11 @@ static void rt_build_plan(rt_plan_store *st, int64_t b, int64_t G)
     p->params = st->params;
     p->n_param_elems = RT_N0 + RT_N1;
     p->params_offset = RT_OFF_PARAMS;
-    p->grads_offset = RT_OFF_GRADS;
     p->adam_m_offset = RT_OFF_M;
     p->adam_v_offset = RT_OFF_V;
-    p->n_tree_levels = RT_LEVELS;
-    for (int l = 0; l < RT_LEVELS; l++) p->tree_offset[l] = RT_OFF_LEVEL0 + 256 * l;
+    p->n_tree_levels = qt_tree_levels_needed(b * G);
+    for (int l = 0; l < p->n_tree_levels; l++) p->tree_offset[l] = RT_OFF_LEVEL0 + 256 * l;
+    p->grads_offset = p->tree_offset[p->n_tree_levels - 1];
     p->leaf_scratch_offset = RT_OFF_SCRATCH;
     p->leaf_scratch_elems = RT_N0 + RT_N1;
     p->tokens = 2;
@@ -275,14 +282,14 @@ TEST(RuntimeInterp, TreeThroughScheduleIsIndependentOfBatchSplit)
                 qt_interp_run_microbatch(p, rt_table, mb);
             }
             qt_interp_finalize_grads(p);
-            const float *g = (const float *)(const void *)(rt_arena + RT_OFF_GRADS);
+            const float *g = (const float *)(const void *)(rt_arena + p->grads_offset);
             for (int k = 0; k < RT_N0; k++)  // p0 = 0: factor 1, the leaves are rt_leafval
                 LONGS_EQUAL(rt_bits(rt_ref_pairwise(0, n, k)), rt_bits(g[k]));
             for (int k = 0; k < RT_N1; k++) {
                 float ref = 0.0f;
                 {
                     // second parameter: same tree over its own leaves
-                    static float lv[RT_LEVELS][RT_N1], sc[RT_N1], out[RT_N1];
+                    static float lv[RT_LEVELS][RT_N1], sc[RT_N1];
                     float *lvp[RT_LEVELS];
                     for (int l = 0; l < RT_LEVELS; l++) lvp[l] = lv[l];
                     for (int64_t i = 0; i < n; i++) {
@@ -290,8 +297,8 @@ TEST(RuntimeInterp, TreeThroughScheduleIsIndependentOfBatchSplit)
                         for (int j = 0; j < RT_N1; j++) d[j] = rt_leafval(i, 100 + j);
                         qt_tree_push(lvp, 0, RT_N1, sc, i);
                     }
-                    qt_tree_finalize(out, lvp, RT_N1, n);
-                    ref = out[k];
+                    qt_tree_finalize(lvp, RT_N1, n);
+                    ref = lv[qt_tree_levels_needed(n) - 1][k];
                 }
                 LONGS_EQUAL(rt_bits(ref), rt_bits(g[RT_N0 + k]));
             }
@@ -312,6 +319,14 @@ TEST(RuntimeInterp, ValidateRejectsBadPlans)
     CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
     rt_build_plan(&st, 4, 2);
     st.plan.n_tree_levels = 3;  // 8 leaves need 4 levels
+    CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
+    rt_build_plan(&st, 4, 2);
+    st.plan.tree_offset[4] = RT_OFF_LEVEL0 + 256 * 4;
+    st.plan.n_tree_levels = 5;  // one too many: the top level would never hold the total
+    st.plan.grads_offset = st.plan.tree_offset[4];
+    CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
+    rt_build_plan(&st, 3, 2);  // 6 leaves: levels 1 and 2 hold the total at the end
+    st.plan.grads_offset = st.plan.tree_offset[1];  // not the top level
     CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
     rt_build_plan(&st, 2, 2);
     st.ops[0].kind = QT_OP_ROPE_FWD;  // no wrapper in the fake table
@@ -853,5 +868,13 @@ TEST(RuntimeStep, InitRejectsRankMismatchAndForeignArena)
     st.step_ops[0].a[0] += 1;
     st.plan.hash = qt_plan_hash(&st.plan);
     CHECK(qt_runtime_init(&st.plan, &o) != 0);
+    // flat regions sharing bytes (a tree level on the second Adam moment): refused
+    rt_build_plan(&st, 2, 2);
+    st.plan.tree_offset[0] = RT_OFF_V;
+    st.plan.hash = qt_plan_hash(&st.plan);
+    CHECK(qt_runtime_init(&st.plan, &o) != 0);
+    rt_build_plan(&st, 2, 2);
+    st.plan.hash = qt_plan_hash(&st.plan);
+    LONGS_EQUAL(0, qt_runtime_init(&st.plan, &o));
     qt_runtime_set_kernel_table(NULL);
 }
