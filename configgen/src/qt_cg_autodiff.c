@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "qt_cg.h"
+#include "../../firmware/kernels/attention.h"
 
 typedef struct qt_cg_ad {
     qt_cg_graph *g;
@@ -182,7 +183,8 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
     case QT_OP_ATTN_FWD: {
         int32_t dO = dout(ad, f->t[0]);
         int32_t dq = dgrad(ad, f->t[2]), dk = dgrad(ad, f->t[3]), dv = dgrad(ad, f->t[4]);
-        int32_t scr = bwd_scratch(ad, "bwd_scratch", g->ts[f->t[0]].t.name, 2 * S);
+        int32_t scr = bwd_scratch(ad, "bwd_scratch", g->ts[f->t[0]].t.name,
+                                  QT_ATTN_BWD_SCRATCH(S));
         op = bwd(ad, QT_OP_ATTN_BWD, f);
         int32_t t[10] = {dq, dk, dv, dO, f->t[2], f->t[3], f->t[4], f->t[0], f->t[1], scr};
         memcpy(op->t, t, sizeof t);

@@ -8,6 +8,7 @@
 #include "qt_cg.h"
 #include "../../firmware/kernels/gdn_core.h"
 #include "../../firmware/kernels/gdn_chunk.h"
+#include "../../firmware/kernels/attention.h"
 
 static int is_wgrad_kind(int k)
 {
@@ -75,7 +76,7 @@ static int check_sizes(const qt_cg_graph *g, const qt_op *o, int i, const char *
     case QT_OP_ATTN_BWD:
         NEED(0, a[0] * a[1] * a[2] * a[4]); NEED(1, a[0] * a[1] * a[3] * a[4]);
         NEED(2, a[0] * a[1] * a[3] * a[4]); NEED(3, a[0] * a[1] * a[2] * a[4]);
-        NEED(8, a[0] * a[2] * a[1]); ATLEAST(9, a[1]);
+        NEED(8, a[0] * a[2] * a[1]); ATLEAST(9, QT_ATTN_BWD_SCRATCH(a[1]));
         break;
     case QT_OP_EXPERT_FFN_BWD: case QT_OP_EXPERT_FFN_WGRAD: {
         /* the forward's scratch rule, and d(gu) shaped like gu when it is planned */

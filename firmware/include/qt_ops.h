@@ -173,7 +173,9 @@ enum qt_op_kind {
        f0 scale. */
     QT_OP_ATTN_FWD,
     /* ATTN_BWD: t0 dq (acc); t1 dk (acc); t2 dv (acc); t3 do; t4 q; t5 k; t6 v; t7 o;
-       t8 lse; t9 scratch (SCRATCH, >= S floats). attrs as FWD.
+       t8 lse; t9 scratch (SCRATCH, >= S floats; configgen plans QT_ATTN_BWD_SCRATCH(S) =
+       8*S (kernels/attention.h), which the blocked fast path needs; with less the kernel
+       takes its reference path, same bits). attrs as FWD.
        ds_ij = p_ij (do_i.v_j - do_i.o_i); dq_i += sum_j (scale*ds_ij) k_j;
        dk_j += (scale*ds_ij) q_i; dv_j += p_ij do_i. */
     QT_OP_ATTN_BWD,

@@ -227,10 +227,10 @@ void QT_FN(qt_attn_fwd)(qt_real *o, qt_real *lse, const qt_real *q, const qt_rea
     }
 }
 
-/* Backward blocking: QT_ATTN_R query rows share every k_j / dk_j / dv_j load, with their
- * dq slices held in registers; rows' p and ds live in a fixed stack tile, hence S bound. */
-#define QT_ATTN_R 4
-#define QT_ATTN_BMAX 1024
+/* Backward blocking: QT_ATTN_BWD_ROWS query rows share every k_j / dk_j / dv_j load, with
+ * their dq slices held in registers. Their p and ds rows live in the caller's scratch
+ * (QT_ATTN_BWD_SCRATCH(S) elements: P rows then DS rows, each S long), so no S bound. */
+#define QT_ATTN_R QT_ATTN_BWD_ROWS
 
 /* Row i's softmax probabilities P[j] = exp(s_ij - lse_i) and scaled score gradients
  * DS[j] = scale * (p_ij (do_i.v_j - do_i.o_i)), j = 0..i. Writes no gradient. */
@@ -254,10 +254,9 @@ static void qt_attn_bwd_row(qt_real *P, qt_real *DS, const qt_real *qi, const qt
 /* Rows i0..i0+R-1 (all of one (sequence, head)): dv_j += p_ij do_i and dk_j += ds_ij q_i for
  * i increasing, dq_i += ds_ij k_j for j increasing, one 16-wide slice of hd at a time. */
 static void qt_attn_bwd_block(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt_real *qb,
-                              const qt_real *dob, const qt_real *kb,
-                              const qt_real (*P)[QT_ATTN_BMAX],
-                              const qt_real (*DS)[QT_ATTN_BMAX], int64_t qstride,
-                              int64_t kstride, int64_t i0, int64_t hd)
+                              const qt_real *dob, const qt_real *kb, const qt_real *P,
+                              const qt_real *DS, int64_t ld, int64_t qstride, int64_t kstride,
+                              int64_t i0, int64_t hd)
 {
     for (int64_t d0 = 0; d0 < hd; d0 += 16) {
         qt_attn_v16 qv[QT_ATTN_R], dov[QT_ATTN_R], dqv[QT_ATTN_R];
@@ -273,9 +272,9 @@ static void qt_attn_bwd_block(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt
             qt_attn_v16 dvj = qt_attn_load16(dvb + j * kstride + d0);
             qt_attn_v16 dkj = qt_attn_load16(dkb + j * kstride + d0);
             for (int r = r0; r < QT_ATTN_R; r++) {
-                dvj = dvj + P[r][j] * dov[r];
-                dkj = dkj + DS[r][j] * qv[r];
-                dqv[r] = dqv[r] + DS[r][j] * kj;
+                dvj = dvj + P[r * ld + j] * dov[r];
+                dkj = dkj + DS[r * ld + j] * qv[r];
+                dqv[r] = dqv[r] + DS[r * ld + j] * kj;
             }
             memcpy(dvb + j * kstride + d0, &dvj, sizeof dvj);
             memcpy(dkb + j * kstride + d0, &dkj, sizeof dkj);
@@ -284,19 +283,20 @@ static void qt_attn_bwd_block(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt
     }
 }
 
-void QT_FN(qt_attn_bwd)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
-                        const qt_real *q, const qt_real *k, const qt_real *v, const qt_real *o,
-                        const qt_real *lse, qt_real *scratch, int64_t b, int64_t S, int64_t Hq,
-                        int64_t Hkv, int64_t hd, qt_real scale)
+void QT_FN(qt_attn_bwd_n)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
+                          const qt_real *q, const qt_real *k, const qt_real *v,
+                          const qt_real *o, const qt_real *lse, qt_real *scratch,
+                          int64_t scratch_n, int64_t b, int64_t S, int64_t Hq, int64_t Hkv,
+                          int64_t hd, qt_real scale)
 {
-    if (hd % 16 || S > QT_ATTN_BMAX) {
+    if (hd % 16 || scratch_n < QT_ATTN_BWD_SCRATCH(S)) {
         QT_FN(qt_attn_bwd_ref)(dq, dk, dv, dout, q, k, v, o, lse, scratch, b, S, Hq, Hkv, hd,
                                scale);
         return;
     }
     const int64_t group = Hq / Hkv;
     const int64_t kstride = Hkv * hd, qstride = Hq * hd;
-    qt_real P[QT_ATTN_R][QT_ATTN_BMAX], DS[QT_ATTN_R][QT_ATTN_BMAX];
+    qt_real *P = scratch, *DS = scratch + QT_ATTN_R * S;
     for (int64_t s = 0; s < b; s++) {
         for (int64_t h = 0; h < Hq; h++) {
             const int64_t g = h / group;
@@ -307,26 +307,33 @@ void QT_FN(qt_attn_bwd)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *do
             for (; i + QT_ATTN_R <= S; i += QT_ATTN_R) {
                 const int64_t qoff = ((s * S + i) * Hq + h) * hd;
                 for (int r = 0; r < QT_ATTN_R; r++)
-                    qt_attn_bwd_row(P[r], DS[r], q + qoff + r * qstride,
+                    qt_attn_bwd_row(P + r * S, DS + r * S, q + qoff + r * qstride,
                                     dout + qoff + r * qstride, o + qoff + r * qstride, kb, vb,
                                     kstride, i + r, hd, scale, lse[(s * Hq + h) * S + i + r]);
-                qt_attn_bwd_block(dq + qoff, dkb, dvb, q + qoff, dout + qoff, kb,
-                                  (const qt_real(*)[QT_ATTN_BMAX])P,
-                                  (const qt_real(*)[QT_ATTN_BMAX])DS, qstride, kstride, i, hd);
+                qt_attn_bwd_block(dq + qoff, dkb, dvb, q + qoff, dout + qoff, kb, P, DS, S,
+                                  qstride, kstride, i, hd);
             }
             for (; i < S; i++) { /* the last S % R rows, one at a time */
                 const int64_t qoff = ((s * S + i) * Hq + h) * hd;
                 const qt_real *qi = q + qoff, *doi = dout + qoff;
                 qt_real *dqi = dq + qoff;
-                qt_attn_bwd_row(P[0], DS[0], qi, doi, o + qoff, kb, vb, kstride, i, hd, scale,
+                qt_attn_bwd_row(P, DS, qi, doi, o + qoff, kb, vb, kstride, i, hd, scale,
                                 lse[(s * Hq + h) * S + i]);
-                for (int64_t j = 0; j <= i; j++) qt_attn_axpy(dvb + j * kstride, P[0][j], doi, hd);
+                for (int64_t j = 0; j <= i; j++) qt_attn_axpy(dvb + j * kstride, P[j], doi, hd);
                 for (int64_t j = 0; j <= i; j++) {
-                    qt_attn_axpy(dqi, DS[0][j], kb + j * kstride, hd);
-                    qt_attn_axpy(dkb + j * kstride, DS[0][j], qi, hd);
+                    qt_attn_axpy(dqi, DS[j], kb + j * kstride, hd);
+                    qt_attn_axpy(dkb + j * kstride, DS[j], qi, hd);
                 }
             }
         }
     }
-    (void)scratch;
+}
+
+void QT_FN(qt_attn_bwd)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
+                        const qt_real *q, const qt_real *k, const qt_real *v, const qt_real *o,
+                        const qt_real *lse, qt_real *scratch, int64_t b, int64_t S, int64_t Hq,
+                        int64_t Hkv, int64_t hd, qt_real scale)
+{
+    QT_FN(qt_attn_bwd_n)(dq, dk, dv, dout, q, k, v, o, lse, scratch, S, b, S, Hq, Hkv, hd,
+                         scale);
 }

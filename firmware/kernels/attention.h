@@ -13,6 +13,12 @@
 
 #include <stdint.h>
 
+/* The blocked backward handles QT_ATTN_BWD_ROWS query rows at once and keeps their softmax
+ * probabilities and score gradients in scratch: it needs QT_ATTN_BWD_SCRATCH(S) elements
+ * (configgen plans that for ATTN_BWD t9; qt_cg_check.c includes this header). */
+#define QT_ATTN_BWD_ROWS 4
+#define QT_ATTN_BWD_SCRATCH(S) (2 * QT_ATTN_BWD_ROWS * (int64_t)(S))
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -27,11 +33,23 @@ void qt_attn_fwd_f64(double *o, double *lse, const double *q, const double *k,
                      int64_t Hkv, int64_t hd, double scale);
 
 /* dq[T,Hq,hd], dk, dv [T,Hkv,hd] accumulate (+=). Reads dout[T,Hq*hd], q, k, v, o, lse.
- * scratch: >= S elements (only the fallback for hd % 16 != 0 or S > 1024 uses it; the
- * blocked path keeps four rows' p and ds in a fixed stack tile). Order: sequence, query
+ * scratch holds scratch_n elements, which must be >= S. With hd % 16 == 0 and
+ * scratch_n >= QT_ATTN_BWD_SCRATCH(S) the blocked fast path runs (any S); otherwise the
+ * one-row reference path (qt_attn_bwd_ref): same bits either way. Order: sequence, query
  * head h increasing (so a kv head's gradient sums its group's query heads in increasing h),
  * query row i increasing, key j increasing. dq_i += sum_j (scale*ds_ij) k_j and
  * dk_j += (scale*ds_ij) q_i, dv_j += p_ij do_i, each element's terms in that order. */
+void qt_attn_bwd_n(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                   const float *k, const float *v, const float *o, const float *lse,
+                   float *scratch, int64_t scratch_n, int64_t b, int64_t S, int64_t Hq,
+                   int64_t Hkv, int64_t hd, float scale);
+void qt_attn_bwd_n_f64(double *dq, double *dk, double *dv, const double *dout,
+                       const double *q, const double *k, const double *v, const double *o,
+                       const double *lse, double *scratch, int64_t scratch_n, int64_t b,
+                       int64_t S, int64_t Hq, int64_t Hkv, int64_t hd, double scale);
+
+/* qt_attn_bwd_n with scratch_n = S, for callers that only know scratch >= S elements
+ * (which is the reference path's need, so it takes that path). */
 void qt_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
                  const float *k, const float *v, const float *o, const float *lse,
                  float *scratch, int64_t b, int64_t S, int64_t Hq, int64_t Hkv, int64_t hd,

@@ -4,7 +4,9 @@
  * the kernel; none allocates or decides a size. ATTN_FWD's score row comes from its t[5]
  * SCRATCH tensor (>= S floats), which configgen always plans; a plan without one (hand-built
  * test plans) falls back to this file's static row buffer when S fits, else to the kernel's
- * scratch-free path. All three give the same bits (attention.h).
+ * scratch-free path. ATTN_BWD passes its t[9] SCRATCH size on, so the kernel takes the
+ * blocked path when configgen planned QT_ATTN_BWD_SCRATCH(S) and the reference path when
+ * only S fits. All of these give the same bits (attention.h).
  */
 #include "qt_op_fns.h"
 #include "../kernels/rope.h"
@@ -50,9 +52,9 @@ void qt_op_attn_fwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_attn_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_attn_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), qt_f32(ctx, op->t[5]),
-                qt_f32(ctx, op->t[6]), qt_f32(ctx, op->t[7]), qt_f32(ctx, op->t[8]),
-                qt_f32(ctx, op->t[9]), op->a[0], op->a[1], op->a[2], op->a[3], op->a[4],
-                op->f[0]);
+    qt_attn_bwd_n(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                  qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), qt_f32(ctx, op->t[5]),
+                  qt_f32(ctx, op->t[6]), qt_f32(ctx, op->t[7]), qt_f32(ctx, op->t[8]),
+                  qt_f32(ctx, op->t[9]), ctx->plan->tensors[op->t[9]].numel, op->a[0],
+                  op->a[1], op->a[2], op->a[3], op->a[4], op->f[0]);
 }

@@ -5,6 +5,9 @@
 // through a tiny hand-built plan/ctx (bit-identical to direct kernel calls).
 #include <vector>
 #include <functional>
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include "CppUTest/TestHarness.h"
 #include "qt_test_util.h"
 #include "kernels/rope.h"
@@ -224,7 +227,7 @@ TEST(AttnKernel, BackwardAccumulates)
 
 TEST(AttnKernel, SequencesDoNotLeakAndCausal)
 {
-    const int64_t S = 6, Hq = 4, Hkv = 2, hd = 8, qr = Hq * hd, kr = Hkv * hd;
+    const int64_t S = 6, Hq = 4, Hkv = 2, hd = 16, qr = Hq * hd, kr = Hkv * hd;
     vf q = to_f(rand_vec(2 * S * qr, 40)), k = to_f(rand_vec(2 * S * kr, 41)),
        v = to_f(rand_vec(2 * S * kr, 42));
     vf o2(q.size()), l2(2 * Hq * S), o1(S * qr), l1(Hq * S), sc(S);
@@ -244,12 +247,14 @@ TEST(AttnKernel, SequencesDoNotLeakAndCausal)
     CHECK(memcmp(o3.data() + 3 * qr, o2.data() + 3 * qr, qr * sizeof(float)) != 0);
     // Backward of sequence 1 alone equals its slice of the two-sequence backward.
     vf w = to_f(rand_vec(q.size(), 43)), dq2(q.size(), 0.f), dk2(k.size(), 0.f),
-       dv2(v.size(), 0.f), dq1(S * qr, 0.f), dk1(S * kr, 0.f), dv1(S * kr, 0.f), sc2(2 * S);
-    qt_attn_bwd(dq2.data(), dk2.data(), dv2.data(), w.data(), q.data(), k.data(), v.data(),
-                o2.data(), l2.data(), sc2.data(), 2, S, Hq, Hkv, hd, 0.35f);
-    qt_attn_bwd(dq1.data(), dk1.data(), dv1.data(), w.data() + S * qr, q.data() + S * qr,
-                k.data() + S * kr, v.data() + S * kr, o1.data(), l1.data(), sc2.data(), 1, S,
-                Hq, Hkv, hd, 0.35f);
+       dv2(v.size(), 0.f), dq1(S * qr, 0.f), dk1(S * kr, 0.f), dv1(S * kr, 0.f), sc2(QT_ATTN_BWD_SCRATCH(S));
+    // hd 16 and full scratch: the blocked backward (one 4-row block, two leftover rows).
+    qt_attn_bwd_n(dq2.data(), dk2.data(), dv2.data(), w.data(), q.data(), k.data(), v.data(),
+                  o2.data(), l2.data(), sc2.data(), (int64_t)sc2.size(), 2, S, Hq, Hkv, hd,
+                  0.35f);
+    qt_attn_bwd_n(dq1.data(), dk1.data(), dv1.data(), w.data() + S * qr, q.data() + S * qr,
+                  k.data() + S * kr, v.data() + S * kr, o1.data(), l1.data(), sc2.data(),
+                  (int64_t)sc2.size(), 1, S, Hq, Hkv, hd, 0.35f);
     CHECK(memcmp(dq1.data(), dq2.data() + S * qr, dq1.size() * sizeof(float)) == 0);
     CHECK(memcmp(dk1.data(), dk2.data() + S * kr, dk1.size() * sizeof(float)) == 0);
     CHECK(memcmp(dv1.data(), dv2.data() + S * kr, dv1.size() * sizeof(float)) == 0);
@@ -273,21 +278,31 @@ TEST(AttnKernel, ScratchFreePathGivesSameBits)
 // reproduce the one-dot-at-a-time references bit for bit, float and double: S and hd with
 // and without multiples of 8 (dot8 blocks, tails, lane tails), GQA groups of 1 and 2,
 // non-zero gradient buffers (the backward accumulates). hd 64 and 16 take the blocked
-// 16-wide fast paths (with S % 4 leftover rows), hd 12 and 5 the fallbacks.
+// 16-wide fast paths (with S % 4 leftover rows), hd 12 and 5 the fallbacks; S 1500 and 2048
+// the blocked backward beyond the old 1024 stack-tile bound (its tiles now live in scratch).
+// small = 1: one element less scratch than QT_ATTN_BWD_SCRATCH(S), so the backward must fall
+// back to the reference path, with the same bits. Which path ran is observed through the
+// scratch: it is filled with NaN first, the blocked path writes its DS tile at offset
+// QT_ATTN_BWD_ROWS*S, the reference path touches only [0, S).
 TEST(AttnKernel, BatchedDotsBitIdenticalToReference)
 {
-    struct { int64_t b, S, Hq, Hkv, hd; } cases[] = {{2, 37, 4, 2, 64}, {1, 24, 2, 2, 12},
-                                                       {2, 7, 2, 1, 5}, {2, 10, 2, 1, 16}};
+    struct { int64_t b, S, Hq, Hkv, hd; int small; } cases[] = {
+        {2, 37, 4, 2, 64, 0},   {1, 24, 2, 2, 12, 0},  {2, 7, 2, 1, 5, 0},
+        {2, 10, 2, 1, 16, 0},   {1, 1500, 2, 1, 64, 0}, {1, 2048, 2, 1, 64, 0},
+        {2, 37, 4, 2, 64, 1},   {1, 1500, 2, 1, 64, 1}};
     for (auto &c : cases) {
         const int64_t T = c.b * c.S, nq = T * c.Hq * c.hd, nk = T * c.Hkv * c.hd;
         const uint64_t sd = 70 + (uint64_t)c.S;
+        const size_t nsa = (size_t)(QT_ATTN_BWD_SCRATCH(c.S) - c.small);
+        const bool blocked = c.hd % 16 == 0 && !c.small;
+        const size_t probe = (size_t)(QT_ATTN_BWD_ROWS * c.S);   // DS row 0, key 0
         vd q = rand_vec(nq, sd, 2.0), k = rand_vec(nk, sd + 1, 2.0), v = rand_vec(nk, sd + 2),
            w = rand_vec(nq, sd + 3), g0 = rand_vec(nq, sd + 4), g1 = rand_vec(nk, sd + 5),
            g2 = rand_vec(nk, sd + 6);
         const double scale = 0.125;
         {   // float
             vf qf = to_f(q), kf = to_f(k), vv = to_f(v), wf = to_f(w), oa(nq), ob(nq),
-               la(c.b * c.Hq * c.S), lb(la.size()), sa(2 * c.S), sb(2 * c.S);
+               la(c.b * c.Hq * c.S), lb(la.size()), sa(nsa), sb(c.S);
             qt_attn_fwd(oa.data(), la.data(), qf.data(), kf.data(), vv.data(), sa.data(), c.b,
                         c.S, c.Hq, c.Hkv, c.hd, (float)scale);
             qt_attn_fwd_ref(ob.data(), lb.data(), qf.data(), kf.data(), vv.data(), sb.data(),
@@ -295,9 +310,10 @@ TEST(AttnKernel, BatchedDotsBitIdenticalToReference)
             CHECK(bits_equal(oa, ob));
             CHECK(bits_equal(la, lb));
             vf dqa = to_f(g0), dka = to_f(g1), dva = to_f(g2), dqb = dqa, dkb = dka, dvb = dva;
-            qt_attn_bwd(dqa.data(), dka.data(), dva.data(), wf.data(), qf.data(), kf.data(),
-                        vv.data(), oa.data(), la.data(), sa.data(), c.b, c.S, c.Hq, c.Hkv,
-                        c.hd, (float)scale);
+            std::fill(sa.begin(), sa.end(), std::numeric_limits<float>::quiet_NaN());
+            qt_attn_bwd_n(dqa.data(), dka.data(), dva.data(), wf.data(), qf.data(), kf.data(),
+                          vv.data(), oa.data(), la.data(), sa.data(), (int64_t)sa.size(), c.b,
+                          c.S, c.Hq, c.Hkv, c.hd, (float)scale);
             qt_attn_bwd_ref(dqb.data(), dkb.data(), dvb.data(), wf.data(), qf.data(), kf.data(),
                             vv.data(), oa.data(), la.data(), sb.data(), c.b, c.S, c.Hq, c.Hkv,
                             c.hd, (float)scale);
@@ -305,9 +321,10 @@ TEST(AttnKernel, BatchedDotsBitIdenticalToReference)
             CHECK(bits_equal(dka, dkb));
             CHECK(bits_equal(dva, dvb));
             CHECK(!bits_equal(dqa, to_f(g0)));   // the backward did something
+            CHECK(blocked ? !std::isnan(sa[probe]) : std::isnan(sa[probe]));
         }
         {   // double
-            vd oa(nq), ob(nq), la(c.b * c.Hq * c.S), lb(la.size()), sa(2 * c.S), sb(2 * c.S);
+            vd oa(nq), ob(nq), la(c.b * c.Hq * c.S), lb(la.size()), sa(nsa), sb(c.S);
             qt_attn_fwd_f64(oa.data(), la.data(), q.data(), k.data(), v.data(), sa.data(), c.b,
                             c.S, c.Hq, c.Hkv, c.hd, scale);
             qt_attn_fwd_ref_f64(ob.data(), lb.data(), q.data(), k.data(), v.data(), sb.data(),
@@ -315,15 +332,17 @@ TEST(AttnKernel, BatchedDotsBitIdenticalToReference)
             CHECK(memcmp(oa.data(), ob.data(), nq * sizeof(double)) == 0);
             CHECK(memcmp(la.data(), lb.data(), la.size() * sizeof(double)) == 0);
             vd dqa = g0, dka = g1, dva = g2, dqb = g0, dkb = g1, dvb = g2;
-            qt_attn_bwd_f64(dqa.data(), dka.data(), dva.data(), w.data(), q.data(), k.data(),
-                            v.data(), oa.data(), la.data(), sa.data(), c.b, c.S, c.Hq, c.Hkv,
-                            c.hd, scale);
+            std::fill(sa.begin(), sa.end(), std::numeric_limits<double>::quiet_NaN());
+            qt_attn_bwd_n_f64(dqa.data(), dka.data(), dva.data(), w.data(), q.data(), k.data(),
+                              v.data(), oa.data(), la.data(), sa.data(), (int64_t)sa.size(),
+                              c.b, c.S, c.Hq, c.Hkv, c.hd, scale);
             qt_attn_bwd_ref_f64(dqb.data(), dkb.data(), dvb.data(), w.data(), q.data(),
                                 k.data(), v.data(), oa.data(), la.data(), sb.data(), c.b, c.S,
                                 c.Hq, c.Hkv, c.hd, scale);
             CHECK(memcmp(dqa.data(), dqb.data(), nq * sizeof(double)) == 0);
             CHECK(memcmp(dka.data(), dkb.data(), nk * sizeof(double)) == 0);
             CHECK(memcmp(dva.data(), dvb.data(), nk * sizeof(double)) == 0);
+            CHECK(blocked ? !std::isnan(sa[probe]) : std::isnan(sa[probe]));
         }
     }
 }
