@@ -15,6 +15,10 @@
 #include <unistd.h>
 #include "qt_arena.h"
 #include "../io/qt_io.h"
+#ifndef QT_MUSL
+#include <stddef.h> /* hugetlbfs.h uses size_t without including it */
+#include <hugetlbfs.h>
+#endif
 
 extern unsigned char __qt_arena_start[];
 extern unsigned char __qt_arena_end[];
@@ -92,6 +96,9 @@ static int qt_arena_untouched(unsigned char *base, size_t len)
 
 static int qt_arena_try_hugetlb(unsigned char *base, size_t len)
 {
+    /* libhugetlbfs names the kernel's default huge page size; the section is aligned and
+     * padded for 2 MiB pages (linker/arena.ld), so any other default is not used. */
+    if (gethugepagesize() != (long)QT_ARENA_ALIGN) return 0;
     if ((unsigned long long)qt_arena_hugepages_free() * QT_ARENA_ALIGN < len) return 0;
     if (!qt_arena_untouched(base, len)) return 0;
     void *r = mmap(base, len, PROT_READ | PROT_WRITE,

@@ -425,8 +425,11 @@ void qt_runtime_memory_print(FILE *f, const qt_plan *p)
     if (getrusage(RUSAGE_SELF, &ru) != 0) return;
     const double mib = 1024.0 * 1024.0;
     /* ru_maxrss is in KiB on Linux (glibc and musl alike) */
-    fprintf(f, "qtrain: peak RSS %.1f MiB (arena %.1f MiB, binary %.1f MiB)\n",
+    /* hugetlbfs pages are not counted in RSS: say so rather than print a figure that
+     * looks smaller than the arena */
+    fprintf(f, "qtrain: peak RSS %.1f MiB (arena %.1f MiB%s, binary %.1f MiB)\n",
             (double)ru.ru_maxrss / 1024.0, p ? (double)p->arena_bytes / mib : 0.0,
+            qt_arena_mode() == QT_ARENA_HUGETLB ? " on hugetlbfs pages, not in RSS" : "",
             (double)(_edata - __executable_start) / mib);
 }
 

@@ -45,3 +45,27 @@ peak_rss_within_arena() {
       exit !(rss > 0 && arena > 0 && rss <= bound) }'
 }
 check "peak RSS of the musl static default run <= arena + binary + 5% arena + 4 MiB" peak_rss_within_arena
+
+# Huge pages: with 2 MiB pages reserved the arena is remapped onto them (the banner says
+# hugetlbfs) and training gives the same bits as on transparent huge pages. Needs root to
+# reserve pages for the duration of the check (restored afterwards); skipped otherwise.
+hugetlb_same_bits() {
+  local d=$QT_TMP/hugetlb nr=/proc/sys/vm/nr_hugepages old
+  mkdir -p $d
+  old=$(cat $nr)
+  echo $((old + 48)) > $nr 2>/dev/null || { echo "cannot reserve huge pages"; return 1; }
+  local free=$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)
+  build/default/qtrain steps=3 metrics=$d/huge.jsonl 2> $d/huge.err; local rc=$?
+  echo $old > $nr
+  [ $rc -eq 0 ] || { cat $d/huge.err; return 1; }
+  if [ "${free:-0}" -lt 41 ]; then echo "only $free huge pages could be reserved: not a test of hugetlbfs"; return 0; fi
+  grep -q "on hugetlbfs pages" $d/huge.err || { echo "arena not on hugetlbfs:"; head -1 $d/huge.err; return 1; }
+  build/default/qtrain steps=3 metrics=$d/thp.jsonl 2> $d/thp.err || return 1
+  det_fields $d/huge.jsonl > $d/huge.det && det_fields $d/thp.jsonl > $d/thp.det || return 1
+  cmp $d/huge.det $d/thp.det && head -1 $d/huge.err
+}
+if [ "$(id -u)" -eq 0 ] && [ -w /proc/sys/vm/nr_hugepages ] && [ "$(cat /proc/sys/vm/nr_hugepages)" = 0 ]; then
+  check "hugetlbfs-backed arena when pages are reserved, same bits as THP" hugetlb_same_bits
+else
+  echo "SKIP hugetlbfs check: needs root and no pages already reserved"
+fi
