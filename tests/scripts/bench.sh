@@ -64,3 +64,8 @@ if [ -n "$pt_tps" ]; then
 else
   echo "pytorch reference: not available (apt-get install python3-torch to compare)"
 fi
+
+# The two weight-gradient determinism mechanisms of design.md section 6, measured on the
+# bench plan's parameter count (docs/determinism.md explains the choice).
+echo
+./build/tools/det_mechanisms
