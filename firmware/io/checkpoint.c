@@ -7,6 +7,8 @@
  *    hash of optimizer state) before the first byte is written into the arena;
  *  - tensor order on disk is plan parameter order, pieces in ckpt_map.c order, regions
  *    params then optimizer.m then optimizer.v, so equal arenas give identical files.
+ * A load= directory or *.index.json (Hugging Face sharded checkpoint) goes to
+ * ckpt_shards.c, which keeps the same all-or-nothing contract over several files.
  * Sharded plans (a parameter whose local shape differs from its global shape) are refused
  * with QT_E_PLAN: qt_plan.h carries no per-rank shard offsets yet.
  * Checkpoints with optimizer state carry "format":"qtrain-1"; weight-only files carry
@@ -19,6 +21,8 @@
 #include "io_err.h"
 #include "ckpt_map.h"
 #include "safetensors.h"
+#include "st_index.h"
+#include "ckpt_shards.h"
 
 #define QT_CKPT_FORMAT "qtrain-1"
 #define QT_OPT_M "optimizer.m."
@@ -27,18 +31,10 @@
 static struct {
     unsigned char used[QT_ST_MAX_TENSORS];   /* file tensor consumed by the plan */
     char name[QT_ST_NAME_MAX + 16];
+    char path[QT_SX_PATH_MAX];               /* load= argument resolved (st_index.c) */
 } qt_ck;
 
-static void qt_fmt_shape(char *out, size_t n, int32_t ndim, const int64_t *s)
-{
-    size_t at = (size_t)snprintf(out, n, "[");
-    for (int32_t d = 0; d < ndim && at < n; d++)
-        at += (size_t)snprintf(out + at, n - at, "%s%lld", d ? "," : "", (long long)s[d]);
-    if (at < n)
-        snprintf(out + at, n - at, "]");
-}
-
-static int qt_ckpt_check_plan(const qt_plan *p, const char *path)
+int qt_ckpt_check_plan(const qt_plan *p, const char *path)
 {
     for (int32_t i = 0; i < p->n_params; i++) {
         const qt_tensor *t = &p->tensors[p->params[i].tensor];
@@ -53,7 +49,7 @@ static int qt_ckpt_check_plan(const qt_plan *p, const char *path)
     return QT_OK;
 }
 
-static float *qt_region(const qt_plan *p, int64_t region_offset, int32_t i)
+float *qt_ckpt_region(const qt_plan *p, int64_t region_offset, int32_t i)
 {
     return (float *)(void *)(p->arena + region_offset) + p->params[i].flat_offset;
 }
@@ -79,7 +75,7 @@ static int qt_save_data(const qt_plan *p, int64_t region_offset)
     qt_ckpt_piece pc;
     int rc;
     for (int32_t i = 0; i < p->n_params; i++) {
-        const float *base = qt_region(p, region_offset, i);
+        const float *base = qt_ckpt_region(p, region_offset, i);
         for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
             qt_ckpt_piece_at(p, i, 0, k, &pc);
             if (pc.kind == QT_MAP_IDENT) {
@@ -158,41 +154,19 @@ static int qt_fused_in_file(const qt_plan *p, int h, int32_t i, const char *pref
     return qt_st_find(h, qt_ck.name) != NULL;
 }
 
-static int qt_shape_eq(int32_t n, const int64_t *a, int32_t m, const int64_t *b)
-{
-    if (n != m)
-        return 0;
-    for (int32_t d = 0; d < n; d++)
-        if (a[d] != b[d])
-            return 0;
-    return 1;
-}
-
 /* Check every piece of every parameter under `prefix` and mark the file tensors used. */
 static int qt_load_check(const qt_plan *p, int h, const char *path, const char *prefix)
 {
     qt_ckpt_piece pc;
-    char want[128], got[128];
     for (int32_t i = 0; i < p->n_params; i++) {
         int fused = qt_fused_in_file(p, h, i, prefix);
         for (int32_t k = 0, n = qt_ckpt_count(p, i, fused); k < n; k++) {
             qt_ckpt_piece_at(p, i, fused, k, &pc);
             snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
             const qt_st_tensor *t = qt_st_find(h, qt_ck.name);
-            qt_fmt_shape(want, sizeof want, pc.ndim, pc.shape);
-            if (!t)
-                return qt_io_fail(QT_E_MISMATCH, "%s: missing tensor %s (expected shape %s)",
-                                  path, qt_ck.name, want);
-            if (t->dtype != QT_ST_F32 && t->dtype != QT_ST_BF16 && t->dtype != QT_ST_F16)
-                return qt_io_fail(QT_E_MISMATCH, "%s: tensor %s: unsupported dtype %s (expected "
-                                  "F32, BF16 or F16)", path, qt_ck.name,
-                                  qt_st_dtype_name(t->dtype));
-            if (!qt_shape_eq(pc.ndim, pc.shape, t->ndim, t->shape) &&
-                !(pc.alt_ndim && qt_shape_eq(pc.alt_ndim, pc.alt_shape, t->ndim, t->shape))) {
-                qt_fmt_shape(got, sizeof got, t->ndim, t->shape);
-                return qt_io_fail(QT_E_MISMATCH, "%s: tensor %s: wrong shape: expected %s, "
-                                  "file has %s", path, qt_ck.name, want, got);
-            }
+            int rc = qt_ckpt_check_tensor(&pc, t, path, qt_ck.name);
+            if (rc)
+                return rc;
             qt_ck.used[t - qt_st_at(h, 0)] = 1;
         }
     }
@@ -204,7 +178,7 @@ static void qt_load_copy(const qt_plan *p, int h, const char *prefix, int64_t re
     qt_ckpt_piece pc;
     for (int32_t i = 0; i < p->n_params; i++) {
         int fused = qt_fused_in_file(p, h, i, prefix);
-        float *base = qt_region(p, region, i);
+        float *base = qt_ckpt_region(p, region, i);
         for (int32_t k = 0, n = qt_ckpt_count(p, i, fused); k < n; k++) {
             qt_ckpt_piece_at(p, i, fused, k, &pc);
             snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
@@ -291,12 +265,22 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
     return QT_OK;
 }
 
-int qt_checkpoint_load(const qt_plan *p, const char *path, int want_optimizer,
+int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
                        int64_t *step_out, int64_t *data_pos_out)
 {
-    int h, rc, load_opt = 0;
+    int h, rc, load_opt = 0, is_index;
     int64_t step = 0, data_pos = 0;
-    if ((rc = qt_ckpt_check_plan(p, path)) || (rc = qt_st_open(path, &h)))
+    const char *path = qt_ck.path;
+    if (step_out)
+        *step_out = 0;
+    if (data_pos_out)
+        *data_pos_out = 0;
+    if ((rc = qt_ckpt_check_plan(p, arg)) ||
+        (rc = qt_sx_resolve(arg, qt_ck.path, sizeof qt_ck.path, &is_index)))
+        return rc;
+    if (is_index)
+        return qt_ckpt_load_index(p, path, want_optimizer);
+    if ((rc = qt_st_open(path, &h)))
         return rc;
     rc = qt_load_validate(p, h, path, want_optimizer, &load_opt);
     if (!rc)

@@ -190,3 +190,48 @@ int64_t qt_ckpt_plan_row(const qt_ckpt_piece *pc, int64_t r)
         return r;
     }
 }
+
+void qt_ckpt_fmt_shape(char *out, size_t n, int32_t ndim, const int64_t *s)
+{
+    size_t at = (size_t)snprintf(out, n, "[");
+    for (int32_t d = 0; d < ndim && at < n; d++)
+        at += (size_t)snprintf(out + at, n - at, "%s%lld", d ? "," : "", (long long)s[d]);
+    if (at < n)
+        snprintf(out + at, n - at, "]");
+}
+
+static int qt_shape_eq(int32_t n, const int64_t *a, int32_t m, const int64_t *b)
+{
+    if (n != m)
+        return 0;
+    for (int32_t d = 0; d < n; d++)
+        if (a[d] != b[d])
+            return 0;
+    return 1;
+}
+
+int qt_ckpt_check_tensor(const qt_ckpt_piece *pc, const qt_st_tensor *t, const char *file,
+                         const char *name)
+{
+    char want[128], got[128];
+    qt_ckpt_fmt_shape(want, sizeof want, pc->ndim, pc->shape);
+    if (!t)
+        return qt_io_fail(QT_E_MISMATCH, "%s: missing tensor %s (expected shape %s)", file,
+                          name, want);
+    if (t->dtype != QT_ST_F32 && t->dtype != QT_ST_BF16 && t->dtype != QT_ST_F16)
+        return qt_io_fail(QT_E_MISMATCH, "%s: tensor %s: unsupported dtype %s (expected "
+                          "F32, BF16 or F16)", file, name, qt_st_dtype_name(t->dtype));
+    if (!qt_shape_eq(pc->ndim, pc->shape, t->ndim, t->shape) &&
+        !(pc->alt_ndim && qt_shape_eq(pc->alt_ndim, pc->alt_shape, t->ndim, t->shape))) {
+        qt_ckpt_fmt_shape(got, sizeof got, t->ndim, t->shape);
+        return qt_io_fail(QT_E_MISMATCH, "%s: tensor %s: wrong shape: expected %s, file has %s",
+                          file, name, want, got);
+    }
+    return QT_OK;
+}
+
+int qt_ckpt_skippable(const qt_plan *p, const char *name, int *is_mtp)
+{
+    *is_mtp = !strncmp(name, "mtp.", 4);
+    return *is_mtp || (p->model.decoder_block == 1 && !strncmp(name, "model.visual.", 13));
+}

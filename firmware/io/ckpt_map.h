@@ -47,5 +47,14 @@ int32_t qt_ckpt_count(const qt_plan *p, int32_t i, int fused);
 void qt_ckpt_piece_at(const qt_plan *p, int32_t i, int fused, int32_t k, qt_ckpt_piece *pc);
 /* Plan row (index into the parameter viewed as rows of pc->row_len) of disk row r. */
 int64_t qt_ckpt_plan_row(const qt_ckpt_piece *pc, int64_t r);
+/* "[a,b,..]" into out (n bytes). */
+void qt_ckpt_fmt_shape(char *out, size_t n, int32_t ndim, const int64_t *s);
+/* Check file tensor t (NULL = absent) named `name` in `file` against piece pc: present,
+ * F32/BF16/F16, shape or alternative shape. QT_OK or QT_E_MISMATCH with a message. */
+int qt_ckpt_check_tensor(const qt_ckpt_piece *pc, const qt_st_tensor *t, const char *file,
+                         const char *name);
+/* 1 if a file tensor that is no plan parameter is skipped rather than an error: mtp.*
+ * (then *is_mtp = 1) and, for Qwen3.5, model.visual.*. */
+int qt_ckpt_skippable(const qt_plan *p, const char *name, int *is_mtp);
 
 #endif

@@ -30,7 +30,11 @@ enum qt_err {
  * mtp.* tensors are skipped with a note on stderr. Missing, extra or mis-shaped tensors are
  * errors naming them. Optimizer state saved by another plan (other hash) is skipped with a
  * note and only the weights load. On success *step_out / *data_pos_out receive the step
- * metadata when the optimizer state was loaded with it, else 0; they may be NULL. */
+ * metadata when the optimizer state was loaded with it, else 0; they may be NULL.
+ * `path` may also be a Hugging Face sharded checkpoint: a *.safetensors.index.json file or
+ * a directory holding model.safetensors.index.json (else exactly one *.safetensors file).
+ * Shards are validated against the index and the plan before any byte is written; they
+ * never restore optimizer state (ckpt_shards.c, limits in st_index.h). */
 int qt_checkpoint_load(const qt_plan *p, const char *path, int want_optimizer,
                        int64_t *step_out, int64_t *data_pos_out);
 

@@ -275,7 +275,10 @@ TEST_GROUP(io)
     }
     void teardown() override
     {
+        char sub[256];
         qt_io_set_quiet(0);
+        snprintf(sub, sizeof sub, "%s/sh", g_dir);   // sharded-checkpoint subdirectory
+        remove_dir(sub);
         remove_dir(g_dir);
     }
 };
@@ -512,6 +515,203 @@ TEST(io, atomic_save_keeps_old_file)
     MEMCMP_EQUAL(before, after, n);
     // and a save into a missing directory fails cleanly
     LONGS_EQUAL(QT_E_IO, qt_checkpoint_save(&g_tiny.plan, "/nonexistent-qt/x.safetensors", 0, 0, 0));
+}
+
+// ---------------------------------------------------------------- sharded checkpoints
+
+// How write_shards damages the split (all optional).
+struct shard_opts {
+    const char *dup;        // also written into the next shard (index keeps the first)
+    const char *reshape;    // dims 0 and 1 swapped in its shard
+    const char *remap;      // the index names the next shard instead of the real one
+    const char *extra;      // extra weight_map entry "<name>" -> second shard, not written
+    bool mtp;               // an mtp.* tensor in the last shard (listed in the index)
+    bool bad_json;          // index truncated mid-object
+};
+
+// Split the single-file checkpoint src into n shards "model-0000K-of-0000N.safetensors"
+// in dir (tensor k of c goes to shard k*n/c: contiguous, header order) plus
+// model.safetensors.index.json, the way transformers' save_pretrained lays them out.
+static void write_shards(const char *src, const char *dir, int n, const shard_opts &o)
+{
+    static char index[1 << 15];
+    char file[8][64], path[320];
+    int h, at = 0;
+    LONGS_EQUAL(QT_OK, qt_st_open(src, &h));
+    int c = qt_st_count(h);
+    at += snprintf(index + at, sizeof index - at,
+                   "{\n  \"metadata\": {\"total_size\": 1234, \"note\": \"a [b] {c}\"},\n"
+                   "  \"weight_map\": {\n");
+    for (int s = 0; s < n; s++)
+        snprintf(file[s], sizeof file[s], "model-%05d-of-%05d.safetensors", s + 1, n);
+    for (int s = 0; s < n; s++) {
+        snprintf(path, sizeof path, "%s/%s", dir, file[s]);
+        LONGS_EQUAL(QT_OK, qt_st_wopen(path));
+        LONGS_EQUAL(QT_OK, qt_st_wmeta("format", "pt"));
+        int64_t mtp_shape[2] = { 2, 2 };
+        for (int pass = 0; pass < 2; pass++) {
+            for (int k = 0; k < c; k++) {
+                const qt_st_tensor *t = qt_st_at(h, k);
+                int home = k * n / c;
+                bool dup_here = o.dup && !strcmp(t->name, o.dup) && s == (home + 1) % n;
+                if (home != s && !dup_here) continue;
+                int64_t shape[QT_ST_MAX_DIMS];
+                memcpy(shape, t->shape, sizeof shape);
+                if (o.reshape && !strcmp(t->name, o.reshape)) {
+                    shape[0] = t->shape[1];
+                    shape[1] = t->shape[0];
+                }
+                if (pass == 0)
+                    LONGS_EQUAL(QT_OK, qt_st_wadd(t->name, t->dtype, t->ndim, shape));
+                else
+                    LONGS_EQUAL(QT_OK, qt_st_wwrite(qt_st_data(h, t), t->end - t->begin));
+                if (pass == 0 && home == s) {
+                    int to = (o.remap && !strcmp(t->name, o.remap)) ? (s + 1) % n : s;
+                    at += snprintf(index + at, sizeof index - at, "    \"%s\": \"%s\",\n",
+                                   t->name, file[to]);
+                }
+            }
+            bool mtp_here = o.mtp && s == n - 1;
+            if (pass == 0 && mtp_here) {
+                LONGS_EQUAL(QT_OK, qt_st_wadd("mtp.fc.weight", QT_ST_F32, 2, mtp_shape));
+                at += snprintf(index + at, sizeof index - at, "    \"mtp.fc.weight\": \"%s\",\n",
+                               file[s]);
+            }
+            if (pass == 0) LONGS_EQUAL(QT_OK, qt_st_wbegin());
+            if (pass == 1 && mtp_here) {
+                static const float zeros[4] = { 0, 0, 0, 0 };
+                LONGS_EQUAL(QT_OK, qt_st_wwrite(zeros, sizeof zeros));
+            }
+        }
+        LONGS_EQUAL(QT_OK, qt_st_wcommit());
+    }
+    qt_st_close(h);
+    if (o.extra)
+        at += snprintf(index + at, sizeof index - at, "    \"%s\": \"%s\",\n", o.extra,
+                       file[1 % n]);
+    at -= 2;   // drop the last ",\n": JSON has no trailing commas
+    at += snprintf(index + at, sizeof index - at, o.bad_json ? "\n  }\n" : "\n  }\n}\n");
+    CHECK(at < (int)sizeof index - 1);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    write_bytes(path, index, (size_t)at);
+}
+
+static const char *shard_dir()
+{
+    static char dir[256];
+    snprintf(dir, sizeof dir, "%s/sh", g_dir);
+    remove_dir(dir);
+    CHECK(mkdir(dir, 0700) == 0);
+    return dir;
+}
+
+TEST(io, sharded_load_matches_single_file)
+{
+    static float want[1 << 12];
+    for (int decoder = 0; decoder < 2; decoder++) {
+        make_plan(decoder);
+        fill_region(0);
+        const char *single = path_in("single.safetensors");
+        LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, single, 0, 0, 0));
+        memset(g_arena, 0, sizeof g_arena);
+        LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, single, 0, NULL, NULL));
+        memcpy(want, region(0), 4 * g_tiny.region_elems);
+        for (int n = 2; n <= 3; n++) {
+            const char *dir = shard_dir();
+            shard_opts o = {};
+            o.mtp = true;
+            write_shards(single, dir, n, o);
+            char idx[320];
+            snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+            // via the index file: bit-exact with the single-file load (same float bits)
+            memset(g_arena, 0, sizeof g_arena);
+            qt_io_clear_notes();
+            int64_t step = -1;
+            LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, idx, 1, &step, NULL));
+            LONGS_EQUAL(-1, first_diff(want, region(0), g_tiny.region_elems));
+            LONGS_EQUAL(0, step);
+            CHECK(has_note("skipped 1 mtp.* tensors"));
+            CHECK(has_note("optimizer state is only restored from single-file"));
+            // via the directory
+            memset(g_arena, 0, sizeof g_arena);
+            LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, dir, 0, NULL, NULL));
+            LONGS_EQUAL(-1, first_diff(want, region(0), g_tiny.region_elems));
+        }
+    }
+    // a directory without an index but with exactly one safetensors file loads that file
+    const char *dir = shard_dir();
+    char one[320];
+    snprintf(one, sizeof one, "%s/only.safetensors", dir);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, one, 0, 0, 0));
+    memset(g_arena, 0, sizeof g_arena);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, dir, 0, NULL, NULL));
+    LONGS_EQUAL(-1, first_diff(want, region(0), g_tiny.region_elems));
+    // with two files and no index the directory is ambiguous
+    snprintf(one, sizeof one, "%s/second.safetensors", dir);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, one, 0, 0, 0));
+    LONGS_EQUAL(QT_E_ARG, qt_checkpoint_load(&g_tiny.plan, dir, 0, NULL, NULL));
+    CHECK(has("several *.safetensors"));
+}
+
+TEST(io, sharded_load_bad_cases_change_nothing)
+{
+    make_plan(1);
+    fill_region(0);
+    const char *single = path_in("single.safetensors");
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, single, 0, 0, 0));
+    const char *emb = "model.language_model.embed_tokens.weight";
+    struct { shard_opts o; const char *unlink_shard; int code; const char *msg1, *msg2; } cases[] = {
+        // missing shard file
+        { {}, "model-00002-of-00003.safetensors", QT_E_IO,
+          "model-00002-of-00003.safetensors: cannot open", "" },
+        // index lists a tensor its shard does not hold
+        { { NULL, NULL, NULL, "mtp.fc.weight", false, false }, NULL, QT_E_MISMATCH,
+          "maps tensor mtp.fc.weight to shard", "model-00002-of-00003.safetensors, which does not contain it" },
+        // index lists a tensor no shard or plan knows
+        { { NULL, NULL, NULL, "model.bogus.weight", false, false }, NULL, QT_E_MISMATCH,
+          "unexpected tensor model.bogus.weight", "" },
+        // tensor present in two shards (index keeps the first)
+        { { emb, NULL, NULL, NULL, false, false }, NULL, QT_E_MISMATCH,
+          "tensor model.language_model.embed_tokens.weight is in shard",
+          "model-00002-of-00003.safetensors but the index maps it to model-00001-of-00003.safetensors" },
+        // mapped to another shard than the one holding it (shards are checked in order of
+        // first mention in the weight_map, so the wrong shard is reported first here)
+        { { NULL, NULL, emb, NULL, false, false }, NULL, QT_E_MISMATCH,
+          "maps tensor model.language_model.embed_tokens.weight to shard",
+          "model-00002-of-00003.safetensors, which does not contain it" },
+        // malformed index JSON
+        { { NULL, NULL, NULL, NULL, false, true }, NULL, QT_E_FORMAT, "bad index JSON", "" },
+        // shape mismatch in the last shard: the earlier shards are valid, still nothing loads
+        { { NULL, "lm_head.weight", NULL, NULL, false, false }, NULL, QT_E_MISMATCH,
+          "model-00003-of-00003.safetensors: tensor lm_head.weight: wrong shape: expected [8,4], "
+          "file has [4,8]", "" },
+    };
+    char idx[320], victim[320];
+    int n_case = 0;
+    for (auto &c : cases) {
+        const char *dir = shard_dir();
+        write_shards(single, dir, 3, c.o);
+        if (c.unlink_shard) {
+            snprintf(victim, sizeof victim, "%s/%s", dir, c.unlink_shard);
+            CHECK(unlink(victim) == 0);
+        }
+        snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+        memset(g_arena, 0, sizeof g_arena);
+        int rc = qt_checkpoint_load(&g_tiny.plan, (n_case++ % 2) ? dir : idx, 0, NULL, NULL);
+        if (rc != c.code || !has(c.msg1) || !has(c.msg2))
+            FAIL(qt_io_last_error());
+        // the message names a file of this checkpoint
+        CHECK(has("/sh/"));
+        for (int64_t k = 0; k < g_tiny.region_elems; k++)
+            CHECK(region(0)[k] == 0.0f);   // all-or-nothing across shards
+    }
+    // a weight_map listing one name twice
+    const char *dir = shard_dir();
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    const char *twice = "{\"weight_map\": {\"a\": \"x.safetensors\", \"a\": \"y.safetensors\"}}";
+    write_bytes(idx, twice, strlen(twice));
+    LONGS_EQUAL(QT_E_FORMAT, qt_checkpoint_load(&g_tiny.plan, idx, 0, NULL, NULL));
+    CHECK(has("tensor a appears twice in weight_map (x.safetensors and y.safetensors)"));
 }
 
 // ---------------------------------------------------------------- bad files
