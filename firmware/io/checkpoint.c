@@ -182,14 +182,7 @@ static void qt_load_copy(const qt_plan *p, int h, const char *prefix, int64_t re
         for (int32_t k = 0, n = qt_ckpt_count(p, i, fused); k < n; k++) {
             qt_ckpt_piece_at(p, i, fused, k, &pc);
             snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
-            const qt_st_tensor *t = qt_st_find(h, qt_ck.name);
-            if (pc.kind == QT_MAP_IDENT) {
-                qt_st_read_f32(h, t, 0, pc.rows * pc.row_len, base);
-                continue;
-            }
-            for (int64_t r = 0; r < pc.rows; r++)
-                qt_st_read_f32(h, t, r * pc.row_len, pc.row_len,
-                               base + qt_ckpt_plan_row(&pc, r) * pc.row_len);
+            qt_ckpt_copy_piece(h, qt_st_find(h, qt_ck.name), &pc, base);
         }
     }
 }

@@ -235,3 +235,14 @@ int qt_ckpt_skippable(const qt_plan *p, const char *name, int *is_mtp)
     *is_mtp = !strncmp(name, "mtp.", 4);
     return *is_mtp || (p->model.decoder_block == 1 && !strncmp(name, "model.visual.", 13));
 }
+
+void qt_ckpt_copy_piece(int h, const qt_st_tensor *t, const qt_ckpt_piece *pc, float *base)
+{
+    if (pc->kind == QT_MAP_IDENT) {
+        qt_st_read_f32(h, t, 0, pc->rows * pc->row_len, base);
+        return;
+    }
+    for (int64_t r = 0; r < pc->rows; r++)
+        qt_st_read_f32(h, t, r * pc->row_len, pc->row_len,
+                       base + qt_ckpt_plan_row(pc, r) * pc->row_len);
+}

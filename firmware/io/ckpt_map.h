@@ -47,6 +47,9 @@ int32_t qt_ckpt_count(const qt_plan *p, int32_t i, int fused);
 void qt_ckpt_piece_at(const qt_plan *p, int32_t i, int fused, int32_t k, qt_ckpt_piece *pc);
 /* Plan row (index into the parameter viewed as rows of pc->row_len) of disk row r. */
 int64_t qt_ckpt_plan_row(const qt_ckpt_piece *pc, int64_t r);
+/* Reads the on-disk tensor t of piece pc (file h) into the parameter at base, converting to
+ * float and placing disk row r at plan row qt_ckpt_plan_row(pc, r). Writes base. */
+void qt_ckpt_copy_piece(int h, const qt_st_tensor *t, const qt_ckpt_piece *pc, float *base);
 /* "[a,b,..]" into out (n bytes). */
 void qt_ckpt_fmt_shape(char *out, size_t n, int32_t ndim, const int64_t *s);
 /* Check file tensor t (NULL = absent) named `name` in `file` against piece pc: present,

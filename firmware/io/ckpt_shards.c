@@ -109,15 +109,7 @@ static int qt_cs_pieces(const qt_plan *p, int h, int32_t s, const char *index, i
             if ((rc = qt_ckpt_check_tensor(&pc, t, qt_cs.shard, pc.name)))
                 return copy ? qt_io_fail(QT_E_IO, "%s: shard changed during the load", index)
                             : rc;
-            if (!copy)
-                continue;
-            if (pc.kind == QT_MAP_IDENT) {
-                qt_st_read_f32(h, t, 0, pc.rows * pc.row_len, base);
-                continue;
-            }
-            for (int64_t r = 0; r < pc.rows; r++)
-                qt_st_read_f32(h, t, r * pc.row_len, pc.row_len,
-                               base + qt_ckpt_plan_row(&pc, r) * pc.row_len);
+            if (copy) qt_ckpt_copy_piece(h, t, &pc, base);
         }
     }
     return QT_OK;
