@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "qt_cg.h"
+#include "../../firmware/kernels/gdn_core.h"
+#include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/attention.h"
 
 typedef struct qt_cg_ad {
@@ -65,6 +67,13 @@ static int pidx(const qt_cg_ad *ad, int32_t t)
     return ad->g->ts[t].param;
 }
 
+/* Sets op->t[0..n) from vals: one line per op keeps each backward's slot list readable
+ * next to qt_ops.h. */
+static void put_slots(qt_op *op, const int32_t *vals, int n)
+{
+    for (int k = 0; k < n; k++) op->t[k] = vals[k];
+}
+
 static qt_op *wgrad(qt_cg_ad *ad, int kind, const qt_op *f, int32_t p0, int32_t p1)
 {
     qt_op *op = qt_cg_emit_op(ad->g, 0, kind);
@@ -107,33 +116,23 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
             if (!needs_grad(ad, f->t[i])) continue;
             int32_t dx = dgrad(ad, f->t[i]);
             op = qt_cg_emit_op(g, 0, QT_OP_ACC);
-            op->t[0] = dx;
-            op->t[1] = dy;
+            put_slots(op, (const int32_t[]){dx, dy}, 2);
             op->a[0] = f->a[0];
         }
         return;
     }
     case QT_OP_EMBED_FWD:
         op = wgrad(ad, QT_OP_EMBED_WGRAD, f, f->t[2], QT_NONE);
-        op->t[0] = dout(ad, f->t[0]);
-        op->t[1] = f->t[1];
-        op->t[2] = f->t[2];
+        put_slots(op, (const int32_t[]){dout(ad, f->t[0]), f->t[1], f->t[2]}, 3);
         op->a[3] = S;
         return;
     case QT_OP_RMSNORM_FWD: {
         int32_t dy = dout(ad, f->t[0]);
         int32_t dx = dgrad(ad, f->t[2]);
         op = bwd(ad, QT_OP_RMSNORM_BWD, f);
-        op->t[0] = dx;
-        op->t[1] = dy;
-        op->t[2] = f->t[2];
-        op->t[3] = f->t[3];
-        op->t[4] = f->t[1];
+        put_slots(op, (const int32_t[]){dx, dy, f->t[2], f->t[3], f->t[1]}, 5);
         op = wgrad(ad, QT_OP_RMSNORM_WGRAD, f, f->t[3], QT_NONE);
-        op->t[0] = dy;
-        op->t[1] = f->t[2];
-        op->t[2] = f->t[1];
-        op->t[3] = f->t[3];
+        put_slots(op, (const int32_t[]){dy, f->t[2], f->t[1], f->t[3]}, 4);
         /* rows per sequence: S tokens times rows per token (heads for q/k norms) */
         op->a[5] = S * (f->a[0] / (g->s->tr.micro_batch * S));
         return;
@@ -143,14 +142,10 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         if (needs_grad(ad, f->t[1])) {
             int32_t dx = dgrad(ad, f->t[1]);
             op = bwd(ad, QT_OP_MATMUL_BWD_DATA, f);
-            op->t[0] = dx;
-            op->t[1] = dy;
-            op->t[2] = f->t[2];
+            put_slots(op, (const int32_t[]){dx, dy, f->t[2]}, 3);
         }
         op = wgrad(ad, QT_OP_MATMUL_WGRAD, f, f->t[2], QT_NONE);
-        op->t[0] = dy;
-        op->t[1] = f->t[1];
-        op->t[2] = f->t[2];
+        put_slots(op, (const int32_t[]){dy, f->t[1], f->t[2]}, 3);
         op->a[3] = S;
         return;
     }
@@ -164,20 +159,14 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
                    : f->kind == QT_OP_SIGMOID_GATE_FWD ? QT_OP_SIGMOID_GATE_BWD
                                                        : QT_OP_MOE_COMBINE_BWD;
         op = bwd(ad, kind, f);
-        op->t[0] = d1;
-        op->t[1] = d2;
-        op->t[2] = dy;
-        op->t[3] = f->t[1];
-        op->t[4] = f->t[2];
+        put_slots(op, (const int32_t[]){d1, d2, dy, f->t[1], f->t[2]}, 5);
         return;
     }
     case QT_OP_ROPE_FWD: {
         int32_t dy = dout(ad, f->t[0]);
         int32_t dx = dgrad(ad, f->t[1]);
         op = bwd(ad, QT_OP_ROPE_BWD, f);
-        op->t[0] = dx;
-        op->t[1] = dy;
-        op->t[2] = f->t[2];
+        put_slots(op, (const int32_t[]){dx, dy, f->t[2]}, 3);
         return;
     }
     case QT_OP_ATTN_FWD: {
@@ -186,64 +175,49 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         int32_t scr = bwd_scratch(ad, "bwd_scratch", g->ts[f->t[0]].t.name,
                                   QT_ATTN_BWD_SCRATCH(S));
         op = bwd(ad, QT_OP_ATTN_BWD, f);
-        int32_t t[10] = {dq, dk, dv, dO, f->t[2], f->t[3], f->t[4], f->t[0], f->t[1], scr};
-        memcpy(op->t, t, sizeof t);
+        put_slots(op, (const int32_t[]){dq, dk, dv, dO, f->t[2], f->t[3], f->t[4], f->t[0],
+                                        f->t[1], scr}, 10);
         return;
     }
     case QT_OP_GDN_CONV_FWD: {
         int32_t dc = dout(ad, f->t[0]);
         int32_t dq = dgrad(ad, f->t[2]);
         op = bwd(ad, QT_OP_GDN_CONV_BWD, f);
-        op->t[0] = dq;
-        op->t[1] = dc;
-        op->t[2] = f->t[1];
-        op->t[3] = f->t[3];
+        put_slots(op, (const int32_t[]){dq, dc, f->t[1], f->t[3]}, 4);
         op = wgrad(ad, QT_OP_GDN_CONV_WGRAD, f, f->t[3], QT_NONE);
-        op->t[0] = dc;
-        op->t[1] = f->t[1];
-        op->t[2] = f->t[2];
-        op->t[3] = f->t[3];
+        put_slots(op, (const int32_t[]){dc, f->t[1], f->t[2], f->t[3]}, 4);
         return;
     }
     case QT_OP_GDN_GATES_FWD: {
         int32_t dbeta = dout(ad, f->t[0]), dg = dout(ad, f->t[1]);
         int32_t dba = dgrad(ad, f->t[2]);
         op = bwd(ad, QT_OP_GDN_GATES_BWD, f);
-        int32_t t[6] = {dba, dbeta, dg, f->t[2], f->t[3], f->t[4]};
-        memcpy(op->t, t, sizeof t);
+        put_slots(op, (const int32_t[]){dba, dbeta, dg, f->t[2], f->t[3], f->t[4]}, 6);
         op = wgrad(ad, QT_OP_GDN_GATES_WGRAD, f, f->t[3], f->t[4]);
-        op->t[0] = dg;
-        op->t[1] = f->t[2];
-        op->t[2] = f->t[3];
-        op->t[3] = f->t[4];
+        put_slots(op, (const int32_t[]){dg, f->t[2], f->t[3], f->t[4]}, 4);
         op->a[3] = S;
         return;
     }
     case QT_OP_GDN_CORE_FWD: {
         int32_t dO = dout(ad, f->t[0]);
         int32_t dc = dgrad(ad, f->t[4]), dg = dgrad(ad, f->t[5]), db = dgrad(ad, f->t[6]);
-        /* scratch per a7 (qt_ops.h): recurrent (C+1)*Dk*Dv + 4*Dk + 4*Dv; chunked
-         * Dk*Dv + 4*Cr*Dk + 4*Cr*Dv + 7*Cr*Cr + 5*Cr with Cr = min(C, S) */
-        int64_t Sq = f->a[1], Dk = f->a[3], Dv = f->a[5], C = f->a[6];
-        int64_t Cr = C < Sq ? C : Sq;
-        int64_t n = f->a[7] ? Dk * Dv + 4 * Cr * Dk + 4 * Cr * Dv + 7 * Cr * Cr + 5 * Cr
-                            : (C + 1) * Dk * Dv + 4 * Dk + 4 * Dv;
+        /* scratch per a7 (qt_ops.h), sized by the kernels' own macros */
+        int64_t Dk = f->a[3], Dv = f->a[5], C = f->a[6];
+        int64_t n = f->a[7] ? QT_GDN_CHUNK_BWD_SCRATCH(QT_GDN_CHUNK_ROWS(C, f->a[1]), Dk, Dv)
+                            : QT_GDN_CORE_SCRATCH(C, Dk, Dv);
         int32_t scr = bwd_scratch(ad, "bwd_scratch", g->ts[f->t[0]].t.name, n);
         op = bwd(ad, QT_OP_GDN_CORE_BWD, f);
-        int32_t t[11] = {dc, dg, db, dO, f->t[4], f->t[5], f->t[6], f->t[1], f->t[2], f->t[3],
-                         scr};
-        memcpy(op->t, t, sizeof t);
+        put_slots(op, (const int32_t[]){dc, dg, db, dO, f->t[4], f->t[5], f->t[6], f->t[1],
+                                        f->t[2], f->t[3], scr}, 11);
         return;
     }
     case QT_OP_GATED_RMSNORM_FWD: {
         int32_t dy = dout(ad, f->t[0]);
         int32_t dO = dgrad(ad, f->t[2]), dqkvz = dgrad(ad, f->t[3]);
         op = bwd(ad, QT_OP_GATED_RMSNORM_BWD, f);
-        int32_t t[7] = {dO, dqkvz, dy, f->t[2], f->t[3], f->t[4], f->t[1]};
-        memcpy(op->t, t, sizeof t);
+        put_slots(op, (const int32_t[]){dO, dqkvz, dy, f->t[2], f->t[3], f->t[4], f->t[1]}, 7);
         op = wgrad(ad, QT_OP_GATED_RMSNORM_WGRAD, f, f->t[4], QT_NONE);
-        int32_t w[5] = {dy, f->t[2], f->t[3], f->t[1], f->t[4]};
-        memcpy(op->t, w, sizeof w);
+        put_slots(op, (const int32_t[]){dy, f->t[2], f->t[3], f->t[1], f->t[4]}, 5);
         op->a[5] = S;
         return;
     }
@@ -251,8 +225,7 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         int32_t dp = dout(ad, f->t[1]);
         int32_t dl = dgrad(ad, f->t[3]);
         op = bwd(ad, QT_OP_MOE_ROUTE_BWD, f);
-        int32_t t[5] = {dl, dp, f->t[3], f->t[0], f->t[1]};
-        memcpy(op->t, t, sizeof t);
+        put_slots(op, (const int32_t[]){dl, dp, f->t[3], f->t[0], f->t[1]}, 5);
         /* The runtime divides every gradient by the global token count; the load-balance
          * term is already normalised, so its seed is scaled up by that count. */
         op->f[0] = (float)((double)f->f[0] == 0.0 ? 0.0
@@ -277,12 +250,12 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         int32_t dgu = qt_cg_add_tensor(g, dnm, QT_ROLE_SAVED, QT_F32, gsrc.ndim, gsrc.shape,
                                        gsrc.axes);
         op = bwd(ad, QT_OP_EXPERT_FFN_BWD, f);
-        int32_t t[9] = {dx, dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s1, dgu};
-        memcpy(op->t, t, sizeof t);
+        put_slots(op, (const int32_t[]){dx, dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5],
+                                        s1, dgu}, 9);
         int32_t s2 = bwd_scratch(ad, "wgrad_scratch", nm, esz);
         op = wgrad(ad, QT_OP_EXPERT_FFN_WGRAD, f, f->t[4], f->t[5]);
-        int32_t w[8] = {dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s2, dgu};
-        memcpy(op->t, w, sizeof w);
+        put_slots(op, (const int32_t[]){dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s2,
+                                        dgu}, 8);
         op->a[5] = S;
         return;
     }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "qt_cg.h"
+#include "../../firmware/kernels/gdn_chunk.h"
 
 #define SHP(...) ((const int64_t[]){__VA_ARGS__})
 #define AX(...) ((const uint8_t[]){__VA_ARGS__})
@@ -225,12 +226,12 @@ static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg
      * 2*C*Dk + 2*C*Dv + 4*C*C + 3*C with C = min(chunk, S)), the recurrent one gets a
      * one-float placeholder so that every slot names a tensor. */
     int64_t chunked = g->s->gdn_chunked, ck = g->s->m.gdn_chunk;
-    int64_t cr = ck < D->S ? ck : D->S;
     int64_t ka[8] = {D->b, D->S, D->Hk, D->Dk, D->Hv, D->Dv, ck, chunked};
     memcpy(op->a, ka, sizeof ka);
     snprintf(n, sizeof n, "L%d.gdn.core_fwd_scratch", l);
-    op->t[7] = scratch(g, n,
-                       chunked ? 2 * cr * D->Dk + 2 * cr * D->Dv + 4 * cr * cr + 3 * cr : 1);
+    op->t[7] = scratch(g, n, chunked ? QT_GDN_CHUNK_FWD_SCRATCH(QT_GDN_CHUNK_ROWS(ck, D->S),
+                                                                D->Dk, D->Dv)
+                                     : 1);
     op->f[0] = (float)(1.0 / sqrt((double)D->Dk));
     op->f[1] = 1e-6f;
     op = qt_cg_emit_op(g, 0, QT_OP_GATED_RMSNORM_FWD);
