@@ -39,8 +39,8 @@ DEFAULT_RUN ?= default
 FW_DIRS := math kernels ops runtime io
 FW_COMMON := $(foreach d,$(FW_DIRS),$(wildcard firmware/$(d)/*.c))
 # The glibc build talks MPI (MPICH); the musl static build is single-rank (comm_local.c).
-FW_SRC := $(FW_COMMON) firmware/comm/comm_mpi.c
-FW_SRC_MUSL := $(FW_COMMON) firmware/comm/comm_local.c
+FW_SRC := $(FW_COMMON) firmware/comm/coll.c firmware/comm/comm_mpi.c
+FW_SRC_MUSL := $(FW_COMMON) firmware/comm/coll.c firmware/comm/comm_local.c
 FW_MAIN := firmware/app/main.c $(filter-out firmware/app/main.c,$(wildcard firmware/app/*.c))
 KERNEL_SRC := $(wildcard firmware/kernels/*.c)
 CG_SRC := $(wildcard configgen/src/*.c)

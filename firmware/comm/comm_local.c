@@ -1,10 +1,12 @@
 /* comm_local.c - the single-process back end of qt_comm.h (musl static build).
  *
  * Invariant: always rank 0 of 1; must not include mpi.h (musl cannot see or link MPICH).
+ * Every mesh group therefore has size 1 and the collectives of coll.c return before they
+ * transfer anything; a transfer that reaches qt_comm_sendrecv with a peer is an error.
  */
 #include <stdlib.h>
 #include "qt_comm.h"
-#include "../io/qt_io.h"
+#include "qt_err.h"
 
 int qt_comm_init(int *argc, char ***argv, int *rank, int *size)
 {
@@ -28,4 +30,23 @@ void qt_comm_abort(int code)
 const char *qt_comm_backend(void)
 {
     return "local";
+}
+
+void qt_comm_world(int *rank, int *size)
+{
+    *rank = 0;
+    *size = 1;
+}
+
+int qt_comm_sendrecv(int dst, const void *send, int64_t sbytes, int src, void *recv,
+                     int64_t rbytes, double deadline, int *silent)
+{
+    (void)send;
+    (void)recv;
+    (void)deadline;
+    *silent = -1;
+    if ((dst < 0 || sbytes == 0) && (src < 0 || rbytes == 0)) return QT_OK;
+    return qt_fail(QT_E_COMM, "comm: the single-rank back end has no peer (send %lld bytes "
+                   "to rank %d, receive %lld bytes from rank %d)", (long long)sbytes, dst,
+                   (long long)rbytes, src);
 }

@@ -1,21 +1,43 @@
-/* comm_mpi.c - the MPICH back end of qt_comm.h (glibc build).
+/* comm_mpi.c - the MPICH back end of qt_comm.h (glibc build): process set-up and the one
+ * transport primitive, qt_comm_sendrecv, on which coll.c builds every collective.
  *
  * Invariants: MPI_Init is called once, by main through qt_comm_init, before any other MPI
- * call; nothing here reduces floats (design.md s.6). MPI may allocate inside its own init,
- * which happens before training steps.
+ * call; nothing here reduces anything (design.md s.6). MPI may allocate inside its own init
+ * (and here MPI_Comm_dup / MPI_Comm_split_type run once, at init); after that this file
+ * only posts MPI_Isend/MPI_Irecv of contiguous bytes on the private communicator
+ * qt_comm_state.comm, in pieces of at most QT_COMM_CHUNK_BYTES, and polls them with MPI_Test
+ * (never a blocking MPI call, so a deadline can always fire). With more ranks on the node
+ * than CPUs, polls are spaced by nanosleep(20 us) from the start (toolchain.md 1: MPICH's
+ * busy-polling otherwise costs 16-108 ms per call); otherwise the first 200 us spin.
  */
 #include <mpi.h>
 #include <stdio.h>
+#include <time.h>
+#include <unistd.h>
 #include "qt_comm.h"
-#include "../io/qt_io.h"
+#include "qt_err.h"
 
 #ifndef MPICH_VERSION
 #define MPICH_VERSION "?"
 #endif
 
+#define QT_COMM_TAG 0x5174           /* every qtrain message; pairwise FIFO order matches them */
+#define QT_COMM_SPIN_S 200e-6        /* busy-poll this long before sleeping (not oversubscribed) */
+#define QT_COMM_SLEEP_NS 20000L
+
 static struct {
     int initialised;
-} qt_comm_state;
+    int rank, size;
+    MPI_Comm comm;                   /* duplicate of MPI_COMM_WORLD, errors returned */
+    double spin_s;                   /* 0 when the node is oversubscribed */
+} qt_comm_state = {0, 0, 1, MPI_COMM_NULL, QT_COMM_SPIN_S};
+
+static double qt_comm_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 int qt_comm_init(int *argc, char ***argv, int *rank, int *size)
 {
@@ -24,18 +46,34 @@ int qt_comm_init(int *argc, char ***argv, int *rank, int *size)
         return QT_E_PLAN;
     }
     qt_comm_state.initialised = 1;
+    MPI_Comm node = MPI_COMM_NULL;
+    int node_size = 1;
     if (MPI_Comm_rank(MPI_COMM_WORLD, rank) != MPI_SUCCESS ||
-        MPI_Comm_size(MPI_COMM_WORLD, size) != MPI_SUCCESS) {
-        fprintf(stderr, "comm: MPI_Comm_rank/size failed\n");
+        MPI_Comm_size(MPI_COMM_WORLD, size) != MPI_SUCCESS ||
+        MPI_Comm_dup(MPI_COMM_WORLD, &qt_comm_state.comm) != MPI_SUCCESS ||
+        MPI_Comm_set_errhandler(qt_comm_state.comm, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
+            MPI_SUCCESS ||
+        MPI_Comm_size(node, &node_size) != MPI_SUCCESS) {
+        fprintf(stderr, "comm: MPI_Comm_rank/size/dup/split_type failed\n");
         qt_comm_finalize();
         return QT_E_PLAN;
     }
+    MPI_Comm_free(&node);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    qt_comm_state.spin_s = cpus > 0 && node_size > cpus ? 0.0 : QT_COMM_SPIN_S;
+    qt_comm_state.rank = *rank;
+    qt_comm_state.size = *size;
+    qt_err_set_rank(*rank, *size);
     return QT_OK;
 }
 
 void qt_comm_finalize(void)
 {
-    if (qt_comm_state.initialised) MPI_Finalize();
+    if (qt_comm_state.initialised) {
+        if (qt_comm_state.comm != MPI_COMM_NULL) MPI_Comm_free(&qt_comm_state.comm);
+        MPI_Finalize();
+    }
     qt_comm_state.initialised = 0;
 }
 
@@ -47,4 +85,87 @@ void qt_comm_abort(int code)
 const char *qt_comm_backend(void)
 {
     return "mpich " MPICH_VERSION;
+}
+
+void qt_comm_world(int *rank, int *size)
+{
+    *rank = qt_comm_state.rank;
+    *size = qt_comm_state.size;
+}
+
+/* Poll the (up to) two requests of one piece until both complete or the deadline passes.
+ * rn: bytes the receive must deliver. */
+static int qt_comm_wait(MPI_Request *sreq, MPI_Request *rreq, int dst, int src, int rn,
+                        double deadline, int *silent)
+{
+    int sdone = *sreq == MPI_REQUEST_NULL, rdone = *rreq == MPI_REQUEST_NULL;
+    MPI_Status st;
+    const double t0 = qt_comm_now();
+    for (;;) {
+        if (!sdone && MPI_Test(sreq, &sdone, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return qt_fail(QT_E_COMM, "comm: MPI_Test of a send to rank %d failed",
+                           dst);
+        if (!rdone) {
+            if (MPI_Test(rreq, &rdone, &st) != MPI_SUCCESS)
+                return qt_fail(QT_E_COMM, "comm: receive from rank %d failed (a "
+                               "longer message than the %d bytes expected?)",
+                               src, rn);
+            if (rdone) {
+                int got = -1;
+                MPI_Get_count(&st, MPI_BYTE, &got);
+                if (got != rn)
+                    return qt_fail(QT_E_COMM, "comm: rank %d sent %d bytes, %d "
+                                   "expected (collective called with other sizes?)",
+                                   src, got, rn);
+            }
+        }
+        if (sdone && rdone) return QT_OK;
+        const double now = qt_comm_now();
+        if (deadline > 0 && now > deadline) {
+            *silent = rdone ? dst : src;
+            return QT_E_COMM;
+        }
+        if (now - t0 >= qt_comm_state.spin_s) {
+            struct timespec ts = {0, QT_COMM_SLEEP_NS};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+int qt_comm_sendrecv(int dst, const void *send, int64_t sbytes, int src, void *recv,
+                     int64_t rbytes, double deadline, int *silent)
+{
+    *silent = -1;
+    if (dst < 0) sbytes = 0;
+    if (src < 0) rbytes = 0;
+    if (!qt_comm_state.initialised || sbytes < 0 || rbytes < 0 || dst >= qt_comm_state.size ||
+        src >= qt_comm_state.size || (sbytes && dst == qt_comm_state.rank) ||
+        (rbytes && src == qt_comm_state.rank) || (sbytes && !send) || (rbytes && !recv))
+        return qt_fail(QT_E_PLAN, "comm: bad transfer (send %lld bytes to %d, "
+                       "receive %lld bytes from %d, %d ranks)",
+                       (long long)sbytes, dst, (long long)rbytes, src, qt_comm_state.size);
+    int64_t soff = 0, roff = 0;
+    while (soff < sbytes || roff < rbytes) {
+        MPI_Request sreq = MPI_REQUEST_NULL, rreq = MPI_REQUEST_NULL;
+        int sn = 0, rn = 0;
+        if (roff < rbytes) {
+            rn = (int)(rbytes - roff < QT_COMM_CHUNK_BYTES ? rbytes - roff : QT_COMM_CHUNK_BYTES);
+            if (MPI_Irecv((char *)recv + roff, rn, MPI_BYTE, src, QT_COMM_TAG,
+                          qt_comm_state.comm, &rreq) != MPI_SUCCESS)
+                return qt_fail(QT_E_COMM, "comm: MPI_Irecv from rank %d failed",
+                               src);
+        }
+        if (soff < sbytes) {
+            sn = (int)(sbytes - soff < QT_COMM_CHUNK_BYTES ? sbytes - soff : QT_COMM_CHUNK_BYTES);
+            if (MPI_Isend((const char *)send + soff, sn, MPI_BYTE, dst, QT_COMM_TAG,
+                          qt_comm_state.comm, &sreq) != MPI_SUCCESS)
+                return qt_fail(QT_E_COMM, "comm: MPI_Isend to rank %d failed",
+                               dst);
+        }
+        int rc = qt_comm_wait(&sreq, &rreq, dst, src, rn, deadline, silent);
+        if (rc) return rc;
+        soff += sn;
+        roff += rn;
+    }
+    return QT_OK;
 }

@@ -1,11 +1,16 @@
-/* qt_comm.h - the communication layer's process-level interface.
+/* qt_comm.h - the communication layer's process-level interface and its one transport
+ * primitive.
  *
  * Two back ends with one interface: comm_mpi.c (glibc build, MPICH) and comm_local.c
- * (musl static build, exactly one rank). Collectives of later issues are plan ops that
- * call into this layer; nothing here reduces floats with MPI_SUM (design.md section 6).
+ * (musl static build, exactly one rank). The collectives (qt_coll.h, coll.c) are written
+ * once on top of qt_comm_sendrecv; nothing here reduces floats with MPI_SUM (design.md
+ * section 6). Neither back end allocates heap memory after qt_comm_init (MPICH itself may,
+ * inside its own calls).
  */
 #ifndef QT_COMM_H
 #define QT_COMM_H
+
+#include <stdint.h>
 
 /* Initialise; returns 0 and fills rank/size, or a negative QT_E* code. */
 int qt_comm_init(int *argc, char ***argv, int *rank, int *size);
@@ -14,5 +19,25 @@ void qt_comm_finalize(void);
 void qt_comm_abort(int code);
 /* Name of the back end for the start-up banner ("mpich 4.0.2", "local"). */
 const char *qt_comm_backend(void);
+
+/* World rank and size after qt_comm_init (0 and 1 before it, and in the local back end). */
+void qt_comm_world(int *rank, int *size);
+
+/* Largest single message; longer transfers are split into pieces of at most this size
+ * (MPICH mallocs per call for big messages, toolchain.md section 0). */
+#define QT_COMM_CHUNK_BYTES ((int64_t)16 << 20)
+
+/* Point-to-point step: send sbytes from `send` to world rank dst and, concurrently, receive
+ * exactly rbytes into `recv` from world rank src. dst < 0 or sbytes == 0: nothing is sent;
+ * src < 0 or rbytes == 0: nothing is received (both sides of a transfer must agree on its
+ * size, zero included). dst/src must not be my own rank. Transfers go in pieces of at most
+ * QT_COMM_CHUNK_BYTES, polled with MPI_Test and short sleeps, until done or until the
+ * absolute CLOCK_MONOTONIC time `deadline` (seconds; <= 0 = none) passes.
+ * Returns 0; or QT_E_COMM with *silent = the rank that did not answer (src if my receive is
+ * incomplete, else dst) on timeout, the pending requests left posted (the caller aborts);
+ * or QT_E_COMM with *silent = -1 after printing a message (MPI error, received size differs
+ * from rbytes, no peer in the local back end); QT_E_PLAN for bad arguments. */
+int qt_comm_sendrecv(int dst, const void *send, int64_t sbytes, int src, void *recv,
+                     int64_t rbytes, double deadline, int *silent);
 
 #endif

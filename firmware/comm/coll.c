@@ -1,0 +1,602 @@
+/* coll.c - the collectives of qt_coll.h, written once for both back ends on top of
+ * qt_comm_sendrecv (qt_comm.h): mesh and group arithmetic, the deadline and context of
+ * timeout messages, the counters, and the algorithms (recursive halving reduce-scatter with
+ * fixed pairing, recursive doubling or ring all-gather, binomial broadcast, exact integer
+ * sums, shift-schedule all-to-all, plan check).
+ *
+ * Invariants:
+ *  - floats are only ever added here, elementwise, as mine + partner's in the fixed pairing
+ *    of qt_coll_reduce_scatter_f32 (a perfect pairwise tree over group indices); message
+ *    sizes and scratch size change how data moves, never which additions happen;
+ *  - every member of a group runs the same sequence of qt_comm_sendrecv calls with matching
+ *    sizes, so pairwise FIFO order matches the messages (no tags per call);
+ *  - no heap, no VLAs, no recursion; all state is qt_coll_s; scratch is the caller's
+ *    (floats) or the fixed qt_coll_s.u64 buffer (integer reductions, chunked);
+ *  - each public collective runs under one absolute deadline set at its start.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include "qt_coll.h"
+#include "qt_comm.h"
+#include "qt_err.h"
+
+#define QT_COLL_MASKS (1u << QT_MESH_COUNT)
+#define QT_COLL_U64_CHUNK 1024                        /* integer reduction scratch, values */
+#define QT_COLL_F32_MSG (QT_COMM_CHUNK_BYTES / 4)     /* floats per reduce-scatter message */
+#define QT_COLL_CHECK_LANES 6                          /* lanes of qt_comm_check_same */
+
+/* A group as the algorithms see it: its size, my index, and how to name a member. */
+typedef struct qt_grp {
+    unsigned mask;      /* mesh axes; ignored when world != 0 */
+    int world;          /* 1: the world in rank order (qt_comm_check_same, before the mesh) */
+    int size, index;
+} qt_grp;
+
+typedef void (*qt_coll_combine)(uint64_t *acc, const uint64_t *in, int n);
+
+static struct {
+    int ready;                              /* qt_comm_mesh_init succeeded */
+    int rank, size;
+    int32_t mesh[QT_MESH_COUNT];
+    int32_t coord[QT_MESH_COUNT];
+    int32_t gsize[QT_COLL_MASKS], gindex[QT_COLL_MASKS];
+    int deadline_set;                       /* 0: default deadline */
+    double deadline_s;
+    char what[64];
+    long long step;
+    /* the collective in progress, for messages */
+    const char *op;
+    unsigned op_mask;
+    int op_world, op_stage;
+    double t_start, t_deadline;
+    /* counters */
+    int64_t bytes_sent, calls;
+    double seconds;
+    uint64_t u64[QT_COLL_U64_CHUNK];        /* received values of integer reductions */
+} qt_coll_s = {.step = -1};
+
+static const char *const qt_coll_axis_name[QT_MESH_COUNT] = {
+    "data", "fsdp", "tensor", "expert", "context"};
+
+static double qt_coll_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- mesh ------------------------------------------------------------------------------- */
+
+int qt_comm_mesh_init(const int32_t mesh[QT_MESH_COUNT], int rank, int size)
+{
+    qt_coll_s.ready = 0;
+    int64_t prod = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++) {
+        if (mesh[a] < 1)
+            return qt_fail(QT_E_PLAN, "mesh: %s axis has size %d (must be >= 1)",
+                           qt_coll_axis_name[a], mesh[a]);
+        prod *= mesh[a];
+        if (prod > (int64_t)1 << 30)
+            return qt_fail(QT_E_PLAN, "mesh: more than 2^30 ranks");
+    }
+    if (prod != size || rank < 0 || rank >= size)
+        return qt_fail(QT_E_PLAN, "mesh %dx%dx%dx%dx%d (data x fsdp x tensor x expert x "
+                       "context) has %lld ranks, but this job has %d (rank %d)", mesh[0],
+                       mesh[1], mesh[2], mesh[3], mesh[4], (long long)prod, size, rank);
+    int r = rank;
+    for (int a = QT_MESH_COUNT - 1; a >= 0; a--) {
+        qt_coll_s.mesh[a] = mesh[a];
+        qt_coll_s.coord[a] = r % mesh[a];
+        r /= mesh[a];
+    }
+    for (unsigned m = 0; m < QT_COLL_MASKS; m++) {
+        int32_t gs = 1, gi = 0;
+        for (int a = 0; a < QT_MESH_COUNT; a++) {
+            if (!(m & (1u << a))) continue;
+            gs *= mesh[a];
+            gi = gi * mesh[a] + qt_coll_s.coord[a];
+        }
+        qt_coll_s.gsize[m] = gs;
+        qt_coll_s.gindex[m] = gi;
+    }
+    qt_coll_s.rank = rank;
+    qt_coll_s.size = size;
+    qt_coll_s.ready = 1;
+    qt_err_set_rank(rank, size);
+    return QT_OK;
+}
+
+static int qt_coll_mask_ok(unsigned mask)
+{
+    return qt_coll_s.ready && mask < QT_COLL_MASKS;
+}
+
+int qt_comm_coord(int axis)
+{
+    if (!qt_coll_s.ready || axis < 0 || axis >= QT_MESH_COUNT) return QT_E_PLAN;
+    return qt_coll_s.coord[axis];
+}
+
+int qt_comm_group_size(unsigned mask)
+{
+    return qt_coll_mask_ok(mask) ? qt_coll_s.gsize[mask] : QT_E_PLAN;
+}
+
+int qt_comm_group_index(unsigned mask)
+{
+    return qt_coll_mask_ok(mask) ? qt_coll_s.gindex[mask] : QT_E_PLAN;
+}
+
+int qt_comm_group_rank(unsigned mask, int index)
+{
+    if (!qt_coll_mask_ok(mask) || index < 0 || index >= qt_coll_s.gsize[mask]) return QT_E_PLAN;
+    int32_t c[QT_MESH_COUNT];
+    for (int a = QT_MESH_COUNT - 1; a >= 0; a--) {
+        c[a] = qt_coll_s.coord[a];
+        if (mask & (1u << a)) {
+            c[a] = index % qt_coll_s.mesh[a];
+            index /= qt_coll_s.mesh[a];
+        }
+    }
+    int r = 0;
+    for (int a = 0; a < QT_MESH_COUNT; a++) r = r * qt_coll_s.mesh[a] + c[a];
+    return r;
+}
+
+/* ---- deadline, context, counters -------------------------------------------------------- */
+
+void qt_comm_set_deadline(double seconds)
+{
+    qt_coll_s.deadline_set = 1;
+    qt_coll_s.deadline_s = seconds;
+}
+
+void qt_comm_set_context(const char *what, long long step)
+{
+    snprintf(qt_coll_s.what, sizeof qt_coll_s.what, "%s", what ? what : "");
+    qt_coll_s.step = step;
+}
+
+void qt_comm_stats(int64_t *bytes_sent, double *seconds, int64_t *calls)
+{
+    if (bytes_sent) *bytes_sent = qt_coll_s.bytes_sent;
+    if (seconds) *seconds = qt_coll_s.seconds;
+    if (calls) *calls = qt_coll_s.calls;
+}
+
+/* Writes "what, step N, op over axes (R ranks)[, stage s]" into out[cap]; the axes are
+ * those of the mask with more than one rank. */
+static void qt_coll_context(char *out, size_t cap)
+{
+    char axes[64] = "";
+    size_t used = 0;
+    int ranks = 1;
+    if (qt_coll_s.op_world) {
+        int me;
+        qt_comm_world(&me, &ranks);
+        snprintf(axes, sizeof axes, "all ranks");
+    } else {
+        for (int a = 0; a < QT_MESH_COUNT; a++) {
+            if (!(qt_coll_s.op_mask & (1u << a)) || qt_coll_s.mesh[a] < 2) continue;
+            ranks *= qt_coll_s.mesh[a];
+            int w = snprintf(axes + used, sizeof axes - used, "%s%s", used ? "+" : "",
+                             qt_coll_axis_name[a]);
+            if (w > 0 && (size_t)w < sizeof axes - used) used += (size_t)w;
+        }
+    }
+    char step[32] = "";
+    if (qt_coll_s.step >= 0) snprintf(step, sizeof step, "step %lld, ", qt_coll_s.step);
+    char stage[24] = "";
+    if (qt_coll_s.op_stage >= 0) snprintf(stage, sizeof stage, ", stage %d", qt_coll_s.op_stage);
+    snprintf(out, cap, "%s%s%s%s over %s (%d ranks)%s", qt_coll_s.what,
+             qt_coll_s.what[0] ? ", " : "", step, qt_coll_s.op ? qt_coll_s.op : "?", axes, ranks,
+             stage);
+}
+
+static double qt_coll_deadline_s(void)
+{
+    return qt_coll_s.deadline_set ? qt_coll_s.deadline_s : QT_COLL_DEFAULT_DEADLINE;
+}
+
+/* Start of a public collective: counts it, starts the clock and the deadline. */
+static void qt_coll_begin(const char *op, unsigned mask, int world)
+{
+    qt_coll_s.op = op;
+    qt_coll_s.op_mask = mask;
+    qt_coll_s.op_world = world;
+    qt_coll_s.op_stage = -1;
+    qt_coll_s.calls++;
+    qt_coll_s.t_start = qt_coll_now();
+    double d = qt_coll_deadline_s();
+    qt_coll_s.t_deadline = d > 0 ? qt_coll_s.t_start + d : 0;
+}
+
+/* End of a public collective: adds its time; returns rc. */
+static int qt_coll_end(int rc)
+{
+    qt_coll_s.seconds += qt_coll_now() - qt_coll_s.t_start;
+    return rc;
+}
+
+/* Resolve mask into g (or the world when world != 0) for collective `op`. */
+static int qt_coll_group(const char *op, unsigned mask, int world, qt_grp *g)
+{
+    g->mask = mask;
+    g->world = world;
+    g->size = 1;
+    g->index = 0;
+    if (world) {
+        qt_comm_world(&g->index, &g->size);
+        return QT_OK;
+    }
+    if (!qt_coll_s.ready)
+        return qt_fail(QT_E_PLAN, "%s: called before qt_comm_mesh_init", op);
+    if (mask >= QT_COLL_MASKS)
+        return qt_fail(QT_E_PLAN, "%s: mask 0x%x has bits beyond the %d mesh axes", op, mask,
+                       QT_MESH_COUNT);
+    g->size = qt_coll_s.gsize[mask];
+    g->index = qt_coll_s.gindex[mask];
+    return QT_OK;
+}
+
+static int qt_coll_member(const qt_grp *g, int index)
+{
+    return g->world ? index : qt_comm_group_rank(g->mask, index);
+}
+
+/* One transfer step with group members (indices; -1 = none) under the collective's
+ * deadline; counts the bytes; names the silent rank on timeout. */
+static int qt_coll_xfer(const qt_grp *g, int dst, const void *s, int64_t sb, int src, void *r,
+                        int64_t rb)
+{
+    int dst_rank = dst >= 0 ? qt_coll_member(g, dst) : -1;
+    int src_rank = src >= 0 ? qt_coll_member(g, src) : -1;
+    int silent = -1;
+    int rc = qt_comm_sendrecv(dst_rank, s, sb, src_rank, r, rb, qt_coll_s.t_deadline, &silent);
+    if (rc == QT_OK) {
+        if (dst_rank >= 0) qt_coll_s.bytes_sent += sb;
+        return QT_OK;
+    }
+    if (rc == QT_E_COMM && silent >= 0) {
+        char ctx[200];
+        qt_coll_context(ctx, sizeof ctx);
+        return qt_fail(QT_E_COMM, "%s: no answer from rank %d within %g s", ctx, silent,
+                       qt_coll_deadline_s());
+    }
+    return rc;
+}
+
+static int qt_coll_pow2(int r)
+{
+    return r > 0 && (r & (r - 1)) == 0;
+}
+
+/* ---- reduce-scatter --------------------------------------------------------------------- */
+
+/* Walk n floats of the blocks first, first+step, first+2*step, ... of buf (blk floats each),
+ * starting at element `off` of block number k of that sequence: copy them into dst (pack)
+ * or add src into them (add). */
+static void qt_coll_pack(const float *buf, int64_t blk, int64_t first, int64_t step, int64_t k,
+                         int64_t off, int64_t n, float *dst)
+{
+    while (n > 0) {
+        int64_t take = blk - off < n ? blk - off : n;
+        memcpy(dst, buf + (first + k * step) * blk + off, (size_t)take * sizeof(float));
+        dst += take;
+        n -= take;
+        k++;
+        off = 0;
+    }
+}
+
+static void qt_coll_add(float *buf, int64_t blk, int64_t first, int64_t step, int64_t k,
+                        int64_t off, int64_t n, const float *src)
+{
+    while (n > 0) {
+        int64_t take = blk - off < n ? blk - off : n;
+        float *d = buf + (first + k * step) * blk + off;
+        for (int64_t i = 0; i < take; i++) d[i] = d[i] + src[i];
+        src += take;
+        n -= take;
+        k++;
+        off = 0;
+    }
+}
+
+int qt_coll_reduce_scatter_f32(unsigned mask, float *buf, int64_t blk, float *tmp,
+                               int64_t tmp_elems)
+{
+    static const char op[] = "reduce_scatter";
+    qt_grp g;
+    int rc = qt_coll_group(op, mask, 0, &g);
+    if (rc) return rc;
+    if (!qt_coll_pow2(g.size))
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: group of %d ranks; the fixed-pairing "
+                       "reduce-scatter needs a power of two", op, mask, g.size);
+    if (g.size == 1 || blk == 0) return QT_OK;
+    if (!buf || blk < 0 || !tmp || tmp_elems < 2)
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: bad buffers (blk %lld, scratch %lld "
+                       "floats, need >= 2)", op, mask, (long long)blk, (long long)tmp_elems);
+    qt_coll_begin(op, mask, 0);
+    int64_t half = tmp_elems / 2;
+    if (half > QT_COLL_F32_MSG) half = QT_COLL_F32_MSG;
+    float *pack = tmp, *recv = tmp + half;
+    const int64_t idx = g.index;
+    for (int s = 0; ((int64_t)1 << s) < g.size && rc == QT_OK; s++) {
+        const int64_t bit = (int64_t)1 << s, step = bit * 2;
+        const int partner = (int)(idx ^ bit);
+        const int64_t keep0 = idx & (step - 1), send0 = keep0 ^ bit;
+        const int64_t nblocks = g.size / step, total = nblocks * blk;
+        qt_coll_s.op_stage = s;
+        /* message after message over the kept/sent block sequences (same order on both
+         * partners: my k-th kept block is the partner's k-th sent block) */
+        for (int64_t done = 0; done < total && rc == QT_OK;) {
+            const int64_t k = done / blk, off = done % blk;
+            const int64_t n = total - done < half ? total - done : half;
+            const float *out;
+            if (off + n <= blk) {
+                out = buf + (send0 + k * step) * blk + off; /* one block: send in place */
+            } else {
+                qt_coll_pack(buf, blk, send0, step, k, off, n, pack);
+                out = pack;
+            }
+            rc = qt_coll_xfer(&g, partner, out, n * 4, partner, recv, n * 4);
+            if (rc == QT_OK) qt_coll_add(buf, blk, keep0, step, k, off, n, recv);
+            done += n;
+        }
+    }
+    return qt_coll_end(rc);
+}
+
+/* ---- all-gather, broadcast -------------------------------------------------------------- */
+
+int qt_coll_all_gather(unsigned mask, void *buf, int64_t blk_bytes)
+{
+    static const char op[] = "all_gather";
+    qt_grp g;
+    int rc = qt_coll_group(op, mask, 0, &g);
+    if (rc) return rc;
+    if (g.size == 1 || blk_bytes == 0) return QT_OK;
+    if (!buf || blk_bytes < 0)
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: bad buffer (%lld bytes per block)", op,
+                       mask, (long long)blk_bytes);
+    qt_coll_begin(op, mask, 0);
+    char *b = buf;
+    const int R = g.size, idx = g.index;
+    if (qt_coll_pow2(R)) {
+        /* after stage s I hold the aligned run of 2^(s+1) blocks containing mine */
+        for (int s = 0; (1 << s) < R && rc == QT_OK; s++) {
+            const int bit = 1 << s, partner = idx ^ bit;
+            const int64_t mine = idx & ~(bit - 1), theirs = partner & ~(bit - 1);
+            qt_coll_s.op_stage = s;
+            rc = qt_coll_xfer(&g, partner, b + mine * blk_bytes, bit * blk_bytes, partner,
+                              b + theirs * blk_bytes, bit * blk_bytes);
+        }
+    } else {
+        /* ring: at step k pass on the block that arrived at step k-1 */
+        const int right = (idx + 1) % R, left = (idx + R - 1) % R;
+        for (int k = 0; k < R - 1 && rc == QT_OK; k++) {
+            const int64_t sb = (idx - k + R) % R, rb = (idx - k - 1 + 2 * R) % R;
+            qt_coll_s.op_stage = k;
+            rc = qt_coll_xfer(&g, right, b + sb * blk_bytes, blk_bytes, left,
+                              b + rb * blk_bytes, blk_bytes);
+        }
+    }
+    return qt_coll_end(rc);
+}
+
+/* Binomial-tree broadcast of bytes at buf from index root inside an open collective. */
+static int qt_coll_bcast_tree(const qt_grp *g, void *buf, int64_t bytes, int root)
+{
+    const int R = g->size, rel = (g->index - root + R) % R;
+    int rc = QT_OK;
+    for (int m = 1; m < R && rc == QT_OK; m <<= 1) {
+        qt_coll_s.op_stage++;
+        if (rel < m) {
+            if (rel + m < R) rc = qt_coll_xfer(g, (rel + m + root) % R, buf, bytes, -1, NULL, 0);
+        } else if (rel < 2 * m) {
+            rc = qt_coll_xfer(g, -1, NULL, 0, (rel - m + root) % R, buf, bytes);
+        }
+    }
+    return rc;
+}
+
+int qt_coll_broadcast(unsigned mask, void *buf, int64_t bytes, int root)
+{
+    static const char op[] = "broadcast";
+    qt_grp g;
+    int rc = qt_coll_group(op, mask, 0, &g);
+    if (rc) return rc;
+    if (root < 0 || root >= g.size)
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: root %d outside the group of %d", op,
+                       mask, root, g.size);
+    if (g.size == 1 || bytes == 0) return QT_OK;
+    if (!buf || bytes < 0)
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: bad buffer (%lld bytes)", op, mask,
+                       (long long)bytes);
+    qt_coll_begin(op, mask, 0);
+    return qt_coll_end(qt_coll_bcast_tree(&g, buf, bytes, root));
+}
+
+/* ---- exact integer reductions ----------------------------------------------------------- */
+
+static void qt_coll_add_u64(uint64_t *acc, const uint64_t *in, int n)
+{
+    for (int i = 0; i < n; i++) acc[i] += in[i];
+}
+
+/* Combine v[0..n) over g with an associative, commutative `f`, inside an open collective:
+ * recursive doubling for a power of two, else a binomial reduce to index 0 and a binomial
+ * broadcast. Pieces of QT_COLL_U64_CHUNK values through qt_coll_s.u64. */
+static int qt_coll_allreduce_u64(const qt_grp *g, uint64_t *v, int n, qt_coll_combine f)
+{
+    const int R = g->size, idx = g->index;
+    int rc = QT_OK;
+    for (int c0 = 0; c0 < n && rc == QT_OK; c0 += QT_COLL_U64_CHUNK) {
+        const int cn = n - c0 < QT_COLL_U64_CHUNK ? n - c0 : QT_COLL_U64_CHUNK;
+        const int64_t bytes = (int64_t)cn * 8;
+        uint64_t *x = v + c0;
+        qt_coll_s.op_stage = -1;
+        if (qt_coll_pow2(R)) {
+            for (int bit = 1; bit < R && rc == QT_OK; bit <<= 1) {
+                qt_coll_s.op_stage++;
+                rc = qt_coll_xfer(g, idx ^ bit, x, bytes, idx ^ bit, qt_coll_s.u64, bytes);
+                if (rc == QT_OK) f(x, qt_coll_s.u64, cn);
+            }
+            continue;
+        }
+        for (int m = 1; m < R && rc == QT_OK; m <<= 1) {
+            qt_coll_s.op_stage++;
+            if (idx & m) {
+                rc = qt_coll_xfer(g, idx - m, x, bytes, -1, NULL, 0);
+                break;
+            }
+            if (idx + m < R) {
+                rc = qt_coll_xfer(g, -1, NULL, 0, idx + m, qt_coll_s.u64, bytes);
+                if (rc == QT_OK) f(x, qt_coll_s.u64, cn);
+            }
+        }
+        if (rc == QT_OK) rc = qt_coll_bcast_tree(g, x, bytes, 0);
+    }
+    return rc;
+}
+
+int qt_coll_sum_u64(unsigned mask, uint64_t *v, int n)
+{
+    static const char op[] = "sum_u64";
+    qt_grp g;
+    int rc = qt_coll_group(op, mask, 0, &g);
+    if (rc) return rc;
+    if (g.size == 1 || n == 0) return QT_OK;
+    if (!v || n < 0)
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: bad buffer (%d values)", op, mask, n);
+    qt_coll_begin(op, mask, 0);
+    return qt_coll_end(qt_coll_allreduce_u64(&g, v, n, qt_coll_add_u64));
+}
+
+int qt_coll_sum_i64(unsigned mask, int64_t *v, int n)
+{
+    /* int64_t and uint64_t may alias (C11 6.5p7); wrapping add is two's-complement add */
+    return qt_coll_sum_u64(mask, (uint64_t *)v, n);
+}
+
+/* ---- all-to-all ------------------------------------------------------------------------- */
+
+int qt_coll_all_to_all_counts(unsigned mask, const int64_t *send_counts, int64_t *recv_counts)
+{
+    static const char op[] = "all_to_all_counts";
+    qt_grp g;
+    int rc = qt_coll_group(op, mask, 0, &g);
+    if (rc) return rc;
+    if (!send_counts || !recv_counts)
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: NULL counts", op, mask);
+    const int R = g.size, idx = g.index;
+    recv_counts[idx] = send_counts[idx];
+    if (R == 1) return QT_OK;
+    qt_coll_begin(op, mask, 0);
+    for (int k = 1; k < R && rc == QT_OK; k++) {
+        const int dst = (idx + k) % R, src = (idx - k + R) % R;
+        qt_coll_s.op_stage = k;
+        rc = qt_coll_xfer(&g, dst, &send_counts[dst], 8, src, &recv_counts[src], 8);
+    }
+    return qt_coll_end(rc);
+}
+
+int qt_coll_all_to_all_v(unsigned mask, const void *send, const int64_t *send_counts,
+                         const int64_t *send_offs, void *recv, const int64_t *recv_counts,
+                         const int64_t *recv_offs, int64_t elem_bytes)
+{
+    static const char op[] = "all_to_all_v";
+    qt_grp g;
+    int rc = qt_coll_group(op, mask, 0, &g);
+    if (rc) return rc;
+    const int R = g.size, idx = g.index;
+    if (!send_counts || !send_offs || !recv_counts || !recv_offs || elem_bytes <= 0)
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: NULL counts/offsets or element size "
+                       "%lld", op, mask, (long long)elem_bytes);
+    for (int j = 0; j < R; j++)
+        if (send_counts[j] < 0 || recv_counts[j] < 0 || send_offs[j] < 0 || recv_offs[j] < 0 ||
+            (send_counts[j] && !send) || (recv_counts[j] && !recv))
+            return qt_fail(QT_E_PLAN, "%s over mask 0x%x: block %d: send %lld at %lld, "
+                           "receive %lld at %lld", op, mask, j, (long long)send_counts[j],
+                           (long long)send_offs[j], (long long)recv_counts[j],
+                           (long long)recv_offs[j]);
+    const char *s = send;
+    char *r = recv;
+    if (send_counts[idx] != recv_counts[idx])
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: my own block: send %lld, receive %lld",
+                       op, mask, (long long)send_counts[idx], (long long)recv_counts[idx]);
+    if (send_counts[idx])
+        memmove(r + recv_offs[idx] * elem_bytes, s + send_offs[idx] * elem_bytes,
+                (size_t)(send_counts[idx] * elem_bytes));
+    if (R == 1) return QT_OK;
+    qt_coll_begin(op, mask, 0);
+    for (int k = 1; k < R && rc == QT_OK; k++) {
+        const int dst = (idx + k) % R, src = (idx - k + R) % R;
+        qt_coll_s.op_stage = k;
+        rc = qt_coll_xfer(&g, dst, s + send_offs[dst] * elem_bytes,
+                          send_counts[dst] * elem_bytes, src, r + recv_offs[src] * elem_bytes,
+                          recv_counts[src] * elem_bytes);
+    }
+    return qt_coll_end(rc);
+}
+
+/* ---- plan check, raw exchange ----------------------------------------------------------- */
+
+/* Lanes: [0] lowest hash, [1] lowest rank holding it, [2] highest hash, [3] lowest rank
+ * holding it, [4] smallest world size, [5] largest. Associative and commutative. */
+static void qt_coll_check_combine(uint64_t *acc, const uint64_t *in, int n)
+{
+    (void)n;
+    if (in[0] < acc[0] || (in[0] == acc[0] && in[1] < acc[1])) { acc[0] = in[0]; acc[1] = in[1]; }
+    if (in[2] > acc[2] || (in[2] == acc[2] && in[3] < acc[3])) { acc[2] = in[2]; acc[3] = in[3]; }
+    if (in[4] < acc[4]) acc[4] = in[4];
+    if (in[5] > acc[5]) acc[5] = in[5];
+}
+
+int qt_comm_check_same(uint64_t plan_hash)
+{
+    static const char op[] = "plan check";
+    qt_grp g;
+    int rc = qt_coll_group(op, 0, 1, &g);
+    if (rc) return rc;
+    if (g.size == 1) return QT_OK;
+    qt_err_set_rank(g.index, g.size);
+    uint64_t v[QT_COLL_CHECK_LANES] = {plan_hash, (uint64_t)g.index, plan_hash,
+                                       (uint64_t)g.index, (uint64_t)g.size, (uint64_t)g.size};
+    qt_coll_begin(op, 0, 1);
+    rc = qt_coll_end(qt_coll_allreduce_u64(&g, v, QT_COLL_CHECK_LANES, qt_coll_check_combine));
+    if (rc) return rc;
+    if (v[4] != v[5])
+        return qt_fail(QT_E_MISMATCH, "plan check: ranks see world sizes from %llu to %llu "
+                       "(this rank: %d)", (unsigned long long)v[4], (unsigned long long)v[5],
+                       g.size);
+    if (v[0] != v[2]) {
+        const int other_lo = plan_hash != v[0];
+        return qt_fail(QT_E_MISMATCH, "plan check: this rank runs plan 0x%016llx but rank "
+                       "%llu runs plan 0x%016llx (world of %d ranks)",
+                       (unsigned long long)plan_hash,
+                       (unsigned long long)(other_lo ? v[1] : v[3]),
+                       (unsigned long long)(other_lo ? v[0] : v[2]), g.size);
+    }
+    return QT_OK;
+}
+
+int qt_comm_exchange(int peer, const void *send, int64_t sbytes, void *recv, int64_t rbytes)
+{
+    static const char op[] = "exchange";
+    qt_grp g;
+    int rc = qt_coll_group(op, 0, 1, &g);
+    if (rc) return rc;
+    if (peer < 0 || peer >= g.size || sbytes < 0 || rbytes < 0 ||
+        (peer == g.index && sbytes != rbytes))
+        return qt_fail(QT_E_PLAN, "%s: peer %d of %d ranks, %lld bytes out, %lld in", op, peer,
+                       g.size, (long long)sbytes, (long long)rbytes);
+    if (peer == g.index) {
+        if (sbytes) memmove(recv, send, (size_t)sbytes);
+        return QT_OK;
+    }
+    qt_coll_begin(op, 0, 1);
+    return qt_coll_end(qt_coll_xfer(&g, peer, send, sbytes, peer, recv, rbytes));
+}

@@ -1,0 +1,161 @@
+/* qt_coll.h - deterministic collectives over mesh sub-groups (implemented once in coll.c,
+ * on top of the point-to-point primitive qt_comm_sendrecv of the back ends, qt_comm.h).
+ *
+ * Mesh and groups. The mesh has the axes of enum qt_mesh_axis (DATA, FSDP, TENSOR, EXPERT,
+ * CONTEXT) with sizes mesh[]; a world rank is the mixed-radix number of its coordinates
+ * with DATA most significant and CONTEXT least significant:
+ *     rank = ((((d*F + f)*T + t)*E + e)*C + c).
+ * A group is a bitmask of mesh axes (bit a = 1u << a). The members of my group `mask` are
+ * the ranks whose coordinates equal mine on every axis NOT in the mask; a member's group
+ * index is the mixed-radix number of its coordinates over the masked axes (same order,
+ * DATA most significant). Group size = product of the masked axis sizes; mask 0 is the
+ * one-member group {me}; QT_COLL_ALL is the world in rank order.
+ *
+ * Invariants:
+ *  - No float is ever reduced by MPI (design.md section 6). The only float reduction,
+ *    qt_coll_reduce_scatter_f32, adds in a fixed pairing that is a perfect pairwise tree
+ *    over group indices, so its bits depend only on the inputs and the group size, never on
+ *    timing, message sizes, chunking or scratch size.
+ *  - Every call is collective over its group: all members call the same functions with
+ *    the same mask, sizes and root, in the same order (SPMD). Messages travel on a private
+ *    duplicate of MPI_COMM_WORLD with one tag; pairwise FIFO order does the matching.
+ *  - No heap after qt_comm_init: buffers and scratch are the caller's (arena); the module
+ *    state is one static struct in coll.c.
+ *  - Every collective runs under a deadline (qt_comm_set_deadline). When a peer does not
+ *    answer in time, the call prints
+ *        qtrain: rank R: <context>: no answer from rank P within S s
+ *    to stderr and returns QT_E_COMM; its messages stay posted, so the caller must abort
+ *    the job (qt_comm_abort) and not call another collective.
+ *  - Return codes: 0 ok; QT_E_PLAN misuse (mesh not initialised, bad mask, bad sizes,
+ *    non-power-of-two reduce-scatter group), each with a message on stderr; QT_E_COMM a
+ *    peer was silent or MPI failed; QT_E_MISMATCH from qt_comm_check_same.
+ *  - In the musl build (comm_local.c) the world has one rank: every group has size 1 and
+ *    every collective returns 0 without touching its buffers (a group of one already
+ *    holds the result).
+ *
+ * Use (error handling abbreviated):
+ *     qt_comm_init(&argc, &argv, &rank, &size);
+ *     if (qt_comm_check_same(plan_hash)) ...abort...;     // may precede the mesh
+ *     qt_comm_mesh_init(plan->mesh, rank, size);           // before any group collective
+ *     const unsigned dp = 1u << QT_MESH_DATA;              // a group: the data axis
+ *     int64_t blk = n / qt_comm_group_size(dp);            // my block: qt_comm_group_index(dp)
+ *     qt_comm_set_context("grad reduce-scatter", step);
+ *     if (qt_coll_reduce_scatter_f32(dp, grad, blk, scratch, scratch_elems))
+ *         qt_comm_abort(code);                             // QT_E_COMM: messages still posted
+ */
+#ifndef QT_COLL_H
+#define QT_COLL_H
+
+#include <stdint.h>
+#include "qt_plan.h"
+
+#define QT_COLL_ALL ((1u << QT_MESH_COUNT) - 1u) /* every mesh axis: the whole world */
+#define QT_COLL_DEFAULT_DEADLINE 300.0           /* seconds, per collective call */
+
+/* ---- mesh ------------------------------------------------------------------------------- */
+
+/* Set up the mesh for world rank `rank` of `size` (as returned by qt_comm_init). Reads
+ * mesh[QT_MESH_COUNT] (every entry >= 1, product == size). Precomputes my coordinates and,
+ * for each of the 2^QT_MESH_COUNT masks, the group size and my group index (rank arithmetic
+ * only: no communicator is created). Returns 0 or QT_E_PLAN with a message. May be called
+ * again to change the mesh (between collectives). */
+int qt_comm_mesh_init(const int32_t mesh[QT_MESH_COUNT], int rank, int size);
+
+/* My coordinate on `axis` (0 <= axis < QT_MESH_COUNT), or QT_E_PLAN before mesh init or for
+ * a bad axis. */
+int qt_comm_coord(int axis);
+
+/* Size of group `mask` (product of the masked axis sizes), or QT_E_PLAN (mesh not
+ * initialised, mask has bits >= QT_MESH_COUNT). */
+int qt_comm_group_size(unsigned mask);
+
+/* My index in group `mask` (0 <= index < group size), or QT_E_PLAN as above. */
+int qt_comm_group_index(unsigned mask);
+
+/* World rank of member `index` of my group `mask`, or QT_E_PLAN (also for index out of
+ * [0, group size)). */
+int qt_comm_group_rank(unsigned mask, int index);
+
+/* ---- watchdog and counters -------------------------------------------------------------- */
+
+/* Deadline of each later collective call, counted from its start, in seconds; 0 or less =
+ * wait forever. Default QT_COLL_DEFAULT_DEADLINE. Local setting: give every rank the same. */
+void qt_comm_set_deadline(double seconds);
+
+/* Name what the next collectives belong to, for timeout messages: `what` (copied, at most
+ * 63 characters; NULL clears it) and `step` (< 0 = no step). The message then reads e.g.
+ * "grad sync, step 12, reduce_scatter over data+fsdp, stage 0". */
+void qt_comm_set_context(const char *what, long long step);
+
+/* Counters since start (any pointer may be NULL): payload bytes this rank sent, wall
+ * seconds spent inside collective calls (local adds and copies included), and the number
+ * of collective calls (qt_comm_exchange and qt_comm_check_same included). */
+void qt_comm_stats(int64_t *bytes_sent, double *seconds, int64_t *calls);
+
+/* ---- collectives ------------------------------------------------------------------------ */
+
+/* Float reduce-scatter with fixed pairing (recursive halving), over group `mask` of size R,
+ * R a power of two (else QT_E_PLAN with a message; R = 1 returns at once).
+ *   buf: R*blk floats, read and written. On entry block j (floats [j*blk, (j+1)*blk)) is my
+ *        contribution destined to group index j. On return block idx = my group index holds
+ *        the elementwise sum over all R members' block idx, computed as the perfect pairwise
+ *        tree over group indices ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)) ...;
+ *        the other blocks hold partial sums (garbage).
+ *   tmp: tmp_elems floats of scratch (written), tmp_elems >= 2; half of it packs outgoing
+ *        blocks and half receives, so each message carries min(tmp_elems/2, 4 Mi) floats.
+ *        1 MiB of scratch is plenty; the bits do not depend on it.
+ * Stage s = 0..log2(R)-1: partner = idx ^ (1 << s); I keep the blocks (among those still
+ * held) whose bit s equals mine, send the others to the partner, and add the partner's copy
+ * of the kept blocks elementwise (mine + theirs: IEEE addition is commutative, so both
+ * partners get the same bits). Sends R-1 blocks of blk floats in total, halving per stage. */
+int qt_coll_reduce_scatter_f32(unsigned mask, float *buf, int64_t blk, float *tmp,
+                               int64_t tmp_elems);
+
+/* All-gather in place over group `mask` of size R.
+ *   buf: R*blk_bytes bytes. On entry block idx (bytes [idx*blk_bytes, +blk_bytes)) is mine;
+ *        the other blocks are overwritten. On return block j holds member j's block.
+ * Recursive doubling (partner idx ^ (1 << s)) when R is a power of two, else a ring. */
+int qt_coll_all_gather(unsigned mask, void *buf, int64_t blk_bytes);
+
+/* Broadcast `bytes` bytes of buf from group index `root` (0 <= root < R) to every member of
+ * group `mask`: read on the root, written on the others. Binomial tree over (idx - root) mod R. */
+int qt_coll_broadcast(unsigned mask, void *buf, int64_t bytes, int root);
+
+/* In-place sum over group `mask` of v[0..n) on every member: uint64 wrapping add (values
+ * mod 2^64, e.g. fingerprints). Exact, so independent of the order. n >= 0. */
+int qt_coll_sum_u64(unsigned mask, uint64_t *v, int n);
+
+/* Same for int64 counts (two's-complement add: bit-identical to the uint64 sum). */
+int qt_coll_sum_i64(unsigned mask, int64_t *v, int n);
+
+/* Exchange all-to-all counts over group `mask` of size R: reads send_counts[R] (what I will
+ * send to group index j), writes recv_counts[R] (what member j will send me). The two
+ * arrays must not overlap. */
+int qt_coll_all_to_all_counts(unsigned mask, const int64_t *send_counts, int64_t *recv_counts);
+
+/* All-to-all with variable counts (MoE dispatch, dropless) over group `mask` of size R.
+ * Sends send_counts[j] elements of elem_bytes bytes starting at element send_offs[j] of
+ * `send` to group index j, and receives recv_counts[j] elements from member j into `recv`
+ * starting at element recv_offs[j]. recv_counts must equal what the peers send (exchange
+ * them first with qt_coll_all_to_all_counts); a mismatch is QT_E_COMM. Counts may be 0.
+ * Reads send, the counts and offsets; writes only the recv ranges named by recv_offs and
+ * recv_counts (send and recv must not overlap). Pairwise shift schedule: at step k I send
+ * to (idx + k) mod R and receive from (idx - k) mod R; my own block is copied locally. */
+int qt_coll_all_to_all_v(unsigned mask, const void *send, const int64_t *send_counts,
+                         const int64_t *send_offs, void *recv, const int64_t *recv_counts,
+                         const int64_t *recv_offs, int64_t elem_bytes);
+
+/* Check that every rank of the world runs the same plan: all ranks combine (plan hash,
+ * world size) with an exact min/max reduction (recursive doubling or binomial tree; no
+ * barrier, no mesh needed, so it may run before qt_comm_mesh_init). Returns 0 when all
+ * agree; otherwise every rank prints its own hash and one differing hash with the lowest
+ * rank holding it, and returns QT_E_MISMATCH. */
+int qt_comm_check_same(uint64_t plan_hash);
+
+/* Point-to-point exchange with world rank `peer` under the deadline: sends sbytes from
+ * send and receives exactly rbytes into recv (either may be 0). For plan steps that pair
+ * ranks themselves. Returns 0, QT_E_COMM (silent peer, size mismatch, MPI error) or
+ * QT_E_PLAN (peer out of range, or my own rank with unequal sizes; peer == my rank copies). */
+int qt_comm_exchange(int peer, const void *send, int64_t sbytes, void *recv, int64_t rbytes);
+
+#endif

@@ -1,0 +1,52 @@
+# 60_collectives.sh - the deterministic collectives of firmware/comm/qt_coll.h under MPICH,
+# through build/tools/coll_check (sourced by run_all.sh).
+#
+# One check per (rank count, mesh): group arithmetic, bit-exact reduce-scatter against the
+# pairwise tree (non-vacuous), all-gather, broadcast, integer sums, all-to-all-v; then the
+# plan-hash mismatch (every rank must fail, none may hang), the deadline (a sleeping rank is
+# named, the job ends by itself long before the sleeper wakes) and the 64 MiB timing on 2
+# ranks (printed, not asserted). Every mpiexec runs under `timeout 60`.
+CC_BIN=build/tools/coll_check
+
+coll_mesh() {
+  local n=$1; shift
+  timeout 60 mpiexec -n "$n" $CC_BIN "$@" < /dev/null
+}
+for c in "1 1" "2 2" "2 1 2" "4 2 2" "4 1 1 2 1 2" "8 2 2 2" "8 1 2 1 4" "8 2 1 1 2 2" "3 3" "6 3 2"; do
+  set -- $c
+  check "collectives: $1 rank(s), mesh ${*:2} (data fsdp tensor expert context)" coll_mesh "$@"
+done
+
+coll_mismatch() {
+  local n=$1
+  timeout 60 mpiexec -n "$n" $CC_BIN --mismatch "$n" < /dev/null || return 1
+}
+check "collectives: plan-hash mismatch on one of 2 ranks fails on every rank" coll_mismatch 2
+check "collectives: plan-hash mismatch on one of 8 ranks fails on every rank" coll_mismatch 8
+
+coll_timeout() {
+  local n=$1 log=$QT_TMP/coll_timeout.$1.txt t0=$SECONDS rc
+  timeout 60 mpiexec -n "$n" $CC_BIN --timeout "$n" < /dev/null > "$log" 2>&1
+  rc=$?
+  cat "$log"
+  # 3 = the tool's abort after QT_E_COMM; 124 would be the outer timeout (a hang)
+  [ "$rc" -eq 3 ] || { echo "exit status $rc, expected 3 (abort after QT_E_COMM)"; return 1; }
+  [ $((SECONDS - t0)) -lt 15 ] || { echo "took $((SECONDS - t0)) s: the 1 s deadline did not end the job"; return 1; }
+  grep -q "no answer from rank [0-9]* within 1 s" "$log" || { echo "no rank was named as silent"; return 1; }
+  grep -q "returned -7 after" "$log" || { echo "no rank returned QT_E_COMM"; return 1; }
+  if [ "$n" -eq 2 ]; then
+    grep -q "rank 0/2: .*reduce_scatter.*no answer from rank 1 within 1 s" "$log" \
+      || { echo "rank 0 did not name the sleeping rank 1"; return 1; }
+  fi
+}
+check "collectives: deadline names the silent rank (2 ranks, 1 s deadline, rank 1 asleep)" coll_timeout 2
+check "collectives: deadline ends a 4-rank job with a silent rank" coll_timeout 4
+
+coll_bench() {
+  timeout 60 mpiexec -n 2 $CC_BIN --bench 2 < /dev/null > "$QT_TMP/coll_bench.txt" 2>&1
+  local rc=$?
+  cat "$QT_TMP/coll_bench.txt"
+  return $rc
+}
+check "collectives: 64 MiB reduce-scatter on 2 ranks (timing printed, bits checked)" coll_bench
+grep -h "bench:" "$QT_TMP/coll_bench.txt" 2>/dev/null | sed 's/^/    /'

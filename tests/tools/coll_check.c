@@ -1,0 +1,545 @@
+/* coll_check.c - checks the collectives of firmware/comm/qt_coll.h under mpiexec (run by
+ * tests/e2e/60_collectives.sh).
+ *
+ * usage: mpiexec -n R coll_check [--mismatch | --timeout | --bench] D [F [T [E [C]]]]
+ *   mesh sizes data, fsdp, tensor, expert, context (missing = 1); product must be R.
+ *   (default)   for every group mask: group arithmetic against an independent enumeration;
+ *               reduce-scatter bit-exact against a locally computed perfect pairwise tree of
+ *               every member's input (every rank regenerates every input), with several
+ *               block and scratch sizes, and non-vacuity (differs from the left-to-right sum
+ *               and from the high-bit-first tree somewhere when R >= 4, from the own input
+ *               when R >= 2); QT_E_PLAN for a non-power-of-two group; all-gather; broadcast
+ *               from every root; uint64/int64 sums; all-to-all counts and v with uneven
+ *               counts including zeros (gaps between blocks must stay untouched); plan check
+ *               with equal hashes. Every rank's failures are summed; exit 0 iff none.
+ *   --mismatch  the last rank passes another plan hash: every rank must get QT_E_MISMATCH
+ *               (exit 0 iff all did).
+ *   --timeout   deadline 1 s; the last rank sleeps 20 s before a reduce-scatter: the others
+ *               must return QT_E_COMM naming a silent rank, then the job is aborted with
+ *               code 3 (so the expected exit status is 3, well before 20 s).
+ *   --bench     64 MiB reduce-scatter over the whole mesh (median of 5, scratch 1 MiB and
+ *               16 MiB; result verified), 64 MiB all-gather and a raw 32 MiB exchange for
+ *               reference; prints figures, asserts only the bits. Under
+ *               LD_PRELOAD=build/tools/libheap_audit.so the timed calls (after one warm-up
+ *               each) are audited for heap calls.
+ * The tool is not firmware: it uses the heap.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "qt_plan.h"
+#include "qt_err.h"
+#include "comm/qt_comm.h"
+#include "comm/qt_coll.h"
+
+/* Defined by build/tools/libheap_audit.so when preloaded: counts heap calls while marked. */
+void qt_heap_audit_mark(int in_steps) __attribute__((weak));
+
+static void audit(int on)
+{
+    if (qt_heap_audit_mark) qt_heap_audit_mark(on);
+}
+
+static struct {
+    int rank, size;
+    int32_t mesh[QT_MESH_COUNT];
+    long fails, checks;
+} cc;
+
+#define CHECK(cond, ...)                                                                   \
+    do {                                                                                   \
+        cc.checks++;                                                                       \
+        if (!(cond)) {                                                                     \
+            cc.fails++;                                                                    \
+            if (cc.fails <= 20) {                                                          \
+                fprintf(stderr, "coll_check: rank %d: FAIL %s:%d: ", cc.rank, __FILE__,    \
+                        __LINE__);                                                         \
+                fprintf(stderr, __VA_ARGS__);                                              \
+                fputc('\n', stderr);                                                       \
+            }                                                                              \
+        }                                                                                  \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t key(uint64_t a, uint64_t b, uint64_t c)
+{
+    return mix(mix(mix(a) ^ b) ^ c);
+}
+
+/* Input float of world rank w, element e, case salt: random sign, mantissa, and exponent
+ * in [-8, 8], so sums round differently in different orders. */
+static float val(int w, int64_t e, uint64_t salt)
+{
+    uint64_t h = key((uint64_t)w, (uint64_t)e, salt);
+    uint32_t bits = (uint32_t)(h & 0x7fffff) | (uint32_t)(127 - 8 + (int)((h >> 23) % 17)) << 23 |
+                    (uint32_t)((h >> 40) & 1) << 31;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) { fprintf(stderr, "coll_check: out of memory\n"); exit(2); }
+    return p;
+}
+
+/* Independent reference of the group definition: the members of my group `mask` are the
+ * world ranks sharing my coordinates off the mask, in ascending world rank order. */
+static void coords_of(int r, int32_t *c)
+{
+    for (int a = QT_MESH_COUNT - 1; a >= 0; a--) { c[a] = r % cc.mesh[a]; r /= cc.mesh[a]; }
+}
+
+static int ref_members(unsigned mask, int *members)
+{
+    int32_t me[QT_MESH_COUNT], c[QT_MESH_COUNT];
+    coords_of(cc.rank, me);
+    int n = 0;
+    for (int r = 0; r < cc.size; r++) {
+        coords_of(r, c);
+        int same = 1;
+        for (int a = 0; a < QT_MESH_COUNT; a++)
+            if (!(mask & (1u << a)) && c[a] != me[a]) same = 0;
+        if (same) members[n++] = r;
+    }
+    return n;
+}
+
+/* Perfect pairwise tree ((x0+x1)+(x2+x3))+... of x[0..R) (R a power of two), in place. */
+static float tree_sum(float *x, int R)
+{
+    for (int w = 1; w < R; w *= 2)
+        for (int j = 0; j + w < R; j += 2 * w) x[j] = x[j] + x[j + w];
+    return x[0];
+}
+
+/* The tree with the pairing of high bits first: ((x0+x2)+(x1+x3)) for R = 4. */
+static float tree_sum_high_first(float *x, int R)
+{
+    for (int w = R / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) x[j] = x[j] + x[j + w];
+    return x[0];
+}
+
+static void check_group(unsigned mask, const int *members, int R, int idx)
+{
+    CHECK(qt_comm_group_size(mask) == R, "mask 0x%x: group size %d, expected %d", mask,
+          qt_comm_group_size(mask), R);
+    CHECK(idx >= 0 && idx < R && members[idx] == cc.rank,
+          "mask 0x%x: group index %d does not name my rank %d", mask, idx, cc.rank);
+    for (int j = 0; j < R; j++)
+        CHECK(qt_comm_group_rank(mask, j) == members[j], "mask 0x%x: member %d is rank %d, "
+              "expected %d", mask, j, qt_comm_group_rank(mask, j), members[j]);
+    CHECK(qt_comm_group_rank(mask, R) < 0, "mask 0x%x: member %d out of range accepted", mask, R);
+}
+
+static void check_reduce_scatter(unsigned mask, const int *members, int R, int idx)
+{
+    static const struct { int64_t blk, tmp; } cases[] = {
+        {1, 2}, {37, 10}, {4099, 1000}, {70001, 1 << 18}, {70001, 1 << 20}, {0, 16}};
+    const int pow2 = (R & (R - 1)) == 0;
+    long diff_lin = 0, diff_high = 0, diff_own = 0;
+    float x[64], y[64];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t blk = cases[c].blk, tmpn = cases[c].tmp, n = R * blk;
+        const uint64_t salt = 1000 + c;
+        float *buf = xmalloc((size_t)n * 4), *tmp = xmalloc((size_t)tmpn * 4);
+        for (int64_t e = 0; e < n; e++) buf[e] = val(cc.rank, e, salt);
+        if (!pow2) qt_set_quiet(1);
+        int rc = qt_coll_reduce_scatter_f32(mask, buf, blk, tmp, tmpn);
+        qt_set_quiet(0);
+        if (!pow2) {
+            CHECK(rc == QT_E_PLAN, "mask 0x%x: reduce-scatter over %d ranks returned %d, "
+                  "expected QT_E_PLAN", mask, R, rc);
+            free(buf);
+            free(tmp);
+            if (blk) break; /* once is enough */
+            continue;
+        }
+        CHECK(rc == 0, "mask 0x%x: reduce-scatter blk %lld returned %d", mask, (long long)blk, rc);
+        long bad = 0;
+        for (int64_t i = 0; i < blk && R <= 64; i++) {
+            const int64_t e = idx * blk + i;
+            float lin = 0;
+            for (int m = 0; m < R; m++) {
+                x[m] = y[m] = val(members[m], e, salt);
+                lin = m ? lin + x[m] : x[m];
+            }
+            const float own = x[idx];
+            const float hi = tree_sum_high_first(y, R);
+            const float want = tree_sum(x, R);
+            if (fbits(buf[e]) != fbits(want)) {
+                if (bad++ < 3)
+                    fprintf(stderr, "coll_check: rank %d: mask 0x%x blk %lld elem %lld: got "
+                            "%a, tree %a\n", cc.rank, mask, (long long)blk, (long long)i,
+                            (double)buf[e], (double)want);
+            }
+            diff_lin += fbits(want) != fbits(lin);
+            diff_high += fbits(want) != fbits(hi);
+            diff_own += fbits(want) != fbits(own);
+        }
+        CHECK(bad == 0, "mask 0x%x: reduce-scatter blk %lld scratch %lld: %ld of %lld elements "
+              "differ from the pairwise tree", mask, (long long)blk, (long long)tmpn, bad,
+              (long long)blk);
+        free(buf);
+        free(tmp);
+    }
+    if (!pow2) return;
+    if (R >= 2) CHECK(diff_own > 0, "mask 0x%x: result equals my own input (vacuous)", mask);
+    if (R >= 4) {
+        CHECK(diff_lin > 0, "mask 0x%x: result never differs from the left-to-right sum", mask);
+        CHECK(diff_high > 0, "mask 0x%x: result never differs from the high-bit-first tree",
+              mask);
+    }
+    if (R >= 2 && cc.rank == 0)
+        printf("coll_check: mask 0x%02x R=%d reduce-scatter bit-exact; differs from "
+               "left-to-right sum in %ld, from high-bit-first tree in %ld elements\n", mask, R,
+               diff_lin, diff_high);
+}
+
+static uint8_t pat(int w, int64_t k, uint64_t salt)
+{
+    return (uint8_t)key((uint64_t)w, (uint64_t)k, salt);
+}
+
+static void check_all_gather(unsigned mask, const int *members, int R, int idx)
+{
+    static const int64_t sizes[] = {1, 13, 40000, 0};
+    for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
+        const int64_t bb = sizes[c];
+        uint8_t *buf = xmalloc((size_t)(R * bb));
+        memset(buf, 0xEE, (size_t)(R * bb));
+        for (int64_t k = 0; k < bb; k++) buf[idx * bb + k] = pat(cc.rank, k, 7 + c);
+        int rc = qt_coll_all_gather(mask, buf, bb);
+        CHECK(rc == 0, "mask 0x%x: all-gather %lld returned %d", mask, (long long)bb, rc);
+        long bad = 0;
+        for (int j = 0; j < R; j++)
+            for (int64_t k = 0; k < bb; k++) bad += buf[j * bb + k] != pat(members[j], k, 7 + c);
+        CHECK(bad == 0, "mask 0x%x: all-gather of %lld-byte blocks: %ld bytes wrong", mask,
+              (long long)bb, bad);
+        free(buf);
+    }
+}
+
+static void check_broadcast(unsigned mask, const int *members, int R, int idx)
+{
+    static const int64_t sizes[] = {1, 1001, 300000};
+    for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
+        const int64_t nb = sizes[c];
+        uint8_t *buf = xmalloc((size_t)nb);
+        for (int root = 0; root < R; root++) {
+            for (int64_t k = 0; k < nb; k++)
+                buf[k] = idx == root ? pat(cc.rank, k, 50 + c) : 0xEE;
+            int rc = qt_coll_broadcast(mask, buf, nb, root);
+            CHECK(rc == 0, "mask 0x%x: broadcast returned %d", mask, rc);
+            long bad = 0;
+            for (int64_t k = 0; k < nb; k++) bad += buf[k] != pat(members[root], k, 50 + c);
+            CHECK(bad == 0, "mask 0x%x: broadcast of %lld bytes from %d: %ld bytes wrong", mask,
+                  (long long)nb, root, bad);
+        }
+        free(buf);
+    }
+    qt_set_quiet(1);
+    CHECK(qt_coll_broadcast(mask, NULL, 1, R) == QT_E_PLAN, "mask 0x%x: root %d accepted", mask, R);
+    qt_set_quiet(0);
+}
+
+static void check_sums(unsigned mask, const int *members, int R)
+{
+    static const int ns[] = {1, 1500, 3000};
+    for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
+        const int n = ns[c];
+        uint64_t *u = xmalloc((size_t)n * 8);
+        int64_t *s = xmalloc((size_t)n * 8);
+        for (int i = 0; i < n; i++) {
+            u[i] = key((uint64_t)cc.rank, (uint64_t)i, 90);
+            s[i] = (int64_t)(key((uint64_t)cc.rank, (uint64_t)i, 91) % 2001) - 1000;
+        }
+        int rc = qt_coll_sum_u64(mask, u, n);
+        CHECK(rc == 0, "mask 0x%x: sum_u64 returned %d", mask, rc);
+        rc = qt_coll_sum_i64(mask, s, n);
+        CHECK(rc == 0, "mask 0x%x: sum_i64 returned %d", mask, rc);
+        long bad = 0;
+        for (int i = 0; i < n; i++) {
+            uint64_t wu = 0;
+            int64_t ws = 0;
+            for (int m = 0; m < R; m++) {
+                wu += key((uint64_t)members[m], (uint64_t)i, 90);
+                ws += (int64_t)(key((uint64_t)members[m], (uint64_t)i, 91) % 2001) - 1000;
+            }
+            bad += u[i] != wu;
+            bad += s[i] != ws;
+        }
+        CHECK(bad == 0, "mask 0x%x: sums of %d values: %ld wrong", mask, n, bad);
+        free(u);
+        free(s);
+    }
+}
+
+/* Elements world rank ws sends to world rank wd: 0..3, and 0 whenever (ws + 2 wd) % 3 == 0. */
+static int64_t a2a_count(int ws, int wd)
+{
+    if ((ws + 2 * wd) % 3 == 0) return 0;
+    return (int64_t)(key((uint64_t)ws, (uint64_t)wd, 70) % 4);
+}
+
+static void check_all_to_all(unsigned mask, const int *members, int R, int idx)
+{
+    enum { EB = 12 };
+    int64_t *sc = xmalloc((size_t)R * 8), *so = xmalloc((size_t)R * 8);
+    int64_t *rc_ = xmalloc((size_t)R * 8), *ro = xmalloc((size_t)R * 8);
+    int64_t stot = 0, rtot = 0;
+    for (int j = 0; j < R; j++) {
+        sc[j] = a2a_count(cc.rank, members[j]);
+        so[j] = stot;
+        stot += sc[j] + 1; /* one element gap */
+    }
+    int rc = qt_coll_all_to_all_counts(mask, sc, rc_);
+    CHECK(rc == 0, "mask 0x%x: all_to_all_counts returned %d", mask, rc);
+    long zeros = 0;
+    for (int j = 0; j < R; j++) {
+        CHECK(rc_[j] == a2a_count(members[j], cc.rank), "mask 0x%x: count from %d is %lld, "
+              "expected %lld", mask, j, (long long)rc_[j],
+              (long long)a2a_count(members[j], cc.rank));
+        zeros += rc_[j] == 0;
+        ro[j] = rtot + 2;
+        rtot += rc_[j] + 2; /* two elements gap before each block */
+    }
+    rtot += 1;
+    uint8_t *sbuf = xmalloc((size_t)(stot * EB)), *rbuf = xmalloc((size_t)(rtot * EB));
+    memset(sbuf, 0x11, (size_t)(stot * EB));
+    memset(rbuf, 0xAB, (size_t)(rtot * EB));
+    for (int j = 0; j < R; j++)
+        for (int64_t k = 0; k < sc[j] * EB; k++)
+            sbuf[so[j] * EB + k] = pat(cc.rank, members[j] * 1000003 + k, 71);
+    rc = qt_coll_all_to_all_v(mask, sbuf, sc, so, rbuf, rc_, ro, EB);
+    CHECK(rc == 0, "mask 0x%x: all_to_all_v returned %d", mask, rc);
+    long bad = 0, gap = 0;
+    int64_t pos = 0;
+    for (int j = 0; j < R; j++) {
+        for (; pos < ro[j] * EB; pos++) gap += rbuf[pos] != 0xAB;
+        for (int64_t k = 0; k < rc_[j] * EB; k++, pos++)
+            bad += rbuf[pos] != pat(members[j], cc.rank * 1000003 + k, 71);
+    }
+    for (; pos < rtot * EB; pos++) gap += rbuf[pos] != 0xAB;
+    CHECK(bad == 0 && gap == 0, "mask 0x%x: all_to_all_v: %ld bytes wrong, %ld gap bytes "
+          "written", mask, bad, gap);
+    (void)idx;
+    (void)zeros;
+    free(sc); free(so); free(rc_); free(ro); free(sbuf); free(rbuf);
+}
+
+static int run_checks(void)
+{
+    int members[1 << 10];
+    for (unsigned mask = 0; mask < QT_COLL_ALL + 1; mask++) {
+        const int R = ref_members(mask, members);
+        const int idx = qt_comm_group_index(mask);
+        check_group(mask, members, R, idx);
+        if (idx < 0 || idx >= R || members[idx] != cc.rank) continue;
+        check_reduce_scatter(mask, members, R, idx);
+        check_all_gather(mask, members, R, idx);
+        check_broadcast(mask, members, R, idx);
+        check_sums(mask, members, R);
+        check_all_to_all(mask, members, R, idx);
+    }
+    CHECK(qt_comm_check_same(0x0123456789abcdefull) == 0, "check_same with equal hashes failed");
+    qt_set_quiet(1);
+    CHECK(qt_coll_all_gather(QT_COLL_ALL + 1, members, 4) == QT_E_PLAN, "bad mask accepted");
+    qt_set_quiet(0);
+    int64_t bytes, calls;
+    double secs;
+    qt_comm_stats(&bytes, &secs, &calls);
+    int64_t f[2] = {cc.fails, cc.checks};
+    if (qt_coll_sum_i64(QT_COLL_ALL, f, 2) != 0) return 2;
+    printf("coll_check: rank %d: %ld checks, %ld failed here; %lld calls, %lld bytes sent, "
+           "%.3f s in collectives\n", cc.rank, cc.checks, cc.fails, (long long)calls,
+           (long long)bytes, secs);
+    if (cc.rank == 0)
+        printf("coll_check: mesh %dx%dx%dx%dx%d on %d ranks: %lld checks, %lld failed\n",
+               cc.mesh[0], cc.mesh[1], cc.mesh[2], cc.mesh[3], cc.mesh[4], cc.size,
+               (long long)f[1], (long long)f[0]);
+    return f[0] ? 1 : 0;
+}
+
+static int run_mismatch(void)
+{
+    uint64_t h = 0xfeedfacecafebeefull ^ (cc.rank == cc.size - 1 ? 1u : 0u);
+    int rc = qt_comm_check_same(h);
+    printf("coll_check: rank %d: check_same(0x%016llx) returned %d\n", cc.rank,
+           (unsigned long long)h, rc);
+    int64_t ok = rc == QT_E_MISMATCH;
+    if (qt_coll_sum_i64(QT_COLL_ALL, &ok, 1) != 0) return 2;
+    if (cc.rank == 0)
+        printf("coll_check: %lld of %d ranks detected the mismatch\n", (long long)ok, cc.size);
+    return ok == cc.size ? 0 : 1;
+}
+
+static int run_timeout(void)
+{
+    const int64_t blk = 1 << 16;
+    const int R = qt_comm_group_size(QT_COLL_ALL);
+    float *buf = xmalloc((size_t)(R * blk) * 4), *tmp = xmalloc((size_t)1 << 20);
+    for (int64_t e = 0; e < R * blk; e++) buf[e] = val(cc.rank, e, 3);
+    qt_comm_set_deadline(1.0);
+    qt_comm_set_context("coll_check timeout case", 7);
+    if (cc.rank == cc.size - 1) {
+        struct timespec ts = {20, 0};
+        nanosleep(&ts, NULL);
+    }
+    const double t0 = now_s();
+    int rc = qt_coll_reduce_scatter_f32(QT_COLL_ALL, buf, blk, tmp, (1 << 20) / 4);
+    printf("coll_check: rank %d: reduce-scatter returned %d after %.2f s%s\n", cc.rank, rc,
+           now_s() - t0, rc == QT_E_COMM ? " (QT_E_COMM)" : "");
+    fflush(stdout);
+    if (rc == QT_E_COMM) {
+        struct timespec ts = {0, 300000000L}; /* let the other ranks report too */
+        nanosleep(&ts, NULL);
+        qt_comm_abort(3);
+    }
+    return 1; /* the sleeper never gets here before the abort */
+}
+
+static int run_bench(void)
+{
+    const unsigned mask = QT_COLL_ALL;
+    const int R = qt_comm_group_size(mask), idx = qt_comm_group_index(mask);
+    const int64_t n = (int64_t)64 << 18, blk = n / R; /* 64 MiB of floats */
+    float *src = xmalloc((size_t)n * 4), *buf = xmalloc((size_t)n * 4);
+    float *tmp = xmalloc((size_t)16 << 20);
+    memset(tmp, 0, (size_t)16 << 20);
+    for (int64_t e = 0; e < n; e++) src[e] = val(cc.rank, e, 5);
+    int members[1 << 10];
+    ref_members(mask, members);
+    static const int64_t tmps[] = {(int64_t)1 << 18, (int64_t)4 << 20}; /* floats */
+    for (int t = 0; t < 2; t++) {
+        double times[6];
+        for (int rep = 0; rep < 6; rep++) {
+            memcpy(buf, src, (size_t)n * 4);
+            int64_t sync = 0;
+            qt_coll_sum_i64(mask, &sync, 1);
+            audit(rep > 0); /* rep 0 warms up MPI's pools */
+            double t0 = now_s();
+            int rc = qt_coll_reduce_scatter_f32(mask, buf, blk, tmp, tmps[t]);
+            times[rep] = now_s() - t0;
+            audit(0);
+            if (rc) return 2;
+            if (rep == 0 && R <= 64) {
+                long bad = 0;
+                float x[64];
+                for (int64_t i = 0; i < blk; i++) {
+                    for (int m = 0; m < R; m++) x[m] = val(members[m], idx * blk + i, 5);
+                    bad += fbits(tree_sum(x, R)) != fbits(buf[idx * blk + i]);
+                }
+                CHECK(bad == 0, "bench reduce-scatter: %ld elements differ from the tree", bad);
+            }
+        }
+        /* median of reps 1..5 (rep 0 warms up) */
+        for (int i = 1; i < 6; i++)
+            for (int j = i + 1; j < 6; j++)
+                if (times[j] < times[i]) { double s = times[i]; times[i] = times[j]; times[j] = s; }
+        int64_t f = (int64_t)(times[3] * 1e6);
+        int64_t fsum = f;
+        qt_coll_sum_i64(mask, &fsum, 1);
+        if (cc.rank == 0)
+            printf("coll_check: bench: reduce-scatter of 64 MiB over %d ranks, scratch %lld "
+                   "MiB: median %.1f ms (rank 0), mean over ranks %.1f ms\n", R,
+                   (long long)(tmps[t] * 4 >> 20), times[3] * 1e3, (double)fsum / R / 1e3);
+    }
+    {
+        double best = 1e9;
+        for (int rep = 0; rep < 4; rep++) {
+            int64_t sync = 0;
+            qt_coll_sum_i64(mask, &sync, 1);
+            audit(rep > 0);
+            double t0 = now_s();
+            if (qt_coll_all_gather(mask, buf, n * 4 / R)) return 2;
+            double t = now_s() - t0;
+            audit(0);
+            if (rep && t < best) best = t;
+        }
+        if (cc.rank == 0)
+            printf("coll_check: bench: all-gather to 64 MiB over %d ranks: best %.1f ms\n", R,
+                   best * 1e3);
+    }
+    if (R == 2) {
+        double best = 1e9;
+        const int peer = qt_comm_group_rank(mask, idx ^ 1);
+        for (int rep = 0; rep < 4; rep++) {
+            double t0 = now_s();
+            if (qt_comm_exchange(peer, src, n * 2, buf, n * 2)) return 2;
+            double t = now_s() - t0;
+            if (rep && t < best) best = t;
+        }
+        if (cc.rank == 0)
+            printf("coll_check: bench: raw exchange of 32 MiB each way (the first stage's "
+                   "traffic): best %.1f ms\n", best * 1e3);
+    }
+    int64_t bytes, calls;
+    double secs;
+    qt_comm_stats(&bytes, &secs, &calls);
+    if (cc.rank == 0)
+        printf("coll_check: bench: stats: %lld calls, %.1f MiB sent, %.3f s in collectives\n",
+               (long long)calls, (double)bytes / (1 << 20), secs);
+    return cc.fails ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (qt_comm_init(&argc, &argv, &cc.rank, &cc.size) != 0) return 2;
+    int mode = 0, nmesh = 0;
+    for (int a = 0; a < QT_MESH_COUNT; a++) cc.mesh[a] = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--mismatch")) mode = 1;
+        else if (!strcmp(argv[i], "--timeout")) mode = 2;
+        else if (!strcmp(argv[i], "--bench")) mode = 3;
+        else if (nmesh < QT_MESH_COUNT && atoi(argv[i]) > 0) cc.mesh[nmesh++] = atoi(argv[i]);
+        else {
+            fprintf(stderr, "usage: coll_check [--mismatch|--timeout|--bench] D [F [T [E [C]]]]\n");
+            qt_comm_finalize();
+            return 2;
+        }
+    }
+    if (nmesh == 0) cc.mesh[0] = cc.size;
+    if (qt_comm_mesh_init(cc.mesh, cc.rank, cc.size) != 0) {
+        qt_comm_finalize();
+        return 2;
+    }
+    qt_comm_set_deadline(30.0); /* far below the e2e timeout, far above any honest call */
+    int rc;
+    switch (mode) {
+    case 1: rc = run_mismatch(); break;
+    case 2: rc = run_timeout(); break;
+    case 3: rc = run_bench(); break;
+    default: rc = run_checks(); break;
+    }
+    fflush(stdout);
+    if (rc == 2) qt_comm_abort(2); /* a collective failed: peers may be waiting */
+    qt_comm_finalize();
+    return rc;
+}
