@@ -80,7 +80,7 @@ deps:
 	@./tests/scripts/deps.sh
 
 # ---------------------------------------------------------------- configgen and plans
-$(BUILD)/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h
+$(BUILD)/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h firmware/include/qt_ops.def
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_HOST) -Iconfiggen/src -c $< -o $@
 
@@ -97,15 +97,15 @@ generated/%/plan.c: configgen/configs/runs/%.yml $(CONFIGGEN) configgen/configs/
 	$(CONFIGGEN) -o generated $<
 
 # ---------------------------------------------------------------- firmware
-$(BUILD)/fw/%.o: firmware/%.c $(wildcard firmware/include/*.h firmware/*/*.h)
+$(BUILD)/fw/%.o: firmware/%.c $(wildcard firmware/include/*.h firmware/include/*.def firmware/*/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_FW) $(MPI_CFLAGS) -c $< -o $@
 
-$(BUILD)/musl/%.o: firmware/%.c $(wildcard firmware/include/*.h firmware/*/*.h)
+$(BUILD)/musl/%.o: firmware/%.c $(wildcard firmware/include/*.h firmware/include/*.def firmware/*/*.h)
 	@mkdir -p $(@D)
 	$(MUSLCC) $(CFLAGS_FW) -DQT_MUSL -c $< -o $@
 
-$(BUILD)/k64/%.o: firmware/kernels/%.c $(wildcard firmware/include/*.h firmware/*/*.h)
+$(BUILD)/k64/%.o: firmware/kernels/%.c $(wildcard firmware/include/*.h firmware/include/*.def firmware/*/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_FW) -DQT_REAL_DOUBLE -c $< -o $@
 

@@ -129,6 +129,8 @@ typedef struct qt_cg_settings {
     qt_train_cfg tr;
     int32_t mesh[QT_MESH_COUNT];
     int32_t n_ranks, shard_mode, zero1;
+    uint8_t batch_mask;        /* mesh axes (size > 1) that split the global batch */
+    uint8_t opt_mask;          /* mesh axes the optimizer state is split over */
     double lb_weight;
     int use_mrope;
     int gdn_chunked;           /* gdn_core_algorithm: 1 chunked (WY), 0 recurrent */
@@ -186,12 +188,16 @@ typedef struct qt_cg_graph {
     int ninit, capinit;
     qt_op *mb;
     int nmb, capmb;
-    qt_op step[2];             /* the step schedule (qt_cg_step.c) */
-    int nstep;
+    qt_op *step;               /* the step schedule (qt_cg_step.c) */
+    int nstep, capstep;
+    qt_collective *coll;       /* the collectives the step schedule names (names owned) */
+    int ncoll, capcoll;
     int n_fwd;                 /* mb ops [0, n_fwd) are the forward */
     int32_t tokens, targets, loss_seq, lb_seq, table;
     /* layout (qt_cg_memplan.c) */
-    int64_t n_param_elems, params_offset, grads_offset, adam_m_offset, adam_v_offset;
+    int64_t n_param_elems, n_flat, adam_elems;
+    int64_t params_offset, grads_offset, adam_m_offset, adam_v_offset;
+    int64_t comm_scratch_offset, comm_scratch_elems;
     int32_t n_tree_levels;
     int64_t tree_offset[QT_MAX_TREE_LEVELS];
     int64_t leaf_scratch_offset, leaf_scratch_elems;
@@ -203,6 +209,8 @@ typedef struct qt_cg_graph {
  * activation, 'p' reads a parameter, 's' kernel scratch, '-' unused. */
 const char *qt_cg_op_slots(int kind);
 const char *qt_cg_op_name(int kind);
+/* enum qt_op_class of a kind (qt_ops.def CLASS column). */
+int qt_cg_op_class(int kind);
 
 int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen);
 int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen);
@@ -213,9 +221,16 @@ int32_t qt_cg_add_tensor(qt_cg_graph *g, const char *name, int role, int dtype, 
                          const int64_t *shape, const uint8_t *axes);
 qt_op *qt_cg_emit_op(qt_cg_graph *g, int init, int kind);
 
-/* The per-step schedule after the last microbatch: gradient finalisation and the AdamW
- * update (qt_ops.h QT_OP_GRAD_FINALIZE, QT_OP_ADAMW); collectives join it with the mesh. */
+/* The per-step schedule after the last microbatch (qt_ops.def, step section): on one rank
+ * the fused gradient finalisation and the AdamW update; on a mesh the local tree total,
+ * the gradient reduce-scatter (and all-gather) over the batch axes, normalisation and norm
+ * over the optimizer block, AdamW on it and the parameter all-gather. Runs after the
+ * memory plan (the collectives name arena ranges). */
 void qt_cg_step_schedule(qt_cg_graph *g);
+/* Size of group `mask` on the plan's mesh (product of the masked axes' sizes). */
+int64_t qt_cg_group_size(const qt_cg_settings *s, unsigned mask);
+/* "data,fsdp" (or "-") for a mask. */
+const char *qt_cg_mask_name(unsigned mask, char *buf, size_t n);
 
 /* ---- memory (qt_cg_memplan.c) -------------------------------------------------------- */
 

@@ -112,6 +112,18 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
     emit_ops(b, g, "init_ops", g->init, g->ninit);
     emit_ops(b, g, "mb_ops", g->mb, g->nmb);
     emit_ops(b, g, "step_ops", g->step, g->nstep);
+    static const char *const coll_kinds[QT_COLL_KIND_COUNT] = {
+        "QT_COLL_ALL_GATHER", "QT_COLL_REDUCE_SCATTER", "QT_COLL_ALL_TO_ALL", "QT_COLL_BROADCAST"};
+    if (g->ncoll) {
+        qt_cg_buf_printf(b, "static const qt_collective qt_collectives_%s[%d] = {\n", c, g->ncoll);
+        for (int i = 0; i < g->ncoll; i++) {
+            const qt_collective *k = &g->coll[i];
+            qt_cg_buf_printf(b, "    /* %d */ {\"%s\", %s, 0x%x, %lldll, %lldll},\n", i, k->name,
+                             coll_kinds[k->kind], (unsigned)k->mask, (long long)k->offset,
+                             (long long)k->bytes);
+        }
+        qt_cg_buf_printf(b, "};\n\n");
+    }
 
     const qt_model_dims *m = &s->m;
     const qt_train_cfg *t = &s->tr;
@@ -153,6 +165,11 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
                      (long long)g->arena_bytes);
     qt_cg_buf_printf(b, "    .n_tensors = %d,\n    .tensors = qt_tensors_%s,\n", g->nt, c);
     qt_cg_buf_printf(b, "    .n_params = %d,\n    .params = qt_params_%s,\n", g->np, c);
+    qt_cg_buf_printf(b, "    .n_flat = %lldll,\n    .batch_mask = 0x%x,\n    .opt_mask = 0x%x,\n"
+                     "    .adam_elems = %lldll,\n    .comm_scratch_offset = %lldll,\n"
+                     "    .comm_scratch_elems = %lldll,\n", (long long)g->n_flat,
+                     (unsigned)s->batch_mask, (unsigned)s->opt_mask, (long long)g->adam_elems,
+                     (long long)g->comm_scratch_offset, (long long)g->comm_scratch_elems);
     qt_cg_buf_printf(b, "    .n_param_elems = %lldll,\n    .params_offset = %lldll,\n"
                      "    .grads_offset = %lldll,\n    .adam_m_offset = %lldll,\n"
                      "    .adam_v_offset = %lldll,\n    .n_tree_levels = %d,\n    .tree_offset = {",
@@ -168,8 +185,11 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
     qt_cg_buf_printf(b, "    .n_init_ops = %d,\n    .init_ops = qt_init_ops_%s,\n", g->ninit, c);
     qt_cg_buf_printf(b, "    .n_mb_ops = %d,\n    .mb_ops = qt_mb_ops_%s,\n", g->nmb, c);
     qt_cg_buf_printf(b, "    .n_step_ops = %d,\n    .step_ops = qt_step_ops_%s,\n", g->nstep, c);
-    /* One rank: no exchanges. The multi-rank planner fills this table. */
-    qt_cg_buf_printf(b, "    .n_collectives = 0,\n    .collectives = 0,\n};\n");
+    if (g->ncoll)
+        qt_cg_buf_printf(b, "    .n_collectives = %d,\n    .collectives = qt_collectives_%s,\n};\n",
+                         g->ncoll, c);
+    else
+        qt_cg_buf_printf(b, "    .n_collectives = 0,\n    .collectives = 0,\n};\n");
 }
 
 void qt_cg_emit_plan_main(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)

@@ -545,5 +545,8 @@ void qt_cg_graph_free(qt_cg_graph *g)
     free(g->ps);
     free(g->init);
     free(g->mb);
+    free(g->step);
+    for (int i = 0; i < g->ncoll; i++) free((char *)g->coll[i].name);
+    free(g->coll);
     memset(g, 0, sizeof *g);
 }

@@ -29,6 +29,12 @@ uint64_t qt_cg_hash(const qt_cg_graph *g)
     p.n_params = g->np;
     p.params = g->ps;
     p.n_param_elems = g->n_param_elems;
+    p.n_flat = g->n_flat;
+    p.batch_mask = s->batch_mask;
+    p.opt_mask = s->opt_mask;
+    p.adam_elems = g->adam_elems;
+    p.comm_scratch_offset = g->comm_scratch_offset;
+    p.comm_scratch_elems = g->comm_scratch_elems;
     p.params_offset = g->params_offset;
     p.grads_offset = g->grads_offset;
     p.adam_m_offset = g->adam_m_offset;
@@ -47,7 +53,8 @@ uint64_t qt_cg_hash(const qt_cg_graph *g)
     p.mb_ops = g->mb;
     p.n_step_ops = g->nstep;
     p.step_ops = g->step;
-    p.n_collectives = 0; /* one rank: none (qt_cg_emit.c writes the same) */
+    p.n_collectives = g->ncoll;
+    p.collectives = g->coll;
     uint64_t h = qt_plan_hash(&p);
     free(ts);
     return h;

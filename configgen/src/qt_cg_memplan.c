@@ -1,11 +1,15 @@
 /* qt_cg_memplan.c - arena layout and the liveness-based activation planner.
  *
  * Layout (bytes, every region and tensor 64-byte aligned):
- *   params | adam_m | adam_v | tree level 0..n-1 (level n-1 = grads) | leaf scratch | activations
- * The regions before the leaf scratch are flat parameter regions: parameter p sits at the
- * same element offset (flat_offset, a multiple of 16 so every tensor stays 64-byte aligned)
- * in each of them; padding elements between parameters are never read as parameters and
- * stay zero. n_tree_levels = bit length of the sequences this rank processes per step
+ *   params | adam_m | adam_v | tree level 0..n-1 (level n-1 = grads) | leaf scratch |
+ *   comm scratch | activations
+ * The params and tree regions are flat parameter regions of n_flat floats: parameter p sits
+ * at the same element offset (flat_offset, a multiple of 16 so every tensor stays 64-byte
+ * aligned) in each of them; padding elements between parameters and up to n_flat (a
+ * multiple of 16 x the batch group's size, so every group block is equal and aligned) are
+ * never read as parameters and stay zero. The Adam regions hold this rank's block of the
+ * optimizer group: n_flat / |opt group| floats. The comm scratch (1 MiB, meshes only) is
+ * the reduce-scatter's receive buffer. n_tree_levels = bit length of the sequences this rank processes per step
  * (micro_batch * grad_accum). The gradient region is the top tree level itself: that level
  * is written only by the last carry of the step's tree and stays occupied from then on, so
  * the runtime completes the total in place there (qt_tree.h) and no separate region is
@@ -22,6 +26,9 @@
 #include "qt_cg.h"
 
 #define ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
+/* Receive buffer of the reduce-scatter (floats): large enough that MPICH moves big
+ * messages, small next to any model's gradient. */
+#define QT_CG_COMM_SCRATCH (1 << 18)
 
 static int64_t bytes_of(const qt_tensor *t)
 {
@@ -97,10 +104,14 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
         if (n > leaf_need) leaf_need = n;
     }
     g->n_param_elems = off;
-    int64_t region = off * 4;
+    const int64_t nb = qt_cg_group_size(g->s, g->s->batch_mask);
+    g->n_flat = ALIGN_UP(off, 16 * nb);
+    g->adam_elems = g->n_flat / qt_cg_group_size(g->s, g->s->opt_mask);
+    int64_t region = g->n_flat * 4, adam = g->adam_elems * 4;
     g->params_offset = 0;
     g->adam_m_offset = region;
-    g->adam_v_offset = 2 * region;
+    g->adam_v_offset = region + adam;
+    const int64_t flat0 = region + 2 * adam; /* first tree level */
     int64_t seqs = g->s->tr.micro_batch * g->s->tr.grad_accum, lv = 0;
     while (seqs >> lv) lv++;
     if (lv < 1 || lv > QT_MAX_TREE_LEVELS)
@@ -108,11 +119,14 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
                           (long long)seqs, (long long)lv, QT_MAX_TREE_LEVELS);
     g->n_tree_levels = (int32_t)lv;
     for (int i = 0; i < QT_MAX_TREE_LEVELS; i++)
-        g->tree_offset[i] = i < lv ? (3 + i) * region : 0;
+        g->tree_offset[i] = i < lv ? flat0 + i * region : 0;
     g->grads_offset = g->tree_offset[lv - 1];
-    g->leaf_scratch_offset = (3 + lv) * region;
+    g->leaf_scratch_offset = flat0 + lv * region;
     g->leaf_scratch_elems = ALIGN_UP(leaf_need, 16);
-    g->act_offset = ALIGN_UP(g->leaf_scratch_offset + 4 * g->leaf_scratch_elems,
+    g->comm_scratch_offset = ALIGN_UP(g->leaf_scratch_offset + 4 * g->leaf_scratch_elems,
+                                      (int64_t)QT_TENSOR_ALIGN);
+    g->comm_scratch_elems = g->s->batch_mask ? QT_CG_COMM_SCRATCH : 0;
+    g->act_offset = ALIGN_UP(g->comm_scratch_offset + 4 * g->comm_scratch_elems,
                              (int64_t)QT_TENSOR_ALIGN);
     for (int p = 0; p < g->np; p++)
         g->ts[g->ps[p].tensor].t.offset = g->params_offset + 4 * g->ps[p].flat_offset;
@@ -167,14 +181,19 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
         return qt_cg_fail(err, errlen, "gradient region at %lld is not the top tree level "
                           "(%lld)", (long long)g->grads_offset,
                           (long long)g->tree_offset[lv - 1]);
-    enum { NREG = 4 + QT_MAX_TREE_LEVELS };
+    enum { NREG = 5 + QT_MAX_TREE_LEVELS };
     int64_t lo[NREG], hi[NREG];
-    const int64_t pb = 4 * g->n_param_elems;
+    const int64_t pb = 4 * g->n_flat, ab = 4 * g->adam_elems;
+    if (g->n_flat < g->n_param_elems || g->n_flat % (16 * qt_cg_group_size(g->s, g->s->batch_mask)) ||
+        g->adam_elems * qt_cg_group_size(g->s, g->s->opt_mask) != g->n_flat)
+        return qt_cg_fail(err, errlen, "flat size %lld / Adam block %lld do not split over the "
+                          "groups", (long long)g->n_flat, (long long)g->adam_elems);
     int n = 0;
     lo[n] = g->params_offset, hi[n] = lo[n] + pb, n++;
-    lo[n] = g->adam_m_offset, hi[n] = lo[n] + pb, n++;
-    lo[n] = g->adam_v_offset, hi[n] = lo[n] + pb, n++;
+    lo[n] = g->adam_m_offset, hi[n] = lo[n] + ab, n++;
+    lo[n] = g->adam_v_offset, hi[n] = lo[n] + ab, n++;
     lo[n] = g->leaf_scratch_offset, hi[n] = lo[n] + 4 * g->leaf_scratch_elems, n++;
+    lo[n] = g->comm_scratch_offset, hi[n] = lo[n] + 4 * g->comm_scratch_elems, n++;
     for (int l = 0; l < lv; l++) lo[n] = g->tree_offset[l], hi[n] = lo[n] + pb, n++;
     for (int i = 0; i < n; i++) {
         if (lo[i] < 0 || lo[i] % QT_TENSOR_ALIGN || hi[i] > g->act_offset)

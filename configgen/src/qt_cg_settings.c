@@ -4,8 +4,9 @@
  * key(s), the value(s), where they were set and what was expected, so a bad combination
  * fails at generation time. Invariants of a resolved qt_cg_settings: all sizes positive,
  * head counts divide, rotary dim even and > 0, float32 only, AdamW + cosine, dropless MoE
- * with one shared expert, a single-rank mesh (the mesh plumbing resolves -1 axes from
- * num_ranks and checks the product, but multi-rank meshes come in a later issue).
+ * with one shared expert, and the mesh: -1 axes resolve from num_ranks, the product must
+ * be num_ranks, every axis a power of two; data and fsdp execute (tensor, expert, context
+ * and pipeline are refused with a message until they are planned).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -312,9 +313,15 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
     for (int i = 0; i < 6; i++) {
         int64_t size = iv[i] * dv[i];
         if (i < 5) s->mesh[qt_of[i]] = (int32_t)size;
-        if (size > 1)
+        /* data and fsdp execute; tensor, expert, context and pipeline are not planned yet */
+        if (size > 1 && i >= 2)
             return bad(v, iv[i] > 1 ? ici[i] : dcn[i], "resolves the %s mesh axis to %lld; "
-                       "multi-rank meshes come in a later issue (qtrain plans 1 rank for now)",
+                       "qtrain executes data and fsdp parallelism (tensor and expert "
+                       "parallelism are not planned yet)", axes[i], (long long)size);
+        if (size > 1 && (size & (size - 1)))
+            return bad(v, iv[i] > 1 ? ici[i] : dcn[i], "resolves the %s mesh axis to %lld; "
+                       "expected a power of two (the gradient collectives pair ranks by "
+                       "recursive halving, which reproduces the one-rank pairwise tree)",
                        axes[i], (long long)size);
     }
     s->n_ranks = (int32_t)n_ranks;
@@ -390,7 +397,18 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
     }
     if (check_model(&v, s) || check_train(&v, s) || check_mesh(&v, s) || check_rules(&v, s))
         return -1;
+    /* MaxText: per_device_batch_size x ranks x G sequences per step; the batch is split over
+     * the data, fsdp and expert axes (tensor ranks share their sequences). */
     s->tr.global_batch = s->tr.micro_batch * s->tr.grad_accum * s->n_ranks;
+    s->batch_mask = 0;
+    s->opt_mask = 0;
+    static const int batch_axes[3] = {QT_MESH_DATA, QT_MESH_FSDP, QT_MESH_EXPERT};
+    for (int i = 0; i < 3; i++)
+        if (s->mesh[batch_axes[i]] > 1) s->batch_mask |= (uint8_t)(1u << batch_axes[i]);
+    /* the optimizer state (and the update) is split over fsdp, and over data with ZeRO-1
+     * (design.md section 5: data is the minor sub-axis of the fsdp shard) */
+    if (s->mesh[QT_MESH_FSDP] > 1) s->opt_mask |= (uint8_t)(1u << QT_MESH_FSDP);
+    if (s->zero1 && s->mesh[QT_MESH_DATA] > 1) s->opt_mask |= (uint8_t)(1u << QT_MESH_DATA);
     note_unused(&v, s);
     return 0;
 }

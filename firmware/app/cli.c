@@ -11,13 +11,13 @@
 
 enum qt_cli_key {
     QT_KEY_STEPS, QT_KEY_DATA, QT_KEY_DATA_DTYPE, QT_KEY_LOAD, QT_KEY_SAVE, QT_KEY_SAVE_EVERY,
-    QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_PROFILE, QT_KEY_HELP,
-    QT_KEY_COUNT
+    QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_PROFILE,
+    QT_KEY_COMM_TIMEOUT, QT_KEY_HELP, QT_KEY_COUNT
 };
 
 static const char *const qt_cli_names[QT_KEY_COUNT] = {
     "steps", "data", "data_dtype", "load", "save", "save_every", "metrics", "seed",
-    "learning_rate", "dump_grads", "profile", "help"
+    "learning_rate", "dump_grads", "profile", "comm_timeout", "help"
 };
 
 void qt_cli_usage(FILE *f, const char *prog)
@@ -40,6 +40,8 @@ void qt_cli_usage(FILE *f, const char *prog)
             "  profile=0|1      1: time every op and optimizer phase (clock_gettime around each\n"
             "                   op) and print ms per step per phase and per op kind at exit;\n"
             "                   adds a little overhead, off by default\n"
+            "  comm_timeout=S   multi-rank watchdog: a collective that waits longer than S\n"
+            "                   seconds for a peer ends the job naming the peer (default 300)\n"
             "  help             this text\n", prog);
 }
 
@@ -162,6 +164,15 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
             if (strcmp(val, "0") && strcmp(val, "1")) return qt_cli_bad(key, val, "0 or 1");
             c->profile = val[0] == '1';
             break;
+        case QT_KEY_COMM_TIMEOUT: {
+            errno = 0;
+            char *end = NULL;
+            double v = strtod(val, &end);
+            if (errno || *end || end == val || !(v > 0.0) || v > 1e6)
+                return qt_cli_bad(key, val, "a number of seconds in (0, 1e6]");
+            c->comm_timeout = v;
+            break;
+        }
         case QT_KEY_DATA: c->data = val; break;
         case QT_KEY_LOAD: c->load = val; break;
         case QT_KEY_SAVE: c->save = val; break;

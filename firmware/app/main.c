@@ -12,6 +12,8 @@
 #include <unistd.h>
 #include "qt_cli.h"
 #include "comm/qt_comm.h"
+#include "comm/qt_coll.h"
+#include "qt_err.h"
 #include "io/qt_io.h"
 #include "runtime/qt_runtime.h"
 
@@ -100,6 +102,26 @@ int main(int argc, char **argv)
         (cli.dump_grads && qt_main_check_dest("dump_grads", cli.dump_grads) != QT_OK))
         return qt_main_finish(QT_EXIT_ARG);
     const qt_plan *p = qt_main_plan();
+    qt_err_set_rank(rank, size);
+    /* every rank checks the world size against the plan, then that all ranks run the same
+     * plan, before any collective: a wrong -n is an error on every rank, never a hang */
+    if (size != p->n_ranks) {
+        qt_fail(QT_E_PLAN, "plan %s was generated for %d ranks (mesh data %d x fsdp %d x "
+                "tensor %d x expert %d), but this job has %d: start it with mpiexec -n %d",
+                p->run_name, p->n_ranks, p->mesh[QT_MESH_DATA], p->mesh[QT_MESH_FSDP],
+                p->mesh[QT_MESH_TENSOR], p->mesh[QT_MESH_EXPERT], size, p->n_ranks);
+        return qt_main_finish(QT_EXIT_ERR);
+    }
+    if (qt_comm_check_same(p->hash) != QT_OK || qt_comm_mesh_init(p->mesh, rank, size) != QT_OK)
+        return qt_main_finish(QT_EXIT_ERR);
+    if (cli.comm_timeout > 0) qt_comm_set_deadline(cli.comm_timeout);
+    /* Optimizer state split over ranks (fsdp, ZeRO-1) is not gathered for checkpoints yet */
+    if (p->opt_mask && (cli.save || cli.dump_grads)) {
+        qt_fail(QT_E_ARG, "%s=: plan %s splits the optimizer state over ranks (fsdp or "
+                "shard_optimizer_over_data); saving from such a mesh is not supported yet",
+                cli.save ? "save" : "dump_grads", p->run_name);
+        return qt_main_finish(QT_EXIT_ARG);
+    }
     qt_run_opts opts = {cli.seed, cli.learning_rate, 0, rank, size};
     if (qt_runtime_init(p, &opts) != QT_OK) return qt_main_finish(QT_EXIT_ERR);
     qt_main_state.plan = p;
@@ -114,7 +136,11 @@ int main(int argc, char **argv)
 
     int64_t start = 0, data_pos = 0;
     if (cli.load) {
-        if (qt_checkpoint_load(p, cli.load, 1, &start, &data_pos) != QT_OK)
+        /* optimizer blocks split over ranks are not restored yet: weights only, with a note */
+        if (p->opt_mask && rank == 0)
+            qt_note("%s: plan %s splits the optimizer state over ranks; only the weights are "
+                    "loaded and training starts at step 0", cli.load, p->run_name);
+        if (qt_checkpoint_load(p, cli.load, !p->opt_mask, &start, &data_pos) != QT_OK)
             return qt_main_finish(QT_EXIT_ERR);
         if (start < 0) {
             fprintf(stderr, "qtrain: %s: step %lld in the metadata is negative\n", cli.load,

@@ -10,7 +10,8 @@
  *  - every op's tensor ids are valid indices into tensors[] (or QT_NONE);
  *  - the parameter region is flat: parameter p occupies
  *    [params_offset + 4*flat_offset, +4*numel) and the same flat offset is used inside
- *    the gradient, Adam m, Adam v and every tree-level region;
+ *    the gradient and every tree-level region; the Adam regions hold only this rank's
+ *    block of the opt_mask group (all of it when opt_mask is 0);
  *  - sizes in op attributes agree with the tensor shapes.
  * Generated plan.c files define one `const qt_plan qt_plan_<run>` and its arena.
  */
@@ -99,25 +100,27 @@ typedef struct qt_param {
     int32_t layer;                 /* decoder layer, -1 for embedding / final norm / head */
 } qt_param;
 
-/* A pre-planned collective (design.md section 3): which mesh axis it runs over, this rank's
- * peers in the order the exchange visits them (fixed pairing, so float reductions keep one
- * order), and the byte range it moves. QT_OP_COLLECTIVE records index this table. Plans of
- * a one-rank mesh have none; the firmware refuses a plan whose collectives it cannot run. */
+/* A pre-planned collective (design.md section 3): its kind, the group of mesh axes it runs
+ * over (a bitmask of enum qt_mesh_axis; the members are the ranks that share this rank's
+ * coordinates on every other axis, firmware/comm/qt_coll.h) and the arena byte range it
+ * moves. Peers are not listed: every rank derives them from its rank id, so the table does
+ * not grow with the rank count. Float reductions use fixed pairing (never MPI_SUM), so
+ * they reproduce the pairwise tree over group indices. QT_OP_COLLECTIVE records index this
+ * table. */
 enum qt_collective_kind {
-    QT_COLL_ALL_GATHER = 0,
-    QT_COLL_REDUCE_SCATTER,    /* recursive halving with fixed pairing, never MPI_SUM */
+    QT_COLL_ALL_GATHER = 0,    /* in place: block i of the range comes from group index i */
+    QT_COLL_REDUCE_SCATTER,    /* float sum, recursive halving with fixed pairing: block i
+                                  of the range ends on group index i */
     QT_COLL_ALL_TO_ALL,
-    QT_COLL_EXACT_SUM,         /* integer sum of exact accumulators (MPI integer reduce) */
+    QT_COLL_BROADCAST,         /* from group index 0 */
     QT_COLL_KIND_COUNT
 };
 
 typedef struct qt_collective {
+    const char *name;              /* what moves, for plan.txt and error messages */
     uint8_t kind;                  /* enum qt_collective_kind */
-    uint8_t axis;                  /* enum qt_mesh_axis */
-    int32_t n_peers;
-    const int32_t *peers;          /* ranks, in exchange order */
-    int32_t tensor;                /* tensor id of the buffer */
-    int64_t offset, bytes;         /* byte range inside that tensor */
+    uint8_t mask;                  /* mesh axes of the group */
+    int64_t offset, bytes;         /* arena byte range (bytes: the whole range, all blocks) */
 } qt_collective;
 
 typedef struct qt_model_dims {
@@ -159,6 +162,13 @@ typedef struct qt_plan {
     int32_t n_params;
     const qt_param *params;
     int64_t n_param_elems;         /* total flat parameter elements */
+    int64_t n_flat;                /* n_param_elems padded so every group's blocks are equal
+                                      and 64-byte aligned; the flat regions hold n_flat floats */
+    uint8_t batch_mask;            /* mesh axes that split the global batch (data position) */
+    uint8_t opt_mask;              /* mesh axes the optimizer state (and update) is split over */
+    int64_t adam_elems;            /* floats in each Adam region: n_flat / |opt_mask group| */
+    int64_t comm_scratch_offset;   /* bytes: scratch of the collectives (0 elems: none) */
+    int64_t comm_scratch_elems;
     /* Flat regions, bytes, each n_param_elems floats, pairwise disjoint except that the
      * gradient region IS the top tree level: grads_offset == tree_offset[n_tree_levels-1]
      * (that level is filled by the step's last tree carry and the total is completed there
@@ -183,10 +193,16 @@ typedef struct qt_plan {
     const qt_collective *collectives;
 } qt_plan;
 
-/* Execution context handed to op wrappers. */
+/* Execution context handed to op wrappers: the plan, its arena, and who this rank is on
+ * the mesh (everything rank-specific derives from these at start-up). Collectives reach
+ * their communicators through the comm layer by group mask (firmware/comm/qt_coll.h);
+ * `status` receives the first error of an op that can fail inside a step (a collective). */
 typedef struct qt_ctx {
     const qt_plan *plan;
     unsigned char *arena;
+    int32_t rank, n_ranks;
+    int32_t coord[QT_MESH_COUNT];  /* this rank's coordinate on each mesh axis */
+    int *status;                   /* NULL or where a failing op stores its QT_E_* code */
 } qt_ctx;
 
 static inline float *qt_f32(const qt_ctx *c, int32_t id)

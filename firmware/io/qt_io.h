@@ -9,16 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "qt_plan.h"
+#include "qt_err.h"
 
-enum qt_err {
-    QT_OK = 0,
-    QT_E_ARG = -1,      /* bad command-line value */
-    QT_E_IO = -2,       /* open/read/write/fsync/rename failed */
-    QT_E_FORMAT = -3,   /* malformed file */
-    QT_E_MISMATCH = -4, /* file does not fit the plan (missing/extra/mis-shaped tensor, hash) */
-    QT_E_RANGE = -5,    /* token id out of range, file too short */
-    QT_E_PLAN = -6      /* plan invalid for this process (rank count, arena) */
-};
 
 /* ---- weights and checkpoints (firmware/io/checkpoint.c) ----------------------------- */
 

@@ -158,12 +158,12 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
     return QT_OK;
 }
 
-void qt_interp_run_init(const qt_plan *p, const qt_kernel_entry *table)
+void qt_interp_run_init(const qt_ctx *ctx, const qt_kernel_entry *table)
 {
-    qt_ctx ctx = {p, p->arena};
+    const qt_plan *p = ctx->plan;
     for (int32_t i = 0; i < p->n_init_ops; i++) {
         const qt_op *op = &p->init_ops[i];
-        if (op->kind != QT_OP_NOP) table[op->kind].run(op, &ctx);
+        if (op->kind != QT_OP_NOP) table[op->kind].run(op, ctx);
     }
 }
 
@@ -200,15 +200,17 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
     }
 }
 
-void qt_interp_run_microbatch(const qt_plan *p, const qt_kernel_entry *table, int64_t mb)
+void qt_interp_run_microbatch(const qt_ctx *c, const qt_kernel_entry *table, int64_t mb)
 {
-    qt_ctx ctx = {p, p->arena};
+    const qt_plan *p = c->plan;
+    const qt_ctx ctx = *c;
     float *levels[QT_MAX_TREE_LEVELS];
     qt_interp_levels(p, levels);
     qt_interp_prof *prof = qt_interp_state.prof;
     for (int32_t i = 0; i < p->n_mb_ops; i++) {
         const qt_op *op = &p->mb_ops[i];
         if (op->kind == QT_OP_NOP) continue;
+        if (ctx.status && *ctx.status) return;  /* a collective failed: the step stops */
         if (op->flags & QT_OPF_WGRAD) {
             qt_interp_wgrad(p, table, op, &ctx, levels, mb);
         } else if (prof) {

@@ -111,7 +111,9 @@ uint64_t qt_plan_hash(const qt_plan *p)
     const int64_t lay[] = {p->n_param_elems, p->params_offset, p->grads_offset,
                            p->adam_m_offset, p->adam_v_offset, p->n_tree_levels,
                            p->leaf_scratch_offset, p->leaf_scratch_elems, p->tokens,
-                           p->targets, p->loss_seq, p->lb_seq};
+                           p->targets, p->loss_seq, p->lb_seq, p->n_flat, p->batch_mask,
+                           p->opt_mask, p->adam_elems, p->comm_scratch_offset,
+                           p->comm_scratch_elems};
     for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) qt_fnv_i(&f, lay[i]);
     for (int i = 0; i < QT_MAX_TREE_LEVELS; i++) qt_fnv_i(&f, p->tree_offset[i]);
     qt_fnv_i(&f, p->n_init_ops);
@@ -123,11 +125,9 @@ uint64_t qt_plan_hash(const qt_plan *p)
     qt_fnv_i(&f, p->n_collectives);
     for (int32_t i = 0; i < p->n_collectives; i++) {
         const qt_collective *c = &p->collectives[i];
+        qt_fnv_s(&f, c->name);
         qt_fnv_i(&f, c->kind);
-        qt_fnv_i(&f, c->axis);
-        qt_fnv_i(&f, c->n_peers);
-        for (int32_t k = 0; k < c->n_peers; k++) qt_fnv_i(&f, c->peers[k]);
-        qt_fnv_i(&f, c->tensor);
+        qt_fnv_i(&f, c->mask);
         qt_fnv_i(&f, c->offset);
         qt_fnv_i(&f, c->bytes);
     }

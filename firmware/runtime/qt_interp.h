@@ -19,14 +19,15 @@
  * Prints one line naming the op/param on failure. Returns 0 or QT_E_PLAN. */
 int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table);
 
-/* Runs the init schedule once, in order. */
-void qt_interp_run_init(const qt_plan *p, const qt_kernel_entry *table);
+/* Runs the init schedule once, in order (ctx: the plan, its arena, the rank's place). */
+void qt_interp_run_init(const qt_ctx *ctx, const qt_kernel_entry *table);
 
 /* Runs the microbatch schedule for microbatch `mb` (0-based within the step; inputs must
  * already be filled). Plain ops call table[kind].run. WGRAD ops call table[kind].wgrad
  * once per sequence s, into zeroed leaf buffers, and push leaf mb*micro_batch + s into the
- * trees of the op's parameters (tree levels and leaf scratch regions of the arena). */
-void qt_interp_run_microbatch(const qt_plan *p, const qt_kernel_entry *table, int64_t mb);
+ * trees of the op's parameters (tree levels and leaf scratch regions of the arena). An op
+ * that fails (a collective) stores its code in *ctx->status; the walk then stops. */
+void qt_interp_run_microbatch(const qt_ctx *ctx, const qt_kernel_entry *table, int64_t mb);
 
 /* After the last microbatch: completes the tree totals of micro_batch*grad_accum leaves in
  * the gradient region, which is the top tree level (all n_param_elems elements): adds the

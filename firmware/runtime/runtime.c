@@ -5,9 +5,10 @@
  * reduction is either a pairwise tree over per-sequence leaves (weight gradients) or an
  * exact accumulator (loss, token count, squared gradient norm), so the step's bits do not
  * depend on the micro_batch x grad_accum split.
- * The parameter-sized passes after the schedule are fused per cache-sized chunk (tree total
- * -> normalise -> exact square sum; clip -> AdamW -> fingerprint); each stage keeps the exact
- * per-element operations of the unfused version, so fusion changes speed, never bits.
+ * The step schedule (gradient totals, collectives, normalisation, AdamW) is walked op by op
+ * through the kernel table's STEP wrappers (step_ops.c). On a mesh, the rank reads the
+ * sequences of its batch index (rank-major blocks of the global batch over the batch axes),
+ * and the loss accumulators are merged exactly over those axes.
  * Profiling (off by default) adds clock_gettime calls only.
  */
 #include <string.h>
@@ -21,28 +22,28 @@
 #include "qt_rng.h"
 #include "qt_vec.h"
 #include "qt_plan_hash.h"
+#include "qt_step.h"
+#include "qt_err.h"
+#include "comm/qt_coll.h"
 #include "math/qt_math.h"
 
-/* Chunk of the fused passes over the parameter-sized regions: 64 KiB per stream, so a
- * chunk written by one stage is still in L2 when the next stage reads it. */
-#define QT_RT_CHUNK 16384
-
-enum qt_rt_phase { QT_PH_DATA, QT_PH_SCHED, QT_PH_LOSS, QT_PH_GRADS, QT_PH_OPT, QT_PH_COUNT };
+enum qt_rt_phase { QT_PH_DATA, QT_PH_SCHED, QT_PH_LOSS, QT_PH_STEP, QT_PH_COUNT };
 static const char *const qt_rt_phase_names[QT_PH_COUNT] = {
     "data fill", "schedule (fwd+bwd, see ops)", "loss/token sums",
-    "tree finalise+normalise+norm^2", "clip+AdamW+fingerprint"
+    "step schedule (see step ops)"
 };
 
 static struct {
     const qt_plan *plan;
     qt_run_opts opts;
     const qt_kernel_entry *table;
-    int flat_in_order;           /* params tile [0, n_param_elems) in index order */
+    qt_ctx ctx;                  /* the plan, arena and this rank's mesh coordinates */
+    int status;                  /* ctx.status: first error of an op inside a step */
+    int64_t batch_index;         /* this rank's block of the global batch */
     int profile;
     int64_t prof_steps;
     double phase_s[QT_PH_COUNT];
     qt_interp_prof prof;
-    qt_exact_sq sq;              /* bins of the squared-norm pass */
 } qt_rt;
 
 /* Extern symbols of the standard GNU ld scripts (glibc and musl static): image start and end
@@ -106,44 +107,98 @@ static int qt_runtime_check_region(const qt_plan *p, int64_t off, int64_t elems,
 
 /* The flat regions: each inside the arena and no two sharing bytes, except that the
  * gradient region is the top tree level itself (qt_interp_validate checks that identity;
- * here it only has to lie inside the arena like the rest). */
+ * here it only has to lie inside the arena like the rest). Params and tree levels hold
+ * n_flat floats, the Adam moments this rank's block of the optimizer group. */
 static int qt_runtime_check_regions(const qt_plan *p)
 {
-    enum { QT_RT_REGIONS = 4 + QT_MAX_TREE_LEVELS };
-    static const char *const names[4] = {"params", "adam m", "adam v", "leaf scratch"};
+    enum { QT_RT_REGIONS = 5 + QT_MAX_TREE_LEVELS };
     int64_t off[QT_RT_REGIONS], elems[QT_RT_REGIONS];
     const char *what[QT_RT_REGIONS];
-    if (p->n_tree_levels < 1 || p->n_tree_levels > QT_MAX_TREE_LEVELS) {
-        fprintf(stderr, "plan %s: %d tree levels (1..%d)\n", p->run_name, p->n_tree_levels,
-                QT_MAX_TREE_LEVELS);
-        return QT_E_PLAN;
-    }
+    if (p->n_tree_levels < 1 || p->n_tree_levels > QT_MAX_TREE_LEVELS)
+        return qt_fail(QT_E_PLAN, "plan %s: %d tree levels (1..%d)", p->run_name,
+                       p->n_tree_levels, QT_MAX_TREE_LEVELS);
+    const int64_t groups = p->opt_mask ? qt_comm_group_size(p->opt_mask) : 1;
+    const int64_t batch = p->batch_mask ? qt_comm_group_size(p->batch_mask) : 1;
+    if (p->n_flat < p->n_param_elems || p->n_flat % batch ||
+        p->adam_elems * groups != p->n_flat)
+        return qt_fail(QT_E_PLAN, "plan %s: flat size %lld (params %lld) and Adam block %lld do "
+                       "not split over the batch group (%lld ranks) and the optimizer group "
+                       "(%lld ranks)", p->run_name, (long long)p->n_flat,
+                       (long long)p->n_param_elems, (long long)p->adam_elems, (long long)batch,
+                       (long long)groups);
+    static const char *const names[5] = {"params", "adam m", "adam v", "leaf scratch",
+                                         "comm scratch"};
+    const int64_t fixed[5] = {p->params_offset, p->adam_m_offset, p->adam_v_offset,
+                              p->leaf_scratch_offset, p->comm_scratch_offset};
+    const int64_t sizes[5] = {p->n_flat, p->adam_elems, p->adam_elems, p->leaf_scratch_elems,
+                              p->comm_scratch_elems};
     int n = 0;
-    const int64_t fixed[4] = {p->params_offset, p->adam_m_offset, p->adam_v_offset,
-                              p->leaf_scratch_offset};
-    for (int i = 0; i < 4; i++, n++) {
+    for (int i = 0; i < 5; i++, n++) {
         off[n] = fixed[i];
-        elems[n] = i == 3 ? p->leaf_scratch_elems : p->n_param_elems;
+        elems[n] = sizes[i];
         what[n] = names[i];
     }
     for (int l = 0; l < p->n_tree_levels; l++, n++) {
         off[n] = p->tree_offset[l];
-        elems[n] = p->n_param_elems;
+        elems[n] = p->n_flat;
         what[n] = "tree level";
     }
-    int rc = qt_runtime_check_region(p, p->grads_offset, p->n_param_elems, "grads");
+    int rc = qt_runtime_check_region(p, p->grads_offset, p->n_flat, "grads");
     for (int i = 0; !rc && i < n; i++) rc = qt_runtime_check_region(p, off[i], elems[i], what[i]);
     for (int i = 0; !rc && i < n; i++) {
         for (int j = i + 1; j < n; j++) {
-            if (off[i] < off[j] + 4 * elems[j] && off[j] < off[i] + 4 * elems[i]) {
-                fprintf(stderr, "plan %s: %s region at byte %lld overlaps %s region at byte "
-                        "%lld\n", p->run_name, what[i], (long long)off[i], what[j],
-                        (long long)off[j]);
-                return QT_E_PLAN;
-            }
+            if (elems[i] && elems[j] && off[i] < off[j] + 4 * elems[j] &&
+                off[j] < off[i] + 4 * elems[i])
+                return qt_fail(QT_E_PLAN, "plan %s: %s region at byte %lld overlaps %s region "
+                               "at byte %lld", p->run_name, what[i], (long long)off[i], what[j],
+                               (long long)off[j]);
         }
     }
     return rc;
+}
+
+/* The step schedule: every op a STEP kind; the gradient totals over exactly this step's
+ * leaves, the normalisation by exactly the global target-token count, one update, and every
+ * collective inside the arena with blocks its group can split evenly. */
+static int qt_runtime_check_step(const qt_plan *p)
+{
+    const qt_train_cfg *tc = &p->train;
+    const int64_t leaves = tc->micro_batch * tc->grad_accum, tokens = tc->global_batch * tc->seq_len;
+    const qt_kernel_entry *table = qt_runtime_table();
+    int n_update = 0, n_norm = 0;
+    if (p->n_step_ops < 1 || !p->step_ops)
+        return qt_fail(QT_E_PLAN, "plan %s: empty step schedule", p->run_name);
+    for (int32_t i = 0; i < p->n_step_ops; i++) {
+        const qt_op *op = &p->step_ops[i];
+        if (op->kind >= QT_OP_COUNT || !table[op->kind].step)
+            return qt_fail(QT_E_PLAN, "plan %s: step op %d (kind %u) is not a step op",
+                           p->run_name, i, op->kind);
+        int bad = 0;
+        switch (op->kind) {
+        case QT_OP_GRAD_FINALIZE: bad = op->a[0] != leaves || op->a[1] != tokens; n_norm++; break;
+        case QT_OP_GRAD_TREE_TOTAL: bad = op->a[0] != leaves; break;
+        case QT_OP_GRAD_NORMALISE: bad = op->a[0] != tokens; n_norm++; break;
+        case QT_OP_ADAMW: n_update++; break;
+        case QT_OP_COLLECTIVE: {
+            if (op->a[0] < 0 || op->a[0] >= p->n_collectives) { bad = 1; break; }
+            const qt_collective *c = &p->collectives[op->a[0]];
+            int64_t r = qt_comm_group_size(c->mask);
+            bad = c->offset < 0 || c->bytes < 0 || c->offset + c->bytes > p->arena_bytes ||
+                  r < 1 || c->bytes % (4 * r) != 0;
+            break;
+        }
+        default: break;
+        }
+        if (bad)
+            return qt_fail(QT_E_PLAN, "plan %s: step op %d (%s) does not fit this plan (%lld "
+                           "leaves, %lld tokens per step, %d collectives)", p->run_name, i,
+                           table[op->kind].name, (long long)leaves, (long long)tokens,
+                           p->n_collectives);
+    }
+    if (n_update != 1 || n_norm != 1)
+        return qt_fail(QT_E_PLAN, "plan %s: the step schedule must normalise the gradient once "
+                       "and update once (found %d and %d)", p->run_name, n_norm, n_update);
+    return QT_OK;
 }
 
 static int qt_runtime_validate(const qt_plan *p, const qt_run_opts *o)
@@ -193,17 +248,7 @@ static int qt_runtime_validate(const qt_plan *p, const qt_run_opts *o)
             return QT_E_PLAN;
         }
     }
-    /* The one-rank step schedule: finalise the leaves of this step, then update. */
-    const int64_t leaves = tc->micro_batch * tc->grad_accum;
-    if (p->n_step_ops != 2 || !p->step_ops || p->step_ops[0].kind != QT_OP_GRAD_FINALIZE ||
-        p->step_ops[1].kind != QT_OP_ADAMW || p->step_ops[0].a[0] != leaves ||
-        p->step_ops[0].a[1] != tc->global_batch * tc->seq_len) {
-        fprintf(stderr, "plan %s: the step schedule must be grad_finalize (%lld leaves, %lld "
-                "tokens) then adamw\n", p->run_name, (long long)leaves,
-                (long long)(tc->global_batch * tc->seq_len));
-        return QT_E_PLAN;
-    }
-    return QT_OK;
+    return qt_runtime_check_step(p);
 }
 
 int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
@@ -222,15 +267,27 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
     if (rc) return rc;
     qt_rt.plan = p;
     qt_rt.opts = *o;
-    int64_t cursor = 0;
-    for (int32_t i = 0; i < p->n_params; i++) {
-        if (p->params[i].flat_offset != cursor) break;
-        cursor += p->params[i].numel;
+    qt_rt.status = QT_OK;
+    qt_ctx *ctx = &qt_rt.ctx;
+    memset(ctx, 0, sizeof *ctx);
+    ctx->plan = p;
+    ctx->arena = p->arena;
+    ctx->rank = o->rank;
+    ctx->n_ranks = p->n_ranks;
+    ctx->status = &qt_rt.status;
+    /* mesh coordinates: rank = mixed radix over the axes, the first axis most significant */
+    for (int a = QT_MESH_COUNT - 1, r = o->rank; a >= 0; a--) {
+        ctx->coord[a] = r % p->mesh[a];
+        r /= p->mesh[a];
     }
-    qt_rt.flat_in_order = cursor == p->n_param_elems;
-    memset(p->arena + p->adam_m_offset, 0, (size_t)p->n_param_elems * sizeof(float));
-    memset(p->arena + p->adam_v_offset, 0, (size_t)p->n_param_elems * sizeof(float));
-    qt_interp_run_init(p, qt_runtime_table());
+    /* the batch index: mixed radix over the batch axes, in axis order */
+    qt_rt.batch_index = 0;
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        if (p->batch_mask & (1u << a)) qt_rt.batch_index = qt_rt.batch_index * p->mesh[a] + ctx->coord[a];
+    qt_step_init(p);
+    memset(p->arena + p->adam_m_offset, 0, (size_t)p->adam_elems * sizeof(float));
+    memset(p->arena + p->adam_v_offset, 0, (size_t)p->adam_elems * sizeof(float));
+    qt_interp_run_init(ctx, qt_runtime_table());
     qt_rng_set_rank(o->rank);
     qt_params_init(p, o->seed);
     return QT_OK;
@@ -246,137 +303,93 @@ double qt_runtime_lr(const qt_plan *p, int64_t t)
 
 /* Every microbatch of the step: fill its tokens, run the schedule (forward, backward,
  * per-sequence leaves into the trees), and add its per-sequence losses to the exact
- * accumulators. Leaves the step's token count, loss and learning rate in *m. */
-static void qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t step,
-                                    qt_step_metrics *m)
+ * accumulators, merged over the batch axes. Leaves the step's token count, loss and
+ * learning rate in *m. */
+static int qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t step,
+                                   qt_step_metrics *m)
 {
     const qt_kernel_entry *table = qt_runtime_table();
-    qt_ctx ctx = {p, p->arena};
+    const qt_ctx *ctx = &qt_rt.ctx;
     const int64_t b = p->train.micro_batch, S = p->train.seq_len, G = p->train.grad_accum;
-    /* ranks own contiguous, rank-major blocks of the global batch (design.md s.6) */
-    const int64_t base = (int64_t)qt_rt.opts.rank * b * G;
+    /* the rank owns a contiguous, rank-major block of the global batch (design.md s.6) */
+    const int64_t base = qt_rt.batch_index * b * G;
     qt_exact loss, lb;
     qt_exact_clear(&loss);
     qt_exact_clear(&lb);
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     for (int64_t mb = 0; mb < G; mb++) {
-        qt_data_fill(d, step, p->train.global_batch, base + mb * b, b, S, qt_i32(&ctx, p->tokens),
-                     qt_i32(&ctx, p->targets));
+        qt_data_fill(d, step, p->train.global_batch, base + mb * b, b, S, qt_i32(ctx, p->tokens),
+                     qt_i32(ctx, p->targets));
         qt_runtime_lap(&t, QT_PH_DATA);
-        qt_interp_run_microbatch(p, table, mb);
+        qt_interp_run_microbatch(ctx, table, mb);
+        if (qt_rt.status) return qt_rt.status;
         qt_runtime_lap(&t, QT_PH_SCHED);
-        const float *ls = qt_f32(&ctx, p->loss_seq);
+        const float *ls = qt_f32(ctx, p->loss_seq);
         for (int64_t s = 0; s < b; s++) qt_exact_add_f(&loss, ls[s]);
         if (p->lb_seq != QT_NONE) {
-            const float *lbs = qt_f32(&ctx, p->lb_seq);
+            const float *lbs = qt_f32(ctx, p->lb_seq);
             for (int64_t s = 0; s < b; s++) qt_exact_add_f(&lb, lbs[s]);
         }
         qt_runtime_lap(&t, QT_PH_LOSS);
     }
-    /* the step schedule's GRAD_FINALIZE carries the global token count (validated at init) */
-    const double n_tok = (double)p->step_ops[0].a[1];
+    int rc = qt_step_exact_merge(p->batch_mask, &loss);
+    if (!rc && p->lb_seq != QT_NONE) rc = qt_step_exact_merge(p->batch_mask, &lb);
+    if (rc) return rc;
+    qt_runtime_lap(&t, QT_PH_LOSS);
+    const double n_tok = (double)(p->train.global_batch * p->train.seq_len);
     double loss_v = qt_exact_value(&loss) / n_tok + qt_exact_value(&lb);
     m->step = step;
     m->loss_f32 = (float)loss_v;
     m->loss = (double)m->loss_f32;
     m->tokens = (int64_t)n_tok;
     m->lr = qt_runtime_lr(p, step);
+    return QT_OK;
 }
 
-/* QT_OP_GRAD_FINALIZE: tree total -> normalise by a1 -> exact square sum, fused per chunk,
- * each stage with the same per-element operations as when run over the whole region, all
- * in place in the gradient region (= the top tree level). Leaves the gradient norm in *m. */
-static void qt_runtime_op_grad_finalize(const qt_plan *p, const qt_op *op, qt_step_metrics *m)
+/* Walks the step schedule through the kernel table; with `grads_only` it stops before the
+ * update (the gradient region then holds the normalised, unclipped gradient). */
+static int qt_runtime_step_schedule(const qt_plan *p, int64_t step, qt_step_metrics *m,
+                                    int grads_only)
 {
+    const qt_kernel_entry *table = qt_runtime_table();
+    qt_step_state st = {step, m};
+    qt_interp_prof *prof = qt_rt.profile ? &qt_rt.prof : NULL;
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
-    const float n_tok = (float)op->a[1];
-    /* the gradient region is the top tree level (validated at init): the tree total is
-     * completed there in place (nothing to do for a power-of-two leaf count), then divided */
-    float *g = (float *)(void *)(p->arena + p->grads_offset);
-    qt_exact sq;
-    qt_exact_clear(&sq);
-    qt_exact_sq_clear(&qt_rt.sq);
-    for (int64_t k0 = 0; k0 < p->n_param_elems; k0 += QT_RT_CHUNK) {
-        int64_t c = p->n_param_elems - k0 < QT_RT_CHUNK ? p->n_param_elems - k0 : QT_RT_CHUNK;
-        qt_interp_finalize_grads_range(p, k0, c);
-        qt_grads_normalise(g + k0, c, n_tok);
-        qt_exact_sq_add(&qt_rt.sq, &sq, g + k0, c);
+    for (int32_t i = 0; i < p->n_step_ops; i++) {
+        const qt_op *op = &p->step_ops[i];
+        if (grads_only && op->kind == QT_OP_ADAMW) break;
+        double t0 = prof ? qt_runtime_now() : 0.0;
+        int rc = table[op->kind].step(op, &qt_rt.ctx, &st);
+        if (rc) return rc;
+        if (prof) {
+            prof->run_s[op->kind] += qt_runtime_now() - t0;
+            prof->run_calls[op->kind]++;
+        }
     }
-    qt_exact_sq_flush(&qt_rt.sq, &sq);
-    m->grad_norm = qt_sqrt(qt_exact_value(&sq));
-    qt_runtime_lap(&t, QT_PH_GRADS);
+    qt_runtime_lap(&t, QT_PH_STEP);
+    return QT_OK;
 }
 
 int qt_runtime_grads(const qt_plan *p, const qt_data *d, int64_t step, qt_step_metrics *m)
 {
     if (!p || p != qt_rt.plan) return QT_E_PLAN;
     double t0 = qt_runtime_now();
-    qt_runtime_microbatches(p, d, step, m);
-    /* the step schedule up to (not including) the update */
-    for (int32_t i = 0; i < p->n_step_ops && p->step_ops[i].kind != QT_OP_ADAMW; i++)
-        if (p->step_ops[i].kind == QT_OP_GRAD_FINALIZE)
-            qt_runtime_op_grad_finalize(p, &p->step_ops[i], m);
+    int rc = qt_runtime_microbatches(p, d, step, m);
+    if (!rc) rc = qt_runtime_step_schedule(p, step, m, 1);
+    if (rc) return rc;
     m->step_seconds = qt_runtime_now() - t0;
     m->tokens_per_s = m->step_seconds > 0.0 ? (double)m->tokens / m->step_seconds : 0.0;
     m->fingerprint = qt_param_fingerprint(p);
     return QT_OK;
 }
 
-/* Clip + AdamW + fingerprint. With the parameters tiling the flat region in index order,
- * one pass per chunk: the fingerprint reads the freshly updated chunk from cache. */
-static uint64_t qt_runtime_update(const qt_plan *p, const qt_adamw_hp *hp, float gscale,
-                                  int scaled)
-{
-    float *w = (float *)(void *)(p->arena + p->params_offset);
-    float *mo = (float *)(void *)(p->arena + p->adam_m_offset);
-    float *vo = (float *)(void *)(p->arena + p->adam_v_offset);
-    const float *g = (const float *)(const void *)(p->arena + p->grads_offset);
-    if (!qt_rt.flat_in_order) {
-        qt_adamw_update_scaled(w, mo, vo, g, p->n_param_elems, hp, gscale, scaled);
-        return qt_param_fingerprint(p);
-    }
-    uint64_t fp = 0;
-    int64_t gbase = 0;
-    for (int32_t i = 0; i < p->n_params; i++) {
-        const int64_t off = p->params[i].flat_offset, n = p->params[i].numel;
-        for (int64_t j0 = 0; j0 < n; j0 += QT_RT_CHUNK) {
-            int64_t c = n - j0 < QT_RT_CHUNK ? n - j0 : QT_RT_CHUNK;
-            qt_adamw_update_scaled(w + off + j0, mo + off + j0, vo + off + j0, g + off + j0, c, hp,
-                                   gscale, scaled);
-            fp += qt_param_fp_chunk(p, i, gbase, j0, c);
-        }
-        gbase += qt_param_global_numel(p, i);
-    }
-    return fp;
-}
-
-/* QT_OP_ADAMW: clip (scale folded into the update), AdamW, fingerprint. */
-static void qt_runtime_op_adamw(const qt_plan *p, int64_t step, qt_step_metrics *m)
-{
-    double t = qt_rt.profile ? qt_runtime_now() : 0.0;
-    /* global-norm clipping: g * (float)(clip/norm), folded into the update */
-    const double clip = (double)p->train.clip;
-    const int scaled = clip > 0.0 && m->grad_norm > clip;
-    const float gscale = scaled ? (float)(clip / m->grad_norm) : 1.0f;
-    qt_adamw_hp hp;
-    qt_adamw_hp_make(&hp, (float)m->lr, p->train.adam_b1, p->train.adam_b2, p->train.adam_eps,
-                     p->train.weight_decay, step);
-    m->fingerprint = qt_runtime_update(p, &hp, gscale, scaled);
-    qt_runtime_lap(&t, QT_PH_OPT);
-}
-
 int qt_runtime_step(const qt_plan *p, const qt_data *d, int64_t step, qt_step_metrics *m)
 {
     if (!p || p != qt_rt.plan) return QT_E_PLAN;
     double t0 = qt_runtime_now();
-    qt_runtime_microbatches(p, d, step, m);
-    for (int32_t i = 0; i < p->n_step_ops; i++) {
-        const qt_op *op = &p->step_ops[i];
-        if (op->kind == QT_OP_GRAD_FINALIZE)
-            qt_runtime_op_grad_finalize(p, op, m);
-        else if (op->kind == QT_OP_ADAMW)
-            qt_runtime_op_adamw(p, step, m);
-    }
+    int rc = qt_runtime_microbatches(p, d, step, m);
+    if (!rc) rc = qt_runtime_step_schedule(p, step, m, 0);
+    if (rc) return rc;
     if (qt_rt.profile) qt_rt.prof_steps++;
     m->step_seconds = qt_runtime_now() - t0;
     m->tokens_per_s = m->step_seconds > 0.0 ? (double)m->tokens / m->step_seconds : 0.0;
@@ -412,7 +425,8 @@ void qt_runtime_profile_print(FILE *f)
             int64_t calls = w ? pr->wgrad_calls[k] : pr->run_calls[k];
             if (!calls) continue;
             fprintf(f, "  op    %-20s %-6s %6.0f calls %10.2f ms %6.2f%%\n",
-                    table[k].name ? table[k].name : "?", w ? "wgrad" : "run", (double)calls / n,
+                    table[k].name ? table[k].name : "?",
+                    w ? "wgrad" : table[k].cls == QT_OPC_STEP ? "step" : "run", (double)calls / n,
                     1e3 * sec / n, total > 0 ? 100.0 * sec / total : 0.0);
         }
     }

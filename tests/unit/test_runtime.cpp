@@ -149,7 +149,8 @@ static qt_kernel_entry rt_table[QT_OP_COUNT];
 
 static void rt_make_table(void)
 {
-    memset(rt_table, 0, sizeof rt_table);
+    // the real table (step ops included), with fakes for the loss and the one WGRAD op
+    memcpy(rt_table, qt_kernel_table, sizeof rt_table);
     rt_table[QT_OP_XENT].name = "fake_loss";
     rt_table[QT_OP_XENT].run = rt_fake_loss;
     rt_table[QT_OP_MATMUL_WGRAD].name = "fake_wgrad";
@@ -217,6 +218,8 @@ static void rt_build_plan(rt_plan_store *st, int64_t b, int64_t G)
     p->n_params = 2;
     p->params = st->params;
     p->n_param_elems = RT_N0 + RT_N1;
+    p->n_flat = RT_N0 + RT_N1;
+    p->adam_elems = RT_N0 + RT_N1;
     p->params_offset = RT_OFF_PARAMS;
     p->adam_m_offset = RT_OFF_M;
     p->adam_v_offset = RT_OFF_V;
@@ -279,7 +282,7 @@ TEST(RuntimeInterp, TreeThroughScheduleIsIndependentOfBatchSplit)
                 int32_t *tok = qt_i32(&ctx, p->tokens);
                 for (int64_t s = 0; s < b; s++)
                     for (int t = 0; t < RT_S; t++) tok[s * RT_S + t] = (int32_t)(mb * b + s);
-                qt_interp_run_microbatch(p, rt_table, mb);
+                qt_interp_run_microbatch(&ctx, rt_table, mb);
             }
             qt_interp_finalize_grads(p);
             const float *g = (const float *)(const void *)(rt_arena + p->grads_offset);
@@ -329,8 +332,10 @@ TEST(RuntimeInterp, ValidateRejectsBadPlans)
     st.plan.grads_offset = st.plan.tree_offset[1];  // not the top level
     CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
     rt_build_plan(&st, 2, 2);
-    st.ops[0].kind = QT_OP_ROPE_FWD;  // no wrapper in the fake table
+    st.ops[0].kind = QT_OP_ROPE_FWD;
+    rt_table[QT_OP_ROPE_FWD].run = NULL;  // a kind without its wrapper: refused
     CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
+    rt_make_table();
     // kernel limits: a delta-rule head dimension past QT_GDN_CORE_MAX_DIM, and the
     // load-balance loss with more experts than the route kernel's accumulators hold
     rt_table[QT_OP_GDN_CORE_FWD].name = "fake_gdn";

@@ -1,0 +1,35 @@
+/* qt_step.h - the step schedule's state and helpers (step_ops.c).
+ *
+ * The step schedule (plan->step_ops) runs once per optimizer step after the last
+ * microbatch, op by op through the kernel table's STEP wrappers (qt_ops.def): gradient
+ * tree totals, gradient collectives, normalisation and the global norm, AdamW and the
+ * parameter collectives. Every cross-rank float sum goes through fixed-pairing collectives
+ * and every scalar through exact accumulators, so the bits depend only on the model and
+ * the global batch (design.md section 6).
+ */
+#ifndef QT_STEP_H
+#define QT_STEP_H
+
+#include <stdint.h>
+#include "qt_ops.h"
+#include "qt_exact.h"
+#include "../io/qt_io.h"
+
+struct qt_step_state {
+    int64_t step;              /* 0-based optimizer step */
+    qt_step_metrics *m;        /* grad_norm and fingerprint are written by the step ops */
+};
+
+/* Called once by qt_runtime_init: remembers whether the parameters tile the flat region
+ * in index order (then the update and the fingerprint fuse per chunk). */
+void qt_step_init(const qt_plan *p);
+
+/* This rank's block of the flat vector in group `mask`: [*lo, *lo + *n) of n_flat
+ * elements (the whole vector when mask is 0 or the group has one rank). */
+void qt_step_block(const qt_plan *p, unsigned mask, int64_t *lo, int64_t *n);
+
+/* Merges the exact accumulators of every member of group `mask` into *a (exact, so the
+ * result does not depend on the group's size or order). 0 or QT_E_COMM. */
+int qt_step_exact_merge(unsigned mask, qt_exact *a);
+
+#endif

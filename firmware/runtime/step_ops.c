@@ -1,0 +1,220 @@
+/* step_ops.c - the STEP wrappers of qt_ops.def: what runs once per optimizer step after
+ * the last microbatch (see qt_step.h).
+ *
+ * Invariants: no heap, no syscalls but the collectives' own; the parameter-sized passes
+ * are fused per cache-sized chunk (tree total -> normalise -> exact square sum; clip ->
+ * AdamW -> fingerprint), each stage keeping the exact per-element operations of the
+ * unfused version, so fusion changes speed, never bits. A rank works on its block of the
+ * op's group (qt_step_block); the padding [n_param_elems, n_flat) is never normalised,
+ * updated or counted. Collectives that fail (a silent peer) return their QT_E_COMM code
+ * up the walk; nothing here exits.
+ */
+#include <string.h>
+#include "qt_step.h"
+#include "qt_interp.h"
+#include "qt_optim.h"
+#include "qt_rng.h"
+#include "qt_runtime.h"
+#include "qt_err.h"
+#include "comm/qt_coll.h"
+#include "math/qt_math.h"
+
+/* Chunk of the fused passes over the parameter-sized regions: 64 KiB per stream, so a
+ * chunk written by one stage is still in L2 when the next stage reads it. */
+#define QT_STEP_CHUNK 16384
+/* Largest group whose exact accumulators are merged through a static buffer. */
+#define QT_STEP_MAX_GROUP 1024
+
+static struct {
+    int flat_in_order;           /* params tile [0, n_param_elems) in index order */
+    qt_exact_sq sq;              /* bins of the squared-norm pass */
+    qt_exact gathered[QT_STEP_MAX_GROUP];
+} qt_step_s;
+
+static float *qt_step_region(const qt_plan *p, int64_t off)
+{
+    return (float *)(void *)(p->arena + off);
+}
+
+void qt_step_init(const qt_plan *p)
+{
+    int64_t cursor = 0;
+    for (int32_t i = 0; i < p->n_params; i++) {
+        if (p->params[i].flat_offset != cursor) break;
+        cursor += p->params[i].numel;
+    }
+    qt_step_s.flat_in_order = cursor == p->n_param_elems;
+}
+
+void qt_step_block(const qt_plan *p, unsigned mask, int64_t *lo, int64_t *n)
+{
+    int64_t r = mask ? qt_comm_group_size(mask) : 1;
+    int64_t i = mask ? qt_comm_group_index(mask) : 0;
+    *n = p->n_flat / r;
+    *lo = i * *n;
+}
+
+int qt_step_exact_merge(unsigned mask, qt_exact *a)
+{
+    const int r = mask ? qt_comm_group_size(mask) : 1;
+    if (r <= 1) return QT_OK;
+    if (r > QT_STEP_MAX_GROUP)
+        return qt_fail(QT_E_PLAN, "exact merge over a group of %d ranks (limit %d)", r,
+                       QT_STEP_MAX_GROUP);
+    const int me = qt_comm_group_index(mask);
+    qt_step_s.gathered[me] = *a;
+    int rc = qt_coll_all_gather(mask, qt_step_s.gathered, (int64_t)sizeof(qt_exact));
+    if (rc) return rc;
+    qt_exact_clear(a);
+    for (int i = 0; i < r; i++) qt_exact_merge(a, &qt_step_s.gathered[i]);
+    return QT_OK;
+}
+
+/* [lo, lo+n) clipped to the real parameter elements. */
+static int64_t qt_step_real(const qt_plan *p, int64_t lo, int64_t n)
+{
+    int64_t hi = lo + n < p->n_param_elems ? lo + n : p->n_param_elems;
+    return hi > lo ? hi - lo : 0;
+}
+
+/* Divide [lo, lo+n) of the gradient region by n_tok and add its squares to *sq, per chunk;
+ * with `tree_total` the chunk's tree total is completed first (one-rank fused path). */
+static void qt_step_normalise_range(const qt_plan *p, int64_t lo, int64_t n, float n_tok,
+                                    int tree_total, qt_exact *sq)
+{
+    float *g = qt_step_region(p, p->grads_offset);
+    qt_exact_sq_clear(&qt_step_s.sq);
+    for (int64_t k0 = lo; k0 < lo + n; k0 += QT_STEP_CHUNK) {
+        int64_t c = lo + n - k0 < QT_STEP_CHUNK ? lo + n - k0 : QT_STEP_CHUNK;
+        if (tree_total) qt_interp_finalize_grads_range(p, k0, c);
+        qt_grads_normalise(g + k0, c, n_tok);
+        qt_exact_sq_add(&qt_step_s.sq, sq, g + k0, c);
+    }
+    qt_exact_sq_flush(&qt_step_s.sq, sq);
+}
+
+int qt_step_grad_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    const qt_plan *p = ctx->plan;
+    qt_exact sq;
+    qt_exact_clear(&sq);
+    qt_step_normalise_range(p, 0, p->n_param_elems, (float)op->a[1], 1, &sq);
+    st->m->grad_norm = qt_sqrt(qt_exact_value(&sq));
+    return QT_OK;
+}
+
+int qt_step_grad_tree_total(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    (void)op;
+    (void)st;
+    qt_interp_finalize_grads(ctx->plan);
+    return QT_OK;
+}
+
+int qt_step_grad_normalise(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    const qt_plan *p = ctx->plan;
+    int64_t lo, n;
+    qt_step_block(p, (unsigned)op->a[1], &lo, &n);
+    qt_exact sq;
+    qt_exact_clear(&sq);
+    qt_step_normalise_range(p, lo, qt_step_real(p, lo, n), (float)op->a[0], 0, &sq);
+    int rc = qt_step_exact_merge((unsigned)op->a[1], &sq);
+    if (rc) return rc;
+    st->m->grad_norm = qt_sqrt(qt_exact_value(&sq));
+    return QT_OK;
+}
+
+/* Fingerprint of the parameter elements in flat [lo, hi). */
+static uint64_t qt_step_fp_range(const qt_plan *p, int64_t lo, int64_t hi)
+{
+    uint64_t fp = 0;
+    int64_t gbase = 0;
+    for (int32_t i = 0; i < p->n_params; i++) {
+        const int64_t off = p->params[i].flat_offset, n = p->params[i].numel;
+        const int64_t a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
+        if (a < b) fp += qt_param_fp_chunk(p, i, gbase, a - off, b - a);
+        gbase += qt_param_global_numel(p, i);
+    }
+    return fp;
+}
+
+/* Clip + AdamW + fingerprint over flat [lo, lo+n); Adam m/v hold the elements from lo on.
+ * With the parameters tiling the flat region in index order, one pass per chunk: the
+ * fingerprint reads the freshly updated chunk from cache. */
+static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, const qt_adamw_hp *hp,
+                               float gscale, int scaled)
+{
+    float *w = qt_step_region(p, p->params_offset);
+    float *mo = qt_step_region(p, p->adam_m_offset);
+    float *vo = qt_step_region(p, p->adam_v_offset);
+    const float *g = qt_step_region(p, p->grads_offset);
+    const int64_t hi = lo + n;
+    if (!qt_step_s.flat_in_order) {
+        qt_adamw_update_scaled(w + lo, mo, vo, g + lo, n, hp, gscale, scaled);
+        return qt_step_fp_range(p, lo, hi);
+    }
+    uint64_t fp = 0;
+    int64_t gbase = 0;
+    for (int32_t i = 0; i < p->n_params; i++) {
+        const int64_t off = p->params[i].flat_offset, pn = p->params[i].numel;
+        const int64_t a = off > lo ? off : lo, b = off + pn < hi ? off + pn : hi;
+        for (int64_t j0 = a; j0 < b; j0 += QT_STEP_CHUNK) {
+            int64_t c = b - j0 < QT_STEP_CHUNK ? b - j0 : QT_STEP_CHUNK;
+            qt_adamw_update_scaled(w + j0, mo + (j0 - lo), vo + (j0 - lo), g + j0, c, hp, gscale,
+                                   scaled);
+            fp += qt_param_fp_chunk(p, i, gbase, j0 - off, c);
+        }
+        gbase += qt_param_global_numel(p, i);
+    }
+    return fp;
+}
+
+int qt_step_adamw(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    const qt_plan *p = ctx->plan;
+    qt_step_metrics *m = st->m;
+    /* global-norm clipping: g * (float)(clip/norm), folded into the update */
+    const double clip = (double)p->train.clip;
+    const int scaled = clip > 0.0 && m->grad_norm > clip;
+    const float gscale = scaled ? (float)(clip / m->grad_norm) : 1.0f;
+    qt_adamw_hp hp;
+    qt_adamw_hp_make(&hp, (float)m->lr, p->train.adam_b1, p->train.adam_b2, p->train.adam_eps,
+                     p->train.weight_decay, st->step);
+    const unsigned mask = (unsigned)op->a[0];
+    int64_t lo, n;
+    qt_step_block(p, mask, &lo, &n);
+    uint64_t fp = qt_step_update(p, lo, qt_step_real(p, lo, n), &hp, gscale, scaled);
+    if (mask) {
+        int rc = qt_coll_sum_u64(mask, &fp, 1);
+        if (rc) return rc;
+    }
+    m->fingerprint = fp;
+    return QT_OK;
+}
+
+int qt_step_collective(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    const qt_plan *p = ctx->plan;
+    if (op->a[0] < 0 || op->a[0] >= p->n_collectives)
+        return qt_fail(QT_E_PLAN, "plan %s: collective %lld does not exist", p->run_name,
+                       (long long)op->a[0]);
+    const qt_collective *c = &p->collectives[op->a[0]];
+    qt_comm_set_context(c->name, (long long)st->step);
+    unsigned char *base = p->arena + c->offset;
+    const int64_t r = qt_comm_group_size(c->mask);
+    switch (c->kind) {
+    case QT_COLL_REDUCE_SCATTER:
+        return qt_coll_reduce_scatter_f32(c->mask, (float *)(void *)base,
+                                          c->bytes / (int64_t)sizeof(float) / r,
+                                          qt_step_region(p, p->comm_scratch_offset),
+                                          p->comm_scratch_elems);
+    case QT_COLL_ALL_GATHER:
+        return qt_coll_all_gather(c->mask, base, c->bytes / r);
+    case QT_COLL_BROADCAST:
+        return qt_coll_broadcast(c->mask, base, c->bytes, 0);
+    default:
+        return qt_fail(QT_E_PLAN, "plan %s: collective %s: kind %u is not a step collective",
+                       p->run_name, c->name, c->kind);
+    }
+}

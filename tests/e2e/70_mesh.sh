@@ -1,0 +1,70 @@
+# 70_mesh.sh - mesh execution under mpiexec (sourced by run_all.sh): data and fsdp
+# parallelism, ZeRO-1, explicit and auto, both decoders, each bit-identical to one rank.
+#
+# Every mesh plan in configgen/configs/runs/mesh-<model>-<mesh>.yml trains the same global
+# batch (4 sequences of 16 tokens, 10 steps) as mesh-<model>-1r; the loss bits and the
+# parameter fingerprint of every step must equal the one-rank run's (design.md section 6:
+# data and fsdp degree changes, explicit vs auto, ZeRO-1 on/off: 0 ulp). Every mpiexec runs
+# under `timeout`, so a hang fails the check instead of the suite.
+export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
+MESH_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
+
+# mesh_fields FILE: "step loss_bits fingerprint" per metrics line (fails on a line without them)
+mesh_fields() {
+  awk '{ s = match($0, /"step":[0-9]+/) ? substr($0, RSTART, RLENGTH) : "";
+         l = match($0, /"loss_bits":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
+         f = match($0, /"fingerprint":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
+         if (s == "" || l == "" || f == "") bad = 1; print s, l, f }
+       END { if (NR == 0 || bad) exit 1 }' "$1"
+}
+
+# mesh_run RUN RANKS OUT: 10 steps of build/RUN/qtrain on RANKS ranks, metrics to OUT.
+mesh_run() {
+  local run=$1 n=$2 out=$3
+  if [ "$n" -eq 1 ]; then
+    timeout 120 build/$run/qtrain data=$MESH_DATA steps=10 seed=11 metrics=$out
+  else
+    timeout 120 mpiexec -n "$n" build/$run/qtrain data=$MESH_DATA steps=10 seed=11 metrics=$out
+  fi
+}
+
+# mesh_same MODEL MESH RANKS: the mesh run equals the model's one-rank run, bit for bit.
+mesh_same() {
+  local model=$1 mesh=$2 n=$3 d=$QT_TMP/mesh
+  mkdir -p "$d"
+  if [ ! -s "$d/$model-1r.det" ]; then
+    mesh_run mesh-$model-1r 1 "$d/$model-1r.jsonl" || return 1
+    mesh_fields "$d/$model-1r.jsonl" > "$d/$model-1r.det" || return 1
+  fi
+  mesh_run mesh-$model-$mesh "$n" "$d/$model-$mesh.jsonl" || return 1
+  mesh_fields "$d/$model-$mesh.jsonl" > "$d/$model-$mesh.det" || return 1
+  [ "$(wc -l < "$d/$model-$mesh.det")" -eq 10 ] || { echo "expected 10 metrics lines"; return 1; }
+  cmp "$d/$model-1r.det" "$d/$model-$mesh.det" && echo "identical to one rank: $(tail -n 1 "$d/$model-$mesh.det")"
+}
+
+for model in next 35; do
+  for cell in dp2:2 dp2-auto:2 dp4:4 fsdp2:2 fsdp4-auto:4 dp2fsdp2:4 dp2-g2-zero1:2; do
+    mesh=${cell%%:*}; n=${cell##*:}
+    check "mesh $model $mesh ($n ranks) == one rank, 10 steps, bit for bit" mesh_same $model $mesh $n
+  done
+done
+
+mesh_wrong_n() {
+  local out rc
+  out=$(timeout 60 mpiexec -n 3 build/mesh-next-dp2/qtrain data=$MESH_DATA steps=1 2>&1); rc=$?
+  echo "$out" | tail -n 3
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$out" | grep -q "generated for 2 ranks.*this job has 3: start it with mpiexec -n 2"
+}
+check "mesh: a wrong -n is a clear error on every rank, not a hang" mesh_wrong_n
+
+mesh_negative_control() {
+  # another seed on the same mesh must change the bits, or the comparisons above are blind
+  local d=$QT_TMP/mesh
+  mkdir -p "$d"
+  timeout 120 mpiexec -n 2 build/mesh-next-dp2/qtrain data=$MESH_DATA steps=10 seed=12 \
+      metrics=$d/neg.jsonl || return 1
+  mesh_fields "$d/neg.jsonl" > "$d/neg.det" || return 1
+  [ -s "$d/next-dp2.det" ] || { echo "mesh next dp2 did not run"; return 1; }
+  ! cmp -s "$d/next-dp2.det" "$d/neg.det" || { echo "seed 11 and 12 gave identical bits"; return 1; }
+}
+check "mesh: negative control (another seed changes the bits)" mesh_negative_control
