@@ -36,7 +36,7 @@ RUNS := $(sort $(basename $(notdir $(wildcard configgen/configs/runs/*.yml))))
 DEFAULT_RUN ?= default
 
 # ---------------------------------------------------------------- sources
-FW_DIRS := math kernels ops runtime io
+FW_DIRS := math kernels ops parallel runtime io
 FW_COMMON := $(foreach d,$(FW_DIRS),$(wildcard firmware/$(d)/*.c))
 # The glibc build talks MPI (MPICH); the musl static build is single-rank (comm_local.c).
 FW_SRC := $(FW_COMMON) firmware/comm/coll.c firmware/comm/comm_mpi.c

@@ -176,6 +176,7 @@ typedef struct qt_cg_tensor {
     int param;                 /* index into params or -1 */
     int whole;                 /* live for the whole microbatch schedule */
     int first, last;           /* op index range in mb_ops (-1: unused) */
+    int32_t ep_seg;            /* expert-parallel row ids (er): the seg tensor of their rows */
 } qt_cg_tensor;
 
 typedef struct qt_cg_graph {
@@ -196,6 +197,8 @@ typedef struct qt_cg_graph {
     int32_t tokens, targets, loss_seq, lb_seq, table;
     /* layout (qt_cg_memplan.c) */
     int64_t n_param_elems, n_flat, adam_elems;
+    int32_t n_ranges;
+    qt_flat_range ranges[QT_MAX_RANGES];
     int64_t params_offset, grads_offset, adam_m_offset, adam_v_offset;
     int64_t comm_scratch_offset, comm_scratch_elems;
     int32_t n_tree_levels;
@@ -209,6 +212,8 @@ typedef struct qt_cg_graph {
  * activation, 'p' reads a parameter, 's' kernel scratch, '-' unused. */
 const char *qt_cg_op_slots(int kind);
 const char *qt_cg_op_name(int kind);
+/* 1 when slot `slot` of `kind` may be QT_NONE (upper case in qt_ops.def). */
+int qt_cg_op_slot_optional(int kind, int slot);
 /* enum qt_op_class of a kind (qt_ops.def CLASS column). */
 int qt_cg_op_class(int kind);
 

@@ -238,9 +238,14 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         int32_t dx = dgrad(ad, f->t[2]);
         int64_t T = f->a[0], k = f->a[1], d = f->a[3], ff = f->a[4];
         const char *nm = g->ts[f->t[0]].t.name;
-        /* the forward's scratch size rule (qt_ops.h): max(T*k*(d+f), S*(d+3f)) */
+        /* the forward's scratch size rule (qt_ops.h): max(T*k*(d+f), S*(d+3f)); an expert
+         * host's packed rows (k = 1) hold up to S*k0 rows of one sequence (k0 the router's
+         * top-k), which one wgrad chunk must take whole */
+        const int32_t seg = g->ts[f->t[3]].ep_seg;
+        const int64_t k0 = g->s->m.top_k, Ep = g->s->mesh[QT_MESH_EXPERT];
         int64_t S = g->s->tr.seq_len, esz = T * k * (d + ff);
         if (S * (d + 3 * ff) > esz) esz = S * (d + 3 * ff);
+        if (seg != QT_NONE && S * k0 * (d + 3 * ff) > esz) esz = S * k0 * (d + 3 * ff);
         int32_t s1 = bwd_scratch(ad, "bwd_scratch", nm, esz);
         /* d(gu) handed from BWD to WGRAD (saves the WGRAD a recompute matmul); shaped
          * like gu so it is sharded and sized like it. */
@@ -255,8 +260,34 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         int32_t s2 = bwd_scratch(ad, "wgrad_scratch", nm, esz);
         op = wgrad(ad, QT_OP_EXPERT_FFN_WGRAD, f, f->t[4], f->t[5]);
         put_slots(op, (const int32_t[]){dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s2,
-                                        dgu}, 8);
+                                        dgu, seg}, 9);
         op->a[5] = S;
+        /* an expert host computes a leaf for every sequence of its expert group */
+        if (seg != QT_NONE) op->a[7] = Ep * g->s->tr.micro_batch;
+        return;
+    }
+    case QT_OP_MOE_RETURN_FWD: {
+        /* y rows came back from their hosts: their gradients go the same way out */
+        int32_t dyr = dgrad(ad, f->t[1]);
+        char nm[300];
+        snprintf(nm, sizeof nm, "%s.bwd_scratch", g->ts[f->t[0]].t.name);
+        int32_t scr = qt_cg_add_tensor(g, nm, QT_ROLE_SCRATCH, QT_F32, 1,
+                                       (const int64_t[]){f->a[0] * f->a[1] * f->a[2]},
+                                       (const uint8_t[]){0});
+        op = bwd(ad, QT_OP_MOE_RETURN_BWD, f);
+        put_slots(op, (const int32_t[]){dyr, dout(ad, f->t[0]), f->t[2], f->t[3], scr}, 5);
+        return;
+    }
+    case QT_OP_MOE_DISPATCH_FWD: {
+        /* the hosts' row gradients come home and add into their tokens in slot order */
+        int32_t dx = dgrad(ad, f->t[3]);
+        char nm[300];
+        snprintf(nm, sizeof nm, "%s.bwd_scratch", g->ts[f->t[0]].t.name);
+        int32_t scr = qt_cg_add_tensor(g, nm, QT_ROLE_SCRATCH, QT_F32, 1,
+                                       (const int64_t[]){f->a[0] * f->a[1] * f->a[2]},
+                                       (const uint8_t[]){0});
+        op = bwd(ad, QT_OP_MOE_DISPATCH_BWD, f);
+        put_slots(op, (const int32_t[]){dx, dout(ad, f->t[0]), f->t[4], f->t[2], scr}, 5);
         return;
     }
     default:

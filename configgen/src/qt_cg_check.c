@@ -122,12 +122,8 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
                 continue;
             }
             if (id == QT_NONE) {
-                /* optional slots (qt_ops.h): lb_seq without a load-balance term, and the
-                 * expert backward's saved d(gu) */
-                if (o->kind == QT_OP_MOE_ROUTE_FWD && s == 2) continue;
-                if ((o->kind == QT_OP_EXPERT_FFN_BWD && s == 8) ||
-                    (o->kind == QT_OP_EXPERT_FFN_WGRAD && s == 7))
-                    continue;
+                /* optional slots (upper case in qt_ops.def) */
+                if (qt_cg_op_slot_optional(o->kind, s)) continue;
                 return qt_cg_fail(err, errlen, "%s op %d (%s): slot t%d unset", which, i,
                                   qt_cg_op_name(o->kind), s);
             }

@@ -103,10 +103,10 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
     qt_cg_buf_printf(b, "static const qt_param qt_params_%s[%d] = {\n", c, g->np);
     for (int i = 0; i < g->np; i++) {
         const qt_param *p = &g->ps[i];
-        qt_cg_buf_printf(b, "    /* %d */ {\"%s\", %d, %lldll, %lldll, %s, %s, %s, %s, %d},\n", i,
-                         p->name, p->tensor, (long long)p->flat_offset, (long long)p->numel,
+        qt_cg_buf_printf(b, "    /* %d */ {\"%s\", %d, %lldll, %lldll, %s, %s, %s, %s, %d, %lldll},\n",
+                         i, p->name, p->tensor, (long long)p->flat_offset, (long long)p->numel,
                          init_names[p->init], flit(f[0], p->init_scale), flit(f[1], p->init_lo),
-                         flit(f[2], p->init_hi), p->layer);
+                         flit(f[2], p->init_hi), p->layer, (long long)p->leaves);
     }
     qt_cg_buf_printf(b, "};\n\n");
     emit_ops(b, g, "init_ops", g->init, g->ninit);
@@ -170,6 +170,14 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
                      "    .comm_scratch_elems = %lldll,\n", (long long)g->n_flat,
                      (unsigned)s->batch_mask, (unsigned)s->opt_mask, (long long)g->adam_elems,
                      (long long)g->comm_scratch_offset, (long long)g->comm_scratch_elems);
+    qt_cg_buf_printf(b, "    .n_ranges = %d,\n    .ranges = {", g->n_ranges);
+    for (int i = 0; i < g->n_ranges; i++) {
+        const qt_flat_range *r = &g->ranges[i];
+        qt_cg_buf_printf(b, "%s{%lldll, %lldll, 0x%x, 0x%x, 0x%x, %lldll}", i ? ", " : "",
+                         (long long)r->lo, (long long)r->n, (unsigned)r->reduce_mask,
+                         (unsigned)r->opt_mask, (unsigned)r->hold_mask, (long long)r->adam_lo);
+    }
+    qt_cg_buf_printf(b, "},\n");
     qt_cg_buf_printf(b, "    .n_param_elems = %lldll,\n    .params_offset = %lldll,\n"
                      "    .grads_offset = %lldll,\n    .adam_m_offset = %lldll,\n"
                      "    .adam_v_offset = %lldll,\n    .n_tree_levels = %d,\n    .tree_offset = {",

@@ -40,6 +40,7 @@ int32_t qt_cg_add_tensor(qt_cg_graph *g, const char *name, int role, int dtype, 
     qt_cg_resolve(g->s->rules, g->s->n_rules, g->s->mesh, ndim, names, t->spec, NULL);
     ct->param = -1;
     ct->first = ct->last = -1;
+    ct->ep_seg = QT_NONE;
     return g->nt++;
 }
 
@@ -67,6 +68,15 @@ static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64
                          const uint8_t *axes, int init, double scale, int layer)
 {
     int32_t t = qt_cg_add_tensor(g, name, QT_ROLE_PARAM, QT_F32, ndim, shape, axes);
+    /* Routed experts sharded over the expert axis: each rank holds El = E/Ep of them (local
+     * shape); other shardings of parameters (fsdp, expert on embed dims) split only the
+     * optimizer state, and the compute copy stays whole (design notes in qt_cg_step.c). */
+    qt_tensor *pt = &g->ts[t].t;
+    for (int d = 0; d < ndim; d++)
+        if (axes[d] == QT_LAX_EXP && (pt->spec[d] & (1u << QT_MESH_EXPERT))) {
+            pt->shape[d] = pt->global_shape[d] / g->s->mesh[QT_MESH_EXPERT];
+            pt->numel = pt->numel / g->s->mesh[QT_MESH_EXPERT];
+        }
     g->ps = qt_cg_grow(g->ps, &g->capp, g->np + 1, sizeof *g->ps);
     qt_param *p = &g->ps[g->np];
     memset(p, 0, sizeof *p);
@@ -83,6 +93,7 @@ static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64
         p->init_scale = 0.0f;
     }
     p->layer = layer;
+    p->leaves = g->s->tr.micro_batch * g->s->tr.grad_accum;
     g->ts[t].param = g->np++;
     return t;
 }
@@ -323,6 +334,61 @@ static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_c
     matmul(g, mix, gated, wo, D);
 }
 
+/* Expert parallelism (qt_ops.def MOE_DISPATCH_FWD ...): the routed rows of this rank's
+ * tokens go to the ranks holding their experts, run through the same expert FFN kernel
+ * there (packed rows, k = 1, local expert ids) and come back to their (t, slot) rows. */
+static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int32_t ey,
+                            int32_t wgu, int32_t wd, const qt_cg_dims *D)
+{
+    char n[256];
+    const int64_t Ep = g->s->mesh[QT_MESH_EXPERT], El = D->E / Ep;
+    const int64_t rmax = Ep * D->T * (D->k < El ? D->k : El);
+#define AN(s) (snprintf(n, sizeof n, "L%d.moe.ep_%s", l, s), n)
+    int32_t xr = qt_cg_add_tensor(g, AN("x"), QT_ROLE_ACT, QT_F32, 2, SHP(rmax, D->d), AX(0, 0));
+    int32_t er = qt_cg_add_tensor(g, AN("expert"), QT_ROLE_ACT, QT_I32, 1, SHP(rmax), AX(0));
+    int32_t seg = qt_cg_add_tensor(g, AN("seg"), QT_ROLE_ACT, QT_I32, 1, SHP(Ep * D->b + 1), AX(0));
+    int32_t yr = qt_cg_add_tensor(g, AN("y"), QT_ROLE_ACT, QT_F32, 2, SHP(rmax, D->d), AX(0, 0));
+    int32_t gur = qt_cg_add_tensor(g, AN("gu"), QT_ROLE_SAVED, QT_F32, 2, SHP(rmax, 2 * D->f),
+                                   AX(0, 0));
+    /* one host sequence's rows (<= S*k) must fit one wgrad chunk, as on one rank */
+    int64_t escr = rmax * (D->d + D->f);
+    if (D->S * D->k * (D->d + 3 * D->f) > escr) escr = D->S * D->k * (D->d + 3 * D->f);
+    int32_t fscr = scratch(g, AN("ffn_fwd_scratch"), escr);
+    int32_t dscr = scratch(g, AN("dispatch_scratch"), D->T * D->k * (D->d + 1));
+    int32_t rscr = scratch(g, AN("return_scratch"), D->T * D->k * D->d);
+#undef AN
+    g->ts[er].ep_seg = seg;
+    const int64_t ea[9] = {D->T, D->k, D->d, D->E, El, D->b, D->S, 1 << QT_MESH_EXPERT, rmax};
+    qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_DISPATCH_FWD);
+    op->t[0] = xr;
+    op->t[1] = er;
+    op->t[2] = seg;
+    op->t[3] = h2;
+    op->t[4] = idx;
+    op->t[5] = dscr;
+    memcpy(op->a, ea, sizeof ea);
+    op = qt_cg_emit_op(g, 0, QT_OP_EXPERT_FFN_FWD);
+    op->t[0] = yr;
+    op->t[1] = gur;
+    op->t[2] = xr;
+    op->t[3] = er;
+    op->t[4] = wgu;
+    op->t[5] = wd;
+    op->t[6] = fscr;
+    const int64_t fa[5] = {rmax, 1, El, D->d, D->f};
+    memcpy(op->a, fa, sizeof fa);
+    op = qt_cg_emit_op(g, 0, QT_OP_MOE_RETURN_FWD);
+    op->t[0] = ey;
+    op->t[1] = yr;
+    op->t[2] = idx;
+    op->t[3] = seg;
+    op->t[4] = rscr;
+    memcpy(op->a, ea, sizeof ea);
+    /* the experts' gradient trees take a leaf for every sequence of the expert group */
+    g->ps[g->ts[wgu].param].leaves *= Ep;
+    g->ps[g->ts[wd].param].leaves *= Ep;
+}
+
 static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_cg_dims *D)
 {
     char n[256], pre[64];
@@ -352,12 +418,6 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
     int32_t p = act3(g, AN("p"), D, D->k, B, L, 0);
     int32_t ey = qt_cg_add_tensor(g, AN("expert_y"), QT_ROLE_ACT, QT_F32, 4,
                                   SHP(D->b, D->S, D->k, D->d), AX(B, L, 0, QT_LAX_ACT_EMBED));
-    int32_t gu = qt_cg_add_tensor(g, AN("expert_gu"), QT_ROLE_SAVED, QT_F32, 4,
-                                  SHP(D->b, D->S, D->k, 2 * D->f), AX(B, L, 0, QT_LAX_ACT_MLP));
-    /* qt_ops.h: >= max(T*k*(d+f), S*(d+3f)), so one sequence's rows always fit. */
-    int64_t escr = D->T * D->k * (D->d + D->f);
-    if (D->S * (D->d + 3 * D->f) > escr) escr = D->S * (D->d + 3 * D->f);
-    int32_t fscr = scratch(g, AN("expert_fwd_scratch"), escr);
     int32_t routed = resid(g, AN("routed"), D);
     int32_t sa = act3(g, AN("shared_gate"), D, D->fs, B, L, QT_LAX_ACT_MLP);
     int32_t su = act3(g, AN("shared_up"), D, D->fs, B, L, QT_LAX_ACT_MLP);
@@ -380,16 +440,29 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
     if (g->lb_seq != QT_NONE)
         op->f[0] = (float)(g->s->lb_weight * (double)D->E /
                            ((double)g->s->tr.global_batch * (double)g->s->m.n_layers));
-    op = qt_cg_emit_op(g, 0, QT_OP_EXPERT_FFN_FWD);
-    op->t[0] = ey;
-    op->t[1] = gu;
-    op->t[2] = h2;
-    op->t[3] = idx;
-    op->t[4] = wgu;
-    op->t[5] = wd;
-    op->t[6] = fscr;
-    int64_t ea[5] = {D->T, D->k, D->E, D->d, D->f};
-    memcpy(op->a, ea, sizeof ea);
+    if (g->s->mesh[QT_MESH_EXPERT] > 1) {
+        expert_parallel(g, l, h2, idx, ey, wgu, wd, D);
+    } else {
+        char n2[256];
+        snprintf(n2, sizeof n2, "L%d.moe.expert_gu", l);
+        int32_t gu = qt_cg_add_tensor(g, n2, QT_ROLE_SAVED, QT_F32, 4,
+                                      SHP(D->b, D->S, D->k, 2 * D->f), AX(B, L, 0, QT_LAX_ACT_MLP));
+        /* qt_ops.h: >= max(T*k*(d+f), S*(d+3f)), so one sequence's rows always fit. */
+        int64_t escr = D->T * D->k * (D->d + D->f);
+        if (D->S * (D->d + 3 * D->f) > escr) escr = D->S * (D->d + 3 * D->f);
+        snprintf(n2, sizeof n2, "L%d.moe.expert_fwd_scratch", l);
+        int32_t fscr = scratch(g, n2, escr);
+        op = qt_cg_emit_op(g, 0, QT_OP_EXPERT_FFN_FWD);
+        op->t[0] = ey;
+        op->t[1] = gu;
+        op->t[2] = h2;
+        op->t[3] = idx;
+        op->t[4] = wgu;
+        op->t[5] = wd;
+        op->t[6] = fscr;
+        int64_t ea[5] = {D->T, D->k, D->E, D->d, D->f};
+        memcpy(op->a, ea, sizeof ea);
+    }
     op = qt_cg_emit_op(g, 0, QT_OP_MOE_COMBINE_FWD);
     op->t[0] = routed;
     op->t[1] = p;

@@ -33,6 +33,8 @@ uint64_t qt_cg_hash(const qt_cg_graph *g)
     p.batch_mask = s->batch_mask;
     p.opt_mask = s->opt_mask;
     p.adam_elems = g->adam_elems;
+    p.n_ranges = g->n_ranges;
+    memcpy(p.ranges, g->ranges, sizeof p.ranges);
     p.comm_scratch_offset = g->comm_scratch_offset;
     p.comm_scratch_elems = g->comm_scratch_elems;
     p.params_offset = g->params_offset;

@@ -88,11 +88,34 @@ static int overlap_life(const qt_cg_tensor *a, const qt_cg_tensor *b)
 
 int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
 {
-    /* flat parameter regions */
+    /* Flat parameter ranges: parameters held by every rank of the expert axis first, then
+     * the routed experts sharded over it (their gradients reduce over a smaller group), each
+     * range padded to equal, 64-byte aligned blocks of its reduction group. One range (and
+     * the parameters in index order) unless experts are sharded. */
+    const qt_cg_settings *st = g->s;
     int64_t off = 0;
-    for (int p = 0; p < g->np; p++) {
-        g->ps[p].flat_offset = off;
-        off += ALIGN_UP(g->ps[p].numel, 16);
+    g->n_ranges = 0;
+    for (int cls = 0; cls < 2; cls++) {
+        int64_t lo = off;
+        uint8_t hold = 0;
+        for (int p = 0; p < g->np; p++) {
+            uint8_t h = 0;
+            const qt_tensor *t = &g->ts[g->ps[p].tensor].t;
+            for (int d = 0; d < t->ndim; d++)
+                if (t->axes[d] == QT_LAX_EXP) h |= (uint8_t)(t->spec[d] & (1u << QT_MESH_EXPERT));
+            if ((h != 0) != cls) continue;
+            hold |= h;
+            g->ps[p].flat_offset = off;
+            off += ALIGN_UP(g->ps[p].numel, 16);
+        }
+        if (off == lo && cls) continue;
+        qt_flat_range *r = &g->ranges[g->n_ranges++];
+        r->reduce_mask = (uint8_t)(st->batch_mask & ~hold);
+        r->opt_mask = (uint8_t)(st->opt_mask & r->reduce_mask);
+        r->hold_mask = hold;
+        r->lo = lo;
+        off = lo + ALIGN_UP(off - lo, 16 * qt_cg_group_size(st, r->reduce_mask));
+        r->n = off - lo;
     }
     /* Leaf scratch: the interpreter places one WGRAD op's parameter leaves back to back, so
      * it needs the largest per-op sum (not the two largest parameters overall). */
@@ -103,16 +126,24 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
         int64_t n = g->ps[op->a[8]].numel + (op->a[9] >= 0 ? g->ps[op->a[9]].numel : 0);
         if (n > leaf_need) leaf_need = n;
     }
-    g->n_param_elems = off;
-    const int64_t nb = qt_cg_group_size(g->s, g->s->batch_mask);
-    g->n_flat = ALIGN_UP(off, 16 * nb);
-    g->adam_elems = g->n_flat / qt_cg_group_size(g->s, g->s->opt_mask);
+    g->n_param_elems = 0;
+    for (int p = 0; p < g->np; p++)
+        if (g->ps[p].flat_offset + ALIGN_UP(g->ps[p].numel, 16) > g->n_param_elems)
+            g->n_param_elems = g->ps[p].flat_offset + ALIGN_UP(g->ps[p].numel, 16);
+    g->n_flat = off;
+    g->adam_elems = 0;
+    for (int i = 0; i < g->n_ranges; i++) {
+        g->ranges[i].adam_lo = g->adam_elems;
+        g->adam_elems += g->ranges[i].n / qt_cg_group_size(st, g->ranges[i].opt_mask);
+    }
     int64_t region = g->n_flat * 4, adam = g->adam_elems * 4;
     g->params_offset = 0;
     g->adam_m_offset = region;
     g->adam_v_offset = region + adam;
     const int64_t flat0 = region + 2 * adam; /* first tree level */
-    int64_t seqs = g->s->tr.micro_batch * g->s->tr.grad_accum, lv = 0;
+    int64_t seqs = 0, lv = 0;
+    for (int p = 0; p < g->np; p++)
+        if (g->ps[p].leaves > seqs) seqs = g->ps[p].leaves;
     while (seqs >> lv) lv++;
     if (lv < 1 || lv > QT_MAX_TREE_LEVELS)
         return qt_cg_fail(err, errlen, "%lld sequences per step need %lld tree levels (1..%d)",
@@ -172,7 +203,9 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
  * the activations. */
 static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
 {
-    int64_t seqs = g->s->tr.micro_batch * g->s->tr.grad_accum, lv = 0;
+    int64_t seqs = 0, lv = 0;
+    for (int p = 0; p < g->np; p++)
+        if (g->ps[p].leaves > seqs) seqs = g->ps[p].leaves;
     while (seqs >> lv) lv++;
     if (g->n_tree_levels != lv || lv < 1 || lv > QT_MAX_TREE_LEVELS)
         return qt_cg_fail(err, errlen, "%d tree levels, %lld sequences per step need %lld",
@@ -184,10 +217,21 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
     enum { NREG = 5 + QT_MAX_TREE_LEVELS };
     int64_t lo[NREG], hi[NREG];
     const int64_t pb = 4 * g->n_flat, ab = 4 * g->adam_elems;
-    if (g->n_flat < g->n_param_elems || g->n_flat % (16 * qt_cg_group_size(g->s, g->s->batch_mask)) ||
-        g->adam_elems * qt_cg_group_size(g->s, g->s->opt_mask) != g->n_flat)
-        return qt_cg_fail(err, errlen, "flat size %lld / Adam block %lld do not split over the "
-                          "groups", (long long)g->n_flat, (long long)g->adam_elems);
+    int64_t cover = 0, adam_sum = 0;
+    for (int i = 0; i < g->n_ranges; i++) {
+        const qt_flat_range *r = &g->ranges[i];
+        if (r->lo != cover || r->n % (16 * qt_cg_group_size(g->s, r->reduce_mask)) ||
+            (r->opt_mask & ~r->reduce_mask) || r->adam_lo != adam_sum)
+            return qt_cg_fail(err, errlen, "flat range %d [%lld, +%lld) does not split over its "
+                              "groups", i, (long long)r->lo, (long long)r->n);
+        cover += r->n;
+        adam_sum += r->n / qt_cg_group_size(g->s, r->opt_mask);
+    }
+    if (g->n_ranges < 1 || cover != g->n_flat || g->n_flat < g->n_param_elems ||
+        adam_sum != g->adam_elems)
+        return qt_cg_fail(err, errlen, "flat ranges cover %lld of %lld elements (Adam %lld of "
+                          "%lld)", (long long)cover, (long long)g->n_flat, (long long)adam_sum,
+                          (long long)g->adam_elems);
     int n = 0;
     lo[n] = g->params_offset, hi[n] = lo[n] + pb, n++;
     lo[n] = g->adam_m_offset, hi[n] = lo[n] + ab, n++;
@@ -239,8 +283,11 @@ int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen)
             return qt_cg_fail(err, errlen, "param %s: not at its flat offset", q->name);
         if (q->flat_offset % 16)
             return qt_cg_fail(err, errlen, "param %s: flat offset not 16-element aligned", q->name);
-        if (p && q->flat_offset < g->ps[p - 1].flat_offset + g->ps[p - 1].numel)
-            return qt_cg_fail(err, errlen, "param %s overlaps %s", q->name, g->ps[p - 1].name);
+        for (int o = 0; o < p; o++) {
+            const qt_param *u = &g->ps[o];
+            if (q->flat_offset < u->flat_offset + u->numel && u->flat_offset < q->flat_offset + q->numel)
+                return qt_cg_fail(err, errlen, "param %s overlaps %s", q->name, u->name);
+        }
         if (q->flat_offset + q->numel > g->n_param_elems)
             return qt_cg_fail(err, errlen, "param %s outside the flat region", q->name);
         if (q->numel > g->leaf_scratch_elems)

@@ -313,11 +313,12 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
     for (int i = 0; i < 6; i++) {
         int64_t size = iv[i] * dv[i];
         if (i < 5) s->mesh[qt_of[i]] = (int32_t)size;
-        /* data and fsdp execute; tensor, expert, context and pipeline are not planned yet */
-        if (size > 1 && i >= 2)
+        /* data, fsdp and expert execute; tensor, context and pipeline are not planned yet */
+        if (size > 1 && (i == 2 || i >= 4))
             return bad(v, iv[i] > 1 ? ici[i] : dcn[i], "resolves the %s mesh axis to %lld; "
-                       "qtrain executes data and fsdp parallelism (tensor and expert "
-                       "parallelism are not planned yet)", axes[i], (long long)size);
+                       "qtrain executes data, fsdp and expert parallelism (tensor, context "
+                       "and pipeline parallelism are not planned yet)", axes[i],
+                       (long long)size);
         if (size > 1 && (size & (size - 1)))
             return bad(v, iv[i] > 1 ? ici[i] : dcn[i], "resolves the %s mesh axis to %lld; "
                        "expected a power of two (the gradient collectives pair ranks by "
@@ -325,6 +326,11 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
                        axes[i], (long long)size);
     }
     s->n_ranks = (int32_t)n_ranks;
+    const int32_t ep = s->mesh[QT_MESH_EXPERT];
+    if (ep > 1 && s->m.n_experts % ep)
+        return bad(v, iv[3] > 1 ? ici[3] : dcn[3], "expert parallelism %d does not divide "
+                   "num_experts=%lld (each rank must hold the same number of experts)", ep,
+                   (long long)s->m.n_experts);
     const char *sm = gets_(v, "shard_mode");
     if (!strcmp(sm, "auto")) s->shard_mode = 0;
     else if (!strcmp(sm, "explicit")) s->shard_mode = 1;
@@ -408,6 +414,8 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
     /* the optimizer state (and the update) is split over fsdp, and over data with ZeRO-1
      * (design.md section 5: data is the minor sub-axis of the fsdp shard) */
     if (s->mesh[QT_MESH_FSDP] > 1) s->opt_mask |= (uint8_t)(1u << QT_MESH_FSDP);
+    /* MaxText shards the embed dims over expert as well (fsdp-like for dense weights) */
+    if (s->mesh[QT_MESH_EXPERT] > 1) s->opt_mask |= (uint8_t)(1u << QT_MESH_EXPERT);
     if (s->zero1 && s->mesh[QT_MESH_DATA] > 1) s->opt_mask |= (uint8_t)(1u << QT_MESH_DATA);
     note_unused(&v, s);
     return 0;

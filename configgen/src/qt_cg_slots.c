@@ -3,6 +3,7 @@
  * plan.txt read them; they come from the same rows as the firmware's kernel table, so the
  * two cannot disagree.
  */
+#include <string.h>
 #include "qt_cg.h"
 
 static const char *const slots[QT_OP_COUNT] = {
@@ -23,9 +24,24 @@ static const unsigned char classes[QT_OP_COUNT] = {
 #undef QT_OP
 };
 
+/* The roles in lower case (upper case in qt_ops.def marks an optional slot). */
 const char *qt_cg_op_slots(int kind)
 {
-    return kind >= 0 && kind < QT_OP_COUNT && slots[kind] ? slots[kind] : "";
+    static char lower[QT_OP_COUNT][QT_OP_MAX_T + 1];
+    if (kind < 0 || kind >= QT_OP_COUNT || !slots[kind]) return "";
+    if (!lower[kind][0])
+        for (int i = 0; slots[kind][i] && i < QT_OP_MAX_T; i++)
+            lower[kind][i] = (char)(slots[kind][i] >= 'A' && slots[kind][i] <= 'Z'
+                                        ? slots[kind][i] - 'A' + 'a' : slots[kind][i]);
+    return lower[kind];
+}
+
+int qt_cg_op_slot_optional(int kind, int slot)
+{
+    if (kind < 0 || kind >= QT_OP_COUNT || !slots[kind] || slot < 0 ||
+        slot >= (int)strlen(slots[kind]))
+        return 0;
+    return slots[kind][slot] >= 'A' && slots[kind][slot] <= 'Z';
 }
 
 const char *qt_cg_op_name(int kind)

@@ -2,15 +2,21 @@
  * microbatch (qt_ops.def, step section), and the collectives it names.
  *
  * One rank: GRAD_FINALIZE (tree total + normalise + norm, fused) then ADAMW.
- * A mesh whose batch is split over the axes B (data, fsdp, expert) with the optimizer state
- * split over O (fsdp, plus data under ZeRO-1; O is a subset of B):
- *   GRAD_TREE_TOTAL            the rank's own pairwise-tree total of its leaves
- *   reduce-scatter grads / B   fixed pairing: continues the same tree across ranks
- *   all-gather grads / B       only when O != B: every rank then holds the whole gradient
- *   GRAD_NORMALISE (O)         divide this rank's O-block by the global token count, exact
- *                              norm^2 merged over O
- *   ADAMW (O)                  update the O-block (Adam m/v hold exactly that block)
+ * A mesh whose batch is split over the axes B (data, fsdp, expert): the flat parameter
+ * vector is cut into ranges by reduction pattern (qt_plan.h qt_flat_range: the routed
+ * experts sharded over `expert` reduce over B without expert, everything else over B); for
+ * each range with reduction group R and optimizer group O (fsdp and expert, plus data
+ * under ZeRO-1; O is a subset of R):
+ *   GRAD_TREE_TOTAL            every parameter's own pairwise-tree total of its leaves
+ *   reduce-scatter grads / R   fixed pairing: continues the same tree across ranks
+ *   all-gather grads / R       only when O != R: every rank then holds the range's gradient
+ *   GRAD_NORMALISE             divide every rank's O-blocks by the global token count; the
+ *                              exact norm^2 of one copy of each block, merged world-wide
+ *   ADAMW                      update the O-blocks (Adam m/v hold exactly those)
  *   all-gather params / O      only when O is not empty
+ * Parameters are never sharded for compute except the routed experts (a rank holds El of
+ * them): fsdp and ZeRO-1 split the optimizer state and the update, and the updated blocks
+ * are gathered once per step (gathered weights, flat-parameter FSDP).
  * Sequences are rank-major blocks in batch-index order and the reduce-scatter pairs ranks
  * by recursive halving over the same index, so with a power-of-two count of leaves per rank
  * the cross-rank additions are exactly the upper levels of the one-rank tree: the bits do
@@ -72,27 +78,38 @@ void qt_cg_step_schedule(qt_cg_graph *g)
     const qt_cg_settings *s = g->s;
     const qt_train_cfg *t = &s->tr;
     const int64_t leaves = t->micro_batch * t->grad_accum, tokens = t->global_batch * t->seq_len;
-    const unsigned B = s->batch_mask, O = s->opt_mask;
     g->nstep = 0;
-    if (!B) {
+    if (!s->batch_mask) {
         qt_op *fin = step_op(g, QT_OP_GRAD_FINALIZE);
         fin->a[0] = leaves;
         fin->a[1] = tokens;
-        step_op(g, QT_OP_ADAMW)->a[0] = O;
+        step_op(g, QT_OP_ADAMW);
         return;
     }
-    const int64_t flat_bytes = 4 * g->n_flat;
     step_op(g, QT_OP_GRAD_TREE_TOTAL)->a[0] = leaves;
-    collective(g, "gradients (reduce-scatter over the batch axes)", QT_COLL_REDUCE_SCATTER, B,
-               g->grads_offset, flat_bytes);
-    if (O != B)
-        collective(g, "gradients (all-gather: every optimizer block whole)", QT_COLL_ALL_GATHER,
-                   B, g->grads_offset, flat_bytes);
-    qt_op *nrm = step_op(g, QT_OP_GRAD_NORMALISE);
-    nrm->a[0] = tokens;
-    nrm->a[1] = O;
-    step_op(g, QT_OP_ADAMW)->a[0] = O;
-    if (O)
-        collective(g, "parameters (all-gather of the updated blocks)", QT_COLL_ALL_GATHER, O,
-                   g->params_offset, flat_bytes);
+    for (int i = 0; i < g->n_ranges; i++) {
+        const qt_flat_range *r = &g->ranges[i];
+        const int64_t off = g->grads_offset + 4 * r->lo, bytes = 4 * r->n;
+        char name[160], axes[64];
+        qt_cg_mask_name(r->reduce_mask, axes, sizeof axes);
+        if (r->reduce_mask) {
+            snprintf(name, sizeof name, "gradients of range %d (reduce-scatter over %s)", i, axes);
+            collective(g, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask, off, bytes);
+        }
+        if (r->reduce_mask && r->opt_mask != r->reduce_mask) {
+            snprintf(name, sizeof name, "gradients of range %d (all-gather over %s)", i, axes);
+            collective(g, name, QT_COLL_ALL_GATHER, r->reduce_mask, off, bytes);
+        }
+    }
+    step_op(g, QT_OP_GRAD_NORMALISE)->a[0] = tokens;
+    step_op(g, QT_OP_ADAMW);
+    for (int i = 0; i < g->n_ranges; i++) {
+        const qt_flat_range *r = &g->ranges[i];
+        if (!r->opt_mask) continue;
+        char name[160], axes[64];
+        snprintf(name, sizeof name, "parameters of range %d (all-gather over %s)", i,
+                 qt_cg_mask_name(r->opt_mask, axes, sizeof axes));
+        collective(g, name, QT_COLL_ALL_GATHER, r->opt_mask, g->params_offset + 4 * r->lo,
+                   4 * r->n);
+    }
 }

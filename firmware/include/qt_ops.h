@@ -17,6 +17,8 @@
  *  - WGRAD ops compute a weight gradient for ONE sequence: the interpreter calls the
  *    wgrad wrapper once per sequence s of the microbatch with zeroed destination buffers,
  *    and pushes each result as a leaf into that parameter's pairwise tree (design.md s.6).
+ *    a[7] > 0 overrides the number of sequences per microbatch (an expert host computes
+ *    the leaves of every sequence of its expert group); leaf = microbatch * count + s.
  *    A wgrad wrapper therefore reads rows [s*S, (s+1)*S) only and accumulates into dW.
  *    WGRAD ops carry QT_OPF_WGRAD and name their parameters in t[] slots listed below;
  *    the parameter index (into plan->params) of slot p is in a[8] (first) and a[9] (second,

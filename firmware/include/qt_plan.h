@@ -98,7 +98,23 @@ typedef struct qt_param {
     uint8_t init;                  /* enum qt_init_rule */
     float init_scale, init_lo, init_hi;
     int32_t layer;                 /* decoder layer, -1 for embedding / final norm / head */
+    int64_t leaves;                /* leaves of its gradient tree per step: the sequences whose
+                                      gradient this rank computes (micro_batch * grad_accum, or
+                                      every sequence of the expert group for routed experts) */
 } qt_param;
+
+/* A contiguous range of the flat parameter vector whose parameters share one reduction
+ * pattern (configgen orders the parameters so each class is contiguous). Its gradient is
+ * summed over the group reduce_mask (the batch axes on which the range is replicated), its
+ * optimizer state and update are split over opt_mask (a subset of reduce_mask), and ranks
+ * differing on hold_mask hold different parameters (experts sharded over `expert`). Rank i
+ * of a group of R ranks owns the block [lo + i*n/R, lo + (i+1)*n/R). */
+#define QT_MAX_RANGES 4
+typedef struct qt_flat_range {
+    int64_t lo, n;                 /* flat elements; n a multiple of 16 x |reduce group| */
+    uint8_t reduce_mask, opt_mask, hold_mask;
+    int64_t adam_lo;               /* where this rank's block starts in the Adam regions */
+} qt_flat_range;
 
 /* A pre-planned collective (design.md section 3): its kind, the group of mesh axes it runs
  * over (a bitmask of enum qt_mesh_axis; the members are the ranks that share this rank's
@@ -165,8 +181,10 @@ typedef struct qt_plan {
     int64_t n_flat;                /* n_param_elems padded so every group's blocks are equal
                                       and 64-byte aligned; the flat regions hold n_flat floats */
     uint8_t batch_mask;            /* mesh axes that split the global batch (data position) */
-    uint8_t opt_mask;              /* mesh axes the optimizer state (and update) is split over */
-    int64_t adam_elems;            /* floats in each Adam region: n_flat / |opt_mask group| */
+    uint8_t opt_mask;              /* union of the ranges' optimizer axes (0: Adam replicated) */
+    int32_t n_ranges;              /* flat ranges by reduction pattern, covering [0, n_flat) */
+    qt_flat_range ranges[QT_MAX_RANGES];
+    int64_t adam_elems;            /* floats in each Adam region: the sum of this rank's blocks */
     int64_t comm_scratch_offset;   /* bytes: scratch of the collectives (0 elems: none) */
     int64_t comm_scratch_elems;
     /* Flat regions, bytes, each n_param_elems floats, pairwise disjoint except that the

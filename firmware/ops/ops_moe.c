@@ -4,7 +4,8 @@
  * the kernel. Scratch sizes come from the scratch tensor's numel, so the kernels can check
  * them. The WGRAD wrapper offsets every row-indexed input to sequence `seq` (rows
  * [seq*S, (seq+1)*S) of x, i.e. (t, slot) rows [seq*S*k, (seq+1)*S*k)) and accumulates into
- * dw[0] (W_gu) and dw[1] (W_down). When the plan gives the BWD op its dgu slot, the BWD
+ * dw[0] (W_gu) and dw[1] (W_down); on an expert host (the WGRAD's seg slot set) the
+ * sequence's rows are its packed rows instead. When the plan gives the BWD op its dgu slot, the BWD
  * parks d(gu) there and the WGRAD reads it instead of recomputing it (same bits).
  */
 #include "qt_op_fns.h"
@@ -46,8 +47,16 @@ void qt_op_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
-    const int64_t k = op->a[1], d = op->a[3], f = op->a[4], S = op->a[5];
-    const int64_t t0 = seq * S;
+    int64_t k = op->a[1], S = op->a[5], t0 = seq * S;
+    const int64_t d = op->a[3], f = op->a[4];
+    if (op->t[8] != QT_NONE) {
+        /* expert host: sequence `seq` of the expert group owns the packed rows
+         * [seg[seq], seg[seq+1]) (k = 1), the rows the one-rank kernel visits for it */
+        const int32_t *seg = qt_i32(ctx, op->t[8]);
+        t0 = seg[seq];
+        S = seg[seq + 1] - seg[seq];
+        k = 1;
+    }
     if (op->t[7] != QT_NONE) {
         qt_expert_ffn_wgrad_saved(dw[0], dw[1], qt_f32(ctx, op->t[0]) + t0 * k * d,
                                   qt_f32(ctx, op->t[1]) + t0 * d,

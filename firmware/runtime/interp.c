@@ -32,10 +32,15 @@ double qt_interp_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void qt_interp_levels(const qt_plan *p, float **levels)
+/* The level pointers of a tree over `leaves` leaves: its own levels are the top ones of
+ * the plan's, so that its top level is the gradient region whatever its leaf count. */
+static void qt_interp_levels(const qt_plan *p, int64_t leaves, float **levels)
 {
-    for (int l = 0; l < QT_MAX_TREE_LEVELS; l++)
-        levels[l] = l < p->n_tree_levels ? (float *)(void *)(p->arena + p->tree_offset[l]) : NULL;
+    const int shift = p->n_tree_levels - qt_tree_levels_needed(leaves);
+    for (int l = 0; l < QT_MAX_TREE_LEVELS; l++) {
+        const int g = l + (shift > 0 ? shift : 0);
+        levels[l] = g < p->n_tree_levels ? (float *)(void *)(p->arena + p->tree_offset[g]) : NULL;
+    }
 }
 
 static int qt_interp_check_ops(const qt_plan *p, const qt_kernel_entry *table, const qt_op *ops,
@@ -112,7 +117,9 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
                 QT_INTERP_MAX_PARAMS);
         return QT_E_PLAN;
     }
-    int64_t leaves = p->train.micro_batch * p->train.grad_accum;
+    int64_t leaves = 0;
+    for (int32_t i = 0; i < p->n_params; i++)
+        if (p->params[i].leaves > leaves) leaves = p->params[i].leaves;
     int need = qt_tree_levels_needed(leaves);
     /* exactly: the gradient region is the top level, which only the last carry fills */
     if (p->n_tree_levels != need || need > QT_MAX_TREE_LEVELS) {
@@ -130,6 +137,7 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
     for (int32_t i = 0; i < p->n_mb_ops; i++) {
         const qt_op *op = &p->mb_ops[i];
         if (!(op->flags & QT_OPF_WGRAD)) continue;
+        const int64_t per_mb = op->a[7] > 0 ? op->a[7] : p->train.micro_batch;
         int64_t need_scratch = 0;
         for (int k = 0; k < 2; k++) {
             int64_t pi = op->a[8 + k];
@@ -141,6 +149,13 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
             }
             if (qt_interp_state.wgrad_uses[pi] < 255) qt_interp_state.wgrad_uses[pi]++;
             need_scratch += p->params[pi].numel;
+            if (p->params[pi].leaves != per_mb * p->train.grad_accum) {
+                fprintf(stderr, "plan %s: parameter %s has %lld leaves per step, its WGRAD op %d "
+                        "makes %lld\n", p->run_name, p->params[pi].name,
+                        (long long)p->params[pi].leaves, i,
+                        (long long)(per_mb * p->train.grad_accum));
+                return QT_E_PLAN;
+            }
         }
         if (need_scratch > p->leaf_scratch_elems) {
             fprintf(stderr, "plan %s: WGRAD op %d needs %lld leaf scratch floats, plan has %lld\n",
@@ -168,15 +183,19 @@ void qt_interp_run_init(const qt_ctx *ctx, const qt_kernel_entry *table)
 }
 
 static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, const qt_op *op,
-                            const qt_ctx *ctx, float *const *levels, int64_t mb)
+                            const qt_ctx *ctx, int64_t mb)
 {
     float *scratch = (float *)(void *)(p->arena + p->leaf_scratch_offset);
     const qt_param *pa = &p->params[op->a[8]];
     const qt_param *pb = op->a[9] >= 0 ? &p->params[op->a[9]] : NULL;
     qt_interp_prof *prof = qt_interp_state.prof;
     double t0 = 0.0, t1 = 0.0, t2 = 0.0;
-    for (int64_t s = 0; s < p->train.micro_batch; s++) {
-        int64_t leaf = mb * p->train.micro_batch + s;
+    /* sequences per microbatch: this rank's, or every sequence of an expert group */
+    const int64_t per_mb = op->a[7] > 0 ? op->a[7] : p->train.micro_batch;
+    float *levels[QT_MAX_TREE_LEVELS];
+    qt_interp_levels(p, pa->leaves, levels);
+    for (int64_t s = 0; s < per_mb; s++) {
+        int64_t leaf = mb * per_mb + s;
         float *dw[2] = {NULL, NULL};
         if (prof) t0 = qt_interp_now();
         dw[0] = qt_tree_leaf_dest(levels, pa->flat_offset, scratch, leaf);
@@ -204,15 +223,13 @@ void qt_interp_run_microbatch(const qt_ctx *c, const qt_kernel_entry *table, int
 {
     const qt_plan *p = c->plan;
     const qt_ctx ctx = *c;
-    float *levels[QT_MAX_TREE_LEVELS];
-    qt_interp_levels(p, levels);
     qt_interp_prof *prof = qt_interp_state.prof;
     for (int32_t i = 0; i < p->n_mb_ops; i++) {
         const qt_op *op = &p->mb_ops[i];
         if (op->kind == QT_OP_NOP) continue;
         if (ctx.status && *ctx.status) return;  /* a collective failed: the step stops */
         if (op->flags & QT_OPF_WGRAD) {
-            qt_interp_wgrad(p, table, op, &ctx, levels, mb);
+            qt_interp_wgrad(p, table, op, &ctx, mb);
         } else if (prof) {
             double t0 = qt_interp_now();
             table[op->kind].run(op, &ctx);
@@ -227,11 +244,16 @@ void qt_interp_run_microbatch(const qt_ctx *c, const qt_kernel_entry *table, int
 void qt_interp_finalize_grads_range(const qt_plan *p, int64_t off, int64_t n)
 {
     float *levels[QT_MAX_TREE_LEVELS];
-    qt_interp_levels(p, levels);
+    qt_interp_levels(p, p->train.micro_batch * p->train.grad_accum, levels);
     qt_tree_finalize_range(levels, off, n, p->train.micro_batch * p->train.grad_accum);
 }
 
 void qt_interp_finalize_grads(const qt_plan *p)
 {
-    qt_interp_finalize_grads_range(p, 0, p->n_param_elems);
+    float *levels[QT_MAX_TREE_LEVELS];
+    for (int32_t i = 0; i < p->n_params; i++) {
+        const qt_param *pa = &p->params[i];
+        qt_interp_levels(p, pa->leaves, levels);
+        qt_tree_finalize_range(levels, pa->flat_offset, pa->numel, pa->leaves);
+    }
 }

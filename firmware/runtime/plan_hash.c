@@ -107,6 +107,7 @@ uint64_t qt_plan_hash(const qt_plan *p)
         qt_fnv_f(&f, q->init_lo);
         qt_fnv_f(&f, q->init_hi);
         qt_fnv_i(&f, q->layer);
+        qt_fnv_i(&f, q->leaves);
     }
     const int64_t lay[] = {p->n_param_elems, p->params_offset, p->grads_offset,
                            p->adam_m_offset, p->adam_v_offset, p->n_tree_levels,
@@ -116,6 +117,12 @@ uint64_t qt_plan_hash(const qt_plan *p)
                            p->comm_scratch_elems};
     for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) qt_fnv_i(&f, lay[i]);
     for (int i = 0; i < QT_MAX_TREE_LEVELS; i++) qt_fnv_i(&f, p->tree_offset[i]);
+    qt_fnv_i(&f, p->n_ranges);
+    for (int32_t i = 0; i < p->n_ranges && i < QT_MAX_RANGES; i++) {
+        const qt_flat_range *r = &p->ranges[i];
+        const int64_t rv[] = {r->lo, r->n, r->reduce_mask, r->opt_mask, r->hold_mask, r->adam_lo};
+        for (size_t k = 0; k < sizeof rv / sizeof rv[0]; k++) qt_fnv_i(&f, rv[k]);
+    }
     qt_fnv_i(&f, p->n_init_ops);
     for (int32_t i = 0; i < p->n_init_ops; i++) qt_fnv_op(&f, &p->init_ops[i]);
     qt_fnv_i(&f, p->n_mb_ops);

@@ -24,9 +24,9 @@ struct qt_step_state {
  * in index order (then the update and the fingerprint fuse per chunk). */
 void qt_step_init(const qt_plan *p);
 
-/* This rank's block of the flat vector in group `mask`: [*lo, *lo + *n) of n_flat
- * elements (the whole vector when mask is 0 or the group has one rank). */
-void qt_step_block(const qt_plan *p, unsigned mask, int64_t *lo, int64_t *n);
+/* This rank's optimizer block of flat range `range` (qt_plan.h qt_flat_range): [*lo, *lo +
+ * *n), the whole range when its optimizer state is not split. */
+void qt_step_block(const qt_plan *p, int32_t range, int64_t *lo, int64_t *n);
 
 /* Merges the exact accumulators of every member of group `mask` into *a (exact, so the
  * result does not depend on the group's size or order). 0 or QT_E_COMM. */

@@ -117,15 +117,28 @@ static int qt_runtime_check_regions(const qt_plan *p)
     if (p->n_tree_levels < 1 || p->n_tree_levels > QT_MAX_TREE_LEVELS)
         return qt_fail(QT_E_PLAN, "plan %s: %d tree levels (1..%d)", p->run_name,
                        p->n_tree_levels, QT_MAX_TREE_LEVELS);
-    const int64_t groups = p->opt_mask ? qt_comm_group_size(p->opt_mask) : 1;
-    const int64_t batch = p->batch_mask ? qt_comm_group_size(p->batch_mask) : 1;
-    if (p->n_flat < p->n_param_elems || p->n_flat % batch ||
-        p->adam_elems * groups != p->n_flat)
-        return qt_fail(QT_E_PLAN, "plan %s: flat size %lld (params %lld) and Adam block %lld do "
-                       "not split over the batch group (%lld ranks) and the optimizer group "
-                       "(%lld ranks)", p->run_name, (long long)p->n_flat,
-                       (long long)p->n_param_elems, (long long)p->adam_elems, (long long)batch,
-                       (long long)groups);
+    /* the flat ranges tile [0, n_flat), each splitting evenly over its groups, and their
+     * optimizer blocks tile the Adam regions */
+    int64_t cover = 0, adam = 0;
+    if (p->n_ranges < 1 || p->n_ranges > QT_MAX_RANGES)
+        return qt_fail(QT_E_PLAN, "plan %s: %d flat ranges (1..%d)", p->run_name, p->n_ranges,
+                       QT_MAX_RANGES);
+    for (int32_t i = 0; i < p->n_ranges; i++) {
+        const qt_flat_range *r = &p->ranges[i];
+        const int64_t red = r->reduce_mask ? qt_comm_group_size(r->reduce_mask) : 1;
+        const int64_t opt = r->opt_mask ? qt_comm_group_size(r->opt_mask) : 1;
+        if (r->lo != cover || r->n < 0 || r->n % red || r->n % opt || (r->opt_mask & ~r->reduce_mask) ||
+            r->adam_lo != adam)
+            return qt_fail(QT_E_PLAN, "plan %s: flat range %d [%lld, +%lld) does not split over "
+                           "its groups (%lld and %lld ranks)", p->run_name, i, (long long)r->lo,
+                           (long long)r->n, (long long)red, (long long)opt);
+        cover += r->n;
+        adam += r->n / opt;
+    }
+    if (cover != p->n_flat || p->n_flat < p->n_param_elems || adam != p->adam_elems)
+        return qt_fail(QT_E_PLAN, "plan %s: the flat ranges cover %lld of %lld elements and "
+                       "%lld of %lld Adam elements", p->run_name, (long long)cover,
+                       (long long)p->n_flat, (long long)adam, (long long)p->adam_elems);
     static const char *const names[5] = {"params", "adam m", "adam v", "leaf scratch",
                                          "comm scratch"};
     const int64_t fixed[5] = {p->params_offset, p->adam_m_offset, p->adam_v_offset,

@@ -46,12 +46,24 @@ void qt_step_init(const qt_plan *p)
     qt_step_s.flat_in_order = cursor == p->n_param_elems;
 }
 
-void qt_step_block(const qt_plan *p, unsigned mask, int64_t *lo, int64_t *n)
+void qt_step_block(const qt_plan *p, int32_t range, int64_t *lo, int64_t *n)
 {
-    int64_t r = mask ? qt_comm_group_size(mask) : 1;
+    const qt_flat_range *r = &p->ranges[range];
+    const unsigned mask = r->opt_mask;
+    int64_t g = mask ? qt_comm_group_size(mask) : 1;
     int64_t i = mask ? qt_comm_group_index(mask) : 0;
-    *n = p->n_flat / r;
-    *lo = i * *n;
+    *n = r->n / g;
+    *lo = r->lo + i * *n;
+}
+
+/* Whether this rank's block of range r is the one copy counted in world-wide sums (the
+ * norm, the fingerprint): ranks that hold the same block differ only on axes outside the
+ * range's optimizer and holding axes; the one with coordinate 0 on all of them counts. */
+static int qt_step_primary(const qt_ctx *ctx, const qt_flat_range *r)
+{
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        if (!((r->opt_mask | r->hold_mask) & (1u << a)) && ctx->coord[a] != 0) return 0;
+    return 1;
 }
 
 int qt_step_exact_merge(unsigned mask, qt_exact *a)
@@ -68,13 +80,6 @@ int qt_step_exact_merge(unsigned mask, qt_exact *a)
     qt_exact_clear(a);
     for (int i = 0; i < r; i++) qt_exact_merge(a, &qt_step_s.gathered[i]);
     return QT_OK;
-}
-
-/* [lo, lo+n) clipped to the real parameter elements. */
-static int64_t qt_step_real(const qt_plan *p, int64_t lo, int64_t n)
-{
-    int64_t hi = lo + n < p->n_param_elems ? lo + n : p->n_param_elems;
-    return hi > lo ? hi - lo : 0;
 }
 
 /* Divide [lo, lo+n) of the gradient region by n_tok and add its squares to *sq, per chunk;
@@ -114,12 +119,17 @@ int qt_step_grad_tree_total(const qt_op *op, const qt_ctx *ctx, qt_step_state *s
 int qt_step_grad_normalise(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 {
     const qt_plan *p = ctx->plan;
-    int64_t lo, n;
-    qt_step_block(p, (unsigned)op->a[1], &lo, &n);
-    qt_exact sq;
+    qt_exact sq, none;
     qt_exact_clear(&sq);
-    qt_step_normalise_range(p, lo, qt_step_real(p, lo, n), (float)op->a[0], 0, &sq);
-    int rc = qt_step_exact_merge((unsigned)op->a[1], &sq);
+    for (int32_t i = 0; i < p->n_ranges; i++) {
+        int64_t lo, n;
+        qt_step_block(p, i, &lo, &n);
+        qt_exact_clear(&none);
+        /* every block is normalised; only the counted copy adds to the norm */
+        qt_step_normalise_range(p, lo, n, (float)op->a[0], 0,
+                                qt_step_primary(ctx, &p->ranges[i]) ? &sq : &none);
+    }
+    int rc = p->n_ranks > 1 ? qt_step_exact_merge(QT_COLL_ALL, &sq) : QT_OK;
     if (rc) return rc;
     st->m->grad_norm = qt_sqrt(qt_exact_value(&sq));
     return QT_OK;
@@ -139,21 +149,20 @@ static uint64_t qt_step_fp_range(const qt_plan *p, int64_t lo, int64_t hi)
     return fp;
 }
 
-/* Clip + AdamW + fingerprint over flat [lo, lo+n); Adam m/v hold the elements from lo on.
+/* Clip + AdamW + fingerprint over flat [lo, lo+n); mo/vo hold the elements from lo on.
  * With the parameters tiling the flat region in index order, one pass per chunk: the
  * fingerprint reads the freshly updated chunk from cache. */
-static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, const qt_adamw_hp *hp,
-                               float gscale, int scaled)
+static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *mo, float *vo,
+                               const qt_adamw_hp *hp, float gscale, int scaled)
 {
     float *w = qt_step_region(p, p->params_offset);
-    float *mo = qt_step_region(p, p->adam_m_offset);
-    float *vo = qt_step_region(p, p->adam_v_offset);
     const float *g = qt_step_region(p, p->grads_offset);
     const int64_t hi = lo + n;
     if (!qt_step_s.flat_in_order) {
         qt_adamw_update_scaled(w + lo, mo, vo, g + lo, n, hp, gscale, scaled);
         return qt_step_fp_range(p, lo, hi);
     }
+    /* the padding after the last parameter is never updated (it stays zero) */
     uint64_t fp = 0;
     int64_t gbase = 0;
     for (int32_t i = 0; i < p->n_params; i++) {
@@ -172,6 +181,7 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, const qt
 
 int qt_step_adamw(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 {
+    (void)op;
     const qt_plan *p = ctx->plan;
     qt_step_metrics *m = st->m;
     /* global-norm clipping: g * (float)(clip/norm), folded into the update */
@@ -181,12 +191,17 @@ int qt_step_adamw(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     qt_adamw_hp hp;
     qt_adamw_hp_make(&hp, (float)m->lr, p->train.adam_b1, p->train.adam_b2, p->train.adam_eps,
                      p->train.weight_decay, st->step);
-    const unsigned mask = (unsigned)op->a[0];
-    int64_t lo, n;
-    qt_step_block(p, mask, &lo, &n);
-    uint64_t fp = qt_step_update(p, lo, qt_step_real(p, lo, n), &hp, gscale, scaled);
-    if (mask) {
-        int rc = qt_coll_sum_u64(mask, &fp, 1);
+    uint64_t fp = 0;
+    for (int32_t i = 0; i < p->n_ranges; i++) {
+        int64_t lo, n;
+        qt_step_block(p, i, &lo, &n);
+        float *mo = qt_step_region(p, p->adam_m_offset) + p->ranges[i].adam_lo;
+        float *vo = qt_step_region(p, p->adam_v_offset) + p->ranges[i].adam_lo;
+        uint64_t f = qt_step_update(p, lo, n, mo, vo, &hp, gscale, scaled);
+        if (qt_step_primary(ctx, &p->ranges[i])) fp += f;
+    }
+    if (p->n_ranks > 1) {
+        int rc = qt_coll_sum_u64(QT_COLL_ALL, &fp, 1);
         if (rc) return rc;
     }
     m->fingerprint = fp;

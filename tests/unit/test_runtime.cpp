@@ -201,6 +201,7 @@ static void rt_build_plan(rt_plan_store *st, int64_t b, int64_t G)
         pa->init = i ? QT_INIT_ONES : QT_INIT_NORMAL;
         pa->init_scale = 0.5f;
         pa->layer = -1;
+        pa->leaves = b * G;
     }
     const char *names[3] = {"tokens", "targets", "loss_seq"};
     const int64_t offs[3] = {RT_OFF_TOKENS, RT_OFF_TARGETS, RT_OFF_LOSS};
@@ -220,6 +221,8 @@ static void rt_build_plan(rt_plan_store *st, int64_t b, int64_t G)
     p->n_param_elems = RT_N0 + RT_N1;
     p->n_flat = RT_N0 + RT_N1;
     p->adam_elems = RT_N0 + RT_N1;
+    p->n_ranges = 1;
+    p->ranges[0].n = RT_N0 + RT_N1;
     p->params_offset = RT_OFF_PARAMS;
     p->adam_m_offset = RT_OFF_M;
     p->adam_v_offset = RT_OFF_V;

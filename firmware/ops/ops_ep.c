@@ -1,0 +1,166 @@
+/* ops_ep.c - op wrappers for expert parallelism: MOE_DISPATCH_FWD/BWD, MOE_RETURN_FWD/BWD
+ * (qt_ops.def). Routed rows travel between the home rank of their token and the rank of the
+ * expert group that holds their expert, with all-to-all exchanges (firmware/comm/qt_coll.h)
+ * whose counts derive from idx (home side) and seg (host side), so only the forward
+ * dispatch exchanges counts. Rows are copied, never combined, so the arithmetic is the one
+ * of the one-rank kernels (the bits do not depend on the expert degree).
+ * State: the count tables of the current exchange, one static struct; a failed exchange
+ * stores its code in *ctx->status and the interpreter stops the step.
+ */
+#include "qt_op_fns.h"
+#include "../parallel/ep_pack.h"
+#include "../comm/qt_coll.h"
+#include "../include/qt_err.h"
+
+/* Largest expert group x sequences per microbatch (configgen checks it). */
+#define QT_EP_MAX_CNT 65536
+
+static struct {
+    int64_t cnt[QT_EP_MAX_CNT];    /* home: rows of sequence s bound for member j: [j*b + s] */
+    int64_t rcnt[QT_EP_MAX_CNT];   /* host: rows of member j's sequence s */
+    int64_t fix_n[QT_EP_MAX_MEMBERS], fix_off[QT_EP_MAX_MEMBERS];
+    int64_t home_n[QT_EP_MAX_MEMBERS], home_off[QT_EP_MAX_MEMBERS];  /* rows to/from member j */
+    int64_t host_n[QT_EP_MAX_MEMBERS], host_off[QT_EP_MAX_MEMBERS];  /* rows of member j held here */
+} qt_ep;
+
+typedef struct qt_ep_dims {
+    int64_t T, k, d, E, El, b, S, M, rmax;
+    unsigned mask;
+} qt_ep_dims;
+
+static int qt_ep_dims_of(const qt_op *op, qt_ep_dims *D)
+{
+    D->T = op->a[0], D->k = op->a[1], D->d = op->a[2], D->E = op->a[3], D->El = op->a[4];
+    D->b = op->a[5], D->S = op->a[6], D->mask = (unsigned)op->a[7], D->rmax = op->a[8];
+    D->M = qt_comm_group_size(D->mask);
+    if (D->M < 1 || D->M > QT_EP_MAX_MEMBERS || D->El < 1 || D->M * D->El != D->E ||
+        D->M * D->b > QT_EP_MAX_CNT)
+        return qt_fail(QT_E_PLAN, "expert exchange: group of %lld ranks, %lld experts of %lld "
+                       "per rank, %lld sequences: outside the firmware's limits", (long long)D->M,
+                       (long long)D->E, (long long)D->El, (long long)D->b);
+    return QT_OK;
+}
+
+/* Home side: rows per member (from idx) and their offsets in a packed buffer. */
+static void qt_ep_home_counts(const int32_t *idx, const qt_ep_dims *D)
+{
+    qt_moe_count(qt_ep.cnt, idx, D->b, D->S, D->k, D->El, D->E, D->M);
+    int64_t off = 0;
+    for (int64_t j = 0; j < D->M; j++) {
+        int64_t n = 0;
+        for (int64_t s = 0; s < D->b; s++) n += qt_ep.cnt[j * D->b + s];
+        qt_ep.home_n[j] = n;
+        qt_ep.home_off[j] = off;
+        off += n;
+    }
+}
+
+/* Host side: rows of each member's sequences (from seg). */
+static void qt_ep_host_counts(const int32_t *seg, const qt_ep_dims *D)
+{
+    for (int64_t j = 0; j < D->M; j++) {
+        qt_ep.host_off[j] = seg[j * D->b];
+        qt_ep.host_n[j] = seg[(j + 1) * D->b] - seg[j * D->b];
+    }
+}
+
+static void qt_ep_status(const qt_ctx *ctx, int rc)
+{
+    if (rc && ctx->status && !*ctx->status) *ctx->status = rc;
+}
+
+void qt_op_moe_dispatch_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_dims D;
+    int rc = qt_ep_dims_of(op, &D);
+    const int32_t *idx = qt_i32(ctx, op->t[4]);
+    float *send = qt_f32(ctx, op->t[5]);
+    int32_t *ids = (int32_t *)(void *)(send + D.T * D.k * D.d);
+    int32_t *er = qt_i32(ctx, op->t[1]), *seg = qt_i32(ctx, op->t[2]);
+    if (!rc) {
+        qt_ep_home_counts(idx, &D);
+        for (int64_t j = 0; j < D.M; j++) {
+            qt_ep.fix_n[j] = D.b;
+            qt_ep.fix_off[j] = j * D.b;
+        }
+        /* every member learns how many rows of each of our sequences it will hold */
+        rc = qt_coll_all_to_all_v(D.mask, qt_ep.cnt, qt_ep.fix_n, qt_ep.fix_off, qt_ep.rcnt,
+                                  qt_ep.fix_n, qt_ep.fix_off, (int64_t)sizeof(int64_t));
+    }
+    if (!rc) {
+        seg[0] = 0;
+        for (int64_t i = 0; i < D.M * D.b; i++) seg[i + 1] = (int32_t)(seg[i] + qt_ep.rcnt[i]);
+        if (seg[D.M * D.b] > D.rmax)
+            rc = qt_fail(QT_E_PLAN, "expert exchange: %d rows arrive, the plan holds %lld",
+                         seg[D.M * D.b], (long long)D.rmax);
+    }
+    if (!rc) {
+        qt_ep_host_counts(seg, &D);
+        qt_moe_pack(send, ids, qt_f32(ctx, op->t[3]), 1, idx, D.T, D.k, D.d, D.El, D.E,
+                    qt_ep.home_off);
+        rc = qt_coll_all_to_all_v(D.mask, send, qt_ep.home_n, qt_ep.home_off,
+                                  qt_f32(ctx, op->t[0]), qt_ep.host_n, qt_ep.host_off,
+                                  D.d * (int64_t)sizeof(float));
+    }
+    if (!rc)
+        rc = qt_coll_all_to_all_v(D.mask, ids, qt_ep.home_n, qt_ep.home_off, er, qt_ep.host_n,
+                                  qt_ep.host_off, (int64_t)sizeof(int32_t));
+    if (!rc)
+        for (int64_t r = seg[D.M * D.b]; r < D.rmax; r++) er[r] = -1;
+    qt_ep_status(ctx, rc);
+}
+
+void qt_op_moe_return_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_dims D;
+    int rc = qt_ep_dims_of(op, &D);
+    const int32_t *idx = qt_i32(ctx, op->t[2]);
+    float *recv = qt_f32(ctx, op->t[4]);
+    if (!rc) {
+        qt_ep_home_counts(idx, &D);
+        qt_ep_host_counts(qt_i32(ctx, op->t[3]), &D);
+        rc = qt_coll_all_to_all_v(D.mask, qt_f32(ctx, op->t[1]), qt_ep.host_n, qt_ep.host_off,
+                                  recv, qt_ep.home_n, qt_ep.home_off,
+                                  D.d * (int64_t)sizeof(float));
+    }
+    if (!rc)
+        qt_moe_unpack(qt_f32(ctx, op->t[0]), recv, idx, D.T, D.k, D.d, D.El, D.E, qt_ep.home_off);
+    qt_ep_status(ctx, rc);
+}
+
+void qt_op_moe_return_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_dims D;
+    int rc = qt_ep_dims_of(op, &D);
+    const int32_t *idx = qt_i32(ctx, op->t[2]);
+    float *send = qt_f32(ctx, op->t[4]);
+    if (!rc) {
+        qt_ep_home_counts(idx, &D);
+        qt_ep_host_counts(qt_i32(ctx, op->t[3]), &D);
+        qt_moe_pack(send, 0, qt_f32(ctx, op->t[1]), 0, idx, D.T, D.k, D.d, D.El, D.E,
+                    qt_ep.home_off);
+        rc = qt_coll_all_to_all_v(D.mask, send, qt_ep.home_n, qt_ep.home_off,
+                                  qt_f32(ctx, op->t[0]), qt_ep.host_n, qt_ep.host_off,
+                                  D.d * (int64_t)sizeof(float));
+    }
+    qt_ep_status(ctx, rc);
+}
+
+void qt_op_moe_dispatch_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_dims D;
+    int rc = qt_ep_dims_of(op, &D);
+    const int32_t *idx = qt_i32(ctx, op->t[2]);
+    float *recv = qt_f32(ctx, op->t[4]);
+    if (!rc) {
+        qt_ep_home_counts(idx, &D);
+        qt_ep_host_counts(qt_i32(ctx, op->t[3]), &D);
+        rc = qt_coll_all_to_all_v(D.mask, qt_f32(ctx, op->t[1]), qt_ep.host_n, qt_ep.host_off,
+                                  recv, qt_ep.home_n, qt_ep.home_off,
+                                  D.d * (int64_t)sizeof(float));
+    }
+    if (!rc)
+        qt_moe_unpack_tokens_acc(qt_f32(ctx, op->t[0]), recv, idx, D.T, D.k, D.d, D.El, D.E,
+                                 qt_ep.home_off);
+    qt_ep_status(ctx, rc);
+}
