@@ -270,4 +270,14 @@ void qt_cg_plan_free(qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g);
 /* The command line: argv[0] ignored, [-o outdir] <run.yml> [key=value ...]. */
 int qt_cg_generate(int argc, char **argv, char *err, size_t errlen);
 
+/* ---- plan diff (qt_cg_diff.c) --------------------------------------------------------- */
+
+/* `configgen --diff A B`: compares two plans, each a run .yml (built in memory), a generated
+ * plan directory or a plan.txt, and appends what differs to out (sections, tensors by name,
+ * ops by index and kind, collectives, arena size). *differs = 1 when anything but the names
+ * and the plan hash differs, else 0. Returns -1 with a message when an input cannot be
+ * read or generated. */
+int qt_cg_diff(const char *a, const char *b, qt_cg_buf *out, int *differs, char *err,
+               size_t errlen);
+
 #endif

@@ -163,6 +163,8 @@ static int swap_dir(const char *tmpdir, const char *dir, const char *const *name
 
 int qt_cg_generate(int argc, char **argv, char *err, size_t errlen)
 {
+    static const char usage[] = "usage: configgen [-o outdir] <run.yml> [key=value ...] | "
+                                "configgen --diff A B";
     const char *outdir = "generated", *run = NULL;
     int i = 1;
     for (; i < argc; i++) {
@@ -170,13 +172,18 @@ int qt_cg_generate(int argc, char **argv, char *err, size_t errlen)
             if (i + 1 >= argc) return qt_cg_fail(err, errlen, "-o needs a directory");
             outdir = argv[++i];
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            return qt_cg_fail(err, errlen, "usage: configgen [-o outdir] <run.yml> [key=value ...]");
+            return qt_cg_fail(err, errlen, "%s", usage);
+        } else if (!strcmp(argv[i], "--diff")) {
+            /* main.c runs --diff itself (exit 0/1/2); here it is only misplaced */
+            return qt_cg_fail(err, errlen, "--diff comes first and alone: %s", usage);
+        } else if (argv[i][0] == '-') {
+            return qt_cg_fail(err, errlen, "unknown option %s; %s", argv[i], usage);
         } else {
             run = argv[i++];
             break;
         }
     }
-    if (!run) return qt_cg_fail(err, errlen, "usage: configgen [-o outdir] <run.yml> [key=value ...]");
+    if (!run) return qt_cg_fail(err, errlen, "%s", usage);
     qt_cg_config c;
     qt_cg_settings s;
     qt_cg_graph g;

@@ -1,7 +1,20 @@
-/* qt_cg_report.c - plan.txt, the human-readable account of a plan: config summary, mesh,
- * every tensor's layout (shape, logical axes, sharding spec, offset, lifetime), per-rank
- * bytes by region, collectives per step, the arena memory map and the op schedule with
- * tensor names. Like the C files it depends only on the plan, so it is byte-stable.
+/* qt_cg_report.c - plan.txt, the human-readable account of a plan: config summary; the
+ * mesh (axis sizes, shard mode, ZeRO-1, batch and optimizer axes); which sequences each
+ * rank reads; per-rank bytes by region (with the ZeRO-1 alternative on a mesh); every
+ * collective of the step schedule with the bytes each rank sends; the arena memory map;
+ * every tensor's layout (local and global shape, logical axes, sharding spec, offset,
+ * lifetime); and the op schedules with tensor names.
+ *
+ * Invariants: the text depends only on the plan (byte-stable, so generated/ is diffable);
+ * sections start with "== title ==" and tensors / ops / collectives are one line each with
+ * whitespace-free fields, which `configgen --diff` (qt_cg_diff.c) relies on: a tensor line
+ * is "id role dtype local global axes spec SPEC @offset ... name", an op line "index kind
+ * ...", a collective line "index kind group R bytes @offset sent what...".
+ * Byte counts of collectives follow firmware/comm/coll.c: reduce-scatter (recursive
+ * halving) and all-gather (recursive doubling) over R ranks send (R-1)/R of the range per
+ * rank, all-to-all the same, a binomial broadcast at most ceil(log2 R) x the range (root).
+ * The expert all-to-all exchanges (microbatch ops, sizes set by the routing) are reported
+ * apart with an upper bound. The ZeRO-1 alternative is computed per flat range.
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,28 +29,62 @@ static const char *const init_txt[QT_INIT_COUNT] = {
     "zeros", "ones", "normal", "trunc_normal", "log_uniform",
 };
 
+static const char *const coll_txt[QT_COLL_KIND_COUNT] = {
+    "all-gather", "reduce-scatter", "all-to-all", "broadcast",
+};
+
+static const char *const axis_txt[QT_MESH_COUNT] = {"data", "fsdp", "tensor", "expert",
+                                                     "context"};
+
 static void mib(qt_cg_buf *b, const char *what, int64_t bytes)
 {
-    qt_cg_buf_printf(b, "  %-28s %14lld bytes  %10.3f MiB\n", what, (long long)bytes,
+    qt_cg_buf_printf(b, "  %-60s %14lld bytes  %10.3f MiB\n", what, (long long)bytes,
                      (double)bytes / 1048576.0);
 }
 
-static void shape_txt(char *out, size_t n, const qt_tensor *t)
+static void shape_txt(char *out, size_t n, int ndim, const int64_t *shape)
 {
     size_t k = (size_t)snprintf(out, n, "[");
-    for (int d = 0; d < t->ndim && k < n; d++)
-        k += (size_t)snprintf(out + k, n - k, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+    for (int d = 0; d < ndim && k < n; d++)
+        k += (size_t)snprintf(out + k, n - k, "%s%lld", d ? "," : "", (long long)shape[d]);
     if (k < n) snprintf(out + k, n - k, "]");
+}
+
+/* The whole tensor's shape over the mesh. The graph's global_shape when it already differs
+ * from the local one (routed experts under expert parallelism); a parameter's otherwise
+ * (every rank holds it whole: the optimizer state is split by flat blocks, not by the
+ * spec); for any other tensor the local shape times the size of the group its spec splits
+ * each dim over (the batch dims of activations). */
+static void global_of(const qt_cg_graph *g, const qt_cg_tensor *ct, int64_t *out)
+{
+    const qt_tensor *t = &ct->t;
+    int set = ct->param >= 0;
+    for (int d = 0; d < t->ndim; d++) set |= t->global_shape[d] != t->shape[d];
+    for (int d = 0; d < t->ndim; d++)
+        out[d] = set ? t->global_shape[d] : t->shape[d] * qt_cg_group_size(g->s, t->spec[d]);
+}
+
+/* Bytes one rank sends for a collective of `kind` over R ranks moving a range of `bytes`. */
+static int64_t coll_sent(int kind, int64_t R, int64_t bytes)
+{
+    if (R <= 1) return 0;
+    if (kind == QT_COLL_BROADCAST) {
+        int64_t stages = 0;
+        while (((int64_t)1 << stages) < R) stages++;
+        return stages * bytes;
+    }
+    return bytes / R * (R - 1);
 }
 
 static void layout_line(qt_cg_buf *b, const qt_cg_graph *g, int i)
 {
     const qt_cg_tensor *ct = &g->ts[i];
     const qt_tensor *t = &ct->t;
-    char shp[96], ax[200] = "", sp[300] = "";
+    char shp[96], gshp[96], ax[200] = "", sp[300] = "";
     const char *names[QT_MAX_DIMS] = {0};
     uint8_t spec[QT_MAX_DIMS];
     char desc[QT_MAX_DIMS][64];
+    int64_t gs[QT_MAX_DIMS];
     for (int d = 0; d < t->ndim; d++) names[d] = t->axes[d] ? qt_cg_lax_names[t->axes[d]] : NULL;
     qt_cg_resolve(g->s->rules, g->s->n_rules, g->s->mesh, t->ndim, names, spec, desc);
     size_t ka = 0, ks = 0;
@@ -50,9 +97,15 @@ static void layout_line(qt_cg_buf *b, const qt_cg_graph *g, int i)
     }
     if (ka + 2 < sizeof ax) strcat(ax, ")");
     if (ks + 2 < sizeof sp) strcat(sp, ")");
-    shape_txt(shp, sizeof shp, t);
-    qt_cg_buf_printf(b, "  %5d %-8s %-3s %-20s %-60s spec %-24s @%-12lld", i, role_txt[t->role],
-                     t->dtype == QT_I32 ? "i32" : "f32", shp, ax, sp, (long long)t->offset);
+    shape_txt(shp, sizeof shp, t->ndim, t->shape);
+    global_of(g, ct, gs);
+    int same = 1;
+    for (int d = 0; d < t->ndim; d++) same &= gs[d] == t->shape[d];
+    if (same) snprintf(gshp, sizeof gshp, "=");
+    else shape_txt(gshp, sizeof gshp, t->ndim, gs);
+    qt_cg_buf_printf(b, "  %5d %-8s %-3s %-16s %-16s %-60s spec %-24s @%-12lld", i,
+                     role_txt[t->role], t->dtype == QT_I32 ? "i32" : "f32", shp, gshp, ax, sp,
+                     (long long)t->offset);
     if (ct->param >= 0) {
         const qt_param *p = &g->ps[ct->param];
         qt_cg_buf_printf(b, " param %d flat %lld init %s", ct->param, (long long)p->flat_offset,
@@ -89,8 +142,263 @@ static void schedule(qt_cg_buf *b, const qt_cg_graph *g, const char *title, cons
         if (o->f[0] != 0.0f || o->f[1] != 0.0f)
             qt_cg_buf_printf(b, " f=[%.9g,%.9g]", (double)o->f[0], (double)o->f[1]);
         if (o->flags & QT_OPF_WGRAD) qt_cg_buf_printf(b, " WGRAD");
+        if (o->kind == QT_OP_COLLECTIVE && o->a[0] >= 0 && o->a[0] < g->ncoll) {
+            const qt_collective *c = &g->coll[o->a[0]];
+            char grp[64];
+            qt_cg_buf_printf(b, "  %s over %s: %s",
+                             c->kind < QT_COLL_KIND_COUNT ? coll_txt[c->kind] : "?",
+                             qt_cg_mask_name(c->mask, grp, sizeof grp), c->name);
+        }
         qt_cg_buf_printf(b, "\n");
     }
+}
+
+/* "data 1, fsdp 0" for rank r (axes of size > 1 only; "-" on one rank). */
+static void coords_txt(const qt_cg_settings *s, int64_t r, int32_t coord[QT_MESH_COUNT],
+                       char *out, size_t n)
+{
+    for (int a = QT_MESH_COUNT - 1; a >= 0; a--) {
+        coord[a] = (int32_t)(r % s->mesh[a]);
+        r /= s->mesh[a];
+    }
+    size_t k = 0;
+    out[0] = 0;
+    for (int a = 0; a < QT_MESH_COUNT && k < n; a++)
+        if (s->mesh[a] > 1)
+            k += (size_t)snprintf(out + k, n - k, "%s%s %d", k ? ", " : "", axis_txt[a],
+                                  coord[a]);
+    if (!k) snprintf(out, n, "-");
+}
+
+static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
+{
+    const qt_cg_settings *s = g->s;
+    char bm[64], om[64];
+    qt_cg_mask_name(s->batch_mask, bm, sizeof bm);
+    qt_cg_mask_name(s->opt_mask, om, sizeof om);
+    const int64_t nb = qt_cg_group_size(s, s->batch_mask);
+    qt_cg_buf_printf(b, "\n== mesh ==\n");
+    qt_cg_buf_printf(b, "  ranks: %d\n", s->n_ranks);
+    qt_cg_buf_printf(b, "  axes: data %d, fsdp %d, tensor %d, expert %d, context %d (rank = "
+                     "mixed radix over the axes in this order, data most significant)\n",
+                     s->mesh[0], s->mesh[1], s->mesh[2], s->mesh[3], s->mesh[4]);
+    qt_cg_buf_printf(b, "  shard_mode: %s\n", s->shard_mode ? "explicit" : "auto");
+    qt_cg_buf_printf(b, "  zero1 (shard_optimizer_over_data): %s\n", s->zero1 ? "on" : "off");
+    if (s->batch_mask)
+        qt_cg_buf_printf(b, "  batch axes: %s (%lld ranks, each reads its own sequences)\n", bm,
+                         (long long)nb);
+    else
+        qt_cg_buf_printf(b, "  batch axes: - (every rank reads the whole global batch)\n");
+    if (s->opt_mask)
+        qt_cg_buf_printf(b, "  optimizer axes: %s (Adam m/v and the update split into blocks: "
+                         "this rank keeps %lld of the %lld flat elements)\n", om,
+                         (long long)g->adam_elems, (long long)g->n_flat);
+    else
+        qt_cg_buf_printf(b, "  optimizer axes: - (every rank updates all %lld flat elements)\n",
+                         (long long)g->n_flat);
+    qt_cg_buf_printf(b, "  flat vector: %lld parameter elements padded to n_flat %lld (each "
+                     "range a multiple of 16 x its reduction group)\n",
+                     (long long)g->n_param_elems, (long long)g->n_flat);
+    if (s->n_ranks == 1) return;
+    for (int i = 0; i < g->n_ranges; i++) {
+        const qt_flat_range *r = &g->ranges[i];
+        char rm[64], rom[64], hm[64];
+        const int64_t no = qt_cg_group_size(s, r->opt_mask);
+        char opt[96];
+        if (r->opt_mask)
+            snprintf(opt, sizeof opt, "optimizer over %s (blocks of %lld)",
+                     qt_cg_mask_name(r->opt_mask, rom, sizeof rom), (long long)(r->n / no));
+        else
+            snprintf(opt, sizeof opt, "optimizer whole on every rank");
+        qt_cg_buf_printf(b, "  flat range %d: elements [%lld, %lld), gradient reduced over %s "
+                         "(%lld ranks), %s, %s%s\n", i, (long long)r->lo,
+                         (long long)(r->lo + r->n), qt_cg_mask_name(r->reduce_mask, rm, sizeof rm),
+                         (long long)qt_cg_group_size(s, r->reduce_mask), opt,
+                         r->hold_mask ? "parameters sharded over " : "parameters on every rank",
+                         r->hold_mask ? qt_cg_mask_name(r->hold_mask, hm, sizeof hm) : "");
+    }
+}
+
+#define QT_CG_REPORT_MAX_RANKS 64
+
+static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
+{
+    const qt_cg_settings *s = g->s;
+    const qt_train_cfg *t = &s->tr;
+    const int64_t per = t->micro_batch * t->grad_accum;
+    const int64_t nb = qt_cg_group_size(s, s->batch_mask);
+    qt_cg_buf_printf(b, "\n== data assignment ==\n");
+    qt_cg_buf_printf(b, "  each step reads %lld sequences, numbered 0..%lld: per_device_batch_"
+                     "size %lld x %lld microbatches x %lld batch ranks\n",
+                     (long long)t->global_batch, (long long)t->global_batch - 1,
+                     (long long)t->micro_batch, (long long)t->grad_accum, (long long)nb);
+    if (s->n_ranks == 1) {
+        qt_cg_buf_printf(b, "  1 rank: reads all of them; microbatch m holds sequences "
+                         "[m*%lld, m*%lld+%lld)\n", (long long)t->micro_batch,
+                         (long long)t->micro_batch, (long long)t->micro_batch);
+        return;
+    }
+    qt_cg_buf_printf(b, "  batch index k of a rank = its mixed-radix coordinate over the batch "
+                     "axes in axis order (data, fsdp, expert); the rank reads the rank-major "
+                     "block [k*%lld, (k+1)*%lld), microbatch m holding [k*%lld + m*%lld, +%lld)\n",
+                     (long long)per, (long long)per, (long long)per, (long long)t->micro_batch,
+                     (long long)t->micro_batch);
+    for (int64_t r = 0; r < s->n_ranks && r < QT_CG_REPORT_MAX_RANKS; r++) {
+        int32_t coord[QT_MESH_COUNT];
+        char ct[160];
+        coords_txt(s, r, coord, ct, sizeof ct);
+        int64_t k = 0;
+        for (int a = 0; a < QT_MESH_COUNT; a++)
+            if (s->batch_mask & (1u << a)) k = k * s->mesh[a] + coord[a];
+        qt_cg_buf_printf(b, "  rank %lld (%s): batch index %lld, sequences %lld..%lld\n",
+                         (long long)r, ct, (long long)k, (long long)(k * per),
+                         (long long)(k * per + per - 1));
+    }
+    if (s->n_ranks > QT_CG_REPORT_MAX_RANKS)
+        qt_cg_buf_printf(b, "  ranks %d..%d: the same rule\n", QT_CG_REPORT_MAX_RANKS,
+                         s->n_ranks - 1);
+}
+
+/* Adam floats per moment with ZeRO-1 off (z = 0) or on (z = 1): each flat range splits its
+ * n elements over its optimizer group without / with the data axis (data only where the
+ * range's gradient is reduced over it): n_flat/|fsdp| vs n_flat/|fsdp x data| on a plain
+ * data x fsdp mesh. *mask receives the union of the groups. */
+static int64_t adam_zero1(const qt_cg_graph *g, int z, unsigned *mask)
+{
+    const unsigned data = 1u << QT_MESH_DATA;
+    int64_t e = 0;
+    *mask = 0;
+    for (int i = 0; i < g->n_ranges; i++) {
+        const qt_flat_range *r = &g->ranges[i];
+        unsigned o = r->opt_mask & ~data;
+        if (z) o |= r->reduce_mask & data;
+        *mask |= o;
+        e += r->n / qt_cg_group_size(g->s, o);
+    }
+    return e;
+}
+
+static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
+{
+    const qt_cg_settings *s = g->s;
+    const int64_t flat_b = 4 * g->n_flat;
+    char lv[96], om[64];
+    qt_cg_buf_printf(b, "\n== per-rank bytes ==\n");
+    mib(b, "params (compute copy: n_flat floats)", flat_b);
+    if (s->opt_mask)
+        snprintf(lv, sizeof lv, "adam m + v (2 x adam_elems floats, split over %s)",
+                 qt_cg_mask_name(s->opt_mask, om, sizeof om));
+    else
+        snprintf(lv, sizeof lv, "adam m + v (2 x adam_elems floats, whole)");
+    mib(b, lv, 8 * g->adam_elems);
+    if (s->n_ranks > 1) {
+        if (s->mesh[QT_MESH_DATA] > 1) {
+            for (int z = 0; z < 2; z++) {
+                unsigned um = 0;
+                const int64_t e = adam_zero1(g, z, &um);
+                snprintf(lv, sizeof lv, "  ZeRO-1 %s optimizer over %s%s", z ? "on: " : "off:",
+                         qt_cg_mask_name(um, om, sizeof om),
+                         z == (s->zero1 != 0) ? "  <- this plan" : "");
+                mib(b, lv, 8 * e);
+            }
+        } else {
+            qt_cg_buf_printf(b, "    (ZeRO-1 changes nothing here: the data axis has size 1)\n");
+        }
+    }
+    snprintf(lv, sizeof lv, "gradient tree (%d levels x n_flat floats)", g->n_tree_levels);
+    mib(b, lv, (int64_t)g->n_tree_levels * flat_b);
+    mib(b, "  of which grads (top level)", flat_b);
+    mib(b, "leaf scratch (one WGRAD op's leaves)", 4 * g->leaf_scratch_elems);
+    mib(b, "comm scratch (reduce-scatter receive buffer)", 4 * g->comm_scratch_elems);
+    mib(b, "activations (peak)", g->act_peak);
+    mib(b, "arena (2 MiB rounded)", g->arena_bytes);
+    int64_t real = 0;
+    for (int i = 0; i < g->np; i++) real += g->ps[i].numel;
+    qt_cg_buf_printf(b, "  parameters: %d tensors, %lld elements (%lld with 16-element padding, "
+                     "n_flat %lld, adam_elems %lld)\n", g->np, (long long)real,
+                     (long long)g->n_param_elems, (long long)g->n_flat,
+                     (long long)g->adam_elems);
+}
+
+static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
+{
+    qt_cg_buf_printf(b, "\n== collectives per step ==\n");
+    if (g->ncoll == 0) {
+        if (g->s->n_ranks == 1) qt_cg_buf_printf(b, "  1 rank: no collectives, 0 bytes moved\n");
+        else qt_cg_buf_printf(b, "  none: 0 bytes moved\n");
+        return;
+    }
+    qt_cg_buf_printf(b, "  bytes sent per rank: reduce-scatter (recursive halving) and all-gather "
+                     "(recursive doubling) over R ranks send (R-1)/R of the range (stages of "
+                     "1/2, 1/4, ... of it), all-to-all (R-1)/R, broadcast (binomial tree) at "
+                     "most ceil(log2 R) x the range; each rank receives as much as it sends\n");
+    qt_cg_buf_printf(b, "  %5s %-15s %-12s %4s %14s %-13s %14s  %s\n", "#", "kind", "group", "R",
+                     "range bytes", "@offset", "sent/rank", "what");
+    int64_t total = 0;
+    for (int i = 0; i < g->ncoll; i++) {
+        const qt_collective *c = &g->coll[i];
+        char grp[64];
+        const int64_t R = qt_cg_group_size(g->s, c->mask);
+        const int64_t sent = coll_sent(c->kind, R, c->bytes);
+        total += sent;
+        qt_cg_buf_printf(b, "  %5d %-15s %-12s %4lld %14lld @%-12lld %14lld  %s\n", i,
+                         c->kind < QT_COLL_KIND_COUNT ? coll_txt[c->kind] : "?",
+                         qt_cg_mask_name(c->mask, grp, sizeof grp), (long long)R,
+                         (long long)c->bytes, (long long)c->offset, (long long)sent, c->name);
+    }
+    qt_cg_buf_printf(b, "  total sent per rank per step: %lld bytes (%.3f MiB)\n",
+                     (long long)total, (double)total / 1048576.0);
+    /* expert parallelism: the row exchanges are microbatch ops with routing-dependent sizes */
+    int n_ep = 0;
+    unsigned ep_mask = 0;
+    int64_t ep_max = 0;
+    for (int i = 0; i < g->nmb; i++) {
+        const qt_op *o = &g->mb[i];
+        int64_t rows;
+        if (o->kind == QT_OP_MOE_DISPATCH_FWD || o->kind == QT_OP_MOE_RETURN_BWD)
+            rows = o->a[0] * o->a[1];         /* the home rows T*k */
+        else if (o->kind == QT_OP_MOE_RETURN_FWD || o->kind == QT_OP_MOE_DISPATCH_BWD)
+            rows = o->a[8];                   /* the host rows Rmax */
+        else
+            continue;
+        n_ep++;
+        ep_mask |= (unsigned)o->a[7];
+        ep_max += 4 * rows * o->a[2];
+    }
+    if (n_ep) {
+        char grp[64];
+        qt_cg_buf_printf(b, "  not in the table: %d expert all-to-all exchanges per microbatch "
+                         "(MOE_DISPATCH/MOE_RETURN, forward and backward) over %s (%lld ranks); "
+                         "their sizes follow the routing: at most %lld bytes sent per rank per "
+                         "step (every home row T*k*d and every host row Rmax*d sent away, x %lld "
+                         "microbatches)\n", n_ep, qt_cg_mask_name(ep_mask, grp, sizeof grp),
+                         (long long)qt_cg_group_size(g->s, ep_mask),
+                         (long long)(ep_max * g->s->tr.grad_accum),
+                         (long long)g->s->tr.grad_accum);
+    }
+    qt_cg_buf_printf(b, "  not counted: the small all-gathers of exact accumulators (the loss "
+                     "over the batch axes, the gradient norm^2 over the optimizer axes)\n");
+}
+
+static void memory_map(qt_cg_buf *b, const qt_cg_graph *g)
+{
+    qt_cg_buf_printf(b, "\n== memory map (byte offsets in the arena) ==\n");
+    qt_cg_buf_printf(b, "  %14lld params (%lld floats)\n  %14lld adam_m (%lld floats)\n"
+                     "  %14lld adam_v (%lld floats)\n", (long long)g->params_offset,
+                     (long long)g->n_flat, (long long)g->adam_m_offset,
+                     (long long)g->adam_elems, (long long)g->adam_v_offset,
+                     (long long)g->adam_elems);
+    for (int i = 0; i < g->n_tree_levels; i++)
+        qt_cg_buf_printf(b, "  %14lld tree level %d%s\n", (long long)g->tree_offset[i], i,
+                         g->tree_offset[i] == g->grads_offset
+                             ? " = grads (the step's total is completed here in place)" : "");
+    qt_cg_buf_printf(b, "  %14lld leaf scratch (%lld floats)\n", (long long)g->leaf_scratch_offset,
+                     (long long)g->leaf_scratch_elems);
+    if (g->comm_scratch_elems)
+        qt_cg_buf_printf(b, "  %14lld comm scratch (%lld floats)\n",
+                         (long long)g->comm_scratch_offset, (long long)g->comm_scratch_elems);
+    qt_cg_buf_printf(b, "  %14lld activations (%lld bytes peak)\n  %14lld end\n",
+                     (long long)g->act_offset, (long long)g->act_peak, (long long)g->arena_bytes);
 }
 
 void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b)
@@ -139,44 +447,19 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
                      (double)t->lb_weight);
     if (s->unused[0]) qt_cg_buf_printf(b, "  accepted but unused (no vision tower): %s\n", s->unused);
 
-    qt_cg_buf_printf(b, "\n== mesh ==\n  ranks %d: data %d, fsdp %d, tensor %d, expert %d, "
-                     "context %d; shard_mode %s; zero1 %s\n", s->n_ranks, s->mesh[0], s->mesh[1],
-                     s->mesh[2], s->mesh[3], s->mesh[4], s->shard_mode ? "explicit" : "auto",
-                     s->zero1 ? "on" : "off");
-    qt_cg_buf_printf(b, "  local shape = global shape for every tensor (no axis of size > 1)\n");
+    mesh_section(b, g);
+    data_section(b, g);
+    bytes_section(b, g);
+    coll_section(b, g);
+    memory_map(b, g);
 
-    int64_t param_b = 4 * g->n_param_elems;
-    qt_cg_buf_printf(b, "\n== per-rank bytes ==\n");
-    mib(b, "params (fp32 master)", param_b);
-    mib(b, "adam m + v", 2 * param_b);
-    char lv[64];
-    snprintf(lv, sizeof lv, "gradient tree (%d levels)", g->n_tree_levels);
-    mib(b, lv, (int64_t)g->n_tree_levels * param_b);
-    mib(b, "  of which grads (top level)", param_b);
-    mib(b, "leaf scratch", 4 * g->leaf_scratch_elems);
-    mib(b, "activations (peak)", g->act_peak);
-    mib(b, "comm buffers", 0);
-    mib(b, "arena (2 MiB rounded)", g->arena_bytes);
-    int64_t real = 0;
-    for (int i = 0; i < g->np; i++) real += g->ps[i].numel;
-    qt_cg_buf_printf(b, "  parameters: %d tensors, %lld elements (%lld with 16-element padding)\n",
-                     g->np, (long long)real, (long long)g->n_param_elems);
-    qt_cg_buf_printf(b, "\n== collectives per step ==\n  none (1 rank): 0 bytes moved\n");
-
-    qt_cg_buf_printf(b, "\n== memory map (byte offsets in the arena) ==\n");
-    qt_cg_buf_printf(b, "  %14lld params\n  %14lld adam_m\n  %14lld adam_v\n",
-                     (long long)g->params_offset, (long long)g->adam_m_offset,
-                     (long long)g->adam_v_offset);
-    for (int i = 0; i < g->n_tree_levels; i++)
-        qt_cg_buf_printf(b, "  %14lld tree level %d%s\n", (long long)g->tree_offset[i], i,
-                         g->tree_offset[i] == g->grads_offset
-                             ? " = grads (the step's total is completed here in place)" : "");
-    qt_cg_buf_printf(b, "  %14lld leaf scratch (%lld floats)\n  %14lld activations (%lld bytes "
-                     "peak)\n  %14lld end\n", (long long)g->leaf_scratch_offset,
-                     (long long)g->leaf_scratch_elems, (long long)g->act_offset,
-                     (long long)g->act_peak, (long long)g->arena_bytes);
-
-    qt_cg_buf_printf(b, "\n== tensors (id role dtype shape logical-axes spec @offset) ==\n");
+    qt_cg_buf_printf(b, "\n== tensors (id role dtype local-shape global-shape logical-axes spec "
+                     "@offset) ==\n");
+    qt_cg_buf_printf(b, "  local: this rank's shape; global: the whole tensor over the mesh "
+                     "(= when the same). Every rank holds whole parameters (their spec is the "
+                     "MaxText layout; fsdp and ZeRO-1 split the optimizer's flat vector instead), "
+                     "except those with a smaller local shape (routed experts sharded over "
+                     "expert).\n");
     for (int i = 0; i < g->nt; i++) layout_line(b, g, i);
     schedule(b, g, "init schedule", g->init, g->ninit, -1);
     schedule(b, g, "microbatch schedule", g->mb, g->nmb, g->n_fwd);

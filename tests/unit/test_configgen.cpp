@@ -729,3 +729,245 @@ TEST(CgHash, BannerCannotCloseItsComment)
     CHECK(c.substr(0, end).find("injected") != std::string::npos); // still inside the comment
     rm_rf(o);
 }
+
+// ---------------------------------------------------------------- plan.txt of meshes, --diff
+
+static std::string report_of(CgPlan &p)
+{
+    qt_cg_buf b = {NULL, 0, 0};
+    qt_cg_emit_report(&p.g, &p.c, &b);
+    std::string s(b.p ? b.p : "");
+    qt_cg_buf_free(&b);
+    return s;
+}
+
+// The lines of plan.txt section "== key..." (leading blanks removed).
+static std::vector<std::string> report_section(const std::string &rep, const char *key)
+{
+    std::vector<std::string> out;
+    const std::string head = std::string("== ") + key;
+    bool in = false;
+    size_t pos = 0;
+    while (pos < rep.size()) {
+        size_t e = rep.find('\n', pos);
+        if (e == std::string::npos) e = rep.size();
+        std::string l = rep.substr(pos, e - pos);
+        pos = e + 1;
+        if (l.compare(0, 3, "== ") == 0) {
+            in = l.compare(0, head.size(), head) == 0;
+            continue;
+        }
+        size_t k = l.find_first_not_of(' ');
+        if (in && k != std::string::npos) out.push_back(l.substr(k));
+    }
+    return out;
+}
+
+static std::vector<std::string> words(const std::string &l)
+{
+    std::vector<std::string> w;
+    size_t i = 0;
+    while (i < l.size()) {
+        size_t a = l.find_first_not_of(' ', i);
+        if (a == std::string::npos) break;
+        size_t b = l.find(' ', a);
+        if (b == std::string::npos) b = l.size();
+        w.push_back(l.substr(a, b - a));
+        i = b;
+    }
+    return w;
+}
+
+// The byte count of the per-rank bytes line starting with `label` (-1 when absent).
+static long long bytes_line(const std::string &rep, const char *label)
+{
+    for (const std::string &l : report_section(rep, "per-rank bytes")) {
+        if (l.compare(0, strlen(label), label) != 0) continue;
+        std::vector<std::string> w = words(l);
+        for (size_t i = 1; i < w.size(); i++)
+            if (w[i] == "bytes") return atoll(w[i - 1].c_str());
+    }
+    return -1;
+}
+
+static bool has_line(const std::vector<std::string> &v, const char *line)
+{
+    for (const std::string &l : v)
+        if (l == line) return true;
+    return false;
+}
+
+static const char *kMeshDp2Fsdp2 = "configgen/configs/runs/mesh-next-dp2fsdp2.yml";
+static const char *kMeshZero1 = "configgen/configs/runs/mesh-next-dp2-g2-zero1.yml";
+
+TEST_GROUP(CgReport){};
+
+// Every collective of the step schedule has its line (index, kind, group, R, range bytes,
+// offset, bytes sent per rank = (R-1)/R of the range), and the total is their sum; all
+// expected values come from the graph.
+TEST(CgReport, MeshCollectivesListBytesSentPerRank)
+{
+    CgPlan p;
+    LONGS_EQUAL(0, p.build(kMeshDp2Fsdp2));
+    const qt_cg_graph &g = p.g;
+    CHECK(g.ncoll >= 2);
+    const std::string rep = report_of(p);
+    const std::vector<std::string> lines = report_section(rep, "collectives per step");
+    static const char *const kinds[] = {"all-gather", "reduce-scatter", "all-to-all", "broadcast"};
+    long long total = 0;
+    for (int i = 0; i < g.ncoll; i++) {
+        const qt_collective &c = g.coll[i];
+        long long R = 1;
+        for (int a = 0; a < QT_MESH_COUNT; a++)
+            if (c.mask & (1u << a)) R *= p.s.mesh[a];
+        CHECK(R > 1);
+        CHECK(c.kind == QT_COLL_REDUCE_SCATTER || c.kind == QT_COLL_ALL_GATHER);
+        CHECK(c.bytes % R == 0);
+        const long long sent = c.bytes / R * (R - 1);
+        total += sent;
+        char grp[64];
+        qt_cg_mask_name(c.mask, grp, sizeof grp);
+        int found = 0;
+        for (const std::string &l : lines) {
+            std::vector<std::string> w = words(l);
+            if (w.size() < 8 || w[0] != std::to_string(i)) continue;
+            found++;
+            STRCMP_EQUAL(kinds[c.kind], w[1].c_str());
+            STRCMP_EQUAL(grp, w[2].c_str());
+            LONGS_EQUAL(R, atoll(w[3].c_str()));
+            LONGS_EQUAL(c.bytes, atoll(w[4].c_str()));
+            STRCMP_EQUAL(("@" + std::to_string(c.offset)).c_str(), w[5].c_str());
+            LONGS_EQUAL(sent, atoll(w[6].c_str()));
+        }
+        LONGS_EQUAL(1, found);
+    }
+    const std::string want = "total sent per rank per step: " + std::to_string(total) + " bytes";
+    int found = 0;
+    for (const std::string &l : lines) found += l.compare(0, want.size(), want) == 0;
+    LONGS_EQUAL(1, found);
+    // the gradient reduce-scatter runs over the batch group, which holds every rank here
+    CHECK(g.coll[0].kind == QT_COLL_REDUCE_SCATTER && g.coll[0].mask == p.s.batch_mask);
+    LONGS_EQUAL(4 * g.n_flat, g.coll[0].bytes);
+}
+
+// The mesh plan states the local and global shape of batch-split tensors, the mesh and the
+// data assignment; a one-rank plan says it has no collectives.
+TEST(CgReport, MeshAndOneRankSections)
+{
+    CgPlan p, one;
+    LONGS_EQUAL(0, p.build(kMeshDp2Fsdp2));
+    LONGS_EQUAL(0, one.build(kTiny));
+    const std::string rep = report_of(p), rep1 = report_of(one);
+    const qt_tensor &tok = p.g.ts[p.g.tokens].t;
+    const long long nb = qt_cg_group_size(&p.s, p.s.batch_mask);
+    LONGS_EQUAL(4, nb);
+    int found = 0;
+    for (const std::string &l : report_section(rep, "tensors")) {
+        std::vector<std::string> w = words(l);
+        if (w.empty() || w.back() != "tokens") continue;
+        found++;
+        STRCMP_EQUAL(("[" + std::to_string(tok.shape[0]) + "," + std::to_string(tok.shape[1]) + "]").c_str(),
+                     w[3].c_str());
+        STRCMP_EQUAL(("[" + std::to_string(tok.shape[0] * nb) + "," + std::to_string(tok.shape[1]) + "]").c_str(),
+                     w[4].c_str());
+    }
+    LONGS_EQUAL(1, found);
+    std::vector<std::string> mesh = report_section(rep, "mesh");
+    CHECK(has_line(mesh, "shard_mode: explicit"));
+    CHECK(has_line(mesh, "zero1 (shard_optimizer_over_data): off"));
+    std::vector<std::string> data = report_section(rep, "data assignment");
+    CHECK(has_line(data, "rank 3 (data 1, fsdp 1): batch index 3, sequences 3..3"));
+    std::vector<std::string> coll1 = report_section(rep1, "collectives per step");
+    LONGS_EQUAL(1, (long)coll1.size());
+    STRCMP_EQUAL("1 rank: no collectives, 0 bytes moved", coll1[0].c_str());
+}
+
+// ZeRO-1 splits Adam over data as well: half the optimizer bytes on a data-2 mesh, and each
+// report states the other setting's figure.
+TEST(CgReport, Zero1HalvesTheOptimizerBytes)
+{
+    CgPlan on, off;
+    char *over[] = {(char *)"shard_optimizer_over_data=false"};
+    LONGS_EQUAL(0, on.build(kMeshZero1));
+    LONGS_EQUAL(0, off.build(kMeshZero1, 1, over));
+    CHECK(on.s.zero1 && !off.s.zero1);
+    LONGS_EQUAL(off.g.n_flat, on.g.n_flat);
+    LONGS_EQUAL(off.g.adam_elems, 2 * on.g.adam_elems);
+    const std::string ron = report_of(on), roff = report_of(off);
+    const long long b_on = bytes_line(ron, "adam m + v"), b_off = bytes_line(roff, "adam m + v");
+    LONGS_EQUAL(8 * on.g.adam_elems, b_on);
+    LONGS_EQUAL(2 * b_on, b_off);
+    LONGS_EQUAL(b_on, bytes_line(roff, "ZeRO-1 on:"));
+    LONGS_EQUAL(b_off, bytes_line(ron, "ZeRO-1 off:"));
+    LONGS_EQUAL(4 * on.g.n_flat, bytes_line(ron, "params"));
+}
+
+TEST_GROUP(CgDiff){};
+
+TEST(CgDiff, ExplicitVsAutoDifferOnlyInShardMode)
+{
+    qt_cg_buf out = {NULL, 0, 0};
+    int differs = -1;
+    char err[1024] = "";
+    LONGS_EQUAL(0, qt_cg_diff("configgen/configs/runs/mesh-next-dp2.yml",
+                              "configgen/configs/runs/mesh-next-dp2-auto.yml", &out, &differs,
+                              err, sizeof err));
+    LONGS_EQUAL(1, differs);
+    std::string s(out.p);
+    CHECK(s.find("  - shard_mode: explicit\n  + shard_mode: auto\n") != std::string::npos);
+    CHECK(s.find("plans differ in: mesh\n") != std::string::npos);
+    qt_cg_buf_free(&out);
+}
+
+TEST(CgDiff, SameIsIdenticalAndInsertedOpsAreAligned)
+{
+    qt_cg_buf out = {NULL, 0, 0};
+    int differs = -1;
+    char err[1024] = "";
+    LONGS_EQUAL(0, qt_cg_diff(kMeshDp2Fsdp2, kMeshDp2Fsdp2, &out, &differs, err, sizeof err));
+    LONGS_EQUAL(0, differs);
+    qt_cg_buf_free(&out);
+    // the load-balance loss adds one op (zeroing lb_seq) and one tensor: the rest of the
+    // schedule must align instead of showing as shifted
+    qt_cg_buf o2 = {NULL, 0, 0};
+    LONGS_EQUAL(0, qt_cg_diff(kTiny, "configgen/configs/runs/test-next-lb.yml", &o2, &differs,
+                              err, sizeof err));
+    LONGS_EQUAL(1, differs);
+    std::string s(o2.p);
+    CHECK(s.find("== tensors: 0 changed, 0 only in A, 1 only in B ==") != std::string::npos);
+    CHECK(s.find("== microbatch schedule: ops 8 only in A, 9 only in B") != std::string::npos);
+    qt_cg_buf_free(&o2);
+}
+
+TEST(CgDiff, MissingInputIsAnError)
+{
+    qt_cg_buf out = {NULL, 0, 0};
+    int differs = -1;
+    char err[1024] = "";
+    LONGS_EQUAL(-1, qt_cg_diff("configgen/configs/runs/no-such-run.yml", kTiny, &out, &differs,
+                               err, sizeof err));
+    CHECK(strstr(err, "no-such-run.yml: no such file") != NULL);
+    qt_cg_buf_free(&out);
+}
+
+// With expert parallelism the flat vector has a range per reduction pattern: the ZeRO-1
+// figures of each report must still be what the other setting actually plans.
+TEST(CgReport, Zero1AlternativeMatchesThePlanUnderExpertParallelism)
+{
+    const char *run = "configgen/configs/runs/mesh-next-dp2ep2.yml";
+    CgPlan off, on;
+    char *over[] = {(char *)"shard_optimizer_over_data=true"};
+    LONGS_EQUAL(0, off.build(run));
+    LONGS_EQUAL(0, on.build(run, 1, over));
+    CHECK(!off.s.zero1 && on.s.zero1);
+    CHECK(off.g.n_ranges > 1);
+    const std::string roff = report_of(off), ron = report_of(on);
+    LONGS_EQUAL(8 * off.g.adam_elems, bytes_line(roff, "adam m + v"));
+    LONGS_EQUAL(8 * on.g.adam_elems, bytes_line(ron, "adam m + v"));
+    LONGS_EQUAL(8 * on.g.adam_elems, bytes_line(roff, "ZeRO-1 on:"));
+    LONGS_EQUAL(8 * off.g.adam_elems, bytes_line(ron, "ZeRO-1 off:"));
+    int found = 0;
+    for (const std::string &l : report_section(roff, "collectives per step"))
+        found += l.find("expert all-to-all exchanges per microbatch") != std::string::npos;
+    LONGS_EQUAL(1, found);
+}
