@@ -27,8 +27,32 @@ static struct {
     int data_open;
     FILE *metrics;
     const qt_plan *plan;       /* set once the runtime is initialised: report memory at exit */
-    int rank;
+    int rank, size;
+    /* collective counters (qt_comm_stats) when the steps began, and the steps' own time:
+     * the exit line reports the steps alone, not start-up (plan check, loading) */
+    int steps_run;
+    int64_t coll_bytes0, coll_calls0;
+    double coll_s0, step_s;
 } qt_main_state;
+
+/* On rank 0 of a multi-rank run that trained: one line with the collective traffic of the
+ * training steps. The counters are this rank's own (bytes it sent, seconds it spent inside
+ * collective calls, waiting included); the plans are symmetric, so every rank of a group
+ * sends about as much. */
+static void qt_main_comm_print(FILE *f)
+{
+    if (qt_main_state.size < 2 || qt_main_state.rank != 0 || !qt_main_state.steps_run) return;
+    int64_t bytes = 0, calls = 0;
+    double secs = 0.0;
+    qt_comm_stats(&bytes, &secs, &calls);
+    bytes -= qt_main_state.coll_bytes0;
+    calls -= qt_main_state.coll_calls0;
+    secs -= qt_main_state.coll_s0;
+    double share = qt_main_state.step_s > 0.0 ? 100.0 * secs / qt_main_state.step_s : 0.0;
+    fprintf(f, "qtrain: collectives: %lld calls, %.2f MiB sent per rank, %.3f s (%.1f%% of the "
+            "step time) over %d steps; rank 0's own bytes and time\n", (long long)calls,
+            (double)bytes / (1024.0 * 1024.0), secs, share, qt_main_state.steps_run);
+}
 
 static int qt_main_finish(int code)
 {
@@ -41,6 +65,7 @@ static int qt_main_finish(int code)
     }
     if (qt_main_state.data_open) qt_data_close(&qt_main_state.data);
     if (qt_main_state.plan && qt_main_state.rank == 0) {
+        qt_main_comm_print(stderr);
         qt_runtime_profile_print(stderr);
         qt_runtime_memory_print(stderr, qt_main_state.plan);
     }
@@ -126,6 +151,7 @@ int main(int argc, char **argv)
     if (qt_runtime_init(p, &opts) != QT_OK) return qt_main_finish(QT_EXIT_ERR);
     qt_main_state.plan = p;
     qt_main_state.rank = rank;
+    qt_main_state.size = size;
     qt_runtime_profile_enable(cli.profile);
     if (rank == 0) qt_runtime_banner(stderr, p, qt_comm_backend());
 
@@ -187,13 +213,24 @@ int main(int argc, char **argv)
     int64_t step = start;
     double first_loss = 0.0, last_loss = 0.0;
     if (step < end) {
+        qt_comm_stats(&qt_main_state.coll_bytes0, &qt_main_state.coll_s0,
+                      &qt_main_state.coll_calls0);
         qt_runtime_mark_steps(1);
         for (; step < end; step++) {
-            if (qt_runtime_step(p, &qt_main_state.data, step, &m) != QT_OK) {
+            int rc = qt_runtime_step(p, &qt_main_state.data, step, &m);
+            if (rc != QT_OK) {
                 qt_runtime_mark_steps(0);
                 fprintf(stderr, "qtrain: step %lld failed\n", (long long)step);
+                /* a silent peer (qt_coll.h): our messages are still posted and the peer
+                 * may never answer, so MPI_Finalize could wait forever; end the job */
+                if (rc == QT_E_COMM && size > 1) {
+                    fflush(NULL);
+                    qt_comm_abort(QT_EXIT_ERR);
+                }
                 return qt_main_finish(QT_EXIT_ERR);
             }
+            qt_main_state.steps_run++;
+            qt_main_state.step_s += m.step_seconds;
             if (rank == 0) {
                 if (qt_main_state.metrics && qt_main_metrics(&m, cli.metrics) != QT_OK) {
                     qt_runtime_mark_steps(0);

@@ -1,0 +1,129 @@
+# 75_mesh_faults.sh - faults on a mesh under mpiexec (sourced by run_all.sh): a killed rank,
+# a silent (stopped) rank, and the no-heap contract of 30_memory.sh on every rank of a mesh.
+#
+# A killed rank must end the whole job within seconds with a non-zero code, and the last
+# checkpoint written before the kill must be intact (byte-identical to an uninterrupted run
+# to the same step) and loadable by the one-rank binary of the same model. A stopped rank
+# must not hang the others: with comm_timeout=2 the live rank names the silent one and ends
+# the job. Every mpiexec runs under `timeout`, and every rank started here is continued and
+# killed afterwards, so no fault leaves a process behind or hangs the suite.
+export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
+FAULT_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
+FAULT_RUN=mesh-next-dp2
+
+# fault_pids TAG: pids of the ranks (not mpiexec) whose command line contains TAG
+fault_pids() {
+  pgrep -f "^build/$FAULT_RUN/qtrain .*$1" || true
+}
+
+# fault_rank_pid TAG RANK: pid of rank RANK (hydra's PMI_RANK) of the job tagged TAG
+fault_rank_pid() {
+  local p
+  for p in $(fault_pids "$1"); do
+    tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "PMI_RANK=$2" && { echo $p; return 0; }
+  done
+  return 1
+}
+
+# fault_wait_lines FILE N: wait (at most 30 s) until FILE has N lines
+fault_wait_lines() {
+  local i
+  for i in $(seq 300); do
+    [ -f "$1" ] && [ "$(wc -l < "$1")" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  echo "$1: fewer than $2 lines after 30 s"; return 1
+}
+
+# fault_cleanup TAG: continue and kill whatever is left of the job tagged TAG
+fault_cleanup() {
+  local p
+  for p in $(fault_pids "$1"); do kill -CONT $p 2>/dev/null; kill -KILL $p 2>/dev/null; done
+  return 0
+}
+
+fault_now() { date +%s.%N; }
+fault_secs() { awk -v a=$1 -v b=$2 'BEGIN { printf "%.2f", b - a }'; }
+
+# A DP2 run saving every 50 steps; rank 0 (the writer) is SIGKILLed once several
+# checkpoints exist, so the kill may land in the middle of a save.
+mesh_dead_rank() {
+  local d=$QT_TMP/faults tag
+  mkdir -p $d
+  tag=$d/kill.jsonl
+  rm -f $d/kill.safetensors
+  timeout 60 mpiexec -n 2 build/$FAULT_RUN/qtrain data=$FAULT_DATA steps=1000000 seed=11 \
+      save=$d/kill.safetensors save_every=50 metrics=$tag > $d/kill.log 2>&1 &
+  local job=$!
+  fault_wait_lines $tag 300 || { fault_cleanup $tag; wait $job; cat $d/kill.log; return 1; }
+  local victim
+  victim=$(fault_rank_pid $tag 0) || { echo "rank 0 not found"; fault_cleanup $tag; wait $job; return 1; }
+  local t0 t1 rc
+  t0=$(fault_now); kill -KILL $victim; wait $job; rc=$?; t1=$(fault_now)
+  local left
+  left=$(fault_pids $tag)
+  fault_cleanup $tag
+  grep -v '^step' $d/kill.log | tail -n 8
+  echo "rank 0 (pid $victim) killed after $(wc -l < $tag) steps: mpiexec exit $rc after $(fault_secs $t0 $t1) s"
+  [ -z "$left" ] || { echo "ranks left running after mpiexec ended: $left"; return 1; }
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a non-zero exit, not a timeout"; return 1; }
+  awk -v a=$t0 -v b=$t1 'BEGIN { exit !(b - a < 5) }' || { echo "the job took 5 s or more to end"; return 1; }
+  # the checkpoint: its step is a multiple of save_every, and it equals the checkpoint of an
+  # uninterrupted run to that step, byte for byte (the metadata names step and plan)
+  local k
+  k=$(head -c 4096 $d/kill.safetensors | grep -ao '"step":"[0-9]*"' | grep -o '[0-9]\+') ||
+      { echo "no checkpoint metadata"; return 1; }
+  echo "checkpoint at step $k"
+  [ "$k" -gt 0 ] && [ $((k % 50)) -eq 0 ] || { echo "step $k is not a save_every point"; return 1; }
+  timeout 60 mpiexec -n 2 build/$FAULT_RUN/qtrain data=$FAULT_DATA steps=$k seed=11 \
+      save=$d/ref.safetensors > $d/ref.log 2>&1 || { tail -n 5 $d/ref.log; return 1; }
+  cmp $d/kill.safetensors $d/ref.safetensors || { echo "checkpoint differs from an uninterrupted run"; return 1; }
+  # and the one-rank binary of the same model loads it and trains on (steps=k+2 trains
+  # whether the optimizer state resumes at step k or is skipped and training restarts at 0)
+  timeout 60 build/mesh-next-1r/qtrain load=$d/kill.safetensors data=$FAULT_DATA \
+      steps=$((k + 2)) > $d/load.log 2>&1 || { cat $d/load.log; return 1; }
+  grep -v '^step' $d/load.log | tail -n 4
+  grep -q "qtrain: trained steps [0-9]*\.\.$((k + 2)):" $d/load.log
+}
+check "mesh: a SIGKILLed rank ends the job in < 5 s, non-zero; the last save_every checkpoint is intact and loads on one rank" mesh_dead_rank
+
+# A DP2 run with comm_timeout=2 whose rank 1 is SIGSTOPped: rank 0 must name it and end
+# the job (MPI_Abort), well within 10 s.
+mesh_silent_rank() {
+  local d=$QT_TMP/faults tag
+  mkdir -p $d
+  tag=$d/stop.jsonl
+  timeout 30 mpiexec -n 2 build/$FAULT_RUN/qtrain data=$FAULT_DATA steps=1000000 seed=11 \
+      comm_timeout=2 metrics=$tag > $d/stop.log 2>&1 &
+  local job=$!
+  fault_wait_lines $tag 20 || { fault_cleanup $tag; wait $job; cat $d/stop.log; return 1; }
+  local victim
+  victim=$(fault_rank_pid $tag 1) || { echo "rank 1 not found"; fault_cleanup $tag; wait $job; return 1; }
+  local t0 t1 rc
+  t0=$(fault_now); kill -STOP $victim; wait $job; rc=$?; t1=$(fault_now)
+  local left
+  left=$(fault_pids $tag)
+  fault_cleanup $tag
+  grep -v '^step' $d/stop.log | tail -n 6
+  echo "rank 1 (pid $victim) stopped: mpiexec exit $rc after $(fault_secs $t0 $t1) s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a non-zero exit, not a timeout"; return 1; }
+  awk -v a=$t0 -v b=$t1 'BEGIN { exit !(b - a <= 10) }' || { echo "the job took more than 10 s to end"; return 1; }
+  grep -q "no answer from rank 1" $d/stop.log || { echo "no message naming rank 1"; return 1; }
+  [ -z "$left" ] || { echo "ranks left running after mpiexec ended: $left"; return 1; }
+}
+check "mesh: a SIGSTOPped rank is named and the job ends within 10 s (comm_timeout=2), nothing lingers" mesh_silent_rank
+
+# 30_memory.sh's contract on every rank of a mesh: the audit library is preloaded into the
+# ranks only (-genv), and each rank must report zero allocation calls during the steps
+# (collectives included).
+mesh_no_heap_in_steps() {
+  local run=$1 out=$QT_TMP/heap-$1.txt
+  timeout 60 mpiexec -n 2 -genv LD_PRELOAD=$PWD/build/tools/libheap_audit.so build/$run/qtrain \
+      steps=3 data=$FAULT_DATA metrics=$QT_TMP/heap-$run.jsonl 2> $out
+  local rc=$?
+  grep -v '^step' $out
+  [ $rc -eq 0 ] && [ "$(grep -cx 'heap audit: 0 allocation calls during steps' $out)" -eq 2 ]
+}
+for run in mesh-next-dp2 mesh-next-fsdp2; do
+  check "mesh: no heap allocation during steps on either rank of $run (malloc interposed)" mesh_no_heap_in_steps $run
+done
