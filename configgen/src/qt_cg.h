@@ -201,6 +201,7 @@ typedef struct qt_cg_graph {
     qt_flat_range ranges[QT_MAX_RANGES];
     int64_t params_offset, grads_offset, adam_m_offset, adam_v_offset;
     int64_t comm_scratch_offset, comm_scratch_elems;
+    int64_t staging_offset, staging_elems;     /* checkpoint staging (multi-rank only) */
     int32_t n_tree_levels;
     int64_t tree_offset[QT_MAX_TREE_LEVELS];
     int64_t leaf_scratch_offset, leaf_scratch_elems;

@@ -170,6 +170,9 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
                      "    .comm_scratch_elems = %lldll,\n", (long long)g->n_flat,
                      (unsigned)s->batch_mask, (unsigned)s->opt_mask, (long long)g->adam_elems,
                      (long long)g->comm_scratch_offset, (long long)g->comm_scratch_elems);
+    if (g->staging_elems) /* multi-rank only: one-rank plan.c files stay as they were */
+        qt_cg_buf_printf(b, "    .staging_offset = %lldll,\n    .staging_elems = %lldll,\n",
+                         (long long)g->staging_offset, (long long)g->staging_elems);
     qt_cg_buf_printf(b, "    .n_ranges = %d,\n    .ranges = {", g->n_ranges);
     for (int i = 0; i < g->n_ranges; i++) {
         const qt_flat_range *r = &g->ranges[i];

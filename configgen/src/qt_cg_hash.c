@@ -37,6 +37,8 @@ uint64_t qt_cg_hash(const qt_cg_graph *g)
     memcpy(p.ranges, g->ranges, sizeof p.ranges);
     p.comm_scratch_offset = g->comm_scratch_offset;
     p.comm_scratch_elems = g->comm_scratch_elems;
+    p.staging_offset = g->staging_offset;
+    p.staging_elems = g->staging_elems;
     p.params_offset = g->params_offset;
     p.grads_offset = g->grads_offset;
     p.adam_m_offset = g->adam_m_offset;

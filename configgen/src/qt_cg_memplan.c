@@ -157,7 +157,20 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
     g->comm_scratch_offset = ALIGN_UP(g->leaf_scratch_offset + 4 * g->leaf_scratch_elems,
                                       (int64_t)QT_TENSOR_ALIGN);
     g->comm_scratch_elems = g->s->batch_mask ? QT_CG_COMM_SCRATCH : 0;
-    g->act_offset = ALIGN_UP(g->comm_scratch_offset + 4 * g->comm_scratch_elems,
+    /* Checkpoint staging (multi-rank plans only, so one-rank plans keep their layout): the
+     * largest parameter in its global layout, plus 16 floats for the gather's cover check
+     * (firmware/runtime/ckpt_gather.c). */
+    int64_t stage_need = 0;
+    for (int p = 0; p < g->np; p++) {
+        const qt_tensor *t = &g->ts[g->ps[p].tensor].t;
+        int64_t gn = 1;
+        for (int d = 0; d < t->ndim; d++) gn *= t->global_shape[d];
+        if (gn > stage_need) stage_need = gn;
+    }
+    g->staging_offset = ALIGN_UP(g->comm_scratch_offset + 4 * g->comm_scratch_elems,
+                                 (int64_t)QT_TENSOR_ALIGN);
+    g->staging_elems = g->s->n_ranks > 1 ? ALIGN_UP(stage_need, 16) + 16 : 0;
+    g->act_offset = ALIGN_UP(g->staging_offset + 4 * g->staging_elems,
                              (int64_t)QT_TENSOR_ALIGN);
     for (int p = 0; p < g->np; p++)
         g->ts[g->ps[p].tensor].t.offset = g->params_offset + 4 * g->ps[p].flat_offset;
@@ -214,7 +227,7 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
         return qt_cg_fail(err, errlen, "gradient region at %lld is not the top tree level "
                           "(%lld)", (long long)g->grads_offset,
                           (long long)g->tree_offset[lv - 1]);
-    enum { NREG = 5 + QT_MAX_TREE_LEVELS };
+    enum { NREG = 6 + QT_MAX_TREE_LEVELS };
     int64_t lo[NREG], hi[NREG];
     const int64_t pb = 4 * g->n_flat, ab = 4 * g->adam_elems;
     int64_t cover = 0, adam_sum = 0;
@@ -238,6 +251,7 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
     lo[n] = g->adam_v_offset, hi[n] = lo[n] + ab, n++;
     lo[n] = g->leaf_scratch_offset, hi[n] = lo[n] + 4 * g->leaf_scratch_elems, n++;
     lo[n] = g->comm_scratch_offset, hi[n] = lo[n] + 4 * g->comm_scratch_elems, n++;
+    lo[n] = g->staging_offset, hi[n] = lo[n] + 4 * g->staging_elems, n++;
     for (int l = 0; l < lv; l++) lo[n] = g->tree_offset[l], hi[n] = lo[n] + pb, n++;
     for (int i = 0; i < n; i++) {
         if (lo[i] < 0 || lo[i] % QT_TENSOR_ALIGN || hi[i] > g->act_offset)

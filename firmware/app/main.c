@@ -113,6 +113,35 @@ static int64_t qt_main_data_pos(const qt_plan *p, int64_t step)
     return step * p->train.global_batch;
 }
 
+/* A checkpoint (grads = 0) or gradient dump (grads = 1): collective on a mesh, every rank
+ * calls it and rank 0 writes. A silent peer leaves messages posted (qt_coll.h), so the job
+ * ends here rather than in an MPI_Finalize that may never return. */
+static int qt_main_save(const qt_plan *p, const char *path, int grads, int64_t step)
+{
+    int rc = grads ? qt_checkpoint_save_grads(p, path)
+                   : qt_checkpoint_save(p, path, 1, step, qt_main_data_pos(p, step));
+    if (rc == QT_E_COMM && p->n_ranks > 1) {
+        fflush(NULL);
+        qt_comm_abort(QT_EXIT_ERR);
+    }
+    return rc;
+}
+
+/* Every rank loads by itself; on a mesh they then agree, so one rank that cannot read the
+ * file stops the whole job now instead of leaving its peers waiting in the first step. */
+static int qt_main_load_agree(const qt_plan *p, int rc, const char *path)
+{
+    if (p->n_ranks < 2) return rc;
+    int64_t bad = rc != QT_OK;
+    if (qt_coll_sum_i64(QT_COLL_ALL, &bad, 1) != QT_OK) {
+        fflush(NULL);
+        qt_comm_abort(QT_EXIT_ERR);
+    }
+    if (bad && rc == QT_OK)
+        rc = qt_fail(QT_E_IO, "%s: %lld other rank(s) failed to load it", path, (long long)bad);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     int rank = 0, size = 1;
@@ -140,13 +169,6 @@ int main(int argc, char **argv)
     if (qt_comm_check_same(p->hash) != QT_OK || qt_comm_mesh_init(p->mesh, rank, size) != QT_OK)
         return qt_main_finish(QT_EXIT_ERR);
     if (cli.comm_timeout > 0) qt_comm_set_deadline(cli.comm_timeout);
-    /* Optimizer state split over ranks (fsdp, ZeRO-1) is not gathered for checkpoints yet */
-    if (p->opt_mask && (cli.save || cli.dump_grads)) {
-        qt_fail(QT_E_ARG, "%s=: plan %s splits the optimizer state over ranks (fsdp or "
-                "shard_optimizer_over_data); saving from such a mesh is not supported yet",
-                cli.save ? "save" : "dump_grads", p->run_name);
-        return qt_main_finish(QT_EXIT_ARG);
-    }
     qt_run_opts opts = {cli.seed, cli.learning_rate, 0, rank, size};
     if (qt_runtime_init(p, &opts) != QT_OK) return qt_main_finish(QT_EXIT_ERR);
     qt_main_state.plan = p;
@@ -162,11 +184,9 @@ int main(int argc, char **argv)
 
     int64_t start = 0, data_pos = 0;
     if (cli.load) {
-        /* optimizer blocks split over ranks are not restored yet: weights only, with a note */
-        if (p->opt_mask && rank == 0)
-            qt_note("%s: plan %s splits the optimizer state over ranks; only the weights are "
-                    "loaded and training starts at step 0", cli.load, p->run_name);
-        if (qt_checkpoint_load(p, cli.load, !p->opt_mask, &start, &data_pos) != QT_OK)
+        /* any mesh: each rank keeps its part of the file (checkpoint.c) */
+        if (qt_main_load_agree(p, qt_checkpoint_load(p, cli.load, 1, &start, &data_pos),
+                               cli.load) != QT_OK)
             return qt_main_finish(QT_EXIT_ERR);
         if (start < 0) {
             fprintf(stderr, "qtrain: %s: step %lld in the metadata is negative\n", cli.load,
@@ -193,7 +213,7 @@ int main(int argc, char **argv)
     if (cli.dump_grads) {
         if (qt_runtime_grads(p, &qt_main_state.data, start, &m) != QT_OK)
             return qt_main_finish(QT_EXIT_ERR);
-        if (rank == 0 && qt_checkpoint_save_grads(p, cli.dump_grads) != QT_OK)
+        if (qt_main_save(p, cli.dump_grads, 1, 0) != QT_OK)
             return qt_main_finish(QT_EXIT_ERR);
         if (rank == 0)
             fprintf(stderr, "qtrain: gradients of step %lld written to %s (loss %.9g, grad norm "
@@ -249,8 +269,8 @@ int main(int argc, char **argv)
                         (long long)step + 1, m.loss, m.grad_norm);
                 return qt_main_finish(QT_EXIT_ERR);
             }
-            if (cli.save_every && (step + 1) % cli.save_every == 0 && step + 1 < end && rank == 0 &&
-                qt_checkpoint_save(p, cli.save, 1, step + 1, qt_main_data_pos(p, step + 1)) != QT_OK) {
+            if (cli.save_every && (step + 1) % cli.save_every == 0 && step + 1 < end &&
+                qt_main_save(p, cli.save, 0, step + 1) != QT_OK) {
                 qt_runtime_mark_steps(0);
                 return qt_main_finish(QT_EXIT_ERR);
             }
@@ -260,8 +280,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "qtrain: trained steps %lld..%lld: loss %.6f -> %.6f\n",
                     (long long)start + 1, (long long)end, first_loss, last_loss);
     }
-    if (cli.save && rank == 0 &&
-        qt_checkpoint_save(p, cli.save, 1, step, qt_main_data_pos(p, step)) != QT_OK)
+    if (cli.save && qt_main_save(p, cli.save, 0, step) != QT_OK)
         return qt_main_finish(QT_EXIT_ERR);
     return qt_main_finish(0);
 }

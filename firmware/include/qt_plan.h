@@ -187,6 +187,13 @@ typedef struct qt_plan {
     int64_t adam_elems;            /* floats in each Adam region: the sum of this rank's blocks */
     int64_t comm_scratch_offset;   /* bytes: scratch of the collectives (0 elems: none) */
     int64_t comm_scratch_elems;
+    /* Checkpoint staging (multi-rank plans only; 0 elems on one rank): one parameter in its
+     * GLOBAL layout while checkpoint IO gathers it from, or scatters it to, the ranks
+     * (firmware/runtime/ckpt_gather.c). Bytes; floats = the largest parameter's global
+     * element count rounded up to 16, plus 16 for the gather's cover check. Used only
+     * between steps; disjoint from every other region. */
+    int64_t staging_offset;
+    int64_t staging_elems;
     /* Flat regions, bytes, each n_param_elems floats, pairwise disjoint except that the
      * gradient region IS the top tree level: grads_offset == tree_offset[n_tree_levels-1]
      * (that level is filled by the step's last tree carry and the total is completed there

@@ -8,11 +8,22 @@
  *  - tensor order on disk is plan parameter order, pieces in ckpt_map.c order, regions
  *    params then optimizer.m then optimizer.v, so equal arenas give identical files.
  * A load= directory or *.index.json (Hugging Face sharded checkpoint) goes to
- * ckpt_shards.c, which keeps the same all-or-nothing contract over several files.
- * Sharded plans (a parameter whose local shape differs from its global shape) are refused
- * with QT_E_PLAN: qt_plan.h carries no per-rank shard offsets yet.
+ * ckpt_shards.c, which keeps the same all-or-nothing contract over several files; it is
+ * refused for plans whose parameters are sharded over ranks (experts under expert
+ * parallelism), which need the single-file path.
  * Checkpoints with optimizer state carry "format":"qtrain-1"; weight-only files carry
  * "format":"pt" because transformers refuses safetensors files with another format.
+ *
+ * Meshes (n_ranks > 1). A file is the same on every mesh: global shapes, one copy of each
+ * tensor. Saving is collective: every rank walks the same tensors in file order and
+ * gathers each one through firmware/runtime/ckpt_gather.c (params from the compute copies
+ * or expert shards, m / v / gradients from the optimizer blocks); only world rank 0 opens,
+ * writes and renames the file, and rank 0's result is broadcast so every rank returns the
+ * same code. A save that finds the ranks' parts inconsistent fails without a file. Loading
+ * is local: every rank reads the file itself and keeps its part (qt_ckpt_scatter_*).
+ * Optimizer state resumes when the file's "state_hash" (qt_ckpt_state_hash: everything
+ * that sets the training trajectory, nothing that only sets the mesh or the batch split)
+ * equals the plan's; files without one (older qtrain-1) fall back to the whole-plan hash.
  */
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +34,9 @@
 #include "safetensors.h"
 #include "st_index.h"
 #include "ckpt_shards.h"
+#include "comm/qt_coll.h"
+#include "runtime/qt_ckpt_gather.h"
+#include "qt_ops.h"
 
 #define QT_CKPT_FORMAT "qtrain-1"
 #define QT_OPT_M "optimizer.m."
@@ -36,17 +50,91 @@ static struct {
 
 int qt_ckpt_check_plan(const qt_plan *p, const char *path)
 {
-    for (int32_t i = 0; i < p->n_params; i++) {
-        const qt_tensor *t = &p->tensors[p->params[i].tensor];
-        for (int d = 0; d < t->ndim; d++)
-            if (t->shape[d] != t->global_shape[d])
-                return qt_fail(QT_E_PLAN, "%s: parameter %s is sharded on this rank; "
-                                  "checkpoint IO of sharded plans is not supported", path,
-                                  p->params[i].name);
+    (void)path;
+    for (int32_t i = 0; i < p->n_params; i++)
         if (!qt_ckpt_count(p, i, 0))
             return QT_E_PLAN;
+    return qt_ckpt_dist_check(p);
+}
+
+/* ---- state compatibility hash ---- */
+
+static void qt_sh_bytes(uint64_t *h, const void *b, size_t n)
+{
+    const unsigned char *c = b;
+    for (size_t k = 0; k < n; k++) {
+        *h ^= c[k];
+        *h *= 0x100000001b3ull;
     }
-    return QT_OK;
+}
+
+static void qt_sh_i(uint64_t *h, int64_t v)
+{
+    qt_sh_bytes(h, &v, sizeof v);
+}
+
+static void qt_sh_f(uint64_t *h, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    qt_sh_i(h, u);
+}
+
+uint64_t qt_ckpt_state_hash(const qt_plan *p)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    const qt_model_dims *m = &p->model;
+    const qt_train_cfg *t = &p->train;
+    qt_sh_bytes(&h, "qtrain-state-1", 14);
+    const int64_t mi[] = {m->decoder_block, m->d, m->n_layers, m->vocab, m->cycle,
+                          m->n_q_heads, m->n_kv_heads, m->head_dim, m->rotary_dim,
+                          m->gdn_k_heads, m->gdn_v_heads, m->gdn_k_dim, m->gdn_v_dim,
+                          m->gdn_conv, m->gdn_chunk, m->n_experts, m->top_k, m->moe_dim,
+                          m->shared_dim, t->seq_len, t->global_batch, t->schedule_steps};
+    for (size_t k = 0; k < sizeof mi / sizeof mi[0]; k++) qt_sh_i(&h, mi[k]);
+    const float mf[] = {m->norm_eps, m->rope_theta, t->lr, t->adam_b1, t->adam_b2,
+                        t->adam_eps, t->weight_decay, t->clip, t->warmup_frac,
+                        t->final_frac, t->lb_weight};
+    for (size_t k = 0; k < sizeof mf / sizeof mf[0]; k++) qt_sh_f(&h, mf[k]);
+    qt_sh_i(&h, p->n_params);
+    for (int32_t i = 0; i < p->n_params; i++) {
+        const qt_tensor *x = &p->tensors[p->params[i].tensor];
+        qt_sh_bytes(&h, p->params[i].name, strlen(p->params[i].name) + 1);
+        qt_sh_i(&h, x->ndim);
+        for (int d = 0; d < x->ndim; d++) qt_sh_i(&h, x->global_shape[d]);
+    }
+    /* the init schedule's attributes (rotary tables: dims, theta, mrope sections) and the
+     * delta-rule algorithm (recurrent and chunked round differently) */
+    for (int32_t i = 0; i < p->n_init_ops; i++) {
+        qt_sh_i(&h, p->init_ops[i].kind);
+        for (int k = 0; k < QT_OP_MAX_A; k++) qt_sh_i(&h, p->init_ops[i].a[k]);
+        for (int k = 0; k < QT_OP_MAX_F; k++) qt_sh_f(&h, p->init_ops[i].f[k]);
+    }
+    for (int32_t i = 0; i < p->n_mb_ops; i++)
+        if (p->mb_ops[i].kind == QT_OP_GDN_CORE_FWD) {
+            qt_sh_i(&h, p->mb_ops[i].a[7]);
+            break;
+        }
+    return h;
+}
+
+/* ---- ranks ---- */
+
+/* World rank 0 writes files; on one rank that is this process. */
+static int qt_ckpt_root(const qt_plan *p)
+{
+    return p->n_ranks <= 1 || qt_comm_group_index(QT_COLL_ALL) == 0;
+}
+
+/* Every rank takes rank 0's *code. Returns the collective's own result (QT_E_COMM: abort). */
+static int qt_ckpt_agree(const qt_plan *p, int *code)
+{
+    if (p->n_ranks <= 1)
+        return QT_OK;
+    int64_t v = *code;
+    int rc = qt_coll_broadcast(QT_COLL_ALL, &v, (int64_t)sizeof v, 0);
+    *code = (int)v;
+    return rc;
 }
 
 float *qt_ckpt_region(const qt_plan *p, int64_t region_offset, int32_t i)
@@ -70,34 +158,49 @@ static int qt_save_declare(const qt_plan *p, const char *prefix)
     return QT_OK;
 }
 
-static int qt_save_data(const qt_plan *p, int64_t region_offset)
+/* The pieces of parameter i, whose global tensor is at base. */
+static int qt_save_param(const qt_plan *p, int32_t i, const float *base)
 {
     qt_ckpt_piece pc;
     int rc;
-    for (int32_t i = 0; i < p->n_params; i++) {
-        const float *base = qt_ckpt_region(p, region_offset, i);
-        for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
-            qt_ckpt_piece_at(p, i, 0, k, &pc);
-            if (pc.kind == QT_MAP_IDENT) {
-                if ((rc = qt_st_wwrite(base, 4 * pc.rows * pc.row_len)))
-                    return rc;
-                continue;
-            }
-            for (int64_t r = 0; r < pc.rows; r++)
-                if ((rc = qt_st_wwrite(base + qt_ckpt_plan_row(&pc, r) * pc.row_len,
-                                       4 * pc.row_len)))
-                    return rc;
+    for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
+        qt_ckpt_piece_at(p, i, 0, k, &pc);
+        if (pc.kind == QT_MAP_IDENT) {
+            if ((rc = qt_st_wwrite(base, 4 * pc.rows * pc.row_len)))
+                return rc;
+            continue;
         }
+        for (int64_t r = 0; r < pc.rows; r++)
+            if ((rc = qt_st_wwrite(base + qt_ckpt_plan_row(&pc, r) * pc.row_len,
+                                   4 * pc.row_len)))
+                return rc;
     }
     return QT_OK;
 }
 
-static int qt_save(const qt_plan *p, const char *path, int with_opt, int64_t region,
-                   int64_t step, int64_t data_pos)
+/* Every parameter of region src, gathered tensor by tensor (collective on a mesh); the
+ * root writes each one unless a write already failed (*wrc), and the walk goes on so the
+ * other ranks' collectives are matched. Returns a gather failure; write errors go to *wrc. */
+static int qt_save_data(const qt_plan *p, int src, int root, int *wrc)
+{
+    for (int32_t i = 0; i < p->n_params; i++) {
+        const float *base;
+        int rc = qt_ckpt_gather(p, src, i, &base);
+        if (rc)
+            return rc;
+        if (root && !*wrc)
+            *wrc = qt_save_param(p, i, base);
+    }
+    return QT_OK;
+}
+
+/* Root only: open the temporary, write the metadata and the whole header. */
+static int qt_save_header(const qt_plan *p, const char *path, int with_opt, int64_t step,
+                          int64_t data_pos)
 {
     char num[32];
     int rc;
-    if ((rc = qt_ckpt_check_plan(p, path)) || (rc = qt_st_wopen(path)))
+    if ((rc = qt_st_wopen(path)))
         return rc;
     rc = qt_st_wmeta("format", with_opt ? QT_CKPT_FORMAT : "pt");
     if (!rc) {
@@ -112,6 +215,10 @@ static int qt_save(const qt_plan *p, const char *path, int with_opt, int64_t reg
         snprintf(num, sizeof num, "0x%016llx", (unsigned long long)p->hash);
         rc = qt_st_wmeta("plan_hash", num);
     }
+    if (!rc && with_opt) {
+        snprintf(num, sizeof num, "0x%016llx", (unsigned long long)qt_ckpt_state_hash(p));
+        rc = qt_st_wmeta("state_hash", num);
+    }
     if (!rc)
         rc = qt_st_wmeta("run_name", p->run_name ? p->run_name : "");
     if (!rc)
@@ -120,26 +227,44 @@ static int qt_save(const qt_plan *p, const char *path, int with_opt, int64_t reg
         rc = qt_save_declare(p, QT_OPT_V);
     if (!rc)
         rc = qt_st_wbegin();
-    if (!rc)
-        rc = qt_save_data(p, region);
-    if (!rc && with_opt && !(rc = qt_save_data(p, p->adam_m_offset)))
-        rc = qt_save_data(p, p->adam_v_offset);
-    if (rc) {
-        qt_st_wabort();
+    return rc;
+}
+
+static int qt_save(const qt_plan *p, const char *path, int with_opt, int src, int64_t step,
+                   int64_t data_pos)
+{
+    const int root = qt_ckpt_root(p);
+    int wrc = QT_OK, rc = qt_ckpt_check_plan(p, path);   /* same verdict on every rank */
+    if (rc)
         return rc;
-    }
-    return qt_st_wcommit();
+    if (root)
+        wrc = qt_save_header(p, path, with_opt, step, data_pos);
+    if ((rc = qt_ckpt_agree(p, &wrc)) || wrc)
+        goto out;
+    if (!(rc = qt_save_data(p, src, root, &wrc)) && with_opt &&
+        !(rc = qt_save_data(p, QT_CKS_ADAM_M, root, &wrc)))
+        rc = qt_save_data(p, QT_CKS_ADAM_V, root, &wrc);
+    if (rc)
+        goto out;
+    if (root)
+        wrc = wrc ? wrc : qt_st_wcommit();    /* commit aborts by itself on failure */
+    if (!(rc = qt_ckpt_agree(p, &wrc)))
+        return wrc;
+out:
+    if (root)
+        qt_st_wabort();
+    return rc ? rc : wrc;
 }
 
 int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer, int64_t step,
                        int64_t data_pos)
 {
-    return qt_save(p, path, with_optimizer, p->params_offset, step, data_pos);
+    return qt_save(p, path, with_optimizer, QT_CKS_PARAMS, step, data_pos);
 }
 
 int qt_checkpoint_save_grads(const qt_plan *p, const char *path)
 {
-    return qt_save(p, path, 0, p->grads_offset, 0, 0);
+    return qt_save(p, path, 0, QT_CKS_GRADS, 0, 0);
 }
 
 /* ---- load ---- */
@@ -173,17 +298,20 @@ static int qt_load_check(const qt_plan *p, int h, const char *path, const char *
     return QT_OK;
 }
 
-static void qt_load_copy(const qt_plan *p, int h, const char *prefix, int64_t region)
+/* Each parameter's global tensor goes to its place in the region, or to the staging
+ * region and from there to this rank's part (ckpt_gather.c). */
+static void qt_load_copy(const qt_plan *p, int h, const char *prefix, int src)
 {
     qt_ckpt_piece pc;
     for (int32_t i = 0; i < p->n_params; i++) {
         int fused = qt_fused_in_file(p, h, i, prefix);
-        float *base = qt_ckpt_region(p, region, i);
+        float *base = qt_ckpt_scatter_dst(p, src, i);
         for (int32_t k = 0, n = qt_ckpt_count(p, i, fused); k < n; k++) {
             qt_ckpt_piece_at(p, i, fused, k, &pc);
             snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
             qt_ckpt_copy_piece(h, qt_st_find(h, qt_ck.name), &pc, base);
         }
+        qt_ckpt_scatter_done(p, src, i);
     }
 }
 
@@ -216,7 +344,20 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
         if (!strncmp(qt_st_at(h, k)->name, "optimizer.", 10))
             has_opt = 1;
     *load_opt = want_opt && has_opt;
-    if (*load_opt) {
+    const char *fs = qt_st_meta(h, "state_hash");
+    if (*load_opt && fs) {
+        /* Same model, optimizer, schedule and global batch: the moments resume this plan
+         * bit-exactly whatever mesh or batch split saved them. */
+        char mine[24];
+        snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)qt_ckpt_state_hash(p));
+        if (strcmp(fs, mine)) {
+            qt_note("%s: optimizer state was saved for state hash %s (model, optimizer, "
+                    "schedule, global batch), this plan's is %s; loading the weights only, "
+                    "from step 0", path, fs, mine);
+            *load_opt = 0;
+        }
+    } else if (*load_opt) {
+        /* a file without a state hash: the old rule, the whole plan must be the same */
         const char *fh = qt_st_meta(h, "plan_hash");
         char mine[24];
         snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)p->hash);
@@ -271,8 +412,18 @@ int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
     if ((rc = qt_ckpt_check_plan(p, arg)) ||
         (rc = qt_sx_resolve(arg, qt_ck.path, sizeof qt_ck.path, &is_index)))
         return rc;
-    if (is_index)
+    if (is_index) {
+        for (int32_t i = 0; i < p->n_params; i++) {
+            const qt_tensor *t = &p->tensors[p->params[i].tensor];
+            for (int d = 0; d < t->ndim; d++)
+                if (t->shape[d] != t->global_shape[d])
+                    return qt_fail(QT_E_PLAN, "%s: parameter %s is sharded over ranks in plan "
+                                   "%s; sharded Hugging Face checkpoints load only into plans "
+                                   "without sharded parameters (convert it to one file)",
+                                   path, p->params[i].name, p->run_name ? p->run_name : "?");
+        }
         return qt_ckpt_load_index(p, path, want_optimizer);
+    }
     if ((rc = qt_st_open(path, &h)))
         return rc;
     rc = qt_load_validate(p, h, path, want_optimizer, &load_opt);
@@ -281,10 +432,10 @@ int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
     if (!rc)
         rc = qt_meta_int(h, path, "data_pos", &data_pos);
     if (!rc) {
-        qt_load_copy(p, h, "", p->params_offset);
+        qt_load_copy(p, h, "", QT_CKS_PARAMS);
         if (load_opt) {
-            qt_load_copy(p, h, QT_OPT_M, p->adam_m_offset);
-            qt_load_copy(p, h, QT_OPT_V, p->adam_v_offset);
+            qt_load_copy(p, h, QT_OPT_M, QT_CKS_ADAM_M);
+            qt_load_copy(p, h, QT_OPT_V, QT_CKS_ADAM_V);
         }
         /* The step resumes only together with the moments it belongs to: a weights-only
          * load starts the schedule at step 0. */

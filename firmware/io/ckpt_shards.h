@@ -8,8 +8,9 @@
 #include <stdint.h>
 #include "qt_plan.h"
 
-/* Refuse plans the checkpoint code cannot map (sharded parameters, shapes that do not fit
- * the layouts); QT_OK or QT_E_PLAN with a message naming `path`. */
+/* Refuse plans the checkpoint code cannot map (shapes that do not fit the layouts, a mesh
+ * layout ckpt_gather.c cannot gather); QT_OK or QT_E_PLAN with a message. The same verdict
+ * on every rank of a mesh. */
 int qt_ckpt_check_plan(const qt_plan *p, const char *path);
 /* Parameter i of the float region starting at byte region_offset of the arena. */
 float *qt_ckpt_region(const qt_plan *p, int64_t region_offset, int32_t i);

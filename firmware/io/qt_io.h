@@ -20,8 +20,10 @@
  * layouts, per-expert experts.E.{gate,up,down}_proj) and the fused in-memory expert names
  * (mlp.experts.gate_up_proj [E,2I,H], mlp.experts.down_proj [E,H,I]); F32, BF16 or F16 tensors.
  * mtp.* tensors are skipped with a note on stderr. Missing, extra or mis-shaped tensors are
- * errors naming them. Optimizer state saved by another plan (other hash) is skipped with a
- * note and only the weights load. On success *step_out / *data_pos_out receive the step
+ * errors naming them. Optimizer state saved under another state hash (qt_ckpt_state_hash;
+ * files without one: another plan hash) is skipped with a note and only the weights load.
+ * On a mesh every rank reads the file itself and keeps its own part (its compute copy or
+ * expert shard, its optimizer blocks); no collective runs. On success *step_out / *data_pos_out receive the step
  * metadata when the optimizer state was loaded with it, else 0; they may be NULL.
  * `path` may also be a Hugging Face sharded checkpoint: a *.safetensors.index.json file or
  * a directory holding model.safetensors.index.json (else exactly one *.safetensors file).
@@ -32,12 +34,25 @@ int qt_checkpoint_load(const qt_plan *p, const char *path, int want_optimizer,
 
 /* Write parameters (HF on-disk names of the plan's decoder) and, if with_optimizer, Adam m/v
  * as "optimizer.m.<name>" / "optimizer.v.<name>" plus __metadata__ (format, step, data
- * position, plan hash, run name). Atomic: writes <path>.tmp, fsyncs, renames. */
+ * position, plan hash, state hash (with the optimizer), run name). Atomic: writes
+ * <path>.tmp, fsyncs, renames. On a multi-rank plan every rank must call it (collective:
+ * the tensors are gathered from the ranks' shards and optimizer blocks) and world rank 0
+ * alone writes; every rank returns rank 0's result, or QT_E_COMM after which the job must
+ * be aborted. The file is the one a one-rank run in the same state writes. */
 int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer,
                        int64_t step, int64_t data_pos);
 
-/* Write the flat gradient region (HF on-disk names, F32) to a safetensors file (tests). */
+/* Write the normalised gradient (HF on-disk names, F32) to a safetensors file (dump_grads=,
+ * tests); collective on a mesh like qt_checkpoint_save. */
 int qt_checkpoint_save_grads(const qt_plan *p, const char *path);
+
+/* State compatibility hash: FNV-1a over everything that sets the training trajectory and
+ * the meaning of the optimizer state (model dims, parameter names and global shapes,
+ * rotary tables, delta-rule algorithm, optimizer hyper-parameters, learning-rate schedule,
+ * global batch, sequence length), nothing that only sets the mesh, the batch split (micro
+ * batch x accumulation) or the arena layout. Equal hashes: the saved moments resume this
+ * plan bit-exactly. */
+uint64_t qt_ckpt_state_hash(const qt_plan *p);
 
 /* ---- token data (firmware/io/data.c) ------------------------------------------------- */
 

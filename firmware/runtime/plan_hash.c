@@ -116,6 +116,11 @@ uint64_t qt_plan_hash(const qt_plan *p)
                            p->opt_mask, p->adam_elems, p->comm_scratch_offset,
                            p->comm_scratch_elems};
     for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) qt_fnv_i(&f, lay[i]);
+    /* checkpoint staging: hashed only when present, so one-rank hashes are unchanged */
+    if (p->staging_elems) {
+        qt_fnv_i(&f, p->staging_offset);
+        qt_fnv_i(&f, p->staging_elems);
+    }
     for (int i = 0; i < QT_MAX_TREE_LEVELS; i++) qt_fnv_i(&f, p->tree_offset[i]);
     qt_fnv_i(&f, p->n_ranges);
     for (int32_t i = 0; i < p->n_ranges && i < QT_MAX_RANGES; i++) {

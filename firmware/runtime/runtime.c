@@ -111,7 +111,7 @@ static int qt_runtime_check_region(const qt_plan *p, int64_t off, int64_t elems,
  * n_flat floats, the Adam moments this rank's block of the optimizer group. */
 static int qt_runtime_check_regions(const qt_plan *p)
 {
-    enum { QT_RT_REGIONS = 5 + QT_MAX_TREE_LEVELS };
+    enum { QT_RT_REGIONS = 6 + QT_MAX_TREE_LEVELS };
     int64_t off[QT_RT_REGIONS], elems[QT_RT_REGIONS];
     const char *what[QT_RT_REGIONS];
     if (p->n_tree_levels < 1 || p->n_tree_levels > QT_MAX_TREE_LEVELS)
@@ -139,14 +139,15 @@ static int qt_runtime_check_regions(const qt_plan *p)
         return qt_fail(QT_E_PLAN, "plan %s: the flat ranges cover %lld of %lld elements and "
                        "%lld of %lld Adam elements", p->run_name, (long long)cover,
                        (long long)p->n_flat, (long long)adam, (long long)p->adam_elems);
-    static const char *const names[5] = {"params", "adam m", "adam v", "leaf scratch",
-                                         "comm scratch"};
-    const int64_t fixed[5] = {p->params_offset, p->adam_m_offset, p->adam_v_offset,
-                              p->leaf_scratch_offset, p->comm_scratch_offset};
-    const int64_t sizes[5] = {p->n_flat, p->adam_elems, p->adam_elems, p->leaf_scratch_elems,
-                              p->comm_scratch_elems};
+    static const char *const names[6] = {"params", "adam m", "adam v", "leaf scratch",
+                                         "comm scratch", "checkpoint staging"};
+    const int64_t fixed[6] = {p->params_offset, p->adam_m_offset, p->adam_v_offset,
+                              p->leaf_scratch_offset, p->comm_scratch_offset,
+                              p->staging_offset};
+    const int64_t sizes[6] = {p->n_flat, p->adam_elems, p->adam_elems, p->leaf_scratch_elems,
+                              p->comm_scratch_elems, p->staging_elems};
     int n = 0;
-    for (int i = 0; i < 5; i++, n++) {
+    for (int i = 0; i < 6; i++, n++) {
         off[n] = fixed[i];
         elems[n] = sizes[i];
         what[n] = names[i];

@@ -460,21 +460,90 @@ TEST(io, optimizer_state_round_trip_and_hash_check)
     LONGS_EQUAL(-1, first_diff(want[0], region(0), g_tiny.region_elems));
     CHECK(region(2)[0] == 0.0f);
 
-    // another plan's optimizer state: the weights load, the moments and the step do not,
-    // and the note names both hashes
+    // Another plan with the same trajectory (other mesh, batch split or layout: another
+    // plan hash, the same state hash): the moments and the step resume. This replaces the
+    // old whole-plan-hash rule for files that carry a state hash, so checkpoints move
+    // between meshes.
     g_tiny.plan.hash ^= 1;
+    memset(g_arena, 0, sizeof g_arena);
+    step = -1;
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, f, 1, &step, NULL));
+    LONGS_EQUAL(42, step);
+    LONGS_EQUAL(-1, first_diff(want[1], region(2), g_tiny.region_elems));
+
+    // Another trajectory (here the learning rate): the weights load, the moments and the
+    // step do not, and the note names both state hashes
+    g_tiny.plan.hash ^= 1;
+    char saved_sh[24], other_sh[24];
+    snprintf(saved_sh, sizeof saved_sh, "0x%016llx",
+             (unsigned long long)qt_ckpt_state_hash(&g_tiny.plan));
+    g_tiny.plan.train.lr = 1e-3f;
+    snprintf(other_sh, sizeof other_sh, "0x%016llx",
+             (unsigned long long)qt_ckpt_state_hash(&g_tiny.plan));
+    CHECK(strcmp(saved_sh, other_sh) != 0);
     memset(g_arena, 0, sizeof g_arena);
     qt_clear_notes();
     step = -1;
     pos = -1;
     LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, f, 1, &step, &pos));
-    CHECK(has_note("0x0fedcba987654321") && has_note("0x0fedcba987654320"));
+    CHECK(has_note(saved_sh) && has_note(other_sh));
     CHECK(has_note("loading the weights only"));
     LONGS_EQUAL(0, step);
     LONGS_EQUAL(0, pos);
     LONGS_EQUAL(-1, first_diff(want[0], region(0), g_tiny.region_elems));
     CHECK(region(2)[0] == 0.0f);
     CHECK(region(3)[0] == 0.0f);
+
+    // A file without a state hash (older qtrain-1; rewrite() keeps the other keys) keeps
+    // the old rule: another plan hash loads the weights only, naming both plan hashes
+    g_tiny.plan.train.lr = 0.0f;
+    rewrite(f, path_in("old.safetensors", g_path2), M_NONE);
+    LONGS_EQUAL(QT_OK, qt_st_open(g_path2, &h));
+    CHECK(qt_st_meta(h, "state_hash") == NULL);
+    qt_st_close(h);
+    memset(g_arena, 0, sizeof g_arena);
+    step = -1;
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, g_path2, 1, &step, NULL));
+    LONGS_EQUAL(42, step);
+    LONGS_EQUAL(-1, first_diff(want[2], region(3), g_tiny.region_elems));
+    g_tiny.plan.hash ^= 1;
+    memset(g_arena, 0, sizeof g_arena);
+    qt_clear_notes();
+    step = -1;
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, g_path2, 1, &step, NULL));
+    CHECK(has_note("0x0fedcba987654321") && has_note("0x0fedcba987654320"));
+    CHECK(has_note("loading the weights only"));
+    LONGS_EQUAL(0, step);
+    CHECK(region(2)[0] == 0.0f);
+}
+
+TEST(io, state_hash_ignores_mesh_and_batch_split)
+{
+    // what only sets the mesh, the batch split or the layout leaves the state hash alone;
+    // what sets the trajectory changes it
+    make_plan(0);
+    const uint64_t h0 = qt_ckpt_state_hash(&g_tiny.plan);
+    qt_plan &P = g_tiny.plan;
+    P.hash ^= 0xff;
+    P.n_ranks = 4;
+    P.mesh[QT_MESH_EXPERT] = 4;
+    P.train.micro_batch = 3;
+    P.train.grad_accum = 5;
+    P.train.steps = 99;
+    P.adam_m_offset += 64;
+    g_tiny.t[kGuParam].shape[0] = 1;      // a local expert shard
+    CHECK(qt_ckpt_state_hash(&P) == h0);
+    P.train.global_batch = 8;
+    CHECK(qt_ckpt_state_hash(&P) != h0);
+    P.train.global_batch = 0;
+    P.train.schedule_steps = 7;
+    CHECK(qt_ckpt_state_hash(&P) != h0);
+    P.train.schedule_steps = 0;
+    P.train.adam_b2 = 0.95f;
+    CHECK(qt_ckpt_state_hash(&P) != h0);
+    P.train.adam_b2 = 0.0f;
+    g_tiny.t[kGuParam].global_shape[0] = 4;   // another expert count
+    CHECK(qt_ckpt_state_hash(&P) != h0);
 }
 
 TEST(io, grads_use_gradient_region)
