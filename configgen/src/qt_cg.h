@@ -219,6 +219,9 @@ int qt_cg_op_slot_optional(int kind, int slot);
 int qt_cg_op_class(int kind);
 
 int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen);
+/* 1 for the logical axes whose dims tensor parallelism splits for compute (q_heads,
+ * kv_heads, gdn_head, mlp); other dims sharded over `tensor` only split optimizer state. */
+int qt_cg_tp_axis(int lax);
 int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen);
 void qt_cg_graph_free(qt_cg_graph *g);
 

@@ -18,6 +18,7 @@
 #include "../../firmware/kernels/gdn_core.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/attention.h"
+#include "../../firmware/kernels/matmul_canon.h"
 
 typedef struct qt_cg_ad {
     qt_cg_graph *g;
@@ -134,7 +135,13 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         op = wgrad(ad, QT_OP_RMSNORM_WGRAD, f, f->t[3], QT_NONE);
         put_slots(op, (const int32_t[]){dy, f->t[2], f->t[1], f->t[3]}, 4);
         /* rows per sequence: S tokens times rows per token (heads for q/k norms) */
-        op->a[5] = S * (f->a[0] / (g->s->tr.micro_batch * S));
+        const int64_t heads = f->a[0] / (g->s->tr.micro_batch * S);
+        op->a[5] = S * heads;
+        /* a per-head norm sums over heads (split by tensor parallelism): canonical head
+         * groups of the global head count, this rank's share (qt_ops.def RMSNORM_WGRAD) */
+        /* f->a[6]: the global heads of a per-head norm (graph.c), 0 for the others */
+        const int64_t tp = g->s->mesh[QT_MESH_TENSOR];
+        op->a[6] = f->a[6] > 1 ? qt_canon_blocks(f->a[6], 1) / tp : 0;
         return;
     }
     case QT_OP_MATMUL_FWD: {
@@ -143,10 +150,21 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
             int32_t dx = dgrad(ad, f->t[1]);
             op = bwd(ad, QT_OP_MATMUL_BWD_DATA, f);
             put_slots(op, (const int32_t[]){dx, dy, f->t[2]}, 3);
+            /* a column-parallel projection's data gradient contracts over the split output
+             * features: canonically blocked (f->a[6] blocks, graph's matmul_col) */
+            op->a[3] = f->a[6];
+            op->a[4] = f->a[6] > 0 ? 1 : 0;
+            op->a[5] = f->a[6] > 0 && g->ts[f->t[2]].t.shape[0] != g->ts[f->t[2]].t.global_shape[0]
+                           ? (int64_t)(1u << QT_MESH_TENSOR) : 0;
+            op->a[6] = 0;
+            if (f->a[6] > 0)
+                op->t[3] = bwd_scratch(ad, "canon_scratch", g->ts[dx].t.name,
+                                       QT_CANON_BWD_SCRATCH(f->a[0], f->a[1], f->a[2], f->a[6]));
         }
         op = wgrad(ad, QT_OP_MATMUL_WGRAD, f, f->t[2], QT_NONE);
         put_slots(op, (const int32_t[]){dy, f->t[1], f->t[2]}, 3);
         op->a[3] = S;
+        op->a[4] = op->a[5] = op->a[6] = 0;
         return;
     }
     case QT_OP_SWIGLU_FWD:
@@ -219,6 +237,10 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         op = wgrad(ad, QT_OP_GATED_RMSNORM_WGRAD, f, f->t[4], QT_NONE);
         put_slots(op, (const int32_t[]){dy, f->t[2], f->t[3], f->t[1], f->t[4]}, 5);
         op->a[5] = S;
+        {
+            const int64_t tp = g->s->mesh[QT_MESH_TENSOR];
+            op->a[6] = qt_canon_blocks(f->a[3] * tp, 1) / tp;
+        }
         return;
     }
     case QT_OP_MOE_ROUTE_FWD: {

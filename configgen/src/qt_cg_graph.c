@@ -15,6 +15,7 @@
 #include <string.h>
 #include "qt_cg.h"
 #include "../../firmware/kernels/gdn_chunk.h"
+#include "../../firmware/kernels/matmul_canon.h"
 
 #define SHP(...) ((const int64_t[]){__VA_ARGS__})
 #define AX(...) ((const uint8_t[]){__VA_ARGS__})
@@ -61,7 +62,9 @@ qt_op *qt_cg_emit_op(qt_cg_graph *g, int init, int kind)
 }
 
 typedef struct qt_cg_dims {
-    int64_t b, S, T, d, V, E, k, f, fs, Hq, Hkv, hd, R, Hk, Hv, Dk, Dv, K, r, G, Cc, nch;
+    /* head counts, Cc and fs are this rank's (tensor parallelism splits them tp ways);
+     * parameters are declared with global shapes (x tp) and localised by add_param */
+    int64_t b, S, T, d, V, E, k, f, fs, Hq, Hkv, hd, R, Hk, Hv, Dk, Dv, K, r, G, Cc, nch, tp;
 } qt_cg_dims;
 
 static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64_t *shape,
@@ -72,11 +75,17 @@ static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64
      * shape); other shardings of parameters (fsdp, expert on embed dims) split only the
      * optimizer state, and the compute copy stays whole (design notes in qt_cg_step.c). */
     qt_tensor *pt = &g->ts[t].t;
-    for (int d = 0; d < ndim; d++)
-        if (axes[d] == QT_LAX_EXP && (pt->spec[d] & (1u << QT_MESH_EXPERT))) {
-            pt->shape[d] = pt->global_shape[d] / g->s->mesh[QT_MESH_EXPERT];
-            pt->numel = pt->numel / g->s->mesh[QT_MESH_EXPERT];
-        }
+    for (int d = 0; d < ndim; d++) {
+        int64_t parts = 1;
+        if (axes[d] == QT_LAX_EXP && (pt->spec[d] & (1u << QT_MESH_EXPERT)))
+            parts = g->s->mesh[QT_MESH_EXPERT];
+        /* tensor parallelism splits heads and the shared expert's width (routed expert
+         * widths stay whole for now: their compute is replicated over the tensor axis) */
+        if (qt_cg_tp_axis(axes[d]) && (pt->spec[d] & (1u << QT_MESH_TENSOR)))
+            parts = g->s->mesh[QT_MESH_TENSOR];
+        pt->shape[d] = pt->global_shape[d] / parts;
+        pt->numel = pt->numel / parts;
+    }
     g->ps = qt_cg_grow(g->ps, &g->capp, g->np + 1, sizeof *g->ps);
     qt_param *p = &g->ps[g->np];
     memset(p, 0, sizeof *p);
@@ -96,6 +105,12 @@ static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64
     p->leaves = g->s->tr.micro_batch * g->s->tr.grad_accum;
     g->ts[t].param = g->np++;
     return t;
+}
+
+int qt_cg_tp_axis(int lax)
+{
+    return lax == QT_LAX_Q_HEADS || lax == QT_LAX_KV_HEADS || lax == QT_LAX_GDN_HEAD ||
+           lax == QT_LAX_MLP;
 }
 
 static int32_t proj(qt_cg_graph *g, const char *name, int64_t out, int64_t in, uint8_t ax_out,
@@ -132,6 +147,43 @@ static void matmul(qt_cg_graph *g, int32_t y, int32_t x, int32_t w, const qt_cg_
     op->a[0] = D->T;
     op->a[1] = wt->shape[0];
     op->a[2] = wt->shape[1];
+}
+
+static int32_t scratch(qt_cg_graph *g, const char *name, int64_t n);
+
+/* Canonical blocking of a contraction over dim `dim` of weight w (kernels/matmul_canon.h):
+ * the block count of the global length, this rank's share of it, and the tensor group whose
+ * ranks hold the other blocks (0 when the dim is not split). */
+static void canon_of(const qt_cg_graph *g, int32_t w, int dim, int64_t *nb_local, int64_t *mask)
+{
+    const qt_tensor *wt = &g->ts[w].t;
+    const int64_t nb = qt_canon_blocks(wt->global_shape[dim], 1);
+    const int64_t split = wt->global_shape[dim] / wt->shape[dim];
+    *nb_local = nb / split;
+    *mask = split > 1 ? (int64_t)(1u << QT_MESH_TENSOR) : 0;
+}
+
+/* A row-parallel projection (o_proj, out_proj, shared down): its contraction over the
+ * input features is canonically blocked (and summed over the tensor group when split). */
+static void matmul_row(qt_cg_graph *g, int32_t y, int32_t x, int32_t w, const qt_cg_dims *D)
+{
+    matmul(g, y, x, w, D);
+    qt_op *op = &g->mb[g->nmb - 1];
+    canon_of(g, w, 1, &op->a[3], &op->a[5]);
+    op->a[4] = 1;
+    char n[300];
+    snprintf(n, sizeof n, "%s.canon_scratch", g->ts[y].t.name);
+    op->t[3] = scratch(g, n, QT_CANON_FWD_SCRATCH(op->a[0], op->a[1], op->a[2], op->a[3]));
+}
+
+/* A column-parallel projection (q/k/v_proj, in_proj_qkvz/ba, shared gate/up): its data
+ * gradient's contraction over the output features is canonically blocked; the block count
+ * waits in a6 for autodiff (qt_cg_autodiff.c). */
+static void matmul_col(qt_cg_graph *g, int32_t y, int32_t x, int32_t w, const qt_cg_dims *D)
+{
+    matmul(g, y, x, w, D);
+    int64_t mask;
+    canon_of(g, w, 0, &g->mb[g->nmb - 1].a[6], &mask);
 }
 
 static void rmsnorm(qt_cg_graph *g, int32_t y, int32_t rstd, int32_t x, int32_t w, int64_t rows,
@@ -171,16 +223,23 @@ static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg
     snprintf(pre, sizeof pre, "model.layers.%d.linear_attn.", l);
 #define PN(s) (snprintf(n, sizeof n, "%s%s", pre, s), n)
 #define AN(s) (snprintf(n, sizeof n, "L%d.gdn.%s", l, s), n)
-    int32_t w_qkvz = proj(g, PN("in_proj_qkvz.weight"), D->Hk * D->G, D->d, QT_LAX_GDN_HEAD,
+    int32_t w_qkvz = proj(g, PN("in_proj_qkvz.weight"), D->tp * D->Hk * D->G, D->d, QT_LAX_GDN_HEAD,
                           QT_LAX_EMBED, l);
-    int32_t w_ba = proj(g, PN("in_proj_ba.weight"), 2 * D->Hv, D->d, QT_LAX_GDN_HEAD,
+    int32_t w_ba = proj(g, PN("in_proj_ba.weight"), D->tp * 2 * D->Hv, D->d, QT_LAX_GDN_HEAD,
                         QT_LAX_EMBED, l);
-    int32_t w_conv = add_param(g, PN("conv1d.weight"), 3, SHP(D->Cc, 1, D->K), AX(0, 0, 0),
+    int32_t w_conv = add_param(g, PN("conv1d.weight"), 3, SHP(D->tp * D->Cc, 1, D->K),
+                               AX(QT_LAX_GDN_HEAD, 0, 0),
                                QT_INIT_TRUNC_NORMAL, 1.0 / sqrt((double)D->K), l);
-    int32_t a_log = add_param(g, PN("A_log"), 1, SHP(D->Hv), AX(0), QT_INIT_LOG_UNIFORM, 0, l);
-    int32_t dt_bias = norm_w(g, PN("dt_bias"), D->Hv, QT_INIT_ONES, l);
+    /* the conv channels are [q | k | v] of all heads: each part splits by heads */
+    g->ts[w_conv].t.seg[0] = D->tp * D->Hk * D->Dk;
+    g->ts[w_conv].t.seg[1] = D->tp * D->Hk * D->Dk;
+    g->ts[w_conv].t.seg[2] = D->tp * D->Hv * D->Dv;
+    int32_t a_log = add_param(g, PN("A_log"), 1, SHP(D->tp * D->Hv), AX(QT_LAX_GDN_HEAD),
+                              QT_INIT_LOG_UNIFORM, 0, l);
+    int32_t dt_bias = add_param(g, PN("dt_bias"), 1, SHP(D->tp * D->Hv), AX(QT_LAX_GDN_HEAD),
+                                QT_INIT_ONES, 0.0, l);
     int32_t w_norm = norm_w(g, PN("norm.weight"), D->Dv, QT_INIT_ONES, l);
-    int32_t w_out = proj(g, PN("out_proj.weight"), D->d, D->Hv * D->Dv, QT_LAX_EMBED,
+    int32_t w_out = proj(g, PN("out_proj.weight"), D->d, D->tp * D->Hv * D->Dv, QT_LAX_EMBED,
                          QT_LAX_GDN_HEAD, l);
 
     const uint8_t kvb = QT_LAX_ACT_KV_BATCH, kvh = QT_LAX_ACT_KV_HEADS;
@@ -207,8 +266,8 @@ static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg
                                      SHP(D->b, D->S, D->Hv), AX(kvb, 0, kvh));
 #undef PN
 #undef AN
-    matmul(g, qkvz, h, w_qkvz, D);
-    matmul(g, ba, h, w_ba, D);
+    matmul_col(g, qkvz, h, w_qkvz, D);
+    matmul_col(g, ba, h, w_ba, D);
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_GDN_CONV_FWD);
     op->t[0] = c;
     op->t[1] = cpre;
@@ -254,7 +313,7 @@ static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg
     int64_t na[5] = {D->T, D->Hk, D->Dk, D->Hv, D->Dv};
     memcpy(op->a, na, sizeof na);
     op->f[0] = eps;
-    matmul(g, mix, y, w_out, D);
+    matmul_row(g, mix, y, w_out, D);
 }
 
 static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg_dims *D)
@@ -264,13 +323,14 @@ static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_c
     snprintf(pre, sizeof pre, "model.layers.%d.self_attn.", l);
 #define PN(s) (snprintf(n, sizeof n, "%s%s", pre, s), n)
 #define AN(s) (snprintf(n, sizeof n, "L%d.attn.%s", l, s), n)
-    int32_t wq = proj(g, PN("q_proj.weight"), D->Hq * 2 * D->hd, D->d, QT_LAX_Q_HEADS,
+    int32_t wq = proj(g, PN("q_proj.weight"), D->tp * D->Hq * 2 * D->hd, D->d, QT_LAX_Q_HEADS,
                       QT_LAX_EMBED, l);
-    int32_t wk = proj(g, PN("k_proj.weight"), D->Hkv * D->hd, D->d, QT_LAX_KV_HEADS,
+    int32_t wk = proj(g, PN("k_proj.weight"), D->tp * D->Hkv * D->hd, D->d, QT_LAX_KV_HEADS,
                       QT_LAX_EMBED, l);
-    int32_t wv = proj(g, PN("v_proj.weight"), D->Hkv * D->hd, D->d, QT_LAX_KV_HEADS,
+    int32_t wv = proj(g, PN("v_proj.weight"), D->tp * D->Hkv * D->hd, D->d, QT_LAX_KV_HEADS,
                       QT_LAX_EMBED, l);
-    int32_t wo = proj(g, PN("o_proj.weight"), D->d, D->Hq * D->hd, QT_LAX_EMBED, QT_LAX_MLP, l);
+    int32_t wo = proj(g, PN("o_proj.weight"), D->d, D->tp * D->Hq * D->hd, QT_LAX_EMBED,
+                      QT_LAX_MLP, l);
     int32_t qn_w = norm_w(g, PN("q_norm.weight"), D->hd, QT_INIT_ZEROS, l);
     int32_t kn_w = norm_w(g, PN("k_norm.weight"), D->hd, QT_INIT_ZEROS, l);
 
@@ -297,11 +357,13 @@ static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_c
                          QT_LAX_ACT_EMBED);
 #undef PN
 #undef AN
-    matmul(g, qg, h, wq, D);
-    matmul(g, k0, h, wk, D);
-    matmul(g, v, h, wv, D);
+    matmul_col(g, qg, h, wq, D);
+    matmul_col(g, k0, h, wk, D);
+    matmul_col(g, v, h, wv, D);
     rmsnorm(g, qn, qrstd, qg, qn_w, D->T * D->Hq, D->hd, 2 * D->hd, D->hd, eps);
+    g->mb[g->nmb - 1].a[6] = D->tp * D->Hq;  /* per-head norm: global heads (autodiff) */
     rmsnorm(g, kn, krstd, k0, kn_w, D->T * D->Hkv, D->hd, D->hd, D->hd, eps);
+    g->mb[g->nmb - 1].a[6] = D->tp * D->Hkv;
     int32_t xs[2] = {qn, kn}, ys[2] = {qr, kr};
     int64_t hs[2] = {D->Hq, D->Hkv};
     for (int i = 0; i < 2; i++) {
@@ -331,7 +393,7 @@ static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_c
     op->a[1] = D->Hq * D->hd;
     op->a[2] = QT_GATE_HEADS;
     op->a[3] = D->hd;
-    matmul(g, mix, gated, wo, D);
+    matmul_row(g, mix, gated, wo, D);
 }
 
 /* Expert parallelism (qt_ops.def MOE_DISPATCH_FWD ...): the routed rows of this rank's
@@ -402,11 +464,11 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
     int32_t wd = add_param(g, PN("experts.down_proj"), 3, SHP(D->E, D->d, D->f),
                            AX(QT_LAX_EXP, QT_LAX_EMBED_MOE, QT_LAX_MLP_MOE), QT_INIT_TRUNC_NORMAL,
                            1.0 / sqrt((double)D->f), l);
-    int32_t wsg = proj(g, PN("shared_expert.gate_proj.weight"), D->fs, D->d, QT_LAX_MLP,
+    int32_t wsg = proj(g, PN("shared_expert.gate_proj.weight"), D->tp * D->fs, D->d, QT_LAX_MLP,
                        QT_LAX_EMBED, l);
-    int32_t wsu = proj(g, PN("shared_expert.up_proj.weight"), D->fs, D->d, QT_LAX_MLP,
+    int32_t wsu = proj(g, PN("shared_expert.up_proj.weight"), D->tp * D->fs, D->d, QT_LAX_MLP,
                        QT_LAX_EMBED, l);
-    int32_t wsd = proj(g, PN("shared_expert.down_proj.weight"), D->d, D->fs, QT_LAX_EMBED,
+    int32_t wsd = proj(g, PN("shared_expert.down_proj.weight"), D->d, D->tp * D->fs, QT_LAX_EMBED,
                        QT_LAX_MLP, l);
     int32_t wsgate = proj(g, PN("shared_expert_gate.weight"), 1, D->d, QT_LAX_NONE, QT_LAX_EMBED,
                           l);
@@ -470,14 +532,14 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
     op->a[0] = D->T;
     op->a[1] = D->k;
     op->a[2] = D->d;
-    matmul(g, sa, h2, wsg, D);
-    matmul(g, su, h2, wsu, D);
+    matmul_col(g, sa, h2, wsg, D);
+    matmul_col(g, su, h2, wsu, D);
     op = qt_cg_emit_op(g, 0, QT_OP_SWIGLU_FWD);
     op->t[0] = sh;
     op->t[1] = sa;
     op->t[2] = su;
     op->a[0] = D->T * D->fs;
-    matmul(g, so, sh, wsd, D);
+    matmul_row(g, so, sh, wsd, D);
     matmul(g, sg, h2, wsgate, D);
     op = qt_cg_emit_op(g, 0, QT_OP_SIGMOID_GATE_FWD);
     op->t[0] = sgo;
@@ -511,6 +573,12 @@ static void dims_of(const qt_cg_settings *s, qt_cg_dims *D)
     D->Dk = m->gdn_k_dim;
     D->Dv = m->gdn_v_dim;
     D->K = m->gdn_conv;
+    D->tp = s->mesh[QT_MESH_TENSOR];
+    D->Hq /= D->tp;
+    D->Hkv /= D->tp;
+    D->Hk /= D->tp;
+    D->Hv /= D->tp;
+    D->fs /= D->tp;
     D->r = D->Hv / D->Hk;
     D->G = 2 * D->Dk + 2 * D->r * D->Dv;
     D->Cc = 2 * D->Hk * D->Dk + D->Hv * D->Dv;

@@ -88,35 +88,45 @@ static int overlap_life(const qt_cg_tensor *a, const qt_cg_tensor *b)
 
 int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
 {
-    /* Flat parameter ranges: parameters held by every rank of the expert axis first, then
-     * the routed experts sharded over it (their gradients reduce over a smaller group), each
-     * range padded to equal, 64-byte aligned blocks of its reduction group. One range (and
-     * the parameters in index order) unless experts are sharded. */
+    /* Flat parameter ranges, one per holding pattern: the mesh axes along which ranks hold
+     * different slices of a parameter (routed experts over `expert`, heads and the shared
+     * expert's width over `tensor`); parameters every rank holds whole come first. Their
+     * gradients reduce over the batch axes minus the holding axes. Each range is padded to
+     * equal, 64-byte aligned blocks of its reduction group. One range (and the parameters in
+     * index order) on meshes without expert or tensor parallelism. */
     const qt_cg_settings *st = g->s;
+    uint8_t *hold_of = qt_cg_alloc((size_t)(g->np ? g->np : 1));
+    for (int p = 0; p < g->np; p++) {
+        const qt_tensor *t = &g->ts[g->ps[p].tensor].t;
+        for (int d = 0; d < t->ndim; d++)
+            if (t->shape[d] != t->global_shape[d]) hold_of[p] |= t->spec[d];
+    }
     int64_t off = 0;
     g->n_ranges = 0;
-    for (int cls = 0; cls < 2; cls++) {
+    for (int hold = 0; hold < 256; hold++) {
+        int any = 0;
+        for (int p = 0; p < g->np && !any; p++) any = hold_of[p] == hold;
+        if (!any && hold) continue;
+        if (g->n_ranges == QT_MAX_RANGES) {
+            free(hold_of);
+            return qt_cg_fail(err, errlen, "more than %d parameter holding patterns",
+                              QT_MAX_RANGES);
+        }
         int64_t lo = off;
-        uint8_t hold = 0;
         for (int p = 0; p < g->np; p++) {
-            uint8_t h = 0;
-            const qt_tensor *t = &g->ts[g->ps[p].tensor].t;
-            for (int d = 0; d < t->ndim; d++)
-                if (t->axes[d] == QT_LAX_EXP) h |= (uint8_t)(t->spec[d] & (1u << QT_MESH_EXPERT));
-            if ((h != 0) != cls) continue;
-            hold |= h;
+            if (hold_of[p] != hold) continue;
             g->ps[p].flat_offset = off;
             off += ALIGN_UP(g->ps[p].numel, 16);
         }
-        if (off == lo && cls) continue;
         qt_flat_range *r = &g->ranges[g->n_ranges++];
         r->reduce_mask = (uint8_t)(st->batch_mask & ~hold);
         r->opt_mask = (uint8_t)(st->opt_mask & r->reduce_mask);
-        r->hold_mask = hold;
+        r->hold_mask = (uint8_t)hold;
         r->lo = lo;
         off = lo + ALIGN_UP(off - lo, 16 * qt_cg_group_size(st, r->reduce_mask));
         r->n = off - lo;
     }
+    free(hold_of);
     /* Leaf scratch: the interpreter places one WGRAD op's parameter leaves back to back, so
      * it needs the largest per-op sum (not the two largest parameters overall). */
     int64_t leaf_need = 0;
@@ -156,7 +166,7 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
     g->leaf_scratch_elems = ALIGN_UP(leaf_need, 16);
     g->comm_scratch_offset = ALIGN_UP(g->leaf_scratch_offset + 4 * g->leaf_scratch_elems,
                                       (int64_t)QT_TENSOR_ALIGN);
-    g->comm_scratch_elems = g->s->batch_mask ? QT_CG_COMM_SCRATCH : 0;
+    g->comm_scratch_elems = g->s->n_ranks > 1 ? QT_CG_COMM_SCRATCH : 0;
     /* Checkpoint staging (multi-rank plans only, so one-rank plans keep their layout): the
      * largest parameter in its global layout, plus 16 floats for the gather's cover check
      * (firmware/runtime/ckpt_gather.c). */

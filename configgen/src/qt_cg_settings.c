@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "qt_cg.h"
+#include "../../firmware/kernels/matmul_canon.h"
 
 typedef struct qt_cg_vctx {
     const qt_cg_config *c;
@@ -313,12 +314,11 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
     for (int i = 0; i < 6; i++) {
         int64_t size = iv[i] * dv[i];
         if (i < 5) s->mesh[qt_of[i]] = (int32_t)size;
-        /* data, fsdp and expert execute; tensor, context and pipeline are not planned yet */
-        if (size > 1 && (i == 2 || i >= 4))
+        /* data, fsdp, tensor and expert execute; context and pipeline are not planned */
+        if (size > 1 && i >= 4)
             return bad(v, iv[i] > 1 ? ici[i] : dcn[i], "resolves the %s mesh axis to %lld; "
-                       "qtrain executes data, fsdp and expert parallelism (tensor, context "
-                       "and pipeline parallelism are not planned yet)", axes[i],
-                       (long long)size);
+                       "qtrain executes data, fsdp, tensor and expert parallelism (context "
+                       "and pipeline parallelism are not planned)", axes[i], (long long)size);
         if (size > 1 && (size & (size - 1)))
             return bad(v, iv[i] > 1 ? ici[i] : dcn[i], "resolves the %s mesh axis to %lld; "
                        "expected a power of two (the gradient collectives pair ranks by "
@@ -326,7 +326,38 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
                        axes[i], (long long)size);
     }
     s->n_ranks = (int32_t)n_ranks;
-    const int32_t ep = s->mesh[QT_MESH_EXPERT];
+    const int32_t ep = s->mesh[QT_MESH_EXPERT], tp = s->mesh[QT_MESH_TENSOR];
+    const char *tkey = iv[2] > 1 ? ici[2] : dcn[2];
+    if (tp > 1 && ep > 1)
+        return bad(v, tkey, "tensor parallelism %d together with expert parallelism %d is not "
+                   "planned yet (use one of them)", tp, ep);
+    if (tp > 1) {
+        /* every split count, and every canonical block count of a split contraction or
+         * head-group sum, must divide by the tensor degree (kernels/matmul_canon.h) */
+        const qt_model_dims *m = &s->m;
+        const struct { const char *what; int64_t n; } split[] = {
+            {"base_num_query_heads", m->n_q_heads}, {"base_num_kv_heads", m->n_kv_heads},
+            {"gdn_num_key_heads", m->gdn_k_heads}, {"gdn_num_value_heads", m->gdn_v_heads},
+            {"shared_expert_mlp_dim", m->shared_dim},
+            {"the canonical blocks of o_proj's contraction (heads x head_dim)",
+             qt_canon_blocks(m->n_q_heads * m->head_dim, 1)},
+            {"the canonical blocks of out_proj's contraction (GDN value heads x dim)",
+             qt_canon_blocks(m->gdn_v_heads * m->gdn_v_dim, 1)},
+            {"the canonical blocks of the shared expert's down contraction",
+             qt_canon_blocks(m->shared_dim, 1)},
+            {"the canonical blocks of q_proj's outputs", qt_canon_blocks(2 * m->n_q_heads * m->head_dim, 1)},
+            {"the canonical blocks of k_proj's outputs", qt_canon_blocks(m->n_kv_heads * m->head_dim, 1)},
+            {"the canonical head groups of q_norm", qt_canon_blocks(m->n_q_heads, 1)},
+            {"the canonical head groups of k_norm", qt_canon_blocks(m->n_kv_heads, 1)},
+            {"the canonical head groups of the GDN norm", qt_canon_blocks(m->gdn_v_heads, 1)},
+            {"head_dim", m->head_dim}, {"gdn_value_head_dim", m->gdn_v_dim},
+            {"base_emb_dim", m->d},
+        };
+        for (size_t i = 0; i < sizeof split / sizeof split[0]; i++)
+            if (split[i].n % tp)
+                return bad(v, tkey, "tensor parallelism %d does not divide %s (%lld)", tp,
+                           split[i].what, (long long)split[i].n);
+    }
     if (ep > 1 && s->m.n_experts % ep)
         return bad(v, iv[3] > 1 ? ici[3] : dcn[3], "expert parallelism %d does not divide "
                    "num_experts=%lld (each rank must hold the same number of experts)", ep,
@@ -406,6 +437,8 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
     /* MaxText: per_device_batch_size x ranks x G sequences per step; the batch is split over
      * the data, fsdp and expert axes (tensor ranks share their sequences). */
     s->tr.global_batch = s->tr.micro_batch * s->tr.grad_accum * s->n_ranks;
+    /* a rank processes its batch group's sequences: its own and those of its tensor peers */
+    s->tr.micro_batch *= s->mesh[QT_MESH_TENSOR];
     s->batch_mask = 0;
     s->opt_mask = 0;
     static const int batch_axes[3] = {QT_MESH_DATA, QT_MESH_FSDP, QT_MESH_EXPERT};

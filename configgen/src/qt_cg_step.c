@@ -79,7 +79,7 @@ void qt_cg_step_schedule(qt_cg_graph *g)
     const qt_train_cfg *t = &s->tr;
     const int64_t leaves = t->micro_batch * t->grad_accum, tokens = t->global_batch * t->seq_len;
     g->nstep = 0;
-    if (!s->batch_mask) {
+    if (s->n_ranks == 1) {
         qt_op *fin = step_op(g, QT_OP_GRAD_FINALIZE);
         fin->a[0] = leaves;
         fin->a[1] = tokens;

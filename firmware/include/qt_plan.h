@@ -22,6 +22,7 @@
 
 #define QT_NONE (-1)
 #define QT_MAX_DIMS 4
+#define QT_MAX_SEGS 3
 #define QT_OP_MAX_T 12
 #define QT_OP_MAX_A 10
 #define QT_OP_MAX_F 2
@@ -79,6 +80,10 @@ typedef struct qt_tensor {
     uint8_t spec[QT_MAX_DIMS];     /* bitmask of enum qt_mesh_axis per dim */
     int64_t offset;                /* byte offset into the arena */
     int64_t numel;                 /* local element count */
+    /* A split dim made of several parts split separately (the GDN conv channels: q, k, v):
+     * the parts' global lengths; each rank holds the same share of every part, the parts
+     * back to back. seg[0] = 0: the dim is one part. */
+    int64_t seg[QT_MAX_SEGS];
 } qt_tensor;
 
 typedef struct qt_op {

@@ -68,9 +68,18 @@ void QT_FN(qt_gated_rmsnorm_wgrad)(qt_real *restrict dw, const qt_real *restrict
                                    const qt_real *restrict qkvz, int64_t S, int64_t hk,
                                    int64_t dk, int64_t hv, int64_t dv)
 {
+    QT_FN(qt_gated_rmsnorm_wgrad_heads)(dw, rstd, dy, o, qkvz, S, hk, dk, hv, dv, 0, hv);
+}
+
+void QT_FN(qt_gated_rmsnorm_wgrad_heads)(qt_real *restrict dw, const qt_real *restrict rstd,
+                                         const qt_real *restrict dy, const qt_real *restrict o,
+                                         const qt_real *restrict qkvz, int64_t S, int64_t hk,
+                                         int64_t dk, int64_t hv, int64_t dv, int64_t j0,
+                                         int64_t j1)
+{
     int64_t wq = hk * (2 * dk + 2 * (hv / hk) * dv);
     for (int64_t t = 0; t < S; t++) {
-        for (int64_t j = 0; j < hv; j++) {
+        for (int64_t j = j0; j < j1; j++) {
             int64_t e0 = (t * hv + j) * dv;
             const qt_real *z = qkvz + t * wq + qt_grn_zcol(j, hk, dk, hv, dv);
             qt_real rs = rstd[t * hv + j];

@@ -18,7 +18,8 @@ extern "C" {
  *   dn = (dy*w)*silu(z), and dqkvz z columns += (dy*(n*w))*silu'(z); reads rstd, dy, o,
  *   qkvz, w. Other qkvz columns are not touched.
  * wgrad: rows of one sequence (pointers at its first row, S tokens): accumulates
- *   dw[i] += (dy*n)*silu(z) for t increasing, then j increasing.
+ *   dw[i] += (dy*n)*silu(z) for t increasing, then j increasing; wgrad_heads only over
+ *   value heads [j0, j1) (the canonical head groups of ops_gdn.c).
  * Sums over Dv run in increasing i. */
 #define QT_GATED_RMSNORM_DECLARE(R, SFX)                                                  \
     void qt_gated_rmsnorm_fwd##SFX(R *y, R *rstd, const R *o, const R *qkvz, const R *w,   \
@@ -29,7 +30,11 @@ extern "C" {
                                    int64_t hk, int64_t dk, int64_t hv, int64_t dv);        \
     void qt_gated_rmsnorm_wgrad##SFX(R *dw, const R *rstd, const R *dy, const R *o,        \
                                      const R *qkvz, int64_t S, int64_t hk, int64_t dk,     \
-                                     int64_t hv, int64_t dv);
+                                     int64_t hv, int64_t dv);                              \
+    void qt_gated_rmsnorm_wgrad_heads##SFX(R *dw, const R *rstd, const R *dy, const R *o,  \
+                                           const R *qkvz, int64_t S, int64_t hk,           \
+                                           int64_t dk, int64_t hv, int64_t dv, int64_t j0, \
+                                           int64_t j1);
 
 QT_GATED_RMSNORM_DECLARE(float, )
 QT_GATED_RMSNORM_DECLARE(double, _f64)

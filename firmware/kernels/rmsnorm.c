@@ -53,3 +53,16 @@ void QT_FN(qt_rmsnorm_wgrad)(qt_real *dw, const qt_real *dy, const qt_real *x,
         for (int64_t i = 0; i < n; i++) dw[i] = dw[i] + dyr[i] * (xr[i] * rs);
     }
 }
+
+void QT_FN(qt_rmsnorm_wgrad_heads)(qt_real *dw, const qt_real *dy, const qt_real *x,
+                                   const qt_real *rstd, int64_t T, int64_t H, int64_t h0,
+                                   int64_t h1, int64_t n, int64_t xs, int64_t ys)
+{
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = h0; h < h1; h++) {
+            const int64_t r = t * H + h;
+            const qt_real *xr = x + r * xs, *dyr = dy + r * ys;
+            qt_real rs = rstd[r];
+            for (int64_t i = 0; i < n; i++) dw[i] = dw[i] + dyr[i] * (xr[i] * rs);
+        }
+}

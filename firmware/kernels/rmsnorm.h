@@ -25,6 +25,14 @@ void qt_rmsnorm_bwd(float *dx, const float *dy, const float *x, const float *w,
  * d(1+w)/dw = 1). Accumulates into dw[n]. */
 void qt_rmsnorm_wgrad(float *dw, const float *dy, const float *x, const float *rstd, int64_t R,
                       int64_t n, int64_t xs, int64_t ys);
+/* The same over the rows r = t*H + h of tokens t < T and heads h in [h0, h1) only, t then h
+ * increasing (a canonical head group of a per-head norm, ops_basic.c). Accumulates dw[n]. */
+void qt_rmsnorm_wgrad_heads(float *dw, const float *dy, const float *x, const float *rstd,
+                            int64_t T, int64_t H, int64_t h0, int64_t h1, int64_t n, int64_t xs,
+                            int64_t ys);
+void qt_rmsnorm_wgrad_heads_f64(double *dw, const double *dy, const double *x,
+                                const double *rstd, int64_t T, int64_t H, int64_t h0, int64_t h1,
+                                int64_t n, int64_t xs, int64_t ys);
 
 void qt_rmsnorm_fwd_f64(double *y, double *rstd, const double *x, const double *w, int64_t R,
                         int64_t n, int64_t xs, int64_t ys, int flags, double eps);

@@ -8,6 +8,8 @@
  * interpreter zeroed; the parameter tensor slot is not read (dw[0] replaces it).
  */
 #include "qt_op_fns.h"
+#include "../kernels/matmul_canon.h"
+#include "../comm/qt_coll.h"
 #include "kernels/elementwise.h"
 #include "kernels/embed.h"
 #include "kernels/matmul.h"
@@ -70,23 +72,57 @@ void qt_op_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
 void qt_op_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     int64_t rps = op->a[5], r0 = seq * rps;
-    qt_rmsnorm_wgrad(dw[0], qt_f32(ctx, op->t[0]) + r0 * op->a[3],
-                     qt_f32(ctx, op->t[1]) + r0 * op->a[2], qt_f32(ctx, op->t[2]) + r0, rps,
-                     op->a[1], op->a[2], op->a[3]);
+    const float *dy = qt_f32(ctx, op->t[0]) + r0 * op->a[3], *x = qt_f32(ctx, op->t[1]) + r0 * op->a[2];
+    const float *rstd = qt_f32(ctx, op->t[2]) + r0;
+    if (op->a[6] <= 0) {
+        qt_rmsnorm_wgrad(dw[0], dy, x, rstd, rps, op->a[1], op->a[2], op->a[3]);
+        return;
+    }
+    /* per-head norm: canonical head groups (a6 of them here), rows (t, head) of each */
+    const int64_t S = ctx->plan->train.seq_len, H = rps / S, hpg = H / op->a[6];
+    for (int64_t gi = 0; gi < op->a[6]; gi++) {
+        float *part = qt_op_group_buf(gi, op->a[1]);
+        if (part)
+            qt_rmsnorm_wgrad_heads(part, dy, x, rstd, S, H, gi * hpg, (gi + 1) * hpg, op->a[1],
+                                   op->a[2], op->a[3]);
+    }
+    qt_op_group_finish(ctx, dw[0], op->a[1], op->a[6]);
 }
 
 /* MATMUL_FWD: t0 y, t1 x, t2 W; a0 M, a1 N, a2 K. */
 void qt_op_matmul_fwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_matmul_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                  op->a[0], op->a[1], op->a[2]);
+    float *y = qt_f32(ctx, op->t[0]);
+    const int64_t M = op->a[0], N = op->a[1], K = op->a[2];
+    if (op->a[3] <= 0) {
+        qt_matmul_fwd(y, qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]), M, N, K);
+        return;
+    }
+    qt_matmul_canon_fwd(y, qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]), M, N, K, op->a[4],
+                        op->a[3], qt_f32(ctx, op->t[3]));
+    if (op->a[5]) qt_op_sum_across(ctx, y, M * N, (unsigned)op->a[5]);
 }
 
-/* MATMUL_BWD_DATA: t0 dx (acc), t1 dy, t2 W; a0 M, a1 N, a2 K. */
+/* MATMUL_BWD_DATA: t0 dx (acc), t1 dy, t2 W; a0 M, a1 N, a2 K; canonical blocking a3..a5. */
 void qt_op_matmul_bwd_data(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_matmul_bwd_data(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                       op->a[0], op->a[1], op->a[2]);
+    float *dx = qt_f32(ctx, op->t[0]);
+    const int64_t M = op->a[0], N = op->a[1], K = op->a[2];
+    if (op->a[3] <= 0) {
+        qt_matmul_bwd_data(dx, qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]), M, N, K);
+        return;
+    }
+    float *total = qt_f32(ctx, op->t[3]);
+    qt_matmul_canon_bwd_data(total, qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]), M, N, K,
+                             op->a[4], op->a[3], total);
+    if (op->a[5] && qt_op_sum_across(ctx, total, M * K, (unsigned)op->a[5])) return;
+    for (int64_t i = 0; i < M * K; i++) dx[i] = dx[i] + total[i];
+}
+
+/* ALL_REDUCE: t0 buf (in place), a0 n, a1 group mask. */
+void qt_op_all_reduce(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_op_sum_across(ctx, qt_f32(ctx, op->t[0]), op->a[0], (unsigned)op->a[1]);
 }
 
 /* MATMUL_WGRAD: t0 dy, t1 x; a1 N, a2 K, a3 rows per sequence. */

@@ -142,8 +142,20 @@ void qt_op_gated_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
     int64_t S = a[5], hv = a[3], dv = a[4];
     int64_t wq = qt_gdn_qkvz_width(a[1], a[2], hv, dv);
     /* slots: t0 dy, t1 o, t2 qkvz, t3 rstd, t4 w (param) */
-    qt_gated_rmsnorm_wgrad(dw[0], qt_f32(ctx, t[3]) + seq * S * hv,
-                           qt_f32(ctx, t[0]) + seq * S * hv * dv,
-                           qt_f32(ctx, t[1]) + seq * S * hv * dv,
-                           qt_f32(ctx, t[2]) + seq * S * wq, S, a[1], a[2], hv, dv);
+    const float *rstd = qt_f32(ctx, t[3]) + seq * S * hv, *dy = qt_f32(ctx, t[0]) + seq * S * hv * dv;
+    const float *o = qt_f32(ctx, t[1]) + seq * S * hv * dv, *qkvz = qt_f32(ctx, t[2]) + seq * S * wq;
+    if (a[6] <= 0) {
+        qt_gated_rmsnorm_wgrad(dw[0], rstd, dy, o, qkvz, S, a[1], a[2], hv, dv);
+        return;
+    }
+    /* canonical value-head groups (a6 here; ops_comm.c): the norm weight is shared by heads
+     * that tensor parallelism splits */
+    const int64_t hpg = hv / a[6];
+    for (int64_t gi = 0; gi < a[6]; gi++) {
+        float *part = qt_op_group_buf(gi, dv);
+        if (part)
+            qt_gated_rmsnorm_wgrad_heads(part, rstd, dy, o, qkvz, S, a[1], a[2], hv, dv,
+                                         gi * hpg, (gi + 1) * hpg);
+    }
+    qt_op_group_finish(ctx, dw[0], dv, a[6]);
 }

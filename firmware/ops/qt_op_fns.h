@@ -28,6 +28,19 @@ extern "C" {
 #undef QT_OPD_WGRAD
 #undef QT_OPD_STEP
 
+/* Sum of buf[n] over the ranks of group `mask` (fixed pairing), in place; 0 or QT_E_*, which
+ * is also stored in *ctx->status (ops_comm.c). */
+int qt_op_sum_across(const qt_ctx *ctx, float *buf, int64_t n, unsigned mask);
+
+/* Canonical head groups of per-head norm weight gradients (ops_comm.c): group g's zeroed
+ * partial buffer of n floats (NULL past the limits, which configgen and init check), and
+ * the finish: pairwise tree over the groups, sum across the tensor group when the plan has
+ * one, dw += total. */
+#define QT_OP_MAX_GROUPS 8
+#define QT_OP_GROUP_MAX_N 1024
+float *qt_op_group_buf(int64_t g, int64_t n);
+void qt_op_group_finish(const qt_ctx *ctx, float *dw, int64_t n, int64_t groups);
+
 #ifdef __cplusplus
 }
 #endif

@@ -116,7 +116,25 @@ int64_t qt_global_index(const qt_plan *p, const qt_tensor *t, int64_t local)
     int64_t g = 0;
     for (int d = 0; d < t->ndim; d++) {
         int64_t c = coord[d];
-        if (t->shape[d] != t->global_shape[d]) c += qt_shard_index(p, t->spec[d]) * t->shape[d];
+        if (t->shape[d] != t->global_shape[d]) {
+            const int64_t shard = qt_shard_index(p, t->spec[d]);
+            if (t->seg[0] > 0) {
+                /* parts back to back, each split the same way: find c's part */
+                const int64_t parts = t->global_shape[d] / t->shape[d];
+                int64_t lo_l = 0, lo_g = 0;
+                for (int s = 0; s < QT_MAX_SEGS && t->seg[s] > 0; s++) {
+                    const int64_t len = t->seg[s] / parts;
+                    if (c < lo_l + len) {
+                        c = lo_g + shard * len + (c - lo_l);
+                        break;
+                    }
+                    lo_l += len;
+                    lo_g += t->seg[s];
+                }
+            } else {
+                c += shard * t->shape[d];
+            }
+        }
         g = g * t->global_shape[d] + c;
     }
     return g;

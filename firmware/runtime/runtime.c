@@ -27,6 +27,9 @@
 #include "comm/qt_coll.h"
 #include "math/qt_math.h"
 
+/* Largest group the start-up connection warm-up walks (qt_runtime_warm_comm). */
+#define QT_STEP_MAX_WARM 1024
+
 enum qt_rt_phase { QT_PH_DATA, QT_PH_SCHED, QT_PH_LOSS, QT_PH_STEP, QT_PH_COUNT };
 static const char *const qt_rt_phase_names[QT_PH_COUNT] = {
     "data fill", "schedule (fwd+bwd, see ops)", "loss/token sums",
@@ -265,6 +268,37 @@ static int qt_runtime_validate(const qt_plan *p, const qt_run_opts *o)
     return qt_runtime_check_step(p);
 }
 
+/* UCX connects a pair of ranks lazily, and allocates while doing so, on their first large
+ * message: exchange one with every peer of every group the plan uses before the steps
+ * (the zero-heap contract covers multi-rank steps). Buffers: the params and gradient
+ * regions, which hold nothing yet (parameters are initialised or loaded afterwards). */
+static int qt_runtime_warm_comm(const qt_plan *p)
+{
+    static int64_t cnt[QT_STEP_MAX_WARM], off[QT_STEP_MAX_WARM];
+    unsigned masks[2 * QT_MAX_RANGES + 2];
+    int nm = 0;
+    for (int32_t i = 0; i < p->n_ranges; i++) {
+        masks[nm++] = p->ranges[i].reduce_mask;
+        masks[nm++] = p->ranges[i].opt_mask;
+    }
+    masks[nm++] = p->mesh[QT_MESH_TENSOR] > 1 ? 1u << QT_MESH_TENSOR : 0;
+    masks[nm++] = p->mesh[QT_MESH_EXPERT] > 1 ? 1u << QT_MESH_EXPERT : 0;
+    for (int i = 0; i < nm; i++) {
+        const int64_t r = masks[i] ? qt_comm_group_size(masks[i]) : 1;
+        if (r <= 1 || r > QT_STEP_MAX_WARM) continue;
+        int64_t blk = (4 * p->n_flat) / r;
+        if (blk > (256 << 10)) blk = 256 << 10;
+        for (int64_t j = 0; j < r; j++) {
+            cnt[j] = blk;
+            off[j] = j * blk;
+        }
+        int rc = qt_coll_all_to_all_v(masks[i], p->arena + p->params_offset, cnt, off,
+                                      p->arena + p->grads_offset, cnt, off, 1);
+        if (rc) return rc;
+    }
+    return QT_OK;
+}
+
 int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
 {
     static const qt_run_opts defaults = {0, -1.0f, 0, 0, 1};
@@ -302,6 +336,7 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
     memset(p->arena + p->adam_m_offset, 0, (size_t)p->adam_elems * sizeof(float));
     memset(p->arena + p->adam_v_offset, 0, (size_t)p->adam_elems * sizeof(float));
     qt_interp_run_init(ctx, qt_runtime_table());
+    if (p->n_ranks > 1 && (rc = qt_runtime_warm_comm(p)) != QT_OK) return rc;
     qt_rng_set_rank(o->rank);
     qt_params_init(p, o->seed);
     return QT_OK;

@@ -58,6 +58,6 @@ check "ranks: started on 2 ranks for a 1-rank plan" expect_fail "rank" mpiexec -
 
 # ---- configs (the full table of bad configs is in tests/unit/test_configgen.cpp)
 check "configgen: unknown key suggests the nearest" expect_fail "base_emb_dim" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml base_emb_dimm=64
-check "configgen: tensor parallelism not planned yet" expect_fail "ici_tensor_parallelism" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml num_ranks=2 ici_tensor_parallelism=2
+check "configgen: context parallelism not planned" expect_fail "ici_context_parallelism" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml num_ranks=2 ici_context_parallelism=2
 no_output_on_error() { ! [ -e $B/gen ] || ! ls -A $B/gen | grep -q .; }
 check "configgen: a failed generation writes nothing" no_output_on_error

@@ -1,10 +1,10 @@
-# 70_mesh.sh - mesh execution under mpiexec (sourced by run_all.sh): data, fsdp and expert
-# parallelism, ZeRO-1, explicit and auto, both decoders, each bit-identical to one rank.
+# 70_mesh.sh - mesh execution under mpiexec (sourced by run_all.sh): data, fsdp, tensor and
+# expert parallelism, ZeRO-1, explicit and auto, both decoders, each bit-identical to one rank.
 #
 # Every mesh plan in configgen/configs/runs/mesh-<model>-<mesh>.yml trains the same global
 # batch (4 sequences of 16 tokens, 10 steps) as mesh-<model>-1r; the loss bits and the
 # parameter fingerprint of every step must equal the one-rank run's (design.md section 6:
-# data, fsdp and expert degree changes, explicit vs auto, ZeRO-1 on/off: 0 ulp). Every mpiexec runs
+# data, fsdp, tensor and expert degree changes, explicit vs auto, ZeRO-1 on/off: 0 ulp). Every mpiexec runs
 # under `timeout`, so a hang fails the check instead of the suite.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 MESH_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
@@ -42,9 +42,12 @@ mesh_same() {
   cmp "$d/$model-1r.det" "$d/$model-$mesh.det" && echo "identical to one rank: $(tail -n 1 "$d/$model-$mesh.det")"
 }
 
-# expert parallelism: 4 experts (qwen3-next-tiny) allow EP 4, 6 (qwen3.5-tiny) EP 2
+# expert parallelism: 4 experts (qwen3-next-tiny) allow EP 4, 6 (qwen3.5-tiny) EP 2; tensor
+# parallelism needs the kv heads to split: qwen3-next-tiny (2 kv heads) runs TP 2,
+# qwen3.5-tiny (1 kv head) is refused with a message (test_configgen.cpp)
 for cell in next:dp2:2 next:dp2-auto:2 next:dp4:4 next:fsdp2:2 next:fsdp4-auto:4 \
             next:dp2fsdp2:4 next:dp2-g2-zero1:2 next:ep2:2 next:ep4:4 next:dp2ep2:4 \
+            next:tp2:2 next:tp2-auto:2 next:fsdp2tp2:4 next:dp2tp2:4 \
             35:dp2:2 35:dp2-auto:2 35:dp4:4 35:fsdp2:2 35:fsdp4-auto:4 35:dp2fsdp2:4 \
             35:dp2-g2-zero1:2 35:ep2:2 35:ep2-auto:2 35:dp2ep2:4; do
   model=${cell%%:*}; rest=${cell#*:}; mesh=${rest%%:*}; n=${rest##*:}

@@ -124,6 +124,6 @@ mesh_no_heap_in_steps() {
   grep -v '^step' $out
   [ $rc -eq 0 ] && [ "$(grep -cx 'heap audit: 0 allocation calls during steps' $out)" -eq 2 ]
 }
-for run in mesh-next-dp2 mesh-next-fsdp2; do
+for run in mesh-next-dp2 mesh-next-fsdp2 mesh-next-tp2 mesh-next-ep2; do
   check "mesh: no heap allocation during steps on either rank of $run (malloc interposed)" mesh_no_heap_in_steps $run
 done
