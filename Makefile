@@ -125,13 +125,23 @@ $(BUILD)/plans-musl/%.main.o: generated/%/plan.c
 	@mkdir -p $(@D)
 	$(MUSLCC) $(CFLAGS_FW) -DQT_MUSL -Igenerated/$* -c generated/$*/plan_main.c -o $@
 
-$(BUILD)/%/qtrain: $(FW_OBJ) $(FW_APP_OBJ) $(BUILD)/plans/%.o $(BUILD)/plans/%.main.o linker/arena.ld
+# The qtrain binaries map their arena at start-up, after checking it fits (RLIMIT_AS,
+# MemAvailable): arena_unload takes its segment out of what exec maps (linker/arena_unload.c).
+ARENA_UNLOAD := $(BUILD)/host/arena_unload
+
+$(ARENA_UNLOAD): linker/arena_unload.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_HOST) -o $@ $<
+
+$(BUILD)/%/qtrain: $(FW_OBJ) $(FW_APP_OBJ) $(BUILD)/plans/%.o $(BUILD)/plans/%.main.o linker/arena.ld $(ARENA_UNLOAD)
 	@mkdir -p $(@D)
 	$(CC) -o $@ $(FW_OBJ) $(FW_APP_OBJ) $(BUILD)/plans/$*.o $(BUILD)/plans/$*.main.o $(LINK_ARENA) $(LIBS_GLIBC)
+	$(ARENA_UNLOAD) $@ || { rm -f $@; exit 1; }
 
-$(BUILD)/%/qtrain-static: $(FW_MUSL_OBJ) $(BUILD)/plans-musl/%.o $(BUILD)/plans-musl/%.main.o linker/arena.ld
+$(BUILD)/%/qtrain-static: $(FW_MUSL_OBJ) $(BUILD)/plans-musl/%.o $(BUILD)/plans-musl/%.main.o linker/arena.ld $(ARENA_UNLOAD)
 	@mkdir -p $(@D)
 	$(MUSLCC) -static -o $@ $(FW_MUSL_OBJ) $(BUILD)/plans-musl/$*.o $(BUILD)/plans-musl/$*.main.o $(LINK_ARENA)
+	$(ARENA_UNLOAD) $@ || { rm -f $@; exit 1; }
 
 # ---------------------------------------------------------------- tests and tools
 $(BUILD)/tests/%.o: tests/unit/%.cpp $(wildcard tests/unit/*.h tests/golden/kernels/*.h firmware/include/*.h firmware/*/*.h)

@@ -44,6 +44,23 @@ save_missing_dir() {
 check "save: unwritable destination fails at start-up with its name, nothing written" save_missing_dir
 check "metrics: a failing metrics write (full disk) is an error" expect_fail "writing the metrics file /dev/full failed" $Q steps=2 data=$T metrics=/dev/full
 
+# ---- memory limits
+arena_over_rlimit() {
+  # The bench arena (2 GiB) cannot fit a 1 GB address-space limit: both builds refuse at
+  # start-up with the sizes and the limit, exit 1 (before: a bare SIGSEGV in exec).
+  local bin rc
+  for bin in build/bench/qtrain build/bench/qtrain-static; do
+    ( ulimit -v 1000000; exec $bin steps=1 ) > /dev/null 2> $QT_TMP/err.txt; rc=$?
+    [ $rc -eq 1 ] || { echo "$bin: exit $rc, expected 1"; cat $QT_TMP/err.txt; return 1; }
+    grep -q "plan bench: the arena needs [0-9]* bytes (2044.0 MiB), but the address-space limit RLIMIT_AS (ulimit -v) is 1024000000 bytes" $QT_TMP/err.txt \
+      || { cat $QT_TMP/err.txt; return 1; }
+    echo "ok: $bin: $(head -n 1 $QT_TMP/err.txt)"
+  done
+  # and within the limit it runs
+  ( ulimit -v 3000000; exec build/default/qtrain-static steps=1 ) > /dev/null 2>&1
+}
+check "memory: an arena beyond RLIMIT_AS (ulimit -v) is a message with the sizes, exit 1" arena_over_rlimit
+
 # ---- divergence
 diverged_stops() {
   $Q steps=3 data=$T learning_rate=1e30 save=$B/diverged.safetensors 2> $QT_TMP/err.txt \
