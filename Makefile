@@ -171,7 +171,7 @@ tools: $(TOOLS)
 # ---------------------------------------------------------------- entry points
 run: deps
 	@$(MAKE) --no-print-directory $(BUILD)/$(DEFAULT_RUN)/qtrain
-	./$(BUILD)/$(DEFAULT_RUN)/qtrain steps=$${STEPS:-200} metrics=$(BUILD)/$(DEFAULT_RUN)/metrics.jsonl
+	./$(BUILD)/$(DEFAULT_RUN)/qtrain steps=$${STEPS:-200} metrics=$(BUILD)/$(DEFAULT_RUN)/metrics.jsonl overwrite=1
 
 test: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all

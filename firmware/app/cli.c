@@ -11,13 +11,13 @@
 
 enum qt_cli_key {
     QT_KEY_STEPS, QT_KEY_DATA, QT_KEY_DATA_DTYPE, QT_KEY_LOAD, QT_KEY_SAVE, QT_KEY_SAVE_EVERY,
-    QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_PROFILE, QT_KEY_HELP,
-    QT_KEY_COUNT
+    QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_PROFILE, QT_KEY_OVERWRITE,
+    QT_KEY_HELP, QT_KEY_COUNT
 };
 
 static const char *const qt_cli_names[QT_KEY_COUNT] = {
     "steps", "data", "data_dtype", "load", "save", "save_every", "metrics", "seed",
-    "learning_rate", "dump_grads", "profile", "help"
+    "learning_rate", "dump_grads", "profile", "overwrite", "help"
 };
 
 void qt_cli_usage(FILE *f, const char *prog)
@@ -33,13 +33,16 @@ void qt_cli_usage(FILE *f, const char *prog)
             "                   optimizer state and step resume when present (single file)\n"
             "  save=PATH        write a checkpoint (weights + optimizer) at the end\n"
             "  save_every=N     also save to the save= path every N steps (atomic)\n"
-            "  metrics=PATH     JSON-lines metrics, one line per step\n"
+            "  metrics=PATH     JSON-lines metrics, one line per step; a resumed run appends\n"
+            "                   (the file must end at the step before the resume step)\n"
             "  seed=N           parameter init seed (unsigned decimal, default 0)\n"
             "  learning_rate=X  peak learning rate override (default: the plan's)\n"
             "  dump_grads=PATH  write the first step's normalised gradients, then train on\n"
             "  profile=0|1      1: time every op and optimizer phase (clock_gettime around each\n"
             "                   op) and print ms per step per phase and per op kind at exit;\n"
             "                   adds a little overhead, off by default\n"
+            "  overwrite=0|1    1: replace an existing metrics file (fresh or resumed run), and\n"
+            "                   an existing save=/dump_grads= file that is not a qtrain file\n"
             "  help             this text\n", prog);
 }
 
@@ -161,6 +164,10 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
         case QT_KEY_PROFILE:
             if (strcmp(val, "0") && strcmp(val, "1")) return qt_cli_bad(key, val, "0 or 1");
             c->profile = val[0] == '1';
+            break;
+        case QT_KEY_OVERWRITE:
+            if (strcmp(val, "0") && strcmp(val, "1")) return qt_cli_bad(key, val, "0 or 1");
+            c->overwrite = val[0] == '1';
             break;
         case QT_KEY_DATA: c->data = val; break;
         case QT_KEY_LOAD: c->load = val; break;

@@ -80,6 +80,48 @@ static int qt_main_metrics(const qt_step_metrics *m, const char *path)
     return QT_OK;
 }
 
+/* Opens the metrics file before any training. A resumed run (start > 0) appends, and the
+ * file must end at step start-1 (its "step" counts from 0), so the lines stay one run's
+ * history without gaps or repeats; a fresh run refuses a file that already holds lines.
+ * overwrite=1 replaces the file in both cases. */
+static int qt_main_open_metrics(const qt_cli *cli, int64_t start)
+{
+    const char *path = cli->metrics, *mode = "w";
+    if (!cli->overwrite) {
+        int64_t last = -1;
+        if (qt_metrics_last_step(path, &last) != QT_OK) {
+            fprintf(stderr, "qtrain: metrics=%s: give overwrite=1 to replace the file, or "
+                    "another path\n", path);
+            return QT_E_IO;
+        }
+        if (start > 0) {
+            mode = "a";
+            if (last >= 0 && last != start - 1) {
+                fprintf(stderr, "qtrain: metrics file %s ends at step %lld, but this run "
+                        "resumes at step %lld, so its last step should be %lld; appending "
+                        "would leave a gap or repeat steps (give overwrite=1 to replace the "
+                        "file, or another path)\n", path, (long long)last, (long long)start,
+                        (long long)(start - 1));
+                return QT_E_ARG;
+            }
+        } else if (last >= 0) {
+            fprintf(stderr, "qtrain: metrics file %s already holds steps up to %lld, and this "
+                    "run starts at step 0; refusing to overwrite it (give overwrite=1 to "
+                    "replace it, or another path)\n", path, (long long)last);
+            return QT_E_ARG;
+        }
+    }
+    qt_main_state.metrics = fopen(path, mode);
+    if (!qt_main_state.metrics ||
+        setvbuf(qt_main_state.metrics, qt_main_state.metrics_buf, _IOFBF,
+                sizeof qt_main_state.metrics_buf) != 0) {
+        fprintf(stderr, "qtrain: cannot open metrics file %s for %s\n", path,
+                *mode == 'a' ? "appending" : "writing");
+        return QT_E_IO;
+    }
+    return QT_OK;
+}
+
 /* Data position stored in checkpoints: global sequences consumed before `step`. */
 static int64_t qt_main_data_pos(const qt_plan *p, int64_t step)
 {
@@ -130,6 +172,8 @@ int main(int argc, char **argv)
         if (rank == 0 && start > 0)
             fprintf(stderr, "qtrain: resuming from %s at step %lld\n", cli.load, (long long)start);
     }
+    if (cli.metrics && rank == 0 && qt_main_open_metrics(&cli, start) != QT_OK)
+        return qt_main_finish(QT_EXIT_ERR);
     int64_t end = cli.steps >= 0 ? cli.steps : p->train.steps;
     if (rank == 0 && end > p->train.schedule_steps)
         fprintf(stderr, "qtrain: note: steps=%lld goes past the plan's learning-rate schedule "
@@ -146,16 +190,6 @@ int main(int argc, char **argv)
         if (rank == 0)
             fprintf(stderr, "qtrain: gradients of step %lld written to %s (loss %.9g, grad norm "
                     "%.9g)\n", (long long)start, cli.dump_grads, m.loss, m.grad_norm);
-    }
-
-    if (cli.metrics && rank == 0) {
-        qt_main_state.metrics = fopen(cli.metrics, "w");
-        if (!qt_main_state.metrics ||
-            setvbuf(qt_main_state.metrics, qt_main_state.metrics_buf, _IOFBF,
-                    sizeof qt_main_state.metrics_buf) != 0) {
-            fprintf(stderr, "qtrain: cannot open metrics file %s for writing\n", cli.metrics);
-            return qt_main_finish(QT_EXIT_ERR);
-        }
     }
 
     int64_t step = start;

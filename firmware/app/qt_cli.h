@@ -21,6 +21,7 @@ typedef struct qt_cli {
     uint64_t seed;
     float learning_rate;       /* < 0: the plan's */
     int profile;               /* 1: per-op / per-phase timing printed at exit */
+    int overwrite;             /* 1: replace existing metrics / non-qtrain save targets */
     int help;
 } qt_cli;
 

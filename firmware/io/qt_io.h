@@ -85,6 +85,10 @@ typedef struct qt_step_metrics {
 /* One JSON object per line: {"step":..,"loss":..,"loss_bits":"0x..","grad_norm":..,"lr":..,
  * "tokens_per_s":..,"step_s":..,"tokens":..,"fingerprint":"0x.."}. */
 void qt_metrics_write(FILE *f, const qt_step_metrics *m);
+/* Step of the last line of an existing metrics file, or -1 when there is no file, it is
+ * empty or it is not a regular file. QT_E_FORMAT (message names the file) when the last
+ * line is incomplete or does not start with {"step":N. */
+int qt_metrics_last_step(const char *path, int64_t *last);
 /* Progress line on stderr. */
 void qt_progress_print(FILE *f, const qt_step_metrics *m, int64_t total_steps);
 
