@@ -47,8 +47,12 @@ static int qt_main_finish(int code)
 }
 
 /* A file that will be written after training (save=, dump_grads=) must have a writable
- * directory now: finding out after hours of training is too late. */
-static int qt_main_check_dest(const char *key, const char *path)
+ * directory now, and must not be something a save would destroy (a device, a directory,
+ * the data file, another kind of file unless overwrite=1): finding out after hours of
+ * training is too late. Rank 0 (the writer) also removes the temporaries of earlier saves
+ * that were killed. */
+static int qt_main_check_dest(const char *key, const char *path, int qtrain_format,
+                              const qt_cli *cli, int rank)
 {
     const char *slash = strrchr(path, '/');
     size_t n = slash ? (size_t)(slash - path) : 0;
@@ -65,6 +69,9 @@ static int qt_main_check_dest(const char *key, const char *path)
                 path, dir);
         return QT_E_ARG;
     }
+    if (qt_checkpoint_check_target(key, path, qtrain_format, cli->overwrite, cli->data) != QT_OK)
+        return QT_E_ARG;
+    if (rank == 0) qt_checkpoint_remove_stale(path);
     return QT_OK;
 }
 
@@ -138,8 +145,8 @@ int main(int argc, char **argv)
         if (rank == 0) qt_cli_usage(stdout, argv[0]);
         return qt_main_finish(0);
     }
-    if ((cli.save && qt_main_check_dest("save", cli.save) != QT_OK) ||
-        (cli.dump_grads && qt_main_check_dest("dump_grads", cli.dump_grads) != QT_OK))
+    if ((cli.save && qt_main_check_dest("save", cli.save, 1, &cli, rank) != QT_OK) ||
+        (cli.dump_grads && qt_main_check_dest("dump_grads", cli.dump_grads, 0, &cli, rank) != QT_OK))
         return qt_main_finish(QT_EXIT_ARG);
     const qt_plan *p = qt_main_plan();
     qt_run_opts opts = {cli.seed, cli.learning_rate, 0, rank, size};

@@ -13,9 +13,14 @@
  * with QT_E_PLAN: qt_plan.h carries no per-rank shard offsets yet.
  * Checkpoints with optimizer state carry "format":"qtrain-1"; weight-only files carry
  * "format":"pt" because transformers refuses safetensors files with another format.
+ * qt_checkpoint_check_target vets a save=/dump_grads= destination before training: it
+ * never lets a save replace a non-regular file or the training data, and replaces another
+ * kind of file only when asked to (overwrite); it only reads.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "qt_io.h"
 #include "io_err.h"
@@ -140,6 +145,63 @@ int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer, i
 int qt_checkpoint_save_grads(const qt_plan *p, const char *path)
 {
     return qt_save(p, path, 0, p->grads_offset, 0, 0);
+}
+
+/* ---- destinations ---- */
+
+static const char *qt_file_kind(mode_t m)
+{
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_format,
+                               int overwrite, const char *data_path)
+{
+    struct stat st, ds;
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT) return QT_OK;
+        return qt_io_fail(QT_E_ARG, "%s=%s: cannot stat: %s", key, path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+        return qt_io_fail(QT_E_ARG, "%s=%s exists and is %s; expected the path of a file to "
+                          "write (new, or a %s file to replace)", key, path,
+                          qt_file_kind(st.st_mode),
+                          qtrain_format ? "qtrain checkpoint" : "safetensors");
+    if (data_path && stat(data_path, &ds) == 0 && ds.st_dev == st.st_dev &&
+        ds.st_ino == st.st_ino)
+        return qt_io_fail(QT_E_ARG, "%s=%s is the data file data=%s (same device and inode); "
+                          "refusing to write over the training data", key, path, data_path);
+    if (overwrite)
+        return QT_OK;
+    int h, was = qt_io_set_quiet(1);
+    int rc = qt_st_open(path, &h);
+    qt_io_set_quiet(was);
+    if (rc) {
+        static char why[512];   /* the reader's message, copied: it is rewritten below */
+        snprintf(why, sizeof why, "%s", qt_io_last_error());
+        return qt_io_fail(QT_E_ARG, "%s=%s exists and is not a %s (%s); give overwrite=1 to "
+                          "replace it", key, path, qtrain_format ? "qtrain checkpoint" :
+                          "safetensors file", why);
+    }
+    const char *fmt = qt_st_meta(h, "format");
+    int ok = !qtrain_format || (fmt && !strcmp(fmt, QT_CKPT_FORMAT));
+    if (!ok)
+        rc = qt_io_fail(QT_E_ARG, "%s=%s exists and is not a qtrain checkpoint (__metadata__ "
+                        "format is %s%s%s, expected \"%s\"); give overwrite=1 to replace it",
+                        key, path, fmt ? "\"" : "", fmt ? fmt : "absent", fmt ? "\"" : "",
+                        QT_CKPT_FORMAT);
+    qt_st_close(h);
+    return rc;
+}
+
+void qt_checkpoint_remove_stale(const char *path)
+{
+    qt_st_remove_stale(path);
 }
 
 /* ---- load ---- */

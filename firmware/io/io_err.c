@@ -54,7 +54,9 @@ const char *qt_io_last_error(void)
     return qt_io_err_state.last;
 }
 
-void qt_io_set_quiet(int quiet)
+int qt_io_set_quiet(int quiet)
 {
+    int was = qt_io_err_state.quiet;
     qt_io_err_state.quiet = quiet;
+    return was;
 }

@@ -16,7 +16,8 @@ const char *qt_io_notes(void);
 void qt_io_clear_notes(void);
 /* Text of the most recent qt_io_fail ("" if none). */
 const char *qt_io_last_error(void);
-/* quiet != 0 stops printing (messages are still stored); used by the bad-input tests. */
-void qt_io_set_quiet(int quiet);
+/* quiet != 0 stops printing (messages are still stored); used by the bad-input tests and
+ * by probes whose failure is reported in other words. Returns the previous setting. */
+int qt_io_set_quiet(int quiet);
 
 #endif

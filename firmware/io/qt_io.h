@@ -47,6 +47,18 @@ int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer,
 /* Write the flat gradient region (HF on-disk names, F32) to a safetensors file (tests). */
 int qt_checkpoint_save_grads(const qt_plan *p, const char *path);
 
+/* Vets a save= (qtrain_format 1) or dump_grads= (0) destination `path` given as `key`
+ * before training, reading only: QT_OK when it does not exist. Refused (QT_E_ARG, message
+ * naming key, path and what was expected): an existing path that is not a regular file,
+ * the same file (st_dev, st_ino) as data_path (may be NULL), and - unless overwrite - a
+ * file that is not a safetensors file, or for save= one whose __metadata__ format is not
+ * "qtrain-1". */
+int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_format,
+                               int overwrite, const char *data_path);
+/* Removes "<path>.tmp.<pid>" temporaries left by killed writers (process gone), each with
+ * a note on stderr (st_write.c, qt_st_remove_stale). */
+void qt_checkpoint_remove_stale(const char *path);
+
 /* ---- token data (firmware/io/data.c) ------------------------------------------------- */
 
 typedef struct qt_data {

@@ -42,6 +42,46 @@ save_missing_dir() {
   ! ls -d $B/nodir* 2>/dev/null | grep -q .
 }
 check "save: unwritable destination fails at start-up with its name, nothing written" save_missing_dir
+save_targets_checked() {
+  local d=$QT_TMP/targets; rm -rf $d; mkdir -p $d/adir
+  check_refused() { local sub=$1; shift; expect_fail "$sub" "$@" || return 1; }
+  # not a regular file: refused even with overwrite=1
+  check_refused "save=/dev/null exists and is a character device" $Q steps=1 data=$T save=/dev/null overwrite=1 || return 1
+  check_refused "save=$d/adir exists and is a directory" $Q steps=1 data=$T save=$d/adir || return 1
+  check_refused "dump_grads=$d/adir exists and is a directory" $Q steps=1 data=$T dump_grads=$d/adir || return 1
+  # the data file itself, here through a hard link (same device and inode)
+  cp $T $d/tokens.npy && ln $d/tokens.npy $d/link.safetensors
+  check_refused "save=$d/link.safetensors is the data file data=$d/tokens.npy" \
+    $Q steps=1 data=$d/tokens.npy save=$d/link.safetensors overwrite=1 || return 1
+  cmp $T $d/tokens.npy || return 1
+  # a safetensors file that is not a qtrain checkpoint (format "pt"), and a text file
+  cp tests/golden/e2e/test-next-tiny/init.safetensors $d/hf.safetensors
+  printf 'notes\n' > $d/notes.txt
+  check_refused "save=$d/hf.safetensors exists and is not a qtrain checkpoint (__metadata__ format is absent, expected \"qtrain-1\")" \
+    $Q steps=1 data=$T save=$d/hf.safetensors || return 1
+  check_refused "dump_grads=$d/notes.txt exists and is not a safetensors file" \
+    $Q steps=1 data=$T dump_grads=$d/notes.txt || return 1
+  cmp tests/golden/e2e/test-next-tiny/init.safetensors $d/hf.safetensors && [ "$(cat $d/notes.txt)" = notes ] || return 1
+  # accepted: a safetensors file for dump_grads, a qtrain checkpoint for save, and with
+  # overwrite=1 the refused files
+  $Q steps=1 data=$T dump_grads=$d/hf.safetensors save=$d/ck.safetensors 2> /dev/null || return 1
+  $Q steps=1 data=$T save=$d/ck.safetensors 2> /dev/null || return 1
+  $Q steps=1 data=$T save=$d/hf.safetensors dump_grads=$d/notes.txt overwrite=1 2> /dev/null
+}
+check "save=/dump_grads=: a device, directory, the data file or a foreign file is refused before training" save_targets_checked
+
+stale_temporaries_removed() {
+  local d=$QT_TMP/stale; rm -rf $d; mkdir -p $d
+  local dead; dead=$(sh -c 'echo $$')   # a process that has already exited
+  touch $d/ck.safetensors.tmp.$dead $d/g.safetensors.tmp.$dead $d/ck.safetensors.tmp.$$ $d/other.tmp.$dead
+  $Q steps=1 data=$T save=$d/ck.safetensors dump_grads=$d/g.safetensors 2> $QT_TMP/err.txt || { cat $QT_TMP/err.txt; return 1; }
+  grep "removed $d/ck.safetensors.tmp.$dead, a temporary left by process $dead" $QT_TMP/err.txt || { cat $QT_TMP/err.txt; return 1; }
+  ! [ -e $d/ck.safetensors.tmp.$dead ] && ! [ -e $d/g.safetensors.tmp.$dead ] || { echo "stale temporaries left:"; ls $d; return 1; }
+  [ -e $d/ck.safetensors.tmp.$$ ] || { echo "removed the temporary of a live process"; return 1; }
+  [ -e $d/other.tmp.$dead ] || { echo "removed another file's temporary"; return 1; }
+}
+check "save=/dump_grads=: temporaries of killed saves (process gone) are removed at start-up, with a note" stale_temporaries_removed
+
 metrics_resume_appends() {
   local d=$QT_TMP/mres; rm -rf $d; mkdir -p $d
   $Q steps=2 data=$T metrics=$d/m.jsonl save=$d/ck.safetensors 2> /dev/null || return 1
