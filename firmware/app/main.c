@@ -190,7 +190,8 @@ int main(int argc, char **argv)
 
     qt_step_metrics m;
     if (cli.dump_grads) {
-        if (qt_runtime_grads(p, &qt_main_state.data, start, &m) != QT_OK)
+        if (qt_runtime_grads(p, &qt_main_state.data, start, &m) != QT_OK ||
+            qt_data_check(&qt_main_state.data) != QT_OK)
             return qt_main_finish(QT_EXIT_ERR);
         if (rank == 0 && qt_checkpoint_save_grads(p, cli.dump_grads) != QT_OK)
             return qt_main_finish(QT_EXIT_ERR);
@@ -204,7 +205,11 @@ int main(int argc, char **argv)
     if (step < end) {
         qt_runtime_mark_steps(1);
         for (; step < end; step++) {
-            if (qt_runtime_step(p, &qt_main_state.data, step, &m) != QT_OK) {
+            /* the data file must still be the one validated at open when a step starts and
+             * when it ends (before its results are reported or saved) */
+            if ((step == start && qt_data_check(&qt_main_state.data) != QT_OK) ||
+                qt_runtime_step(p, &qt_main_state.data, step, &m) != QT_OK ||
+                qt_data_check(&qt_main_state.data) != QT_OK) {
                 qt_runtime_mark_steps(0);
                 fprintf(stderr, "qtrain: step %lld failed\n", (long long)step);
                 return qt_main_finish(QT_EXIT_ERR);

@@ -67,6 +67,7 @@ typedef struct qt_data {
     int64_t n_tokens;
     int32_t bytes_per_token;   /* 1 (embedded bytes), 2, 4 or 8 */
     int64_t n_windows;         /* (n_tokens - 1) / seq_len */
+    int64_t vocab;             /* every id handed out is < vocab (re-checked by fill) */
 } qt_data;
 
 /* Open a token file (.npy of an integer dtype, or the raw "QTTOKENS" format documented in
@@ -77,9 +78,16 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
                  int64_t seq_len);
 
 /* Fill inputs/targets (I32, [n_seqs * seq_len]) with global sequences first_seq ..
- * first_seq+n_seqs-1 of optimizer step `step` (window (step*global_batch + j) % n_windows). */
-void qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
-                  int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets);
+ * first_seq+n_seqs-1 of optimizer step `step` (window (step*global_batch + j) % n_windows).
+ * An id that is no longer < vocab (the file was rewritten after open) is written as 0 and
+ * makes it return QT_E_RANGE with a message naming the file, the id and its position. */
+int qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
+                 int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets);
+/* QT_OK if the token file is still the one validated at open: same device and inode at its
+ * path, same size and modification time; else QT_E_IO with a message naming the file and
+ * the change. Two stat calls; the embedded corpus always passes. A SIGBUS while reading an
+ * open token file's mapping (truncated under it) prints a message naming it and exits 1. */
+int qt_data_check(const qt_data *d);
 
 void qt_data_close(qt_data *d);
 

@@ -246,9 +246,11 @@ double qt_runtime_lr(const qt_plan *p, int64_t t)
 
 /* Every microbatch of the step: fill its tokens, run the schedule (forward, backward,
  * per-sequence leaves into the trees), and add its per-sequence losses to the exact
- * accumulators. Leaves the step's token count, loss and learning rate in *m. */
-static void qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t step,
-                                    qt_step_metrics *m)
+ * accumulators. Leaves the step's token count, loss and learning rate in *m. Returns the
+ * data fill's error (an id no longer in range: the file changed) before that microbatch's
+ * schedule runs. */
+static int qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t step,
+                                   qt_step_metrics *m)
 {
     const qt_kernel_entry *table = qt_runtime_table();
     qt_ctx ctx = {p, p->arena};
@@ -260,8 +262,9 @@ static void qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t 
     qt_exact_clear(&lb);
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     for (int64_t mb = 0; mb < G; mb++) {
-        qt_data_fill(d, step, p->train.global_batch, base + mb * b, b, S, qt_i32(&ctx, p->tokens),
-                     qt_i32(&ctx, p->targets));
+        int rc = qt_data_fill(d, step, p->train.global_batch, base + mb * b, b, S,
+                              qt_i32(&ctx, p->tokens), qt_i32(&ctx, p->targets));
+        if (rc) return rc;
         qt_runtime_lap(&t, QT_PH_DATA);
         qt_interp_run_microbatch(p, table, mb);
         qt_runtime_lap(&t, QT_PH_SCHED);
@@ -281,6 +284,7 @@ static void qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t 
     m->loss = (double)m->loss_f32;
     m->tokens = (int64_t)n_tok;
     m->lr = qt_runtime_lr(p, step);
+    return QT_OK;
 }
 
 /* QT_OP_GRAD_FINALIZE: tree total -> normalise by a1 -> exact square sum, fused per chunk,
@@ -311,7 +315,8 @@ int qt_runtime_grads(const qt_plan *p, const qt_data *d, int64_t step, qt_step_m
 {
     if (!p || p != qt_rt.plan) return QT_E_PLAN;
     double t0 = qt_runtime_now();
-    qt_runtime_microbatches(p, d, step, m);
+    int rc = qt_runtime_microbatches(p, d, step, m);
+    if (rc) return rc;
     /* the step schedule up to (not including) the update */
     for (int32_t i = 0; i < p->n_step_ops && p->step_ops[i].kind != QT_OP_ADAMW; i++)
         if (p->step_ops[i].kind == QT_OP_GRAD_FINALIZE)
@@ -369,7 +374,8 @@ int qt_runtime_step(const qt_plan *p, const qt_data *d, int64_t step, qt_step_me
 {
     if (!p || p != qt_rt.plan) return QT_E_PLAN;
     double t0 = qt_runtime_now();
-    qt_runtime_microbatches(p, d, step, m);
+    int rc = qt_runtime_microbatches(p, d, step, m);
+    if (rc) return rc;
     for (int32_t i = 0; i < p->n_step_ops; i++) {
         const qt_op *op = &p->step_ops[i];
         if (op->kind == QT_OP_GRAD_FINALIZE)

@@ -28,6 +28,29 @@ check "data: token id out of range names id and position" expect_fail "position"
 head -c 60 $T > $B/trunc.npy
 check "data: truncated npy" expect_fail "trunc.npy" $Q data=$B/trunc.npy steps=1
 
+check "data: a directory says so" expect_fail "$B: is a directory; expected a token file" $Q data=$B steps=1
+
+# A data file changed while qtrain trains on it: rewritten in place, truncated, or replaced
+# at its path. The run stops within a step with a message naming the file, exit 1.
+data_changed_stops() {
+  local d=$QT_TMP/dchg how rc n
+  for how in rewrite truncate replace; do
+    rm -rf $d; mkdir -p $d; cp $T $d/tok.npy
+    timeout 120 $Q steps=1000000 data=$d/tok.npy metrics=$d/m.jsonl 2> $d/err.txt & local pid=$!
+    for n in $(seq 300); do [ -s $d/m.jsonl ] && [ "$(wc -l < $d/m.jsonl)" -ge 2 ] && break; sleep 0.1; done
+    case $how in
+      rewrite) printf '\xff\xff\xff\xff' | dd of=$d/tok.npy bs=1 seek=300 conv=notrunc 2> /dev/null ;;
+      truncate) truncate -s 200 $d/tok.npy ;;
+      replace) cp $T $d/new.npy && mv $d/new.npy $d/tok.npy ;;
+    esac
+    wait $pid; rc=$?
+    [ $rc -eq 1 ] || { echo "$how: exit $rc, expected 1"; tail -3 $d/err.txt; return 1; }
+    grep -q "data file $d/tok.npy \(changed during the run\|was truncated\)" $d/err.txt || { echo "$how:"; tail -3 $d/err.txt; return 1; }
+    echo "ok: $how: $(grep "data file" $d/err.txt | head -1)"
+  done
+}
+check "data: a data file changed during the run (rewritten, truncated, replaced) stops it, naming the file" data_changed_stops
+
 # ---- checkpoints
 check "load: missing checkpoint file" expect_fail "$B/none.safetensors" $Q load=$B/none.safetensors steps=1 data=$T
 check "load: checkpoint of another model names a tensor" expect_fail "model." $Q load=tests/golden/e2e/test-35-tiny/init.safetensors steps=1 data=$T

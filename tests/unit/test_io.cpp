@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 extern "C" {
@@ -57,6 +58,7 @@ alignas(64) unsigned char g_arena[4 * 4 * 1024 * 4];
 tiny g_tiny;
 char g_dir[64];
 char g_path[256], g_path2[256];
+unsigned char g_big[1 << 16];
 
 void make_plan(int decoder)
 {
@@ -920,6 +922,85 @@ TEST(io, bad_token_files)
     CHECK(has("not a multiple of 2"));
     LONGS_EQUAL(QT_E_ARG, qt_data_open(&d, g_path, "int7", 200, 4));
     LONGS_EQUAL(QT_E_IO, qt_data_open(&d, path_in("nope.npy"), NULL, 100, 4));
+    // an unsigned id prints unsigned (uint64 max, not -1)
+    uint64_t big[20] = { 0 };
+    big[5] = UINT64_MAX;
+    write_npy(g_path, "<u8", big, 20, 8);
+    LONGS_EQUAL(QT_E_RANGE, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("token id 18446744073709551615 at position 5"));
+    // a directory says so
+    LONGS_EQUAL(QT_E_ARG, qt_data_open(&d, g_dir, NULL, 100, 4));
+    CHECK(has("is a directory"));
+}
+
+// A token file that changes after it was opened and validated: rewritten in place (new
+// mtime; an id now out of range is caught by the fill too, and never handed out),
+// truncated (size), replaced at its path (inode), and truncated under the mapping (SIGBUS,
+// in a child process: the handler names the file and exits 1).
+TEST(io, data_file_changed_after_open)
+{
+    static uint16_t tok[16000];
+    for (int i = 0; i < 16000; i++) tok[i] = (uint16_t)(i % 50);
+    const int S = 8;
+    int32_t in[S], tg[S];
+    qt_data d;
+    const char *f = path_in("c.npy");
+
+    write_npy(f, "<u2", tok, 16000, 2);
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, f, NULL, 50, S));
+    LONGS_EQUAL(QT_OK, qt_data_check(&d));
+    LONGS_EQUAL(QT_OK, qt_data_fill(&d, 0, 1, 0, 1, S, in, tg));
+    // rewrite in place: token 3 becomes 999 (out of range); the mtime moves on
+    usleep(20000);
+    FILE *w = fopen(f, "r+b");
+    CHECK(w != NULL);
+    const size_t payload = (size_t)(read_bytes(f, g_big, sizeof g_big) - 2 * 16000);
+    uint16_t bad = 999;
+    fseek(w, (long)(payload + 2 * 3), SEEK_SET);
+    fwrite(&bad, 2, 1, w);
+    fclose(w);
+    LONGS_EQUAL(QT_E_IO, qt_data_check(&d));
+    CHECK(has("data file") && has(f) && has("changed during the run") && has("modification time"));
+    in[3] = -1;
+    LONGS_EQUAL(QT_E_RANGE, qt_data_fill(&d, 0, 1, 0, 1, S, in, tg));
+    CHECK(has("token id 999 at position 3"));
+    LONGS_EQUAL(0, in[3]);   // never handed out
+    qt_data_close(&d);
+
+    // truncated: the size differs
+    write_npy(f, "<u2", tok, 16000, 2);
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, f, NULL, 50, S));
+    CHECK(truncate(f, 4096) == 0);
+    LONGS_EQUAL(QT_E_IO, qt_data_check(&d));
+    CHECK(has("its size went from") && has("to 4096 bytes"));
+    // under the mapping: reading past the new end is a SIGBUS, which names the file
+    int pipefd[2];
+    CHECK(pipe(pipefd) == 0);
+    pid_t child = fork();
+    if (child == 0) {
+        dup2(pipefd[1], 2);
+        qt_data_fill(&d, 1000, 1, 0, 1, S, in, tg);   // window 1000: byte ~16 KiB
+        _exit(0);
+    }
+    close(pipefd[1]);
+    char msg[1024] = "";
+    ssize_t got = read(pipefd[0], msg, sizeof msg - 1);
+    close(pipefd[0]);
+    msg[got > 0 ? got : 0] = 0;
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || !strstr(msg, f) || !strstr(msg, "SIGBUS"))
+        FAIL(msg);
+    qt_data_close(&d);
+
+    // replaced at its path: another inode
+    write_npy(f, "<u2", tok, 16000, 2);
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, f, NULL, 50, S));
+    write_npy(path_in("c2.npy", g_path2), "<u2", tok, 16000, 2);
+    CHECK(rename(g_path2, f) == 0);
+    LONGS_EQUAL(QT_E_IO, qt_data_check(&d));
+    CHECK(has("another file was put at its path"));
+    qt_data_close(&d);
 }
 
 // ---------------------------------------------------------------- metrics
