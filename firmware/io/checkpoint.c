@@ -4,7 +4,8 @@
  *  - saving is atomic (st_write.c): <path> is either the old file or the complete new one;
  *  - loading is all-or-nothing: the whole header is checked against the plan (every
  *    expected tensor present with an accepted dtype and shape, nothing unexpected, plan
- *    hash of optimizer state) before the first byte is written into the arena;
+ *    hash of optimizer state), and every loaded value (weights, Adam m and v) is finite,
+ *    with v >= 0, before the first byte is written into the arena;
  *  - tensor order on disk is plan parameter order, pieces in ckpt_map.c order, regions
  *    params then optimizer.m then optimizer.v, so equal arenas give identical files.
  * A load= directory or *.index.json (Hugging Face sharded checkpoint) goes to
@@ -227,6 +228,10 @@ static int qt_load_check(const qt_plan *p, int h, const char *path, const char *
             snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
             const qt_st_tensor *t = qt_st_find(h, qt_ck.name);
             int rc = qt_ckpt_check_tensor(&pc, t, path, qt_ck.name);
+            /* values too, before anything is written: a NaN weight or moment, or a
+             * negative second moment, would load "successfully" and train on NaN */
+            if (!rc)
+                rc = qt_ckpt_check_values(h, t, path, qt_ck.name, !strcmp(prefix, QT_OPT_V));
             if (rc)
                 return rc;
             qt_ck.used[t - qt_st_at(h, 0)] = 1;

@@ -434,6 +434,8 @@ TEST(io, optimizer_state_round_trip_and_hash_check)
     fill_region(0);
     fill_region(2);
     fill_region(3);
+    // a second moment is never negative (a load refuses one that is)
+    for (int64_t k = 0; k < g_tiny.region_elems; k++) region(3)[k] = fabsf(region(3)[k]);
     static float want[3][1 << 12];
     for (int r = 0; r < 3; r++)
         memcpy(want[r], region(r == 0 ? 0 : r + 1), 4 * g_tiny.region_elems);
@@ -477,6 +479,63 @@ TEST(io, optimizer_state_round_trip_and_hash_check)
     LONGS_EQUAL(-1, first_diff(want[0], region(0), g_tiny.region_elems));
     CHECK(region(2)[0] == 0.0f);
     CHECK(region(3)[0] == 0.0f);
+}
+
+// Overwrites element idx of tensor `name` in a safetensors file with v (F32 tensors).
+static void poke_f32(const char *file, const char *name, int64_t idx, float v)
+{
+    int h;
+    LONGS_EQUAL(QT_OK, qt_st_open(file, &h));
+    const qt_st_tensor *t = qt_st_find(h, name);
+    CHECK(t != NULL && t->dtype == QT_ST_F32 && idx < t->numel);
+    int64_t begin = t->begin;
+    qt_st_close(h);
+    unsigned char len8[8];
+    CHECK(read_bytes(file, len8, 8) == 8);
+    uint64_t hl = 0;
+    for (int b = 7; b >= 0; b--) hl = hl << 8 | len8[b];
+    FILE *f = fopen(file, "r+b");
+    CHECK(f != NULL);
+    fseek(f, (long)(8 + hl + begin + 4 * idx), SEEK_SET);
+    CHECK(fwrite(&v, 4, 1, f) == 1);
+    fclose(f);
+}
+
+// Loaded values are validated before anything is written: a NaN or inf weight or first
+// moment, a NaN or negative second moment, each names the tensor and the first bad index.
+TEST(io, nonfinite_or_negative_state_is_refused_before_loading)
+{
+    make_plan(0);
+    fill_region(0);
+    fill_region(2);
+    fill_region(3);
+    for (int64_t k = 0; k < g_tiny.region_elems; k++) region(3)[k] = fabsf(region(3)[k]);
+    const char *good = path_in("good.safetensors");
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, good, 1, 3, 0));
+    static unsigned char copy[sizeof g_arena];
+    struct { const char *tensor; int64_t idx; float v; const char *msg; } cases[] = {
+        { "optimizer.m.lm_head.weight", 5, NAN, "tensor optimizer.m.lm_head.weight: element 5 is nan; expected finite values" },
+        { "optimizer.v.model.norm.weight", 2, NAN, "tensor optimizer.v.model.norm.weight: element 2 is nan" },
+        { "optimizer.v.model.norm.weight", 1, -0.25f, "element 1 is -0.25; expected finite values >= 0" },
+        { "model.layers.0.mlp.gate.weight", 7, INFINITY, "tensor model.layers.0.mlp.gate.weight: element 7 is inf" },
+    };
+    for (auto &c : cases) {
+        static unsigned char buf[1 << 16];
+        size_t n = read_bytes(good, buf, sizeof buf);
+        write_bytes(path_in("bad.safetensors", g_path2), buf, n);
+        poke_f32(g_path2, c.tensor, c.idx, c.v);
+        memset(g_arena, 0x5a, sizeof g_arena);
+        memcpy(copy, g_arena, sizeof g_arena);
+        int64_t step = -1;
+        LONGS_EQUAL(QT_E_FORMAT, qt_checkpoint_load(&g_tiny.plan, g_path2, 1, &step, NULL));
+        if (!has(c.msg) || !has(g_path2)) FAIL(qt_io_last_error());
+        CHECK(memcmp(copy, g_arena, sizeof g_arena) == 0);   // nothing changed
+    }
+    // -0 is a valid second moment, and the good file loads
+    poke_f32(good, "optimizer.v.model.norm.weight", 1, -0.0f);
+    int64_t step = -1;
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, good, 1, &step, NULL));
+    LONGS_EQUAL(3, step);
 }
 
 TEST(io, grads_use_gradient_region)
@@ -706,6 +765,19 @@ TEST(io, sharded_load_bad_cases_change_nothing)
         CHECK(has("/sh/"));
         for (int64_t k = 0; k < g_tiny.region_elems; k++)
             CHECK(region(0)[k] == 0.0f);   // all-or-nothing across shards
+    }
+    // a NaN in the last shard: refused by the first pass, nothing loads
+    {
+        const char *dir = shard_dir();
+        write_shards(single, dir, 3, shard_opts{});
+        snprintf(victim, sizeof victim, "%s/model-00003-of-00003.safetensors", dir);
+        poke_f32(victim, "lm_head.weight", 4, NAN);
+        memset(g_arena, 0, sizeof g_arena);
+        LONGS_EQUAL(QT_E_FORMAT, qt_checkpoint_load(&g_tiny.plan, dir, 0, NULL, NULL));
+        if (!has("model-00003-of-00003.safetensors: tensor lm_head.weight: element 4 is nan"))
+            FAIL(qt_io_last_error());
+        for (int64_t k = 0; k < g_tiny.region_elems; k++)
+            CHECK(region(0)[k] == 0.0f);
     }
     // a weight_map listing one name twice
     const char *dir = shard_dir();
