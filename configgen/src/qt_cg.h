@@ -197,6 +197,7 @@ typedef struct qt_cg_graph {
     int64_t leaf_scratch_offset, leaf_scratch_elems;
     int64_t act_offset, act_peak, arena_bytes;
     uint64_t hash;
+    const char *too_big;       /* first tensor whose shape product exceeds 2^56 (an error) */
 } qt_cg_graph;
 
 /* Slot roles per op kind: one char per t[] slot: 'w' writes, 'a' accumulates, 'r' reads an

@@ -15,6 +15,9 @@
  * loss_seq, lb_seq and the table); tensors are placed largest first (ties by id) at the
  * lowest offset that overlaps no placed tensor with an overlapping lifetime. The arena is
  * rounded up to 2 MiB. Invariants are re-checked by qt_cg_check_plan.
+ * Bounds: every tensor is <= 2^56 elements (qt_cg_settings.c, qt_cg_add_tensor); the flat
+ * region is refused above 2^54 elements and the activations above 2^60 bytes, so no offset
+ * sum here can wrap a signed 64-bit integer.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +89,10 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
     for (int p = 0; p < g->np; p++) {
         g->ps[p].flat_offset = off;
         off += ALIGN_UP(g->ps[p].numel, 16);
+        if (off > ((int64_t)1 << 54))
+            return qt_cg_fail(err, errlen, "the parameters need more than 2^54 elements (at "
+                              "%s), where the arena's byte offsets would overflow; expected "
+                              "smaller model sizes", g->ts[g->ps[p].tensor].t.name);
     }
     /* Leaf scratch: the interpreter places one WGRAD op's parameter leaves back to back, so
      * it needs the largest per-op sum (not the two largest parameters overall). */
@@ -143,6 +150,15 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
         }
         rel[order[a].id] = cand;
         if (cand + order[a].bytes > peak) peak = cand + order[a].bytes;
+        if (peak > ((int64_t)1 << 60)) {
+            const char *nm = t->t.name;
+            free(order);
+            free(busy);
+            free(rel);
+            return qt_cg_fail(err, errlen, "the activations need more than 2^60 bytes (at %s), "
+                              "where the arena's byte offsets would overflow; expected smaller "
+                              "batch or model sizes", nm);
+        }
     }
     for (int a = 0; a < n; a++) g->ts[order[a].id].t.offset = g->act_offset + rel[order[a].id];
     g->act_peak = peak;

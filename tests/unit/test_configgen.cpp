@@ -299,6 +299,18 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"run_name=.hidden", NULL, "starting with a letter or digit"},
         {"gdn_key_head_dim=1024", NULL, "gdn_key_head_dim=1024 (command line): must be <= 512"},
         {"load_balance_loss_weight=0.01", "num_experts=2048", "must be <= 1024 (QT_MOE_MAX_EXPERTS)"},
+        // size products beyond 2^56 elements (2^40 x 2^40 wraps to a 0-element embedding)
+        {"base_emb_dim=1099511627776", "vocab_size=1099511627776",
+         "base_emb_dim=1099511627776 x vocab_size=1099511627776 (embedding and lm_head) exceeds 2^56 elements"},
+        {"num_experts=4194304", "base_moe_mlp_dim=4294967296", "num_experts=4194304 x base_moe_mlp_dim=4294967296"},
+        {"max_target_length=65536", "base_num_query_heads=17179869184",
+         "(attention probabilities) exceeds 2^56 elements"},
+        // float32 values: finite, normal when nonzero, < 1 where it must be
+        {"learning_rate=1e39", NULL, "learning_rate=1e39 (command line): is inf in float32"},
+        {"adam_eps=1e-50", NULL, "adam_eps=1e-50 (command line): becomes 0 in float32"},
+        {"normalization_layer_epsilon=1e-40", NULL, "normalization_layer_epsilon=1e-40 (command line): becomes a subnormal in float32"},
+        {"adam_weight_decay=-1e39", NULL, "adam_weight_decay=-1e39 (command line): is -inf in float32"},
+        {"adam_b2=0.999999999", NULL, "adam_b2=0.999999999 (command line): rounds to 1 in float32"},
     };
     std::string out = make_tmpdir();
     std::string gen = out + "/gen";
