@@ -126,8 +126,10 @@ $(BUILD)/plans-musl/%.main.o: generated/%/plan.c
 	$(MUSLCC) $(CFLAGS_FW) -DQT_MUSL -Igenerated/$* -c generated/$*/plan_main.c -o $@
 
 # The qtrain binaries map their arena at start-up, after checking it fits (RLIMIT_AS,
-# MemAvailable): arena_unload takes its segment out of what exec maps (linker/arena_unload.c).
+# MemAvailable): arena_unload takes its segment out of what exec maps (linker/arena_unload.c),
+# and the section lies 16 GiB past the image, beyond the reach of the brk heap.
 ARENA_UNLOAD := $(BUILD)/host/arena_unload
+LINK_ARENA_FAR := $(LINK_ARENA) -Wl,--defsym=__qt_arena_gap=0x400000000
 
 $(ARENA_UNLOAD): linker/arena_unload.c
 	@mkdir -p $(@D)
@@ -135,12 +137,12 @@ $(ARENA_UNLOAD): linker/arena_unload.c
 
 $(BUILD)/%/qtrain: $(FW_OBJ) $(FW_APP_OBJ) $(BUILD)/plans/%.o $(BUILD)/plans/%.main.o linker/arena.ld $(ARENA_UNLOAD)
 	@mkdir -p $(@D)
-	$(CC) -o $@ $(FW_OBJ) $(FW_APP_OBJ) $(BUILD)/plans/$*.o $(BUILD)/plans/$*.main.o $(LINK_ARENA) $(LIBS_GLIBC)
+	$(CC) -o $@ $(FW_OBJ) $(FW_APP_OBJ) $(BUILD)/plans/$*.o $(BUILD)/plans/$*.main.o $(LINK_ARENA_FAR) $(LIBS_GLIBC)
 	$(ARENA_UNLOAD) $@ || { rm -f $@; exit 1; }
 
 $(BUILD)/%/qtrain-static: $(FW_MUSL_OBJ) $(BUILD)/plans-musl/%.o $(BUILD)/plans-musl/%.main.o linker/arena.ld $(ARENA_UNLOAD)
 	@mkdir -p $(@D)
-	$(MUSLCC) -static -o $@ $(FW_MUSL_OBJ) $(BUILD)/plans-musl/$*.o $(BUILD)/plans-musl/$*.main.o $(LINK_ARENA)
+	$(MUSLCC) -static -o $@ $(FW_MUSL_OBJ) $(BUILD)/plans-musl/$*.o $(BUILD)/plans-musl/$*.main.o $(LINK_ARENA_FAR)
 	$(ARENA_UNLOAD) $@ || { rm -f $@; exit 1; }
 
 # ---------------------------------------------------------------- tests and tools

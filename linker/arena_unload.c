@@ -6,9 +6,9 @@
  * SIGSEGV before main runs, so no message can ever be printed. With the arena's segment
  * turned into PT_NULL, exec maps only the image; qt_arena_init then checks the arena size
  * against RLIMIT_AS and MemAvailable and maps the section's address range itself
- * (MAP_FIXED_NOREPLACE), reporting any failure as a message. linker/arena.ld leaves a 1 GiB
- * gap before the section so the brk heap, which starts right after the image, never
- * grows into that range.
+ * (MAP_FIXED_NOREPLACE), reporting any failure as a message. linker/arena.ld leaves a 16 GiB
+ * gap before the section so the brk heap, which starts after the image (at a random offset
+ * of up to 1 GiB), never grows into that range.
  *
  * For a position-independent executable the kernel aligns the load address to the largest
  * p_align of its PT_LOAD segments; the arena's 2 MiB alignment is kept by raising the

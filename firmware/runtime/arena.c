@@ -15,7 +15,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <elf.h>
 #include <errno.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -154,10 +156,23 @@ int qt_arena_check_fit(const char *run, long long arena_bytes, long long map_byt
     return QT_OK;
 }
 
-/* 1 if the page at addr is mapped (mincore fails with ENOMEM on an unmapped range). */
-static int qt_arena_is_mapped(unsigned char *addr)
+/* 1 if exec mapped addr: a PT_LOAD segment of this program covers it (a binary that
+ * linker/arena_unload.c did not process). Read from the program headers (AT_PHDR), not
+ * from what happens to be mapped there. */
+static int qt_arena_exec_mapped(const unsigned char *addr)
 {
-    return mincore(addr, QT_PAGE_4K, qt_arena_state.resident) == 0 || errno != ENOMEM;
+    const Elf64_Phdr *ph = (const Elf64_Phdr *)getauxval(AT_PHDR);
+    unsigned long n = getauxval(AT_PHNUM);
+    if (!ph || !n)   /* no auxiliary vector: judge by what is mapped */
+        return mincore((void *)addr, QT_PAGE_4K, qt_arena_state.resident) == 0 || errno != ENOMEM;
+    uintptr_t bias = 0;   /* ET_EXEC has no PT_PHDR and no load bias */
+    for (unsigned long i = 0; i < n; i++)
+        if (ph[i].p_type == PT_PHDR) bias = (uintptr_t)ph - ph[i].p_vaddr;
+    for (unsigned long i = 0; i < n; i++)
+        if (ph[i].p_type == PT_LOAD && (uintptr_t)addr >= bias + ph[i].p_vaddr &&
+            (uintptr_t)addr < bias + ph[i].p_vaddr + ph[i].p_memsz)
+            return 1;
+    return 0;
 }
 
 /* Checks the limits, then maps [base, base+len), which exec left unmapped. */
@@ -214,7 +229,7 @@ static int qt_arena_back(const qt_plan *p)
     size_t len = (size_t)(qt_arena_hi - qt_arena_lo);
     qt_arena_state.mode = QT_ARENA_4K;
     if (len == 0) return QT_OK;
-    if (!qt_arena_is_mapped(base)) return qt_arena_map(p, base, len);
+    if (!qt_arena_exec_mapped(base)) return qt_arena_map(p, base, len);
     /* mapped by exec (a binary not processed by arena_unload): check what the prefault
      * will need, then move it to huge pages if it is still untouched */
     long long kib = qt_arena_proc_value("/proc/meminfo", "MemAvailable:");
