@@ -160,5 +160,9 @@ check "ranks: started on 2 ranks for a 1-rank plan" expect_fail "rank" mpiexec -
 # ---- configs (the full table of bad configs is in tests/unit/test_configgen.cpp)
 check "configgen: unknown key suggests the nearest" expect_fail "base_emb_dim" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml base_emb_dimm=64
 check "configgen: multi-rank mesh not yet supported" expect_fail "ici_data_parallelism" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml num_ranks=2 ici_data_parallelism=2
+check "configgen: a run file that is /dev/zero is refused at once, not read forever" \
+  expect_fail "/dev/zero: is a character device, not a regular file" timeout 20 build/configgen/configgen -o $B/gen /dev/zero
+check "configgen: a run file that is a directory says so" \
+  expect_fail "$B: is a directory; expected a config file" build/configgen/configgen -o $B/gen $B
 no_output_on_error() { ! [ -e $B/gen ] || ! ls -A $B/gen | grep -q .; }
 check "configgen: a failed generation writes nothing" no_output_on_error

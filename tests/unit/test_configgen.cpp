@@ -197,6 +197,32 @@ TEST(CgConfig, LayeringAndOverrides)
     qt_cg_config_free(&c);
 }
 
+// Files are read only when they are regular and at most 16 MiB: /dev/zero used to hang,
+// and a directory used to be a "read error".
+TEST(CgConfig, ReadFileRefusesDevicesDirectoriesAndHugeFiles)
+{
+    char *text = NULL;
+    char err[512] = "";
+    CHECK(qt_cg_read_file("/dev/zero", &text, err, sizeof err) != 0);
+    STRCMP_EQUAL("/dev/zero: is a character device, not a regular file; expected a config file", err);
+    std::string dir = make_tmpdir();
+    CHECK(qt_cg_read_file(dir.c_str(), &text, err, sizeof err) != 0);
+    CHECK(strstr(err, ": is a directory; expected a config file") != NULL);
+    std::string big = dir + "/big.yml";
+    write_file(big, "a: 1\n");
+    CHECK(truncate(big.c_str(), (17 << 20)) == 0);
+    CHECK(qt_cg_read_file(big.c_str(), &text, err, sizeof err) != 0);
+    CHECK(strstr(err, "is 17825792 bytes, more than the 16 MiB a config file may have") != NULL);
+    CHECK(text == NULL);
+    // a run file given as a directory, through the whole generator
+    std::string gen = dir + "/gen";
+    char *argv[] = {(char *)"configgen", (char *)"-o", (char *)gen.c_str(), (char *)dir.c_str()};
+    CHECK(qt_cg_generate(4, argv, err, sizeof err) != 0);
+    CHECK(strstr(err, "is a directory") != NULL);
+    CHECK(!path_exists(gen));
+    rm_rf(dir);
+}
+
 TEST(CgConfig, UnknownKeySuggestsNearest)
 {
     char err[1024] = "";
