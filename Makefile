@@ -72,7 +72,13 @@ LINK_ARENA := -Wl,-T,linker/arena.ld
 
 .PHONY: all deps gen run test goldens bench clean check-deps tools
 .DEFAULT_GOAL := all
-.SECONDARY:
+# The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
+# build/plans/<run>.o): keep them. Only them: a bare .SECONDARY would make every target
+# secondary, generated/<run>/plan.c included, and make then compiled an existing plan.c
+# before configgen was (re)linked, so the next `make` regenerated the plans and rebuilt.
+PLAN_OBJ_ALL := $(foreach r,$(RUNS),$(BUILD)/plans/$(r).o $(BUILD)/plans/$(r).main.o \
+                  $(BUILD)/plans-musl/$(r).o $(BUILD)/plans-musl/$(r).main.o)
+.SECONDARY: $(PLAN_OBJ_ALL)
 
 all: $(CONFIGGEN) $(PLANS) $(QTRAIN) $(QTRAIN_STATIC) $(UNIT) $(TOOLS)
 
