@@ -65,7 +65,8 @@ static struct {
 } qt_dat;
 
 /* SIGBUS inside a token mapping: the file shrank under it. Async-signal-safe: reads the
- * static slots, write(2), _exit(2). Elsewhere: the previous action, by re-raising. */
+ * static slots, write(2), _exit(2). Elsewhere: the previous action takes over (a fault
+ * re-executes the access and reaches it with its own siginfo; a sent signal is re-sent). */
 static void qt_data_sigbus(int sig, siginfo_t *si, void *uc)
 {
     (void)uc;
@@ -80,7 +81,8 @@ static void qt_data_sigbus(int sig, siginfo_t *si, void *uc)
         }
     }
     sigaction(sig, &qt_dat.old_bus, NULL);
-    raise(sig);
+    if (si->si_code <= 0)
+        raise(sig);
 }
 
 static void qt_data_install_handler(void)
