@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 
 #include "qt_io.h"
-#include "io_err.h"
+#include "qt_err.h"
 #include "ckpt_map.h"
 #include "safetensors.h"
 #include "st_index.h"
@@ -46,7 +46,7 @@ int qt_ckpt_check_plan(const qt_plan *p, const char *path)
         const qt_tensor *t = &p->tensors[p->params[i].tensor];
         for (int d = 0; d < t->ndim; d++)
             if (t->shape[d] != t->global_shape[d])
-                return qt_io_fail(QT_E_PLAN, "%s: parameter %s is sharded on this rank; "
+                return qt_fail(QT_E_PLAN, "%s: parameter %s is sharded on this rank; "
                                   "checkpoint IO of sharded plans is not supported", path,
                                   p->params[i].name);
         if (!qt_ckpt_count(p, i, 0))
@@ -166,33 +166,33 @@ int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_for
     struct stat st, ds;
     if (stat(path, &st) != 0) {
         if (errno == ENOENT) return QT_OK;
-        return qt_io_fail(QT_E_ARG, "%s=%s: cannot stat: %s", key, path, strerror(errno));
+        return qt_fail(QT_E_ARG, "%s=%s: cannot stat: %s", key, path, strerror(errno));
     }
     if (!S_ISREG(st.st_mode))
-        return qt_io_fail(QT_E_ARG, "%s=%s exists and is %s; expected the path of a file to "
+        return qt_fail(QT_E_ARG, "%s=%s exists and is %s; expected the path of a file to "
                           "write (new, or a %s file to replace)", key, path,
                           qt_file_kind(st.st_mode),
                           qtrain_format ? "qtrain checkpoint" : "safetensors");
     if (data_path && stat(data_path, &ds) == 0 && ds.st_dev == st.st_dev &&
         ds.st_ino == st.st_ino)
-        return qt_io_fail(QT_E_ARG, "%s=%s is the data file data=%s (same device and inode); "
+        return qt_fail(QT_E_ARG, "%s=%s is the data file data=%s (same device and inode); "
                           "refusing to write over the training data", key, path, data_path);
     if (overwrite)
         return QT_OK;
-    int h, was = qt_io_set_quiet(1);
+    int h, was = qt_set_quiet(1);
     int rc = qt_st_open(path, &h);
-    qt_io_set_quiet(was);
+    qt_set_quiet(was);
     if (rc) {
         static char why[512];   /* the reader's message, copied: it is rewritten below */
-        snprintf(why, sizeof why, "%s", qt_io_last_error());
-        return qt_io_fail(QT_E_ARG, "%s=%s exists and is not a %s (%s); give overwrite=1 to "
+        snprintf(why, sizeof why, "%s", qt_last_error());
+        return qt_fail(QT_E_ARG, "%s=%s exists and is not a %s (%s); give overwrite=1 to "
                           "replace it", key, path, qtrain_format ? "qtrain checkpoint" :
                           "safetensors file", why);
     }
     const char *fmt = qt_st_meta(h, "format");
     int ok = !qtrain_format || (fmt && !strcmp(fmt, QT_CKPT_FORMAT));
     if (!ok)
-        rc = qt_io_fail(QT_E_ARG, "%s=%s exists and is not a qtrain checkpoint (__metadata__ "
+        rc = qt_fail(QT_E_ARG, "%s=%s exists and is not a qtrain checkpoint (__metadata__ "
                         "format is %s%s%s, expected \"%s\"); give overwrite=1 to replace it",
                         key, path, fmt ? "\"" : "", fmt ? fmt : "absent", fmt ? "\"" : "",
                         QT_CKPT_FORMAT);
@@ -262,10 +262,10 @@ static int qt_meta_int(int h, const char *path, const char *key, int64_t *out)
     if (!v)
         return QT_OK;
     if (!*v)
-        return qt_io_fail(QT_E_FORMAT, "%s: __metadata__ %s is empty", path, key);
+        return qt_fail(QT_E_FORMAT, "%s: __metadata__ %s is empty", path, key);
     for (const char *c = v; *c; c++) {
         if (*c < '0' || *c > '9' || x > INT64_MAX / 10 - 10)
-            return qt_io_fail(QT_E_FORMAT, "%s: __metadata__ %s = \"%s\" is not a "
+            return qt_fail(QT_E_FORMAT, "%s: __metadata__ %s = \"%s\" is not a "
                               "non-negative integer", path, key, v);
         x = x * 10 + (*c - '0');
     }
@@ -290,12 +290,12 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
         if (!fh || strcmp(fh, mine)) {
             /* Another plan's Adam state (other batch split, schedule or run) does not resume
              * this plan bit-exactly; its weights are still good, so they load alone. */
-            qt_io_note("%s: optimizer state was saved for plan hash %s, this plan's hash is %s; "
+            qt_note("%s: optimizer state was saved for plan hash %s, this plan's hash is %s; "
                        "loading the weights only, from step 0", path, fh ? fh : "(none)", mine);
             *load_opt = 0;
         }
     } else if (want_opt) {
-        qt_io_note("%s: no optimizer state in the file; Adam moments not loaded", path);
+        qt_note("%s: no optimizer state in the file; Adam moments not loaded", path);
     }
     if ((rc = qt_load_check(p, h, path, "")))
         return rc;
@@ -312,15 +312,15 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
                    (!*load_opt && !strncmp(name, "optimizer.", 10))) {
             skipped_other++;
         } else {
-            return qt_io_fail(QT_E_MISMATCH, "%s: unexpected tensor %s (not a parameter of "
+            return qt_fail(QT_E_MISMATCH, "%s: unexpected tensor %s (not a parameter of "
                               "plan %s)", path, name, p->run_name ? p->run_name : "?");
         }
     }
     if (skipped_mtp)
-        qt_io_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
+        qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
                    path, (int)skipped_mtp);
     if (skipped_other)
-        qt_io_note("%s: skipped %d vision-tower or optimizer tensors", path,
+        qt_note("%s: skipped %d vision-tower or optimizer tensors", path,
                    (int)skipped_other);
     return QT_OK;
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "qt_io.h"
-#include "io_err.h"
+#include "qt_err.h"
 #include "ckpt_map.h"
 
 #define QT_SUF_GU ".mlp.experts.gate_up_proj"
@@ -60,7 +60,7 @@ static int qt_ckpt_gdn_ok(const qt_plan *p, const qt_tensor *t, int32_t i)
     int64_t want = qt_ends_with(p->params[i].name, QT_SUF_QKVZ) ? 2 * hk * dk + 2 * hv * dv
                                                                  : 2 * hv;
     if (hk <= 0 || hv % hk || t->ndim != 2 || t->global_shape[0] != want) {
-        qt_io_fail(QT_E_PLAN, "plan parameter %s: shape does not match the GDN dims "
+        qt_fail(QT_E_PLAN, "plan parameter %s: shape does not match the GDN dims "
                    "(Hk %lld, Hv %lld, Dk %lld, Dv %lld)", p->params[i].name, (long long)hk,
                    (long long)hv, (long long)dk, (long long)dv);
         return 0;
@@ -74,13 +74,13 @@ int32_t qt_ckpt_count(const qt_plan *p, int32_t i, int fused)
     const char *c = p->params[i].name;
     if (qt_ckpt_is_expert(p, i)) {
         if (t->ndim != 3) {
-            qt_io_fail(QT_E_PLAN, "plan parameter %s: expected 3 dims [E,rows,cols]", c);
+            qt_fail(QT_E_PLAN, "plan parameter %s: expected 3 dims [E,rows,cols]", c);
             return 0;
         }
         if (fused)
             return 1;
         if (qt_ends_with(c, QT_SUF_GU) && t->global_shape[1] % 2) {
-            qt_io_fail(QT_E_PLAN, "plan parameter %s: odd gate_up rows", c);
+            qt_fail(QT_E_PLAN, "plan parameter %s: odd gate_up rows", c);
             return 0;
         }
         return (int32_t)(qt_ends_with(c, QT_SUF_GU) ? 2 * t->global_shape[0]
@@ -89,7 +89,7 @@ int32_t qt_ckpt_count(const qt_plan *p, int32_t i, int fused)
     if (p->model.decoder_block == 1 && (qt_ends_with(c, QT_SUF_QKVZ) || qt_ends_with(c, QT_SUF_BA)))
         return qt_ckpt_gdn_ok(p, t, i) ? 2 : 0;
     if (t->ndim < 1) {
-        qt_io_fail(QT_E_PLAN, "plan parameter %s: zero-dimensional", c);
+        qt_fail(QT_E_PLAN, "plan parameter %s: zero-dimensional", c);
         return 0;
     }
     return 1;
@@ -216,15 +216,15 @@ int qt_ckpt_check_tensor(const qt_ckpt_piece *pc, const qt_st_tensor *t, const c
     char want[128], got[128];
     qt_ckpt_fmt_shape(want, sizeof want, pc->ndim, pc->shape);
     if (!t)
-        return qt_io_fail(QT_E_MISMATCH, "%s: missing tensor %s (expected shape %s)", file,
+        return qt_fail(QT_E_MISMATCH, "%s: missing tensor %s (expected shape %s)", file,
                           name, want);
     if (t->dtype != QT_ST_F32 && t->dtype != QT_ST_BF16 && t->dtype != QT_ST_F16)
-        return qt_io_fail(QT_E_MISMATCH, "%s: tensor %s: unsupported dtype %s (expected "
+        return qt_fail(QT_E_MISMATCH, "%s: tensor %s: unsupported dtype %s (expected "
                           "F32, BF16 or F16)", file, name, qt_st_dtype_name(t->dtype));
     if (!qt_shape_eq(pc->ndim, pc->shape, t->ndim, t->shape) &&
         !(pc->alt_ndim && qt_shape_eq(pc->alt_ndim, pc->alt_shape, t->ndim, t->shape))) {
         qt_ckpt_fmt_shape(got, sizeof got, t->ndim, t->shape);
-        return qt_io_fail(QT_E_MISMATCH, "%s: tensor %s: wrong shape: expected %s, file has %s",
+        return qt_fail(QT_E_MISMATCH, "%s: tensor %s: wrong shape: expected %s, file has %s",
                           file, name, want, got);
     }
     return QT_OK;
@@ -255,13 +255,13 @@ int qt_ckpt_check_values(int h, const qt_st_tensor *t, const char *file, const c
     for (int64_t k0 = 0; k0 < t->numel; k0 += chunk) {
         int64_t n = t->numel - k0 < chunk ? t->numel - k0 : chunk;
         if (qt_st_read_f32(h, t, k0, n, buf) != 0)
-            return qt_io_fail(QT_E_MISMATCH, "%s: tensor %s: unsupported dtype", file, name);
+            return qt_fail(QT_E_MISMATCH, "%s: tensor %s: unsupported dtype", file, name);
         for (int64_t i = 0; i < n; i++) {
             uint32_t b;
             memcpy(&b, &buf[i], 4);
             int inf_nan = ((b >> 23) & 0xffu) == 0xffu;
             if (inf_nan || (nonneg && (b >> 31) && (b & 0x7fffffffu)))
-                return qt_io_fail(QT_E_FORMAT, "%s: tensor %s: element %lld is %g; expected "
+                return qt_fail(QT_E_FORMAT, "%s: tensor %s: element %lld is %g; expected "
                                   "finite values%s (nothing was loaded)", file, name,
                                   (long long)(k0 + i), (double)buf[i],
                                   nonneg ? " >= 0 (a second Adam moment)" : "");

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "qt_io.h"
-#include "io_err.h"
+#include "qt_err.h"
 #include "ckpt_map.h"
 #include "ckpt_shards.h"
 #include "safetensors.h"
@@ -61,7 +61,7 @@ static int qt_cs_check_names(const qt_plan *p, const char *index, int32_t *n_mtp
                 break;
             if (e < 0) {
                 qt_ckpt_fmt_shape(want, sizeof want, pc.ndim, pc.shape);
-                return qt_io_fail(QT_E_MISMATCH, "%s: missing tensor %s (expected shape %s): "
+                return qt_fail(QT_E_MISMATCH, "%s: missing tensor %s (expected shape %s): "
                                   "the index's weight_map does not list it", index, pc.name,
                                   want);
             }
@@ -77,7 +77,7 @@ static int qt_cs_check_names(const qt_plan *p, const char *index, int32_t *n_mtp
         else if (!strncmp(nm, "optimizer.", 10))
             *n_other += 1;
         else
-            return qt_io_fail(QT_E_MISMATCH, "%s: unexpected tensor %s in shard %s (not a "
+            return qt_fail(QT_E_MISMATCH, "%s: unexpected tensor %s in shard %s (not a "
                               "parameter of plan %s)", index, nm,
                               qt_sx_shard_name(qt_sx_shard(e)), p->run_name ? p->run_name : "?");
     }
@@ -105,10 +105,10 @@ static int qt_cs_pieces(const qt_plan *p, int h, int32_t s, const char *index, i
                 continue;
             const qt_st_tensor *t = qt_st_find(h, pc.name);
             if (!t)
-                return qt_io_fail(QT_E_MISMATCH, "%s: the index maps tensor %s to shard %s, "
+                return qt_fail(QT_E_MISMATCH, "%s: the index maps tensor %s to shard %s, "
                                   "which does not contain it", index, pc.name, qt_cs.shard);
             if ((rc = qt_ckpt_check_tensor(&pc, t, qt_cs.shard, pc.name)))
-                return copy ? qt_io_fail(QT_E_IO, "%s: shard changed during the load", index)
+                return copy ? qt_fail(QT_E_IO, "%s: shard changed during the load", index)
                             : rc;
             if (!copy && (rc = qt_ckpt_check_values(h, t, qt_cs.shard, pc.name, 0)))
                 return rc;
@@ -128,10 +128,10 @@ static int qt_cs_check_shard(const qt_plan *p, int32_t s, const char *index)
         const char *nm = qt_st_at(h, k)->name;
         int32_t e = qt_sx_find(nm);
         if (e < 0)
-            rc = qt_io_fail(QT_E_MISMATCH, "%s: tensor %s is in shard %s but the index does "
+            rc = qt_fail(QT_E_MISMATCH, "%s: tensor %s is in shard %s but the index does "
                             "not list it", index, nm, qt_cs.shard);
         else if (qt_sx_shard(e) != s)
-            rc = qt_io_fail(QT_E_MISMATCH, "%s: tensor %s is in shard %s but the index maps "
+            rc = qt_fail(QT_E_MISMATCH, "%s: tensor %s is in shard %s but the index maps "
                             "it to %s", index, nm, qt_cs.shard,
                             qt_sx_shard_name(qt_sx_shard(e)));
         else
@@ -155,17 +155,17 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer)
     for (int32_t e = 0; e < qt_sx_count(); e++)
         if (!(*qt_sx_mark(e) & QT_MARK_SEEN)) {
             qt_sx_shard_path(qt_sx_shard(e), qt_cs.shard, sizeof qt_cs.shard);
-            return qt_io_fail(QT_E_MISMATCH, "%s: the index maps tensor %s to shard %s, which "
+            return qt_fail(QT_E_MISMATCH, "%s: the index maps tensor %s to shard %s, which "
                               "does not contain it", index, qt_sx_name(e), qt_cs.shard);
         }
     if (want_optimizer)
-        qt_io_note("%s: sharded checkpoint: optimizer state is only restored from single-file "
+        qt_note("%s: sharded checkpoint: optimizer state is only restored from single-file "
                    "qtrain checkpoints; Adam moments not loaded, starting at step 0", index);
     if (n_mtp)
-        qt_io_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
+        qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
                    index, (int)n_mtp);
     if (n_other)
-        qt_io_note("%s: skipped %d vision-tower or optimizer tensors", index, (int)n_other);
+        qt_note("%s: skipped %d vision-tower or optimizer tensors", index, (int)n_other);
     for (int32_t s = 0; s < qt_sx_shards(); s++) {
         if ((rc = qt_cs_open(s, &h)))
             return rc;

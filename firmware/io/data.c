@@ -39,7 +39,7 @@
 #include <unistd.h>
 
 #include "qt_io.h"
-#include "io_err.h"
+#include "qt_err.h"
 #include "corpus.h"
 
 #define QT_DATA_MAX_OPEN 4
@@ -123,7 +123,7 @@ static int qt_npy_descr(const char *path, const char *h, qt_fmt *f)
     char got[16];
     int n = 0;
     if (!d || !(d = strchr(d + 7, '\'')))
-        return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: no 'descr'", path);
+        return qt_fail(QT_E_FORMAT, "%s: bad .npy header: no 'descr'", path);
     d++;
     while (d[n] && d[n] != '\'' && n < 15) {
         got[n] = d[n];
@@ -137,9 +137,9 @@ static int qt_npy_descr(const char *path, const char *h, qt_fmt *f)
             return QT_OK;
         }
     if (strchr("fcbOSUVmM?", got[1] ? got[1] : 'x') && got[0])
-        return qt_io_fail(QT_E_FORMAT, "%s: .npy dtype '%s' is not an integer type (token "
+        return qt_fail(QT_E_FORMAT, "%s: .npy dtype '%s' is not an integer type (token "
                           "files need |u1 <u2 <u4 <i2 <i4 <i8 <u8)", path, got);
-    return qt_io_fail(QT_E_FORMAT, "%s: unsupported .npy dtype '%s' (need a little-endian "
+    return qt_fail(QT_E_FORMAT, "%s: unsupported .npy dtype '%s' (need a little-endian "
                       "integer: |u1 <u2 <u4 <i2 <i4 <i8 <u8)", path, got);
 }
 
@@ -148,20 +148,20 @@ static int qt_npy_header(const char *path, const unsigned char *m, int64_t size,
     char h[4096];
     int64_t hl, start;
     if (size < 10)
-        return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: file too short", path);
+        return qt_fail(QT_E_FORMAT, "%s: bad .npy header: file too short", path);
     if (m[6] == 1) {
         hl = (int64_t)qt_le(m + 8, 2);
         start = 10;
     } else if (m[6] == 2 || m[6] == 3) {
         if (size < 12)
-            return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: file too short", path);
+            return qt_fail(QT_E_FORMAT, "%s: bad .npy header: file too short", path);
         hl = (int64_t)qt_le(m + 8, 4);
         start = 12;
     } else {
-        return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: unknown version %d", path, m[6]);
+        return qt_fail(QT_E_FORMAT, "%s: bad .npy header: unknown version %d", path, m[6]);
     }
     if (hl <= 0 || hl >= (int64_t)sizeof h || start + hl > size)
-        return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: header length %lld", path,
+        return qt_fail(QT_E_FORMAT, "%s: bad .npy header: header length %lld", path,
                           (long long)hl);
     memcpy(h, m + start, (size_t)hl);
     h[hl] = '\0';
@@ -172,7 +172,7 @@ static int qt_npy_header(const char *path, const unsigned char *m, int64_t size,
     const char *fo = strstr(h, "'fortran_order'");
     const char *sh = strstr(h, "'shape'");
     if (!fo || !sh || !(sh = strchr(sh, '(')))
-        return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: no 'fortran_order' or 'shape'",
+        return qt_fail(QT_E_FORMAT, "%s: bad .npy header: no 'fortran_order' or 'shape'",
                           path);
     fo += 15;
     while (*fo == ' ' || *fo == ':')
@@ -186,20 +186,20 @@ static int qt_npy_header(const char *path, const unsigned char *m, int64_t size,
         if (*c == ')')
             break;
         if (*c < '0' || *c > '9')
-            return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: bad 'shape'", path);
+            return qt_fail(QT_E_FORMAT, "%s: bad .npy header: bad 'shape'", path);
         int64_t v = 0;
         while (*c >= '0' && *c <= '9') {
             if (v > (INT64_C(1) << 50))
-                return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: shape too large", path);
+                return qt_fail(QT_E_FORMAT, "%s: bad .npy header: shape too large", path);
             v = v * 10 + (*c++ - '0');
         }
         if (v && n > (INT64_C(1) << 58) / v)
-            return qt_io_fail(QT_E_FORMAT, "%s: bad .npy header: shape too large", path);
+            return qt_fail(QT_E_FORMAT, "%s: bad .npy header: shape too large", path);
         n *= v;
         dims++;
     }
     if (fortran && dims > 1)
-        return qt_io_fail(QT_E_FORMAT, "%s: .npy array is in Fortran order; save it C-ordered "
+        return qt_fail(QT_E_FORMAT, "%s: .npy array is in Fortran order; save it C-ordered "
                           "(np.ascontiguousarray)", path);
     f->n = n;
     return QT_OK;
@@ -215,10 +215,10 @@ static int qt_detect(const char *path, const char *raw_dtype, const unsigned cha
         else if (!strcmp(raw_dtype, "uint32"))
             f->width = 4;
         else
-            return qt_io_fail(QT_E_ARG, "%s: raw dtype \"%s\" not supported (uint16 or uint32)",
+            return qt_fail(QT_E_ARG, "%s: raw dtype \"%s\" not supported (uint16 or uint32)",
                               path, raw_dtype);
         if (size % f->width)
-            return qt_io_fail(QT_E_FORMAT, "%s: raw %s file has %lld bytes, not a multiple of "
+            return qt_fail(QT_E_FORMAT, "%s: raw %s file has %lld bytes, not a multiple of "
                               "%d", path, raw_dtype, (long long)size, (int)f->width);
         f->n = size / f->width;
         return QT_OK;
@@ -229,29 +229,29 @@ static int qt_detect(const char *path, const char *raw_dtype, const unsigned cha
             return rc;
     } else if (size >= 8 && !memcmp(m, "QTTOKENS", 8)) {
         if (size < QT_QTT_HEADER)
-            return qt_io_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: file has %lld bytes, the "
+            return qt_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: file has %lld bytes, the "
                               "header needs %d", path, (long long)size, QT_QTT_HEADER);
         uint32_t ver = (uint32_t)qt_le(m + 8, 4), w = (uint32_t)qt_le(m + 12, 4);
         uint64_t n = qt_le(m + 16, 8);
         if (ver != 1)
-            return qt_io_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: version %u (expected 1)",
+            return qt_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: version %u (expected 1)",
                               path, ver);
         if (w != 2 && w != 4)
-            return qt_io_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: %u bytes per token "
+            return qt_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: %u bytes per token "
                               "(expected 2 or 4)", path, w);
         if (n > (uint64_t)1 << 58)
-            return qt_io_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: token count %llu", path,
+            return qt_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: token count %llu", path,
                               (unsigned long long)n);
         f->offset = QT_QTT_HEADER;
         f->width = (int32_t)w;
         f->n = (int64_t)n;
     } else {
-        return qt_io_fail(QT_E_FORMAT, "%s: unknown token file format (expected the .npy magic "
+        return qt_fail(QT_E_FORMAT, "%s: unknown token file format (expected the .npy magic "
                           "or a QTTOKENS header; for headerless files give raw dtype "
                           "uint16/uint32)", path);
     }
     if (size - f->offset != f->n * f->width)
-        return qt_io_fail(QT_E_FORMAT, "%s: payload has %lld bytes but the header declares "
+        return qt_fail(QT_E_FORMAT, "%s: payload has %lld bytes but the header declares "
                           "%lld tokens of %d bytes (%lld bytes)", path,
                           (long long)(size - f->offset), (long long)f->n, (int)f->width,
                           (long long)(f->n * f->width));
@@ -274,7 +274,7 @@ static int qt_check_tokens(const char *path, const unsigned char *b, const qt_fm
                 snprintf(id, sizeof id, "%lld", (long long)v);
             else
                 snprintf(id, sizeof id, "%llu", (unsigned long long)u);
-            return qt_io_fail(QT_E_RANGE, "%s: token id %s at position %lld is outside "
+            return qt_fail(QT_E_RANGE, "%s: token id %s at position %lld is outside "
                               "[0, %lld) (vocab_size)", path, id, (long long)i,
                               (long long)vocab);
         }
@@ -286,10 +286,10 @@ static int qt_data_finish(qt_data *d, const char *path, int64_t seq_len)
 {
     const char *what = path ? path : "(embedded corpus)";
     if (seq_len <= 0)
-        return qt_io_fail(QT_E_ARG, "%s: seq_len %lld must be positive", what,
+        return qt_fail(QT_E_ARG, "%s: seq_len %lld must be positive", what,
                           (long long)seq_len);
     if (d->n_tokens < seq_len + 1)
-        return qt_io_fail(QT_E_RANGE, "%s: %lld tokens, need at least seq_len+1 = %lld for one "
+        return qt_fail(QT_E_RANGE, "%s: %lld tokens, need at least seq_len+1 = %lld for one "
                           "window", what, (long long)d->n_tokens, (long long)(seq_len + 1));
     d->n_windows = (d->n_tokens - 1) / seq_len;
     return QT_OK;
@@ -301,7 +301,7 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
     memset(d, 0, sizeof *d);
     if (!path) {
         if (vocab < 256)
-            return qt_io_fail(QT_E_ARG, "(embedded corpus): byte-level tokens need vocab_size "
+            return qt_fail(QT_E_ARG, "(embedded corpus): byte-level tokens need vocab_size "
                               ">= 256, the plan has %lld; pass data=<token file>",
                               (long long)vocab);
         d->base = qt_corpus_bytes(&d->n_tokens);
@@ -316,35 +316,35 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
             break;
         }
     if (!s)
-        return qt_io_fail(QT_E_PLAN, "%s: more than %d token files open", path,
+        return qt_fail(QT_E_PLAN, "%s: more than %d token files open", path,
                           QT_DATA_MAX_OPEN);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return qt_io_fail(QT_E_IO, "%s: cannot open: %s", path, strerror(errno));
+        return qt_fail(QT_E_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return qt_io_fail(QT_E_IO, "%s: cannot stat: %s", path, strerror(e));
+        return qt_fail(QT_E_IO, "%s: cannot stat: %s", path, strerror(e));
     }
     if (S_ISDIR(st.st_mode)) {
         close(fd);
-        return qt_io_fail(QT_E_ARG, "%s: is a directory; expected a token file", path);
+        return qt_fail(QT_E_ARG, "%s: is a directory; expected a token file", path);
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return qt_io_fail(QT_E_ARG, "%s: is not a regular file (a device, FIFO or socket); "
+        return qt_fail(QT_E_ARG, "%s: is not a regular file (a device, FIFO or socket); "
                           "expected a token file", path);
     }
     if (st.st_size <= 0) {
         close(fd);
-        return qt_io_fail(QT_E_FORMAT, "%s: empty file", path);
+        return qt_fail(QT_E_FORMAT, "%s: empty file", path);
     }
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
         int e = errno;
         close(fd);
-        return qt_io_fail(QT_E_IO, "%s: cannot map: %s", path, strerror(e));
+        return qt_fail(QT_E_IO, "%s: cannot map: %s", path, strerror(e));
     }
     /* the handler is in place before the first read of the mapping (validation) */
     s->map = m;
@@ -392,23 +392,23 @@ int qt_data_check(const qt_data *d)
             continue;
         struct stat st, ps;
         if (fstat(s->fd, &st) != 0)
-            return qt_io_fail(QT_E_IO, "data file %s: cannot stat: %s", d->path,
+            return qt_fail(QT_E_IO, "data file %s: cannot stat: %s", d->path,
                               strerror(errno));
         if (st.st_size != s->size)
-            return qt_io_fail(QT_E_IO, "data file %s changed during the run: its size went "
+            return qt_fail(QT_E_IO, "data file %s changed during the run: its size went "
                               "from %lld to %lld bytes; stopping (its tokens were validated "
                               "when it was opened; restart to use the new contents)", d->path,
                               (long long)s->size, (long long)st.st_size);
         if (st.st_mtim.tv_sec != s->mtime.tv_sec || st.st_mtim.tv_nsec != s->mtime.tv_nsec)
-            return qt_io_fail(QT_E_IO, "data file %s changed during the run: it was written "
+            return qt_fail(QT_E_IO, "data file %s changed during the run: it was written "
                               "to (modification time changed); stopping (its tokens were "
                               "validated when it was opened; restart to use the new contents)",
                               d->path);
         if (stat(d->path, &ps) != 0)
-            return qt_io_fail(QT_E_IO, "data file %s changed during the run: it can no longer "
+            return qt_fail(QT_E_IO, "data file %s changed during the run: it can no longer "
                               "be found at its path (%s); stopping", d->path, strerror(errno));
         if (ps.st_dev != s->dev || ps.st_ino != s->ino)
-            return qt_io_fail(QT_E_IO, "data file %s changed during the run: another file "
+            return qt_fail(QT_E_IO, "data file %s changed during the run: another file "
                               "was put at its path (inode %llu, was %llu); stopping (restart "
                               "to use the new file)", d->path, (unsigned long long)ps.st_ino,
                               (unsigned long long)s->ino);
@@ -449,7 +449,7 @@ int qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t f
         }
     }
     if (bad)
-        return qt_io_fail(QT_E_RANGE, "data file %s changed during the run: token id %llu at "
+        return qt_fail(QT_E_RANGE, "data file %s changed during the run: token id %llu at "
                           "position %lld is outside [0, %lld) (vocab_size); it was in range "
                           "when the file was opened; stopping", d->path ? d->path :
                           "(embedded corpus)", (unsigned long long)bad_id, (long long)bad_at,

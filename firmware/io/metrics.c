@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "qt_io.h"
-#include "io_err.h"
+#include "qt_err.h"
 
 #define QT_METRICS_TAIL 4096
 
@@ -67,7 +67,7 @@ int qt_metrics_last_step(const char *path, int64_t *last)
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT) return QT_OK;
-        return qt_io_fail(QT_E_IO, "metrics file %s: cannot open: %s", path, strerror(errno));
+        return qt_fail(QT_E_IO, "metrics file %s: cannot open: %s", path, strerror(errno));
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
@@ -78,17 +78,17 @@ int qt_metrics_last_step(const char *path, int64_t *last)
     ssize_t got = pread(fd, tail, (size_t)n, st.st_size - n);
     close(fd);
     if (got != (ssize_t)n)
-        return qt_io_fail(QT_E_IO, "metrics file %s: cannot read its last %lld bytes", path,
+        return qt_fail(QT_E_IO, "metrics file %s: cannot read its last %lld bytes", path,
                           (long long)n);
     tail[n] = 0;
     if (tail[n - 1] != '\n')
-        return qt_io_fail(QT_E_FORMAT, "metrics file %s: the last line is incomplete (no "
+        return qt_fail(QT_E_FORMAT, "metrics file %s: the last line is incomplete (no "
                           "newline at byte %lld); expected whole JSON lines written by qtrain",
                           path, (long long)st.st_size);
     int64_t b = n - 1;
     while (b > 0 && tail[b - 1] != '\n') b--;
     if (b == 0 && n < st.st_size)
-        return qt_io_fail(QT_E_FORMAT, "metrics file %s: the last line is longer than %d "
+        return qt_fail(QT_E_FORMAT, "metrics file %s: the last line is longer than %d "
                           "bytes; expected a qtrain metrics line", path, QT_METRICS_TAIL);
     const char *c = tail + b;
     const char *key = "{\"step\":";
@@ -98,7 +98,7 @@ int qt_metrics_last_step(const char *path, int64_t *last)
         for (c += strlen(key); *c >= '0' && *c <= '9' && digits < 18; c++, digits++)
             v = v * 10 + (*c - '0');
     if (!digits || (*c != ',' && *c != '}'))
-        return qt_io_fail(QT_E_FORMAT, "metrics file %s: the last line does not start with "
+        return qt_fail(QT_E_FORMAT, "metrics file %s: the last line does not start with "
                           "{\"step\":N; expected a qtrain metrics line", path);
     *last = v;
     return QT_OK;

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "qt_io.h"
-#include "io_err.h"
+#include "qt_err.h"
 #include "st_index.h"
 
 #define QT_SX_HASH (1u << 19)        /* > 2 x QT_SX_MAX_ENTRIES keeps probes short */
@@ -63,13 +63,13 @@ static int qt_sx_only_st(const char *dir, char *out, int64_t n)
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), found = 0;
     char first[256] = "", second[256] = "";
     if (fd < 0)
-        return qt_io_fail(QT_E_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+        return qt_fail(QT_E_IO, "%s: cannot open directory: %s", dir, strerror(errno));
     for (;;) {
         long got = syscall(SYS_getdents64, fd, qt_sx.dents, sizeof qt_sx.dents);
         if (got < 0) {
             int e = errno;
             close(fd);
-            return qt_io_fail(QT_E_IO, "%s: cannot list directory: %s", dir, strerror(e));
+            return qt_fail(QT_E_IO, "%s: cannot list directory: %s", dir, strerror(e));
         }
         if (got == 0)
             break;
@@ -87,11 +87,11 @@ static int qt_sx_only_st(const char *dir, char *out, int64_t n)
     }
     close(fd);
     if (found != 1)
-        return qt_io_fail(QT_E_ARG, "%s: directory has no %s and %s *.safetensors files "
+        return qt_fail(QT_E_ARG, "%s: directory has no %s and %s *.safetensors files "
                           "(%s%s%s); name the file to load", dir, QT_SX_INDEX_NAME,
                           found ? "several" : "no", first, found > 1 ? ", " : "", second);
     if (snprintf(out, (size_t)n, "%s/%s", dir, first) >= n)
-        return qt_io_fail(QT_E_ARG, "%s: path too long", dir);
+        return qt_fail(QT_E_ARG, "%s: path too long", dir);
     return QT_OK;
 }
 
@@ -101,7 +101,7 @@ int qt_sx_resolve(const char *path, char *out, int64_t n, int *is_index)
     *is_index = 0;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         if (snprintf(out, (size_t)n, "%s/%s", path, QT_SX_INDEX_NAME) >= n)
-            return qt_io_fail(QT_E_ARG, "%s: path too long", path);
+            return qt_fail(QT_E_ARG, "%s: path too long", path);
         if (stat(out, &st) == 0) {
             *is_index = 1;
             return QT_OK;
@@ -109,7 +109,7 @@ int qt_sx_resolve(const char *path, char *out, int64_t n, int *is_index)
         return qt_sx_only_st(path, out, n);
     }
     if (snprintf(out, (size_t)n, "%s", path) >= n)
-        return qt_io_fail(QT_E_ARG, "%s: path too long", path);
+        return qt_fail(QT_E_ARG, "%s: path too long", path);
     *is_index = qt_ends(path, ".index.json");
     return QT_OK;
 }
@@ -122,7 +122,7 @@ typedef struct qt_sj {
 
 static int qt_sj_bad(const qt_sj *j, const char *what)
 {
-    return qt_io_fail(QT_E_FORMAT, "%s: bad index JSON at byte %lld: %s", qt_sx.path,
+    return qt_fail(QT_E_FORMAT, "%s: bad index JSON at byte %lld: %s", qt_sx.path,
                       (long long)(j->p - qt_sx.json), what);
 }
 
@@ -243,21 +243,21 @@ static int qt_sx_add(char *name, char *file)
 {
     uint32_t m = QT_SX_HASH - 1, i = qt_sx_fnv(name) & m;
     if (qt_sx.n >= QT_SX_MAX_ENTRIES)
-        return qt_io_fail(QT_E_FORMAT, "%s: more than %d weight_map entries (QT_SX_MAX_ENTRIES)",
+        return qt_fail(QT_E_FORMAT, "%s: more than %d weight_map entries (QT_SX_MAX_ENTRIES)",
                           qt_sx.path, QT_SX_MAX_ENTRIES);
     if (!*file || strchr(file, '/'))
-        return qt_io_fail(QT_E_FORMAT, "%s: tensor %s: shard file name \"%s\" must be a plain "
+        return qt_fail(QT_E_FORMAT, "%s: tensor %s: shard file name \"%s\" must be a plain "
                           "file name next to the index", qt_sx.path, name, file);
     while (qt_sx.hash[i]) {
         int32_t e = (int32_t)qt_sx.hash[i] - 1;
         if (!strcmp(qt_sx.name[e], name))
-            return qt_io_fail(QT_E_FORMAT, "%s: tensor %s appears twice in weight_map (%s and "
+            return qt_fail(QT_E_FORMAT, "%s: tensor %s appears twice in weight_map (%s and "
                               "%s)", qt_sx.path, name, qt_sx.shard_name[qt_sx.shard[e]], file);
         i = (i + 1) & m;
     }
     int32_t s = qt_sx_add_shard(file);
     if (s < 0)
-        return qt_io_fail(QT_E_FORMAT, "%s: more than %d shard files (QT_SX_MAX_SHARDS)",
+        return qt_fail(QT_E_FORMAT, "%s: more than %d shard files (QT_SX_MAX_SHARDS)",
                           qt_sx.path, QT_SX_MAX_SHARDS);
     qt_sx.name[qt_sx.n] = name;
     qt_sx.shard[qt_sx.n] = s;
@@ -303,7 +303,7 @@ static int qt_sx_parse(qt_sj *j)
     if (j->p != j->end)
         return qt_sj_bad(j, "trailing characters after the index object");
     if (!have_map)
-        return qt_io_fail(QT_E_FORMAT, "%s: index has no \"weight_map\" object", qt_sx.path);
+        return qt_fail(QT_E_FORMAT, "%s: index has no \"weight_map\" object", qt_sx.path);
     return QT_OK;
 }
 
@@ -335,24 +335,24 @@ int qt_sx_open(const char *index_path)
     const char *slash = strrchr(index_path, '/');
     size_t dl = slash ? (size_t)(slash - index_path) : 0;
     if (dl >= sizeof qt_sx.dir)
-        return qt_io_fail(QT_E_ARG, "%s: path too long", index_path);
+        return qt_fail(QT_E_ARG, "%s: path too long", index_path);
     memcpy(qt_sx.dir, index_path, dl);
     qt_sx.dir[dl] = '\0';
     if (slash && !dl)
         snprintf(qt_sx.dir, sizeof qt_sx.dir, "/");
     int fd = open(index_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return qt_io_fail(QT_E_IO, "%s: cannot open: %s", index_path, strerror(errno));
+        return qt_fail(QT_E_IO, "%s: cannot open: %s", index_path, strerror(errno));
     if (fstat(fd, &st) != 0 || st.st_size > QT_SX_MAX_JSON) {
         close(fd);
-        return qt_io_fail(QT_E_FORMAT, "%s: index larger than %d bytes (QT_SX_MAX_JSON) or "
+        return qt_fail(QT_E_FORMAT, "%s: index larger than %d bytes (QT_SX_MAX_JSON) or "
                           "unreadable", index_path, QT_SX_MAX_JSON);
     }
     int64_t got = 0;
     while (got < st.st_size) {
         ssize_t r = pread(fd, qt_sx.json + got, (size_t)(st.st_size - got), got);
         if (r <= 0) {
-            rc = qt_io_fail(QT_E_IO, "%s: read failed at byte %lld", index_path, (long long)got);
+            rc = qt_fail(QT_E_IO, "%s: read failed at byte %lld", index_path, (long long)got);
             close(fd);
             return rc;
         }
@@ -392,7 +392,7 @@ int qt_sx_shard_path(int32_t s, char *out, int64_t n)
                                     strcmp(qt_sx.dir, "/") ? "/" : "", qt_sx.shard_name[s])
                          : snprintf(out, (size_t)n, "%s", qt_sx.shard_name[s]);
     if (w < 0 || w >= n)
-        return qt_io_fail(QT_E_ARG, "%s: shard path for %s too long", qt_sx.path,
+        return qt_fail(QT_E_ARG, "%s: shard path for %s too long", qt_sx.path,
                           qt_sx.shard_name[s]);
     return QT_OK;
 }

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "qt_io.h"
-#include "io_err.h"
+#include "qt_err.h"
 #include "safetensors.h"
 
 #define QT_ST_HASH_SLOTS (1u << 20)   /* > 2 x QT_ST_MAX_TENSORS keeps probes short */
@@ -80,7 +80,7 @@ static void qt_js_ws(qt_js *j)
 
 static int qt_js_bad(const qt_js *j, const char *what)
 {
-    return qt_io_fail(QT_E_FORMAT, "%s: bad safetensors header JSON at byte %lld: %s",
+    return qt_fail(QT_E_FORMAT, "%s: bad safetensors header JSON at byte %lld: %s",
                       j->path, (long long)(j->p - j->start), what);
 }
 
@@ -164,7 +164,7 @@ static int qt_st_parse_meta(qt_st_slot *s, qt_js *j)
             (rc = qt_js_string(j, &v)))
             return rc;
         if (s->n_meta >= QT_ST_MAX_META)
-            return qt_io_fail(QT_E_FORMAT, "%s: more than %d __metadata__ entries",
+            return qt_fail(QT_E_FORMAT, "%s: more than %d __metadata__ entries",
                               j->path, QT_ST_MAX_META);
         s->meta_key[s->n_meta] = k;
         s->meta_val[s->n_meta++] = v;
@@ -184,7 +184,7 @@ static int qt_st_parse_int_list(qt_js *j, int64_t *vals, int max, int *n, const 
         return QT_OK;
     while (more) {
         if (*n >= max)
-            return qt_io_fail(QT_E_FORMAT, "%s: %s has more than %d entries", j->path, what,
+            return qt_fail(QT_E_FORMAT, "%s: %s has more than %d entries", j->path, what,
                               max);
         if ((rc = qt_js_uint(j, &vals[*n])))
             return rc;
@@ -214,7 +214,7 @@ static int qt_st_parse_tensor(qt_js *j, qt_st_tensor *t)
                 if (!strcmp(v, qt_st_names[d]))
                     t->dtype = d;
             if (t->dtype < 0)
-                return qt_io_fail(QT_E_FORMAT, "%s: tensor %s: unknown dtype \"%s\"", j->path,
+                return qt_fail(QT_E_FORMAT, "%s: tensor %s: unknown dtype \"%s\"", j->path,
                                   t->name, v);
             have |= 1;
         } else if (!strcmp(k, "shape")) {
@@ -226,20 +226,20 @@ static int qt_st_parse_tensor(qt_js *j, qt_st_tensor *t)
             if ((rc = qt_st_parse_int_list(j, off, 3, &n, "data_offsets")))
                 return rc;
             if (n != 2)
-                return qt_io_fail(QT_E_FORMAT, "%s: tensor %s: data_offsets needs 2 entries",
+                return qt_fail(QT_E_FORMAT, "%s: tensor %s: data_offsets needs 2 entries",
                                   j->path, t->name);
             t->begin = off[0];
             t->end = off[1];
             have |= 4;
         } else {
-            return qt_io_fail(QT_E_FORMAT, "%s: tensor %s: unknown key \"%s\"", j->path,
+            return qt_fail(QT_E_FORMAT, "%s: tensor %s: unknown key \"%s\"", j->path,
                               t->name, k);
         }
         if ((rc = qt_js_next(j, '}', &more)))
             return rc;
     }
     if (have != 7)
-        return qt_io_fail(QT_E_FORMAT, "%s: tensor %s: missing %s", j->path, t->name,
+        return qt_fail(QT_E_FORMAT, "%s: tensor %s: missing %s", j->path, t->name,
                           !(have & 1) ? "dtype" : !(have & 2) ? "shape" : "data_offsets");
     return QT_OK;
 }
@@ -300,21 +300,21 @@ static int qt_st_validate(qt_st_slot *s)
         int64_t numel = 1;
         for (int d = 0; d < t->ndim; d++) {
             if (t->shape[d] != 0 && numel > (INT64_C(1) << 58) / t->shape[d])
-                return qt_io_fail(QT_E_FORMAT, "%s: tensor %s: shape too large", s->path,
+                return qt_fail(QT_E_FORMAT, "%s: tensor %s: shape too large", s->path,
                                   t->name);
             numel *= t->shape[d];
         }
         t->numel = numel;
         if (t->end < t->begin)
-            return qt_io_fail(QT_E_FORMAT, "%s: tensor %s: data_offsets [%lld, %lld] decrease",
+            return qt_fail(QT_E_FORMAT, "%s: tensor %s: data_offsets [%lld, %lld] decrease",
                               s->path, t->name, (long long)t->begin, (long long)t->end);
         if (t->end - t->begin != numel * qt_st_sizes[t->dtype])
-            return qt_io_fail(QT_E_FORMAT,
+            return qt_fail(QT_E_FORMAT,
                               "%s: tensor %s: data_offsets span %lld bytes, shape and dtype %s "
                               "need %lld", s->path, t->name, (long long)(t->end - t->begin),
                               qt_st_names[t->dtype], (long long)(numel * qt_st_sizes[t->dtype]));
         if (t->end > data_len)
-            return qt_io_fail(QT_E_FORMAT,
+            return qt_fail(QT_E_FORMAT,
                               "%s: tensor %s: data_offsets end %lld is past the end of the file "
                               "(data region has %lld bytes): truncated file?", s->path, t->name,
                               (long long)t->end, (long long)data_len);
@@ -324,13 +324,13 @@ static int qt_st_validate(qt_st_slot *s)
     for (int32_t k = 0; k < s->n; k++) {
         const qt_st_tensor *t = &s->t[s->order[k]];
         if (t->begin != at)
-            return qt_io_fail(QT_E_FORMAT, "%s: tensor %s: data starts at %lld, expected %lld "
+            return qt_fail(QT_E_FORMAT, "%s: tensor %s: data starts at %lld, expected %lld "
                               "(%s)", s->path, t->name, (long long)t->begin, (long long)at,
                               t->begin < at ? "overlaps the previous tensor" : "hole before it");
         at = t->end;
     }
     if (at != data_len)
-        return qt_io_fail(QT_E_FORMAT, "%s: tensors end at data byte %lld but the data region has "
+        return qt_fail(QT_E_FORMAT, "%s: tensors end at data byte %lld but the data region has "
                           "%lld bytes (trailing bytes)", s->path, (long long)at,
                           (long long)data_len);
     return QT_OK;
@@ -353,18 +353,18 @@ static int qt_st_parse(qt_st_slot *s)
                 return rc;
         } else {
             if (s->n >= QT_ST_MAX_TENSORS)
-                return qt_io_fail(QT_E_FORMAT, "%s: more than %d tensors (QT_ST_MAX_TENSORS)",
+                return qt_fail(QT_E_FORMAT, "%s: more than %d tensors (QT_ST_MAX_TENSORS)",
                                   s->path, QT_ST_MAX_TENSORS);
             qt_st_tensor *t = &s->t[s->n];
             memset(t, 0, sizeof *t);
             t->name = k;
             if (strlen(k) >= QT_ST_NAME_MAX)
-                return qt_io_fail(QT_E_FORMAT, "%s: tensor name longer than %d bytes", s->path,
+                return qt_fail(QT_E_FORMAT, "%s: tensor name longer than %d bytes", s->path,
                                   QT_ST_NAME_MAX - 1);
             if ((rc = qt_st_parse_tensor(&j, t)))
                 return rc;
             if (qt_st_insert(s, s->n))
-                return qt_io_fail(QT_E_FORMAT, "%s: tensor %s appears twice", s->path, k);
+                return qt_fail(QT_E_FORMAT, "%s: tensor %s appears twice", s->path, k);
             s->n++;
         }
         if ((rc = qt_js_next(&j, '}', &more)))
@@ -404,21 +404,21 @@ int qt_st_open(const char *path, int *h)
             break;
         }
     if (!s)
-        return qt_io_fail(QT_E_PLAN, "%s: more than %d safetensors files open", path,
+        return qt_fail(QT_E_PLAN, "%s: more than %d safetensors files open", path,
                           QT_ST_MAX_OPEN);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return qt_io_fail(QT_E_IO, "%s: cannot open: %s", path, strerror(errno));
+        return qt_fail(QT_E_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     unsigned char len8[8];
     if (fstat(fd, &st) != 0) {
-        rc = qt_io_fail(QT_E_IO, "%s: cannot stat: %s", path, strerror(errno));
+        rc = qt_fail(QT_E_IO, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return rc;
     }
     if (st.st_size < 8 || pread(fd, len8, 8, 0) != 8) {
         close(fd);
-        return qt_io_fail(QT_E_FORMAT, "%s: truncated header: file has %lld bytes, the header "
+        return qt_fail(QT_E_FORMAT, "%s: truncated header: file has %lld bytes, the header "
                           "length alone needs 8", path, (long long)st.st_size);
     }
     uint64_t hlen = 0;
@@ -426,14 +426,14 @@ int qt_st_open(const char *path, int *h)
         hlen = (hlen << 8) | len8[b];
     if (hlen < 2 || hlen > (uint64_t)QT_ST_MAX_HEADER || hlen > (uint64_t)st.st_size - 8) {
         close(fd);
-        return qt_io_fail(QT_E_FORMAT, "%s: header length %llu is not sane (file has %lld "
+        return qt_fail(QT_E_FORMAT, "%s: header length %llu is not sane (file has %lld "
                           "bytes, limit %d)", path, (unsigned long long)hlen,
                           (long long)st.st_size, QT_ST_MAX_HEADER);
     }
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     close(fd);
     if (m == MAP_FAILED)
-        return qt_io_fail(QT_E_IO, "%s: cannot map: %s", path, strerror(errno));
+        return qt_fail(QT_E_IO, "%s: cannot map: %s", path, strerror(errno));
     s->used = 1;
     s->path = path;
     s->map = m;

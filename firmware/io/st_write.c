@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "qt_io.h"
-#include "io_err.h"
+#include "qt_err.h"
 #include "safetensors.h"
 
 #define QT_ST_WBUF (4 << 20)
@@ -54,7 +54,7 @@ static int qt_stw_put(const char *s)
 {
     size_t n = strlen(s);
     if (qt_stw.hlen + (int64_t)n > QT_ST_MAX_HEADER)
-        return qt_stw_fail(qt_io_fail(QT_E_FORMAT, "%s: header exceeds %d bytes "
+        return qt_stw_fail(qt_fail(QT_E_FORMAT, "%s: header exceeds %d bytes "
                                       "(QT_ST_MAX_HEADER)", qt_stw.path, QT_ST_MAX_HEADER));
     memcpy(qt_stw.header + qt_stw.hlen, s, n);
     qt_stw.hlen += (int64_t)n;
@@ -68,7 +68,7 @@ static int qt_stw_put_str(const char *s)
     int rc = qt_stw_put("\"");
     for (; !rc && *s; s++) {
         if ((unsigned char)*s < 0x20)
-            return qt_stw_fail(qt_io_fail(QT_E_ARG, "%s: control character in header string",
+            return qt_stw_fail(qt_fail(QT_E_ARG, "%s: control character in header string",
                                           qt_stw.path));
         one[0] = *s == '"' || *s == '\\' ? '\\' : *s;
         one[1] = *s == '"' || *s == '\\' ? *s : 0;
@@ -85,7 +85,7 @@ static int qt_stw_write_all(const void *p, int64_t n)
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            return qt_stw_fail(qt_io_fail(QT_E_IO, "%s: write failed at byte %lld: %s",
+            return qt_stw_fail(qt_fail(QT_E_IO, "%s: write failed at byte %lld: %s",
                                           qt_stw.tmp, (long long)qt_stw.file_pos,
                                           w < 0 ? strerror(errno) : "no progress"));
         b += w;
@@ -98,17 +98,17 @@ static int qt_stw_write_all(const void *p, int64_t n)
 int qt_st_wopen(const char *path)
 {
     if (qt_stw.state != QT_STW_IDLE)
-        return qt_io_fail(QT_E_ARG, "%s: another safetensors write is in progress (%s)", path,
+        return qt_fail(QT_E_ARG, "%s: another safetensors write is in progress (%s)", path,
                           qt_stw.path);
     if (strlen(path) >= QT_ST_PATH_MAX)
-        return qt_io_fail(QT_E_ARG, "%s: path too long", path);
+        return qt_fail(QT_E_ARG, "%s: path too long", path);
     snprintf(qt_stw.path, sizeof qt_stw.path, "%s", path);
     /* A per-process name created exclusively: never truncates someone else's file, and two
      * writers of the same path cannot interleave in one temporary. */
     snprintf(qt_stw.tmp, sizeof qt_stw.tmp, "%s.tmp.%ld", path, (long)getpid());
     qt_stw.fd = open(qt_stw.tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (qt_stw.fd < 0)
-        return qt_io_fail(QT_E_IO, "%s: cannot create: %s", qt_stw.tmp, strerror(errno));
+        return qt_fail(QT_E_IO, "%s: cannot create: %s", qt_stw.tmp, strerror(errno));
     qt_stw.state = QT_STW_META;
     qt_stw.hlen = 0;
     qt_stw.n_meta = 0;
@@ -124,7 +124,7 @@ int qt_st_wmeta(const char *key, const char *value)
 {
     int rc;
     if (qt_stw.state != QT_STW_META)
-        return qt_stw_fail(qt_io_fail(QT_E_ARG, "%s: metadata after tensors", qt_stw.path));
+        return qt_stw_fail(qt_fail(QT_E_ARG, "%s: metadata after tensors", qt_stw.path));
     if ((rc = qt_stw_put(qt_stw.n_meta ? "," : "\"__metadata__\":{")) ||
         (rc = qt_stw_put_str(key)) || (rc = qt_stw_put(":")) || (rc = qt_stw_put_str(value)))
         return rc;
@@ -149,16 +149,16 @@ int qt_st_wadd(const char *name, int dtype, int ndim, const int64_t *shape)
     if ((rc = qt_stw_end_meta()))
         return rc;
     if (qt_stw.state != QT_STW_TENSORS)
-        return qt_stw_fail(qt_io_fail(QT_E_ARG, "%s: tensor %s declared in the wrong state",
+        return qt_stw_fail(qt_fail(QT_E_ARG, "%s: tensor %s declared in the wrong state",
                                       qt_stw.path, name));
     if (!qt_st_dtype_name(dtype) || ndim < 0 || ndim > QT_ST_MAX_DIMS)
-        return qt_stw_fail(qt_io_fail(QT_E_ARG, "%s: tensor %s: bad dtype or rank",
+        return qt_stw_fail(qt_fail(QT_E_ARG, "%s: tensor %s: bad dtype or rank",
                                       qt_stw.path, name));
     int64_t bytes = qt_st_dtype_size(dtype);
     for (int d = 0; d < ndim; d++) {
         /* the reader's bound: no dimension or byte count beyond 2^58 */
         if (shape[d] < 0 || shape[d] > ((int64_t)1 << 58) || (shape[d] && bytes > ((int64_t)1 << 58) / shape[d]))
-            return qt_stw_fail(qt_io_fail(QT_E_ARG, "%s: tensor %s: bad dimension %lld",
+            return qt_stw_fail(qt_fail(QT_E_ARG, "%s: tensor %s: bad dimension %lld",
                                           qt_stw.path, name, (long long)shape[d]));
         bytes *= shape[d];
     }
@@ -187,7 +187,7 @@ int qt_st_wbegin(void)
     if ((rc = qt_stw_end_meta()))
         return rc;
     if (qt_stw.state != QT_STW_TENSORS)
-        return qt_stw_fail(qt_io_fail(QT_E_ARG, "%s: header finished twice", qt_stw.path));
+        return qt_stw_fail(qt_fail(QT_E_ARG, "%s: header finished twice", qt_stw.path));
     if ((rc = qt_stw_put("}")))
         return rc;
     while (qt_stw.hlen % 8)
@@ -213,10 +213,10 @@ int qt_st_wwrite(const void *bytes, int64_t n)
     const unsigned char *b = bytes;
     int rc;
     if (qt_stw.state != QT_STW_DATA)
-        return qt_stw_fail(qt_io_fail(QT_E_ARG, "%s: data written before the header",
+        return qt_stw_fail(qt_fail(QT_E_ARG, "%s: data written before the header",
                                       qt_stw.path));
     if (qt_stw.data_written + n > qt_stw.data_total)
-        return qt_stw_fail(qt_io_fail(QT_E_ARG, "%s: more data than the header declares",
+        return qt_stw_fail(qt_fail(QT_E_ARG, "%s: more data than the header declares",
                                       qt_stw.path));
     qt_stw.data_written += n;
     while (n > 0) {
@@ -247,11 +247,11 @@ static int qt_stw_sync_dir(void)
         *slash = '\0';
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return qt_io_fail(QT_E_IO, "%s: cannot open directory to fsync: %s", dir,
+        return qt_fail(QT_E_IO, "%s: cannot open directory to fsync: %s", dir,
                           strerror(errno));
     int rc = fsync(fd);
     close(fd);
-    return rc ? qt_io_fail(QT_E_IO, "%s: fsync of directory failed: %s", dir, strerror(errno))
+    return rc ? qt_fail(QT_E_IO, "%s: fsync of directory failed: %s", dir, strerror(errno))
               : QT_OK;
 }
 
@@ -259,12 +259,12 @@ int qt_st_wcommit(void)
 {
     int rc;
     if (qt_stw.state != QT_STW_DATA) {
-        rc = qt_io_fail(QT_E_ARG, "%s: commit in the wrong state", qt_stw.path);
+        rc = qt_fail(QT_E_ARG, "%s: commit in the wrong state", qt_stw.path);
         qt_st_wabort();
         return rc;
     }
     if (qt_stw.data_written != qt_stw.data_total) {
-        rc = qt_io_fail(QT_E_ARG, "%s: %lld data bytes written, header declares %lld",
+        rc = qt_fail(QT_E_ARG, "%s: %lld data bytes written, header declares %lld",
                         qt_stw.path, (long long)qt_stw.data_written,
                         (long long)qt_stw.data_total);
         qt_st_wabort();
@@ -275,19 +275,19 @@ int qt_st_wcommit(void)
         return rc;
     }
     if (fsync(qt_stw.fd) != 0) {
-        rc = qt_io_fail(QT_E_IO, "%s: fsync failed: %s", qt_stw.tmp, strerror(errno));
+        rc = qt_fail(QT_E_IO, "%s: fsync failed: %s", qt_stw.tmp, strerror(errno));
         qt_st_wabort();
         return rc;
     }
     if (close(qt_stw.fd) != 0) {
         qt_stw.fd = -1;
-        rc = qt_io_fail(QT_E_IO, "%s: close failed: %s", qt_stw.tmp, strerror(errno));
+        rc = qt_fail(QT_E_IO, "%s: close failed: %s", qt_stw.tmp, strerror(errno));
         qt_st_wabort();
         return rc;
     }
     qt_stw.fd = -1;
     if (rename(qt_stw.tmp, qt_stw.path) != 0) {
-        rc = qt_io_fail(QT_E_IO, "%s: rename to %s failed: %s", qt_stw.tmp, qt_stw.path,
+        rc = qt_fail(QT_E_IO, "%s: rename to %s failed: %s", qt_stw.tmp, qt_stw.path,
                         strerror(errno));
         qt_st_wabort();
         return rc;
@@ -358,10 +358,10 @@ int qt_st_remove_stale(const char *path)
             snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
             if (unlink(full) == 0) {
                 removed++;
-                qt_io_note("removed %s, a temporary left by process %ld, which no longer "
+                qt_note("removed %s, a temporary left by process %ld, which no longer "
                            "runs (a save that did not finish)", full, pid);
             } else if (errno != ENOENT) {
-                qt_io_note("could not remove the stale temporary %s: %s", full,
+                qt_note("could not remove the stale temporary %s: %s", full,
                            strerror(errno));
             }
         }

@@ -18,7 +18,7 @@
 extern "C" {
 #include "qt_plan.h"
 #include "io/qt_io.h"
-#include "io/io_err.h"
+#include "qt_err.h"
 #include "io/safetensors.h"
 }
 
@@ -261,8 +261,8 @@ void remove_dir(const char *dir)
     rmdir(dir);
 }
 
-bool has(const char *needle) { return strstr(qt_io_last_error(), needle) != NULL; }
-bool has_note(const char *needle) { return strstr(qt_io_notes(), needle) != NULL; }
+bool has(const char *needle) { return strstr(qt_last_error(), needle) != NULL; }
+bool has_note(const char *needle) { return strstr(qt_notes(), needle) != NULL; }
 
 }  // namespace
 
@@ -273,12 +273,12 @@ TEST_GROUP(io)
         snprintf(g_dir, sizeof g_dir, "/tmp/qt_io_test_XXXXXX");
         CHECK(mkdtemp(g_dir) != NULL);
         memset(g_arena, 0, sizeof g_arena);
-        qt_io_set_quiet(1);
+        qt_set_quiet(1);
     }
     void teardown() override
     {
         char sub[256];
-        qt_io_set_quiet(0);
+        qt_set_quiet(0);
         snprintf(sub, sizeof sub, "%s/sh", g_dir);   // sharded-checkpoint subdirectory
         remove_dir(sub);
         remove_dir(g_dir);
@@ -468,7 +468,7 @@ TEST(io, optimizer_state_round_trip_and_hash_check)
     // and the note names both hashes
     g_tiny.plan.hash ^= 1;
     memset(g_arena, 0, sizeof g_arena);
-    qt_io_clear_notes();
+    qt_clear_notes();
     step = -1;
     pos = -1;
     LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, f, 1, &step, &pos));
@@ -528,7 +528,7 @@ TEST(io, nonfinite_or_negative_state_is_refused_before_loading)
         memcpy(copy, g_arena, sizeof g_arena);
         int64_t step = -1;
         LONGS_EQUAL(QT_E_FORMAT, qt_checkpoint_load(&g_tiny.plan, g_path2, 1, &step, NULL));
-        if (!has(c.msg) || !has(g_path2)) FAIL(qt_io_last_error());
+        if (!has(c.msg) || !has(g_path2)) FAIL(qt_last_error());
         CHECK(memcmp(copy, g_arena, sizeof g_arena) == 0);   // nothing changed
     }
     // -0 is a valid second moment, and the good file loads
@@ -686,7 +686,7 @@ TEST(io, sharded_load_matches_single_file)
             snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
             // via the index file: bit-exact with the single-file load (same float bits)
             memset(g_arena, 0, sizeof g_arena);
-            qt_io_clear_notes();
+            qt_clear_notes();
             int64_t step = -1;
             LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, idx, 1, &step, NULL));
             LONGS_EQUAL(-1, first_diff(want, region(0), g_tiny.region_elems));
@@ -760,7 +760,7 @@ TEST(io, sharded_load_bad_cases_change_nothing)
         memset(g_arena, 0, sizeof g_arena);
         int rc = qt_checkpoint_load(&g_tiny.plan, (n_case++ % 2) ? dir : idx, 0, NULL, NULL);
         if (rc != c.code || !has(c.msg1) || !has(c.msg2))
-            FAIL(qt_io_last_error());
+            FAIL(qt_last_error());
         // the message names a file of this checkpoint
         CHECK(has("/sh/"));
         for (int64_t k = 0; k < g_tiny.region_elems; k++)
@@ -775,7 +775,7 @@ TEST(io, sharded_load_bad_cases_change_nothing)
         memset(g_arena, 0, sizeof g_arena);
         LONGS_EQUAL(QT_E_FORMAT, qt_checkpoint_load(&g_tiny.plan, dir, 0, NULL, NULL));
         if (!has("model-00003-of-00003.safetensors: tensor lm_head.weight: element 4 is nan"))
-            FAIL(qt_io_last_error());
+            FAIL(qt_last_error());
         for (int64_t k = 0; k < g_tiny.region_elems; k++)
             CHECK(region(0)[k] == 0.0f);
     }
@@ -811,7 +811,7 @@ TEST(io, bad_safetensors_headers)
         write_st_raw(path_in("bad.safetensors"), c.json, c.data, c.hlen);
         LONGS_EQUAL(QT_E_FORMAT, qt_st_open(g_path, &h));
         if (!has(c.msg) || !has(g_path))
-            FAIL(qt_io_last_error());
+            FAIL(qt_last_error());
     }
     write_bytes(g_path, "\x05\0\0", 3);   // shorter than the length field
     LONGS_EQUAL(QT_E_FORMAT, qt_st_open(g_path, &h));
@@ -845,7 +845,7 @@ TEST(io, checkpoint_mismatches_change_nothing)
         memset(g_arena, 0, sizeof g_arena);
         LONGS_EQUAL(c.code, qt_checkpoint_load(&g_tiny.plan, g_path2, 0, NULL, NULL));
         if (!has(c.msg) || !has(g_path2))
-            FAIL(qt_io_last_error());
+            FAIL(qt_last_error());
         for (int64_t k = 0; k < g_tiny.region_elems; k++)
             CHECK(region(0)[k] == 0.0f);   // all-or-nothing
     }

@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include "io_err.h"
+#include "qt_err.h"
 
 #define QT_IO_ERR_MAX 1024
 
@@ -14,7 +14,7 @@ static struct {
     int quiet;
 } qt_io_err_state;
 
-int qt_io_fail(int code, const char *fmt, ...)
+int qt_fail(int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -25,7 +25,7 @@ int qt_io_fail(int code, const char *fmt, ...)
     return code;
 }
 
-void qt_io_note(const char *fmt, ...)
+void qt_note(const char *fmt, ...)
 {
     char line[QT_IO_ERR_MAX];
     va_list ap;
@@ -39,22 +39,22 @@ void qt_io_note(const char *fmt, ...)
     snprintf(qt_io_err_state.note + used, sizeof qt_io_err_state.note - used, "%s\n", line);
 }
 
-const char *qt_io_notes(void)
+const char *qt_notes(void)
 {
     return qt_io_err_state.note;
 }
 
-void qt_io_clear_notes(void)
+void qt_clear_notes(void)
 {
     qt_io_err_state.note[0] = 0;
 }
 
-const char *qt_io_last_error(void)
+const char *qt_last_error(void)
 {
     return qt_io_err_state.last;
 }
 
-int qt_io_set_quiet(int quiet)
+int qt_set_quiet(int quiet)
 {
     int was = qt_io_err_state.quiet;
     qt_io_err_state.quiet = quiet;
