@@ -72,7 +72,13 @@ LINK_ARENA := -Wl,-T,linker/arena.ld
 
 .PHONY: all deps gen run test goldens bench clean check-deps tools
 .DEFAULT_GOAL := all
-.SECONDARY:
+# The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
+# build/plans/<run>.o): keep them. Only them: a bare .SECONDARY would make every target
+# secondary, generated/<run>/plan.c included, and make then compiled an existing plan.c
+# before configgen was (re)linked, so the next `make` regenerated the plans and rebuilt.
+PLAN_OBJ_ALL := $(foreach r,$(RUNS),$(BUILD)/plans/$(r).o $(BUILD)/plans/$(r).main.o \
+                  $(BUILD)/plans-musl/$(r).o $(BUILD)/plans-musl/$(r).main.o)
+.SECONDARY: $(PLAN_OBJ_ALL)
 
 all: $(CONFIGGEN) $(PLANS) $(QTRAIN) $(QTRAIN_STATIC) $(UNIT) $(TOOLS)
 
@@ -125,13 +131,25 @@ $(BUILD)/plans-musl/%.main.o: generated/%/plan.c
 	@mkdir -p $(@D)
 	$(MUSLCC) $(CFLAGS_FW) -DQT_MUSL -Igenerated/$* -c generated/$*/plan_main.c -o $@
 
-$(BUILD)/%/qtrain: $(FW_OBJ) $(FW_APP_OBJ) $(BUILD)/plans/%.o $(BUILD)/plans/%.main.o linker/arena.ld
-	@mkdir -p $(@D)
-	$(CC) -o $@ $(FW_OBJ) $(FW_APP_OBJ) $(BUILD)/plans/$*.o $(BUILD)/plans/$*.main.o $(LINK_ARENA) $(LIBS_GLIBC)
+# The qtrain binaries map their arena at start-up, after checking it fits (RLIMIT_AS,
+# MemAvailable): arena_unload takes its segment out of what exec maps (linker/arena_unload.c),
+# and the section lies 16 GiB past the image, beyond the reach of the brk heap.
+ARENA_UNLOAD := $(BUILD)/host/arena_unload
+LINK_ARENA_FAR := $(LINK_ARENA) -Wl,--defsym=__qt_arena_gap=0x400000000
 
-$(BUILD)/%/qtrain-static: $(FW_MUSL_OBJ) $(BUILD)/plans-musl/%.o $(BUILD)/plans-musl/%.main.o linker/arena.ld
+$(ARENA_UNLOAD): linker/arena_unload.c
 	@mkdir -p $(@D)
-	$(MUSLCC) -static -o $@ $(FW_MUSL_OBJ) $(BUILD)/plans-musl/$*.o $(BUILD)/plans-musl/$*.main.o $(LINK_ARENA)
+	$(CC) $(CFLAGS_HOST) -o $@ $<
+
+$(BUILD)/%/qtrain: $(FW_OBJ) $(FW_APP_OBJ) $(BUILD)/plans/%.o $(BUILD)/plans/%.main.o linker/arena.ld $(ARENA_UNLOAD)
+	@mkdir -p $(@D)
+	$(CC) -o $@ $(FW_OBJ) $(FW_APP_OBJ) $(BUILD)/plans/$*.o $(BUILD)/plans/$*.main.o $(LINK_ARENA_FAR) $(LIBS_GLIBC)
+	$(ARENA_UNLOAD) $@ || { rm -f $@; exit 1; }
+
+$(BUILD)/%/qtrain-static: $(FW_MUSL_OBJ) $(BUILD)/plans-musl/%.o $(BUILD)/plans-musl/%.main.o linker/arena.ld $(ARENA_UNLOAD)
+	@mkdir -p $(@D)
+	$(MUSLCC) -static -o $@ $(FW_MUSL_OBJ) $(BUILD)/plans-musl/$*.o $(BUILD)/plans-musl/$*.main.o $(LINK_ARENA_FAR)
+	$(ARENA_UNLOAD) $@ || { rm -f $@; exit 1; }
 
 # ---------------------------------------------------------------- tests and tools
 $(BUILD)/tests/%.o: tests/unit/%.cpp $(wildcard tests/unit/*.h tests/golden/kernels/*.h firmware/include/*.h firmware/*/*.h)
@@ -161,7 +179,7 @@ tools: $(TOOLS)
 # ---------------------------------------------------------------- entry points
 run: deps
 	@$(MAKE) --no-print-directory $(BUILD)/$(DEFAULT_RUN)/qtrain
-	./$(BUILD)/$(DEFAULT_RUN)/qtrain steps=$${STEPS:-200} metrics=$(BUILD)/$(DEFAULT_RUN)/metrics.jsonl
+	./$(BUILD)/$(DEFAULT_RUN)/qtrain steps=$${STEPS:-200} metrics=$(BUILD)/$(DEFAULT_RUN)/metrics.jsonl overwrite=1
 
 test: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all

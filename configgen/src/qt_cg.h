@@ -38,7 +38,8 @@ void qt_cg_buf_printf(qt_cg_buf *b, const char *fmt, ...) __attribute__((format(
 void qt_cg_buf_free(qt_cg_buf *b);
 
 int qt_cg_edit_distance(const char *a, const char *b);
-/* Read a whole file into a fresh NUL-terminated buffer. */
+/* Read a whole file into a fresh NUL-terminated buffer: a regular file of at most 16 MiB
+ * (a directory, device or FIFO is refused with a message saying what it is). */
 int qt_cg_read_file(const char *path, char **text, char *err, size_t errlen);
 /* Format a float as a C literal that round-trips ("1e-06f", "10000.0f"). */
 void qt_cg_float_literal(char *out, size_t n, float v);
@@ -207,6 +208,7 @@ typedef struct qt_cg_graph {
     int64_t leaf_scratch_offset, leaf_scratch_elems;
     int64_t act_offset, act_peak, arena_bytes;
     uint64_t hash;
+    const char *too_big;       /* first tensor whose shape product exceeds 2^56 (an error) */
 } qt_cg_graph;
 
 /* Slot roles per op kind: one char per t[] slot: 'w' writes, 'a' accumulates, 'r' reads an

@@ -35,7 +35,12 @@ int32_t qt_cg_add_tensor(qt_cg_graph *g, const char *name, int role, int dtype, 
     for (int i = 0; i < ndim; i++) {
         t->shape[i] = t->global_shape[i] = shape[i];
         t->axes[i] = axes[i];
-        t->numel *= shape[i];
+        /* the settings bound every shape product; this catches a shape they missed */
+        if (__builtin_mul_overflow(t->numel, shape[i], &t->numel) ||
+            t->numel > ((int64_t)1 << 56)) {
+            if (!g->too_big) g->too_big = t->name;
+            t->numel = 1;
+        }
         names[i] = axes[i] ? qt_cg_lax_names[axes[i]] : NULL;
     }
     qt_cg_resolve(g->s->rules, g->s->n_rules, g->s->mesh, ndim, names, t->spec, NULL);
@@ -674,8 +679,10 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     op->a[1] = D.S;
     op->a[2] = D.V;
     g->n_fwd = g->nmb;
-    (void)err;
-    (void)errlen;
+    if (g->too_big)
+        return qt_cg_fail(err, errlen, "tensor %s: its shape has more than 2^56 elements, "
+                          "where 64-bit sizes would overflow; expected smaller model or batch "
+                          "sizes", g->too_big);
     return 0;
 }
 

@@ -19,6 +19,9 @@
  * loss_seq, lb_seq and the table); tensors are placed largest first (ties by id) at the
  * lowest offset that overlaps no placed tensor with an overlapping lifetime. The arena is
  * rounded up to 2 MiB. Invariants are re-checked by qt_cg_check_plan.
+ * Bounds: every tensor is <= 2^56 elements (qt_cg_settings.c, qt_cg_add_tensor); the flat
+ * region is refused above 2^54 elements and the activations above 2^60 bytes, so no offset
+ * sum here can wrap a signed 64-bit integer.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +120,12 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
             if (hold_of[p] != hold) continue;
             g->ps[p].flat_offset = off;
             off += ALIGN_UP(g->ps[p].numel, 16);
+            if (off > ((int64_t)1 << 54)) {
+                free(hold_of);
+                return qt_cg_fail(err, errlen, "the parameters need more than 2^54 elements "
+                                  "(at %s), where the arena's byte offsets would overflow; "
+                                  "expected smaller model sizes", g->ts[g->ps[p].tensor].t.name);
+            }
         }
         qt_flat_range *r = &g->ranges[g->n_ranges++];
         r->reduce_mask = (uint8_t)(st->batch_mask & ~hold);
@@ -211,6 +220,15 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
         }
         rel[order[a].id] = cand;
         if (cand + order[a].bytes > peak) peak = cand + order[a].bytes;
+        if (peak > ((int64_t)1 << 60)) {
+            const char *nm = t->t.name;
+            free(order);
+            free(busy);
+            free(rel);
+            return qt_cg_fail(err, errlen, "the activations need more than 2^60 bytes (at %s), "
+                              "where the arena's byte offsets would overflow; expected smaller "
+                              "batch or model sizes", nm);
+        }
     }
     for (int a = 0; a < n; a++) g->ts[order[a].id].t.offset = g->act_offset + rel[order[a].id];
     g->act_peak = peak;

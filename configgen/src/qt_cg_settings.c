@@ -5,8 +5,14 @@
  * fails at generation time. Invariants of a resolved qt_cg_settings: all sizes positive,
  * head counts divide, rotary dim even and > 0, float32 only, AdamW + cosine, dropless MoE
  * with one shared expert, and the mesh: -1 axes resolve from num_ranks, the product must
- * be num_ranks, every axis a power of two; data and fsdp execute (tensor, expert, context
- * and pipeline are refused with a message until they are planned).
+ * be num_ranks, every axis a power of two; data, fsdp, tensor and expert execute (context
+ * and pipeline are refused with a message).
+ * Sizes: every product of keys that sizes a tensor is computed with overflow checks and
+ * must stay <= 2^56 elements (2^58 bytes, the safetensors bound), so no 64-bit size or
+ * offset can wrap (base_emb_dim = vocab_size = 2^40 would give a 0-element embedding).
+ * Floats: the plan stores float32, so every float key's float32 value must be finite, a
+ * nonzero value must stay a normal float32 (1e-50 is 0), and a value that must be < 1
+ * (Adam betas, warmup fraction) must still be < 1 in float32.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -78,6 +84,103 @@ static int positive(const qt_cg_vctx *v, const char *key, int64_t *out)
     if (x <= 0) return bad(v, key, "must be a positive integer");
     *out = x;
     return 0;
+}
+
+/* Every float-typed key (base.yml) as float32: finite, and normal when nonzero. */
+static int check_floats(const qt_cg_vctx *v)
+{
+    for (int i = 0; i < v->c->n; i++) {
+        const qt_cg_known *k = &v->c->k[i];
+        if (k->type != QT_CG_T_FLOAT || k->val->kind != QT_CG_SCALAR) continue;
+        double x = strtod(k->val->s, NULL);
+        float f = (float)x;
+        if (!isfinite(f))
+            return bad(v, k->key, "is %s in float32 (the plan stores float32); expected a "
+                       "magnitude below 3.4e38", f > 0 ? "inf" : "-inf");
+        if (x != 0.0 && !isnormal(f))
+            return bad(v, k->key, "becomes %s in float32 (below the smallest normal float32, "
+                       "1.18e-38; the plan stores float32); expected a magnitude of at least 1.18e-38",
+                       f == 0.0f ? "0" : "a subnormal");
+    }
+    static const char *const below_one[] = {"adam_b1", "adam_b2", "warmup_steps_fraction"};
+    for (size_t i = 0; i < sizeof below_one / sizeof below_one[0]; i++) {
+        double x = getf(v, below_one[i]);
+        if (x < 1.0 && (float)x >= 1.0f)
+            return bad(v, below_one[i], "rounds to 1 in float32 (the plan stores float32); "
+                       "expected a value below 1 - 6e-8");
+    }
+    return 0;
+}
+
+#define QT_CG_MAX_ELEMS ((int64_t)1 << 56)
+
+/* The product of n (key, value) factors (key NULL: a constant factor) sizes `what`; it
+ * must not exceed QT_CG_MAX_ELEMS, with overflow-checked arithmetic. The message names every
+ * key and value of the product. */
+static int prod_ok(const qt_cg_vctx *v, const char *what, int n, ...)
+{
+    const char *keys[8], *first = NULL;
+    int64_t vals[8], p = 1;
+    int over = 0;
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n && i < 8; i++) {
+        keys[i] = va_arg(ap, const char *);
+        vals[i] = va_arg(ap, int64_t);
+        if (keys[i] && !first) first = keys[i];
+        if (!over && (__builtin_mul_overflow(p, vals[i], &p) || p > QT_CG_MAX_ELEMS)) over = 1;
+    }
+    va_end(ap);
+    if (!over) return 0;
+    char msg[600];
+    size_t m = 0;
+    for (int i = 0; i < n && i < 8 && m < sizeof msg; i++)
+        m += (size_t)snprintf(msg + m, sizeof msg - m, "%s%s%s%lld", i ? " x " : "",
+                              keys[i] ? keys[i] : "", keys[i] ? "=" : "", (long long)vals[i]);
+    return bad(v, first, "%s (%s) exceeds 2^56 elements, where 64-bit byte sizes and offsets "
+               "would overflow; expected smaller sizes", msg, what);
+}
+
+/* The tensor sizes of the model and batch, as products of keys (qt_cg_graph.c shapes; a
+ * sum inside a shape is bounded by a constant times its largest term). */
+static int check_sizes(const qt_cg_vctx *v, const qt_cg_settings *s)
+{
+    const qt_model_dims *m = &s->m;
+    const int64_t b = s->tr.micro_batch, S = s->tr.seq_len;
+    const char *B = "per_device_batch_size", *SL = "max_target_length", *D = "base_emb_dim";
+    return prod_ok(v, "embedding and lm_head", 2, D, m->d, "vocab_size", m->vocab) ||
+           prod_ok(v, "logits", 3, B, b, SL, S, "vocab_size", m->vocab) ||
+           prod_ok(v, "activations", 4, B, b, SL, S, D, m->d, NULL, (int64_t)4) ||
+           prod_ok(v, "q_proj", 4, D, m->d, "base_num_query_heads", m->n_q_heads, "head_dim",
+                   m->head_dim, NULL, (int64_t)2) ||
+           prod_ok(v, "k_proj and v_proj", 3, D, m->d, "base_num_kv_heads", m->n_kv_heads,
+                   "head_dim", m->head_dim) ||
+           prod_ok(v, "attention probabilities", 4, B, b, "base_num_query_heads",
+                   m->n_q_heads, SL, S, SL, S) ||
+           prod_ok(v, "attention activations", 4, B, b, SL, S, "base_num_query_heads",
+                   m->n_q_heads, "head_dim", m->head_dim) ||
+           prod_ok(v, "GDN in_proj_qkvz", 4, D, m->d, "gdn_num_key_heads", m->gdn_k_heads,
+                   "gdn_key_head_dim", m->gdn_k_dim, NULL, (int64_t)4) ||
+           prod_ok(v, "GDN in_proj_qkvz", 4, D, m->d, "gdn_num_value_heads", m->gdn_v_heads,
+                   "gdn_value_head_dim", m->gdn_v_dim, NULL, (int64_t)4) ||
+           prod_ok(v, "GDN activations", 5, B, b, SL, S, "gdn_num_value_heads",
+                   m->gdn_v_heads, "gdn_value_head_dim", m->gdn_v_dim, NULL, (int64_t)4) ||
+           prod_ok(v, "GDN state checkpoints", 5, B, b, SL, S, "gdn_num_value_heads",
+                   m->gdn_v_heads, "gdn_key_head_dim", m->gdn_k_dim, "gdn_value_head_dim",
+                   m->gdn_v_dim) ||
+           prod_ok(v, "GDN conv weight", 3, "gdn_num_value_heads", m->gdn_v_heads,
+                   "gdn_value_head_dim", m->gdn_v_dim, "gdn_conv_kernel_dim", m->gdn_conv) ||
+           prod_ok(v, "MoE router logits", 3, B, b, SL, S, "num_experts", m->n_experts) ||
+           prod_ok(v, "routed expert activations", 5, B, b, SL, S, "num_experts_per_tok",
+                   m->top_k, "base_moe_mlp_dim", m->moe_dim, NULL, (int64_t)2) ||
+           prod_ok(v, "shared expert", 3, D, m->d, "shared_expert_mlp_dim", m->shared_dim,
+                   NULL, (int64_t)2) ||
+           prod_ok(v, "all layers' expert weights", 5, "base_num_decoder_layers", m->n_layers,
+                   "num_experts", m->n_experts, "base_moe_mlp_dim", m->moe_dim, D, m->d, NULL,
+                   (int64_t)3) ||
+           prod_ok(v, "all layers' projections", 5, "base_num_decoder_layers", m->n_layers,
+                   D, m->d, "base_num_query_heads", m->n_q_heads, "head_dim", m->head_dim,
+                   NULL, (int64_t)4);
 }
 
 static int check_model(const qt_cg_vctx *v, qt_cg_settings *s)
@@ -214,7 +317,9 @@ static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)
         return bad(v, "max_target_length", "expected 1..65536");
     t->grad_accum = geti(v, "gradient_accumulation_steps");
     if (t->grad_accum < 1) return bad(v, "gradient_accumulation_steps", "expected >= 1");
-    if (t->micro_batch * t->grad_accum >= (1ll << (QT_MAX_TREE_LEVELS - 1)))
+    int64_t seqs;
+    if (__builtin_mul_overflow(t->micro_batch, t->grad_accum, &seqs) ||
+        seqs >= (1ll << (QT_MAX_TREE_LEVELS - 1)))
         return bad(v, "gradient_accumulation_steps", "too many sequences per step for the "
                    "%d gradient tree levels", QT_MAX_TREE_LEVELS);
     t->steps = geti(v, "steps");
@@ -283,14 +388,16 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
                            ici[ici_fill]);
             ici_fill = i;
         } else if (iv[i] < 1) return bad(v, ici[i], "expected -1 (fill) or >= 1");
-        else ici_prod *= iv[i];
+        else if (__builtin_mul_overflow(ici_prod, iv[i], &ici_prod))
+            return bad(v, ici[i], "the product of the ici_* axes overflows");
         if (dv[i] == -1) {
             if (dcn_fill >= 0)
                 return bad(v, dcn[i], "only one dcn_*_parallelism may be -1 (%s is -1 too)",
                            dcn[dcn_fill]);
             dcn_fill = i;
         } else if (dv[i] < 1) return bad(v, dcn[i], "expected -1 (fill) or >= 1");
-        else dcn_prod *= dv[i];
+        else if (__builtin_mul_overflow(dcn_prod, dv[i], &dcn_prod))
+            return bad(v, dcn[i], "the product of the dcn_* axes overflows");
     }
     /* One slice: the dcn axes multiply to 1, so a -1 dcn axis is 1 and the ici axes cover
      * every rank. */
@@ -305,7 +412,9 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
         iv[ici_fill] = n_ranks / ici_prod;
     }
     int64_t prod = 1;
-    for (int i = 0; i < 6; i++) prod *= iv[i] * dv[i];
+    for (int i = 0; i < 6; i++)
+        if (__builtin_mul_overflow(prod, iv[i] * dv[i], &prod))
+            return bad(v, "num_ranks", "the mesh product of ici_*/dcn_* parallelism overflows");
     if (prod != n_ranks)
         return bad(v, "num_ranks", "the mesh product of ici_*/dcn_* parallelism is %lld, "
                    "expected num_ranks", (long long)prod);
@@ -432,7 +541,8 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
                        "letter or digit (it names the output directory and a C symbol)");
         s->cname[i] = ok ? ch : '_';
     }
-    if (check_model(&v, s) || check_train(&v, s) || check_mesh(&v, s) || check_rules(&v, s))
+    if (check_floats(&v) || check_model(&v, s) || check_train(&v, s) || check_sizes(&v, s) ||
+        check_mesh(&v, s) || check_rules(&v, s))
         return -1;
     /* MaxText: per_device_batch_size x ranks x G sequences per step; the batch is split over
      * the data, fsdp and expert axes (tensor ranks share their sequences). */

@@ -1,14 +1,20 @@
 /* qt_cg_util.c - small host helpers for configgen: error formatting, allocation, text
- * buffers, edit distance (key suggestions), whole-file reads, float literals.
+ * buffers, edit distance (key suggestions), whole-file reads (regular files of at most
+ * 16 MiB: a device or a FIFO is refused before it is read), float literals.
  * Invariant: allocation never returns NULL (configgen aborts when the host is out of
  * memory; it has nothing useful to do without it).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "qt_cg.h"
+
+#define QT_CG_MAX_FILE (16 << 20)
 
 int qt_cg_fail(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -109,8 +115,33 @@ int qt_cg_edit_distance(const char *a, const char *b)
 
 int qt_cg_read_file(const char *path, char **text, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return qt_cg_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    /* open without blocking (a FIFO with no writer) and look before reading: /dev/zero
+     * would never end, a directory is not a read error */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return qt_cg_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return qt_cg_fail(err, errlen, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return qt_cg_fail(err, errlen, "%s: is %s; expected a config file", path,
+                          S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ?
+                          "a character device, not a regular file" : "not a regular file");
+    }
+    if (st.st_size > QT_CG_MAX_FILE) {
+        close(fd);
+        return qt_cg_fail(err, errlen, "%s: is %lld bytes, more than the %d MiB a config file "
+                          "may have", path, (long long)st.st_size, QT_CG_MAX_FILE >> 20);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return qt_cg_fail(err, errlen, "%s: cannot open: %s", path, strerror(e));
+    }
     size_t cap = 4096, n = 0;
     char *p = qt_cg_alloc(cap);
     for (;;) {
@@ -122,13 +153,18 @@ int qt_cg_read_file(const char *path, char **text, char *err, size_t errlen)
         }
         size_t got = fread(p + n, 1, cap - n - 1, f);
         n += got;
-        if (got == 0) break;
+        if (got == 0 || n > QT_CG_MAX_FILE) break;   /* a file that grows while read */
     }
     int bad = ferror(f);
     fclose(f);
     if (bad) {
         free(p);
         return qt_cg_fail(err, errlen, "%s: read error", path);
+    }
+    if (n > QT_CG_MAX_FILE) {
+        free(p);
+        return qt_cg_fail(err, errlen, "%s: more than the %d MiB a config file may have", path,
+                          QT_CG_MAX_FILE >> 20);
     }
     p[n] = 0;
     if (strlen(p) != n) {

@@ -12,12 +12,12 @@
 enum qt_cli_key {
     QT_KEY_STEPS, QT_KEY_DATA, QT_KEY_DATA_DTYPE, QT_KEY_LOAD, QT_KEY_SAVE, QT_KEY_SAVE_EVERY,
     QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_PROFILE,
-    QT_KEY_COMM_TIMEOUT, QT_KEY_HELP, QT_KEY_COUNT
+    QT_KEY_COMM_TIMEOUT, QT_KEY_OVERWRITE, QT_KEY_HELP, QT_KEY_COUNT
 };
 
 static const char *const qt_cli_names[QT_KEY_COUNT] = {
     "steps", "data", "data_dtype", "load", "save", "save_every", "metrics", "seed",
-    "learning_rate", "dump_grads", "profile", "comm_timeout", "help"
+    "learning_rate", "dump_grads", "profile", "comm_timeout", "overwrite", "help"
 };
 
 void qt_cli_usage(FILE *f, const char *prog)
@@ -33,7 +33,8 @@ void qt_cli_usage(FILE *f, const char *prog)
             "                   optimizer state and step resume when present (single file)\n"
             "  save=PATH        write a checkpoint (weights + optimizer) at the end\n"
             "  save_every=N     also save to the save= path every N steps (atomic)\n"
-            "  metrics=PATH     JSON-lines metrics, one line per step\n"
+            "  metrics=PATH     JSON-lines metrics, one line per step; a resumed run appends\n"
+            "                   (the file must end at the step before the resume step)\n"
             "  seed=N           parameter init seed (unsigned decimal, default 0)\n"
             "  learning_rate=X  peak learning rate override (default: the plan's)\n"
             "  dump_grads=PATH  write the first step's normalised gradients, then train on\n"
@@ -42,6 +43,8 @@ void qt_cli_usage(FILE *f, const char *prog)
             "                   adds a little overhead, off by default\n"
             "  comm_timeout=S   multi-rank watchdog: a collective that waits longer than S\n"
             "                   seconds for a peer ends the job naming the peer (default 300)\n"
+            "  overwrite=0|1    1: replace an existing metrics file (fresh or resumed run), and\n"
+            "                   an existing save=/dump_grads= file that is not a qtrain file\n"
             "  help             this text\n", prog);
 }
 
@@ -173,6 +176,10 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
             c->comm_timeout = v;
             break;
         }
+        case QT_KEY_OVERWRITE:
+            if (strcmp(val, "0") && strcmp(val, "1")) return qt_cli_bad(key, val, "0 or 1");
+            c->overwrite = val[0] == '1';
+            break;
         case QT_KEY_DATA: c->data = val; break;
         case QT_KEY_LOAD: c->load = val; break;
         case QT_KEY_SAVE: c->save = val; break;

@@ -74,8 +74,12 @@ static int qt_main_finish(int code)
 }
 
 /* A file that will be written after training (save=, dump_grads=) must have a writable
- * directory now: finding out after hours of training is too late. */
-static int qt_main_check_dest(const char *key, const char *path)
+ * directory now, and must not be something a save would destroy (a device, a directory,
+ * the data file, another kind of file unless overwrite=1): finding out after hours of
+ * training is too late. Rank 0 (the writer) also removes the temporaries of earlier saves
+ * that were killed. */
+static int qt_main_check_dest(const char *key, const char *path, int qtrain_format,
+                              const qt_cli *cli, int rank)
 {
     const char *slash = strrchr(path, '/');
     size_t n = slash ? (size_t)(slash - path) : 0;
@@ -92,6 +96,9 @@ static int qt_main_check_dest(const char *key, const char *path)
                 path, dir);
         return QT_E_ARG;
     }
+    if (qt_checkpoint_check_target(key, path, qtrain_format, cli->overwrite, cli->data) != QT_OK)
+        return QT_E_ARG;
+    if (rank == 0) qt_checkpoint_remove_stale(path);
     return QT_OK;
 }
 
@@ -102,6 +109,48 @@ static int qt_main_metrics(const qt_step_metrics *m, const char *path)
     if (fflush(qt_main_state.metrics) != 0 || ferror(qt_main_state.metrics)) {
         fprintf(stderr, "qtrain: writing the metrics file %s failed at step %lld\n", path,
                 (long long)m->step);
+        return QT_E_IO;
+    }
+    return QT_OK;
+}
+
+/* Opens the metrics file before any training. A resumed run (start > 0) appends, and the
+ * file must end at step start-1 (its "step" counts from 0), so the lines stay one run's
+ * history without gaps or repeats; a fresh run refuses a file that already holds lines.
+ * overwrite=1 replaces the file in both cases. */
+static int qt_main_open_metrics(const qt_cli *cli, int64_t start)
+{
+    const char *path = cli->metrics, *mode = "w";
+    if (!cli->overwrite) {
+        int64_t last = -1;
+        if (qt_metrics_last_step(path, &last) != QT_OK) {
+            fprintf(stderr, "qtrain: metrics=%s: give overwrite=1 to replace the file, or "
+                    "another path\n", path);
+            return QT_E_IO;
+        }
+        if (start > 0) {
+            mode = "a";
+            if (last >= 0 && last != start - 1) {
+                fprintf(stderr, "qtrain: metrics file %s ends at step %lld, but this run "
+                        "resumes at step %lld, so its last step should be %lld; appending "
+                        "would leave a gap or repeat steps (give overwrite=1 to replace the "
+                        "file, or another path)\n", path, (long long)last, (long long)start,
+                        (long long)(start - 1));
+                return QT_E_ARG;
+            }
+        } else if (last >= 0) {
+            fprintf(stderr, "qtrain: metrics file %s already holds steps up to %lld, and this "
+                    "run starts at step 0; refusing to overwrite it (give overwrite=1 to "
+                    "replace it, or another path)\n", path, (long long)last);
+            return QT_E_ARG;
+        }
+    }
+    qt_main_state.metrics = fopen(path, mode);
+    if (!qt_main_state.metrics ||
+        setvbuf(qt_main_state.metrics, qt_main_state.metrics_buf, _IOFBF,
+                sizeof qt_main_state.metrics_buf) != 0) {
+        fprintf(stderr, "qtrain: cannot open metrics file %s for %s\n", path,
+                *mode == 'a' ? "appending" : "writing");
         return QT_E_IO;
     }
     return QT_OK;
@@ -152,8 +201,8 @@ int main(int argc, char **argv)
         if (rank == 0) qt_cli_usage(stdout, argv[0]);
         return qt_main_finish(0);
     }
-    if ((cli.save && qt_main_check_dest("save", cli.save) != QT_OK) ||
-        (cli.dump_grads && qt_main_check_dest("dump_grads", cli.dump_grads) != QT_OK))
+    if ((cli.save && qt_main_check_dest("save", cli.save, 1, &cli, rank) != QT_OK) ||
+        (cli.dump_grads && qt_main_check_dest("dump_grads", cli.dump_grads, 0, &cli, rank) != QT_OK))
         return qt_main_finish(QT_EXIT_ARG);
     const qt_plan *p = qt_main_plan();
     qt_err_set_rank(rank, size);
@@ -202,6 +251,8 @@ int main(int argc, char **argv)
         if (rank == 0 && start > 0)
             fprintf(stderr, "qtrain: resuming from %s at step %lld\n", cli.load, (long long)start);
     }
+    if (cli.metrics && rank == 0 && qt_main_open_metrics(&cli, start) != QT_OK)
+        return qt_main_finish(QT_EXIT_ERR);
     int64_t end = cli.steps >= 0 ? cli.steps : p->train.steps;
     if (rank == 0 && end > p->train.schedule_steps)
         fprintf(stderr, "qtrain: note: steps=%lld goes past the plan's learning-rate schedule "
@@ -211,23 +262,14 @@ int main(int argc, char **argv)
 
     qt_step_metrics m;
     if (cli.dump_grads) {
-        if (qt_runtime_grads(p, &qt_main_state.data, start, &m) != QT_OK)
+        if (qt_runtime_grads(p, &qt_main_state.data, start, &m) != QT_OK ||
+            qt_data_check(&qt_main_state.data) != QT_OK)
             return qt_main_finish(QT_EXIT_ERR);
         if (qt_main_save(p, cli.dump_grads, 1, 0) != QT_OK)
             return qt_main_finish(QT_EXIT_ERR);
         if (rank == 0)
             fprintf(stderr, "qtrain: gradients of step %lld written to %s (loss %.9g, grad norm "
                     "%.9g)\n", (long long)start, cli.dump_grads, m.loss, m.grad_norm);
-    }
-
-    if (cli.metrics && rank == 0) {
-        qt_main_state.metrics = fopen(cli.metrics, "w");
-        if (!qt_main_state.metrics ||
-            setvbuf(qt_main_state.metrics, qt_main_state.metrics_buf, _IOFBF,
-                    sizeof qt_main_state.metrics_buf) != 0) {
-            fprintf(stderr, "qtrain: cannot open metrics file %s for writing\n", cli.metrics);
-            return qt_main_finish(QT_EXIT_ERR);
-        }
     }
 
     int64_t step = start;
@@ -237,7 +279,11 @@ int main(int argc, char **argv)
                       &qt_main_state.coll_calls0);
         qt_runtime_mark_steps(1);
         for (; step < end; step++) {
-            int rc = qt_runtime_step(p, &qt_main_state.data, step, &m);
+            /* the data file must still be the one validated at open when a step starts and
+             * when it ends (before its results are reported or saved) */
+            int rc = step == start ? qt_data_check(&qt_main_state.data) : QT_OK;
+            if (rc == QT_OK) rc = qt_runtime_step(p, &qt_main_state.data, step, &m);
+            if (rc == QT_OK) rc = qt_data_check(&qt_main_state.data);
             if (rc != QT_OK) {
                 qt_runtime_mark_steps(0);
                 fprintf(stderr, "qtrain: step %lld failed\n", (long long)step);

@@ -22,6 +22,7 @@ typedef struct qt_cli {
     float learning_rate;       /* < 0: the plan's */
     int profile;               /* 1: per-op / per-phase timing printed at exit */
     double comm_timeout;       /* seconds a collective may wait for a peer; 0 = default */
+    int overwrite;             /* 1: replace existing metrics / non-qtrain save targets */
     int help;
 } qt_cli;
 

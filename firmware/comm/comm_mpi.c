@@ -169,3 +169,62 @@ int qt_comm_sendrecv(int dst, const void *send, int64_t sbytes, int src, void *r
     }
     return QT_OK;
 }
+
+/* Warm-up (qt_comm.h): QT_WARM_SMALL eager and QT_WARM_BIG rendezvous messages each way,
+ * sent before the matching receives are posted (after a pause, so they arrive unexpected):
+ * UCX grows its request and unexpected-message pools to this depth now, not in a step. */
+#define QT_WARM_SMALL 64
+#define QT_WARM_BIG 8
+#define QT_WARM_SMALL_BYTES 64
+#define QT_WARM_TAG (QT_COMM_TAG + 1)
+
+static struct {
+    char small_out[QT_WARM_SMALL][QT_WARM_SMALL_BYTES];
+    char small_in[QT_WARM_SMALL][QT_WARM_SMALL_BYTES];
+    MPI_Request req[2 * (QT_WARM_SMALL + QT_WARM_BIG)];
+    MPI_Status st[2 * (QT_WARM_SMALL + QT_WARM_BIG)];
+} qt_warm;
+
+int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double deadline)
+{
+    if (!qt_comm_state.initialised || peer < 0 || peer >= qt_comm_state.size ||
+        peer == qt_comm_state.rank || big < 0 || big > QT_COMM_CHUNK_BYTES)
+        return qt_fail(QT_E_PLAN, "comm: bad warm-up with rank %d (%lld bytes)", peer,
+                       (long long)big);
+    int n = 0;
+    for (int i = 0; i < QT_WARM_SMALL; i++)
+        if (MPI_Isend(qt_warm.small_out[i], QT_WARM_SMALL_BYTES, MPI_BYTE, peer, QT_WARM_TAG,
+                      qt_comm_state.comm, &qt_warm.req[n++]) != MPI_SUCCESS)
+            return qt_fail(QT_E_COMM, "comm: warm-up send to rank %d failed", peer);
+    for (int i = 0; big > 0 && i < QT_WARM_BIG; i++)
+        if (MPI_Isend((const char *)send + i * big, (int)big, MPI_BYTE, peer, QT_WARM_TAG,
+                      qt_comm_state.comm, &qt_warm.req[n++]) != MPI_SUCCESS)
+            return qt_fail(QT_E_COMM, "comm: warm-up send to rank %d failed", peer);
+    /* drive the progress engine for a while without matching anything, so the peer's
+     * messages are taken in as unexpected ones (probing another tag matches nothing) */
+    const double until = qt_comm_now() + 0.03;
+    while (qt_comm_now() < until) {
+        int flag = 0;
+        MPI_Iprobe(peer, QT_WARM_TAG + 1, qt_comm_state.comm, &flag, MPI_STATUS_IGNORE);
+        struct timespec ts = {0, QT_COMM_SLEEP_NS};
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < QT_WARM_SMALL; i++)
+        if (MPI_Irecv(qt_warm.small_in[i], QT_WARM_SMALL_BYTES, MPI_BYTE, peer, QT_WARM_TAG,
+                      qt_comm_state.comm, &qt_warm.req[n++]) != MPI_SUCCESS)
+            return qt_fail(QT_E_COMM, "comm: warm-up receive from rank %d failed", peer);
+    for (int i = 0; big > 0 && i < QT_WARM_BIG; i++)
+        if (MPI_Irecv((char *)recv + i * big, (int)big, MPI_BYTE, peer, QT_WARM_TAG,
+                      qt_comm_state.comm, &qt_warm.req[n++]) != MPI_SUCCESS)
+            return qt_fail(QT_E_COMM, "comm: warm-up receive from rank %d failed", peer);
+    for (;;) {
+        int done = 0;
+        if (MPI_Testall(n, qt_warm.req, &done, qt_warm.st) != MPI_SUCCESS)
+            return qt_fail(QT_E_COMM, "comm: warm-up with rank %d failed", peer);
+        if (done) return QT_OK;
+        if (deadline > 0 && qt_comm_now() > deadline)
+            return qt_fail(QT_E_COMM, "comm: start-up warm-up: no answer from rank %d", peer);
+        struct timespec ts = {0, QT_COMM_SLEEP_NS};
+        nanosleep(&ts, NULL);
+    }
+}

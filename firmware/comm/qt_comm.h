@@ -40,4 +40,12 @@ void qt_comm_world(int *rank, int *size);
 int qt_comm_sendrecv(int dst, const void *send, int64_t sbytes, int src, void *recv,
                      int64_t rbytes, double deadline, int *silent);
 
+/* Start-up warm-up with world rank `peer` (both call it for each other, each rank visiting
+ * its peers in increasing rank order): many small and QT_WARM_BIG (8) messages of `big`
+ * bytes each way, sent before their receives are posted, so the library connects the pair
+ * and sizes its request pools before the steps (which must not allocate). send and recv
+ * hold 8 * big bytes each. 0, or QT_E_COMM past the absolute deadline (seconds of the
+ * monotonic clock, 0 = none). */
+int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double deadline);
+
 #endif

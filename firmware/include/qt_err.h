@@ -34,8 +34,9 @@ const char *qt_notes(void);
 void qt_clear_notes(void);
 /* Text of the most recent qt_fail ("" if none). */
 const char *qt_last_error(void);
-/* quiet != 0 stops printing (messages are still stored); used by the bad-input tests. */
-void qt_set_quiet(int quiet);
+/* quiet != 0 stops printing (messages are still stored); used by the bad-input tests and
+ * by probes whose failure is reported in other words. Returns the previous setting. */
+int qt_set_quiet(int quiet);
 /* This process's rank and the job's rank count: messages get a rank prefix when n > 1. */
 void qt_err_set_rank(int rank, int n);
 

@@ -4,7 +4,8 @@
  *  - saving is atomic (st_write.c): <path> is either the old file or the complete new one;
  *  - loading is all-or-nothing: the whole header is checked against the plan (every
  *    expected tensor present with an accepted dtype and shape, nothing unexpected, plan
- *    hash of optimizer state) before the first byte is written into the arena;
+ *    hash of optimizer state), and every loaded value (weights, Adam m and v) is finite,
+ *    with v >= 0, before the first byte is written into the arena;
  *  - tensor order on disk is plan parameter order, pieces in ckpt_map.c order, regions
  *    params then optimizer.m then optimizer.v, so equal arenas give identical files.
  * A load= directory or *.index.json (Hugging Face sharded checkpoint) goes to
@@ -24,9 +25,15 @@
  * Optimizer state resumes when the file's "state_hash" (qt_ckpt_state_hash: everything
  * that sets the training trajectory, nothing that only sets the mesh or the batch split)
  * equals the plan's; files without one (older qtrain-1) fall back to the whole-plan hash.
+ *
+ * qt_checkpoint_check_target vets a save=/dump_grads= destination before training: it
+ * never lets a save replace a non-regular file or the training data, and replaces another
+ * kind of file only when asked to (overwrite); it only reads.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "qt_io.h"
 #include "qt_err.h"
@@ -267,6 +274,63 @@ int qt_checkpoint_save_grads(const qt_plan *p, const char *path)
     return qt_save(p, path, 0, QT_CKS_GRADS, 0, 0);
 }
 
+/* ---- destinations ---- */
+
+static const char *qt_file_kind(mode_t m)
+{
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_format,
+                               int overwrite, const char *data_path)
+{
+    struct stat st, ds;
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT) return QT_OK;
+        return qt_fail(QT_E_ARG, "%s=%s: cannot stat: %s", key, path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+        return qt_fail(QT_E_ARG, "%s=%s exists and is %s; expected the path of a file to "
+                          "write (new, or a %s file to replace)", key, path,
+                          qt_file_kind(st.st_mode),
+                          qtrain_format ? "qtrain checkpoint" : "safetensors");
+    if (data_path && stat(data_path, &ds) == 0 && ds.st_dev == st.st_dev &&
+        ds.st_ino == st.st_ino)
+        return qt_fail(QT_E_ARG, "%s=%s is the data file data=%s (same device and inode); "
+                          "refusing to write over the training data", key, path, data_path);
+    if (overwrite)
+        return QT_OK;
+    int h, was = qt_set_quiet(1);
+    int rc = qt_st_open(path, &h);
+    qt_set_quiet(was);
+    if (rc) {
+        static char why[512];   /* the reader's message, copied: it is rewritten below */
+        snprintf(why, sizeof why, "%s", qt_last_error());
+        return qt_fail(QT_E_ARG, "%s=%s exists and is not a %s (%s); give overwrite=1 to "
+                          "replace it", key, path, qtrain_format ? "qtrain checkpoint" :
+                          "safetensors file", why);
+    }
+    const char *fmt = qt_st_meta(h, "format");
+    int ok = !qtrain_format || (fmt && !strcmp(fmt, QT_CKPT_FORMAT));
+    if (!ok)
+        rc = qt_fail(QT_E_ARG, "%s=%s exists and is not a qtrain checkpoint (__metadata__ "
+                        "format is %s%s%s, expected \"%s\"); give overwrite=1 to replace it",
+                        key, path, fmt ? "\"" : "", fmt ? fmt : "absent", fmt ? "\"" : "",
+                        QT_CKPT_FORMAT);
+    qt_st_close(h);
+    return rc;
+}
+
+void qt_checkpoint_remove_stale(const char *path)
+{
+    qt_st_remove_stale(path);
+}
+
 /* ---- load ---- */
 
 static int qt_fused_in_file(const qt_plan *p, int h, int32_t i, const char *prefix)
@@ -290,6 +354,10 @@ static int qt_load_check(const qt_plan *p, int h, const char *path, const char *
             snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
             const qt_st_tensor *t = qt_st_find(h, qt_ck.name);
             int rc = qt_ckpt_check_tensor(&pc, t, path, qt_ck.name);
+            /* values too, before anything is written: a NaN weight or moment, or a
+             * negative second moment, would load "successfully" and train on NaN */
+            if (!rc)
+                rc = qt_ckpt_check_values(h, t, path, qt_ck.name, !strcmp(prefix, QT_OPT_V));
             if (rc)
                 return rc;
             qt_ck.used[t - qt_st_at(h, 0)] = 1;

@@ -246,3 +246,26 @@ void qt_ckpt_copy_piece(int h, const qt_st_tensor *t, const qt_ckpt_piece *pc, f
         qt_st_read_f32(h, t, r * pc->row_len, pc->row_len,
                        base + qt_ckpt_plan_row(pc, r) * pc->row_len);
 }
+
+int qt_ckpt_check_values(int h, const qt_st_tensor *t, const char *file, const char *name,
+                         int nonneg)
+{
+    static float buf[1 << 14];
+    const int64_t chunk = (int64_t)(sizeof buf / sizeof buf[0]);
+    for (int64_t k0 = 0; k0 < t->numel; k0 += chunk) {
+        int64_t n = t->numel - k0 < chunk ? t->numel - k0 : chunk;
+        if (qt_st_read_f32(h, t, k0, n, buf) != 0)
+            return qt_fail(QT_E_MISMATCH, "%s: tensor %s: unsupported dtype", file, name);
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t b;
+            memcpy(&b, &buf[i], 4);
+            int inf_nan = ((b >> 23) & 0xffu) == 0xffu;
+            if (inf_nan || (nonneg && (b >> 31) && (b & 0x7fffffffu)))
+                return qt_fail(QT_E_FORMAT, "%s: tensor %s: element %lld is %g; expected "
+                                  "finite values%s (nothing was loaded)", file, name,
+                                  (long long)(k0 + i), (double)buf[i],
+                                  nonneg ? " >= 0 (a second Adam moment)" : "");
+        }
+    }
+    return QT_OK;
+}

@@ -56,6 +56,11 @@ void qt_ckpt_fmt_shape(char *out, size_t n, int32_t ndim, const int64_t *s);
  * F32/BF16/F16, shape or alternative shape. QT_OK or QT_E_MISMATCH with a message. */
 int qt_ckpt_check_tensor(const qt_ckpt_piece *pc, const qt_st_tensor *t, const char *file,
                          const char *name);
+/* Every element of file tensor t, as float (F64 beyond float range becomes inf), must be
+ * finite and, with nonneg, not negative (-0 is allowed). QT_OK, or QT_E_FORMAT with a
+ * message naming file, tensor and the first bad element's index and value. Reads only. */
+int qt_ckpt_check_values(int h, const qt_st_tensor *t, const char *file, const char *name,
+                         int nonneg);
 /* 1 if a file tensor that is no plan parameter is skipped rather than an error: mtp.*
  * (then *is_mtp = 1) and, for Qwen3.5, model.visual.*. */
 int qt_ckpt_skippable(const qt_plan *p, const char *name, int *is_mtp);

@@ -4,7 +4,8 @@
  * an 80B checkpoint has ~41 shards, so the loader opens one shard at a time. Pass 1 checks
  * every shard header against the index and the plan; pass 2 reopens each shard and copies.
  * Invariants:
- *  - nothing is written into the arena before pass 1 has succeeded for every shard;
+ *  - nothing is written into the arena before pass 1 has succeeded for every shard, and
+ *    pass 1 also checks that every value it will load is finite;
  *  - the index and the shards agree exactly: each shard holds exactly the tensors the
  *    weight_map assigns to it (an error names the tensor, the shard and the index);
  *  - every plan piece is listed (split or fused expert names, as checkpoint.c), every
@@ -109,6 +110,8 @@ static int qt_cs_pieces(const qt_plan *p, int h, int32_t s, const char *index, i
             if ((rc = qt_ckpt_check_tensor(&pc, t, qt_cs.shard, pc.name)))
                 return copy ? qt_fail(QT_E_IO, "%s: shard changed during the load", index)
                             : rc;
+            if (!copy && (rc = qt_ckpt_check_values(h, t, qt_cs.shard, pc.name, 0)))
+                return rc;
             if (copy) qt_ckpt_copy_piece(h, t, &pc, base);
         }
     }

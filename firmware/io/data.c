@@ -21,9 +21,17 @@
  * are allowed: bytes_per_token may be 8 as well as 1, 2, 4).
  * Data rule (tests/golden/SPEC.md section 2): window n covers tokens [n*S, n*S+S];
  * optimizer step i, global sequence j uses window (i*B + j) % W.
+ * A file that changes after open breaks those invariants, so: qt_data_check compares the
+ * path's device/inode and the open file's size and modification time with what they were
+ * at open (two stat calls; main runs it around every step); qt_data_fill re-checks every
+ * id it hands out against vocab (an id written into the mapping after the validation
+ * would index outside the embedding) and writes 0 in its place; and a SIGBUS inside a
+ * token mapping (file truncated under it) ends the process with a message naming the file
+ * (write + _exit, async-signal-safe; a SIGBUS elsewhere gets the default action).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -41,11 +49,54 @@ typedef struct qt_map_slot {
     const qt_data *owner;
     void *map;
     size_t len;
+    int fd;                       /* kept open: fstat sees a rewrite or truncation */
+    dev_t dev;                    /* identity, size and mtime at open */
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+    char sigbus_msg[512];         /* preformatted: the SIGBUS handler only writes it */
+    size_t sigbus_len;
 } qt_map_slot;
 
 static struct {
     qt_map_slot slot[QT_DATA_MAX_OPEN];
+    int handler_installed;
+    struct sigaction old_bus;
 } qt_dat;
+
+/* SIGBUS inside a token mapping: the file shrank under it. Async-signal-safe: reads the
+ * static slots, write(2), _exit(2). Elsewhere: the previous action takes over (a fault
+ * re-executes the access and reaches it with its own siginfo; a sent signal is re-sent). */
+static void qt_data_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    const unsigned char *a = (const unsigned char *)si->si_addr;
+    for (int k = 0; k < QT_DATA_MAX_OPEN; k++) {
+        const qt_map_slot *s = &qt_dat.slot[k];
+        if (s->owner && a >= (const unsigned char *)s->map &&
+            a < (const unsigned char *)s->map + s->len) {
+            ssize_t w = write(2, s->sigbus_msg, s->sigbus_len);
+            (void)w;
+            _exit(1);
+        }
+    }
+    sigaction(sig, &qt_dat.old_bus, NULL);
+    if (si->si_code <= 0)
+        raise(sig);
+}
+
+static void qt_data_install_handler(void)
+{
+    if (qt_dat.handler_installed)
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = qt_data_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, &qt_dat.old_bus) == 0)
+        qt_dat.handler_installed = 1;
+}
 
 typedef struct qt_fmt {
     int64_t offset;       /* payload start in the file */
@@ -217,11 +268,16 @@ static int qt_check_tokens(const char *path, const unsigned char *b, const qt_fm
             v = (int64_t)u - ((int64_t)1 << (8 * f->width));
         else
             v = (int64_t)u;
-        if ((f->is_signed && v < 0) || (!f->is_signed && u >= (uint64_t)vocab) || v >= vocab)
-            return qt_fail(QT_E_RANGE, "%s: token id %lld at position %lld is outside "
-                              "[0, %lld) (vocab_size)", path,
-                              f->is_signed ? (long long)v : (long long)u, (long long)i,
+        if ((f->is_signed && v < 0) || (!f->is_signed && u >= (uint64_t)vocab) || v >= vocab) {
+            char id[32];   /* signed files print signed ids, unsigned ones unsigned */
+            if (f->is_signed)
+                snprintf(id, sizeof id, "%lld", (long long)v);
+            else
+                snprintf(id, sizeof id, "%llu", (unsigned long long)u);
+            return qt_fail(QT_E_RANGE, "%s: token id %s at position %lld is outside "
+                              "[0, %lld) (vocab_size)", path, id, (long long)i,
                               (long long)vocab);
+        }
     }
     return QT_OK;
 }
@@ -250,6 +306,7 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
                               (long long)vocab);
         d->base = qt_corpus_bytes(&d->n_tokens);
         d->bytes_per_token = 1;
+        d->vocab = vocab;
         return qt_data_finish(d, NULL, seq_len);
     }
     qt_map_slot *s = NULL;
@@ -270,14 +327,34 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
         close(fd);
         return qt_fail(QT_E_IO, "%s: cannot stat: %s", path, strerror(e));
     }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return qt_fail(QT_E_ARG, "%s: is a directory; expected a token file", path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return qt_fail(QT_E_ARG, "%s: is not a regular file (a device, FIFO or socket); "
+                          "expected a token file", path);
+    }
     if (st.st_size <= 0) {
         close(fd);
         return qt_fail(QT_E_FORMAT, "%s: empty file", path);
     }
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED)
-        return qt_fail(QT_E_IO, "%s: cannot map: %s", path, strerror(errno));
+    if (m == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return qt_fail(QT_E_IO, "%s: cannot map: %s", path, strerror(e));
+    }
+    /* the handler is in place before the first read of the mapping (validation) */
+    s->map = m;
+    s->len = (size_t)st.st_size;
+    int ml = snprintf(s->sigbus_msg, sizeof s->sigbus_msg, "qtrain: data file %s was truncated "
+                      "or replaced while mapped (SIGBUS reading its tokens); stopping\n", path);
+    s->sigbus_len = ml < 0 ? 0 : (size_t)ml < sizeof s->sigbus_msg ? (size_t)ml
+                                                                    : sizeof s->sigbus_msg - 1;
+    s->owner = d;
+    qt_data_install_handler();
     qt_fmt f;
     int rc = qt_detect(path, raw_dtype, m, st.st_size, &f);
     if (!rc)
@@ -287,44 +364,114 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
         d->base = (const unsigned char *)m + f.offset;
         d->n_tokens = f.n;
         d->bytes_per_token = f.width;
+        d->vocab = vocab;
         rc = qt_data_finish(d, path, seq_len);
     }
     if (rc) {
         munmap(m, (size_t)st.st_size);
+        close(fd);
+        s->owner = NULL;
         memset(d, 0, sizeof *d);
         return rc;
     }
-    s->owner = d;
-    s->map = m;
-    s->len = (size_t)st.st_size;
+    s->fd = fd;
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    s->size = st.st_size;
+    s->mtime = st.st_mtim;
     return QT_OK;
 }
 
-static int32_t qt_token(const qt_data *d, int64_t i)
+int qt_data_check(const qt_data *d)
 {
-    const unsigned char *b = (const unsigned char *)d->base + i * d->bytes_per_token;
-    return (int32_t)qt_le(b, d->bytes_per_token);
+    if (!d->path)
+        return QT_OK;   /* the embedded corpus cannot change */
+    for (int k = 0; k < QT_DATA_MAX_OPEN; k++) {
+        const qt_map_slot *s = &qt_dat.slot[k];
+        if (s->owner != d)
+            continue;
+        struct stat st, ps;
+        if (fstat(s->fd, &st) != 0)
+            return qt_fail(QT_E_IO, "data file %s: cannot stat: %s", d->path,
+                              strerror(errno));
+        if (st.st_size != s->size)
+            return qt_fail(QT_E_IO, "data file %s changed during the run: its size went "
+                              "from %lld to %lld bytes; stopping (its tokens were validated "
+                              "when it was opened; restart to use the new contents)", d->path,
+                              (long long)s->size, (long long)st.st_size);
+        if (st.st_mtim.tv_sec != s->mtime.tv_sec || st.st_mtim.tv_nsec != s->mtime.tv_nsec)
+            return qt_fail(QT_E_IO, "data file %s changed during the run: it was written "
+                              "to (modification time changed); stopping (its tokens were "
+                              "validated when it was opened; restart to use the new contents)",
+                              d->path);
+        if (stat(d->path, &ps) != 0)
+            return qt_fail(QT_E_IO, "data file %s changed during the run: it can no longer "
+                              "be found at its path (%s); stopping", d->path, strerror(errno));
+        if (ps.st_dev != s->dev || ps.st_ino != s->ino)
+            return qt_fail(QT_E_IO, "data file %s changed during the run: another file "
+                              "was put at its path (inode %llu, was %llu); stopping (restart "
+                              "to use the new file)", d->path, (unsigned long long)ps.st_ino,
+                              (unsigned long long)s->ino);
+        return QT_OK;
+    }
+    return QT_OK;
 }
 
-void qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
-                  int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets)
+/* Token i as read now; ids were validated at open, but the file may have been rewritten
+ * since: an id outside [0, vocab) is counted in *bad (first position in *bad_at) and read
+ * as 0, so it can never index outside the embedding. */
+static int32_t qt_token(const qt_data *d, int64_t i, int64_t *bad, int64_t *bad_at,
+                        uint64_t *bad_id)
 {
+    const unsigned char *b = (const unsigned char *)d->base + i * d->bytes_per_token;
+    uint64_t u = qt_le(b, d->bytes_per_token);
+    if (d->vocab > 0 && u >= (uint64_t)d->vocab) {
+        if (!(*bad)++) {
+            *bad_at = i;
+            *bad_id = u;
+        }
+        return 0;
+    }
+    return (int32_t)u;
+}
+
+int qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
+                 int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets)
+{
+    int64_t bad = 0, bad_at = 0;
+    uint64_t bad_id = 0;
     for (int64_t j = 0; j < n_seqs; j++) {
         int64_t w = (step * global_batch + first_seq + j) % d->n_windows;
         int64_t at = w * seq_len;
         for (int64_t t = 0; t < seq_len; t++) {
-            inputs[j * seq_len + t] = qt_token(d, at + t);
-            targets[j * seq_len + t] = qt_token(d, at + t + 1);
+            inputs[j * seq_len + t] = qt_token(d, at + t, &bad, &bad_at, &bad_id);
+            targets[j * seq_len + t] = qt_token(d, at + t + 1, &bad, &bad_at, &bad_id);
         }
     }
+    if (bad)
+        return qt_fail(QT_E_RANGE, "data file %s changed during the run: token id %llu at "
+                          "position %lld is outside [0, %lld) (vocab_size); it was in range "
+                          "when the file was opened; stopping", d->path ? d->path :
+                          "(embedded corpus)", (unsigned long long)bad_id, (long long)bad_at,
+                          (long long)d->vocab);
+    return QT_OK;
 }
 
 void qt_data_close(qt_data *d)
 {
-    for (int k = 0; k < QT_DATA_MAX_OPEN; k++)
-        if (qt_dat.slot[k].owner == d) {
-            munmap(qt_dat.slot[k].map, qt_dat.slot[k].len);
-            qt_dat.slot[k].owner = NULL;
+    int open_left = 0;
+    for (int k = 0; k < QT_DATA_MAX_OPEN; k++) {
+        qt_map_slot *s = &qt_dat.slot[k];
+        if (s->owner == d) {
+            s->owner = NULL;
+            munmap(s->map, s->len);
+            close(s->fd);
         }
+        open_left += s->owner != NULL;
+    }
+    if (!open_left && qt_dat.handler_installed) {
+        sigaction(SIGBUS, &qt_dat.old_bus, NULL);
+        qt_dat.handler_installed = 0;
+    }
     memset(d, 0, sizeof *d);
 }

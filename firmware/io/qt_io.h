@@ -53,6 +53,17 @@ int qt_checkpoint_save_grads(const qt_plan *p, const char *path);
  * batch x accumulation) or the arena layout. Equal hashes: the saved moments resume this
  * plan bit-exactly. */
 uint64_t qt_ckpt_state_hash(const qt_plan *p);
+/* Vets a save= (qtrain_format 1) or dump_grads= (0) destination `path` given as `key`
+ * before training, reading only: QT_OK when it does not exist. Refused (QT_E_ARG, message
+ * naming key, path and what was expected): an existing path that is not a regular file,
+ * the same file (st_dev, st_ino) as data_path (may be NULL), and - unless overwrite - a
+ * file that is not a safetensors file, or for save= one whose __metadata__ format is not
+ * "qtrain-1". */
+int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_format,
+                               int overwrite, const char *data_path);
+/* Removes "<path>.tmp.<pid>" temporaries left by killed writers (process gone), each with
+ * a note on stderr (st_write.c, qt_st_remove_stale). */
+void qt_checkpoint_remove_stale(const char *path);
 
 /* ---- token data (firmware/io/data.c) ------------------------------------------------- */
 
@@ -62,6 +73,7 @@ typedef struct qt_data {
     int64_t n_tokens;
     int32_t bytes_per_token;   /* 1 (embedded bytes), 2, 4 or 8 */
     int64_t n_windows;         /* (n_tokens - 1) / seq_len */
+    int64_t vocab;             /* every id handed out is < vocab (re-checked by fill) */
 } qt_data;
 
 /* Open a token file (.npy of an integer dtype, or the raw "QTTOKENS" format documented in
@@ -72,9 +84,16 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
                  int64_t seq_len);
 
 /* Fill inputs/targets (I32, [n_seqs * seq_len]) with global sequences first_seq ..
- * first_seq+n_seqs-1 of optimizer step `step` (window (step*global_batch + j) % n_windows). */
-void qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
-                  int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets);
+ * first_seq+n_seqs-1 of optimizer step `step` (window (step*global_batch + j) % n_windows).
+ * An id that is no longer < vocab (the file was rewritten after open) is written as 0 and
+ * makes it return QT_E_RANGE with a message naming the file, the id and its position. */
+int qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
+                 int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets);
+/* QT_OK if the token file is still the one validated at open: same device and inode at its
+ * path, same size and modification time; else QT_E_IO with a message naming the file and
+ * the change. Two stat calls; the embedded corpus always passes. A SIGBUS while reading an
+ * open token file's mapping (truncated under it) prints a message naming it and exits 1. */
+int qt_data_check(const qt_data *d);
 
 void qt_data_close(qt_data *d);
 
@@ -92,6 +111,10 @@ typedef struct qt_step_metrics {
 /* One JSON object per line: {"step":..,"loss":..,"loss_bits":"0x..","grad_norm":..,"lr":..,
  * "tokens_per_s":..,"step_s":..,"tokens":..,"fingerprint":"0x.."}. */
 void qt_metrics_write(FILE *f, const qt_step_metrics *m);
+/* Step of the last line of an existing metrics file, or -1 when there is no file, it is
+ * empty or it is not a regular file. QT_E_FORMAT (message names the file) when the last
+ * line is incomplete or does not start with {"step":N. */
+int qt_metrics_last_step(const char *path, int64_t *last);
 /* Progress line on stderr. */
 void qt_progress_print(FILE *f, const qt_step_metrics *m, int64_t total_steps);
 

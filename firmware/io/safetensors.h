@@ -93,5 +93,8 @@ int qt_st_wwrite(const void *bytes, int64_t n);
 int qt_st_wcommit(void);
 /* Discard: close and unlink <path>.tmp. Safe to call in any state. */
 void qt_st_wabort(void);
+/* Removes "<path>.tmp.<pid>" files in path's directory whose process <pid> no longer exists
+ * (left by a writer that was killed), with a note on stderr for each; returns how many. */
+int qt_st_remove_stale(const char *path);
 
 #endif

@@ -6,11 +6,17 @@
  * offsets known, and the rows are then streamed from the arena in declaration order.
  * Invariants: see safetensors.h. The header is padded with spaces to a multiple of 8 so the
  * data region is 8-byte aligned, as other writers do.
+ * A writer killed mid-save leaves its "<path>.tmp.<pid>"; qt_st_remove_stale deletes such
+ * files at the next start-up when process <pid> no longer exists (kill(pid, 0) fails with
+ * ESRCH), and never touches one whose writer may still be running. The directory is read
+ * with getdents64 into a static buffer (opendir would allocate).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "qt_io.h"
@@ -299,4 +305,67 @@ void qt_st_wabort(void)
     qt_stw.fd = -1;
     unlink(qt_stw.tmp);
     qt_stw.state = QT_STW_IDLE;
+}
+
+/* ---- stale temporaries ---- */
+
+struct qt_stw_dirent64 {
+    uint64_t d_ino;
+    int64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+/* The pid in "<base>.tmp.<pid>", or -1 when name is not such a temporary of base. */
+static long qt_stw_tmp_pid(const char *name, const char *base, size_t blen)
+{
+    if (strncmp(name, base, blen) || strncmp(name + blen, ".tmp.", 5)) return -1;
+    const char *c = name + blen + 5;
+    long pid = 0;
+    if (*c < '1' || *c > '9') return -1;
+    for (; *c >= '0' && *c <= '9'; c++) {
+        pid = pid * 10 + (*c - '0');
+        if (pid > 0x7fffffffL) return -1;
+    }
+    return *c ? -1 : pid;
+}
+
+int qt_st_remove_stale(const char *path)
+{
+    static char dir[QT_ST_PATH_MAX], full[2 * QT_ST_PATH_MAX];
+    static unsigned char buf[1 << 15];
+    if (strlen(path) >= QT_ST_PATH_MAX) return 0;
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? path + (slash - dir) + 1 : path;
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    size_t blen = strlen(base);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return 0;   /* the destination check reports a missing directory */
+    int removed = 0;
+    for (;;) {
+        long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+        if (n <= 0) break;
+        for (long off = 0; off < n;) {
+            const struct qt_stw_dirent64 *e = (const void *)(buf + off);
+            off += e->d_reclen;
+            long pid = qt_stw_tmp_pid(e->d_name, base, blen);
+            if (pid <= 0 || pid == (long)getpid()) continue;
+            if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;   /* may still write */
+            snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+            if (unlink(full) == 0) {
+                removed++;
+                qt_note("removed %s, a temporary left by process %ld, which no longer "
+                           "runs (a save that did not finish)", full, pid);
+            } else if (errno != ENOENT) {
+                qt_note("could not remove the stale temporary %s: %s", full,
+                           strerror(errno));
+            }
+        }
+    }
+    close(fd);
+    return removed;
 }

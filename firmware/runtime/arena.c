@@ -1,16 +1,25 @@
-/* arena.c - arena validation, huge-page backing and prefault (see qt_arena.h).
+/* arena.c - arena validation, mapping, huge-page backing and prefault (see qt_arena.h).
  *
  * Why: first-touch faults cost ~15 us per 4 KiB page on this class of VM, so the arena is
  * faulted in once at start-up, on 2 MiB pages where possible, and never mapped or unmapped
- * again. Replacing the mapping is only done before anything has written to the section
- * (first call), so no data can be lost; a failed hugetlb mapping is replaced by a fresh
- * zero anonymous mapping, which is what the section held. No heap: /proc and /sys are read
- * with open/read into a static buffer.
+ * again. The qtrain binaries do not have the arena mapped by exec (linker/arena_unload.c):
+ * an exec-time mapping that does not fit RLIMIT_AS is a bare SIGSEGV before main. So the
+ * first qt_arena_init checks the section's size against RLIMIT_AS (with what is already
+ * mapped) and MemAvailable, then maps the section's address range itself with
+ * MAP_FIXED_NOREPLACE (never over anything else); every failure is a message naming the
+ * sizes. Binaries whose arena exec did map (the unit tests) keep it: then a hugetlb mapping
+ * replaces the range only before anything has written to it (no data can be lost), and a
+ * failed hugetlb mapping is replaced by fresh zero pages, which is what the section held.
+ * No heap: /proc and /sys are read with open/read into a static buffer.
  */
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <elf.h>
+#include <errno.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #include "qt_arena.h"
@@ -67,17 +76,34 @@ static int qt_arena_thp_allowed(void)
     return strstr(qt_arena_state.buf, "[never]") == NULL;
 }
 
+/* The number after "key:" in a /proc file (meminfo, status); -1 if absent. */
+static long long qt_arena_proc_value(const char *path, const char *key)
+{
+    if (qt_arena_slurp(path) < 0) return -1;
+    const char *s = strstr(qt_arena_state.buf, key);
+    if (!s) return -1;
+    s += strlen(key);
+    while (*s == ' ' || *s == '\t') s++;
+    if (*s < '0' || *s > '9') return -1;
+    long long v = 0;
+    while (*s >= '0' && *s <= '9' && v < (1ll << 50)) v = v * 10 + (*s++ - '0');
+    return v;
+}
+
 #ifndef QT_MUSL
 static long long qt_arena_hugepages_free(void)
 {
-    if (qt_arena_slurp("/proc/meminfo") < 0) return 0;
-    const char *s = strstr(qt_arena_state.buf, "HugePages_Free:");
-    if (!s) return 0;
-    s += strlen("HugePages_Free:");
-    while (*s == ' ' || *s == '\t') s++;
-    long long v = 0;
-    while (*s >= '0' && *s <= '9') v = v * 10 + (*s++ - '0');
-    return v;
+    long long v = qt_arena_proc_value("/proc/meminfo", "HugePages_Free:");
+    return v < 0 ? 0 : v;
+}
+
+/* 1 if hugetlb pages of the arena's alignment can back len bytes. */
+static int qt_arena_hugetlb_fits(size_t len)
+{
+    /* libhugetlbfs names the kernel's default huge page size; the section is aligned and
+     * padded for 2 MiB pages (linker/arena.ld), so any other default is not used. */
+    return gethugepagesize() == (long)QT_ARENA_ALIGN &&
+           (unsigned long long)qt_arena_hugepages_free() * QT_ARENA_ALIGN >= len;
 }
 
 /* 1 if no page of [base, base+len) is resident, i.e. nothing can have been written there
@@ -96,10 +122,7 @@ static int qt_arena_untouched(unsigned char *base, size_t len)
 
 static int qt_arena_try_hugetlb(unsigned char *base, size_t len)
 {
-    /* libhugetlbfs names the kernel's default huge page size; the section is aligned and
-     * padded for 2 MiB pages (linker/arena.ld), so any other default is not used. */
-    if (gethugepagesize() != (long)QT_ARENA_ALIGN) return 0;
-    if ((unsigned long long)qt_arena_hugepages_free() * QT_ARENA_ALIGN < len) return 0;
+    if (!qt_arena_hugetlb_fits(len)) return 0;
     if (!qt_arena_untouched(base, len)) return 0;
     void *r = mmap(base, len, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_HUGETLB, -1, 0);
@@ -110,12 +133,109 @@ static int qt_arena_try_hugetlb(unsigned char *base, size_t len)
 }
 #endif
 
-static int qt_arena_back(void)
+int qt_arena_check_fit(const char *run, long long arena_bytes, long long map_bytes,
+                       long long mapped_bytes, long long as_limit, long long mem_available)
+{
+    const double mib = 1024.0 * 1024.0;
+    if (as_limit >= 0 && map_bytes > 0 &&
+        (map_bytes > as_limit || mapped_bytes > as_limit - map_bytes)) {
+        fprintf(stderr, "qtrain: plan %s: the arena needs %lld bytes (%.1f MiB), but the "
+                "address-space limit RLIMIT_AS (ulimit -v) is %lld bytes (%.1f MiB) and %.1f "
+                "MiB is already mapped; raise ulimit -v to at least %lld (KiB)\n", run,
+                map_bytes, (double)map_bytes / mib, as_limit, (double)as_limit / mib,
+                (double)mapped_bytes / mib, (mapped_bytes + map_bytes) / 1024 + 1024);
+        return QT_E_PLAN;
+    }
+    if (mem_available >= 0 && arena_bytes > mem_available) {
+        fprintf(stderr, "qtrain: plan %s: the arena needs %lld bytes (%.1f MiB), but "
+                "MemAvailable in /proc/meminfo is %lld bytes (%.1f MiB); free memory or use "
+                "a plan with a smaller arena\n", run, arena_bytes, (double)arena_bytes / mib,
+                mem_available, (double)mem_available / mib);
+        return QT_E_PLAN;
+    }
+    return QT_OK;
+}
+
+/* 1 if exec mapped addr: a PT_LOAD segment of this program covers it (a binary that
+ * linker/arena_unload.c did not process). Read from the program headers (AT_PHDR), not
+ * from what happens to be mapped there. */
+static int qt_arena_exec_mapped(const unsigned char *addr)
+{
+    const Elf64_Phdr *ph = (const Elf64_Phdr *)getauxval(AT_PHDR);
+    unsigned long n = getauxval(AT_PHNUM);
+    if (!ph || !n)   /* no auxiliary vector: judge by what is mapped */
+        return mincore((void *)addr, QT_PAGE_4K, qt_arena_state.resident) == 0 || errno != ENOMEM;
+    uintptr_t bias = 0;   /* ET_EXEC has no PT_PHDR and no load bias */
+    for (unsigned long i = 0; i < n; i++)
+        if (ph[i].p_type == PT_PHDR) bias = (uintptr_t)ph - ph[i].p_vaddr;
+    for (unsigned long i = 0; i < n; i++)
+        if (ph[i].p_type == PT_LOAD && (uintptr_t)addr >= bias + ph[i].p_vaddr &&
+            (uintptr_t)addr < bias + ph[i].p_vaddr + ph[i].p_memsz)
+            return 1;
+    return 0;
+}
+
+/* Checks the limits, then maps [base, base+len), which exec left unmapped. */
+static int qt_arena_map(const qt_plan *p, unsigned char *base, size_t len)
+{
+    const double mib = 1024.0 * 1024.0;
+    int huge = 0;
+#ifndef QT_MUSL
+    huge = qt_arena_hugetlb_fits(len);
+#endif
+    struct rlimit rl;
+    long long as_limit = -1, mapped = 0, avail = -1;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        as_limit = rl.rlim_cur > (rlim_t)INT64_MAX ? INT64_MAX : (long long)rl.rlim_cur;
+        long long vm_kib = qt_arena_proc_value("/proc/self/status", "VmSize:");
+        mapped = vm_kib > 0 ? vm_kib * 1024 : 0;
+    }
+    if (!huge) {   /* hugetlb pages come from their own reserved pool */
+        long long kib = qt_arena_proc_value("/proc/meminfo", "MemAvailable:");
+        avail = kib >= 0 ? kib * 1024 : -1;
+    }
+    int rc = qt_arena_check_fit(p->run_name, (long long)len, (long long)len, mapped, as_limit,
+                                avail);
+    if (rc) return rc;
+    const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
+    void *r = MAP_FAILED;
+#ifndef QT_MUSL
+    if (huge) {
+        r = mmap(base, len, PROT_READ | PROT_WRITE, flags | MAP_HUGETLB, -1, 0);
+        if (r == (void *)base) {
+            qt_arena_state.mode = QT_ARENA_HUGETLB;
+            return QT_OK;
+        }
+        if (r != MAP_FAILED) munmap(r, len);   /* a kernel that ignored NOREPLACE */
+    }
+#endif
+    r = mmap(base, len, PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (r != (void *)base) {
+        int e = r == MAP_FAILED ? errno : EEXIST;
+        if (r != MAP_FAILED) munmap(r, len);
+        fprintf(stderr, "qtrain: plan %s: cannot map the arena, %lld bytes (%.1f MiB) at %p: "
+                "%s%s\n", p->run_name, (long long)len, (double)len / mib, (void *)base,
+                strerror(e), e == EEXIST ? " (the address range is already in use)" : "");
+        return QT_E_PLAN;
+    }
+    if (qt_arena_thp_allowed() && madvise(base, len, MADV_HUGEPAGE) == 0)
+        qt_arena_state.mode = QT_ARENA_THP;
+    return QT_OK;
+}
+
+static int qt_arena_back(const qt_plan *p)
 {
     unsigned char *base = qt_arena_lo;
     size_t len = (size_t)(qt_arena_hi - qt_arena_lo);
     qt_arena_state.mode = QT_ARENA_4K;
     if (len == 0) return QT_OK;
+    if (!qt_arena_exec_mapped(base)) return qt_arena_map(p, base, len);
+    /* mapped by exec (a binary not processed by arena_unload): check what the prefault
+     * will need, then move it to huge pages if it is still untouched */
+    long long kib = qt_arena_proc_value("/proc/meminfo", "MemAvailable:");
+    int rc = qt_arena_check_fit(p->run_name, (long long)p->arena_bytes, 0, 0, -1,
+                                kib >= 0 ? kib * 1024 : -1);
+    if (rc) return rc;
 #ifndef QT_MUSL
     int h = qt_arena_try_hugetlb(base, len);
     if (h < 0) {
@@ -149,7 +269,7 @@ int qt_arena_init(const qt_plan *p)
         return QT_E_PLAN;
     }
     if (!qt_arena_state.backed) {
-        int rc = qt_arena_back();
+        int rc = qt_arena_back(p);
         if (rc) return rc;
         qt_arena_state.backed = 1;
     }

@@ -62,7 +62,9 @@ const char *qt_last_error(void)
     return qt_err_state.last;
 }
 
-void qt_set_quiet(int quiet)
+int qt_set_quiet(int quiet)
 {
+    int was = qt_err_state.quiet;
     qt_err_state.quiet = quiet;
+    return was;
 }

@@ -12,11 +12,19 @@
 enum qt_arena_mode { QT_ARENA_4K = 0, QT_ARENA_THP, QT_ARENA_HUGETLB };
 
 /* Checks that the plan's arena lies inside the section and is 2 MiB aligned; on the first
- * call backs the whole (still untouched, zero) section with huge pages: hugetlb pages
- * (MAP_HUGETLB | MAP_FIXED, glibc build only) when enough are reserved, else transparent
- * huge pages (madvise), else 4 KiB pages; then prefaults the plan's arena by touching
- * every 4 KiB (values unchanged). Returns 0 or QT_E_PLAN (message printed). */
+ * call backs the whole (still untouched, zero) section: when exec did not map it (qtrain
+ * binaries, linker/arena_unload.c) it first checks the size against RLIMIT_AS and
+ * MemAvailable, then maps it (MAP_FIXED_NOREPLACE); with hugetlb pages (MAP_HUGETLB, glibc
+ * build only) when enough are reserved, else transparent huge pages (madvise), else 4 KiB
+ * pages; then prefaults the plan's arena by touching every 4 KiB (values unchanged).
+ * Returns 0 or QT_E_PLAN (message printed, naming the sizes and the limit). */
 int qt_arena_init(const qt_plan *p);
+/* The start-up fit test, on numbers (testable): map_bytes to be mapped must fit the
+ * address-space limit as_limit together with mapped_bytes already mapped, and arena_bytes
+ * to be prefaulted must not exceed mem_available. A limit < 0 is absent. Returns 0, or
+ * QT_E_PLAN after one stderr line naming the plan `run`, the sizes and the limit. */
+int qt_arena_check_fit(const char *run, long long arena_bytes, long long map_bytes,
+                       long long mapped_bytes, long long as_limit, long long mem_available);
 /* Backing chosen by the first qt_arena_init. */
 enum qt_arena_mode qt_arena_mode(void);
 const char *qt_arena_mode_name(void);

@@ -39,7 +39,8 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o);
 void qt_params_init(const qt_plan *p, uint64_t seed);
 /* One optimizer step `step` (0-based) over data d. Fills *m (loss, norm, lr, fingerprint).
  * Clipping is folded into the update, so afterwards the gradient region holds the
- * normalised, unclipped gradient. */
+ * normalised, unclipped gradient. Returns QT_OK, or qt_data_fill's QT_E_RANGE (a token id
+ * out of range: the data file changed) before any schedule ran on the bad tokens. */
 int qt_runtime_step(const qt_plan *p, const qt_data *d, int64_t step, qt_step_metrics *m);
 /* Forward+backward only (no optimizer update): leaves the step's final, normalised and
  * unclipped gradient in the gradient region. Used by dump_grads and the tests. */

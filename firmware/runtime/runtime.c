@@ -25,6 +25,7 @@
 #include "qt_step.h"
 #include "qt_err.h"
 #include "comm/qt_coll.h"
+#include "comm/qt_comm.h"
 #include "math/qt_math.h"
 
 /* Largest group the start-up connection warm-up walks (qt_runtime_warm_comm). */
@@ -292,9 +293,30 @@ static int qt_runtime_warm_comm(const qt_plan *p)
             cnt[j] = blk;
             off[j] = j * blk;
         }
-        int rc = qt_coll_all_to_all_v(masks[i], p->arena + p->params_offset, cnt, off,
-                                      p->arena + p->grads_offset, cnt, off, 1);
-        if (rc) return rc;
+        /* UCX also grows its request and unexpected-message pools when messages arrive
+         * before their receives are posted, which depends on timing: drive them deep with
+         * every peer (qt_comm_warm), then run the step's own pattern a few times */
+        const int me = qt_comm_group_index(masks[i]);
+        const int64_t big = (4 * p->n_flat / 8) < (64 << 10) ? (4 * p->n_flat / 8) : (64 << 10);
+        for (int j = 0; j < r; j++) {
+            if (j == me) continue;
+            int rc = qt_comm_warm(qt_comm_group_rank(masks[i], j), p->arena + p->params_offset,
+                                  p->arena + p->grads_offset, big, qt_runtime_now() + 300.0);
+            if (rc) return rc;
+        }
+        for (int round = 0; round < 4; round++) {
+            int rc = qt_coll_all_to_all_v(masks[i], p->arena + p->params_offset, cnt, off,
+                                          p->arena + p->grads_offset, cnt, off, 1);
+            if (!rc && p->n_flat % r == 0)
+                rc = qt_coll_reduce_scatter_f32(masks[i], (float *)(void *)(p->arena + p->grads_offset),
+                                                p->n_flat / r,
+                                                (float *)(void *)(p->arena + p->comm_scratch_offset),
+                                                p->comm_scratch_elems);
+            if (!rc && p->n_flat % r == 0)
+                rc = qt_coll_all_gather(masks[i], p->arena + p->grads_offset,
+                                        4 * (p->n_flat / r));
+            if (rc) return rc;
+        }
     }
     return QT_OK;
 }
@@ -353,7 +375,8 @@ double qt_runtime_lr(const qt_plan *p, int64_t t)
 /* Every microbatch of the step: fill its tokens, run the schedule (forward, backward,
  * per-sequence leaves into the trees), and add its per-sequence losses to the exact
  * accumulators, merged over the batch axes. Leaves the step's token count, loss and
- * learning rate in *m. */
+ * learning rate in *m. Returns the data fill's error (an id no longer in range: the file
+ * changed) before that microbatch's schedule runs. */
 static int qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t step,
                                    qt_step_metrics *m)
 {
@@ -367,8 +390,9 @@ static int qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t s
     qt_exact_clear(&lb);
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     for (int64_t mb = 0; mb < G; mb++) {
-        qt_data_fill(d, step, p->train.global_batch, base + mb * b, b, S, qt_i32(ctx, p->tokens),
-                     qt_i32(ctx, p->targets));
+        int rc = qt_data_fill(d, step, p->train.global_batch, base + mb * b, b, S,
+                              qt_i32(ctx, p->tokens), qt_i32(ctx, p->targets));
+        if (rc) return rc;
         qt_runtime_lap(&t, QT_PH_DATA);
         qt_interp_run_microbatch(ctx, table, mb);
         if (qt_rt.status) return qt_rt.status;

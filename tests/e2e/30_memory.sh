@@ -25,6 +25,14 @@ generated_up_to_date() {
 }
 check "generated/ matches what configgen produces now, and what is committed" generated_up_to_date
 
+# `make test` built everything just before: a second make must have nothing to do (it used
+# to regenerate the plans, compiled before configgen was linked, and relink every binary).
+make_is_noop() {
+  env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make -q all && echo "make -q all: up to date" \
+    || { echo "make would rebuild:"; env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make -n all | head -5; return 1; }
+}
+check "a second make after the build has nothing to do" make_is_noop
+
 # Peak RSS of the musl static build of the default run. Bound: the arena is prefaulted at
 # start-up so all of it is resident, plus the file-backed image (text + data); the 5% of the
 # arena absorbs huge-page rounding and the kernel's accounting of the page tables, and 4 MiB

@@ -28,6 +28,29 @@ check "data: token id out of range names id and position" expect_fail "position"
 head -c 60 $T > $B/trunc.npy
 check "data: truncated npy" expect_fail "trunc.npy" $Q data=$B/trunc.npy steps=1
 
+check "data: a directory says so" expect_fail "$B: is a directory; expected a token file" $Q data=$B steps=1
+
+# A data file changed while qtrain trains on it: rewritten in place, truncated, or replaced
+# at its path. The run stops within a step with a message naming the file, exit 1.
+data_changed_stops() {
+  local d=$QT_TMP/dchg how rc n
+  for how in rewrite truncate replace; do
+    rm -rf $d; mkdir -p $d; cp $T $d/tok.npy
+    timeout 120 $Q steps=1000000 data=$d/tok.npy metrics=$d/m.jsonl 2> $d/err.txt & local pid=$!
+    for n in $(seq 300); do [ -s $d/m.jsonl ] && [ "$(wc -l < $d/m.jsonl)" -ge 2 ] && break; sleep 0.1; done
+    case $how in
+      rewrite) printf '\xff\xff\xff\xff' | dd of=$d/tok.npy bs=1 seek=300 conv=notrunc 2> /dev/null ;;
+      truncate) truncate -s 200 $d/tok.npy ;;
+      replace) cp $T $d/new.npy && mv $d/new.npy $d/tok.npy ;;
+    esac
+    wait $pid; rc=$?
+    [ $rc -eq 1 ] || { echo "$how: exit $rc, expected 1"; tail -3 $d/err.txt; return 1; }
+    grep -q "data file $d/tok.npy \(changed during the run\|was truncated\)" $d/err.txt || { echo "$how:"; tail -3 $d/err.txt; return 1; }
+    echo "ok: $how: $(grep "data file" $d/err.txt | head -1)"
+  done
+}
+check "data: a data file changed during the run (rewritten, truncated, replaced) stops it, naming the file" data_changed_stops
+
 # ---- checkpoints
 check "load: missing checkpoint file" expect_fail "$B/none.safetensors" $Q load=$B/none.safetensors steps=1 data=$T
 check "load: checkpoint of another model names a tensor" expect_fail "model." $Q load=tests/golden/e2e/test-35-tiny/init.safetensors steps=1 data=$T
@@ -42,7 +65,85 @@ save_missing_dir() {
   ! ls -d $B/nodir* 2>/dev/null | grep -q .
 }
 check "save: unwritable destination fails at start-up with its name, nothing written" save_missing_dir
+save_targets_checked() {
+  local d=$QT_TMP/targets; rm -rf $d; mkdir -p $d/adir
+  check_refused() { local sub=$1; shift; expect_fail "$sub" "$@" || return 1; }
+  # not a regular file: refused even with overwrite=1
+  check_refused "save=/dev/null exists and is a character device" $Q steps=1 data=$T save=/dev/null overwrite=1 || return 1
+  check_refused "save=$d/adir exists and is a directory" $Q steps=1 data=$T save=$d/adir || return 1
+  check_refused "dump_grads=$d/adir exists and is a directory" $Q steps=1 data=$T dump_grads=$d/adir || return 1
+  # the data file itself, here through a hard link (same device and inode)
+  cp $T $d/tokens.npy && ln $d/tokens.npy $d/link.safetensors
+  check_refused "save=$d/link.safetensors is the data file data=$d/tokens.npy" \
+    $Q steps=1 data=$d/tokens.npy save=$d/link.safetensors overwrite=1 || return 1
+  cmp $T $d/tokens.npy || return 1
+  # a safetensors file that is not a qtrain checkpoint (format "pt"), and a text file
+  cp tests/golden/e2e/test-next-tiny/init.safetensors $d/hf.safetensors
+  printf 'notes\n' > $d/notes.txt
+  check_refused "save=$d/hf.safetensors exists and is not a qtrain checkpoint (__metadata__ format is absent, expected \"qtrain-1\")" \
+    $Q steps=1 data=$T save=$d/hf.safetensors || return 1
+  check_refused "dump_grads=$d/notes.txt exists and is not a safetensors file" \
+    $Q steps=1 data=$T dump_grads=$d/notes.txt || return 1
+  cmp tests/golden/e2e/test-next-tiny/init.safetensors $d/hf.safetensors && [ "$(cat $d/notes.txt)" = notes ] || return 1
+  # accepted: a safetensors file for dump_grads, a qtrain checkpoint for save, and with
+  # overwrite=1 the refused files
+  $Q steps=1 data=$T dump_grads=$d/hf.safetensors save=$d/ck.safetensors 2> /dev/null || return 1
+  $Q steps=1 data=$T save=$d/ck.safetensors 2> /dev/null || return 1
+  $Q steps=1 data=$T save=$d/hf.safetensors dump_grads=$d/notes.txt overwrite=1 2> /dev/null
+}
+check "save=/dump_grads=: a device, directory, the data file or a foreign file is refused before training" save_targets_checked
+
+stale_temporaries_removed() {
+  local d=$QT_TMP/stale; rm -rf $d; mkdir -p $d
+  local dead; dead=$(sh -c 'echo $$')   # a process that has already exited
+  touch $d/ck.safetensors.tmp.$dead $d/g.safetensors.tmp.$dead $d/ck.safetensors.tmp.$$ $d/other.tmp.$dead
+  $Q steps=1 data=$T save=$d/ck.safetensors dump_grads=$d/g.safetensors 2> $QT_TMP/err.txt || { cat $QT_TMP/err.txt; return 1; }
+  grep "removed $d/ck.safetensors.tmp.$dead, a temporary left by process $dead" $QT_TMP/err.txt || { cat $QT_TMP/err.txt; return 1; }
+  ! [ -e $d/ck.safetensors.tmp.$dead ] && ! [ -e $d/g.safetensors.tmp.$dead ] || { echo "stale temporaries left:"; ls $d; return 1; }
+  [ -e $d/ck.safetensors.tmp.$$ ] || { echo "removed the temporary of a live process"; return 1; }
+  [ -e $d/other.tmp.$dead ] || { echo "removed another file's temporary"; return 1; }
+}
+check "save=/dump_grads=: temporaries of killed saves (process gone) are removed at start-up, with a note" stale_temporaries_removed
+
+metrics_resume_appends() {
+  local d=$QT_TMP/mres; rm -rf $d; mkdir -p $d
+  $Q steps=2 data=$T metrics=$d/m.jsonl save=$d/ck.safetensors 2> /dev/null || return 1
+  # resuming appends: steps 0..3, in order, one line each
+  $Q steps=4 data=$T metrics=$d/m.jsonl load=$d/ck.safetensors 2> /dev/null || return 1
+  local steps; steps=$(sed 's/^{"step":\([0-9]*\),.*/\1/' $d/m.jsonl | tr '\n' ' ')
+  [ "$steps" = "0 1 2 3 " ] || { echo "steps after resume: $steps"; cat $d/m.jsonl; return 1; }
+  # a fresh run onto it is refused and leaves it as it was
+  cp $d/m.jsonl $d/m.bak
+  expect_fail "metrics file $d/m.jsonl already holds steps up to 3, and this run starts at step 0" \
+    $Q steps=1 data=$T metrics=$d/m.jsonl || return 1
+  cmp $d/m.jsonl $d/m.bak || return 1
+  # overwrite=1 replaces it
+  $Q steps=1 data=$T metrics=$d/m.jsonl overwrite=1 2> /dev/null || return 1
+  [ "$(wc -l < $d/m.jsonl)" -eq 1 ] || { echo "overwrite=1 did not replace the file"; return 1; }
+  # resuming at step 2 onto a file that ends at step 0: refused, naming both steps
+  expect_fail "metrics file $d/m.jsonl ends at step 0, but this run resumes at step 2" \
+    $Q steps=3 data=$T metrics=$d/m.jsonl load=$d/ck.safetensors || return 1
+  [ "$(wc -l < $d/m.jsonl)" -eq 1 ]
+}
+check "metrics: a resumed run appends (last step must be start-1); a fresh run needs overwrite=1" metrics_resume_appends
 check "metrics: a failing metrics write (full disk) is an error" expect_fail "writing the metrics file /dev/full failed" $Q steps=2 data=$T metrics=/dev/full
+
+# ---- memory limits
+arena_over_rlimit() {
+  # The bench arena (2 GiB) cannot fit a 1 GB address-space limit: both builds refuse at
+  # start-up with the sizes and the limit, exit 1 (before: a bare SIGSEGV in exec).
+  local bin rc
+  for bin in build/bench/qtrain build/bench/qtrain-static; do
+    ( ulimit -v 1000000; exec $bin steps=1 ) > /dev/null 2> $QT_TMP/err.txt; rc=$?
+    [ $rc -eq 1 ] || { echo "$bin: exit $rc, expected 1"; cat $QT_TMP/err.txt; return 1; }
+    grep -q "plan bench: the arena needs [0-9]* bytes (2044.0 MiB), but the address-space limit RLIMIT_AS (ulimit -v) is 1024000000 bytes" $QT_TMP/err.txt \
+      || { cat $QT_TMP/err.txt; return 1; }
+    echo "ok: $bin: $(head -n 1 $QT_TMP/err.txt)"
+  done
+  # and within the limit it runs
+  ( ulimit -v 3000000; exec build/default/qtrain-static steps=1 ) > /dev/null 2>&1
+}
+check "memory: an arena beyond RLIMIT_AS (ulimit -v) is a message with the sizes, exit 1" arena_over_rlimit
 
 # ---- divergence
 diverged_stops() {
@@ -59,5 +160,9 @@ check "ranks: started on 2 ranks for a 1-rank plan" expect_fail "rank" mpiexec -
 # ---- configs (the full table of bad configs is in tests/unit/test_configgen.cpp)
 check "configgen: unknown key suggests the nearest" expect_fail "base_emb_dim" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml base_emb_dimm=64
 check "configgen: context parallelism not planned" expect_fail "ici_context_parallelism" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml num_ranks=2 ici_context_parallelism=2
+check "configgen: a run file that is /dev/zero is refused at once, not read forever" \
+  expect_fail "/dev/zero: is a character device, not a regular file" timeout 20 build/configgen/configgen -o $B/gen /dev/zero
+check "configgen: a run file that is a directory says so" \
+  expect_fail "$B: is a directory; expected a config file" build/configgen/configgen -o $B/gen $B
 no_output_on_error() { ! [ -e $B/gen ] || ! ls -A $B/gen | grep -q .; }
 check "configgen: a failed generation writes nothing" no_output_on_error

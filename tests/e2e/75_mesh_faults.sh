@@ -117,13 +117,16 @@ check "mesh: a SIGSTOPped rank is named and the job ends within 10 s (comm_timeo
 # ranks only (-genv), and each rank must report zero allocation calls during the steps
 # (collectives included).
 mesh_no_heap_in_steps() {
-  local run=$1 out=$QT_TMP/heap-$1.txt
-  timeout 60 mpiexec -n 2 -genv LD_PRELOAD=$PWD/build/tools/libheap_audit.so build/$run/qtrain \
+  local run=$1 n=$2 out=$QT_TMP/heap-$1.txt
+  timeout 60 mpiexec -n $n -genv LD_PRELOAD=$PWD/build/tools/libheap_audit.so build/$run/qtrain \
       steps=3 data=$FAULT_DATA metrics=$QT_TMP/heap-$run.jsonl 2> $out
   local rc=$?
   grep -v '^step' $out
-  [ $rc -eq 0 ] && [ "$(grep -cx 'heap audit: 0 allocation calls during steps' $out)" -eq 2 ]
+  [ $rc -eq 0 ] && [ "$(grep -cx 'heap audit: 0 allocation calls during steps' $out)" -eq $n ]
 }
-for run in mesh-next-dp2 mesh-next-fsdp2 mesh-next-tp2 mesh-next-ep2; do
-  check "mesh: no heap allocation during steps on either rank of $run (malloc interposed)" mesh_no_heap_in_steps $run
+for cell in mesh-next-dp2:2 mesh-next-fsdp2:2 mesh-next-tp2:2 mesh-next-ep2:2 mesh-next-dp2ep2:4 \
+            mesh-next-fsdp2tp2:4; do
+  run=${cell%%:*}; n=${cell##*:}
+  check "mesh: no heap allocation during steps on any rank of $run ($n ranks, malloc interposed)" \
+      mesh_no_heap_in_steps $run $n
 done

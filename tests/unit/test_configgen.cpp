@@ -197,6 +197,32 @@ TEST(CgConfig, LayeringAndOverrides)
     qt_cg_config_free(&c);
 }
 
+// Files are read only when they are regular and at most 16 MiB: /dev/zero used to hang,
+// and a directory used to be a "read error".
+TEST(CgConfig, ReadFileRefusesDevicesDirectoriesAndHugeFiles)
+{
+    char *text = NULL;
+    char err[512] = "";
+    CHECK(qt_cg_read_file("/dev/zero", &text, err, sizeof err) != 0);
+    STRCMP_EQUAL("/dev/zero: is a character device, not a regular file; expected a config file", err);
+    std::string dir = make_tmpdir();
+    CHECK(qt_cg_read_file(dir.c_str(), &text, err, sizeof err) != 0);
+    CHECK(strstr(err, ": is a directory; expected a config file") != NULL);
+    std::string big = dir + "/big.yml";
+    write_file(big, "a: 1\n");
+    CHECK(truncate(big.c_str(), (17 << 20)) == 0);
+    CHECK(qt_cg_read_file(big.c_str(), &text, err, sizeof err) != 0);
+    CHECK(strstr(err, "is 17825792 bytes, more than the 16 MiB a config file may have") != NULL);
+    CHECK(text == NULL);
+    // a run file given as a directory, through the whole generator
+    std::string gen = dir + "/gen";
+    char *argv[] = {(char *)"configgen", (char *)"-o", (char *)gen.c_str(), (char *)dir.c_str()};
+    CHECK(qt_cg_generate(4, argv, err, sizeof err) != 0);
+    CHECK(strstr(err, "is a directory") != NULL);
+    CHECK(!path_exists(gen));
+    rm_rf(dir);
+}
+
 TEST(CgConfig, UnknownKeySuggestsNearest)
 {
     char err[1024] = "";
@@ -301,6 +327,18 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"run_name=.hidden", NULL, "starting with a letter or digit"},
         {"gdn_key_head_dim=1024", NULL, "gdn_key_head_dim=1024 (command line): must be <= 512"},
         {"load_balance_loss_weight=0.01", "num_experts=2048", "must be <= 1024 (QT_MOE_MAX_EXPERTS)"},
+        // size products beyond 2^56 elements (2^40 x 2^40 wraps to a 0-element embedding)
+        {"base_emb_dim=1099511627776", "vocab_size=1099511627776",
+         "base_emb_dim=1099511627776 x vocab_size=1099511627776 (embedding and lm_head) exceeds 2^56 elements"},
+        {"num_experts=4194304", "base_moe_mlp_dim=4294967296", "num_experts=4194304 x base_moe_mlp_dim=4294967296"},
+        {"max_target_length=65536", "base_num_query_heads=17179869184",
+         "(attention probabilities) exceeds 2^56 elements"},
+        // float32 values: finite, normal when nonzero, < 1 where it must be
+        {"learning_rate=1e39", NULL, "learning_rate=1e39 (command line): is inf in float32"},
+        {"adam_eps=1e-50", NULL, "adam_eps=1e-50 (command line): becomes 0 in float32"},
+        {"normalization_layer_epsilon=1e-40", NULL, "normalization_layer_epsilon=1e-40 (command line): becomes a subnormal in float32"},
+        {"adam_weight_decay=-1e39", NULL, "adam_weight_decay=-1e39 (command line): is -inf in float32"},
+        {"adam_b2=0.999999999", NULL, "adam_b2=0.999999999 (command line): rounds to 1 in float32"},
     };
     std::string out = make_tmpdir();
     std::string gen = out + "/gen";

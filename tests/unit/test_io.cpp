@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 extern "C" {
@@ -57,6 +58,7 @@ alignas(64) unsigned char g_arena[4 * 4 * 1024 * 4];
 tiny g_tiny;
 char g_dir[64];
 char g_path[256], g_path2[256];
+unsigned char g_big[1 << 16];
 
 void make_plan(int decoder)
 {
@@ -432,6 +434,8 @@ TEST(io, optimizer_state_round_trip_and_hash_check)
     fill_region(0);
     fill_region(2);
     fill_region(3);
+    // a second moment is never negative (a load refuses one that is)
+    for (int64_t k = 0; k < g_tiny.region_elems; k++) region(3)[k] = fabsf(region(3)[k]);
     static float want[3][1 << 12];
     for (int r = 0; r < 3; r++)
         memcpy(want[r], region(r == 0 ? 0 : r + 1), 4 * g_tiny.region_elems);
@@ -544,6 +548,63 @@ TEST(io, state_hash_ignores_mesh_and_batch_split)
     P.train.adam_b2 = 0.0f;
     g_tiny.t[kGuParam].global_shape[0] = 4;   // another expert count
     CHECK(qt_ckpt_state_hash(&P) != h0);
+}
+
+// Overwrites element idx of tensor `name` in a safetensors file with v (F32 tensors).
+static void poke_f32(const char *file, const char *name, int64_t idx, float v)
+{
+    int h;
+    LONGS_EQUAL(QT_OK, qt_st_open(file, &h));
+    const qt_st_tensor *t = qt_st_find(h, name);
+    CHECK(t != NULL && t->dtype == QT_ST_F32 && idx < t->numel);
+    int64_t begin = t->begin;
+    qt_st_close(h);
+    unsigned char len8[8];
+    CHECK(read_bytes(file, len8, 8) == 8);
+    uint64_t hl = 0;
+    for (int b = 7; b >= 0; b--) hl = hl << 8 | len8[b];
+    FILE *f = fopen(file, "r+b");
+    CHECK(f != NULL);
+    fseek(f, (long)(8 + hl + begin + 4 * idx), SEEK_SET);
+    CHECK(fwrite(&v, 4, 1, f) == 1);
+    fclose(f);
+}
+
+// Loaded values are validated before anything is written: a NaN or inf weight or first
+// moment, a NaN or negative second moment, each names the tensor and the first bad index.
+TEST(io, nonfinite_or_negative_state_is_refused_before_loading)
+{
+    make_plan(0);
+    fill_region(0);
+    fill_region(2);
+    fill_region(3);
+    for (int64_t k = 0; k < g_tiny.region_elems; k++) region(3)[k] = fabsf(region(3)[k]);
+    const char *good = path_in("good.safetensors");
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, good, 1, 3, 0));
+    static unsigned char copy[sizeof g_arena];
+    struct { const char *tensor; int64_t idx; float v; const char *msg; } cases[] = {
+        { "optimizer.m.lm_head.weight", 5, NAN, "tensor optimizer.m.lm_head.weight: element 5 is nan; expected finite values" },
+        { "optimizer.v.model.norm.weight", 2, NAN, "tensor optimizer.v.model.norm.weight: element 2 is nan" },
+        { "optimizer.v.model.norm.weight", 1, -0.25f, "element 1 is -0.25; expected finite values >= 0" },
+        { "model.layers.0.mlp.gate.weight", 7, INFINITY, "tensor model.layers.0.mlp.gate.weight: element 7 is inf" },
+    };
+    for (auto &c : cases) {
+        static unsigned char buf[1 << 16];
+        size_t n = read_bytes(good, buf, sizeof buf);
+        write_bytes(path_in("bad.safetensors", g_path2), buf, n);
+        poke_f32(g_path2, c.tensor, c.idx, c.v);
+        memset(g_arena, 0x5a, sizeof g_arena);
+        memcpy(copy, g_arena, sizeof g_arena);
+        int64_t step = -1;
+        LONGS_EQUAL(QT_E_FORMAT, qt_checkpoint_load(&g_tiny.plan, g_path2, 1, &step, NULL));
+        if (!has(c.msg) || !has(g_path2)) FAIL(qt_last_error());
+        CHECK(memcmp(copy, g_arena, sizeof g_arena) == 0);   // nothing changed
+    }
+    // -0 is a valid second moment, and the good file loads
+    poke_f32(good, "optimizer.v.model.norm.weight", 1, -0.0f);
+    int64_t step = -1;
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, good, 1, &step, NULL));
+    LONGS_EQUAL(3, step);
 }
 
 TEST(io, grads_use_gradient_region)
@@ -774,6 +835,19 @@ TEST(io, sharded_load_bad_cases_change_nothing)
         for (int64_t k = 0; k < g_tiny.region_elems; k++)
             CHECK(region(0)[k] == 0.0f);   // all-or-nothing across shards
     }
+    // a NaN in the last shard: refused by the first pass, nothing loads
+    {
+        const char *dir = shard_dir();
+        write_shards(single, dir, 3, shard_opts{});
+        snprintf(victim, sizeof victim, "%s/model-00003-of-00003.safetensors", dir);
+        poke_f32(victim, "lm_head.weight", 4, NAN);
+        memset(g_arena, 0, sizeof g_arena);
+        LONGS_EQUAL(QT_E_FORMAT, qt_checkpoint_load(&g_tiny.plan, dir, 0, NULL, NULL));
+        if (!has("model-00003-of-00003.safetensors: tensor lm_head.weight: element 4 is nan"))
+            FAIL(qt_last_error());
+        for (int64_t k = 0; k < g_tiny.region_elems; k++)
+            CHECK(region(0)[k] == 0.0f);
+    }
     // a weight_map listing one name twice
     const char *dir = shard_dir();
     snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
@@ -989,6 +1063,85 @@ TEST(io, bad_token_files)
     CHECK(has("not a multiple of 2"));
     LONGS_EQUAL(QT_E_ARG, qt_data_open(&d, g_path, "int7", 200, 4));
     LONGS_EQUAL(QT_E_IO, qt_data_open(&d, path_in("nope.npy"), NULL, 100, 4));
+    // an unsigned id prints unsigned (uint64 max, not -1)
+    uint64_t big[20] = { 0 };
+    big[5] = UINT64_MAX;
+    write_npy(g_path, "<u8", big, 20, 8);
+    LONGS_EQUAL(QT_E_RANGE, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("token id 18446744073709551615 at position 5"));
+    // a directory says so
+    LONGS_EQUAL(QT_E_ARG, qt_data_open(&d, g_dir, NULL, 100, 4));
+    CHECK(has("is a directory"));
+}
+
+// A token file that changes after it was opened and validated: rewritten in place (new
+// mtime; an id now out of range is caught by the fill too, and never handed out),
+// truncated (size), replaced at its path (inode), and truncated under the mapping (SIGBUS,
+// in a child process: the handler names the file and exits 1).
+TEST(io, data_file_changed_after_open)
+{
+    static uint16_t tok[16000];
+    for (int i = 0; i < 16000; i++) tok[i] = (uint16_t)(i % 50);
+    const int S = 8;
+    int32_t in[S], tg[S];
+    qt_data d;
+    const char *f = path_in("c.npy");
+
+    write_npy(f, "<u2", tok, 16000, 2);
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, f, NULL, 50, S));
+    LONGS_EQUAL(QT_OK, qt_data_check(&d));
+    LONGS_EQUAL(QT_OK, qt_data_fill(&d, 0, 1, 0, 1, S, in, tg));
+    // rewrite in place: token 3 becomes 999 (out of range); the mtime moves on
+    usleep(20000);
+    FILE *w = fopen(f, "r+b");
+    CHECK(w != NULL);
+    const size_t payload = (size_t)(read_bytes(f, g_big, sizeof g_big) - 2 * 16000);
+    uint16_t bad = 999;
+    fseek(w, (long)(payload + 2 * 3), SEEK_SET);
+    fwrite(&bad, 2, 1, w);
+    fclose(w);
+    LONGS_EQUAL(QT_E_IO, qt_data_check(&d));
+    CHECK(has("data file") && has(f) && has("changed during the run") && has("modification time"));
+    in[3] = -1;
+    LONGS_EQUAL(QT_E_RANGE, qt_data_fill(&d, 0, 1, 0, 1, S, in, tg));
+    CHECK(has("token id 999 at position 3"));
+    LONGS_EQUAL(0, in[3]);   // never handed out
+    qt_data_close(&d);
+
+    // truncated: the size differs
+    write_npy(f, "<u2", tok, 16000, 2);
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, f, NULL, 50, S));
+    CHECK(truncate(f, 4096) == 0);
+    LONGS_EQUAL(QT_E_IO, qt_data_check(&d));
+    CHECK(has("its size went from") && has("to 4096 bytes"));
+    // under the mapping: reading past the new end is a SIGBUS, which names the file
+    int pipefd[2];
+    CHECK(pipe(pipefd) == 0);
+    pid_t child = fork();
+    if (child == 0) {
+        dup2(pipefd[1], 2);
+        qt_data_fill(&d, 1000, 1, 0, 1, S, in, tg);   // window 1000: byte ~16 KiB
+        _exit(0);
+    }
+    close(pipefd[1]);
+    char msg[1024] = "";
+    ssize_t got = read(pipefd[0], msg, sizeof msg - 1);
+    close(pipefd[0]);
+    msg[got > 0 ? got : 0] = 0;
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || !strstr(msg, f) || !strstr(msg, "SIGBUS"))
+        FAIL(msg);
+    qt_data_close(&d);
+
+    // replaced at its path: another inode
+    write_npy(f, "<u2", tok, 16000, 2);
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, f, NULL, 50, S));
+    write_npy(path_in("c2.npy", g_path2), "<u2", tok, 16000, 2);
+    CHECK(rename(g_path2, f) == 0);
+    LONGS_EQUAL(QT_E_IO, qt_data_check(&d));
+    CHECK(has("another file was put at its path"));
+    qt_data_close(&d);
 }
 
 // ---------------------------------------------------------------- metrics

@@ -18,6 +18,7 @@ extern "C" {
 #include "runtime/qt_interp.h"
 #include "runtime/qt_optim.h"
 #include "runtime/qt_rng.h"
+#include "runtime/qt_arena.h"
 }
 
 #include "CppUTest/TestHarness.h"
@@ -885,4 +886,18 @@ TEST(RuntimeStep, InitRejectsRankMismatchAndForeignArena)
     st.plan.hash = qt_plan_hash(&st.plan);
     LONGS_EQUAL(0, qt_runtime_init(&st.plan, &o));
     qt_runtime_set_kernel_table(NULL);
+}
+
+// The start-up fit test of the arena (the RLIMIT_AS branch is also run end to end under
+// `ulimit -v` in tests/e2e/40_bad_input.sh; MemAvailable cannot be lowered there).
+TEST(RuntimeStep, ArenaFitAgainstAddressLimitAndMemAvailable)
+{
+    const long long mib = 1 << 20;
+    LONGS_EQUAL(0, qt_arena_check_fit("t", 82 * mib, 82 * mib, 200 * mib, -1, -1));
+    LONGS_EQUAL(0, qt_arena_check_fit("t", 82 * mib, 82 * mib, 200 * mib, 300 * mib, 100 * mib));
+    LONGS_EQUAL(QT_E_PLAN, qt_arena_check_fit("t", 82 * mib, 82 * mib, 250 * mib, 300 * mib, -1));
+    LONGS_EQUAL(QT_E_PLAN, qt_arena_check_fit("t", 82 * mib, 82 * mib, 0, 80 * mib, -1));
+    LONGS_EQUAL(QT_E_PLAN, qt_arena_check_fit("t", 82 * mib, 0, 0, -1, 81 * mib));
+    // nothing to map (exec mapped it): only the prefault's MemAvailable matters
+    LONGS_EQUAL(0, qt_arena_check_fit("t", 82 * mib, 0, 500 * mib, 300 * mib, 83 * mib));
 }
