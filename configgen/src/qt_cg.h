@@ -158,6 +158,7 @@ enum qt_cg_lax {
     QT_LAX_ACT_LENGTH_ATTN, QT_LAX_ACT_KV_HEADS, QT_LAX_ACT_KV_HEAD_DIM, QT_LAX_ACT_MLP,
     QT_LAX_VOCAB, QT_LAX_EMBED_VOCAB, QT_LAX_EMBED, QT_LAX_GDN_HEAD, QT_LAX_Q_HEADS,
     QT_LAX_KV_HEADS, QT_LAX_MLP, QT_LAX_EXP, QT_LAX_EMBED_MOE, QT_LAX_MLP_MOE,
+    QT_LAX_ACT_HEADS,
     QT_LAX_COUNT
 };
 extern const char *const qt_cg_lax_names[QT_LAX_COUNT];
@@ -178,6 +179,10 @@ typedef struct qt_cg_tensor {
     int whole;                 /* live for the whole microbatch schedule */
     int first, last;           /* op index range in mb_ops (-1: unused) */
     int32_t ep_seg;            /* expert-parallel row ids (er): the seg tensor of their rows */
+    uint8_t exec[QT_MAX_DIMS]; /* execution layout: mesh axes each dim is split over in this
+                                  plan (t.spec is the layout its logical axes declare) */
+    const char *reshard;       /* why exec may differ from the declared layout (a layer's
+                                  declaration, qt_cg_layout.c), or NULL */
 } qt_cg_tensor;
 
 typedef struct qt_cg_graph {
@@ -193,6 +198,7 @@ typedef struct qt_cg_graph {
     qt_op *step;               /* the step schedule (qt_cg_step.c) */
     int nstep, capstep;
     qt_collective *coll;       /* the collectives the step schedule names (names owned) */
+    int n_reshards;            /* activations held otherwise than declared (qt_cg_layout.c) */
     int ncoll, capcoll;
     int n_fwd;                 /* mb ops [0, n_fwd) are the forward */
     int32_t tokens, targets, loss_seq, lb_seq, table;
@@ -242,6 +248,23 @@ void qt_cg_step_schedule(qt_cg_graph *g);
 int64_t qt_cg_group_size(const qt_cg_settings *s, unsigned mask);
 /* "data,fsdp" (or "-") for a mask. */
 const char *qt_cg_mask_name(unsigned mask, char *buf, size_t n);
+
+/* ---- layouts (qt_cg_layout.c) ------------------------------------------------------- */
+
+/* The execution layout of a new activation from its logical axes: batch axes split over the
+ * batch group, heads and the shared expert's width over `tensor` (when tensor parallelism
+ * is on), everything else whole. Layers override it where they run otherwise. */
+void qt_cg_layout_default(const qt_cg_settings *s, int ndim, const uint8_t *axes, uint8_t *exec);
+/* A layer declares that tensors [from, g->nt) keep the dims whose logical axis is `lax`
+ * whole (replicated) although the rules declare them split, giving the reason. */
+void qt_cg_layout_declare(qt_cg_graph *g, int32_t from, int lax, const char *reason);
+/* The layout type check: every activation's execution layout equals the layout its logical
+ * axes declare (t.spec), unless its layer declared the reshard. shard_mode=explicit: an
+ * undeclared difference is an error naming the layer, op, tensor, declared and executed
+ * layouts; auto: differences are propagated, and counted in *n_reshards (may be NULL). */
+int qt_cg_layout_check(const qt_cg_graph *g, int *n_reshards, char *err, size_t errlen);
+/* "(data,fsdp),-,tensor" for a per-dim layout. */
+void qt_cg_layout_name(const uint8_t *lay, int ndim, char *buf, size_t n);
 
 /* ---- memory (qt_cg_memplan.c) -------------------------------------------------------- */
 

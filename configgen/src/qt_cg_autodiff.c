@@ -45,6 +45,9 @@ static int32_t dgrad(qt_cg_ad *ad, int32_t x)
     qt_tensor src = g->ts[x].t; /* copy: add_tensor may move the array */
     int32_t d = qt_cg_add_tensor(g, name, QT_ROLE_ACT_GRAD, QT_F32, src.ndim, src.shape,
                                  src.axes);
+    /* a gradient is held as its tensor is, under the same layer declaration */
+    memcpy(g->ts[d].exec, g->ts[x].exec, sizeof g->ts[d].exec);
+    g->ts[d].reshard = g->ts[x].reshard;
     qt_op *z = qt_cg_emit_op(g, 0, QT_OP_ZERO);
     z->t[0] = d;
     z->a[0] = src.numel;
@@ -276,6 +279,8 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         qt_tensor gsrc = g->ts[f->t[1]].t; /* copy: add_tensor may move the array */
         int32_t dgu = qt_cg_add_tensor(g, dnm, QT_ROLE_SAVED, QT_F32, gsrc.ndim, gsrc.shape,
                                        gsrc.axes);
+        memcpy(g->ts[dgu].exec, g->ts[f->t[1]].exec, sizeof g->ts[dgu].exec);
+        g->ts[dgu].reshard = g->ts[f->t[1]].reshard;
         op = bwd(ad, QT_OP_EXPERT_FFN_BWD, f);
         put_slots(op, (const int32_t[]){dx, dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5],
                                         s1, dgu}, 9);

@@ -18,6 +18,10 @@
 #include "../../firmware/kernels/matmul_canon.h"
 
 #define SHP(...) ((const int64_t[]){__VA_ARGS__})
+/* The decoder layers' declaration for their residual-stream activations. */
+#define QT_CG_WHOLE_EMBED                                                                  \
+    "activation_embed stays whole on every tensor rank (Megatron layout): row-parallel "   \
+    "projections all-reduce their outputs (canonical tree) instead of reduce-scattering"
 #define AX(...) ((const uint8_t[]){__VA_ARGS__})
 
 int32_t qt_cg_add_tensor(qt_cg_graph *g, const char *name, int role, int dtype, int ndim,
@@ -44,6 +48,8 @@ int32_t qt_cg_add_tensor(qt_cg_graph *g, const char *name, int role, int dtype, 
         names[i] = axes[i] ? qt_cg_lax_names[axes[i]] : NULL;
     }
     qt_cg_resolve(g->s->rules, g->s->n_rules, g->s->mesh, ndim, names, t->spec, NULL);
+    qt_cg_layout_default(g->s, ndim, axes, ct->exec);
+    ct->reshard = NULL;
     ct->param = -1;
     ct->first = ct->last = -1;
     ct->ep_seg = QT_NONE;
@@ -252,9 +258,10 @@ static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg
                                     SHP(D->b, D->S, D->Hk, D->G), AX(kvb, 0, kvh, 0));
     int32_t ba = qt_cg_add_tensor(g, AN("ba"), QT_ROLE_ACT, QT_F32, 4,
                                   SHP(D->b, D->S, D->Hk, 2 * D->r), AX(kvb, 0, kvh, 0));
-    int32_t c = act3(g, AN("conv"), D, D->Cc, kvb, 0, 0);
+    /* the conv channels are the heads' q | k | v parts: head-structured like kvh */
+    int32_t c = act3(g, AN("conv"), D, D->Cc, kvb, 0, kvh);
     int32_t cpre = qt_cg_add_tensor(g, AN("conv_pre"), QT_ROLE_SAVED, QT_F32, 3,
-                                    SHP(D->b, D->S, D->Cc), AX(kvb, 0, 0));
+                                    SHP(D->b, D->S, D->Cc), AX(kvb, 0, kvh));
     int32_t beta = act3(g, AN("beta"), D, D->Hv, kvb, 0, kvh);
     int32_t gg = act3(g, AN("g"), D, D->Hv, kvb, 0, kvh);
     int32_t o = qt_cg_add_tensor(g, AN("o"), QT_ROLE_ACT, QT_F32, 4,
@@ -359,7 +366,7 @@ static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_c
     int32_t lse = qt_cg_add_tensor(g, AN("lse"), QT_ROLE_SAVED, QT_F32, 3,
                                    SHP(D->b, D->Hq, D->S), AX(kvb, kvh, len));
     int32_t gated = act3(g, AN("gated"), D, D->Hq * D->hd, QT_LAX_ACT_BATCH, QT_LAX_ACT_LENGTH,
-                         QT_LAX_ACT_EMBED);
+                         QT_LAX_ACT_HEADS);
 #undef PN
 #undef AN
     matmul_col(g, qg, h, wq, D);
@@ -519,6 +526,8 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
         if (D->S * (D->d + 3 * D->f) > escr) escr = D->S * (D->d + 3 * D->f);
         snprintf(n2, sizeof n2, "L%d.moe.expert_fwd_scratch", l);
         int32_t fscr = scratch(g, n2, escr);
+        qt_cg_layout_declare(g, gu, QT_LAX_ACT_MLP, "the routed experts are replicated over "
+                             "tensor (their widths are not split yet)");
         op = qt_cg_emit_op(g, 0, QT_OP_EXPERT_FFN_FWD);
         op->t[0] = ey;
         op->t[1] = gu;
@@ -634,6 +643,7 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
 
     char n[256];
     for (int l = 0; l < (int)s->m.n_layers; l++) {
+        const int32_t layer_t0 = g->nt;
         int full = (l + 1) % (int)s->m.cycle == 0;
         snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", l);
         int32_t w_in = norm_w(g, n, D.d, QT_INIT_ZEROS, l);
@@ -658,6 +668,8 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
         int32_t xn = resid(g, AN("x_out"), &D);
         add(g, xn, x1, moe);
         x = xn;
+        /* the layer's layout declaration: its residual-stream activations stay whole */
+        qt_cg_layout_declare(g, layer_t0, QT_LAX_ACT_EMBED, QT_CG_WHOLE_EMBED);
 #undef AN
     }
     int32_t w_fn = norm_w(g, "model.norm.weight", D.d, QT_INIT_ZEROS, -1);
@@ -668,6 +680,10 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     int32_t logits = act3(g, "logits", &D, D.V, LB, L, QT_LAX_ACT_VOCAB);
     int32_t dlogits = qt_cg_add_tensor(g, "d.logits", QT_ROLE_ACT_GRAD, QT_F32, 3,
                                        SHP(D.b, D.S, D.V), AX(LB, L, QT_LAX_ACT_VOCAB));
+    qt_cg_layout_declare(g, 0, QT_LAX_ACT_EMBED, QT_CG_WHOLE_EMBED);
+    qt_cg_layout_declare(g, logits, QT_LAX_ACT_VOCAB,
+                         "activation_vocab stays whole: the logits and the cross entropy run "
+                         "on every tensor rank (vocab-parallel softmax is not planned)");
     rmsnorm(g, hf, hfr, x, w_fn, D.T, D.d, D.d, D.d, s->m.norm_eps);
     matmul(g, logits, hf, w_head, &D);
     op = qt_cg_emit_op(g, 0, QT_OP_XENT);

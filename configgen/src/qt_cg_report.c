@@ -380,6 +380,36 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
                      "over the batch axes, the gradient norm^2 over the optimizer axes)\n");
 }
 
+/* Activations held otherwise than their logical axes declare (qt_cg_layout.c): declared by
+ * their layers under shard_mode=explicit, propagated under auto; the reason, one per line. */
+static void layout_section(qt_cg_buf *b, const qt_cg_graph *g)
+{
+    qt_cg_buf_printf(b, "\n== layouts (declared by the logical axes vs held) ==\n");
+    if (!g->n_reshards) {
+        qt_cg_buf_printf(b, "  every activation is held as its logical axes declare\n");
+        return;
+    }
+    qt_cg_buf_printf(b, "  %d activations held otherwise than declared, %s:\n", g->n_reshards,
+                     g->s->shard_mode == 1 ? "each declared by its layer (explicit)"
+                                           : "propagated (auto)");
+    const char *last = NULL;
+    for (int i = 0; i < g->nt; i++) {
+        const qt_cg_tensor *ct = &g->ts[i];
+        const qt_tensor *t = &ct->t;
+        if (t->role == QT_ROLE_PARAM || t->role == QT_ROLE_SCRATCH) continue;
+        int differs = 0;
+        for (int d = 0; d < t->ndim; d++) differs |= ct->exec[d] != t->spec[d];
+        if (!differs) continue;
+        char want[160], got[160];
+        qt_cg_layout_name(t->spec, t->ndim, want, sizeof want);
+        qt_cg_layout_name(ct->exec, t->ndim, got, sizeof got);
+        qt_cg_buf_printf(b, "  %-32s declared [%s] held [%s]\n", t->name, want, got);
+        if (ct->reshard && ct->reshard != last)
+            qt_cg_buf_printf(b, "    because: %s\n", ct->reshard);
+        last = ct->reshard;
+    }
+}
+
 static void memory_map(qt_cg_buf *b, const qt_cg_graph *g)
 {
     qt_cg_buf_printf(b, "\n== memory map (byte offsets in the arena) ==\n");
@@ -451,6 +481,7 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
     data_section(b, g);
     bytes_section(b, g);
     coll_section(b, g);
+    layout_section(b, g);
     memory_map(b, g);
 
     qt_cg_buf_printf(b, "\n== tensors (id role dtype local-shape global-shape logical-axes spec "

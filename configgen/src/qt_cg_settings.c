@@ -364,8 +364,14 @@ static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)
         return bad(v, "z_loss_multiplier", "the z-loss is not supported; expected 0");
     if (getf(v, "capacity_factor") != -1.0)
         return bad(v, "capacity_factor", "only dropless routing is supported; expected -1");
-    if (!getb(v, "sparse_matmul"))
+    if (!getb(v, "sparse_matmul")) {
+        /* as the reference trainer: the dense path is not onboarded to explicit sharding */
+        if (!strcmp(gets_(v, "shard_mode"), "explicit"))
+            return bad(v, "sparse_matmul", "sparse_matmul=false (the dense MoE matmul) is not "
+                       "onboarded to shard_mode=explicit for the gated-delta-net decoders "
+                       "(qwen3_next, qwen3_5); expected true");
         return bad(v, "sparse_matmul", "the dense MoE path is not planned; expected true");
+    }
     return 0;
 }
 
@@ -423,7 +429,15 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
     for (int i = 0; i < 6; i++) {
         int64_t size = iv[i] * dv[i];
         if (i < 5) s->mesh[qt_of[i]] = (int32_t)size;
-        /* data, fsdp, tensor and expert execute; context and pipeline are not planned */
+        /* data, fsdp, tensor and expert execute; context and pipeline are not planned.
+         * Context parallelism and explicit sharding exclude each other for these decoders,
+         * as in the reference trainer (its guard's reason). */
+        if (size > 1 && i == 4 && !strcmp(gets_(v, "shard_mode"), "explicit"))
+            return bad(v, iv[i] > 1 ? ici[i] : dcn[i], "context parallelism %lld with "
+                       "shard_mode=explicit: the gated-delta-net short convolution left-pads "
+                       "the sequence by gdn_conv_kernel_dim - 1 and the delta-rule state "
+                       "crosses the whole sequence, which explicit sharding cannot express "
+                       "on a sharded sequence axis", (long long)size);
         if (size > 1 && i >= 4)
             return bad(v, iv[i] > 1 ? ici[i] : dcn[i], "resolves the %s mesh axis to %lld; "
                        "qtrain executes data, fsdp, tensor and expert parallelism (context "

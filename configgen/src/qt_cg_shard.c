@@ -59,6 +59,7 @@ const char *const qt_cg_lax_names[QT_LAX_COUNT] = {
     [QT_LAX_EXP] = "exp",
     [QT_LAX_EMBED_MOE] = "embed_moe",
     [QT_LAX_MLP_MOE] = "mlp_moe",
+    [QT_LAX_ACT_HEADS] = "activation_heads",
 };
 
 static int mt_size(const int32_t mesh[QT_MESH_COUNT], int mt)

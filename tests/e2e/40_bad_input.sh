@@ -160,6 +160,12 @@ check "ranks: started on 2 ranks for a 1-rank plan" expect_fail "rank" mpiexec -
 # ---- configs (the full table of bad configs is in tests/unit/test_configgen.cpp)
 check "configgen: unknown key suggests the nearest" expect_fail "base_emb_dim" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml base_emb_dimm=64
 check "configgen: context parallelism not planned" expect_fail "ici_context_parallelism" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml num_ranks=2 ici_context_parallelism=2
+check "configgen: context parallelism with GDN layers under shard_mode=explicit (the reference trainer's guard)" \
+  expect_fail "context parallelism 2 with shard_mode=explicit: the gated-delta-net short convolution left-pads" \
+  build/configgen/configgen -o $B/gen configgen/configs/runs/test-35-tiny.yml num_ranks=2 ici_context_parallelism=2 shard_mode=explicit
+check "configgen: sparse_matmul=false under shard_mode=explicit (the reference trainer's guard)" \
+  expect_fail "sparse_matmul=false (the dense MoE matmul) is not onboarded to shard_mode=explicit" \
+  build/configgen/configgen -o $B/gen configgen/configs/runs/test-35-tiny.yml sparse_matmul=false shard_mode=explicit
 check "configgen: a run file that is /dev/zero is refused at once, not read forever" \
   expect_fail "/dev/zero: is a character device, not a regular file" timeout 20 build/configgen/configgen -o $B/gen /dev/zero
 check "configgen: a run file that is a directory says so" \

@@ -310,6 +310,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"num_ranks=3", NULL, "resolves the fsdp mesh axis to 3; expected a power of two"},
         {"ici_tensor_parallelism=4", "num_ranks=4", "tensor parallelism 4 does not divide base_num_kv_heads (2)"},
         {"ici_context_parallelism=2", "num_ranks=2", "resolves the context mesh axis to 2; qtrain executes data, fsdp, tensor and expert"},
+        {"sparse_matmul=false", "shard_mode=explicit", "is not onboarded to shard_mode=explicit"},
         {"ici_expert_parallelism=8", "num_ranks=8", "expert parallelism 8 does not divide num_experts=4"},
         {"ici_tensor_parallelism=2", NULL, "-1 cannot be filled: num_ranks=1"},
         {"ici_fsdp_parallelism=1", "ici_data_parallelism=2", "mesh product of ici_*/dcn_* parallelism is 2"},
@@ -1009,4 +1010,53 @@ TEST(CgReport, Zero1AlternativeMatchesThePlanUnderExpertParallelism)
     for (const std::string &l : report_section(roff, "collectives per step"))
         found += l.find("expert all-to-all exchanges per microbatch") != std::string::npos;
     LONGS_EQUAL(1, found);
+}
+
+// ------------------------------------------------------------------ layouts (explicit / auto)
+
+TEST_GROUP(CgLayout){};
+
+// Under tensor parallelism the residual stream stays whole (Megatron layout) although
+// activation_embed declares it split over tensor: every such activation must carry its
+// layer's declaration under shard_mode=explicit, and the check names the first that does
+// not; under auto the same difference is propagated, and counted.
+TEST(CgLayout, ExplicitRefusesAnUndeclaredReshardAutoPropagatesIt)
+{
+    CgPlan p;
+    LONGS_EQUAL(0, p.build("configgen/configs/runs/mesh-next-tp2.yml"));
+    LONGS_EQUAL(1, p.s.shard_mode);
+    char err[1024] = "";
+    int n = -1;
+    LONGS_EQUAL(0, qt_cg_layout_check(&p.g, &n, err, sizeof err));
+    CHECK(n > 0);
+    LONGS_EQUAL(n, p.g.n_reshards);
+    int mix = -1;
+    for (int i = 0; i < p.g.nt && mix < 0; i++)
+        if (!strcmp(p.g.ts[i].t.name, "L0.mix")) mix = i;
+    CHECK(mix >= 0);
+    CHECK(p.g.ts[mix].reshard != NULL);
+    p.g.ts[mix].reshard = NULL;  // the layer "forgets" its declaration
+    CHECK(qt_cg_layout_check(&p.g, &n, err, sizeof err) != 0);
+    CHECK(strstr(err, "tensor L0.mix (op ") != NULL);
+    CHECK(strstr(err, "declare the layout [-,-,tensor] but it is held as [-,-,-]") != NULL);
+    p.s.shard_mode = 0;  // auto: propagated, not refused
+    LONGS_EQUAL(0, qt_cg_layout_check(&p.g, &n, err, sizeof err));
+    // heads split over tensor are held as declared: not reshards
+    for (int i = 0; i < p.g.nt; i++)
+        if (!strcmp(p.g.ts[i].t.name, "L3.attn.qg"))
+            for (int d = 0; d < p.g.ts[i].t.ndim; d++)
+                LONGS_EQUAL(p.g.ts[i].t.spec[d], p.g.ts[i].exec[d]);
+}
+
+// Without tensor parallelism every activation of every mesh plan is held as declared.
+TEST(CgLayout, DataFsdpExpertMeshesHoldWhatTheyDeclare)
+{
+    const char *runs[] = {"configgen/configs/runs/mesh-next-dp2fsdp2.yml",
+                          "configgen/configs/runs/mesh-next-dp2ep2.yml",
+                          "configgen/configs/runs/test-next-tiny.yml"};
+    for (const char *r : runs) {
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(r));
+        LONGS_EQUAL(0, p.g.n_reshards);
+    }
 }

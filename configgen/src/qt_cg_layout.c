@@ -1,0 +1,90 @@
+/* qt_cg_layout.c - activation layouts: what the logical axes declare, what the plan executes,
+ * and the type check between them (design.md section 4).
+ *
+ * Every activation carries two per-dim layouts (bitmasks of mesh axes): t.spec, resolved
+ * from its logical axes by the logical_axis_rules (MaxText's semantics), and exec, how this
+ * plan actually holds it. The graph computes exec from the axes (qt_cg_layout_default) and
+ * the strategies configgen executes: the batch dims split over the batch axes, attention and
+ * GDN heads and the shared expert's width over `tensor`; the residual stream, the logits and
+ * the routed experts stay whole on every tensor rank (Megatron layout: row-parallel outputs
+ * are all-reduced, with the canonical tree, instead of reduce-scattered). Where exec differs
+ * from the declaration, the layer that built the tensor must say so (qt_cg_layout_declare)
+ * under shard_mode=explicit, exactly as the reference trainer's explicit layers pin their
+ * layouts and declare reshards; under auto the difference is propagated and listed.
+ * Invariant: the check reads the graph only; it runs before anything is written.
+ */
+#include <stdio.h>
+#include <string.h>
+#include "qt_cg.h"
+
+void qt_cg_layout_default(const qt_cg_settings *s, int ndim, const uint8_t *axes, uint8_t *exec)
+{
+    const uint8_t tensor = s->mesh[QT_MESH_TENSOR] > 1 ? (uint8_t)(1u << QT_MESH_TENSOR) : 0;
+    for (int d = 0; d < ndim; d++) {
+        switch (axes[d]) {
+        case QT_LAX_ACT_BATCH:
+        case QT_LAX_ACT_KV_BATCH:
+        case QT_LAX_ACT_EMBED_LOGITS_BATCH:
+            exec[d] = s->batch_mask;
+            break;
+        case QT_LAX_ACT_KV_HEADS:
+        case QT_LAX_ACT_HEADS:
+        case QT_LAX_ACT_MLP:
+            exec[d] = tensor;
+            break;
+        default:
+            exec[d] = 0;
+        }
+    }
+}
+
+void qt_cg_layout_declare(qt_cg_graph *g, int32_t from, int lax, const char *reason)
+{
+    for (int32_t i = from; i < g->nt; i++) {
+        qt_cg_tensor *ct = &g->ts[i];
+        if (ct->t.role == QT_ROLE_PARAM) continue;
+        for (int d = 0; d < ct->t.ndim; d++)
+            if (ct->t.axes[d] == lax) {
+                ct->exec[d] = 0;
+                ct->reshard = reason;
+            }
+    }
+}
+
+void qt_cg_layout_name(const uint8_t *lay, int ndim, char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int d = 0; d < ndim && k < n; d++) {
+        char axes[64];
+        qt_cg_mask_name(lay[d], axes, sizeof axes);
+        k += (size_t)snprintf(buf + k, n - k, "%s%s%s%s", d ? "," : "",
+                              strchr(axes, ',') ? "(" : "", axes, strchr(axes, ',') ? ")" : "");
+    }
+}
+
+int qt_cg_layout_check(const qt_cg_graph *g, int *n_reshards, char *err, size_t errlen)
+{
+    int count = 0;
+    for (int32_t i = 0; i < g->nt; i++) {
+        const qt_cg_tensor *ct = &g->ts[i];
+        const qt_tensor *t = &ct->t;
+        if (t->role == QT_ROLE_PARAM || t->role == QT_ROLE_SCRATCH) continue;
+        int differs = 0;
+        for (int d = 0; d < t->ndim; d++) differs |= ct->exec[d] != t->spec[d];
+        if (!differs) continue;
+        count++;
+        if (g->s->shard_mode != 1 || ct->reshard) continue;
+        char want[160], got[160];
+        qt_cg_layout_name(t->spec, t->ndim, want, sizeof want);
+        qt_cg_layout_name(ct->exec, t->ndim, got, sizeof got);
+        const int op = ct->first;
+        return qt_cg_fail(err, errlen, "shard_mode=explicit: tensor %s (op %d, %s): its "
+                          "logical axes declare the layout [%s] but it is held as [%s], and "
+                          "its layer declares no reshard (declare one, or use "
+                          "shard_mode=auto)", t->name, op,
+                          op >= 0 ? qt_cg_op_name(g->mb[op].kind) : "unused", want, got);
+    }
+    if (n_reshards) *n_reshards = count;
+    return 0;
+}
