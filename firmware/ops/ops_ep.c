@@ -110,21 +110,27 @@ void qt_op_moe_dispatch_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_ep_status(ctx, rc);
 }
 
+/* Host -> home: every host sends back the rows it holds for each member (t1 of the op,
+ * [Rmax,d]); the home receives its rows member by member into t4 (scratch), in the order it
+ * sent them. Fills the count tables. 0 or QT_E_*. */
+static int qt_ep_bring_home(const qt_op *op, const qt_ctx *ctx, qt_ep_dims *D)
+{
+    int rc = qt_ep_dims_of(op, D);
+    if (rc) return rc;
+    qt_ep_home_counts(qt_i32(ctx, op->t[2]), D);
+    qt_ep_host_counts(qt_i32(ctx, op->t[3]), D);
+    return qt_coll_all_to_all_v(D->mask, qt_f32(ctx, op->t[1]), qt_ep.host_n, qt_ep.host_off,
+                                qt_f32(ctx, op->t[4]), qt_ep.home_n, qt_ep.home_off,
+                                D->d * (int64_t)sizeof(float));
+}
+
 void qt_op_moe_return_fwd(const qt_op *op, const qt_ctx *ctx)
 {
     qt_ep_dims D;
-    int rc = qt_ep_dims_of(op, &D);
-    const int32_t *idx = qt_i32(ctx, op->t[2]);
-    float *recv = qt_f32(ctx, op->t[4]);
-    if (!rc) {
-        qt_ep_home_counts(idx, &D);
-        qt_ep_host_counts(qt_i32(ctx, op->t[3]), &D);
-        rc = qt_coll_all_to_all_v(D.mask, qt_f32(ctx, op->t[1]), qt_ep.host_n, qt_ep.host_off,
-                                  recv, qt_ep.home_n, qt_ep.home_off,
-                                  D.d * (int64_t)sizeof(float));
-    }
+    int rc = qt_ep_bring_home(op, ctx, &D);
     if (!rc)
-        qt_moe_unpack(qt_f32(ctx, op->t[0]), recv, idx, D.T, D.k, D.d, D.El, D.E, qt_ep.home_off);
+        qt_moe_unpack(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[4]), qt_i32(ctx, op->t[2]), D.T,
+                      D.k, D.d, D.El, D.E, qt_ep.home_off);
     qt_ep_status(ctx, rc);
 }
 
@@ -149,18 +155,10 @@ void qt_op_moe_return_bwd(const qt_op *op, const qt_ctx *ctx)
 void qt_op_moe_dispatch_bwd(const qt_op *op, const qt_ctx *ctx)
 {
     qt_ep_dims D;
-    int rc = qt_ep_dims_of(op, &D);
-    const int32_t *idx = qt_i32(ctx, op->t[2]);
-    float *recv = qt_f32(ctx, op->t[4]);
-    if (!rc) {
-        qt_ep_home_counts(idx, &D);
-        qt_ep_host_counts(qt_i32(ctx, op->t[3]), &D);
-        rc = qt_coll_all_to_all_v(D.mask, qt_f32(ctx, op->t[1]), qt_ep.host_n, qt_ep.host_off,
-                                  recv, qt_ep.home_n, qt_ep.home_off,
-                                  D.d * (int64_t)sizeof(float));
-    }
+    int rc = qt_ep_bring_home(op, ctx, &D);
     if (!rc)
-        qt_moe_unpack_tokens_acc(qt_f32(ctx, op->t[0]), recv, idx, D.T, D.k, D.d, D.El, D.E,
+        qt_moe_unpack_tokens_acc(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[4]),
+                                 qt_i32(ctx, op->t[2]), D.T, D.k, D.d, D.El, D.E,
                                  qt_ep.home_off);
     qt_ep_status(ctx, rc);
 }

@@ -10,7 +10,8 @@
 # single-thread AVX-512 FMA peak of this VM kind (toolchain.md section 5: 210 GFLOP/s);
 # override with PEAK_GFLOPS=....
 #
-# Then the same model and global batch data parallel over 2 ranks (bench-dp2.yml, 2 sequences
+# Then the same model and global batch data parallel and expert parallel over 2 ranks
+# (bench-dp2.yml, bench-ep2.yml, 2 sequences
 # per rank) under mpiexec -n 2: tokens/s, step time, the share of the step time rank 0
 # spends inside collectives and the bytes it sends per step (qtrain's exit line
 # "collectives: ..."). The two vCPUs of this VM kind give about 1.0-1.5x one core in total
@@ -39,7 +40,7 @@ fpt=$(awk -v d=$d -v L=$L -v c=$cyc -v hq=$hq -v hkv=$hkv -v hd=$hd -v hk=$hk -v
 echo "bench model: d=$d L=$L heads $hq/$hkv x $hd, GDN $hk/$hv x $dk/$dv, experts $E top-$k x $f, shared $fs, vocab $V, batch $b x $S"
 echo "model FLOPs per token (fwd+bwd): $fpt; MFU against ${PEAK} GFLOP/s"
 
-make --no-print-directory build/bench/qtrain build/bench-dp2/qtrain >/dev/null
+make --no-print-directory build/bench/qtrain build/bench-dp2/qtrain build/bench-ep2/qtrain >/dev/null
 out=$(mktemp -d /tmp/qtrain-bench.XXXXXX); trap 'rm -rf "$out"' EXIT
 ./build/bench/qtrain steps=$STEPS metrics=$out/m.jsonl 2> $out/err.txt || { cat $out/err.txt; exit 1; }
 qt_tps=$(awk -v w=$WARM -F'"tokens_per_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/m.jsonl)
@@ -61,27 +62,36 @@ pt_tps=$(echo "$pt_line" | grep -o '"tokens_per_s": *[0-9.e+-]*' | grep -o '[0-9
 pt_step=$(echo "$pt_line" | grep -o '"step_s": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$' | awk '{printf "%.3f", $1}' || true)
 pt_thr=$(echo "$pt_line" | grep -o '"threads": *[0-9]*' | grep -o '[0-9]*$' || true)
 
-# DP2: the same global batch on 2 ranks. MPICH's temporary buffers as in the tests
-# (toolchain.md section 0, item 3).
-GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 \
-  mpiexec -n 2 ./build/bench-dp2/qtrain steps=$STEPS metrics=$out/dp2.jsonl 2> $out/dp2.txt ||
-  { cat $out/dp2.txt; exit 1; }
-dp_tps=$(awk -v w=$WARM -F'"tokens_per_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/dp2.jsonl)
-dp_step=$(awk -v w=$WARM -F'"step_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/dp2.jsonl)
-# "qtrain: collectives: N calls, X MiB sent per rank, Y s (Z% of the step time) over S steps; ..."
-dp_coll=$(grep 'qtrain: collectives:' $out/dp2.txt || true)
-dp_share=$(echo "$dp_coll" | awk '{for(i=1;i<=NF;i++) if($i=="s") {sub(/^\(/,"",$(i+1)); print $(i+1)}}')
-dp_mib=$(echo "$dp_coll" | awk '{for(i=1;i<=NF;i++) {if($i=="MiB") m=$(i-1); if($i=="over") s=$(i+1)} if(s>0) printf "%.1f", m/s}')
+# DP2 and EP2: the same global batch on 2 ranks. MPICH's temporary buffers as in the tests
+# (toolchain.md section 0, item 3). Per mesh: tokens/s, step time, the share of the step
+# time rank 0 spends in collectives and the MiB it sends per step.
+declare -A m_tps m_step m_share m_mib m_coll
+for mesh in dp2 ep2; do
+  GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 \
+    mpiexec -n 2 ./build/bench-$mesh/qtrain steps=$STEPS metrics=$out/$mesh.jsonl 2> $out/$mesh.txt ||
+    { cat $out/$mesh.txt; exit 1; }
+  m_tps[$mesh]=$(awk -v w=$WARM -F'"tokens_per_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/$mesh.jsonl)
+  m_step[$mesh]=$(awk -v w=$WARM -F'"step_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/$mesh.jsonl)
+  # "qtrain: collectives: N calls, X MiB sent per rank, Y s (Z% of the step time) over S steps; ..."
+  m_coll[$mesh]=$(grep 'qtrain: collectives:' $out/$mesh.txt || true)
+  m_share[$mesh]=$(echo "${m_coll[$mesh]}" | awk '{for(i=1;i<=NF;i++) if($i=="s") {sub(/^\(/,"",$(i+1)); print $(i+1)}}')
+  m_mib[$mesh]=$(echo "${m_coll[$mesh]}" | awk '{for(i=1;i<=NF;i++) {if($i=="MiB") m=$(i-1); if($i=="over") s=$(i+1)} if(s>0) printf "%.1f", m/s}')
+done
 
 mfu() { awk -v t=$1 -v f=$fpt -v p=$PEAK 'BEGIN{printf "%.1f%%", 100*t*f/(p*1e9)}'; }
 printf '\n%-28s %12s %10s %8s %12s %14s\n' "implementation" "tokens/s" "step s" "MFU" "in coll." "MiB/step sent"
 printf '%-28s %12s %10s %8s %12s %14s\n' "qtrain (fp32, 1 rank)" "$qt_tps" "$qt_step" "$(mfu $qt_tps)" "-" "-"
-printf '%-28s %12s %10s %8s %12s %14s\n' "qtrain (fp32, DP2, 2 ranks)" "$dp_tps" "$dp_step" "$(mfu $dp_tps)" "${dp_share:-?}" "${dp_mib:-?}"
+for mesh in dp2 ep2; do
+  printf '%-28s %12s %10s %8s %12s %14s\n' "qtrain (fp32, ${mesh^^}, 2 ranks)" "${m_tps[$mesh]}" \
+    "${m_step[$mesh]}" "$(mfu ${m_tps[$mesh]})" "${m_share[$mesh]:-?}" "${m_mib[$mesh]:-?}"
+done
 if [ -n "$pt_tps" ]; then
   printf '%-28s %12s %10s %8s %12s %14s\n' "pytorch ${pt_thr} thread(s) fp32" "$pt_tps" "$pt_step" "$(mfu $pt_tps)" "-" "-"
 fi
-awk -v a=$dp_tps -v b=$qt_tps 'BEGIN{printf "qtrain DP2 / 1 rank: %.2fx (the 2 vCPUs give about 1.0-1.5x one core in total, so not 2x)\n", a/b}'
-echo "DP2 collectives (rank 0, all $STEPS steps): ${dp_coll#qtrain: collectives: }"
+for mesh in dp2 ep2; do
+  awk -v a=${m_tps[$mesh]} -v b=$qt_tps -v m=${mesh^^} 'BEGIN{printf "qtrain %s / 1 rank: %.2fx (the 2 vCPUs give about 1.0-1.5x one core in total, so not 2x)\n", m, a/b}'
+  echo "${mesh^^} collectives (rank 0, all $STEPS steps): ${m_coll[$mesh]#qtrain: collectives: }"
+done
 if [ -n "$pt_tps" ]; then
   awk -v a=$qt_tps -v b=$pt_tps 'BEGIN{printf "qtrain / pytorch: %.2fx\n", a/b}'
 else
