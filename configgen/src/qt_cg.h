@@ -197,6 +197,9 @@ typedef struct qt_cg_graph {
     int nmb, capmb;
     qt_op *step;               /* the step schedule (qt_cg_step.c) */
     int nstep, capstep;
+    qt_op *mbend;              /* the microbatch-end schedule (meshes with batch axes) */
+    int nmbend, capmbend;
+    int32_t n_mb_levels;       /* microbatch tree levels (qt_plan.h), 0 for one tree */
     qt_collective *coll;       /* the collectives the step schedule names (names owned) */
     int n_reshards;            /* activations held otherwise than declared (qt_cg_layout.c) */
     int ncoll, capcoll;

@@ -113,6 +113,7 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
     emit_ops(b, g, "init_ops", g->init, g->ninit);
     emit_ops(b, g, "mb_ops", g->mb, g->nmb);
     emit_ops(b, g, "step_ops", g->step, g->nstep);
+    if (g->nmbend) emit_ops(b, g, "mbend_ops", g->mbend, g->nmbend);
     static const char *const coll_kinds[QT_COLL_KIND_COUNT] = {
         "QT_COLL_ALL_GATHER", "QT_COLL_REDUCE_SCATTER", "QT_COLL_ALL_TO_ALL", "QT_COLL_BROADCAST"};
     if (g->ncoll) {
@@ -196,6 +197,9 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
                      "    .lb_seq = %d,\n", g->tokens, g->targets, g->loss_seq, g->lb_seq);
     qt_cg_buf_printf(b, "    .n_init_ops = %d,\n    .init_ops = qt_init_ops_%s,\n", g->ninit, c);
     qt_cg_buf_printf(b, "    .n_mb_ops = %d,\n    .mb_ops = qt_mb_ops_%s,\n", g->nmb, c);
+    if (g->nmbend)
+        qt_cg_buf_printf(b, "    .n_mb_levels = %d,\n    .n_mbend_ops = %d,\n"
+                         "    .mbend_ops = qt_mbend_ops_%s,\n", g->n_mb_levels, g->nmbend, c);
     qt_cg_buf_printf(b, "    .n_step_ops = %d,\n    .step_ops = qt_step_ops_%s,\n", g->nstep, c);
     if (g->ncoll)
         qt_cg_buf_printf(b, "    .n_collectives = %d,\n    .collectives = qt_collectives_%s,\n};\n",

@@ -710,6 +710,7 @@ void qt_cg_graph_free(qt_cg_graph *g)
     free(g->init);
     free(g->mb);
     free(g->step);
+    free(g->mbend);
     for (int i = 0; i < g->ncoll; i++) free((char *)g->coll[i].name);
     free(g->coll);
     memset(g, 0, sizeof *g);

@@ -55,6 +55,9 @@ uint64_t qt_cg_hash(const qt_cg_graph *g)
     p.init_ops = g->init;
     p.n_mb_ops = g->nmb;
     p.mb_ops = g->mb;
+    p.n_mb_levels = g->n_mb_levels;
+    p.n_mbend_ops = g->nmbend;
+    p.mbend_ops = g->mbend;
     p.n_step_ops = g->nstep;
     p.step_ops = g->step;
     p.n_collectives = g->ncoll;

@@ -160,10 +160,19 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
     g->adam_m_offset = region;
     g->adam_v_offset = region + adam;
     const int64_t flat0 = region + 2 * adam; /* first tree level */
+    /* Trees: one over the step's leaves; on a mesh with batch axes, one over a microbatch's
+     * leaves followed by one over the microbatches (their totals reduce-scattered first). */
+    const int64_t G = g->s->tr.grad_accum;
+    g->n_mb_levels = 0;
+    if (g->s->batch_mask)
+        while (G >> g->n_mb_levels) g->n_mb_levels++;
     int64_t seqs = 0, lv = 0;
-    for (int p = 0; p < g->np; p++)
-        if (g->ps[p].leaves > seqs) seqs = g->ps[p].leaves;
+    for (int p = 0; p < g->np; p++) {
+        const int64_t n = g->n_mb_levels ? g->ps[p].leaves / G : g->ps[p].leaves;
+        if (n > seqs) seqs = n;
+    }
     while (seqs >> lv) lv++;
+    lv += g->n_mb_levels;
     if (lv < 1 || lv > QT_MAX_TREE_LEVELS)
         return qt_cg_fail(err, errlen, "%lld sequences per step need %lld tree levels (1..%d)",
                           (long long)seqs, (long long)lv, QT_MAX_TREE_LEVELS);
@@ -245,9 +254,13 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
 static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
 {
     int64_t seqs = 0, lv = 0;
-    for (int p = 0; p < g->np; p++)
-        if (g->ps[p].leaves > seqs) seqs = g->ps[p].leaves;
+    const int64_t G = g->s->tr.grad_accum;
+    for (int p = 0; p < g->np; p++) {
+        const int64_t n = g->n_mb_levels ? g->ps[p].leaves / G : g->ps[p].leaves;
+        if (n > seqs) seqs = n;
+    }
     while (seqs >> lv) lv++;
+    lv += g->n_mb_levels;
     if (g->n_tree_levels != lv || lv < 1 || lv > QT_MAX_TREE_LEVELS)
         return qt_cg_fail(err, errlen, "%d tree levels, %lld sequences per step need %lld",
                           g->n_tree_levels, (long long)seqs, (long long)lv);

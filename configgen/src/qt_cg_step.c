@@ -26,10 +26,17 @@
 #include <string.h>
 #include "qt_cg.h"
 
-static qt_op *step_op(qt_cg_graph *g, int kind)
+/* Appends an op to the step schedule, or with `mbend` to the microbatch-end schedule. */
+static qt_op *sched_op(qt_cg_graph *g, int mbend, int kind)
 {
-    g->step = qt_cg_grow(g->step, &g->capstep, g->nstep + 1, sizeof *g->step);
-    qt_op *o = &g->step[g->nstep++];
+    qt_op *o;
+    if (mbend) {
+        g->mbend = qt_cg_grow(g->mbend, &g->capmbend, g->nmbend + 1, sizeof *g->mbend);
+        o = &g->mbend[g->nmbend++];
+    } else {
+        g->step = qt_cg_grow(g->step, &g->capstep, g->nstep + 1, sizeof *g->step);
+        o = &g->step[g->nstep++];
+    }
     memset(o, 0, sizeof *o);
     o->kind = (uint16_t)kind;
     for (int s = 0; s < QT_OP_MAX_T; s++) o->t[s] = QT_NONE;
@@ -57,9 +64,15 @@ const char *qt_cg_mask_name(unsigned mask, char *buf, size_t n)
     return buf;
 }
 
-/* A COLLECTIVE step op over the arena byte range [offset, offset + bytes). */
-static void collective(qt_cg_graph *g, const char *name, int kind, unsigned mask, int64_t offset,
-                       int64_t bytes)
+static qt_op *step_op(qt_cg_graph *g, int kind)
+{
+    return sched_op(g, 0, kind);
+}
+
+/* A COLLECTIVE op over the arena byte range [offset, offset + bytes), in the step schedule
+ * or with `mbend` in the microbatch-end schedule. */
+static void collective(qt_cg_graph *g, int mbend, const char *name, int kind, unsigned mask,
+                       int64_t offset, int64_t bytes)
 {
     g->coll = qt_cg_grow(g->coll, &g->capcoll, g->ncoll + 1, sizeof *g->coll);
     qt_collective *c = &g->coll[g->ncoll];
@@ -69,7 +82,7 @@ static void collective(qt_cg_graph *g, const char *name, int kind, unsigned mask
     c->mask = (uint8_t)mask;
     c->offset = offset;
     c->bytes = bytes;
-    qt_op *o = step_op(g, QT_OP_COLLECTIVE);
+    qt_op *o = sched_op(g, mbend, QT_OP_COLLECTIVE);
     o->a[0] = g->ncoll++;
 }
 
@@ -79,6 +92,7 @@ void qt_cg_step_schedule(qt_cg_graph *g)
     const qt_train_cfg *t = &s->tr;
     const int64_t leaves = t->micro_batch * t->grad_accum, tokens = t->global_batch * t->seq_len;
     g->nstep = 0;
+    g->nmbend = 0;
     if (s->n_ranks == 1) {
         qt_op *fin = step_op(g, QT_OP_GRAD_FINALIZE);
         fin->a[0] = leaves;
@@ -86,19 +100,39 @@ void qt_cg_step_schedule(qt_cg_graph *g)
         step_op(g, QT_OP_ADAMW);
         return;
     }
-    step_op(g, QT_OP_GRAD_TREE_TOTAL)->a[0] = leaves;
+    const int mb = g->n_mb_levels > 0;
+    if (mb) {
+        /* after each microbatch: its totals, reduce-scattered over the batch axes (fixed
+         * pairing: the upper levels of the one-rank tree of that microbatch's block of the
+         * global batch), pushed into the microbatch tree */
+        const int64_t top = g->tree_offset[g->n_tree_levels - g->n_mb_levels - 1];
+        sched_op(g, 1, QT_OP_GRAD_MB_TOTAL);
+        for (int i = 0; i < g->n_ranges; i++) {
+            const qt_flat_range *r = &g->ranges[i];
+            if (!r->reduce_mask) continue;
+            char name[160], axes[64];
+            snprintf(name, sizeof name, "microbatch gradients of range %d (reduce-scatter over "
+                     "%s)", i, qt_cg_mask_name(r->reduce_mask, axes, sizeof axes));
+            collective(g, 1, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask, top + 4 * r->lo,
+                       4 * r->n);
+        }
+        sched_op(g, 1, QT_OP_GRAD_MB_PUSH);
+        step_op(g, QT_OP_GRAD_MB_FINALIZE)->a[0] = t->grad_accum;
+    } else {
+        step_op(g, QT_OP_GRAD_TREE_TOTAL)->a[0] = leaves;
+    }
     for (int i = 0; i < g->n_ranges; i++) {
         const qt_flat_range *r = &g->ranges[i];
         const int64_t off = g->grads_offset + 4 * r->lo, bytes = 4 * r->n;
         char name[160], axes[64];
         qt_cg_mask_name(r->reduce_mask, axes, sizeof axes);
-        if (r->reduce_mask) {
+        if (r->reduce_mask && !mb) {
             snprintf(name, sizeof name, "gradients of range %d (reduce-scatter over %s)", i, axes);
-            collective(g, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask, off, bytes);
+            collective(g, 0, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask, off, bytes);
         }
         if (r->reduce_mask && r->opt_mask != r->reduce_mask) {
             snprintf(name, sizeof name, "gradients of range %d (all-gather over %s)", i, axes);
-            collective(g, name, QT_COLL_ALL_GATHER, r->reduce_mask, off, bytes);
+            collective(g, 0, name, QT_COLL_ALL_GATHER, r->reduce_mask, off, bytes);
         }
     }
     step_op(g, QT_OP_GRAD_NORMALISE)->a[0] = tokens;
@@ -109,7 +143,7 @@ void qt_cg_step_schedule(qt_cg_graph *g)
         char name[160], axes[64];
         snprintf(name, sizeof name, "parameters of range %d (all-gather over %s)", i,
                  qt_cg_mask_name(r->opt_mask, axes, sizeof axes));
-        collective(g, name, QT_COLL_ALL_GATHER, r->opt_mask, g->params_offset + 4 * r->lo,
+        collective(g, 0, name, QT_COLL_ALL_GATHER, r->opt_mask, g->params_offset + 4 * r->lo,
                    4 * r->n);
     }
 }

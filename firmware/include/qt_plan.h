@@ -204,7 +204,12 @@ typedef struct qt_plan {
      * (that level is filled by the step's last tree carry and the total is completed there
      * in place). Layout: params | adam_m | adam_v | tree levels | leaf scratch | activations. */
     int64_t params_offset, grads_offset, adam_m_offset, adam_v_offset;
-    int32_t n_tree_levels;         /* exactly floor(log2(leaves))+1 partial-sum regions */
+    int32_t n_tree_levels;         /* partial-sum regions: the leaf tree's, then the microbatch
+                                      tree's (n_mb_levels of them, the last = grads) */
+    int32_t n_mb_levels;           /* 0: one tree over all leaves of the step (one rank, no
+                                      batch axes); else the leaf tree holds one microbatch's
+                                      leaves, whose total is reduce-scattered over the batch
+                                      axes and pushed as leaf mb of the microbatch tree */
     int64_t tree_offset[QT_MAX_TREE_LEVELS];  /* bytes, each n_param_elems floats */
     int64_t leaf_scratch_offset;   /* bytes, room for the two largest params of one op */
     int64_t leaf_scratch_elems;
@@ -216,6 +221,10 @@ typedef struct qt_plan {
     const qt_op *init_ops;
     int32_t n_mb_ops;              /* forward + backward of one microbatch, in order */
     const qt_op *mb_ops;
+    int32_t n_mbend_ops;           /* after each microbatch (n_mb_levels > 0): the leaf trees'
+                                      totals, their reduce-scatter, the push into the
+                                      microbatch tree */
+    const qt_op *mbend_ops;
     int32_t n_step_ops;            /* once per step after the last microbatch: gradient */
     const qt_op *step_ops;         /* finalisation, (collectives,) optimizer update */
 

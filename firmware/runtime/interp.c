@@ -32,14 +32,29 @@ double qt_interp_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Levels of the leaf tree: all of the plan's, or the first n_tree_levels - n_mb_levels
+ * when a microbatch tree follows (qt_plan.h). */
+static int qt_interp_leaf_levels(const qt_plan *p)
+{
+    return p->n_tree_levels - p->n_mb_levels;
+}
+
+/* Leaves of parameter pa's leaf tree: all its leaves of the step, or one microbatch's. */
+static int64_t qt_interp_tree_leaves(const qt_plan *p, const qt_param *pa)
+{
+    return p->n_mb_levels > 0 ? pa->leaves / p->train.grad_accum : pa->leaves;
+}
+
 /* The level pointers of a tree over `leaves` leaves: its own levels are the top ones of
- * the plan's, so that its top level is the gradient region whatever its leaf count. */
+ * the leaf tree's, so that its top level is the leaf tree's top (the gradient region, or
+ * the microbatch total) whatever its leaf count. */
 static void qt_interp_levels(const qt_plan *p, int64_t leaves, float **levels)
 {
-    const int shift = p->n_tree_levels - qt_tree_levels_needed(leaves);
+    const int nl = qt_interp_leaf_levels(p);
+    const int shift = nl - qt_tree_levels_needed(leaves);
     for (int l = 0; l < QT_MAX_TREE_LEVELS; l++) {
         const int g = l + (shift > 0 ? shift : 0);
-        levels[l] = g < p->n_tree_levels ? (float *)(void *)(p->arena + p->tree_offset[g]) : NULL;
+        levels[l] = g < nl ? (float *)(void *)(p->arena + p->tree_offset[g]) : NULL;
     }
 }
 
@@ -119,12 +134,17 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
     }
     int64_t leaves = 0;
     for (int32_t i = 0; i < p->n_params; i++)
-        if (p->params[i].leaves > leaves) leaves = p->params[i].leaves;
-    int need = qt_tree_levels_needed(leaves);
+        if (qt_interp_tree_leaves(p, &p->params[i]) > leaves)
+            leaves = qt_interp_tree_leaves(p, &p->params[i]);
+    const int mbl = p->n_mb_levels > 0 ? qt_tree_levels_needed(p->train.grad_accum) : 0;
+    int need = qt_tree_levels_needed(leaves) + mbl;
     /* exactly: the gradient region is the top level, which only the last carry fills */
-    if (p->n_tree_levels != need || need > QT_MAX_TREE_LEVELS) {
-        fprintf(stderr, "plan %s: %d tree levels, %lld leaves need exactly %d (max %d)\n",
-                p->run_name, p->n_tree_levels, (long long)leaves, need, QT_MAX_TREE_LEVELS);
+    if (p->n_mb_levels < 0 || p->n_mb_levels != mbl || p->n_tree_levels != need ||
+        need > QT_MAX_TREE_LEVELS) {
+        fprintf(stderr, "plan %s: %d tree levels (%d of microbatches), %lld leaves per tree "
+                "and %lld microbatches need exactly %d (max %d)\n", p->run_name,
+                p->n_tree_levels, p->n_mb_levels, (long long)leaves,
+                (long long)p->train.grad_accum, need, QT_MAX_TREE_LEVELS);
         return QT_E_PLAN;
     }
     if (p->grads_offset != p->tree_offset[need - 1]) {
@@ -193,9 +213,10 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
     /* sequences per microbatch: this rank's, or every sequence of an expert group */
     const int64_t per_mb = op->a[7] > 0 ? op->a[7] : p->train.micro_batch;
     float *levels[QT_MAX_TREE_LEVELS];
-    qt_interp_levels(p, pa->leaves, levels);
+    qt_interp_levels(p, qt_interp_tree_leaves(p, pa), levels);
     for (int64_t s = 0; s < per_mb; s++) {
-        int64_t leaf = mb * per_mb + s;
+        /* one tree over the step's leaves, or one per microbatch */
+        int64_t leaf = p->n_mb_levels > 0 ? s : mb * per_mb + s;
         float *dw[2] = {NULL, NULL};
         if (prof) t0 = qt_interp_now();
         dw[0] = qt_tree_leaf_dest(levels, pa->flat_offset, scratch, leaf);
@@ -253,7 +274,13 @@ void qt_interp_finalize_grads(const qt_plan *p)
     float *levels[QT_MAX_TREE_LEVELS];
     for (int32_t i = 0; i < p->n_params; i++) {
         const qt_param *pa = &p->params[i];
-        qt_interp_levels(p, pa->leaves, levels);
-        qt_tree_finalize_range(levels, pa->flat_offset, pa->numel, pa->leaves);
+        const int64_t n = qt_interp_tree_leaves(p, pa);
+        qt_interp_levels(p, n, levels);
+        qt_tree_finalize_range(levels, pa->flat_offset, pa->numel, n);
     }
+}
+
+void qt_interp_finalize_mb_grads(const qt_plan *p)
+{
+    qt_interp_finalize_grads(p);
 }

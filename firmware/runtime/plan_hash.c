@@ -133,6 +133,9 @@ uint64_t qt_plan_hash(const qt_plan *p)
     for (int32_t i = 0; i < p->n_init_ops; i++) qt_fnv_op(&f, &p->init_ops[i]);
     qt_fnv_i(&f, p->n_mb_ops);
     for (int32_t i = 0; i < p->n_mb_ops; i++) qt_fnv_op(&f, &p->mb_ops[i]);
+    qt_fnv_i(&f, p->n_mb_levels);
+    qt_fnv_i(&f, p->n_mbend_ops);
+    for (int32_t i = 0; i < p->n_mbend_ops; i++) qt_fnv_op(&f, &p->mbend_ops[i]);
     qt_fnv_i(&f, p->n_step_ops);
     for (int32_t i = 0; i < p->n_step_ops; i++) qt_fnv_op(&f, &p->step_ops[i]);
     qt_fnv_i(&f, p->n_collectives);

@@ -34,6 +34,9 @@ void qt_interp_run_microbatch(const qt_ctx *ctx, const qt_kernel_entry *table, i
  * lower occupied levels into it in place (see qt_tree_finalize_range). Reads the lower
  * levels, writes the gradient region. */
 void qt_interp_finalize_grads(const qt_plan *p);
+/* With a microbatch tree (n_mb_levels > 0): the same for one microbatch's leaves, into the
+ * leaf tree's top level (the microbatch total). */
+void qt_interp_finalize_mb_grads(const qt_plan *p);
 /* The same for flat elements [off, off+n) only. */
 void qt_interp_finalize_grads_range(const qt_plan *p, int64_t off, int64_t n);
 

@@ -17,6 +17,7 @@
 
 struct qt_step_state {
     int64_t step;              /* 0-based optimizer step */
+    int64_t mb;                /* microbatch within the step (microbatch-end schedule) */
     qt_step_metrics *m;        /* grad_norm and fingerprint are written by the step ops */
 };
 

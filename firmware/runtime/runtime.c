@@ -175,28 +175,28 @@ static int qt_runtime_check_regions(const qt_plan *p)
     return rc;
 }
 
-/* The step schedule: every op a STEP kind; the gradient totals over exactly this step's
- * leaves, the normalisation by exactly the global target-token count, one update, and every
- * collective inside the arena with blocks its group can split evenly. */
-static int qt_runtime_check_step(const qt_plan *p)
+/* Checks one schedule of STEP ops (see qt_runtime_check_step); counts the normalisations
+ * and updates. */
+static int qt_runtime_check_ops(const qt_plan *p, const qt_op *ops, int32_t n_ops,
+                                const char *which, int *n_norm, int *n_update)
 {
     const qt_train_cfg *tc = &p->train;
     const int64_t leaves = tc->micro_batch * tc->grad_accum, tokens = tc->global_batch * tc->seq_len;
     const qt_kernel_entry *table = qt_runtime_table();
-    int n_update = 0, n_norm = 0;
-    if (p->n_step_ops < 1 || !p->step_ops)
-        return qt_fail(QT_E_PLAN, "plan %s: empty step schedule", p->run_name);
-    for (int32_t i = 0; i < p->n_step_ops; i++) {
-        const qt_op *op = &p->step_ops[i];
+    for (int32_t i = 0; i < n_ops; i++) {
+        const qt_op *op = &ops[i];
         if (op->kind >= QT_OP_COUNT || !table[op->kind].step)
-            return qt_fail(QT_E_PLAN, "plan %s: step op %d (kind %u) is not a step op",
-                           p->run_name, i, op->kind);
+            return qt_fail(QT_E_PLAN, "plan %s: %s op %d (kind %u) is not a step op",
+                           p->run_name, which, i, op->kind);
         int bad = 0;
         switch (op->kind) {
-        case QT_OP_GRAD_FINALIZE: bad = op->a[0] != leaves || op->a[1] != tokens; n_norm++; break;
+        case QT_OP_GRAD_FINALIZE: bad = op->a[0] != leaves || op->a[1] != tokens; (*n_norm)++; break;
         case QT_OP_GRAD_TREE_TOTAL: bad = op->a[0] != leaves; break;
-        case QT_OP_GRAD_NORMALISE: bad = op->a[0] != tokens; n_norm++; break;
-        case QT_OP_ADAMW: n_update++; break;
+        case QT_OP_GRAD_MB_FINALIZE: bad = op->a[0] != tc->grad_accum || !p->n_mb_levels; break;
+        case QT_OP_GRAD_MB_TOTAL:
+        case QT_OP_GRAD_MB_PUSH: bad = !p->n_mb_levels; break;
+        case QT_OP_GRAD_NORMALISE: bad = op->a[0] != tokens; (*n_norm)++; break;
+        case QT_OP_ADAMW: (*n_update)++; break;
         case QT_OP_COLLECTIVE: {
             if (op->a[0] < 0 || op->a[0] >= p->n_collectives) { bad = 1; break; }
             const qt_collective *c = &p->collectives[op->a[0]];
@@ -208,11 +208,34 @@ static int qt_runtime_check_step(const qt_plan *p)
         default: break;
         }
         if (bad)
-            return qt_fail(QT_E_PLAN, "plan %s: step op %d (%s) does not fit this plan (%lld "
-                           "leaves, %lld tokens per step, %d collectives)", p->run_name, i,
-                           table[op->kind].name, (long long)leaves, (long long)tokens,
+            return qt_fail(QT_E_PLAN, "plan %s: %s op %d (%s) does not fit this plan (%lld "
+                           "leaves, %lld tokens per step, %d collectives)", p->run_name, which,
+                           i, table[op->kind].name, (long long)leaves, (long long)tokens,
                            p->n_collectives);
     }
+    return QT_OK;
+}
+
+/* The step schedule: every op a STEP kind; the gradient totals over exactly this step's
+ * leaves, the normalisation by exactly the global target-token count, one update, and every
+ * collective inside the arena with blocks its group can split evenly; the microbatch-end
+ * schedule likewise (present exactly when the plan has a microbatch tree). */
+static int qt_runtime_check_step(const qt_plan *p)
+{
+    int n_update = 0, n_norm = 0, mb_norm = 0, mb_update = 0;
+    if (p->n_step_ops < 1 || !p->step_ops)
+        return qt_fail(QT_E_PLAN, "plan %s: empty step schedule", p->run_name);
+    if ((p->n_mb_levels > 0) != (p->n_mbend_ops > 0 && p->mbend_ops))
+        return qt_fail(QT_E_PLAN, "plan %s: a microbatch tree (%d levels) needs a "
+                       "microbatch-end schedule (%d ops), and only then", p->run_name,
+                       p->n_mb_levels, p->n_mbend_ops);
+    int rc = qt_runtime_check_ops(p, p->step_ops, p->n_step_ops, "step", &n_norm, &n_update);
+    if (!rc) rc = qt_runtime_check_ops(p, p->mbend_ops, p->n_mbend_ops, "microbatch-end", &mb_norm,
+                                       &mb_update);
+    if (rc) return rc;
+    if (mb_norm || mb_update)
+        return qt_fail(QT_E_PLAN, "plan %s: the microbatch-end schedule normalises or updates",
+                       p->run_name);
     if (n_update != 1 || n_norm != 1)
         return qt_fail(QT_E_PLAN, "plan %s: the step schedule must normalise the gradient once "
                        "and update once (found %d and %d)", p->run_name, n_norm, n_update);
@@ -383,20 +406,32 @@ static int qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t s
     const qt_kernel_entry *table = qt_runtime_table();
     const qt_ctx *ctx = &qt_rt.ctx;
     const int64_t b = p->train.micro_batch, S = p->train.seq_len, G = p->train.grad_accum;
-    /* the rank owns a contiguous, rank-major block of the global batch (design.md s.6) */
-    const int64_t base = qt_rt.batch_index * b * G;
+    /* One tree over the step's leaves: the rank owns a contiguous, rank-major block of the
+     * global batch. With a microbatch tree: microbatch-major, so one microbatch's sequences
+     * over the batch axes are a contiguous block (design.md s.6): mb * R * b + index * b. */
+    const int64_t R = p->batch_mask ? qt_comm_group_size(p->batch_mask) : 1;
+    const int mbmaj = p->n_mb_levels > 0;
+    qt_step_state mst = {step, 0, m};
     qt_exact loss, lb;
     qt_exact_clear(&loss);
     qt_exact_clear(&lb);
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     for (int64_t mb = 0; mb < G; mb++) {
-        int rc = qt_data_fill(d, step, p->train.global_batch, base + mb * b, b, S,
+        const int64_t first = mbmaj ? (mb * R + qt_rt.batch_index) * b
+                                    : qt_rt.batch_index * b * G + mb * b;
+        int rc = qt_data_fill(d, step, p->train.global_batch, first, b, S,
                               qt_i32(ctx, p->tokens), qt_i32(ctx, p->targets));
         if (rc) return rc;
         qt_runtime_lap(&t, QT_PH_DATA);
         qt_interp_run_microbatch(ctx, table, mb);
         if (qt_rt.status) return qt_rt.status;
         qt_runtime_lap(&t, QT_PH_SCHED);
+        /* the microbatch-end schedule: this microbatch's totals, reduced and pushed */
+        mst.mb = mb;
+        for (int32_t i = 0; i < p->n_mbend_ops; i++) {
+            rc = table[p->mbend_ops[i].kind].step(&p->mbend_ops[i], ctx, &mst);
+            if (rc) return rc;
+        }
         const float *ls = qt_f32(ctx, p->loss_seq);
         for (int64_t s = 0; s < b; s++) qt_exact_add_f(&loss, ls[s]);
         if (p->lb_seq != QT_NONE) {
@@ -425,7 +460,7 @@ static int qt_runtime_step_schedule(const qt_plan *p, int64_t step, qt_step_metr
                                     int grads_only)
 {
     const qt_kernel_entry *table = qt_runtime_table();
-    qt_step_state st = {step, m};
+    qt_step_state st = {step, 0, m};
     qt_interp_prof *prof = qt_rt.profile ? &qt_rt.prof : NULL;
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     for (int32_t i = 0; i < p->n_step_ops; i++) {

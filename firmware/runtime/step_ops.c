@@ -12,6 +12,7 @@
 #include <string.h>
 #include "qt_step.h"
 #include "qt_interp.h"
+#include "qt_tree.h"
 #include "qt_optim.h"
 #include "qt_rng.h"
 #include "qt_runtime.h"
@@ -113,6 +114,64 @@ int qt_step_grad_tree_total(const qt_op *op, const qt_ctx *ctx, qt_step_state *s
     (void)op;
     (void)st;
     qt_interp_finalize_grads(ctx->plan);
+    return QT_OK;
+}
+
+/* The leaf tree's and the microbatch tree's level pointers (n_mb_levels > 0). */
+static void qt_step_trees(const qt_plan *p, float **leaf_top, float **mb)
+{
+    const int nl = p->n_tree_levels - p->n_mb_levels;
+    *leaf_top = qt_step_region(p, p->tree_offset[nl - 1]);
+    for (int l = 0; l < QT_MAX_TREE_LEVELS; l++)
+        mb[l] = l < p->n_mb_levels ? qt_step_region(p, p->tree_offset[nl + l]) : NULL;
+}
+
+/* This rank's block of flat range i in its reduction group (where the reduce-scatter
+ * leaves it). */
+static void qt_step_reduce_block(const qt_plan *p, int32_t i, int64_t *lo, int64_t *n)
+{
+    const qt_flat_range *r = &p->ranges[i];
+    const int64_t g = r->reduce_mask ? qt_comm_group_size(r->reduce_mask) : 1;
+    const int64_t k = r->reduce_mask ? qt_comm_group_index(r->reduce_mask) : 0;
+    *n = r->n / g;
+    *lo = r->lo + k * *n;
+}
+
+int qt_step_grad_mb_total(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    (void)op;
+    (void)st;
+    qt_interp_finalize_mb_grads(ctx->plan);
+    return QT_OK;
+}
+
+int qt_step_grad_mb_push(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    (void)op;
+    const qt_plan *p = ctx->plan;
+    float *top, *mb[QT_MAX_TREE_LEVELS];
+    qt_step_trees(p, &top, mb);
+    for (int32_t i = 0; i < p->n_ranges; i++) {
+        int64_t lo, n;
+        qt_step_reduce_block(p, i, &lo, &n);
+        /* an even leaf must sit in level 0 (qt_tree.h); an odd one is read where it is */
+        if (!(st->mb & 1)) memcpy(mb[0] + lo, top + lo, (size_t)n * sizeof(float));
+        qt_tree_push(mb, lo, n, top + lo, st->mb);
+    }
+    return QT_OK;
+}
+
+int qt_step_grad_mb_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    (void)st;
+    const qt_plan *p = ctx->plan;
+    float *top, *mb[QT_MAX_TREE_LEVELS];
+    qt_step_trees(p, &top, mb);
+    for (int32_t i = 0; i < p->n_ranges; i++) {
+        int64_t lo, n;
+        qt_step_reduce_block(p, i, &lo, &n);
+        qt_tree_finalize_range(mb, lo, n, op->a[0]);
+    }
     return QT_OK;
 }
 

@@ -11,6 +11,9 @@
 #   dp4-b16 / dp4-b32       their baselines: DP4 auto, no ZeRO-1, G=1, the same global batch
 #   dp2fsdp2-z1             DP2 x FSDP2 explicit + ZeRO-1 (global batch 8)
 #   dp2fsdp2                the same mesh without ZeRO-1
+#   dp2ep2-g4-z1            DP2 x EP2 explicit + ZeRO-1, G=4 (global batch 16): MaxText's
+#                           failing case (seed, "Known issue")
+#   dp2ep2-g4               the same mesh without ZeRO-1
 # Every mpiexec runs under `timeout`, so a hang fails the check instead of the suite. Each run
 # happens once; its "step loss_bits fingerprint" lines are cached in $QT_TMP/zero1/<run>.det.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
@@ -78,6 +81,10 @@ for m in next 35; do
       z1_same $m dp4-g8 4 dp4-b32 4 1r-b32
   check "zero1 $m dp2xfsdp2 (4 ranks) == dp2xfsdp2 without ZeRO-1 == one rank, batch 8, 20 steps" \
       z1_same $m dp2fsdp2-z1 4 dp2fsdp2 4 1r-b8
+  # the reference trainer's known failure (seed: explicit + ZeRO-1 + expert parallelism, at
+  # exactly this mesh and accumulation): here the same bits as without ZeRO-1 and one rank
+  check "zero1 $m dp2xep2 G4 (4 ranks) == dp2xep2 without ZeRO-1 == one rank, batch 16, 20 steps" \
+      z1_same $m dp2ep2-g4-z1 4 dp2ep2-g4 4 1r-b16
 done
 
 z1_negative_control() {
