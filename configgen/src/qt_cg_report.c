@@ -328,6 +328,8 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
         else qt_cg_buf_printf(b, "  none: 0 bytes moved\n");
         return;
     }
+    qt_cg_buf_printf(b, "  sent/rank counts every run in a step: the microbatch-end collectives "
+                     "run once per microbatch (x gradient_accumulation_steps)\n");
     qt_cg_buf_printf(b, "  bytes sent per rank: reduce-scatter (recursive halving) and all-gather "
                      "(recursive doubling) over R ranks send (R-1)/R of the range (stages of "
                      "1/2, 1/4, ... of it), all-to-all (R-1)/R, broadcast (binomial tree) at "
@@ -339,7 +341,12 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
         const qt_collective *c = &g->coll[i];
         char grp[64];
         const int64_t R = qt_cg_group_size(g->s, c->mask);
-        const int64_t sent = coll_sent(c->kind, R, c->bytes);
+        /* a collective of the microbatch-end schedule runs once per microbatch */
+        int64_t times = 1;
+        for (int k = 0; k < g->nmbend; k++)
+            if (g->mbend[k].kind == QT_OP_COLLECTIVE && g->mbend[k].a[0] == i)
+                times = g->s->tr.grad_accum;
+        const int64_t sent = coll_sent(c->kind, R, c->bytes) * times;
         total += sent;
         qt_cg_buf_printf(b, "  %5d %-15s %-12s %4lld %14lld @%-12lld %14lld  %s\n", i,
                          c->kind < QT_COLL_KIND_COUNT ? coll_txt[c->kind] : "?",
@@ -494,6 +501,10 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
     for (int i = 0; i < g->nt; i++) layout_line(b, g, i);
     schedule(b, g, "init schedule", g->init, g->ninit, -1);
     schedule(b, g, "microbatch schedule", g->mb, g->nmb, g->n_fwd);
+    if (g->nmbend)
+        schedule(b, g, "microbatch-end schedule (after each microbatch: leaf-tree totals, "
+                 "their reduce-scatter, the push into the microbatch tree)", g->mbend, g->nmbend,
+                 -1);
     schedule(b, g, "step schedule (after the last microbatch; a0 leaves, a1 tokens)", g->step,
              g->nstep, -1);
 }

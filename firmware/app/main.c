@@ -302,7 +302,7 @@ int main(int argc, char **argv)
                     qt_runtime_mark_steps(0);
                     return qt_main_finish(QT_EXIT_ERR);
                 }
-                qt_progress_print(stderr, &m, end);
+                qt_progress_print(stderr, &m, end, size);
             }
             if (step == start) first_loss = m.loss;
             last_loss = m.loss;

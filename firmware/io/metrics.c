@@ -52,11 +52,13 @@ void qt_metrics_write(FILE *f, const qt_step_metrics *m)
     fflush(f);
 }
 
-void qt_progress_print(FILE *f, const qt_step_metrics *m, int64_t total_steps)
+void qt_progress_print(FILE *f, const qt_step_metrics *m, int64_t total_steps, int n_ranks)
 {
-    fprintf(f, "step %lld/%lld  loss %.6f  grad_norm %.4g  lr %.3e  %.0f tokens/s\n",
+    char ranks[32] = "";
+    if (n_ranks > 1) snprintf(ranks, sizeof ranks, "  (%d ranks)", n_ranks);
+    fprintf(f, "step %lld/%lld  loss %.6f  grad_norm %.4g  lr %.3e  %.0f tokens/s%s\n",
             (long long)(m->step + 1), (long long)total_steps, m->loss, m->grad_norm, m->lr,
-            qt_finite(m->tokens_per_s) ? m->tokens_per_s : 0.0);
+            qt_finite(m->tokens_per_s) ? m->tokens_per_s : 0.0, ranks);
     fflush(f);
 }
 

@@ -115,7 +115,7 @@ void qt_metrics_write(FILE *f, const qt_step_metrics *m);
  * empty or it is not a regular file. QT_E_FORMAT (message names the file) when the last
  * line is incomplete or does not start with {"step":N. */
 int qt_metrics_last_step(const char *path, int64_t *last);
-/* Progress line on stderr. */
-void qt_progress_print(FILE *f, const qt_step_metrics *m, int64_t total_steps);
+/* Progress line on stderr; on a mesh it ends with "(R ranks)" (tokens/s are the job's). */
+void qt_progress_print(FILE *f, const qt_step_metrics *m, int64_t total_steps, int n_ranks);
 
 #endif

@@ -48,6 +48,8 @@ mesh_same() {
 for cell in next:dp2:2 next:dp2-auto:2 next:dp4:4 next:fsdp2:2 next:fsdp4-auto:4 \
             next:dp2fsdp2:4 next:dp2-g2-zero1:2 next:ep2:2 next:ep4:4 next:dp2ep2:4 \
             next:tp2:2 next:tp2-auto:2 next:fsdp2tp2:4 next:dp2tp2:4 \
+            next:dp4-auto:4 next:fsdp2-auto:2 next:ep4-auto:4 next:dp2ep2-auto:4 \
+            next:fsdp2tp2-auto:4 next:dp2tp2-auto:4 35:dp4-auto:4 35:dp2ep2-auto:4 \
             35:dp2:2 35:dp2-auto:2 35:dp4:4 35:fsdp2:2 35:fsdp4-auto:4 35:dp2fsdp2:4 \
             35:dp2-g2-zero1:2 35:ep2:2 35:ep2-auto:2 35:dp2ep2:4; do
   model=${cell%%:*}; rest=${cell#*:}; mesh=${rest%%:*}; n=${rest##*:}

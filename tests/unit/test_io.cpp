@@ -1174,7 +1174,7 @@ TEST(io, metrics_line_format)
     char line[256] = { 0 };
     f = fmemopen(line, sizeof line - 1, "w");
     m.grad_norm = 0.5;
-    qt_progress_print(f, &m, 10);
+    qt_progress_print(f, &m, 10, 1);
     fclose(f);
     CHECK(strstr(line, "step 4/10") && strstr(line, "loss 5.250000") && strstr(line, "tokens/s"));
 }
