@@ -113,6 +113,9 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
     switch (f->kind) {
     case QT_OP_ZERO:
     case QT_OP_XENT:
+    /* a sum of the ranks' partials: each partial's gradient is the (replicated) gradient of
+     * the sum, already in place */
+    case QT_OP_ALL_REDUCE:
         return;
     case QT_OP_ADD: {
         int32_t dy = dout(ad, f->t[0]);
@@ -271,7 +274,12 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         int64_t S = g->s->tr.seq_len, esz = T * k * (d + ff);
         if (S * (d + 3 * ff) > esz) esz = S * (d + 3 * ff);
         if (seg != QT_NONE && S * k0 * (d + 3 * ff) > esz) esz = S * k0 * (d + 3 * ff);
-        int32_t s1 = bwd_scratch(ad, "bwd_scratch", nm, esz);
+        /* the canonical blocks of the data gradient (f->a[6] per part; expert_ffn.c) */
+        const int64_t nbg = f->a[6] > 0 ? f->a[6] : 1, rows = T * k;
+        const int64_t bsz = rows * (d + 3 * ff + nbg * d + 2 * ff / nbg) + rows + f->a[2] + 1 +
+                            rows * d + d * (2 * ff / nbg);
+        const int64_t s1sz = bsz > esz ? bsz : esz;
+        int32_t s1 = bwd_scratch(ad, "bwd_scratch", nm, s1sz);
         /* d(gu) handed from BWD to WGRAD (saves the WGRAD a recompute matmul); shaped
          * like gu so it is sharded and sized like it. */
         char dnm[300];
@@ -284,6 +292,13 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         op = bwd(ad, QT_OP_EXPERT_FFN_BWD, f);
         put_slots(op, (const int32_t[]){dx, dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5],
                                         s1, dgu}, 9);
+        if (g->s->mesh[QT_MESH_TENSOR] > 1) {
+            /* the rows' data gradients are partial sums over this rank's f/tp: add them */
+            op = qt_cg_emit_op(g, 0, QT_OP_ALL_REDUCE);
+            op->t[0] = dx;
+            op->a[0] = g->ts[dx].t.numel;
+            op->a[1] = 1 << QT_MESH_TENSOR;
+        }
         int32_t s2 = bwd_scratch(ad, "wgrad_scratch", nm, esz);
         op = wgrad(ad, QT_OP_EXPERT_FFN_WGRAD, f, f->t[4], f->t[5]);
         put_slots(op, (const int32_t[]){dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s2,

@@ -90,7 +90,7 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
         const qt_tensor *t = &g->ts[i].t;
         qt_cg_buf_printf(b, "    /* %d */ {\"%s\", %s, %s, %d, {%lld, %lld, %lld, %lld}, "
                          "{%lld, %lld, %lld, %lld}, {%d, %d, %d, %d}, {%d, %d, %d, %d}, %lldll, "
-                         "%lldll, {%lld, %lld, %lld}},\n", i, t->name, role_names[t->role],
+                         "%lldll, {%lld, %lld, %lld}, %d},\n", i, t->name, role_names[t->role],
                          t->dtype == QT_I32 ? "QT_I32" : "QT_F32", t->ndim,
                          (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
                          (long long)t->shape[3], (long long)t->global_shape[0],
@@ -98,7 +98,7 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
                          (long long)t->global_shape[3], t->axes[0], t->axes[1], t->axes[2],
                          t->axes[3], t->spec[0], t->spec[1], t->spec[2], t->spec[3],
                          (long long)t->offset, (long long)t->numel, (long long)t->seg[0],
-                         (long long)t->seg[1], (long long)t->seg[2]);
+                         (long long)t->seg[1], (long long)t->seg[2], (int)t->seg_dim);
     }
     qt_cg_buf_printf(b, "};\n\n");
     qt_cg_buf_printf(b, "static const qt_param qt_params_%s[%d] = {\n", c, g->np);

@@ -90,8 +90,7 @@ static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64
         int64_t parts = 1;
         if (axes[d] == QT_LAX_EXP && (pt->spec[d] & (1u << QT_MESH_EXPERT)))
             parts = g->s->mesh[QT_MESH_EXPERT];
-        /* tensor parallelism splits heads and the shared expert's width (routed expert
-         * widths stay whole for now: their compute is replicated over the tensor axis) */
+        /* tensor parallelism splits heads and the shared and routed experts' widths */
         if (qt_cg_tp_axis(axes[d]) && (pt->spec[d] & (1u << QT_MESH_TENSOR)))
             parts = g->s->mesh[QT_MESH_TENSOR];
         pt->shape[d] = pt->global_shape[d] / parts;
@@ -121,7 +120,7 @@ static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64
 int qt_cg_tp_axis(int lax)
 {
     return lax == QT_LAX_Q_HEADS || lax == QT_LAX_KV_HEADS || lax == QT_LAX_GDN_HEAD ||
-           lax == QT_LAX_MLP;
+           lax == QT_LAX_MLP || lax == QT_LAX_MLP_MOE;
 }
 
 static int32_t proj(qt_cg_graph *g, const char *name, int64_t out, int64_t in, uint8_t ax_out,
@@ -408,6 +407,23 @@ static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_c
     matmul_row(g, mix, gated, wo, D);
 }
 
+/* Canonical blocks of an expert's down contraction (over f) and of its data gradient (over
+ * [gate | up], per part): those of the global width, this rank's share under tensor
+ * parallelism (kernels/matmul_canon.h). */
+static int64_t expert_canon(const qt_cg_graph *g, const qt_cg_dims *D)
+{
+    (void)g;
+    return qt_canon_blocks(D->f * D->tp, 1) / D->tp;
+}
+
+/* Scratch of the expert FFN forward / backward over R rows of k slots with nb canonical
+ * blocks (expert_ffn.c): per row d + 3f plus the blocks' partials, and the packed weights. */
+static int64_t expert_scratch(int64_t R, int64_t k, const qt_cg_dims *D, int64_t nb)
+{
+    const int64_t d = D->d, f = D->f, rows = R * k;
+    return rows * (d + 3 * f + nb * d + 2 * f / nb) + rows + D->E + 1 + rows * d + d * (2 * f / nb);
+}
+
 /* Expert parallelism (qt_ops.def MOE_DISPATCH_FWD ...): the routed rows of this rank's
  * tokens go to the ranks holding their experts, run through the same expert FFN kernel
  * there (packed rows, k = 1, local expert ids) and come back to their (t, slot) rows. */
@@ -417,6 +433,10 @@ static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int3
     char n[256];
     const int64_t Ep = g->s->mesh[QT_MESH_EXPERT], El = D->E / Ep;
     const int64_t rmax = Ep * D->T * (D->k < El ? D->k : El);
+    /* the group the rows travel in: the expert axis, or none (tensor parallelism only: the
+     * rows stay on their rank, and only their partial sums cross the tensor group) */
+    const int64_t mask = Ep > 1 ? (int64_t)(1u << QT_MESH_EXPERT) : 0;
+    const int64_t nb = expert_canon(g, D);
 #define AN(s) (snprintf(n, sizeof n, "L%d.moe.ep_%s", l, s), n)
     int32_t xr = qt_cg_add_tensor(g, AN("x"), QT_ROLE_ACT, QT_F32, 2, SHP(rmax, D->d), AX(0, 0));
     int32_t er = qt_cg_add_tensor(g, AN("expert"), QT_ROLE_ACT, QT_I32, 1, SHP(rmax), AX(0));
@@ -425,14 +445,14 @@ static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int3
     int32_t gur = qt_cg_add_tensor(g, AN("gu"), QT_ROLE_SAVED, QT_F32, 2, SHP(rmax, 2 * D->f),
                                    AX(0, 0));
     /* one host sequence's rows (<= S*k) must fit one wgrad chunk, as on one rank */
-    int64_t escr = rmax * (D->d + D->f);
+    int64_t escr = expert_scratch(rmax, 1, D, nb);
     if (D->S * D->k * (D->d + 3 * D->f) > escr) escr = D->S * D->k * (D->d + 3 * D->f);
     int32_t fscr = scratch(g, AN("ffn_fwd_scratch"), escr);
     int32_t dscr = scratch(g, AN("dispatch_scratch"), D->T * D->k * (D->d + 1));
     int32_t rscr = scratch(g, AN("return_scratch"), D->T * D->k * D->d);
 #undef AN
     g->ts[er].ep_seg = seg;
-    const int64_t ea[9] = {D->T, D->k, D->d, D->E, El, D->b, D->S, 1 << QT_MESH_EXPERT, rmax};
+    const int64_t ea[9] = {D->T, D->k, D->d, D->E, El, D->b, D->S, mask, rmax};
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_DISPATCH_FWD);
     op->t[0] = xr;
     op->t[1] = er;
@@ -449,8 +469,15 @@ static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int3
     op->t[4] = wgu;
     op->t[5] = wd;
     op->t[6] = fscr;
-    const int64_t fa[5] = {rmax, 1, El, D->d, D->f};
+    const int64_t fa[7] = {rmax, 1, El, D->d, D->f, nb, nb};
     memcpy(op->a, fa, sizeof fa);
+    if (D->tp > 1) {
+        /* the rows' down projections are partial sums over this rank's f/tp: add them */
+        op = qt_cg_emit_op(g, 0, QT_OP_ALL_REDUCE);
+        op->t[0] = yr;
+        op->a[0] = rmax * D->d;
+        op->a[1] = 1 << QT_MESH_TENSOR;
+    }
     op = qt_cg_emit_op(g, 0, QT_OP_MOE_RETURN_FWD);
     op->t[0] = ey;
     op->t[1] = yr;
@@ -470,12 +497,15 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
 #define PN(s) (snprintf(n, sizeof n, "%s%s", pre, s), n)
 #define AN(s) (snprintf(n, sizeof n, "L%d.moe.%s", l, s), n)
     int32_t wr = proj(g, PN("gate.weight"), D->E, D->d, QT_LAX_NONE, QT_LAX_EMBED, l);
-    int32_t wgu = add_param(g, PN("experts.gate_up_proj"), 3, SHP(D->E, 2 * D->f, D->d),
+    int32_t wgu = add_param(g, PN("experts.gate_up_proj"), 3, SHP(D->E, 2 * D->tp * D->f, D->d),
                             AX(QT_LAX_EXP, QT_LAX_MLP_MOE, QT_LAX_EMBED_MOE), QT_INIT_TRUNC_NORMAL,
                             1.0 / sqrt((double)D->d), l);
-    int32_t wd = add_param(g, PN("experts.down_proj"), 3, SHP(D->E, D->d, D->f),
+    int32_t wd = add_param(g, PN("experts.down_proj"), 3, SHP(D->E, D->d, D->tp * D->f),
                            AX(QT_LAX_EXP, QT_LAX_EMBED_MOE, QT_LAX_MLP_MOE), QT_INIT_TRUNC_NORMAL,
-                           1.0 / sqrt((double)D->f), l);
+                           1.0 / sqrt((double)(D->tp * D->f)), l);
+    /* gate_up_proj rows are [gate | up]: each part splits over tensor separately */
+    g->ts[wgu].t.seg[0] = g->ts[wgu].t.seg[1] = D->tp * D->f;
+    g->ts[wgu].t.seg_dim = 1;
     int32_t wsg = proj(g, PN("shared_expert.gate_proj.weight"), D->tp * D->fs, D->d, QT_LAX_MLP,
                        QT_LAX_EMBED, l);
     int32_t wsu = proj(g, PN("shared_expert.up_proj.weight"), D->tp * D->fs, D->d, QT_LAX_MLP,
@@ -514,7 +544,7 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
     if (g->lb_seq != QT_NONE)
         op->f[0] = (float)(g->s->lb_weight * (double)D->E /
                            ((double)g->s->tr.global_batch * (double)g->s->m.n_layers));
-    if (g->s->mesh[QT_MESH_EXPERT] > 1) {
+    if (g->s->mesh[QT_MESH_EXPERT] > 1 || D->tp > 1) {
         expert_parallel(g, l, h2, idx, ey, wgu, wd, D);
     } else {
         char n2[256];
@@ -522,7 +552,8 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
         int32_t gu = qt_cg_add_tensor(g, n2, QT_ROLE_SAVED, QT_F32, 4,
                                       SHP(D->b, D->S, D->k, 2 * D->f), AX(B, L, 0, QT_LAX_ACT_MLP));
         /* qt_ops.h: >= max(T*k*(d+f), S*(d+3f)), so one sequence's rows always fit. */
-        int64_t escr = D->T * D->k * (D->d + D->f);
+        const int64_t nb = expert_canon(g, D);
+        int64_t escr = expert_scratch(D->T, D->k, D, nb);
         if (D->S * (D->d + 3 * D->f) > escr) escr = D->S * (D->d + 3 * D->f);
         snprintf(n2, sizeof n2, "L%d.moe.expert_fwd_scratch", l);
         int32_t fscr = scratch(g, n2, escr);
@@ -536,7 +567,7 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
         op->t[4] = wgu;
         op->t[5] = wd;
         op->t[6] = fscr;
-        int64_t ea[5] = {D->T, D->k, D->E, D->d, D->f};
+        int64_t ea[7] = {D->T, D->k, D->E, D->d, D->f, nb, nb};
         memcpy(op->a, ea, sizeof ea);
     }
     op = qt_cg_emit_op(g, 0, QT_OP_MOE_COMBINE_FWD);
@@ -593,6 +624,7 @@ static void dims_of(const qt_cg_settings *s, qt_cg_dims *D)
     D->Hk /= D->tp;
     D->Hv /= D->tp;
     D->fs /= D->tp;
+    D->f /= D->tp;
     D->r = D->Hv / D->Hk;
     D->G = 2 * D->Dk + 2 * D->r * D->Dv;
     D->Cc = 2 * D->Hk * D->Dk + D->Hv * D->Dv;

@@ -461,7 +461,8 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
         const struct { const char *what; int64_t n; } split[] = {
             {"base_num_query_heads", m->n_q_heads}, {"base_num_kv_heads", m->n_kv_heads},
             {"gdn_num_key_heads", m->gdn_k_heads}, {"gdn_num_value_heads", m->gdn_v_heads},
-            {"shared_expert_mlp_dim", m->shared_dim},
+            {"shared_expert_mlp_dim", m->shared_dim}, {"base_moe_mlp_dim", m->moe_dim},
+            {"the canonical blocks of the experts' down contraction", qt_canon_blocks(m->moe_dim, 1)},
             {"the canonical blocks of o_proj's contraction (heads x head_dim)",
              qt_canon_blocks(m->n_q_heads * m->head_dim, 1)},
             {"the canonical blocks of out_proj's contraction (GDN value heads x dim)",

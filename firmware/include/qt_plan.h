@@ -84,6 +84,7 @@ typedef struct qt_tensor {
      * the parts' global lengths; each rank holds the same share of every part, the parts
      * back to back. seg[0] = 0: the dim is one part. */
     int64_t seg[QT_MAX_SEGS];
+    int32_t seg_dim;               /* the dim seg[] describes */
 } qt_tensor;
 
 typedef struct qt_op {

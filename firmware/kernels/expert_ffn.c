@@ -12,6 +12,7 @@
  */
 #include "expert_ffn.h"
 #include "matmul.h"
+#include "matmul_canon.h"
 #include "../include/qt_real.h"
 
 /* End of the next chunk: scans r from r0, stops after `cap` rows of expert e (and of
@@ -95,9 +96,23 @@ void QT_FN(qt_expert_ffn_fwd)(qt_real *y, qt_real *gu, const qt_real *x, const i
                               int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
                               int64_t scratch_elems)
 {
-    const int64_t cap = scratch_elems / (d + 2 * f);
+    QT_FN(qt_expert_ffn_fwd_canon)(y, gu, x, idx, w_gu, w_down, scratch, T, k, E, d, f,
+                                   scratch_elems, 0);
+}
+
+void QT_FN(qt_expert_ffn_fwd_canon)(qt_real *y, qt_real *gu, const qt_real *x,
+                                    const int32_t *idx, const qt_real *w_gu,
+                                    const qt_real *w_down, qt_real *scratch, int64_t T,
+                                    int64_t k, int64_t E, int64_t d, int64_t f,
+                                    int64_t scratch_elems, int64_t nb)
+{
+    /* with canonical blocks, the down projection's partials and packed blocks share the
+     * scratch: per row nb*d + f/nb more, and d*(f/nb) for the weight block */
+    const int64_t row = d + 2 * f + (nb > 0 ? nb * d + f / nb : 0);
+    const int64_t fixed = nb > 0 ? d * (f / nb) : 0;
+    const int64_t cap = scratch_elems > fixed ? (scratch_elems - fixed) / row : 0;
     if (cap < 1) { qt_ffn_poison(y, T * k * d); return; }
-    qt_real *A = scratch, *C = scratch + cap * d;
+    qt_real *A = scratch, *C = scratch + cap * d, *K = C + cap * 2 * f;
     for (int32_t e = 0; e < E; e++) {
         const qt_real *wg = w_gu + (int64_t)e * 2 * f * d, *wd = w_down + (int64_t)e * d * f;
         for (int64_t r0 = 0, r1, n; r0 < T * k; r0 = r1) {
@@ -107,7 +122,8 @@ void QT_FN(qt_expert_ffn_fwd)(qt_real *y, qt_real *gu, const qt_real *x, const i
             QT_FN(qt_matmul_fwd)(C, A, wg, n, 2 * f, d);
             qt_ffn_scatter(gu, C, 2 * f, 0, idx, k, e, -1, r0, r1);
             qt_ffn_swiglu(C, C, n, f);
-            QT_FN(qt_matmul_fwd)(A, C, wd, n, d, f);
+            if (nb > 0) QT_FN(qt_matmul_canon_fwd)(A, C, wd, n, d, f, 1, nb, K);
+            else QT_FN(qt_matmul_fwd)(A, C, wd, n, d, f);
             qt_ffn_scatter(y, A, d, 0, idx, k, e, -1, r0, r1);
         }
     }
@@ -141,14 +157,28 @@ static void qt_ffn_gather_list(qt_real *dst, const qt_real *src, int64_t width, 
     }
 }
 
+/* A[n,d] = the rows' data gradient d(gu) W_gu: the plain chain from 0, or with nb > 0 the
+ * canonical blocking of the contraction over [gate | up] (2 parts, kernels/matmul_canon.h),
+ * whose partials and packed blocks use K. */
+static void qt_ffn_dx_rows(qt_real *A, const qt_real *C, const qt_real *wg, int64_t n, int64_t d,
+                           int64_t f, int64_t nb, qt_real *K)
+{
+    if (nb > 0) {
+        QT_FN(qt_matmul_canon_bwd_data)(A, C, wg, n, 2 * f, d, 2, nb, K);
+        return;
+    }
+    qt_ffn_zero(A, n * d);
+    QT_FN(qt_matmul_bwd_data)(A, C, wg, n, 2 * f, d);
+}
+
 /* Per-slot path: one slot at a time, every expert's rows of that slot re-found by scanning
  * idx. Used when the scratch cannot hold the whole [T*k,d] contribution buffer. */
 static void qt_ffn_bwd_slots(qt_real *dx, qt_real *dgu, const qt_real *dy, const int32_t *idx,
                              const qt_real *gu, const qt_real *w_gu, const qt_real *w_down,
                              qt_real *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
-                             int64_t f, int64_t cap)
+                             int64_t f, int64_t cap, int64_t nb)
 {
-    qt_real *A = scratch, *B = A + cap * d, *C = B + cap * f;
+    qt_real *A = scratch, *B = A + cap * d, *C = B + cap * f, *K = C + cap * 2 * f;
     for (int64_t slot = 0; slot < k; slot++) {
         for (int32_t e = 0; e < E; e++) {
             const qt_real *wg = w_gu + (int64_t)e * 2 * f * d;
@@ -162,8 +192,7 @@ static void qt_ffn_bwd_slots(qt_real *dx, qt_real *dgu, const qt_real *dy, const
                 qt_ffn_gather(C, gu, 2 * f, 0, idx, k, e, slot, r0, r1);
                 qt_ffn_swiglu_bwd(C, B, n, f);
                 if (dgu) qt_ffn_scatter(dgu, C, 2 * f, 0, idx, k, e, slot, r0, r1);
-                qt_ffn_zero(A, n * d);
-                QT_FN(qt_matmul_bwd_data)(A, C, wg, n, 2 * f, d);
+                qt_ffn_dx_rows(A, C, wg, n, d, f, nb, K);
                 qt_ffn_scatter(dx, A, d, 1, idx, k, e, slot, r0, r1);
             }
         }
@@ -181,17 +210,31 @@ void QT_FN(qt_expert_ffn_bwd_save)(qt_real *dx, qt_real *dgu, const qt_real *dy,
                                    qt_real *scratch, int64_t T, int64_t k, int64_t E,
                                    int64_t d, int64_t f, int64_t scratch_elems)
 {
-    const int64_t R = T * k, head = R + (E + 1) + R * d;
+    QT_FN(qt_expert_ffn_bwd_save_canon)(dx, dgu, dy, idx, gu, w_gu, w_down, scratch, T, k, E, d,
+                                        f, scratch_elems, 0);
+}
+
+void QT_FN(qt_expert_ffn_bwd_save_canon)(qt_real *dx, qt_real *dgu, const qt_real *dy,
+                                         const int32_t *idx, const qt_real *gu,
+                                         const qt_real *w_gu, const qt_real *w_down,
+                                         qt_real *scratch, int64_t T, int64_t k, int64_t E,
+                                         int64_t d, int64_t f, int64_t scratch_elems,
+                                         int64_t nb)
+{
+    /* per row d + 3f, plus with canonical blocks nb*d + 2f/nb and d*(2f/nb) for the weights */
+    const int64_t row = d + 3 * f + (nb > 0 ? nb * d + 2 * f / nb : 0);
+    const int64_t fixed = nb > 0 ? d * (2 * f / nb) : 0;
+    const int64_t R = T * k, head = R + (E + 1) + R * d + fixed;
     const int64_t capx = head < scratch_elems && R <= ((int64_t)1 << 24)
-                             ? (scratch_elems - head) / (d + 3 * f) : 0;
+                             ? (scratch_elems - head) / row : 0;
     if (capx < 1) {
-        const int64_t cap = scratch_elems / (d + 3 * f);
+        const int64_t cap = scratch_elems > fixed ? (scratch_elems - fixed) / row : 0;
         if (cap < 1) { qt_ffn_poison(dx, T * d); return; }
-        qt_ffn_bwd_slots(dx, dgu, dy, idx, gu, w_gu, w_down, scratch, T, k, E, d, f, cap);
+        qt_ffn_bwd_slots(dx, dgu, dy, idx, gu, w_gu, w_down, scratch, T, k, E, d, f, cap, nb);
         return;
     }
     qt_real *list = scratch, *off = list + R, *Dx = off + E + 1;
-    qt_real *A = Dx + R * d, *B = A + capx * d, *C = B + capx * f;
+    qt_real *A = Dx + R * d, *B = A + capx * d, *C = B + capx * f, *K = C + capx * 2 * f;
     qt_ffn_lists(list, off, idx, R, E);
     for (int64_t e = 0; e < E; e++) {
         const qt_real *wg = w_gu + e * 2 * f * d, *wd = w_down + e * d * f;
@@ -208,8 +251,7 @@ void QT_FN(qt_expert_ffn_bwd_save)(qt_real *dx, qt_real *dgu, const qt_real *dy,
                     qt_real *dst = dgu + (int64_t)list[j0 + j] * 2 * f;
                     for (int64_t i = 0; i < 2 * f; i++) dst[i] = C[j * 2 * f + i];
                 }
-            qt_ffn_zero(A, n * d);
-            QT_FN(qt_matmul_bwd_data)(A, C, wg, n, 2 * f, d);
+            qt_ffn_dx_rows(A, C, wg, n, d, f, nb, K);
             for (int64_t j = 0; j < n; j++) {
                 qt_real *dst = Dx + (int64_t)list[j0 + j] * d;
                 for (int64_t i = 0; i < d; i++) dst[i] = A[j * d + i];

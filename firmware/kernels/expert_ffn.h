@@ -32,6 +32,18 @@ void qt_expert_ffn_fwd_f64(double *y, double *gu, const double *x, const int32_t
                            int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
                            int64_t scratch_elems);
 
+/* The same with the down projection's contraction (over f) in nb canonical blocks
+ * (kernels/matmul_canon.h; nb = 0: the plain chain): tensor-parallel ranks holding f/P of
+ * every expert compute their subtree and add the rows across ranks. */
+void qt_expert_ffn_fwd_canon(float *y, float *gu, const float *x, const int32_t *idx,
+                             const float *w_gu, const float *w_down, float *scratch, int64_t T,
+                             int64_t k, int64_t E, int64_t d, int64_t f, int64_t scratch_elems,
+                             int64_t nb);
+void qt_expert_ffn_fwd_canon_f64(double *y, double *gu, const double *x, const int32_t *idx,
+                                 const double *w_gu, const double *w_down, double *scratch,
+                                 int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                                 int64_t scratch_elems, int64_t nb);
+
 /* dx[T,d] accumulates; each token's slots add in increasing slot order. Expert-major (row
  * lists, weights read once) when scratch >= T*k*(d+1) + E+1 + (d+3f), else slot-major;
  * both give the same bits. Reads dy[T*k,d], x, idx, gu, w_gu, w_down. */
@@ -54,6 +66,18 @@ void qt_expert_ffn_bwd_save_f64(double *dx, double *dgu, const double *dy,
                                 const int32_t *idx, const double *gu, const double *w_gu,
                                 const double *w_down, double *scratch, int64_t T, int64_t k,
                                 int64_t E, int64_t d, int64_t f, int64_t scratch_elems);
+
+/* The same with the data gradient's contraction over [gate | up] (2f, two parts) in nb
+ * canonical blocks per part (nb = 0: the plain chain). */
+void qt_expert_ffn_bwd_save_canon(float *dx, float *dgu, const float *dy, const int32_t *idx,
+                                  const float *gu, const float *w_gu, const float *w_down,
+                                  float *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
+                                  int64_t f, int64_t scratch_elems, int64_t nb);
+void qt_expert_ffn_bwd_save_canon_f64(double *dx, double *dgu, const double *dy,
+                                      const int32_t *idx, const double *gu, const double *w_gu,
+                                      const double *w_down, double *scratch, int64_t T,
+                                      int64_t k, int64_t E, int64_t d, int64_t f,
+                                      int64_t scratch_elems, int64_t nb);
 
 /* dw_gu[E,2f,d] and dw_down[E,d,f] accumulate the gradient of the T rows given (one
  * sequence: pass pointers already offset to its first token). Per expert, rows r

@@ -29,20 +29,21 @@ void qt_op_moe_route_bwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_expert_ffn_fwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_expert_ffn_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                      qt_i32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), qt_f32(ctx, op->t[5]),
-                      qt_f32(ctx, op->t[6]), op->a[0], op->a[1], op->a[2], op->a[3],
-                      op->a[4], ctx->plan->tensors[op->t[6]].numel);
+    qt_expert_ffn_fwd_canon(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
+                            qt_i32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), qt_f32(ctx, op->t[5]),
+                            qt_f32(ctx, op->t[6]), op->a[0], op->a[1], op->a[2], op->a[3],
+                            op->a[4], ctx->plan->tensors[op->t[6]].numel, op->a[5]);
 }
 
 /* t8 dgu is optional: without it the WGRAD recomputes d(gu). */
 void qt_op_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
 {
     float *dgu = op->t[8] != QT_NONE ? qt_f32(ctx, op->t[8]) : 0;
-    qt_expert_ffn_bwd_save(qt_f32(ctx, op->t[0]), dgu, qt_f32(ctx, op->t[1]),
-                           qt_i32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), qt_f32(ctx, op->t[5]),
-                           qt_f32(ctx, op->t[6]), qt_f32(ctx, op->t[7]), op->a[0], op->a[1],
-                           op->a[2], op->a[3], op->a[4], ctx->plan->tensors[op->t[7]].numel);
+    qt_expert_ffn_bwd_save_canon(qt_f32(ctx, op->t[0]), dgu, qt_f32(ctx, op->t[1]),
+                                 qt_i32(ctx, op->t[3]), qt_f32(ctx, op->t[4]),
+                                 qt_f32(ctx, op->t[5]), qt_f32(ctx, op->t[6]),
+                                 qt_f32(ctx, op->t[7]), op->a[0], op->a[1], op->a[2], op->a[3],
+                                 op->a[4], ctx->plan->tensors[op->t[7]].numel, op->a[6]);
 }
 
 void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])

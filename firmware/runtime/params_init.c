@@ -118,7 +118,7 @@ int64_t qt_global_index(const qt_plan *p, const qt_tensor *t, int64_t local)
         int64_t c = coord[d];
         if (t->shape[d] != t->global_shape[d]) {
             const int64_t shard = qt_shard_index(p, t->spec[d]);
-            if (t->seg[0] > 0) {
+            if (t->seg[0] > 0 && t->seg_dim == d) {
                 /* parts back to back, each split the same way: find c's part */
                 const int64_t parts = t->global_shape[d] / t->shape[d];
                 int64_t lo_l = 0, lo_g = 0;

@@ -95,6 +95,7 @@ uint64_t qt_plan_hash(const qt_plan *p)
         qt_fnv_i(&f, x->offset);
         qt_fnv_i(&f, x->numel);
         for (int k = 0; k < QT_MAX_SEGS; k++) qt_fnv_i(&f, x->seg[k]);
+        qt_fnv_i(&f, x->seg_dim);
     }
     qt_fnv_i(&f, p->n_params);
     for (int32_t i = 0; i < p->n_params; i++) {
