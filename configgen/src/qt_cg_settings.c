@@ -451,9 +451,6 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
     s->n_ranks = (int32_t)n_ranks;
     const int32_t ep = s->mesh[QT_MESH_EXPERT], tp = s->mesh[QT_MESH_TENSOR];
     const char *tkey = iv[2] > 1 ? ici[2] : dcn[2];
-    if (tp > 1 && ep > 1)
-        return bad(v, tkey, "tensor parallelism %d together with expert parallelism %d is not "
-                   "planned yet (use one of them)", tp, ep);
     if (tp > 1) {
         /* every split count, and every canonical block count of a split contraction or
          * head-group sum, must divide by the tensor degree (kernels/matmul_canon.h) */

@@ -44,12 +44,15 @@ mesh_same() {
 
 # expert parallelism: 4 experts (qwen3-next-tiny) allow EP 4, 6 (qwen3.5-tiny) EP 2; tensor
 # parallelism needs the kv heads to split: qwen3-next-tiny (2 kv heads) runs TP 2,
-# qwen3.5-tiny (1 kv head) is refused with a message (test_configgen.cpp)
+# qwen3.5-tiny (1 kv head) is refused with a message (test_configgen.cpp), and the Qwen3.5
+# decoder's TP and EP 4 cells use qwen3.5-tiny-tp (2 kv heads, 8 experts; model "35t")
 for cell in next:dp2:2 next:dp2-auto:2 next:dp4:4 next:fsdp2:2 next:fsdp4-auto:4 \
             next:dp2fsdp2:4 next:dp2-g2-zero1:2 next:ep2:2 next:ep4:4 next:dp2ep2:4 \
-            next:tp2:2 next:tp2-auto:2 next:fsdp2tp2:4 next:dp2tp2:4 \
+            next:tp2:2 next:tp2-auto:2 next:fsdp2tp2:4 next:dp2tp2:4 next:ep2tp2:4 \
             next:dp4-auto:4 next:fsdp2-auto:2 next:ep4-auto:4 next:dp2ep2-auto:4 \
             next:fsdp2tp2-auto:4 next:dp2tp2-auto:4 35:dp4-auto:4 35:dp2ep2-auto:4 \
+            next:fsdp4:4 next:ep2-auto:2 35:fsdp4:4 35:fsdp2-auto:2 \
+            35t:tp2:2 35t:tp2-auto:2 35t:ep4:4 35t:ep2tp2:4 35t:fsdp2tp2:4 \
             35:dp2:2 35:dp2-auto:2 35:dp4:4 35:fsdp2:2 35:fsdp4-auto:4 35:dp2fsdp2:4 \
             35:dp2-g2-zero1:2 35:ep2:2 35:ep2-auto:2 35:dp2ep2:4; do
   model=${cell%%:*}; rest=${cell#*:}; mesh=${rest%%:*}; n=${rest##*:}
