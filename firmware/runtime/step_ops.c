@@ -1,13 +1,16 @@
-/* step_ops.c - the STEP wrappers of qt_ops.def: what runs once per optimizer step after
- * the last microbatch (see qt_step.h).
+/* step_ops.c - the STEP wrappers of qt_ops.def: what runs after each microbatch (the
+ * microbatch-end schedule of mesh plans: leaf-tree totals, their reduce-scatter, the push
+ * into the microbatch tree) and once per optimizer step after the last microbatch
+ * (gradient totals, collectives, normalisation and norm, AdamW), see qt_step.h.
  *
  * Invariants: no heap, no syscalls but the collectives' own; the parameter-sized passes
  * are fused per cache-sized chunk (tree total -> normalise -> exact square sum; clip ->
  * AdamW -> fingerprint), each stage keeping the exact per-element operations of the
- * unfused version, so fusion changes speed, never bits. A rank works on its block of the
- * op's group (qt_step_block); the padding [n_param_elems, n_flat) is never normalised,
- * updated or counted. Collectives that fail (a silent peer) return their QT_E_COMM code
- * up the walk; nothing here exits.
+ * unfused version, so fusion changes speed, never bits. A rank works on its blocks of
+ * each flat range (qt_step_block); padding elements between and after the parameters
+ * hold zeros, so normalising, squaring or updating them changes nothing, and the
+ * fingerprint visits parameter elements only. Collectives that fail (a silent peer)
+ * return their QT_E_COMM code up the walk; nothing here exits.
  */
 #include <string.h>
 #include "qt_step.h"
