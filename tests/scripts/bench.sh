@@ -40,7 +40,8 @@ fpt=$(awk -v d=$d -v L=$L -v c=$cyc -v hq=$hq -v hkv=$hkv -v hd=$hd -v hk=$hk -v
 echo "bench model: d=$d L=$L heads $hq/$hkv x $hd, GDN $hk/$hv x $dk/$dv, experts $E top-$k x $f, shared $fs, vocab $V, batch $b x $S"
 echo "model FLOPs per token (fwd+bwd): $fpt; MFU against ${PEAK} GFLOP/s"
 
-make --no-print-directory build/bench/qtrain build/bench-dp2/qtrain build/bench-ep2/qtrain >/dev/null
+make --no-print-directory build/bench/qtrain build/bench-dp2/qtrain build/bench-ep2/qtrain \
+  build/bench-dp2-zero1/qtrain >/dev/null
 out=$(mktemp -d /tmp/qtrain-bench.XXXXXX); trap 'rm -rf "$out"' EXIT
 ./build/bench/qtrain steps=$STEPS metrics=$out/m.jsonl 2> $out/err.txt || { cat $out/err.txt; exit 1; }
 qt_tps=$(awk -v w=$WARM -F'"tokens_per_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/m.jsonl)
@@ -92,6 +93,14 @@ for mesh in dp2 ep2; do
   awk -v a=${m_tps[$mesh]} -v b=$qt_tps -v m=${mesh^^} 'BEGIN{printf "qtrain %s / 1 rank: %.2fx (the 2 vCPUs give about 1.0-1.5x one core in total, so not 2x)\n", m, a/b}'
   echo "${mesh^^} collectives (rank 0, all $STEPS steps): ${m_coll[$mesh]#qtrain: collectives: }"
 done
+# ZeRO-1 memory: the same DP2 run with the optimizer state split over data; plan.txt's Adam
+# bytes per rank and rank 0's measured peak RSS, without and with.
+GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 \
+  mpiexec -n 2 ./build/bench-dp2-zero1/qtrain steps=4 metrics=$out/z1.jsonl 2> $out/z1.txt ||
+  { cat $out/z1.txt; exit 1; }
+rss() { grep -o 'peak RSS [0-9.]* MiB (arena [0-9.]* MiB' "$1" | awk '{printf "%s MiB (arena %s MiB)", $3, $6}'; }
+adam() { grep -m1 '^  adam m + v' "generated/$1/plan.txt" | awk '{printf "%s MiB", $(NF-1)}'; }
+echo "ZeRO-1 on DP2, per rank: Adam (plan.txt) $(adam bench-dp2) -> $(adam bench-dp2-zero1); peak RSS of rank 0 $(rss $out/dp2.txt) -> $(rss $out/z1.txt)"
 if [ -n "$pt_tps" ]; then
   awk -v a=$qt_tps -v b=$pt_tps 'BEGIN{printf "qtrain / pytorch: %.2fx\n", a/b}'
 else
