@@ -5,6 +5,7 @@
 #   make all     configgen, plans, build/<run>/qtrain (glibc) and qtrain-static (musl)
 #   make run     train the default model on the embedded corpus
 #   make test    every test, ending with one line "N passed, M failed"
+#   make asan    ASan + UBSan builds under build/asan/ (unit tests, two small plans)
 #   make goldens regenerate tests/golden/ with the PyTorch reference (needs python3-torch)
 #   make bench   tokens/s and MFU of qtrain and of the PyTorch reference
 #   make clean
@@ -70,14 +71,15 @@ MPI_CFLAGS := -I/usr/include/x86_64-linux-gnu/mpich
 LIBS_GLIBC := -lmpich -Wl,--no-as-needed -lhugetlbfs -Wl,--as-needed
 LINK_ARENA := -Wl,-T,linker/arena.ld
 
-.PHONY: all deps gen run test goldens bench clean check-deps tools
+.PHONY: all deps gen run test goldens bench clean check-deps tools asan
 .DEFAULT_GOAL := all
 # The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
 # build/plans/<run>.o): keep them. Only them: a bare .SECONDARY would make every target
 # secondary, generated/<run>/plan.c included, and make then compiled an existing plan.c
 # before configgen was (re)linked, so the next `make` regenerated the plans and rebuilt.
 PLAN_OBJ_ALL := $(foreach r,$(RUNS),$(BUILD)/plans/$(r).o $(BUILD)/plans/$(r).main.o \
-                  $(BUILD)/plans-musl/$(r).o $(BUILD)/plans-musl/$(r).main.o)
+                  $(BUILD)/plans-musl/$(r).o $(BUILD)/plans-musl/$(r).main.o \
+                  $(BUILD)/asan/plans/$(r).o $(BUILD)/asan/plans/$(r).main.o)
 .SECONDARY: $(PLAN_OBJ_ALL)
 
 all: $(CONFIGGEN) $(PLANS) $(QTRAIN) $(QTRAIN_STATIC) $(UNIT) $(TOOLS)
@@ -176,13 +178,78 @@ $(BUILD)/tools/libheap_audit.so: tests/tools/heap_audit.c
 
 tools: $(TOOLS)
 
+# ---------------------------------------------------------------- sanitizer build
+# ASan + UBSan (any report aborts: -fno-sanitize-recover=all) with the determinism flags and
+# the same -march, so the AVX-512 paths run; its own objects under build/asan/. -O1 (no
+# auto-vectorisation) must give the normal build's bits: without contraction a vector lane
+# does the scalar IEEE operation (DETFLAGS above); tests/e2e/35_sanitize.sh compares them.
+# Single rank through comm_local.c (as the musl build), so MPICH is neither linked nor
+# instrumented. Plain link of the arena (no gap, no arena_unload): exec maps the section as
+# it does for the unit tests, and the runtime keeps that mapping (firmware/runtime/arena.c).
+# The arena's global sits in a named section, which gcc's ASan leaves without redzones.
+ASAN_RUNS := test-next-tiny test-35-tiny
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g
+# -Wno-format-truncation: at -O1 with the sanitizers gcc's range analysis is weaker and it
+# warns about bounded snprintf calls that -O2 proves fit (st_write.c: a getdents64 name,
+# at most NAME_MAX, after a directory shorter than QT_ST_PATH_MAX into 2 * QT_ST_PATH_MAX;
+# qt_cg_shard.c: a short list of mesh axis names). snprintf truncates, it never overflows.
+CFLAGS_ASAN := $(filter-out -O2,$(CFLAGS_FW)) $(SANFLAGS) -Wno-format-truncation
+CFLAGS_HOST_ASAN := $(filter-out -O2,$(CFLAGS_HOST)) $(SANFLAGS) -Wno-format-truncation
+CXXFLAGS_TEST_ASAN := $(filter-out -O1,$(CXXFLAGS_TEST)) $(SANFLAGS)
+LIBS_ASAN := -Wl,--no-as-needed -lhugetlbfs -Wl,--as-needed -lm
+ASAN_FW_OBJ := $(patsubst firmware/%.c,$(BUILD)/asan/fw/%.o,$(FW_SRC_MUSL))
+ASAN_APP_OBJ := $(patsubst firmware/%.c,$(BUILD)/asan/fw/%.o,$(FW_MAIN))
+ASAN_K64_OBJ := $(patsubst firmware/kernels/%.c,$(BUILD)/asan/k64/%.o,$(KERNEL_SRC))
+ASAN_CG_LIB_OBJ := $(patsubst $(BUILD)/configgen/%,$(BUILD)/asan/configgen/%,$(CG_LIB_OBJ))
+ASAN_TEST_OBJ := $(patsubst $(BUILD)/tests/%,$(BUILD)/asan/tests/%,$(TEST_OBJ))
+ASAN_TEST_PLAN_OBJ := $(foreach r,$(TEST_PLAN_RUNS),$(BUILD)/asan/plans/$(r).o)
+ASAN_UNIT := $(BUILD)/asan/tests/unit_tests
+ASAN_QTRAIN := $(foreach r,$(ASAN_RUNS),$(BUILD)/asan/$(r)/qtrain)
+
+asan: $(ASAN_UNIT) $(ASAN_QTRAIN)
+
+$(BUILD)/asan/fw/%.o: firmware/%.c $(wildcard firmware/include/*.h firmware/include/*.def firmware/*/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ASAN) -c $< -o $@
+
+$(BUILD)/asan/k64/%.o: firmware/kernels/%.c $(wildcard firmware/include/*.h firmware/include/*.def firmware/*/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ASAN) -DQT_REAL_DOUBLE -c $< -o $@
+
+$(BUILD)/asan/plans/%.o: generated/%/plan.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ASAN) -Igenerated/$* -c $< -o $@
+
+$(BUILD)/asan/plans/%.main.o: generated/%/plan.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ASAN) -Igenerated/$* -c generated/$*/plan_main.c -o $@
+
+$(BUILD)/asan/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h firmware/include/qt_ops.def
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_HOST_ASAN) -Iconfiggen/src -c $< -o $@
+
+$(BUILD)/asan/tests/%.o: tests/unit/%.cpp $(wildcard tests/unit/*.h tests/golden/kernels/*.h firmware/include/*.h firmware/*/*.h)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS_TEST_ASAN) -c $< -o $@
+
+$(BUILD)/asan/tests/%.o: tests/unit/%.c $(wildcard tests/unit/*.h firmware/include/*.h firmware/*/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ASAN) -Itests/unit -Itests -c $< -o $@
+
+$(ASAN_UNIT): $(ASAN_TEST_OBJ) $(ASAN_FW_OBJ) $(ASAN_K64_OBJ) $(ASAN_TEST_PLAN_OBJ) $(ASAN_CG_LIB_OBJ)
+	$(CXX) $(SANFLAGS) -o $@ $^ $(LINK_ARENA) $(LIBS_ASAN) $$(pkg-config --libs cpputest)
+
+$(BUILD)/asan/%/qtrain: $(ASAN_FW_OBJ) $(ASAN_APP_OBJ) $(BUILD)/asan/plans/%.o $(BUILD)/asan/plans/%.main.o linker/arena.ld
+	@mkdir -p $(@D)
+	$(CC) $(SANFLAGS) -o $@ $(ASAN_FW_OBJ) $(ASAN_APP_OBJ) $(BUILD)/asan/plans/$*.o $(BUILD)/asan/plans/$*.main.o $(LINK_ARENA) $(LIBS_ASAN)
+
 # ---------------------------------------------------------------- entry points
 run: deps
 	@$(MAKE) --no-print-directory $(BUILD)/$(DEFAULT_RUN)/qtrain
 	./$(BUILD)/$(DEFAULT_RUN)/qtrain steps=$${STEPS:-200} metrics=$(BUILD)/$(DEFAULT_RUN)/metrics.jsonl overwrite=1
 
 test: deps
-	@$(MAKE) --no-print-directory -j$$(nproc) all
+	@$(MAKE) --no-print-directory -j$$(nproc) all asan
 	@./tests/scripts/run_all.sh
 
 # The float64 goldens are regenerated byte for byte only with the same BLAS: Debian's
@@ -202,4 +269,4 @@ clean:
 	rm -rf $(BUILD)
 
 # The embedded corpus is pulled in with .incbin: rebuild when the text changes.
-$(BUILD)/fw/io/corpus.o $(BUILD)/musl/io/corpus.o: firmware/io/corpus.txt
+$(BUILD)/fw/io/corpus.o $(BUILD)/musl/io/corpus.o $(BUILD)/asan/fw/io/corpus.o: firmware/io/corpus.txt

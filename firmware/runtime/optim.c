@@ -182,7 +182,12 @@ uint64_t qt_fp_mix(const float *w, int64_t n, uint64_t gidx0)
         acc = _mm512_add_epi64(acc, _mm512_xor_si512(x, _mm512_srli_epi64(x, 31)));
         idx = _mm512_add_epi64(idx, step);
     }
-    sum = (uint64_t)_mm512_reduce_add_epi64(acc);
+    /* Lanes summed as uint64_t (mod 2^64, any order gives the same bits). Not with
+     * _mm512_reduce_add_epi64: gcc's header adds them as signed long long vectors, and the
+     * wrap-around of this hash sum is then signed overflow (undefined; UBSan reports it). */
+    uint64_t lanes[8];
+    _mm512_storeu_si512((void *)lanes, acc);
+    for (int l = 0; l < 8; l++) sum += lanes[l];
 #endif
     return sum + qt_fp_mix_ref(w + j, n - j, gidx0 + (uint64_t)j);
 }
