@@ -279,8 +279,3 @@ void qt_interp_finalize_grads(const qt_plan *p)
         qt_tree_finalize_range(levels, pa->flat_offset, pa->numel, n);
     }
 }
-
-void qt_interp_finalize_mb_grads(const qt_plan *p)
-{
-    qt_interp_finalize_grads(p);
-}

@@ -29,14 +29,12 @@ void qt_interp_run_init(const qt_ctx *ctx, const qt_kernel_entry *table);
  * that fails (a collective) stores its code in *ctx->status; the walk then stops. */
 void qt_interp_run_microbatch(const qt_ctx *ctx, const qt_kernel_entry *table, int64_t mb);
 
-/* After the last microbatch: completes the tree totals of micro_batch*grad_accum leaves in
- * the gradient region, which is the top tree level (all n_param_elems elements): adds the
- * lower occupied levels into it in place (see qt_tree_finalize_range). Reads the lower
- * levels, writes the gradient region. */
+/* Completes every parameter's leaf-tree total in place in the leaf tree's top level: over
+ * the step's leaves into the gradient region (one tree, after the last microbatch), or,
+ * with a microbatch tree (n_mb_levels > 0), over one microbatch's leaves into the
+ * microbatch total. Adds the lower occupied levels (see qt_tree_finalize_range); reads
+ * them, writes the top level. */
 void qt_interp_finalize_grads(const qt_plan *p);
-/* With a microbatch tree (n_mb_levels > 0): the same for one microbatch's leaves, into the
- * leaf tree's top level (the microbatch total). */
-void qt_interp_finalize_mb_grads(const qt_plan *p);
 /* The same for flat elements [off, off+n) only. */
 void qt_interp_finalize_grads_range(const qt_plan *p, int64_t off, int64_t n);
 

@@ -144,7 +144,7 @@ int qt_step_grad_mb_total(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 {
     (void)op;
     (void)st;
-    qt_interp_finalize_mb_grads(ctx->plan);
+    qt_interp_finalize_grads(ctx->plan);
     return QT_OK;
 }
 

@@ -1,16 +1,7 @@
 # 20_determinism.sh - the determinism contract of design.md section 6 (sourced by run_all.sh).
 #
 # All comparisons are bit-exact: loss bits and the parameter fingerprint of every step.
-# det_fields FILE: one line per step with the step, loss bits and fingerprint; fails (so the
-# comparison cannot pass vacuously) when a metrics line lacks any of them.
-det_fields() {
-  awk '{ s = match($0, /"step":[0-9]+/) ? substr($0, RSTART, RLENGTH) : "";
-         l = match($0, /"loss_bits":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
-         f = match($0, /"fingerprint":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
-         if (s == "" || l == "" || f == "") { print "metrics line without step/loss_bits/fingerprint: " $0 > "/dev/stderr"; bad = 1 }
-         print s, l, f }
-       END { if (NR == 0 || bad) exit 1 }' "$1"
-}
+# det_fields (tests/scripts/run_all.sh) gives "step loss_bits fingerprint" per metrics line.
 
 accum_invariance() {
   local d=$QT_TMP/accum data=tests/golden/e2e/test-next-tiny/tokens.npy

@@ -9,14 +9,6 @@
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 MESH_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 
-# mesh_fields FILE: "step loss_bits fingerprint" per metrics line (fails on a line without them)
-mesh_fields() {
-  awk '{ s = match($0, /"step":[0-9]+/) ? substr($0, RSTART, RLENGTH) : "";
-         l = match($0, /"loss_bits":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
-         f = match($0, /"fingerprint":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
-         if (s == "" || l == "" || f == "") bad = 1; print s, l, f }
-       END { if (NR == 0 || bad) exit 1 }' "$1"
-}
 
 # mesh_run RUN RANKS OUT: 10 steps of build/RUN/qtrain on RANKS ranks, metrics to OUT.
 mesh_run() {
@@ -34,10 +26,10 @@ mesh_same() {
   mkdir -p "$d"
   if [ ! -s "$d/$model-1r.det" ]; then
     mesh_run mesh-$model-1r 1 "$d/$model-1r.jsonl" || return 1
-    mesh_fields "$d/$model-1r.jsonl" > "$d/$model-1r.det" || return 1
+    det_fields "$d/$model-1r.jsonl" > "$d/$model-1r.det" || return 1
   fi
   mesh_run mesh-$model-$mesh "$n" "$d/$model-$mesh.jsonl" || return 1
-  mesh_fields "$d/$model-$mesh.jsonl" > "$d/$model-$mesh.det" || return 1
+  det_fields "$d/$model-$mesh.jsonl" > "$d/$model-$mesh.det" || return 1
   [ "$(wc -l < "$d/$model-$mesh.det")" -eq 10 ] || { echo "expected 10 metrics lines"; return 1; }
   cmp "$d/$model-1r.det" "$d/$model-$mesh.det" && echo "identical to one rank: $(tail -n 1 "$d/$model-$mesh.det")"
 }
@@ -73,7 +65,7 @@ mesh_negative_control() {
   mkdir -p "$d"
   timeout 120 mpiexec -n 2 build/mesh-next-dp2/qtrain data=$MESH_DATA steps=10 seed=12 \
       metrics=$d/neg.jsonl || return 1
-  mesh_fields "$d/neg.jsonl" > "$d/neg.det" || return 1
+  det_fields "$d/neg.jsonl" > "$d/neg.det" || return 1
   [ -s "$d/next-dp2.det" ] || { echo "mesh next dp2 did not run"; return 1; }
   ! cmp -s "$d/next-dp2.det" "$d/neg.det" || { echo "seed 11 and 12 gave identical bits"; return 1; }
 }

@@ -19,14 +19,6 @@ ckm_run() {
   fi
 }
 
-# ckm_fields FILE: "step loss_bits fingerprint" per metrics line (fails on a line without them)
-ckm_fields() {
-  awk '{ s = match($0, /"step":[0-9]+/) ? substr($0, RSTART, RLENGTH) : "";
-         l = match($0, /"loss_bits":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
-         f = match($0, /"fingerprint":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
-         if (s == "" || l == "" || f == "") bad = 1; print s, l, f }
-       END { if (NR == 0 || bad) exit 1 }' "$1"
-}
 
 # ckm_ref MODEL: the uninterrupted 10-step one-rank run's fields of steps 6..10 (cached)
 ckm_ref() {
@@ -34,7 +26,7 @@ ckm_ref() {
   mkdir -p "$d"
   if [ ! -s "$d/$model-ref.det" ]; then
     ckm_run mesh-$model-1r 1 steps=10 metrics=$d/$model-ref.jsonl 2> /dev/null || return 1
-    ckm_fields "$d/$model-ref.jsonl" | tail -n 5 > "$d/$model-ref.det" || return 1
+    det_fields "$d/$model-ref.jsonl" | tail -n 5 > "$d/$model-ref.det" || return 1
   fi
 }
 
@@ -51,7 +43,7 @@ ckm_resume() {
   ckm_run mesh-$model-$lm "$ln" steps=10 load=$ck metrics=$d/$tag.jsonl 2> "$d/$tag.log" \
     || { tail -n 5 "$d/$tag.log"; return 1; }
   grep -q "resuming from .* at step 5" "$d/$tag.log" || { echo "did not resume at step 5"; tail -n 5 "$d/$tag.log"; return 1; }
-  ckm_fields "$d/$tag.jsonl" > "$d/$tag.det" || return 1
+  det_fields "$d/$tag.jsonl" > "$d/$tag.det" || return 1
   [ "$(wc -l < "$d/$tag.det")" -eq 5 ] || { echo "expected 5 metrics lines (steps 6..10)"; return 1; }
   cmp "$d/$model-ref.det" "$d/$tag.det" && echo "steps 6..10 identical: $(tail -n 1 "$d/$tag.det")"
 }

@@ -21,14 +21,6 @@ Z1_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 Z1_STEPS=20
 Z1_SEED=11
 
-# z1_fields FILE: "step loss_bits fingerprint" per metrics line (fails on a line without them)
-z1_fields() {
-  awk '{ s = match($0, /"step":[0-9]+/) ? substr($0, RSTART, RLENGTH) : "";
-         l = match($0, /"loss_bits":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
-         f = match($0, /"fingerprint":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
-         if (s == "" || l == "" || f == "") bad = 1; print s, l, f }
-       END { if (NR == 0 || bad) exit 1 }' "$1"
-}
 
 # z1_det RUN RANKS [SEED [TAG]]: runs build/zero1-RUN/qtrain once on RANKS ranks (20 steps)
 # and leaves its fields in $QT_TMP/zero1/RUN[TAG].det.
@@ -45,7 +37,7 @@ z1_det() {
     timeout 120 mpiexec -n "$n" build/zero1-$run/qtrain data=$Z1_DATA steps=$Z1_STEPS \
         seed=$seed metrics=$out.jsonl || return 1
   fi
-  z1_fields "$out.jsonl" > "$out.tmp" || { echo "$run: metrics lines without loss_bits/fingerprint"; return 1; }
+  det_fields "$out.jsonl" > "$out.tmp" || { echo "$run: metrics lines without loss_bits/fingerprint"; return 1; }
   [ "$(wc -l < "$out.tmp")" -eq "$Z1_STEPS" ] || { echo "$run: expected $Z1_STEPS metrics lines"; return 1; }
   mv "$out.tmp" "$out.det"
 }

@@ -69,7 +69,7 @@ pt_thr=$(echo "$pt_line" | grep -o '"threads": *[0-9]*' | grep -o '[0-9]*$' || t
 declare -A m_tps m_step m_share m_mib m_coll
 for mesh in dp2 ep2; do
   GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 \
-    mpiexec -n 2 ./build/bench-$mesh/qtrain steps=$STEPS metrics=$out/$mesh.jsonl 2> $out/$mesh.txt ||
+    timeout 900 mpiexec -n 2 ./build/bench-$mesh/qtrain steps=$STEPS metrics=$out/$mesh.jsonl 2> $out/$mesh.txt ||
     { cat $out/$mesh.txt; exit 1; }
   m_tps[$mesh]=$(awk -v w=$WARM -F'"tokens_per_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/$mesh.jsonl)
   m_step[$mesh]=$(awk -v w=$WARM -F'"step_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/$mesh.jsonl)
@@ -96,7 +96,7 @@ done
 # ZeRO-1 memory: the same DP2 run with the optimizer state split over data; plan.txt's Adam
 # bytes per rank and rank 0's measured peak RSS, without and with.
 GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 \
-  mpiexec -n 2 ./build/bench-dp2-zero1/qtrain steps=4 metrics=$out/z1.jsonl 2> $out/z1.txt ||
+  timeout 900 mpiexec -n 2 ./build/bench-dp2-zero1/qtrain steps=4 metrics=$out/z1.jsonl 2> $out/z1.txt ||
   { cat $out/z1.txt; exit 1; }
 rss() { grep -o 'peak RSS [0-9.]* MiB (arena [0-9.]* MiB' "$1" | awk '{printf "%s MiB (arena %s MiB)", $3, $6}'; }
 adam() { grep -m1 '^  adam m + v' "generated/$1/plan.txt" | awk '{printf "%s MiB", $(NF-1)}'; }
