@@ -12,12 +12,13 @@
 enum qt_cli_key {
     QT_KEY_STEPS, QT_KEY_DATA, QT_KEY_DATA_DTYPE, QT_KEY_LOAD, QT_KEY_SAVE, QT_KEY_SAVE_EVERY,
     QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_PROFILE,
-    QT_KEY_COMM_TIMEOUT, QT_KEY_OVERWRITE, QT_KEY_HELP, QT_KEY_COUNT
+    QT_KEY_COMM_TIMEOUT, QT_KEY_OVERWRITE, QT_KEY_SAVE_SHARD_SIZE, QT_KEY_HELP, QT_KEY_COUNT
 };
 
 static const char *const qt_cli_names[QT_KEY_COUNT] = {
     "steps", "data", "data_dtype", "load", "save", "save_every", "metrics", "seed",
-    "learning_rate", "dump_grads", "profile", "comm_timeout", "overwrite", "help"
+    "learning_rate", "dump_grads", "profile", "comm_timeout", "overwrite", "save_shard_size",
+    "help"
 };
 
 void qt_cli_usage(FILE *f, const char *prog)
@@ -30,8 +31,13 @@ void qt_cli_usage(FILE *f, const char *prog)
             "                   default: the embedded corpus\n"
             "  data_dtype=T     uint16 | uint32, for headerless raw token files\n"
             "  load=PATH        safetensors weights, sharded *.index.json, or a directory of them;\n"
-            "                   optimizer state and step resume when present (single file)\n"
-            "  save=PATH        write a checkpoint (weights + optimizer) at the end\n"
+            "                   optimizer state and step resume when present\n"
+            "  save=PATH        write a checkpoint (weights + optimizer) at the end: a Hugging\n"
+            "                   Face sharded directory (model-*-of-*.safetensors + index, the\n"
+            "                   optimizer-* files beside them), or one file if PATH ends in\n"
+            "                   .safetensors\n"
+            "  save_shard_size=B  largest shard of a save= directory, bytes with an optional\n"
+            "                   K, M or G suffix (powers of 1024; default 4G)\n"
             "  save_every=N     also save to the save= path every N steps (atomic)\n"
             "  metrics=PATH     JSON-lines metrics, one line per step; a resumed run appends\n"
             "                   (the file must end at the step before the resume step)\n"
@@ -96,6 +102,7 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
     memset(c, 0, sizeof *c);
     c->steps = -1;
     c->learning_rate = -1.0f;
+    c->save_shard_size = (int64_t)4 << 30;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "help") || !strcmp(arg, "--help") || !strcmp(arg, "-h")) {
@@ -145,6 +152,21 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
                 return qt_cli_bad(key, val, "a positive integer");
             c->save_every = (int64_t)u;
             break;
+        case QT_KEY_SAVE_SHARD_SIZE: {
+            size_t n = strlen(val);
+            const char *sfx = "KMG";
+            const char *at = n > 1 ? strchr(sfx, val[n - 1]) : NULL;
+            char digits[32];
+            if (n >= sizeof digits) return qt_cli_bad(key, val, "a byte count such as 4G");
+            memcpy(digits, val, n + 1);
+            if (at) digits[n - 1] = 0;
+            int shift = at ? 10 * (int)(at - sfx + 1) : 0;
+            if (qt_cli_u64(digits, &u) || u == 0 || u > ((uint64_t)1 << 50) >> shift)
+                return qt_cli_bad(key, val, "a positive byte count up to 1P, digits with an "
+                                  "optional K, M or G suffix (e.g. 4G, 512K)");
+            c->save_shard_size = (int64_t)(u << shift);
+            break;
+        }
         case QT_KEY_SEED:
             if (qt_cli_u64(val, &u)) return qt_cli_bad(key, val, "an unsigned decimal integer");
             c->seed = u;

@@ -84,7 +84,7 @@ static int qt_main_check_dest(const char *key, const char *path, int qtrain_form
     const char *slash = strrchr(path, '/');
     size_t n = slash ? (size_t)(slash - path) : 0;
     if (!path[0] || (slash && !slash[1]) || strlen(path) >= sizeof qt_main_state.dir_buf) {
-        fprintf(stderr, "qtrain: %s=%s: expected a file path (not empty, not ending in '/', "
+        fprintf(stderr, "qtrain: %s=%s: expected a path (not empty, not ending in '/', "
                 "shorter than %zu characters)\n", key, path, sizeof qt_main_state.dir_buf);
         return QT_E_ARG;
     }
@@ -163,12 +163,15 @@ static int64_t qt_main_data_pos(const qt_plan *p, int64_t step)
 }
 
 /* A checkpoint (grads = 0) or gradient dump (grads = 1): collective on a mesh, every rank
- * calls it and rank 0 writes. A silent peer leaves messages posted (qt_coll.h), so the job
+ * calls it (a directory: each rank writes its shards; one file: rank 0 writes). A silent peer leaves messages posted (qt_coll.h), so the job
  * ends here rather than in an MPI_Finalize that may never return. */
-static int qt_main_save(const qt_plan *p, const char *path, int grads, int64_t step)
+static int qt_main_save(const qt_plan *p, const char *path, int grads, int64_t step,
+                        int64_t shard_bytes)
 {
+    const int64_t pos = qt_main_data_pos(p, step);
     int rc = grads ? qt_checkpoint_save_grads(p, path)
-                   : qt_checkpoint_save(p, path, 1, step, qt_main_data_pos(p, step));
+           : qt_checkpoint_is_file(path) ? qt_checkpoint_save(p, path, 1, step, pos)
+                                         : qt_checkpoint_save_dir(p, path, shard_bytes, step, pos);
     if (rc == QT_E_COMM && p->n_ranks > 1) {
         fflush(NULL);
         qt_comm_abort(QT_EXIT_ERR);
@@ -265,7 +268,7 @@ int main(int argc, char **argv)
         if (qt_runtime_grads(p, &qt_main_state.data, start, &m) != QT_OK ||
             qt_data_check(&qt_main_state.data) != QT_OK)
             return qt_main_finish(QT_EXIT_ERR);
-        if (qt_main_save(p, cli.dump_grads, 1, 0) != QT_OK)
+        if (qt_main_save(p, cli.dump_grads, 1, 0, 0) != QT_OK)
             return qt_main_finish(QT_EXIT_ERR);
         if (rank == 0)
             fprintf(stderr, "qtrain: gradients of step %lld written to %s (loss %.9g, grad norm "
@@ -316,7 +319,7 @@ int main(int argc, char **argv)
                 return qt_main_finish(QT_EXIT_ERR);
             }
             if (cli.save_every && (step + 1) % cli.save_every == 0 && step + 1 < end &&
-                qt_main_save(p, cli.save, 0, step + 1) != QT_OK) {
+                qt_main_save(p, cli.save, 0, step + 1, cli.save_shard_size) != QT_OK) {
                 qt_runtime_mark_steps(0);
                 return qt_main_finish(QT_EXIT_ERR);
             }
@@ -326,7 +329,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "qtrain: trained steps %lld..%lld: loss %.6f -> %.6f\n",
                     (long long)start + 1, (long long)end, first_loss, last_loss);
     }
-    if (cli.save && qt_main_save(p, cli.save, 0, step) != QT_OK)
+    if (cli.save && qt_main_save(p, cli.save, 0, step, cli.save_shard_size) != QT_OK)
         return qt_main_finish(QT_EXIT_ERR);
     return qt_main_finish(0);
 }

@@ -14,7 +14,9 @@ typedef struct qt_cli {
     const char *data;          /* token file, NULL = embedded corpus */
     const char *data_dtype;    /* "uint16" | "uint32" for headerless raw files, or NULL */
     const char *load;          /* safetensors to load, or NULL */
-    const char *save;          /* safetensors written at the end, or NULL */
+    const char *save;          /* checkpoint written at the end (directory, or one *.safetensors
+                                  file), or NULL */
+    int64_t save_shard_size;   /* largest shard of a save= directory, bytes (default 4 GiB) */
     int64_t save_every;        /* 0 = off */
     const char *metrics;       /* JSON-lines path, or NULL */
     const char *dump_grads;    /* safetensors path for step gradients, or NULL */

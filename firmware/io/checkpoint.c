@@ -45,9 +45,6 @@
 #include "runtime/qt_ckpt_gather.h"
 #include "qt_ops.h"
 
-#define QT_CKPT_FORMAT "qtrain-1"
-#define QT_OPT_M "optimizer.m."
-#define QT_OPT_V "optimizer.v."
 
 static struct {
     unsigned char used[QT_ST_MAX_TENSORS];   /* file tensor consumed by the plan */
@@ -230,8 +227,8 @@ static int qt_save_header(const qt_plan *p, const char *path, int with_opt, int6
         rc = qt_st_wmeta("run_name", p->run_name ? p->run_name : "");
     if (!rc)
         rc = qt_save_declare(p, "");
-    if (!rc && with_opt && !(rc = qt_save_declare(p, QT_OPT_M)))
-        rc = qt_save_declare(p, QT_OPT_V);
+    if (!rc && with_opt && !(rc = qt_save_declare(p, QT_CKPT_OPT_M)))
+        rc = qt_save_declare(p, QT_CKPT_OPT_V);
     if (!rc)
         rc = qt_st_wbegin();
     return rc;
@@ -290,6 +287,8 @@ int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_for
                                int overwrite, const char *data_path)
 {
     struct stat st, ds;
+    if (qtrain_format && !qt_checkpoint_is_file(path))
+        return qt_ckpt_check_dir_target(key, path, overwrite);
     if (stat(path, &st) != 0) {
         if (errno == ENOENT) return QT_OK;
         return qt_fail(QT_E_ARG, "%s=%s: cannot stat: %s", key, path, strerror(errno));
@@ -357,7 +356,7 @@ static int qt_load_check(const qt_plan *p, int h, const char *path, const char *
             /* values too, before anything is written: a NaN weight or moment, or a
              * negative second moment, would load "successfully" and train on NaN */
             if (!rc)
-                rc = qt_ckpt_check_values(h, t, path, qt_ck.name, !strcmp(prefix, QT_OPT_V));
+                rc = qt_ckpt_check_values(h, t, path, qt_ck.name, !strcmp(prefix, QT_CKPT_OPT_V));
             if (rc)
                 return rc;
             qt_ck.used[t - qt_st_at(h, 0)] = 1;
@@ -383,18 +382,17 @@ static void qt_load_copy(const qt_plan *p, int h, const char *prefix, int src)
     }
 }
 
-static int qt_meta_int(int h, const char *path, const char *key, int64_t *out)
+int qt_ckpt_meta_int(const char *path, const char *key, const char *v, int64_t *out)
 {
-    const char *v = qt_st_meta(h, key);
     int64_t x = 0;
     *out = 0;
     if (!v)
         return QT_OK;
     if (!*v)
-        return qt_fail(QT_E_FORMAT, "%s: __metadata__ %s is empty", path, key);
+        return qt_fail(QT_E_FORMAT, "%s: metadata %s is empty", path, key);
     for (const char *c = v; *c; c++) {
         if (*c < '0' || *c > '9' || x > INT64_MAX / 10 - 10)
-            return qt_fail(QT_E_FORMAT, "%s: __metadata__ %s = \"%s\" is not a "
+            return qt_fail(QT_E_FORMAT, "%s: metadata %s = \"%s\" is not a "
                               "non-negative integer", path, key, v);
         x = x * 10 + (*c - '0');
     }
@@ -441,8 +439,8 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
     }
     if ((rc = qt_load_check(p, h, path, "")))
         return rc;
-    if (*load_opt && ((rc = qt_load_check(p, h, path, QT_OPT_M)) ||
-                      (rc = qt_load_check(p, h, path, QT_OPT_V))))
+    if (*load_opt && ((rc = qt_load_check(p, h, path, QT_CKPT_OPT_M)) ||
+                      (rc = qt_load_check(p, h, path, QT_CKPT_OPT_V))))
         return rc;
     for (int32_t k = 0; k < n; k++) {
         const char *name = qt_st_at(h, k)->name;
@@ -480,30 +478,20 @@ int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
     if ((rc = qt_ckpt_check_plan(p, arg)) ||
         (rc = qt_sx_resolve(arg, qt_ck.path, sizeof qt_ck.path, &is_index)))
         return rc;
-    if (is_index) {
-        for (int32_t i = 0; i < p->n_params; i++) {
-            const qt_tensor *t = &p->tensors[p->params[i].tensor];
-            for (int d = 0; d < t->ndim; d++)
-                if (t->shape[d] != t->global_shape[d])
-                    return qt_fail(QT_E_PLAN, "%s: parameter %s is sharded over ranks in plan "
-                                   "%s; sharded Hugging Face checkpoints load only into plans "
-                                   "without sharded parameters (convert it to one file)",
-                                   path, p->params[i].name, p->run_name ? p->run_name : "?");
-        }
-        return qt_ckpt_load_index(p, path, want_optimizer);
-    }
+    if (is_index)
+        return qt_ckpt_load_index(p, path, want_optimizer, step_out, data_pos_out);
     if ((rc = qt_st_open(path, &h)))
         return rc;
     rc = qt_load_validate(p, h, path, want_optimizer, &load_opt);
     if (!rc)
-        rc = qt_meta_int(h, path, "step", &step);
+        rc = qt_ckpt_meta_int(path, "step", qt_st_meta(h, "step"), &step);
     if (!rc)
-        rc = qt_meta_int(h, path, "data_pos", &data_pos);
+        rc = qt_ckpt_meta_int(path, "data_pos", qt_st_meta(h, "data_pos"), &data_pos);
     if (!rc) {
         qt_load_copy(p, h, "", QT_CKS_PARAMS);
         if (load_opt) {
-            qt_load_copy(p, h, QT_OPT_M, QT_CKS_ADAM_M);
-            qt_load_copy(p, h, QT_OPT_V, QT_CKS_ADAM_V);
+            qt_load_copy(p, h, QT_CKPT_OPT_M, QT_CKS_ADAM_M);
+            qt_load_copy(p, h, QT_CKPT_OPT_V, QT_CKS_ADAM_V);
         }
         /* The step resumes only together with the moments it belongs to: a weights-only
          * load starts the schedule at step 0. */

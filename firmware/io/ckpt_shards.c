@@ -1,23 +1,33 @@
-/* ckpt_shards.c - qt_checkpoint_load for sharded Hugging Face checkpoints (index + shards).
+/* ckpt_shards.c - qt_checkpoint_load for sharded Hugging Face checkpoints (index + shards),
+ * with qtrain's optimizer state beside them (ckpt_dir.c writes both).
  *
  * Why two passes over the shards: at most QT_ST_MAX_OPEN safetensors files can be open and
  * an 80B checkpoint has ~41 shards, so the loader opens one shard at a time. Pass 1 checks
- * every shard header against the index and the plan; pass 2 reopens each shard and copies.
+ * every shard header against the index and the plan; pass 2 reopens the shards and copies.
  * Invariants:
  *  - nothing is written into the arena before pass 1 has succeeded for every shard, and
- *    pass 1 also checks that every value it will load is finite;
+ *    pass 1 also checks that every value it will load is finite (moments: v >= 0); so a
+ *    missing, truncated or foreign shard is refused, naming the file, before any state
+ *    changes;
  *  - the index and the shards agree exactly: each shard holds exactly the tensors the
  *    weight_map assigns to it (an error names the tensor, the shard and the index);
  *  - every plan piece is listed (split or fused expert names, as checkpoint.c), every
  *    listed tensor is a plan piece or skippable (mtp.*, Qwen3.5 model.visual.*, and
- *    optimizer.*, which sharded checkpoints never restore);
- *  - pass 2 re-checks each tensor's dtype and shape: a shard replaced between the passes
- *    is reported (QT_E_IO) instead of being read with the wrong layout.
+ *    optimizer.* when the moments are not loaded);
+ *  - optimizer.safetensors.index.json (same directory) is read, as part of the same weight
+ *    map, only when the moments are wanted and its state hash is this plan's; the model
+ *    index and it must name the same step, and so must every shard of a qtrain checkpoint
+ *    (a shard of another save is refused);
+ *  - pass 2 copies parameter by parameter (each tensor into the staging region and from
+ *    there to this rank's part on a mesh, ckpt_gather.c), so the pieces of one parameter
+ *    may live in several shards; it re-checks each tensor's dtype and shape: a shard
+ *    replaced between the passes is reported (QT_E_IO) instead of being read wrongly.
  * Per-entry marks (st_index.h scratch byte): QT_MARK_PLAN = a plan piece uses the entry,
  * QT_MARK_SEEN = found in the shard the index names.
  */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "qt_io.h"
 #include "qt_err.h"
@@ -25,27 +35,40 @@
 #include "ckpt_shards.h"
 #include "safetensors.h"
 #include "st_index.h"
+#include "runtime/qt_ckpt_gather.h"
 
 #define QT_MARK_PLAN 1u
 #define QT_MARK_SEEN 2u
 
 static struct {
-    char name[QT_ST_NAME_MAX];
+    char name[QT_ST_NAME_MAX + 16];
     char shard[QT_SX_PATH_MAX];    /* path of the open shard; qt_st_open keeps the pointer */
+    char opt_index[QT_SX_PATH_MAX];
+    int32_t n_parts;               /* 1 = parameters, 3 = with the moments */
+    const char *step;              /* the index's "step" (qtrain checkpoints), or NULL */
 } qt_cs;
 
-/* Entry of piece k of parameter i (fused expert names when the index lists them). */
-static int32_t qt_cs_entry(const qt_plan *p, int32_t i, int32_t k, qt_ckpt_piece *pc)
+static const char *const qt_cs_prefix[3] = {"", QT_CKPT_OPT_M, QT_CKPT_OPT_V};
+static const int qt_cs_src[3] = {QT_CKS_PARAMS, QT_CKS_ADAM_M, QT_CKS_ADAM_V};
+
+/* Entry of piece k of parameter i of part `part` (fused expert names when the index lists
+ * them); -2 past the last piece, -1 when the index does not list it. qt_cs.name gets the
+ * full name. */
+static int32_t qt_cs_entry(const qt_plan *p, int32_t part, int32_t i, int32_t k,
+                           qt_ckpt_piece *pc)
 {
     int fused = 0;
     if (qt_ckpt_is_expert(p, i)) {
-        qt_ckpt_fused_name(p, i, qt_cs.name, sizeof qt_cs.name);
+        char f[QT_ST_NAME_MAX];
+        qt_ckpt_fused_name(p, i, f, sizeof f);
+        snprintf(qt_cs.name, sizeof qt_cs.name, "%s%s", qt_cs_prefix[part], f);
         fused = qt_sx_find(qt_cs.name) >= 0;
     }
     if (k >= qt_ckpt_count(p, i, fused))
         return -2;
     qt_ckpt_piece_at(p, i, fused, k, pc);
-    return qt_sx_find(pc->name);
+    snprintf(qt_cs.name, sizeof qt_cs.name, "%s%s", qt_cs_prefix[part], pc->name);
+    return qt_sx_find(qt_cs.name);
 }
 
 /* Every plan piece must be listed; listed tensors must be plan pieces or skippable. */
@@ -54,19 +77,20 @@ static int qt_cs_check_names(const qt_plan *p, const char *index, int32_t *n_mtp
 {
     qt_ckpt_piece pc;
     char want[128];
-    for (int32_t i = 0; i < p->n_params; i++)
-        for (int32_t k = 0;; k++) {
-            int32_t e = qt_cs_entry(p, i, k, &pc);
-            if (e == -2)
-                break;
-            if (e < 0) {
-                qt_ckpt_fmt_shape(want, sizeof want, pc.ndim, pc.shape);
-                return qt_fail(QT_E_MISMATCH, "%s: missing tensor %s (expected shape %s): "
-                                  "the index's weight_map does not list it", index, pc.name,
-                                  want);
+    for (int32_t part = 0; part < qt_cs.n_parts; part++)
+        for (int32_t i = 0; i < p->n_params; i++)
+            for (int32_t k = 0;; k++) {
+                int32_t e = qt_cs_entry(p, part, i, k, &pc);
+                if (e == -2)
+                    break;
+                if (e < 0) {
+                    qt_ckpt_fmt_shape(want, sizeof want, pc.ndim, pc.shape);
+                    return qt_fail(QT_E_MISMATCH, "%s: missing tensor %s (expected shape %s): "
+                                   "the index's weight_map does not list it",
+                                   part ? qt_cs.opt_index : index, qt_cs.name, want);
+                }
+                *qt_sx_mark(e) |= QT_MARK_PLAN;
             }
-            *qt_sx_mark(e) |= QT_MARK_PLAN;
-        }
     for (int32_t e = 0; e < qt_sx_count(); e++) {
         const char *nm = qt_sx_name(e);
         int mtp;
@@ -74,7 +98,7 @@ static int qt_cs_check_names(const qt_plan *p, const char *index, int32_t *n_mtp
             continue;
         if (qt_ckpt_skippable(p, nm, &mtp))
             *(mtp ? n_mtp : n_other) += 1;
-        else if (!strncmp(nm, "optimizer.", 10))
+        else if (!strncmp(nm, "optimizer.", 10) && qt_cs.n_parts == 1)
             *n_other += 1;
         else
             return qt_fail(QT_E_MISMATCH, "%s: unexpected tensor %s in shard %s (not a "
@@ -90,40 +114,20 @@ static int qt_cs_open(int32_t s, int *h)
     return rc ? rc : qt_st_open(qt_cs.shard, h);
 }
 
-/* Check (copy == 0) or copy (copy != 0) the plan pieces that live in open shard s. */
-static int qt_cs_pieces(const qt_plan *p, int h, int32_t s, const char *index, int copy)
-{
-    qt_ckpt_piece pc;
-    int rc;
-    for (int32_t i = 0; i < p->n_params; i++) {
-        float *base = qt_ckpt_region(p, p->params_offset, i);
-        for (int32_t k = 0;; k++) {
-            int32_t e = qt_cs_entry(p, i, k, &pc);
-            if (e == -2)
-                break;
-            if (qt_sx_shard(e) != s)
-                continue;
-            const qt_st_tensor *t = qt_st_find(h, pc.name);
-            if (!t)
-                return qt_fail(QT_E_MISMATCH, "%s: the index maps tensor %s to shard %s, "
-                                  "which does not contain it", index, pc.name, qt_cs.shard);
-            if ((rc = qt_ckpt_check_tensor(&pc, t, qt_cs.shard, pc.name)))
-                return copy ? qt_fail(QT_E_IO, "%s: shard changed during the load", index)
-                            : rc;
-            if (!copy && (rc = qt_ckpt_check_values(h, t, qt_cs.shard, pc.name, 0)))
-                return rc;
-            if (copy) qt_ckpt_copy_piece(h, t, &pc, base);
-        }
-    }
-    return QT_OK;
-}
-
-/* Pass 1 for shard s: its tensors are exactly those the index assigns to it. */
+/* Pass 1 for shard s: its tensors are exactly those the index assigns to it, the plan
+ * pieces in it have an accepted dtype and shape and finite values, and a qtrain shard was
+ * written by the same save as the index. */
 static int qt_cs_check_shard(const qt_plan *p, int32_t s, const char *index)
 {
+    qt_ckpt_piece pc;
     int h, rc;
     if ((rc = qt_cs_open(s, &h)))
         return rc;
+    const char *st = qt_st_meta(h, "step");
+    if (qt_cs.step && (!st || strcmp(st, qt_cs.step)))
+        rc = qt_fail(QT_E_MISMATCH, "%s: shard %s is from step %s, the index from step %s "
+                     "(a shard of another save)", index, qt_cs.shard, st ? st : "(none)",
+                     qt_cs.step);
     for (int32_t k = 0; k < qt_st_count(h) && !rc; k++) {
         const char *nm = qt_st_at(h, k)->name;
         int32_t e = qt_sx_find(nm);
@@ -137,17 +141,114 @@ static int qt_cs_check_shard(const qt_plan *p, int32_t s, const char *index)
         else
             *qt_sx_mark(e) |= QT_MARK_SEEN;
     }
-    if (!rc)
-        rc = qt_cs_pieces(p, h, s, index, 0);
+    for (int32_t part = 0; part < qt_cs.n_parts && !rc; part++)
+        for (int32_t i = 0; i < p->n_params && !rc; i++)
+            for (int32_t k = 0; !rc; k++) {
+                int32_t e = qt_cs_entry(p, part, i, k, &pc);
+                if (e == -2)
+                    break;
+                if (qt_sx_shard(e) != s)
+                    continue;
+                const qt_st_tensor *t = qt_st_find(h, qt_cs.name);
+                if (!t)
+                    rc = qt_fail(QT_E_MISMATCH, "%s: the index maps tensor %s to shard %s, "
+                                 "which does not contain it", index, qt_cs.name, qt_cs.shard);
+                else if (!(rc = qt_ckpt_check_tensor(&pc, t, qt_cs.shard, qt_cs.name)))
+                    rc = qt_ckpt_check_values(h, t, qt_cs.shard, qt_cs.name, part == 2);
+            }
     qt_st_close(h);
     return rc;
 }
 
-int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer)
+/* Pass 2: every parameter of every part, piece by piece from whichever shard holds it,
+ * then to this rank's part. *h / *open_s: the shard kept open between pieces. */
+static int qt_cs_copy(const qt_plan *p, const char *index, int *h, int32_t *open_s)
 {
-    int32_t n_mtp = 0, n_other = 0;
-    int rc, h;
-    if ((rc = qt_sx_open(index)) || (rc = qt_cs_check_names(p, index, &n_mtp, &n_other)))
+    qt_ckpt_piece pc;
+    int rc;
+    for (int32_t part = 0; part < qt_cs.n_parts; part++)
+        for (int32_t i = 0; i < p->n_params; i++) {
+            float *base = qt_ckpt_scatter_dst(p, qt_cs_src[part], i);
+            for (int32_t k = 0;; k++) {
+                int32_t e = qt_cs_entry(p, part, i, k, &pc);
+                if (e == -2)
+                    break;
+                if (e < 0)
+                    return qt_fail(QT_E_IO, "%s: index changed during the load", index);
+                if (qt_sx_shard(e) != *open_s) {
+                    if (*open_s >= 0)
+                        qt_st_close(*h);
+                    *open_s = -1;
+                    if ((rc = qt_cs_open(qt_sx_shard(e), h)))
+                        return rc;
+                    *open_s = qt_sx_shard(e);
+                }
+                const qt_st_tensor *t = qt_st_find(*h, qt_cs.name);
+                if (qt_ckpt_check_tensor(&pc, t, qt_cs.shard, qt_cs.name))
+                    return qt_fail(QT_E_IO, "%s: shard %s changed during the load", index,
+                                   qt_cs.shard);
+                qt_ckpt_copy_piece(*h, t, &pc, base);
+            }
+            qt_ckpt_scatter_done(p, qt_cs_src[part], i);
+        }
+    return QT_OK;
+}
+
+/* Decide whether the moments load: optimizer.safetensors.index.json beside the index, of
+ * this plan's state hash and the index's step. Appends it to the weight map if so. */
+static int qt_cs_optimizer(const qt_plan *p, const char *index, int want_optimizer)
+{
+    struct stat st;
+    char mine[24];
+    qt_cs.n_parts = 1;
+    const char *slash = strrchr(index, '/');
+    int n = slash ? snprintf(qt_cs.opt_index, sizeof qt_cs.opt_index, "%.*s/%s",
+                             (int)(slash - index), index, QT_SX_OPT_INDEX_NAME)
+                  : snprintf(qt_cs.opt_index, sizeof qt_cs.opt_index, "%s", QT_SX_OPT_INDEX_NAME);
+    if (n < 0 || n >= (int)sizeof qt_cs.opt_index)
+        return qt_fail(QT_E_ARG, "%s: path too long", index);
+    if (!want_optimizer)
+        return QT_OK;
+    if (stat(qt_cs.opt_index, &st) != 0) {
+        qt_note("%s: no %s beside it (no optimizer state); Adam moments not loaded, starting "
+                "at step 0", index, QT_SX_OPT_INDEX_NAME);
+        return QT_OK;
+    }
+    snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)qt_ckpt_state_hash(p));
+    int rc = qt_sx_append(qt_cs.opt_index);
+    if (rc)
+        return rc;
+    const char *fs = qt_sx_meta(1, "state_hash"), *ms = qt_sx_meta(0, "step"),
+               *os = qt_sx_meta(1, "step");
+    if (!fs || strcmp(fs, mine)) {
+        qt_note("%s: optimizer state was saved for state hash %s (model, optimizer, schedule, "
+                "global batch), this plan's is %s; loading the weights only, from step 0",
+                qt_cs.opt_index, fs ? fs : "(none)", mine);
+        return qt_sx_open(index);
+    }
+    if (!ms || !os || strcmp(ms, os))
+        return qt_fail(QT_E_MISMATCH, "%s: optimizer state of step %s, but the model index "
+                       "%s is of step %s (files of two saves)", qt_cs.opt_index,
+                       os ? os : "(none)", index, ms ? ms : "(none)");
+    qt_cs.n_parts = 3;
+    return QT_OK;
+}
+
+int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
+                       int64_t *step_out, int64_t *data_pos_out)
+{
+    int32_t n_mtp = 0, n_other = 0, open_s = -1;
+    int rc, h = -1;
+    int64_t step = 0, data_pos = 0;
+    if ((rc = qt_sx_open(index)) || (rc = qt_cs_optimizer(p, index, want_optimizer)))
+        return rc;
+    const char *fmt = qt_sx_meta(0, "format");
+    qt_cs.step = fmt && !strcmp(fmt, QT_CKPT_FORMAT) ? qt_sx_meta(0, "step") : NULL;
+    if (qt_cs.n_parts == 3 &&
+        ((rc = qt_ckpt_meta_int(index, "step", qt_sx_meta(0, "step"), &step)) ||
+         (rc = qt_ckpt_meta_int(index, "data_pos", qt_sx_meta(0, "data_pos"), &data_pos))))
+        return rc;
+    if ((rc = qt_cs_check_names(p, index, &n_mtp, &n_other)))
         return rc;
     for (int32_t s = 0; s < qt_sx_shards(); s++)
         if ((rc = qt_cs_check_shard(p, s, index)))
@@ -158,21 +259,17 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer)
             return qt_fail(QT_E_MISMATCH, "%s: the index maps tensor %s to shard %s, which "
                               "does not contain it", index, qt_sx_name(e), qt_cs.shard);
         }
-    if (want_optimizer)
-        qt_note("%s: sharded checkpoint: optimizer state is only restored from single-file "
-                   "qtrain checkpoints; Adam moments not loaded, starting at step 0", index);
     if (n_mtp)
         qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
                    index, (int)n_mtp);
     if (n_other)
         qt_note("%s: skipped %d vision-tower or optimizer tensors", index, (int)n_other);
-    for (int32_t s = 0; s < qt_sx_shards(); s++) {
-        if ((rc = qt_cs_open(s, &h)))
-            return rc;
-        rc = qt_cs_pieces(p, h, s, index, 1);
+    rc = qt_cs_copy(p, index, &h, &open_s);
+    if (open_s >= 0)
         qt_st_close(h);
-        if (rc)
-            return rc;
-    }
-    return QT_OK;
+    if (!rc && step_out)
+        *step_out = step;
+    if (!rc && data_pos_out)
+        *data_pos_out = data_pos;
+    return rc;
 }

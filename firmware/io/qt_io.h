@@ -42,6 +42,24 @@ int qt_checkpoint_load(const qt_plan *p, const char *path, int want_optimizer,
 int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer,
                        int64_t step, int64_t data_pos);
 
+/* Write a checkpoint as a Hugging Face sharded directory `dir` (ckpt_dir.c): model-0000K-of-
+ * 0000N.safetensors + model.safetensors.index.json (HF names, loadable by transformers),
+ * and the Adam moments as optimizer-0000K-of-0000M.safetensors +
+ * optimizer.safetensors.index.json; the indexes' metadata hold format "qtrain-1", step,
+ * data position, plan hash, state hash and run name. Shards hold at most shard_bytes of
+ * tensor data (a bigger tensor gets its own). Collective on a mesh: every rank writes its
+ * share of the shards (shard s by world rank s mod n_ranks), no rank holds more than one
+ * gathered tensor at a time. Atomic: the directory is built as <dir>.tmp.<pid> and swapped
+ * in with renameat2(RENAME_EXCHANGE), the indexes written last; on any failure <dir> is
+ * the previous checkpoint, untouched. Every rank returns the same code (QT_E_COMM: abort).
+ * The files do not depend on the mesh. */
+int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_bytes,
+                           int64_t step, int64_t data_pos);
+
+/* 1 if a save= path names a single safetensors file (ends in ".safetensors"), 0 if it names
+ * a sharded checkpoint directory. */
+int qt_checkpoint_is_file(const char *path);
+
 /* Write the normalised gradient (HF on-disk names, F32) to a safetensors file (dump_grads=,
  * tests); collective on a mesh like qt_checkpoint_save. */
 int qt_checkpoint_save_grads(const qt_plan *p, const char *path);
@@ -58,7 +76,10 @@ uint64_t qt_ckpt_state_hash(const qt_plan *p);
  * naming key, path and what was expected): an existing path that is not a regular file,
  * the same file (st_dev, st_ino) as data_path (may be NULL), and - unless overwrite - a
  * file that is not a safetensors file, or for save= one whose __metadata__ format is not
- * "qtrain-1". */
+ * "qtrain-1". A save= directory path (qt_checkpoint_is_file 0) must be absent, an empty
+ * directory, or a qtrain checkpoint directory (model.safetensors.index.json of format
+ * "qtrain-1"); anything else is refused whatever overwrite says (a save replaces the whole
+ * directory). */
 int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_format,
                                int overwrite, const char *data_path);
 /* Removes "<path>.tmp.<pid>" temporaries left by killed writers (process gone), each with

@@ -93,8 +93,16 @@ int qt_st_wwrite(const void *bytes, int64_t n);
 int qt_st_wcommit(void);
 /* Discard: close and unlink <path>.tmp. Safe to call in any state. */
 void qt_st_wabort(void);
-/* Removes "<path>.tmp.<pid>" files in path's directory whose process <pid> no longer exists
+/* Removes "<path>.tmp.<pid>" files (and directories) in path's directory whose process <pid> no longer exists
  * (left by a writer that was killed), with a note on stderr for each; returns how many. */
 int qt_st_remove_stale(const char *path);
+/* Removes the directory `path` and the files in it (one level: a sharded checkpoint or its
+ * temporary). 0, or -1 with a note on stderr when something could not be removed. */
+int qt_st_remove_dir(const char *path);
+/* Calls fn(ctx, name, is_dir) for every entry of directory dir but "." and "..", in
+ * directory order, until fn returns non-zero (returned). -1 (errno set) if dir cannot be
+ * opened. Entries are read with getdents64 into a static buffer: fn must not call it. */
+int qt_st_dir_each(const char *dir, int (*fn)(void *ctx, const char *name, int is_dir),
+                   void *ctx);
 
 #endif

@@ -23,13 +23,15 @@
 
 #define QT_SX_HASH (1u << 19)        /* > 2 x QT_SX_MAX_ENTRIES keeps probes short */
 #define QT_SX_SHARD_HASH 8192u       /* > 2 x QT_SX_MAX_SHARDS */
-#define QT_SX_INDEX_NAME "model.safetensors.index.json"
 
 static struct {
     char json[QT_SX_MAX_JSON + 1];
     char dir[QT_SX_PATH_MAX];        /* directory of the index, "" = current */
     const char *path;
-    int32_t n, n_shards;
+    int64_t json_used;                         /* bytes of json[] taken by open indexes */
+    int32_t n, n_shards, n_files, n_meta;
+    const char *meta_key[QT_SX_MAX_META], *meta_val[QT_SX_MAX_META];
+    int32_t meta_file[QT_SX_MAX_META];
     const char *name[QT_SX_MAX_ENTRIES];
     int32_t shard[QT_SX_MAX_ENTRIES];
     unsigned char mark[QT_SX_MAX_ENTRIES];
@@ -117,13 +119,13 @@ int qt_sx_resolve(const char *path, char *out, int64_t n, int *is_index)
 /* ---- JSON scanner over the static buffer ---- */
 
 typedef struct qt_sj {
-    char *p, *end;
+    char *p, *end, *start;     /* start: this file's first byte, for error offsets */
 } qt_sj;
 
 static int qt_sj_bad(const qt_sj *j, const char *what)
 {
     return qt_fail(QT_E_FORMAT, "%s: bad index JSON at byte %lld: %s", qt_sx.path,
-                      (long long)(j->p - qt_sx.json), what);
+                      (long long)(j->p - j->start), what);
 }
 
 static void qt_sj_ws(qt_sj *j)
@@ -266,6 +268,37 @@ static int qt_sx_add(char *name, char *file)
     return QT_OK;
 }
 
+/* The "metadata" object: escape-free string values are kept (NUL-terminated in place) for
+ * qt_sx_meta; numbers (total_size), other values and entries beyond QT_SX_MAX_META are
+ * skipped, so any Hugging Face index still parses. */
+static int qt_sx_parse_meta(qt_sj *j)
+{
+    int rc, more = 1;
+    if ((rc = qt_sj_expect(j, '{')))
+        return rc;
+    if (qt_sj_peek(j, '}'))
+        return QT_OK;
+    while (more) {
+        char *k;
+        if ((rc = qt_sj_string(j, &k)) || (rc = qt_sj_expect(j, ':')))
+            return rc;
+        qt_sj_ws(j);
+        char *v = j->p;
+        if ((rc = qt_sj_skip(j)))
+            return rc;
+        if (*v == '"' && !memchr(v + 1, '\\', (size_t)(j->p - v - 1)) &&
+            qt_sx.n_meta < QT_SX_MAX_META) {
+            j->p[-1] = '\0';
+            qt_sx.meta_key[qt_sx.n_meta] = k;
+            qt_sx.meta_val[qt_sx.n_meta] = v + 1;
+            qt_sx.meta_file[qt_sx.n_meta++] = qt_sx.n_files;
+        }
+        if ((rc = qt_sj_next(j, '}', &more)))
+            return rc;
+    }
+    return QT_OK;
+}
+
 static int qt_sx_parse(qt_sj *j)
 {
     int rc, more = 1, have_map = 0;
@@ -277,7 +310,10 @@ static int qt_sx_parse(qt_sj *j)
         char *k;
         if ((rc = qt_sj_string(j, &k)) || (rc = qt_sj_expect(j, ':')))
             return rc;
-        if (strcmp(k, "weight_map")) {
+        if (!strcmp(k, "metadata")) {
+            if ((rc = qt_sx_parse_meta(j)))
+                return rc;
+        } else if (strcmp(k, "weight_map")) {
             if ((rc = qt_sj_skip(j)))
                 return rc;
         } else {
@@ -324,33 +360,46 @@ static void qt_sx_reset(void)
     }
     qt_sx.n = 0;
     qt_sx.n_shards = 0;
+    qt_sx.n_files = 0;
+    qt_sx.n_meta = 0;
+    qt_sx.json_used = 0;
 }
 
-int qt_sx_open(const char *index_path)
+/* Read index_path into the free part of json[] and parse it into the tables. The first
+ * file sets the directory shards are looked up in; later ones must share it. */
+static int qt_sx_read(const char *index_path)
 {
     struct stat st;
     int rc;
-    qt_sx_reset();
+    char dir[QT_SX_PATH_MAX];
     qt_sx.path = index_path;
     const char *slash = strrchr(index_path, '/');
     size_t dl = slash ? (size_t)(slash - index_path) : 0;
-    if (dl >= sizeof qt_sx.dir)
+    if (dl >= sizeof dir)
         return qt_fail(QT_E_ARG, "%s: path too long", index_path);
-    memcpy(qt_sx.dir, index_path, dl);
-    qt_sx.dir[dl] = '\0';
+    memcpy(dir, index_path, dl);
+    dir[dl] = '\0';
     if (slash && !dl)
-        snprintf(qt_sx.dir, sizeof qt_sx.dir, "/");
+        snprintf(dir, sizeof dir, "/");
+    if (!qt_sx.n_files)
+        memcpy(qt_sx.dir, dir, dl + 2 < sizeof dir ? dl + 2 : sizeof dir);
+    else if (strcmp(dir, qt_sx.dir))
+        return qt_fail(QT_E_ARG, "%s: not in the directory of the first index (%s)",
+                       index_path, qt_sx.dir);
     int fd = open(index_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return qt_fail(QT_E_IO, "%s: cannot open: %s", index_path, strerror(errno));
-    if (fstat(fd, &st) != 0 || st.st_size > QT_SX_MAX_JSON) {
+    char *buf = qt_sx.json + qt_sx.json_used;
+    const int64_t room = QT_SX_MAX_JSON - qt_sx.json_used;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > room) {
         close(fd);
-        return qt_fail(QT_E_FORMAT, "%s: index larger than %d bytes (QT_SX_MAX_JSON) or "
-                          "unreadable", index_path, QT_SX_MAX_JSON);
+        return qt_fail(QT_E_FORMAT, "%s: not a regular file, unreadable, or larger than the "
+                       "%lld bytes left of QT_SX_MAX_JSON (%d for all indexes of a load)",
+                       index_path, (long long)room, QT_SX_MAX_JSON);
     }
     int64_t got = 0;
     while (got < st.st_size) {
-        ssize_t r = pread(fd, qt_sx.json + got, (size_t)(st.st_size - got), got);
+        ssize_t r = pread(fd, buf + got, (size_t)(st.st_size - got), got);
         if (r <= 0) {
             rc = qt_fail(QT_E_IO, "%s: read failed at byte %lld", index_path, (long long)got);
             close(fd);
@@ -359,13 +408,43 @@ int qt_sx_open(const char *index_path)
         got += r;
     }
     close(fd);
-    qt_sx.json[got] = '\0';
-    qt_sj j = { qt_sx.json, qt_sx.json + got };
-    if ((rc = qt_sx_parse(&j))) {
-        qt_sx_reset();
+    buf[got] = '\0';
+    qt_sx.json_used += got + 1;
+    qt_sj j = { buf, buf + got, buf };
+    if ((rc = qt_sx_parse(&j)))
         return rc;
-    }
+    qt_sx.n_files++;
     return QT_OK;
+}
+
+int qt_sx_open(const char *index_path)
+{
+    qt_sx_reset();
+    int rc = qt_sx_read(index_path);
+    if (rc)
+        qt_sx_reset();
+    return rc;
+}
+
+int qt_sx_append(const char *index_path)
+{
+    if (!qt_sx.n_files)
+        return qt_fail(QT_E_ARG, "%s: no index open to append to", index_path);
+    const char *first = qt_sx.path;
+    int rc = qt_sx_read(index_path);
+    if (rc)
+        qt_sx_reset();
+    else
+        qt_sx.path = first;
+    return rc;
+}
+
+const char *qt_sx_meta(int32_t file, const char *key)
+{
+    for (int32_t k = 0; k < qt_sx.n_meta; k++)
+        if (qt_sx.meta_file[k] == file && !strcmp(qt_sx.meta_key[k], key))
+            return qt_sx.meta_val[k];
+    return NULL;
 }
 
 int32_t qt_sx_count(void) { return qt_sx.n; }

@@ -2,7 +2,8 @@
  * `model.safetensors.index.json` weight map, without heap.
  *
  * Index format: {"metadata": {...}, "weight_map": {"<tensor name>": "<shard file>", ..}};
- * other top-level keys and every metadata value are skipped (balanced JSON required).
+ * other top-level keys are skipped (balanced JSON required); metadata string values are
+ * kept (qt_sx_meta), other metadata values skipped.
  * Shard file names are relative to the index's directory and may not contain '/'.
  *
  * Limits (static .bss; only the pages an index uses are touched). The published
@@ -23,6 +24,9 @@
 #define QT_SX_MAX_ENTRIES (1 << 18)
 #define QT_SX_MAX_SHARDS 4096
 #define QT_SX_PATH_MAX 4096
+#define QT_SX_MAX_META 64
+#define QT_SX_INDEX_NAME "model.safetensors.index.json"
+#define QT_SX_OPT_INDEX_NAME "optimizer.safetensors.index.json"   /* qtrain's, beside it */
 
 /* Resolve a `load=` argument. A directory becomes its model.safetensors.index.json if
  * present, else its only *.safetensors file (QT_E_ARG if there are none or several). A
@@ -32,6 +36,15 @@ int qt_sx_resolve(const char *path, char *out, int64_t n, int *is_index);
 
 /* Read and validate an index file into the static tables (replacing any earlier one). */
 int qt_sx_open(const char *index_path);
+/* Add a second index of the same directory (a qtrain checkpoint's
+ * optimizer.safetensors.index.json) to the open one: one weight_map and one shard list over
+ * both files, names unique across them, QT_SX_MAX_JSON shared. On error the tables are
+ * emptied (nothing stays open). */
+int qt_sx_append(const char *index_path);
+/* String value of "metadata" key `key` of index file `file` (0 = the one qt_sx_open read,
+ * 1 = the first appended), NULL if absent or not an escape-free string. At most
+ * QT_SX_MAX_META values are kept per load; number values (total_size) are not. */
+const char *qt_sx_meta(int32_t file, const char *key);
 int32_t qt_sx_count(void);
 const char *qt_sx_name(int32_t e);
 /* Shard of entry e. */

@@ -8,7 +8,7 @@
  * data region is 8-byte aligned, as other writers do.
  * A writer killed mid-save leaves its "<path>.tmp.<pid>"; qt_st_remove_stale deletes such
  * files at the next start-up when process <pid> no longer exists (kill(pid, 0) fails with
- * ESRCH), and never touches one whose writer may still be running. The directory is read
+ * ESRCH) or is a zombie, and never touches one whose writer may still be running. The directory is read
  * with getdents64 into a static buffer (opendir would allocate).
  */
 #include <errno.h>
@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -317,6 +318,53 @@ struct qt_stw_dirent64 {
     char d_name[];
 };
 
+int qt_st_dir_each(const char *dir, int (*fn)(void *ctx, const char *name, int is_dir),
+                   void *ctx)
+{
+    static unsigned char buf[1 << 15];
+    struct stat st;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
+    if (fd < 0)
+        return -1;
+    for (long n; !rc && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;)
+        for (long off = 0; off < n && !rc;) {
+            const struct qt_stw_dirent64 *e = (const void *)(buf + off);
+            off += e->d_reclen;
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            int is_dir = e->d_type == 4;   /* DT_DIR; DT_UNKNOWN (0): ask the inode */
+            if (e->d_type == 0 && fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+                is_dir = S_ISDIR(st.st_mode);
+            rc = fn(ctx, e->d_name, is_dir);
+        }
+    close(fd);
+    return rc;
+}
+
+int qt_st_remove_dir(const char *path)
+{
+    static char full[2 * QT_ST_PATH_MAX];
+    static unsigned char buf[1 << 15];
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -1;
+    for (;;) {
+        long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+        if (n <= 0) break;
+        for (long off = 0; off < n;) {
+            const struct qt_stw_dirent64 *e = (const void *)(buf + off);
+            off += e->d_reclen;
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(full, sizeof full, "%s/%s", path, e->d_name);
+            if (unlink(full) != 0 && errno != ENOENT) rc = -1;
+        }
+    }
+    close(fd);
+    if (rmdir(path) != 0 && errno != ENOENT) rc = -1;
+    if (rc)
+        qt_note("could not remove %s completely: %s", path, strerror(errno));
+    return rc;
+}
+
 /* The pid in "<base>.tmp.<pid>", or -1 when name is not such a temporary of base. */
 static long qt_stw_tmp_pid(const char *name, const char *base, size_t blen)
 {
@@ -329,6 +377,25 @@ static long qt_stw_tmp_pid(const char *name, const char *base, size_t blen)
         if (pid > 0x7fffffffL) return -1;
     }
     return *c ? -1 : pid;
+}
+
+/* 1 if process pid may still run: it exists and is not a zombie. A killed writer whose
+ * parent died is reparented to pid 1, which in a container is often not an init that reaps
+ * it: kill(pid, 0) then succeeds forever, so the state letter in /proc/<pid>/stat (after the
+ * ')' that ends the command name) decides. */
+static int qt_stw_alive(long pid)
+{
+    char path[64], buf[512];
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 1;
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')');
+    return !(close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z');
 }
 
 int qt_st_remove_stale(const char *path)
@@ -354,9 +421,11 @@ int qt_st_remove_stale(const char *path)
             off += e->d_reclen;
             long pid = qt_stw_tmp_pid(e->d_name, base, blen);
             if (pid <= 0 || pid == (long)getpid()) continue;
-            if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;   /* may still write */
+            if (qt_stw_alive(pid)) continue;   /* may still write */
             snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
-            if (unlink(full) == 0) {
+            /* a sharded save's temporary is a directory (ckpt_dir.c) */
+            if (unlink(full) == 0 || ((errno == EISDIR || errno == EPERM) &&
+                                      qt_st_remove_dir(full) == 0)) {
                 removed++;
                 qt_note("removed %s, a temporary left by process %ld, which no longer "
                            "runs (a save that did not finish)", full, pid);

@@ -66,11 +66,16 @@ save_missing_dir() {
 }
 check "save: unwritable destination fails at start-up with its name, nothing written" save_missing_dir
 save_targets_checked() {
-  local d=$QT_TMP/targets; rm -rf $d; mkdir -p $d/adir
+  local d=$QT_TMP/targets; rm -rf $d; mkdir -p $d/adir/sub
   check_refused() { local sub=$1; shift; expect_fail "$sub" "$@" || return 1; }
-  # not a regular file: refused even with overwrite=1
+  # not a regular file: refused even with overwrite=1 (a save= path without .safetensors is
+  # a checkpoint directory: a device there is refused too)
   check_refused "save=/dev/null exists and is a character device" $Q steps=1 data=$T save=/dev/null overwrite=1 || return 1
-  check_refused "save=$d/adir exists and is a directory" $Q steps=1 data=$T save=$d/adir || return 1
+  # a checkpoint directory with a subdirectory (a save replaces the directory and carries
+  # over plain files only), and a regular file at a directory path
+  check_refused "save=$d/adir holds the subdirectory sub" $Q steps=1 data=$T save=$d/adir overwrite=1 || return 1
+  check_refused "save=$T exists and is a regular file, not a directory" $Q steps=1 data=$T save=$T overwrite=1 || return 1
+  [ -d $d/adir/sub ] || return 1
   check_refused "dump_grads=$d/adir exists and is a directory" $Q steps=1 data=$T dump_grads=$d/adir || return 1
   # the data file itself, here through a hard link (same device and inode)
   cp $T $d/tokens.npy && ln $d/tokens.npy $d/link.safetensors

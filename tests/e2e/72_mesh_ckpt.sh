@@ -20,32 +20,40 @@ ckm_run() {
 }
 
 
-# ckm_ref MODEL: the uninterrupted 10-step one-rank run's fields of steps 6..10 (cached)
+# ckm_ref PLAN: the uninterrupted 10-step run of one-rank PLAN, fields of steps 6..10 (cached)
 ckm_ref() {
-  local model=$1 d=$QT_TMP/ckm
+  local plan=$1 d=$QT_TMP/ckm
   mkdir -p "$d"
-  if [ ! -s "$d/$model-ref.det" ]; then
-    ckm_run mesh-$model-1r 1 steps=10 metrics=$d/$model-ref.jsonl 2> /dev/null || return 1
-    det_fields "$d/$model-ref.jsonl" | tail -n 5 > "$d/$model-ref.det" || return 1
+  if [ ! -s "$d/$plan-ref.det" ]; then
+    ckm_run "$plan" 1 steps=10 metrics=$d/$plan-ref.jsonl 2> /dev/null || return 1
+    det_fields "$d/$plan-ref.jsonl" | tail -n 5 > "$d/$plan-ref.det" || return 1
   fi
 }
 
-# ckm_resume MODEL SAVE_MESH SAVE_RANKS LOAD_MESH LOAD_RANKS: save at step 5 on one mesh,
-# train on to step 10 on another; steps 6..10 must equal the uninterrupted one-rank run.
-ckm_resume() {
-  local model=$1 sm=$2 sn=$3 lm=$4 ln=$5 d=$QT_TMP/ckm
-  ckm_ref "$model" || return 1
-  local ck=$d/$model-$sm.safetensors tag=$model-$sm-to-$lm
-  if [ ! -s "$ck" ]; then
-    ckm_run mesh-$model-$sm "$sn" steps=5 save=$ck 2> "$d/$tag.save.log" \
+# ckm_resume_p REF SAVE SAVE_RANKS LOAD LOAD_RANKS [EXT]: save at step 5 with plan SAVE, train
+# on to step 10 with plan LOAD; steps 6..10 must equal the uninterrupted run of one-rank
+# plan REF. EXT "" (default) saves a sharded directory (64 KiB shards, so several of each
+# kind), ".safetensors" one file.
+ckm_resume_p() {
+  local ref=$1 sp=$2 sn=$3 lp=$4 ln=$5 ext=${6:-} d=$QT_TMP/ckm
+  ckm_ref "$ref" || return 1
+  local ck=$d/$sp$ext tag=$sp-to-$lp$ext
+  if [ ! -e "$ck" ]; then
+    ckm_run "$sp" "$sn" steps=5 save=$ck save_shard_size=64K 2> "$d/$tag.save.log" \
       || { tail -n 5 "$d/$tag.save.log"; return 1; }
   fi
-  ckm_run mesh-$model-$lm "$ln" steps=10 load=$ck metrics=$d/$tag.jsonl 2> "$d/$tag.log" \
+  ckm_run "$lp" "$ln" steps=10 load=$ck metrics=$d/$tag.jsonl 2> "$d/$tag.log" \
     || { tail -n 5 "$d/$tag.log"; return 1; }
   grep -q "resuming from .* at step 5" "$d/$tag.log" || { echo "did not resume at step 5"; tail -n 5 "$d/$tag.log"; return 1; }
   det_fields "$d/$tag.jsonl" > "$d/$tag.det" || return 1
   [ "$(wc -l < "$d/$tag.det")" -eq 5 ] || { echo "expected 5 metrics lines (steps 6..10)"; return 1; }
-  cmp "$d/$model-ref.det" "$d/$tag.det" && echo "steps 6..10 identical: $(tail -n 1 "$d/$tag.det")"
+  [ -z "$ext" ] && echo "$(ls "$ck" | grep -c -- '-of-') shards"
+  cmp "$d/$ref-ref.det" "$d/$tag.det" && echo "steps 6..10 identical: $(tail -n 1 "$d/$tag.det")"
+}
+
+# ckm_resume MODEL SAVE_MESH SAVE_RANKS LOAD_MESH LOAD_RANKS [EXT]: the mesh-MODEL-* plans
+ckm_resume() {
+  ckm_resume_p mesh-$1-1r mesh-$1-$2 "$3" mesh-$1-$4 "$5" "${6:-}"
 }
 
 # ckm_same_file A B: two checkpoints hold the same bytes: the data region bit for bit and
@@ -71,12 +79,14 @@ ckm_same_file() {
 ckm_file_eq() {
   local model=$1 mesh=$2 n=$3 d=$QT_TMP/ckm
   mkdir -p "$d"
-  [ -s "$d/$model-1r.safetensors" ] || ckm_run mesh-$model-1r 1 steps=5 save=$d/$model-1r.safetensors 2> /dev/null || return 1
-  [ -s "$d/$model-$mesh.safetensors" ] || ckm_run mesh-$model-$mesh "$n" steps=5 save=$d/$model-$mesh.safetensors 2> /dev/null || return 1
-  ckm_same_file "$d/$model-1r.safetensors" "$d/$model-$mesh.safetensors"
+  [ -s "$d/mesh-$model-1r.safetensors" ] || ckm_run mesh-$model-1r 1 steps=5 save=$d/mesh-$model-1r.safetensors 2> /dev/null || return 1
+  [ -s "$d/mesh-$model-$mesh.safetensors" ] || ckm_run mesh-$model-$mesh "$n" steps=5 save=$d/mesh-$model-$mesh.safetensors 2> /dev/null || return 1
+  ckm_same_file "$d/mesh-$model-1r.safetensors" "$d/mesh-$model-$mesh.safetensors"
 }
 
-check "mesh ckpt: save on DP2xEP2 (4 ranks) at step 5, resume on one rank == 10 one-rank steps" \
+check "mesh ckpt: save on DP2xEP2 (4 ranks, one .safetensors file) at step 5, resume on one rank == 10 one-rank steps" \
+  ckm_resume next dp2ep2 4 1r 1 .safetensors
+check "mesh ckpt: save on DP2xEP2 (4 ranks, sharded directory) at step 5, resume on one rank == 10 one-rank steps" \
   ckm_resume next dp2ep2 4 1r 1
 check "mesh ckpt: save on DP2xEP2 (4 ranks) at step 5, resume on DP2 == 10 one-rank steps" \
   ckm_resume next dp2ep2 4 dp2 2
@@ -109,10 +119,87 @@ ckm_weights_only() {
   # another trajectory (test-next-tiny: the same model, a global batch of 2): the
   # state hash differs, so a mesh load takes the weights only and starts at step 0
   local d=$QT_TMP/ckm out
-  ckm_ref next || return 1
-  [ -s "$d/next-dp2ep2.safetensors" ] || ckm_run mesh-next-dp2ep2 4 steps=5 save=$d/next-dp2ep2.safetensors 2> /dev/null || return 1
-  out=$(timeout 120 build/test-next-tiny/qtrain data=$CKM_DATA steps=1 load=$d/next-dp2ep2.safetensors 2>&1)
+  [ -e "$d/mesh-next-dp2ep2" ] || ckm_run mesh-next-dp2ep2 4 steps=5 save=$d/mesh-next-dp2ep2 save_shard_size=64K 2> /dev/null || return 1
+  out=$(timeout 120 build/test-next-tiny/qtrain data=$CKM_DATA steps=1 load=$d/mesh-next-dp2ep2 2>&1)
   echo "$out" | tail -n 3
   echo "$out" | grep -q "state hash .* loading the weights only" || return 1
 }
 check "mesh ckpt: another trajectory (other global batch or schedule) loads the weights only" ckm_weights_only
+
+# ---- sharded checkpoint directories (ckpt_dir.c) with ZeRO-1 ----
+# The issue's case: MaxText's failing mesh, DP2 x EP2 with ZeRO-1 and G=4 (global batch 16),
+# saves at step 5; DP4 with ZeRO-1 and G=4, and one rank with a batch of 16, resume it.
+check "mesh ckpt dir: save on DP2xEP2 ZeRO-1 G4 at step 5, resume on DP4 ZeRO-1 G4 == 10 one-rank steps" \
+  ckm_resume_p zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1 4 zero1-next-dp4-g4 4
+check "mesh ckpt dir: save on DP2xEP2 ZeRO-1 G4 at step 5, resume on one rank == 10 one-rank steps" \
+  ckm_resume_p zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1 4 zero1-next-1r-b16 1
+check "mesh ckpt dir: Qwen3.5 save on DP2xEP2 ZeRO-1 G4 at step 5, resume on one rank == 10 one-rank steps" \
+  ckm_resume_p zero1-35-1r-b16 zero1-35-dp2ep2-g4-z1 4 zero1-35-1r-b16 1
+
+# ckm_dir_eq A B: two checkpoint directories hold the same files, every shard byte for byte
+# and the indexes equal once plan hash and run name are blanked.
+ckm_dir_eq() {
+  local a=$1 b=$2 f n=0
+  cmp <(ls "$a") <(ls "$b") || { echo "file lists differ"; return 1; }
+  for f in "$a"/*-of-*.safetensors; do
+    cmp "$f" "$b/$(basename "$f")" || return 1
+    n=$((n + 1))
+  done
+  for f in model.safetensors.index.json optimizer.safetensors.index.json; do
+    cmp <(sed -e 's/"plan_hash":"[^"]*"//' -e 's/"run_name":"[^"]*"//' "$a/$f") \
+        <(sed -e 's/"plan_hash":"[^"]*"//' -e 's/"run_name":"[^"]*"//' "$b/$f") || return 1
+  done
+  echo "$n shards identical"
+}
+ckm_dir_same() {
+  local d=$QT_TMP/ckm
+  [ -e "$d/zero1-next-1r-b16" ] || ckm_run zero1-next-1r-b16 1 steps=5 save=$d/zero1-next-1r-b16 save_shard_size=64K 2> /dev/null || return 1
+  [ -e "$d/zero1-next-dp2ep2-g4-z1" ] || ckm_run zero1-next-dp2ep2-g4-z1 4 steps=5 save=$d/zero1-next-dp2ep2-g4-z1 save_shard_size=64K 2> /dev/null || return 1
+  ckm_dir_eq "$d/zero1-next-1r-b16" "$d/zero1-next-dp2ep2-g4-z1"
+}
+check "mesh ckpt dir: the DP2xEP2 ZeRO-1 directory (shards written by 4 ranks) == the one-rank directory" ckm_dir_same
+
+# ckm_damaged WHAT: a copy of the DP2xEP2 ZeRO-1 directory with one shard missing or one
+# byte short is refused on 4 ranks, naming the file, before any step (no metrics file).
+ckm_damaged() {
+  local what=$1 d=$QT_TMP/ckm src=$QT_TMP/ckm/zero1-next-dp2ep2-g4-z1 bad=$QT_TMP/ckm/damaged out
+  [ -e "$src" ] || ckm_run zero1-next-dp2ep2-g4-z1 4 steps=5 save=$src save_shard_size=64K 2> /dev/null || return 1
+  rm -rf "$bad" "$d/damaged.jsonl"
+  cp -r "$src" "$bad"
+  local victim=$bad/optimizer-00002-of-$(ls "$bad" | grep -c '^optimizer-' | xargs printf '%05d').safetensors
+  [ -f "$victim" ] || { echo "no $victim"; return 1; }
+  if [ "$what" = missing ]; then rm "$victim"; else truncate -s -1 "$victim"; fi
+  out=$(ckm_run zero1-next-dp4-g4 4 steps=10 load=$bad metrics=$d/damaged.jsonl 2>&1) && { echo "loaded a damaged checkpoint"; return 1; }
+  echo "$out" | grep -m1 "$(basename "$victim")" || { echo "$out" | tail -n 3; return 1; }
+  [ ! -e "$d/damaged.jsonl" ] || { echo "a metrics file was written"; return 1; }
+}
+check "mesh ckpt dir: a directory missing one shard is refused on 4 ranks, naming the file" ckm_damaged missing
+check "mesh ckpt dir: a directory with a shard one byte short is refused on 4 ranks, naming the file" ckm_damaged truncated
+
+# ckm_killed: SIGKILL at several moments of a run that saves every step (once its first
+# checkpoint exists, then 0 to 0.3 s later: inside a save or a step); each time the directory
+# still resumes (the previous or the new checkpoint, never a mix), and the next start removes
+# the killed save's temporary directory.
+ckm_killed() {
+  local d=$QT_TMP/ckm/killed t pid k steps="" out
+  mkdir -p "$QT_TMP/ckm"
+  rm -rf "$d" "$d".tmp.*
+  for t in 0 0.05 0.1 0.15 0.2 0.3; do
+    build/zero1-next-1r-b16/qtrain data=$CKM_DATA seed=11 steps=100000 save=$d save_every=1 \
+      save_shard_size=64K ${steps:+load=$d} > /dev/null 2>&1 &
+    pid=$!
+    for k in $(seq 600); do
+      [ -e "$d/model.safetensors.index.json" ] && break
+      sleep 0.1
+    done
+    sleep "$t"
+    kill -9 "$pid" 2> /dev/null
+    wait "$pid" 2> /dev/null
+    out=$(timeout 60 build/zero1-next-1r-b16/qtrain data=$CKM_DATA seed=11 steps=0 load=$d save=$d \
+          save_shard_size=64K 2>&1) || { echo "$out" | tail -n 3; return 1; }
+    steps="$steps $(echo "$out" | grep -o 'resuming from .* at step [0-9]*' | grep -o '[0-9]*$')"
+    ls -d "$d".tmp.* > /dev/null 2>&1 && { echo "temporary left after a clean start"; return 1; }
+  done
+  echo "resumed at steps:$steps"
+}
+check "mesh ckpt dir: SIGKILL during save_every=1 never leaves an unloadable checkpoint" ckm_killed

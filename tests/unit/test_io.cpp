@@ -20,6 +20,7 @@ extern "C" {
 #include "io/qt_io.h"
 #include "qt_err.h"
 #include "io/safetensors.h"
+#include "io/st_index.h"
 }
 
 #include "CppUTest/TestHarness.h"
@@ -761,7 +762,7 @@ TEST(io, sharded_load_matches_single_file)
             LONGS_EQUAL(-1, first_diff(want, region(0), g_tiny.region_elems));
             LONGS_EQUAL(0, step);
             CHECK(has_note("skipped 1 mtp.* tensors"));
-            CHECK(has_note("optimizer state is only restored from single-file"));
+            CHECK(has_note("no optimizer.safetensors.index.json beside it"));
             // via the directory
             memset(g_arena, 0, sizeof g_arena);
             LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, dir, 0, NULL, NULL));
@@ -781,6 +782,203 @@ TEST(io, sharded_load_matches_single_file)
     LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, one, 0, 0, 0));
     LONGS_EQUAL(QT_E_ARG, qt_checkpoint_load(&g_tiny.plan, dir, 0, NULL, NULL));
     CHECK(has("several *.safetensors"));
+}
+
+// qtrain's own sharded save (ckpt_dir.c): weights, moments and step round-trip bit-exactly
+// through several shards; the files are what the single-file save holds; a re-save keeps
+// the user's files; a failed save leaves the previous checkpoint; damaged directories are
+// refused before anything loads.
+static void fill_state()
+{
+    make_plan(0);
+    fill_region(0);
+    fill_region(2);
+    fill_region(3);
+    for (int64_t k = 0; k < g_tiny.region_elems; k++) region(3)[k] = fabsf(region(3)[k]);
+}
+
+// "<prefix>-0000K-of-0000N.safetensors" name of shard k of the n that dir holds.
+static const char *shard_name(const char *dir, const char *prefix, int k)
+{
+    static char out[400];
+    int n = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, prefix, strlen(prefix)) && strstr(e->d_name, "-of-")) n++;
+    if (d) closedir(d);
+    CHECK(n >= k);
+    snprintf(out, sizeof out, "%s/%s-%05d-of-%05d.safetensors", dir, prefix, k, n);
+    return out;
+}
+
+static bool regions_zero()
+{
+    for (int r = 0; r < 4; r++)
+        for (int64_t k = 0; k < g_tiny.region_elems; k++)
+            if (region(r)[k] != 0.0f) return false;
+    return true;
+}
+
+TEST(io, sharded_save_round_trip_layout_and_atomicity)
+{
+    static float want[3][1 << 12];
+    static char path[400], idx[400];
+    fill_state();
+    for (int r = 0; r < 3; r++) memcpy(want[r], region(r ? r + 1 : 0), 4 * g_tiny.region_elems);
+    const char *dir = shard_dir();
+    rmdir(dir);                                   // the save creates it
+    LONGS_EQUAL(QT_OK, qt_checkpoint_check_target("save", dir, 1, 0, NULL));
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save_dir(&g_tiny.plan, dir, 512, 42, 4200));
+    CHECK(!exists_prefix("sh.tmp"));
+    // several shards of each kind, HF names, and the metadata
+    snprintf(path, sizeof path, "%s", shard_name(dir, "model", 1));
+    CHECK(strstr(path, "-of-00001") == NULL);     // more than one model shard
+    static float buf[1 << 12], ref[1 << 12];
+    const char *single = path_in("single.safetensors");
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, single, 1, 42, 4200));
+    int64_t n = disk_tensor(path, "model.embed_tokens.weight", buf, 1 << 12);
+    CHECK(n > 0);
+    LONGS_EQUAL(n, disk_tensor(single, "model.embed_tokens.weight", ref, 1 << 12));
+    MEMCMP_EQUAL(ref, buf, 4 * n);
+    snprintf(path, sizeof path, "%s", shard_name(dir, "optimizer", 2));
+    int h;
+    LONGS_EQUAL(QT_OK, qt_st_open(path, &h));
+    STRCMP_EQUAL("42", qt_st_meta(h, "step"));
+    qt_st_close(h);
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    LONGS_EQUAL(QT_OK, qt_sx_open(idx));
+    STRCMP_EQUAL("qtrain-1", qt_sx_meta(0, "format"));
+    STRCMP_EQUAL("4200", qt_sx_meta(0, "data_pos"));
+    CHECK(qt_sx_find("model.layers.0.mlp.experts.2.up_proj.weight") >= 0);
+    // round trip: every region bit-exact, the step and data position resume
+    memset(g_arena, 0, sizeof g_arena);
+    int64_t step = 0, pos = 0;
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, dir, 1, &step, &pos));
+    LONGS_EQUAL(42, step);
+    LONGS_EQUAL(4200, pos);
+    for (int r = 0; r < 3; r++)
+        LONGS_EQUAL(-1, first_diff(want[r], region(r ? r + 1 : 0), g_tiny.region_elems));
+    // weights only: the moments and the step stay
+    memset(g_arena, 0, sizeof g_arena);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, idx, 0, &step, NULL));
+    LONGS_EQUAL(0, step);
+    CHECK(region(2)[0] == 0.0f);
+
+    // a re-save replaces the checkpoint and keeps the user's files (hard links)
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_bytes(path, "{}", 2);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_check_target("save", dir, 1, 0, NULL));
+    fill_state();
+    region(0)[0] += 1.0f;
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save_dir(&g_tiny.plan, dir, 100000, 43, 4300));
+    char two[4];
+    LONGS_EQUAL(2, read_bytes(path, two, sizeof two));
+    CHECK(!strcmp(shard_name(dir, "model", 1) + strlen(dir), "/model-00001-of-00001.safetensors"));
+    CHECK(!exists_prefix("sh.tmp"));
+    memset(g_arena, 0, sizeof g_arena);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, dir, 1, &step, NULL));
+    LONGS_EQUAL(43, step);
+    CHECK(region(0)[0] == want[0][0] + 1.0f);
+
+    // a save that fails mid-way (file-size limit: a shard write gets EFBIG) leaves the
+    // previous checkpoint and no temporary
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 3000;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    region(0)[0] += 1.0f;
+    int rc = qt_checkpoint_save_dir(&g_tiny.plan, dir, 100000, 44, 4400);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    LONGS_EQUAL(QT_E_IO, rc);
+    CHECK(!exists_prefix("sh.tmp"));
+    memset(g_arena, 0, sizeof g_arena);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, dir, 1, &step, NULL));
+    LONGS_EQUAL(43, step);
+    CHECK(region(0)[0] == want[0][0] + 1.0f);
+}
+
+TEST(io, sharded_save_damage_is_refused_before_loading)
+{
+    static char a[400], b[400], victim[400], idx[400];
+    fill_state();
+    const char *dir = shard_dir();
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save_dir(&g_tiny.plan, dir, 512, 42, 4200));
+    snprintf(idx, sizeof idx, "%s/optimizer.safetensors.index.json", dir);
+    // a shard of another save of the same plan: the steps disagree
+    snprintf(a, sizeof a, "%s/other", g_dir);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save_dir(&g_tiny.plan, a, 512, 41, 4100));
+    snprintf(b, sizeof b, "%s", shard_name(a, "optimizer", 3));
+    snprintf(victim, sizeof victim, "%s", shard_name(dir, "optimizer", 3));
+    const char *vname = strrchr(victim, '/') + 1;
+    static unsigned char keep[1 << 16], other[1 << 16];
+    size_t nk = read_bytes(victim, keep, sizeof keep), no = read_bytes(b, other, sizeof other);
+    CHECK(nk > 100 && no > 100);
+    remove_dir(a);
+    write_bytes(victim, other, no);
+    memset(g_arena, 0, sizeof g_arena);
+    LONGS_EQUAL(QT_E_MISMATCH, qt_checkpoint_load(&g_tiny.plan, dir, 1, NULL, NULL));
+    if (!has(vname) || !has("is from step 41, the index from step 42"))
+        FAIL(qt_last_error());
+    CHECK(regions_zero());
+    // truncated by one byte, and missing: refused naming the file, nothing loads
+    write_bytes(victim, keep, nk - 1);
+    LONGS_EQUAL(QT_E_FORMAT, qt_checkpoint_load(&g_tiny.plan, dir, 1, NULL, NULL));
+    CHECK(has(vname));
+    CHECK(regions_zero());
+    unlink(victim);
+    LONGS_EQUAL(QT_E_IO, qt_checkpoint_load(&g_tiny.plan, dir, 1, NULL, NULL));
+    CHECK(has(vname) && has("cannot open"));
+    CHECK(regions_zero());
+    // loading the weights alone does not read the optimizer files
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, dir, 0, NULL, NULL));
+    write_bytes(victim, keep, nk);
+    // moments of another trajectory (state hash): the weights load, from step 0
+    static char json[1 << 16];
+    size_t nj = read_bytes(idx, json, sizeof json - 1);
+    json[nj] = 0;
+    char *hash = strstr(json, "\"state_hash\":\"0x");
+    CHECK(hash != NULL);
+    hash[16] = hash[16] == 'f' ? 'e' : 'f';
+    write_bytes(idx, json, nj);
+    memset(g_arena, 0, sizeof g_arena);
+    qt_clear_notes();
+    int64_t step = -1;
+    LONGS_EQUAL(QT_OK, qt_checkpoint_load(&g_tiny.plan, dir, 1, &step, NULL));
+    LONGS_EQUAL(0, step);
+    CHECK(has_note("optimizer state was saved for state hash"));
+    CHECK(region(2)[0] == 0.0f && region(0)[0] != 0.0f);
+}
+
+TEST(io, sharded_save_targets)
+{
+    static char p[400];
+    const char *dir = shard_dir();                  // empty: fine
+    LONGS_EQUAL(QT_OK, qt_checkpoint_check_target("save", dir, 1, 0, NULL));
+    snprintf(p, sizeof p, "%s/sub", dir);         // a subdirectory could not be carried over
+    CHECK(mkdir(p, 0700) == 0);
+    LONGS_EQUAL(QT_E_ARG, qt_checkpoint_check_target("save", dir, 1, 1, NULL));
+    CHECK(has("holds the subdirectory sub"));
+    rmdir(p);
+    // a Hugging Face checkpoint that is not qtrain's is replaced only with overwrite=1
+    make_plan(0);
+    fill_region(0);
+    const char *single = path_in("single.safetensors");
+    LONGS_EQUAL(QT_OK, qt_checkpoint_save(&g_tiny.plan, single, 0, 0, 0));
+    write_shards(single, dir, 2, shard_opts{});
+    LONGS_EQUAL(QT_E_ARG, qt_checkpoint_check_target("save", dir, 1, 0, NULL));
+    CHECK(has("holds checkpoint files but no qtrain checkpoint"));
+    LONGS_EQUAL(QT_OK, qt_checkpoint_check_target("save", dir, 1, 1, NULL));
+    // a regular file at a directory path
+    snprintf(p, sizeof p, "%s/plain", g_dir);
+    write_bytes(p, "x", 1);
+    LONGS_EQUAL(QT_E_ARG, qt_checkpoint_check_target("save", p, 1, 1, NULL));
+    CHECK(has("is not a directory"));
+    unlink(p);
+    CHECK(qt_checkpoint_is_file("a/b.safetensors"));
+    CHECK(!qt_checkpoint_is_file("a/b"));
 }
 
 TEST(io, sharded_load_bad_cases_change_nothing)

@@ -1,0 +1,485 @@
+/* ckpt_dir.c - qt_checkpoint_save_dir: a checkpoint as a Hugging Face sharded directory,
+ * written by every rank in parallel (contract in qt_io.h).
+ *
+ * Layout of DIR (file names and index as transformers writes them):
+ *   model-0000K-of-0000N.safetensors       parameters under HF names (ckpt_map.c pieces),
+ *                                          F32, __metadata__ {"format":"pt","step":S}
+ *   model.safetensors.index.json           {"metadata":{"total_size":B,"format":"qtrain-1",
+ *                                          "step","data_pos","plan_hash","state_hash",
+ *                                          "run_name"},"weight_map":{name:file,..}}
+ *   optimizer-0000K-of-0000M.safetensors   optimizer.m.<name>, then optimizer.v.<name>,
+ *                                          __metadata__ {"format":"qtrain-1","step":S}
+ *   optimizer.safetensors.index.json       the same metadata and its weight_map
+ * Packing: the file tensors in file order (parameters, then m, then v; pieces in ckpt_map.c
+ * order) fill shards greedily up to shard_bytes (a bigger tensor gets a shard of its own);
+ * parameters and moments never share a shard. The packing reads only global shapes, so the
+ * same state saved on any mesh gives the same files, byte for byte (the index metadata
+ * differs in plan hash and run name only).
+ * Writers: shard s (model shards first, then optimizer shards) is written by world rank
+ * s mod n_ranks. Every rank walks the same tensors in file order and receives each one
+ * through qt_ckpt_gather (one collective per tensor over the ranks holding its parts, as for
+ * single files), so no rank ever holds more than one global tensor beyond its own state.
+ * Commit: rank 0 creates DIR.tmp.<pid> and broadcasts <pid>; each rank writes its shards in
+ * it (each one atomically, st_write.c); when every rank reports success, rank 0 writes the
+ * optimizer index, then the model index, fsyncs the directory and swaps it with DIR by one
+ * renameat2(RENAME_EXCHANGE) (a plain rename when DIR does not exist), then deletes the old
+ * checkpoint, which now has the temporary name. So DIR is, at every instant, the previous
+ * complete checkpoint or the new complete one; a crash leaves DIR.tmp.<pid>, which
+ * qt_st_remove_stale deletes at the next start. A failure anywhere removes the temporary
+ * directory and every rank returns an error.
+ * Invariants: no heap (static buffers), the index writer uses write(2) on a static buffer.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "qt_io.h"
+#include "qt_err.h"
+#include "ckpt_map.h"
+#include "ckpt_shards.h"
+#include "safetensors.h"
+#include "st_index.h"
+#include "comm/qt_coll.h"
+#include "runtime/qt_ckpt_gather.h"
+
+#define QT_CD_RENAME_EXCHANGE (1u << 1)   /* linux/fs.h; musl has no renameat2 wrapper */
+#define QT_CD_BUF (1 << 16)
+
+enum { QT_CD_PARAMS = 0, QT_CD_M, QT_CD_V, QT_CD_PARTS };
+
+/* A file tensor: piece k of parameter i in part (params, m, v). */
+typedef struct qt_cd_cur {
+    int32_t part, i, k;
+} qt_cd_cur;
+
+typedef struct qt_cd_shard {
+    qt_cd_cur first;        /* its first file tensor */
+    int64_t n, bytes;       /* file tensors, data bytes */
+} qt_cd_shard;
+
+static struct {
+    int32_t n_shards, n_model;                  /* all shards; the first n_model are model-* */
+    qt_cd_shard shard[QT_SX_MAX_SHARDS];
+    char dir[QT_SX_PATH_MAX], tmp[QT_SX_PATH_MAX], file[QT_SX_PATH_MAX + QT_ST_NAME_MAX + 32];
+    char name[QT_ST_NAME_MAX + 16];
+    int fd;                                     /* index being written */
+    int64_t blen;
+    int failed;
+    char buf[QT_CD_BUF];
+} qt_cd;
+
+static const char *const qt_cd_prefix[QT_CD_PARTS] = {"", QT_CKPT_OPT_M, QT_CKPT_OPT_V};
+static const int qt_cd_src[QT_CD_PARTS] = {QT_CKS_PARAMS, QT_CKS_ADAM_M, QT_CKS_ADAM_V};
+
+/* ---- file tensors in file order ---- */
+
+/* Advance c to the next file tensor of parts [0, n_parts); 0 at the end. */
+static int qt_cd_next(const qt_plan *p, qt_cd_cur *c, int32_t n_parts)
+{
+    if (++c->k < qt_ckpt_count(p, c->i, 0))
+        return 1;
+    c->k = 0;
+    if (++c->i < p->n_params)
+        return 1;
+    c->i = 0;
+    return ++c->part < n_parts;
+}
+
+static int64_t qt_cd_bytes(const qt_plan *p, const qt_cd_cur *c, qt_ckpt_piece *pc)
+{
+    qt_ckpt_piece_at(p, c->i, 0, c->k, pc);
+    return 4 * pc->rows * pc->row_len;
+}
+
+/* Shard s's file name: model-0000K-of-0000N.safetensors or optimizer-... */
+static void qt_cd_shard_name(int32_t s, char *out, size_t n)
+{
+    const int model = s < qt_cd.n_model;
+    snprintf(out, n, "%s-%05d-of-%05d.safetensors", model ? "model" : "optimizer",
+             (int)(model ? s + 1 : s - qt_cd.n_model + 1),
+             (int)(model ? qt_cd.n_model : qt_cd.n_shards - qt_cd.n_model));
+}
+
+static int qt_cd_pack(const qt_plan *p, int32_t n_parts, int64_t limit, const char *dir)
+{
+    qt_ckpt_piece pc;
+    qt_cd_cur c = {0, 0, 0};
+    qt_cd.n_shards = 0;
+    qt_cd.n_model = 0;
+    do {
+        const int64_t b = qt_cd_bytes(p, &c, &pc);
+        qt_cd_shard *s = qt_cd.n_shards ? &qt_cd.shard[qt_cd.n_shards - 1] : NULL;
+        const int new_kind = s && (s->first.part == QT_CD_PARAMS) != (c.part == QT_CD_PARAMS);
+        if (!s || new_kind || s->bytes + b > limit) {
+            if (qt_cd.n_shards >= QT_SX_MAX_SHARDS)
+                return qt_fail(QT_E_ARG, "save=%s: more than %d shards of at most %lld bytes; "
+                               "give a larger save_shard_size=", dir, QT_SX_MAX_SHARDS,
+                               (long long)limit);
+            s = &qt_cd.shard[qt_cd.n_shards++];
+            s->first = c;
+            s->n = 0;
+            s->bytes = 0;
+        }
+        s->n++;
+        s->bytes += b;
+        if (c.part == QT_CD_PARAMS)
+            qt_cd.n_model = qt_cd.n_shards;
+    } while (qt_cd_next(p, &c, n_parts));
+    return QT_OK;
+}
+
+/* ---- one shard ---- */
+
+static int qt_cd_shard_open(const qt_plan *p, int32_t s, int64_t step)
+{
+    qt_ckpt_piece pc;
+    char num[32];
+    int rc;
+    qt_cd_shard_name(s, qt_cd.name, sizeof qt_cd.name);
+    snprintf(qt_cd.file, sizeof qt_cd.file, "%s/%s", qt_cd.tmp, qt_cd.name);
+    snprintf(num, sizeof num, "%lld", (long long)step);
+    if ((rc = qt_st_wopen(qt_cd.file)) ||
+        (rc = qt_st_wmeta("format", s < qt_cd.n_model ? "pt" : QT_CKPT_FORMAT)) ||
+        (rc = qt_st_wmeta("step", num)))
+        return rc;
+    qt_cd_cur c = qt_cd.shard[s].first;
+    for (int64_t t = 0; t < qt_cd.shard[s].n; t++, qt_cd_next(p, &c, QT_CD_PARTS)) {
+        qt_ckpt_piece_at(p, c.i, 0, c.k, &pc);
+        snprintf(qt_cd.name, sizeof qt_cd.name, "%s%s", qt_cd_prefix[c.part], pc.name);
+        if ((rc = qt_st_wadd(qt_cd.name, QT_ST_F32, pc.ndim, pc.shape)))
+            return rc;
+    }
+    return qt_st_wbegin();
+}
+
+/* Piece k of parameter i, whose global tensor is at base, streamed to the open shard. */
+static int qt_cd_write_piece(const qt_plan *p, int32_t i, int32_t k, const float *base)
+{
+    qt_ckpt_piece pc;
+    int rc = QT_OK;
+    qt_ckpt_piece_at(p, i, 0, k, &pc);
+    if (pc.kind == QT_MAP_IDENT)
+        return qt_st_wwrite(base, 4 * pc.rows * pc.row_len);
+    for (int64_t r = 0; r < pc.rows && !rc; r++)
+        rc = qt_st_wwrite(base + qt_ckpt_plan_row(&pc, r) * pc.row_len, 4 * pc.row_len);
+    return rc;
+}
+
+/* The collective walk: every tensor gathered in file order; this rank writes the shards
+ * it owns. Returns a gather failure (the job must stop); write errors go to *wrc, after
+ * which the walk goes on so the other ranks' collectives are matched. */
+static int qt_cd_walk(const qt_plan *p, int32_t n_parts, int me, int n_ranks, int64_t step,
+                      int *wrc)
+{
+    int32_t s = 0;
+    int64_t left = qt_cd.shard[0].n;
+    for (int32_t part = 0; part < n_parts; part++)
+        for (int32_t i = 0; i < p->n_params; i++) {
+            const float *base;
+            int rc = qt_ckpt_gather(p, qt_cd_src[part], i, &base);
+            if (rc)
+                return rc;
+            for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
+                const int mine = s % n_ranks == me;
+                if (mine && !*wrc && left == qt_cd.shard[s].n)
+                    *wrc = qt_cd_shard_open(p, s, step);
+                if (mine && !*wrc)
+                    *wrc = qt_cd_write_piece(p, i, k, base);
+                if (--left == 0) {
+                    if (mine && !*wrc)
+                        *wrc = qt_st_wcommit();
+                    if (mine && *wrc)
+                        qt_st_wabort();
+                    if (++s < qt_cd.n_shards)
+                        left = qt_cd.shard[s].n;
+                }
+            }
+        }
+    return QT_OK;
+}
+
+/* ---- index files (rank 0) ---- */
+
+static void qt_cd_flush(void)
+{
+    for (int64_t at = 0; at < qt_cd.blen && !qt_cd.failed;) {
+        ssize_t w = write(qt_cd.fd, qt_cd.buf + at, (size_t)(qt_cd.blen - at));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            qt_fail(QT_E_IO, "%s: write failed: %s", qt_cd.file, strerror(errno));
+            qt_cd.failed = 1;
+        }
+        at += w > 0 ? w : 0;
+    }
+    qt_cd.blen = 0;
+}
+
+/* Append strings (our names and values never need JSON escapes: ckpt_map.c names, hex,
+ * decimal; run names are checked by configgen). */
+static void qt_cd_put(const char *a, const char *b, const char *c)
+{
+    const char *parts[3] = {a, b, c};
+    for (int k = 0; k < 3; k++) {
+        size_t n = parts[k] ? strlen(parts[k]) : 0;
+        if (qt_cd.blen + (int64_t)n > QT_CD_BUF)
+            qt_cd_flush();
+        if (n > QT_CD_BUF) {
+            qt_cd.failed = 1;
+            return;
+        }
+        memcpy(qt_cd.buf + qt_cd.blen, parts[k], n);
+        qt_cd.blen += (int64_t)n;
+    }
+}
+
+static void qt_cd_meta(const char *key, const char *val, int last)
+{
+    qt_cd_put("\"", key, "\":\"");
+    qt_cd_put(val, last ? "\"" : "\",", NULL);
+}
+
+/* Writes <tmp>/<index_name> for shards [s0, s1) of the parts they hold. */
+static int qt_cd_index(const qt_plan *p, const char *index_name, int32_t s0, int32_t s1,
+                       int64_t step, int64_t data_pos)
+{
+    qt_ckpt_piece pc;
+    char num[32], shard[64];
+    int64_t total = 0;
+    for (int32_t s = s0; s < s1; s++) total += qt_cd.shard[s].bytes;
+    snprintf(qt_cd.file, sizeof qt_cd.file, "%s/%s", qt_cd.tmp, index_name);
+    qt_cd.fd = open(qt_cd.file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (qt_cd.fd < 0)
+        return qt_fail(QT_E_IO, "%s: cannot create: %s", qt_cd.file, strerror(errno));
+    qt_cd.blen = 0;
+    qt_cd.failed = 0;
+    snprintf(num, sizeof num, "%lld", (long long)total);
+    qt_cd_put("{\n  \"metadata\": {\"total_size\":", num, ",");
+    qt_cd_meta("format", QT_CKPT_FORMAT, 0);
+    snprintf(num, sizeof num, "%lld", (long long)step);
+    qt_cd_meta("step", num, 0);
+    snprintf(num, sizeof num, "%lld", (long long)data_pos);
+    qt_cd_meta("data_pos", num, 0);
+    snprintf(num, sizeof num, "0x%016llx", (unsigned long long)p->hash);
+    qt_cd_meta("plan_hash", num, 0);
+    snprintf(num, sizeof num, "0x%016llx", (unsigned long long)qt_ckpt_state_hash(p));
+    qt_cd_meta("state_hash", num, 0);
+    qt_cd_meta("run_name", p->run_name ? p->run_name : "", 1);
+    qt_cd_put("},\n  \"weight_map\": {", NULL, NULL);
+    for (int32_t s = s0; s < s1; s++) {
+        qt_cd_shard_name(s, shard, sizeof shard);
+        qt_cd_cur c = qt_cd.shard[s].first;
+        for (int64_t t = 0; t < qt_cd.shard[s].n; t++, qt_cd_next(p, &c, QT_CD_PARTS)) {
+            qt_ckpt_piece_at(p, c.i, 0, c.k, &pc);
+            qt_cd_put(s == s0 && t == 0 ? "\n    \"" : ",\n    \"", qt_cd_prefix[c.part],
+                      pc.name);
+            qt_cd_put("\": \"", shard, "\"");
+        }
+    }
+    qt_cd_put("\n  }\n}\n", NULL, NULL);
+    qt_cd_flush();
+    int rc = QT_OK;
+    if (!qt_cd.failed && fsync(qt_cd.fd) != 0)
+        rc = qt_fail(QT_E_IO, "%s: fsync failed: %s", qt_cd.file, strerror(errno));
+    if (close(qt_cd.fd) != 0 && !rc && !qt_cd.failed)
+        rc = qt_fail(QT_E_IO, "%s: close failed: %s", qt_cd.file, strerror(errno));
+    return qt_cd.failed ? QT_E_IO : rc;
+}
+
+/* ---- the temporary directory (rank 0) ---- */
+
+static int qt_cd_fsync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return qt_fail(QT_E_IO, "%s: cannot open directory to fsync: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    close(fd);
+    return rc ? qt_fail(QT_E_IO, "%s: fsync of directory failed: %s", path, strerror(errno))
+              : QT_OK;
+}
+
+/* Parent directory of qt_cd.dir into out. */
+static void qt_cd_parent(char *out, size_t n)
+{
+    snprintf(out, n, "%s", qt_cd.dir);
+    char *slash = strrchr(out, '/');
+    if (!slash) snprintf(out, n, ".");
+    else if (slash == out) out[1] = 0;
+    else *slash = 0;
+}
+
+/* 1 for the names a save writes (indexes, model-/optimizer- shards); the rest of a
+ * checkpoint directory (config.json, tokenizer files, notes) belongs to the user. */
+static int qt_cd_ours(const char *name)
+{
+    size_t n = strlen(name);
+    if (!strcmp(name, QT_SX_INDEX_NAME) || !strcmp(name, QT_SX_OPT_INDEX_NAME))
+        return 1;
+    return (!strncmp(name, "model-", 6) || !strncmp(name, "optimizer-", 10)) &&
+           strstr(name, "-of-") && n > 12 && !strcmp(name + n - 12, ".safetensors");
+}
+
+/* The user's files of the previous checkpoint move into the new one as hard links (same
+ * inodes), so a save never deletes them; a subdirectory cannot, and fails the save. */
+static int qt_cd_carry(void *ctx, const char *name, int is_dir)
+{
+    (void)ctx;
+    if (is_dir)
+        return qt_fail(QT_E_IO, "save=%s: holds the subdirectory %s, which a save cannot "
+                       "carry into the new checkpoint; move it elsewhere", qt_cd.dir, name);
+    if (qt_cd_ours(name))
+        return QT_OK;
+    char from[QT_SX_PATH_MAX + 300];
+    snprintf(from, sizeof from, "%s/%s", qt_cd.dir, name);
+    snprintf(qt_cd.file, sizeof qt_cd.file, "%s/%s", qt_cd.tmp, name);
+    if (link(from, qt_cd.file) != 0)
+        return qt_fail(QT_E_IO, "save=%s: cannot keep %s in the new checkpoint (hard link "
+                       "to %s): %s", qt_cd.dir, from, qt_cd.file, strerror(errno));
+    return QT_OK;
+}
+
+/* Swap the finished temporary directory in for DIR, then delete the old checkpoint. */
+static int qt_cd_commit(void)
+{
+    char parent[QT_SX_PATH_MAX];
+    struct stat st;
+    int exists = stat(qt_cd.dir, &st) == 0, rc;
+    if (exists && (rc = qt_st_dir_each(qt_cd.dir, qt_cd_carry, NULL)))
+        return rc < 0 ? qt_fail(QT_E_IO, "save=%s: cannot list: %s", qt_cd.dir,
+                                strerror(errno)) : rc;
+    if ((rc = qt_cd_fsync_path(qt_cd.tmp)))
+        return rc;
+    if (!exists) {
+        if (rename(qt_cd.tmp, qt_cd.dir) != 0)
+            return qt_fail(QT_E_IO, "%s: rename to %s failed: %s", qt_cd.tmp, qt_cd.dir,
+                           strerror(errno));
+    } else if (syscall(SYS_renameat2, AT_FDCWD, qt_cd.tmp, AT_FDCWD, qt_cd.dir,
+                       QT_CD_RENAME_EXCHANGE) != 0) {
+        return qt_fail(QT_E_IO, "save=%s: cannot swap in the new checkpoint %s: %s (the "
+                       "file system must support renameat2 RENAME_EXCHANGE to replace a "
+                       "checkpoint directory atomically; the previous checkpoint is intact)",
+                       qt_cd.dir, qt_cd.tmp, strerror(errno));
+    }
+    qt_cd_parent(parent, sizeof parent);
+    rc = qt_cd_fsync_path(parent);
+    if (exists)
+        qt_st_remove_dir(qt_cd.tmp);   /* the previous checkpoint; a failure is only a note */
+    return rc;
+}
+
+/* ---- destination check (before training) ---- */
+
+int qt_checkpoint_is_file(const char *path)
+{
+    size_t n = strlen(path);
+    return n >= 12 && !strcmp(path + n - 12, ".safetensors");
+}
+
+typedef struct qt_cd_scan {
+    int subdir, ours;
+    char first_sub[256];
+} qt_cd_scan;
+
+static int qt_cd_scan_entry(void *ctx, const char *name, int is_dir)
+{
+    qt_cd_scan *sc = ctx;
+    if (is_dir && !sc->subdir++)
+        snprintf(sc->first_sub, sizeof sc->first_sub, "%s", name);
+    sc->ours += qt_cd_ours(name);
+    return 0;
+}
+
+int qt_ckpt_check_dir_target(const char *key, const char *path, int overwrite)
+{
+    struct stat st;
+    qt_cd_scan sc = {0, 0, ""};
+    char index[QT_SX_PATH_MAX];
+    if (stat(path, &st) != 0)
+        return errno == ENOENT ? QT_OK : qt_fail(QT_E_ARG, "%s=%s: cannot stat: %s", key,
+                                                 path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return qt_fail(QT_E_ARG, "%s=%s exists and is %s, not a directory; a %s= path that "
+                       "does not end in .safetensors is written as a sharded checkpoint "
+                       "directory", key, path, S_ISREG(st.st_mode) ? "a regular file" :
+                       S_ISCHR(st.st_mode) ? "a character device" : S_ISBLK(st.st_mode) ?
+                       "a block device" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a special file",
+                       key);
+    if (qt_st_dir_each(path, qt_cd_scan_entry, &sc) < 0)
+        return qt_fail(QT_E_ARG, "%s=%s: cannot list the directory: %s", key, path,
+                       strerror(errno));
+    if (sc.subdir)
+        return qt_fail(QT_E_ARG, "%s=%s holds the subdirectory %s; a save replaces the whole "
+                       "directory and keeps only its plain files: give a directory without "
+                       "subdirectories", key, path, sc.first_sub);
+    if (!sc.ours || overwrite)
+        return QT_OK;
+    if (snprintf(index, sizeof index, "%s/%s", path, QT_SX_INDEX_NAME) >= (int)sizeof index)
+        return qt_fail(QT_E_ARG, "%s=%s: path too long", key, path);
+    int was = qt_set_quiet(1);
+    int rc = qt_sx_open(index);
+    qt_set_quiet(was);
+    const char *fmt = rc ? NULL : qt_sx_meta(0, "format");
+    if (!fmt || strcmp(fmt, QT_CKPT_FORMAT))
+        return qt_fail(QT_E_ARG, "%s=%s holds checkpoint files but no qtrain checkpoint (%s "
+                       "%s); give overwrite=1 to replace them", key, path, index,
+                       rc ? "is missing or unreadable" : "has no metadata format \"qtrain-1\"");
+    return QT_OK;
+}
+
+/* ---- the collective save ---- */
+
+int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_bytes,
+                           int64_t step, int64_t data_pos)
+{
+    const int n_ranks = p->n_ranks > 1 ? p->n_ranks : 1;
+    const int me = n_ranks > 1 ? qt_comm_group_index(QT_COLL_ALL) : 0;
+    int rc, wrc = QT_OK;
+    if (strlen(dir) + 32 >= sizeof qt_cd.dir)
+        return qt_fail(QT_E_ARG, "save=%s: path too long", dir);
+    snprintf(qt_cd.dir, sizeof qt_cd.dir, "%s", dir);
+    /* the same verdicts on every rank: plan and packing read only the plan */
+    if ((rc = qt_ckpt_check_plan(p, dir)) ||
+        (rc = qt_cd_pack(p, QT_CD_PARTS, shard_bytes > 0 ? shard_bytes : 1, dir)))
+        return rc;
+    int64_t pid = (int64_t)getpid();
+    if (me == 0) {
+        snprintf(qt_cd.tmp, sizeof qt_cd.tmp, "%s.tmp.%lld", dir, (long long)pid);
+        if (mkdir(qt_cd.tmp, 0755) != 0)
+            wrc = qt_fail(QT_E_IO, "%s: cannot create the temporary directory: %s",
+                          qt_cd.tmp, strerror(errno));
+    }
+    int64_t hdr[2] = {wrc, pid};
+    if (n_ranks > 1 && (rc = qt_coll_broadcast(QT_COLL_ALL, hdr, (int64_t)sizeof hdr, 0)))
+        return rc;
+    if (hdr[0])
+        return me == 0 ? wrc : QT_E_IO;
+    snprintf(qt_cd.tmp, sizeof qt_cd.tmp, "%s.tmp.%lld", dir, (long long)hdr[1]);
+    if ((rc = qt_cd_walk(p, QT_CD_PARTS, me, n_ranks, step, &wrc)))
+        return rc;
+    int64_t bad = wrc != QT_OK;
+    if (n_ranks > 1 && (rc = qt_coll_sum_i64(QT_COLL_ALL, &bad, 1)))
+        return rc;
+    int64_t res = bad ? QT_E_IO : QT_OK;
+    if (me == 0) {
+        if (!res && !(res = qt_cd_index(p, "optimizer.safetensors.index.json", qt_cd.n_model,
+                                        qt_cd.n_shards, step, data_pos)))
+            res = qt_cd_index(p, QT_SX_INDEX_NAME, 0, qt_cd.n_model, step, data_pos);
+        if (!res)
+            res = qt_cd_commit();
+        if (res) {
+            if (bad && !wrc)
+                qt_fail(QT_E_IO, "save=%s: a shard could not be written on %lld rank(s) (see "
+                        "their messages); the previous checkpoint is intact", dir,
+                        (long long)bad);
+            qt_st_remove_dir(qt_cd.tmp);
+        }
+    }
+    if (n_ranks > 1 && (rc = qt_coll_broadcast(QT_COLL_ALL, &res, (int64_t)sizeof res, 0)))
+        return rc;
+    return (int)res;
+}
