@@ -238,11 +238,21 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          (long long)t->micro_batch, (long long)t->micro_batch);
         return;
     }
-    qt_cg_buf_printf(b, "  batch index k of a rank = its mixed-radix coordinate over the batch "
-                     "axes in axis order (data, fsdp, expert); the rank reads the rank-major "
-                     "block [k*%lld, (k+1)*%lld), microbatch m holding [k*%lld + m*%lld, +%lld)\n",
-                     (long long)per, (long long)per, (long long)per, (long long)t->micro_batch,
-                     (long long)t->micro_batch);
+    const int mbmaj = g->n_mb_levels > 0;
+    const int64_t mb = t->micro_batch;
+    if (mbmaj)
+        qt_cg_buf_printf(b, "  batch index k of a rank = its mixed-radix coordinate over the "
+                         "batch axes in axis order (data, fsdp, expert); microbatch-major: "
+                         "microbatch m of batch index k holds [(m*%lld + k)*%lld, +%lld), so "
+                         "one microbatch over the batch ranks is one contiguous block "
+                         "(reduce-scattered after each microbatch into the microbatch tree)\n",
+                         (long long)nb, (long long)mb, (long long)mb);
+    else
+        qt_cg_buf_printf(b, "  batch index k of a rank = its mixed-radix coordinate over the "
+                         "batch axes in axis order (data, fsdp, expert); the rank reads the "
+                         "rank-major block [k*%lld, (k+1)*%lld), microbatch m holding "
+                         "[k*%lld + m*%lld, +%lld)\n", (long long)per, (long long)per,
+                         (long long)per, (long long)mb, (long long)mb);
     for (int64_t r = 0; r < s->n_ranks && r < QT_CG_REPORT_MAX_RANKS; r++) {
         int32_t coord[QT_MESH_COUNT];
         char ct[160];
@@ -250,9 +260,15 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
         int64_t k = 0;
         for (int a = 0; a < QT_MESH_COUNT; a++)
             if (s->batch_mask & (1u << a)) k = k * s->mesh[a] + coord[a];
-        qt_cg_buf_printf(b, "  rank %lld (%s): batch index %lld, sequences %lld..%lld\n",
-                         (long long)r, ct, (long long)k, (long long)(k * per),
-                         (long long)(k * per + per - 1));
+        if (mbmaj)
+            qt_cg_buf_printf(b, "  rank %lld (%s): batch index %lld, sequences %lld..%lld, "
+                             "then every %lld (%lld microbatches)\n", (long long)r, ct,
+                             (long long)k, (long long)(k * mb), (long long)(k * mb + mb - 1),
+                             (long long)(nb * mb), (long long)t->grad_accum);
+        else
+            qt_cg_buf_printf(b, "  rank %lld (%s): batch index %lld, sequences %lld..%lld\n",
+                             (long long)r, ct, (long long)k, (long long)(k * per),
+                             (long long)(k * per + per - 1));
     }
     if (s->n_ranks > QT_CG_REPORT_MAX_RANKS)
         qt_cg_buf_printf(b, "  ranks %d..%d: the same rule\n", QT_CG_REPORT_MAX_RANKS,

@@ -225,7 +225,9 @@ static void qt_cd_put(const char *a, const char *b, const char *c)
 {
     const char *parts[3] = {a, b, c};
     for (int k = 0; k < 3; k++) {
-        size_t n = parts[k] ? strlen(parts[k]) : 0;
+        if (!parts[k])
+            continue;
+        size_t n = strlen(parts[k]);
         if (qt_cd.blen + (int64_t)n > QT_CD_BUF)
             qt_cd_flush();
         if (n > QT_CD_BUF) {

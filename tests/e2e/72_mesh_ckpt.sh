@@ -133,6 +133,8 @@ check "mesh ckpt dir: save on DP2xEP2 ZeRO-1 G4 at step 5, resume on DP4 ZeRO-1 
   ckm_resume_p zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1 4 zero1-next-dp4-g4 4
 check "mesh ckpt dir: save on DP2xEP2 ZeRO-1 G4 at step 5, resume on one rank == 10 one-rank steps" \
   ckm_resume_p zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1 4 zero1-next-1r-b16 1
+check "mesh ckpt dir: save on DP2xTP2 ZeRO-1 G4 (tensor-split weights, split Adam) at step 5, resume on one rank == 10 one-rank steps" \
+  ckm_resume_p zero1-next-1r-b16 zero1-next-dp2tp2-g4-z1 4 zero1-next-1r-b16 1
 check "mesh ckpt dir: Qwen3.5 save on DP2xEP2 ZeRO-1 G4 at step 5, resume on one rank == 10 one-rank steps" \
   ckm_resume_p zero1-35-1r-b16 zero1-35-dp2ep2-g4-z1 4 zero1-35-1r-b16 1
 

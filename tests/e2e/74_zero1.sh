@@ -79,6 +79,13 @@ for m in next 35; do
       z1_same $m dp2ep2-g4-z1 4 dp2ep2-g4 4 1r-b16
 done
 
+# ZeRO-1 with tensor parallelism: the optimizer blocks split the TP-local flat vector over
+# data. qwen3.5-tiny-tp ("35t") has head counts that divide over tensor.
+check "zero1 next dp2xtp2 G4 (4 ranks) == dp2xtp2 G4 without ZeRO-1 == one rank, batch 16, 20 steps" \
+    z1_same next dp2tp2-g4-z1 4 dp2tp2-g4 4 1r-b16
+check "zero1 35t dp2xtp2 G4 (4 ranks) == dp2xtp2 G4 without ZeRO-1 == one rank, batch 16, 20 steps" \
+    z1_same 35t dp2tp2-g4-z1 4 dp2tp2-g4 4 1r-b16
+
 z1_negative_control() {
   # another seed on a ZeRO-1 mesh must change the bits, or the comparisons above are blind
   z1_det next-dp2-g4 2 || return 1

@@ -975,7 +975,7 @@ TEST(io, sharded_save_targets)
     snprintf(p, sizeof p, "%s/plain", g_dir);
     write_bytes(p, "x", 1);
     LONGS_EQUAL(QT_E_ARG, qt_checkpoint_check_target("save", p, 1, 1, NULL));
-    CHECK(has("is not a directory"));
+    CHECK(has("exists and is a regular file, not a directory"));
     unlink(p);
     CHECK(qt_checkpoint_is_file("a/b.safetensors"));
     CHECK(!qt_checkpoint_is_file("a/b"));
