@@ -260,11 +260,15 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
         int64_t k = 0;
         for (int a = 0; a < QT_MESH_COUNT; a++)
             if (s->batch_mask & (1u << a)) k = k * s->mesh[a] + coord[a];
-        if (mbmaj)
+        if (mbmaj && t->grad_accum > 1)
             qt_cg_buf_printf(b, "  rank %lld (%s): batch index %lld, sequences %lld..%lld, "
                              "then every %lld (%lld microbatches)\n", (long long)r, ct,
                              (long long)k, (long long)(k * mb), (long long)(k * mb + mb - 1),
                              (long long)(nb * mb), (long long)t->grad_accum);
+        else if (mbmaj)
+            qt_cg_buf_printf(b, "  rank %lld (%s): batch index %lld, sequences %lld..%lld\n",
+                             (long long)r, ct, (long long)k, (long long)(k * mb),
+                             (long long)(k * mb + mb - 1));
         else
             qt_cg_buf_printf(b, "  rank %lld (%s): batch index %lld, sequences %lld..%lld\n",
                              (long long)r, ct, (long long)k, (long long)(k * per),
