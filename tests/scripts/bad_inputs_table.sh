@@ -123,8 +123,10 @@ cp $T $W/tokens.npy && ln $W/tokens.npy $W/link.safetensors
 cp tests/golden/e2e/test-next-tiny/init.safetensors $W/hf.safetensors
 printf 'notes\n' > $W/notes.txt
 ES="$E40: save=/dump_grads= targets refused before training"
-row "save target" "save=/dev/null overwrite=1" "$ES" $Q steps=1 data=$T save=/dev/null overwrite=1
-row "save target" "save=$W/adir (a directory)" "$ES" $Q steps=1 data=$T save=$W/adir
+# (a save= path not ending in .safetensors names a checkpoint directory on main: those
+# cases are left to the sharded-checkpoint tests, so the device is reached through a link)
+ln -s /dev/null $W/null.safetensors
+row "save target" "save=$W/null.safetensors overwrite=1 (a symbolic link to /dev/null)" "$ES" $Q steps=1 data=$T save=$W/null.safetensors overwrite=1
 row "save target" "dump_grads=$W/adir (a directory)" "$ES" $Q steps=1 data=$T dump_grads=$W/adir
 row "save target" "save=$W/link.safetensors (a hard link to the data file)" "$ES" $Q steps=1 data=$W/tokens.npy save=$W/link.safetensors overwrite=1
 row "save target" "save=$W/hf.safetensors (a safetensors file that is not a qtrain checkpoint)" "$ES" $Q steps=1 data=$T save=$W/hf.safetensors
@@ -144,9 +146,12 @@ ulimit_run() { ( ulimit -v 1000000; exec "$@" ); }
 row "memory" "bench qtrain under ulimit -v 1000000 (arena 2 GiB)" "$E40: memory: an arena beyond RLIMIT_AS" ulimit_run build/bench/qtrain steps=1
 row "memory" "bench qtrain-static under ulimit -v 1000000" "$E40: memory: an arena beyond RLIMIT_AS" ulimit_run build/bench/qtrain-static steps=1
 row "training" "learning_rate=1e30 save=$W/div.safetensors" "$E40: training: a non-finite loss" $Q steps=3 data=$T learning_rate=1e30 save=$W/div.safetensors
-mpi_first() {  # mpiexec; the message of rank 0 only (both ranks print one)
-  timeout 60 mpiexec -n 2 "$@" 2>&1 >/dev/null | grep -v -E '^qtrain: (run |peak RSS )' | sort | head -n 1 >&2
-  return ${PIPESTATUS[0]}
+mpi_first() {  # mpiexec -n 2 CMD; passes on rank 0's stderr only (each rank writes its own)
+  rm -f $W/mpi.err.*
+  timeout 60 mpiexec -n 2 sh -c 'exec "$0" "$@" 2> '"$W"'/mpi.err.$PMI_RANK' "$@"
+  local rc=$?
+  cat $W/mpi.err.0 >&2
+  return $rc
 }
 row "ranks" "mpiexec -n 2 qtrain (a one-rank plan)" "$E40: ranks: started on 2 ranks" mpi_first $Q steps=1 data=$T
 row "ranks" "mpiexec -n 2 qtrain-static (single-rank musl build)" "$OPEN: refuse when PMI_SIZE/MPI_LOCALNRANKS > 1" mpi_first build/test-next-tiny/qtrain-static steps=1 data=$T
