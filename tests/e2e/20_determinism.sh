@@ -28,6 +28,30 @@ accum_invariance_6() {
 }
 check "accumulation invariance with 6 leaves: b=6,G=1 == b=3,G=2" accum_invariance_6
 
+accum_invariance_8() {
+  # 8 leaves: the one-rank tree carries past level 2 (leaf 7 adds levels 0, 1 and 2 into
+  # level 3), for 8 leaves in one microbatch (b=8), spread over 4 (b=2) or 8 (b=1)
+  # microbatches. The same bits as zero1-next-dp2-b8 (same schedule: steps 20), where each
+  # of 2 ranks sums 4 leaves (carries to level 2 only) and the ranks are combined by
+  # recursive halving: so a wrong deep carry cannot pass by being wrong the same way in
+  # every one-rank split.
+  local d=$QT_TMP/accum8 data=tests/golden/e2e/test-next-tiny/tokens.npy r
+  mkdir -p "$d"
+  for r in test-accum-b8g1 test-accum-b2g4 test-accum-b1g8; do
+    build/$r/qtrain data=$data steps=5 seed=7 metrics=$d/$r.jsonl || return 1
+    det_fields $d/$r.jsonl > $d/$r.det || return 1
+    [ "$(wc -l < $d/$r.det)" -eq 5 ] || { echo "$r: expected 5 metrics lines"; return 1; }
+  done
+  timeout 120 mpiexec -n 2 build/zero1-next-dp2-b8/qtrain data=$data steps=5 seed=7 \
+      metrics=$d/dp2.jsonl || return 1
+  det_fields $d/dp2.jsonl > $d/dp2.det || return 1
+  for r in test-accum-b2g4 test-accum-b1g8 dp2; do
+    cmp $d/test-accum-b8g1.det $d/$r.det || { echo "b=8,G=1 and $r differ"; return 1; }
+  done
+  echo "identical: $(head -c 300 $d/test-accum-b8g1.det)"
+}
+check "accumulation invariance with 8 leaves: b=8,G=1 == b=2,G=4 == b=1,G=8 == DP2 b=4 (tree carries past level 2)" accum_invariance_8
+
 run_to_run() {
   local d=$QT_TMP/r2r
   mkdir -p "$d"

@@ -256,8 +256,24 @@ def gen_attn(rng):
         o, lse = ops.attn(q, k, v, B, S, HQ, HKV, HD, scale)
         return {'o': o, 'lse': lse}, ['o']
     outs, ups, gr = run_case(inp, fn, ['q', 'k', 'v'], rng)
-    return [('c0', dict(B=B, S=S, HQ=HQ, HKV=HKV, HD=HD, SCALE=scale),
-             slots(['q', 'k', 'v', 'o', 'lse', 'do', 'dq', 'dk', 'dv'], inp, outs, ups, gr))]
+    res = [('c0', dict(B=B, S=S, HQ=HQ, HKV=HKV, HD=HD, SCALE=scale),
+            slots(['q', 'k', 'v', 'o', 'lse', 'do', 'dq', 'dk', 'dv'], inp, outs, ups, gr))]
+    # c1: head dim a multiple of 16, so the C kernels take their register paths (the forward's
+    # 16-wide o slices, the backward's 4-row blocks); S = 9 gives two blocks and a one-row
+    # tail and rows long enough (>= 8 keys) for the eight-key score batches. Drawn after c0
+    # from the same generator, so c0 is unchanged.
+    B, S, HQ, HKV, HD = 2, 9, 4, 2, 32
+    scale1 = f32(HD ** -0.5)
+    T = B * S
+    inp = dict(q=rng.normal(T, HQ, HD), k=rng.normal(T, HKV, HD), v=rng.normal(T, HKV, HD))
+
+    def fn1(q, k, v):
+        o, lse = ops.attn(q, k, v, B, S, HQ, HKV, HD, scale1)
+        return {'o': o, 'lse': lse}, ['o']
+    outs, ups, gr = run_case(inp, fn1, ['q', 'k', 'v'], rng)
+    res.append(('c1', dict(B=B, S=S, HQ=HQ, HKV=HKV, HD=HD, SCALE=scale1),
+                slots(['q', 'k', 'v', 'o', 'lse', 'do', 'dq', 'dk', 'dv'], inp, outs, ups, gr)))
+    return res
 
 
 def gen_moe_route(rng):

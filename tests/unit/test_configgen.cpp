@@ -703,6 +703,64 @@ TEST(CgSchedule, LoadBalanceConstants)
     LONGS_EQUAL(4, seen);
 }
 
+// Which layers are full attention, for both decoders: layer l (0-based) is full attention iff
+// (l+1) % inhomogeneous_layer_cycle_interval == 0 (research/maxtext.md section 1,
+// hf_reference.md: with interval 4, layers 3, 7, 11, ...), every other layer Gated DeltaNet.
+// The expected lists are written out by hand, not recomputed with the formula; a layer's kind
+// is read back from its parameters (self_attn.* vs linear_attn.*) and the schedule's
+// ATTN_FWD / GDN_CORE_FWD op counts.
+TEST(CgSchedule, FullAttentionLayersFollowTheCycle)
+{
+    struct {
+        const char *layers, *cycle;
+        int n_layers;
+        int full[8];  // the full-attention layers, -1 terminated
+    } cases[] = {
+        {"base_num_decoder_layers=4", "inhomogeneous_layer_cycle_interval=4", 4, {3, -1}},
+        {"base_num_decoder_layers=8", "inhomogeneous_layer_cycle_interval=4", 8, {3, 7, -1}},
+        {"base_num_decoder_layers=6", "inhomogeneous_layer_cycle_interval=3", 6, {2, 5, -1}},
+        {"base_num_decoder_layers=6", "inhomogeneous_layer_cycle_interval=2", 6, {1, 3, 5, -1}},
+        {"base_num_decoder_layers=3", "inhomogeneous_layer_cycle_interval=1", 3, {0, 1, 2, -1}},
+        {"base_num_decoder_layers=5", "inhomogeneous_layer_cycle_interval=5", 5, {4, -1}},
+    };
+    const char *runs[] = {kTiny, "configgen/configs/runs/test-35-tiny.yml"};
+    for (const char *run : runs) {
+        for (auto &c : cases) {
+            char l_ov[64], c_ov[64];
+            snprintf(l_ov, sizeof l_ov, "%s", c.layers);
+            snprintf(c_ov, sizeof c_ov, "%s", c.cycle);
+            char *over[] = {l_ov, c_ov};
+            CgPlan p;
+            LONGS_EQUAL(0, p.build(run, 2, over));
+            std::vector<int> want(c.n_layers, 0), attn(c.n_layers, 0), gdn(c.n_layers, 0);
+            int n_full = 0;
+            for (int k = 0; c.full[k] >= 0; k++, n_full++) want[c.full[k]] = 1;
+            for (int q = 0; q < p.g.np; q++) {
+                const qt_param &pa = p.g.ps[q];
+                if (pa.layer < 0) continue;
+                CHECK(pa.layer < c.n_layers);
+                if (strstr(pa.name, ".self_attn.")) attn[pa.layer]++;
+                if (strstr(pa.name, ".linear_attn.")) gdn[pa.layer]++;
+            }
+            for (int l = 0; l < c.n_layers; l++) {
+                if ((attn[l] > 0) != (want[l] == 1) || (gdn[l] > 0) != (want[l] == 0))
+                    fprintf(stderr, "%s %s %s: layer %d has %d self_attn and %d linear_attn "
+                            "parameters, expected %s\n", run, c.layers, c.cycle, l, attn[l],
+                            gdn[l], want[l] ? "full attention" : "Gated DeltaNet");
+                CHECK_EQUAL(want[l] == 1, attn[l] > 0);
+                CHECK_EQUAL(want[l] == 0, gdn[l] > 0);
+            }
+            int n_attn_ops = 0, n_gdn_ops = 0;
+            for (int o = 0; o < p.g.nmb; o++) {
+                n_attn_ops += p.g.mb[o].kind == QT_OP_ATTN_FWD;
+                n_gdn_ops += p.g.mb[o].kind == QT_OP_GDN_CORE_FWD;
+            }
+            LONGS_EQUAL(n_full, n_attn_ops);
+            LONGS_EQUAL(c.n_layers - n_full, n_gdn_ops);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- hash and output stability
 
 TEST_GROUP(CgHash){};

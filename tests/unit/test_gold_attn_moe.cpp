@@ -103,6 +103,48 @@ TEST(GoldAttnMoe, Attention)
     CHECK32("attn dv f32", dvf, gold_attn_c0_dv, TOL32_ATTN);
 }
 
+// Case c1: head dim 32, a multiple of 16, so qt_attn_fwd (given scratch) accumulates o in
+// 16-wide register slices and qt_attn_bwd_n (given QT_ATTN_BWD_SCRATCH(S)) runs the 4-row
+// blocked backward; S = 9 adds a one-row tail and rows of >= 8 keys (the eight-key score
+// batches). Tolerances as case c0: 1e-10 in double, 5e-5 in float (TOL32_ATTN), relative to
+// each tensor's max |value|.
+TEST(GoldAttnMoe, AttentionRegisterPath)
+{
+    const int64_t b = GOLD_ATTN_C1_B, S = GOLD_ATTN_C1_S, Hq = GOLD_ATTN_C1_HQ,
+                  Hkv = GOLD_ATTN_C1_HKV, hd = GOLD_ATTN_C1_HD;
+    const size_t nq = N_OF(gold_attn_c1_q), nk = N_OF(gold_attn_c1_k);
+    LONGS_EQUAL(0, hd % 16);  // the condition that selects the register paths
+    LONGS_EQUAL(b * S * Hq * hd, nq);
+    LONGS_EQUAL(b * S * Hkv * hd, nk);
+    CHECK(S % QT_ATTN_BWD_ROWS != 0 && S > QT_ATTN_BWD_ROWS && S >= 9);
+    const int64_t nsc = QT_ATTN_BWD_SCRATCH(S);
+    vd o(nq), lse(b * Hq * S), sc(nsc), dq(nq, 0.), dk(nk, 0.), dv(nk, 0.);
+    qt_attn_fwd_f64(o.data(), lse.data(), gold_attn_c1_q, gold_attn_c1_k, gold_attn_c1_v,
+                    sc.data(), b, S, Hq, Hkv, hd, GOLD_ATTN_C1_SCALE);
+    CHECK64("attn c1 o f64", o, gold_attn_c1_o);
+    CHECK64("attn c1 lse f64", lse, gold_attn_c1_lse);
+    qt_attn_bwd_n_f64(dq.data(), dk.data(), dv.data(), gold_attn_c1_do, gold_attn_c1_q,
+                      gold_attn_c1_k, gold_attn_c1_v, o.data(), lse.data(), sc.data(), nsc, b,
+                      S, Hq, Hkv, hd, GOLD_ATTN_C1_SCALE);
+    CHECK64("attn c1 dq f64", dq, gold_attn_c1_dq);
+    CHECK64("attn c1 dk f64", dk, gold_attn_c1_dk);
+    CHECK64("attn c1 dv f64", dv, gold_attn_c1_dv);
+
+    vf q = gf(gold_attn_c1_q, nq), k = gf(gold_attn_c1_k, nk), v = gf(gold_attn_c1_v, nk),
+       d_o = gf(gold_attn_c1_do, nq), of(nq), lf(lse.size()), scf(nsc), dqf(nq, 0.f),
+       dkf(nk, 0.f), dvf(nk, 0.f);
+    qt_attn_fwd(of.data(), lf.data(), q.data(), k.data(), v.data(), scf.data(), b, S, Hq, Hkv,
+                hd, (float)GOLD_ATTN_C1_SCALE);
+    CHECK32("attn c1 o f32", of, gold_attn_c1_o, TOL32_ATTN);
+    CHECK32("attn c1 lse f32", lf, gold_attn_c1_lse, TOL32_ATTN);
+    qt_attn_bwd_n(dqf.data(), dkf.data(), dvf.data(), d_o.data(), q.data(), k.data(), v.data(),
+                  of.data(), lf.data(), scf.data(), nsc, b, S, Hq, Hkv, hd,
+                  (float)GOLD_ATTN_C1_SCALE);
+    CHECK32("attn c1 dq f32", dqf, gold_attn_c1_dq, TOL32_ATTN);
+    CHECK32("attn c1 dk f32", dkf, gold_attn_c1_dk, TOL32_ATTN);
+    CHECK32("attn c1 dv f32", dvf, gold_attn_c1_dv, TOL32_ATTN);
+}
+
 // One routing case; lb (gold lb_seq) is NULL when the case has no load-balance term.
 static void check_route(const char *name, const double *logits, const double *g_idx,
                         const double *g_p, const double *g_lb, const double *g_dp,

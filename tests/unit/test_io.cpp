@@ -1080,6 +1080,36 @@ TEST(io, bad_safetensors_headers)
         if (!has(c.msg) || !has(g_path))
             FAIL(qt_last_error());
     }
+    // one element short and one element long, in every float dtype and a few integer ones:
+    // a [2,3] tensor whose data_offsets span 5 or 7 elements (the file holds that many bytes,
+    // so only the size rule can refuse it); the exact 6 elements open (the control)
+    struct { const char *dtype; int size; } dts[] = {
+        {"F32", 4}, {"BF16", 2}, {"F16", 2}, {"F64", 8}, {"I32", 4}, {"U8", 1}, {"I64", 8},
+    };
+    for (auto &d : dts) {
+        for (int elems = 5; elems <= 7; elems++) {
+            char json[256], want[160];
+            const int bytes = elems * d.size;
+            snprintf(json, sizeof json,
+                     "{\"w\":{\"dtype\":\"%s\",\"shape\":[2,3],\"data_offsets\":[0,%d]}}",
+                     d.dtype, bytes);
+            write_st_raw(path_in("len.safetensors"), json, (size_t)bytes);
+            const int rc = qt_st_open(g_path, &h);
+            if (elems == 6) {
+                if (rc != QT_OK) FAIL(qt_last_error());
+                qt_st_close(h);
+                continue;
+            }
+            LONGS_EQUAL(QT_E_FORMAT, rc);
+            snprintf(want, sizeof want,
+                     "%s: tensor w: data_offsets span %d bytes, shape and dtype %s need %d",
+                     g_path, bytes, d.dtype, 6 * d.size);
+            if (!has(want)) {
+                fprintf(stderr, "%s, %d elements: want \"%s\"\n", d.dtype, elems, want);
+                FAIL(qt_last_error());
+            }
+        }
+    }
     write_bytes(g_path, "\x05\0\0", 3);   // shorter than the length field
     LONGS_EQUAL(QT_E_FORMAT, qt_st_open(g_path, &h));
     CHECK(has("truncated header"));
