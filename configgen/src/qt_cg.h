@@ -214,6 +214,7 @@ typedef struct qt_cg_graph {
     int64_t staging_offset, staging_elems;     /* checkpoint staging (multi-rank only) */
     int32_t n_tree_levels;
     int64_t tree_offset[QT_MAX_TREE_LEVELS];
+    int64_t mb_elems;                          /* floats of a compact microbatch-tree level */
     int64_t leaf_scratch_offset, leaf_scratch_elems;
     int64_t act_offset, act_peak, arena_bytes;
     uint64_t hash;
@@ -272,6 +273,9 @@ void qt_cg_layout_name(const uint8_t *lay, int ndim, char *buf, size_t n);
 /* ---- memory (qt_cg_memplan.c) -------------------------------------------------------- */
 
 int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen);
+/* 1 if tree level l is a compact microbatch-tree level (below that tree's top: only this
+ * rank's reduce blocks, mb_elems floats); see qt_plan.tree_offset. */
+int qt_cg_tree_level_compact(const qt_cg_graph *g, int l);
 /* Check the plan invariants (alignment, bounds, no overlap of live tensors, flat regions);
  * returns 0 or -1 with the first violation in err. */
 int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen);

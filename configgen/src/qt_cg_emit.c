@@ -178,9 +178,10 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
     qt_cg_buf_printf(b, "    .n_ranges = %d,\n    .ranges = {", g->n_ranges);
     for (int i = 0; i < g->n_ranges; i++) {
         const qt_flat_range *r = &g->ranges[i];
-        qt_cg_buf_printf(b, "%s{%lldll, %lldll, 0x%x, 0x%x, 0x%x, %lldll}", i ? ", " : "",
+        qt_cg_buf_printf(b, "%s{%lldll, %lldll, 0x%x, 0x%x, 0x%x, %lldll, %lldll}", i ? ", " : "",
                          (long long)r->lo, (long long)r->n, (unsigned)r->reduce_mask,
-                         (unsigned)r->opt_mask, (unsigned)r->hold_mask, (long long)r->adam_lo);
+                         (unsigned)r->opt_mask, (unsigned)r->hold_mask, (long long)r->adam_lo,
+                         (long long)r->mb_lo);
     }
     qt_cg_buf_printf(b, "},\n");
     qt_cg_buf_printf(b, "    .n_param_elems = %lldll,\n    .params_offset = %lldll,\n"
@@ -191,7 +192,8 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
                      (long long)g->adam_v_offset, g->n_tree_levels);
     for (int i = 0; i < QT_MAX_TREE_LEVELS; i++)
         qt_cg_buf_printf(b, "%s%lldll", i ? ", " : "", (long long)g->tree_offset[i]);
-    qt_cg_buf_printf(b, "},\n    .leaf_scratch_offset = %lldll,\n    .leaf_scratch_elems = %lldll,\n",
+    qt_cg_buf_printf(b, "},\n    .mb_elems = %lldll,\n", (long long)g->mb_elems);
+    qt_cg_buf_printf(b, "    .leaf_scratch_offset = %lldll,\n    .leaf_scratch_elems = %lldll,\n",
                      (long long)g->leaf_scratch_offset, (long long)g->leaf_scratch_elems);
     qt_cg_buf_printf(b, "    .tokens = %d,\n    .targets = %d,\n    .loss_seq = %d,\n"
                      "    .lb_seq = %d,\n", g->tokens, g->targets, g->loss_seq, g->lb_seq);

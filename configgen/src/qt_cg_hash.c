@@ -45,6 +45,7 @@ uint64_t qt_cg_hash(const qt_cg_graph *g)
     p.adam_v_offset = g->adam_v_offset;
     p.n_tree_levels = g->n_tree_levels;
     memcpy(p.tree_offset, g->tree_offset, sizeof p.tree_offset);
+    p.mb_elems = g->mb_elems;
     p.leaf_scratch_offset = g->leaf_scratch_offset;
     p.leaf_scratch_elems = g->leaf_scratch_elems;
     p.tokens = g->tokens;

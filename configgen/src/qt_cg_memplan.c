@@ -177,10 +177,23 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
         return qt_cg_fail(err, errlen, "%lld sequences per step need %lld tree levels (1..%d)",
                           (long long)seqs, (long long)lv, QT_MAX_TREE_LEVELS);
     g->n_tree_levels = (int32_t)lv;
-    for (int i = 0; i < QT_MAX_TREE_LEVELS; i++)
-        g->tree_offset[i] = i < lv ? flat0 + i * region : 0;
+    /* The microbatch tree's levels below its top only ever hold this rank's reduce block
+     * of each range (the reduce-scatter leaves nothing else): compact, 1/|group| each. The
+     * top level stays whole: it is the gradient region, addressed by flat index. */
+    g->mb_elems = 0;
+    for (int i = 0; i < g->n_ranges; i++) {
+        g->ranges[i].mb_lo = g->mb_elems;
+        g->mb_elems += g->ranges[i].n / qt_cg_group_size(g->s, g->ranges[i].reduce_mask);
+    }
+    int64_t at = flat0;
+    for (int i = 0; i < QT_MAX_TREE_LEVELS; i++) {
+        g->tree_offset[i] = i < lv ? at : 0;
+        if (i < lv)
+            at += qt_cg_tree_level_compact(g, i) ? ALIGN_UP(4 * g->mb_elems, (int64_t)QT_TENSOR_ALIGN)
+                                                 : region;
+    }
     g->grads_offset = g->tree_offset[lv - 1];
-    g->leaf_scratch_offset = flat0 + lv * region;
+    g->leaf_scratch_offset = at;
     g->leaf_scratch_elems = ALIGN_UP(leaf_need, 16);
     g->comm_scratch_offset = ALIGN_UP(g->leaf_scratch_offset + 4 * g->leaf_scratch_elems,
                                       (int64_t)QT_TENSOR_ALIGN);
@@ -248,6 +261,12 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
     return 0;
 }
 
+int qt_cg_tree_level_compact(const qt_cg_graph *g, int l)
+{
+    return g->n_mb_levels > 0 && l >= g->n_tree_levels - g->n_mb_levels &&
+           l < g->n_tree_levels - 1;
+}
+
 /* The flat regions: the tree levels the step's leaf count needs, the gradient region being
  * the top one, and params, Adam moments, levels and leaf scratch pairwise disjoint, below
  * the activations. */
@@ -293,7 +312,8 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
     lo[n] = g->leaf_scratch_offset, hi[n] = lo[n] + 4 * g->leaf_scratch_elems, n++;
     lo[n] = g->comm_scratch_offset, hi[n] = lo[n] + 4 * g->comm_scratch_elems, n++;
     lo[n] = g->staging_offset, hi[n] = lo[n] + 4 * g->staging_elems, n++;
-    for (int l = 0; l < lv; l++) lo[n] = g->tree_offset[l], hi[n] = lo[n] + pb, n++;
+    for (int l = 0; l < lv; l++)
+        lo[n] = g->tree_offset[l], hi[n] = lo[n] + (qt_cg_tree_level_compact(g, l) ? 4 * g->mb_elems : pb), n++;
     for (int i = 0; i < n; i++) {
         if (lo[i] < 0 || lo[i] % QT_TENSOR_ALIGN || hi[i] > g->act_offset)
             return qt_cg_fail(err, errlen, "flat region [%lld, %lld) misaligned or not below "

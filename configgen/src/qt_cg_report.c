@@ -325,8 +325,17 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
             qt_cg_buf_printf(b, "    (ZeRO-1 changes nothing here: the data axis has size 1)\n");
         }
     }
-    snprintf(lv, sizeof lv, "gradient tree (%d levels x n_flat floats)", g->n_tree_levels);
-    mib(b, lv, (int64_t)g->n_tree_levels * flat_b);
+    int n_compact = 0;
+    for (int l = 0; l < g->n_tree_levels; l++) n_compact += qt_cg_tree_level_compact(g, l);
+    if (n_compact) {
+        snprintf(lv, sizeof lv, "gradient tree (%d levels x n_flat + %d x %lld reduce-block "
+                 "floats)", g->n_tree_levels - n_compact, n_compact, (long long)g->mb_elems);
+        mib(b, lv, (int64_t)(g->n_tree_levels - n_compact) * flat_b +
+                       (int64_t)n_compact * 4 * g->mb_elems);
+    } else {
+        snprintf(lv, sizeof lv, "gradient tree (%d levels x n_flat floats)", g->n_tree_levels);
+        mib(b, lv, (int64_t)g->n_tree_levels * flat_b);
+    }
     mib(b, "  of which grads (top level)", flat_b);
     mib(b, "leaf scratch (one WGRAD op's leaves)", 4 * g->leaf_scratch_elems);
     mib(b, "comm scratch (reduce-scatter receive buffer)", 4 * g->comm_scratch_elems);
@@ -448,7 +457,9 @@ static void memory_map(qt_cg_buf *b, const qt_cg_graph *g)
     for (int i = 0; i < g->n_tree_levels; i++)
         qt_cg_buf_printf(b, "  %14lld tree level %d%s\n", (long long)g->tree_offset[i], i,
                          g->tree_offset[i] == g->grads_offset
-                             ? " = grads (the step's total is completed here in place)" : "");
+                             ? " = grads (the step's total is completed here in place)"
+                         : qt_cg_tree_level_compact(g, i)
+                             ? " (microbatch tree, this rank's reduce blocks only)" : "");
     qt_cg_buf_printf(b, "  %14lld leaf scratch (%lld floats)\n", (long long)g->leaf_scratch_offset,
                      (long long)g->leaf_scratch_elems);
     if (g->comm_scratch_elems)

@@ -120,6 +120,8 @@ typedef struct qt_flat_range {
     int64_t lo, n;                 /* flat elements; n a multiple of 16 x |reduce group| */
     uint8_t reduce_mask, opt_mask, hold_mask;
     int64_t adam_lo;               /* where this rank's block starts in the Adam regions */
+    int64_t mb_lo;                 /* where this rank's reduce block starts in the compact
+                                      microbatch-tree levels (qt_plan.mb_elems) */
 } qt_flat_range;
 
 /* A pre-planned collective (design.md section 3): its kind, the group of mesh axes it runs
@@ -211,7 +213,14 @@ typedef struct qt_plan {
                                       batch axes); else the leaf tree holds one microbatch's
                                       leaves, whose total is reduce-scattered over the batch
                                       axes and pushed as leaf mb of the microbatch tree */
-    int64_t tree_offset[QT_MAX_TREE_LEVELS];  /* bytes, each n_param_elems floats */
+    int64_t tree_offset[QT_MAX_TREE_LEVELS];  /* bytes; n_flat floats each, except the
+                                      microbatch tree's levels below its top (index in
+                                      [n_tree_levels - n_mb_levels, n_tree_levels - 1)):
+                                      they hold only this rank's reduce block of each range
+                                      (what the reduce-scatter leaves it), mb_elems floats,
+                                      range r at ranges[r].mb_lo - so at scale they cost
+                                      1/|data| of a parameter copy each */
+    int64_t mb_elems;              /* floats of one compact microbatch-tree level */
     int64_t leaf_scratch_offset;   /* bytes, room for the two largest params of one op */
     int64_t leaf_scratch_elems;
 

@@ -124,10 +124,12 @@ uint64_t qt_plan_hash(const qt_plan *p)
         qt_fnv_i(&f, p->staging_elems);
     }
     for (int i = 0; i < QT_MAX_TREE_LEVELS; i++) qt_fnv_i(&f, p->tree_offset[i]);
+    qt_fnv_i(&f, p->mb_elems);
     qt_fnv_i(&f, p->n_ranges);
     for (int32_t i = 0; i < p->n_ranges && i < QT_MAX_RANGES; i++) {
         const qt_flat_range *r = &p->ranges[i];
-        const int64_t rv[] = {r->lo, r->n, r->reduce_mask, r->opt_mask, r->hold_mask, r->adam_lo};
+        const int64_t rv[] = {r->lo, r->n, r->reduce_mask, r->opt_mask, r->hold_mask, r->adam_lo,
+                              r->mb_lo};
         for (size_t k = 0; k < sizeof rv / sizeof rv[0]; k++) qt_fnv_i(&f, rv[k]);
     }
     qt_fnv_i(&f, p->n_init_ops);

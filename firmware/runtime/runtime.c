@@ -156,10 +156,26 @@ static int qt_runtime_check_regions(const qt_plan *p)
         elems[n] = sizes[i];
         what[n] = names[i];
     }
+    int64_t mb_elems = 0;
+    for (int32_t i = 0; i < p->n_ranges; i++) {
+        const qt_flat_range *r = &p->ranges[i];
+        const int64_t g = r->reduce_mask ? qt_comm_group_size(r->reduce_mask) : 1;
+        if (r->mb_lo != mb_elems)
+            return qt_fail(QT_E_PLAN, "plan %s: flat range %d's microbatch-tree block starts at "
+                           "%lld, expected %lld", p->run_name, (int)i, (long long)r->mb_lo,
+                           (long long)mb_elems);
+        mb_elems += r->n / g;
+    }
+    if (p->n_mb_levels > 1 && p->mb_elems != mb_elems)
+        return qt_fail(QT_E_PLAN, "plan %s: compact microbatch-tree levels of %lld floats, the "
+                       "ranges' reduce blocks need %lld", p->run_name, (long long)p->mb_elems,
+                       (long long)mb_elems);
     for (int l = 0; l < p->n_tree_levels; l++, n++) {
+        const int compact = p->n_mb_levels > 0 && l >= p->n_tree_levels - p->n_mb_levels &&
+                            l < p->n_tree_levels - 1;
         off[n] = p->tree_offset[l];
-        elems[n] = p->n_flat;
-        what[n] = "tree level";
+        elems[n] = compact ? p->mb_elems : p->n_flat;
+        what[n] = compact ? "compact microbatch-tree level" : "tree level";
     }
     int rc = qt_runtime_check_region(p, p->grads_offset, p->n_flat, "grads");
     for (int i = 0; !rc && i < n; i++) rc = qt_runtime_check_region(p, off[i], elems[i], what[i]);

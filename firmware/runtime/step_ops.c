@@ -120,15 +120,6 @@ int qt_step_grad_tree_total(const qt_op *op, const qt_ctx *ctx, qt_step_state *s
     return QT_OK;
 }
 
-/* The leaf tree's and the microbatch tree's level pointers (n_mb_levels > 0). */
-static void qt_step_trees(const qt_plan *p, float **leaf_top, float **mb)
-{
-    const int nl = p->n_tree_levels - p->n_mb_levels;
-    *leaf_top = qt_step_region(p, p->tree_offset[nl - 1]);
-    for (int l = 0; l < QT_MAX_TREE_LEVELS; l++)
-        mb[l] = l < p->n_mb_levels ? qt_step_region(p, p->tree_offset[nl + l]) : NULL;
-}
-
 /* This rank's block of flat range i in its reduction group (where the reduce-scatter
  * leaves it). */
 static void qt_step_reduce_block(const qt_plan *p, int32_t i, int64_t *lo, int64_t *n)
@@ -138,6 +129,23 @@ static void qt_step_reduce_block(const qt_plan *p, int32_t i, int64_t *lo, int64
     const int64_t k = r->reduce_mask ? qt_comm_group_index(r->reduce_mask) : 0;
     *n = r->n / g;
     *lo = r->lo + k * *n;
+}
+
+/* For flat range i (n_mb_levels > 0): *leaf_top = the leaf tree's top level at the rank's
+ * reduce block, mb[l] = microbatch-tree level l at the same block (the compact levels at
+ * the range's mb_lo, the top one - the gradient region - at the block's flat index), and
+ * the block's size in *n. Every pointer addresses element 0 of the block. */
+static void qt_step_trees(const qt_plan *p, int32_t i, float **leaf_top, float **mb,
+                          int64_t *n)
+{
+    const int nl = p->n_tree_levels - p->n_mb_levels;
+    int64_t lo;
+    qt_step_reduce_block(p, i, &lo, n);
+    *leaf_top = qt_step_region(p, p->tree_offset[nl - 1]) + lo;
+    for (int l = 0; l < QT_MAX_TREE_LEVELS; l++) {
+        float *base = l < p->n_mb_levels ? qt_step_region(p, p->tree_offset[nl + l]) : NULL;
+        mb[l] = !base ? NULL : l == p->n_mb_levels - 1 ? base + lo : base + p->ranges[i].mb_lo;
+    }
 }
 
 int qt_step_grad_mb_total(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
@@ -153,13 +161,12 @@ int qt_step_grad_mb_push(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     (void)op;
     const qt_plan *p = ctx->plan;
     float *top, *mb[QT_MAX_TREE_LEVELS];
-    qt_step_trees(p, &top, mb);
     for (int32_t i = 0; i < p->n_ranges; i++) {
-        int64_t lo, n;
-        qt_step_reduce_block(p, i, &lo, &n);
+        int64_t n;
+        qt_step_trees(p, i, &top, mb, &n);
         /* an even leaf must sit in level 0 (qt_tree.h); an odd one is read where it is */
-        if (!(st->mb & 1)) memcpy(mb[0] + lo, top + lo, (size_t)n * sizeof(float));
-        qt_tree_push(mb, lo, n, top + lo, st->mb);
+        if (!(st->mb & 1)) memcpy(mb[0], top, (size_t)n * sizeof(float));
+        qt_tree_push(mb, 0, n, top, st->mb);
     }
     return QT_OK;
 }
@@ -169,11 +176,10 @@ int qt_step_grad_mb_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *
     (void)st;
     const qt_plan *p = ctx->plan;
     float *top, *mb[QT_MAX_TREE_LEVELS];
-    qt_step_trees(p, &top, mb);
     for (int32_t i = 0; i < p->n_ranges; i++) {
-        int64_t lo, n;
-        qt_step_reduce_block(p, i, &lo, &n);
-        qt_tree_finalize_range(mb, lo, n, op->a[0]);
+        int64_t n;
+        qt_step_trees(p, i, &top, mb, &n);
+        qt_tree_finalize_range(mb, 0, n, op->a[0]);
     }
     return QT_OK;
 }
