@@ -71,7 +71,7 @@ MPI_CFLAGS := -I/usr/include/x86_64-linux-gnu/mpich
 LIBS_GLIBC := -lmpich -Wl,--no-as-needed -lhugetlbfs -Wl,--as-needed
 LINK_ARENA := -Wl,-T,linker/arena.ld
 
-.PHONY: all deps gen run test goldens bench clean check-deps tools asan
+.PHONY: all deps gen run test goldens bench clean check-deps tools asan print-cflags
 .DEFAULT_GOAL := all
 # The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
 # build/plans/<run>.o): keep them. Only them: a bare .SECONDARY would make every target
@@ -264,6 +264,10 @@ goldens:
 bench: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all > /dev/null
 	@./tests/scripts/bench.sh
+
+# the firmware's compile flags (tests/e2e/80_aot.sh compiles AOT plans with them)
+print-cflags:
+	@echo $(CFLAGS_FW) $(MPI_CFLAGS)
 
 clean:
 	rm -rf $(BUILD)

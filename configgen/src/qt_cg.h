@@ -130,6 +130,8 @@ typedef struct qt_cg_settings {
     qt_train_cfg tr;
     int32_t mesh[QT_MESH_COUNT];
     int32_t n_ranks, shard_mode, zero1;
+    char topology[64];         /* compile_topology, "" = none */
+    double budget_gib;         /* per-rank arena budget (device_memory_gib), 0 = unchecked */
     uint8_t batch_mask;        /* mesh axes (size > 1) that split the global batch */
     uint8_t opt_mask;          /* mesh axes the optimizer state is split over */
     double lb_weight;
@@ -276,6 +278,10 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen);
 /* 1 if tree level l is a compact microbatch-tree level (below that tree's top: only this
  * rank's reduce blocks, mb_elems floats); see qt_plan.tree_offset. */
 int qt_cg_tree_level_compact(const qt_cg_graph *g, int l);
+/* The per-rank budget in bytes (0 = none) and its check: 0, or -1 with an error naming
+ * the budget, the excess and the biggest consumers by category and tensor (qt_cg_budget.c). */
+int64_t qt_cg_budget_bytes(const qt_cg_settings *s);
+int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen);
 /* Check the plan invariants (alignment, bounds, no overlap of live tensors, flat regions);
  * returns 0 or -1 with the first violation in err. */
 int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen);

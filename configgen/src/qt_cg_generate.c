@@ -189,6 +189,7 @@ int qt_cg_generate(int argc, char **argv, char *err, size_t errlen)
     qt_cg_settings s;
     qt_cg_graph g;
     int rc = qt_cg_plan_build(NULL, run, argc - i, argv + i, &c, &s, &g, err, errlen);
+    if (!rc) rc = qt_cg_budget_check(&g, err, errlen);
     if (!rc) {
         qt_cg_buf ban = {0}, files[4] = {{0}};
         static const char *names[4] = {"plan.h", "plan.c", "plan_main.c", "plan.txt"};

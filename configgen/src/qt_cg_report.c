@@ -302,7 +302,7 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
     const int64_t flat_b = 4 * g->n_flat;
-    char lv[96], om[64];
+    char lv[160], om[64];
     qt_cg_buf_printf(b, "\n== per-rank bytes ==\n");
     mib(b, "params (compute copy: n_flat floats)", flat_b);
     if (s->opt_mask)
@@ -341,6 +341,16 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
     mib(b, "comm scratch (reduce-scatter receive buffer)", 4 * g->comm_scratch_elems);
     mib(b, "activations (peak)", g->act_peak);
     mib(b, "arena (2 MiB rounded)", g->arena_bytes);
+    if (qt_cg_budget_bytes(s) > 0) {
+        if (s->topology[0])
+            snprintf(lv, sizeof lv, "budget: device_memory_gib %g (compile_topology %s)",
+                     s->budget_gib, s->topology);
+        else
+            snprintf(lv, sizeof lv, "budget: device_memory_gib %g", s->budget_gib);
+        mib(b, lv, qt_cg_budget_bytes(s));
+        qt_cg_buf_printf(b, "    the arena uses %.1f%% of it\n",
+                         100.0 * (double)g->arena_bytes / (double)qt_cg_budget_bytes(s));
+    }
     int64_t real = 0;
     for (int i = 0; i < g->np; i++) real += g->ps[i].numel;
     qt_cg_buf_printf(b, "  parameters: %d tensors, %lld elements (%lld with 16-element padding, "

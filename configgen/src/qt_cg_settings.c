@@ -375,11 +375,62 @@ static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)
     return 0;
 }
 
+/* 1 if key's value comes from base.yml (the user did not set it). */
+static int from_base(const qt_cg_vctx *v, const char *key)
+{
+    const char *w = kv(v, key)->where, *b = v->c->base.file;
+    return b && !strncmp(w, b, strlen(b)) && w[strlen(b)] == ':';
+}
+
+/* MaxText's compile_topology names: <generation>-<N>. v4 and v5p count TensorCores (two
+ * per device), v5e and v6e count chips; HBM per device as the TPU docs give it. */
+static const struct qt_cg_topo {
+    const char *gen;
+    int per_device;        /* N / per_device = devices */
+    double gib;            /* memory per device */
+} qt_cg_topos[] = {
+    {"v4", 2, 32.0}, {"v5p", 2, 95.0}, {"v5e", 1, 16.0}, {"v5litepod", 1, 16.0},
+    {"v6e", 1, 32.0},
+};
+
+/* compile_topology sets num_ranks (a num_ranks the user gave must agree) and the budget
+ * (device_memory_gib, when the user gave one, wins). */
+static int check_topology(const qt_cg_vctx *v, qt_cg_settings *s, int64_t *n_ranks)
+{
+    const char *t = gets_(v, "compile_topology");
+    s->budget_gib = getf(v, "device_memory_gib");
+    *n_ranks = geti(v, "num_ranks");
+    if (s->budget_gib < 0 || s->budget_gib > 1e6)
+        return bad(v, "device_memory_gib", "expected a number of GiB in [0, 1e6] (0 = no budget)");
+    if (!*t) return 0;
+    const char *dash = strrchr(t, '-');
+    const struct qt_cg_topo *tp = NULL;
+    for (size_t i = 0; dash && i < sizeof qt_cg_topos / sizeof qt_cg_topos[0]; i++)
+        if (strlen(qt_cg_topos[i].gen) == (size_t)(dash - t) &&
+            !strncmp(t, qt_cg_topos[i].gen, (size_t)(dash - t)))
+            tp = &qt_cg_topos[i];
+    char *end = NULL;
+    long long n = dash ? strtoll(dash + 1, &end, 10) : 0;
+    if (!tp || !end || *end || end == dash + 1 || n < 1 || n > (1 << 20) || n % tp->per_device)
+        return bad(v, "compile_topology", "expected <generation>-<cores or chips>: v4-N or "
+                   "v5p-N (N TensorCores, N/2 devices: v5p-512 = 256 devices of 95 GiB, v4 "
+                   "32 GiB), v5e-N or v6e-N (N chips of 16 / 32 GiB)");
+    const int64_t devices = n / tp->per_device;
+    if (!from_base(v, "num_ranks") && *n_ranks != devices)
+        return bad(v, "num_ranks", "compile_topology=%s has %lld devices; expected num_ranks "
+                   "unset or %lld", t, (long long)devices, (long long)devices);
+    snprintf(s->topology, sizeof s->topology, "%s", t);
+    *n_ranks = devices;
+    if (from_base(v, "device_memory_gib")) s->budget_gib = tp->gib;
+    return 0;
+}
+
 static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
 {
     static const char *axes[6] = {"data", "fsdp", "tensor", "expert", "context", "pipeline"};
     char ici[6][40], dcn[6][40];
-    int64_t iv[6], dv[6], n_ranks = geti(v, "num_ranks");
+    int64_t iv[6], dv[6], n_ranks;
+    if (check_topology(v, s, &n_ranks)) return -1;
     if (n_ranks < 1) return bad(v, "num_ranks", "expected >= 1");
     int ici_fill = -1, dcn_fill = -1;
     int64_t ici_prod = 1, dcn_prod = 1;

@@ -1,0 +1,117 @@
+/* qt_cg_budget.c - the per-rank memory budget (device_memory_gib, or the compile_topology
+ * preset's device memory): a plan whose arena does not fit is an error that says by how much
+ * and lists the biggest consumers, by category and by tensor, so the user sees what to
+ * change (mesh, ZeRO-1, batch) without compiling anything.
+ *
+ * Invariants: reads the finished plan only (after memplan); the categories are the regions
+ * of the arena and add up to it up to alignment padding; the error message fits the
+ * caller's buffer (it is cut, never overflowed). A plan without a budget passes.
+ */
+#include <stdio.h>
+#include <string.h>
+#include "qt_cg.h"
+
+#define QT_CG_BUDGET_TOP 5
+#define QT_CG_MIB (1024.0 * 1024.0)
+
+typedef struct qt_cg_use {
+    const char *what;
+    int64_t bytes;
+} qt_cg_use;
+
+/* Sort descending by bytes (insertion sort: a handful of entries). */
+static void by_size(qt_cg_use *u, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && u[j].bytes > u[j - 1].bytes; j--) {
+            qt_cg_use t = u[j];
+            u[j] = u[j - 1];
+            u[j - 1] = t;
+        }
+}
+
+static int64_t tensor_bytes(const qt_tensor *t)
+{
+    int64_t n = 4;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+/* The QT_CG_BUDGET_TOP largest parameters (param 1) or arena tensors that are used
+ * (param 0), by local bytes, into top; returns how many. */
+static int largest(const qt_cg_graph *g, int param, qt_cg_use *top)
+{
+    int n = 0;
+    for (int i = 0; i < g->nt; i++) {
+        const qt_cg_tensor *ct = &g->ts[i];
+        if ((ct->param >= 0) != param) continue;
+        if (ct->param < 0 && ct->first < 0) continue;
+        const int64_t b = tensor_bytes(&ct->t);
+        if (n < QT_CG_BUDGET_TOP) {
+            top[n].what = ct->t.name;
+            top[n++].bytes = b;
+        } else if (b > top[n - 1].bytes) {
+            top[n - 1].what = ct->t.name;
+            top[n - 1].bytes = b;
+        } else {
+            continue;
+        }
+        by_size(top, n);
+    }
+    return n;
+}
+
+int64_t qt_cg_budget_bytes(const qt_cg_settings *s)
+{
+    return (int64_t)(s->budget_gib * 1073741824.0);
+}
+
+int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
+{
+    const qt_cg_settings *s = g->s;
+    const int64_t budget = qt_cg_budget_bytes(s);
+    if (budget <= 0 || g->arena_bytes <= budget) return 0;
+    int64_t tree = 0;
+    for (int l = 0; l < g->n_tree_levels; l++)
+        tree += qt_cg_tree_level_compact(g, l) ? 4 * g->mb_elems : 4 * g->n_flat;
+    qt_cg_use cat[] = {
+        {"params (compute copy)", 4 * g->n_flat},
+        {"adam m + v", 8 * g->adam_elems},
+        {"gradient tree (incl. the gradient)", tree},
+        {"leaf scratch", 4 * g->leaf_scratch_elems},
+        {"comm scratch", 4 * g->comm_scratch_elems},
+        {"checkpoint staging", 4 * g->staging_elems},
+        {"activations (peak)", g->act_peak},
+    };
+    const int ncat = (int)(sizeof cat / sizeof cat[0]);
+    by_size(cat, ncat);
+    qt_cg_use tp[QT_CG_BUDGET_TOP], ta[QT_CG_BUDGET_TOP];
+    const int np = largest(g, 1, tp), na = largest(g, 0, ta);
+    char src[160];
+    if (s->topology[0])
+        snprintf(src, sizeof src, "device_memory_gib=%g (compile_topology=%s, %d ranks)",
+                 s->budget_gib, s->topology, s->n_ranks);
+    else
+        snprintf(src, sizeof src, "device_memory_gib=%g", s->budget_gib);
+    size_t k = (size_t)snprintf(err, errlen, "%s: plan %s needs %.1f MiB per rank, over the "
+                                "budget of %.1f MiB by %.1f MiB; biggest consumers:", src,
+                                s->run_name, (double)g->arena_bytes / QT_CG_MIB,
+                                (double)budget / QT_CG_MIB,
+                                (double)(g->arena_bytes - budget) / QT_CG_MIB);
+    for (int i = 0; i < ncat && k < errlen; i++)
+        if (cat[i].bytes > 0)
+            k += (size_t)snprintf(err + k, errlen - k, "%s %s %.1f MiB", i ? "," : "",
+                                  cat[i].what, (double)cat[i].bytes / QT_CG_MIB);
+    for (int i = 0; i < np && k < errlen; i++)
+        k += (size_t)snprintf(err + k, errlen - k, "%s %s %.1f MiB", i ? "," :
+                              "; largest parameters (each also in the gradient tree levels"
+                              " and, split, in Adam):", tp[i].what, (double)tp[i].bytes / QT_CG_MIB);
+    for (int i = 0; i < na && k < errlen; i++)
+        k += (size_t)snprintf(err + k, errlen - k, "%s %s %.1f MiB", i ? "," :
+                              "; largest activations:", ta[i].what,
+                              (double)ta[i].bytes / QT_CG_MIB);
+    if (k < errlen)
+        snprintf(err + k, errlen - k, " (plan.txt is not written; shard more: fsdp, expert, "
+                 "tensor, ZeRO-1, or a smaller batch)");
+    return -1;
+}
