@@ -154,7 +154,7 @@ $(BUILD)/%/qtrain-static: $(FW_MUSL_OBJ) $(BUILD)/plans-musl/%.o $(BUILD)/plans-
 	$(ARENA_UNLOAD) $@ || { rm -f $@; exit 1; }
 
 # ---------------------------------------------------------------- tests and tools
-$(BUILD)/tests/%.o: tests/unit/%.cpp $(wildcard tests/unit/*.h tests/golden/kernels/*.h firmware/include/*.h firmware/*/*.h)
+$(BUILD)/tests/%.o: tests/unit/%.cpp $(wildcard tests/unit/*.h tests/golden/kernels/*.h firmware/include/*.h firmware/*/*.h configgen/src/*.h)
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS_TEST) -c $< -o $@
 
@@ -228,7 +228,7 @@ $(BUILD)/asan/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*.h) fir
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_HOST_ASAN) -Iconfiggen/src -c $< -o $@
 
-$(BUILD)/asan/tests/%.o: tests/unit/%.cpp $(wildcard tests/unit/*.h tests/golden/kernels/*.h firmware/include/*.h firmware/*/*.h)
+$(BUILD)/asan/tests/%.o: tests/unit/%.cpp $(wildcard tests/unit/*.h tests/golden/kernels/*.h firmware/include/*.h firmware/*/*.h configgen/src/*.h)
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS_TEST_ASAN) -c $< -o $@
 
