@@ -122,6 +122,8 @@ typedef struct qt_cg_rule {
     int axes[QT_CG_MAX_RULE_AXES]; /* MaxText mesh axis ids (qt_cg_mt_axis_names) */
 } qt_cg_rule;
 
+enum qt_cg_remat_policy { QT_CG_REMAT_NONE = 0, QT_CG_REMAT_FULL, QT_CG_REMAT_SAVE_DOT };
+
 typedef struct qt_cg_settings {
     char run_name[128];
     char cname[128];           /* run_name with non-alphanumerics -> '_' */
@@ -130,6 +132,7 @@ typedef struct qt_cg_settings {
     qt_train_cfg tr;
     int32_t mesh[QT_MESH_COUNT];
     int32_t n_ranks, shard_mode, zero1;
+    int32_t remat;             /* enum qt_cg_remat_policy */
     char topology[64];         /* compile_topology, "" = none */
     double budget_gib;         /* per-rank arena budget (device_memory_gib), 0 = unchecked */
     uint8_t batch_mask;        /* mesh axes (size > 1) that split the global batch */
@@ -206,6 +209,14 @@ typedef struct qt_cg_graph {
     int n_reshards;            /* activations held otherwise than declared (qt_cg_layout.c) */
     int ncoll, capcoll;
     int n_fwd;                 /* mb ops [0, n_fwd) are the forward */
+    /* decoder layers as built (qt_cg_graph.c): forward ops [layer_op0, layer_op1) and the
+     * tensors created for the layer, ids [layer_t0, layer_t1) */
+    int n_layers_rec;
+    int *layer_op0, *layer_op1;
+    int32_t *layer_t0, *layer_t1;
+    int *bwd_src;              /* backward op n_fwd + i was emitted for forward op bwd_src[i]
+                                  (qt_cg_autodiff.c) */
+    int n_remat_ops;           /* forward ops recomputed in the backward (qt_cg_remat.c) */
     int32_t tokens, targets, loss_seq, lb_seq, table;
     /* layout (qt_cg_memplan.c) */
     int64_t n_param_elems, n_flat, adam_elems;
@@ -275,6 +286,8 @@ void qt_cg_layout_name(const uint8_t *lay, int ndim, char *buf, size_t n);
 /* ---- memory (qt_cg_memplan.c) -------------------------------------------------------- */
 
 int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen);
+/* Rematerialisation per s->remat (qt_cg_remat.c): after autodiff, before memplan. */
+int qt_cg_remat(qt_cg_graph *g, char *err, size_t errlen);
 /* 1 if tree level l is a compact microbatch-tree level (below that tree's top: only this
  * rank's reduce blocks, mb_elems floats); see qt_plan.tree_offset. */
 int qt_cg_tree_level_compact(const qt_cg_graph *g, int l);

@@ -352,9 +352,13 @@ int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
         return qt_cg_fail(err, errlen, "internal error: the forward must end with XENT");
     }
     ad.grad[xent->t[2]] = xent->t[1];
+    int cap_src = 0;
     for (int i = g->n_fwd - 1; i >= 0 && !ad.failed; i--) {
         qt_op f = g->mb[i]; /* copy: emitting grows g->mb */
+        const int before = g->nmb;
         backward_of(&ad, &f);
+        g->bwd_src = qt_cg_grow(g->bwd_src, &cap_src, g->nmb - g->n_fwd, sizeof *g->bwd_src);
+        for (int o = before; o < g->nmb; o++) g->bwd_src[o - g->n_fwd] = i;
     }
     free(ad.grad);
     return ad.failed ? -1 : 0;

@@ -68,6 +68,7 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
     if (qt_cg_settings_resolve(c, s, err, errlen)) return -1;
     if (qt_cg_graph_build(g, s, err, errlen)) return -1;
     if (qt_cg_autodiff(g, err, errlen)) return -1;
+    if (qt_cg_remat(g, err, errlen)) return -1;
     if (qt_cg_memplan(g, err, errlen)) return -1;
     qt_cg_step_schedule(g);
     if (qt_cg_check_schedule(g, err, errlen)) return -1;

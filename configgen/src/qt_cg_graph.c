@@ -674,8 +674,15 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     op->a[2] = D.V;
 
     char n[256];
+    g->n_layers_rec = (int)s->m.n_layers;
+    g->layer_op0 = qt_cg_alloc((size_t)g->n_layers_rec * sizeof *g->layer_op0);
+    g->layer_op1 = qt_cg_alloc((size_t)g->n_layers_rec * sizeof *g->layer_op1);
+    g->layer_t0 = qt_cg_alloc((size_t)g->n_layers_rec * sizeof *g->layer_t0);
+    g->layer_t1 = qt_cg_alloc((size_t)g->n_layers_rec * sizeof *g->layer_t1);
     for (int l = 0; l < (int)s->m.n_layers; l++) {
         const int32_t layer_t0 = g->nt;
+        g->layer_op0[l] = g->nmb;
+        g->layer_t0[l] = layer_t0;
         int full = (l + 1) % (int)s->m.cycle == 0;
         snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", l);
         int32_t w_in = norm_w(g, n, D.d, QT_INIT_ZEROS, l);
@@ -700,6 +707,8 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
         int32_t xn = resid(g, AN("x_out"), &D);
         add(g, xn, x1, moe);
         x = xn;
+        g->layer_op1[l] = g->nmb;
+        g->layer_t1[l] = g->nt;
         /* the layer's layout declaration: its residual-stream activations stay whole */
         qt_cg_layout_declare(g, layer_t0, QT_LAX_ACT_EMBED, QT_CG_WHOLE_EMBED);
 #undef AN
@@ -743,6 +752,11 @@ void qt_cg_graph_free(qt_cg_graph *g)
     free(g->mb);
     free(g->step);
     free(g->mbend);
+    free(g->layer_op0);
+    free(g->layer_op1);
+    free(g->layer_t0);
+    free(g->layer_t1);
+    free(g->bwd_src);
     for (int i = 0; i < g->ncoll; i++) free((char *)g->coll[i].name);
     free(g->coll);
     memset(g, 0, sizeof *g);

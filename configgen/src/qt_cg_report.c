@@ -523,6 +523,10 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
                      (double)t->weight_decay, (double)t->clip, (long long)t->schedule_steps,
                      (double)t->warmup_frac, (double)t->final_frac, (long long)t->steps,
                      (double)t->lb_weight);
+    if (s->remat != QT_CG_REMAT_NONE)
+        qt_cg_buf_printf(b, "  remat_policy %s: %d forward ops recomputed in the backward (the "
+                         "copies write tensors named <name>~r)\n",
+                         s->remat == QT_CG_REMAT_FULL ? "full" : "save_dot", g->n_remat_ops);
     if (s->unused[0]) qt_cg_buf_printf(b, "  accepted but unused (no vision tower): %s\n", s->unused);
 
     mesh_section(b, g);

@@ -539,6 +539,11 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
     else if (!strcmp(sm, "explicit")) s->shard_mode = 1;
     else return bad(v, "shard_mode", "expected auto or explicit");
     s->zero1 = getb(v, "shard_optimizer_over_data");
+    const char *rp = gets_(v, "remat_policy");
+    if (!strcmp(rp, "none")) s->remat = QT_CG_REMAT_NONE;
+    else if (!strcmp(rp, "full")) s->remat = QT_CG_REMAT_FULL;
+    else if (!strcmp(rp, "save_dot")) s->remat = QT_CG_REMAT_SAVE_DOT;
+    else return bad(v, "remat_policy", "expected none, full or save_dot");
     return 0;
 }
 

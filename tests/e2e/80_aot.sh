@@ -44,19 +44,20 @@ for mode in explicit auto; do
   check "aot: qwen3.5-397b-a17b 4 layers, v5p-256 DP128 G4 ZeRO-1, $mode: over budget, biggest consumers listed" \
     aot_case aot-397b-4l-dp128-$mode "over the budget of 97280.0 MiB by 275566.0 MiB; biggest consumers: gradient tree"
 done
-# The full models on v5p-512 FSDP 32 x expert 8: flat-parameter FSDP holds the whole dense
-# compute copy and parameter-sized tree levels on every rank, and the expert FFN scratch is
-# sized for dropless worst cases; they do not fit yet (issue 7: per-layer gathers, remat).
+# The full models on v5p-512 FSDP 32 x expert 8, remat_policy full: flat-parameter FSDP
+# holds the rank's whole compute copy (the dense weights and its 64 experts per layer) and
+# parameter-sized gradient-tree levels (4 leaf levels for the expert group's 8 sequences,
+# then the gradient); they do not fit yet (issue 7: per-layer gathers and reduce-scatters).
 check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, explicit: over budget (verdict of today's planner)" \
-  aot_case aot-next80-v5p512 "plan aot-next80-v5p512 needs 351058.0 MiB per rank"
+  aot_case aot-next80-v5p512 "plan aot-next80-v5p512 needs 293050.0 MiB per rank"
 check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, auto: over budget (verdict of today's planner)" \
-  aot_case aot-next80-v5p512-auto "plan aot-next80-v5p512-auto needs 351058.0 MiB per rank"
+  aot_case aot-next80-v5p512-auto "plan aot-next80-v5p512-auto needs 293050.0 MiB per rank"
 check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, explicit: over budget (verdict of today's planner)" \
-  aot_case aot-397b-v5p512 "plan aot-397b-v5p512 needs 1525874.0 MiB per rank"
+  aot_case aot-397b-v5p512 "plan aot-397b-v5p512 needs 1382582.0 MiB per rank"
 check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, auto: over budget (verdict of today's planner)" \
-  aot_case aot-397b-v5p512-auto "plan aot-397b-v5p512-auto needs 1525874.0 MiB per rank"
-check "aot: qwen3.5-35b-a3b v5p-512 EP256: over budget, the expert FFN scratch listed" \
-  aot_case aot-35b-v5p512-ep256 "largest activations: L0.moe.ep_ffn_fwd_scratch"
+  aot_case aot-397b-v5p512-auto "plan aot-397b-v5p512-auto needs 1382582.0 MiB per rank"
+check "aot: qwen3.5-35b-a3b v5p-512 EP256, remat full: over budget, consumers listed" \
+  aot_case aot-35b-v5p512-ep256 "plan aot-35b-v5p512-ep256 needs 143910.0 MiB per rank"
 # the reference trainer's guards, at scale
 check "aot: context parallelism with GDN layers under explicit is refused with its reason" \
   aot_case aot-guard-context-explicit "context parallelism 2 with shard_mode=explicit"
