@@ -318,16 +318,17 @@ struct qt_stw_dirent64 {
     char d_name[];
 };
 
-int qt_st_dir_each(const char *dir, int (*fn)(void *ctx, const char *name, int is_dir),
-                   void *ctx)
+/* Every entry of dir but "." and "..", read with getdents64 into buf (n bytes), until fn
+ * returns non-zero. Callers that nest walks pass different buffers. */
+static int qt_stw_walk(const char *dir, unsigned char *buf, size_t n,
+                       int (*fn)(void *ctx, const char *name, int is_dir), void *ctx)
 {
-    static unsigned char buf[1 << 15];
     struct stat st;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
     if (fd < 0)
         return -1;
-    for (long n; !rc && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;)
-        for (long off = 0; off < n && !rc;) {
+    for (long got; !rc && (got = syscall(SYS_getdents64, fd, buf, n)) > 0;)
+        for (long off = 0; off < got && !rc;) {
             const struct qt_stw_dirent64 *e = (const void *)(buf + off);
             off += e->d_reclen;
             if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
@@ -340,29 +341,32 @@ int qt_st_dir_each(const char *dir, int (*fn)(void *ctx, const char *name, int i
     return rc;
 }
 
-int qt_st_remove_dir(const char *path)
+int qt_st_dir_each(const char *dir, int (*fn)(void *ctx, const char *name, int is_dir),
+                   void *ctx)
+{
+    static unsigned char buf[1 << 15];
+    return qt_stw_walk(dir, buf, sizeof buf, fn, ctx);
+}
+
+/* remove_dir: unlink one entry of the directory in ctx. */
+static int qt_stw_unlink_entry(void *ctx, const char *name, int is_dir)
 {
     static char full[2 * QT_ST_PATH_MAX];
+    (void)is_dir;
+    snprintf(full, sizeof full, "%s/%s", (const char *)ctx, name);
+    return unlink(full) != 0 && errno != ENOENT ? -2 : 0;
+}
+
+int qt_st_remove_dir(const char *path)
+{
     static unsigned char buf[1 << 15];
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
-    if (fd < 0)
-        return errno == ENOENT ? 0 : -1;
-    for (;;) {
-        long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
-        if (n <= 0) break;
-        for (long off = 0; off < n;) {
-            const struct qt_stw_dirent64 *e = (const void *)(buf + off);
-            off += e->d_reclen;
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(full, sizeof full, "%s/%s", path, e->d_name);
-            if (unlink(full) != 0 && errno != ENOENT) rc = -1;
-        }
-    }
-    close(fd);
+    int rc = qt_stw_walk(path, buf, sizeof buf, qt_stw_unlink_entry, (void *)path);
+    if (rc == -1 && errno == ENOENT)
+        return 0;
     if (rmdir(path) != 0 && errno != ENOENT) rc = -1;
     if (rc)
         qt_note("could not remove %s completely: %s", path, strerror(errno));
-    return rc;
+    return rc ? -1 : 0;
 }
 
 /* The pid in "<base>.tmp.<pid>", or -1 when name is not such a temporary of base. */
@@ -398,9 +402,34 @@ static int qt_stw_alive(long pid)
     return !(close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z');
 }
 
+typedef struct qt_stw_stale {
+    const char *dir, *base;
+    size_t blen;
+    int removed;
+} qt_stw_stale;
+
+/* remove_stale: one entry of the destination's directory. */
+static int qt_stw_stale_entry(void *ctx, const char *name, int is_dir)
+{
+    static char full[2 * QT_ST_PATH_MAX];
+    qt_stw_stale *st = ctx;
+    long pid = qt_stw_tmp_pid(name, st->base, st->blen);
+    if (pid <= 0 || pid == (long)getpid() || qt_stw_alive(pid)) return 0;   /* may still write */
+    snprintf(full, sizeof full, "%s/%s", st->dir, name);
+    /* a sharded save's temporary is a directory (ckpt_dir.c) */
+    if ((is_dir ? qt_st_remove_dir(full) : unlink(full)) == 0) {
+        st->removed++;
+        qt_note("removed %s, a temporary left by process %ld, which no longer runs (a save "
+                "that did not finish)", full, pid);
+    } else if (errno != ENOENT) {
+        qt_note("could not remove the stale temporary %s: %s", full, strerror(errno));
+    }
+    return 0;
+}
+
 int qt_st_remove_stale(const char *path)
 {
-    static char dir[QT_ST_PATH_MAX], full[2 * QT_ST_PATH_MAX];
+    static char dir[QT_ST_PATH_MAX];
     static unsigned char buf[1 << 15];
     if (strlen(path) >= QT_ST_PATH_MAX) return 0;
     snprintf(dir, sizeof dir, "%s", path);
@@ -409,32 +438,8 @@ int qt_st_remove_stale(const char *path)
     if (!slash) snprintf(dir, sizeof dir, ".");
     else if (slash == dir) dir[1] = 0;
     else *slash = 0;
-    size_t blen = strlen(base);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return 0;   /* the destination check reports a missing directory */
-    int removed = 0;
-    for (;;) {
-        long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
-        if (n <= 0) break;
-        for (long off = 0; off < n;) {
-            const struct qt_stw_dirent64 *e = (const void *)(buf + off);
-            off += e->d_reclen;
-            long pid = qt_stw_tmp_pid(e->d_name, base, blen);
-            if (pid <= 0 || pid == (long)getpid()) continue;
-            if (qt_stw_alive(pid)) continue;   /* may still write */
-            snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
-            /* a sharded save's temporary is a directory (ckpt_dir.c) */
-            if (unlink(full) == 0 || ((errno == EISDIR || errno == EPERM) &&
-                                      qt_st_remove_dir(full) == 0)) {
-                removed++;
-                qt_note("removed %s, a temporary left by process %ld, which no longer "
-                           "runs (a save that did not finish)", full, pid);
-            } else if (errno != ENOENT) {
-                qt_note("could not remove the stale temporary %s: %s", full,
-                           strerror(errno));
-            }
-        }
-    }
-    close(fd);
-    return removed;
+    qt_stw_stale st = {dir, base, strlen(base), 0};
+    /* a missing directory: the destination check reports it */
+    qt_stw_walk(dir, buf, sizeof buf, qt_stw_stale_entry, &st);
+    return st.removed;
 }
