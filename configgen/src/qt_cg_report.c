@@ -351,6 +351,15 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
         qt_cg_buf_printf(b, "    the arena uses %.1f%% of it\n",
                          100.0 * (double)g->arena_bytes / (double)qt_cg_budget_bytes(s));
     }
+    /* the static tables in the binary (not the arena): what scan_layers would shrink */
+    const int64_t n_ops = (int64_t)g->ninit + g->nmb + g->nmbend + g->nstep;
+    const int64_t tab = n_ops * (int64_t)sizeof(qt_op) + (int64_t)g->nt * (int64_t)sizeof(qt_tensor) +
+                        (int64_t)g->np * (int64_t)sizeof(qt_param) +
+                        (int64_t)g->ncoll * (int64_t)sizeof(qt_collective);
+    qt_cg_buf_printf(b, "  tables (in the binary): %lld ops, %d tensors, %d parameters, %d "
+                     "collectives = %lld bytes (%.3f MiB); every layer unrolled (scan_layers "
+                     "is accepted and has no effect)\n", (long long)n_ops, g->nt, g->np,
+                     g->ncoll, (long long)tab, (double)tab / 1048576.0);
     int64_t real = 0;
     for (int i = 0; i < g->np; i++) real += g->ps[i].numel;
     qt_cg_buf_printf(b, "  parameters: %d tensors, %lld elements (%lld with 16-element padding, "
