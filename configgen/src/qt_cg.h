@@ -123,6 +123,7 @@ typedef struct qt_cg_rule {
 } qt_cg_rule;
 
 enum qt_cg_remat_policy { QT_CG_REMAT_NONE = 0, QT_CG_REMAT_FULL, QT_CG_REMAT_SAVE_DOT };
+enum qt_cg_grad_reduce { QT_CG_REDUCE_AUTO = 0, QT_CG_REDUCE_STEP, QT_CG_REDUCE_MICROBATCH };
 
 typedef struct qt_cg_settings {
     char run_name[128];
@@ -133,6 +134,7 @@ typedef struct qt_cg_settings {
     int32_t mesh[QT_MESH_COUNT];
     int32_t n_ranks, shard_mode, zero1;
     int32_t remat;             /* enum qt_cg_remat_policy */
+    int32_t grad_reduce;       /* enum qt_cg_grad_reduce (gradient_reduce) */
     char topology[64];         /* compile_topology, "" = none */
     double budget_gib;         /* per-rank arena budget (device_memory_gib), 0 = unchecked */
     uint8_t batch_mask;        /* mesh axes (size > 1) that split the global batch */
@@ -205,6 +207,8 @@ typedef struct qt_cg_graph {
     qt_op *mbend;              /* the microbatch-end schedule (meshes with batch axes) */
     int nmbend, capmbend;
     int32_t n_mb_levels;       /* microbatch tree levels (qt_plan.h), 0 for one tree */
+    int reduce_per_mb;         /* 1: reduce-scatter after each microbatch (n_mb_levels > 0
+                                  on meshes with batch axes); chosen by qt_cg_plan_build */
     qt_collective *coll;       /* the collectives the step schedule names (names owned) */
     int n_reshards;            /* activations held otherwise than declared (qt_cg_layout.c) */
     int ncoll, capcoll;

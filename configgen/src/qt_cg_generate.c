@@ -69,7 +69,16 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
     if (qt_cg_graph_build(g, s, err, errlen)) return -1;
     if (qt_cg_autodiff(g, err, errlen)) return -1;
     if (qt_cg_remat(g, err, errlen)) return -1;
+    /* gradient_reduce: the step form (one reduce-scatter after the microbatches) unless
+     * expert parallelism needs the microbatch form, or auto finds the step form's
+     * parameter-sized tree levels over the budget; the bits are the same */
+    g->reduce_per_mb = s->grad_reduce == QT_CG_REDUCE_MICROBATCH || s->mesh[QT_MESH_EXPERT] > 1;
     if (qt_cg_memplan(g, err, errlen)) return -1;
+    if (s->grad_reduce == QT_CG_REDUCE_AUTO && !g->reduce_per_mb && s->batch_mask &&
+        qt_cg_budget_bytes(s) > 0 && g->arena_bytes > qt_cg_budget_bytes(s)) {
+        g->reduce_per_mb = 1;
+        if (qt_cg_memplan(g, err, errlen)) return -1;
+    }
     qt_cg_step_schedule(g);
     if (qt_cg_check_schedule(g, err, errlen)) return -1;
     if (qt_cg_layout_check(g, &g->n_reshards, err, errlen)) return -1;

@@ -164,7 +164,7 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
      * leaves followed by one over the microbatches (their totals reduce-scattered first). */
     const int64_t G = g->s->tr.grad_accum;
     g->n_mb_levels = 0;
-    if (g->s->batch_mask)
+    if (g->s->batch_mask && g->reduce_per_mb)
         while (G >> g->n_mb_levels) g->n_mb_levels++;
     int64_t seqs = 0, lv = 0;
     for (int p = 0; p < g->np; p++) {

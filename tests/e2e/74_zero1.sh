@@ -79,6 +79,11 @@ for m in next 35; do
       z1_same $m dp2ep2-g4-z1 4 dp2ep2-g4 4 1r-b16
 done
 
+# gradient_reduce: the microbatch form (a reduce-scatter after each microbatch) against the
+# step form auto picks on DP4 (one reduce-scatter after the loop): the same bits
+check "zero1 next dp4 G4, gradient_reduce=microbatch == the step form == one rank, batch 16, 20 steps" \
+    z1_same next dp4-g4-mb 4 dp4-g4 4 1r-b16
+
 # ZeRO-1 with tensor parallelism: the optimizer blocks split the TP-local flat vector over
 # data. qwen3.5-tiny-tp ("35t") has head counts that divide over tensor.
 check "zero1 next dp2xtp2 G4 (4 ranks) == dp2xtp2 G4 without ZeRO-1 == one rank, batch 16, 20 steps" \

@@ -73,6 +73,22 @@ aot_topology_errors() {
   grep -F "compile_topology=v5p-256 has 128 devices; expected num_ranks unset or 128" "$out/e2" || return 1
   # an explicit device_memory_gib overrides the preset's: 80 GiB is too little here
   build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml device_memory_gib=80 2> "$out/e3" && return 1
-  grep -F "device_memory_gib=80 (compile_topology=v5p-256, 128 ranks)" "$out/e3"
+  grep -F "device_memory_gib=80 (compile_topology=v5p-256, 128 ranks)" "$out/e3" || return 1
+  # the step form of the gradient reduction cannot keep the bits with expert parallelism
+  build/configgen/configgen -o "$out" tests/aot/aot-next80-v5p512.yml gradient_reduce=step 2> "$out/e4" && return 1
+  grep -F "gradient_reduce=step (command line): step with expert parallelism 8" "$out/e4"
 }
-check "aot: a bad compile_topology, a num_ranks that disagrees with it, and an explicit smaller budget are refused" aot_topology_errors
+check "aot: a bad compile_topology, a num_ranks that disagrees with it, an explicit smaller budget and gradient_reduce=step with EP are refused" aot_topology_errors
+
+aot_reduce_forms() {
+  # gradient_reduce=auto on the 4-layer 80B DP128 G4: the step form (one reduce-scatter
+  # after the microbatches) needs 123180 MiB > 95 GiB, so auto takes the microbatch form
+  local out=$AOT_OUT/forms
+  mkdir -p "$out"
+  build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml run_name=forms-auto > /dev/null || return 1
+  grep -q "microbatch-major" "$out/forms-auto/plan.txt" || { echo "auto did not take the microbatch form"; return 1; }
+  build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml run_name=forms-step gradient_reduce=step device_memory_gib=0 > /dev/null || return 1
+  grep -q "rank-major" "$out/forms-step/plan.txt" || return 1
+  grep -E "^  (arena|total sent)" "$out/forms-auto/plan.txt" "$out/forms-step/plan.txt"
+}
+check "aot: gradient_reduce=auto falls back to the microbatch form when the step form is over budget" aot_reduce_forms
