@@ -46,15 +46,28 @@ for t in "$@"; do
     fi
   fi
   d=$(dict_of "$t"); dargs=(); [ -n "$d" ] && dargs=("-dict=$d")
-  timeout -k 10 $((secs + 120)) "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$w/" "${dargs[@]}" \
-    "$w/corpus" "tests/fuzz/corpus/$t" "${regs[@]}" > "$w/fuzz.log" 2>&1
-  rc=$?
+  # st_index runs as a series of processes of at most 20000 inputs each (same scratch
+  # corpus, so coverage carries over): its known reset bug (tests/fuzz/known/README.md)
+  # leaves stale hash slots behind in the process, and after some 10^5 inputs the shard
+  # hash is full of them and qt_sx_open loops forever. Other targets: one process.
+  runs=-1; [ "$t" = st_index ] && runs=20000
+  t0=$SECONDS; rc=0; execs=0; rss=0; : > "$w/fuzz.log"
+  while :; do
+    left=$((secs - (SECONDS - t0)))
+    [ $left -ge 1 ] || break
+    timeout -k 10 $((left + 120)) "$bin" -max_total_time="$left" -runs=$runs -timeout=10 \
+      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$w/" "${dargs[@]}" \
+      "$w/corpus" "tests/fuzz/corpus/$t" "${regs[@]}" > "$w/chunk.log" 2>&1
+    rc=$?
+    cat "$w/chunk.log" >> "$w/fuzz.log"
+    n=$(sed -n 's/^stat::number_of_executed_units: *//p' "$w/chunk.log"); execs=$((execs + ${n:-0}))
+    r=$(sed -n 's/^stat::peak_rss_mb: *//p' "$w/chunk.log"); [ "${r:-0}" -gt "$rss" ] && rss=$r
+    [ $rc -eq 0 ] && [ $runs -gt 0 ] || break
+  done
+  el=$((SECONDS - t0)); [ $el -ge 1 ] || el=1
+  eps=$((execs / el))
   last=$(grep -E '^#[0-9]+' "$w/fuzz.log" | tail -n 1)
   cov=$(sed -n 's/.* cov: \([0-9]*\) ft: \([0-9]*\) corp: \([0-9]*\)\/\([0-9a-zA-Z]*\).*/cov \1, ft \2, corpus \3 (\4)/p' <<< "$last")
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$w/fuzz.log")
-  eps=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$w/fuzz.log")
-  rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$w/fuzz.log")
   crashes=$(find "$w" -maxdepth 1 \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   echo "fuzz $t: ${secs} s, ${execs:-?} executions, ${eps:-?} exec/s, ${cov:-cov ?}, peak RSS ${rss:-?} MiB, crashes: $crashes"
   if [ $rc -ne 0 ] || [ "$crashes" -ne 0 ]; then
