@@ -20,7 +20,11 @@ cd "$(dirname "$0")/../.."
 export QT_ROOT=${QT_ROOT:-$PWD}
 # The targets write every input to a file: on tmpfs that costs microseconds, on the ext4
 # root it sometimes costs milliseconds (journal), a tenfold drop in executions.
-if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
+# A target's scratch directory survives a crash (no atexit then): each run.sh gets a parent
+# directory of its own and removes it at the end.
+tmp_parent=$(mktemp -d "${TMPDIR:-$( [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo /tmp)}/qtrain-fuzz-run.XXXXXX") || exit 1
+trap 'rm -rf "$tmp_parent"' EXIT
+export TMPDIR=$tmp_parent
 secs=${1:?usage: run.sh SECONDS TARGET...}; shift
 work=${FUZZ_WORK:-build/fuzz/work}
 status=0
