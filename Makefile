@@ -72,7 +72,7 @@ MPI_CFLAGS := -I/usr/include/x86_64-linux-gnu/mpich
 LIBS_GLIBC := -lmpich -Wl,--no-as-needed -lhugetlbfs -Wl,--as-needed
 LINK_ARENA := -Wl,-T,linker/arena.ld
 
-.PHONY: all deps gen run test goldens bench clean check-deps tools asan fuzz fuzz-build
+.PHONY: all deps gen run test goldens bench clean check-deps tools asan
 .DEFAULT_GOAL := all
 # The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
 # build/plans/<run>.o): keep them. Only them: a bare .SECONDARY would make every target
@@ -272,6 +272,8 @@ FUZZ_CG_OBJ := $(patsubst configgen/src/%.c,$(BUILD)/fuzz/configgen/%.o,$(filter
 # fuzz_st_index_strict: the index target with the checks a known, unfixed st_index.c bug
 # fails (tests/fuzz/known/README.md); built, not run by make fuzz / make test.
 FUZZ_BIN := $(foreach t,$(FUZZ_TARGETS),$(BUILD)/fuzz/fuzz_$(t)) $(BUILD)/fuzz/fuzz_st_index_strict
+
+.PHONY: fuzz fuzz-build
 
 fuzz-build: $(FUZZ_BIN)
 
