@@ -81,8 +81,13 @@ static int parse_list(qt_cg_lex *l, qt_cg_val *v, int depth)
             return 0;
         }
         v->items = qt_cg_grow(v->items, &cap, v->n + 1, sizeof *v->items);
-        if (parse_value(l, &v->items[v->n], 1, depth + 1)) return -1;
+        /* Counted before the error check: an item that fails half-way (a nested list or a
+         * string cut short) already owns memory, and only counted items are freed with v
+         * (qt_cg_val_free); parse_value leaves a failed item freeable. Found by fuzzing
+         * (tests/fuzz/regressions/yaml/leak-nested-list). */
+        int r = parse_value(l, &v->items[v->n], 1, depth + 1);
         v->n++;
+        if (r) return -1;
         skip_all(l);
         c = l->s[l->i];
         if (c == ',') {
@@ -250,7 +255,10 @@ int qt_cg_yaml_parse_value(const char *where, const char *text, qt_cg_val *out, 
     qt_cg_lex l = {where, text, 0, 0, err, errlen};
     skip_inline(&l);
     if (!text[l.i]) return lex_fail(&l, 0, "missing value", NULL);
-    if (parse_value(&l, out, 0, 0)) return -1;
+    if (parse_value(&l, out, 0, 0)) {
+        qt_cg_val_free(out);   /* a failed value owns nothing afterwards (idempotent free) */
+        return -1;
+    }
     skip_inline(&l);
     if (text[l.i]) {
         qt_cg_val_free(out);

@@ -2,7 +2,10 @@
 # deps.sh - install the Debian packages qtrain needs, only those that are missing.
 # Silent and quick (one dpkg query) when everything is present.
 set -euo pipefail
-pkgs=(gcc g++ make mpich libmpich-dev musl-tools libhugetlbfs-dev libhugetlbfs-bin cpputest pkg-config)
+# clang + libclang-rt-14-dev: the libFuzzer targets (make fuzz, make test); Debian's clang 14
+# keeps libFuzzer's runtime (libclang_rt.fuzzer-x86_64.a) in libclang-rt-14-dev.
+pkgs=(gcc g++ make mpich libmpich-dev musl-tools libhugetlbfs-dev libhugetlbfs-bin cpputest pkg-config
+      clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
