@@ -345,14 +345,18 @@ static int qt_sx_parse(qt_sj *j)
 
 static void qt_sx_reset(void)
 {
-    /* Clear only the hash slots in use: a full memset would touch 2 MiB per load. */
-    for (int32_t e = 0; e < qt_sx.n; e++) {
+    /* Clear only the hash slots in use: a full memset would touch 2 MiB per load. Newest
+     * first: an entry's probe chain only runs through slots of entries inserted before it,
+     * so those must still be set while its slot is looked up (in insertion order a cleared
+     * earlier slot cut the chain and left a later entry's slot behind - found by
+     * tests/fuzz/fuzz_st_index). */
+    for (int32_t e = qt_sx.n - 1; e >= 0; e--) {
         uint32_t m = QT_SX_HASH - 1, i = qt_sx_fnv(qt_sx.name[e]) & m;
         while (qt_sx.hash[i] && qt_sx.hash[i] != (uint32_t)e + 1)
             i = (i + 1) & m;
         qt_sx.hash[i] = 0;
     }
-    for (int32_t s = 0; s < qt_sx.n_shards; s++) {
+    for (int32_t s = qt_sx.n_shards - 1; s >= 0; s--) {
         uint32_t m = QT_SX_SHARD_HASH - 1, i = qt_sx_fnv(qt_sx.shard_name[s]) & m;
         while (qt_sx.shard_hash[i] && qt_sx.shard_hash[i] != (uint32_t)s + 1)
             i = (i + 1) & m;

@@ -10,24 +10,14 @@
  * '/'; every shard path fits and lies in the scratch directory; the weight_map has no
  * unlisted name. A failed open returns a negative QT_E_* code and leaves an empty table.
  *
- * Known bug, not fixed here (st_index.c belongs to the sharded-checkpoint rewrite; see
- * docs/fuzzing.md): qt_sx_reset clears the name and shard hash slots in insertion order, so
- * when two names (or shard files) share a probe chain the later one's slot survives. The
- * next qt_sx_open in the process then sees stale entries: a spurious "appears twice", or
- * qt_sx_find / qt_sx_add_shard returning an index >= the new count (found by this target in
- * 10 s, across inputs). The default build checks only what stays true despite it (indices
- * inside the static tables, names that match); the strict build (-DQT_FUZZ_STRICT=1,
- * build/fuzz/fuzz_st_index_strict) checks the full contract above and opens every input
- * twice, which must give the same table: tests/fuzz/known/st_index/ holds an input that
- * fails it until st_index.c is fixed.
+ * Every input is opened twice, which must give the same table: this found the reset bug
+ * (qt_sx_reset cleared hash slots in insertion order and left a colliding later name's
+ * slot behind; fixed, regression input in tests/fuzz/regressions/st_index/).
  */
 #include "qt_fuzz.h"
 #include "qt_err.h"
 #include "io/st_index.h"
 
-#ifndef QT_FUZZ_STRICT
-#define QT_FUZZ_STRICT 0
-#endif
 
 /* The contract of a successful open (see above). */
 static void qt_fuzz_check_table(void)
@@ -35,13 +25,13 @@ static void qt_fuzz_check_table(void)
     static char out[QT_SX_PATH_MAX];
     int32_t n = qt_sx_count(), ns = qt_sx_shards();
     qt_fuzz_assert(n >= 0 && n <= QT_SX_MAX_ENTRIES && ns >= 0 && ns <= QT_SX_MAX_SHARDS);
-    if (QT_FUZZ_STRICT) qt_fuzz_assert(n == 0 || ns >= 1);   /* a stale shard slot breaks it */
+    qt_fuzz_assert(n == 0 || ns >= 1);
     for (int32_t e = 0; e < n; e++) {
         const char *name = qt_sx_name(e);
         int32_t f = qt_sx_find(name);
         qt_fuzz_assert(f >= 0 && f < QT_SX_MAX_ENTRIES && !strcmp(qt_sx_name(f), name));
         qt_fuzz_assert(qt_sx_shard(e) >= 0 && qt_sx_shard(e) < QT_SX_MAX_SHARDS);
-        if (QT_FUZZ_STRICT) qt_fuzz_assert(f == e && qt_sx_shard(e) < ns);
+        qt_fuzz_assert(f == e && qt_sx_shard(e) < ns);
         qt_fuzz_assert(*qt_sx_mark(e) == 0);
     }
     size_t dl = strlen(qt_fuzz_dir());
@@ -72,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     qt_fuzz_check_table();
-    if (QT_FUZZ_STRICT) {
+    {
         /* the same file again gives the same table */
         int32_t n = qt_sx_count(), ns = qt_sx_shards();
         rc = qt_sx_open(path);

@@ -50,11 +50,7 @@ for t in "$@"; do
     fi
   fi
   d=$(dict_of "$t"); dargs=(); [ -n "$d" ] && dargs=("-dict=$d")
-  # st_index runs as a series of processes of at most 20000 inputs each (same scratch
-  # corpus, so coverage carries over): its known reset bug (tests/fuzz/known/README.md)
-  # leaves stale hash slots behind in the process, and after some 10^5 inputs the shard
-  # hash is full of them and qt_sx_open loops forever. Other targets: one process.
-  runs=-1; [ "$t" = st_index ] && runs=20000
+  runs=-1
   t0=$SECONDS; rc=0; execs=0; rss=0; : > "$w/fuzz.log"
   while :; do
     left=$((secs - (SECONDS - t0)))
