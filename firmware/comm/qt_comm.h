@@ -2,8 +2,10 @@
  * primitive.
  *
  * Two back ends with one interface: comm_mpi.c (glibc build, MPICH) and comm_local.c
- * (musl static build, exactly one rank). The collectives (qt_coll.h, coll.c) are written
- * once on top of qt_comm_sendrecv; nothing here reduces floats with MPI_SUM (design.md
+ * (musl static build, exactly one rank; comm_env.c holds its start-up check that no
+ * process manager started it as one of several processes). The collectives (qt_coll.h,
+ * coll.c) are written once on top of qt_comm_sendrecv; nothing here reduces floats with
+ * MPI_SUM (design.md
  * section 6). Neither back end allocates heap memory after qt_comm_init (MPICH itself may,
  * inside its own calls).
  */
