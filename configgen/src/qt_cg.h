@@ -104,10 +104,16 @@ typedef struct qt_cg_config {
 } qt_cg_config;
 
 /* Load base.yml and models/<model_name>.yml from configs_dir, the run file, then the
- * overrides ("key=value"). run_name defaults to the run file's stem. */
+ * overrides ("key=value"). run_name defaults to the run file's stem; a run_name (or
+ * model_name) of 128 characters or more is refused, as is a run with no model_name that
+ * does not set every model key itself. */
 int qt_cg_config_load(qt_cg_config *c, const char *configs_dir, const char *run_path, int n_over,
                       char *const *over, char *err, size_t errlen);
 void qt_cg_config_free(qt_cg_config *c);
+/* The model keys: base.yml's "model shape" section. A run without a model_name must set
+ * every one of them itself (run file or command line), else it is refused. */
+extern const char *const qt_cg_model_keys[];
+extern const int qt_cg_n_model_keys;
 const qt_cg_known *qt_cg_config_find(const qt_cg_config *c, const char *key);
 
 /* ---- validated settings (qt_cg_settings.c) ------------------------------------------- */

@@ -6,13 +6,29 @@
  * the run file, command-line key=value; the last one wins. Invariants: a key not in
  * base.yml is an error naming where it was set and the nearest known key; a value of the
  * wrong type is an error naming key, value and expected type; int keys accept integral
- * numbers written as floats (2.0, 1e7) because MaxText configs do so.
+ * numbers written as floats (2.0, 1e7) because MaxText configs do so. A run with no model
+ * (model_name empty) must set every model key (qt_cg_model_keys) itself, so base.yml's
+ * default model is never planned by accident; run_name and model_name must fit their
+ * 128-byte buffers (a name cut short could make two runs share a plan directory).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "qt_cg.h"
+
+/* base.yml's "---- model shape" section, in its order (the unit tests compare them) */
+const char *const qt_cg_model_keys[] = {
+    "decoder_block", "base_emb_dim", "base_num_decoder_layers", "base_num_query_heads",
+    "base_num_kv_heads", "head_dim", "base_mlp_dim", "base_moe_mlp_dim", "shared_expert_mlp_dim",
+    "num_experts", "num_experts_per_tok", "shared_experts", "norm_topk_prob", "vocab_size",
+    "normalization_layer_epsilon", "inhomogeneous_layer_cycle_interval", "gdn_conv_kernel_dim",
+    "gdn_key_head_dim", "gdn_value_head_dim", "gdn_num_key_heads", "gdn_num_value_heads",
+    "gdn_chunk_size", "gdn_core_algorithm", "use_qk_norm_in_gdn", "partial_rotary_factor",
+    "rope_max_timescale", "rope_min_timescale", "use_mrope", "mrope_section", "enable_dropout",
+    "dropout_rate", "dtype", "weight_dtype", "logits_via_embedding",
+};
+const int qt_cg_n_model_keys = (int)(sizeof qt_cg_model_keys / sizeof qt_cg_model_keys[0]);
 
 static int is_number(const char *s, double *out)
 {
@@ -141,6 +157,53 @@ static const qt_cg_val *peek(const qt_cg_config *c, const char *key)
     return NULL;
 }
 
+/* 1 if key's value comes from base.yml */
+static int is_base(const qt_cg_config *c, const qt_cg_known *k)
+{
+    size_t n = strlen(c->base.file);
+    return !strncmp(k->where, c->base.file, n) && k->where[n] == ':';
+}
+
+/* No model file: every model key must come from the run itself. */
+static int no_model(const qt_cg_config *c, const char *configs_dir, const char *run_path,
+                    char *err, size_t errlen)
+{
+    char missing[300];
+    size_t m = 0;
+    int n_missing = 0;
+    for (int i = 0; i < qt_cg_n_model_keys; i++) {
+        const qt_cg_known *k = qt_cg_config_find(c, qt_cg_model_keys[i]);
+        if (!k || !is_base(c, k)) continue;
+        if (n_missing++ < 4 && m < sizeof missing)
+            m += (size_t)snprintf(missing + m, sizeof missing - m, "%s%s", m ? ", " : "",
+                                  k->key);
+    }
+    if (!n_missing) return 0;
+    if (n_missing > 4 && m < sizeof missing)
+        snprintf(missing + m, sizeof missing - m, " and %d more", n_missing - 4);
+    const qt_cg_known *mn = qt_cg_config_find(c, "model_name");
+    char head[600];
+    if (is_base(c, mn))
+        snprintf(head, sizeof head, "%s: no model: model_name is not set (%s gives \"\")",
+                 run_path, mn->where);
+    else
+        snprintf(head, sizeof head, "model_name=\"%s\" (%s): no model", mn->val->s, mn->where);
+    return qt_cg_fail(err, errlen, "%s, and the run does not set the model keys itself "
+                      "(missing %s); expected model_name: <a file stem under %s/models/, e.g. "
+                      "qwen3-next-tiny>, or every model key in the run", head, missing,
+                      configs_dir);
+}
+
+/* run_name and model_name must fit the 128-byte buffers they are copied to. */
+static int name_too_long(const qt_cg_known *k, size_t cap, char *err, size_t errlen)
+{
+    size_t n = strlen(k->val->s);
+    if (n < cap) return 0;
+    return qt_cg_fail(err, errlen, "%s=%.40s... (%s): %zu characters, over the limit of %zu "
+                      "(it names the plan directory and C symbols); expected a shorter name",
+                      k->key, k->val->s, k->where, n, cap - 1);
+}
+
 int qt_cg_config_load(qt_cg_config *c, const char *configs_dir, const char *run_path, int n_over,
                       char *const *over, char *err, size_t errlen)
 {
@@ -199,10 +262,13 @@ int qt_cg_config_load(qt_cg_config *c, const char *configs_dir, const char *run_
         snprintf(where, sizeof where, "command line");
         if (apply(c, where, c->over_keys[i], &c->over[i], err, errlen)) return -1;
     }
+    if (!c->have_model && no_model(c, configs_dir, run_path, err, errlen)) return -1;
     const qt_cg_known *mn = qt_cg_config_find(c, "model_name");
+    if (mn && name_too_long(mn, sizeof c->model_name, err, errlen)) return -1;
     if (mn) snprintf(c->model_name, sizeof c->model_name, "%s", mn->val->s);
     const qt_cg_known *rn = qt_cg_config_find(c, "run_name");
     if (rn && rn->val->s[0]) {
+        if (name_too_long(rn, sizeof c->run_name, err, errlen)) return -1;
         snprintf(c->run_name, sizeof c->run_name, "%s", rn->val->s);
     } else {
         const char *b = strrchr(run_path, '/');
@@ -210,7 +276,10 @@ int qt_cg_config_load(qt_cg_config *c, const char *configs_dir, const char *run_
         size_t n = strlen(b);
         if (n > 4 && !strcmp(b + n - 4, ".yml")) n -= 4;
         else if (n > 5 && !strcmp(b + n - 5, ".yaml")) n -= 5;
-        if (n >= sizeof c->run_name) n = sizeof c->run_name - 1;
+        if (n >= sizeof c->run_name)
+            return qt_cg_fail(err, errlen, "%s: run_name defaults to the file's name, %.40s... "
+                              "(%zu characters), over the limit of %zu; set a shorter "
+                              "run_name", run_path, b, n, sizeof c->run_name - 1);
         memcpy(c->run_name, b, n);
         c->run_name[n] = 0;
     }

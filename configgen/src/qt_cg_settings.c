@@ -6,7 +6,9 @@
  * head counts divide, rotary dim even and > 0, float32 only, AdamW + cosine, dropless MoE
  * with one shared expert, and the mesh: -1 axes resolve from num_ranks, the product must
  * be num_ranks, every axis a power of two; data, fsdp, tensor and expert execute (context
- * and pipeline are refused with a message).
+ * and pipeline are refused with a message). A message about a relation between keys blames
+ * the key the user set (its value not from base.yml; qt_cg_known.where) and names the value
+ * it meets, with where that was set.
  * Sizes: every product of keys that sizes a tensor is computed with overflow checks and
  * must stay <= 2^56 elements (2^58 bytes, the safetensors bound), so no 64-bit size or
  * offset can wrap (base_emb_dim = vocab_size = 2^40 would give a 0-element embedding).
@@ -76,6 +78,25 @@ static int bad(const qt_cg_vctx *v, const char *key, const char *fmt, ...)
     qt_cg_fail(v->err, v->errlen, "%s=%s (%s): %s", key, b.p, k->where, msg);
     qt_cg_buf_free(&b);
     return -1;
+}
+
+/* 1 if key's value comes from base.yml (the user did not set it). */
+static int from_base(const qt_cg_vctx *v, const char *key)
+{
+    const char *w = kv(v, key)->where, *b = v->c->base.file;
+    return b && !strncmp(w, b, strlen(b)) && w[strlen(b)] == ':';
+}
+
+/* "key=value (where)" of another key, for a message that blames one key and names the
+ * value it meets (configgen records where each value was set: qt_cg_known.where). */
+static const char *other(const qt_cg_vctx *v, const char *key, char *buf, size_t cap)
+{
+    const qt_cg_known *k = kv(v, key);
+    qt_cg_buf b = {0};
+    qt_cg_val_render(k->val, &b);
+    snprintf(buf, cap, "%s=%s (%s)", key, b.p, k->where);
+    qt_cg_buf_free(&b);
+    return buf;
 }
 
 static int positive(const qt_cg_vctx *v, const char *key, int64_t *out)
@@ -319,9 +340,18 @@ static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)
     if (t->grad_accum < 1) return bad(v, "gradient_accumulation_steps", "expected >= 1");
     int64_t seqs;
     if (__builtin_mul_overflow(t->micro_batch, t->grad_accum, &seqs) ||
-        seqs >= (1ll << (QT_MAX_TREE_LEVELS - 1)))
-        return bad(v, "gradient_accumulation_steps", "too many sequences per step for the "
-                   "%d gradient tree levels", QT_MAX_TREE_LEVELS);
+        seqs >= (1ll << (QT_MAX_TREE_LEVELS - 1))) {
+        /* blame the factor the user set (the larger one when both are set) */
+        const char *B = "per_device_batch_size", *G = "gradient_accumulation_steps";
+        int blame_g = from_base(v, B) ||
+                      (!from_base(v, G) && t->grad_accum > t->micro_batch);
+        char o[400];
+        return bad(v, blame_g ? G : B, "with %s, %s x %s = %lld x %lld sequences per step "
+                   "exceed the %lld that the %d gradient tree levels hold",
+                   other(v, blame_g ? B : G, o, sizeof o), B, G, (long long)t->micro_batch,
+                   (long long)t->grad_accum, (1ll << (QT_MAX_TREE_LEVELS - 1)) - 1,
+                   QT_MAX_TREE_LEVELS);
+    }
     t->steps = geti(v, "steps");
     if (t->steps < 1) return bad(v, "steps", "expected >= 1");
     int64_t ss = geti(v, "learning_rate_schedule_steps");
@@ -373,13 +403,6 @@ static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)
         return bad(v, "sparse_matmul", "the dense MoE path is not planned; expected true");
     }
     return 0;
-}
-
-/* 1 if key's value comes from base.yml (the user did not set it). */
-static int from_base(const qt_cg_vctx *v, const char *key)
-{
-    const char *w = kv(v, key)->where, *b = v->c->base.file;
-    return b && !strncmp(w, b, strlen(b)) && w[strlen(b)] == ':';
 }
 
 /* MaxText's compile_topology names: <generation>-<N>. v4 and v5p count TensorCores (two
@@ -440,17 +463,22 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
         iv[i] = geti(v, ici[i]);
         dv[i] = geti(v, dcn[i]);
         if (iv[i] == -1) {
-            if (ici_fill >= 0)
-                return bad(v, ici[i], "only one ici_*_parallelism may be -1 (%s is -1 too)",
-                           ici[ici_fill]);
+            if (ici_fill >= 0) {
+                /* blame the -1 the user set, naming the other */
+                int j = from_base(v, ici[i]) ? ici_fill : i, o = j == i ? ici_fill : i;
+                return bad(v, ici[j], "only one ici_*_parallelism may be -1 (%s is -1 too)",
+                           ici[o]);
+            }
             ici_fill = i;
         } else if (iv[i] < 1) return bad(v, ici[i], "expected -1 (fill) or >= 1");
         else if (__builtin_mul_overflow(ici_prod, iv[i], &ici_prod))
             return bad(v, ici[i], "the product of the ici_* axes overflows");
         if (dv[i] == -1) {
-            if (dcn_fill >= 0)
-                return bad(v, dcn[i], "only one dcn_*_parallelism may be -1 (%s is -1 too)",
-                           dcn[dcn_fill]);
+            if (dcn_fill >= 0) {
+                int j = from_base(v, dcn[i]) ? dcn_fill : i, o = j == i ? dcn_fill : i;
+                return bad(v, dcn[j], "only one dcn_*_parallelism may be -1 (%s is -1 too)",
+                           dcn[o]);
+            }
             dcn_fill = i;
         } else if (dv[i] < 1) return bad(v, dcn[i], "expected -1 (fill) or >= 1");
         else if (__builtin_mul_overflow(dcn_prod, dv[i], &dcn_prod))
@@ -459,24 +487,64 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
     /* One slice: the dcn axes multiply to 1, so a -1 dcn axis is 1 and the ici axes cover
      * every rank. */
     if (dcn_fill >= 0) dv[dcn_fill] = 1;
-    if (dcn_prod != 1)
-        return bad(v, dcn[0], "qtrain plans one slice: every dcn_*_parallelism must be 1 or -1");
+    if (dcn_prod != 1) {
+        int j = 0;
+        while (j < 5 && dv[j] <= 1) j++;
+        return bad(v, dcn[j], "qtrain plans one slice: every dcn_*_parallelism must be 1 or -1");
+    }
+    /* Messages about the product blame the key the user set: the first ici axis set above 1
+     * (base.yml's axes are 1 or -1), else the rank count if the user set it. rk names that
+     * count: num_ranks, or compile_topology when a preset set it. */
+    const char *rk = s->topology[0] ? "compile_topology" : "num_ranks";
+    char rks[400], o[400];
+    if (s->topology[0]) {
+        const qt_cg_known *t = kv(v, rk);
+        snprintf(rks, sizeof rks, "num_ranks=%lld (compile_topology=%s, %s)", (long long)n_ranks,
+                 t->val->s, t->where);
+    } else {
+        snprintf(rks, sizeof rks, "num_ranks=%lld (%s)", (long long)n_ranks, kv(v, rk)->where);
+    }
+    int set_axis = -1;
+    for (int i = 0; i < 6 && set_axis < 0; i++)
+        if (iv[i] > 1 && !from_base(v, ici[i])) set_axis = i;
     if (ici_fill >= 0) {
-        if (n_ranks % ici_prod)
-            return bad(v, ici[ici_fill], "-1 cannot be filled: num_ranks=%lld is not a multiple "
-                       "of the other ici axes' product %lld", (long long)n_ranks,
-                       (long long)ici_prod);
+        if (n_ranks % ici_prod) {
+            if (set_axis >= 0)
+                return bad(v, ici[set_axis], "%s cannot be filled: %s is not a multiple of the "
+                           "other ici axes' product %lld", other(v, ici[ici_fill], o, sizeof o),
+                           rks, (long long)ici_prod);
+            return bad(v, from_base(v, rk) ? ici[ici_fill] : rk, "-1 cannot be filled: "
+                       "num_ranks=%lld is not a multiple of the other ici axes' product %lld",
+                       (long long)n_ranks, (long long)ici_prod);
+        }
         iv[ici_fill] = n_ranks / ici_prod;
     }
     int64_t prod = 1;
     for (int i = 0; i < 6; i++)
         if (__builtin_mul_overflow(prod, iv[i] * dv[i], &prod))
-            return bad(v, "num_ranks", "the mesh product of ici_*/dcn_* parallelism overflows");
-    if (prod != n_ranks)
-        return bad(v, "num_ranks", "the mesh product of ici_*/dcn_* parallelism is %lld, "
-                   "expected num_ranks", (long long)prod);
+            return bad(v, set_axis >= 0 ? ici[set_axis] : rk, "the mesh product of ici_*/dcn_* "
+                       "parallelism overflows");
+    if (prod != n_ranks) {
+        if (set_axis >= 0 || from_base(v, rk))
+            return bad(v, set_axis >= 0 ? ici[set_axis] : "num_ranks", "the mesh product of "
+                       "ici_*/dcn_* parallelism is %lld but %s; expected them equal",
+                       (long long)prod, rks);
+        return bad(v, rk, "the mesh product of ici_*/dcn_* parallelism is %lld and no ici_* "
+                   "axis is -1 to fill from %s%lld%s; expected axes multiplying to %lld, or "
+                   "one ici_* axis of -1", (long long)prod, s->topology[0] ? "its " :
+                   "num_ranks=", (long long)n_ranks, s->topology[0] ? " devices" : "",
+                   (long long)n_ranks);
+    }
     static const int qt_of[5] = {QT_MESH_DATA, QT_MESH_FSDP, QT_MESH_TENSOR, QT_MESH_EXPERT,
                                  QT_MESH_CONTEXT};
+    /* an axis's key, or the rank count the user set when the axis is base.yml's -1 that
+     * was filled from it */
+    const char *axis_key[6];
+    for (int i = 0; i < 6; i++) {
+        axis_key[i] = iv[i] > 1 ? ici[i] : dcn[i];
+        if (i == ici_fill && iv[i] > 1 && from_base(v, ici[i]) && !from_base(v, rk))
+            axis_key[i] = rk;
+    }
     for (int i = 0; i < 6; i++) {
         int64_t size = iv[i] * dv[i];
         if (i < 5) s->mesh[qt_of[i]] = (int32_t)size;
@@ -484,24 +552,24 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
          * Context parallelism and explicit sharding exclude each other for these decoders,
          * as in the reference trainer (its guard's reason). */
         if (size > 1 && i == 4 && !strcmp(gets_(v, "shard_mode"), "explicit"))
-            return bad(v, iv[i] > 1 ? ici[i] : dcn[i], "context parallelism %lld with "
+            return bad(v, axis_key[i], "context parallelism %lld with "
                        "shard_mode=explicit: the gated-delta-net short convolution left-pads "
                        "the sequence by gdn_conv_kernel_dim - 1 and the delta-rule state "
                        "crosses the whole sequence, which explicit sharding cannot express "
                        "on a sharded sequence axis", (long long)size);
         if (size > 1 && i >= 4)
-            return bad(v, iv[i] > 1 ? ici[i] : dcn[i], "resolves the %s mesh axis to %lld; "
+            return bad(v, axis_key[i], "resolves the %s mesh axis to %lld; "
                        "qtrain executes data, fsdp, tensor and expert parallelism (context "
                        "and pipeline parallelism are not planned)", axes[i], (long long)size);
         if (size > 1 && (size & (size - 1)))
-            return bad(v, iv[i] > 1 ? ici[i] : dcn[i], "resolves the %s mesh axis to %lld; "
+            return bad(v, axis_key[i], "resolves the %s mesh axis to %lld; "
                        "expected a power of two (the gradient collectives pair ranks by "
                        "recursive halving, which reproduces the one-rank pairwise tree)",
                        axes[i], (long long)size);
     }
     s->n_ranks = (int32_t)n_ranks;
     const int32_t ep = s->mesh[QT_MESH_EXPERT], tp = s->mesh[QT_MESH_TENSOR];
-    const char *tkey = iv[2] > 1 ? ici[2] : dcn[2];
+    const char *tkey = axis_key[2];
     if (tp > 1) {
         /* every split count, and every canonical block count of a split contraction or
          * head-group sum, must divide by the tensor degree (kernels/matmul_canon.h) */
@@ -531,7 +599,7 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
                            split[i].what, (long long)split[i].n);
     }
     if (ep > 1 && s->m.n_experts % ep)
-        return bad(v, iv[3] > 1 ? ici[3] : dcn[3], "expert parallelism %d does not divide "
+        return bad(v, axis_key[3], "expert parallelism %d does not divide "
                    "num_experts=%lld (each rank must hold the same number of experts)", ep,
                    (long long)s->m.n_experts);
     const char *sm = gets_(v, "shard_mode");

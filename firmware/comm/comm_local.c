@@ -1,6 +1,8 @@
 /* comm_local.c - the single-process back end of qt_comm.h (musl static build).
  *
  * Invariant: always rank 0 of 1; must not include mpi.h (musl cannot see or link MPICH).
+ * Started by a process manager as one of several processes (mpiexec -n 2), qt_comm_init
+ * refuses (comm_env.c) instead of letting every process train alone.
  * Every mesh group therefore has size 1 and the collectives of coll.c return before they
  * transfer anything; a transfer that reaches qt_comm_sendrecv with a peer is an error.
  */
@@ -11,10 +13,9 @@
 int qt_comm_init(int *argc, char ***argv, int *rank, int *size)
 {
     (void)argc;
-    (void)argv;
     *rank = 0;
     *size = 1;
-    return QT_OK;
+    return qt_comm_env_check(argv && *argv ? (*argv)[0] : NULL);
 }
 
 void qt_comm_finalize(void)

@@ -2,8 +2,10 @@
  * primitive.
  *
  * Two back ends with one interface: comm_mpi.c (glibc build, MPICH) and comm_local.c
- * (musl static build, exactly one rank). The collectives (qt_coll.h, coll.c) are written
- * once on top of qt_comm_sendrecv; nothing here reduces floats with MPI_SUM (design.md
+ * (musl static build, exactly one rank; comm_env.c holds its start-up check that no
+ * process manager started it as one of several processes). The collectives (qt_coll.h,
+ * coll.c) are written once on top of qt_comm_sendrecv; nothing here reduces floats with
+ * MPI_SUM (design.md
  * section 6). Neither back end allocates heap memory after qt_comm_init (MPICH itself may,
  * inside its own calls).
  */
@@ -14,6 +16,11 @@
 
 /* Initialise; returns 0 and fills rank/size, or a negative QT_E* code. */
 int qt_comm_init(int *argc, char ***argv, int *rank, int *size);
+/* The single-rank back end's start-up check (comm_env.c): QT_E_PLAN, with a message naming
+ * the variable, when a process manager's environment (PMI_SIZE, PMI_RANK, MPI_LOCALNRANKS,
+ * OMPI_COMM_WORLD_SIZE, ...) says this process is one of several; else QT_OK. argv0 (may
+ * be NULL) locates the MPI build to suggest instead. */
+int qt_comm_env_check(const char *argv0);
 void qt_comm_finalize(void);
 /* Abort every rank with exit code `code` (used by main only). */
 void qt_comm_abort(int code);

@@ -2,10 +2,12 @@
  *
  * Accepted files (mapped read-only, never copied):
  *  - NumPy .npy, format version 1, 2 or 3: magic "\x93NUMPY", major, minor, header length
- *    (uint16 LE for v1, uint32 LE for v2/v3), a Python dict literal with 'descr',
- *    'fortran_order', 'shape'; payload follows. descr must be a little-endian (or
- *    byte-order-free) integer: |u1 |i1 <u2 <i2 <u4 <i4 <u8 <i8. Any shape, flattened in C
- *    order (fortran_order True is accepted only for 0/1-D arrays).
+ *    (uint16 LE for v1, uint32 LE for v2/v3), a Python dict literal with exactly the keys
+ *    'descr', 'fortran_order', 'shape' (parsed strictly: balanced braces, each key once,
+ *    fortran_order True or False, shape a tuple of integers); payload follows. descr must
+ *    be a little-endian (or byte-order-free) integer: |u1 |i1 <u2 <i2 <u4 <i4 <u8 <i8. Any
+ *    shape, flattened in C order; fortran_order True is refused (NumPy writes it only for
+ *    arrays of 2 or more dimensions that are not C-contiguous).
  *  - "QTTOKENS" raw format, version 1. A 24-byte header, all little-endian:
  *        bytes 0..7   magic "QTTOKENS"
  *        bytes 8..11  uint32 version = 1
@@ -113,23 +115,12 @@ static uint64_t qt_le(const unsigned char *b, int width)
     return v;
 }
 
-static int qt_npy_descr(const char *path, const char *h, qt_fmt *f)
+static int qt_npy_descr(const char *path, const char *got, qt_fmt *f)
 {
     static const struct { const char *d; int w, s; } ok[] = {
         { "|u1", 1, 0 }, { "|i1", 1, 1 }, { "<u2", 2, 0 }, { "<i2", 2, 1 },
         { "<u4", 4, 0 }, { "<i4", 4, 1 }, { "<u8", 8, 0 }, { "<i8", 8, 1 },
     };
-    const char *d = strstr(h, "'descr'");
-    char got[16];
-    int n = 0;
-    if (!d || !(d = strchr(d + 7, '\'')))
-        return qt_fail(QT_E_FORMAT, "%s: bad .npy header: no 'descr'", path);
-    d++;
-    while (d[n] && d[n] != '\'' && n < 15) {
-        got[n] = d[n];
-        n++;
-    }
-    got[n] = '\0';
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
         if (!strcmp(got, ok[i].d)) {
             f->width = ok[i].w;
@@ -141,6 +132,164 @@ static int qt_npy_descr(const char *path, const char *h, qt_fmt *f)
                           "files need |u1 <u2 <u4 <i2 <i4 <i8 <u8)", path, got);
     return qt_fail(QT_E_FORMAT, "%s: unsupported .npy dtype '%s' (need a little-endian "
                       "integer: |u1 <u2 <u4 <i2 <i4 <i8 <u8)", path, got);
+}
+
+/* The header dict, parsed strictly (what NumPy writes, as a Python literal): '{', then the
+ * keys 'descr' (a quoted string), 'fortran_order' (True or False) and 'shape' (a tuple of
+ * non-negative integers; one element needs its comma), each exactly once in any order,
+ * separated by ',' with an optional trailing ',', then '}' and nothing but blanks and the
+ * newline up to the header's end. h is NUL-terminated at that end. */
+typedef struct qt_npy_dict {
+    const char *path, *h;
+    char descr[16];
+    int open;             /* after the '{' */
+    int fortran, dims, seen[3];
+    int64_t n;
+} qt_npy_dict;
+
+static const char *qt_npy_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t')
+        p++;
+    return p;
+}
+
+/* "expected X at byte B, found 'c'" (or "..., but the header ends") */
+static int qt_npy_expected(const qt_npy_dict *d, const char *p, const char *what)
+{
+    if (!*p || *p == '\n' || *p == '\r')
+        return qt_fail(QT_E_FORMAT, "%s: bad .npy header: expected %s, but the header ends%s",
+                       d->path, what, d->open ? ": the dict is not closed" : "");
+    return qt_fail(QT_E_FORMAT, "%s: bad .npy header: expected %s at byte %d, found '%c'",
+                   d->path, what, (int)(p - d->h), *p);
+}
+
+/* A quoted string (' or ") into out (at most cap-1 characters); NULL when p holds none. */
+static const char *qt_npy_string(const char *p, char *out, size_t cap)
+{
+    char q = *p;
+    size_t n = 0;
+    if (q != '\'' && q != '"')
+        return NULL;
+    for (p++; *p && *p != q && *p != '\n'; p++)
+        if (n + 1 < cap)
+            out[n++] = *p;
+    out[n] = '\0';
+    return *p == q ? p + 1 : NULL;
+}
+
+static int qt_npy_shape(qt_npy_dict *d, const char **pp)
+{
+    const char *p = *pp;
+    if (*p != '(')
+        return qt_fail(QT_E_FORMAT, "%s: bad .npy header: 'shape': expected a tuple such as "
+                       "(20,) or (4, 5) at byte %d", d->path, (int)(p - d->h));
+    const char *open = p;
+    int commas = 0;
+    d->n = 1;
+    d->dims = 0;
+    p = qt_npy_ws(p + 1);
+    while (*p != ')') {
+        if (*p < '0' || *p > '9')
+            return qt_npy_expected(d, p, "'shape': expected an integer or ')'");
+        int64_t v = 0;
+        while (*p >= '0' && *p <= '9') {
+            if (v > (INT64_C(1) << 50))
+                return qt_fail(QT_E_FORMAT, "%s: bad .npy header: shape too large", d->path);
+            v = v * 10 + (*p++ - '0');
+        }
+        if (v && d->n > (INT64_C(1) << 58) / v)
+            return qt_fail(QT_E_FORMAT, "%s: bad .npy header: shape too large", d->path);
+        d->n *= v;
+        d->dims++;
+        p = qt_npy_ws(p);
+        if (*p == ',') {
+            commas++;
+            p = qt_npy_ws(p + 1);
+        } else if (*p != ')') {
+            return qt_npy_expected(d, p, "'shape': expected ',' or ')' after a dimension");
+        }
+    }
+    if (d->dims == 1 && !commas)
+        return qt_fail(QT_E_FORMAT, "%s: bad .npy header: 'shape' %.*s is not a tuple; a "
+                       "one-element tuple needs a comma: %.*s,)", d->path,
+                       (int)(p + 1 - open), open, (int)(p - open), open);
+    *pp = p + 1;
+    return QT_OK;
+}
+
+static int qt_npy_dict_parse(qt_npy_dict *d)
+{
+    static const char *const keys[3] = { "descr", "fortran_order", "shape" };
+    const char *p = qt_npy_ws(d->h);
+    if (*p != '{')
+        return qt_npy_expected(d, p, "'{' (a Python dict)");
+    d->open = 1;
+    p = qt_npy_ws(p + 1);
+    while (*p != '}') {
+        char key[32];
+        const char *k = p;
+        p = qt_npy_string(p, key, sizeof key);
+        if (!p)
+            return qt_npy_expected(d, k, "a key ('descr', 'fortran_order' or 'shape') or the "
+                                   "closing '}'");
+        int ki = -1;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(key, keys[i]))
+                ki = i;
+        if (ki < 0)
+            return qt_fail(QT_E_FORMAT, "%s: bad .npy header: unexpected key '%s'; expected "
+                           "exactly 'descr', 'fortran_order' and 'shape'", d->path, key);
+        if (d->seen[ki]++)
+            return qt_fail(QT_E_FORMAT, "%s: bad .npy header: key '%s' appears twice", d->path,
+                           key);
+        p = qt_npy_ws(p);
+        if (*p != ':') {
+            char what[64];
+            snprintf(what, sizeof what, "':' after '%s'", key);
+            return qt_npy_expected(d, p, what);
+        }
+        p = qt_npy_ws(p + 1);
+        if (ki == 0) {
+            p = qt_npy_string(p, d->descr, sizeof d->descr);
+            if (!p)
+                return qt_fail(QT_E_FORMAT, "%s: bad .npy header: 'descr': expected a quoted "
+                               "dtype string such as '<u2' (structured dtypes are not token "
+                               "files)", d->path);
+        } else if (ki == 1) {
+            char word[16];
+            size_t n = 0;
+            while (((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                    (*p >= '0' && *p <= '9') || *p == '_') && n + 1 < sizeof word)
+                word[n++] = *p++;
+            word[n] = '\0';
+            if (strcmp(word, "True") && strcmp(word, "False"))
+                return qt_fail(QT_E_FORMAT, "%s: bad .npy header: 'fortran_order' is %s; "
+                               "expected True or False", d->path, n ? word : "missing");
+            d->fortran = word[0] == 'T';
+        } else {
+            int rc = qt_npy_shape(d, &p);
+            if (rc)
+                return rc;
+        }
+        p = qt_npy_ws(p);
+        if (*p == ',') {
+            p = qt_npy_ws(p + 1);
+        } else if (*p != '}') {
+            char what[80];
+            snprintf(what, sizeof what, "',' or '}' after the value of '%s'", key);
+            return qt_npy_expected(d, p, what);
+        }
+    }
+    for (p++; *p; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
+            return qt_fail(QT_E_FORMAT, "%s: bad .npy header: unexpected '%c' at byte %d, "
+                           "after the dict's closing '}'", d->path, *p, (int)(p - d->h));
+    for (int i = 0; i < 3; i++)
+        if (!d->seen[i])
+            return qt_fail(QT_E_FORMAT, "%s: bad .npy header: no '%s' key (the dict needs "
+                           "exactly 'descr', 'fortran_order' and 'shape')", d->path, keys[i]);
+    return QT_OK;
 }
 
 static int qt_npy_header(const char *path, const unsigned char *m, int64_t size, qt_fmt *f)
@@ -166,42 +315,20 @@ static int qt_npy_header(const char *path, const unsigned char *m, int64_t size,
     memcpy(h, m + start, (size_t)hl);
     h[hl] = '\0';
     f->offset = start + hl;
-    int rc = qt_npy_descr(path, h, f);
+    qt_npy_dict d;
+    memset(&d, 0, sizeof d);
+    d.path = path;
+    d.h = h;
+    int rc = qt_npy_dict_parse(&d);
     if (rc)
         return rc;
-    const char *fo = strstr(h, "'fortran_order'");
-    const char *sh = strstr(h, "'shape'");
-    if (!fo || !sh || !(sh = strchr(sh, '(')))
-        return qt_fail(QT_E_FORMAT, "%s: bad .npy header: no 'fortran_order' or 'shape'",
-                          path);
-    fo += 15;
-    while (*fo == ' ' || *fo == ':')
-        fo++;
-    int fortran = !strncmp(fo, "True", 4);
-    int64_t n = 1, dims = 0;
-    const char *c = sh + 1;
-    for (;;) {
-        while (*c == ' ' || *c == ',')
-            c++;
-        if (*c == ')')
-            break;
-        if (*c < '0' || *c > '9')
-            return qt_fail(QT_E_FORMAT, "%s: bad .npy header: bad 'shape'", path);
-        int64_t v = 0;
-        while (*c >= '0' && *c <= '9') {
-            if (v > (INT64_C(1) << 50))
-                return qt_fail(QT_E_FORMAT, "%s: bad .npy header: shape too large", path);
-            v = v * 10 + (*c++ - '0');
-        }
-        if (v && n > (INT64_C(1) << 58) / v)
-            return qt_fail(QT_E_FORMAT, "%s: bad .npy header: shape too large", path);
-        n *= v;
-        dims++;
-    }
-    if (fortran && dims > 1)
-        return qt_fail(QT_E_FORMAT, "%s: .npy array is in Fortran order; save it C-ordered "
-                          "(np.ascontiguousarray)", path);
-    f->n = n;
+    rc = qt_npy_descr(path, d.descr, f);
+    if (rc)
+        return rc;
+    if (d.fortran)
+        return qt_fail(QT_E_FORMAT, "%s: .npy array is in Fortran order (fortran_order: True); "
+                          "save it C-ordered (np.ascontiguousarray)", path);
+    f->n = d.n;
     return QT_OK;
 }
 

@@ -161,6 +161,21 @@ check "training: a non-finite loss or gradient norm stops the run, nothing saved
 
 # ---- rank count
 check "ranks: started on 2 ranks for a 1-rank plan" expect_fail "rank" mpiexec -n 2 $Q steps=1 data=$T
+# the single-rank musl build under mpiexec used to run two independent jobs writing the
+# same files: each process refuses at start-up, naming hydra's variable and the MPI build
+static_under_mpiexec() {
+  local d=$QT_TMP/static2; rm -rf $d; mkdir -p $d
+  timeout 60 mpiexec -n 2 build/test-next-tiny/qtrain-static steps=1 data=$T metrics=$d/m.jsonl \
+    save=$d/ck.safetensors > /dev/null 2> $d/err.txt && { echo "accepted under mpiexec -n 2"; return 1; }
+  [ "$(grep -c 'PMI_SIZE=2: a process manager (mpiexec, srun) started this process as one of 2 processes, but build/test-next-tiny/qtrain-static is the single-rank build' $d/err.txt)" = 2 ] \
+    || { echo "expected the refusal from both processes:"; cat $d/err.txt; return 1; }
+  grep -q 'run the MPI build build/test-next-tiny/qtrain (build/<run>/qtrain) under mpiexec' $d/err.txt || { cat $d/err.txt; return 1; }
+  [ -z "$(ls -A $d | grep -v err.txt)" ] || { echo "files written:"; ls $d; return 1; }
+  # one process under mpiexec still trains
+  timeout 60 mpiexec -n 1 build/test-next-tiny/qtrain-static steps=1 data=$T > /dev/null 2> $d/err1.txt || { cat $d/err1.txt; return 1; }
+  echo "ok: $(head -n 1 $d/err.txt)"
+}
+check "ranks: qtrain-static (single-rank build) under mpiexec -n 2 refuses on every process, writes nothing" static_under_mpiexec
 
 # ---- configs (the full table of bad configs is in tests/unit/test_configgen.cpp)
 check "configgen: unknown key suggests the nearest" expect_fail "base_emb_dim" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml base_emb_dimm=64

@@ -45,7 +45,6 @@ row() {
   printf '| %d | %s | %s | %s | %d | %s |\n' $n "$cat" "$(md "$input")" "$(md "$msg")" $rc "$cov" >> $rows
 }
 E40="e2e \`40_bad_input.sh\`"
-OPEN="**open defect of issue 8**, to be"
 
 # ---- command line (qtrain of test-next-tiny)
 row "command line" "qtrain stpes=3" "$E40: cli: unknown key" $Q stpes=3
@@ -77,8 +76,8 @@ npy $W/maybe.npy "{'descr': '<u2', 'fortran_order': Maybe, 'shape': (40,), }" "$
 npy $W/f4.npy "{'descr': '<f4', 'fortran_order': False, 'shape': (20,), }" "$P16"
 P64=$(for i in $(seq 40); do if [ $i = 6 ]; then printf '\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xff'; else printf '\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00'; fi; done)
 npy $W/u8max.npy "{'descr': '<u8', 'fortran_order': False, 'shape': (40,), }" "$P64"
-row "token data" ".npy header without its closing }" "$OPEN: refuse (strict header parse)" $Q data=$W/noclose.npy steps=1
-row "token data" ".npy header with 'fortran_order': Maybe" "$OPEN: refuse (strict header parse)" $Q data=$W/maybe.npy steps=1
+row "token data" ".npy header without its closing }" "unit \`io.bad_token_files\`" $Q data=$W/noclose.npy steps=1
+row "token data" ".npy header with 'fortran_order': Maybe" "unit \`io.bad_token_files\`" $Q data=$W/maybe.npy steps=1
 row "token data" ".npy of dtype <f4" "unit \`io.bad_token_files\`" $Q data=$W/f4.npy steps=1
 row "token data" ".npy <u8 whose element 5 is 2^64-1" "unit \`io.data_file_changed_after_open\`" $Q data=$W/u8max.npy steps=1
 
@@ -154,12 +153,13 @@ mpi_first() {  # mpiexec -n 2 CMD; passes on rank 0's stderr only (each rank wri
   return $rc
 }
 row "ranks" "mpiexec -n 2 qtrain (a one-rank plan)" "$E40: ranks: started on 2 ranks" mpi_first $Q steps=1 data=$T
-row "ranks" "mpiexec -n 2 qtrain-static (single-rank musl build)" "$OPEN: refuse when PMI_SIZE/MPI_LOCALNRANKS > 1" mpi_first build/test-next-tiny/qtrain-static steps=1 data=$T
+row "ranks" "mpiexec -n 2 qtrain-static (single-rank musl build)" "$E40: ranks: qtrain-static under mpiexec -n 2; unit \`CommEnv\`" mpi_first build/test-next-tiny/qtrain-static steps=1 data=$T
 
 # ---- configgen: run files and key=value (the full table of refused configs is the unit
 # test CgBadConfig.EachRuleRefusesWithItsMessageAndWritesNothing)
 RUN=configgen/configs/runs/test-next-tiny.yml
 EC="unit \`CgBadConfig\` table"
+ENOM="unit \`CgConfig.RunWithoutModelIsRefusedUnlessItSetsEveryModelKey\`"
 cg() { $CG -o $W/gen "$@"; }
 printf '' > $W/empty.yml
 printf 'model_name: ""\n' > $W/noname.yml
@@ -170,15 +170,15 @@ row "configgen" "configgen test-35-tiny.yml num_ranks=2 ici_context_parallelism=
 row "configgen" "configgen test-35-tiny.yml sparse_matmul=false shard_mode=explicit" "$E40: configgen: sparse_matmul=false" cg configgen/configs/runs/test-35-tiny.yml sparse_matmul=false shard_mode=explicit
 row "configgen" "configgen /dev/zero" "$E40: configgen: /dev/zero" timeout 20 $CG -o $W/gen /dev/zero
 row "configgen" "configgen $W/adir (a directory)" "$E40: configgen: a directory" cg $W/adir
-row "configgen" "configgen $W/empty.yml (an empty run file)" "$OPEN: refuse a run with no model" cg $W/empty.yml
-row "configgen" "configgen run file with model_name: \"\"" "$OPEN: refuse a run with no model" cg $W/noname.yml
-row "configgen" "configgen test-next-tiny.yml run_name=<200 x r>" "$OPEN: refuse a run_name over the limit" cg $RUN run_name=$LONG
+row "configgen" "configgen $W/empty.yml (an empty run file)" "$ENOM" cg $W/empty.yml
+row "configgen" "configgen run file with model_name: \"\"" "$ENOM" cg $W/noname.yml
+row "configgen" "configgen test-next-tiny.yml run_name=<200 x r>" "unit \`CgConfig.RunNameOverTheLimitIsRefused\`" cg $RUN run_name=$LONG
 row "configgen" "configgen test-next-tiny.yml base_num_decoder_layers=6" "$EC" cg $RUN base_num_decoder_layers=6
 row "configgen" "configgen test-next-tiny.yml base_emb_dim=2^40 vocab_size=2^40" "$EC" cg $RUN base_emb_dim=1099511627776 vocab_size=1099511627776
 row "configgen" "configgen test-next-tiny.yml learning_rate=1e39" "$EC" cg $RUN learning_rate=1e39
 row "configgen" "configgen test-next-tiny.yml adam_eps=1e-50" "$EC" cg $RUN adam_eps=1e-50
-row "configgen" "configgen test-next-tiny.yml per_device_batch_size=1e8" "$OPEN: blame per_device_batch_size" cg $RUN per_device_batch_size=1e8
-row "configgen" "configgen test-next-tiny.yml ici_fsdp_parallelism=2" "$OPEN: blame ici_fsdp_parallelism" cg $RUN ici_fsdp_parallelism=2
+row "configgen" "configgen test-next-tiny.yml per_device_batch_size=1e8" "$EC" cg $RUN per_device_batch_size=1e8
+row "configgen" "configgen test-next-tiny.yml ici_fsdp_parallelism=2" "$EC" cg $RUN ici_fsdp_parallelism=2
 row "configgen" "configgen --diff $W/nope.yml test-next-tiny.yml" "e2e \`45_plan_report.sh\`: configgen --diff: a missing file" $CG --diff $W/nope.yml $RUN
 
 {
@@ -192,9 +192,7 @@ by `make all` (`build/test-next-tiny/qtrain` unless the row says otherwise; conf
 `$TMP` is the script's temporary directory. The message is the last line on stderr apart from
 the start-up banner, progress lines and the peak-RSS line (`accepted` when the exit status
 is 0, with that line). "this table" in the last column:
-no other test covers the case; the comparison in `40_bad_input.sh` does. "open defect of
-issue 8": the row shows today's behaviour, which the issue asks to change (the table then
-changes with it).
+no other test covers the case; the comparison in `40_bad_input.sh` does.
 Checkpoint directories (sharded checkpoints) are not in this table.
 
 | # | category | input | message | exit | covered by |

@@ -272,6 +272,126 @@ TEST(CgConfig, TypeErrorsNameKeyValueAndType)
     }
 }
 
+// An empty run file, or model_name: "", used to plan base.yml's default model (48 layers)
+// silently. A run without a model must set every model key (base.yml's "model shape"
+// section, qt_cg_model_keys) itself; the message names the file and the keys it lacks.
+TEST(CgConfig, RunWithoutModelIsRefusedUnlessItSetsEveryModelKey)
+{
+    // qt_cg_model_keys is exactly the keys of base.yml's "---- model shape" section
+    std::string base = slurp("configgen/configs/base.yml"), want, got;
+    size_t at = base.find("# ---- model shape\n");
+    CHECK(at != std::string::npos);
+    size_t end = base.find("\n# ----", at + 1);
+    for (size_t p = base.find('\n', at) + 1; p < end; p = base.find('\n', p) + 1)
+        if (base[p] >= 'a' && base[p] <= 'z') want += base.substr(p, base.find(':', p) - p) + " ";
+    for (int i = 0; i < qt_cg_n_model_keys; i++) got += std::string(qt_cg_model_keys[i]) + " ";
+    STRCMP_EQUAL(want.c_str(), got.c_str());
+
+    std::string dir = make_tmpdir(), gen = dir + "/gen";
+    std::string empty = dir + "/empty.yml", noname = dir + "/noname.yml", full = dir + "/full.yml";
+    write_file(empty, "");
+    write_file(noname, "steps: 3\nmodel_name: \"\"\n");
+    // every model key, qwen3-next-tiny's values and base.yml's for the rest
+    std::string text = slurp("configgen/configs/models/qwen3-next-tiny.yml") +
+        "shared_experts: 1\nnorm_topk_prob: true\ngdn_core_algorithm: \"recurrent\"\n"
+        "use_qk_norm_in_gdn: true\nrope_min_timescale: 1\nuse_mrope: false\nmrope_section: []\n"
+        "enable_dropout: false\ndropout_rate: 0.0\ndtype: \"float32\"\nweight_dtype: \"float32\"\n"
+        "logits_via_embedding: false\nper_device_batch_size: 2\nmax_target_length: 16\n";
+    write_file(full, text.c_str());
+    struct {
+        const char *run, *over, *want;
+    } cases[] = {
+        {empty.c_str(), NULL, ": no model: model_name is not set (configgen/configs/base.yml:6 "
+         "gives \"\"), and the run does not set the model keys itself (missing decoder_block, "
+         "base_emb_dim, base_num_decoder_layers, base_num_query_heads and 30 more); expected "
+         "model_name: <a file stem under configgen/configs/models/, e.g. qwen3-next-tiny>, or "
+         "every model key in the run"},
+        {noname.c_str(), NULL, "noname.yml:2): no model, and the run does not set the model "
+         "keys itself (missing decoder_block,"},
+        {kTiny, "model_name=\"\"", "model_name=\"\" (command line): no model, and the run does "
+         "not set the model keys itself (missing decoder_block,"},
+        // one key short of a whole model: that key is named
+        {full.c_str(), "vocab_size=64", NULL},
+    };
+    for (auto &c : cases) {
+        std::vector<char *> argv = {(char *)"configgen", (char *)"-o", (char *)gen.c_str(),
+                                    (char *)c.run};
+        if (c.over) argv.push_back((char *)c.over);
+        char err[1024] = "";
+        int rc = qt_cg_generate((int)argv.size(), argv.data(), err, sizeof err);
+        if (!c.want) {
+            if (rc) fprintf(stderr, "%s: %s\n", c.run, err);
+            LONGS_EQUAL(0, rc); // every model key set in the run itself: accepted
+            continue;
+        }
+        if (rc == 0 || !strstr(err, c.want))
+            fprintf(stderr, "%s: rc %d err '%s' want '%s'\n", c.run, rc, err, c.want);
+        CHECK(rc != 0);
+        CHECK(strstr(err, c.want) != NULL);
+        if (c.run != kTiny) CHECK(strstr(err, c.run) != NULL); // names the file
+        CHECK(!path_exists(gen));
+    }
+    rm_rf(gen);
+    // the same run without vocab_size: refused, naming it alone
+    std::string nv = dir + "/novocab.yml";
+    size_t v = text.find("vocab_size:");
+    write_file(nv, (text.substr(0, v) + text.substr(text.find('\n', v) + 1)).c_str());
+    char *argv[] = {(char *)"configgen", (char *)"-o", (char *)gen.c_str(), (char *)nv.c_str()};
+    char err[1024] = "";
+    CHECK(qt_cg_generate(4, argv, err, sizeof err) != 0);
+    if (!strstr(err, "(missing vocab_size)")) fprintf(stderr, "%s\n", err);
+    CHECK(strstr(err, "novocab.yml: no model: model_name is not set") != NULL);
+    CHECK(strstr(err, "(missing vocab_size)") != NULL);
+    CHECK(!path_exists(gen));
+    rm_rf(dir);
+}
+
+// A run_name over the settings buffer (127 characters) used to be cut silently, so two runs
+// could share a plan directory. Refused, naming the limit: given in a file, on the command
+// line, or taken from the run file's name.
+TEST(CgConfig, RunNameOverTheLimitIsRefused)
+{
+    std::string dir = make_tmpdir(), gen = dir + "/gen";
+    std::string ok = "run_name=" + std::string(127, 'r'), over = "run_name=" + std::string(128, 'r');
+    char err[1024] = "";
+    char *a1[] = {(char *)"configgen", (char *)"-o", (char *)gen.c_str(), (char *)kTiny,
+                  (char *)ok.c_str()};
+    int rc = qt_cg_generate(5, a1, err, sizeof err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    LONGS_EQUAL(0, rc);
+    CHECK(path_exists(gen + "/" + std::string(127, 'r') + "/plan.c"));
+    rm_rf(gen);
+    char *a2[] = {(char *)"configgen", (char *)"-o", (char *)gen.c_str(), (char *)kTiny,
+                  (char *)over.c_str()};
+    CHECK(qt_cg_generate(5, a2, err, sizeof err) != 0);
+    std::string want = "run_name=" + std::string(40, 'r') + "... (command line): 128 characters, "
+                       "over the limit of 127 (it names the plan directory and C symbols); "
+                       "expected a shorter name";
+    if (!strstr(err, want.c_str())) fprintf(stderr, "%s\n", err);
+    CHECK(strstr(err, want.c_str()) != NULL);
+    CHECK(!path_exists(gen));
+    // in a run file
+    std::string run = dir + "/r.yml";
+    write_file(run, ("model_name: \"qwen3-next-tiny\"\nrun_name: \"" + std::string(200, 'x') +
+                     "\"\n").c_str());
+    char *a3[] = {(char *)"configgen", (char *)"-o", (char *)gen.c_str(), (char *)run.c_str()};
+    CHECK(qt_cg_generate(4, a3, err, sizeof err) != 0);
+    want = run + ":2): 200 characters, over the limit of 127";
+    if (!strstr(err, want.c_str())) fprintf(stderr, "%s\n", err);
+    CHECK(strstr(err, want.c_str()) != NULL);
+    // from the run file's name
+    std::string stem = dir + "/" + std::string(130, 's') + ".yml";
+    write_file(stem, "model_name: \"qwen3-next-tiny\"\n");
+    char *a4[] = {(char *)"configgen", (char *)"-o", (char *)gen.c_str(), (char *)stem.c_str()};
+    CHECK(qt_cg_generate(4, a4, err, sizeof err) != 0);
+    want = stem + ": run_name defaults to the file's name, " + std::string(40, 's') +
+           "... (130 characters), over the limit of 127; set a shorter run_name";
+    if (!strstr(err, want.c_str())) fprintf(stderr, "%s\n", err);
+    CHECK(strstr(err, want.c_str()) != NULL);
+    CHECK(!path_exists(gen));
+    rm_rf(dir);
+}
+
 // ---------------------------------------------------------------- bad-config table
 
 TEST_GROUP(CgBadConfig){};
@@ -306,21 +426,28 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"max_target_length=70000", NULL, "max_target_length=70000 (command line): expected 1..65536"},
         {"max_target_length=0", NULL, "expected 1..65536"},
         {"gradient_accumulation_steps=0", NULL, "gradient_accumulation_steps=0 (command line): expected >= 1"},
+        // too many sequences per step: the key the user set is blamed, the other named
+        {"per_device_batch_size=1e8", NULL, "per_device_batch_size=1e8 (command line): with gradient_accumulation_steps=1 (configgen/configs/base.yml:47), per_device_batch_size x gradient_accumulation_steps = 100000000 x 1 sequences per step exceed the 8388607 that the 24 gradient tree levels hold"},
+        {"gradient_accumulation_steps=8388608", NULL, "gradient_accumulation_steps=8388608 (command line): with per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4), per_device_batch_size x gradient_accumulation_steps = 2 x 8388608 sequences per step exceed the 8388607"},
         {"shard_mode=manual", NULL, "expected auto or explicit"},
         {"gradient_reduce=sometimes", NULL, "gradient_reduce=sometimes (command line): expected auto, step or microbatch"},
         {"remat_policy=partial", NULL, "remat_policy=partial (command line): expected none, full or save_dot"},
         {"compile_topology=v9-8", NULL, "compile_topology=v9-8 (command line): expected <generation>-<cores or chips>"},
         {"compile_topology=v5p-8", "num_ranks=2", "compile_topology=v5p-8 has 4 devices; expected num_ranks unset or 4"},
         {"device_memory_gib=-1", NULL, "device_memory_gib=-1 (command line): expected a number of GiB"},
-        {"num_ranks=3", NULL, "resolves the fsdp mesh axis to 3; expected a power of two"},
+        // each mesh message blames the key the user set (not the base.yml default it meets)
+        {"num_ranks=3", NULL, "num_ranks=3 (command line): resolves the fsdp mesh axis to 3; expected a power of two"},
         {"ici_tensor_parallelism=4", "num_ranks=4", "tensor parallelism 4 does not divide base_num_kv_heads (2)"},
         {"ici_context_parallelism=2", "num_ranks=2", "resolves the context mesh axis to 2; qtrain executes data, fsdp, tensor and expert"},
         {"sparse_matmul=false", "shard_mode=explicit", "is not onboarded to shard_mode=explicit"},
         {"ici_expert_parallelism=8", "num_ranks=8", "expert parallelism 8 does not divide num_experts=4"},
-        {"ici_tensor_parallelism=2", NULL, "-1 cannot be filled: num_ranks=1"},
-        {"ici_fsdp_parallelism=1", "ici_data_parallelism=2", "mesh product of ici_*/dcn_* parallelism is 2"},
-        {"ici_expert_parallelism=-1", NULL, "only one ici_*_parallelism may be -1"},
-        {"dcn_fsdp_parallelism=2", NULL, "every dcn_*_parallelism must be 1 or -1"},
+        {"ici_tensor_parallelism=2", NULL, "ici_tensor_parallelism=2 (command line): ici_fsdp_parallelism=-1 (configgen/configs/base.yml:71) cannot be filled: num_ranks=1 (configgen/configs/base.yml:65) is not a multiple of the other ici axes' product 2"},
+        {"ici_fsdp_parallelism=1", "ici_data_parallelism=2", "ici_data_parallelism=2 (command line): the mesh product of ici_*/dcn_* parallelism is 2 but num_ranks=1 (configgen/configs/base.yml:65); expected them equal"},
+        {"ici_fsdp_parallelism=2", NULL, "ici_fsdp_parallelism=2 (command line): the mesh product of ici_*/dcn_* parallelism is 2 but num_ranks=1 (configgen/configs/base.yml:65); expected them equal"},
+        {"num_ranks=4", "ici_fsdp_parallelism=1", "num_ranks=4 (command line): the mesh product of ici_*/dcn_* parallelism is 1 and no ici_* axis is -1 to fill from num_ranks=4; expected axes multiplying to 4, or one ici_* axis of -1"},
+        {"ici_expert_parallelism=-1", NULL, "ici_expert_parallelism=-1 (command line): only one ici_*_parallelism may be -1 (ici_fsdp_parallelism is -1 too)"},
+        {"ici_data_parallelism=-1", NULL, "ici_data_parallelism=-1 (command line): only one ici_*_parallelism may be -1 (ici_fsdp_parallelism is -1 too)"},
+        {"dcn_fsdp_parallelism=2", NULL, "dcn_fsdp_parallelism=2 (command line): qtrain plans one slice: every dcn_*_parallelism must be 1 or -1"},
         {"logical_axis_rules=[['embed', 'bogus']]", NULL, "unknown mesh axis 'bogus'"},
         {"logical_axis_rules=[['embed']]", NULL, "expected [logical_name, mesh_axis"},
         {"normalization_layer_epsilon=0", NULL, "must be > 0"},

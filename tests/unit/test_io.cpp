@@ -1157,6 +1157,23 @@ TEST(io, checkpoint_mismatches_change_nothing)
 
 // ---------------------------------------------------------------- token data
 
+// A version-1 .npy whose header is the text hdr (padded with spaces and '\n' as NumPy does).
+static void write_npy_hdr(const char *path, const char *hdr, const void *payload, size_t bytes)
+{
+    static unsigned char buf[1 << 16];
+    int hl = (int)strlen(hdr);
+    int total = 10 + hl + 1;
+    int pad = (64 - total % 64) % 64;
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (unsigned char)((hl + pad + 1) & 0xff);
+    buf[9] = (unsigned char)((hl + pad + 1) >> 8);
+    memcpy(buf + 10, hdr, (size_t)hl);
+    memset(buf + 10 + hl, ' ', (size_t)pad);
+    buf[10 + hl + pad] = '\n';
+    memcpy(buf + 10 + hl + pad + 1, payload, bytes);
+    write_bytes(path, buf, (size_t)(10 + hl + pad + 1) + bytes);
+}
+
 static void write_npy(const char *path, const char *descr, const void *payload, size_t n_elems,
                       size_t width, const char *shape = NULL)
 {
@@ -1300,6 +1317,69 @@ TEST(io, bad_token_files)
     // a directory says so
     LONGS_EQUAL(QT_E_ARG, qt_data_open(&d, g_dir, NULL, 100, 4));
     CHECK(has("is a directory"));
+    // The header dict is parsed strictly: exactly 'descr', 'fortran_order' (True or False;
+    // True refused) and 'shape', each once, balanced braces, nothing after the '}'. Each
+    // message names the file and what was expected. (The first two were accepted before.)
+    static const struct { const char *hdr, *msg; } hdrs[] = {
+        { "{'descr': '<u2', 'fortran_order': False, 'shape': (20,), ",
+          "expected a key ('descr', 'fortran_order' or 'shape') or the closing '}', but the "
+          "header ends: the dict is not closed" },
+        { "{'descr': '<u2', 'fortran_order': Maybe, 'shape': (20,), }",
+          "'fortran_order' is Maybe; expected True or False" },
+        { "{'descr': '<u2', 'fortran_order': Falsey, 'shape': (20,), }",
+          "'fortran_order' is Falsey; expected True or False" },
+        { "{'descr': '<u2', 'fortran_order': True, 'shape': (20,), }",
+          "Fortran order (fortran_order: True); save it C-ordered" },
+        { "{'descr': '<u2', 'fortran_order': False, 'shape': (20,), 'extra': 1, }",
+          "unexpected key 'extra'; expected exactly 'descr', 'fortran_order' and 'shape'" },
+        { "{'descr': '<u2', 'descr': '<u2', 'fortran_order': False, 'shape': (20,), }",
+          "key 'descr' appears twice" },
+        { "{'descr': '<u2', 'shape': (20,), }", "no 'fortran_order' key" },
+        { "{'descr': '<u2', 'fortran_order': False, }", "no 'shape' key" },
+        { "'descr': '<u2', 'fortran_order': False, 'shape': (20,), }",
+          "expected '{' (a Python dict) at byte 0, found '''" },
+        { "{'descr': '<u2', 'fortran_order': False, 'shape': (20,), }}",
+          "unexpected '}' at byte 58, after the dict's closing '}'" },
+        { "{'descr': '<u2', 'fortran_order': False, 'shape': (20, }",
+          "'shape': expected an integer or ')' at byte 55" },
+        { "{'descr': '<u2', 'fortran_order': False, 'shape': 20, }",
+          "'shape': expected a tuple such as (20,)" },
+        { "{'descr': '<u2', 'fortran_order': False, 'shape': (20), }",
+          "'shape' (20) is not a tuple; a one-element tuple needs a comma: (20,)" },
+        { "{'descr': [('a', '<u2')], 'fortran_order': False, 'shape': (20,), }",
+          "'descr': expected a quoted dtype string" },
+        { "{'descr' '<u2', 'fortran_order': False, 'shape': (20,), }",
+          "expected ':' after 'descr' at byte 9" },
+        { "{'descr': '<u2' 'fortran_order': False, 'shape': (20,), }",
+          "expected ',' or '}' after the value of 'descr' at byte 16" },
+        { "{'descr': '<u2', 'fortran_order': False, 'shape': (20,), ,}",
+          "expected a key ('descr', 'fortran_order' or 'shape') or the closing '}' at byte 57" },
+    };
+    for (auto &c : hdrs) {
+        write_npy_hdr(g_path, c.hdr, tok, 40);
+        int rc = qt_data_open(&d, g_path, NULL, 100, 4);
+        if (rc != QT_E_FORMAT || !has(c.msg) || !has(g_path))
+            fprintf(stderr, "header %s: rc %d, '%s', want '%s'\n", c.hdr, rc, qt_last_error(),
+                    c.msg);
+        LONGS_EQUAL(QT_E_FORMAT, rc);
+        CHECK(has(c.msg) && has(g_path));
+    }
+    // what NumPy may write is accepted: keys in any order, no trailing comma, double
+    // quotes, a 2-D C-ordered shape, and a 1-D shape written with spaces
+    static const char *const ok[] = {
+        "{'shape': (20,), 'fortran_order': False, 'descr': '<u2'}",
+        "{\"descr\": \"<u2\", \"fortran_order\": False, \"shape\": (20,)}",
+        "{'descr': '<u2', 'fortran_order': False, 'shape': (4, 5), }",
+        "{'descr': '<u2', 'fortran_order': False, 'shape': ( 20 , ), }",
+    };
+    for (const char *h : ok) {
+        write_npy_hdr(g_path, h, tok, 40);
+        int rc = qt_data_open(&d, g_path, NULL, 100, 4);
+        if (rc != QT_OK) fprintf(stderr, "header %s: %s\n", h, qt_last_error());
+        LONGS_EQUAL(QT_OK, rc);
+        LONGS_EQUAL(20, d.n_tokens);
+        qt_data_close(&d);
+    }
 }
 
 // A token file that changes after it was opened and validated: rewritten in place (new

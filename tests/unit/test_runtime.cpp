@@ -1,8 +1,9 @@
 // test_runtime.cpp - unit tests of the firmware runtime: pairwise gradient trees (direct
 // and through the interpreter for every micro_batch x grad_accum split), the exact
 // accumulator, the learning-rate schedule, AdamW and clipping, parameter init statistics,
-// shard-independent init, the fingerprint, and a whole optimizer step under different
-// batch splits with a fake kernel table (no real kernels needed).
+// shard-independent init, the fingerprint, a whole optimizer step under different
+// batch splits with a fake kernel table (no real kernels needed), and the single-rank
+// build's refusal to run as one process of a multi-process job (comm_env.c).
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -19,7 +20,11 @@ extern "C" {
 #include "runtime/qt_optim.h"
 #include "runtime/qt_rng.h"
 #include "runtime/qt_arena.h"
+#include "comm/qt_comm.h"
+#include "qt_err.h"
 }
+#include <stdlib.h>
+#include <string>
 
 #include "CppUTest/TestHarness.h"
 #include "qt_test_util.h"
@@ -901,4 +906,65 @@ TEST(RuntimeStep, ArenaFitAgainstAddressLimitAndMemAvailable)
     LONGS_EQUAL(QT_E_PLAN, qt_arena_check_fit("t", 82 * mib, 0, 0, -1, 81 * mib));
     // nothing to map (exec mapped it): only the prefault's MemAvailable matters
     LONGS_EQUAL(0, qt_arena_check_fit("t", 82 * mib, 0, 500 * mib, 300 * mib, 83 * mib));
+}
+
+// ------------------------------------------------------------------ process-manager check
+
+// qtrain-static under `mpiexec -n 2` used to run two independent jobs writing the same
+// files; comm_local.c's qt_comm_init now refuses when the environment of a process manager
+// says the job has more than one process. Each variable is tried alone (the test's own
+// environment is saved and restored).
+TEST_GROUP(CommEnv){};
+
+TEST(CommEnv, MultiProcessEnvironmentIsRefusedNamingTheVariable)
+{
+    static const char *const names[] = {"PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS",
+                                        "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                                        "PMIX_RANK", "MV2_COMM_WORLD_SIZE"};
+    const size_t n = sizeof names / sizeof names[0];
+    std::string saved[n];
+    bool had[n];
+    for (size_t i = 0; i < n; i++) {
+        const char *v = getenv(names[i]);
+        had[i] = v != NULL;
+        if (v) saved[i] = v;
+        unsetenv(names[i]);
+    }
+    int quiet = qt_set_quiet(1);
+    LONGS_EQUAL(QT_OK, qt_comm_env_check("build/x/qtrain-static"));
+    // what `mpiexec -n 1` sets, and values that are not counts, are accepted
+    static const struct { const char *name, *val; } ok[] = {
+        {"PMI_SIZE", "1"}, {"PMI_RANK", "0"}, {"MPI_LOCALNRANKS", "1"}, {"PMIX_RANK", "0"},
+        {"PMI_SIZE", "abc"}, {"OMPI_COMM_WORLD_SIZE", ""},
+    };
+    for (auto &c : ok) {
+        setenv(c.name, c.val, 1);
+        LONGS_EQUAL(QT_OK, qt_comm_env_check("build/x/qtrain-static"));
+        unsetenv(c.name);
+    }
+    static const struct { const char *name, *val, *msg; } bad[] = {
+        {"PMI_SIZE", "2", "PMI_SIZE=2: a process manager (mpiexec, srun) started this process as one of 2 processes"},
+        {"PMI_RANK", "1", "PMI_RANK=1: a process manager (mpiexec, srun) started this process as rank 1 of a multi-process job"},
+        {"MPI_LOCALNRANKS", "4", "MPI_LOCALNRANKS=4: "},
+        {"OMPI_COMM_WORLD_SIZE", "8", "OMPI_COMM_WORLD_SIZE=8: "},
+        {"OMPI_COMM_WORLD_RANK", "3", "OMPI_COMM_WORLD_RANK=3: "},
+        {"PMIX_RANK", "1", "PMIX_RANK=1: "},
+        {"MV2_COMM_WORLD_SIZE", "2", "MV2_COMM_WORLD_SIZE=2: "},
+    };
+    for (auto &c : bad) {
+        setenv(c.name, c.val, 1);
+        LONGS_EQUAL(QT_E_PLAN, qt_comm_env_check("build/x/qtrain-static"));
+        unsetenv(c.name);
+        if (!strstr(qt_last_error(), c.msg)) FAIL(qt_last_error());
+        CHECK(strstr(qt_last_error(), "build/x/qtrain-static is the single-rank build") != NULL);
+        CHECK(strstr(qt_last_error(), "run the MPI build build/x/qtrain (build/<run>/qtrain) under mpiexec") != NULL);
+    }
+    // no directory in argv[0]: the MPI build is named generically
+    setenv("PMI_SIZE", "2", 1);
+    LONGS_EQUAL(QT_E_PLAN, qt_comm_env_check("qtrain-static"));
+    CHECK(strstr(qt_last_error(), "run the MPI build qtrain (build/<run>/qtrain)") != NULL);
+    unsetenv("PMI_SIZE");
+    qt_set_quiet(quiet);
+    for (size_t i = 0; i < n; i++)
+        if (had[i]) setenv(names[i], saved[i].c_str(), 1);
 }
