@@ -2,7 +2,7 @@
 # deps.sh - install the Debian packages qtrain needs, only those that are missing.
 # Silent and quick (one dpkg query) when everything is present.
 set -euo pipefail
-pkgs=(gcc g++ make mpich libmpich-dev musl-tools libhugetlbfs-dev libhugetlbfs-bin cpputest pkg-config)
+pkgs=(gcc g++ make mpich libmpich-dev musl-tools libhugetlbfs-dev libhugetlbfs-bin cpputest pkg-config gnuplot-nox)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
