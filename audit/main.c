@@ -25,6 +25,23 @@ static int qt_audit_usage(FILE *f)
     return QT_AUDIT_ERR;
 }
 
+int qt_audit_two_args(int argc, char **argv, const char *usage, const char **a,
+                      const char **b, int *all)
+{
+    int n = 0;
+    *a = *b = NULL;
+    *all = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--all")) *all = 1;
+        else if (n == 0) *a = argv[i], n++;
+        else if (n == 1) *b = argv[i], n++;
+        else n = 3;
+    }
+    if (n == 2) return 0;
+    fprintf(stderr, "usage: qtrain-audit %s [--all]\n", usage);
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) return qt_audit_usage(stderr);

@@ -55,6 +55,11 @@ void qt_audit_kv_free(qt_audit_kv *kv);
 uint64_t qt_audit_ulp32(uint32_t a, uint32_t b);
 uint64_t qt_audit_ulp64(uint64_t a, uint64_t b);
 
+/* The arguments of the comparing commands: exactly two paths and an optional --all;
+ * else a usage line naming `usage` ("runs A.jsonl B.jsonl") and -1. */
+int qt_audit_two_args(int argc, char **argv, const char *usage, const char **a,
+                      const char **b, int *all);
+
 int qt_audit_runs(int argc, char **argv);
 int qt_audit_tensors(int argc, char **argv, const char *what);
 int qt_audit_plot(int argc, char **argv);

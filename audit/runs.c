@@ -61,18 +61,10 @@ static uint64_t qt_runs_dbits(double v)
 
 int qt_audit_runs(int argc, char **argv)
 {
-    int all = 0;
-    const char *pa = NULL, *pb = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--all")) all = 1;
-        else if (!pa) pa = argv[i];
-        else if (!pb) pb = argv[i];
-        else pa = NULL, pb = NULL, i = argc;
-    }
-    if (!pa || !pb) {
-        fprintf(stderr, "usage: qtrain-audit runs A.jsonl B.jsonl [--all]\n");
+    int all;
+    const char *pa, *pb;
+    if (qt_audit_two_args(argc, argv, "runs A.jsonl B.jsonl", &pa, &pb, &all))
         return QT_AUDIT_ERR;
-    }
     qt_audit_metrics a, b;
     if (qt_audit_metrics_read(pa, &a)) return QT_AUDIT_ERR;
     if (qt_audit_metrics_read(pb, &b)) {

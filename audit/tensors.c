@@ -185,19 +185,11 @@ static void qt_index(const qt_st_tensor *t, int64_t k, char *out, size_t n)
 
 int qt_audit_tensors(int argc, char **argv, const char *what)
 {
-    int all = 0;
-    const char *pa = NULL, *pb = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--all")) all = 1;
-        else if (!pa) pa = argv[i];
-        else if (!pb) pb = argv[i];
-        else { pa = NULL; break; }
-    }
-    if (!pa || !pb) {
-        fprintf(stderr, "usage: qtrain-audit %s A B [--all]\n",
-                !strcmp(what, "gradients") ? "grads" : "ckpt");
+    int all;
+    const char *pa, *pb;
+    if (qt_audit_two_args(argc, argv, !strcmp(what, "gradients") ? "grads A B" : "ckpt A B",
+                          &pa, &pb, &all))
         return QT_AUDIT_ERR;
-    }
     qt_side a, b;
     if (qt_side_open(&a, pa)) return QT_AUDIT_ERR;
     if (qt_side_open(&b, pb)) {
