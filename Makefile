@@ -3,7 +3,8 @@
 #   make deps    install what is missing (apt-get; silent when everything is there)
 #   make gen     configgen -> generated/<run>/plan.{h,c,txt} for every run config
 #   make all     configgen, plans, build/<run>/qtrain (glibc) and qtrain-static (musl)
-#   make run     train the default model on the embedded corpus
+#   make run     train the default model on the embedded corpus, then plot it (loss.png)
+#   make plot    plot build/default/metrics.jsonl to build/default/loss.png (qtrain-audit)
 #   make test    every test, ending with one line "N passed, M failed"
 #   make asan    ASan + UBSan builds under build/asan/ (unit tests, two small plans)
 #   make fuzz    libFuzzer targets (tests/fuzz/, clang) for FUZZ_SECONDS (default 60) each
@@ -64,6 +65,13 @@ TEST_OBJ := $(patsubst tests/unit/%.cpp,$(BUILD)/tests/%.o,$(TEST_CPP)) \
             $(patsubst tests/unit/%.c,$(BUILD)/tests/%.o,$(TEST_C))
 TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC)) $(BUILD)/tools/libheap_audit.so
 
+# qtrain-audit (audit/): a host tool; it reads checkpoints with the firmware's own
+# safetensors and index readers.
+AUDIT_SRC := $(wildcard audit/*.c)
+AUDIT_FW_OBJ := $(BUILD)/fw/io/st_read.o $(BUILD)/fw/io/st_index.o $(BUILD)/fw/io/hash64.o \
+                $(BUILD)/fw/runtime/err.o
+AUDIT := $(BUILD)/audit/qtrain-audit
+
 CONFIGGEN := $(BUILD)/configgen/configgen
 PLANS := $(foreach r,$(RUNS),generated/$(r)/plan.c)
 QTRAIN := $(foreach r,$(RUNS),$(BUILD)/$(r)/qtrain)
@@ -74,7 +82,7 @@ MPI_CFLAGS := -I/usr/include/x86_64-linux-gnu/mpich
 LIBS_GLIBC := -lmpich -Wl,--no-as-needed -lhugetlbfs -Wl,--as-needed
 LINK_ARENA := -Wl,-T,linker/arena.ld
 
-.PHONY: all deps gen run test goldens bench clean check-deps tools asan print-cflags
+.PHONY: all deps gen run plot test goldens bench clean check-deps tools asan print-cflags
 .DEFAULT_GOAL := all
 # The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
 # build/plans/<run>.o): keep them. Only them: a bare .SECONDARY would make every target
@@ -87,7 +95,7 @@ PLAN_OBJ_ALL := $(foreach r,$(RUNS),$(BUILD)/plans/$(r).o $(BUILD)/plans/$(r).ma
               $(foreach t,yaml npy safetensors st_index ckpt_load cli,$(BUILD)/fuzz/fuzz_$(t).o)
 .SECONDARY: $(PLAN_OBJ_ALL)
 
-all: $(CONFIGGEN) $(PLANS) $(QTRAIN) $(QTRAIN_STATIC) $(UNIT) $(TOOLS)
+all: $(CONFIGGEN) $(PLANS) $(QTRAIN) $(QTRAIN_STATIC) $(UNIT) $(TOOLS) $(AUDIT)
 
 deps:
 	@./tests/scripts/deps.sh
@@ -182,6 +190,13 @@ $(BUILD)/tools/libheap_audit.so: tests/tools/heap_audit.c
 	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $< -ldl
 
 tools: $(TOOLS)
+
+$(BUILD)/audit/%.o: audit/%.c audit/qt_audit.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_HOST) -Ifirmware -c $< -o $@
+
+$(AUDIT): $(patsubst audit/%.c,$(BUILD)/audit/%.o,$(AUDIT_SRC)) $(AUDIT_FW_OBJ)
+	$(CC) -o $@ $^
 
 # ---------------------------------------------------------------- sanitizer build
 # ASan + UBSan (any report aborts: -fno-sanitize-recover=all) with the determinism flags and
@@ -308,10 +323,36 @@ $(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/fuzz_%.o $(BUILD)/fuzz/libqtcg.a $(BUILD)/fu
 	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $< $(BUILD)/fuzz/plans/$(FUZZ_PLAN).o \
 	    $(BUILD)/fuzz/libqtcg.a $(BUILD)/fuzz/libqtfw.a $(LINK_ARENA) -lm
 
+# ---------------------------------------------------------------- build facts
+# The run manifest records how the binary was built (firmware/app/build_info.c): the
+# firmware flags and the checkout's git revision reach that one file as -D strings. The
+# stamp below is rewritten only when they change, so build_info.o (and the binaries) are
+# rebuilt exactly then, and a second `make` still has nothing to do.
+GIT_REV := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+BUILD_STAMP := $(BUILD)/gen/build_info.txt
+ifeq ($(filter clean print-cflags,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(BUILD)/gen && printf '%s\n' '$(GIT_REV)' '$(CFLAGS_FW) $(MPI_CFLAGS)' '$(CFLAGS_ASAN)' > $(BUILD_STAMP).new && { cmp -s $(BUILD_STAMP).new $(BUILD_STAMP) && rm -f $(BUILD_STAMP).new || mv -f $(BUILD_STAMP).new $(BUILD_STAMP); })
+endif
+BI_GIT := -DQT_BUILD_GIT='"$(GIT_REV)"'
+BI_FW := -DQT_BUILD_FLAGS='"$(CFLAGS_FW) $(MPI_CFLAGS)"' $(BI_GIT)
+BI_MUSL := -DQT_BUILD_FLAGS='"$(CFLAGS_FW) -DQT_MUSL"' $(BI_GIT)
+BI_ASAN := -DQT_BUILD_FLAGS='"$(CFLAGS_ASAN)"' $(BI_GIT)
+$(BUILD)/fw/app/build_info.o: CFLAGS_FW += $(BI_FW)
+$(BUILD)/musl/app/build_info.o: CFLAGS_FW += $(BI_MUSL)
+$(BUILD)/asan/fw/app/build_info.o: CFLAGS_ASAN += $(BI_ASAN)
+$(BUILD)/fw/app/build_info.o $(BUILD)/musl/app/build_info.o $(BUILD)/asan/fw/app/build_info.o: $(BUILD_STAMP)
+
 # ---------------------------------------------------------------- entry points
 run: deps
-	@$(MAKE) --no-print-directory $(BUILD)/$(DEFAULT_RUN)/qtrain
+	@$(MAKE) --no-print-directory $(BUILD)/$(DEFAULT_RUN)/qtrain $(AUDIT)
 	./$(BUILD)/$(DEFAULT_RUN)/qtrain steps=$${STEPS:-200} metrics=$(BUILD)/$(DEFAULT_RUN)/metrics.jsonl overwrite=1
+	@$(AUDIT) plot $(BUILD)/$(DEFAULT_RUN)/metrics.jsonl -o $(BUILD)/$(DEFAULT_RUN)/loss.png > /dev/null
+	@echo "loss plot: $(BUILD)/$(DEFAULT_RUN)/loss.png"
+
+plot: deps
+	@$(MAKE) --no-print-directory $(AUDIT)
+	@$(AUDIT) plot $(BUILD)/$(DEFAULT_RUN)/metrics.jsonl -o $(BUILD)/$(DEFAULT_RUN)/loss.png > /dev/null
+	@echo "loss plot: $(BUILD)/$(DEFAULT_RUN)/loss.png"
 
 test: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all asan fuzz-build

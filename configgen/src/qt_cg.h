@@ -319,7 +319,9 @@ int qt_cg_check_schedule(const qt_cg_graph *g, char *err, size_t errlen);
 
 uint64_t qt_cg_hash(const qt_cg_graph *g);
 void qt_cg_emit_plan_h(const qt_cg_graph *g, const char *banner, qt_cg_buf *b);
-void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b);
+/* plan.c: every table, and the resolved config (cfg) as qt_plan.config_text. */
+void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char *banner,
+                       qt_cg_buf *b);
 void qt_cg_emit_plan_main(const qt_cg_graph *g, const char *banner, qt_cg_buf *b);
 void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b);
 

@@ -75,7 +75,32 @@ static void emit_ops(qt_cg_buf *b, const qt_cg_graph *g, const char *tab, const 
     qt_cg_buf_printf(b, "};\n\n");
 }
 
-void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
+/* The resolved config as one C string literal, "key=value\n" for every base.yml key in
+ * base order, each value rendered as YAML flow text after all layers and overrides
+ * (run_name resolved to the plan's). Escapes keep it a valid literal; '?' is escaped so
+ * no trigraph can form under -std=c11. */
+static void emit_config_text(const qt_cg_config *cfg, const qt_cg_settings *s, qt_cg_buf *b)
+{
+    qt_cg_buf_printf(b, "static const char qt_config_text_%s[] =\n", s->cname);
+    for (int i = 0; i < cfg->n; i++) {
+        qt_cg_buf v = {0};
+        if (!strcmp(cfg->k[i].key, "run_name")) qt_cg_buf_printf(&v, "%s", s->run_name);
+        else qt_cg_val_render(cfg->k[i].val, &v);
+        qt_cg_buf_printf(b, "    \"%s=", cfg->k[i].key);
+        for (size_t j = 0; j < v.n; j++) {
+            char ch = v.p[j];
+            if (ch == '"' || ch == '\\' || ch == '?') qt_cg_buf_printf(b, "\\%c", ch);
+            else if ((unsigned char)ch < 0x20) qt_cg_buf_printf(b, "\\%03o", (unsigned char)ch);
+            else qt_cg_buf_printf(b, "%c", ch);
+        }
+        qt_cg_buf_printf(b, "\\n\"\n");
+        qt_cg_buf_free(&v);
+    }
+    qt_cg_buf_printf(b, "    \"\";\n\n");
+}
+
+void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char *banner,
+                       qt_cg_buf *b)
 {
     const qt_cg_settings *s = g->s;
     const char *c = s->cname;
@@ -127,11 +152,13 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
         qt_cg_buf_printf(b, "};\n\n");
     }
 
+    emit_config_text(cfg, s, b);
     const qt_model_dims *m = &s->m;
     const qt_train_cfg *t = &s->tr;
     qt_cg_buf_printf(b, "const qt_plan qt_plan_%s = {\n", c);
     qt_cg_buf_printf(b, "    .run_name = \"%s\",\n    .generator_version = \"%s\",\n", s->run_name,
                      QT_CG_VERSION);
+    qt_cg_buf_printf(b, "    .config_text = qt_config_text_%s,\n", c);
     qt_cg_buf_printf(b, "    .hash = 0x%016llxull,\n    .n_ranks = %d,\n",
                      (unsigned long long)g->hash, s->n_ranks);
     qt_cg_buf_printf(b, "    .mesh = {%d, %d, %d, %d, %d}, /* data fsdp tensor expert context */\n",

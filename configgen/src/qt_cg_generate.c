@@ -205,7 +205,7 @@ int qt_cg_generate(int argc, char **argv, char *err, size_t errlen)
         static const char *names[4] = {"plan.h", "plan.c", "plan_main.c", "plan.txt"};
         banner(&c, &g, &ban);
         qt_cg_emit_plan_h(&g, ban.p, &files[0]);
-        qt_cg_emit_plan_c(&g, ban.p, &files[1]);
+        qt_cg_emit_plan_c(&g, &c, ban.p, &files[1]);
         qt_cg_emit_plan_main(&g, ban.p, &files[2]);
         qt_cg_emit_report(&g, &c, &files[3]);
         char dir[4096], tmpdir[4200], path[4300];

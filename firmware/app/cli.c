@@ -12,13 +12,14 @@
 enum qt_cli_key {
     QT_KEY_STEPS, QT_KEY_DATA, QT_KEY_DATA_DTYPE, QT_KEY_LOAD, QT_KEY_SAVE, QT_KEY_SAVE_EVERY,
     QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_PROFILE,
-    QT_KEY_COMM_TIMEOUT, QT_KEY_OVERWRITE, QT_KEY_SAVE_SHARD_SIZE, QT_KEY_HELP, QT_KEY_COUNT
+    QT_KEY_COMM_TIMEOUT, QT_KEY_OVERWRITE, QT_KEY_SAVE_SHARD_SIZE, QT_KEY_ALLOW_DATA_CHANGE,
+    QT_KEY_HELP, QT_KEY_COUNT
 };
 
 static const char *const qt_cli_names[QT_KEY_COUNT] = {
     "steps", "data", "data_dtype", "load", "save", "save_every", "metrics", "seed",
     "learning_rate", "dump_grads", "profile", "comm_timeout", "overwrite", "save_shard_size",
-    "help"
+    "allow_data_change", "help"
 };
 
 void qt_cli_usage(FILE *f, const char *prog)
@@ -51,6 +52,8 @@ void qt_cli_usage(FILE *f, const char *prog)
             "                   seconds for a peer ends the job naming the peer (default 300)\n"
             "  overwrite=0|1    1: replace an existing metrics file (fresh or resumed run), and\n"
             "                   an existing save=/dump_grads= file that is not a qtrain file\n"
+            "  allow_data_change=0|1  1: resume from a checkpoint saved on other data (its\n"
+            "                   data_hash differs); the run manifest records a note\n"
             "  help             this text\n", prog);
 }
 
@@ -201,6 +204,10 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
         case QT_KEY_OVERWRITE:
             if (strcmp(val, "0") && strcmp(val, "1")) return qt_cli_bad(key, val, "0 or 1");
             c->overwrite = val[0] == '1';
+            break;
+        case QT_KEY_ALLOW_DATA_CHANGE:
+            if (strcmp(val, "0") && strcmp(val, "1")) return qt_cli_bad(key, val, "0 or 1");
+            c->allow_data_change = val[0] == '1';
             break;
         case QT_KEY_DATA: c->data = val; break;
         case QT_KEY_LOAD: c->load = val; break;

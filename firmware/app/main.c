@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "qt_cli.h"
+#include "qt_build_info.h"
 #include "comm/qt_comm.h"
 #include "comm/qt_coll.h"
 #include "qt_err.h"
@@ -33,6 +34,7 @@ static struct {
     int steps_run;
     int64_t coll_bytes0, coll_calls0;
     double coll_s0, step_s;
+    char note[256];            /* the run manifest's note (allow_data_change=1), or "" */
 } qt_main_state;
 
 /* On rank 0 of a multi-rank run that trained: one line with the collective traffic of the
@@ -156,6 +158,62 @@ static int qt_main_open_metrics(const qt_cli *cli, int64_t start)
     return QT_OK;
 }
 
+/* A resumed run must train on the data its checkpoint was trained on: the checkpoint's
+ * "data_hash" (XXH64 of the data file, recorded by every save) must equal this run's,
+ * unless allow_data_change=1, which the manifest then records. Every rank decides alike
+ * (same file, same checkpoint); rank 0 prints. A checkpoint without a data hash (written
+ * before it was recorded) is not checked, with a note. */
+static int qt_main_check_data(const qt_cli *cli, int rank)
+{
+    const qt_ckpt_ident *id = qt_checkpoint_ident();
+    char mine[24];
+    snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)qt_main_state.data.hash);
+    const char *data = cli->data ? cli->data : "(embedded corpus)";
+    if (!id->data_hash[0]) {
+        if (rank == 0)
+            fprintf(stderr, "qtrain: note: %s records no data hash; the data of the resumed "
+                    "run is not checked\n", cli->load);
+        snprintf(qt_main_state.note, sizeof qt_main_state.note, "checkpoint records no data "
+                 "hash; data %s not checked", mine);
+        return QT_OK;
+    }
+    if (!strcmp(id->data_hash, mine)) return QT_OK;
+    if (!cli->allow_data_change) {
+        if (rank == 0)
+            fprintf(stderr, "qtrain: %s was trained on data of hash %s, but %s has hash %s; "
+                    "refusing to resume on other data (give allow_data_change=1 to resume "
+                    "anyway, recorded in the run manifest)\n", cli->load, id->data_hash,
+                    data, mine);
+        return QT_E_MISMATCH;
+    }
+    if (rank == 0)
+        fprintf(stderr, "qtrain: note: allow_data_change=1: resuming on %s (data hash %s) "
+                "although %s was trained on data hash %s\n", data, mine, cli->load,
+                id->data_hash);
+    snprintf(qt_main_state.note, sizeof qt_main_state.note, "allow_data_change=1: checkpoint "
+             "data_hash %s, this run's data hash %s", id->data_hash, mine);
+    return QT_OK;
+}
+
+/* The run manifest, the first line this run writes to the metrics file (qt_io.h). */
+static void qt_main_manifest(const qt_plan *p, const qt_cli *cli, int argc, char **argv,
+                             int64_t start, int64_t end)
+{
+    const qt_build_info *b = qt_build_info_get();
+    qt_manifest m = {
+        .plan = p, .n_ranks = qt_main_state.size, .seed = cli->seed,
+        .argc = argc - 1, .argv = argv + 1,
+        .build_compiler = b->compiler, .build_flags = b->flags, .build_isa = b->isa,
+        .build_git = b->git, .build_kind = b->kind,
+        .data_path = cli->data, .data_bytes = qt_main_state.data.file_bytes,
+        .data_hash = qt_main_state.data.hash,
+        .load = cli->load, .ckpt = qt_checkpoint_ident(),
+        .start_step = start, .end_step = end,
+        .note = qt_main_state.note[0] ? qt_main_state.note : NULL,
+    };
+    qt_manifest_write(qt_main_state.metrics, &m);
+}
+
 /* Data position stored in checkpoints: global sequences consumed before `step`. */
 static int64_t qt_main_data_pos(const qt_plan *p, int64_t step)
 {
@@ -233,6 +291,7 @@ int main(int argc, char **argv)
                      p->train.seq_len) != QT_OK)
         return qt_main_finish(QT_EXIT_ERR);
     qt_main_state.data_open = 1;
+    qt_checkpoint_set_data_hash(qt_main_state.data.hash);   /* recorded by every save */
 
     int64_t start = 0, data_pos = 0;
     if (cli.load) {
@@ -253,6 +312,8 @@ int main(int argc, char **argv)
         }
         if (rank == 0 && start > 0)
             fprintf(stderr, "qtrain: resuming from %s at step %lld\n", cli.load, (long long)start);
+        if (start > 0 && qt_main_check_data(&cli, rank) != QT_OK)
+            return qt_main_finish(QT_EXIT_ERR);
     }
     if (cli.metrics && rank == 0 && qt_main_open_metrics(&cli, start) != QT_OK)
         return qt_main_finish(QT_EXIT_ERR);
@@ -262,6 +323,15 @@ int main(int argc, char **argv)
                 "(%lld steps); later steps run at learning rate 0 (set steps or "
                 "learning_rate_schedule_steps in the config)\n", (long long)end,
                 (long long)p->train.schedule_steps);
+    if (qt_main_state.metrics) {
+        qt_main_manifest(p, &cli, argc, argv, start, end);
+        if (ferror(qt_main_state.metrics)) {
+            fprintf(stderr, "qtrain: writing the metrics file %s failed (its run manifest, before "
+                    "step 0)\n",
+                    cli.metrics);
+            return qt_main_finish(QT_EXIT_ERR);
+        }
+    }
 
     qt_step_metrics m;
     if (cli.dump_grads) {

@@ -25,6 +25,8 @@ typedef struct qt_cli {
     int profile;               /* 1: per-op / per-phase timing printed at exit */
     double comm_timeout;       /* seconds a collective may wait for a peer; 0 = default */
     int overwrite;             /* 1: replace existing metrics / non-qtrain save targets */
+    int allow_data_change;     /* 1: resume although the data hash differs from the
+                                  checkpoint's (noted in the run manifest) */
     int help;
 } qt_cli;
 

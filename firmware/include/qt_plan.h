@@ -170,6 +170,10 @@ typedef struct qt_train_cfg {
 typedef struct qt_plan {
     const char *run_name;
     const char *generator_version;
+    const char *config_text;       /* the resolved config: "key=value\n" for every base.yml
+                                      key in base order (values as YAML flow text); for the
+                                      run manifest, not covered by the plan hash; may be NULL
+                                      in hand-built plans */
     uint64_t hash;                 /* hash of the whole plan; checked at start-up */
     int32_t n_ranks;               /* product of the mesh */
     int32_t mesh[QT_MESH_COUNT];   /* size of each mesh axis */

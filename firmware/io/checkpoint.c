@@ -50,7 +50,27 @@ static struct {
     unsigned char used[QT_ST_MAX_TENSORS];   /* file tensor consumed by the plan */
     char name[QT_ST_NAME_MAX + 16];
     char path[QT_SX_PATH_MAX];               /* load= argument resolved (st_index.c) */
+    qt_ckpt_ident ident;                     /* what the last load read */
+    int data_hash_set;
+    uint64_t data_hash;                      /* recorded by saves ("data_hash") */
 } qt_ck;
+
+const qt_ckpt_ident *qt_checkpoint_ident(void) { return &qt_ck.ident; }
+qt_ckpt_ident *qt_ckpt_ident_mut(void) { return &qt_ck.ident; }
+
+void qt_checkpoint_set_data_hash(uint64_t hash)
+{
+    qt_ck.data_hash = hash;
+    qt_ck.data_hash_set = 1;
+}
+
+int qt_ckpt_data_hash(char *out)
+{
+    if (!qt_ck.data_hash_set)
+        return 0;
+    snprintf(out, 24, "0x%016llx", (unsigned long long)qt_ck.data_hash);
+    return 1;
+}
 
 int qt_ckpt_check_plan(const qt_plan *p, const char *path)
 {
@@ -215,6 +235,8 @@ static int qt_save_header(const qt_plan *p, const char *path, int with_opt, int6
         snprintf(num, sizeof num, "%lld", (long long)data_pos);
         rc = qt_st_wmeta("data_pos", num);
     }
+    if (!rc && qt_ckpt_data_hash(num))
+        rc = qt_st_wmeta("data_hash", num);
     if (!rc) {
         snprintf(num, sizeof num, "0x%016llx", (unsigned long long)p->hash);
         rc = qt_st_wmeta("plan_hash", num);
@@ -475,6 +497,7 @@ int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
         *step_out = 0;
     if (data_pos_out)
         *data_pos_out = 0;
+    memset(&qt_ck.ident, 0, sizeof qt_ck.ident);
     if ((rc = qt_ckpt_check_plan(p, arg)) ||
         (rc = qt_sx_resolve(arg, qt_ck.path, sizeof qt_ck.path, &is_index)))
         return rc;
@@ -488,6 +511,11 @@ int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
     if (!rc)
         rc = qt_ckpt_meta_int(path, "data_pos", qt_st_meta(h, "data_pos"), &data_pos);
     if (!rc) {
+        const char *dh = qt_st_meta(h, "data_hash");
+        snprintf(qt_ck.ident.data_hash, sizeof qt_ck.ident.data_hash, "%s", dh ? dh : "");
+        qt_ck.ident.content_hash = qt_st_hash(h);
+        qt_ck.ident.n_files = 1;
+        qt_ck.ident.loaded = 1;
         qt_load_copy(p, h, "", QT_CKS_PARAMS);
         if (load_opt) {
             qt_load_copy(p, h, QT_CKPT_OPT_M, QT_CKS_ADAM_M);

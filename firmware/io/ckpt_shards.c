@@ -35,6 +35,7 @@
 #include "ckpt_shards.h"
 #include "safetensors.h"
 #include "st_index.h"
+#include "qt_hash64.h"
 #include "runtime/qt_ckpt_gather.h"
 
 #define QT_MARK_PLAN 1u
@@ -46,6 +47,7 @@ static struct {
     char opt_index[QT_SX_PATH_MAX];
     int32_t n_parts;               /* 1 = parameters, 3 = with the moments */
     const char *step;              /* the index's "step" (qtrain checkpoints), or NULL */
+    qt_hash64_state ident;         /* over the shards' XXH64s, in shard order (pass 1) */
 } qt_cs;
 
 static const char *const qt_cs_prefix[3] = {"", QT_CKPT_OPT_M, QT_CKPT_OPT_V};
@@ -123,6 +125,10 @@ static int qt_cs_check_shard(const qt_plan *p, int32_t s, const char *index)
     int h, rc;
     if ((rc = qt_cs_open(s, &h)))
         return rc;
+    uint64_t fh = qt_st_hash(h);
+    unsigned char le[8];
+    for (int b = 0; b < 8; b++) le[b] = (unsigned char)(fh >> (8 * b));
+    qt_hash64_update(&qt_cs.ident, le, 8);
     const char *st = qt_st_meta(h, "step");
     if (qt_cs.step && (!st || strcmp(st, qt_cs.step)))
         rc = qt_fail(QT_E_MISMATCH, "%s: shard %s is from step %s, the index from step %s "
@@ -250,6 +256,7 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
         return rc;
     if ((rc = qt_cs_check_names(p, index, &n_mtp, &n_other)))
         return rc;
+    qt_hash64_init(&qt_cs.ident);
     for (int32_t s = 0; s < qt_sx_shards(); s++)
         if ((rc = qt_cs_check_shard(p, s, index)))
             return rc;
@@ -267,6 +274,14 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
     rc = qt_cs_copy(p, index, &h, &open_s);
     if (open_s >= 0)
         qt_st_close(h);
+    if (!rc) {
+        qt_ckpt_ident *id = qt_ckpt_ident_mut();
+        const char *dh = qt_sx_meta(0, "data_hash");
+        snprintf(id->data_hash, sizeof id->data_hash, "%s", dh ? dh : "");
+        id->content_hash = qt_hash64_final(&qt_cs.ident);
+        id->n_files = qt_sx_shards();
+        id->loaded = 1;
+    }
     if (!rc && step_out)
         *step_out = step;
     if (!rc && data_pos_out)

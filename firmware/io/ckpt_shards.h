@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 #include "qt_plan.h"
+#include "qt_io.h"
 
 #define QT_CKPT_FORMAT "qtrain-1"          /* __metadata__ format of files with state */
 #define QT_CKPT_OPT_M "optimizer.m."       /* name prefixes of the Adam moments */
@@ -27,6 +28,10 @@ float *qt_ckpt_region(const qt_plan *p, int64_t region_offset, int32_t i);
  * (not NULL) receive the saved step and data position when the moments loaded, else 0. */
 int qt_ckpt_load_index(const qt_plan *p, const char *index_path, int want_optimizer,
                        int64_t *step_out, int64_t *data_pos_out);
+/* checkpoint.c's record of the last load (qt_checkpoint_ident), filled by the loaders. */
+qt_ckpt_ident *qt_ckpt_ident_mut(void);
+/* The data hash saves record: 1 and "0x..." in out[24] when set, else 0. */
+int qt_ckpt_data_hash(char *out);
 /* The save= check of a sharded checkpoint directory (qt_checkpoint_check_target). */
 int qt_ckpt_check_dir_target(const char *key, const char *path, int overwrite);
 /* Metadata value v (NULL = absent: *out = 0) of key in file path as a non-negative decimal

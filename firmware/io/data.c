@@ -43,6 +43,7 @@
 #include "qt_io.h"
 #include "qt_err.h"
 #include "corpus.h"
+#include "qt_hash64.h"
 
 #define QT_DATA_MAX_OPEN 4
 #define QT_QTT_HEADER 24
@@ -434,6 +435,8 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
         d->base = qt_corpus_bytes(&d->n_tokens);
         d->bytes_per_token = 1;
         d->vocab = vocab;
+        d->file_bytes = d->n_tokens;
+        d->hash = qt_hash64(d->base, (size_t)d->n_tokens);
         return qt_data_finish(d, NULL, seq_len);
     }
     qt_map_slot *s = NULL;
@@ -492,6 +495,8 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
         d->n_tokens = f.n;
         d->bytes_per_token = f.width;
         d->vocab = vocab;
+        d->file_bytes = st.st_size;
+        d->hash = qt_hash64(m, (size_t)st.st_size);
         rc = qt_data_finish(d, path, seq_len);
     }
     if (rc) {

@@ -5,8 +5,16 @@
  * hex so comparisons do not depend on decimal formatting. JSON has no NaN/Inf: such
  * values are written as null (the hex loss bits still show what happened).
  * Invariant: one complete line per call, flushed, so a killed run leaves whole lines.
- * qt_metrics_last_step reads only the tail of an existing file (static buffer, no heap), so
- * a resumed run can check that the file it appends to ends at the step before its own.
+ * qt_metrics_last_step reads only the last line of an existing file (scanning back in
+ * static chunks, no heap), so a resumed run can check that the file it appends to ends at
+ * the step before its own.
+ *
+ * The run manifest (qt_manifest_write) is the first line every run (fresh or resumed)
+ * writes: one JSON object starting {"manifest":"qtrain-1","start_step":S, so readers that
+ * look for "step" lines skip it (its keys never include "step" alone), and a file that
+ * ends with a manifest (a run that trained no step) ends, for the resume check, at step
+ * S-1. A resumed run appends its own manifest before its steps, so the file holds one
+ * manifest per (re)start, each followed by the steps that run trained.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,8 +25,16 @@
 
 #include "qt_io.h"
 #include "qt_err.h"
+#include "qt_plan.h"
 
 #define QT_METRICS_TAIL 4096
+#define QT_METRICS_HEAD 128
+#define QT_MANIFEST_LEAD "{\"manifest\":\"qtrain-1\","
+
+static struct {
+    char chunk[QT_METRICS_TAIL];        /* backward scan of qt_metrics_last_step */
+    char head[QT_METRICS_HEAD + 1];     /* the start of the last line */
+} qt_met;
 
 /* Finite test on the bits: no libm on any firmware path. */
 static int qt_finite(double x)
@@ -62,9 +78,140 @@ void qt_progress_print(FILE *f, const qt_step_metrics *m, int64_t total_steps, i
     fflush(f);
 }
 
+/* A JSON string: quotes, backslashes and control characters escaped; NULL as null. n < 0:
+ * up to the NUL. */
+static void qt_json_str(FILE *f, const char *v, int64_t n)
+{
+    if (!v) {
+        fputs("null", f);
+        return;
+    }
+    fputc('"', f);
+    for (int64_t i = 0; n < 0 ? v[i] != 0 : i < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void qt_json_hex(FILE *f, const char *key, uint64_t v)
+{
+    fprintf(f, ",\"%s\":\"0x%016llx\"", key, (unsigned long long)v);
+}
+
+void qt_manifest_write(FILE *f, const qt_manifest *m)
+{
+    const qt_plan *p = m->plan;
+    static const char *const axes[QT_MESH_COUNT] = {"data", "fsdp", "tensor", "expert",
+                                                    "context"};
+    fprintf(f, QT_MANIFEST_LEAD "\"start_step\":%lld,\"end_step\":%lld,\"run\":",
+            (long long)m->start_step, (long long)m->end_step);
+    qt_json_str(f, p->run_name, -1);
+    qt_json_hex(f, "plan_hash", p->hash);
+    fputs(",\"generator_version\":", f);
+    qt_json_str(f, p->generator_version, -1);
+    fprintf(f, ",\"ranks\":%d,\"mesh\":{", m->n_ranks);
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        fprintf(f, "%s\"%s\":%d", a ? "," : "", axes[a], p->mesh[a]);
+    fprintf(f, "},\"seed\":%llu,\"args\":[", (unsigned long long)m->seed);
+    for (int a = 0; a < m->argc; a++) {
+        if (a) fputc(',', f);
+        qt_json_str(f, m->argv[a], -1);
+    }
+    fputs("],\"build\":{\"compiler\":", f);
+    qt_json_str(f, m->build_compiler, -1);
+    fputs(",\"flags\":", f);
+    qt_json_str(f, m->build_flags, -1);
+    fputs(",\"isa\":", f);
+    qt_json_str(f, m->build_isa, -1);
+    fputs(",\"git\":", f);
+    qt_json_str(f, m->build_git, -1);
+    fputs(",\"kind\":", f);
+    qt_json_str(f, m->build_kind, -1);
+    fputs("},\"data\":{\"path\":", f);
+    qt_json_str(f, m->data_path ? m->data_path : "(embedded corpus)", -1);
+    fprintf(f, ",\"bytes\":%lld", (long long)m->data_bytes);
+    qt_json_hex(f, "hash", m->data_hash);
+    fputs("},\"checkpoint\":", f);
+    if (m->load && m->ckpt && m->ckpt->loaded) {
+        fputs("{\"path\":", f);
+        qt_json_str(f, m->load, -1);
+        qt_json_hex(f, "hash", m->ckpt->content_hash);
+        fprintf(f, ",\"files\":%d,\"data_hash\":", m->ckpt->n_files);
+        qt_json_str(f, m->ckpt->data_hash[0] ? m->ckpt->data_hash : NULL, -1);
+        fputc('}', f);
+    } else {
+        fputs("null", f);
+    }
+    fputs(",\"note\":", f);
+    qt_json_str(f, m->note, -1);
+    fputs(",\"config\":{", f);
+    /* config_text: "key=value\n" lines (qt_plan.h) */
+    int first = 1;
+    for (const char *c = p->config_text; c && *c;) {
+        const char *eq = strchr(c, '='), *nl = strchr(c, '\n');
+        if (!nl) nl = c + strlen(c);
+        if (eq && eq < nl) {
+            fputs(first ? "" : ",", f);
+            qt_json_str(f, c, eq - c);
+            fputc(':', f);
+            qt_json_str(f, eq + 1, nl - eq - 1);
+            first = 0;
+        }
+        c = *nl ? nl + 1 : nl;
+    }
+    fputs("}}\n", f);
+    fflush(f);
+}
+
+/* Reads the first bytes of the file's last line into qt_met.head (NUL-terminated). The
+ * line start is found by scanning backwards in QT_METRICS_TAIL chunks, so a manifest line
+ * of any length is fine. */
+static int qt_metrics_last_line(int fd, const char *path, int64_t size)
+{
+    char *buf = qt_met.chunk;
+    if (pread(fd, buf, 1, size - 1) != 1)
+        return qt_fail(QT_E_IO, "metrics file %s: cannot read its last byte", path);
+    if (buf[0] != '\n')
+        return qt_fail(QT_E_FORMAT, "metrics file %s: the last line is incomplete (no "
+                          "newline at byte %lld); expected whole JSON lines written by qtrain",
+                          path, (long long)size);
+    int64_t end = size - 1, line = 0;   /* the last line is [line, end) */
+    for (int64_t hi = end; hi > 0 && !line;) {
+        int64_t lo = hi > QT_METRICS_TAIL ? hi - QT_METRICS_TAIL : 0;
+        if (pread(fd, buf, (size_t)(hi - lo), lo) != (ssize_t)(hi - lo))
+            return qt_fail(QT_E_IO, "metrics file %s: cannot read bytes %lld..%lld", path,
+                           (long long)lo, (long long)hi);
+        for (int64_t b = hi - lo; b > 0; b--)
+            if (buf[b - 1] == '\n') {
+                line = lo + b;
+                break;
+            }
+        hi = lo;
+    }
+    int64_t n = end - line < QT_METRICS_HEAD ? end - line : QT_METRICS_HEAD;
+    if (pread(fd, qt_met.head, (size_t)n, line) != (ssize_t)n)
+        return qt_fail(QT_E_IO, "metrics file %s: cannot read its last line", path);
+    qt_met.head[n] = 0;
+    return QT_OK;
+}
+
+/* The decimal after `key` at the start of c; -1 when absent or malformed. */
+static int64_t qt_metrics_lead(const char *c, const char *key)
+{
+    int64_t v = 0;
+    int digits = 0;
+    if (strncmp(c, key, strlen(key)))
+        return -1;
+    for (c += strlen(key); *c >= '0' && *c <= '9' && digits < 18; c++, digits++)
+        v = v * 10 + (*c - '0');
+    return digits && (*c == ',' || *c == '}') ? v : -1;
+}
+
 int qt_metrics_last_step(const char *path, int64_t *last)
 {
-    static char tail[QT_METRICS_TAIL + 1];
     *last = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
@@ -76,32 +223,20 @@ int qt_metrics_last_step(const char *path, int64_t *last)
         close(fd);
         return QT_OK;   /* a device or pipe (e.g. /dev/null) has no earlier lines */
     }
-    int64_t n = st.st_size < QT_METRICS_TAIL ? st.st_size : QT_METRICS_TAIL;
-    ssize_t got = pread(fd, tail, (size_t)n, st.st_size - n);
+    int rc = qt_metrics_last_line(fd, path, st.st_size);
     close(fd);
-    if (got != (ssize_t)n)
-        return qt_fail(QT_E_IO, "metrics file %s: cannot read its last %lld bytes", path,
-                          (long long)n);
-    tail[n] = 0;
-    if (tail[n - 1] != '\n')
-        return qt_fail(QT_E_FORMAT, "metrics file %s: the last line is incomplete (no "
-                          "newline at byte %lld); expected whole JSON lines written by qtrain",
-                          path, (long long)st.st_size);
-    int64_t b = n - 1;
-    while (b > 0 && tail[b - 1] != '\n') b--;
-    if (b == 0 && n < st.st_size)
-        return qt_fail(QT_E_FORMAT, "metrics file %s: the last line is longer than %d "
-                          "bytes; expected a qtrain metrics line", path, QT_METRICS_TAIL);
-    const char *c = tail + b;
-    const char *key = "{\"step\":";
-    int64_t v = 0;
-    int digits = 0;
-    if (!strncmp(c, key, strlen(key)))
-        for (c += strlen(key); *c >= '0' && *c <= '9' && digits < 18; c++, digits++)
-            v = v * 10 + (*c - '0');
-    if (!digits || (*c != ',' && *c != '}'))
-        return qt_fail(QT_E_FORMAT, "metrics file %s: the last line does not start with "
-                          "{\"step\":N; expected a qtrain metrics line", path);
+    if (rc)
+        return rc;
+    int64_t v = qt_metrics_lead(qt_met.head, "{\"step\":");
+    if (v < 0) {
+        /* a manifest line last: that run started at start_step and trained no step */
+        v = qt_metrics_lead(qt_met.head, QT_MANIFEST_LEAD "\"start_step\":");
+        if (v < 0)
+            return qt_fail(QT_E_FORMAT, "metrics file %s: the last line does not start with "
+                           "{\"step\":N or a qtrain manifest; expected a qtrain metrics line",
+                           path);
+        v -= 1;
+    }
     *last = v;
     return QT_OK;
 }

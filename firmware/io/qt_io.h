@@ -64,6 +64,20 @@ int qt_checkpoint_is_file(const char *path);
  * tests); collective on a mesh like qt_checkpoint_save. */
 int qt_checkpoint_save_grads(const qt_plan *p, const char *path);
 
+/* What the last successful qt_checkpoint_load read (the run manifest's checkpoint identity
+ * and the resume check of the data hash). */
+typedef struct qt_ckpt_ident {
+    int loaded;                /* a load succeeded */
+    uint64_t content_hash;     /* a file: XXH64 of its bytes (`xxhsum -H1`); a directory:
+                                  XXH64 over the XXH64 values (8 bytes each, little-endian)
+                                  of the shards it read, in the index's shard order */
+    char data_hash[24];        /* metadata "data_hash" ("0x" + 16 hex), "" when absent */
+    int n_files;               /* safetensors files hashed */
+} qt_ckpt_ident;
+const qt_ckpt_ident *qt_checkpoint_ident(void);
+/* The data hash that saves record in their metadata ("data_hash"); never called: none. */
+void qt_checkpoint_set_data_hash(uint64_t hash);
+
 /* State compatibility hash: FNV-1a over everything that sets the training trajectory and
  * the meaning of the optimizer state (model dims, parameter names and global shapes,
  * rotary tables, delta-rule algorithm, optimizer hyper-parameters, learning-rate schedule,
@@ -95,12 +109,16 @@ typedef struct qt_data {
     int32_t bytes_per_token;   /* 1 (embedded bytes), 2, 4 or 8 */
     int64_t n_windows;         /* (n_tokens - 1) / seq_len */
     int64_t vocab;             /* every id handed out is < vocab (re-checked by fill) */
+    int64_t file_bytes;        /* size of the file (the embedded corpus: its bytes) */
+    uint64_t hash;             /* XXH64 of the whole file (qt_hash64.h), computed at open */
 } qt_data;
 
 /* Open a token file (.npy of an integer dtype, or the raw "QTTOKENS" format documented in
  * README.md, or headerless raw with dtype given as "uint16"/"uint32") or, with path NULL,
  * the embedded byte-level corpus. Maps it read-only, checks every id < vocab (reporting the
- * first bad id with its position) and that at least one window of seq_len+1 tokens exists. */
+ * first bad id with its position) and that at least one window of seq_len+1 tokens exists.
+ * Sets file_bytes and hash (XXH64 of every byte of the file, header included: the run
+ * manifest's and the checkpoints' data identity, `xxhsum -H1 FILE`). */
 int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vocab,
                  int64_t seq_len);
 
@@ -132,9 +150,34 @@ typedef struct qt_step_metrics {
 /* One JSON object per line: {"step":..,"loss":..,"loss_bits":"0x..","grad_norm":..,"lr":..,
  * "tokens_per_s":..,"step_s":..,"tokens":..,"fingerprint":"0x.."}. */
 void qt_metrics_write(FILE *f, const qt_step_metrics *m);
+/* The run manifest: the first metrics line of every run (fresh or resumed), written once
+ * before its first step. Strings may be NULL (written as null). */
+typedef struct qt_manifest {
+    const qt_plan *plan;       /* run, plan hash, generator version, mesh, config_text */
+    int n_ranks;
+    uint64_t seed;
+    int argc;                  /* the command line's key=value arguments (argv[1..]) */
+    char *const *argv;
+    const char *build_compiler, *build_flags, *build_isa, *build_git, *build_kind;
+    const char *data_path;     /* NULL: the embedded corpus */
+    int64_t data_bytes;
+    uint64_t data_hash;
+    const char *load;          /* load= as given, or NULL */
+    const qt_ckpt_ident *ckpt; /* what the load read (qt_checkpoint_ident) */
+    int64_t start_step, end_step;
+    const char *note;          /* e.g. allow_data_change=1's note, or NULL */
+} qt_manifest;
+
+/* One line: {"manifest":"qtrain-1","start_step":S,"end_step":E,"run":..,"plan_hash":..,
+ * "generator_version":..,"ranks":R,"mesh":{..},"seed":..,"args":[..],"build":{"compiler",
+ * "flags","isa","git","kind"},"data":{"path","bytes","hash"},"checkpoint":{"path","hash",
+ * "files","data_hash"}|null,"note":..|null,"config":{"key":"value",..}} (config values are
+ * the YAML flow text of the resolved config, as strings). */
+void qt_manifest_write(FILE *f, const qt_manifest *m);
 /* Step of the last line of an existing metrics file, or -1 when there is no file, it is
- * empty or it is not a regular file. QT_E_FORMAT (message names the file) when the last
- * line is incomplete or does not start with {"step":N. */
+ * empty or it is not a regular file; a last line that is a manifest of start step S (a run
+ * that trained nothing) gives S-1. QT_E_FORMAT (message names the file) when the last
+ * line is incomplete or is neither {"step":N,.. nor a manifest. */
 int qt_metrics_last_step(const char *path, int64_t *last);
 /* Progress line on stderr; on a mesh it ends with "(R ranks)" (tokens/s are the job's). */
 void qt_progress_print(FILE *f, const qt_step_metrics *m, int64_t total_steps, int n_ranks);

@@ -71,6 +71,8 @@ const qt_st_tensor *qt_st_at(int h, int32_t i);
 const qt_st_tensor *qt_st_find(int h, const char *name);
 /* Value of a __metadata__ key, NULL if absent. */
 const char *qt_st_meta(int h, const char *key);
+/* XXH64 (qt_hash64.h) of the whole file, header included: its content identity. */
+uint64_t qt_st_hash(int h);
 /* Start of a tensor's bytes in the mapping (unaligned in general). */
 const void *qt_st_data(int h, const qt_st_tensor *t);
 /* Convert elements [first, first+n) of t (F32, BF16, F16 or F64) to float into dst

@@ -18,6 +18,7 @@
 #include "qt_io.h"
 #include "qt_err.h"
 #include "safetensors.h"
+#include "qt_hash64.h"
 
 #define QT_ST_HASH_SLOTS (1u << 20)   /* > 2 x QT_ST_MAX_TENSORS keeps probes short */
 
@@ -457,6 +458,10 @@ void qt_st_close(int h)
 }
 
 const char *qt_st_path(int h) { return qt_st_rd.slot[h].path; }
+uint64_t qt_st_hash(int h)
+{
+    return qt_hash64(qt_st_rd.slot[h].map, (size_t)qt_st_rd.slot[h].map_len);
+}
 int32_t qt_st_count(int h) { return qt_st_rd.slot[h].n; }
 const qt_st_tensor *qt_st_at(int h, int32_t i) { return &qt_st_rd.slot[h].t[i]; }
 

@@ -37,7 +37,7 @@ data_changed_stops() {
   for how in rewrite truncate replace; do
     rm -rf $d; mkdir -p $d; cp $T $d/tok.npy
     timeout 120 $Q steps=1000000 data=$d/tok.npy metrics=$d/m.jsonl 2> $d/err.txt & local pid=$!
-    for n in $(seq 300); do [ -s $d/m.jsonl ] && [ "$(wc -l < $d/m.jsonl)" -ge 2 ] && break; sleep 0.1; done
+    for n in $(seq 300); do [ -s $d/m.jsonl ] && [ "$(grep -c '^{"step"' $d/m.jsonl)" -ge 2 ] && break; sleep 0.1; done
     case $how in
       rewrite) printf '\xff\xff\xff\xff' | dd of=$d/tok.npy bs=1 seek=300 conv=notrunc 2> /dev/null ;;
       truncate) truncate -s 200 $d/tok.npy ;;
@@ -113,10 +113,10 @@ check "save=/dump_grads=: temporaries of killed saves (process gone) are removed
 metrics_resume_appends() {
   local d=$QT_TMP/mres; rm -rf $d; mkdir -p $d
   $Q steps=2 data=$T metrics=$d/m.jsonl save=$d/ck.safetensors 2> /dev/null || return 1
-  # resuming appends: steps 0..3, in order, one line each
+  # resuming appends: steps 0..3, in order, one line each, after each start's manifest
   $Q steps=4 data=$T metrics=$d/m.jsonl load=$d/ck.safetensors 2> /dev/null || return 1
-  local steps; steps=$(sed 's/^{"step":\([0-9]*\),.*/\1/' $d/m.jsonl | tr '\n' ' ')
-  [ "$steps" = "0 1 2 3 " ] || { echo "steps after resume: $steps"; cat $d/m.jsonl; return 1; }
+  local steps; steps=$(sed 's/^{"step":\([0-9]*\),.*/\1/; s/^{"manifest":"qtrain-1","start_step":\([0-9]*\),.*/m\1/' $d/m.jsonl | tr '\n' ' ')
+  [ "$steps" = "m0 0 1 m2 2 3 " ] || { echo "steps after resume: $steps"; cat $d/m.jsonl; return 1; }
   # a fresh run onto it is refused and leaves it as it was
   cp $d/m.jsonl $d/m.bak
   expect_fail "metrics file $d/m.jsonl already holds steps up to 3, and this run starts at step 0" \
@@ -124,11 +124,11 @@ metrics_resume_appends() {
   cmp $d/m.jsonl $d/m.bak || return 1
   # overwrite=1 replaces it
   $Q steps=1 data=$T metrics=$d/m.jsonl overwrite=1 2> /dev/null || return 1
-  [ "$(wc -l < $d/m.jsonl)" -eq 1 ] || { echo "overwrite=1 did not replace the file"; return 1; }
+  [ "$(wc -l < $d/m.jsonl)" -eq 2 ] || { echo "overwrite=1 did not replace the file"; return 1; }
   # resuming at step 2 onto a file that ends at step 0: refused, naming both steps
   expect_fail "metrics file $d/m.jsonl ends at step 0, but this run resumes at step 2" \
     $Q steps=3 data=$T metrics=$d/m.jsonl load=$d/ck.safetensors || return 1
-  [ "$(wc -l < $d/m.jsonl)" -eq 1 ]
+  [ "$(wc -l < $d/m.jsonl)" -eq 2 ]
 }
 check "metrics: a resumed run appends (last step must be start-1); a fresh run needs overwrite=1" metrics_resume_appends
 check "metrics: a failing metrics write (full disk) is an error" expect_fail "writing the metrics file /dev/full failed" $Q steps=2 data=$T metrics=/dev/full

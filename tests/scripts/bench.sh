@@ -44,8 +44,8 @@ make --no-print-directory build/bench/qtrain build/bench-dp2/qtrain build/bench-
   build/bench-dp2-zero1/qtrain >/dev/null
 out=$(mktemp -d /tmp/qtrain-bench.XXXXXX); trap 'rm -rf "$out"' EXIT
 ./build/bench/qtrain steps=$STEPS metrics=$out/m.jsonl 2> $out/err.txt || { cat $out/err.txt; exit 1; }
-qt_tps=$(awk -v w=$WARM -F'"tokens_per_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/m.jsonl)
-qt_step=$(awk -v w=$WARM -F'"step_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/m.jsonl)
+qt_tps=$(awk -v w=$WARM -F'"tokens_per_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/m.jsonl)
+qt_step=$(awk -v w=$WARM -F'"step_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/m.jsonl)
 
 # The PyTorch baseline: Debian's python3-torch calls the system BLAS (libblas.so.3). With the
 # reference BLAS it runs ~10x slower than with OpenBLAS, which would flatter qtrain, so the
@@ -71,8 +71,8 @@ for mesh in dp2 ep2; do
   GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 \
     timeout 900 mpiexec -n 2 ./build/bench-$mesh/qtrain steps=$STEPS metrics=$out/$mesh.jsonl 2> $out/$mesh.txt ||
     { cat $out/$mesh.txt; exit 1; }
-  m_tps[$mesh]=$(awk -v w=$WARM -F'"tokens_per_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/$mesh.jsonl)
-  m_step[$mesh]=$(awk -v w=$WARM -F'"step_s":' 'NR>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/$mesh.jsonl)
+  m_tps[$mesh]=$(awk -v w=$WARM -F'"tokens_per_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/$mesh.jsonl)
+  m_step[$mesh]=$(awk -v w=$WARM -F'"step_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/$mesh.jsonl)
   # "qtrain: collectives: N calls, X MiB sent per rank, Y s (Z% of the step time) over S steps; ..."
   m_coll[$mesh]=$(grep 'qtrain: collectives:' $out/$mesh.txt || true)
   m_share[$mesh]=$(echo "${m_coll[$mesh]}" | awk '{for(i=1;i<=NF;i++) if($i=="s") {sub(/^\(/,"",$(i+1)); print $(i+1)}}')

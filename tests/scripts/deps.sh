@@ -4,7 +4,7 @@
 set -euo pipefail
 # clang + libclang-rt-14-dev: the libFuzzer targets (make fuzz, make test); Debian's clang 14
 # keeps libFuzzer's runtime (libclang_rt.fuzzer-x86_64.a) in libclang-rt-14-dev.
-pkgs=(gcc g++ make mpich libmpich-dev musl-tools libhugetlbfs-dev libhugetlbfs-bin cpputest pkg-config
+pkgs=(gcc g++ make mpich libmpich-dev musl-tools libhugetlbfs-dev libhugetlbfs-bin cpputest pkg-config gnuplot-nox
       clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do

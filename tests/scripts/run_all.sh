@@ -46,14 +46,16 @@ export -f check 2>/dev/null || true
 
 # Shared by the e2e scripts that compare runs bit for bit:
 # det_fields FILE: one line per step with the step, loss bits and fingerprint; fails (so the
-# comparison cannot pass vacuously) when a metrics line lacks any of them.
+# comparison cannot pass vacuously) when a metrics line lacks any of them. Run manifest lines
+# ({"manifest":..., one per start of a run) are skipped.
 det_fields() {
-  awk '{ s = match($0, /"step":[0-9]+/) ? substr($0, RSTART, RLENGTH) : "";
+  awk '/^\{"manifest":/ { next }
+       { n++; s = match($0, /"step":[0-9]+/) ? substr($0, RSTART, RLENGTH) : "";
          l = match($0, /"loss_bits":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
          f = match($0, /"fingerprint":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
          if (s == "" || l == "" || f == "") { print "metrics line without step/loss_bits/fingerprint: " $0 > "/dev/stderr"; bad = 1 }
          print s, l, f }
-       END { if (NR == 0 || bad) exit 1 }' "$1"
+       END { if (n == 0 || bad) exit 1 }' "$1"
 }
 for f in tests/e2e/*.sh; do
   [ -f "$f" ] || continue

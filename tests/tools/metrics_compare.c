@@ -85,6 +85,10 @@ int main(int argc, char **argv)
     int bad = 0, seen = 0;
     while (fgets(line, sizeof line, f)) {
         double step, loss, norm, lr;
+        if (!strncmp(line, "{\"manifest\":", 12)) {   /* a run manifest: skip the whole line */
+            while (!strchr(line, '\n') && fgets(line, sizeof line, f)) {}
+            continue;
+        }
         if (json_number(line, "step", &step) || json_number(line, "loss", &loss) ||
             json_number(line, "grad_norm", &norm) || json_number(line, "lr", &lr)) {
             fprintf(stderr, "metrics_compare: %s: line without step/loss/grad_norm/lr: %s", argv[1], line);

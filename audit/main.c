@@ -1,0 +1,59 @@
+/* main.c - qtrain-audit's command line: dispatches to runs, ckpt, grads or plot
+ * (qt_audit.h). Exit 0 identical / written, 1 different, 2 error or bad usage.
+ */
+#include <stdio.h>
+#include <string.h>
+#include "qt_audit.h"
+
+static int qt_audit_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: qtrain-audit runs A.jsonl B.jsonl [--all]\n"
+            "         manifests key by key; per step: loss bits, fingerprint, ulp distance of\n"
+            "         loss and grad norm; verdict 'bit-identical over N steps' or\n"
+            "         'diverges at step k'\n"
+            "       qtrain-audit ckpt A B [--all]\n"
+            "         per tensor (HF names): equal, or differing elements, max ulp, max abs and\n"
+            "         relative difference, first differing element; A and B are .safetensors\n"
+            "         files, checkpoint directories or *.index.json, in any combination\n"
+            "       qtrain-audit grads A B [--all]\n"
+            "         the same for dump_grads= files; names the earliest differing layer\n"
+            "       qtrain-audit plot M.jsonl [M2.jsonl] -o OUT.png\n"
+            "         loss, grad norm, learning rate and tokens/s against step (gnuplot);\n"
+            "         two files are overlaid\n"
+            "exit status: 0 bit-identical (plot: written), 1 different, 2 error\n");
+    return QT_AUDIT_ERR;
+}
+
+int qt_audit_two_args(int argc, char **argv, const char *usage, const char **a,
+                      const char **b, int *all)
+{
+    int n = 0;
+    *a = *b = NULL;
+    *all = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--all")) *all = 1;
+        else if (n == 0) *a = argv[i], n++;
+        else if (n == 1) *b = argv[i], n++;
+        else n = 3;
+    }
+    if (n == 2) return 0;
+    fprintf(stderr, "usage: qtrain-audit %s [--all]\n", usage);
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) return qt_audit_usage(stderr);
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        qt_audit_usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "runs")) return qt_audit_runs(argc - 2, argv + 2);
+    if (!strcmp(cmd, "ckpt")) return qt_audit_tensors(argc - 2, argv + 2, "checkpoint");
+    if (!strcmp(cmd, "grads")) return qt_audit_tensors(argc - 2, argv + 2, "gradients");
+    if (!strcmp(cmd, "plot")) return qt_audit_plot(argc - 2, argv + 2);
+    fprintf(stderr, "qtrain-audit: unknown command '%s'\n", cmd);
+    return qt_audit_usage(stderr);
+}

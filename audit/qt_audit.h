@@ -1,0 +1,67 @@
+/* qt_audit.h - qtrain-audit, the reproducibility audit tool (a host tool: heap allowed).
+ *
+ *   qtrain-audit runs A.jsonl B.jsonl     manifests key by key, steps bit by bit (runs.c)
+ *   qtrain-audit ckpt A B                 checkpoints tensor by tensor (tensors.c)
+ *   qtrain-audit grads A B                dump_grads= files tensor by tensor (tensors.c)
+ *   qtrain-audit plot M.jsonl [M2.jsonl] -o out.png   loss, grad norm, lr, tokens/s (plot.c)
+ *
+ * Exit status of every command: 0 when the inputs are bit-identical (plot: written), 1 when
+ * they differ, 2 on an error (unreadable or malformed input), with a message on stderr.
+ * Invariant: nothing is written except plot's output file and its temporaries.
+ */
+#ifndef QT_AUDIT_H
+#define QT_AUDIT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define QT_AUDIT_SAME 0
+#define QT_AUDIT_DIFF 1
+#define QT_AUDIT_ERR 2
+
+/* One step line of a metrics file. Text fields keep the exact decimal qtrain printed. */
+typedef struct qt_audit_step {
+    int64_t step;
+    uint32_t loss_bits;
+    uint64_t fingerprint;
+    double loss, grad_norm, lr, tokens_per_s;
+    int has_norm;              /* grad_norm was a number (not null) */
+} qt_audit_step;
+
+/* A flattened JSON object: "a.b.c" -> raw value text (strings without their quotes). */
+typedef struct qt_audit_kv {
+    char **key, **val;
+    int n, cap;
+} qt_audit_kv;
+
+typedef struct qt_audit_metrics {
+    const char *path;
+    qt_audit_step *steps;
+    int n_steps, cap;
+    int n_manifests;
+    qt_audit_kv manifest;      /* the first manifest line, flattened (empty if none) */
+} qt_audit_metrics;
+
+/* Reads a metrics file: manifest lines (the first one is kept) and step lines. */
+int qt_audit_metrics_read(const char *path, qt_audit_metrics *m);
+void qt_audit_metrics_free(qt_audit_metrics *m);
+/* Flattens one JSON object line into kv (nested objects as dotted keys, arrays raw). */
+int qt_audit_flatten(const char *line, qt_audit_kv *kv);
+const char *qt_audit_kv_get(const qt_audit_kv *kv, const char *key);
+void qt_audit_kv_free(qt_audit_kv *kv);
+
+/* Distance in units in the last place between two floats / doubles of the same sign
+ * ordering (bit patterns mapped to a monotone integer line; +0 and -0 are 0 apart). */
+uint64_t qt_audit_ulp32(uint32_t a, uint32_t b);
+uint64_t qt_audit_ulp64(uint64_t a, uint64_t b);
+
+/* The arguments of the comparing commands: exactly two paths and an optional --all;
+ * else a usage line naming `usage` ("runs A.jsonl B.jsonl") and -1. */
+int qt_audit_two_args(int argc, char **argv, const char *usage, const char **a,
+                      const char **b, int *all);
+
+int qt_audit_runs(int argc, char **argv);
+int qt_audit_tensors(int argc, char **argv, const char *what);
+int qt_audit_plot(int argc, char **argv);
+
+#endif

@@ -1,0 +1,120 @@
+# 85_audit.sh - reproducibility audits (issue 9): the run manifest, the data hash in
+# checkpoints and its resume check, and qtrain-audit's verdicts (sourced by run_all.sh).
+#
+# One set of short runs of the default model on the embedded corpus (3 steps each), shared
+# by the checks: A and B identical (A saves one file, B a sharded directory), C another
+# seed; each check then asks qtrain-audit and tests its verdict and exit status.
+AU=build/audit/qtrain-audit
+AQ=build/default/qtrain
+AD=$QT_TMP/audit; rm -rf $AD; mkdir -p $AD
+$AQ steps=3 seed=3 metrics=$AD/a.jsonl save=$AD/a.safetensors dump_grads=$AD/ga.safetensors 2> $AD/a.err
+$AQ steps=3 seed=3 metrics=$AD/b.jsonl save=$AD/bdir dump_grads=$AD/gb.safetensors 2> $AD/b.err
+$AQ steps=3 seed=4 metrics=$AD/c.jsonl dump_grads=$AD/gc.safetensors 2> $AD/c.err
+
+audit_manifest() {
+  local m; m=$(head -n 1 $AD/a.jsonl)
+  case $m in '{"manifest":"qtrain-1","start_step":0,"end_step":3,"run":"default",'*) ;; *) echo "first line: ${m:0:200}"; return 1 ;; esac
+  local plan; plan=$(grep -o 'plan 0x[0-9a-f]*' $AD/a.err | head -1 | cut -c6-)
+  for want in "\"plan_hash\":\"$plan\"" '"seed":3' '"ranks":1' '"kind":"glibc+mpich"' \
+              '"path":"(embedded corpus)","bytes":' '"config":{"run_name":"default"' \
+              '"base_emb_dim":"128"' '"checkpoint":null' '"compiler":"gcc '; do
+    grep -qF -- "$want" <<< "$m" || { echo "manifest lacks $want"; return 1; }
+  done
+  # the parsed manifest: only the arguments differ between A and B
+  $AU runs $AD/a.jsonl $AD/b.jsonl > $AD/ab.txt || { cat $AD/ab.txt; return 1; }
+  sed -n '/^manifests:/,/^steps/p' $AD/ab.txt
+  [ "$(sed -n '/^manifests:/,/^steps/p' $AD/ab.txt | grep -c '^  [a-z]')" -eq 1 ] && grep -q '^  args ' $AD/ab.txt
+}
+check "audit: metrics start with a run manifest (plan hash, seed, build, data, config), parsed by qtrain-audit" audit_manifest
+
+audit_identical() {
+  $AU runs $AD/a.jsonl $AD/b.jsonl > $AD/ab.txt; local rc=$?
+  tail -n 1 $AD/ab.txt
+  [ $rc -eq 0 ] && [ "$(tail -n 1 $AD/ab.txt)" = "bit-identical over 3 steps" ]
+}
+check "audit runs: two identical runs -> bit-identical over 3 steps, exit 0" audit_identical
+
+audit_seed() {
+  $AU runs $AD/a.jsonl $AD/c.jsonl > $AD/ac.txt; local rc=$?
+  grep -E '^  seed|diverges' $AD/ac.txt
+  [ $rc -eq 1 ] && grep -q '^  seed  *3 -> 4$' $AD/ac.txt &&
+    [ "$(tail -n 1 $AD/ac.txt)" = "diverges at step 0 (loss bits and fingerprint differ)" ]
+}
+check "audit runs: another seed -> manifest names seed 3 -> 4, diverges at step 0, exit 1" audit_seed
+
+audit_sharded_vs_file() {
+  $AU ckpt $AD/a.safetensors $AD/bdir > $AD/ck.txt; local rc=$?
+  head -n 2 $AD/ck.txt; tail -n 1 $AD/ck.txt
+  [ $rc -eq 0 ] && grep -q '^bit-identical: [0-9]* tensors$' $AD/ck.txt &&
+    grep -q "data_hash 0x" $AD/ck.txt
+}
+check "audit ckpt: a sharded directory and a single file of the same state are bit-identical" audit_sharded_vs_file
+
+audit_flipped_bit() {
+  cp $AD/a.safetensors $AD/flip.safetensors
+  # flip the lowest mantissa bit of element 37 of model.layers.2.mlp.shared_expert.up_proj.weight
+  local want; want=$(python3 - $AD/flip.safetensors <<'PY'
+import json, struct, sys
+f = open(sys.argv[1], 'r+b'); n = struct.unpack('<Q', f.read(8))[0]; h = json.loads(f.read(n))
+name = 'model.layers.2.mlp.shared_expert.up_proj.weight'; t = h[name]; k = 37
+off = 8 + n + t['data_offsets'][0] + 4 * k; f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 1]))
+cols = t['shape'][1]; print('%s %s [%d,%d] %d' % (name, 'x'.join(map(str, t['shape'])), k // cols, k % cols, k))
+PY
+) || return 1
+  $AU ckpt $AD/a.safetensors $AD/flip.safetensors > $AD/flip.txt; local rc=$?
+  cat $AD/flip.txt | grep -v '^  tensor'
+  set -- $want
+  [ $rc -eq 1 ] || { echo "exit $rc, expected 1"; return 1; }
+  # columns: tensor, shape, differing elements (1), max ulp (1), ..., the element
+  grep "^  $1 " $AD/flip.txt | awk '$3 == 1 && $4 == 1' | grep -qF "$3 (flat $4)" ||
+    { echo "expected $want"; return 1; }
+  tail -n 1 $AD/flip.txt | grep -q "^checkpoint differ: 1 of [0-9]* common tensors differ"
+  # the sharded directory against the flipped file finds the same element
+  $AU ckpt $AD/bdir $AD/flip.safetensors | grep "^  $1 " | grep -qF "$3 (flat $4)"
+}
+check "audit ckpt: one flipped bit is found: tensor named, element index, 1 ulp, exit 1" audit_flipped_bit
+
+audit_grads() {
+  $AU grads $AD/ga.safetensors $AD/gb.safetensors > $AD/g1.txt || { cat $AD/g1.txt; return 1; }
+  $AU grads $AD/ga.safetensors $AD/gc.safetensors > $AD/g2.txt; local rc=$?
+  tail -n 1 $AD/g1.txt; tail -n 2 $AD/g2.txt
+  [ $rc -eq 1 ] && grep -q '^earliest differing layer: ' $AD/g2.txt
+}
+check "audit grads: dump_grads files of identical runs equal, of another seed differ (earliest layer named)" audit_grads
+
+audit_data_hash() {
+  python3 -c "import struct,sys; b=open('firmware/io/corpus.txt','rb').read()[:60000]; open(sys.argv[1],'wb').write(struct.pack('<%dH'%len(b),*b))" $AD/other.u16 || return 1
+  local ck; ck=$(grep -o '"data_hash":"0x[0-9a-f]*"' $AD/bdir/model.safetensors.index.json | cut -d'"' -f4)
+  local mine; mine=$(head -n 1 $AD/a.jsonl | grep -o '"data":{[^}]*}' | grep -o '0x[0-9a-f]*')
+  [ -n "$ck" ] && [ "$ck" = "$mine" ] || { echo "index data_hash '$ck', manifest '$mine'"; return 1; }
+  $AQ steps=4 load=$AD/bdir data=$AD/other.u16 data_dtype=uint16 metrics=$AD/d.jsonl 2> $AD/d.err && { echo "resumed on other data"; return 1; }
+  cat $AD/d.err | grep -v '^qtrain: \(run\|peak\|resuming\)'
+  grep -q "was trained on data of hash $ck, but $AD/other.u16 has hash 0x[0-9a-f]*; refusing" $AD/d.err || return 1
+  [ ! -e $AD/d.jsonl ] || { echo "a metrics file was written"; return 1; }
+  $AQ steps=4 load=$AD/bdir data=$AD/other.u16 data_dtype=uint16 metrics=$AD/d.jsonl allow_data_change=1 2> $AD/d.err || { cat $AD/d.err; return 1; }
+  head -n 1 $AD/d.jsonl | grep -o '"note":"[^"]*"'
+  head -n 1 $AD/d.jsonl | grep -q "\"note\":\"allow_data_change=1: checkpoint data_hash $ck, this run's data hash 0x"
+}
+check "audit: resume on data of another hash refused naming both hashes; allow_data_change=1 notes it in the manifest" audit_data_hash
+
+audit_resume_manifests() {
+  # A (3 steps, saved) resumed to 5 appends a second manifest; it matches an uninterrupted run
+  cp $AD/a.jsonl $AD/r.jsonl
+  $AQ steps=5 load=$AD/a.safetensors metrics=$AD/r.jsonl 2> /dev/null || return 1
+  $AQ steps=5 seed=3 metrics=$AD/full.jsonl 2> /dev/null || return 1
+  [ "$(grep -c '^{"manifest"' $AD/r.jsonl)" -eq 2 ] || return 1
+  sed -n 5p $AD/r.jsonl | grep -q '^{"manifest":"qtrain-1","start_step":3,"end_step":5,.*"checkpoint":{"path":"'$AD'/a.safetensors","hash":"0x[0-9a-f]*","files":1,"data_hash":"0x' || { echo "line 5: $(sed -n 5p $AD/r.jsonl | head -c 300)"; return 1; }
+  $AU runs $AD/full.jsonl $AD/r.jsonl > $AD/r.txt; local rc=$?
+  grep manifests $AD/r.txt; tail -n 1 $AD/r.txt
+  [ $rc -eq 0 ] && [ "$(tail -n 1 $AD/r.txt)" = "bit-identical over 5 steps" ]
+}
+check "audit: a resumed run appends its own manifest (start step, checkpoint hash); bit-identical to an uninterrupted run" audit_resume_manifests
+
+audit_plot() {
+  rm -f $AD/p.png
+  $AU plot $AD/a.jsonl $AD/c.jsonl -o $AD/p.png || return 1
+  [ "$(head -c 8 $AD/p.png | od -An -tx1 | tr -d ' ')" = "89504e470d0a1a0a" ] || { echo "not a PNG"; return 1; }
+  ls -l $AD/p.png | awk '{print $5, "bytes"}'
+  [ "$(stat -c %s $AD/p.png)" -gt 20000 ]
+}
+check "audit plot: two runs overlaid into a PNG (gnuplot)" audit_plot
