@@ -282,7 +282,7 @@ FUZZ_CFLAGS := -std=c11 -O1 -g $(ARCH) -ffp-contract=off -Wall -Wextra -Werror -
                -Ifirmware/include -Ifirmware
 FUZZ_CFLAGS_INST := $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link
 # The readers and what they reach (single rank, comm_local.c); kernels and ops are not.
-FUZZ_FW_SRC := $(foreach d,math runtime io,$(wildcard firmware/$(d)/*.c)) firmware/comm/coll.c \
+FUZZ_FW_SRC := $(foreach d,math runtime io,$(wildcard firmware/$(d)/*.c)) firmware/comm/coll.c firmware/comm/comm_env.c \
                firmware/comm/comm_local.c firmware/app/cli.c
 FUZZ_FW_OBJ := $(patsubst firmware/%.c,$(BUILD)/fuzz/fw/%.o,$(FUZZ_FW_SRC))
 FUZZ_CG_OBJ := $(patsubst configgen/src/%.c,$(BUILD)/fuzz/configgen/%.o,$(filter-out configgen/src/main.c,$(CG_SRC)))

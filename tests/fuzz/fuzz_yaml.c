@@ -85,7 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             qt_fuzz_check_err(err);
         } else {
             qt_cg_buf b = {0};
-            qt_cg_emit_plan_c(&g, "fuzz", &b);
+            qt_cg_emit_plan_c(&g, &c, "fuzz", &b);
             qt_fuzz_assert(b.p && !strstr(b.p, "inff") && !strstr(b.p, "nanf"));
             qt_cg_buf_free(&b);
             qt_cg_emit_report(&g, &c, &b);
