@@ -1,10 +1,14 @@
 /* err.c - the firmware's failure path (qt_err.h): print one line with the rank prefix on a
  * mesh, keep it for the tests.
- * Invariant: the stored message is always NUL-terminated and at most QT_IO_ERR_MAX-1 bytes.
+ * Invariants: the stored message is always NUL-terminated and at most QT_IO_ERR_MAX-1 bytes;
+ * each line reaches stderr in one write(2), so lines of several ranks (or of processes a
+ * launcher started together) never interleave mid-line (a pipe keeps writes up to PIPE_BUF
+ * whole; stdio on an unbuffered stream may split one line into several writes).
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include "qt_err.h"
 
 #define QT_IO_ERR_MAX 1024
@@ -15,6 +19,24 @@ static struct {
     int quiet;
     char prefix[48];     /* "rank r/n: " on a mesh, else "" */
 } qt_err_state;
+
+/* "qtrain: <prefix><kind><msg>\n" in one write (cut to the buffer if longer). */
+static void qt_err_emit(const char *kind, const char *msg)
+{
+    static char line[QT_IO_ERR_MAX + 128];
+    int n = snprintf(line, sizeof line, "qtrain: %s%s%s\n", qt_err_state.prefix, kind, msg);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof line) {
+        n = (int)sizeof line - 1;
+        line[n - 1] = '\n';
+    }
+    fflush(stderr);
+    for (int at = 0; at < n;) {
+        ssize_t w = write(2, line + at, (size_t)(n - at));
+        if (w <= 0) return;
+        at += (int)w;
+    }
+}
 
 void qt_err_set_rank(int rank, int n)
 {
@@ -29,7 +51,7 @@ int qt_fail(int code, const char *fmt, ...)
     vsnprintf(qt_err_state.last, sizeof qt_err_state.last, fmt, ap);
     va_end(ap);
     if (!qt_err_state.quiet)
-        fprintf(stderr, "qtrain: %s%s\n", qt_err_state.prefix, qt_err_state.last);
+        qt_err_emit("", qt_err_state.last);
     return code;
 }
 
@@ -41,7 +63,7 @@ void qt_note(const char *fmt, ...)
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     if (!qt_err_state.quiet)
-        fprintf(stderr, "qtrain: %snote: %s\n", qt_err_state.prefix, line);
+        qt_err_emit("note: ", line);
     /* appended (one per line, truncated when full) so a test sees every note of a call */
     size_t used = strlen(qt_err_state.note);
     snprintf(qt_err_state.note + used, sizeof qt_err_state.note - used, "%s\n", line);
