@@ -8,10 +8,10 @@
  *    with v >= 0, before the first byte is written into the arena;
  *  - tensor order on disk is plan parameter order, pieces in ckpt_map.c order, regions
  *    params then optimizer.m then optimizer.v, so equal arenas give identical files.
- * A load= directory or *.index.json (Hugging Face sharded checkpoint) goes to
- * ckpt_shards.c, which keeps the same all-or-nothing contract over several files; it is
- * refused for plans whose parameters are sharded over ranks (experts under expert
- * parallelism), which need the single-file path.
+ * A load= directory or *.index.json (Hugging Face sharded checkpoint, qtrain's save=DIR
+ * with its optimizer index beside it) goes to ckpt_shards.c, which keeps the same
+ * all-or-nothing contract over several files, on any mesh; a save= directory is written by
+ * ckpt_dir.c (every rank writes its shards), a save= *.safetensors file here.
  * Checkpoints with optimizer state carry "format":"qtrain-1"; weight-only files carry
  * "format":"pt" because transformers refuses safetensors files with another format.
  *

@@ -27,8 +27,9 @@
  * metadata when the optimizer state was loaded with it, else 0; they may be NULL.
  * `path` may also be a Hugging Face sharded checkpoint: a *.safetensors.index.json file or
  * a directory holding model.safetensors.index.json (else exactly one *.safetensors file).
- * Shards are validated against the index and the plan before any byte is written; they
- * never restore optimizer state (ckpt_shards.c, limits in st_index.h). */
+ * Shards are validated against the index and the plan before any byte is written; the
+ * moments come from optimizer.safetensors.index.json beside the index when its state hash
+ * is this plan's (ckpt_shards.c, limits in st_index.h). */
 int qt_checkpoint_load(const qt_plan *p, const char *path, int want_optimizer,
                        int64_t *step_out, int64_t *data_pos_out);
 
