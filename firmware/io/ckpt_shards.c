@@ -18,6 +18,9 @@
  *    map, only when the moments are wanted and its state hash is this plan's; the model
  *    index and it must name the same step, and so must every shard of a qtrain checkpoint
  *    (a shard of another save is refused);
+ *  - on a mesh a rank checks the values of, and reads, only the pieces that overlap the
+ *    global span of its own part (qt_ckpt_part_span); every shard's header is still
+ *    checked by every rank, so a missing or truncated shard stops every rank;
  *  - pass 2 copies parameter by parameter (each tensor into the staging region and from
  *    there to this rank's part on a mesh, ckpt_gather.c), so the pieces of one parameter
  *    may live in several shards; it re-checks each tensor's dtype and shape: a shard
@@ -40,6 +43,7 @@
 
 #define QT_MARK_PLAN 1u
 #define QT_MARK_SEEN 2u
+#define QT_CS_MAX_PARAMS 8192   /* parameters with a recorded part span; beyond: read all */
 
 static struct {
     char name[QT_ST_NAME_MAX + 16];
@@ -48,6 +52,11 @@ static struct {
     int32_t n_parts;               /* 1 = parameters, 3 = with the moments */
     const char *step;              /* the index's "step" (qtrain checkpoints), or NULL */
     qt_hash64_state ident;         /* over the shards' XXH64s, in shard order (pass 1) */
+    /* global element span of this rank's part of parameter i, per part (qt_ckpt_part_span):
+     * pieces outside it hold nothing this rank keeps, so their data is neither checked
+     * nor read (other ranks' experts and optimizer blocks) */
+    int64_t lo[3][QT_CS_MAX_PARAMS], hi[3][QT_CS_MAX_PARAMS];
+    int64_t n_pieces, n_skipped;
 } qt_cs;
 
 static const char *const qt_cs_prefix[3] = {"", QT_CKPT_OPT_M, QT_CKPT_OPT_V};
@@ -71,6 +80,18 @@ static int32_t qt_cs_entry(const qt_plan *p, int32_t part, int32_t i, int32_t k,
     qt_ckpt_piece_at(p, i, fused, k, pc);
     snprintf(qt_cs.name, sizeof qt_cs.name, "%s%s", qt_cs_prefix[part], pc->name);
     return qt_sx_find(qt_cs.name);
+}
+
+/* 1 if piece pc of parameter i (part) may hold an element of this rank's part: row pieces
+ * are tested against the span, other layouts (whole tensors, permuted rows) count whole. */
+static int qt_cs_needed(const qt_ckpt_piece *pc, int32_t part, int32_t i)
+{
+    if (i >= QT_CS_MAX_PARAMS) return 1;
+    const int64_t lo = qt_cs.lo[part][i], hi = qt_cs.hi[part][i];
+    if (lo > hi) return 0;
+    if (pc->kind != QT_MAP_ROWS) return 1;
+    const int64_t a = pc->row0 * pc->row_len, b = a + pc->rows * pc->row_len - 1;
+    return b >= lo && a <= hi;
 }
 
 /* Every plan piece must be listed; listed tensors must be plan pieces or skippable. */
@@ -159,7 +180,8 @@ static int qt_cs_check_shard(const qt_plan *p, int32_t s, const char *index)
                 if (!t)
                     rc = qt_fail(QT_E_MISMATCH, "%s: the index maps tensor %s to shard %s, "
                                  "which does not contain it", index, qt_cs.name, qt_cs.shard);
-                else if (!(rc = qt_ckpt_check_tensor(&pc, t, qt_cs.shard, qt_cs.name)))
+                else if (!(rc = qt_ckpt_check_tensor(&pc, t, qt_cs.shard, qt_cs.name)) &&
+                         qt_cs_needed(&pc, part, i))
                     rc = qt_ckpt_check_values(h, t, qt_cs.shard, qt_cs.name, part == 2);
             }
     qt_st_close(h);
@@ -181,6 +203,11 @@ static int qt_cs_copy(const qt_plan *p, const char *index, int *h, int32_t *open
                     break;
                 if (e < 0)
                     return qt_fail(QT_E_IO, "%s: index changed during the load", index);
+                qt_cs.n_pieces++;
+                if (!qt_cs_needed(&pc, part, i)) {
+                    qt_cs.n_skipped++;
+                    continue;
+                }
                 if (qt_sx_shard(e) != *open_s) {
                     if (*open_s >= 0)
                         qt_st_close(*h);
@@ -256,6 +283,10 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
         return rc;
     if ((rc = qt_cs_check_names(p, index, &n_mtp, &n_other)))
         return rc;
+    for (int32_t part = 0; part < qt_cs.n_parts; part++)
+        for (int32_t i = 0; i < p->n_params && i < QT_CS_MAX_PARAMS; i++)
+            qt_ckpt_part_span(p, qt_cs_src[part], i, &qt_cs.lo[part][i], &qt_cs.hi[part][i]);
+    qt_cs.n_pieces = qt_cs.n_skipped = 0;
     qt_hash64_init(&qt_cs.ident);
     for (int32_t s = 0; s < qt_sx_shards(); s++)
         if ((rc = qt_cs_check_shard(p, s, index)))
@@ -274,6 +305,10 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
     rc = qt_cs_copy(p, index, &h, &open_s);
     if (open_s >= 0)
         qt_st_close(h);
+    if (!rc && qt_cs.n_skipped)
+        qt_note("%s: %lld of %lld tensors hold only other ranks' parts (experts, optimizer "
+                "blocks): not read", index, (long long)qt_cs.n_skipped,
+                (long long)qt_cs.n_pieces);
     if (!rc) {
         qt_ckpt_ident *id = qt_ckpt_ident_mut();
         const char *dh = qt_sx_meta(0, "data_hash");

@@ -176,6 +176,24 @@ int qt_ckpt_gather(const qt_plan *p, int src, int32_t i, const float **out)
     return QT_OK;
 }
 
+void qt_ckpt_part_span(const qt_plan *p, int src, int32_t i, int64_t *lo, int64_t *hi)
+{
+    const qt_tensor *t = &p->tensors[p->params[i].tensor];
+    *lo = 0;
+    *hi = qt_ckg_global_numel(t) - 1;
+    if (!qt_ckg_mask(p, src, i)) return;
+    int64_t j0, n;
+    float *part;
+    qt_ckg_part(p, src, i, &j0, &n, &part);
+    *lo = INT64_MAX;
+    *hi = -1;
+    for (int64_t j = 0; j < n; j++) {
+        const int64_t g = qt_global_index(p, t, j0 + j);
+        if (g < *lo) *lo = g;
+        if (g > *hi) *hi = g;
+    }
+}
+
 float *qt_ckpt_scatter_dst(const qt_plan *p, int src, int32_t i)
 {
     return qt_ckg_mask(p, src, i) ? qt_ckg_f32(p, p->staging_offset) : qt_ckg_in_place(p, src, i);

@@ -57,6 +57,10 @@ int qt_ckpt_gather(const qt_plan *p, int src, int32_t i, const float **out);
  * _ADAM_M, _ADAM_V) is to be written: the region itself when this rank holds it globally,
  * else the staging region. Then call qt_ckpt_scatter_done. */
 float *qt_ckpt_scatter_dst(const qt_plan *p, int src, int32_t i);
+/* The smallest (*lo) and largest (*hi) global element index of this rank's part of
+ * (src, i): a loader need not read file data outside [lo, hi]. The whole tensor when the
+ * rank holds it globally; *lo > *hi when it holds none of it. One pass over the part. */
+void qt_ckpt_part_span(const qt_plan *p, int src, int32_t i, int64_t *lo, int64_t *hi);
 void qt_ckpt_scatter_done(const qt_plan *p, int src, int32_t i);
 
 #endif
