@@ -40,6 +40,7 @@
 #include "st_index.h"
 #include "qt_hash64.h"
 #include "runtime/qt_ckpt_gather.h"
+#include "comm/qt_coll.h"
 
 #define QT_MARK_PLAN 1u
 #define QT_MARK_SEEN 2u
@@ -146,10 +147,14 @@ static int qt_cs_check_shard(const qt_plan *p, int32_t s, const char *index)
     int h, rc;
     if ((rc = qt_cs_open(s, &h)))
         return rc;
-    uint64_t fh = qt_st_hash(h);
-    unsigned char le[8];
-    for (int b = 0; b < 8; b++) le[b] = (unsigned char)(fh >> (8 * b));
-    qt_hash64_update(&qt_cs.ident, le, 8);
+    /* the content identity is for the run manifest, which world rank 0 writes: hashing a
+     * shard reads all of it, so the other ranks (which read only their parts) skip it */
+    if (p->n_ranks <= 1 || qt_comm_group_index(QT_COLL_ALL) == 0) {
+        uint64_t fh = qt_st_hash(h);
+        unsigned char le[8];
+        for (int b = 0; b < 8; b++) le[b] = (unsigned char)(fh >> (8 * b));
+        qt_hash64_update(&qt_cs.ident, le, 8);
+    }
     const char *st = qt_st_meta(h, "step");
     if (qt_cs.step && (!st || strcmp(st, qt_cs.step)))
         rc = qt_fail(QT_E_MISMATCH, "%s: shard %s is from step %s, the index from step %s "

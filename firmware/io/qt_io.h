@@ -71,7 +71,9 @@ typedef struct qt_ckpt_ident {
     int loaded;                /* a load succeeded */
     uint64_t content_hash;     /* a file: XXH64 of its bytes (`xxhsum -H1`); a directory:
                                   XXH64 over the XXH64 values (8 bytes each, little-endian)
-                                  of the shards it read, in the index's shard order */
+                                  of the shards it read, in the index's shard order
+                                  (on a mesh computed by world rank 0 only, which writes
+                                  the manifest; other ranks leave the hash of nothing) */
     char data_hash[24];        /* metadata "data_hash" ("0x" + 16 hex), "" when absent */
     int n_files;               /* safetensors files hashed */
 } qt_ckpt_ident;
