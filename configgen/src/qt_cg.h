@@ -289,6 +289,9 @@ void qt_cg_layout_declare(qt_cg_graph *g, int32_t from, int lax, const char *rea
  * axes declare (t.spec), unless its layer declared the reshard. shard_mode=explicit: an
  * undeclared difference is an error naming the layer, op, tensor, declared and executed
  * layouts; auto: differences are propagated, and counted in *n_reshards (may be NULL). */
+/* 1 if activation ct is held otherwise than its logical axes declare (not a parameter
+ * or scratch, and its execution layout differs from its spec in some dim). */
+int qt_cg_held_otherwise(const qt_cg_tensor *ct);
 int qt_cg_layout_check(const qt_cg_graph *g, int *n_reshards, char *err, size_t errlen);
 /* "(data,fsdp),-,tensor" for a per-dim layout. */
 void qt_cg_layout_name(const uint8_t *lay, int ndim, char *buf, size_t n);

@@ -63,16 +63,22 @@ void qt_cg_layout_name(const uint8_t *lay, int ndim, char *buf, size_t n)
     }
 }
 
+int qt_cg_held_otherwise(const qt_cg_tensor *ct)
+{
+    const qt_tensor *t = &ct->t;
+    if (t->role == QT_ROLE_PARAM || t->role == QT_ROLE_SCRATCH) return 0;
+    int differs = 0;
+    for (int d = 0; d < t->ndim; d++) differs |= ct->exec[d] != t->spec[d];
+    return differs;
+}
+
 int qt_cg_layout_check(const qt_cg_graph *g, int *n_reshards, char *err, size_t errlen)
 {
     int count = 0;
     for (int32_t i = 0; i < g->nt; i++) {
         const qt_cg_tensor *ct = &g->ts[i];
         const qt_tensor *t = &ct->t;
-        if (t->role == QT_ROLE_PARAM || t->role == QT_ROLE_SCRATCH) continue;
-        int differs = 0;
-        for (int d = 0; d < t->ndim; d++) differs |= ct->exec[d] != t->spec[d];
-        if (!differs) continue;
+        if (!qt_cg_held_otherwise(ct)) continue;
         count++;
         if (g->s->shard_mode != 1 || ct->reshard) continue;
         char want[160], got[160];

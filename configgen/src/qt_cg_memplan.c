@@ -263,8 +263,7 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
 
 int qt_cg_tree_level_compact(const qt_cg_graph *g, int l)
 {
-    return g->n_mb_levels > 0 && l >= g->n_tree_levels - g->n_mb_levels &&
-           l < g->n_tree_levels - 1;
+    return qt_tree_level_compact(g->n_tree_levels, g->n_mb_levels, l);
 }
 
 /* The flat regions: the tree levels the step's leaf count needs, the gradient region being

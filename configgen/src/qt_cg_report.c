@@ -451,10 +451,7 @@ static void layout_section(qt_cg_buf *b, const qt_cg_graph *g)
     for (int i = 0; i < g->nt; i++) {
         const qt_cg_tensor *ct = &g->ts[i];
         const qt_tensor *t = &ct->t;
-        if (t->role == QT_ROLE_PARAM || t->role == QT_ROLE_SCRATCH) continue;
-        int differs = 0;
-        for (int d = 0; d < t->ndim; d++) differs |= ct->exec[d] != t->spec[d];
-        if (!differs) continue;
+        if (!qt_cg_held_otherwise(ct)) continue;
         char want[160], got[160];
         qt_cg_layout_name(t->spec, t->ndim, want, sizeof want);
         qt_cg_layout_name(ct->exec, t->ndim, got, sizeof got);

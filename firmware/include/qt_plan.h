@@ -246,6 +246,14 @@ typedef struct qt_plan {
     const qt_collective *collectives;
 } qt_plan;
 
+/* 1 if tree level l of a plan with these level counts is a compact microbatch-tree level
+ * (below that tree's top: this rank's reduce blocks only, mb_elems floats; see
+ * tree_offset). The one rule for configgen's layout and report and the firmware's checks. */
+static inline int qt_tree_level_compact(int32_t n_tree_levels, int32_t n_mb_levels, int l)
+{
+    return n_mb_levels > 0 && l >= n_tree_levels - n_mb_levels && l < n_tree_levels - 1;
+}
+
 /* Execution context handed to op wrappers: the plan, its arena, and who this rank is on
  * the mesh (everything rank-specific derives from these at start-up). Collectives reach
  * their communicators through the comm layer by group mask (firmware/comm/qt_coll.h);

@@ -171,8 +171,7 @@ static int qt_runtime_check_regions(const qt_plan *p)
                        "ranges' reduce blocks need %lld", p->run_name, (long long)p->mb_elems,
                        (long long)mb_elems);
     for (int l = 0; l < p->n_tree_levels; l++, n++) {
-        const int compact = p->n_mb_levels > 0 && l >= p->n_tree_levels - p->n_mb_levels &&
-                            l < p->n_tree_levels - 1;
+        const int compact = qt_tree_level_compact(p->n_tree_levels, p->n_mb_levels, l);
         off[n] = p->tree_offset[l];
         elems[n] = compact ? p->mb_elems : p->n_flat;
         what[n] = compact ? "compact microbatch-tree level" : "tree level";

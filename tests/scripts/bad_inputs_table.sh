@@ -145,7 +145,7 @@ ulimit_run() { ( ulimit -v 1000000; exec "$@" ); }
 row "memory" "bench qtrain under ulimit -v 1000000 (arena 2 GiB)" "$E40: memory: an arena beyond RLIMIT_AS" ulimit_run build/bench/qtrain steps=1
 row "memory" "bench qtrain-static under ulimit -v 1000000" "$E40: memory: an arena beyond RLIMIT_AS" ulimit_run build/bench/qtrain-static steps=1
 row "training" "learning_rate=1e30 save=$W/div.safetensors" "$E40: training: a non-finite loss" $Q steps=3 data=$T learning_rate=1e30 save=$W/div.safetensors
-mpi_first() {  # mpiexec -n 2 CMD; passes on rank 0's stderr only (each rank writes its own)
+mpi_first() {  # CMD on 2 ranks (under timeout); passes on rank 0's stderr only (each rank writes its own)
   rm -f $W/mpi.err.*
   timeout 60 mpiexec -n 2 sh -c 'exec "$0" "$@" 2> '"$W"'/mpi.err.$PMI_RANK' "$@"
   local rc=$?
