@@ -129,7 +129,8 @@ typedef struct qt_cg_rule {
 } qt_cg_rule;
 
 enum qt_cg_remat_policy { QT_CG_REMAT_NONE = 0, QT_CG_REMAT_FULL, QT_CG_REMAT_SAVE_DOT };
-enum qt_cg_grad_reduce { QT_CG_REDUCE_AUTO = 0, QT_CG_REDUCE_STEP, QT_CG_REDUCE_MICROBATCH };
+enum qt_cg_grad_reduce { QT_CG_REDUCE_AUTO = 0, QT_CG_REDUCE_STEP, QT_CG_REDUCE_MICROBATCH,
+                         QT_CG_REDUCE_LAYER };
 
 typedef struct qt_cg_settings {
     char run_name[128];
@@ -215,6 +216,9 @@ typedef struct qt_cg_graph {
     int32_t n_mb_levels;       /* microbatch tree levels (qt_plan.h), 0 for one tree */
     int reduce_per_mb;         /* 1: reduce-scatter after each microbatch (n_mb_levels > 0
                                   on meshes with batch axes); chosen by qt_cg_plan_build */
+    int layer_reduce;          /* 1 (with reduce_per_mb): per layer, inside the microbatch
+                                  schedule (qt_plan.layer_reduce); chosen by qt_cg_plan_build */
+    int grads_compact;         /* qt_plan.grads_compact (qt_cg_memplan.c decides) */
     qt_collective *coll;       /* the collectives the step schedule names (names owned) */
     int n_reshards;            /* activations held otherwise than declared (qt_cg_layout.c) */
     int ncoll, capcoll;
@@ -230,8 +234,9 @@ typedef struct qt_cg_graph {
     int32_t tokens, targets, loss_seq, lb_seq, table;
     /* layout (qt_cg_memplan.c) */
     int64_t n_param_elems, n_flat, adam_elems;
-    int32_t n_ranges;
-    qt_flat_range ranges[QT_MAX_RANGES];
+    int32_t n_ranges, capranges;
+    qt_flat_range *ranges;
+    int64_t leaf_elems;        /* floats per leaf-tree level (qt_plan.leaf_elems) */
     int64_t params_offset, grads_offset, adam_m_offset, adam_v_offset;
     int64_t comm_scratch_offset, comm_scratch_elems;
     int64_t staging_offset, staging_elems;     /* checkpoint staging (multi-rank only) */
@@ -304,6 +309,11 @@ int qt_cg_remat(qt_cg_graph *g, char *err, size_t errlen);
 /* 1 if tree level l is a compact microbatch-tree level (below that tree's top: only this
  * rank's reduce blocks, mb_elems floats); see qt_plan.tree_offset. */
 int qt_cg_tree_level_compact(const qt_cg_graph *g, int l);
+/* Leaves of parameter p's leaf tree: its leaves per step, or per microbatch when a
+ * microbatch tree follows (n_mb_levels > 0). */
+int64_t qt_cg_tree_leaves(const qt_cg_graph *g, int p);
+/* Floats of tree level l (qt_plan.h qt_tree_level_elems). */
+int64_t qt_cg_tree_level_elems(const qt_cg_graph *g, int l);
 /* The per-rank budget in bytes (0 = none) and its check: 0, or -1 with an error naming
  * the budget, the excess and the biggest consumers by category and tensor (qt_cg_budget.c). */
 int64_t qt_cg_budget_bytes(const qt_cg_settings *s);

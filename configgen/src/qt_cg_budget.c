@@ -73,7 +73,7 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
     if (budget <= 0 || g->arena_bytes <= budget) return 0;
     int64_t tree = 0;
     for (int l = 0; l < g->n_tree_levels; l++)
-        tree += qt_cg_tree_level_compact(g, l) ? 4 * g->mb_elems : 4 * g->n_flat;
+        tree += 4 * qt_cg_tree_level_elems(g, l);
     qt_cg_use cat[] = {
         {"params (compute copy)", 4 * g->n_flat},
         {"adam m + v", 8 * g->adam_elems},

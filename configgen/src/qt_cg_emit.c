@@ -129,16 +129,26 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
     qt_cg_buf_printf(b, "static const qt_param qt_params_%s[%d] = {\n", c, g->np);
     for (int i = 0; i < g->np; i++) {
         const qt_param *p = &g->ps[i];
-        qt_cg_buf_printf(b, "    /* %d */ {\"%s\", %d, %lldll, %lldll, %s, %s, %s, %s, %d, %lldll},\n",
-                         i, p->name, p->tensor, (long long)p->flat_offset, (long long)p->numel,
-                         init_names[p->init], flit(f[0], p->init_scale), flit(f[1], p->init_lo),
-                         flit(f[2], p->init_hi), p->layer, (long long)p->leaves);
+        qt_cg_buf_printf(b, "    /* %d */ {\"%s\", %d, %lldll, %lldll, %s, %s, %s, %s, %d, %lldll, "
+                         "%lldll},\n", i, p->name, p->tensor, (long long)p->flat_offset,
+                         (long long)p->numel, init_names[p->init], flit(f[0], p->init_scale),
+                         flit(f[1], p->init_lo), flit(f[2], p->init_hi), p->layer,
+                         (long long)p->leaves, (long long)p->leaf_offset);
     }
     qt_cg_buf_printf(b, "};\n\n");
     emit_ops(b, g, "init_ops", g->init, g->ninit);
     emit_ops(b, g, "mb_ops", g->mb, g->nmb);
     emit_ops(b, g, "step_ops", g->step, g->nstep);
     if (g->nmbend) emit_ops(b, g, "mbend_ops", g->mbend, g->nmbend);
+    qt_cg_buf_printf(b, "static const qt_flat_range qt_ranges_%s[%d] = {\n", c, g->n_ranges);
+    for (int i = 0; i < g->n_ranges; i++) {
+        const qt_flat_range *r = &g->ranges[i];
+        qt_cg_buf_printf(b, "    /* %d */ {%lldll, %lldll, 0x%x, 0x%x, 0x%x, %lldll, %lldll, %lldll},\n",
+                         i, (long long)r->lo, (long long)r->n, (unsigned)r->reduce_mask,
+                         (unsigned)r->opt_mask, (unsigned)r->hold_mask, (long long)r->adam_lo,
+                         (long long)r->mb_lo, (long long)r->leaf_lo);
+    }
+    qt_cg_buf_printf(b, "};\n\n");
     static const char *const coll_kinds[QT_COLL_KIND_COUNT] = {
         "QT_COLL_ALL_GATHER", "QT_COLL_REDUCE_SCATTER", "QT_COLL_ALL_TO_ALL", "QT_COLL_BROADCAST"};
     if (g->ncoll) {
@@ -202,15 +212,7 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
     if (g->staging_elems) /* multi-rank only: one-rank plan.c files stay as they were */
         qt_cg_buf_printf(b, "    .staging_offset = %lldll,\n    .staging_elems = %lldll,\n",
                          (long long)g->staging_offset, (long long)g->staging_elems);
-    qt_cg_buf_printf(b, "    .n_ranges = %d,\n    .ranges = {", g->n_ranges);
-    for (int i = 0; i < g->n_ranges; i++) {
-        const qt_flat_range *r = &g->ranges[i];
-        qt_cg_buf_printf(b, "%s{%lldll, %lldll, 0x%x, 0x%x, 0x%x, %lldll, %lldll}", i ? ", " : "",
-                         (long long)r->lo, (long long)r->n, (unsigned)r->reduce_mask,
-                         (unsigned)r->opt_mask, (unsigned)r->hold_mask, (long long)r->adam_lo,
-                         (long long)r->mb_lo);
-    }
-    qt_cg_buf_printf(b, "},\n");
+    qt_cg_buf_printf(b, "    .n_ranges = %d,\n    .ranges = qt_ranges_%s,\n", g->n_ranges, c);
     qt_cg_buf_printf(b, "    .n_param_elems = %lldll,\n    .params_offset = %lldll,\n"
                      "    .grads_offset = %lldll,\n    .adam_m_offset = %lldll,\n"
                      "    .adam_v_offset = %lldll,\n    .n_tree_levels = %d,\n    .tree_offset = {",
@@ -219,7 +221,11 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
                      (long long)g->adam_v_offset, g->n_tree_levels);
     for (int i = 0; i < QT_MAX_TREE_LEVELS; i++)
         qt_cg_buf_printf(b, "%s%lldll", i ? ", " : "", (long long)g->tree_offset[i]);
-    qt_cg_buf_printf(b, "},\n    .mb_elems = %lldll,\n", (long long)g->mb_elems);
+    qt_cg_buf_printf(b, "},\n    .mb_elems = %lldll,\n    .leaf_elems = %lldll,\n",
+                     (long long)g->mb_elems, (long long)g->leaf_elems);
+    if (g->grads_compact || g->layer_reduce)
+        qt_cg_buf_printf(b, "    .grads_compact = %d,\n    .layer_reduce = %d,\n", g->grads_compact,
+                         g->layer_reduce);
     qt_cg_buf_printf(b, "    .leaf_scratch_offset = %lldll,\n    .leaf_scratch_elems = %lldll,\n",
                      (long long)g->leaf_scratch_offset, (long long)g->leaf_scratch_elems);
     qt_cg_buf_printf(b, "    .tokens = %d,\n    .targets = %d,\n    .loss_seq = %d,\n"
@@ -229,6 +235,8 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
     if (g->nmbend)
         qt_cg_buf_printf(b, "    .n_mb_levels = %d,\n    .n_mbend_ops = %d,\n"
                          "    .mbend_ops = qt_mbend_ops_%s,\n", g->n_mb_levels, g->nmbend, c);
+    else if (g->n_mb_levels)
+        qt_cg_buf_printf(b, "    .n_mb_levels = %d,\n", g->n_mb_levels);
     qt_cg_buf_printf(b, "    .n_step_ops = %d,\n    .step_ops = qt_step_ops_%s,\n", g->nstep, c);
     if (g->ncoll)
         qt_cg_buf_printf(b, "    .n_collectives = %d,\n    .collectives = qt_collectives_%s,\n};\n",

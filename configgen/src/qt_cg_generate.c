@@ -71,11 +71,17 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
     if (qt_cg_remat(g, err, errlen)) return -1;
     /* gradient_reduce: the step form (one reduce-scatter after the microbatches) unless
      * expert parallelism needs the microbatch form, or auto finds the step form's
-     * parameter-sized tree levels over the budget; the bits are the same */
-    g->reduce_per_mb = s->grad_reduce == QT_CG_REDUCE_MICROBATCH || s->mesh[QT_MESH_EXPERT] > 1;
+     * parameter-sized tree levels over the budget (then the microbatch form, then the
+     * per-layer form with layer-sized leaf levels); the bits are the same */
+    const int layer = s->grad_reduce == QT_CG_REDUCE_LAYER && s->batch_mask;
+    g->reduce_per_mb = layer || s->grad_reduce == QT_CG_REDUCE_MICROBATCH ||
+                       s->mesh[QT_MESH_EXPERT] > 1;
+    g->layer_reduce = layer;
     if (qt_cg_memplan(g, err, errlen)) return -1;
-    if (s->grad_reduce == QT_CG_REDUCE_AUTO && !g->reduce_per_mb && s->batch_mask &&
-        qt_cg_budget_bytes(s) > 0 && g->arena_bytes > qt_cg_budget_bytes(s)) {
+    const int64_t budget = qt_cg_budget_bytes(s);
+    for (int form = 0; form < 2 && s->grad_reduce == QT_CG_REDUCE_AUTO && s->batch_mask &&
+                       budget > 0 && g->arena_bytes > budget && !g->layer_reduce; form++) {
+        if (g->reduce_per_mb) g->layer_reduce = 1;
         g->reduce_per_mb = 1;
         if (qt_cg_memplan(g, err, errlen)) return -1;
     }

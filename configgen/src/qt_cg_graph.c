@@ -757,6 +757,7 @@ void qt_cg_graph_free(qt_cg_graph *g)
     free(g->layer_t0);
     free(g->layer_t1);
     free(g->bwd_src);
+    free(g->ranges);
     for (int i = 0; i < g->ncoll; i++) free((char *)g->coll[i].name);
     free(g->coll);
     memset(g, 0, sizeof *g);

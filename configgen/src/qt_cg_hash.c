@@ -34,7 +34,10 @@ uint64_t qt_cg_hash(const qt_cg_graph *g)
     p.opt_mask = s->opt_mask;
     p.adam_elems = g->adam_elems;
     p.n_ranges = g->n_ranges;
-    memcpy(p.ranges, g->ranges, sizeof p.ranges);
+    p.ranges = g->ranges;
+    p.leaf_elems = g->leaf_elems;
+    p.grads_compact = g->grads_compact;
+    p.layer_reduce = g->layer_reduce;
     p.comm_scratch_offset = g->comm_scratch_offset;
     p.comm_scratch_elems = g->comm_scratch_elems;
     p.staging_offset = g->staging_offset;

@@ -89,6 +89,105 @@ static int overlap_life(const qt_cg_tensor *a, const qt_cg_tensor *b)
     return a->first <= b->last && b->first <= a->last;
 }
 
+/* Segment of parameter p for the flat ranges: everything in one segment, or with per-layer
+ * reduction its decoder layer, and a segment of its own for each parameter outside the
+ * layers (embedding, final norm, head: their gradients complete at different times). */
+static int64_t segment_of(const qt_cg_graph *g, int p)
+{
+    if (!g->layer_reduce) return 0;
+    return g->ps[p].layer >= 0 ? g->ps[p].layer : g->s->m.n_layers + p;
+}
+
+static qt_flat_range *new_range(qt_cg_graph *g)
+{
+    g->ranges = qt_cg_grow(g->ranges, &g->capranges, g->n_ranges + 1, sizeof *g->ranges);
+    qt_flat_range *r = &g->ranges[g->n_ranges++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+/* Per-layer reduction: right after the last WGRAD op of each flat range's parameters, the
+ * range's leaf-tree total (GRAD_MB_TOTAL), its reduce-scatter over the range's reduction
+ * group (a COLLECTIVE whose a0 is -1 - range until qt_cg_step_schedule creates it) and
+ * its push into the microbatch tree (GRAD_MB_PUSH). STEP ops left by an earlier call are
+ * dropped first. live[2r], live[2r+1]: the op indices (new schedule) of the range's first
+ * WGRAD and of its push: the window of its leaf-tree levels is busy in between. */
+static void insert_range_reduces(qt_cg_graph *g, int64_t *live)
+{
+    int n = 0;
+    for (int o = 0; o < g->nmb; o++)
+        if (qt_cg_op_class(g->mb[o].kind) != QT_OPC_STEP) g->mb[n++] = g->mb[o];
+    g->nmb = n;
+    int *last = qt_cg_alloc((size_t)g->n_ranges * sizeof *last);
+    int *range_of = qt_cg_alloc((size_t)(g->np ? g->np : 1) * sizeof *range_of);
+    for (int r = 0; r < g->n_ranges; r++) last[r] = -1;
+    for (int p = 0; p < g->np; p++)
+        for (int r = 0; r < g->n_ranges; r++)
+            if (g->ps[p].flat_offset >= g->ranges[r].lo &&
+                g->ps[p].flat_offset < g->ranges[r].lo + g->ranges[r].n)
+                range_of[p] = r;
+    for (int o = 0; o < n; o++) {
+        if (!(g->mb[o].flags & QT_OPF_WGRAD)) continue;
+        for (int k = 0; k < 2; k++)
+            if (g->mb[o].a[8 + k] >= 0) last[range_of[g->mb[o].a[8 + k]]] = o;
+    }
+    qt_op *old = g->mb;
+    int cap = n + 3 * g->n_ranges;
+    g->mb = qt_cg_alloc((size_t)cap * sizeof *g->mb);
+    g->capmb = cap;
+    g->nmb = 0;
+    for (int r = 0; r < 2 * g->n_ranges; r++) live[r] = -1;
+    for (int o = 0; o < n; o++) {
+        g->mb[g->nmb++] = old[o];
+        if (old[o].flags & QT_OPF_WGRAD)
+            for (int k = 0; k < 2; k++) {
+                const int64_t pi = old[o].a[8 + k];
+                if (pi >= 0 && live[2 * range_of[pi]] < 0) live[2 * range_of[pi]] = g->nmb - 1;
+            }
+        for (int r = 0; r < g->n_ranges; r++) {
+            if (last[r] != o) continue;
+            const int kinds[3] = {QT_OP_GRAD_MB_TOTAL, QT_OP_COLLECTIVE, QT_OP_GRAD_MB_PUSH};
+            for (int k = 0; k < 3; k++) {
+                if (kinds[k] == QT_OP_COLLECTIVE && !g->ranges[r].reduce_mask) continue;
+                qt_op *q = &g->mb[g->nmb++];
+                memset(q, 0, sizeof *q);
+                q->kind = (uint16_t)kinds[k];
+                for (int t = 0; t < QT_OP_MAX_T; t++) q->t[t] = QT_NONE;
+                q->a[0] = kinds[k] == QT_OP_COLLECTIVE ? -1 - r : r;
+                q->a[1] = kinds[k] == QT_OP_COLLECTIVE ? 0 : r + 1;
+            }
+            live[2 * r + 1] = g->nmb - 1;
+        }
+    }
+    free(old);
+    free(last);
+    free(range_of);
+}
+
+/* Places each range's window in the leaf-tree levels: first fit, in range order, avoiding
+ * the windows of ranges live at the same time; returns the levels' extent. */
+static int64_t place_windows(qt_cg_graph *g, const int64_t *live)
+{
+    int64_t extent = 0;
+    for (int r = 0; r < g->n_ranges; r++) {
+        int64_t cand = 0;
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (int q = 0; q < r; q++) {
+                const int overlap_t = live[2 * q] <= live[2 * r + 1] && live[2 * r] <= live[2 * q + 1];
+                const qt_flat_range *u = &g->ranges[q];
+                if (overlap_t && cand < u->leaf_lo + u->n && u->leaf_lo < cand + g->ranges[r].n) {
+                    cand = u->leaf_lo + u->n;
+                    moved = 1;
+                }
+            }
+        }
+        g->ranges[r].leaf_lo = cand;
+        if (cand + g->ranges[r].n > extent) extent = cand + g->ranges[r].n;
+    }
+    return extent;
+}
+
 int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
 {
     /* Flat parameter ranges, one per holding pattern: the mesh axes along which ranks hold
@@ -96,7 +195,8 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
      * expert's width over `tensor`); parameters every rank holds whole come first. Their
      * gradients reduce over the batch axes minus the holding axes. Each range is padded to
      * equal, 64-byte aligned blocks of its reduction group. One range (and the parameters in
-     * index order) on meshes without expert or tensor parallelism. */
+     * index order) on meshes without expert or tensor parallelism. With per-layer reduction
+     * the ranges are per (segment, holding pattern), segments in order of first parameter. */
     const qt_cg_settings *st = g->s;
     uint8_t *hold_of = qt_cg_alloc((size_t)(g->np ? g->np : 1));
     for (int p = 0; p < g->np; p++) {
@@ -106,45 +206,53 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
     }
     int64_t off = 0;
     g->n_ranges = 0;
-    for (int hold = 0; hold < 256; hold++) {
-        int any = 0;
-        for (int p = 0; p < g->np && !any; p++) any = hold_of[p] == hold;
-        if (!any && hold) continue;
-        if (g->n_ranges == QT_MAX_RANGES) {
-            free(hold_of);
-            return qt_cg_fail(err, errlen, "more than %d parameter holding patterns",
-                              QT_MAX_RANGES);
-        }
-        int64_t lo = off;
-        for (int p = 0; p < g->np; p++) {
-            if (hold_of[p] != hold) continue;
-            g->ps[p].flat_offset = off;
-            off += ALIGN_UP(g->ps[p].numel, 16);
-            if (off > ((int64_t)1 << 54)) {
-                free(hold_of);
-                return qt_cg_fail(err, errlen, "the parameters need more than 2^54 elements "
-                                  "(at %s), where the arena's byte offsets would overflow; "
-                                  "expected smaller model sizes", g->ts[g->ps[p].tensor].t.name);
+    for (int p0 = 0; p0 < g->np || (p0 == 0 && g->np == 0); p0++) {
+        /* a segment starts at its first parameter */
+        int first = 1;
+        for (int q = 0; q < p0 && first; q++) first = segment_of(g, q) != segment_of(g, p0);
+        if (!first) continue;
+        const int64_t seg = g->np ? segment_of(g, p0) : 0;
+        for (int hold = 0; hold < 256; hold++) {
+            int any = 0;
+            for (int p = 0; p < g->np && !any; p++) any = hold_of[p] == hold && segment_of(g, p) == seg;
+            if (!any && (hold || g->layer_reduce)) continue;
+            int64_t lo = off;
+            for (int p = 0; p < g->np; p++) {
+                if (hold_of[p] != hold || segment_of(g, p) != seg) continue;
+                g->ps[p].flat_offset = off;
+                off += ALIGN_UP(g->ps[p].numel, 16);
+                if (off > ((int64_t)1 << 54)) {
+                    free(hold_of);
+                    return qt_cg_fail(err, errlen, "the parameters need more than 2^54 elements "
+                                      "(at %s), where the arena's byte offsets would overflow; "
+                                      "expected smaller model sizes", g->ts[g->ps[p].tensor].t.name);
+                }
             }
+            qt_flat_range *r = new_range(g);
+            r->reduce_mask = (uint8_t)(st->batch_mask & ~hold);
+            r->opt_mask = (uint8_t)(st->opt_mask & r->reduce_mask);
+            r->hold_mask = (uint8_t)hold;
+            r->lo = lo;
+            off = lo + ALIGN_UP(off - lo, 16 * qt_cg_group_size(st, r->reduce_mask));
+            r->n = off - lo;
+            r->leaf_lo = lo;
         }
-        qt_flat_range *r = &g->ranges[g->n_ranges++];
-        r->reduce_mask = (uint8_t)(st->batch_mask & ~hold);
-        r->opt_mask = (uint8_t)(st->opt_mask & r->reduce_mask);
-        r->hold_mask = (uint8_t)hold;
-        r->lo = lo;
-        off = lo + ALIGN_UP(off - lo, 16 * qt_cg_group_size(st, r->reduce_mask));
-        r->n = off - lo;
     }
     free(hold_of);
-    /* Leaf scratch: the interpreter places one WGRAD op's parameter leaves back to back, so
-     * it needs the largest per-op sum (not the two largest parameters overall). */
-    int64_t leaf_need = 0;
-    for (int i = 0; i < g->nmb; i++) {
-        const qt_op *op = &g->mb[i];
-        if (!(op->flags & QT_OPF_WGRAD)) continue;
-        int64_t n = g->ps[op->a[8]].numel + (op->a[9] >= 0 ? g->ps[op->a[9]].numel : 0);
-        if (n > leaf_need) leaf_need = n;
+    /* the leaf-tree levels: the flat vector, or with per-layer reduction the ranges'
+     * windows (the reduce ops go into the schedule first: they bound the windows' use) */
+    g->leaf_elems = off;
+    if (g->layer_reduce) {
+        int64_t *live = qt_cg_alloc((size_t)(2 * g->n_ranges) * sizeof *live);
+        insert_range_reduces(g, live);
+        g->leaf_elems = place_windows(g, live);
+        free(live);
     }
+    for (int p = 0; p < g->np; p++)
+        for (int r = 0; r < g->n_ranges; r++)
+            if (g->ps[p].flat_offset >= g->ranges[r].lo &&
+                g->ps[p].flat_offset < g->ranges[r].lo + g->ranges[r].n)
+                g->ps[p].leaf_offset = g->ranges[r].leaf_lo + g->ps[p].flat_offset - g->ranges[r].lo;
     g->n_param_elems = 0;
     for (int p = 0; p < g->np; p++)
         if (g->ps[p].flat_offset + ALIGN_UP(g->ps[p].numel, 16) > g->n_param_elems)
@@ -177,20 +285,33 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
         return qt_cg_fail(err, errlen, "%lld sequences per step need %lld tree levels (1..%d)",
                           (long long)seqs, (long long)lv, QT_MAX_TREE_LEVELS);
     g->n_tree_levels = (int32_t)lv;
+    /* Leaf scratch: the interpreter places one WGRAD op's parameter leaves back to back, so
+     * it needs the largest per-op sum (not the two largest parameters overall) - over the
+     * ops whose trees have more than one leaf: a tree's only leaf is even, and even leaves
+     * are computed in place in level 0 (qt_tree.h). */
+    int64_t leaf_need = 0;
+    for (int i = 0; i < g->nmb; i++) {
+        const qt_op *op = &g->mb[i];
+        if (!(op->flags & QT_OPF_WGRAD) || qt_cg_tree_leaves(g, op->a[8]) < 2) continue;
+        int64_t n = g->ps[op->a[8]].numel + (op->a[9] >= 0 ? g->ps[op->a[9]].numel : 0);
+        if (n > leaf_need) leaf_need = n;
+    }
     /* The microbatch tree's levels below its top only ever hold this rank's reduce block
      * of each range (the reduce-scatter leaves nothing else): compact, 1/|group| each. The
-     * top level stays whole: it is the gradient region, addressed by flat index. */
+     * top level - the gradient region - is compact too when no rank needs more of the
+     * gradient than its reduce blocks (every range's optimizer group is its reduction
+     * group); else it stays whole, addressed by flat index. */
     g->mb_elems = 0;
+    g->grads_compact = g->n_mb_levels > 0;
     for (int i = 0; i < g->n_ranges; i++) {
         g->ranges[i].mb_lo = g->mb_elems;
         g->mb_elems += g->ranges[i].n / qt_cg_group_size(g->s, g->ranges[i].reduce_mask);
+        if (g->ranges[i].opt_mask != g->ranges[i].reduce_mask) g->grads_compact = 0;
     }
     int64_t at = flat0;
     for (int i = 0; i < QT_MAX_TREE_LEVELS; i++) {
         g->tree_offset[i] = i < lv ? at : 0;
-        if (i < lv)
-            at += qt_cg_tree_level_compact(g, i) ? ALIGN_UP(4 * g->mb_elems, (int64_t)QT_TENSOR_ALIGN)
-                                                 : region;
+        if (i < lv) at += ALIGN_UP(4 * qt_cg_tree_level_elems(g, i), (int64_t)QT_TENSOR_ALIGN);
     }
     g->grads_offset = g->tree_offset[lv - 1];
     g->leaf_scratch_offset = at;
@@ -261,9 +382,20 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
     return 0;
 }
 
+int64_t qt_cg_tree_leaves(const qt_cg_graph *g, int p)
+{
+    return g->n_mb_levels ? g->ps[p].leaves / g->s->tr.grad_accum : g->ps[p].leaves;
+}
+
 int qt_cg_tree_level_compact(const qt_cg_graph *g, int l)
 {
-    return qt_tree_level_compact(g->n_tree_levels, g->n_mb_levels, l);
+    return qt_tree_level_compact(g->n_tree_levels, g->n_mb_levels, g->grads_compact, l);
+}
+
+int64_t qt_cg_tree_level_elems(const qt_cg_graph *g, int l)
+{
+    if (qt_cg_tree_level_compact(g, l)) return g->mb_elems;
+    return l < g->n_tree_levels - g->n_mb_levels ? g->leaf_elems : g->n_flat;
 }
 
 /* The flat regions: the tree levels the step's leaf count needs, the gradient region being
@@ -312,7 +444,7 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
     lo[n] = g->comm_scratch_offset, hi[n] = lo[n] + 4 * g->comm_scratch_elems, n++;
     lo[n] = g->staging_offset, hi[n] = lo[n] + 4 * g->staging_elems, n++;
     for (int l = 0; l < lv; l++)
-        lo[n] = g->tree_offset[l], hi[n] = lo[n] + (qt_cg_tree_level_compact(g, l) ? 4 * g->mb_elems : pb), n++;
+        lo[n] = g->tree_offset[l], hi[n] = lo[n] + 4 * qt_cg_tree_level_elems(g, l), n++;
     for (int i = 0; i < n; i++) {
         if (lo[i] < 0 || lo[i] % QT_TENSOR_ALIGN || hi[i] > g->act_offset)
             return qt_cg_fail(err, errlen, "flat region [%lld, %lld) misaligned or not below "
@@ -327,12 +459,61 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
     return 0;
 }
 
+/* Per-layer reduction: every range is totalled, (reduce-scattered) and pushed exactly once
+ * per microbatch, after the last WGRAD of its parameters; the leaf windows of two ranges
+ * whose uses (first WGRAD .. push) overlap share no element. */
+static int check_windows(const qt_cg_graph *g, char *err, size_t errlen)
+{
+    if (!g->layer_reduce) return 0;
+    int64_t *live = qt_cg_alloc((size_t)(2 * g->n_ranges) * sizeof *live);
+    int rc = 0;
+    for (int r = 0; r < g->n_ranges; r++) live[2 * r] = live[2 * r + 1] = -1;
+    for (int o = 0; o < g->nmb && !rc; o++) {
+        const qt_op *op = &g->mb[o];
+        if (op->kind == QT_OP_GRAD_MB_PUSH) {
+            const int64_t r = op->a[0];
+            if (op->a[1] != r + 1 || r < 0 || r >= g->n_ranges || live[2 * r + 1] >= 0)
+                rc = qt_cg_fail(err, errlen, "microbatch op %d pushes ranges [%lld, %lld): "
+                                "expected one range, once", o, (long long)op->a[0],
+                                (long long)op->a[1]);
+            else live[2 * r + 1] = o;
+        }
+        if (!(op->flags & QT_OPF_WGRAD)) continue;
+        for (int k = 0; k < 2 && !rc; k++) {
+            const int64_t pi = op->a[8 + k];
+            if (pi < 0) continue;
+            for (int r = 0; r < g->n_ranges; r++) {
+                const qt_flat_range *u = &g->ranges[r];
+                if (g->ps[pi].flat_offset < u->lo || g->ps[pi].flat_offset >= u->lo + u->n) continue;
+                if (live[2 * r + 1] >= 0)
+                    rc = qt_cg_fail(err, errlen, "WGRAD op %d of %s runs after its range %d was "
+                                    "pushed", o, g->ps[pi].name, r);
+                if (live[2 * r] < 0) live[2 * r] = o;
+            }
+        }
+    }
+    for (int r = 0; r < g->n_ranges && !rc; r++) {
+        if (live[2 * r + 1] < 0)
+            rc = qt_cg_fail(err, errlen, "flat range %d is never pushed into the microbatch tree", r);
+        for (int q = 0; q < r && !rc; q++) {
+            const qt_flat_range *a = &g->ranges[q], *b = &g->ranges[r];
+            if (live[2 * q] <= live[2 * r + 1] && live[2 * r] <= live[2 * q + 1] &&
+                a->leaf_lo < b->leaf_lo + b->n && b->leaf_lo < a->leaf_lo + a->n)
+                rc = qt_cg_fail(err, errlen, "the leaf windows of flat ranges %d and %d overlap "
+                                "while both are in use", q, r);
+        }
+    }
+    free(live);
+    return rc;
+}
+
 int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen)
 {
     if (g->arena_bytes % QT_ARENA_ALIGN)
         return qt_cg_fail(err, errlen, "arena size %lld is not a multiple of 2 MiB",
                           (long long)g->arena_bytes);
     int rc = check_regions(g, err, errlen);
+    if (!rc) rc = check_windows(g, err, errlen);
     if (rc) return rc;
     for (int i = 0; i < g->nt; i++) {
         const qt_tensor *t = &g->ts[i].t;
@@ -364,7 +545,7 @@ int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen)
         }
         if (q->flat_offset + q->numel > g->n_param_elems)
             return qt_cg_fail(err, errlen, "param %s outside the flat region", q->name);
-        if (q->numel > g->leaf_scratch_elems)
+        if (qt_cg_tree_leaves(g, p) > 1 && q->numel > g->leaf_scratch_elems)
             return qt_cg_fail(err, errlen, "param %s larger than the leaf scratch", q->name);
     }
     for (int i = 0; i < g->nt; i++) {

@@ -245,8 +245,11 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          "batch axes in axis order (data, fsdp, expert); microbatch-major: "
                          "microbatch m of batch index k holds [(m*%lld + k)*%lld, +%lld), so "
                          "one microbatch over the batch ranks is one contiguous block "
-                         "(reduce-scattered after each microbatch into the microbatch tree)\n",
-                         (long long)nb, (long long)mb, (long long)mb);
+                         "(reduce-scattered %s into the microbatch tree)\n",
+                         (long long)nb, (long long)mb, (long long)mb,
+                         g->layer_reduce ? "per layer, right after each flat range's last weight "
+                                           "gradient (gradient_reduce=layer)"
+                                         : "after each microbatch");
     else
         qt_cg_buf_printf(b, "  batch index k of a rank = its mixed-radix coordinate over the "
                          "batch axes in axis order (data, fsdp, expert); the rank reads the "
@@ -325,18 +328,25 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
             qt_cg_buf_printf(b, "    (ZeRO-1 changes nothing here: the data axis has size 1)\n");
         }
     }
-    int n_compact = 0;
-    for (int l = 0; l < g->n_tree_levels; l++) n_compact += qt_cg_tree_level_compact(g, l);
-    if (n_compact) {
-        snprintf(lv, sizeof lv, "gradient tree (%d levels x n_flat + %d x %lld reduce-block "
-                 "floats)", g->n_tree_levels - n_compact, n_compact, (long long)g->mb_elems);
-        mib(b, lv, (int64_t)(g->n_tree_levels - n_compact) * flat_b +
-                       (int64_t)n_compact * 4 * g->mb_elems);
+    int n_compact = 0, n_leaf = g->n_tree_levels - g->n_mb_levels;
+    int64_t tree_b = 0;
+    for (int l = 0; l < g->n_tree_levels; l++) {
+        n_compact += qt_cg_tree_level_compact(g, l);
+        tree_b += 4 * qt_cg_tree_level_elems(g, l);
+    }
+    const int n_whole = g->n_tree_levels - n_compact - n_leaf;
+    if (g->leaf_elems != g->n_flat || n_compact) {
+        snprintf(lv, sizeof lv, "gradient tree (%d leaf levels x %lld%s + %d x %lld reduce-block "
+                 "+ %d x n_flat floats)", n_leaf, (long long)g->leaf_elems,
+                 g->layer_reduce ? " (per-layer windows)" : "", n_compact,
+                 (long long)g->mb_elems, n_whole);
     } else {
         snprintf(lv, sizeof lv, "gradient tree (%d levels x n_flat floats)", g->n_tree_levels);
-        mib(b, lv, (int64_t)g->n_tree_levels * flat_b);
     }
-    mib(b, "  of which grads (top level)", flat_b);
+    mib(b, lv, tree_b);
+    mib(b, g->grads_compact ? "  of which grads (top level, this rank's reduce blocks)"
+                            : "  of which grads (top level)",
+        4 * qt_cg_tree_level_elems(g, g->n_tree_levels - 1));
     mib(b, "leaf scratch (one WGRAD op's leaves)", 4 * g->leaf_scratch_elems);
     mib(b, "comm scratch (reduce-scatter receive buffer)", 4 * g->comm_scratch_elems);
     mib(b, "activations (peak)", g->act_peak);
@@ -377,7 +387,8 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
         return;
     }
     qt_cg_buf_printf(b, "  sent/rank counts every run in a step: the microbatch-end collectives "
-                     "run once per microbatch (x gradient_accumulation_steps)\n");
+                     "and those inside the microbatch schedule (per-layer reduction) run once "
+                     "per microbatch (x gradient_accumulation_steps)\n");
     qt_cg_buf_printf(b, "  bytes sent per rank: reduce-scatter (recursive halving) and all-gather "
                      "(recursive doubling) over R ranks send (R-1)/R of the range (stages of "
                      "1/2, 1/4, ... of it), all-to-all (R-1)/R, broadcast (binomial tree) at "
@@ -393,6 +404,9 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
         int64_t times = 1;
         for (int k = 0; k < g->nmbend; k++)
             if (g->mbend[k].kind == QT_OP_COLLECTIVE && g->mbend[k].a[0] == i)
+                times = g->s->tr.grad_accum;
+        for (int k = 0; k < g->nmb; k++)  /* per-layer reduction: inside the microbatch */
+            if (g->mb[k].kind == QT_OP_COLLECTIVE && g->mb[k].a[0] == i)
                 times = g->s->tr.grad_accum;
         const int64_t sent = coll_sent(c->kind, R, c->bytes) * times;
         total += sent;
@@ -475,7 +489,8 @@ static void memory_map(qt_cg_buf *b, const qt_cg_graph *g)
                          g->tree_offset[i] == g->grads_offset
                              ? " = grads (the step's total is completed here in place)"
                          : qt_cg_tree_level_compact(g, i)
-                             ? " (microbatch tree, this rank's reduce blocks only)" : "");
+                             ? " (microbatch tree, this rank's reduce blocks only)"
+                         : g->layer_reduce ? " (leaf tree: per-layer windows)" : "");
     qt_cg_buf_printf(b, "  %14lld leaf scratch (%lld floats)\n", (long long)g->leaf_scratch_offset,
                      (long long)g->leaf_scratch_elems);
     if (g->comm_scratch_elems)

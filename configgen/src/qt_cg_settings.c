@@ -611,11 +611,12 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
     if (!strcmp(gr, "auto")) s->grad_reduce = QT_CG_REDUCE_AUTO;
     else if (!strcmp(gr, "step")) s->grad_reduce = QT_CG_REDUCE_STEP;
     else if (!strcmp(gr, "microbatch")) s->grad_reduce = QT_CG_REDUCE_MICROBATCH;
-    else return bad(v, "gradient_reduce", "expected auto, step or microbatch");
+    else if (!strcmp(gr, "layer")) s->grad_reduce = QT_CG_REDUCE_LAYER;
+    else return bad(v, "gradient_reduce", "expected auto, step, microbatch or layer");
     if (s->grad_reduce == QT_CG_REDUCE_STEP && s->mesh[QT_MESH_EXPERT] > 1)
         return bad(v, "gradient_reduce", "step with expert parallelism %d: an expert host's "
                    "leaves of a whole step are every peer's sequences, not one contiguous "
-                   "block, so the bits would depend on the split; expected microbatch or auto",
+                   "block, so the bits would depend on the split; expected microbatch, layer or auto",
                    (int)s->mesh[QT_MESH_EXPERT]);
     const char *rp = gets_(v, "remat_policy");
     if (!strcmp(rp, "none")) s->remat = QT_CG_REMAT_NONE;

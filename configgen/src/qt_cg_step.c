@@ -69,10 +69,10 @@ static qt_op *step_op(qt_cg_graph *g, int kind)
     return sched_op(g, 0, kind);
 }
 
-/* A COLLECTIVE op over the arena byte range [offset, offset + bytes), in the step schedule
- * or with `mbend` in the microbatch-end schedule. */
-static void collective(qt_cg_graph *g, int mbend, const char *name, int kind, unsigned mask,
-                       int64_t offset, int64_t bytes)
+/* A new entry of the collectives table over the arena byte range [offset, offset + bytes);
+ * returns its index. */
+static int new_collective(qt_cg_graph *g, const char *name, int kind, unsigned mask,
+                          int64_t offset, int64_t bytes)
 {
     g->coll = qt_cg_grow(g->coll, &g->capcoll, g->ncoll + 1, sizeof *g->coll);
     qt_collective *c = &g->coll[g->ncoll];
@@ -82,8 +82,16 @@ static void collective(qt_cg_graph *g, int mbend, const char *name, int kind, un
     c->mask = (uint8_t)mask;
     c->offset = offset;
     c->bytes = bytes;
-    qt_op *o = sched_op(g, mbend, QT_OP_COLLECTIVE);
-    o->a[0] = g->ncoll++;
+    return g->ncoll++;
+}
+
+/* A COLLECTIVE op over a new collective, in the step schedule or with `mbend` in the
+ * microbatch-end schedule. */
+static void collective(qt_cg_graph *g, int mbend, const char *name, int kind, unsigned mask,
+                       int64_t offset, int64_t bytes)
+{
+    const int idx = new_collective(g, name, kind, mask, offset, bytes);
+    sched_op(g, mbend, QT_OP_COLLECTIVE)->a[0] = idx;
 }
 
 void qt_cg_step_schedule(qt_cg_graph *g)
@@ -101,7 +109,24 @@ void qt_cg_step_schedule(qt_cg_graph *g)
         return;
     }
     const int mb = g->n_mb_levels > 0;
-    if (mb) {
+    if (mb && g->layer_reduce) {
+        /* per layer: the reduce-scatters the memory plan put into the microbatch schedule
+         * (a0 = -1 - range), over each range's window in the leaf tree's top level */
+        const int64_t top = g->tree_offset[g->n_tree_levels - g->n_mb_levels - 1];
+        for (int o = 0; o < g->nmb; o++) {
+            qt_op *op = &g->mb[o];
+            if (op->kind != QT_OP_COLLECTIVE || op->a[0] >= 0) continue;
+            const int i = (int)(-1 - op->a[0]);
+            const qt_flat_range *r = &g->ranges[i];
+            char name[160], axes[64];
+            snprintf(name, sizeof name, "microbatch gradients of range %d (reduce-scatter over "
+                     "%s, after its last weight gradient)", i,
+                     qt_cg_mask_name(r->reduce_mask, axes, sizeof axes));
+            op->a[0] = new_collective(g, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask,
+                                      top + 4 * r->leaf_lo, 4 * r->n);
+        }
+        step_op(g, QT_OP_GRAD_MB_FINALIZE)->a[0] = t->grad_accum;
+    } else if (mb) {
         /* after each microbatch: its totals, reduce-scattered over the batch axes (fixed
          * pairing: the upper levels of the one-rank tree of that microbatch's block of the
          * global batch), pushed into the microbatch tree */
@@ -113,7 +138,7 @@ void qt_cg_step_schedule(qt_cg_graph *g)
             char name[160], axes[64];
             snprintf(name, sizeof name, "microbatch gradients of range %d (reduce-scatter over "
                      "%s)", i, qt_cg_mask_name(r->reduce_mask, axes, sizeof axes));
-            collective(g, 1, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask, top + 4 * r->lo,
+            collective(g, 1, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask, top + 4 * r->leaf_lo,
                        4 * r->n);
         }
         sched_op(g, 1, QT_OP_GRAD_MB_PUSH);

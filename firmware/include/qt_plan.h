@@ -107,6 +107,10 @@ typedef struct qt_param {
     int64_t leaves;                /* leaves of its gradient tree per step: the sequences whose
                                       gradient this rank computes (micro_batch * grad_accum, or
                                       every sequence of the expert group for routed experts) */
+    int64_t leaf_offset;           /* element offset inside the leaf-tree levels: flat_offset,
+                                      except with per-layer reduction (qt_plan.leaf_elems <
+                                      n_flat), where it is the parameter's place in its
+                                      range's window: ranges[r].leaf_lo + flat_offset - lo */
 } qt_param;
 
 /* A contiguous range of the flat parameter vector whose parameters share one reduction
@@ -115,13 +119,15 @@ typedef struct qt_param {
  * optimizer state and update are split over opt_mask (a subset of reduce_mask), and ranks
  * differing on hold_mask hold different parameters (experts sharded over `expert`). Rank i
  * of a group of R ranks owns the block [lo + i*n/R, lo + (i+1)*n/R). */
-#define QT_MAX_RANGES 4
 typedef struct qt_flat_range {
     int64_t lo, n;                 /* flat elements; n a multiple of 16 x |reduce group| */
     uint8_t reduce_mask, opt_mask, hold_mask;
     int64_t adam_lo;               /* where this rank's block starts in the Adam regions */
     int64_t mb_lo;                 /* where this rank's reduce block starts in the compact
                                       microbatch-tree levels (qt_plan.mb_elems) */
+    int64_t leaf_lo;               /* where the range starts in the leaf-tree levels: lo, or
+                                      with per-layer reduction its window (windows of ranges
+                                      whose gradients are live at the same time are disjoint) */
 } qt_flat_range;
 
 /* A pre-planned collective (design.md section 3): its kind, the group of mesh axes it runs
@@ -194,8 +200,9 @@ typedef struct qt_plan {
                                       and 64-byte aligned; the flat regions hold n_flat floats */
     uint8_t batch_mask;            /* mesh axes that split the global batch (data position) */
     uint8_t opt_mask;              /* union of the ranges' optimizer axes (0: Adam replicated) */
-    int32_t n_ranges;              /* flat ranges by reduction pattern, covering [0, n_flat) */
-    qt_flat_range ranges[QT_MAX_RANGES];
+    int32_t n_ranges;              /* flat ranges by reduction pattern (and, with per-layer
+                                      reduction, by layer), covering [0, n_flat) in order */
+    const qt_flat_range *ranges;
     int64_t adam_elems;            /* floats in each Adam region: the sum of this rank's blocks */
     int64_t comm_scratch_offset;   /* bytes: scratch of the collectives (0 elems: none) */
     int64_t comm_scratch_elems;
@@ -217,14 +224,27 @@ typedef struct qt_plan {
                                       batch axes); else the leaf tree holds one microbatch's
                                       leaves, whose total is reduce-scattered over the batch
                                       axes and pushed as leaf mb of the microbatch tree */
-    int64_t tree_offset[QT_MAX_TREE_LEVELS];  /* bytes; n_flat floats each, except the
-                                      microbatch tree's levels below its top (index in
-                                      [n_tree_levels - n_mb_levels, n_tree_levels - 1)):
-                                      they hold only this rank's reduce block of each range
-                                      (what the reduce-scatter leaves it), mb_elems floats,
-                                      range r at ranges[r].mb_lo - so at scale they cost
-                                      1/|data| of a parameter copy each */
+    int64_t tree_offset[QT_MAX_TREE_LEVELS];  /* bytes; qt_tree_level_elems floats each:
+                                      the leaf tree's levels leaf_elems (parameter p at
+                                      leaf_offset); the microbatch tree's levels below its top
+                                      (index in [n_tree_levels - n_mb_levels,
+                                      n_tree_levels - 1)) and with grads_compact its top hold
+                                      only this rank's reduce block of each range (what the
+                                      reduce-scatter leaves it), mb_elems floats, range r at
+                                      ranges[r].mb_lo - so at scale they cost 1/|data| of a
+                                      parameter copy each; any other top level n_flat floats
+                                      addressed by flat index */
     int64_t mb_elems;              /* floats of one compact microbatch-tree level */
+    int64_t leaf_elems;            /* floats of each leaf-tree level (the levels below the
+                                      microbatch tree's, or all levels on one rank): n_flat, or
+                                      with per-layer reduction the windows' extent */
+    int32_t grads_compact;         /* 1: the gradient region (the microbatch tree's top) is
+                                      compact too: only this rank's reduce blocks, mb_elems
+                                      floats (every range's optimizer group is its reduction
+                                      group, so no rank needs more of the gradient) */
+    int32_t layer_reduce;          /* 1: per-layer reduction: the microbatch schedule itself
+                                      reduce-scatters each range's leaf-tree total right after
+                                      the range's last WGRAD (STEP ops inside mb_ops) */
     int64_t leaf_scratch_offset;   /* bytes, room for the two largest params of one op */
     int64_t leaf_scratch_elems;
 
@@ -235,9 +255,9 @@ typedef struct qt_plan {
     const qt_op *init_ops;
     int32_t n_mb_ops;              /* forward + backward of one microbatch, in order */
     const qt_op *mb_ops;
-    int32_t n_mbend_ops;           /* after each microbatch (n_mb_levels > 0): the leaf trees'
-                                      totals, their reduce-scatter, the push into the
-                                      microbatch tree */
+    int32_t n_mbend_ops;           /* after each microbatch (n_mb_levels > 0 and not
+                                      layer_reduce): the leaf trees' totals, their
+                                      reduce-scatter, the push into the microbatch tree */
     const qt_op *mbend_ops;
     int32_t n_step_ops;            /* once per step after the last microbatch: gradient */
     const qt_op *step_ops;         /* finalisation, (collectives,) optimizer update */
@@ -247,11 +267,29 @@ typedef struct qt_plan {
 } qt_plan;
 
 /* 1 if tree level l of a plan with these level counts is a compact microbatch-tree level
- * (below that tree's top: this rank's reduce blocks only, mb_elems floats; see
- * tree_offset). The one rule for configgen's layout and report and the firmware's checks. */
-static inline int qt_tree_level_compact(int32_t n_tree_levels, int32_t n_mb_levels, int l)
+ * (this rank's reduce blocks only, mb_elems floats; see tree_offset): the microbatch
+ * tree's levels below its top, and its top too when grads_compact. The one rule for
+ * configgen's layout and report and the firmware's checks. */
+static inline int qt_tree_level_compact(int32_t n_tree_levels, int32_t n_mb_levels,
+                                        int32_t grads_compact, int l)
 {
-    return n_mb_levels > 0 && l >= n_tree_levels - n_mb_levels && l < n_tree_levels - 1;
+    return n_mb_levels > 0 && l >= n_tree_levels - n_mb_levels &&
+           (l < n_tree_levels - 1 || (grads_compact && l == n_tree_levels - 1));
+}
+
+/* Floats of tree level l (tree_offset[l]): compact, a leaf-tree level, or the whole flat
+ * vector (the gradient region when it is not compact). */
+static inline int64_t qt_tree_level_elems(const struct qt_plan *p, int l)
+{
+    if (qt_tree_level_compact(p->n_tree_levels, p->n_mb_levels, p->grads_compact, l))
+        return p->mb_elems;
+    return l < p->n_tree_levels - p->n_mb_levels ? p->leaf_elems : p->n_flat;
+}
+
+/* Floats of the gradient region. */
+static inline int64_t qt_grads_elems(const struct qt_plan *p)
+{
+    return p->grads_compact ? p->mb_elems : p->n_flat;
 }
 
 /* Execution context handed to op wrappers: the plan, its arena, and who this rank is on

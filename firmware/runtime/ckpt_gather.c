@@ -102,8 +102,8 @@ static float *qt_ckg_in_place(const qt_plan *p, int src, int32_t i)
 {
     const qt_param *pa = &p->params[i];
     float *base = qt_ckg_f32(p, qt_ckg_region(p, src));
-    if (p->n_ranks <= 1 || src == QT_CKS_PARAMS || src == QT_CKS_GRADS)
-        return base + pa->flat_offset;
+    if (p->n_ranks <= 1 || src == QT_CKS_PARAMS) return base + pa->flat_offset;
+    if (src == QT_CKS_GRADS) return qt_step_grad_at(p, qt_ckg_range(p, i), pa->flat_offset);
     /* Adam on a mesh: the range's block is the whole range (no optimizer axes here) */
     const qt_flat_range *r = &p->ranges[qt_ckg_range(p, i)];
     return base + r->adam_lo + (pa->flat_offset - r->lo);
@@ -131,8 +131,9 @@ static void qt_ckg_part(const qt_plan *p, int src, int32_t i, int64_t *j0, int64
                                                               : pa->flat_offset + pa->numel;
     *j0 = a - pa->flat_offset;
     *n = e > a ? e - a : 0;
-    /* gradient: flat addressing; Adam: the block is stored from adam_lo */
-    *at = src == QT_CKS_GRADS ? base + a : base + p->ranges[r].adam_lo + (a - blo);
+    /* gradient: flat addressing (or compact, qt_step_grad_at); Adam: the block is stored
+     * from adam_lo */
+    *at = src == QT_CKS_GRADS ? qt_step_grad_at(p, r, a) : base + p->ranges[r].adam_lo + (a - blo);
 }
 
 int qt_ckpt_gather(const qt_plan *p, int src, int32_t i, const float **out)

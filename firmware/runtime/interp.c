@@ -10,6 +10,7 @@
 #include <time.h>
 #include "qt_interp.h"
 #include "qt_tree.h"
+#include "qt_step.h"
 #include "../io/qt_io.h"
 #include "../kernels/gdn_core.h"
 #include "../kernels/gdn_chunk.h"
@@ -70,6 +71,8 @@ static int qt_interp_check_ops(const qt_plan *p, const qt_kernel_entry *table, c
         }
         if (op->kind == QT_OP_NOP) continue;
         int is_w = (op->flags & QT_OPF_WGRAD) != 0;
+        /* STEP ops inside the microbatch schedule: per-layer reduction (qt_plan.h) */
+        if (!is_w && table[op->kind].step && p->layer_reduce && ops == p->mb_ops) continue;
         if ((is_w && !table[op->kind].wgrad) || (!is_w && !table[op->kind].run)) {
             fprintf(stderr, "plan %s: %s op %d (%s) has no %s wrapper\n", p->run_name, sched, i,
                     table[op->kind].name ? table[op->kind].name : "?", is_w ? "wgrad" : "run");
@@ -153,6 +156,24 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
                 (long long)p->tree_offset[need - 1]);
         return QT_E_PLAN;
     }
+    /* the leaf-tree levels: every parameter inside them, at its flat offset unless the plan
+     * reduces per layer (windows, qt_plan.h) */
+    for (int32_t i = 0; i < p->n_params; i++) {
+        const qt_param *pa = &p->params[i];
+        if (pa->leaf_offset < 0 || pa->numel > p->leaf_elems ||
+            pa->leaf_offset > p->leaf_elems - pa->numel ||
+            (!p->layer_reduce && pa->leaf_offset != pa->flat_offset)) {
+            fprintf(stderr, "plan %s: parameter %s at leaf-tree offset %lld (+%lld) outside the "
+                    "%lld-float leaf levels, or not at its flat offset %lld\n", p->run_name,
+                    pa->name, (long long)pa->leaf_offset, (long long)pa->numel,
+                    (long long)p->leaf_elems, (long long)pa->flat_offset);
+            return QT_E_PLAN;
+        }
+    }
+    if (p->layer_reduce && p->n_mb_levels < 1) {
+        fprintf(stderr, "plan %s: per-layer reduction without a microbatch tree\n", p->run_name);
+        return QT_E_PLAN;
+    }
     memset(qt_interp_state.wgrad_uses, 0, sizeof qt_interp_state.wgrad_uses);
     for (int32_t i = 0; i < p->n_mb_ops; i++) {
         const qt_op *op = &p->mb_ops[i];
@@ -177,7 +198,9 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
                 return QT_E_PLAN;
             }
         }
-        if (need_scratch > p->leaf_scratch_elems) {
+        /* a tree with one leaf per microbatch never uses the scratch (leaf 0 is even) */
+        if (need_scratch > p->leaf_scratch_elems &&
+            qt_interp_tree_leaves(p, &p->params[op->a[8]]) > 1) {
             fprintf(stderr, "plan %s: WGRAD op %d needs %lld leaf scratch floats, plan has %lld\n",
                     p->run_name, i, (long long)need_scratch, (long long)p->leaf_scratch_elems);
             return QT_E_PLAN;
@@ -219,17 +242,17 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
         int64_t leaf = p->n_mb_levels > 0 ? s : mb * per_mb + s;
         float *dw[2] = {NULL, NULL};
         if (prof) t0 = qt_interp_now();
-        dw[0] = qt_tree_leaf_dest(levels, pa->flat_offset, scratch, leaf);
+        dw[0] = qt_tree_leaf_dest(levels, pa->leaf_offset, scratch, leaf);
         memset(dw[0], 0, (size_t)pa->numel * sizeof(float));
         if (pb) {
-            dw[1] = qt_tree_leaf_dest(levels, pb->flat_offset, scratch + pa->numel, leaf);
+            dw[1] = qt_tree_leaf_dest(levels, pb->leaf_offset, scratch + pa->numel, leaf);
             memset(dw[1], 0, (size_t)pb->numel * sizeof(float));
         }
         if (prof) t1 = qt_interp_now();
         table[op->kind].wgrad(op, ctx, s, dw);
         if (prof) t2 = qt_interp_now();
-        qt_tree_push(levels, pa->flat_offset, pa->numel, scratch, leaf);
-        if (pb) qt_tree_push(levels, pb->flat_offset, pb->numel, scratch + pa->numel, leaf);
+        qt_tree_push(levels, pa->leaf_offset, pa->numel, scratch, leaf);
+        if (pb) qt_tree_push(levels, pb->leaf_offset, pb->numel, scratch + pa->numel, leaf);
         if (prof) {
             double t3 = qt_interp_now();
             prof->leaf_zero_s += t1 - t0;
@@ -240,7 +263,8 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
     }
 }
 
-void qt_interp_run_microbatch(const qt_ctx *c, const qt_kernel_entry *table, int64_t mb)
+void qt_interp_run_microbatch(const qt_ctx *c, const qt_kernel_entry *table, int64_t mb,
+                              qt_step_state *st)
 {
     const qt_plan *p = c->plan;
     const qt_ctx ctx = *c;
@@ -251,6 +275,16 @@ void qt_interp_run_microbatch(const qt_ctx *c, const qt_kernel_entry *table, int
         if (ctx.status && *ctx.status) return;  /* a collective failed: the step stops */
         if (op->flags & QT_OPF_WGRAD) {
             qt_interp_wgrad(p, table, op, &ctx, mb);
+        } else if (table[op->kind].step) {
+            /* per-layer reduction: a range's total, its reduce-scatter, its push */
+            double t0 = prof ? qt_interp_now() : 0.0;
+            int rc = table[op->kind].step(op, &ctx, st);
+            if (rc && ctx.status) *ctx.status = rc;
+            if (rc) return;
+            if (prof) {
+                prof->run_s[op->kind] += qt_interp_now() - t0;
+                prof->run_calls[op->kind]++;
+            }
         } else if (prof) {
             double t0 = qt_interp_now();
             table[op->kind].run(op, &ctx);
@@ -269,13 +303,14 @@ void qt_interp_finalize_grads_range(const qt_plan *p, int64_t off, int64_t n)
     qt_tree_finalize_range(levels, off, n, p->train.micro_batch * p->train.grad_accum);
 }
 
-void qt_interp_finalize_grads(const qt_plan *p)
+void qt_interp_finalize_grads(const qt_plan *p, int64_t lo, int64_t hi)
 {
     float *levels[QT_MAX_TREE_LEVELS];
     for (int32_t i = 0; i < p->n_params; i++) {
         const qt_param *pa = &p->params[i];
+        if (pa->flat_offset < lo || pa->flat_offset >= hi) continue;
         const int64_t n = qt_interp_tree_leaves(p, pa);
         qt_interp_levels(p, n, levels);
-        qt_tree_finalize_range(levels, pa->flat_offset, pa->numel, n);
+        qt_tree_finalize_range(levels, pa->leaf_offset, pa->numel, n);
     }
 }

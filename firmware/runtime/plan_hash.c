@@ -126,11 +126,20 @@ uint64_t qt_plan_hash(const qt_plan *p)
     for (int i = 0; i < QT_MAX_TREE_LEVELS; i++) qt_fnv_i(&f, p->tree_offset[i]);
     qt_fnv_i(&f, p->mb_elems);
     qt_fnv_i(&f, p->n_ranges);
-    for (int32_t i = 0; i < p->n_ranges && i < QT_MAX_RANGES; i++) {
+    for (int32_t i = 0; i < p->n_ranges && p->ranges; i++) {
         const qt_flat_range *r = &p->ranges[i];
         const int64_t rv[] = {r->lo, r->n, r->reduce_mask, r->opt_mask, r->hold_mask, r->adam_lo,
                               r->mb_lo};
         for (size_t k = 0; k < sizeof rv / sizeof rv[0]; k++) qt_fnv_i(&f, rv[k]);
+        if (p->layer_reduce) qt_fnv_i(&f, r->leaf_lo);
+    }
+    /* per-layer reduction and the compact gradient: hashed only when on, so the hashes of
+     * every other plan are unchanged (their leaf windows are the flat offsets) */
+    if (p->layer_reduce || p->grads_compact) {
+        qt_fnv_i(&f, p->layer_reduce);
+        qt_fnv_i(&f, p->grads_compact);
+        qt_fnv_i(&f, p->leaf_elems);
+        for (int32_t i = 0; i < p->n_params; i++) qt_fnv_i(&f, p->params[i].leaf_offset);
     }
     qt_fnv_i(&f, p->n_init_ops);
     for (int32_t i = 0; i < p->n_init_ops; i++) qt_fnv_op(&f, &p->init_ops[i]);

@@ -25,17 +25,20 @@ void qt_interp_run_init(const qt_ctx *ctx, const qt_kernel_entry *table);
 /* Runs the microbatch schedule for microbatch `mb` (0-based within the step; inputs must
  * already be filled). Plain ops call table[kind].run. WGRAD ops call table[kind].wgrad
  * once per sequence s, into zeroed leaf buffers, and push leaf mb*micro_batch + s into the
- * trees of the op's parameters (tree levels and leaf scratch regions of the arena). An op
- * that fails (a collective) stores its code in *ctx->status; the walk then stops. */
-void qt_interp_run_microbatch(const qt_ctx *ctx, const qt_kernel_entry *table, int64_t mb);
+ * trees of the op's parameters (tree levels and leaf scratch regions of the arena, the
+ * parameter at its leaf_offset). STEP ops (per-layer reduction plans only) call
+ * table[kind].step with *st (st->mb = mb, set by the caller). An op that fails (a
+ * collective) stores its code in *ctx->status; the walk then stops. */
+void qt_interp_run_microbatch(const qt_ctx *ctx, const qt_kernel_entry *table, int64_t mb,
+                              qt_step_state *st);
 
-/* Completes every parameter's leaf-tree total in place in the leaf tree's top level: over
- * the step's leaves into the gradient region (one tree, after the last microbatch), or,
- * with a microbatch tree (n_mb_levels > 0), over one microbatch's leaves into the
- * microbatch total. Adds the lower occupied levels (see qt_tree_finalize_range); reads
- * them, writes the top level. */
-void qt_interp_finalize_grads(const qt_plan *p);
-/* The same for flat elements [off, off+n) only. */
+/* Completes the leaf-tree total of every parameter whose flat offset lies in [lo, hi), in
+ * place in the leaf tree's top level (at its leaf_offset): over the step's leaves into the
+ * gradient region (one tree, after the last microbatch), or, with a microbatch tree
+ * (n_mb_levels > 0), over one microbatch's leaves into the microbatch total. Adds the
+ * lower occupied levels (see qt_tree_finalize_range); reads them, writes the top level. */
+void qt_interp_finalize_grads(const qt_plan *p, int64_t lo, int64_t hi);
+/* The same for flat elements [off, off+n) only (one-rank plans: leaf_offset = flat_offset). */
 void qt_interp_finalize_grads_range(const qt_plan *p, int64_t off, int64_t n);
 
 /* Opt-in timing (qtrain profile=1): seconds summed over all calls, per op kind, split for

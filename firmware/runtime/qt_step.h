@@ -29,6 +29,11 @@ void qt_step_init(const qt_plan *p);
  * *n), the whole range when its optimizer state is not split. */
 void qt_step_block(const qt_plan *p, int32_t range, int64_t *lo, int64_t *n);
 
+/* The gradient element at flat index `flat` of range `range`, which must lie in this rank's
+ * reduce block of the range when the gradient region is compact (qt_plan.grads_compact:
+ * the block then sits at the range's mb_lo); else at its flat index. */
+float *qt_step_grad_at(const qt_plan *p, int32_t range, int64_t flat);
+
 /* Merges the exact accumulators of every member of group `mask` into *a (exact, so the
  * result does not depend on the group's size or order). 0 or QT_E_COMM. */
 int qt_step_exact_merge(unsigned mask, qt_exact *a);

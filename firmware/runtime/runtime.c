@@ -30,6 +30,8 @@
 
 /* Largest group the start-up connection warm-up walks (qt_runtime_warm_comm). */
 #define QT_STEP_MAX_WARM 1024
+/* Most flat ranges a plan may have (per-layer reduction: a few per decoder layer). */
+#define QT_RT_MAX_RANGES (1 << 14)
 
 enum qt_rt_phase { QT_PH_DATA, QT_PH_SCHED, QT_PH_LOSS, QT_PH_STEP, QT_PH_COUNT };
 static const char *const qt_rt_phase_names[QT_PH_COUNT] = {
@@ -48,6 +50,7 @@ static struct {
     int64_t prof_steps;
     double phase_s[QT_PH_COUNT];
     qt_interp_prof prof;
+    uint8_t pushed[QT_RT_MAX_RANGES];  /* validation scratch: GRAD_MB_PUSHes per flat range */
 } qt_rt;
 
 /* Extern symbols of the standard GNU ld scripts (glibc and musl static): image start and end
@@ -124,9 +127,12 @@ static int qt_runtime_check_regions(const qt_plan *p)
     /* the flat ranges tile [0, n_flat), each splitting evenly over its groups, and their
      * optimizer blocks tile the Adam regions */
     int64_t cover = 0, adam = 0;
-    if (p->n_ranges < 1 || p->n_ranges > QT_MAX_RANGES)
-        return qt_fail(QT_E_PLAN, "plan %s: %d flat ranges (1..%d)", p->run_name, p->n_ranges,
-                       QT_MAX_RANGES);
+    if (p->n_ranges < 1 || !p->ranges)
+        return qt_fail(QT_E_PLAN, "plan %s: %d flat ranges (at least 1)", p->run_name,
+                       p->n_ranges);
+    if (p->grads_compact && p->n_mb_levels < 1)
+        return qt_fail(QT_E_PLAN, "plan %s: a compact gradient region needs a microbatch tree",
+                       p->run_name);
     for (int32_t i = 0; i < p->n_ranges; i++) {
         const qt_flat_range *r = &p->ranges[i];
         const int64_t red = r->reduce_mask ? qt_comm_group_size(r->reduce_mask) : 1;
@@ -136,6 +142,25 @@ static int qt_runtime_check_regions(const qt_plan *p)
             return qt_fail(QT_E_PLAN, "plan %s: flat range %d [%lld, +%lld) does not split over "
                            "its groups (%lld and %lld ranks)", p->run_name, i, (long long)r->lo,
                            (long long)r->n, (long long)red, (long long)opt);
+        if (r->leaf_lo < 0 || r->n > p->leaf_elems || r->leaf_lo > p->leaf_elems - r->n ||
+            (!p->layer_reduce && r->leaf_lo != r->lo) ||
+            (p->grads_compact && r->opt_mask != r->reduce_mask))
+            return qt_fail(QT_E_PLAN, "plan %s: flat range %d: leaf window at %lld outside the "
+                           "%lld-float leaf levels (or not at its flat offset), or a compact "
+                           "gradient with optimizer axes 0x%x other than its reduction axes 0x%x",
+                           p->run_name, i, (long long)r->leaf_lo, (long long)p->leaf_elems,
+                           (unsigned)r->opt_mask, (unsigned)r->reduce_mask);
+        /* its parameters in index order have increasing flat offsets (step_ops.c zeroes the
+         * gaps between them in that order) */
+        int64_t last = -1;
+        for (int32_t k = 0; k < p->n_params; k++) {
+            const int64_t fo = p->params[k].flat_offset;
+            if (fo < r->lo || fo >= r->lo + r->n) continue;
+            if (fo <= last || fo + p->params[k].numel > r->lo + r->n)
+                return qt_fail(QT_E_PLAN, "plan %s: parameter %s is out of order in, or not "
+                               "inside, flat range %d", p->run_name, p->params[k].name, i);
+            last = fo;
+        }
         cover += r->n;
         adam += r->n / opt;
     }
@@ -166,17 +191,20 @@ static int qt_runtime_check_regions(const qt_plan *p)
                            (long long)mb_elems);
         mb_elems += r->n / g;
     }
-    if (p->n_mb_levels > 1 && p->mb_elems != mb_elems)
-        return qt_fail(QT_E_PLAN, "plan %s: compact microbatch-tree levels of %lld floats, the "
-                       "ranges' reduce blocks need %lld", p->run_name, (long long)p->mb_elems,
-                       (long long)mb_elems);
+    if (p->n_mb_levels > 1 || p->grads_compact) {
+        if (p->mb_elems != mb_elems)
+            return qt_fail(QT_E_PLAN, "plan %s: compact microbatch-tree levels of %lld floats, "
+                           "the ranges' reduce blocks need %lld", p->run_name,
+                           (long long)p->mb_elems, (long long)mb_elems);
+    }
     for (int l = 0; l < p->n_tree_levels; l++, n++) {
-        const int compact = qt_tree_level_compact(p->n_tree_levels, p->n_mb_levels, l);
+        const int compact =
+            qt_tree_level_compact(p->n_tree_levels, p->n_mb_levels, p->grads_compact, l);
         off[n] = p->tree_offset[l];
-        elems[n] = compact ? p->mb_elems : p->n_flat;
+        elems[n] = qt_tree_level_elems(p, l);
         what[n] = compact ? "compact microbatch-tree level" : "tree level";
     }
-    int rc = qt_runtime_check_region(p, p->grads_offset, p->n_flat, "grads");
+    int rc = qt_runtime_check_region(p, p->grads_offset, qt_grads_elems(p), "grads");
     for (int i = 0; !rc && i < n; i++) rc = qt_runtime_check_region(p, off[i], elems[i], what[i]);
     for (int i = 0; !rc && i < n; i++) {
         for (int j = i + 1; j < n; j++) {
@@ -191,25 +219,39 @@ static int qt_runtime_check_regions(const qt_plan *p)
 }
 
 /* Checks one schedule of STEP ops (see qt_runtime_check_step); counts the normalisations
- * and updates. */
+ * and updates, and the pushes of each flat range into the microbatch tree. With
+ * `in_mb` the schedule is the microbatch schedule: its RUN and WGRAD ops are skipped (the
+ * interpreter checks them) and only per-layer reduction plans may have STEP ops there. */
 static int qt_runtime_check_ops(const qt_plan *p, const qt_op *ops, int32_t n_ops,
-                                const char *which, int *n_norm, int *n_update)
+                                const char *which, int in_mb, int *n_norm, int *n_update)
 {
     const qt_train_cfg *tc = &p->train;
     const int64_t leaves = tc->micro_batch * tc->grad_accum, tokens = tc->global_batch * tc->seq_len;
     const qt_kernel_entry *table = qt_runtime_table();
     for (int32_t i = 0; i < n_ops; i++) {
         const qt_op *op = &ops[i];
+        if (in_mb && (op->kind >= QT_OP_COUNT || !table[op->kind].step)) continue;
+        if (in_mb && !p->layer_reduce)
+            return qt_fail(QT_E_PLAN, "plan %s: %s op %d (%s) is a step op", p->run_name, which,
+                           i, table[op->kind].name);
         if (op->kind >= QT_OP_COUNT || !table[op->kind].step)
             return qt_fail(QT_E_PLAN, "plan %s: %s op %d (kind %u) is not a step op",
                            p->run_name, which, i, op->kind);
         int bad = 0;
+        const int span = op->kind == QT_OP_GRAD_MB_TOTAL || op->kind == QT_OP_GRAD_MB_PUSH;
+        const int64_t r0 = span && op->a[1] ? op->a[0] : 0;
+        const int64_t r1 = span && op->a[1] ? op->a[1] : p->n_ranges;
         switch (op->kind) {
         case QT_OP_GRAD_FINALIZE: bad = op->a[0] != leaves || op->a[1] != tokens; (*n_norm)++; break;
         case QT_OP_GRAD_TREE_TOTAL: bad = op->a[0] != leaves; break;
         case QT_OP_GRAD_MB_FINALIZE: bad = op->a[0] != tc->grad_accum || !p->n_mb_levels; break;
         case QT_OP_GRAD_MB_TOTAL:
-        case QT_OP_GRAD_MB_PUSH: bad = !p->n_mb_levels; break;
+        case QT_OP_GRAD_MB_PUSH:
+            bad = !p->n_mb_levels || r0 < 0 || r0 >= r1 || r1 > p->n_ranges;
+            if (!bad && op->kind == QT_OP_GRAD_MB_PUSH)
+                for (int64_t r = r0; r < r1; r++)
+                    if (qt_rt.pushed[r] < 255) qt_rt.pushed[r]++;
+            break;
         case QT_OP_GRAD_NORMALISE: bad = op->a[0] != tokens; (*n_norm)++; break;
         case QT_OP_ADAMW: (*n_update)++; break;
         case QT_OP_COLLECTIVE: {
@@ -240,16 +282,27 @@ static int qt_runtime_check_step(const qt_plan *p)
     int n_update = 0, n_norm = 0, mb_norm = 0, mb_update = 0;
     if (p->n_step_ops < 1 || !p->step_ops)
         return qt_fail(QT_E_PLAN, "plan %s: empty step schedule", p->run_name);
-    if ((p->n_mb_levels > 0) != (p->n_mbend_ops > 0 && p->mbend_ops))
-        return qt_fail(QT_E_PLAN, "plan %s: a microbatch tree (%d levels) needs a "
-                       "microbatch-end schedule (%d ops), and only then", p->run_name,
-                       p->n_mb_levels, p->n_mbend_ops);
-    int rc = qt_runtime_check_ops(p, p->step_ops, p->n_step_ops, "step", &n_norm, &n_update);
-    if (!rc) rc = qt_runtime_check_ops(p, p->mbend_ops, p->n_mbend_ops, "microbatch-end", &mb_norm,
+    if (p->n_mbend_ops > 0 && (!p->mbend_ops || !p->n_mb_levels))
+        return qt_fail(QT_E_PLAN, "plan %s: a microbatch-end schedule (%d ops) without a "
+                       "microbatch tree", p->run_name, p->n_mbend_ops);
+    if (p->n_ranges > QT_RT_MAX_RANGES)
+        return qt_fail(QT_E_PLAN, "plan %s: %d flat ranges (firmware limit %d)", p->run_name,
+                       p->n_ranges, QT_RT_MAX_RANGES);
+    memset(qt_rt.pushed, 0, sizeof qt_rt.pushed);
+    int rc = qt_runtime_check_ops(p, p->step_ops, p->n_step_ops, "step", 0, &n_norm, &n_update);
+    if (!rc) rc = qt_runtime_check_ops(p, p->mbend_ops, p->n_mbend_ops, "microbatch-end", 0,
+                                       &mb_norm, &mb_update);
+    if (!rc) rc = qt_runtime_check_ops(p, p->mb_ops, p->n_mb_ops, "microbatch", 1, &mb_norm,
                                        &mb_update);
     if (rc) return rc;
+    /* a microbatch tree receives every range exactly once per microbatch */
+    for (int32_t r = 0; r < p->n_ranges; r++)
+        if (qt_rt.pushed[r] != (p->n_mb_levels > 0))
+            return qt_fail(QT_E_PLAN, "plan %s: flat range %d is pushed into the microbatch tree "
+                           "%u times per microbatch (%d microbatch-tree levels)", p->run_name,
+                           (int)r, qt_rt.pushed[r], p->n_mb_levels);
     if (mb_norm || mb_update)
-        return qt_fail(QT_E_PLAN, "plan %s: the microbatch-end schedule normalises or updates",
+        return qt_fail(QT_E_PLAN, "plan %s: the microbatch schedules normalise or update",
                        p->run_name);
     if (n_update != 1 || n_norm != 1)
         return qt_fail(QT_E_PLAN, "plan %s: the step schedule must normalise the gradient once "
@@ -314,18 +367,25 @@ static int qt_runtime_validate(const qt_plan *p, const qt_run_opts *o)
 static int qt_runtime_warm_comm(const qt_plan *p)
 {
     static int64_t cnt[QT_STEP_MAX_WARM], off[QT_STEP_MAX_WARM];
-    unsigned masks[2 * QT_MAX_RANGES + 2];
+    /* every distinct group mask once (masks are 5-bit) */
+    unsigned masks[1u << QT_MESH_COUNT];
+    uint32_t seen = 0;
     int nm = 0;
-    for (int32_t i = 0; i < p->n_ranges; i++) {
-        masks[nm++] = p->ranges[i].reduce_mask;
-        masks[nm++] = p->ranges[i].opt_mask;
+    for (int32_t i = 0; i < 2 * p->n_ranges + 2; i++) {
+        unsigned m = i < 2 * p->n_ranges ? (i & 1 ? p->ranges[i / 2].opt_mask
+                                                  : p->ranges[i / 2].reduce_mask)
+                     : i == 2 * p->n_ranges ? (p->mesh[QT_MESH_TENSOR] > 1 ? 1u << QT_MESH_TENSOR : 0)
+                                            : (p->mesh[QT_MESH_EXPERT] > 1 ? 1u << QT_MESH_EXPERT : 0);
+        m &= (1u << QT_MESH_COUNT) - 1;
+        if (!(seen & (1u << m))) masks[nm++] = m;
+        seen |= 1u << m;
     }
-    masks[nm++] = p->mesh[QT_MESH_TENSOR] > 1 ? 1u << QT_MESH_TENSOR : 0;
-    masks[nm++] = p->mesh[QT_MESH_EXPERT] > 1 ? 1u << QT_MESH_EXPERT : 0;
+    /* the gradient region is the receive buffer: its size bounds every pattern */
+    const int64_t ge = qt_grads_elems(p) < p->n_flat ? qt_grads_elems(p) : p->n_flat;
     for (int i = 0; i < nm; i++) {
         const int64_t r = masks[i] ? qt_comm_group_size(masks[i]) : 1;
         if (r <= 1 || r > QT_STEP_MAX_WARM) continue;
-        int64_t blk = (4 * p->n_flat) / r;
+        int64_t blk = (4 * ge) / r;
         if (blk > (256 << 10)) blk = 256 << 10;
         for (int64_t j = 0; j < r; j++) {
             cnt[j] = blk;
@@ -335,7 +395,7 @@ static int qt_runtime_warm_comm(const qt_plan *p)
          * before their receives are posted, which depends on timing: drive them deep with
          * every peer (qt_comm_warm), then run the step's own pattern a few times */
         const int me = qt_comm_group_index(masks[i]);
-        const int64_t big = (4 * p->n_flat / 8) < (64 << 10) ? (4 * p->n_flat / 8) : (64 << 10);
+        const int64_t big = (4 * ge / 8) < (64 << 10) ? (4 * ge / 8) : (64 << 10);
         for (int j = 0; j < r; j++) {
             if (j == me) continue;
             int rc = qt_comm_warm(qt_comm_group_rank(masks[i], j), p->arena + p->params_offset,
@@ -345,14 +405,13 @@ static int qt_runtime_warm_comm(const qt_plan *p)
         for (int round = 0; round < 4; round++) {
             int rc = qt_coll_all_to_all_v(masks[i], p->arena + p->params_offset, cnt, off,
                                           p->arena + p->grads_offset, cnt, off, 1);
-            if (!rc && p->n_flat % r == 0)
+            if (!rc && ge / r > 0)
                 rc = qt_coll_reduce_scatter_f32(masks[i], (float *)(void *)(p->arena + p->grads_offset),
-                                                p->n_flat / r,
+                                                ge / r,
                                                 (float *)(void *)(p->arena + p->comm_scratch_offset),
                                                 p->comm_scratch_elems);
-            if (!rc && p->n_flat % r == 0)
-                rc = qt_coll_all_gather(masks[i], p->arena + p->grads_offset,
-                                        4 * (p->n_flat / r));
+            if (!rc && ge / r > 0)
+                rc = qt_coll_all_gather(masks[i], p->arena + p->grads_offset, 4 * (ge / r));
             if (rc) return rc;
         }
     }
@@ -438,11 +497,11 @@ static int qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t s
                               qt_i32(ctx, p->tokens), qt_i32(ctx, p->targets));
         if (rc) return rc;
         qt_runtime_lap(&t, QT_PH_DATA);
-        qt_interp_run_microbatch(ctx, table, mb);
+        mst.mb = mb;
+        qt_interp_run_microbatch(ctx, table, mb, &mst);
         if (qt_rt.status) return qt_rt.status;
         qt_runtime_lap(&t, QT_PH_SCHED);
         /* the microbatch-end schedule: this microbatch's totals, reduced and pushed */
-        mst.mb = mb;
         for (int32_t i = 0; i < p->n_mbend_ops; i++) {
             rc = table[p->mbend_ops[i].kind].step(&p->mbend_ops[i], ctx, &mst);
             if (rc) return rc;

@@ -86,42 +86,7 @@ int qt_step_exact_merge(unsigned mask, qt_exact *a)
     return QT_OK;
 }
 
-/* Divide [lo, lo+n) of the gradient region by n_tok and add its squares to *sq, per chunk;
- * with `tree_total` the chunk's tree total is completed first (one-rank fused path). */
-static void qt_step_normalise_range(const qt_plan *p, int64_t lo, int64_t n, float n_tok,
-                                    int tree_total, qt_exact *sq)
-{
-    float *g = qt_step_region(p, p->grads_offset);
-    qt_exact_sq_clear(&qt_step_s.sq);
-    for (int64_t k0 = lo; k0 < lo + n; k0 += QT_STEP_CHUNK) {
-        int64_t c = lo + n - k0 < QT_STEP_CHUNK ? lo + n - k0 : QT_STEP_CHUNK;
-        if (tree_total) qt_interp_finalize_grads_range(p, k0, c);
-        qt_grads_normalise(g + k0, c, n_tok);
-        qt_exact_sq_add(&qt_step_s.sq, sq, g + k0, c);
-    }
-    qt_exact_sq_flush(&qt_step_s.sq, sq);
-}
-
-int qt_step_grad_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
-{
-    const qt_plan *p = ctx->plan;
-    qt_exact sq;
-    qt_exact_clear(&sq);
-    qt_step_normalise_range(p, 0, p->n_param_elems, (float)op->a[1], 1, &sq);
-    st->m->grad_norm = qt_sqrt(qt_exact_value(&sq));
-    return QT_OK;
-}
-
-int qt_step_grad_tree_total(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
-{
-    (void)op;
-    (void)st;
-    qt_interp_finalize_grads(ctx->plan);
-    return QT_OK;
-}
-
-/* This rank's block of flat range i in its reduction group (where the reduce-scatter
- * leaves it). */
+/* This rank's reduce block of flat range i (where the reduce-scatter leaves it). */
 static void qt_step_reduce_block(const qt_plan *p, int32_t i, int64_t *lo, int64_t *n)
 {
     const qt_flat_range *r = &p->ranges[i];
@@ -131,37 +96,117 @@ static void qt_step_reduce_block(const qt_plan *p, int32_t i, int64_t *lo, int64
     *lo = r->lo + k * *n;
 }
 
+float *qt_step_grad_at(const qt_plan *p, int32_t range, int64_t flat)
+{
+    float *g = qt_step_region(p, p->grads_offset);
+    if (!p->grads_compact) return g + flat;
+    int64_t lo, n;
+    qt_step_reduce_block(p, range, &lo, &n);
+    return g + p->ranges[range].mb_lo + (flat - lo);
+}
+
+/* Divide the gradient elements flat [lo, lo+n), which sit at g, by n_tok and add their
+ * squares to *sq, per chunk; with `tree_total` the chunk's tree total is completed first
+ * (one-rank fused path). */
+static void qt_step_normalise_range(const qt_plan *p, float *g, int64_t lo, int64_t n,
+                                    float n_tok, int tree_total, qt_exact *sq)
+{
+    qt_exact_sq_clear(&qt_step_s.sq);
+    for (int64_t j = 0; j < n; j += QT_STEP_CHUNK) {
+        int64_t c = n - j < QT_STEP_CHUNK ? n - j : QT_STEP_CHUNK;
+        if (tree_total) qt_interp_finalize_grads_range(p, lo + j, c);
+        qt_grads_normalise(g + j, c, n_tok);
+        qt_exact_sq_add(&qt_step_s.sq, sq, g + j, c);
+    }
+    qt_exact_sq_flush(&qt_step_s.sq, sq);
+}
+
+int qt_step_grad_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    const qt_plan *p = ctx->plan;
+    qt_exact sq;
+    qt_exact_clear(&sq);
+    qt_step_normalise_range(p, qt_step_region(p, p->grads_offset), 0, p->n_param_elems,
+                            (float)op->a[1], 1, &sq);
+    st->m->grad_norm = qt_sqrt(qt_exact_value(&sq));
+    return QT_OK;
+}
+
+int qt_step_grad_tree_total(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    (void)op;
+    (void)st;
+    qt_interp_finalize_grads(ctx->plan, 0, ctx->plan->n_flat);
+    return QT_OK;
+}
+
 /* For flat range i (n_mb_levels > 0): *leaf_top = the leaf tree's top level at the rank's
- * reduce block, mb[l] = microbatch-tree level l at the same block (the compact levels at
- * the range's mb_lo, the top one - the gradient region - at the block's flat index), and
- * the block's size in *n. Every pointer addresses element 0 of the block. */
+ * reduce block (inside the range's leaf window), mb[l] = microbatch-tree level l at the
+ * same block (the compact levels at the range's mb_lo, a whole top level - the gradient
+ * region - at the block's flat index), and the block's size in *n. Every pointer addresses
+ * element 0 of the block. */
 static void qt_step_trees(const qt_plan *p, int32_t i, float **leaf_top, float **mb,
                           int64_t *n)
 {
     const int nl = p->n_tree_levels - p->n_mb_levels;
+    const qt_flat_range *r = &p->ranges[i];
     int64_t lo;
     qt_step_reduce_block(p, i, &lo, n);
-    *leaf_top = qt_step_region(p, p->tree_offset[nl - 1]) + lo;
+    *leaf_top = qt_step_region(p, p->tree_offset[nl - 1]) + r->leaf_lo + (lo - r->lo);
     for (int l = 0; l < QT_MAX_TREE_LEVELS; l++) {
         float *base = l < p->n_mb_levels ? qt_step_region(p, p->tree_offset[nl + l]) : NULL;
-        mb[l] = !base ? NULL : l == p->n_mb_levels - 1 ? base + lo : base + p->ranges[i].mb_lo;
+        const int compact =
+            qt_tree_level_compact(p->n_tree_levels, p->n_mb_levels, p->grads_compact, nl + l);
+        mb[l] = !base ? NULL : compact ? base + r->mb_lo : base + lo;
     }
+}
+
+/* The flat ranges a GRAD_MB_TOTAL / GRAD_MB_PUSH names: [a0, a1), or all when a1 = 0. */
+static void qt_step_span(const qt_plan *p, const qt_op *op, int32_t *r0, int32_t *r1)
+{
+    *r0 = op->a[1] ? (int32_t)op->a[0] : 0;
+    *r1 = op->a[1] ? (int32_t)op->a[1] : p->n_ranges;
+}
+
+/* Zeroes the elements of range i's window in the leaf tree's top level that no parameter
+ * covers (per-layer reduction: the window held another range's values before). The
+ * parameters of a range have increasing flat offsets in index order (checked at start-up,
+ * runtime.c). */
+static void qt_step_zero_gaps(const qt_plan *p, int32_t i)
+{
+    const qt_flat_range *r = &p->ranges[i];
+    float *top = qt_step_region(p, p->tree_offset[p->n_tree_levels - p->n_mb_levels - 1]);
+    int64_t cursor = r->leaf_lo;
+    for (int32_t k = 0; k < p->n_params; k++) {
+        const qt_param *pa = &p->params[k];
+        if (pa->flat_offset < r->lo || pa->flat_offset >= r->lo + r->n) continue;
+        if (pa->leaf_offset > cursor)
+            memset(top + cursor, 0, (size_t)(pa->leaf_offset - cursor) * sizeof(float));
+        cursor = pa->leaf_offset + pa->numel;
+    }
+    if (r->leaf_lo + r->n > cursor)
+        memset(top + cursor, 0, (size_t)(r->leaf_lo + r->n - cursor) * sizeof(float));
 }
 
 int qt_step_grad_mb_total(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 {
-    (void)op;
     (void)st;
-    qt_interp_finalize_grads(ctx->plan);
+    const qt_plan *p = ctx->plan;
+    int32_t r0, r1;
+    qt_step_span(p, op, &r0, &r1);
+    qt_interp_finalize_grads(p, p->ranges[r0].lo, p->ranges[r1 - 1].lo + p->ranges[r1 - 1].n);
+    if (p->layer_reduce)
+        for (int32_t i = r0; i < r1; i++) qt_step_zero_gaps(p, i);
     return QT_OK;
 }
 
 int qt_step_grad_mb_push(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 {
-    (void)op;
     const qt_plan *p = ctx->plan;
     float *top, *mb[QT_MAX_TREE_LEVELS];
-    for (int32_t i = 0; i < p->n_ranges; i++) {
+    int32_t r0, r1;
+    qt_step_span(p, op, &r0, &r1);
+    for (int32_t i = r0; i < r1; i++) {
         int64_t n;
         qt_step_trees(p, i, &top, mb, &n);
         /* an even leaf must sit in level 0 (qt_tree.h); an odd one is read where it is */
@@ -194,7 +239,7 @@ int qt_step_grad_normalise(const qt_op *op, const qt_ctx *ctx, qt_step_state *st
         qt_step_block(p, i, &lo, &n);
         qt_exact_clear(&none);
         /* every block is normalised; only the counted copy adds to the norm */
-        qt_step_normalise_range(p, lo, n, (float)op->a[0], 0,
+        qt_step_normalise_range(p, qt_step_grad_at(p, i, lo), lo, n, (float)op->a[0], 0,
                                 qt_step_primary(ctx, &p->ranges[i]) ? &sq : &none);
     }
     int rc = p->n_ranks > 1 ? qt_step_exact_merge(QT_COLL_ALL, &sq) : QT_OK;
@@ -217,17 +262,17 @@ static uint64_t qt_step_fp_range(const qt_plan *p, int64_t lo, int64_t hi)
     return fp;
 }
 
-/* Clip + AdamW + fingerprint over flat [lo, lo+n); mo/vo hold the elements from lo on.
+/* Clip + AdamW + fingerprint over flat [lo, lo+n); g, mo and vo hold the elements from lo on.
  * With the parameters tiling the flat region in index order, one pass per chunk: the
  * fingerprint reads the freshly updated chunk from cache. */
-static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *mo, float *vo,
-                               const qt_adamw_hp *hp, float gscale, int scaled)
+static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, const float *g,
+                               float *mo, float *vo, const qt_adamw_hp *hp, float gscale,
+                               int scaled)
 {
     float *w = qt_step_region(p, p->params_offset);
-    const float *g = qt_step_region(p, p->grads_offset);
     const int64_t hi = lo + n;
     if (!qt_step_s.flat_in_order) {
-        qt_adamw_update_scaled(w + lo, mo, vo, g + lo, n, hp, gscale, scaled);
+        qt_adamw_update_scaled(w + lo, mo, vo, g, n, hp, gscale, scaled);
         return qt_step_fp_range(p, lo, hi);
     }
     /* the padding after the last parameter is never updated (it stays zero) */
@@ -238,8 +283,8 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *m
         const int64_t a = off > lo ? off : lo, b = off + pn < hi ? off + pn : hi;
         for (int64_t j0 = a; j0 < b; j0 += QT_STEP_CHUNK) {
             int64_t c = b - j0 < QT_STEP_CHUNK ? b - j0 : QT_STEP_CHUNK;
-            qt_adamw_update_scaled(w + j0, mo + (j0 - lo), vo + (j0 - lo), g + j0, c, hp, gscale,
-                                   scaled);
+            qt_adamw_update_scaled(w + j0, mo + (j0 - lo), vo + (j0 - lo), g + (j0 - lo), c, hp,
+                                   gscale, scaled);
             fp += qt_param_fp_chunk(p, i, gbase, j0 - off, c);
         }
         gbase += qt_param_global_numel(p, i);
@@ -265,7 +310,8 @@ int qt_step_adamw(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
         qt_step_block(p, i, &lo, &n);
         float *mo = qt_step_region(p, p->adam_m_offset) + p->ranges[i].adam_lo;
         float *vo = qt_step_region(p, p->adam_v_offset) + p->ranges[i].adam_lo;
-        uint64_t f = qt_step_update(p, lo, n, mo, vo, &hp, gscale, scaled);
+        uint64_t f = qt_step_update(p, lo, n, qt_step_grad_at(p, i, lo), mo, vo, &hp, gscale,
+                                    scaled);
         if (qt_step_primary(ctx, &p->ranges[i])) fp += f;
     }
     if (p->n_ranks > 1) {

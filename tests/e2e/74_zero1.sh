@@ -14,6 +14,7 @@
 #   dp2ep2-g4-z1            DP2 x EP2 explicit + ZeRO-1, G=4 (global batch 16): MaxText's
 #                           failing case (seed, "Known issue")
 #   dp2ep2-g4               the same mesh without ZeRO-1
+#   *-layer                 the cell with gradient_reduce=layer (per-layer reduce-scatters)
 # Every mpiexec runs under `timeout`, so a hang fails the check instead of the suite. Each run
 # happens once; its "step loss_bits fingerprint" lines are cached in $QT_TMP/zero1/<run>.det.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
@@ -83,6 +84,20 @@ done
 # step form auto picks on DP4 (one reduce-scatter after the loop): the same bits
 check "zero1 next dp4 G4, gradient_reduce=microbatch == the step form == one rank, batch 16, 20 steps" \
     z1_same next dp4-g4-mb 4 dp4-g4 4 1r-b16
+
+# gradient_reduce=layer: each layer's (and the embedding's, final norm's, head's) leaf-tree
+# total is reduce-scattered right after its last weight gradient, so the leaf levels hold
+# one layer's windows, and the gradient holds only the rank's blocks: the same bits
+for m in next 35; do
+  check "zero1 $m dp4 G4, gradient_reduce=layer == the step form == one rank, batch 16, 20 steps" \
+      z1_same $m dp4-g4-layer 4 dp4-g4 4 1r-b16
+  check "zero1 $m dp2xep2 G4 ZeRO-1, gradient_reduce=layer == microbatch form == one rank, batch 16" \
+      z1_same $m dp2ep2-g4-z1-layer 4 dp2ep2-g4-z1 4 1r-b16
+  check "zero1 $m dp2xfsdp2 ZeRO-1, gradient_reduce=layer == step form == one rank, batch 8" \
+      z1_same $m dp2fsdp2-z1-layer 4 dp2fsdp2-z1 4 1r-b8
+done
+check "zero1 next dp2xtp2 G4 ZeRO-1, gradient_reduce=layer == step form == one rank, batch 16" \
+    z1_same next dp2tp2-g4-z1-layer 4 dp2tp2-g4-z1 4 1r-b16
 
 # ZeRO-1 with tensor parallelism: the optimizer blocks split the TP-local flat vector over
 # data. qwen3.5-tiny-tp ("35t") has head counts that divide over tensor.

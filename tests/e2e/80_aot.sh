@@ -31,33 +31,45 @@ aot_case() {
   fi
 }
 
-# The 4-layer qwen3-next-80b-a3b on DP 128 with G=4 and ZeRO-1: 7.21 B parameters; per rank
-# (MiB) 27504 compute copy + 55438 gradient tree (the leaf tree's top and the gradient,
-# whole, and two compact microbatch levels of 215 each) + 6144 leaf scratch + 4096
-# checkpoint staging + 2492 activations + 430 Adam (ZeRO-1) = 96106 MiB = 93.9 GiB of 95.
+# The 4-layer qwen3-next-80b-a3b on DP 128 with G=4 and ZeRO-1: 7.21 B parameters. The step
+# form would need 123180 MiB (three whole tree levels); auto takes the microbatch form with
+# a compact gradient: per rank (MiB) 27504 compute copy + 28149 gradient tree (the leaf
+# tree's one level, whole, and three levels of this rank's reduce blocks, 215 each) + 4096
+# checkpoint staging + 2492 activations + 430 Adam (ZeRO-1) = 62672 MiB = 61.2 GiB of 95.
 check "aot: qwen3-next-80b-a3b 4 layers, v5p-256 DP128 G4 ZeRO-1, explicit: fits 95 GiB and compiles" \
   aot_case aot-next80-4l-dp128-explicit fits
 check "aot: qwen3-next-80b-a3b 4 layers, v5p-256 DP128 G4 ZeRO-1, auto: fits 95 GiB and compiles" \
   aot_case aot-next80-4l-dp128-auto fits
-# The 4-layer qwen3.5-397b-a17b holds 28.3 B parameters: the compute copy alone is 113 GB.
+# The 4-layer qwen3.5-397b-a17b holds 28.3 B parameters: the compute copy alone (replicated
+# over DP 128) is 108039 MiB > 95 GiB, whatever the gradient reduction does (auto ends at
+# the per-layer form: 158118 MiB).
 for mode in explicit auto; do
   check "aot: qwen3.5-397b-a17b 4 layers, v5p-256 DP128 G4 ZeRO-1, $mode: over budget, biggest consumers listed" \
-    aot_case aot-397b-4l-dp128-$mode "over the budget of 97280.0 MiB by 275566.0 MiB; biggest consumers: gradient tree"
+    aot_case aot-397b-4l-dp128-$mode "over the budget of 97280.0 MiB by 60838.0 MiB; biggest consumers: params (compute copy) 108038.8 MiB"
 done
-# The full models on v5p-512 FSDP 32 x expert 8, remat_policy full: flat-parameter FSDP
-# holds the rank's whole compute copy (the dense weights and its 64 experts per layer) and
-# parameter-sized gradient-tree levels (4 leaf levels for the expert group's 8 sequences,
-# then the gradient); they do not fit yet (issue 7: per-layer gathers and reduce-scatters).
-check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, explicit: over budget (verdict of today's planner)" \
-  aot_case aot-next80-v5p512 "plan aot-next80-v5p512 needs 293050.0 MiB per rank"
-check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, auto: over budget (verdict of today's planner)" \
-  aot_case aot-next80-v5p512-auto "plan aot-next80-v5p512-auto needs 293050.0 MiB per rank"
-check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, explicit: over budget (verdict of today's planner)" \
-  aot_case aot-397b-v5p512 "plan aot-397b-v5p512 needs 1382582.0 MiB per rank"
-check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, auto: over budget (verdict of today's planner)" \
-  aot_case aot-397b-v5p512-auto "plan aot-397b-v5p512-auto needs 1382582.0 MiB per rank"
-check "aot: qwen3.5-35b-a3b v5p-512 EP256, remat full: over budget, consumers listed" \
-  aot_case aot-35b-v5p512-ep256 "plan aot-35b-v5p512-ep256 needs 143910.0 MiB per rank"
+# The full models on v5p-512 FSDP 32 x expert 8, remat_policy full. auto reduces the
+# gradient per layer (gradient_reduce=layer): each layer's leaf-tree levels are a window of
+# one layer's size and the gradient holds only the rank's reduce blocks. qwen3-next-80b-a3b:
+# 45886 compute copy (flat-parameter FSDP: the dense weights and the rank's 64 experts of
+# every layer, gathered once per step) + 5935 gradient tree (4 leaf levels of one layer's
+# windows for the expert group's 8 sequences + the rank's gradient blocks) + 10077
+# activations + 4096 staging + 2374 Adam + 768 leaf scratch = 69138 MiB: fits.
+check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, explicit: fits 95 GiB and compiles" \
+  aot_case aot-next80-v5p512 fits
+check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compiles" \
+  aot_case aot-next80-v5p512-auto fits
+# qwen3.5-397b-a17b: its compute copy (the rank's 64 of 512 experts of 60 layers, whole over
+# fsdp) is 221702 MiB on its own: it needs the weights gathered per layer (MaxText shards
+# the experts' embed dim over fsdp), which flat-parameter FSDP does not do yet.
+check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, explicit: over budget (the compute copy)" \
+  aot_case aot-397b-v5p512 "plan aot-397b-v5p512 needs 294694.0 MiB per rank, over the budget of 97280.0 MiB by 197414.0 MiB; biggest consumers: params (compute copy) 221702.2 MiB"
+check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, auto: over budget (the compute copy)" \
+  aot_case aot-397b-v5p512-auto "plan aot-397b-v5p512-auto needs 294694.0 MiB per rank"
+# qwen3.5-35b-a3b on EP 256 (2 experts per rank), remat full, per-layer reduction: 9820
+# compute copy + 17976 gradient tree (9 leaf levels: the 256 sequences an expert host sees)
+# + 30869 activations (the expert FFN's dropless scratch) + 1033 Adam = 61760 MiB: fits.
+check "aot: qwen3.5-35b-a3b v5p-512 EP256, remat full: fits 95 GiB and compiles" \
+  aot_case aot-35b-v5p512-ep256 fits
 # the reference trainer's guards, at scale
 check "aot: context parallelism with GDN layers under explicit is refused with its reason" \
   aot_case aot-guard-context-explicit "context parallelism 2 with shard_mode=explicit"
@@ -71,9 +83,9 @@ aot_topology_errors() {
   grep -F "compile_topology=v5p-255" "$out/e1" || return 1
   build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml num_ranks=64 2> "$out/e2" && return 1
   grep -F "compile_topology=v5p-256 has 128 devices; expected num_ranks unset or 128" "$out/e2" || return 1
-  # an explicit device_memory_gib overrides the preset's: 80 GiB is too little here
-  build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml device_memory_gib=80 2> "$out/e3" && return 1
-  grep -F "device_memory_gib=80 (compile_topology=v5p-256, 128 ranks)" "$out/e3" || return 1
+  # an explicit device_memory_gib overrides the preset's: 40 GiB is too little here
+  build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml device_memory_gib=40 2> "$out/e3" && return 1
+  grep -F "device_memory_gib=40 (compile_topology=v5p-256, 128 ranks)" "$out/e3" || return 1
   # the step form of the gradient reduction cannot keep the bits with expert parallelism
   build/configgen/configgen -o "$out" tests/aot/aot-next80-v5p512.yml gradient_reduce=step 2> "$out/e4" && return 1
   grep -F "gradient_reduce=step (command line): step with expert parallelism 8" "$out/e4"
@@ -83,12 +95,15 @@ check "aot: a bad compile_topology, a num_ranks that disagrees with it, an expli
 aot_reduce_forms() {
   # gradient_reduce=auto on the 4-layer 80B DP128 G4: the step form (one reduce-scatter
   # after the microbatches) needs 123180 MiB > 95 GiB, so auto takes the microbatch form
+  # (62672 MiB); with 50 GiB that is over too and auto takes the per-layer form (41458 MiB)
   local out=$AOT_OUT/forms
   mkdir -p "$out"
   build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml run_name=forms-auto > /dev/null || return 1
-  grep -q "microbatch-major" "$out/forms-auto/plan.txt" || { echo "auto did not take the microbatch form"; return 1; }
+  grep -q "reduce-scattered after each microbatch" "$out/forms-auto/plan.txt" || { echo "auto did not take the microbatch form"; return 1; }
+  build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml run_name=forms-layer device_memory_gib=50 > /dev/null || return 1
+  grep -q "reduce-scattered per layer" "$out/forms-layer/plan.txt" || { echo "auto did not take the per-layer form"; return 1; }
   build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml run_name=forms-step gradient_reduce=step device_memory_gib=0 > /dev/null || return 1
   grep -q "rank-major" "$out/forms-step/plan.txt" || return 1
-  grep -E "^  (arena|total sent)" "$out/forms-auto/plan.txt" "$out/forms-step/plan.txt"
+  grep -E "^  (arena|total sent)" "$out/forms-step/plan.txt" "$out/forms-auto/plan.txt" "$out/forms-layer/plan.txt"
 }
-check "aot: gradient_reduce=auto falls back to the microbatch form when the step form is over budget" aot_reduce_forms
+check "aot: gradient_reduce=auto falls back to the microbatch, then the per-layer form when over budget" aot_reduce_forms

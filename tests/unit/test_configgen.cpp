@@ -430,7 +430,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"per_device_batch_size=1e8", NULL, "per_device_batch_size=1e8 (command line): with gradient_accumulation_steps=1 (configgen/configs/base.yml:47), per_device_batch_size x gradient_accumulation_steps = 100000000 x 1 sequences per step exceed the 8388607 that the 24 gradient tree levels hold"},
         {"gradient_accumulation_steps=8388608", NULL, "gradient_accumulation_steps=8388608 (command line): with per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4), per_device_batch_size x gradient_accumulation_steps = 2 x 8388608 sequences per step exceed the 8388607"},
         {"shard_mode=manual", NULL, "expected auto or explicit"},
-        {"gradient_reduce=sometimes", NULL, "gradient_reduce=sometimes (command line): expected auto, step or microbatch"},
+        {"gradient_reduce=sometimes", NULL, "gradient_reduce=sometimes (command line): expected auto, step, microbatch or layer"},
         {"remat_policy=partial", NULL, "remat_policy=partial (command line): expected none, full or save_dot"},
         {"compile_topology=v9-8", NULL, "compile_topology=v9-8 (command line): expected <generation>-<cores or chips>"},
         {"compile_topology=v5p-8", "num_ranks=2", "compile_topology=v5p-8 has 4 devices; expected num_ranks unset or 4"},

@@ -126,6 +126,7 @@ struct rt_plan_store {
     qt_plan plan;
     qt_tensor tensors[5];
     qt_param params[2];
+    qt_flat_range ranges[1];
     qt_op ops[2];
     qt_op step_ops[2];
 };
@@ -202,7 +203,7 @@ static void rt_build_plan(rt_plan_store *st, int64_t b, int64_t G)
         qt_param *pa = &st->params[i];
         pa->name = t->name;
         pa->tensor = i;
-        pa->flat_offset = i ? RT_N0 : 0;
+        pa->flat_offset = pa->leaf_offset = i ? RT_N0 : 0;
         pa->numel = t->numel;
         pa->init = i ? QT_INIT_ONES : QT_INIT_NORMAL;
         pa->init_scale = 0.5f;
@@ -228,7 +229,9 @@ static void rt_build_plan(rt_plan_store *st, int64_t b, int64_t G)
     p->n_flat = RT_N0 + RT_N1;
     p->adam_elems = RT_N0 + RT_N1;
     p->n_ranges = 1;
-    p->ranges[0].n = RT_N0 + RT_N1;
+    st->ranges[0].n = RT_N0 + RT_N1;
+    p->ranges = st->ranges;
+    p->leaf_elems = RT_N0 + RT_N1;
     p->params_offset = RT_OFF_PARAMS;
     p->adam_m_offset = RT_OFF_M;
     p->adam_v_offset = RT_OFF_V;
@@ -291,9 +294,9 @@ TEST(RuntimeInterp, TreeThroughScheduleIsIndependentOfBatchSplit)
                 int32_t *tok = qt_i32(&ctx, p->tokens);
                 for (int64_t s = 0; s < b; s++)
                     for (int t = 0; t < RT_S; t++) tok[s * RT_S + t] = (int32_t)(mb * b + s);
-                qt_interp_run_microbatch(&ctx, rt_table, mb);
+                qt_interp_run_microbatch(&ctx, rt_table, mb, NULL);
             }
-            qt_interp_finalize_grads(p);
+            qt_interp_finalize_grads(p, 0, p->n_flat);
             const float *g = (const float *)(const void *)(rt_arena + p->grads_offset);
             for (int k = 0; k < RT_N0; k++)  // p0 = 0: factor 1, the leaves are rt_leafval
                 LONGS_EQUAL(rt_bits(rt_ref_pairwise(0, n, k)), rt_bits(g[k]));
