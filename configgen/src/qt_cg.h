@@ -129,6 +129,7 @@ typedef struct qt_cg_rule {
 } qt_cg_rule;
 
 enum qt_cg_remat_policy { QT_CG_REMAT_NONE = 0, QT_CG_REMAT_FULL, QT_CG_REMAT_SAVE_DOT };
+enum qt_cg_param_gather { QT_CG_GATHER_AUTO = 0, QT_CG_GATHER_STEP, QT_CG_GATHER_LAYER };
 enum qt_cg_grad_reduce { QT_CG_REDUCE_AUTO = 0, QT_CG_REDUCE_STEP, QT_CG_REDUCE_MICROBATCH,
                          QT_CG_REDUCE_LAYER };
 
@@ -141,6 +142,7 @@ typedef struct qt_cg_settings {
     int32_t mesh[QT_MESH_COUNT];
     int32_t n_ranks, shard_mode, zero1;
     int32_t remat;             /* enum qt_cg_remat_policy */
+    int32_t param_gather;      /* enum qt_cg_param_gather (param_gather) */
     int32_t grad_reduce;       /* enum qt_cg_grad_reduce (gradient_reduce) */
     char topology[64];         /* compile_topology, "" = none */
     double budget_gib;         /* per-rank arena budget (device_memory_gib), 0 = unchecked */
@@ -193,6 +195,10 @@ typedef struct qt_cg_tensor {
     int whole;                 /* live for the whole microbatch schedule */
     int first, last;           /* op index range in mb_ops (-1: unused) */
     int32_t ep_seg;            /* expert-parallel row ids (er): the seg tensor of their rows */
+    int32_t alias_of;          /* per-layer parameter gathers: the gather window this
+                                  parameter tensor lies in (its offset = the window's +
+                                  alias_off bytes), else -1 */
+    int64_t alias_off;
     uint8_t exec[QT_MAX_DIMS]; /* execution layout: mesh axes each dim is split over in this
                                   plan (t.spec is the layout its logical axes declare) */
     const char *reshard;       /* why exec may differ from the declared layout (a layer's
@@ -219,6 +225,12 @@ typedef struct qt_cg_graph {
     int layer_reduce;          /* 1 (with reduce_per_mb): per layer, inside the microbatch
                                   schedule (qt_plan.layer_reduce); chosen by qt_cg_plan_build */
     int grads_compact;         /* qt_plan.grads_compact (qt_cg_memplan.c decides) */
+    int params_compact;        /* 1: per-layer parameter gathers (qt_plan.params_compact);
+                                  chosen by qt_cg_plan_build, implies layer_reduce */
+    int32_t *gather_win;       /* per-layer gathers: the window tensor of each pending
+                                  all-gather (COLLECTIVE a0 = -1 - k), resolved by
+                                  qt_cg_step_schedule */
+    int n_gather_win, cap_gather_win;
     qt_collective *coll;       /* the collectives the step schedule names (names owned) */
     int n_reshards;            /* activations held otherwise than declared (qt_cg_layout.c) */
     int ncoll, capcoll;
@@ -309,6 +321,8 @@ int qt_cg_remat(qt_cg_graph *g, char *err, size_t errlen);
 /* 1 if tree level l is a compact microbatch-tree level (below that tree's top: only this
  * rank's reduce blocks, mb_elems floats); see qt_plan.tree_offset. */
 int qt_cg_tree_level_compact(const qt_cg_graph *g, int l);
+/* The flat range holding parameter p (-1 before the memory plan). */
+int qt_cg_range_of(const qt_cg_graph *g, int p);
 /* Leaves of parameter p's leaf tree: its leaves per step, or per microbatch when a
  * microbatch tree follows (n_mb_levels > 0). */
 int64_t qt_cg_tree_leaves(const qt_cg_graph *g, int p);

@@ -75,7 +75,9 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
     for (int l = 0; l < g->n_tree_levels; l++)
         tree += 4 * qt_cg_tree_level_elems(g, l);
     qt_cg_use cat[] = {
-        {"params (compute copy)", 4 * g->n_flat},
+        {g->params_compact ? "params (this rank's blocks; compute copies gathered per layer "
+                             "into the activations)" : "params (compute copy)",
+         4 * (g->params_compact ? g->adam_elems : g->n_flat)},
         {"adam m + v", 8 * g->adam_elems},
         {"gradient tree (incl. the gradient)", tree},
         {"leaf scratch", 4 * g->leaf_scratch_elems},

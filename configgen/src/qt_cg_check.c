@@ -157,7 +157,8 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
                     return qt_cg_fail(err, errlen, "%s op %d: a9 must be -1", which, i);
                 continue;
             }
-            if (p < 0 || p >= g->np || g->ps[p].tensor != pslot[k])
+            /* the slot holds the parameter's tensor, or its backward gather clone */
+            if (p < 0 || p >= g->np || pslot[k] < 0 || g->ts[pslot[k]].param != p)
                 return qt_cg_fail(err, errlen, "%s op %d (%s): a%d=%lld does not name the "
                                   "parameter in its slot", which, i, qt_cg_op_name(o->kind),
                                   8 + k, (long long)p);

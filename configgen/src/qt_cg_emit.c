@@ -226,6 +226,7 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
     if (g->grads_compact || g->layer_reduce)
         qt_cg_buf_printf(b, "    .grads_compact = %d,\n    .layer_reduce = %d,\n", g->grads_compact,
                          g->layer_reduce);
+    if (g->params_compact) qt_cg_buf_printf(b, "    .params_compact = 1,\n");
     qt_cg_buf_printf(b, "    .leaf_scratch_offset = %lldll,\n    .leaf_scratch_elems = %lldll,\n",
                      (long long)g->leaf_scratch_offset, (long long)g->leaf_scratch_elems);
     qt_cg_buf_printf(b, "    .tokens = %d,\n    .targets = %d,\n    .loss_seq = %d,\n"

@@ -73,7 +73,8 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
      * expert parallelism needs the microbatch form, or auto finds the step form's
      * parameter-sized tree levels over the budget (then the microbatch form, then the
      * per-layer form with layer-sized leaf levels); the bits are the same */
-    const int layer = s->grad_reduce == QT_CG_REDUCE_LAYER && s->batch_mask;
+    g->params_compact = s->param_gather == QT_CG_GATHER_LAYER;
+    const int layer = (s->grad_reduce == QT_CG_REDUCE_LAYER || g->params_compact) && s->batch_mask;
     g->reduce_per_mb = layer || s->grad_reduce == QT_CG_REDUCE_MICROBATCH ||
                        s->mesh[QT_MESH_EXPERT] > 1;
     g->layer_reduce = layer;
@@ -83,6 +84,17 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
                        budget > 0 && g->arena_bytes > budget && !g->layer_reduce; form++) {
         if (g->reduce_per_mb) g->layer_reduce = 1;
         g->reduce_per_mb = 1;
+        if (qt_cg_memplan(g, err, errlen)) return -1;
+    }
+    /* param_gather=auto: per-layer gathers when still over the budget with per-layer
+     * reduction (which they need), on meshes that shard parameters for compute in MaxText
+     * (fsdp, expert); ZeRO-1 alone keeps them replicated over data (design.md section 5),
+     * so a data-only split is gathered per layer only when the user asks (param_gather=layer,
+     * ZeRO-3 over data) */
+    const unsigned fsdp_like = (1u << QT_MESH_FSDP) | (1u << QT_MESH_EXPERT);
+    if (s->param_gather == QT_CG_GATHER_AUTO && (s->opt_mask & fsdp_like) && g->layer_reduce &&
+        budget > 0 && g->arena_bytes > budget) {
+        g->params_compact = 1;
         if (qt_cg_memplan(g, err, errlen)) return -1;
     }
     qt_cg_step_schedule(g);

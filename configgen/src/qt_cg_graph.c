@@ -53,6 +53,8 @@ int32_t qt_cg_add_tensor(qt_cg_graph *g, const char *name, int role, int dtype, 
     ct->param = -1;
     ct->first = ct->last = -1;
     ct->ep_seg = QT_NONE;
+    ct->alias_of = -1;
+    ct->alias_off = 0;
     return g->nt++;
 }
 
@@ -758,6 +760,7 @@ void qt_cg_graph_free(qt_cg_graph *g)
     free(g->layer_t1);
     free(g->bwd_src);
     free(g->ranges);
+    free(g->gather_win);
     for (int i = 0; i < g->ncoll; i++) free((char *)g->coll[i].name);
     free(g->coll);
     memset(g, 0, sizeof *g);

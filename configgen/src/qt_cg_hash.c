@@ -38,6 +38,7 @@ uint64_t qt_cg_hash(const qt_cg_graph *g)
     p.leaf_elems = g->leaf_elems;
     p.grads_compact = g->grads_compact;
     p.layer_reduce = g->layer_reduce;
+    p.params_compact = g->params_compact;
     p.comm_scratch_offset = g->comm_scratch_offset;
     p.comm_scratch_elems = g->comm_scratch_elems;
     p.staging_offset = g->staging_offset;

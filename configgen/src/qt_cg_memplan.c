@@ -60,6 +60,12 @@ static void lifetimes(qt_cg_graph *g)
             g->ts[i].first = 0;
             g->ts[i].last = g->nmb > 0 ? g->nmb - 1 : 0;
         }
+    /* a gather window lives until the last read of the parameters that point into it */
+    for (int i = 0; i < g->nt; i++) {
+        const qt_cg_tensor *t = &g->ts[i];
+        if (t->alias_of >= 0 && t->last > g->ts[t->alias_of].last)
+            g->ts[t->alias_of].last = t->last;
+    }
 }
 
 typedef struct qt_cg_iv {
@@ -121,11 +127,7 @@ static void insert_range_reduces(qt_cg_graph *g, int64_t *live)
     int *last = qt_cg_alloc((size_t)g->n_ranges * sizeof *last);
     int *range_of = qt_cg_alloc((size_t)(g->np ? g->np : 1) * sizeof *range_of);
     for (int r = 0; r < g->n_ranges; r++) last[r] = -1;
-    for (int p = 0; p < g->np; p++)
-        for (int r = 0; r < g->n_ranges; r++)
-            if (g->ps[p].flat_offset >= g->ranges[r].lo &&
-                g->ps[p].flat_offset < g->ranges[r].lo + g->ranges[r].n)
-                range_of[p] = r;
+    for (int p = 0; p < g->np; p++) range_of[p] = qt_cg_range_of(g, p);
     for (int o = 0; o < n; o++) {
         if (!(g->mb[o].flags & QT_OPF_WGRAD)) continue;
         for (int k = 0; k < 2; k++)
@@ -161,6 +163,130 @@ static void insert_range_reduces(qt_cg_graph *g, int64_t *live)
     }
     free(old);
     free(last);
+    free(range_of);
+}
+
+/* A COLLECTIVE placeholder for the all-gather of gather window `win` (range r), resolved
+ * by qt_cg_step_schedule: a0 = -1 - k, a1 = 1. */
+static void gather_collective(qt_cg_graph *g, qt_op *q, int32_t win, int r)
+{
+    g->gather_win = qt_cg_grow(g->gather_win, &g->cap_gather_win, 2 * g->n_gather_win + 2,
+                               sizeof *g->gather_win);
+    g->gather_win[2 * g->n_gather_win] = win;
+    g->gather_win[2 * g->n_gather_win + 1] = r;
+    memset(q, 0, sizeof *q);
+    q->kind = QT_OP_COLLECTIVE;
+    for (int t = 0; t < QT_OP_MAX_T; t++) q->t[t] = QT_NONE;
+    q->a[0] = -1 - g->n_gather_win++;
+    q->a[1] = 1;
+}
+
+/* A gather window: the compute copy of flat range r (n floats, replicated layout). */
+static int32_t gather_window(qt_cg_graph *g, int r, const char *when)
+{
+    char name[96];
+    snprintf(name, sizeof name, "gather.range%d.%s", r, when);
+    const int64_t shape[1] = {g->ranges[r].n};
+    const uint8_t axes[1] = {0};
+    return qt_cg_add_tensor(g, name, QT_ROLE_ACT, QT_F32, 1, shape, axes);
+}
+
+/* A backward clone of parameter tensor id ("<name>~g"): the same parameter, read from the
+ * backward's gather window. */
+static int32_t param_clone(qt_cg_graph *g, int32_t id)
+{
+    char name[300];
+    snprintf(name, sizeof name, "%s~g", g->ts[id].t.name);
+    qt_cg_tensor src = g->ts[id];   /* copy: add_tensor may move the array */
+    int32_t c = qt_cg_add_tensor(g, name, QT_ROLE_PARAM, src.t.dtype, src.t.ndim, src.t.shape,
+                                 src.t.axes);
+    qt_cg_tensor *ct = &g->ts[c];
+    memcpy(ct->t.global_shape, src.t.global_shape, sizeof ct->t.global_shape);
+    memcpy(ct->t.spec, src.t.spec, sizeof ct->t.spec);
+    memcpy(ct->t.seg, src.t.seg, sizeof ct->t.seg);
+    ct->t.seg_dim = src.t.seg_dim;
+    memcpy(ct->exec, src.exec, sizeof ct->exec);
+    ct->param = src.param;
+    return c;
+}
+
+/* Per-layer parameter gathers (params_compact): before the first forward op that reads a
+ * parameter of flat range r, PARAM_GATHER into r's forward window and its all-gather over
+ * r's optimizer axes; likewise before the first backward op (remat copies included) that
+ * reads one, into a backward window, which the backward's parameter slots read through
+ * clones. The parameter tensors point into the windows (alias_of); the windows are planned
+ * like activations, so a layer's compute copy lives only around its forward and its
+ * backward. Runs once per graph (the clones rewrite the backward). */
+static void insert_param_gathers(qt_cg_graph *g)
+{
+    const int nr = g->n_ranges;
+    int *ffirst = qt_cg_alloc((size_t)(2 * nr) * sizeof *ffirst), *bfirst = ffirst + nr;
+    int32_t *win = qt_cg_alloc((size_t)(2 * nr) * sizeof *win);
+    int32_t *clone = qt_cg_alloc((size_t)(g->np ? g->np : 1) * sizeof *clone);
+    int *range_of = qt_cg_alloc((size_t)(g->np ? g->np : 1) * sizeof *range_of);
+    for (int r = 0; r < 2 * nr; r++) ffirst[r] = -1, win[r] = QT_NONE;
+    for (int p = 0; p < g->np; p++) {
+        clone[p] = QT_NONE;
+        range_of[p] = qt_cg_range_of(g, p);
+    }
+    for (int o = 0; o < g->nmb; o++) {
+        const char *slots = qt_cg_op_slots(g->mb[o].kind);
+        for (int k = 0; slots[k]; k++) {
+            const int32_t id = g->mb[o].t[k];
+            if ((slots[k] | 32) != 'p' || id < 0 || g->ts[id].param < 0) continue;
+            int *first = o < g->n_fwd ? ffirst : bfirst;
+            if (first[range_of[g->ts[id].param]] < 0) first[range_of[g->ts[id].param]] = o;
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        if (ffirst[r] >= 0) win[r] = gather_window(g, r, "fwd");
+        if (bfirst[r] >= 0) win[nr + r] = gather_window(g, r, "bwd");
+    }
+    for (int p = 0; p < g->np; p++) {
+        const int r = range_of[p];
+        const int32_t id = g->ps[p].tensor;
+        const int64_t off = 4 * (g->ps[p].flat_offset - g->ranges[r].lo);
+        if (win[nr + r] != QT_NONE) {
+            clone[p] = param_clone(g, id);
+            g->ts[clone[p]].alias_of = win[nr + r];
+            g->ts[clone[p]].alias_off = off;
+        }
+        g->ts[id].alias_of = win[r];
+        g->ts[id].alias_off = off;
+    }
+    qt_op *old = g->mb;
+    const int n = g->nmb;
+    g->mb = qt_cg_alloc((size_t)(n + 4 * nr) * sizeof *g->mb);
+    g->capmb = n + 4 * nr;
+    g->nmb = 0;
+    int n_fwd = -1;  /* the forward grows by its gathers */
+    for (int o = 0; o < n; o++) {
+        if (o == g->n_fwd) n_fwd = g->nmb;
+        for (int r = 0; r < 2 * nr; r++) {
+            if (ffirst[r] != o) continue;
+            qt_op *q = &g->mb[g->nmb++];
+            memset(q, 0, sizeof *q);
+            q->kind = QT_OP_PARAM_GATHER;
+            for (int t = 0; t < QT_OP_MAX_T; t++) q->t[t] = QT_NONE;
+            q->t[0] = win[r];
+            q->a[0] = r % nr;
+            if (g->ranges[r % nr].opt_mask) gather_collective(g, &g->mb[g->nmb++], win[r], r % nr);
+        }
+        qt_op op = old[o];
+        if (o >= g->n_fwd) {
+            const char *slots = qt_cg_op_slots(op.kind);
+            for (int k = 0; slots[k]; k++)
+                if ((slots[k] | 32) == 'p' && op.t[k] >= 0 && g->ts[op.t[k]].param >= 0 &&
+                    clone[g->ts[op.t[k]].param] != QT_NONE)
+                    op.t[k] = clone[g->ts[op.t[k]].param];
+        }
+        g->mb[g->nmb++] = op;
+    }
+    g->n_fwd = n_fwd >= 0 ? n_fwd : g->nmb;
+    free(old);
+    free(ffirst);
+    free(win);
+    free(clone);
     free(range_of);
 }
 
@@ -248,11 +374,16 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
         g->leaf_elems = place_windows(g, live);
         free(live);
     }
-    for (int p = 0; p < g->np; p++)
-        for (int r = 0; r < g->n_ranges; r++)
-            if (g->ps[p].flat_offset >= g->ranges[r].lo &&
-                g->ps[p].flat_offset < g->ranges[r].lo + g->ranges[r].n)
-                g->ps[p].leaf_offset = g->ranges[r].leaf_lo + g->ps[p].flat_offset - g->ranges[r].lo;
+    if (g->params_compact) {
+        if (!g->layer_reduce || g->n_gather_win)
+            return qt_cg_fail(err, errlen, "per-layer parameter gathers need per-layer reduction "
+                              "and are planned once (internal error)");
+        insert_param_gathers(g);
+    }
+    for (int p = 0; p < g->np; p++) {
+        const qt_flat_range *r = &g->ranges[qt_cg_range_of(g, p)];
+        g->ps[p].leaf_offset = r->leaf_lo + g->ps[p].flat_offset - r->lo;
+    }
     g->n_param_elems = 0;
     for (int p = 0; p < g->np; p++)
         if (g->ps[p].flat_offset + ALIGN_UP(g->ps[p].numel, 16) > g->n_param_elems)
@@ -264,10 +395,12 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
         g->adam_elems += g->ranges[i].n / qt_cg_group_size(st, g->ranges[i].opt_mask);
     }
     int64_t region = g->n_flat * 4, adam = g->adam_elems * 4;
+    /* with per-layer gathers the parameter region holds the rank's blocks, as Adam does */
+    const int64_t pregion = g->params_compact ? adam : region;
     g->params_offset = 0;
-    g->adam_m_offset = region;
-    g->adam_v_offset = region + adam;
-    const int64_t flat0 = region + 2 * adam; /* first tree level */
+    g->adam_m_offset = pregion;
+    g->adam_v_offset = pregion + adam;
+    const int64_t flat0 = pregion + 2 * adam; /* first tree level */
     /* Trees: one over the step's leaves; on a mesh with batch axes, one over a microbatch's
      * leaves followed by one over the microbatches (their totals reduce-scattered first). */
     const int64_t G = g->s->tr.grad_accum;
@@ -336,6 +469,8 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
                              (int64_t)QT_TENSOR_ALIGN);
     for (int p = 0; p < g->np; p++)
         g->ts[g->ps[p].tensor].t.offset = g->params_offset + 4 * g->ps[p].flat_offset;
+    for (int i = 0; i < g->nt; i++)  /* parameters in gather windows: placed below */
+        if (g->ts[i].alias_of >= 0) g->ts[i].t.offset = -1;
 
     /* activations */
     lifetimes(g);
@@ -374,12 +509,24 @@ int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
         }
     }
     for (int a = 0; a < n; a++) g->ts[order[a].id].t.offset = g->act_offset + rel[order[a].id];
+    for (int i = 0; i < g->nt; i++)
+        if (g->ts[i].alias_of >= 0)
+            g->ts[i].t.offset = g->ts[g->ts[i].alias_of].t.offset + g->ts[i].alias_off;
     g->act_peak = peak;
     g->arena_bytes = ALIGN_UP(g->act_offset + peak, (int64_t)QT_ARENA_ALIGN);
     free(order);
     free(busy);
     free(rel);
     return 0;
+}
+
+int qt_cg_range_of(const qt_cg_graph *g, int p)
+{
+    for (int r = 0; r < g->n_ranges; r++)
+        if (g->ps[p].flat_offset >= g->ranges[r].lo &&
+            g->ps[p].flat_offset < g->ranges[r].lo + g->ranges[r].n)
+            return r;
+    return -1;
 }
 
 int64_t qt_cg_tree_leaves(const qt_cg_graph *g, int p)
@@ -421,6 +568,7 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
     enum { NREG = 6 + QT_MAX_TREE_LEVELS };
     int64_t lo[NREG], hi[NREG];
     const int64_t pb = 4 * g->n_flat, ab = 4 * g->adam_elems;
+    const int64_t params_b = g->params_compact ? ab : pb;
     int64_t cover = 0, adam_sum = 0;
     for (int i = 0; i < g->n_ranges; i++) {
         const qt_flat_range *r = &g->ranges[i];
@@ -437,7 +585,7 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
                           "%lld)", (long long)cover, (long long)g->n_flat, (long long)adam_sum,
                           (long long)g->adam_elems);
     int n = 0;
-    lo[n] = g->params_offset, hi[n] = lo[n] + pb, n++;
+    lo[n] = g->params_offset, hi[n] = lo[n] + params_b, n++;
     lo[n] = g->adam_m_offset, hi[n] = lo[n] + ab, n++;
     lo[n] = g->adam_v_offset, hi[n] = lo[n] + ab, n++;
     lo[n] = g->leaf_scratch_offset, hi[n] = lo[n] + 4 * g->leaf_scratch_elems, n++;
@@ -482,14 +630,11 @@ static int check_windows(const qt_cg_graph *g, char *err, size_t errlen)
         for (int k = 0; k < 2 && !rc; k++) {
             const int64_t pi = op->a[8 + k];
             if (pi < 0) continue;
-            for (int r = 0; r < g->n_ranges; r++) {
-                const qt_flat_range *u = &g->ranges[r];
-                if (g->ps[pi].flat_offset < u->lo || g->ps[pi].flat_offset >= u->lo + u->n) continue;
-                if (live[2 * r + 1] >= 0)
-                    rc = qt_cg_fail(err, errlen, "WGRAD op %d of %s runs after its range %d was "
-                                    "pushed", o, g->ps[pi].name, r);
-                if (live[2 * r] < 0) live[2 * r] = o;
-            }
+            const int r = qt_cg_range_of(g, (int)pi);
+            if (live[2 * r + 1] >= 0)
+                rc = qt_cg_fail(err, errlen, "WGRAD op %d of %s runs after its range %d was "
+                                "pushed", o, g->ps[pi].name, r);
+            if (live[2 * r] < 0) live[2 * r] = o;
         }
     }
     for (int r = 0; r < g->n_ranges && !rc; r++) {
@@ -534,8 +679,13 @@ int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen)
     for (int p = 0; p < g->np; p++) {
         const qt_param *q = &g->ps[p];
         const qt_tensor *t = &g->ts[q->tensor].t;
-        if (t->offset != g->params_offset + 4 * q->flat_offset || q->numel != t->numel)
-            return qt_cg_fail(err, errlen, "param %s: not at its flat offset", q->name);
+        const qt_cg_tensor *ct = &g->ts[q->tensor];
+        const int64_t want = ct->alias_of >= 0
+            ? g->ts[ct->alias_of].t.offset + 4 * (q->flat_offset - g->ranges[qt_cg_range_of(g, p)].lo)
+            : g->params_offset + 4 * q->flat_offset;
+        if (t->offset != want || q->numel != t->numel)
+            return qt_cg_fail(err, errlen, "param %s: not at its flat offset (or its place in its "
+                              "gather window)", q->name);
         if (q->flat_offset % 16)
             return qt_cg_fail(err, errlen, "param %s: flat offset not 16-element aligned", q->name);
         for (int o = 0; o < p; o++) {

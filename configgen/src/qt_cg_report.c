@@ -307,7 +307,12 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
     const int64_t flat_b = 4 * g->n_flat;
     char lv[160], om[64];
     qt_cg_buf_printf(b, "\n== per-rank bytes ==\n");
-    mib(b, "params (compute copy: n_flat floats)", flat_b);
+    if (g->params_compact)
+        mib(b, "params (this rank's blocks, adam_elems floats; each layer's compute copy is "
+               "gathered into the activations before its forward and its backward)",
+            4 * g->adam_elems);
+    else
+        mib(b, "params (compute copy: n_flat floats)", flat_b);
     if (s->opt_mask)
         snprintf(lv, sizeof lv, "adam m + v (2 x adam_elems floats, split over %s)",
                  qt_cg_mask_name(s->opt_mask, om, sizeof om));
@@ -481,7 +486,8 @@ static void memory_map(qt_cg_buf *b, const qt_cg_graph *g)
     qt_cg_buf_printf(b, "\n== memory map (byte offsets in the arena) ==\n");
     qt_cg_buf_printf(b, "  %14lld params (%lld floats)\n  %14lld adam_m (%lld floats)\n"
                      "  %14lld adam_v (%lld floats)\n", (long long)g->params_offset,
-                     (long long)g->n_flat, (long long)g->adam_m_offset,
+                     (long long)(g->params_compact ? g->adam_elems : g->n_flat),
+                     (long long)g->adam_m_offset,
                      (long long)g->adam_elems, (long long)g->adam_v_offset,
                      (long long)g->adam_elems);
     for (int i = 0; i < g->n_tree_levels; i++)

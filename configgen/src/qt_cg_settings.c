@@ -618,6 +618,17 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
                    "leaves of a whole step are every peer's sequences, not one contiguous "
                    "block, so the bits would depend on the split; expected microbatch, layer or auto",
                    (int)s->mesh[QT_MESH_EXPERT]);
+    const char *pg = gets_(v, "param_gather");
+    if (!strcmp(pg, "auto")) s->param_gather = QT_CG_GATHER_AUTO;
+    else if (!strcmp(pg, "step")) s->param_gather = QT_CG_GATHER_STEP;
+    else if (!strcmp(pg, "layer")) s->param_gather = QT_CG_GATHER_LAYER;
+    else return bad(v, "param_gather", "expected auto, step or layer");
+    if (s->param_gather == QT_CG_GATHER_LAYER &&
+        (s->grad_reduce == QT_CG_REDUCE_STEP || s->grad_reduce == QT_CG_REDUCE_MICROBATCH))
+        return bad(v, "param_gather", "layer with gradient_reduce=%s: a layer's gathered "
+                   "weights are dropped after its backward, so its gradient must be reduced "
+                   "there too; expected gradient_reduce=layer or auto",
+                   s->grad_reduce == QT_CG_REDUCE_STEP ? "step" : "microbatch");
     const char *rp = gets_(v, "remat_policy");
     if (!strcmp(rp, "none")) s->remat = QT_CG_REMAT_NONE;
     else if (!strcmp(rp, "full")) s->remat = QT_CG_REMAT_FULL;
@@ -707,6 +718,10 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
     /* MaxText shards the embed dims over expert as well (fsdp-like for dense weights) */
     if (s->mesh[QT_MESH_EXPERT] > 1) s->opt_mask |= (uint8_t)(1u << QT_MESH_EXPERT);
     if (s->zero1 && s->mesh[QT_MESH_DATA] > 1) s->opt_mask |= (uint8_t)(1u << QT_MESH_DATA);
+    if (s->param_gather == QT_CG_GATHER_LAYER && !s->opt_mask)
+        return bad(&v, "param_gather", "layer on a mesh whose optimizer state is not split "
+                   "(no fsdp or expert axis, no ZeRO-1 over data): every rank holds every "
+                   "parameter, nothing to gather; expected step or auto");
     note_unused(&v, s);
     return 0;
 }

@@ -116,6 +116,19 @@ void qt_cg_step_schedule(qt_cg_graph *g)
         for (int o = 0; o < g->nmb; o++) {
             qt_op *op = &g->mb[o];
             if (op->kind != QT_OP_COLLECTIVE || op->a[0] >= 0) continue;
+            if (op->a[1] == 1) {  /* a per-layer parameter gather's all-gather */
+                const int k = (int)(-1 - op->a[0]);
+                const int32_t w = g->gather_win[2 * k];
+                const qt_flat_range *r = &g->ranges[g->gather_win[2 * k + 1]];
+                char name[200], axes[64];
+                snprintf(name, sizeof name, "compute copy of range %d into %s (all-gather over "
+                         "%s)", g->gather_win[2 * k + 1], g->ts[w].t.name,
+                         qt_cg_mask_name(r->opt_mask, axes, sizeof axes));
+                op->a[0] = new_collective(g, name, QT_COLL_ALL_GATHER, r->opt_mask,
+                                          g->ts[w].t.offset, 4 * r->n);
+                op->a[1] = 0;
+                continue;
+            }
             const int i = (int)(-1 - op->a[0]);
             const qt_flat_range *r = &g->ranges[i];
             char name[160], axes[64];
@@ -162,7 +175,7 @@ void qt_cg_step_schedule(qt_cg_graph *g)
     }
     step_op(g, QT_OP_GRAD_NORMALISE)->a[0] = tokens;
     step_op(g, QT_OP_ADAMW);
-    for (int i = 0; i < g->n_ranges; i++) {
+    for (int i = 0; i < g->n_ranges && !g->params_compact; i++) {
         const qt_flat_range *r = &g->ranges[i];
         if (!r->opt_mask) continue;
         char name[160], axes[64];

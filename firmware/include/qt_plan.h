@@ -11,7 +11,10 @@
  *  - the parameter region is flat: parameter p occupies
  *    [params_offset + 4*flat_offset, +4*numel) and the same flat offset is used inside
  *    the gradient and every tree-level region; the Adam regions hold only this rank's
- *    block of the opt_mask group (all of it when opt_mask is 0);
+ *    block of the opt_mask group (all of it when opt_mask is 0). Exceptions, each marked
+ *    by a flag: params_compact (the parameter region is laid out as the Adam regions and
+ *    parameter tensors point into per-layer gather windows), grads_compact, per-layer
+ *    leaf windows (leaf_offset);
  *  - sizes in op attributes agree with the tensor shapes.
  * Generated plan.c files define one `const qt_plan qt_plan_<run>` and its arena.
  */
@@ -242,6 +245,13 @@ typedef struct qt_plan {
                                       compact too: only this rank's reduce blocks, mb_elems
                                       floats (every range's optimizer group is its reduction
                                       group, so no rank needs more of the gradient) */
+    int32_t params_compact;        /* 1: per-layer parameter gathers: the parameter region
+                                      holds only this rank's optimizer block of each range,
+                                      laid out as the Adam regions (adam_elems floats, range r
+                                      at ranges[r].adam_lo); PARAM_GATHER ops in mb_ops
+                                      rebuild a range's compute copy in a window before its
+                                      layer's forward and again before its backward, and the
+                                      parameter tensors point into those windows */
     int32_t layer_reduce;          /* 1: per-layer reduction: the microbatch schedule itself
                                       reduce-scatters each range's leaf-tree total right after
                                       the range's last WGRAD (STEP ops inside mb_ops) */
@@ -284,6 +294,25 @@ static inline int64_t qt_tree_level_elems(const struct qt_plan *p, int l)
     if (qt_tree_level_compact(p->n_tree_levels, p->n_mb_levels, p->grads_compact, l))
         return p->mb_elems;
     return l < p->n_tree_levels - p->n_mb_levels ? p->leaf_elems : p->n_flat;
+}
+
+/* Floats of the parameter region. */
+static inline int64_t qt_params_elems(const struct qt_plan *p)
+{
+    return p->params_compact ? p->adam_elems : p->n_flat;
+}
+
+/* The flat range holding flat element `flat` (ranges tile [0, n_flat) in order), or -1. */
+static inline int32_t qt_plan_range_of(const struct qt_plan *p, int64_t flat)
+{
+    int32_t lo = 0, hi = p->n_ranges - 1;
+    while (lo <= hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (flat < p->ranges[mid].lo) hi = mid - 1;
+        else if (flat >= p->ranges[mid].lo + p->ranges[mid].n) lo = mid + 1;
+        else return mid;
+    }
+    return -1;
 }
 
 /* Floats of the gradient region. */

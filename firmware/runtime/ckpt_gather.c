@@ -93,7 +93,7 @@ static unsigned qt_ckg_mask(const qt_plan *p, int src, int32_t i)
 {
     if (p->n_ranks <= 1) return 0;
     unsigned m = qt_ckg_shard_axes(&p->tensors[p->params[i].tensor]);
-    if (src != QT_CKS_PARAMS) m |= p->ranges[qt_ckg_range(p, i)].opt_mask;
+    if (src != QT_CKS_PARAMS || p->params_compact) m |= p->ranges[qt_ckg_range(p, i)].opt_mask;
     return m;
 }
 
@@ -102,7 +102,8 @@ static float *qt_ckg_in_place(const qt_plan *p, int src, int32_t i)
 {
     const qt_param *pa = &p->params[i];
     float *base = qt_ckg_f32(p, qt_ckg_region(p, src));
-    if (p->n_ranks <= 1 || src == QT_CKS_PARAMS) return base + pa->flat_offset;
+    if (p->n_ranks <= 1) return base + pa->flat_offset;
+    if (src == QT_CKS_PARAMS) return qt_step_param_at(p, qt_ckg_range(p, i), pa->flat_offset);
     if (src == QT_CKS_GRADS) return qt_step_grad_at(p, qt_ckg_range(p, i), pa->flat_offset);
     /* Adam on a mesh: the range's block is the whole range (no optimizer axes here) */
     const qt_flat_range *r = &p->ranges[qt_ckg_range(p, i)];
@@ -117,7 +118,7 @@ static void qt_ckg_part(const qt_plan *p, int src, int32_t i, int64_t *j0, int64
 {
     const qt_param *pa = &p->params[i];
     float *base = qt_ckg_f32(p, qt_ckg_region(p, src));
-    if (src == QT_CKS_PARAMS) {
+    if (src == QT_CKS_PARAMS && !p->params_compact) {
         *j0 = 0;
         *n = pa->numel;
         *at = base + pa->flat_offset;
@@ -131,8 +132,8 @@ static void qt_ckg_part(const qt_plan *p, int src, int32_t i, int64_t *j0, int64
                                                               : pa->flat_offset + pa->numel;
     *j0 = a - pa->flat_offset;
     *n = e > a ? e - a : 0;
-    /* gradient: flat addressing (or compact, qt_step_grad_at); Adam: the block is stored
-     * from adam_lo */
+    /* gradient: flat addressing (or compact, qt_step_grad_at); compact parameters and Adam:
+     * the block is stored from adam_lo */
     *at = src == QT_CKS_GRADS ? qt_step_grad_at(p, r, a) : base + p->ranges[r].adam_lo + (a - blo);
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include "qt_runtime.h"
 #include "qt_rng.h"
+#include "qt_step.h"
 #include "qt_optim.h"
 #include "math/qt_math.h"
 
@@ -145,9 +146,21 @@ void qt_params_init(const qt_plan *p, uint64_t seed)
     for (int32_t i = 0; i < p->n_params; i++) {
         const qt_param *pa = &p->params[i];
         const qt_tensor *t = &p->tensors[pa->tensor];
+        /* the local elements [j0, j1) this rank's parameter region holds: all of them, or
+         * with a compact region those inside its optimizer block of the range */
+        int64_t j0 = 0, j1 = pa->numel;
         float *w = (float *)(void *)(p->arena + p->params_offset) + pa->flat_offset;
-        for (int64_t j = 0; j < pa->numel; j++)
-            w[j] = qt_init_value(pa, seed, i, qt_global_index(p, t, j));
+        if (p->params_compact) {
+            const int32_t r = qt_plan_range_of(p, pa->flat_offset);
+            int64_t blo, bn;
+            qt_step_block(p, r, &blo, &bn);
+            j0 = blo > pa->flat_offset ? blo - pa->flat_offset : 0;
+            j1 = blo + bn - pa->flat_offset < pa->numel ? blo + bn - pa->flat_offset : pa->numel;
+            if (j1 <= j0) continue;
+            w = qt_step_param_at(p, r, pa->flat_offset + j0);
+        }
+        for (int64_t j = j0; j < j1; j++)
+            w[j - j0] = qt_init_value(pa, seed, i, qt_global_index(p, t, j));
     }
 }
 
@@ -165,15 +178,18 @@ uint64_t qt_param_fp_chunk(const qt_plan *p, int32_t i, int64_t gbase, int64_t j
 {
     const qt_param *pa = &p->params[i];
     const qt_tensor *t = &p->tensors[pa->tensor];
-    const float *w = (const float *)(const void *)(p->arena + p->params_offset) + pa->flat_offset;
+    /* elements j0 .. j0+n-1 (with a compact parameter region: inside the rank's block) */
+    const float *w = p->params_compact
+        ? qt_step_param_at(p, qt_plan_range_of(p, pa->flat_offset), pa->flat_offset + j0)
+        : (const float *)(const void *)(p->arena + p->params_offset) + pa->flat_offset + j0;
     int sharded = 0;
     for (int d = 0; d < t->ndim; d++) sharded |= t->shape[d] != t->global_shape[d];
     /* unsharded: global index = local index, so consecutive elements hash consecutive
      * indices and the vectorised mixer applies */
-    if (!sharded) return qt_fp_mix(w + j0, n, (uint64_t)(gbase + j0));
+    if (!sharded) return qt_fp_mix(w, n, (uint64_t)(gbase + j0));
     uint64_t sum = 0;
     for (int64_t j = j0; j < j0 + n; j++)
-        sum += qt_fp_mix_ref(&w[j], 1, (uint64_t)(gbase + qt_global_index(p, t, j)));
+        sum += qt_fp_mix_ref(&w[j - j0], 1, (uint64_t)(gbase + qt_global_index(p, t, j)));
     return sum;
 }
 

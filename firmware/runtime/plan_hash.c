@@ -135,9 +135,10 @@ uint64_t qt_plan_hash(const qt_plan *p)
     }
     /* per-layer reduction and the compact gradient: hashed only when on, so the hashes of
      * every other plan are unchanged (their leaf windows are the flat offsets) */
-    if (p->layer_reduce || p->grads_compact) {
+    if (p->layer_reduce || p->grads_compact || p->params_compact) {
         qt_fnv_i(&f, p->layer_reduce);
         qt_fnv_i(&f, p->grads_compact);
+        if (p->params_compact) qt_fnv_i(&f, p->params_compact);
         qt_fnv_i(&f, p->leaf_elems);
         for (int32_t i = 0; i < p->n_params; i++) qt_fnv_i(&f, p->params[i].leaf_offset);
     }

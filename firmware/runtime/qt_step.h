@@ -29,6 +29,16 @@ void qt_step_init(const qt_plan *p);
  * *n), the whole range when its optimizer state is not split. */
 void qt_step_block(const qt_plan *p, int32_t range, int64_t *lo, int64_t *n);
 
+/* The master parameter element at flat index `flat` of range `range`: in this rank's
+ * optimizer block of the range when the parameter region is compact (qt_plan.params_compact:
+ * the block then sits at the range's adam_lo); else at its flat index. */
+float *qt_step_param_at(const qt_plan *p, int32_t range, int64_t flat);
+
+/* The parameter fingerprint of the whole model on a mesh: this rank's optimizer blocks
+ * (each counted by one rank), summed over the world. All ranks call it; *rc receives the
+ * collective's code. */
+uint64_t qt_step_fingerprint(const qt_ctx *ctx, int *rc);
+
 /* The gradient element at flat index `flat` of range `range`, which must lie in this rank's
  * reduce block of the range when the gradient region is compact (qt_plan.grads_compact:
  * the block then sits at the range's mb_lo); else at its flat index. */

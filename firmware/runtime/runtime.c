@@ -133,6 +133,9 @@ static int qt_runtime_check_regions(const qt_plan *p)
     if (p->grads_compact && p->n_mb_levels < 1)
         return qt_fail(QT_E_PLAN, "plan %s: a compact gradient region needs a microbatch tree",
                        p->run_name);
+    if (p->params_compact && !p->layer_reduce)
+        return qt_fail(QT_E_PLAN, "plan %s: per-layer parameter gathers need per-layer "
+                       "reduction", p->run_name);
     for (int32_t i = 0; i < p->n_ranges; i++) {
         const qt_flat_range *r = &p->ranges[i];
         const int64_t red = r->reduce_mask ? qt_comm_group_size(r->reduce_mask) : 1;
@@ -173,8 +176,8 @@ static int qt_runtime_check_regions(const qt_plan *p)
     const int64_t fixed[6] = {p->params_offset, p->adam_m_offset, p->adam_v_offset,
                               p->leaf_scratch_offset, p->comm_scratch_offset,
                               p->staging_offset};
-    const int64_t sizes[6] = {p->n_flat, p->adam_elems, p->adam_elems, p->leaf_scratch_elems,
-                              p->comm_scratch_elems, p->staging_elems};
+    const int64_t sizes[6] = {qt_params_elems(p), p->adam_elems, p->adam_elems,
+                              p->leaf_scratch_elems, p->comm_scratch_elems, p->staging_elems};
     int n = 0;
     for (int i = 0; i < 6; i++, n++) {
         off[n] = fixed[i];
@@ -254,6 +257,11 @@ static int qt_runtime_check_ops(const qt_plan *p, const qt_op *ops, int32_t n_op
             break;
         case QT_OP_GRAD_NORMALISE: bad = op->a[0] != tokens; (*n_norm)++; break;
         case QT_OP_ADAMW: (*n_update)++; break;
+        case QT_OP_PARAM_GATHER:
+            bad = !p->params_compact || op->a[0] < 0 || op->a[0] >= p->n_ranges ||
+                  op->t[0] < 0 || op->t[0] >= p->n_tensors ||
+                  p->tensors[op->t[0]].numel < p->ranges[op->a[0]].n;
+            break;
         case QT_OP_COLLECTIVE: {
             if (op->a[0] < 0 || op->a[0] >= p->n_collectives) { bad = 1; break; }
             const qt_collective *c = &p->collectives[op->a[0]];
@@ -381,7 +389,8 @@ static int qt_runtime_warm_comm(const qt_plan *p)
         seen |= 1u << m;
     }
     /* the gradient region is the receive buffer: its size bounds every pattern */
-    const int64_t ge = qt_grads_elems(p) < p->n_flat ? qt_grads_elems(p) : p->n_flat;
+    int64_t ge = qt_grads_elems(p) < p->n_flat ? qt_grads_elems(p) : p->n_flat;
+    if (qt_params_elems(p) < ge) ge = qt_params_elems(p);  /* the send buffer */
     for (int i = 0; i < nm; i++) {
         const int64_t r = masks[i] ? qt_comm_group_size(masks[i]) : 1;
         if (r <= 1 || r > QT_STEP_MAX_WARM) continue;
@@ -561,6 +570,11 @@ int qt_runtime_grads(const qt_plan *p, const qt_data *d, int64_t step, qt_step_m
     if (rc) return rc;
     m->step_seconds = qt_runtime_now() - t0;
     m->tokens_per_s = m->step_seconds > 0.0 ? (double)m->tokens / m->step_seconds : 0.0;
+    /* on a compact parameter region no rank holds every element: the blocks' sum */
+    if (p->params_compact) {
+        m->fingerprint = qt_step_fingerprint(&qt_rt.ctx, &rc);
+        return rc;
+    }
     m->fingerprint = qt_param_fingerprint(p);
     return QT_OK;
 }

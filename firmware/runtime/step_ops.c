@@ -96,6 +96,15 @@ static void qt_step_reduce_block(const qt_plan *p, int32_t i, int64_t *lo, int64
     *lo = r->lo + k * *n;
 }
 
+float *qt_step_param_at(const qt_plan *p, int32_t range, int64_t flat)
+{
+    float *w = qt_step_region(p, p->params_offset);
+    if (!p->params_compact) return w + flat;
+    int64_t lo, n;
+    qt_step_block(p, range, &lo, &n);
+    return w + p->ranges[range].adam_lo + (flat - lo);
+}
+
 float *qt_step_grad_at(const qt_plan *p, int32_t range, int64_t flat)
 {
     float *g = qt_step_region(p, p->grads_offset);
@@ -262,17 +271,17 @@ static uint64_t qt_step_fp_range(const qt_plan *p, int64_t lo, int64_t hi)
     return fp;
 }
 
-/* Clip + AdamW + fingerprint over flat [lo, lo+n); g, mo and vo hold the elements from lo on.
+/* Clip + AdamW + fingerprint over flat [lo, lo+n); w, g, mo and vo hold the elements from lo
+ * on.
  * With the parameters tiling the flat region in index order, one pass per chunk: the
  * fingerprint reads the freshly updated chunk from cache. */
-static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, const float *g,
-                               float *mo, float *vo, const qt_adamw_hp *hp, float gscale,
-                               int scaled)
+static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w,
+                               const float *g, float *mo, float *vo, const qt_adamw_hp *hp,
+                               float gscale, int scaled)
 {
-    float *w = qt_step_region(p, p->params_offset);
     const int64_t hi = lo + n;
     if (!qt_step_s.flat_in_order) {
-        qt_adamw_update_scaled(w + lo, mo, vo, g, n, hp, gscale, scaled);
+        qt_adamw_update_scaled(w, mo, vo, g, n, hp, gscale, scaled);
         return qt_step_fp_range(p, lo, hi);
     }
     /* the padding after the last parameter is never updated (it stays zero) */
@@ -283,8 +292,8 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, const fl
         const int64_t a = off > lo ? off : lo, b = off + pn < hi ? off + pn : hi;
         for (int64_t j0 = a; j0 < b; j0 += QT_STEP_CHUNK) {
             int64_t c = b - j0 < QT_STEP_CHUNK ? b - j0 : QT_STEP_CHUNK;
-            qt_adamw_update_scaled(w + j0, mo + (j0 - lo), vo + (j0 - lo), g + (j0 - lo), c, hp,
-                                   gscale, scaled);
+            qt_adamw_update_scaled(w + (j0 - lo), mo + (j0 - lo), vo + (j0 - lo), g + (j0 - lo),
+                                   c, hp, gscale, scaled);
             fp += qt_param_fp_chunk(p, i, gbase, j0 - off, c);
         }
         gbase += qt_param_global_numel(p, i);
@@ -310,8 +319,8 @@ int qt_step_adamw(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
         qt_step_block(p, i, &lo, &n);
         float *mo = qt_step_region(p, p->adam_m_offset) + p->ranges[i].adam_lo;
         float *vo = qt_step_region(p, p->adam_v_offset) + p->ranges[i].adam_lo;
-        uint64_t f = qt_step_update(p, lo, n, qt_step_grad_at(p, i, lo), mo, vo, &hp, gscale,
-                                    scaled);
+        uint64_t f = qt_step_update(p, lo, n, qt_step_param_at(p, i, lo),
+                                    qt_step_grad_at(p, i, lo), mo, vo, &hp, gscale, scaled);
         if (qt_step_primary(ctx, &p->ranges[i])) fp += f;
     }
     if (p->n_ranks > 1) {
@@ -319,6 +328,32 @@ int qt_step_adamw(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
         if (rc) return rc;
     }
     m->fingerprint = fp;
+    return QT_OK;
+}
+
+uint64_t qt_step_fingerprint(const qt_ctx *ctx, int *rc)
+{
+    const qt_plan *p = ctx->plan;
+    uint64_t fp = 0;
+    *rc = QT_OK;
+    for (int32_t i = 0; i < p->n_ranges; i++) {
+        int64_t lo, n;
+        qt_step_block(p, i, &lo, &n);
+        if (qt_step_primary(ctx, &p->ranges[i])) fp += qt_step_fp_range(p, lo, lo + n);
+    }
+    if (p->n_ranks > 1) *rc = qt_coll_sum_u64(QT_COLL_ALL, &fp, 1);
+    return fp;
+}
+
+int qt_step_param_gather(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    (void)st;
+    const qt_plan *p = ctx->plan;
+    const int32_t r = (int32_t)op->a[0];
+    int64_t lo, n;
+    qt_step_block(p, r, &lo, &n);
+    float *win = qt_f32(ctx, op->t[0]);
+    memcpy(win + (lo - p->ranges[r].lo), qt_step_param_at(p, r, lo), (size_t)n * sizeof(float));
     return QT_OK;
 }
 

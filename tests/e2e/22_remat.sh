@@ -38,6 +38,10 @@ check "remat: full == none on TP2, qwen3.5-tiny-tp (all-reduces run again)" \
   rm_same mesh-35t-tp2 remat-full-mesh-35t-tp2 2
 check "remat: save_dot == none on DP2 x TP2 (kept projections, recomputed all-reduce skipped)" \
   rm_same mesh-next-dp2tp2 remat-dot-mesh-next-dp2tp2 4
+check "remat: full with per-layer parameter gathers == none on DP2 x EP2 (recompute reads the backward window)" \
+  rm_same mesh-next-dp2ep2 remat-full-gather-mesh-next-dp2ep2 4
+check "remat: full with per-layer parameter gathers == none on FSDP2, qwen3.5-tiny" \
+  rm_same mesh-35-fsdp2 remat-full-gather-mesh-35-fsdp2 2
 
 rm_peaks() {
   local none full dot

@@ -115,6 +115,17 @@ ckm_grads() {
 }
 check "mesh ckpt: dump_grads on DP2xEP2 == one rank's gradient file" ckm_grads
 
+ckm_grads_gather() {
+  # the same with the parameters gathered per layer (compact gradient and parameter regions;
+  # zero1 plans: global batch 16)
+  local d=$QT_TMP/ckm
+  mkdir -p "$d"
+  ckm_run zero1-next-1r-b16 1 steps=0 dump_grads=$d/gz1.safetensors 2> /dev/null || return 1
+  ckm_run zero1-next-dp2ep2-g4-z1-gather 4 steps=0 dump_grads=$d/gz4.safetensors 2> /dev/null || return 1
+  ckm_same_file "$d/gz1.safetensors" "$d/gz4.safetensors"
+}
+check "mesh ckpt: dump_grads on DP2xEP2 ZeRO-1 G4 with param_gather=layer == one rank's gradient file" ckm_grads_gather
+
 ckm_weights_only() {
   # another trajectory (test-next-tiny: the same model, a global batch of 2): the
   # state hash differs, so a mesh load takes the weights only and starts at step 0
@@ -137,6 +148,14 @@ check "mesh ckpt dir: save on DP2xTP2 ZeRO-1 G4 (tensor-split weights, split Ada
   ckm_resume_p zero1-next-1r-b16 zero1-next-dp2tp2-g4-z1 4 zero1-next-1r-b16 1
 check "mesh ckpt dir: Qwen3.5 save on DP2xEP2 ZeRO-1 G4 at step 5, resume on one rank == 10 one-rank steps" \
   ckm_resume_p zero1-35-1r-b16 zero1-35-dp2ep2-g4-z1 4 zero1-35-1r-b16 1
+# per-layer parameter gathers: the rank holds only its parameter blocks, which a save
+# gathers and a load scatters like the Adam blocks
+check "mesh ckpt dir: save on DP2xEP2 ZeRO-1 G4 with param_gather=layer at step 5, resume on one rank == 10 one-rank steps" \
+  ckm_resume_p zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1-gather 4 zero1-next-1r-b16 1
+check "mesh ckpt dir: save on one rank at step 5, resume on DP4 ZeRO-1 G4 with param_gather=layer == 10 one-rank steps" \
+  ckm_resume_p zero1-next-1r-b16 zero1-next-1r-b16 1 zero1-next-dp4-g4-gather 4
+check "mesh ckpt: save on DP2xFSDP2 ZeRO-1 with param_gather=layer (one file) at step 5, resume on one rank == 10 one-rank steps" \
+  ckm_resume_p zero1-next-1r-b8 zero1-next-dp2fsdp2-z1-gather 4 zero1-next-1r-b8 1 .safetensors
 
 # ckm_partial_reads: a rank reads only the pieces of its own part. Save on one rank, load on
 # DP2 x EP2 + ZeRO-1 (each rank holds half the experts and a quarter of the moments): every

@@ -15,6 +15,7 @@
 #                           failing case (seed, "Known issue")
 #   dp2ep2-g4               the same mesh without ZeRO-1
 #   *-layer                 the cell with gradient_reduce=layer (per-layer reduce-scatters)
+#   *-gather                the cell with param_gather=layer (per-layer weight all-gathers)
 # Every mpiexec runs under `timeout`, so a hang fails the check instead of the suite. Each run
 # happens once; its "step loss_bits fingerprint" lines are cached in $QT_TMP/zero1/<run>.det.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
@@ -98,6 +99,18 @@ for m in next 35; do
 done
 check "zero1 next dp2xtp2 G4 ZeRO-1, gradient_reduce=layer == step form == one rank, batch 16" \
     z1_same next dp2tp2-g4-z1-layer 4 dp2tp2-g4-z1 4 1r-b16
+
+# param_gather=layer: the rank keeps only its blocks of the parameters; each layer's compute
+# copy is all-gathered into a window before its forward and again before its backward
+# (with the per-layer reduction): the same bits
+for m in next 35; do
+  check "zero1 $m dp4 G4 ZeRO-1, param_gather=layer == the step form == one rank, batch 16" \
+      z1_same $m dp4-g4-gather 4 dp4-g4 4 1r-b16
+  check "zero1 $m dp2xep2 G4 ZeRO-1, param_gather=layer == microbatch form == one rank, batch 16" \
+      z1_same $m dp2ep2-g4-z1-gather 4 dp2ep2-g4-z1 4 1r-b16
+  check "zero1 $m dp2xfsdp2 ZeRO-1, param_gather=layer == step form == one rank, batch 8" \
+      z1_same $m dp2fsdp2-z1-gather 4 dp2fsdp2-z1 4 1r-b8
+done
 
 # ZeRO-1 with tensor parallelism: the optimizer blocks split the TP-local flat vector over
 # data. qwen3.5-tiny-tp ("35t") has head counts that divide over tensor.

@@ -125,7 +125,8 @@ mesh_no_heap_in_steps() {
   [ $rc -eq 0 ] && [ "$(grep -cx 'heap audit: 0 allocation calls during steps' $out)" -eq $n ]
 }
 for cell in mesh-next-dp2:2 mesh-next-fsdp2:2 mesh-next-tp2:2 mesh-next-ep2:2 mesh-next-dp2ep2:4 \
-            mesh-next-fsdp2tp2:4 mesh-next-ep2tp2:4; do
+            mesh-next-fsdp2tp2:4 mesh-next-ep2tp2:4 zero1-next-dp2ep2-g4-z1-layer:4 \
+            remat-full-gather-mesh-next-dp2ep2:4; do
   run=${cell%%:*}; n=${cell##*:}
   check "mesh: no heap allocation during steps on any rank of $run ($n ranks, malloc interposed)" \
       mesh_no_heap_in_steps $run $n

@@ -41,8 +41,8 @@ check "aot: qwen3-next-80b-a3b 4 layers, v5p-256 DP128 G4 ZeRO-1, explicit: fits
 check "aot: qwen3-next-80b-a3b 4 layers, v5p-256 DP128 G4 ZeRO-1, auto: fits 95 GiB and compiles" \
   aot_case aot-next80-4l-dp128-auto fits
 # The 4-layer qwen3.5-397b-a17b holds 28.3 B parameters: the compute copy alone (replicated
-# over DP 128) is 108039 MiB > 95 GiB, whatever the gradient reduction does (auto ends at
-# the per-layer form: 158118 MiB).
+# over DP 128: ZeRO-1 splits only the optimizer state) is 108039 MiB > 95 GiB, whatever the
+# gradient reduction does (auto ends at the per-layer form: 158118 MiB).
 for mode in explicit auto; do
   check "aot: qwen3.5-397b-a17b 4 layers, v5p-256 DP128 G4 ZeRO-1, $mode: over budget, biggest consumers listed" \
     aot_case aot-397b-4l-dp128-$mode "over the budget of 97280.0 MiB by 60838.0 MiB; biggest consumers: params (compute copy) 108038.8 MiB"
@@ -58,13 +58,16 @@ check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, explicit: fits 95 GiB and c
   aot_case aot-next80-v5p512 fits
 check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compiles" \
   aot_case aot-next80-v5p512-auto fits
-# qwen3.5-397b-a17b: its compute copy (the rank's 64 of 512 experts of 60 layers, whole over
-# fsdp) is 221702 MiB on its own: it needs the weights gathered per layer (MaxText shards
-# the experts' embed dim over fsdp), which flat-parameter FSDP does not do yet.
-check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, explicit: over budget (the compute copy)" \
-  aot_case aot-397b-v5p512 "plan aot-397b-v5p512 needs 294694.0 MiB per rank, over the budget of 97280.0 MiB by 197414.0 MiB; biggest consumers: params (compute copy) 221702.2 MiB"
-check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, auto: over budget (the compute copy)" \
-  aot_case aot-397b-v5p512-auto "plan aot-397b-v5p512-auto needs 294694.0 MiB per rank"
+# qwen3.5-397b-a17b: a whole compute copy (the rank's 64 of 512 experts of 60 layers) would
+# be 221702 MiB, so auto also gathers the weights per layer (param_gather=layer, as MaxText's
+# FSDP): the rank keeps 5906 MiB of parameter blocks, each layer's compute copy is
+# all-gathered into a window before its forward and again before its backward: 5906 params
+# + 11812 Adam + 21426 gradient tree + 23875 activations (the gather windows included) +
+# 16384 staging + 3072 leaf scratch = 82476 MiB: fits.
+check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, explicit: fits 95 GiB and compiles" \
+  aot_case aot-397b-v5p512 fits
+check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compiles" \
+  aot_case aot-397b-v5p512-auto fits
 # qwen3.5-35b-a3b on EP 256 (2 experts per rank), remat full, per-layer reduction: 9820
 # compute copy + 17976 gradient tree (9 leaf levels: the 256 sequences an expert host sees)
 # + 30869 activations (the expert FFN's dropless scratch) + 1033 Adam = 61760 MiB: fits.
@@ -90,6 +93,17 @@ aot_topology_errors() {
   build/configgen/configgen -o "$out" tests/aot/aot-next80-v5p512.yml gradient_reduce=step 2> "$out/e4" && return 1
   grep -F "gradient_reduce=step (command line): step with expert parallelism 8" "$out/e4"
 }
+aot_zero3() {
+  # param_gather=layer asked for on the 4-layer 397B DP128 ZeRO-1: the parameters are then
+  # split over data too (ZeRO-3) and gathered per layer: 75882 MiB, fits
+  local out=$AOT_OUT/zero3
+  mkdir -p "$out"
+  build/configgen/configgen -o "$out" tests/aot/aot-397b-4l-dp128-explicit.yml param_gather=layer run_name=zero3 > /dev/null || return 1
+  grep -E "^  (arena|budget|params)" "$out/zero3/plan.txt" | cut -c 1-120
+  grep -q "the arena uses" "$out/zero3/plan.txt"
+}
+check "aot: the 4-layer 397B on DP128 fits once asked to gather parameters per layer over data (ZeRO-3)" aot_zero3
+
 check "aot: a bad compile_topology, a num_ranks that disagrees with it, an explicit smaller budget and gradient_reduce=step with EP are refused" aot_topology_errors
 
 aot_reduce_forms() {
