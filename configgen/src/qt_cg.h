@@ -143,6 +143,7 @@ typedef struct qt_cg_settings {
     int32_t n_ranks, shard_mode, zero1;
     int32_t remat;             /* enum qt_cg_remat_policy */
     int32_t param_gather;      /* enum qt_cg_param_gather (param_gather) */
+    int32_t scan_layers;       /* scan_layers: store repeated layer cycles once */
     int32_t grad_reduce;       /* enum qt_cg_grad_reduce (gradient_reduce) */
     char topology[64];         /* compile_topology, "" = none */
     double budget_gib;         /* per-rank arena budget (device_memory_gib), 0 = unchecked */
@@ -231,6 +232,13 @@ typedef struct qt_cg_graph {
                                   all-gather (COLLECTIVE a0 = -1 - k), resolved by
                                   qt_cg_step_schedule */
     int n_gather_win, cap_gather_win;
+    /* scan_layers (qt_cg_scan.c): the stored microbatch schedule (NULL: it is g->mb) and
+     * its scanned blocks; g->mb stays the unrolled schedule every check works on */
+    qt_op *mbc;
+    int nmbc;
+    int n_scans;
+    qt_scan scans[QT_MAX_SCANS];
+    qt_op_stride *scan_stride[QT_MAX_SCANS];
     qt_collective *coll;       /* the collectives the step schedule names (names owned) */
     int n_reshards;            /* activations held otherwise than declared (qt_cg_layout.c) */
     int ncoll, capcoll;
@@ -341,6 +349,15 @@ int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen);
  * table count as written); 'p' slots hold parameters; WGRAD ops carry QT_OPF_WGRAD and
  * name their parameters in a[8]/a[9]; each parameter has exactly one WGRAD producer. */
 int qt_cg_check_schedule(const qt_cg_graph *g, char *err, size_t errlen);
+
+/* ---- scan_layers (qt_cg_scan.c) ------------------------------------------------------ */
+
+/* The decoder layer op o belongs to (prev: the layer of the op before it), -1 for none. */
+int qt_cg_scan_op_layer(const qt_cg_graph *g, const qt_op *o, int prev);
+/* With s->scan_layers: derives the stored microbatch schedule (g->mbc, g->scans) from the
+ * final unrolled one, where the layer cycles repeat exactly; checks that it unrolls back
+ * to g->mb. 0, or -1 with a message. */
+int qt_cg_scan(qt_cg_graph *g, char *err, size_t errlen);
 
 /* ---- emission (qt_cg_emit.c, qt_cg_report.c, qt_cg_hash.c) -------------------------- */
 

@@ -137,7 +137,29 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
     }
     qt_cg_buf_printf(b, "};\n\n");
     emit_ops(b, g, "init_ops", g->init, g->ninit);
-    emit_ops(b, g, "mb_ops", g->mb, g->nmb);
+    emit_ops(b, g, "mb_ops", g->mbc ? g->mbc : g->mb, g->mbc ? g->nmbc : g->nmb);
+    if (g->n_scans) {
+        for (int k = 0; k < g->n_scans; k++) {
+            qt_cg_buf_printf(b, "static const qt_op_stride qt_scan_stride_%s_%d[%d] = {\n", c, k,
+                             g->scans[k].n);
+            for (int j = 0; j < g->scans[k].n; j++) {
+                const qt_op_stride *st = &g->scan_stride[k][j];
+                qt_cg_buf_printf(b, "    {{");
+                for (int i = 0; i < QT_OP_MAX_T; i++)
+                    qt_cg_buf_printf(b, "%s%d", i ? ", " : "", (int)st->t[i]);
+                qt_cg_buf_printf(b, "}, {");
+                for (int i = 0; i < QT_OP_MAX_A; i++)
+                    qt_cg_buf_printf(b, "%s%lldll", i ? ", " : "", (long long)st->a[i]);
+                qt_cg_buf_printf(b, "}},\n");
+            }
+            qt_cg_buf_printf(b, "};\n\n");
+        }
+        qt_cg_buf_printf(b, "static const qt_scan qt_scans_%s[%d] = {\n", c, g->n_scans);
+        for (int k = 0; k < g->n_scans; k++)
+            qt_cg_buf_printf(b, "    {%d, %d, %d, qt_scan_stride_%s_%d},\n", g->scans[k].lo,
+                             g->scans[k].n, g->scans[k].count, c, k);
+        qt_cg_buf_printf(b, "};\n\n");
+    }
     emit_ops(b, g, "step_ops", g->step, g->nstep);
     if (g->nmbend) emit_ops(b, g, "mbend_ops", g->mbend, g->nmbend);
     qt_cg_buf_printf(b, "static const qt_flat_range qt_ranges_%s[%d] = {\n", c, g->n_ranges);
@@ -232,7 +254,11 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
     qt_cg_buf_printf(b, "    .tokens = %d,\n    .targets = %d,\n    .loss_seq = %d,\n"
                      "    .lb_seq = %d,\n", g->tokens, g->targets, g->loss_seq, g->lb_seq);
     qt_cg_buf_printf(b, "    .n_init_ops = %d,\n    .init_ops = qt_init_ops_%s,\n", g->ninit, c);
-    qt_cg_buf_printf(b, "    .n_mb_ops = %d,\n    .mb_ops = qt_mb_ops_%s,\n", g->nmb, c);
+    qt_cg_buf_printf(b, "    .n_mb_ops = %d,\n    .mb_ops = qt_mb_ops_%s,\n",
+                     g->mbc ? g->nmbc : g->nmb, c);
+    if (g->n_scans)
+        qt_cg_buf_printf(b, "    .n_scans = %d,\n    .scans = qt_scans_%s,\n    .n_mb_logical = %d,\n",
+                         g->n_scans, c, g->nmb);
     if (g->nmbend)
         qt_cg_buf_printf(b, "    .n_mb_levels = %d,\n    .n_mbend_ops = %d,\n"
                          "    .mbend_ops = qt_mbend_ops_%s,\n", g->n_mb_levels, g->nmbend, c);

@@ -101,6 +101,7 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
     if (qt_cg_check_schedule(g, err, errlen)) return -1;
     if (qt_cg_layout_check(g, &g->n_reshards, err, errlen)) return -1;
     if (qt_cg_check_plan(g, err, errlen)) return -1;
+    if (qt_cg_scan(g, err, errlen)) return -1;
     g->hash = qt_cg_hash(g);
     return 0;
 }

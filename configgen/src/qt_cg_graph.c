@@ -761,6 +761,8 @@ void qt_cg_graph_free(qt_cg_graph *g)
     free(g->bwd_src);
     free(g->ranges);
     free(g->gather_win);
+    free(g->mbc);
+    for (int k = 0; k < QT_MAX_SCANS; k++) free(g->scan_stride[k]);
     for (int i = 0; i < g->ncoll; i++) free((char *)g->coll[i].name);
     free(g->coll);
     memset(g, 0, sizeof *g);

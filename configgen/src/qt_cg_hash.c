@@ -58,8 +58,16 @@ uint64_t qt_cg_hash(const qt_cg_graph *g)
     p.lb_seq = g->lb_seq;
     p.n_init_ops = g->ninit;
     p.init_ops = g->init;
-    p.n_mb_ops = g->nmb;
-    p.mb_ops = g->mb;
+    qt_scan scans[QT_MAX_SCANS];
+    for (int k = 0; k < g->n_scans; k++) {
+        scans[k] = g->scans[k];
+        scans[k].stride = g->scan_stride[k];
+    }
+    p.n_mb_ops = g->mbc ? g->nmbc : g->nmb;
+    p.mb_ops = g->mbc ? g->mbc : g->mb;
+    p.n_scans = g->n_scans;
+    p.scans = g->n_scans ? scans : NULL;
+    p.n_mb_logical = g->n_scans ? g->nmb : 0;
     p.n_mb_levels = g->n_mb_levels;
     p.n_mbend_ops = g->nmbend;
     p.mbend_ops = g->mbend;

@@ -366,15 +366,44 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
         qt_cg_buf_printf(b, "    the arena uses %.1f%% of it\n",
                          100.0 * (double)g->arena_bytes / (double)qt_cg_budget_bytes(s));
     }
-    /* the static tables in the binary (not the arena): what scan_layers would shrink */
+    /* the static tables in the binary (not the arena), unrolled and as stored */
     const int64_t n_ops = (int64_t)g->ninit + g->nmb + g->nmbend + g->nstep;
-    const int64_t tab = n_ops * (int64_t)sizeof(qt_op) + (int64_t)g->nt * (int64_t)sizeof(qt_tensor) +
-                        (int64_t)g->np * (int64_t)sizeof(qt_param) +
-                        (int64_t)g->ncoll * (int64_t)sizeof(qt_collective);
-    qt_cg_buf_printf(b, "  tables (in the binary): %lld ops, %d tensors, %d parameters, %d "
-                     "collectives = %lld bytes (%.3f MiB); every layer unrolled (scan_layers "
-                     "is accepted and has no effect)\n", (long long)n_ops, g->nt, g->np,
-                     g->ncoll, (long long)tab, (double)tab / 1048576.0);
+    const int64_t rest = (int64_t)g->nt * (int64_t)sizeof(qt_tensor) +
+                         (int64_t)g->np * (int64_t)sizeof(qt_param) +
+                         (int64_t)g->ncoll * (int64_t)sizeof(qt_collective) +
+                         (int64_t)g->n_ranges * (int64_t)sizeof(qt_flat_range);
+    const int64_t tab = n_ops * (int64_t)sizeof(qt_op) + rest;
+    qt_cg_buf_printf(b, "  tables (in the binary), every layer unrolled: %lld ops, %d tensors, "
+                     "%d parameters, %d collectives, %d ranges = %lld bytes (%.3f MiB)\n",
+                     (long long)n_ops, g->nt, g->np, g->ncoll, g->n_ranges, (long long)tab,
+                     (double)tab / 1048576.0);
+    if (g->n_scans) {
+        int64_t n_stored = n_ops - g->nmb + g->nmbc, strides = 0;
+        for (int k = 0; k < g->n_scans; k++) strides += g->scans[k].n;
+        const int64_t stab = n_stored * (int64_t)sizeof(qt_op) +
+                             strides * (int64_t)sizeof(qt_op_stride) + rest;
+        qt_cg_buf_printf(b, "  tables as stored (scan_layers): %lld ops + %lld op strides = %lld "
+                         "bytes (%.3f MiB); the tensors table stays per layer\n",
+                         (long long)n_stored, (long long)strides, (long long)stab,
+                         (double)stab / 1048576.0);
+        int64_t unrolled_lo = 0, removed = 0;  /* the block's first op in the schedule above */
+        for (int k = 0; k < g->n_scans; k++) {
+            unrolled_lo = g->scans[k].lo + removed;
+            const int fwd = unrolled_lo < g->n_fwd;
+            qt_cg_buf_printf(b, "    scanned block %d: %d ops (schedule ops %lld..%lld, stored "
+                             "ops %d..%d) run %d times: the %s's layer cycles%s\n", k,
+                             g->scans[k].n, (long long)unrolled_lo,
+                             (long long)(unrolled_lo + (int64_t)g->scans[k].n * g->scans[k].count - 1),
+                             g->scans[k].lo, g->scans[k].lo + g->scans[k].n - 1,
+                             g->scans[k].count, fwd ? "forward" : "backward",
+                             fwd ? "" : ", in reverse");
+            removed += (int64_t)g->scans[k].n * (g->scans[k].count - 1);
+        }
+    } else {
+        qt_cg_buf_printf(b, "  tables as stored: unrolled (%s)\n",
+                         g->s->scan_layers ? "scan_layers: fewer than two layer cycles repeat "
+                                             "exactly" : "scan_layers false");
+    }
     int64_t real = 0;
     for (int i = 0; i < g->np; i++) real += g->ps[i].numel;
     qt_cg_buf_printf(b, "  parameters: %d tensors, %lld elements (%lld with 16-element padding, "

@@ -607,6 +607,7 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
     else if (!strcmp(sm, "explicit")) s->shard_mode = 1;
     else return bad(v, "shard_mode", "expected auto or explicit");
     s->zero1 = getb(v, "shard_optimizer_over_data");
+    s->scan_layers = getb(v, "scan_layers");
     const char *gr = gets_(v, "gradient_reduce");
     if (!strcmp(gr, "auto")) s->grad_reduce = QT_CG_REDUCE_AUTO;
     else if (!strcmp(gr, "step")) s->grad_reduce = QT_CG_REDUCE_STEP;

@@ -116,6 +116,23 @@ typedef struct qt_param {
                                       range's window: ranges[r].leaf_lo + flat_offset - lo */
 } qt_param;
 
+/* scan_layers: a block of the microbatch schedule stored once and run `count` times in a
+ * row; run j (0-based) executes each op of the block with its tensor ids and integer
+ * attributes moved by j times the op's stride (configgen checked, op by op, that the
+ * unrolled schedule is exactly that: the layer cycles differ only by which tensors,
+ * parameters, ranges and collectives they name). Walk a schedule with qt_mb_cursor. */
+typedef struct qt_op_stride {
+    int32_t t[QT_OP_MAX_T];
+    int64_t a[QT_OP_MAX_A];
+} qt_op_stride;
+
+#define QT_MAX_SCANS 2
+typedef struct qt_scan {
+    int32_t lo, n;                 /* the stored block mb_ops[lo, lo + n) */
+    int32_t count;                 /* runs, >= 1 */
+    const qt_op_stride *stride;    /* n entries */
+} qt_scan;
+
 /* A contiguous range of the flat parameter vector whose parameters share one reduction
  * pattern (configgen orders the parameters so each class is contiguous). Its gradient is
  * summed over the group reduce_mask (the batch axes on which the range is replicated), its
@@ -263,8 +280,12 @@ typedef struct qt_plan {
 
     int32_t n_init_ops;            /* run once at start-up (rotary tables) */
     const qt_op *init_ops;
-    int32_t n_mb_ops;              /* forward + backward of one microbatch, in order */
+    int32_t n_mb_ops;              /* forward + backward of one microbatch, in order (stored
+                                      ops: scanned blocks once) */
     const qt_op *mb_ops;
+    int32_t n_scans;               /* scan_layers: scanned blocks of mb_ops, in order, disjoint */
+    const qt_scan *scans;
+    int32_t n_mb_logical;          /* ops of the unrolled schedule (n_mb_ops without scans) */
     int32_t n_mbend_ops;           /* after each microbatch (n_mb_levels > 0 and not
                                       layer_reduce): the leaf trees' totals, their
                                       reduce-scatter, the push into the microbatch tree */
@@ -319,6 +340,56 @@ static inline int32_t qt_plan_range_of(const struct qt_plan *p, int64_t flat)
 static inline int64_t qt_grads_elems(const struct qt_plan *p)
 {
     return p->grads_compact ? p->mb_elems : p->n_flat;
+}
+
+/* Walks the unrolled microbatch schedule of a plan:
+ *   qt_mb_cursor c = qt_mb_begin(p);
+ *   while (qt_mb_next(&c)) use(c.op, c.logical);
+ * c.op is the stored op, or for a repeated run of a scanned block the op moved by its
+ * stride (materialised in c.buf). Scans must lie inside mb_ops in order (validated at
+ * start-up by qt_runtime_init before any walk that runs ops). */
+typedef struct qt_mb_cursor {
+    const struct qt_plan *p;
+    int32_t i;        /* next stored op */
+    int32_t rep;      /* run of the scanned block i lies in (0 outside scans) */
+    int32_t logical;  /* index of c.op in the unrolled schedule */
+    const qt_op *op;
+    qt_op buf;
+} qt_mb_cursor;
+
+static inline qt_mb_cursor qt_mb_begin(const struct qt_plan *p)
+{
+    qt_mb_cursor c;
+    c.p = p;
+    c.i = 0;
+    c.rep = 0;
+    c.logical = -1;
+    c.op = 0;
+    return c;
+}
+
+static inline int qt_mb_next(qt_mb_cursor *c)
+{
+    const struct qt_plan *p = c->p;
+    if (c->i >= p->n_mb_ops) return 0;
+    const qt_scan *sc = 0;
+    for (int32_t k = 0; k < p->n_scans; k++)
+        if (c->i >= p->scans[k].lo && c->i < p->scans[k].lo + p->scans[k].n) sc = &p->scans[k];
+    c->op = &p->mb_ops[c->i];
+    if (sc && c->rep > 0) {
+        const qt_op_stride *st = &sc->stride[c->i - sc->lo];
+        c->buf = *c->op;
+        for (int k = 0; k < QT_OP_MAX_T; k++) c->buf.t[k] += c->rep * st->t[k];
+        for (int k = 0; k < QT_OP_MAX_A; k++) c->buf.a[k] += c->rep * st->a[k];
+        c->op = &c->buf;
+    }
+    c->logical++;
+    c->i++;
+    if (sc && c->i == sc->lo + sc->n) {
+        if (++c->rep < sc->count) c->i = sc->lo;  /* the block again, one stride further */
+        else c->rep = 0;
+    }
+    return 1;
 }
 
 /* Execution context handed to op wrappers: the plan, its arena, and who this rank is on

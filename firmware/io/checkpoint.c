@@ -134,9 +134,9 @@ uint64_t qt_ckpt_state_hash(const qt_plan *p)
         for (int k = 0; k < QT_OP_MAX_A; k++) qt_sh_i(&h, p->init_ops[i].a[k]);
         for (int k = 0; k < QT_OP_MAX_F; k++) qt_sh_f(&h, p->init_ops[i].f[k]);
     }
-    for (int32_t i = 0; i < p->n_mb_ops; i++)
-        if (p->mb_ops[i].kind == QT_OP_GDN_CORE_FWD) {
-            qt_sh_i(&h, p->mb_ops[i].a[7]);
+    for (qt_mb_cursor c = qt_mb_begin(p); qt_mb_next(&c);)
+        if (c.op->kind == QT_OP_GDN_CORE_FWD) {
+            qt_sh_i(&h, c.op->a[7]);
             break;
         }
     return h;

@@ -59,66 +59,65 @@ static void qt_interp_levels(const qt_plan *p, int64_t leaves, float **levels)
     }
 }
 
-static int qt_interp_check_ops(const qt_plan *p, const qt_kernel_entry *table, const qt_op *ops,
-                               int32_t n, const char *sched)
+/* Op i of schedule `sched` (in_mb: the microbatch schedule) against the table and the
+ * kernels' limits. */
+static int qt_interp_check_op(const qt_plan *p, const qt_kernel_entry *table, const qt_op *op,
+                              int32_t i, const char *sched, int in_mb)
 {
-    for (int32_t i = 0; i < n; i++) {
-        const qt_op *op = &ops[i];
-        if (op->kind >= QT_OP_COUNT) {
-            fprintf(stderr, "plan %s: %s op %d has kind %u (>= %d)\n", p->run_name, sched, i,
-                    op->kind, QT_OP_COUNT);
+    if (op->kind >= QT_OP_COUNT) {
+        fprintf(stderr, "plan %s: %s op %d has kind %u (>= %d)\n", p->run_name, sched, i,
+                op->kind, QT_OP_COUNT);
+        return QT_E_PLAN;
+    }
+    if (op->kind == QT_OP_NOP) return QT_OK;
+    int is_w = (op->flags & QT_OPF_WGRAD) != 0;
+    /* STEP ops inside the microbatch schedule: per-layer reduction (qt_plan.h) */
+    if (!is_w && table[op->kind].step && p->layer_reduce && in_mb) return QT_OK;
+    if ((is_w && !table[op->kind].wgrad) || (!is_w && !table[op->kind].run)) {
+        fprintf(stderr, "plan %s: %s op %d (%s) has no %s wrapper\n", p->run_name, sched, i,
+                table[op->kind].name ? table[op->kind].name : "?", is_w ? "wgrad" : "run");
+        return QT_E_PLAN;
+    }
+    /* Kernel limits that configgen also enforces: checked again here because a kernel
+     * past them cannot report an error from inside a step (gdn_core.h, moe_route.h). */
+    int gdn = op->kind == QT_OP_GDN_CORE_FWD || op->kind == QT_OP_GDN_CORE_BWD;
+    if (gdn && (op->a[3] > QT_GDN_CORE_MAX_DIM || op->a[5] > QT_GDN_CORE_MAX_DIM ||
+                op->a[6] < 1)) {
+        fprintf(stderr, "plan %s: %s op %d: Dk=%lld Dv=%lld chunk=%lld outside the kernel's "
+                "limits (Dk, Dv <= %d, chunk >= 1)\n", p->run_name, sched, i,
+                (long long)op->a[3], (long long)op->a[5], (long long)op->a[6],
+                QT_GDN_CORE_MAX_DIM);
+        return QT_E_PLAN;
+    }
+    /* the delta rule's scratch has no size argument: a short one would overrun */
+    if (gdn) {
+        const int fwd = op->kind == QT_OP_GDN_CORE_FWD, slot = fwd ? 7 : 10;
+        const int64_t C = QT_GDN_CHUNK_ROWS(op->a[6], op->a[1]);
+        const int64_t need =
+            op->a[7] ? (fwd ? QT_GDN_CHUNK_FWD_SCRATCH(C, op->a[3], op->a[5])
+                            : QT_GDN_CHUNK_BWD_SCRATCH(C, op->a[3], op->a[5]))
+                     : (fwd ? 0 : QT_GDN_CORE_SCRATCH(op->a[6], op->a[3], op->a[5]));
+        const int32_t st = op->t[slot];
+        if (need > 0 && (st < 0 || st >= p->n_tensors || p->tensors[st].numel < need)) {
+            fprintf(stderr, "plan %s: %s op %d: delta-rule scratch t%d holds %lld floats, "
+                    "needs %lld\n", p->run_name, sched, i, slot,
+                    (long long)(st >= 0 && st < p->n_tensors ? p->tensors[st].numel : 0),
+                    (long long)need);
             return QT_E_PLAN;
         }
-        if (op->kind == QT_OP_NOP) continue;
-        int is_w = (op->flags & QT_OPF_WGRAD) != 0;
-        /* STEP ops inside the microbatch schedule: per-layer reduction (qt_plan.h) */
-        if (!is_w && table[op->kind].step && p->layer_reduce && ops == p->mb_ops) continue;
-        if ((is_w && !table[op->kind].wgrad) || (!is_w && !table[op->kind].run)) {
-            fprintf(stderr, "plan %s: %s op %d (%s) has no %s wrapper\n", p->run_name, sched, i,
-                    table[op->kind].name ? table[op->kind].name : "?", is_w ? "wgrad" : "run");
+    }
+    int route = op->kind == QT_OP_MOE_ROUTE_FWD || op->kind == QT_OP_MOE_ROUTE_BWD;
+    if (route && op->f[0] != 0.0f && op->a[1] > QT_MOE_MAX_EXPERTS) {
+        fprintf(stderr, "plan %s: %s op %d: load-balance loss with %lld experts (kernel "
+                "limit %d)\n", p->run_name, sched, i, (long long)op->a[1],
+                QT_MOE_MAX_EXPERTS);
+        return QT_E_PLAN;
+    }
+    for (int k = 0; k < QT_OP_MAX_T; k++) {
+        if (op->t[k] != QT_NONE && (op->t[k] < 0 || op->t[k] >= p->n_tensors)) {
+            fprintf(stderr, "plan %s: %s op %d slot t%d = %d is not a tensor id\n",
+                    p->run_name, sched, i, k, op->t[k]);
             return QT_E_PLAN;
-        }
-        /* Kernel limits that configgen also enforces: checked again here because a kernel
-         * past them cannot report an error from inside a step (gdn_core.h, moe_route.h). */
-        int gdn = op->kind == QT_OP_GDN_CORE_FWD || op->kind == QT_OP_GDN_CORE_BWD;
-        if (gdn && (op->a[3] > QT_GDN_CORE_MAX_DIM || op->a[5] > QT_GDN_CORE_MAX_DIM ||
-                    op->a[6] < 1)) {
-            fprintf(stderr, "plan %s: %s op %d: Dk=%lld Dv=%lld chunk=%lld outside the kernel's "
-                    "limits (Dk, Dv <= %d, chunk >= 1)\n", p->run_name, sched, i,
-                    (long long)op->a[3], (long long)op->a[5], (long long)op->a[6],
-                    QT_GDN_CORE_MAX_DIM);
-            return QT_E_PLAN;
-        }
-        /* the delta rule's scratch has no size argument: a short one would overrun */
-        if (gdn) {
-            const int fwd = op->kind == QT_OP_GDN_CORE_FWD, slot = fwd ? 7 : 10;
-            const int64_t C = QT_GDN_CHUNK_ROWS(op->a[6], op->a[1]);
-            const int64_t need =
-                op->a[7] ? (fwd ? QT_GDN_CHUNK_FWD_SCRATCH(C, op->a[3], op->a[5])
-                                : QT_GDN_CHUNK_BWD_SCRATCH(C, op->a[3], op->a[5]))
-                         : (fwd ? 0 : QT_GDN_CORE_SCRATCH(op->a[6], op->a[3], op->a[5]));
-            const int32_t st = op->t[slot];
-            if (need > 0 && (st < 0 || st >= p->n_tensors || p->tensors[st].numel < need)) {
-                fprintf(stderr, "plan %s: %s op %d: delta-rule scratch t%d holds %lld floats, "
-                        "needs %lld\n", p->run_name, sched, i, slot,
-                        (long long)(st >= 0 && st < p->n_tensors ? p->tensors[st].numel : 0),
-                        (long long)need);
-                return QT_E_PLAN;
-            }
-        }
-        int route = op->kind == QT_OP_MOE_ROUTE_FWD || op->kind == QT_OP_MOE_ROUTE_BWD;
-        if (route && op->f[0] != 0.0f && op->a[1] > QT_MOE_MAX_EXPERTS) {
-            fprintf(stderr, "plan %s: %s op %d: load-balance loss with %lld experts (kernel "
-                    "limit %d)\n", p->run_name, sched, i, (long long)op->a[1],
-                    QT_MOE_MAX_EXPERTS);
-            return QT_E_PLAN;
-        }
-        for (int k = 0; k < QT_OP_MAX_T; k++) {
-            if (op->t[k] != QT_NONE && (op->t[k] < 0 || op->t[k] >= p->n_tensors)) {
-                fprintf(stderr, "plan %s: %s op %d slot t%d = %d is not a tensor id\n",
-                        p->run_name, sched, i, k, op->t[k]);
-                return QT_E_PLAN;
-            }
         }
     }
     return QT_OK;
@@ -126,9 +125,11 @@ static int qt_interp_check_ops(const qt_plan *p, const qt_kernel_entry *table, c
 
 int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
 {
-    int rc = qt_interp_check_ops(p, table, p->init_ops, p->n_init_ops, "init");
-    if (rc) return rc;
-    rc = qt_interp_check_ops(p, table, p->mb_ops, p->n_mb_ops, "microbatch");
+    int rc = QT_OK;
+    for (int32_t i = 0; i < p->n_init_ops && !rc; i++)
+        rc = qt_interp_check_op(p, table, &p->init_ops[i], i, "init", 0);
+    for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
+        rc = qt_interp_check_op(p, table, c.op, c.logical, "microbatch", 1);
     if (rc) return rc;
     if (p->n_params < 0 || p->n_params > QT_INTERP_MAX_PARAMS) {
         fprintf(stderr, "plan %s: %d params (firmware limit %d)\n", p->run_name, p->n_params,
@@ -175,8 +176,9 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
         return QT_E_PLAN;
     }
     memset(qt_interp_state.wgrad_uses, 0, sizeof qt_interp_state.wgrad_uses);
-    for (int32_t i = 0; i < p->n_mb_ops; i++) {
-        const qt_op *op = &p->mb_ops[i];
+    for (qt_mb_cursor c = qt_mb_begin(p); qt_mb_next(&c);) {
+        const qt_op *op = c.op;
+        const int32_t i = c.logical;
         if (!(op->flags & QT_OPF_WGRAD)) continue;
         const int64_t per_mb = op->a[7] > 0 ? op->a[7] : p->train.micro_batch;
         int64_t need_scratch = 0;
@@ -269,8 +271,8 @@ void qt_interp_run_microbatch(const qt_ctx *c, const qt_kernel_entry *table, int
     const qt_plan *p = c->plan;
     const qt_ctx ctx = *c;
     qt_interp_prof *prof = qt_interp_state.prof;
-    for (int32_t i = 0; i < p->n_mb_ops; i++) {
-        const qt_op *op = &p->mb_ops[i];
+    for (qt_mb_cursor cur = qt_mb_begin(p); qt_mb_next(&cur);) {
+        const qt_op *op = cur.op;
         if (op->kind == QT_OP_NOP) continue;
         if (ctx.status && *ctx.status) return;  /* a collective failed: the step stops */
         if (op->flags & QT_OPF_WGRAD) {

@@ -146,6 +146,21 @@ uint64_t qt_plan_hash(const qt_plan *p)
     for (int32_t i = 0; i < p->n_init_ops; i++) qt_fnv_op(&f, &p->init_ops[i]);
     qt_fnv_i(&f, p->n_mb_ops);
     for (int32_t i = 0; i < p->n_mb_ops; i++) qt_fnv_op(&f, &p->mb_ops[i]);
+    /* scan_layers: hashed only when present, so unrolled plans keep their hashes */
+    if (p->n_scans > 0 && p->scans) {
+        qt_fnv_i(&f, p->n_scans);
+        qt_fnv_i(&f, p->n_mb_logical);
+        for (int32_t k = 0; k < p->n_scans && k < QT_MAX_SCANS; k++) {
+            const qt_scan *sc = &p->scans[k];
+            qt_fnv_i(&f, sc->lo);
+            qt_fnv_i(&f, sc->n);
+            qt_fnv_i(&f, sc->count);
+            for (int32_t i = 0; i < sc->n && sc->stride; i++) {
+                for (int j = 0; j < QT_OP_MAX_T; j++) qt_fnv_i(&f, sc->stride[i].t[j]);
+                for (int j = 0; j < QT_OP_MAX_A; j++) qt_fnv_i(&f, sc->stride[i].a[j]);
+            }
+        }
+    }
     qt_fnv_i(&f, p->n_mb_levels);
     qt_fnv_i(&f, p->n_mbend_ops);
     for (int32_t i = 0; i < p->n_mbend_ops; i++) qt_fnv_op(&f, &p->mbend_ops[i]);

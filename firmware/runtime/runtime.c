@@ -221,63 +221,60 @@ static int qt_runtime_check_regions(const qt_plan *p)
     return rc;
 }
 
-/* Checks one schedule of STEP ops (see qt_runtime_check_step); counts the normalisations
- * and updates, and the pushes of each flat range into the microbatch tree. With
- * `in_mb` the schedule is the microbatch schedule: its RUN and WGRAD ops are skipped (the
- * interpreter checks them) and only per-layer reduction plans may have STEP ops there. */
-static int qt_runtime_check_ops(const qt_plan *p, const qt_op *ops, int32_t n_ops,
-                                const char *which, int in_mb, int *n_norm, int *n_update)
+/* Checks op i of a schedule of STEP ops (see qt_runtime_check_step); counts the
+ * normalisations and updates, and the pushes of each flat range into the microbatch tree.
+ * With `in_mb` the schedule is the microbatch schedule: its RUN and WGRAD ops are skipped
+ * (the interpreter checks them) and only per-layer reduction plans may have STEP ops there. */
+static int qt_runtime_check_op(const qt_plan *p, const qt_op *op, int32_t i, const char *which,
+                               int in_mb, int *n_norm, int *n_update)
 {
     const qt_train_cfg *tc = &p->train;
     const int64_t leaves = tc->micro_batch * tc->grad_accum, tokens = tc->global_batch * tc->seq_len;
     const qt_kernel_entry *table = qt_runtime_table();
-    for (int32_t i = 0; i < n_ops; i++) {
-        const qt_op *op = &ops[i];
-        if (in_mb && (op->kind >= QT_OP_COUNT || !table[op->kind].step)) continue;
-        if (in_mb && !p->layer_reduce)
-            return qt_fail(QT_E_PLAN, "plan %s: %s op %d (%s) is a step op", p->run_name, which,
-                           i, table[op->kind].name);
-        if (op->kind >= QT_OP_COUNT || !table[op->kind].step)
-            return qt_fail(QT_E_PLAN, "plan %s: %s op %d (kind %u) is not a step op",
-                           p->run_name, which, i, op->kind);
-        int bad = 0;
-        const int span = op->kind == QT_OP_GRAD_MB_TOTAL || op->kind == QT_OP_GRAD_MB_PUSH;
-        const int64_t r0 = span && op->a[1] ? op->a[0] : 0;
-        const int64_t r1 = span && op->a[1] ? op->a[1] : p->n_ranges;
-        switch (op->kind) {
-        case QT_OP_GRAD_FINALIZE: bad = op->a[0] != leaves || op->a[1] != tokens; (*n_norm)++; break;
-        case QT_OP_GRAD_TREE_TOTAL: bad = op->a[0] != leaves; break;
-        case QT_OP_GRAD_MB_FINALIZE: bad = op->a[0] != tc->grad_accum || !p->n_mb_levels; break;
-        case QT_OP_GRAD_MB_TOTAL:
-        case QT_OP_GRAD_MB_PUSH:
-            bad = !p->n_mb_levels || r0 < 0 || r0 >= r1 || r1 > p->n_ranges;
-            if (!bad && op->kind == QT_OP_GRAD_MB_PUSH)
-                for (int64_t r = r0; r < r1; r++)
-                    if (qt_rt.pushed[r] < 255) qt_rt.pushed[r]++;
-            break;
-        case QT_OP_GRAD_NORMALISE: bad = op->a[0] != tokens; (*n_norm)++; break;
-        case QT_OP_ADAMW: (*n_update)++; break;
-        case QT_OP_PARAM_GATHER:
-            bad = !p->params_compact || op->a[0] < 0 || op->a[0] >= p->n_ranges ||
-                  op->t[0] < 0 || op->t[0] >= p->n_tensors ||
-                  p->tensors[op->t[0]].numel < p->ranges[op->a[0]].n;
-            break;
-        case QT_OP_COLLECTIVE: {
-            if (op->a[0] < 0 || op->a[0] >= p->n_collectives) { bad = 1; break; }
-            const qt_collective *c = &p->collectives[op->a[0]];
-            int64_t r = qt_comm_group_size(c->mask);
-            bad = c->offset < 0 || c->bytes < 0 || c->offset + c->bytes > p->arena_bytes ||
-                  r < 1 || c->bytes % (4 * r) != 0;
-            break;
-        }
-        default: break;
-        }
-        if (bad)
-            return qt_fail(QT_E_PLAN, "plan %s: %s op %d (%s) does not fit this plan (%lld "
-                           "leaves, %lld tokens per step, %d collectives)", p->run_name, which,
-                           i, table[op->kind].name, (long long)leaves, (long long)tokens,
-                           p->n_collectives);
+    if (in_mb && (op->kind >= QT_OP_COUNT || !table[op->kind].step)) return QT_OK;
+    if (in_mb && !p->layer_reduce)
+        return qt_fail(QT_E_PLAN, "plan %s: %s op %d (%s) is a step op", p->run_name, which,
+                       i, table[op->kind].name);
+    if (op->kind >= QT_OP_COUNT || !table[op->kind].step)
+        return qt_fail(QT_E_PLAN, "plan %s: %s op %d (kind %u) is not a step op",
+                       p->run_name, which, i, op->kind);
+    int bad = 0;
+    const int span = op->kind == QT_OP_GRAD_MB_TOTAL || op->kind == QT_OP_GRAD_MB_PUSH;
+    const int64_t r0 = span && op->a[1] ? op->a[0] : 0;
+    const int64_t r1 = span && op->a[1] ? op->a[1] : p->n_ranges;
+    switch (op->kind) {
+    case QT_OP_GRAD_FINALIZE: bad = op->a[0] != leaves || op->a[1] != tokens; (*n_norm)++; break;
+    case QT_OP_GRAD_TREE_TOTAL: bad = op->a[0] != leaves; break;
+    case QT_OP_GRAD_MB_FINALIZE: bad = op->a[0] != tc->grad_accum || !p->n_mb_levels; break;
+    case QT_OP_GRAD_MB_TOTAL:
+    case QT_OP_GRAD_MB_PUSH:
+        bad = !p->n_mb_levels || r0 < 0 || r0 >= r1 || r1 > p->n_ranges;
+        if (!bad && op->kind == QT_OP_GRAD_MB_PUSH)
+            for (int64_t r = r0; r < r1; r++)
+                if (qt_rt.pushed[r] < 255) qt_rt.pushed[r]++;
+        break;
+    case QT_OP_GRAD_NORMALISE: bad = op->a[0] != tokens; (*n_norm)++; break;
+    case QT_OP_ADAMW: (*n_update)++; break;
+    case QT_OP_PARAM_GATHER:
+        bad = !p->params_compact || op->a[0] < 0 || op->a[0] >= p->n_ranges ||
+              op->t[0] < 0 || op->t[0] >= p->n_tensors ||
+              p->tensors[op->t[0]].numel < p->ranges[op->a[0]].n;
+        break;
+    case QT_OP_COLLECTIVE: {
+        if (op->a[0] < 0 || op->a[0] >= p->n_collectives) { bad = 1; break; }
+        const qt_collective *c = &p->collectives[op->a[0]];
+        int64_t r = qt_comm_group_size(c->mask);
+        bad = c->offset < 0 || c->bytes < 0 || c->offset + c->bytes > p->arena_bytes ||
+              r < 1 || c->bytes % (4 * r) != 0;
+        break;
     }
+    default: break;
+    }
+    if (bad)
+        return qt_fail(QT_E_PLAN, "plan %s: %s op %d (%s) does not fit this plan (%lld "
+                       "leaves, %lld tokens per step, %d collectives)", p->run_name, which,
+                       i, table[op->kind].name, (long long)leaves, (long long)tokens,
+                       p->n_collectives);
     return QT_OK;
 }
 
@@ -296,12 +293,34 @@ static int qt_runtime_check_step(const qt_plan *p)
     if (p->n_ranges > QT_RT_MAX_RANGES)
         return qt_fail(QT_E_PLAN, "plan %s: %d flat ranges (firmware limit %d)", p->run_name,
                        p->n_ranges, QT_RT_MAX_RANGES);
+    /* scan_layers: the scanned blocks lie inside the schedule, in order, and unroll to
+     * n_mb_logical ops (every walk below goes through qt_mb_cursor) */
+    if (p->n_scans < 0 || p->n_scans > QT_MAX_SCANS || (p->n_scans && !p->scans))
+        return qt_fail(QT_E_PLAN, "plan %s: %d scanned blocks (0..%d)", p->run_name, p->n_scans,
+                       QT_MAX_SCANS);
+    int64_t logical = p->n_mb_ops;
+    for (int32_t k = 0, end = 0; k < p->n_scans; k++) {
+        const qt_scan *sc = &p->scans[k];
+        if (sc->lo < end || sc->n < 1 || sc->lo > p->n_mb_ops - sc->n || sc->count < 1 ||
+            !sc->stride)
+            return qt_fail(QT_E_PLAN, "plan %s: scanned block %d (ops %d, +%d, %d runs) is not "
+                           "inside the %d-op schedule after the previous one", p->run_name,
+                           (int)k, sc->lo, sc->n, sc->count, p->n_mb_ops);
+        end = sc->lo + sc->n;
+        logical += (int64_t)sc->n * (sc->count - 1);
+    }
+    if (p->n_scans && logical != p->n_mb_logical)
+        return qt_fail(QT_E_PLAN, "plan %s: the scanned schedule unrolls to %lld ops, the plan "
+                       "says %d", p->run_name, (long long)logical, p->n_mb_logical);
     memset(qt_rt.pushed, 0, sizeof qt_rt.pushed);
-    int rc = qt_runtime_check_ops(p, p->step_ops, p->n_step_ops, "step", 0, &n_norm, &n_update);
-    if (!rc) rc = qt_runtime_check_ops(p, p->mbend_ops, p->n_mbend_ops, "microbatch-end", 0,
-                                       &mb_norm, &mb_update);
-    if (!rc) rc = qt_runtime_check_ops(p, p->mb_ops, p->n_mb_ops, "microbatch", 1, &mb_norm,
-                                       &mb_update);
+    int rc = QT_OK;
+    for (int32_t i = 0; i < p->n_step_ops && !rc; i++)
+        rc = qt_runtime_check_op(p, &p->step_ops[i], i, "step", 0, &n_norm, &n_update);
+    for (int32_t i = 0; i < p->n_mbend_ops && !rc; i++)
+        rc = qt_runtime_check_op(p, &p->mbend_ops[i], i, "microbatch-end", 0, &mb_norm,
+                                 &mb_update);
+    for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
+        rc = qt_runtime_check_op(p, c.op, c.logical, "microbatch", 1, &mb_norm, &mb_update);
     if (rc) return rc;
     /* a microbatch tree receives every range exactly once per microbatch */
     for (int32_t r = 0; r < p->n_ranges; r++)
