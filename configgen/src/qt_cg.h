@@ -289,6 +289,9 @@ void qt_cg_graph_free(qt_cg_graph *g);
 int32_t qt_cg_add_tensor(qt_cg_graph *g, const char *name, int role, int dtype, int ndim,
                          const int64_t *shape, const uint8_t *axes);
 qt_op *qt_cg_emit_op(qt_cg_graph *g, int init, int kind);
+/* A new tensor "<name of id><suffix>" with id's role, type, shapes, layouts and segments
+ * (not its parameter link, lifetime flags or reshard note); returns its id. */
+int32_t qt_cg_clone_tensor(qt_cg_graph *g, int32_t id, const char *suffix);
 
 /* The per-step schedule after the last microbatch (qt_ops.def, step section): on one rank
  * the fused gradient finalisation and the AdamW update; on a mesh the local tree total,

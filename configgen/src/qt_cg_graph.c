@@ -58,6 +58,22 @@ int32_t qt_cg_add_tensor(qt_cg_graph *g, const char *name, int role, int dtype, 
     return g->nt++;
 }
 
+int32_t qt_cg_clone_tensor(qt_cg_graph *g, int32_t id, const char *suffix)
+{
+    char name[300];
+    snprintf(name, sizeof name, "%s%s", g->ts[id].t.name, suffix);
+    qt_cg_tensor src = g->ts[id];   /* copy: add_tensor may move the array */
+    int32_t c = qt_cg_add_tensor(g, name, src.t.role, src.t.dtype, src.t.ndim, src.t.shape,
+                                 src.t.axes);
+    qt_cg_tensor *ct = &g->ts[c];
+    memcpy(ct->t.global_shape, src.t.global_shape, sizeof ct->t.global_shape);
+    memcpy(ct->t.spec, src.t.spec, sizeof ct->t.spec);
+    memcpy(ct->t.seg, src.t.seg, sizeof ct->t.seg);
+    ct->t.seg_dim = src.t.seg_dim;
+    memcpy(ct->exec, src.exec, sizeof ct->exec);
+    return c;
+}
+
 qt_op *qt_cg_emit_op(qt_cg_graph *g, int init, int kind)
 {
     qt_op *op;

@@ -195,18 +195,8 @@ static int32_t gather_window(qt_cg_graph *g, int r, const char *when)
  * backward's gather window. */
 static int32_t param_clone(qt_cg_graph *g, int32_t id)
 {
-    char name[300];
-    snprintf(name, sizeof name, "%s~g", g->ts[id].t.name);
-    qt_cg_tensor src = g->ts[id];   /* copy: add_tensor may move the array */
-    int32_t c = qt_cg_add_tensor(g, name, QT_ROLE_PARAM, src.t.dtype, src.t.ndim, src.t.shape,
-                                 src.t.axes);
-    qt_cg_tensor *ct = &g->ts[c];
-    memcpy(ct->t.global_shape, src.t.global_shape, sizeof ct->t.global_shape);
-    memcpy(ct->t.spec, src.t.spec, sizeof ct->t.spec);
-    memcpy(ct->t.seg, src.t.seg, sizeof ct->t.seg);
-    ct->t.seg_dim = src.t.seg_dim;
-    memcpy(ct->exec, src.exec, sizeof ct->exec);
-    ct->param = src.param;
+    const int32_t c = qt_cg_clone_tensor(g, id, "~g");
+    g->ts[c].param = g->ts[id].param;
     return c;
 }
 

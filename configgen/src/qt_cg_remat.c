@@ -42,20 +42,11 @@ static int is_dot(int kind)
 static int32_t clone_of(qt_cg_graph *g, int32_t *map, int32_t id)
 {
     if (map[id] != QT_NONE) return map[id];
-    char name[300];
-    snprintf(name, sizeof name, "%s~r", g->ts[id].t.name);
-    qt_cg_tensor src = g->ts[id];   /* copy: add_tensor may move the array */
-    int32_t c = qt_cg_add_tensor(g, name, src.t.role, src.t.dtype, src.t.ndim, src.t.shape,
-                                 src.t.axes);
+    const int32_t c = qt_cg_clone_tensor(g, id, "~r");
     qt_cg_tensor *ct = &g->ts[c];
-    memcpy(ct->t.global_shape, src.t.global_shape, sizeof ct->t.global_shape);
-    memcpy(ct->t.spec, src.t.spec, sizeof ct->t.spec);
-    memcpy(ct->t.seg, src.t.seg, sizeof ct->t.seg);
-    ct->t.seg_dim = src.t.seg_dim;
-    memcpy(ct->exec, src.exec, sizeof ct->exec);
-    ct->reshard = src.reshard;
-    ct->whole = src.whole;
-    ct->ep_seg = src.ep_seg;
+    ct->reshard = g->ts[id].reshard;
+    ct->whole = g->ts[id].whole;
+    ct->ep_seg = g->ts[id].ep_seg;
     map[id] = c;
     return c;
 }

@@ -96,22 +96,26 @@ static void qt_step_reduce_block(const qt_plan *p, int32_t i, int64_t *lo, int64
     *lo = r->lo + k * *n;
 }
 
+/* Element `flat` of the region at byte `region`: the whole flat vector, or when `compact`
+ * this rank's block of each range, the block [blo, ..) stored from element `base`. */
+static float *qt_step_at(const qt_plan *p, int64_t region, int compact, int64_t base, int64_t blo,
+                         int64_t flat)
+{
+    return qt_step_region(p, region) + (compact ? base + (flat - blo) : flat);
+}
+
 float *qt_step_param_at(const qt_plan *p, int32_t range, int64_t flat)
 {
-    float *w = qt_step_region(p, p->params_offset);
-    if (!p->params_compact) return w + flat;
-    int64_t lo, n;
-    qt_step_block(p, range, &lo, &n);
-    return w + p->ranges[range].adam_lo + (flat - lo);
+    int64_t lo = 0, n;
+    if (p->params_compact) qt_step_block(p, range, &lo, &n);
+    return qt_step_at(p, p->params_offset, p->params_compact, p->ranges[range].adam_lo, lo, flat);
 }
 
 float *qt_step_grad_at(const qt_plan *p, int32_t range, int64_t flat)
 {
-    float *g = qt_step_region(p, p->grads_offset);
-    if (!p->grads_compact) return g + flat;
-    int64_t lo, n;
-    qt_step_reduce_block(p, range, &lo, &n);
-    return g + p->ranges[range].mb_lo + (flat - lo);
+    int64_t lo = 0, n;
+    if (p->grads_compact) qt_step_reduce_block(p, range, &lo, &n);
+    return qt_step_at(p, p->grads_offset, p->grads_compact, p->ranges[range].mb_lo, lo, flat);
 }
 
 /* Divide the gradient elements flat [lo, lo+n), which sit at g, by n_tok and add their

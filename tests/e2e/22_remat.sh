@@ -5,18 +5,9 @@
 # peak falls: full < save_dot < none. A recompute that is missing or misplaced is refused at
 # plan time by configgen's schedule check (a read before the write).
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
-RM_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 
 rm_det() {   # rm_det PLAN RANKS: 8 steps, the step / loss bits / fingerprint lines
-  local p=$1 n=$2 d=$QT_TMP/remat
-  mkdir -p "$d"
-  [ -s "$d/$p.det" ] && return 0
-  if [ "$n" -eq 1 ]; then
-    timeout 120 build/$p/qtrain data=$RM_DATA seed=11 steps=8 metrics=$d/$p.jsonl 2> "$d/$p.err"
-  else
-    timeout 120 mpiexec -n "$n" build/$p/qtrain data=$RM_DATA seed=11 steps=8 metrics=$d/$p.jsonl 2> "$d/$p.err"
-  fi || { tail -n 3 "$d/$p.err"; return 1; }
-  det_fields "$d/$p.jsonl" > "$d/$p.det"
+  plan_det "$1" "$2" "$QT_TMP/remat" 8
 }
 
 rm_same() {   # rm_same BASE REMAT RANKS

@@ -6,18 +6,9 @@
 # layer cycles, so the forward scans three and the backward two (the cycles next to the
 # embedding and the head differ and stay unrolled). Every mpiexec runs under timeout.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
-SC_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 
 sc_det() {   # sc_det PLAN RANKS: 8 steps, the step / loss bits / fingerprint lines
-  local p=$1 n=$2 d=$QT_TMP/scan
-  mkdir -p "$d"
-  [ -s "$d/$p.det" ] && return 0
-  if [ "$n" -eq 1 ]; then
-    timeout 120 build/$p/qtrain data=$SC_DATA seed=11 steps=8 metrics=$d/$p.jsonl 2> "$d/$p.err"
-  else
-    timeout 120 mpiexec -n "$n" build/$p/qtrain data=$SC_DATA seed=11 steps=8 metrics=$d/$p.jsonl 2> "$d/$p.err"
-  fi || { tail -n 3 "$d/$p.err"; return 1; }
-  det_fields "$d/$p.jsonl" > "$d/$p.det"
+  plan_det "$1" "$2" "$QT_TMP/scan" 8
 }
 
 # sc_same SCANNED RANKS BASE BASE_RANKS: SCANNED stores scanned blocks, and its 8 steps are

@@ -57,6 +57,22 @@ det_fields() {
          print s, l, f }
        END { if (n == 0 || bad) exit 1 }' "$1"
 }
+# plan_det PLAN RANKS DIR STEPS: runs build/PLAN/qtrain once for STEPS steps on RANKS ranks
+# (under mpiexec when more than one, always under timeout) on the tiny test data, seed 11,
+# and leaves its det_fields lines in DIR/PLAN.det (kept: a second call does nothing).
+plan_det() {
+  local p=$1 n=$2 d=$3 steps=$4
+  mkdir -p "$d"
+  [ -s "$d/$p.det" ] && return 0
+  local data=tests/golden/e2e/test-next-tiny/tokens.npy
+  if [ "$n" -eq 1 ]; then
+    timeout 120 build/$p/qtrain data=$data seed=11 steps=$steps metrics=$d/$p.jsonl 2> "$d/$p.err"
+  else
+    timeout 120 mpiexec -n "$n" build/$p/qtrain data=$data seed=11 steps=$steps metrics=$d/$p.jsonl 2> "$d/$p.err"
+  fi || { tail -n 3 "$d/$p.err"; return 1; }
+  det_fields "$d/$p.jsonl" > "$d/$p.det"
+}
+
 for f in tests/e2e/*.sh; do
   [ -f "$f" ] || continue
   echo "== $f"
