@@ -579,6 +579,10 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
                      (double)t->weight_decay, (double)t->clip, (long long)t->schedule_steps,
                      (double)t->warmup_frac, (double)t->final_frac, (long long)t->steps,
                      (double)t->lb_weight);
+    if (s->m.n_layers > s->m.n_layers / (s->m.cycle > 0 ? s->m.cycle : 1))
+        qt_cg_buf_printf(b, "  delta rule (GDN core): %s (gdn_core_algorithm; the recurrent form "
+                         "measured faster at Dk = Dv = 64 and 128, docs/bench.md)\n",
+                         s->gdn_chunked ? "chunked WY form" : "recurrent, token by token");
     if (s->remat != QT_CG_REMAT_NONE)
         qt_cg_buf_printf(b, "  remat_policy %s: %d forward ops recomputed in the backward (the "
                          "copies write tensors named <name>~r)\n",
