@@ -7,11 +7,14 @@ Prints ONE JSON line on stdout:
 with torch's default thread count; "threads1_*" fields repeat the measurement with
 torch.set_num_threads(1) unless --no-single. The GDN form (recurrent or chunked WY, same math)
 is chosen by timing one GDN layer's forward + backward in each form; the losing form's time is reported too. Progress goes
-to stderr.
+to stderr. --run names another run config (make bench-slice: bench-80b-slice); --gdn chunked
+or recurrent skips the probe (the recurrent form's autograd graph keeps every token's state:
+at S = 4096 with 32 value heads of 128 x 128 that is tens of GiB, so the slice uses chunked).
 """
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 
@@ -74,15 +77,20 @@ def main():
     ap.add_argument('--run', default='bench')
     ap.add_argument('--steps', type=int, default=2)
     ap.add_argument('--no-single', action='store_true')
+    ap.add_argument('--gdn', choices=('probe', 'recurrent', 'chunked'), default='probe')
     args = ap.parse_args()
     dm = config.dims(config.load(args.run))
     tokens = dm['B'] * dm['S']
     threads = torch.get_num_threads()
-    t_rec = probe_gdn(dm, None)
-    t_chk = probe_gdn(dm, dm['chunk'])
-    chunk = dm['chunk'] if t_chk < t_rec else None
-    print('bench_torch: one GDN layer fwd+bwd recurrent %.3fs, chunked(%d) %.3fs' % (t_rec, dm['chunk'], t_chk),
-          file=sys.stderr)
+    if args.gdn == 'probe':
+        t_rec = probe_gdn(dm, None)
+        t_chk = probe_gdn(dm, dm['chunk'])
+        chunk = dm['chunk'] if t_chk < t_rec else None
+        print('bench_torch: one GDN layer fwd+bwd recurrent %.3fs, chunked(%d) %.3fs'
+              % (t_rec, dm['chunk'], t_chk), file=sys.stderr)
+    else:
+        t_rec = t_chk = None
+        chunk = dm['chunk'] if args.gdn == 'chunked' else None
     step_s = time_steps(dm, chunk, args.steps)
     out = {'impl': 'pytorch', 'tokens_per_s': tokens / step_s, 'step_s': step_s,
            'threads': threads, 'gdn': 'chunked' if chunk else 'recurrent',
@@ -94,6 +102,7 @@ def main():
         out['threads1_step_s'] = s1
         out['threads1_tokens_per_s'] = tokens / s1
         torch.set_num_threads(threads)
+    out['peak_rss_mib'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(json.dumps(out, sort_keys=True))
     return 0
 
