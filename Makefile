@@ -9,7 +9,7 @@
 #   make asan    ASan + UBSan builds under build/asan/ (unit tests, two small plans)
 #   make fuzz    libFuzzer targets (tests/fuzz/, clang) for FUZZ_SECONDS (default 60) each
 #   make goldens regenerate tests/golden/ with the PyTorch reference (needs python3-torch)
-#   make bench   tokens/s and MFU of qtrain and of the PyTorch reference
+#   make bench   tokens/s and MFU of qtrain and of the PyTorch reference, the kernel table
 #                (BENCH_SLICE=1: also the 80B slice; make bench-slice: only that)
 #   make clean
 #
@@ -96,7 +96,7 @@ PLAN_OBJ_ALL := $(foreach r,$(RUNS),$(BUILD)/plans/$(r).o $(BUILD)/plans/$(r).ma
               $(foreach t,yaml npy safetensors st_index ckpt_load cli,$(BUILD)/fuzz/fuzz_$(t).o)
 .SECONDARY: $(PLAN_OBJ_ALL)
 
-all: $(CONFIGGEN) $(PLANS) $(QTRAIN) $(QTRAIN_STATIC) $(UNIT) $(TOOLS) $(AUDIT)
+all: $(CONFIGGEN) $(PLANS) $(QTRAIN) $(QTRAIN_STATIC) $(UNIT) $(TOOLS) $(AUDIT) $(KERNEL_BENCH)
 
 deps:
 	@./tests/scripts/deps.sh
@@ -191,6 +191,16 @@ $(BUILD)/tools/libheap_audit.so: tests/tools/heap_audit.c
 	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $< -ldl
 
 tools: $(TOOLS)
+
+# The kernel table of `make bench` (tests/bench/kernel_bench.c, issue 10): the firmware's
+# kernel and math objects called directly at the 80B slice's shapes; a host program (its
+# buffers come from malloc), not firmware.
+KERNEL_BENCH := $(BUILD)/bench/kernel_bench
+KB_OBJ := $(patsubst firmware/%.c,$(BUILD)/fw/%.o,$(wildcard firmware/kernels/*.c firmware/math/*.c))
+
+$(KERNEL_BENCH): tests/bench/kernel_bench.c $(KB_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_FW) -o $@ $< $(KB_OBJ)
 
 $(BUILD)/audit/%.o: audit/%.c audit/qt_audit.h
 	@mkdir -p $(@D)

@@ -99,3 +99,8 @@ fi
 echo
 ./build/tools/det_mechanisms
 
+# The kernel table (issue 10): the firmware kernels at the 80B slice's shapes, GFLOP/s, % of
+# peak and arithmetic intensity, and the memory bandwidth (tests/bench/kernel_bench.c).
+echo
+make --no-print-directory build/bench/kernel_bench > /dev/null
+./build/bench/kernel_bench
