@@ -40,7 +40,7 @@ def make_step(dm, P, opt, names, chunk):
     return step
 
 
-def time_steps(dm, chunk, n, seed=0):
+def time_steps(dm, chunk, n, seed=0, warmup=1):
     torch.manual_seed(seed)
     P = {k: v.requires_grad_(True) for k, v in model.init_params(dm, seed, torch.float32).items()}
     names = [n_ for n_, _, _ in model.param_specs(dm)]
@@ -48,11 +48,16 @@ def time_steps(dm, chunk, n, seed=0):
     step = make_step(dm, P, opt, names, chunk)
     B, S = dm['B'], dm['S']
     batches = [(torch.randint(0, dm['V'], (B, S)), torch.randint(0, dm['V'], (B, S)))
-               for _ in range(n + 1)]
-    step(1, *batches[0])                       # warm-up (allocator, first-call overheads)
-    t0 = time.perf_counter()
+               for _ in range(n + warmup)]
+    for i in range(warmup):                    # warm-up (allocator, first-call overheads)
+        step(i + 1, *batches[i])
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(n):
-        step(i + 2, *batches[i + 1])
+        t1, c1 = time.perf_counter(), time.process_time()
+        step(warmup + i + 1, *batches[warmup + i])
+        print('bench_torch: step %d %.2f s (%.2f s of CPU)' % (
+            warmup + i + 1, time.perf_counter() - t1, time.process_time() - c1), file=sys.stderr)
+    time_steps.cpu_s = (time.process_time() - c0) / n   # on a shared machine: CPU per step
     return (time.perf_counter() - t0) / n
 
 
@@ -78,6 +83,9 @@ def main():
     ap.add_argument('--steps', type=int, default=2)
     ap.add_argument('--no-single', action='store_true')
     ap.add_argument('--gdn', choices=('probe', 'recurrent', 'chunked'), default='probe')
+    ap.add_argument('--warmup', type=int, default=1,
+                    help='untimed steps first (0: time the first step; the slice uses 0, as a '
+                         'second step holds the AdamW state beside the activations: 21+ GiB)')
     args = ap.parse_args()
     dm = config.dims(config.load(args.run))
     tokens = dm['B'] * dm['S']
@@ -91,14 +99,16 @@ def main():
     else:
         t_rec = t_chk = None
         chunk = dm['chunk'] if args.gdn == 'chunked' else None
-    step_s = time_steps(dm, chunk, args.steps)
+    step_s = time_steps(dm, chunk, args.steps, warmup=args.warmup)
     out = {'impl': 'pytorch', 'tokens_per_s': tokens / step_s, 'step_s': step_s,
            'threads': threads, 'gdn': 'chunked' if chunk else 'recurrent',
            'gdn_probe_s': {'recurrent': t_rec, 'chunked': t_chk},
-           'tokens_per_step': tokens, 'run': args.run, 'dtype': 'float32'}
+           'cpu_step_s': time_steps.cpu_s,
+           'tokens_per_step': tokens, 'run': args.run, 'dtype': 'float32',
+           'warmup_steps': args.warmup}
     if not args.no_single and threads != 1:
         torch.set_num_threads(1)
-        s1 = time_steps(dm, chunk, args.steps)
+        s1 = time_steps(dm, chunk, args.steps, warmup=args.warmup)
         out['threads1_step_s'] = s1
         out['threads1_tokens_per_s'] = tokens / s1
         torch.set_num_threads(threads)
