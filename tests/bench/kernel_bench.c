@@ -18,8 +18,10 @@
  *
  * Timing: CLOCK_MONOTONIC around each call; a kernel runs until it has taken about
  * QT_KB_SECONDS (default 2 s, environment) or QT_KB_REPS calls, at least once; the table
- * gives the best and the median call. One call of a large kernel (attention at S = 4096) is
- * then the whole measurement. The machine may be shared: compare ranges, not single runs.
+ * gives the best and the median call. One call of a large kernel is then the whole
+ * measurement; attention at S = 4096 runs 2 of the slice's 16 query heads by default
+ * (QT_KB_ATTN_HEADS=16 for all: 8x the time), FLOPs counted for the heads that ran. The
+ * machine may be shared: compare ranges, not single runs.
  *
  * Usage: kernel_bench [all|mem|matmul|attn|gdn|expert]...  (default all)
  */

@@ -84,8 +84,8 @@ def main():
     ap.add_argument('--no-single', action='store_true')
     ap.add_argument('--gdn', choices=('probe', 'recurrent', 'chunked'), default='probe')
     ap.add_argument('--warmup', type=int, default=1,
-                    help='untimed steps first (0: time the first step; the slice uses 0, as a '
-                         'second step holds the AdamW state beside the activations: 21+ GiB)')
+                    help='untimed steps first (0: time the first step; the slice uses 0: one '
+                         'step of it passes 20 GiB resident, a warm-up step doubles the time)')
     args = ap.parse_args()
     dm = config.dims(config.load(args.run))
     tokens = dm['B'] * dm['S']

@@ -8,9 +8,9 @@
 # PyTorch step longer, so this is not part of the default `make bench`.
 #
 # SLICE_STEPS (default 2) qtrain steps, the first not counted; TORCH_STEPS (default 1) timed
-# PyTorch steps from the first (0 skips the reference): a second PyTorch step holds the AdamW
-# state beside the autograd graph and passed 21 GiB of resident memory, so the reference
-# times its first steps (one-time overheads are small beside minutes). The two never run at
+# PyTorch steps from the first (0 skips the reference): its first step alone passes 20 GiB
+# resident (16 attention score tensors of 1 GiB and the autograd graph beside the weights),
+# so no untimed warm-up step is run first (one-time overheads are small beside minutes). The two never run at
 # once: the arena is 16 GiB of the machine's 24.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,8 +33,15 @@ qt_tps=$(avg tokens_per_s); qt_step=$(avg step_s)
 prefault=$(grep -o 'prefault [0-9.]* s' $out/err.txt | awk '{print $2}')
 qt_rss=$(grep -o 'peak RSS [0-9.]* MiB' $out/err.txt | awk '{print $3}')
 
+# As bench.sh: python3-torch calls the system libblas.so.3, and the reference BLAS would make
+# the baseline ~10x slower (a first slice step took 24+ CPU minutes on it), so OpenBLAS is
+# installed when missing and left to pick its kernels for this CPU.
 pt_line=""
 if [ "$TSTEPS" -gt 0 ] && /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  if ! dpkg-query -W -f='${Status}' libopenblas0-pthread 2>/dev/null | grep -q "install ok installed"; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1 || true
+  fi
   pt_line=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 tests/reference/bench_torch.py \
               --run $RUN --steps $TSTEPS --warmup 0 --gdn chunked --no-single 2> $out/pt.txt | tail -n1 || true)
 fi
