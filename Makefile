@@ -9,7 +9,8 @@
 #   make asan    ASan + UBSan builds under build/asan/ (unit tests, two small plans)
 #   make fuzz    libFuzzer targets (tests/fuzz/, clang) for FUZZ_SECONDS (default 60) each
 #   make goldens regenerate tests/golden/ with the PyTorch reference (needs python3-torch)
-#   make bench   tokens/s and MFU of qtrain and of the PyTorch reference
+#   make bench   tokens/s and MFU of qtrain and of the PyTorch reference, the kernel table
+#                (BENCH_SLICE=1: also the 80B slice; make bench-slice: only that)
 #   make clean
 #
 # Every object and binary lives under build/. Generated plans live under generated/ and are
@@ -82,7 +83,7 @@ MPI_CFLAGS := -I/usr/include/x86_64-linux-gnu/mpich
 LIBS_GLIBC := -lmpich -Wl,--no-as-needed -lhugetlbfs -Wl,--as-needed
 LINK_ARENA := -Wl,-T,linker/arena.ld
 
-.PHONY: all deps gen run plot test goldens bench clean check-deps tools asan print-cflags
+.PHONY: all deps gen run plot test goldens bench bench-slice clean check-deps tools asan print-cflags
 .DEFAULT_GOAL := all
 # The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
 # build/plans/<run>.o): keep them. Only them: a bare .SECONDARY would make every target
@@ -95,7 +96,7 @@ PLAN_OBJ_ALL := $(foreach r,$(RUNS),$(BUILD)/plans/$(r).o $(BUILD)/plans/$(r).ma
               $(foreach t,yaml npy safetensors st_index ckpt_load cli,$(BUILD)/fuzz/fuzz_$(t).o)
 .SECONDARY: $(PLAN_OBJ_ALL)
 
-all: $(CONFIGGEN) $(PLANS) $(QTRAIN) $(QTRAIN_STATIC) $(UNIT) $(TOOLS) $(AUDIT)
+all: $(CONFIGGEN) $(PLANS) $(QTRAIN) $(QTRAIN_STATIC) $(UNIT) $(TOOLS) $(AUDIT) $(KERNEL_BENCH)
 
 deps:
 	@./tests/scripts/deps.sh
@@ -190,6 +191,16 @@ $(BUILD)/tools/libheap_audit.so: tests/tools/heap_audit.c
 	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $< -ldl
 
 tools: $(TOOLS)
+
+# The kernel table of `make bench` (tests/bench/kernel_bench.c, issue 10): the firmware's
+# kernel and math objects called directly at the 80B slice's shapes; a host program (its
+# buffers come from malloc), not firmware.
+KERNEL_BENCH := $(BUILD)/bench/kernel_bench
+KB_OBJ := $(patsubst firmware/%.c,$(BUILD)/fw/%.o,$(wildcard firmware/kernels/*.c firmware/math/*.c))
+
+$(KERNEL_BENCH): tests/bench/kernel_bench.c $(KB_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_FW) -o $@ $< $(KB_OBJ)
 
 $(BUILD)/audit/%.o: audit/%.c audit/qt_audit.h
 	@mkdir -p $(@D)
@@ -370,6 +381,13 @@ goldens:
 bench: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all > /dev/null
 	@./tests/scripts/bench.sh
+	@if [ -n "$(BENCH_SLICE)" ]; then ./tests/scripts/bench_slice.sh; fi
+
+# The 80B slice alone (configgen/configs/runs/bench-80b-slice.yml, a 16 GiB arena, minutes per
+# step): qtrain and the PyTorch reference side by side. `make bench BENCH_SLICE=1` appends it.
+bench-slice: deps
+	@$(MAKE) --no-print-directory $(BUILD)/bench-80b-slice/qtrain > /dev/null
+	@./tests/scripts/bench_slice.sh
 
 # the firmware's compile flags (tests/e2e/80_aot.sh compiles AOT plans with them)
 print-cflags:

@@ -53,14 +53,17 @@ static inline qt_real qt_attn_dot(const qt_real *a, const qt_real *b, int64_t n)
  * then the same ((0+1)+(2+3))+((4+5)+(6+7)) tree per dot, evaluated for the eight dots at
  * once by pairing lanes across vectors (IEEE addition is commutative, so only the grouping
  * matters, and that is unchanged). */
-static inline void qt_attn_dot8(qt_real *out, const qt_real *a, const qt_real *b,
-                                int64_t stride, int64_t n)
+static inline __attribute__((always_inline)) void
+qt_attn_dot8(qt_real *out, const qt_real *a, const qt_real *b, int64_t stride, int64_t n)
 {
     qt_attn_v8 acc[8];
     for (int m = 0; m < 8; m++) acc[m] = (qt_attn_v8){0, 0, 0, 0, 0, 0, 0, 0};
     const int64_t n8 = n & ~(int64_t)7;
+    /* unrolled, so the eight sums stay in registers (gcc -O2 kept the rolled loop's acc[]
+     * on the stack: a load, add and store per step, ~13 GFLOP/s for the whole kernel) */
     for (int64_t i = 0; i < n8; i += 8) {
         const qt_attn_v8 av = qt_attn_load8(a + i);
+#pragma GCC unroll 8
         for (int m = 0; m < 8; m++) acc[m] += av * qt_attn_load8(b + m * stride + i);
     }
     for (int64_t i = n8; i < n; i++)
@@ -182,6 +185,89 @@ static void qt_attn_scores(qt_real *sc, const qt_real *qi, const qt_real *kb, in
     for (; j <= i; j++) sc[j] = qt_attn_dot(qi, kb + j * kstride, hd) * scale - off;
 }
 
+/* Forward blocking: up to QT_ATTN_FWD_ROWS consecutive query rows of one (sequence, head)
+ * at a time, so every key and value row read serves all of them (one row at a time, a long
+ * sequence streams its kv head's keys and values from memory once per query row: at
+ * S = 4096, hd = 256 that is 4 MiB each, beyond L2, and the kernel ran at ~5 GFLOP/s).
+ * The block's scores live in a static module buffer (not thread-safe, like matmul.c's
+ * packing buffer; the plan's scratch holds one row): rows = QT_ATTN_FWD_CAP / S, at most
+ * QT_ATTN_FWD_ROWS; longer sequences run one row at a time in the caller's scratch. Per
+ * row every quantity has the one-row path's operation tree: each score is qt_attn_dot's
+ * (qt_attn_dot8 gives the same bits), max / sum / lse / exp in j order, and o_i's elements
+ * the chain 0 + p_0 v_0 + p_1 v_1 ... */
+#define QT_ATTN_FWD_ROWS 8
+#define QT_ATTN_FWD_CAP 65536
+static qt_real qt_attn_fwd_sc[QT_ATTN_FWD_CAP];
+
+/* sc[r*ld + j] = dot(q_{i0+r}, k_j) * scale - off[r] for j <= i0 + r, r < R: key blocks of
+ * eight outermost, so a block of keys (8 rows of hd) is read once for all R rows. */
+static inline __attribute__((always_inline)) void
+qt_attn_block_scores(qt_real *sc, int64_t ld, const qt_real *qb, int64_t qstride,
+                     const qt_real *kb, int64_t kstride, int64_t i0, const int R, int64_t hd,
+                     qt_real scale, const qt_real *off)
+{
+    qt_real d8[8];
+    const int64_t n = i0 + R; /* keys seen by the block's last row */
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        for (int r = 0; r < R; r++) {
+            const int64_t i = i0 + r;
+            qt_real *sr = sc + r * ld;
+            if (j + 8 <= i + 1) {
+                qt_attn_dot8(d8, qb + r * qstride, kb + j * kstride, kstride, hd);
+                for (int m = 0; m < 8; m++) sr[j + m] = d8[m] * scale - off[r];
+            } else {
+                for (int64_t jj = j; jj <= i; jj++)
+                    sr[jj] = qt_attn_dot(qb + r * qstride, kb + jj * kstride, hd) * scale - off[r];
+            }
+        }
+    }
+    for (; j < n; j++)
+        for (int r = (int)(j > i0 ? j - i0 : 0); r < R; r++)
+            sc[r * ld + j] = qt_attn_dot(qb + r * qstride, kb + j * kstride, hd) * scale - off[r];
+}
+
+/* Rows i0..i0+R-1: softmax of the block's scores in place (p_ij), lse, then o. */
+static inline __attribute__((always_inline)) void
+qt_attn_fwd_block(qt_real *ob, qt_real *lseb, const qt_real *qb, const qt_real *kb,
+                  const qt_real *vb, qt_real *sc, int64_t ld, int64_t qstride, int64_t kstride,
+                  int64_t i0, const int R, int64_t hd, qt_real scale)
+{
+    static const qt_real zero[QT_ATTN_FWD_ROWS] = {0};
+    /* x * scale - 0 == x * scale exactly (also for -0: -0 - 0 = -0) */
+    qt_attn_block_scores(sc, ld, qb, qstride, kb, kstride, i0, R, hd, scale, zero);
+    for (int r = 0; r < R; r++) {
+        qt_real *sr = sc + r * ld;
+        const int64_t i = i0 + r;
+        qt_real m = sr[0], sum = 0;
+        for (int64_t j = 1; j <= i; j++) m = sr[j] > m ? sr[j] : m;
+        for (int64_t j = 0; j <= i; j++) sum += QT_EXP(sr[j] - m);
+        const qt_real l = m + QT_LOG(sum);
+        lseb[r] = l;
+        for (int64_t j = 0; j <= i; j++) sr[j] = QT_EXP(sr[j] - l);
+    }
+    /* o rows slice by slice, the R slices held in registers across j: per element the same
+     * chain 0 + p_0 v_0 + p_1 v_1 ... as one row alone; key j reaches rows i0+r >= j */
+    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+        qt_attn_v16 acc[QT_ATTN_FWD_ROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < QT_ATTN_FWD_ROWS; r++) acc[r] = (qt_attn_v16){0};
+        for (int64_t j = 0; j <= i0; j++) { /* keys every row of the block sees */
+            const qt_attn_v16 vj = qt_attn_load16(vb + j * kstride + d0);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[r] = acc[r] + sc[r * ld + j] * vj;
+        }
+        for (int64_t j = i0 + 1; j < i0 + R; j++) { /* the diagonal: rows i0+r >= j */
+            const qt_attn_v16 vj = qt_attn_load16(vb + j * kstride + d0);
+#pragma GCC unroll 8
+            for (int r = 1; r < R; r++)
+                if (j <= i0 + r) acc[r] = acc[r] + sc[r * ld + j] * vj;
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) memcpy(ob + r * qstride + d0, &acc[r], sizeof acc[r]);
+    }
+}
+
 void QT_FN(qt_attn_fwd)(qt_real *o, qt_real *lse, const qt_real *q, const qt_real *k,
                         const qt_real *v, qt_real *scratch, int64_t b, int64_t S, int64_t Hq,
                         int64_t Hkv, int64_t hd, qt_real scale)
@@ -191,37 +277,48 @@ void QT_FN(qt_attn_fwd)(qt_real *o, qt_real *lse, const qt_real *q, const qt_rea
         return;
     }
     const int64_t group = Hq / Hkv;
-    const int64_t kstride = Hkv * hd;
+    const int64_t kstride = Hkv * hd, qstride = Hq * hd;
+    if (hd % 16) {
+        for (int64_t s = 0; s < b; s++) {
+            for (int64_t h = 0; h < Hq; h++) {
+                const int64_t g = h / group;
+                const qt_real *kb = k + s * S * kstride + g * hd;
+                const qt_real *vb = v + s * S * kstride + g * hd;
+                for (int64_t i = 0; i < S; i++) {
+                    const qt_real *qi = q + ((s * S + i) * Hq + h) * hd;
+                    qt_real *oi = o + ((s * S + i) * Hq + h) * hd;
+                    qt_attn_scores(scratch, qi, kb, kstride, i, hd, scale, QT_R(0.0));
+                    qt_real m = scratch[0], sum = 0;
+                    for (int64_t j = 1; j <= i; j++) m = scratch[j] > m ? scratch[j] : m;
+                    for (int64_t j = 0; j <= i; j++) sum += QT_EXP(scratch[j] - m);
+                    const qt_real l = m + QT_LOG(sum);
+                    lse[(s * Hq + h) * S + i] = l;
+                    for (int64_t d = 0; d < hd; d++) oi[d] = 0;
+                    for (int64_t j = 0; j <= i; j++)
+                        qt_attn_axpy(oi, QT_EXP(scratch[j] - l), vb + j * kstride, hd);
+                }
+            }
+        }
+        return;
+    }
+    int64_t rows = QT_ATTN_FWD_CAP / S;
+    qt_real *sc = qt_attn_fwd_sc;
+    if (rows > QT_ATTN_FWD_ROWS) rows = QT_ATTN_FWD_ROWS;
+    if (rows < 1) rows = 1, sc = scratch; /* one row fits the plan's scratch */
     for (int64_t s = 0; s < b; s++) {
         for (int64_t h = 0; h < Hq; h++) {
             const int64_t g = h / group;
             const qt_real *kb = k + s * S * kstride + g * hd;
             const qt_real *vb = v + s * S * kstride + g * hd;
-            for (int64_t i = 0; i < S; i++) {
-                const qt_real *qi = q + ((s * S + i) * Hq + h) * hd;
-                qt_real *oi = o + ((s * S + i) * Hq + h) * hd;
-                /* x * scale - 0 == x * scale exactly (also for -0: -0 - 0 = -0) */
-                qt_attn_scores(scratch, qi, kb, kstride, i, hd, scale, QT_R(0.0));
-                qt_real m = scratch[0], sum = 0;
-                for (int64_t j = 1; j <= i; j++) m = scratch[j] > m ? scratch[j] : m;
-                for (int64_t j = 0; j <= i; j++) sum += QT_EXP(scratch[j] - m);
-                const qt_real l = m + QT_LOG(sum);
-                lse[(s * Hq + h) * S + i] = l;
-                for (int64_t j = 0; j <= i; j++) scratch[j] = QT_EXP(scratch[j] - l);
-                if (hd % 16) {
-                    for (int64_t d = 0; d < hd; d++) oi[d] = 0;
-                    for (int64_t j = 0; j <= i; j++)
-                        qt_attn_axpy(oi, scratch[j], vb + j * kstride, hd);
-                    continue;
-                }
-                /* o_i slice by slice with the slice held in a register across j: per
-                 * element the same chain 0 + p_0 v_0 + p_1 v_1 ... as the axpys */
-                for (int64_t d0 = 0; d0 < hd; d0 += 16) {
-                    qt_attn_v16 acc = {0};
-                    for (int64_t j = 0; j <= i; j++)
-                        acc = acc + scratch[j] * qt_attn_load16(vb + j * kstride + d0);
-                    memcpy(oi + d0, &acc, sizeof acc);
-                }
+            for (int64_t i0 = 0; i0 < S; i0 += rows) {
+                const int64_t off = ((s * S + i0) * Hq + h) * hd;
+                qt_real *lseb = lse + (s * Hq + h) * S + i0;
+                if (rows == QT_ATTN_FWD_ROWS && i0 + QT_ATTN_FWD_ROWS <= S)
+                    qt_attn_fwd_block(o + off, lseb, q + off, kb, vb, sc, S, qstride, kstride,
+                                      i0, QT_ATTN_FWD_ROWS, hd, scale);
+                else
+                    qt_attn_fwd_block(o + off, lseb, q + off, kb, vb, sc, S, qstride, kstride,
+                                      i0, (int)(S - i0 < rows ? S - i0 : rows), hd, scale);
             }
         }
     }
@@ -251,6 +348,43 @@ static void qt_attn_bwd_row(qt_real *P, qt_real *DS, const qt_real *qi, const qt
     for (; j <= i; j++) DS[j] = scale * (P[j] * (qt_attn_dot(doi, vb + j * kstride, hd) - D));
 }
 
+/* qt_attn_bwd_row for the QT_ATTN_R rows i0.. at once (same bits): the key and value
+ * blocks are the outer loops, so each block of eight k_j / v_j is read once for all rows
+ * instead of once per row. */
+static void qt_attn_bwd_rows(qt_real *P, qt_real *DS, int64_t ld, const qt_real *qb,
+                             const qt_real *dob, const qt_real *ob, int64_t qstride,
+                             const qt_real *kb, const qt_real *vb, int64_t kstride, int64_t i0,
+                             int64_t hd, qt_real scale, const qt_real *l)
+{
+    qt_real D[QT_ATTN_R], d8[8];
+    /* D_i = do_i . o_i is the softmax-Jacobian's row term. */
+    for (int r = 0; r < QT_ATTN_R; r++) D[r] = qt_attn_dot(dob + r * qstride, ob + r * qstride, hd);
+    qt_attn_block_scores(P, ld, qb, qstride, kb, kstride, i0, QT_ATTN_R, hd, scale, l);
+    for (int r = 0; r < QT_ATTN_R; r++)
+        for (int64_t j = 0; j <= i0 + r; j++) P[r * ld + j] = QT_EXP(P[r * ld + j]);
+    const int64_t n = i0 + QT_ATTN_R;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        for (int r = 0; r < QT_ATTN_R; r++) {
+            const int64_t i = i0 + r;
+            const qt_real *pr = P + r * ld;
+            qt_real *dsr = DS + r * ld;
+            if (j + 8 <= i + 1) {
+                qt_attn_dot8(d8, dob + r * qstride, vb + j * kstride, kstride, hd);
+                for (int m = 0; m < 8; m++) dsr[j + m] = scale * (pr[j + m] * (d8[m] - D[r]));
+            } else {
+                for (int64_t jj = j; jj <= i; jj++)
+                    dsr[jj] = scale * (pr[jj] * (qt_attn_dot(dob + r * qstride, vb + jj * kstride,
+                                                             hd) - D[r]));
+            }
+        }
+    }
+    for (; j < n; j++)
+        for (int r = (int)(j > i0 ? j - i0 : 0); r < QT_ATTN_R; r++)
+            DS[r * ld + j] = scale * (P[r * ld + j] *
+                                      (qt_attn_dot(dob + r * qstride, vb + j * kstride, hd) - D[r]));
+}
+
 /* Rows i0..i0+R-1 (all of one (sequence, head)): dv_j += p_ij do_i and dk_j += ds_ij q_i for
  * i increasing, dq_i += ds_ij k_j for j increasing, one 16-wide slice of hd at a time. */
 static void qt_attn_bwd_block(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt_real *qb,
@@ -265,13 +399,15 @@ static void qt_attn_bwd_block(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt
             dov[r] = qt_attn_load16(dob + r * qstride + d0);
             dqv[r] = qt_attn_load16(dqb + r * qstride + d0);
         }
+        /* key j is seen by rows i0+r >= j: all of them below the diagonal block (the r
+         * loops are unrolled so qv, dov and dqv stay in registers; same order) */
         for (int64_t j = 0; j < i0 + QT_ATTN_R; j++) {
-            /* key j is seen by rows i0+r >= j: all of them below the diagonal block */
-            const int r0 = j < i0 ? 0 : (int)(j - i0);
             const qt_attn_v16 kj = qt_attn_load16(kb + j * kstride + d0);
             qt_attn_v16 dvj = qt_attn_load16(dvb + j * kstride + d0);
             qt_attn_v16 dkj = qt_attn_load16(dkb + j * kstride + d0);
-            for (int r = r0; r < QT_ATTN_R; r++) {
+#pragma GCC unroll 8
+            for (int r = 0; r < QT_ATTN_R; r++) {
+                if (j > i0 + r) continue;
                 dvj = dvj + P[r * ld + j] * dov[r];
                 dkj = dkj + DS[r * ld + j] * qv[r];
                 dqv[r] = dqv[r] + DS[r * ld + j] * kj;
@@ -306,10 +442,8 @@ void QT_FN(qt_attn_bwd_n)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *
             int64_t i = 0;
             for (; i + QT_ATTN_R <= S; i += QT_ATTN_R) {
                 const int64_t qoff = ((s * S + i) * Hq + h) * hd;
-                for (int r = 0; r < QT_ATTN_R; r++)
-                    qt_attn_bwd_row(P + r * S, DS + r * S, q + qoff + r * qstride,
-                                    dout + qoff + r * qstride, o + qoff + r * qstride, kb, vb,
-                                    kstride, i + r, hd, scale, lse[(s * Hq + h) * S + i + r]);
+                qt_attn_bwd_rows(P, DS, S, q + qoff, dout + qoff, o + qoff, qstride, kb, vb,
+                                 kstride, i, hd, scale, lse + (s * Hq + h) * S + i);
                 qt_attn_bwd_block(dq + qoff, dkb, dvb, q + qoff, dout + qoff, kb, P, DS, S,
                                   qstride, kstride, i, hd);
             }

@@ -16,7 +16,8 @@ enum qt_arena_mode { QT_ARENA_4K = 0, QT_ARENA_THP, QT_ARENA_HUGETLB };
  * binaries, linker/arena_unload.c) it first checks the size against RLIMIT_AS and
  * MemAvailable, then maps it (MAP_FIXED_NOREPLACE); with hugetlb pages (MAP_HUGETLB, glibc
  * build only) when enough are reserved, else transparent huge pages (madvise), else 4 KiB
- * pages; then prefaults the plan's arena by touching every 4 KiB (values unchanged).
+ * pages; then prefaults the plan's arena (values unchanged): one MADV_POPULATE_WRITE, or
+ * where the kernel lacks it (before 5.14) a write of every 4 KiB of what it holds.
  * Returns 0 or QT_E_PLAN (message printed, naming the sizes and the limit). */
 int qt_arena_init(const qt_plan *p);
 /* The start-up fit test, on numbers (testable): map_bytes to be mapped must fit the
@@ -28,7 +29,8 @@ int qt_arena_check_fit(const char *run, long long arena_bytes, long long map_byt
 /* Backing chosen by the first qt_arena_init. */
 enum qt_arena_mode qt_arena_mode(void);
 const char *qt_arena_mode_name(void);
-/* Seconds the last prefault took. */
+/* Seconds the last prefault took, and how: "populate" (MADV_POPULATE_WRITE) or "touch". */
 double qt_arena_prefault_seconds(void);
+const char *qt_arena_prefault_method(void);
 
 #endif

@@ -669,9 +669,11 @@ void qt_runtime_mark_steps(int in_steps)
 
 void qt_runtime_banner(FILE *f, const qt_plan *p, const char *comm_backend)
 {
+    const double pf = qt_arena_prefault_seconds();
     fprintf(f, "qtrain: run %s | plan 0x%016llx (%s) | arena %.1f MiB on %s pages, prefault "
-            "%.3f s | %d rank%s | comm %s\n", p->run_name, (unsigned long long)p->hash,
-            p->generator_version ? p->generator_version : "?",
-            (double)p->arena_bytes / (1024.0 * 1024.0), qt_arena_mode_name(),
-            qt_arena_prefault_seconds(), p->n_ranks, p->n_ranks == 1 ? "" : "s", comm_backend);
+            "%.3f s (%s, %.1f GB/s) | %d rank%s | comm %s\n", p->run_name,
+            (unsigned long long)p->hash, p->generator_version ? p->generator_version : "?",
+            (double)p->arena_bytes / (1024.0 * 1024.0), qt_arena_mode_name(), pf,
+            qt_arena_prefault_method(), pf > 0 ? (double)p->arena_bytes / pf / 1e9 : 0.0,
+            p->n_ranks, p->n_ranks == 1 ? "" : "s", comm_backend);
 }

@@ -7,11 +7,14 @@ Prints ONE JSON line on stdout:
 with torch's default thread count; "threads1_*" fields repeat the measurement with
 torch.set_num_threads(1) unless --no-single. The GDN form (recurrent or chunked WY, same math)
 is chosen by timing one GDN layer's forward + backward in each form; the losing form's time is reported too. Progress goes
-to stderr.
+to stderr. --run names another run config (make bench-slice: bench-80b-slice); --gdn chunked
+or recurrent skips the probe (the recurrent form's autograd graph keeps every token's state:
+at S = 4096 with 32 value heads of 128 x 128 that is tens of GiB, so the slice uses chunked).
 """
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 
@@ -37,7 +40,7 @@ def make_step(dm, P, opt, names, chunk):
     return step
 
 
-def time_steps(dm, chunk, n, seed=0):
+def time_steps(dm, chunk, n, seed=0, warmup=1):
     torch.manual_seed(seed)
     P = {k: v.requires_grad_(True) for k, v in model.init_params(dm, seed, torch.float32).items()}
     names = [n_ for n_, _, _ in model.param_specs(dm)]
@@ -45,11 +48,16 @@ def time_steps(dm, chunk, n, seed=0):
     step = make_step(dm, P, opt, names, chunk)
     B, S = dm['B'], dm['S']
     batches = [(torch.randint(0, dm['V'], (B, S)), torch.randint(0, dm['V'], (B, S)))
-               for _ in range(n + 1)]
-    step(1, *batches[0])                       # warm-up (allocator, first-call overheads)
-    t0 = time.perf_counter()
+               for _ in range(n + warmup)]
+    for i in range(warmup):                    # warm-up (allocator, first-call overheads)
+        step(i + 1, *batches[i])
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(n):
-        step(i + 2, *batches[i + 1])
+        t1, c1 = time.perf_counter(), time.process_time()
+        step(warmup + i + 1, *batches[warmup + i])
+        print('bench_torch: step %d %.2f s (%.2f s of CPU)' % (
+            warmup + i + 1, time.perf_counter() - t1, time.process_time() - c1), file=sys.stderr)
+    time_steps.cpu_s = (time.process_time() - c0) / n   # on a shared machine: CPU per step
     return (time.perf_counter() - t0) / n
 
 
@@ -74,26 +82,37 @@ def main():
     ap.add_argument('--run', default='bench')
     ap.add_argument('--steps', type=int, default=2)
     ap.add_argument('--no-single', action='store_true')
+    ap.add_argument('--gdn', choices=('probe', 'recurrent', 'chunked'), default='probe')
+    ap.add_argument('--warmup', type=int, default=1,
+                    help='untimed steps first (0: time the first step; the slice uses 0: one '
+                         'step of it passes 20 GiB resident, a warm-up step doubles the time)')
     args = ap.parse_args()
     dm = config.dims(config.load(args.run))
     tokens = dm['B'] * dm['S']
     threads = torch.get_num_threads()
-    t_rec = probe_gdn(dm, None)
-    t_chk = probe_gdn(dm, dm['chunk'])
-    chunk = dm['chunk'] if t_chk < t_rec else None
-    print('bench_torch: one GDN layer fwd+bwd recurrent %.3fs, chunked(%d) %.3fs' % (t_rec, dm['chunk'], t_chk),
-          file=sys.stderr)
-    step_s = time_steps(dm, chunk, args.steps)
+    if args.gdn == 'probe':
+        t_rec = probe_gdn(dm, None)
+        t_chk = probe_gdn(dm, dm['chunk'])
+        chunk = dm['chunk'] if t_chk < t_rec else None
+        print('bench_torch: one GDN layer fwd+bwd recurrent %.3fs, chunked(%d) %.3fs'
+              % (t_rec, dm['chunk'], t_chk), file=sys.stderr)
+    else:
+        t_rec = t_chk = None
+        chunk = dm['chunk'] if args.gdn == 'chunked' else None
+    step_s = time_steps(dm, chunk, args.steps, warmup=args.warmup)
     out = {'impl': 'pytorch', 'tokens_per_s': tokens / step_s, 'step_s': step_s,
            'threads': threads, 'gdn': 'chunked' if chunk else 'recurrent',
            'gdn_probe_s': {'recurrent': t_rec, 'chunked': t_chk},
-           'tokens_per_step': tokens, 'run': args.run, 'dtype': 'float32'}
+           'cpu_step_s': time_steps.cpu_s,
+           'tokens_per_step': tokens, 'run': args.run, 'dtype': 'float32',
+           'warmup_steps': args.warmup}
     if not args.no_single and threads != 1:
         torch.set_num_threads(1)
-        s1 = time_steps(dm, chunk, args.steps)
+        s1 = time_steps(dm, chunk, args.steps, warmup=args.warmup)
         out['threads1_step_s'] = s1
         out['threads1_tokens_per_s'] = tokens / s1
         torch.set_num_threads(threads)
+    out['peak_rss_mib'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(json.dumps(out, sort_keys=True))
     return 0
 

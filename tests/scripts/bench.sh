@@ -21,21 +21,8 @@ cd "$(dirname "$0")/../.."
 STEPS=${STEPS:-12}
 WARM=2
 PEAK=${PEAK_GFLOPS:-210}
-model=configgen/configs/models/$(awk -F': *' '$1=="model_name"{gsub(/"/,"",$2);print $2}' configgen/configs/runs/bench.yml).yml
-get() { awk -F': *' -v k="$1" '$1==k{sub(/ *#.*/,"",$2);gsub(/"/,"",$2);print $2}' "$model" configgen/configs/runs/bench.yml | tail -n1; }
-d=$(get base_emb_dim); L=$(get base_num_decoder_layers); cyc=$(get inhomogeneous_layer_cycle_interval)
-hq=$(get base_num_query_heads); hkv=$(get base_num_kv_heads); hd=$(get head_dim)
-hk=$(get gdn_num_key_heads); hv=$(get gdn_num_value_heads); dk=$(get gdn_key_head_dim); dv=$(get gdn_value_head_dim)
-E=$(get num_experts); k=$(get num_experts_per_tok); f=$(get base_moe_mlp_dim); fs=$(get shared_expert_mlp_dim)
-V=$(get vocab_size); S=$(get max_target_length); b=$(get per_device_batch_size)
-fpt=$(awk -v d=$d -v L=$L -v c=$cyc -v hq=$hq -v hkv=$hkv -v hd=$hd -v hk=$hk -v hv=$hv -v dk=$dk -v dv=$dv \
-          -v E=$E -v k=$k -v f=$f -v fs=$fs -v V=$V -v S=$S 'BEGIN{
-  na=L/c; ng=L-na
-  gdn = d*(2*hk*dk+2*hv*dv) + d*2*hv + hv*dv*d + 3*hv*dk*dv
-  att = d*2*hq*hd + 2*d*hkv*hd + hq*hd*d + hq*hd*S
-  moe = d*E + k*3*d*f + 3*d*fs + d
-  fwd = 2*(ng*gdn + na*att + L*moe + d*V)
-  printf "%.0f", 3*fwd }')
+. tests/scripts/bench_flops.sh
+bench_model bench
 
 echo "bench model: d=$d L=$L heads $hq/$hkv x $hd, GDN $hk/$hv x $dk/$dv, experts $E top-$k x $f, shared $fs, vocab $V, batch $b x $S"
 echo "model FLOPs per token (fwd+bwd): $fpt; MFU against ${PEAK} GFLOP/s"
@@ -111,3 +98,9 @@ fi
 # bench plan's parameter count (docs/determinism.md explains the choice).
 echo
 ./build/tools/det_mechanisms
+
+# The kernel table (issue 10): the firmware kernels at the 80B slice's shapes, GFLOP/s, % of
+# peak and arithmetic intensity, and the memory bandwidth (tests/bench/kernel_bench.c).
+echo
+make --no-print-directory build/bench/kernel_bench > /dev/null
+./build/bench/kernel_bench

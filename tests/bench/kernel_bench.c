@@ -1,0 +1,539 @@
+/* kernel_bench.c - the kernel table of `make bench` (issue 10): GFLOP/s, % of the 210 GFLOP/s
+ * single-core peak and arithmetic intensity (FLOP per compulsory byte, for the roofline) of
+ * the firmware kernels at the shapes of the qwen3-next-80b-a3b slice
+ * (configgen/configs/runs/bench-80b-slice.yml: one sequence of 4096 tokens, hidden 2048),
+ * plus the machine's memory bandwidth (copy, triad, read and write streams).
+ *
+ * The kernels are the firmware's own objects (build/fw/kernels), called directly with the
+ * argument values the slice's plan gives them (generated/bench-80b-slice/plan.txt: canonical
+ * block counts, scratch sizes, GDN chunk 64). This is a host tool, not firmware: its buffers
+ * come from posix_memalign. FLOPs are counted as the model of docs/bench.md counts them
+ * (2 x multiply-accumulates of the model, whatever the kernel recomputes): a matmul
+ * 2*M*N*K per pass; causal attention 2*T*Hq*hd*S forward (scores and values over S/2 keys
+ * on average) and twice that backward; the delta rule 2*3*Dk*Dv per value head and token
+ * forward and twice that backward; the expert FFN 2*rows*3*d*f per pass (rows = T*k).
+ * Compulsory bytes: every operand read once and every output written once (an accumulated
+ * output read and written), 4 bytes per float; scratch and saved states count where the
+ * kernel must write or read them (GDN checkpoints).
+ *
+ * Timing: CLOCK_MONOTONIC around each call; a kernel runs until it has taken about
+ * QT_KB_SECONDS (default 2 s, environment) or QT_KB_REPS calls, at least once; the table
+ * gives the best and the median call. One call of a large kernel is then the whole
+ * measurement; attention at S = 4096 runs 2 of the slice's 16 query heads by default
+ * (QT_KB_ATTN_HEADS=16 for all: 8x the time), FLOPs counted for the heads that ran. The
+ * machine may be shared: compare ranges, not single runs.
+ *
+ * Usage: kernel_bench [all|mem|matmul|attn|gdn|expert]...  (default all)
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/attention.h"
+#include "kernels/expert_ffn.h"
+#include "kernels/gdn_chunk.h"
+#include "kernels/gdn_core.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_canon.h"
+
+#define QT_KB_PEAK 210.0 /* GFLOP/s: toolchain.md section 5, AVX-512 FMA, one thread */
+
+static double qt_kb_budget = 2.0;
+static int qt_kb_maxreps = 5;
+static double qt_kb_bw = 0.0; /* GB/s measured by the memory section (triad), for roofline */
+
+static double qt_kb_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *qt_kb_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 2u << 20, bytes ? bytes : 64) != 0) {
+        fprintf(stderr, "kernel_bench: cannot allocate %zu bytes\n", bytes);
+        exit(1);
+    }
+    memset(p, 0, bytes); /* fault it in before any timing */
+    return p;
+}
+
+static float *qt_kb_floats(int64_t n) { return qt_kb_alloc((size_t)n * sizeof(float)); }
+
+/* Deterministic uniform values in [lo, hi). */
+static uint64_t qt_kb_rng = 0x9E3779B97F4A7C15ull;
+static float qt_kb_uniform(float lo, float hi)
+{
+    qt_kb_rng = qt_kb_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (float)((qt_kb_rng >> 40) * (1.0 / 16777216.0));
+}
+
+static void qt_kb_fill(float *x, int64_t n, float lo, float hi)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = qt_kb_uniform(lo, hi);
+}
+
+/* ----------------------------------------------------------------- timing and the table */
+
+typedef void (*qt_kb_fn)(void *arg);
+
+typedef struct {
+    double best, median;
+    int reps;
+} qt_kb_time;
+
+static int qt_kb_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static qt_kb_time qt_kb_run(qt_kb_fn fn, void *arg)
+{
+    double t[64];
+    int n = 0;
+    double start = qt_kb_now();
+    do {
+        double t0 = qt_kb_now();
+        fn(arg);
+        t[n++] = qt_kb_now() - t0;
+    } while (n < qt_kb_maxreps && n < 64 && qt_kb_now() - start + t[n - 1] <= qt_kb_budget);
+    qsort(t, (size_t)n, sizeof t[0], qt_kb_cmp);
+    qt_kb_time r = {t[0], t[n / 2], n};
+    return r;
+}
+
+static void qt_kb_header(const char *title)
+{
+    printf("\n%s\n", title);
+    printf("%-30s %-22s %-8s %9s %9s %9s %9s %7s %8s %8s\n", "kernel", "shape", "pass", "GFLOP",
+           "ms best", "GFLOP/s", "(median)", "% peak", "FLOP/B", "target");
+}
+
+/* One row: flops and compulsory bytes of one call. */
+static void qt_kb_row(const char *name, const char *shape, const char *pass, double flops,
+                      double bytes, qt_kb_time t, const char *target)
+{
+    double gf = flops / 1e9;
+    double ai = bytes > 0 ? flops / bytes : 0.0;
+    printf("%-30s %-22s %-8s %9.2f %9.1f %9.1f %9.1f %6.1f%% %8.1f %8s\n", name, shape, pass,
+           gf, 1e3 * t.best, gf / t.best, gf / t.median, 100.0 * gf / t.best / QT_KB_PEAK, ai,
+           target);
+    fflush(stdout);
+}
+
+/* ----------------------------------------------------------------- memory bandwidth */
+
+typedef struct {
+    float *a, *b, *c;
+    int64_t n;
+    double sink;
+} qt_kb_mem;
+
+static void qt_kb_copy(void *p)
+{
+    qt_kb_mem *m = p;
+    memcpy(m->a, m->b, (size_t)m->n * sizeof(float));
+}
+
+static void qt_kb_triad(void *p)
+{
+    qt_kb_mem *m = p;
+    float *restrict a = m->a;
+    const float *restrict b = m->b, *restrict c = m->c;
+    for (int64_t i = 0; i < m->n; i++) a[i] = b[i] + 0.5f * c[i];
+}
+
+typedef float qt_kb_v16 __attribute__((vector_size(64)));
+
+static void qt_kb_read(void *p)
+{
+    qt_kb_mem *m = p;
+    /* four independent 16-lane sums (no reassociation of one chain is needed) */
+    qt_kb_v16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, v;
+    const float *b = m->b;
+    for (int64_t i = 0; i + 64 <= m->n; i += 64) {
+        memcpy(&v, b + i, 64), s0 += v;
+        memcpy(&v, b + i + 16, 64), s1 += v;
+        memcpy(&v, b + i + 32, 64), s2 += v;
+        memcpy(&v, b + i + 48, 64), s3 += v;
+    }
+    s0 = (s0 + s1) + (s2 + s3);
+    double t = 0;
+    for (int j = 0; j < 16; j++) t += s0[j];
+    m->sink += t;
+}
+
+static void qt_kb_write(void *p)
+{
+    qt_kb_mem *m = p;
+    memset(m->a, 0, (size_t)m->n * sizeof(float));
+}
+
+static void qt_kb_memory(void)
+{
+    const int64_t n = (int64_t)64 << 20; /* 256 MiB per array: far beyond the caches */
+    qt_kb_mem m = {qt_kb_floats(n), qt_kb_floats(n), qt_kb_floats(n), n, 0.0};
+    qt_kb_fill(m.b, n, -1, 1);
+    qt_kb_fill(m.c, n, -1, 1);
+    const double B = (double)n * sizeof(float);
+    printf("\nmemory bandwidth (arrays of %.0f MiB, one thread; GB/s = 1e9 bytes/s, STREAM "
+           "convention: copy counts read + write, triad 3 arrays)\n", B / 1048576.0);
+    printf("%-10s %10s %10s %6s\n", "stream", "GB/s best", "(median)", "reps");
+    struct { const char *name; qt_kb_fn fn; double bytes; } s[] = {
+        {"copy", qt_kb_copy, 2 * B}, {"triad", qt_kb_triad, 3 * B},
+        {"read", qt_kb_read, B}, {"write", qt_kb_write, B}};
+    int keep = qt_kb_maxreps;
+    if (qt_kb_maxreps < 8) qt_kb_maxreps = 8;
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        qt_kb_time t = qt_kb_run(s[i].fn, &m);
+        printf("%-10s %10.1f %10.1f %6d\n", s[i].name, s[i].bytes / t.best / 1e9,
+               s[i].bytes / t.median / 1e9, t.reps);
+        if (s[i].fn == qt_kb_triad) qt_kb_bw = s[i].bytes / t.best / 1e9;
+    }
+    qt_kb_maxreps = keep;
+    printf("roofline ridge: %.0f GFLOP/s / %.1f GB/s (triad) = %.1f FLOP/B\n", QT_KB_PEAK,
+           qt_kb_bw, qt_kb_bw > 0 ? QT_KB_PEAK / qt_kb_bw : 0.0);
+    free(m.a);
+    free(m.b);
+    free(m.c);
+}
+
+/* ----------------------------------------------------------------- matmuls */
+
+typedef struct {
+    float *x, *w, *y, *dy, *dx, *dw, *scratch;
+    int64_t M, N, K, nb;
+} qt_kb_mm;
+
+static void qt_kb_mm_fwd(void *p)
+{
+    qt_kb_mm *a = p;
+    qt_matmul_fwd(a->y, a->x, a->w, a->M, a->N, a->K);
+}
+static void qt_kb_mm_fwd_canon(void *p)
+{
+    qt_kb_mm *a = p;
+    qt_matmul_canon_fwd(a->y, a->x, a->w, a->M, a->N, a->K, 1, a->nb, a->scratch);
+}
+static void qt_kb_mm_bwd(void *p)
+{
+    qt_kb_mm *a = p;
+    qt_matmul_bwd_data(a->dx, a->dy, a->w, a->M, a->N, a->K);
+}
+static void qt_kb_mm_bwd_canon(void *p)
+{
+    qt_kb_mm *a = p;
+    qt_matmul_canon_bwd_data(a->scratch, a->dy, a->w, a->M, a->N, a->K, 1, a->nb, a->scratch);
+}
+static void qt_kb_mm_wgrad(void *p)
+{
+    qt_kb_mm *a = p;
+    qt_matmul_wgrad(a->dw, a->dy, a->x, a->M, a->N, a->K);
+}
+
+/* canon: 1 when the plan runs this projection's forward with canonical blocks (row-parallel:
+ * the contraction is split under tensor parallelism), 2 when its data gradient (column-
+ * parallel), 0 neither. Both forms are timed for the canonical pass. */
+static void qt_kb_matmul_shape(const char *name, int64_t M, int64_t N, int64_t K, int canon)
+{
+    qt_kb_mm a = {0};
+    a.M = M, a.N = N, a.K = K;
+    a.nb = qt_canon_blocks(canon == 1 ? K : N, 1);
+    a.x = qt_kb_floats(M * K), a.w = qt_kb_floats(N * K), a.y = qt_kb_floats(M * N);
+    a.dy = qt_kb_floats(M * N), a.dx = qt_kb_floats(M * K), a.dw = qt_kb_floats(N * K);
+    if (canon == 1) a.scratch = qt_kb_floats(QT_CANON_FWD_SCRATCH(M, N, K, a.nb));
+    if (canon == 2) a.scratch = qt_kb_floats(QT_CANON_BWD_SCRATCH(M, N, K, a.nb));
+    qt_kb_fill(a.x, M * K, -1, 1);
+    qt_kb_fill(a.w, N * K, -0.05f, 0.05f);
+    qt_kb_fill(a.dy, M * N, -1, 1);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+    const double fl = 2.0 * (double)M * (double)N * (double)K;
+    const double mk = 4.0 * (double)M * (double)K, nk = 4.0 * (double)N * (double)K,
+                 mn = 4.0 * (double)M * (double)N;
+    char cn[64];
+    snprintf(cn, sizeof cn, "%s canon%lld", name, (long long)a.nb);
+    qt_kb_row(name, shape, "fwd", fl, mk + nk + mn, qt_kb_run(qt_kb_mm_fwd, &a), ">=75%");
+    if (canon == 1)
+        qt_kb_row(cn, shape, "fwd", fl, mk + nk + mn, qt_kb_run(qt_kb_mm_fwd_canon, &a),
+                  "(plan)");
+    qt_kb_row(name, shape, "bwd_data", fl, mn + nk + 2 * mk, qt_kb_run(qt_kb_mm_bwd, &a),
+              ">=75%");
+    if (canon == 2)
+        qt_kb_row(cn, shape, "bwd_data", fl, mn + nk + mk, qt_kb_run(qt_kb_mm_bwd_canon, &a),
+                  "(plan)");
+    qt_kb_row(name, shape, "wgrad", fl, mn + mk + 2 * nk, qt_kb_run(qt_kb_mm_wgrad, &a),
+              ">=75%");
+    free(a.x), free(a.w), free(a.y), free(a.dy), free(a.dx), free(a.dw), free(a.scratch);
+}
+
+static void qt_kb_matmuls(void)
+{
+    qt_kb_header("matmul at the slice's projections (M = 4096 rows = 1 x 4096 tokens; shape "
+                 "MxNxK, y[M,N] = x[M,K] w[N,K]^T; 'canonN' = the plan's canonical-block form)");
+    qt_kb_matmul_shape("attn q_proj (+gate)", 4096, 16 * 256 * 2, 2048, 2);
+    qt_kb_matmul_shape("attn k_proj / v_proj", 4096, 2 * 256, 2048, 2);
+    qt_kb_matmul_shape("attn o_proj / gdn out_proj", 4096, 2048, 4096, 1);
+    qt_kb_matmul_shape("gdn in_proj_qkvz", 4096, 2 * 16 * 128 + 2 * 32 * 128, 2048, 2);
+    qt_kb_matmul_shape("gdn in_proj_ba", 4096, 2 * 32, 2048, 2);
+    qt_kb_matmul_shape("shared expert gate / up", 4096, 512, 2048, 2);
+    qt_kb_matmul_shape("shared expert down", 4096, 2048, 512, 1);
+}
+
+/* ----------------------------------------------------------------- attention */
+
+typedef struct {
+    float *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv, *scratch;
+    int64_t scratch_n, S, Hq, Hkv, hd;
+} qt_kb_attn;
+
+static void qt_kb_attn_fwd(void *p)
+{
+    qt_kb_attn *a = p;
+    qt_attn_fwd(a->o, a->lse, a->q, a->k, a->v, a->scratch, 1, a->S, a->Hq, a->Hkv, a->hd,
+                1.0f / 16.0f);
+}
+static void qt_kb_attn_bwd(void *p)
+{
+    qt_kb_attn *a = p;
+    qt_attn_bwd_n(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->o, a->lse, a->scratch,
+                  a->scratch_n, 1, a->S, a->Hq, a->Hkv, a->hd, 1.0f / 16.0f);
+}
+
+static void qt_kb_attention(void)
+{
+    qt_kb_attn a = {0};
+    /* The slice has 16 q / 2 kv heads; a head's work does not depend on the others (each
+     * query head scans its kv head's keys), so by default 2 q heads of one kv head run
+     * (1/8 of the layer's work; QT_KB_ATTN_HEADS=16 for all of it: about 8x the time). */
+    const char *e = getenv("QT_KB_ATTN_HEADS");
+    a.S = 4096, a.Hq = e && atoi(e) >= 8 ? (atoi(e) / 8) * 8 : 2, a.hd = 256;
+    a.Hkv = a.Hq >= 8 ? a.Hq / 8 : 1;
+    char title[200], shape[64];
+    snprintf(title, sizeof title, "causal attention (b = 1, S = 4096, hd = 256; %lld q / %lld kv "
+             "heads of the slice's 16 / 2, FLOPs of those heads)", (long long)a.Hq,
+             (long long)a.Hkv);
+    snprintf(shape, sizeof shape, "S4096 Hq%lld/Hkv%lld hd256", (long long)a.Hq, (long long)a.Hkv);
+    qt_kb_header(title);
+    const int64_t T = a.S, nq = T * a.Hq * a.hd, nkv = T * a.Hkv * a.hd;
+    a.q = qt_kb_floats(nq), a.k = qt_kb_floats(nkv), a.v = qt_kb_floats(nkv);
+    a.o = qt_kb_floats(nq), a.lse = qt_kb_floats(a.Hq * T), a.dout = qt_kb_floats(nq);
+    a.dq = qt_kb_floats(nq), a.dk = qt_kb_floats(nkv), a.dv = qt_kb_floats(nkv);
+    a.scratch_n = QT_ATTN_BWD_SCRATCH(a.S) > a.S ? QT_ATTN_BWD_SCRATCH(a.S) : a.S;
+    a.scratch = qt_kb_floats(a.scratch_n);
+    qt_kb_fill(a.q, nq, -1, 1), qt_kb_fill(a.k, nkv, -1, 1), qt_kb_fill(a.v, nkv, -1, 1);
+    qt_kb_fill(a.dout, nq, -1, 1);
+    const double fl = 2.0 * (double)T * (double)a.Hq * (double)a.hd * (double)a.S;
+    const double bq = 4.0 * (double)nq, bkv = 4.0 * (double)nkv;
+    qt_kb_row("attention", shape, "fwd", fl, 2 * bq + 2 * bkv + 4.0 * a.Hq * T,
+              qt_kb_run(qt_kb_attn_fwd, &a), ">=50%");
+    qt_kb_row("attention", shape, "bwd", 2 * fl,
+              3 * bq + 2 * bkv + 4.0 * a.Hq * T + 2 * bq + 4 * bkv,
+              qt_kb_run(qt_kb_attn_bwd, &a), ">=50%");
+    free(a.q), free(a.k), free(a.v), free(a.o), free(a.lse), free(a.dout);
+    free(a.dq), free(a.dk), free(a.dv), free(a.scratch);
+}
+
+/* ----------------------------------------------------------------- gated delta rule */
+
+typedef struct {
+    float *o, *states, *rq, *rk, *c, *g, *beta, *dc, *dg, *dbeta, *d_o, *fscr, *bscr;
+    int64_t S, hk, dk, hv, dv, chunk;
+} qt_kb_gdn;
+
+static const float qt_kb_qscale = 0.08838834764831845f; /* 128^-0.5 */
+
+static void qt_kb_rec_fwd(void *p)
+{
+    qt_kb_gdn *a = p;
+    qt_gdn_core_fwd(a->o, a->states, a->rq, a->rk, a->c, a->g, a->beta, 1, a->S, a->hk, a->dk,
+                    a->hv, a->dv, a->chunk, qt_kb_qscale, 1e-6f);
+}
+static void qt_kb_rec_bwd(void *p)
+{
+    qt_kb_gdn *a = p;
+    qt_gdn_core_bwd(a->dc, a->dg, a->dbeta, a->states, a->rq, a->rk, a->d_o, a->c, a->g,
+                    a->beta, a->bscr, 1, a->S, a->hk, a->dk, a->hv, a->dv, a->chunk,
+                    qt_kb_qscale, 1e-6f);
+}
+static void qt_kb_chk_fwd(void *p)
+{
+    qt_kb_gdn *a = p;
+    qt_gdn_chunk_fwd(a->o, a->states, a->rq, a->rk, a->c, a->g, a->beta, a->fscr, 1, a->S,
+                     a->hk, a->dk, a->hv, a->dv, a->chunk, qt_kb_qscale, 1e-6f);
+}
+static void qt_kb_chk_bwd(void *p)
+{
+    qt_kb_gdn *a = p;
+    qt_gdn_chunk_bwd(a->dc, a->dg, a->dbeta, a->states, a->rq, a->rk, a->d_o, a->c, a->g,
+                     a->beta, a->bscr, 1, a->S, a->hk, a->dk, a->hv, a->dv, a->chunk,
+                     qt_kb_qscale, 1e-6f);
+}
+
+static void qt_kb_gdn_core(void)
+{
+    qt_kb_header("gated delta rule (GDN core; b = 1, S = 4096, 16 key / 32 value heads, "
+                 "Dk = Dv = 128, chunk 64; model FLOPs 3 Dk Dv MACs per value head and token)");
+    qt_kb_gdn a = {0};
+    a.S = 4096, a.hk = 16, a.dk = 128, a.hv = 32, a.dv = 128, a.chunk = 64;
+    const int64_t T = a.S, cc = 2 * a.hk * a.dk + a.hv * a.dv, nch = (a.S + a.chunk - 1) / a.chunk;
+    const int64_t nst = a.hv * nch * a.dk * a.dv, C = QT_GDN_CHUNK_ROWS(a.chunk, a.S);
+    a.o = qt_kb_floats(T * a.hv * a.dv), a.states = qt_kb_floats(nst);
+    a.rq = qt_kb_floats(T * a.hk), a.rk = qt_kb_floats(T * a.hk);
+    a.c = qt_kb_floats(T * cc), a.g = qt_kb_floats(T * a.hv), a.beta = qt_kb_floats(T * a.hv);
+    a.dc = qt_kb_floats(T * cc), a.dg = qt_kb_floats(T * a.hv), a.dbeta = qt_kb_floats(T * a.hv);
+    a.d_o = qt_kb_floats(T * a.hv * a.dv);
+    int64_t bs = QT_GDN_CORE_SCRATCH(a.chunk, a.dk, a.dv);
+    if (QT_GDN_CHUNK_BWD_SCRATCH(C, a.dk, a.dv) > bs) bs = QT_GDN_CHUNK_BWD_SCRATCH(C, a.dk, a.dv);
+    a.bscr = qt_kb_floats(bs);
+    a.fscr = qt_kb_floats(QT_GDN_CHUNK_FWD_SCRATCH(C, a.dk, a.dv));
+    qt_kb_fill(a.c, T * cc, -1, 1);
+    qt_kb_fill(a.g, T * a.hv, -0.2f, -0.001f);
+    qt_kb_fill(a.beta, T * a.hv, 0.05f, 0.95f);
+    qt_kb_fill(a.d_o, T * a.hv * a.dv, -1, 1);
+    const double fl = 2.0 * 3.0 * (double)a.dk * (double)a.dv * (double)a.hv * (double)T;
+    /* bytes: c, g, beta in; o, rq, rk out; the checkpoints written (fwd) / read (bwd) */
+    const double in = 4.0 * (double)(T * cc + 2 * T * a.hv), out = 4.0 * (double)(T * a.hv * a.dv + 2 * T * a.hk);
+    const double st = 4.0 * (double)nst;
+    const char *shape = "S4096 Hk16/Hv32 128x128";
+    qt_kb_time rf = qt_kb_run(qt_kb_rec_fwd, &a);
+    qt_kb_row("delta rule recurrent", shape, "fwd", fl, in + out + st, rf, "-");
+    qt_kb_time rb = qt_kb_run(qt_kb_rec_bwd, &a);
+    qt_kb_row("delta rule recurrent", shape, "bwd", 2 * fl, in + out + st + in + 4.0 * T * a.hv * a.dv, rb, "-");
+    qt_kb_time cf = qt_kb_run(qt_kb_chk_fwd, &a);
+    qt_kb_row("delta rule chunked (WY)", shape, "fwd", fl, in + out + st, cf, ">=40%");
+    qt_kb_time cb = qt_kb_run(qt_kb_chk_bwd, &a);
+    qt_kb_row("delta rule chunked (WY)", shape, "bwd", 2 * fl, in + out + st + in + 4.0 * T * a.hv * a.dv, cb, ">=40%");
+    printf("delta rule fwd+bwd: recurrent %.0f ms, chunked %.0f ms (best calls): %s is faster "
+           "by %.2fx; per token and value head: recurrent %.2f + %.2f us, chunked %.2f + %.2f us\n",
+           1e3 * (rf.best + rb.best), 1e3 * (cf.best + cb.best),
+           cf.best + cb.best < rf.best + rb.best ? "chunked" : "recurrent",
+           cf.best + cb.best < rf.best + rb.best ? (rf.best + rb.best) / (cf.best + cb.best)
+                                                 : (cf.best + cb.best) / (rf.best + rb.best),
+           1e6 * rf.best / (double)(T * a.hv), 1e6 * rb.best / (double)(T * a.hv),
+           1e6 * cf.best / (double)(T * a.hv), 1e6 * cb.best / (double)(T * a.hv));
+    free(a.o), free(a.states), free(a.rq), free(a.rk), free(a.c), free(a.g), free(a.beta);
+    free(a.dc), free(a.dg), free(a.dbeta), free(a.d_o), free(a.bscr), free(a.fscr);
+}
+
+/* ----------------------------------------------------------------- expert FFN */
+
+typedef struct {
+    float *y, *gu, *x, *wgu, *wd, *dx, *dgu, *dy, *dwgu, *dwd, *scratch;
+    int32_t *idx;
+    int64_t T, k, E, d, f, nb, fscr_n, bscr_n, wscr_n;
+} qt_kb_ffn;
+
+static void qt_kb_ffn_fwd(void *p)
+{
+    qt_kb_ffn *a = p;
+    qt_expert_ffn_fwd_canon(a->y, a->gu, a->x, a->idx, a->wgu, a->wd, a->scratch, a->T, a->k,
+                            a->E, a->d, a->f, a->fscr_n, a->nb);
+}
+static void qt_kb_ffn_bwd(void *p)
+{
+    qt_kb_ffn *a = p;
+    qt_expert_ffn_bwd_save_canon(a->dx, a->dgu, a->dy, a->idx, a->gu, a->wgu, a->wd, a->scratch,
+                                 a->T, a->k, a->E, a->d, a->f, a->bscr_n, a->nb);
+}
+static void qt_kb_ffn_wgrad(void *p)
+{
+    qt_kb_ffn *a = p;
+    qt_expert_ffn_wgrad_saved(a->dwgu, a->dwd, a->dy, a->x, a->idx, a->gu, a->dgu, a->scratch,
+                              a->T, a->k, a->E, a->d, a->f, a->wscr_n);
+}
+
+static void qt_kb_expert_ffn(void)
+{
+    qt_kb_ffn a = {0};
+    a.T = 4096, a.k = 10, a.E = 16, a.d = 2048, a.f = 512;
+    a.nb = qt_canon_blocks(a.f, 1);
+    const int64_t rows = a.T * a.k, d = a.d, f = a.f, nb = a.nb;
+    /* the plan's scratch sizes (qt_cg_graph.c expert_scratch; plan.txt L*.moe.expert_*) */
+    a.fscr_n = rows * (d + 3 * f + nb * d + 2 * f / nb) + rows + a.E + 1 + rows * d + d * (2 * f / nb);
+    a.bscr_n = a.fscr_n - 16;
+    a.wscr_n = 104857600;
+    a.scratch = qt_kb_floats(a.fscr_n);
+    a.y = qt_kb_floats(rows * d), a.gu = qt_kb_floats(rows * 2 * f), a.x = qt_kb_floats(a.T * d);
+    a.wgu = qt_kb_floats(a.E * 2 * f * d), a.wd = qt_kb_floats(a.E * d * f);
+    a.dx = qt_kb_floats(a.T * d), a.dgu = qt_kb_floats(rows * 2 * f), a.dy = qt_kb_floats(rows * d);
+    a.dwgu = qt_kb_floats(a.E * 2 * f * d), a.dwd = qt_kb_floats(a.E * d * f);
+    a.idx = qt_kb_alloc((size_t)rows * sizeof(int32_t));
+    /* top-k of E distinct experts per token, uniformly at random (a fresh router routes
+     * about uniformly): T*k/E = 2560 rows per expert on average */
+    int64_t count[64] = {0};
+    for (int64_t t = 0; t < a.T; t++) {
+        int32_t perm[64];
+        for (int32_t e = 0; e < a.E; e++) perm[e] = e;
+        for (int64_t s = 0; s < a.k; s++) {
+            int64_t j = s + (int64_t)(qt_kb_uniform(0, 1) * (float)(a.E - s));
+            if (j >= a.E) j = a.E - 1;
+            int32_t tmp = perm[s];
+            perm[s] = perm[j], perm[j] = tmp;
+            a.idx[t * a.k + s] = perm[s];
+            count[perm[s]]++;
+        }
+    }
+    int64_t cmin = rows, cmax = 0;
+    for (int64_t e = 0; e < a.E; e++) {
+        if (count[e] < cmin) cmin = count[e];
+        if (count[e] > cmax) cmax = count[e];
+    }
+    char title[256];
+    snprintf(title, sizeof title, "expert FFN (SwiGLU, T = 4096 tokens x top-%lld of %lld "
+             "experts = %lld rows, %lld..%lld per expert; d = %lld, f = %lld; the plan's calls: "
+             "fwd_canon / bwd_save_canon nb = %lld, wgrad_saved)", (long long)a.k,
+             (long long)a.E, (long long)rows, (long long)cmin, (long long)cmax, (long long)d,
+             (long long)f, (long long)nb);
+    qt_kb_header(title);
+    qt_kb_fill(a.x, a.T * d, -1, 1);
+    qt_kb_fill(a.wgu, a.E * 2 * f * d, -0.05f, 0.05f);
+    qt_kb_fill(a.wd, a.E * d * f, -0.05f, 0.05f);
+    qt_kb_fill(a.dy, rows * d, -1, 1);
+    const double fl = 2.0 * (double)rows * 3.0 * (double)d * (double)f;
+    const double wb = 4.0 * (double)(a.E * 3 * f * d), xb = 4.0 * (double)(a.T * d),
+                 rb = 4.0 * (double)(rows * d), gb = 4.0 * (double)(rows * 2 * f);
+    const char *shape = "T4096 k10 E16 2048/512";
+    qt_kb_row("expert FFN", shape, "fwd", fl, xb + wb + rb + gb, qt_kb_run(qt_kb_ffn_fwd, &a),
+              ">=60%");
+    qt_kb_row("expert FFN", shape, "bwd_data", fl, rb + gb + wb + 2 * xb + gb,
+              qt_kb_run(qt_kb_ffn_bwd, &a), ">=60%");
+    qt_kb_row("expert FFN", shape, "wgrad", fl, rb + xb + 2 * gb + 2 * wb,
+              qt_kb_run(qt_kb_ffn_wgrad, &a), ">=60%");
+    free(a.scratch), free(a.y), free(a.gu), free(a.x), free(a.wgu), free(a.wd), free(a.dx);
+    free(a.dgu), free(a.dy), free(a.dwgu), free(a.dwd), free(a.idx);
+}
+
+int main(int argc, char **argv)
+{
+    const char *e = getenv("QT_KB_SECONDS");
+    if (e && atof(e) > 0) qt_kb_budget = atof(e);
+    e = getenv("QT_KB_REPS");
+    if (e && atoi(e) > 0) qt_kb_maxreps = atoi(e);
+    int all = argc < 2, want[5] = {0};
+    const char *names[5] = {"mem", "matmul", "attn", "gdn", "expert"};
+    for (int i = 1; i < argc; i++) {
+        int ok = !strcmp(argv[i], "all");
+        if (ok) all = 1;
+        for (int j = 0; j < 5; j++)
+            if (!strcmp(argv[i], names[j])) want[j] = ok = 1;
+        if (!ok) {
+            fprintf(stderr, "usage: kernel_bench [all|mem|matmul|attn|gdn|expert]...\n");
+            return 2;
+        }
+    }
+    printf("kernel bench: %% of peak against %.0f GFLOP/s (one core, AVX-512 FMA); each kernel "
+           "timed for ~%.1f s or %d calls (QT_KB_SECONDS, QT_KB_REPS), at least one call\n",
+           QT_KB_PEAK, qt_kb_budget, qt_kb_maxreps);
+    if (all || want[0]) qt_kb_memory();
+    if (all || want[1]) qt_kb_matmuls();
+    if (all || want[2]) qt_kb_attention();
+    if (all || want[3]) qt_kb_gdn_core();
+    if (all || want[4]) qt_kb_expert_ffn();
+    return 0;
+}
