@@ -163,12 +163,15 @@ TEST(KernelsBasic, MatmulOptimisedBitIdentical)
 
 // Shapes that reach the other optimised paths: skinny outputs (N or K of 1 and 16, the
 // router / shared-gate / in_proj_ba widths, half-strip tiles), 4 KiB-multiple row strides
-// (bwd_data packs A then), every tile height 1..12 and several contraction blocks.
+// (bwd_data packs A when N is one; bwd_data and wgrad pack the B block when K is one,
+// narrow last strips included), every tile height 1..12 and several contraction blocks.
 TEST(KernelsBasic, MatmulOptimisedPathsBitIdentical)
 {
     const int64_t sh[][3] = {{13, 1024, 40}, {25, 2048, 70}, {7, 1024, 200}, {100, 16, 300},
                              {300, 1, 257}, {5, 4096, 48}, {47, 16, 513}, {64, 512, 16},
-                             {11, 33, 1}, {512, 1, 512}, {1, 1, 600}, {29, 1024, 16}};
+                             {11, 33, 1}, {512, 1, 512}, {1, 1, 600}, {29, 1024, 16},
+                             {13, 40, 1024}, {25, 70, 2048}, {20, 100, 1024}, {7, 33, 2048},
+                             {3, 257, 1024}};
     const size_t cap = 300000;
     std::vector<float> A(cap), B(cap), C1(cap), C2(cap);
     uint64_t s = 6;
