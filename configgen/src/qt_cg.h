@@ -289,6 +289,8 @@ void qt_cg_graph_free(qt_cg_graph *g);
 int32_t qt_cg_add_tensor(qt_cg_graph *g, const char *name, int role, int dtype, int ndim,
                          const int64_t *shape, const uint8_t *axes);
 qt_op *qt_cg_emit_op(qt_cg_graph *g, int init, int kind);
+/* *op = an op of `kind` with every attribute 0 and every tensor slot QT_NONE. */
+void qt_cg_op_blank(qt_op *op, int kind);
 /* A new tensor "<name of id><suffix>" with id's role, type, shapes, layouts and segments
  * (not its parameter link, lifetime flags or reshard note); returns its id. */
 int32_t qt_cg_clone_tensor(qt_cg_graph *g, int32_t id, const char *suffix);

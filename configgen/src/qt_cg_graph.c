@@ -74,6 +74,13 @@ int32_t qt_cg_clone_tensor(qt_cg_graph *g, int32_t id, const char *suffix)
     return c;
 }
 
+void qt_cg_op_blank(qt_op *op, int kind)
+{
+    memset(op, 0, sizeof *op);
+    op->kind = (uint16_t)kind;
+    for (int i = 0; i < QT_OP_MAX_T; i++) op->t[i] = QT_NONE;
+}
+
 qt_op *qt_cg_emit_op(qt_cg_graph *g, int init, int kind)
 {
     qt_op *op;
@@ -84,9 +91,7 @@ qt_op *qt_cg_emit_op(qt_cg_graph *g, int init, int kind)
         g->mb = qt_cg_grow(g->mb, &g->capmb, g->nmb + 1, sizeof *g->mb);
         op = &g->mb[g->nmb++];
     }
-    memset(op, 0, sizeof *op);
-    op->kind = (uint16_t)kind;
-    for (int i = 0; i < QT_OP_MAX_T; i++) op->t[i] = QT_NONE;
+    qt_cg_op_blank(op, kind);
     return op;
 }
 

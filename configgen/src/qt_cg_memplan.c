@@ -152,9 +152,7 @@ static void insert_range_reduces(qt_cg_graph *g, int64_t *live)
             for (int k = 0; k < 3; k++) {
                 if (kinds[k] == QT_OP_COLLECTIVE && !g->ranges[r].reduce_mask) continue;
                 qt_op *q = &g->mb[g->nmb++];
-                memset(q, 0, sizeof *q);
-                q->kind = (uint16_t)kinds[k];
-                for (int t = 0; t < QT_OP_MAX_T; t++) q->t[t] = QT_NONE;
+                qt_cg_op_blank(q, kinds[k]);
                 q->a[0] = kinds[k] == QT_OP_COLLECTIVE ? -1 - r : r;
                 q->a[1] = kinds[k] == QT_OP_COLLECTIVE ? 0 : r + 1;
             }
@@ -174,9 +172,7 @@ static void gather_collective(qt_cg_graph *g, qt_op *q, int32_t win, int r)
                                sizeof *g->gather_win);
     g->gather_win[2 * g->n_gather_win] = win;
     g->gather_win[2 * g->n_gather_win + 1] = r;
-    memset(q, 0, sizeof *q);
-    q->kind = QT_OP_COLLECTIVE;
-    for (int t = 0; t < QT_OP_MAX_T; t++) q->t[t] = QT_NONE;
+    qt_cg_op_blank(q, QT_OP_COLLECTIVE);
     q->a[0] = -1 - g->n_gather_win++;
     q->a[1] = 1;
 }
@@ -255,9 +251,7 @@ static void insert_param_gathers(qt_cg_graph *g)
         for (int r = 0; r < 2 * nr; r++) {
             if (ffirst[r] != o) continue;
             qt_op *q = &g->mb[g->nmb++];
-            memset(q, 0, sizeof *q);
-            q->kind = QT_OP_PARAM_GATHER;
-            for (int t = 0; t < QT_OP_MAX_T; t++) q->t[t] = QT_NONE;
+            qt_cg_op_blank(q, QT_OP_PARAM_GATHER);
             q->t[0] = win[r];
             q->a[0] = r % nr;
             if (g->ranges[r % nr].opt_mask) gather_collective(g, &g->mb[g->nmb++], win[r], r % nr);

@@ -90,9 +90,7 @@ static void copy_layer(qt_cg_graph *g, int l, int policy, int32_t *map, uint8_t 
                 op.t[s] = clone_of(g, map, id);
                 if (fresh) {
                     qt_op z;
-                    memset(&z, 0, sizeof z);
-                    z.kind = QT_OP_ZERO;
-                    for (int i = 0; i < QT_OP_MAX_T; i++) z.t[i] = QT_NONE;
+                    qt_cg_op_blank(&z, QT_OP_ZERO);
                     z.t[0] = op.t[s];
                     z.a[0] = g->ts[id].t.numel;
                     append(out, n, cap, &z);

@@ -40,11 +40,12 @@ static int tensor_layer(const qt_cg_graph *g, int32_t id)
     return n[k] == '.' ? l : -1;
 }
 
-/* Layer of flat range r: its parameters' (a range holds one segment, qt_cg_memplan.c). */
+/* Layer of flat range r: its first parameter's (a range holds one segment and starts with
+ * a parameter, qt_cg_memplan.c). */
 static int range_layer(const qt_cg_graph *g, int64_t r)
 {
     for (int p = 0; p < g->np; p++)
-        if (qt_cg_range_of(g, p) == r) return g->ps[p].layer;
+        if (g->ps[p].flat_offset == g->ranges[r].lo) return g->ps[p].layer;
     return -1;
 }
 
@@ -113,10 +114,6 @@ static void find_scan(const qt_cg_graph *g, const int *cyc, int lo, int hi, qt_s
                 strides[i] = NULL;
             }
     }
-    if (getenv("QT_SCAN_DEBUG"))
-        for (int i = 0; i < n; i++)
-            fprintf(stderr, "block %d at %d len %d cyc %d link %d\n", i, b0[i], bl[i], cyc[b0[i]],
-                    strides[i] != NULL);
     /* the longest run a..b: every link in (a, b] present, all with the stride of link a+1 */
     int best_a = 0, best_len = 0;
     for (int a = 0; a < n; a++) {

@@ -37,9 +37,7 @@ static qt_op *sched_op(qt_cg_graph *g, int mbend, int kind)
         g->step = qt_cg_grow(g->step, &g->capstep, g->nstep + 1, sizeof *g->step);
         o = &g->step[g->nstep++];
     }
-    memset(o, 0, sizeof *o);
-    o->kind = (uint16_t)kind;
-    for (int s = 0; s < QT_OP_MAX_T; s++) o->t[s] = QT_NONE;
+    qt_cg_op_blank(o, kind);
     return o;
 }
 
