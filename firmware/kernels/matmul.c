@@ -17,6 +17,7 @@
  * padded panel columns are zero and never stored.
  */
 #include "matmul.h"
+#include "matmul_canon.h"
 #include "qt_real.h"
 
 #ifdef QT_REAL_DOUBLE
@@ -94,12 +95,19 @@ typedef __m256 qt_vec;
 #define QT_MM_KC 256                      /* contraction block */
 #define QT_MM_NC (8 * QT_MM_NR)           /* columns per packed panel */
 #define QT_MM_MC (16 * QT_MM_MR)          /* rows per packed A block / partial tile */
+/* The canonical-block path packs B over the whole contraction P: [P][NR] strips, as many
+ * strips as fit this many floats (1 MiB), at least four; longer contractions take the
+ * copying path of matmul_canon.c (their blocks are long, so it costs little there). */
+#define QT_MM_CANON_B (1 << 18)
+#define QT_MM_CANON_PMAX (QT_MM_CANON_B / (4 * QT_MM_NR))
 
 static struct {
     float bpack[QT_MM_KC * QT_MM_NC];    /* B panel: strips of [kc][NR], zero padded */
     float apack[QT_MM_MC * QT_MM_KC];    /* A block: micro-panels of [kc][MR] */
     float part[QT_MM_MC * QT_MM_NC];     /* partial accumulators between contraction blocks */
     float edge[QT_MM_MR * QT_MM_NR];     /* staging for tiles narrower than NR */
+    float bfull[QT_MM_CANON_B];          /* canonical path: B panel over the whole contraction */
+    float stack[QT_CANON_BLOCKS * QT_MM_MR * QT_MM_NR]; /* canonical path: one tile per block */
 } qt_mm;
 
 /* One tile of mr <= MR rows by nr <= NR columns over kc contraction steps, mr a compile-time
@@ -216,11 +224,12 @@ static void qt_mm_pack_a(const float *a, int64_t sai, int64_t sap, int64_t mc, i
     }
 }
 
-/* Pack b(p, j) = b[p*sbp + j] (rows contiguous in j) for p in [0,kc), j in [0,nc). */
-static void qt_mm_pack_rows(const float *b, int64_t sbp, int64_t kc, int64_t nc)
+/* Pack b(p, j) = b[p*sbp + j] (rows contiguous in j) for p in [0,kc), j in [0,nc) into
+ * strips [kc][NR] at out + s*kc*NR, zero padded. */
+static void qt_mm_pack_rows(float *out, const float *b, int64_t sbp, int64_t kc, int64_t nc)
 {
     for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
-        float *dst = qt_mm.bpack + s * kc * QT_MM_NR;
+        float *dst = out + s * kc * QT_MM_NR;
         int64_t j0 = s * QT_MM_NR;
         int64_t w = nc - j0 < QT_MM_NR ? nc - j0 : QT_MM_NR;
         for (int64_t p = 0; p < kc; p++) {
@@ -232,11 +241,12 @@ static void qt_mm_pack_rows(const float *b, int64_t sbp, int64_t kc, int64_t nc)
     }
 }
 
-/* Pack b(p, j) = b[j*sbj + p] (columns contiguous in p: the transposed weight of fwd). */
-static void qt_mm_pack_cols(const float *b, int64_t sbj, int64_t kc, int64_t nc)
+/* Pack b(p, j) = b[j*sbj + p] (columns contiguous in p: the transposed weight of fwd), same
+ * strip layout as qt_mm_pack_rows. */
+static void qt_mm_pack_cols(float *out, const float *b, int64_t sbj, int64_t kc, int64_t nc)
 {
     for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
-        float *dst = qt_mm.bpack + s * kc * QT_MM_NR;
+        float *dst = out + s * kc * QT_MM_NR;
         for (int64_t jj = 0; jj < QT_MM_NR; jj++) {
             int64_t j = s * QT_MM_NR + jj;
             if (j < nc) {
@@ -259,7 +269,7 @@ static void qt_mm_fwd_opt(float *y, const float *x, const float *w, int64_t M, i
         int64_t nc = qt_mm_min(QT_MM_NC, N - jc);
         for (int64_t pc = 0; pc < K; pc += QT_MM_KC) {
             int64_t kc = qt_mm_min(QT_MM_KC, K - pc);
-            qt_mm_pack_cols(w + jc * K + pc, K, kc, nc);
+            qt_mm_pack_cols(qt_mm.bpack, w + jc * K + pc, K, kc, nc);
             for (int64_t ic = 0; ic < M; ic += QT_MM_MC) {
                 int64_t mc = qt_mm_min(QT_MM_MC, M - ic);
                 /* x rows are contiguous in k: reading them in place measured faster than
@@ -305,9 +315,9 @@ static void qt_mm_acc_opt(float *c, int64_t ldc, const float *a, int64_t sai, in
                  * (measured on a quiet VM at the 80B slice's shapes: bwd_data 40-70 ->
                  * 84-87 GFLOP/s, wgrad 56-72 -> 74-75; same bits, only the layout moves) */
                 const int pkb = sbp % 1024 == 0;
-                if (pkb) qt_mm_pack_rows(b + pc * sbp + jc, sbp, kc, nc);
+                if (pkb) qt_mm_pack_rows(qt_mm.bpack, b + pc * sbp + jc, sbp, kc, nc);
                 else if (nfull * QT_MM_NR < nc)
-                    qt_mm_pack_rows(b + pc * sbp + jc + nfull * QT_MM_NR, sbp, kc,
+                    qt_mm_pack_rows(qt_mm.bpack, b + pc * sbp + jc + nfull * QT_MM_NR, sbp, kc,
                                     nc - nfull * QT_MM_NR);
                 for (int64_t ir = 0; ir < mc; ir += QT_MM_MR) {
                     int mr = (int)qt_mm_min(QT_MM_MR, mc - ir);
@@ -331,6 +341,96 @@ static void qt_mm_acc_opt(float *c, int64_t ldc, const float *a, int64_t sai, in
             }
         }
     }
+}
+
+/* The canonical-block contraction (matmul_canon.h) of one column panel, tile by tile:
+ * out[i, j] (ld ldo, i < I, j < nc) = tree over blocks b of the chain over block b's indices
+ * (segment 0's slice, then segment 1's, ...) of a(i,p) b(p,j), a(i,p) = a[i*lda + p] read in
+ * place and B packed in qt_mm.bfull as [P][NR] strips. Each block's chain runs in registers
+ * from +0 (a later segment reloads the stored partial: exact) into its tile of qt_mm.stack;
+ * with plus_zero the partial becomes (+0) + acc, as the copying path's zeroed destination
+ * gives it; the tiles are then added by the pairwise tree of matmul_canon.h, and the total is
+ * written to out. Same bits as matmul_canon.c's copying path: every block partial and every
+ * tree addition is the same IEEE operation on the same values. */
+static void qt_mm_canon_panel(float *out, int64_t ldo, const float *a, int64_t lda, int64_t I,
+                              int64_t nc, int64_t P, int64_t nseg, int64_t nb, int plus_zero)
+{
+    const int64_t L = P / nseg, sl = L / nb, tile = QT_MM_MR * QT_MM_NR;
+    for (int64_t ir = 0; ir < I; ir += QT_MM_MR) {
+        const int mr = (int)qt_mm_min(QT_MM_MR, I - ir);
+        for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
+            const int64_t nr = qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
+            const float *bs = qt_mm.bfull + s * P * QT_MM_NR;
+            for (int64_t j = 0; j < nb; j++) {
+                float *pj = qt_mm.stack + j * tile;
+                for (int64_t g = 0; g < nseg; g++) {
+                    const int64_t off = g * L + j * sl;
+                    qt_mm_tile(pj, QT_MM_NR, 0, g ? pj : 0, QT_MM_NR, a + ir * lda + off, lda, 1,
+                               bs + off * QT_MM_NR, QT_MM_NR, sl, mr, QT_MM_NR);
+                }
+                if (plus_zero)
+                    for (int64_t i = 0; i < mr * QT_MM_NR; i++) pj[i] = 0.0f + pj[i];
+            }
+            for (int64_t h = 1; h < nb; h *= 2)
+                for (int64_t j = 0; j + h < nb; j += 2 * h) {
+                    float *x = qt_mm.stack + j * tile;
+                    const float *y = qt_mm.stack + (j + h) * tile;
+                    for (int64_t i = 0; i < mr * QT_MM_NR; i++) x[i] = x[i] + y[i];
+                }
+            for (int i = 0; i < mr; i++)
+                for (int64_t c = 0; c < nr; c++)
+                    out[(ir + i) * ldo + s * QT_MM_NR + c] = qt_mm.stack[i * QT_MM_NR + c];
+        }
+    }
+}
+
+/* Columns per panel of the canonical path for a contraction of P: a multiple of NR. */
+static int64_t qt_mm_canon_cols(int64_t P)
+{
+    int64_t nc = QT_MM_CANON_B / P / QT_MM_NR * QT_MM_NR;
+    return nc > QT_MM_NC ? QT_MM_NC : nc;
+}
+#endif
+
+#ifndef QT_REAL_DOUBLE
+int qt_matmul_canon_fwd_fused(float *y, const float *x, const float *w, int64_t M, int64_t N,
+                              int64_t K, int64_t nseg, int64_t nb)
+{
+#if defined(QT_MM_OPT)
+    if (K < 1 || K > QT_MM_CANON_PMAX || nb < 1 || nb > QT_CANON_BLOCKS || nseg < 1 ||
+        K % (nseg * nb))
+        return 0;
+    const int64_t ncb = qt_mm_canon_cols(K);
+    for (int64_t jc = 0; jc < N; jc += ncb) {
+        const int64_t nc = qt_mm_min(ncb, N - jc);
+        qt_mm_pack_cols(qt_mm.bfull, w + jc * K, K, K, nc);
+        qt_mm_canon_panel(y + jc, N, x, K, M, nc, K, nseg, nb, 0);
+    }
+    return 1;
+#else
+    (void)y, (void)x, (void)w, (void)M, (void)N, (void)K, (void)nseg, (void)nb;
+    return 0;
+#endif
+}
+
+int qt_matmul_canon_bwd_data_fused(float *dx, const float *dy, const float *w, int64_t M,
+                                   int64_t N, int64_t K, int64_t nseg, int64_t nb)
+{
+#if defined(QT_MM_OPT)
+    if (N < 1 || N > QT_MM_CANON_PMAX || nb < 1 || nb > QT_CANON_BLOCKS || nseg < 1 ||
+        N % (nseg * nb))
+        return 0;
+    const int64_t ncb = qt_mm_canon_cols(N);
+    for (int64_t jc = 0; jc < K; jc += ncb) {
+        const int64_t nc = qt_mm_min(ncb, K - jc);
+        qt_mm_pack_rows(qt_mm.bfull, w + jc, K, N, nc);
+        qt_mm_canon_panel(dx + jc, K, dy, N, M, nc, N, nseg, nb, 1);
+    }
+    return 1;
+#else
+    (void)dx, (void)dy, (void)w, (void)M, (void)N, (void)K, (void)nseg, (void)nb;
+    return 0;
+#endif
 }
 #endif
 

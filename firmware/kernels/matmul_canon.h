@@ -46,6 +46,19 @@ void qt_matmul_canon_fwd(float *out, const float *x, const float *w, int64_t M, 
  * N = nseg * nb * slice. scratch: QT_CANON_BWD_SCRATCH(M, N, K, nb) floats. */
 void qt_matmul_canon_bwd_data(float *out, const float *dy, const float *w, int64_t M,
                               int64_t N, int64_t K, int64_t nseg, int64_t nb, float *scratch);
+/* The references: block partials from the scalar kernels (matmul.h *_ref) on packed copies,
+ * then the tree; same contract and scratch. The tests compare the kernels above to them. */
+void qt_matmul_canon_fwd_ref(float *out, const float *x, const float *w, int64_t M, int64_t N,
+                             int64_t K, int64_t nseg, int64_t nb, float *scratch);
+void qt_matmul_canon_bwd_data_ref(float *out, const float *dy, const float *w, int64_t M,
+                                  int64_t N, int64_t K, int64_t nseg, int64_t nb,
+                                  float *scratch);
+void qt_matmul_canon_fwd_ref_f64(double *out, const double *x, const double *w, int64_t M,
+                                 int64_t N, int64_t K, int64_t nseg, int64_t nb,
+                                 double *scratch);
+void qt_matmul_canon_bwd_data_ref_f64(double *out, const double *dy, const double *w,
+                                      int64_t M, int64_t N, int64_t K, int64_t nseg,
+                                      int64_t nb, double *scratch);
 void qt_matmul_canon_fwd_f64(double *out, const double *x, const double *w, int64_t M,
                              int64_t N, int64_t K, int64_t nseg, int64_t nb, double *scratch);
 void qt_matmul_canon_bwd_data_f64(double *out, const double *dy, const double *w, int64_t M,

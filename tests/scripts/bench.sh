@@ -7,8 +7,9 @@
 # expert matmul a token touches (k routed experts + shared expert + router + lm_head), the
 # causal attention score/value products (S/2 keys on average) and the gated delta rule
 # (~3 Dk x Dv products per value head and token). The peak used for MFU is the measured
-# single-thread AVX-512 FMA peak of this VM kind (toolchain.md section 5: 210 GFLOP/s);
-# override with PEAK_GFLOPS=....
+# single-thread vector FMA peak of this machine, measured at the start of the run by
+# `kernel_bench peak` (the VM kind's CPU varies: about 210 GFLOP/s on Zen 5, 133-139 on a
+# Xeon); override with PEAK_GFLOPS=....
 #
 # Then the same model and global batch data parallel and expert parallel over 2 ranks
 # (bench-dp2.yml, bench-ep2.yml, 2 sequences
@@ -20,12 +21,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 STEPS=${STEPS:-12}
 WARM=2
-PEAK=${PEAK_GFLOPS:-210}
+make --no-print-directory build/bench/kernel_bench >/dev/null
+PEAK=${PEAK_GFLOPS:-$(./build/bench/kernel_bench peak | awk '{print $2}')}
 . tests/scripts/bench_flops.sh
 bench_model bench
 
 echo "bench model: d=$d L=$L heads $hq/$hkv x $hd, GDN $hk/$hv x $dk/$dv, experts $E top-$k x $f, shared $fs, vocab $V, batch $b x $S"
-echo "model FLOPs per token (fwd+bwd): $fpt; MFU against ${PEAK} GFLOP/s"
+echo "model FLOPs per token (fwd+bwd): $fpt; MFU against ${PEAK} GFLOP/s (this machine's single-core FMA peak)"
 
 make --no-print-directory build/bench/qtrain build/bench-dp2/qtrain build/bench-ep2/qtrain \
   build/bench-dp2-zero1/qtrain >/dev/null

@@ -18,11 +18,12 @@ RUN=bench-80b-slice
 STEPS=${SLICE_STEPS:-2}
 TSTEPS=${TORCH_STEPS:-1}
 WARM=1
-PEAK=${PEAK_GFLOPS:-210}
+make --no-print-directory build/bench/kernel_bench >/dev/null
+PEAK=${PEAK_GFLOPS:-$(./build/bench/kernel_bench peak | awk '{print $2}')}
 . tests/scripts/bench_flops.sh
 bench_model $RUN
 echo "slice: d=$d L=$L heads $hq/$hkv x $hd, GDN $hk/$hv x $dk/$dv, experts $E top-$k x $f, shared $fs, vocab $V, batch $b x $S"
-echo "model FLOPs per token (fwd+bwd): $fpt ($(awk -v f=$fpt -v t=$((b*S)) 'BEGIN{printf "%.2f", f*t/1e12}') TFLOP per step); MFU against ${PEAK} GFLOP/s"
+echo "model FLOPs per token (fwd+bwd): $fpt ($(awk -v f=$fpt -v t=$((b*S)) 'BEGIN{printf "%.2f", f*t/1e12}') TFLOP per step); MFU against ${PEAK} GFLOP/s (this machine's single-core FMA peak)"
 make --no-print-directory build/$RUN/qtrain >/dev/null
 out=$(mktemp -d /tmp/qtrain-bench-slice.XXXXXX); trap 'rm -rf "$out"' EXIT
 ./build/$RUN/qtrain steps=$STEPS metrics=$out/m.jsonl 2> $out/err.txt || { cat $out/err.txt; exit 1; }

@@ -10,6 +10,7 @@
 //    truncation error ~h^2 |f'''| ~ 1e-12 and cancellation error ~1e-16 |L| / h ~ 1e-9.
 //  - float vs double: 1e-5 relative to the max |value| (a few float ulps through short
 //    reductions of <= 64 terms, each ~6e-8 relative).
+#include <cmath>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@ extern "C" {
 #include "kernels/elementwise.h"
 #include "kernels/embed.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_canon.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/xent.h"
 }
@@ -194,6 +196,49 @@ TEST(KernelsBasic, MatmulOptimisedPathsBitIdentical)
         bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(N * K)) != 0;
     }
     LONGS_EQUAL(0, bad);
+}
+
+// The canonical-block contractions (matmul_canon.h) against their reference (block partials
+// from the scalar kernels on packed copies, then the tree), 0 ulp: the copy-free tile path for
+// contractions up to 2048 (checked to have run), the copying path beyond. Shapes cover edge
+// tiles (M 1..25 rows, N not a multiple of 32), blocks of 1 to 256 indices, 1 and 2
+// segments, nb 1..8, and tiny operands whose products underflow, so block chains end at -0
+// (the data gradient's partial is (+0) + acc there: a missing normalisation fails this).
+TEST(KernelsBasic, MatmulCanonicalFusedBitIdentical)
+{
+    struct { int64_t M, N, K, nseg, nb; } sh[] = {
+        {13, 100, 512, 1, 8}, {25, 512, 64, 1, 8}, {1, 33, 256, 2, 8}, {12, 257, 1024, 2, 4},
+        {7, 64, 16, 2, 8}, {30, 96, 2048, 1, 8}, {5, 40, 4096, 1, 8}, {11, 512, 24, 1, 2},
+        {24, 32, 8, 1, 1}, {3, 300, 1536, 2, 8}};
+    const size_t cap = 1 << 21;
+    std::vector<float> X(cap), W(cap), O1(cap), O2(cap), S(cap);
+    uint64_t s = 17;
+    long bad = 0, fused = 0;
+    for (int tiny = 0; tiny < 2; tiny++) {
+        for (auto &v : X) v = (float)qt_test_rand(&s) * (tiny ? 1e-25f : 1.0f);
+        for (auto &v : W) v = (float)qt_test_rand(&s) * (tiny ? 1e-25f : 1.0f);
+        for (auto &d : sh) {
+            CHECK((size_t)(d.M * d.N + d.M * d.K + d.N * d.K) < cap);
+            CHECK((size_t)QT_CANON_FWD_SCRATCH(d.M, d.N, d.K, d.nb) < cap);
+            CHECK((size_t)QT_CANON_BWD_SCRATCH(d.M, d.N, d.K, d.nb) < cap);
+            // forward: contraction over K
+            qt_matmul_canon_fwd(O1.data(), X.data(), W.data(), d.M, d.N, d.K, d.nseg, d.nb, S.data());
+            qt_matmul_canon_fwd_ref(O2.data(), X.data(), W.data(), d.M, d.N, d.K, d.nseg, d.nb, S.data());
+            bad += memcmp(O1.data(), O2.data(), 4 * (size_t)(d.M * d.N)) != 0;
+            // data gradient: out[M,K'] with the contraction over N' (here N' = d.K, K' = d.N)
+            qt_matmul_canon_bwd_data(O1.data(), X.data(), W.data(), d.M, d.K, d.N, d.nseg, d.nb, S.data());
+            qt_matmul_canon_bwd_data_ref(O2.data(), X.data(), W.data(), d.M, d.K, d.N, d.nseg, d.nb, S.data());
+            bad += memcmp(O1.data(), O2.data(), 4 * (size_t)(d.M * d.N)) != 0;
+            fused += qt_matmul_canon_fwd_fused(O1.data(), X.data(), W.data(), d.M, d.N, d.K, d.nseg, d.nb);
+            if (tiny) { // some partials must have underflowed to -0 for the case to mean anything
+                qt_matmul_fwd_ref(O2.data(), X.data(), W.data(), d.M, d.N, d.K / (d.nseg * d.nb));
+                for (int64_t i = 0; i < d.M * d.N; i++) fused += 1000 * (O2[i] == 0.0f && std::signbit(O2[i]));
+            }
+        }
+    }
+    LONGS_EQUAL(0, bad);
+    CHECK(fused >= 1000);           // underflowed -0 partials occurred
+    LONGS_EQUAL(18, fused % 1000);  // 9 shapes (P <= 2048) x 2 operand scales ran copy-free
 }
 
 // Not a timed test: prints GFLOP/s (best of 3) for the shapes named in the brief.
