@@ -5,7 +5,8 @@
  * compilers, -march levels or libcs. The only reduction (sum of squares) is exact. The
  * AVX-512 loops (AdamW, fingerprint terms) do per lane exactly the scalar reference's IEEE
  * float or mod-2^64 integer operations, so both paths give the same bits; the scalar
- * references stay public for the tests and for CPUs without AVX-512.
+ * references stay public for the tests and for CPUs without AVX-512 (and the fingerprint's
+ * scalar loop is the faster one on CPUs with slow 64-bit vector multiplies: qt_fp_use_vector).
  */
 #include <string.h>
 #if defined(__AVX512F__)
@@ -18,7 +19,8 @@
 
 static struct {
     qt_exact_sq sq;  /* bins of qt_grads_sumsq (8 KiB: kept off the stack) */
-} qt_optim_state;
+    int fp_vector;   /* qt_fp_mix's vector path: -1 not decided yet, 0 no, 1 yes */
+} qt_optim_state = {.fp_vector = -1};
 
 #define QT_PI 3.14159265358979323846
 
@@ -160,7 +162,30 @@ uint64_t qt_fp_mix_ref(const float *w, int64_t n, uint64_t gidx0)
     return sum;
 }
 
+/* Whether the vector path of qt_fp_mix pays: it rests on vpmullq (64-bit lane multiplies),
+ * fast on AMD Zen (where it was measured faster than the scalar loop) but not on the Xeon
+ * VMs here: 2.9 ns per element against 0.76 for the scalar loop, whose three 64-bit imuls
+ * per element are its bound (2026-12-01, docs/bench.md). Both give the same sum, so the
+ * choice moves time only. */
+static int qt_fp_use_vector(void)
+{
+    if (qt_optim_state.fp_vector < 0) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+        __builtin_cpu_init();
+        qt_optim_state.fp_vector = __builtin_cpu_is("amd") ? 1 : 0;
+#else
+        qt_optim_state.fp_vector = 0;
+#endif
+    }
+    return qt_optim_state.fp_vector;
+}
+
 uint64_t qt_fp_mix(const float *w, int64_t n, uint64_t gidx0)
+{
+    return qt_fp_use_vector() ? qt_fp_mix_vector(w, n, gidx0) : qt_fp_mix_ref(w, n, gidx0);
+}
+
+uint64_t qt_fp_mix_vector(const float *w, int64_t n, uint64_t gidx0)
 {
     int64_t j = 0;
     uint64_t sum = 0;

@@ -58,9 +58,12 @@ void qt_adamw_update_ref(float *p, float *m, float *v, const float *g, int64_t n
                          const qt_adamw_hp *hp, float gscale, int scaled);
 
 /* Fingerprint terms of n consecutive elements whose global indices are gidx0, gidx0+1, ...:
- * sum mod 2^64 of qt_mix64((gidx * 0x9E3779B97F4A7C15) ^ bits(w[j])). Reads w. qt_fp_mix is
- * vectorised, qt_fp_mix_ref the scalar reference (identical result). */
+ * sum mod 2^64 of qt_mix64((gidx * 0x9E3779B97F4A7C15) ^ bits(w[j])). Reads w. qt_fp_mix takes
+ * the faster form on this CPU, qt_fp_mix_ref is the scalar reference (identical result). */
 uint64_t qt_fp_mix(const float *w, int64_t n, uint64_t gidx0);
+/* The AVX-512 form (the scalar loop when not built with AVX-512DQ); qt_fp_mix takes it only
+ * where 64-bit vector multiplies are fast (optim.c: qt_fp_use_vector). Same result. */
+uint64_t qt_fp_mix_vector(const float *w, int64_t n, uint64_t gidx0);
 uint64_t qt_fp_mix_ref(const float *w, int64_t n, uint64_t gidx0);
 
 #endif

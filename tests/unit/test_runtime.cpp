@@ -650,6 +650,8 @@ TEST(RuntimeOptim, VectorAdamWAndFingerprintMatchScalarBitExactly)
             // p0 + 1 holds N - 1 floats: n = N read one past p0 (found by ASan)
             const int64_t n = lens[li] == N ? N - 1 : lens[li];
             CHECK(qt_fp_mix(p0 + 1, n, bases[bi]) == qt_fp_mix_ref(p0 + 1, n, bases[bi]));
+            // the vector form whichever form qt_fp_mix picks on this CPU
+            CHECK(qt_fp_mix_vector(p0 + 1, n, bases[bi]) == qt_fp_mix_ref(p0 + 1, n, bases[bi]));
         }
         CHECK(qt_fp_mix(p0, N, bases[bi]) ==
               qt_fp_mix(p0, 517, bases[bi]) + qt_fp_mix(p0 + 517, N - 517, bases[bi] + 517));
