@@ -74,9 +74,12 @@ enum qt_op_class { QT_OPC_NONE = 0, QT_OPC_RUN, QT_OPC_WGRAD, QT_OPC_STEP };
 typedef struct qt_step_state qt_step_state;
 
 /* Op wrappers. `run` executes a forward, backward or init op. `wgrad` computes the weight
- * gradient(s) of one sequence `seq` of the microbatch into dw[0] (and dw[1]), which the
- * caller has zeroed; the wrapper accumulates. `step` runs a step-schedule op and returns 0
- * or a negative QT_E_* code (qt_err.h); collectives can fail (a silent peer). */
+ * gradient(s) of one sequence `seq` of the microbatch into dw[0] (and dw[1]): when the kind's
+ * `wgrad_writes` is 0 the caller has zeroed them and the wrapper accumulates; when it is 1
+ * the caller has not, and the wrapper writes every element with the bits accumulating into
+ * zeros would give ((+0) + sum, +0 where nothing contributes). `step` runs a step-schedule
+ * op and returns 0 or a negative QT_E_* code (qt_err.h); collectives can fail (a silent
+ * peer). */
 typedef void (*qt_run_fn)(const qt_op *op, const qt_ctx *ctx);
 typedef void (*qt_wgrad_fn)(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2]);
 typedef int (*qt_step_fn)(const qt_op *op, const qt_ctx *ctx, qt_step_state *st);
@@ -87,6 +90,7 @@ typedef struct qt_kernel_entry {
     qt_run_fn run;        /* RUN kinds only */
     qt_wgrad_fn wgrad;    /* WGRAD kinds only */
     qt_step_fn step;      /* STEP kinds only */
+    uint8_t wgrad_writes; /* WGRAD kinds: 1 when the wrapper writes its leaves (see above) */
 } qt_kernel_entry;
 
 /* Indexed by enum qt_op_kind (firmware/ops/op_table.c, generated from qt_ops.def). */

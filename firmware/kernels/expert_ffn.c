@@ -310,11 +310,10 @@ void QT_FN(qt_expert_ffn_wgrad)(qt_real *dw_gu, qt_real *dw_down, const qt_real 
 /* The recompute-free wgrad: d(gu) comes from the backward (same bits as recomputing it,
  * by the matmul row contract), so only h = swiglu(gu) is rebuilt. Same chunking and row
  * order as qt_expert_ffn_wgrad, hence the same bits. */
-void QT_FN(qt_expert_ffn_wgrad_saved)(qt_real *dw_gu, qt_real *dw_down, const qt_real *dy,
-                                      const qt_real *x, const int32_t *idx, const qt_real *gu,
-                                      const qt_real *dgu, qt_real *scratch, int64_t T,
-                                      int64_t k, int64_t E, int64_t d, int64_t f,
-                                      int64_t scratch_elems)
+static void qt_ffn_wgrad_saved(qt_real *dw_gu, qt_real *dw_down, const qt_real *dy,
+                               const qt_real *x, const int32_t *idx, const qt_real *gu,
+                               const qt_real *dgu, qt_real *scratch, int64_t T, int64_t k,
+                               int64_t E, int64_t d, int64_t f, int64_t scratch_elems, int write)
 {
     const int64_t cap = scratch_elems / (d + 3 * f);
     if (cap < 1) {
@@ -325,16 +324,44 @@ void QT_FN(qt_expert_ffn_wgrad_saved)(qt_real *dw_gu, qt_real *dw_down, const qt
     qt_real *A = scratch, *B = A + cap * d, *C = B + cap * f;
     for (int32_t e = 0; e < E; e++) {
         qt_real *dwg = dw_gu + (int64_t)e * 2 * f * d, *dwd = dw_down + (int64_t)e * d * f;
+        int first = write; /* the expert's first chunk writes (+0) + sum, later ones add */
         for (int64_t r0 = 0, r1, n; r0 < T * k; r0 = r1) {
             r1 = qt_ffn_chunk(&n, idx, k, e, -1, r0, T * k, cap);
             if (n == 0) break;
             qt_ffn_gather(A, dy, d, 0, idx, k, e, -1, r0, r1);
             qt_ffn_gather(C, gu, 2 * f, 0, idx, k, e, -1, r0, r1);
             qt_ffn_swiglu(B, C, n, f);
-            QT_FN(qt_matmul_wgrad)(dwd, A, B, n, d, f);
+            if (first) QT_FN(qt_matmul_wgrad_write)(dwd, A, B, n, d, f);
+            else QT_FN(qt_matmul_wgrad)(dwd, A, B, n, d, f);
             qt_ffn_gather(C, dgu, 2 * f, 0, idx, k, e, -1, r0, r1);
             qt_ffn_gather(A, x, d, 1, idx, k, e, -1, r0, r1);
-            QT_FN(qt_matmul_wgrad)(dwg, C, A, n, 2 * f, d);
+            if (first) QT_FN(qt_matmul_wgrad_write)(dwg, C, A, n, 2 * f, d);
+            else QT_FN(qt_matmul_wgrad)(dwg, C, A, n, 2 * f, d);
+            first = 0;
+        }
+        if (first) { /* no rows: the zeroed leaf's value */
+            qt_ffn_zero(dwg, 2 * f * d);
+            qt_ffn_zero(dwd, d * f);
         }
     }
+}
+
+void QT_FN(qt_expert_ffn_wgrad_saved)(qt_real *dw_gu, qt_real *dw_down, const qt_real *dy,
+                                      const qt_real *x, const int32_t *idx, const qt_real *gu,
+                                      const qt_real *dgu, qt_real *scratch, int64_t T,
+                                      int64_t k, int64_t E, int64_t d, int64_t f,
+                                      int64_t scratch_elems)
+{
+    qt_ffn_wgrad_saved(dw_gu, dw_down, dy, x, idx, gu, dgu, scratch, T, k, E, d, f,
+                       scratch_elems, 0);
+}
+
+void QT_FN(qt_expert_ffn_wgrad_saved_write)(qt_real *dw_gu, qt_real *dw_down, const qt_real *dy,
+                                            const qt_real *x, const int32_t *idx,
+                                            const qt_real *gu, const qt_real *dgu,
+                                            qt_real *scratch, int64_t T, int64_t k, int64_t E,
+                                            int64_t d, int64_t f, int64_t scratch_elems)
+{
+    qt_ffn_wgrad_saved(dw_gu, dw_down, dy, x, idx, gu, dgu, scratch, T, k, E, d, f,
+                       scratch_elems, 1);
 }

@@ -102,6 +102,18 @@ void qt_expert_ffn_wgrad_saved_f64(double *dw_gu, double *dw_down, const double 
                                    const double *dgu, double *scratch, int64_t T, int64_t k,
                                    int64_t E, int64_t d, int64_t f, int64_t scratch_elems);
 
+/* As wgrad_saved, but dw_gu and dw_down are written, not read: (+0) + each sum, and +0 for
+ * experts without rows - the bits of zeroing them and calling wgrad_saved. */
+void qt_expert_ffn_wgrad_saved_write(float *dw_gu, float *dw_down, const float *dy,
+                                     const float *x, const int32_t *idx, const float *gu,
+                                     const float *dgu, float *scratch, int64_t T, int64_t k,
+                                     int64_t E, int64_t d, int64_t f, int64_t scratch_elems);
+void qt_expert_ffn_wgrad_saved_write_f64(double *dw_gu, double *dw_down, const double *dy,
+                                         const double *x, const int32_t *idx,
+                                         const double *gu, const double *dgu, double *scratch,
+                                         int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                                         int64_t scratch_elems);
+
 #ifdef __cplusplus
 }
 #endif

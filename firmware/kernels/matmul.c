@@ -112,7 +112,8 @@ static struct {
 
 /* One tile of mr <= MR rows by nr <= NR columns over kc contraction steps, mr a compile-time
  * constant after inlining (so the accumulators stay in registers for every edge height).
- * acc starts from cin (ld ldi, NULL: +0), then out = acc (add 0) or out = out + acc (add 1).
+ * acc starts from cin (ld ldi, NULL: +0), then out = acc (add 0), out = out + acc (add 1) or
+ * out = (+0) + acc (add 2: what add 1 gives on a zeroed out, without reading it).
  * a(i,p) = ap[i*sai + p*sap] (packed micro-panel: sai 1, sap MR); b(p, jj) = bp[p*ldb + jj], and when
  * nr < NR the strip is a zero-padded packed one (ldb = NR), so full-width loads are safe. */
 static inline __attribute__((always_inline)) void
@@ -164,9 +165,12 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
 #pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
             float *o = out + i * ldo;
-            if (add) {
+            if (add == 1) {
                 QT_VSTORE(o, QT_VADD(QT_VLOAD(o), acc[i][0]));
                 QT_VSTORE(o + QT_MM_VW, QT_VADD(QT_VLOAD(o + QT_MM_VW), acc[i][1]));
+            } else if (add == 2) {
+                QT_VSTORE(o, QT_VADD(QT_VZERO(), acc[i][0]));
+                QT_VSTORE(o + QT_MM_VW, QT_VADD(QT_VZERO(), acc[i][1]));
             } else {
                 QT_VSTORE(o, acc[i][0]);
                 QT_VSTORE(o + QT_MM_VW, acc[i][1]);
@@ -178,8 +182,10 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
             QT_VSTORE(qt_mm.edge + i * QT_MM_NR, acc[i][0]);
             QT_VSTORE(qt_mm.edge + i * QT_MM_NR + QT_MM_VW, acc[i][1]);
             float *o = out + i * ldo;
-            for (int j = 0; j < nr; j++)
-                o[j] = add ? o[j] + qt_mm.edge[i * QT_MM_NR + j] : qt_mm.edge[i * QT_MM_NR + j];
+            for (int j = 0; j < nr; j++) {
+                const float e = qt_mm.edge[i * QT_MM_NR + j];
+                o[j] = add == 1 ? o[j] + e : add == 2 ? 0.0f + e : e;
+            }
         }
     }
 }
@@ -291,12 +297,14 @@ static void qt_mm_fwd_opt(float *y, const float *x, const float *w, int64_t M, i
     }
 }
 
-/* C[I,J] (ld ldc) += sum_p a(i,p) b(p,j), a(i,p) = a[i*sai + p*sap], b(p,j) = b[p*sbp + j].
+/* C[I,J] (ld ldc) += sum_p a(i,p) b(p,j), a(i,p) = a[i*sai + p*sap], b(p,j) = b[p*sbp + j]
+ * (add 1; add 2: C = (+0) + sum, C not read).
  * Full-width B strips are read in place (rows already contiguous in j), unless the row
  * stride is a multiple of 4 KiB (then the whole block is packed); the last, narrower strip
  * is packed with zero padding. */
 static void qt_mm_acc_opt(float *c, int64_t ldc, const float *a, int64_t sai, int64_t sap,
-                          const float *b, int64_t sbp, int64_t I, int64_t J, int64_t P)
+                          const float *b, int64_t sbp, int64_t I, int64_t J, int64_t P,
+                          int add)
 {
     for (int64_t ic = 0; ic < I; ic += QT_MM_MC) {
         int64_t mc = qt_mm_min(QT_MM_MC, I - ic);
@@ -331,7 +339,7 @@ static void qt_mm_acc_opt(float *c, int64_t ldc, const float *a, int64_t sai, in
                                                       : qt_mm.bpack;
                         int64_t ldb = !pkb && s < nfull ? sbp : QT_MM_NR;
                         if (last)
-                            qt_mm_tile(c + (ic + ir) * ldc + jc + s * QT_MM_NR, ldc, 1,
+                            qt_mm_tile(c + (ic + ir) * ldc + jc + s * QT_MM_NR, ldc, add,
                                        pc ? pt : 0, QT_MM_NC, ap, tsi, tsp, bp, ldb, kc, mr, nr);
                         else
                             qt_mm_tile(pt, QT_MM_NC, 0, pc ? pt : 0, QT_MM_NC, ap, tsi, tsp, bp,
@@ -456,7 +464,7 @@ void QT_FN(qt_matmul_bwd_data)(qt_real *dx, const qt_real *dy, const qt_real *w,
         for (int64_t i = 0; i < M * K; i++) dx[i] = dx[i] + 0.0f;
         return;
     }
-    qt_mm_acc_opt(dx, K, dy, N, 1, w, K, M, K, N);
+    qt_mm_acc_opt(dx, K, dy, N, 1, w, K, M, K, N, 1);
 #else
     QT_FN(qt_matmul_bwd_data_ref)(dx, dy, w, M, N, K);
 #endif
@@ -470,8 +478,23 @@ void QT_FN(qt_matmul_wgrad)(qt_real *dw, const qt_real *dy, const qt_real *x, in
         for (int64_t i = 0; i < N * K; i++) dw[i] = dw[i] + 0.0f;
         return;
     }
-    qt_mm_acc_opt(dw, K, dy, 1, N, x, K, N, K, M);
+    qt_mm_acc_opt(dw, K, dy, 1, N, x, K, N, K, M, 1);
 #else
     QT_FN(qt_matmul_wgrad_ref)(dw, dy, x, M, N, K);
+#endif
+}
+
+void QT_FN(qt_matmul_wgrad_write)(qt_real *dw, const qt_real *dy, const qt_real *x, int64_t M,
+                                  int64_t N, int64_t K)
+{
+#ifdef QT_MM_OPT
+    if (M == 0) {
+        for (int64_t i = 0; i < N * K; i++) dw[i] = 0.0f + 0.0f;
+        return;
+    }
+    qt_mm_acc_opt(dw, K, dy, 1, N, x, K, N, K, M, 2);
+#else
+    for (int64_t i = 0; i < N * K; i++) dw[i] = 0;
+    QT_FN(qt_matmul_wgrad)(dw, dy, x, M, N, K);
 #endif
 }

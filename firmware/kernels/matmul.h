@@ -37,6 +37,14 @@ int qt_matmul_canon_fwd_fused(float *y, const float *x, const float *w, int64_t 
 int qt_matmul_canon_bwd_data_fused(float *dx, const float *dy, const float *w, int64_t M,
                                    int64_t N, int64_t K, int64_t nseg, int64_t nb);
 
+/* dw[N,K] = (+0) + sum_m dy[m,n] x[m,k]: the bits of zeroing dw and calling qt_matmul_wgrad,
+ * without reading dw (a weight gradient's first and only contribution to its leaf). Writes
+ * dw. */
+void qt_matmul_wgrad_write(float *dw, const float *dy, const float *x, int64_t M, int64_t N,
+                           int64_t K);
+void qt_matmul_wgrad_write_f64(double *dw, const double *dy, const double *x, int64_t M,
+                               int64_t N, int64_t K);
+
 /* Scalar references with the same contract (used by the tests for bit identity). */
 void qt_matmul_fwd_ref(float *y, const float *x, const float *w, int64_t M, int64_t N,
                        int64_t K);

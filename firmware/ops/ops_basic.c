@@ -125,11 +125,11 @@ void qt_op_all_reduce(const qt_op *op, const qt_ctx *ctx)
     qt_op_sum_across(ctx, qt_f32(ctx, op->t[0]), op->a[0], (unsigned)op->a[1]);
 }
 
-/* MATMUL_WGRAD: t0 dy, t1 x; a1 N, a2 K, a3 rows per sequence. */
+/* MATMUL_WGRAD: t0 dy, t1 x; a1 N, a2 K, a3 rows per sequence. Writes dw[0] (wgrad_writes). */
 void qt_op_matmul_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     int64_t N = op->a[1], K = op->a[2], rps = op->a[3];
-    qt_matmul_wgrad(dw[0], qt_f32(ctx, op->t[0]) + seq * rps * N,
+    qt_matmul_wgrad_write(dw[0], qt_f32(ctx, op->t[0]) + seq * rps * N,
                     qt_f32(ctx, op->t[1]) + seq * rps * K, rps, N, K);
 }
 

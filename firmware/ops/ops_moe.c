@@ -8,6 +8,7 @@
  * sequence's rows are its packed rows instead. When the plan gives the BWD op its dgu slot, the BWD
  * parks d(gu) there and the WGRAD reads it instead of recomputing it (same bits).
  */
+#include <string.h>
 #include "qt_op_fns.h"
 #include "../kernels/moe_route.h"
 #include "../kernels/expert_ffn.h"
@@ -46,6 +47,7 @@ void qt_op_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
                                  op->a[4], ctx->plan->tensors[op->t[7]].numel, op->a[6]);
 }
 
+/* EXPERT_FFN_WGRAD: writes dw[0] (W_gu) and dw[1] (W_down) whole (wgrad_writes). */
 void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     int64_t k = op->a[1], S = op->a[5], t0 = seq * S;
@@ -59,7 +61,7 @@ void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, flo
         k = 1;
     }
     if (op->t[7] != QT_NONE) {
-        qt_expert_ffn_wgrad_saved(dw[0], dw[1], qt_f32(ctx, op->t[0]) + t0 * k * d,
+        qt_expert_ffn_wgrad_saved_write(dw[0], dw[1], qt_f32(ctx, op->t[0]) + t0 * k * d,
                                   qt_f32(ctx, op->t[1]) + t0 * d,
                                   qt_i32(ctx, op->t[2]) + t0 * k,
                                   qt_f32(ctx, op->t[3]) + t0 * k * 2 * f,
@@ -68,6 +70,9 @@ void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, flo
                                   ctx->plan->tensors[op->t[6]].numel);
         return;
     }
+    /* the recomputing form accumulates: zero the leaves first (wgrad_writes) */
+    memset(dw[0], 0, (size_t)(op->a[2] * 2 * f * d) * sizeof(float));
+    memset(dw[1], 0, (size_t)(op->a[2] * d * f) * sizeof(float));
     qt_expert_ffn_wgrad(dw[0], dw[1], qt_f32(ctx, op->t[0]) + t0 * k * d,
                         qt_f32(ctx, op->t[1]) + t0 * d, qt_i32(ctx, op->t[2]) + t0 * k,
                         qt_f32(ctx, op->t[3]) + t0 * k * 2 * f, qt_f32(ctx, op->t[5]),

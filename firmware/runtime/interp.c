@@ -245,10 +245,11 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
         float *dw[2] = {NULL, NULL};
         if (prof) t0 = qt_interp_now();
         dw[0] = qt_tree_leaf_dest(levels, pa->leaf_offset, scratch, leaf);
-        memset(dw[0], 0, (size_t)pa->numel * sizeof(float));
+        if (!table[op->kind].wgrad_writes) memset(dw[0], 0, (size_t)pa->numel * sizeof(float));
         if (pb) {
             dw[1] = qt_tree_leaf_dest(levels, pb->leaf_offset, scratch + pa->numel, leaf);
-            memset(dw[1], 0, (size_t)pb->numel * sizeof(float));
+            if (!table[op->kind].wgrad_writes)
+                memset(dw[1], 0, (size_t)pb->numel * sizeof(float));
         }
         if (prof) t1 = qt_interp_now();
         table[op->kind].wgrad(op, ctx, s, dw);

@@ -194,7 +194,23 @@ TEST(KernelsBasic, MatmulOptimisedPathsBitIdentical)
         qt_matmul_wgrad(C1.data(), A.data(), B.data(), M, N, K);
         qt_matmul_wgrad_ref(C2.data(), A.data(), B.data(), M, N, K);
         bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(N * K)) != 0;
+        // the writing form on a NaN-filled destination == accumulating into zeros
+        for (int64_t i = 0; i < N * K; i++) C1[i] = NAN, C2[i] = 0.0f;
+        qt_matmul_wgrad_write(C1.data(), A.data(), B.data(), M, N, K);
+        qt_matmul_wgrad_ref(C2.data(), A.data(), B.data(), M, N, K);
+        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(N * K)) != 0;
     }
+    // M = 0 (no rows): the writing form gives +0 everywhere
+    for (int64_t i = 0; i < 64; i++) C1[i] = NAN;
+    qt_matmul_wgrad_write(C1.data(), A.data(), B.data(), 0, 8, 8);
+    for (int64_t i = 0; i < 64; i++) bad += !(C1[i] == 0.0f && !std::signbit(C1[i]));
+    // underflowing products: chains ending at -0 must come out as (+0) + (-0) = +0
+    std::vector<float> Ta(4096), Tb(4096);
+    for (size_t i = 0; i < Ta.size(); i++) Ta[i] = A[i] * 1e-25f, Tb[i] = B[i] * 1e-25f;
+    for (int64_t i = 0; i < 40 * 50; i++) C1[i] = NAN, C2[i] = 0.0f;
+    qt_matmul_wgrad_write(C1.data(), Ta.data(), Tb.data(), 30, 40, 50);
+    qt_matmul_wgrad_ref(C2.data(), Ta.data(), Tb.data(), 30, 40, 50);
+    bad += memcmp(C1.data(), C2.data(), 4 * 40 * 50) != 0;
     LONGS_EQUAL(0, bad);
 }
 

@@ -152,6 +152,17 @@ static void rt_fake_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float
     for (int k = 0; k < RT_N1; k++) dw[1][k] += rt_leafval(id, 100 + k);
 }
 
+// The same leaves from a wrapper that writes them (wgrad_writes = 1: leaves arrive unzeroed).
+static void rt_fake_wgrad_writes(const qt_op *op, const qt_ctx *ctx, int64_t seq,
+                                 float *const dw[2])
+{
+    const int32_t *tok = qt_i32(ctx, op->t[1]);
+    const float *p0 = qt_f32(ctx, op->t[2]);
+    int64_t id = tok[seq * op->a[1]];
+    for (int k = 0; k < RT_N0; k++) dw[0][k] = 0.0f + rt_leafval(id, k) * (1.0f + 0.25f * p0[k]);
+    for (int k = 0; k < RT_N1; k++) dw[1][k] = 0.0f + rt_leafval(id, 100 + k);
+}
+
 static qt_kernel_entry rt_table[QT_OP_COUNT];
 
 static void rt_make_table(void)
@@ -162,6 +173,7 @@ static void rt_make_table(void)
     rt_table[QT_OP_XENT].run = rt_fake_loss;
     rt_table[QT_OP_MATMUL_WGRAD].name = "fake_wgrad";
     rt_table[QT_OP_MATMUL_WGRAD].wgrad = rt_fake_wgrad;
+    rt_table[QT_OP_MATMUL_WGRAD].wgrad_writes = 0;  // the fake accumulates into zeroed leaves
 }
 
 static void rt_build_plan(rt_plan_store *st, int64_t b, int64_t G)
@@ -280,7 +292,11 @@ TEST(RuntimeInterp, TreeThroughScheduleIsIndependentOfBatchSplit)
 {
     static rt_plan_store st;
     rt_make_table();
+    // both wrapper contracts: accumulate into zeroed leaves, write unzeroed ones
+    for (int writes = 0; writes < 2; writes++)
     for (int64_t n = 1; n <= 9; n++) {
+        rt_table[QT_OP_MATMUL_WGRAD].wgrad = writes ? rt_fake_wgrad_writes : rt_fake_wgrad;
+        rt_table[QT_OP_MATMUL_WGRAD].wgrad_writes = (uint8_t)writes;
         for (int64_t b = 1; b <= n; b++) {
             if (n % b) continue;
             int64_t G = n / b;
