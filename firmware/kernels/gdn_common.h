@@ -13,6 +13,7 @@
 typedef struct qt_gdn_dims {
     int64_t S, hk, dk, hv, dv, r, cc, chunk, nch, dkdv;
     int64_t rows;              /* rows of a full chunk: min(chunk, S) */
+    int scalar;                /* 1: the scalar reference step only (the *_ref kernels) */
 } qt_gdn_dims;
 
 static inline qt_gdn_dims qt_gdn_make_dims(int64_t S, int64_t hk, int64_t dk, int64_t hv,
@@ -30,6 +31,7 @@ static inline qt_gdn_dims qt_gdn_make_dims(int64_t S, int64_t hk, int64_t dk, in
     d.nch = (S + chunk - 1) / chunk;
     d.dkdv = dk * dv;
     d.rows = chunk < S ? chunk : S;
+    d.scalar = 0;
     return d;
 }
 

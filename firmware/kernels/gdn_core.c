@@ -59,16 +59,76 @@ static void qt_gdn_load_qk(qt_real *restrict qh, qt_real *restrict kh,
     }
 }
 
+#if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__)
+#include <immintrin.h>
+#define QT_GDN_XB 64 /* columns per block of the vector step: 4 zmm of delta and of o */
+
+/* qt_gdn_step for dv a multiple of 64, in column blocks of 64 (the u loops are unrolled so
+ * delta and o stay in registers): every column runs exactly
+ * the scalar step's operations in the same order (its delta over kk increasing, then its
+ * state update and output over kk increasing; columns never mix), so the bits are the
+ * scalar step's. Blocking keeps a block's delta and o in registers and its 64-column slice
+ * of the state (dk rows of 256 bytes) in L1 between the two passes. */
+static void qt_gdn_step_v(float *restrict st, float *restrict o, float *restrict delta,
+                          const float *restrict qh, const float *restrict kh,
+                          const float *restrict v, float a, float bt, int64_t dk, int64_t dv)
+{
+    const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(bt);
+    for (int64_t x0 = 0; x0 < dv; x0 += QT_GDN_XB) {
+        __m512 dl[4], ov[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) dl[u] = _mm512_setzero_ps();
+        for (int64_t kk = 0; kk < dk; kk++) {
+            const float *sr = st + kk * dv + x0;
+            const __m512 kv = _mm512_set1_ps(kh[kk]);
+    #pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) { /* delta += (a * s) * kv */
+                const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u));
+                dl[u] = _mm512_add_ps(dl[u], _mm512_mul_ps(as, kv));
+            }
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) { /* delta = bt * (v - delta) */
+            dl[u] = _mm512_mul_ps(vb, _mm512_sub_ps(_mm512_loadu_ps(v + x0 + 16 * u), dl[u]));
+            _mm512_storeu_ps(delta + x0 + 16 * u, dl[u]);
+            ov[u] = _mm512_setzero_ps();
+        }
+        for (int64_t kk = 0; kk < dk; kk++) {
+            float *sr = st + kk * dv + x0;
+            const __m512 kv = _mm512_set1_ps(kh[kk]), qv = _mm512_set1_ps(qh[kk]);
+    #pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) { /* s = a*s + kv*delta; o += s * qv */
+                __m512 sn = _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
+                                          _mm512_mul_ps(kv, dl[u]));
+                _mm512_storeu_ps(sr + 16 * u, sn);
+                if (o) ov[u] = _mm512_add_ps(ov[u], _mm512_mul_ps(sn, qv));
+            }
+        }
+        if (o) {
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) _mm512_storeu_ps(o + x0 + 16 * u, ov[u]);
+        }
+    }
+}
+#endif
+
 /* One token on st in place: st = a*st + kh delta^T with delta = beta*(v - (a*st)^T kh);
  * leaves delta in delta[], and when o is not NULL writes o = st^T qh. a*st is recomputed
  * in the second pass rather than stored, which gives the same bits and keeps st the only
- * pointer into the state (so the loops vectorise without alias checks). */
+ * pointer into the state (so the loops vectorise without alias checks). With AVX-512 and
+ * dv a multiple of 64 the explicit vector form above runs it (same bits). */
 static void qt_gdn_step(qt_real *restrict st, qt_real *restrict o, qt_real *restrict delta,
                         const qt_real *restrict qh, const qt_real *restrict kh,
                         const qt_real *restrict v, qt_real a, qt_real bt,
                         const qt_gdn_dims *d)
 {
     int64_t dk = d->dk, dv = d->dv;
+#if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__)
+    if (!d->scalar && dv % QT_GDN_XB == 0) {
+        qt_gdn_step_v(st, o, delta, qh, kh, v, a, bt, dk, dv);
+        return;
+    }
+#endif
     for (int64_t x = 0; x < dv; x++) delta[x] = QT_R(0.0);
     for (int64_t kk = 0; kk < dk; kk++) {
         const qt_real *srow = st + kk * dv;
@@ -122,16 +182,17 @@ static void qt_gdn_zero(qt_real *dst, int64_t n)
     for (int64_t i = 0; i < n; i++) dst[i] = QT_R(0.0);
 }
 
-void QT_FN(qt_gdn_core_fwd)(qt_real *restrict o, qt_real *restrict states,
-                            qt_real *restrict rq, qt_real *restrict rk,
-                            const qt_real *restrict c, const qt_real *restrict g,
-                            const qt_real *restrict beta, int64_t b, int64_t S, int64_t hk,
-                            int64_t dk, int64_t hv, int64_t dv, int64_t chunk,
-                            qt_real qscale, qt_real l2eps)
+static void qt_gdn_core_fwd_impl(qt_real *restrict o, qt_real *restrict states,
+                                 qt_real *restrict rq, qt_real *restrict rk,
+                                 const qt_real *restrict c, const qt_real *restrict g,
+                                 const qt_real *restrict beta, int64_t b, int64_t S, int64_t hk,
+                                 int64_t dk, int64_t hv, int64_t dv, int64_t chunk,
+                                 qt_real qscale, qt_real l2eps, int scalar)
 {
     qt_real qh[QT_GDN_CORE_MAX_DIM], kh[QT_GDN_CORE_MAX_DIM], delta[QT_GDN_CORE_MAX_DIM];
     if (dk > QT_GDN_CORE_MAX_DIM || dv > QT_GDN_CORE_MAX_DIM || chunk < 1) return;
     qt_gdn_dims d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
+    d.scalar = scalar;
 
     qt_gdn_inv_norms(rq, rk, c, b * S, l2eps, &d);
 
@@ -211,18 +272,18 @@ static void qt_gdn_pred_row(qt_real *restrict pred, const qt_real *restrict srow
     QT_GDN_BLOCKED(x, l, dv, { pred[x] += (a * srow[x]) * kv; });
 }
 
-void QT_FN(qt_gdn_core_bwd)(qt_real *restrict dc, qt_real *restrict dg,
-                            qt_real *restrict dbeta, const qt_real *restrict states,
-                            const qt_real *restrict rq, const qt_real *restrict rk,
-                            const qt_real *restrict d_o, const qt_real *restrict c,
-                            const qt_real *restrict g, const qt_real *restrict beta,
-                            qt_real *restrict scratch, int64_t b, int64_t S, int64_t hk,
-                            int64_t dk, int64_t hv, int64_t dv, int64_t chunk,
-                            qt_real qscale, qt_real l2eps)
+static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
+                                 qt_real *restrict dbeta, const qt_real *restrict states,
+                                 const qt_real *restrict rq, const qt_real *restrict rk,
+                                 const qt_real *restrict d_o, const qt_real *restrict c,
+                                 const qt_real *restrict g, const qt_real *restrict beta,
+                                 qt_real *restrict scratch, int64_t b, int64_t S, int64_t hk,
+                                 int64_t dk, int64_t hv, int64_t dv, int64_t chunk,
+                                 qt_real qscale, int scalar)
 {
-    (void)l2eps; /* the saved rq, rk already hold it */
     if (chunk < 1) return;
     qt_gdn_dims d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
+    d.scalar = scalar;
     qt_real *slots = scratch;                       /* slot i: state before token i */
     qt_real *ds = scratch + chunk * d.dkdv;         /* dL/dS after the current token */
     qt_real *qh = ds + d.dkdv, *kh = qh + dk, *dqh = kh + dk, *dkh = dqh + dk;
@@ -299,4 +360,47 @@ void QT_FN(qt_gdn_core_bwd)(qt_real *restrict dc, qt_real *restrict dg,
             }
         }
     }
+}
+
+/* The kernels, and their references with the scalar step only (bit-identity tests). */
+void QT_FN(qt_gdn_core_fwd)(qt_real *o, qt_real *states, qt_real *rq, qt_real *rk,
+                            const qt_real *c, const qt_real *g, const qt_real *beta, int64_t b,
+                            int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv,
+                            int64_t chunk, qt_real qscale, qt_real l2eps)
+{
+    qt_gdn_core_fwd_impl(o, states, rq, rk, c, g, beta, b, S, hk, dk, hv, dv, chunk, qscale,
+                         l2eps, 0);
+}
+
+void QT_FN(qt_gdn_core_fwd_ref)(qt_real *o, qt_real *states, qt_real *rq, qt_real *rk,
+                                const qt_real *c, const qt_real *g, const qt_real *beta,
+                                int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
+                                int64_t dv, int64_t chunk, qt_real qscale, qt_real l2eps)
+{
+    qt_gdn_core_fwd_impl(o, states, rq, rk, c, g, beta, b, S, hk, dk, hv, dv, chunk, qscale,
+                         l2eps, 1);
+}
+
+void QT_FN(qt_gdn_core_bwd)(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_real *states,
+                            const qt_real *rq, const qt_real *rk, const qt_real *d_o,
+                            const qt_real *c, const qt_real *g, const qt_real *beta,
+                            qt_real *scratch, int64_t b, int64_t S, int64_t hk, int64_t dk,
+                            int64_t hv, int64_t dv, int64_t chunk, qt_real qscale,
+                            qt_real l2eps)
+{
+    (void)l2eps; /* the saved rq, rk already hold it */
+    qt_gdn_core_bwd_impl(dc, dg, dbeta, states, rq, rk, d_o, c, g, beta, scratch, b, S, hk, dk,
+                         hv, dv, chunk, qscale, 0);
+}
+
+void QT_FN(qt_gdn_core_bwd_ref)(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_real *states,
+                                const qt_real *rq, const qt_real *rk, const qt_real *d_o,
+                                const qt_real *c, const qt_real *g, const qt_real *beta,
+                                qt_real *scratch, int64_t b, int64_t S, int64_t hk, int64_t dk,
+                                int64_t hv, int64_t dv, int64_t chunk, qt_real qscale,
+                                qt_real l2eps)
+{
+    (void)l2eps;
+    qt_gdn_core_bwd_impl(dc, dg, dbeta, states, rq, rk, d_o, c, g, beta, scratch, b, S, hk, dk,
+                         hv, dv, chunk, qscale, 1);
 }

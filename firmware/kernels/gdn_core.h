@@ -38,7 +38,8 @@ extern "C" {
  *   (QT_GDN_CORE_SCRATCH reals). Value heads run in increasing j, so a key head's
  *   channels receive its r value heads' gradients in increasing j.
  * Every sum has a fixed order (gdn_core.c: increasing index, or 8 interleaved lanes
- * combined pairwise for the backward's per-row sums over Dv). */
+ * combined pairwise for the backward's per-row sums over Dv). The *_ref forms run the
+ * scalar step only (the tests compare the vector step's bits to them). */
 #define QT_GDN_CORE_DECLARE(R, SFX)                                                        \
     void qt_gdn_core_fwd##SFX(R *o, R *states, R *rq, R *rk, const R *c, const R *g,        \
                               const R *beta, int64_t b, int64_t S, int64_t hk, int64_t dk,  \
@@ -47,7 +48,16 @@ extern "C" {
                               const R *rk, const R *d_o, const R *c, const R *g,            \
                               const R *beta, R *scratch, int64_t b, int64_t S, int64_t hk,  \
                               int64_t dk, int64_t hv, int64_t dv, int64_t chunk, R qscale,  \
-                              R l2eps);
+                              R l2eps);                                                     \
+    void qt_gdn_core_fwd_ref##SFX(R *o, R *states, R *rq, R *rk, const R *c, const R *g,    \
+                                  const R *beta, int64_t b, int64_t S, int64_t hk,          \
+                                  int64_t dk, int64_t hv, int64_t dv, int64_t chunk,        \
+                                  R qscale, R l2eps);                                       \
+    void qt_gdn_core_bwd_ref##SFX(R *dc, R *dg, R *dbeta, const R *states, const R *rq,     \
+                                  const R *rk, const R *d_o, const R *c, const R *g,        \
+                                  const R *beta, R *scratch, int64_t b, int64_t S,          \
+                                  int64_t hk, int64_t dk, int64_t hv, int64_t dv,           \
+                                  int64_t chunk, R qscale, R l2eps);
 
 QT_GDN_CORE_DECLARE(float, )
 QT_GDN_CORE_DECLARE(double, _f64)
