@@ -419,6 +419,115 @@ static void qt_attn_bwd_block(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt
     }
 }
 
+/* Key-block order for long sequences: keys in blocks of QT_ATTN_BWD_KEYS are the outer loop
+ * and query blocks of R rows (those that see the key block) the inner one, so the block's
+ * k, v, dk and dv rows (4 x 64 rows of hd) stay in L2 while every query row passes once;
+ * in the query-outer order every block of R rows streamed all of dk and dv through memory
+ * (at S = 4096, hd = 256: 8 MiB per R rows, ~11 GFLOP/s). Every sum keeps its order: dv_j
+ * and dk_j take rows i increasing (query blocks ascend inside a key block), dq_i takes keys
+ * j increasing (key blocks ascend, keys ascend inside one; dq_i is stored and reloaded
+ * between key blocks, which is exact), and p_ij, ds_ij are the same expressions as in
+ * qt_attn_bwd_rows. Scratch: D_i = do_i.o_i for the sequence's rows at [0, S), the block's
+ * P and DS tiles (R x QT_ATTN_BWD_KEYS each) from R*S on; used when that fits. */
+#define QT_ATTN_BWD_KEYS 64
+#define QT_ATTN_QB 8 /* query rows per block of the key-block order */
+#define QT_ATTN_BWD_KB_SCRATCH(S) (QT_ATTN_R * (S) + 2 * QT_ATTN_QB * QT_ATTN_BWD_KEYS)
+
+/* P[r*KB + (j-j0)] = p_ij and DS[..] = scale * (p_ij (do_i.v_j - D_i)) for rows i = i0 + r,
+ * r < rr, and keys j in [j0, j1) with j <= i. Groups of eight keys are the outer loop, so
+ * they stay in L1 while the rows pass; every value is the same expression as in
+ * qt_attn_bwd_rows (qt_attn_dot8's dots are qt_attn_dot's). */
+static void qt_attn_bwd_tile(qt_real *P, qt_real *DS, const qt_real *qb, const qt_real *dob,
+                             int64_t qstride, const qt_real *kb, const qt_real *vb,
+                             int64_t kstride, int64_t i0, int rr, int64_t j0, int64_t j1,
+                             int64_t hd, qt_real scale, const qt_real *l, const qt_real *D)
+{
+    qt_real d8[8];
+    for (int pass = 0; pass < 2; pass++) { /* scores -> p, then do.v -> ds */
+        const qt_real *xb = pass ? vb : kb;
+        for (int64_t j = j0; j < j1; j += 8) {
+            for (int r = 0; r < rr; r++) {
+                const int64_t i = i0 + r, je = j1 < i + 1 ? j1 : i + 1;
+                if (j >= je) continue;
+                const qt_real *a = (pass ? dob : qb) + r * qstride;
+                qt_real *pr = P + r * QT_ATTN_BWD_KEYS - j0, *dsr = DS + r * QT_ATTN_BWD_KEYS - j0;
+                if (j + 8 <= je) {
+                    qt_attn_dot8(d8, a, xb + j * kstride, kstride, hd);
+                    if (pass)
+                        for (int m = 0; m < 8; m++) dsr[j + m] = scale * (pr[j + m] * (d8[m] - D[r]));
+                    else
+                        for (int m = 0; m < 8; m++) pr[j + m] = QT_EXP(d8[m] * scale - l[r]);
+                } else {
+                    for (int64_t jj = j; jj < je; jj++) {
+                        const qt_real dd = qt_attn_dot(a, xb + jj * kstride, hd);
+                        if (pass) dsr[jj] = scale * (pr[jj] * (dd - D[r]));
+                        else pr[jj] = QT_EXP(dd * scale - l[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The tile's gradient updates, one 16-wide slice of hd at a time: for keys j in [j0, j1)
+ * increasing, rows r < rr with i0 + r >= j increasing: dv_j += p_ij do_i, dk_j += ds_ij q_i,
+ * dq_i += ds_ij k_j (the rows' q, do and dq slices in registers). */
+static void qt_attn_bwd_tile_update(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt_real *qb,
+                                    const qt_real *dob, const qt_real *kb, const qt_real *P,
+                                    const qt_real *DS, int64_t qstride, int64_t kstride,
+                                    int64_t i0, int rr, int64_t j0, int64_t j1, int64_t hd)
+{
+    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+        qt_attn_v16 qv[QT_ATTN_QB], dov[QT_ATTN_QB], dqv[QT_ATTN_QB];
+        for (int r = 0; r < QT_ATTN_QB; r++) {
+            if (r >= rr) { qv[r] = dov[r] = dqv[r] = (qt_attn_v16){0}; continue; }
+            qv[r] = qt_attn_load16(qb + r * qstride + d0);
+            dov[r] = qt_attn_load16(dob + r * qstride + d0);
+            dqv[r] = qt_attn_load16(dqb + r * qstride + d0);
+        }
+        for (int64_t j = j0; j < j1; j++) {
+            const qt_attn_v16 kj = qt_attn_load16(kb + j * kstride + d0);
+            qt_attn_v16 dvj = qt_attn_load16(dvb + j * kstride + d0);
+            qt_attn_v16 dkj = qt_attn_load16(dkb + j * kstride + d0);
+            const qt_real *pj = P + (j - j0), *dsj = DS + (j - j0);
+#pragma GCC unroll 8
+            for (int r = 0; r < QT_ATTN_QB; r++) {
+                if (r >= rr || j > i0 + r) continue;
+                dvj = dvj + pj[r * QT_ATTN_BWD_KEYS] * dov[r];
+                dkj = dkj + dsj[r * QT_ATTN_BWD_KEYS] * qv[r];
+                dqv[r] = dqv[r] + dsj[r * QT_ATTN_BWD_KEYS] * kj;
+            }
+            memcpy(dvb + j * kstride + d0, &dvj, sizeof dvj);
+            memcpy(dkb + j * kstride + d0, &dkj, sizeof dkj);
+        }
+        for (int r = 0; r < rr; r++) memcpy(dqb + r * qstride + d0, &dqv[r], sizeof dqv[r]);
+    }
+}
+
+/* One (sequence, head) in key-block order (see above). */
+static void qt_attn_bwd_keyblocks(qt_real *dq, qt_real *dkb, qt_real *dvb, const qt_real *dout,
+                                  const qt_real *q, const qt_real *o, const qt_real *kb,
+                                  const qt_real *vb, const qt_real *lse, qt_real *scratch,
+                                  int64_t S, int64_t qstride, int64_t kstride, int64_t hd,
+                                  qt_real scale)
+{
+    qt_real *D = scratch, *P = scratch + QT_ATTN_R * S, *DS = P + QT_ATTN_QB * QT_ATTN_BWD_KEYS;
+    /* D_i = do_i . o_i is the softmax-Jacobian's row term. */
+    for (int64_t i = 0; i < S; i++) D[i] = qt_attn_dot(dout + i * qstride, o + i * qstride, hd);
+    for (int64_t j0 = 0; j0 < S; j0 += QT_ATTN_BWD_KEYS) {
+        const int64_t j1 = S - j0 < QT_ATTN_BWD_KEYS ? S : j0 + QT_ATTN_BWD_KEYS;
+        /* the query blocks that see a key of [j0, j1): rows from j0 (a multiple of R) on */
+        for (int64_t i0 = j0; i0 < S; i0 += QT_ATTN_QB) {
+            const int rr = (int)(S - i0 < QT_ATTN_QB ? S - i0 : QT_ATTN_QB);
+            const int64_t qo = i0 * qstride;
+            qt_attn_bwd_tile(P, DS, q + qo, dout + qo, qstride, kb, vb, kstride, i0, rr, j0, j1,
+                             hd, scale, lse + i0, D + i0);
+            qt_attn_bwd_tile_update(dq + qo, dkb, dvb, q + qo, dout + qo, kb, P, DS, qstride,
+                                    kstride, i0, rr, j0, j1, hd);
+        }
+    }
+}
+
 void QT_FN(qt_attn_bwd_n)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
                           const qt_real *q, const qt_real *k, const qt_real *v,
                           const qt_real *o, const qt_real *lse, qt_real *scratch,
@@ -439,6 +548,13 @@ void QT_FN(qt_attn_bwd_n)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *
             const int64_t kvoff = s * S * kstride + g * hd;
             const qt_real *kb = k + kvoff, *vb = v + kvoff;
             qt_real *dkb = dk + kvoff, *dvb = dv + kvoff;
+            if (scratch_n >= QT_ATTN_BWD_KB_SCRATCH(S)) {
+                const int64_t qoff = (s * S * Hq + h) * hd;
+                qt_attn_bwd_keyblocks(dq + qoff, dkb, dvb, dout + qoff, q + qoff, o + qoff, kb,
+                                      vb, lse + (s * Hq + h) * S, scratch, S, qstride, kstride,
+                                      hd, scale);
+                continue;
+            }
             int64_t i = 0;
             for (; i + QT_ATTN_R <= S; i += QT_ATTN_R) {
                 const int64_t qoff = ((s * S + i) * Hq + h) * hd;
