@@ -1,6 +1,7 @@
 /* kernel_bench.c - the kernel table of `make bench` (issue 10): GFLOP/s, % of the single-core
- * FMA peak measured on this machine at start-up, and arithmetic intensity (FLOP per compulsory byte, for the roofline) of
- * the firmware kernels at the shapes of the qwen3-next-80b-a3b slice
+ * FMA peak measured on this machine at start-up, and arithmetic intensity (FLOP per
+ * compulsory byte, for the roofline) of the firmware kernels at the shapes of the
+ * qwen3-next-80b-a3b slice
  * (configgen/configs/runs/bench-80b-slice.yml: one sequence of 4096 tokens, hidden 2048),
  * plus the machine's memory bandwidth (copy, triad, read and write streams).
  *
@@ -12,6 +13,8 @@
  * 2*M*N*K per pass; causal attention 2*T*Hq*hd*S forward (scores and values over S/2 keys
  * on average) and twice that backward; the delta rule 2*3*Dk*Dv per value head and token
  * forward and twice that backward; the expert FFN 2*rows*3*d*f per pass (rows = T*k).
+ * The weight gradients are the forms the plans run into their leaves (qt_matmul_wgrad_write,
+ * qt_expert_ffn_wgrad_saved_write: written, not accumulated).
  * Compulsory bytes: every operand read once and every output written once (an accumulated
  * output read and written), 4 bytes per float; scratch and saved states count where the
  * kernel must write or read them (GDN checkpoints).
@@ -301,7 +304,7 @@ static void qt_kb_mm_bwd_canon(void *p)
 static void qt_kb_mm_wgrad(void *p)
 {
     qt_kb_mm *a = p;
-    qt_matmul_wgrad(a->dw, a->dy, a->x, a->M, a->N, a->K);
+    qt_matmul_wgrad_write(a->dw, a->dy, a->x, a->M, a->N, a->K); /* the plan's leaf form */
 }
 
 /* canon: 1 when the plan runs this projection's forward with canonical blocks (row-parallel:
@@ -335,7 +338,7 @@ static void qt_kb_matmul_shape(const char *name, int64_t M, int64_t N, int64_t K
     if (canon == 2)
         qt_kb_row(cn, shape, "bwd_data", fl, mn + nk + mk, qt_kb_run(qt_kb_mm_bwd_canon, &a),
                   "(plan)");
-    qt_kb_row(name, shape, "wgrad", fl, mn + mk + 2 * nk, qt_kb_run(qt_kb_mm_wgrad, &a),
+    qt_kb_row(name, shape, "wgrad", fl, mn + mk + nk, qt_kb_run(qt_kb_mm_wgrad, &a),
               ">=75%");
     free(a.x), free(a.w), free(a.y), free(a.dy), free(a.dx), free(a.dw), free(a.scratch);
 }
@@ -512,8 +515,8 @@ static void qt_kb_ffn_bwd(void *p)
 static void qt_kb_ffn_wgrad(void *p)
 {
     qt_kb_ffn *a = p;
-    qt_expert_ffn_wgrad_saved(a->dwgu, a->dwd, a->dy, a->x, a->idx, a->gu, a->dgu, a->scratch,
-                              a->T, a->k, a->E, a->d, a->f, a->wscr_n);
+    qt_expert_ffn_wgrad_saved_write(a->dwgu, a->dwd, a->dy, a->x, a->idx, a->gu, a->dgu,
+                                    a->scratch, a->T, a->k, a->E, a->d, a->f, a->wscr_n);
 }
 
 static void qt_kb_expert_ffn(void)
@@ -555,7 +558,7 @@ static void qt_kb_expert_ffn(void)
     char title[256];
     snprintf(title, sizeof title, "expert FFN (SwiGLU, T = 4096 tokens x top-%lld of %lld "
              "experts = %lld rows, %lld..%lld per expert; d = %lld, f = %lld; the plan's calls: "
-             "fwd_canon / bwd_save_canon nb = %lld, wgrad_saved)", (long long)a.k,
+             "fwd_canon / bwd_save_canon nb = %lld, wgrad_saved_write)", (long long)a.k,
              (long long)a.E, (long long)rows, (long long)cmin, (long long)cmax, (long long)d,
              (long long)f, (long long)nb);
     qt_kb_header(title);
@@ -571,7 +574,7 @@ static void qt_kb_expert_ffn(void)
               ">=60%");
     qt_kb_row("expert FFN", shape, "bwd_data", fl, rb + gb + wb + 2 * xb + gb,
               qt_kb_run(qt_kb_ffn_bwd, &a), ">=60%");
-    qt_kb_row("expert FFN", shape, "wgrad", fl, rb + xb + 2 * gb + 2 * wb,
+    qt_kb_row("expert FFN", shape, "wgrad", fl, rb + xb + 2 * gb + wb,
               qt_kb_run(qt_kb_ffn_wgrad, &a), ">=60%");
     free(a.scratch), free(a.y), free(a.gu), free(a.x), free(a.wgu), free(a.wd), free(a.dx);
     free(a.dgu), free(a.dy), free(a.dwgu), free(a.dwd), free(a.idx);

@@ -173,8 +173,8 @@ TEST(KernelsBasic, MatmulOptimisedPathsBitIdentical)
                              {300, 1, 257}, {5, 4096, 48}, {47, 16, 513}, {64, 512, 16},
                              {11, 33, 1}, {512, 1, 512}, {1, 1, 600}, {29, 1024, 16},
                              {13, 40, 1024}, {25, 70, 2048}, {20, 100, 1024}, {7, 33, 2048},
-                             {3, 257, 1024}};
-    const size_t cap = 300000;
+                             {3, 257, 1024}, {2100, 40, 260}, {2048, 1100, 24}, {30, 2100, 300}};
+    const size_t cap = 3000000;
     std::vector<float> A(cap), B(cap), C1(cap), C2(cap);
     uint64_t s = 6;
     for (auto &v : A) v = (float)qt_test_rand(&s);
