@@ -331,7 +331,8 @@ struct core_outf {
 };
 }  // namespace
 
-static core_outf core_runf(const core_case &k, int64_t chunk)
+// ref: through the *_ref kernels (the scalar step only) instead of the kernels.
+static core_outf core_runf(const core_case &k, int64_t chunk, bool ref = false)
 {
     const gdn_dims &d = k.d;
     int64_t nch = (d.S + chunk - 1) / chunk;
@@ -341,41 +342,19 @@ static core_outf core_runf(const core_case &k, int64_t chunk)
     r.states.assign(d.b * d.hv * nch * d.dk * d.dv, 0.0f);
     r.rq.assign(d.T() * d.hk, 0.0f);
     r.rk.assign(d.T() * d.hk, 0.0f);
-    qt_gdn_core_fwd(r.o.data(), r.states.data(), r.rq.data(), r.rk.data(), c.data(), g.data(),
-                    beta.data(), d.b, d.S, d.hk, d.dk, d.hv, d.dv, chunk, (float)k.qscale,
-                    (float)k.eps);
+    (ref ? qt_gdn_core_fwd_ref : qt_gdn_core_fwd)(r.o.data(), r.states.data(), r.rq.data(),
+                                                  r.rk.data(), c.data(), g.data(), beta.data(),
+                                                  d.b, d.S, d.hk, d.dk, d.hv, d.dv, chunk,
+                                                  (float)k.qscale, (float)k.eps);
     vecf scratch(QT_GDN_CORE_SCRATCH(chunk, d.dk, d.dv), 0.0f);
     r.dc.assign(c.size(), 0.0f);
     r.dg.assign(g.size(), 0.0f);
     r.dbeta.assign(beta.size(), 0.0f);
-    qt_gdn_core_bwd(r.dc.data(), r.dg.data(), r.dbeta.data(), r.states.data(), r.rq.data(),
-                    r.rk.data(), R.data(), c.data(), g.data(), beta.data(), scratch.data(), d.b,
-                    d.S, d.hk, d.dk, d.hv, d.dv, chunk, (float)k.qscale, (float)k.eps);
-    return r;
-}
-
-// The same run through the *_ref kernels (scalar step only).
-static core_outf core_runf_ref(const core_case &k, int64_t chunk)
-{
-    const gdn_dims &d = k.d;
-    int64_t nch = (d.S + chunk - 1) / chunk;
-    vecf c = to_f(k.c), g = to_f(k.g), beta = to_f(k.beta), R = to_f(k.R);
-    core_outf r;
-    r.o.assign(d.T() * d.hv * d.dv, 0.0f);
-    r.states.assign(d.b * d.hv * nch * d.dk * d.dv, 0.0f);
-    r.rq.assign(d.T() * d.hk, 0.0f);
-    r.rk.assign(d.T() * d.hk, 0.0f);
-    qt_gdn_core_fwd_ref(r.o.data(), r.states.data(), r.rq.data(), r.rk.data(), c.data(),
-                        g.data(), beta.data(), d.b, d.S, d.hk, d.dk, d.hv, d.dv, chunk,
-                        (float)k.qscale, (float)k.eps);
-    vecf scratch(QT_GDN_CORE_SCRATCH(chunk, d.dk, d.dv), 0.0f);
-    r.dc.assign(c.size(), 0.0f);
-    r.dg.assign(g.size(), 0.0f);
-    r.dbeta.assign(beta.size(), 0.0f);
-    qt_gdn_core_bwd_ref(r.dc.data(), r.dg.data(), r.dbeta.data(), r.states.data(),
-                        r.rq.data(), r.rk.data(), R.data(), c.data(), g.data(), beta.data(),
-                        scratch.data(), d.b, d.S, d.hk, d.dk, d.hv, d.dv, chunk,
-                        (float)k.qscale, (float)k.eps);
+    (ref ? qt_gdn_core_bwd_ref : qt_gdn_core_bwd)(r.dc.data(), r.dg.data(), r.dbeta.data(),
+                                                  r.states.data(), r.rq.data(), r.rk.data(),
+                                                  R.data(), c.data(), g.data(), beta.data(),
+                                                  scratch.data(), d.b, d.S, d.hk, d.dk, d.hv,
+                                                  d.dv, chunk, (float)k.qscale, (float)k.eps);
     return r;
 }
 
@@ -449,7 +428,7 @@ TEST(gdn_core, vector_step_bit_identical_to_scalar)
     uint64_t seed = 41;
     for (const gdn_dims &d : ds) {
         core_case k(d, seed++);
-        core_outf v = core_runf(k, d.chunk), r = core_runf_ref(k, d.chunk);
+        core_outf v = core_runf(k, d.chunk), r = core_runf(k, d.chunk, true);
         auto same = [](const vecf &a, const vecf &b) {
             return a.size() == b.size() && memcmp(a.data(), b.data(), 4 * a.size()) == 0;
         };
