@@ -272,6 +272,121 @@ static void qt_gdn_pred_row(qt_real *restrict pred, const qt_real *restrict srow
     QT_GDN_BLOCKED(x, l, dv, { pred[x] += (a * srow[x]) * kv; });
 }
 
+#if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__) && defined(__AVX512DQ__)
+/* The backward's passes over the state for Dv = 16*nv (nv 4 or 8: Dv 64 or 128) in explicit
+ * AVX-512, whole rows at a time so the running ddelta / pred columns stay in registers.
+ * Every element runs the scalar pass's expressions; a row's 8-lane sums take the low then
+ * the high half of each 16-column vector, i.e. lane l = x mod 8 in increasing x, as
+ * QT_GDN_BLOCKED does; the lanes are then combined by qt_gdn_lanes_sum. Same bits. */
+static inline float qt_gdn_lanes_sum_v(__m256 v)
+{
+    float l[QT_GDN_LANES];
+    _mm256_storeu_ps(l, v);
+    return qt_gdn_lanes_sum(l);
+}
+
+static inline __m256 qt_gdn_lanes_add(__m256 acc, __m512 t)
+{
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
+    return _mm256_add_ps(acc, _mm512_extractf32x8_ps(t, 1));
+}
+
+/* pred = sum over kk of (a*sp[kk]) * kh[kk], from +0 (qt_gdn_pred_row over every row). */
+static inline __attribute__((always_inline)) void
+qt_gdn_pred_v(float *restrict pred, const float *restrict sp, float a,
+              const float *restrict kh, int64_t dk, const int nv)
+{
+    __m512 pr[8];
+    const __m512 va = _mm512_set1_ps(a);
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) pr[u] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < dk; kk++) {
+        const float *sr = sp + kk * 16 * nv;
+        const __m512 kv = _mm512_set1_ps(kh[kk]);
+#pragma GCC unroll 8
+        for (int u = 0; u < nv; u++) {
+            const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u));
+            pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+        }
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) _mm512_storeu_ps(pred + 16 * u, pr[u]);
+}
+
+/* qt_gdn_bwd_row_b over every row kk; ddelta (zero before) is written at the end. */
+static inline __attribute__((always_inline)) void
+qt_gdn_bwd_b_v(float *restrict ds, float *restrict ddelta, float *restrict dqh,
+               float *restrict dkh, const float *restrict sp, const float *restrict delta,
+               const float *restrict dor, float a, const float *restrict kh,
+               const float *restrict qh, int64_t dk, const int nv)
+{
+    __m512 dd[8];
+    const __m512 va = _mm512_set1_ps(a);
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) dd[u] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < dk; kk++) {
+        const float *sr = sp + kk * 16 * nv;
+        float *dr = ds + kk * 16 * nv;
+        const __m512 kv = _mm512_set1_ps(kh[kk]), qv = _mm512_set1_ps(qh[kk]);
+        __m256 laq = _mm256_setzero_ps(), lak = _mm256_setzero_ps();
+#pragma GCC unroll 8
+        for (int u = 0; u < nv; u++) {
+            const __m512 de = _mm512_loadu_ps(delta + 16 * u), dov = _mm512_loadu_ps(dor + 16 * u);
+            const __m512 st = _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
+                                            _mm512_mul_ps(kv, de));
+            const __m512 dsv = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(qv, dov));
+            laq = qt_gdn_lanes_add(laq, _mm512_mul_ps(st, dov));
+            _mm512_storeu_ps(dr + 16 * u, dsv);
+            lak = qt_gdn_lanes_add(lak, _mm512_mul_ps(dsv, de));
+            dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv, kv));
+        }
+        dqh[kk] = qt_gdn_lanes_sum_v(laq);
+        dkh[kk] = qt_gdn_lanes_sum_v(lak);
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) _mm512_storeu_ps(ddelta + 16 * u, dd[u]);
+}
+
+/* qt_gdn_bwd_row_c for row kk: kr[0] = S'dpred, kr[1] = <dS', S_prev>; dS <- a*dS'. */
+static inline __attribute__((always_inline)) void
+qt_gdn_bwd_c_v(float *restrict dr, float *restrict kr, const float *restrict sr,
+               const float *restrict dpred, float a, float kh, const int nv)
+{
+    const __m512 va = _mm512_set1_ps(a), kv = _mm512_set1_ps(kh);
+    __m256 lak = _mm256_setzero_ps(), lar = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) {
+        const __m512 sv = _mm512_loadu_ps(sr + 16 * u), dp = _mm512_loadu_ps(dpred + 16 * u);
+        const __m512 dsp = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(kv, dp));
+        lak = qt_gdn_lanes_add(lak, _mm512_mul_ps(_mm512_mul_ps(va, sv), dp));
+        lar = qt_gdn_lanes_add(lar, _mm512_mul_ps(dsp, sv));
+        _mm512_storeu_ps(dr + 16 * u, _mm512_mul_ps(va, dsp));
+    }
+    kr[0] = qt_gdn_lanes_sum_v(lak);
+    kr[1] = qt_gdn_lanes_sum_v(lar);
+}
+#define QT_GDN_BWD_V 1
+#endif
+
+/* Vectors of 16 per state row for the vector backward (0: the scalar rows), and a call with
+ * NV a compile-time 4 or 8. */
+#ifdef QT_GDN_BWD_V
+#define QT_GDN_BWD_NV(d) (!(d)->scalar && ((d)->dv == 64 || (d)->dv == 128) ? (int)((d)->dv / 16) : 0)
+#define QT_GDN_BWD_CALL(nv, call)                                                          \
+    do {                                                                                   \
+        if ((nv) == 4) {                                                                   \
+            enum { NV = 4 };                                                               \
+            call;                                                                          \
+        } else {                                                                           \
+            enum { NV = 8 };                                                               \
+            call;                                                                          \
+        }                                                                                  \
+    } while (0)
+#else
+#define QT_GDN_BWD_NV(d) 0
+#define QT_GDN_BWD_CALL(nv, call) ((void)0)
+#endif
+
 static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
                                  qt_real *restrict dbeta, const qt_real *restrict states,
                                  const qt_real *restrict rq, const qt_real *restrict rk,
@@ -316,22 +431,33 @@ static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
                     qt_real a = QT_EXP(g[row * hv + j]), bt = beta[row * hv + j];
                     qt_gdn_load_qk(qh, kh, crow, rq[row * hk + h], rk[row * hk + h], qscale,
                                    h, &d);
+                    /* the vector passes (Dv 64 or 128, same bits) or the scalar rows */
+                    const int nv = QT_GDN_BWD_NV(&d);
                     /* pred and delta exactly as the forward step computed them */
-                    for (int64_t x = 0; x < dv; x++) pred[x] = QT_R(0.0);
-                    for (int64_t kk = 0; kk < dk; kk++)
-                        qt_gdn_pred_row(pred, sp + kk * dv, a, kh[kk], dv);
+                    if (nv) {
+                        QT_GDN_BWD_CALL(nv, qt_gdn_pred_v(pred, sp, a, kh, dk, NV));
+                    } else {
+                        for (int64_t x = 0; x < dv; x++) pred[x] = QT_R(0.0);
+                        for (int64_t kk = 0; kk < dk; kk++)
+                            qt_gdn_pred_row(pred, sp + kk * dv, a, kh[kk], dv);
+                    }
                     for (int64_t x = 0; x < dv; x++) {
                         delta[x] = bt * (v[x] - pred[x]);
                         ddelta[x] = QT_R(0.0);
                     }
                     /* S_t = S' + kh delta^T; dqh = S_t do; dS += qh do^T;
                      * dkh = dS delta; ddelta = dS^T kh */
-                    for (int64_t kk = 0; kk < dk; kk++) {
-                        qt_real r2[2];
-                        qt_gdn_bwd_row_b(ds + kk * dv, ddelta, r2, sp + kk * dv, delta, dor, a,
-                                         kh[kk], qh[kk], dv);
-                        dqh[kk] = r2[0];
-                        dkh[kk] = r2[1];
+                    if (nv) {
+                        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(ds, ddelta, dqh, dkh, sp, delta, dor, a,
+                                                           kh, qh, dk, NV));
+                    } else {
+                        for (int64_t kk = 0; kk < dk; kk++) {
+                            qt_real r2[2];
+                            qt_gdn_bwd_row_b(ds + kk * dv, ddelta, r2, sp + kk * dv, delta, dor,
+                                             a, kh[kk], qh[kk], dv);
+                            dqh[kk] = r2[0];
+                            dkh[kk] = r2[1];
+                        }
                     }
                     qt_real db = QT_R(0.0);
                     for (int64_t x = 0; x < dv; x++) {
@@ -343,7 +469,11 @@ static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
                     qt_real da = QT_R(0.0);
                     for (int64_t kk = 0; kk < dk; kk++) {
                         qt_real r2[2];
-                        qt_gdn_bwd_row_c(ds + kk * dv, r2, sp + kk * dv, dpred, a, kh[kk], dv);
+                        if (nv)
+                            QT_GDN_BWD_CALL(nv, qt_gdn_bwd_c_v(ds + kk * dv, r2, sp + kk * dv,
+                                                               dpred, a, kh[kk], NV));
+                        else
+                            qt_gdn_bwd_row_c(ds + kk * dv, r2, sp + kk * dv, dpred, a, kh[kk], dv);
                         dkh[kk] += r2[0];
                         da += r2[1];
                     }
