@@ -63,12 +63,11 @@ static void qt_gdn_load_qk(qt_real *restrict qh, qt_real *restrict kh,
 #include <immintrin.h>
 #define QT_GDN_XB 64 /* columns per block of the vector step: 4 zmm of delta and of o */
 
-/* qt_gdn_step for dv a multiple of 64, in column blocks of 64 (the u loops are unrolled so
- * delta and o stay in registers): every column runs exactly
- * the scalar step's operations in the same order (its delta over kk increasing, then its
- * state update and output over kk increasing; columns never mix), so the bits are the
- * scalar step's. Blocking keeps a block's delta and o in registers and its 64-column slice
- * of the state (dk rows of 256 bytes) in L1 between the two passes. */
+/* qt_gdn_step for dv a multiple of 64, in column blocks of 64: every column runs exactly the
+ * scalar step's operations in the same order (its delta over kk increasing, then its state
+ * update and output over kk increasing; columns never mix), so the bits are the scalar
+ * step's. The u loops are unrolled so a block's delta and o stay in registers, and its
+ * 64-column slice of the state (dk rows of 256 bytes) stays in L1 between the two passes. */
 static void qt_gdn_step_v(float *restrict st, float *restrict o, float *restrict delta,
                           const float *restrict qh, const float *restrict kh,
                           const float *restrict v, float a, float bt, int64_t dk, int64_t dv)
@@ -81,7 +80,7 @@ static void qt_gdn_step_v(float *restrict st, float *restrict o, float *restrict
         for (int64_t kk = 0; kk < dk; kk++) {
             const float *sr = st + kk * dv + x0;
             const __m512 kv = _mm512_set1_ps(kh[kk]);
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int u = 0; u < 4; u++) { /* delta += (a * s) * kv */
                 const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u));
                 dl[u] = _mm512_add_ps(dl[u], _mm512_mul_ps(as, kv));
@@ -96,7 +95,7 @@ static void qt_gdn_step_v(float *restrict st, float *restrict o, float *restrict
         for (int64_t kk = 0; kk < dk; kk++) {
             float *sr = st + kk * dv + x0;
             const __m512 kv = _mm512_set1_ps(kh[kk]), qv = _mm512_set1_ps(qh[kk]);
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int u = 0; u < 4; u++) { /* s = a*s + kv*delta; o += s * qv */
                 __m512 sn = _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
                                           _mm512_mul_ps(kv, dl[u]));
@@ -371,7 +370,8 @@ qt_gdn_bwd_c_v(float *restrict dr, float *restrict kr, const float *restrict sr,
 /* Vectors of 16 per state row for the vector backward (0: the scalar rows), and a call with
  * NV a compile-time 4 or 8. */
 #ifdef QT_GDN_BWD_V
-#define QT_GDN_BWD_NV(d) (!(d)->scalar && ((d)->dv == 64 || (d)->dv == 128) ? (int)((d)->dv / 16) : 0)
+#define QT_GDN_BWD_NV(d)                                                                   \
+    (!(d)->scalar && ((d)->dv == 64 || (d)->dv == 128) ? (int)((d)->dv / 16) : 0)
 #define QT_GDN_BWD_CALL(nv, call)                                                          \
     do {                                                                                   \
         if ((nv) == 4) {                                                                   \

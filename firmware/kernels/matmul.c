@@ -6,15 +6,20 @@
  *    SIMD lane runs exactly the scalar chain of one element. Contraction blocking stores the
  *    partial accumulator as a float and reloads it, which is exact, so blocking never
  *    changes bits. The accumulating variants keep partials in a static tile and add into the
- *    destination only after the last block (dst = dst + acc, once).
+ *    destination only after the last block (dst = dst + acc, once); the writing weight
+ *    gradient (dst = (+0) + acc) keeps them in dst itself, as the forward does in y.
+ * The canonical-block contractions of matmul_canon.h (contraction up to 2048) run here tile
+ * by tile: each block's chain into a per-tile stack, then the pairwise tree (same bits as
+ * the copying form there).
  * The double build (-DQT_REAL_DOUBLE) uses the scalar path only.
  * Each tile height 1..MR (and strips of one vector) has its own register-resident kernel.
  * B strips already contiguous in the output column (bwd_data, wgrad) are read in place unless
  * their rows sit at 4 KiB multiples (then the block is packed); A is packed into [kc][MR]
  * micro-panels only where its in-place access is poor (wgrad; 4 KiB row strides). None of
  * this touches the per-element FMA order.
- * Invariants: no heap; the packed panels and the partial tile are one static module struct;
- * padded panel columns are zero and never stored.
+ * Invariants: no heap; the packed panels (256 KiB, and 1 MiB for the wide and canonical
+ * panels), the partial tile and the canonical stack are one static module struct; padded
+ * panel columns are zero and never stored.
  */
 #include "matmul.h"
 #include "matmul_canon.h"
