@@ -453,11 +453,13 @@ static void qt_attn_bwd_tile(qt_real *P, qt_real *DS, const qt_real *qb, const q
                 const int64_t i = i0 + r, je = j1 < i + 1 ? j1 : i + 1;
                 if (j >= je) continue;
                 const qt_real *a = (pass ? dob : qb) + r * qstride;
-                qt_real *pr = P + r * QT_ATTN_BWD_KEYS - j0, *dsr = DS + r * QT_ATTN_BWD_KEYS - j0;
+                qt_real *pr = P + r * QT_ATTN_BWD_KEYS - j0;
+                qt_real *dsr = DS + r * QT_ATTN_BWD_KEYS - j0;
                 if (j + 8 <= je) {
                     qt_attn_dot8(d8, a, xb + j * kstride, kstride, hd);
                     if (pass)
-                        for (int m = 0; m < 8; m++) dsr[j + m] = scale * (pr[j + m] * (d8[m] - D[r]));
+                        for (int m = 0; m < 8; m++)
+                            dsr[j + m] = scale * (pr[j + m] * (d8[m] - D[r]));
                     else
                         for (int m = 0; m < 8; m++) pr[j + m] = QT_EXP(d8[m] * scale - l[r]);
                 } else {
