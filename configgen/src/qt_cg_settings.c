@@ -289,6 +289,12 @@ static int check_model(const qt_cg_vctx *v, qt_cg_settings *s)
             d = strtod(ms->items[i].s, &end);
             if (*end || d < 0 || d != floor(d))
                 return bad(v, "mrope_section", "expected a list of non-negative integers");
+            /* checked before the conversion: 1e39 does not fit a long long (found by
+             * fuzz_yaml), and no entry can exceed the sum it must reach */
+            if (d > (double)(rot / 2))
+                return bad(v, "mrope_section",
+                           "entry %s exceeds rotary_dim/2 = %lld, which the entries must sum to",
+                           ms->items[i].s, (long long)(rot / 2));
             sum += (long long)d;
         }
         if (sum != rot / 2)
