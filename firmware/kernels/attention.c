@@ -429,7 +429,8 @@ static void qt_attn_bwd_block(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt
  * between key blocks, which is exact), and p_ij, ds_ij are the same expressions as in
  * qt_attn_bwd_rows. Scratch: D_i = do_i.o_i for the sequence's rows at [0, S), the block's
  * P and DS tiles (QT_ATTN_QB x QT_ATTN_BWD_KEYS each) from R*S on (R = QT_ATTN_BWD_ROWS, so
- * the planned QT_ATTN_BWD_SCRATCH holds them from S = 128 on); used when that fits.
+ * the planned QT_ATTN_BWD_SCRATCH holds them from S = 256 on: 4 S + 1024 <= 8 S); used when
+ * that fits.
  * 8-row query blocks measured 31.6 GFLOP/s at S 4096, hd 256 against 28.2 for 4 and 22.3
  * for 2. */
 #define QT_ATTN_BWD_KEYS 64
