@@ -49,7 +49,7 @@ FW_SRC := $(FW_COMMON) firmware/comm/coll.c firmware/comm/comm_env.c firmware/co
 FW_SRC_MUSL := $(FW_COMMON) firmware/comm/coll.c firmware/comm/comm_env.c firmware/comm/comm_local.c
 FW_MAIN := firmware/app/main.c $(filter-out firmware/app/main.c,$(wildcard firmware/app/*.c))
 KERNEL_SRC := $(wildcard firmware/kernels/*.c)
-CG_SRC := $(wildcard configgen/src/*.c)
+CG_SRC := $(wildcard configgen/src/*/*.c)
 TEST_CPP := $(wildcard tests/unit/*.cpp)
 TEST_C := $(wildcard tests/unit/*.c)
 TOOL_SRC := $(filter-out tests/tools/heap_audit.c,$(wildcard tests/tools/*.c))
@@ -61,7 +61,7 @@ K64_OBJ := $(patsubst firmware/kernels/%.c,$(BUILD)/k64/%.o,$(KERNEL_SRC))
 # The plan hash is one function shared with the firmware (firmware/runtime/plan_hash.c).
 CG_OBJ := $(patsubst configgen/src/%.c,$(BUILD)/configgen/%.o,$(CG_SRC)) $(BUILD)/configgen/plan_hash.o
 # The unit tests link the firmware too, which brings its own plan_hash.o.
-CG_LIB_OBJ := $(filter-out $(BUILD)/configgen/main.o $(BUILD)/configgen/plan_hash.o,$(CG_OBJ))
+CG_LIB_OBJ := $(filter-out $(BUILD)/configgen/driver/main.o $(BUILD)/configgen/plan_hash.o,$(CG_OBJ))
 TEST_OBJ := $(patsubst tests/unit/%.cpp,$(BUILD)/tests/%.o,$(TEST_CPP)) \
             $(patsubst tests/unit/%.c,$(BUILD)/tests/%.o,$(TEST_C))
 TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC)) $(BUILD)/tools/libheap_audit.so
@@ -102,7 +102,7 @@ deps:
 	@./tests/scripts/deps.sh
 
 # ---------------------------------------------------------------- configgen and plans
-$(BUILD)/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h firmware/include/qt_ops.def
+$(BUILD)/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h firmware/include/qt_ops.def
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_HOST) -Iconfiggen/src -c $< -o $@
 
@@ -168,7 +168,7 @@ $(BUILD)/%/qtrain-static: $(FW_MUSL_OBJ) $(BUILD)/plans-musl/%.o $(BUILD)/plans-
 	$(ARENA_UNLOAD) $@ || { rm -f $@; exit 1; }
 
 # ---------------------------------------------------------------- tests and tools
-$(BUILD)/tests/%.o: tests/unit/%.cpp $(wildcard tests/unit/*.h tests/golden/kernels/*.h firmware/include/*.h firmware/*/*.h configgen/src/*.h)
+$(BUILD)/tests/%.o: tests/unit/%.cpp $(wildcard tests/unit/*.h tests/golden/kernels/*.h firmware/include/*.h firmware/*/*.h configgen/src/*/*.h)
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS_TEST) -c $< -o $@
 
@@ -223,7 +223,7 @@ SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fra
 # -Wno-format-truncation: at -O1 with the sanitizers gcc's range analysis is weaker and it
 # warns about bounded snprintf calls that -O2 proves fit (st_write.c: a getdents64 name,
 # at most NAME_MAX, after a directory shorter than QT_ST_PATH_MAX into 2 * QT_ST_PATH_MAX;
-# qt_cg_shard.c: a short list of mesh axis names). snprintf truncates, it never overflows.
+# mesh/shard.c: a short list of mesh axis names). snprintf truncates, it never overflows.
 CFLAGS_ASAN := $(filter-out -O2,$(CFLAGS_FW)) $(SANFLAGS) -Wno-format-truncation
 CFLAGS_HOST_ASAN := $(filter-out -O2,$(CFLAGS_HOST)) $(SANFLAGS) -Wno-format-truncation
 CXXFLAGS_TEST_ASAN := $(filter-out -O1,$(CXXFLAGS_TEST)) $(SANFLAGS)
@@ -255,11 +255,11 @@ $(BUILD)/asan/plans/%.main.o: generated/%/plan.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) -Igenerated/$* -c generated/$*/plan_main.c -o $@
 
-$(BUILD)/asan/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h firmware/include/qt_ops.def
+$(BUILD)/asan/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h firmware/include/qt_ops.def
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_HOST_ASAN) -Iconfiggen/src -c $< -o $@
 
-$(BUILD)/asan/tests/%.o: tests/unit/%.cpp $(wildcard tests/unit/*.h tests/golden/kernels/*.h firmware/include/*.h firmware/*/*.h configgen/src/*.h)
+$(BUILD)/asan/tests/%.o: tests/unit/%.cpp $(wildcard tests/unit/*.h tests/golden/kernels/*.h firmware/include/*.h firmware/*/*.h configgen/src/*/*.h)
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS_TEST_ASAN) -c $< -o $@
 
@@ -296,7 +296,7 @@ FUZZ_CFLAGS_INST := $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link
 FUZZ_FW_SRC := $(foreach d,math runtime io,$(wildcard firmware/$(d)/*.c)) firmware/comm/coll.c firmware/comm/comm_env.c \
                firmware/comm/comm_local.c firmware/app/cli.c
 FUZZ_FW_OBJ := $(patsubst firmware/%.c,$(BUILD)/fuzz/fw/%.o,$(FUZZ_FW_SRC))
-FUZZ_CG_OBJ := $(patsubst configgen/src/%.c,$(BUILD)/fuzz/configgen/%.o,$(filter-out configgen/src/main.c,$(CG_SRC)))
+FUZZ_CG_OBJ := $(patsubst configgen/src/%.c,$(BUILD)/fuzz/configgen/%.o,$(filter-out configgen/src/driver/main.c,$(CG_SRC)))
 FUZZ_BIN := $(foreach t,$(FUZZ_TARGETS),$(BUILD)/fuzz/fuzz_$(t))
 
 .PHONY: fuzz fuzz-build
@@ -311,7 +311,7 @@ $(BUILD)/fuzz/fw/%.o: firmware/%.c $(wildcard firmware/include/*.h firmware/incl
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS_INST) -c $< -o $@
 
-$(BUILD)/fuzz/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h firmware/include/qt_ops.def
+$(BUILD)/fuzz/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h firmware/include/qt_ops.def
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS_INST) -Iconfiggen/src -c $< -o $@
 
@@ -325,7 +325,7 @@ $(BUILD)/fuzz/libqtfw.a: $(FUZZ_FW_OBJ)
 $(BUILD)/fuzz/libqtcg.a: $(FUZZ_CG_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/fuzz/fuzz_%.o: tests/fuzz/fuzz_%.c tests/fuzz/qt_fuzz.h $(wildcard firmware/include/*.h firmware/*/*.h configgen/src/*.h)
+$(BUILD)/fuzz/fuzz_%.o: tests/fuzz/fuzz_%.c tests/fuzz/qt_fuzz.h $(wildcard firmware/include/*.h firmware/*/*.h configgen/src/*/*.h)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS_INST) -Iconfiggen/src -c $< -o $@
 

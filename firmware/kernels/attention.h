@@ -15,7 +15,7 @@
 
 /* The blocked backward handles QT_ATTN_BWD_ROWS query rows at once and keeps their softmax
  * probabilities and score gradients in scratch: it needs QT_ATTN_BWD_SCRATCH(S) elements
- * (configgen plans that for ATTN_BWD t9; qt_cg_check.c includes this header). */
+ * (configgen plans that for ATTN_BWD t9; check/check.c includes this header). */
 #define QT_ATTN_BWD_ROWS 4
 #define QT_ATTN_BWD_SCRATCH(S) (2 * QT_ATTN_BWD_ROWS * (int64_t)(S))
 

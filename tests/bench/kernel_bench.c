@@ -525,7 +525,7 @@ static void qt_kb_expert_ffn(void)
     a.T = 4096, a.k = 10, a.E = 16, a.d = 2048, a.f = 512;
     a.nb = qt_canon_blocks(a.f, 1);
     const int64_t rows = a.T * a.k, d = a.d, f = a.f, nb = a.nb;
-    /* the plan's scratch sizes (qt_cg_graph.c expert_scratch; plan.txt L*.moe.expert_*) */
+    /* the plan's scratch sizes (model/graph.c expert_scratch; plan.txt L*.moe.expert_*) */
     a.fscr_n = rows * (d + 3 * f + nb * d + 2 * f / nb) + rows + a.E + 1 + rows * d + d * (2 * f / nb);
     a.bscr_n = a.fscr_n - 16;
     a.wscr_n = 104857600;

@@ -1,5 +1,5 @@
 # 22_remat.sh - rematerialisation (sourced by run_all.sh): remat_policy=full and save_dot
-# recompute a layer's forward in the backward (configgen/src/qt_cg_remat.c); the losses and
+# recompute a layer's forward in the backward (configgen/src/model/remat.c); the losses and
 # parameter fingerprints are the same bits as without, on one rank (both decoders, the
 # load-balance loss) and on meshes (expert, tensor parallelism), and plan.txt's activation
 # peak falls: full < save_dot < none. A recompute that is missing or misplaced is refused at

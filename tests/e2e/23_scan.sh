@@ -1,5 +1,5 @@
 # 23_scan.sh - scan_layers (sourced by run_all.sh): a plan whose repeated layer cycles are
-# stored once and run in a loop (configgen/src/qt_cg_scan.c, qt_plan.h qt_scan) trains the
+# stored once and run in a loop (configgen/src/schedule/scan.c, qt_plan.h qt_scan) trains the
 # same bits as the unrolled plan, on one rank and on DP2 x EP2 with every per-layer op kind
 # inside the scanned blocks (per-layer gradient reduce-scatters, weight gathers, remat
 # copies, expert dispatch); plan.txt reports both table sizes. 16-layer tiny models: four

@@ -1,5 +1,5 @@
 /* fuzz_yaml.c - libFuzzer target: configgen's YAML-subset reader, config layering and
- * validation (configgen/src/qt_cg_yaml.c, qt_cg_config.c, qt_cg_settings.c), and for
+ * validation (configgen/src/config/yaml.c, config/config.c, config/settings.c), and for
  * small valid configs the rest of the plan pipeline (graph, autodiff, memory plan,
  * schedule and layout checks, hash) and the in-memory emission of plan.c and plan.txt.
  *
@@ -14,7 +14,7 @@
  * an emitted plan.c holds no non-finite float literal outside its strings (it must compile).
  */
 #include "qt_fuzz.h"
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 #define QT_FUZZ_MAX_OVER 16
 

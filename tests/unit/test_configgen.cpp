@@ -13,7 +13,7 @@
 #include <vector>
 
 extern "C" {
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 }
 
 #include "CppUTest/TestHarness.h"

@@ -1,4 +1,4 @@
-/* qt_cg_settings.c - validation of a layered config and its resolution into plan values.
+/* config/settings.c - validation of a layered config and its resolution into plan values.
  *
  * Every rule refuses a config configgen cannot honour, with a message that names the
  * key(s), the value(s), where they were set and what was expected, so a bad combination
@@ -22,7 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 #include "../../firmware/kernels/matmul_canon.h"
 
 typedef struct qt_cg_vctx {
@@ -162,7 +162,7 @@ static int prod_ok(const qt_cg_vctx *v, const char *what, int n, ...)
                "would overflow; expected smaller sizes", msg, what);
 }
 
-/* The tensor sizes of the model and batch, as products of keys (qt_cg_graph.c shapes; a
+/* The tensor sizes of the model and batch, as products of keys (model/graph.c shapes; a
  * sum inside a shape is bounded by a constant times its largest term). */
 static int check_sizes(const qt_cg_vctx *v, const qt_cg_settings *s)
 {

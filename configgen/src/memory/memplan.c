@@ -1,4 +1,4 @@
-/* qt_cg_memplan.c - arena layout and the liveness-based activation planner.
+/* memory/memplan.c - arena layout and the liveness-based activation planner.
  *
  * Layout (bytes, every region and tensor 64-byte aligned):
  *   params | adam_m | adam_v | tree level 0..n-1 (level n-1 = grads) | leaf scratch |
@@ -19,14 +19,14 @@
  * loss_seq, lb_seq and the table); tensors are placed largest first (ties by id) at the
  * lowest offset that overlaps no placed tensor with an overlapping lifetime. The arena is
  * rounded up to 2 MiB. Invariants are re-checked by qt_cg_check_plan.
- * Bounds: every tensor is <= 2^56 elements (qt_cg_settings.c, qt_cg_add_tensor); the flat
+ * Bounds: every tensor is <= 2^56 elements (config/settings.c, qt_cg_add_tensor); the flat
  * region is refused above 2^54 elements and the activations above 2^60 bytes, so no offset
  * sum here can wrap a signed 64-bit integer.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 #define ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
 /* Receive buffer of the reduce-scatter (floats): large enough that MPICH moves big

@@ -1,4 +1,4 @@
-/* qt_cg_diff.c - `configgen --diff A B`: what differs between two plans.
+/* driver/diff.c - `configgen --diff A B`: what differs between two plans.
  *
  * A and B are each a run config (.yml/.yaml: the plan is built in memory with
  * qt_cg_plan_build and its report rendered with qt_cg_emit_report, nothing is written), a
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 #define QT_CG_DIFF_SHOW 40        /* lines shown per section before "... N more" */
 #define QT_CG_DIFF_MAX_D 4000     /* edit-script length beyond which ops pair by index */

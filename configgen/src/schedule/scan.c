@@ -1,4 +1,4 @@
-/* qt_cg_scan.c - scan_layers: the stored microbatch schedule runs the repeated layer cycles
+/* schedule/scan.c - scan_layers: the stored microbatch schedule runs the repeated layer cycles
  * from one stored copy (qt_plan.h qt_scan), instead of listing every layer.
  *
  * Everything else in configgen works on the unrolled schedule (g->mb: the checks, the
@@ -24,7 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 /* Layer of tensor id: "L<n>." activations (and their clones and gradients), parameters by
  * their layer; -1 for everything else. */
@@ -41,7 +41,7 @@ static int tensor_layer(const qt_cg_graph *g, int32_t id)
 }
 
 /* Layer of flat range r: its first parameter's (a range holds one segment and starts with
- * a parameter, qt_cg_memplan.c). */
+ * a parameter, memory/memplan.c). */
 static int range_layer(const qt_cg_graph *g, int64_t r)
 {
     for (int p = 0; p < g->np; p++)

@@ -1,4 +1,4 @@
-/* qt_cg_config.c - layering of config sources and key/type checking.
+/* config/config.c - layering of config sources and key/type checking.
  *
  * base.yml defines the set of known keys and, by the form of each default, its type
  * (true/false -> bool, integer literal -> int, other number -> float, quoted or bare
@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 /* base.yml's "---- model shape" section, in its order (the unit tests compare them) */
 const char *const qt_cg_model_keys[] = {

@@ -1,4 +1,4 @@
-/* qt_cg_generate.c - the configgen driver: command line, the build pipeline and the
+/* driver/generate.c - the configgen driver: command line, the build pipeline and the
  * atomic write of the four output files.
  *
  * Invariants: every check (config, validation, schedule, memory plan) runs and every file
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 static int exists(const char *path)
 {

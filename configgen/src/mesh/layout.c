@@ -1,4 +1,4 @@
-/* qt_cg_layout.c - activation layouts: what the logical axes declare, what the plan executes,
+/* mesh/layout.c - activation layouts: what the logical axes declare, what the plan executes,
  * and the type check between them (design.md section 4).
  *
  * Every activation carries two per-dim layouts (bitmasks of mesh axes): t.spec, resolved
@@ -15,7 +15,7 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 void qt_cg_layout_default(const qt_cg_settings *s, int ndim, const uint8_t *axes, uint8_t *exec)
 {

@@ -1,4 +1,4 @@
-/* qt_cg_report.c - plan.txt, the human-readable account of a plan: config summary; the
+/* emit/report.c - plan.txt, the human-readable account of a plan: config summary; the
  * mesh (axis sizes, shard mode, ZeRO-1, batch and optimizer axes); which sequences each
  * rank reads; per-rank bytes by region (with the ZeRO-1 alternative on a mesh); every
  * collective of the step schedule with the bytes each rank sends; the arena memory map;
@@ -7,7 +7,7 @@
  *
  * Invariants: the text depends only on the plan (byte-stable, so generated/ is diffable);
  * sections start with "== title ==" and tensors / ops / collectives are one line each with
- * whitespace-free fields, which `configgen --diff` (qt_cg_diff.c) relies on: a tensor line
+ * whitespace-free fields, which `configgen --diff` (driver/diff.c) relies on: a tensor line
  * is "id role dtype local global axes spec SPEC @offset ... name", an op line "index kind
  * ...", a collective line "index kind group R bytes @offset sent what...".
  * Byte counts of collectives follow firmware/comm/coll.c: reduce-scatter (recursive
@@ -18,7 +18,7 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 static const char *const role_txt[QT_ROLE_COUNT] = {
     "param", "grad", "adam_m", "adam_v", "input", "act", "saved", "act_grad", "loss", "table",
@@ -483,7 +483,7 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
                      "over the batch axes, the gradient norm^2 over the optimizer axes)\n");
 }
 
-/* Activations held otherwise than their logical axes declare (qt_cg_layout.c): declared by
+/* Activations held otherwise than their logical axes declare (mesh/layout.c): declared by
  * their layers under shard_mode=explicit, propagated under auto; the reason, one per line. */
 static void layout_section(qt_cg_buf *b, const qt_cg_graph *g)
 {

@@ -1,4 +1,4 @@
-/* qt_cg_graph.c - the forward step graph of one microbatch, built from qt_ops.h ops.
+/* model/graph.c - the forward step graph of one microbatch, built from qt_ops.h ops.
  *
  * b = per_device_batch_size sequences, S = max_target_length, T = b*S. Activations carry
  * shapes [b, S, ...] (so their logical axes follow research/maxtext.md 3.3); parameters
@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/matmul_canon.h"
 
@@ -107,7 +107,7 @@ static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64
     int32_t t = qt_cg_add_tensor(g, name, QT_ROLE_PARAM, QT_F32, ndim, shape, axes);
     /* Routed experts sharded over the expert axis: each rank holds El = E/Ep of them (local
      * shape); other shardings of parameters (fsdp, expert on embed dims) split only the
-     * optimizer state, and the compute copy stays whole (design notes in qt_cg_step.c). */
+     * optimizer state, and the compute copy stays whole (design notes in schedule/step.c). */
     qt_tensor *pt = &g->ts[t].t;
     for (int d = 0; d < ndim; d++) {
         int64_t parts = 1;
@@ -211,7 +211,7 @@ static void matmul_row(qt_cg_graph *g, int32_t y, int32_t x, int32_t w, const qt
 
 /* A column-parallel projection (q/k/v_proj, in_proj_qkvz/ba, shared gate/up): its data
  * gradient's contraction over the output features is canonically blocked; the block count
- * waits in a6 for autodiff (qt_cg_autodiff.c). */
+ * waits in a6 for autodiff (model/autodiff.c). */
 static void matmul_col(qt_cg_graph *g, int32_t y, int32_t x, int32_t w, const qt_cg_dims *D)
 {
     matmul(g, y, x, w, D);

@@ -1,4 +1,4 @@
-/* qt_cg_remat.c - rematerialisation (remat_policy): a decoder layer's forward is run again
+/* model/remat.c - rematerialisation (remat_policy): a decoder layer's forward is run again
  * during the backward pass, from the layer's saved input, so its intermediate activations
  * live only during that layer's backward instead of from the forward to the backward.
  *
@@ -31,7 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 static int is_dot(int kind)
 {

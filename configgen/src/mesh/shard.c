@@ -1,4 +1,4 @@
-/* qt_cg_shard.c - logical axis names and their resolution to mesh axes.
+/* mesh/shard.c - logical axis names and their resolution to mesh axes.
  *
  * Semantics are MaxText's (Flax logical_to_mesh_axes, then size-1 mesh axes dropped;
  * research/maxtext.md 3.2): rules are scanned in list order; a rule names a logical axis
@@ -10,7 +10,7 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 const char *const qt_cg_mt_axis_names[QT_CG_N_MT_AXES] = {
     "diloco", "data", "stage", "fsdp", "fsdp_transpose", "context", "context_usp_ulysses",

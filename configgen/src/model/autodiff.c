@@ -1,4 +1,4 @@
-/* qt_cg_autodiff.c - reverse-mode differentiation of the forward microbatch graph.
+/* model/autodiff.c - reverse-mode differentiation of the forward microbatch graph.
  *
  * Walks the forward ops backwards and emits each op's backward per qt_ops.h. Invariants:
  *  - every activation-gradient buffer gets a ZERO op immediately before its first writer,
@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 #include "../../firmware/kernels/gdn_core.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/attention.h"

@@ -1,4 +1,4 @@
-/* qt_cg_step.c - the step schedule: what runs once per optimizer step after the last
+/* schedule/step.c - the step schedule: what runs once per optimizer step after the last
  * microbatch (qt_ops.def, step section), and the collectives it names.
  *
  * One rank: GRAD_FINALIZE (tree total + normalise + norm, fused) then ADAMW.
@@ -24,7 +24,7 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 /* Appends an op to the step schedule, or with `mbend` to the microbatch-end schedule. */
 static qt_op *sched_op(qt_cg_graph *g, int mbend, int kind)

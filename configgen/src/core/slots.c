@@ -1,10 +1,10 @@
-/* qt_cg_slots.c - configgen's view of the op registry (firmware/include/qt_ops.def): the
+/* core/slots.c - configgen's view of the op registry (firmware/include/qt_ops.def): the
  * slot roles and the name of each op kind. The liveness planner, the schedule checks and
  * plan.txt read them; they come from the same rows as the firmware's kernel table, so the
  * two cannot disagree.
  */
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 static const char *const slots[QT_OP_COUNT] = {
 #define QT_OP(e, name, cls, sl) [QT_OP_##e] = sl,

@@ -19,7 +19,7 @@
 
 #define QT_CG_VERSION "0.1.0"
 
-/* ---- utilities (qt_cg_util.c) ------------------------------------------------------- */
+/* ---- utilities (core/util.c) ------------------------------------------------------- */
 
 /* Format a message into err (if non-NULL) and return -1, so callers write
  * `return qt_cg_fail(err, errlen, ...)`. */
@@ -44,7 +44,7 @@ int qt_cg_read_file(const char *path, char **text, char *err, size_t errlen);
 /* Format a float as a C literal that round-trips ("1e-06f", "10000.0f"). */
 void qt_cg_float_literal(char *out, size_t n, float v);
 
-/* ---- YAML subset (qt_cg_yaml.c) ------------------------------------------------------ */
+/* ---- YAML subset (config/yaml.c) ------------------------------------------------------ */
 
 enum { QT_CG_SCALAR = 0, QT_CG_LIST = 1 };
 
@@ -79,7 +79,7 @@ void qt_cg_doc_free(qt_cg_doc *d);
 /* Render a value back to YAML flow text (for messages and plan.txt). */
 void qt_cg_val_render(const qt_cg_val *v, qt_cg_buf *b);
 
-/* ---- layered config (qt_cg_config.c) ------------------------------------------------- */
+/* ---- layered config (config/config.c) ------------------------------------------------- */
 
 enum { QT_CG_T_BOOL = 0, QT_CG_T_INT, QT_CG_T_FLOAT, QT_CG_T_STR, QT_CG_T_LIST };
 
@@ -116,7 +116,7 @@ extern const char *const qt_cg_model_keys[];
 extern const int qt_cg_n_model_keys;
 const qt_cg_known *qt_cg_config_find(const qt_cg_config *c, const char *key);
 
-/* ---- validated settings (qt_cg_settings.c) ------------------------------------------- */
+/* ---- validated settings (config/settings.c) ------------------------------------------- */
 
 #define QT_CG_MAX_RULE_AXES 12
 /* MaxText mesh axes (research/maxtext.md 3.1); those qtrain lacks have size 1. */
@@ -160,7 +160,7 @@ typedef struct qt_cg_settings {
 int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
 void qt_cg_settings_free(qt_cg_settings *s);
 
-/* ---- sharding (qt_cg_shard.c) -------------------------------------------------------- */
+/* ---- sharding (mesh/shard.c) -------------------------------------------------------- */
 
 extern const char *const qt_cg_mt_axis_names[QT_CG_N_MT_AXES];
 /* MaxText mesh axis id -> enum qt_mesh_axis, or -1 when qtrain lacks the axis. */
@@ -188,7 +188,7 @@ extern const char *const qt_cg_lax_names[QT_LAX_COUNT];
 void qt_cg_resolve(const qt_cg_rule *rules, int n_rules, const int32_t mesh[QT_MESH_COUNT],
                    int ndim, const char *const *names, uint8_t *spec, char (*desc)[64]);
 
-/* ---- graph (qt_cg_graph.c, qt_cg_autodiff.c, qt_cg_slots.c) ------------------------- */
+/* ---- graph (model/graph.c, model/autodiff.c, core/slots.c) ------------------------- */
 
 typedef struct qt_cg_tensor {
     qt_tensor t;               /* t.name owned by the graph */
@@ -203,7 +203,7 @@ typedef struct qt_cg_tensor {
     uint8_t exec[QT_MAX_DIMS]; /* execution layout: mesh axes each dim is split over in this
                                   plan (t.spec is the layout its logical axes declare) */
     const char *reshard;       /* why exec may differ from the declared layout (a layer's
-                                  declaration, qt_cg_layout.c), or NULL */
+                                  declaration, mesh/layout.c), or NULL */
 } qt_cg_tensor;
 
 typedef struct qt_cg_graph {
@@ -216,7 +216,7 @@ typedef struct qt_cg_graph {
     int ninit, capinit;
     qt_op *mb;
     int nmb, capmb;
-    qt_op *step;               /* the step schedule (qt_cg_step.c) */
+    qt_op *step;               /* the step schedule (schedule/step.c) */
     int nstep, capstep;
     qt_op *mbend;              /* the microbatch-end schedule (meshes with batch axes) */
     int nmbend, capmbend;
@@ -225,14 +225,14 @@ typedef struct qt_cg_graph {
                                   on meshes with batch axes); chosen by qt_cg_plan_build */
     int layer_reduce;          /* 1 (with reduce_per_mb): per layer, inside the microbatch
                                   schedule (qt_plan.layer_reduce); chosen by qt_cg_plan_build */
-    int grads_compact;         /* qt_plan.grads_compact (qt_cg_memplan.c decides) */
+    int grads_compact;         /* qt_plan.grads_compact (memory/memplan.c decides) */
     int params_compact;        /* 1: per-layer parameter gathers (qt_plan.params_compact);
                                   chosen by qt_cg_plan_build, implies layer_reduce */
     int32_t *gather_win;       /* per-layer gathers: the window tensor of each pending
                                   all-gather (COLLECTIVE a0 = -1 - k), resolved by
                                   qt_cg_step_schedule */
     int n_gather_win, cap_gather_win;
-    /* scan_layers (qt_cg_scan.c): the stored microbatch schedule (NULL: it is g->mb) and
+    /* scan_layers (schedule/scan.c): the stored microbatch schedule (NULL: it is g->mb) and
      * its scanned blocks; g->mb stays the unrolled schedule every check works on */
     qt_op *mbc;
     int nmbc;
@@ -240,19 +240,19 @@ typedef struct qt_cg_graph {
     qt_scan scans[QT_MAX_SCANS];
     qt_op_stride *scan_stride[QT_MAX_SCANS];
     qt_collective *coll;       /* the collectives the step schedule names (names owned) */
-    int n_reshards;            /* activations held otherwise than declared (qt_cg_layout.c) */
+    int n_reshards;            /* activations held otherwise than declared (mesh/layout.c) */
     int ncoll, capcoll;
     int n_fwd;                 /* mb ops [0, n_fwd) are the forward */
-    /* decoder layers as built (qt_cg_graph.c): forward ops [layer_op0, layer_op1) and the
+    /* decoder layers as built (model/graph.c): forward ops [layer_op0, layer_op1) and the
      * tensors created for the layer, ids [layer_t0, layer_t1) */
     int n_layers_rec;
     int *layer_op0, *layer_op1;
     int32_t *layer_t0, *layer_t1;
     int *bwd_src;              /* backward op n_fwd + i was emitted for forward op bwd_src[i]
-                                  (qt_cg_autodiff.c) */
-    int n_remat_ops;           /* forward ops recomputed in the backward (qt_cg_remat.c) */
+                                  (model/autodiff.c) */
+    int n_remat_ops;           /* forward ops recomputed in the backward (model/remat.c) */
     int32_t tokens, targets, loss_seq, lb_seq, table;
-    /* layout (qt_cg_memplan.c) */
+    /* layout (memory/memplan.c) */
     int64_t n_param_elems, n_flat, adam_elems;
     int32_t n_ranges, capranges;
     qt_flat_range *ranges;
@@ -306,7 +306,7 @@ int64_t qt_cg_group_size(const qt_cg_settings *s, unsigned mask);
 /* "data,fsdp" (or "-") for a mask. */
 const char *qt_cg_mask_name(unsigned mask, char *buf, size_t n);
 
-/* ---- layouts (qt_cg_layout.c) ------------------------------------------------------- */
+/* ---- layouts (mesh/layout.c) ------------------------------------------------------- */
 
 /* The execution layout of a new activation from its logical axes: batch axes split over the
  * batch group, heads and the shared expert's width over `tensor` (when tensor parallelism
@@ -326,10 +326,10 @@ int qt_cg_layout_check(const qt_cg_graph *g, int *n_reshards, char *err, size_t 
 /* "(data,fsdp),-,tensor" for a per-dim layout. */
 void qt_cg_layout_name(const uint8_t *lay, int ndim, char *buf, size_t n);
 
-/* ---- memory (qt_cg_memplan.c) -------------------------------------------------------- */
+/* ---- memory (memory/memplan.c) -------------------------------------------------------- */
 
 int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen);
-/* Rematerialisation per s->remat (qt_cg_remat.c): after autodiff, before memplan. */
+/* Rematerialisation per s->remat (model/remat.c): after autodiff, before memplan. */
 int qt_cg_remat(qt_cg_graph *g, char *err, size_t errlen);
 /* 1 if tree level l is a compact microbatch-tree level (below that tree's top: only this
  * rank's reduce blocks, mb_elems floats); see qt_plan.tree_offset. */
@@ -342,20 +342,20 @@ int64_t qt_cg_tree_leaves(const qt_cg_graph *g, int p);
 /* Floats of tree level l (qt_plan.h qt_tree_level_elems). */
 int64_t qt_cg_tree_level_elems(const qt_cg_graph *g, int l);
 /* The per-rank budget in bytes (0 = none) and its check: 0, or -1 with an error naming
- * the budget, the excess and the biggest consumers by category and tensor (qt_cg_budget.c). */
+ * the budget, the excess and the biggest consumers by category and tensor (memory/budget.c). */
 int64_t qt_cg_budget_bytes(const qt_cg_settings *s);
 int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen);
 /* Check the plan invariants (alignment, bounds, no overlap of live tensors, flat regions);
  * returns 0 or -1 with the first violation in err. */
 int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen);
 
-/* Check the schedules (qt_cg_check.c): every slot a kind uses is set and no other; a tensor
+/* Check the schedules (check/check.c): every slot a kind uses is set and no other; a tensor
  * read or accumulated into was written earlier (parameters, inputs and the init-written
  * table count as written); 'p' slots hold parameters; WGRAD ops carry QT_OPF_WGRAD and
  * name their parameters in a[8]/a[9]; each parameter has exactly one WGRAD producer. */
 int qt_cg_check_schedule(const qt_cg_graph *g, char *err, size_t errlen);
 
-/* ---- scan_layers (qt_cg_scan.c) ------------------------------------------------------ */
+/* ---- scan_layers (schedule/scan.c) ------------------------------------------------------ */
 
 /* The decoder layer op o belongs to (prev: the layer of the op before it), -1 for none. */
 int qt_cg_scan_op_layer(const qt_cg_graph *g, const qt_op *o, int prev);
@@ -364,7 +364,7 @@ int qt_cg_scan_op_layer(const qt_cg_graph *g, const qt_op *o, int prev);
  * to g->mb. 0, or -1 with a message. */
 int qt_cg_scan(qt_cg_graph *g, char *err, size_t errlen);
 
-/* ---- emission (qt_cg_emit.c, qt_cg_report.c, qt_cg_hash.c) -------------------------- */
+/* ---- emission (emit/emit.c, emit/report.c, emit/hash.c) -------------------------- */
 
 uint64_t qt_cg_hash(const qt_cg_graph *g);
 void qt_cg_emit_plan_h(const qt_cg_graph *g, const char *banner, qt_cg_buf *b);
@@ -374,7 +374,7 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
 void qt_cg_emit_plan_main(const qt_cg_graph *g, const char *banner, qt_cg_buf *b);
 void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b);
 
-/* ---- driver (qt_cg_generate.c) ------------------------------------------------------- */
+/* ---- driver (driver/generate.c) ------------------------------------------------------- */
 
 /* Everything up to (not including) writing files; fills c, s and g (free with
  * qt_cg_plan_free). configs_dir NULL: found from the run file (../base.yml, ./base.yml) or
@@ -386,7 +386,7 @@ void qt_cg_plan_free(qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g);
 /* The command line: argv[0] ignored, [-o outdir] <run.yml> [key=value ...]. */
 int qt_cg_generate(int argc, char **argv, char *err, size_t errlen);
 
-/* ---- plan diff (qt_cg_diff.c) --------------------------------------------------------- */
+/* ---- plan diff (driver/diff.c) --------------------------------------------------------- */
 
 /* `configgen --diff A B`: compares two plans, each a run .yml (built in memory), a generated
  * plan directory or a plan.txt, and appends what differs to out (sections, tensors by name,

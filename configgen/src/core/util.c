@@ -1,4 +1,4 @@
-/* qt_cg_util.c - small host helpers for configgen: error formatting, allocation, text
+/* core/util.c - small host helpers for configgen: error formatting, allocation, text
  * buffers, edit distance (key suggestions), whole-file reads (regular files of at most
  * 16 MiB: a device or a FIFO is refused before it is read), float literals.
  * Invariant: allocation never returns NULL (configgen aborts when the host is out of
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 #define QT_CG_MAX_FILE (16 << 20)
 

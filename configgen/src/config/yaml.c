@@ -1,4 +1,4 @@
-/* qt_cg_yaml.c - the flat YAML subset of design.md section 2.
+/* config/yaml.c - the flat YAML subset of design.md section 2.
  *
  * Accepted: `key: value` lines starting in column 0; values are numbers, true/false,
  * quoted ('..' or "..") or bare strings, or flow lists `[...]` that may nest and span
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 typedef struct qt_cg_lex {
     const char *file;

@@ -1,11 +1,11 @@
-/* qt_cg_check.c - structural checks of the emitted schedules, run on every plan before
+/* check/check.c - structural checks of the emitted schedules, run on every plan before
  * anything is written (and by the unit tests): slot usage per qt_cg_op_slots, def-before-
  * use, parameter slots, the one-WGRAD-per-parameter rule the gradient trees rely on, and
  * that the sizes in op attributes agree with the tensors they name (qt_plan.h invariant).
  */
 #include <stdlib.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 #include "../../firmware/kernels/gdn_core.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/attention.h"

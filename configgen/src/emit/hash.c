@@ -1,10 +1,10 @@
-/* qt_cg_hash.c - the plan hash of a graph: the graph's tables are viewed as the qt_plan the
+/* emit/hash.c - the plan hash of a graph: the graph's tables are viewed as the qt_plan the
  * emitter will write, and hashed by qt_plan_hash (firmware/runtime/plan_hash.c), the same
  * function the firmware runs at start-up, so "the same plan" has one definition.
  */
 #include <stdlib.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 #include "../../firmware/runtime/qt_plan_hash.h"
 
 uint64_t qt_cg_hash(const qt_cg_graph *g)

@@ -1,4 +1,4 @@
-/* qt_cg_budget.c - the per-rank memory budget (device_memory_gib, or the compile_topology
+/* memory/budget.c - the per-rank memory budget (device_memory_gib, or the compile_topology
  * preset's device memory): a plan whose arena does not fit is an error that says by how much
  * and lists the biggest consumers, by category and by tensor, so the user sees what to
  * change (mesh, ZeRO-1, batch) without compiling anything.
@@ -9,7 +9,7 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 #define QT_CG_BUDGET_TOP 5
 #define QT_CG_MIB (1024.0 * 1024.0)

@@ -1,12 +1,12 @@
-/* main.c - configgen's command line:
+/* driver/main.c - configgen's command line:
  *   configgen [-o outdir] <run.yml> [key=value ...]   generate generated/<run>/ (exit 0, 1 on error)
- *   configgen --diff A B                              compare two plans (qt_cg_diff.c): exit 0
+ *   configgen --diff A B                              compare two plans (driver/diff.c): exit 0
  *                                                     when identical apart from names and hash,
  *                                                     1 when they differ, 2 on error
  * Everything else lives in the qt_cg_ library so the unit tests can call it. */
 #include <stdio.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 int main(int argc, char **argv)
 {

@@ -1,4 +1,4 @@
-/* qt_cg_emit.c - emission of plan.h, plan.c and plan_main.c.
+/* emit/emit.c - emission of plan.h, plan.c and plan_main.c.
  *
  * Output is a pure function of the plan (no dates, pointers or host state), so running
  * configgen twice gives byte-identical files. plan.c fills every qt_plan field; tensor
@@ -8,7 +8,7 @@
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
-#include "qt_cg.h"
+#include "core/qt_cg.h"
 
 static const char *const role_names[QT_ROLE_COUNT] = {
     "QT_ROLE_PARAM", "QT_ROLE_GRAD", "QT_ROLE_ADAM_M", "QT_ROLE_ADAM_V", "QT_ROLE_INPUT",
