@@ -11,6 +11,7 @@
 #   make goldens regenerate tests/golden/ with the PyTorch reference (needs python3-torch)
 #   make bench   tokens/s and MFU of qtrain and of the PyTorch reference, the kernel table
 #                (BENCH_SLICE=1: also the 80B slice; make bench-slice: only that)
+#   make layers  the code's shape: dependencies against tests/layers.txt, longest functions
 #   make clean
 #
 # Every object and binary lives under build/. Generated plans live under generated/ and are
@@ -83,7 +84,7 @@ MPI_CFLAGS := -I/usr/include/x86_64-linux-gnu/mpich
 LIBS_GLIBC := -lmpich -Wl,--no-as-needed -lhugetlbfs -Wl,--as-needed
 LINK_ARENA := -Wl,-T,linker/arena.ld
 
-.PHONY: all deps gen run plot test goldens bench bench-slice clean check-deps tools asan print-cflags
+.PHONY: all deps gen run plot test goldens bench bench-slice clean check-deps tools asan print-cflags layers
 .DEFAULT_GOAL := all
 # The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
 # build/plans/<run>.o): keep them. Only them: a bare .SECONDARY would make every target
@@ -388,6 +389,14 @@ bench: deps
 bench-slice: deps
 	@$(MAKE) --no-print-directory $(BUILD)/bench-80b-slice/qtrain > /dev/null
 	@./tests/scripts/bench_slice.sh
+
+# The code's shape (tests/scripts/structure.py): every file -> file dependency (symbols read
+# with nm from the objects, #include "..." from the sources) against the layer order of
+# tests/layers.txt (no upward edge, no circle), then the longest functions against its limit.
+# `make test` runs the same checks (tests/e2e/05_structure.sh).
+layers: $(FW_OBJ) $(FW_APP_OBJ) $(CG_OBJ) $(AUDIT)
+	@python3 tests/scripts/structure.py layers; rc=$$?; \
+	 python3 tests/scripts/structure.py funcs || rc=1; exit $$rc
 
 # the firmware's compile flags (tests/e2e/80_aot.sh compiles AOT plans with them)
 print-cflags:

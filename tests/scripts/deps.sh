@@ -4,8 +4,9 @@
 set -euo pipefail
 # clang + libclang-rt-14-dev: the libFuzzer targets (make fuzz, make test); Debian's clang 14
 # keeps libFuzzer's runtime (libclang_rt.fuzzer-x86_64.a) in libclang-rt-14-dev.
+# python3: the structure check (tests/scripts/structure.py) and the bad-inputs table.
 pkgs=(gcc g++ make mpich libmpich-dev musl-tools libhugetlbfs-dev libhugetlbfs-bin cpputest pkg-config gnuplot-nox
-      clang libclang-rt-14-dev)
+      clang libclang-rt-14-dev python3)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
