@@ -328,7 +328,25 @@ void qt_cg_layout_name(const uint8_t *lay, int ndim, char *buf, size_t n);
 
 /* ---- memory (memory/memplan.c) -------------------------------------------------------- */
 
+/* Flat parameter ranges (memory/ranges.c): the ranges, each parameter's flat offset, n_flat;
+ * the leaf-tree levels span the flat vector. 0, or -1 when the parameters need more than
+ * 2^54 elements. */
+int qt_cg_flat_ranges(qt_cg_graph *g, char *err, size_t errlen);
+/* Per-layer reduction, after qt_cg_layer_reduces: the ranges' leaf windows (leaf_lo) and
+ * leaf_elems. */
+void qt_cg_leaf_windows(qt_cg_graph *g);
+/* The arena (memory/memplan.c): regions, tree levels, scratch, staging and the activations'
+ * offsets, after the ranges and the per-layer schedule edits. */
 int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen);
+/* 1 for tensors the liveness planner places (activations, scratch, inputs; not parameters,
+ * gradients or Adam moments); 1 when two tensors' op lifetimes overlap. */
+int qt_cg_planned(const qt_cg_tensor *t);
+int qt_cg_lives_overlap(const qt_cg_tensor *a, const qt_cg_tensor *b);
+/* Per-layer schedule edits (schedule/layer_ops.c), between the flat ranges and the arena:
+ * each range's total, reduce-scatter and push after its last WGRAD (may run again), and
+ * the per-layer parameter gathers (once; -1 on a second call or without layer_reduce). */
+void qt_cg_layer_reduces(qt_cg_graph *g);
+int qt_cg_layer_gathers(qt_cg_graph *g, char *err, size_t errlen);
 /* Rematerialisation per s->remat (model/remat.c): after autodiff, before memplan. */
 int qt_cg_remat(qt_cg_graph *g, char *err, size_t errlen);
 /* 1 if tree level l is a compact microbatch-tree level (below that tree's top: only this
