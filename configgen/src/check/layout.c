@@ -6,6 +6,8 @@
  * Invariant: reads the graph only; it runs before anything is written.
  */
 #include "core/qt_cg.h"
+#include "mesh/qt_cg_mesh.h"
+#include "check/qt_cg_check.h"
 
 int qt_cg_layout_check(const qt_cg_graph *g, int *n_reshards, char *err, size_t errlen)
 {

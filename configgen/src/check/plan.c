@@ -8,6 +8,9 @@
  */
 #include <stdlib.h>
 #include "core/qt_cg.h"
+#include "mesh/qt_cg_mesh.h"
+#include "memory/qt_cg_memory.h"
+#include "check/qt_cg_check.h"
 
 /* The flat regions: the tree levels the step's leaf count needs, the gradient region being
  * the top one, and params, Adam moments, levels and leaf scratch pairwise disjoint, below

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "config/qt_cg_config.h"
 #include "../../firmware/kernels/matmul_canon.h"
 
 typedef struct qt_cg_vctx {

@@ -13,6 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/qt_cg.h"
+#include "config/qt_cg_config.h"
+#include "memory/qt_cg_memory.h"
+#include "emit/qt_cg_emit.h"
+#include "driver/qt_cg_driver.h"
 
 static int mkdir_p(const char *path, char *err, size_t errlen)
 {

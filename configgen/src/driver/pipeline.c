@@ -10,6 +10,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "core/qt_cg.h"
+#include "config/qt_cg_config.h"
+#include "model/qt_cg_model.h"
+#include "memory/qt_cg_memory.h"
+#include "schedule/qt_cg_schedule.h"
+#include "check/qt_cg_check.h"
+#include "emit/qt_cg_emit.h"
+#include "driver/qt_cg_driver.h"
 
 static int exists(const char *path)
 {

@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "mesh/qt_cg_mesh.h"
+#include "memory/qt_cg_memory.h"
 
 #define ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
 /* Receive buffer of the reduce-scatter (floats): large enough that MPICH moves big

@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 #include "core/qt_cg.h"
+#include "mesh/qt_cg_mesh.h"
 
 int64_t qt_cg_group_size(const qt_cg_settings *s, unsigned mask)
 {

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "mesh/qt_cg_mesh.h"
 
 void qt_cg_layout_default(const qt_cg_settings *s, int ndim, const uint8_t *axes, uint8_t *exec)
 {

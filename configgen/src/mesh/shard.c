@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "mesh/qt_cg_mesh.h"
 
 const char *const qt_cg_lax_names[QT_LAX_COUNT] = {
     [QT_LAX_NONE] = "-",

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "model/qt_cg_model.h"
 #include "../../firmware/kernels/gdn_core.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/attention.h"

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "mesh/qt_cg_mesh.h"
+#include "model/qt_cg_model.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/matmul_canon.h"
 

@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "model/qt_cg_model.h"
+#include "memory/qt_cg_memory.h"
+#include "schedule/qt_cg_schedule.h"
 
 /* Per-layer reduction: right after the last WGRAD op of each flat range's parameters, the
  * range's leaf-tree total (GRAD_MB_TOTAL), its reduce-scatter over the range's reduction

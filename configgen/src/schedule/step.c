@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "mesh/qt_cg_mesh.h"
+#include "schedule/qt_cg_schedule.h"
 
 /* Appends an op to the step schedule, or with `mbend` to the microbatch-end schedule. */
 static qt_op *sched_op(qt_cg_graph *g, int mbend, int kind)
