@@ -1,13 +1,36 @@
-/* qt_cg.h - configgen's data model and library interface (host tool, not firmware).
+/* core/qt_cg.h - configgen's shared data model (host tool, not firmware): utilities, the
+ * mesh axis vocabulary, the validated settings, and the graph every stage reads and
+ * extends (tensors, ops, schedules, ranges, arena offsets). Each stage declares its own
+ * functions in <stage>/qt_cg_<stage>.h, so a file's includes show which stages it uses.
  *
  * configgen turns a layered YAML config (base.yml, models/<model>.yml, runs/<run>.yml,
- * key=value overrides) into the static plan tables of firmware/include/qt_plan.h:
- *   yaml -> config (known keys, types, layering) -> settings (validated, resolved) ->
- *   graph (forward ops, then reverse-mode backward) -> layout (flat regions + liveness
- *   planner) -> hash -> emitted files (plan.h, plan.c, plan_main.c, plan.txt).
- * Invariants: every public symbol is prefixed qt_cg_; every function that can fail returns
- * 0 on success or -1 after writing one message into (err, errlen); on any error nothing is
- * written to the output directory. The host may use malloc; allocation failure aborts.
+ * key=value overrides) into the static plan tables of firmware/include/qt_plan.h. The
+ * pipeline (driver/pipeline.c runs it top to bottom), stage by stage:
+ *   config/    parse the YAML subset (yaml.c), layer the known keys (config.c), validate
+ *              and resolve them into qt_cg_settings, the mesh included (settings.c)
+ *   mesh/      logical axes -> mesh axes (shard.c), mesh groups (groups.c), each tensor's
+ *              declared and executed layout (layout.c)
+ *   model/     the forward graph (graph.c), reverse-mode autodiff (autodiff.c), remat
+ *              (remat.c)
+ *   memory/    flat parameter ranges (ranges.c); the arena and the liveness planner
+ *              (memplan.c); the per-rank budget (budget.c)
+ *   schedule/  per-layer reduce and gather edits of the microbatch schedule, between the
+ *              ranges and the arena (layer_ops.c); the step schedule and its collectives
+ *              (step.c); scanned layer cycles (scan.c)
+ *   check/     the schedules (check.c), the layout type check (layout.c), the memory plan
+ *              (plan.c)
+ *   emit/      the plan hash (hash.c), plan.h / plan.c / plan_main.c (emit.c), plan.txt
+ *              (report.c)
+ *   driver/    the pipeline and the gradient_reduce / param_gather form chosen against the
+ *              budget (pipeline.c), the command and the atomic write (generate.c, main.c),
+ *              configgen --diff (diff.c)
+ * Layering: core < config < mesh < model < memory < schedule < check < emit < driver. A
+ * file calls functions of its own stage or of lower ones only, and no two files call each
+ * other (checked on the objects: nm, undefined symbols against their definitions).
+ * Invariants: C11, -Wall -Wextra -Werror; every public symbol is prefixed qt_cg_ and
+ * snake_case; every function that can fail returns 0 on success or -1 after writing one
+ * message into (err, errlen); on any error nothing is written to the output directory. The
+ * host may use malloc; allocation failure aborts.
  */
 #ifndef QT_CG_H
 #define QT_CG_H
