@@ -15,6 +15,9 @@
  */
 #include "qt_fuzz.h"
 #include "core/qt_cg.h"
+#include "config/qt_cg_config.h"
+#include "emit/qt_cg_emit.h"
+#include "driver/qt_cg_driver.h"
 
 #define QT_FUZZ_MAX_OVER 16
 

@@ -14,6 +14,14 @@
 
 extern "C" {
 #include "core/qt_cg.h"
+#include "config/qt_cg_config.h"
+#include "mesh/qt_cg_mesh.h"
+#include "model/qt_cg_model.h"
+#include "memory/qt_cg_memory.h"
+#include "schedule/qt_cg_schedule.h"
+#include "check/qt_cg_check.h"
+#include "emit/qt_cg_emit.h"
+#include "driver/qt_cg_driver.h"
 }
 
 #include "CppUTest/TestHarness.h"

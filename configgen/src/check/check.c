@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "check/qt_cg_check.h"
 #include "../../firmware/kernels/gdn_core.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/attention.h"

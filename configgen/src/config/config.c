@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "config/qt_cg_config.h"
 
 /* base.yml's "---- model shape" section, in its order (the unit tests compare them) */
 const char *const qt_cg_model_keys[] = {

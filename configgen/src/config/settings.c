@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "config/qt_cg_config.h"
 #include "../../firmware/kernels/matmul_canon.h"
 
 typedef struct qt_cg_vctx {
@@ -204,7 +205,8 @@ static int check_sizes(const qt_cg_vctx *v, const qt_cg_settings *s)
                    NULL, (int64_t)4);
 }
 
-static int check_model(const qt_cg_vctx *v, qt_cg_settings *s)
+/* The decoder's kind and shape: sizes positive, head counts dividing, kernel limits. */
+static int check_shape(const qt_cg_vctx *v, qt_cg_settings *s)
 {
     qt_model_dims *m = &s->m;
     const char *db = gets_(v, "decoder_block");
@@ -269,6 +271,13 @@ static int check_model(const qt_cg_vctx *v, qt_cg_settings *s)
                    "load_balance_loss_weight != 0");
     if (geti(v, "shared_experts") != 1)
         return bad(v, "shared_experts", "exactly one gated shared expert is built; expected 1");
+    return 0;
+}
+
+/* The rotary embedding: the rotary dim (even, > 0) and, with use_mrope, mrope_section. */
+static int check_rotary(const qt_cg_vctx *v, qt_cg_settings *s)
+{
+    qt_model_dims *m = &s->m;
     double prf = getf(v, "partial_rotary_factor");
     if (!(prf > 0.0 && prf <= 1.0)) return bad(v, "partial_rotary_factor", "expected 0 < f <= 1");
     int64_t rot = (int64_t)((double)m->head_dim * prf);
@@ -302,6 +311,13 @@ static int check_model(const qt_cg_vctx *v, qt_cg_settings *s)
                        "use_mrope=true needs sum(mrope_section) == rotary_dim/2 = %lld "
                        "(sum is %lld)", (long long)(rot / 2), sum);
     }
+    return 0;
+}
+
+/* Numerics and the features the decoders do not have (tied embeddings, dropout, bf16). */
+static int check_numerics(const qt_cg_vctx *v, qt_cg_settings *s)
+{
+    qt_model_dims *m = &s->m;
     double eps = getf(v, "normalization_layer_epsilon");
     if (!(eps > 0)) return bad(v, "normalization_layer_epsilon", "must be > 0");
     m->norm_eps = (float)eps;
@@ -330,6 +346,11 @@ static int check_model(const qt_cg_vctx *v, qt_cg_settings *s)
                        " (bfloat16 is not supported yet)" : "");
     }
     return 0;
+}
+
+static int check_model(const qt_cg_vctx *v, qt_cg_settings *s)
+{
+    return check_shape(v, s) || check_rotary(v, s) || check_numerics(v, s) ? -1 : 0;
 }
 
 static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)
@@ -454,13 +475,27 @@ static int check_topology(const qt_cg_vctx *v, qt_cg_settings *s, int64_t *n_ran
     return 0;
 }
 
-static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
-{
-    static const char *axes[6] = {"data", "fsdp", "tensor", "expert", "context", "pipeline"};
+/* The mesh keys as read: ici_* and dcn_* per axis (data, fsdp, tensor, expert, context,
+ * pipeline), the ici axis to fill (-1) and the others' product, the rank count and the key
+ * that set it, and the key to blame for each resolved axis. */
+/* The mesh axes of the ici_* and dcn_* keys, in MaxText's key order. */
+static const char *const axes[6] = {"data", "fsdp", "tensor", "expert", "context", "pipeline"};
+
+typedef struct qt_cg_axes {
     char ici[6][40], dcn[6][40];
-    int64_t iv[6], dv[6], n_ranks;
-    if (check_topology(v, s, &n_ranks)) return -1;
-    if (n_ranks < 1) return bad(v, "num_ranks", "expected >= 1");
+    int64_t iv[6], dv[6], n_ranks, ici_prod;
+    int ici_fill, set_axis;
+    const char *rk;            /* "num_ranks" or "compile_topology" */
+    char rks[400];             /* "num_ranks=N (where)" for messages */
+    const char *key[6];
+} qt_cg_axes;
+
+/* Reads the ici_* and dcn_* keys: at most one -1 of each kind, the others >= 1, and one
+ * slice (the dcn axes multiply to 1). */
+static int mesh_read_axes(const qt_cg_vctx *v, qt_cg_axes *x)
+{
+    char (*ici)[40] = x->ici, (*dcn)[40] = x->dcn;
+    int64_t *iv = x->iv, *dv = x->dv;
     int ici_fill = -1, dcn_fill = -1;
     int64_t ici_prod = 1, dcn_prod = 1;
     for (int i = 0; i < 6; i++) {
@@ -498,17 +533,29 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
         while (j < 5 && dv[j] <= 1) j++;
         return bad(v, dcn[j], "qtrain plans one slice: every dcn_*_parallelism must be 1 or -1");
     }
+    x->ici_fill = ici_fill;
+    x->ici_prod = ici_prod;
+    return 0;
+}
+
+/* Fills the -1 ici axis from the rank count and checks that the axes multiply to it. */
+static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x)
+{
+    char (*ici)[40] = x->ici;
+    int64_t *iv = x->iv, *dv = x->dv;
+    const int64_t n_ranks = x->n_ranks, ici_prod = x->ici_prod;
+    const int ici_fill = x->ici_fill;
     /* Messages about the product blame the key the user set: the first ici axis set above 1
      * (base.yml's axes are 1 or -1), else the rank count if the user set it. rk names that
      * count: num_ranks, or compile_topology when a preset set it. */
-    const char *rk = s->topology[0] ? "compile_topology" : "num_ranks";
-    char rks[400], o[400];
+    const char *rk = x->rk = s->topology[0] ? "compile_topology" : "num_ranks";
+    char *rks = x->rks, o[400];
     if (s->topology[0]) {
         const qt_cg_known *t = kv(v, rk);
-        snprintf(rks, sizeof rks, "num_ranks=%lld (compile_topology=%s, %s)", (long long)n_ranks,
+        snprintf(rks, sizeof x->rks, "num_ranks=%lld (compile_topology=%s, %s)", (long long)n_ranks,
                  t->val->s, t->where);
     } else {
-        snprintf(rks, sizeof rks, "num_ranks=%lld (%s)", (long long)n_ranks, kv(v, rk)->where);
+        snprintf(rks, sizeof x->rks, "num_ranks=%lld (%s)", (long long)n_ranks, kv(v, rk)->where);
     }
     int set_axis = -1;
     for (int i = 0; i < 6 && set_axis < 0; i++)
@@ -541,11 +588,24 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
                    "num_ranks=", (long long)n_ranks, s->topology[0] ? " devices" : "",
                    (long long)n_ranks);
     }
+    x->set_axis = set_axis;
+    return 0;
+}
+
+/* The resolved axes into s->mesh: data, fsdp, tensor and expert execute, each a power of
+ * two; context and pipeline must be 1. */
+static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
+{
+    char (*ici)[40] = x->ici, (*dcn)[40] = x->dcn;
+    int64_t *iv = x->iv, *dv = x->dv;
+    const char *rk = x->rk;
+    const int ici_fill = x->ici_fill;
+    const int64_t n_ranks = x->n_ranks;
     static const int qt_of[5] = {QT_MESH_DATA, QT_MESH_FSDP, QT_MESH_TENSOR, QT_MESH_EXPERT,
                                  QT_MESH_CONTEXT};
     /* an axis's key, or the rank count the user set when the axis is base.yml's -1 that
      * was filled from it */
-    const char *axis_key[6];
+    const char **axis_key = x->key;
     for (int i = 0; i < 6; i++) {
         axis_key[i] = iv[i] > 1 ? ici[i] : dcn[i];
         if (i == ici_fill && iv[i] > 1 && from_base(v, ici[i]) && !from_base(v, rk))
@@ -574,8 +634,14 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
                        axes[i], (long long)size);
     }
     s->n_ranks = (int32_t)n_ranks;
+    return 0;
+}
+
+/* Tensor and expert parallelism must divide what they split. */
+static int mesh_splits(const qt_cg_vctx *v, const qt_cg_settings *s, const qt_cg_axes *x)
+{
     const int32_t ep = s->mesh[QT_MESH_EXPERT], tp = s->mesh[QT_MESH_TENSOR];
-    const char *tkey = axis_key[2];
+    const char *const *axis_key = x->key, *tkey = axis_key[2];
     if (tp > 1) {
         /* every split count, and every canonical block count of a split contraction or
          * head-group sum, must divide by the tensor degree (kernels/matmul_canon.h) */
@@ -608,6 +674,24 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
         return bad(v, axis_key[3], "expert parallelism %d does not divide "
                    "num_experts=%lld (each rank must hold the same number of experts)", ep,
                    (long long)s->m.n_experts);
+    return 0;
+}
+
+static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
+{
+    qt_cg_axes x;
+    memset(&x, 0, sizeof x);
+    if (check_topology(v, s, &x.n_ranks)) return -1;
+    if (x.n_ranks < 1) return bad(v, "num_ranks", "expected >= 1");
+    return mesh_read_axes(v, &x) || mesh_fill(v, s, &x) || mesh_execute(v, s, &x) ||
+           mesh_splits(v, s, &x) ? -1 : 0;
+}
+
+/* The memory and execution policies: shard_mode, ZeRO-1 (shard_optimizer_over_data),
+ * scan_layers, gradient_reduce, param_gather and remat_policy, with the combinations that
+ * cannot keep the bits (after the mesh: they depend on expert parallelism). */
+static int check_policies(const qt_cg_vctx *v, qt_cg_settings *s)
+{
     const char *sm = gets_(v, "shard_mode");
     if (!strcmp(sm, "auto")) s->shard_mode = 0;
     else if (!strcmp(sm, "explicit")) s->shard_mode = 1;
@@ -707,7 +791,7 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
         s->cname[i] = ok ? ch : '_';
     }
     if (check_floats(&v) || check_model(&v, s) || check_train(&v, s) || check_sizes(&v, s) ||
-        check_mesh(&v, s) || check_rules(&v, s))
+        check_mesh(&v, s) || check_policies(&v, s) || check_rules(&v, s))
         return -1;
     /* MaxText: per_device_batch_size x ranks x G sequences per step; the batch is split over
      * the data, fsdp and expert axes (tensor ranks share their sequences). */

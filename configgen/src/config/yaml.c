@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "config/qt_cg_config.h"
 
 typedef struct qt_cg_lex {
     const char *file;

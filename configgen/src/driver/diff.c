@@ -21,6 +21,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "core/qt_cg.h"
+#include "emit/qt_cg_emit.h"
+#include "driver/qt_cg_driver.h"
 
 #define QT_CG_DIFF_SHOW 40        /* lines shown per section before "... N more" */
 #define QT_CG_DIFF_MAX_D 4000     /* edit-script length beyond which ops pair by index */

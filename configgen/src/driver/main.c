@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "driver/qt_cg_driver.h"
 
 int main(int argc, char **argv)
 {

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "config/qt_cg_config.h"
+#include "emit/qt_cg_emit.h"
 
 static const char *const role_names[QT_ROLE_COUNT] = {
     "QT_ROLE_PARAM", "QT_ROLE_GRAD", "QT_ROLE_ADAM_M", "QT_ROLE_ADAM_V", "QT_ROLE_INPUT",

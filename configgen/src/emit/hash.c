@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "emit/qt_cg_emit.h"
 #include "../../firmware/runtime/qt_plan_hash.h"
 
 uint64_t qt_cg_hash(const qt_cg_graph *g)

@@ -19,6 +19,10 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "config/qt_cg_config.h"
+#include "mesh/qt_cg_mesh.h"
+#include "memory/qt_cg_memory.h"
+#include "emit/qt_cg_emit.h"
 
 static const char *const role_txt[QT_ROLE_COUNT] = {
     "param", "grad", "adam_m", "adam_v", "input", "act", "saved", "act_grad", "loss", "table",

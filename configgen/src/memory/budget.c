@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "memory/qt_cg_memory.h"
 
 #define QT_CG_BUDGET_TOP 5
 #define QT_CG_MIB (1024.0 * 1024.0)

@@ -1,5 +1,5 @@
 /* mesh/layout.c - activation layouts: what the logical axes declare, what the plan executes,
- * and the type check between them (design.md section 4).
+ * (design.md section 4); the type check between them is check/layout.c.
  *
  * Every activation carries two per-dim layouts (bitmasks of mesh axes): t.spec, resolved
  * from its logical axes by the logical_axis_rules (MaxText's semantics), and exec, how this
@@ -11,11 +11,13 @@
  * from the declaration, the layer that built the tensor must say so (qt_cg_layout_declare)
  * under shard_mode=explicit, exactly as the reference trainer's explicit layers pin their
  * layouts and declare reshards; under auto the difference is propagated and listed.
- * Invariant: the check reads the graph only; it runs before anything is written.
+ * Invariant: a layout is a per-dim bitmask of enum qt_mesh_axis; exec differs from t.spec
+ * only where a layer declared it (or, under shard_mode=auto, was propagated).
  */
 #include <stdio.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "mesh/qt_cg_mesh.h"
 
 void qt_cg_layout_default(const qt_cg_settings *s, int ndim, const uint8_t *axes, uint8_t *exec)
 {
@@ -70,27 +72,4 @@ int qt_cg_held_otherwise(const qt_cg_tensor *ct)
     int differs = 0;
     for (int d = 0; d < t->ndim; d++) differs |= ct->exec[d] != t->spec[d];
     return differs;
-}
-
-int qt_cg_layout_check(const qt_cg_graph *g, int *n_reshards, char *err, size_t errlen)
-{
-    int count = 0;
-    for (int32_t i = 0; i < g->nt; i++) {
-        const qt_cg_tensor *ct = &g->ts[i];
-        const qt_tensor *t = &ct->t;
-        if (!qt_cg_held_otherwise(ct)) continue;
-        count++;
-        if (g->s->shard_mode != 1 || ct->reshard) continue;
-        char want[160], got[160];
-        qt_cg_layout_name(t->spec, t->ndim, want, sizeof want);
-        qt_cg_layout_name(ct->exec, t->ndim, got, sizeof got);
-        const int op = ct->first;
-        return qt_cg_fail(err, errlen, "shard_mode=explicit: tensor %s (op %d, %s): its "
-                          "logical axes declare the layout [%s] but it is held as [%s], and "
-                          "its layer declares no reshard (declare one, or use "
-                          "shard_mode=auto)", t->name, op,
-                          op >= 0 ? qt_cg_op_name(g->mb[op].kind) : "unused", want, got);
-    }
-    if (n_reshards) *n_reshards = count;
-    return 0;
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "model/qt_cg_model.h"
 #include "../../firmware/kernels/gdn_core.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/attention.h"
@@ -105,18 +106,13 @@ static int32_t bwd_scratch(qt_cg_ad *ad, const char *what, const char *of, int64
                             (const uint8_t[]){0});
 }
 
-static void backward_of(qt_cg_ad *ad, const qt_op *f)
+/* Dense ops, norms, projections and elementwise gates; 0 when f is of another family. */
+static int backward_dense(qt_cg_ad *ad, const qt_op *f)
 {
     qt_cg_graph *g = ad->g;
     qt_op *op;
     const int64_t S = g->s->tr.seq_len;
     switch (f->kind) {
-    case QT_OP_ZERO:
-    case QT_OP_XENT:
-    /* a sum of the ranks' partials: each partial's gradient is the (replicated) gradient of
-     * the sum, already in place */
-    case QT_OP_ALL_REDUCE:
-        return;
     case QT_OP_ADD: {
         int32_t dy = dout(ad, f->t[0]);
         for (int i = 1; i <= 2; i++) {
@@ -126,13 +122,13 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
             put_slots(op, (const int32_t[]){dx, dy}, 2);
             op->a[0] = f->a[0];
         }
-        return;
+        return 1;
     }
     case QT_OP_EMBED_FWD:
         op = wgrad(ad, QT_OP_EMBED_WGRAD, f, f->t[2], QT_NONE);
         put_slots(op, (const int32_t[]){dout(ad, f->t[0]), f->t[1], f->t[2]}, 3);
         op->a[3] = S;
-        return;
+        return 1;
     case QT_OP_RMSNORM_FWD: {
         int32_t dy = dout(ad, f->t[0]);
         int32_t dx = dgrad(ad, f->t[2]);
@@ -148,7 +144,7 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         /* f->a[6]: the global heads of a per-head norm (graph.c), 0 for the others */
         const int64_t tp = g->s->mesh[QT_MESH_TENSOR];
         op->a[6] = f->a[6] > 1 ? qt_canon_blocks(f->a[6], 1) / tp : 0;
-        return;
+        return 1;
     }
     case QT_OP_MATMUL_FWD: {
         int32_t dy = dout(ad, f->t[0]);
@@ -171,7 +167,7 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         put_slots(op, (const int32_t[]){dy, f->t[1], f->t[2]}, 3);
         op->a[3] = S;
         op->a[4] = op->a[5] = op->a[6] = 0;
-        return;
+        return 1;
     }
     case QT_OP_SWIGLU_FWD:
     case QT_OP_SIGMOID_GATE_FWD:
@@ -184,15 +180,27 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
                                                        : QT_OP_MOE_COMBINE_BWD;
         op = bwd(ad, kind, f);
         put_slots(op, (const int32_t[]){d1, d2, dy, f->t[1], f->t[2]}, 5);
-        return;
+        return 1;
     }
     case QT_OP_ROPE_FWD: {
         int32_t dy = dout(ad, f->t[0]);
         int32_t dx = dgrad(ad, f->t[1]);
         op = bwd(ad, QT_OP_ROPE_BWD, f);
         put_slots(op, (const int32_t[]){dx, dy, f->t[2]}, 3);
-        return;
+        return 1;
     }
+    default:
+        return 0;
+    }
+}
+
+/* The sequence mixers: full attention and the Gated DeltaNet ops. */
+static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
+{
+    qt_cg_graph *g = ad->g;
+    qt_op *op;
+    const int64_t S = g->s->tr.seq_len;
+    switch (f->kind) {
     case QT_OP_ATTN_FWD: {
         int32_t dO = dout(ad, f->t[0]);
         int32_t dq = dgrad(ad, f->t[2]), dk = dgrad(ad, f->t[3]), dv = dgrad(ad, f->t[4]);
@@ -201,7 +209,7 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         op = bwd(ad, QT_OP_ATTN_BWD, f);
         put_slots(op, (const int32_t[]){dq, dk, dv, dO, f->t[2], f->t[3], f->t[4], f->t[0],
                                         f->t[1], scr}, 10);
-        return;
+        return 1;
     }
     case QT_OP_GDN_CONV_FWD: {
         int32_t dc = dout(ad, f->t[0]);
@@ -210,7 +218,7 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         put_slots(op, (const int32_t[]){dq, dc, f->t[1], f->t[3]}, 4);
         op = wgrad(ad, QT_OP_GDN_CONV_WGRAD, f, f->t[3], QT_NONE);
         put_slots(op, (const int32_t[]){dc, f->t[1], f->t[2], f->t[3]}, 4);
-        return;
+        return 1;
     }
     case QT_OP_GDN_GATES_FWD: {
         int32_t dbeta = dout(ad, f->t[0]), dg = dout(ad, f->t[1]);
@@ -220,7 +228,7 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         op = wgrad(ad, QT_OP_GDN_GATES_WGRAD, f, f->t[3], f->t[4]);
         put_slots(op, (const int32_t[]){dg, f->t[2], f->t[3], f->t[4]}, 4);
         op->a[3] = S;
-        return;
+        return 1;
     }
     case QT_OP_GDN_CORE_FWD: {
         int32_t dO = dout(ad, f->t[0]);
@@ -233,7 +241,7 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         op = bwd(ad, QT_OP_GDN_CORE_BWD, f);
         put_slots(op, (const int32_t[]){dc, dg, db, dO, f->t[4], f->t[5], f->t[6], f->t[1],
                                         f->t[2], f->t[3], scr}, 11);
-        return;
+        return 1;
     }
     case QT_OP_GATED_RMSNORM_FWD: {
         int32_t dy = dout(ad, f->t[0]);
@@ -247,8 +255,72 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
             const int64_t tp = g->s->mesh[QT_MESH_TENSOR];
             op->a[6] = qt_canon_blocks(f->a[3] * tp, 1) / tp;
         }
-        return;
+        return 1;
     }
+    default:
+        return 0;
+    }
+}
+
+/* EXPERT_FFN: the data gradient (all-reduced over `tensor` when tensor parallelism splits
+ * the experts' width), then the weight gradient, which reads d(gu) from the BWD. */
+static void backward_expert_ffn(qt_cg_ad *ad, const qt_op *f)
+{
+    qt_cg_graph *g = ad->g;
+    qt_op *op;
+    int32_t dy = dout(ad, f->t[0]);
+    int32_t dx = dgrad(ad, f->t[2]);
+    int64_t T = f->a[0], k = f->a[1], d = f->a[3], ff = f->a[4];
+    const char *nm = g->ts[f->t[0]].t.name;
+    /* the forward's scratch size rule (qt_ops.h): max(T*k*(d+f), S*(d+3f)); an expert
+     * host's packed rows (k = 1) hold up to S*k0 rows of one sequence (k0 the router's
+     * top-k), which one wgrad chunk must take whole */
+    const int32_t seg = g->ts[f->t[3]].ep_seg;
+    const int64_t k0 = g->s->m.top_k, Ep = g->s->mesh[QT_MESH_EXPERT];
+    int64_t S = g->s->tr.seq_len, esz = T * k * (d + ff);
+    if (S * (d + 3 * ff) > esz) esz = S * (d + 3 * ff);
+    if (seg != QT_NONE && S * k0 * (d + 3 * ff) > esz) esz = S * k0 * (d + 3 * ff);
+    /* the canonical blocks of the data gradient (f->a[6] per part; expert_ffn.c) */
+    const int64_t nbg = f->a[6] > 0 ? f->a[6] : 1, rows = T * k;
+    const int64_t bsz = rows * (d + 3 * ff + nbg * d + 2 * ff / nbg) + rows + f->a[2] + 1 +
+                        rows * d + d * (2 * ff / nbg);
+    const int64_t s1sz = bsz > esz ? bsz : esz;
+    int32_t s1 = bwd_scratch(ad, "bwd_scratch", nm, s1sz);
+    /* d(gu) handed from BWD to WGRAD (saves the WGRAD a recompute matmul); shaped
+     * like gu so it is sharded and sized like it. */
+    char dnm[300];
+    snprintf(dnm, sizeof dnm, "%s.bwd_dgu", nm);
+    qt_tensor gsrc = g->ts[f->t[1]].t; /* copy: add_tensor may move the array */
+    int32_t dgu = qt_cg_add_tensor(g, dnm, QT_ROLE_SAVED, QT_F32, gsrc.ndim, gsrc.shape,
+                                   gsrc.axes);
+    memcpy(g->ts[dgu].exec, g->ts[f->t[1]].exec, sizeof g->ts[dgu].exec);
+    g->ts[dgu].reshard = g->ts[f->t[1]].reshard;
+    op = bwd(ad, QT_OP_EXPERT_FFN_BWD, f);
+    put_slots(op, (const int32_t[]){dx, dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5],
+                                    s1, dgu}, 9);
+    if (g->s->mesh[QT_MESH_TENSOR] > 1) {
+        /* the rows' data gradients are partial sums over this rank's f/tp: add them */
+        op = qt_cg_emit_op(g, 0, QT_OP_ALL_REDUCE);
+        op->t[0] = dx;
+        op->a[0] = g->ts[dx].t.numel;
+        op->a[1] = 1 << QT_MESH_TENSOR;
+    }
+    int32_t s2 = bwd_scratch(ad, "wgrad_scratch", nm, esz);
+    op = wgrad(ad, QT_OP_EXPERT_FFN_WGRAD, f, f->t[4], f->t[5]);
+    put_slots(op, (const int32_t[]){dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s2,
+                                    dgu, seg}, 9);
+    op->a[5] = S;
+    /* an expert host computes a leaf for every sequence of its expert group */
+    if (seg != QT_NONE) op->a[7] = Ep * g->s->tr.micro_batch;
+}
+
+/* The MoE ops: router, expert FFN and the expert-parallel row exchange. */
+static int backward_moe(qt_cg_ad *ad, const qt_op *f)
+{
+    qt_cg_graph *g = ad->g;
+    qt_op *op;
+    const int64_t S = g->s->tr.seq_len;
+    switch (f->kind) {
     case QT_OP_MOE_ROUTE_FWD: {
         int32_t dp = dout(ad, f->t[1]);
         int32_t dl = dgrad(ad, f->t[3]);
@@ -259,55 +331,11 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
         op->f[0] = (float)((double)f->f[0] == 0.0 ? 0.0
                            : g->s->lb_weight * (double)f->a[1] * (double)S /
                                  (double)g->s->m.n_layers);
-        return;
+        return 1;
     }
-    case QT_OP_EXPERT_FFN_FWD: {
-        int32_t dy = dout(ad, f->t[0]);
-        int32_t dx = dgrad(ad, f->t[2]);
-        int64_t T = f->a[0], k = f->a[1], d = f->a[3], ff = f->a[4];
-        const char *nm = g->ts[f->t[0]].t.name;
-        /* the forward's scratch size rule (qt_ops.h): max(T*k*(d+f), S*(d+3f)); an expert
-         * host's packed rows (k = 1) hold up to S*k0 rows of one sequence (k0 the router's
-         * top-k), which one wgrad chunk must take whole */
-        const int32_t seg = g->ts[f->t[3]].ep_seg;
-        const int64_t k0 = g->s->m.top_k, Ep = g->s->mesh[QT_MESH_EXPERT];
-        int64_t S = g->s->tr.seq_len, esz = T * k * (d + ff);
-        if (S * (d + 3 * ff) > esz) esz = S * (d + 3 * ff);
-        if (seg != QT_NONE && S * k0 * (d + 3 * ff) > esz) esz = S * k0 * (d + 3 * ff);
-        /* the canonical blocks of the data gradient (f->a[6] per part; expert_ffn.c) */
-        const int64_t nbg = f->a[6] > 0 ? f->a[6] : 1, rows = T * k;
-        const int64_t bsz = rows * (d + 3 * ff + nbg * d + 2 * ff / nbg) + rows + f->a[2] + 1 +
-                            rows * d + d * (2 * ff / nbg);
-        const int64_t s1sz = bsz > esz ? bsz : esz;
-        int32_t s1 = bwd_scratch(ad, "bwd_scratch", nm, s1sz);
-        /* d(gu) handed from BWD to WGRAD (saves the WGRAD a recompute matmul); shaped
-         * like gu so it is sharded and sized like it. */
-        char dnm[300];
-        snprintf(dnm, sizeof dnm, "%s.bwd_dgu", nm);
-        qt_tensor gsrc = g->ts[f->t[1]].t; /* copy: add_tensor may move the array */
-        int32_t dgu = qt_cg_add_tensor(g, dnm, QT_ROLE_SAVED, QT_F32, gsrc.ndim, gsrc.shape,
-                                       gsrc.axes);
-        memcpy(g->ts[dgu].exec, g->ts[f->t[1]].exec, sizeof g->ts[dgu].exec);
-        g->ts[dgu].reshard = g->ts[f->t[1]].reshard;
-        op = bwd(ad, QT_OP_EXPERT_FFN_BWD, f);
-        put_slots(op, (const int32_t[]){dx, dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5],
-                                        s1, dgu}, 9);
-        if (g->s->mesh[QT_MESH_TENSOR] > 1) {
-            /* the rows' data gradients are partial sums over this rank's f/tp: add them */
-            op = qt_cg_emit_op(g, 0, QT_OP_ALL_REDUCE);
-            op->t[0] = dx;
-            op->a[0] = g->ts[dx].t.numel;
-            op->a[1] = 1 << QT_MESH_TENSOR;
-        }
-        int32_t s2 = bwd_scratch(ad, "wgrad_scratch", nm, esz);
-        op = wgrad(ad, QT_OP_EXPERT_FFN_WGRAD, f, f->t[4], f->t[5]);
-        put_slots(op, (const int32_t[]){dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s2,
-                                        dgu, seg}, 9);
-        op->a[5] = S;
-        /* an expert host computes a leaf for every sequence of its expert group */
-        if (seg != QT_NONE) op->a[7] = Ep * g->s->tr.micro_batch;
-        return;
-    }
+    case QT_OP_EXPERT_FFN_FWD:
+        backward_expert_ffn(ad, f);
+        return 1;
     case QT_OP_MOE_RETURN_FWD: {
         /* y rows came back from their hosts: their gradients go the same way out */
         int32_t dyr = dgrad(ad, f->t[1]);
@@ -318,7 +346,7 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
                                        (const uint8_t[]){0});
         op = bwd(ad, QT_OP_MOE_RETURN_BWD, f);
         put_slots(op, (const int32_t[]){dyr, dout(ad, f->t[0]), f->t[2], f->t[3], scr}, 5);
-        return;
+        return 1;
     }
     case QT_OP_MOE_DISPATCH_FWD: {
         /* the hosts' row gradients come home and add into their tokens in slot order */
@@ -330,14 +358,31 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
                                        (const uint8_t[]){0});
         op = bwd(ad, QT_OP_MOE_DISPATCH_BWD, f);
         put_slots(op, (const int32_t[]){dx, dout(ad, f->t[0]), f->t[4], f->t[2], scr}, 5);
-        return;
+        return 1;
     }
     default:
-        if (!ad->failed) {
-            ad->failed = 1;
-            qt_cg_fail(ad->err, ad->errlen, "internal error: no backward for op kind %s",
-                       qt_cg_op_name(f->kind));
-        }
+        return 0;
+    }
+}
+
+/* Emits the backward of forward op f, by op family. */
+static void backward_of(qt_cg_ad *ad, const qt_op *f)
+{
+    switch (f->kind) {
+    case QT_OP_ZERO:
+    case QT_OP_XENT:
+    /* a sum of the ranks' partials: each partial's gradient is the (replicated) gradient of
+     * the sum, already in place */
+    case QT_OP_ALL_REDUCE:
+        return;
+    default:
+        break;
+    }
+    if (backward_dense(ad, f) || backward_mixers(ad, f) || backward_moe(ad, f)) return;
+    if (!ad->failed) {
+        ad->failed = 1;
+        qt_cg_fail(ad->err, ad->errlen, "internal error: no backward for op kind %s",
+                   qt_cg_op_name(f->kind));
     }
 }
 

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "mesh/qt_cg_mesh.h"
+#include "model/qt_cg_model.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/matmul_canon.h"
 
@@ -72,13 +74,6 @@ int32_t qt_cg_clone_tensor(qt_cg_graph *g, int32_t id, const char *suffix)
     ct->t.seg_dim = src.t.seg_dim;
     memcpy(ct->exec, src.exec, sizeof ct->exec);
     return c;
-}
-
-void qt_cg_op_blank(qt_op *op, int kind)
-{
-    memset(op, 0, sizeof *op);
-    op->kind = (uint16_t)kind;
-    for (int i = 0; i < QT_OP_MAX_T; i++) op->t[i] = QT_NONE;
 }
 
 qt_op *qt_cg_emit_op(qt_cg_graph *g, int init, int kind)
@@ -764,27 +759,4 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
                           "where 64-bit sizes would overflow; expected smaller model or batch "
                           "sizes", g->too_big);
     return 0;
-}
-
-void qt_cg_graph_free(qt_cg_graph *g)
-{
-    for (int i = 0; i < g->nt; i++) free((char *)g->ts[i].t.name);
-    free(g->ts);
-    free(g->ps);
-    free(g->init);
-    free(g->mb);
-    free(g->step);
-    free(g->mbend);
-    free(g->layer_op0);
-    free(g->layer_op1);
-    free(g->layer_t0);
-    free(g->layer_t1);
-    free(g->bwd_src);
-    free(g->ranges);
-    free(g->gather_win);
-    free(g->mbc);
-    for (int k = 0; k < QT_MAX_SCANS; k++) free(g->scan_stride[k]);
-    for (int i = 0; i < g->ncoll; i++) free((char *)g->coll[i].name);
-    free(g->coll);
-    memset(g, 0, sizeof *g);
 }

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "model/qt_cg_model.h"
 
 static int is_dot(int kind)
 {

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "schedule/qt_cg_schedule.h"
 
 /* Layer of tensor id: "L<n>." activations (and their clones and gradients), parameters by
  * their layer; -1 for everything else. */

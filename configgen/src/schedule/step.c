@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "mesh/qt_cg_mesh.h"
+#include "schedule/qt_cg_schedule.h"
 
 /* Appends an op to the step schedule, or with `mbend` to the microbatch-end schedule. */
 static qt_op *sched_op(qt_cg_graph *g, int mbend, int kind)
@@ -39,27 +41,6 @@ static qt_op *sched_op(qt_cg_graph *g, int mbend, int kind)
     }
     qt_cg_op_blank(o, kind);
     return o;
-}
-
-int64_t qt_cg_group_size(const qt_cg_settings *s, unsigned mask)
-{
-    int64_t r = 1;
-    for (int a = 0; a < QT_MESH_COUNT; a++)
-        if (mask & (1u << a)) r *= s->mesh[a];
-    return r;
-}
-
-const char *qt_cg_mask_name(unsigned mask, char *buf, size_t n)
-{
-    static const char *const names[QT_MESH_COUNT] = {"data", "fsdp", "tensor", "expert",
-                                                     "context"};
-    size_t k = 0;
-    buf[0] = 0;
-    for (int a = 0; a < QT_MESH_COUNT; a++)
-        if (mask & (1u << a) && k < n)
-            k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? "," : "", names[a]);
-    if (!k) snprintf(buf, n, "-");
-    return buf;
 }
 
 static qt_op *step_op(qt_cg_graph *g, int kind)

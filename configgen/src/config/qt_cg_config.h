@@ -1,0 +1,82 @@
+/* config/qt_cg_config.h - stage 1, config: the YAML subset (yaml.c), the layered
+ * config of known keys (config.c) and its validation into qt_cg_settings (settings.c).
+ * Uses core only. */
+#ifndef QT_CG_CONFIG_H
+#define QT_CG_CONFIG_H
+
+#include "core/qt_cg.h"
+
+enum { QT_CG_SCALAR = 0, QT_CG_LIST = 1 };
+
+typedef struct qt_cg_val {
+    int kind;                  /* QT_CG_SCALAR or QT_CG_LIST */
+    int quoted;                /* scalar was written in quotes (always a string) */
+    char *s;                   /* scalar text (unquoted) */
+    struct qt_cg_val *items;   /* list items */
+    int n;
+} qt_cg_val;
+
+typedef struct qt_cg_entry {
+    char *key;
+    qt_cg_val val;
+    int line;
+} qt_cg_entry;
+
+typedef struct qt_cg_doc {
+    char *file;
+    qt_cg_entry *e;
+    int n, cap;
+} qt_cg_doc;
+
+/* Parse `text` (the contents of `file`) as flat `key: value` lines. Errors are
+ * "file:line: ...". */
+int qt_cg_yaml_parse(const char *file, const char *text, qt_cg_doc *out, char *err, size_t errlen);
+/* Parse one value (a command-line override's right-hand side); the whole text must be used. */
+int qt_cg_yaml_parse_value(const char *where, const char *text, qt_cg_val *out, char *err,
+                           size_t errlen);
+void qt_cg_val_free(qt_cg_val *v);
+void qt_cg_doc_free(qt_cg_doc *d);
+/* Render a value back to YAML flow text (for messages and plan.txt). */
+void qt_cg_val_render(const qt_cg_val *v, qt_cg_buf *b);
+
+enum { QT_CG_T_BOOL = 0, QT_CG_T_INT, QT_CG_T_FLOAT, QT_CG_T_STR, QT_CG_T_LIST };
+
+typedef struct qt_cg_known {
+    const char *key;           /* points into the base doc */
+    int type;                  /* inferred from the base.yml value */
+    const qt_cg_val *val;      /* current (last applied) value */
+    char where[300];           /* "file:line" or "command line" of the current value */
+} qt_cg_known;
+
+typedef struct qt_cg_config {
+    qt_cg_doc base, model, run;
+    int have_model;
+    qt_cg_val *over;           /* parsed override values */
+    char **over_keys;
+    int n_over;
+    qt_cg_known *k;            /* one per base.yml key, in base order */
+    int n;
+    char run_name[128];
+    char model_name[128];
+    char *files[3];            /* base, model (or NULL), run paths as given */
+} qt_cg_config;
+
+/* Load base.yml and models/<model_name>.yml from configs_dir, the run file, then the
+ * overrides ("key=value"). run_name defaults to the run file's stem; a run_name (or
+ * model_name) of 128 characters or more is refused, as is a run with no model_name that
+ * does not set every model key itself. */
+int qt_cg_config_load(qt_cg_config *c, const char *configs_dir, const char *run_path, int n_over,
+                      char *const *over, char *err, size_t errlen);
+void qt_cg_config_free(qt_cg_config *c);
+/* The model keys: base.yml's "model shape" section. A run without a model_name must set
+ * every one of them itself (run file or command line), else it is refused. */
+extern const char *const qt_cg_model_keys[];
+extern const int qt_cg_n_model_keys;
+const qt_cg_known *qt_cg_config_find(const qt_cg_config *c, const char *key);
+
+/* ---- validated settings (config/settings.c) ---- */
+
+int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
+void qt_cg_settings_free(qt_cg_settings *s);
+
+#endif

@@ -1,0 +1,133 @@
+/* driver/pipeline.c - the plan pipeline, stage by stage, top to bottom (core/qt_cg.h):
+ * config -> settings -> forward graph -> autodiff -> remat -> memory (flat ranges, per-layer
+ * schedule edits, arena; the gradient_reduce / param_gather form chosen against the
+ * budget) -> step schedule -> checks -> scan -> hash. Writes nothing: driver/generate.c
+ * renders and writes the files, driver/diff.c compares two plans.
+ * Invariant: the first failing stage's message is the error; c, s and g are always safe
+ * to pass to qt_cg_plan_free.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "core/qt_cg.h"
+#include "config/qt_cg_config.h"
+#include "model/qt_cg_model.h"
+#include "memory/qt_cg_memory.h"
+#include "schedule/qt_cg_schedule.h"
+#include "check/qt_cg_check.h"
+#include "emit/qt_cg_emit.h"
+#include "driver/qt_cg_driver.h"
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static void find_configs(const char *run_path, char *out, size_t n)
+{
+    char dir[4096], probe[4200];
+    snprintf(dir, sizeof dir, "%s", run_path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(probe, sizeof probe, "%s/../base.yml", dir);
+    if (exists(probe)) {
+        /* keep paths readable in banners: "configgen/configs/runs/.." -> "configgen/configs" */
+        char *s2 = strrchr(dir, '/');
+        if (s2 && strcmp(s2 + 1, "..") && strcmp(s2 + 1, ".")) {
+            *s2 = 0;
+            snprintf(out, n, "%s", dir);
+        } else if (!s2 && strcmp(dir, ".") && strcmp(dir, "..")) {
+            snprintf(out, n, ".");
+        } else {
+            size_t k = strlen(dir);
+            if (k + 4 > n) k = n - 4;
+            memcpy(out, dir, k);
+            memcpy(out + k, "/..", 4);
+        }
+        return;
+    }
+    snprintf(probe, sizeof probe, "%s/base.yml", dir);
+    if (exists(probe)) {
+        snprintf(out, n, "%s", dir);
+        return;
+    }
+    snprintf(out, n, "configgen/configs");
+}
+
+/* The memory plan of the current form (g->layer_reduce, g->params_compact): flat ranges,
+ * then with per-layer reduction the range reduces in the schedule (they bound the leaf
+ * windows' use) and the windows, with per-layer gathers the gathers (their windows are
+ * activations), then the arena. Runs again when the form changes. */
+static int plan_memory(qt_cg_graph *g, char *err, size_t errlen)
+{
+    if (qt_cg_flat_ranges(g, err, errlen)) return -1;
+    if (g->layer_reduce) {
+        qt_cg_layer_reduces(g);
+        qt_cg_leaf_windows(g);
+    }
+    if (g->params_compact && qt_cg_layer_gathers(g, err, errlen)) return -1;
+    return qt_cg_memplan(g, err, errlen);
+}
+
+int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
+                     char *const *over, qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g,
+                     char *err, size_t errlen)
+{
+    char dir[4096];
+    memset(c, 0, sizeof *c);
+    memset(s, 0, sizeof *s);
+    memset(g, 0, sizeof *g);
+    if (!configs_dir) {
+        find_configs(run_path, dir, sizeof dir);
+        configs_dir = dir;
+    }
+    if (qt_cg_config_load(c, configs_dir, run_path, n_over, over, err, errlen)) return -1;
+    if (qt_cg_settings_resolve(c, s, err, errlen)) return -1;
+    if (qt_cg_graph_build(g, s, err, errlen)) return -1;
+    if (qt_cg_autodiff(g, err, errlen)) return -1;
+    if (qt_cg_remat(g, err, errlen)) return -1;
+    /* gradient_reduce: the step form (one reduce-scatter after the microbatches) unless
+     * expert parallelism needs the microbatch form, or auto finds the step form's
+     * parameter-sized tree levels over the budget (then the microbatch form, then the
+     * per-layer form with layer-sized leaf levels); the bits are the same */
+    g->params_compact = s->param_gather == QT_CG_GATHER_LAYER;
+    const int layer = (s->grad_reduce == QT_CG_REDUCE_LAYER || g->params_compact) && s->batch_mask;
+    g->reduce_per_mb = layer || s->grad_reduce == QT_CG_REDUCE_MICROBATCH ||
+                       s->mesh[QT_MESH_EXPERT] > 1;
+    g->layer_reduce = layer;
+    if (plan_memory(g, err, errlen)) return -1;
+    const int64_t budget = qt_cg_budget_bytes(s);
+    for (int form = 0; form < 2 && s->grad_reduce == QT_CG_REDUCE_AUTO && s->batch_mask &&
+                       budget > 0 && g->arena_bytes > budget && !g->layer_reduce; form++) {
+        if (g->reduce_per_mb) g->layer_reduce = 1;
+        g->reduce_per_mb = 1;
+        if (plan_memory(g, err, errlen)) return -1;
+    }
+    /* param_gather=auto: per-layer gathers when still over the budget with per-layer
+     * reduction (which they need), on meshes that shard parameters for compute in MaxText
+     * (fsdp, expert); ZeRO-1 alone keeps them replicated over data (design.md section 5),
+     * so a data-only split is gathered per layer only when the user asks (param_gather=layer,
+     * ZeRO-3 over data) */
+    const unsigned fsdp_like = (1u << QT_MESH_FSDP) | (1u << QT_MESH_EXPERT);
+    if (s->param_gather == QT_CG_GATHER_AUTO && (s->opt_mask & fsdp_like) && g->layer_reduce &&
+        budget > 0 && g->arena_bytes > budget) {
+        g->params_compact = 1;
+        if (plan_memory(g, err, errlen)) return -1;
+    }
+    qt_cg_step_schedule(g);
+    if (qt_cg_check_schedule(g, err, errlen)) return -1;
+    if (qt_cg_layout_check(g, &g->n_reshards, err, errlen)) return -1;
+    if (qt_cg_check_plan(g, err, errlen)) return -1;
+    if (qt_cg_scan(g, err, errlen)) return -1;
+    g->hash = qt_cg_hash(g);
+    return 0;
+}
+
+void qt_cg_plan_free(qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g)
+{
+    qt_cg_graph_free(g);
+    qt_cg_settings_free(s);
+    qt_cg_config_free(c);
+}

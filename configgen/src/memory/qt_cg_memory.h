@@ -1,0 +1,38 @@
+/* memory/qt_cg_memory.h - stage 4, memory: the flat parameter ranges and leaf windows
+ * (ranges.c), the arena and the activation planner (memplan.c), the per-rank budget
+ * (budget.c). Uses mesh and core. */
+#ifndef QT_CG_MEMORY_H
+#define QT_CG_MEMORY_H
+
+#include "core/qt_cg.h"
+
+/* Flat parameter ranges (memory/ranges.c): the ranges, each parameter's flat offset, n_flat;
+ * the leaf-tree levels span the flat vector. 0, or -1 when the parameters need more than
+ * 2^54 elements. */
+int qt_cg_flat_ranges(qt_cg_graph *g, char *err, size_t errlen);
+/* Per-layer reduction, after qt_cg_layer_reduces: the ranges' leaf windows (leaf_lo) and
+ * leaf_elems. */
+void qt_cg_leaf_windows(qt_cg_graph *g);
+/* The arena (memory/memplan.c): regions, tree levels, scratch, staging and the activations'
+ * offsets, after the ranges and the per-layer schedule edits. */
+int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen);
+/* 1 for tensors the liveness planner places (activations, scratch, inputs; not parameters,
+ * gradients or Adam moments); 1 when two tensors' op lifetimes overlap. */
+int qt_cg_planned(const qt_cg_tensor *t);
+int qt_cg_lives_overlap(const qt_cg_tensor *a, const qt_cg_tensor *b);
+/* 1 if tree level l is a compact microbatch-tree level (below that tree's top: only this
+ * rank's reduce blocks, mb_elems floats); see qt_plan.tree_offset. */
+int qt_cg_tree_level_compact(const qt_cg_graph *g, int l);
+/* The flat range holding parameter p (-1 before the memory plan). */
+int qt_cg_range_of(const qt_cg_graph *g, int p);
+/* Leaves of parameter p's leaf tree: its leaves per step, or per microbatch when a
+ * microbatch tree follows (n_mb_levels > 0). */
+int64_t qt_cg_tree_leaves(const qt_cg_graph *g, int p);
+/* Floats of tree level l (qt_plan.h qt_tree_level_elems). */
+int64_t qt_cg_tree_level_elems(const qt_cg_graph *g, int l);
+/* The per-rank budget in bytes (0 = none) and its check: 0, or -1 with an error naming
+ * the budget, the excess and the biggest consumers by category and tensor (memory/budget.c). */
+int64_t qt_cg_budget_bytes(const qt_cg_settings *s);
+int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,141 @@
+/* memory/ranges.c - the flat parameter ranges and their leaf-tree windows.
+ *
+ * Flat ranges (qt_plan.h qt_flat_range), one per holding pattern: the mesh axes along which
+ * ranks hold different slices of a parameter (routed experts over `expert`, heads and the
+ * shared expert's width over `tensor`); parameters every rank holds whole come first. Their
+ * gradients reduce over the batch axes minus the holding axes. Each range is padded to
+ * equal, 64-byte aligned blocks of its reduction group. One range (and the parameters in
+ * index order) on meshes without expert or tensor parallelism. With per-layer reduction the
+ * ranges are per (segment, holding pattern), segments in order of first parameter, and each
+ * range's leaf-tree levels are a window placed first fit among the windows in use at the
+ * same time (between the range's first WGRAD and its push, schedule/layer_ops.c).
+ * Invariants: parameter flat offsets are multiples of 16 elements; the flat region is
+ * refused above 2^54 elements; the ranges cover [0, n_flat) in order.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "core/qt_cg.h"
+#include "mesh/qt_cg_mesh.h"
+#include "memory/qt_cg_memory.h"
+
+#define ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
+
+/* Segment of parameter p for the flat ranges: everything in one segment, or with per-layer
+ * reduction its decoder layer, and a segment of its own for each parameter outside the
+ * layers (embedding, final norm, head: their gradients complete at different times). */
+static int64_t segment_of(const qt_cg_graph *g, int p)
+{
+    if (!g->layer_reduce) return 0;
+    return g->ps[p].layer >= 0 ? g->ps[p].layer : g->s->m.n_layers + p;
+}
+
+static qt_flat_range *new_range(qt_cg_graph *g)
+{
+    g->ranges = qt_cg_grow(g->ranges, &g->capranges, g->n_ranges + 1, sizeof *g->ranges);
+    qt_flat_range *r = &g->ranges[g->n_ranges++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+/* Places each range's window in the leaf-tree levels: first fit, in range order, avoiding
+ * the windows of ranges live at the same time; returns the levels' extent. */
+static int64_t place_windows(qt_cg_graph *g, const int64_t *live)
+{
+    int64_t extent = 0;
+    for (int r = 0; r < g->n_ranges; r++) {
+        int64_t cand = 0;
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (int q = 0; q < r; q++) {
+                const int overlap_t = live[2 * q] <= live[2 * r + 1] && live[2 * r] <= live[2 * q + 1];
+                const qt_flat_range *u = &g->ranges[q];
+                if (overlap_t && cand < u->leaf_lo + u->n && u->leaf_lo < cand + g->ranges[r].n) {
+                    cand = u->leaf_lo + u->n;
+                    moved = 1;
+                }
+            }
+        }
+        g->ranges[r].leaf_lo = cand;
+        if (cand + g->ranges[r].n > extent) extent = cand + g->ranges[r].n;
+    }
+    return extent;
+}
+
+int qt_cg_flat_ranges(qt_cg_graph *g, char *err, size_t errlen)
+{
+    const qt_cg_settings *st = g->s;
+    uint8_t *hold_of = qt_cg_alloc((size_t)(g->np ? g->np : 1));
+    for (int p = 0; p < g->np; p++) {
+        const qt_tensor *t = &g->ts[g->ps[p].tensor].t;
+        for (int d = 0; d < t->ndim; d++)
+            if (t->shape[d] != t->global_shape[d]) hold_of[p] |= t->spec[d];
+    }
+    int64_t off = 0;
+    g->n_ranges = 0;
+    for (int p0 = 0; p0 < g->np || (p0 == 0 && g->np == 0); p0++) {
+        /* a segment starts at its first parameter */
+        int first = 1;
+        for (int q = 0; q < p0 && first; q++) first = segment_of(g, q) != segment_of(g, p0);
+        if (!first) continue;
+        const int64_t seg = g->np ? segment_of(g, p0) : 0;
+        for (int hold = 0; hold < 256; hold++) {
+            int any = 0;
+            for (int p = 0; p < g->np && !any; p++) any = hold_of[p] == hold && segment_of(g, p) == seg;
+            if (!any && (hold || g->layer_reduce)) continue;
+            int64_t lo = off;
+            for (int p = 0; p < g->np; p++) {
+                if (hold_of[p] != hold || segment_of(g, p) != seg) continue;
+                g->ps[p].flat_offset = off;
+                off += ALIGN_UP(g->ps[p].numel, 16);
+                if (off > ((int64_t)1 << 54)) {
+                    free(hold_of);
+                    return qt_cg_fail(err, errlen, "the parameters need more than 2^54 elements "
+                                      "(at %s), where the arena's byte offsets would overflow; "
+                                      "expected smaller model sizes", g->ts[g->ps[p].tensor].t.name);
+                }
+            }
+            qt_flat_range *r = new_range(g);
+            r->reduce_mask = (uint8_t)(st->batch_mask & ~hold);
+            r->opt_mask = (uint8_t)(st->opt_mask & r->reduce_mask);
+            r->hold_mask = (uint8_t)hold;
+            r->lo = lo;
+            off = lo + ALIGN_UP(off - lo, 16 * qt_cg_group_size(st, r->reduce_mask));
+            r->n = off - lo;
+            r->leaf_lo = lo;
+        }
+    }
+    free(hold_of);
+    g->n_flat = off;
+    g->leaf_elems = off;  /* the leaf-tree levels span the flat vector (no windows) */
+    return 0;
+}
+
+/* Per-layer reduction: the ranges' leaf windows, placed first fit in range order among the
+ * windows of ranges in use at the same time (from the range's first WGRAD op to its
+ * GRAD_MB_PUSH, schedule/layer_ops.c); the leaf-tree levels then span g->leaf_elems. */
+void qt_cg_leaf_windows(qt_cg_graph *g)
+{
+    int64_t *live = qt_cg_alloc((size_t)(2 * g->n_ranges) * sizeof *live);
+    for (int r = 0; r < 2 * g->n_ranges; r++) live[r] = -1;
+    for (int o = 0; o < g->nmb; o++) {
+        const qt_op *op = &g->mb[o];
+        if (op->kind == QT_OP_GRAD_MB_PUSH) live[2 * op->a[0] + 1] = o;
+        if (!(op->flags & QT_OPF_WGRAD)) continue;
+        for (int k = 0; k < 2; k++) {
+            const int64_t pi = op->a[8 + k];
+            if (pi >= 0 && live[2 * qt_cg_range_of(g, (int)pi)] < 0)
+                live[2 * qt_cg_range_of(g, (int)pi)] = o;
+        }
+    }
+    g->leaf_elems = place_windows(g, live);
+    free(live);
+}
+
+int qt_cg_range_of(const qt_cg_graph *g, int p)
+{
+    for (int r = 0; r < g->n_ranges; r++)
+        if (g->ps[p].flat_offset >= g->ranges[r].lo &&
+            g->ps[p].flat_offset < g->ranges[r].lo + g->ranges[r].n)
+            return r;
+    return -1;
+}

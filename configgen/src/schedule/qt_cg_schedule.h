@@ -1,0 +1,27 @@
+/* schedule/qt_cg_schedule.h - stage 5, schedule: the per-layer reduce and gather edits
+ * of the microbatch schedule (layer_ops.c), the step schedule and its collectives
+ * (step.c), the scanned layer cycles (scan.c). Uses memory, model, mesh and core. */
+#ifndef QT_CG_SCHEDULE_H
+#define QT_CG_SCHEDULE_H
+
+#include "core/qt_cg.h"
+
+/* Per-layer schedule edits (schedule/layer_ops.c), between the flat ranges and the arena:
+ * each range's total, reduce-scatter and push after its last WGRAD (may run again), and
+ * the per-layer parameter gathers (once; -1 on a second call or without layer_reduce). */
+void qt_cg_layer_reduces(qt_cg_graph *g);
+int qt_cg_layer_gathers(qt_cg_graph *g, char *err, size_t errlen);
+/* The per-step schedule after the last microbatch (qt_ops.def, step section): on one rank
+ * the fused gradient finalisation and the AdamW update; on a mesh the local tree total,
+ * the gradient reduce-scatter (and all-gather) over the batch axes, normalisation and norm
+ * over the optimizer block, AdamW on it and the parameter all-gather. Runs after the
+ * memory plan (the collectives name arena ranges). */
+void qt_cg_step_schedule(qt_cg_graph *g);
+/* The decoder layer op o belongs to (prev: the layer of the op before it), -1 for none. */
+int qt_cg_scan_op_layer(const qt_cg_graph *g, const qt_op *o, int prev);
+/* With s->scan_layers: derives the stored microbatch schedule (g->mbc, g->scans) from the
+ * final unrolled one, where the layer cycles repeat exactly; checks that it unrolls back
+ * to g->mb. 0, or -1 with a message. */
+int qt_cg_scan(qt_cg_graph *g, char *err, size_t errlen);
+
+#endif
