@@ -13,8 +13,8 @@
 #                (BENCH_SLICE=1: also the 80B slice; make bench-slice: only that)
 #   make clean
 #
-# Every object and binary lives under build/. Generated plans live under generated/ and are
-# committed; `make gen` rewrites them from configgen.
+# Every object and binary lives under build/. Generated plans live under generated/: build
+# output of configgen (`make gen`); git tracks only the shipped runs' plan.txt (.gitignore).
 
 SHELL := /bin/bash
 CC ?= gcc
