@@ -119,7 +119,7 @@ const qt_cg_known *qt_cg_config_find(const qt_cg_config *c, const char *key);
 /* ---- validated settings (config/settings.c) ------------------------------------------- */
 
 #define QT_CG_MAX_RULE_AXES 12
-/* MaxText mesh axes (research/maxtext.md 3.1); those qtrain lacks have size 1. */
+/* MaxText mesh axes (docs/sharding.md section 1); those qtrain lacks have size 1. */
 #define QT_CG_N_MT_AXES 12
 
 typedef struct qt_cg_rule {

@@ -1,5 +1,5 @@
 /* mesh/layout.c - activation layouts: what the logical axes declare, what the plan executes,
- * and the type check between them (design.md section 4).
+ * and the type check between them (docs/design.md section 4, docs/sharding.md section 5).
  *
  * Every activation carries two per-dim layouts (bitmasks of mesh axes): t.spec, resolved
  * from its logical axes by the logical_axis_rules (MaxText's semantics), and exec, how this
