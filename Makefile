@@ -14,8 +14,8 @@
 #   make layers  the code's shape: dependencies against tests/layers.txt, longest functions
 #   make clean
 #
-# Every object and binary lives under build/. Generated plans live under generated/ and are
-# committed; `make gen` rewrites them from configgen.
+# Every object and binary lives under build/. Generated plans live under generated/: build
+# output of configgen (`make gen`); git tracks only the shipped runs' plan.txt (.gitignore).
 
 SHELL := /bin/bash
 CC ?= gcc
@@ -24,7 +24,7 @@ MUSLCC ?= musl-gcc
 ARCH ?= -march=native
 PYTHON ?= /usr/bin/python3
 
-# Determinism flags (design.md section 6): no contraction, no fast-math, C11.
+# Determinism flags (docs/design.md section 6): no contraction, no fast-math, C11.
 # -fvect-cost-model=dynamic lets gcc 12 vectorise loops of unknown length at -O2; it never
 # reorders float reductions (that would need -fassociative-math) and, without contraction,
 # a vector lane performs the same IEEE operation as the scalar code, so bits do not change.

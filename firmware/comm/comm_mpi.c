@@ -2,12 +2,12 @@
  * transport primitive, qt_comm_sendrecv, on which coll.c builds every collective.
  *
  * Invariants: MPI_Init is called once, by main through qt_comm_init, before any other MPI
- * call; nothing here reduces anything (design.md s.6). MPI may allocate inside its own init
+ * call; nothing here reduces anything (docs/design.md s.6). MPI may allocate inside its own init
  * (and here MPI_Comm_dup / MPI_Comm_split_type run once, at init); after that this file
  * only posts MPI_Isend/MPI_Irecv of contiguous bytes on the private communicator
  * qt_comm_state.comm, in pieces of at most QT_COMM_CHUNK_BYTES, and polls them with MPI_Test
  * (never a blocking MPI call, so a deadline can always fire). With more ranks on the node
- * than CPUs, polls are spaced by nanosleep(20 us) from the start (toolchain.md 1: MPICH's
+ * than CPUs, polls are spaced by nanosleep(20 us) from the start (docs/toolchain.md 1: MPICH's
  * busy-polling otherwise costs 16-108 ms per call); otherwise the first 200 us spin.
  */
 #include <mpi.h>

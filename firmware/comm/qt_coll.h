@@ -12,7 +12,7 @@
  * one-member group {me}; QT_COLL_ALL is the world in rank order.
  *
  * Invariants:
- *  - No float is ever reduced by MPI (design.md section 6). The only float reduction,
+ *  - No float is ever reduced by MPI (docs/design.md section 6). The only float reduction,
  *    qt_coll_reduce_scatter_f32, adds in a fixed pairing that is a perfect pairwise tree
  *    over group indices, so its bits depend only on the inputs and the group size, never on
  *    timing, message sizes, chunking or scratch size.

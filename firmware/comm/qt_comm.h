@@ -5,7 +5,7 @@
  * (musl static build, exactly one rank; comm_env.c holds its start-up check that no
  * process manager started it as one of several processes). The collectives (qt_coll.h,
  * coll.c) are written once on top of qt_comm_sendrecv; nothing here reduces floats with
- * MPI_SUM (design.md
+ * MPI_SUM (docs/design.md
  * section 6). Neither back end allocates heap memory after qt_comm_init (MPICH itself may,
  * inside its own calls).
  */
@@ -31,7 +31,7 @@ const char *qt_comm_backend(void);
 void qt_comm_world(int *rank, int *size);
 
 /* Largest single message; longer transfers are split into pieces of at most this size
- * (MPICH mallocs per call for big messages, toolchain.md section 0). */
+ * (MPICH mallocs per call for big messages, docs/toolchain.md section 0). */
 #define QT_COMM_CHUNK_BYTES ((int64_t)16 << 20)
 
 /* Point-to-point step: send sbytes from `send` to world rank dst and, concurrently, receive

@@ -16,7 +16,7 @@
  *    with QT_OP_ZERO before its first writer.
  *  - WGRAD ops compute a weight gradient for ONE sequence: the interpreter calls the
  *    wgrad wrapper once per sequence s of the microbatch with zeroed destination buffers,
- *    and pushes each result as a leaf into that parameter's pairwise tree (design.md s.6).
+ *    and pushes each result as a leaf into that parameter's pairwise tree (docs/design.md s.6).
  *    a[7] > 0 overrides the number of sequences per microbatch (an expert host computes
  *    the leaves of every sequence of its expert group); leaf = microbatch * count + s.
  *    A wgrad wrapper therefore reads rows [s*S, (s+1)*S) only and accumulates into dW.

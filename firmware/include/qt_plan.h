@@ -33,7 +33,7 @@
 #define QT_ARENA_ALIGN (2u << 20)
 #define QT_TENSOR_ALIGN 64
 
-/* Mesh axes (design.md section 4). A sharding spec is one bitmask of mesh axes per dim;
+/* Mesh axes (docs/design.md section 4). A sharding spec is one bitmask of mesh axes per dim;
  * 0 means replicated along that dim. */
 enum qt_mesh_axis {
     QT_MESH_DATA = 0,
@@ -150,7 +150,7 @@ typedef struct qt_flat_range {
                                       whose gradients are live at the same time are disjoint) */
 } qt_flat_range;
 
-/* A pre-planned collective (design.md section 3): its kind, the group of mesh axes it runs
+/* A pre-planned collective (docs/design.md section 3): its kind, the group of mesh axes it runs
  * over (a bitmask of enum qt_mesh_axis; the members are the ranks that share this rank's
  * coordinates on every other axis, firmware/comm/qt_coll.h) and the arena byte range it
  * moves. Peers are not listed: every rank derives them from its rank id, so the table does

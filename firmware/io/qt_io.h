@@ -117,7 +117,7 @@ typedef struct qt_data {
 } qt_data;
 
 /* Open a token file (.npy of an integer dtype, or the raw "QTTOKENS" format documented in
- * README.md, or headerless raw with dtype given as "uint16"/"uint32") or, with path NULL,
+ * docs/formats.md, or headerless raw with dtype given as "uint16"/"uint32") or, with path NULL,
  * the embedded byte-level corpus. Maps it read-only, checks every id < vocab (reporting the
  * first bad id with its position) and that at least one window of seq_len+1 tokens exists.
  * Sets file_bytes and hash (XXH64 of every byte of the file, header included: the run

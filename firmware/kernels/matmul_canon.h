@@ -1,5 +1,5 @@
 /* matmul_canon.h - contractions with a canonical blocking, so that splitting the
- * contraction over tensor-parallel ranks does not change the bits (design.md section 6).
+ * contraction over tensor-parallel ranks does not change the bits (docs/design.md section 6).
  *
  * The contraction index (K of the forward, N of the data gradient) holds `nseg` equal
  * segments (1, or 2 for an expert's [gate | up] rows). Each segment is cut into `nb` equal

@@ -1,6 +1,6 @@
 /* moe_combine.c - MoE output combine: out_t = sum over slots of p * expert output.
  *
- * Invariants: slots are added in increasing order (design.md s.6: combine in (token, slot)
+ * Invariants: slots are added in increasing order (docs/design.md s.6: combine in (token, slot)
  * order); the dp dot product runs over i increasing; rows never mix across tokens.
  */
 #include "moe_combine.h"

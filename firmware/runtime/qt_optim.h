@@ -1,6 +1,6 @@
 /* qt_optim.h - learning-rate schedule, gradient normalisation/clipping and AdamW.
  *
- * Semantics follow research/maxtext.md 4.3 and tests/golden/SPEC.md. The schedule and the
+ * Semantics follow docs/model.md section 4 and tests/golden/SPEC.md. The schedule and the
  * bias corrections are computed in double with the project's own math (qt_cos), the
  * element updates in float, in the fixed expression order documented per function, so the
  * bits depend only on the inputs.

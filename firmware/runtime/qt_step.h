@@ -5,7 +5,7 @@
  * tree totals, gradient collectives, normalisation and the global norm, AdamW and the
  * parameter collectives. Every cross-rank float sum goes through fixed-pairing collectives
  * and every scalar through exact accumulators, so the bits depend only on the model and
- * the global batch (design.md section 6).
+ * the global batch (docs/design.md section 6).
  */
 #ifndef QT_STEP_H
 #define QT_STEP_H

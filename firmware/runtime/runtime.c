@@ -510,7 +510,7 @@ static int qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t s
     const int64_t b = p->train.micro_batch, S = p->train.seq_len, G = p->train.grad_accum;
     /* One tree over the step's leaves: the rank owns a contiguous, rank-major block of the
      * global batch. With a microbatch tree: microbatch-major, so one microbatch's sequences
-     * over the batch axes are a contiguous block (design.md s.6): mb * R * b + index * b. */
+     * over the batch axes are a contiguous block (docs/design.md s.6): mb * R * b + index * b. */
     const int64_t R = p->batch_mask ? qt_comm_group_size(p->batch_mask) : 1;
     const int mbmaj = p->n_mb_levels > 0;
     qt_step_state mst = {step, 0, m};

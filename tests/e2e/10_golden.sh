@@ -6,7 +6,7 @@
 # Tolerances, and why: the C side computes in float32 and the reference in float64 from the
 # same float32 weights. One step's gradients agree to ~1e-6 relative per tensor; 2e-4 of the
 # tensor's largest magnitude leaves room for A_log (a long sum with cancellation, the
-# worst case in hf_reference.md section 11). Over 10 AdamW steps fp32 rounding grows
+# worst case in docs/model.md section 6). Over 10 AdamW steps fp32 rounding grows
 # (Adam's first steps are ~lr*sign(g)), so losses are compared at 2e-4 relative and the
 # pre-clip gradient norm at 1e-3.
 golden_run() {

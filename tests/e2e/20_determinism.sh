@@ -1,4 +1,4 @@
-# 20_determinism.sh - the determinism contract of design.md section 6 (sourced by run_all.sh).
+# 20_determinism.sh - the determinism contract of docs/design.md section 6 (sourced by run_all.sh).
 #
 # All comparisons are bit-exact: loss bits and the parameter fingerprint of every step.
 # det_fields (tests/scripts/run_all.sh) gives "step loss_bits fingerprint" per metrics line.

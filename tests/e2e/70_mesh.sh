@@ -3,7 +3,7 @@
 #
 # Every mesh plan in configgen/configs/runs/mesh-<model>-<mesh>.yml trains the same global
 # batch (4 sequences of 16 tokens, 10 steps) as mesh-<model>-1r; the loss bits and the
-# parameter fingerprint of every step must equal the one-rank run's (design.md section 6:
+# parameter fingerprint of every step must equal the one-rank run's (docs/design.md section 6:
 # data, fsdp, tensor and expert degree changes, explicit vs auto, ZeRO-1 on/off: 0 ulp). Every mpiexec runs
 # under `timeout`, so a hang fails the check instead of the suite.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184

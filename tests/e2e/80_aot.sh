@@ -1,7 +1,7 @@
 # 80_aot.sh - ahead-of-time plans of the full-size models on 128 to 512 ranks (sourced by
 # run_all.sh): configgen plans each case of tests/aot/ for its compile_topology, checks the
 # per-rank arena against the topology's device memory, and a plan that fits must compile with
-# the firmware's flags. Each case has its expected verdict below, worked out in the README
+# the firmware's flags. Each case has its expected verdict below, worked out in docs/plan.md
 # (AOT plans) and the issue notes; a verdict that changes (a plan that starts to fit, or
 # stops) fails here until the table is updated with the reason.
 AOT_OUT=$QT_TMP/aot

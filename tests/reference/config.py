@@ -1,6 +1,6 @@
 """config.py - the reference's reader for qtrain's flat YAML subset and its layering.
 
-Grammar (design.md section 2): one `key: value` per line; `#` starts a comment outside
+Grammar (docs/design.md section 2): one `key: value` per line; `#` starts a comment outside
 quotes; a value is a quoted string ("..." or '...'), true/false, an integer, a float, a bare
 string, or a list in [...] that may nest and span lines. Anything else raises ConfigError
 naming file:line.

@@ -1,6 +1,6 @@
 """model.py - the Qwen3-Next / Qwen3.5 hybrid decoder in torch (float64 for goldens).
 
-Written from research/maxtext.md section 1 and research/hf_reference.md with fp32-everywhere
+Written from docs/model.md sections 1 and 3 (MaxText and Hugging Face math) with fp32-everywhere
 semantics (no bf16 casts): embedding; per layer zero-centred (1+w) RMSNorm -> GDN (layer i is
 full attention iff (i+1) % cycle == 0) or gated attention -> residual -> RMSNorm -> MoE ->
 residual; final norm; untied lm_head; token-mean cross entropy plus optional load balance.
@@ -245,7 +245,7 @@ def loss_fn(P, dm, inp, tgt, n_tok=None, lb_c=0.0, chunk=None, stats=None):
 # ------------------------------------------------------------------ optimizer
 
 def lr_at(dm, t):
-    """Warmup + cosine (research/maxtext.md 4.3), float32-rounded hyperparameters."""
+    """Warmup + cosine (docs/model.md section 4), float32-rounded hyperparameters."""
     peak = f32(dm['learning_rate'])
     T = dm['schedule_steps']
     warm = int(T * f32(dm['warmup_steps_fraction']))

@@ -16,7 +16,7 @@
 # per rank) under mpiexec -n 2: tokens/s, step time, the share of the step time rank 0
 # spends inside collectives and the bytes it sends per step (qtrain's exit line
 # "collectives: ..."). The two vCPUs of this VM kind give about 1.0-1.5x one core in total
-# for FP-heavy work (toolchain.md section 0), so DP2 is not expected to double throughput.
+# for FP-heavy work (docs/toolchain.md section 0), so DP2 is not expected to double throughput.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STEPS=${STEPS:-12}
@@ -53,7 +53,7 @@ pt_step=$(echo "$pt_line" | grep -o '"step_s": *[0-9.e+-]*' | grep -o '[0-9.e+-]
 pt_thr=$(echo "$pt_line" | grep -o '"threads": *[0-9]*' | grep -o '[0-9]*$' || true)
 
 # DP2 and EP2: the same global batch on 2 ranks. MPICH's temporary buffers as in the tests
-# (toolchain.md section 0, item 3). Per mesh: tokens/s, step time, the share of the step
+# (docs/toolchain.md section 0, item 3). Per mesh: tokens/s, step time, the share of the step
 # time rank 0 spends in collectives and the MiB it sends per step.
 declare -A m_tps m_step m_share m_mib m_coll
 for mesh in dp2 ep2; do
@@ -96,7 +96,7 @@ else
   echo "pytorch reference: not available (apt-get install python3-torch to compare)"
 fi
 
-# The two weight-gradient determinism mechanisms of design.md section 6, measured on the
+# The two weight-gradient determinism mechanisms of docs/design.md section 6, measured on the
 # bench plan's parameter count (docs/determinism.md explains the choice).
 echo
 ./build/tools/det_mechanisms

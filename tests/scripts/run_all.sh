@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 export QT_ROOT=$PWD
 export QT_TMP=$(mktemp -d /tmp/qtrain-test.XXXXXX)
 trap 'rm -rf "$QT_TMP"' EXIT
-# MPICH's temporary buffers: keep glibc from mmap/munmap-ing them per call (toolchain.md 1).
+# MPICH's temporary buffers: keep glibc from mmap/munmap-ing them per call (docs/toolchain.md 1).
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 
 passed=0; failed=0; failures=()

@@ -1,4 +1,4 @@
-/* det_mechanisms.c - measures the two weight-gradient determinism mechanisms of design.md
+/* det_mechanisms.c - measures the two weight-gradient determinism mechanisms of docs/design.md
  * section 6 on one rank, for `make bench` (figures, not assertions):
  *  (a) the pairwise tree over per-sequence leaves, as the firmware runs it (qt_tree_push,
  *      qt_tree_finalize from firmware/runtime/tree.c);

@@ -548,7 +548,7 @@ TEST_GROUP(CgShard)
 
 #define BIT(a) (uint8_t)(1u << (a))
 
-// Hand-derived from base.yml's rule order (research/maxtext.md 3.2).
+// Hand-derived from base.yml's rule order (docs/sharding.md section 2).
 TEST(CgShard, HypotheticalMeshFsdp4Tensor2Expert2)
 {
     const int32_t mesh[QT_MESH_COUNT] = {1, 4, 2, 2, 1};
@@ -847,8 +847,8 @@ TEST(CgSchedule, LoadBalanceConstants)
 }
 
 // Which layers are full attention, for both decoders: layer l (0-based) is full attention iff
-// (l+1) % inhomogeneous_layer_cycle_interval == 0 (research/maxtext.md section 1,
-// hf_reference.md: with interval 4, layers 3, 7, 11, ...), every other layer Gated DeltaNet.
+// (l+1) % inhomogeneous_layer_cycle_interval == 0 (docs/model.md section 1.1,
+// as Hugging Face: with interval 4, layers 3, 7, 11, ...), every other layer Gated DeltaNet.
 // The expected lists are written out by hand, not recomputed with the formula; a layer's kind
 // is read back from its parameters (self_attn.* vs linear_attn.*) and the schedule's
 // ATTN_FWD / GDN_CORE_FWD op counts.

@@ -1,4 +1,4 @@
-/* check/layout.c - the layout type check (design.md section 4; the layouts themselves are
+/* check/layout.c - the layout type check (docs/design.md section 4; the layouts themselves are
  * mesh/layout.c's): every activation's execution layout equals the layout its logical
  * axes declare, unless its layer declared the reshard. shard_mode=explicit: an undeclared
  * difference is an error naming the layer, op, tensor, declared and executed layouts;

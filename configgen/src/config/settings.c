@@ -804,7 +804,7 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
     for (int i = 0; i < 3; i++)
         if (s->mesh[batch_axes[i]] > 1) s->batch_mask |= (uint8_t)(1u << batch_axes[i]);
     /* the optimizer state (and the update) is split over fsdp, and over data with ZeRO-1
-     * (design.md section 5: data is the minor sub-axis of the fsdp shard) */
+     * (docs/design.md section 5: data is the minor sub-axis of the fsdp shard) */
     if (s->mesh[QT_MESH_FSDP] > 1) s->opt_mask |= (uint8_t)(1u << QT_MESH_FSDP);
     /* MaxText shards the embed dims over expert as well (fsdp-like for dense weights) */
     if (s->mesh[QT_MESH_EXPERT] > 1) s->opt_mask |= (uint8_t)(1u << QT_MESH_EXPERT);

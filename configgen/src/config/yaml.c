@@ -1,4 +1,4 @@
-/* config/yaml.c - the flat YAML subset of design.md section 2.
+/* config/yaml.c - the flat YAML subset of docs/design.md section 2.
  *
  * Accepted: `key: value` lines starting in column 0; values are numbers, true/false,
  * quoted ('..' or "..") or bare strings, or flow lists `[...]` that may nest and span

@@ -1,4 +1,4 @@
-/* core/axes.c - the MaxText mesh axis vocabulary (research/maxtext.md 3.1): the names the
+/* core/axes.c - the MaxText mesh axis vocabulary (docs/sharding.md section 1): the names the
  * logical_axis_rules may use, and which of them qtrain's mesh (enum qt_mesh_axis) has.
  * Settings parse the rules with it (config/), the sharding resolver maps them (mesh/).
  * Invariant: qt_cg_mt_axis_names has QT_CG_N_MT_AXES entries in MaxText's order; the axes

@@ -70,7 +70,7 @@ void qt_cg_float_literal(char *out, size_t n, float v);
 /* ---- the MaxText mesh axis vocabulary (core/axes.c) ---- */
 
 #define QT_CG_MAX_RULE_AXES 12
-/* MaxText mesh axes (research/maxtext.md 3.1); those qtrain lacks have size 1. */
+/* MaxText mesh axes (docs/sharding.md section 1); those qtrain lacks have size 1. */
 #define QT_CG_N_MT_AXES 12
 
 extern const char *const qt_cg_mt_axis_names[QT_CG_N_MT_AXES];

@@ -107,7 +107,7 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
     }
     /* param_gather=auto: per-layer gathers when still over the budget with per-layer
      * reduction (which they need), on meshes that shard parameters for compute in MaxText
-     * (fsdp, expert); ZeRO-1 alone keeps them replicated over data (design.md section 5),
+     * (fsdp, expert); ZeRO-1 alone keeps them replicated over data (docs/design.md section 5),
      * so a data-only split is gathered per layer only when the user asks (param_gather=layer,
      * ZeRO-3 over data) */
     const unsigned fsdp_like = (1u << QT_MESH_FSDP) | (1u << QT_MESH_EXPERT);

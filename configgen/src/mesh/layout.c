@@ -1,5 +1,6 @@
 /* mesh/layout.c - activation layouts: what the logical axes declare, what the plan executes,
- * (design.md section 4); the type check between them is check/layout.c.
+ * (docs/design.md section 4, docs/sharding.md section 5); the type check between them is
+ * check/layout.c.
  *
  * Every activation carries two per-dim layouts (bitmasks of mesh axes): t.spec, resolved
  * from its logical axes by the logical_axis_rules (MaxText's semantics), and exec, how this

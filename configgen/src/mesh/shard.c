@@ -1,7 +1,7 @@
 /* mesh/shard.c - logical axis names and their resolution to mesh axes.
  *
  * Semantics are MaxText's (Flax logical_to_mesh_axes, then size-1 mesh axes dropped;
- * research/maxtext.md 3.2): rules are scanned in list order; a rule names a logical axis
+ * docs/sharding.md section 2): rules are scanned in list order; a rule names a logical axis
  * and a tuple of mesh axes; it applies to the first tensor dim carrying that name if the
  * dim is still unassigned and none of its mesh axes is already used by any assigned dim
  * (the check includes size-1 axes, exactly as Flax, so e.g. fsdp_transpose taken by `mlp`

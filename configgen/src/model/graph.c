@@ -1,9 +1,9 @@
 /* model/graph.c - the forward step graph of one microbatch, built from qt_ops.h ops.
  *
  * b = per_device_batch_size sequences, S = max_target_length, T = b*S. Activations carry
- * shapes [b, S, ...] (so their logical axes follow research/maxtext.md 3.3); parameters
+ * shapes [b, S, ...] (so their logical axes follow docs/sharding.md section 3); parameters
  * carry the canonical Qwen3-Next Hugging Face names and [out, in] shapes (experts fused:
- * gate_up_proj [E,2I,d], down_proj [E,d,I]) with the logical axes of maxtext.md 3.4 in that
+ * gate_up_proj [E,2I,d], down_proj [E,d,I]) with the logical axes of docs/sharding.md 4 in that
  * dim order. Layer l is full attention iff (l+1) % cycle == 0, else Gated DeltaNet.
  * Invariants: every op's sizes agree with the tensor shapes it names; the forward ends
  * with XENT, which also writes d.logits (the backward seed); the init schedule holds the

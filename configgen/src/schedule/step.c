@@ -20,7 +20,7 @@
  * Sequences are rank-major blocks in batch-index order and the reduce-scatter pairs ranks
  * by recursive halving over the same index, so with a power-of-two count of leaves per rank
  * the cross-rank additions are exactly the upper levels of the one-rank tree: the bits do
- * not depend on the mesh (design.md section 6).
+ * not depend on the mesh (docs/design.md section 6).
  */
 #include <stdio.h>
 #include <string.h>
