@@ -125,7 +125,7 @@ void qt_op_all_reduce(const qt_op *op, const qt_ctx *ctx)
     qt_op_sum_across(ctx, qt_f32(ctx, op->t[0]), op->a[0], (unsigned)op->a[1]);
 }
 
-/* MATMUL_WGRAD: t0 dy, t1 x; a1 N, a2 K, a3 rows per sequence. Writes dw[0] (wgrad_writes). */
+/* MATMUL_WGRAD: t0 dy, t1 x; a1 N, a2 K, a3 rows per sequence. Writes dw[0] (QT_OPP_WGRAD_WRITES). */
 void qt_op_matmul_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     int64_t N = op->a[1], K = op->a[2], rps = op->a[3];

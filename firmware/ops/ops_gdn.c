@@ -6,6 +6,7 @@
  * read only the rows of sequence `seq` ([seq*S, (seq+1)*S)) and accumulate into dw[], which
  * the interpreter zeroed. No module state.
  */
+#include <stdio.h>
 #include "ops/qt_op_fns.h"
 #include "kernels/gdn_conv.h"
 #include "kernels/gdn_chunk.h"
@@ -113,6 +114,45 @@ void qt_op_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx)
                     qt_f32(ctx, t[8]), qt_f32(ctx, t[9]), qt_f32(ctx, t[3]), qt_f32(ctx, t[4]),
                     qt_f32(ctx, t[5]), qt_f32(ctx, t[6]), qt_f32(ctx, t[10]), a[0], a[1], a[2],
                     a[3], a[4], a[5], a[6], op->f[0], op->f[1]);
+}
+
+/* The delta rule's limits (gdn_core.h), which configgen also enforces, and its scratch,
+ * which the kernels take without a size: a short one would overrun. Reads op and the
+ * plan's tensor table; writes st->why when the op does not fit. */
+static int qt_check_gdn_core(const qt_plan *p, const qt_op *op, int fwd, int32_t scratch,
+                             qt_check_state *st)
+{
+    const int64_t Dk = QT_A(op, GDN_CORE_FWD, Dk), Dv = QT_A(op, GDN_CORE_FWD, Dv);
+    const int64_t chunk = QT_A(op, GDN_CORE_FWD, chunk);
+    if (Dk > QT_GDN_CORE_MAX_DIM || Dv > QT_GDN_CORE_MAX_DIM || chunk < 1) {
+        snprintf(st->why, sizeof st->why, "Dk=%lld Dv=%lld chunk=%lld outside the kernel's "
+                 "limits (Dk, Dv <= %d, chunk >= 1)", (long long)Dk, (long long)Dv,
+                 (long long)chunk, QT_GDN_CORE_MAX_DIM);
+        return 1;
+    }
+    const int64_t C = QT_GDN_CHUNK_ROWS(chunk, QT_A(op, GDN_CORE_FWD, S));
+    const int64_t need =
+        QT_A(op, GDN_CORE_FWD, algo)
+            ? (fwd ? QT_GDN_CHUNK_FWD_SCRATCH(C, Dk, Dv) : QT_GDN_CHUNK_BWD_SCRATCH(C, Dk, Dv))
+            : (fwd ? 0 : QT_GDN_CORE_SCRATCH(chunk, Dk, Dv));
+    const int32_t id = op->t[scratch];
+    if (need > 0 && (id < 0 || id >= p->n_tensors || p->tensors[id].numel < need)) {
+        snprintf(st->why, sizeof st->why, "delta-rule scratch t%d holds %lld floats, needs %lld",
+                 (int)scratch, (long long)(id >= 0 && id < p->n_tensors ? p->tensors[id].numel : 0),
+                 (long long)need);
+        return 1;
+    }
+    return 0;
+}
+
+int qt_check_gdn_core_fwd(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    return qt_check_gdn_core(p, op, 1, QT_T_GDN_CORE_FWD_scratch, st);
+}
+
+int qt_check_gdn_core_bwd(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    return qt_check_gdn_core(p, op, 0, QT_T_GDN_CORE_BWD_scratch, st);
 }
 
 /* gated rmsnorm: a0 T, a1 Hk, a2 Dk, a3 Hv, a4 Dv, f0 eps (a5 S for WGRAD) */

@@ -8,6 +8,7 @@
  * sequence's rows are its packed rows instead. When the plan gives the BWD op its dgu slot, the BWD
  * parks d(gu) there and the WGRAD reads it instead of recomputing it (same bits).
  */
+#include <stdio.h>
 #include <string.h>
 #include "qt_op_fns.h"
 #include "../kernels/moe_route.h"
@@ -26,6 +27,31 @@ void qt_op_moe_route_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_moe_route_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
                      qt_i32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), op->a[0], op->a[1],
                      op->a[2], op->a[3], op->f[0]);
+}
+
+/* The load-balance accumulators live on the kernel's stack (moe_route.h): at most
+ * QT_MOE_MAX_EXPERTS experts when the loss is on (f0 != 0). */
+static int qt_check_moe_route(const qt_op *op, qt_check_state *st)
+{
+    const int64_t E = QT_A(op, MOE_ROUTE_FWD, E);
+    if (op->f[0] != 0.0f && E > QT_MOE_MAX_EXPERTS) {
+        snprintf(st->why, sizeof st->why, "load-balance loss with %lld experts (kernel limit "
+                 "%d)", (long long)E, QT_MOE_MAX_EXPERTS);
+        return 1;
+    }
+    return 0;
+}
+
+int qt_check_moe_route_fwd(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    (void)p;
+    return qt_check_moe_route(op, st);
+}
+
+int qt_check_moe_route_bwd(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    (void)p;
+    return qt_check_moe_route(op, st);
 }
 
 void qt_op_expert_ffn_fwd(const qt_op *op, const qt_ctx *ctx)
@@ -47,7 +73,7 @@ void qt_op_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
                                  op->a[4], ctx->plan->tensors[op->t[7]].numel, op->a[6]);
 }
 
-/* EXPERT_FFN_WGRAD: writes dw[0] (W_gu) and dw[1] (W_down) whole (wgrad_writes). */
+/* EXPERT_FFN_WGRAD: writes dw[0] (W_gu) and dw[1] (W_down) whole (QT_OPP_WGRAD_WRITES). */
 void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     int64_t k = op->a[1], S = op->a[5], t0 = seq * S;
@@ -70,7 +96,7 @@ void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, flo
                                   ctx->plan->tensors[op->t[6]].numel);
         return;
     }
-    /* the recomputing form accumulates: zero the leaves first (wgrad_writes) */
+    /* the recomputing form accumulates: zero the leaves first (QT_OPP_WGRAD_WRITES) */
     memset(dw[0], 0, (size_t)(op->a[2] * 2 * f * d) * sizeof(float));
     memset(dw[1], 0, (size_t)(op->a[2] * d * f) * sizeof(float));
     qt_expert_ffn_wgrad(dw[0], dw[1], qt_f32(ctx, op->t[0]) + t0 * k * d,

@@ -277,6 +277,8 @@ const char *qt_cg_op_name(int kind);
 int qt_cg_op_slot_optional(int kind, int slot);
 /* enum qt_op_class of a kind (qt_ops.def CLASS column). */
 int qt_cg_op_class(int kind);
+/* QT_OPP_* properties of a kind (qt_ops.def PROPS column). */
+unsigned qt_cg_op_props(int kind);
 
 int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen);
 /* 1 for the logical axes whose dims tensor parallelism splits for compute (q_heads,
