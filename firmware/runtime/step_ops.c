@@ -364,27 +364,15 @@ int qt_step_param_gather(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 int qt_step_collective(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 {
     const qt_plan *p = ctx->plan;
-    if (op->a[0] < 0 || op->a[0] >= p->n_collectives)
+    const int64_t i = QT_A(op, COLLECTIVE, coll);
+    if (i < 0 || i >= p->n_collectives)
         return qt_fail(QT_E_PLAN, "plan %s: collective %lld does not exist", p->run_name,
-                       (long long)op->a[0]);
-    const qt_collective *c = &p->collectives[op->a[0]];
+                       (long long)i);
+    const qt_collective *c = &p->collectives[i];
     qt_comm_set_context(c->name, (long long)st->step);
-    unsigned char *base = p->arena + c->offset;
-    const int64_t r = qt_comm_group_size(c->mask);
-    switch (c->kind) {
-    case QT_COLL_REDUCE_SCATTER:
-        return qt_coll_reduce_scatter_f32(c->mask, (float *)(void *)base,
-                                          c->bytes / (int64_t)sizeof(float) / r,
-                                          qt_step_region(p, p->comm_scratch_offset),
-                                          p->comm_scratch_elems);
-    case QT_COLL_ALL_GATHER:
-        return qt_coll_all_gather(c->mask, base, c->bytes / r);
-    case QT_COLL_BROADCAST:
-        return qt_coll_broadcast(c->mask, base, c->bytes, 0);
-    default:
-        return qt_fail(QT_E_PLAN, "plan %s: collective %s: kind %u is not a step collective",
-                       p->run_name, c->name, c->kind);
-    }
+    /* the kind's range function (qt_coll.def) */
+    return qt_coll_run_range(c, p->arena + c->offset, qt_step_region(p, p->comm_scratch_offset),
+                             p->comm_scratch_elems);
 }
 
 /* ---- start-up checks of the step ops (qt_ops.def CHECK; qt_runtime_check_step calls them
@@ -460,14 +448,12 @@ int qt_check_param_gather(const qt_plan *p, const qt_op *op, qt_check_state *st)
            p->tensors[w].numel < p->ranges[r].n;
 }
 
-/* The collective exists, lies inside the arena, and its group can split it evenly. */
+/* The collective exists and fits its qt_coll.def row: a range form, inside the arena, with
+ * elements (and blocks) its group can split evenly. */
 int qt_check_collective(const qt_plan *p, const qt_op *op, qt_check_state *st)
 {
     const int64_t i = QT_A(op, COLLECTIVE, coll);
     (void)st;
     if (i < 0 || i >= p->n_collectives) return 1;
-    const qt_collective *c = &p->collectives[i];
-    const int64_t r = qt_comm_group_size(c->mask);
-    return c->offset < 0 || c->bytes < 0 || c->offset + c->bytes > p->arena_bytes || r < 1 ||
-           c->bytes % (4 * r) != 0;
+    return qt_coll_range_check(&p->collectives[i], p->arena_bytes) != QT_OK;
 }
