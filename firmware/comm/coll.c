@@ -487,13 +487,11 @@ void qt_coll_merge_max_i64(int64_t *acc, const int64_t *in, int n)
         if (in[i] > acc[i]) acc[i] = in[i];
 }
 
-/* The same on the integer reductions' uint64 lanes read as two's-complement int64 (the
- * sign bit flipped makes the unsigned order the signed one). */
+/* The same on the integer reductions' uint64 lanes (signed and unsigned variants may alias,
+ * C11 6.5p7). */
 static void qt_coll_max_u64_signed(uint64_t *acc, const uint64_t *in, int n)
 {
-    const uint64_t sign = 1ull << 63;
-    for (int i = 0; i < n; i++)
-        if ((in[i] ^ sign) > (acc[i] ^ sign)) acc[i] = in[i];
+    qt_coll_merge_max_i64((int64_t *)acc, (const int64_t *)in, n);
 }
 
 int qt_coll_max_i64(unsigned mask, int64_t *v, int n)

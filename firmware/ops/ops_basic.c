@@ -31,6 +31,13 @@ void qt_op_add(const qt_op *op, const qt_ctx *ctx)
     qt_add(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]), op->a[0]);
 }
 
+/* ROUND_BF16: y = bf16(x) held as floats (qt_ops.def). */
+void qt_op_round_bf16(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_round_bf16(qt_f32(ctx, QT_T(op, ROUND_BF16, y)), qt_f32(ctx, QT_T(op, ROUND_BF16, x)),
+                  QT_A(op, ROUND_BF16, n));
+}
+
 /* ACC: t0 += t1, a0 n. */
 void qt_op_acc(const qt_op *op, const qt_ctx *ctx)
 {
