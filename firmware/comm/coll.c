@@ -481,6 +481,33 @@ int qt_coll_sum_i64(unsigned mask, int64_t *v, int n)
     return qt_coll_sum_u64(mask, (uint64_t *)v, n);
 }
 
+void qt_coll_merge_max_i64(int64_t *acc, const int64_t *in, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (in[i] > acc[i]) acc[i] = in[i];
+}
+
+/* The same on the integer reductions' uint64 lanes (signed and unsigned variants may alias,
+ * C11 6.5p7). */
+static void qt_coll_max_u64_signed(uint64_t *acc, const uint64_t *in, int n)
+{
+    qt_coll_merge_max_i64((int64_t *)acc, (const int64_t *)in, n);
+}
+
+int qt_coll_max_i64(unsigned mask, int64_t *v, int n)
+{
+    static const char op[] = "max_i64";
+    qt_grp g;
+    int rc = qt_coll_group(op, mask, 0, &g);
+    if (rc) return rc;
+    if (g.size == 1 || n == 0) return QT_OK;
+    if (!v || n < 0)
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: bad buffer (%d values)", op, mask, n);
+    qt_coll_begin(op, mask, 0);
+    /* int64_t and uint64_t may alias (C11 6.5p7) */
+    return qt_coll_end(qt_coll_allreduce_u64(&g, (uint64_t *)v, n, qt_coll_max_u64_signed));
+}
+
 /* ---- all-to-all ------------------------------------------------------------------------- */
 
 int qt_coll_all_to_all_counts(unsigned mask, const int64_t *send_counts, int64_t *recv_counts)

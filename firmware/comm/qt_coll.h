@@ -128,6 +128,16 @@ int qt_coll_sum_u64(unsigned mask, uint64_t *v, int n);
 /* Same for int64 counts (two's-complement add: bit-identical to the uint64 sum). */
 int qt_coll_sum_i64(unsigned mask, int64_t *v, int n);
 
+/* In-place elementwise maximum over group `mask` of v[0..n) (int64, signed) on every
+ * member: exact, so independent of the order (recursive doubling, or binomial reduce and
+ * broadcast). n >= 0. The agreed error flag of a mesh: each rank puts its status, all get
+ * the worst. */
+int qt_coll_max_i64(unsigned mask, int64_t *v, int n);
+
+/* What qt_coll_max_i64 combines: acc[i] = max(acc[i], in[i]) for i < n (reads in, reads and
+ * writes acc). */
+void qt_coll_merge_max_i64(int64_t *acc, const int64_t *in, int n);
+
 /* Exchange all-to-all counts over group `mask` of size R: reads send_counts[R] (what I will
  * send to group index j), writes recv_counts[R] (what member j will send me). The two
  * arrays must not overlap. */
@@ -151,6 +161,21 @@ int qt_coll_all_to_all_v(unsigned mask, const void *send, const int64_t *send_co
  * agree; otherwise every rank prints its own hash and one differing hash with the lowest
  * rank holding it, and returns QT_E_MISMATCH. */
 int qt_comm_check_same(uint64_t plan_hash);
+
+/* ---- plan collectives (qt_plan.h qt_collective, one row of qt_coll.def each) ------------ */
+
+/* Whether collective c fits a plan whose arena holds arena_bytes bytes: a kind with a range
+ * form (qt_coll.def RUN), a range inside the arena, and bytes that split as the row says
+ * (a multiple of UNIT, times the group size when SPLIT). 0 when it fits, else QT_E_PLAN
+ * (no message: the caller names the op). */
+int qt_coll_range_check(const qt_collective *c, int64_t arena_bytes);
+
+/* Run collective c of a plan on its arena range (base = arena + c->offset, c->bytes bytes,
+ * read and written as its qt_coll.def row says); `scratch` (scratch_elems floats) is the
+ * plan's comm scratch for the kinds that need one (reduce-scatter). 0 or QT_E_*; a kind
+ * without a range form is QT_E_PLAN with a message. */
+int qt_coll_run_range(const qt_collective *c, unsigned char *base, float *scratch,
+                      int64_t scratch_elems);
 
 /* Point-to-point exchange with world rank `peer` under the deadline: sends sbytes from
  * send and receives exactly rbytes into recv (either may be 0). For plan steps that pair

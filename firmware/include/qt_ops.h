@@ -15,14 +15,17 @@
  *    (BWD) op accumulates into activation gradients; configgen zeroes each gradient buffer
  *    with QT_OP_ZERO before its first writer.
  *  - WGRAD ops compute a weight gradient for ONE sequence: the interpreter calls the
- *    wgrad wrapper once per sequence s of the microbatch with zeroed destination buffers,
- *    and pushes each result as a leaf into that parameter's pairwise tree (design.md s.6).
- *    a[7] > 0 overrides the number of sequences per microbatch (an expert host computes
- *    the leaves of every sequence of its expert group); leaf = microbatch * count + s.
- *    A wgrad wrapper therefore reads rows [s*S, (s+1)*S) only and accumulates into dW.
- *    WGRAD ops carry QT_OPF_WGRAD and name their parameters in t[] slots listed below;
- *    the parameter index (into plan->params) of slot p is in a[8] (first) and a[9] (second,
- *    or -1).
+ *    wgrad wrapper once per sequence s of the microbatch and pushes each result as a leaf
+ *    into that parameter's pairwise tree (design.md s.6). a[7] > 0 overrides the number of
+ *    sequences per microbatch (an expert host computes the leaves of every sequence of
+ *    its expert group); leaf = microbatch * count + s. A wgrad wrapper therefore reads rows
+ *    [s*S, (s+1)*S) only. Kinds with QT_OPP_WGRAD_WRITES in their row (the dense and
+ *    expert matmuls: nearly all parameters) write every element of dW (the interpreter
+ *    does not zero it); the others (embedding rows, norm, conv and gate weights) accumulate
+ *    into a dW the interpreter zeroed. WGRAD ops carry QT_OPF_WGRAD and name their
+ *    parameters in t[] slots listed below; the parameter index (into plan->params) of
+ *    slot p is in a[8] (first) and a[9] (second, or -1): QT_A_WGRAD_SEQS = 7,
+ *    QT_A_WGRAD_PARAM = 8 (+ 1 for the second).
  *  - Reductions run in a fixed, documented order (noted per op) so bits never depend on
  *    anything but the inputs.
  *  - r = Hv/Hk (GDN value heads per key head); G = 2*Dk + 2*r*Dv is the width of one key
@@ -48,41 +51,106 @@
 #define QT_GATE_HEADS 0               /* SIGMOID_GATE a[2]: gate interleaved in q_proj output */
 #define QT_GATE_ROW 1                 /* SIGMOID_GATE a[2]: one gate scalar per row */
 
+/* What the interpreter calls for a kind (qt_ops.def CLASS column). */
+enum qt_op_class { QT_OPC_NONE = 0, QT_OPC_RUN, QT_OPC_WGRAD, QT_OPC_STEP };
+
+/* Per-kind properties (qt_ops.def PROPS column). */
+#define QT_OPP_WGRAD_WRITES 0x01u /* WGRAD: the wrapper writes its leaves (none zeroed) */
+#define QT_OPP_RANGE 0x02u        /* a0, a1: flat ranges [a0, a1) (a1 = 0: every range) */
+#define QT_OPP_SCAN_RANGE 0x04u   /* scan_layers: belongs to the layer of flat range a0 */
+#define QT_OPP_SCAN_PREV 0x08u    /* scan_layers: belongs to the layer of the op before it */
+#define QT_OPP_NORM 0x10u         /* step: the gradient normalisation (one per schedule) */
+#define QT_OPP_UPDATE 0x20u       /* step: the optimizer update (one per step) */
+
+/* The attributes every WGRAD kind shares (see above). */
+#define QT_A_WGRAD_SEQS 7
+#define QT_A_WGRAD_PARAM 8
+
 /* The op kinds, one per row of qt_ops.def (read it for each kind's slots and attributes). */
 enum qt_op_kind {
-#define QT_OP(e, name, cls, slots) QT_OP_##e,
+#define QT_OP(e, name, cls, slots, props, check, tn, an) QT_OP_##e,
 #include "qt_ops.def"
 #undef QT_OP
     QT_OP_COUNT
 };
 
-/* Every row's slot string fits an op record. */
+/* Named slots and attributes. For each row, QT_T_<ENUM>_<slot> and QT_A_<ENUM>_<attribute>
+ * are the indices of its named slots and attributes, in row order; use them through
+ *     QT_T(op, MATMUL_FWD, x)    the tensor id in slot x of a MATMUL_FWD op (an lvalue)
+ *     QT_A(op, MATMUL_FWD, K)    its attribute K (an lvalue)
+ * which configgen writes and the wrappers read, so a slot has one name on both sides. */
+#define QT_T(op, e, slot) ((op)->t[QT_T_##e##_##slot])
+#define QT_A(op, e, attr) ((op)->a[QT_A_##e##_##attr])
+
+/* Preprocessor helpers: QT_PP_NARG counts its arguments (0..12), QT_PP_MAP(m, p, ...)
+ * expands to m(p, x) for each argument x. */
+#define QT_PP_NARG(...) QT_PP_NARG_(__VA_ARGS__ __VA_OPT__(,) 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define QT_PP_NARG_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, n, ...) n
+#define QT_PP_CAT(a, b) QT_PP_CAT_(a, b)
+#define QT_PP_CAT_(a, b) a##b
+#define QT_PP_ID(...) __VA_ARGS__
+#define QT_PP_MAP(m, p, ...) QT_PP_CAT(QT_PP_MAP_, QT_PP_NARG(__VA_ARGS__))(m, p, __VA_ARGS__)
+#define QT_PP_MAP_0(m, p, ...)
+#define QT_PP_MAP_1(m, p, x) m(p, x)
+#define QT_PP_MAP_2(m, p, x, ...) m(p, x) QT_PP_MAP_1(m, p, __VA_ARGS__)
+#define QT_PP_MAP_3(m, p, x, ...) m(p, x) QT_PP_MAP_2(m, p, __VA_ARGS__)
+#define QT_PP_MAP_4(m, p, x, ...) m(p, x) QT_PP_MAP_3(m, p, __VA_ARGS__)
+#define QT_PP_MAP_5(m, p, x, ...) m(p, x) QT_PP_MAP_4(m, p, __VA_ARGS__)
+#define QT_PP_MAP_6(m, p, x, ...) m(p, x) QT_PP_MAP_5(m, p, __VA_ARGS__)
+#define QT_PP_MAP_7(m, p, x, ...) m(p, x) QT_PP_MAP_6(m, p, __VA_ARGS__)
+#define QT_PP_MAP_8(m, p, x, ...) m(p, x) QT_PP_MAP_7(m, p, __VA_ARGS__)
+#define QT_PP_MAP_9(m, p, x, ...) m(p, x) QT_PP_MAP_8(m, p, __VA_ARGS__)
+#define QT_PP_MAP_10(m, p, x, ...) m(p, x) QT_PP_MAP_9(m, p, __VA_ARGS__)
+#define QT_PP_MAP_11(m, p, x, ...) m(p, x) QT_PP_MAP_10(m, p, __VA_ARGS__)
+#define QT_PP_MAP_12(m, p, x, ...) m(p, x) QT_PP_MAP_11(m, p, __VA_ARGS__)
+#define QT_PP_TNAME(e, n) QT_T_##e##_##n,
+#define QT_PP_ANAME(e, n) QT_A_##e##_##n,
+#define QT_OP(e, name, cls, slots, props, check, tn, an) \
+    enum { QT_PP_MAP(QT_PP_TNAME, e, QT_PP_ID tn) QT_T_##e##_COUNT_ }; \
+    enum { QT_PP_MAP(QT_PP_ANAME, e, QT_PP_ID an) QT_A_##e##_COUNT_ };
+#include "qt_ops.def"
+#undef QT_OP
+
+/* Every row's slot string fits an op record and names each of its slots; its attributes
+ * fit too, and a WGRAD kind's stop before the common a7. */
 #ifdef __cplusplus
 #define QT_STATIC_ASSERT static_assert
 #else
 #define QT_STATIC_ASSERT _Static_assert
 #endif
-#define QT_OP(e, name, cls, slots) \
-    QT_STATIC_ASSERT(sizeof(slots) - 1 <= QT_OP_MAX_T, "qt_ops.def: too many slots for " #e);
+#define QT_OP(e, name, cls, slots, props, check, tn, an) \
+    QT_STATIC_ASSERT(sizeof(slots) - 1 <= QT_OP_MAX_T, "qt_ops.def: too many slots for " #e); \
+    QT_STATIC_ASSERT(sizeof(slots) - 1 == QT_T_##e##_COUNT_, "qt_ops.def: slot names of " #e); \
+    QT_STATIC_ASSERT(QT_A_##e##_COUNT_ <= (QT_OPC_##cls == QT_OPC_WGRAD ? QT_A_WGRAD_SEQS \
+                                                                        : QT_OP_MAX_A),     \
+                     "qt_ops.def: too many attributes for " #e);
 #include "qt_ops.def"
 #undef QT_OP
-
-/* What the interpreter calls for a kind (qt_ops.def CLASS column). */
-enum qt_op_class { QT_OPC_NONE = 0, QT_OPC_RUN, QT_OPC_WGRAD, QT_OPC_STEP };
 
 /* The step state that STEP wrappers read and write (firmware/runtime/qt_step.h). */
 typedef struct qt_step_state qt_step_state;
 
 /* Op wrappers. `run` executes a forward, backward or init op. `wgrad` computes the weight
- * gradient(s) of one sequence `seq` of the microbatch into dw[0] (and dw[1]): when the kind's
- * `wgrad_writes` is 0 the caller has zeroed them and the wrapper accumulates; when it is 1
- * the caller has not, and the wrapper writes every element with the bits accumulating into
- * zeros would give ((+0) + sum, +0 where nothing contributes). `step` runs a step-schedule
- * op and returns 0 or a negative QT_E_* code (qt_err.h); collectives can fail (a silent
- * peer). */
+ * gradient(s) of one sequence `seq` of the microbatch into dw[0] (and dw[1]): without
+ * QT_OPP_WGRAD_WRITES in the kind's props the caller has zeroed them and the wrapper
+ * accumulates; with it the caller has not, and the wrapper writes every element with the
+ * bits accumulating into zeros would give ((+0) + sum, +0 where nothing contributes).
+ * `step` runs a step-schedule op and returns 0 or a negative QT_E_* code (qt_err.h);
+ * collectives can fail (a silent peer). `check` (CHECK kinds) is called once per op of the
+ * plan at start-up, before anything runs: 0 when the op fits the plan and the kernel's
+ * limits, else nonzero with the reason in st->why; it reads the plan and the op and
+ * writes only *st (the counters of the schedule being checked). */
 typedef void (*qt_run_fn)(const qt_op *op, const qt_ctx *ctx);
 typedef void (*qt_wgrad_fn)(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2]);
 typedef int (*qt_step_fn)(const qt_op *op, const qt_ctx *ctx, qt_step_state *st);
+
+/* What a check hook reports back (reset by the caller per schedule, `why` per op). */
+typedef struct qt_check_state {
+    int32_t n_norm, n_update;   /* QT_OPP_NORM / QT_OPP_UPDATE ops seen */
+    uint8_t *pushed;            /* per flat range: microbatch-tree pushes (saturating) */
+    char why[200];              /* the reason an op does not fit */
+} qt_check_state;
+typedef int (*qt_check_fn)(const qt_plan *p, const qt_op *op, qt_check_state *st);
 
 typedef struct qt_kernel_entry {
     const char *name;
@@ -90,7 +158,8 @@ typedef struct qt_kernel_entry {
     qt_run_fn run;        /* RUN kinds only */
     qt_wgrad_fn wgrad;    /* WGRAD kinds only */
     qt_step_fn step;      /* STEP kinds only */
-    uint8_t wgrad_writes; /* WGRAD kinds: 1 when the wrapper writes its leaves (see above) */
+    qt_check_fn check;    /* CHECK kinds only */
+    uint32_t props;       /* QT_OPP_* */
 } qt_kernel_entry;
 
 /* Indexed by enum qt_op_kind (firmware/ops/op_table.c, generated from qt_ops.def). */

@@ -150,7 +150,7 @@ typedef struct qt_flat_range {
                                       whose gradients are live at the same time are disjoint) */
 } qt_flat_range;
 
-/* A pre-planned collective (design.md section 3): its kind, the group of mesh axes it runs
+/* A pre-planned collective (design.md section 3): its kind (one row of qt_coll.def), the group of mesh axes it runs
  * over (a bitmask of enum qt_mesh_axis; the members are the ranks that share this rank's
  * coordinates on every other axis, firmware/comm/qt_coll.h) and the arena byte range it
  * moves. Peers are not listed: every rank derives them from its rank id, so the table does
@@ -158,13 +158,45 @@ typedef struct qt_flat_range {
  * they reproduce the pairwise tree over group indices. QT_OP_COLLECTIVE records index this
  * table. */
 enum qt_collective_kind {
-    QT_COLL_ALL_GATHER = 0,    /* in place: block i of the range comes from group index i */
-    QT_COLL_REDUCE_SCATTER,    /* float sum, recursive halving with fixed pairing: block i
-                                  of the range ends on group index i */
-    QT_COLL_ALL_TO_ALL,
-    QT_COLL_BROADCAST,         /* from group index 0 */
+#define QT_COLL(e, name, text, unit, split, sent, run) QT_COLL_##e,
+#include "qt_coll.def"
+#undef QT_COLL
     QT_COLL_KIND_COUNT
 };
+
+/* Bytes one rank sends for a collective over R ranks moving a range of `bytes` (qt_coll.def
+ * SENT column). */
+static inline int64_t qt_coll_sent_BLOCKS(int64_t R, int64_t bytes)
+{
+    return R <= 1 ? 0 : bytes / R * (R - 1);
+}
+
+static inline int64_t qt_coll_sent_TREE(int64_t R, int64_t bytes)
+{
+    int64_t stages = 0;
+    while (((int64_t)1 << stages) < R) stages++;
+    return stages * bytes;
+}
+
+/* A collective kind's row of qt_coll.def (NULL for a kind outside the enum). */
+typedef struct qt_coll_kind_info {
+    const char *enum_name;         /* "QT_COLL_<ENUM>" */
+    const char *text;              /* printable name */
+    int32_t unit;                  /* bytes per element */
+    int32_t split;                 /* 1: R blocks, one per group index */
+    int64_t (*sent)(int64_t R, int64_t bytes);
+} qt_coll_kind_info;
+
+static inline const qt_coll_kind_info *qt_coll_kind(unsigned kind)
+{
+    static const qt_coll_kind_info rows[QT_COLL_KIND_COUNT] = {
+#define QT_COLL(e, name, text, unit, split, sent, run) \
+    {"QT_COLL_" #e, text, unit, split, qt_coll_sent_##sent},
+#include "qt_coll.def"
+#undef QT_COLL
+    };
+    return kind < QT_COLL_KIND_COUNT ? &rows[kind] : 0;
+}
 
 typedef struct qt_collective {
     const char *name;              /* what moves, for plan.txt and error messages */

@@ -1,5 +1,6 @@
-/* elementwise.h - element-wise kernels: zero, add, accumulate, SwiGLU and the sigmoid output
- * gate (QT_OP_ZERO, ADD, ACC, SWIGLU_FWD/BWD, SIGMOID_GATE_FWD/BWD in qt_ops.h). Both precisions declared
+/* elementwise.h - element-wise kernels: zero, add, accumulate, SwiGLU, the sigmoid output
+ * gate and bf16 rounding (QT_OP_ZERO, ADD, ACC, SWIGLU_FWD/BWD, SIGMOID_GATE_FWD/BWD,
+ * ROUND_BF16 in qt_ops.h). Both precisions declared
  * (*_f64: the -DQT_REAL_DOUBLE build). Backward kernels accumulate (+=).
  */
 #ifndef QT_KERNEL_ELEMENTWISE_H
@@ -34,6 +35,10 @@ void qt_sigmoid_gate_fwd(float *y, const float *x, const float *gate, int64_t T,
  * Accumulates into dx[T,n] and dgate (layout of the gate source). */
 void qt_sigmoid_gate_bwd(float *dx, float *dgate, const float *dy, const float *x,
                          const float *gate, int64_t T, int64_t n, int mode, int64_t hd);
+/* y[n] = x rounded to bfloat16, held as floats (QT_OP_ROUND_BF16: round to nearest, ties
+ * to even; past the largest finite bf16 to +-inf; a NaN stays a quiet NaN of its sign).
+ * Reads x, writes y (y may be x). Float build only. */
+void qt_round_bf16(float *y, const float *x, int64_t n);
 
 void qt_zero_f64(double *y, int64_t n);
 void qt_add_f64(double *y, const double *a, const double *b, int64_t n);

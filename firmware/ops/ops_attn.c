@@ -20,41 +20,50 @@ static struct {
 
 void qt_op_rope_table(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_rope_table(qt_f32(ctx, op->t[0]), op->a[0], op->a[1], (double)op->f[0]);
+    qt_rope_table(qt_f32(ctx, QT_T(op, ROPE_TABLE, table)), QT_A(op, ROPE_TABLE, S),
+                  QT_A(op, ROPE_TABLE, R), (double)op->f[0]);
 }
 
 void qt_op_rope_fwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_rope_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                op->a[0], op->a[1], op->a[2], op->a[3], op->a[4]);
+    qt_rope_fwd(qt_f32(ctx, QT_T(op, ROPE_FWD, y)), qt_f32(ctx, QT_T(op, ROPE_FWD, x)),
+                qt_f32(ctx, QT_T(op, ROPE_FWD, table)), QT_A(op, ROPE_FWD, b),
+                QT_A(op, ROPE_FWD, S), QT_A(op, ROPE_FWD, H), QT_A(op, ROPE_FWD, hd),
+                QT_A(op, ROPE_FWD, R));
 }
 
 void qt_op_rope_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_rope_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                op->a[0], op->a[1], op->a[2], op->a[3], op->a[4]);
+    qt_rope_bwd(qt_f32(ctx, QT_T(op, ROPE_BWD, dx)), qt_f32(ctx, QT_T(op, ROPE_BWD, dy)),
+                qt_f32(ctx, QT_T(op, ROPE_BWD, table)), QT_A(op, ROPE_BWD, b),
+                QT_A(op, ROPE_BWD, S), QT_A(op, ROPE_BWD, H), QT_A(op, ROPE_BWD, hd),
+                QT_A(op, ROPE_BWD, R));
 }
 
 void qt_op_attn_fwd(const qt_op *op, const qt_ctx *ctx)
 {
-    const int64_t S = op->a[1];
-    const int32_t ts = op->t[5];
+    const int64_t S = QT_A(op, ATTN_FWD, S);
+    const int32_t ts = QT_T(op, ATTN_FWD, scratch);
     float *scratch = 0;
     if (ts != QT_NONE && ctx->plan->tensors[ts].role == QT_ROLE_SCRATCH &&
         ctx->plan->tensors[ts].numel >= S)
         scratch = qt_f32(ctx, ts);
     else if (S <= QT_ATTN_STATIC_ROW)
         scratch = qt_ops_attn_state.fwd_row;
-    qt_attn_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), scratch, op->a[0], S, op->a[2],
-                op->a[3], op->a[4], op->f[0]);
+    qt_attn_fwd(qt_f32(ctx, QT_T(op, ATTN_FWD, o)), qt_f32(ctx, QT_T(op, ATTN_FWD, lse)),
+                qt_f32(ctx, QT_T(op, ATTN_FWD, q)), qt_f32(ctx, QT_T(op, ATTN_FWD, k)),
+                qt_f32(ctx, QT_T(op, ATTN_FWD, v)), scratch, QT_A(op, ATTN_FWD, b), S,
+                QT_A(op, ATTN_FWD, Hq), QT_A(op, ATTN_FWD, Hkv), QT_A(op, ATTN_FWD, hd), op->f[0]);
 }
 
 void qt_op_attn_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_attn_bwd_n(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                  qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), qt_f32(ctx, op->t[5]),
-                  qt_f32(ctx, op->t[6]), qt_f32(ctx, op->t[7]), qt_f32(ctx, op->t[8]),
-                  qt_f32(ctx, op->t[9]), ctx->plan->tensors[op->t[9]].numel, op->a[0],
-                  op->a[1], op->a[2], op->a[3], op->a[4], op->f[0]);
+    qt_attn_bwd_n(qt_f32(ctx, QT_T(op, ATTN_BWD, dq)), qt_f32(ctx, QT_T(op, ATTN_BWD, dk)),
+                  qt_f32(ctx, QT_T(op, ATTN_BWD, dv)), qt_f32(ctx, QT_T(op, ATTN_BWD, dout)),
+                  qt_f32(ctx, QT_T(op, ATTN_BWD, q)), qt_f32(ctx, QT_T(op, ATTN_BWD, k)),
+                  qt_f32(ctx, QT_T(op, ATTN_BWD, v)), qt_f32(ctx, QT_T(op, ATTN_BWD, o)),
+                  qt_f32(ctx, QT_T(op, ATTN_BWD, lse)), qt_f32(ctx, QT_T(op, ATTN_BWD, scratch)),
+                  ctx->plan->tensors[QT_T(op, ATTN_BWD, scratch)].numel, QT_A(op, ATTN_BWD, b),
+                  QT_A(op, ATTN_BWD, S), QT_A(op, ATTN_BWD, Hq), QT_A(op, ATTN_BWD, Hkv),
+                  QT_A(op, ATTN_BWD, hd), op->f[0]);
 }

@@ -19,152 +19,188 @@
 /* ZERO: t0 (F32 or I32), a0 elements. */
 void qt_op_zero(const qt_op *op, const qt_ctx *ctx)
 {
-    if (ctx->plan->tensors[op->t[0]].dtype == QT_I32)
-        qt_zero_i32(qt_i32(ctx, op->t[0]), op->a[0]);
+    if (ctx->plan->tensors[QT_T(op, ZERO, x)].dtype == QT_I32)
+        qt_zero_i32(qt_i32(ctx, QT_T(op, ZERO, x)), QT_A(op, ZERO, n));
     else
-        qt_zero(qt_f32(ctx, op->t[0]), op->a[0]);
+        qt_zero(qt_f32(ctx, QT_T(op, ZERO, x)), QT_A(op, ZERO, n));
 }
 
 /* ADD: t0 y = t1 + t2, a0 n. */
 void qt_op_add(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_add(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]), op->a[0]);
+    qt_add(qt_f32(ctx, QT_T(op, ADD, y)), qt_f32(ctx, QT_T(op, ADD, a)),
+           qt_f32(ctx, QT_T(op, ADD, b)), QT_A(op, ADD, n));
+}
+
+/* ROUND_BF16: y = bf16(x) held as floats (qt_ops.def). */
+void qt_op_round_bf16(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_round_bf16(qt_f32(ctx, QT_T(op, ROUND_BF16, y)), qt_f32(ctx, QT_T(op, ROUND_BF16, x)),
+                  QT_A(op, ROUND_BF16, n));
 }
 
 /* ACC: t0 += t1, a0 n. */
 void qt_op_acc(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_acc(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), op->a[0]);
+    qt_acc(qt_f32(ctx, QT_T(op, ACC, dst)), qt_f32(ctx, QT_T(op, ACC, src)), QT_A(op, ACC, n));
 }
 
 /* EMBED_FWD: t0 x, t1 tokens, t2 W; a0 T, a1 d, a2 V. */
 void qt_op_embed_fwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_embed_fwd(qt_f32(ctx, op->t[0]), qt_i32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                 op->a[0], op->a[1], op->a[2]);
+    qt_embed_fwd(qt_f32(ctx, QT_T(op, EMBED_FWD, x)), qt_i32(ctx, QT_T(op, EMBED_FWD, tokens)),
+                 qt_f32(ctx, QT_T(op, EMBED_FWD, w)), QT_A(op, EMBED_FWD, T),
+                 QT_A(op, EMBED_FWD, d), QT_A(op, EMBED_FWD, V));
 }
 
 /* EMBED_WGRAD: t0 dx, t1 tokens; a1 d, a2 V, a3 S. Rows [seq*S, (seq+1)*S). */
 void qt_op_embed_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
-    int64_t d = op->a[1], S = op->a[3];
-    qt_embed_wgrad(dw[0], qt_f32(ctx, op->t[0]) + seq * S * d, qt_i32(ctx, op->t[1]) + seq * S,
-                   S, d, op->a[2]);
+    int64_t d = QT_A(op, EMBED_WGRAD, d), S = QT_A(op, EMBED_WGRAD, S);
+    qt_embed_wgrad(dw[0], qt_f32(ctx, QT_T(op, EMBED_WGRAD, dx)) + seq * S * d,
+                   qt_i32(ctx, QT_T(op, EMBED_WGRAD, tokens)) + seq * S, S, d,
+                   QT_A(op, EMBED_WGRAD, V));
 }
 
 /* RMSNORM_FWD: t0 y, t1 rstd, t2 x, t3 w; a0 R, a1 n, a2 xs, a3 ys, a4 flags, f0 eps. */
 void qt_op_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_rmsnorm_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                   qt_f32(ctx, op->t[3]), op->a[0], op->a[1], op->a[2], op->a[3],
-                   (int)op->a[4], op->f[0]);
+    qt_rmsnorm_fwd(qt_f32(ctx, QT_T(op, RMSNORM_FWD, y)), qt_f32(ctx, QT_T(op, RMSNORM_FWD, rstd)),
+                   qt_f32(ctx, QT_T(op, RMSNORM_FWD, x)), qt_f32(ctx, QT_T(op, RMSNORM_FWD, w)),
+                   QT_A(op, RMSNORM_FWD, R), QT_A(op, RMSNORM_FWD, n), QT_A(op, RMSNORM_FWD, xs),
+                   QT_A(op, RMSNORM_FWD, ys), (int)QT_A(op, RMSNORM_FWD, flags), op->f[0]);
 }
 
 /* RMSNORM_BWD: t0 dx (acc), t1 dy, t2 x, t3 w, t4 rstd; attributes as FWD. */
 void qt_op_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_rmsnorm_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                   qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), op->a[0], op->a[1],
-                   op->a[2], op->a[3], (int)op->a[4]);
+    qt_rmsnorm_bwd(qt_f32(ctx, QT_T(op, RMSNORM_BWD, dx)), qt_f32(ctx, QT_T(op, RMSNORM_BWD, dy)),
+                   qt_f32(ctx, QT_T(op, RMSNORM_BWD, x)), qt_f32(ctx, QT_T(op, RMSNORM_BWD, w)),
+                   qt_f32(ctx, QT_T(op, RMSNORM_BWD, rstd)), QT_A(op, RMSNORM_BWD, R),
+                   QT_A(op, RMSNORM_BWD, n), QT_A(op, RMSNORM_BWD, xs), QT_A(op, RMSNORM_BWD, ys),
+                   (int)QT_A(op, RMSNORM_BWD, flags));
 }
 
 /* RMSNORM_WGRAD: t0 dy, t1 x, t2 rstd; a1 n, a2 xs, a3 ys, a5 rows per sequence. */
 void qt_op_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
-    int64_t rps = op->a[5], r0 = seq * rps;
-    const float *dy = qt_f32(ctx, op->t[0]) + r0 * op->a[3], *x = qt_f32(ctx, op->t[1]) + r0 * op->a[2];
-    const float *rstd = qt_f32(ctx, op->t[2]) + r0;
-    if (op->a[6] <= 0) {
-        qt_rmsnorm_wgrad(dw[0], dy, x, rstd, rps, op->a[1], op->a[2], op->a[3]);
+    int64_t rps = QT_A(op, RMSNORM_WGRAD, seq_rows), r0 = seq * rps;
+    const float *dy = qt_f32(ctx, QT_T(op, RMSNORM_WGRAD, dy)) + r0 * QT_A(op, RMSNORM_WGRAD, ys),
+                *x = qt_f32(ctx, QT_T(op, RMSNORM_WGRAD, x)) + r0 * QT_A(op, RMSNORM_WGRAD, xs);
+    const float *rstd = qt_f32(ctx, QT_T(op, RMSNORM_WGRAD, rstd)) + r0;
+    if (QT_A(op, RMSNORM_WGRAD, heads) <= 0) {
+        qt_rmsnorm_wgrad(dw[0], dy, x, rstd, rps, QT_A(op, RMSNORM_WGRAD, n),
+                         QT_A(op, RMSNORM_WGRAD, xs), QT_A(op, RMSNORM_WGRAD, ys));
         return;
     }
     /* per-head norm: canonical head groups (a6 of them here), rows (t, head) of each */
-    const int64_t S = ctx->plan->train.seq_len, H = rps / S, hpg = H / op->a[6];
-    for (int64_t gi = 0; gi < op->a[6]; gi++) {
-        float *part = qt_op_group_buf(gi, op->a[1]);
+    const int64_t S = ctx->plan->train.seq_len, H = rps / S,
+                  hpg = H / QT_A(op, RMSNORM_WGRAD, heads);
+    for (int64_t gi = 0; gi < QT_A(op, RMSNORM_WGRAD, heads); gi++) {
+        float *part = qt_op_group_buf(gi, QT_A(op, RMSNORM_WGRAD, n));
         if (part)
-            qt_rmsnorm_wgrad_heads(part, dy, x, rstd, S, H, gi * hpg, (gi + 1) * hpg, op->a[1],
-                                   op->a[2], op->a[3]);
+            qt_rmsnorm_wgrad_heads(part, dy, x, rstd, S, H, gi * hpg, (gi + 1) * hpg,
+                                   QT_A(op, RMSNORM_WGRAD, n), QT_A(op, RMSNORM_WGRAD, xs),
+                                   QT_A(op, RMSNORM_WGRAD, ys));
     }
-    qt_op_group_finish(ctx, dw[0], op->a[1], op->a[6]);
+    qt_op_group_finish(ctx, dw[0], QT_A(op, RMSNORM_WGRAD, n), QT_A(op, RMSNORM_WGRAD, heads));
 }
 
 /* MATMUL_FWD: t0 y, t1 x, t2 W; a0 M, a1 N, a2 K. */
 void qt_op_matmul_fwd(const qt_op *op, const qt_ctx *ctx)
 {
-    float *y = qt_f32(ctx, op->t[0]);
-    const int64_t M = op->a[0], N = op->a[1], K = op->a[2];
-    if (op->a[3] <= 0) {
-        qt_matmul_fwd(y, qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]), M, N, K);
+    float *y = qt_f32(ctx, QT_T(op, MATMUL_FWD, y));
+    const int64_t M = QT_A(op, MATMUL_FWD, M), N = QT_A(op, MATMUL_FWD, N),
+                  K = QT_A(op, MATMUL_FWD, K);
+    if (QT_A(op, MATMUL_FWD, nb) <= 0) {
+        qt_matmul_fwd(y, qt_f32(ctx, QT_T(op, MATMUL_FWD, x)), qt_f32(ctx, QT_T(op, MATMUL_FWD, w)),
+                      M, N, K);
         return;
     }
-    qt_matmul_canon_fwd(y, qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]), M, N, K, op->a[4],
-                        op->a[3], qt_f32(ctx, op->t[3]));
-    if (op->a[5]) qt_op_sum_across(ctx, y, M * N, (unsigned)op->a[5]);
+    qt_matmul_canon_fwd(y, qt_f32(ctx, QT_T(op, MATMUL_FWD, x)),
+                        qt_f32(ctx, QT_T(op, MATMUL_FWD, w)), M, N, K, QT_A(op, MATMUL_FWD, segs),
+                        QT_A(op, MATMUL_FWD, nb), qt_f32(ctx, QT_T(op, MATMUL_FWD, scratch)));
+    if (QT_A(op, MATMUL_FWD, mask))
+        qt_op_sum_across(ctx, y, M * N, (unsigned)QT_A(op, MATMUL_FWD, mask));
 }
 
 /* MATMUL_BWD_DATA: t0 dx (acc), t1 dy, t2 W; a0 M, a1 N, a2 K; canonical blocking a3..a5. */
 void qt_op_matmul_bwd_data(const qt_op *op, const qt_ctx *ctx)
 {
-    float *dx = qt_f32(ctx, op->t[0]);
-    const int64_t M = op->a[0], N = op->a[1], K = op->a[2];
-    if (op->a[3] <= 0) {
-        qt_matmul_bwd_data(dx, qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]), M, N, K);
+    float *dx = qt_f32(ctx, QT_T(op, MATMUL_BWD_DATA, dx));
+    const int64_t M = QT_A(op, MATMUL_BWD_DATA, M), N = QT_A(op, MATMUL_BWD_DATA, N),
+                  K = QT_A(op, MATMUL_BWD_DATA, K);
+    if (QT_A(op, MATMUL_BWD_DATA, nb) <= 0) {
+        qt_matmul_bwd_data(dx, qt_f32(ctx, QT_T(op, MATMUL_BWD_DATA, dy)),
+                           qt_f32(ctx, QT_T(op, MATMUL_BWD_DATA, w)), M, N, K);
         return;
     }
-    float *total = qt_f32(ctx, op->t[3]);
-    qt_matmul_canon_bwd_data(total, qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]), M, N, K,
-                             op->a[4], op->a[3], total);
-    if (op->a[5] && qt_op_sum_across(ctx, total, M * K, (unsigned)op->a[5])) return;
+    float *total = qt_f32(ctx, QT_T(op, MATMUL_BWD_DATA, scratch));
+    qt_matmul_canon_bwd_data(total, qt_f32(ctx, QT_T(op, MATMUL_BWD_DATA, dy)),
+                             qt_f32(ctx, QT_T(op, MATMUL_BWD_DATA, w)), M, N, K,
+                             QT_A(op, MATMUL_BWD_DATA, segs), QT_A(op, MATMUL_BWD_DATA, nb), total);
+    if (QT_A(op, MATMUL_BWD_DATA, mask) &&
+        qt_op_sum_across(ctx, total, M * K, (unsigned)QT_A(op, MATMUL_BWD_DATA, mask)))
+        return;
     for (int64_t i = 0; i < M * K; i++) dx[i] = dx[i] + total[i];
 }
 
 /* ALL_REDUCE: t0 buf (in place), a0 n, a1 group mask. */
 void qt_op_all_reduce(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_op_sum_across(ctx, qt_f32(ctx, op->t[0]), op->a[0], (unsigned)op->a[1]);
+    qt_op_sum_across(ctx, qt_f32(ctx, QT_T(op, ALL_REDUCE, buf)), QT_A(op, ALL_REDUCE, n),
+                     (unsigned)QT_A(op, ALL_REDUCE, mask));
 }
 
-/* MATMUL_WGRAD: t0 dy, t1 x; a1 N, a2 K, a3 rows per sequence. Writes dw[0] (wgrad_writes). */
+/* MATMUL_WGRAD: t0 dy, t1 x; a1 N, a2 K, a3 rows per sequence. Writes dw[0] (QT_OPP_WGRAD_WRITES). */
 void qt_op_matmul_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
-    int64_t N = op->a[1], K = op->a[2], rps = op->a[3];
-    qt_matmul_wgrad_write(dw[0], qt_f32(ctx, op->t[0]) + seq * rps * N,
-                    qt_f32(ctx, op->t[1]) + seq * rps * K, rps, N, K);
+    int64_t N = QT_A(op, MATMUL_WGRAD, N), K = QT_A(op, MATMUL_WGRAD, K),
+            rps = QT_A(op, MATMUL_WGRAD, seq_rows);
+    qt_matmul_wgrad_write(dw[0], qt_f32(ctx, QT_T(op, MATMUL_WGRAD, dy)) + seq * rps * N,
+                          qt_f32(ctx, QT_T(op, MATMUL_WGRAD, x)) + seq * rps * K, rps, N, K);
 }
 
 /* SWIGLU_FWD: t0 h, t1 a, t2 u; a0 n. */
 void qt_op_swiglu_fwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_swiglu_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                  op->a[0]);
+    qt_swiglu_fwd(qt_f32(ctx, QT_T(op, SWIGLU_FWD, h)), qt_f32(ctx, QT_T(op, SWIGLU_FWD, a)),
+                  qt_f32(ctx, QT_T(op, SWIGLU_FWD, u)), QT_A(op, SWIGLU_FWD, n));
 }
 
 /* SWIGLU_BWD: t0 da (acc), t1 du (acc), t2 dh, t3 a, t4 u; a0 n. */
 void qt_op_swiglu_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_swiglu_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                  qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), op->a[0]);
+    qt_swiglu_bwd(qt_f32(ctx, QT_T(op, SWIGLU_BWD, da)), qt_f32(ctx, QT_T(op, SWIGLU_BWD, du)),
+                  qt_f32(ctx, QT_T(op, SWIGLU_BWD, dh)), qt_f32(ctx, QT_T(op, SWIGLU_BWD, a)),
+                  qt_f32(ctx, QT_T(op, SWIGLU_BWD, u)), QT_A(op, SWIGLU_BWD, n));
 }
 
 /* SIGMOID_GATE_FWD: t0 y, t1 x, t2 gate source; a0 T, a1 n, a2 mode, a3 hd. */
 void qt_op_sigmoid_gate_fwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_sigmoid_gate_fwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                        op->a[0], op->a[1], (int)op->a[2], op->a[3]);
+    qt_sigmoid_gate_fwd(qt_f32(ctx, QT_T(op, SIGMOID_GATE_FWD, y)),
+                        qt_f32(ctx, QT_T(op, SIGMOID_GATE_FWD, x)),
+                        qt_f32(ctx, QT_T(op, SIGMOID_GATE_FWD, gate)),
+                        QT_A(op, SIGMOID_GATE_FWD, T), QT_A(op, SIGMOID_GATE_FWD, n),
+                        (int)QT_A(op, SIGMOID_GATE_FWD, mode), QT_A(op, SIGMOID_GATE_FWD, hd));
 }
 
 /* SIGMOID_GATE_BWD: t0 dx (acc), t1 dgate (acc), t2 dy, t3 x, t4 gate; attributes as FWD. */
 void qt_op_sigmoid_gate_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_sigmoid_gate_bwd(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-                        qt_f32(ctx, op->t[3]), qt_f32(ctx, op->t[4]), op->a[0], op->a[1],
-                        (int)op->a[2], op->a[3]);
+    qt_sigmoid_gate_bwd(
+        qt_f32(ctx, QT_T(op, SIGMOID_GATE_BWD, dx)), qt_f32(ctx, QT_T(op, SIGMOID_GATE_BWD, dgate)),
+        qt_f32(ctx, QT_T(op, SIGMOID_GATE_BWD, dy)), qt_f32(ctx, QT_T(op, SIGMOID_GATE_BWD, x)),
+        qt_f32(ctx, QT_T(op, SIGMOID_GATE_BWD, gate)), QT_A(op, SIGMOID_GATE_BWD, T),
+        QT_A(op, SIGMOID_GATE_BWD, n), (int)QT_A(op, SIGMOID_GATE_BWD, mode),
+        QT_A(op, SIGMOID_GATE_BWD, hd));
 }
 
 /* XENT: t0 loss_seq, t1 dlogits, t2 logits, t3 targets; a0 b, a1 S, a2 V. */
 void qt_op_xent(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_xent(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[1]), qt_f32(ctx, op->t[2]),
-            qt_i32(ctx, op->t[3]), op->a[0], op->a[1], op->a[2]);
+    qt_xent(qt_f32(ctx, QT_T(op, XENT, loss_seq)), qt_f32(ctx, QT_T(op, XENT, dlogits)),
+            qt_f32(ctx, QT_T(op, XENT, logits)), qt_i32(ctx, QT_T(op, XENT, targets)),
+            QT_A(op, XENT, b), QT_A(op, XENT, S), QT_A(op, XENT, V));
 }

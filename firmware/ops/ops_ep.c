@@ -73,10 +73,11 @@ void qt_op_moe_dispatch_fwd(const qt_op *op, const qt_ctx *ctx)
 {
     qt_ep_dims D;
     int rc = qt_ep_dims_of(op, &D);
-    const int32_t *idx = qt_i32(ctx, op->t[4]);
-    float *send = qt_f32(ctx, op->t[5]);
+    const int32_t *idx = qt_i32(ctx, QT_T(op, MOE_DISPATCH_FWD, idx));
+    float *send = qt_f32(ctx, QT_T(op, MOE_DISPATCH_FWD, scratch));
     int32_t *ids = (int32_t *)(void *)(send + D.T * D.k * D.d);
-    int32_t *er = qt_i32(ctx, op->t[1]), *seg = qt_i32(ctx, op->t[2]);
+    int32_t *er = qt_i32(ctx, QT_T(op, MOE_DISPATCH_FWD, er)),
+            *seg = qt_i32(ctx, QT_T(op, MOE_DISPATCH_FWD, seg));
     if (!rc) {
         qt_ep_home_counts(idx, &D);
         for (int64_t j = 0; j < D.M; j++) {
@@ -96,11 +97,11 @@ void qt_op_moe_dispatch_fwd(const qt_op *op, const qt_ctx *ctx)
     }
     if (!rc) {
         qt_ep_host_counts(seg, &D);
-        qt_moe_pack(send, ids, qt_f32(ctx, op->t[3]), 1, idx, D.T, D.k, D.d, D.El, D.E,
-                    qt_ep.home_off);
+        qt_moe_pack(send, ids, qt_f32(ctx, QT_T(op, MOE_DISPATCH_FWD, x)), 1, idx, D.T, D.k, D.d,
+                    D.El, D.E, qt_ep.home_off);
         rc = qt_coll_all_to_all_v(D.mask, send, qt_ep.home_n, qt_ep.home_off,
-                                  qt_f32(ctx, op->t[0]), qt_ep.host_n, qt_ep.host_off,
-                                  D.d * (int64_t)sizeof(float));
+                                  qt_f32(ctx, QT_T(op, MOE_DISPATCH_FWD, xr)), qt_ep.host_n,
+                                  qt_ep.host_off, D.d * (int64_t)sizeof(float));
     }
     if (!rc)
         rc = qt_coll_all_to_all_v(D.mask, ids, qt_ep.home_n, qt_ep.home_off, er, qt_ep.host_n,
@@ -129,8 +130,10 @@ void qt_op_moe_return_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_ep_dims D;
     int rc = qt_ep_bring_home(op, ctx, &D);
     if (!rc)
-        qt_moe_unpack(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[4]), qt_i32(ctx, op->t[2]), D.T,
-                      D.k, D.d, D.El, D.E, qt_ep.home_off);
+        qt_moe_unpack(qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, y)),
+                      qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, scratch)),
+                      qt_i32(ctx, QT_T(op, MOE_RETURN_FWD, idx)), D.T, D.k, D.d, D.El, D.E,
+                      qt_ep.home_off);
     qt_ep_status(ctx, rc);
 }
 
@@ -138,16 +141,16 @@ void qt_op_moe_return_bwd(const qt_op *op, const qt_ctx *ctx)
 {
     qt_ep_dims D;
     int rc = qt_ep_dims_of(op, &D);
-    const int32_t *idx = qt_i32(ctx, op->t[2]);
-    float *send = qt_f32(ctx, op->t[4]);
+    const int32_t *idx = qt_i32(ctx, QT_T(op, MOE_RETURN_BWD, idx));
+    float *send = qt_f32(ctx, QT_T(op, MOE_RETURN_BWD, scratch));
     if (!rc) {
         qt_ep_home_counts(idx, &D);
-        qt_ep_host_counts(qt_i32(ctx, op->t[3]), &D);
-        qt_moe_pack(send, 0, qt_f32(ctx, op->t[1]), 0, idx, D.T, D.k, D.d, D.El, D.E,
-                    qt_ep.home_off);
+        qt_ep_host_counts(qt_i32(ctx, QT_T(op, MOE_RETURN_BWD, seg)), &D);
+        qt_moe_pack(send, 0, qt_f32(ctx, QT_T(op, MOE_RETURN_BWD, dy)), 0, idx, D.T, D.k, D.d, D.El,
+                    D.E, qt_ep.home_off);
         rc = qt_coll_all_to_all_v(D.mask, send, qt_ep.home_n, qt_ep.home_off,
-                                  qt_f32(ctx, op->t[0]), qt_ep.host_n, qt_ep.host_off,
-                                  D.d * (int64_t)sizeof(float));
+                                  qt_f32(ctx, QT_T(op, MOE_RETURN_BWD, dyr)), qt_ep.host_n,
+                                  qt_ep.host_off, D.d * (int64_t)sizeof(float));
     }
     qt_ep_status(ctx, rc);
 }
@@ -157,8 +160,9 @@ void qt_op_moe_dispatch_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_ep_dims D;
     int rc = qt_ep_bring_home(op, ctx, &D);
     if (!rc)
-        qt_moe_unpack_tokens_acc(qt_f32(ctx, op->t[0]), qt_f32(ctx, op->t[4]),
-                                 qt_i32(ctx, op->t[2]), D.T, D.k, D.d, D.El, D.E,
-                                 qt_ep.home_off);
+        qt_moe_unpack_tokens_acc(qt_f32(ctx, QT_T(op, MOE_DISPATCH_BWD, dx)),
+                                 qt_f32(ctx, QT_T(op, MOE_DISPATCH_BWD, scratch)),
+                                 qt_i32(ctx, QT_T(op, MOE_DISPATCH_BWD, idx)), D.T, D.k, D.d, D.El,
+                                 D.E, qt_ep.home_off);
     qt_ep_status(ctx, rc);
 }

@@ -2,8 +2,10 @@
  *
  * A wrapper reads its op record, resolves tensor ids to arena pointers and calls the kernel.
  * Run wrappers: ops_basic.c, ops_gdn.c, ops_attn.c, ops_moe.c. WGRAD wrappers compute one
- * sequence's weight gradient (accumulating into dw[], which the interpreter zeroed). STEP
- * wrappers (qt_step_<name>): firmware/runtime/step_ops.c. The table in op_table.c maps
+ * sequence's weight gradient: into dw[] the interpreter zeroed (accumulating), or, for
+ * kinds with QT_OPP_WGRAD_WRITES, writing every element of dw[]. STEP wrappers
+ * (qt_step_<name>): firmware/runtime/step_ops.c. Check hooks (qt_check_<name>, CHECK
+ * kinds): next to their kind's wrapper. The table in op_table.c maps
  * kinds to wrappers.
  */
 #ifndef QT_OP_FNS_H
@@ -20,9 +22,13 @@ extern "C" {
 #define QT_OPD_WGRAD(name) \
     void qt_op_##name(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2]);
 #define QT_OPD_STEP(name) int qt_step_##name(const qt_op *op, const qt_ctx *ctx, qt_step_state *st);
-#define QT_OP(e, name, cls, slots) QT_OPD_##cls(name)
+#define QT_OPD_CHECK(name) int qt_check_##name(const qt_plan *p, const qt_op *op, qt_check_state *st);
+#define QT_OPD_NOCHECK(name)
+#define QT_OP(e, name, cls, slots, props, check, tn, an) QT_OPD_##cls(name) QT_OPD_##check(name)
 #include "../include/qt_ops.def"
 #undef QT_OP
+#undef QT_OPD_CHECK
+#undef QT_OPD_NOCHECK
 #undef QT_OPD_NONE
 #undef QT_OPD_RUN
 #undef QT_OPD_WGRAD

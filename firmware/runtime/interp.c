@@ -12,9 +12,6 @@
 #include "qt_tree.h"
 #include "qt_step.h"
 #include "../io/qt_io.h"
-#include "../kernels/gdn_core.h"
-#include "../kernels/gdn_chunk.h"
-#include "../kernels/moe_route.h"
 
 static struct {
     uint8_t wgrad_uses[QT_INTERP_MAX_PARAMS];  /* validation scratch: WGRAD slots per param */
@@ -78,39 +75,12 @@ static int qt_interp_check_op(const qt_plan *p, const qt_kernel_entry *table, co
                 table[op->kind].name ? table[op->kind].name : "?", is_w ? "wgrad" : "run");
         return QT_E_PLAN;
     }
-    /* Kernel limits that configgen also enforces: checked again here because a kernel
-     * past them cannot report an error from inside a step (gdn_core.h, moe_route.h). */
-    int gdn = op->kind == QT_OP_GDN_CORE_FWD || op->kind == QT_OP_GDN_CORE_BWD;
-    if (gdn && (op->a[3] > QT_GDN_CORE_MAX_DIM || op->a[5] > QT_GDN_CORE_MAX_DIM ||
-                op->a[6] < 1)) {
-        fprintf(stderr, "plan %s: %s op %d: Dk=%lld Dv=%lld chunk=%lld outside the kernel's "
-                "limits (Dk, Dv <= %d, chunk >= 1)\n", p->run_name, sched, i,
-                (long long)op->a[3], (long long)op->a[5], (long long)op->a[6],
-                QT_GDN_CORE_MAX_DIM);
-        return QT_E_PLAN;
-    }
-    /* the delta rule's scratch has no size argument: a short one would overrun */
-    if (gdn) {
-        const int fwd = op->kind == QT_OP_GDN_CORE_FWD, slot = fwd ? 7 : 10;
-        const int64_t C = QT_GDN_CHUNK_ROWS(op->a[6], op->a[1]);
-        const int64_t need =
-            op->a[7] ? (fwd ? QT_GDN_CHUNK_FWD_SCRATCH(C, op->a[3], op->a[5])
-                            : QT_GDN_CHUNK_BWD_SCRATCH(C, op->a[3], op->a[5]))
-                     : (fwd ? 0 : QT_GDN_CORE_SCRATCH(op->a[6], op->a[3], op->a[5]));
-        const int32_t st = op->t[slot];
-        if (need > 0 && (st < 0 || st >= p->n_tensors || p->tensors[st].numel < need)) {
-            fprintf(stderr, "plan %s: %s op %d: delta-rule scratch t%d holds %lld floats, "
-                    "needs %lld\n", p->run_name, sched, i, slot,
-                    (long long)(st >= 0 && st < p->n_tensors ? p->tensors[st].numel : 0),
-                    (long long)need);
-            return QT_E_PLAN;
-        }
-    }
-    int route = op->kind == QT_OP_MOE_ROUTE_FWD || op->kind == QT_OP_MOE_ROUTE_BWD;
-    if (route && op->f[0] != 0.0f && op->a[1] > QT_MOE_MAX_EXPERTS) {
-        fprintf(stderr, "plan %s: %s op %d: load-balance loss with %lld experts (kernel "
-                "limit %d)\n", p->run_name, sched, i, (long long)op->a[1],
-                QT_MOE_MAX_EXPERTS);
+    /* the kind's own check (qt_ops.def CHECK): kernel limits a kernel cannot report from
+     * inside a step */
+    qt_check_state cs;
+    memset(&cs, 0, sizeof cs);
+    if (table[op->kind].check && table[op->kind].check(p, op, &cs)) {
+        fprintf(stderr, "plan %s: %s op %d: %s\n", p->run_name, sched, i, cs.why);
         return QT_E_PLAN;
     }
     for (int k = 0; k < QT_OP_MAX_T; k++) {
@@ -180,10 +150,11 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
         const qt_op *op = c.op;
         const int32_t i = c.logical;
         if (!(op->flags & QT_OPF_WGRAD)) continue;
-        const int64_t per_mb = op->a[7] > 0 ? op->a[7] : p->train.micro_batch;
+        const int64_t per_mb =
+            op->a[QT_A_WGRAD_SEQS] > 0 ? op->a[QT_A_WGRAD_SEQS] : p->train.micro_batch;
         int64_t need_scratch = 0;
         for (int k = 0; k < 2; k++) {
-            int64_t pi = op->a[8 + k];
+            int64_t pi = op->a[QT_A_WGRAD_PARAM + k];
             if (k == 1 && pi == -1) break;
             if (pi < 0 || pi >= p->n_params) {
                 fprintf(stderr, "plan %s: WGRAD op %d (%s) a%d = %lld is not a parameter index\n",
@@ -202,7 +173,7 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
         }
         /* a tree with one leaf per microbatch never uses the scratch (leaf 0 is even) */
         if (need_scratch > p->leaf_scratch_elems &&
-            qt_interp_tree_leaves(p, &p->params[op->a[8]]) > 1) {
+            qt_interp_tree_leaves(p, &p->params[op->a[QT_A_WGRAD_PARAM]]) > 1) {
             fprintf(stderr, "plan %s: WGRAD op %d needs %lld leaf scratch floats, plan has %lld\n",
                     p->run_name, i, (long long)need_scratch, (long long)p->leaf_scratch_elems);
             return QT_E_PLAN;
@@ -231,12 +202,15 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
                             const qt_ctx *ctx, int64_t mb)
 {
     float *scratch = (float *)(void *)(p->arena + p->leaf_scratch_offset);
-    const qt_param *pa = &p->params[op->a[8]];
-    const qt_param *pb = op->a[9] >= 0 ? &p->params[op->a[9]] : NULL;
+    const qt_param *pa = &p->params[op->a[QT_A_WGRAD_PARAM]];
+    const qt_param *pb =
+        op->a[QT_A_WGRAD_PARAM + 1] >= 0 ? &p->params[op->a[QT_A_WGRAD_PARAM + 1]] : NULL;
+    const int writes = (table[op->kind].props & QT_OPP_WGRAD_WRITES) != 0;
     qt_interp_prof *prof = qt_interp_state.prof;
     double t0 = 0.0, t1 = 0.0, t2 = 0.0;
     /* sequences per microbatch: this rank's, or every sequence of an expert group */
-    const int64_t per_mb = op->a[7] > 0 ? op->a[7] : p->train.micro_batch;
+    const int64_t per_mb =
+        op->a[QT_A_WGRAD_SEQS] > 0 ? op->a[QT_A_WGRAD_SEQS] : p->train.micro_batch;
     float *levels[QT_MAX_TREE_LEVELS];
     qt_interp_levels(p, qt_interp_tree_leaves(p, pa), levels);
     for (int64_t s = 0; s < per_mb; s++) {
@@ -245,10 +219,10 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
         float *dw[2] = {NULL, NULL};
         if (prof) t0 = qt_interp_now();
         dw[0] = qt_tree_leaf_dest(levels, pa->leaf_offset, scratch, leaf);
-        if (!table[op->kind].wgrad_writes) memset(dw[0], 0, (size_t)pa->numel * sizeof(float));
+        if (!writes) memset(dw[0], 0, (size_t)pa->numel * sizeof(float));
         if (pb) {
             dw[1] = qt_tree_leaf_dest(levels, pb->leaf_offset, scratch + pa->numel, leaf);
-            if (!table[op->kind].wgrad_writes)
+            if (!writes)
                 memset(dw[1], 0, (size_t)pb->numel * sizeof(float));
         }
         if (prof) t1 = qt_interp_now();

@@ -238,38 +238,13 @@ static int qt_runtime_check_op(const qt_plan *p, const qt_op *op, int32_t i, con
     if (op->kind >= QT_OP_COUNT || !table[op->kind].step)
         return qt_fail(QT_E_PLAN, "plan %s: %s op %d (kind %u) is not a step op",
                        p->run_name, which, i, op->kind);
-    int bad = 0;
-    const int span = op->kind == QT_OP_GRAD_MB_TOTAL || op->kind == QT_OP_GRAD_MB_PUSH;
-    const int64_t r0 = span && op->a[1] ? op->a[0] : 0;
-    const int64_t r1 = span && op->a[1] ? op->a[1] : p->n_ranges;
-    switch (op->kind) {
-    case QT_OP_GRAD_FINALIZE: bad = op->a[0] != leaves || op->a[1] != tokens; (*n_norm)++; break;
-    case QT_OP_GRAD_TREE_TOTAL: bad = op->a[0] != leaves; break;
-    case QT_OP_GRAD_MB_FINALIZE: bad = op->a[0] != tc->grad_accum || !p->n_mb_levels; break;
-    case QT_OP_GRAD_MB_TOTAL:
-    case QT_OP_GRAD_MB_PUSH:
-        bad = !p->n_mb_levels || r0 < 0 || r0 >= r1 || r1 > p->n_ranges;
-        if (!bad && op->kind == QT_OP_GRAD_MB_PUSH)
-            for (int64_t r = r0; r < r1; r++)
-                if (qt_rt.pushed[r] < 255) qt_rt.pushed[r]++;
-        break;
-    case QT_OP_GRAD_NORMALISE: bad = op->a[0] != tokens; (*n_norm)++; break;
-    case QT_OP_ADAMW: (*n_update)++; break;
-    case QT_OP_PARAM_GATHER:
-        bad = !p->params_compact || op->a[0] < 0 || op->a[0] >= p->n_ranges ||
-              op->t[0] < 0 || op->t[0] >= p->n_tensors ||
-              p->tensors[op->t[0]].numel < p->ranges[op->a[0]].n;
-        break;
-    case QT_OP_COLLECTIVE: {
-        if (op->a[0] < 0 || op->a[0] >= p->n_collectives) { bad = 1; break; }
-        const qt_collective *c = &p->collectives[op->a[0]];
-        int64_t r = qt_comm_group_size(c->mask);
-        bad = c->offset < 0 || c->bytes < 0 || c->offset + c->bytes > p->arena_bytes ||
-              r < 1 || c->bytes % (4 * r) != 0;
-        break;
-    }
-    default: break;
-    }
+    /* the kind's own check (qt_ops.def CHECK) and its role in the schedule (PROPS) */
+    qt_check_state cs;
+    memset(&cs, 0, sizeof cs);
+    cs.pushed = qt_rt.pushed;
+    const int bad = table[op->kind].check && table[op->kind].check(p, op, &cs);
+    if (table[op->kind].props & QT_OPP_NORM) (*n_norm)++;
+    if (table[op->kind].props & QT_OPP_UPDATE) (*n_update)++;
     if (bad)
         return qt_fail(QT_E_PLAN, "plan %s: %s op %d (%s) does not fit this plan (%lld "
                        "leaves, %lld tokens per step, %d collectives)", p->run_name, which,

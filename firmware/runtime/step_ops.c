@@ -364,25 +364,96 @@ int qt_step_param_gather(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 int qt_step_collective(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 {
     const qt_plan *p = ctx->plan;
-    if (op->a[0] < 0 || op->a[0] >= p->n_collectives)
+    const int64_t i = QT_A(op, COLLECTIVE, coll);
+    if (i < 0 || i >= p->n_collectives)
         return qt_fail(QT_E_PLAN, "plan %s: collective %lld does not exist", p->run_name,
-                       (long long)op->a[0]);
-    const qt_collective *c = &p->collectives[op->a[0]];
+                       (long long)i);
+    const qt_collective *c = &p->collectives[i];
     qt_comm_set_context(c->name, (long long)st->step);
-    unsigned char *base = p->arena + c->offset;
-    const int64_t r = qt_comm_group_size(c->mask);
-    switch (c->kind) {
-    case QT_COLL_REDUCE_SCATTER:
-        return qt_coll_reduce_scatter_f32(c->mask, (float *)(void *)base,
-                                          c->bytes / (int64_t)sizeof(float) / r,
-                                          qt_step_region(p, p->comm_scratch_offset),
-                                          p->comm_scratch_elems);
-    case QT_COLL_ALL_GATHER:
-        return qt_coll_all_gather(c->mask, base, c->bytes / r);
-    case QT_COLL_BROADCAST:
-        return qt_coll_broadcast(c->mask, base, c->bytes, 0);
-    default:
-        return qt_fail(QT_E_PLAN, "plan %s: collective %s: kind %u is not a step collective",
-                       p->run_name, c->name, c->kind);
-    }
+    /* the kind's range function (qt_coll.def) */
+    return qt_coll_run_range(c, p->arena + c->offset, qt_step_region(p, p->comm_scratch_offset),
+                             p->comm_scratch_elems);
+}
+
+/* ---- start-up checks of the step ops (qt_ops.def CHECK; qt_runtime_check_step calls them
+ * for every op of the step, microbatch-end and per-layer schedules). Each reads the plan
+ * and its op and returns nonzero when the op does not fit the plan. */
+
+static int64_t qt_check_leaves(const qt_plan *p)
+{
+    return p->train.micro_batch * p->train.grad_accum;
+}
+
+static int64_t qt_check_tokens(const qt_plan *p)
+{
+    return p->train.global_batch * p->train.seq_len;
+}
+
+int qt_check_grad_finalize(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    (void)st;
+    return QT_A(op, GRAD_FINALIZE, leaves) != qt_check_leaves(p) ||
+           QT_A(op, GRAD_FINALIZE, tokens) != qt_check_tokens(p);
+}
+
+int qt_check_grad_tree_total(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    (void)st;
+    return QT_A(op, GRAD_TREE_TOTAL, leaves) != qt_check_leaves(p);
+}
+
+int qt_check_grad_mb_finalize(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    (void)st;
+    return QT_A(op, GRAD_MB_FINALIZE, leaves) != p->train.grad_accum || !p->n_mb_levels;
+}
+
+/* The flat ranges [r0, r1) of a QT_OPP_RANGE op (r1 = 0: every range) lie in the plan's. */
+static int qt_check_span(const qt_plan *p, const qt_op *op, int64_t *r0, int64_t *r1)
+{
+    *r0 = QT_A(op, GRAD_MB_TOTAL, r1) ? QT_A(op, GRAD_MB_TOTAL, r0) : 0;
+    *r1 = QT_A(op, GRAD_MB_TOTAL, r1) ? QT_A(op, GRAD_MB_TOTAL, r1) : p->n_ranges;
+    return !p->n_mb_levels || *r0 < 0 || *r0 >= *r1 || *r1 > p->n_ranges;
+}
+
+int qt_check_grad_mb_total(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    int64_t r0, r1;
+    (void)st;
+    return qt_check_span(p, op, &r0, &r1);
+}
+
+/* ... and counts the pushes of each range (a microbatch tree receives each range once). */
+int qt_check_grad_mb_push(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    int64_t r0, r1;
+    if (qt_check_span(p, op, &r0, &r1)) return 1;
+    for (int64_t r = r0; r < r1 && st->pushed; r++)
+        if (st->pushed[r] < 255) st->pushed[r]++;
+    return 0;
+}
+
+int qt_check_grad_normalise(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    (void)st;
+    return QT_A(op, GRAD_NORMALISE, tokens) != qt_check_tokens(p);
+}
+
+int qt_check_param_gather(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    const int64_t r = QT_A(op, PARAM_GATHER, range);
+    const int32_t w = QT_T(op, PARAM_GATHER, window);
+    (void)st;
+    return !p->params_compact || r < 0 || r >= p->n_ranges || w < 0 || w >= p->n_tensors ||
+           p->tensors[w].numel < p->ranges[r].n;
+}
+
+/* The collective exists and fits its qt_coll.def row: a range form, inside the arena, with
+ * elements (and blocks) its group can split evenly. */
+int qt_check_collective(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    const int64_t i = QT_A(op, COLLECTIVE, coll);
+    (void)st;
+    if (i < 0 || i >= p->n_collectives) return 1;
+    return qt_coll_range_check(&p->collectives[i], p->arena_bytes) != QT_OK;
 }

@@ -354,6 +354,42 @@ static void check_all_to_all(unsigned mask, const int *members, int R, int idx)
     free(sc); free(so); free(rc_); free(ro); free(sbuf); free(rbuf);
 }
 
+/* The signed 64-bit maximum of qt_coll.def's MAX_I64, run as a plan collective through its
+ * registry row (qt_coll_run_range): value i of member m from a key, value 0 the extremes
+ * (INT64_MIN + m, and INT64_MAX - 1 on the last member) so an unsigned or a summing
+ * combine shows. */
+static int64_t max_value(int m, int idx, int R, int i)
+{
+    if (i == 0) return idx == R - 1 ? INT64_MAX - 1 : INT64_MIN + m;
+    return (int64_t)(key((uint64_t)m, (uint64_t)i, 92) % 2001) - 1000;
+}
+
+static void check_max(unsigned mask, const int *members, int R, int idx)
+{
+    static const int ns[] = {1, 1500, 3000};
+    for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
+        const int n = ns[c];
+        int64_t *v = xmalloc((size_t)n * 8);
+        for (int i = 0; i < n; i++) v[i] = max_value(cc.rank, idx, R, i);
+        const qt_collective coll = {"max check", QT_COLL_MAX_I64, (uint8_t)mask, 0, (int64_t)n * 8};
+        CHECK(qt_coll_range_check(&coll, (int64_t)n * 8) == 0, "mask 0x%x: max_i64 of %d values "
+              "refused", mask, n);
+        int rc = qt_coll_run_range(&coll, (unsigned char *)v, NULL, 0);
+        CHECK(rc == 0, "mask 0x%x: max_i64 returned %d", mask, rc);
+        long bad = 0;
+        for (int i = 0; i < n; i++) {
+            int64_t w = max_value(members[0], 0, R, i);
+            for (int m = 1; m < R; m++) {
+                const int64_t x = max_value(members[m], m, R, i);
+                if (x > w) w = x;
+            }
+            bad += v[i] != w;
+        }
+        CHECK(bad == 0, "mask 0x%x: max of %d values: %ld wrong", mask, n, bad);
+        free(v);
+    }
+}
+
 static int run_checks(void)
 {
     int members[1 << 10];
@@ -366,6 +402,7 @@ static int run_checks(void)
         check_all_gather(mask, members, R, idx);
         check_broadcast(mask, members, R, idx);
         check_sums(mask, members, R);
+        check_max(mask, members, R, idx);
         check_all_to_all(mask, members, R, idx);
     }
     CHECK(qt_comm_check_same(0x0123456789abcdefull) == 0, "check_same with equal hashes failed");

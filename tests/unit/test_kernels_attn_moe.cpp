@@ -945,7 +945,7 @@ TEST(AttnMoeWrappers, MoeSlots)
     op.t[6] = sc; op.a[0] = T; op.a[1] = k; op.a[2] = E; op.a[3] = d; op.a[4] = f; op.a[5] = S;
     op.a[8] = 0; op.a[9] = 1;
     for (int64_t s = 0; s < b; s++) {
-        // the wrapper writes its leaves (wgrad_writes): they arrive unzeroed (NaN here)
+        // the wrapper writes its leaves (QT_OPP_WGRAD_WRITES): they arrive unzeroed (NaN here)
         vf g0(E * 2 * f * d, NAN), g1(E * d * f, NAN), r0(g0.size(), 0.f), r1(g1.size(), 0.f);
         float *const dw[2] = {g0.data(), g1.data()};
         qt_op_expert_ffn_wgrad(&op, &m.ctx, s, dw);
@@ -975,7 +975,7 @@ TEST(AttnMoeWrappers, MoeSlots)
     op.a[0] = T; op.a[1] = k; op.a[2] = E; op.a[3] = d; op.a[4] = f; op.a[5] = S;
     op.a[8] = 0; op.a[9] = 1;
     for (int64_t s = 0; s < b; s++) {
-        // the wrapper writes its leaves (wgrad_writes): they arrive unzeroed (NaN here)
+        // the wrapper writes its leaves (QT_OPP_WGRAD_WRITES): they arrive unzeroed (NaN here)
         vf g0(E * 2 * f * d, NAN), g1(E * d * f, NAN), r0(g0.size(), 0.f), r1(g1.size(), 0.f);
         float *const dw[2] = {g0.data(), g1.data()};
         qt_op_expert_ffn_wgrad(&op, &m.ctx, s, dw);

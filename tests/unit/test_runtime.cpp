@@ -152,7 +152,7 @@ static void rt_fake_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float
     for (int k = 0; k < RT_N1; k++) dw[1][k] += rt_leafval(id, 100 + k);
 }
 
-// The same leaves from a wrapper that writes them (wgrad_writes = 1: leaves arrive unzeroed).
+// The same leaves from a wrapper that writes them (QT_OPP_WGRAD_WRITES: leaves arrive unzeroed).
 static void rt_fake_wgrad_writes(const qt_op *op, const qt_ctx *ctx, int64_t seq,
                                  float *const dw[2])
 {
@@ -173,7 +173,7 @@ static void rt_make_table(void)
     rt_table[QT_OP_XENT].run = rt_fake_loss;
     rt_table[QT_OP_MATMUL_WGRAD].name = "fake_wgrad";
     rt_table[QT_OP_MATMUL_WGRAD].wgrad = rt_fake_wgrad;
-    rt_table[QT_OP_MATMUL_WGRAD].wgrad_writes = 0;  // the fake accumulates into zeroed leaves
+    rt_table[QT_OP_MATMUL_WGRAD].props &= ~QT_OPP_WGRAD_WRITES;  // the fake accumulates into zeroed leaves
 }
 
 static void rt_build_plan(rt_plan_store *st, int64_t b, int64_t G)
@@ -296,7 +296,8 @@ TEST(RuntimeInterp, TreeThroughScheduleIsIndependentOfBatchSplit)
     for (int writes = 0; writes < 2; writes++)
     for (int64_t n = 1; n <= 9; n++) {
         rt_table[QT_OP_MATMUL_WGRAD].wgrad = writes ? rt_fake_wgrad_writes : rt_fake_wgrad;
-        rt_table[QT_OP_MATMUL_WGRAD].wgrad_writes = (uint8_t)writes;
+        rt_table[QT_OP_MATMUL_WGRAD].props =
+            writes ? QT_OPP_WGRAD_WRITES : rt_table[QT_OP_MATMUL_WGRAD].props & ~QT_OPP_WGRAD_WRITES;
         for (int64_t b = 1; b <= n; b++) {
             if (n % b) continue;
             int64_t G = n / b;

@@ -11,13 +11,6 @@
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/attention.h"
 
-static int is_wgrad_kind(int k)
-{
-    return k == QT_OP_EMBED_WGRAD || k == QT_OP_RMSNORM_WGRAD || k == QT_OP_MATMUL_WGRAD ||
-           k == QT_OP_GDN_CONV_WGRAD || k == QT_OP_GDN_GATES_WGRAD ||
-           k == QT_OP_GATED_RMSNORM_WGRAD || k == QT_OP_EXPERT_FFN_WGRAD;
-}
-
 /* numel(t[slot]) must equal want (exact) or be at least want (at_least). */
 static int need(const qt_cg_graph *g, const qt_op *o, int i, const char *which, int slot,
                 int64_t want, int at_least, char *err, size_t errlen)
@@ -146,7 +139,7 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
         if (check_sizes(g, o, i, which, err, errlen)) return -1;
         for (int s = 0; s < ns; s++)
             if (o->t[s] >= 0 && (sl[s] == 'w' || sl[s] == 'a' || sl[s] == 's')) written[o->t[s]] = 1;
-        int wk = is_wgrad_kind(o->kind);
+        int wk = qt_cg_op_class(o->kind) == QT_OPC_WGRAD;
         if (wk != !!(o->flags & QT_OPF_WGRAD))
             return qt_cg_fail(err, errlen, "%s op %d (%s): QT_OPF_WGRAD flag mismatch", which, i,
                               qt_cg_op_name(o->kind));

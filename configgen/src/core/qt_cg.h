@@ -215,6 +215,8 @@ const char *qt_cg_op_name(int kind);
 int qt_cg_op_slot_optional(int kind, int slot);
 /* enum qt_op_class of a kind (qt_ops.def CLASS column). */
 int qt_cg_op_class(int kind);
+/* QT_OPP_* properties of a kind (qt_ops.def PROPS column). */
+unsigned qt_cg_op_props(int kind);
 
 /* *op = an op of `kind` with every attribute 0 and every tensor slot QT_NONE. */
 void qt_cg_op_blank(qt_op *op, int kind);

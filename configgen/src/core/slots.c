@@ -1,5 +1,5 @@
 /* core/slots.c - configgen's view of the op registry (firmware/include/qt_ops.def): the
- * slot roles and the name of each op kind. The liveness planner, the schedule checks and
+ * slot roles, the name, class and properties (QT_OPP_*) of each op kind. The liveness planner, the schedule checks and
  * plan.txt read them; they come from the same rows as the firmware's kernel table, so the
  * two cannot disagree.
  */
@@ -7,19 +7,25 @@
 #include "core/qt_cg.h"
 
 static const char *const slots[QT_OP_COUNT] = {
-#define QT_OP(e, name, cls, sl) [QT_OP_##e] = sl,
+#define QT_OP(e, name, cls, sl, props, check, tn, an) [QT_OP_##e] = sl,
 #include "qt_ops.def"
 #undef QT_OP
 };
 
 static const char *const names[QT_OP_COUNT] = {
-#define QT_OP(e, name, cls, sl) [QT_OP_##e] = #name,
+#define QT_OP(e, name, cls, sl, props, check, tn, an) [QT_OP_##e] = #name,
 #include "qt_ops.def"
 #undef QT_OP
 };
 
 static const unsigned char classes[QT_OP_COUNT] = {
-#define QT_OP(e, name, cls, sl) [QT_OP_##e] = QT_OPC_##cls,
+#define QT_OP(e, name, cls, sl, props, check, tn, an) [QT_OP_##e] = QT_OPC_##cls,
+#include "qt_ops.def"
+#undef QT_OP
+};
+
+static const unsigned props_of[QT_OP_COUNT] = {
+#define QT_OP(e, name, cls, sl, props, check, tn, an) [QT_OP_##e] = (props),
 #include "qt_ops.def"
 #undef QT_OP
 };
@@ -52,4 +58,9 @@ const char *qt_cg_op_name(int kind)
 int qt_cg_op_class(int kind)
 {
     return kind >= 0 && kind < QT_OP_COUNT ? classes[kind] : QT_OPC_NONE;
+}
+
+unsigned qt_cg_op_props(int kind)
+{
+    return kind >= 0 && kind < QT_OP_COUNT ? props_of[kind] : 0u;
 }

@@ -173,14 +173,12 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
                          (long long)r->mb_lo, (long long)r->leaf_lo);
     }
     qt_cg_buf_printf(b, "};\n\n");
-    static const char *const coll_kinds[QT_COLL_KIND_COUNT] = {
-        "QT_COLL_ALL_GATHER", "QT_COLL_REDUCE_SCATTER", "QT_COLL_ALL_TO_ALL", "QT_COLL_BROADCAST"};
     if (g->ncoll) {
         qt_cg_buf_printf(b, "static const qt_collective qt_collectives_%s[%d] = {\n", c, g->ncoll);
         for (int i = 0; i < g->ncoll; i++) {
             const qt_collective *k = &g->coll[i];
             qt_cg_buf_printf(b, "    /* %d */ {\"%s\", %s, 0x%x, %lldll, %lldll},\n", i, k->name,
-                             coll_kinds[k->kind], (unsigned)k->mask, (long long)k->offset,
+                             qt_coll_kind(k->kind)->enum_name, (unsigned)k->mask, (long long)k->offset,
                              (long long)k->bytes);
         }
         qt_cg_buf_printf(b, "};\n\n");

@@ -33,10 +33,6 @@ static const char *const init_txt[QT_INIT_COUNT] = {
     "zeros", "ones", "normal", "trunc_normal", "log_uniform",
 };
 
-static const char *const coll_txt[QT_COLL_KIND_COUNT] = {
-    "all-gather", "reduce-scatter", "all-to-all", "broadcast",
-};
-
 static const char *const axis_txt[QT_MESH_COUNT] = {"data", "fsdp", "tensor", "expert",
                                                      "context"};
 
@@ -68,16 +64,19 @@ static void global_of(const qt_cg_graph *g, const qt_cg_tensor *ct, int64_t *out
         out[d] = set ? t->global_shape[d] : t->shape[d] * qt_cg_group_size(g->s, t->spec[d]);
 }
 
-/* Bytes one rank sends for a collective of `kind` over R ranks moving a range of `bytes`. */
+/* Bytes one rank sends for a collective of `kind` over R ranks moving a range of `bytes`
+ * (qt_coll.def SENT). */
 static int64_t coll_sent(int kind, int64_t R, int64_t bytes)
 {
-    if (R <= 1) return 0;
-    if (kind == QT_COLL_BROADCAST) {
-        int64_t stages = 0;
-        while (((int64_t)1 << stages) < R) stages++;
-        return stages * bytes;
-    }
-    return bytes / R * (R - 1);
+    const qt_coll_kind_info *k = qt_coll_kind((unsigned)kind);
+    return k && R > 1 ? k->sent(R, bytes) : 0;
+}
+
+/* The printable name of a collective kind (qt_coll.def). */
+static const char *coll_txt(int kind)
+{
+    const qt_coll_kind_info *k = qt_coll_kind((unsigned)kind);
+    return k ? k->text : "?";
 }
 
 static void layout_line(qt_cg_buf *b, const qt_cg_graph *g, int i)
@@ -150,7 +149,7 @@ static void schedule(qt_cg_buf *b, const qt_cg_graph *g, const char *title, cons
             const qt_collective *c = &g->coll[o->a[0]];
             char grp[64];
             qt_cg_buf_printf(b, "  %s over %s: %s",
-                             c->kind < QT_COLL_KIND_COUNT ? coll_txt[c->kind] : "?",
+                             coll_txt(c->kind),
                              qt_cg_mask_name(c->mask, grp, sizeof grp), c->name);
         }
         qt_cg_buf_printf(b, "\n");
@@ -449,7 +448,7 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
         const int64_t sent = coll_sent(c->kind, R, c->bytes) * times;
         total += sent;
         qt_cg_buf_printf(b, "  %5d %-15s %-12s %4lld %14lld @%-12lld %14lld  %s\n", i,
-                         c->kind < QT_COLL_KIND_COUNT ? coll_txt[c->kind] : "?",
+                         coll_txt(c->kind),
                          qt_cg_mask_name(c->mask, grp, sizeof grp), (long long)R,
                          (long long)c->bytes, (long long)c->offset, (long long)sent, c->name);
     }

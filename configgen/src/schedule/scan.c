@@ -6,8 +6,9 @@
  * change to g->mb, and only where it is exact:
  *  - each op gets the decoder layer it belongs to (qt_cg_scan_op_layer): the highest layer
  *    among the tensors and parameters it names ("L<n>." activations, parameters by their
- *    layer), the layer of the flat range a per-layer reduction or gather op names, or for
- *    an op that names neither (a collective) the layer of the op before it;
+ *    layer), the layer of the flat range a0 for the kinds with QT_OPP_SCAN_RANGE (per-layer
+ *    reduction and gather ops), or the layer of the op before it for the kinds with
+ *    QT_OPP_SCAN_PREV (a collective, an accumulator's zeroing) - qt_ops.def's PROPS;
  *  - in the forward part [0, n_fwd) and in the backward part, the ops of each layer cycle
  *    (inhomogeneous_layer_cycle_interval layers) must be one contiguous block, the blocks
  *    back to back in schedule order (cycles increasing in the forward, decreasing in the
@@ -54,14 +55,14 @@ int qt_cg_scan_op_layer(const qt_cg_graph *g, const qt_op *o, int prev)
 {
     /* a layer's reduction and gather ops, or those of the embedding, final norm and head
      * (no layer) that sit where their weight gradient or first reader is */
-    if (o->kind == QT_OP_GRAD_MB_TOTAL || o->kind == QT_OP_GRAD_MB_PUSH ||
-        o->kind == QT_OP_PARAM_GATHER) {
+    const unsigned props = qt_cg_op_props(o->kind);
+    if (props & QT_OPP_SCAN_RANGE) {
         const int l = range_layer(g, o->a[0]);
         return l >= 0 ? l : prev;
     }
     /* a collective, or the zeroing of an accumulator (the next layer down's input
      * gradient is zeroed inside the layer's backward), belongs to the op before it */
-    if (o->kind == QT_OP_COLLECTIVE || o->kind == QT_OP_ZERO) return prev;
+    if (props & QT_OPP_SCAN_PREV) return prev;
     int l = -1;
     for (int k = 0; k < QT_OP_MAX_T; k++)
         if (o->t[k] >= 0) {
