@@ -86,16 +86,16 @@ static int check_windows(const qt_cg_graph *g, char *err, size_t errlen)
     for (int o = 0; o < g->nmb && !rc; o++) {
         const qt_op *op = &g->mb[o];
         if (op->kind == QT_OP_GRAD_MB_PUSH) {
-            const int64_t r = op->a[0];
-            if (op->a[1] != r + 1 || r < 0 || r >= g->n_ranges || live[2 * r + 1] >= 0)
+            const int64_t r = QT_A(op, GRAD_MB_PUSH, r0), r1 = QT_A(op, GRAD_MB_PUSH, r1);
+            if (r1 != r + 1 || r < 0 || r >= g->n_ranges || live[2 * r + 1] >= 0)
                 rc = qt_cg_fail(err, errlen, "microbatch op %d pushes ranges [%lld, %lld): "
-                                "expected one range, once", o, (long long)op->a[0],
-                                (long long)op->a[1]);
+                                "expected one range, once", o, (long long)r,
+                                (long long)r1);
             else live[2 * r + 1] = o;
         }
         if (!(op->flags & QT_OPF_WGRAD)) continue;
         for (int k = 0; k < 2 && !rc; k++) {
-            const int64_t pi = op->a[8 + k];
+            const int64_t pi = op->a[QT_A_WGRAD_PARAM + k];
             if (pi < 0) continue;
             const int r = qt_cg_range_of(g, (int)pi);
             if (live[2 * r + 1] >= 0)

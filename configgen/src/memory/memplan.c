@@ -173,8 +173,9 @@ static void fixed_regions(qt_cg_graph *g, int64_t flat0)
     int64_t leaf_need = 0;
     for (int i = 0; i < g->nmb; i++) {
         const qt_op *op = &g->mb[i];
-        if (!(op->flags & QT_OPF_WGRAD) || qt_cg_tree_leaves(g, op->a[8]) < 2) continue;
-        int64_t n = g->ps[op->a[8]].numel + (op->a[9] >= 0 ? g->ps[op->a[9]].numel : 0);
+        const int64_t *pi = &op->a[QT_A_WGRAD_PARAM];  /* first and second parameter */
+        if (!(op->flags & QT_OPF_WGRAD) || qt_cg_tree_leaves(g, pi[0]) < 2) continue;
+        int64_t n = g->ps[pi[0]].numel + (pi[1] >= 0 ? g->ps[pi[1]].numel : 0);
         if (n > leaf_need) leaf_need = n;
     }
     int64_t at = flat0;

@@ -119,10 +119,10 @@ void qt_cg_leaf_windows(qt_cg_graph *g)
     for (int r = 0; r < 2 * g->n_ranges; r++) live[r] = -1;
     for (int o = 0; o < g->nmb; o++) {
         const qt_op *op = &g->mb[o];
-        if (op->kind == QT_OP_GRAD_MB_PUSH) live[2 * op->a[0] + 1] = o;
+        if (op->kind == QT_OP_GRAD_MB_PUSH) live[2 * QT_A(op, GRAD_MB_PUSH, r0) + 1] = o;
         if (!(op->flags & QT_OPF_WGRAD)) continue;
         for (int k = 0; k < 2; k++) {
-            const int64_t pi = op->a[8 + k];
+            const int64_t pi = op->a[QT_A_WGRAD_PARAM + k];
             if (pi >= 0 && live[2 * qt_cg_range_of(g, (int)pi)] < 0)
                 live[2 * qt_cg_range_of(g, (int)pi)] = o;
         }

@@ -6,8 +6,9 @@
  *  - XENT already wrote d.logits (the seed), so it has no backward op;
  *  - integer tensors (tokens, idx) and tables get no gradient;
  *  - each parameter gets exactly one WGRAD op (QT_OPF_WGRAD, parameter indices in
- *    a[8]/a[9], a[9] = -1 when the op has one parameter), which the runtime runs once per
- *    sequence; rows per sequence go in the attribute qt_ops.h names for the kind;
+ *    a[QT_A_WGRAD_PARAM] and the next, that one -1 when the op has one parameter), which
+ *    the runtime runs once per sequence; rows per sequence go in the attribute qt_ops.h
+ *    names for the kind;
  *  - what a backward reads from the forward (x, rstd, pre, states, lse, gu, ...) is named
  *    in its slots, so the liveness planner keeps those tensors alive up to that op.
  */
@@ -50,8 +51,8 @@ static int32_t dgrad(qt_cg_ad *ad, int32_t x)
     memcpy(g->ts[d].exec, g->ts[x].exec, sizeof g->ts[d].exec);
     g->ts[d].reshard = g->ts[x].reshard;
     qt_op *z = qt_cg_emit_op(g, 0, QT_OP_ZERO);
-    z->t[0] = d;
-    z->a[0] = src.numel;
+    QT_T(z, ZERO, x) = d;
+    QT_A(z, ZERO, n) = src.numel;
     ad->grad[x] = d;
     return d;
 }
@@ -79,14 +80,18 @@ static void put_slots(qt_op *op, const int32_t *vals, int n)
     for (int k = 0; k < n; k++) op->t[k] = vals[k];
 }
 
+/* Slot s / attribute a of the forward op f being differentiated, of kind QT_OP_<e>_FWD. */
+#define FT(e, s) QT_T(f, e##_FWD, s)
+#define FA(e, a) QT_A(f, e##_FWD, a)
+
 static qt_op *wgrad(qt_cg_ad *ad, int kind, const qt_op *f, int32_t p0, int32_t p1)
 {
     qt_op *op = qt_cg_emit_op(ad->g, 0, kind);
     memcpy(op->a, f->a, sizeof op->a);
     memcpy(op->f, f->f, sizeof op->f);
     op->flags = QT_OPF_WGRAD;
-    op->a[8] = pidx(ad, p0);
-    op->a[9] = p1 == QT_NONE ? -1 : pidx(ad, p1);
+    op->a[QT_A_WGRAD_PARAM] = pidx(ad, p0);
+    op->a[QT_A_WGRAD_PARAM + 1] = p1 == QT_NONE ? -1 : pidx(ad, p1);
     return op;
 }
 
@@ -114,59 +119,71 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
     const int64_t S = g->s->tr.seq_len;
     switch (f->kind) {
     case QT_OP_ADD: {
-        int32_t dy = dout(ad, f->t[0]);
+        int32_t dy = dout(ad, QT_T(f, ADD, y));
         for (int i = 1; i <= 2; i++) {
             if (!needs_grad(ad, f->t[i])) continue;
             int32_t dx = dgrad(ad, f->t[i]);
             op = qt_cg_emit_op(g, 0, QT_OP_ACC);
-            put_slots(op, (const int32_t[]){dx, dy}, 2);
-            op->a[0] = f->a[0];
+            QT_CG_SET_T(op, ACC, .dst = dx, .src = dy);
+            QT_A(op, ACC, n) = QT_A(f, ADD, n);
         }
         return 1;
     }
     case QT_OP_EMBED_FWD:
-        op = wgrad(ad, QT_OP_EMBED_WGRAD, f, f->t[2], QT_NONE);
-        put_slots(op, (const int32_t[]){dout(ad, f->t[0]), f->t[1], f->t[2]}, 3);
-        op->a[3] = S;
+        op = wgrad(ad, QT_OP_EMBED_WGRAD, f, FT(EMBED, w), QT_NONE);
+        QT_CG_SET_T(op, EMBED_WGRAD, .dx = dout(ad, FT(EMBED, x)), .tokens = FT(EMBED, tokens),
+                    .w = FT(EMBED, w));
+        QT_A(op, EMBED_WGRAD, S) = S;
         return 1;
     case QT_OP_RMSNORM_FWD: {
-        int32_t dy = dout(ad, f->t[0]);
-        int32_t dx = dgrad(ad, f->t[2]);
+        int32_t dy = dout(ad, FT(RMSNORM, y));
+        int32_t dx = dgrad(ad, FT(RMSNORM, x));
         op = bwd(ad, QT_OP_RMSNORM_BWD, f);
-        put_slots(op, (const int32_t[]){dx, dy, f->t[2], f->t[3], f->t[1]}, 5);
-        op = wgrad(ad, QT_OP_RMSNORM_WGRAD, f, f->t[3], QT_NONE);
-        put_slots(op, (const int32_t[]){dy, f->t[2], f->t[1], f->t[3]}, 4);
+        QT_CG_SET_T(op, RMSNORM_BWD, .dx = dx, .dy = dy, .x = FT(RMSNORM, x), .w = FT(RMSNORM, w),
+                    .rstd = FT(RMSNORM, rstd));
+        op = wgrad(ad, QT_OP_RMSNORM_WGRAD, f, FT(RMSNORM, w), QT_NONE);
+        QT_CG_SET_T(op, RMSNORM_WGRAD, .dy = dy, .x = FT(RMSNORM, x), .rstd = FT(RMSNORM, rstd),
+                    .w = FT(RMSNORM, w));
         /* rows per sequence: S tokens times rows per token (heads for q/k norms) */
-        const int64_t heads = f->a[0] / (g->s->tr.micro_batch * S);
-        op->a[5] = S * heads;
+        const int64_t heads = FA(RMSNORM, R) / (g->s->tr.micro_batch * S);
+        QT_A(op, RMSNORM_WGRAD, seq_rows) = S * heads;
         /* a per-head norm sums over heads (split by tensor parallelism): canonical head
          * groups of the global head count, this rank's share (qt_ops.def RMSNORM_WGRAD) */
-        /* f->a[6]: the global heads of a per-head norm (graph.c), 0 for the others */
+        /* heads: the global heads of a per-head norm (graph.c), 0 for the others */
         const int64_t tp = g->s->mesh[QT_MESH_TENSOR];
-        op->a[6] = f->a[6] > 1 ? qt_canon_blocks(f->a[6], 1) / tp : 0;
+        QT_A(op, RMSNORM_WGRAD, heads) =
+            FA(RMSNORM, heads) > 1 ? qt_canon_blocks(FA(RMSNORM, heads), 1) / tp : 0;
         return 1;
     }
     case QT_OP_MATMUL_FWD: {
-        int32_t dy = dout(ad, f->t[0]);
-        if (needs_grad(ad, f->t[1])) {
-            int32_t dx = dgrad(ad, f->t[1]);
+        int32_t dy = dout(ad, FT(MATMUL, y));
+        if (needs_grad(ad, FT(MATMUL, x))) {
+            int32_t dx = dgrad(ad, FT(MATMUL, x));
             op = bwd(ad, QT_OP_MATMUL_BWD_DATA, f);
-            put_slots(op, (const int32_t[]){dx, dy, f->t[2]}, 3);
+            QT_CG_SET_T(op, MATMUL_BWD_DATA, .dx = dx, .dy = dy, .w = FT(MATMUL, w),
+                        .scratch = QT_NONE);
             /* a column-parallel projection's data gradient contracts over the split output
-             * features: canonically blocked (f->a[6] blocks, graph's matmul_col) */
-            op->a[3] = f->a[6];
-            op->a[4] = f->a[6] > 0 ? 1 : 0;
-            op->a[5] = f->a[6] > 0 && g->ts[f->t[2]].t.shape[0] != g->ts[f->t[2]].t.global_shape[0]
-                           ? (int64_t)(1u << QT_MESH_TENSOR) : 0;
-            op->a[6] = 0;
-            if (f->a[6] > 0)
-                op->t[3] = bwd_scratch(ad, "canon_scratch", g->ts[dx].t.name,
-                                       QT_CANON_BWD_SCRATCH(f->a[0], f->a[1], f->a[2], f->a[6]));
+             * features: canonically blocked (bwd_nb blocks, graph's matmul_col) */
+            QT_A(op, MATMUL_BWD_DATA, nb) = FA(MATMUL, bwd_nb);
+            QT_A(op, MATMUL_BWD_DATA, segs) = FA(MATMUL, bwd_nb) > 0 ? 1 : 0;
+            const qt_tensor *wt = &g->ts[FT(MATMUL, w)].t;
+            QT_A(op, MATMUL_BWD_DATA, mask) =
+                FA(MATMUL, bwd_nb) > 0 && wt->shape[0] != wt->global_shape[0]
+                    ? (int64_t)(1u << QT_MESH_TENSOR)
+                    : 0;
+            op->a[QT_A_MATMUL_FWD_bwd_nb] = 0; /* the forward's, copied by bwd() */
+            if (FA(MATMUL, bwd_nb) > 0)
+                QT_T(op, MATMUL_BWD_DATA, scratch) = bwd_scratch(
+                    ad, "canon_scratch", g->ts[dx].t.name,
+                    QT_CANON_BWD_SCRATCH(FA(MATMUL, M), FA(MATMUL, N), FA(MATMUL, K),
+                                         FA(MATMUL, bwd_nb)));
         }
-        op = wgrad(ad, QT_OP_MATMUL_WGRAD, f, f->t[2], QT_NONE);
-        put_slots(op, (const int32_t[]){dy, f->t[1], f->t[2]}, 3);
-        op->a[3] = S;
-        op->a[4] = op->a[5] = op->a[6] = 0;
+        op = wgrad(ad, QT_OP_MATMUL_WGRAD, f, FT(MATMUL, w), QT_NONE);
+        QT_CG_SET_T(op, MATMUL_WGRAD, .dy = dy, .x = FT(MATMUL, x), .w = FT(MATMUL, w));
+        QT_A(op, MATMUL_WGRAD, seq_rows) = S;
+        /* the forward's blocking, copied by wgrad() */
+        op->a[QT_A_MATMUL_FWD_segs] = op->a[QT_A_MATMUL_FWD_mask] = 0;
+        op->a[QT_A_MATMUL_FWD_bwd_nb] = 0;
         return 1;
     }
     case QT_OP_SWIGLU_FWD:
@@ -183,10 +200,10 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
         return 1;
     }
     case QT_OP_ROPE_FWD: {
-        int32_t dy = dout(ad, f->t[0]);
-        int32_t dx = dgrad(ad, f->t[1]);
+        int32_t dy = dout(ad, FT(ROPE, y));
+        int32_t dx = dgrad(ad, FT(ROPE, x));
         op = bwd(ad, QT_OP_ROPE_BWD, f);
-        put_slots(op, (const int32_t[]){dx, dy, f->t[2]}, 3);
+        QT_CG_SET_T(op, ROPE_BWD, .dx = dx, .dy = dy, .table = FT(ROPE, table));
         return 1;
     }
     default:
@@ -202,58 +219,74 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
     const int64_t S = g->s->tr.seq_len;
     switch (f->kind) {
     case QT_OP_ATTN_FWD: {
-        int32_t dO = dout(ad, f->t[0]);
-        int32_t dq = dgrad(ad, f->t[2]), dk = dgrad(ad, f->t[3]), dv = dgrad(ad, f->t[4]);
-        int32_t scr = bwd_scratch(ad, "bwd_scratch", g->ts[f->t[0]].t.name,
-                                  QT_ATTN_BWD_SCRATCH(S));
+        int32_t dO = dout(ad, FT(ATTN, o));
+        int32_t dq = dgrad(ad, FT(ATTN, q)), dk = dgrad(ad, FT(ATTN, k)),
+                dv = dgrad(ad, FT(ATTN, v));
+        int32_t scr =
+            bwd_scratch(ad, "bwd_scratch", g->ts[FT(ATTN, o)].t.name, QT_ATTN_BWD_SCRATCH(S));
         op = bwd(ad, QT_OP_ATTN_BWD, f);
-        put_slots(op, (const int32_t[]){dq, dk, dv, dO, f->t[2], f->t[3], f->t[4], f->t[0],
-                                        f->t[1], scr}, 10);
+        QT_CG_SET_T(op, ATTN_BWD, .dq = dq, .dk = dk, .dv = dv, .dout = dO, .q = FT(ATTN, q),
+                    .k = FT(ATTN, k), .v = FT(ATTN, v), .o = FT(ATTN, o), .lse = FT(ATTN, lse),
+                    .scratch = scr);
         return 1;
     }
     case QT_OP_GDN_CONV_FWD: {
-        int32_t dc = dout(ad, f->t[0]);
-        int32_t dq = dgrad(ad, f->t[2]);
+        int32_t dc = dout(ad, FT(GDN_CONV, c));
+        int32_t dq = dgrad(ad, FT(GDN_CONV, qkvz));
         op = bwd(ad, QT_OP_GDN_CONV_BWD, f);
-        put_slots(op, (const int32_t[]){dq, dc, f->t[1], f->t[3]}, 4);
-        op = wgrad(ad, QT_OP_GDN_CONV_WGRAD, f, f->t[3], QT_NONE);
-        put_slots(op, (const int32_t[]){dc, f->t[1], f->t[2], f->t[3]}, 4);
+        QT_CG_SET_T(op, GDN_CONV_BWD, .dqkvz = dq, .dc = dc, .pre = FT(GDN_CONV, pre),
+                    .w = FT(GDN_CONV, w));
+        op = wgrad(ad, QT_OP_GDN_CONV_WGRAD, f, FT(GDN_CONV, w), QT_NONE);
+        QT_CG_SET_T(op, GDN_CONV_WGRAD, .dc = dc, .pre = FT(GDN_CONV, pre),
+                    .qkvz = FT(GDN_CONV, qkvz), .w = FT(GDN_CONV, w));
         return 1;
     }
     case QT_OP_GDN_GATES_FWD: {
-        int32_t dbeta = dout(ad, f->t[0]), dg = dout(ad, f->t[1]);
-        int32_t dba = dgrad(ad, f->t[2]);
+        int32_t dbeta = dout(ad, FT(GDN_GATES, beta)), dg = dout(ad, FT(GDN_GATES, g));
+        int32_t dba = dgrad(ad, FT(GDN_GATES, ba));
         op = bwd(ad, QT_OP_GDN_GATES_BWD, f);
-        put_slots(op, (const int32_t[]){dba, dbeta, dg, f->t[2], f->t[3], f->t[4]}, 6);
-        op = wgrad(ad, QT_OP_GDN_GATES_WGRAD, f, f->t[3], f->t[4]);
-        put_slots(op, (const int32_t[]){dg, f->t[2], f->t[3], f->t[4]}, 4);
-        op->a[3] = S;
+        QT_CG_SET_T(op, GDN_GATES_BWD, .dba = dba, .dbeta = dbeta, .dg = dg,
+                    .ba = FT(GDN_GATES, ba), .A_log = FT(GDN_GATES, A_log),
+                    .dt_bias = FT(GDN_GATES, dt_bias));
+        op = wgrad(ad, QT_OP_GDN_GATES_WGRAD, f, FT(GDN_GATES, A_log), FT(GDN_GATES, dt_bias));
+        QT_CG_SET_T(op, GDN_GATES_WGRAD, .dg = dg, .ba = FT(GDN_GATES, ba),
+                    .A_log = FT(GDN_GATES, A_log), .dt_bias = FT(GDN_GATES, dt_bias));
+        QT_A(op, GDN_GATES_WGRAD, S) = S;
         return 1;
     }
     case QT_OP_GDN_CORE_FWD: {
-        int32_t dO = dout(ad, f->t[0]);
-        int32_t dc = dgrad(ad, f->t[4]), dg = dgrad(ad, f->t[5]), db = dgrad(ad, f->t[6]);
+        int32_t dO = dout(ad, FT(GDN_CORE, o));
+        int32_t dc = dgrad(ad, FT(GDN_CORE, c)), dg = dgrad(ad, FT(GDN_CORE, g)),
+                db = dgrad(ad, FT(GDN_CORE, beta));
         /* scratch per a7 (qt_ops.h), sized by the kernels' own macros */
-        int64_t Dk = f->a[3], Dv = f->a[5], C = f->a[6];
-        int64_t n = f->a[7] ? QT_GDN_CHUNK_BWD_SCRATCH(QT_GDN_CHUNK_ROWS(C, f->a[1]), Dk, Dv)
-                            : QT_GDN_CORE_SCRATCH(C, Dk, Dv);
-        int32_t scr = bwd_scratch(ad, "bwd_scratch", g->ts[f->t[0]].t.name, n);
+        int64_t Dk = FA(GDN_CORE, Dk), Dv = FA(GDN_CORE, Dv), C = FA(GDN_CORE, chunk);
+        int64_t n = FA(GDN_CORE, algo)
+                        ? QT_GDN_CHUNK_BWD_SCRATCH(QT_GDN_CHUNK_ROWS(C, FA(GDN_CORE, S)), Dk, Dv)
+                        : QT_GDN_CORE_SCRATCH(C, Dk, Dv);
+        int32_t scr = bwd_scratch(ad, "bwd_scratch", g->ts[FT(GDN_CORE, o)].t.name, n);
         op = bwd(ad, QT_OP_GDN_CORE_BWD, f);
-        put_slots(op, (const int32_t[]){dc, dg, db, dO, f->t[4], f->t[5], f->t[6], f->t[1],
-                                        f->t[2], f->t[3], scr}, 11);
+        QT_CG_SET_T(op, GDN_CORE_BWD, .dc = dc, .dg = dg, .dbeta = db, .dout = dO,
+                    .c = FT(GDN_CORE, c), .g = FT(GDN_CORE, g), .beta = FT(GDN_CORE, beta),
+                    .states = FT(GDN_CORE, states), .rq = FT(GDN_CORE, rq), .rk = FT(GDN_CORE, rk),
+                    .scratch = scr);
         return 1;
     }
     case QT_OP_GATED_RMSNORM_FWD: {
-        int32_t dy = dout(ad, f->t[0]);
-        int32_t dO = dgrad(ad, f->t[2]), dqkvz = dgrad(ad, f->t[3]);
+        int32_t dy = dout(ad, FT(GATED_RMSNORM, y));
+        int32_t dO = dgrad(ad, FT(GATED_RMSNORM, o)), dqkvz = dgrad(ad, FT(GATED_RMSNORM, qkvz));
         op = bwd(ad, QT_OP_GATED_RMSNORM_BWD, f);
-        put_slots(op, (const int32_t[]){dO, dqkvz, dy, f->t[2], f->t[3], f->t[4], f->t[1]}, 7);
-        op = wgrad(ad, QT_OP_GATED_RMSNORM_WGRAD, f, f->t[4], QT_NONE);
-        put_slots(op, (const int32_t[]){dy, f->t[2], f->t[3], f->t[1], f->t[4]}, 5);
-        op->a[5] = S;
+        QT_CG_SET_T(op, GATED_RMSNORM_BWD, .dout = dO, .dqkvz = dqkvz, .dy = dy,
+                    .o = FT(GATED_RMSNORM, o), .qkvz = FT(GATED_RMSNORM, qkvz),
+                    .w = FT(GATED_RMSNORM, w), .rstd = FT(GATED_RMSNORM, rstd));
+        op = wgrad(ad, QT_OP_GATED_RMSNORM_WGRAD, f, FT(GATED_RMSNORM, w), QT_NONE);
+        QT_CG_SET_T(op, GATED_RMSNORM_WGRAD, .dy = dy, .o = FT(GATED_RMSNORM, o),
+                    .qkvz = FT(GATED_RMSNORM, qkvz), .rstd = FT(GATED_RMSNORM, rstd),
+                    .w = FT(GATED_RMSNORM, w));
+        QT_A(op, GATED_RMSNORM_WGRAD, S) = S;
         {
             const int64_t tp = g->s->mesh[QT_MESH_TENSOR];
-            op->a[6] = qt_canon_blocks(f->a[3] * tp, 1) / tp;
+            QT_A(op, GATED_RMSNORM_WGRAD, groups) =
+                qt_canon_blocks(FA(GATED_RMSNORM, Hv) * tp, 1) / tp;
         }
         return 1;
     }
@@ -268,50 +301,52 @@ static void backward_expert_ffn(qt_cg_ad *ad, const qt_op *f)
 {
     qt_cg_graph *g = ad->g;
     qt_op *op;
-    int32_t dy = dout(ad, f->t[0]);
-    int32_t dx = dgrad(ad, f->t[2]);
-    int64_t T = f->a[0], k = f->a[1], d = f->a[3], ff = f->a[4];
-    const char *nm = g->ts[f->t[0]].t.name;
+    int32_t dy = dout(ad, FT(EXPERT_FFN, y));
+    int32_t dx = dgrad(ad, FT(EXPERT_FFN, x));
+    int64_t T = FA(EXPERT_FFN, T), k = FA(EXPERT_FFN, k), d = FA(EXPERT_FFN, d),
+            ff = FA(EXPERT_FFN, f);
+    const char *nm = g->ts[FT(EXPERT_FFN, y)].t.name;
     /* the forward's scratch size rule (qt_ops.h): max(T*k*(d+f), S*(d+3f)); an expert
      * host's packed rows (k = 1) hold up to S*k0 rows of one sequence (k0 the router's
      * top-k), which one wgrad chunk must take whole */
-    const int32_t seg = g->ts[f->t[3]].ep_seg;
+    const int32_t seg = g->ts[FT(EXPERT_FFN, idx)].ep_seg;
     const int64_t k0 = g->s->m.top_k, Ep = g->s->mesh[QT_MESH_EXPERT];
     int64_t S = g->s->tr.seq_len, esz = T * k * (d + ff);
     if (S * (d + 3 * ff) > esz) esz = S * (d + 3 * ff);
     if (seg != QT_NONE && S * k0 * (d + 3 * ff) > esz) esz = S * k0 * (d + 3 * ff);
-    /* the canonical blocks of the data gradient (f->a[6] per part; expert_ffn.c) */
-    const int64_t nbg = f->a[6] > 0 ? f->a[6] : 1, rows = T * k;
-    const int64_t bsz = rows * (d + 3 * ff + nbg * d + 2 * ff / nbg) + rows + f->a[2] + 1 +
-                        rows * d + d * (2 * ff / nbg);
+    /* the canonical blocks of the data gradient (bwd_nb per part; expert_ffn.c) */
+    const int64_t nbg = FA(EXPERT_FFN, bwd_nb) > 0 ? FA(EXPERT_FFN, bwd_nb) : 1, rows = T * k;
+    const int64_t bsz = rows * (d + 3 * ff + nbg * d + 2 * ff / nbg) + rows + FA(EXPERT_FFN, E) +
+                        1 + rows * d + d * (2 * ff / nbg);
     const int64_t s1sz = bsz > esz ? bsz : esz;
     int32_t s1 = bwd_scratch(ad, "bwd_scratch", nm, s1sz);
     /* d(gu) handed from BWD to WGRAD (saves the WGRAD a recompute matmul); shaped
      * like gu so it is sharded and sized like it. */
     char dnm[300];
     snprintf(dnm, sizeof dnm, "%s.bwd_dgu", nm);
-    qt_tensor gsrc = g->ts[f->t[1]].t; /* copy: add_tensor may move the array */
+    qt_tensor gsrc = g->ts[FT(EXPERT_FFN, gu)].t; /* copy: add_tensor may move the array */
     int32_t dgu = qt_cg_add_tensor(g, dnm, QT_ROLE_SAVED, QT_F32, gsrc.ndim, gsrc.shape,
                                    gsrc.axes);
-    memcpy(g->ts[dgu].exec, g->ts[f->t[1]].exec, sizeof g->ts[dgu].exec);
-    g->ts[dgu].reshard = g->ts[f->t[1]].reshard;
+    memcpy(g->ts[dgu].exec, g->ts[FT(EXPERT_FFN, gu)].exec, sizeof g->ts[dgu].exec);
+    g->ts[dgu].reshard = g->ts[FT(EXPERT_FFN, gu)].reshard;
     op = bwd(ad, QT_OP_EXPERT_FFN_BWD, f);
-    put_slots(op, (const int32_t[]){dx, dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5],
-                                    s1, dgu}, 9);
+    QT_CG_SET_T(op, EXPERT_FFN_BWD, .dx = dx, .dy = dy, .x = FT(EXPERT_FFN, x),
+                .idx = FT(EXPERT_FFN, idx), .gu = FT(EXPERT_FFN, gu), .w_gu = FT(EXPERT_FFN, w_gu),
+                .w_down = FT(EXPERT_FFN, w_down), .scratch = s1, .dgu = dgu);
     if (g->s->mesh[QT_MESH_TENSOR] > 1) {
         /* the rows' data gradients are partial sums over this rank's f/tp: add them */
         op = qt_cg_emit_op(g, 0, QT_OP_ALL_REDUCE);
-        op->t[0] = dx;
-        op->a[0] = g->ts[dx].t.numel;
-        op->a[1] = 1 << QT_MESH_TENSOR;
+        QT_T(op, ALL_REDUCE, buf) = dx;
+        QT_CG_SET_A(op, ALL_REDUCE, .n = g->ts[dx].t.numel, .mask = 1 << QT_MESH_TENSOR);
     }
     int32_t s2 = bwd_scratch(ad, "wgrad_scratch", nm, esz);
-    op = wgrad(ad, QT_OP_EXPERT_FFN_WGRAD, f, f->t[4], f->t[5]);
-    put_slots(op, (const int32_t[]){dy, f->t[2], f->t[3], f->t[1], f->t[4], f->t[5], s2,
-                                    dgu, seg}, 9);
-    op->a[5] = S;
+    op = wgrad(ad, QT_OP_EXPERT_FFN_WGRAD, f, FT(EXPERT_FFN, w_gu), FT(EXPERT_FFN, w_down));
+    QT_CG_SET_T(op, EXPERT_FFN_WGRAD, .dy = dy, .x = FT(EXPERT_FFN, x), .idx = FT(EXPERT_FFN, idx),
+                .gu = FT(EXPERT_FFN, gu), .w_gu = FT(EXPERT_FFN, w_gu),
+                .w_down = FT(EXPERT_FFN, w_down), .scratch = s2, .dgu = dgu, .seg = seg);
+    QT_A(op, EXPERT_FFN_WGRAD, S) = S;
     /* an expert host computes a leaf for every sequence of its expert group */
-    if (seg != QT_NONE) op->a[7] = Ep * g->s->tr.micro_batch;
+    if (seg != QT_NONE) op->a[QT_A_WGRAD_SEQS] = Ep * g->s->tr.micro_batch;
 }
 
 /* The MoE ops: router, expert FFN and the expert-parallel row exchange. */
@@ -322,15 +357,16 @@ static int backward_moe(qt_cg_ad *ad, const qt_op *f)
     const int64_t S = g->s->tr.seq_len;
     switch (f->kind) {
     case QT_OP_MOE_ROUTE_FWD: {
-        int32_t dp = dout(ad, f->t[1]);
-        int32_t dl = dgrad(ad, f->t[3]);
+        int32_t dp = dout(ad, FT(MOE_ROUTE, p));
+        int32_t dl = dgrad(ad, FT(MOE_ROUTE, logits));
         op = bwd(ad, QT_OP_MOE_ROUTE_BWD, f);
-        put_slots(op, (const int32_t[]){dl, dp, f->t[3], f->t[0], f->t[1]}, 5);
+        QT_CG_SET_T(op, MOE_ROUTE_BWD, .dlogits = dl, .dp = dp, .logits = FT(MOE_ROUTE, logits),
+                    .idx = FT(MOE_ROUTE, idx), .p = FT(MOE_ROUTE, p));
         /* The runtime divides every gradient by the global token count; the load-balance
          * term is already normalised, so its seed is scaled up by that count. */
         op->f[0] = (float)((double)f->f[0] == 0.0 ? 0.0
-                           : g->s->lb_weight * (double)f->a[1] * (double)S /
-                                 (double)g->s->m.n_layers);
+                                                  : g->s->lb_weight * (double)FA(MOE_ROUTE, E) *
+                                                        (double)S / (double)g->s->m.n_layers);
         return 1;
     }
     case QT_OP_EXPERT_FFN_FWD:
@@ -338,26 +374,30 @@ static int backward_moe(qt_cg_ad *ad, const qt_op *f)
         return 1;
     case QT_OP_MOE_RETURN_FWD: {
         /* y rows came back from their hosts: their gradients go the same way out */
-        int32_t dyr = dgrad(ad, f->t[1]);
+        int32_t dyr = dgrad(ad, FT(MOE_RETURN, yr));
         char nm[300];
-        snprintf(nm, sizeof nm, "%s.bwd_scratch", g->ts[f->t[0]].t.name);
-        int32_t scr = qt_cg_add_tensor(g, nm, QT_ROLE_SCRATCH, QT_F32, 1,
-                                       (const int64_t[]){f->a[0] * f->a[1] * f->a[2]},
-                                       (const uint8_t[]){0});
+        snprintf(nm, sizeof nm, "%s.bwd_scratch", g->ts[FT(MOE_RETURN, y)].t.name);
+        int32_t scr = qt_cg_add_tensor(
+            g, nm, QT_ROLE_SCRATCH, QT_F32, 1,
+            (const int64_t[]){FA(MOE_RETURN, T) * FA(MOE_RETURN, k) * FA(MOE_RETURN, d)},
+            (const uint8_t[]){0});
         op = bwd(ad, QT_OP_MOE_RETURN_BWD, f);
-        put_slots(op, (const int32_t[]){dyr, dout(ad, f->t[0]), f->t[2], f->t[3], scr}, 5);
+        QT_CG_SET_T(op, MOE_RETURN_BWD, .dyr = dyr, .dy = dout(ad, FT(MOE_RETURN, y)),
+                    .idx = FT(MOE_RETURN, idx), .seg = FT(MOE_RETURN, seg), .scratch = scr);
         return 1;
     }
     case QT_OP_MOE_DISPATCH_FWD: {
         /* the hosts' row gradients come home and add into their tokens in slot order */
-        int32_t dx = dgrad(ad, f->t[3]);
+        int32_t dx = dgrad(ad, FT(MOE_DISPATCH, x));
         char nm[300];
-        snprintf(nm, sizeof nm, "%s.bwd_scratch", g->ts[f->t[0]].t.name);
-        int32_t scr = qt_cg_add_tensor(g, nm, QT_ROLE_SCRATCH, QT_F32, 1,
-                                       (const int64_t[]){f->a[0] * f->a[1] * f->a[2]},
-                                       (const uint8_t[]){0});
+        snprintf(nm, sizeof nm, "%s.bwd_scratch", g->ts[FT(MOE_DISPATCH, xr)].t.name);
+        int32_t scr = qt_cg_add_tensor(
+            g, nm, QT_ROLE_SCRATCH, QT_F32, 1,
+            (const int64_t[]){FA(MOE_DISPATCH, T) * FA(MOE_DISPATCH, k) * FA(MOE_DISPATCH, d)},
+            (const uint8_t[]){0});
         op = bwd(ad, QT_OP_MOE_DISPATCH_BWD, f);
-        put_slots(op, (const int32_t[]){dx, dout(ad, f->t[0]), f->t[4], f->t[2], scr}, 5);
+        QT_CG_SET_T(op, MOE_DISPATCH_BWD, .dx = dx, .dxr = dout(ad, FT(MOE_DISPATCH, xr)),
+                    .idx = FT(MOE_DISPATCH, idx), .seg = FT(MOE_DISPATCH, seg), .scratch = scr);
         return 1;
     }
     default:
@@ -396,7 +436,7 @@ int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
         free(ad.grad);
         return qt_cg_fail(err, errlen, "internal error: the forward must end with XENT");
     }
-    ad.grad[xent->t[2]] = xent->t[1];
+    ad.grad[QT_T(xent, XENT, logits)] = QT_T(xent, XENT, dlogits);
     int cap_src = 0;
     for (int i = g->n_fwd - 1; i >= 0 && !ad.failed; i--) {
         qt_op f = g->mb[i]; /* copy: emitting grows g->mb */

@@ -169,12 +169,8 @@ static void matmul(qt_cg_graph *g, int32_t y, int32_t x, int32_t w, const qt_cg_
 {
     const qt_tensor *wt = &g->ts[w].t;
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MATMUL_FWD);
-    op->t[0] = y;
-    op->t[1] = x;
-    op->t[2] = w;
-    op->a[0] = D->T;
-    op->a[1] = wt->shape[0];
-    op->a[2] = wt->shape[1];
+    QT_CG_SET_T(op, MATMUL_FWD, .y = y, .x = x, .w = w, .scratch = QT_NONE);
+    QT_CG_SET_A(op, MATMUL_FWD, .M = D->T, .N = wt->shape[0], .K = wt->shape[1]);
 }
 
 static int32_t scratch(qt_cg_graph *g, const char *name, int64_t n);
@@ -197,11 +193,13 @@ static void matmul_row(qt_cg_graph *g, int32_t y, int32_t x, int32_t w, const qt
 {
     matmul(g, y, x, w, D);
     qt_op *op = &g->mb[g->nmb - 1];
-    canon_of(g, w, 1, &op->a[3], &op->a[5]);
-    op->a[4] = 1;
+    canon_of(g, w, 1, &QT_A(op, MATMUL_FWD, nb), &QT_A(op, MATMUL_FWD, mask));
+    QT_A(op, MATMUL_FWD, segs) = 1;
     char n[300];
     snprintf(n, sizeof n, "%s.canon_scratch", g->ts[y].t.name);
-    op->t[3] = scratch(g, n, QT_CANON_FWD_SCRATCH(op->a[0], op->a[1], op->a[2], op->a[3]));
+    QT_T(op, MATMUL_FWD, scratch) =
+        scratch(g, n, QT_CANON_FWD_SCRATCH(QT_A(op, MATMUL_FWD, M), QT_A(op, MATMUL_FWD, N),
+                                           QT_A(op, MATMUL_FWD, K), QT_A(op, MATMUL_FWD, nb)));
 }
 
 /* A column-parallel projection (q/k/v_proj, in_proj_qkvz/ba, shared gate/up): its data
@@ -211,32 +209,24 @@ static void matmul_col(qt_cg_graph *g, int32_t y, int32_t x, int32_t w, const qt
 {
     matmul(g, y, x, w, D);
     int64_t mask;
-    canon_of(g, w, 0, &g->mb[g->nmb - 1].a[6], &mask);
+    canon_of(g, w, 0, &QT_A(&g->mb[g->nmb - 1], MATMUL_FWD, bwd_nb), &mask);
 }
 
 static void rmsnorm(qt_cg_graph *g, int32_t y, int32_t rstd, int32_t x, int32_t w, int64_t rows,
                     int64_t n, int64_t xs, int64_t ys, float eps)
 {
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_RMSNORM_FWD);
-    op->t[0] = y;
-    op->t[1] = rstd;
-    op->t[2] = x;
-    op->t[3] = w;
-    op->a[0] = rows;
-    op->a[1] = n;
-    op->a[2] = xs;
-    op->a[3] = ys;
-    op->a[4] = QT_RMSNORM_ZERO_CENTRED;
+    QT_CG_SET_T(op, RMSNORM_FWD, .y = y, .rstd = rstd, .x = x, .w = w);
+    QT_CG_SET_A(op, RMSNORM_FWD, .R = rows, .n = n, .xs = xs, .ys = ys,
+                .flags = QT_RMSNORM_ZERO_CENTRED);
     op->f[0] = eps;
 }
 
 static void add(qt_cg_graph *g, int32_t y, int32_t a, int32_t b)
 {
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_ADD);
-    op->t[0] = y;
-    op->t[1] = a;
-    op->t[2] = b;
-    op->a[0] = g->ts[y].t.numel;
+    QT_CG_SET_T(op, ADD, .y = y, .a = a, .b = b);
+    QT_A(op, ADD, n) = g->ts[y].t.numel;
 }
 
 static int32_t scratch(qt_cg_graph *g, const char *name, int64_t n)
@@ -298,49 +288,32 @@ static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg
     matmul_col(g, qkvz, h, w_qkvz, D);
     matmul_col(g, ba, h, w_ba, D);
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_GDN_CONV_FWD);
-    op->t[0] = c;
-    op->t[1] = cpre;
-    op->t[2] = qkvz;
-    op->t[3] = w_conv;
-    int64_t ca[7] = {D->b, D->S, D->Hk, D->Dk, D->Hv, D->Dv, D->K};
-    memcpy(op->a, ca, sizeof ca);
+    QT_CG_SET_T(op, GDN_CONV_FWD, .c = c, .pre = cpre, .qkvz = qkvz, .w = w_conv);
+    QT_CG_SET_A(op, GDN_CONV_FWD, .b = D->b, .S = D->S, .Hk = D->Hk, .Dk = D->Dk, .Hv = D->Hv,
+                .Dv = D->Dv, .K = D->K);
     op = qt_cg_emit_op(g, 0, QT_OP_GDN_GATES_FWD);
-    op->t[0] = beta;
-    op->t[1] = gg;
-    op->t[2] = ba;
-    op->t[3] = a_log;
-    op->t[4] = dt_bias;
-    op->a[0] = D->T;
-    op->a[1] = D->Hk;
-    op->a[2] = D->Hv;
-    op = qt_cg_emit_op(g, 0, QT_OP_GDN_CORE_FWD);
-    op->t[0] = o;
-    op->t[1] = states;
-    op->t[2] = rq;
-    op->t[3] = rk;
-    op->t[4] = c;
-    op->t[5] = gg;
-    op->t[6] = beta;
-    /* a7 selects the algorithm; only the chunked form needs forward scratch (qt_ops.h:
+    QT_CG_SET_T(op, GDN_GATES_FWD, .beta = beta, .g = gg, .ba = ba, .A_log = a_log,
+                .dt_bias = dt_bias);
+    QT_CG_SET_A(op, GDN_GATES_FWD, .T = D->T, .Hk = D->Hk, .Hv = D->Hv);
+    /* algo selects the algorithm; only the chunked form needs forward scratch (qt_ops.h:
      * 2*C*Dk + 2*C*Dv + 4*C*C + 3*C with C = min(chunk, S)), the recurrent one gets a
      * one-float placeholder so that every slot names a tensor. */
     int64_t chunked = g->s->gdn_chunked, ck = g->s->m.gdn_chunk;
-    int64_t ka[8] = {D->b, D->S, D->Hk, D->Dk, D->Hv, D->Dv, ck, chunked};
-    memcpy(op->a, ka, sizeof ka);
     snprintf(n, sizeof n, "L%d.gdn.core_fwd_scratch", l);
-    op->t[7] = scratch(g, n, chunked ? QT_GDN_CHUNK_FWD_SCRATCH(QT_GDN_CHUNK_ROWS(ck, D->S),
-                                                                D->Dk, D->Dv)
-                                     : 1);
+    const int32_t cscr = scratch(g, n, chunked ? QT_GDN_CHUNK_FWD_SCRATCH(
+                                                     QT_GDN_CHUNK_ROWS(ck, D->S), D->Dk, D->Dv)
+                                               : 1);
+    op = qt_cg_emit_op(g, 0, QT_OP_GDN_CORE_FWD);
+    QT_CG_SET_T(op, GDN_CORE_FWD, .o = o, .states = states, .rq = rq, .rk = rk, .c = c, .g = gg,
+                .beta = beta, .scratch = cscr);
+    QT_CG_SET_A(op, GDN_CORE_FWD, .b = D->b, .S = D->S, .Hk = D->Hk, .Dk = D->Dk, .Hv = D->Hv,
+                .Dv = D->Dv, .chunk = ck, .algo = chunked);
     op->f[0] = (float)(1.0 / sqrt((double)D->Dk));
     op->f[1] = 1e-6f;
     op = qt_cg_emit_op(g, 0, QT_OP_GATED_RMSNORM_FWD);
-    op->t[0] = y;
-    op->t[1] = yrstd;
-    op->t[2] = o;
-    op->t[3] = qkvz;
-    op->t[4] = w_norm;
-    int64_t na[5] = {D->T, D->Hk, D->Dk, D->Hv, D->Dv};
-    memcpy(op->a, na, sizeof na);
+    QT_CG_SET_T(op, GATED_RMSNORM_FWD, .y = y, .rstd = yrstd, .o = o, .qkvz = qkvz, .w = w_norm);
+    QT_CG_SET_A(op, GATED_RMSNORM_FWD, .T = D->T, .Hk = D->Hk, .Dk = D->Dk, .Hv = D->Hv,
+                .Dv = D->Dv);
     op->f[0] = eps;
     matmul_row(g, mix, y, w_out, D);
 }
@@ -390,38 +363,27 @@ static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_c
     matmul_col(g, k0, h, wk, D);
     matmul_col(g, v, h, wv, D);
     rmsnorm(g, qn, qrstd, qg, qn_w, D->T * D->Hq, D->hd, 2 * D->hd, D->hd, eps);
-    g->mb[g->nmb - 1].a[6] = D->tp * D->Hq;  /* per-head norm: global heads (autodiff) */
+    /* per-head norms: their global heads (autodiff) */
+    QT_A(&g->mb[g->nmb - 1], RMSNORM_FWD, heads) = D->tp * D->Hq;
     rmsnorm(g, kn, krstd, k0, kn_w, D->T * D->Hkv, D->hd, D->hd, D->hd, eps);
-    g->mb[g->nmb - 1].a[6] = D->tp * D->Hkv;
+    QT_A(&g->mb[g->nmb - 1], RMSNORM_FWD, heads) = D->tp * D->Hkv;
     int32_t xs[2] = {qn, kn}, ys[2] = {qr, kr};
     int64_t hs[2] = {D->Hq, D->Hkv};
     for (int i = 0; i < 2; i++) {
         qt_op *op = qt_cg_emit_op(g, 0, QT_OP_ROPE_FWD);
-        op->t[0] = ys[i];
-        op->t[1] = xs[i];
-        op->t[2] = g->table;
-        int64_t ra[5] = {D->b, D->S, hs[i], D->hd, D->R};
-        memcpy(op->a, ra, sizeof ra);
+        QT_CG_SET_T(op, ROPE_FWD, .y = ys[i], .x = xs[i], .table = g->table);
+        QT_CG_SET_A(op, ROPE_FWD, .b = D->b, .S = D->S, .H = hs[i], .hd = D->hd, .R = D->R);
     }
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_ATTN_FWD);
-    op->t[0] = att;
-    op->t[1] = lse;
-    op->t[2] = qr;
-    op->t[3] = kr;
-    op->t[4] = v;
     snprintf(n, sizeof n, "L%d.attn.fwd_scratch", l);
-    op->t[5] = scratch(g, n, D->S);
-    int64_t aa[5] = {D->b, D->S, D->Hq, D->Hkv, D->hd};
-    memcpy(op->a, aa, sizeof aa);
+    const int32_t ascr = scratch(g, n, D->S);
+    QT_CG_SET_T(op, ATTN_FWD, .o = att, .lse = lse, .q = qr, .k = kr, .v = v, .scratch = ascr);
+    QT_CG_SET_A(op, ATTN_FWD, .b = D->b, .S = D->S, .Hq = D->Hq, .Hkv = D->Hkv, .hd = D->hd);
     op->f[0] = (float)(1.0 / sqrt((double)D->hd));
     op = qt_cg_emit_op(g, 0, QT_OP_SIGMOID_GATE_FWD);
-    op->t[0] = gated;
-    op->t[1] = att;
-    op->t[2] = qg;
-    op->a[0] = D->T;
-    op->a[1] = D->Hq * D->hd;
-    op->a[2] = QT_GATE_HEADS;
-    op->a[3] = D->hd;
+    QT_CG_SET_T(op, SIGMOID_GATE_FWD, .y = gated, .x = att, .gate = qg);
+    QT_CG_SET_A(op, SIGMOID_GATE_FWD, .T = D->T, .n = D->Hq * D->hd, .mode = QT_GATE_HEADS,
+                .hd = D->hd);
     matmul_row(g, mix, gated, wo, D);
 }
 
@@ -470,39 +432,27 @@ static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int3
     int32_t rscr = scratch(g, AN("return_scratch"), D->T * D->k * D->d);
 #undef AN
     g->ts[er].ep_seg = seg;
-    const int64_t ea[9] = {D->T, D->k, D->d, D->E, El, D->b, D->S, mask, rmax};
+    /* the common attributes of the four expert-parallel kinds */
+    const qt_cg_a_MOE_DISPATCH_FWD ea = {.T = D->T, .k = D->k, .d = D->d, .E = D->E, .El = El,
+                                         .b = D->b, .S = D->S, .mask = mask, .Rmax = rmax};
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_DISPATCH_FWD);
-    op->t[0] = xr;
-    op->t[1] = er;
-    op->t[2] = seg;
-    op->t[3] = h2;
-    op->t[4] = idx;
-    op->t[5] = dscr;
-    memcpy(op->a, ea, sizeof ea);
+    QT_CG_SET_T(op, MOE_DISPATCH_FWD, .xr = xr, .er = er, .seg = seg, .x = h2, .idx = idx,
+                .scratch = dscr);
+    memcpy(op->a, &ea, sizeof ea);
     op = qt_cg_emit_op(g, 0, QT_OP_EXPERT_FFN_FWD);
-    op->t[0] = yr;
-    op->t[1] = gur;
-    op->t[2] = xr;
-    op->t[3] = er;
-    op->t[4] = wgu;
-    op->t[5] = wd;
-    op->t[6] = fscr;
-    const int64_t fa[7] = {rmax, 1, El, D->d, D->f, nb, nb};
-    memcpy(op->a, fa, sizeof fa);
+    QT_CG_SET_T(op, EXPERT_FFN_FWD, .y = yr, .gu = gur, .x = xr, .idx = er, .w_gu = wgu,
+                .w_down = wd, .scratch = fscr);
+    QT_CG_SET_A(op, EXPERT_FFN_FWD, .T = rmax, .k = 1, .E = El, .d = D->d, .f = D->f, .nb = nb,
+                .bwd_nb = nb);
     if (D->tp > 1) {
         /* the rows' down projections are partial sums over this rank's f/tp: add them */
         op = qt_cg_emit_op(g, 0, QT_OP_ALL_REDUCE);
-        op->t[0] = yr;
-        op->a[0] = rmax * D->d;
-        op->a[1] = 1 << QT_MESH_TENSOR;
+        QT_T(op, ALL_REDUCE, buf) = yr;
+        QT_CG_SET_A(op, ALL_REDUCE, .n = rmax * D->d, .mask = 1 << QT_MESH_TENSOR);
     }
     op = qt_cg_emit_op(g, 0, QT_OP_MOE_RETURN_FWD);
-    op->t[0] = ey;
-    op->t[1] = yr;
-    op->t[2] = idx;
-    op->t[3] = seg;
-    op->t[4] = rscr;
-    memcpy(op->a, ea, sizeof ea);
+    QT_CG_SET_T(op, MOE_RETURN_FWD, .y = ey, .yr = yr, .idx = idx, .seg = seg, .scratch = rscr);
+    memcpy(op->a, &ea, sizeof ea);
     /* the experts' gradient trees take a leaf for every sequence of the expert group */
     g->ps[g->ts[wgu].param].leaves *= Ep;
     g->ps[g->ts[wd].param].leaves *= Ep;
@@ -551,14 +501,8 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
 #undef AN
     matmul(g, rl, h2, wr, D);
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_ROUTE_FWD);
-    op->t[0] = idx;
-    op->t[1] = p;
-    op->t[2] = g->lb_seq;
-    op->t[3] = rl;
-    op->a[0] = D->T;
-    op->a[1] = D->E;
-    op->a[2] = D->k;
-    op->a[3] = D->S;
+    QT_CG_SET_T(op, MOE_ROUTE_FWD, .idx = idx, .p = p, .lb_seq = g->lb_seq, .logits = rl);
+    QT_CG_SET_A(op, MOE_ROUTE_FWD, .T = D->T, .E = D->E, .k = D->k, .S = D->S);
     if (g->lb_seq != QT_NONE)
         op->f[0] = (float)(g->s->lb_weight * (double)D->E /
                            ((double)g->s->tr.global_batch * (double)g->s->m.n_layers));
@@ -578,40 +522,24 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
         qt_cg_layout_declare(g, gu, QT_LAX_ACT_MLP, "the routed experts are replicated over "
                              "tensor (their widths are not split yet)");
         op = qt_cg_emit_op(g, 0, QT_OP_EXPERT_FFN_FWD);
-        op->t[0] = ey;
-        op->t[1] = gu;
-        op->t[2] = h2;
-        op->t[3] = idx;
-        op->t[4] = wgu;
-        op->t[5] = wd;
-        op->t[6] = fscr;
-        int64_t ea[7] = {D->T, D->k, D->E, D->d, D->f, nb, nb};
-        memcpy(op->a, ea, sizeof ea);
+        QT_CG_SET_T(op, EXPERT_FFN_FWD, .y = ey, .gu = gu, .x = h2, .idx = idx, .w_gu = wgu,
+                    .w_down = wd, .scratch = fscr);
+        QT_CG_SET_A(op, EXPERT_FFN_FWD, .T = D->T, .k = D->k, .E = D->E, .d = D->d, .f = D->f,
+                    .nb = nb, .bwd_nb = nb);
     }
     op = qt_cg_emit_op(g, 0, QT_OP_MOE_COMBINE_FWD);
-    op->t[0] = routed;
-    op->t[1] = p;
-    op->t[2] = ey;
-    op->a[0] = D->T;
-    op->a[1] = D->k;
-    op->a[2] = D->d;
+    QT_CG_SET_T(op, MOE_COMBINE_FWD, .out = routed, .p = p, .y = ey);
+    QT_CG_SET_A(op, MOE_COMBINE_FWD, .T = D->T, .k = D->k, .d = D->d);
     matmul_col(g, sa, h2, wsg, D);
     matmul_col(g, su, h2, wsu, D);
     op = qt_cg_emit_op(g, 0, QT_OP_SWIGLU_FWD);
-    op->t[0] = sh;
-    op->t[1] = sa;
-    op->t[2] = su;
-    op->a[0] = D->T * D->fs;
+    QT_CG_SET_T(op, SWIGLU_FWD, .h = sh, .a = sa, .u = su);
+    QT_A(op, SWIGLU_FWD, n) = D->T * D->fs;
     matmul_row(g, so, sh, wsd, D);
     matmul(g, sg, h2, wsgate, D);
     op = qt_cg_emit_op(g, 0, QT_OP_SIGMOID_GATE_FWD);
-    op->t[0] = sgo;
-    op->t[1] = so;
-    op->t[2] = sg;
-    op->a[0] = D->T;
-    op->a[1] = D->d;
-    op->a[2] = QT_GATE_ROW;
-    op->a[3] = 0;
+    QT_CG_SET_T(op, SIGMOID_GATE_FWD, .y = sgo, .x = so, .gate = sg);
+    QT_CG_SET_A(op, SIGMOID_GATE_FWD, .T = D->T, .n = D->d, .mode = QT_GATE_ROW, .hd = 0);
     add(g, moe, routed, sgo);
 }
 
@@ -670,26 +598,21 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     if (g->lb_seq != QT_NONE) g->ts[g->lb_seq].whole = 1;
 
     qt_op *op = qt_cg_emit_op(g, 1, QT_OP_ROPE_TABLE);
-    op->t[0] = g->table;
-    op->a[0] = D.S;
-    op->a[1] = D.R;
+    QT_T(op, ROPE_TABLE, table) = g->table;
+    QT_CG_SET_A(op, ROPE_TABLE, .S = D.S, .R = D.R);
     op->f[0] = s->m.rope_theta;
 
     if (g->lb_seq != QT_NONE) {
         op = qt_cg_emit_op(g, 0, QT_OP_ZERO);
-        op->t[0] = g->lb_seq;
-        op->a[0] = D.b;
+        QT_T(op, ZERO, x) = g->lb_seq;
+        QT_A(op, ZERO, n) = D.b;
     }
     int32_t w_emb = add_param(g, "model.embed_tokens.weight", 2, SHP(D.V, D.d),
                               AX(QT_LAX_VOCAB, QT_LAX_EMBED_VOCAB), QT_INIT_NORMAL, 1.0, -1);
     int32_t x = act3(g, "x0", &D, D.d, LB, L, QT_LAX_ACT_EMBED);
     op = qt_cg_emit_op(g, 0, QT_OP_EMBED_FWD);
-    op->t[0] = x;
-    op->t[1] = g->tokens;
-    op->t[2] = w_emb;
-    op->a[0] = D.T;
-    op->a[1] = D.d;
-    op->a[2] = D.V;
+    QT_CG_SET_T(op, EMBED_FWD, .x = x, .tokens = g->tokens, .w = w_emb);
+    QT_CG_SET_A(op, EMBED_FWD, .T = D.T, .d = D.d, .V = D.V);
 
     char n[256];
     g->n_layers_rec = (int)s->m.n_layers;
@@ -746,13 +669,9 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     rmsnorm(g, hf, hfr, x, w_fn, D.T, D.d, D.d, D.d, s->m.norm_eps);
     matmul(g, logits, hf, w_head, &D);
     op = qt_cg_emit_op(g, 0, QT_OP_XENT);
-    op->t[0] = g->loss_seq;
-    op->t[1] = dlogits;
-    op->t[2] = logits;
-    op->t[3] = g->targets;
-    op->a[0] = D.b;
-    op->a[1] = D.S;
-    op->a[2] = D.V;
+    QT_CG_SET_T(op, XENT, .loss_seq = g->loss_seq, .dlogits = dlogits, .logits = logits,
+                .targets = g->targets);
+    QT_CG_SET_A(op, XENT, .b = D.b, .S = D.S, .V = D.V);
     g->n_fwd = g->nmb;
     if (g->too_big)
         return qt_cg_fail(err, errlen, "tensor %s: its shape has more than 2^56 elements, "

@@ -3,6 +3,7 @@
 #ifndef QT_CG_MODEL_H
 #define QT_CG_MODEL_H
 
+#include <string.h>
 #include "core/qt_cg.h"
 
 int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen);
@@ -16,6 +17,30 @@ int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen);
 int32_t qt_cg_add_tensor(qt_cg_graph *g, const char *name, int role, int dtype, int ndim,
                          const int64_t *shape, const uint8_t *axes);
 qt_op *qt_cg_emit_op(qt_cg_graph *g, int init, int kind);
+
+/* An op's slots and attributes set by name, from the rows of qt_ops.def: one struct per kind
+ * with a field per slot (qt_cg_t_<ENUM>, int32_t) and one per attribute (qt_cg_a_<ENUM>,
+ * int64_t), in row order, so a builder writes
+ *     QT_CG_SET_T(op, RMSNORM_BWD, .dx = dx, .dy = dy, .x = x, .w = w, .rstd = rstd);
+ *     QT_CG_SET_A(op, ATTN_FWD, .b = D->b, .S = D->S, .Hq = D->Hq, .Hkv = D->Hkv, .hd = D->hd);
+ * which sets t[0..n) (a[0..n)) from the kind's n named slots (attributes). A field left out
+ * is 0, a real tensor id: name every slot (QT_NONE for an unused optional one). The values
+ * are evaluated in no fixed order, so none may create a tensor or an op. */
+#ifndef __cplusplus /* C only (compound literals; an empty struct has size 0) */
+#define QT_CG_TFIELD_(e, n) int32_t n;
+#define QT_CG_AFIELD_(e, n) int64_t n;
+#define QT_OP(e, name, cls, slots, props, check, tn, an)                                   \
+    typedef struct { QT_PP_MAP(QT_CG_TFIELD_, e, QT_PP_ID tn) } qt_cg_t_##e;               \
+    typedef struct { QT_PP_MAP(QT_CG_AFIELD_, e, QT_PP_ID an) } qt_cg_a_##e;               \
+    QT_STATIC_ASSERT(sizeof(qt_cg_t_##e) == QT_T_##e##_COUNT_ * sizeof(int32_t), #e);      \
+    QT_STATIC_ASSERT(sizeof(qt_cg_a_##e) == QT_A_##e##_COUNT_ * sizeof(int64_t), #e);
+#include "qt_ops.def"
+#undef QT_OP
+#define QT_CG_SET_T(op, e, ...) \
+    memcpy((op)->t, &(const qt_cg_t_##e){__VA_ARGS__}, sizeof(qt_cg_t_##e))
+#define QT_CG_SET_A(op, e, ...) \
+    memcpy((op)->a, &(const qt_cg_a_##e){__VA_ARGS__}, sizeof(qt_cg_a_##e))
+#endif
 /* A new tensor "<name of id><suffix>" with id's role, type, shapes, layouts and segments
  * (not its parameter link, lifetime flags or reshard note); returns its id. */
 int32_t qt_cg_clone_tensor(qt_cg_graph *g, int32_t id, const char *suffix);

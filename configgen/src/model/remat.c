@@ -92,8 +92,8 @@ static void copy_layer(qt_cg_graph *g, int l, int policy, int32_t *map, uint8_t 
                 if (fresh) {
                     qt_op z;
                     qt_cg_op_blank(&z, QT_OP_ZERO);
-                    z.t[0] = op.t[s];
-                    z.a[0] = g->ts[id].t.numel;
+                    QT_T(&z, ZERO, x) = op.t[s];
+                    QT_A(&z, ZERO, n) = g->ts[id].t.numel;
                     append(out, n, cap, &z);
                 }
             } else if (k == 'r' && map[id] != QT_NONE) {

@@ -36,7 +36,8 @@ void qt_cg_layer_reduces(qt_cg_graph *g)
     for (int o = 0; o < n; o++) {
         if (!(g->mb[o].flags & QT_OPF_WGRAD)) continue;
         for (int k = 0; k < 2; k++)
-            if (g->mb[o].a[8 + k] >= 0) last[range_of[g->mb[o].a[8 + k]]] = o;
+            if (g->mb[o].a[QT_A_WGRAD_PARAM + k] >= 0)
+                last[range_of[g->mb[o].a[QT_A_WGRAD_PARAM + k]]] = o;
     }
     qt_op *old = g->mb;
     int cap = n + 3 * g->n_ranges;
@@ -52,8 +53,12 @@ void qt_cg_layer_reduces(qt_cg_graph *g)
                 if (kinds[k] == QT_OP_COLLECTIVE && !g->ranges[r].reduce_mask) continue;
                 qt_op *q = &g->mb[g->nmb++];
                 qt_cg_op_blank(q, kinds[k]);
-                q->a[0] = kinds[k] == QT_OP_COLLECTIVE ? -1 - r : r;
-                q->a[1] = kinds[k] == QT_OP_COLLECTIVE ? 0 : r + 1;
+                if (kinds[k] == QT_OP_COLLECTIVE) {
+                    QT_A(q, COLLECTIVE, coll) = -1 - r;
+                } else { /* GRAD_MB_TOTAL and GRAD_MB_PUSH (QT_OPP_RANGE): [r, r + 1) */
+                    QT_A(q, GRAD_MB_TOTAL, r0) = r;
+                    QT_A(q, GRAD_MB_TOTAL, r1) = r + 1;
+                }
             }
         }
     }
@@ -63,7 +68,7 @@ void qt_cg_layer_reduces(qt_cg_graph *g)
 }
 
 /* A COLLECTIVE placeholder for the all-gather of gather window `win` (range r), resolved
- * by qt_cg_step_schedule: a0 = -1 - k, a1 = 1. */
+ * by qt_cg_step_schedule (QT_CG_A_COLLECTIVE_GATHER). */
 static void gather_collective(qt_cg_graph *g, qt_op *q, int32_t win, int r)
 {
     g->gather_win = qt_cg_grow(g->gather_win, &g->cap_gather_win, 2 * g->n_gather_win + 2,
@@ -71,8 +76,8 @@ static void gather_collective(qt_cg_graph *g, qt_op *q, int32_t win, int r)
     g->gather_win[2 * g->n_gather_win] = win;
     g->gather_win[2 * g->n_gather_win + 1] = r;
     qt_cg_op_blank(q, QT_OP_COLLECTIVE);
-    q->a[0] = -1 - g->n_gather_win++;
-    q->a[1] = 1;
+    QT_A(q, COLLECTIVE, coll) = -1 - g->n_gather_win++;
+    q->a[QT_CG_A_COLLECTIVE_GATHER] = 1;
 }
 
 /* A gather window: the compute copy of flat range r (n floats, replicated layout). */
@@ -154,8 +159,8 @@ int qt_cg_layer_gathers(qt_cg_graph *g, char *err, size_t errlen)
             if (ffirst[r] != o) continue;
             qt_op *q = &g->mb[g->nmb++];
             qt_cg_op_blank(q, QT_OP_PARAM_GATHER);
-            q->t[0] = win[r];
-            q->a[0] = r % nr;
+            QT_T(q, PARAM_GATHER, window) = win[r];
+            QT_A(q, PARAM_GATHER, range) = r % nr;
             if (g->ranges[r % nr].opt_mask) gather_collective(g, &g->mb[g->nmb++], win[r], r % nr);
         }
         qt_op op = old[o];

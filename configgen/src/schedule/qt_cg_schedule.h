@@ -6,6 +6,12 @@
 
 #include "core/qt_cg.h"
 
+/* A COLLECTIVE placeholder in the microbatch schedule, until qt_cg_step_schedule creates its
+ * collective: a0 (coll) = -1 - k and this attribute, a1 (configgen's only: qt_ops.def names
+ * a0 alone), 1 for the all-gather of gather window k, 0 for the reduce-scatter of flat
+ * range k. The resolved op has a0 = the collective and a1 = 0. */
+#define QT_CG_A_COLLECTIVE_GATHER 1
+
 /* Per-layer schedule edits (schedule/layer_ops.c), between the flat ranges and the arena:
  * each range's total, reduce-scatter and push after its last WGRAD (may run again), and
  * the per-layer parameter gathers (once; -1 on a second call or without layer_reduce). */

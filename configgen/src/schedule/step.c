@@ -70,7 +70,7 @@ static void collective(qt_cg_graph *g, int mbend, const char *name, int kind, un
                        int64_t offset, int64_t bytes)
 {
     const int idx = new_collective(g, name, kind, mask, offset, bytes);
-    sched_op(g, mbend, QT_OP_COLLECTIVE)->a[0] = idx;
+    QT_A(sched_op(g, mbend, QT_OP_COLLECTIVE), COLLECTIVE, coll) = idx;
 }
 
 void qt_cg_step_schedule(qt_cg_graph *g)
@@ -82,8 +82,8 @@ void qt_cg_step_schedule(qt_cg_graph *g)
     g->nmbend = 0;
     if (s->n_ranks == 1) {
         qt_op *fin = step_op(g, QT_OP_GRAD_FINALIZE);
-        fin->a[0] = leaves;
-        fin->a[1] = tokens;
+        QT_A(fin, GRAD_FINALIZE, leaves) = leaves;
+        QT_A(fin, GRAD_FINALIZE, tokens) = tokens;
         step_op(g, QT_OP_ADAMW);
         return;
     }
@@ -94,30 +94,32 @@ void qt_cg_step_schedule(qt_cg_graph *g)
         const int64_t top = g->tree_offset[g->n_tree_levels - g->n_mb_levels - 1];
         for (int o = 0; o < g->nmb; o++) {
             qt_op *op = &g->mb[o];
-            if (op->kind != QT_OP_COLLECTIVE || op->a[0] >= 0) continue;
-            if (op->a[1] == 1) {  /* a per-layer parameter gather's all-gather */
-                const int k = (int)(-1 - op->a[0]);
+            if (op->kind != QT_OP_COLLECTIVE || QT_A(op, COLLECTIVE, coll) >= 0) continue;
+            const int k = (int)(-1 - QT_A(op, COLLECTIVE, coll));
+            if (op->a[QT_CG_A_COLLECTIVE_GATHER]) {  /* a per-layer parameter gather's */
                 const int32_t w = g->gather_win[2 * k];
                 const qt_flat_range *r = &g->ranges[g->gather_win[2 * k + 1]];
                 char name[200], axes[64];
                 snprintf(name, sizeof name, "compute copy of range %d into %s (all-gather over "
                          "%s)", g->gather_win[2 * k + 1], g->ts[w].t.name,
                          qt_cg_mask_name(r->opt_mask, axes, sizeof axes));
-                op->a[0] = new_collective(g, name, QT_COLL_ALL_GATHER, r->opt_mask,
-                                          g->ts[w].t.offset, 4 * r->n);
-                op->a[1] = 0;
+                QT_A(op, COLLECTIVE, coll) = new_collective(g, name, QT_COLL_ALL_GATHER,
+                                                            r->opt_mask, g->ts[w].t.offset,
+                                                            4 * r->n);
+                op->a[QT_CG_A_COLLECTIVE_GATHER] = 0;
                 continue;
             }
-            const int i = (int)(-1 - op->a[0]);
+            const int i = k;  /* the reduce-scatter of flat range k */
             const qt_flat_range *r = &g->ranges[i];
             char name[160], axes[64];
             snprintf(name, sizeof name, "microbatch gradients of range %d (reduce-scatter over "
                      "%s, after its last weight gradient)", i,
                      qt_cg_mask_name(r->reduce_mask, axes, sizeof axes));
-            op->a[0] = new_collective(g, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask,
-                                      top + 4 * r->leaf_lo, 4 * r->n);
+            QT_A(op, COLLECTIVE, coll) = new_collective(g, name, QT_COLL_REDUCE_SCATTER,
+                                                        r->reduce_mask, top + 4 * r->leaf_lo,
+                                                        4 * r->n);
         }
-        step_op(g, QT_OP_GRAD_MB_FINALIZE)->a[0] = t->grad_accum;
+        QT_A(step_op(g, QT_OP_GRAD_MB_FINALIZE), GRAD_MB_FINALIZE, leaves) = t->grad_accum;
     } else if (mb) {
         /* after each microbatch: its totals, reduce-scattered over the batch axes (fixed
          * pairing: the upper levels of the one-rank tree of that microbatch's block of the
@@ -134,9 +136,9 @@ void qt_cg_step_schedule(qt_cg_graph *g)
                        4 * r->n);
         }
         sched_op(g, 1, QT_OP_GRAD_MB_PUSH);
-        step_op(g, QT_OP_GRAD_MB_FINALIZE)->a[0] = t->grad_accum;
+        QT_A(step_op(g, QT_OP_GRAD_MB_FINALIZE), GRAD_MB_FINALIZE, leaves) = t->grad_accum;
     } else {
-        step_op(g, QT_OP_GRAD_TREE_TOTAL)->a[0] = leaves;
+        QT_A(step_op(g, QT_OP_GRAD_TREE_TOTAL), GRAD_TREE_TOTAL, leaves) = leaves;
     }
     for (int i = 0; i < g->n_ranges; i++) {
         const qt_flat_range *r = &g->ranges[i];
@@ -152,7 +154,7 @@ void qt_cg_step_schedule(qt_cg_graph *g)
             collective(g, 0, name, QT_COLL_ALL_GATHER, r->reduce_mask, off, bytes);
         }
     }
-    step_op(g, QT_OP_GRAD_NORMALISE)->a[0] = tokens;
+    QT_A(step_op(g, QT_OP_GRAD_NORMALISE), GRAD_NORMALISE, tokens) = tokens;
     step_op(g, QT_OP_ADAMW);
     for (int i = 0; i < g->n_ranges && !g->params_compact; i++) {
         const qt_flat_range *r = &g->ranges[i];
