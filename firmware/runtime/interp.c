@@ -11,7 +11,7 @@
 #include "qt_interp.h"
 #include "qt_tree.h"
 #include "qt_step.h"
-#include "../io/qt_io.h"
+#include "qt_err.h"
 #include "../kernels/gdn_core.h"
 #include "../kernels/gdn_chunk.h"
 #include "../kernels/moe_route.h"
