@@ -291,6 +291,7 @@ int main(int argc, char **argv)
                      p->train.seq_len) != QT_OK)
         return qt_main_finish(QT_EXIT_ERR);
     qt_main_state.data_open = 1;
+    qt_runtime_set_tokens(qt_data_tokens, &qt_main_state.data);
     qt_checkpoint_set_data_hash(qt_main_state.data.hash);   /* recorded by every save */
 
     int64_t start = 0, data_pos = 0;
@@ -335,7 +336,7 @@ int main(int argc, char **argv)
 
     qt_step_metrics m;
     if (cli.dump_grads) {
-        if (qt_runtime_grads(p, &qt_main_state.data, start, &m) != QT_OK ||
+        if (qt_runtime_grads(p, start, &m) != QT_OK ||
             qt_data_check(&qt_main_state.data) != QT_OK)
             return qt_main_finish(QT_EXIT_ERR);
         if (qt_main_save(p, cli.dump_grads, 1, 0, 0) != QT_OK)
@@ -355,7 +356,7 @@ int main(int argc, char **argv)
             /* the data file must still be the one validated at open when a step starts and
              * when it ends (before its results are reported or saved) */
             int rc = step == start ? qt_data_check(&qt_main_state.data) : QT_OK;
-            if (rc == QT_OK) rc = qt_runtime_step(p, &qt_main_state.data, step, &m);
+            if (rc == QT_OK) rc = qt_runtime_step(p, step, &m);
             if (rc == QT_OK) rc = qt_data_check(&qt_main_state.data);
             if (rc != QT_OK) {
                 qt_runtime_mark_steps(0);

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include "qt_ops.h"
 #include "qt_exact.h"
-#include "../io/qt_io.h"
+#include "qt_metrics.h"
 
 struct qt_step_state {
     int64_t step;              /* 0-based optimizer step */
