@@ -32,16 +32,16 @@ DETFLAGS := -ffp-contract=off -fno-fast-math -fvect-cost-model=dynamic
 # -Wno-psabi: the kernels pass GNU vector types between static inline helpers, which never
 # cross an ABI boundary; gcc still warns about the ABI of such values on non-AVX-512 targets.
 WARN := -Wall -Wextra -Werror -Wno-psabi
-CFLAGS_FW := -std=c11 -O2 $(ARCH) $(DETFLAGS) $(WARN) -D_GNU_SOURCE -Ifirmware/include -Ifirmware
-CFLAGS_HOST := -std=c11 -O2 $(WARN) -D_GNU_SOURCE -Iconfiggen/src -Ifirmware/include
-CXXFLAGS_TEST := -std=c++17 -O1 $(ARCH) $(DETFLAGS) -Wall -Wextra -Ifirmware/include -Ifirmware -Iconfiggen/src -Itests/unit -Itests
+CFLAGS_FW := -std=c11 -O2 $(ARCH) $(DETFLAGS) $(WARN) -D_GNU_SOURCE -Ifirmware/include -Ifirmware/base -Ifirmware
+CFLAGS_HOST := -std=c11 -O2 $(WARN) -D_GNU_SOURCE -Iconfiggen/src -Ifirmware/include -Ifirmware/base
+CXXFLAGS_TEST := -std=c++17 -O1 $(ARCH) $(DETFLAGS) -Wall -Wextra -Ifirmware/include -Ifirmware/base -Ifirmware -Iconfiggen/src -Itests/unit -Itests
 
 BUILD := build
 RUNS := $(sort $(basename $(notdir $(wildcard configgen/configs/runs/*.yml))))
 DEFAULT_RUN ?= default
 
 # ---------------------------------------------------------------- sources
-FW_DIRS := math kernels ops parallel runtime io
+FW_DIRS := base math kernels ops parallel runtime io
 FW_COMMON := $(foreach d,$(FW_DIRS),$(wildcard firmware/$(d)/*.c))
 # The glibc build talks MPI (MPICH); the musl static build is single-rank (comm_local.c).
 # comm_env.c (the single-rank build's process-manager check) is in both, so the unit tests
@@ -70,8 +70,8 @@ TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC)) $(BUILD)/tools
 # qtrain-audit (audit/): a host tool; it reads checkpoints with the firmware's own
 # safetensors and index readers.
 AUDIT_SRC := $(wildcard audit/*.c)
-AUDIT_FW_OBJ := $(BUILD)/fw/io/st_read.o $(BUILD)/fw/io/st_index.o $(BUILD)/fw/io/hash64.o \
-                $(BUILD)/fw/runtime/err.o
+AUDIT_FW_OBJ := $(BUILD)/fw/io/st_read.o $(BUILD)/fw/io/st_index.o $(BUILD)/fw/base/hash64.o \
+                $(BUILD)/fw/base/err.o
 AUDIT := $(BUILD)/audit/qtrain-audit
 
 CONFIGGEN := $(BUILD)/configgen/configgen
@@ -291,10 +291,10 @@ FUZZ_TARGETS := yaml npy safetensors st_index ckpt_load cli
 FUZZ_PLAN := test-next-tiny
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS := -std=c11 -O1 -g $(ARCH) -ffp-contract=off -Wall -Wextra -Werror -D_GNU_SOURCE \
-               -Ifirmware/include -Ifirmware
+               -Ifirmware/include -Ifirmware/base -Ifirmware
 FUZZ_CFLAGS_INST := $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link
 # The readers and what they reach (single rank, comm_local.c); kernels and ops are not.
-FUZZ_FW_SRC := $(foreach d,math runtime io,$(wildcard firmware/$(d)/*.c)) firmware/comm/coll.c firmware/comm/coll_range.c firmware/comm/comm_env.c \
+FUZZ_FW_SRC := $(foreach d,base math runtime io,$(wildcard firmware/$(d)/*.c)) firmware/comm/coll.c firmware/comm/coll_range.c firmware/comm/comm_env.c \
                firmware/comm/comm_local.c firmware/app/cli.c
 FUZZ_FW_OBJ := $(patsubst firmware/%.c,$(BUILD)/fuzz/fw/%.o,$(FUZZ_FW_SRC))
 FUZZ_CG_OBJ := $(patsubst configgen/src/%.c,$(BUILD)/fuzz/configgen/%.o,$(filter-out configgen/src/driver/main.c,$(CG_SRC)))

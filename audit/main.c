@@ -1,5 +1,6 @@
 /* main.c - qtrain-audit's command line: dispatches to runs, ckpt, grads or plot
  * (qt_audit.h). Exit 0 identical / written, 1 different, 2 error or bad usage.
+ * Invariant: the top of the tool; it calls the commands, none of them calls back.
  */
 #include <stdio.h>
 #include <string.h>
@@ -23,23 +24,6 @@ static int qt_audit_usage(FILE *f)
             "         two files are overlaid\n"
             "exit status: 0 bit-identical (plot: written), 1 different, 2 error\n");
     return QT_AUDIT_ERR;
-}
-
-int qt_audit_two_args(int argc, char **argv, const char *usage, const char **a,
-                      const char **b, int *all)
-{
-    int n = 0;
-    *a = *b = NULL;
-    *all = 0;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--all")) *all = 1;
-        else if (n == 0) *a = argv[i], n++;
-        else if (n == 1) *b = argv[i], n++;
-        else n = 3;
-    }
-    if (n == 2) return 0;
-    fprintf(stderr, "usage: qtrain-audit %s [--all]\n", usage);
-    return -1;
 }
 
 int main(int argc, char **argv)

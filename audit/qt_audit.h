@@ -8,6 +8,9 @@
  * Exit status of every command: 0 when the inputs are bit-identical (plot: written), 1 when
  * they differ, 2 on an error (unreadable or malformed input), with a message on stderr.
  * Invariant: nothing is written except plot's output file and its temporaries.
+ * Layers: main.c (the command line) calls the commands runs.c, tensors.c and plot.c, which
+ * call the helpers jsonl.c (metrics files, ulp distances) and args.c (their arguments) and
+ * the firmware's safetensors readers; no file calls one above it.
  */
 #ifndef QT_AUDIT_H
 #define QT_AUDIT_H

@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "qt_cli.h"
-#include "../io/qt_io.h"
+#include <stdio.h>
+#include "qt_err.h"
 
 enum qt_cli_key {
     QT_KEY_STEPS, QT_KEY_DATA, QT_KEY_DATA_DTYPE, QT_KEY_LOAD, QT_KEY_SAVE, QT_KEY_SAVE_EVERY,
@@ -99,6 +100,118 @@ static int qt_cli_u64(const char *s, uint64_t *out)
     return 0;
 }
 
+/* Index of the key arg[0..klen) in qt_cli_names; QT_KEY_COUNT after printing an
+ * unknown-key message (with the nearest key when it is within edit distance 3). */
+static int qt_cli_find(const char *arg, size_t klen)
+{
+    int k = 0;
+    while (k < QT_KEY_COUNT &&
+           !(strlen(qt_cli_names[k]) == klen && !strncmp(arg, qt_cli_names[k], klen)))
+        k++;
+    if (k < QT_KEY_COUNT) return k;
+    int best = 0, best_d = 1 << 30;
+    for (int cand = 0; cand < QT_KEY_COUNT; cand++) {
+        int dist = qt_cli_distance(arg, klen, qt_cli_names[cand]);
+        if (dist < best_d) { best_d = dist; best = cand; }
+    }
+    if (best_d <= 3)
+        fprintf(stderr, "qtrain: unknown key '%.*s' in '%s'; did you mean '%s'? (try: help)\n",
+                (int)klen, arg, arg, qt_cli_names[best]);
+    else
+        fprintf(stderr, "qtrain: unknown key '%.*s' in '%s' (try: help)\n", (int)klen, arg, arg);
+    return QT_KEY_COUNT;
+}
+
+/* save_shard_size=: digits with an optional K, M or G suffix (powers of 1024), up to 1P. */
+static int qt_cli_byte_count(const char *key, const char *val, int64_t *out)
+{
+    uint64_t u = 0;
+    size_t n = strlen(val);
+    const char *sfx = "KMG";
+    const char *at = n > 1 ? strchr(sfx, val[n - 1]) : NULL;
+    char digits[32];
+    if (n >= sizeof digits) return qt_cli_bad(key, val, "a byte count such as 4G");
+    memcpy(digits, val, n + 1);
+    if (at) digits[n - 1] = 0;
+    int shift = at ? 10 * (int)(at - sfx + 1) : 0;
+    if (qt_cli_u64(digits, &u) || u == 0 || u > ((uint64_t)1 << 50) >> shift)
+        return qt_cli_bad(key, val, "a positive byte count up to 1P, digits with an "
+                          "optional K, M or G suffix (e.g. 4G, 512K)");
+    *out = (int64_t)(u << shift);
+    return QT_OK;
+}
+
+/* A decimal number in (lo, hi] (lo_open) or [lo, hi], else the message naming `expect`. */
+static int qt_cli_number(const char *key, const char *val, double lo, int lo_open, double hi,
+                         const char *expect, double *out)
+{
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(val, &end);
+    if (errno || *end || end == val || !(lo_open ? v > lo : v >= lo) || v > hi)
+        return qt_cli_bad(key, val, expect);
+    *out = v;
+    return QT_OK;
+}
+
+/* A 0|1 switch. */
+static int qt_cli_flag(const char *key, const char *val, int *out)
+{
+    if (strcmp(val, "0") && strcmp(val, "1")) return qt_cli_bad(key, val, "0 or 1");
+    *out = val[0] == '1';
+    return QT_OK;
+}
+
+/* Key k's value val (not empty unless help) into *c; QT_OK or QT_E_ARG after the message. */
+static int qt_cli_set(qt_cli *c, int k, const char *val)
+{
+    const char *key = qt_cli_names[k];
+    uint64_t u = 0;
+    double v = 0.0;
+    int rc = QT_OK;
+    switch (k) {
+    case QT_KEY_STEPS:
+        if (qt_cli_u64(val, &u) || u > (uint64_t)INT64_MAX / 2)
+            return qt_cli_bad(key, val, "a non-negative integer");
+        c->steps = (int64_t)u;
+        break;
+    case QT_KEY_SAVE_EVERY:
+        if (qt_cli_u64(val, &u) || u == 0 || u > (uint64_t)INT64_MAX / 2)
+            return qt_cli_bad(key, val, "a positive integer");
+        c->save_every = (int64_t)u;
+        break;
+    case QT_KEY_SAVE_SHARD_SIZE: return qt_cli_byte_count(key, val, &c->save_shard_size);
+    case QT_KEY_SEED:
+        if (qt_cli_u64(val, &u)) return qt_cli_bad(key, val, "an unsigned decimal integer");
+        c->seed = u;
+        break;
+    case QT_KEY_LR:
+        rc = qt_cli_number(key, val, 0.0, 0, 1e30, "a finite non-negative number", &v);
+        if (rc == QT_OK) c->learning_rate = (float)v;
+        break;
+    case QT_KEY_DATA_DTYPE:
+        if (strcmp(val, "uint16") && strcmp(val, "uint32"))
+            return qt_cli_bad(key, val, "uint16 or uint32");
+        c->data_dtype = val;
+        break;
+    case QT_KEY_PROFILE: return qt_cli_flag(key, val, &c->profile);
+    case QT_KEY_COMM_TIMEOUT:
+        rc = qt_cli_number(key, val, 0.0, 1, 1e6, "a number of seconds in (0, 1e6]", &v);
+        if (rc == QT_OK) c->comm_timeout = v;
+        break;
+    case QT_KEY_OVERWRITE: return qt_cli_flag(key, val, &c->overwrite);
+    case QT_KEY_ALLOW_DATA_CHANGE: return qt_cli_flag(key, val, &c->allow_data_change);
+    case QT_KEY_DATA: c->data = val; break;
+    case QT_KEY_LOAD: c->load = val; break;
+    case QT_KEY_SAVE: c->save = val; break;
+    case QT_KEY_METRICS: c->metrics = val; break;
+    case QT_KEY_DUMP_GRADS: c->dump_grads = val; break;
+    case QT_KEY_HELP: c->help = 1; break;
+    default: break;
+    }
+    return rc;
+}
+
 int qt_cli_parse(qt_cli *c, int argc, char **argv)
 {
     int seen[QT_KEY_COUNT] = {0};
@@ -117,106 +230,17 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
             fprintf(stderr, "qtrain: argument '%s' is not key=value (try: help)\n", arg);
             return QT_E_ARG;
         }
-        size_t klen = (size_t)(eq - arg);
-        const char *val = eq + 1;
-        int k = 0;
-        while (k < QT_KEY_COUNT &&
-               !(strlen(qt_cli_names[k]) == klen && !strncmp(arg, qt_cli_names[k], klen)))
-            k++;
-        if (k == QT_KEY_COUNT) {
-            int best = 0, best_d = 1 << 30;
-            for (int cand = 0; cand < QT_KEY_COUNT; cand++) {
-                int dist = qt_cli_distance(arg, klen, qt_cli_names[cand]);
-                if (dist < best_d) { best_d = dist; best = cand; }
-            }
-            if (best_d <= 3)
-                fprintf(stderr, "qtrain: unknown key '%.*s' in '%s'; did you mean '%s'? (try: help)\n",
-                        (int)klen, arg, arg, qt_cli_names[best]);
-            else
-                fprintf(stderr, "qtrain: unknown key '%.*s' in '%s' (try: help)\n", (int)klen, arg, arg);
-            return QT_E_ARG;
-        }
-        const char *key = qt_cli_names[k];
+        const int k = qt_cli_find(arg, (size_t)(eq - arg));
+        if (k == QT_KEY_COUNT) return QT_E_ARG;
+        const char *key = qt_cli_names[k], *val = eq + 1;
         if (seen[k]) {
             fprintf(stderr, "qtrain: key %s given twice\n", key);
             return QT_E_ARG;
         }
         seen[k] = 1;
         if (!*val && k != QT_KEY_HELP) return qt_cli_bad(key, val, "a non-empty value");
-        uint64_t u = 0;
-        switch (k) {
-        case QT_KEY_STEPS:
-            if (qt_cli_u64(val, &u) || u > (uint64_t)INT64_MAX / 2)
-                return qt_cli_bad(key, val, "a non-negative integer");
-            c->steps = (int64_t)u;
-            break;
-        case QT_KEY_SAVE_EVERY:
-            if (qt_cli_u64(val, &u) || u == 0 || u > (uint64_t)INT64_MAX / 2)
-                return qt_cli_bad(key, val, "a positive integer");
-            c->save_every = (int64_t)u;
-            break;
-        case QT_KEY_SAVE_SHARD_SIZE: {
-            size_t n = strlen(val);
-            const char *sfx = "KMG";
-            const char *at = n > 1 ? strchr(sfx, val[n - 1]) : NULL;
-            char digits[32];
-            if (n >= sizeof digits) return qt_cli_bad(key, val, "a byte count such as 4G");
-            memcpy(digits, val, n + 1);
-            if (at) digits[n - 1] = 0;
-            int shift = at ? 10 * (int)(at - sfx + 1) : 0;
-            if (qt_cli_u64(digits, &u) || u == 0 || u > ((uint64_t)1 << 50) >> shift)
-                return qt_cli_bad(key, val, "a positive byte count up to 1P, digits with an "
-                                  "optional K, M or G suffix (e.g. 4G, 512K)");
-            c->save_shard_size = (int64_t)(u << shift);
-            break;
-        }
-        case QT_KEY_SEED:
-            if (qt_cli_u64(val, &u)) return qt_cli_bad(key, val, "an unsigned decimal integer");
-            c->seed = u;
-            break;
-        case QT_KEY_LR: {
-            errno = 0;
-            char *end = NULL;
-            double v = strtod(val, &end);
-            if (errno || *end || end == val || !(v >= 0.0) || v > 1e30)
-                return qt_cli_bad(key, val, "a finite non-negative number");
-            c->learning_rate = (float)v;
-            break;
-        }
-        case QT_KEY_DATA_DTYPE:
-            if (strcmp(val, "uint16") && strcmp(val, "uint32"))
-                return qt_cli_bad(key, val, "uint16 or uint32");
-            c->data_dtype = val;
-            break;
-        case QT_KEY_PROFILE:
-            if (strcmp(val, "0") && strcmp(val, "1")) return qt_cli_bad(key, val, "0 or 1");
-            c->profile = val[0] == '1';
-            break;
-        case QT_KEY_COMM_TIMEOUT: {
-            errno = 0;
-            char *end = NULL;
-            double v = strtod(val, &end);
-            if (errno || *end || end == val || !(v > 0.0) || v > 1e6)
-                return qt_cli_bad(key, val, "a number of seconds in (0, 1e6]");
-            c->comm_timeout = v;
-            break;
-        }
-        case QT_KEY_OVERWRITE:
-            if (strcmp(val, "0") && strcmp(val, "1")) return qt_cli_bad(key, val, "0 or 1");
-            c->overwrite = val[0] == '1';
-            break;
-        case QT_KEY_ALLOW_DATA_CHANGE:
-            if (strcmp(val, "0") && strcmp(val, "1")) return qt_cli_bad(key, val, "0 or 1");
-            c->allow_data_change = val[0] == '1';
-            break;
-        case QT_KEY_DATA: c->data = val; break;
-        case QT_KEY_LOAD: c->load = val; break;
-        case QT_KEY_SAVE: c->save = val; break;
-        case QT_KEY_METRICS: c->metrics = val; break;
-        case QT_KEY_DUMP_GRADS: c->dump_grads = val; break;
-        case QT_KEY_HELP: c->help = 1; break;
-        default: break;
-        }
+        int rc = qt_cli_set(c, k, val);
+        if (rc != QT_OK) return rc;
     }
     if (c->save_every && !c->save) {
         fprintf(stderr, "qtrain: save_every=%lld needs save=PATH\n", (long long)c->save_every);

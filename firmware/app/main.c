@@ -20,6 +20,7 @@
 
 #define QT_EXIT_ERR 1
 #define QT_EXIT_ARG 2
+#define QT_MAIN_GO (-1)        /* a phase of main succeeded: go on to the next */
 
 static struct {
     char metrics_buf[1 << 16];
@@ -252,19 +253,19 @@ static int qt_main_load_agree(const qt_plan *p, int rc, const char *path)
     return rc;
 }
 
-int main(int argc, char **argv)
+/* Start-up, up to a runtime ready to step: the command line, the save targets, the plan
+ * against this job (rank count, the same plan on every rank, the mesh), the runtime (arena,
+ * parameters) and the banner. Returns QT_MAIN_GO, or the exit code (0 after help=). */
+static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
 {
-    int rank = 0, size = 1;
-    if (qt_comm_init(&argc, &argv, &rank, &size) != QT_OK) return QT_EXIT_ERR;
-    qt_cli cli;
-    if (qt_cli_parse(&cli, argc, argv) != QT_OK) return qt_main_finish(QT_EXIT_ARG);
-    if (cli.help) {
+    if (qt_cli_parse(cli, argc, argv) != QT_OK) return QT_EXIT_ARG;
+    if (cli->help) {
         if (rank == 0) qt_cli_usage(stdout, argv[0]);
-        return qt_main_finish(0);
+        return 0;
     }
-    if ((cli.save && qt_main_check_dest("save", cli.save, 1, &cli, rank) != QT_OK) ||
-        (cli.dump_grads && qt_main_check_dest("dump_grads", cli.dump_grads, 0, &cli, rank) != QT_OK))
-        return qt_main_finish(QT_EXIT_ARG);
+    if ((cli->save && qt_main_check_dest("save", cli->save, 1, cli, rank) != QT_OK) ||
+        (cli->dump_grads && qt_main_check_dest("dump_grads", cli->dump_grads, 0, cli, rank) != QT_OK))
+        return QT_EXIT_ARG;
     const qt_plan *p = qt_main_plan();
     qt_err_set_rank(rank, size);
     /* every rank checks the world size against the plan, then that all ranks run the same
@@ -274,131 +275,192 @@ int main(int argc, char **argv)
                 "tensor %d x expert %d), but this job has %d: start it with mpiexec -n %d",
                 p->run_name, p->n_ranks, p->mesh[QT_MESH_DATA], p->mesh[QT_MESH_FSDP],
                 p->mesh[QT_MESH_TENSOR], p->mesh[QT_MESH_EXPERT], size, p->n_ranks);
-        return qt_main_finish(QT_EXIT_ERR);
+        return QT_EXIT_ERR;
     }
     if (qt_comm_check_same(p->hash) != QT_OK || qt_comm_mesh_init(p->mesh, rank, size) != QT_OK)
-        return qt_main_finish(QT_EXIT_ERR);
-    if (cli.comm_timeout > 0) qt_comm_set_deadline(cli.comm_timeout);
-    qt_run_opts opts = {cli.seed, cli.learning_rate, 0, rank, size};
-    if (qt_runtime_init(p, &opts) != QT_OK) return qt_main_finish(QT_EXIT_ERR);
+        return QT_EXIT_ERR;
+    if (cli->comm_timeout > 0) qt_comm_set_deadline(cli->comm_timeout);
+    qt_run_opts opts = {cli->seed, cli->learning_rate, 0, rank, size};
+    if (qt_runtime_init(p, &opts) != QT_OK) return QT_EXIT_ERR;
     qt_main_state.plan = p;
     qt_main_state.rank = rank;
     qt_main_state.size = size;
-    qt_runtime_profile_enable(cli.profile);
+    qt_runtime_profile_enable(cli->profile);
     if (rank == 0) qt_runtime_banner(stderr, p, qt_comm_backend());
+    return QT_MAIN_GO;
+}
 
-    if (qt_data_open(&qt_main_state.data, cli.data, cli.data_dtype, p->model.vocab,
+/* A load= checkpoint: every rank reads its part, the ranks agree, and the step and data
+ * position it resumes at must fit this plan and (resumed) this run's data. *start receives
+ * the step to resume at. Returns QT_MAIN_GO or the exit code. */
+static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
+{
+    const int rank = qt_main_state.rank;
+    int64_t data_pos = 0;
+    /* any mesh: each rank keeps its part of the file (checkpoint.c) */
+    if (qt_main_load_agree(p, qt_checkpoint_load(p, cli->load, 1, start, &data_pos),
+                           cli->load) != QT_OK)
+        return QT_EXIT_ERR;
+    if (*start < 0) {
+        fprintf(stderr, "qtrain: %s: step %lld in the metadata is negative\n", cli->load,
+                (long long)*start);
+        return QT_EXIT_ERR;
+    }
+    if (data_pos != qt_main_data_pos(p, *start)) {
+        fprintf(stderr, "qtrain: %s: data position %lld does not match step %lld x global "
+                "batch %lld\n", cli->load, (long long)data_pos, (long long)*start,
+                (long long)p->train.global_batch);
+        return QT_EXIT_ERR;
+    }
+    if (rank == 0 && *start > 0)
+        fprintf(stderr, "qtrain: resuming from %s at step %lld\n", cli->load, (long long)*start);
+    if (*start > 0 && qt_main_check_data(cli, rank) != QT_OK)
+        return QT_EXIT_ERR;
+    return QT_MAIN_GO;
+}
+
+/* The run's inputs and records, all before the first step: the token data (installed as
+ * the runtime's token source), the checkpoint, the metrics file and its run manifest.
+ * *start and *end receive the steps to train, [start, end). Returns QT_MAIN_GO or the exit
+ * code. */
+static int qt_main_inputs(const qt_plan *p, const qt_cli *cli, int argc, char **argv,
+                          int64_t *start, int64_t *end)
+{
+    const int rank = qt_main_state.rank;
+    if (qt_data_open(&qt_main_state.data, cli->data, cli->data_dtype, p->model.vocab,
                      p->train.seq_len) != QT_OK)
-        return qt_main_finish(QT_EXIT_ERR);
+        return QT_EXIT_ERR;
     qt_main_state.data_open = 1;
+    qt_runtime_set_tokens(qt_data_tokens, &qt_main_state.data);
     qt_checkpoint_set_data_hash(qt_main_state.data.hash);   /* recorded by every save */
 
-    int64_t start = 0, data_pos = 0;
-    if (cli.load) {
-        /* any mesh: each rank keeps its part of the file (checkpoint.c) */
-        if (qt_main_load_agree(p, qt_checkpoint_load(p, cli.load, 1, &start, &data_pos),
-                               cli.load) != QT_OK)
-            return qt_main_finish(QT_EXIT_ERR);
-        if (start < 0) {
-            fprintf(stderr, "qtrain: %s: step %lld in the metadata is negative\n", cli.load,
-                    (long long)start);
-            return qt_main_finish(QT_EXIT_ERR);
-        }
-        if (data_pos != qt_main_data_pos(p, start)) {
-            fprintf(stderr, "qtrain: %s: data position %lld does not match step %lld x global "
-                    "batch %lld\n", cli.load, (long long)data_pos, (long long)start,
-                    (long long)p->train.global_batch);
-            return qt_main_finish(QT_EXIT_ERR);
-        }
-        if (rank == 0 && start > 0)
-            fprintf(stderr, "qtrain: resuming from %s at step %lld\n", cli.load, (long long)start);
-        if (start > 0 && qt_main_check_data(&cli, rank) != QT_OK)
-            return qt_main_finish(QT_EXIT_ERR);
-    }
-    if (cli.metrics && rank == 0 && qt_main_open_metrics(&cli, start) != QT_OK)
-        return qt_main_finish(QT_EXIT_ERR);
-    int64_t end = cli.steps >= 0 ? cli.steps : p->train.steps;
-    if (rank == 0 && end > p->train.schedule_steps)
+    *start = 0;
+    int code = cli->load ? qt_main_load(p, cli, start) : QT_MAIN_GO;
+    if (code != QT_MAIN_GO) return code;
+    if (cli->metrics && rank == 0 && qt_main_open_metrics(cli, *start) != QT_OK)
+        return QT_EXIT_ERR;
+    *end = cli->steps >= 0 ? cli->steps : p->train.steps;
+    if (rank == 0 && *end > p->train.schedule_steps)
         fprintf(stderr, "qtrain: note: steps=%lld goes past the plan's learning-rate schedule "
                 "(%lld steps); later steps run at learning rate 0 (set steps or "
-                "learning_rate_schedule_steps in the config)\n", (long long)end,
+                "learning_rate_schedule_steps in the config)\n", (long long)*end,
                 (long long)p->train.schedule_steps);
     if (qt_main_state.metrics) {
-        qt_main_manifest(p, &cli, argc, argv, start, end);
+        qt_main_manifest(p, cli, argc, argv, *start, *end);
         if (ferror(qt_main_state.metrics)) {
             fprintf(stderr, "qtrain: writing the metrics file %s failed (its run manifest, before "
                     "step 0)\n",
-                    cli.metrics);
-            return qt_main_finish(QT_EXIT_ERR);
+                    cli->metrics);
+            return QT_EXIT_ERR;
         }
     }
+    return QT_MAIN_GO;
+}
 
+/* dump_grads=: the gradient of step `start` (no update), written before any training.
+ * Returns QT_MAIN_GO or the exit code. */
+static int qt_main_dump_grads(const qt_plan *p, const qt_cli *cli, int64_t start)
+{
     qt_step_metrics m;
-    if (cli.dump_grads) {
-        if (qt_runtime_grads(p, &qt_main_state.data, start, &m) != QT_OK ||
-            qt_data_check(&qt_main_state.data) != QT_OK)
-            return qt_main_finish(QT_EXIT_ERR);
-        if (qt_main_save(p, cli.dump_grads, 1, 0, 0) != QT_OK)
-            return qt_main_finish(QT_EXIT_ERR);
-        if (rank == 0)
-            fprintf(stderr, "qtrain: gradients of step %lld written to %s (loss %.9g, grad norm "
-                    "%.9g)\n", (long long)start, cli.dump_grads, m.loss, m.grad_norm);
-    }
+    if (qt_runtime_grads(p, start, &m) != QT_OK ||
+        qt_data_check(&qt_main_state.data) != QT_OK)
+        return QT_EXIT_ERR;
+    if (qt_main_save(p, cli->dump_grads, 1, 0, 0) != QT_OK)
+        return QT_EXIT_ERR;
+    if (qt_main_state.rank == 0)
+        fprintf(stderr, "qtrain: gradients of step %lld written to %s (loss %.9g, grad norm "
+                "%.9g)\n", (long long)start, cli->dump_grads, m.loss, m.grad_norm);
+    return QT_MAIN_GO;
+}
 
-    int64_t step = start;
-    double first_loss = 0.0, last_loss = 0.0;
-    if (step < end) {
-        qt_comm_stats(&qt_main_state.coll_bytes0, &qt_main_state.coll_s0,
-                      &qt_main_state.coll_calls0);
-        qt_runtime_mark_steps(1);
-        for (; step < end; step++) {
-            /* the data file must still be the one validated at open when a step starts and
-             * when it ends (before its results are reported or saved) */
-            int rc = step == start ? qt_data_check(&qt_main_state.data) : QT_OK;
-            if (rc == QT_OK) rc = qt_runtime_step(p, &qt_main_state.data, step, &m);
-            if (rc == QT_OK) rc = qt_data_check(&qt_main_state.data);
-            if (rc != QT_OK) {
-                qt_runtime_mark_steps(0);
-                fprintf(stderr, "qtrain: step %lld failed\n", (long long)step);
-                /* a silent peer (qt_coll.h): our messages are still posted and the peer
-                 * may never answer, so MPI_Finalize could wait forever; end the job */
-                if (rc == QT_E_COMM && size > 1) {
-                    fflush(NULL);
-                    qt_comm_abort(QT_EXIT_ERR);
-                }
-                return qt_main_finish(QT_EXIT_ERR);
-            }
-            qt_main_state.steps_run++;
-            qt_main_state.step_s += m.step_seconds;
-            if (rank == 0) {
-                if (qt_main_state.metrics && qt_main_metrics(&m, cli.metrics) != QT_OK) {
-                    qt_runtime_mark_steps(0);
-                    return qt_main_finish(QT_EXIT_ERR);
-                }
-                qt_progress_print(stderr, &m, end, size);
-            }
-            if (step == start) first_loss = m.loss;
-            last_loss = m.loss;
-            /* A non-finite loss or norm has already reached the parameters (AdamW ran):
-             * stop rather than train on, and write no checkpoint of that state. */
-            if (!(m.loss - m.loss == 0.0) || !(m.grad_norm - m.grad_norm == 0.0)) {
-                qt_runtime_mark_steps(0);
-                fprintf(stderr, "qtrain: step %lld: loss %g, gradient norm %g are not finite; "
-                        "stopping without saving (lower learning_rate, or check the data)\n",
-                        (long long)step + 1, m.loss, m.grad_norm);
-                return qt_main_finish(QT_EXIT_ERR);
-            }
-            if (cli.save_every && (step + 1) % cli.save_every == 0 && step + 1 < end &&
-                qt_main_save(p, cli.save, 0, step + 1, cli.save_shard_size) != QT_OK) {
-                qt_runtime_mark_steps(0);
-                return qt_main_finish(QT_EXIT_ERR);
-            }
+/* After step `step` trained into *m: count it, report it (metrics line, progress), stop on
+ * a non-finite loss or norm, and write the periodic checkpoint. Returns QT_MAIN_GO, or the
+ * exit code after closing the steps' heap audit window. */
+static int qt_main_after_step(const qt_plan *p, const qt_cli *cli, const qt_step_metrics *m,
+                              int64_t step, int64_t end)
+{
+    qt_main_state.steps_run++;
+    qt_main_state.step_s += m->step_seconds;
+    if (qt_main_state.rank == 0) {
+        if (qt_main_state.metrics && qt_main_metrics(m, cli->metrics) != QT_OK) {
+            qt_runtime_mark_steps(0);
+            return QT_EXIT_ERR;
         }
-        qt_runtime_mark_steps(0);
-        if (rank == 0)
-            fprintf(stderr, "qtrain: trained steps %lld..%lld: loss %.6f -> %.6f\n",
-                    (long long)start + 1, (long long)end, first_loss, last_loss);
+        qt_progress_print(stderr, m, end, qt_main_state.size);
     }
+    /* A non-finite loss or norm has already reached the parameters (AdamW ran):
+     * stop rather than train on, and write no checkpoint of that state. */
+    if (!(m->loss - m->loss == 0.0) || !(m->grad_norm - m->grad_norm == 0.0)) {
+        qt_runtime_mark_steps(0);
+        fprintf(stderr, "qtrain: step %lld: loss %g, gradient norm %g are not finite; "
+                "stopping without saving (lower learning_rate, or check the data)\n",
+                (long long)step + 1, m->loss, m->grad_norm);
+        return QT_EXIT_ERR;
+    }
+    if (cli->save_every && (step + 1) % cli->save_every == 0 && step + 1 < end &&
+        qt_main_save(p, cli->save, 0, step + 1, cli->save_shard_size) != QT_OK) {
+        qt_runtime_mark_steps(0);
+        return QT_EXIT_ERR;
+    }
+    return QT_MAIN_GO;
+}
+
+/* The training loop: steps start .. end-1, each checked against the data file before and
+ * after, reported and (save_every=) checkpointed; then one summary line. Returns
+ * QT_MAIN_GO or the exit code; a collective failure on a mesh aborts the job here. */
+static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int64_t end)
+{
+    const int rank = qt_main_state.rank, size = qt_main_state.size;
+    double first_loss = 0.0, last_loss = 0.0;
+    qt_step_metrics m;
+    qt_comm_stats(&qt_main_state.coll_bytes0, &qt_main_state.coll_s0,
+                  &qt_main_state.coll_calls0);
+    qt_runtime_mark_steps(1);
+    for (int64_t step = start; step < end; step++) {
+        /* the data file must still be the one validated at open when a step starts and
+         * when it ends (before its results are reported or saved) */
+        int rc = step == start ? qt_data_check(&qt_main_state.data) : QT_OK;
+        if (rc == QT_OK) rc = qt_runtime_step(p, step, &m);
+        if (rc == QT_OK) rc = qt_data_check(&qt_main_state.data);
+        if (rc != QT_OK) {
+            qt_runtime_mark_steps(0);
+            fprintf(stderr, "qtrain: step %lld failed\n", (long long)step);
+            /* a silent peer (qt_coll.h): our messages are still posted and the peer
+             * may never answer, so MPI_Finalize could wait forever; end the job */
+            if (rc == QT_E_COMM && size > 1) {
+                fflush(NULL);
+                qt_comm_abort(QT_EXIT_ERR);
+            }
+            return QT_EXIT_ERR;
+        }
+        if (step == start) first_loss = m.loss;
+        last_loss = m.loss;
+        if (qt_main_after_step(p, cli, &m, step, end) != QT_MAIN_GO) return QT_EXIT_ERR;
+    }
+    qt_runtime_mark_steps(0);
+    if (rank == 0)
+        fprintf(stderr, "qtrain: trained steps %lld..%lld: loss %.6f -> %.6f\n",
+                (long long)start + 1, (long long)end, first_loss, last_loss);
+    return QT_MAIN_GO;
+}
+
+/* Start-up -> inputs -> (dump_grads) -> train -> save, each phase returning QT_MAIN_GO or
+ * the exit code, which qt_main_finish returns after closing files and the job. */
+int main(int argc, char **argv)
+{
+    int rank = 0, size = 1;
+    if (qt_comm_init(&argc, &argv, &rank, &size) != QT_OK) return QT_EXIT_ERR;
+    qt_cli cli;
+    int code = qt_main_start(&cli, argc, argv, rank, size);
+    if (code != QT_MAIN_GO) return qt_main_finish(code);
+    const qt_plan *p = qt_main_state.plan;
+    int64_t start = 0, end = 0;
+    code = qt_main_inputs(p, &cli, argc, argv, &start, &end);
+    if (code == QT_MAIN_GO && cli.dump_grads) code = qt_main_dump_grads(p, &cli, start);
+    if (code == QT_MAIN_GO && start < end) code = qt_main_train(p, &cli, start, end);
+    if (code != QT_MAIN_GO) return qt_main_finish(code);
+    /* the final checkpoint: at `end`, or at `start` when no step ran */
+    const int64_t step = start < end ? end : start;
     if (cli.save && qt_main_save(p, cli.save, 0, step, cli.save_shard_size) != QT_OK)
         return qt_main_finish(QT_EXIT_ERR);
     return qt_main_finish(0);

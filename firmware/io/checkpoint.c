@@ -26,6 +26,11 @@
  * that sets the training trajectory, nothing that only sets the mesh or the batch split)
  * equals the plan's; files without one (older qtrain-1) fall back to the whole-plan hash.
  *
+ * Layering: this file is the dispatcher (file or directory, load or save) and the
+ * single-file reader and writer; it calls ckpt_shards.c (sharded load), ckpt_dir.c
+ * (directory save and its target check) and ckpt_common.c (load record, data hash, state
+ * hash, plan check), and none of them calls back.
+ *
  * qt_checkpoint_check_target vets a save=/dump_grads= destination before training: it
  * never lets a save replace a non-regular file or the training data, and replaces another
  * kind of file only when asked to (overwrite); it only reads.
@@ -40,6 +45,8 @@
 #include "ckpt_map.h"
 #include "safetensors.h"
 #include "st_index.h"
+#include "ckpt_common.h"
+#include "ckpt_dir.h"
 #include "ckpt_shards.h"
 #include "comm/qt_coll.h"
 #include "runtime/qt_ckpt_gather.h"
@@ -50,97 +57,7 @@ static struct {
     unsigned char used[QT_ST_MAX_TENSORS];   /* file tensor consumed by the plan */
     char name[QT_ST_NAME_MAX + 16];
     char path[QT_SX_PATH_MAX];               /* load= argument resolved (st_index.c) */
-    qt_ckpt_ident ident;                     /* what the last load read */
-    int data_hash_set;
-    uint64_t data_hash;                      /* recorded by saves ("data_hash") */
 } qt_ck;
-
-const qt_ckpt_ident *qt_checkpoint_ident(void) { return &qt_ck.ident; }
-qt_ckpt_ident *qt_ckpt_ident_mut(void) { return &qt_ck.ident; }
-
-void qt_checkpoint_set_data_hash(uint64_t hash)
-{
-    qt_ck.data_hash = hash;
-    qt_ck.data_hash_set = 1;
-}
-
-int qt_ckpt_data_hash(char *out)
-{
-    if (!qt_ck.data_hash_set)
-        return 0;
-    snprintf(out, 24, "0x%016llx", (unsigned long long)qt_ck.data_hash);
-    return 1;
-}
-
-int qt_ckpt_check_plan(const qt_plan *p, const char *path)
-{
-    (void)path;
-    for (int32_t i = 0; i < p->n_params; i++)
-        if (!qt_ckpt_count(p, i, 0))
-            return QT_E_PLAN;
-    return qt_ckpt_dist_check(p);
-}
-
-/* ---- state compatibility hash ---- */
-
-static void qt_sh_bytes(uint64_t *h, const void *b, size_t n)
-{
-    const unsigned char *c = b;
-    for (size_t k = 0; k < n; k++) {
-        *h ^= c[k];
-        *h *= 0x100000001b3ull;
-    }
-}
-
-static void qt_sh_i(uint64_t *h, int64_t v)
-{
-    qt_sh_bytes(h, &v, sizeof v);
-}
-
-static void qt_sh_f(uint64_t *h, float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    qt_sh_i(h, u);
-}
-
-uint64_t qt_ckpt_state_hash(const qt_plan *p)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    const qt_model_dims *m = &p->model;
-    const qt_train_cfg *t = &p->train;
-    qt_sh_bytes(&h, "qtrain-state-1", 14);
-    const int64_t mi[] = {m->decoder_block, m->d, m->n_layers, m->vocab, m->cycle,
-                          m->n_q_heads, m->n_kv_heads, m->head_dim, m->rotary_dim,
-                          m->gdn_k_heads, m->gdn_v_heads, m->gdn_k_dim, m->gdn_v_dim,
-                          m->gdn_conv, m->gdn_chunk, m->n_experts, m->top_k, m->moe_dim,
-                          m->shared_dim, t->seq_len, t->global_batch, t->schedule_steps};
-    for (size_t k = 0; k < sizeof mi / sizeof mi[0]; k++) qt_sh_i(&h, mi[k]);
-    const float mf[] = {m->norm_eps, m->rope_theta, t->lr, t->adam_b1, t->adam_b2,
-                        t->adam_eps, t->weight_decay, t->clip, t->warmup_frac,
-                        t->final_frac, t->lb_weight};
-    for (size_t k = 0; k < sizeof mf / sizeof mf[0]; k++) qt_sh_f(&h, mf[k]);
-    qt_sh_i(&h, p->n_params);
-    for (int32_t i = 0; i < p->n_params; i++) {
-        const qt_tensor *x = &p->tensors[p->params[i].tensor];
-        qt_sh_bytes(&h, p->params[i].name, strlen(p->params[i].name) + 1);
-        qt_sh_i(&h, x->ndim);
-        for (int d = 0; d < x->ndim; d++) qt_sh_i(&h, x->global_shape[d]);
-    }
-    /* the init schedule's attributes (rotary tables: dims, theta, mrope sections) and the
-     * delta-rule algorithm (recurrent and chunked round differently) */
-    for (int32_t i = 0; i < p->n_init_ops; i++) {
-        qt_sh_i(&h, p->init_ops[i].kind);
-        for (int k = 0; k < QT_OP_MAX_A; k++) qt_sh_i(&h, p->init_ops[i].a[k]);
-        for (int k = 0; k < QT_OP_MAX_F; k++) qt_sh_f(&h, p->init_ops[i].f[k]);
-    }
-    for (qt_mb_cursor c = qt_mb_begin(p); qt_mb_next(&c);)
-        if (c.op->kind == QT_OP_GDN_CORE_FWD) {
-            qt_sh_i(&h, c.op->a[7]);
-            break;
-        }
-    return h;
-}
 
 /* ---- ranks ---- */
 
@@ -159,11 +76,6 @@ static int qt_ckpt_agree(const qt_plan *p, int *code)
     int rc = qt_coll_broadcast(QT_COLL_ALL, &v, (int64_t)sizeof v, 0);
     *code = (int)v;
     return rc;
-}
-
-float *qt_ckpt_region(const qt_plan *p, int64_t region_offset, int32_t i)
-{
-    return (float *)(void *)(p->arena + region_offset) + p->params[i].flat_offset;
 }
 
 /* ---- save ---- */
@@ -404,24 +316,6 @@ static void qt_load_copy(const qt_plan *p, int h, const char *prefix, int src)
     }
 }
 
-int qt_ckpt_meta_int(const char *path, const char *key, const char *v, int64_t *out)
-{
-    int64_t x = 0;
-    *out = 0;
-    if (!v)
-        return QT_OK;
-    if (!*v)
-        return qt_fail(QT_E_FORMAT, "%s: metadata %s is empty", path, key);
-    for (const char *c = v; *c; c++) {
-        if (*c < '0' || *c > '9' || x > INT64_MAX / 10 - 10)
-            return qt_fail(QT_E_FORMAT, "%s: metadata %s = \"%s\" is not a "
-                              "non-negative integer", path, key, v);
-        x = x * 10 + (*c - '0');
-    }
-    *out = x;
-    return QT_OK;
-}
-
 static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_opt,
                             int *load_opt)
 {
@@ -497,7 +391,8 @@ int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
         *step_out = 0;
     if (data_pos_out)
         *data_pos_out = 0;
-    memset(&qt_ck.ident, 0, sizeof qt_ck.ident);
+    qt_ckpt_ident *id = qt_ckpt_ident_mut();
+    memset(id, 0, sizeof *id);
     if ((rc = qt_ckpt_check_plan(p, arg)) ||
         (rc = qt_sx_resolve(arg, qt_ck.path, sizeof qt_ck.path, &is_index)))
         return rc;
@@ -512,10 +407,10 @@ int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
         rc = qt_ckpt_meta_int(path, "data_pos", qt_st_meta(h, "data_pos"), &data_pos);
     if (!rc) {
         const char *dh = qt_st_meta(h, "data_hash");
-        snprintf(qt_ck.ident.data_hash, sizeof qt_ck.ident.data_hash, "%s", dh ? dh : "");
-        qt_ck.ident.content_hash = qt_st_hash(h);
-        qt_ck.ident.n_files = 1;
-        qt_ck.ident.loaded = 1;
+        snprintf(id->data_hash, sizeof id->data_hash, "%s", dh ? dh : "");
+        id->content_hash = qt_st_hash(h);
+        id->n_files = 1;
+        id->loaded = 1;
         qt_load_copy(p, h, "", QT_CKS_PARAMS);
         if (load_opt) {
             qt_load_copy(p, h, QT_CKPT_OPT_M, QT_CKS_ADAM_M);

@@ -35,6 +35,7 @@
 #include "qt_io.h"
 #include "qt_err.h"
 #include "ckpt_map.h"
+#include "ckpt_common.h"
 #include "ckpt_shards.h"
 #include "safetensors.h"
 #include "st_index.h"

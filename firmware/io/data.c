@@ -589,6 +589,13 @@ int qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t f
     return QT_OK;
 }
 
+int qt_data_tokens(const void *src, int64_t step, int64_t global_batch, int64_t first_seq,
+                   int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets)
+{
+    return qt_data_fill((const qt_data *)src, step, global_batch, first_seq, n_seqs, seq_len,
+                        inputs, targets);
+}
+
 void qt_data_close(qt_data *d)
 {
     int open_left = 0;

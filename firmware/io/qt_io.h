@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include "qt_plan.h"
 #include "qt_err.h"
+#include "runtime/qt_metrics.h"
 
 
 /* ---- weights and checkpoints (firmware/io/checkpoint.c) ----------------------------- */
@@ -131,6 +132,10 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
  * makes it return QT_E_RANGE with a message naming the file, the id and its position. */
 int qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
                  int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets);
+/* qt_data_fill as the runtime's token source (qt_runtime_set_tokens, runtime/qt_runtime.h):
+ * src is the qt_data. */
+int qt_data_tokens(const void *src, int64_t step, int64_t global_batch, int64_t first_seq,
+                   int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets);
 /* QT_OK if the token file is still the one validated at open: same device and inode at its
  * path, same size and modification time; else QT_E_IO with a message naming the file and
  * the change. Two stat calls; the embedded corpus always passes. A SIGBUS while reading an
@@ -141,15 +146,7 @@ void qt_data_close(qt_data *d);
 
 /* ---- metrics (firmware/io/metrics.c) -------------------------------------------------- */
 
-typedef struct qt_step_metrics {
-    int64_t step;
-    double loss;               /* reported loss (float value widened) */
-    float loss_f32;            /* bits printed in hex */
-    double grad_norm, lr, tokens_per_s, step_seconds;
-    uint64_t fingerprint;
-    int64_t tokens;
-} qt_step_metrics;
-
+/* qt_step_metrics, the step's record, is the runtime's (runtime/qt_metrics.h). */
 /* One JSON object per line: {"step":..,"loss":..,"loss_bits":"0x..","grad_norm":..,"lr":..,
  * "tokens_per_s":..,"step_s":..,"tokens":..,"fingerprint":"0x.."}. */
 void qt_metrics_write(FILE *f, const qt_step_metrics *m);

@@ -14,7 +14,7 @@
  */
 #include "attention.h"
 #include <string.h>
-#include "../include/qt_real.h"
+#include "qt_real.h"
 
 /* Eight lanes, eight elements wide: lane l sums elements l, l+8, ... of the full blocks
  * (one vector add per block, no contraction), the tail element n8+u goes to lane u, then

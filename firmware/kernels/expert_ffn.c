@@ -13,7 +13,7 @@
 #include "expert_ffn.h"
 #include "matmul.h"
 #include "matmul_canon.h"
-#include "../include/qt_real.h"
+#include "qt_real.h"
 
 /* End of the next chunk: scans r from r0, stops after `cap` rows of expert e (and of
  * `slot` when slot >= 0) or at r1; *n receives the number of rows in [r0, end). */

@@ -263,25 +263,16 @@ void QT_FN(qt_gdn_chunk_fwd)(qt_real *restrict o, qt_real *restrict states,
     }
 }
 
-/* One chunk's backward (the derivation at the top); w holds qt_gc_prepare's results for
- * this chunk and w->ds holds dSe on entry, dS0 on return. */
-static void qt_gc_chunk_bwd(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_gdn_chunk_ws *w,
-                            const qt_real *s0, const qt_real *d_o, const qt_real *c,
-                            const qt_real *beta, const qt_real *rq, const qt_real *rk,
-                            qt_real qscale, int64_t s, int64_t j, int64_t t0, int64_t L,
-                            const qt_gdn_dims *d)
+/* Backward of S_end = e_{L-1} S0 + sum_m wl_m kh_m Delta_m^T, given dSe in ds:
+ * dDelta_m = wl_m*(dSe^T kh_m) (dr as temporary), dkh_m = wl_m*(dSe Delta_m), and the
+ * decay terms into dgc. Clears dgc and db first. */
+static void qt_gc_bwd_state_end(const qt_gdn_chunk_ws *w, const qt_real *ds, const qt_real *s0,
+                                int64_t L, int64_t dk, int64_t dv)
 {
-    int64_t h = j / d->r, dk = d->dk, dv = d->dv, C = d->rows, hv = d->hv;
-    int64_t row0 = s * d->S + t0;
-    const qt_real *do0 = d_o + row0 * hv * dv + j * dv;
-    int64_t dos = hv * dv;
-    qt_real *ds = w->ds;
-
     for (int64_t i = 0; i < L; i++) {
         w->dgc[i] = QT_R(0.0);
         w->db[i] = QT_R(0.0);
     }
-    /* S_end: dDelta_m = wl_m*(dSe^T kh_m) (dr as temporary), dkh_m = wl_m*(dSe Delta_m) */
     qt_gc_rows_times(w->dr, dv, w->kh, ds, L, dk, dv);
     qt_real zsum = QT_R(0.0);
     for (int64_t m = 0; m < L; m++) {
@@ -296,8 +287,12 @@ static void qt_gc_chunk_bwd(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_g
     qt_real sds = QT_R(0.0);
     for (int64_t kk = 0; kk < dk; kk++) sds += qt_gc_dot(ds + kk * dv, s0 + kk * dv, dv);
     w->dgc[L - 1] += w->e[L - 1] * sds + zsum;
+}
 
-    /* O: dDelta_m += sum_{i>=m} P[i,m] dO_i; dP; y_i = e_i*(S0 dO_i) */
+/* Backward of the outputs O: dDelta_m += sum_{i>=m} P[i,m] dO_i; dP; y_i = e_i*(S0 dO_i). */
+static void qt_gc_bwd_output(const qt_gdn_chunk_ws *w, const qt_real *s0, const qt_real *do0,
+                             int64_t dos, int64_t L, int64_t C, int64_t dk, int64_t dv)
+{
     for (int64_t m = 0; m < L; m++)
         for (int64_t i = m; i < L; i++)
             qt_gc_axpy(w->ddl + m * dv, w->dec[i * C + m] * w->qk[i * C + m], do0 + i * dos,
@@ -314,8 +309,12 @@ static void qt_gc_chunk_bwd(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_g
             dqi[kk] = w->e[i] * qt_gc_dot(s0 + kk * dv, doi, dv);
         w->dgc[i] += qt_gc_dot(w->qh + i * dk, dqi, dk);
     }
+}
 
-    /* solve: (I + A)^T dRHS = dDelta, m decreasing; dA, then A's factors */
+/* Backward of the solve: (I + A)^T dRHS = dDelta, m decreasing; dA, then A's factors. */
+static void qt_gc_bwd_solve(const qt_gdn_chunk_ws *w, const qt_real *beta, int64_t row0,
+                            int64_t j, int64_t L, int64_t C, int64_t hv, int64_t dv)
+{
     for (int64_t m = L - 1; m >= 0; m--) {
         qt_real *drm = w->dr + m * dv;
         for (int64_t x = 0; x < dv; x++) drm[x] = w->ddl[m * dv + x];
@@ -331,8 +330,14 @@ static void qt_gc_chunk_bwd(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_g
             w->ddec[i * C + m] += (da * bt) * kkv;
         }
     }
+}
 
-    /* RHS: dv, dbeta, dP0 (in place of dRHS), dG, dkh += S0 dP0 */
+/* Backward of the right-hand side: dv, dbeta, dP0 (in place of dRHS), dG, dkh += S0 dP0. */
+static void qt_gc_bwd_rhs(qt_real *dc, const qt_gdn_chunk_ws *w, const qt_real *s0,
+                          const qt_real *c, const qt_real *beta, int64_t row0, int64_t j,
+                          int64_t L, const qt_gdn_dims *d)
+{
+    int64_t dk = d->dk, dv = d->dv, hv = d->hv;
     for (int64_t i = 0; i < L; i++) {
         int64_t row = row0 + i;
         const qt_real *v = c + row * d->cc + 2 * d->hk * dk + j * dv;
@@ -352,6 +357,55 @@ static void qt_gc_chunk_bwd(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_g
         qt_real *dki = w->dk + i * dk;
         for (int64_t kk = 0; kk < dk; kk++) dki[kk] += qt_gc_dot(s0 + kk * dv, dri, dv);
     }
+}
+
+/* The dot-product factors into dqh and dkh, then the decays and the reverse cumulative sum
+ * of dgc into dg. */
+static void qt_gc_bwd_factors(qt_real *dg, const qt_gdn_chunk_ws *w, int64_t row0, int64_t j,
+                              int64_t L, int64_t C, int64_t hv, int64_t dk)
+{
+    for (int64_t i = 0; i < L; i++)
+        for (int64_t m = 0; m <= i; m++)
+            qt_gc_axpy(w->dq + i * dk, w->dqk[i * C + m], w->kh + m * dk, dk);
+    for (int64_t t = 0; t < L; t++) {
+        qt_real *dkt = w->dk + t * dk;
+        for (int64_t m = 0; m < t; m++) qt_gc_axpy(dkt, w->dkk[t * C + m], w->kh + m * dk, dk);
+        for (int64_t i = t + 1; i < L; i++)
+            qt_gc_axpy(dkt, w->dkk[i * C + t], w->kh + i * dk, dk);
+        for (int64_t i = t; i < L; i++) qt_gc_axpy(dkt, w->dqk[i * C + t], w->qh + i * dk, dk);
+    }
+    for (int64_t i = 0; i < L; i++)
+        for (int64_t m = 0; m < i; m++) {
+            qt_real wv = w->ddec[i * C + m] * w->dec[i * C + m];
+            w->dgc[i] += wv;
+            w->dgc[m] -= wv;
+        }
+    qt_real acc = QT_R(0.0);
+    for (int64_t m = L - 1; m >= 0; m--) {
+        acc += w->dgc[m];
+        dg[(row0 + m) * hv + j] += acc;
+    }
+}
+
+/* One chunk's backward (the derivation at the top); w holds qt_gc_prepare's results for
+ * this chunk and w->ds holds dSe on entry, dS0 on return. The stages run in the order of
+ * the derivation, each a function above; they share only w and the arguments. */
+static void qt_gc_chunk_bwd(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_gdn_chunk_ws *w,
+                            const qt_real *s0, const qt_real *d_o, const qt_real *c,
+                            const qt_real *beta, const qt_real *rq, const qt_real *rk,
+                            qt_real qscale, int64_t s, int64_t j, int64_t t0, int64_t L,
+                            const qt_gdn_dims *d)
+{
+    int64_t h = j / d->r, dk = d->dk, dv = d->dv, C = d->rows, hv = d->hv;
+    int64_t row0 = s * d->S + t0;
+    const qt_real *do0 = d_o + row0 * hv * dv + j * dv;
+    int64_t dos = hv * dv;
+    qt_real *ds = w->ds;
+
+    qt_gc_bwd_state_end(w, ds, s0, L, dk, dv);
+    qt_gc_bwd_output(w, s0, do0, dos, L, C, dk, dv);
+    qt_gc_bwd_solve(w, beta, row0, j, L, C, hv, dv);
+    qt_gc_bwd_rhs(dc, w, s0, c, beta, row0, j, L, d);
 
     /* dS0 = e_{L-1}*dSe + sum_i ((e_i qh_i) dO_i^T + kh_i dP0_i^T), row kk at a time */
     qt_real el = w->e[L - 1];
@@ -364,30 +418,7 @@ static void qt_gc_chunk_bwd(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_g
         }
     }
 
-    /* dot-product factors into dqh, dkh */
-    for (int64_t i = 0; i < L; i++)
-        for (int64_t m = 0; m <= i; m++)
-            qt_gc_axpy(w->dq + i * dk, w->dqk[i * C + m], w->kh + m * dk, dk);
-    for (int64_t t = 0; t < L; t++) {
-        qt_real *dkt = w->dk + t * dk;
-        for (int64_t m = 0; m < t; m++) qt_gc_axpy(dkt, w->dkk[t * C + m], w->kh + m * dk, dk);
-        for (int64_t i = t + 1; i < L; i++)
-            qt_gc_axpy(dkt, w->dkk[i * C + t], w->kh + i * dk, dk);
-        for (int64_t i = t; i < L; i++) qt_gc_axpy(dkt, w->dqk[i * C + t], w->qh + i * dk, dk);
-    }
-
-    /* decays, then the reverse cumulative sum into dg */
-    for (int64_t i = 0; i < L; i++)
-        for (int64_t m = 0; m < i; m++) {
-            qt_real wv = w->ddec[i * C + m] * w->dec[i * C + m];
-            w->dgc[i] += wv;
-            w->dgc[m] -= wv;
-        }
-    qt_real acc = QT_R(0.0);
-    for (int64_t m = L - 1; m >= 0; m--) {
-        acc += w->dgc[m];
-        dg[(row0 + m) * hv + j] += acc;
-    }
+    qt_gc_bwd_factors(dg, w, row0, j, L, C, hv, dk);
 
     for (int64_t i = 0; i < L; i++) {
         int64_t row = row0 + i;

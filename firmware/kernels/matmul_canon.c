@@ -7,7 +7,7 @@
  */
 #include "matmul_canon.h"
 #include "matmul.h"
-#include "../include/qt_real.h"
+#include "qt_real.h"
 
 /* Pairwise tree over nb buffers of n elements, in place: the total ends in buf[0]. */
 static void qt_canon_tree(qt_real *buf, int64_t n, int64_t nb)

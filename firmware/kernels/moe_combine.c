@@ -4,7 +4,7 @@
  * order); the dp dot product runs over i increasing; rows never mix across tokens.
  */
 #include "moe_combine.h"
-#include "../include/qt_real.h"
+#include "qt_real.h"
 
 void QT_FN(qt_moe_combine_fwd)(qt_real *out, const qt_real *p, const qt_real *y, int64_t T,
                                int64_t k, int64_t d)

@@ -7,7 +7,7 @@
  * only ever reads the tokens of its own sequence.
  */
 #include "moe_route.h"
-#include "../include/qt_real.h"
+#include "qt_real.h"
 
 /* Non-finite logits make the ranking partial; the fallback keeps idx inside [0, E). */
 static int32_t qt_route_pick(const qt_real *row, int64_t E, int64_t slot, int32_t prev)

@@ -6,7 +6,7 @@
  * transpose of the forward rotation (rotation by -angle) and accumulates.
  */
 #include "rope.h"
-#include "../include/qt_real.h"
+#include "qt_real.h"
 #include "../math/qt_math.h"
 
 void QT_FN(qt_rope_table)(qt_real *table, int64_t S, int64_t R, double theta)

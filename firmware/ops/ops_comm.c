@@ -14,7 +14,7 @@
  */
 #include "qt_op_fns.h"
 #include "../comm/qt_coll.h"
-#include "../include/qt_err.h"
+#include "base/qt_err.h"
 
 static struct {
     float part[QT_OP_MAX_GROUPS][QT_OP_GROUP_MAX_N];

@@ -10,7 +10,7 @@
 #include "qt_op_fns.h"
 #include "../parallel/ep_pack.h"
 #include "../comm/qt_coll.h"
-#include "../include/qt_err.h"
+#include "base/qt_err.h"
 
 /* Largest expert group x sequences per microbatch (configgen checks it). */
 #define QT_EP_MAX_CNT 65536

@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "qt_arena.h"
-#include "../io/qt_io.h"
+#include "qt_err.h"
 #ifndef QT_MUSL
 #include <stddef.h> /* hugetlbfs.h uses size_t without including it */
 #include <hugetlbfs.h>

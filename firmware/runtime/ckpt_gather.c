@@ -9,7 +9,7 @@
 #include <string.h>
 #include "qt_ckpt_gather.h"
 #include "qt_rng.h"
-#include "qt_step.h"
+#include "qt_blocks.h"
 #include "qt_err.h"
 #include "comm/qt_coll.h"
 

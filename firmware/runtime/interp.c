@@ -11,7 +11,7 @@
 #include "qt_interp.h"
 #include "qt_tree.h"
 #include "qt_step.h"
-#include "../io/qt_io.h"
+#include "qt_err.h"
 
 static struct {
     uint8_t wgrad_uses[QT_INTERP_MAX_PARAMS];  /* validation scratch: WGRAD slots per param */

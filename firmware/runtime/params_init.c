@@ -10,7 +10,7 @@
 #include <string.h>
 #include "qt_runtime.h"
 #include "qt_rng.h"
-#include "qt_step.h"
+#include "qt_blocks.h"
 #include "qt_optim.h"
 #include "math/qt_math.h"
 

@@ -3,7 +3,8 @@
  * qt_runtime_init validates the plan against this process (plan hash, rank count, arena
  * section bounds), backs the arena with huge pages where possible, prefaults it, runs the
  * init schedule and initialises parameters (seeded) unless a checkpoint is loaded later.
- * qt_runtime_step runs one optimizer step: for each microbatch, fill tokens, run the
+ * qt_runtime_step runs one optimizer step: for each microbatch, take its tokens from the
+ * installed token source (qt_runtime_set_tokens: the runtime reads no files), run the
  * microbatch schedule (forward, backward, per-sequence weight-gradient leaves pushed into the
  * pairwise trees), then finalise the trees, normalise by the global token count, compute the
  * gradient norm with the exact accumulator, clip, and apply AdamW. No heap, no syscalls but
@@ -16,7 +17,7 @@
 #include "qt_plan.h"
 #include <stdio.h>
 #include "qt_ops.h"
-#include "../io/qt_io.h"
+#include "qt_metrics.h"
 
 typedef struct qt_run_opts {
     uint64_t seed;
@@ -37,14 +38,24 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o);
 /* Initialise every parameter from the plan's init rules with the given seed (counter-based
  * RNG keyed by (seed, parameter index, element index): independent of sharding). */
 void qt_params_init(const qt_plan *p, uint64_t seed);
-/* One optimizer step `step` (0-based) over data d. Fills *m (loss, norm, lr, fingerprint).
- * Clipping is folded into the update, so afterwards the gradient region holds the
- * normalised, unclipped gradient. Returns QT_OK, or qt_data_fill's QT_E_RANGE (a token id
- * out of range: the data file changed) before any schedule ran on the bad tokens. */
-int qt_runtime_step(const qt_plan *p, const qt_data *d, int64_t step, qt_step_metrics *m);
+/* The steps' token source: fills inputs and targets (I32, [n_seqs * seq_len]) with global
+ * sequences first_seq .. first_seq+n_seqs-1 of optimizer step `step`; returns QT_OK or a
+ * negative QT_E_* code after printing its one line. The program installs io/data.c's
+ * (qt_data_tokens with its qt_data), a test its own. */
+typedef int (*qt_token_fill_fn)(const void *src, int64_t step, int64_t global_batch,
+                                int64_t first_seq, int64_t n_seqs, int64_t seq_len,
+                                int32_t *inputs, int32_t *targets);
+/* Installs the token source of qt_runtime_step / _grads (fill called with src). */
+void qt_runtime_set_tokens(qt_token_fill_fn fill, const void *src);
+/* One optimizer step `step` (0-based) over the installed token source. Fills *m (loss,
+ * norm, lr, fingerprint). Clipping is folded into the update, so afterwards the gradient
+ * region holds the normalised, unclipped gradient. Returns QT_OK, QT_E_PLAN when no token
+ * source is installed, or the source's error (qt_data_fill's QT_E_RANGE: a token id out of
+ * range, the data file changed) before any schedule ran on the bad tokens. */
+int qt_runtime_step(const qt_plan *p, int64_t step, qt_step_metrics *m);
 /* Forward+backward only (no optimizer update): leaves the step's final, normalised and
  * unclipped gradient in the gradient region. Used by dump_grads and the tests. */
-int qt_runtime_grads(const qt_plan *p, const qt_data *d, int64_t step, qt_step_metrics *m);
+int qt_runtime_grads(const qt_plan *p, int64_t step, qt_step_metrics *m);
 /* Tells the heap audit (if preloaded) whether training steps are in progress. */
 void qt_runtime_mark_steps(int in_steps);
 /* One start-up line on f: run name, plan hash, arena size and page backing (hugetlbfs /

@@ -13,7 +13,8 @@
 #include <stdint.h>
 #include "qt_ops.h"
 #include "qt_exact.h"
-#include "../io/qt_io.h"
+#include "qt_metrics.h"
+#include "qt_blocks.h"   /* this rank's blocks: qt_step_block, _param_at, _grad_at */
 
 struct qt_step_state {
     int64_t step;              /* 0-based optimizer step */
@@ -25,24 +26,10 @@ struct qt_step_state {
  * in index order (then the update and the fingerprint fuse per chunk). */
 void qt_step_init(const qt_plan *p);
 
-/* This rank's optimizer block of flat range `range` (qt_plan.h qt_flat_range): [*lo, *lo +
- * *n), the whole range when its optimizer state is not split. */
-void qt_step_block(const qt_plan *p, int32_t range, int64_t *lo, int64_t *n);
-
-/* The master parameter element at flat index `flat` of range `range`: in this rank's
- * optimizer block of the range when the parameter region is compact (qt_plan.params_compact:
- * the block then sits at the range's adam_lo); else at its flat index. */
-float *qt_step_param_at(const qt_plan *p, int32_t range, int64_t flat);
-
 /* The parameter fingerprint of the whole model on a mesh: this rank's optimizer blocks
  * (each counted by one rank), summed over the world. All ranks call it; *rc receives the
  * collective's code. */
 uint64_t qt_step_fingerprint(const qt_ctx *ctx, int *rc);
-
-/* The gradient element at flat index `flat` of range `range`, which must lie in this rank's
- * reduce block of the range when the gradient region is compact (qt_plan.grads_compact:
- * the block then sits at the range's mb_lo); else at its flat index. */
-float *qt_step_grad_at(const qt_plan *p, int32_t range, int64_t flat);
 
 /* Merges the exact accumulators of every member of group `mask` into *a (exact, so the
  * result does not depend on the group's size or order). 0 or QT_E_COMM. */

@@ -43,6 +43,8 @@ static struct {
     const qt_plan *plan;
     qt_run_opts opts;
     const qt_kernel_entry *table;
+    qt_token_fill_fn tokens;     /* the token source (qt_runtime_set_tokens) and its data */
+    const void *tokens_src;
     qt_ctx ctx;                  /* the plan, arena and this rank's mesh coordinates */
     int status;                  /* ctx.status: first error of an op inside a step */
     int64_t batch_index;         /* this rank's block of the global batch */
@@ -61,6 +63,12 @@ extern char _edata[];
 void qt_runtime_set_kernel_table(const qt_kernel_entry *table)
 {
     qt_rt.table = table;
+}
+
+void qt_runtime_set_tokens(qt_token_fill_fn fill, const void *src)
+{
+    qt_rt.tokens = fill;
+    qt_rt.tokens_src = src;
 }
 
 static const qt_kernel_entry *qt_runtime_table(void)
@@ -477,9 +485,9 @@ double qt_runtime_lr(const qt_plan *p, int64_t t)
  * accumulators, merged over the batch axes. Leaves the step's token count, loss and
  * learning rate in *m. Returns the data fill's error (an id no longer in range: the file
  * changed) before that microbatch's schedule runs. */
-static int qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t step,
-                                   qt_step_metrics *m)
+static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metrics *m)
 {
+    if (!qt_rt.tokens) return QT_E_PLAN;
     const qt_kernel_entry *table = qt_runtime_table();
     const qt_ctx *ctx = &qt_rt.ctx;
     const int64_t b = p->train.micro_batch, S = p->train.seq_len, G = p->train.grad_accum;
@@ -496,7 +504,7 @@ static int qt_runtime_microbatches(const qt_plan *p, const qt_data *d, int64_t s
     for (int64_t mb = 0; mb < G; mb++) {
         const int64_t first = mbmaj ? (mb * R + qt_rt.batch_index) * b
                                     : qt_rt.batch_index * b * G + mb * b;
-        int rc = qt_data_fill(d, step, p->train.global_batch, first, b, S,
+        int rc = qt_rt.tokens(qt_rt.tokens_src, step, p->train.global_batch, first, b, S,
                               qt_i32(ctx, p->tokens), qt_i32(ctx, p->targets));
         if (rc) return rc;
         qt_runtime_lap(&t, QT_PH_DATA);
@@ -555,11 +563,11 @@ static int qt_runtime_step_schedule(const qt_plan *p, int64_t step, qt_step_metr
     return QT_OK;
 }
 
-int qt_runtime_grads(const qt_plan *p, const qt_data *d, int64_t step, qt_step_metrics *m)
+int qt_runtime_grads(const qt_plan *p, int64_t step, qt_step_metrics *m)
 {
     if (!p || p != qt_rt.plan) return QT_E_PLAN;
     double t0 = qt_runtime_now();
-    int rc = qt_runtime_microbatches(p, d, step, m);
+    int rc = qt_runtime_microbatches(p, step, m);
     if (!rc) rc = qt_runtime_step_schedule(p, step, m, 1);
     if (rc) return rc;
     m->step_seconds = qt_runtime_now() - t0;
@@ -573,11 +581,11 @@ int qt_runtime_grads(const qt_plan *p, const qt_data *d, int64_t step, qt_step_m
     return QT_OK;
 }
 
-int qt_runtime_step(const qt_plan *p, const qt_data *d, int64_t step, qt_step_metrics *m)
+int qt_runtime_step(const qt_plan *p, int64_t step, qt_step_metrics *m)
 {
     if (!p || p != qt_rt.plan) return QT_E_PLAN;
     double t0 = qt_runtime_now();
-    int rc = qt_runtime_microbatches(p, d, step, m);
+    int rc = qt_runtime_microbatches(p, step, m);
     if (!rc) rc = qt_runtime_step_schedule(p, step, m, 0);
     if (rc) return rc;
     if (qt_rt.profile) qt_rt.prof_steps++;

@@ -14,6 +14,7 @@
  */
 #include <string.h>
 #include "qt_step.h"
+#include "qt_blocks.h"
 #include "qt_interp.h"
 #include "qt_tree.h"
 #include "qt_optim.h"
@@ -50,16 +51,6 @@ void qt_step_init(const qt_plan *p)
     qt_step_s.flat_in_order = cursor == p->n_param_elems;
 }
 
-void qt_step_block(const qt_plan *p, int32_t range, int64_t *lo, int64_t *n)
-{
-    const qt_flat_range *r = &p->ranges[range];
-    const unsigned mask = r->opt_mask;
-    int64_t g = mask ? qt_comm_group_size(mask) : 1;
-    int64_t i = mask ? qt_comm_group_index(mask) : 0;
-    *n = r->n / g;
-    *lo = r->lo + i * *n;
-}
-
 /* Whether this rank's block of range r is the one copy counted in world-wide sums (the
  * norm, the fingerprint): ranks that hold the same block differ only on axes outside the
  * range's optimizer and holding axes; the one with coordinate 0 on all of them counts. */
@@ -84,38 +75,6 @@ int qt_step_exact_merge(unsigned mask, qt_exact *a)
     qt_exact_clear(a);
     for (int i = 0; i < r; i++) qt_exact_merge(a, &qt_step_s.gathered[i]);
     return QT_OK;
-}
-
-/* This rank's reduce block of flat range i (where the reduce-scatter leaves it). */
-static void qt_step_reduce_block(const qt_plan *p, int32_t i, int64_t *lo, int64_t *n)
-{
-    const qt_flat_range *r = &p->ranges[i];
-    const int64_t g = r->reduce_mask ? qt_comm_group_size(r->reduce_mask) : 1;
-    const int64_t k = r->reduce_mask ? qt_comm_group_index(r->reduce_mask) : 0;
-    *n = r->n / g;
-    *lo = r->lo + k * *n;
-}
-
-/* Element `flat` of the region at byte `region`: the whole flat vector, or when `compact`
- * this rank's block of each range, the block [blo, ..) stored from element `base`. */
-static float *qt_step_at(const qt_plan *p, int64_t region, int compact, int64_t base, int64_t blo,
-                         int64_t flat)
-{
-    return qt_step_region(p, region) + (compact ? base + (flat - blo) : flat);
-}
-
-float *qt_step_param_at(const qt_plan *p, int32_t range, int64_t flat)
-{
-    int64_t lo = 0, n;
-    if (p->params_compact) qt_step_block(p, range, &lo, &n);
-    return qt_step_at(p, p->params_offset, p->params_compact, p->ranges[range].adam_lo, lo, flat);
-}
-
-float *qt_step_grad_at(const qt_plan *p, int32_t range, int64_t flat)
-{
-    int64_t lo = 0, n;
-    if (p->grads_compact) qt_step_reduce_block(p, range, &lo, &n);
-    return qt_step_at(p, p->grads_offset, p->grads_compact, p->ranges[range].mb_lo, lo, flat);
 }
 
 /* Divide the gradient elements flat [lo, lo+n), which sit at g, by n_tok and add their

@@ -13,6 +13,7 @@ extern "C" {
 #include "qt_plan.h"
 #include "qt_ops.h"
 #include "runtime/qt_runtime.h"
+#include "io/qt_io.h"
 #include "runtime/qt_plan_hash.h"
 #include "runtime/qt_exact.h"
 #include "runtime/qt_tree.h"
@@ -831,6 +832,7 @@ TEST(RuntimeStep, BatchSplitDoesNotChangeBits)
     d.n_tokens = 40 * RT_S + 1;
     d.bytes_per_token = 2;
     d.n_windows = 40;
+    qt_runtime_set_tokens(qt_data_tokens, &d);
     static rt_plan_store st;
     rt_make_table();
     qt_runtime_set_kernel_table(rt_table);
@@ -855,7 +857,7 @@ TEST(RuntimeStep, BatchSplitDoesNotChangeBits)
             for (int j = 0; j < 4; j++)
                 lsum += (float)(4 * step + j) * 0.1f + 1.0f / 3.0f + p0[0] * p0[0];
             qt_step_metrics m;
-            LONGS_EQUAL(0, qt_runtime_step(&st.plan, &d, step, &m));
+            LONGS_EQUAL(0, qt_runtime_step(&st.plan, step, &m));
             fp[v][step] = m.fingerprint;
             loss[v][step] = rt_bits(m.loss_f32);
             norm[v][step] = m.grad_norm;
@@ -877,6 +879,7 @@ TEST(RuntimeStep, BatchSplitDoesNotChangeBits)
         CHECK(memcmp(params[0], params[v], sizeof params[0]) == 0);
     }
     qt_runtime_set_kernel_table(NULL);
+    qt_runtime_set_tokens(NULL, NULL);
 }
 
 TEST(RuntimeStep, InitRejectsRankMismatchAndForeignArena)

@@ -4,6 +4,7 @@
  * each line reaches stderr in one write(2), so lines of several ranks (or of processes a
  * launcher started together) never interleave mid-line (a pipe keeps writes up to PIPE_BUF
  * whole; stdio on an unbuffered stream may split one line into several writes).
+ * Base layer: it calls libc only, and every other layer (and qtrain-audit) calls it.
  */
 #include <stdarg.h>
 #include <stdio.h>

@@ -2,6 +2,7 @@
  * tail and the avalanche, exactly as the reference implementation, so `xxhsum -H1` on a
  * file prints the hash qtrain reports for it. Used once per file at open (data, loaded
  * checkpoints), never during steps; reads through memcpy (any alignment), no heap.
+ * Base layer: it calls libc only.
  */
 #include <string.h>
 #include "qt_hash64.h"

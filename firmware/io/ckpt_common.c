@@ -1,0 +1,131 @@
+/* ckpt_common.c - what every checkpoint reader and writer shares (ckpt_common.h): the
+ * record of the last load (qt_checkpoint_ident) and the data hash saves record, the check
+ * that the plan can be mapped, the state compatibility hash, and the metadata integer
+ * parser. Below the file dispatcher (checkpoint.c), the sharded loader (ckpt_shards.c) and
+ * the directory writer (ckpt_dir.c), which call it and never each other's helpers.
+ *
+ * Invariants: the state hash depends only on what sets the training trajectory and the
+ * meaning of the optimizer state (qt_io.h), never on the mesh, the batch split or the arena
+ * layout; the module's state is one static struct; no heap.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "qt_io.h"
+#include "qt_err.h"
+#include "qt_ops.h"
+#include "ckpt_common.h"
+#include "ckpt_map.h"
+#include "runtime/qt_ckpt_gather.h"
+
+static struct {
+    qt_ckpt_ident ident;                     /* what the last load read */
+    int data_hash_set;
+    uint64_t data_hash;                      /* recorded by saves ("data_hash") */
+} qt_ckc;
+
+const qt_ckpt_ident *qt_checkpoint_ident(void) { return &qt_ckc.ident; }
+qt_ckpt_ident *qt_ckpt_ident_mut(void) { return &qt_ckc.ident; }
+
+void qt_checkpoint_set_data_hash(uint64_t hash)
+{
+    qt_ckc.data_hash = hash;
+    qt_ckc.data_hash_set = 1;
+}
+
+int qt_ckpt_data_hash(char *out)
+{
+    if (!qt_ckc.data_hash_set)
+        return 0;
+    snprintf(out, 24, "0x%016llx", (unsigned long long)qt_ckc.data_hash);
+    return 1;
+}
+
+int qt_ckpt_check_plan(const qt_plan *p, const char *path)
+{
+    (void)path;
+    for (int32_t i = 0; i < p->n_params; i++)
+        if (!qt_ckpt_count(p, i, 0))
+            return QT_E_PLAN;
+    return qt_ckpt_dist_check(p);
+}
+
+/* ---- state compatibility hash (FNV-1a) ---- */
+
+static void qt_sh_bytes(uint64_t *h, const void *b, size_t n)
+{
+    const unsigned char *c = b;
+    for (size_t k = 0; k < n; k++) {
+        *h ^= c[k];
+        *h *= 0x100000001b3ull;
+    }
+}
+
+static void qt_sh_i(uint64_t *h, int64_t v)
+{
+    qt_sh_bytes(h, &v, sizeof v);
+}
+
+static void qt_sh_f(uint64_t *h, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    qt_sh_i(h, u);
+}
+
+uint64_t qt_ckpt_state_hash(const qt_plan *p)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    const qt_model_dims *m = &p->model;
+    const qt_train_cfg *t = &p->train;
+    qt_sh_bytes(&h, "qtrain-state-1", 14);
+    const int64_t mi[] = {m->decoder_block, m->d, m->n_layers, m->vocab, m->cycle,
+                          m->n_q_heads, m->n_kv_heads, m->head_dim, m->rotary_dim,
+                          m->gdn_k_heads, m->gdn_v_heads, m->gdn_k_dim, m->gdn_v_dim,
+                          m->gdn_conv, m->gdn_chunk, m->n_experts, m->top_k, m->moe_dim,
+                          m->shared_dim, t->seq_len, t->global_batch, t->schedule_steps};
+    for (size_t k = 0; k < sizeof mi / sizeof mi[0]; k++) qt_sh_i(&h, mi[k]);
+    const float mf[] = {m->norm_eps, m->rope_theta, t->lr, t->adam_b1, t->adam_b2,
+                        t->adam_eps, t->weight_decay, t->clip, t->warmup_frac,
+                        t->final_frac, t->lb_weight};
+    for (size_t k = 0; k < sizeof mf / sizeof mf[0]; k++) qt_sh_f(&h, mf[k]);
+    qt_sh_i(&h, p->n_params);
+    for (int32_t i = 0; i < p->n_params; i++) {
+        const qt_tensor *x = &p->tensors[p->params[i].tensor];
+        qt_sh_bytes(&h, p->params[i].name, strlen(p->params[i].name) + 1);
+        qt_sh_i(&h, x->ndim);
+        for (int d = 0; d < x->ndim; d++) qt_sh_i(&h, x->global_shape[d]);
+    }
+    /* the init schedule's attributes (rotary tables: dims, theta, mrope sections) and the
+     * delta-rule algorithm (recurrent and chunked round differently) */
+    for (int32_t i = 0; i < p->n_init_ops; i++) {
+        qt_sh_i(&h, p->init_ops[i].kind);
+        for (int k = 0; k < QT_OP_MAX_A; k++) qt_sh_i(&h, p->init_ops[i].a[k]);
+        for (int k = 0; k < QT_OP_MAX_F; k++) qt_sh_f(&h, p->init_ops[i].f[k]);
+    }
+    for (qt_mb_cursor c = qt_mb_begin(p); qt_mb_next(&c);)
+        if (c.op->kind == QT_OP_GDN_CORE_FWD) {
+            qt_sh_i(&h, c.op->a[7]);
+            break;
+        }
+    return h;
+}
+
+int qt_ckpt_meta_int(const char *path, const char *key, const char *v, int64_t *out)
+{
+    int64_t x = 0;
+    *out = 0;
+    if (!v)
+        return QT_OK;
+    if (!*v)
+        return qt_fail(QT_E_FORMAT, "%s: metadata %s is empty", path, key);
+    for (const char *c = v; *c; c++) {
+        if (*c < '0' || *c > '9' || x > INT64_MAX / 10 - 10)
+            return qt_fail(QT_E_FORMAT, "%s: metadata %s = \"%s\" is not a "
+                              "non-negative integer", path, key, v);
+        x = x * 10 + (*c - '0');
+    }
+    *out = x;
+    return QT_OK;
+}
