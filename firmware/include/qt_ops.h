@@ -162,7 +162,7 @@ typedef struct qt_kernel_entry {
     uint32_t props;       /* QT_OPP_* */
 } qt_kernel_entry;
 
-/* Indexed by enum qt_op_kind (firmware/ops/op_table.c, generated from qt_ops.def). */
+/* Indexed by enum qt_op_kind (firmware/runtime/op_table.c, generated from qt_ops.def). */
 extern const qt_kernel_entry qt_kernel_table[QT_OP_COUNT];
 
 #endif

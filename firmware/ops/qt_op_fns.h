@@ -5,7 +5,7 @@
  * sequence's weight gradient: into dw[] the interpreter zeroed (accumulating), or, for
  * kinds with QT_OPP_WGRAD_WRITES, writing every element of dw[]. STEP wrappers
  * (qt_step_<name>): firmware/runtime/step_ops.c. Check hooks (qt_check_<name>, CHECK
- * kinds): next to their kind's wrapper. The table in op_table.c maps
+ * kinds): next to their kind's wrapper. The table in runtime/op_table.c maps
  * kinds to wrappers.
  */
 #ifndef QT_OP_FNS_H

@@ -1,11 +1,13 @@
-/* op_table.c - the kernel table: op kind -> wrapper, generated from qt_ops.def.
+/* runtime/op_table.c - the kernel table: op kind -> wrapper, generated from qt_ops.def.
  * Invariant: each kind has exactly the wrapper its CLASS names (run, wgrad or step) and
  * no other; NOP has none; CHECK kinds have their check hook (qt_check_<name>) and the
- * others none; every kind carries its qt_ops.def props. RUN and WGRAD wrappers live in firmware/ops/, STEP wrappers in
- * firmware/runtime/step_ops.c (they own the step's state). The interpreter refuses a plan
- * that uses a kind without the wrapper its slot in the schedule needs.
+ * others none; every kind carries its qt_ops.def props. RUN and WGRAD wrappers live in
+ * firmware/ops/, STEP wrappers in runtime/step_ops.c (they own the step's state), so the
+ * table is the runtime's: it names wrappers of its own layer and of the layer below. The
+ * interpreter refuses a plan that uses a kind without the wrapper its slot in the schedule
+ * needs.
  */
-#include "qt_op_fns.h"
+#include "../ops/qt_op_fns.h"
 
 #define QT_OPE_NONE(name) 0, 0, 0
 #define QT_OPE_RUN(name) qt_op_##name, 0, 0
