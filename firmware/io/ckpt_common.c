@@ -106,7 +106,7 @@ uint64_t qt_ckpt_state_hash(const qt_plan *p)
     }
     for (qt_mb_cursor c = qt_mb_begin(p); qt_mb_next(&c);)
         if (c.op->kind == QT_OP_GDN_CORE_FWD) {
-            qt_sh_i(&h, c.op->a[7]);
+            qt_sh_i(&h, QT_A(c.op, GDN_CORE_FWD, algo));
             break;
         }
     return h;

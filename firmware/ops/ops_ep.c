@@ -28,10 +28,14 @@ typedef struct qt_ep_dims {
     unsigned mask;
 } qt_ep_dims;
 
+/* The four exchange kinds share MOE_DISPATCH_FWD's attribute layout (qt_ops.def). */
+#define QT_EP_A(op, name) QT_A(op, MOE_DISPATCH_FWD, name)
+
 static int qt_ep_dims_of(const qt_op *op, qt_ep_dims *D)
 {
-    D->T = op->a[0], D->k = op->a[1], D->d = op->a[2], D->E = op->a[3], D->El = op->a[4];
-    D->b = op->a[5], D->S = op->a[6], D->mask = (unsigned)op->a[7], D->rmax = op->a[8];
+    D->T = QT_EP_A(op, T), D->k = QT_EP_A(op, k), D->d = QT_EP_A(op, d);
+    D->E = QT_EP_A(op, E), D->El = QT_EP_A(op, El), D->b = QT_EP_A(op, b);
+    D->S = QT_EP_A(op, S), D->mask = (unsigned)QT_EP_A(op, mask), D->rmax = QT_EP_A(op, Rmax);
     D->M = qt_comm_group_size(D->mask);
     if (D->M < 1 || D->M > QT_EP_MAX_MEMBERS || D->El < 1 || D->M * D->El != D->E ||
         D->M * D->b > QT_EP_MAX_CNT)
@@ -118,10 +122,13 @@ static int qt_ep_bring_home(const qt_op *op, const qt_ctx *ctx, qt_ep_dims *D)
 {
     int rc = qt_ep_dims_of(op, D);
     if (rc) return rc;
-    qt_ep_home_counts(qt_i32(ctx, op->t[2]), D);
-    qt_ep_host_counts(qt_i32(ctx, op->t[3]), D);
-    return qt_coll_all_to_all_v(D->mask, qt_f32(ctx, op->t[1]), qt_ep.host_n, qt_ep.host_off,
-                                qt_f32(ctx, op->t[4]), qt_ep.home_n, qt_ep.home_off,
+    /* MOE_RETURN_FWD and MOE_DISPATCH_BWD share this slot layout (host rows, idx, seg,
+     * scratch): named by MOE_RETURN_FWD's row */
+    qt_ep_home_counts(qt_i32(ctx, QT_T(op, MOE_RETURN_FWD, idx)), D);
+    qt_ep_host_counts(qt_i32(ctx, QT_T(op, MOE_RETURN_FWD, seg)), D);
+    return qt_coll_all_to_all_v(D->mask, qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, yr)), qt_ep.host_n,
+                                qt_ep.host_off, qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, scratch)),
+                                qt_ep.home_n, qt_ep.home_off,
                                 D->d * (int64_t)sizeof(float));
 }
 

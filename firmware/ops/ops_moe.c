@@ -71,7 +71,7 @@ void qt_op_expert_ffn_fwd(const qt_op *op, const qt_ctx *ctx)
         qt_f32(ctx, QT_T(op, EXPERT_FFN_FWD, scratch)), QT_A(op, EXPERT_FFN_FWD, T),
         QT_A(op, EXPERT_FFN_FWD, k), QT_A(op, EXPERT_FFN_FWD, E), QT_A(op, EXPERT_FFN_FWD, d),
         QT_A(op, EXPERT_FFN_FWD, f), ctx->plan->tensors[QT_T(op, EXPERT_FFN_FWD, scratch)].numel,
-        op->a[5]);
+        QT_A(op, EXPERT_FFN_FWD, nb));
 }
 
 /* t8 dgu is optional: without it the WGRAD recomputes d(gu). */
@@ -86,7 +86,7 @@ void qt_op_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
         qt_f32(ctx, QT_T(op, EXPERT_FFN_BWD, scratch)), QT_A(op, EXPERT_FFN_BWD, T),
         QT_A(op, EXPERT_FFN_BWD, k), QT_A(op, EXPERT_FFN_BWD, E), QT_A(op, EXPERT_FFN_BWD, d),
         QT_A(op, EXPERT_FFN_BWD, f), ctx->plan->tensors[QT_T(op, EXPERT_FFN_BWD, scratch)].numel,
-        op->a[6]);
+        QT_A(op, EXPERT_FFN_BWD, bwd_nb));
 }
 
 /* EXPERT_FFN_WGRAD: writes dw[0] (W_gu) and dw[1] (W_down) whole (QT_OPP_WGRAD_WRITES). */

@@ -99,7 +99,7 @@ int qt_step_grad_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     qt_exact sq;
     qt_exact_clear(&sq);
     qt_step_normalise_range(p, qt_step_region(p, p->grads_offset), 0, p->n_param_elems,
-                            (float)op->a[1], 1, &sq);
+                            (float)QT_A(op, GRAD_FINALIZE, tokens), 1, &sq);
     st->m->grad_norm = qt_sqrt(qt_exact_value(&sq));
     return QT_OK;
 }
@@ -133,11 +133,13 @@ static void qt_step_trees(const qt_plan *p, int32_t i, float **leaf_top, float *
     }
 }
 
-/* The flat ranges a GRAD_MB_TOTAL / GRAD_MB_PUSH names: [a0, a1), or all when a1 = 0. */
+/* The flat ranges a GRAD_MB_TOTAL / GRAD_MB_PUSH names: [r0, r1), or all when r1 = 0 (the
+ * two kinds share the attribute layout: QT_OPP_RANGE). */
 static void qt_step_span(const qt_plan *p, const qt_op *op, int32_t *r0, int32_t *r1)
 {
-    *r0 = op->a[1] ? (int32_t)op->a[0] : 0;
-    *r1 = op->a[1] ? (int32_t)op->a[1] : p->n_ranges;
+    const int64_t a0 = QT_A(op, GRAD_MB_TOTAL, r0), a1 = QT_A(op, GRAD_MB_TOTAL, r1);
+    *r0 = a1 ? (int32_t)a0 : 0;
+    *r1 = a1 ? (int32_t)a1 : p->n_ranges;
 }
 
 /* Zeroes the elements of range i's window in the leaf tree's top level that no parameter
@@ -196,7 +198,7 @@ int qt_step_grad_mb_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *
     for (int32_t i = 0; i < p->n_ranges; i++) {
         int64_t n;
         qt_step_trees(p, i, &top, mb, &n);
-        qt_tree_finalize_range(mb, 0, n, op->a[0]);
+        qt_tree_finalize_range(mb, 0, n, QT_A(op, GRAD_MB_FINALIZE, leaves));
     }
     return QT_OK;
 }
@@ -211,7 +213,8 @@ int qt_step_grad_normalise(const qt_op *op, const qt_ctx *ctx, qt_step_state *st
         qt_step_block(p, i, &lo, &n);
         qt_exact_clear(&none);
         /* every block is normalised; only the counted copy adds to the norm */
-        qt_step_normalise_range(p, qt_step_grad_at(p, i, lo), lo, n, (float)op->a[0], 0,
+        qt_step_normalise_range(p, qt_step_grad_at(p, i, lo), lo, n,
+                                (float)QT_A(op, GRAD_NORMALISE, tokens), 0,
                                 qt_step_primary(ctx, &p->ranges[i]) ? &sq : &none);
     }
     int rc = p->n_ranks > 1 ? qt_step_exact_merge(QT_COLL_ALL, &sq) : QT_OK;
@@ -312,10 +315,10 @@ int qt_step_param_gather(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 {
     (void)st;
     const qt_plan *p = ctx->plan;
-    const int32_t r = (int32_t)op->a[0];
+    const int32_t r = (int32_t)QT_A(op, PARAM_GATHER, range);
     int64_t lo, n;
     qt_step_block(p, r, &lo, &n);
-    float *win = qt_f32(ctx, op->t[0]);
+    float *win = qt_f32(ctx, QT_T(op, PARAM_GATHER, window));
     memcpy(win + (lo - p->ranges[r].lo), qt_step_param_at(p, r, lo), (size_t)n * sizeof(float));
     return QT_OK;
 }
