@@ -275,10 +275,12 @@ enum {
 #undef QT_PLAN_FIELD
 };
 #ifdef __cplusplus
-static_assert(QT_PLAN_HASH_OVER == 0 && QT_PLAN_HASH_SUM == QT_PLAN_N_HASHED * (QT_PLAN_N_HASHED - 1) / 2,
+static_assert(QT_PLAN_HASH_OVER == 0 &&
+              QT_PLAN_HASH_SUM == QT_PLAN_N_HASHED * (QT_PLAN_N_HASHED - 1) / 2,
               "qt_plan_fields.def: the HASH places are not 0 .. n-1 each once");
 #else
-_Static_assert(QT_PLAN_HASH_OVER == 0 && QT_PLAN_HASH_SUM == QT_PLAN_N_HASHED * (QT_PLAN_N_HASHED - 1) / 2,
+_Static_assert(QT_PLAN_HASH_OVER == 0 &&
+               QT_PLAN_HASH_SUM == QT_PLAN_N_HASHED * (QT_PLAN_N_HASHED - 1) / 2,
                "qt_plan_fields.def: the HASH places are not 0 .. n-1 each once");
 #endif
 
