@@ -103,11 +103,11 @@ deps:
 	@./tests/scripts/deps.sh
 
 # ---------------------------------------------------------------- configgen and plans
-$(BUILD)/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h firmware/include/qt_ops.def
+$(BUILD)/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_plan_fields.def firmware/include/qt_ops.h firmware/include/qt_ops.def
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_HOST) -Iconfiggen/src -c $< -o $@
 
-$(BUILD)/configgen/plan_hash.o: firmware/runtime/plan_hash.c firmware/runtime/qt_plan_hash.h firmware/include/qt_plan.h
+$(BUILD)/configgen/plan_hash.o: firmware/runtime/plan_hash.c firmware/runtime/qt_plan_hash.h firmware/include/qt_plan.h firmware/include/qt_plan_fields.def
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_HOST) -c $< -o $@
 

@@ -16,7 +16,8 @@
  *    parameter tensors point into per-layer gather windows), grads_compact, per-layer
  *    leaf windows (leaf_offset);
  *  - sizes in op attributes agree with the tensor shapes.
- * Generated plan.c files define one `const qt_plan qt_plan_<run>` and its arena.
+ * Generated plan.c files define one `const qt_plan qt_plan_<run>` and its arena. The fields
+ * of qt_plan are declared once, in qt_plan_fields.def (struct, plan.c, plan hash).
  */
 #ifndef QT_PLAN_H
 #define QT_PLAN_H
@@ -225,109 +226,63 @@ typedef struct qt_train_cfg {
     float warmup_frac, final_frac, lb_weight;
 } qt_train_cfg;
 
+/* The plan: its fields are declared once, in qt_plan_fields.def (type, name, how plan.c
+ * writes it and how the plan hash covers it); the struct is that list in order. */
+#define QT_PLAN_DECL_I32(F) int32_t F
+#define QT_PLAN_DECL_I64(F) int64_t F
+#define QT_PLAN_DECL_I64L(F) int64_t F
+#define QT_PLAN_DECL_X8(F) uint8_t F
+#define QT_PLAN_DECL_U64X(F) uint64_t F
+#define QT_PLAN_DECL_STR(F) const char *F
+#define QT_PLAN_DECL_TEXT(F) const char *F
+#define QT_PLAN_DECL_ARENA(F) unsigned char *F
+#define QT_PLAN_DECL_MESH(F) int32_t F[QT_MESH_COUNT]
+#define QT_PLAN_DECL_LEVELS(F) int64_t F[QT_MAX_TREE_LEVELS]
+#define QT_PLAN_DECL_MODEL(F) qt_model_dims F
+#define QT_PLAN_DECL_TRAIN(F) qt_train_cfg F
+#define QT_PLAN_DECL_TENSORS(F) const qt_tensor *F
+#define QT_PLAN_DECL_PARAMS(F) const qt_param *F
+#define QT_PLAN_DECL_RANGES(F) const qt_flat_range *F
+#define QT_PLAN_DECL_OPS(F) const qt_op *F
+#define QT_PLAN_DECL_SCANS(F) const qt_scan *F
+#define QT_PLAN_DECL_COLLS(F) const qt_collective *F
+
 typedef struct qt_plan {
-    const char *run_name;
-    const char *generator_version;
-    const char *config_text;       /* the resolved config: "key=value\n" for every base.yml
-                                      key in base order (values as YAML flow text); for the
-                                      run manifest, not covered by the plan hash; may be NULL
-                                      in hand-built plans */
-    uint64_t hash;                 /* hash of the whole plan; checked at start-up */
-    int32_t n_ranks;               /* product of the mesh */
-    int32_t mesh[QT_MESH_COUNT];   /* size of each mesh axis */
-    int32_t shard_mode;            /* 0 auto, 1 explicit */
-    int32_t zero1;                 /* shard_optimizer_over_data */
-    qt_model_dims model;
-    qt_train_cfg train;
-
-    unsigned char *arena;          /* the static arena (linker section .qt_arena) */
-    int64_t arena_bytes;
-
-    int32_t n_tensors;
-    const qt_tensor *tensors;
-    int32_t n_params;
-    const qt_param *params;
-    int64_t n_param_elems;         /* total flat parameter elements */
-    int64_t n_flat;                /* n_param_elems padded so every group's blocks are equal
-                                      and 64-byte aligned; the flat regions hold n_flat floats */
-    uint8_t batch_mask;            /* mesh axes that split the global batch (data position) */
-    uint8_t opt_mask;              /* union of the ranges' optimizer axes (0: Adam replicated) */
-    int32_t n_ranges;              /* flat ranges by reduction pattern (and, with per-layer
-                                      reduction, by layer), covering [0, n_flat) in order */
-    const qt_flat_range *ranges;
-    int64_t adam_elems;            /* floats in each Adam region: the sum of this rank's blocks */
-    int64_t comm_scratch_offset;   /* bytes: scratch of the collectives (0 elems: none) */
-    int64_t comm_scratch_elems;
-    /* Checkpoint staging (multi-rank plans only; 0 elems on one rank): one parameter in its
-     * GLOBAL layout while checkpoint IO gathers it from, or scatters it to, the ranks
-     * (firmware/runtime/ckpt_gather.c). Bytes; floats = the largest parameter's global
-     * element count rounded up to 16, plus 16 for the gather's cover check. Used only
-     * between steps; disjoint from every other region. */
-    int64_t staging_offset;
-    int64_t staging_elems;
-    /* Flat regions, bytes, each n_param_elems floats, pairwise disjoint except that the
-     * gradient region IS the top tree level: grads_offset == tree_offset[n_tree_levels-1]
-     * (that level is filled by the step's last tree carry and the total is completed there
-     * in place). Layout: params | adam_m | adam_v | tree levels | leaf scratch | activations. */
-    int64_t params_offset, grads_offset, adam_m_offset, adam_v_offset;
-    int32_t n_tree_levels;         /* partial-sum regions: the leaf tree's, then the microbatch
-                                      tree's (n_mb_levels of them, the last = grads) */
-    int32_t n_mb_levels;           /* 0: one tree over all leaves of the step (one rank, no
-                                      batch axes); else the leaf tree holds one microbatch's
-                                      leaves, whose total is reduce-scattered over the batch
-                                      axes and pushed as leaf mb of the microbatch tree */
-    int64_t tree_offset[QT_MAX_TREE_LEVELS];  /* bytes; qt_tree_level_elems floats each:
-                                      the leaf tree's levels leaf_elems (parameter p at
-                                      leaf_offset); the microbatch tree's levels below its top
-                                      (index in [n_tree_levels - n_mb_levels,
-                                      n_tree_levels - 1)) and with grads_compact its top hold
-                                      only this rank's reduce block of each range (what the
-                                      reduce-scatter leaves it), mb_elems floats, range r at
-                                      ranges[r].mb_lo - so at scale they cost 1/|data| of a
-                                      parameter copy each; any other top level n_flat floats
-                                      addressed by flat index */
-    int64_t mb_elems;              /* floats of one compact microbatch-tree level */
-    int64_t leaf_elems;            /* floats of each leaf-tree level (the levels below the
-                                      microbatch tree's, or all levels on one rank): n_flat, or
-                                      with per-layer reduction the windows' extent */
-    int32_t grads_compact;         /* 1: the gradient region (the microbatch tree's top) is
-                                      compact too: only this rank's reduce blocks, mb_elems
-                                      floats (every range's optimizer group is its reduction
-                                      group, so no rank needs more of the gradient) */
-    int32_t params_compact;        /* 1: per-layer parameter gathers: the parameter region
-                                      holds only this rank's optimizer block of each range,
-                                      laid out as the Adam regions (adam_elems floats, range r
-                                      at ranges[r].adam_lo); PARAM_GATHER ops in mb_ops
-                                      rebuild a range's compute copy in a window before its
-                                      layer's forward and again before its backward, and the
-                                      parameter tensors point into those windows */
-    int32_t layer_reduce;          /* 1: per-layer reduction: the microbatch schedule itself
-                                      reduce-scatters each range's leaf-tree total right after
-                                      the range's last WGRAD (STEP ops inside mb_ops) */
-    int64_t leaf_scratch_offset;   /* bytes, room for the two largest params of one op */
-    int64_t leaf_scratch_elems;
-
-    int32_t tokens, targets;       /* tensor ids (I32, [micro_batch*seq_len]) */
-    int32_t loss_seq, lb_seq;      /* tensor ids (F32, [micro_batch]); lb_seq QT_NONE if off */
-
-    int32_t n_init_ops;            /* run once at start-up (rotary tables) */
-    const qt_op *init_ops;
-    int32_t n_mb_ops;              /* forward + backward of one microbatch, in order (stored
-                                      ops: scanned blocks once) */
-    const qt_op *mb_ops;
-    int32_t n_scans;               /* scan_layers: scanned blocks of mb_ops, in order, disjoint */
-    const qt_scan *scans;
-    int32_t n_mb_logical;          /* ops of the unrolled schedule (n_mb_ops without scans) */
-    int32_t n_mbend_ops;           /* after each microbatch (n_mb_levels > 0 and not
-                                      layer_reduce): the leaf trees' totals, their
-                                      reduce-scatter, the push into the microbatch tree */
-    const qt_op *mbend_ops;
-    int32_t n_step_ops;            /* once per step after the last microbatch: gradient */
-    const qt_op *step_ops;         /* finalisation, (collectives,) optimizer update */
-
-    int32_t n_collectives;         /* 0 on a one-rank mesh */
-    const qt_collective *collectives;
+#define QT_PLAN_FIELD(KIND, F, N, HASH, HWHEN, EWHEN, CG) QT_PLAN_DECL_##KIND(F);
+#include "qt_plan_fields.def"
+#undef QT_PLAN_FIELD
 } qt_plan;
+
+/* QT_PLAN_N_HASHED fields are hashed; their HASH places are exactly 0 .. QT_PLAN_N_HASHED-1:
+ * none is at or above n (QT_PLAN_HASH_OVER) and they sum to n(n-1)/2 (QT_PLAN_HASH_SUM),
+ * which distinct non-negative places do only as 0 .. n-1 (distinct: the case labels of
+ * qt_plan_hash's switch). */
+enum {
+    QT_PLAN_N_HASHED = 0
+#define QT_PLAN_FIELD(KIND, F, N, HASH, HWHEN, EWHEN, CG) + ((HASH) >= 0)
+#include "qt_plan_fields.def"
+#undef QT_PLAN_FIELD
+};
+enum {
+    QT_PLAN_HASH_OVER = 0
+#define QT_PLAN_FIELD(KIND, F, N, HASH, HWHEN, EWHEN, CG) + ((HASH) >= QT_PLAN_N_HASHED)
+#include "qt_plan_fields.def"
+#undef QT_PLAN_FIELD
+    ,
+    QT_PLAN_HASH_SUM = 0
+#define QT_PLAN_FIELD(KIND, F, N, HASH, HWHEN, EWHEN, CG) + ((HASH) >= 0 ? (HASH) : 0)
+#include "qt_plan_fields.def"
+#undef QT_PLAN_FIELD
+};
+#ifdef __cplusplus
+static_assert(QT_PLAN_HASH_OVER == 0 &&
+              QT_PLAN_HASH_SUM == QT_PLAN_N_HASHED * (QT_PLAN_N_HASHED - 1) / 2,
+              "qt_plan_fields.def: the HASH places are not 0 .. n-1 each once");
+#else
+_Static_assert(QT_PLAN_HASH_OVER == 0 &&
+               QT_PLAN_HASH_SUM == QT_PLAN_N_HASHED * (QT_PLAN_N_HASHED - 1) / 2,
+               "qt_plan_fields.def: the HASH places are not 0 .. n-1 each once");
+#endif
 
 /* 1 if tree level l of a plan with these level counts is a compact microbatch-tree level
  * (this rank's reduce blocks only, mb_elems floats; see tree_offset): the microbatch

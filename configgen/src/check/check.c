@@ -24,77 +24,167 @@ static int need(const qt_cg_graph *g, const qt_op *o, int i, const char *which, 
                       g->ts[id].t.name, (long long)have, at_least ? ">= " : "", (long long)want);
 }
 
-/* Attribute/shape agreement for the kinds whose sizes are plain products (qt_ops.h). */
+/* The expert FFN's scratch rule (qt_ops.def EXPERT_FFN_FWD: the larger of the all-rows and
+ * the one-sequence layouts), shared by its forward, backward and weight gradient. */
+static int64_t ffn_scratch(int64_t S, int64_t T, int64_t k, int64_t d, int64_t f)
+{
+    int64_t scr = T * k * (d + f);
+    return S * (d + 3 * f) > scr ? S * (d + 3 * f) : scr;
+}
+
+/* Attribute/shape agreement for the kinds whose sizes are plain products (qt_ops.h). Each
+ * case binds QT_CG_SZ_KIND to its kind, so NEED / ATLEAST name a slot and A an attribute of
+ * that kind's row in qt_ops.def. */
+#define QT_CG_SZ_T_(k, s) QT_T_##k##_##s
+#define QT_CG_SZ_T(k, s) QT_CG_SZ_T_(k, s)
+#define QT_CG_SZ_A_(k, x) QT_A_##k##_##x
+#define QT_CG_SZ_A(k, x) QT_CG_SZ_A_(k, x)
+#define A(x) (o->a[QT_CG_SZ_A(QT_CG_SZ_KIND, x)])
+#define CHECK_(slot, n, at_least)                                                          \
+    do {                                                                                   \
+        int64_t want_ = (n);                                                               \
+        int slot_ = QT_CG_SZ_T(QT_CG_SZ_KIND, slot);                                       \
+        if (need(g, o, i, which, slot_, want_, at_least, err, errlen)) return -1;          \
+    } while (0)
+#define NEED(slot, n) CHECK_(slot, n, 0)
+#define ATLEAST(slot, n) CHECK_(slot, n, 1)
+
+/* The elementwise, matmul, norm, embedding and loss kinds. */
+static int sizes_basic(const qt_cg_graph *g, const qt_op *o, int i, const char *which,
+                       char *err, size_t errlen)
+{
+    switch (o->kind) {
+#define QT_CG_SZ_KIND ZERO
+    case QT_OP_ZERO: NEED(x, A(n)); break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND ACC
+    case QT_OP_ACC: NEED(dst, A(n)); NEED(src, A(n)); break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND ADD
+    case QT_OP_ADD: NEED(y, A(n)); NEED(a, A(n)); NEED(b, A(n)); break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND MATMUL_FWD
+    case QT_OP_MATMUL_FWD:
+        NEED(y, A(M) * A(N)); NEED(x, A(M) * A(K)); NEED(w, A(N) * A(K));
+        break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND MATMUL_BWD_DATA
+    case QT_OP_MATMUL_BWD_DATA:
+        NEED(dx, A(M) * A(K)); NEED(dy, A(M) * A(N)); NEED(w, A(N) * A(K));
+        break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND MATMUL_WGRAD
+    case QT_OP_MATMUL_WGRAD:
+        NEED(dy, A(M) * A(N)); NEED(x, A(M) * A(K)); NEED(w, A(N) * A(K));
+        break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND RMSNORM_FWD
+    case QT_OP_RMSNORM_FWD:
+        NEED(rstd, A(R)); NEED(w, A(n));
+        ATLEAST(y, (A(R) - 1) * A(ys) + A(n)); ATLEAST(x, (A(R) - 1) * A(xs) + A(n));
+        break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND EMBED_FWD
+    case QT_OP_EMBED_FWD:
+        NEED(x, A(T) * A(d)); NEED(tokens, A(T)); NEED(w, A(V) * A(d));
+        break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND XENT
+    case QT_OP_XENT:
+        NEED(loss_seq, A(b)); NEED(dlogits, A(b) * A(S) * A(V));
+        NEED(logits, A(b) * A(S) * A(V)); NEED(targets, A(b) * A(S));
+        break;
+#undef QT_CG_SZ_KIND
+    default: break;
+    }
+    return 0;
+}
+
+/* The attention, MoE, expert FFN and GDN kinds. */
+static int sizes_blocks(const qt_cg_graph *g, const qt_op *o, int i, const char *which,
+                        char *err, size_t errlen)
+{
+    const int64_t S = g->s->tr.seq_len;
+    switch (o->kind) {
+#define QT_CG_SZ_KIND ATTN_FWD
+    case QT_OP_ATTN_FWD:
+        NEED(o, A(b) * A(S) * A(Hq) * A(hd)); NEED(lse, A(b) * A(Hq) * A(S));
+        NEED(q, A(b) * A(S) * A(Hq) * A(hd)); NEED(k, A(b) * A(S) * A(Hkv) * A(hd));
+        NEED(v, A(b) * A(S) * A(Hkv) * A(hd)); ATLEAST(scratch, A(S));
+        break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND MOE_ROUTE_FWD
+    case QT_OP_MOE_ROUTE_FWD:
+        NEED(idx, A(T) * A(k)); NEED(p, A(T) * A(k)); NEED(logits, A(T) * A(E));
+        break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND EXPERT_FFN_FWD
+    case QT_OP_EXPERT_FFN_FWD:
+        NEED(y, A(T) * A(k) * A(d)); NEED(gu, A(T) * A(k) * 2 * A(f)); NEED(x, A(T) * A(d));
+        NEED(idx, A(T) * A(k)); NEED(w_gu, A(E) * 2 * A(f) * A(d));
+        NEED(w_down, A(E) * A(d) * A(f));
+        ATLEAST(scratch, ffn_scratch(S, A(T), A(k), A(d), A(f)));
+        break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND MOE_COMBINE_FWD
+    case QT_OP_MOE_COMBINE_FWD:
+        NEED(out, A(T) * A(d)); NEED(p, A(T) * A(k)); NEED(y, A(T) * A(k) * A(d));
+        break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND GDN_CORE_BWD
+    case QT_OP_GDN_CORE_BWD:
+        ATLEAST(scratch, A(algo) ? QT_GDN_CHUNK_BWD_SCRATCH(QT_GDN_CHUNK_ROWS(A(chunk), A(S)),
+                                                            A(Dk), A(Dv))
+                                 : QT_GDN_CORE_SCRATCH(A(chunk), A(Dk), A(Dv)));
+        break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND ATTN_BWD
+    case QT_OP_ATTN_BWD:
+        NEED(dq, A(b) * A(S) * A(Hq) * A(hd)); NEED(dk, A(b) * A(S) * A(Hkv) * A(hd));
+        NEED(dv, A(b) * A(S) * A(Hkv) * A(hd)); NEED(dout, A(b) * A(S) * A(Hq) * A(hd));
+        NEED(lse, A(b) * A(Hq) * A(S)); ATLEAST(scratch, QT_ATTN_BWD_SCRATCH(A(S)));
+        break;
+#undef QT_CG_SZ_KIND
+    /* the forward's scratch rule, and d(gu) shaped like gu when it is planned */
+#define QT_CG_SZ_KIND EXPERT_FFN_BWD
+    case QT_OP_EXPERT_FFN_BWD:
+        ATLEAST(scratch, ffn_scratch(S, A(T), A(k), A(d), A(f)));
+        NEED(dgu, A(T) * A(k) * 2 * A(f));
+        break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND EXPERT_FFN_WGRAD
+    case QT_OP_EXPERT_FFN_WGRAD:
+        ATLEAST(scratch, ffn_scratch(S, A(T), A(k), A(d), A(f)));
+        NEED(dgu, A(T) * A(k) * 2 * A(f));
+        break;
+#undef QT_CG_SZ_KIND
+#define QT_CG_SZ_KIND GDN_CORE_FWD
+    case QT_OP_GDN_CORE_FWD: {
+        int64_t nch = (A(S) + A(chunk) - 1) / A(chunk);
+        if (A(algo))
+            ATLEAST(scratch, QT_GDN_CHUNK_FWD_SCRATCH(QT_GDN_CHUNK_ROWS(A(chunk), A(S)), A(Dk),
+                                                      A(Dv)));
+        NEED(o, A(b) * A(S) * A(Hv) * A(Dv)); NEED(states, A(b) * A(Hv) * nch * A(Dk) * A(Dv));
+        NEED(rq, A(b) * A(S) * A(Hk)); NEED(rk, A(b) * A(S) * A(Hk));
+        NEED(c, A(b) * A(S) * (2 * A(Hk) * A(Dk) + A(Hv) * A(Dv)));
+        NEED(g, A(b) * A(S) * A(Hv)); NEED(beta, A(b) * A(S) * A(Hv));
+        break;
+    }
+#undef QT_CG_SZ_KIND
+    default: break;
+    }
+    return 0;
+}
+#undef A
+#undef CHECK_
+#undef NEED
+#undef ATLEAST
+
 static int check_sizes(const qt_cg_graph *g, const qt_op *o, int i, const char *which,
                        char *err, size_t errlen)
 {
-    const int64_t *a = o->a;
-#define NEED(slot, n) do { if (need(g, o, i, which, slot, n, 0, err, errlen)) return -1; } while (0)
-#define ATLEAST(slot, n) do { if (need(g, o, i, which, slot, n, 1, err, errlen)) return -1; } while (0)
-    switch (o->kind) {
-    case QT_OP_ZERO: case QT_OP_ACC:
-        NEED(0, a[0]);
-        if (o->kind == QT_OP_ACC) NEED(1, a[0]);
-        break;
-    case QT_OP_ADD: NEED(0, a[0]); NEED(1, a[0]); NEED(2, a[0]); break;
-    case QT_OP_MATMUL_FWD: NEED(0, a[0] * a[1]); NEED(1, a[0] * a[2]); NEED(2, a[1] * a[2]); break;
-    case QT_OP_MATMUL_BWD_DATA: NEED(0, a[0] * a[2]); NEED(1, a[0] * a[1]); NEED(2, a[1] * a[2]); break;
-    case QT_OP_MATMUL_WGRAD: NEED(0, a[0] * a[1]); NEED(1, a[0] * a[2]); NEED(2, a[1] * a[2]); break;
-    case QT_OP_RMSNORM_FWD:
-        NEED(1, a[0]); NEED(3, a[1]);
-        ATLEAST(0, (a[0] - 1) * a[3] + a[1]); ATLEAST(2, (a[0] - 1) * a[2] + a[1]);
-        break;
-    case QT_OP_EMBED_FWD: NEED(0, a[0] * a[1]); NEED(1, a[0]); NEED(2, a[2] * a[1]); break;
-    case QT_OP_XENT: NEED(0, a[0]); NEED(1, a[0] * a[1] * a[2]); NEED(2, a[0] * a[1] * a[2]); NEED(3, a[0] * a[1]); break;
-    case QT_OP_ATTN_FWD:
-        NEED(0, a[0] * a[1] * a[2] * a[4]); NEED(1, a[0] * a[2] * a[1]);
-        NEED(2, a[0] * a[1] * a[2] * a[4]); NEED(3, a[0] * a[1] * a[3] * a[4]);
-        NEED(4, a[0] * a[1] * a[3] * a[4]); ATLEAST(5, a[1]);
-        break;
-    case QT_OP_MOE_ROUTE_FWD: NEED(0, a[0] * a[2]); NEED(1, a[0] * a[2]); NEED(3, a[0] * a[1]); break;
-    case QT_OP_EXPERT_FFN_FWD: {
-        int64_t S = g->s->tr.seq_len, scr = a[0] * a[1] * (a[3] + a[4]);
-        if (S * (a[3] + 3 * a[4]) > scr) scr = S * (a[3] + 3 * a[4]);
-        NEED(0, a[0] * a[1] * a[3]); NEED(1, a[0] * a[1] * 2 * a[4]); NEED(2, a[0] * a[3]);
-        NEED(3, a[0] * a[1]); NEED(4, a[2] * 2 * a[4] * a[3]); NEED(5, a[2] * a[3] * a[4]);
-        ATLEAST(6, scr);
-        break;
-    }
-    case QT_OP_MOE_COMBINE_FWD: NEED(0, a[0] * a[2]); NEED(1, a[0] * a[1]); NEED(2, a[0] * a[1] * a[2]); break;
-    case QT_OP_GDN_CORE_BWD: {
-        int64_t C = QT_GDN_CHUNK_ROWS(a[6], a[1]);
-        ATLEAST(10, a[7] ? QT_GDN_CHUNK_BWD_SCRATCH(C, a[3], a[5])
-                         : QT_GDN_CORE_SCRATCH(a[6], a[3], a[5]));
-        break;
-    }
-    case QT_OP_ATTN_BWD:
-        NEED(0, a[0] * a[1] * a[2] * a[4]); NEED(1, a[0] * a[1] * a[3] * a[4]);
-        NEED(2, a[0] * a[1] * a[3] * a[4]); NEED(3, a[0] * a[1] * a[2] * a[4]);
-        NEED(8, a[0] * a[2] * a[1]); ATLEAST(9, QT_ATTN_BWD_SCRATCH(a[1]));
-        break;
-    case QT_OP_EXPERT_FFN_BWD: case QT_OP_EXPERT_FFN_WGRAD: {
-        /* the forward's scratch rule, and d(gu) shaped like gu when it is planned */
-        int64_t S = g->s->tr.seq_len, scr = a[0] * a[1] * (a[3] + a[4]);
-        if (S * (a[3] + 3 * a[4]) > scr) scr = S * (a[3] + 3 * a[4]);
-        int bwd = o->kind == QT_OP_EXPERT_FFN_BWD;
-        ATLEAST(bwd ? 7 : 6, scr);
-        NEED(bwd ? 8 : 7, a[0] * a[1] * 2 * a[4]);
-        break;
-    }
-    case QT_OP_GDN_CORE_FWD: {
-        int64_t nch = (a[1] + a[6] - 1) / a[6];
-        if (a[7]) ATLEAST(7, QT_GDN_CHUNK_FWD_SCRATCH(QT_GDN_CHUNK_ROWS(a[6], a[1]), a[3], a[5]));
-        NEED(0, a[0] * a[1] * a[4] * a[5]); NEED(1, a[0] * a[4] * nch * a[3] * a[5]);
-        NEED(2, a[0] * a[1] * a[2]); NEED(3, a[0] * a[1] * a[2]);
-        NEED(4, a[0] * a[1] * (2 * a[2] * a[3] + a[4] * a[5]));
-        NEED(5, a[0] * a[1] * a[4]); NEED(6, a[0] * a[1] * a[4]);
-        break;
-    }
-    default: break;
-    }
-#undef NEED
-#undef ATLEAST
-    return 0;
+    return sizes_basic(g, o, i, which, err, errlen) || sizes_blocks(g, o, i, which, err, errlen)
+               ? -1 : 0;
 }
 
 static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *which,
@@ -145,17 +235,18 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
                               qt_cg_op_name(o->kind));
         if (!wk) continue;
         for (int k = 0; k < 2; k++) {
-            int64_t p = o->a[8 + k];
+            int64_t p = o->a[QT_A_WGRAD_PARAM + k];
             if (k == 1 && pslot[1] == QT_NONE) {
                 if (p != -1)
-                    return qt_cg_fail(err, errlen, "%s op %d: a9 must be -1", which, i);
+                    return qt_cg_fail(err, errlen, "%s op %d: a%d must be -1", which, i,
+                                      QT_A_WGRAD_PARAM + 1);
                 continue;
             }
             /* the slot holds the parameter's tensor, or its backward gather clone */
             if (p < 0 || p >= g->np || pslot[k] < 0 || g->ts[pslot[k]].param != p)
                 return qt_cg_fail(err, errlen, "%s op %d (%s): a%d=%lld does not name the "
                                   "parameter in its slot", which, i, qt_cg_op_name(o->kind),
-                                  8 + k, (long long)p);
+                                  QT_A_WGRAD_PARAM + k, (long long)p);
             wgrad_count[p]++;
         }
     }

@@ -1,8 +1,9 @@
 /* emit/emit.c - emission of plan.h, plan.c and plan_main.c.
  *
  * Output is a pure function of the plan (no dates, pointers or host state), so running
- * configgen twice gives byte-identical files. plan.c fills every qt_plan field; tensor
- * and op tables are written positionally in the field order of qt_plan.h with a comment
+ * configgen twice gives byte-identical files. plan.c's qt_plan initializer names each field
+ * of qt_plan_fields.def whose EWHEN holds, in its order, from the graph's plan view
+ * (emit/hash.c); the tables are written positionally in the field order of qt_plan.h with a comment
  * naming each row, floats as round-trip decimal literals, and unused t[] slots as QT_NONE.
  */
 #include <ctype.h>
@@ -101,17 +102,8 @@ static void emit_config_text(const qt_cg_config *cfg, const qt_cg_settings *s, q
     qt_cg_buf_printf(b, "    \"\";\n\n");
 }
 
-void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char *banner,
-                       qt_cg_buf *b)
+static void emit_tensors(qt_cg_buf *b, const qt_cg_graph *g, const char *c)
 {
-    const qt_cg_settings *s = g->s;
-    const char *c = s->cname;
-    char f[12][48];
-    qt_cg_buf_printf(b, "/* plan.c - %s */\n", banner);
-    qt_cg_buf_printf(b, "#include \"plan.h\"\n#include \"qt_ops.h\"\n\n");
-    qt_cg_buf_printf(b, "__attribute__((section(\".bss.qt_arena\"), aligned(%u))) "
-                     "static unsigned char qt_arena_%s[%lld];\n\n", QT_ARENA_ALIGN, c,
-                     (long long)g->arena_bytes);
     qt_cg_buf_printf(b, "static const qt_tensor qt_tensors_%s[%d] = {\n", c, g->nt);
     for (int i = 0; i < g->nt; i++) {
         const qt_tensor *t = &g->ts[i].t;
@@ -128,6 +120,11 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
                          (long long)t->seg[1], (long long)t->seg[2], (int)t->seg_dim);
     }
     qt_cg_buf_printf(b, "};\n\n");
+}
+
+static void emit_params(qt_cg_buf *b, const qt_cg_graph *g, const char *c)
+{
+    char f[3][48];
     qt_cg_buf_printf(b, "static const qt_param qt_params_%s[%d] = {\n", c, g->np);
     for (int i = 0; i < g->np; i++) {
         const qt_param *p = &g->ps[i];
@@ -138,32 +135,35 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
                          (long long)p->leaves, (long long)p->leaf_offset);
     }
     qt_cg_buf_printf(b, "};\n\n");
-    emit_ops(b, g, "init_ops", g->init, g->ninit);
-    emit_ops(b, g, "mb_ops", g->mbc ? g->mbc : g->mb, g->mbc ? g->nmbc : g->nmb);
-    if (g->n_scans) {
-        for (int k = 0; k < g->n_scans; k++) {
-            qt_cg_buf_printf(b, "static const qt_op_stride qt_scan_stride_%s_%d[%d] = {\n", c, k,
-                             g->scans[k].n);
-            for (int j = 0; j < g->scans[k].n; j++) {
-                const qt_op_stride *st = &g->scan_stride[k][j];
-                qt_cg_buf_printf(b, "    {{");
-                for (int i = 0; i < QT_OP_MAX_T; i++)
-                    qt_cg_buf_printf(b, "%s%d", i ? ", " : "", (int)st->t[i]);
-                qt_cg_buf_printf(b, "}, {");
-                for (int i = 0; i < QT_OP_MAX_A; i++)
-                    qt_cg_buf_printf(b, "%s%lldll", i ? ", " : "", (long long)st->a[i]);
-                qt_cg_buf_printf(b, "}},\n");
-            }
-            qt_cg_buf_printf(b, "};\n\n");
+}
+
+/* scan_layers: each scanned block's strides, then the scan table. */
+static void emit_scans(qt_cg_buf *b, const qt_cg_graph *g, const char *c)
+{
+    for (int k = 0; k < g->n_scans; k++) {
+        qt_cg_buf_printf(b, "static const qt_op_stride qt_scan_stride_%s_%d[%d] = {\n", c, k,
+                         g->scans[k].n);
+        for (int j = 0; j < g->scans[k].n; j++) {
+            const qt_op_stride *st = &g->scan_stride[k][j];
+            qt_cg_buf_printf(b, "    {{");
+            for (int i = 0; i < QT_OP_MAX_T; i++)
+                qt_cg_buf_printf(b, "%s%d", i ? ", " : "", (int)st->t[i]);
+            qt_cg_buf_printf(b, "}, {");
+            for (int i = 0; i < QT_OP_MAX_A; i++)
+                qt_cg_buf_printf(b, "%s%lldll", i ? ", " : "", (long long)st->a[i]);
+            qt_cg_buf_printf(b, "}},\n");
         }
-        qt_cg_buf_printf(b, "static const qt_scan qt_scans_%s[%d] = {\n", c, g->n_scans);
-        for (int k = 0; k < g->n_scans; k++)
-            qt_cg_buf_printf(b, "    {%d, %d, %d, qt_scan_stride_%s_%d},\n", g->scans[k].lo,
-                             g->scans[k].n, g->scans[k].count, c, k);
         qt_cg_buf_printf(b, "};\n\n");
     }
-    emit_ops(b, g, "step_ops", g->step, g->nstep);
-    if (g->nmbend) emit_ops(b, g, "mbend_ops", g->mbend, g->nmbend);
+    qt_cg_buf_printf(b, "static const qt_scan qt_scans_%s[%d] = {\n", c, g->n_scans);
+    for (int k = 0; k < g->n_scans; k++)
+        qt_cg_buf_printf(b, "    {%d, %d, %d, qt_scan_stride_%s_%d},\n", g->scans[k].lo,
+                         g->scans[k].n, g->scans[k].count, c, k);
+    qt_cg_buf_printf(b, "};\n\n");
+}
+
+static void emit_ranges(qt_cg_buf *b, const qt_cg_graph *g, const char *c)
+{
     qt_cg_buf_printf(b, "static const qt_flat_range qt_ranges_%s[%d] = {\n", c, g->n_ranges);
     for (int i = 0; i < g->n_ranges; i++) {
         const qt_flat_range *r = &g->ranges[i];
@@ -173,30 +173,25 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
                          (long long)r->mb_lo, (long long)r->leaf_lo);
     }
     qt_cg_buf_printf(b, "};\n\n");
-    if (g->ncoll) {
-        qt_cg_buf_printf(b, "static const qt_collective qt_collectives_%s[%d] = {\n", c, g->ncoll);
-        for (int i = 0; i < g->ncoll; i++) {
-            const qt_collective *k = &g->coll[i];
-            qt_cg_buf_printf(b, "    /* %d */ {\"%s\", %s, 0x%x, %lldll, %lldll},\n", i, k->name,
-                             qt_coll_kind(k->kind)->enum_name, (unsigned)k->mask, (long long)k->offset,
-                             (long long)k->bytes);
-        }
-        qt_cg_buf_printf(b, "};\n\n");
-    }
+}
 
-    emit_config_text(cfg, s, b);
-    const qt_model_dims *m = &s->m;
-    const qt_train_cfg *t = &s->tr;
-    qt_cg_buf_printf(b, "const qt_plan qt_plan_%s = {\n", c);
-    qt_cg_buf_printf(b, "    .run_name = \"%s\",\n    .generator_version = \"%s\",\n", s->run_name,
-                     QT_CG_VERSION);
-    qt_cg_buf_printf(b, "    .config_text = qt_config_text_%s,\n", c);
-    qt_cg_buf_printf(b, "    .hash = 0x%016llxull,\n    .n_ranks = %d,\n",
-                     (unsigned long long)g->hash, s->n_ranks);
-    qt_cg_buf_printf(b, "    .mesh = {%d, %d, %d, %d, %d}, /* data fsdp tensor expert context */\n",
-                     s->mesh[0], s->mesh[1], s->mesh[2], s->mesh[3], s->mesh[4]);
-    qt_cg_buf_printf(b, "    .shard_mode = %d,\n    .zero1 = %d,\n", s->shard_mode, s->zero1);
-    qt_cg_buf_printf(b, "    .model = {.decoder_block = %d, .d = %lld, .n_layers = %lld, "
+static void emit_collectives(qt_cg_buf *b, const qt_cg_graph *g, const char *c)
+{
+    qt_cg_buf_printf(b, "static const qt_collective qt_collectives_%s[%d] = {\n", c, g->ncoll);
+    for (int i = 0; i < g->ncoll; i++) {
+        const qt_collective *k = &g->coll[i];
+        qt_cg_buf_printf(b, "    /* %d */ {\"%s\", %s, 0x%x, %lldll, %lldll},\n", i, k->name,
+                         qt_coll_kind(k->kind)->enum_name, (unsigned)k->mask, (long long)k->offset,
+                         (long long)k->bytes);
+    }
+    qt_cg_buf_printf(b, "};\n\n");
+}
+
+/* The value of qt_plan.model (after ".model = "), its line ending included. */
+static void emit_model(qt_cg_buf *b, const qt_model_dims *m)
+{
+    char f[2][48];
+    qt_cg_buf_printf(b, "{.decoder_block = %d, .d = %lld, .n_layers = %lld, "
                      ".vocab = %lld, .cycle = %lld,\n              .n_q_heads = %lld, "
                      ".n_kv_heads = %lld, .head_dim = %lld, .rotary_dim = %lld,\n"
                      "              .gdn_k_heads = %lld, .gdn_v_heads = %lld, .gdn_k_dim = %lld, "
@@ -211,65 +206,94 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
                      (long long)m->gdn_chunk, (long long)m->n_experts, (long long)m->top_k,
                      (long long)m->moe_dim, (long long)m->shared_dim, flit(f[0], m->norm_eps),
                      flit(f[1], m->rope_theta));
-    qt_cg_buf_printf(b, "    .train = {.micro_batch = %lld, .seq_len = %lld, .grad_accum = %lld, "
+}
+
+/* The value of qt_plan.train (after ".train = "), its line ending included. */
+static void emit_train(qt_cg_buf *b, const qt_train_cfg *t)
+{
+    char f[9][48];
+    qt_cg_buf_printf(b, "{.micro_batch = %lld, .seq_len = %lld, .grad_accum = %lld, "
                      ".global_batch = %lld,\n              .steps = %lld, .schedule_steps = "
                      "%lld, .lr = %s, .adam_b1 = %s, .adam_b2 = %s,\n              .adam_eps = "
                      "%s, .weight_decay = %s, .clip = %s, .warmup_frac = %s,\n"
                      "              .final_frac = %s, .lb_weight = %s},\n",
                      (long long)t->micro_batch, (long long)t->seq_len, (long long)t->grad_accum,
                      (long long)t->global_batch, (long long)t->steps,
-                     (long long)t->schedule_steps, flit(f[2], t->lr), flit(f[3], t->adam_b1),
-                     flit(f[4], t->adam_b2), flit(f[5], t->adam_eps), flit(f[6], t->weight_decay),
-                     flit(f[7], t->clip), flit(f[8], t->warmup_frac), flit(f[9], t->final_frac),
-                     flit(f[10], t->lb_weight));
-    qt_cg_buf_printf(b, "    .arena = qt_arena_%s,\n    .arena_bytes = %lldll,\n", c,
+                     (long long)t->schedule_steps, flit(f[0], t->lr), flit(f[1], t->adam_b1),
+                     flit(f[2], t->adam_b2), flit(f[3], t->adam_eps), flit(f[4], t->weight_decay),
+                     flit(f[5], t->clip), flit(f[6], t->warmup_frac), flit(f[7], t->final_frac),
+                     flit(f[8], t->lb_weight));
+}
+
+/* How plan.c writes a field of each KIND of qt_plan_fields.def (the value after
+ * "    .<name> = " and the line's end): F the field, N its row count member, c the run's
+ * C name; tables and symbols are named qt_<field>_<run>. */
+#define QT_CG_E_I32(F, N) qt_cg_buf_printf(b, "%d,\n", (int)p->F)
+#define QT_CG_E_I64(F, N) qt_cg_buf_printf(b, "%lldll,\n", (long long)p->F)
+#define QT_CG_E_I64L QT_CG_E_I64
+#define QT_CG_E_X8(F, N) qt_cg_buf_printf(b, "0x%x,\n", (unsigned)p->F)
+#define QT_CG_E_U64X(F, N) qt_cg_buf_printf(b, "0x%016llxull,\n", (unsigned long long)p->F)
+#define QT_CG_E_STR(F, N) qt_cg_buf_printf(b, "\"%s\",\n", p->F)
+#define QT_CG_E_SYM(F, N) qt_cg_buf_printf(b, "qt_%s_%s,\n", #F, c)
+#define QT_CG_E_TEXT QT_CG_E_SYM
+#define QT_CG_E_ARENA QT_CG_E_SYM
+#define QT_CG_E_TENSORS QT_CG_E_SYM
+#define QT_CG_E_PARAMS QT_CG_E_SYM
+#define QT_CG_E_RANGES QT_CG_E_SYM
+#define QT_CG_E_OPS QT_CG_E_SYM
+#define QT_CG_E_SCANS QT_CG_E_SYM
+#define QT_CG_E_COLLS(F, N)                                                                \
+    if (p->N) QT_CG_E_SYM(F, N);                                                           \
+    else qt_cg_buf_printf(b, "0,\n")
+#define QT_CG_E_MODEL(F, N) emit_model(b, &p->F)
+#define QT_CG_E_TRAIN(F, N) emit_train(b, &p->F)
+#define QT_CG_E_MESH(F, N)                                                                 \
+    for (int i = 0; i < QT_MESH_COUNT; i++)                                                \
+        qt_cg_buf_printf(b, "%s%d", i ? ", " : "{", (int)p->F[i]);                         \
+    qt_cg_buf_printf(b, "}, /* data fsdp tensor expert context */\n")
+#define QT_CG_E_LEVELS(F, N)                                                               \
+    for (int i = 0; i < QT_MAX_TREE_LEVELS; i++)                                           \
+        qt_cg_buf_printf(b, "%s%lldll", i ? ", " : "{", (long long)p->F[i]);               \
+    qt_cg_buf_printf(b, "},\n")
+
+/* const qt_plan qt_plan_<run>: every field of qt_plan_fields.def whose EWHEN holds, in
+ * order, by designated initializer. */
+static void emit_plan_struct(qt_cg_buf *b, const qt_plan *p, const char *c)
+{
+    qt_cg_buf_printf(b, "const qt_plan qt_plan_%s = {\n", c);
+#define QT_PLAN_FIELD(KIND, F, N, HASH, HWHEN, EWHEN, CG)                                  \
+    if (EWHEN) {                                                                           \
+        qt_cg_buf_printf(b, "    .%s = ", #F);                                             \
+        QT_CG_E_##KIND(F, N);                                                              \
+    }
+#include "qt_plan_fields.def"
+#undef QT_PLAN_FIELD
+    qt_cg_buf_printf(b, "};\n");
+}
+
+void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char *banner,
+                       qt_cg_buf *b)
+{
+    const char *c = g->s->cname;
+    qt_cg_buf_printf(b, "/* plan.c - %s */\n", banner);
+    qt_cg_buf_printf(b, "#include \"plan.h\"\n#include \"qt_ops.h\"\n\n");
+    qt_cg_buf_printf(b, "__attribute__((section(\".bss.qt_arena\"), aligned(%u))) "
+                     "static unsigned char qt_arena_%s[%lld];\n\n", QT_ARENA_ALIGN, c,
                      (long long)g->arena_bytes);
-    qt_cg_buf_printf(b, "    .n_tensors = %d,\n    .tensors = qt_tensors_%s,\n", g->nt, c);
-    qt_cg_buf_printf(b, "    .n_params = %d,\n    .params = qt_params_%s,\n", g->np, c);
-    qt_cg_buf_printf(b, "    .n_flat = %lldll,\n    .batch_mask = 0x%x,\n    .opt_mask = 0x%x,\n"
-                     "    .adam_elems = %lldll,\n    .comm_scratch_offset = %lldll,\n"
-                     "    .comm_scratch_elems = %lldll,\n", (long long)g->n_flat,
-                     (unsigned)s->batch_mask, (unsigned)s->opt_mask, (long long)g->adam_elems,
-                     (long long)g->comm_scratch_offset, (long long)g->comm_scratch_elems);
-    if (g->staging_elems) /* multi-rank only: one-rank plan.c files stay as they were */
-        qt_cg_buf_printf(b, "    .staging_offset = %lldll,\n    .staging_elems = %lldll,\n",
-                         (long long)g->staging_offset, (long long)g->staging_elems);
-    qt_cg_buf_printf(b, "    .n_ranges = %d,\n    .ranges = qt_ranges_%s,\n", g->n_ranges, c);
-    qt_cg_buf_printf(b, "    .n_param_elems = %lldll,\n    .params_offset = %lldll,\n"
-                     "    .grads_offset = %lldll,\n    .adam_m_offset = %lldll,\n"
-                     "    .adam_v_offset = %lldll,\n    .n_tree_levels = %d,\n    .tree_offset = {",
-                     (long long)g->n_param_elems, (long long)g->params_offset,
-                     (long long)g->grads_offset, (long long)g->adam_m_offset,
-                     (long long)g->adam_v_offset, g->n_tree_levels);
-    for (int i = 0; i < QT_MAX_TREE_LEVELS; i++)
-        qt_cg_buf_printf(b, "%s%lldll", i ? ", " : "", (long long)g->tree_offset[i]);
-    qt_cg_buf_printf(b, "},\n    .mb_elems = %lldll,\n    .leaf_elems = %lldll,\n",
-                     (long long)g->mb_elems, (long long)g->leaf_elems);
-    if (g->grads_compact || g->layer_reduce)
-        qt_cg_buf_printf(b, "    .grads_compact = %d,\n    .layer_reduce = %d,\n", g->grads_compact,
-                         g->layer_reduce);
-    if (g->params_compact) qt_cg_buf_printf(b, "    .params_compact = 1,\n");
-    qt_cg_buf_printf(b, "    .leaf_scratch_offset = %lldll,\n    .leaf_scratch_elems = %lldll,\n",
-                     (long long)g->leaf_scratch_offset, (long long)g->leaf_scratch_elems);
-    qt_cg_buf_printf(b, "    .tokens = %d,\n    .targets = %d,\n    .loss_seq = %d,\n"
-                     "    .lb_seq = %d,\n", g->tokens, g->targets, g->loss_seq, g->lb_seq);
-    qt_cg_buf_printf(b, "    .n_init_ops = %d,\n    .init_ops = qt_init_ops_%s,\n", g->ninit, c);
-    qt_cg_buf_printf(b, "    .n_mb_ops = %d,\n    .mb_ops = qt_mb_ops_%s,\n",
-                     g->mbc ? g->nmbc : g->nmb, c);
-    if (g->n_scans)
-        qt_cg_buf_printf(b, "    .n_scans = %d,\n    .scans = qt_scans_%s,\n    .n_mb_logical = %d,\n",
-                         g->n_scans, c, g->nmb);
-    if (g->nmbend)
-        qt_cg_buf_printf(b, "    .n_mb_levels = %d,\n    .n_mbend_ops = %d,\n"
-                         "    .mbend_ops = qt_mbend_ops_%s,\n", g->n_mb_levels, g->nmbend, c);
-    else if (g->n_mb_levels)
-        qt_cg_buf_printf(b, "    .n_mb_levels = %d,\n", g->n_mb_levels);
-    qt_cg_buf_printf(b, "    .n_step_ops = %d,\n    .step_ops = qt_step_ops_%s,\n", g->nstep, c);
-    if (g->ncoll)
-        qt_cg_buf_printf(b, "    .n_collectives = %d,\n    .collectives = qt_collectives_%s,\n};\n",
-                         g->ncoll, c);
-    else
-        qt_cg_buf_printf(b, "    .n_collectives = 0,\n    .collectives = 0,\n};\n");
+    emit_tensors(b, g, c);
+    emit_params(b, g, c);
+    emit_ops(b, g, "init_ops", g->init, g->ninit);
+    emit_ops(b, g, "mb_ops", g->mbc ? g->mbc : g->mb, g->mbc ? g->nmbc : g->nmb);
+    if (g->n_scans) emit_scans(b, g, c);
+    emit_ops(b, g, "step_ops", g->step, g->nstep);
+    if (g->nmbend) emit_ops(b, g, "mbend_ops", g->mbend, g->nmbend);
+    emit_ranges(b, g, c);
+    if (g->ncoll) emit_collectives(b, g, c);
+    emit_config_text(cfg, g->s, b);
+    qt_cg_plan_view v;
+    qt_cg_plan_view_init(&v, g);
+    emit_plan_struct(b, &v.p, c);
+    qt_cg_plan_view_free(&v);
 }
 
 void qt_cg_emit_plan_main(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)

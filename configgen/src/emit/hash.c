@@ -1,6 +1,8 @@
-/* emit/hash.c - the plan hash of a graph: the graph's tables are viewed as the qt_plan the
- * emitter will write, and hashed by qt_plan_hash (firmware/runtime/plan_hash.c), the same
- * function the firmware runs at start-up, so "the same plan" has one definition.
+/* emit/hash.c - the plan view of a graph and its hash: the graph's tables are viewed as the
+ * qt_plan the emitter writes (every field from its CG column in qt_plan_fields.def), and
+ * hashed by qt_plan_hash (firmware/runtime/plan_hash.c), the same function the firmware runs
+ * at start-up, so "the same plan" has one definition. The view borrows the graph's tables
+ * (only the tensor records are copied) and is valid while the graph is.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -8,75 +10,56 @@
 #include "emit/qt_cg_emit.h"
 #include "../../firmware/runtime/qt_plan_hash.h"
 
-uint64_t qt_cg_hash(const qt_cg_graph *g)
+/* How a field takes its CG value: arrays element by element, the rest by assignment. */
+#define QT_CG_VIEW_SET(F, CG) v->p.F = (CG)
+#define QT_CG_VIEW_SET_ARRAY(F, CG)                                                        \
+    for (size_t i = 0; i < sizeof v->p.F / sizeof v->p.F[0]; i++) v->p.F[i] = (CG)[i]
+#define QT_CG_VIEW_I32 QT_CG_VIEW_SET
+#define QT_CG_VIEW_I64 QT_CG_VIEW_SET
+#define QT_CG_VIEW_I64L QT_CG_VIEW_SET
+#define QT_CG_VIEW_X8 QT_CG_VIEW_SET
+#define QT_CG_VIEW_U64X QT_CG_VIEW_SET
+#define QT_CG_VIEW_STR QT_CG_VIEW_SET
+#define QT_CG_VIEW_TEXT QT_CG_VIEW_SET
+#define QT_CG_VIEW_ARENA QT_CG_VIEW_SET
+#define QT_CG_VIEW_MESH QT_CG_VIEW_SET_ARRAY
+#define QT_CG_VIEW_LEVELS QT_CG_VIEW_SET_ARRAY
+#define QT_CG_VIEW_MODEL QT_CG_VIEW_SET
+#define QT_CG_VIEW_TRAIN QT_CG_VIEW_SET
+#define QT_CG_VIEW_TENSORS QT_CG_VIEW_SET
+#define QT_CG_VIEW_PARAMS QT_CG_VIEW_SET
+#define QT_CG_VIEW_RANGES QT_CG_VIEW_SET
+#define QT_CG_VIEW_OPS QT_CG_VIEW_SET
+#define QT_CG_VIEW_SCANS QT_CG_VIEW_SET
+#define QT_CG_VIEW_COLLS QT_CG_VIEW_SET
+
+void qt_cg_plan_view_init(qt_cg_plan_view *v, const qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
-    qt_tensor *ts = calloc((size_t)(g->nt ? g->nt : 1), sizeof *ts);
-    if (!ts) abort(); /* host tool: out of memory for a few thousand records is fatal */
-    for (int i = 0; i < g->nt; i++) ts[i] = g->ts[i].t;
-    qt_plan p;
-    memset(&p, 0, sizeof p);
-    p.run_name = s->run_name;
-    p.generator_version = QT_CG_VERSION;
-    p.n_ranks = (int32_t)s->n_ranks;
-    for (int i = 0; i < QT_MESH_COUNT; i++) p.mesh[i] = (int32_t)s->mesh[i];
-    p.shard_mode = s->shard_mode;
-    p.zero1 = s->zero1;
-    p.model = s->m;
-    p.train = s->tr;
-    p.arena_bytes = g->arena_bytes;
-    p.n_tensors = g->nt;
-    p.tensors = ts;
-    p.n_params = g->np;
-    p.params = g->ps;
-    p.n_param_elems = g->n_param_elems;
-    p.n_flat = g->n_flat;
-    p.batch_mask = s->batch_mask;
-    p.opt_mask = s->opt_mask;
-    p.adam_elems = g->adam_elems;
-    p.n_ranges = g->n_ranges;
-    p.ranges = g->ranges;
-    p.leaf_elems = g->leaf_elems;
-    p.grads_compact = g->grads_compact;
-    p.layer_reduce = g->layer_reduce;
-    p.params_compact = g->params_compact;
-    p.comm_scratch_offset = g->comm_scratch_offset;
-    p.comm_scratch_elems = g->comm_scratch_elems;
-    p.staging_offset = g->staging_offset;
-    p.staging_elems = g->staging_elems;
-    p.params_offset = g->params_offset;
-    p.grads_offset = g->grads_offset;
-    p.adam_m_offset = g->adam_m_offset;
-    p.adam_v_offset = g->adam_v_offset;
-    p.n_tree_levels = g->n_tree_levels;
-    memcpy(p.tree_offset, g->tree_offset, sizeof p.tree_offset);
-    p.mb_elems = g->mb_elems;
-    p.leaf_scratch_offset = g->leaf_scratch_offset;
-    p.leaf_scratch_elems = g->leaf_scratch_elems;
-    p.tokens = g->tokens;
-    p.targets = g->targets;
-    p.loss_seq = g->loss_seq;
-    p.lb_seq = g->lb_seq;
-    p.n_init_ops = g->ninit;
-    p.init_ops = g->init;
-    qt_scan scans[QT_MAX_SCANS];
+    memset(v, 0, sizeof *v);
+    v->tensors = calloc((size_t)(g->nt ? g->nt : 1), sizeof *v->tensors);
+    if (!v->tensors) abort(); /* host tool: out of memory for a few thousand records is fatal */
+    for (int i = 0; i < g->nt; i++) v->tensors[i] = g->ts[i].t;
     for (int k = 0; k < g->n_scans; k++) {
-        scans[k] = g->scans[k];
-        scans[k].stride = g->scan_stride[k];
+        v->scans[k] = g->scans[k];
+        v->scans[k].stride = g->scan_stride[k];
     }
-    p.n_mb_ops = g->mbc ? g->nmbc : g->nmb;
-    p.mb_ops = g->mbc ? g->mbc : g->mb;
-    p.n_scans = g->n_scans;
-    p.scans = g->n_scans ? scans : NULL;
-    p.n_mb_logical = g->n_scans ? g->nmb : 0;
-    p.n_mb_levels = g->n_mb_levels;
-    p.n_mbend_ops = g->nmbend;
-    p.mbend_ops = g->mbend;
-    p.n_step_ops = g->nstep;
-    p.step_ops = g->step;
-    p.n_collectives = g->ncoll;
-    p.collectives = g->coll;
-    uint64_t h = qt_plan_hash(&p);
-    free(ts);
+#define QT_PLAN_FIELD(KIND, F, N, HASH, HWHEN, EWHEN, CG) QT_CG_VIEW_##KIND(F, CG);
+#include "qt_plan_fields.def"
+#undef QT_PLAN_FIELD
+}
+
+void qt_cg_plan_view_free(qt_cg_plan_view *v)
+{
+    free(v->tensors);
+    memset(v, 0, sizeof *v);
+}
+
+uint64_t qt_cg_hash(const qt_cg_graph *g)
+{
+    qt_cg_plan_view v;
+    qt_cg_plan_view_init(&v, g);
+    uint64_t h = qt_plan_hash(&v.p);
+    qt_cg_plan_view_free(&v);
     return h;
 }

@@ -7,6 +7,18 @@
 #include "core/qt_cg.h"
 #include "config/qt_cg_config.h"
 
+/* The graph viewed as the qt_plan plan.c defines (hash.c): p's fields come from
+ * qt_plan_fields.def's CG column; its tables are the graph's (the tensor records and the
+ * scans copied into the view). Valid while the graph is and the view is not moved;
+ * config_text and arena are NULL (plan.c names its own). */
+typedef struct qt_cg_plan_view {
+    qt_plan p;
+    qt_tensor *tensors;                /* owned */
+    qt_scan scans[QT_MAX_SCANS];
+} qt_cg_plan_view;
+void qt_cg_plan_view_init(qt_cg_plan_view *v, const qt_cg_graph *g);
+void qt_cg_plan_view_free(qt_cg_plan_view *v);
+/* qt_plan_hash of the graph's plan view. */
 uint64_t qt_cg_hash(const qt_cg_graph *g);
 void qt_cg_emit_plan_h(const qt_cg_graph *g, const char *banner, qt_cg_buf *b);
 /* plan.c: every table, and the resolved config (cfg) as qt_plan.config_text. */

@@ -145,8 +145,9 @@ static void schedule(qt_cg_buf *b, const qt_cg_graph *g, const char *title, cons
         if (o->f[0] != 0.0f || o->f[1] != 0.0f)
             qt_cg_buf_printf(b, " f=[%.9g,%.9g]", (double)o->f[0], (double)o->f[1]);
         if (o->flags & QT_OPF_WGRAD) qt_cg_buf_printf(b, " WGRAD");
-        if (o->kind == QT_OP_COLLECTIVE && o->a[0] >= 0 && o->a[0] < g->ncoll) {
-            const qt_collective *c = &g->coll[o->a[0]];
+        if (o->kind == QT_OP_COLLECTIVE && QT_A(o, COLLECTIVE, coll) >= 0 &&
+            QT_A(o, COLLECTIVE, coll) < g->ncoll) {
+            const qt_collective *c = &g->coll[QT_A(o, COLLECTIVE, coll)];
             char grp[64];
             qt_cg_buf_printf(b, "  %s over %s: %s",
                              coll_txt(c->kind),
@@ -415,6 +416,15 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
                      (long long)g->adam_elems);
 }
 
+/* The four expert-parallel row exchanges share one attribute list (qt_ops.def): EP_A reads
+ * an attribute of any of them by name. */
+#define EP_A(op, attr) ((op)->a[QT_A_MOE_DISPATCH_FWD_##attr])
+#define EP_SAME(e, attr) ((int)QT_A_##e##_##attr == (int)QT_A_MOE_DISPATCH_FWD_##attr)
+#define EP_SAME_ALL(e) (EP_SAME(e, T) && EP_SAME(e, k) && EP_SAME(e, d) && EP_SAME(e, mask) && \
+                        EP_SAME(e, Rmax))
+_Static_assert(EP_SAME_ALL(MOE_RETURN_FWD) && EP_SAME_ALL(MOE_RETURN_BWD) &&
+               EP_SAME_ALL(MOE_DISPATCH_BWD), "report.c: the EP exchanges' attributes differ");
+
 static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
 {
     qt_cg_buf_printf(b, "\n== collectives per step ==\n");
@@ -440,10 +450,11 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
         /* a collective of the microbatch-end schedule runs once per microbatch */
         int64_t times = 1;
         for (int k = 0; k < g->nmbend; k++)
-            if (g->mbend[k].kind == QT_OP_COLLECTIVE && g->mbend[k].a[0] == i)
+            if (g->mbend[k].kind == QT_OP_COLLECTIVE &&
+                QT_A(&g->mbend[k], COLLECTIVE, coll) == i)
                 times = g->s->tr.grad_accum;
         for (int k = 0; k < g->nmb; k++)  /* per-layer reduction: inside the microbatch */
-            if (g->mb[k].kind == QT_OP_COLLECTIVE && g->mb[k].a[0] == i)
+            if (g->mb[k].kind == QT_OP_COLLECTIVE && QT_A(&g->mb[k], COLLECTIVE, coll) == i)
                 times = g->s->tr.grad_accum;
         const int64_t sent = coll_sent(c->kind, R, c->bytes) * times;
         total += sent;
@@ -462,14 +473,14 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
         const qt_op *o = &g->mb[i];
         int64_t rows;
         if (o->kind == QT_OP_MOE_DISPATCH_FWD || o->kind == QT_OP_MOE_RETURN_BWD)
-            rows = o->a[0] * o->a[1];         /* the home rows T*k */
+            rows = EP_A(o, T) * EP_A(o, k);   /* the home rows T*k */
         else if (o->kind == QT_OP_MOE_RETURN_FWD || o->kind == QT_OP_MOE_DISPATCH_BWD)
-            rows = o->a[8];                   /* the host rows Rmax */
+            rows = EP_A(o, Rmax);             /* the host rows Rmax */
         else
             continue;
         n_ep++;
-        ep_mask |= (unsigned)o->a[7];
-        ep_max += 4 * rows * o->a[2];
+        ep_mask |= (unsigned)EP_A(o, mask);
+        ep_max += 4 * rows * EP_A(o, d);
     }
     if (n_ep) {
         char grp[64];

@@ -44,6 +44,14 @@ static int tensor_layer(const qt_cg_graph *g, int32_t id)
 
 /* Layer of flat range r: its first parameter's (a range holds one segment and starts with
  * a parameter, memory/memplan.c). */
+/* The flat range a QT_OPP_SCAN_RANGE op belongs to is its attribute a0 (qt_ops.h): r0 of
+ * GRAD_MB_TOTAL and GRAD_MB_PUSH, range of PARAM_GATHER. */
+#define QT_CG_A_SCAN_RANGE 0
+_Static_assert(QT_A_GRAD_MB_TOTAL_r0 == QT_CG_A_SCAN_RANGE &&
+               QT_A_GRAD_MB_PUSH_r0 == QT_CG_A_SCAN_RANGE &&
+               QT_A_PARAM_GATHER_range == QT_CG_A_SCAN_RANGE,
+               "scan.c: a SCAN_RANGE kind's range is not its a0");
+
 static int range_layer(const qt_cg_graph *g, int64_t r)
 {
     for (int p = 0; p < g->np; p++)
@@ -57,7 +65,7 @@ int qt_cg_scan_op_layer(const qt_cg_graph *g, const qt_op *o, int prev)
      * (no layer) that sit where their weight gradient or first reader is */
     const unsigned props = qt_cg_op_props(o->kind);
     if (props & QT_OPP_SCAN_RANGE) {
-        const int l = range_layer(g, o->a[0]);
+        const int l = range_layer(g, o->a[QT_CG_A_SCAN_RANGE]);
         return l >= 0 ? l : prev;
     }
     /* a collective, or the zeroing of an accumulator (the next layer down's input
