@@ -59,7 +59,7 @@ FW_OBJ := $(patsubst firmware/%.c,$(BUILD)/fw/%.o,$(FW_SRC))
 FW_APP_OBJ := $(patsubst firmware/%.c,$(BUILD)/fw/%.o,$(FW_MAIN))
 FW_MUSL_OBJ := $(patsubst firmware/%.c,$(BUILD)/musl/%.o,$(FW_SRC_MUSL) $(FW_MAIN))
 K64_OBJ := $(patsubst firmware/kernels/%.c,$(BUILD)/k64/%.o,$(KERNEL_SRC))
-# The plan hash is one function shared with the firmware (firmware/runtime/plan_hash.c).
+# The plan hash is one function shared with the firmware (firmware/base/plan_hash.c).
 CG_OBJ := $(patsubst configgen/src/%.c,$(BUILD)/configgen/%.o,$(CG_SRC)) $(BUILD)/configgen/plan_hash.o
 # The unit tests link the firmware too, which brings its own plan_hash.o.
 CG_LIB_OBJ := $(filter-out $(BUILD)/configgen/driver/main.o $(BUILD)/configgen/plan_hash.o,$(CG_OBJ))
@@ -107,7 +107,7 @@ $(BUILD)/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmwa
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_HOST) -Iconfiggen/src -c $< -o $@
 
-$(BUILD)/configgen/plan_hash.o: firmware/runtime/plan_hash.c firmware/runtime/qt_plan_hash.h firmware/include/qt_plan.h firmware/include/qt_plan_fields.def
+$(BUILD)/configgen/plan_hash.o: firmware/base/plan_hash.c firmware/base/qt_plan_hash.h firmware/include/qt_plan.h firmware/include/qt_plan_fields.def
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_HOST) -c $< -o $@
 

@@ -14,7 +14,7 @@ extern "C" {
 #include "qt_ops.h"
 #include "runtime/qt_runtime.h"
 #include "io/qt_io.h"
-#include "runtime/qt_plan_hash.h"
+#include "base/qt_plan_hash.h"
 #include "runtime/qt_exact.h"
 #include "runtime/qt_tree.h"
 #include "runtime/qt_interp.h"

@@ -1,6 +1,6 @@
 /* emit/hash.c - the plan view of a graph and its hash: the graph's tables are viewed as the
  * qt_plan the emitter writes (every field from its CG column in qt_plan_fields.def), and
- * hashed by qt_plan_hash (firmware/runtime/plan_hash.c), the same function the firmware runs
+ * hashed by qt_plan_hash (firmware/base/plan_hash.c), the same function the firmware runs
  * at start-up, so "the same plan" has one definition. The view borrows the graph's tables
  * (only the tensor records are copied) and is valid while the graph is.
  */
@@ -8,7 +8,7 @@
 #include <string.h>
 #include "core/qt_cg.h"
 #include "emit/qt_cg_emit.h"
-#include "../../firmware/runtime/qt_plan_hash.h"
+#include "qt_plan_hash.h"
 
 /* How a field takes its CG value: arrays element by element, the rest by assignment. */
 #define QT_CG_VIEW_SET(F, CG) v->p.F = (CG)

@@ -1,9 +1,10 @@
-/* plan_hash.c - 64-bit FNV-1a over a canonical serialisation of a plan (qt_plan_hash.h).
+/* base/plan_hash.c - 64-bit FNV-1a over a canonical serialisation of a plan (qt_plan_hash.h).
  *
  * Integers are serialised as 8 little-endian bytes, floats by their IEEE bits, strings as
- * length + bytes, in the fixed field order below, so equal plans hash equally on every host
- * and compiler. Never covers banners, file names, the arena address or the hash field.
- * Compiled into both configgen and the firmware: one definition of "the same plan".
+ * length + bytes, field by field in the order of the HASH column of qt_plan_fields.def, so
+ * equal plans hash equally on every host and compiler. Never covers banners, file names,
+ * the arena address or the hash field. Compiled into both configgen and the firmware: one
+ * definition of "the same plan". Base layer: it reads the plan tables and nothing else.
  */
 #include <string.h>
 #include "qt_plan_hash.h"
