@@ -228,8 +228,10 @@ void qt_bf16_edge_lane(int l, float *c, qt_bf16 *a2, qt_bf16 *b2)
               ib = l % QT_BF16_NV;
     *c = qt_bf16_f32_bits(qt_bf16_edge_c[ic]);
     a2[1] = qt_bf16_edge_v[ia], b2[1] = qt_bf16_edge_v[ib];
-    a2[0] = qt_bf16_edge_v[(l * 7 + 3) % QT_BF16_NV];
-    b2[0] = qt_bf16_edge_v[(l * 11 + 5) % QT_BF16_NV];
+    /* for odd accumulator rows the lo pair is +0 * +0, which leaves the hi step's result
+     * visible (up to the sign of a zero) */
+    a2[0] = ic % 2 ? 0 : qt_bf16_edge_v[(l * 7 + 3) % QT_BF16_NV];
+    b2[0] = ic % 2 ? 0 : qt_bf16_edge_v[(l * 11 + 5) % QT_BF16_NV];
 }
 
 static int qt_bf16_cmp(const char *what, char *msg, int cap)

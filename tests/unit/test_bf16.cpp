@@ -209,7 +209,8 @@ TEST(Bf16, ReferenceAgainstDoubleModel)
         if (r % 2) { // products and accumulators near FLT_MIN
             ha = (qt_bf16)((0x1900u + (r >> 8) % 0x200u) ^ ((r >> 24) & 0x8000u));
             hb = (qt_bf16)(0x1980u + (r >> 32) % 0x100u);
-            c = fbits(0x00700000u + (uint32_t)(r >> 40) % 0x200000u) * ((r >> 62) ? 1.0f : -1.0f);
+            // within 64 ulps of FLT_MIN, so that c + a*b crosses the tininess boundary
+            c = fbits(0x00800000u + (uint32_t)(r >> 40) % 64u) * ((r >> 62) ? 1.0f : -1.0f);
         } else {
             ha = rnd_bf16(&s), hb = rnd_bf16(&s), c = rnd_acc(&s);
         }
