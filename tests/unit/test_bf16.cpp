@@ -7,7 +7,12 @@
 //      lanes (so the reference is not only checked against itself);
 //  (c) fp32 -> bf16 against a double-based nearest-even reference over a sweep, against
 //      VCVTNEPS2BF16 when built, and qt_round_bf16 (the ROUND_BF16 op) against both;
-//  (d) qt_bf16_check() returns 0 here.
+//  (d) qt_bf16_check() returns 0 here;
+//  (e) the bf16 matmuls (bf16_matmul.h): scalar reference, AVX2 emulation and AVX512_BF16
+//      bit-identical (0 ulp) on odd and even shapes, edge sizes (0, 1, 2) and sizes past
+//      every blocking boundary, on ordinary and on special inputs (denormals, infinities,
+//      NaNs); and the reference against float64 within the rigorous bound of a chain of P
+//      fp32 additions of exact products: |err| <= (P + 2) 2^-24 (sum |a b| + |dx|).
 // A mutated reference (pairs in the other order, or no flushing) fails (a): the mutation
 // runs are recorded in docs/precision.md.
 #include <math.h>
@@ -21,6 +26,7 @@ extern "C" {
 #include "qt_err.h"
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
+#include "kernels/bf16_matmul.h"
 }
 
 namespace {
@@ -263,5 +269,142 @@ TEST(Bf16, ConvertSweep)
             FAIL(StringFromFormat("bf16(0x%08x): 0x%04x, round_bf16 0x%08x, insn 0x%04x, "
                                   "expected 0x%04x", u, h[i], bits(y[i]), hi[i], want)
                      .asCharString());
+    }
+}
+
+namespace {
+
+// bf16 operands: values of magnitude about 1 (and, with special != 0, one in 16 a denormal,
+// zero, infinity or NaN).
+std::vector<qt_bf16> mm_operand(size_t n, uint64_t *s, int special)
+{
+    static const qt_bf16 sp[] = {0x0001, 0x8040, 0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc1,
+                                 0xffa3, 0x7f7f, 0x0080};
+    std::vector<qt_bf16> v(n);
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t r = xs(s);
+        if (special && r % 16 == 0) v[i] = sp[(r >> 8) % (sizeof sp / sizeof sp[0])];
+        else v[i] = qt_bf16_from_f32((float)((double)(int64_t)(r >> 11) * 0x1p-52 - 1.0));
+    }
+    return v;
+}
+
+int diff_bits(const char *what, const std::vector<float> &got, const std::vector<float> &want)
+{
+    for (size_t i = 0; i < got.size(); i++)
+        if (bits(got[i]) != bits(want[i])) {
+            fprintf(stderr, "%s: [%zu] 0x%08x vs reference 0x%08x\n", what, i, bits(got[i]),
+                    bits(want[i]));
+            return 1;
+        }
+    return 0;
+}
+
+typedef int (*mm_fn)(int, float *, const qt_bf16 *, const qt_bf16 *, int64_t, int64_t, int64_t);
+
+// One kernel on one shape: out = fn(path) for every built path against the reference.
+// Returns the reference output.
+std::vector<float> mm_paths(const char *name, mm_fn fn, const std::vector<float> &init,
+                            const std::vector<qt_bf16> &a, const std::vector<qt_bf16> &b,
+                            int64_t M, int64_t N, int64_t K)
+{
+    std::vector<float> ref(init);
+    CHECK_EQUAL(0, fn(QT_BF16_PATH_REF, ref.data(), a.data(), b.data(), M, N, K));
+    const int paths[2] = {QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN};
+    for (int pi = 0; pi < 2; pi++) {
+        std::vector<float> got(init);
+        if (fn(paths[pi], got.data(), a.data(), b.data(), M, N, K) != 0) continue;
+        char what[128];
+        snprintf(what, sizeof what, "%s %lldx%lldx%lld %s", name, (long long)M, (long long)N,
+                 (long long)K, pi ? "VDPBF16PS" : "AVX2 emulation");
+        CHECK_EQUAL(0, diff_bits(what, got, ref));
+    }
+    return ref;
+}
+
+const int64_t MM_SHAPES[][3] = {
+    {1, 1, 1}, {1, 1, 2}, {2, 3, 1}, {3, 5, 7}, {7, 17, 2}, {13, 33, 31}, {6, 16, 64},
+    {12, 32, 64}, {25, 40, 65}, {5, 1, 300}, {1, 300, 5}, {197, 261, 515}, {40, 70, 1027},
+    {2, 3, 0}, {0, 4, 5}, {4, 0, 5},
+};
+
+void mm_check_f64(const char *what, const std::vector<float> &got, const std::vector<double> &exact,
+                  const std::vector<double> &mag, int64_t P)
+{
+    for (size_t i = 0; i < got.size(); i++) {
+        const double bound = (double)(P + 2) * 0x1p-24 * mag[i];
+        if (!(fabs((double)got[i] - exact[i]) <= bound))
+            FAIL(StringFromFormat("%s [%zu]: %.9g vs float64 %.17g (bound %.3g)", what, i,
+                                  (double)got[i], exact[i], bound).asCharString());
+    }
+}
+
+void mm_all(int special, uint64_t seed)
+{
+    uint64_t s = seed;
+    for (const auto &sh : MM_SHAPES) {
+        const int64_t M = sh[0], N = sh[1], K = sh[2];
+        // forward: x[M,K], w[N,K] -> y[M,N]
+        std::vector<qt_bf16> x = mm_operand((size_t)(M * K), &s, special);
+        std::vector<qt_bf16> w = mm_operand((size_t)(N * K), &s, special);
+        std::vector<qt_bf16> dy = mm_operand((size_t)(M * N), &s, special);
+        std::vector<float> y0((size_t)(M * N), -7.0f), dx0((size_t)(M * K)), dw0((size_t)(N * K), 3.0f);
+        for (size_t i = 0; i < dx0.size(); i++) dx0[i] = (float)(0.25 * (double)(i % 13) - 1.5);
+        std::vector<float> y = mm_paths("fwd", qt_bf16_matmul_fwd_on, y0, x, w, M, N, K);
+        std::vector<float> dx = mm_paths("bwd_data", qt_bf16_matmul_bwd_data_on, dx0, dy, w, M, N, K);
+        std::vector<float> dw = mm_paths("wgrad", qt_bf16_matmul_wgrad_on, dw0, dy, x, M, N, K);
+        if (special) continue;
+        // float64: the exact sums (products of bf16 are exact in double; sums of at most 1027
+        // terms of magnitude <= 1 with 16-bit products lose nothing measurable against the
+        // bound) and the magnitude sums of the bound
+        std::vector<double> ey(y.size()), my(y.size()), edx(dx.size()), mdx(dx.size()),
+            edw(dw.size()), mdw(dw.size());
+        auto f = [](qt_bf16 h) { return (double)qt_f32_from_bf16(h); };
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t k = 0; k < K; k++) {
+                    const double t = f(x[m * K + k]) * f(w[n * K + k]);
+                    ey[m * N + n] += t, my[m * N + n] += fabs(t);
+                    const double u = f(dy[m * N + n]) * f(w[n * K + k]);
+                    edx[m * K + k] += u, mdx[m * K + k] += fabs(u);
+                    const double v = f(dy[m * N + n]) * f(x[m * K + k]);
+                    edw[n * K + k] += v, mdw[n * K + k] += fabs(v);
+                }
+        for (size_t i = 0; i < dx.size(); i++) edx[i] += dx0[i], mdx[i] += fabs(dx0[i]);
+        char what[96];
+        snprintf(what, sizeof what, "fwd %lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+        mm_check_f64(what, y, ey, my, K);
+        snprintf(what, sizeof what, "bwd_data %lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+        mm_check_f64(what, dx, edx, mdx, N);
+        snprintf(what, sizeof what, "wgrad %lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+        mm_check_f64(what, dw, edw, mdw, M);
+    }
+}
+
+} // namespace
+
+TEST(Bf16, MatmulPathsAndFloat64)
+{
+    mm_all(0, 0xa4093822299f31d0ull);
+}
+
+TEST(Bf16, MatmulPathsSpecialValues)
+{
+    mm_all(1, 0x082efa98ec4e6c89ull);
+}
+
+// The pair order by hand: x = [1, 0, 2^-24, 1.5 2^-24], w = ones. Pairs, hi first:
+// 0 + 0 -> 0, + 1 -> 1; + 1.5 2^-24 -> 1 + 2^-23, + 2^-24 -> (tie) 1 + 2^-22.
+// In increasing k it would end at 1 + 2^-23.
+TEST(Bf16, MatmulPairOrder)
+{
+    const qt_bf16 x[4] = {qt_bf16_from_f32(1.0f), 0, qt_bf16_from_f32(0x1p-24f),
+                          qt_bf16_from_f32(0x1.8p-24f)};
+    const qt_bf16 w[4] = {0x3f80, 0x3f80, 0x3f80, 0x3f80};
+    const int paths[3] = {QT_BF16_PATH_REF, QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN};
+    for (int p = 0; p < 3; p++) {
+        float y = -1.0f;
+        if (qt_bf16_matmul_fwd_on(paths[p], &y, x, w, 1, 1, 4) != 0) continue;
+        LONGS_EQUAL(bits(1.0f + 0x1p-22f), bits(y));
     }
 }
