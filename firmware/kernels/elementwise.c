@@ -6,6 +6,7 @@
 #include "elementwise.h"
 #include "qt_real.h"
 #include "qt_ops.h"
+#include "bf16.h"
 
 void QT_FN(qt_zero)(qt_real *y, int64_t n)
 {
@@ -101,19 +102,10 @@ void QT_FN(qt_sigmoid_gate_bwd)(qt_real *dx, qt_real *dgate, const qt_real *dy,
 }
 
 #ifndef QT_REAL_DOUBLE
-/* Bit arithmetic on the float's encoding: adding 0x7fff plus the lowest kept bit rounds to
- * nearest with ties to even and carries into the exponent where it must (up to inf); a NaN
- * (exponent all ones, mantissa nonzero) instead keeps its sign and high payload and gets
- * the quiet bit, so the carry cannot turn it into an infinity. */
+/* The conversion of the bf16 contract (bf16.h: VCVTNEPS2BF16, denormal inputs to the zero
+ * of their sign), widened back to a float. */
 void qt_round_bf16(float *y, const float *x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], sizeof u);
-        if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
-        else u += 0x7fffu + ((u >> 16) & 1u);
-        u &= 0xffff0000u;
-        memcpy(&y[i], &u, sizeof u);
-    }
+    for (int64_t i = 0; i < n; i++) y[i] = qt_f32_from_bf16(qt_bf16_from_f32(x[i]));
 }
 #endif

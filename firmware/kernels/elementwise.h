@@ -36,7 +36,8 @@ void qt_sigmoid_gate_fwd(float *y, const float *x, const float *gate, int64_t T,
 void qt_sigmoid_gate_bwd(float *dx, float *dgate, const float *dy, const float *x,
                          const float *gate, int64_t T, int64_t n, int mode, int64_t hd);
 /* y[n] = x rounded to bfloat16, held as floats (QT_OP_ROUND_BF16: round to nearest, ties
- * to even; past the largest finite bf16 to +-inf; a NaN stays a quiet NaN of its sign).
+ * to even; past the largest finite bf16 to +-inf; a NaN stays a quiet NaN of its sign; a
+ * denormal x gives the zero of its sign: VCVTNEPS2BF16, bf16.h).
  * Reads x, writes y (y may be x). Float build only. */
 void qt_round_bf16(float *y, const float *x, int64_t n);
 

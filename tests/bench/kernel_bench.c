@@ -30,9 +30,13 @@
  * AVX2), best of 5 runs of ~0.1 s; the VM kind's CPU changes between machines (Zen 5 at about
  * 210 GFLOP/s, a Xeon at about 133), so every % is against the peak of the machine it ran on.
  * QT_KB_PEAK=... (GFLOP/s) overrides it.
+ * The bf16 peak: 16 independent chains of VDPBF16PS (64 FLOP per instruction: 16 lanes x 2
+ * pairs x multiply-add), measured the same way when the build has AVX512_BF16; the bf16
+ * matmul rows (kernels/bf16_matmul.h) give % of it (of the fp32 peak, marked, without it).
  *
- * Usage: kernel_bench [all|peak|mem|matmul|attn|gdn|expert]...  (default all; `peak` alone
- * prints only "peak <GFLOP/s>", which the bench scripts use for MFU)
+ * Usage: kernel_bench [all|peak|mem|matmul|bf16|attn|gdn|expert]...  (default all; `peak`
+ * alone prints "peak <GFLOP/s>" (the fp32 FMA peak, first line: the bench scripts use it for
+ * MFU) and a second line "peak_bf16 <GFLOP/s>", or a note without AVX512_BF16)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -41,6 +45,7 @@
 #include <time.h>
 
 #include "kernels/attention.h"
+#include "kernels/bf16_matmul.h"
 #include "kernels/expert_ffn.h"
 #include "kernels/gdn_chunk.h"
 #include "kernels/gdn_core.h"
@@ -50,6 +55,7 @@
 #include <immintrin.h>
 
 static double qt_kb_peak = 0.0; /* GFLOP/s: measured (qt_kb_measure_peak) or QT_KB_PEAK */
+static double qt_kb_peak_row = 0.0; /* the peak qt_kb_row divides by (0: qt_kb_peak) */
 
 static double qt_kb_budget = 2.0;
 static int qt_kb_maxreps = 5;
@@ -132,7 +138,7 @@ static void qt_kb_row(const char *name, const char *shape, const char *pass, dou
     double gf = flops / 1e9;
     double ai = bytes > 0 ? flops / bytes : 0.0;
     printf("%-30s %-22s %-8s %9.2f %9.1f %9.1f %9.1f %6.1f%% %8.1f %8s\n", name, shape, pass,
-           gf, 1e3 * t.best, gf / t.best, gf / t.median, 100.0 * gf / t.best / qt_kb_peak, ai,
+           gf, 1e3 * t.best, gf / t.best, gf / t.median, 100.0 * gf / t.best / (qt_kb_peak_row > 0 ? qt_kb_peak_row : qt_kb_peak), ai,
            target);
     fflush(stdout);
 }
@@ -196,6 +202,46 @@ static double qt_kb_measure_peak(void)
     (void)sink;
     return best;
 }
+
+/* ----------------------------------------------------------------- bf16 peak */
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#define QT_KB_HAVE_BF16 1
+/* 16 independent VDPBF16PS chains; n iterations of 16 instructions of 64 FLOP. */
+static float qt_kb_dpbf16_loop(int64_t n)
+{
+    __m512 a[16];
+    const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = (__m512bh)_mm512_set1_epi32(0x33803380);
+    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
+    for (int64_t it = 0; it < n; it++) {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) a[i] = _mm512_dpbf16_ps(a[i], x, y);
+    }
+    float s = 0.0f;
+    for (int i = 0; i < 16; i++) s += _mm512_reduce_add_ps(a[i]);
+    return s;
+}
+
+static double qt_kb_measure_peak_bf16(void)
+{
+    int64_t n = 1 << 20;
+    volatile float sink = 0.0f;
+    double t0 = qt_kb_now();
+    sink += qt_kb_dpbf16_loop(n);
+    double dt = qt_kb_now() - t0;
+    if (dt > 0 && dt < 0.1) n = (int64_t)((double)n * 0.1 / dt);
+    double best = 0.0;
+    for (int r = 0; r < 5; r++) {
+        t0 = qt_kb_now();
+        sink += qt_kb_dpbf16_loop(n);
+        dt = qt_kb_now() - t0;
+        double g = (double)n * 16.0 * 64.0 / dt / 1e9;
+        if (g > best) best = g;
+    }
+    (void)sink;
+    return best;
+}
+#endif
+static double qt_kb_peak_bf16 = 0.0; /* 0: the build lacks AVX512_BF16 */
 
 /* ----------------------------------------------------------------- memory bandwidth */
 
@@ -354,6 +400,77 @@ static void qt_kb_matmuls(void)
     qt_kb_matmul_shape("gdn in_proj_ba", 4096, 2 * 32, 2048, 2);
     qt_kb_matmul_shape("shared expert gate / up", 4096, 512, 2048, 2);
     qt_kb_matmul_shape("shared expert down", 4096, 2048, 512, 1);
+}
+
+/* ----------------------------------------------------------------- bf16 matmul */
+
+typedef struct {
+    qt_bf16 *x, *w, *dy;
+    float *y, *dx, *dw;
+    int64_t M, N, K;
+} qt_kb_bm;
+
+static void qt_kb_bm_fwd(void *p)
+{
+    qt_kb_bm *a = p;
+    qt_bf16_matmul_fwd(a->y, a->x, a->w, a->M, a->N, a->K);
+}
+static void qt_kb_bm_bwd(void *p)
+{
+    qt_kb_bm *a = p;
+    qt_bf16_matmul_bwd_data(a->dx, a->dy, a->w, a->M, a->N, a->K);
+}
+static void qt_kb_bm_wgrad(void *p)
+{
+    qt_kb_bm *a = p;
+    qt_bf16_matmul_wgrad(a->dw, a->dy, a->x, a->M, a->N, a->K);
+}
+
+static qt_bf16 *qt_kb_bf16s(int64_t n, float lo, float hi)
+{
+    float *f = qt_kb_floats(n);
+    qt_kb_fill(f, n, lo, hi);
+    qt_bf16 *h = malloc((size_t)n * sizeof *h);
+    if (!h) {
+        fprintf(stderr, "kernel_bench: cannot allocate bf16 operands\n");
+        exit(1);
+    }
+    qt_bf16_from_f32_n(h, f, n);
+    free(f);
+    return h;
+}
+
+static void qt_kb_bf16_shape(const char *name, int64_t M, int64_t N, int64_t K)
+{
+    qt_kb_bm a = {0};
+    a.M = M, a.N = N, a.K = K;
+    a.x = qt_kb_bf16s(M * K, -1, 1), a.w = qt_kb_bf16s(N * K, -0.05f, 0.05f);
+    a.dy = qt_kb_bf16s(M * N, -1, 1);
+    a.y = qt_kb_floats(M * N), a.dx = qt_kb_floats(M * K), a.dw = qt_kb_floats(N * K);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+    const double fl = 2.0 * (double)M * (double)N * (double)K;
+    const double mk = (double)M * (double)K, nk = (double)N * (double)K, mn = (double)M * (double)N;
+    qt_kb_row(name, shape, "fwd", fl, 2 * (mk + nk) + 4 * mn, qt_kb_run(qt_kb_bm_fwd, &a), "");
+    qt_kb_row(name, shape, "bwd_data", fl, 2 * (mn + nk) + 8 * mk, qt_kb_run(qt_kb_bm_bwd, &a), "");
+    qt_kb_row(name, shape, "wgrad", fl, 2 * (mn + mk) + 4 * nk, qt_kb_run(qt_kb_bm_wgrad, &a), "");
+    free(a.x), free(a.w), free(a.dy), free(a.y), free(a.dx), free(a.dw);
+}
+
+static void qt_kb_bf16_matmuls(void)
+{
+    char title[256];
+    snprintf(title, sizeof title, "bf16 matmul (kernels/bf16_matmul.h, %s path; bf16 operands, "
+             "fp32 out; %% of the %s peak, %.1f GFLOP/s)",
+             qt_bf16_path() == QT_BF16_PATH_INSN ? "VDPBF16PS" : "AVX2 emulation",
+             qt_kb_peak_bf16 > 0 ? "bf16" : "fp32 (no AVX512_BF16 in this build)",
+             qt_kb_peak_bf16 > 0 ? qt_kb_peak_bf16 : qt_kb_peak);
+    qt_kb_header(title);
+    qt_kb_peak_row = qt_kb_peak_bf16;
+    qt_kb_bf16_shape("bf16 attn q_proj (+gate)", 4096, 16 * 256 * 2, 2048);
+    qt_kb_bf16_shape("bf16 attn o_proj / out_proj", 4096, 2048, 4096);
+    qt_kb_bf16_shape("bf16 shared expert down", 4096, 2048, 512);
+    qt_kb_peak_row = 0.0;
 }
 
 /* ----------------------------------------------------------------- attention */
@@ -586,23 +703,29 @@ int main(int argc, char **argv)
     if (e && atof(e) > 0) qt_kb_budget = atof(e);
     e = getenv("QT_KB_REPS");
     if (e && atoi(e) > 0) qt_kb_maxreps = atoi(e);
-    int all = argc < 2, want[6] = {0};
-    const char *names[6] = {"mem", "matmul", "attn", "gdn", "expert", "peak"};
+    int all = argc < 2, want[7] = {0};
+    const char *names[7] = {"mem", "matmul", "attn", "gdn", "expert", "peak", "bf16"};
     for (int i = 1; i < argc; i++) {
         int ok = !strcmp(argv[i], "all");
         if (ok) all = 1;
-        for (int j = 0; j < 6; j++)
+        for (int j = 0; j < 7; j++)
             if (!strcmp(argv[i], names[j])) want[j] = ok = 1;
         if (!ok) {
-            fprintf(stderr, "usage: kernel_bench [all|peak|mem|matmul|attn|gdn|expert]...\n");
+            fprintf(stderr, "usage: kernel_bench [all|peak|mem|matmul|bf16|attn|gdn|expert]...\n");
             return 2;
         }
     }
     e = getenv("QT_KB_PEAK");
     int measured = !(e && atof(e) > 0);
     qt_kb_peak = measured ? qt_kb_measure_peak() : atof(e);
+#ifdef QT_KB_HAVE_BF16
+    e = getenv("QT_KB_PEAK_BF16");
+    qt_kb_peak_bf16 = e && atof(e) > 0 ? atof(e) : qt_kb_measure_peak_bf16();
+#endif
     if (argc == 2 && want[5]) {
         printf("peak %.1f\n", qt_kb_peak);
+        if (qt_kb_peak_bf16 > 0) printf("peak_bf16 %.1f\n", qt_kb_peak_bf16);
+        else printf("peak_bf16: skipped, this build has no AVX512_BF16 (VDPBF16PS)\n");
         return 0;
     }
     printf("kernel bench: %% of peak against %.1f GFLOP/s (one core, %d-float vector FMA, %s); "
@@ -611,6 +734,8 @@ int main(int argc, char **argv)
            qt_kb_budget, qt_kb_maxreps);
     if (all || want[0]) qt_kb_memory();
     if (all || want[1]) qt_kb_matmuls();
+    if (qt_kb_peak_bf16 > 0) printf("bf16 peak: %.1f GFLOP/s (VDPBF16PS, 64 FLOP each)\n", qt_kb_peak_bf16);
+    if (all || want[1] || want[6]) qt_kb_bf16_matmuls();
     if (all || want[2]) qt_kb_attention();
     if (all || want[3]) qt_kb_gdn_core();
     if (all || want[4]) qt_kb_expert_ffn();

@@ -22,7 +22,7 @@ cd "$(dirname "$0")/../.."
 STEPS=${STEPS:-12}
 WARM=2
 make --no-print-directory build/bench/kernel_bench >/dev/null
-PEAK=${PEAK_GFLOPS:-$(./build/bench/kernel_bench peak | awk '{print $2}')}
+PEAK=${PEAK_GFLOPS:-$(./build/bench/kernel_bench peak | awk '$1 == "peak" {print $2}')}
 . tests/scripts/bench_flops.sh
 bench_model bench
 

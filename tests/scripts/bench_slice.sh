@@ -19,7 +19,7 @@ STEPS=${SLICE_STEPS:-2}
 TSTEPS=${TORCH_STEPS:-1}
 WARM=1
 make --no-print-directory build/bench/kernel_bench >/dev/null
-PEAK=${PEAK_GFLOPS:-$(./build/bench/kernel_bench peak | awk '{print $2}')}
+PEAK=${PEAK_GFLOPS:-$(./build/bench/kernel_bench peak | awk '$1 == "peak" {print $2}')}
 . tests/scripts/bench_flops.sh
 bench_model $RUN
 echo "slice: d=$d L=$L heads $hq/$hkv x $hd, GDN $hk/$hv x $dk/$dv, experts $E top-$k x $f, shared $fs, vocab $V, batch $b x $S"

@@ -59,9 +59,10 @@ TEST(Registry, RoundBf16Encodings)
         {0xbf818000u, 0xbf820000u},  // the same, negative
         {0xbf807fffu, 0xbf800000u},
         {0x80000000u, 0x80000000u},  // -0
-        {0x00008000u, 0x00000000u},  // subnormal tie to even (0)
-        {0x00018000u, 0x00020000u},  // subnormal tie to even (up)
-        {0x007fffffu, 0x00800000u},  // largest subnormal rounds to the smallest normal
+        {0x00008000u, 0x00000000u},  // subnormals give the zero of their sign (VCVTNEPS2BF16)
+        {0x00018000u, 0x00000000u},
+        {0x007fffffu, 0x00000000u},
+        {0x807fffffu, 0x80000000u},
         {0x7f7f7fffu, 0x7f7f0000u},  // below half under the largest finite bf16
         {0x7f7f8000u, 0x7f800000u},  // tie above the largest finite bf16 (odd): +inf
         {0x7f7fffffu, 0x7f800000u},  // FLT_MAX: +inf
@@ -92,6 +93,7 @@ TEST(Registry, RoundBf16NearestEvenSweep)
         s ^= s << 17;
         const uint32_t u = (uint32_t)s;
         if ((u & 0x7f800000u) == 0x7f800000u) continue;  // inf and NaN: the encodings test
+        if ((u & 0x7f800000u) == 0) continue;  // zeros and subnormals: the encodings test
         const uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
         const double x = float_of(u), dlo = fabs(x - (double)float_of(lo));
         // hi may be the infinity of x's sign: its distance is that of 2^128

@@ -1,0 +1,124 @@
+/* bf16.h - the bf16 bit contract: storage, fp32 <-> bf16 conversion and the VDPBF16PS
+ * dot-product step, in three paths with the same bits (docs/precision.md, "bf16").
+ *
+ * Storage: a bf16 is a uint16_t holding the high 16 bits of an IEEE binary32 (sign, 8
+ * exponent bits, 7 mantissa bits). Pairs: element 2i is the low half ("lo") and element
+ * 2i+1 the high half ("hi") of a little-endian uint32_t.
+ *
+ * fp32 -> bf16 (qt_bf16_from_f32) is VCVTNEPS2BF16: zero and denormal inputs give the zero
+ * of their sign; +-inf stay; a NaN keeps its sign and its 7 high mantissa bits and is made
+ * quiet (bit 6 of the bf16 set); every other value rounds to nearest, ties to even, on the
+ * 16 dropped bits (past the largest finite bf16: +-inf). bf16 -> fp32 is exact (a shift).
+ *
+ * The step (qt_bf16_fma_ref): r = a*b + c for fp32 a, b, c, as one lane of one half of
+ * VDPBF16PS ("FP32 FMA with DAZ in, FTZ out, round to nearest even", measured on the
+ * machines we run on, docs/toolchain.md section 7):
+ *  1. denormal a, b, c read as the zero of their sign (DAZ);
+ *  2. NaN in: the first NaN of (a, b, c) in that order, made quiet;
+ *  3. otherwise the IEEE fma rounded to nearest even; an invalid operation (inf*0,
+ *     inf-inf) gives the x86 default NaN 0xffc00000;
+ *  4. FTZ with x86's tininess rule (after rounding, with an unbounded exponent): a result
+ *     whose magnitude, rounded to 24 bits with an unbounded exponent, is below FLT_MIN is
+ *     the zero of its sign. (So an exact value just under FLT_MIN that IEEE's gradual
+ *     underflow would round up to FLT_MIN is flushed; "fmaf, then flush denormals" is NOT
+ *     this rule.)
+ * The dot step per fp32 lane (qt_bf16_dp_ref): acc = step(a_hi, b_hi, acc), then
+ * acc = step(a_lo, b_lo, acc).
+ *
+ * Paths: the scalar reference (*_ref, portable C with explicit flushing); the AVX2+FMA
+ * emulation (*_emul: the FMA instruction under MXCSR.FTZ|DAZ, which is x86's FTZ rule
+ * above, plus an explicit NaN selection), built where __AVX2__ and __FMA__ are; the
+ * AVX512_BF16 instruction (*_insn), built where __AVX512BF16__ is. The firmware's path
+ * (qt_bf16_dp, the matmuls of bf16_matmul.h) is the instruction where the build has it,
+ * else the emulation. qt_bf16_check() verifies at start-up that the built paths give the
+ * reference's bits on the edge values (and that the CPU has the instruction the build
+ * uses); the tests check them on millions of lanes.
+ * Float build only: everything here is absent under -DQT_REAL_DOUBLE.
+ * Invariants: no heap, no state; the emulation restores MXCSR before it returns.
+ */
+#ifndef QT_KERNEL_BF16_H
+#define QT_KERNEL_BF16_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint16_t qt_bf16;
+
+#define QT_BF16_PATH_REF 0  /* scalar reference */
+#define QT_BF16_PATH_EMUL 1 /* AVX2+FMA emulation */
+#define QT_BF16_PATH_INSN 2 /* AVX512_BF16 instruction */
+
+static inline uint32_t qt_bf16_bits_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float qt_bf16_f32_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* fp32 -> bf16 as VCVTNEPS2BF16 (see above). */
+static inline qt_bf16 qt_bf16_from_f32(float x)
+{
+    uint32_t u = qt_bf16_bits_f32(x);
+    if ((u & 0x7f800000u) == 0) return (qt_bf16)((u >> 16) & 0x8000u); /* zero, denormal */
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (qt_bf16)((u >> 16) | 0x0040u); /* NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* nearest even; carries into the exponent (to inf) */
+    return (qt_bf16)(u >> 16);
+}
+
+/* bf16 -> fp32: exact. */
+static inline float qt_f32_from_bf16(qt_bf16 h)
+{
+    return qt_bf16_f32_bits((uint32_t)h << 16);
+}
+
+/* dst[n] = bf16(src) (writes). */
+void qt_bf16_from_f32_n(qt_bf16 *dst, const float *src, int64_t n);
+/* dst[n] = fp32(src) (writes; exact). */
+void qt_f32_from_bf16_n(float *dst, const qt_bf16 *src, int64_t n);
+
+/* One FMA step of VDPBF16PS: a*b + c with DAZ, NaN selection, RNE and FTZ (see above). */
+float qt_bf16_fma_ref(float a, float b, float c);
+
+/* The dot step over n fp32 lanes: acc[i] = step(a[2i+1], b[2i+1], acc[i]), then
+ * acc[i] = step(a[2i], b[2i], acc[i]). Reads a[2n], b[2n] (bf16), accumulates into acc[n].
+ * _ref: scalar; _emul: AVX2 (absent without AVX2+FMA: returns -1, else 0); _insn:
+ * VDPBF16PS (returns -1 when the build lacks it); qt_bf16_dp: the build's path. */
+void qt_bf16_dp_ref(float *acc, const qt_bf16 *a, const qt_bf16 *b, int64_t n);
+int qt_bf16_dp_emul(float *acc, const qt_bf16 *a, const qt_bf16 *b, int64_t n);
+int qt_bf16_dp_insn(float *acc, const qt_bf16 *a, const qt_bf16 *b, int64_t n);
+void qt_bf16_dp(float *acc, const qt_bf16 *a, const qt_bf16 *b, int64_t n);
+
+/* dst[n] = bf16(src) with VCVTNEPS2BF16 itself; -1 (nothing written) without AVX512_BF16. */
+int qt_bf16_from_f32_insn(qt_bf16 *dst, const float *src, int64_t n);
+
+/* The path this build's kernels take (QT_BF16_PATH_*). */
+int qt_bf16_path(void);
+
+/* Start-up check: QT_OK (0) when the built paths (the emulation and, where built, the
+ * instruction and the conversion instruction) give the reference's bits on the edge table
+ * (signed zeros, denormals in and out, the tininess boundary, infinities, overflow, NaNs,
+ * ties) and the CPU reports AVX512_BF16 if the build uses it; otherwise QT_E_PLAN and a
+ * one-line reason in msg[cap] (for the caller's qt_fail; msg may be NULL). Writes msg only. */
+int qt_bf16_check(char *msg, int cap);
+
+/* The check's edge table, for the tests: its lane count, and lane l's accumulator c and
+ * operand pairs a2[2], b2[2] (element 0 lo, 1 hi). */
+int qt_bf16_edge_count(void);
+void qt_bf16_edge_lane(int l, float *c, qt_bf16 *a2, qt_bf16 *b2);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,65 @@
+/* bf16_matmul.h - dense matmuls on bf16 operands with fp32 outputs, in the Hugging Face
+ * [out, in] weight layout: the shapes and roles of matmul.h, the arithmetic of the
+ * VDPBF16PS step (bf16.h).
+ *
+ * Summation order (the bit contract). Every output element is one chain over its
+ * contraction index p in [0, P), taken in PAIRS q = 0, 1, ..., ceil(P/2) - 1:
+ *     acc = +0
+ *     for q:  acc = step(A[2q+1], B[2q+1], acc)     (hi: the odd element first)
+ *             acc = step(A[2q],   B[2q],   acc)     (lo)
+ * where step is bf16.h's (DAZ, RNE FMA, FTZ with x86 tininess). For odd P the last pair's
+ * hi element is +0 (both operands), so its step turns an acc of -0 into +0 and changes
+ * nothing else. This is exactly VDPBF16PS with the pair (2q, 2q+1) in one 32-bit lane.
+ * The pairs are formed along the contraction of each kernel:
+ *     fwd       p = k, pairs (x[m,2q], x[m,2q+1]) with (w[n,2q], w[n,2q+1])
+ *     bwd_data  p = n, pairs (dy[m,2q], dy[m,2q+1]) with (w[2q,k], w[2q+1,k])
+ *     wgrad     p = m, pairs (dy[2q,n], dy[2q+1,n]) with (x[2q,k], x[2q+1,k])
+ * Then the output: fwd y = acc; bwd_data dx = dx + acc (one IEEE fp32 addition, gradual
+ * underflow, as the fp32 kernels); wgrad dw = (+0) + acc (writes: the bits of zeroing dw and
+ * accumulating, as qt_matmul_wgrad_write). Every NaN these kernels write is 0x7fc00000 (the
+ * NaN-ness of an output depends only on the values; the payload of a NaN would depend on
+ * operand order inside FMA encodings, so it is fixed here).
+ * The result depends neither on blocking (partial chains are stored as fp32 and reloaded,
+ * exact) nor on the path: the scalar reference (*_ref), the AVX2+FMA emulation and the
+ * AVX512_BF16 path give the same bits (tests/unit/test_bf16.cpp checks all three).
+ * A row's result does not depend on the other rows (as matmul.h), so expert-parallel and
+ * split batches keep the bits.
+ * Not thread-safe: the vector paths pack panels into one static module buffer.
+ * Float build only (absent under -DQT_REAL_DOUBLE).
+ */
+#ifndef QT_KERNEL_BF16_MATMUL_H
+#define QT_KERNEL_BF16_MATMUL_H
+
+#include <stdint.h>
+#include "bf16.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y[M,N] = x[M,K] w[N,K]^T, x and w bf16. Writes y (fp32). */
+void qt_bf16_matmul_fwd(float *y, const qt_bf16 *x, const qt_bf16 *w, int64_t M, int64_t N,
+                        int64_t K);
+/* dx[M,K] += dy[M,N] w[N,K], dy and w bf16 (contraction over n in pairs). Accumulates into
+ * dx (fp32). */
+void qt_bf16_matmul_bwd_data(float *dx, const qt_bf16 *dy, const qt_bf16 *w, int64_t M,
+                             int64_t N, int64_t K);
+/* dw[N,K] = (+0) + sum_m dy[m,n] x[m,k] over the M rows given (one sequence's), m in pairs;
+ * dy and x bf16. Writes dw (fp32; dw is not read). */
+void qt_bf16_matmul_wgrad(float *dw, const qt_bf16 *dy, const qt_bf16 *x, int64_t M,
+                          int64_t N, int64_t K);
+
+/* The same on a chosen path (QT_BF16_PATH_REF / _EMUL / _INSN of bf16.h), for the tests and
+ * the bench: return 0, or -1 (nothing written) when this build lacks the path. */
+int qt_bf16_matmul_fwd_on(int path, float *y, const qt_bf16 *x, const qt_bf16 *w, int64_t M,
+                          int64_t N, int64_t K);
+int qt_bf16_matmul_bwd_data_on(int path, float *dx, const qt_bf16 *dy, const qt_bf16 *w,
+                               int64_t M, int64_t N, int64_t K);
+int qt_bf16_matmul_wgrad_on(int path, float *dw, const qt_bf16 *dy, const qt_bf16 *x,
+                            int64_t M, int64_t N, int64_t K);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,410 @@
+// test_bf16.cpp - the bf16 bit contract (firmware/kernels/bf16.h) on the machine at hand:
+//  (a) the VDPBF16PS step: the scalar reference against the AVX2 emulation and, when the
+//      build has AVX512_BF16, against the instruction itself, bit for bit, on the edge table
+//      (signed zeros, denormals in and out, the tininess boundary at FLT_MIN, infinities,
+//      overflow, NaNs) and on 4 million random lanes over the whole exponent range;
+//  (b) the reference against an independent double-based model of the step on the finite
+//      lanes (so the reference is not only checked against itself);
+//  (c) fp32 -> bf16 against a double-based nearest-even reference over a sweep, against
+//      VCVTNEPS2BF16 when built, and qt_round_bf16 (the ROUND_BF16 op) against both;
+//  (d) qt_bf16_check() returns 0 here;
+//  (e) the bf16 matmuls (bf16_matmul.h): scalar reference, AVX2 emulation and AVX512_BF16
+//      bit-identical (0 ulp) on odd and even shapes, edge sizes (0, 1, 2) and sizes past
+//      every blocking boundary, on ordinary and on special inputs (denormals, infinities,
+//      NaNs); and the reference against float64 within the rigorous bound of a chain of P
+//      fp32 additions of exact products: |err| <= (P + 2) 2^-24 (sum |a b| + |dx|).
+// A mutated reference (pairs in the other order, or no flushing) fails (a): the mutation
+// runs are recorded in docs/precision.md.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <vector>
+#include "CppUTest/TestHarness.h"
+
+extern "C" {
+#include "qt_err.h"
+#include "kernels/bf16.h"
+#include "kernels/elementwise.h"
+#include "kernels/bf16_matmul.h"
+}
+
+namespace {
+
+uint32_t bits(float f) { return qt_bf16_bits_f32(f); }
+float fbits(uint32_t u) { return qt_bf16_f32_bits(u); }
+
+uint64_t xs(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+// A random bf16 over the whole encoding space (every exponent, both signs, denormals,
+// infinities, NaNs), or (one in four) a value near 1 so sums cancel and round often.
+qt_bf16 rnd_bf16(uint64_t *s)
+{
+    const uint64_t r = xs(s);
+    if (r % 4 == 0) return (qt_bf16)(0x3f00u + (r >> 8) % 0x100u) ^ (qt_bf16)((r >> 20) & 0x8000u);
+    return (qt_bf16)(r >> 16);
+}
+
+float rnd_acc(uint64_t *s)
+{
+    const uint64_t r = xs(s);
+    if (r % 4 == 0) return fbits(0x3f000000u + (uint32_t)(r >> 8) % 0x1000000u);
+    return fbits((uint32_t)(r >> 16));
+}
+
+// Compare n lanes; on a difference print the first lane's inputs.
+int diff_lanes(const char *what, const float *got, const float *want, const float *c,
+               const qt_bf16 *a, const qt_bf16 *b, int64_t n)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (bits(got[i]) != bits(want[i])) {
+            if (!bad)
+                fprintf(stderr, "%s: lane %lld acc 0x%08x a 0x%04x 0x%04x b 0x%04x 0x%04x: "
+                        "got 0x%08x want 0x%08x\n", what, (long long)i, bits(c[i]), a[2 * i + 1],
+                        a[2 * i], b[2 * i + 1], b[2 * i], bits(got[i]), bits(want[i]));
+            bad++;
+        }
+    if (bad) fprintf(stderr, "%s: %lld of %lld lanes differ\n", what, (long long)bad, (long long)n);
+    return (int)(bad > 0);
+}
+
+// Runs the three paths on the same lanes and compares them with the reference.
+void three_paths(const char *what, const std::vector<float> &c, const std::vector<qt_bf16> &a,
+                 const std::vector<qt_bf16> &b)
+{
+    const int64_t n = (int64_t)c.size();
+    std::vector<float> ref(c), emul(c), insn(c);
+    qt_bf16_dp_ref(ref.data(), a.data(), b.data(), n);
+    char name[96];
+    if (qt_bf16_dp_emul(emul.data(), a.data(), b.data(), n) == 0) {
+        snprintf(name, sizeof name, "%s: AVX2 emulation vs reference", what);
+        CHECK_EQUAL(0, diff_lanes(name, emul.data(), ref.data(), c.data(), a.data(), b.data(), n));
+    }
+    if (qt_bf16_dp_insn(insn.data(), a.data(), b.data(), n) == 0) {
+        snprintf(name, sizeof name, "%s: VDPBF16PS vs reference", what);
+        CHECK_EQUAL(0, diff_lanes(name, insn.data(), ref.data(), c.data(), a.data(), b.data(), n));
+    }
+    std::vector<float> dflt(c);
+    qt_bf16_dp(dflt.data(), a.data(), b.data(), n);
+    CHECK_EQUAL(0, diff_lanes("qt_bf16_dp vs reference", dflt.data(), ref.data(), c.data(),
+                              a.data(), b.data(), n));
+}
+
+// Independent model of one finite step in double: DAZ; the exact a*b + c (a*b is exact in
+// double, and the sum is rounded once to 53 bits, which is exact whenever the float result
+// can be affected: checked only when |a*b| and |c| are within 2^28 of each other or one is
+// zero); then rounding to 24 bits with an unbounded exponent, overflow to inf, and the flush
+// of results below FLT_MIN. Returns 0 when the lane is outside the model (NaN, inf, far
+// apart magnitudes).
+int model_step(float a, float b, float c, float *out)
+{
+    auto daz = [](float x) { return (bits(x) & 0x7f800000u) == 0 ? fbits(bits(x) & 0x80000000u) : x; };
+    a = daz(a), b = daz(b), c = daz(c);
+    if (!isfinite(a) || !isfinite(b) || !isfinite(c)) return 0;
+    const double p = (double)a * (double)b;
+    if (p != 0 && c != 0) {
+        const int ep = ilogb(p), ec = ilogb(c);
+        if (ep - ec > 28 || ec - ep > 28) return 0;
+    }
+    const double s = p + (double)c;
+    if (s == 0) { // exact zero: IEEE sign rules for a*b + c
+        *out = (float)s;
+        return 1;
+    }
+    int e;
+    const double m = frexp(s, &e); // s = m 2^e, 0.5 <= |m| < 1
+    const double r = ldexp(nearbyint(ldexp(m, 24)), e - 24); // 24 bits, unbounded exponent
+    if (fabs(r) < 0x1p-126) *out = s < 0 ? -0.0f : 0.0f;
+    else if (fabs(r) >= 0x1p128) *out = s < 0 ? -INFINITY : INFINITY;
+    else *out = (float)r;
+    return 1;
+}
+
+} // namespace
+
+TEST_GROUP(Bf16) {};
+
+TEST(Bf16, CheckPasses)
+{
+    char msg[256];
+    const int rc = qt_bf16_check(msg, sizeof msg);
+    if (rc) fprintf(stderr, "%s\n", msg);
+    LONGS_EQUAL(QT_OK, rc);
+    printf("\n  bf16 path of this build: %s",
+           qt_bf16_path() == QT_BF16_PATH_INSN ? "VDPBF16PS" :
+           qt_bf16_path() == QT_BF16_PATH_EMUL ? "AVX2 emulation" : "scalar");
+}
+
+// Hand-worked steps: the tininess rule at FLT_MIN, DAZ of every input, NaN selection.
+TEST(Bf16, StepCases)
+{
+    struct { uint32_t c; qt_bf16 ahi, alo, bhi, blo; uint32_t want; } cs[] = {
+        {0x00800000u, 0x9980, 0x0000, 0x1a00, 0x0000, 0x00800000u}, // FLT_MIN - 2^-151: tie up
+        {0x00800000u, 0x9981, 0x0000, 0x1a00, 0x0000, 0x00000000u}, // just below: flushed
+        {0x00800000u, 0x99c0, 0x0000, 0x1a00, 0x0000, 0x00000000u}, // FLT_MIN - 0.75 2^-150
+        {0x80800000u, 0x19c0, 0x8000, 0x1a00, 0x0000, 0x80000000u}, // the same, negative
+        {0x00800000u, 0x9a00, 0x0000, 0x1a00, 0x0000, 0x00000000u}, // exact denormal: flushed
+        {0x00400000u, 0x2080, 0x0000, 0x1f80, 0x0000, 0x00800000u}, // denormal acc reads 0
+        {0x00000000u, 0x0040, 0x0000, 0x7180, 0x0000, 0x00000000u}, // denormal bf16 reads 0
+        {0x80000000u, 0x8000, 0x8000, 0x0000, 0x0000, 0x80000000u}, // -0 + -0 + -0
+        {0x80000000u, 0x0000, 0x0000, 0x0000, 0x0000, 0x00000000u}, // -0 + +0
+        {0x7fc33333u, 0x7fc1, 0x0000, 0xffc2, 0x0000, 0x7fc10000u}, // NaN: a first
+        {0x7fc33333u, 0x3f80, 0x0000, 0xffc2, 0x0000, 0xffc20000u}, // then b
+        {0x7fa11111u, 0x7f80, 0x0000, 0x0000, 0x0000, 0x7fe11111u}, // then c (quieted)
+        {0x3f800000u, 0x7f80, 0x0000, 0x0000, 0x0000, 0xffc00000u}, // inf*0: default NaN
+        {0x3f800000u, 0x7fc1, 0x3f80, 0x3f80, 0xffc2, 0xffc20000u}, // lo b NaN over acc NaN
+        {0x3f800000u, 0x7fa3, 0x0000, 0x3f80, 0x0000, 0x7fe30000u}, // signalling a: quieted
+        {0x7f7fffffu, 0x7f00, 0x0000, 0x4000, 0x0000, 0x7f800000u}, // overflow
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        std::vector<float> c(1, fbits(cs[i].c));
+        std::vector<qt_bf16> a = {cs[i].alo, cs[i].ahi}, b = {cs[i].blo, cs[i].bhi};
+        std::vector<float> r(c);
+        qt_bf16_dp_ref(r.data(), a.data(), b.data(), 1);
+        if (bits(r[0]) != cs[i].want)
+            FAIL(StringFromFormat("case %zu: reference 0x%08x, expected 0x%08x", i, bits(r[0]),
+                                  cs[i].want).asCharString());
+        three_paths("step case", c, a, b);
+    }
+}
+
+TEST(Bf16, EdgeTable)
+{
+    const int n = qt_bf16_edge_count();
+    std::vector<float> c(n);
+    std::vector<qt_bf16> a(2 * n), b(2 * n);
+    for (int l = 0; l < n; l++) qt_bf16_edge_lane(l, &c[l], &a[2 * l], &b[2 * l]);
+    three_paths("edge table", c, a, b);
+}
+
+// 4 million random lanes over the whole encoding space, in chunks; odd chunk lengths so the
+// vector paths' tails run too.
+TEST(Bf16, RandomLanes)
+{
+    uint64_t s = 0x243f6a8885a308d3ull;
+    const int64_t chunk = (1 << 16) + 7;
+    std::vector<float> c(chunk);
+    std::vector<qt_bf16> a(2 * chunk), b(2 * chunk);
+    for (int rep = 0; rep < 64; rep++) {
+        for (int64_t i = 0; i < chunk; i++) {
+            c[i] = rnd_acc(&s);
+            a[2 * i] = rnd_bf16(&s), a[2 * i + 1] = rnd_bf16(&s);
+            b[2 * i] = rnd_bf16(&s), b[2 * i + 1] = rnd_bf16(&s);
+        }
+        three_paths("random lanes", c, a, b);
+    }
+}
+
+// The reference against the double model, one step at a time (the lo pair zero), on
+// random finite lanes concentrated near the underflow boundary and near cancellation.
+TEST(Bf16, ReferenceAgainstDoubleModel)
+{
+    uint64_t s = 0x13198a2e03707344ull;
+    int64_t checked = 0;
+    for (int i = 0; i < 2000000; i++) {
+        const uint64_t r = xs(&s);
+        float c;
+        qt_bf16 ha, hb;
+        if (r % 2) { // products and accumulators near FLT_MIN
+            ha = (qt_bf16)((0x1900u + (r >> 8) % 0x200u) ^ ((r >> 24) & 0x8000u));
+            hb = (qt_bf16)(0x1980u + (r >> 32) % 0x100u);
+            // within 64 ulps of FLT_MIN, so that c + a*b crosses the tininess boundary
+            c = fbits(0x00800000u + (uint32_t)(r >> 40) % 64u) * ((r >> 62) ? 1.0f : -1.0f);
+        } else {
+            ha = rnd_bf16(&s), hb = rnd_bf16(&s), c = rnd_acc(&s);
+        }
+        float want;
+        if (!model_step(qt_f32_from_bf16(ha), qt_f32_from_bf16(hb), c, &want)) continue;
+        const float got = qt_bf16_fma_ref(qt_f32_from_bf16(ha), qt_f32_from_bf16(hb), c);
+        checked++;
+        if (bits(got) != bits(want))
+            FAIL(StringFromFormat("step(0x%04x, 0x%04x, 0x%08x) = 0x%08x, model 0x%08x", ha, hb,
+                                  bits(c), bits(got), bits(want)).asCharString());
+    }
+    CHECK(checked > 1000000);
+}
+
+// fp32 -> bf16: every lane of a sweep against a double-based nearest-even reference (the
+// nearer of the two bf16 neighbours, the even one on a tie; denormals to signed zero; past
+// the largest finite bf16 to inf), and qt_round_bf16, the conversion instruction (when
+// built) and the array form against it.
+TEST(Bf16, ConvertSweep)
+{
+    uint64_t s = 0x452821e638d01377ull;
+    const int n = 1 << 20;
+    std::vector<float> x(n), y(n);
+    std::vector<qt_bf16> h(n), hi(n);
+    for (int i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)xs(&s);
+        if (i % 8 == 1) u = (u & 0xffff0000u) | 0x8000u; // exact ties
+        if (i % 8 == 2) u &= 0x807fffffu;                // denormals
+        if (i % 8 == 3) u |= 0x7f800000u;                // infinities and NaNs
+        x[i] = fbits(u);
+    }
+    qt_bf16_from_f32_n(h.data(), x.data(), n);
+    qt_round_bf16(y.data(), x.data(), n);
+    const int have_insn = qt_bf16_from_f32_insn(hi.data(), x.data(), n) == 0;
+    for (int i = 0; i < n; i++) {
+        const uint32_t u = bits(x[i]);
+        uint16_t want;
+        if ((u & 0x7f800000u) == 0) want = (uint16_t)((u >> 16) & 0x8000u);
+        else if ((u & 0x7fffffffu) > 0x7f800000u) want = (uint16_t)((u >> 16) | 0x40u);
+        else if ((u & 0x7fffffffu) == 0x7f800000u) want = (uint16_t)(u >> 16);
+        else {
+            const uint32_t lo = u & 0xffff0000u, up = lo + 0x10000u;
+            const double v = x[i], dlo = fabs(v - (double)fbits(lo));
+            const double vup = (up & 0x7fffffffu) == 0x7f800000u ? copysign(0x1p128, v)
+                                                                 : (double)fbits(up);
+            const double dup = fabs(vup - v);
+            want = (uint16_t)((dlo < dup ? lo : dup < dlo ? up : ((lo >> 16) & 1u) ? up : lo) >> 16);
+        }
+        if (h[i] != want || bits(y[i]) != (uint32_t)want << 16 || (have_insn && hi[i] != want))
+            FAIL(StringFromFormat("bf16(0x%08x): 0x%04x, round_bf16 0x%08x, insn 0x%04x, "
+                                  "expected 0x%04x", u, h[i], bits(y[i]), hi[i], want)
+                     .asCharString());
+    }
+}
+
+namespace {
+
+// bf16 operands: values of magnitude about 1 (and, with special != 0, one in 16 a denormal,
+// zero, infinity or NaN).
+std::vector<qt_bf16> mm_operand(size_t n, uint64_t *s, int special)
+{
+    static const qt_bf16 sp[] = {0x0001, 0x8040, 0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc1,
+                                 0xffa3, 0x7f7f, 0x0080};
+    std::vector<qt_bf16> v(n);
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t r = xs(s);
+        if (special && r % 16 == 0) v[i] = sp[(r >> 8) % (sizeof sp / sizeof sp[0])];
+        else v[i] = qt_bf16_from_f32((float)((double)(int64_t)(r >> 11) * 0x1p-52 - 1.0));
+    }
+    return v;
+}
+
+int diff_bits(const char *what, const std::vector<float> &got, const std::vector<float> &want)
+{
+    for (size_t i = 0; i < got.size(); i++)
+        if (bits(got[i]) != bits(want[i])) {
+            fprintf(stderr, "%s: [%zu] 0x%08x vs reference 0x%08x\n", what, i, bits(got[i]),
+                    bits(want[i]));
+            return 1;
+        }
+    return 0;
+}
+
+typedef int (*mm_fn)(int, float *, const qt_bf16 *, const qt_bf16 *, int64_t, int64_t, int64_t);
+
+// One kernel on one shape: out = fn(path) for every built path against the reference.
+// Returns the reference output.
+std::vector<float> mm_paths(const char *name, mm_fn fn, const std::vector<float> &init,
+                            const std::vector<qt_bf16> &a, const std::vector<qt_bf16> &b,
+                            int64_t M, int64_t N, int64_t K)
+{
+    std::vector<float> ref(init);
+    CHECK_EQUAL(0, fn(QT_BF16_PATH_REF, ref.data(), a.data(), b.data(), M, N, K));
+    const int paths[2] = {QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN};
+    for (int pi = 0; pi < 2; pi++) {
+        std::vector<float> got(init);
+        if (fn(paths[pi], got.data(), a.data(), b.data(), M, N, K) != 0) continue;
+        char what[128];
+        snprintf(what, sizeof what, "%s %lldx%lldx%lld %s", name, (long long)M, (long long)N,
+                 (long long)K, pi ? "VDPBF16PS" : "AVX2 emulation");
+        CHECK_EQUAL(0, diff_bits(what, got, ref));
+    }
+    return ref;
+}
+
+const int64_t MM_SHAPES[][3] = {
+    {1, 1, 1}, {1, 1, 2}, {2, 3, 1}, {3, 5, 7}, {7, 17, 2}, {13, 33, 31}, {6, 16, 64},
+    {12, 32, 64}, {25, 40, 65}, {5, 1, 300}, {1, 300, 5}, {197, 261, 515}, {40, 70, 1027},
+    {2, 3, 0}, {0, 4, 5}, {4, 0, 5},
+};
+
+void mm_check_f64(const char *what, const std::vector<float> &got, const std::vector<double> &exact,
+                  const std::vector<double> &mag, int64_t P)
+{
+    for (size_t i = 0; i < got.size(); i++) {
+        const double bound = (double)(P + 2) * 0x1p-24 * mag[i];
+        if (!(fabs((double)got[i] - exact[i]) <= bound))
+            FAIL(StringFromFormat("%s [%zu]: %.9g vs float64 %.17g (bound %.3g)", what, i,
+                                  (double)got[i], exact[i], bound).asCharString());
+    }
+}
+
+void mm_all(int special, uint64_t seed)
+{
+    uint64_t s = seed;
+    for (const auto &sh : MM_SHAPES) {
+        const int64_t M = sh[0], N = sh[1], K = sh[2];
+        // forward: x[M,K], w[N,K] -> y[M,N]
+        std::vector<qt_bf16> x = mm_operand((size_t)(M * K), &s, special);
+        std::vector<qt_bf16> w = mm_operand((size_t)(N * K), &s, special);
+        std::vector<qt_bf16> dy = mm_operand((size_t)(M * N), &s, special);
+        std::vector<float> y0((size_t)(M * N), -7.0f), dx0((size_t)(M * K)), dw0((size_t)(N * K), 3.0f);
+        for (size_t i = 0; i < dx0.size(); i++) dx0[i] = (float)(0.25 * (double)(i % 13) - 1.5);
+        std::vector<float> y = mm_paths("fwd", qt_bf16_matmul_fwd_on, y0, x, w, M, N, K);
+        std::vector<float> dx = mm_paths("bwd_data", qt_bf16_matmul_bwd_data_on, dx0, dy, w, M, N, K);
+        std::vector<float> dw = mm_paths("wgrad", qt_bf16_matmul_wgrad_on, dw0, dy, x, M, N, K);
+        if (special) continue;
+        // float64: the exact sums (products of bf16 are exact in double; sums of at most 1027
+        // terms of magnitude <= 1 with 16-bit products lose nothing measurable against the
+        // bound) and the magnitude sums of the bound
+        std::vector<double> ey(y.size()), my(y.size()), edx(dx.size()), mdx(dx.size()),
+            edw(dw.size()), mdw(dw.size());
+        auto f = [](qt_bf16 h) { return (double)qt_f32_from_bf16(h); };
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t k = 0; k < K; k++) {
+                    const double t = f(x[m * K + k]) * f(w[n * K + k]);
+                    ey[m * N + n] += t, my[m * N + n] += fabs(t);
+                    const double u = f(dy[m * N + n]) * f(w[n * K + k]);
+                    edx[m * K + k] += u, mdx[m * K + k] += fabs(u);
+                    const double v = f(dy[m * N + n]) * f(x[m * K + k]);
+                    edw[n * K + k] += v, mdw[n * K + k] += fabs(v);
+                }
+        for (size_t i = 0; i < dx.size(); i++) edx[i] += dx0[i], mdx[i] += fabs(dx0[i]);
+        char what[96];
+        snprintf(what, sizeof what, "fwd %lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+        mm_check_f64(what, y, ey, my, K);
+        snprintf(what, sizeof what, "bwd_data %lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+        mm_check_f64(what, dx, edx, mdx, N);
+        snprintf(what, sizeof what, "wgrad %lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+        mm_check_f64(what, dw, edw, mdw, M);
+    }
+}
+
+} // namespace
+
+TEST(Bf16, MatmulPathsAndFloat64)
+{
+    mm_all(0, 0xa4093822299f31d0ull);
+}
+
+TEST(Bf16, MatmulPathsSpecialValues)
+{
+    mm_all(1, 0x082efa98ec4e6c89ull);
+}
+
+// The pair order by hand: x = [1, 0, 2^-24, 1.5 2^-24], w = ones. Pairs, hi first:
+// 0 + 0 -> 0, + 1 -> 1; + 1.5 2^-24 -> 1 + 2^-23, + 2^-24 -> (tie) 1 + 2^-22.
+// In increasing k it would end at 1 + 2^-23.
+TEST(Bf16, MatmulPairOrder)
+{
+    const qt_bf16 x[4] = {qt_bf16_from_f32(1.0f), 0, qt_bf16_from_f32(0x1p-24f),
+                          qt_bf16_from_f32(0x1.8p-24f)};
+    const qt_bf16 w[4] = {0x3f80, 0x3f80, 0x3f80, 0x3f80};
+    const int paths[3] = {QT_BF16_PATH_REF, QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN};
+    for (int p = 0; p < 3; p++) {
+        float y = -1.0f;
+        if (qt_bf16_matmul_fwd_on(paths[p], &y, x, w, 1, 1, 4) != 0) continue;
+        LONGS_EQUAL(bits(1.0f + 0x1p-22f), bits(y));
+    }
+}
