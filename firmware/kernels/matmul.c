@@ -447,6 +447,15 @@ static int64_t qt_mm_canon_cols(int64_t P)
 #endif
 
 #ifndef QT_REAL_DOUBLE
+int64_t qt_matmul_canon_fused_max(void)
+{
+#if defined(QT_MM_OPT)
+    return QT_MM_CANON_PMAX;
+#else
+    return 0;
+#endif
+}
+
 int qt_matmul_canon_fwd_fused(float *y, const float *x, const float *w, int64_t M, int64_t N,
                               int64_t K, int64_t nseg, int64_t nb)
 {

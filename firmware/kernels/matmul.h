@@ -30,8 +30,10 @@ void qt_matmul_wgrad(float *dw, const float *dy, const float *x, int64_t M, int6
 /* The canonical-block contractions of matmul_canon.h (same contract and bits: out written,
  * contraction of P = K (fwd) or N (bwd_data) in nseg segments x nb blocks) computed tile by
  * tile with no copies and no scratch. They return 0 and do nothing when the optimised path
- * is not built or P is outside their range (P > 2048: long blocks, where the copying path
- * of matmul_canon.c costs little); matmul_canon.c calls them first. Float only. */
+ * is not built or P is outside their range (P > qt_matmul_canon_fused_max(): 2048 with
+ * AVX-512 tiles, 4096 with AVX2's narrower ones; long blocks, where the copying path of
+ * matmul_canon.c costs little); matmul_canon.c calls them first. Float only. */
+int64_t qt_matmul_canon_fused_max(void); /* the longest P they take; 0 without the path */
 int qt_matmul_canon_fwd_fused(float *y, const float *x, const float *w, int64_t M, int64_t N,
                               int64_t K, int64_t nseg, int64_t nb);
 int qt_matmul_canon_bwd_data_fused(float *dx, const float *dy, const float *w, int64_t M,
