@@ -462,9 +462,11 @@ static int qt_coll_allreduce_u64(const qt_grp *g, uint64_t *v, int n, qt_coll_co
     return rc;
 }
 
-int qt_coll_sum_u64(unsigned mask, uint64_t *v, int n)
+/* An all-reduce of n uint64 lanes over the group `mask` with `merge` (the integer
+ * reductions: exact, so any order gives the same values). */
+static int qt_coll_reduce_u64(const char *op, unsigned mask, uint64_t *v, int n,
+                              qt_coll_combine merge)
 {
-    static const char op[] = "sum_u64";
     qt_grp g;
     int rc = qt_coll_group(op, mask, 0, &g);
     if (rc) return rc;
@@ -472,7 +474,12 @@ int qt_coll_sum_u64(unsigned mask, uint64_t *v, int n)
     if (!v || n < 0)
         return qt_fail(QT_E_PLAN, "%s over mask 0x%x: bad buffer (%d values)", op, mask, n);
     qt_coll_begin(op, mask, 0);
-    return qt_coll_end(qt_coll_allreduce_u64(&g, v, n, qt_coll_add_u64));
+    return qt_coll_end(qt_coll_allreduce_u64(&g, v, n, merge));
+}
+
+int qt_coll_sum_u64(unsigned mask, uint64_t *v, int n)
+{
+    return qt_coll_reduce_u64("sum_u64", mask, v, n, qt_coll_add_u64);
 }
 
 int qt_coll_sum_i64(unsigned mask, int64_t *v, int n)
@@ -496,16 +503,8 @@ static void qt_coll_max_u64_signed(uint64_t *acc, const uint64_t *in, int n)
 
 int qt_coll_max_i64(unsigned mask, int64_t *v, int n)
 {
-    static const char op[] = "max_i64";
-    qt_grp g;
-    int rc = qt_coll_group(op, mask, 0, &g);
-    if (rc) return rc;
-    if (g.size == 1 || n == 0) return QT_OK;
-    if (!v || n < 0)
-        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: bad buffer (%d values)", op, mask, n);
-    qt_coll_begin(op, mask, 0);
     /* int64_t and uint64_t may alias (C11 6.5p7) */
-    return qt_coll_end(qt_coll_allreduce_u64(&g, (uint64_t *)v, n, qt_coll_max_u64_signed));
+    return qt_coll_reduce_u64("max_i64", mask, (uint64_t *)v, n, qt_coll_max_u64_signed);
 }
 
 /* ---- all-to-all ------------------------------------------------------------------------- */

@@ -118,25 +118,17 @@ void qt_op_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx)
         op->f[0], op->f[1]);
 }
 
+/* The recurrent and the chunked backward take the same arguments. */
+typedef void qt_gdn_bwd_fn(float *dc, float *dg, float *dbeta, const float *states,
+                           const float *rq, const float *rk, const float *d_o, const float *c,
+                           const float *g, const float *beta, float *scratch, int64_t b,
+                           int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv,
+                           int64_t chunk, float qscale, float l2eps);
+
 void qt_op_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    /* slots: t0 dc, t1 dg, t2 dbeta, t3 do, t4 c, t5 g, t6 beta, t7 states, t8 rq, t9 rk,
-     * t10 scratch */
-    if (QT_A(op, GDN_CORE_BWD, algo) == 1) {
-        qt_gdn_chunk_bwd(
-            qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dc)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dg)),
-            qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dbeta)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, states)),
-            qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rq)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rk)),
-            qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dout)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, c)),
-            qt_f32(ctx, QT_T(op, GDN_CORE_BWD, g)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, beta)),
-            qt_f32(ctx, QT_T(op, GDN_CORE_BWD, scratch)), QT_A(op, GDN_CORE_BWD, b),
-            QT_A(op, GDN_CORE_BWD, S), QT_A(op, GDN_CORE_BWD, Hk), QT_A(op, GDN_CORE_BWD, Dk),
-            QT_A(op, GDN_CORE_BWD, Hv), QT_A(op, GDN_CORE_BWD, Dv), QT_A(op, GDN_CORE_BWD, chunk),
-            op->f[0], op->f[1]);
-        return;
-    }
-    qt_gdn_core_bwd(
-        qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dc)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dg)),
+    qt_gdn_bwd_fn *bwd = QT_A(op, GDN_CORE_BWD, algo) == 1 ? qt_gdn_chunk_bwd : qt_gdn_core_bwd;
+    bwd(qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dc)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dg)),
         qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dbeta)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, states)),
         qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rq)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rk)),
         qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dout)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, c)),
