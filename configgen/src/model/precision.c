@@ -17,11 +17,12 @@
 #include "core/qt_cg.h"
 #include "model/qt_cg_model.h"
 
-/* 1 when a name ends with suffix. */
+/* 1 when a name ends with suffix, before any copy marks ("~r" remat, "~g" gather clones). */
 static int ends_with(const char *name, const char *suffix)
 {
-    const size_t n = strlen(name), k = strlen(suffix);
-    return n >= k && !strcmp(name + n - k, suffix);
+    const char *mark = strchr(name, '~');
+    const size_t n = mark ? (size_t)(mark - name) : strlen(name), k = strlen(suffix);
+    return n >= k && !strncmp(name + n - k, suffix, k);
 }
 
 /* The storage dtype of one fp32 tensor of a bf16 plan. */
