@@ -84,7 +84,7 @@ MPI_CFLAGS := -I/usr/include/x86_64-linux-gnu/mpich
 LIBS_GLIBC := -lmpich -Wl,--no-as-needed -lhugetlbfs -Wl,--as-needed
 LINK_ARENA := -Wl,-T,linker/arena.ld
 
-.PHONY: all deps gen run plot test goldens bench bench-slice clean check-deps tools asan print-cflags layers
+.PHONY: all deps gen run plot test goldens bench bench-slice clean check-deps tools asan print-cflags layers plan-binary
 .DEFAULT_GOAL := all
 # The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
 # build/plans/<run>.o): keep them. Only them: a bare .SECONDARY would make every target
@@ -401,6 +401,15 @@ layers: $(FW_OBJ) $(FW_APP_OBJ) $(CG_OBJ) $(AUDIT)
 # the firmware's compile flags (tests/e2e/80_aot.sh compiles AOT plans with them)
 print-cflags:
 	@echo $(CFLAGS_FW) $(MPI_CFLAGS)
+
+# A qtrain binary from a plan directory outside generated/ (PLAN=<dir of plan.c>, OUT=<path>):
+# tests/scripts/bad_inputs_table.sh builds the bf16 plan it shows being refused with it.
+plan-binary: $(FW_OBJ) $(FW_APP_OBJ) linker/arena.ld $(ARENA_UNLOAD)
+	@test -n "$(PLAN)" -a -n "$(OUT)" || { echo "usage: make plan-binary PLAN=dir OUT=path"; exit 2; }
+	$(CC) $(CFLAGS_FW) -c $(PLAN)/plan.c -o $(OUT).plan.o
+	$(CC) $(CFLAGS_FW) -I$(PLAN) -c $(PLAN)/plan_main.c -o $(OUT).main.o
+	$(CC) -o $(OUT) $(FW_OBJ) $(FW_APP_OBJ) $(OUT).plan.o $(OUT).main.o $(LINK_ARENA_FAR) $(LIBS_GLIBC)
+	$(ARENA_UNLOAD) $(OUT) || { rm -f $(OUT); exit 1; }
 
 clean:
 	rm -rf $(BUILD)

@@ -14,7 +14,9 @@
  *    block of the opt_mask group (all of it when opt_mask is 0). Exceptions, each marked
  *    by a flag: params_compact (the parameter region is laid out as the Adam regions and
  *    parameter tensors point into per-layer gather windows), grads_compact, per-layer
- *    leaf windows (leaf_offset);
+ *    leaf windows (leaf_offset), and dtype=bfloat16 (qt_plan.dtype: the parameter region
+ *    holds this rank's fp32 master blocks as params_compact does, and parameter tensors are
+ *    the bf16 compute copy at compute_offset + 2*flat_offset, or in gather windows);
  *  - sizes in op attributes agree with the tensor shapes.
  * Generated plan.c files define one `const qt_plan qt_plan_<run>` and its arena. The fields
  * of qt_plan are declared once, in qt_plan_fields.def (struct, plan.c, plan hash).
@@ -45,7 +47,16 @@ enum qt_mesh_axis {
     QT_MESH_COUNT
 };
 
-enum qt_dtype { QT_F32 = 0, QT_I32 = 1 };
+/* Storage dtype of a tensor. QT_BF16 (bfloat16: the upper 16 bits of an fp32, rounded to
+ * nearest even) appears only in plans generated with dtype=bfloat16 (qt_plan.dtype):
+ * activations, matmul operands and the parameters' compute copy (docs/precision.md). */
+enum qt_dtype { QT_F32 = 0, QT_I32 = 1, QT_BF16 = 2 };
+
+/* Bytes per element of a dtype. */
+static inline int64_t qt_dtype_bytes(unsigned dtype)
+{
+    return dtype == QT_BF16 ? 2 : 4;
+}
 
 /* What a tensor is for; drives the memory map in plan.txt and checkpoint IO. */
 enum qt_role {
@@ -304,10 +315,12 @@ static inline int64_t qt_tree_level_elems(const struct qt_plan *p, int l)
     return l < p->n_tree_levels - p->n_mb_levels ? p->leaf_elems : p->n_flat;
 }
 
-/* Floats of the parameter region. */
+/* Floats of the parameter region (the fp32 master weights). A bf16 plan keeps only this
+ * rank's optimizer blocks there (laid out as the Adam regions); its compute copy is the bf16
+ * region at compute_offset (or the gather windows). */
 static inline int64_t qt_params_elems(const struct qt_plan *p)
 {
-    return p->params_compact ? p->adam_elems : p->n_flat;
+    return p->params_compact || p->dtype == QT_BF16 ? p->adam_elems : p->n_flat;
 }
 
 /* The flat range holding flat element `flat` (ranges tile [0, n_flat) in order), or -1. */

@@ -273,6 +273,16 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
                 p->run_name, (unsigned long long)h, (unsigned long long)p->hash, p->run_name);
         return QT_E_PLAN;
     }
+    int32_t n_bf16 = 0;
+    for (int32_t i = 0; i < p->n_tensors; i++) n_bf16 += p->tensors[i].dtype == QT_BF16;
+    if (p->dtype != QT_F32 || n_bf16) {
+        fprintf(stderr, "plan %s: dtype %s is planned (%d bf16 tensors), but this firmware "
+                "build does not execute bfloat16 plans yet (only the plan side and the bf16 "
+                "kernels exist, docs/precision.md); generate the run with dtype=float32\n",
+                p->run_name, p->dtype == QT_BF16 || n_bf16 ? "bfloat16" : "unknown",
+                (int)n_bf16);
+        return QT_E_PLAN;
+    }
     const qt_train_cfg *tc = &p->train;
     if (tc->micro_batch < 1 || tc->seq_len < 1 || tc->grad_accum < 1 ||
         tc->global_batch < tc->micro_batch * tc->grad_accum) {

@@ -155,6 +155,13 @@ mpi_first() {  # CMD on 2 ranks (under timeout); passes on rank 0's stderr only 
 row "ranks" "mpiexec -n 2 qtrain (a one-rank plan)" "$E40: ranks: started on 2 ranks" mpi_first $Q steps=1 data=$T
 row "ranks" "mpiexec -n 2 qtrain-static (single-rank musl build)" "$E40: ranks: qtrain-static under mpiexec -n 2; unit \`CommEnv\`" mpi_first build/test-next-tiny/qtrain-static steps=1 data=$T
 
+# ---- a plan this firmware build cannot run: dtype=bfloat16 is planned (configgen), not
+# executed yet (docs/precision.md); the binary is linked from the plan (make plan-binary)
+$CG -o $W/gen configgen/configs/runs/test-next-tiny.yml dtype=bfloat16 run_name=tiny-bf16 > /dev/null &&
+  make -s plan-binary PLAN=$W/gen/tiny-bf16 OUT=$W/tiny-bf16 > /dev/null ||
+  { echo "bad_inputs_table.sh: cannot build the bf16 plan's binary" >&2; exit 1; }
+row "plan" "qtrain of configgen test-next-tiny.yml dtype=bfloat16" "unit \`RuntimeStep.InitRefusesBf16Plans\`" $W/tiny-bf16 steps=1 data=$T
+
 # ---- configgen: run files and key=value (the full table of refused configs is the unit
 # test CgBadConfig.EachRuleRefusesWithItsMessageAndWritesNothing)
 RUN=configgen/configs/runs/test-next-tiny.yml

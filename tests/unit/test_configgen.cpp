@@ -421,8 +421,9 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"use_mrope=true", "mrope_section=[1, 0]", "sum(mrope_section) == rotary_dim/2 = 2"},
         {"decoder_block=llama2", NULL, "decoder_block=llama2 (command line): expected qwen3_next or qwen3_5"},
         {"gdn_core_algorithm=wy", NULL, "gdn_core_algorithm=wy (command line): expected chunked or recurrent"},
-        {"dtype=bfloat16", NULL, "bfloat16 is not supported yet"},
-        {"weight_dtype=float16", NULL, "weight_dtype=float16 (command line): only float32"},
+        {"dtype=float16", NULL, "dtype=float16 (command line): expected float32 or bfloat16"},
+        {"weight_dtype=bfloat16", NULL, "weight_dtype=bfloat16 (command line): the master weights, Adam moments and gradients are kept in float32"},
+        {"weight_dtype=float16", NULL, "weight_dtype=float16 (command line): the master weights"},
         {"opt_type=sgd", NULL, "only adamw is supported"},
         {"lr_schedule_type=wsd", NULL, "only cosine"},
         {"adam_eps_root=1e-8", NULL, "adam_eps_root=1e-8 (command line): only 0"},
@@ -1141,6 +1142,125 @@ TEST(CgReport, Zero1HalvesTheOptimizerBytes)
     LONGS_EQUAL(b_on, bytes_line(roff, "ZeRO-1 on:"));
     LONGS_EQUAL(b_off, bytes_line(ron, "ZeRO-1 off:"));
     LONGS_EQUAL(4 * on.g.n_flat, bytes_line(ron, "params"));
+}
+
+// ---------------------------------------------------------------- bf16 recipe
+
+TEST_GROUP(CgBf16){};
+
+// dtype=bfloat16: every tensor's storage dtype follows docs/precision.md's recipe and is
+// sized at its dtype's bytes; the master weights, Adam and the trees stay fp32 regions; the
+// compute copy is bf16, 64-byte aligned, and the ZeRO-1 gather moves half the bytes.
+TEST(CgBf16, RecipeDtypesAndBytesOnZero1)
+{
+    CgPlan f, b;
+    char *over[] = {(char *)"dtype=bfloat16"};
+    LONGS_EQUAL(0, f.build(kMeshZero1));
+    LONGS_EQUAL(0, b.build(kMeshZero1, 1, over));
+    LONGS_EQUAL(QT_F32, f.s.dtype);
+    LONGS_EQUAL(QT_BF16, b.s.dtype);
+    char err[1024] = "";
+    LONGS_EQUAL(0, qt_cg_check_plan(&b.g, err, sizeof err));
+    LONGS_EQUAL(f.g.nt, b.g.nt);
+    int n_bf16 = 0;
+    for (int i = 0; i < b.g.nt; i++) {
+        const qt_tensor &t = b.g.ts[i].t, &u = f.g.ts[i].t;
+        STRCMP_EQUAL(u.name, t.name);
+        CHECK(u.dtype != QT_BF16);
+        LONGS_EQUAL(u.numel, t.numel);
+        LONGS_EQUAL(0, (long)(t.offset % 64));
+        int want = u.dtype;
+        const std::string n = t.name;
+        const std::string base = n.substr(0, n.find('~'));  // remat copies: "<name>~r"
+        const bool operand = base.find(".canon_scratch") != std::string::npos ||
+                             (base.size() > 2 && base.rfind("gu") == base.size() - 2);
+        if (u.dtype == QT_F32 && (t.role == QT_ROLE_PARAM || t.role == QT_ROLE_ACT ||
+                                  t.role == QT_ROLE_ACT_GRAD || operand))
+            want = QT_BF16;
+        if (want != t.dtype) fprintf(stderr, "%s: dtype %d, expected %d\n", t.name, t.dtype, want);
+        LONGS_EQUAL(want, t.dtype);
+        n_bf16 += t.dtype == QT_BF16;
+        CHECK(t.offset + qt_dtype_bytes(t.dtype) * t.numel <= b.g.arena_bytes);
+    }
+    CHECK(n_bf16 > b.g.nt / 2);
+    LONGS_EQUAL(QT_F32, b.g.ts[b.g.loss_seq].t.dtype);
+    LONGS_EQUAL(QT_I32, b.g.ts[b.g.tokens].t.dtype);
+    LONGS_EQUAL(QT_F32, b.g.ts[b.g.table].t.dtype);
+    // regions: fp32 master blocks (Adam layout), Adam, then the bf16 compute copy
+    LONGS_EQUAL(0, b.g.params_offset);
+    LONGS_EQUAL(4 * b.g.adam_elems, b.g.adam_m_offset);
+    LONGS_EQUAL(2 * 4 * b.g.adam_elems, b.g.adam_v_offset - b.g.params_offset);
+    LONGS_EQUAL(3 * 4 * b.g.adam_elems, b.g.compute_offset);
+    LONGS_EQUAL(0, (long)(b.g.n_flat % (32 * 2)));
+    CHECK(b.g.tree_offset[0] >= b.g.compute_offset + 2 * b.g.n_flat);
+    LONGS_EQUAL(0, f.g.compute_offset);
+    for (int p = 0; p < b.g.np; p++) {
+        LONGS_EQUAL(0, (long)(b.g.ps[p].flat_offset % 32));
+        LONGS_EQUAL(b.g.compute_offset + 2 * b.g.ps[p].flat_offset,
+                    b.g.ts[b.g.ps[p].tensor].t.offset);
+    }
+    // the parameters' all-gather after the update moves the bf16 compute copy
+    int gathers = 0;
+    for (int i = 0; i < b.g.ncoll; i++) {
+        const qt_collective &c = b.g.coll[i];
+        if (c.kind != QT_COLL_ALL_GATHER || strncmp(c.name, "parameters", 10)) continue;
+        gathers++;
+        LONGS_EQUAL(b.g.compute_offset + 2 * b.g.ranges[0].lo, c.offset);
+        LONGS_EQUAL(2 * b.g.ranges[0].n, c.bytes);
+    }
+    LONGS_EQUAL(1, gathers);
+    // activations shrink, the gradient tree does not; plan.txt counts the bf16 bytes
+    CHECK(b.g.act_peak < f.g.act_peak);
+    const std::string rep = report_of(b);
+    long long tree = 0;  // fp32: 4 bytes an element, as in the fp32 plan
+    for (int l = 0; l < b.g.n_tree_levels; l++) tree += 4 * qt_cg_tree_level_elems(&b.g, l);
+    LONGS_EQUAL(tree, bytes_line(rep, "gradient tree"));
+    LONGS_EQUAL(f.g.n_tree_levels, b.g.n_tree_levels);
+    LONGS_EQUAL(2 * b.g.n_flat, bytes_line(rep, "compute copy"));
+    LONGS_EQUAL(4 * b.g.adam_elems, bytes_line(rep, "params"));
+    CHECK(rep.find(" bf16 ") != std::string::npos);
+    CHECK(rep.find("dtype bfloat16, weight_dtype float32") != std::string::npos);
+    CHECK(b.g.hash != f.g.hash);
+}
+
+// Per-layer gathers in bf16: no compute copy region; the windows are bf16 and their
+// all-gathers move 2 bytes an element.
+TEST(CgBf16, PerLayerGatherWindowsAreBf16)
+{
+    CgPlan b;
+    char *over[] = {(char *)"dtype=bfloat16", (char *)"param_gather=layer"};
+    LONGS_EQUAL(0, b.build(kMeshZero1, 2, over));
+    CHECK(b.g.params_compact);
+    LONGS_EQUAL(0, b.g.compute_offset);
+    char err[1024] = "";
+    LONGS_EQUAL(0, qt_cg_check_plan(&b.g, err, sizeof err));
+    int windows = 0;
+    for (int i = 0; i < b.g.nt; i++)
+        if (!strncmp(b.g.ts[i].t.name, "gather.range", 12)) {
+            windows++;
+            LONGS_EQUAL(QT_BF16, b.g.ts[i].t.dtype);
+        }
+    CHECK(windows > 0);
+    for (int i = 0; i < b.g.ncoll; i++)
+        if (!strncmp(b.g.coll[i].name, "compute copy", 12)) {
+            const char *r = strstr(b.g.coll[i].name, "range ");
+            CHECK(r != NULL);
+            LONGS_EQUAL(2 * b.g.ranges[atoi(r + 6)].n, b.g.coll[i].bytes);
+        }
+}
+
+// An fp32 plan carries no trace of the recipe: no bf16 tensor, no compute copy, the plan
+// fields dtype and compute_offset zero, 16-element flat alignment.
+TEST(CgBf16, Fp32PlanUnchanged)
+{
+    for (size_t r = 0; r < sizeof kRuns / sizeof kRuns[0]; r++) {
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(kRuns[r]));
+        LONGS_EQUAL(QT_F32, p.s.dtype);
+        LONGS_EQUAL(0, p.g.compute_offset);
+        LONGS_EQUAL(16, qt_cg_flat_align(&p.s));
+        for (int i = 0; i < p.g.nt; i++) CHECK(p.g.ts[i].t.dtype != QT_BF16);
+    }
 }
 
 TEST_GROUP(CgDiff){};

@@ -919,6 +919,30 @@ TEST(RuntimeStep, InitRejectsRankMismatchAndForeignArena)
     qt_runtime_set_kernel_table(NULL);
 }
 
+// A bf16 plan (dtype=bfloat16) is planned but not executable by this firmware build yet:
+// refused at start-up, whether the plan says so (qt_plan.dtype) or only a tensor does.
+TEST(RuntimeStep, InitRefusesBf16Plans)
+{
+    static rt_plan_store st;
+    rt_make_table();
+    qt_runtime_set_kernel_table(rt_table);
+    qt_run_opts o;
+    memset(&o, 0, sizeof o);
+    o.n_ranks = 1;
+    rt_build_plan(&st, 2, 2);
+    st.plan.dtype = QT_BF16;
+    st.plan.hash = qt_plan_hash(&st.plan);
+    LONGS_EQUAL(QT_E_PLAN, qt_runtime_init(&st.plan, &o));
+    rt_build_plan(&st, 2, 2);
+    st.tensors[st.params[0].tensor].dtype = QT_BF16;  // a parameter's compute copy
+    st.plan.hash = qt_plan_hash(&st.plan);
+    LONGS_EQUAL(QT_E_PLAN, qt_runtime_init(&st.plan, &o));
+    rt_build_plan(&st, 2, 2);
+    st.plan.hash = qt_plan_hash(&st.plan);
+    LONGS_EQUAL(0, qt_runtime_init(&st.plan, &o));
+    qt_runtime_set_kernel_table(NULL);
+}
+
 // The start-up fit test of the arena (the RLIMIT_AS branch is also run end to end under
 // `ulimit -v` in tests/e2e/40_bad_input.sh; MemAvailable cannot be lowered there).
 TEST(RuntimeStep, ArenaFitAgainstAddressLimitAndMemAvailable)

@@ -32,14 +32,17 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
         return qt_cg_fail(err, errlen, "gradient region at %lld is not the top tree level "
                           "(%lld)", (long long)g->grads_offset,
                           (long long)g->tree_offset[lv - 1]);
-    enum { NREG = 6 + QT_MAX_TREE_LEVELS };
+    enum { NREG = 7 + QT_MAX_TREE_LEVELS };
     int64_t lo[NREG], hi[NREG];
     const int64_t pb = 4 * g->n_flat, ab = 4 * g->adam_elems;
-    const int64_t params_b = g->params_compact ? ab : pb;
+    const int bf16 = g->s->dtype == QT_BF16;
+    const int64_t params_b = g->params_compact || bf16 ? ab : pb;
+    if (g->compute_offset && (!bf16 || g->params_compact))
+        return qt_cg_fail(err, errlen, "a compute copy region in a plan without one");
     int64_t cover = 0, adam_sum = 0;
     for (int i = 0; i < g->n_ranges; i++) {
         const qt_flat_range *r = &g->ranges[i];
-        if (r->lo != cover || r->n % (16 * qt_cg_group_size(g->s, r->reduce_mask)) ||
+        if (r->lo != cover || r->n % (qt_cg_flat_align(g->s) * qt_cg_group_size(g->s, r->reduce_mask)) ||
             (r->opt_mask & ~r->reduce_mask) || r->adam_lo != adam_sum)
             return qt_cg_fail(err, errlen, "flat range %d [%lld, +%lld) does not split over its "
                               "groups", i, (long long)r->lo, (long long)r->n);
@@ -55,6 +58,7 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
     lo[n] = g->params_offset, hi[n] = lo[n] + params_b, n++;
     lo[n] = g->adam_m_offset, hi[n] = lo[n] + ab, n++;
     lo[n] = g->adam_v_offset, hi[n] = lo[n] + ab, n++;
+    if (g->compute_offset) lo[n] = g->compute_offset, hi[n] = lo[n] + 2 * g->n_flat, n++;
     lo[n] = g->leaf_scratch_offset, hi[n] = lo[n] + 4 * g->leaf_scratch_elems, n++;
     lo[n] = g->comm_scratch_offset, hi[n] = lo[n] + 4 * g->comm_scratch_elems, n++;
     lo[n] = g->staging_offset, hi[n] = lo[n] + 4 * g->staging_elems, n++;
@@ -137,9 +141,12 @@ int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen)
         if (t->offset % QT_TENSOR_ALIGN)
             return qt_cg_fail(err, errlen, "tensor %s: offset %lld not 64-byte aligned", t->name,
                               (long long)t->offset);
-        if (t->offset < 0 || t->offset + t->numel * 4 > g->arena_bytes)
+        const int64_t tb = t->numel * qt_dtype_bytes(t->dtype);
+        if (t->dtype == QT_BF16 && g->s->dtype != QT_BF16)
+            return qt_cg_fail(err, errlen, "tensor %s: bf16 in a float32 plan", t->name);
+        if (t->offset < 0 || t->offset + tb > g->arena_bytes)
             return qt_cg_fail(err, errlen, "tensor %s: [%lld, +%lld) outside the arena", t->name,
-                              (long long)t->offset, (long long)(t->numel * 4));
+                              (long long)t->offset, (long long)tb);
         if (qt_cg_planned(&g->ts[i]) && t->offset < g->act_offset)
             return qt_cg_fail(err, errlen, "tensor %s: below the activation region", t->name);
     }
@@ -147,14 +154,19 @@ int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen)
         const qt_param *q = &g->ps[p];
         const qt_tensor *t = &g->ts[q->tensor].t;
         const qt_cg_tensor *ct = &g->ts[q->tensor];
+        const int64_t cb = qt_cg_compute_bytes(g->s);
         const int64_t want = ct->alias_of >= 0
-            ? g->ts[ct->alias_of].t.offset + 4 * (q->flat_offset - g->ranges[qt_cg_range_of(g, p)].lo)
-            : g->params_offset + 4 * q->flat_offset;
+            ? g->ts[ct->alias_of].t.offset + cb * (q->flat_offset - g->ranges[qt_cg_range_of(g, p)].lo)
+            : (g->compute_offset ? g->compute_offset : g->params_offset) + cb * q->flat_offset;
         if (t->offset != want || q->numel != t->numel)
             return qt_cg_fail(err, errlen, "param %s: not at its flat offset (or its place in its "
                               "gather window)", q->name);
-        if (q->flat_offset % 16)
-            return qt_cg_fail(err, errlen, "param %s: flat offset not 16-element aligned", q->name);
+        if (q->flat_offset % qt_cg_flat_align(g->s))
+            return qt_cg_fail(err, errlen, "param %s: flat offset not %lld-element aligned", q->name,
+                              (long long)qt_cg_flat_align(g->s));
+        if (t->dtype != (g->s->dtype == QT_BF16 ? QT_BF16 : QT_F32))
+            return qt_cg_fail(err, errlen, "param %s: compute copy not in the plan's dtype",
+                              q->name);
         for (int o = 0; o < p; o++) {
             const qt_param *u = &g->ps[o];
             if (q->flat_offset < u->flat_offset + u->numel && u->flat_offset < q->flat_offset + q->numel)
@@ -171,8 +183,8 @@ int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen)
         for (int j = i + 1; j < g->nt; j++) {
             const qt_cg_tensor *b = &g->ts[j];
             if (!qt_cg_planned(b) || !qt_cg_lives_overlap(a, b)) continue;
-            if (a->t.offset < b->t.offset + b->t.numel * 4 &&
-                b->t.offset < a->t.offset + a->t.numel * 4)
+            if (a->t.offset < b->t.offset + b->t.numel * qt_dtype_bytes(b->t.dtype) &&
+                b->t.offset < a->t.offset + a->t.numel * qt_dtype_bytes(a->t.dtype))
                 return qt_cg_fail(err, errlen, "tensors %s [ops %d..%d] and %s [ops %d..%d] are "
                                   "live together and share bytes", a->t.name, a->first, a->last,
                                   b->t.name, b->first, b->last);

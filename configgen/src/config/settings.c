@@ -338,13 +338,15 @@ static int check_numerics(const qt_cg_vctx *v, qt_cg_settings *s)
     if (getb(v, "enable_dropout") || getf(v, "dropout_rate") != 0.0)
         return bad(v, getb(v, "enable_dropout") ? "enable_dropout" : "dropout_rate",
                    "dropout is not supported; expected enable_dropout=false, dropout_rate=0");
-    const char *dts[2] = {"dtype", "weight_dtype"};
-    for (int i = 0; i < 2; i++) {
-        const char *t = gets_(v, dts[i]);
-        if (strcmp(t, "float32"))
-            return bad(v, dts[i], "only float32 is supported%s", !strcmp(t, "bfloat16") ?
-                       " (bfloat16 is not supported yet)" : "");
-    }
+    /* dtype: the activations' and matmul operands' dtype (docs/precision.md); weight_dtype:
+     * the master weights, Adam and the gradients, fp32 only (as MaxText trains these) */
+    const char *dt = gets_(v, "dtype");
+    if (!strcmp(dt, "float32")) s->dtype = QT_F32;
+    else if (!strcmp(dt, "bfloat16")) s->dtype = QT_BF16;
+    else return bad(v, "dtype", "expected float32 or bfloat16");
+    if (strcmp(gets_(v, "weight_dtype"), "float32"))
+        return bad(v, "weight_dtype", "the master weights, Adam moments and gradients are kept "
+                   "in float32 (dtype=bfloat16 sets the compute dtype); expected float32");
     return 0;
 }
 

@@ -11,7 +11,7 @@
  *   mesh/      logical axes -> mesh axes (shard.c), mesh groups (groups.c), each tensor's
  *              declared and executed layout (layout.c)
  *   model/     the forward graph (graph.c), reverse-mode autodiff (autodiff.c), remat
- *              (remat.c)
+ *              (remat.c), each tensor's storage dtype (precision.c)
  *   memory/    flat parameter ranges (ranges.c); the arena and the liveness planner
  *              (memplan.c); the per-rank budget (budget.c)
  *   schedule/  per-layer reduce and gather edits of the microbatch schedule, between the
@@ -114,6 +114,7 @@ typedef struct qt_cg_settings {
     int32_t param_gather;      /* enum qt_cg_param_gather (param_gather) */
     int32_t scan_layers;       /* scan_layers: store repeated layer cycles once */
     int32_t grad_reduce;       /* enum qt_cg_grad_reduce (gradient_reduce) */
+    int32_t dtype;             /* compute dtype (dtype): QT_F32 or QT_BF16 (docs/precision.md) */
     char topology[64];         /* compile_topology, "" = none */
     double budget_gib;         /* per-rank arena budget (device_memory_gib), 0 = unchecked */
     uint8_t batch_mask;        /* mesh axes (size > 1) that split the global batch */
@@ -125,6 +126,19 @@ typedef struct qt_cg_settings {
     int n_rules;
     char unused[512];          /* accepted-but-unused keys that were set (vision tower) */
 } qt_cg_settings;
+
+/* Bytes per element of the parameters' compute copy (2 in bf16: docs/precision.md), and the
+ * element alignment of flat offsets and range blocks that keeps every parameter and block
+ * 64-byte aligned in it (16 fp32, 32 bf16). */
+static inline int64_t qt_cg_compute_bytes(const qt_cg_settings *s)
+{
+    return qt_dtype_bytes((unsigned)s->dtype);
+}
+
+static inline int64_t qt_cg_flat_align(const qt_cg_settings *s)
+{
+    return QT_TENSOR_ALIGN / qt_cg_compute_bytes(s);
+}
 
 /* ---- the graph: tensors, ops and every stage's results (core/graph.c) ---- */
 
@@ -196,6 +210,7 @@ typedef struct qt_cg_graph {
     qt_flat_range *ranges;
     int64_t leaf_elems;        /* floats per leaf-tree level (qt_plan.leaf_elems) */
     int64_t params_offset, grads_offset, adam_m_offset, adam_v_offset;
+    int64_t compute_offset;                    /* bf16: the compute copy (qt_plan.h) */
     int64_t comm_scratch_offset, comm_scratch_elems;
     int64_t staging_offset, staging_elems;     /* checkpoint staging (multi-rank only) */
     int32_t n_tree_levels;

@@ -1,6 +1,6 @@
 /* driver/pipeline.c - the plan pipeline, stage by stage, top to bottom (core/qt_cg.h):
- * config -> settings -> forward graph -> autodiff -> remat -> memory (flat ranges, per-layer
- * schedule edits, arena; the gradient_reduce / param_gather form chosen against the
+ * config -> settings -> forward graph -> autodiff -> remat -> precision (each tensor's
+ * dtype) -> memory (flat ranges, per-layer schedule edits, arena; the gradient_reduce / param_gather form chosen against the
  * budget) -> step schedule -> checks -> scan -> hash. Writes nothing: driver/generate.c
  * renders and writes the files, driver/diff.c compares two plans.
  * Invariant: the first failing stage's message is the error; c, s and g are always safe
@@ -88,6 +88,7 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
     if (qt_cg_graph_build(g, s, err, errlen)) return -1;
     if (qt_cg_autodiff(g, err, errlen)) return -1;
     if (qt_cg_remat(g, err, errlen)) return -1;
+    qt_cg_precision(g);
     /* gradient_reduce: the step form (one reduce-scatter after the microbatches) unless
      * expert parallelism needs the microbatch form, or auto finds the step form's
      * parameter-sized tree levels over the budget (then the microbatch form, then the

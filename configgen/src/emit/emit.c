@@ -110,7 +110,8 @@ static void emit_tensors(qt_cg_buf *b, const qt_cg_graph *g, const char *c)
         qt_cg_buf_printf(b, "    /* %d */ {\"%s\", %s, %s, %d, {%lld, %lld, %lld, %lld}, "
                          "{%lld, %lld, %lld, %lld}, {%d, %d, %d, %d}, {%d, %d, %d, %d}, %lldll, "
                          "%lldll, {%lld, %lld, %lld}, %d},\n", i, t->name, role_names[t->role],
-                         t->dtype == QT_I32 ? "QT_I32" : "QT_F32", t->ndim,
+                         t->dtype == QT_I32 ? "QT_I32" : t->dtype == QT_BF16 ? "QT_BF16" : "QT_F32",
+                         t->ndim,
                          (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
                          (long long)t->shape[3], (long long)t->global_shape[0],
                          (long long)t->global_shape[1], (long long)t->global_shape[2],

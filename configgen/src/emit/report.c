@@ -106,9 +106,10 @@ static void layout_line(qt_cg_buf *b, const qt_cg_graph *g, int i)
     for (int d = 0; d < t->ndim; d++) same &= gs[d] == t->shape[d];
     if (same) snprintf(gshp, sizeof gshp, "=");
     else shape_txt(gshp, sizeof gshp, t->ndim, gs);
-    qt_cg_buf_printf(b, "  %5d %-8s %-3s %-16s %-16s %-60s spec %-24s @%-12lld", i,
-                     role_txt[t->role], t->dtype == QT_I32 ? "i32" : "f32", shp, gshp, ax, sp,
-                     (long long)t->offset);
+    qt_cg_buf_printf(b, "  %5d %-8s %-*s %-16s %-16s %-60s spec %-24s @%-12lld", i,
+                     role_txt[t->role], g->s->dtype == QT_BF16 ? 4 : 3,
+                     t->dtype == QT_I32 ? "i32" : t->dtype == QT_BF16 ? "bf16" : "f32", shp,
+                     gshp, ax, sp, (long long)t->offset);
     if (ct->param >= 0) {
         const qt_param *p = &g->ps[ct->param];
         qt_cg_buf_printf(b, " param %d flat %lld init %s", ct->param, (long long)p->flat_offset,
@@ -201,8 +202,9 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
         qt_cg_buf_printf(b, "  optimizer axes: - (every rank updates all %lld flat elements)\n",
                          (long long)g->n_flat);
     qt_cg_buf_printf(b, "  flat vector: %lld parameter elements padded to n_flat %lld (each "
-                     "range a multiple of 16 x its reduction group)\n",
-                     (long long)g->n_param_elems, (long long)g->n_flat);
+                     "range a multiple of %lld x its reduction group)\n",
+                     (long long)g->n_param_elems, (long long)g->n_flat,
+                     (long long)qt_cg_flat_align(s));
     if (s->n_ranks == 1) return;
     for (int i = 0; i < g->n_ranges; i++) {
         const qt_flat_range *r = &g->ranges[i];
@@ -312,11 +314,18 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
     char lv[160], om[64];
     qt_cg_buf_printf(b, "\n== per-rank bytes ==\n");
     if (g->params_compact)
-        mib(b, "params (this rank's blocks, adam_elems floats; each layer's compute copy is "
-               "gathered into the activations before its forward and its backward)",
+        mib(b, s->dtype == QT_BF16
+                   ? "params (fp32 master: this rank's blocks, adam_elems floats; each layer's "
+                     "bf16 compute copy is gathered into the activations)"
+                   : "params (this rank's blocks, adam_elems floats; each layer's compute copy is "
+                     "gathered into the activations before its forward and its backward)",
             4 * g->adam_elems);
+    else if (s->dtype == QT_BF16)
+        mib(b, "params (fp32 master: this rank's blocks, adam_elems floats)", 4 * g->adam_elems);
     else
         mib(b, "params (compute copy: n_flat floats)", flat_b);
+    if (g->compute_offset)
+        mib(b, "compute copy (bf16: n_flat x 2 bytes)", 2 * g->n_flat);
     if (s->opt_mask)
         snprintf(lv, sizeof lv, "adam m + v (2 x adam_elems floats, split over %s)",
                  qt_cg_mask_name(s->opt_mask, om, sizeof om));
@@ -410,9 +419,10 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
     }
     int64_t real = 0;
     for (int i = 0; i < g->np; i++) real += g->ps[i].numel;
-    qt_cg_buf_printf(b, "  parameters: %d tensors, %lld elements (%lld with 16-element padding, "
-                     "n_flat %lld, adam_elems %lld)\n", g->np, (long long)real,
-                     (long long)g->n_param_elems, (long long)g->n_flat,
+    qt_cg_buf_printf(b, "  parameters: %d tensors, %lld elements (%lld with %lld-element "
+                     "padding, n_flat %lld, adam_elems %lld)\n", g->np, (long long)real,
+                     (long long)g->n_param_elems, (long long)qt_cg_flat_align(g->s),
+                     (long long)g->n_flat,
                      (long long)g->adam_elems);
 }
 
@@ -480,7 +490,7 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
             continue;
         n_ep++;
         ep_mask |= (unsigned)EP_A(o, mask);
-        ep_max += 4 * rows * EP_A(o, d);
+        ep_max += qt_dtype_bytes((unsigned)g->s->dtype) * rows * EP_A(o, d);
     }
     if (n_ep) {
         char grp[64];
@@ -529,10 +539,14 @@ static void memory_map(qt_cg_buf *b, const qt_cg_graph *g)
     qt_cg_buf_printf(b, "\n== memory map (byte offsets in the arena) ==\n");
     qt_cg_buf_printf(b, "  %14lld params (%lld floats)\n  %14lld adam_m (%lld floats)\n"
                      "  %14lld adam_v (%lld floats)\n", (long long)g->params_offset,
-                     (long long)(g->params_compact ? g->adam_elems : g->n_flat),
+                     (long long)(g->params_compact || g->s->dtype == QT_BF16 ? g->adam_elems
+                                                                            : g->n_flat),
                      (long long)g->adam_m_offset,
                      (long long)g->adam_elems, (long long)g->adam_v_offset,
                      (long long)g->adam_elems);
+    if (g->compute_offset)
+        qt_cg_buf_printf(b, "  %14lld compute copy (%lld bf16)\n", (long long)g->compute_offset,
+                         (long long)g->n_flat);
     for (int i = 0; i < g->n_tree_levels; i++)
         qt_cg_buf_printf(b, "  %14lld tree level %d%s\n", (long long)g->tree_offset[i], i,
                          g->tree_offset[i] == g->grads_offset
@@ -597,6 +611,11 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
         qt_cg_buf_printf(b, "  delta rule (GDN core): %s (gdn_core_algorithm; the recurrent form "
                          "measured faster at Dk = Dv = 64 and 128, docs/bench.md)\n",
                          s->gdn_chunked ? "chunked WY form" : "recurrent, token by token");
+    if (s->dtype == QT_BF16)
+        qt_cg_buf_printf(b, "  dtype bfloat16, weight_dtype float32: activations, matmul operands "
+                         "and the parameters' compute copy in bf16; master weights, Adam, "
+                         "gradients, trees, loss and statistics in fp32 (docs/precision.md); "
+                         "planned only: this firmware build refuses to run it\n");
     if (s->remat != QT_CG_REMAT_NONE)
         qt_cg_buf_printf(b, "  remat_policy %s: %d forward ops recomputed in the backward (the "
                          "copies write tensors named <name>~r)\n",

@@ -33,7 +33,7 @@ static void by_size(qt_cg_use *u, int n)
 
 static int64_t tensor_bytes(const qt_tensor *t)
 {
-    int64_t n = 4;
+    int64_t n = qt_dtype_bytes(t->dtype);
     for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
     return n;
 }
@@ -77,8 +77,11 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
         tree += 4 * qt_cg_tree_level_elems(g, l);
     qt_cg_use cat[] = {
         {g->params_compact ? "params (this rank's blocks; compute copies gathered per layer "
-                             "into the activations)" : "params (compute copy)",
-         4 * (g->params_compact ? g->adam_elems : g->n_flat)},
+                             "into the activations)"
+         : s->dtype == QT_BF16 ? "params (fp32 master: this rank's blocks)"
+                               : "params (compute copy)",
+         4 * (g->params_compact || s->dtype == QT_BF16 ? g->adam_elems : g->n_flat)},
+        {"compute copy (bf16)", g->compute_offset ? 2 * g->n_flat : 0},
         {"adam m + v", 8 * g->adam_elems},
         {"gradient tree (incl. the gradient)", tree},
         {"leaf scratch", 4 * g->leaf_scratch_elems},

@@ -3,8 +3,14 @@
  * whose gather windows it plans like activations.
  *
  * Layout (bytes, every region and tensor 64-byte aligned):
- *   params | adam_m | adam_v | tree level 0..n-1 (level n-1 = grads) | leaf scratch |
- *   comm scratch | staging | activations
+ *   params | adam_m | adam_v | [compute copy] | tree level 0..n-1 (level n-1 = grads) |
+ *   leaf scratch | comm scratch | staging | activations
+ * In bf16 plans (s->dtype, docs/precision.md) the params region holds this rank's fp32
+ * master blocks (laid out as Adam) and the compute copy is the bf16 flat vector (n_flat
+ * elements of 2 bytes) the parameter tensors point into; with per-layer gathers there is no
+ * compute copy region (the bf16 gather windows are activations). Every tensor is sized by
+ * its dtype (qt_dtype_bytes); the flat fp32 regions (master, Adam, trees, scratch,
+ * staging) stay 4 bytes an element.
  * The params and tree regions are flat parameter regions of n_flat floats: parameter p sits
  * at the same element offset (flat_offset, a multiple of 16 so every tensor stays 64-byte
  * aligned) in each of them; padding elements between parameters and up to n_flat (a
@@ -39,7 +45,7 @@
 
 static int64_t bytes_of(const qt_tensor *t)
 {
-    return ALIGN_UP(t->numel * 4, (int64_t)QT_TENSOR_ALIGN);
+    return ALIGN_UP(t->numel * qt_dtype_bytes(t->dtype), (int64_t)QT_TENSOR_ALIGN);
 }
 
 int qt_cg_planned(const qt_cg_tensor *t)
@@ -109,20 +115,28 @@ static int64_t param_regions(qt_cg_graph *g)
         g->ps[p].leaf_offset = r->leaf_lo + g->ps[p].flat_offset - r->lo;
     }
     g->n_param_elems = 0;
+    const int64_t al = qt_cg_flat_align(st);
     for (int p = 0; p < g->np; p++)
-        if (g->ps[p].flat_offset + ALIGN_UP(g->ps[p].numel, 16) > g->n_param_elems)
-            g->n_param_elems = g->ps[p].flat_offset + ALIGN_UP(g->ps[p].numel, 16);
+        if (g->ps[p].flat_offset + ALIGN_UP(g->ps[p].numel, al) > g->n_param_elems)
+            g->n_param_elems = g->ps[p].flat_offset + ALIGN_UP(g->ps[p].numel, al);
     g->adam_elems = 0;
     for (int i = 0; i < g->n_ranges; i++) {
         g->ranges[i].adam_lo = g->adam_elems;
         g->adam_elems += g->ranges[i].n / qt_cg_group_size(st, g->ranges[i].opt_mask);
     }
     int64_t region = g->n_flat * 4, adam = g->adam_elems * 4;
-    /* with per-layer gathers the parameter region holds the rank's blocks, as Adam does */
-    const int64_t pregion = g->params_compact ? adam : region;
+    /* with per-layer gathers, and in bf16 plans, the parameter region holds the rank's fp32
+     * master blocks, as Adam does */
+    const int bf16 = st->dtype == QT_BF16;
+    const int64_t pregion = g->params_compact || bf16 ? adam : region;
     g->params_offset = 0;
     g->adam_m_offset = pregion;
     g->adam_v_offset = pregion + adam;
+    /* bf16: the compute copy of the whole flat vector (2 bytes an element), unless the
+     * compute copies live in per-layer gather windows */
+    g->compute_offset = bf16 && !g->params_compact ? pregion + 2 * adam : 0;
+    if (g->compute_offset)
+        return g->compute_offset + ALIGN_UP(2 * g->n_flat, (int64_t)QT_TENSOR_ALIGN);
     return pregion + 2 * adam;
 }
 
@@ -204,8 +218,9 @@ static void fixed_regions(qt_cg_graph *g, int64_t flat0)
     g->staging_elems = g->s->n_ranks > 1 ? ALIGN_UP(stage_need, 16) + 16 : 0;
     g->act_offset = ALIGN_UP(g->staging_offset + 4 * g->staging_elems,
                              (int64_t)QT_TENSOR_ALIGN);
+    const int64_t pbase = g->compute_offset ? g->compute_offset : g->params_offset;
     for (int p = 0; p < g->np; p++)
-        g->ts[g->ps[p].tensor].t.offset = g->params_offset + 4 * g->ps[p].flat_offset;
+        g->ts[g->ps[p].tensor].t.offset = pbase + qt_cg_compute_bytes(g->s) * g->ps[p].flat_offset;
     for (int i = 0; i < g->nt; i++)  /* parameters in gather windows: placed below */
         if (g->ts[i].alias_of >= 0) g->ts[i].t.offset = -1;
 }

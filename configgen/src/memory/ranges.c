@@ -9,7 +9,8 @@
  * ranges are per (segment, holding pattern), segments in order of first parameter, and each
  * range's leaf-tree levels are a window placed first fit among the windows in use at the
  * same time (between the range's first WGRAD and its push, schedule/layer_ops.c).
- * Invariants: parameter flat offsets are multiples of 16 elements; the flat region is
+ * Invariants: parameter flat offsets are multiples of 16 elements (32 in bf16 plans, so the
+ * bf16 compute copy stays 64-byte aligned: qt_cg_flat_align); the flat region is
  * refused above 2^54 elements; the ranges cover [0, n_flat) in order.
  */
 #include <stdlib.h>
@@ -86,7 +87,7 @@ int qt_cg_flat_ranges(qt_cg_graph *g, char *err, size_t errlen)
             for (int p = 0; p < g->np; p++) {
                 if (hold_of[p] != hold || segment_of(g, p) != seg) continue;
                 g->ps[p].flat_offset = off;
-                off += ALIGN_UP(g->ps[p].numel, 16);
+                off += ALIGN_UP(g->ps[p].numel, qt_cg_flat_align(st));
                 if (off > ((int64_t)1 << 54)) {
                     free(hold_of);
                     return qt_cg_fail(err, errlen, "the parameters need more than 2^54 elements "
@@ -99,7 +100,7 @@ int qt_cg_flat_ranges(qt_cg_graph *g, char *err, size_t errlen)
             r->opt_mask = (uint8_t)(st->opt_mask & r->reduce_mask);
             r->hold_mask = (uint8_t)hold;
             r->lo = lo;
-            off = lo + ALIGN_UP(off - lo, 16 * qt_cg_group_size(st, r->reduce_mask));
+            off = lo + ALIGN_UP(off - lo, qt_cg_flat_align(st) * qt_cg_group_size(st, r->reduce_mask));
             r->n = off - lo;
             r->leaf_lo = lo;
         }

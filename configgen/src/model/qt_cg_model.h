@@ -47,5 +47,8 @@ int32_t qt_cg_clone_tensor(qt_cg_graph *g, int32_t id, const char *suffix);
 
 /* Rematerialisation per s->remat (model/remat.c): after autodiff, before the memory plan. */
 int qt_cg_remat(qt_cg_graph *g, char *err, size_t errlen);
+/* The storage dtype of every tensor per the compute dtype's recipe (model/precision.c,
+ * docs/precision.md): after remat, before the memory plan; nothing changes in fp32. */
+void qt_cg_precision(qt_cg_graph *g);
 
 #endif

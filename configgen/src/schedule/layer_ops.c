@@ -80,14 +80,15 @@ static void gather_collective(qt_cg_graph *g, qt_op *q, int32_t win, int r)
     q->a[QT_CG_A_COLLECTIVE_GATHER] = 1;
 }
 
-/* A gather window: the compute copy of flat range r (n floats, replicated layout). */
+/* A gather window: the compute copy of flat range r (n elements of the compute dtype,
+ * replicated layout). */
 static int32_t gather_window(qt_cg_graph *g, int r, const char *when)
 {
     char name[96];
     snprintf(name, sizeof name, "gather.range%d.%s", r, when);
     const int64_t shape[1] = {g->ranges[r].n};
     const uint8_t axes[1] = {0};
-    return qt_cg_add_tensor(g, name, QT_ROLE_ACT, QT_F32, 1, shape, axes);
+    return qt_cg_add_tensor(g, name, QT_ROLE_ACT, g->s->dtype, 1, shape, axes);
 }
 
 /* A backward clone of parameter tensor id ("<name>~g"): the same parameter, read from the
@@ -138,7 +139,7 @@ int qt_cg_layer_gathers(qt_cg_graph *g, char *err, size_t errlen)
     for (int p = 0; p < g->np; p++) {
         const int r = range_of[p];
         const int32_t id = g->ps[p].tensor;
-        const int64_t off = 4 * (g->ps[p].flat_offset - g->ranges[r].lo);
+        const int64_t off = qt_cg_compute_bytes(g->s) * (g->ps[p].flat_offset - g->ranges[r].lo);
         if (win[nr + r] != QT_NONE) {
             clone[p] = param_clone(g, id);
             g->ts[clone[p]].alias_of = win[nr + r];

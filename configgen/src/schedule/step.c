@@ -16,7 +16,9 @@
  *   all-gather params / O      only when O is not empty
  * Parameters are never sharded for compute except the routed experts (a rank holds El of
  * them): fsdp and ZeRO-1 split the optimizer state and the update, and the updated blocks
- * are gathered once per step (gathered weights, flat-parameter FSDP).
+ * are gathered once per step (gathered weights, flat-parameter FSDP). In bf16 plans the
+ * gather moves the bf16 compute copy (2 bytes an element: half the bytes on the wire, as
+ * MaxText's ZeRO-1), each rank contributing the rounding of its fp32 master blocks.
  * Sequences are rank-major blocks in batch-index order and the reduce-scatter pairs ranks
  * by recursive halving over the same index, so with a power-of-two count of leaves per rank
  * the cross-rank additions are exactly the upper levels of the one-rank tree: the bits do
@@ -105,7 +107,7 @@ void qt_cg_step_schedule(qt_cg_graph *g)
                          qt_cg_mask_name(r->opt_mask, axes, sizeof axes));
                 QT_A(op, COLLECTIVE, coll) = new_collective(g, name, QT_COLL_ALL_GATHER,
                                                             r->opt_mask, g->ts[w].t.offset,
-                                                            4 * r->n);
+                                                            qt_cg_compute_bytes(s) * r->n);
                 op->a[QT_CG_A_COLLECTIVE_GATHER] = 0;
                 continue;
             }
@@ -162,7 +164,9 @@ void qt_cg_step_schedule(qt_cg_graph *g)
         char name[160], axes[64];
         snprintf(name, sizeof name, "parameters of range %d (all-gather over %s)", i,
                  qt_cg_mask_name(r->opt_mask, axes, sizeof axes));
-        collective(g, 0, name, QT_COLL_ALL_GATHER, r->opt_mask, g->params_offset + 4 * r->lo,
-                   4 * r->n);
+        const int64_t eb = qt_cg_compute_bytes(s);  /* bf16: the compute copy is gathered */
+        collective(g, 0, name, QT_COLL_ALL_GATHER, r->opt_mask,
+                   (g->compute_offset ? g->compute_offset : g->params_offset) + eb * r->lo,
+                   eb * r->n);
     }
 }
