@@ -131,3 +131,28 @@ for cell in mesh-next-dp2:2 mesh-next-fsdp2:2 mesh-next-tp2:2 mesh-next-ep2:2 me
   check "mesh: no heap allocation during steps on any rank of $run ($n ranks, malloc interposed)" \
       mesh_no_heap_in_steps $run $n
 done
+
+# A sharded save= directory must be one directory for every rank (issue 18): here each rank
+# runs in a working directory of its own, so the relative save=ck names two directories, as
+# on two machines without a shared file system. Every rank must refuse at start-up (exit 2,
+# no hang, nothing written), rank 0 with the count and what to share, the other naming
+# itself; the same job with one shared directory trains and saves.
+mesh_save_dir_not_shared() {
+  local d=$QT_TMP/notshared rc t0 t1
+  rm -rf $d; mkdir -p $d/r0 $d/r1 $d/shared
+  t0=$(date +%s.%N)
+  timeout 60 mpiexec -n 2 sh -c 'cd "$0/r$PMI_RANK" && exec "$1/build/'$FAULT_RUN'/qtrain" steps=1 data="$1/'$FAULT_DATA'" save=ck 2> err' \
+    $d $PWD; rc=$?
+  t1=$(date +%s.%N)
+  cat $d/r0/err $d/r1/err | grep -v '^step'
+  echo "mpiexec exit $rc after $(fault_secs $t0 $t1) s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a refusal, not success or a timeout"; return 1; }
+  grep -qF "save=ck: 1 of the 2 ranks do not see the directory rank 0 (host $(hostname)) sees" $d/r0/err \
+    && grep -qF "must be on a file system that every rank shares, at the same path" $d/r0/err || return 1
+  grep -qF "rank 1/2: save=ck: this rank (host $(hostname)) does not see the probe file ck.tmp." $d/r1/err || return 1
+  ! ls $d/r0 $d/r1 | grep -q '^ck' || { echo "something was written:"; ls $d/r0 $d/r1; return 1; }
+  timeout 60 mpiexec -n 2 sh -c 'cd "$0/shared" && exec "$1/build/'$FAULT_RUN'/qtrain" steps=1 data="$1/'$FAULT_DATA'" save=ck 2>> err' \
+    $d $PWD || { cat $d/shared/err; return 1; }
+  [ -s $d/shared/ck/model.safetensors.index.json ] && ! ls $d/shared | grep -q 'ck\.\(tmp\|lock\)'
+}
+check "mesh: a save= directory that is not the same on every rank is refused at start-up by every rank" mesh_save_dir_not_shared
