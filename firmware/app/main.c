@@ -82,8 +82,8 @@ static int qt_main_finish(int code)
 /* A file that will be written after training (save=, dump_grads=) must have a writable
  * directory now, and must not be something a save would destroy (a device, a directory,
  * the data file, another kind of file unless overwrite=1): finding out after hours of
- * training is too late. Rank 0 (the writer) takes the save= target's lock (one job per
- * checkpoint) and removes the temporaries of earlier saves that were killed. */
+ * training is too late. Rank 0 (the writer) removes the temporaries of earlier dump_grads=
+ * writes that were killed; a save= target's are removed once it is claimed (its lock). */
 static int qt_main_check_dest(const char *key, const char *path, int qtrain_format,
                               const qt_cli *cli, int rank)
 {
@@ -104,9 +104,8 @@ static int qt_main_check_dest(const char *key, const char *path, int qtrain_form
     }
     if (qt_checkpoint_check_target(key, path, qtrain_format, cli->overwrite, cli->data) != QT_OK)
         return QT_E_ARG;
-    /* one job per checkpoint: rank 0 (the committer) holds the target's lock until exit */
-    if (rank == 0 && qtrain_format && qt_checkpoint_lock(key, path) != QT_OK) return QT_E_ARG;
-    if (rank == 0) qt_checkpoint_remove_stale(path);
+    /* a save= target is claimed later (qt_checkpoint_claim: lock, then stale temporaries) */
+    if (rank == 0 && !qtrain_format) qt_checkpoint_remove_stale(path);
     return QT_OK;
 }
 
@@ -336,7 +335,7 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     int rc = QT_OK;
     if (cli->save && !(rc = qt_checkpoint_check_fsize(p, "save", cli->save, 1,
                                                       cli->save_shard_size)))
-        rc = qt_checkpoint_probe_shared(p, "save", cli->save);   /* collective */
+        rc = qt_checkpoint_claim(p, "save", cli->save);   /* collective: lock, probe */
     if (!rc && cli->dump_grads)
         rc = qt_checkpoint_check_fsize(p, "dump_grads", cli->dump_grads, 0, 0);
     if (rc == QT_E_COMM) {

@@ -10,6 +10,9 @@
  * together cannot both win it. Release unlinks the file while still holding the lock; a
  * taker that locked an unlinked file sees that its path no longer names that inode and
  * retries, so at most one process ever holds the lock of a path.
+ * Claim (qt_checkpoint_claim, collective): rank 0 takes the lock, removes the temporaries
+ * of dead writers, and on a mesh with a save= directory writes the probe; its status goes
+ * to every rank with the probe's bytes, so a refusal on rank 0 stops every rank at once.
  * Probe: rank 0 writes "<path>.tmp.<pid>" (a name the stale-temporary rule removes if the
  * job dies in between) with its host, pid and clock, fsyncs it and broadcasts the bytes;
  * every rank reads the file back and compares; the ranks sum their verdicts, so all of them
@@ -31,6 +34,7 @@
 #include "qt_err.h"
 #include "ckpt_map.h"
 #include "ckpt_dir.h"
+#include "safetensors.h"
 #include "st_index.h"
 #include "comm/qt_coll.h"
 
@@ -192,23 +196,35 @@ static int64_t qt_ct_probe_read(const char *key, const char *path, long pid0)
     return 0;
 }
 
-int qt_checkpoint_probe_shared(const qt_plan *p, const char *key, const char *path)
+int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path)
 {
-    if (p->n_ranks < 2 || qt_checkpoint_is_file(path))
-        return QT_OK;
-    const int me = qt_comm_group_index(QT_COLL_ALL);
+    const int n = p->n_ranks > 1 ? p->n_ranks : 1;
+    const int me = n > 1 ? qt_comm_group_index(QT_COLL_ALL) : 0;
+    const int probe = n > 1 && !qt_checkpoint_is_file(path);
     int rc;
     int64_t st = QT_OK, pid0 = (int64_t)getpid();
     qt_ct_host();
-    if (me == 0)
-        st = qt_ct_probe_write(key, path);
+    if (me == 0) {
+        st = qt_checkpoint_lock(key, path);
+        if (st == QT_OK)
+            qt_st_remove_stale(path);   /* ours now: a dead writer's temporaries go */
+        if (st == QT_OK && probe)
+            st = qt_ct_probe_write(key, path);
+    }
+    if (n == 1)
+        return (int)st;
     memcpy(qt_ct.bcast, &st, 8);
     if ((rc = qt_coll_broadcast(QT_COLL_ALL, qt_ct.bcast, (int64_t)sizeof qt_ct.bcast, 0)) ||
         (rc = qt_coll_broadcast(QT_COLL_ALL, &pid0, (int64_t)sizeof pid0, 0)))
         return rc;
     memcpy(&st, qt_ct.bcast, 8);
-    if (st != QT_OK)
-        return QT_E_ARG;     /* rank 0 said why */
+    if (st != QT_OK) {   /* rank 0 said why; every rank stops with it */
+        if (me != 0)
+            qt_fail(QT_E_ARG, "%s=%s: refused by rank 0 (see its message)", key, path);
+        return QT_E_ARG;
+    }
+    if (!probe)
+        return QT_OK;
     int64_t bad = me == 0 ? 0 : qt_ct_probe_read(key, path, (long)pid0);
     rc = qt_coll_sum_i64(QT_COLL_ALL, &bad, 1);
     if (me == 0)
@@ -222,7 +238,7 @@ int qt_checkpoint_probe_shared(const qt_plan *p, const char *key, const char *pa
                 "%s) sees (see their messages): a sharded checkpoint directory is written by "
                 "every rank, so %s= must be on a file system that every rank shares, at the "
                 "same path (or give a path ending in .safetensors: one file, written by rank "
-                "0 alone)", key, path, (long long)bad, p->n_ranks, qt_ct.host, key);
+                "0 alone)", key, path, (long long)bad, n, qt_ct.host, key);
     return QT_E_ARG;
 }
 

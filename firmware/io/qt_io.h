@@ -114,13 +114,15 @@ void qt_checkpoint_remove_stale(const char *path);
 int qt_checkpoint_lock(const char *key, const char *path);
 /* Releases and removes the lock qt_checkpoint_lock took (no-op when none). */
 void qt_checkpoint_unlock(void);
-/* Collective on a mesh, at start-up: every rank checks that a save= directory (a sharded
- * checkpoint, which every rank writes into) is the directory the others see: rank 0 writes
- * a probe file "<path>.tmp.<pid>" beside it, every rank must read back the same bytes.
- * Single files (save=*.safetensors, dump_grads=) are written by rank 0 alone and are not
- * probed. Every rank returns the same code (QT_E_ARG after messages naming the ranks and
- * hosts that do not see it; QT_E_COMM: abort). One rank: QT_OK. */
-int qt_checkpoint_probe_shared(const qt_plan *p, const char *key, const char *path);
+/* Collective on a mesh, at start-up (ckpt_target.c): claims the save= target for this job.
+ * Rank 0 takes its lock (qt_checkpoint_lock) and removes the temporaries of dead writers
+ * (qt_checkpoint_remove_stale); on a mesh with a save= directory (a sharded checkpoint,
+ * which every rank writes into) every rank then checks that it is the directory rank 0
+ * sees: rank 0 writes a probe file "<path>.tmp.<pid>" beside it, every rank must read back
+ * the same bytes. Single files (save=*.safetensors) are written by rank 0 alone and are not
+ * probed. Every rank returns the same code: QT_E_ARG after rank 0's refusal (lock) or the
+ * messages of the ranks that do not see the directory; QT_E_COMM: abort. */
+int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path);
 /* At start-up, when RLIMIT_FSIZE (ulimit -f) is finite: QT_E_ARG (message naming key,
  * path, the limit and the size) if the largest file a save= (qtrain_format 1; a directory
  * with shards of at most shard_bytes) or dump_grads= (0) target would write holds more
