@@ -156,3 +156,24 @@ mesh_save_dir_not_shared() {
   [ -s $d/shared/ck/model.safetensors.index.json ] && ! ls $d/shared | grep -q 'ck\.\(tmp\|lock\)'
 }
 check "mesh: a save= directory that is not the same on every rank is refused at start-up by every rank" mesh_save_dir_not_shared
+
+# A save= target another job holds (its lock file names process 4242 on host otherhost; a
+# sleep holds the flock): rank 0 refuses and every rank stops at once with it (exit 2).
+mesh_save_target_locked() {
+  local d=$QT_TMP/mlock rc t0 t1 busy i
+  rm -rf $d; mkdir -p $d
+  printf 'otherhost 4242\n' > $d/ck.lock
+  ( exec 9>> $d/ck.lock; flock 9; exec sleep 60 ) & busy=$!
+  for i in $(seq 50); do flock -n $d/ck.lock true || break; sleep 0.1; done
+  t0=$(date +%s.%N)
+  timeout 60 mpiexec -n 2 build/$FAULT_RUN/qtrain steps=1 data=$FAULT_DATA save=$d/ck > $d/log 2>&1; rc=$?
+  t1=$(date +%s.%N)
+  kill $busy; wait $busy 2> /dev/null
+  grep -v '^step' $d/log | tail -n 4
+  echo "mpiexec exit $rc after $(fault_secs $t0 $t1) s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a refusal, not success or a timeout"; return 1; }
+  awk -v a=$t0 -v b=$t1 'BEGIN { exit !(b - a <= 10) }' || { echo "the job took more than 10 s to end"; return 1; }
+  grep -qF "save=$d/ck is in use by another job: process 4242 on host otherhost holds its lock $d/ck.lock" $d/log \
+    && grep -qF "rank 1/2: save=$d/ck: refused by rank 0 (see its message)" $d/log && ! [ -e $d/ck ]
+}
+check "mesh: a save= target held by another job is refused by every rank at once" mesh_save_target_locked
