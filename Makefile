@@ -22,6 +22,10 @@ CC ?= gcc
 CXX ?= g++
 MUSLCC ?= musl-gcc
 ARCH ?= -march=native
+# ARCH= takes the whole flag (ARCH=-march=x86-64-v3, ARCH="-march=znver4 -mtune=znver4") or
+# the target alone (ARCH=x86-64-v3, which becomes -march=x86-64-v3).
+override ARCH := $(strip $(ARCH))
+override ARCH := $(if $(filter -%,$(ARCH)),$(ARCH),$(if $(ARCH),-march=$(ARCH)))
 PYTHON ?= /usr/bin/python3
 
 # Determinism flags (docs/design.md section 6): no contraction, no fast-math, C11.

@@ -14,13 +14,13 @@ enum qt_cli_key {
     QT_KEY_STEPS, QT_KEY_DATA, QT_KEY_DATA_DTYPE, QT_KEY_LOAD, QT_KEY_SAVE, QT_KEY_SAVE_EVERY,
     QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_PROFILE,
     QT_KEY_COMM_TIMEOUT, QT_KEY_OVERWRITE, QT_KEY_SAVE_SHARD_SIZE, QT_KEY_ALLOW_DATA_CHANGE,
-    QT_KEY_HELP, QT_KEY_COUNT
+    QT_KEY_LOAD_WEIGHTS_ONLY, QT_KEY_TRUNCATE_METRICS, QT_KEY_HELP, QT_KEY_COUNT
 };
 
 static const char *const qt_cli_names[QT_KEY_COUNT] = {
     "steps", "data", "data_dtype", "load", "save", "save_every", "metrics", "seed",
     "learning_rate", "dump_grads", "profile", "comm_timeout", "overwrite", "save_shard_size",
-    "allow_data_change", "help"
+    "allow_data_change", "load_weights_only", "truncate_metrics", "help"
 };
 
 void qt_cli_usage(FILE *f, const char *prog)
@@ -39,7 +39,7 @@ void qt_cli_usage(FILE *f, const char *prog)
             "                   optimizer-* files beside them), or one file if PATH ends in\n"
             "                   .safetensors\n"
             "  save_shard_size=B  largest shard of a save= directory, bytes with an optional\n"
-            "                   K, M or G suffix (powers of 1024; default 4G)\n"
+            "                   K, M, G, T or P suffix (powers of 1024; default 4G, at most 1P)\n"
             "  save_every=N     also save to the save= path every N steps (atomic)\n"
             "  metrics=PATH     JSON-lines metrics, one line per step; a resumed run appends\n"
             "                   (the file must end at the step before the resume step)\n"
@@ -55,6 +55,12 @@ void qt_cli_usage(FILE *f, const char *prog)
             "                   an existing save=/dump_grads= file that is not a qtrain file\n"
             "  allow_data_change=0|1  1: resume from a checkpoint saved on other data (its\n"
             "                   data_hash differs); the run manifest records a note\n"
+            "  load_weights_only=0|1  1: load= takes the weights only and training starts at\n"
+            "                   step 0 with fresh Adam moments (a qtrain checkpoint whose\n"
+            "                   optimizer state is missing is refused without it)\n"
+            "  truncate_metrics=0|1  1: a resumed run cuts the metrics= lines of its start step\n"
+            "                   and later (left by a run that crashed after the checkpoint);\n"
+            "                   the run manifest records it\n"
             "  help             this text\n", prog);
 }
 
@@ -122,12 +128,13 @@ static int qt_cli_find(const char *arg, size_t klen)
     return QT_KEY_COUNT;
 }
 
-/* save_shard_size=: digits with an optional K, M or G suffix (powers of 1024), up to 1P. */
+/* save_shard_size=: digits with an optional K, M, G, T or P suffix (powers of 1024), from 1
+ * byte up to 1P (2^50 bytes). */
 static int qt_cli_byte_count(const char *key, const char *val, int64_t *out)
 {
     uint64_t u = 0;
     size_t n = strlen(val);
-    const char *sfx = "KMG";
+    const char *sfx = "KMGTP";
     const char *at = n > 1 ? strchr(sfx, val[n - 1]) : NULL;
     char digits[32];
     if (n >= sizeof digits) return qt_cli_bad(key, val, "a byte count such as 4G");
@@ -135,8 +142,8 @@ static int qt_cli_byte_count(const char *key, const char *val, int64_t *out)
     if (at) digits[n - 1] = 0;
     int shift = at ? 10 * (int)(at - sfx + 1) : 0;
     if (qt_cli_u64(digits, &u) || u == 0 || u > ((uint64_t)1 << 50) >> shift)
-        return qt_cli_bad(key, val, "a positive byte count up to 1P, digits with an "
-                          "optional K, M or G suffix (e.g. 4G, 512K)");
+        return qt_cli_bad(key, val, "a positive byte count up to 1P (2^50 bytes), "
+                          "digits with an optional K, M, G, T or P suffix (e.g. 4G, 512K, 1P)");
     *out = (int64_t)(u << shift);
     return QT_OK;
 }
@@ -201,6 +208,8 @@ static int qt_cli_set(qt_cli *c, int k, const char *val)
         break;
     case QT_KEY_OVERWRITE: return qt_cli_flag(key, val, &c->overwrite);
     case QT_KEY_ALLOW_DATA_CHANGE: return qt_cli_flag(key, val, &c->allow_data_change);
+    case QT_KEY_LOAD_WEIGHTS_ONLY: return qt_cli_flag(key, val, &c->load_weights_only);
+    case QT_KEY_TRUNCATE_METRICS: return qt_cli_flag(key, val, &c->truncate_metrics);
     case QT_KEY_DATA: c->data = val; break;
     case QT_KEY_LOAD: c->load = val; break;
     case QT_KEY_SAVE: c->save = val; break;
@@ -244,6 +253,14 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
     }
     if (c->save_every && !c->save) {
         fprintf(stderr, "qtrain: save_every=%lld needs save=PATH\n", (long long)c->save_every);
+        return QT_E_ARG;
+    }
+    if (c->load_weights_only && !c->load) {
+        fprintf(stderr, "qtrain: load_weights_only=1 needs load=PATH\n");
+        return QT_E_ARG;
+    }
+    if (c->truncate_metrics && !c->metrics) {
+        fprintf(stderr, "qtrain: truncate_metrics=1 needs metrics=PATH\n");
         return QT_E_ARG;
     }
     return QT_OK;

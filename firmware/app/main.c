@@ -7,6 +7,7 @@
  * Checkpoints are written atomically by the IO layer, so an error never leaves a file
  * that looks valid but is half-written.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -35,7 +36,8 @@ static struct {
     int steps_run;
     int64_t coll_bytes0, coll_calls0;
     double coll_s0, step_s;
-    char note[256];            /* the run manifest's note (allow_data_change=1), or "" */
+    char note[768];            /* the run manifest's note (allow_data_change=1, a resumed
+                                  learning_rate=, truncate_metrics=1), or "" */
 } qt_main_state;
 
 /* On rank 0 of a multi-rank run that trained: one line with the collective traffic of the
@@ -67,6 +69,7 @@ static int qt_main_finish(int code)
         qt_main_state.metrics = NULL;
     }
     if (qt_main_state.data_open) qt_data_close(&qt_main_state.data);
+    qt_checkpoint_unlock();
     if (qt_main_state.plan && qt_main_state.rank == 0) {
         qt_main_comm_print(stderr);
         qt_runtime_profile_print(stderr);
@@ -79,8 +82,8 @@ static int qt_main_finish(int code)
 /* A file that will be written after training (save=, dump_grads=) must have a writable
  * directory now, and must not be something a save would destroy (a device, a directory,
  * the data file, another kind of file unless overwrite=1): finding out after hours of
- * training is too late. Rank 0 (the writer) also removes the temporaries of earlier saves
- * that were killed. */
+ * training is too late. Rank 0 (the writer) removes the temporaries of earlier dump_grads=
+ * writes that were killed; a save= target's are removed once it is claimed (its lock). */
 static int qt_main_check_dest(const char *key, const char *path, int qtrain_format,
                               const qt_cli *cli, int rank)
 {
@@ -101,8 +104,25 @@ static int qt_main_check_dest(const char *key, const char *path, int qtrain_form
     }
     if (qt_checkpoint_check_target(key, path, qtrain_format, cli->overwrite, cli->data) != QT_OK)
         return QT_E_ARG;
-    if (rank == 0) qt_checkpoint_remove_stale(path);
+    /* a save= target is claimed later (qt_checkpoint_claim: lock, then stale temporaries) */
+    if (rank == 0 && !qtrain_format) qt_checkpoint_remove_stale(path);
     return QT_OK;
+}
+
+/* Appends one clause to the run manifest's note ("; " between clauses). */
+static void qt_main_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void qt_main_note(const char *fmt, ...)
+{
+    char *n = qt_main_state.note;
+    size_t len = strlen(n);
+    if (len && len + 2 < sizeof qt_main_state.note) {
+        memcpy(n + len, "; ", 3);
+        len += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(n + len, sizeof qt_main_state.note - len, fmt, ap);
+    va_end(ap);
 }
 
 /* Writes one metrics line; a full disk or a closed pipe is an error, not a silent loss. */
@@ -117,10 +137,30 @@ static int qt_main_metrics(const qt_step_metrics *m, const char *path)
     return QT_OK;
 }
 
+/* truncate_metrics=1 on a resumed run whose metrics file runs past its start step (a crash
+ * after the checkpoint): cut the lines of steps >= start, say so, note it in the manifest,
+ * and give the file's new last step in *last. */
+static int qt_main_truncate_metrics(const char *path, int64_t start, int64_t *last)
+{
+    int64_t lines = 0, first = -1, end = -1;
+    if (qt_metrics_truncate(path, start, &lines, &first, &end) != QT_OK ||
+        qt_metrics_last_step(path, last) != QT_OK)
+        return QT_E_IO;
+    fprintf(stderr, "qtrain: note: truncate_metrics=1: removed %lld line(s) of metrics file %s "
+            "(steps %lld..%lld, past the checkpoint's step %lld); it now ends at step %lld\n",
+            (long long)lines, path, (long long)first, (long long)end, (long long)start - 1,
+            (long long)*last);
+    qt_main_note("truncate_metrics=1: removed %lld line(s) of steps %lld..%lld from the "
+                 "metrics file", (long long)lines, (long long)first, (long long)end);
+    return QT_OK;
+}
+
 /* Opens the metrics file before any training. A resumed run (start > 0) appends, and the
  * file must end at step start-1 (its "step" counts from 0), so the lines stay one run's
  * history without gaps or repeats; a fresh run refuses a file that already holds lines.
- * overwrite=1 replaces the file in both cases. */
+ * overwrite=1 replaces the file in both cases; truncate_metrics=1 first cuts, on a resumed
+ * run, the lines of steps at or past the start (left by a run that crashed after the
+ * checkpoint it resumes). */
 static int qt_main_open_metrics(const qt_cli *cli, int64_t start)
 {
     const char *path = cli->metrics, *mode = "w";
@@ -131,8 +171,21 @@ static int qt_main_open_metrics(const qt_cli *cli, int64_t start)
                     "another path\n", path);
             return QT_E_IO;
         }
+        if (start > 0 && last >= start && cli->truncate_metrics &&
+            qt_main_truncate_metrics(path, start, &last) != QT_OK)
+            return QT_E_IO;
         if (start > 0) {
             mode = "a";
+            if (last >= start) {
+                fprintf(stderr, "qtrain: metrics file %s ends at step %lld, but this run "
+                        "resumes at step %lld (its checkpoint's step), so its last step should "
+                        "be %lld: steps %lld..%lld are from a run that went on after that "
+                        "checkpoint (a crash?); give truncate_metrics=1 to cut them off "
+                        "(recorded in the run manifest), overwrite=1 to replace the file, or "
+                        "another path\n", path, (long long)last, (long long)start,
+                        (long long)(start - 1), (long long)start, (long long)last);
+                return QT_E_ARG;
+            }
             if (last >= 0 && last != start - 1) {
                 fprintf(stderr, "qtrain: metrics file %s ends at step %lld, but this run "
                         "resumes at step %lld, so its last step should be %lld; appending "
@@ -174,8 +227,7 @@ static int qt_main_check_data(const qt_cli *cli, int rank)
         if (rank == 0)
             fprintf(stderr, "qtrain: note: %s records no data hash; the data of the resumed "
                     "run is not checked\n", cli->load);
-        snprintf(qt_main_state.note, sizeof qt_main_state.note, "checkpoint records no data "
-                 "hash; data %s not checked", mine);
+        qt_main_note("checkpoint records no data hash; data %s not checked", mine);
         return QT_OK;
     }
     if (!strcmp(id->data_hash, mine)) return QT_OK;
@@ -191,8 +243,8 @@ static int qt_main_check_data(const qt_cli *cli, int rank)
         fprintf(stderr, "qtrain: note: allow_data_change=1: resuming on %s (data hash %s) "
                 "although %s was trained on data hash %s\n", data, mine, cli->load,
                 id->data_hash);
-    snprintf(qt_main_state.note, sizeof qt_main_state.note, "allow_data_change=1: checkpoint "
-             "data_hash %s, this run's data hash %s", id->data_hash, mine);
+    qt_main_note("allow_data_change=1: checkpoint data_hash %s, this run's data hash %s",
+                 id->data_hash, mine);
     return QT_OK;
 }
 
@@ -280,6 +332,17 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     if (qt_comm_check_same(p->hash) != QT_OK || qt_comm_mesh_init(p->mesh, rank, size) != QT_OK)
         return QT_EXIT_ERR;
     if (cli->comm_timeout > 0) qt_comm_set_deadline(cli->comm_timeout);
+    int rc = QT_OK;
+    if (cli->save && !(rc = qt_checkpoint_check_fsize(p, "save", cli->save, 1,
+                                                      cli->save_shard_size)))
+        rc = qt_checkpoint_claim(p, "save", cli->save);   /* collective: lock, probe */
+    if (!rc && cli->dump_grads)
+        rc = qt_checkpoint_check_fsize(p, "dump_grads", cli->dump_grads, 0, 0);
+    if (rc == QT_E_COMM) {
+        fflush(NULL);
+        qt_comm_abort(QT_EXIT_ERR);
+    }
+    if (rc) return QT_EXIT_ARG;
     qt_run_opts opts = {cli->seed, cli->learning_rate, 0, rank, size};
     if (qt_runtime_init(p, &opts) != QT_OK) return QT_EXIT_ERR;
     qt_main_state.plan = p;
@@ -298,8 +361,11 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
     const int rank = qt_main_state.rank;
     int64_t data_pos = 0;
     /* any mesh: each rank keeps its part of the file (checkpoint.c) */
-    if (qt_main_load_agree(p, qt_checkpoint_load(p, cli->load, 1, start, &data_pos),
-                           cli->load) != QT_OK)
+    if (rank == 0 && cli->load_weights_only)
+        fprintf(stderr, "qtrain: note: load_weights_only=1: loading the weights of %s only; "
+                "training starts at step 0 with fresh Adam moments\n", cli->load);
+    if (qt_main_load_agree(p, qt_checkpoint_load(p, cli->load, !cli->load_weights_only, start,
+                                                 &data_pos), cli->load) != QT_OK)
         return QT_EXIT_ERR;
     if (*start < 0) {
         fprintf(stderr, "qtrain: %s: step %lld in the metadata is negative\n", cli->load,
@@ -316,6 +382,16 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
         fprintf(stderr, "qtrain: resuming from %s at step %lld\n", cli->load, (long long)*start);
     if (*start > 0 && qt_main_check_data(cli, rank) != QT_OK)
         return QT_EXIT_ERR;
+    if (*start > 0 && cli->learning_rate >= 0.0f) {
+        if (rank == 0)
+            fprintf(stderr, "qtrain: note: learning_rate=%g overrides the plan's peak learning "
+                    "rate %g on this resumed run: the steps after %s (step %lld) follow "
+                    "another schedule than the run that saved it (recorded in the run "
+                    "manifest)\n", (double)cli->learning_rate, (double)p->train.lr, cli->load,
+                    (long long)*start);
+        qt_main_note("learning_rate=%g overrides the plan's %g from step %lld (resumed)",
+                     (double)cli->learning_rate, (double)p->train.lr, (long long)*start);
+    }
     return QT_MAIN_GO;
 }
 
@@ -449,6 +525,7 @@ static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int
 int main(int argc, char **argv)
 {
     int rank = 0, size = 1;
+    qt_io_fsize_guard();   /* before MPI_Init, which writes shared-memory files */
     if (qt_comm_init(&argc, &argv, &rank, &size) != QT_OK) return QT_EXIT_ERR;
     qt_cli cli;
     int code = qt_main_start(&cli, argc, argv, rank, size);

@@ -27,6 +27,10 @@ typedef struct qt_cli {
     int overwrite;             /* 1: replace existing metrics / non-qtrain save targets */
     int allow_data_change;     /* 1: resume although the data hash differs from the
                                   checkpoint's (noted in the run manifest) */
+    int load_weights_only;     /* 1: load= takes the weights only (step 0, fresh Adam
+                                  moments), even from a checkpoint with optimizer state */
+    int truncate_metrics;      /* 1: a resumed run cuts the metrics= lines of steps at or
+                                  past its start step (crash recovery; noted in the manifest) */
     int help;
 } qt_cli;
 

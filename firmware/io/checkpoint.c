@@ -57,6 +57,8 @@ static struct {
     unsigned char used[QT_ST_MAX_TENSORS];   /* file tensor consumed by the plan */
     char name[QT_ST_NAME_MAX + 16];
     char path[QT_SX_PATH_MAX];               /* load= argument resolved (st_index.c) */
+    char note[QT_SX_PATH_MAX + 256];         /* why the moments do not load, printed once
+                                                the weights are known to fit */
 } qt_ck;
 
 /* ---- ranks ---- */
@@ -316,6 +318,54 @@ static void qt_load_copy(const qt_plan *p, int h, const char *prefix, int src)
     }
 }
 
+/* Whether the moments load with the weights: *load_opt, and the note that says why not
+ * into qt_ck.note (printed only once the weights are known to fit, so a checkpoint of
+ * another model is refused without first announcing "the weights only"). A qtrain
+ * checkpoint (format qtrain-1) always holds its optimizer state: without it, a resume is
+ * refused (QT_E_MISMATCH) unless the caller wants the weights only (want_opt 0,
+ * load_weights_only=1). */
+static int qt_load_opt_decision(const qt_plan *p, int h, const char *path, int want_opt,
+                                int has_opt, int *load_opt)
+{
+    char mine[24];
+    const char *fs = qt_st_meta(h, "state_hash"), *fmt = qt_st_meta(h, "format");
+    qt_ck.note[0] = 0;
+    *load_opt = want_opt && has_opt;
+    if (*load_opt && fs) {
+        /* Same model, optimizer, schedule and global batch: the moments resume this plan
+         * bit-exactly whatever mesh or batch split saved them. */
+        snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)qt_ckpt_state_hash(p));
+        if (strcmp(fs, mine)) {
+            snprintf(qt_ck.note, sizeof qt_ck.note, "%s: optimizer state was saved for state "
+                     "hash %s (model, optimizer, schedule, global batch), this plan's is %s; "
+                     "loading the weights only, from step 0", path, fs, mine);
+            *load_opt = 0;
+        }
+    } else if (*load_opt) {
+        /* a file without a state hash: the old rule, the whole plan must be the same */
+        const char *fh = qt_st_meta(h, "plan_hash");
+        snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)p->hash);
+        if (!fh || strcmp(fh, mine)) {
+            /* Another plan's Adam state (other batch split, schedule or run) does not resume
+             * this plan bit-exactly; its weights are still good, so they load alone. */
+            snprintf(qt_ck.note, sizeof qt_ck.note, "%s: optimizer state was saved for plan "
+                     "hash %s, this plan's hash is %s; loading the weights only, from step 0",
+                     path, fh ? fh : "(none)", mine);
+            *load_opt = 0;
+        }
+    } else if (want_opt && fmt && !strcmp(fmt, QT_CKPT_FORMAT)) {
+        return qt_fail(QT_E_MISMATCH, "%s: a qtrain checkpoint (format %s) without its "
+                       "optimizer state (no optimizer.* tensors): refusing to resume from the "
+                       "weights alone, which would restart at step 0 (give load_weights_only=1 "
+                       "to start from its weights at step 0 with fresh Adam moments)", path,
+                       QT_CKPT_FORMAT);
+    } else if (want_opt) {
+        snprintf(qt_ck.note, sizeof qt_ck.note, "%s: no optimizer state in the file; Adam "
+                 "moments not loaded", path);
+    }
+    return QT_OK;
+}
+
 static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_opt,
                             int *load_opt)
 {
@@ -325,34 +375,8 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
     for (int32_t k = 0; k < n; k++)
         if (!strncmp(qt_st_at(h, k)->name, "optimizer.", 10))
             has_opt = 1;
-    *load_opt = want_opt && has_opt;
-    const char *fs = qt_st_meta(h, "state_hash");
-    if (*load_opt && fs) {
-        /* Same model, optimizer, schedule and global batch: the moments resume this plan
-         * bit-exactly whatever mesh or batch split saved them. */
-        char mine[24];
-        snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)qt_ckpt_state_hash(p));
-        if (strcmp(fs, mine)) {
-            qt_note("%s: optimizer state was saved for state hash %s (model, optimizer, "
-                    "schedule, global batch), this plan's is %s; loading the weights only, "
-                    "from step 0", path, fs, mine);
-            *load_opt = 0;
-        }
-    } else if (*load_opt) {
-        /* a file without a state hash: the old rule, the whole plan must be the same */
-        const char *fh = qt_st_meta(h, "plan_hash");
-        char mine[24];
-        snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)p->hash);
-        if (!fh || strcmp(fh, mine)) {
-            /* Another plan's Adam state (other batch split, schedule or run) does not resume
-             * this plan bit-exactly; its weights are still good, so they load alone. */
-            qt_note("%s: optimizer state was saved for plan hash %s, this plan's hash is %s; "
-                       "loading the weights only, from step 0", path, fh ? fh : "(none)", mine);
-            *load_opt = 0;
-        }
-    } else if (want_opt) {
-        qt_note("%s: no optimizer state in the file; Adam moments not loaded", path);
-    }
+    if ((rc = qt_load_opt_decision(p, h, path, want_opt, has_opt, load_opt)))
+        return rc;
     if ((rc = qt_load_check(p, h, path, "")))
         return rc;
     if (*load_opt && ((rc = qt_load_check(p, h, path, QT_CKPT_OPT_M)) ||
@@ -372,6 +396,8 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
                               "plan %s)", path, name, p->run_name ? p->run_name : "?");
         }
     }
+    if (qt_ck.note[0])
+        qt_note("%s", qt_ck.note);
     if (skipped_mtp)
         qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
                    path, (int)skipped_mtp);

@@ -133,6 +133,21 @@ static int qt_cd_pack(const qt_plan *p, int32_t n_parts, int64_t limit, const ch
     return QT_OK;
 }
 
+int64_t qt_ckpt_dir_largest(const qt_plan *p, int64_t shard_bytes)
+{
+    int64_t big = 0;
+    int was = qt_set_quiet(1);
+    int rc = qt_ckpt_check_plan(p, "") || qt_cd_pack(p, QT_CD_PARTS,
+                                                     shard_bytes > 0 ? shard_bytes : 1, "");
+    qt_set_quiet(was);
+    if (rc)
+        return -1;
+    for (int32_t s = 0; s < qt_cd.n_shards; s++)
+        if (qt_cd.shard[s].bytes > big)
+            big = qt_cd.shard[s].bytes;
+    return big;
+}
+
 /* ---- one shard ---- */
 
 static int qt_cd_shard_open(const qt_plan *p, int32_t s, int64_t step)

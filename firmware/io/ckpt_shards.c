@@ -52,6 +52,10 @@ static struct {
     char shard[QT_SX_PATH_MAX];    /* path of the open shard; qt_st_open keeps the pointer */
     char opt_index[QT_SX_PATH_MAX];
     int32_t n_parts;               /* 1 = parameters, 3 = with the moments */
+    int32_t n_model_shards;        /* shards [0, n) are the model index's, the rest the
+                                      optimizer index's */
+    char note[2 * QT_SX_PATH_MAX + 256];   /* why the moments do not load: printed once the
+                                              weights are known to fit */
     const char *step;              /* the index's "step" (qtrain checkpoints), or NULL */
     qt_hash64_state ident;         /* over the shards' XXH64s, in shard order (pass 1) */
     /* global element span of this rank's part of parameter i, per part (qt_ckpt_part_span):
@@ -62,6 +66,12 @@ static struct {
 } qt_cs;
 
 static const char *const qt_cs_prefix[3] = {"", QT_CKPT_OPT_M, QT_CKPT_OPT_V};
+
+/* The index file that lists shard s: messages name the optimizer index for its shards. */
+static const char *qt_cs_index_of(int32_t s, const char *index)
+{
+    return qt_cs.n_parts == 3 && s >= qt_cs.n_model_shards ? qt_cs.opt_index : index;
+}
 static const int qt_cs_src[3] = {QT_CKS_PARAMS, QT_CKS_ADAM_M, QT_CKS_ADAM_V};
 
 /* Entry of piece k of parameter i of part `part` (fused expert names when the index lists
@@ -127,7 +137,7 @@ static int qt_cs_check_names(const qt_plan *p, const char *index, int32_t *n_mtp
             *n_other += 1;
         else
             return qt_fail(QT_E_MISMATCH, "%s: unexpected tensor %s in shard %s (not a "
-                              "parameter of plan %s)", index, nm,
+                              "parameter of plan %s)", qt_cs_index_of(qt_sx_shard(e), index), nm,
                               qt_sx_shard_name(qt_sx_shard(e)), p->run_name ? p->run_name : "?");
     }
     return QT_OK;
@@ -146,8 +156,17 @@ static int qt_cs_check_shard(const qt_plan *p, int32_t s, const char *index)
 {
     qt_ckpt_piece pc;
     int h, rc;
-    if ((rc = qt_cs_open(s, &h)))
+    const int opt = qt_cs_index_of(s, index) != index;
+    if ((rc = qt_cs_open(s, &h)) && opt) {
+        static char why[QT_SX_PATH_MAX + 256];   /* the reader's message, rewritten below */
+        snprintf(why, sizeof why, "%s", qt_last_error());
+        return qt_fail(rc, "%s: an optimizer shard cannot be read (%s); refusing to resume "
+                       "without the optimizer state (give load_weights_only=1 to start from "
+                       "the weights at step 0)", qt_cs.opt_index, why);
+    }
+    if (rc)
         return rc;
+    index = qt_cs_index_of(s, index);
     /* the content identity is for the run manifest, which world rank 0 writes: hashing a
      * shard reads all of it, so the other ranks (which read only their parts) skip it */
     if (p->n_ranks <= 1 || qt_comm_group_index(QT_COLL_ALL) == 0) {
@@ -224,7 +243,8 @@ static int qt_cs_copy(const qt_plan *p, const char *index, int *h, int32_t *open
                 }
                 const qt_st_tensor *t = qt_st_find(*h, qt_cs.name);
                 if (qt_ckpt_check_tensor(&pc, t, qt_cs.shard, qt_cs.name))
-                    return qt_fail(QT_E_IO, "%s: shard %s changed during the load", index,
+                    return qt_fail(QT_E_IO, "%s: shard %s changed during the load",
+                                   qt_cs_index_of(qt_sx_shard(e), index),
                                    qt_cs.shard);
                 qt_ckpt_copy_piece(*h, t, &pc, base);
             }
@@ -249,8 +269,15 @@ static int qt_cs_optimizer(const qt_plan *p, const char *index, int want_optimiz
     if (!want_optimizer)
         return QT_OK;
     if (stat(qt_cs.opt_index, &st) != 0) {
-        qt_note("%s: no %s beside it (no optimizer state); Adam moments not loaded, starting "
-                "at step 0", index, QT_SX_OPT_INDEX_NAME);
+        const char *fmt = qt_sx_meta(0, "format");
+        if (fmt && !strcmp(fmt, QT_CKPT_FORMAT))
+            return qt_fail(QT_E_MISMATCH, "%s: a qtrain checkpoint (format %s) without its "
+                           "optimizer state: %s is missing; refusing to resume from the "
+                           "weights alone, which would restart at step 0 (give "
+                           "load_weights_only=1 to start from its weights at step 0 with "
+                           "fresh Adam moments)", index, QT_CKPT_FORMAT, qt_cs.opt_index);
+        snprintf(qt_cs.note, sizeof qt_cs.note, "%s: no %s beside it (no optimizer state); "
+                 "Adam moments not loaded, starting at step 0", index, QT_SX_OPT_INDEX_NAME);
         return QT_OK;
     }
     snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)qt_ckpt_state_hash(p));
@@ -260,9 +287,9 @@ static int qt_cs_optimizer(const qt_plan *p, const char *index, int want_optimiz
     const char *fs = qt_sx_meta(1, "state_hash"), *ms = qt_sx_meta(0, "step"),
                *os = qt_sx_meta(1, "step");
     if (!fs || strcmp(fs, mine)) {
-        qt_note("%s: optimizer state was saved for state hash %s (model, optimizer, schedule, "
-                "global batch), this plan's is %s; loading the weights only, from step 0",
-                qt_cs.opt_index, fs ? fs : "(none)", mine);
+        snprintf(qt_cs.note, sizeof qt_cs.note, "%s: optimizer state was saved for state hash "
+                 "%s (model, optimizer, schedule, global batch), this plan's is %s; loading "
+                 "the weights only, from step 0", qt_cs.opt_index, fs ? fs : "(none)", mine);
         return qt_sx_open(index);
     }
     if (!ms || !os || strcmp(ms, os))
@@ -279,7 +306,12 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
     int32_t n_mtp = 0, n_other = 0, open_s = -1;
     int rc, h = -1;
     int64_t step = 0, data_pos = 0;
-    if ((rc = qt_sx_open(index)) || (rc = qt_cs_optimizer(p, index, want_optimizer)))
+    qt_cs.note[0] = 0;
+    qt_cs.n_parts = 1;
+    if ((rc = qt_sx_open(index)))
+        return rc;
+    qt_cs.n_model_shards = qt_sx_shards();
+    if ((rc = qt_cs_optimizer(p, index, want_optimizer)))
         return rc;
     const char *fmt = qt_sx_meta(0, "format");
     qt_cs.step = fmt && !strcmp(fmt, QT_CKPT_FORMAT) ? qt_sx_meta(0, "step") : NULL;
@@ -301,8 +333,11 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
         if (!(*qt_sx_mark(e) & QT_MARK_SEEN)) {
             qt_sx_shard_path(qt_sx_shard(e), qt_cs.shard, sizeof qt_cs.shard);
             return qt_fail(QT_E_MISMATCH, "%s: the index maps tensor %s to shard %s, which "
-                              "does not contain it", index, qt_sx_name(e), qt_cs.shard);
+                              "does not contain it", qt_cs_index_of(qt_sx_shard(e), index),
+                              qt_sx_name(e), qt_cs.shard);
         }
+    if (qt_cs.note[0])
+        qt_note("%s", qt_cs.note);
     if (n_mtp)
         qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
                    index, (int)n_mtp);

@@ -15,6 +15,10 @@
  * ends with a manifest (a run that trained no step) ends, for the resume check, at step
  * S-1. A resumed run appends its own manifest before its steps, so the file holds one
  * manifest per (re)start, each followed by the steps that run trained.
+ * qt_metrics_truncate (truncate_metrics=1, recovery after a crash) walks the lines forward
+ * (line starts found in static chunks, each line's first bytes read with pread) to the
+ * first line of step >= start or manifest of start_step >= start, and ftruncates there: the
+ * file keeps whole lines only.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -239,4 +243,69 @@ int qt_metrics_last_step(const char *path, int64_t *last)
     }
     *last = v;
     return QT_OK;
+}
+
+/* The line starting at byte off: counted when at or past the cut (the first line of step
+ * >= start or manifest of start_step >= start), which it may set. */
+typedef struct qt_metrics_cut {
+    int64_t start, cut, lines, first, last;
+} qt_metrics_cut;
+
+static int qt_metrics_cut_line(int fd, const char *path, int64_t off, int64_t size,
+                               qt_metrics_cut *c)
+{
+    int64_t n = size - off < QT_METRICS_HEAD ? size - off : QT_METRICS_HEAD;
+    if (pread(fd, qt_met.head, (size_t)n, off) != (ssize_t)n)
+        return qt_fail(QT_E_IO, "metrics file %s: cannot read byte %lld", path, (long long)off);
+    qt_met.head[n] = 0;
+    int64_t step = qt_metrics_lead(qt_met.head, "{\"step\":");
+    int64_t mst = step < 0 ? qt_metrics_lead(qt_met.head, QT_MANIFEST_LEAD "\"start_step\":")
+                           : -1;
+    if (c->cut < 0 && (step >= c->start || mst >= c->start))
+        c->cut = off;
+    if (c->cut >= 0) {
+        c->lines++;
+        if (step >= 0) {
+            if (c->first < 0) c->first = step;
+            c->last = step;
+        }
+    }
+    return QT_OK;
+}
+
+int qt_metrics_truncate(const char *path, int64_t start, int64_t *lines, int64_t *first,
+                        int64_t *last)
+{
+    struct stat st;
+    qt_metrics_cut c = {start, -1, 0, -1, -1};
+    *lines = 0;
+    *first = *last = -1;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? QT_OK : qt_fail(QT_E_IO, "metrics file %s: cannot open for "
+                                                 "truncating: %s", path, strerror(errno));
+    int rc = QT_OK;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+        rc = qt_metrics_cut_line(fd, path, 0, st.st_size, &c);
+    for (int64_t lo = 0; !rc && S_ISREG(st.st_mode) && lo < st.st_size; lo += QT_METRICS_TAIL) {
+        int64_t m = st.st_size - lo < QT_METRICS_TAIL ? st.st_size - lo : QT_METRICS_TAIL;
+        if (pread(fd, qt_met.chunk, (size_t)m, lo) != (ssize_t)m) {
+            rc = qt_fail(QT_E_IO, "metrics file %s: cannot read bytes %lld..%lld", path,
+                         (long long)lo, (long long)(lo + m));
+            break;
+        }
+        for (int64_t b = 0; b < m && !rc; b++)
+            if (qt_met.chunk[b] == '\n' && lo + b + 1 < st.st_size)
+                rc = qt_metrics_cut_line(fd, path, lo + b + 1, st.st_size, &c);
+    }
+    if (!rc && c.cut >= 0 && ftruncate(fd, c.cut) != 0)
+        rc = qt_fail(QT_E_IO, "metrics file %s: cannot truncate it at byte %lld: %s", path,
+                     (long long)c.cut, strerror(errno));
+    if (!rc && c.cut >= 0 && fsync(fd) != 0)
+        rc = qt_fail(QT_E_IO, "metrics file %s: fsync failed: %s", path, strerror(errno));
+    close(fd);
+    *lines = c.lines;
+    *first = c.first;
+    *last = c.last;
+    return rc;
 }

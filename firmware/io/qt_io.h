@@ -104,6 +104,36 @@ int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_for
  * a note on stderr (st_write.c, qt_st_remove_stale). */
 void qt_checkpoint_remove_stale(const char *path);
 
+/* One job at a time per save= target (ckpt_lock.c): takes "<path>.lock" (an exclusive
+ * flock(2) on a file beside the target, held until qt_checkpoint_unlock or the process
+ * ends, holding "host pid"). A lock held by a live process (on any host that shares the
+ * file system) refuses the start (QT_E_ARG, message naming key, path, the holder's host and
+ * pid); a lock left by a job that no longer runs (killed, crashed: the kernel released its
+ * flock, as for the ".tmp.<pid>" files of qt_checkpoint_remove_stale) is taken over with a
+ * note naming the dead owner. A file system without flock gets a note, not a refusal. */
+int qt_checkpoint_lock(const char *key, const char *path);
+/* Releases and removes the lock qt_checkpoint_lock took (no-op when none). */
+void qt_checkpoint_unlock(void);
+/* Collective on a mesh, at start-up (ckpt_target.c): claims the save= target for this job.
+ * Rank 0 takes its lock (qt_checkpoint_lock) and removes the temporaries of dead writers
+ * (qt_checkpoint_remove_stale); on a mesh with a save= directory (a sharded checkpoint,
+ * which every rank writes into) every rank then checks that it is the directory rank 0
+ * sees: rank 0 writes a probe file "<path>.tmp.<pid>" beside it, every rank must read back
+ * the same bytes. Single files (save=*.safetensors) are written by rank 0 alone and are not
+ * probed. Every rank returns the same code: QT_E_ARG after rank 0's refusal (lock) or the
+ * messages of the ranks that do not see the directory; QT_E_COMM: abort. */
+int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path);
+/* At start-up, when RLIMIT_FSIZE (ulimit -f) is finite: QT_E_ARG (message naming key,
+ * path, the limit and the size) if the largest file a save= (qtrain_format 1; a directory
+ * with shards of at most shard_bytes) or dump_grads= (0) target would write holds more
+ * tensor data than the limit allows. */
+int qt_checkpoint_check_fsize(const qt_plan *p, const char *key, const char *path,
+                              int qtrain_format, int64_t shard_bytes);
+/* Installs the SIGXFSZ handler (st_write.c): a write past RLIMIT_FSIZE then fails with
+ * EFBIG (reported by the writer, the checkpoint untouched) instead of killing the process
+ * silently, and the handler prints once which limit was hit. Call first in main. */
+void qt_io_fsize_guard(void);
+
 /* ---- token data (firmware/io/data.c) ------------------------------------------------- */
 
 typedef struct qt_data {
@@ -179,6 +209,13 @@ void qt_manifest_write(FILE *f, const qt_manifest *m);
  * that trained nothing) gives S-1. QT_E_FORMAT (message names the file) when the last
  * line is incomplete or is neither {"step":N,.. nor a manifest. */
 int qt_metrics_last_step(const char *path, int64_t *last);
+/* Crash recovery of a resumed run (truncate_metrics=1): cuts an existing metrics file
+ * before its first line that belongs to step `start` or later (a step line with "step" >=
+ * start, or a manifest whose start_step >= start), with ftruncate. *lines receives the
+ * lines removed, *first / *last the first and last step numbers among them (-1 if none).
+ * QT_E_IO / QT_E_FORMAT with a message naming the file. */
+int qt_metrics_truncate(const char *path, int64_t start, int64_t *lines, int64_t *first,
+                        int64_t *last);
 /* Progress line on stderr; on a mesh it ends with "(R ranks)" (tokens/s are the job's). */
 void qt_progress_print(FILE *f, const qt_step_metrics *m, int64_t total_steps, int n_ranks);
 

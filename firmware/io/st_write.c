@@ -10,12 +10,18 @@
  * files at the next start-up when process <pid> no longer exists (kill(pid, 0) fails with
  * ESRCH) or is a zombie, and never touches one whose writer may still be running. The directory is read
  * with getdents64 into a static buffer (opendir would allocate).
+ * qt_io_fsize_guard: a write past RLIMIT_FSIZE (ulimit -f) raises SIGXFSZ, whose default
+ * action kills the process without a word (exit status 153). The handler instead writes one
+ * preformatted line (async-signal-safe: write(2) of a static buffer, once) and returns, so
+ * the write fails with EFBIG and its writer reports it: a save then aborts its temporary and
+ * the previous checkpoint stays intact.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -442,4 +448,39 @@ int qt_st_remove_stale(const char *path)
     /* a missing directory: the destination check reports it */
     qt_stw_walk(dir, buf, sizeof buf, qt_stw_stale_entry, &st);
     return st.removed;
+}
+
+/* ---- the file-size limit ---- */
+
+static struct {
+    char msg[256];
+    size_t len;
+    volatile sig_atomic_t said;
+} qt_fsz;
+
+static void qt_stw_sigxfsz(int sig)
+{
+    (void)sig;
+    if (qt_fsz.said)
+        return;
+    qt_fsz.said = 1;
+    ssize_t w = write(2, qt_fsz.msg, qt_fsz.len);
+    (void)w;
+}
+
+void qt_io_fsize_guard(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return;
+    int n = snprintf(qt_fsz.msg, sizeof qt_fsz.msg, "qtrain: a write reached the file-size "
+                     "limit RLIMIT_FSIZE (ulimit -f) of %llu bytes (%llu KiB); the write fails "
+                     "(EFBIG) and this process stops: raise ulimit -f\n",
+                     (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_cur / 1024);
+    qt_fsz.len = n > 0 && (size_t)n < sizeof qt_fsz.msg ? (size_t)n : 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = qt_stw_sigxfsz;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGXFSZ, &sa, NULL);
 }

@@ -131,3 +131,49 @@ for cell in mesh-next-dp2:2 mesh-next-fsdp2:2 mesh-next-tp2:2 mesh-next-ep2:2 me
   check "mesh: no heap allocation during steps on any rank of $run ($n ranks, malloc interposed)" \
       mesh_no_heap_in_steps $run $n
 done
+
+# A sharded save= directory must be one directory for every rank (issue 18): here each rank
+# runs in a working directory of its own, so the relative save=ck names two directories, as
+# on two machines without a shared file system. Every rank must refuse at start-up (exit 2,
+# no hang, nothing written), rank 0 with the count and what to share, the other naming
+# itself; the same job with one shared directory trains and saves.
+mesh_save_dir_not_shared() {
+  local d=$QT_TMP/notshared rc t0 t1
+  rm -rf $d; mkdir -p $d/r0 $d/r1 $d/shared
+  t0=$(date +%s.%N)
+  timeout 60 mpiexec -n 2 sh -c 'cd "$0/r$PMI_RANK" && exec "$1/build/'$FAULT_RUN'/qtrain" steps=1 data="$1/'$FAULT_DATA'" save=ck 2> err' \
+    $d $PWD; rc=$?
+  t1=$(date +%s.%N)
+  cat $d/r0/err $d/r1/err | grep -v '^step'
+  echo "mpiexec exit $rc after $(fault_secs $t0 $t1) s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a refusal, not success or a timeout"; return 1; }
+  grep -qF "save=ck: 1 of the 2 ranks do not see the directory rank 0 (host $(hostname)) sees" $d/r0/err \
+    && grep -qF "must be on a file system that every rank shares, at the same path" $d/r0/err || return 1
+  grep -qF "rank 1/2: save=ck: this rank (host $(hostname)) does not see the probe file ck.tmp." $d/r1/err || return 1
+  ! ls $d/r0 $d/r1 | grep -q '^ck' || { echo "something was written:"; ls $d/r0 $d/r1; return 1; }
+  timeout 60 mpiexec -n 2 sh -c 'cd "$0/shared" && exec "$1/build/'$FAULT_RUN'/qtrain" steps=1 data="$1/'$FAULT_DATA'" save=ck 2>> err' \
+    $d $PWD || { cat $d/shared/err; return 1; }
+  [ -s $d/shared/ck/model.safetensors.index.json ] && ! ls $d/shared | grep -q 'ck\.\(tmp\|lock\)'
+}
+check "mesh: a save= directory that is not the same on every rank is refused at start-up by every rank" mesh_save_dir_not_shared
+
+# A save= target another job holds (its lock file names process 4242 on host otherhost; a
+# sleep holds the flock): rank 0 refuses and every rank stops at once with it (exit 2).
+mesh_save_target_locked() {
+  local d=$QT_TMP/mlock rc t0 t1 busy i
+  rm -rf $d; mkdir -p $d
+  printf 'otherhost 4242\n' > $d/ck.lock
+  ( exec 9>> $d/ck.lock; flock 9; exec sleep 60 ) & busy=$!
+  for i in $(seq 50); do flock -n $d/ck.lock true || break; sleep 0.1; done
+  t0=$(date +%s.%N)
+  timeout 60 mpiexec -n 2 build/$FAULT_RUN/qtrain steps=1 data=$FAULT_DATA save=$d/ck > $d/log 2>&1; rc=$?
+  t1=$(date +%s.%N)
+  kill $busy; wait $busy 2> /dev/null
+  grep -v '^step' $d/log | tail -n 4
+  echo "mpiexec exit $rc after $(fault_secs $t0 $t1) s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a refusal, not success or a timeout"; return 1; }
+  awk -v a=$t0 -v b=$t1 'BEGIN { exit !(b - a <= 10) }' || { echo "the job took more than 10 s to end"; return 1; }
+  grep -qF "save=$d/ck is in use by another job: process 4242 on host otherhost holds its lock $d/ck.lock" $d/log \
+    && grep -qF "rank 1/2: save=$d/ck: refused by rank 0 (see its message)" $d/log && ! [ -e $d/ck ]
+}
+check "mesh: a save= target held by another job is refused by every rank at once" mesh_save_target_locked

@@ -11,7 +11,7 @@
 # the committed one, so a changed message or exit status fails `make test` until the table is
 # regenerated. Faults that need timing (a killed or stopped rank, a data file truncated under
 # its mapping) are not rerun here; their checks are listed at the end of the generated file.
-# Checkpoint directories (sharded checkpoints) are not part of this table.
+# Checkpoint directories (sharded checkpoints) appear for their optimizer state only.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-docs/bad_inputs.md}
@@ -21,7 +21,7 @@ export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=171798
 Q=build/test-next-tiny/qtrain
 T=tests/golden/e2e/test-next-tiny/tokens.npy
 CG=build/configgen/configgen
-for f in $Q build/test-next-tiny/qtrain-static build/bench/qtrain $CG; do
+for f in $Q build/test-next-tiny/qtrain-static build/bench/qtrain build/mesh-next-dp2/qtrain $CG; do
   [ -x $f ] || { echo "bad_inputs_table.sh: $f missing; run make all first" >&2; exit 1; }
 done
 
@@ -30,6 +30,7 @@ n=0
 # md TEXT: TEXT as one markdown table cell (| escaped, temp dir as $TMP, code span)
 md() {
   local s=${1//$W/\$TMP}
+  s=${s//host $(hostname)/host \$HOST}
   s=${s//|/\\|}
   printf '`%s`' "$s"
 }
@@ -52,6 +53,7 @@ row "command line" "qtrain steps=-3" "$E40: cli: negative steps" $Q steps=-3
 row "command line" "qtrain seed=abc" "$E40: cli: non-numeric seed" $Q seed=abc
 row "command line" "qtrain steps" "$E40: cli: argument without '='" $Q steps
 row "command line" "qtrain save_every=2 (no save=)" "this table" $Q save_every=2 steps=1 data=$T
+row "command line" "qtrain save_shard_size=2P" "e2e \`42_ckpt_owner.sh\`: save_shard_size" $Q save_shard_size=2P steps=1 data=$T
 
 # ---- token files
 printf 'QTTOKENS\x01\x00\x00\x00\x02\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00\x01\x00' > $W/short.tok
@@ -116,6 +118,18 @@ row "checkpoint" "load= a checkpoint whose first tensor's data_offsets span one 
 row "checkpoint" "load= a checkpoint cut by its last byte" "unit \`io.bad_safetensors_headers\`" $Q load=$W/cut.safetensors steps=1 data=$T
 row "checkpoint" "load= a checkpoint with NaN in Adam m" "unit \`io.nonfinite_or_negative_state_is_refused_before_loading\`" $Q load=$W/nan_m.safetensors steps=2 data=$T
 row "checkpoint" "load= a checkpoint with -1 in Adam v" "unit \`io.nonfinite_or_negative_state_is_refused_before_loading\`" $Q load=$W/neg_v.safetensors steps=2 data=$T
+# checkpoint directories (64 KiB shards: several of each kind) that lost or mixed up their
+# optimizer state
+E42="e2e \`42_ckpt_owner.sh\`"
+$Q steps=2 data=$T save=$W/ckd save_shard_size=64K 2> /dev/null
+cp -r $W/ckd $W/noidx && rm $W/noidx/optimizer.safetensors.index.json
+cp -r $W/ckd $W/noshard && rm $W/noshard/optimizer-00002-of-*.safetensors
+cp -r $W/ckd $W/swap
+o1=$(ls $W/swap/optimizer-00001-of-*.safetensors); o2=$(ls $W/swap/optimizer-00002-of-*.safetensors)
+mv $o1 $W/swap/o1 && mv $o2 $o1 && mv $W/swap/o1 $o2
+row "checkpoint" "load=$W/noidx (a checkpoint directory without optimizer.safetensors.index.json)" "$E42: optimizer: ... refused unless load_weights_only=1" $Q load=$W/noidx steps=3 data=$T
+row "checkpoint" "load=$W/noshard (a checkpoint directory without its 2nd optimizer shard)" "$E42: optimizer: ... refused unless load_weights_only=1" $Q load=$W/noshard steps=3 data=$T
+row "checkpoint" "load=$W/swap (a checkpoint directory whose first two optimizer shards are swapped)" "$E42: optimizer: swapped optimizer shards" $Q load=$W/swap steps=3 data=$T
 
 # ---- save= and dump_grads= targets (checked before training)
 cp $T $W/tokens.npy && ln $W/tokens.npy $W/link.safetensors
@@ -131,6 +145,15 @@ row "save target" "save=$W/link.safetensors (a hard link to the data file)" "$ES
 row "save target" "save=$W/hf.safetensors (a safetensors file that is not a qtrain checkpoint)" "$ES" $Q steps=1 data=$T save=$W/hf.safetensors
 row "save target" "dump_grads=$W/notes.txt (a text file)" "$ES" $Q steps=1 data=$T dump_grads=$W/notes.txt
 row "save target" "save=$W/nodir/out.safetensors (missing directory)" "$E40: save: unwritable destination" $Q steps=1 data=$T save=$W/nodir/out.safetensors
+# a target another job holds: its lock file names process 4242 on host otherhost, and a
+# process (flock(1)) holds the lock
+printf 'otherhost 4242\n' > $W/busy.lock
+( exec 9>> $W/busy.lock; flock 9; exec sleep 60 ) & BUSY=$!   # sleep holds the lock
+for i in $(seq 50); do flock -n $W/busy.lock true || break; sleep 0.1; done
+row "save target" "save=$W/busy (its lock $W/busy.lock held by a running job)" "$E42: owner: a checkpoint directory is one job's" $Q steps=1 data=$T save=$W/busy
+kill $BUSY 2> /dev/null; wait $BUSY 2> /dev/null
+fsize_run() { ( ulimit -f 64; exec "$@" ); }
+row "save target" "qtrain-static save=$W/fs.safetensors under ulimit -f 64" "$E42: ulimit -f" fsize_run build/test-next-tiny/qtrain-static steps=1 data=$T save=$W/fs.safetensors
 
 # ---- metrics
 $Q steps=2 data=$T metrics=$W/m.jsonl save=$W/ck2.safetensors 2> /dev/null
@@ -139,6 +162,9 @@ EM="$E40: metrics: a resumed run appends"
 row "metrics" "metrics=$W/m.jsonl (holds steps 0-1) on a fresh run" "$EM" $Q steps=1 data=$T metrics=$W/m.jsonl
 row "metrics" "metrics=$W/m1.jsonl (ends at step 0) on a run resumed at step 2" "$EM" $Q steps=3 data=$T metrics=$W/m1.jsonl load=$W/ck2.safetensors
 row "metrics" "metrics=/dev/full" "$E40: metrics: a failing metrics write" $Q steps=2 data=$T metrics=/dev/full
+# a run resumed from the step-2 checkpoint trained steps 2..3 into m.jsonl, then died
+$Q steps=4 data=$T metrics=$W/m.jsonl load=$W/ck2.safetensors 2> /dev/null
+row "metrics" "metrics=$W/m.jsonl (runs to step 3, past the checkpoint) on a run resumed at step 2" "$E42: metrics: after a crash, truncate_metrics=1" $Q steps=5 data=$T metrics=$W/m.jsonl load=$W/ck2.safetensors
 
 # ---- memory, training, ranks
 ulimit_run() { ( ulimit -v 1000000; exec "$@" ); }
@@ -154,6 +180,14 @@ mpi_first() {  # CMD on 2 ranks (under timeout); passes on rank 0's stderr only 
 }
 row "ranks" "mpiexec -n 2 qtrain (a one-rank plan)" "$E40: ranks: started on 2 ranks" mpi_first $Q steps=1 data=$T
 row "ranks" "mpiexec -n 2 qtrain-static (single-rank musl build)" "$E40: ranks: qtrain-static under mpiexec -n 2; unit \`CommEnv\`" mpi_first build/test-next-tiny/qtrain-static steps=1 data=$T
+mpi_cwd() {  # mesh-next-dp2 on 2 ranks, each in a working directory of its own (rank 0's stderr)
+  mkdir -p $W/r0 $W/r1
+  timeout 60 mpiexec -n 2 sh -c 'cd "$0/r$PMI_RANK" && exec "$1/build/mesh-next-dp2/qtrain" steps=1 data="$1/'$T'" save=ck 2> err' $W $PWD
+  local rc=$?
+  cat $W/r0/err >&2
+  return $rc
+}
+row "ranks" "mpiexec -n 2 mesh-next-dp2 save=ck, each rank in its own directory (not shared)" "e2e \`75_mesh_faults.sh\`: save= directory not the same on every rank" mpi_cwd
 
 # ---- a plan this firmware build cannot run: dtype=bfloat16 is planned (configgen), not
 # executed yet (docs/precision.md); the binary is linked from the plan (make plan-binary)
@@ -186,6 +220,7 @@ row "configgen" "configgen test-next-tiny.yml learning_rate=1e39" "$EC" cg $RUN 
 row "configgen" "configgen test-next-tiny.yml adam_eps=1e-50" "$EC" cg $RUN adam_eps=1e-50
 row "configgen" "configgen test-next-tiny.yml per_device_batch_size=1e8" "$EC" cg $RUN per_device_batch_size=1e8
 row "configgen" "configgen test-next-tiny.yml ici_fsdp_parallelism=2" "$EC" cg $RUN ici_fsdp_parallelism=2
+row "configgen" "configgen test-next-tiny.yml device_memory_gib=1e-30" "$EC" cg $RUN device_memory_gib=1e-30
 row "configgen" "configgen --diff $W/nope.yml test-next-tiny.yml" "e2e \`45_plan_report.sh\`: configgen --diff: a missing file" $CG --diff $W/nope.yml $RUN
 
 {
@@ -198,9 +233,10 @@ by `make all` (`build/test-next-tiny/qtrain` unless the row says otherwise; conf
 (`tests/e2e/40_bad_input.sh`) regenerates it and fails when it differs from this file.
 `$TMP` is the script's temporary directory. The message is the last line on stderr apart from
 the start-up banner, progress lines and the peak-RSS line (`accepted` when the exit status
-is 0, with that line). "this table" in the last column:
+is 0, with that line); `$HOST` is the machine's host name. "this table" in the last column:
 no other test covers the case; the comparison in `40_bad_input.sh` does.
-Checkpoint directories (sharded checkpoints) are not in this table.
+Checkpoint directories (sharded checkpoints) appear for the optimizer state only; their
+other damage cases are in `72_mesh_ckpt.sh` and the unit test `io.sharded_load_bad_cases_change_nothing`.
 
 | # | category | input | message | exit | covered by |
 |---|---|---|---|---|---|
@@ -213,7 +249,10 @@ a data file rewritten, truncated or replaced during a run (`40_bad_input.sh`, "d
 file changed during the run", exit 1, `data file PATH changed during the run` or `was
 truncated`); save temporaries left by a killed save (`40_bad_input.sh`, removed at start-up
 with a note); a SIGKILLed or SIGSTOPped rank of a mesh (`75_mesh_faults.sh`: the job ends,
-`no answer from rank P within S s`).
+`no answer from rank P within S s`); a second job started on the `save=` target of a running
+one (`42_ckpt_owner.sh`: refused at once, exit 2, naming the holder's host and pid) and the
+lock of a killed job (taken over with a note); a write that reaches `ulimit -f` during a run
+(`42_ckpt_owner.sh`: a message naming RLIMIT_FSIZE, exit 1, instead of SIGXFSZ).
 EOF
 } > "$OUT"
 echo "bad_inputs_table.sh: $n rows -> $OUT"

@@ -447,6 +447,8 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"compile_topology=v9-8", NULL, "compile_topology=v9-8 (command line): expected <generation>-<cores or chips>"},
         {"compile_topology=v5p-8", "num_ranks=2", "compile_topology=v5p-8 has 4 devices; expected num_ranks unset or 4"},
         {"device_memory_gib=-1", NULL, "device_memory_gib=-1 (command line): expected a number of GiB"},
+        // a tiny positive budget rounds to 0 bytes ("no budget"): refused, not ignored
+        {"device_memory_gib=1e-30", NULL, "device_memory_gib=1e-30 (command line): a budget below 1 MiB"},
         // each mesh message blames the key the user set (not the base.yml default it meets)
         {"num_ranks=3", NULL, "num_ranks=3 (command line): resolves the fsdp mesh axis to 3; expected a power of two"},
         {"ici_tensor_parallelism=4", "num_ranks=4", "tensor parallelism 4 does not divide base_num_kv_heads (2)"},

@@ -1486,3 +1486,70 @@ TEST(io, metrics_line_format)
     fclose(f);
     CHECK(strstr(line, "step 4/10") && strstr(line, "loss 5.250000") && strstr(line, "tokens/s"));
 }
+
+// truncate_metrics=1 (crash recovery): the file is cut before the first line of step >= S or
+// manifest of start_step >= S, whatever the line lengths (manifests longer than the scan
+// chunk), and keeps whole lines; a file that does not reach S is left alone.
+TEST(io, metrics_truncate_cuts_at_the_resume_step)
+{
+    const char *f = path_in("m.jsonl");
+    static char big[9000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    FILE *w = fopen(f, "w");
+    CHECK(w != NULL);
+    fprintf(w, "{\"manifest\":\"qtrain-1\",\"start_step\":0,\"pad\":\"%s\"}\n", big);
+    for (int s = 0; s < 4; s++) fprintf(w, "{\"step\":%d,\"loss\":1}\n", s);
+    fprintf(w, "{\"manifest\":\"qtrain-1\",\"start_step\":4,\"pad\":\"%s\"}\n", big);
+    for (int s = 4; s < 7; s++) fprintf(w, "{\"step\":%d,\"loss\":1}\n", s);
+    fclose(w);
+    struct stat st;
+    CHECK(stat(f, &st) == 0);
+    const off_t full = st.st_size;
+    int64_t lines = -1, first = -1, last = -1, end = -1;
+    // nothing at or past step 9: unchanged
+    LONGS_EQUAL(QT_OK, qt_metrics_truncate(f, 9, &lines, &first, &last));
+    LONGS_EQUAL(0, lines);
+    CHECK(stat(f, &st) == 0 && st.st_size == full);
+    // resume at 5: steps 5, 6 go
+    LONGS_EQUAL(QT_OK, qt_metrics_truncate(f, 5, &lines, &first, &last));
+    LONGS_EQUAL(2, lines);
+    LONGS_EQUAL(5, first);
+    LONGS_EQUAL(6, last);
+    LONGS_EQUAL(QT_OK, qt_metrics_last_step(f, &end));
+    LONGS_EQUAL(4, end);
+    // resume at 3: step 3, the second run's manifest and step 4 go
+    LONGS_EQUAL(QT_OK, qt_metrics_truncate(f, 3, &lines, &first, &last));
+    LONGS_EQUAL(3, lines);
+    LONGS_EQUAL(3, first);
+    LONGS_EQUAL(4, last);
+    LONGS_EQUAL(QT_OK, qt_metrics_last_step(f, &end));
+    LONGS_EQUAL(2, end);
+    // a missing file is nothing to cut
+    LONGS_EQUAL(QT_OK, qt_metrics_truncate(path_in("none.jsonl"), 1, &lines, &first, &last));
+    LONGS_EQUAL(0, lines);
+}
+
+// One job per save= target: a second lock of the same path from another process is
+// refused naming this process; after release the file is gone and the lock is free again.
+TEST(io, checkpoint_lock_one_owner)
+{
+    const char *ck = path_in("ck");
+    LONGS_EQUAL(QT_OK, qt_checkpoint_lock("save", ck));
+    char lock[512];
+    snprintf(lock, sizeof lock, "%s.lock", ck);
+    CHECK(access(lock, F_OK) == 0);
+    pid_t child = fork();
+    if (child == 0) {   // another process: refused while we hold it
+        qt_set_quiet(1);
+        int rc = qt_checkpoint_lock("save", ck);
+        _exit(rc == QT_E_ARG && strstr(qt_last_error(), "is in use by another job") ? 0 : 1);
+    }
+    int status = -1;
+    waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    qt_checkpoint_unlock();
+    CHECK(access(lock, F_OK) != 0);
+    LONGS_EQUAL(QT_OK, qt_checkpoint_lock("save", ck));
+    qt_checkpoint_unlock();
+}

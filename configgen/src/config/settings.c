@@ -454,6 +454,11 @@ static int check_topology(const qt_cg_vctx *v, qt_cg_settings *s, int64_t *n_ran
     *n_ranks = geti(v, "num_ranks");
     if (s->budget_gib < 0 || s->budget_gib > 1e6)
         return bad(v, "device_memory_gib", "expected a number of GiB in [0, 1e6] (0 = no budget)");
+    /* a positive budget below 1 MiB would round to 0 bytes, which means "no budget" */
+    if (s->budget_gib > 0 && s->budget_gib < 1.0 / 1024.0)
+        return bad(v, "device_memory_gib", "a budget below 1 MiB (2^-10 GiB, %.4g GiB) is "
+                   "smaller than any arena; expected 0 (no budget) or a number of GiB in "
+                   "[2^-10, 1e6]", 1.0 / 1024.0);
     if (!*t) return 0;
     const char *dash = strrchr(t, '-');
     const struct qt_cg_topo *tp = NULL;
