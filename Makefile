@@ -241,6 +241,9 @@ ASAN_TEST_OBJ := $(patsubst $(BUILD)/tests/%,$(BUILD)/asan/tests/%,$(TEST_OBJ))
 ASAN_TEST_PLAN_OBJ := $(foreach r,$(TEST_PLAN_RUNS),$(BUILD)/asan/plans/$(r).o)
 ASAN_UNIT := $(BUILD)/asan/tests/unit_tests
 ASAN_QTRAIN := $(foreach r,$(ASAN_RUNS),$(BUILD)/asan/$(r)/qtrain)
+# The musl and sanitizer binaries reach their objects only through pattern rules: keep them
+# (as the plans' objects above), so relinking one binary does not recompile them all.
+.SECONDARY: $(FW_MUSL_OBJ) $(ASAN_FW_OBJ) $(ASAN_APP_OBJ)
 
 asan: $(ASAN_UNIT) $(ASAN_QTRAIN)
 
