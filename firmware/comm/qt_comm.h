@@ -47,6 +47,15 @@ void qt_comm_world(int *rank, int *size);
 int qt_comm_sendrecv(int dst, const void *send, int64_t sbytes, int src, void *recv,
                      int64_t rbytes, double deadline, int *silent);
 
+/* Who is really silent, asked after a transfer with world rank `waited` timed out: every
+ * other rank gets a liveness probe, which a live rank answers from inside any wait of
+ * qt_comm_sendrecv (or its own probe) even while it waits for someone else; a stopped or
+ * hung rank does not. Waits up to `window` seconds (while answering the others' probes).
+ * Returns the lowest rank that did not answer (*n_silent: how many did not), or -1 when
+ * every rank answered (then `waited` is alive but not in this collective, or busy). The
+ * probes to silent ranks stay posted: the caller aborts the job. -1 in the local back end. */
+int qt_comm_probe_silent(int waited, double window, int *n_silent);
+
 /* Start-up warm-up with world rank `peer` (both call it for each other, each rank visiting
  * its peers in increasing rank order): many small and QT_WARM_BIG (8) messages of `big`
  * bytes each way, sent before their receives are posted, so the library connects the pair
