@@ -13,7 +13,8 @@
  * posted at init; every wait that lasts longer than QT_COMM_SERVE_S answers a probe that
  * arrived (a send of tag QT_PONG_TAG, freed at once: its buffer is a constant), so a rank
  * that waits for someone else is seen to be alive, and only a stopped or hung rank is named.
- * Probes are sent only after a deadline passed, so a healthy run exchanges none.
+ * Probes are sent only after a deadline passed, so a healthy run exchanges none; an abort
+ * lingers QT_COMM_LINGER_S answering them, so every rank that timed out reports.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -105,8 +106,22 @@ void qt_comm_finalize(void)
     qt_comm_state.initialised = 0;
 }
 
+/* Defined below: answer the liveness probes that arrived. */
+static void qt_comm_serve(void);
+
+/* Before MPI_Abort, linger this long answering probes: the other ranks that timed out on
+ * the same silent rank finish their own probe and print their own message (each naming
+ * it), instead of being killed by this abort first. */
+#define QT_COMM_LINGER_S 1.5
+
 void qt_comm_abort(int code)
 {
+    const double until = qt_comm_now() + (qt_comm_state.size > 1 ? QT_COMM_LINGER_S : 0.0);
+    while (qt_comm_now() < until) {
+        qt_comm_serve();
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
     MPI_Abort(MPI_COMM_WORLD, code);
 }
 
@@ -122,7 +137,7 @@ void qt_comm_world(int *rank, int *size)
 }
 
 /* Answer the liveness probes that arrived (qt_comm_probe_silent), then post the receive
- * again. Only called from waits that already lasted QT_COMM_SERVE_S. */
+ * again. Only called from waits that already lasted QT_COMM_SERVE_S, and before an abort. */
 static void qt_comm_serve(void)
 {
     for (int k = 0; k < 64 && qt_comm_state.ping_req != MPI_REQUEST_NULL; k++) {

@@ -22,7 +22,9 @@ int qt_comm_init(int *argc, char ***argv, int *rank, int *size);
  * be NULL) locates the MPI build to suggest instead. */
 int qt_comm_env_check(const char *argv0);
 void qt_comm_finalize(void);
-/* Abort every rank with exit code `code` (used by main only). */
+/* Abort every rank with exit code `code` (used by main only), after lingering 1.5 s on a
+ * mesh answering liveness probes (qt_comm_probe_silent), so the other ranks that timed out
+ * print their own message first. */
 void qt_comm_abort(int code);
 /* Name of the back end for the start-up banner ("mpich 4.0.2", "local"). */
 const char *qt_comm_backend(void);
