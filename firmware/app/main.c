@@ -6,6 +6,12 @@
  * stream gets a static buffer). Exit codes: 0 success, 2 bad arguments, 1 any other error.
  * Checkpoints are written atomically by the IO layer, so an error never leaves a file
  * that looks valid but is half-written.
+ * On a mesh, a failure that only some ranks see (a local file, rank 0's metrics file, the
+ * data file changing, an arena over one rank's limits) is agreed before the next collective
+ * (qt_main_agree: the error flag of qt_coll.h) at the end of each phase and of each step,
+ * so every rank stops at once: the failing rank with its message, the others naming it. A
+ * silent peer (QT_E_COMM) leaves messages posted, so the job is aborted instead
+ * (qt_main_comm_fail).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +29,13 @@
 #define QT_EXIT_ARG 2
 #define QT_MAIN_GO (-1)        /* a phase of main succeeded: go on to the next */
 
+/* Collective counters of one kind of work (qt_main_coll_*). */
+enum { QT_MAIN_COLL_STEPS, QT_MAIN_COLL_SAVES, QT_MAIN_COLL_FLAGS, QT_MAIN_COLL_KINDS };
+typedef struct qt_main_coll {
+    int64_t bytes, calls;
+    double secs;
+} qt_main_coll;
+
 static struct {
     char metrics_buf[1 << 16];
     char dir_buf[4096];
@@ -31,11 +44,13 @@ static struct {
     FILE *metrics;
     const qt_plan *plan;       /* set once the runtime is initialised: report memory at exit */
     int rank, size;
-    /* collective counters (qt_comm_stats) when the steps began, and the steps' own time:
-     * the exit line reports the steps alone, not start-up (plan check, loading) */
-    int steps_run;
-    int64_t coll_bytes0, coll_calls0;
-    double coll_s0, step_s;
+    /* collective counters (qt_comm_stats) of the training steps, of the saves and of the
+     * error flags after the steps, each the sum of the deltas around those calls, and the
+     * steps' own time: the exit line reports them apart, not start-up (plan check,
+     * loading) */
+    int steps_run, saves;
+    qt_main_coll coll[QT_MAIN_COLL_KINDS];
+    double step_s;
     char note[768];            /* the run manifest's note (allow_data_change=1, a resumed
                                   learning_rate=, truncate_metrics=1), or "" */
 } qt_main_state;
@@ -47,16 +62,35 @@ static struct {
 static void qt_main_comm_print(FILE *f)
 {
     if (qt_main_state.size < 2 || qt_main_state.rank != 0 || !qt_main_state.steps_run) return;
-    int64_t bytes = 0, calls = 0;
-    double secs = 0.0;
-    qt_comm_stats(&bytes, &secs, &calls);
-    bytes -= qt_main_state.coll_bytes0;
-    calls -= qt_main_state.coll_calls0;
-    secs -= qt_main_state.coll_s0;
-    double share = qt_main_state.step_s > 0.0 ? 100.0 * secs / qt_main_state.step_s : 0.0;
-    fprintf(f, "qtrain: collectives: %lld calls, %.2f MiB sent per rank, %.3f s (%.1f%% of the "
-            "step time) over %d steps; rank 0's own bytes and time\n", (long long)calls,
-            (double)bytes / (1024.0 * 1024.0), secs, share, qt_main_state.steps_run);
+    const qt_main_coll *st = &qt_main_state.coll[QT_MAIN_COLL_STEPS];
+    const qt_main_coll *sv = &qt_main_state.coll[QT_MAIN_COLL_SAVES];
+    const qt_main_coll *fl = &qt_main_state.coll[QT_MAIN_COLL_FLAGS];
+    const double mib = 1024.0 * 1024.0;
+    double share = qt_main_state.step_s > 0.0 ? 100.0 * st->secs / qt_main_state.step_s : 0.0;
+    char saves[160] = "";
+    if (qt_main_state.saves)
+        snprintf(saves, sizeof saves, "; saves: %lld calls, %.2f MiB, %.3f s over %d saves",
+                 (long long)sv->calls, (double)sv->bytes / mib, sv->secs, qt_main_state.saves);
+    fprintf(f, "qtrain: collectives: steps: %lld calls, %.2f MiB sent per rank, %.3f s (%.1f%% of "
+            "the step time) over %d steps%s; error flags: %lld calls, %.3f s; rank 0's own bytes "
+            "and time\n", (long long)st->calls, (double)st->bytes / mib, st->secs, share,
+            qt_main_state.steps_run, saves, (long long)fl->calls, fl->secs);
+}
+
+/* Counter snapshot before a call (qt_main_coll_add adds the delta since to a kind). */
+static qt_main_coll qt_main_coll_now(void)
+{
+    qt_main_coll c;
+    qt_comm_stats(&c.bytes, &c.secs, &c.calls);
+    return c;
+}
+
+static void qt_main_coll_add(int kind, qt_main_coll before)
+{
+    qt_main_coll now = qt_main_coll_now(), *k = &qt_main_state.coll[kind];
+    k->bytes += now.bytes - before.bytes;
+    k->calls += now.calls - before.calls;
+    k->secs += now.secs - before.secs;
 }
 
 static int qt_main_finish(int code)
@@ -273,6 +307,26 @@ static int64_t qt_main_data_pos(const qt_plan *p, int64_t step)
     return step * p->train.global_batch;
 }
 
+/* A collective failed with QT_E_COMM on a mesh (a silent peer, already named): our
+ * messages are still posted and the peer may never answer, so MPI_Finalize could wait
+ * forever; end the job. Returns rc otherwise. */
+static int qt_main_comm_fail(int rc)
+{
+    if (rc == QT_E_COMM && qt_main_state.size > 1) {
+        fflush(NULL);
+        qt_comm_abort(QT_EXIT_ERR);
+    }
+    return rc;
+}
+
+/* The job's error flag at `what` (qt_coll_agree): QT_OK when every rank passed QT_OK,
+ * else a failure code (my own, or QT_E_PEER after naming the failing rank). */
+static int qt_main_agree(const char *what, int rc)
+{
+    if (qt_main_state.size < 2) return rc;
+    return qt_main_comm_fail(qt_coll_agree(what, rc));
+}
+
 /* A checkpoint (grads = 0) or gradient dump (grads = 1): collective on a mesh, every rank
  * calls it (a directory: each rank writes its shards; one file: rank 0 writes). A silent peer leaves messages posted (qt_coll.h), so the job
  * ends here rather than in an MPI_Finalize that may never return. */
@@ -280,29 +334,20 @@ static int qt_main_save(const qt_plan *p, const char *path, int grads, int64_t s
                         int64_t shard_bytes)
 {
     const int64_t pos = qt_main_data_pos(p, step);
+    char what[128];
+    snprintf(what, sizeof what, "%s %.90s", grads ? "dump_grads= write of" : "checkpoint save to",
+             path);
+    qt_comm_set_context(what, (long long)step);
+    const qt_main_coll before = qt_main_coll_now();
     int rc = grads ? qt_checkpoint_save_grads(p, path)
            : qt_checkpoint_is_file(path) ? qt_checkpoint_save(p, path, 1, step, pos)
                                          : qt_checkpoint_save_dir(p, path, shard_bytes, step, pos);
-    if (rc == QT_E_COMM && p->n_ranks > 1) {
-        fflush(NULL);
-        qt_comm_abort(QT_EXIT_ERR);
+    qt_comm_set_context(NULL, -1);
+    if (qt_main_state.steps_run) {           /* saves during and after the steps */
+        qt_main_coll_add(QT_MAIN_COLL_SAVES, before);
+        qt_main_state.saves++;
     }
-    return rc;
-}
-
-/* Every rank loads by itself; on a mesh they then agree, so one rank that cannot read the
- * file stops the whole job now instead of leaving its peers waiting in the first step. */
-static int qt_main_load_agree(const qt_plan *p, int rc, const char *path)
-{
-    if (p->n_ranks < 2) return rc;
-    int64_t bad = rc != QT_OK;
-    if (qt_coll_sum_i64(QT_COLL_ALL, &bad, 1) != QT_OK) {
-        fflush(NULL);
-        qt_comm_abort(QT_EXIT_ERR);
-    }
-    if (bad && rc == QT_OK)
-        rc = qt_fail(QT_E_IO, "%s: %lld other rank(s) failed to load it", path, (long long)bad);
-    return rc;
+    return qt_main_comm_fail(rc);
 }
 
 /* Start-up, up to a runtime ready to step: the command line, the save targets, the plan
@@ -310,18 +355,29 @@ static int qt_main_load_agree(const qt_plan *p, int rc, const char *path)
  * parameters) and the banner. Returns QT_MAIN_GO, or the exit code (0 after help=). */
 static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
 {
-    if (qt_cli_parse(cli, argc, argv) != QT_OK) return QT_EXIT_ARG;
-    if (cli->help) {
+    qt_main_state.rank = rank;
+    qt_main_state.size = size;
+    /* a rank whose command line or save target is refused still takes part in the plan
+     * check and the error flag below, so its peers stop with it instead of waiting */
+    int st = qt_cli_parse(cli, argc, argv) != QT_OK ? QT_E_ARG : QT_OK;
+    if (st == QT_OK && cli->help) {
         if (rank == 0) qt_cli_usage(stdout, argv[0]);
         return 0;
     }
-    if ((cli->save && qt_main_check_dest("save", cli->save, 1, cli, rank) != QT_OK) ||
-        (cli->dump_grads && qt_main_check_dest("dump_grads", cli->dump_grads, 0, cli, rank) != QT_OK))
-        return QT_EXIT_ARG;
+    if (size < 2 && st != QT_OK) return QT_EXIT_ARG;
+    /* the deadline bounds the plan check too, the job's first collective */
+    if (st == QT_OK && cli->comm_timeout > 0) qt_comm_set_deadline(cli->comm_timeout);
+    if (st == QT_OK &&
+        ((cli->save && qt_main_check_dest("save", cli->save, 1, cli, rank) != QT_OK) ||
+         (cli->dump_grads && qt_main_check_dest("dump_grads", cli->dump_grads, 0, cli, rank) != QT_OK)))
+        st = QT_E_ARG;
+    if (size < 2 && st != QT_OK) return QT_EXIT_ARG;
     const qt_plan *p = qt_main_plan();
     qt_err_set_rank(rank, size);
-    /* every rank checks the world size against the plan, then that all ranks run the same
-     * plan, before any collective: a wrong -n is an error on every rank, never a hang */
+    /* every rank first checks that all ranks run the same plan on the same world (whatever
+     * their plans' rank counts: `mpiexec -n 2 A : -n 2 B` is refused by all four), then the
+     * world size against the plan: a wrong -n is an error on every rank, never a hang */
+    if (qt_main_comm_fail(qt_comm_check_same(p->hash)) != QT_OK) return QT_EXIT_ERR;
     if (size != p->n_ranks) {
         qt_fail(QT_E_PLAN, "plan %s was generated for %d ranks (mesh data %d x fsdp %d x "
                 "tensor %d x expert %d), but this job has %d: start it with mpiexec -n %d",
@@ -329,25 +385,22 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
                 p->mesh[QT_MESH_TENSOR], p->mesh[QT_MESH_EXPERT], size, p->n_ranks);
         return QT_EXIT_ERR;
     }
-    if (qt_comm_check_same(p->hash) != QT_OK || qt_comm_mesh_init(p->mesh, rank, size) != QT_OK)
-        return QT_EXIT_ERR;
-    if (cli->comm_timeout > 0) qt_comm_set_deadline(cli->comm_timeout);
-    int rc = QT_OK;
-    if (cli->save && !(rc = qt_checkpoint_check_fsize(p, "save", cli->save, 1,
-                                                      cli->save_shard_size)))
-        rc = qt_checkpoint_claim(p, "save", cli->save);   /* collective: lock, probe */
-    if (!rc && cli->dump_grads)
-        rc = qt_checkpoint_check_fsize(p, "dump_grads", cli->dump_grads, 0, 0);
-    if (rc == QT_E_COMM) {
-        fflush(NULL);
-        qt_comm_abort(QT_EXIT_ERR);
-    }
-    if (rc) return QT_EXIT_ARG;
+    if (qt_comm_mesh_init(p->mesh, rank, size) != QT_OK) return QT_EXIT_ERR;
+    /* the file-size limits of the destinations (each rank's own), agreed with the checks
+     * above; then the save target's lock and shared-directory probe, a collective whose
+     * verdict (rank 0's) every rank receives */
+    if (st == QT_OK && cli->save)
+        st = qt_checkpoint_check_fsize(p, "save", cli->save, 1, cli->save_shard_size) ? QT_E_ARG
+                                                                                       : QT_OK;
+    if (st == QT_OK && cli->dump_grads)
+        st = qt_checkpoint_check_fsize(p, "dump_grads", cli->dump_grads, 0, 0) ? QT_E_ARG : QT_OK;
+    st = qt_main_agree("start-up checks", st);
+    if (st == QT_OK && cli->save)
+        st = qt_main_comm_fail(qt_checkpoint_claim(p, "save", cli->save)) ? QT_E_ARG : QT_OK;
+    if (st != QT_OK) return st == QT_E_ARG ? QT_EXIT_ARG : QT_EXIT_ERR;
     qt_run_opts opts = {cli->seed, cli->learning_rate, 0, rank, size};
-    if (qt_runtime_init(p, &opts) != QT_OK) return QT_EXIT_ERR;
+    if (qt_main_comm_fail(qt_runtime_init(p, &opts)) != QT_OK) return QT_EXIT_ERR;
     qt_main_state.plan = p;
-    qt_main_state.rank = rank;
-    qt_main_state.size = size;
     qt_runtime_profile_enable(cli->profile);
     if (rank == 0) qt_runtime_banner(stderr, p, qt_comm_backend());
     return QT_MAIN_GO;
@@ -364,8 +417,9 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
     if (rank == 0 && cli->load_weights_only)
         fprintf(stderr, "qtrain: note: load_weights_only=1: loading the weights of %s only; "
                 "training starts at step 0 with fresh Adam moments\n", cli->load);
-    if (qt_main_load_agree(p, qt_checkpoint_load(p, cli->load, !cli->load_weights_only, start,
-                                                 &data_pos), cli->load) != QT_OK)
+    if (qt_main_agree("loading the checkpoint",
+                      qt_checkpoint_load(p, cli->load, !cli->load_weights_only, start,
+                                         &data_pos)) != QT_OK)
         return QT_EXIT_ERR;
     if (*start < 0) {
         fprintf(stderr, "qtrain: %s: step %lld in the metadata is negative\n", cli->load,
@@ -403,34 +457,33 @@ static int qt_main_inputs(const qt_plan *p, const qt_cli *cli, int argc, char **
                           int64_t *start, int64_t *end)
 {
     const int rank = qt_main_state.rank;
-    if (qt_data_open(&qt_main_state.data, cli->data, cli->data_dtype, p->model.vocab,
-                     p->train.seq_len) != QT_OK)
-        return QT_EXIT_ERR;
-    qt_main_state.data_open = 1;
+    int rc = qt_data_open(&qt_main_state.data, cli->data, cli->data_dtype, p->model.vocab,
+                          p->train.seq_len);
+    qt_main_state.data_open = rc == QT_OK;
+    if (qt_main_agree("opening the data", rc) != QT_OK) return QT_EXIT_ERR;
     qt_runtime_set_tokens(qt_data_tokens, &qt_main_state.data);
     qt_checkpoint_set_data_hash(qt_main_state.data.hash);   /* recorded by every save */
 
     *start = 0;
     int code = cli->load ? qt_main_load(p, cli, start) : QT_MAIN_GO;
     if (code != QT_MAIN_GO) return code;
-    if (cli->metrics && rank == 0 && qt_main_open_metrics(cli, *start) != QT_OK)
-        return QT_EXIT_ERR;
+    rc = cli->metrics && rank == 0 ? qt_main_open_metrics(cli, *start) : QT_OK;
     *end = cli->steps >= 0 ? cli->steps : p->train.steps;
     if (rank == 0 && *end > p->train.schedule_steps)
         fprintf(stderr, "qtrain: note: steps=%lld goes past the plan's learning-rate schedule "
                 "(%lld steps); later steps run at learning rate 0 (set steps or "
                 "learning_rate_schedule_steps in the config)\n", (long long)*end,
                 (long long)p->train.schedule_steps);
-    if (qt_main_state.metrics) {
+    if (rc == QT_OK && qt_main_state.metrics) {
         qt_main_manifest(p, cli, argc, argv, *start, *end);
         if (ferror(qt_main_state.metrics)) {
             fprintf(stderr, "qtrain: writing the metrics file %s failed (its run manifest, before "
                     "step 0)\n",
                     cli->metrics);
-            return QT_EXIT_ERR;
+            rc = QT_E_IO;
         }
     }
-    return QT_MAIN_GO;
+    return qt_main_agree("opening the metrics file", rc) == QT_OK ? QT_MAIN_GO : QT_EXIT_ERR;
 }
 
 /* dump_grads=: the gradient of step `start` (no update), written before any training.
@@ -438,8 +491,9 @@ static int qt_main_inputs(const qt_plan *p, const qt_cli *cli, int argc, char **
 static int qt_main_dump_grads(const qt_plan *p, const qt_cli *cli, int64_t start)
 {
     qt_step_metrics m;
-    if (qt_runtime_grads(p, start, &m) != QT_OK ||
-        qt_data_check(&qt_main_state.data) != QT_OK)
+    int rc = qt_main_comm_fail(qt_runtime_grads(p, start, &m));
+    if (rc == QT_OK) rc = qt_data_check(&qt_main_state.data);
+    if (qt_main_agree("dump_grads= step", rc) != QT_OK)
         return QT_EXIT_ERR;
     if (qt_main_save(p, cli->dump_grads, 1, 0, 0) != QT_OK)
         return QT_EXIT_ERR;
@@ -449,28 +503,34 @@ static int qt_main_dump_grads(const qt_plan *p, const qt_cli *cli, int64_t start
     return QT_MAIN_GO;
 }
 
-/* After step `step` trained into *m: count it, report it (metrics line, progress), stop on
+/* After step `step` trained into *m (rc: this rank's data check after it): count it,
+ * agree with the other ranks on whether to go on, report it (metrics line, progress), stop on
  * a non-finite loss or norm, and write the periodic checkpoint. Returns QT_MAIN_GO, or the
  * exit code after closing the steps' heap audit window. */
 static int qt_main_after_step(const qt_plan *p, const qt_cli *cli, const qt_step_metrics *m,
-                              int64_t step, int64_t end)
+                              int64_t step, int64_t end, int rc)
 {
     qt_main_state.steps_run++;
     qt_main_state.step_s += m->step_seconds;
-    if (qt_main_state.rank == 0) {
-        if (qt_main_state.metrics && qt_main_metrics(m, cli->metrics) != QT_OK) {
-            qt_runtime_mark_steps(0);
-            return QT_EXIT_ERR;
-        }
-        qt_progress_print(stderr, m, end, qt_main_state.size);
+    if (rc != QT_OK) fprintf(stderr, "qtrain: step %lld failed\n", (long long)step);
+    if (rc == QT_OK && qt_main_state.rank == 0) {
+        if (qt_main_state.metrics) rc = qt_main_metrics(m, cli->metrics);
+        if (rc == QT_OK) qt_progress_print(stderr, m, end, qt_main_state.size);
     }
     /* A non-finite loss or norm has already reached the parameters (AdamW ran):
      * stop rather than train on, and write no checkpoint of that state. */
-    if (!(m->loss - m->loss == 0.0) || !(m->grad_norm - m->grad_norm == 0.0)) {
-        qt_runtime_mark_steps(0);
+    if (rc == QT_OK && (!(m->loss - m->loss == 0.0) || !(m->grad_norm - m->grad_norm == 0.0))) {
         fprintf(stderr, "qtrain: step %lld: loss %g, gradient norm %g are not finite; "
                 "stopping without saving (lower learning_rate, or check the data)\n",
                 (long long)step + 1, m->loss, m->grad_norm);
+        rc = QT_E_RANGE;
+    }
+    /* the ranks agree before the next collective (a save or the next step) */
+    const qt_main_coll before = qt_main_coll_now();
+    rc = qt_main_agree("end of the step", rc);
+    qt_main_coll_add(QT_MAIN_COLL_FLAGS, before);
+    if (rc != QT_OK) {
+        qt_runtime_mark_steps(0);
         return QT_EXIT_ERR;
     }
     if (cli->save_every && (step + 1) % cli->save_every == 0 && step + 1 < end &&
@@ -486,32 +546,34 @@ static int qt_main_after_step(const qt_plan *p, const qt_cli *cli, const qt_step
  * QT_MAIN_GO or the exit code; a collective failure on a mesh aborts the job here. */
 static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int64_t end)
 {
-    const int rank = qt_main_state.rank, size = qt_main_state.size;
+    const int rank = qt_main_state.rank;
     double first_loss = 0.0, last_loss = 0.0;
     qt_step_metrics m;
-    qt_comm_stats(&qt_main_state.coll_bytes0, &qt_main_state.coll_s0,
-                  &qt_main_state.coll_calls0);
+    /* the data file must still be the one validated at open when a step starts and
+     * when it ends (before its results are reported or saved) */
+    qt_main_coll before = qt_main_coll_now();
+    int rc = qt_main_agree("start of the training", qt_data_check(&qt_main_state.data));
+    qt_main_coll_add(QT_MAIN_COLL_FLAGS, before);
+    if (rc != QT_OK) {
+        fprintf(stderr, "qtrain: step %lld failed\n", (long long)start);
+        return QT_EXIT_ERR;
+    }
     qt_runtime_mark_steps(1);
     for (int64_t step = start; step < end; step++) {
-        /* the data file must still be the one validated at open when a step starts and
-         * when it ends (before its results are reported or saved) */
-        int rc = step == start ? qt_data_check(&qt_main_state.data) : QT_OK;
-        if (rc == QT_OK) rc = qt_runtime_step(p, step, &m);
-        if (rc == QT_OK) rc = qt_data_check(&qt_main_state.data);
+        before = qt_main_coll_now();
+        rc = qt_runtime_step(p, step, &m);
+        qt_main_coll_add(QT_MAIN_COLL_STEPS, before);
         if (rc != QT_OK) {
             qt_runtime_mark_steps(0);
             fprintf(stderr, "qtrain: step %lld failed\n", (long long)step);
-            /* a silent peer (qt_coll.h): our messages are still posted and the peer
-             * may never answer, so MPI_Finalize could wait forever; end the job */
-            if (rc == QT_E_COMM && size > 1) {
-                fflush(NULL);
-                qt_comm_abort(QT_EXIT_ERR);
-            }
+            qt_main_comm_fail(rc);          /* a silent peer: the job ends here */
             return QT_EXIT_ERR;
         }
         if (step == start) first_loss = m.loss;
         last_loss = m.loss;
-        if (qt_main_after_step(p, cli, &m, step, end) != QT_MAIN_GO) return QT_EXIT_ERR;
+        if (qt_main_after_step(p, cli, &m, step, end, qt_data_check(&qt_main_state.data)) !=
+            QT_MAIN_GO)
+            return QT_EXIT_ERR;
     }
     qt_runtime_mark_steps(0);
     if (rank == 0)

@@ -17,7 +17,8 @@ enum qt_err {
     QT_E_MISMATCH = -4, /* file does not fit the plan (missing/extra/mis-shaped tensor, hash) */
     QT_E_RANGE = -5,    /* token id out of range, file too short */
     QT_E_PLAN = -6,     /* plan invalid for this process (rank count, arena, tables) */
-    QT_E_COMM = -7      /* a collective failed or a peer stayed silent past the deadline */
+    QT_E_COMM = -7,     /* a collective failed or a peer stayed silent past the deadline */
+    QT_E_PEER = -8      /* another rank of the mesh failed and printed why; this one stops */
 };
 
 #ifdef __cplusplus

@@ -25,6 +25,7 @@
 #define QT_COLL_U64_CHUNK 1024                        /* integer reduction scratch, values */
 #define QT_COLL_F32_MSG (QT_COMM_CHUNK_BYTES / 4)     /* floats per reduce-scatter message */
 #define QT_COLL_CHECK_LANES 6                          /* lanes of qt_comm_check_same */
+#define QT_COLL_PROBE_S 1.5                            /* liveness probe window, seconds */
 
 /* A group as the algorithms see it: its size, my index, and how to name a member. */
 typedef struct qt_grp {
@@ -43,7 +44,7 @@ static struct {
     int32_t gsize[QT_COLL_MASKS], gindex[QT_COLL_MASKS];
     int deadline_set;                       /* 0: default deadline */
     double deadline_s;
-    char what[64];
+    char what[128];
     long long step;
     /* the collective in progress, for messages */
     const char *op;
@@ -259,10 +260,25 @@ static int qt_coll_xfer(const qt_grp *g, int dst, const void *s, int64_t sb, int
         return QT_OK;
     }
     if (rc == QT_E_COMM && silent >= 0) {
-        char ctx[200];
+        /* the rank I waited for may itself wait for a stopped one: ask every rank, so each
+         * live rank names the same, truly silent one */
+        char ctx[256];
         qt_coll_context(ctx, sizeof ctx);
-        return qt_fail(QT_E_COMM, "%s: no answer from rank %d within %g s", ctx, silent,
-                       qt_coll_deadline_s());
+        int n_silent = 0;
+        const int who = qt_comm_probe_silent(silent, QT_COLL_PROBE_S, &n_silent);
+        if (who < 0)
+            return qt_fail(QT_E_COMM, "%s: no answer from rank %d within %g s (it answers a "
+                           "liveness probe: it is busy, or in another collective)", ctx,
+                           silent, qt_coll_deadline_s());
+        char more[48] = "";
+        if (n_silent > 1) snprintf(more, sizeof more, " and %d other rank(s)", n_silent - 1);
+        if (who == silent && n_silent == 1)
+            return qt_fail(QT_E_COMM, "%s: no answer from rank %d within %g s", ctx, silent,
+                           qt_coll_deadline_s());
+        return qt_fail(QT_E_COMM, "%s: no answer from rank %d%s within %g s (silent to a "
+                       "liveness probe; rank %d, which this rank waited for, %s)", ctx, who,
+                       more, qt_coll_deadline_s(), silent,
+                       who == silent ? "is one of them" : "answers it");
     }
     return rc;
 }
@@ -607,6 +623,33 @@ int qt_comm_check_same(uint64_t plan_hash)
                        (unsigned long long)(other_lo ? v[0] : v[2]), g.size);
     }
     return QT_OK;
+}
+
+/* Lanes of qt_coll_agree: 0 = ok; else (world size - rank) << 16 | -status, so the
+ * maximum names the lowest failing rank and carries its code. */
+int qt_coll_agree(const char *what, int status)
+{
+    static const char op[] = "error flag";
+    qt_grp g;
+    int rc = qt_coll_group(op, 0, 1, &g);
+    if (rc) return rc;
+    if (g.size == 1) return status;
+    const int64_t mine = status < 0 ? ((int64_t)(g.size - g.index) << 16) | (-status & 0xffff) : 0;
+    int64_t v = mine;
+    const char *was = qt_coll_s.what;
+    char keep[sizeof qt_coll_s.what];
+    const long long keep_step = qt_coll_s.step;
+    snprintf(keep, sizeof keep, "%s", was);
+    qt_comm_set_context(what, keep_step);
+    qt_coll_begin(op, 0, 1);
+    /* int64_t and uint64_t may alias (C11 6.5p7) */
+    rc = qt_coll_end(qt_coll_allreduce_u64(&g, (uint64_t *)&v, 1, qt_coll_max_u64_signed));
+    qt_comm_set_context(keep, keep_step);
+    if (rc) return rc;
+    if (v == 0) return QT_OK;
+    if (status < 0) return status;
+    return qt_fail(QT_E_PEER, "%s: stopping: rank %d/%d failed (its message says why)",
+                   what, g.size - (int)(v >> 16), g.size);
 }
 
 int qt_comm_exchange(int peer, const void *send, int64_t sbytes, void *recv, int64_t rbytes)

@@ -9,6 +9,12 @@
  * (never a blocking MPI call, so a deadline can always fire). With more ranks on the node
  * than CPUs, polls are spaced by nanosleep(20 us) from the start (docs/toolchain.md 1: MPICH's
  * busy-polling otherwise costs 16-108 ms per call); otherwise the first 200 us spin.
+ * Liveness probes (qt_comm_probe_silent): one receive of tag QT_PING_TAG from any rank is
+ * posted at init; every wait that lasts longer than QT_COMM_SERVE_S answers a probe that
+ * arrived (a send of tag QT_PONG_TAG, freed at once: its buffer is a constant), so a rank
+ * that waits for someone else is seen to be alive, and only a stopped or hung rank is named.
+ * Probes are sent only after a deadline passed, so a healthy run exchanges none; an abort
+ * lingers QT_COMM_LINGER_S answering them, so every rank that timed out reports.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -24,13 +30,26 @@
 #define QT_COMM_TAG 0x5174           /* every qtrain message; pairwise FIFO order matches them */
 #define QT_COMM_SPIN_S 200e-6        /* busy-poll this long before sleeping (not oversubscribed) */
 #define QT_COMM_SLEEP_NS 20000L
+#define QT_PING_TAG (QT_COMM_TAG + 8)   /* liveness probe (qt_comm_probe_silent) */
+#define QT_PONG_TAG (QT_COMM_TAG + 9)   /* its answer */
+#define QT_COMM_SERVE_S 0.05            /* a wait this long starts answering probes */
+#define QT_PROBE_MAX 1024               /* ranks probed (the lowest ones, past that) */
 
 static struct {
     int initialised;
     int rank, size;
     MPI_Comm comm;                   /* duplicate of MPI_COMM_WORLD, errors returned */
     double spin_s;                   /* 0 when the node is oversubscribed */
-} qt_comm_state = {0, 0, 1, MPI_COMM_NULL, QT_COMM_SPIN_S};
+    MPI_Request ping_req;             /* the posted probe receive, or MPI_REQUEST_NULL */
+    int ping_in;
+} qt_comm_state = {0, 0, 1, MPI_COMM_NULL, QT_COMM_SPIN_S, MPI_REQUEST_NULL, 0};
+
+static const int qt_pong_value = 1;
+
+static struct {
+    MPI_Request req[QT_PROBE_MAX];
+    int in[QT_PROBE_MAX], done[QT_PROBE_MAX];
+} qt_probe;
 
 static double qt_comm_now(void)
 {
@@ -65,20 +84,44 @@ int qt_comm_init(int *argc, char ***argv, int *rank, int *size)
     qt_comm_state.rank = *rank;
     qt_comm_state.size = *size;
     qt_err_set_rank(*rank, *size);
+    if (*size > 1 && MPI_Irecv(&qt_comm_state.ping_in, 1, MPI_INT, MPI_ANY_SOURCE, QT_PING_TAG,
+                               qt_comm_state.comm, &qt_comm_state.ping_req) != MPI_SUCCESS) {
+        fprintf(stderr, "comm: MPI_Irecv of the liveness probe failed\n");
+        qt_comm_finalize();
+        return QT_E_PLAN;
+    }
     return QT_OK;
 }
 
 void qt_comm_finalize(void)
 {
     if (qt_comm_state.initialised) {
+        if (qt_comm_state.ping_req != MPI_REQUEST_NULL) {
+            MPI_Cancel(&qt_comm_state.ping_req);
+            MPI_Request_free(&qt_comm_state.ping_req);
+        }
         if (qt_comm_state.comm != MPI_COMM_NULL) MPI_Comm_free(&qt_comm_state.comm);
         MPI_Finalize();
     }
     qt_comm_state.initialised = 0;
 }
 
+/* Defined below: answer the liveness probes that arrived. */
+static void qt_comm_serve(void);
+
+/* Before MPI_Abort, linger this long answering probes: the other ranks that timed out on
+ * the same silent rank finish their own probe and print their own message (each naming
+ * it), instead of being killed by this abort first. */
+#define QT_COMM_LINGER_S 1.5
+
 void qt_comm_abort(int code)
 {
+    const double until = qt_comm_now() + (qt_comm_state.size > 1 ? QT_COMM_LINGER_S : 0.0);
+    while (qt_comm_now() < until) {
+        qt_comm_serve();
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
     MPI_Abort(MPI_COMM_WORLD, code);
 }
 
@@ -91,6 +134,67 @@ void qt_comm_world(int *rank, int *size)
 {
     *rank = qt_comm_state.rank;
     *size = qt_comm_state.size;
+}
+
+/* Answer the liveness probes that arrived (qt_comm_probe_silent), then post the receive
+ * again. Only called from waits that already lasted QT_COMM_SERVE_S, and before an abort. */
+static void qt_comm_serve(void)
+{
+    for (int k = 0; k < 64 && qt_comm_state.ping_req != MPI_REQUEST_NULL; k++) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Test(&qt_comm_state.ping_req, &flag, &st) != MPI_SUCCESS || !flag) return;
+        MPI_Request r = MPI_REQUEST_NULL;
+        if (MPI_Isend(&qt_pong_value, 1, MPI_INT, st.MPI_SOURCE, QT_PONG_TAG, qt_comm_state.comm,
+                      &r) == MPI_SUCCESS)
+            MPI_Request_free(&r);    /* completes on its own; the buffer is a constant */
+        if (MPI_Irecv(&qt_comm_state.ping_in, 1, MPI_INT, MPI_ANY_SOURCE, QT_PING_TAG,
+                      qt_comm_state.comm, &qt_comm_state.ping_req) != MPI_SUCCESS)
+            qt_comm_state.ping_req = MPI_REQUEST_NULL;
+    }
+}
+
+int qt_comm_probe_silent(int waited, double window, int *n_silent)
+{
+    (void)waited;
+    const int me = qt_comm_state.rank;
+    const int n = qt_comm_state.size < QT_PROBE_MAX ? qt_comm_state.size : QT_PROBE_MAX;
+    *n_silent = 0;
+    if (!qt_comm_state.initialised || qt_comm_state.size < 2) return -1;
+    for (int r = 0; r < n; r++) {
+        qt_probe.req[r] = MPI_REQUEST_NULL;
+        qt_probe.done[r] = r == me;
+        if (r == me) continue;
+        MPI_Request s = MPI_REQUEST_NULL;
+        if (MPI_Irecv(&qt_probe.in[r], 1, MPI_INT, r, QT_PONG_TAG, qt_comm_state.comm,
+                      &qt_probe.req[r]) != MPI_SUCCESS ||
+            MPI_Isend(&qt_pong_value, 1, MPI_INT, r, QT_PING_TAG, qt_comm_state.comm, &s) !=
+                MPI_SUCCESS)
+            return -1;
+        MPI_Request_free(&s);
+    }
+    const double until = qt_comm_now() + window;
+    int left = n - 1;
+    while (left > 0 && qt_comm_now() < until) {
+        qt_comm_serve();
+        for (int r = 0; r < n; r++) {
+            int flag = 0;
+            if (qt_probe.done[r] || MPI_Test(&qt_probe.req[r], &flag, MPI_STATUS_IGNORE) !=
+                                        MPI_SUCCESS || !flag)
+                continue;
+            qt_probe.done[r] = 1;
+            left--;
+        }
+        struct timespec ts = {0, QT_COMM_SLEEP_NS};
+        nanosleep(&ts, NULL);
+    }
+    int first = -1;
+    for (int r = 0; r < n; r++)
+        if (!qt_probe.done[r]) {
+            if (first < 0) first = r;
+            ++*n_silent;
+        }
+    return first;
 }
 
 /* Poll the (up to) two requests of one piece until both complete or the deadline passes.
@@ -125,6 +229,7 @@ static int qt_comm_wait(MPI_Request *sreq, MPI_Request *rreq, int dst, int src, 
             *silent = rdone ? dst : src;
             return QT_E_COMM;
         }
+        if (now - t0 >= QT_COMM_SERVE_S) qt_comm_serve();
         if (now - t0 >= qt_comm_state.spin_s) {
             struct timespec ts = {0, QT_COMM_SLEEP_NS};
             nanosleep(&ts, NULL);
@@ -224,6 +329,7 @@ int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double dea
         if (done) return QT_OK;
         if (deadline > 0 && qt_comm_now() > deadline)
             return qt_fail(QT_E_COMM, "comm: start-up warm-up: no answer from rank %d", peer);
+        qt_comm_serve();
         struct timespec ts = {0, QT_COMM_SLEEP_NS};
         nanosleep(&ts, NULL);
     }

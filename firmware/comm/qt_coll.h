@@ -22,9 +22,10 @@
  *  - No heap after qt_comm_init: buffers and scratch are the caller's (arena); the module
  *    state is one static struct in coll.c.
  *  - Every collective runs under a deadline (qt_comm_set_deadline). When a peer does not
- *    answer in time, the call prints
- *        qtrain: rank R: <context>: no answer from rank P within S s
- *    to stderr and returns QT_E_COMM; its messages stay posted, so the caller must abort
+ *    answer in time, the call probes every rank (qt_comm_probe_silent) and prints
+ *        qtrain: rank R: <context>: no answer from rank P within S s[ (...)]
+ *    naming the rank that is really silent (not a live peer that waits for it), to stderr,
+ *    and returns QT_E_COMM; its messages stay posted, so the caller must abort
  *    the job (qt_comm_abort) and not call another collective.
  *  - Return codes: 0 ok; QT_E_PLAN misuse (mesh not initialised, bad mask, bad sizes,
  *    non-power-of-two reduce-scatter group), each with a message on stderr; QT_E_COMM a
@@ -83,7 +84,7 @@ int qt_comm_group_rank(unsigned mask, int index);
 void qt_comm_set_deadline(double seconds);
 
 /* Name what the next collectives belong to, for timeout messages: `what` (copied, at most
- * 63 characters; NULL clears it) and `step` (< 0 = no step). The message then reads e.g.
+ * 127 characters; NULL clears it) and `step` (< 0 = no step). The message then reads e.g.
  * "grad sync, step 12, reduce_scatter over data+fsdp, stage 0". */
 void qt_comm_set_context(const char *what, long long step);
 
@@ -161,6 +162,15 @@ int qt_coll_all_to_all_v(unsigned mask, const void *send, const int64_t *send_co
  * agree; otherwise every rank prints its own hash and one differing hash with the lowest
  * rank holding it, and returns QT_E_MISMATCH. */
 int qt_comm_check_same(uint64_t plan_hash);
+
+/* The agreed error flag of the job (every rank calls it at the same point, with its own
+ * status: QT_OK or the negative QT_E_* code of a failure it has already printed): one
+ * max_i64-style all-reduce over the world (no mesh needed). Returns QT_OK when every rank
+ * passed QT_OK; my own status when I failed; otherwise QT_E_PEER after printing
+ *     qtrain: rank R/N: <context>: stopping: rank F/N failed (its message says why)
+ * where F is the lowest failing rank. QT_E_COMM when the flag itself could not be agreed
+ * (a silent peer: abort the job). `what` names the point for that message. */
+int qt_coll_agree(const char *what, int status);
 
 /* ---- plan collectives (qt_plan.h qt_collective, one row of qt_coll.def each) ------------ */
 

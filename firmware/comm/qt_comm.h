@@ -22,7 +22,9 @@ int qt_comm_init(int *argc, char ***argv, int *rank, int *size);
  * be NULL) locates the MPI build to suggest instead. */
 int qt_comm_env_check(const char *argv0);
 void qt_comm_finalize(void);
-/* Abort every rank with exit code `code` (used by main only). */
+/* Abort every rank with exit code `code` (used by main only), after lingering 1.5 s on a
+ * mesh answering liveness probes (qt_comm_probe_silent), so the other ranks that timed out
+ * print their own message first. */
 void qt_comm_abort(int code);
 /* Name of the back end for the start-up banner ("mpich 4.0.2", "local"). */
 const char *qt_comm_backend(void);
@@ -46,6 +48,15 @@ void qt_comm_world(int *rank, int *size);
  * from rbytes, no peer in the local back end); QT_E_PLAN for bad arguments. */
 int qt_comm_sendrecv(int dst, const void *send, int64_t sbytes, int src, void *recv,
                      int64_t rbytes, double deadline, int *silent);
+
+/* Who is really silent, asked after a transfer with world rank `waited` timed out: every
+ * other rank gets a liveness probe, which a live rank answers from inside any wait of
+ * qt_comm_sendrecv (or its own probe) even while it waits for someone else; a stopped or
+ * hung rank does not. Waits up to `window` seconds (while answering the others' probes).
+ * Returns the lowest rank that did not answer (*n_silent: how many did not), or -1 when
+ * every rank answered (then `waited` is alive but not in this collective, or busy). The
+ * probes to silent ranks stay posted: the caller aborts the job. -1 in the local back end. */
+int qt_comm_probe_silent(int waited, double window, int *n_silent);
 
 /* Start-up warm-up with world rank `peer` (both call it for each other, each rank visiting
  * its peers in increasing rank order): many small and QT_WARM_BIG (8) messages of `big`

@@ -158,10 +158,11 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
     }
     if (!o) o = &defaults;
     int rc = qt_validate_plan(p, o, qt_runtime_table());
-    if (rc) return rc;
-    rc = qt_arena_init(p);
-    if (rc) return rc;
-    rc = qt_interp_validate(p, qt_runtime_table());
+    if (rc == QT_OK) rc = qt_arena_init(p);
+    if (rc == QT_OK) rc = qt_interp_validate(p, qt_runtime_table());
+    /* a rank whose arena does not fit (its own limits) stops every rank before the
+     * warm-up's collectives: the error flag (qt_coll.h) */
+    if (p->n_ranks > 1) rc = qt_coll_agree("start-up (arena, plan tables)", rc);
     if (rc) return rc;
     qt_rt.plan = p;
     qt_rt.opts = *o;

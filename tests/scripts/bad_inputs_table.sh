@@ -21,7 +21,8 @@ export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=171798
 Q=build/test-next-tiny/qtrain
 T=tests/golden/e2e/test-next-tiny/tokens.npy
 CG=build/configgen/configgen
-for f in $Q build/test-next-tiny/qtrain-static build/bench/qtrain build/mesh-next-dp2/qtrain $CG; do
+for f in $Q build/test-next-tiny/qtrain-static build/bench/qtrain build/mesh-next-dp2/qtrain \
+         build/mesh-next-dp4/qtrain $CG; do
   [ -x $f ] || { echo "bad_inputs_table.sh: $f missing; run make all first" >&2; exit 1; }
 done
 
@@ -196,6 +197,33 @@ $CG -o $W/gen configgen/configs/runs/test-next-tiny.yml dtype=bfloat16 run_name=
   { echo "bad_inputs_table.sh: cannot build the bf16 plan's binary" >&2; exit 1; }
 row "plan" "qtrain of configgen test-next-tiny.yml dtype=bfloat16" "unit \`RuntimeStep.InitRefusesBf16Plans\`" $W/tiny-bf16 steps=1 data=$T
 
+# mpi_two N1 CMD1 -- N2 CMD2: one world of N1 + N2 ranks (mpiexec A : B, under timeout);
+# passes on rank 0's stderr only
+mpi_two() {
+  local n1=$1 a=() b=(); shift
+  while [ "$1" != -- ]; do a+=("$1"); shift; done; shift
+  local n2=$1; shift; b=("$@")
+  rm -f $W/mpi.err.*
+  local wrap='exec "$0" "$@" 2> '"$W"'/mpi.err.$PMI_RANK'
+  timeout 60 mpiexec -n $n1 sh -c "$wrap" "${a[@]}" : -n $n2 sh -c "$wrap" "${b[@]}"
+  local rc=$?
+  cat $W/mpi.err.0 >&2
+  return $rc
+}
+# mpi_rank1 CMD on 2 ranks, passing on rank 1's stderr (a rank that another one stopped)
+mpi_rank1() {
+  rm -f $W/mpi.err.*
+  timeout 60 mpiexec -n 2 sh -c 'exec "$0" "$@" 2> '"$W"'/mpi.err.$PMI_RANK' "$@"
+  local rc=$?
+  cat $W/mpi.err.1 >&2
+  return $rc
+}
+E76="e2e \`76_mesh_agree.sh\`"
+M2=build/mesh-next-dp2/qtrain
+timeout 60 mpiexec -n 2 $M2 steps=2 data=$T metrics=$W/mesh.jsonl 2> /dev/null
+row "ranks" "mpiexec -n 2 mesh-next-dp2 : -n 2 mesh-next-dp4 (two plans of 2 and 4 ranks in one world)" "$E76: mpiexec -n 2 A : -n 2 B" mpi_two 2 $M2 steps=1 data=$T -- 2 build/mesh-next-dp4/qtrain steps=1 data=$T
+row "ranks" "mpiexec -n 2 mesh-next-dp2 metrics=$W/mesh.jsonl (holds steps 0-1; rank 0 refuses it): rank 1's line" "$E76: rank 0 refuses its metrics file" mpi_rank1 $M2 steps=1 data=$T metrics=$W/mesh.jsonl
+
 # ---- configgen: run files and key=value (the full table of refused configs is the unit
 # test CgBadConfig.EachRuleRefusesWithItsMessageAndWritesNothing)
 RUN=configgen/configs/runs/test-next-tiny.yml
@@ -249,7 +277,11 @@ a data file rewritten, truncated or replaced during a run (`40_bad_input.sh`, "d
 file changed during the run", exit 1, `data file PATH changed during the run` or `was
 truncated`); save temporaries left by a killed save (`40_bad_input.sh`, removed at start-up
 with a note); a SIGKILLed or SIGSTOPped rank of a mesh (`75_mesh_faults.sh`: the job ends,
-`no answer from rank P within S s`); a second job started on the `save=` target of a running
+`no answer from rank P within S s`; `76_mesh_agree.sh`: on 4 ranks every rank names the
+stopped one, and a stop during a save names `checkpoint save to DIR, step N`); one rank's
+data file changed during a mesh run (`76_mesh_agree.sh`: that rank says `data file PATH
+changed during the run`, the others `end of the step: stopping: rank R/N failed (its message
+says why)`, all within seconds); a second job started on the `save=` target of a running
 one (`42_ckpt_owner.sh`: refused at once, exit 2, naming the holder's host and pid) and the
 lock of a killed job (taken over with a note); a write that reaches `ulimit -f` during a run
 (`42_ckpt_owner.sh`: a message naming RLIMIT_FSIZE, exit 1, instead of SIGXFSZ).

@@ -62,7 +62,7 @@ for mesh in dp2 ep2; do
     { cat $out/$mesh.txt; exit 1; }
   m_tps[$mesh]=$(awk -v w=$WARM -F'"tokens_per_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/$mesh.jsonl)
   m_step[$mesh]=$(awk -v w=$WARM -F'"step_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/$mesh.jsonl)
-  # "qtrain: collectives: N calls, X MiB sent per rank, Y s (Z% of the step time) over S steps; ..."
+  # "qtrain: collectives: steps: N calls, X MiB sent per rank, Y s (Z% of the step time) over S steps; ..."
   m_coll[$mesh]=$(grep 'qtrain: collectives:' $out/$mesh.txt || true)
   m_share[$mesh]=$(echo "${m_coll[$mesh]}" | awk '{for(i=1;i<=NF;i++) if($i=="s") {sub(/^\(/,"",$(i+1)); print $(i+1)}}')
   m_mib[$mesh]=$(echo "${m_coll[$mesh]}" | awk '{for(i=1;i<=NF;i++) {if($i=="MiB") m=$(i-1); if($i=="over") s=$(i+1)} if(s>0) printf "%.1f", m/s}')
