@@ -16,6 +16,18 @@ fault_pids() {
   pgrep -f "^build/$FAULT_RUN/qtrain .*$1" || true
 }
 
+# fault_left TAG: the ranks of the job tagged TAG still running 5 s after mpiexec ended (a
+# rank that called MPI_Abort may still be in its exit path when mpiexec returns, more so on
+# a loaded machine; one that is still there after 5 s lingers)
+fault_left() {
+  local i
+  for i in $(seq 50); do
+    [ -z "$(fault_pids "$1")" ] && return 0
+    sleep 0.1
+  done
+  fault_pids "$1"
+}
+
 # fault_rank_pid TAG RANK: pid of rank RANK (hydra's PMI_RANK) of the job tagged TAG
 fault_rank_pid() {
   local p
@@ -61,7 +73,7 @@ mesh_dead_rank() {
   local t0 t1 rc
   t0=$(fault_now); kill -KILL $victim; wait $job; rc=$?; t1=$(fault_now)
   local left
-  left=$(fault_pids $tag)
+  left=$(fault_left $tag)
   fault_cleanup $tag
   grep -v '^step' $d/kill.log | tail -n 8
   echo "rank 0 (pid $victim) killed after $(wc -l < $tag) steps: mpiexec exit $rc after $(fault_secs $t0 $t1) s"
@@ -102,7 +114,7 @@ mesh_silent_rank() {
   local t0 t1 rc
   t0=$(fault_now); kill -STOP $victim; wait $job; rc=$?; t1=$(fault_now)
   local left
-  left=$(fault_pids $tag)
+  left=$(fault_left $tag)
   fault_cleanup $tag
   grep -v '^step' $d/stop.log | tail -n 6
   echo "rank 1 (pid $victim) stopped: mpiexec exit $rc after $(fault_secs $t0 $t1) s"
