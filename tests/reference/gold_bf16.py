@@ -26,6 +26,16 @@ firmware/kernels/bf16.h and bf16_matmul.h (tests/unit/test_gold_bf16.cpp reads t
   Shapes: c0 5x7x9 (every contraction odd), c1 8x6x16 (even), c2 13x35x41 (past the kernels'
   12x32 and 6x16 register tiles; contractions 41, 35 and 13 are odd and no multiple of a
   tile width).
+* How torch accumulates its bf16 matmul (Debian's torch 1.13, CPU, measured and asserted
+  here): for M*N*K > 16^3 it calls oneDNN, fp32 accumulation and one bf16 rounding of the
+  output; at or below 16^3 it runs its native cpublas gemm, where `x @ w.t()` is a dot
+  product in fp32 (one rounding) but `dy @ w` and `dy.t() @ x` add each product into the
+  bf16 output (a bf16 rounding per step: 2/3 of the outputs differ from the rounded exact
+  sum, by up to ~20 bf16 half-ulps). So c0 and c1 (315 and 768) have bf16-accumulated
+  dx_torch and dw_torch, c2 (18655) has none. Each is emitted as `<SLOT>_ACC` = the bits of
+  torch's accumulator's precision (24: fp32, 8: bf16), and asserted: an ACC 24 output is
+  within 2^-8 |t| + (P + 2) 2^-24 sum|ab| of the exact sum, an ACC 8 output is not (the
+  distinction is real) but within 2^-8 |t| + (P + 2) (2^-8 + 2^-24) sum|ab|.
 Everything is emitted with gold_kernels.emit (`gold_bf16_<case>_<slot>`, `GOLD_BF16_<CASE>_*`).
 """
 import numpy as np
@@ -107,7 +117,19 @@ def gen_mm(g, case, M, N, K):
     dw = dy64.t() @ x64
     yt, dxt, dwt = x @ w.t(), dy @ w, dy.t() @ x
     assert yt.dtype == torch.bfloat16 and dxt.dtype == torch.bfloat16
-    return (case, dict(M=M, N=N, K=K),
+    onednn = M * N * K > 16 ** 3
+    acc = dict(Y_TORCH_ACC=24, DX_TORCH_ACC=24 if onednn else 8, DW_TORCH_ACC=24 if onednn else 8)
+    mag = dict(Y_TORCH_ACC=(x64.abs() @ w64.abs().t(), K), DX_TORCH_ACC=(dy64.abs() @ w64.abs(), N),
+               DW_TORCH_ACC=(dy64.abs().t() @ x64.abs(), M))
+    for key, t, e in (('Y_TORCH_ACC', yt, y), ('DX_TORCH_ACC', dxt, dy64 @ w64),
+                      ('DW_TORCH_ACC', dwt, dw)):
+        err = (t.double() - e).abs()
+        sab, P = mag[key]
+        fp32_ok = bool((err <= 2.0 ** -8 * t.double().abs() + (P + 2) * 2.0 ** -24 * sab).all())
+        bf16_ok = bool((err <= 2.0 ** -8 * t.double().abs() +
+                        (P + 2) * (2.0 ** -8 + 2.0 ** -24) * sab).all())
+        assert bf16_ok and fp32_ok == (acc[key] == 24), (case, key, fp32_ok)
+    return (case, dict(M=M, N=N, K=K, **acc),
             [('x', x64), ('w', w64), ('dy', dy64), ('dx0', dx0.double()),
              ('y', y), ('dx', dx), ('dw', dw),
              ('y_torch', yt.double()), ('dx_torch', dxt.double()), ('dw_torch', dwt.double())])

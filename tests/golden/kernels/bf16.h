@@ -289,6 +289,9 @@ static const double gold_bf16_dn_y[16] = {
 #define GOLD_BF16_C0_M 5
 #define GOLD_BF16_C0_N 7
 #define GOLD_BF16_C0_K 9
+#define GOLD_BF16_C0_Y_TORCH_ACC 24
+#define GOLD_BF16_C0_DX_TORCH_ACC 8
+#define GOLD_BF16_C0_DW_TORCH_ACC 8
 static const double gold_bf16_c0_x[45] = {
     0.91796875, 2.265625, 2.703125, 0.84375,
     -0.91015625, -0.25390625, 0.59375, 0.3046875,
@@ -437,6 +440,9 @@ static const double gold_bf16_c0_dw_torch[63] = {
 #define GOLD_BF16_C1_M 8
 #define GOLD_BF16_C1_N 6
 #define GOLD_BF16_C1_K 16
+#define GOLD_BF16_C1_Y_TORCH_ACC 24
+#define GOLD_BF16_C1_DX_TORCH_ACC 8
+#define GOLD_BF16_C1_DW_TORCH_ACC 8
 static const double gold_bf16_c1_x[128] = {
     -0.94921875, -0.314453125, -0.5625, 0.275390625,
     -0.1201171875, 1.625, -0.9140625, -1.6953125,
@@ -698,6 +704,9 @@ static const double gold_bf16_c1_dw_torch[96] = {
 #define GOLD_BF16_C2_M 13
 #define GOLD_BF16_C2_N 35
 #define GOLD_BF16_C2_K 41
+#define GOLD_BF16_C2_Y_TORCH_ACC 24
+#define GOLD_BF16_C2_DX_TORCH_ACC 24
+#define GOLD_BF16_C2_DW_TORCH_ACC 24
 static const double gold_bf16_c2_x[533] = {
     1.3515625, 0.2890625, 1.3046875, -1.34375,
     -0.3671875, -0.375, -1.9609375, 0.88671875,
