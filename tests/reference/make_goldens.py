@@ -1,7 +1,7 @@
 """make_goldens.py - the one entry point of `make goldens`: regenerates every golden file.
 
 Run from the project root as `/usr/bin/python3 tests/reference/make_goldens.py` (Debian's
-python3-torch). Writes tests/golden/kernels/<op>.h (SPEC.md s.1) and tests/golden/e2e/<run>/
+python3-torch). Writes tests/golden/kernels/<op>.h (SPEC.md s.1; bf16.h: gold_bf16.py) and tests/golden/e2e/<run>/
 (SPEC.md s.2). Deterministic: fixed seeds, one torch thread, float64, sorted outputs, no
 dates; running it twice gives byte-identical files.
 """
@@ -14,6 +14,7 @@ sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
 
+import gold_bf16  # noqa: E402
 import gold_e2e  # noqa: E402
 import gold_kernels  # noqa: E402
 
@@ -25,6 +26,7 @@ def main():
     torch.set_default_dtype(torch.float64)
     kdir = os.path.join(ROOT, 'tests', 'golden', 'kernels')
     ops = gold_kernels.generate(kdir)
+    ops.append(gold_bf16.generate(kdir))
     print('kernel goldens: %s -> %s' % (' '.join(ops), os.path.relpath(kdir, ROOT)))
     edir = os.path.join(ROOT, 'tests', 'golden', 'e2e')
     for run, (seed, rec) in gold_e2e.generate(edir).items():
