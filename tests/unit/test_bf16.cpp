@@ -326,6 +326,9 @@ const int64_t MM_SHAPES[][3] = {
     {1, 1, 1}, {1, 1, 2}, {2, 3, 1}, {3, 5, 7}, {7, 17, 2}, {13, 33, 31}, {6, 16, 64},
     {12, 32, 64}, {25, 40, 65}, {5, 1, 300}, {1, 300, 5}, {197, 261, 515}, {40, 70, 1027},
     {2, 3, 0}, {0, 4, 5}, {4, 0, 5},
+    // the instruction path's B panel: fwd P = 5001 narrows the panel below 256 columns (two
+    // panels of N = 300); P = 65539 (fwd) and M = 65539 (wgrad) exceed it: packed per block
+    {3, 300, 5001}, {2, 33, 65539}, {65539, 2, 33},
 };
 
 void mm_check_f64(const char *what, const std::vector<float> &got, const std::vector<double> &exact,
