@@ -264,6 +264,7 @@ int qt_bf16_check_dp(qt_bf16_dp_fn dp, const char *what, char *msg, int cap)
     return QT_OK;
 }
 
+#ifdef QT_BF16_HAVE_INSN
 /* Appends the advice of an instruction-path failure to msg (the build takes that path). */
 static void qt_bf16_advise(char *msg, int cap)
 {
@@ -274,6 +275,7 @@ static void qt_bf16_advise(char *msg, int cap)
                  "path and refuses to run: rebuild with ARCH=-march=x86-64-v3 (the AVX2 "
                  "emulation, the same bits)");
 }
+#endif
 
 int qt_bf16_check(char *msg, int cap)
 {
