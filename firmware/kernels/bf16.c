@@ -234,24 +234,48 @@ void qt_bf16_edge_lane(int l, float *c, qt_bf16 *a2, qt_bf16 *b2)
     b2[0] = ic % 2 ? 0 : qt_bf16_edge_v[(l * 11 + 5) % QT_BF16_NV];
 }
 
-static int qt_bf16_cmp(const char *what, char *msg, int cap)
+int qt_bf16_check_dp(qt_bf16_dp_fn dp, const char *what, char *msg, int cap)
 {
+    if (msg && cap > 0) msg[0] = 0;
+    for (int l = 0; l < QT_BF16_EDGE; l++)
+        qt_bf16_edge_lane(l, &qt_bf16_chk.c[l], qt_bf16_chk.a + 2 * l, qt_bf16_chk.b + 2 * l);
+    memcpy(qt_bf16_chk.ref, qt_bf16_chk.c, sizeof qt_bf16_chk.ref);
+    qt_bf16_dp_ref(qt_bf16_chk.ref, qt_bf16_chk.a, qt_bf16_chk.b, QT_BF16_EDGE);
+    memcpy(qt_bf16_chk.got, qt_bf16_chk.c, sizeof qt_bf16_chk.got);
+    if (dp(qt_bf16_chk.got, qt_bf16_chk.a, qt_bf16_chk.b, QT_BF16_EDGE) != 0) {
+        if (msg && cap > 0) snprintf(msg, (size_t)cap, "bf16: %s is not built", what);
+        return QT_E_PLAN;
+    }
     for (int l = 0; l < QT_BF16_EDGE; l++) {
         const uint32_t r = qt_bf16_bits_f32(qt_bf16_chk.ref[l]),
                        g = qt_bf16_bits_f32(qt_bf16_chk.got[l]);
         if (r != g) {
             if (msg && cap > 0)
                 snprintf(msg, (size_t)cap,
-                         "bf16: %s differs from the reference step: acc 0x%08x a 0x%04x 0x%04x "
-                         "b 0x%04x 0x%04x gives 0x%08x, the reference 0x%08x",
-                         what, qt_bf16_bits_f32(qt_bf16_chk.c[l]), qt_bf16_chk.a[2 * l + 1],
-                         qt_bf16_chk.a[2 * l], qt_bf16_chk.b[2 * l + 1], qt_bf16_chk.b[2 * l], g,
-                         r);
+                         "bf16: %s differs from the reference step (edge lane %d of %d): acc "
+                         "0x%08x, a (hi, lo) 0x%04x 0x%04x, b 0x%04x 0x%04x gives 0x%08x, the "
+                         "reference 0x%08x",
+                         what, l, QT_BF16_EDGE, qt_bf16_bits_f32(qt_bf16_chk.c[l]),
+                         qt_bf16_chk.a[2 * l + 1], qt_bf16_chk.a[2 * l],
+                         qt_bf16_chk.b[2 * l + 1], qt_bf16_chk.b[2 * l], g, r);
             return QT_E_PLAN;
         }
     }
     return QT_OK;
 }
+
+#ifdef QT_BF16_HAVE_INSN
+/* Appends the advice of an instruction-path failure to msg (the build takes that path). */
+static void qt_bf16_advise(char *msg, int cap)
+{
+    if (!msg || cap <= 0) return;
+    const size_t n = strlen(msg);
+    if (n + 1 < (size_t)cap)
+        snprintf(msg + n, (size_t)cap - n, "; this binary was built to take the AVX512_BF16 "
+                 "path and refuses to run: rebuild with ARCH=-march=x86-64-v3 (the AVX2 "
+                 "emulation, the same bits)");
+}
+#endif
 
 int qt_bf16_check(char *msg, int cap)
 {
@@ -260,24 +284,21 @@ int qt_bf16_check(char *msg, int cap)
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || !(eax & (1u << 5))) {
         if (msg && cap > 0)
-            snprintf(msg, (size_t)cap, "bf16: this build uses AVX512_BF16 (VDPBF16PS) and the "
-                                       "CPU does not report it: build with ARCH=-march=x86-64-v3");
+            snprintf(msg, (size_t)cap, "bf16: this build uses the CPU feature AVX512_BF16 "
+                                       "(VDPBF16PS, VCVTNEPS2BF16) and this CPU does not report "
+                                       "it (CPUID.(7,1):EAX bit 5): rebuild with "
+                                       "ARCH=-march=x86-64-v3");
         return QT_E_PLAN;
     }
 #endif
-    for (int l = 0; l < QT_BF16_EDGE; l++)
-        qt_bf16_edge_lane(l, &qt_bf16_chk.c[l], qt_bf16_chk.a + 2 * l, qt_bf16_chk.b + 2 * l);
-    memcpy(qt_bf16_chk.ref, qt_bf16_chk.c, sizeof qt_bf16_chk.ref);
-    qt_bf16_dp_ref(qt_bf16_chk.ref, qt_bf16_chk.a, qt_bf16_chk.b, QT_BF16_EDGE);
 #ifdef QT_BF16_HAVE_EMUL
-    memcpy(qt_bf16_chk.got, qt_bf16_chk.c, sizeof qt_bf16_chk.got);
-    qt_bf16_dp_emul(qt_bf16_chk.got, qt_bf16_chk.a, qt_bf16_chk.b, QT_BF16_EDGE);
-    if (qt_bf16_cmp("the AVX2 emulation", msg, cap)) return QT_E_PLAN;
+    if (qt_bf16_check_dp(qt_bf16_dp_emul, "the AVX2+FMA emulation", msg, cap)) return QT_E_PLAN;
 #endif
 #ifdef QT_BF16_HAVE_INSN
-    memcpy(qt_bf16_chk.got, qt_bf16_chk.c, sizeof qt_bf16_chk.got);
-    qt_bf16_dp_insn(qt_bf16_chk.got, qt_bf16_chk.a, qt_bf16_chk.b, QT_BF16_EDGE);
-    if (qt_bf16_cmp("VDPBF16PS", msg, cap)) return QT_E_PLAN;
+    if (qt_bf16_check_dp(qt_bf16_dp_insn, "VDPBF16PS (CPU feature AVX512_BF16)", msg, cap)) {
+        qt_bf16_advise(msg, cap);
+        return QT_E_PLAN;
+    }
     /* the conversion instruction on the accumulators and the step results */
     for (int l = 0; l < QT_BF16_EDGE; l += 16) {
         qt_bf16 h[16];
@@ -287,9 +308,11 @@ int qt_bf16_check(char *msg, int cap)
         for (int64_t j = 0; j < k; j++)
             if (h[j] != qt_bf16_from_f32(src[j])) {
                 if (msg && cap > 0)
-                    snprintf(msg, (size_t)cap, "bf16: VCVTNEPS2BF16(0x%08x) = 0x%04x, the "
+                    snprintf(msg, (size_t)cap, "bf16: VCVTNEPS2BF16 (CPU feature AVX512_BF16) "
+                             "differs from the reference conversion: 0x%08x gives 0x%04x, the "
                              "reference 0x%04x", qt_bf16_bits_f32(src[j]), h[j],
                              qt_bf16_from_f32(src[j]));
+                qt_bf16_advise(msg, cap);
                 return QT_E_PLAN;
             }
     }

@@ -109,8 +109,19 @@ int qt_bf16_path(void);
  * instruction and the conversion instruction) give the reference's bits on the edge table
  * (signed zeros, denormals in and out, the tininess boundary, infinities, overflow, NaNs,
  * ties) and the CPU reports AVX512_BF16 if the build uses it; otherwise QT_E_PLAN and a
- * one-line reason in msg[cap] (for the caller's qt_fail; msg may be NULL). Writes msg only. */
+ * one-line reason in msg[cap] naming the CPU feature, the path and the first lane that
+ * differs (for the caller's qt_fail; msg may be NULL). Writes msg only. qt_runtime_init runs
+ * it first, so a binary never takes a path that differs from the reference. */
 int qt_bf16_check(char *msg, int cap);
+
+/* A dot-step path as qt_bf16_dp_ref (acc[n] accumulated from a[2n], b[2n]); returns 0, or -1
+ * when the build lacks it (qt_bf16_dp_emul, qt_bf16_dp_insn, or a test's own). */
+typedef int (*qt_bf16_dp_fn)(float *acc, const qt_bf16 *a, const qt_bf16 *b, int64_t n);
+
+/* The edge-table part of qt_bf16_check for one path: QT_OK when dp gives the reference's
+ * bits on every lane of the table, else QT_E_PLAN and "bf16: <what> differs ..." (or "<what>
+ * is not built") in msg[cap] (msg may be NULL). Reads nothing but the table; writes msg. */
+int qt_bf16_check_dp(qt_bf16_dp_fn dp, const char *what, char *msg, int cap);
 
 /* The check's edge table, for the tests: its lane count, and lane l's accumulator c and
  * operand pairs a2[2], b2[2] (element 0 lo, 1 hi). */

@@ -65,13 +65,14 @@ static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t 
 #define QT_BM_E_NR 16
 #define QT_BM_I_MR 12 /* instruction tile: 12 x 32 (24 zmm accumulators) */
 #define QT_BM_I_NR 32
+#define QT_BM_I_PANEL (1 << 19) /* u32 pairs of the instruction path's B panel (2 MiB) */
 
 static struct {
     float part[QT_BM_MC * QT_BM_NC];             /* partial chains between blocks */
     float ea[QT_BM_MC * QT_BM_KQ * 2];            /* emulation: A widened, [q][hi,lo][MR] */
     float eb[QT_BM_KQ * 2 * QT_BM_NC];            /* emulation: B widened, [q][hi,lo][NR] */
-    uint32_t ia[QT_BM_MC * QT_BM_KQ];             /* instruction: A pairs, [q][MR] */
-    uint32_t ib[QT_BM_KQ * QT_BM_NC];             /* instruction: B pairs, [q][NR] */
+    uint32_t ia[QT_BM_MC * QT_BM_KQ];             /* instruction: A pairs, [q][mc] */
+    uint32_t ib[QT_BM_I_PANEL];                   /* instruction: B panel, [s][q][NR] */
 } qt_bm;
 
 static int64_t qt_bm_min(int64_t x, int64_t y) { return x < y ? x : y; }
@@ -213,65 +214,77 @@ static void qt_bm_emul(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t
 #endif
 
 #ifdef QT_BM_INSN
-/* Pack A rows [0,mc) of pairs [q0, q0+kq) into ia[(ir/MR)*kq*MR + q*MR + i%MR]. */
+/* Pack A rows [0,mc) of pairs [q0, q0+kq) into ia[q*mc + i] (32-bit pairs, lo | hi << 16;
+ * past P: 0). Used where A's pairs are not contiguous in memory (wgrad: sai == 1, rows p and
+ * p+1 interleaved, mc elements at a time) and for the block holding an odd P's last pair.
+ * Reads a, writes ia[kq*mc]. */
 static void qt_bm_i_pack_a(const qt_bf16 *a, int64_t sai, int64_t sap, int64_t mc, int64_t q0,
                            int64_t kq, int64_t P)
 {
-    for (int64_t ir = 0; ir < mc; ir += QT_BM_I_MR) {
-        uint32_t *dst = qt_bm.ia + ir * kq;
-        const int64_t mr = qt_bm_min(QT_BM_I_MR, mc - ir);
-        for (int64_t i = 0; i < mr; i++) {
-            if (sap == 1 && 2 * (q0 + kq) <= P) { /* contiguous pairs: one 32-bit load each */
-                const qt_bf16 *src = a + (ir + i) * sai + 2 * q0;
-                for (int64_t q = 0; q < kq; q++) {
-                    uint32_t v;
-                    memcpy(&v, src + 2 * q, sizeof v);
-                    dst[q * QT_BM_I_MR + i] = v;
-                }
-                continue;
-            }
-            for (int64_t q = 0; q < kq; q++) {
-                const int64_t p = 2 * (q0 + q);
-                dst[q * QT_BM_I_MR + i] = (uint32_t)qt_bm_at(a, sai, sap, ir + i, p, P) |
-                                          (uint32_t)qt_bm_at(a, sai, sap, ir + i, p + 1, P) << 16;
-            }
+    const int64_t qfull = qt_bm_min(kq, P / 2 - q0); /* pairs of the block with both halves */
+    int64_t qs = 0;
+    if (sai == 1) {
+        for (int64_t q = 0; q < qfull; q++) {
+            const qt_bf16 *lo = a + 2 * (q0 + q) * sap, *hi = lo + sap;
+            uint32_t *d = qt_bm.ia + q * mc;
+            for (int64_t i = 0; i < mc; i++) d[i] = (uint32_t)lo[i] | (uint32_t)hi[i] << 16;
         }
+        qs = qfull;
+    } else if (sap == 1) {
+        for (int64_t i = 0; i < mc; i++) {
+            const qt_bf16 *src = a + i * sai + 2 * q0;
+            for (int64_t q = 0; q < qfull; q++) memcpy(qt_bm.ia + q * mc + i, src + 2 * q, 4);
+        }
+        qs = qfull;
     }
+    for (int64_t q = qs; q < kq; q++) /* the rest: element by element */
+        for (int64_t i = 0; i < mc; i++) {
+            const int64_t p = 2 * (q0 + q);
+            qt_bm.ia[q * mc + i] = (uint32_t)qt_bm_at(a, sai, sap, i, p, P) |
+                                   (uint32_t)qt_bm_at(a, sai, sap, i, p + 1, P) << 16;
+        }
 }
 
-/* Pack B cols [0,nc) of pairs [q0, q0+kq) into strips ib[s*kq*NR + q*NR + jj], zero padded. */
+/* Pack B cols [0,nc) of pairs [q0, q0+kq) into strips ib[s*kq*NR + q*NR + jj] (32-bit pairs,
+ * lo | hi << 16; past P and past nc: 0). Reads b, writes ib[ceil(nc/NR)*kq*NR]. */
 static void qt_bm_i_pack_b(const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t nc, int64_t q0,
                            int64_t kq, int64_t P)
 {
+    const int64_t qfull = qt_bm_min(kq, P / 2 - q0);
+    const int64_t qs = qfull > 0 ? qfull : 0;
     for (int64_t s = 0; s * QT_BM_I_NR < nc; s++) {
         uint32_t *dst = qt_bm.ib + s * kq * QT_BM_I_NR;
         const int64_t j0 = s * QT_BM_I_NR, w = qt_bm_min(QT_BM_I_NR, nc - j0);
-        if (sbj == 1) { /* rows contiguous in j: interleave two rows */
-            for (int64_t q = 0; q < kq; q++) {
-                const int64_t p = 2 * (q0 + q);
-                const qt_bf16 *lo = b + p * sbp + j0, *hi = b + (p + 1) * sbp + j0;
-                const int has_hi = p + 1 < P;
-                int64_t jj = 0;
-                for (; jj < w; jj++)
-                    dst[q * QT_BM_I_NR + jj] = (uint32_t)lo[jj] | (has_hi ? (uint32_t)hi[jj] << 16 : 0u);
-                for (; jj < QT_BM_I_NR; jj++) dst[q * QT_BM_I_NR + jj] = 0;
+        if (sbj == 1) { /* rows contiguous in j: interleave rows p and p+1 */
+            for (int64_t q = 0; q < qs; q++) {
+                const qt_bf16 *lo = b + 2 * (q0 + q) * sbp + j0, *hi = lo + sbp;
+                uint32_t *d = dst + q * QT_BM_I_NR;
+                for (int64_t jj = 0; jj < w; jj++) d[jj] = (uint32_t)lo[jj] | (uint32_t)hi[jj] << 16;
             }
-            continue;
+        } else if (sbp == 1) { /* pairs contiguous along p: a 32-bit load each (a transpose) */
+            for (int64_t jj = 0; jj < w; jj++) {
+                const qt_bf16 *src = b + (j0 + jj) * sbj + 2 * q0;
+                for (int64_t q = 0; q < qs; q++) memcpy(dst + q * QT_BM_I_NR + jj, src + 2 * q, 4);
+            }
         }
-        for (int64_t jj = 0; jj < QT_BM_I_NR; jj++) {
-            const int64_t j = j0 + jj;
-            for (int64_t q = 0; q < kq; q++) {
+        const int64_t qr = sbj == 1 || sbp == 1 ? qs : 0;
+        for (int64_t jj = 0; jj < QT_BM_I_NR; jj++) /* the rest, and the zero padding */
+            for (int64_t q = jj < w ? qr : 0; q < kq; q++) {
                 const int64_t p = 2 * (q0 + q);
-                dst[q * QT_BM_I_NR + jj] = jj < w ? (uint32_t)qt_bm_at(b, sbj, sbp, j, p, P) |
-                                                    (uint32_t)qt_bm_at(b, sbj, sbp, j, p + 1, P) << 16
+                dst[q * QT_BM_I_NR + jj] = jj < w ? (uint32_t)qt_bm_at(b, sbj, sbp, j0 + jj, p, P) |
+                                                    (uint32_t)qt_bm_at(b, sbj, sbp, j0 + jj, p + 1, P) << 16
                                                   : 0u;
             }
-        }
     }
 }
 
+/* One tile: mr rows x 32 cols of part (row stride QT_BM_NC), the chain over kq pairs
+ * continued from part (first: from +0). A's pair (i, q) is the 32-bit word at
+ * ap + q*asq + i*asi (bf16 units: the packed micro-panel, or A's rows in place); B's pairs
+ * are bp[q*32 + jj]. Reads ap, bp, part; writes part. */
 static inline __attribute__((always_inline)) void
-qt_bm_i_tile(float *pt, int first, const uint32_t *ap, const uint32_t *bp, int64_t kq, const int mr)
+qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
+             const uint32_t *bp, int64_t kq, const int mr)
 {
     __m512 acc[QT_BM_I_MR][2];
 #pragma GCC unroll 12
@@ -282,10 +295,12 @@ qt_bm_i_tile(float *pt, int first, const uint32_t *ap, const uint32_t *bp, int64
     for (int64_t q = 0; q < kq; q++) {
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR);
         const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR + 16);
-        const uint32_t *a = ap + q * QT_BM_I_MR;
+        const qt_bf16 *a = ap + q * asq;
 #pragma GCC unroll 12
         for (int i = 0; i < mr; i++) {
-            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[i]);
+            uint32_t v;
+            memcpy(&v, a + i * asi, sizeof v);
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)v);
             acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
             acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
         }
@@ -297,43 +312,85 @@ qt_bm_i_tile(float *pt, int first, const uint32_t *ap, const uint32_t *bp, int64
     }
 }
 
-static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq)
+/* Every tile of rows [0,mc) x cols [0,nc) of part for kq pairs: A as for qt_bm_i_tile, row
+ * micro-panel ir at ap + ir*apr; B's strip s at bp + s*bps (u32). Reads A, B, part; writes
+ * part (columns past nc up to the strip width come from zero padding, never finished). */
+static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq, const qt_bf16 *ap,
+                          int64_t apr, int64_t asq, int64_t asi, const uint32_t *bp, int64_t bps)
 {
     for (int64_t ir = 0; ir < mc; ir += QT_BM_I_MR) {
         const int mr = (int)qt_bm_min(QT_BM_I_MR, mc - ir);
-        const uint32_t *ap = qt_bm.ia + ir * kq;
+        const qt_bf16 *a = ap + ir * apr;
         for (int64_t s = 0; s * QT_BM_I_NR < nc; s++) {
             float *pt = qt_bm.part + ir * QT_BM_NC + s * QT_BM_I_NR;
-            const uint32_t *bp = qt_bm.ib + s * kq * QT_BM_I_NR;
-#define QT_BM_CASE(h) case h: qt_bm_i_tile(pt, first, ap, bp, kq, h); break;
+            const uint32_t *b = bp + s * bps;
+#define QT_BM_CASE(h) case h: qt_bm_i_tile(pt, first, a, asq, asi, b, kq, h); break;
             switch (mr) {
             QT_BM_CASE(1) QT_BM_CASE(2) QT_BM_CASE(3) QT_BM_CASE(4) QT_BM_CASE(5) QT_BM_CASE(6)
             QT_BM_CASE(7) QT_BM_CASE(8) QT_BM_CASE(9) QT_BM_CASE(10) QT_BM_CASE(11)
-            default: qt_bm_i_tile(pt, first, ap, bp, kq, 12); break;
+            default: qt_bm_i_tile(pt, first, a, asq, asi, b, kq, 12); break;
             }
 #undef QT_BM_CASE
         }
     }
 }
 
+/* The finish of rows [0,mc) x cols [0,nc) of part into c (row stride ldc), 16 columns at a
+ * time: the bits of qt_bm_finish1 (one IEEE add in the default MXCSR, NaN -> 0x7fc00000).
+ * Reads part (and c for the add); writes c. */
+static void qt_bm_i_finish(float *c, int64_t ldc, int fin, int64_t mc, int64_t nc)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000));
+    for (int64_t i = 0; i < mc; i++) {
+        float *o = c + i * ldc;
+        const float *pr = qt_bm.part + i * QT_BM_NC;
+        for (int64_t j = 0; j < nc; j += 16) {
+            const __mmask16 m = nc - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nc - j)) - 1u);
+            __m512 r = _mm512_maskz_loadu_ps(m, pr + j);
+            if (fin == QT_BM_FIN_ADD) r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + j), r);
+            else if (fin == QT_BM_FIN_ZADD) r = _mm512_add_ps(zero, r);
+            r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r, qnan);
+            _mm512_mask_storeu_ps(o + j, m, r);
+        }
+    }
+}
+
+/* The instruction path. Loops: column panels of ncw columns (whole 32-column strips); B's
+ * panel is packed ONCE for the whole contraction when ncw*nq pairs fit ib (else per row
+ * block and contraction block); then row blocks of MC rows, contraction blocks of KQ pairs.
+ * A is read in place where its pairs are contiguous (sap == 1: fwd, bwd_data), except the
+ * block with an odd P's last pair (its hi element must be +0), which is packed; wgrad's A is
+ * packed per block. Reads a, b (and c for the add); writes c. */
 static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t sai,
                        int64_t sap, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
                        int64_t J, int64_t P)
 {
     const int64_t nq = (P + 1) / 2;
-    for (int64_t ic = 0; ic < I; ic += QT_BM_MC) {
-        const int64_t mc = qt_bm_min(QT_BM_MC, I - ic);
-        for (int64_t jc = 0; jc < J; jc += QT_BM_NC) {
-            const int64_t nc = qt_bm_min(QT_BM_NC, J - jc);
+    int64_t ncw = QT_BM_NC;
+    while (ncw > QT_BM_I_NR && ncw * nq > QT_BM_I_PANEL) ncw -= QT_BM_I_NR;
+    const int cached = ncw * nq <= QT_BM_I_PANEL;
+    for (int64_t jc = 0; jc < J; jc += ncw) {
+        const int64_t nc = qt_bm_min(ncw, J - jc);
+        if (cached && nq > 0) qt_bm_i_pack_b(b + jc * sbj, sbp, sbj, nc, 0, nq, P);
+        for (int64_t ic = 0; ic < I; ic += QT_BM_MC) {
+            const int64_t mc = qt_bm_min(QT_BM_MC, I - ic);
             if (nq == 0)
                 for (int64_t i = 0; i < mc * QT_BM_NC; i++) qt_bm.part[i] = 0.0f;
             for (int64_t qc = 0; qc < nq; qc += QT_BM_KQ) {
                 const int64_t kq = qt_bm_min(QT_BM_KQ, nq - qc);
-                qt_bm_i_pack_a(a + ic * sai, sai, sap, mc, qc, kq, P);
-                qt_bm_i_pack_b(b + jc * sbj, sbp, sbj, nc, qc, kq, P);
-                qt_bm_i_block(qc == 0, mc, nc, kq);
+                const uint32_t *bp = qt_bm.ib + (cached ? qc * QT_BM_I_NR : 0);
+                const int64_t bps = (cached ? nq : kq) * QT_BM_I_NR;
+                if (!cached) qt_bm_i_pack_b(b + jc * sbj, sbp, sbj, nc, qc, kq, P);
+                if (sap == 1 && 2 * (qc + kq) <= P) /* A in place */
+                    qt_bm_i_block(qc == 0, mc, nc, kq, a + ic * sai + 2 * qc, sai, 2, sai, bp, bps);
+                else {
+                    qt_bm_i_pack_a(a + ic * sai, sai, sap, mc, qc, kq, P);
+                    qt_bm_i_block(qc == 0, mc, nc, kq, (const qt_bf16 *)qt_bm.ia, 2, 2 * mc,
+                                  2, bp, bps);
+                }
             }
-            qt_bm_finish(c + ic * ldc + jc, ldc, fin, mc, nc);
+            qt_bm_i_finish(c + ic * ldc + jc, ldc, fin, mc, nc);
         }
     }
 }

@@ -28,6 +28,7 @@
 #include "comm/qt_coll.h"
 #include "comm/qt_comm.h"
 #include "math/qt_math.h"
+#include "kernels/bf16.h"
 
 /* Largest group the start-up connection warm-up walks (qt_runtime_warm_comm). */
 #define QT_STEP_MAX_WARM 1024
@@ -149,6 +150,20 @@ static int qt_runtime_warm_comm(const qt_plan *p)
     return QT_OK;
 }
 
+/* The CPU and the bf16 paths this binary was built for (kernels/bf16.h): QT_OK, or one
+ * qt_fail line naming the CPU feature and the first edge lane whose bits differ from the
+ * reference step (a build that takes VDPBF16PS refuses a CPU where it is missing or differs).
+ * Costs well under a millisecond (5292 lanes, docs/precision.md). Reads and writes only
+ * bf16.c's check buffer. */
+static int qt_runtime_check_cpu(void)
+{
+#ifndef QT_REAL_DOUBLE
+    char msg[512];
+    if (qt_bf16_check(msg, (int)sizeof msg) != QT_OK) return qt_fail(QT_E_PLAN, "start-up: %s", msg);
+#endif
+    return QT_OK;
+}
+
 int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
 {
     static const qt_run_opts defaults = {0, -1.0f, 0, 0, 1};
@@ -157,7 +172,8 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
         return QT_E_PLAN;
     }
     if (!o) o = &defaults;
-    int rc = qt_validate_plan(p, o, qt_runtime_table());
+    int rc = qt_runtime_check_cpu();
+    if (rc == QT_OK) rc = qt_validate_plan(p, o, qt_runtime_table());
     if (rc == QT_OK) rc = qt_arena_init(p);
     if (rc == QT_OK) rc = qt_interp_validate(p, qt_runtime_table());
     /* a rank whose arena does not fit (its own limits) stops every rank before the

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <vector>
 #include "CppUTest/TestHarness.h"
 
@@ -140,6 +141,64 @@ TEST(Bf16, CheckPasses)
     printf("\n  bf16 path of this build: %s",
            qt_bf16_path() == QT_BF16_PATH_INSN ? "VDPBF16PS" :
            qt_bf16_path() == QT_BF16_PATH_EMUL ? "AVX2 emulation" : "scalar");
+}
+
+namespace {
+// Deliberately wrong steps for qt_bf16_check_dp: the reference with the pairs in the other
+// order (lo first), and the reference with the last bit of lane 4000's result flipped.
+int dp_lo_first(float *acc, const qt_bf16 *a, const qt_bf16 *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float c = acc[i];
+        c = qt_bf16_fma_ref(qt_f32_from_bf16(a[2 * i]), qt_f32_from_bf16(b[2 * i]), c);
+        c = qt_bf16_fma_ref(qt_f32_from_bf16(a[2 * i + 1]), qt_f32_from_bf16(b[2 * i + 1]), c);
+        acc[i] = c;
+    }
+    return 0;
+}
+int dp_one_ulp(float *acc, const qt_bf16 *a, const qt_bf16 *b, int64_t n)
+{
+    qt_bf16_dp_ref(acc, a, b, n);
+    if (n > 4000) acc[4000] = fbits(bits(acc[4000]) ^ 1u);
+    return 0;
+}
+int dp_ref(float *acc, const qt_bf16 *a, const qt_bf16 *b, int64_t n)
+{
+    qt_bf16_dp_ref(acc, a, b, n);
+    return 0;
+}
+int dp_absent(float *, const qt_bf16 *, const qt_bf16 *, int64_t) { return -1; }
+} // namespace
+
+// The start-up check refuses a step that differs from the reference (the injection is the
+// step function handed to qt_bf16_check_dp), names the path and the lane; it takes well
+// under a millisecond (qt_runtime_init runs it first).
+TEST(Bf16, CheckRefusesAWrongStep)
+{
+    char msg[512];
+    LONGS_EQUAL(QT_OK, qt_bf16_check_dp(dp_ref, "the reference", msg, sizeof msg));
+    LONGS_EQUAL(QT_OK, qt_bf16_check_dp(qt_bf16_dp_emul, "the emulation", msg, sizeof msg));
+    if (qt_bf16_path() == QT_BF16_PATH_INSN)
+        LONGS_EQUAL(QT_OK, qt_bf16_check_dp(qt_bf16_dp_insn, "VDPBF16PS", msg, sizeof msg));
+    LONGS_EQUAL(QT_E_PLAN, qt_bf16_check_dp(dp_lo_first, "lo-first", msg, sizeof msg));
+    CHECK(strstr(msg, "bf16: lo-first differs from the reference step (edge lane ") != nullptr);
+    LONGS_EQUAL(QT_E_PLAN, qt_bf16_check_dp(dp_one_ulp, "one-ulp", msg, sizeof msg));
+    CHECK(strstr(msg, "(edge lane 4000 of ") != nullptr);
+    LONGS_EQUAL(QT_E_PLAN, qt_bf16_check_dp(dp_absent, "absent", msg, sizeof msg));
+    STRCMP_EQUAL("bf16: absent is not built", msg);
+    LONGS_EQUAL(QT_E_PLAN, qt_bf16_check_dp(dp_one_ulp, "no message", nullptr, 0));
+    // the cost at start-up: best of 5 whole checks
+    double best = 1e9;
+    for (int r = 0; r < 5; r++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        LONGS_EQUAL(QT_OK, qt_bf16_check(msg, sizeof msg));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        best = s < best ? s : best;
+    }
+    CHECK(best < 0.05);
+    printf("\n  qt_bf16_check at start-up: %.3f ms", 1e3 * best);
 }
 
 // Hand-worked steps: the tininess rule at FLT_MIN, DAZ of every input, NaN selection.
@@ -326,6 +385,9 @@ const int64_t MM_SHAPES[][3] = {
     {1, 1, 1}, {1, 1, 2}, {2, 3, 1}, {3, 5, 7}, {7, 17, 2}, {13, 33, 31}, {6, 16, 64},
     {12, 32, 64}, {25, 40, 65}, {5, 1, 300}, {1, 300, 5}, {197, 261, 515}, {40, 70, 1027},
     {2, 3, 0}, {0, 4, 5}, {4, 0, 5},
+    // the instruction path's B panel: fwd P = 5001 narrows the panel below 256 columns (two
+    // panels of N = 300); P = 65539 (fwd) and M = 65539 (wgrad) exceed it: packed per block
+    {3, 300, 5001}, {2, 33, 65539}, {65539, 2, 33},
 };
 
 void mm_check_f64(const char *what, const std::vector<float> &got, const std::vector<double> &exact,
