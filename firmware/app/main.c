@@ -319,6 +319,18 @@ static int qt_main_comm_fail(int rc)
     return rc;
 }
 
+/* A failure inside a step on a mesh (a silent peer, or this rank's own error, e.g. a token
+ * id out of range in a data file rewritten in place): the other ranks are inside the
+ * step's collectives, where no error flag reaches them, so the job ends here, after this
+ * rank's message (nothing is being written during a step). */
+static void qt_main_step_fail(void)
+{
+    if (qt_main_state.size > 1) {
+        fflush(NULL);
+        qt_comm_abort(QT_EXIT_ERR);
+    }
+}
+
 /* The job's error flag at `what` (qt_coll_agree): QT_OK when every rank passed QT_OK,
  * else a failure code (my own, or QT_E_PEER after naming the failing rank). */
 static int qt_main_agree(const char *what, int rc)
@@ -566,7 +578,7 @@ static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int
         if (rc != QT_OK) {
             qt_runtime_mark_steps(0);
             fprintf(stderr, "qtrain: step %lld failed\n", (long long)step);
-            qt_main_comm_fail(rc);          /* a silent peer: the job ends here */
+            qt_main_step_fail();
             return QT_EXIT_ERR;
         }
         if (step == start) first_loss = m.loss;

@@ -91,6 +91,40 @@ agree_data_touched() {
 }
 check "mesh agree: one rank's data file changes mid-run: both ranks stop in < 5 s, naming it" agree_data_touched
 
+# one rank's tokens rewritten in place with the same size and modification time: that rank's
+# data fill finds an id out of range inside a step, where the other rank waits in the step's
+# collectives (no error flag reaches it there): the job must still end at once with that
+# rank's message, not after comm_timeout with "no answer from rank 1"
+agree_data_rewritten() {
+  local d=$QT_TMP/agree tag
+  mkdir -p $d
+  cp $AG_DATA $d/rw0.npy; cp $AG_DATA $d/rw1.npy; cp -p $d/rw1.npy $d/rw-ref.npy
+  tag=$d/rewrite.jsonl; rm -f $tag
+  timeout 60 mpiexec -n 1 build/mesh-next-dp2/qtrain data=$d/rw0.npy steps=1000000 seed=11 \
+      comm_timeout=20 metrics=$tag : -n 1 build/mesh-next-dp2/qtrain data=$d/rw1.npy \
+      steps=1000000 seed=11 comm_timeout=20 > $d/rewrite.log 2>&1 &
+  local job=$! i
+  for i in $(seq 300); do [ -f $tag ] && [ "$(wc -l < $tag)" -ge 20 ] && break; sleep 0.1; done
+  local t0 t1 rc
+  t0=$(ag_now)
+  python3 -c "
+import os, sys
+p, ref = sys.argv[1], sys.argv[2]
+st, n = os.stat(ref), os.path.getsize(p)
+with open(p, 'r+b') as f:
+    f.seek(128); f.write(b'\\xff' * (n - 128))
+os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))" $d/rw1.npy $d/rw-ref.npy
+  wait $job; rc=$?; t1=$(ag_now)
+  ag_cleanup $d/rw
+  grep -v '^step ' $d/rewrite.log | tail -n 6
+  echo "tokens of rank 1 rewritten: exit $rc after $(ag_secs $t0 $t1) s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a prompt non-zero exit"; return 1; }
+  awk -v a=$t0 -v b=$t1 'BEGIN { exit !(b - a < 5) }' || { echo "took 5 s or more"; return 1; }
+  grep -q "rank 1/2: data file .* changed during the run" $d/rewrite.log || { echo "rank 1's message missing"; return 1; }
+  ! grep -q "no answer from rank" $d/rewrite.log
+}
+check "mesh agree: one rank's tokens rewritten in place (same size and time): the job ends in < 5 s with that rank's message" agree_data_rewritten
+
 # plan check: two binaries of plans for 2 and 4 ranks in one world of 4
 agree_two_plans() {
   local d=$QT_TMP/agree
