@@ -263,7 +263,7 @@ $(BUILD)/asan/plans/%.main.o: generated/%/plan.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) -Igenerated/$* -c generated/$*/plan_main.c -o $@
 
-$(BUILD)/asan/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h firmware/include/qt_ops.def
+$(BUILD)/asan/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_plan_fields.def firmware/include/qt_ops.h firmware/include/qt_ops.def
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_HOST_ASAN) -Iconfiggen/src -c $< -o $@
 
@@ -319,7 +319,7 @@ $(BUILD)/fuzz/fw/%.o: firmware/%.c $(wildcard firmware/include/*.h firmware/incl
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS_INST) -c $< -o $@
 
-$(BUILD)/fuzz/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_ops.h firmware/include/qt_ops.def
+$(BUILD)/fuzz/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_plan_fields.def firmware/include/qt_ops.h firmware/include/qt_ops.def
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS_INST) -Iconfiggen/src -c $< -o $@
 

@@ -33,7 +33,7 @@
 #define QT_PING_TAG (QT_COMM_TAG + 8)   /* liveness probe (qt_comm_probe_silent) */
 #define QT_PONG_TAG (QT_COMM_TAG + 9)   /* its answer */
 #define QT_COMM_SERVE_S 0.05            /* a wait this long starts answering probes */
-#define QT_PROBE_MAX 1024               /* ranks probed (the lowest ones, past that) */
+#define QT_PROBE_MAX 1024               /* ranks probed (the lowest ones and `waited`, past that) */
 
 static struct {
     int initialised;
@@ -49,6 +49,7 @@ static const int qt_pong_value = 1;
 static struct {
     MPI_Request req[QT_PROBE_MAX];
     int in[QT_PROBE_MAX], done[QT_PROBE_MAX];
+    int rank[QT_PROBE_MAX];          /* the rank probed in each slot */
 } qt_probe;
 
 static double qt_comm_now(void)
@@ -156,42 +157,46 @@ static void qt_comm_serve(void)
 
 int qt_comm_probe_silent(int waited, double window, int *n_silent)
 {
-    (void)waited;
-    const int me = qt_comm_state.rank;
-    const int n = qt_comm_state.size < QT_PROBE_MAX ? qt_comm_state.size : QT_PROBE_MAX;
+    const int me = qt_comm_state.rank, size = qt_comm_state.size;
     *n_silent = 0;
-    if (!qt_comm_state.initialised || qt_comm_state.size < 2) return -1;
-    for (int r = 0; r < n; r++) {
-        qt_probe.req[r] = MPI_REQUEST_NULL;
-        qt_probe.done[r] = r == me;
-        if (r == me) continue;
+    if (!qt_comm_state.initialised || size < 2) return -1;
+    /* the slots: every rank but this one, the lowest ones when there are more than
+     * QT_PROBE_MAX, and always `waited` (in the last slot when it is beyond them) */
+    int n = 0;
+    for (int r = 0; r < size && n < QT_PROBE_MAX; r++)
+        if (r != me) qt_probe.rank[n++] = r;
+    if (waited >= 0 && waited < size && waited != me && waited > qt_probe.rank[n - 1])
+        qt_probe.rank[n - 1] = waited;
+    for (int i = 0; i < n; i++) {
+        qt_probe.req[i] = MPI_REQUEST_NULL;
+        qt_probe.done[i] = 0;
         MPI_Request s = MPI_REQUEST_NULL;
-        if (MPI_Irecv(&qt_probe.in[r], 1, MPI_INT, r, QT_PONG_TAG, qt_comm_state.comm,
-                      &qt_probe.req[r]) != MPI_SUCCESS ||
-            MPI_Isend(&qt_pong_value, 1, MPI_INT, r, QT_PING_TAG, qt_comm_state.comm, &s) !=
-                MPI_SUCCESS)
+        if (MPI_Irecv(&qt_probe.in[i], 1, MPI_INT, qt_probe.rank[i], QT_PONG_TAG,
+                      qt_comm_state.comm, &qt_probe.req[i]) != MPI_SUCCESS ||
+            MPI_Isend(&qt_pong_value, 1, MPI_INT, qt_probe.rank[i], QT_PING_TAG,
+                      qt_comm_state.comm, &s) != MPI_SUCCESS)
             return -1;
         MPI_Request_free(&s);
     }
     const double until = qt_comm_now() + window;
-    int left = n - 1;
+    int left = n;
     while (left > 0 && qt_comm_now() < until) {
         qt_comm_serve();
-        for (int r = 0; r < n; r++) {
+        for (int i = 0; i < n; i++) {
             int flag = 0;
-            if (qt_probe.done[r] || MPI_Test(&qt_probe.req[r], &flag, MPI_STATUS_IGNORE) !=
+            if (qt_probe.done[i] || MPI_Test(&qt_probe.req[i], &flag, MPI_STATUS_IGNORE) !=
                                         MPI_SUCCESS || !flag)
                 continue;
-            qt_probe.done[r] = 1;
+            qt_probe.done[i] = 1;
             left--;
         }
         struct timespec ts = {0, QT_COMM_SLEEP_NS};
         nanosleep(&ts, NULL);
     }
     int first = -1;
-    for (int r = 0; r < n; r++)
-        if (!qt_probe.done[r]) {
-            if (first < 0) first = r;
+    for (int i = 0; i < n; i++)
+        if (!qt_probe.done[i]) {
+            if (first < 0 || qt_probe.rank[i] < first) first = qt_probe.rank[i];
             ++*n_silent;
         }
     return first;

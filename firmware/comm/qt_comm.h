@@ -52,7 +52,8 @@ int qt_comm_sendrecv(int dst, const void *send, int64_t sbytes, int src, void *r
 /* Who is really silent, asked after a transfer with world rank `waited` timed out: every
  * other rank gets a liveness probe, which a live rank answers from inside any wait of
  * qt_comm_sendrecv (or its own probe) even while it waits for someone else; a stopped or
- * hung rank does not. Waits up to `window` seconds (while answering the others' probes).
+ * hung rank does not (beyond 1024 ranks: the lowest 1023 others and `waited`, always).
+ * Waits up to `window` seconds (while answering the others' probes).
  * Returns the lowest rank that did not answer (*n_silent: how many did not), or -1 when
  * every rank answered (then `waited` is alive but not in this collective, or busy). The
  * probes to silent ranks stay posted: the caller aborts the job. -1 in the local back end. */

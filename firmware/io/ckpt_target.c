@@ -42,7 +42,7 @@
 #define QT_CT_PROBE 240        /* probe bytes */
 
 static struct {
-    int fd;                    /* the lock held, or -1 (0 before the first lock: none) */
+    int fd;                    /* the lock file, valid only while held */
     int held;
     char path[QT_SX_PATH_MAX + 8];
     char owner[256];

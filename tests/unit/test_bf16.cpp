@@ -329,6 +329,11 @@ TEST(Bf16, ConvertSweep)
                                   "expected 0x%04x", u, h[i], bits(y[i]), hi[i], want)
                      .asCharString());
     }
+    // and back: the widening is exact (the bf16 bits become the high half of the float)
+    qt_f32_from_bf16_n(y.data(), h.data(), n);
+    for (int i = 0; i < n; i++)
+        if (bits(y[i]) != (uint32_t)h[i] << 16)
+            FAIL(StringFromFormat("fp32(0x%04x) = 0x%08x", h[i], bits(y[i])).asCharString());
 }
 
 namespace {

@@ -3,7 +3,7 @@
  * Every rule refuses a config configgen cannot honour, with a message that names the
  * key(s), the value(s), where they were set and what was expected, so a bad combination
  * fails at generation time. Invariants of a resolved qt_cg_settings: all sizes positive,
- * head counts divide, rotary dim even and > 0, float32 only, AdamW + cosine, dropless MoE
+ * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW + cosine, dropless MoE
  * with one shared expert, and the mesh: -1 axes resolve from num_ranks, the product must
  * be num_ranks, every axis a power of two; data, fsdp, tensor and expert execute (context
  * and pipeline are refused with a message). A message about a relation between keys blames
