@@ -83,10 +83,11 @@ check "aot: the dense MoE path under explicit is refused with its reason" \
   aot_case aot-guard-dense-explicit "sparse_matmul=false (the dense MoE matmul) is not onboarded"
 
 # The same cases in bf16 (dtype=bfloat16, docs/precision.md: activations, matmul operands
-# and the gathered compute copy in bf16; fp32 master blocks, Adam, gradient trees, loss),
+# and the gathered compute copy in bf16; fp32 master blocks, Adam, gradient trees, loss,
+# canonical scratch, ALL_REDUCE buffers, EP row gradients),
 # planned only (the firmware refuses to run a bf16 plan yet). Per rank (MiB), fp32 -> bf16:
-# 4-layer 80B DP128 62672 -> 48292; 80B v5p-512 69138 -> 45998; 397B v5p-512 82476 -> 77838;
-# 35B EP256 61760 -> 53550. The 4-layer 397B on DP128 G4 ZeRO-1 goes from 158118 to 103746:
+# 4-layer 80B DP128 62672 -> 48292; 80B v5p-512 69138 -> 46158; 397B v5p-512 82476 -> 78158;
+# 35B EP256 61760 -> 54062. The 4-layer 397B on DP128 G4 ZeRO-1 goes from 158118 to 103746:
 # the compute copy halves (108039 -> 54019 bf16 + 844 fp32 master blocks), but the fp32
 # gradient tree (27614: qtrain keeps the gradient accumulation in fp32 where MaxText's
 # ZeRO-1 accumulates bf16) and the checkpoint staging (16384) keep it over 95 GiB by 6466.

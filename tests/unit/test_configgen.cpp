@@ -1174,8 +1174,7 @@ TEST(CgBf16, RecipeDtypesAndBytesOnZero1)
         int want = u.dtype;
         const std::string n = t.name;
         const std::string base = n.substr(0, n.find('~'));  // remat copies: "<name>~r"
-        const bool operand = base.find(".canon_scratch") != std::string::npos ||
-                             (base.size() > 2 && base.rfind("gu") == base.size() - 2);
+        const bool operand = base.size() > 2 && base.rfind("gu") == base.size() - 2;
         if (u.dtype == QT_F32 && (t.role == QT_ROLE_PARAM || t.role == QT_ROLE_ACT ||
                                   t.role == QT_ROLE_ACT_GRAD || operand))
             want = QT_BF16;
@@ -1250,6 +1249,66 @@ TEST(CgBf16, PerLayerGatherWindowsAreBf16)
             LONGS_EQUAL(2 * b.g.ranges[atoi(r + 6)].n, b.g.coll[i].bytes);
         }
 }
+
+// The plan fixes of docs/precision.md ("Executing bf16 plans", step 0): partial sums that
+// cross blocks or ranks stay fp32 in a bf16 plan. The canonical blocks' scratch holds fp32
+// block partials (QT_CANON_FWD_SCRATCH floats, 4 bytes each); every ALL_REDUCE buffer (TP
+// expert partials) is fp32; MOE_DISPATCH_BWD's dxr (the expert hosts' row gradients) is
+// fp32 until the slot sum. Both decoders, TP2 / EP2 / EP2xTP2; one test per fix.
+// which: 0 the canonical scratch, 1 the ALL_REDUCE buffers, 2 the dxr row gradients;
+// returns how many such tensors the bf16 plans of the runs hold (each checked fp32)
+static int check_partials_fp32(int which)
+{
+    static const char *const runs[] = {
+        "configgen/configs/runs/mesh-next-tp2.yml", "configgen/configs/runs/mesh-35t-tp2.yml",
+        "configgen/configs/runs/mesh-next-ep2.yml", "configgen/configs/runs/mesh-35-ep2.yml",
+        "configgen/configs/runs/mesh-next-ep2tp2.yml"};
+    char *over[] = {(char *)"dtype=bfloat16"};
+    int n = 0;
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        CgPlan b;
+        LONGS_EQUAL(0, b.build(runs[r], 1, over));
+        LONGS_EQUAL(QT_BF16, b.s.dtype);
+        char err[1024] = "";
+        LONGS_EQUAL(0, qt_cg_check_plan(&b.g, err, sizeof err));
+        const int tp = b.s.mesh[QT_MESH_TENSOR] > 1, ep = b.s.mesh[QT_MESH_EXPERT] > 1;
+        int found = 0;
+        for (int i = 0; i < b.g.nmb; i++) {
+            const qt_op *op = &b.g.mb[i];
+            int32_t id = QT_NONE;
+            if (which == 0 && op->kind == QT_OP_MATMUL_FWD && QT_A(op, MATMUL_FWD, nb) > 0) {
+                id = QT_T(op, MATMUL_FWD, scratch);
+                CHECK(strstr(b.g.ts[id].t.name, ".canon_scratch") != NULL);
+                // room for the nb fp32 block partials of y (QT_CANON_FWD_SCRATCH's first term)
+                CHECK(b.g.ts[id].t.numel >= QT_A(op, MATMUL_FWD, nb) * QT_A(op, MATMUL_FWD, M) *
+                                                QT_A(op, MATMUL_FWD, N));
+            } else if (which == 1 && op->kind == QT_OP_ALL_REDUCE) {
+                id = QT_T(op, ALL_REDUCE, buf);
+            } else if (which == 2 && op->kind == QT_OP_MOE_DISPATCH_BWD) {
+                id = QT_T(op, MOE_DISPATCH_BWD, dxr);
+            }
+            if (id == QT_NONE) continue;
+            const qt_tensor &t = b.g.ts[id].t;
+            if (t.dtype != QT_F32) fprintf(stderr, "%s: %s dtype %d\n", runs[r], t.name, t.dtype);
+            LONGS_EQUAL(QT_F32, t.dtype);
+            CHECK(t.offset + 4 * t.numel <= b.g.arena_bytes);
+            found++;
+        }
+        if (which == 0)
+            for (int i = 0; i < b.g.nt; i++)
+                if (strstr(b.g.ts[i].t.name, ".canon_scratch"))
+                    LONGS_EQUAL(QT_F32, b.g.ts[i].t.dtype);
+        // the next decoder's experts are all-reduced on TP meshes; EP hosts return rows
+        if (which == 1 && tp && strstr(runs[r], "mesh-next")) CHECK(found > 0);
+        if (which == 2 && ep) CHECK(found > 0);
+        n += found;
+    }
+    return n;
+}
+
+TEST(CgBf16, CanonicalScratchIsFp32) { CHECK(check_partials_fp32(0) > 0); }
+TEST(CgBf16, AllReduceBuffersAreFp32OnTp2) { CHECK(check_partials_fp32(1) > 0); }
+TEST(CgBf16, ExpertRowGradientsAreFp32OnEp2) { CHECK(check_partials_fp32(2) > 0); }
 
 // An fp32 plan carries no trace of the recipe: no bf16 tensor, no compute copy, the plan
 // fields dtype and compute_offset zero, 16-element flat alignment.

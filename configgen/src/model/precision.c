@@ -2,10 +2,14 @@
  * (s->dtype, the config key `dtype`), the bf16 recipe of docs/precision.md:
  *   parameters (role PARAM: the tensors the ops read, i.e. the compute copy)   bf16
  *   forward activations (ACT) and their gradients (ACT_GRAD)                   bf16
- *   matmul operand copies (".canon_scratch") and the routed experts' saved
- *   gate/up products and their gradients (".expert_gu", ".ep_gu", ".bwd_dgu")  bf16
+ *   the routed experts' saved gate/up products and their gradients
+ *   (".expert_gu", ".ep_gu", ".bwd_dgu")                                       bf16
  *   saved statistics (rstd, lse, the GDN states, the conv pre-activation),
  *   kernel scratch, the loss, the rotary table                                 fp32
+ *   partial sums that cross ranks or blocks (docs/precision.md, "Executing bf16
+ *   plans", plan fixes): the canonical blocks' scratch (".canon_scratch": fp32
+ *   block partials), every ALL_REDUCE buffer (tensor-parallel partials), the
+ *   expert hosts' row gradients (MOE_DISPATCH_BWD dxr)                         fp32
  *   token ids, targets, routing indices and rows (I32)                         int32
  * The master weights, the gradient leaves and trees, Adam and the checkpoint staging are
  * flat regions, not tensors: fp32 always (memory/memplan.c). Per-layer gather windows are
@@ -28,8 +32,7 @@ static int ends_with(const char *name, const char *suffix)
 /* The storage dtype of one fp32 tensor of a bf16 plan. */
 static int bf16_dtype_of(const qt_tensor *t)
 {
-    static const char *const bf16_suffix[] = {".canon_scratch", ".expert_gu", ".ep_gu",
-                                              ".bwd_dgu"};
+    static const char *const bf16_suffix[] = {".expert_gu", ".ep_gu", ".bwd_dgu"};
     switch (t->role) {
     case QT_ROLE_PARAM:
     case QT_ROLE_ACT:
@@ -51,5 +54,14 @@ void qt_cg_precision(qt_cg_graph *g)
     for (int i = 0; i < g->nt; i++) {
         qt_tensor *t = &g->ts[i].t;
         if (t->dtype == QT_F32) t->dtype = (uint8_t)bf16_dtype_of(t);
+    }
+    /* partial sums stay fp32 until the cross-rank sum is complete (the microbatch schedule
+     * holds every ALL_REDUCE and MOE_DISPATCH_BWD, remat copies included) */
+    for (int i = 0; i < g->nmb; i++) {
+        const qt_op *op = &g->mb[i];
+        int32_t id = QT_NONE;
+        if (op->kind == QT_OP_ALL_REDUCE) id = QT_T(op, ALL_REDUCE, buf);
+        else if (op->kind == QT_OP_MOE_DISPATCH_BWD) id = QT_T(op, MOE_DISPATCH_BWD, dxr);
+        if (id != QT_NONE && g->ts[id].t.dtype == QT_BF16) g->ts[id].t.dtype = QT_F32;
     }
 }
