@@ -9,6 +9,21 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The bits of a float, and the float of given bits (memcpy: no aliasing questions). */
+static inline uint32_t qt_test_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float qt_test_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* Copy n golden doubles into floats (goldens hold float32-representable inputs). */
 static inline void qt_test_to_f32(float *dst, const double *src, size_t n)
 {

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include "qt_test_util.h"
 #include "CppUTest/TestHarness.h"
 
 extern "C" {
@@ -19,8 +20,8 @@ extern "C" {
 
 namespace {
 
-float from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-uint32_t to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+float from_bits(uint32_t u) { return qt_test_float(u); }
+uint32_t to_bits(float f) { return qt_test_bits(f); }
 
 // ulp of a float result near |ref| (ulp of the binade of ref, subnormal spacing below).
 double ulp_f(double ref)

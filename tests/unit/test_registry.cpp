@@ -20,20 +20,10 @@ extern "C" {
 }
 
 #include "CppUTest/TestHarness.h"
+#include "qt_test_util.h"
 
-static uint32_t bits_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float float_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+static uint32_t bits_of(float f) { return qt_test_bits(f); }
+static float float_of(uint32_t u) { return qt_test_float(u); }
 
 static uint32_t round_one(uint32_t u)
 {

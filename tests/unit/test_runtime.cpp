@@ -32,12 +32,7 @@ extern "C" {
 
 // ------------------------------------------------------------------ shared helpers
 
-static uint32_t rt_bits(float x)
-{
-    uint32_t b;
-    memcpy(&b, &x, sizeof b);
-    return b;
-}
+static uint32_t rt_bits(float x) { return qt_test_bits(x); }
 
 static uint64_t rt_bits_d(double x)
 {
