@@ -1,0 +1,384 @@
+/* bf16_expert_ffn.c - the routed expert SwiGLU FFN on bf16 (contract and rounding points:
+ * bf16_expert_ffn.h).
+ * Invariants: an expert's rows are visited in increasing r = t*k + slot, gathered by row
+ * lists (row numbers stored as floats, exact below 2^24); the pointwise SwiGLU expressions
+ * are the fp32 kernel's (expert_ffn.c) on widened bf16 values, so forward, backward and
+ * wgrad compute h and dgu with the same bits; dx[t] receives its slots in slot order (the
+ * expert-major path parks each row's fp32 contribution and adds them per token; the
+ * slot-major path adds them slot by slot: the same per-element add sequence). Every scratch
+ * region keeps one element type (fp32 or bf16) for the whole call. No heap, no VLA.
+ */
+#ifndef QT_REAL_DOUBLE
+#include "bf16_expert_ffn.h"
+#include "bf16_matmul.h"
+#include "bf16_matmul_canon.h"
+#include "qt_real.h"
+
+#define QT_BX_MAX_ROWS ((int64_t)1 << 24)
+
+/* Floats holding n bf16 elements. */
+static int64_t qt_bx_h(int64_t n) { return (n + 1) / 2; }
+
+static qt_bf16 *qt_bx_b16(float *p) { return (qt_bf16 *)(void *)p; }
+
+static void qt_bx_poison(float *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) p[i] = qt_bf16_f32_bits(0x7fc00000u);
+}
+
+static void qt_bx_zero(float *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) p[i] = 0.0f;
+}
+
+/* list[0..*n) <- the next rows r >= r0 (at most cap) with idx[r] == e and, when slot >= 0,
+ * r % k == slot, increasing. Returns the end of the scan. */
+static int64_t qt_bx_next(float *list, int64_t *n, const int32_t *idx, int64_t k, int32_t e,
+                          int64_t slot, int64_t r0, int64_t R, int64_t cap)
+{
+    int64_t r = r0, cnt = 0;
+    for (; r < R && cnt < cap; r++)
+        if (idx[r] == e && (slot < 0 || r % k == slot)) list[cnt++] = (float)r;
+    *n = cnt;
+    return r;
+}
+
+/* dst[n,width] <- rows of src (row r/k when per_token, else r, for r = list[j]). */
+static void qt_bx_gather(qt_bf16 *dst, const qt_bf16 *src, int64_t width, int per_token,
+                         const float *list, int64_t n, int64_t k)
+{
+    for (int64_t j = 0; j < n; j++) {
+        const int64_t r = (int64_t)list[j];
+        const qt_bf16 *s = src + (per_token ? r / k : r) * width;
+        for (int64_t i = 0; i < width; i++) dst[j * width + i] = s[i];
+    }
+}
+
+/* h[n,f] = bf16(silu(gate) * up), gate and up widened from gu's rows list[0..n). */
+static void qt_bx_swiglu(qt_bf16 *h, const qt_bf16 *gu, const float *list, int64_t n,
+                         int64_t f)
+{
+    for (int64_t j = 0; j < n; j++) {
+        const qt_bf16 *g = gu + (int64_t)list[j] * 2 * f;
+        for (int64_t i = 0; i < f; i++) {
+            const float a = qt_f32_from_bf16(g[i]), u = qt_f32_from_bf16(g[f + i]);
+            h[j * f + i] = qt_bf16_from_f32(QT_SILU(a) * u);
+        }
+    }
+}
+
+/* dg[n,2f] = bf16(d gate, d up) from dh[n,f] (fp32) and gu's rows list[0..n) widened:
+ * d gate = (dh*u) * (sg*(1 + a*(1 - sg))), d up = dh*silu(a) (expert_ffn.c's expressions). */
+static void qt_bx_swiglu_bwd(qt_bf16 *dg, const float *dh, const qt_bf16 *gu,
+                             const float *list, int64_t n, int64_t f)
+{
+    for (int64_t j = 0; j < n; j++) {
+        const qt_bf16 *g = gu + (int64_t)list[j] * 2 * f;
+        for (int64_t i = 0; i < f; i++) {
+            const float a = qt_f32_from_bf16(g[i]), u = qt_f32_from_bf16(g[f + i]);
+            const float gr = dh[j * f + i];
+            const float sg = QT_SIGMOID(a);
+            dg[j * 2 * f + i] = qt_bf16_from_f32((gr * u) * (sg * (1.0f + a * (1.0f - sg))));
+            dg[j * 2 * f + f + i] = qt_bf16_from_f32(gr * QT_SILU(a));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ forward */
+int qt_bf16_expert_ffn_fwd_on(int path, float *y, qt_bf16 *gu, const qt_bf16 *x,
+                              const int32_t *idx, const qt_bf16 *w_gu, const qt_bf16 *w_down,
+                              float *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
+                              int64_t f, int64_t scratch_elems, int64_t nb)
+{
+    if (!qt_bf16_path_built(path)) return -1;
+    /* per row: list 1, X (bf16 d), C/Y (fp32 max(2f, d)), H (bf16 f), canonical
+     * partials and packs nb*d + f/nb; fixed: the packed weight block d*(f/nb) */
+    const int64_t R = T * k, cy = 2 * f > d ? 2 * f : d;
+    const int64_t row = 1 + qt_bx_h(d) + cy + qt_bx_h(f) + (nb > 0 ? nb * d + f / nb : 0);
+    const int64_t fixed = nb > 0 ? d * (f / nb) : 0;
+    const int64_t cap = scratch_elems > fixed ? (scratch_elems - fixed) / row : 0;
+    if (cap < 1 || R > QT_BX_MAX_ROWS) { qt_bx_poison(y, R * d); return 0; }
+    float *list = scratch, *C = list + cap + cap * qt_bx_h(d);
+    qt_bf16 *X = qt_bx_b16(list + cap), *H = qt_bx_b16(C + cap * cy);
+    float *K = C + cap * cy + cap * qt_bx_h(f);
+    for (int32_t e = 0; e < E; e++) {
+        const qt_bf16 *wg = w_gu + (int64_t)e * 2 * f * d, *wd = w_down + (int64_t)e * d * f;
+        for (int64_t r0 = 0, r1, n; r0 < R; r0 = r1) {
+            r1 = qt_bx_next(list, &n, idx, k, e, -1, r0, R, cap);
+            if (n == 0) break;
+            qt_bx_gather(X, x, d, 1, list, n, k);
+            qt_bf16_matmul_fwd_on(path, C, X, wg, n, 2 * f, d);
+            for (int64_t j = 0; j < n; j++) { /* gu rounded: the stored value is h's input */
+                qt_bf16 *g = gu + (int64_t)list[j] * 2 * f;
+                for (int64_t i = 0; i < 2 * f; i++) g[i] = qt_bf16_from_f32(C[j * 2 * f + i]);
+            }
+            qt_bx_swiglu(H, gu, list, n, f);
+            qt_bf16_matmul_canon_fwd_on(path, C, H, wd, n, d, f, 1, nb, K); /* nb 0: plain */
+            for (int64_t j = 0; j < n; j++) {
+                float *yr = y + (int64_t)list[j] * d;
+                for (int64_t i = 0; i < d; i++) yr[i] = C[j * d + i];
+            }
+        }
+    }
+    return 0;
+}
+
+void qt_bf16_expert_ffn_fwd(float *y, qt_bf16 *gu, const qt_bf16 *x, const int32_t *idx,
+                            const qt_bf16 *w_gu, const qt_bf16 *w_down, float *scratch,
+                            int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                            int64_t scratch_elems, int64_t nb)
+{
+    qt_bf16_expert_ffn_fwd_on(qt_bf16_path(), y, gu, x, idx, w_gu, w_down, scratch, T, k, E, d,
+                              f, scratch_elems, nb);
+}
+
+/* ------------------------------------------------------------------ backward */
+/* The chunk buffers of cap rows: DY (bf16 d), DH/A (fp32 max(f, d): dh, then the dx rows),
+ * DG (bf16 2f), K (canonical scratch). */
+typedef struct {
+    qt_bf16 *dyb, *dgb;
+    float *dha, *K;
+} qt_bx_bufs;
+
+static int64_t qt_bx_bwd_row(int64_t d, int64_t f, int64_t nb)
+{
+    return qt_bx_h(d) + (f > d ? f : d) + f + (nb > 0 ? nb * d + 2 * f / nb : 0);
+}
+
+static qt_bx_bufs qt_bx_bwd_bufs(float *p, int64_t cap, int64_t d, int64_t f)
+{
+    qt_bx_bufs b;
+    b.dyb = qt_bx_b16(p);
+    b.dha = p + cap * qt_bx_h(d);
+    b.dgb = qt_bx_b16(b.dha + cap * (f > d ? f : d));
+    b.K = b.dha + cap * (f > d ? f : d) + cap * f;
+    return b;
+}
+
+/* The data-gradient rows of list[0..n) (expert e's weights wg, wd) into b->dha[n,d] (fp32,
+ * written), dgu rows stored when dgu != NULL. */
+static void qt_bx_bwd_chunk(int path, const qt_bx_bufs *b, qt_bf16 *dgu, const qt_bf16 *dy,
+                            const qt_bf16 *gu, const qt_bf16 *wg, const qt_bf16 *wd,
+                            const float *list, int64_t n, int64_t k, int64_t d, int64_t f,
+                            int64_t nb)
+{
+    qt_bx_gather(b->dyb, dy, d, 0, list, n, k);
+    qt_bx_zero(b->dha, n * f);
+    qt_bf16_matmul_bwd_data_on(path, b->dha, b->dyb, wd, n, d, f); /* dh = (+0) + chain */
+    qt_bx_swiglu_bwd(b->dgb, b->dha, gu, list, n, f);
+    if (dgu)
+        for (int64_t j = 0; j < n; j++) {
+            qt_bf16 *dst = dgu + (int64_t)list[j] * 2 * f;
+            for (int64_t i = 0; i < 2 * f; i++) dst[i] = b->dgb[j * 2 * f + i];
+        }
+    /* nb 0 / 1: (+0) + the plain chain over 2f; else the canonical tree, 2 parts */
+    qt_bf16_matmul_canon_bwd_data_on(path, b->dha, b->dgb, wg, n, 2 * f, d, 2, nb, b->K);
+}
+
+/* Slot-major: for each slot, every expert's rows of that slot, added into dx directly. */
+static void qt_bx_bwd_slots(int path, float *dx, qt_bf16 *dgu, const qt_bf16 *dy,
+                            const int32_t *idx, const qt_bf16 *gu, const qt_bf16 *w_gu,
+                            const qt_bf16 *w_down, float *scratch, int64_t T, int64_t k,
+                            int64_t E, int64_t d, int64_t f, int64_t cap, int64_t nb)
+{
+    float *list = scratch;
+    const qt_bx_bufs b = qt_bx_bwd_bufs(scratch + cap, cap, d, f);
+    for (int64_t slot = 0; slot < k; slot++)
+        for (int32_t e = 0; e < E; e++) {
+            const qt_bf16 *wg = w_gu + (int64_t)e * 2 * f * d;
+            const qt_bf16 *wd = w_down + (int64_t)e * d * f;
+            for (int64_t r0 = 0, r1, n; r0 < T * k; r0 = r1) {
+                r1 = qt_bx_next(list, &n, idx, k, e, slot, r0, T * k, cap);
+                if (n == 0) break;
+                qt_bx_bwd_chunk(path, &b, dgu, dy, gu, wg, wd, list, n, k, d, f, nb);
+                for (int64_t j = 0; j < n; j++) {
+                    float *dst = dx + ((int64_t)list[j] / k) * d;
+                    for (int64_t i = 0; i < d; i++) dst[i] += b.dha[j * d + i];
+                }
+            }
+        }
+}
+
+/* list[off[e] .. off[e+1]) <- expert e's rows in increasing r (floats); off has E+1. */
+static void qt_bx_lists(float *list, float *off, const int32_t *idx, int64_t R, int64_t E)
+{
+    for (int64_t e = 0; e <= E; e++) off[e] = 0;
+    for (int64_t r = 0; r < R; r++)
+        if (idx[r] >= 0 && idx[r] < E) off[idx[r] + 1] += 1;
+    for (int64_t e = 0; e < E; e++) off[e + 1] += off[e];
+    for (int64_t e = 0; e < E; e++) {
+        int64_t n = (int64_t)off[e];
+        for (int64_t r = 0; r < R; r++)
+            if (idx[r] == e) list[n++] = (float)r;
+    }
+}
+
+int qt_bf16_expert_ffn_bwd_on(int path, float *dx, qt_bf16 *dgu, const qt_bf16 *dy,
+                              const int32_t *idx, const qt_bf16 *gu, const qt_bf16 *w_gu,
+                              const qt_bf16 *w_down, float *scratch, int64_t T, int64_t k,
+                              int64_t E, int64_t d, int64_t f, int64_t scratch_elems,
+                              int64_t nb)
+{
+    if (!qt_bf16_path_built(path)) return -1;
+    const int64_t row = qt_bx_bwd_row(d, f, nb), fixed = nb > 0 ? d * (2 * f / nb) : 0;
+    const int64_t R = T * k, head = R + (E + 1) + R * d + fixed;
+    const int64_t capx = head < scratch_elems && R <= QT_BX_MAX_ROWS
+                             ? (scratch_elems - head) / row : 0;
+    if (capx < 1) {
+        const int64_t cap = scratch_elems > fixed ? (scratch_elems - fixed) / (row + 1) : 0;
+        if (cap < 1 || R > QT_BX_MAX_ROWS) { qt_bx_poison(dx, T * d); return 0; }
+        qt_bx_bwd_slots(path, dx, dgu, dy, idx, gu, w_gu, w_down, scratch, T, k, E, d, f, cap,
+                        nb);
+        return 0;
+    }
+    float *list = scratch, *off = list + R, *Dx = off + E + 1;
+    const qt_bx_bufs b = qt_bx_bwd_bufs(Dx + R * d, capx, d, f);
+    qt_bx_lists(list, off, idx, R, E);
+    for (int64_t e = 0; e < E; e++) {
+        const qt_bf16 *wg = w_gu + e * 2 * f * d, *wd = w_down + e * d * f;
+        const int64_t end = (int64_t)off[e + 1];
+        for (int64_t j0 = (int64_t)off[e]; j0 < end; j0 += capx) {
+            const int64_t n = end - j0 < capx ? end - j0 : capx;
+            qt_bx_bwd_chunk(path, &b, dgu, dy, gu, wg, wd, list + j0, n, k, d, f, nb);
+            for (int64_t j = 0; j < n; j++) {
+                float *dst = Dx + (int64_t)list[j0 + j] * d;
+                for (int64_t i = 0; i < d; i++) dst[i] = b.dha[j * d + i];
+            }
+        }
+    }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t slot = 0; slot < k; slot++) {
+            const int32_t e = idx[t * k + slot];
+            if (e < 0 || e >= E) continue;
+            const float *src = Dx + (t * k + slot) * d;
+            for (int64_t i = 0; i < d; i++) dx[t * d + i] += src[i];
+        }
+    return 0;
+}
+
+void qt_bf16_expert_ffn_bwd(float *dx, qt_bf16 *dgu, const qt_bf16 *dy, const int32_t *idx,
+                            const qt_bf16 *gu, const qt_bf16 *w_gu, const qt_bf16 *w_down,
+                            float *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
+                            int64_t f, int64_t scratch_elems, int64_t nb)
+{
+    qt_bf16_expert_ffn_bwd_on(qt_bf16_path(), dx, dgu, dy, idx, gu, w_gu, w_down, scratch, T, k,
+                              E, d, f, scratch_elems, nb);
+}
+
+/* ------------------------------------------------------------------ weight gradient */
+static void qt_bx_dp(int path, float *acc, const qt_bf16 *a, const qt_bf16 *b, int64_t n)
+{
+    if (path == QT_BF16_PATH_EMUL) qt_bf16_dp_emul(acc, a, b, n);
+    else if (path == QT_BF16_PATH_INSN) qt_bf16_dp_insn(acc, a, b, n);
+    else qt_bf16_dp_ref(acc, a, b, n);
+}
+
+/* acc[N,K] continues its chains over the rows of a[n,N], b[n,K] in pairs (2q, 2q+1), hi
+ * first (odd n: the last pair's hi element +0): acc[c,i] = step(a[m,c], b[m,i], acc[c,i]),
+ * bf16_matmul.h's wgrad order. pa, pb: 2K bf16 each (written). */
+static void qt_bx_chain_rows(int path, float *acc, const qt_bf16 *a, const qt_bf16 *b,
+                             int64_t n, int64_t N, int64_t K, qt_bf16 *pa, qt_bf16 *pb)
+{
+    for (int64_t q = 0; 2 * q < n; q++) {
+        const int hi = 2 * q + 1 < n;
+        for (int64_t i = 0; i < K; i++) {
+            pb[2 * i] = b[2 * q * K + i];
+            pb[2 * i + 1] = hi ? b[(2 * q + 1) * K + i] : 0;
+        }
+        for (int64_t c = 0; c < N; c++) {
+            const qt_bf16 lo = a[2 * q * N + c], h = hi ? a[(2 * q + 1) * N + c] : 0;
+            for (int64_t i = 0; i < K; i++) pa[2 * i] = lo, pa[2 * i + 1] = h;
+            qt_bx_dp(path, acc + c * K, pa, pb, K);
+        }
+    }
+}
+
+/* The wgrad matmuls' finish on a continued chain: (+0) + acc, every NaN 0x7fc00000. */
+static void qt_bx_finish(float *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float r = 0.0f + p[i];
+        p[i] = r != r ? qt_bf16_f32_bits(0x7fc00000u) : r;
+    }
+}
+
+typedef struct {
+    float *list, *dh, *K; /* K: the chain packs (2 max(d, f) floats) */
+    qt_bf16 *dx, *h, *dg; /* dy rows, then x rows; h; dgu */
+} qt_bx_wbufs;
+
+/* One chunk of expert e's rows list[0..n): dw_down and dw_gu written from (+0) by the
+ * wgrad matmul (whole: 1) or their chains continued in place (chained: 0). */
+static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *dwg,
+                              float *dwd, const qt_bf16 *dy, const qt_bf16 *x,
+                              const qt_bf16 *gu, const qt_bf16 *dgu, const qt_bf16 *wd,
+                              int64_t n, int64_t k, int64_t d, int64_t f)
+{
+    qt_bf16 *pa = qt_bx_b16(b->K), *pb = pa + 2 * (d > f ? d : f);
+    qt_bx_gather(b->dx, dy, d, 0, b->list, n, k);
+    qt_bx_swiglu(b->h, gu, b->list, n, f);
+    if (whole) qt_bf16_matmul_wgrad_on(path, dwd, b->dx, b->h, n, d, f);
+    else qt_bx_chain_rows(path, dwd, b->dx, b->h, n, d, f, pa, pb);
+    if (dgu) {
+        qt_bx_gather(b->dg, dgu, 2 * f, 0, b->list, n, k);
+    } else { /* recomputed: dh = (+0) + dy W_down chain, then rounded as the backward */
+        qt_bx_zero(b->dh, n * f);
+        qt_bf16_matmul_bwd_data_on(path, b->dh, b->dx, wd, n, d, f);
+        qt_bx_swiglu_bwd(b->dg, b->dh, gu, b->list, n, f);
+    }
+    qt_bx_gather(b->dx, x, d, 1, b->list, n, k);
+    if (whole) qt_bf16_matmul_wgrad_on(path, dwg, b->dg, b->dx, n, 2 * f, d);
+    else qt_bx_chain_rows(path, dwg, b->dg, b->dx, n, 2 * f, d, pa, pb);
+}
+
+int qt_bf16_expert_ffn_wgrad_on(int path, float *dw_gu, float *dw_down, const qt_bf16 *dy,
+                                const qt_bf16 *x, const int32_t *idx, const qt_bf16 *gu,
+                                const qt_bf16 *dgu, const qt_bf16 *w_down, float *scratch,
+                                int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                                int64_t scratch_elems)
+{
+    if (!qt_bf16_path_built(path)) return -1;
+    /* per row: list 1, dy/x (bf16 d), h (bf16 f), dh (fp32 f), dgu (bf16 2f) */
+    const int64_t R = T * k, row = 1 + qt_bx_h(d) + qt_bx_h(f) + 2 * f;
+    const int64_t fixed = 2 * (d > f ? d : f);
+    const int64_t cap = scratch_elems > fixed ? (scratch_elems - fixed) / row : 0;
+    qt_bx_wbufs b;
+    b.K = scratch;
+    b.list = scratch + fixed;
+    b.dx = qt_bx_b16(b.list + cap);
+    b.h = qt_bx_b16(b.list + cap + cap * qt_bx_h(d));
+    b.dh = b.list + cap + cap * (qt_bx_h(d) + qt_bx_h(f));
+    b.dg = qt_bx_b16(b.dh + cap * f);
+    for (int32_t e = 0; e < E; e++) {
+        float *dwg = dw_gu + (int64_t)e * 2 * f * d, *dwd = dw_down + (int64_t)e * d * f;
+        const qt_bf16 *wd = w_down + (int64_t)e * d * f;
+        int64_t ne = 0;
+        for (int64_t r = 0; r < R; r++) ne += idx[r] == e;
+        if (ne > cap && cap < 2) { /* not even one pair of rows fits */
+            qt_bx_poison(dw_gu, E * 2 * f * d);
+            qt_bx_poison(dw_down, E * d * f);
+            return 0;
+        }
+        if (ne > cap) { qt_bx_zero(dwg, 2 * f * d); qt_bx_zero(dwd, d * f); }
+        const int whole = ne <= cap, cw = whole ? cap : cap & ~(int64_t)1;
+        for (int64_t r0 = 0, r1, n; r0 < R; r0 = r1) {
+            r1 = qt_bx_next(b.list, &n, idx, k, e, -1, r0, R, cw);
+            if (n == 0) break;
+            qt_bx_wgrad_chunk(path, whole, &b, dwg, dwd, dy, x, gu, dgu, wd, n, k, d, f);
+        }
+        if (!whole) { qt_bx_finish(dwg, 2 * f * d); qt_bx_finish(dwd, d * f); }
+        if (ne == 0) { qt_bx_zero(dwg, 2 * f * d); qt_bx_zero(dwd, d * f); }
+    }
+    return 0;
+}
+
+void qt_bf16_expert_ffn_wgrad(float *dw_gu, float *dw_down, const qt_bf16 *dy,
+                              const qt_bf16 *x, const int32_t *idx, const qt_bf16 *gu,
+                              const qt_bf16 *dgu, const qt_bf16 *w_down, float *scratch,
+                              int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                              int64_t scratch_elems)
+{
+    qt_bf16_expert_ffn_wgrad_on(qt_bf16_path(), dw_gu, dw_down, dy, x, idx, gu, dgu, w_down,
+                                scratch, T, k, E, d, f, scratch_elems);
+}
+#endif
