@@ -1,0 +1,477 @@
+// test_bf16_ffn.cpp - the bf16 kernels the runtime calls for bf16 plans:
+// firmware/kernels/bf16_matmul_canon.h (canonical blocked matmuls on bf16) and
+// bf16_expert_ffn.h (the routed expert SwiGLU FFN on bf16), on the machine at hand.
+//  (a) each kernel against an independent scalar reference written here (explicit
+//      VDPBF16PS chains through qt_bf16_fma_ref, explicit bf16 roundings, explicit pairwise
+//      trees, per-token slot adds) at 0 ulp, on odd and even d, f, T, k = 1, 2, 4, experts
+//      without rows, invalid expert ids (-1 and E), nb = 0, 1, 2, 4, several scratch sizes
+//      (expert-major and slot-major backward, the wgrad chain continued across chunks);
+//  (b) every built path (scalar reference, AVX2 emulation, VDPBF16PS) and the build's
+//      default give the same bits;
+//  (c) the wgrad with the backward's saved dgu and with dgu recomputed: the same bits;
+//  (d) tensor parallelism: canonical matmuls split over P = 2, 4, 8 ranks, and the FFN with
+//      f split over P = 2 (y partials, dx partials with k = 1) combined by the pairwise tree
+//      over ranks equal the one-rank bits; nb = 1 equals the plain bf16 matmul;
+//  (e) float64 sanity: within stated loose tolerances of a double computation on the same
+//      bf16 inputs.
+// Mutations tried by hand (not committed) are recorded in docs/precision.md.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <vector>
+#include "CppUTest/TestHarness.h"
+
+extern "C" {
+#include "kernels/bf16.h"
+#include "kernels/bf16_matmul.h"
+#include "kernels/bf16_matmul_canon.h"
+#include "kernels/bf16_expert_ffn.h"
+#include "math/qt_math.h"
+}
+
+namespace {
+
+typedef std::vector<float> vf;
+typedef std::vector<qt_bf16> vb;
+
+uint32_t bits(float f) { return qt_bf16_bits_f32(f); }
+float wid(qt_bf16 h) { return qt_f32_from_bf16(h); }
+float nanfix(float v) { return v != v ? qt_bf16_f32_bits(0x7fc00000u) : v; }
+
+uint64_t xs(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+// uniform in [-scale, scale), rounded to bf16
+qt_bf16 rb(uint64_t *s, float scale)
+{
+    const double u = (double)(xs(s) >> 11) * 0x1p-53 * 2.0 - 1.0;
+    return qt_bf16_from_f32((float)(u * scale));
+}
+
+vb rbv(size_t n, uint64_t *s, float scale)
+{
+    vb v(n);
+    for (auto &h : v) h = rb(s, scale);
+    return v;
+}
+
+// One VDPBF16PS chain from +0 over P elements in pairs, the odd (hi) element first; odd P:
+// the last pair's hi element is +0 on both sides. a(p), b(p): the widened operands.
+template <class FA, class FB> float chain(int64_t P, FA a, FB b)
+{
+    float acc = 0.0f;
+    for (int64_t q = 0; 2 * q < P; q++) {
+        const int hi = 2 * q + 1 < P;
+        acc = qt_bf16_fma_ref(hi ? a(2 * q + 1) : 0.0f, hi ? b(2 * q + 1) : 0.0f, acc);
+        acc = qt_bf16_fma_ref(a(2 * q), b(2 * q), acc);
+    }
+    return acc;
+}
+
+// The pairwise tree ((p0+p1)+(p2+p3))+..., written recursively (nb a power of two).
+float tree(const float *p, int64_t n)
+{
+    if (n == 1) return p[0];
+    return tree(p, n / 2) + tree(p + n / 2, n / 2);
+}
+
+int diff(const char *what, const float *got, const float *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (bits(got[i]) != bits(want[i])) {
+            fprintf(stderr, "\n%s: [%zu] got 0x%08x (%.9g) want 0x%08x (%.9g)\n", what, i,
+                    bits(got[i]), (double)got[i], bits(want[i]), (double)want[i]);
+            return 1;
+        }
+    return 0;
+}
+
+int diffb(const char *what, const qt_bf16 *got, const qt_bf16 *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            fprintf(stderr, "\n%s: [%zu] got 0x%04x want 0x%04x\n", what, i, got[i], want[i]);
+            return 1;
+        }
+    return 0;
+}
+
+const int PATHS[3] = {QT_BF16_PATH_REF, QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN};
+const char *PATH_NAME[3] = {"ref", "emul", "insn"};
+
+// ---------------------------------------------------------------- canonical matmuls
+// Independent canonical references: block j = slice j of every segment, one chain over the
+// block's packed indices, fwd partial = chain, bwd partial = (+0) + chain, then the tree.
+vf canon_fwd_ref(const vb &x, const vb &w, int64_t M, int64_t N, int64_t K, int64_t nseg,
+                 int64_t nb)
+{
+    const int64_t nbb = nb < 1 ? 1 : nb, L = K / nseg, sl = L / nbb;
+    auto col = [&](int64_t j, int64_t p) { return (p / sl) * L + j * sl + p % sl; };
+    vf out((size_t)(M * N)), part((size_t)nbb);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            for (int64_t j = 0; j < nbb; j++)
+                part[j] = nanfix(chain(nseg * sl, [&](int64_t p) { return wid(x[m * K + col(j, p)]); },
+                                       [&](int64_t p) { return wid(w[n * K + col(j, p)]); }));
+            out[m * N + n] = tree(part.data(), nbb);
+        }
+    return out;
+}
+
+vf canon_bwd_ref(const vb &dy, const vb &w, int64_t M, int64_t N, int64_t K, int64_t nseg,
+                 int64_t nb)
+{
+    const int64_t nbb = nb < 1 ? 1 : nb, L = N / nseg, sl = L / nbb;
+    auto row = [&](int64_t j, int64_t p) { return (p / sl) * L + j * sl + p % sl; };
+    vf out((size_t)(M * K)), part((size_t)nbb);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t c = 0; c < K; c++) {
+            for (int64_t j = 0; j < nbb; j++)
+                part[j] = nanfix(0.0f + chain(nseg * sl,
+                                              [&](int64_t p) { return wid(dy[m * N + row(j, p)]); },
+                                              [&](int64_t p) { return wid(w[row(j, p) * K + c]); }));
+            out[m * K + c] = tree(part.data(), nbb);
+        }
+    return out;
+}
+
+// Columns of block range [j0, j1) of every segment of a [rows, nseg*L] matrix (a rank's
+// local contraction), as the rank holds them.
+vb take_blocks(const vb &a, int64_t rows, int64_t nseg, int64_t L, int64_t nb, int64_t j0,
+               int64_t j1)
+{
+    const int64_t sl = L / nb, w = nseg * (j1 - j0) * sl;
+    vb out((size_t)(rows * w));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t s = 0; s < nseg; s++)
+            for (int64_t i = 0; i < (j1 - j0) * sl; i++)
+                out[r * w + s * (j1 - j0) * sl + i] = a[r * nseg * L + s * L + j0 * sl + i];
+    return out;
+}
+
+// Rows of block range [j0, j1) of every segment of a [nseg*L, cols] matrix.
+vb take_block_rows(const vb &a, int64_t cols, int64_t nseg, int64_t L, int64_t nb, int64_t j0,
+                   int64_t j1)
+{
+    const int64_t sl = L / nb, h = (j1 - j0) * sl;
+    vb out((size_t)(nseg * h * cols));
+    for (int64_t s = 0; s < nseg; s++)
+        for (int64_t i = 0; i < h; i++)
+            for (int64_t c = 0; c < cols; c++)
+                out[(s * h + i) * cols + c] = a[(s * L + j0 * sl + i) * cols + c];
+    return out;
+}
+
+// The P ranks' outputs combined by the pairwise tree over ranks.
+vf tree_ranks(const std::vector<vf> &parts)
+{
+    vf out(parts[0].size());
+    vf p(parts.size());
+    for (size_t i = 0; i < out.size(); i++) {
+        for (size_t t = 0; t < parts.size(); t++) p[t] = parts[t][i];
+        out[i] = tree(p.data(), (int64_t)parts.size());
+    }
+    return out;
+}
+
+// fwd: out[M,N] = x[M,K] w[N,K]^T; bwd: out[M,N] = dy[M,K] wb[K,N] (contraction K in both).
+void canon_case(int64_t M, int64_t N, int64_t K, int64_t nseg, int64_t nb, uint64_t *s)
+{
+    char what[160];
+    snprintf(what, sizeof what, "canon M%lld N%lld K%lld nseg%lld nb%lld", (long long)M,
+             (long long)N, (long long)K, (long long)nseg, (long long)nb);
+    const vb x = rbv((size_t)(M * K), s, 1.0f), w = rbv((size_t)(N * K), s, 1.0f);
+    const vb dy = rbv((size_t)(M * K), s, 1.0f), wb = rbv((size_t)(K * N), s, 1.0f);
+    vf sf((size_t)QT_CANON_FWD_SCRATCH(M, N, K, nb)), sb((size_t)QT_CANON_BWD_SCRATCH(M, K, N, nb));
+    const vf rf = canon_fwd_ref(x, w, M, N, K, nseg, nb);
+    const vf rbw = canon_bwd_ref(dy, wb, M, K, N, nseg, nb);
+    const size_t no = (size_t)(M * N);
+    for (int pi = 0; pi < 3; pi++) {
+        vf of(no, -3.0f), ob(no, 5.0f);
+        if (qt_bf16_matmul_canon_fwd_on(PATHS[pi], of.data(), x.data(), w.data(), M, N, K, nseg,
+                                        nb, sf.data()) != 0) continue;
+        CHECK_EQUAL(0, qt_bf16_matmul_canon_bwd_data_on(PATHS[pi], ob.data(), dy.data(),
+                                                        wb.data(), M, K, N, nseg, nb, sb.data()));
+        CHECK_EQUAL(0, diff(what, of.data(), rf.data(), no));
+        CHECK_EQUAL(0, diff(what, ob.data(), rbw.data(), no));
+    }
+    vf of(no), ob(no);
+    qt_bf16_matmul_canon_fwd(of.data(), x.data(), w.data(), M, N, K, nseg, nb, sf.data());
+    qt_bf16_matmul_canon_bwd_data(ob.data(), dy.data(), wb.data(), M, K, N, nseg, nb, sb.data());
+    CHECK_EQUAL(0, diff(what, of.data(), rf.data(), no));
+    CHECK_EQUAL(0, diff(what, ob.data(), rbw.data(), no));
+    qt_bf16_matmul_canon_fwd_ref(of.data(), x.data(), w.data(), M, N, K, nseg, nb, sf.data());
+    qt_bf16_matmul_canon_bwd_data_ref(ob.data(), dy.data(), wb.data(), M, K, N, nseg, nb,
+                                      sb.data());
+    CHECK_EQUAL(0, diff(what, of.data(), rf.data(), no));
+    CHECK_EQUAL(0, diff(what, ob.data(), rbw.data(), no));
+    if (nb == 1) { // nb = 1: the plain bf16 matmul's bits (bwd: into +0)
+        vf pf(no), pb(no, 0.0f);
+        qt_bf16_matmul_fwd(pf.data(), x.data(), w.data(), M, N, K);
+        qt_bf16_matmul_bwd_data(pb.data(), dy.data(), wb.data(), M, K, N);
+        CHECK_EQUAL(0, diff(what, pf.data(), rf.data(), no));
+        CHECK_EQUAL(0, diff(what, pb.data(), rbw.data(), no));
+    }
+    for (int64_t P = 2; P <= nb; P *= 2) { // rank t holds blocks [t nb/P, (t+1) nb/P)
+        std::vector<vf> yf, yb;
+        for (int64_t t = 0; t < P; t++) {
+            const int64_t j0 = t * nb / P, j1 = (t + 1) * nb / P;
+            const vb xl = take_blocks(x, M, nseg, K / nseg, nb, j0, j1);
+            const vb wl = take_blocks(w, N, nseg, K / nseg, nb, j0, j1);
+            const vb dyl = take_blocks(dy, M, nseg, K / nseg, nb, j0, j1);
+            const vb wbl = take_block_rows(wb, N, nseg, K / nseg, nb, j0, j1);
+            vf a(no), b(no);
+            qt_bf16_matmul_canon_fwd(a.data(), xl.data(), wl.data(), M, N, K / P, nseg, nb / P,
+                                     sf.data());
+            qt_bf16_matmul_canon_bwd_data(b.data(), dyl.data(), wbl.data(), M, K / P, N, nseg,
+                                          nb / P, sb.data());
+            yf.push_back(a), yb.push_back(b);
+        }
+        const vf tf = tree_ranks(yf), tb = tree_ranks(yb);
+        CHECK_EQUAL(0, diff(what, tf.data(), rf.data(), no));
+        CHECK_EQUAL(0, diff(what, tb.data(), rbw.data(), no));
+    }
+}
+
+} // namespace
+
+TEST_GROUP(Bf16Canon) {};
+
+// Shapes: contraction = nseg * nb * slice with odd and even slices (3, 1, 5, 2, 7), odd
+// and even M, N; nb 1..8 (the TP splits P = 2..nb run inside).
+TEST(Bf16Canon, MatchesScalarReferencePathsAndSplits)
+{
+    uint64_t s = 0x5b3c1d2e9f807162ull;
+    const int64_t shapes[][5] = {
+        {3, 5, 24, 2, 4}, {4, 6, 24, 1, 8}, {5, 7, 8, 1, 8}, {2, 3, 28, 2, 2},
+        {7, 9, 10, 2, 1}, {6, 4, 7, 1, 1}, {13, 17, 56, 2, 4}, {1, 33, 40, 1, 8},
+        {9, 11, 70, 2, 1}, {12, 32, 64, 2, 8}, {25, 40, 65, 1, 1}, {3, 2, 112, 2, 8},
+    };
+    for (const auto &sh : shapes) canon_case(sh[0], sh[1], sh[2], sh[3], sh[4], &s);
+}
+
+namespace {
+
+// ---------------------------------------------------------------- expert FFN
+struct Ffn {
+    int64_t T, k, E, d, f;
+    vb x, wgu, wdn, dy;
+    std::vector<int32_t> idx;
+    vf dx0;
+};
+
+// Token t's k distinct experts from [0, E-1) (expert E-1 never has rows), one row in 7 -1
+// and one in 11 E (invalid: skipped).
+Ffn make_ffn(int64_t T, int64_t k, int64_t E, int64_t d, int64_t f, uint64_t *s)
+{
+    Ffn c;
+    c.T = T, c.k = k, c.E = E, c.d = d, c.f = f;
+    c.x = rbv((size_t)(T * d), s, 2.0f);
+    c.wgu = rbv((size_t)(E * 2 * f * d), s, 1.5f / sqrtf((float)d));
+    c.wdn = rbv((size_t)(E * d * f), s, 1.5f / sqrtf((float)f));
+    c.dy = rbv((size_t)(T * k * d), s, 1.0f);
+    c.dx0.resize((size_t)(T * d));
+    for (auto &v : c.dx0) v = wid(rb(s, 0.5f)) * 1.0009765625f; // not a bf16 value
+    c.idx.resize((size_t)(T * k));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < k; j++) {
+            int32_t e;
+            for (;;) {
+                e = (int32_t)(xs(s) % (uint64_t)(E - 1));
+                int dup = 0;
+                for (int64_t i = 0; i < j; i++) dup |= c.idx[t * k + i] == e;
+                if (!dup) break;
+            }
+            c.idx[t * k + j] = e;
+        }
+    for (size_t r = 0; r < c.idx.size(); r++) {
+        if (r % 7 == 3) c.idx[r] = -1;
+        if (r % 11 == 5) c.idx[r] = (int32_t)E;
+    }
+    return c;
+}
+
+bool valid(const Ffn &c, int64_t r) { return c.idx[r] >= 0 && c.idx[r] < c.E; }
+
+// Reference forward: gu = bf16(chain x.W_gu), h = bf16(silu(gate) up), y = chain / tree.
+// y rows of invalid experts keep -7, gu rows 0x7777.
+void ref_fwd(const Ffn &c, int64_t nb, vf &y, vb &gu)
+{
+    const int64_t d = c.d, f = c.f, nbb = nb < 1 ? 1 : nb, sl = f / nbb;
+    y.assign((size_t)(c.T * c.k * d), -7.0f);
+    gu.assign((size_t)(c.T * c.k * 2 * f), 0x7777);
+    vb h((size_t)f);
+    vf part((size_t)nbb);
+    for (int64_t r = 0; r < c.T * c.k; r++) {
+        if (!valid(c, r)) continue;
+        const int64_t e = c.idx[r], t = r / c.k;
+        for (int64_t j = 0; j < 2 * f; j++)
+            gu[r * 2 * f + j] = qt_bf16_from_f32(nanfix(chain(
+                d, [&](int64_t i) { return wid(c.x[t * d + i]); },
+                [&](int64_t i) { return wid(c.wgu[(e * 2 * f + j) * d + i]); })));
+        for (int64_t i = 0; i < f; i++)
+            h[i] = qt_bf16_from_f32(qt_siluf(wid(gu[r * 2 * f + i])) * wid(gu[r * 2 * f + f + i]));
+        for (int64_t o = 0; o < d; o++) {
+            for (int64_t j = 0; j < nbb; j++)
+                part[j] = nanfix(chain(sl, [&](int64_t i) { return wid(h[j * sl + i]); },
+                                       [&](int64_t i) { return wid(c.wdn[(e * d + o) * f + j * sl + i]); }));
+            y[r * d + o] = tree(part.data(), nbb);
+        }
+    }
+}
+
+// Reference d(gu) of row r (fp32 dh, the fp32 kernel's formulas, rounded).
+void ref_dgu_row(const Ffn &c, const vb &gu, int64_t r, qt_bf16 *dg)
+{
+    const int64_t d = c.d, f = c.f, e = c.idx[r];
+    for (int64_t i = 0; i < f; i++) {
+        const float dh = nanfix(0.0f + chain(d, [&](int64_t o) { return wid(c.dy[r * d + o]); },
+                                             [&](int64_t o) { return wid(c.wdn[(e * d + o) * f + i]); }));
+        const float a = wid(gu[r * 2 * f + i]), u = wid(gu[r * 2 * f + f + i]);
+        const float sg = qt_sigmoidf(a);
+        dg[i] = qt_bf16_from_f32((dh * u) * (sg * (1.0f + a * (1.0f - sg))));
+        dg[f + i] = qt_bf16_from_f32(dh * qt_siluf(a));
+    }
+}
+
+// Reference backward: dgu rows (0x7777 for invalid rows), dx = dx0 + slot rows in order.
+void ref_bwd(const Ffn &c, const vb &gu, int64_t nb, vf &dx, vb &dgu)
+{
+    const int64_t d = c.d, f = c.f, k = c.k, nbb = nb < 1 ? 1 : nb, sl = f / nbb;
+    dgu.assign((size_t)(c.T * k * 2 * f), 0x7777);
+    dx = c.dx0;
+    vf part((size_t)nbb);
+    for (int64_t t = 0; t < c.T; t++)
+        for (int64_t slot = 0; slot < k; slot++) {
+            const int64_t r = t * k + slot;
+            if (!valid(c, r)) continue;
+            const int64_t e = c.idx[r];
+            qt_bf16 *dg = &dgu[r * 2 * f];
+            ref_dgu_row(c, gu, r, dg);
+            auto gi = [&](int64_t j, int64_t p) { return (p / sl) * f + j * sl + p % sl; };
+            for (int64_t o = 0; o < d; o++) {
+                for (int64_t j = 0; j < nbb; j++)
+                    part[j] = nanfix(0.0f + chain(2 * sl, [&](int64_t p) { return wid(dg[gi(j, p)]); },
+                                                  [&](int64_t p) { return wid(c.wgu[(e * 2 * f + gi(j, p)) * d + o]); }));
+                dx[t * d + o] += tree(part.data(), nbb);
+            }
+        }
+}
+
+// Reference wgrad: per expert, one chain over its rows (increasing r) per leaf element.
+void ref_wgrad(const Ffn &c, const vb &gu, const vb &dgu, vf &dwg, vf &dwd)
+{
+    const int64_t d = c.d, f = c.f, k = c.k;
+    dwg.assign((size_t)(c.E * 2 * f * d), 0.0f);
+    dwd.assign((size_t)(c.E * d * f), 0.0f);
+    for (int64_t e = 0; e < c.E; e++) {
+        std::vector<int64_t> rows;
+        for (int64_t r = 0; r < c.T * k; r++)
+            if (c.idx[r] == e) rows.push_back(r);
+        const int64_t n = (int64_t)rows.size();
+        auto hval = [&](int64_t r, int64_t i) {
+            return wid(qt_bf16_from_f32(qt_siluf(wid(gu[r * 2 * f + i])) * wid(gu[r * 2 * f + f + i])));
+        };
+        for (int64_t o = 0; o < d; o++)
+            for (int64_t i = 0; i < f; i++)
+                dwd[(e * d + o) * f + i] = nanfix(0.0f + chain(n, [&](int64_t m) { return wid(c.dy[rows[m] * d + o]); },
+                                                               [&](int64_t m) { return hval(rows[m], i); }));
+        for (int64_t j = 0; j < 2 * f; j++)
+            for (int64_t o = 0; o < d; o++)
+                dwg[(e * 2 * f + j) * d + o] = nanfix(0.0f + chain(n, [&](int64_t m) { return wid(dgu[rows[m] * 2 * f + j]); },
+                                                                   [&](int64_t m) { return wid(c.x[rows[m] / k * d + o]); }));
+    }
+}
+
+// Scratch sizes (floats) {fwd, bwd, wgrad}: the plan's rules (bwd: expert-major); the
+// bwd just below its expert-major need (slot-major); small ones (a few rows a chunk; the
+// wgrad's cap 3 and 5 rows, so an expert's rows exceed it and its chains continue across
+// chunks of 2 and 4 rows, the last one odd or even).
+struct Sizes {
+    int64_t fwd, bwd, wgrad;
+};
+
+std::vector<Sizes> scratch_sizes(const Ffn &c, int64_t nb)
+{
+    const int64_t R = c.T * c.k, d = c.d, f = c.f, nbg = nb > 0 ? nb : 1;
+    int64_t esz = R * (d + f);
+    if (c.T * (d + 3 * f) > esz) esz = c.T * (d + 3 * f);
+    const int64_t bsz = R * (d + 3 * f + nbg * d + 2 * f / nbg) + R + c.E + 1 + R * d +
+                        d * (2 * f / nbg);
+    const int64_t head = R + c.E + 1 + R * d + d * (2 * f / nbg);
+    const int64_t small = 3 * (2 * d + 4 * f + nbg * d + 2 * f / nbg + 2) + 2 * d * f + 2 * d;
+    const int64_t wrow = 1 + (d + 1) / 2 + (f + 1) / 2 + 2 * f, wfix = 2 * (d > f ? d : f);
+    return {{esz, bsz > esz ? bsz : esz, esz},
+            {esz, head, esz},
+            {small, small, wfix + 3 * wrow},
+            {small, small, wfix + 5 * wrow + wrow / 2}};
+}
+
+void ffn_case(int64_t T, int64_t k, int64_t E, int64_t d, int64_t f, int64_t nb, uint64_t *s)
+{
+    char what[200];
+    const Ffn c = make_ffn(T, k, E, d, f, s);
+    vf ry, rdx, rdwg, rdwd;
+    vb rgu, rdgu;
+    ref_fwd(c, nb, ry, rgu);
+    ref_bwd(c, rgu, nb, rdx, rdgu);
+    ref_wgrad(c, rgu, rdgu, rdwg, rdwd);
+    for (const Sizes &sz : scratch_sizes(c, nb))
+        for (int pi = 0; pi < 4; pi++) { // the three paths, then the build's default
+            snprintf(what, sizeof what,
+                     "ffn T%lld k%lld E%lld d%lld f%lld nb%lld scratch %lld/%lld/%lld %s",
+                     (long long)T, (long long)k, (long long)E, (long long)d, (long long)f,
+                     (long long)nb, (long long)sz.fwd, (long long)sz.bwd, (long long)sz.wgrad,
+                     pi < 3 ? PATH_NAME[pi] : "default");
+            const int path = pi < 3 ? PATHS[pi] : qt_bf16_path();
+            if (!qt_bf16_path_built(path)) continue;
+            vf sc((size_t)(sz.fwd > sz.bwd ? sz.fwd : sz.bwd) + (size_t)sz.wgrad), y((size_t)(T * k * d), -7.0f), dx(c.dx0);
+            vb gu((size_t)(T * k * 2 * f), 0x7777), dgu((size_t)(T * k * 2 * f), 0x7777);
+            vf dwg((size_t)(E * 2 * f * d), 9.0f), dwd((size_t)(E * d * f), 9.0f);
+            vf dwg2(dwg), dwd2(dwd);
+            if (pi < 3) {
+                CHECK_EQUAL(0, qt_bf16_expert_ffn_fwd_on(path, y.data(), gu.data(), c.x.data(), c.idx.data(), c.wgu.data(), c.wdn.data(), sc.data(), T, k, E, d, f, sz.fwd, nb));
+                CHECK_EQUAL(0, qt_bf16_expert_ffn_bwd_on(path, dx.data(), dgu.data(), c.dy.data(), c.idx.data(), gu.data(), c.wgu.data(), c.wdn.data(), sc.data(), T, k, E, d, f, sz.bwd, nb));
+                CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_on(path, dwg.data(), dwd.data(), c.dy.data(), c.x.data(), c.idx.data(), gu.data(), dgu.data(), c.wdn.data(), sc.data(), T, k, E, d, f, sz.wgrad));
+                CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_on(path, dwg2.data(), dwd2.data(), c.dy.data(), c.x.data(), c.idx.data(), gu.data(), nullptr, c.wdn.data(), sc.data(), T, k, E, d, f, sz.wgrad));
+            } else {
+                qt_bf16_expert_ffn_fwd(y.data(), gu.data(), c.x.data(), c.idx.data(), c.wgu.data(), c.wdn.data(), sc.data(), T, k, E, d, f, sz.fwd, nb);
+                qt_bf16_expert_ffn_bwd(dx.data(), dgu.data(), c.dy.data(), c.idx.data(), gu.data(), c.wgu.data(), c.wdn.data(), sc.data(), T, k, E, d, f, sz.bwd, nb);
+                qt_bf16_expert_ffn_wgrad(dwg.data(), dwd.data(), c.dy.data(), c.x.data(), c.idx.data(), gu.data(), dgu.data(), c.wdn.data(), sc.data(), T, k, E, d, f, sz.wgrad);
+                qt_bf16_expert_ffn_wgrad(dwg2.data(), dwd2.data(), c.dy.data(), c.x.data(), c.idx.data(), gu.data(), nullptr, c.wdn.data(), sc.data(), T, k, E, d, f, sz.wgrad);
+            }
+            CHECK_EQUAL(0, diff(what, y.data(), ry.data(), y.size()));
+            CHECK_EQUAL(0, diffb(what, gu.data(), rgu.data(), gu.size()));
+            CHECK_EQUAL(0, diff(what, dx.data(), rdx.data(), dx.size()));
+            CHECK_EQUAL(0, diffb(what, dgu.data(), rdgu.data(), dgu.size()));
+            CHECK_EQUAL(0, diff(what, dwg.data(), rdwg.data(), dwg.size()));
+            CHECK_EQUAL(0, diff(what, dwd.data(), rdwd.data(), dwd.size()));
+            // (c) saved dgu and recomputed dgu: the same leaves
+            CHECK_EQUAL(0, diff(what, dwg2.data(), rdwg.data(), dwg2.size()));
+            CHECK_EQUAL(0, diff(what, dwd2.data(), rdwd.data(), dwd2.size()));
+        }
+}
+
+} // namespace
+
+TEST_GROUP(Bf16Ffn) {};
+
+// (a), (b), (c): shapes {T, k, E, d, f, nb}; odd and even d, f, T; f/nb odd slices
+// (f = 6, nb = 2; f = 20, nb = 4; f = 12, nb = 4); k = 1, 2, 4; E - 1 used experts, so the
+// last never has rows (and with T*k small some others neither).
+TEST(Bf16Ffn, MatchesScalarReferenceOnEveryPath)
+{
+    uint64_t s = 0x1f2e3d4c5b6a7988ull;
+    const int64_t shapes[][6] = {
+        {5, 1, 3, 7, 6, 0}, {6, 2, 4, 8, 8, 2}, {7, 4, 6, 9, 12, 4}, {4, 2, 5, 16, 4, 1},
+        {9, 2, 3, 5, 10, 2}, {3, 4, 8, 6, 8, 4}, {11, 1, 2, 13, 6, 2}, {8, 2, 9, 33, 20, 4},
+        {13, 4, 7, 12, 5, 0}, {16, 2, 3, 40, 24, 2},
+    };
+    for (const auto &sh : shapes) ffn_case(sh[0], sh[1], sh[2], sh[3], sh[4], sh[5], &s);
+}
