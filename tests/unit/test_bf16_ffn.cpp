@@ -475,3 +475,198 @@ TEST(Bf16Ffn, MatchesScalarReferenceOnEveryPath)
     };
     for (const auto &sh : shapes) ffn_case(sh[0], sh[1], sh[2], sh[3], sh[4], sh[5], &s);
 }
+
+namespace {
+
+// Rank t of P of a tensor-parallel split of f: W_gu[e] gate rows [t fl, (t+1) fl) and up
+// rows [f + t fl, f + (t+1) fl), W_down[e] columns [t fl, (t+1) fl).
+Ffn rank_of(const Ffn &c, int64_t P, int64_t t)
+{
+    Ffn r = c;
+    const int64_t f = c.f, fl = f / P, d = c.d;
+    r.f = fl;
+    r.wgu.assign((size_t)(c.E * 2 * fl * d), 0);
+    r.wdn.assign((size_t)(c.E * d * fl), 0);
+    for (int64_t e = 0; e < c.E; e++) {
+        for (int64_t part = 0; part < 2; part++)
+            for (int64_t i = 0; i < fl; i++)
+                for (int64_t o = 0; o < d; o++)
+                    r.wgu[((e * 2 + part) * fl + i) * d + o] =
+                        c.wgu[(e * 2 * f + part * f + t * fl + i) * d + o];
+        for (int64_t o = 0; o < d; o++)
+            for (int64_t i = 0; i < fl; i++)
+                r.wdn[(e * d + o) * fl + i] = c.wdn[(e * d + o) * f + t * fl + i];
+    }
+    return r;
+}
+
+struct Run {
+    vf y, dx;
+    vb gu, dgu;
+};
+
+// fwd then bwd (dx from +0) on the build's path with the plan's scratch sizes.
+Run run_ffn(const Ffn &c, int64_t nb)
+{
+    const int64_t R = c.T * c.k;
+    const Sizes sz = scratch_sizes(c, nb)[0];
+    Run o;
+    vf sc((size_t)(sz.bwd > sz.fwd ? sz.bwd : sz.fwd));
+    o.y.assign((size_t)(R * c.d), 0.0f), o.dx.assign((size_t)(c.T * c.d), 0.0f);
+    o.gu.assign((size_t)(R * 2 * c.f), 0), o.dgu.assign((size_t)(R * 2 * c.f), 0);
+    qt_bf16_expert_ffn_fwd(o.y.data(), o.gu.data(), c.x.data(), c.idx.data(), c.wgu.data(),
+                           c.wdn.data(), sc.data(), c.T, c.k, c.E, c.d, c.f, sz.fwd, nb);
+    qt_bf16_expert_ffn_bwd(o.dx.data(), o.dgu.data(), c.dy.data(), c.idx.data(), o.gu.data(),
+                           c.wgu.data(), c.wdn.data(), sc.data(), c.T, c.k, c.E, c.d, c.f,
+                           sz.bwd, nb);
+    return o;
+}
+
+} // namespace
+
+// (d) f split over P ranks (canonical nb, each rank nb/P): every rank's gu and dgu are the
+// one-rank columns bit for bit; the ranks' y rows, added by the pairwise tree over ranks,
+// are the one-rank y bits; with k = 1 the same holds for the dx partials (each rank adds
+// its partial row into a zero dx, then the tree over ranks). With k > 1 a rank sums its
+// slots before the ranks are added, which is another order than one rank's (ranks, then
+// slots): the test counts those differences and prints them (not asserted).
+TEST(Bf16Ffn, TensorParallelSplitOfF)
+{
+    uint64_t s = 0x77aa55cc33ee1100ull;
+    const int64_t shapes[][6] = {
+        {6, 1, 4, 9, 8, 2}, {7, 1, 5, 12, 12, 4}, {5, 1, 6, 7, 20, 4}, {8, 1, 3, 10, 6, 2},
+        {9, 2, 4, 11, 16, 4}, {6, 4, 6, 8, 8, 8},
+    };
+    for (const auto &sh : shapes) {
+        const Ffn c = make_ffn(sh[0], sh[1], sh[2], sh[3], sh[4], &s);
+        const int64_t nb = sh[5], R = c.T * c.k, d = c.d, f = c.f;
+        const Run one = run_ffn(c, nb);
+        for (int64_t P = 2; P <= nb && P <= 4; P *= 2) {
+            const int64_t fl = f / P;
+            std::vector<vf> ys, dxs;
+            for (int64_t t = 0; t < P; t++) {
+                const Run rk = run_ffn(rank_of(c, P, t), nb / P);
+                for (int64_t r = 0; r < R; r++)
+                    for (int64_t part = 0; part < 2; part++)
+                        for (int64_t i = 0; i < fl; i++) {
+                            const size_t a = (size_t)(r * 2 * fl + part * fl + i);
+                            const size_t b = (size_t)(r * 2 * f + part * f + t * fl + i);
+                            CHECK_EQUAL(one.gu[b], rk.gu[a]);
+                            CHECK_EQUAL(one.dgu[b], rk.dgu[a]);
+                        }
+                ys.push_back(rk.y), dxs.push_back(rk.dx);
+            }
+            const vf y = tree_ranks(ys), dx = tree_ranks(dxs);
+            for (int64_t r = 0; r < R; r++)
+                if (valid(c, r)) CHECK_EQUAL(0, diff("tp y", &y[r * d], &one.y[r * d], (size_t)d));
+            if (c.k == 1) {
+                CHECK_EQUAL(0, diff("tp dx", dx.data(), one.dx.data(), dx.size()));
+            } else {
+                int64_t nd = 0;
+                for (size_t i = 0; i < dx.size(); i++) nd += bits(dx[i]) != bits(one.dx[i]);
+                printf("\n  tp dx k=%lld P=%lld: %lld of %zu elements differ from one rank "
+                       "(rank-local slot sums)", (long long)c.k, (long long)P, (long long)nd,
+                       dx.size());
+            }
+        }
+    }
+}
+
+// (e) float64 sanity on T = 24, k = 2, E = 5, d = 96, f = 40, nb = 2, against double
+// computations from the same bf16 inputs (x, weights, dy; the kernel's stored gu and dgu
+// where a step's input is the stored tensor). Tolerances, each with its reason:
+//  gu: 2^-8 |g| + (d+4) 2^-24 sum|x w|: one bf16 rounding (2^-9 relative) of an fp32 chain
+//      (the chain bound (P+2) 2^-24 sum|a b| of docs/precision.md);
+//  y (from x, all in double, no intermediate rounding): 2^-7 sum_i |w_i| (|a_i u_i| + |h_i|):
+//      gate/up rounded (2^-9 relative; silu' <= 1.1) and h rounded (2^-9 |h|), doubled for
+//      the fp32 chains and silu;
+//  dx (dgu from double dh and the stored gu): 2^-7 sum |dgu w| + 2^-16 sum_j |w_j|
+//      (|u| + |a| + 1) sum_o |dy w|: dgu rounded (2^-9) plus the fp32 dh chain's error
+//      (<= (d+2) 2^-24 sum|dy w| << 2^-16) carried by the SwiGLU derivative;
+//  dW_down (h in double from the stored gu): 2^-8 sum |dy h|: h rounded (2^-9);
+//  dW_gu (from the stored dgu): the plain chain bound (n+2) 2^-24 sum |dgu x|.
+TEST(Bf16Ffn, Float64Sanity)
+{
+    uint64_t s = 0x0123456789abcdefull;
+    const int64_t T = 24, k = 2, E = 5, d = 96, f = 40, nb = 2, R = T * k;
+    const Ffn c = make_ffn(T, k, E, d, f, &s);
+    const Run o = run_ffn(c, nb);
+    vf sc((size_t)scratch_sizes(c, nb)[0].wgrad), dwg((size_t)(E * 2 * f * d)), dwd((size_t)(E * d * f));
+    qt_bf16_expert_ffn_wgrad(dwg.data(), dwd.data(), c.dy.data(), c.x.data(), c.idx.data(),
+                             o.gu.data(), o.dgu.data(), c.wdn.data(), sc.data(), T, k, E, d, f,
+                             (int64_t)sc.size());
+    auto W = [](qt_bf16 h) { return (double)wid(h); };
+    auto silu = [](double a) { return a / (1.0 + exp(-a)); };
+    std::vector<double> dx64(c.dx0.size(), 0.0), dxtol(c.dx0.size(), 0.0);
+    std::vector<double> dwd64(dwd.size(), 0.0), dwdm(dwd.size(), 0.0), dwg64(dwg.size(), 0.0),
+        dwgm(dwg.size(), 0.0), ne((size_t)E, 0.0);
+    for (int64_t r = 0; r < R; r++) {
+        if (!valid(c, r)) continue;
+        const int64_t e = c.idx[r], t = r / k;
+        ne[e] += 1;
+        std::vector<double> a((size_t)f), u((size_t)f), h((size_t)f), sh((size_t)f), dg((size_t)(2 * f)), q((size_t)(2 * f));
+        for (int64_t j = 0; j < 2 * f; j++) { // gu
+            double g = 0, m = 0;
+            for (int64_t i = 0; i < d; i++) {
+                const double p = W(c.x[t * d + i]) * W(c.wgu[(e * 2 * f + j) * d + i]);
+                g += p, m += fabs(p);
+            }
+            const double tol = 0x1p-8 * fabs(g) + (double)(d + 4) * 0x1p-24 * m;
+            if (!(fabs(W(o.gu[r * 2 * f + j]) - g) <= tol))
+                FAIL(StringFromFormat("gu r%lld j%lld: %.9g vs %.17g", (long long)r, (long long)j, W(o.gu[r * 2 * f + j]), g).asCharString());
+            (j < f ? a[j] : u[j - f]) = g;
+        }
+        for (int64_t i = 0; i < f; i++) {
+            h[i] = silu(a[i]) * u[i];
+            const double as = W(o.gu[r * 2 * f + i]), us = W(o.gu[r * 2 * f + f + i]);
+            sh[i] = silu(as) * us; // h from the stored gu
+        }
+        for (int64_t oo = 0; oo < d; oo++) { // y
+            double yv = 0, m = 0;
+            for (int64_t i = 0; i < f; i++) {
+                const double w = W(c.wdn[(e * d + oo) * f + i]);
+                yv += h[i] * w, m += fabs(w) * (fabs(a[i] * u[i]) + fabs(h[i]));
+            }
+            if (!(fabs((double)o.y[r * d + oo] - yv) <= 0x1p-7 * m))
+                FAIL(StringFromFormat("y r%lld o%lld: %.9g vs %.17g (tol %.3g)", (long long)r, (long long)oo, (double)o.y[r * d + oo], yv, 0x1p-7 * m).asCharString());
+        }
+        for (int64_t i = 0; i < f; i++) { // dgu from double dh and the stored gu
+            double dh = 0, m = 0;
+            for (int64_t oo = 0; oo < d; oo++) {
+                const double p = W(c.dy[r * d + oo]) * W(c.wdn[(e * d + oo) * f + i]);
+                dh += p, m += fabs(p);
+            }
+            const double as = W(o.gu[r * 2 * f + i]), us = W(o.gu[r * 2 * f + f + i]);
+            const double sg = 1.0 / (1.0 + exp(-as));
+            dg[i] = dh * us * sg * (1.0 + as * (1.0 - sg)), dg[f + i] = dh * silu(as);
+            q[i] = q[f + i] = (fabs(us) + fabs(as) + 1.0) * m;
+        }
+        for (int64_t oo = 0; oo < d; oo++)
+            for (int64_t j = 0; j < 2 * f; j++) {
+                const double w = W(c.wgu[(e * 2 * f + j) * d + oo]);
+                dx64[t * d + oo] += dg[j] * w;
+                dxtol[t * d + oo] += 0x1p-7 * fabs(dg[j] * w) + 0x1p-16 * fabs(w) * q[j];
+            }
+        for (int64_t oo = 0; oo < d; oo++)
+            for (int64_t i = 0; i < f; i++) {
+                const double p = W(c.dy[r * d + oo]) * sh[i];
+                dwd64[(e * d + oo) * f + i] += p, dwdm[(e * d + oo) * f + i] += fabs(p);
+            }
+        for (int64_t j = 0; j < 2 * f; j++)
+            for (int64_t oo = 0; oo < d; oo++) {
+                const double p = W(o.dgu[r * 2 * f + j]) * W(c.x[t * d + oo]);
+                dwg64[(e * 2 * f + j) * d + oo] += p, dwgm[(e * 2 * f + j) * d + oo] += fabs(p);
+            }
+    }
+    for (size_t i = 0; i < dx64.size(); i++)
+        if (!(fabs((double)o.dx[i] - dx64[i]) <= dxtol[i]))
+            FAIL(StringFromFormat("dx [%zu]: %.9g vs %.17g (tol %.3g)", i, (double)o.dx[i], dx64[i], dxtol[i]).asCharString());
+    for (size_t i = 0; i < dwd.size(); i++)
+        if (!(fabs((double)dwd[i] - dwd64[i]) <= 0x1p-8 * dwdm[i]))
+            FAIL(StringFromFormat("dW_down [%zu]: %.9g vs %.17g", i, (double)dwd[i], dwd64[i]).asCharString());
+    for (size_t i = 0; i < dwg.size(); i++) {
+        const double n = ne[i / (size_t)(2 * f * d)];
+        if (!(fabs((double)dwg[i] - dwg64[i]) <= (n + 2) * 0x1p-24 * dwgm[i]))
+            FAIL(StringFromFormat("dW_gu [%zu]: %.9g vs %.17g", i, (double)dwg[i], dwg64[i]).asCharString());
+    }
+}
