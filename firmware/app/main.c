@@ -433,6 +433,9 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
                       qt_checkpoint_load(p, cli->load, !cli->load_weights_only, start,
                                          &data_pos)) != QT_OK)
         return QT_EXIT_ERR;
+    /* bf16 plans: the compute copy from the loaded masters */
+    if (qt_main_agree("publishing the loaded parameters", qt_runtime_params_changed()) != QT_OK)
+        return QT_EXIT_ERR;
     if (*start < 0) {
         fprintf(stderr, "qtrain: %s: step %lld in the metadata is negative\n", cli->load,
                 (long long)*start);

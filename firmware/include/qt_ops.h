@@ -161,6 +161,7 @@ typedef struct qt_kernel_entry {
     qt_step_fn step;      /* STEP kinds only */
     qt_check_fn check;    /* CHECK kinds only */
     uint32_t props;       /* QT_OPP_* */
+    const char *slots;    /* the slot letters of the kind's qt_ops.def row */
 } qt_kernel_entry;
 
 /* Indexed by enum qt_op_kind (firmware/runtime/op_table.c, generated from qt_ops.def). */

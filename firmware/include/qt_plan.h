@@ -323,6 +323,15 @@ static inline int64_t qt_params_elems(const struct qt_plan *p)
     return p->params_compact || p->dtype == QT_BF16 ? p->adam_elems : p->n_flat;
 }
 
+/* 1 when the parameter region holds only this rank's optimizer blocks of the fp32 master
+ * weights (laid out as the Adam regions): params_compact plans, and every bf16 plan, whose
+ * ops read the bf16 compute copy instead. Init, checkpoint IO, the update and the
+ * fingerprint address master elements through it (runtime/blocks.c). */
+static inline int qt_plan_masters_compact(const struct qt_plan *p)
+{
+    return p->params_compact || p->dtype == QT_BF16;
+}
+
 /* The flat range holding flat element `flat` (ranges tile [0, n_flat) in order), or -1. */
 static inline int32_t qt_plan_range_of(const struct qt_plan *p, int64_t flat)
 {
@@ -402,11 +411,36 @@ typedef struct qt_ctx {
     int32_t rank, n_ranks;
     int32_t coord[QT_MESH_COUNT];  /* this rank's coordinate on each mesh axis */
     int *status;                   /* NULL or where a failing op stores its QT_E_* code */
+    const struct qt_stage_map *stage; /* NULL, or (bf16 boundary) tensors widened to fp32 */
 } qt_ctx;
+
+/* The tensors of one op that the bf16 boundary (runtime/interp_bf16.c) widened into the
+ * plan's fp32 staging region: while the op's fp32 wrapper runs, qt_f32 of tensor id[i]
+ * returns at[i] instead of the tensor's bf16 storage. */
+typedef struct qt_stage_map {
+    int32_t n;
+    int32_t id[QT_OP_MAX_T];
+    float *at[QT_OP_MAX_T];
+} qt_stage_map;
 
 static inline float *qt_f32(const qt_ctx *c, int32_t id)
 {
+    if (c->stage)
+        for (int32_t i = 0; i < c->stage->n; i++)
+            if (c->stage->id[i] == id) return c->stage->at[i];
     return (float *)(void *)(c->arena + c->plan->tensors[id].offset);
+}
+
+/* A bf16 tensor's storage (its elements are the high halves of binary32, kernels/bf16.h). */
+static inline uint16_t *qt_b16(const qt_ctx *c, int32_t id)
+{
+    return (uint16_t *)(void *)(c->arena + c->plan->tensors[id].offset);
+}
+
+/* 1 when tensor id is stored in bf16. */
+static inline int qt_is_b16(const qt_ctx *c, int32_t id)
+{
+    return id != QT_NONE && c->plan->tensors[id].dtype == QT_BF16;
 }
 
 static inline int32_t *qt_i32(const qt_ctx *c, int32_t id)

@@ -8,6 +8,7 @@
  * interpreter zeroed; the parameter tensor slot is not read (dw[0] replaces it).
  */
 #include "qt_op_fns.h"
+#include "qt_ops_bf16.h"
 #include "../kernels/matmul_canon.h"
 #include "../comm/qt_coll.h"
 #include "kernels/elementwise.h"
@@ -19,6 +20,10 @@
 /* ZERO: t0 (F32 or I32), a0 elements. */
 void qt_op_zero(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_is_b16(ctx, QT_T(op, ZERO, x))) {
+        qt_op16_zero(op, ctx);
+        return;
+    }
     if (ctx->plan->tensors[QT_T(op, ZERO, x)].dtype == QT_I32)
         qt_zero_i32(qt_i32(ctx, QT_T(op, ZERO, x)), QT_A(op, ZERO, n));
     else
@@ -35,6 +40,10 @@ void qt_op_add(const qt_op *op, const qt_ctx *ctx)
 /* ROUND_BF16: y = bf16(x) held as floats (qt_ops.def). */
 void qt_op_round_bf16(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_is_b16(ctx, QT_T(op, ROUND_BF16, y))) {
+        qt_op16_round(op, ctx);
+        return;
+    }
     qt_round_bf16(qt_f32(ctx, QT_T(op, ROUND_BF16, y)), qt_f32(ctx, QT_T(op, ROUND_BF16, x)),
                   QT_A(op, ROUND_BF16, n));
 }
@@ -48,6 +57,10 @@ void qt_op_acc(const qt_op *op, const qt_ctx *ctx)
 /* EMBED_FWD: t0 x, t1 tokens, t2 W; a0 T, a1 d, a2 V. */
 void qt_op_embed_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (ctx->plan->dtype == QT_BF16) {
+        qt_op16_embed_fwd(op, ctx);
+        return;
+    }
     qt_embed_fwd(qt_f32(ctx, QT_T(op, EMBED_FWD, x)), qt_i32(ctx, QT_T(op, EMBED_FWD, tokens)),
                  qt_f32(ctx, QT_T(op, EMBED_FWD, w)), QT_A(op, EMBED_FWD, T),
                  QT_A(op, EMBED_FWD, d), QT_A(op, EMBED_FWD, V));
@@ -109,6 +122,10 @@ void qt_op_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float 
 /* MATMUL_FWD: t0 y, t1 x, t2 W; a0 M, a1 N, a2 K. */
 void qt_op_matmul_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (ctx->plan->dtype == QT_BF16) {
+        qt_op16_matmul_fwd(op, ctx);
+        return;
+    }
     float *y = qt_f32(ctx, QT_T(op, MATMUL_FWD, y));
     const int64_t M = QT_A(op, MATMUL_FWD, M), N = QT_A(op, MATMUL_FWD, N),
                   K = QT_A(op, MATMUL_FWD, K);
@@ -127,6 +144,10 @@ void qt_op_matmul_fwd(const qt_op *op, const qt_ctx *ctx)
 /* MATMUL_BWD_DATA: t0 dx (acc), t1 dy, t2 W; a0 M, a1 N, a2 K; canonical blocking a3..a5. */
 void qt_op_matmul_bwd_data(const qt_op *op, const qt_ctx *ctx)
 {
+    if (ctx->plan->dtype == QT_BF16) {
+        qt_op16_matmul_bwd_data(op, ctx);
+        return;
+    }
     float *dx = qt_f32(ctx, QT_T(op, MATMUL_BWD_DATA, dx));
     const int64_t M = QT_A(op, MATMUL_BWD_DATA, M), N = QT_A(op, MATMUL_BWD_DATA, N),
                   K = QT_A(op, MATMUL_BWD_DATA, K);
@@ -155,6 +176,10 @@ void qt_op_all_reduce(const qt_op *op, const qt_ctx *ctx)
 /* MATMUL_WGRAD: t0 dy, t1 x; a1 N, a2 K, a3 rows per sequence. Writes dw[0] (QT_OPP_WGRAD_WRITES). */
 void qt_op_matmul_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
+    if (ctx->plan->dtype == QT_BF16) {
+        qt_op16_matmul_wgrad(op, ctx, seq, dw);
+        return;
+    }
     int64_t N = QT_A(op, MATMUL_WGRAD, N), K = QT_A(op, MATMUL_WGRAD, K),
             rps = QT_A(op, MATMUL_WGRAD, seq_rows);
     qt_matmul_wgrad_write(dw[0], qt_f32(ctx, QT_T(op, MATMUL_WGRAD, dy)) + seq * rps * N,

@@ -8,6 +8,7 @@
  * stores its code in *ctx->status and the interpreter stops the step.
  */
 #include "qt_op_fns.h"
+#include "qt_ops_bf16.h"
 #include "../parallel/ep_pack.h"
 #include "../comm/qt_coll.h"
 #include "base/qt_err.h"
@@ -68,6 +69,12 @@ static void qt_ep_host_counts(const int32_t *seg, const qt_ep_dims *D)
     }
 }
 
+/* Bytes per element of tensor id (rows move bit for bit: fp32 or bf16). */
+static int64_t qt_ep_eb(const qt_ctx *ctx, int32_t id)
+{
+    return qt_dtype_bytes(ctx->plan->tensors[id].dtype);
+}
+
 static void qt_ep_status(const qt_ctx *ctx, int rc)
 {
     if (rc && ctx->status && !*ctx->status) *ctx->status = rc;
@@ -101,11 +108,12 @@ void qt_op_moe_dispatch_fwd(const qt_op *op, const qt_ctx *ctx)
     }
     if (!rc) {
         qt_ep_host_counts(seg, &D);
-        qt_moe_pack(send, ids, qt_f32(ctx, QT_T(op, MOE_DISPATCH_FWD, x)), 1, idx, D.T, D.k, D.d,
-                    D.El, D.E, qt_ep.home_off);
+        const int32_t x = QT_T(op, MOE_DISPATCH_FWD, x);
+        const int64_t rb = D.d * qt_ep_eb(ctx, x);
+        qt_moe_pack(send, ids, qt_f32(ctx, x), 1, idx, D.T, D.k, rb, D.El, D.E, qt_ep.home_off);
         rc = qt_coll_all_to_all_v(D.mask, send, qt_ep.home_n, qt_ep.home_off,
                                   qt_f32(ctx, QT_T(op, MOE_DISPATCH_FWD, xr)), qt_ep.host_n,
-                                  qt_ep.host_off, D.d * (int64_t)sizeof(float));
+                                  qt_ep.host_off, rb);
     }
     if (!rc)
         rc = qt_coll_all_to_all_v(D.mask, ids, qt_ep.home_n, qt_ep.home_off, er, qt_ep.host_n,
@@ -126,10 +134,10 @@ static int qt_ep_bring_home(const qt_op *op, const qt_ctx *ctx, qt_ep_dims *D)
      * scratch): named by MOE_RETURN_FWD's row */
     qt_ep_home_counts(qt_i32(ctx, QT_T(op, MOE_RETURN_FWD, idx)), D);
     qt_ep_host_counts(qt_i32(ctx, QT_T(op, MOE_RETURN_FWD, seg)), D);
-    return qt_coll_all_to_all_v(D->mask, qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, yr)), qt_ep.host_n,
-                                qt_ep.host_off, qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, scratch)),
-                                qt_ep.home_n, qt_ep.home_off,
-                                D->d * (int64_t)sizeof(float));
+    const int32_t yr = QT_T(op, MOE_RETURN_FWD, yr);
+    return qt_coll_all_to_all_v(D->mask, qt_f32(ctx, yr), qt_ep.host_n, qt_ep.host_off,
+                                qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, scratch)), qt_ep.home_n,
+                                qt_ep.home_off, D->d * qt_ep_eb(ctx, yr));
 }
 
 void qt_op_moe_return_fwd(const qt_op *op, const qt_ctx *ctx)
@@ -139,7 +147,8 @@ void qt_op_moe_return_fwd(const qt_op *op, const qt_ctx *ctx)
     if (!rc)
         qt_moe_unpack(qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, y)),
                       qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, scratch)),
-                      qt_i32(ctx, QT_T(op, MOE_RETURN_FWD, idx)), D.T, D.k, D.d, D.El, D.E,
+                      qt_i32(ctx, QT_T(op, MOE_RETURN_FWD, idx)), D.T, D.k,
+                      D.d * qt_ep_eb(ctx, QT_T(op, MOE_RETURN_FWD, y)), D.El, D.E,
                       qt_ep.home_off);
     qt_ep_status(ctx, rc);
 }
@@ -153,11 +162,12 @@ void qt_op_moe_return_bwd(const qt_op *op, const qt_ctx *ctx)
     if (!rc) {
         qt_ep_home_counts(idx, &D);
         qt_ep_host_counts(qt_i32(ctx, QT_T(op, MOE_RETURN_BWD, seg)), &D);
-        qt_moe_pack(send, 0, qt_f32(ctx, QT_T(op, MOE_RETURN_BWD, dy)), 0, idx, D.T, D.k, D.d, D.El,
-                    D.E, qt_ep.home_off);
+        const int32_t dy = QT_T(op, MOE_RETURN_BWD, dy);
+        const int64_t rb = D.d * qt_ep_eb(ctx, dy);
+        qt_moe_pack(send, 0, qt_f32(ctx, dy), 0, idx, D.T, D.k, rb, D.El, D.E, qt_ep.home_off);
         rc = qt_coll_all_to_all_v(D.mask, send, qt_ep.home_n, qt_ep.home_off,
                                   qt_f32(ctx, QT_T(op, MOE_RETURN_BWD, dyr)), qt_ep.host_n,
-                                  qt_ep.host_off, D.d * (int64_t)sizeof(float));
+                                  qt_ep.host_off, rb);
     }
     qt_ep_status(ctx, rc);
 }
@@ -166,10 +176,15 @@ void qt_op_moe_dispatch_bwd(const qt_op *op, const qt_ctx *ctx)
 {
     qt_ep_dims D;
     int rc = qt_ep_bring_home(op, ctx, &D);
-    if (!rc)
-        qt_moe_unpack_tokens_acc(qt_f32(ctx, QT_T(op, MOE_DISPATCH_BWD, dx)),
-                                 qt_f32(ctx, QT_T(op, MOE_DISPATCH_BWD, scratch)),
+    if (!rc) {
+        /* the host's row gradients are fp32 (a bf16 plan's too): a bf16 dx is widened, gets
+         * its tokens' slots added in fp32 and is rounded once */
+        const int32_t dxid = QT_T(op, MOE_DISPATCH_BWD, dx);
+        float *dx = qt_op_widen_b16(ctx, dxid, qt_op_bf16_stage(ctx), D.T * D.d);
+        qt_moe_unpack_tokens_acc(dx, qt_f32(ctx, QT_T(op, MOE_DISPATCH_BWD, scratch)),
                                  qt_i32(ctx, QT_T(op, MOE_DISPATCH_BWD, idx)), D.T, D.k, D.d, D.El,
                                  D.E, qt_ep.home_off);
+        qt_op_store_b16(ctx, dxid, dx, D.T * D.d);
+    }
     qt_ep_status(ctx, rc);
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "qt_op_fns.h"
+#include "qt_ops_bf16.h"
 #include "../kernels/moe_route.h"
 #include "../kernels/expert_ffn.h"
 #include "../kernels/moe_combine.h"
@@ -64,6 +65,10 @@ int qt_check_moe_route_bwd(const qt_plan *p, const qt_op *op, qt_check_state *st
 
 void qt_op_expert_ffn_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (ctx->plan->dtype == QT_BF16) {
+        qt_op16_expert_ffn_fwd(op, ctx);
+        return;
+    }
     qt_expert_ffn_fwd_canon(
         qt_f32(ctx, QT_T(op, EXPERT_FFN_FWD, y)), qt_f32(ctx, QT_T(op, EXPERT_FFN_FWD, gu)),
         qt_f32(ctx, QT_T(op, EXPERT_FFN_FWD, x)), qt_i32(ctx, QT_T(op, EXPERT_FFN_FWD, idx)),
@@ -77,6 +82,10 @@ void qt_op_expert_ffn_fwd(const qt_op *op, const qt_ctx *ctx)
 /* t8 dgu is optional: without it the WGRAD recomputes d(gu). */
 void qt_op_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (ctx->plan->dtype == QT_BF16) {
+        qt_op16_expert_ffn_bwd(op, ctx);
+        return;
+    }
     float *dgu =
         QT_T(op, EXPERT_FFN_BWD, dgu) != QT_NONE ? qt_f32(ctx, QT_T(op, EXPERT_FFN_BWD, dgu)) : 0;
     qt_expert_ffn_bwd_save_canon(
@@ -92,6 +101,10 @@ void qt_op_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
 /* EXPERT_FFN_WGRAD: writes dw[0] (W_gu) and dw[1] (W_down) whole (QT_OPP_WGRAD_WRITES). */
 void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
+    if (ctx->plan->dtype == QT_BF16) {
+        qt_op16_expert_ffn_wgrad(op, ctx, seq, dw);
+        return;
+    }
     int64_t k = QT_A(op, EXPERT_FFN_WGRAD, k), S = QT_A(op, EXPERT_FFN_WGRAD, S), t0 = seq * S;
     const int64_t d = QT_A(op, EXPERT_FFN_WGRAD, d), f = QT_A(op, EXPERT_FFN_WGRAD, f);
     if (QT_T(op, EXPERT_FFN_WGRAD, seg) != QT_NONE) {

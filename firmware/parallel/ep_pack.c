@@ -2,6 +2,7 @@
  * Invariant: every loop visits rows in increasing r = t*k + slot, so packing and unpacking
  * are the same order on both sides of an exchange.
  */
+#include <string.h>
 #include "ep_pack.h"
 
 static int qt_moe_valid(int32_t e, int64_t E)
@@ -20,8 +21,8 @@ void qt_moe_count(int64_t *cnt, const int32_t *idx, int64_t b, int64_t S, int64_
     }
 }
 
-void qt_moe_pack(float *send, int32_t *ids, const float *src, int per_token, const int32_t *idx,
-                 int64_t T, int64_t k, int64_t d, int64_t El, int64_t E, const int64_t *off)
+void qt_moe_pack(void *send, int32_t *ids, const void *src, int per_token, const int32_t *idx,
+                 int64_t T, int64_t k, int64_t rb, int64_t El, int64_t E, const int64_t *off)
 {
     int64_t next[QT_EP_MAX_MEMBERS];
     const int64_t members = E / El;
@@ -30,15 +31,14 @@ void qt_moe_pack(float *send, int32_t *ids, const float *src, int per_token, con
         const int32_t e = idx[r];
         if (!qt_moe_valid(e, E)) continue;
         const int64_t j = e / El, at = next[j]++;
-        const float *s = src + (per_token ? r / k : r) * d;
-        float *o = send + at * d;
-        for (int64_t i = 0; i < d; i++) o[i] = s[i];
+        memcpy((char *)send + at * rb, (const char *)src + (per_token ? r / k : r) * rb,
+               (size_t)rb);
         if (ids) ids[at] = (int32_t)(e - j * El);
     }
 }
 
-void qt_moe_unpack(float *dst, const float *recv, const int32_t *idx, int64_t T, int64_t k,
-                   int64_t d, int64_t El, int64_t E, const int64_t *off)
+void qt_moe_unpack(void *dst, const void *recv, const int32_t *idx, int64_t T, int64_t k,
+                   int64_t rb, int64_t El, int64_t E, const int64_t *off)
 {
     int64_t next[QT_EP_MAX_MEMBERS];
     const int64_t members = E / El;
@@ -46,9 +46,7 @@ void qt_moe_unpack(float *dst, const float *recv, const int32_t *idx, int64_t T,
     for (int64_t r = 0; r < T * k; r++) {
         const int32_t e = idx[r];
         if (!qt_moe_valid(e, E)) continue;
-        const float *s = recv + (next[e / El]++) * d;
-        float *o = dst + r * d;
-        for (int64_t i = 0; i < d; i++) o[i] = s[i];
+        memcpy((char *)dst + r * rb, (const char *)recv + (next[e / El]++) * rb, (size_t)rb);
     }
 }
 

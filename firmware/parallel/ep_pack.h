@@ -23,18 +23,19 @@ extern "C" {
 void qt_moe_count(int64_t *cnt, const int32_t *idx, int64_t b, int64_t S, int64_t k,
                   int64_t El, int64_t E, int64_t members);
 
-/* Packs rows into send (members' slices back to back, member j's starting at off[j]):
- * row r's source is src + (per_token ? r/k : r) * d. With ids, ids receives the local
- * expert id idx[r] - j*El of each packed row at the same position. Reads idx, src; writes
- * send (and ids). off: members entries (prefix sums of the per-member row totals). */
-void qt_moe_pack(float *send, int32_t *ids, const float *src, int per_token, const int32_t *idx,
-                 int64_t T, int64_t k, int64_t d, int64_t El, int64_t E, const int64_t *off);
+/* Packs rows of rb bytes (d fp32 or bf16 elements: moved bit for bit) into send (members'
+ * slices back to back, member j's starting at row off[j]): row r's source is row
+ * (per_token ? r/k : r) of src. With ids, ids receives the local expert id idx[r] - j*El of
+ * each packed row at the same position. Reads idx, src; writes send (and ids). off:
+ * members entries (prefix sums of the per-member row totals). */
+void qt_moe_pack(void *send, int32_t *ids, const void *src, int per_token, const int32_t *idx,
+                 int64_t T, int64_t k, int64_t rb, int64_t El, int64_t E, const int64_t *off);
 
-/* The inverse placement: row r of dst (dst + r*d) receives the next row of member j's slice
- * of recv (starting at off[j]), visiting r in increasing order. Writes dst rows with a
- * valid expert only. */
-void qt_moe_unpack(float *dst, const float *recv, const int32_t *idx, int64_t T, int64_t k,
-                   int64_t d, int64_t El, int64_t E, const int64_t *off);
+/* The inverse placement: row r of dst (rows of rb bytes) receives the next row of member j's
+ * slice of recv (starting at row off[j]), visiting r in increasing order. Writes dst rows
+ * with a valid expert only. */
+void qt_moe_unpack(void *dst, const void *recv, const int32_t *idx, int64_t T, int64_t k,
+                   int64_t rb, int64_t El, int64_t E, const int64_t *off);
 
 /* dx[t] += the returned gradient rows of token t, slots in increasing order (the last loop
  * of the one-rank EXPERT_FFN_BWD): row (t, slot) is the next unread row of member

@@ -38,9 +38,9 @@ static float *qt_blocks_at(const qt_plan *p, int64_t region, int compact, int64_
 float *qt_step_param_at(const qt_plan *p, int32_t range, int64_t flat)
 {
     int64_t lo = 0, n;
-    if (p->params_compact) qt_step_block(p, range, &lo, &n);
-    return qt_blocks_at(p, p->params_offset, p->params_compact, p->ranges[range].adam_lo, lo,
-                        flat);
+    const int compact = qt_plan_masters_compact(p);
+    if (compact) qt_step_block(p, range, &lo, &n);
+    return qt_blocks_at(p, p->params_offset, compact, p->ranges[range].adam_lo, lo, flat);
 }
 
 float *qt_step_grad_at(const qt_plan *p, int32_t range, int64_t flat)

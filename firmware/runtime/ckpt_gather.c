@@ -93,7 +93,8 @@ static unsigned qt_ckg_mask(const qt_plan *p, int src, int32_t i)
 {
     if (p->n_ranks <= 1) return 0;
     unsigned m = qt_ckg_shard_axes(&p->tensors[p->params[i].tensor]);
-    if (src != QT_CKS_PARAMS || p->params_compact) m |= p->ranges[qt_ckg_range(p, i)].opt_mask;
+    if (src != QT_CKS_PARAMS || qt_plan_masters_compact(p))
+        m |= p->ranges[qt_ckg_range(p, i)].opt_mask;
     return m;
 }
 
@@ -118,7 +119,7 @@ static void qt_ckg_part(const qt_plan *p, int src, int32_t i, int64_t *j0, int64
 {
     const qt_param *pa = &p->params[i];
     float *base = qt_ckg_f32(p, qt_ckg_region(p, src));
-    if (src == QT_CKS_PARAMS && !p->params_compact) {
+    if (src == QT_CKS_PARAMS && !qt_plan_masters_compact(p)) {
         *j0 = 0;
         *n = pa->numel;
         *at = base + pa->flat_offset;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include "qt_interp.h"
+#include "qt_interp_bf16.h"
 #include "qt_tree.h"
 #include "qt_step.h"
 #include "qt_err.h"
@@ -194,7 +195,7 @@ void qt_interp_run_init(const qt_ctx *ctx, const qt_kernel_entry *table)
     const qt_plan *p = ctx->plan;
     for (int32_t i = 0; i < p->n_init_ops; i++) {
         const qt_op *op = &p->init_ops[i];
-        if (op->kind != QT_OP_NOP) table[op->kind].run(op, ctx);
+        if (op->kind != QT_OP_NOP) qt_interp_call_run(&table[op->kind], op, ctx);
     }
 }
 
@@ -226,7 +227,7 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
                 memset(dw[1], 0, (size_t)pb->numel * sizeof(float));
         }
         if (prof) t1 = qt_interp_now();
-        table[op->kind].wgrad(op, ctx, s, dw);
+        qt_interp_call_wgrad(&table[op->kind], op, ctx, s, dw);
         if (prof) t2 = qt_interp_now();
         qt_tree_push(levels, pa->leaf_offset, pa->numel, scratch, leaf);
         if (pb) qt_tree_push(levels, pb->leaf_offset, pb->numel, scratch + pa->numel, leaf);
@@ -264,11 +265,11 @@ void qt_interp_run_microbatch(const qt_ctx *c, const qt_kernel_entry *table, int
             }
         } else if (prof) {
             double t0 = qt_interp_now();
-            table[op->kind].run(op, &ctx);
+            qt_interp_call_run(&table[op->kind], op, &ctx);
             prof->run_s[op->kind] += qt_interp_now() - t0;
             prof->run_calls[op->kind]++;
         } else {
-            table[op->kind].run(op, &ctx);
+            qt_interp_call_run(&table[op->kind], op, &ctx);
         }
     }
 }

@@ -18,7 +18,8 @@
 
 const qt_kernel_entry qt_kernel_table[QT_OP_COUNT] = {
 #define QT_OP(e, name, cls, slots, props, check, tn, an) \
-    [QT_OP_##e] = {#name, QT_OPC_##cls, QT_OPE_##cls(name), QT_OPK_##check(name), (props)},
+    [QT_OP_##e] = {#name, QT_OPC_##cls, QT_OPE_##cls(name), QT_OPK_##check(name), (props), \
+                    slots},
 #include "../include/qt_ops.def"
 #undef QT_OP
 };

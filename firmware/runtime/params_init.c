@@ -150,7 +150,7 @@ void qt_params_init(const qt_plan *p, uint64_t seed)
          * with a compact region those inside its optimizer block of the range */
         int64_t j0 = 0, j1 = pa->numel;
         float *w = (float *)(void *)(p->arena + p->params_offset) + pa->flat_offset;
-        if (p->params_compact) {
+        if (qt_plan_masters_compact(p)) {
             const int32_t r = qt_plan_range_of(p, pa->flat_offset);
             int64_t blo, bn;
             qt_step_block(p, r, &blo, &bn);
@@ -179,7 +179,7 @@ uint64_t qt_param_fp_chunk(const qt_plan *p, int32_t i, int64_t gbase, int64_t j
     const qt_param *pa = &p->params[i];
     const qt_tensor *t = &p->tensors[pa->tensor];
     /* elements j0 .. j0+n-1 (with a compact parameter region: inside the rank's block) */
-    const float *w = p->params_compact
+    const float *w = qt_plan_masters_compact(p)
         ? qt_step_param_at(p, qt_plan_range_of(p, pa->flat_offset), pa->flat_offset + j0)
         : (const float *)(const void *)(p->arena + p->params_offset) + pa->flat_offset + j0;
     int sharded = 0;

@@ -20,7 +20,7 @@ void qt_step_block(const qt_plan *p, int32_t range, int64_t *lo, int64_t *n);
 void qt_step_reduce_block(const qt_plan *p, int32_t range, int64_t *lo, int64_t *n);
 
 /* The master parameter element at flat index `flat` of range `range`: in this rank's
- * optimizer block of the range when the parameter region is compact (qt_plan.params_compact:
+ * optimizer block of the range when the parameter region is compact (qt_plan_masters_compact:
  * the block then sits at the range's adam_lo); else at its flat index. */
 float *qt_step_param_at(const qt_plan *p, int32_t range, int64_t flat);
 

@@ -38,6 +38,11 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o);
 /* Initialise every parameter from the plan's init rules with the given seed (counter-based
  * RNG keyed by (seed, parameter index, element index): independent of sharding). */
 void qt_params_init(const qt_plan *p, uint64_t seed);
+/* The master weights were written outside a step (qt_params_init, a checkpoint load): a
+ * bf16 plan's compute copy is made bf16(masters) again on every rank (rounding and the
+ * parameter all-gathers: all ranks call it). qt_runtime_init calls it after its own
+ * initialisation. Nothing to do in fp32 plans. 0 or the collective's QT_E_*. */
+int qt_runtime_params_changed(void);
 /* The steps' token source: fills inputs and targets (I32, [n_seqs * seq_len]) with global
  * sequences first_seq .. first_seq+n_seqs-1 of optimizer step `step`; returns QT_OK or a
  * negative QT_E_* code after printing its one line. The program installs io/data.c's

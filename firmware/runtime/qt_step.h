@@ -31,6 +31,12 @@ void qt_step_init(const qt_plan *p);
  * collective's code. */
 uint64_t qt_step_fingerprint(const qt_ctx *ctx, int *rc);
 
+/* bf16 plans with a flat compute copy: rounds this rank's master blocks into the copy and
+ * runs the step schedule's parameter all-gathers, so every rank's copy is bf16(masters)
+ * (after init and after a checkpoint load; the step's AdamW and its all-gathers do the same
+ * each step). Nothing in other plans. All ranks call it; 0 or the collective's QT_E_*. */
+int qt_step_publish_params(const qt_ctx *ctx, int64_t step);
+
 /* Merges the exact accumulators of every member of group `mask` into *a (exact, so the
  * result does not depend on the group's size or order). 0 or QT_E_COMM. */
 int qt_step_exact_merge(unsigned mask, qt_exact *a);

@@ -8,6 +8,11 @@
 #include "qt_ops.h"
 #include "qt_runtime.h"
 
+/* The plan's compute dtype (validate_bf16.c): an fp32 plan has no bf16 tensor; a bf16
+ * plan's staging region fits every op's bf16 staging and the native bf16 kinds' slots have
+ * the dtypes their wrappers read. QT_OK, or QT_E_PLAN after one line. */
+int qt_validate_bf16(const qt_plan *p, const qt_kernel_entry *table);
+
 /* Checks that plan p can run as rank o->rank of o->n_ranks with the kernel table `table`
  * (the same table the steps will use): ranks, plan hash, batch, io tensors, regions,
  * parameters and the step schedules. Reads p only. QT_OK, or QT_E_PLAN after printing

@@ -206,7 +206,12 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
     if (p->n_ranks > 1 && (rc = qt_runtime_warm_comm(p)) != QT_OK) return rc;
     qt_rng_set_rank(o->rank);
     qt_params_init(p, o->seed);
-    return QT_OK;
+    return qt_runtime_params_changed();
+}
+
+int qt_runtime_params_changed(void)
+{
+    return qt_rt.plan ? qt_step_publish_params(&qt_rt.ctx, 0) : QT_E_PLAN;
 }
 
 double qt_runtime_lr(const qt_plan *p, int64_t t)
@@ -310,7 +315,7 @@ int qt_runtime_grads(const qt_plan *p, int64_t step, qt_step_metrics *m)
     m->step_seconds = qt_runtime_now() - t0;
     m->tokens_per_s = m->step_seconds > 0.0 ? (double)m->tokens / m->step_seconds : 0.0;
     /* on a compact parameter region no rank holds every element: the blocks' sum */
-    if (p->params_compact) {
+    if (qt_plan_masters_compact(p)) {
         m->fingerprint = qt_step_fingerprint(&qt_rt.ctx, &rc);
         return rc;
     }

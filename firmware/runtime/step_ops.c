@@ -14,6 +14,7 @@
  */
 #include <string.h>
 #include "qt_step.h"
+#include "ops/qt_op_fns.h"
 #include "qt_blocks.h"
 #include "qt_interp.h"
 #include "qt_tree.h"
@@ -23,6 +24,7 @@
 #include "qt_err.h"
 #include "comm/qt_coll.h"
 #include "math/qt_math.h"
+#include "kernels/bf16.h"
 
 /* Chunk of the fused passes over the parameter-sized regions: 64 KiB per stream, so a
  * chunk written by one stage is still in L2 when the next stage reads it. */
@@ -267,6 +269,38 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w
     return fp;
 }
 
+/* bf16 plans with a flat compute copy: this rank's block of range i of the copy becomes the
+ * bf16 rounding of its updated master block (the parameter all-gathers of the step schedule
+ * then fill the other ranks' blocks). Padding elements round +0 to 0x0000. */
+static void qt_step_round_block(const qt_plan *p, int32_t i)
+{
+    if (p->dtype != QT_BF16 || !p->compute_offset) return;
+    int64_t lo, n;
+    qt_step_block(p, i, &lo, &n);
+    qt_bf16_from_f32_n((qt_bf16 *)(void *)(p->arena + p->compute_offset) + lo,
+                       qt_step_param_at(p, i, lo), n);
+}
+
+int qt_step_publish_params(const qt_ctx *ctx, int64_t step)
+{
+    const qt_plan *p = ctx->plan;
+    if (p->dtype != QT_BF16 || !p->compute_offset) return QT_OK;
+    for (int32_t i = 0; i < p->n_ranges; i++) qt_step_round_block(p, i);
+    qt_step_state st = {step, 0, NULL};
+    const int64_t lo = p->compute_offset, hi = lo + 2 * p->n_flat;
+    for (int32_t i = 0; i < p->n_step_ops; i++) {
+        const qt_op *op = &p->step_ops[i];
+        if (op->kind != QT_OP_COLLECTIVE) continue;
+        const int64_t c = QT_A(op, COLLECTIVE, coll);
+        if (c < 0 || c >= p->n_collectives || p->collectives[c].offset < lo ||
+            p->collectives[c].offset >= hi)
+            continue;
+        int rc = qt_step_collective(op, ctx, &st);
+        if (rc) return rc;
+    }
+    return QT_OK;
+}
+
 int qt_step_adamw(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 {
     (void)op;
@@ -288,6 +322,7 @@ int qt_step_adamw(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
         uint64_t f = qt_step_update(p, lo, n, qt_step_param_at(p, i, lo),
                                     qt_step_grad_at(p, i, lo), mo, vo, &hp, gscale, scaled);
         if (qt_step_primary(ctx, &p->ranges[i])) fp += f;
+        qt_step_round_block(p, i);
     }
     if (p->n_ranks > 1) {
         int rc = qt_coll_sum_u64(QT_COLL_ALL, &fp, 1);
@@ -318,8 +353,13 @@ int qt_step_param_gather(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     const int32_t r = (int32_t)QT_A(op, PARAM_GATHER, range);
     int64_t lo, n;
     qt_step_block(p, r, &lo, &n);
-    float *win = qt_f32(ctx, QT_T(op, PARAM_GATHER, window));
-    memcpy(win + (lo - p->ranges[r].lo), qt_step_param_at(p, r, lo), (size_t)n * sizeof(float));
+    const int32_t w = QT_T(op, PARAM_GATHER, window);
+    /* a bf16 window holds the rounding of the masters: the same bits as a flat compute copy */
+    if (qt_is_b16(ctx, w))
+        qt_bf16_from_f32_n(qt_b16(ctx, w) + (lo - p->ranges[r].lo), qt_step_param_at(p, r, lo), n);
+    else
+        memcpy(qt_f32(ctx, w) + (lo - p->ranges[r].lo), qt_step_param_at(p, r, lo),
+               (size_t)n * sizeof(float));
     return QT_OK;
 }
 

@@ -59,7 +59,7 @@ static int qt_validate_region(const qt_plan *p, int64_t off, int64_t elems, cons
  * n_flat floats, the Adam moments this rank's block of the optimizer group. */
 static int qt_validate_regions(const qt_plan *p)
 {
-    enum { QT_RT_REGIONS = 6 + QT_MAX_TREE_LEVELS };
+    enum { QT_RT_REGIONS = 8 + QT_MAX_TREE_LEVELS };
     int64_t off[QT_RT_REGIONS], elems[QT_RT_REGIONS];
     const char *what[QT_RT_REGIONS];
     if (p->n_tree_levels < 1 || p->n_tree_levels > QT_MAX_TREE_LEVELS)
@@ -124,6 +124,13 @@ static int qt_validate_regions(const qt_plan *p)
         off[n] = fixed[i];
         elems[n] = sizes[i];
         what[n] = names[i];
+    }
+    if (p->dtype == QT_BF16) {
+        /* the compute copy: n_flat bf16 (in 4-byte units), and the fp32 staging */
+        off[n] = p->compute_offset, elems[n] = p->compute_offset ? (p->n_flat + 1) / 2 : 0;
+        what[n++] = "bf16 compute copy";
+        off[n] = p->bf16_stage_offset, elems[n] = p->bf16_stage_elems;
+        what[n++] = "bf16 staging";
     }
     int64_t mb_elems = 0;
     for (int32_t i = 0; i < p->n_ranges; i++) {
@@ -273,16 +280,8 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
                 p->run_name, (unsigned long long)h, (unsigned long long)p->hash, p->run_name);
         return QT_E_PLAN;
     }
-    int32_t n_bf16 = 0;
-    for (int32_t i = 0; i < p->n_tensors; i++) n_bf16 += p->tensors[i].dtype == QT_BF16;
-    if (p->dtype != QT_F32 || n_bf16) {
-        fprintf(stderr, "plan %s: dtype %s is planned (%d bf16 tensors), but this firmware "
-                "build does not execute bfloat16 plans yet (only the plan side and the bf16 "
-                "kernels exist, docs/precision.md); generate the run with dtype=float32\n",
-                p->run_name, p->dtype == QT_BF16 || n_bf16 ? "bfloat16" : "unknown",
-                (int)n_bf16);
-        return QT_E_PLAN;
-    }
+    int rc0 = qt_validate_bf16(p, table);
+    if (rc0) return rc0;
     const qt_train_cfg *tc = &p->train;
     if (tc->micro_batch < 1 || tc->seq_len < 1 || tc->grad_accum < 1 ||
         tc->global_batch < tc->micro_batch * tc->grad_accum) {

@@ -57,6 +57,7 @@ struct TinyPlan {
         plan.arena = g_arena;
         plan.arena_bytes = (int64_t)sizeof g_arena;
         plan.tensors = t;
+        memset(&ctx, 0, sizeof ctx);
         ctx.plan = &plan;
         ctx.arena = g_arena;
     }

@@ -780,6 +780,7 @@ struct MiniPlan {
         plan.tensors = tensors;
         plan.arena = arena;
         plan.arena_bytes = sizeof arena;
+        memset(&ctx, 0, sizeof ctx);
         ctx.plan = &plan;
         ctx.arena = arena;
     }

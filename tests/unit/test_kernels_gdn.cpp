@@ -581,6 +581,7 @@ struct mini_plan {
     {
         plan.tensors = ts.data();
         plan.n_tensors = (int32_t)ts.size();
+        memset(&ctx, 0, sizeof ctx);
         ctx.plan = &plan;
         ctx.arena = base();
         return &ctx;

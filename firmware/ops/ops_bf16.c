@@ -1,0 +1,191 @@
+/* ops_bf16.c - the native bf16 forms of the QT_OPP_BF16 kinds' wrappers (qt_ops_bf16.h):
+ * ZERO and ROUND_BF16 on bf16 tensors, EMBED_FWD, MATMUL_FWD / BWD_DATA / WGRAD (plain and
+ * canonical), the expert FFN. The fp32 wrappers call them when the plan is bf16
+ * (docs/precision.md, "Executing bf16 plans").
+ *
+ * Invariants (the precision rule): contractions on bf16 operands are the VDPBF16PS chains
+ * of bf16_matmul.h (blocks of bf16_matmul_canon.h), fp32 from there on; a result is rounded
+ * to bf16 (qt_bf16_from_f32) once per element per op, where it is stored, and only after
+ * any cross-rank sum of its partials (tensor parallelism), so a split keeps one rank's bits;
+ * an accumulating bf16 slot is widened, added to in fp32 and rounded once. fp32 results
+ * wait in the plan's staging region (bf16_stage_offset), which configgen sizes for every
+ * op's bf16 slots. No state, no heap.
+ */
+#include <string.h>
+#include "qt_ops_bf16.h"
+#include "kernels/bf16.h"
+#include "kernels/bf16_matmul.h"
+#include "kernels/bf16_matmul_canon.h"
+#include "kernels/bf16_expert_ffn.h"
+
+float *qt_op_bf16_stage(const qt_ctx *ctx)
+{
+    return (float *)(void *)(ctx->arena + ctx->plan->bf16_stage_offset);
+}
+
+void qt_op_store_b16(const qt_ctx *ctx, int32_t id, const float *v, int64_t n)
+{
+    if (qt_is_b16(ctx, id)) qt_bf16_from_f32_n(qt_b16(ctx, id), v, n);
+    else if (qt_f32(ctx, id) != v) memcpy(qt_f32(ctx, id), v, (size_t)n * sizeof(float));
+}
+
+float *qt_op_widen_b16(const qt_ctx *ctx, int32_t id, float *stage, int64_t n)
+{
+    if (!qt_is_b16(ctx, id)) return qt_f32(ctx, id);
+    qt_f32_from_bf16_n(stage, qt_b16(ctx, id), n);
+    return stage;
+}
+
+void qt_op16_zero(const qt_op *op, const qt_ctx *ctx)
+{
+    memset(qt_b16(ctx, QT_T(op, ZERO, x)), 0, (size_t)QT_A(op, ZERO, n) * 2u);
+}
+
+void qt_op16_round(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_bf16_from_f32_n(qt_b16(ctx, QT_T(op, ROUND_BF16, y)), qt_f32(ctx, QT_T(op, ROUND_BF16, x)),
+                       QT_A(op, ROUND_BF16, n));
+}
+
+/* EMBED_FWD: the compute copy's rows are bf16(master) already: copied bit for bit; a token
+ * outside [0, V) gives a zero row (as the fp32 kernel). */
+void qt_op16_embed_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_bf16 *x = qt_b16(ctx, QT_T(op, EMBED_FWD, x));
+    const qt_bf16 *w = qt_b16(ctx, QT_T(op, EMBED_FWD, w));
+    const int32_t *tok = qt_i32(ctx, QT_T(op, EMBED_FWD, tokens));
+    const int64_t T = QT_A(op, EMBED_FWD, T), d = QT_A(op, EMBED_FWD, d),
+                  V = QT_A(op, EMBED_FWD, V);
+    for (int64_t t = 0; t < T; t++) {
+        if (tok[t] < 0 || tok[t] >= V) memset(x + t * d, 0, (size_t)d * 2u);
+        else memcpy(x + t * d, w + (int64_t)tok[t] * d, (size_t)d * 2u);
+    }
+}
+
+/* MATMUL_FWD: y = bf16(x W^T), the canonical blocks' tree (and the tensor group's sum) in
+ * fp32 before the one rounding. */
+void qt_op16_matmul_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t M = QT_A(op, MATMUL_FWD, M), N = QT_A(op, MATMUL_FWD, N),
+                  K = QT_A(op, MATMUL_FWD, K);
+    const int32_t yid = QT_T(op, MATMUL_FWD, y);
+    float *acc = qt_is_b16(ctx, yid) ? qt_op_bf16_stage(ctx) : qt_f32(ctx, yid);
+    const qt_bf16 *x = qt_b16(ctx, QT_T(op, MATMUL_FWD, x)),
+                  *w = qt_b16(ctx, QT_T(op, MATMUL_FWD, w));
+    if (QT_A(op, MATMUL_FWD, nb) <= 0) {
+        qt_bf16_matmul_fwd(acc, x, w, M, N, K);
+    } else {
+        qt_bf16_matmul_canon_fwd(acc, x, w, M, N, K, QT_A(op, MATMUL_FWD, segs),
+                                 QT_A(op, MATMUL_FWD, nb),
+                                 qt_f32(ctx, QT_T(op, MATMUL_FWD, scratch)));
+        if (QT_A(op, MATMUL_FWD, mask) &&
+            qt_op_sum_across(ctx, acc, M * N, (unsigned)QT_A(op, MATMUL_FWD, mask)))
+            return;
+    }
+    qt_op_store_b16(ctx, yid, acc, M * N);
+}
+
+/* MATMUL_BWD_DATA: dx = bf16(widen(dx) + dy W): plain, one fp32 add per element after the
+ * chain (bf16_matmul.h); canonical, the fp32 tree total (summed over the tensor group) added
+ * once. */
+void qt_op16_matmul_bwd_data(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t M = QT_A(op, MATMUL_BWD_DATA, M), N = QT_A(op, MATMUL_BWD_DATA, N),
+                  K = QT_A(op, MATMUL_BWD_DATA, K);
+    const int32_t dxid = QT_T(op, MATMUL_BWD_DATA, dx);
+    const qt_bf16 *dy = qt_b16(ctx, QT_T(op, MATMUL_BWD_DATA, dy)),
+                  *w = qt_b16(ctx, QT_T(op, MATMUL_BWD_DATA, w));
+    float *stage = qt_op_bf16_stage(ctx);
+    if (QT_A(op, MATMUL_BWD_DATA, nb) <= 0) {
+        float *dx = qt_op_widen_b16(ctx, dxid, stage, M * K);
+        qt_bf16_matmul_bwd_data(dx, dy, w, M, N, K);
+        qt_op_store_b16(ctx, dxid, dx, M * K);
+        return;
+    }
+    float *total = stage;
+    qt_bf16_matmul_canon_bwd_data(total, dy, w, M, N, K, QT_A(op, MATMUL_BWD_DATA, segs),
+                                  QT_A(op, MATMUL_BWD_DATA, nb),
+                                  qt_f32(ctx, QT_T(op, MATMUL_BWD_DATA, scratch)));
+    if (QT_A(op, MATMUL_BWD_DATA, mask) &&
+        qt_op_sum_across(ctx, total, M * K, (unsigned)QT_A(op, MATMUL_BWD_DATA, mask)))
+        return;
+    if (qt_is_b16(ctx, dxid)) {
+        qt_bf16 *dx = qt_b16(ctx, dxid);
+        for (int64_t i = 0; i < M * K; i++)
+            dx[i] = qt_bf16_from_f32(qt_f32_from_bf16(dx[i]) + total[i]);
+    } else {
+        float *dx = qt_f32(ctx, dxid);
+        for (int64_t i = 0; i < M * K; i++) dx[i] = dx[i] + total[i];
+    }
+}
+
+/* MATMUL_WGRAD: the sequence's fp32 leaf from bf16 dy and x (bf16_matmul.h wgrad chain). */
+void qt_op16_matmul_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
+{
+    const int64_t N = QT_A(op, MATMUL_WGRAD, N), K = QT_A(op, MATMUL_WGRAD, K),
+                  rps = QT_A(op, MATMUL_WGRAD, seq_rows);
+    qt_bf16_matmul_wgrad(dw[0], qt_b16(ctx, QT_T(op, MATMUL_WGRAD, dy)) + seq * rps * N,
+                         qt_b16(ctx, QT_T(op, MATMUL_WGRAD, x)) + seq * rps * K, rps, N, K);
+}
+
+/* EXPERT_FFN_FWD: gu and h rounded inside the kernel (matmul operands); y fp32 from the
+ * kernel, rounded here when it is bf16 (one rank), left fp32 when it is a partial sum that
+ * an ALL_REDUCE completes first (tensor parallelism) - the rounding then follows it. */
+void qt_op16_expert_ffn_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t T = QT_A(op, EXPERT_FFN_FWD, T), k = QT_A(op, EXPERT_FFN_FWD, k),
+                  d = QT_A(op, EXPERT_FFN_FWD, d);
+    const int32_t yid = QT_T(op, EXPERT_FFN_FWD, y), sid = QT_T(op, EXPERT_FFN_FWD, scratch);
+    float *y = qt_is_b16(ctx, yid) ? qt_op_bf16_stage(ctx) : qt_f32(ctx, yid);
+    qt_bf16_expert_ffn_fwd(y, qt_b16(ctx, QT_T(op, EXPERT_FFN_FWD, gu)),
+                           qt_b16(ctx, QT_T(op, EXPERT_FFN_FWD, x)),
+                           qt_i32(ctx, QT_T(op, EXPERT_FFN_FWD, idx)),
+                           qt_b16(ctx, QT_T(op, EXPERT_FFN_FWD, w_gu)),
+                           qt_b16(ctx, QT_T(op, EXPERT_FFN_FWD, w_down)), qt_f32(ctx, sid), T, k,
+                           QT_A(op, EXPERT_FFN_FWD, E), d, QT_A(op, EXPERT_FFN_FWD, f),
+                           ctx->plan->tensors[sid].numel, QT_A(op, EXPERT_FFN_FWD, nb));
+    qt_op_store_b16(ctx, yid, y, T * k * d);
+}
+
+/* EXPERT_FFN_BWD: dgu rounded inside the kernel (stored, and the operand of the data
+ * gradient); each token's slot rows added in fp32 to the widened dx (bf16 on one rank) or
+ * to the fp32 dx of an expert host or a tensor-parallel partial, rounded once. */
+void qt_op16_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t T = QT_A(op, EXPERT_FFN_BWD, T), d = QT_A(op, EXPERT_FFN_BWD, d);
+    const int32_t dxid = QT_T(op, EXPERT_FFN_BWD, dx), sid = QT_T(op, EXPERT_FFN_BWD, scratch),
+                  gid = QT_T(op, EXPERT_FFN_BWD, dgu);
+    float *dx = qt_op_widen_b16(ctx, dxid, qt_op_bf16_stage(ctx), T * d);
+    qt_bf16_expert_ffn_bwd(dx, gid != QT_NONE ? qt_b16(ctx, gid) : 0,
+                           qt_b16(ctx, QT_T(op, EXPERT_FFN_BWD, dy)),
+                           qt_i32(ctx, QT_T(op, EXPERT_FFN_BWD, idx)),
+                           qt_b16(ctx, QT_T(op, EXPERT_FFN_BWD, gu)),
+                           qt_b16(ctx, QT_T(op, EXPERT_FFN_BWD, w_gu)),
+                           qt_b16(ctx, QT_T(op, EXPERT_FFN_BWD, w_down)), qt_f32(ctx, sid), T,
+                           QT_A(op, EXPERT_FFN_BWD, k), QT_A(op, EXPERT_FFN_BWD, E), d,
+                           QT_A(op, EXPERT_FFN_BWD, f), ctx->plan->tensors[sid].numel,
+                           QT_A(op, EXPERT_FFN_BWD, bwd_nb));
+    qt_op_store_b16(ctx, dxid, dx, T * d);
+}
+
+/* EXPERT_FFN_WGRAD: the sequence's fp32 leaves of W_gu and W_down, written whole; the rows
+ * of the sequence as the fp32 wrapper finds them (an expert host's packed rows via seg). */
+void qt_op16_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
+{
+    int64_t k = QT_A(op, EXPERT_FFN_WGRAD, k), S = QT_A(op, EXPERT_FFN_WGRAD, S), t0 = seq * S;
+    const int64_t d = QT_A(op, EXPERT_FFN_WGRAD, d), f = QT_A(op, EXPERT_FFN_WGRAD, f);
+    const int32_t sid = QT_T(op, EXPERT_FFN_WGRAD, scratch), gid = QT_T(op, EXPERT_FFN_WGRAD, dgu);
+    if (QT_T(op, EXPERT_FFN_WGRAD, seg) != QT_NONE) {
+        const int32_t *seg = qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, seg));
+        t0 = seg[seq];
+        S = seg[seq + 1] - seg[seq];
+        k = 1;
+    }
+    qt_bf16_expert_ffn_wgrad(dw[0], dw[1], qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, dy)) + t0 * k * d,
+                             qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, x)) + t0 * d,
+                             qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, idx)) + t0 * k,
+                             qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, gu)) + t0 * k * 2 * f,
+                             gid != QT_NONE ? qt_b16(ctx, gid) + t0 * k * 2 * f : 0,
+                             qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, w_down)), qt_f32(ctx, sid), S,
+                             k, QT_A(op, EXPERT_FFN_WGRAD, E), d, f, ctx->plan->tensors[sid].numel);
+}

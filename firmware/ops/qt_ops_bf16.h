@@ -1,0 +1,42 @@
+/* qt_ops_bf16.h - native bf16 wrappers and their helpers (ops_bf16.c, ops_ep.c, ops_moe.c):
+ * what the QT_OPP_BF16 kinds' wrappers call in a bf16 plan (docs/precision.md, "Executing
+ * bf16 plans"). Same op records and slots as the fp32 wrappers (qt_ops.def), bf16 storage
+ * where the row's "bf16 plans" line says so.
+ *
+ * Invariants: a result is rounded once per element per op, after any cross-rank sum; the
+ * staging region (qt_op_bf16_stage) is live only inside one op.
+ */
+#ifndef QT_OPS_BF16_H
+#define QT_OPS_BF16_H
+
+#include "qt_op_fns.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The plan's fp32 staging region (bf16 plans: bf16_stage_elems floats). */
+float *qt_op_bf16_stage(const qt_ctx *ctx);
+/* Stores n fp32 values v into tensor id: rounded when it is bf16, else copied (nothing when
+ * v is the tensor itself). */
+void qt_op_store_b16(const qt_ctx *ctx, int32_t id, const float *v, int64_t n);
+/* The n elements of tensor id as fp32: widened into stage when it is bf16 (returns stage),
+ * else the tensor itself. */
+float *qt_op_widen_b16(const qt_ctx *ctx, int32_t id, float *stage, int64_t n);
+
+void qt_op16_zero(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_round(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_embed_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_matmul_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_matmul_bwd_data(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_matmul_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2]);
+void qt_op16_expert_ffn_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
+                              float *const dw[2]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
