@@ -130,6 +130,7 @@ int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen)
                           (long long)g->arena_bytes);
     int rc = check_regions(g, err, errlen);
     if (!rc) rc = check_windows(g, err, errlen);
+    if (!rc) rc = qt_cg_check_dtypes(g, err, errlen);
     if (rc) return rc;
     for (int i = 0; i < g->nt; i++) {
         const qt_tensor *t = &g->ts[i].t;
