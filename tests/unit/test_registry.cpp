@@ -99,14 +99,15 @@ TEST(Registry, RoundBf16NearestEvenSweep)
 }
 
 // The new kind through what its row generates: the table entry (class, name, wrapper, no
-// check hook, no props), the named slots in row order, and the wrapper on an arena,
-// in place too.
+// check hook, QT_OPP_BF16: its wrapper stores a bf16 y itself), the named slots in row
+// order, and the wrapper on an arena, in place too.
 TEST(Registry, RoundBf16ThroughTheKernelTable)
 {
     const qt_kernel_entry *k = &qt_kernel_table[QT_OP_ROUND_BF16];
     STRCMP_EQUAL("round_bf16", k->name);
     LONGS_EQUAL(QT_OPC_RUN, k->cls);
-    CHECK(k->run == qt_op_round_bf16 && !k->wgrad && !k->step && !k->check && k->props == 0);
+    CHECK(k->run == qt_op_round_bf16 && !k->wgrad && !k->step && !k->check &&
+          k->props == QT_OPP_BF16);
     LONGS_EQUAL(0, QT_T_ROUND_BF16_y);
     LONGS_EQUAL(1, QT_T_ROUND_BF16_x);
     LONGS_EQUAL(0, QT_A_ROUND_BF16_n);
