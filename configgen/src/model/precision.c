@@ -10,13 +10,17 @@
  *   plans", plan fixes): the canonical blocks' scratch (".canon_scratch": fp32
  *   block partials), every ALL_REDUCE buffer (tensor-parallel partials), the
  *   expert hosts' row gradients (MOE_DISPATCH_BWD dxr)                         fp32
+ * and, where an ALL_REDUCE buffer's consumers read bf16 (tensor parallelism: the expert
+ * hosts' forward rows), a ROUND_BF16 right after the ALL_REDUCE into "<buf>.bf16", which
+ * the later ops read instead: one rounding of the complete sum, as one rank rounds once.
  *   token ids, targets, routing indices and rows (I32)                         int32
  * The master weights, the gradient leaves and trees, Adam and the checkpoint staging are
  * flat regions, not tensors: fp32 always (memory/memplan.c). Per-layer gather windows are
  * created later in the compute dtype (schedule/layer_ops.c).
- * Invariants: runs after autodiff and remat, before the flat ranges and the arena (which
- * size each tensor by its dtype); an fp32 plan is left exactly as built; I32 tensors are
- * never changed. */
+ * Invariants: runs after autodiff and remat (whose copies it sees as ordinary ops), before
+ * the flat ranges, the arena (which size each tensor by its dtype and plan lifetimes from
+ * the schedule) and scan_layers; an fp32 plan is left exactly as built; I32 tensors are
+ * never changed; g->bwd_src (remat's input) is not updated. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
