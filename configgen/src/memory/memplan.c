@@ -10,9 +10,9 @@
  * elements of 2 bytes) the parameter tensors point into; with per-layer gathers there is no
  * compute copy region (the bf16 gather windows are activations). bf16 plans also get the
  * bf16 staging region (fp32, bf16_stage_elems floats; qt_plan_fields.def): the firmware
- * widens one op's bf16 slots into it, so it holds the largest per-op sum of bf16 tensors. Every tensor is sized by
- * its dtype (qt_dtype_bytes); the flat fp32 regions (master, Adam, trees, scratch,
- * staging) stay 4 bytes an element.
+ * widens one op's bf16 slots into it, so it holds the largest per-op sum of bf16 tensors.
+ * Every tensor is sized by its dtype (qt_dtype_bytes); the flat fp32 regions (master,
+ * Adam, trees, scratch, staging) stay 4 bytes an element.
  * The params and tree regions are flat parameter regions of n_flat floats: parameter p sits
  * at the same element offset (flat_offset, a multiple of 16 so every tensor stays 64-byte
  * aligned) in each of them; padding elements between parameters and up to n_flat (a

@@ -10,10 +10,10 @@
  *   plans", plan fixes): the canonical blocks' scratch (".canon_scratch": fp32
  *   block partials), every ALL_REDUCE buffer (tensor-parallel partials), the
  *   expert hosts' row gradients (MOE_DISPATCH_BWD dxr)                         fp32
+ *   token ids, targets, routing indices and rows (I32)                         int32
  * and, where an ALL_REDUCE buffer's consumers read bf16 (tensor parallelism: the expert
  * hosts' forward rows), a ROUND_BF16 right after the ALL_REDUCE into "<buf>.bf16", which
  * the later ops read instead: one rounding of the complete sum, as one rank rounds once.
- *   token ids, targets, routing indices and rows (I32)                         int32
  * The master weights, the gradient leaves and trees, Adam and the checkpoint staging are
  * flat regions, not tensors: fp32 always (memory/memplan.c). Per-layer gather windows are
  * created later in the compute dtype (schedule/layer_ops.c).
@@ -118,7 +118,7 @@ static void round_after_all_reduce(qt_cg_graph *g, const uint8_t *round)
         qt_op op = old[o];
         if (op.kind == QT_OP_ALL_REDUCE) {
             const int32_t b = QT_T(&op, ALL_REDUCE, buf);
-            *qt_cg_emit_op(g, 0, QT_OP_NOP) = op;
+            *qt_cg_emit_op(g, 0, QT_OP_NOP) = op;  /* appended as is */
             if (!round[b] || map[b] != QT_NONE) continue;
             const int32_t c = bf16_copy(g, b);
             qt_op *r = qt_cg_emit_op(g, 0, QT_OP_ROUND_BF16);
