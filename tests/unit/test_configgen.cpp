@@ -1310,6 +1310,320 @@ TEST(CgBf16, CanonicalScratchIsFp32) { CHECK(check_partials_fp32(0) > 0); }
 TEST(CgBf16, AllReduceBuffersAreFp32OnTp2) { CHECK(check_partials_fp32(1) > 0); }
 TEST(CgBf16, ExpertRowGradientsAreFp32OnEp2) { CHECK(check_partials_fp32(2) > 0); }
 
+// ---- precision.md step 0, the rest: ROUND_BF16 after the ALL_REDUCE buffers, the check,
+// the bf16 staging region.
+
+static const char *const kBf16TpRuns[] = {
+    "configgen/configs/runs/mesh-next-tp2.yml",      "configgen/configs/runs/mesh-35t-tp2.yml",
+    "configgen/configs/runs/mesh-next-ep2tp2.yml",   "configgen/configs/runs/mesh-35t-ep2tp2.yml",
+    "configgen/configs/runs/remat-full-mesh-35t-tp2.yml",
+    "configgen/configs/runs/remat-dot-mesh-next-dp2tp2.yml"};
+
+// 1 when microbatch op `from` or a later one names tensor id in any slot.
+static bool named_from(const qt_cg_graph &g, int from, int32_t id)
+{
+    for (int i = from; i < g.nmb; i++)
+        for (int k = 0; k < QT_OP_MAX_T; k++)
+            if (g.mb[i].t[k] == id) return true;
+    return false;
+}
+
+// "<base>.bf16<marks>" for a buffer name "<base><marks>" (marks: "~r", "~g" copies).
+static std::string bf16_name(const char *buf)
+{
+    const std::string n = buf;
+    const size_t m = n.find('~');
+    return m == std::string::npos ? n + ".bf16" : n.substr(0, m) + ".bf16" + n.substr(m);
+}
+
+// One bf16 TP plan: every ALL_REDUCE of a forward buffer (the hosts' rows yr) is followed
+// by a ROUND_BF16 into "<buf>.bf16" (same shape, role, layout), nothing after it names the
+// fp32 buffer, and MOE_RETURN_FWD reads the copy; the backward's buffer (dxr) has no round
+// and is read in fp32 by MOE_DISPATCH_BWD only. Returns the number of rounds.
+static int check_rounds(const CgPlan &b, const char *run)
+{
+    const qt_cg_graph &g = b.g;
+    int rounds = 0, reduces = 0;
+    for (int i = 0; i < g.nmb; i++) {
+        if (g.mb[i].kind == QT_OP_ROUND_BF16) rounds++;
+        if (g.mb[i].kind != QT_OP_ALL_REDUCE) continue;
+        reduces++;
+        const int32_t buf = QT_T(&g.mb[i], ALL_REDUCE, buf);
+        const qt_cg_tensor &t = g.ts[buf];
+        LONGS_EQUAL(QT_F32, t.t.dtype);
+        CHECK(i + 1 < g.nmb);
+        const qt_op *r = &g.mb[i + 1];
+        if (strncmp(t.t.name, "d.", 2) == 0) {
+            // the expert hosts' row gradients: summed in fp32 by MOE_DISPATCH_BWD
+            CHECK(r->kind != QT_OP_ROUND_BF16);
+            int users = 0;
+            for (int j = i + 1; j < g.nmb; j++)
+                for (int k = 0; k < QT_OP_MAX_T; k++)
+                    if (g.mb[j].t[k] == buf) {
+                        LONGS_EQUAL(QT_OP_MOE_DISPATCH_BWD, g.mb[j].kind);
+                        LONGS_EQUAL(QT_T_MOE_DISPATCH_BWD_dxr, k);
+                        users++;
+                    }
+            LONGS_EQUAL(1, users);
+            continue;
+        }
+        if (r->kind != QT_OP_ROUND_BF16) fprintf(stderr, "%s: op %d after the all_reduce of %s\n", run, i + 1, t.t.name);
+        LONGS_EQUAL(QT_OP_ROUND_BF16, r->kind);
+        const int32_t y = QT_T(r, ROUND_BF16, y);
+        LONGS_EQUAL(buf, QT_T(r, ROUND_BF16, x));
+        const qt_cg_tensor &c = g.ts[y];
+        STRCMP_EQUAL(bf16_name(t.t.name).c_str(), c.t.name);
+        LONGS_EQUAL(QT_BF16, c.t.dtype);
+        LONGS_EQUAL(t.t.role, c.t.role);
+        LONGS_EQUAL(t.t.numel, QT_A(r, ROUND_BF16, n));
+        LONGS_EQUAL(t.t.numel, c.t.numel);
+        LONGS_EQUAL(t.t.ndim, c.t.ndim);
+        CHECK(memcmp(t.t.shape, c.t.shape, sizeof t.t.shape) == 0);
+        CHECK(memcmp(t.t.global_shape, c.t.global_shape, sizeof t.t.shape) == 0);
+        CHECK(memcmp(t.t.spec, c.t.spec, sizeof t.t.spec) == 0);
+        CHECK(memcmp(t.exec, c.exec, sizeof t.exec) == 0);
+        CHECK(!named_from(g, i + 2, buf));
+        // the consumers: MOE_RETURN_FWD's yr (the forward's, and save_dot's recomputed one)
+        int readers = 0;
+        for (int j = i + 2; j < g.nmb; j++)
+            for (int k = 0; k < QT_OP_MAX_T; k++)
+                if (g.mb[j].t[k] == y) {
+                    LONGS_EQUAL(QT_OP_MOE_RETURN_FWD, g.mb[j].kind);
+                    LONGS_EQUAL(QT_T_MOE_RETURN_FWD_yr, k);
+                    readers++;
+                }
+        CHECK(readers >= 1);
+    }
+    CHECK(reduces > 0);
+    return rounds;
+}
+
+TEST(CgBf16, RoundBf16AfterEachAllReduceOnTp)
+{
+    char *over[] = {(char *)"dtype=bfloat16"};
+    for (size_t r = 0; r < sizeof kBf16TpRuns / sizeof kBf16TpRuns[0]; r++) {
+        CgPlan b, f;
+        LONGS_EQUAL(0, b.build(kBf16TpRuns[r], 1, over));
+        LONGS_EQUAL(0, f.build(kBf16TpRuns[r]));
+        char err[1024] = "";
+        LONGS_EQUAL(0, qt_cg_check_plan(&b.g, err, sizeof err));
+        const int rounds = check_rounds(b, kBf16TpRuns[r]);
+        // one per layer's forward ALL_REDUCE, plus one per recomputed one (remat full)
+        int fwd_reduces = 0;
+        for (int i = 0; i < f.g.nmb; i++)
+            if (f.g.mb[i].kind == QT_OP_ALL_REDUCE &&
+                strncmp(f.g.ts[QT_T(&f.g.mb[i], ALL_REDUCE, buf)].t.name, "d.", 2))
+                fwd_reduces++;
+        CHECK(rounds >= (int)b.s.m.n_layers);
+        LONGS_EQUAL(fwd_reduces, rounds);
+        LONGS_EQUAL(f.g.nmb + rounds, b.g.nmb);
+        LONGS_EQUAL(f.g.nt + rounds, b.g.nt);
+    }
+}
+
+// scan_layers still finds the layer cycles of a scanned bf16 TP plan (16 layers, EP2 x TP2,
+// remat full, per-layer gathers): the same scans as the fp32 plan, each stored block longer by
+// its cycle's rounds; the stored form unrolls to the schedule (qt_cg_scan checks it).
+TEST(CgBf16, ScannedTpPlanKeepsItsScans)
+{
+    static const char *const runs[][2] = {
+        {"configgen/configs/runs/scan-next-16l-dp2ep2-scan.yml", "model_name=qwen3-next-tiny"},
+        {"configgen/configs/runs/scan-35-16l-dp2ep2-scan.yml", "model_name=qwen3.5-tiny-tp"}};
+    for (size_t r = 0; r < 2; r++) {
+        char *fo[] = {(char *)"ici_data_parallelism=1", (char *)"ici_tensor_parallelism=2",
+                      (char *)runs[r][1], (char *)"dtype=bfloat16"};
+        CgPlan b, f;
+        LONGS_EQUAL(0, f.build(runs[r][0], 3, fo));
+        LONGS_EQUAL(0, b.build(runs[r][0], 4, fo));
+        check_rounds(b, runs[r][0]);
+        LONGS_EQUAL(2, f.g.n_scans);
+        LONGS_EQUAL(f.g.n_scans, b.g.n_scans);
+        int stored_rounds = 0;
+        for (int k = 0; k < b.g.n_scans; k++) {
+            LONGS_EQUAL(f.g.scans[k].count, b.g.scans[k].count);
+            int rb = 0;
+            for (int j = 0; j < b.g.scans[k].n; j++)
+                rb += b.g.mbc[b.g.scans[k].lo + j].kind == QT_OP_ROUND_BF16;
+            CHECK(rb > 0);
+            LONGS_EQUAL(f.g.scans[k].n + rb, b.g.scans[k].n);
+            stored_rounds += rb;
+        }
+        CHECK(stored_rounds > 0);
+    }
+}
+
+// The check (check/dtype.c, run by qt_cg_check_plan) refuses hand-broken bf16 plans, naming
+// the op and the tensor; each break is undone before the next.
+TEST(CgBf16, CheckRefusesRoundingBeforeTheSum)
+{
+    char *over[] = {(char *)"dtype=bfloat16"};
+    CgPlan b;
+    LONGS_EQUAL(0, b.build("configgen/configs/runs/mesh-next-tp2.yml", 1, over));
+    qt_cg_graph &g = b.g;
+    char err[1024] = "";
+    LONGS_EQUAL(0, qt_cg_check_dtypes(&g, err, sizeof err));
+    int ar = -1, ret = -1, rnd = -1, disp = -1;
+    for (int i = 0; i < g.nmb; i++) {
+        if (g.mb[i].kind == QT_OP_ALL_REDUCE && ar < 0) ar = i;
+        if (g.mb[i].kind == QT_OP_ROUND_BF16 && rnd < 0) rnd = i;
+        if (g.mb[i].kind == QT_OP_MOE_RETURN_FWD && ret < 0) ret = i;
+        if (g.mb[i].kind == QT_OP_MOE_DISPATCH_BWD && disp < 0) disp = i;
+    }
+    CHECK(ar >= 0 && rnd == ar + 1 && ret == ar + 2 && disp > 0);
+    const int32_t buf = QT_T(&g.mb[ar], ALL_REDUCE, buf), copy = QT_T(&g.mb[rnd], ROUND_BF16, y);
+    std::string want;
+    // a consumer reading the fp32 buffer after its all_reduce
+    QT_T(&g.mb[ret], MOE_RETURN_FWD, yr) = buf;
+    LONGS_EQUAL(-1, qt_cg_check_plan(&g, err, sizeof err));
+    want = "microbatch op " + std::to_string(ret) + " (moe_return_fwd) slot t1 reads L0.moe.ep_y after its all_reduce";
+    CHECK_TEXT(strstr(err, want.c_str()) != NULL, err);
+    QT_T(&g.mb[ret], MOE_RETURN_FWD, yr) = copy;
+    // a bf16 ALL_REDUCE buffer
+    g.ts[buf].t.dtype = QT_BF16;
+    LONGS_EQUAL(-1, qt_cg_check_dtypes(&g, err, sizeof err));
+    want = "microbatch op " + std::to_string(ar) + " (all_reduce): L0.moe.ep_y is bf16";
+    CHECK_TEXT(strstr(err, want.c_str()) != NULL, err);
+    g.ts[buf].t.dtype = QT_F32;
+    // a bf16 row gradient
+    const int32_t dxr = QT_T(&g.mb[disp], MOE_DISPATCH_BWD, dxr);
+    g.ts[dxr].t.dtype = QT_BF16;
+    LONGS_EQUAL(-1, qt_cg_check_dtypes(&g, err, sizeof err));
+    CHECK_TEXT(strstr(err, "is bf16, a partial sum rounded before the cross-rank sum") != NULL, err);
+    CHECK_TEXT(strstr(err, g.ts[dxr].t.name) != NULL, err);
+    g.ts[dxr].t.dtype = QT_F32;
+    // a ROUND_BF16 whose n is not the tensors' size, or whose y is fp32
+    QT_A(&g.mb[rnd], ROUND_BF16, n)--;
+    LONGS_EQUAL(-1, qt_cg_check_dtypes(&g, err, sizeof err));
+    want = "microbatch op " + std::to_string(rnd) + " (round_bf16): n 4095, but L0.moe.ep_y.bf16 has 4096";
+    CHECK_TEXT(strstr(err, want.c_str()) != NULL, err);
+    QT_A(&g.mb[rnd], ROUND_BF16, n)++;
+    g.ts[copy].t.dtype = QT_F32;
+    LONGS_EQUAL(-1, qt_cg_check_dtypes(&g, err, sizeof err));
+    CHECK_TEXT(strstr(err, "expected a bf16 y from an fp32 x") != NULL, err);
+    g.ts[copy].t.dtype = QT_BF16;
+    // a bf16 canonical scratch
+    int canon = -1;
+    for (int i = 0; i < g.nt && canon < 0; i++)
+        if (strstr(g.ts[i].t.name, ".canon_scratch")) canon = i;
+    CHECK(canon >= 0);
+    g.ts[canon].t.dtype = QT_BF16;
+    LONGS_EQUAL(-1, qt_cg_check_dtypes(&g, err, sizeof err));
+    CHECK_TEXT(strstr(err, (std::string(g.ts[canon].t.name) + " is bf16").c_str()) != NULL, err);
+    g.ts[canon].t.dtype = QT_F32;
+    LONGS_EQUAL(0, qt_cg_check_plan(&g, err, sizeof err));
+}
+
+// qt_ops.def's slot strings and properties, read here independently of core/slots.c.
+struct KindRow {
+    int kind;
+    const char *slots;
+    unsigned props;
+};
+static const KindRow kKindRows[] = {
+#define QT_OP(e, name, cls, sl, props, check, tn, an) {QT_OP_##e, sl, (props)},
+#include "qt_ops.def"
+#undef QT_OP
+};
+
+// The staging rule of qt_plan_fields.def, recomputed: max over init and microbatch ops of
+// the sum over distinct bf16 tensor ids of roundup16(numel), 'p'/'P' slots left out for
+// QT_OPP_BF16 kinds.
+static long long staging_need(const qt_cg_graph &g)
+{
+    long long need = 0;
+    for (int i = 0; i < g.ninit + g.nmb; i++) {
+        const qt_op &o = i < g.ninit ? g.init[i] : g.mb[i - g.ninit];
+        const KindRow *row = NULL;
+        for (const KindRow &k : kKindRows)
+            if (k.kind == o.kind) row = &k;
+        CHECK(row != NULL);
+        std::vector<int32_t> ids;
+        for (int s = 0; row->slots[s]; s++) {
+            const int32_t id = o.t[s];
+            if (id < 0 || g.ts[id].t.dtype != QT_BF16) continue;
+            if ((row->props & QT_OPP_BF16) && (row->slots[s] == 'p' || row->slots[s] == 'P')) continue;
+            bool dup = false;
+            for (int32_t u : ids) dup = dup || u == id;
+            if (!dup) ids.push_back(id);
+        }
+        long long sum = 0;
+        for (int32_t id : ids) sum += (g.ts[id].t.numel + 15) / 16 * 16;
+        if (sum > need) need = sum;
+    }
+    return need;
+}
+
+// The bf16 staging region: bf16_stage_elems equals the rule recomputed above, the region is
+// 64-byte aligned, disjoint from every other region and from every tensor, counted in
+// plan.txt's per-rank bytes and memory map; moved onto the compute copy, the check refuses it.
+TEST(CgBf16, StagingRegionSizeAndPlace)
+{
+    static const char *const runs[][2] = {
+        {"configgen/configs/runs/mesh-next-tp2.yml", NULL},
+        {"configgen/configs/runs/mesh-35t-ep2tp2.yml", NULL},
+        {"configgen/configs/runs/mesh-next-dp2-g2-zero1.yml", NULL},
+        {"configgen/configs/runs/mesh-next-dp2-g2-zero1.yml", "param_gather=layer"},
+        {"configgen/configs/runs/remat-full-mesh-35t-tp2.yml", NULL}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        char *over[] = {(char *)"dtype=bfloat16", (char *)runs[r][1]};
+        CgPlan b;
+        LONGS_EQUAL(0, b.build(runs[r][0], runs[r][1] ? 2 : 1, over));
+        qt_cg_graph &g = b.g;
+        CHECK(g.bf16_stage_elems > 0);
+        LONGS_EQUAL(staging_need(g), g.bf16_stage_elems);
+        LONGS_EQUAL(0, (long)(g.bf16_stage_offset % 64));
+        const long long lo = g.bf16_stage_offset, hi = lo + 4 * g.bf16_stage_elems;
+        CHECK(hi <= g.act_offset && lo >= 4 * g.adam_elems);
+        const long long regions[][2] = {
+            {g.params_offset, g.params_offset + 4 * g.adam_elems},
+            {g.adam_m_offset, g.adam_m_offset + 4 * g.adam_elems},
+            {g.adam_v_offset, g.adam_v_offset + 4 * g.adam_elems},
+            {g.compute_offset, g.compute_offset ? g.compute_offset + 2 * g.n_flat : 0},
+            {g.leaf_scratch_offset, g.leaf_scratch_offset + 4 * g.leaf_scratch_elems},
+            {g.comm_scratch_offset, g.comm_scratch_offset + 4 * g.comm_scratch_elems},
+            {g.staging_offset, g.staging_offset + 4 * g.staging_elems}};
+        for (const auto &rg : regions) CHECK(rg[1] <= lo || hi <= rg[0]);
+        for (int l = 0; l < g.n_tree_levels; l++)
+            CHECK(g.tree_offset[l] >= hi || g.tree_offset[l] + 4 * qt_cg_tree_level_elems(&g, l) <= lo);
+        for (int i = 0; i < g.nt; i++) {
+            const qt_tensor &t = g.ts[i].t;
+            const long long tlo = t.offset, thi = tlo + t.numel * qt_dtype_bytes(t.dtype);
+            CHECK(thi <= lo || hi <= tlo);
+        }
+        const std::string rep = report_of(b);
+        LONGS_EQUAL(4 * g.bf16_stage_elems, bytes_line(rep, "bf16 staging"));
+        const std::string map = std::to_string(lo) + " bf16 staging (" +
+                                std::to_string(g.bf16_stage_elems) + " floats)";
+        CHECK(has_line(report_section(rep, "memory map"), map.c_str()));
+        char err[1024] = "";
+        LONGS_EQUAL(0, qt_cg_check_plan(&g, err, sizeof err));
+        if (g.compute_offset) {
+            g.bf16_stage_offset = g.compute_offset;
+            LONGS_EQUAL(-1, qt_cg_check_plan(&g, err, sizeof err));
+            CHECK_TEXT(strstr(err, "overlap") != NULL, err);
+            g.bf16_stage_offset = lo;
+        }
+    }
+}
+
+// fp32 plans of the same configs: no ROUND_BF16, no staging region, no staging line.
+TEST(CgBf16, Fp32TpPlansHaveNoRoundNorStaging)
+{
+    for (size_t r = 0; r < sizeof kBf16TpRuns / sizeof kBf16TpRuns[0]; r++) {
+        CgPlan f;
+        LONGS_EQUAL(0, f.build(kBf16TpRuns[r]));
+        for (int i = 0; i < f.g.nmb; i++) CHECK(f.g.mb[i].kind != QT_OP_ROUND_BF16);
+        for (int i = 0; i < f.g.ninit; i++) CHECK(f.g.init[i].kind != QT_OP_ROUND_BF16);
+        for (int i = 0; i < f.g.nt; i++) CHECK(strstr(f.g.ts[i].t.name, ".bf16") == NULL);
+        LONGS_EQUAL(0, f.g.bf16_stage_offset);
+        LONGS_EQUAL(0, f.g.bf16_stage_elems);
+        const std::string rep = report_of(f);
+        CHECK(rep.find("bf16 staging") == std::string::npos);
+        char err[1024] = "";
+        LONGS_EQUAL(0, qt_cg_check_plan(&f.g, err, sizeof err));
+    }
+}
+
 // An fp32 plan carries no trace of the recipe: no bf16 tensor, no compute copy, the plan
 // fields dtype and compute_offset zero, 16-element flat alignment.
 TEST(CgBf16, Fp32PlanUnchanged)

@@ -1,6 +1,7 @@
 /* check/plan.c - the memory plan's invariants, re-derived from the final plan rather than
  * trusted from the planner (memory/): the flat regions (tree levels, gradient region, Adam
- * blocks, scratch and staging pairwise disjoint below the activations), the flat ranges'
+ * blocks, compute copy, bf16 staging, scratch and staging pairwise disjoint below the
+ * activations), the flat ranges'
  * split over their groups, the per-layer leaf windows, every tensor's alignment and bounds,
  * every parameter at its flat offset (or in its gather window), and no two live
  * activations sharing bytes.
@@ -32,7 +33,7 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
         return qt_cg_fail(err, errlen, "gradient region at %lld is not the top tree level "
                           "(%lld)", (long long)g->grads_offset,
                           (long long)g->tree_offset[lv - 1]);
-    enum { NREG = 7 + QT_MAX_TREE_LEVELS };
+    enum { NREG = 8 + QT_MAX_TREE_LEVELS };
     int64_t lo[NREG], hi[NREG];
     const int64_t pb = 4 * g->n_flat, ab = 4 * g->adam_elems;
     const int bf16 = g->s->dtype == QT_BF16;
@@ -59,6 +60,10 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
     lo[n] = g->adam_m_offset, hi[n] = lo[n] + ab, n++;
     lo[n] = g->adam_v_offset, hi[n] = lo[n] + ab, n++;
     if (g->compute_offset) lo[n] = g->compute_offset, hi[n] = lo[n] + 2 * g->n_flat, n++;
+    if ((g->bf16_stage_offset || g->bf16_stage_elems) && !bf16)
+        return qt_cg_fail(err, errlen, "a bf16 staging region in a float32 plan");
+    if (bf16)
+        lo[n] = g->bf16_stage_offset, hi[n] = lo[n] + 4 * g->bf16_stage_elems, n++;
     lo[n] = g->leaf_scratch_offset, hi[n] = lo[n] + 4 * g->leaf_scratch_elems, n++;
     lo[n] = g->comm_scratch_offset, hi[n] = lo[n] + 4 * g->comm_scratch_elems, n++;
     lo[n] = g->staging_offset, hi[n] = lo[n] + 4 * g->staging_elems, n++;
@@ -130,6 +135,7 @@ int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen)
                           (long long)g->arena_bytes);
     int rc = check_regions(g, err, errlen);
     if (!rc) rc = check_windows(g, err, errlen);
+    if (!rc) rc = qt_cg_check_dtypes(g, err, errlen);
     if (rc) return rc;
     for (int i = 0; i < g->nt; i++) {
         const qt_tensor *t = &g->ts[i].t;

@@ -1,6 +1,6 @@
 /* check/qt_cg_check.h - stage 6, checks of the finished plan: the schedules
- * (check.c), the memory plan (plan.c), the layout type check (layout.c). They read the
- * graph only. Uses memory, mesh and core. */
+ * (check.c), the memory plan (plan.c), the bf16 partial sums (dtype.c), the layout type
+ * check (layout.c). They read the graph only. Uses memory, mesh and core. */
 #ifndef QT_CG_CHECK_H
 #define QT_CG_CHECK_H
 
@@ -15,6 +15,12 @@ int qt_cg_check_schedule(const qt_cg_graph *g, char *err, size_t errlen);
 /* Check the plan invariants (alignment, bounds, no overlap of live tensors, flat regions);
  * returns 0 or -1 with the first violation in err. */
 int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen);
+
+/* bf16 plans (check/dtype.c): no ALL_REDUCE buffer, canonical-block scratch or
+ * MOE_DISPATCH_BWD dxr is bf16; every ROUND_BF16 writes bf16 from fp32 with n equal to
+ * both element counts; after an ALL_REDUCE only its ROUND_BF16 (and MOE_DISPATCH_BWD's
+ * dxr slot) name the buffer. 0 for fp32 plans. Run by qt_cg_check_plan. */
+int qt_cg_check_dtypes(const qt_cg_graph *g, char *err, size_t errlen);
 
 /* The layout type check (check/layout.c): every activation's execution layout equals the
  * layout its logical axes declare (t.spec), unless its layer declared the reshard.

@@ -326,6 +326,8 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
         mib(b, "params (compute copy: n_flat floats)", flat_b);
     if (g->compute_offset)
         mib(b, "compute copy (bf16: n_flat x 2 bytes)", 2 * g->n_flat);
+    if (s->dtype == QT_BF16)
+        mib(b, "bf16 staging (one op's bf16 slots widened, fp32)", 4 * g->bf16_stage_elems);
     if (s->opt_mask)
         snprintf(lv, sizeof lv, "adam m + v (2 x adam_elems floats, split over %s)",
                  qt_cg_mask_name(s->opt_mask, om, sizeof om));
@@ -547,6 +549,9 @@ static void memory_map(qt_cg_buf *b, const qt_cg_graph *g)
     if (g->compute_offset)
         qt_cg_buf_printf(b, "  %14lld compute copy (%lld bf16)\n", (long long)g->compute_offset,
                          (long long)g->n_flat);
+    if (g->s->dtype == QT_BF16)
+        qt_cg_buf_printf(b, "  %14lld bf16 staging (%lld floats)\n",
+                         (long long)g->bf16_stage_offset, (long long)g->bf16_stage_elems);
     for (int i = 0; i < g->n_tree_levels; i++)
         qt_cg_buf_printf(b, "  %14lld tree level %d%s\n", (long long)g->tree_offset[i], i,
                          g->tree_offset[i] == g->grads_offset

@@ -82,6 +82,7 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
                                : "params (compute copy)",
          4 * (g->params_compact || s->dtype == QT_BF16 ? g->adam_elems : g->n_flat)},
         {"compute copy (bf16)", g->compute_offset ? 2 * g->n_flat : 0},
+        {"bf16 staging", 4 * g->bf16_stage_elems},
         {"adam m + v", 8 * g->adam_elems},
         {"gradient tree (incl. the gradient)", tree},
         {"leaf scratch", 4 * g->leaf_scratch_elems},

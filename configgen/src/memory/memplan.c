@@ -3,14 +3,16 @@
  * whose gather windows it plans like activations.
  *
  * Layout (bytes, every region and tensor 64-byte aligned):
- *   params | adam_m | adam_v | [compute copy] | tree level 0..n-1 (level n-1 = grads) |
- *   leaf scratch | comm scratch | staging | activations
+ *   params | adam_m | adam_v | [compute copy] | [bf16 staging] | tree level 0..n-1
+ *   (level n-1 = grads) | leaf scratch | comm scratch | staging | activations
  * In bf16 plans (s->dtype, docs/precision.md) the params region holds this rank's fp32
  * master blocks (laid out as Adam) and the compute copy is the bf16 flat vector (n_flat
  * elements of 2 bytes) the parameter tensors point into; with per-layer gathers there is no
- * compute copy region (the bf16 gather windows are activations). Every tensor is sized by
- * its dtype (qt_dtype_bytes); the flat fp32 regions (master, Adam, trees, scratch,
- * staging) stay 4 bytes an element.
+ * compute copy region (the bf16 gather windows are activations). bf16 plans also get the
+ * bf16 staging region (fp32, bf16_stage_elems floats; qt_plan_fields.def): the firmware
+ * widens one op's bf16 slots into it, so it holds the largest per-op sum of bf16 tensors.
+ * Every tensor is sized by its dtype (qt_dtype_bytes); the flat fp32 regions (master,
+ * Adam, trees, scratch, staging) stay 4 bytes an element.
  * The params and tree regions are flat parameter regions of n_flat floats: parameter p sits
  * at the same element offset (flat_offset, a multiple of 16 so every tensor stays 64-byte
  * aligned) in each of them; padding elements between parameters and up to n_flat (a
@@ -138,6 +140,45 @@ static int64_t param_regions(qt_cg_graph *g)
     if (g->compute_offset)
         return g->compute_offset + ALIGN_UP(2 * g->n_flat, (int64_t)QT_TENSOR_ALIGN);
     return pregion + 2 * adam;
+}
+
+/* Floats of one op's bf16 staging: its distinct bf16 tensors, each rounded up to 16
+ * elements (64 bytes), except the parameter slots of kinds that read bf16 parameters
+ * themselves (QT_OPP_BF16). */
+static int64_t op_bf16_stage(const qt_cg_graph *g, const qt_op *op)
+{
+    const char *slots = qt_cg_op_slots(op->kind);
+    const int native = (qt_cg_op_props(op->kind) & QT_OPP_BF16) != 0;
+    int32_t seen[QT_OP_MAX_T];
+    int n_seen = 0;
+    int64_t sum = 0;
+    for (int k = 0; slots[k] && k < QT_OP_MAX_T; k++) {
+        const int32_t id = op->t[k];
+        if (id < 0 || g->ts[id].t.dtype != QT_BF16 || (native && slots[k] == 'p')) continue;
+        int dup = 0;
+        for (int j = 0; j < n_seen && !dup; j++) dup = seen[j] == id;
+        if (dup) continue;
+        seen[n_seen++] = id;
+        sum += ALIGN_UP(g->ts[id].t.numel, 16);
+    }
+    return sum;
+}
+
+/* bf16 plans: the bf16 staging region at byte offset at (the largest op_bf16_stage over
+ * the init and microbatch schedules); returns the offset after it. fp32 plans: none, at
+ * unchanged. */
+static int64_t bf16_staging(qt_cg_graph *g, int64_t at)
+{
+    g->bf16_stage_offset = g->bf16_stage_elems = 0;
+    if (g->s->dtype != QT_BF16) return at;
+    int64_t need = 0;
+    for (int i = 0; i < g->ninit + g->nmb; i++) {
+        const int64_t n = op_bf16_stage(g, i < g->ninit ? &g->init[i] : &g->mb[i - g->ninit]);
+        if (n > need) need = n;
+    }
+    g->bf16_stage_offset = ALIGN_UP(at, (int64_t)QT_TENSOR_ALIGN);
+    g->bf16_stage_elems = need;
+    return ALIGN_UP(g->bf16_stage_offset + 4 * need, (int64_t)QT_TENSOR_ALIGN);
 }
 
 /* The gradient trees: their levels, and which of them are compact (mb_elems floats). */
@@ -278,7 +319,7 @@ static int plan_activations(qt_cg_graph *g, char *err, size_t errlen)
 
 int qt_cg_memplan(qt_cg_graph *g, char *err, size_t errlen)
 {
-    const int64_t flat0 = param_regions(g);
+    const int64_t flat0 = bf16_staging(g, param_regions(g));
     if (tree_levels(g, err, errlen)) return -1;
     fixed_regions(g, flat0);
     return plan_activations(g, err, errlen);
