@@ -28,11 +28,13 @@
 static int qt_bf16_staged(const qt_plan *p, const qt_kernel_entry *e, const qt_op *op, int k)
 {
     const int32_t id = op->t[k];
-    if (id == QT_NONE || id < 0 || id >= p->n_tensors || p->tensors[id].dtype != QT_BF16)
+    if (e->cls == QT_OPC_STEP || id == QT_NONE || id < 0 || id >= p->n_tensors ||
+        p->tensors[id].dtype != QT_BF16)
         return 0;
     const char c = (char)tolower((unsigned char)e->slots[k]);
     /* a WGRAD wrapper writes dw[] instead of reading its parameter slots; a native kind
-     * reads parameters (the compute copy) as bf16 */
+     * reads parameters (the compute copy) as bf16; STEP kinds run in the step code. The
+     * same rule as configgen's (memory/memplan.c op_bf16_stage). */
     if (c == 'p' && (e->cls == QT_OPC_WGRAD || (e->props & QT_OPP_BF16))) return 0;
     return 1;
 }

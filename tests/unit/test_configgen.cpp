@@ -1518,9 +1518,10 @@ struct KindRow {
     int kind;
     const char *slots;
     unsigned props;
+    int cls;
 };
 static const KindRow kKindRows[] = {
-#define QT_OP(e, name, cls, sl, props, check, tn, an) {QT_OP_##e, sl, (props)},
+#define QT_OP(e, name, cls, sl, props, check, tn, an) {QT_OP_##e, sl, (props), QT_OPC_##cls},
 #include "qt_ops.def"
 #undef QT_OP
 };
@@ -1541,7 +1542,10 @@ static long long staging_need(const qt_cg_graph &g)
         for (int s = 0; row->slots[s]; s++) {
             const int32_t id = o.t[s];
             if (id < 0 || g.ts[id].t.dtype != QT_BF16) continue;
-            if ((row->props & QT_OPP_BF16) && (row->slots[s] == 'p' || row->slots[s] == 'P')) continue;
+            if (row->cls == QT_OPC_STEP) continue;
+            if (((row->props & QT_OPP_BF16) || row->cls == QT_OPC_WGRAD) &&
+                (row->slots[s] == 'p' || row->slots[s] == 'P'))
+                continue;
             bool dup = false;
             for (int32_t u : ids) dup = dup || u == id;
             if (!dup) ids.push_back(id);

@@ -144,17 +144,21 @@ static int64_t param_regions(qt_cg_graph *g)
 
 /* Floats of one op's bf16 staging: its distinct bf16 tensors, each rounded up to 16
  * elements (64 bytes), except the parameter slots of kinds that read bf16 parameters
- * themselves (QT_OPP_BF16). */
+ * themselves (QT_OPP_BF16) or not at all (WGRAD kinds: their leaves replace them); STEP
+ * kinds (PARAM_GATHER's window) run in the step code, never staged. */
 static int64_t op_bf16_stage(const qt_cg_graph *g, const qt_op *op)
 {
     const char *slots = qt_cg_op_slots(op->kind);
-    const int native = (qt_cg_op_props(op->kind) & QT_OPP_BF16) != 0;
+    const int cls = qt_cg_op_class(op->kind);
+    const int skip_p = (qt_cg_op_props(op->kind) & QT_OPP_BF16) || cls == QT_OPC_WGRAD;
+    if (cls == QT_OPC_STEP) return 0;
     int32_t seen[QT_OP_MAX_T];
     int n_seen = 0;
     int64_t sum = 0;
     for (int k = 0; slots[k] && k < QT_OP_MAX_T; k++) {
         const int32_t id = op->t[k];
-        if (id < 0 || g->ts[id].t.dtype != QT_BF16 || (native && slots[k] == 'p')) continue;
+        if (id < 0 || g->ts[id].t.dtype != QT_BF16 || (skip_p && (slots[k] | 0x20) == 'p'))
+            continue;
         int dup = 0;
         for (int j = 0; j < n_seen && !dup; j++) dup = seen[j] == id;
         if (dup) continue;
