@@ -11,6 +11,7 @@
 #include "qt_ops_bf16.h"
 #include "../kernels/matmul_canon.h"
 #include "../comm/qt_coll.h"
+#include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/embed.h"
 #include "kernels/matmul.h"
@@ -70,7 +71,14 @@ void qt_op_embed_fwd(const qt_op *op, const qt_ctx *ctx)
 void qt_op_embed_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     int64_t d = QT_A(op, EMBED_WGRAD, d), S = QT_A(op, EMBED_WGRAD, S);
-    qt_embed_wgrad(dw[0], qt_f32(ctx, QT_T(op, EMBED_WGRAD, dx)) + seq * S * d,
+    const int32_t dx = QT_T(op, EMBED_WGRAD, dx);
+    float *rows = qt_f32(ctx, dx) + seq * S * d;
+    if (qt_is_b16(ctx, dx)) {
+        /* bf16: the sequence's rows widened (exact), then the fp32 kernel's adds */
+        rows = qt_op_bf16_stage(ctx);
+        qt_f32_from_bf16_n(rows, qt_b16(ctx, dx) + seq * S * d, S * d);
+    }
+    qt_embed_wgrad(dw[0], rows,
                    qt_i32(ctx, QT_T(op, EMBED_WGRAD, tokens)) + seq * S, S, d,
                    QT_A(op, EMBED_WGRAD, V));
 }

@@ -13,7 +13,7 @@
  * Invariants: the staging layout of an op (its distinct bf16 tensor ids in slot order, each
  * rounded up to 16 floats) is the one configgen sizes bf16_stage_elems with
  * (qt_plan_fields.def), and qt_bf16_stage_need computes the same figure so start-up checks
- * it (validate.c); WGRAD ops do not read their parameter slots ('p'), which are left out;
+ * it (validate.c); the native kinds' parameter slots ('p') are left out;
  * an unwritten element of a written slot rounds back to its own bits (bf16 tensors never
  * hold denormals: every store flushes them). No state, no heap.
  */
@@ -32,10 +32,10 @@ static int qt_bf16_staged(const qt_plan *p, const qt_kernel_entry *e, const qt_o
         p->tensors[id].dtype != QT_BF16)
         return 0;
     const char c = (char)tolower((unsigned char)e->slots[k]);
-    /* a WGRAD wrapper writes dw[] instead of reading its parameter slots; a native kind
-     * reads parameters (the compute copy) as bf16; STEP kinds run in the step code. The
-     * same rule as configgen's (memory/memplan.c op_bf16_stage). */
-    if (c == 'p' && (e->cls == QT_OPC_WGRAD || (e->props & QT_OPP_BF16))) return 0;
+    /* a native kind reads parameters (the compute copy) as bf16, or not at all; STEP kinds
+     * run in the step code. Some WGRAD wrappers read their parameters (the GDN gates'), so
+     * theirs are staged. The same rule as configgen's (memory/memplan.c op_bf16_stage). */
+    if (c == 'p' && (e->props & QT_OPP_BF16)) return 0;
     return 1;
 }
 

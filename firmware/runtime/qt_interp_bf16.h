@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 /* Floats of fp32 staging op needs under the boundary: its distinct staged bf16 tensors
- * (every bf16 slot, except the parameter slots of WGRAD kinds and of QT_OPP_BF16 kinds),
+ * (every bf16 slot, except the parameter slots of QT_OPP_BF16 kinds; none for STEP kinds),
  * each rounded up to 16. */
 int64_t qt_bf16_stage_need(const qt_plan *p, const qt_kernel_entry *e, const qt_op *op);
 

@@ -1543,7 +1543,7 @@ static long long staging_need(const qt_cg_graph &g)
             const int32_t id = o.t[s];
             if (id < 0 || g.ts[id].t.dtype != QT_BF16) continue;
             if (row->cls == QT_OPC_STEP) continue;
-            if (((row->props & QT_OPP_BF16) || row->cls == QT_OPC_WGRAD) &&
+            if ((row->props & QT_OPP_BF16) &&
                 (row->slots[s] == 'p' || row->slots[s] == 'P'))
                 continue;
             bool dup = false;

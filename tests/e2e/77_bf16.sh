@@ -1,0 +1,122 @@
+# 77_bf16.sh - bf16 mixed precision (dtype: bfloat16) end to end (sourced by run_all.sh): the
+# determinism guarantees of docs/determinism.md in bf16, each 0 ulp in the loss bits and the
+# parameter fingerprint (docs/precision.md, "Executing bf16 plans", Determinism):
+#   mesh cells (data, fsdp, tensor, expert, their products, explicit and auto) == one rank;
+#   G splits of the same global batch; remat full == no remat; scanned == unrolled layers;
+#   ZeRO-1 with G = 4 on DP2 x EP2 (bf16 compute copy gathered) and per-layer bf16 gathers
+#   on DP2 x TP2 == one rank; a checkpoint saved on one rank resumed on a 4-rank mesh ==
+#   the uninterrupted run; an x86-64-v3 (AVX2 emulation of VDPBF16PS) build == native.
+# Plus: bf16 trains (the loss falls), stays near fp32 (stated bounds), and differs from fp32
+# (the bf16 path is really taken). Run files: configgen/configs/runs/bf16-*.yml, each a
+# copy of an fp32 run with `dtype: "bfloat16"`. Every mpiexec runs under `timeout`.
+export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
+B16_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
+
+# b16_det RUN RANKS STEPS [EXTRA...]: runs build/RUN/qtrain once (cached) and leaves its
+# "step loss_bits fingerprint" lines in $QT_TMP/bf16/RUN.det.
+b16_det() {
+  local run=$1 n=$2 steps=$3 d=$QT_TMP/bf16
+  shift 3
+  mkdir -p "$d"
+  [ -s "$d/$run.det" ] && return 0
+  rm -f "$d/$run.jsonl"
+  if [ "$n" -eq 1 ]; then
+    timeout 120 build/$run/qtrain data=$B16_DATA steps=$steps seed=11 metrics=$d/$run.jsonl "$@" \
+      > "$d/$run.out" 2>&1 || { tail -5 "$d/$run.out"; return 1; }
+  else
+    timeout 120 mpiexec -n "$n" build/$run/qtrain data=$B16_DATA steps=$steps seed=11 \
+      metrics=$d/$run.jsonl "$@" > "$d/$run.out" 2>&1 || { tail -5 "$d/$run.out"; return 1; }
+  fi
+  det_fields "$d/$run.jsonl" > "$d/$run.tmp" || return 1
+  [ "$(wc -l < "$d/$run.tmp")" -eq "$steps" ] || { echo "$run: expected $steps metrics lines"; return 1; }
+  mv "$d/$run.tmp" "$d/$run.det"
+}
+
+# b16_same REF REF_RANKS RUN RANKS STEPS: RUN's fields equal REF's, bit for bit.
+b16_same() {
+  local ref=$1 rn=$2 run=$3 n=$4 steps=$5 d=$QT_TMP/bf16
+  b16_det "$ref" "$rn" "$steps" && b16_det "$run" "$n" "$steps" || return 1
+  if ! cmp -s "$d/$ref.det" "$d/$run.det"; then
+    echo "$run vs $ref: first difference: $(diff "$d/$ref.det" "$d/$run.det" | sed -n 2,4p | tr '\n' ' ')"
+    return 1
+  fi
+  echo "identical to $ref over $steps steps: $(tail -n 1 "$d/$run.det")"
+}
+
+for cell in next:dp2:2 next:fsdp2:2 next:ep2:2 next:tp2:2 next:dp2tp2:4 next:dp2ep2-auto:4 \
+            next:ep2tp2:4 35:dp2:2 35:ep2:2 35:dp2ep2-auto:4 35t:tp2:2 35t:ep2tp2:4; do
+  model=${cell%%:*}; rest=${cell#*:}; mesh=${rest%%:*}; n=${rest##*:}
+  check "bf16 mesh $model $mesh ($n ranks) == one rank, 10 steps, bit for bit" \
+    b16_same bf16-$model-1r 1 bf16-$model-$mesh "$n" 10
+done
+check "bf16 G splits: b2 G2 == b4 G1, 10 steps, bit for bit" \
+  b16_same bf16-accum-b4g1 1 bf16-accum-b2g2 1 10
+check "bf16 G splits: b1 G4 == b4 G1, 10 steps, bit for bit" \
+  b16_same bf16-accum-b4g1 1 bf16-accum-b1g4 1 10
+check "bf16 remat full == no remat, 10 steps, bit for bit" \
+  b16_same bf16-next-tiny 1 bf16-remat-full-next 1 10
+check "bf16 scanned layers == unrolled (16 layers), 4 steps, bit for bit" \
+  b16_same bf16-scan-next-16l-unrolled 1 bf16-scan-next-16l-scan 1 4
+for m in next 35; do
+  check "bf16 zero1 $m DP2 x EP2 G4 (bf16 compute copy gathered) == one rank, 20 steps" \
+    b16_same bf16-$m-1r-b16 1 bf16-$m-dp2ep2-g4-z1 4 20
+done
+check "bf16 zero1 next DP2 x TP2 G4 per-layer bf16 gathers == one rank, 20 steps" \
+  b16_same bf16-next-1r-b16 1 bf16-next-dp2tp2-g4-z1-layer 4 20
+
+b16_resume_mesh() {
+  # 5 steps on one rank, saved; resumed on DP2 x EP2 (auto) for steps 6..10: the masters and
+  # Adam moments are fp32 in the file, the compute copy is rebuilt by rounding: the same
+  # bits as the uninterrupted one-rank run
+  local d=$QT_TMP/bf16
+  b16_det bf16-next-1r 1 10 || return 1
+  rm -rf "$d/ck" "$d/resumed.jsonl"
+  timeout 120 build/bf16-next-1r/qtrain data=$B16_DATA steps=5 seed=11 save=$d/ck \
+    > "$d/save.out" 2>&1 || { tail -5 "$d/save.out"; return 1; }
+  timeout 120 mpiexec -n 4 build/bf16-next-dp2ep2-auto/qtrain data=$B16_DATA steps=10 seed=11 \
+    load=$d/ck metrics=$d/resumed.jsonl > "$d/resume.out" 2>&1 || { tail -5 "$d/resume.out"; return 1; }
+  det_fields "$d/resumed.jsonl" > "$d/resumed.det" || return 1
+  tail -n 5 "$d/bf16-next-1r.det" > "$d/tail5.det"
+  cmp "$d/tail5.det" "$d/resumed.det" && echo "steps 6..10 on 4 ranks == uninterrupted: $(tail -n 1 "$d/resumed.det")"
+}
+check "bf16 checkpoint: saved on one rank, resumed on DP2 x EP2 == uninterrupted, bit for bit" \
+  b16_resume_mesh
+
+b16_isa() {
+  # the same bf16 plan built for x86-64-v3 (no AVX-512: the AVX2 emulation of VDPBF16PS and
+  # of VCVTNEPS2BF16) against the native build (the instructions where the CPU has them);
+  # the objects of 20_determinism's x86-64-v3 build are reused
+  local d=$QT_TMP/isa
+  mkdir -p "$d"
+  make --no-print-directory -j2 BUILD=$d/build ARCH=-march=x86-64-v3 \
+    -o generated/bf16-next-tiny/plan.c $d/build/bf16-next-tiny/qtrain > $d/make16.log 2>&1 \
+    || { tail -20 $d/make16.log; return 1; }
+  build/bf16-next-tiny/qtrain steps=4 seed=11 data=$B16_DATA metrics=$d/n16.jsonl > /dev/null || return 1
+  $d/build/bf16-next-tiny/qtrain steps=4 seed=11 data=$B16_DATA metrics=$d/v16.jsonl > /dev/null || return 1
+  det_fields $d/n16.jsonl > $d/n16.det && det_fields $d/v16.jsonl > $d/v16.det || return 1
+  cmp $d/n16.det $d/v16.det && echo "x86-64-v3 == native (bf16): $(tail -n 1 $d/v16.det)"
+}
+check "bf16 ISA independence: an x86-64-v3 build gives the native build's bits" b16_isa
+
+b16_vs_fp32() {
+  # bf16 trains and stays near fp32 on the same data, seed and schedule. Bounds (stated;
+  # measured when written, docs/precision.md): step 0 (the same initial masters, only the
+  # arithmetic differs) |gap| <= 0.5% of the fp32 loss (measured 0.16%); the mean loss of
+  # steps 6..10 within 3% of fp32's (measured 0.1%; single steps differ by up to 5%, the
+  # trajectories part at lr 3e-3 on 4 sequences a step); the bits differ (the bf16 path is
+  # really taken) and the mean of the last 5 steps is below the first loss
+  local d=$QT_TMP/bf16
+  b16_det bf16-next-1r 1 10 || return 1
+  timeout 120 build/mesh-next-1r/qtrain data=$B16_DATA steps=10 seed=11 metrics=$d/f32.jsonl \
+    > /dev/null 2>&1 || return 1
+  det_fields "$d/f32.jsonl" > "$d/f32.det" || return 1
+  ! cmp -s "$d/f32.det" "$d/bf16-next-1r.det" || { echo "bf16 and fp32 runs have the same bits"; return 1; }
+  paste <(grep -o '"loss":[0-9.e+-]*' "$d/f32.jsonl" | cut -d: -f2) \
+        <(grep -o '"loss":[0-9.e+-]*' "$d/bf16-next-1r.jsonl" | cut -d: -f2) |
+    awk 'function abs(x) { return x < 0 ? -x : x }
+         NR == 1 { f0 = $1; b0 = $2 } NR > 5 { fm += $1 / 5; bm += $2 / 5 }
+         END { printf "step 0: fp32 %.5f bf16 %.5f (%.3f%%); steps 6..10 mean: fp32 %.4f bf16 %.4f (%.2f%%)\n",
+                      f0, b0, 100 * abs(f0 - b0) / f0, fm, bm, 100 * abs(fm - bm) / fm;
+               exit !(abs(f0 - b0) <= 0.005 * f0 && abs(fm - bm) <= 0.03 * fm && bm < b0) }'
+}
+check "bf16 stays near fp32 (step 0 within 0.5%, last 5 steps' mean within 3%), trains, takes the bf16 path" b16_vs_fp32
