@@ -45,6 +45,7 @@
 #include <time.h>
 
 #include "kernels/attention.h"
+#include "kernels/bf16_expert_ffn.h"
 #include "kernels/bf16_matmul.h"
 #include "kernels/expert_ffn.h"
 #include "kernels/gdn_chunk.h"
@@ -615,6 +616,7 @@ typedef struct {
     float *y, *gu, *x, *wgu, *wd, *dx, *dgu, *dy, *dwgu, *dwd, *scratch;
     int32_t *idx;
     int64_t T, k, E, d, f, nb, fscr_n, bscr_n, wscr_n;
+    qt_bf16 *gu16, *x16, *wgu16, *wd16, *dgu16, *dy16; /* the bf16 rows' operands */
 } qt_kb_ffn;
 
 static void qt_kb_ffn_fwd(void *p)
@@ -634,6 +636,54 @@ static void qt_kb_ffn_wgrad(void *p)
     qt_kb_ffn *a = p;
     qt_expert_ffn_wgrad_saved_write(a->dwgu, a->dwd, a->dy, a->x, a->idx, a->gu, a->dgu,
                                     a->scratch, a->T, a->k, a->E, a->d, a->f, a->wscr_n);
+}
+
+/* The bf16 expert FFN (kernels/bf16_expert_ffn.h) on the same rows: bf16 operands and
+ * saved gu/dgu, fp32 y, dx and leaves (what a bf16 plan's native wrappers call). */
+static void qt_kb_ffn16_fwd(void *p)
+{
+    qt_kb_ffn *a = p;
+    qt_bf16_expert_ffn_fwd(a->y, a->gu16, a->x16, a->idx, a->wgu16, a->wd16, a->scratch, a->T,
+                           a->k, a->E, a->d, a->f, a->fscr_n, a->nb);
+}
+static void qt_kb_ffn16_bwd(void *p)
+{
+    qt_kb_ffn *a = p;
+    qt_bf16_expert_ffn_bwd(a->dx, a->dgu16, a->dy16, a->idx, a->gu16, a->wgu16, a->wd16,
+                           a->scratch, a->T, a->k, a->E, a->d, a->f, a->bscr_n, a->nb);
+}
+static void qt_kb_ffn16_wgrad(void *p)
+{
+    qt_kb_ffn *a = p;
+    qt_bf16_expert_ffn_wgrad(a->dwgu, a->dwd, a->dy16, a->x16, a->idx, a->gu16, a->dgu16,
+                             a->wd16, a->scratch, a->T, a->k, a->E, a->d, a->f, a->wscr_n);
+}
+
+/* bf16 rows of the expert FFN: operands rounded from the fp32 ones, % of the bf16 peak;
+ * bytes counted at 2 per bf16 element. */
+static void qt_kb_expert_ffn16(qt_kb_ffn *a, double fl)
+{
+    const int64_t rows = a->T * a->k, d = a->d, f = a->f;
+    qt_bf16 **bufs[6] = {&a->gu16, &a->x16, &a->wgu16, &a->wd16, &a->dgu16, &a->dy16};
+    const float *src[6] = {a->gu, a->x, a->wgu, a->wd, a->dgu, a->dy};
+    const int64_t n[6] = {rows * 2 * f, a->T * d, a->E * 2 * f * d, a->E * d * f, rows * 2 * f,
+                          rows * d};
+    for (int i = 0; i < 6; i++) {
+        *bufs[i] = qt_kb_alloc((size_t)n[i] * sizeof(qt_bf16));
+        qt_bf16_from_f32_n(*bufs[i], src[i], n[i]);
+    }
+    const double wb = 2.0 * (double)(a->E * 3 * f * d), xb = 2.0 * (double)(a->T * d),
+                 rb = 2.0 * (double)(rows * d), gb = 2.0 * (double)(rows * 2 * f);
+    const char *shape = "T4096 k10 E16 2048/512";
+    qt_kb_peak_row = qt_kb_peak_bf16;
+    qt_kb_row("bf16 expert FFN", shape, "fwd", fl, xb + wb + 2 * rb + gb,
+              qt_kb_run(qt_kb_ffn16_fwd, a), "-");
+    qt_kb_row("bf16 expert FFN", shape, "bwd_data", fl, rb + gb + wb + 4 * xb + gb,
+              qt_kb_run(qt_kb_ffn16_bwd, a), "-");
+    qt_kb_row("bf16 expert FFN", shape, "wgrad", fl, rb + xb + 2 * gb + 2 * wb,
+              qt_kb_run(qt_kb_ffn16_wgrad, a), "-");
+    qt_kb_peak_row = 0.0;
+    for (int i = 0; i < 6; i++) free(*bufs[i]);
 }
 
 static void qt_kb_expert_ffn(void)
@@ -693,6 +743,9 @@ static void qt_kb_expert_ffn(void)
               qt_kb_run(qt_kb_ffn_bwd, &a), ">=60%");
     qt_kb_row("expert FFN", shape, "wgrad", fl, rb + xb + 2 * gb + wb,
               qt_kb_run(qt_kb_ffn_wgrad, &a), ">=60%");
+#ifdef QT_KB_HAVE_BF16
+    qt_kb_expert_ffn16(&a, fl);
+#endif
     free(a.scratch), free(a.y), free(a.gu), free(a.x), free(a.wgu), free(a.wd), free(a.dx);
     free(a.dgu), free(a.dy), free(a.dwgu), free(a.dwd), free(a.idx);
 }

@@ -1,5 +1,5 @@
 """bench_torch.py - PyTorch baseline for `make bench`: the bench model (configgen/configs/runs/
-bench.yml via config.py) in float32, random init, timed forward + backward + clipping + AdamW
+bench.yml via config.py) in float32 (or, --bf16, under CPU autocast to bfloat16), random init, timed forward + backward + clipping + AdamW
 steps on random tokens (per_device_batch_size x max_target_length = 4 x 256).
 
 Prints ONE JSON line on stdout:
@@ -27,11 +27,14 @@ import config  # noqa: E402
 import model  # noqa: E402
 
 
-def make_step(dm, P, opt, names, chunk):
+def make_step(dm, P, opt, names, chunk, bf16=False):
     lb_c = model.lb_coefficient(dm)
 
     def step(i, inp, tgt):
-        loss = model.loss_fn(P, dm, inp, tgt, lb_c=lb_c, chunk=chunk)[0]
+        # bf16: CPU autocast (what a PyTorch bf16 user gets: matmuls in bf16, the loss and
+        # reductions in fp32); the parameters, gradients and AdamW stay fp32
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
+            loss = model.loss_fn(P, dm, inp, tgt, lb_c=lb_c, chunk=chunk)[0]
         gl = torch.autograd.grad(loss, [P[n] for n in names])
         grads = dict(zip(names, gl))
         model.clip_grads(grads, dm['gradient_clipping_threshold'])
@@ -40,12 +43,12 @@ def make_step(dm, P, opt, names, chunk):
     return step
 
 
-def time_steps(dm, chunk, n, seed=0, warmup=1):
+def time_steps(dm, chunk, n, seed=0, warmup=1, bf16=False):
     torch.manual_seed(seed)
     P = {k: v.requires_grad_(True) for k, v in model.init_params(dm, seed, torch.float32).items()}
     names = [n_ for n_, _, _ in model.param_specs(dm)]
     opt = model.AdamW(dm, P)
-    step = make_step(dm, P, opt, names, chunk)
+    step = make_step(dm, P, opt, names, chunk, bf16)
     B, S = dm['B'], dm['S']
     batches = [(torch.randint(0, dm['V'], (B, S)), torch.randint(0, dm['V'], (B, S)))
                for _ in range(n + warmup)]
@@ -83,6 +86,8 @@ def main():
     ap.add_argument('--steps', type=int, default=2)
     ap.add_argument('--no-single', action='store_true')
     ap.add_argument('--gdn', choices=('probe', 'recurrent', 'chunked'), default='probe')
+    ap.add_argument('--bf16', action='store_true',
+                    help='CPU autocast to bfloat16 around the forward (the bf16 baseline)')
     ap.add_argument('--warmup', type=int, default=1,
                     help='untimed steps first (0: time the first step; the slice uses 0: one '
                          'step of it passes 20 GiB resident, a warm-up step doubles the time)')
@@ -99,16 +104,17 @@ def main():
     else:
         t_rec = t_chk = None
         chunk = dm['chunk'] if args.gdn == 'chunked' else None
-    step_s = time_steps(dm, chunk, args.steps, warmup=args.warmup)
+    step_s = time_steps(dm, chunk, args.steps, warmup=args.warmup, bf16=args.bf16)
     out = {'impl': 'pytorch', 'tokens_per_s': tokens / step_s, 'step_s': step_s,
            'threads': threads, 'gdn': 'chunked' if chunk else 'recurrent',
            'gdn_probe_s': {'recurrent': t_rec, 'chunked': t_chk},
            'cpu_step_s': time_steps.cpu_s,
-           'tokens_per_step': tokens, 'run': args.run, 'dtype': 'float32',
+           'tokens_per_step': tokens, 'run': args.run,
+           'dtype': 'bfloat16 (autocast)' if args.bf16 else 'float32',
            'warmup_steps': args.warmup}
     if not args.no_single and threads != 1:
         torch.set_num_threads(1)
-        s1 = time_steps(dm, chunk, args.steps, warmup=args.warmup)
+        s1 = time_steps(dm, chunk, args.steps, warmup=args.warmup, bf16=args.bf16)
         out['threads1_step_s'] = s1
         out['threads1_tokens_per_s'] = tokens / s1
         torch.set_num_threads(threads)

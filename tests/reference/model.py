@@ -197,7 +197,7 @@ def moe_layer(P, pre, h, dm, B, S, lb_c, stats):
             continue
         gu = h[tok] @ wgu[e].t()
         y = (ops.silu(gu[:, :I]) * gu[:, I:]) @ wd[e].t()
-        routed = routed.index_add(0, tok, y * w[tok, slot][:, None])
+        routed = routed.index_add(0, tok, (y * w[tok, slot][:, None]).to(routed.dtype))
     sh = (ops.silu(h @ P[pre + 'mlp.shared_expert.gate_proj.weight'].t())
           * (h @ P[pre + 'mlp.shared_expert.up_proj.weight'].t())) \
         @ P[pre + 'mlp.shared_expert.down_proj.weight'].t()

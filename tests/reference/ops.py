@@ -134,7 +134,7 @@ def delta_rule_chunked(q, k, v, g, beta, C):
     q, k, v = rs(q), rs(k), rs(v)
     g = g.reshape(B, n, C, H).permute(0, 3, 1, 2)
     beta = beta.reshape(B, n, C, H).permute(0, 3, 1, 2)
-    eye = torch.eye(C, dtype=q.dtype)
+    eye = torch.eye(C).to(q.dtype)
     strict = torch.tril(torch.ones(C, C, dtype=torch.bool), -1)
     incl = torch.tril(torch.ones(C, C, dtype=torch.bool), 0)
     st = q.new_zeros(B, H, Dk, Dv)

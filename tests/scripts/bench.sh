@@ -29,12 +29,16 @@ bench_model bench
 echo "bench model: d=$d L=$L heads $hq/$hkv x $hd, GDN $hk/$hv x $dk/$dv, experts $E top-$k x $f, shared $fs, vocab $V, batch $b x $S"
 echo "model FLOPs per token (fwd+bwd): $fpt; MFU against ${PEAK} GFLOP/s (this machine's single-core FMA peak)"
 
-make --no-print-directory build/bench/qtrain build/bench-dp2/qtrain build/bench-ep2/qtrain \
-  build/bench-dp2-zero1/qtrain >/dev/null
+make --no-print-directory build/bench/qtrain build/bench-bf16/qtrain build/bench-dp2/qtrain \
+  build/bench-ep2/qtrain build/bench-dp2-zero1/qtrain >/dev/null
 out=$(mktemp -d /tmp/qtrain-bench.XXXXXX); trap 'rm -rf "$out"' EXIT
 ./build/bench/qtrain steps=$STEPS metrics=$out/m.jsonl 2> $out/err.txt || { cat $out/err.txt; exit 1; }
 qt_tps=$(awk -v w=$WARM -F'"tokens_per_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/m.jsonl)
 qt_step=$(awk -v w=$WARM -F'"step_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/m.jsonl)
+# The same model and batch in bf16 (bench-bf16.yml: dtype bfloat16, docs/precision.md)
+./build/bench-bf16/qtrain steps=$STEPS metrics=$out/m16.jsonl 2> $out/err16.txt || { cat $out/err16.txt; exit 1; }
+qt16_tps=$(awk -v w=$WARM -F'"tokens_per_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/m16.jsonl)
+qt16_step=$(awk -v w=$WARM -F'"step_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/m16.jsonl)
 
 # The PyTorch baseline: Debian's python3-torch calls the system BLAS (libblas.so.3). With the
 # reference BLAS it runs ~10x slower than with OpenBLAS, which would flatter qtrain, so the
@@ -47,7 +51,11 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1 || true
   fi
   pt_line=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 tests/reference/bench_torch.py 2>/dev/null | tail -n1 || true)
+  # PyTorch's bf16: CPU autocast around the forward (one thread setting: torch's default)
+  pt16_line=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 tests/reference/bench_torch.py --bf16 --no-single 2>/dev/null | tail -n1 || true)
 fi
+pt16_tps=$(echo "${pt16_line:-}" | grep -o '"tokens_per_s": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$' | awk '{printf "%.1f", $1}' || true)
+pt16_step=$(echo "${pt16_line:-}" | grep -o '"step_s": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$' | awk '{printf "%.3f", $1}' || true)
 pt_tps=$(echo "$pt_line" | grep -o '"tokens_per_s": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$' | awk '{printf "%.1f", $1}' || true)
 pt_step=$(echo "$pt_line" | grep -o '"step_s": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$' | awk '{printf "%.3f", $1}' || true)
 pt_thr=$(echo "$pt_line" | grep -o '"threads": *[0-9]*' | grep -o '[0-9]*$' || true)
@@ -71,12 +79,23 @@ done
 mfu() { awk -v t=$1 -v f=$fpt -v p=$PEAK 'BEGIN{printf "%.1f%%", 100*t*f/(p*1e9)}'; }
 printf '\n%-28s %12s %10s %8s %12s %14s\n' "implementation" "tokens/s" "step s" "MFU" "in coll." "MiB/step sent"
 printf '%-28s %12s %10s %8s %12s %14s\n' "qtrain (fp32, 1 rank)" "$qt_tps" "$qt_step" "$(mfu $qt_tps)" "-" "-"
+printf '%-28s %12s %10s %8s %12s %14s\n' "qtrain (bf16, 1 rank)" "$qt16_tps" "$qt16_step" "$(mfu $qt16_tps)" "-" "-"
 for mesh in dp2 ep2; do
   printf '%-28s %12s %10s %8s %12s %14s\n' "qtrain (fp32, ${mesh^^}, 2 ranks)" "${m_tps[$mesh]}" \
     "${m_step[$mesh]}" "$(mfu ${m_tps[$mesh]})" "${m_share[$mesh]:-?}" "${m_mib[$mesh]:-?}"
 done
 if [ -n "$pt_tps" ]; then
   printf '%-28s %12s %10s %8s %12s %14s\n' "pytorch ${pt_thr} thread(s) fp32" "$pt_tps" "$pt_step" "$(mfu $pt_tps)" "-" "-"
+fi
+if [ -n "$pt16_tps" ]; then
+  printf '%-28s %12s %10s %8s %12s %14s\n' "pytorch ${pt_thr} thread(s) bf16" "$pt16_tps" "$pt16_step" "$(mfu $pt16_tps)" "-" "-"
+fi
+# bf16 against fp32 (the target: 1.5x). MFU above is against the fp32 FMA peak; the
+# bf16 dot instruction's own peak is measured beside it (kernel_bench peak_bf16).
+PEAK16=$(./build/bench/kernel_bench peak | awk '$1 == "peak_bf16" {print $2}')
+awk -v a=$qt16_tps -v b=$qt_tps -v p=$PEAK -v q="${PEAK16:-}" 'BEGIN{printf "qtrain bf16 / fp32: %.2fx (target 1.5x); peaks measured now: fp32 FMA %.1f, VDPBF16PS %s GFLOP/s%s\n", a/b, p, q == "" ? "n/a" : q, (q != "" && q < p) ? " (bf16 dot below the fp32 FMA peak on this CPU: the bf16 matmuls cannot be faster here)" : ""}'
+if [ -n "$pt16_tps" ] && [ -n "$pt_tps" ]; then
+  awk -v a=$qt16_tps -v b=$pt16_tps -v c=$pt16_tps -v d=$pt_tps 'BEGIN{printf "qtrain bf16 / pytorch bf16: %.2fx; pytorch bf16 / pytorch fp32: %.2fx\n", a/b, c/d}'
 fi
 for mesh in dp2 ep2; do
   awk -v a=${m_tps[$mesh]} -v b=$qt_tps -v m=${mesh^^} 'BEGIN{printf "qtrain %s / 1 rank: %.2fx (the 2 vCPUs give about 1.0-1.5x one core in total, so not 2x)\n", m, a/b}'
