@@ -302,7 +302,10 @@ TEST(RuntimeInterp, TreeThroughScheduleIsIndependentOfBatchSplit)
             LONGS_EQUAL(0, qt_interp_validate(p, rt_table));
             memset(rt_arena, 0xff, RT_ARENA_BYTES);  // stale data must not leak into results
             memset(rt_arena + RT_OFF_PARAMS, 0, 4 * (RT_N0 + RT_N1));
-            qt_ctx ctx = {p, p->arena};
+            qt_ctx ctx;
+            memset(&ctx, 0, sizeof ctx);
+            ctx.plan = p;
+            ctx.arena = p->arena;
             for (int64_t mb = 0; mb < G; mb++) {
                 int32_t *tok = qt_i32(&ctx, p->tokens);
                 for (int64_t s = 0; s < b; s++)
