@@ -302,7 +302,10 @@ TEST(RuntimeInterp, TreeThroughScheduleIsIndependentOfBatchSplit)
             LONGS_EQUAL(0, qt_interp_validate(p, rt_table));
             memset(rt_arena, 0xff, RT_ARENA_BYTES);  // stale data must not leak into results
             memset(rt_arena + RT_OFF_PARAMS, 0, 4 * (RT_N0 + RT_N1));
-            qt_ctx ctx = {p, p->arena};
+            qt_ctx ctx;
+            memset(&ctx, 0, sizeof ctx);
+            ctx.plan = p;
+            ctx.arena = p->arena;
             for (int64_t mb = 0; mb < G; mb++) {
                 int32_t *tok = qt_i32(&ctx, p->tokens);
                 for (int64_t s = 0; s < b; s++)
@@ -914,9 +917,17 @@ TEST(RuntimeStep, InitRejectsRankMismatchAndForeignArena)
     qt_runtime_set_kernel_table(NULL);
 }
 
-// A bf16 plan (dtype=bfloat16) is planned but not executable by this firmware build yet:
-// refused at start-up, whether the plan says so (qt_plan.dtype) or only a tensor does.
-TEST(RuntimeStep, InitRefusesBf16Plans)
+// Start-up refuses a plan whose tensors' dtypes do not fit its compute dtype
+// (runtime/validate_bf16.c; bf16 plans themselves run: tests/e2e/77_bf16.sh end to end,
+// test_bf16_ops.cpp op by op). This hand plan's fake kernels read fp32, so it never runs in
+// bf16; each case below is refused for the one reason named, and the message says which:
+//  (a) an fp32 plan holding a bf16 tensor (a parameter's compute copy);
+//  (b) a bf16 plan whose boundary op (the fake loss on XENT, which reads p0) must stage a
+//      bf16 p0 but has no staging region (bf16_stage_elems 0);
+//  (c) the same with a staging region: now refused because the native MATMUL_WGRAD reads
+//      its x slot (here the int32 tokens) as bf16;
+// and the fp32 plan as built is accepted.
+TEST(RuntimeStep, InitRefusesMisfitDtypes)
 {
     static rt_plan_store st;
     rt_make_table();
@@ -924,14 +935,24 @@ TEST(RuntimeStep, InitRefusesBf16Plans)
     qt_run_opts o;
     memset(&o, 0, sizeof o);
     o.n_ranks = 1;
-    rt_build_plan(&st, 2, 2);
-    st.plan.dtype = QT_BF16;
+    const int quiet = qt_set_quiet(1);
+    rt_build_plan(&st, 2, 2);  // (a)
+    st.tensors[st.params[0].tensor].dtype = QT_BF16;
     st.plan.hash = qt_plan_hash(&st.plan);
     LONGS_EQUAL(QT_E_PLAN, qt_runtime_init(&st.plan, &o));
-    rt_build_plan(&st, 2, 2);
-    st.tensors[st.params[0].tensor].dtype = QT_BF16;  // a parameter's compute copy
+    CHECK(strstr(qt_last_error(), "dtype float32 but 1 bf16 tensors") != NULL);
+    st.plan.dtype = QT_BF16;  // (b)
     st.plan.hash = qt_plan_hash(&st.plan);
     LONGS_EQUAL(QT_E_PLAN, qt_runtime_init(&st.plan, &o));
+    CHECK(strstr(qt_last_error(), "microbatch op 0 (fake_loss) stages 16 floats of bf16 "
+                                  "tensors, the plan's bf16 staging region holds 0") != NULL);
+    st.plan.bf16_stage_offset = RT_OFF_SCRATCH;  // (c)
+    st.plan.bf16_stage_elems = 16;
+    st.plan.hash = qt_plan_hash(&st.plan);
+    LONGS_EQUAL(QT_E_PLAN, qt_runtime_init(&st.plan, &o));
+    CHECK(strstr(qt_last_error(), "microbatch op 1 (fake_wgrad): slot t1, tensor tokens, is "
+                                  "int32") != NULL);
+    qt_set_quiet(quiet);
     rt_build_plan(&st, 2, 2);
     st.plan.hash = qt_plan_hash(&st.plan);
     LONGS_EQUAL(0, qt_runtime_init(&st.plan, &o));

@@ -1,0 +1,851 @@
+// test_bf16_ops.cpp - executing bf16 plans, op by op, on small hand-made plans, at 0 ulp
+// (every comparison is of bits):
+//  (1) the boundary (runtime/interp_bf16.c) on RUN kinds without QT_OPP_BF16: running the op
+//      in a bf16 plan equals widening its bf16 tensors, running the fp32 kernel and rounding
+//      what it wrote with qt_bf16_from_f32; an accumulating slot is rounded once per op; a
+//      tensor named by two slots shares one staging; an fp32 plan calls the wrapper itself;
+//  (2) the boundary on WGRAD kinds (the GDN gates read their parameters: staged for them);
+//  (3) qt_bf16_stage_need against an independent count;
+//  (4) the native bf16 wrappers (ops_bf16.c, EMBED_WGRAD in ops_basic.c) against the bf16
+//      kernels plus one rounding;
+//  (5) qt_validate_bf16's refusals and acceptance;
+//  (6) the step ops' rounding of the masters into the bf16 compute copy (publish, ADAMW,
+//      PARAM_GATHER into a bf16 window).
+#include <ctype.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <set>
+#include <vector>
+#include "CppUTest/TestHarness.h"
+
+extern "C" {
+#include "qt_plan.h"
+#include "qt_ops.h"
+#include "qt_err.h"
+#include "ops/qt_op_fns.h"
+#include "ops/qt_ops_bf16.h"
+#include "runtime/qt_interp_bf16.h"
+#include "runtime/qt_validate.h"
+#include "runtime/qt_step.h"
+#include "kernels/bf16.h"
+#include "kernels/bf16_matmul.h"
+#include "kernels/bf16_matmul_canon.h"
+#include "kernels/elementwise.h"
+#include "kernels/embed.h"
+#include "kernels/gdn_gates.h"
+#include "kernels/rmsnorm.h"
+}
+
+#include "qt_test_util.h"
+
+namespace {
+
+typedef std::vector<float> vecf;
+
+enum { ARENA = 1 << 20, STAGE_OFF = 1 << 19, STAGE_ELEMS = 1 << 16, MAX_T = 40 };
+alignas(64) unsigned char g_a16[ARENA];
+alignas(64) unsigned char g_a32[ARENA];
+
+uint32_t bits(float f) { return qt_test_bits(f); }
+
+uint64_t xs(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+// A float with 24 random significant bits in +-[2^-3, 2^3), so sums round in fp32 and bf16.
+float rndf(uint64_t *s)
+{
+    const uint64_t r = xs(s);
+    const float m = 1.0f + (float)(r & 0x7fffffu) / 8388608.0f;
+    return ldexpf((r >> 40) & 1 ? -m : m, (int)((r >> 24) % 7) - 3);
+}
+
+// A hand-made plan: tensors laid out from byte 0 of its arena (64-byte aligned), the fp32
+// staging region at STAGE_OFF; unwritten bytes hold 0xff (NaN bits) so stray reads show.
+struct Hand {
+    qt_tensor t[MAX_T];
+    qt_plan plan;
+    qt_ctx ctx;
+    unsigned char *arena;
+    int64_t off = 0;
+
+    Hand(unsigned dtype, unsigned char *a) : arena(a)
+    {
+        memset(t, 0, sizeof t);
+        memset(&plan, 0, sizeof plan);
+        memset(arena, 0xff, ARENA);
+        plan.run_name = "bf16-ops-hand";
+        plan.dtype = (uint8_t)dtype;
+        plan.arena = arena;
+        plan.arena_bytes = ARENA;
+        plan.tensors = t;
+        plan.n_ranks = 1;
+        if (dtype == QT_BF16) {
+            plan.bf16_stage_offset = STAGE_OFF;
+            plan.bf16_stage_elems = STAGE_ELEMS;
+        }
+        memset(&ctx, 0, sizeof ctx);
+        ctx.plan = &plan;
+        ctx.arena = arena;
+        ctx.n_ranks = 1;
+    }
+    Hand(const Hand &) = delete;
+    int32_t add(int64_t n, unsigned dtype, const char *name = "t")
+    {
+        const int32_t id = plan.n_tensors++;
+        t[id].name = name;
+        t[id].dtype = (uint8_t)dtype;
+        t[id].role = QT_ROLE_ACT;
+        t[id].ndim = 1;
+        t[id].shape[0] = t[id].global_shape[0] = t[id].numel = n;
+        t[id].offset = off;
+        off += (n * qt_dtype_bytes(dtype) + 63) / 64 * 64;
+        return id;
+    }
+    uint16_t *b(int32_t id) { return qt_b16(&ctx, id); }
+    float *f(int32_t id) { return (float *)(void *)(arena + t[id].offset); }
+    int32_t *i(int32_t id) { return qt_i32(&ctx, id); }
+    // a bf16 tensor of random values (bf16 of rndf), or an fp32 one
+    int32_t rand_b16(int64_t n, uint64_t *s, const char *name = "t")
+    {
+        const int32_t id = add(n, QT_BF16, name);
+        for (int64_t k = 0; k < n; k++) b(id)[k] = qt_bf16_from_f32(rndf(s));
+        return id;
+    }
+    int32_t rand_f32(int64_t n, uint64_t *s, const char *name = "t")
+    {
+        const int32_t id = add(n, QT_F32, name);
+        for (int64_t k = 0; k < n; k++) f(id)[k] = rndf(s);
+        return id;
+    }
+    // the tensor's values as fp32 (widened when bf16)
+    vecf get(int32_t id)
+    {
+        vecf v((size_t)t[id].numel);
+        for (int64_t k = 0; k < t[id].numel; k++)
+            v[(size_t)k] = t[id].dtype == QT_BF16 ? qt_f32_from_bf16(b(id)[k]) : f(id)[k];
+        return v;
+    }
+};
+
+// The fp32 twin of a bf16 hand plan: the same tensor ids, every bf16 tensor fp32 holding
+// its widened values (int32 tensors copied).
+void make_twin(Hand &h16, Hand &h32)
+{
+    for (int32_t id = 0; id < h16.plan.n_tensors; id++) {
+        const qt_tensor &s = h16.t[id];
+        const int32_t j = h32.add(s.numel, s.dtype == QT_I32 ? QT_I32 : QT_F32, s.name);
+        if (s.dtype == QT_I32) memcpy(h32.i(j), h16.i(id), (size_t)s.numel * 4u);
+        else {
+            vecf v = h16.get(id);
+            memcpy(h32.f(j), v.data(), v.size() * sizeof(float));
+        }
+    }
+}
+
+// Every widened tensor of the plan (the reference's starting values).
+std::vector<vecf> widened(Hand &h)
+{
+    std::vector<vecf> r;
+    for (int32_t id = 0; id < h.plan.n_tensors; id++) r.push_back(h.get(id));
+    return r;
+}
+
+// Elements of tensor id that differ from the reference: a bf16 tensor must hold
+// qt_bf16_from_f32(ref), an fp32 (or int32) one ref's bits. Prints the first difference.
+int64_t diff_tensor(const char *what, Hand &h, int32_t id, const vecf &ref)
+{
+    int64_t bad = 0;
+    for (int64_t k = 0; k < h.t[id].numel; k++) {
+        const float r = ref[(size_t)k];
+        const uint32_t got = h.t[id].dtype == QT_BF16 ? h.b(id)[k] : bits(h.f(id)[k]);
+        const uint32_t want = h.t[id].dtype == QT_BF16 ? qt_bf16_from_f32(r) : bits(r);
+        if (got != want && !bad++)
+            fprintf(stderr, "%s: tensor %d (%s) [%lld]: got 0x%08x want 0x%08x\n", what, id,
+                    h.t[id].name, (long long)k, got, want);
+    }
+    return bad;
+}
+
+// Every tensor of the plan against its reference (read-only ones: their widened start).
+int64_t diff_all(const char *what, Hand &h, const std::vector<vecf> &ref)
+{
+    int64_t bad = 0;
+    for (int32_t id = 0; id < h.plan.n_tensors; id++) bad += diff_tensor(what, h, id, ref[(size_t)id]);
+    return bad;
+}
+
+qt_op make_op(unsigned kind)
+{
+    qt_op o;
+    memset(&o, 0, sizeof o);
+    o.kind = (uint16_t)kind;
+    for (int k = 0; k < QT_OP_MAX_T; k++) o.t[k] = QT_NONE;
+    return o;
+}
+
+// Runs op through qt_interp_call_run in the bf16 plan and in its fp32 twin; the bf16 plan
+// must equal ref rounded, the twin ref itself (an fp32 plan: the plain fp32 wrapper).
+void run_both(const char *what, Hand &h16, const qt_op &op, const std::vector<vecf> &ref)
+{
+    Hand h32(QT_F32, g_a32);
+    make_twin(h16, h32);
+    const qt_kernel_entry *e = &qt_kernel_table[op.kind];
+    qt_interp_call_run(e, &op, &h16.ctx);
+    qt_interp_call_run(e, &op, &h32.ctx);
+    char name[128];
+    snprintf(name, sizeof name, "%s (bf16 plan)", what);
+    LONGS_EQUAL(0, diff_all(name, h16, ref));
+    snprintf(name, sizeof name, "%s (fp32 plan)", what);
+    for (int32_t id = 0; id < h32.plan.n_tensors; id++) {
+        int64_t bad = 0;
+        for (int64_t k = 0; k < h32.t[id].numel; k++)
+            if (h32.t[id].dtype != QT_I32 && bits(h32.f(id)[k]) != bits(ref[(size_t)id][(size_t)k]))
+                bad++;
+        if (bad) fprintf(stderr, "%s: tensor %d: %lld elements differ\n", name, id, (long long)bad);
+        LONGS_EQUAL(0, bad);
+    }
+}
+
+} // namespace
+
+// ------------------------------------------------------------------ (1) the boundary, RUN
+
+TEST_GROUP(Bf16Boundary) {};
+
+// RMSNORM_FWD (y 'w' strided with gaps, rstd fp32 'w', x 'r', w 'p', zero-centred): bf16 plan
+// == bf16(fp32 kernel on widened x, w); rstd the kernel's fp32 bits; gaps of y keep their
+// bits; x and w untouched; the fp32 plan gives the kernel's bits.
+TEST(Bf16Boundary, RmsnormFwdIsTheFp32KernelRoundedOnce)
+{
+    const int64_t R = 3, n = 37, xs_ = 41, ys = 40;
+    uint64_t s = 11;
+    Hand h(QT_BF16, g_a16);
+    const int32_t y = h.rand_b16(R * ys, &s, "y"), rstd = h.rand_f32(R, &s, "rstd"),
+                  x = h.rand_b16(R * xs_, &s, "x"), w = h.rand_b16(n, &s, "w");
+    qt_op o = make_op(QT_OP_RMSNORM_FWD);
+    o.t[0] = y, o.t[1] = rstd, o.t[2] = x, o.t[3] = w;
+    o.a[0] = R, o.a[1] = n, o.a[2] = xs_, o.a[3] = ys, o.a[4] = QT_RMSNORM_ZERO_CENTRED;
+    o.f[0] = 1e-6f;
+    std::vector<vecf> ref = widened(h);
+    qt_rmsnorm_fwd(ref[y].data(), ref[rstd].data(), ref[x].data(), ref[w].data(), R, n, xs_, ys,
+                   QT_RMSNORM_ZERO_CENTRED, 1e-6f);
+    run_both("rmsnorm_fwd", h, o, ref);
+}
+
+// RMSNORM_BWD: the accumulating dx (nonzero old values, +0 and -0 among them) starts from its
+// widened old value and is rounded once: bf16(kernel(widen(dx0), ...)); rstd read as fp32.
+TEST(Bf16Boundary, RmsnormBwdAccumulatesFromWidenedOldValueAndRoundsOnce)
+{
+    const int64_t R = 4, n = 19;
+    uint64_t s = 12;
+    Hand h(QT_BF16, g_a16);
+    const int32_t dx = h.rand_b16(R * n, &s, "dx"), dy = h.rand_b16(R * n, &s, "dy"),
+                  x = h.rand_b16(R * n, &s, "x"), w = h.rand_b16(n, &s, "w"),
+                  rstd = h.rand_f32(R, &s, "rstd");
+    for (int64_t k = 0; k < R * n; k += 5) h.b(dx)[k] = (k / 5) % 2 ? 0x8000 : 0x0000;
+    // a zero dy row with -0 old dx: -0 + (+0 products) shows the sign rules survive
+    for (int64_t k = 0; k < n; k++) h.b(dy)[k] = 0x0000;
+    qt_op o = make_op(QT_OP_RMSNORM_BWD);
+    o.t[0] = dx, o.t[1] = dy, o.t[2] = x, o.t[3] = w, o.t[4] = rstd;
+    o.a[0] = R, o.a[1] = n, o.a[2] = n, o.a[3] = n, o.a[4] = 0;
+    std::vector<vecf> ref = widened(h);
+    qt_rmsnorm_bwd(ref[dx].data(), ref[dy].data(), ref[x].data(), ref[w].data(),
+                   ref[rstd].data(), R, n, n, n, 0);
+    run_both("rmsnorm_bwd", h, o, ref);
+}
+
+// SWIGLU_BWD with da and du the same tensor: both accumulating slots share one staging, so
+// every element gets two fp32 adds and ONE rounding, bf16((d + inc_a) + inc_u); rounding
+// after each add would give other bits on these data (checked, so the test can tell).
+TEST(Bf16Boundary, SwigluBwdRepeatedAccumulatorSharesStagingRoundsOnce)
+{
+    const int64_t n = 301;
+    uint64_t s = 13;
+    Hand h(QT_BF16, g_a16);
+    const int32_t d = h.rand_b16(n, &s, "d"), dh = h.rand_b16(n, &s, "dh"),
+                  a = h.rand_b16(n, &s, "a"), u = h.rand_b16(n, &s, "u");
+    qt_op o = make_op(QT_OP_SWIGLU_BWD);
+    o.t[0] = d, o.t[1] = d, o.t[2] = dh, o.t[3] = a, o.t[4] = u;
+    o.a[0] = n;
+    LONGS_EQUAL(4 * 304, qt_bf16_stage_need(&h.plan, &qt_kernel_table[QT_OP_SWIGLU_BWD], &o));
+    std::vector<vecf> ref = widened(h);
+    qt_swiglu_bwd(ref[d].data(), ref[d].data(), ref[dh].data(), ref[a].data(), ref[u].data(), n);
+    // the increments alone, and the twice-rounded alternative
+    vecf ia((size_t)n, 0.0f), iu((size_t)n, 0.0f);
+    qt_swiglu_bwd(ia.data(), iu.data(), ref[dh].data(), ref[a].data(), ref[u].data(), n);
+    int twice_differs = 0;
+    for (int64_t k = 0; k < n; k++) {
+        const float d0 = qt_f32_from_bf16(h.b(d)[k]);
+        CHECK_EQUAL(bits((d0 + ia[k]) + iu[k]), bits(ref[d][k]));
+        const qt_bf16 twice = qt_bf16_from_f32(qt_f32_from_bf16(qt_bf16_from_f32(d0 + ia[k])) + iu[k]);
+        twice_differs += twice != qt_bf16_from_f32(ref[d][k]);
+    }
+    CHECK(twice_differs > 0);
+    run_both("swiglu_bwd da == du", h, o, ref);
+}
+
+// SWIGLU_BWD with distinct accumulators (the ordinary case) and ADD in place (y is a: a 'w'
+// and an 'r' slot share the staging, the fp32 add reads the widened old y).
+TEST(Bf16Boundary, SwigluBwdAndAddInPlace)
+{
+    const int64_t n = 77;
+    uint64_t s = 14;
+    {
+        Hand h(QT_BF16, g_a16);
+        const int32_t da = h.rand_b16(n, &s, "da"), du = h.rand_b16(n, &s, "du"),
+                      dh = h.rand_b16(n, &s, "dh"), a = h.rand_b16(n, &s, "a"),
+                      u = h.rand_b16(n, &s, "u");
+        qt_op o = make_op(QT_OP_SWIGLU_BWD);
+        o.t[0] = da, o.t[1] = du, o.t[2] = dh, o.t[3] = a, o.t[4] = u;
+        o.a[0] = n;
+        std::vector<vecf> ref = widened(h);
+        qt_swiglu_bwd(ref[da].data(), ref[du].data(), ref[dh].data(), ref[a].data(),
+                      ref[u].data(), n);
+        run_both("swiglu_bwd", h, o, ref);
+    }
+    {
+        Hand h(QT_BF16, g_a16);
+        const int32_t y = h.rand_b16(n, &s, "y"), b = h.rand_b16(n, &s, "b");
+        qt_op o = make_op(QT_OP_ADD);
+        o.t[0] = y, o.t[1] = y, o.t[2] = b;
+        o.a[0] = n;
+        LONGS_EQUAL(80 + 80, qt_bf16_stage_need(&h.plan, &qt_kernel_table[QT_OP_ADD], &o));
+        std::vector<vecf> ref = widened(h);
+        qt_add(ref[y].data(), ref[y].data(), ref[b].data(), n);
+        run_both("add in place", h, o, ref);
+    }
+}
+
+namespace {
+const qt_ctx *g_seen;
+qt_stage_map g_seen_map;
+int g_seen_staged;
+void spy_add(const qt_op *op, const qt_ctx *ctx)
+{
+    g_seen = ctx;
+    g_seen_staged = ctx->stage != NULL;
+    if (ctx->stage) g_seen_map = *ctx->stage;
+    qt_op_add(op, ctx);
+}
+} // namespace
+
+// Which wrapper runs: an fp32 plan calls the kind's wrapper with the caller's context (no
+// stage map); a bf16 plan calls a kind without QT_OPP_BF16 through the boundary (a copy of the
+// context whose stage map lists the op's distinct bf16 tensors in slot order, at 16-float
+// steps from the staging region's start), and a QT_OPP_BF16 kind directly.
+TEST(Bf16Boundary, CallsTheWrapperOrTheBoundaryByPlanDtypeAndKind)
+{
+    qt_kernel_entry e = qt_kernel_table[QT_OP_ADD];
+    e.run = spy_add;
+    const int64_t n = 17;
+    uint64_t s = 15;
+    {
+        Hand h(QT_F32, g_a32);
+        const int32_t y = h.rand_f32(n, &s), a = h.rand_f32(n, &s), b = h.rand_f32(n, &s);
+        qt_op o = make_op(QT_OP_ADD);
+        o.t[0] = y, o.t[1] = a, o.t[2] = b, o.a[0] = n;
+        vecf ref = h.get(a);
+        qt_add(ref.data(), ref.data(), h.get(b).data(), n);
+        g_seen = NULL;
+        qt_interp_call_run(&e, &o, &h.ctx);
+        CHECK(g_seen == &h.ctx);
+        LONGS_EQUAL(0, g_seen_staged);
+        LONGS_EQUAL(0, diff_tensor("fp32 add", h, y, ref));
+    }
+    Hand h(QT_BF16, g_a16);
+    const int32_t y = h.rand_b16(n, &s), a = h.rand_b16(n, &s), b = h.rand_b16(n, &s);
+    qt_op o = make_op(QT_OP_ADD);
+    o.t[0] = y, o.t[1] = b, o.t[2] = a, o.a[0] = n;
+    g_seen = NULL;
+    qt_interp_call_run(&e, &o, &h.ctx);
+    CHECK(g_seen != NULL && g_seen != &h.ctx);
+    LONGS_EQUAL(1, g_seen_staged);
+    LONGS_EQUAL(3, g_seen_map.n);
+    const float *stage = (const float *)(const void *)(g_a16 + STAGE_OFF);
+    const int32_t order[3] = {y, b, a};
+    for (int i = 0; i < 3; i++) {
+        LONGS_EQUAL(order[i], g_seen_map.id[i]);
+        CHECK(g_seen_map.at[i] == stage + 32 * i);
+    }
+    e.props |= QT_OPP_BF16;  // as a native kind: no boundary (the wrapper sees the caller's ctx)
+    g_seen = NULL;
+    qt_op z = make_op(QT_OP_ADD);
+    z.t[0] = h.add(n, QT_F32), z.t[1] = h.add(n, QT_F32), z.t[2] = z.t[1], z.a[0] = n;
+    qt_interp_call_run(&e, &z, &h.ctx);
+    CHECK(g_seen == &h.ctx);
+    LONGS_EQUAL(0, g_seen_staged);
+}
+
+// ------------------------------------------------------------------ (2) the boundary, WGRAD
+
+// GDN_GATES_WGRAD reads its parameters (A_log, dt_bias): in a bf16 plan they are staged (the
+// stage need counts all four tensors) and every sequence's leaves equal the fp32 kernel on the
+// widened rows and parameters; RMSNORM_WGRAD likewise (its w slot staged, not read).
+TEST(Bf16Boundary, WgradKindsReadWidenedRowsAndStagedParameters)
+{
+    const int64_t b = 3, S = 5, hk = 2, hv = 4, T = b * S;
+    uint64_t s = 16;
+    Hand h(QT_BF16, g_a16);
+    const int32_t dg = h.rand_b16(T * hv, &s, "dg"), ba = h.rand_b16(T * 2 * hv, &s, "ba"),
+                  al = h.rand_b16(hv, &s, "A_log"), dt = h.rand_b16(hv, &s, "dt_bias");
+    qt_op o = make_op(QT_OP_GDN_GATES_WGRAD);
+    o.flags = QT_OPF_WGRAD;
+    o.t[0] = dg, o.t[1] = ba, o.t[2] = al, o.t[3] = dt;
+    o.a[0] = T, o.a[1] = hk, o.a[2] = hv, o.a[3] = S, o.a[8] = 0, o.a[9] = 1;
+    const qt_kernel_entry *e = &qt_kernel_table[QT_OP_GDN_GATES_WGRAD];
+    LONGS_EQUAL(64 + 128 + 16 + 16, qt_bf16_stage_need(&h.plan, e, &o));
+    std::vector<vecf> ref = widened(h);
+    for (int64_t q = 0; q < b; q++) {
+        vecf l0((size_t)hv, 0.0f), l1((size_t)hv, 0.0f), r0((size_t)hv, 0.0f), r1((size_t)hv, 0.0f);
+        float *const dw[2] = {l0.data(), l1.data()};
+        qt_interp_call_wgrad(e, &o, &h.ctx, q, dw);
+        qt_gdn_gates_wgrad(r0.data(), r1.data(), ref[dg].data() + q * S * hv,
+                           ref[ba].data() + q * S * 2 * hv, ref[al].data(), ref[dt].data(), S,
+                           hk, hv);
+        for (int64_t k = 0; k < hv; k++) {
+            CHECK_EQUAL(bits(r0[k]), bits(l0[k]));
+            CHECK_EQUAL(bits(r1[k]), bits(l1[k]));
+        }
+    }
+    LONGS_EQUAL(0, diff_all("gdn_gates_wgrad inputs", h, ref));  // nothing written back
+    // RMSNORM_WGRAD: rows of sequence q, w (param) staged but not read
+    const int64_t n = 6, rps = 3;
+    Hand g(QT_BF16, g_a16);
+    const int32_t dy = g.rand_b16(2 * rps * n, &s), x = g.rand_b16(2 * rps * n, &s),
+                  rs = g.rand_f32(2 * rps, &s), w = g.rand_b16(n, &s);
+    qt_op r = make_op(QT_OP_RMSNORM_WGRAD);
+    r.flags = QT_OPF_WGRAD;
+    r.t[0] = dy, r.t[1] = x, r.t[2] = rs, r.t[3] = w;
+    r.a[0] = 2 * rps, r.a[1] = n, r.a[2] = n, r.a[3] = n, r.a[5] = rps, r.a[8] = 0, r.a[9] = -1;
+    e = &qt_kernel_table[QT_OP_RMSNORM_WGRAD];
+    LONGS_EQUAL(48 + 48 + 16, qt_bf16_stage_need(&g.plan, e, &r));
+    std::vector<vecf> gr = widened(g);
+    for (int64_t q = 0; q < 2; q++) {
+        vecf l0((size_t)n, 0.0f), r0((size_t)n, 0.0f);
+        float *const dw[2] = {l0.data(), NULL};
+        qt_interp_call_wgrad(e, &r, &g.ctx, q, dw);
+        qt_rmsnorm_wgrad(r0.data(), gr[dy].data() + q * rps * n, gr[x].data() + q * rps * n,
+                         gr[rs].data() + q * rps, rps, n, n, n);
+        for (int64_t k = 0; k < n; k++) CHECK_EQUAL(bits(r0[k]), bits(l0[k]));
+    }
+}
+
+// ------------------------------------------------------------------ (3) qt_bf16_stage_need
+
+TEST_GROUP(Bf16StageNeed) {};
+
+// For every kind of the table and random slot fillings (bf16 tensors of sizes around
+// multiples of 16, fp32 and int32 tensors, QT_NONE, repeated ids, bf16 tensors in slots past
+// the kind's slot string): qt_bf16_stage_need == the distinct bf16 tensor ids of the kind's
+// slots, each rounded up to 16 floats, 'p' slots left out only for QT_OPP_BF16 kinds, and 0
+// for STEP kinds. Plus hand-counted cases.
+TEST(Bf16StageNeed, EqualsAnIndependentCount)
+{
+    Hand h(QT_BF16, g_a16);
+    const int64_t sizes[] = {1, 15, 16, 17, 32, 33, 100};
+    std::vector<int32_t> pool;
+    for (int64_t n : sizes) pool.push_back(h.add(n, QT_BF16));
+    pool.push_back(h.add(20, QT_F32));
+    pool.push_back(h.add(20, QT_I32));
+    pool.push_back(QT_NONE);
+    uint64_t s = 17;
+    int64_t nonzero = 0;
+    for (int kind = 0; kind < QT_OP_COUNT; kind++) {
+        const qt_kernel_entry *e = &qt_kernel_table[kind];
+        const int ns = e->slots ? (int)strlen(e->slots) : 0;
+        for (int trial = 0; trial < 40; trial++) {
+            qt_op o = make_op((unsigned)kind);
+            for (int k = 0; k < QT_OP_MAX_T; k++) o.t[k] = pool[xs(&s) % pool.size()];
+            std::set<int32_t> ids;
+            int64_t want = 0;
+            for (int k = 0; k < ns && e->cls != QT_OPC_STEP; k++) {
+                const int32_t id = o.t[k];
+                if (id == QT_NONE || h.t[id].dtype != QT_BF16) continue;
+                if (tolower((unsigned char)e->slots[k]) == 'p' && (e->props & QT_OPP_BF16)) continue;
+                if (ids.insert(id).second) want += (h.t[id].numel + 15) / 16 * 16;
+            }
+            const int64_t got = qt_bf16_stage_need(&h.plan, e, &o);
+            if (got != want)
+                FAIL(StringFromFormat("%s trial %d: stage need %lld, counted %lld", e->name,
+                                      trial, (long long)got, (long long)want).asCharString());
+            nonzero += got > 0;
+        }
+    }
+    CHECK(nonzero > 1000);
+    // by hand: RMSNORM_FWD y = x (17 floats: 32 once), w (5: 16), rstd fp32: 48
+    Hand g(QT_BF16, g_a16);
+    const int32_t v17 = g.add(17, QT_BF16), v5 = g.add(5, QT_BF16), f4 = g.add(4, QT_F32);
+    qt_op o = make_op(QT_OP_RMSNORM_FWD);
+    o.t[0] = v17, o.t[1] = f4, o.t[2] = v17, o.t[3] = v5;
+    LONGS_EQUAL(48, qt_bf16_stage_need(&g.plan, &qt_kernel_table[QT_OP_RMSNORM_FWD], &o));
+    // MATMUL_FWD (native): y 17 -> 32, x 5 -> 16, w not counted ('p'), scratch fp32
+    o = make_op(QT_OP_MATMUL_FWD);
+    o.t[0] = v17, o.t[1] = v5, o.t[2] = g.add(64, QT_BF16), o.t[3] = f4;
+    LONGS_EQUAL(48, qt_bf16_stage_need(&g.plan, &qt_kernel_table[QT_OP_MATMUL_FWD], &o));
+    // a 'p' tensor also read through an 'r' slot of a native kind is counted (once)
+    o.t[1] = o.t[2];
+    LONGS_EQUAL(32 + 64, qt_bf16_stage_need(&g.plan, &qt_kernel_table[QT_OP_MATMUL_FWD], &o));
+    // PARAM_GATHER (STEP) with a bf16 window: nothing
+    o = make_op(QT_OP_PARAM_GATHER);
+    o.t[0] = v17;
+    LONGS_EQUAL(0, qt_bf16_stage_need(&g.plan, &qt_kernel_table[QT_OP_PARAM_GATHER], &o));
+}
+
+// ------------------------------------------------------------------ (4) native wrappers
+
+TEST_GROUP(Bf16Native) {};
+
+namespace {
+vecf run_matmul_fwd(Hand &h, int32_t y, int32_t x, int32_t w, int32_t scr, int64_t M, int64_t N,
+                    int64_t K, int64_t nb, int64_t segs)
+{
+    qt_op o = make_op(QT_OP_MATMUL_FWD);
+    o.t[0] = y, o.t[1] = x, o.t[2] = w, o.t[3] = scr;
+    o.a[0] = M, o.a[1] = N, o.a[2] = K, o.a[3] = nb, o.a[4] = segs;
+    vecf ref((size_t)(M * N));
+    if (nb <= 0) qt_bf16_matmul_fwd(ref.data(), h.b(x), h.b(w), M, N, K);
+    else {
+        vecf scratch((size_t)QT_CANON_FWD_SCRATCH(M, N, K, nb));
+        qt_bf16_matmul_canon_fwd(ref.data(), h.b(x), h.b(w), M, N, K, segs, nb, scratch.data());
+    }
+    qt_interp_call_run(&qt_kernel_table[QT_OP_MATMUL_FWD], &o, &h.ctx);
+    return ref;
+}
+} // namespace
+
+// MATMUL_FWD: plain == bf16(qt_bf16_matmul_fwd(x, w)); canonical nb = 2 and 4 (2 segments) ==
+// bf16(qt_bf16_matmul_canon_fwd(...)), the scratch fp32; x and w untouched.
+TEST(Bf16Native, MatmulFwdPlainAndCanonicalAreTheBf16KernelsRoundedOnce)
+{
+    uint64_t s = 21;
+    const int64_t M = 5, N = 7;
+    const int64_t cases[3][3] = {{9, 0, 0}, {24, 2, 2}, {24, 4, 2}}; // K, nb, segs
+    for (auto &c : cases) {
+        const int64_t K = c[0], nb = c[1], segs = c[2];
+        Hand h(QT_BF16, g_a16);
+        const int32_t y = h.add(M * N, QT_BF16, "y"), x = h.rand_b16(M * K, &s, "x"),
+                      w = h.rand_b16(N * K, &s, "w");
+        const int32_t scr = nb ? h.add(QT_CANON_FWD_SCRATCH(M, N, K, nb), QT_F32, "scratch") : QT_NONE;
+        std::vector<vecf> before = widened(h);
+        vecf ref = run_matmul_fwd(h, y, x, w, scr, M, N, K, nb, segs);
+        LONGS_EQUAL(0, diff_tensor("matmul_fwd y", h, y, ref));
+        LONGS_EQUAL(0, diff_tensor("matmul_fwd x", h, x, before[x]));
+        LONGS_EQUAL(0, diff_tensor("matmul_fwd w", h, w, before[w]));
+    }
+}
+
+// MATMUL_BWD_DATA on a bf16 dx holding nonzero values: plain == bf16(chain into widen(dx))
+// (bf16_matmul.h adds the chain to dx once), canonical nb = 2 == bf16(widen(dx) + tree total);
+// each rounded once: rounding the product first gives other bits on these data.
+TEST(Bf16Native, MatmulBwdDataAddsIntoWidenedDxAndRoundsOnce)
+{
+    uint64_t s = 22;
+    const int64_t M = 6, K = 11;
+    const int64_t cases[2][3] = {{13, 0, 0}, {16, 2, 2}}; // N, nb, segs
+    for (auto &c : cases) {
+        const int64_t N = c[0], nb = c[1], segs = c[2];
+        Hand h(QT_BF16, g_a16);
+        const int32_t dx = h.rand_b16(M * K, &s, "dx"), dy = h.rand_b16(M * N, &s, "dy"),
+                      w = h.rand_b16(N * K, &s, "w");
+        h.b(dx)[3] = 0x8000;
+        const int32_t scr = nb ? h.add(QT_CANON_BWD_SCRATCH(M, N, K, nb), QT_F32, "scratch") : QT_NONE;
+        vecf dx0 = h.get(dx), ref = dx0, prod((size_t)(M * K), 0.0f);
+        if (nb <= 0) {
+            qt_bf16_matmul_bwd_data(ref.data(), h.b(dy), h.b(w), M, N, K);
+            qt_bf16_matmul_bwd_data(prod.data(), h.b(dy), h.b(w), M, N, K);
+        } else {
+            vecf scratch((size_t)QT_CANON_BWD_SCRATCH(M, N, K, nb));
+            qt_bf16_matmul_canon_bwd_data(prod.data(), h.b(dy), h.b(w), M, N, K, segs, nb,
+                                          scratch.data());
+            for (int64_t k = 0; k < M * K; k++) ref[k] = dx0[k] + prod[k];
+        }
+        int twice_differs = 0;
+        for (int64_t k = 0; k < M * K; k++) {
+            CHECK_EQUAL(bits(dx0[k] + prod[k]), bits(ref[k]));
+            twice_differs += qt_bf16_from_f32(dx0[k] + qt_f32_from_bf16(qt_bf16_from_f32(prod[k]))) !=
+                             qt_bf16_from_f32(ref[k]);
+        }
+        CHECK(twice_differs > 0);
+        qt_op o = make_op(QT_OP_MATMUL_BWD_DATA);
+        o.t[0] = dx, o.t[1] = dy, o.t[2] = w, o.t[3] = scr;
+        o.a[0] = M, o.a[1] = N, o.a[2] = K, o.a[3] = nb, o.a[4] = segs;
+        qt_interp_call_run(&qt_kernel_table[QT_OP_MATMUL_BWD_DATA], &o, &h.ctx);
+        LONGS_EQUAL(0, diff_tensor("matmul_bwd_data dx", h, dx, ref));
+    }
+}
+
+// MATMUL_WGRAD: the leaf of sequence q == qt_bf16_matmul_wgrad over the sequence's rows of dy
+// and x, written whole (the leaf starts as NaN bits: WGRAD_WRITES, not zeroed).
+TEST(Bf16Native, MatmulWgradLeafIsTheBf16ChainOverTheSequenceRows)
+{
+    uint64_t s = 23;
+    const int64_t rps = 5, nseq = 3, M = rps * nseq, N = 4, K = 9;
+    Hand h(QT_BF16, g_a16);
+    const int32_t dy = h.rand_b16(M * N, &s), x = h.rand_b16(M * K, &s), w = h.rand_b16(N * K, &s);
+    qt_op o = make_op(QT_OP_MATMUL_WGRAD);
+    o.flags = QT_OPF_WGRAD;
+    o.t[0] = dy, o.t[1] = x, o.t[2] = w;
+    o.a[0] = M, o.a[1] = N, o.a[2] = K, o.a[3] = rps, o.a[8] = 0, o.a[9] = -1;
+    for (int64_t q = 0; q < nseq; q++) {
+        vecf leaf((size_t)(N * K), qt_test_float(0xffffffffu)), ref((size_t)(N * K));
+        float *const dw[2] = {leaf.data(), NULL};
+        qt_interp_call_wgrad(&qt_kernel_table[QT_OP_MATMUL_WGRAD], &o, &h.ctx, q, dw);
+        qt_bf16_matmul_wgrad(ref.data(), h.b(dy) + q * rps * N, h.b(x) + q * rps * K, rps, N, K);
+        for (int64_t k = 0; k < N * K; k++) CHECK_EQUAL(bits(ref[k]), bits(leaf[k]));
+    }
+}
+
+// ZERO on a bf16 tensor writes 0x0000 to exactly its first a0 elements (the rest, and the
+// next tensor, keep their bits).
+TEST(Bf16Native, ZeroWritesExactlyNBf16Zeros)
+{
+    Hand h(QT_BF16, g_a16);
+    const int32_t z = h.add(40, QT_BF16), next = h.add(8, QT_BF16);
+    for (int k = 0; k < 40; k++) h.b(z)[k] = 0xabcd;
+    for (int k = 0; k < 8; k++) h.b(next)[k] = 0x1234;
+    qt_op o = make_op(QT_OP_ZERO);
+    o.t[0] = z, o.a[0] = 37;
+    qt_interp_call_run(&qt_kernel_table[QT_OP_ZERO], &o, &h.ctx);
+    for (int k = 0; k < 40; k++) LONGS_EQUAL(k < 37 ? 0x0000 : 0xabcd, h.b(z)[k]);
+    for (int k = 0; k < 8; k++) LONGS_EQUAL(0x1234, h.b(next)[k]);
+}
+
+// ROUND_BF16 fp32 -> bf16 tensor: hand-worked encodings (ties to even, denormals to signed
+// zero, overflow to inf, NaN quieted) and qt_bf16_from_f32 on a random sweep.
+TEST(Bf16Native, RoundBf16StoresTheNearestEvenEncoding)
+{
+    static const uint32_t cases[][2] = {
+        {0x3f808000u, 0x3f80u}, {0x3f818000u, 0x3f82u}, {0x3f808001u, 0x3f81u},
+        {0xbf818000u, 0xbf82u}, {0x80000000u, 0x8000u}, {0x007fffffu, 0x0000u},
+        {0x807fffffu, 0x8000u}, {0x7f7fffffu, 0x7f80u}, {0xff800000u, 0xff80u},
+        {0x7f800001u, 0x7fc0u},
+    };
+    const int64_t nc = sizeof cases / sizeof cases[0], n = nc + 500;
+    uint64_t s = 24;
+    Hand h(QT_BF16, g_a16);
+    const int32_t y = h.add(n, QT_BF16), x = h.add(n, QT_F32);
+    for (int64_t k = 0; k < n; k++)
+        h.f(x)[k] = k < nc ? qt_test_float(cases[k][0]) : qt_test_float((uint32_t)xs(&s));
+    qt_op o = make_op(QT_OP_ROUND_BF16);
+    o.t[0] = y, o.t[1] = x, o.a[0] = n;
+    qt_interp_call_run(&qt_kernel_table[QT_OP_ROUND_BF16], &o, &h.ctx);
+    for (int64_t k = 0; k < n; k++)
+        LONGS_EQUAL(k < nc ? cases[k][1] : qt_bf16_from_f32(h.f(x)[k]), h.b(y)[k]);
+}
+
+// EMBED_FWD: rows of the bf16 table copied bit for bit (any bits, NaN patterns included);
+// tokens -1 and V give rows of 0x0000.
+TEST(Bf16Native, EmbedFwdCopiesRowsBitForBitAndZeroesOutOfRangeTokens)
+{
+    const int64_t T = 7, d = 9, V = 5;
+    uint64_t s = 25;
+    Hand h(QT_BF16, g_a16);
+    const int32_t x = h.add(T * d, QT_BF16), tok = h.add(T, QT_I32), w = h.add(V * d, QT_BF16);
+    for (int64_t k = 0; k < V * d; k++) h.b(w)[k] = (uint16_t)xs(&s);
+    const int32_t toks[T] = {3, -1, 0, 4, 5, 3, 1};
+    memcpy(h.i(tok), toks, sizeof toks);
+    qt_op o = make_op(QT_OP_EMBED_FWD);
+    o.t[0] = x, o.t[1] = tok, o.t[2] = w, o.a[0] = T, o.a[1] = d, o.a[2] = V;
+    qt_interp_call_run(&qt_kernel_table[QT_OP_EMBED_FWD], &o, &h.ctx);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < d; k++)
+            LONGS_EQUAL(toks[t] < 0 || toks[t] >= V ? 0 : h.b(w)[toks[t] * d + k], h.b(x)[t * d + k]);
+}
+
+// EMBED_WGRAD in a bf16 plan: each sequence's leaf == the fp32 kernel on the widened dx rows
+// (the table, NaN bits here, is not read).
+TEST(Bf16Native, EmbedWgradIsTheFp32KernelOnWidenedRows)
+{
+    const int64_t S = 4, nseq = 3, T = S * nseq, d = 6, V = 5;
+    uint64_t s = 26;
+    Hand h(QT_BF16, g_a16);
+    const int32_t dx = h.rand_b16(T * d, &s), tok = h.add(T, QT_I32), w = h.add(V * d, QT_BF16);
+    for (int64_t t = 0; t < T; t++) h.i(tok)[t] = (int32_t)(xs(&s) % 3);  // repeats: adds round
+    qt_op o = make_op(QT_OP_EMBED_WGRAD);
+    o.flags = QT_OPF_WGRAD;
+    o.t[0] = dx, o.t[1] = tok, o.t[2] = w;
+    o.a[0] = T, o.a[1] = d, o.a[2] = V, o.a[3] = S, o.a[8] = 0, o.a[9] = -1;
+    vecf rows = h.get(dx);
+    for (int64_t q = 0; q < nseq; q++) {
+        vecf leaf((size_t)(V * d), 0.0f), ref((size_t)(V * d), 0.0f);
+        float *const dw[2] = {leaf.data(), NULL};
+        qt_interp_call_wgrad(&qt_kernel_table[QT_OP_EMBED_WGRAD], &o, &h.ctx, q, dw);
+        qt_embed_wgrad(ref.data(), rows.data() + q * S * d, h.i(tok) + q * S, S, d, V);
+        for (int64_t k = 0; k < V * d; k++) CHECK_EQUAL(bits(ref[k]), bits(leaf[k]));
+    }
+}
+
+// ------------------------------------------------------------------ (5) validate_bf16
+
+TEST_GROUP(Bf16Validate) {};
+
+namespace {
+bool said(const char *needle) { return strstr(qt_last_error(), needle) != NULL; }
+} // namespace
+
+// A bf16 plan of two microbatch ops (a boundary RMSNORM_FWD needing 80 staged floats, a
+// native MATMUL_FWD needing 48): accepted with a staging region of exactly the larger need;
+// one float less is refused naming the op, its kind and both figures; MATMUL_FWD reading
+// an fp32 x is refused naming the slot and the tensor; an fp32 plan holding a bf16 tensor is
+// refused.
+TEST(Bf16Validate, StagingSlotDtypesAndPlanDtype)
+{
+    Hand h(QT_BF16, g_a16);
+    const int32_t y = h.add(24, QT_BF16, "y"), rstd = h.add(2, QT_F32, "rstd"),
+                  x = h.add(24, QT_BF16, "x"), w = h.add(12, QT_BF16, "norm.w"),
+                  my = h.add(6, QT_BF16, "my"), mx = h.add(24, QT_BF16, "mx"),
+                  mw = h.add(72, QT_BF16, "mw"), fx = h.add(24, QT_F32, "mx_f32");
+    qt_op ops[2] = {make_op(QT_OP_RMSNORM_FWD), make_op(QT_OP_MATMUL_FWD)};
+    ops[0].t[0] = y, ops[0].t[1] = rstd, ops[0].t[2] = x, ops[0].t[3] = w;
+    ops[0].a[0] = 2, ops[0].a[1] = 12, ops[0].a[2] = 12, ops[0].a[3] = 12;
+    ops[1].t[0] = my, ops[1].t[1] = mx, ops[1].t[2] = mw;
+    ops[1].a[0] = 2, ops[1].a[1] = 3, ops[1].a[2] = 12;
+    h.plan.mb_ops = ops;
+    h.plan.n_mb_ops = 2;
+    LONGS_EQUAL(32 + 32 + 16, qt_bf16_stage_need(&h.plan, &qt_kernel_table[QT_OP_RMSNORM_FWD], &ops[0]));
+    LONGS_EQUAL(16 + 32, qt_bf16_stage_need(&h.plan, &qt_kernel_table[QT_OP_MATMUL_FWD], &ops[1]));
+    const int quiet = qt_set_quiet(1);
+    h.plan.bf16_stage_elems = 80;
+    LONGS_EQUAL(QT_OK, qt_validate_bf16(&h.plan, qt_kernel_table));
+    h.plan.bf16_stage_elems = 79;
+    LONGS_EQUAL(QT_E_PLAN, qt_validate_bf16(&h.plan, qt_kernel_table));
+    CHECK(said("microbatch op 0 (rmsnorm_fwd) stages 80 floats") && said("holds 79"));
+    h.plan.bf16_stage_elems = 80;
+    ops[1].t[1] = fx;
+    LONGS_EQUAL(QT_E_PLAN, qt_validate_bf16(&h.plan, qt_kernel_table));
+    CHECK(said("microbatch op 1 (matmul_fwd): slot t1, tensor mx_f32, is fp32") && said("as bf16"));
+    ops[1].t[1] = mx;
+    LONGS_EQUAL(QT_OK, qt_validate_bf16(&h.plan, qt_kernel_table));
+    // the same tables as an fp32 plan: its bf16 tensors are refused
+    h.plan.dtype = QT_F32;
+    LONGS_EQUAL(QT_E_PLAN, qt_validate_bf16(&h.plan, qt_kernel_table));
+    CHECK(said("dtype float32 but 6 bf16 tensors"));
+    for (int32_t id = 0; id < h.plan.n_tensors; id++)
+        if (h.t[id].dtype == QT_BF16) h.t[id].dtype = QT_F32;
+    LONGS_EQUAL(QT_OK, qt_validate_bf16(&h.plan, qt_kernel_table));
+    qt_set_quiet(quiet);
+}
+
+// ------------------------------------------------------------------ (6) step ops
+
+TEST_GROUP(Bf16Step) {};
+
+namespace {
+// A one-rank bf16 plan with two flat ranges of 16 (parameters of 5 and 7 elements, padding
+// after each): fp32 masters at params_offset (laid out as the Adam regions), the bf16 compute
+// copy at compute_offset with the parameter tensors in it, grads and Adam m/v; the copy and
+// 16 bf16 after it hold 0xffff.
+struct StepPlan {
+    Hand h{QT_BF16, g_a16};
+    qt_param params[2];
+    qt_flat_range ranges[2];
+    enum { NF = 32 };
+    StepPlan()
+    {
+        memset(params, 0, sizeof params);
+        memset(ranges, 0, sizeof ranges);
+        qt_plan &p = h.plan;
+        const int32_t masters = h.add(NF, QT_F32, "masters"), grads = h.add(NF, QT_F32, "grads"),
+                      m = h.add(NF, QT_F32, "m"), v = h.add(NF, QT_F32, "v"),
+                      copy = h.add(NF + 16, QT_BF16, "copy");
+        p.params_offset = h.t[masters].offset;
+        p.grads_offset = h.t[grads].offset;
+        p.adam_m_offset = h.t[m].offset;
+        p.adam_v_offset = h.t[v].offset;
+        p.compute_offset = h.t[copy].offset;
+        const int64_t pn[2] = {5, 7};
+        for (int i = 0; i < 2; i++) {
+            const int32_t id = h.add(pn[i], QT_BF16, i ? "p1" : "p0");
+            h.t[id].role = QT_ROLE_PARAM;
+            h.t[id].offset = p.compute_offset + 2 * 16 * i;
+            params[i].name = h.t[id].name;
+            params[i].tensor = id;
+            params[i].flat_offset = params[i].leaf_offset = 16 * i;
+            params[i].numel = pn[i];
+            params[i].layer = -1;
+            ranges[i].lo = ranges[i].adam_lo = ranges[i].leaf_lo = 16 * i;
+            ranges[i].n = 16;
+        }
+        p.n_params = 2, p.params = params, p.n_ranges = 2, p.ranges = ranges;
+        p.n_param_elems = 12, p.n_flat = NF, p.adam_elems = NF;
+        p.train.lr = 0.01f, p.train.adam_b1 = 0.9f, p.train.adam_b2 = 0.95f;
+        p.train.adam_eps = 1e-8f, p.train.weight_decay = 0.1f, p.train.clip = 1.0f;
+        uint64_t s = 31;
+        for (int k = 0; k < NF; k++) {
+            const bool pad = (k % 16) >= pn[k / 16];
+            h.f(masters)[k] = pad ? 0.0f : rndf(&s);
+            h.f(grads)[k] = pad ? 0.0f : rndf(&s);
+            h.f(m)[k] = h.f(v)[k] = 0.0f;
+        }
+        h.f(masters)[1] = qt_test_float(0x3f808000u);  // a tie: to even
+        h.f(masters)[2] = qt_test_float(0x80000001u);  // a denormal: -0
+        for (int k = 0; k < NF + 16; k++) h.b(copy)[k] = 0xffff;
+    }
+    float *masters() { return h.f(0); }
+    uint16_t *copy() { return h.b(4); }
+    // the copy is bf16(masters) for all NF elements (padding 0x0000), untouched after
+    int64_t check_copy(const char *what)
+    {
+        int64_t bad = 0;
+        for (int k = 0; k < NF + 16; k++) {
+            const uint16_t want = k < NF ? qt_bf16_from_f32(masters()[k]) : 0xffff;
+            if (copy()[k] != want && !bad++)
+                fprintf(stderr, "%s: copy[%d] 0x%04x want 0x%04x\n", what, k, copy()[k], want);
+        }
+        return bad;
+    }
+};
+} // namespace
+
+// qt_step_publish_params makes the compute copy bf16(masters) for every flat element, the
+// padding 0x0000, and writes nothing past n_flat; the parameter tensors read that copy.
+TEST(Bf16Step, PublishParamsRoundsEveryMasterIntoTheComputeCopy)
+{
+    StepPlan sp;
+    LONGS_EQUAL(QT_OK, qt_step_publish_params(&sp.h.ctx, 0));
+    LONGS_EQUAL(0, sp.check_copy("publish"));
+    LONGS_EQUAL(0x3f80, sp.copy()[1]);
+    LONGS_EQUAL(0x8000, sp.copy()[2]);
+    LONGS_EQUAL(0x0000, sp.copy()[5]);
+    LONGS_EQUAL(qt_bf16_from_f32(sp.masters()[16 + 6]), sp.h.b(6)[6]);  // p1's last element
+}
+
+// ADAMW in a bf16 plan updates the fp32 masters and rounds each updated block into the
+// compute copy: the copy equals bf16(updated masters), padding 0x0000.
+TEST(Bf16Step, AdamwLeavesTheComputeCopyEqualToTheRoundedMasters)
+{
+    StepPlan sp;
+    qt_step_init(&sp.h.plan);
+    std::vector<float> before(sp.masters(), sp.masters() + StepPlan::NF);
+    qt_step_metrics m;
+    memset(&m, 0, sizeof m);
+    m.lr = 0.01;
+    m.grad_norm = 0.5;
+    qt_step_state st = {0, 0, &m};
+    qt_op o = make_op(QT_OP_ADAMW);
+    LONGS_EQUAL(QT_OK, qt_kernel_table[QT_OP_ADAMW].step(&o, &sp.h.ctx, &st));
+    int moved = 0;
+    for (int k = 0; k < StepPlan::NF; k++) moved += bits(before[k]) != bits(sp.masters()[k]);
+    CHECK(moved >= 10);
+    LONGS_EQUAL(0, sp.check_copy("adamw"));
+}
+
+// PARAM_GATHER into a bf16 window: this rank's block of the range is bf16(masters).
+TEST(Bf16Step, ParamGatherRoundsTheMastersIntoABf16Window)
+{
+    StepPlan sp;
+    const int32_t win = sp.h.add(16, QT_BF16, "window");
+    for (int k = 0; k < 16; k++) sp.h.b(win)[k] = 0xffff;
+    qt_op o = make_op(QT_OP_PARAM_GATHER);
+    o.t[0] = win, o.a[0] = 1;
+    qt_step_state st = {0, 0, NULL};
+    LONGS_EQUAL(QT_OK, qt_kernel_table[QT_OP_PARAM_GATHER].step(&o, &sp.h.ctx, &st));
+    for (int k = 0; k < 16; k++) LONGS_EQUAL(qt_bf16_from_f32(sp.masters()[16 + k]), sp.h.b(win)[k]);
+}
