@@ -72,11 +72,13 @@ void qt_op_embed_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *c
 {
     int64_t d = QT_A(op, EMBED_WGRAD, d), S = QT_A(op, EMBED_WGRAD, S);
     const int32_t dx = QT_T(op, EMBED_WGRAD, dx);
-    float *rows = qt_f32(ctx, dx) + seq * S * d;
+    float *rows;
     if (qt_is_b16(ctx, dx)) {
         /* bf16: the sequence's rows widened (exact), then the fp32 kernel's adds */
         rows = qt_op_bf16_stage(ctx);
         qt_f32_from_bf16_n(rows, qt_b16(ctx, dx) + seq * S * d, S * d);
+    } else {
+        rows = qt_f32(ctx, dx) + seq * S * d;
     }
     qt_embed_wgrad(dw[0], rows,
                    qt_i32(ctx, QT_T(op, EMBED_WGRAD, tokens)) + seq * S, S, d,
