@@ -190,13 +190,6 @@ mpi_cwd() {  # mesh-next-dp2 on 2 ranks, each in a working directory of its own 
 }
 row "ranks" "mpiexec -n 2 mesh-next-dp2 save=ck, each rank in its own directory (not shared)" "e2e \`75_mesh_faults.sh\`: save= directory not the same on every rank" mpi_cwd
 
-# ---- a plan this firmware build cannot run: dtype=bfloat16 is planned (configgen), not
-# executed yet (docs/precision.md); the binary is linked from the plan (make plan-binary)
-$CG -o $W/gen configgen/configs/runs/test-next-tiny.yml dtype=bfloat16 run_name=tiny-bf16 > /dev/null &&
-  make -s plan-binary PLAN=$W/gen/tiny-bf16 OUT=$W/tiny-bf16 > /dev/null ||
-  { echo "bad_inputs_table.sh: cannot build the bf16 plan's binary" >&2; exit 1; }
-row "plan" "qtrain of configgen test-next-tiny.yml dtype=bfloat16" "unit \`RuntimeStep.InitRefusesBf16Plans\`" $W/tiny-bf16 steps=1 data=$T
-
 # mpi_two N1 CMD1 -- N2 CMD2: one world of N1 + N2 ranks (mpiexec A : B, under timeout);
 # passes on rank 0's stderr only
 mpi_two() {
@@ -236,6 +229,7 @@ LONG=$(printf 'r%.0s' $(seq 200))
 row "configgen" "configgen test-next-tiny.yml base_emb_dimm=64" "$E40: configgen: unknown key" cg $RUN base_emb_dimm=64
 row "configgen" "configgen test-next-tiny.yml num_ranks=2 ici_context_parallelism=2" "$E40: configgen: context parallelism" cg $RUN num_ranks=2 ici_context_parallelism=2
 row "configgen" "configgen test-35-tiny.yml num_ranks=2 ici_context_parallelism=2 shard_mode=explicit" "$E40: configgen: context parallelism with GDN layers" cg configgen/configs/runs/test-35-tiny.yml num_ranks=2 ici_context_parallelism=2 shard_mode=explicit
+row "configgen" "configgen test-next-tiny.yml dtype=float16" "unit `CgBadConfig`" cg $RUN dtype=float16
 row "configgen" "configgen test-35-tiny.yml sparse_matmul=false shard_mode=explicit" "$E40: configgen: sparse_matmul=false" cg configgen/configs/runs/test-35-tiny.yml sparse_matmul=false shard_mode=explicit
 row "configgen" "configgen /dev/zero" "$E40: configgen: /dev/zero" timeout 20 $CG -o $W/gen /dev/zero
 row "configgen" "configgen $W/adir (a directory)" "$E40: configgen: a directory" cg $W/adir
