@@ -4,7 +4,9 @@
 #   make gen     configgen -> generated/<run>/plan.{h,c,txt} for every run config
 #   make all     configgen, plans, build/<run>/qtrain (glibc) and qtrain-static (musl)
 #   make run     train the default model on the embedded corpus, then plot it (loss.png)
+#                (DTYPE=bf16: the same in bf16 mixed precision, run default-bf16)
 #   make plot    plot build/default/metrics.jsonl to build/default/loss.png (qtrain-audit)
+#                (DTYPE=bf16: build/default-bf16/)
 #   make test    every test, ending with one line "N passed, M failed"
 #   make asan    ASan + UBSan builds under build/asan/ (unit tests, two small plans)
 #   make fuzz    libFuzzer targets (tests/fuzz/, clang) for FUZZ_SECONDS (default 60) each
@@ -43,6 +45,13 @@ CXXFLAGS_TEST := -std=c++17 -O1 $(ARCH) $(DETFLAGS) -Wall -Wextra -Ifirmware/inc
 BUILD := build
 RUNS := $(sort $(basename $(notdir $(wildcard configgen/configs/runs/*.yml))))
 DEFAULT_RUN ?= default
+# `make run DTYPE=bf16` (and `make plot DTYPE=bf16`) use the bf16 counterpart of the default
+# run, $(DEFAULT_RUN)-bf16 (default-bf16.yml: default.yml with dtype bfloat16), so both
+# precisions keep their own metrics and plot under build/<run>/. DTYPE=fp32 or unset: the
+# default run itself; any other value is refused by those two targets (only there, so a
+# DTYPE in the environment cannot break the other targets) rather than silently run fp32.
+RUN_DEFAULT := $(if $(filter-out fp32 bf16,$(DTYPE)),,$(DEFAULT_RUN)$(if $(filter bf16,$(DTYPE)),-bf16))
+RUN_DTYPE_OK = @$(if $(RUN_DEFAULT),true,echo "DTYPE=$(DTYPE): use DTYPE=bf16 (bf16 mixed precision) or DTYPE=fp32 (the default)" >&2; exit 1)
 
 # ---------------------------------------------------------------- sources
 FW_DIRS := base math kernels ops parallel runtime io
@@ -363,15 +372,17 @@ $(BUILD)/fw/app/build_info.o $(BUILD)/musl/app/build_info.o $(BUILD)/asan/fw/app
 
 # ---------------------------------------------------------------- entry points
 run: deps
-	@$(MAKE) --no-print-directory $(BUILD)/$(DEFAULT_RUN)/qtrain $(AUDIT)
-	./$(BUILD)/$(DEFAULT_RUN)/qtrain steps=$${STEPS:-200} metrics=$(BUILD)/$(DEFAULT_RUN)/metrics.jsonl overwrite=1
-	@$(AUDIT) plot $(BUILD)/$(DEFAULT_RUN)/metrics.jsonl -o $(BUILD)/$(DEFAULT_RUN)/loss.png > /dev/null
-	@echo "loss plot: $(BUILD)/$(DEFAULT_RUN)/loss.png"
+	$(RUN_DTYPE_OK)
+	@$(MAKE) --no-print-directory $(BUILD)/$(RUN_DEFAULT)/qtrain $(AUDIT)
+	./$(BUILD)/$(RUN_DEFAULT)/qtrain steps=$${STEPS:-200} metrics=$(BUILD)/$(RUN_DEFAULT)/metrics.jsonl overwrite=1
+	@$(AUDIT) plot $(BUILD)/$(RUN_DEFAULT)/metrics.jsonl -o $(BUILD)/$(RUN_DEFAULT)/loss.png > /dev/null
+	@echo "loss plot: $(BUILD)/$(RUN_DEFAULT)/loss.png"
 
 plot: deps
+	$(RUN_DTYPE_OK)
 	@$(MAKE) --no-print-directory $(AUDIT)
-	@$(AUDIT) plot $(BUILD)/$(DEFAULT_RUN)/metrics.jsonl -o $(BUILD)/$(DEFAULT_RUN)/loss.png > /dev/null
-	@echo "loss plot: $(BUILD)/$(DEFAULT_RUN)/loss.png"
+	@$(AUDIT) plot $(BUILD)/$(RUN_DEFAULT)/metrics.jsonl -o $(BUILD)/$(RUN_DEFAULT)/loss.png > /dev/null
+	@echo "loss plot: $(BUILD)/$(RUN_DEFAULT)/loss.png"
 
 test: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all asan fuzz-build
