@@ -214,6 +214,9 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
         op->a[QT_A_WGRAD_SEQS] > 0 ? op->a[QT_A_WGRAD_SEQS] : p->train.micro_batch;
     float *levels[QT_MAX_TREE_LEVELS];
     qt_interp_levels(p, qt_interp_tree_leaves(p, pa), levels);
+    qt_stage_map map;
+    qt_ctx wctx;
+    qt_interp_wgrad_ctx(&table[op->kind], op, ctx, &map, &wctx);
     for (int64_t s = 0; s < per_mb; s++) {
         /* one tree over the step's leaves, or one per microbatch */
         int64_t leaf = p->n_mb_levels > 0 ? s : mb * per_mb + s;
@@ -227,7 +230,7 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
                 memset(dw[1], 0, (size_t)pb->numel * sizeof(float));
         }
         if (prof) t1 = qt_interp_now();
-        qt_interp_call_wgrad(&table[op->kind], op, ctx, s, dw);
+        table[op->kind].wgrad(op, &wctx, s, dw);
         if (prof) t2 = qt_interp_now();
         qt_tree_push(levels, pa->leaf_offset, pa->numel, scratch, leaf);
         if (pb) qt_tree_push(levels, pb->leaf_offset, pb->numel, scratch + pa->numel, leaf);

@@ -120,6 +120,15 @@ void qt_bf16_boundary_wgrad(const qt_kernel_entry *e, const qt_op *op, const qt_
     e->wgrad(op, &c, seq, dw);
 }
 
+void qt_interp_wgrad_ctx(const qt_kernel_entry *e, const qt_op *op, const qt_ctx *ctx,
+                         qt_stage_map *map, qt_ctx *out)
+{
+    *out = *ctx;
+    if (ctx->plan->dtype != QT_BF16 || (e->props & QT_OPP_BF16)) return;
+    qt_bf16_widen(e, op, ctx, map);
+    out->stage = map;
+}
+
 void qt_interp_call_run(const qt_kernel_entry *e, const qt_op *op, const qt_ctx *ctx)
 {
     if (ctx->plan->dtype == QT_BF16 && !(e->props & QT_OPP_BF16)) qt_bf16_boundary_run(e, op, ctx);

@@ -26,6 +26,13 @@ void qt_bf16_boundary_run(const qt_kernel_entry *e, const qt_op *op, const qt_ct
 void qt_bf16_boundary_wgrad(const qt_kernel_entry *e, const qt_op *op, const qt_ctx *ctx,
                             int64_t seq, float *const dw[2]);
 
+/* The context every sequence's call of WGRAD op `op` shares (*out): ctx itself, or in a
+ * bf16 plan for a boundary kind a copy whose stage map (*map, which must outlive it) holds
+ * the op's bf16 tensors widened once - they do not change between its sequences, so one
+ * widening per op gives the bits of one per call. */
+void qt_interp_wgrad_ctx(const qt_kernel_entry *e, const qt_op *op, const qt_ctx *ctx,
+                         qt_stage_map *map, qt_ctx *out);
+
 /* What the interpreter calls for a RUN or WGRAD op: e's wrapper, or in a bf16 plan the
  * boundary around it when the kind is not QT_OPP_BF16. */
 void qt_interp_call_run(const qt_kernel_entry *e, const qt_op *op, const qt_ctx *ctx);
