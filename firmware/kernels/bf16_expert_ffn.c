@@ -10,6 +10,7 @@
  */
 #ifndef QT_REAL_DOUBLE
 #include "bf16_expert_ffn.h"
+#include "expert_ffn.h"
 #include "bf16_matmul.h"
 #include "bf16_matmul_canon.h"
 #include "qt_real.h"
@@ -199,20 +200,6 @@ static void qt_bx_bwd_slots(int path, float *dx, qt_bf16 *dgu, const qt_bf16 *dy
         }
 }
 
-/* list[off[e] .. off[e+1]) <- expert e's rows in increasing r (floats); off has E+1. */
-static void qt_bx_lists(float *list, float *off, const int32_t *idx, int64_t R, int64_t E)
-{
-    for (int64_t e = 0; e <= E; e++) off[e] = 0;
-    for (int64_t r = 0; r < R; r++)
-        if (idx[r] >= 0 && idx[r] < E) off[idx[r] + 1] += 1;
-    for (int64_t e = 0; e < E; e++) off[e + 1] += off[e];
-    for (int64_t e = 0; e < E; e++) {
-        int64_t n = (int64_t)off[e];
-        for (int64_t r = 0; r < R; r++)
-            if (idx[r] == e) list[n++] = (float)r;
-    }
-}
-
 int qt_bf16_expert_ffn_bwd_on(int path, float *dx, qt_bf16 *dgu, const qt_bf16 *dy,
                               const int32_t *idx, const qt_bf16 *gu, const qt_bf16 *w_gu,
                               const qt_bf16 *w_down, float *scratch, int64_t T, int64_t k,
@@ -233,7 +220,7 @@ int qt_bf16_expert_ffn_bwd_on(int path, float *dx, qt_bf16 *dgu, const qt_bf16 *
     }
     float *list = scratch, *off = list + R, *Dx = off + E + 1;
     const qt_bx_bufs b = qt_bx_bwd_bufs(Dx + R * d, capx, d, f);
-    qt_bx_lists(list, off, idx, R, E);
+    qt_expert_ffn_lists(list, off, idx, R, E);
     for (int64_t e = 0; e < E; e++) {
         const qt_bf16 *wg = w_gu + e * 2 * f * d, *wd = w_down + e * d * f;
         const int64_t end = (int64_t)off[e + 1];

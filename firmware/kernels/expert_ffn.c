@@ -129,11 +129,8 @@ void QT_FN(qt_expert_ffn_fwd_canon)(qt_real *y, qt_real *gu, const qt_real *x,
     }
 }
 
-/* Builds the per-expert row lists once: list[off[e] .. off[e+1]) holds expert e's rows r in
- * increasing order. Row numbers are stored as floats (exact below 2^24, checked by the
- * caller) so the list lives in the float scratch without type punning. Rows whose expert
- * is outside [0,E) are in no list. off has E+1 entries. */
-static void qt_ffn_lists(qt_real *list, qt_real *off, const int32_t *idx, int64_t R, int64_t E)
+void QT_FN(qt_expert_ffn_lists)(qt_real *list, qt_real *off, const int32_t *idx, int64_t R,
+                                int64_t E)
 {
     for (int64_t e = 0; e <= E; e++) off[e] = 0;
     for (int64_t r = 0; r < R; r++)
@@ -235,7 +232,7 @@ void QT_FN(qt_expert_ffn_bwd_save_canon)(qt_real *dx, qt_real *dgu, const qt_rea
     }
     qt_real *list = scratch, *off = list + R, *Dx = off + E + 1;
     qt_real *A = Dx + R * d, *B = A + capx * d, *C = B + capx * f, *K = C + capx * 2 * f;
-    qt_ffn_lists(list, off, idx, R, E);
+    QT_FN(qt_expert_ffn_lists)(list, off, idx, R, E);
     for (int64_t e = 0; e < E; e++) {
         const qt_real *wg = w_gu + e * 2 * f * d, *wd = w_down + e * d * f;
         const int64_t end = (int64_t)off[e + 1];

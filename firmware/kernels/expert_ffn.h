@@ -44,6 +44,14 @@ void qt_expert_ffn_fwd_canon_f64(double *y, double *gu, const double *x, const i
                                  int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
                                  int64_t scratch_elems, int64_t nb);
 
+/* The per-expert row lists (built once per call by the backward): list[off[e] ..
+ * off[e+1]) holds expert e's rows r in increasing order, rows whose expert is outside
+ * [0,E) in no list; off has E+1 entries. Row numbers are stored as floats (exact below
+ * 2^24, checked by the callers) so the lists live in the float scratch without type
+ * punning. Writes list[R'] (R' rows with a valid expert) and off. */
+void qt_expert_ffn_lists(float *list, float *off, const int32_t *idx, int64_t R, int64_t E);
+void qt_expert_ffn_lists_f64(double *list, double *off, const int32_t *idx, int64_t R,
+                             int64_t E);
 /* dx[T,d] accumulates; each token's slots add in increasing slot order. Expert-major (row
  * lists, weights read once) when scratch >= T*k*(d+1) + E+1 + (d+3f), else slot-major;
  * both give the same bits. Reads dy[T*k,d], x, idx, gu, w_gu, w_down. */

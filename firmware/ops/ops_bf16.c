@@ -172,15 +172,10 @@ void qt_op16_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
  * of the sequence as the fp32 wrapper finds them (an expert host's packed rows via seg). */
 void qt_op16_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
-    int64_t k = QT_A(op, EXPERT_FFN_WGRAD, k), S = QT_A(op, EXPERT_FFN_WGRAD, S), t0 = seq * S;
+    int64_t t0, S, k;
+    qt_op_expert_wgrad_rows(op, ctx, seq, &t0, &S, &k);
     const int64_t d = QT_A(op, EXPERT_FFN_WGRAD, d), f = QT_A(op, EXPERT_FFN_WGRAD, f);
     const int32_t sid = QT_T(op, EXPERT_FFN_WGRAD, scratch), gid = QT_T(op, EXPERT_FFN_WGRAD, dgu);
-    if (QT_T(op, EXPERT_FFN_WGRAD, seg) != QT_NONE) {
-        const int32_t *seg = qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, seg));
-        t0 = seg[seq];
-        S = seg[seq + 1] - seg[seq];
-        k = 1;
-    }
     qt_bf16_expert_ffn_wgrad(dw[0], dw[1], qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, dy)) + t0 * k * d,
                              qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, x)) + t0 * d,
                              qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, idx)) + t0 * k,

@@ -98,6 +98,22 @@ void qt_op_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
         QT_A(op, EXPERT_FFN_BWD, bwd_nb));
 }
 
+void qt_op_expert_wgrad_rows(const qt_op *op, const qt_ctx *ctx, int64_t seq, int64_t *t0,
+                             int64_t *S, int64_t *k)
+{
+    *k = QT_A(op, EXPERT_FFN_WGRAD, k);
+    *S = QT_A(op, EXPERT_FFN_WGRAD, S);
+    *t0 = seq * *S;
+    if (QT_T(op, EXPERT_FFN_WGRAD, seg) != QT_NONE) {
+        /* expert host: sequence `seq` of the expert group owns the packed rows
+         * [seg[seq], seg[seq+1]) (k = 1), the rows the one-rank kernel visits for it */
+        const int32_t *seg = qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, seg));
+        *t0 = seg[seq];
+        *S = seg[seq + 1] - seg[seq];
+        *k = 1;
+    }
+}
+
 /* EXPERT_FFN_WGRAD: writes dw[0] (W_gu) and dw[1] (W_down) whole (QT_OPP_WGRAD_WRITES). */
 void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
@@ -105,16 +121,9 @@ void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, flo
         qt_op16_expert_ffn_wgrad(op, ctx, seq, dw);
         return;
     }
-    int64_t k = QT_A(op, EXPERT_FFN_WGRAD, k), S = QT_A(op, EXPERT_FFN_WGRAD, S), t0 = seq * S;
+    int64_t t0, S, k;
+    qt_op_expert_wgrad_rows(op, ctx, seq, &t0, &S, &k);
     const int64_t d = QT_A(op, EXPERT_FFN_WGRAD, d), f = QT_A(op, EXPERT_FFN_WGRAD, f);
-    if (QT_T(op, EXPERT_FFN_WGRAD, seg) != QT_NONE) {
-        /* expert host: sequence `seq` of the expert group owns the packed rows
-         * [seg[seq], seg[seq+1]) (k = 1), the rows the one-rank kernel visits for it */
-        const int32_t *seg = qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, seg));
-        t0 = seg[seq];
-        S = seg[seq + 1] - seg[seq];
-        k = 1;
-    }
     if (QT_T(op, EXPERT_FFN_WGRAD, dgu) != QT_NONE) {
         qt_expert_ffn_wgrad_saved_write(
             dw[0], dw[1], qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, dy)) + t0 * k * d,

@@ -38,6 +38,12 @@ extern "C" {
  * is also stored in *ctx->status (ops_comm.c). */
 int qt_op_sum_across(const qt_ctx *ctx, float *buf, int64_t n, unsigned mask);
 
+/* The rows an EXPERT_FFN_WGRAD op reads for sequence `seq` (ops_moe.c): *S tokens of *k
+ * slots from token *t0; on an expert host the packed rows [seg[seq], seg[seq+1]) of its
+ * group's sequence, k = 1. */
+void qt_op_expert_wgrad_rows(const qt_op *op, const qt_ctx *ctx, int64_t seq, int64_t *t0,
+                             int64_t *S, int64_t *k);
+
 /* Canonical head groups of per-head norm weight gradients (ops_comm.c): group g's zeroed
  * partial buffer of n floats (NULL past the limits, which configgen and init check), and
  * the finish: pairwise tree over the groups, sum across the tensor group when the plan has
