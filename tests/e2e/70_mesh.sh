@@ -20,18 +20,19 @@ mesh_run() {
   fi
 }
 
-# mesh_same MODEL MESH RANKS: the mesh run equals the model's one-rank run, bit for bit.
+# mesh_same MODEL MESH RANKS [ONE]: the mesh run equals the model's one-rank run (mesh ONE,
+# default 1r), bit for bit.
 mesh_same() {
-  local model=$1 mesh=$2 n=$3 d=$QT_TMP/mesh
+  local model=$1 mesh=$2 n=$3 one=${4:-1r} d=$QT_TMP/mesh
   mkdir -p "$d"
-  if [ ! -s "$d/$model-1r.det" ]; then
-    mesh_run mesh-$model-1r 1 "$d/$model-1r.jsonl" || return 1
-    det_fields "$d/$model-1r.jsonl" > "$d/$model-1r.det" || return 1
+  if [ ! -s "$d/$model-$one.det" ]; then
+    mesh_run mesh-$model-$one 1 "$d/$model-$one.jsonl" || return 1
+    det_fields "$d/$model-$one.jsonl" > "$d/$model-$one.det" || return 1
   fi
   mesh_run mesh-$model-$mesh "$n" "$d/$model-$mesh.jsonl" || return 1
   det_fields "$d/$model-$mesh.jsonl" > "$d/$model-$mesh.det" || return 1
   [ "$(wc -l < "$d/$model-$mesh.det")" -eq 10 ] || { echo "expected 10 metrics lines"; return 1; }
-  cmp "$d/$model-1r.det" "$d/$model-$mesh.det" && echo "identical to one rank: $(tail -n 1 "$d/$model-$mesh.det")"
+  cmp "$d/$model-$one.det" "$d/$model-$mesh.det" && echo "identical to one rank ($one): $(tail -n 1 "$d/$model-$mesh.det")"
 }
 
 # expert parallelism: 4 experts (qwen3-next-tiny) allow EP 4, 6 (qwen3.5-tiny) EP 2; tensor
@@ -49,6 +50,13 @@ for cell in next:dp2:2 next:dp2-auto:2 next:dp4:4 next:fsdp2:2 next:fsdp4-auto:4
             35:dp2-g2-zero1:2 35:ep2:2 35:ep2-auto:2 35:dp2ep2:4; do
   model=${cell%%:*}; rest=${cell#*:}; mesh=${rest%%:*}; n=${rest##*:}
   check "mesh $model $mesh ($n ranks) == one rank, 10 steps, bit for bit" mesh_same $model $mesh $n
+done
+
+# per_device_batch_size 0.5 on TP2 (MaxText's fraction: the two tensor ranks share one
+# sequence, one sequence per step) against one rank with one sequence per step
+for model in next 35t; do
+  check "mesh $model tp2 with per_device_batch_size 0.5 (one sequence per step) == one rank, bit for bit" \
+    mesh_same $model tp2-half 2 1r-b1
 done
 
 mesh_wrong_n() {

@@ -52,6 +52,13 @@ static int is_int_literal(const char *s)
     return 1;
 }
 
+/* Keys whose base.yml value is a whole number but which MaxText also takes as a fraction
+ * (per_device_batch_size: ranks that share sequences), so their type is "a number". */
+static int fractional_key(const char *key)
+{
+    return !strcmp(key, "per_device_batch_size");
+}
+
 static int infer_type(const qt_cg_val *v)
 {
     if (v->kind == QT_CG_LIST) return QT_CG_T_LIST;
@@ -217,7 +224,8 @@ int qt_cg_config_load(qt_cg_config *c, const char *configs_dir, const char *run_
     c->k = qt_cg_alloc((size_t)c->n * sizeof *c->k);
     for (int i = 0; i < c->n; i++) {
         c->k[i].key = c->base.e[i].key;
-        c->k[i].type = infer_type(&c->base.e[i].val);
+        c->k[i].type = fractional_key(c->k[i].key) ? QT_CG_T_FLOAT
+                                                    : infer_type(&c->base.e[i].val);
         c->k[i].val = &c->base.e[i].val;
         snprintf(c->k[i].where, sizeof c->k[i].where, "%s:%d", c->base.file, c->base.e[i].line);
     }

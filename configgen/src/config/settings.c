@@ -355,13 +355,36 @@ static int check_model(const qt_cg_vctx *v, qt_cg_settings *s)
     return check_shape(v, s) || check_rotary(v, s) || check_numerics(v, s) ? -1 : 0;
 }
 
+/* MaxText: per_device_batch_size x ranks x G sequences per step; the batch is split over
+ * the data, fsdp and expert axes (tensor ranks share their sequences), so a rank processes
+ * its batch group's sequences, its own and its tensor peers': per_device_batch_size x
+ * tensor, which must be a whole number (a fraction of a sequence per rank is allowed when
+ * the tensor peers together hold whole ones: TP2 with 0.5 trains one sequence). */
+static int batch_split(const qt_cg_vctx *v, qt_cg_settings *s)
+{
+    const double b = s->per_device_batch * (double)s->mesh[QT_MESH_TENSOR];
+    if (b < 1 || b != floor(b)) {
+        char o[400];
+        return bad(v, "per_device_batch_size", "%g sequences per rank x %d tensor ranks "
+                   "sharing them (%s) = %g per batch group; expected a whole number >= 1",
+                   s->per_device_batch, s->mesh[QT_MESH_TENSOR],
+                   other(v, "ici_tensor_parallelism", o, sizeof o), b);
+    }
+    s->tr.micro_batch = (int64_t)b;
+    s->tr.global_batch = s->tr.micro_batch * s->tr.grad_accum * (s->n_ranks / s->mesh[QT_MESH_TENSOR]);
+    return 0;
+}
+
 static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)
 {
     qt_train_cfg *t = &s->tr;
     double pdb = getf(v, "per_device_batch_size");
-    if (!(pdb >= 1) || pdb != floor(pdb))
-        return bad(v, "per_device_batch_size", "expected an integer >= 1 (sequences per rank)");
-    t->micro_batch = (int64_t)pdb;
+    if (!(pdb > 0) || !(pdb <= (double)(1ll << 40)))
+        return bad(v, "per_device_batch_size", "expected > 0 (sequences per rank; a fraction "
+                   "when tensor ranks share sequences)");
+    s->per_device_batch = pdb;
+    /* until the mesh is known (batch_split): at least one sequence */
+    t->micro_batch = pdb < 1 ? 1 : (int64_t)ceil(pdb);
     t->seq_len = geti(v, "max_target_length");
     if (t->seq_len < 1 || t->seq_len > 65536)
         return bad(v, "max_target_length", "expected 1..65536");
@@ -800,11 +823,7 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
     if (check_floats(&v) || check_model(&v, s) || check_train(&v, s) || check_sizes(&v, s) ||
         check_mesh(&v, s) || check_policies(&v, s) || check_rules(&v, s))
         return -1;
-    /* MaxText: per_device_batch_size x ranks x G sequences per step; the batch is split over
-     * the data, fsdp and expert axes (tensor ranks share their sequences). */
-    s->tr.global_batch = s->tr.micro_batch * s->tr.grad_accum * s->n_ranks;
-    /* a rank processes its batch group's sequences: its own and those of its tensor peers */
-    s->tr.micro_batch *= s->mesh[QT_MESH_TENSOR];
+    if (batch_split(&v, s)) return -1;
     s->batch_mask = 0;
     s->opt_mask = 0;
     static const int batch_axes[3] = {QT_MESH_DATA, QT_MESH_FSDP, QT_MESH_EXPERT};

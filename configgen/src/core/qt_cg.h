@@ -108,6 +108,7 @@ typedef struct qt_cg_settings {
     char model_name[128];
     qt_model_dims m;
     qt_train_cfg tr;
+    double per_device_batch;                   /* per_device_batch_size (may be a fraction) */
     int32_t mesh[QT_MESH_COUNT];
     int32_t n_ranks, shard_mode, zero1;
     int32_t remat;             /* enum qt_cg_remat_policy */
