@@ -14,8 +14,10 @@
  * rounded up to 16 floats) is the one configgen sizes bf16_stage_elems with
  * (qt_plan_fields.def), and qt_bf16_stage_need computes the same figure so start-up checks
  * it (validate.c); the native kinds' parameter slots ('p') are left out;
- * an unwritten element of a written slot rounds back to its own bits (bf16 tensors never
- * hold denormals: every store flushes them). No state, no heap.
+ * an element of a written slot that the op leaves alone (a strided output's gaps) rounds
+ * back to its own bits when an op stored it (stores flush denormals and quiet NaNs);
+ * bytes no op has stored yet may change, and no op reads an element before one writes
+ * it. No state, no heap.
  */
 #include <ctype.h>
 #include "qt_interp_bf16.h"

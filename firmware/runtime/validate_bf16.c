@@ -20,6 +20,7 @@ typedef struct {
 
 #define QT_VB(ENUM, s, dt) {QT_OP_##ENUM, QT_T_##ENUM##_##s, dt}
 static const qt_vb_slot qt_vb_slots[] = {
+    QT_VB(MATMUL_FWD, y, QT_BF16),         QT_VB(MATMUL_BWD_DATA, dx, QT_BF16),
     QT_VB(MATMUL_FWD, x, QT_BF16),         QT_VB(MATMUL_FWD, w, QT_BF16),
     QT_VB(MATMUL_BWD_DATA, dy, QT_BF16),   QT_VB(MATMUL_BWD_DATA, w, QT_BF16),
     QT_VB(MATMUL_WGRAD, dy, QT_BF16),      QT_VB(MATMUL_WGRAD, x, QT_BF16),

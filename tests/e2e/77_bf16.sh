@@ -3,9 +3,11 @@
 # parameter fingerprint (docs/precision.md, "Executing bf16 plans", Determinism):
 #   mesh cells (data, fsdp, tensor, expert, their products, explicit and auto) == one rank;
 #   G splits of the same global batch; remat full == no remat; scanned == unrolled layers;
-#   ZeRO-1 with G = 4 on DP2 x EP2 (bf16 compute copy gathered) and per-layer bf16 gathers
-#   on DP2 x TP2 == one rank; a checkpoint saved on one rank resumed on a 4-rank mesh ==
-#   the uninterrupted run; an x86-64-v3 (AVX2 emulation of VDPBF16PS) build == native.
+#   ZeRO-1 with G = 4 on DP2 x EP2 (bf16 compute copy gathered), per-layer gradient
+#   reduction and per-layer bf16 parameter gathers on DP2 x TP2 == one rank; a checkpoint
+#   saved on one rank resumed on a 4-rank mesh, and one saved on the ZeRO-1 mesh resumed
+#   on one rank == the uninterrupted run; an x86-64-v3 (AVX2 emulation of VDPBF16PS)
+#   build == native.
 # Plus: bf16 trains (the loss falls), stays near fp32 (stated bounds), and differs from fp32
 # (the bf16 path is really taken). Run files: configgen/configs/runs/bf16-*.yml, each a
 # copy of an fp32 run with `dtype: "bfloat16"`. Every mpiexec runs under `timeout`.
@@ -61,8 +63,27 @@ for m in next 35; do
   check "bf16 zero1 $m DP2 x EP2 G4 (bf16 compute copy gathered) == one rank, 20 steps" \
     b16_same bf16-$m-1r-b16 1 bf16-$m-dp2ep2-g4-z1 4 20
 done
-check "bf16 zero1 next DP2 x TP2 G4 per-layer bf16 gathers == one rank, 20 steps" \
+check "bf16 zero1 next DP2 x TP2 G4, per-layer gradient reduction == one rank, 20 steps" \
   b16_same bf16-next-1r-b16 1 bf16-next-dp2tp2-g4-z1-layer 4 20
+check "bf16 zero1 next DP2 x TP2 G4, per-layer bf16 parameter gathers (ZeRO-3) == one rank, 20 steps" \
+  b16_same bf16-next-1r-b16 1 bf16-next-dp2tp2-g4-z1-gather 4 20
+
+b16_resume_from_zero1() {
+  # 10 steps on DP2 x EP2 G4 with ZeRO-1 (each rank saves its master and Adam blocks, gathered
+  # into the global layout), resumed on one rank for steps 11..20: the uninterrupted bits
+  local d=$QT_TMP/bf16
+  b16_det bf16-next-1r-b16 1 20 || return 1
+  rm -rf "$d/ckz" "$d/from-z1.jsonl"
+  timeout 120 mpiexec -n 4 build/bf16-next-dp2ep2-g4-z1/qtrain data=$B16_DATA steps=10 seed=11 \
+    save=$d/ckz > "$d/savez.out" 2>&1 || { tail -5 "$d/savez.out"; return 1; }
+  timeout 120 build/bf16-next-1r-b16/qtrain data=$B16_DATA steps=20 seed=11 load=$d/ckz \
+    metrics=$d/from-z1.jsonl > "$d/resumez.out" 2>&1 || { tail -5 "$d/resumez.out"; return 1; }
+  det_fields "$d/from-z1.jsonl" > "$d/from-z1.det" || return 1
+  tail -n 10 "$d/bf16-next-1r-b16.det" > "$d/tail10.det"
+  cmp "$d/tail10.det" "$d/from-z1.det" && echo "steps 11..20 on one rank == uninterrupted: $(tail -n 1 "$d/from-z1.det")"
+}
+check "bf16 checkpoint: saved on ZeRO-1 DP2 x EP2 G4, resumed on one rank == uninterrupted, bit for bit" \
+  b16_resume_from_zero1
 
 b16_resume_mesh() {
   # 5 steps on one rank, saved; resumed on DP2 x EP2 (auto) for steps 6..10: the masters and

@@ -88,7 +88,8 @@ if [ -n "$pt_tps" ]; then
   printf '%-28s %12s %10s %8s %12s %14s\n' "pytorch ${pt_thr} thread(s) fp32" "$pt_tps" "$pt_step" "$(mfu $pt_tps)" "-" "-"
 fi
 if [ -n "$pt16_tps" ]; then
-  printf '%-28s %12s %10s %8s %12s %14s\n' "pytorch ${pt_thr} thread(s) bf16" "$pt16_tps" "$pt16_step" "$(mfu $pt16_tps)" "-" "-"
+  pt16_thr=$(echo "$pt16_line" | grep -o '"threads": *[0-9]*' | grep -o '[0-9]*$' || true)
+  printf '%-28s %12s %10s %8s %12s %14s\n' "pytorch ${pt16_thr} thread(s) bf16" "$pt16_tps" "$pt16_step" "$(mfu $pt16_tps)" "-" "-"
 fi
 # bf16 against fp32 (the target: 1.5x). MFU above is against the fp32 FMA peak; the
 # bf16 dot instruction's own peak is measured beside it (kernel_bench peak_bf16).

@@ -619,8 +619,7 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
     if (s->dtype == QT_BF16)
         qt_cg_buf_printf(b, "  dtype bfloat16, weight_dtype float32: activations, matmul operands "
                          "and the parameters' compute copy in bf16; master weights, Adam, "
-                         "gradients, trees, loss and statistics in fp32 (docs/precision.md); "
-                         "planned only: this firmware build refuses to run it\n");
+                         "gradients, trees, loss and statistics in fp32 (docs/precision.md)\n");
     if (s->remat != QT_CG_REMAT_NONE)
         qt_cg_buf_printf(b, "  remat_policy %s: %d forward ops recomputed in the backward (the "
                          "copies write tensors named <name>~r)\n",
