@@ -98,22 +98,6 @@ void qt_op_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
         QT_A(op, EXPERT_FFN_BWD, bwd_nb));
 }
 
-void qt_op_expert_wgrad_rows(const qt_op *op, const qt_ctx *ctx, int64_t seq, int64_t *t0,
-                             int64_t *S, int64_t *k)
-{
-    *k = QT_A(op, EXPERT_FFN_WGRAD, k);
-    *S = QT_A(op, EXPERT_FFN_WGRAD, S);
-    *t0 = seq * *S;
-    if (QT_T(op, EXPERT_FFN_WGRAD, seg) != QT_NONE) {
-        /* expert host: sequence `seq` of the expert group owns the packed rows
-         * [seg[seq], seg[seq+1]) (k = 1), the rows the one-rank kernel visits for it */
-        const int32_t *seg = qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, seg));
-        *t0 = seg[seq];
-        *S = seg[seq + 1] - seg[seq];
-        *k = 1;
-    }
-}
-
 /* EXPERT_FFN_WGRAD: writes dw[0] (W_gu) and dw[1] (W_down) whole (QT_OPP_WGRAD_WRITES). */
 void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {

@@ -38,11 +38,24 @@ extern "C" {
  * is also stored in *ctx->status (ops_comm.c). */
 int qt_op_sum_across(const qt_ctx *ctx, float *buf, int64_t n, unsigned mask);
 
-/* The rows an EXPERT_FFN_WGRAD op reads for sequence `seq` (ops_moe.c): *S tokens of *k
- * slots from token *t0; on an expert host the packed rows [seg[seq], seg[seq+1]) of its
- * group's sequence, k = 1. */
-void qt_op_expert_wgrad_rows(const qt_op *op, const qt_ctx *ctx, int64_t seq, int64_t *t0,
-                             int64_t *S, int64_t *k);
+/* The rows an EXPERT_FFN_WGRAD op reads for sequence `seq` (the fp32 and the bf16 wrapper):
+ * *S tokens of *k slots from token *t0; on an expert host the packed rows [seg[seq],
+ * seg[seq+1]) of its group's sequence, k = 1. */
+static inline void qt_op_expert_wgrad_rows(const qt_op *op, const qt_ctx *ctx, int64_t seq,
+                                           int64_t *t0, int64_t *S, int64_t *k)
+{
+    *k = QT_A(op, EXPERT_FFN_WGRAD, k);
+    *S = QT_A(op, EXPERT_FFN_WGRAD, S);
+    *t0 = seq * *S;
+    if (QT_T(op, EXPERT_FFN_WGRAD, seg) != QT_NONE) {
+        /* expert host: sequence `seq` of the expert group owns the packed rows
+         * [seg[seq], seg[seq+1]) (k = 1), the rows the one-rank kernel visits for it */
+        const int32_t *seg = qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, seg));
+        *t0 = seg[seq];
+        *S = seg[seq + 1] - seg[seq];
+        *k = 1;
+    }
+}
 
 /* Canonical head groups of per-head norm weight gradients (ops_comm.c): group g's zeroed
  * partial buffer of n floats (NULL past the limits, which configgen and init check), and
