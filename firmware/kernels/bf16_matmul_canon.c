@@ -9,22 +9,12 @@
  */
 #ifndef QT_REAL_DOUBLE
 #include "bf16_matmul_canon.h"
+#include "matmul_canon.h"
 #include "bf16_matmul.h"
 
 int qt_bf16_path_built(int path)
 {
     return qt_bf16_matmul_fwd_on(path, 0, 0, 0, 0, 0, 0) == 0;
-}
-
-/* Pairwise tree over nb buffers of n floats, in place: the total ends in buf[0]. */
-static void qt_bc_tree(float *buf, int64_t n, int64_t nb)
-{
-    for (int64_t s = 1; s < nb; s *= 2)
-        for (int64_t j = 0; j + s < nb; j += 2 * s) {
-            float *a = buf + j * n;
-            const float *b = buf + (j + s) * n;
-            for (int64_t i = 0; i < n; i++) a[i] = a[i] + b[i];
-        }
 }
 
 /* dst[rows, nseg*sl] <- block j's columns of src[rows, nseg*L] (row-major). */
@@ -53,7 +43,7 @@ int qt_bf16_matmul_canon_fwd_on(int path, float *out, const qt_bf16 *x, const qt
         qt_bc_pack_cols(wb, w, N, nseg, L, sl, j);
         qt_bf16_matmul_fwd_on(path, part + j * M * N, xb, wb, M, N, kb);
     }
-    qt_bc_tree(part, M * N, nb);
+    qt_canon_tree(part, M * N, nb);
     for (int64_t i = 0; i < M * N; i++) out[i] = part[i];
     return 0;
 }
@@ -83,7 +73,7 @@ int qt_bf16_matmul_canon_bwd_data_on(int path, float *out, const qt_bf16 *dy,
         for (int64_t i = 0; i < M * K; i++) pj[i] = 0.0f;
         qt_bf16_matmul_bwd_data_on(path, pj, dyb, wb, M, nbk, K);
     }
-    qt_bc_tree(part, M * K, nb);
+    qt_canon_tree(part, M * K, nb);
     for (int64_t i = 0; i < M * K; i++) out[i] = part[i];
     return 0;
 }

@@ -9,8 +9,7 @@
 #include "matmul.h"
 #include "qt_real.h"
 
-/* Pairwise tree over nb buffers of n elements, in place: the total ends in buf[0]. */
-static void qt_canon_tree(qt_real *buf, int64_t n, int64_t nb)
+void QT_FN(qt_canon_tree)(qt_real *buf, int64_t n, int64_t nb)
 {
     for (int64_t s = 1; s < nb; s *= 2)
         for (int64_t j = 0; j + s < nb; j += 2 * s) {
@@ -38,7 +37,7 @@ static void qt_canon_fwd_copy(qt_real *out, const qt_real *x, const qt_real *w, 
                 for (int64_t i = 0; i < sl; i++) wb[n * kb + s * sl + i] = w[n * K + s * L + j * sl + i];
         fwd(part + j * M * N, xb, wb, M, N, kb);
     }
-    qt_canon_tree(part, M * N, nb);
+    QT_FN(qt_canon_tree)(part, M * N, nb);
     for (int64_t i = 0; i < M * N; i++) out[i] = part[i];
 }
 
@@ -79,7 +78,7 @@ static void qt_canon_bwd_copy(qt_real *out, const qt_real *dy, const qt_real *w,
         for (int64_t i = 0; i < M * K; i++) pj[i] = 0;
         bwd_data(pj, dyb, wb, M, nbk, K);
     }
-    qt_canon_tree(part, M * K, nb);
+    QT_FN(qt_canon_tree)(part, M * K, nb);
     for (int64_t i = 0; i < M * K; i++) out[i] = part[i];
 }
 

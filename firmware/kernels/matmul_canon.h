@@ -38,6 +38,11 @@ static inline int64_t qt_canon_blocks(int64_t n, int64_t nseg)
 extern "C" {
 #endif
 
+/* The canonical blocks' pairwise tree over nb buffers of n elements, in place (nb a power
+ * of two): ((b0+b1)+(b2+b3))+...; the total ends in buf[0] (the bf16 canonical kernels use
+ * it too, bf16_matmul_canon.h). */
+void qt_canon_tree(float *buf, int64_t n, int64_t nb);
+void qt_canon_tree_f64(double *buf, int64_t n, int64_t nb);
 /* out[M,N] = tree over the nb blocks of x[M,K] w[N,K]^T (contraction over K). Writes out.
  * K = nseg * nb * slice. scratch: QT_CANON_FWD_SCRATCH(M, N, K, nb) floats. */
 void qt_matmul_canon_fwd(float *out, const float *x, const float *w, int64_t M, int64_t N,
