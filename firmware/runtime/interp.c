@@ -5,7 +5,6 @@
  * so gradient bits depend only on the leaves and their count, not on the batch split.
  * No heap: the level pointer table lives on the stack with a fixed bound.
  */
-#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include "qt_interp.h"
@@ -63,32 +62,32 @@ static int qt_interp_check_op(const qt_plan *p, const qt_kernel_entry *table, co
                               int32_t i, const char *sched, int in_mb)
 {
     if (op->kind >= QT_OP_COUNT) {
-        fprintf(stderr, "plan %s: %s op %d has kind %u (>= %d)\n", p->run_name, sched, i,
-                op->kind, QT_OP_COUNT);
-        return QT_E_PLAN;
+        return qt_fail(QT_E_PLAN,
+                       "plan %s: %s op %d has kind %u (>= %d)", p->run_name, sched, i,
+                       op->kind, QT_OP_COUNT);
     }
     if (op->kind == QT_OP_NOP) return QT_OK;
     int is_w = (op->flags & QT_OPF_WGRAD) != 0;
     /* STEP ops inside the microbatch schedule: per-layer reduction (qt_plan.h) */
     if (!is_w && table[op->kind].step && p->layer_reduce && in_mb) return QT_OK;
     if ((is_w && !table[op->kind].wgrad) || (!is_w && !table[op->kind].run)) {
-        fprintf(stderr, "plan %s: %s op %d (%s) has no %s wrapper\n", p->run_name, sched, i,
-                table[op->kind].name ? table[op->kind].name : "?", is_w ? "wgrad" : "run");
-        return QT_E_PLAN;
+        return qt_fail(QT_E_PLAN,
+                       "plan %s: %s op %d (%s) has no %s wrapper", p->run_name, sched, i,
+                       table[op->kind].name ? table[op->kind].name : "?", is_w ? "wgrad" : "run");
     }
     /* the kind's own check (qt_ops.def CHECK): kernel limits a kernel cannot report from
      * inside a step */
     qt_check_state cs;
     memset(&cs, 0, sizeof cs);
     if (table[op->kind].check && table[op->kind].check(p, op, &cs)) {
-        fprintf(stderr, "plan %s: %s op %d: %s\n", p->run_name, sched, i, cs.why);
-        return QT_E_PLAN;
+        return qt_fail(QT_E_PLAN,
+                       "plan %s: %s op %d: %s", p->run_name, sched, i, cs.why);
     }
     for (int k = 0; k < QT_OP_MAX_T; k++) {
         if (op->t[k] != QT_NONE && (op->t[k] < 0 || op->t[k] >= p->n_tensors)) {
-            fprintf(stderr, "plan %s: %s op %d slot t%d = %d is not a tensor id\n",
-                    p->run_name, sched, i, k, op->t[k]);
-            return QT_E_PLAN;
+            return qt_fail(QT_E_PLAN,
+                           "plan %s: %s op %d slot t%d = %d is not a tensor id",
+                           p->run_name, sched, i, k, op->t[k]);
         }
     }
     return QT_OK;
@@ -103,9 +102,9 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
         rc = qt_interp_check_op(p, table, c.op, c.logical, "microbatch", 1);
     if (rc) return rc;
     if (p->n_params < 0 || p->n_params > QT_INTERP_MAX_PARAMS) {
-        fprintf(stderr, "plan %s: %d params (firmware limit %d)\n", p->run_name, p->n_params,
-                QT_INTERP_MAX_PARAMS);
-        return QT_E_PLAN;
+        return qt_fail(QT_E_PLAN,
+                       "plan %s: %d params (firmware limit %d)", p->run_name, p->n_params,
+                       QT_INTERP_MAX_PARAMS);
     }
     int64_t leaves = 0;
     for (int32_t i = 0; i < p->n_params; i++)
@@ -116,17 +115,17 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
     /* exactly: the gradient region is the top level, which only the last carry fills */
     if (p->n_mb_levels < 0 || p->n_mb_levels != mbl || p->n_tree_levels != need ||
         need > QT_MAX_TREE_LEVELS) {
-        fprintf(stderr, "plan %s: %d tree levels (%d of microbatches), %lld leaves per tree "
-                "and %lld microbatches need exactly %d (max %d)\n", p->run_name,
-                p->n_tree_levels, p->n_mb_levels, (long long)leaves,
-                (long long)p->train.grad_accum, need, QT_MAX_TREE_LEVELS);
-        return QT_E_PLAN;
+        return qt_fail(QT_E_PLAN,
+                       "plan %s: %d tree levels (%d of microbatches), %lld leaves per tree "
+                       "and %lld microbatches need exactly %d (max %d)", p->run_name,
+                       p->n_tree_levels, p->n_mb_levels, (long long)leaves,
+                       (long long)p->train.grad_accum, need, QT_MAX_TREE_LEVELS);
     }
     if (p->grads_offset != p->tree_offset[need - 1]) {
-        fprintf(stderr, "plan %s: gradient region at byte %lld is not the top tree level (level "
-                "%d at byte %lld)\n", p->run_name, (long long)p->grads_offset, need - 1,
-                (long long)p->tree_offset[need - 1]);
-        return QT_E_PLAN;
+        return qt_fail(QT_E_PLAN,
+                       "plan %s: gradient region at byte %lld is not the top tree level (level "
+                       "%d at byte %lld)", p->run_name, (long long)p->grads_offset, need - 1,
+                       (long long)p->tree_offset[need - 1]);
     }
     /* the leaf-tree levels: every parameter inside them, at its flat offset unless the plan
      * reduces per layer (windows, qt_plan.h) */
@@ -135,16 +134,16 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
         if (pa->leaf_offset < 0 || pa->numel > p->leaf_elems ||
             pa->leaf_offset > p->leaf_elems - pa->numel ||
             (!p->layer_reduce && pa->leaf_offset != pa->flat_offset)) {
-            fprintf(stderr, "plan %s: parameter %s at leaf-tree offset %lld (+%lld) outside the "
-                    "%lld-float leaf levels, or not at its flat offset %lld\n", p->run_name,
-                    pa->name, (long long)pa->leaf_offset, (long long)pa->numel,
-                    (long long)p->leaf_elems, (long long)pa->flat_offset);
-            return QT_E_PLAN;
+            return qt_fail(QT_E_PLAN,
+                           "plan %s: parameter %s at leaf-tree offset %lld (+%lld) outside the "
+                           "%lld-float leaf levels, or not at its flat offset %lld", p->run_name,
+                           pa->name, (long long)pa->leaf_offset, (long long)pa->numel,
+                           (long long)p->leaf_elems, (long long)pa->flat_offset);
         }
     }
     if (p->layer_reduce && p->n_mb_levels < 1) {
-        fprintf(stderr, "plan %s: per-layer reduction without a microbatch tree\n", p->run_name);
-        return QT_E_PLAN;
+        return qt_fail(QT_E_PLAN,
+                       "plan %s: per-layer reduction without a microbatch tree", p->run_name);
     }
     memset(qt_interp_state.wgrad_uses, 0, sizeof qt_interp_state.wgrad_uses);
     for (qt_mb_cursor c = qt_mb_begin(p); qt_mb_next(&c);) {
@@ -158,33 +157,34 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
             int64_t pi = op->a[QT_A_WGRAD_PARAM + k];
             if (k == 1 && pi == -1) break;
             if (pi < 0 || pi >= p->n_params) {
-                fprintf(stderr, "plan %s: WGRAD op %d (%s) a%d = %lld is not a parameter index\n",
-                        p->run_name, i, table[op->kind].name, 8 + k, (long long)pi);
-                return QT_E_PLAN;
+                return qt_fail(QT_E_PLAN,
+                               "plan %s: WGRAD op %d (%s) a%d = %lld is not a parameter index",
+                               p->run_name, i, table[op->kind].name, 8 + k, (long long)pi);
             }
             if (qt_interp_state.wgrad_uses[pi] < 255) qt_interp_state.wgrad_uses[pi]++;
             need_scratch += p->params[pi].numel;
             if (p->params[pi].leaves != per_mb * p->train.grad_accum) {
-                fprintf(stderr, "plan %s: parameter %s has %lld leaves per step, its WGRAD op %d "
-                        "makes %lld\n", p->run_name, p->params[pi].name,
-                        (long long)p->params[pi].leaves, i,
-                        (long long)(per_mb * p->train.grad_accum));
-                return QT_E_PLAN;
+                return qt_fail(QT_E_PLAN,
+                               "plan %s: parameter %s has %lld leaves per step, its WGRAD op %d "
+                               "makes %lld", p->run_name, p->params[pi].name,
+                               (long long)p->params[pi].leaves, i,
+                               (long long)(per_mb * p->train.grad_accum));
             }
         }
         /* a tree with one leaf per microbatch never uses the scratch (leaf 0 is even) */
         if (need_scratch > p->leaf_scratch_elems &&
             qt_interp_tree_leaves(p, &p->params[op->a[QT_A_WGRAD_PARAM]]) > 1) {
-            fprintf(stderr, "plan %s: WGRAD op %d needs %lld leaf scratch floats, plan has %lld\n",
-                    p->run_name, i, (long long)need_scratch, (long long)p->leaf_scratch_elems);
-            return QT_E_PLAN;
+            return qt_fail(QT_E_PLAN,
+                           "plan %s: WGRAD op %d needs %lld leaf scratch floats, plan has %lld",
+                           p->run_name, i, (long long)need_scratch,
+                           (long long)p->leaf_scratch_elems);
         }
     }
     for (int32_t pi = 0; pi < p->n_params; pi++) {
         if (qt_interp_state.wgrad_uses[pi] != 1) {
-            fprintf(stderr, "plan %s: parameter %s is named by %u WGRAD ops (expected exactly 1)\n",
-                    p->run_name, p->params[pi].name, qt_interp_state.wgrad_uses[pi]);
-            return QT_E_PLAN;
+            return qt_fail(QT_E_PLAN,
+                           "plan %s: parameter %s is named by %u WGRAD ops (expected exactly 1)",
+                           p->run_name, p->params[pi].name, qt_interp_state.wgrad_uses[pi]);
         }
     }
     return QT_OK;
