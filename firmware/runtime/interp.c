@@ -62,8 +62,7 @@ static int qt_interp_check_op(const qt_plan *p, const qt_kernel_entry *table, co
                               int32_t i, const char *sched, int in_mb)
 {
     if (op->kind >= QT_OP_COUNT) {
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: %s op %d has kind %u (>= %d)", p->run_name, sched, i,
+        return qt_fail(QT_E_PLAN, "plan %s: %s op %d has kind %u (>= %d)", p->run_name, sched, i,
                        op->kind, QT_OP_COUNT);
     }
     if (op->kind == QT_OP_NOP) return QT_OK;
@@ -71,8 +70,7 @@ static int qt_interp_check_op(const qt_plan *p, const qt_kernel_entry *table, co
     /* STEP ops inside the microbatch schedule: per-layer reduction (qt_plan.h) */
     if (!is_w && table[op->kind].step && p->layer_reduce && in_mb) return QT_OK;
     if ((is_w && !table[op->kind].wgrad) || (!is_w && !table[op->kind].run)) {
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: %s op %d (%s) has no %s wrapper", p->run_name, sched, i,
+        return qt_fail(QT_E_PLAN, "plan %s: %s op %d (%s) has no %s wrapper", p->run_name, sched, i,
                        table[op->kind].name ? table[op->kind].name : "?", is_w ? "wgrad" : "run");
     }
     /* the kind's own check (qt_ops.def CHECK): kernel limits a kernel cannot report from
@@ -80,13 +78,11 @@ static int qt_interp_check_op(const qt_plan *p, const qt_kernel_entry *table, co
     qt_check_state cs;
     memset(&cs, 0, sizeof cs);
     if (table[op->kind].check && table[op->kind].check(p, op, &cs)) {
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: %s op %d: %s", p->run_name, sched, i, cs.why);
+        return qt_fail(QT_E_PLAN, "plan %s: %s op %d: %s", p->run_name, sched, i, cs.why);
     }
     for (int k = 0; k < QT_OP_MAX_T; k++) {
         if (op->t[k] != QT_NONE && (op->t[k] < 0 || op->t[k] >= p->n_tensors)) {
-            return qt_fail(QT_E_PLAN,
-                           "plan %s: %s op %d slot t%d = %d is not a tensor id",
+            return qt_fail(QT_E_PLAN, "plan %s: %s op %d slot t%d = %d is not a tensor id",
                            p->run_name, sched, i, k, op->t[k]);
         }
     }

@@ -28,8 +28,7 @@ static int qt_validate_io_tensor(const qt_plan *p, int32_t id, const char *what,
                                       uint8_t dtype, int64_t numel)
 {
     if (id < 0 || id >= p->n_tensors) {
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: %s tensor id %d is invalid", p->run_name, what, id);
+        return qt_fail(QT_E_PLAN, "plan %s: %s tensor id %d is invalid", p->run_name, what, id);
     }
     const qt_tensor *t = &p->tensors[id];
     if (t->dtype != dtype || t->numel < numel || t->offset < 0 ||
@@ -64,23 +63,19 @@ static int qt_validate_regions(const qt_plan *p)
     int64_t off[QT_RT_REGIONS], elems[QT_RT_REGIONS];
     const char *what[QT_RT_REGIONS];
     if (p->n_tree_levels < 1 || p->n_tree_levels > QT_MAX_TREE_LEVELS)
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: %d tree levels (1..%d)", p->run_name,
+        return qt_fail(QT_E_PLAN, "plan %s: %d tree levels (1..%d)", p->run_name,
                        p->n_tree_levels, QT_MAX_TREE_LEVELS);
     /* the flat ranges tile [0, n_flat), each splitting evenly over its groups, and their
      * optimizer blocks tile the Adam regions */
     int64_t cover = 0, adam = 0;
     if (p->n_ranges < 1 || !p->ranges)
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: %d flat ranges (at least 1)", p->run_name,
+        return qt_fail(QT_E_PLAN, "plan %s: %d flat ranges (at least 1)", p->run_name,
                        p->n_ranges);
     if (p->grads_compact && p->n_mb_levels < 1)
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: a compact gradient region needs a microbatch tree",
+        return qt_fail(QT_E_PLAN, "plan %s: a compact gradient region needs a microbatch tree",
                        p->run_name);
     if (p->params_compact && !p->layer_reduce)
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: per-layer parameter gathers need per-layer "
+        return qt_fail(QT_E_PLAN, "plan %s: per-layer parameter gathers need per-layer "
                        "reduction", p->run_name);
     for (int32_t i = 0; i < p->n_ranges; i++) {
         const qt_flat_range *r = &p->ranges[i];
@@ -88,15 +83,13 @@ static int qt_validate_regions(const qt_plan *p)
         const int64_t opt = r->opt_mask ? qt_comm_group_size(r->opt_mask) : 1;
         if (r->lo != cover || r->n < 0 || r->n % red || r->n % opt || (r->opt_mask & ~r->reduce_mask) ||
             r->adam_lo != adam)
-            return qt_fail(QT_E_PLAN,
-                           "plan %s: flat range %d [%lld, +%lld) does not split over "
+            return qt_fail(QT_E_PLAN, "plan %s: flat range %d [%lld, +%lld) does not split over "
                            "its groups (%lld and %lld ranks)", p->run_name, i, (long long)r->lo,
                            (long long)r->n, (long long)red, (long long)opt);
         if (r->leaf_lo < 0 || r->n > p->leaf_elems || r->leaf_lo > p->leaf_elems - r->n ||
             (!p->layer_reduce && r->leaf_lo != r->lo) ||
             (p->grads_compact && r->opt_mask != r->reduce_mask))
-            return qt_fail(QT_E_PLAN,
-                           "plan %s: flat range %d: leaf window at %lld outside the "
+            return qt_fail(QT_E_PLAN, "plan %s: flat range %d: leaf window at %lld outside the "
                            "%lld-float leaf levels (or not at its flat offset), or a compact "
                            "gradient with optimizer axes 0x%x other than its reduction axes 0x%x",
                            p->run_name, i, (long long)r->leaf_lo, (long long)p->leaf_elems,
@@ -108,8 +101,7 @@ static int qt_validate_regions(const qt_plan *p)
             const int64_t fo = p->params[k].flat_offset;
             if (fo < r->lo || fo >= r->lo + r->n) continue;
             if (fo <= last || fo + p->params[k].numel > r->lo + r->n)
-                return qt_fail(QT_E_PLAN,
-                               "plan %s: parameter %s is out of order in, or not "
+                return qt_fail(QT_E_PLAN, "plan %s: parameter %s is out of order in, or not "
                                "inside, flat range %d", p->run_name, p->params[k].name, i);
             last = fo;
         }
@@ -117,8 +109,7 @@ static int qt_validate_regions(const qt_plan *p)
         adam += r->n / opt;
     }
     if (cover != p->n_flat || p->n_flat < p->n_param_elems || adam != p->adam_elems)
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: the flat ranges cover %lld of %lld elements and "
+        return qt_fail(QT_E_PLAN, "plan %s: the flat ranges cover %lld of %lld elements and "
                        "%lld of %lld Adam elements", p->run_name, (long long)cover,
                        (long long)p->n_flat, (long long)adam, (long long)p->adam_elems);
     static const char *const names[6] = {"params", "adam m", "adam v", "leaf scratch",
@@ -146,16 +137,14 @@ static int qt_validate_regions(const qt_plan *p)
         const qt_flat_range *r = &p->ranges[i];
         const int64_t g = r->reduce_mask ? qt_comm_group_size(r->reduce_mask) : 1;
         if (r->mb_lo != mb_elems)
-            return qt_fail(QT_E_PLAN,
-                           "plan %s: flat range %d's microbatch-tree block starts at "
+            return qt_fail(QT_E_PLAN, "plan %s: flat range %d's microbatch-tree block starts at "
                            "%lld, expected %lld", p->run_name, (int)i, (long long)r->mb_lo,
                            (long long)mb_elems);
         mb_elems += r->n / g;
     }
     if (p->n_mb_levels > 1 || p->grads_compact) {
         if (p->mb_elems != mb_elems)
-            return qt_fail(QT_E_PLAN,
-                           "plan %s: compact microbatch-tree levels of %lld floats, "
+            return qt_fail(QT_E_PLAN, "plan %s: compact microbatch-tree levels of %lld floats, "
                            "the ranges' reduce blocks need %lld", p->run_name,
                            (long long)p->mb_elems, (long long)mb_elems);
     }
@@ -172,8 +161,7 @@ static int qt_validate_regions(const qt_plan *p)
         for (int j = i + 1; j < n; j++) {
             if (elems[i] && elems[j] && off[i] < off[j] + 4 * elems[j] &&
                 off[j] < off[i] + 4 * elems[i])
-                return qt_fail(QT_E_PLAN,
-                               "plan %s: %s region at byte %lld overlaps %s region "
+                return qt_fail(QT_E_PLAN, "plan %s: %s region at byte %lld overlaps %s region "
                                "at byte %lld", p->run_name, what[i], (long long)off[i], what[j],
                                (long long)off[j]);
         }
@@ -193,12 +181,10 @@ static int qt_validate_step_op(const qt_plan *p, const qt_op *op, int32_t i, con
     const qt_kernel_entry *table = qt_val.table;
     if (in_mb && (op->kind >= QT_OP_COUNT || !table[op->kind].step)) return QT_OK;
     if (in_mb && !p->layer_reduce)
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: %s op %d (%s) is a step op", p->run_name, which,
+        return qt_fail(QT_E_PLAN, "plan %s: %s op %d (%s) is a step op", p->run_name, which,
                        i, table[op->kind].name);
     if (op->kind >= QT_OP_COUNT || !table[op->kind].step)
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: %s op %d (kind %u) is not a step op",
+        return qt_fail(QT_E_PLAN, "plan %s: %s op %d (kind %u) is not a step op",
                        p->run_name, which, i, op->kind);
     /* the kind's own check (qt_ops.def CHECK) and its role in the schedule (PROPS) */
     qt_check_state cs;
@@ -208,8 +194,7 @@ static int qt_validate_step_op(const qt_plan *p, const qt_op *op, int32_t i, con
     if (table[op->kind].props & QT_OPP_NORM) (*n_norm)++;
     if (table[op->kind].props & QT_OPP_UPDATE) (*n_update)++;
     if (bad)
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: %s op %d (%s) does not fit this plan (%lld "
+        return qt_fail(QT_E_PLAN, "plan %s: %s op %d (%s) does not fit this plan (%lld "
                        "leaves, %lld tokens per step, %d collectives)", p->run_name, which,
                        i, table[op->kind].name, (long long)leaves, (long long)tokens,
                        p->n_collectives);
@@ -224,37 +209,31 @@ static int qt_validate_step(const qt_plan *p)
 {
     int n_update = 0, n_norm = 0, mb_norm = 0, mb_update = 0;
     if (p->n_step_ops < 1 || !p->step_ops)
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: empty step schedule", p->run_name);
+        return qt_fail(QT_E_PLAN, "plan %s: empty step schedule", p->run_name);
     if (p->n_mbend_ops > 0 && (!p->mbend_ops || !p->n_mb_levels))
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: a microbatch-end schedule (%d ops) without a "
+        return qt_fail(QT_E_PLAN, "plan %s: a microbatch-end schedule (%d ops) without a "
                        "microbatch tree", p->run_name, p->n_mbend_ops);
     if (p->n_ranges > QT_VAL_MAX_RANGES)
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: %d flat ranges (firmware limit %d)", p->run_name,
+        return qt_fail(QT_E_PLAN, "plan %s: %d flat ranges (firmware limit %d)", p->run_name,
                        p->n_ranges, QT_VAL_MAX_RANGES);
     /* scan_layers: the scanned blocks lie inside the schedule, in order, and unroll to
      * n_mb_logical ops (every walk below goes through qt_mb_cursor) */
     if (p->n_scans < 0 || p->n_scans > QT_MAX_SCANS || (p->n_scans && !p->scans))
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: %d scanned blocks (0..%d)", p->run_name, p->n_scans,
+        return qt_fail(QT_E_PLAN, "plan %s: %d scanned blocks (0..%d)", p->run_name, p->n_scans,
                        QT_MAX_SCANS);
     int64_t logical = p->n_mb_ops;
     for (int32_t k = 0, end = 0; k < p->n_scans; k++) {
         const qt_scan *sc = &p->scans[k];
         if (sc->lo < end || sc->n < 1 || sc->lo > p->n_mb_ops - sc->n || sc->count < 1 ||
             !sc->stride)
-            return qt_fail(QT_E_PLAN,
-                           "plan %s: scanned block %d (ops %d, +%d, %d runs) is not "
+            return qt_fail(QT_E_PLAN, "plan %s: scanned block %d (ops %d, +%d, %d runs) is not "
                            "inside the %d-op schedule after the previous one", p->run_name,
                            (int)k, sc->lo, sc->n, sc->count, p->n_mb_ops);
         end = sc->lo + sc->n;
         logical += (int64_t)sc->n * (sc->count - 1);
     }
     if (p->n_scans && logical != p->n_mb_logical)
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: the scanned schedule unrolls to %lld ops, the plan "
+        return qt_fail(QT_E_PLAN, "plan %s: the scanned schedule unrolls to %lld ops, the plan "
                        "says %d", p->run_name, (long long)logical, p->n_mb_logical);
     memset(qt_val.pushed, 0, sizeof qt_val.pushed);
     int rc = QT_OK;
@@ -269,17 +248,14 @@ static int qt_validate_step(const qt_plan *p)
     /* a microbatch tree receives every range exactly once per microbatch */
     for (int32_t r = 0; r < p->n_ranges; r++)
         if (qt_val.pushed[r] != (p->n_mb_levels > 0))
-            return qt_fail(QT_E_PLAN,
-                           "plan %s: flat range %d is pushed into the microbatch tree "
+            return qt_fail(QT_E_PLAN, "plan %s: flat range %d is pushed into the microbatch tree "
                            "%u times per microbatch (%d microbatch-tree levels)", p->run_name,
                            (int)r, qt_val.pushed[r], p->n_mb_levels);
     if (mb_norm || mb_update)
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: the microbatch schedules normalise or update",
+        return qt_fail(QT_E_PLAN, "plan %s: the microbatch schedules normalise or update",
                        p->run_name);
     if (n_update != 1 || n_norm != 1)
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: the step schedule must normalise the gradient once "
+        return qt_fail(QT_E_PLAN, "plan %s: the step schedule must normalise the gradient once "
                        "and update once (found %d and %d)", p->run_name, n_norm, n_update);
     return QT_OK;
 }
@@ -294,13 +270,11 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
                        "with %d ranks", p->run_name, p->n_ranks, ranks);
     }
     if (o->rank < 0 || o->rank >= ranks) {
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: rank %d outside [0, %d)", p->run_name, o->rank, ranks);
+        return qt_fail(QT_E_PLAN, "plan %s: rank %d outside [0, %d)", p->run_name, o->rank, ranks);
     }
     uint64_t h = qt_plan_hash(p);
     if (p->hash == 0 || h != p->hash) {
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: the tables hash to 0x%016llx but carry 0x%016llx: "
+        return qt_fail(QT_E_PLAN, "plan %s: the tables hash to 0x%016llx but carry 0x%016llx: "
                        "generated/%s/plan.c was edited or is stale (make gen regenerates it)",
                        p->run_name, (unsigned long long)h, (unsigned long long)p->hash,
                        p->run_name);
