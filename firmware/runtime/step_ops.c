@@ -240,16 +240,17 @@ static uint64_t qt_step_fp_range(const qt_plan *p, int64_t lo, int64_t hi)
 }
 
 /* Clip + AdamW + fingerprint over flat [lo, lo+n); w, g, mo and vo hold the elements from lo
- * on.
- * With the parameters tiling the flat region in index order, one pass per chunk: the
- * fingerprint reads the freshly updated chunk from cache. */
+ * on; cc (bf16 plans with a flat compute copy, else NULL) receives bf16(w) of every element
+ * updated. With the parameters tiling the flat region in index order, one pass per chunk:
+ * the fingerprint and the rounding read the freshly updated chunk from cache. */
 static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w,
-                               const float *g, float *mo, float *vo, const qt_adamw_hp *hp,
-                               float gscale, int scaled)
+                               const float *g, float *mo, float *vo, qt_bf16 *cc,
+                               const qt_adamw_hp *hp, float gscale, int scaled)
 {
     const int64_t hi = lo + n;
     if (!qt_step_s.flat_in_order) {
         qt_adamw_update_scaled(w, mo, vo, g, n, hp, gscale, scaled);
+        if (cc) qt_bf16_from_f32_n(cc, w, n);
         return qt_step_fp_range(p, lo, hi);
     }
     /* the padding after the last parameter is never updated (it stays zero) */
@@ -262,6 +263,7 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w
             int64_t c = b - j0 < QT_STEP_CHUNK ? b - j0 : QT_STEP_CHUNK;
             qt_adamw_update_scaled(w + (j0 - lo), mo + (j0 - lo), vo + (j0 - lo), g + (j0 - lo),
                                    c, hp, gscale, scaled);
+            if (cc) qt_bf16_from_f32_n(cc + (j0 - lo), w + (j0 - lo), c);
             fp += qt_param_fp_chunk(p, i, gbase, j0 - off, c);
         }
         gbase += qt_param_global_numel(p, i);
@@ -269,16 +271,22 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w
     return fp;
 }
 
-/* bf16 plans with a flat compute copy: this rank's block of range i of the copy becomes the
- * bf16 rounding of its updated master block (the parameter all-gathers of the step schedule
- * then fill the other ranks' blocks). Padding elements round +0 to 0x0000. */
+/* bf16 plans with a flat compute copy: the copy's element at flat index lo, else NULL. */
+static qt_bf16 *qt_step_copy_at(const qt_plan *p, int64_t lo)
+{
+    if (p->dtype != QT_BF16 || !p->compute_offset) return NULL;
+    return (qt_bf16 *)(void *)(p->arena + p->compute_offset) + lo;
+}
+
+/* This rank's block of range i of the compute copy becomes the bf16 rounding of its master
+ * block (the parameter all-gathers of the step schedule then fill the other ranks'
+ * blocks); padding rounds +0 to 0x0000. AdamW rounds what it updates itself. */
 static void qt_step_round_block(const qt_plan *p, int32_t i)
 {
-    if (p->dtype != QT_BF16 || !p->compute_offset) return;
     int64_t lo, n;
     qt_step_block(p, i, &lo, &n);
-    qt_bf16_from_f32_n((qt_bf16 *)(void *)(p->arena + p->compute_offset) + lo,
-                       qt_step_param_at(p, i, lo), n);
+    qt_bf16 *cc = qt_step_copy_at(p, lo);
+    if (cc) qt_bf16_from_f32_n(cc, qt_step_param_at(p, i, lo), n);
 }
 
 int qt_step_publish_params(const qt_ctx *ctx, int64_t step)
@@ -320,9 +328,9 @@ int qt_step_adamw(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
         float *mo = qt_step_region(p, p->adam_m_offset) + p->ranges[i].adam_lo;
         float *vo = qt_step_region(p, p->adam_v_offset) + p->ranges[i].adam_lo;
         uint64_t f = qt_step_update(p, lo, n, qt_step_param_at(p, i, lo),
-                                    qt_step_grad_at(p, i, lo), mo, vo, &hp, gscale, scaled);
+                                    qt_step_grad_at(p, i, lo), mo, vo, qt_step_copy_at(p, lo), &hp,
+                                    gscale, scaled);
         if (qt_step_primary(ctx, &p->ranges[i])) fp += f;
-        qt_step_round_block(p, i);
     }
     if (p->n_ranks > 1) {
         int rc = qt_coll_sum_u64(QT_COLL_ALL, &fp, 1);

@@ -183,25 +183,32 @@ static float qt_kb_fma_loop(int64_t n)
     return s;
 }
 
-/* Best of 5 runs of ~0.1 s each (after a warm-up run that also sizes the loop). */
-static double qt_kb_measure_peak(void)
+/* GFLOP/s of a peak loop (n iterations of flop_per_it FLOP): best of 5 runs of ~0.1 s each,
+ * after a warm-up run that also sizes the loop. */
+static double qt_kb_measure_loop(float (*loop)(int64_t), double flop_per_it)
 {
     int64_t n = 1 << 20;
     volatile float sink = 0.0f;
     double t0 = qt_kb_now();
-    sink += qt_kb_fma_loop(n);
+    sink += loop(n);
     double dt = qt_kb_now() - t0;
     if (dt > 0 && dt < 0.1) n = (int64_t)((double)n * 0.1 / dt);
     double best = 0.0;
     for (int r = 0; r < 5; r++) {
         t0 = qt_kb_now();
-        sink += qt_kb_fma_loop(n);
+        sink += loop(n);
         dt = qt_kb_now() - t0;
-        double g = (double)n * 16.0 * QT_KB_VW * 2.0 / dt / 1e9;
+        double g = (double)n * flop_per_it / dt / 1e9;
         if (g > best) best = g;
     }
     (void)sink;
     return best;
+}
+
+/* The fp32 FMA peak: 16 vector FMAs of QT_KB_VW lanes (2 FLOP each) per iteration. */
+static double qt_kb_measure_peak(void)
+{
+    return qt_kb_measure_loop(qt_kb_fma_loop, 16.0 * QT_KB_VW * 2.0);
 }
 
 /* ----------------------------------------------------------------- bf16 peak */
@@ -222,25 +229,12 @@ static float qt_kb_dpbf16_loop(int64_t n)
     return s;
 }
 
+/* The VDPBF16PS peak: 16 instructions of 64 FLOP per iteration. */
 static double qt_kb_measure_peak_bf16(void)
 {
-    int64_t n = 1 << 20;
-    volatile float sink = 0.0f;
-    double t0 = qt_kb_now();
-    sink += qt_kb_dpbf16_loop(n);
-    double dt = qt_kb_now() - t0;
-    if (dt > 0 && dt < 0.1) n = (int64_t)((double)n * 0.1 / dt);
-    double best = 0.0;
-    for (int r = 0; r < 5; r++) {
-        t0 = qt_kb_now();
-        sink += qt_kb_dpbf16_loop(n);
-        dt = qt_kb_now() - t0;
-        double g = (double)n * 16.0 * 64.0 / dt / 1e9;
-        if (g > best) best = g;
-    }
-    (void)sink;
-    return best;
+    return qt_kb_measure_loop(qt_kb_dpbf16_loop, 16.0 * 64.0);
 }
+
 #endif
 static double qt_kb_peak_bf16 = 0.0; /* 0: the build lacks AVX512_BF16 */
 
