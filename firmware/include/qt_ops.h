@@ -14,12 +14,18 @@
  *  - "writes" overwrites the output; "accumulates" adds (+=) into it. Every backward
  *    (BWD) op accumulates into activation gradients; configgen zeroes each gradient buffer
  *    with QT_OP_ZERO before its first writer.
- *  - WGRAD ops compute a weight gradient for ONE sequence: the interpreter calls the
- *    wgrad wrapper once per sequence s of the microbatch and pushes each result as a leaf
- *    into that parameter's pairwise tree (docs/design.md s.6). a[7] > 0 overrides the number of
- *    sequences per microbatch (an expert host computes the leaves of every sequence of
- *    its expert group); leaf = microbatch * count + s. A wgrad wrapper therefore reads rows
- *    [s*S, (s+1)*S) only. Kinds with QT_OPP_WGRAD_WRITES in their row (the dense and
+ *  - WGRAD ops compute a weight gradient for ONE leaf: one canonical token block of one
+ *    sequence (the plan's context_blocks nbt blocks of S/nbt tokens per sequence, 1 block
+ *    = the whole sequence in plans without them; docs/context.md). The interpreter calls
+ *    the wgrad wrapper once per leaf s of the microbatch (b x nbt leaves, in (sequence,
+ *    block) order: sequence s / nbt, block s % nbt) and pushes each result as a leaf into
+ *    that parameter's pairwise tree (docs/design.md s.6). a[7] > 0 overrides the number of
+ *    leaves per microbatch (an expert host computes the leaves of every block of its
+ *    expert group's sequences); leaf = microbatch * count + s. A wgrad wrapper therefore
+ *    reads the rows of its block only: its rows-per-leaf attribute is the block's (the
+ *    GDN convolution, whose causal window reaches the K-1 tokens of its sequence before
+ *    the block, and the per-head norms read nbt and S from the plan). Kinds with
+ *    QT_OPP_WGRAD_WRITES in their row (the dense and
  *    expert matmuls: nearly all parameters) write every element of dW (the interpreter
  *    does not zero it); the others (embedding rows, norm, conv and gate weights) accumulate
  *    into a dW the interpreter zeroed. WGRAD ops carry QT_OPF_WGRAD and name their

@@ -345,6 +345,19 @@ static inline int32_t qt_plan_range_of(const struct qt_plan *p, int64_t flat)
     return -1;
 }
 
+/* Canonical token blocks per sequence (context_blocks; 0 in plans without them = 1), and
+ * the WGRAD leaves (and loss_seq entries) of one microbatch of this rank: a leaf is one
+ * token block of one sequence, in (sequence, block) order (docs/context.md). */
+static inline int64_t qt_plan_blocks(const struct qt_plan *p)
+{
+    return p->context_blocks > 1 ? p->context_blocks : 1;
+}
+
+static inline int64_t qt_plan_leaves_per_mb(const struct qt_plan *p)
+{
+    return p->train.micro_batch * qt_plan_blocks(p);
+}
+
 /* Floats of the gradient region. */
 static inline int64_t qt_grads_elems(const struct qt_plan *p)
 {

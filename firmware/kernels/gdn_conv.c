@@ -1,5 +1,5 @@
 /* gdn_conv.c - causal depthwise conv + SiLU of the GDN q/k/v channels, forward, backward
- * and per-sequence weight gradient (contract: gdn_conv.h, qt_ops.h QT_OP_GDN_CONV_*).
+ * and weight gradient of a sequence or of a block of its tokens (contract: gdn_conv.h, qt_ops.h QT_OP_GDN_CONV_*).
  *
  * Invariants: tokens mix only inside one sequence (taps before its start are skipped,
  * which equals adding 0*w for finite w); every sum has a fixed order (taps increasing for
@@ -103,14 +103,14 @@ void QT_FN(qt_gdn_conv_bwd_ref)(qt_real *restrict dqkvz, const qt_real *restrict
     }
 }
 
-void QT_FN(qt_gdn_conv_wgrad_ref)(qt_real *restrict dw, const qt_real *restrict pre,
-                              const qt_real *restrict dc, const qt_real *restrict qkvz,
-                              int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv,
-                              int64_t K)
+void QT_FN(qt_gdn_conv_wgrad_rows_ref)(qt_real *restrict dw, const qt_real *restrict pre,
+                                   const qt_real *restrict dc, const qt_real *restrict qkvz,
+                                   int64_t t0, int64_t t1, int64_t hk, int64_t dk,
+                                   int64_t hv, int64_t dv, int64_t K)
 {
     int64_t r = hv / hk, wq = hk * (2 * dk + 2 * r * dv), cc = 2 * hk * dk + hv * dv;
     int64_t nblk = 2 * hk + hv;
-    for (int64_t t = 0; t < S; t++) {
+    for (int64_t t = t0; t < t1; t++) {
         for (int64_t blk = 0; blk < nblk; blk++) {
             int64_t ch0, col0, width;
             qt_gdn_conv_block(blk, hk, dk, hv, dv, &ch0, &col0, &width);
@@ -193,13 +193,13 @@ void QT_FN(qt_gdn_conv_bwd)(qt_real *restrict dqkvz, const qt_real *restrict pre
     }
 }
 
-void QT_FN(qt_gdn_conv_wgrad)(qt_real *restrict dw, const qt_real *restrict pre,
-                              const qt_real *restrict dc, const qt_real *restrict qkvz,
-                              int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv,
-                              int64_t K)
+void QT_FN(qt_gdn_conv_wgrad_rows)(qt_real *restrict dw, const qt_real *restrict pre,
+                                   const qt_real *restrict dc, const qt_real *restrict qkvz,
+                                   int64_t t0, int64_t t1, int64_t hk, int64_t dk,
+                                   int64_t hv, int64_t dv, int64_t K)
 {
     if (K < 1 || K > QT_GDN_CONV_KMAX) {
-        QT_FN(qt_gdn_conv_wgrad_ref)(dw, pre, dc, qkvz, S, hk, dk, hv, dv, K);
+        QT_FN(qt_gdn_conv_wgrad_rows_ref)(dw, pre, dc, qkvz, t0, t1, hk, dk, hv, dv, K);
         return;
     }
     int64_t r = hv / hk, wq = hk * (2 * dk + 2 * r * dv), cc = 2 * hk * dk + hv * dv;
@@ -216,7 +216,7 @@ void QT_FN(qt_gdn_conv_wgrad)(qt_real *restrict dw, const qt_real *restrict pre,
             int64_t ch = ch0 + i0;
             for (int64_t j = 0; j < K; j++)
                 for (int64_t i = 0; i < cw; i++) acc[j * QT_GDN_CONV_CW + i] = dw[(ch + i) * K + j];
-            for (int64_t t = 0; t < S; t++) {
+            for (int64_t t = t0; t < t1; t++) {
                 qt_gdn_conv_dpre_rows(dp, pre, dc, t, t + 1, cc, ch, cw);
                 for (int64_t j = 0; j < K; j++) {
                     int64_t tu = t - K + 1 + j;
@@ -230,4 +230,21 @@ void QT_FN(qt_gdn_conv_wgrad)(qt_real *restrict dw, const qt_real *restrict pre,
                 for (int64_t i = 0; i < cw; i++) dw[(ch + i) * K + j] = acc[j * QT_GDN_CONV_CW + i];
         }
     }
+}
+
+/* The whole sequence: rows [0, S). */
+void QT_FN(qt_gdn_conv_wgrad)(qt_real *restrict dw, const qt_real *restrict pre,
+                              const qt_real *restrict dc, const qt_real *restrict qkvz,
+                              int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv,
+                              int64_t K)
+{
+    QT_FN(qt_gdn_conv_wgrad_rows)(dw, pre, dc, qkvz, 0, S, hk, dk, hv, dv, K);
+}
+
+void QT_FN(qt_gdn_conv_wgrad_ref)(qt_real *restrict dw, const qt_real *restrict pre,
+                                  const qt_real *restrict dc, const qt_real *restrict qkvz,
+                                  int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv,
+                                  int64_t K)
+{
+    QT_FN(qt_gdn_conv_wgrad_rows_ref)(dw, pre, dc, qkvz, 0, S, hk, dk, hv, dv, K);
 }

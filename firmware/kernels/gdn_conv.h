@@ -26,6 +26,9 @@ extern "C" {
  *   tap sum is added once. Reads pre, dc [T,Cc] and w.
  * wgrad: one sequence of S rows (pointers already at its first row): accumulates
  *   dw[c,j] += dpre[t,c] * u[t-K+1+j, c] for t increasing. Reads pre, dc, qkvz.
+ * wgrad_rows: the same over the rows [t0, t1) of the sequence only (one canonical token
+ *   block, docs/context.md): the taps still read u at t-K+1+j >= 0 before t0, so the
+ *   block's leaf is exact; wgrad = wgrad_rows over [0, S).
  * Argument order: outputs, saved statistics, inputs, weights, sizes.
  * *_ref: the untiled scalar references of bwd / wgrad (same contract, bit-identical; the
  * tests compare them; the tiled versions fall back to them for K > 32). */
@@ -44,7 +47,13 @@ extern "C" {
                                   int64_t dv, int64_t K);                                  \
     void qt_gdn_conv_wgrad_ref##SFX(R *dw, const R *pre, const R *dc, const R *qkvz,       \
                                     int64_t S, int64_t hk, int64_t dk, int64_t hv,         \
-                                    int64_t dv, int64_t K);
+                                    int64_t dv, int64_t K);                                \
+    void qt_gdn_conv_wgrad_rows##SFX(R *dw, const R *pre, const R *dc, const R *qkvz,      \
+                                     int64_t t0, int64_t t1, int64_t hk, int64_t dk,       \
+                                     int64_t hv, int64_t dv, int64_t K);                   \
+    void qt_gdn_conv_wgrad_rows_ref##SFX(R *dw, const R *pre, const R *dc, const R *qkvz,  \
+                                         int64_t t0, int64_t t1, int64_t hk, int64_t dk,   \
+                                         int64_t hv, int64_t dv, int64_t K);
 
 QT_GDN_CONV_DECLARE(float, )
 QT_GDN_CONV_DECLARE(double, _f64)

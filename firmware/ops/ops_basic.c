@@ -104,7 +104,7 @@ void qt_op_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
                    (int)QT_A(op, RMSNORM_BWD, flags));
 }
 
-/* RMSNORM_WGRAD: t0 dy, t1 x, t2 rstd; a1 n, a2 xs, a3 ys, a5 rows per sequence. */
+/* RMSNORM_WGRAD: t0 dy, t1 x, t2 rstd; a1 n, a2 xs, a3 ys, a5 rows per leaf. */
 void qt_op_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     int64_t rps = QT_A(op, RMSNORM_WGRAD, seq_rows), r0 = seq * rps;
@@ -116,8 +116,9 @@ void qt_op_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float 
                          QT_A(op, RMSNORM_WGRAD, xs), QT_A(op, RMSNORM_WGRAD, ys));
         return;
     }
-    /* per-head norm: canonical head groups (a6 of them here), rows (t, head) of each */
-    const int64_t S = ctx->plan->train.seq_len, H = rps / S,
+    /* per-head norm: canonical head groups (a6 of them here), rows (t, head) of each over
+     * the leaf's S tokens (one token block) */
+    const int64_t S = ctx->plan->train.seq_len / qt_plan_blocks(ctx->plan), H = rps / S,
                   hpg = H / QT_A(op, RMSNORM_WGRAD, heads);
     for (int64_t gi = 0; gi < QT_A(op, RMSNORM_WGRAD, heads); gi++) {
         float *part = qt_op_group_buf(gi, QT_A(op, RMSNORM_WGRAD, n));

@@ -47,20 +47,24 @@ void qt_op_gdn_conv_bwd(const qt_op *op, const qt_ctx *ctx)
         QT_A(op, GDN_CONV_BWD, K));
 }
 
-void qt_op_gdn_conv_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
+void qt_op_gdn_conv_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t leaf, float *const dw[2])
 {
     int64_t S = QT_A(op, GDN_CONV_WGRAD, S),
             cc = qt_gdn_conv_channels(QT_A(op, GDN_CONV_WGRAD, Hk), QT_A(op, GDN_CONV_WGRAD, Dk),
                                       QT_A(op, GDN_CONV_WGRAD, Hv), QT_A(op, GDN_CONV_WGRAD, Dv));
     int64_t wq = qt_gdn_qkvz_width(QT_A(op, GDN_CONV_WGRAD, Hk), QT_A(op, GDN_CONV_WGRAD, Dk),
                                    QT_A(op, GDN_CONV_WGRAD, Hv), QT_A(op, GDN_CONV_WGRAD, Dv));
+    /* leaf = token block `blk` of sequence `s` (qt_ops.h): the block's rows, with the
+     * taps reaching back into the sequence before it */
+    const int64_t nbt = qt_plan_blocks(ctx->plan), s = leaf / nbt, blk = leaf % nbt;
     /* slots: t0 dc, t1 pre, t2 qkvz, t3 w (param) */
-    qt_gdn_conv_wgrad(dw[0], qt_f32(ctx, QT_T(op, GDN_CONV_WGRAD, pre)) + seq * S * cc,
-                      qt_f32(ctx, QT_T(op, GDN_CONV_WGRAD, dc)) + seq * S * cc,
-                      qt_f32(ctx, QT_T(op, GDN_CONV_WGRAD, qkvz)) + seq * S * wq, S,
-                      QT_A(op, GDN_CONV_WGRAD, Hk), QT_A(op, GDN_CONV_WGRAD, Dk),
-                      QT_A(op, GDN_CONV_WGRAD, Hv), QT_A(op, GDN_CONV_WGRAD, Dv),
-                      QT_A(op, GDN_CONV_WGRAD, K));
+    qt_gdn_conv_wgrad_rows(dw[0], qt_f32(ctx, QT_T(op, GDN_CONV_WGRAD, pre)) + s * S * cc,
+                           qt_f32(ctx, QT_T(op, GDN_CONV_WGRAD, dc)) + s * S * cc,
+                           qt_f32(ctx, QT_T(op, GDN_CONV_WGRAD, qkvz)) + s * S * wq,
+                           blk * (S / nbt), (blk + 1) * (S / nbt),
+                           QT_A(op, GDN_CONV_WGRAD, Hk), QT_A(op, GDN_CONV_WGRAD, Dk),
+                           QT_A(op, GDN_CONV_WGRAD, Hv), QT_A(op, GDN_CONV_WGRAD, Dv),
+                           QT_A(op, GDN_CONV_WGRAD, K));
 }
 
 /* gates: a0 T, a1 Hk, a2 Hv (a3 S for WGRAD) */

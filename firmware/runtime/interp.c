@@ -147,7 +147,7 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
         const int32_t i = c.logical;
         if (!(op->flags & QT_OPF_WGRAD)) continue;
         const int64_t per_mb =
-            op->a[QT_A_WGRAD_SEQS] > 0 ? op->a[QT_A_WGRAD_SEQS] : p->train.micro_batch;
+            op->a[QT_A_WGRAD_SEQS] > 0 ? op->a[QT_A_WGRAD_SEQS] : qt_plan_leaves_per_mb(p);
         int64_t need_scratch = 0;
         for (int k = 0; k < 2; k++) {
             int64_t pi = op->a[QT_A_WGRAD_PARAM + k];
@@ -205,9 +205,10 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
     const int writes = (table[op->kind].props & QT_OPP_WGRAD_WRITES) != 0;
     qt_interp_prof *prof = qt_interp_state.prof;
     double t0 = 0.0, t1 = 0.0, t2 = 0.0;
-    /* sequences per microbatch: this rank's, or every sequence of an expert group */
+    /* leaves per microbatch: this rank's token blocks (micro_batch x context_blocks), or
+     * every block of an expert group's sequences */
     const int64_t per_mb =
-        op->a[QT_A_WGRAD_SEQS] > 0 ? op->a[QT_A_WGRAD_SEQS] : p->train.micro_batch;
+        op->a[QT_A_WGRAD_SEQS] > 0 ? op->a[QT_A_WGRAD_SEQS] : qt_plan_leaves_per_mb(p);
     float *levels[QT_MAX_TREE_LEVELS];
     qt_interp_levels(p, qt_interp_tree_leaves(p, pa), levels);
     qt_stage_map map;
@@ -276,8 +277,8 @@ void qt_interp_run_microbatch(const qt_ctx *c, const qt_kernel_entry *table, int
 void qt_interp_finalize_grads_range(const qt_plan *p, int64_t off, int64_t n)
 {
     float *levels[QT_MAX_TREE_LEVELS];
-    qt_interp_levels(p, p->train.micro_batch * p->train.grad_accum, levels);
-    qt_tree_finalize_range(levels, off, n, p->train.micro_batch * p->train.grad_accum);
+    qt_interp_levels(p, qt_plan_leaves_per_mb(p) * p->train.grad_accum, levels);
+    qt_tree_finalize_range(levels, off, n, qt_plan_leaves_per_mb(p) * p->train.grad_accum);
 }
 
 void qt_interp_finalize_grads(const qt_plan *p, int64_t lo, int64_t hi)

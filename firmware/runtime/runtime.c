@@ -260,7 +260,7 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
             if (rc) return rc;
         }
         const float *ls = qt_f32(ctx, p->loss_seq);
-        for (int64_t s = 0; s < b; s++) qt_exact_add_f(&loss, ls[s]);
+        for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&loss, ls[s]);
         if (p->lb_seq != QT_NONE) {
             const float *lbs = qt_f32(ctx, p->lb_seq);
             for (int64_t s = 0; s < b; s++) qt_exact_add_f(&lb, lbs[s]);

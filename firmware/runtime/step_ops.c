@@ -391,7 +391,7 @@ int qt_step_collective(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 
 static int64_t qt_check_leaves(const qt_plan *p)
 {
-    return p->train.micro_batch * p->train.grad_accum;
+    return qt_plan_leaves_per_mb(p) * p->train.grad_accum;
 }
 
 static int64_t qt_check_tokens(const qt_plan *p)

@@ -177,7 +177,7 @@ static int qt_validate_step_op(const qt_plan *p, const qt_op *op, int32_t i, con
                                int in_mb, int *n_norm, int *n_update)
 {
     const qt_train_cfg *tc = &p->train;
-    const int64_t leaves = tc->micro_batch * tc->grad_accum, tokens = tc->global_batch * tc->seq_len;
+    const int64_t leaves = qt_plan_leaves_per_mb(p) * tc->grad_accum, tokens = tc->global_batch * tc->seq_len;
     const qt_kernel_entry *table = qt_val.table;
     if (in_mb && (op->kind >= QT_OP_COUNT || !table[op->kind].step)) return QT_OK;
     if (in_mb && !p->layer_reduce)
@@ -282,18 +282,22 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
     int rc0 = qt_validate_bf16(p, table);
     if (rc0) return rc0;
     const qt_train_cfg *tc = &p->train;
+    const int64_t nbt = qt_plan_blocks(p);
     if (tc->micro_batch < 1 || tc->seq_len < 1 || tc->grad_accum < 1 ||
-        tc->global_batch < tc->micro_batch * tc->grad_accum) {
+        tc->global_batch < tc->micro_batch * tc->grad_accum || p->context_blocks < 0 ||
+        (nbt & (nbt - 1)) || tc->seq_len % nbt) {
         return qt_fail(QT_E_PLAN,
                        "plan %s: bad batch micro_batch=%lld seq_len=%lld grad_accum=%lld "
-                       "global_batch=%lld", p->run_name, (long long)tc->micro_batch,
-                       (long long)tc->seq_len, (long long)tc->grad_accum,
-                       (long long)tc->global_batch);
+                       "global_batch=%lld context_blocks=%d", p->run_name,
+                       (long long)tc->micro_batch, (long long)tc->seq_len,
+                       (long long)tc->grad_accum, (long long)tc->global_batch,
+                       p->context_blocks);
     }
     int64_t rows = tc->micro_batch * tc->seq_len;
     int rc = qt_validate_io_tensor(p, p->tokens, "tokens", QT_I32, rows);
     if (!rc) rc = qt_validate_io_tensor(p, p->targets, "targets", QT_I32, rows);
-    if (!rc) rc = qt_validate_io_tensor(p, p->loss_seq, "loss_seq", QT_F32, tc->micro_batch);
+    if (!rc) rc = qt_validate_io_tensor(p, p->loss_seq, "loss_seq", QT_F32,
+                                          qt_plan_leaves_per_mb(p));
     if (!rc && p->lb_seq != QT_NONE)
         rc = qt_validate_io_tensor(p, p->lb_seq, "lb_seq", QT_F32, tc->micro_batch);
     if (!rc) rc = qt_validate_regions(p);

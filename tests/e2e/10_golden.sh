@@ -1,23 +1,15 @@
 # 10_golden.sh - end to end against the PyTorch reference (sourced by run_all.sh).
 #
-# For each golden run: load the reference's initial weights (on-disk HF layout of that
-# decoder, so the Qwen3.5 split / per-expert conversion is exercised), dump the step-0
-# gradients and train 10 AdamW steps on the reference's token file.
+# For each golden run (golden_run, tests/scripts/run_all.sh): load the reference's initial
+# weights (on-disk HF layout of that decoder, so the Qwen3.5 split / per-expert conversion
+# is exercised), dump the step-0 gradients and train 10 AdamW steps on the reference's
+# token file.
 # Tolerances, and why: the C side computes in float32 and the reference in float64 from the
 # same float32 weights. One step's gradients agree to ~1e-6 relative per tensor; 2e-4 of the
 # tensor's largest magnitude leaves room for A_log (a long sum with cancellation, the
 # worst case in docs/model.md section 6). Over 10 AdamW steps fp32 rounding grows
 # (Adam's first steps are ~lr*sign(g)), so losses are compared at 2e-4 relative and the
 # pre-clip gradient norm at 1e-3.
-golden_run() {
-  local run=$1 g=tests/golden/e2e/${2:-$1} out=$QT_TMP/golden-$1
-  mkdir -p "$out"
-  [ -f "$g/init.safetensors" ] || { echo "missing goldens in $g (make goldens)"; return 1; }
-  build/$run/qtrain load="$g/init.safetensors" data="$g/tokens.npy" steps=10 \
-      metrics="$out/metrics.jsonl" dump_grads="$out/grads0.safetensors" || return 1
-  build/tools/st_compare "$out/grads0.safetensors" "$g/grads0.safetensors" 2e-4 || return 1
-  build/tools/metrics_compare "$out/metrics.jsonl" "$g/expected.json" 2e-4 1e-3
-}
 check "golden qwen3-next tiny: step-0 gradients and 10-step losses vs PyTorch" golden_run test-next-tiny
 check "golden qwen3.5 tiny (split in_proj_qkv/z/b/a on disk) vs PyTorch" golden_run test-35-tiny
 check "golden qwen3-next tiny with load-balance loss vs PyTorch" golden_run test-next-lb

@@ -75,6 +75,20 @@ plan_det() {
   det_fields "$d/$p.jsonl" > "$d/$p.det"
 }
 
+# golden_run RUN [GOLDEN]: build/RUN/qtrain loads the reference's initial weights of
+# tests/golden/e2e/GOLDEN (default RUN), dumps its step-0 gradients and trains 10 steps on
+# the reference's tokens; gradients and metrics are compared with the reference's at the
+# tolerances tests/e2e/10_golden.sh states.
+golden_run() {
+  local run=$1 g=tests/golden/e2e/${2:-$1} out=$QT_TMP/golden-$1
+  mkdir -p "$out"
+  [ -f "$g/init.safetensors" ] || { echo "missing goldens in $g (make goldens)"; return 1; }
+  build/$run/qtrain load="$g/init.safetensors" data="$g/tokens.npy" steps=10 \
+      metrics="$out/metrics.jsonl" dump_grads="$out/grads0.safetensors" || return 1
+  build/tools/st_compare "$out/grads0.safetensors" "$g/grads0.safetensors" 2e-4 || return 1
+  build/tools/metrics_compare "$out/metrics.jsonl" "$g/expected.json" 2e-4 1e-3
+}
+
 for f in tests/e2e/${QT_E2E:-*}.sh; do
   [ -f "$f" ] || continue
   echo "== $f"

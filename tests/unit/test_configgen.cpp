@@ -440,6 +440,11 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         // too many sequences per step: the key the user set is blamed, the other named
         {"per_device_batch_size=1e8", NULL, "per_device_batch_size=1e8 (command line): with gradient_accumulation_steps=1 (configgen/configs/base.yml:47), per_device_batch_size x gradient_accumulation_steps = 100000000 x 1 sequences per step exceed the 8388607 that the 24 gradient tree levels hold"},
         {"gradient_accumulation_steps=8388608", NULL, "gradient_accumulation_steps=8388608 (command line): with per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4), per_device_batch_size x gradient_accumulation_steps = 2 x 8388608 sequences per step exceed the 8388607"},
+        // canonical token blocks: a power of two dividing the sequence; the leaves fit the tree
+        {"context_blocks=3", NULL, "context_blocks=3 (command line): 3: expected 0 (= the context degree 1) or a power of two >= it that divides max_target_length=16 (configgen/configs/runs/test-next-tiny.yml:5)"},
+        {"context_blocks=32", NULL, "32: expected 0 (= the context degree 1) or a power of two >= it that divides max_target_length=16"},
+        {"context_blocks=-2", NULL, "context_blocks=-2 (command line): -2: expected 0"},
+        {"context_blocks=16", "gradient_accumulation_steps=524288", "context_blocks=16 (command line): 16 blocks x 1048576 sequences per step = 16777216 gradient leaves exceed the 8388607 that the 24 tree levels hold"},
         {"shard_mode=manual", NULL, "expected auto or explicit"},
         {"gradient_reduce=sometimes", NULL, "gradient_reduce=sometimes (command line): expected auto, step, microbatch or layer"},
         {"remat_policy=partial", NULL, "remat_policy=partial (command line): expected none, full or save_dot"},

@@ -237,6 +237,58 @@ TEST(gdn_conv, tiled_bwd_and_wgrad_bit_identical_to_reference)
     }
 }
 
+// A token block's weight-gradient leaf (context_blocks, docs/context.md): wgrad_rows over
+// [t0, t1) reads the K-1 tokens before t0, so in double the block leaves of a sequence add
+// up to its whole-sequence gradient (to 1e-12 relative: only the summation order differs);
+// in float the tiled rows path equals the rows reference bit for bit; the first block
+// equals the whole-sequence kernel on its rows (no halo at t0 = 0).
+TEST(gdn_conv, block_leaves_sum_to_the_sequence_and_tiled_equals_reference)
+{
+    const gdn_dims d = {1, 24, 2, 5, 4, 6, 4, 1};
+    uint64_t seed = 77;
+    size_t nc = d.T() * d.Cc();
+    vecd qkvz = rand_vec(&seed, d.T() * d.W(), 1.0), w = rand_vec(&seed, d.Cc() * d.K, 0.7);
+    vecd R = rand_vec(&seed, nc, 1.0), c(nc), pre(nc);
+    qt_gdn_conv_fwd_f64(c.data(), pre.data(), qkvz.data(), w.data(), d.b, d.S, d.hk, d.dk, d.hv,
+                        d.dv, d.K);
+    vecd whole(w.size(), 0.0), sum(w.size(), 0.0);
+    qt_gdn_conv_wgrad_f64(whole.data(), pre.data(), R.data(), qkvz.data(), d.S, d.hk, d.dk,
+                          d.hv, d.dv, d.K);
+    for (int64_t nbt : {2, 4, 8}) {
+        std::fill(sum.begin(), sum.end(), 0.0);
+        const int64_t L = d.S / nbt;
+        for (int64_t blk = 0; blk < nbt; blk++) {
+            vecd leaf(w.size(), 0.0);
+            qt_gdn_conv_wgrad_rows_f64(leaf.data(), pre.data(), R.data(), qkvz.data(), blk * L,
+                                       (blk + 1) * L, d.hk, d.dk, d.hv, d.dv, d.K);
+            for (size_t i = 0; i < sum.size(); i++) sum[i] += leaf[i];
+        }
+        double worst = 0.0, scale = 0.0;
+        for (size_t i = 0; i < sum.size(); i++) {
+            worst = std::max(worst, std::fabs(sum[i] - whole[i]));
+            scale = std::max(scale, std::fabs(whole[i]));
+        }
+        CHECK_TRUE_TEXT(worst <= 1e-12 * scale, "block leaves do not add up to the sequence");
+    }
+    vecf qf = to_f(qkvz), wf = to_f(w), Rf = to_f(R), cf(nc), pf(nc);
+    qt_gdn_conv_fwd(cf.data(), pf.data(), qf.data(), wf.data(), d.b, d.S, d.hk, d.dk, d.hv, d.dv,
+                    d.K);
+    for (int64_t t0 : {0, 3, 8, 20}) {
+        vecf a(w.size(), 0.0f), b(w.size(), 0.0f);
+        qt_gdn_conv_wgrad_rows(a.data(), pf.data(), Rf.data(), qf.data(), t0, d.S, d.hk, d.dk,
+                               d.hv, d.dv, d.K);
+        qt_gdn_conv_wgrad_rows_ref(b.data(), pf.data(), Rf.data(), qf.data(), t0, d.S, d.hk,
+                                   d.dk, d.hv, d.dv, d.K);
+        CHECK_TRUE_TEXT(same_bits(a, b), "conv wgrad rows tiled != ref (float)");
+    }
+    vecf first(w.size(), 0.0f), head(w.size(), 0.0f);
+    qt_gdn_conv_wgrad_rows(first.data(), pf.data(), Rf.data(), qf.data(), 0, 6, d.hk, d.dk,
+                           d.hv, d.dv, d.K);
+    qt_gdn_conv_wgrad(head.data(), pf.data(), Rf.data(), qf.data(), 6, d.hk, d.dk, d.hv, d.dv,
+                      d.K);
+    CHECK_TRUE_TEXT(same_bits(first, head), "first block != whole-sequence kernel on its rows");
+}
+
 // ------------------------------------------------------------------ gdn_gates
 TEST_GROUP(gdn_gates){};
 

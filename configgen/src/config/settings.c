@@ -355,6 +355,28 @@ static int check_model(const qt_cg_vctx *v, qt_cg_settings *s)
     return check_shape(v, s) || check_rotary(v, s) || check_numerics(v, s) ? -1 : 0;
 }
 
+/* context_blocks: the canonical token blocks per sequence (docs/context.md): a power of two,
+ * at least the context degree (0 = that degree), dividing max_target_length; the gradient
+ * trees then take micro_batch x grad_accum x blocks leaves per step. */
+static int context_blocks(const qt_cg_vctx *v, qt_cg_settings *s)
+{
+    const int64_t nb = geti(v, "context_blocks"), cp = s->mesh[QT_MESH_CONTEXT];
+    const int64_t n = nb == 0 ? cp : nb, S = s->tr.seq_len;
+    char o[400];
+    if (n < 1 || (n & (n - 1)) || n < cp || n > S || S % n)
+        return bad(v, "context_blocks", "%lld: expected 0 (= the context degree %lld) or a "
+                   "power of two >= it that divides %s", (long long)nb, (long long)cp,
+                   other(v, "max_target_length", o, sizeof o));
+    const int64_t leaves = s->tr.micro_batch * s->tr.grad_accum * n;
+    if (leaves >= (1ll << (QT_MAX_TREE_LEVELS - 1)))
+        return bad(v, "context_blocks", "%lld blocks x %lld sequences per step = %lld gradient "
+                   "leaves exceed the %lld that the %d tree levels hold", (long long)n,
+                   (long long)(s->tr.micro_batch * s->tr.grad_accum), (long long)leaves,
+                   (1ll << (QT_MAX_TREE_LEVELS - 1)) - 1, QT_MAX_TREE_LEVELS);
+    s->context_blocks = (int32_t)n;
+    return 0;
+}
+
 /* MaxText: per_device_batch_size x ranks x G sequences per step; the batch is split over
  * the data, fsdp and expert axes (tensor ranks share their sequences), so a rank processes
  * its batch group's sequences, its own and its tensor peers': per_device_batch_size x
@@ -372,7 +394,7 @@ static int batch_split(const qt_cg_vctx *v, qt_cg_settings *s)
     }
     s->tr.micro_batch = (int64_t)b;
     s->tr.global_batch = s->tr.micro_batch * s->tr.grad_accum * (s->n_ranks / s->mesh[QT_MESH_TENSOR]);
-    return 0;
+    return context_blocks(v, s);
 }
 
 static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)

@@ -116,6 +116,8 @@ typedef struct qt_cg_settings {
     int32_t scan_layers;       /* scan_layers: store repeated layer cycles once */
     int32_t grad_reduce;       /* enum qt_cg_grad_reduce (gradient_reduce) */
     int32_t dtype;             /* compute dtype (dtype): QT_F32 or QT_BF16 (docs/precision.md) */
+    int32_t context_blocks;    /* canonical token blocks per sequence (context_blocks
+                                  resolved: >= 1; docs/context.md) */
     char topology[64];         /* compile_topology, "" = none */
     double budget_gib;         /* per-rank arena budget (device_memory_gib), 0 = unchecked */
     uint8_t batch_mask;        /* mesh axes (size > 1) that split the global batch */
@@ -134,6 +136,18 @@ typedef struct qt_cg_settings {
 static inline int64_t qt_cg_compute_bytes(const qt_cg_settings *s)
 {
     return qt_dtype_bytes((unsigned)s->dtype);
+}
+
+/* Canonical token blocks per sequence (context_blocks; >= 1) and the tokens of one block:
+ * the rows of a WGRAD leaf and of a loss_seq entry (docs/context.md). */
+static inline int64_t qt_cg_blocks(const qt_cg_settings *s)
+{
+    return s->context_blocks > 1 ? s->context_blocks : 1;
+}
+
+static inline int64_t qt_cg_leaf_tokens(const qt_cg_settings *s)
+{
+    return s->tr.seq_len / qt_cg_blocks(s);
 }
 
 static inline int64_t qt_cg_flat_align(const qt_cg_settings *s)

@@ -238,6 +238,12 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                      "size %lld x %lld microbatches x %lld batch ranks\n",
                      (long long)t->global_batch, (long long)t->global_batch - 1,
                      (long long)t->micro_batch, (long long)t->grad_accum, (long long)nb);
+    if (qt_cg_blocks(s) > 1)
+        qt_cg_buf_printf(b, "  context_blocks %lld: each sequence is %lld canonical token blocks "
+                         "of %lld tokens; a weight-gradient leaf and a loss_seq entry per block, "
+                         "in (sequence, block) order: %lld leaves per step on this rank\n",
+                         (long long)qt_cg_blocks(s), (long long)qt_cg_blocks(s),
+                         (long long)qt_cg_leaf_tokens(s), (long long)(per * qt_cg_blocks(s)));
     if (s->n_ranks == 1) {
         qt_cg_buf_printf(b, "  1 rank: reads all of them; microbatch m holds sequences "
                          "[m*%lld, m*%lld+%lld)\n", (long long)t->micro_batch,

@@ -116,7 +116,8 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
 {
     qt_cg_graph *g = ad->g;
     qt_op *op;
-    const int64_t S = g->s->tr.seq_len;
+    /* S: the sequence; Sb: the tokens of one WGRAD leaf (a canonical token block) */
+    const int64_t S = g->s->tr.seq_len, Sb = qt_cg_leaf_tokens(g->s);
     switch (f->kind) {
     case QT_OP_ADD: {
         int32_t dy = dout(ad, QT_T(f, ADD, y));
@@ -133,7 +134,7 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
         op = wgrad(ad, QT_OP_EMBED_WGRAD, f, FT(EMBED, w), QT_NONE);
         QT_CG_SET_T(op, EMBED_WGRAD, .dx = dout(ad, FT(EMBED, x)), .tokens = FT(EMBED, tokens),
                     .w = FT(EMBED, w));
-        QT_A(op, EMBED_WGRAD, S) = S;
+        QT_A(op, EMBED_WGRAD, S) = Sb;
         return 1;
     case QT_OP_RMSNORM_FWD: {
         int32_t dy = dout(ad, FT(RMSNORM, y));
@@ -144,9 +145,9 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
         op = wgrad(ad, QT_OP_RMSNORM_WGRAD, f, FT(RMSNORM, w), QT_NONE);
         QT_CG_SET_T(op, RMSNORM_WGRAD, .dy = dy, .x = FT(RMSNORM, x), .rstd = FT(RMSNORM, rstd),
                     .w = FT(RMSNORM, w));
-        /* rows per sequence: S tokens times rows per token (heads for q/k norms) */
+        /* rows per leaf: the block's tokens times rows per token (heads for q/k norms) */
         const int64_t heads = FA(RMSNORM, R) / (g->s->tr.micro_batch * S);
-        QT_A(op, RMSNORM_WGRAD, seq_rows) = S * heads;
+        QT_A(op, RMSNORM_WGRAD, seq_rows) = Sb * heads;
         /* a per-head norm sums over heads (split by tensor parallelism): canonical head
          * groups of the global head count, this rank's share (qt_ops.def RMSNORM_WGRAD) */
         /* heads: the global heads of a per-head norm (graph.c), 0 for the others */
@@ -180,7 +181,7 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
         }
         op = wgrad(ad, QT_OP_MATMUL_WGRAD, f, FT(MATMUL, w), QT_NONE);
         QT_CG_SET_T(op, MATMUL_WGRAD, .dy = dy, .x = FT(MATMUL, x), .w = FT(MATMUL, w));
-        QT_A(op, MATMUL_WGRAD, seq_rows) = S;
+        QT_A(op, MATMUL_WGRAD, seq_rows) = Sb;
         /* the forward's blocking, copied by wgrad() */
         op->a[QT_A_MATMUL_FWD_segs] = op->a[QT_A_MATMUL_FWD_mask] = 0;
         op->a[QT_A_MATMUL_FWD_bwd_nb] = 0;
@@ -216,7 +217,7 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
 {
     qt_cg_graph *g = ad->g;
     qt_op *op;
-    const int64_t S = g->s->tr.seq_len;
+    const int64_t S = g->s->tr.seq_len, Sb = qt_cg_leaf_tokens(g->s);
     switch (f->kind) {
     case QT_OP_ATTN_FWD: {
         int32_t dO = dout(ad, FT(ATTN, o));
@@ -251,7 +252,7 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
         op = wgrad(ad, QT_OP_GDN_GATES_WGRAD, f, FT(GDN_GATES, A_log), FT(GDN_GATES, dt_bias));
         QT_CG_SET_T(op, GDN_GATES_WGRAD, .dg = dg, .ba = FT(GDN_GATES, ba),
                     .A_log = FT(GDN_GATES, A_log), .dt_bias = FT(GDN_GATES, dt_bias));
-        QT_A(op, GDN_GATES_WGRAD, S) = S;
+        QT_A(op, GDN_GATES_WGRAD, S) = Sb;
         return 1;
     }
     case QT_OP_GDN_CORE_FWD: {
@@ -282,7 +283,7 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
         QT_CG_SET_T(op, GATED_RMSNORM_WGRAD, .dy = dy, .o = FT(GATED_RMSNORM, o),
                     .qkvz = FT(GATED_RMSNORM, qkvz), .rstd = FT(GATED_RMSNORM, rstd),
                     .w = FT(GATED_RMSNORM, w));
-        QT_A(op, GATED_RMSNORM_WGRAD, S) = S;
+        QT_A(op, GATED_RMSNORM_WGRAD, S) = Sb;
         {
             const int64_t tp = g->s->mesh[QT_MESH_TENSOR];
             QT_A(op, GATED_RMSNORM_WGRAD, groups) =
@@ -344,9 +345,10 @@ static void backward_expert_ffn(qt_cg_ad *ad, const qt_op *f)
     QT_CG_SET_T(op, EXPERT_FFN_WGRAD, .dy = dy, .x = FT(EXPERT_FFN, x), .idx = FT(EXPERT_FFN, idx),
                 .gu = FT(EXPERT_FFN, gu), .w_gu = FT(EXPERT_FFN, w_gu),
                 .w_down = FT(EXPERT_FFN, w_down), .scratch = s2, .dgu = dgu, .seg = seg);
-    QT_A(op, EXPERT_FFN_WGRAD, S) = S;
-    /* an expert host computes a leaf for every sequence of its expert group */
-    if (seg != QT_NONE) op->a[QT_A_WGRAD_SEQS] = Ep * g->s->tr.micro_batch;
+    QT_A(op, EXPERT_FFN_WGRAD, S) = qt_cg_leaf_tokens(g->s);
+    /* an expert host computes a leaf for every token block of its expert group */
+    if (seg != QT_NONE)
+        op->a[QT_A_WGRAD_SEQS] = Ep * g->s->tr.micro_batch * qt_cg_blocks(g->s);
 }
 
 /* The MoE ops: router, expert FFN and the expert-parallel row exchange. */

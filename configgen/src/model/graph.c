@@ -94,6 +94,7 @@ typedef struct qt_cg_dims {
     /* head counts, Cc and fs are this rank's (tensor parallelism splits them tp ways);
      * parameters are declared with global shapes (x tp) and localised by add_param */
     int64_t b, S, T, d, V, E, k, f, fs, Hq, Hkv, hd, R, Hk, Hv, Dk, Dv, K, r, G, Cc, nch, tp;
+    int64_t nbt; /* canonical token blocks per sequence (context_blocks) */
 } qt_cg_dims;
 
 static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64_t *shape,
@@ -130,7 +131,7 @@ static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64
         p->init_scale = 0.0f;
     }
     p->layer = layer;
-    p->leaves = g->s->tr.micro_batch * g->s->tr.grad_accum;
+    p->leaves = g->s->tr.micro_batch * g->s->tr.grad_accum * qt_cg_blocks(g->s);
     g->ts[t].param = g->np++;
     return t;
 }
@@ -420,7 +421,8 @@ static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int3
 #define AN(s) (snprintf(n, sizeof n, "L%d.moe.ep_%s", l, s), n)
     int32_t xr = qt_cg_add_tensor(g, AN("x"), QT_ROLE_ACT, QT_F32, 2, SHP(rmax, D->d), AX(0, 0));
     int32_t er = qt_cg_add_tensor(g, AN("expert"), QT_ROLE_ACT, QT_I32, 1, SHP(rmax), AX(0));
-    int32_t seg = qt_cg_add_tensor(g, AN("seg"), QT_ROLE_ACT, QT_I32, 1, SHP(Ep * D->b + 1), AX(0));
+    int32_t seg = qt_cg_add_tensor(g, AN("seg"), QT_ROLE_ACT, QT_I32, 1, SHP(Ep * D->b * D->nbt + 1),
+                                   AX(0));
     int32_t yr = qt_cg_add_tensor(g, AN("y"), QT_ROLE_ACT, QT_F32, 2, SHP(rmax, D->d), AX(0, 0));
     int32_t gur = qt_cg_add_tensor(g, AN("gu"), QT_ROLE_SAVED, QT_F32, 2, SHP(rmax, 2 * D->f),
                                    AX(0, 0));
@@ -432,9 +434,11 @@ static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int3
     int32_t rscr = scratch(g, AN("return_scratch"), D->T * D->k * D->d);
 #undef AN
     g->ts[er].ep_seg = seg;
-    /* the common attributes of the four expert-parallel kinds */
+    /* the common attributes of the four expert-parallel kinds; their "sequences" are the
+     * token blocks, the leaves of the hosts' weight gradients */
     const qt_cg_a_MOE_DISPATCH_FWD ea = {.T = D->T, .k = D->k, .d = D->d, .E = D->E, .El = El,
-                                         .b = D->b, .S = D->S, .mask = mask, .Rmax = rmax};
+                                         .b = D->b * D->nbt, .S = D->S / D->nbt, .mask = mask,
+                                         .Rmax = rmax};
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_DISPATCH_FWD);
     QT_CG_SET_T(op, MOE_DISPATCH_FWD, .xr = xr, .er = er, .seg = seg, .x = h2, .idx = idx,
                 .scratch = dscr);
@@ -547,6 +551,7 @@ static void dims_of(const qt_cg_settings *s, qt_cg_dims *D)
 {
     const qt_model_dims *m = &s->m;
     D->b = s->tr.micro_batch;
+    D->nbt = qt_cg_blocks(s);
     D->S = s->tr.seq_len;
     D->T = D->b * D->S;
     D->d = m->d;
@@ -588,7 +593,9 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     g->tokens = qt_cg_add_tensor(g, "tokens", QT_ROLE_INPUT, QT_I32, 2, SHP(D.b, D.S), AX(LB, L));
     g->targets = qt_cg_add_tensor(g, "targets", QT_ROLE_INPUT, QT_I32, 2, SHP(D.b, D.S),
                                   AX(LB, L));
-    g->loss_seq = qt_cg_add_tensor(g, "loss_seq", QT_ROLE_LOSS, QT_F32, 1, SHP(D.b), AX(LB));
+    /* one loss sum per token block (the WGRAD leaves' blocks; per sequence without them) */
+    g->loss_seq = qt_cg_add_tensor(g, "loss_seq", QT_ROLE_LOSS, QT_F32, 1, SHP(D.b * D.nbt),
+                                   AX(LB));
     if (s->lb_weight > 0)
         g->lb_seq = qt_cg_add_tensor(g, "lb_seq", QT_ROLE_LOSS, QT_F32, 1, SHP(D.b), AX(LB));
     g->table = qt_cg_add_tensor(g, "rope_table", QT_ROLE_TABLE, QT_F32, 3,
@@ -671,7 +678,7 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     op = qt_cg_emit_op(g, 0, QT_OP_XENT);
     QT_CG_SET_T(op, XENT, .loss_seq = g->loss_seq, .dlogits = dlogits, .logits = logits,
                 .targets = g->targets);
-    QT_CG_SET_A(op, XENT, .b = D.b, .S = D.S, .V = D.V);
+    QT_CG_SET_A(op, XENT, .b = D.b * D.nbt, .S = D.S / D.nbt, .V = D.V);
     g->n_fwd = g->nmb;
     if (g->too_big)
         return qt_cg_fail(err, errlen, "tensor %s: its shape has more than 2^56 elements, "

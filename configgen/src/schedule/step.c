@@ -79,7 +79,8 @@ void qt_cg_step_schedule(qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
     const qt_train_cfg *t = &s->tr;
-    const int64_t leaves = t->micro_batch * t->grad_accum, tokens = t->global_batch * t->seq_len;
+    const int64_t leaves = t->micro_batch * t->grad_accum * qt_cg_blocks(s),
+                  tokens = t->global_batch * t->seq_len;
     g->nstep = 0;
     g->nmbend = 0;
     if (s->n_ranks == 1) {

@@ -1,0 +1,48 @@
+# 71_context.sh - context parallelism's canonical token blocks (docs/context.md), sourced by
+# run_all.sh. With `context_blocks` N every weight-gradient leaf and every loss_seq entry
+# covers one block of max_target_length / N tokens instead of a whole sequence:
+#   * one rank with blocks against the float64 goldens of the same model and data (the
+#     tolerances of 10_golden.sh: step-0 gradients 2e-4 of each tensor's largest magnitude,
+#     losses 2e-4 relative, gradient norm 1e-3; a different canonical order, same math);
+#   * blocks change the one-rank bits (the leaves really are blocks: not vacuous);
+#   * meshes with the same blocks == one rank with them, bit for bit (loss bits and
+#     fingerprint, 10 steps): DP2 x EP2 (the expert hosts' leaves are the blocks of every
+#     member's sequences), DP2 x TP2 (per-head norm groups over a block), qwen3.5 EP2, and
+#     bf16 DP2 x EP2 in shard_mode auto.
+# Run files: configgen/configs/runs/ctx-*.yml; runs through plan_det (run_all.sh: the tiny
+# test data, seed 11, every mpiexec under `timeout`).
+export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
+
+check "context_blocks 4: qwen3-next tiny vs PyTorch (step-0 gradients, 10 steps)" \
+  golden_run ctx-golden-next-nb4 test-next-tiny
+check "context_blocks 2: qwen3.5 tiny vs PyTorch (step-0 gradients, 10 steps)" \
+  golden_run ctx-golden-35-nb2 test-35-tiny
+check "context_blocks 4: qwen3-next tiny with load-balance loss vs PyTorch" \
+  golden_run ctx-golden-lb-nb4 test-next-lb
+
+# ctx_same ONE RUN RANKS: RUN on RANKS ranks == ONE on one rank, bit for bit.
+ctx_same() {
+  plan_det "$1" 1 "$QT_TMP/ctx" 10 && plan_det "$2" "$3" "$QT_TMP/ctx" 10 || return 1
+  cmp "$QT_TMP/ctx/$1.det" "$QT_TMP/ctx/$2.det" &&
+    echo "identical to $1: $(tail -n 1 "$QT_TMP/ctx/$2.det")"
+}
+
+# ctx_differs A B: the fingerprints of A and B (both one rank) differ at step 10.
+ctx_differs() {
+  plan_det "$1" 1 "$QT_TMP/ctx" 10 && plan_det "$2" 1 "$QT_TMP/ctx" 10 || return 1
+  local a b
+  a=$(tail -n 1 "$QT_TMP/ctx/$1.det") b=$(tail -n 1 "$QT_TMP/ctx/$2.det")
+  [ "$a" != "$b" ] || { echo "blocks did not change the bits: $a"; return 1; }
+  echo "sequence leaves: $a; block leaves: $b"
+}
+
+check "context_blocks 4 changes the one-rank bits (the leaves are blocks)" \
+  ctx_differs mesh-next-1r ctx-next-1r-nb4
+check "context_blocks 4: DP2 x EP2 == one rank with the same blocks, bit for bit" \
+  ctx_same ctx-next-1r-nb4 ctx-next-dp2ep2-nb4 4
+check "context_blocks 4: DP2 x TP2 == one rank with the same blocks, bit for bit" \
+  ctx_same ctx-next-1r-nb4 ctx-next-dp2tp2-nb4 4
+check "context_blocks 2: qwen3.5 EP2 == one rank with the same blocks, bit for bit" \
+  ctx_same ctx-35-1r-nb2 ctx-35-ep2-nb2 2
+check "context_blocks 4 in bf16: DP2 x EP2 (auto) == one rank with the same blocks, bit for bit" \
+  ctx_same ctx-b16-next-1r-nb4 ctx-b16-next-dp2ep2-auto-nb4 4
