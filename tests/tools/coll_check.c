@@ -10,8 +10,9 @@
  *               and from the high-bit-first tree somewhere when R >= 4, from the own input
  *               when R >= 2); QT_E_PLAN for a non-power-of-two group; all-gather; broadcast
  *               from every root; uint64/int64 sums; all-to-all counts and v with uneven
- *               counts including zeros (gaps between blocks must stay untouched); plan check
- *               with equal hashes. Every rank's failures are summed; exit 0 iff none.
+ *               counts including zeros (gaps between blocks must stay untouched); the
+ *               fixed-size all-to-all and its refusals; plan check with equal hashes.
+ *               Every rank's failures are summed; exit 0 iff none.
  *   --mismatch  the last rank passes another plan hash: every rank must get QT_E_MISMATCH
  *               (exit 0 iff all did).
  *   --timeout   deadline 1 s; the last rank sleeps 20 s before a reduce-scatter: the others
@@ -354,6 +355,47 @@ static void check_all_to_all(unsigned mask, const int *members, int R, int idx)
     free(sc); free(so); free(rc_); free(ro); free(sbuf); free(rbuf);
 }
 
+/* The fixed-size all-to-all (qt_coll_all_to_all): block j of my send buffer reaches member
+ * j's block idx, every byte of recv is written (it starts as 0xAB), several block sizes
+ * including 0; the refusals (overlapping buffers, a NULL buffer, a negative size) come
+ * with a message naming the call. */
+static void check_all_to_all_fixed(unsigned mask, const int *members, int R, int idx)
+{
+    static const int64_t sizes[] = {1, 12, 4099, 65536, 0};
+    for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
+        const int64_t bb = sizes[c];
+        uint8_t *sbuf = xmalloc((size_t)(R * bb)), *rbuf = xmalloc((size_t)(R * bb));
+        for (int j = 0; j < R; j++)
+            for (int64_t k = 0; k < bb; k++)
+                sbuf[j * bb + k] = pat(cc.rank, members[j] * 1000003 + k, 80 + c);
+        memset(rbuf, 0xAB, (size_t)(R * bb));
+        int rc = qt_coll_all_to_all(mask, sbuf, rbuf, bb);
+        CHECK(rc == 0, "mask 0x%x: all_to_all of %lld-byte blocks returned %d", mask,
+              (long long)bb, rc);
+        long bad = 0;
+        for (int j = 0; j < R; j++)
+            for (int64_t k = 0; k < bb; k++)
+                bad += rbuf[j * bb + k] != pat(members[j], cc.rank * 1000003 + k, 80 + c);
+        CHECK(bad == 0, "mask 0x%x: all_to_all of %lld-byte blocks: %ld bytes wrong", mask,
+              (long long)bb, bad);
+        free(sbuf);
+        free(rbuf);
+    }
+    (void)idx;
+    uint8_t buf[64];
+    qt_set_quiet(1);
+    CHECK(qt_coll_all_to_all(mask, buf, buf + 4, 8) == QT_E_PLAN &&
+              strstr(qt_last_error(), "all_to_all over mask") &&
+              strstr(qt_last_error(), "overlap"),
+          "mask 0x%x: all_to_all accepted overlapping buffers (%s)", mask, qt_last_error());
+    CHECK(qt_coll_all_to_all(mask, NULL, buf, 8) == QT_E_PLAN &&
+              strstr(qt_last_error(), "send NULL"),
+          "mask 0x%x: all_to_all accepted a NULL send buffer (%s)", mask, qt_last_error());
+    CHECK(qt_coll_all_to_all(mask, buf, buf + 32, -1) == QT_E_PLAN,
+          "mask 0x%x: all_to_all accepted a negative block size", mask);
+    qt_set_quiet(0);
+}
+
 /* The signed 64-bit maximum of qt_coll.def's MAX_I64, run as a plan collective through its
  * registry row (qt_coll_run_range): value i of member m from a key, value 0 the extremes
  * (INT64_MIN + m, and INT64_MAX - 1 on the last member) so an unsigned or a summing
@@ -404,6 +446,7 @@ static int run_checks(void)
         check_sums(mask, members, R);
         check_max(mask, members, R, idx);
         check_all_to_all(mask, members, R, idx);
+        check_all_to_all_fixed(mask, members, R, idx);
     }
     CHECK(qt_comm_check_same(0x0123456789abcdefull) == 0, "check_same with equal hashes failed");
     qt_set_quiet(1);
