@@ -584,6 +584,35 @@ int qt_coll_all_to_all_v(unsigned mask, const void *send, const int64_t *send_co
     return qt_coll_end(rc);
 }
 
+int qt_coll_all_to_all(unsigned mask, const void *send, void *recv, int64_t blk_bytes)
+{
+    static const char op[] = "all_to_all";
+    qt_grp g;
+    int rc = qt_coll_group(op, mask, 0, &g);
+    if (rc) return rc;
+    const int R = g.size, idx = g.index;
+    if (blk_bytes < 0 || (blk_bytes && (!send || !recv)))
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: blocks of %lld bytes, send %s, receive %s",
+                       op, mask, (long long)blk_bytes, send ? "set" : "NULL",
+                       recv ? "set" : "NULL");
+    const uintptr_t s0 = (uintptr_t)send, r0 = (uintptr_t)recv, n = (uintptr_t)(R * blk_bytes);
+    if (blk_bytes && s0 < r0 + n && r0 < s0 + n)
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: send and receive buffers of %d x %lld "
+                       "bytes overlap", op, mask, R, (long long)blk_bytes);
+    const char *s = send;
+    char *r = recv;
+    if (blk_bytes) memcpy(r + idx * blk_bytes, s + idx * blk_bytes, (size_t)blk_bytes);
+    if (R == 1) return QT_OK;
+    qt_coll_begin(op, mask, 0);
+    for (int k = 1; k < R && rc == QT_OK; k++) {
+        const int dst = (idx + k) % R, src = (idx - k + R) % R;
+        qt_coll_s.op_stage = k;
+        rc = qt_coll_xfer(&g, dst, s + dst * blk_bytes, blk_bytes, src, r + src * blk_bytes,
+                          blk_bytes);
+    }
+    return qt_coll_end(rc);
+}
+
 /* ---- plan check, raw exchange ----------------------------------------------------------- */
 
 /* Lanes: [0] lowest hash, [1] lowest rank holding it, [2] highest hash, [3] lowest rank

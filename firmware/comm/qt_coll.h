@@ -156,6 +156,15 @@ int qt_coll_all_to_all_v(unsigned mask, const void *send, const int64_t *send_co
                          const int64_t *send_offs, void *recv, const int64_t *recv_counts,
                          const int64_t *recv_offs, int64_t elem_bytes);
 
+/* All-to-all with one block size over group `mask` of size R (context parallelism's head
+ * exchange, qt_ops.def CTX_*). send and recv hold R blocks of blk_bytes bytes each: block j
+ * of send (bytes [j*blk_bytes, (j+1)*blk_bytes)) goes to group index j, and block j of recv
+ * receives member j's block for me. Reads send, writes every byte of recv; the two must not
+ * overlap (QT_E_PLAN with a message, as for NULL buffers or blk_bytes < 0). Pairwise shift
+ * schedule of qt_coll_all_to_all_v; my own block is copied locally, so a group of one is a
+ * copy. Bytes move, never combined: the result does not depend on the schedule. */
+int qt_coll_all_to_all(unsigned mask, const void *send, void *recv, int64_t blk_bytes);
+
 /* Check that every rank of the world runs the same plan: all ranks combine (plan hash,
  * world size) with an exact min/max reduction (recursive doubling or binomial tree; no
  * barrier, no mesh needed, so it may run before qt_comm_mesh_init). Returns 0 when all

@@ -1,7 +1,8 @@
 /* qt_op_fns.h - the op wrappers, one per op kind of qt_ops.def (declared from it).
  *
  * A wrapper reads its op record, resolves tensor ids to arena pointers and calls the kernel.
- * Run wrappers: ops_basic.c, ops_gdn.c, ops_attn.c, ops_moe.c. WGRAD wrappers compute one
+ * Run wrappers: ops_basic.c, ops_gdn.c, ops_attn.c, ops_moe.c, ops_ep.c (expert
+ * parallelism), ops_ctx.c (context parallelism's head exchange). WGRAD wrappers compute one
  * sequence's weight gradient: into dw[] the interpreter zeroed (accumulating), or, for
  * kinds with QT_OPP_WGRAD_WRITES, writing every element of dw[]. STEP wrappers
  * (qt_step_<name>): firmware/runtime/step_ops.c. Check hooks (qt_check_<name>, CHECK

@@ -36,12 +36,18 @@ static const qt_vb_slot qt_vb_slots[] = {
     QT_VB(MOE_RETURN_FWD, yr, QT_BF16),    QT_VB(MOE_RETURN_BWD, dyr, QT_BF16),
     QT_VB(MOE_RETURN_BWD, dy, QT_BF16),    QT_VB(MOE_DISPATCH_BWD, dx, QT_BF16),
     QT_VB(MOE_DISPATCH_BWD, dxr, QT_F32),  QT_VB(ALL_REDUCE, buf, QT_F32),
+    QT_VB(CTX_TO_HEADS, y, QT_BF16),       QT_VB(CTX_TO_HEADS, x, QT_BF16),
+    QT_VB(CTX_TO_HEADS_BWD, dx, QT_BF16),  QT_VB(CTX_TO_HEADS_BWD, dy, QT_BF16),
+    QT_VB(CTX_TO_TOKENS, y, QT_BF16),      QT_VB(CTX_TO_TOKENS, x, QT_BF16),
+    QT_VB(CTX_TO_TOKENS_BWD, dx, QT_BF16), QT_VB(CTX_TO_TOKENS_BWD, dy, QT_BF16),
     /* kernel scratch the native wrappers hand to fp32 kernels as floats */
     QT_VB(MATMUL_FWD, scratch, QT_F32),    QT_VB(MATMUL_BWD_DATA, scratch, QT_F32),
     QT_VB(EXPERT_FFN_FWD, scratch, QT_F32), QT_VB(EXPERT_FFN_BWD, scratch, QT_F32),
     QT_VB(EXPERT_FFN_WGRAD, scratch, QT_F32), QT_VB(MOE_DISPATCH_FWD, scratch, QT_F32),
     QT_VB(MOE_RETURN_FWD, scratch, QT_F32), QT_VB(MOE_RETURN_BWD, scratch, QT_F32),
-    QT_VB(MOE_DISPATCH_BWD, scratch, QT_F32),
+    QT_VB(MOE_DISPATCH_BWD, scratch, QT_F32), QT_VB(CTX_TO_HEADS, scratch, QT_F32),
+    QT_VB(CTX_TO_HEADS_BWD, scratch, QT_F32), QT_VB(CTX_TO_TOKENS, scratch, QT_F32),
+    QT_VB(CTX_TO_TOKENS_BWD, scratch, QT_F32),
 };
 #undef QT_VB
 

@@ -2,10 +2,14 @@
 # through build/tools/coll_check (sourced by run_all.sh).
 #
 # One check per (rank count, mesh): group arithmetic, bit-exact reduce-scatter against the
-# pairwise tree (non-vacuous), all-gather, broadcast, integer sums, all-to-all-v; then the
-# plan-hash mismatch (every rank must fail, none may hang), the deadline (a sleeping rank is
-# named, the job ends by itself long before the sleeper wakes) and the 64 MiB timing on 2
-# ranks (printed, not asserted). Every mpiexec runs under `timeout 60`.
+# pairwise tree (non-vacuous), all-gather, broadcast, integer sums, all-to-all-v, the
+# fixed-size all-to-all, the context exchange ops; then the context exchange ops alone
+# (--ctx) on context meshes (context 2; context 4; data 2 x context 2 and tensor 2 x
+# context 4, where a context group is not the whole world), forward and BWD, fp32 and bf16,
+# bit-exact against the layouts' definition; then the plan-hash mismatch (every rank must
+# fail, none may hang), the deadline (a sleeping rank is named, the job ends by itself long
+# before the sleeper wakes) and the 64 MiB timing on 2 ranks (printed, not asserted). Every
+# mpiexec runs under `timeout 60`.
 CC_BIN=build/tools/coll_check
 
 coll_mesh() {
@@ -15,6 +19,12 @@ coll_mesh() {
 for c in "1 1" "2 2" "2 1 2" "4 2 2" "4 1 1 2 1 2" "8 2 2 2" "8 1 2 1 4" "8 2 1 1 2 2" "3 3" "6 3 2"; do
   set -- $c
   check "collectives: $1 rank(s), mesh ${*:2} (data fsdp tensor expert context)" coll_mesh "$@"
+done
+
+for c in "2 1 1 1 1 2" "4 1 1 1 1 4" "4 2 1 1 1 2" "8 1 1 2 1 4"; do
+  set -- $c
+  check "context exchange ops: $1 rank(s), mesh ${*:2} (data fsdp tensor expert context)" \
+    coll_mesh "$1" --ctx "${@:2}"
 done
 
 coll_mismatch() {

@@ -1,7 +1,7 @@
 /* coll_check.c - checks the collectives of firmware/comm/qt_coll.h under mpiexec (run by
  * tests/e2e/60_collectives.sh).
  *
- * usage: mpiexec -n R coll_check [--mismatch | --timeout | --bench] D [F [T [E [C]]]]
+ * usage: mpiexec -n R coll_check [--mismatch | --timeout | --bench | --ctx] D [F [T [E [C]]]]
  *   mesh sizes data, fsdp, tensor, expert, context (missing = 1); product must be R.
  *   (default)   for every group mask: group arithmetic against an independent enumeration;
  *               reduce-scatter bit-exact against a locally computed perfect pairwise tree of
@@ -10,8 +10,17 @@
  *               and from the high-bit-first tree somewhere when R >= 4, from the own input
  *               when R >= 2); QT_E_PLAN for a non-power-of-two group; all-gather; broadcast
  *               from every root; uint64/int64 sums; all-to-all counts and v with uneven
- *               counts including zeros (gaps between blocks must stay untouched); plan check
- *               with equal hashes. Every rank's failures are summed; exit 0 iff none.
+ *               counts including zeros (gaps between blocks must stay untouched); the
+ *               fixed-size all-to-all and its refusals; plan check with equal hashes; the
+ *               context exchange ops (as --ctx). Every rank's failures are summed; exit 0
+ *               iff none.
+ *   --ctx       for every group mask (group arithmetic too): context parallelism's exchange
+ *               ops (qt_ops.def CTX_TO_HEADS, CTX_TO_HEADS_BWD, CTX_TO_TOKENS,
+ *               CTX_TO_TOKENS_BWD) through their kernel-table entries (start-up check and
+ *               wrapper) on a hand-made plan of this mesh, C = the group's size, fp32 and
+ *               bf16, two shapes: every output element bit-exact against the layouts'
+ *               definition written out here (the BWD kinds: the initial value plus it, one
+ *               add, bf16 rounded once), and non-vacuous when R >= 2.
  *   --mismatch  the last rank passes another plan hash: every rank must get QT_E_MISMATCH
  *               (exit 0 iff all did).
  *   --timeout   deadline 1 s; the last rank sleeps 20 s before a reduce-scatter: the others
@@ -33,6 +42,9 @@
 #include "qt_err.h"
 #include "comm/qt_comm.h"
 #include "comm/qt_coll.h"
+#include "qt_ops.h"
+#include "parallel/cp_pack.h"
+#include "kernels/bf16.h"
 
 /* Defined by build/tools/libheap_audit.so when preloaded: counts heap calls while marked. */
 void qt_heap_audit_mark(int in_steps) __attribute__((weak));
@@ -354,6 +366,47 @@ static void check_all_to_all(unsigned mask, const int *members, int R, int idx)
     free(sc); free(so); free(rc_); free(ro); free(sbuf); free(rbuf);
 }
 
+/* The fixed-size all-to-all (qt_coll_all_to_all): block j of my send buffer reaches member
+ * j's block idx, every byte of recv is written (it starts as 0xAB), several block sizes
+ * including 0; the refusals (overlapping buffers, a NULL buffer, a negative size) come
+ * with a message naming the call. */
+static void check_all_to_all_fixed(unsigned mask, const int *members, int R, int idx)
+{
+    static const int64_t sizes[] = {1, 12, 4099, 65536, 0};
+    for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
+        const int64_t bb = sizes[c];
+        uint8_t *sbuf = xmalloc((size_t)(R * bb)), *rbuf = xmalloc((size_t)(R * bb));
+        for (int j = 0; j < R; j++)
+            for (int64_t k = 0; k < bb; k++)
+                sbuf[j * bb + k] = pat(cc.rank, members[j] * 1000003 + k, 80 + c);
+        memset(rbuf, 0xAB, (size_t)(R * bb));
+        int rc = qt_coll_all_to_all(mask, sbuf, rbuf, bb);
+        CHECK(rc == 0, "mask 0x%x: all_to_all of %lld-byte blocks returned %d", mask,
+              (long long)bb, rc);
+        long bad = 0;
+        for (int j = 0; j < R; j++)
+            for (int64_t k = 0; k < bb; k++)
+                bad += rbuf[j * bb + k] != pat(members[j], cc.rank * 1000003 + k, 80 + c);
+        CHECK(bad == 0, "mask 0x%x: all_to_all of %lld-byte blocks: %ld bytes wrong", mask,
+              (long long)bb, bad);
+        free(sbuf);
+        free(rbuf);
+    }
+    (void)idx;
+    uint8_t buf[64];
+    qt_set_quiet(1);
+    CHECK(qt_coll_all_to_all(mask, buf, buf + 4, 8) == QT_E_PLAN &&
+              strstr(qt_last_error(), "all_to_all over mask") &&
+              strstr(qt_last_error(), "overlap"),
+          "mask 0x%x: all_to_all accepted overlapping buffers (%s)", mask, qt_last_error());
+    CHECK(qt_coll_all_to_all(mask, NULL, buf, 8) == QT_E_PLAN &&
+              strstr(qt_last_error(), "send NULL"),
+          "mask 0x%x: all_to_all accepted a NULL send buffer (%s)", mask, qt_last_error());
+    CHECK(qt_coll_all_to_all(mask, buf, buf + 32, -1) == QT_E_PLAN,
+          "mask 0x%x: all_to_all accepted a negative block size", mask);
+    qt_set_quiet(0);
+}
+
 /* The signed 64-bit maximum of qt_coll.def's MAX_I64, run as a plan collective through its
  * registry row (qt_coll_run_range): value i of member m from a key, value 0 the extremes
  * (INT64_MIN + m, and INT64_MAX - 1 on the last member) so an unsigned or a summing
@@ -390,7 +443,136 @@ static void check_max(unsigned mask, const int *members, int R, int idx)
     }
 }
 
-static int run_checks(void)
+/* ---- context parallelism's head exchange (qt_ops.def CTX_*), through the op wrappers -- */
+
+/* Element e of world rank w's tensor `salt`, stored in eb bytes: val()'s float, or its bf16
+ * encoding. */
+static void ctx_elem(void *dst, int64_t eb, int w, int64_t e, uint64_t salt)
+{
+    const float f = val(w, e, salt);
+    const qt_bf16 h = qt_bf16_from_f32(f);
+    memcpy(dst, eb == 4 ? (const void *)&f : (const void *)&h, (size_t)eb);
+}
+
+/* The layouts' definition (qt_ops.def CTX_*), written out: element e of group index c's
+ * output of to_heads (to_heads = 1) or to_tokens comes from element *src of group index
+ * *member's input. */
+static void ctx_source(const qt_cp_shape *sh, int to_heads, int64_t c, int64_t e,
+                       int64_t *member, int64_t *src)
+{
+    const int64_t Sl = sh->S / sh->C, Gl = sh->G / sh->C, w = sh->w, i = e % w;
+    if (to_heads) { /* e = ((s*S + t)*Gl + g)*w + i */
+        const int64_t g = e / w % Gl, t = e / w / Gl % sh->S, s = e / w / Gl / sh->S;
+        *member = t / Sl;
+        *src = ((s * Sl + t % Sl) * sh->G + c * Gl + g) * w + i;
+    } else { /* e = ((s*Sl + u)*G + g)*w + i */
+        const int64_t g = e / w % sh->G, u = e / w / sh->G % Sl, s = e / w / sh->G / Sl;
+        *member = g / Gl;
+        *src = ((s * sh->S + c * Sl + u) * Gl + g % Gl) * w + i;
+    }
+}
+
+/* One exchange op on this mesh through its kernel-table entry: a hand-made plan (the mesh,
+ * three tensors in a heap arena), the start-up check, the wrapper, then every output
+ * element against ctx_source (BWD: the initial value plus it, one fp32 add, bf16 rounded
+ * once). Returns the elements that differ from this rank's own input at the same index
+ * (non-vacuity of the forward kinds). */
+static long check_ctx_op(unsigned mask, const int *members, int R, int idx, unsigned kind,
+                         unsigned dtype, const int64_t shp[4])
+{
+    const qt_cp_shape sh = {shp[0], shp[1] * R, shp[2] * R, shp[3], R, qt_dtype_bytes(dtype)};
+    const int64_t n = QT_CP_ELEMS(sh.b, sh.S, sh.G, sh.w, sh.C), eb = sh.eb;
+    const int64_t scr = QT_CP_SCRATCH_FLOATS(sh.b, sh.S, sh.G, sh.w, sh.C);
+    const int to_heads = kind == QT_OP_CTX_TO_HEADS || kind == QT_OP_CTX_TO_TOKENS_BWD;
+    const int acc = kind == QT_OP_CTX_TO_HEADS_BWD || kind == QT_OP_CTX_TO_TOKENS_BWD;
+    qt_tensor t[3];
+    memset(t, 0, sizeof t);
+    const int64_t nb[3] = {(n * eb + 63) / 64 * 64, (n * eb + 63) / 64 * 64, scr * 4};
+    for (int k = 0; k < 3; k++) {
+        t[k].name = k == 0 ? "out" : k == 1 ? "in" : "scratch";
+        t[k].dtype = (uint8_t)(k == 2 ? QT_F32 : dtype);
+        t[k].numel = k == 2 ? scr : n;
+        t[k].offset = k ? t[k - 1].offset + nb[k - 1] : 0;
+    }
+    unsigned char *arena = xmalloc((size_t)(nb[0] + nb[1] + nb[2]));
+    qt_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.run_name = "coll_check ctx";
+    plan.dtype = (uint8_t)dtype;
+    plan.tensors = t;
+    plan.n_tensors = 3;
+    memcpy(plan.mesh, cc.mesh, sizeof plan.mesh);
+    int status = 0;
+    qt_ctx ctx = {.plan = &plan, .arena = arena, .rank = cc.rank, .n_ranks = cc.size,
+                  .status = &status};
+    qt_op op;
+    memset(&op, 0, sizeof op);
+    for (int k = 0; k < QT_OP_MAX_T; k++) op.t[k] = k < 3 ? k : QT_NONE;
+    op.kind = (uint16_t)kind;
+    const int64_t attrs[6] = {sh.b, sh.S, sh.G, sh.w, mask, R};
+    for (int k = 0; k < 6; k++) op.a[k] = attrs[k];
+    for (int64_t e = 0; e < n; e++) {
+        ctx_elem(arena + t[1].offset + e * eb, eb, cc.rank, e, 300 + kind);
+        ctx_elem(arena + t[0].offset + e * eb, eb, cc.rank, e, 400 + kind);
+    }
+    qt_check_state cs;
+    memset(&cs, 0, sizeof cs);
+    const qt_kernel_entry *ke = &qt_kernel_table[kind];
+    CHECK(ke->check(&plan, &op, &cs) == 0, "mask 0x%x: %s refused at start-up: %s", mask,
+          ke->name, cs.why);
+    ke->run(&op, &ctx);
+    CHECK(status == 0, "mask 0x%x: %s set status %d", mask, ke->name, status);
+    long bad = 0, moved = 0;
+    for (int64_t e = 0; e < n; e++) {
+        int64_t m, src;
+        ctx_source(&sh, to_heads, idx, e, &m, &src);
+        unsigned char want[4], own[4];
+        ctx_elem(want, eb, members[m], src, 300 + kind);
+        ctx_elem(own, eb, cc.rank, e, 300 + kind);
+        if (acc) {
+            unsigned char d[4];
+            ctx_elem(d, eb, cc.rank, e, 400 + kind);
+            float df, vf;
+            qt_bf16 dh, vh;
+            memcpy(&df, d, 4), memcpy(&vf, want, 4), memcpy(&dh, d, 2), memcpy(&vh, want, 2);
+            const float sum = df + vf;
+            const qt_bf16 sum16 = qt_bf16_from_f32(qt_f32_from_bf16(dh) + qt_f32_from_bf16(vh));
+            memcpy(want, eb == 4 ? (const void *)&sum : (const void *)&sum16, (size_t)eb);
+        }
+        const unsigned char *got = arena + t[0].offset + e * eb;
+        bad += memcmp(got, want, (size_t)eb) != 0;
+        moved += memcmp(got, own, (size_t)eb) != 0;
+    }
+    CHECK(bad == 0, "mask 0x%x (%d ranks): %s %s b=%lld S=%lld G=%lld w=%lld: %ld of %lld "
+          "elements differ from the layouts' definition", mask, R, ke->name,
+          dtype == QT_BF16 ? "bf16" : "fp32", (long long)sh.b, (long long)sh.S,
+          (long long)sh.G, (long long)sh.w, bad, (long long)n);
+    free(arena);
+    return moved;
+}
+
+/* Every exchange kind, fp32 and bf16, two shapes (a few elements per group; 64 tokens and
+ * 32-element groups per rank), over group `mask`; with R >= 2 the forward kinds must move
+ * something. */
+static void check_ctx_exchange(unsigned mask, const int *members, int R, int idx)
+{
+    static const int64_t shapes[2][4] = {{2, 3, 2, 5}, {1, 64, 4, 32}}; /* b, S/C, G/C, w */
+    static const unsigned kinds[4] = {QT_OP_CTX_TO_HEADS, QT_OP_CTX_TO_HEADS_BWD,
+                                      QT_OP_CTX_TO_TOKENS, QT_OP_CTX_TO_TOKENS_BWD};
+    const long fails0 = cc.fails;
+    long moved = 0;
+    for (int s = 0; s < 2; s++)
+        for (int d = 0; d < 2; d++)
+            for (int k = 0; k < 4; k++)
+                moved += check_ctx_op(mask, members, R, idx, kinds[k], d ? QT_BF16 : QT_F32,
+                                      shapes[s]);
+    if (R >= 2) CHECK(moved > 0, "mask 0x%x: the exchange moved nothing (vacuous)", mask);
+    if (R >= 2 && cc.rank == 0 && cc.fails == fails0)
+        printf("coll_check: mask 0x%02x R=%d context exchange (4 kinds, fp32 and bf16, 2 "
+               "shapes) equals the layouts' definition\n", mask, R);
+}
+
+static int run_checks(int ctx_only)
 {
     int members[1 << 10];
     for (unsigned mask = 0; mask < QT_COLL_ALL + 1; mask++) {
@@ -398,12 +580,18 @@ static int run_checks(void)
         const int idx = qt_comm_group_index(mask);
         check_group(mask, members, R, idx);
         if (idx < 0 || idx >= R || members[idx] != cc.rank) continue;
+        if (ctx_only) {
+            check_ctx_exchange(mask, members, R, idx);
+            continue;
+        }
         check_reduce_scatter(mask, members, R, idx);
         check_all_gather(mask, members, R, idx);
         check_broadcast(mask, members, R, idx);
         check_sums(mask, members, R);
         check_max(mask, members, R, idx);
         check_all_to_all(mask, members, R, idx);
+        check_all_to_all_fixed(mask, members, R, idx);
+        check_ctx_exchange(mask, members, R, idx);
     }
     CHECK(qt_comm_check_same(0x0123456789abcdefull) == 0, "check_same with equal hashes failed");
     qt_set_quiet(1);
@@ -555,9 +743,11 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--mismatch")) mode = 1;
         else if (!strcmp(argv[i], "--timeout")) mode = 2;
         else if (!strcmp(argv[i], "--bench")) mode = 3;
+        else if (!strcmp(argv[i], "--ctx")) mode = 4;
         else if (nmesh < QT_MESH_COUNT && atoi(argv[i]) > 0) cc.mesh[nmesh++] = atoi(argv[i]);
         else {
-            fprintf(stderr, "usage: coll_check [--mismatch|--timeout|--bench] D [F [T [E [C]]]]\n");
+            fprintf(stderr, "usage: coll_check [--mismatch|--timeout|--bench|--ctx] D [F [T [E "
+                    "[C]]]]\n");
             qt_comm_finalize();
             return 2;
         }
@@ -573,7 +763,8 @@ int main(int argc, char **argv)
     case 1: rc = run_mismatch(); break;
     case 2: rc = run_timeout(); break;
     case 3: rc = run_bench(); break;
-    default: rc = run_checks(); break;
+    case 4: rc = run_checks(1); break;
+    default: rc = run_checks(0); break;
     }
     fflush(stdout);
     if (rc == 2) qt_comm_abort(2); /* a collective failed: peers may be waiting */

@@ -10,6 +10,7 @@
 #include "../../firmware/kernels/gdn_core.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/attention.h"
+#include "../../firmware/parallel/cp_pack.h"
 
 /* numel(t[slot]) must equal want (exact) or be at least want (at_least). */
 static int need(const qt_cg_graph *g, const qt_op *o, int i, const char *which, int slot,
@@ -175,6 +176,26 @@ static int sizes_blocks(const qt_cg_graph *g, const qt_op *o, int i, const char 
     }
     return 0;
 }
+/* Context parallelism's head exchange (qt_ops.def CTX_*): both sides hold
+ * b*(S/C)*G*w elements (the token and the head layout), the scratch the send and receive
+ * blocks. The four kinds share CTX_TO_HEADS's slots and attributes. */
+static int sizes_exchange(const qt_cg_graph *g, const qt_op *o, int i, const char *which,
+                          char *err, size_t errlen)
+{
+    if (o->kind != QT_OP_CTX_TO_HEADS && o->kind != QT_OP_CTX_TO_HEADS_BWD &&
+        o->kind != QT_OP_CTX_TO_TOKENS && o->kind != QT_OP_CTX_TO_TOKENS_BWD)
+        return 0;
+#define QT_CG_SZ_KIND CTX_TO_HEADS
+    if (A(C) < 1 || A(S) % A(C) || A(G) % A(C))
+        return qt_cg_fail(err, errlen, "%s op %d (%s): S = %lld and G = %lld must be multiples "
+                          "of the context degree C = %lld", which, i, qt_cg_op_name(o->kind),
+                          (long long)A(S), (long long)A(G), (long long)A(C));
+    NEED(y, QT_CP_ELEMS(A(b), A(S), A(G), A(w), A(C)));
+    NEED(x, QT_CP_ELEMS(A(b), A(S), A(G), A(w), A(C)));
+    ATLEAST(scratch, QT_CP_SCRATCH_FLOATS(A(b), A(S), A(G), A(w), A(C)));
+#undef QT_CG_SZ_KIND
+    return 0;
+}
 #undef A
 #undef CHECK_
 #undef NEED
@@ -183,7 +204,8 @@ static int sizes_blocks(const qt_cg_graph *g, const qt_op *o, int i, const char 
 static int check_sizes(const qt_cg_graph *g, const qt_op *o, int i, const char *which,
                        char *err, size_t errlen)
 {
-    return sizes_basic(g, o, i, which, err, errlen) || sizes_blocks(g, o, i, which, err, errlen)
+    return sizes_basic(g, o, i, which, err, errlen) || sizes_blocks(g, o, i, which, err, errlen) ||
+                   sizes_exchange(g, o, i, which, err, errlen)
                ? -1 : 0;
 }
 

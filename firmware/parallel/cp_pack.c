@@ -1,0 +1,140 @@
+/* cp_pack.c - the layout permutation of context parallelism's head exchange (see
+ * cp_pack.h): pack and unpack of the token and head sides, the one-add accumulation, and
+ * the element-by-element references.
+ * Invariant: the fast paths copy whole rows (token side: Gl*w elements; head side: the Sl
+ * consecutive rows of one sequence and member, contiguous on both sides), the references
+ * one element at a time; both visit each element of the destination exactly once.
+ */
+#include <string.h>
+#include "cp_pack.h"
+#include "../kernels/bf16.h"
+#include "base/qt_err.h"
+
+int qt_cp_shape_check(const qt_cp_shape *sh)
+{
+    if (sh->b < 1 || sh->S < 1 || sh->G < 1 || sh->w < 1 || sh->C < 1 ||
+        (sh->eb != 2 && sh->eb != 4))
+        return qt_fail(QT_E_PLAN, "context exchange: b = %lld sequences, S = %lld tokens, "
+                       "G = %lld groups of w = %lld elements of %lld bytes, C = %lld ranks: "
+                       "every size must be >= 1 and elements 2 or 4 bytes", (long long)sh->b,
+                       (long long)sh->S, (long long)sh->G, (long long)sh->w, (long long)sh->eb,
+                       (long long)sh->C);
+    if (sh->S % sh->C || sh->G % sh->C)
+        return qt_fail(QT_E_PLAN, "context exchange: S = %lld tokens and G = %lld head groups "
+                       "must both be multiples of the context degree C = %lld",
+                       (long long)sh->S, (long long)sh->G, (long long)sh->C);
+    return QT_OK;
+}
+
+int64_t qt_cp_block_bytes(const qt_cp_shape *sh)
+{
+    return sh->b * (sh->S / sh->C) * (sh->G / sh->C) * sh->w * sh->eb;
+}
+
+void qt_cp_add(void *dst, const void *src, int64_t n, int64_t eb)
+{
+    if (eb == 4) {
+        float *d = dst;
+        const float *s = src;
+        for (int64_t i = 0; i < n; i++) d[i] = d[i] + s[i];
+        return;
+    }
+    qt_bf16 *d = dst;
+    const qt_bf16 *s = src;
+    for (int64_t i = 0; i < n; i++)
+        d[i] = qt_bf16_from_f32(qt_f32_from_bf16(d[i]) + qt_f32_from_bf16(s[i]));
+}
+
+/* The bytes of n elements from src to dst: copied, or added (acc). */
+static void qt_cp_put(void *dst, const void *src, int64_t n, int64_t eb, int acc)
+{
+    if (acc) qt_cp_add(dst, src, n, eb);
+    else memcpy(dst, src, (size_t)(n * eb));
+}
+
+/* Token row (s, u), groups [j*Gl, (j+1)*Gl), and packed row (j, s, u): their byte offsets
+ * for r = s*Sl + u. */
+static int64_t qt_cp_tok_at(const qt_cp_shape *sh, int64_t r, int64_t j)
+{
+    const int64_t gw = (sh->G / sh->C) * sh->w;
+    return (r * sh->G * sh->w + j * gw) * sh->eb;
+}
+
+static int64_t qt_cp_packed_at(const qt_cp_shape *sh, int64_t j, int64_t r)
+{
+    const int64_t gw = (sh->G / sh->C) * sh->w, rows = sh->b * (sh->S / sh->C);
+    return (j * rows + r) * gw * sh->eb;
+}
+
+void qt_cp_pack_tokens(const qt_cp_shape *sh, void *packed, const void *tok)
+{
+    const int64_t gw = (sh->G / sh->C) * sh->w, rows = sh->b * (sh->S / sh->C);
+    for (int64_t j = 0; j < sh->C; j++)
+        for (int64_t r = 0; r < rows; r++)
+            memcpy((char *)packed + qt_cp_packed_at(sh, j, r),
+                   (const char *)tok + qt_cp_tok_at(sh, r, j), (size_t)(gw * sh->eb));
+}
+
+void qt_cp_unpack_tokens(const qt_cp_shape *sh, void *tok, const void *packed, int acc)
+{
+    const int64_t gw = (sh->G / sh->C) * sh->w, rows = sh->b * (sh->S / sh->C);
+    for (int64_t j = 0; j < sh->C; j++)
+        for (int64_t r = 0; r < rows; r++)
+            qt_cp_put((char *)tok + qt_cp_tok_at(sh, r, j),
+                      (const char *)packed + qt_cp_packed_at(sh, j, r), gw, sh->eb, acc);
+}
+
+/* Head rows (s, j*Sl .. j*Sl + Sl - 1) and packed rows (j, s, 0 .. Sl - 1): both runs are
+ * contiguous, of Sl*Gl*w elements; their byte offsets. */
+static int64_t qt_cp_heads_at(const qt_cp_shape *sh, int64_t s, int64_t j)
+{
+    const int64_t Sl = sh->S / sh->C, gw = (sh->G / sh->C) * sh->w;
+    return (s * sh->S + j * Sl) * gw * sh->eb;
+}
+
+void qt_cp_pack_heads(const qt_cp_shape *sh, void *packed, const void *heads)
+{
+    const int64_t Sl = sh->S / sh->C, gw = (sh->G / sh->C) * sh->w;
+    for (int64_t j = 0; j < sh->C; j++)
+        for (int64_t s = 0; s < sh->b; s++)
+            memcpy((char *)packed + qt_cp_packed_at(sh, j, s * Sl),
+                   (const char *)heads + qt_cp_heads_at(sh, s, j), (size_t)(Sl * gw * sh->eb));
+}
+
+void qt_cp_unpack_heads(const qt_cp_shape *sh, void *heads, const void *packed, int acc)
+{
+    const int64_t Sl = sh->S / sh->C, gw = (sh->G / sh->C) * sh->w;
+    for (int64_t j = 0; j < sh->C; j++)
+        for (int64_t s = 0; s < sh->b; s++)
+            qt_cp_put((char *)heads + qt_cp_heads_at(sh, s, j),
+                      (const char *)packed + qt_cp_packed_at(sh, j, s * Sl), Sl * gw, sh->eb,
+                      acc);
+}
+
+void qt_cp_ref_to_heads(const qt_cp_shape *sh, int64_t c, void *y, const void *const *xs)
+{
+    const int64_t Sl = sh->S / sh->C, Gl = sh->G / sh->C, eb = sh->eb;
+    for (int64_t s = 0; s < sh->b; s++)
+        for (int64_t t = 0; t < sh->S; t++)
+            for (int64_t g = 0; g < Gl; g++)
+                for (int64_t i = 0; i < sh->w; i++) {
+                    /* Y[s][t][g][i] = X of member t/Sl [s][t % Sl][c*Gl + g][i] */
+                    const int64_t yi = ((s * sh->S + t) * Gl + g) * sh->w + i;
+                    const int64_t xi = ((s * Sl + t % Sl) * sh->G + c * Gl + g) * sh->w + i;
+                    memcpy((char *)y + yi * eb, (const char *)xs[t / Sl] + xi * eb, (size_t)eb);
+                }
+}
+
+void qt_cp_ref_to_tokens(const qt_cp_shape *sh, int64_t c, void *x, const void *const *ys)
+{
+    const int64_t Sl = sh->S / sh->C, Gl = sh->G / sh->C, eb = sh->eb;
+    for (int64_t s = 0; s < sh->b; s++)
+        for (int64_t u = 0; u < Sl; u++)
+            for (int64_t g = 0; g < sh->G; g++)
+                for (int64_t i = 0; i < sh->w; i++) {
+                    /* X[s][u][g][i] = Y of member g/Gl [s][c*Sl + u][g % Gl][i] */
+                    const int64_t xi = ((s * Sl + u) * sh->G + g) * sh->w + i;
+                    const int64_t yi = ((s * sh->S + c * Sl + u) * Gl + g % Gl) * sh->w + i;
+                    memcpy((char *)x + xi * eb, (const char *)ys[g / Gl] + yi * eb, (size_t)eb);
+                }
+}
