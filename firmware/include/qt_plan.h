@@ -345,17 +345,30 @@ static inline int32_t qt_plan_range_of(const struct qt_plan *p, int64_t flat)
     return -1;
 }
 
-/* Canonical token blocks per sequence (context_blocks; 0 in plans without them = 1), and
- * the WGRAD leaves (and loss_seq entries) of one microbatch of this rank: a leaf is one
- * token block of one sequence, in (sequence, block) order (docs/context.md). */
+/* Canonical token blocks per sequence (context_blocks; 0 in plans without them = 1); the
+ * context degree (ranks sharing each sequence: the context axis); the tokens of a sequence
+ * this rank's per-token ops hold (seq_len / context degree: its token block of the
+ * sequence); and the WGRAD leaves (and loss_seq entries) of one microbatch of this rank's
+ * per-token ops: a leaf is one token block of one sequence, in (sequence, block) order
+ * (docs/context.md). */
 static inline int64_t qt_plan_blocks(const struct qt_plan *p)
 {
     return p->context_blocks > 1 ? p->context_blocks : 1;
 }
 
+static inline int64_t qt_plan_context(const struct qt_plan *p)
+{
+    return p->mesh[QT_MESH_CONTEXT] > 1 ? p->mesh[QT_MESH_CONTEXT] : 1;
+}
+
+static inline int64_t qt_plan_tokens_per_seq(const struct qt_plan *p)
+{
+    return p->train.seq_len / qt_plan_context(p);
+}
+
 static inline int64_t qt_plan_leaves_per_mb(const struct qt_plan *p)
 {
-    return p->train.micro_batch * qt_plan_blocks(p);
+    return p->train.micro_batch * qt_plan_blocks(p) / qt_plan_context(p);
 }
 
 /* Floats of the gradient region. */

@@ -570,14 +570,22 @@ static int32_t qt_token(const qt_data *d, int64_t i, int64_t *bad, int64_t *bad_
 int qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
                  int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets)
 {
+    return qt_data_fill_part(d, step, global_batch, first_seq, n_seqs, seq_len, 0, seq_len,
+                             inputs, targets);
+}
+
+int qt_data_fill_part(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
+                      int64_t n_seqs, int64_t seq_len, int64_t tok_lo, int64_t tok_n,
+                      int32_t *inputs, int32_t *targets)
+{
     int64_t bad = 0, bad_at = 0;
     uint64_t bad_id = 0;
     for (int64_t j = 0; j < n_seqs; j++) {
         int64_t w = (step * global_batch + first_seq + j) % d->n_windows;
-        int64_t at = w * seq_len;
-        for (int64_t t = 0; t < seq_len; t++) {
-            inputs[j * seq_len + t] = qt_token(d, at + t, &bad, &bad_at, &bad_id);
-            targets[j * seq_len + t] = qt_token(d, at + t + 1, &bad, &bad_at, &bad_id);
+        int64_t at = w * seq_len + tok_lo;
+        for (int64_t t = 0; t < tok_n; t++) {
+            inputs[j * tok_n + t] = qt_token(d, at + t, &bad, &bad_at, &bad_id);
+            targets[j * tok_n + t] = qt_token(d, at + t + 1, &bad, &bad_at, &bad_id);
         }
     }
     if (bad)
@@ -590,10 +598,11 @@ int qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t f
 }
 
 int qt_data_tokens(const void *src, int64_t step, int64_t global_batch, int64_t first_seq,
-                   int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets)
+                   int64_t n_seqs, int64_t seq_len, int64_t tok_lo, int64_t tok_n,
+                   int32_t *inputs, int32_t *targets)
 {
-    return qt_data_fill((const qt_data *)src, step, global_batch, first_seq, n_seqs, seq_len,
-                        inputs, targets);
+    return qt_data_fill_part((const qt_data *)src, step, global_batch, first_seq, n_seqs,
+                             seq_len, tok_lo, tok_n, inputs, targets);
 }
 
 void qt_data_close(qt_data *d)

@@ -162,10 +162,16 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
  * makes it return QT_E_RANGE with a message naming the file, the id and its position. */
 int qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
                  int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets);
-/* qt_data_fill as the runtime's token source (qt_runtime_set_tokens, runtime/qt_runtime.h):
- * src is the qt_data. */
+/* qt_data_fill of the tokens [tok_lo, tok_lo + tok_n) of each sequence only (a context
+ * rank's token block, docs/context.md): inputs/targets [n_seqs * tok_n]. */
+int qt_data_fill_part(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
+                      int64_t n_seqs, int64_t seq_len, int64_t tok_lo, int64_t tok_n,
+                      int32_t *inputs, int32_t *targets);
+/* qt_data_fill_part as the runtime's token source (qt_runtime_set_tokens,
+ * runtime/qt_runtime.h): src is the qt_data. */
 int qt_data_tokens(const void *src, int64_t step, int64_t global_batch, int64_t first_seq,
-                   int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets);
+                   int64_t n_seqs, int64_t seq_len, int64_t tok_lo, int64_t tok_n,
+                   int32_t *inputs, int32_t *targets);
 /* QT_OK if the token file is still the one validated at open: same device and inode at its
  * path, same size and modification time; else QT_E_IO with a message naming the file and
  * the change. Two stat calls; the embedded corpus always passes. A SIGBUS while reading an

@@ -127,7 +127,8 @@ void qt_op_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float 
                                    QT_A(op, RMSNORM_WGRAD, n), QT_A(op, RMSNORM_WGRAD, xs),
                                    QT_A(op, RMSNORM_WGRAD, ys));
     }
-    qt_op_group_finish(ctx, dw[0], QT_A(op, RMSNORM_WGRAD, n), QT_A(op, RMSNORM_WGRAD, heads));
+    qt_op_group_finish(ctx, dw[0], QT_A(op, RMSNORM_WGRAD, n), QT_A(op, RMSNORM_WGRAD, heads),
+                       1u << QT_MESH_TENSOR);
 }
 
 /* MATMUL_FWD: t0 y, t1 x, t2 W; a0 M, a1 N, a2 K. */

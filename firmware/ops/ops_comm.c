@@ -28,7 +28,8 @@ float *qt_op_group_buf(int64_t g, int64_t n)
     return b;
 }
 
-void qt_op_group_finish(const qt_ctx *ctx, float *dw, int64_t n, int64_t groups)
+void qt_op_group_finish(const qt_ctx *ctx, float *dw, int64_t n, int64_t groups,
+                        unsigned mask)
 {
     for (int64_t s = 1; s < groups; s *= 2)
         for (int64_t j = 0; j + s < groups; j += 2 * s) {
@@ -37,10 +38,11 @@ void qt_op_group_finish(const qt_ctx *ctx, float *dw, int64_t n, int64_t groups)
             for (int64_t i = 0; i < n; i++) a[i] = a[i] + b[i];
         }
     float *total = qt_op_groups.part[0];
-    const qt_plan *p = ctx->plan;
-    if (p->mesh[QT_MESH_TENSOR] > 1 &&
-        qt_op_sum_across(ctx, total, n, 1u << QT_MESH_TENSOR))
-        return;
+    /* the axes of `mask` the plan splits (a group of one rank adds nothing) */
+    unsigned split = 0;
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        if ((mask & (1u << a)) && ctx->plan->mesh[a] > 1) split |= 1u << a;
+    if (split && qt_op_sum_across(ctx, total, n, split)) return;
     for (int64_t i = 0; i < n; i++) dw[i] += total[i];
 }
 

@@ -234,5 +234,7 @@ void qt_op_gated_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
                 part, rstd, dy, o, qkvz, S, QT_A(op, GATED_RMSNORM_WGRAD, Hk),
                 QT_A(op, GATED_RMSNORM_WGRAD, Dk), hv, dv, gi * hpg, (gi + 1) * hpg);
     }
-    qt_op_group_finish(ctx, dw[0], dv, QT_A(op, GATED_RMSNORM_WGRAD, groups));
+    /* the head side's heads are split over tensor and context (docs/context.md) */
+    qt_op_group_finish(ctx, dw[0], dv, QT_A(op, GATED_RMSNORM_WGRAD, groups),
+                       (1u << QT_MESH_TENSOR) | (1u << QT_MESH_CONTEXT));
 }

@@ -60,12 +60,14 @@ static inline void qt_op_expert_wgrad_rows(const qt_op *op, const qt_ctx *ctx, i
 
 /* Canonical head groups of per-head norm weight gradients (ops_comm.c): group g's zeroed
  * partial buffer of n floats (NULL past the limits, which configgen and init check), and
- * the finish: pairwise tree over the groups, sum across the tensor group when the plan has
- * one, dw += total. */
+ * the finish: pairwise tree over the groups, sum across the group of the mesh axes in
+ * `mask` that the plan splits (the ranks holding the other heads: tensor for the q/k norms,
+ * tensor x context for the GDN norm on the mixers' head side), dw += total. */
 #define QT_OP_MAX_GROUPS 8
 #define QT_OP_GROUP_MAX_N 1024
 float *qt_op_group_buf(int64_t g, int64_t n);
-void qt_op_group_finish(const qt_ctx *ctx, float *dw, int64_t n, int64_t groups);
+void qt_op_group_finish(const qt_ctx *ctx, float *dw, int64_t n, int64_t groups,
+                        unsigned mask);
 
 #ifdef __cplusplus
 }

@@ -43,13 +43,16 @@ void qt_params_init(const qt_plan *p, uint64_t seed);
  * parameter all-gathers: all ranks call it). qt_runtime_init calls it after its own
  * initialisation. Nothing to do in fp32 plans. 0 or the collective's QT_E_*. */
 int qt_runtime_params_changed(void);
-/* The steps' token source: fills inputs and targets (I32, [n_seqs * seq_len]) with global
- * sequences first_seq .. first_seq+n_seqs-1 of optimizer step `step`; returns QT_OK or a
+/* The steps' token source: fills inputs and targets (I32, [n_seqs * tok_n]) with the tokens
+ * [tok_lo, tok_lo + tok_n) of global sequences first_seq .. first_seq+n_seqs-1 (of seq_len
+ * tokens) of optimizer step `step` (a context rank's token block; the whole sequence
+ * otherwise: 0, seq_len); returns QT_OK or a
  * negative QT_E_* code after printing its one line. The program installs io/data.c's
  * (qt_data_tokens with its qt_data), a test its own. */
 typedef int (*qt_token_fill_fn)(const void *src, int64_t step, int64_t global_batch,
                                 int64_t first_seq, int64_t n_seqs, int64_t seq_len,
-                                int32_t *inputs, int32_t *targets);
+                                int64_t tok_lo, int64_t tok_n, int32_t *inputs,
+                                int32_t *targets);
 /* Installs the token source of qt_runtime_step / _grads (fill called with src). */
 void qt_runtime_set_tokens(qt_token_fill_fn fill, const void *src);
 /* One optimizer step `step` (0-based) over the installed token source. Fills *m (loss,

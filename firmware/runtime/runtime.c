@@ -195,10 +195,12 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
         ctx->coord[a] = r % p->mesh[a];
         r /= p->mesh[a];
     }
-    /* the batch index: mixed radix over the batch axes, in axis order */
+    /* the batch index: mixed radix over the batch axes that split sequences, in axis order
+     * (the context ranks share their sequences: docs/context.md) */
     qt_rt.batch_index = 0;
     for (int a = 0; a < QT_MESH_COUNT; a++)
-        if (p->batch_mask & (1u << a)) qt_rt.batch_index = qt_rt.batch_index * p->mesh[a] + ctx->coord[a];
+        if ((p->batch_mask & (1u << a)) && a != QT_MESH_CONTEXT)
+            qt_rt.batch_index = qt_rt.batch_index * p->mesh[a] + ctx->coord[a];
     qt_step_init(p);
     memset(p->arena + p->adam_m_offset, 0, (size_t)p->adam_elems * sizeof(float));
     memset(p->arena + p->adam_v_offset, 0, (size_t)p->adam_elems * sizeof(float));
@@ -235,8 +237,12 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     const int64_t b = p->train.micro_batch, S = p->train.seq_len, G = p->train.grad_accum;
     /* One tree over the step's leaves: the rank owns a contiguous, rank-major block of the
      * global batch. With a microbatch tree: microbatch-major, so one microbatch's sequences
-     * over the batch axes are a contiguous block (docs/design.md s.6): mb * R * b + index * b. */
-    const int64_t R = p->batch_mask ? qt_comm_group_size(p->batch_mask) : 1;
+     * over the batch axes are a contiguous block (docs/design.md s.6): mb * R * b + index * b.
+     * Under context parallelism R counts the sequence groups (the batch axes but context)
+     * and the rank reads its token block [c * S/C, (c+1) * S/C) of each sequence. */
+    const unsigned seq_mask = p->batch_mask & ~(1u << QT_MESH_CONTEXT);
+    const int64_t R = seq_mask ? qt_comm_group_size(seq_mask) : 1;
+    const int64_t St = qt_plan_tokens_per_seq(p), t0 = St * qt_rt.ctx.coord[QT_MESH_CONTEXT];
     const int mbmaj = p->n_mb_levels > 0;
     qt_step_state mst = {step, 0, m};
     qt_exact loss, lb;
@@ -246,8 +252,8 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     for (int64_t mb = 0; mb < G; mb++) {
         const int64_t first = mbmaj ? (mb * R + qt_rt.batch_index) * b
                                     : qt_rt.batch_index * b * G + mb * b;
-        int rc = qt_rt.tokens(qt_rt.tokens_src, step, p->train.global_batch, first, b, S,
-                              qt_i32(ctx, p->tokens), qt_i32(ctx, p->targets));
+        int rc = qt_rt.tokens(qt_rt.tokens_src, step, p->train.global_batch, first, b, S, t0,
+                              St, qt_i32(ctx, p->tokens), qt_i32(ctx, p->targets));
         if (rc) return rc;
         qt_runtime_lap(&t, QT_PH_DATA);
         mst.mb = mb;

@@ -285,7 +285,8 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
     const int64_t nbt = qt_plan_blocks(p);
     if (tc->micro_batch < 1 || tc->seq_len < 1 || tc->grad_accum < 1 ||
         tc->global_batch < tc->micro_batch * tc->grad_accum || p->context_blocks < 0 ||
-        (nbt & (nbt - 1)) || tc->seq_len % nbt) {
+        (nbt & (nbt - 1)) || tc->seq_len % nbt || nbt < qt_plan_context(p) ||
+        tc->micro_batch * nbt % qt_plan_context(p)) {
         return qt_fail(QT_E_PLAN,
                        "plan %s: bad batch micro_batch=%lld seq_len=%lld grad_accum=%lld "
                        "global_batch=%lld context_blocks=%d", p->run_name,
@@ -293,7 +294,7 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
                        (long long)tc->grad_accum, (long long)tc->global_batch,
                        p->context_blocks);
     }
-    int64_t rows = tc->micro_batch * tc->seq_len;
+    int64_t rows = tc->micro_batch * qt_plan_tokens_per_seq(p);
     int rc = qt_validate_io_tensor(p, p->tokens, "tokens", QT_I32, rows);
     if (!rc) rc = qt_validate_io_tensor(p, p->targets, "targets", QT_I32, rows);
     if (!rc) rc = qt_validate_io_tensor(p, p->loss_seq, "loss_seq", QT_F32,

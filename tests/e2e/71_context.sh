@@ -9,6 +9,12 @@
 #     fingerprint, 10 steps): DP2 x EP2 (the expert hosts' leaves are the blocks of every
 #     member's sequences), DP2 x TP2 (per-head norm groups over a block), qwen3.5 EP2, and
 #     bf16 DP2 x EP2 in shard_mode auto.
+# Context parallelism (ici_context_parallelism, the head exchange: docs/context.md), each
+# cell == one rank with the same context_blocks and global batch, bit for bit (loss bits and
+# fingerprint, 10 steps): both decoders on CP2, CP4, CP2 x DP2, CP2 x TP2, CP2 x EP2,
+# CP2 x FSDP2, CP2 x DP2 with ZeRO-1 and G = 4, explicit and auto, remat full; CP2 explicit
+# on the GDN layers is the seed's own guard case (its reason: the convolution's left pad on
+# a sharded sequence; here the convolution runs on whole sequences of half the heads).
 # Run files: configgen/configs/runs/ctx-*.yml; runs through plan_det (run_all.sh: the tiny
 # test data, seed 11, every mpiexec under `timeout`).
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
@@ -46,3 +52,16 @@ check "context_blocks 2: qwen3.5 EP2 == one rank with the same blocks, bit for b
   ctx_same ctx-35-1r-nb2 ctx-35-ep2-nb2 2
 check "context_blocks 4 in bf16: DP2 x EP2 (auto) == one rank with the same blocks, bit for bit" \
   ctx_same ctx-b16-next-1r-nb4 ctx-b16-next-dp2ep2-auto-nb4 4
+
+# the context-parallel matrix: "ONE RUN RANKS" per cell
+for cell in "ctx-next-1r-nb4 ctx-next-cp2 2" "ctx-next-1r-nb4 ctx-next-cp2-auto 2" \
+            "ctx-next-1r-nb4 ctx-next-cp2dp2 4" "ctx-next-1r-nb4 ctx-next-cp2ep2 4" \
+            "ctx-next-1r-nb4 ctx-next-cp2ep2-auto 4" "ctx-next-1r-nb4 ctx-next-cp2fsdp2 4" \
+            "ctx-next-1r-b8-nb4 ctx-next-cp2dp2-g4-z1 4" "ctx-next-1r-nb4 ctx-next-cp2-remat 2" \
+            "ctx-next4h-1r-nb4 ctx-next4h-cp4 4" "ctx-next4h-1r-nb4 ctx-next4h-cp2tp2 4" \
+            "ctx-35t-1r-nb4 ctx-35t-cp2 2" "ctx-35t-1r-nb4 ctx-35t-cp2ep2 4" \
+            "ctx-35t-1r-nb4 ctx-35t-cp2dp2-auto 4" "ctx-35t4h-1r-nb4 ctx-35t4h-cp4 4" \
+            "ctx-35t4h-1r-nb4 ctx-35t4h-cp2tp2 4"; do
+  set -- $cell
+  check "context parallelism: ${2#ctx-} ($3 ranks) == one rank ($1), bit for bit" ctx_same "$@"
+done

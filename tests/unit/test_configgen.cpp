@@ -407,7 +407,7 @@ TEST_GROUP(CgBadConfig){};
 TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
 {
     struct {
-        const char *o1, *o2, *want;
+        const char *o1, *o2, *want; // o2 may hold several overrides separated by '|' 
     } cases[] = {
         {"base_emb_dim=0", NULL, "base_emb_dim=0 (command line): must be a positive integer"},
         {"num_experts=-4", NULL, "num_experts=-4 (command line): must be a positive"},
@@ -459,7 +459,15 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         // each mesh message blames the key the user set (not the base.yml default it meets)
         {"num_ranks=3", NULL, "num_ranks=3 (command line): resolves the fsdp mesh axis to 3; expected a power of two"},
         {"ici_tensor_parallelism=4", "num_ranks=4", "tensor parallelism 4 does not divide base_num_kv_heads (2)"},
-        {"ici_context_parallelism=2", "num_ranks=2", "resolves the context mesh axis to 2; qtrain executes data, fsdp, tensor and expert"},
+        // context parallelism: its limits (docs/context.md)
+        {"ici_context_parallelism=2", "num_ranks=2", "per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4): 2 x 1 tensor x 2 context ranks = 4 sequences per batch group and microbatch; context parallelism needs exactly one"},
+        {"ici_context_parallelism=4", "num_ranks=4", "ici_context_parallelism=4 (command line): context parallelism 4 x tensor parallelism 1 = 4 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide base_num_kv_heads (2); kv heads shared by several ranks are not planned yet"},
+        {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.25", "0.25 sequences per rank x 1 tensor x 2 context ranks sharing them"},
+        {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|load_balance_loss_weight=0.01", "load_balance_loss_weight=0.01 (command line): 0.01 with context parallelism 2: the load-balance term needs each sequence's routing statistics"},
+        {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|gradient_reduce=step", "gradient_reduce=step (command line): step with context parallelism 2"},
+        {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|context_blocks=1", "context_blocks=1 (command line): 1: expected 0 (= the context degree 2) or a power of two >= it"},
+        {"ici_context_parallelism=2", "num_ranks=8|ici_expert_parallelism=4|per_device_batch_size=0.5", "context parallelism 2 with expert parallelism 4: the expert group spans the expert and context axes"},
+        {"ici_pipeline_parallelism=2", "num_ranks=2", "ici_pipeline_parallelism=2 (command line): resolves the pipeline mesh axis to 2; qtrain executes data, fsdp, tensor, expert and context parallelism (pipeline parallelism is not planned)"},
         {"sparse_matmul=false", "shard_mode=explicit", "is not onboarded to shard_mode=explicit"},
         {"ici_expert_parallelism=8", "num_ranks=8", "expert parallelism 8 does not divide num_experts=4"},
         {"ici_tensor_parallelism=2", NULL, "ici_tensor_parallelism=2 (command line): ici_fsdp_parallelism=-1 (configgen/configs/base.yml:71) cannot be filled: num_ranks=1 (configgen/configs/base.yml:65) is not a multiple of the other ici axes' product 2"},
@@ -499,7 +507,13 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         std::vector<char *> argv = {(char *)"configgen", (char *)"-o", (char *)gen.c_str(),
                                     (char *)kTiny, (char *)cases[i].o1};
-        if (cases[i].o2) argv.push_back((char *)cases[i].o2);
+        std::vector<std::string> more;
+        for (const char *o = cases[i].o2; o && *o;) {
+            const char *bar = strchr(o, '|');
+            more.push_back(bar ? std::string(o, (size_t)(bar - o)) : std::string(o));
+            o = bar ? bar + 1 : NULL;
+        }
+        for (std::string &o : more) argv.push_back(&o[0]);
         char err[1024] = "";
         int rc = qt_cg_generate((int)argv.size(), argv.data(), err, sizeof err);
         if (rc == 0 || !strstr(err, cases[i].want))

@@ -5,8 +5,8 @@
  * fails at generation time. Invariants of a resolved qt_cg_settings: all sizes positive,
  * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW + cosine, dropless MoE
  * with one shared expert, and the mesh: -1 axes resolve from num_ranks, the product must
- * be num_ranks, every axis a power of two; data, fsdp, tensor and expert execute (context
- * and pipeline are refused with a message). A message about a relation between keys blames
+ * be num_ranks, every axis a power of two; data, fsdp, tensor, expert and context execute
+ * (pipeline is refused with a message). A message about a relation between keys blames
  * the key the user set (its value not from base.yml; qt_cg_known.where) and names the value
  * it meets, with where that was set.
  * Sizes: every product of keys that sizes a tensor is computed with overflow checks and
@@ -384,16 +384,28 @@ static int context_blocks(const qt_cg_vctx *v, qt_cg_settings *s)
  * the tensor peers together hold whole ones: TP2 with 0.5 trains one sequence). */
 static int batch_split(const qt_cg_vctx *v, qt_cg_settings *s)
 {
-    const double b = s->per_device_batch * (double)s->mesh[QT_MESH_TENSOR];
-    if (b < 1 || b != floor(b)) {
-        char o[400];
+    const int32_t tp = s->mesh[QT_MESH_TENSOR], cp = s->mesh[QT_MESH_CONTEXT];
+    const double b = s->per_device_batch * (double)tp * (double)cp;
+    char o[400], o2[400];
+    if ((b < 1 || b != floor(b)) && cp > 1)
+        return bad(v, "per_device_batch_size", "%g sequences per rank x %d tensor x %d context "
+                   "ranks sharing them (%s, %s) = %g per batch group; expected a whole number "
+                   ">= 1", s->per_device_batch, tp, cp,
+                   other(v, "ici_tensor_parallelism", o, sizeof o),
+                   other(v, "ici_context_parallelism", o2, sizeof o2), b);
+    if (b < 1 || b != floor(b))
         return bad(v, "per_device_batch_size", "%g sequences per rank x %d tensor ranks "
                    "sharing them (%s) = %g per batch group; expected a whole number >= 1",
-                   s->per_device_batch, s->mesh[QT_MESH_TENSOR],
-                   other(v, "ici_tensor_parallelism", o, sizeof o), b);
-    }
+                   s->per_device_batch, tp, other(v, "ici_tensor_parallelism", o, sizeof o), b);
+    /* context: each rank's token blocks must be one aligned subtree of the microbatch's leaf
+     * tree, which holds for one sequence per batch group and microbatch (docs/context.md) */
+    if (cp > 1 && b != 1)
+        return bad(v, "per_device_batch_size", "%g x %d tensor x %d context ranks = %g "
+                   "sequences per batch group and microbatch; context parallelism needs "
+                   "exactly one (more sequences per step come from "
+                   "gradient_accumulation_steps)", s->per_device_batch, tp, cp, b);
     s->tr.micro_batch = (int64_t)b;
-    s->tr.global_batch = s->tr.micro_batch * s->tr.grad_accum * (s->n_ranks / s->mesh[QT_MESH_TENSOR]);
+    s->tr.global_batch = s->tr.micro_batch * s->tr.grad_accum * (s->n_ranks / tp / cp);
     return context_blocks(v, s);
 }
 
@@ -644,8 +656,8 @@ static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x
     return 0;
 }
 
-/* The resolved axes into s->mesh: data, fsdp, tensor and expert execute, each a power of
- * two; context and pipeline must be 1. */
+/* The resolved axes into s->mesh: data, fsdp, tensor, expert and context execute, each a
+ * power of two; pipeline must be 1. */
 static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
 {
     char (*ici)[40] = x->ici, (*dcn)[40] = x->dcn;
@@ -666,19 +678,12 @@ static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
     for (int i = 0; i < 6; i++) {
         int64_t size = iv[i] * dv[i];
         if (i < 5) s->mesh[qt_of[i]] = (int32_t)size;
-        /* data, fsdp, tensor and expert execute; context and pipeline are not planned.
-         * Context parallelism and explicit sharding exclude each other for these decoders,
-         * as in the reference trainer (its guard's reason). */
-        if (size > 1 && i == 4 && !strcmp(gets_(v, "shard_mode"), "explicit"))
-            return bad(v, axis_key[i], "context parallelism %lld with "
-                       "shard_mode=explicit: the gated-delta-net short convolution left-pads "
-                       "the sequence by gdn_conv_kernel_dim - 1 and the delta-rule state "
-                       "crosses the whole sequence, which explicit sharding cannot express "
-                       "on a sharded sequence axis", (long long)size);
-        if (size > 1 && i >= 4)
+        /* data, fsdp, tensor, expert and context execute (context by the head exchange,
+         * docs/context.md, in both shard modes); pipeline parallelism is not planned */
+        if (size > 1 && i >= 5)
             return bad(v, axis_key[i], "resolves the %s mesh axis to %lld; "
-                       "qtrain executes data, fsdp, tensor and expert parallelism (context "
-                       "and pipeline parallelism are not planned)", axes[i], (long long)size);
+                       "qtrain executes data, fsdp, tensor, expert and context parallelism "
+                       "(pipeline parallelism is not planned)", axes[i], (long long)size);
         if (size > 1 && (size & (size - 1)))
             return bad(v, axis_key[i], "resolves the %s mesh axis to %lld; "
                        "expected a power of two (the gradient collectives pair ranks by "
@@ -722,6 +727,30 @@ static int mesh_splits(const qt_cg_vctx *v, const qt_cg_settings *s, const qt_cg
                 return bad(v, tkey, "tensor parallelism %d does not divide %s (%lld)", tp,
                            split[i].what, (long long)split[i].n);
     }
+    const int32_t cp = s->mesh[QT_MESH_CONTEXT];
+    if (cp > 1) {
+        /* the head exchange gives each of the tensor x context ranks whole sequences of
+         * its share of every mixer's heads (docs/context.md) */
+        const qt_model_dims *m = &s->m;
+        const struct { const char *what; int64_t n; } heads[] = {
+            {"base_num_query_heads", m->n_q_heads}, {"base_num_kv_heads", m->n_kv_heads},
+            {"gdn_num_key_heads", m->gdn_k_heads},
+            {"the canonical head groups of the GDN norm", qt_canon_blocks(m->gdn_v_heads, 1)},
+        };
+        for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
+            if (heads[i].n % ((int64_t)tp * cp))
+                return bad(v, axis_key[4], "context parallelism %d x tensor parallelism %d = "
+                           "%lld ranks share each sequence's heads in the head exchange "
+                           "(docs/context.md) and do not divide %s (%lld)%s", cp, tp,
+                           (long long)tp * cp, heads[i].what, (long long)heads[i].n,
+                           i == 1 ? "; kv heads shared by several ranks are not planned yet" : "");
+        if (ep > 1 && s->m.n_experts % ((int64_t)ep * cp))
+            return bad(v, axis_key[4], "context parallelism %d with expert parallelism %d: the "
+                       "expert group spans the expert and context axes (so an expert host "
+                       "receives every block of its sequences in token order), and %lld ranks "
+                       "do not divide num_experts=%lld", cp, ep, (long long)ep * cp,
+                       (long long)s->m.n_experts);
+    }
     if (ep > 1 && s->m.n_experts % ep)
         return bad(v, axis_key[3], "expert parallelism %d does not divide "
                    "num_experts=%lld (each rank must hold the same number of experts)", ep,
@@ -756,6 +785,16 @@ static int check_policies(const qt_cg_vctx *v, qt_cg_settings *s)
     else if (!strcmp(gr, "microbatch")) s->grad_reduce = QT_CG_REDUCE_MICROBATCH;
     else if (!strcmp(gr, "layer")) s->grad_reduce = QT_CG_REDUCE_LAYER;
     else return bad(v, "gradient_reduce", "expected auto, step, microbatch or layer");
+    if (s->grad_reduce == QT_CG_REDUCE_STEP && s->mesh[QT_MESH_CONTEXT] > 1)
+        return bad(v, "gradient_reduce", "step with context parallelism %d: a rank's token "
+                   "blocks of a whole step are not one contiguous block of leaves, so the bits "
+                   "would depend on the split; expected microbatch, layer or auto",
+                   (int)s->mesh[QT_MESH_CONTEXT]);
+    if (s->lb_weight > 0 && s->mesh[QT_MESH_CONTEXT] > 1)
+        return bad(v, "load_balance_loss_weight", "%g with context parallelism %d: the "
+                   "load-balance term needs each sequence's routing statistics, which are "
+                   "split over the context ranks (their combination is not planned yet); "
+                   "expected 0", s->lb_weight, (int)s->mesh[QT_MESH_CONTEXT]);
     if (s->grad_reduce == QT_CG_REDUCE_STEP && s->mesh[QT_MESH_EXPERT] > 1)
         return bad(v, "gradient_reduce", "step with expert parallelism %d: an expert host's "
                    "leaves of a whole step are every peer's sequences, not one contiguous "
@@ -848,14 +887,19 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
     if (batch_split(&v, s)) return -1;
     s->batch_mask = 0;
     s->opt_mask = 0;
-    static const int batch_axes[3] = {QT_MESH_DATA, QT_MESH_FSDP, QT_MESH_EXPERT};
-    for (int i = 0; i < 3; i++)
+    /* the batch axes, in rank order: context last, the least significant (its ranks hold
+     * the blocks of one sequence: docs/context.md) */
+    static const int batch_axes[4] = {QT_MESH_DATA, QT_MESH_FSDP, QT_MESH_EXPERT,
+                                      QT_MESH_CONTEXT};
+    for (int i = 0; i < 4; i++)
         if (s->mesh[batch_axes[i]] > 1) s->batch_mask |= (uint8_t)(1u << batch_axes[i]);
     /* the optimizer state (and the update) is split over fsdp, and over data with ZeRO-1
      * (docs/design.md section 5: data is the minor sub-axis of the fsdp shard) */
     if (s->mesh[QT_MESH_FSDP] > 1) s->opt_mask |= (uint8_t)(1u << QT_MESH_FSDP);
     /* MaxText shards the embed dims over expert as well (fsdp-like for dense weights) */
     if (s->mesh[QT_MESH_EXPERT] > 1) s->opt_mask |= (uint8_t)(1u << QT_MESH_EXPERT);
+    /* and over context (MaxText's embed rules: fsdp-like) */
+    if (s->mesh[QT_MESH_CONTEXT] > 1) s->opt_mask |= (uint8_t)(1u << QT_MESH_CONTEXT);
     if (s->zero1 && s->mesh[QT_MESH_DATA] > 1) s->opt_mask |= (uint8_t)(1u << QT_MESH_DATA);
     if (s->param_gather == QT_CG_GATHER_LAYER && !s->opt_mask)
         return bad(&v, "param_gather", "layer on a mesh whose optimizer state is not split "

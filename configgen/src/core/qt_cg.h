@@ -150,6 +150,18 @@ static inline int64_t qt_cg_leaf_tokens(const qt_cg_settings *s)
     return s->tr.seq_len / qt_cg_blocks(s);
 }
 
+/* The context degree (ranks sharing one sequence: docs/context.md), and the mask of the
+ * context axis when it splits (0 otherwise). */
+static inline int64_t qt_cg_context(const qt_cg_settings *s)
+{
+    return s->mesh[QT_MESH_CONTEXT] > 1 ? s->mesh[QT_MESH_CONTEXT] : 1;
+}
+
+static inline uint8_t qt_cg_context_mask(const qt_cg_settings *s)
+{
+    return qt_cg_context(s) > 1 ? (uint8_t)(1u << QT_MESH_CONTEXT) : 0;
+}
+
 static inline int64_t qt_cg_flat_align(const qt_cg_settings *s)
 {
     return QT_TENSOR_ALIGN / qt_cg_compute_bytes(s);
@@ -167,6 +179,11 @@ typedef struct qt_cg_tensor {
                                   parameter tensor lies in (its offset = the window's +
                                   alias_off bytes), else -1 */
     int64_t alias_off;
+    uint8_t grad_done;         /* parameters: mesh axes over which every rank's gradient leaves
+                                  are already complete sums (the GDN norm weight under context
+                                  parallelism: its head groups are summed over tensor x
+                                  context inside the WGRAD), so its range does not reduce
+                                  over them (memory/ranges.c) */
     uint8_t exec[QT_MAX_DIMS]; /* execution layout: mesh axes each dim is split over in this
                                   plan (t.spec is the layout its logical axes declare) */
     const char *reshard;       /* why exec may differ from the declared layout (a layer's

@@ -90,13 +90,13 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
     if (qt_cg_remat(g, err, errlen)) return -1;
     qt_cg_precision(g);
     /* gradient_reduce: the step form (one reduce-scatter after the microbatches) unless
-     * expert parallelism needs the microbatch form, or auto finds the step form's
+     * expert or context parallelism needs the microbatch form, or auto finds the step form's
      * parameter-sized tree levels over the budget (then the microbatch form, then the
      * per-layer form with layer-sized leaf levels); the bits are the same */
     g->params_compact = s->param_gather == QT_CG_GATHER_LAYER;
     const int layer = (s->grad_reduce == QT_CG_REDUCE_LAYER || g->params_compact) && s->batch_mask;
     g->reduce_per_mb = layer || s->grad_reduce == QT_CG_REDUCE_MICROBATCH ||
-                       s->mesh[QT_MESH_EXPERT] > 1;
+                       s->mesh[QT_MESH_EXPERT] > 1 || s->mesh[QT_MESH_CONTEXT] > 1;
     g->layer_reduce = layer;
     if (plan_memory(g, err, errlen)) return -1;
     const int64_t budget = qt_cg_budget_bytes(s);
@@ -111,7 +111,8 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
      * (fsdp, expert); ZeRO-1 alone keeps them replicated over data (docs/design.md section 5),
      * so a data-only split is gathered per layer only when the user asks (param_gather=layer,
      * ZeRO-3 over data) */
-    const unsigned fsdp_like = (1u << QT_MESH_FSDP) | (1u << QT_MESH_EXPERT);
+    const unsigned fsdp_like =
+        (1u << QT_MESH_FSDP) | (1u << QT_MESH_EXPERT) | (1u << QT_MESH_CONTEXT);
     if (s->param_gather == QT_CG_GATHER_AUTO && (s->opt_mask & fsdp_like) && g->layer_reduce &&
         budget > 0 && g->arena_bytes > budget) {
         g->params_compact = 1;

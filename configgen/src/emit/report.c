@@ -231,8 +231,10 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
     const qt_train_cfg *t = &s->tr;
-    const int64_t per = t->micro_batch * t->grad_accum;
-    const int64_t nb = qt_cg_group_size(s, s->batch_mask);
+    const int64_t per = t->micro_batch * t->grad_accum, C = qt_cg_context(s);
+    /* the axes that split sequences (context splits each sequence's tokens) */
+    const uint8_t seq_mask = (uint8_t)(s->batch_mask & ~qt_cg_context_mask(s));
+    const int64_t nb = qt_cg_group_size(s, seq_mask);
     qt_cg_buf_printf(b, "\n== data assignment ==\n");
     qt_cg_buf_printf(b, "  each step reads %lld sequences, numbered 0..%lld: per_device_batch_"
                      "size %lld x %lld microbatches x %lld batch ranks\n",
@@ -243,7 +245,14 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          "of %lld tokens; a weight-gradient leaf and a loss_seq entry per block, "
                          "in (sequence, block) order: %lld leaves per step on this rank\n",
                          (long long)qt_cg_blocks(s), (long long)qt_cg_blocks(s),
-                         (long long)qt_cg_leaf_tokens(s), (long long)(per * qt_cg_blocks(s)));
+                         (long long)qt_cg_leaf_tokens(s), (long long)(per * qt_cg_blocks(s) / C));
+    if (C > 1)
+        qt_cg_buf_printf(b, "  context %lld: the ranks of a context group share their sequences; "
+                         "context index c holds tokens [c*%lld, (c+1)*%lld) of each (its blocks "
+                         "[c*%lld, (c+1)*%lld)), and the sequence mixers whole sequences of its "
+                         "heads between the head exchanges (docs/context.md)\n", (long long)C,
+                         (long long)(t->seq_len / C), (long long)(t->seq_len / C),
+                         (long long)(qt_cg_blocks(s) / C), (long long)(qt_cg_blocks(s) / C));
     if (s->n_ranks == 1) {
         qt_cg_buf_printf(b, "  1 rank: reads all of them; microbatch m holds sequences "
                          "[m*%lld, m*%lld+%lld)\n", (long long)t->micro_batch,
@@ -254,19 +263,20 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
     const int64_t mb = t->micro_batch;
     if (mbmaj)
         qt_cg_buf_printf(b, "  batch index k of a rank = its mixed-radix coordinate over the "
-                         "batch axes in axis order (data, fsdp, expert); microbatch-major: "
+                         "batch axes%s in axis order (data, fsdp, expert); microbatch-major: "
                          "microbatch m of batch index k holds [(m*%lld + k)*%lld, +%lld), so "
                          "one microbatch over the batch ranks is one contiguous block "
                          "(reduce-scattered %s into the microbatch tree)\n",
-                         (long long)nb, (long long)mb, (long long)mb,
+                         C > 1 ? " but context," : "", (long long)nb, (long long)mb, (long long)mb,
                          g->layer_reduce ? "per layer, right after each flat range's last weight "
                                            "gradient (gradient_reduce=layer)"
                                          : "after each microbatch");
     else
         qt_cg_buf_printf(b, "  batch index k of a rank = its mixed-radix coordinate over the "
-                         "batch axes in axis order (data, fsdp, expert); the rank reads the "
+                         "batch axes%s in axis order (data, fsdp, expert); the rank reads the "
                          "rank-major block [k*%lld, (k+1)*%lld), microbatch m holding "
-                         "[k*%lld + m*%lld, +%lld)\n", (long long)per, (long long)per,
+                         "[k*%lld + m*%lld, +%lld)\n", C > 1 ? " but context," : "",
+                         (long long)per, (long long)per,
                          (long long)per, (long long)mb, (long long)mb);
     for (int64_t r = 0; r < s->n_ranks && r < QT_CG_REPORT_MAX_RANKS; r++) {
         int32_t coord[QT_MESH_COUNT];
@@ -274,7 +284,7 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
         coords_txt(s, r, coord, ct, sizeof ct);
         int64_t k = 0;
         for (int a = 0; a < QT_MESH_COUNT; a++)
-            if (s->batch_mask & (1u << a)) k = k * s->mesh[a] + coord[a];
+            if (seq_mask & (1u << a)) k = k * s->mesh[a] + coord[a];
         if (mbmaj && t->grad_accum > 1)
             qt_cg_buf_printf(b, "  rank %lld (%s): batch index %lld, sequences %lld..%lld, "
                              "then every %lld (%lld microbatches)\n", (long long)r, ct,

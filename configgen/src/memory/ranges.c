@@ -2,8 +2,10 @@
  *
  * Flat ranges (qt_plan.h qt_flat_range), one per holding pattern: the mesh axes along which
  * ranks hold different slices of a parameter (routed experts over `expert`, heads and the
- * shared expert's width over `tensor`); parameters every rank holds whole come first. Their
- * gradients reduce over the batch axes minus the holding axes. Each range is padded to
+ * shared expert's width over `tensor`, the GDN mixers' head weights over `context`), and
+ * the axes over which a parameter's gradient is already complete (the GDN norm weight under
+ * context parallelism); parameters every rank holds whole come first. Their gradients reduce
+ * over the batch axes minus both. Each range is padded to
  * equal, 64-byte aligned blocks of its reduction group. One range (and the parameters in
  * index order) on meshes without expert or tensor parallelism. With per-layer reduction the
  * ranges are per (segment, holding pattern), segments in order of first parameter, and each
@@ -65,11 +67,14 @@ static int64_t place_windows(qt_cg_graph *g, const int64_t *live)
 int qt_cg_flat_ranges(qt_cg_graph *g, char *err, size_t errlen)
 {
     const qt_cg_settings *st = g->s;
-    uint8_t *hold_of = qt_cg_alloc((size_t)(g->np ? g->np : 1));
+    /* a parameter's pattern: its holding axes (low byte) and the axes over which its
+     * gradient is already complete (high byte: qt_cg_tensor.grad_done) */
+    uint16_t *hold_of = qt_cg_alloc((size_t)(g->np ? g->np : 1) * sizeof *hold_of);
     for (int p = 0; p < g->np; p++) {
-        const qt_tensor *t = &g->ts[g->ps[p].tensor].t;
-        for (int d = 0; d < t->ndim; d++)
-            if (t->shape[d] != t->global_shape[d]) hold_of[p] |= t->spec[d];
+        const qt_cg_tensor *ct = &g->ts[g->ps[p].tensor];
+        for (int d = 0; d < ct->t.ndim; d++)
+            if (ct->t.shape[d] != ct->t.global_shape[d]) hold_of[p] |= ct->t.spec[d];
+        hold_of[p] |= (uint16_t)(ct->grad_done << 8);
     }
     int64_t off = 0;
     g->n_ranges = 0;
@@ -79,10 +84,14 @@ int qt_cg_flat_ranges(qt_cg_graph *g, char *err, size_t errlen)
         for (int q = 0; q < p0 && first; q++) first = segment_of(g, q) != segment_of(g, p0);
         if (!first) continue;
         const int64_t seg = g->np ? segment_of(g, p0) : 0;
-        for (int hold = 0; hold < 256; hold++) {
-            int any = 0;
-            for (int p = 0; p < g->np && !any; p++) any = hold_of[p] == hold && segment_of(g, p) == seg;
-            if (!any && (hold || g->layer_reduce)) continue;
+        /* the segment's patterns in increasing order (pattern 0 always, unless per layer) */
+        for (int prev = -1;;) {
+            int hold = prev < 0 && !g->layer_reduce ? 0 : 65536;
+            for (int p = 0; p < g->np; p++)
+                if (segment_of(g, p) == seg && hold_of[p] > prev && hold_of[p] < hold)
+                    hold = hold_of[p];
+            if (hold == 65536) break;
+            prev = hold;
             int64_t lo = off;
             for (int p = 0; p < g->np; p++) {
                 if (hold_of[p] != hold || segment_of(g, p) != seg) continue;
@@ -96,9 +105,9 @@ int qt_cg_flat_ranges(qt_cg_graph *g, char *err, size_t errlen)
                 }
             }
             qt_flat_range *r = new_range(g);
-            r->reduce_mask = (uint8_t)(st->batch_mask & ~hold);
+            r->reduce_mask = (uint8_t)(st->batch_mask & ~hold & ~(hold >> 8));
             r->opt_mask = (uint8_t)(st->opt_mask & r->reduce_mask);
-            r->hold_mask = (uint8_t)hold;
+            r->hold_mask = (uint8_t)(hold & 0xff);
             r->lo = lo;
             off = lo + ALIGN_UP(off - lo, qt_cg_flat_align(st) * qt_cg_group_size(st, r->reduce_mask));
             r->n = off - lo;

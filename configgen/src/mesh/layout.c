@@ -5,8 +5,9 @@
  * Every activation carries two per-dim layouts (bitmasks of mesh axes): t.spec, resolved
  * from its logical axes by the logical_axis_rules (MaxText's semantics), and exec, how this
  * plan actually holds it. The graph computes exec from the axes (qt_cg_layout_default) and
- * the strategies configgen executes: the batch dims split over the batch axes, attention and
- * GDN heads and the shared expert's width over `tensor`; the residual stream, the logits and
+ * the strategies configgen executes: the batch dims split over the batch axes but context,
+ * the token dims over `context`, attention and GDN heads and the shared expert's width over
+ * `tensor` (and over `context` too on the mixers' head side: model/context.c); the residual stream, the logits and
  * the routed experts stay whole on every tensor rank (Megatron layout: row-parallel outputs
  * are all-reduced, with the canonical tree, instead of reduce-scattered). Where exec differs
  * from the declaration, the layer that built the tensor must say so (qt_cg_layout_declare)
@@ -23,12 +24,19 @@
 void qt_cg_layout_default(const qt_cg_settings *s, int ndim, const uint8_t *axes, uint8_t *exec)
 {
     const uint8_t tensor = s->mesh[QT_MESH_TENSOR] > 1 ? (uint8_t)(1u << QT_MESH_TENSOR) : 0;
+    const uint8_t context = qt_cg_context_mask(s);
     for (int d = 0; d < ndim; d++) {
         switch (axes[d]) {
         case QT_LAX_ACT_BATCH:
         case QT_LAX_ACT_KV_BATCH:
         case QT_LAX_ACT_EMBED_LOGITS_BATCH:
-            exec[d] = s->batch_mask;
+            /* sequences over the batch axes; context splits each sequence's tokens */
+            exec[d] = (uint8_t)(s->batch_mask & ~context);
+            break;
+        case QT_LAX_ACT_LENGTH:
+        case QT_LAX_ACT_NORM_LENGTH:
+        case QT_LAX_ACT_LENGTH_ATTN:
+            exec[d] = context;
             break;
         case QT_LAX_ACT_KV_HEADS:
         case QT_LAX_ACT_HEADS:

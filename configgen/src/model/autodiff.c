@@ -116,8 +116,9 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
 {
     qt_cg_graph *g = ad->g;
     qt_op *op;
-    /* S: the sequence; Sb: the tokens of one WGRAD leaf (a canonical token block) */
-    const int64_t S = g->s->tr.seq_len, Sb = qt_cg_leaf_tokens(g->s);
+    /* S: this rank's tokens of a sequence (all of them but under context parallelism);
+     * Sb: the tokens of one WGRAD leaf (a canonical token block) */
+    const int64_t S = g->s->tr.seq_len / qt_cg_context(g->s), Sb = qt_cg_leaf_tokens(g->s);
     switch (f->kind) {
     case QT_OP_ADD: {
         int32_t dy = dout(ad, QT_T(f, ADD, y));
@@ -212,6 +213,28 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
     }
 }
 
+/* A WGRAD op of a mixer's head side: under context parallelism it computes every token
+ * block of its sequences (whole sequences of its heads), not this rank's share of them. */
+static void head_side_leaves(const qt_cg_graph *g, qt_op *op)
+{
+    if (qt_cg_context(g->s) > 1)
+        op->a[QT_A_WGRAD_SEQS] = g->s->tr.micro_batch * qt_cg_blocks(g->s);
+}
+
+/* The head exchange's backward: each direction's gradient goes back the other way, added
+ * into the source's gradient (qt_ops.def CTX_*_BWD). */
+static void backward_exchange(qt_cg_ad *ad, const qt_op *f)
+{
+    qt_cg_graph *g = ad->g;
+    const int32_t dy = dout(ad, QT_T(f, CTX_TO_HEADS, y));
+    const int32_t dx = dgrad(ad, QT_T(f, CTX_TO_HEADS, x));
+    const int32_t scr = bwd_scratch(ad, "exchange_scratch", g->ts[dx].t.name,
+                                    g->ts[QT_T(f, CTX_TO_HEADS, scratch)].t.numel);
+    qt_op *op = bwd(ad, f->kind == QT_OP_CTX_TO_HEADS ? QT_OP_CTX_TO_HEADS_BWD
+                                                      : QT_OP_CTX_TO_TOKENS_BWD, f);
+    QT_CG_SET_T(op, CTX_TO_HEADS_BWD, .dx = dx, .dy = dy, .scratch = scr);
+}
+
 /* The sequence mixers: full attention and the Gated DeltaNet ops. */
 static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
 {
@@ -219,6 +242,10 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
     qt_op *op;
     const int64_t S = g->s->tr.seq_len, Sb = qt_cg_leaf_tokens(g->s);
     switch (f->kind) {
+    case QT_OP_CTX_TO_HEADS:
+    case QT_OP_CTX_TO_TOKENS:
+        backward_exchange(ad, f);
+        return 1;
     case QT_OP_ATTN_FWD: {
         int32_t dO = dout(ad, FT(ATTN, o));
         int32_t dq = dgrad(ad, FT(ATTN, q)), dk = dgrad(ad, FT(ATTN, k)),
@@ -240,6 +267,7 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
         op = wgrad(ad, QT_OP_GDN_CONV_WGRAD, f, FT(GDN_CONV, w), QT_NONE);
         QT_CG_SET_T(op, GDN_CONV_WGRAD, .dc = dc, .pre = FT(GDN_CONV, pre),
                     .qkvz = FT(GDN_CONV, qkvz), .w = FT(GDN_CONV, w));
+        head_side_leaves(g, op);
         return 1;
     }
     case QT_OP_GDN_GATES_FWD: {
@@ -253,6 +281,7 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
         QT_CG_SET_T(op, GDN_GATES_WGRAD, .dg = dg, .ba = FT(GDN_GATES, ba),
                     .A_log = FT(GDN_GATES, A_log), .dt_bias = FT(GDN_GATES, dt_bias));
         QT_A(op, GDN_GATES_WGRAD, S) = Sb;
+        head_side_leaves(g, op);
         return 1;
     }
     case QT_OP_GDN_CORE_FWD: {
@@ -284,10 +313,13 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
                     .qkvz = FT(GATED_RMSNORM, qkvz), .rstd = FT(GATED_RMSNORM, rstd),
                     .w = FT(GATED_RMSNORM, w));
         QT_A(op, GATED_RMSNORM_WGRAD, S) = Sb;
+        head_side_leaves(g, op);
         {
-            const int64_t tp = g->s->mesh[QT_MESH_TENSOR];
+            /* the canonical head groups of the global heads, this rank's share: the heads
+             * are split over tensor (x context on the head side) */
+            const int64_t tc = g->s->mesh[QT_MESH_TENSOR] * qt_cg_context(g->s);
             QT_A(op, GATED_RMSNORM_WGRAD, groups) =
-                qt_canon_blocks(FA(GATED_RMSNORM, Hv) * tp, 1) / tp;
+                qt_canon_blocks(FA(GATED_RMSNORM, Hv) * tc, 1) / tc;
         }
         return 1;
     }
@@ -347,8 +379,12 @@ static void backward_expert_ffn(qt_cg_ad *ad, const qt_op *f)
                 .w_down = FT(EXPERT_FFN, w_down), .scratch = s2, .dgu = dgu, .seg = seg);
     QT_A(op, EXPERT_FFN_WGRAD, S) = qt_cg_leaf_tokens(g->s);
     /* an expert host computes a leaf for every token block of its expert group */
-    if (seg != QT_NONE)
-        op->a[QT_A_WGRAD_SEQS] = Ep * g->s->tr.micro_batch * qt_cg_blocks(g->s);
+    if (seg != QT_NONE) {
+        /* the expert group: expert x context (graph.c expert_parallel), each member's token
+         * blocks */
+        const int64_t C = qt_cg_context(g->s), M = Ep > 1 ? Ep * C : 1;
+        op->a[QT_A_WGRAD_SEQS] = M * g->s->tr.micro_batch * qt_cg_blocks(g->s) / C;
+    }
 }
 
 /* The MoE ops: router, expert FFN and the expert-parallel row exchange. */

@@ -26,75 +26,15 @@
     "projections all-reduce their outputs (canonical tree) instead of reduce-scattering"
 #define AX(...) ((const uint8_t[]){__VA_ARGS__})
 
-int32_t qt_cg_add_tensor(qt_cg_graph *g, const char *name, int role, int dtype, int ndim,
-                         const int64_t *shape, const uint8_t *axes)
-{
-    g->ts = qt_cg_grow(g->ts, &g->capt, g->nt + 1, sizeof *g->ts);
-    qt_cg_tensor *ct = &g->ts[g->nt];
-    qt_tensor *t = &ct->t;
-    t->name = qt_cg_strdup(name);
-    t->role = (uint8_t)role;
-    t->dtype = (uint8_t)dtype;
-    t->ndim = (uint8_t)ndim;
-    t->numel = 1;
-    const char *names[QT_MAX_DIMS] = {0};
-    for (int i = 0; i < ndim; i++) {
-        t->shape[i] = t->global_shape[i] = shape[i];
-        t->axes[i] = axes[i];
-        /* the settings bound every shape product; this catches a shape they missed */
-        if (__builtin_mul_overflow(t->numel, shape[i], &t->numel) ||
-            t->numel > ((int64_t)1 << 56)) {
-            if (!g->too_big) g->too_big = t->name;
-            t->numel = 1;
-        }
-        names[i] = axes[i] ? qt_cg_lax_names[axes[i]] : NULL;
-    }
-    qt_cg_resolve(g->s->rules, g->s->n_rules, g->s->mesh, ndim, names, t->spec, NULL);
-    qt_cg_layout_default(g->s, ndim, axes, ct->exec);
-    ct->reshard = NULL;
-    ct->param = -1;
-    ct->first = ct->last = -1;
-    ct->ep_seg = QT_NONE;
-    ct->alias_of = -1;
-    ct->alias_off = 0;
-    return g->nt++;
-}
-
-int32_t qt_cg_clone_tensor(qt_cg_graph *g, int32_t id, const char *suffix)
-{
-    char name[300];
-    snprintf(name, sizeof name, "%s%s", g->ts[id].t.name, suffix);
-    qt_cg_tensor src = g->ts[id];   /* copy: add_tensor may move the array */
-    int32_t c = qt_cg_add_tensor(g, name, src.t.role, src.t.dtype, src.t.ndim, src.t.shape,
-                                 src.t.axes);
-    qt_cg_tensor *ct = &g->ts[c];
-    memcpy(ct->t.global_shape, src.t.global_shape, sizeof ct->t.global_shape);
-    memcpy(ct->t.spec, src.t.spec, sizeof ct->t.spec);
-    memcpy(ct->t.seg, src.t.seg, sizeof ct->t.seg);
-    ct->t.seg_dim = src.t.seg_dim;
-    memcpy(ct->exec, src.exec, sizeof ct->exec);
-    return c;
-}
-
-qt_op *qt_cg_emit_op(qt_cg_graph *g, int init, int kind)
-{
-    qt_op *op;
-    if (init) {
-        g->init = qt_cg_grow(g->init, &g->capinit, g->ninit + 1, sizeof *g->init);
-        op = &g->init[g->ninit++];
-    } else {
-        g->mb = qt_cg_grow(g->mb, &g->capmb, g->nmb + 1, sizeof *g->mb);
-        op = &g->mb[g->nmb++];
-    }
-    qt_cg_op_blank(op, kind);
-    return op;
-}
-
 typedef struct qt_cg_dims {
     /* head counts, Cc and fs are this rank's (tensor parallelism splits them tp ways);
      * parameters are declared with global shapes (x tp) and localised by add_param */
     int64_t b, S, T, d, V, E, k, f, fs, Hq, Hkv, hd, R, Hk, Hv, Dk, Dv, K, r, G, Cc, nch, tp;
     int64_t nbt; /* canonical token blocks per sequence (context_blocks) */
+    /* context parallelism (model/context.c): C ranks share each sequence; S and T above are
+     * this rank's tokens of a sequence and of the microbatch (per-token ops), Sm the whole
+     * sequence (the mixers' head side, rotary table, GDN chunks) */
+    int64_t C, Sm;
 } qt_cg_dims;
 
 static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64_t *shape,
@@ -107,8 +47,11 @@ static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64
     qt_tensor *pt = &g->ts[t].t;
     for (int d = 0; d < ndim; d++) {
         int64_t parts = 1;
-        if (axes[d] == QT_LAX_EXP && (pt->spec[d] & (1u << QT_MESH_EXPERT)))
-            parts = g->s->mesh[QT_MESH_EXPERT];
+        if (axes[d] == QT_LAX_EXP && (pt->spec[d] & (1u << QT_MESH_EXPERT))) {
+            /* with context parallelism the expert group spans expert x context */
+            parts = g->s->mesh[QT_MESH_EXPERT] * qt_cg_context(g->s);
+            pt->spec[d] |= qt_cg_context_mask(g->s);
+        }
         /* tensor parallelism splits heads and the shared and routed experts' widths */
         if (qt_cg_tp_axis(axes[d]) && (pt->spec[d] & (1u << QT_MESH_TENSOR)))
             parts = g->s->mesh[QT_MESH_TENSOR];
@@ -131,7 +74,10 @@ static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64
         p->init_scale = 0.0f;
     }
     p->layer = layer;
-    p->leaves = g->s->tr.micro_batch * g->s->tr.grad_accum * qt_cg_blocks(g->s);
+    /* this rank's token blocks of the step (model/context.c: the mixers' own weights take
+     * every block of their heads) */
+    p->leaves = g->s->tr.micro_batch * g->s->tr.grad_accum * qt_cg_blocks(g->s) /
+                qt_cg_context(g->s);
     g->ts[t].param = g->np++;
     return t;
 }
@@ -235,90 +181,139 @@ static int32_t scratch(qt_cg_graph *g, const char *name, int64_t n)
     return qt_cg_add_tensor(g, name, QT_ROLE_SCRATCH, QT_F32, 1, SHP(n), AX(QT_LAX_NONE));
 }
 
-static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg_dims *D)
+/* The GDN layer's parameters: this rank's shares (heads over tensor; under context
+ * parallelism the mixer's own weights over context too: model/context.c). */
+typedef struct qt_cg_gdn_w {
+    int32_t qkvz, ba, conv, a_log, dt_bias, norm, out;
+} qt_cg_gdn_w;
+
+static void gdn_params(qt_cg_graph *g, int l, const qt_cg_dims *D, qt_cg_gdn_w *w)
 {
     char n[256], pre[64];
-    float eps = g->s->m.norm_eps;
     snprintf(pre, sizeof pre, "model.layers.%d.linear_attn.", l);
 #define PN(s) (snprintf(n, sizeof n, "%s%s", pre, s), n)
-#define AN(s) (snprintf(n, sizeof n, "L%d.gdn.%s", l, s), n)
-    int32_t w_qkvz = proj(g, PN("in_proj_qkvz.weight"), D->tp * D->Hk * D->G, D->d, QT_LAX_GDN_HEAD,
-                          QT_LAX_EMBED, l);
-    int32_t w_ba = proj(g, PN("in_proj_ba.weight"), D->tp * 2 * D->Hv, D->d, QT_LAX_GDN_HEAD,
-                        QT_LAX_EMBED, l);
-    int32_t w_conv = add_param(g, PN("conv1d.weight"), 3, SHP(D->tp * D->Cc, 1, D->K),
-                               AX(QT_LAX_GDN_HEAD, 0, 0),
-                               QT_INIT_TRUNC_NORMAL, 1.0 / sqrt((double)D->K), l);
+    w->qkvz = proj(g, PN("in_proj_qkvz.weight"), D->tp * D->Hk * D->G, D->d, QT_LAX_GDN_HEAD,
+                   QT_LAX_EMBED, l);
+    w->ba = proj(g, PN("in_proj_ba.weight"), D->tp * 2 * D->Hv, D->d, QT_LAX_GDN_HEAD,
+                 QT_LAX_EMBED, l);
+    w->conv = add_param(g, PN("conv1d.weight"), 3, SHP(D->tp * D->Cc, 1, D->K),
+                        AX(QT_LAX_GDN_HEAD, 0, 0), QT_INIT_TRUNC_NORMAL,
+                        1.0 / sqrt((double)D->K), l);
     /* the conv channels are [q | k | v] of all heads: each part splits by heads */
-    g->ts[w_conv].t.seg[0] = D->tp * D->Hk * D->Dk;
-    g->ts[w_conv].t.seg[1] = D->tp * D->Hk * D->Dk;
-    g->ts[w_conv].t.seg[2] = D->tp * D->Hv * D->Dv;
-    int32_t a_log = add_param(g, PN("A_log"), 1, SHP(D->tp * D->Hv), AX(QT_LAX_GDN_HEAD),
-                              QT_INIT_LOG_UNIFORM, 0, l);
-    int32_t dt_bias = add_param(g, PN("dt_bias"), 1, SHP(D->tp * D->Hv), AX(QT_LAX_GDN_HEAD),
-                                QT_INIT_ONES, 0.0, l);
-    int32_t w_norm = norm_w(g, PN("norm.weight"), D->Dv, QT_INIT_ONES, l);
-    int32_t w_out = proj(g, PN("out_proj.weight"), D->d, D->tp * D->Hv * D->Dv, QT_LAX_EMBED,
-                         QT_LAX_GDN_HEAD, l);
-
-    const uint8_t kvb = QT_LAX_ACT_KV_BATCH, kvh = QT_LAX_ACT_KV_HEADS;
-    int32_t qkvz = qt_cg_add_tensor(g, AN("qkvz"), QT_ROLE_ACT, QT_F32, 4,
-                                    SHP(D->b, D->S, D->Hk, D->G), AX(kvb, 0, kvh, 0));
-    int32_t ba = qt_cg_add_tensor(g, AN("ba"), QT_ROLE_ACT, QT_F32, 4,
-                                  SHP(D->b, D->S, D->Hk, 2 * D->r), AX(kvb, 0, kvh, 0));
-    /* the conv channels are the heads' q | k | v parts: head-structured like kvh */
-    int32_t c = act3(g, AN("conv"), D, D->Cc, kvb, 0, kvh);
-    int32_t cpre = qt_cg_add_tensor(g, AN("conv_pre"), QT_ROLE_SAVED, QT_F32, 3,
-                                    SHP(D->b, D->S, D->Cc), AX(kvb, 0, kvh));
-    int32_t beta = act3(g, AN("beta"), D, D->Hv, kvb, 0, kvh);
-    int32_t gg = act3(g, AN("g"), D, D->Hv, kvb, 0, kvh);
-    int32_t o = qt_cg_add_tensor(g, AN("o"), QT_ROLE_ACT, QT_F32, 4,
-                                 SHP(D->b, D->S, D->Hv, D->Dv), AX(kvb, 0, kvh, 0));
-    int32_t states = qt_cg_add_tensor(g, AN("states"), QT_ROLE_SAVED, QT_F32, 4,
-                                      SHP(D->b, D->Hv, D->nch, D->Dk * D->Dv), AX(kvb, kvh, 0, 0));
-    int32_t rq = qt_cg_add_tensor(g, AN("rq"), QT_ROLE_SAVED, QT_F32, 3, SHP(D->b, D->S, D->Hk),
-                                  AX(kvb, 0, kvh));
-    int32_t rk = qt_cg_add_tensor(g, AN("rk"), QT_ROLE_SAVED, QT_F32, 3, SHP(D->b, D->S, D->Hk),
-                                  AX(kvb, 0, kvh));
-    int32_t y = qt_cg_add_tensor(g, AN("y"), QT_ROLE_ACT, QT_F32, 4,
-                                 SHP(D->b, D->S, D->Hv, D->Dv), AX(kvb, 0, kvh, 0));
-    int32_t yrstd = qt_cg_add_tensor(g, AN("y_rstd"), QT_ROLE_SAVED, QT_F32, 3,
-                                     SHP(D->b, D->S, D->Hv), AX(kvb, 0, kvh));
+    g->ts[w->conv].t.seg[0] = D->tp * D->Hk * D->Dk;
+    g->ts[w->conv].t.seg[1] = D->tp * D->Hk * D->Dk;
+    g->ts[w->conv].t.seg[2] = D->tp * D->Hv * D->Dv;
+    w->a_log = add_param(g, PN("A_log"), 1, SHP(D->tp * D->Hv), AX(QT_LAX_GDN_HEAD),
+                         QT_INIT_LOG_UNIFORM, 0, l);
+    w->dt_bias = add_param(g, PN("dt_bias"), 1, SHP(D->tp * D->Hv), AX(QT_LAX_GDN_HEAD),
+                           QT_INIT_ONES, 0.0, l);
+    w->norm = norm_w(g, PN("norm.weight"), D->Dv, QT_INIT_ONES, l);
+    w->out = proj(g, PN("out_proj.weight"), D->d, D->tp * D->Hv * D->Dv, QT_LAX_EMBED,
+                  QT_LAX_GDN_HEAD, l);
 #undef PN
-#undef AN
-    matmul_col(g, qkvz, h, w_qkvz, D);
-    matmul_col(g, ba, h, w_ba, D);
+    if (D->C > 1) {
+        qt_cg_ctx_split_param(g, w->conv, 0);
+        qt_cg_ctx_split_param(g, w->a_log, 0);
+        qt_cg_ctx_split_param(g, w->dt_bias, 0);
+        qt_cg_ctx_complete_param(g, w->norm);
+    }
+}
+
+/* A head-side activation [b, S, H, w] (or [b, S, n]) of a mixer: whole sequences of this
+ * rank's heads; under context parallelism a declared layout (model/context.c). */
+static int32_t head_act(qt_cg_graph *g, const char *name, int role, const qt_cg_dims *D,
+                        int ndim, const int64_t *shape, const uint8_t *axes, int head_dim,
+                        int len_dim)
+{
+    int32_t t = qt_cg_add_tensor(g, name, role, QT_F32, ndim, shape, axes);
+    if (D->C > 1) qt_cg_ctx_head_side(g, t, head_dim, len_dim);
+    return t;
+}
+
+/* Gated DeltaNet. The projections run on this rank's tokens (T rows); the convolution,
+ * gates, delta rule and gated norm on whole sequences of its heads (head side: S = the
+ * whole length, 1/C of the tensor rank's heads), between the head exchanges when C > 1. */
+static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg_dims *D)
+{
+    char n[256];
+    float eps = g->s->m.norm_eps;
+    qt_cg_gdn_w w;
+    gdn_params(g, l, D, &w);
+    const int64_t C = D->C, b = D->b, S = D->Sm, T = b * S, Hk = D->Hk / C, Hv = D->Hv / C,
+                  Cc = D->Cc / C;
+#define AN(s) (snprintf(n, sizeof n, "L%d.gdn.%s", l, s), n)
+#define HA(nm, role, nd, shp, ax, hd) head_act(g, AN(nm), role, D, nd, shp, ax, hd, -1)
+    const uint8_t kvb = QT_LAX_ACT_KV_BATCH, kvh = QT_LAX_ACT_KV_HEADS;
+    const uint8_t len = C > 1 ? QT_LAX_ACT_LENGTH : 0;
+    /* token side: the projections' outputs */
+    int32_t qkvz = qt_cg_add_tensor(g, AN("qkvz"), QT_ROLE_ACT, QT_F32, 4,
+                                    SHP(b, D->S, D->Hk, D->G), AX(kvb, len, kvh, 0));
+    int32_t ba = qt_cg_add_tensor(g, AN("ba"), QT_ROLE_ACT, QT_F32, 4,
+                                  SHP(b, D->S, D->Hk, 2 * D->r), AX(kvb, len, kvh, 0));
+    /* head side; the conv channels are the heads' q | k | v parts: head-structured */
+    int32_t c = HA("conv", QT_ROLE_ACT, 3, SHP(b, S, Cc), AX(kvb, 0, kvh), 2);
+    int32_t cpre = HA("conv_pre", QT_ROLE_SAVED, 3, SHP(b, S, Cc), AX(kvb, 0, kvh), 2);
+    int32_t beta = HA("beta", QT_ROLE_ACT, 3, SHP(b, S, Hv), AX(kvb, 0, kvh), 2);
+    int32_t gg = HA("g", QT_ROLE_ACT, 3, SHP(b, S, Hv), AX(kvb, 0, kvh), 2);
+    int32_t o = HA("o", QT_ROLE_ACT, 4, SHP(b, S, Hv, D->Dv), AX(kvb, 0, kvh, 0), 2);
+    int32_t states = HA("states", QT_ROLE_SAVED, 4, SHP(b, Hv, D->nch, D->Dk * D->Dv),
+                        AX(kvb, kvh, 0, 0), 1);
+    int32_t rq = HA("rq", QT_ROLE_SAVED, 3, SHP(b, S, Hk), AX(kvb, 0, kvh), 2);
+    int32_t rk = HA("rk", QT_ROLE_SAVED, 3, SHP(b, S, Hk), AX(kvb, 0, kvh), 2);
+    int32_t y = HA("y", QT_ROLE_ACT, 4, SHP(b, S, Hv, D->Dv), AX(kvb, 0, kvh, 0), 2);
+    int32_t yrstd = HA("y_rstd", QT_ROLE_SAVED, 3, SHP(b, S, Hv), AX(kvb, 0, kvh), 2);
+    /* the exchanges' other sides (C = 1: the same tensors) */
+    int32_t qkvz_h = qkvz, ba_h = ba, y_t = y;
+    if (C > 1) {
+        qkvz_h = HA("qkvz_heads", QT_ROLE_ACT, 4, SHP(b, S, Hk, D->G), AX(kvb, 0, kvh, 0), 2);
+        ba_h = HA("ba_heads", QT_ROLE_ACT, 4, SHP(b, S, Hk, 2 * D->r), AX(kvb, 0, kvh, 0), 2);
+        y_t = qt_cg_add_tensor(g, AN("y_tokens"), QT_ROLE_ACT, QT_F32, 4,
+                               SHP(b, D->S, D->Hv, D->Dv), AX(kvb, len, kvh, 0));
+    }
+#undef HA
+    matmul_col(g, qkvz, h, w.qkvz, D);
+    matmul_col(g, ba, h, w.ba, D);
+    if (C > 1) {
+        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, qkvz_h, qkvz, b, S, D->Hk, D->G);
+        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, ba_h, ba, b, S, D->Hk, 2 * D->r);
+    }
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_GDN_CONV_FWD);
-    QT_CG_SET_T(op, GDN_CONV_FWD, .c = c, .pre = cpre, .qkvz = qkvz, .w = w_conv);
-    QT_CG_SET_A(op, GDN_CONV_FWD, .b = D->b, .S = D->S, .Hk = D->Hk, .Dk = D->Dk, .Hv = D->Hv,
-                .Dv = D->Dv, .K = D->K);
+    QT_CG_SET_T(op, GDN_CONV_FWD, .c = c, .pre = cpre, .qkvz = qkvz_h, .w = w.conv);
+    QT_CG_SET_A(op, GDN_CONV_FWD, .b = b, .S = S, .Hk = Hk, .Dk = D->Dk, .Hv = Hv, .Dv = D->Dv,
+                .K = D->K);
     op = qt_cg_emit_op(g, 0, QT_OP_GDN_GATES_FWD);
-    QT_CG_SET_T(op, GDN_GATES_FWD, .beta = beta, .g = gg, .ba = ba, .A_log = a_log,
-                .dt_bias = dt_bias);
-    QT_CG_SET_A(op, GDN_GATES_FWD, .T = D->T, .Hk = D->Hk, .Hv = D->Hv);
+    QT_CG_SET_T(op, GDN_GATES_FWD, .beta = beta, .g = gg, .ba = ba_h, .A_log = w.a_log,
+                .dt_bias = w.dt_bias);
+    QT_CG_SET_A(op, GDN_GATES_FWD, .T = T, .Hk = Hk, .Hv = Hv);
     /* algo selects the algorithm; only the chunked form needs forward scratch (qt_ops.h:
      * 2*C*Dk + 2*C*Dv + 4*C*C + 3*C with C = min(chunk, S)), the recurrent one gets a
      * one-float placeholder so that every slot names a tensor. */
     int64_t chunked = g->s->gdn_chunked, ck = g->s->m.gdn_chunk;
     snprintf(n, sizeof n, "L%d.gdn.core_fwd_scratch", l);
     const int32_t cscr = scratch(g, n, chunked ? QT_GDN_CHUNK_FWD_SCRATCH(
-                                                     QT_GDN_CHUNK_ROWS(ck, D->S), D->Dk, D->Dv)
+                                                     QT_GDN_CHUNK_ROWS(ck, S), D->Dk, D->Dv)
                                                : 1);
     op = qt_cg_emit_op(g, 0, QT_OP_GDN_CORE_FWD);
     QT_CG_SET_T(op, GDN_CORE_FWD, .o = o, .states = states, .rq = rq, .rk = rk, .c = c, .g = gg,
                 .beta = beta, .scratch = cscr);
-    QT_CG_SET_A(op, GDN_CORE_FWD, .b = D->b, .S = D->S, .Hk = D->Hk, .Dk = D->Dk, .Hv = D->Hv,
-                .Dv = D->Dv, .chunk = ck, .algo = chunked);
+    QT_CG_SET_A(op, GDN_CORE_FWD, .b = b, .S = S, .Hk = Hk, .Dk = D->Dk, .Hv = Hv, .Dv = D->Dv,
+                .chunk = ck, .algo = chunked);
     op->f[0] = (float)(1.0 / sqrt((double)D->Dk));
     op->f[1] = 1e-6f;
     op = qt_cg_emit_op(g, 0, QT_OP_GATED_RMSNORM_FWD);
-    QT_CG_SET_T(op, GATED_RMSNORM_FWD, .y = y, .rstd = yrstd, .o = o, .qkvz = qkvz, .w = w_norm);
-    QT_CG_SET_A(op, GATED_RMSNORM_FWD, .T = D->T, .Hk = D->Hk, .Dk = D->Dk, .Hv = D->Hv,
-                .Dv = D->Dv);
+    QT_CG_SET_T(op, GATED_RMSNORM_FWD, .y = y, .rstd = yrstd, .o = o, .qkvz = qkvz_h,
+                .w = w.norm);
+    QT_CG_SET_A(op, GATED_RMSNORM_FWD, .T = T, .Hk = Hk, .Dk = D->Dk, .Hv = Hv, .Dv = D->Dv);
     op->f[0] = eps;
-    matmul_row(g, mix, y, w_out, D);
+    if (C > 1) qt_cg_ctx_exchange(g, QT_OP_CTX_TO_TOKENS, y_t, y, b, S, D->Hv, D->Dv);
+#undef AN
+    matmul_row(g, mix, y_t, w.out, D);
 }
 
+/* Gated full attention. The projections, the q/k norms and the output gate run on this
+ * rank's tokens; rotary positions, scores and softmax on whole sequences of its heads (head
+ * side: S = the whole length, 1/C of the tensor rank's heads; every kv head with all the
+ * query heads that read it), between the head exchanges when C > 1. */
 static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg_dims *D)
 {
     char n[256], pre[64];
@@ -337,27 +332,39 @@ static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_c
     int32_t qn_w = norm_w(g, PN("q_norm.weight"), D->hd, QT_INIT_ZEROS, l);
     int32_t kn_w = norm_w(g, PN("k_norm.weight"), D->hd, QT_INIT_ZEROS, l);
 
+    const int64_t C = D->C, b = D->b, S = D->Sm, Hq = D->Hq / C, Hkv = D->Hkv / C;
     const uint8_t kvb = QT_LAX_ACT_KV_BATCH, len = QT_LAX_ACT_LENGTH_ATTN,
                   kvh = QT_LAX_ACT_KV_HEADS, hdx = QT_LAX_ACT_KV_HEAD_DIM;
-#define HT(nm, role, H, w) qt_cg_add_tensor(g, AN(nm), role, QT_F32, 4, SHP(D->b, D->S, H, w), \
+#define HT(nm, role, H, w) qt_cg_add_tensor(g, AN(nm), role, QT_F32, 4, SHP(b, D->S, H, w), \
                                             AX(kvb, len, kvh, hdx))
+#define HH(nm, H) head_act(g, AN(nm), QT_ROLE_ACT, D, 4, SHP(b, S, H, D->hd), \
+                           AX(kvb, len, kvh, hdx), 2, 1)
     int32_t qg = HT("qg", QT_ROLE_ACT, D->Hq, 2 * D->hd);
     int32_t k0 = HT("k", QT_ROLE_ACT, D->Hkv, D->hd);
     int32_t v = HT("v", QT_ROLE_ACT, D->Hkv, D->hd);
     int32_t qn = HT("q_normed", QT_ROLE_ACT, D->Hq, D->hd);
     int32_t kn = HT("k_normed", QT_ROLE_ACT, D->Hkv, D->hd);
-    int32_t qr = HT("q_rope", QT_ROLE_ACT, D->Hq, D->hd);
-    int32_t kr = HT("k_rope", QT_ROLE_ACT, D->Hkv, D->hd);
-    int32_t att = HT("o", QT_ROLE_ACT, D->Hq, D->hd);
-#undef HT
+    int32_t qr = HH("q_rope", Hq);
+    int32_t kr = HH("k_rope", Hkv);
+    int32_t att = HH("o", Hq);
     int32_t qrstd = qt_cg_add_tensor(g, AN("q_rstd"), QT_ROLE_SAVED, QT_F32, 3,
-                                     SHP(D->b, D->S, D->Hq), AX(kvb, len, kvh));
+                                     SHP(b, D->S, D->Hq), AX(kvb, len, kvh));
     int32_t krstd = qt_cg_add_tensor(g, AN("k_rstd"), QT_ROLE_SAVED, QT_F32, 3,
-                                     SHP(D->b, D->S, D->Hkv), AX(kvb, len, kvh));
-    int32_t lse = qt_cg_add_tensor(g, AN("lse"), QT_ROLE_SAVED, QT_F32, 3,
-                                   SHP(D->b, D->Hq, D->S), AX(kvb, kvh, len));
+                                     SHP(b, D->S, D->Hkv), AX(kvb, len, kvh));
+    int32_t lse = head_act(g, AN("lse"), QT_ROLE_SAVED, D, 3, SHP(b, Hq, S), AX(kvb, kvh, len),
+                           1, 2);
     int32_t gated = act3(g, AN("gated"), D, D->Hq * D->hd, QT_LAX_ACT_BATCH, QT_LAX_ACT_LENGTH,
                          QT_LAX_ACT_HEADS);
+    /* the exchanges' other sides (C = 1: the same tensors) */
+    int32_t qn_h = qn, kn_h = kn, v_h = v, att_t = att;
+    if (C > 1) {
+        qn_h = HH("q_normed_heads", Hq);
+        kn_h = HH("k_normed_heads", Hkv);
+        v_h = HH("v_heads", Hkv);
+        att_t = HT("o_tokens", QT_ROLE_ACT, D->Hq, D->hd);
+    }
+#undef HT
+#undef HH
 #undef PN
 #undef AN
     matmul_col(g, qg, h, wq, D);
@@ -368,21 +375,27 @@ static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_c
     QT_A(&g->mb[g->nmb - 1], RMSNORM_FWD, heads) = D->tp * D->Hq;
     rmsnorm(g, kn, krstd, k0, kn_w, D->T * D->Hkv, D->hd, D->hd, D->hd, eps);
     QT_A(&g->mb[g->nmb - 1], RMSNORM_FWD, heads) = D->tp * D->Hkv;
-    int32_t xs[2] = {qn, kn}, ys[2] = {qr, kr};
-    int64_t hs[2] = {D->Hq, D->Hkv};
+    if (C > 1) {
+        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, qn_h, qn, b, S, D->Hq, D->hd);
+        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, kn_h, kn, b, S, D->Hkv, D->hd);
+        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, v_h, v, b, S, D->Hkv, D->hd);
+    }
+    int32_t xs[2] = {qn_h, kn_h}, ys[2] = {qr, kr};
+    int64_t hs[2] = {Hq, Hkv};
     for (int i = 0; i < 2; i++) {
         qt_op *op = qt_cg_emit_op(g, 0, QT_OP_ROPE_FWD);
         QT_CG_SET_T(op, ROPE_FWD, .y = ys[i], .x = xs[i], .table = g->table);
-        QT_CG_SET_A(op, ROPE_FWD, .b = D->b, .S = D->S, .H = hs[i], .hd = D->hd, .R = D->R);
+        QT_CG_SET_A(op, ROPE_FWD, .b = b, .S = S, .H = hs[i], .hd = D->hd, .R = D->R);
     }
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_ATTN_FWD);
     snprintf(n, sizeof n, "L%d.attn.fwd_scratch", l);
-    const int32_t ascr = scratch(g, n, D->S);
-    QT_CG_SET_T(op, ATTN_FWD, .o = att, .lse = lse, .q = qr, .k = kr, .v = v, .scratch = ascr);
-    QT_CG_SET_A(op, ATTN_FWD, .b = D->b, .S = D->S, .Hq = D->Hq, .Hkv = D->Hkv, .hd = D->hd);
+    const int32_t ascr = scratch(g, n, S);
+    QT_CG_SET_T(op, ATTN_FWD, .o = att, .lse = lse, .q = qr, .k = kr, .v = v_h, .scratch = ascr);
+    QT_CG_SET_A(op, ATTN_FWD, .b = b, .S = S, .Hq = Hq, .Hkv = Hkv, .hd = D->hd);
     op->f[0] = (float)(1.0 / sqrt((double)D->hd));
+    if (C > 1) qt_cg_ctx_exchange(g, QT_OP_CTX_TO_TOKENS, att_t, att, b, S, D->Hq, D->hd);
     op = qt_cg_emit_op(g, 0, QT_OP_SIGMOID_GATE_FWD);
-    QT_CG_SET_T(op, SIGMOID_GATE_FWD, .y = gated, .x = att, .gate = qg);
+    QT_CG_SET_T(op, SIGMOID_GATE_FWD, .y = gated, .x = att_t, .gate = qg);
     QT_CG_SET_A(op, SIGMOID_GATE_FWD, .T = D->T, .n = D->Hq * D->hd, .mode = QT_GATE_HEADS,
                 .hd = D->hd);
     matmul_row(g, mix, gated, wo, D);
@@ -412,17 +425,20 @@ static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int3
                             int32_t wgu, int32_t wd, const qt_cg_dims *D)
 {
     char n[256];
-    const int64_t Ep = g->s->mesh[QT_MESH_EXPERT], El = D->E / Ep;
-    const int64_t rmax = Ep * D->T * (D->k < El ? D->k : El);
-    /* the group the rows travel in: the expert axis, or none (tensor parallelism only: the
-     * rows stay on their rank, and only their partial sums cross the tensor group) */
-    const int64_t mask = Ep > 1 ? (int64_t)(1u << QT_MESH_EXPERT) : 0;
+    /* the group the rows travel in: the expert axis (and the context axis with it, so a
+     * host receives every block of its members' sequences in token order), or none (tensor
+     * parallelism only: the rows stay on their rank, and only their partial sums cross the
+     * tensor group) */
+    const int64_t Ep = g->s->mesh[QT_MESH_EXPERT], M = Ep > 1 ? Ep * D->C : 1, El = D->E / M;
+    const int64_t rmax = M * D->T * (D->k < El ? D->k : El);
+    const int64_t mask = Ep > 1 ? (int64_t)((1u << QT_MESH_EXPERT) | qt_cg_context_mask(g->s)) : 0;
+    /* this rank's token blocks: the exchange's "sequences" */
+    const int64_t blocks = D->b * D->nbt / D->C;
     const int64_t nb = expert_canon(g, D);
 #define AN(s) (snprintf(n, sizeof n, "L%d.moe.ep_%s", l, s), n)
     int32_t xr = qt_cg_add_tensor(g, AN("x"), QT_ROLE_ACT, QT_F32, 2, SHP(rmax, D->d), AX(0, 0));
     int32_t er = qt_cg_add_tensor(g, AN("expert"), QT_ROLE_ACT, QT_I32, 1, SHP(rmax), AX(0));
-    int32_t seg = qt_cg_add_tensor(g, AN("seg"), QT_ROLE_ACT, QT_I32, 1, SHP(Ep * D->b * D->nbt + 1),
-                                   AX(0));
+    int32_t seg = qt_cg_add_tensor(g, AN("seg"), QT_ROLE_ACT, QT_I32, 1, SHP(M * blocks + 1), AX(0));
     int32_t yr = qt_cg_add_tensor(g, AN("y"), QT_ROLE_ACT, QT_F32, 2, SHP(rmax, D->d), AX(0, 0));
     int32_t gur = qt_cg_add_tensor(g, AN("gu"), QT_ROLE_SAVED, QT_F32, 2, SHP(rmax, 2 * D->f),
                                    AX(0, 0));
@@ -437,7 +453,7 @@ static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int3
     /* the common attributes of the four expert-parallel kinds; their "sequences" are the
      * token blocks, the leaves of the hosts' weight gradients */
     const qt_cg_a_MOE_DISPATCH_FWD ea = {.T = D->T, .k = D->k, .d = D->d, .E = D->E, .El = El,
-                                         .b = D->b * D->nbt, .S = D->S / D->nbt, .mask = mask,
+                                         .b = blocks, .S = D->Sm / D->nbt, .mask = mask,
                                          .Rmax = rmax};
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_DISPATCH_FWD);
     QT_CG_SET_T(op, MOE_DISPATCH_FWD, .xr = xr, .er = er, .seg = seg, .x = h2, .idx = idx,
@@ -458,8 +474,8 @@ static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int3
     QT_CG_SET_T(op, MOE_RETURN_FWD, .y = ey, .yr = yr, .idx = idx, .seg = seg, .scratch = rscr);
     memcpy(op->a, &ea, sizeof ea);
     /* the experts' gradient trees take a leaf for every sequence of the expert group */
-    g->ps[g->ts[wgu].param].leaves *= Ep;
-    g->ps[g->ts[wd].param].leaves *= Ep;
+    g->ps[g->ts[wgu].param].leaves *= M;
+    g->ps[g->ts[wd].param].leaves *= M;
 }
 
 static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_cg_dims *D)
@@ -552,7 +568,9 @@ static void dims_of(const qt_cg_settings *s, qt_cg_dims *D)
     const qt_model_dims *m = &s->m;
     D->b = s->tr.micro_batch;
     D->nbt = qt_cg_blocks(s);
-    D->S = s->tr.seq_len;
+    D->C = qt_cg_context(s);
+    D->Sm = s->tr.seq_len;
+    D->S = D->Sm / D->C;
     D->T = D->b * D->S;
     D->d = m->d;
     D->V = m->vocab;
@@ -579,7 +597,7 @@ static void dims_of(const qt_cg_settings *s, qt_cg_dims *D)
     D->r = D->Hv / D->Hk;
     D->G = 2 * D->Dk + 2 * D->r * D->Dv;
     D->Cc = 2 * D->Hk * D->Dk + D->Hv * D->Dv;
-    D->nch = (D->S + m->gdn_chunk - 1) / m->gdn_chunk;
+    D->nch = (D->Sm + m->gdn_chunk - 1) / m->gdn_chunk;
 }
 
 int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen)
@@ -594,19 +612,19 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     g->targets = qt_cg_add_tensor(g, "targets", QT_ROLE_INPUT, QT_I32, 2, SHP(D.b, D.S),
                                   AX(LB, L));
     /* one loss sum per token block (the WGRAD leaves' blocks; per sequence without them) */
-    g->loss_seq = qt_cg_add_tensor(g, "loss_seq", QT_ROLE_LOSS, QT_F32, 1, SHP(D.b * D.nbt),
-                                   AX(LB));
+    g->loss_seq = qt_cg_add_tensor(g, "loss_seq", QT_ROLE_LOSS, QT_F32, 1,
+                                   SHP(D.b * D.nbt / D.C), AX(LB));
     if (s->lb_weight > 0)
         g->lb_seq = qt_cg_add_tensor(g, "lb_seq", QT_ROLE_LOSS, QT_F32, 1, SHP(D.b), AX(LB));
     g->table = qt_cg_add_tensor(g, "rope_table", QT_ROLE_TABLE, QT_F32, 3,
-                                SHP(D.S, D.R / 2, 2), AX(0, 0, 0));
+                                SHP(D.Sm, D.R / 2, 2), AX(0, 0, 0));
     g->ts[g->tokens].whole = g->ts[g->targets].whole = g->ts[g->loss_seq].whole = 1;
     g->ts[g->table].whole = 1;
     if (g->lb_seq != QT_NONE) g->ts[g->lb_seq].whole = 1;
 
     qt_op *op = qt_cg_emit_op(g, 1, QT_OP_ROPE_TABLE);
     QT_T(op, ROPE_TABLE, table) = g->table;
-    QT_CG_SET_A(op, ROPE_TABLE, .S = D.S, .R = D.R);
+    QT_CG_SET_A(op, ROPE_TABLE, .S = D.Sm, .R = D.R);
     op->f[0] = s->m.rope_theta;
 
     if (g->lb_seq != QT_NONE) {
@@ -678,7 +696,7 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     op = qt_cg_emit_op(g, 0, QT_OP_XENT);
     QT_CG_SET_T(op, XENT, .loss_seq = g->loss_seq, .dlogits = dlogits, .logits = logits,
                 .targets = g->targets);
-    QT_CG_SET_A(op, XENT, .b = D.b * D.nbt, .S = D.S / D.nbt, .V = D.V);
+    QT_CG_SET_A(op, XENT, .b = D.b * D.nbt / D.C, .S = D.Sm / D.nbt, .V = D.V);
     g->n_fwd = g->nmb;
     if (g->too_big)
         return qt_cg_fail(err, errlen, "tensor %s: its shape has more than 2^56 elements, "
