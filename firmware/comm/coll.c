@@ -613,6 +613,24 @@ int qt_coll_all_to_all(unsigned mask, const void *send, void *recv, int64_t blk_
     return qt_coll_end(rc);
 }
 
+int qt_coll_pass(unsigned mask, int dst, const void *send, int64_t sbytes, int src, void *recv,
+                 int64_t rbytes)
+{
+    static const char op[] = "pass";
+    qt_grp g;
+    int rc = qt_coll_group(op, mask, 0, &g);
+    if (rc) return rc;
+    if (dst >= g.size || src >= g.size || (dst >= 0 && (!send || sbytes < 0)) ||
+        (src >= 0 && (!recv || rbytes < 0)))
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: to member %d (%lld bytes), from member "
+                       "%d (%lld bytes) in a group of %d", op, mask, dst, (long long)sbytes, src,
+                       (long long)rbytes, g.size);
+    if (dst < 0 && src < 0) return QT_OK;
+    qt_coll_begin(op, mask, 0);
+    rc = qt_coll_xfer(&g, dst, send, dst >= 0 ? sbytes : 0, src, recv, src >= 0 ? rbytes : 0);
+    return qt_coll_end(rc);
+}
+
 /* ---- plan check, raw exchange ----------------------------------------------------------- */
 
 /* Lanes: [0] lowest hash, [1] lowest rank holding it, [2] highest hash, [3] lowest rank

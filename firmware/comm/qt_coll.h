@@ -144,6 +144,13 @@ void qt_coll_merge_max_i64(int64_t *acc, const int64_t *in, int n);
  * arrays must not overlap. */
 int qt_coll_all_to_all_counts(unsigned mask, const int64_t *send_counts, int64_t *recv_counts);
 
+/* Point to point inside group `mask` (the context replica chains, ops_ctx.c): sends sbytes
+ * of `send` to group index dst (-1: none) and receives rbytes into `recv` from group index
+ * src (-1: none), under the collectives' deadline (a silent peer is named). Reads send,
+ * writes recv. */
+int qt_coll_pass(unsigned mask, int dst, const void *send, int64_t sbytes, int src, void *recv,
+                 int64_t rbytes);
+
 /* All-to-all with variable counts (MoE dispatch, dropless) over group `mask` of size R.
  * Sends send_counts[j] elements of elem_bytes bytes starting at element send_offs[j] of
  * `send` to group index j, and receives recv_counts[j] elements from member j into `recv`

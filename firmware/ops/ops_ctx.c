@@ -6,7 +6,9 @@
  * written or (BWD) accumulated. Rows move bit for bit in the tensors' dtype (fp32 or bf16:
  * these kinds are native in bf16 plans), so the bits never depend on the context degree.
  * A group of one rank is a plain copy or add (no scratch used). A failed exchange stores
- * its code in *ctx->status and the interpreter stops the step.
+ * its code in *ctx->status and the interpreter stops the step. Also the replica chains of
+ * kv heads shared by several context ranks (CTX_CHAIN_RECV / CTX_CHAIN_SEND: point to point
+ * inside the context group, one member after another).
  */
 #include <stdio.h>
 #include "qt_op_fns.h"
@@ -108,14 +110,20 @@ static int qt_check_cp(const qt_plan *p, const qt_op *op, qt_check_state *st)
     for (int a = 0; a < QT_MESH_COUNT; a++)
         if (mask & (1ll << a)) R *= p->mesh[a];
     if (mask < 0 || mask >= (1ll << QT_MESH_COUNT) || C != R || b < 1 || S < 1 || G < 1 ||
-        w < 1 || S % C || G % C) {
+        w < 1 || S % C || (G % C && C % G)) {
         snprintf(st->why, sizeof st->why, "context exchange of b=%lld S=%lld G=%lld w=%lld "
                  "over mask 0x%llx (%lld ranks on this mesh) with C=%lld: needs C = the "
-                 "group's size, sizes >= 1, S and G multiples of C", (long long)b, (long long)S,
-                 (long long)G, (long long)w, (long long)mask, (long long)R, (long long)C);
+                 "group's size, sizes >= 1, S a multiple of C, G a multiple or a divisor of C",
+                 (long long)b, (long long)S, (long long)G, (long long)w, (long long)mask,
+                 (long long)R, (long long)C);
         return 1;
     }
-    const int64_t n = QT_CP_ELEMS(b, S, G, w, C), need = QT_CP_SCRATCH_FLOATS(b, S, G, w, C);
+    /* the token side holds b*(S/C)*G*w elements, the head side b*S*Gl*w (equal unless the
+     * groups are shared: G < C) */
+    const int64_t nt = QT_CP_ELEMS(b, S, G, w, C), nh = QT_CP_HEAD_ELEMS(b, S, G, w, C),
+                  need = QT_CP_SCRATCH_FLOATS(b, S, G, w, C);
+    const int heads_out = op->kind == QT_OP_CTX_TO_HEADS || op->kind == QT_OP_CTX_TO_TOKENS_BWD;
+    const int64_t n_out = heads_out ? nh : nt, n_in = heads_out ? nt : nh;
     for (int k = 0; k < 3; k++)
         if (op->t[k] < 0 || op->t[k] >= p->n_tensors) {
             snprintf(st->why, sizeof st->why, "slot t%d = %d is not a tensor id", k, op->t[k]);
@@ -123,16 +131,86 @@ static int qt_check_cp(const qt_plan *p, const qt_op *op, qt_check_state *st)
         }
     const qt_tensor *y = &p->tensors[op->t[QT_CP_OUT]], *x = &p->tensors[op->t[QT_CP_IN]];
     const qt_tensor *scr = &p->tensors[op->t[QT_T_CTX_TO_HEADS_scratch]];
-    if (y->dtype != x->dtype || (y->dtype != QT_F32 && y->dtype != QT_BF16) || y->numel != n ||
-        x->numel != n || scr->numel < need) {
-        snprintf(st->why, sizeof st->why, "context exchange: t0 %s (%lld elements) and t1 %s "
-                 "(%lld) must be both fp32 or both bf16 of %lld elements, scratch %s %lld "
-                 "floats of >= %lld", qt_cp_name(y), (long long)y->numel, qt_cp_name(x),
-                 (long long)x->numel, (long long)n, qt_cp_name(scr), (long long)scr->numel,
-                 (long long)need);
+    if (y->dtype != x->dtype || (y->dtype != QT_F32 && y->dtype != QT_BF16) ||
+        y->numel != n_out || x->numel != n_in || scr->numel < need) {
+        snprintf(st->why, sizeof st->why, "context exchange: t0 %s (%lld elements, expected "
+                 "%lld) and t1 %s (%lld, expected %lld) must be both fp32 or both bf16, "
+                 "scratch %s %lld floats of >= %lld", qt_cp_name(y), (long long)y->numel,
+                 (long long)n_out, qt_cp_name(x), (long long)x->numel, (long long)n_in,
+                 qt_cp_name(scr), (long long)scr->numel, (long long)need);
         return 1;
     }
     return 0;
+}
+
+/* ---- the replica chains of shared kv heads (CTX_CHAIN_RECV, CTX_CHAIN_SEND) ---- */
+
+/* This rank's place q in its chain of rho members of group `mask`, and the group index c;
+ * 0 or QT_E_PLAN. */
+static int qt_chain_place(const qt_op *op, int64_t *q, int *c)
+{
+    const unsigned mask = (unsigned)QT_A(op, CTX_CHAIN_RECV, mask);
+    const int64_t rho = QT_A(op, CTX_CHAIN_RECV, rho);
+    *c = qt_comm_group_index(mask);
+    if (*c < 0) return *c;
+    *q = *c % rho;
+    return QT_OK;
+}
+
+/* dk and dv from the chain's previous member (overwritten), unless this rank starts it. */
+void qt_op_ctx_chain_recv(const qt_op *op, const qt_ctx *ctx)
+{
+    int64_t q;
+    int c, rc = qt_chain_place(op, &q, &c);
+    const int64_t bytes = QT_A(op, CTX_CHAIN_RECV, n) * (int64_t)sizeof(float);
+    const unsigned mask = (unsigned)QT_A(op, CTX_CHAIN_RECV, mask);
+    for (int k = 0; k < 2 && !rc && q > 0; k++)
+        rc = qt_coll_pass(mask, -1, NULL, 0, c - 1, qt_f32(ctx, op->t[k]), bytes);
+    if (rc && ctx->status && !*ctx->status) *ctx->status = rc;
+}
+
+/* dk and dv to the chain's next member, unless this rank ends it. */
+void qt_op_ctx_chain_send(const qt_op *op, const qt_ctx *ctx)
+{
+    int64_t q;
+    int c, rc = qt_chain_place(op, &q, &c);
+    const int64_t bytes = QT_A(op, CTX_CHAIN_SEND, n) * (int64_t)sizeof(float);
+    const unsigned mask = (unsigned)QT_A(op, CTX_CHAIN_SEND, mask);
+    for (int k = 0; k < 2 && !rc && q < QT_A(op, CTX_CHAIN_SEND, rho) - 1; k++)
+        rc = qt_coll_pass(mask, c + 1, qt_f32(ctx, op->t[k]), bytes, -1, NULL, 0);
+    if (rc && ctx->status && !*ctx->status) *ctx->status = rc;
+}
+
+/* Start-up: the group's size a multiple of rho, dk and dv fp32 of n elements. */
+static int qt_check_chain(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    const int64_t n = QT_A(op, CTX_CHAIN_RECV, n), mask = QT_A(op, CTX_CHAIN_RECV, mask),
+                  rho = QT_A(op, CTX_CHAIN_RECV, rho);
+    int64_t R = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        if (mask & (1ll << a)) R *= p->mesh[a];
+    int bad = mask < 0 || mask >= (1ll << QT_MESH_COUNT) || rho < 1 || R % rho || n < 0;
+    for (int k = 0; k < 2 && !bad; k++) {
+        const int32_t id = op->t[k];
+        bad = id < 0 || id >= p->n_tensors || p->tensors[id].dtype != QT_F32 ||
+              p->tensors[id].numel != n;
+    }
+    if (bad)
+        snprintf(st->why, sizeof st->why, "kv chain of %lld members over mask 0x%llx (%lld "
+                 "ranks): needs the group's size a multiple of the chain's, t0 and t1 fp32 "
+                 "tensors of n = %lld elements", (long long)rho, (long long)mask,
+                 (long long)R, (long long)n);
+    return bad;
+}
+
+int qt_check_ctx_chain_recv(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    return qt_check_chain(p, op, st);
+}
+
+int qt_check_ctx_chain_send(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    return qt_check_chain(p, op, st);
 }
 
 int qt_check_ctx_to_heads(const qt_plan *p, const qt_op *op, qt_check_state *st)

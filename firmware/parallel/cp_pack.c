@@ -19,16 +19,35 @@ int qt_cp_shape_check(const qt_cp_shape *sh)
                        "every size must be >= 1 and elements 2 or 4 bytes", (long long)sh->b,
                        (long long)sh->S, (long long)sh->G, (long long)sh->w, (long long)sh->eb,
                        (long long)sh->C);
-    if (sh->S % sh->C || sh->G % sh->C)
-        return qt_fail(QT_E_PLAN, "context exchange: S = %lld tokens and G = %lld head groups "
-                       "must both be multiples of the context degree C = %lld",
-                       (long long)sh->S, (long long)sh->G, (long long)sh->C);
+    if (sh->S % sh->C || (sh->G % sh->C && sh->C % sh->G))
+        return qt_fail(QT_E_PLAN, "context exchange: S = %lld tokens must be a multiple of the "
+                       "context degree C = %lld, and G = %lld head groups a multiple or a "
+                       "divisor of it", (long long)sh->S, (long long)sh->C, (long long)sh->G);
     return QT_OK;
+}
+
+/* Groups per member on the head side, and member j's first group. */
+static int64_t qt_cp_gl(const qt_cp_shape *sh)
+{
+    return QT_CP_GL(sh->G, sh->C);
+}
+
+static int64_t qt_cp_g0(const qt_cp_shape *sh, int64_t j)
+{
+    return j * sh->G / sh->C;
+}
+
+/* Whether member j's head-side groups go back to the token side: always, unless a group is
+ * held by a replica chain and j is not its last member. */
+static int qt_cp_returns(const qt_cp_shape *sh, int64_t j)
+{
+    const int64_t rho = sh->G >= sh->C ? 1 : sh->C / sh->G;
+    return j % rho == rho - 1;
 }
 
 int64_t qt_cp_block_bytes(const qt_cp_shape *sh)
 {
-    return sh->b * (sh->S / sh->C) * (sh->G / sh->C) * sh->w * sh->eb;
+    return sh->b * (sh->S / sh->C) * qt_cp_gl(sh) * sh->w * sh->eb;
 }
 
 void qt_cp_add(void *dst, const void *src, int64_t n, int64_t eb)
@@ -56,19 +75,18 @@ static void qt_cp_put(void *dst, const void *src, int64_t n, int64_t eb, int acc
  * for r = s*Sl + u. */
 static int64_t qt_cp_tok_at(const qt_cp_shape *sh, int64_t r, int64_t j)
 {
-    const int64_t gw = (sh->G / sh->C) * sh->w;
-    return (r * sh->G * sh->w + j * gw) * sh->eb;
+    return (r * sh->G + qt_cp_g0(sh, j)) * sh->w * sh->eb;
 }
 
 static int64_t qt_cp_packed_at(const qt_cp_shape *sh, int64_t j, int64_t r)
 {
-    const int64_t gw = (sh->G / sh->C) * sh->w, rows = sh->b * (sh->S / sh->C);
+    const int64_t gw = qt_cp_gl(sh) * sh->w, rows = sh->b * (sh->S / sh->C);
     return (j * rows + r) * gw * sh->eb;
 }
 
 void qt_cp_pack_tokens(const qt_cp_shape *sh, void *packed, const void *tok)
 {
-    const int64_t gw = (sh->G / sh->C) * sh->w, rows = sh->b * (sh->S / sh->C);
+    const int64_t gw = qt_cp_gl(sh) * sh->w, rows = sh->b * (sh->S / sh->C);
     for (int64_t j = 0; j < sh->C; j++)
         for (int64_t r = 0; r < rows; r++)
             memcpy((char *)packed + qt_cp_packed_at(sh, j, r),
@@ -77,9 +95,9 @@ void qt_cp_pack_tokens(const qt_cp_shape *sh, void *packed, const void *tok)
 
 void qt_cp_unpack_tokens(const qt_cp_shape *sh, void *tok, const void *packed, int acc)
 {
-    const int64_t gw = (sh->G / sh->C) * sh->w, rows = sh->b * (sh->S / sh->C);
+    const int64_t gw = qt_cp_gl(sh) * sh->w, rows = sh->b * (sh->S / sh->C);
     for (int64_t j = 0; j < sh->C; j++)
-        for (int64_t r = 0; r < rows; r++)
+        for (int64_t r = 0; r < rows && qt_cp_returns(sh, j); r++)
             qt_cp_put((char *)tok + qt_cp_tok_at(sh, r, j),
                       (const char *)packed + qt_cp_packed_at(sh, j, r), gw, sh->eb, acc);
 }
@@ -88,13 +106,13 @@ void qt_cp_unpack_tokens(const qt_cp_shape *sh, void *tok, const void *packed, i
  * contiguous, of Sl*Gl*w elements; their byte offsets. */
 static int64_t qt_cp_heads_at(const qt_cp_shape *sh, int64_t s, int64_t j)
 {
-    const int64_t Sl = sh->S / sh->C, gw = (sh->G / sh->C) * sh->w;
+    const int64_t Sl = sh->S / sh->C, gw = qt_cp_gl(sh) * sh->w;
     return (s * sh->S + j * Sl) * gw * sh->eb;
 }
 
 void qt_cp_pack_heads(const qt_cp_shape *sh, void *packed, const void *heads)
 {
-    const int64_t Sl = sh->S / sh->C, gw = (sh->G / sh->C) * sh->w;
+    const int64_t Sl = sh->S / sh->C, gw = qt_cp_gl(sh) * sh->w;
     for (int64_t j = 0; j < sh->C; j++)
         for (int64_t s = 0; s < sh->b; s++)
             memcpy((char *)packed + qt_cp_packed_at(sh, j, s * Sl),
@@ -103,7 +121,7 @@ void qt_cp_pack_heads(const qt_cp_shape *sh, void *packed, const void *heads)
 
 void qt_cp_unpack_heads(const qt_cp_shape *sh, void *heads, const void *packed, int acc)
 {
-    const int64_t Sl = sh->S / sh->C, gw = (sh->G / sh->C) * sh->w;
+    const int64_t Sl = sh->S / sh->C, gw = qt_cp_gl(sh) * sh->w;
     for (int64_t j = 0; j < sh->C; j++)
         for (int64_t s = 0; s < sh->b; s++)
             qt_cp_put((char *)heads + qt_cp_heads_at(sh, s, j),
@@ -113,28 +131,33 @@ void qt_cp_unpack_heads(const qt_cp_shape *sh, void *heads, const void *packed, 
 
 void qt_cp_ref_to_heads(const qt_cp_shape *sh, int64_t c, void *y, const void *const *xs)
 {
-    const int64_t Sl = sh->S / sh->C, Gl = sh->G / sh->C, eb = sh->eb;
+    const int64_t Sl = sh->S / sh->C, Gl = qt_cp_gl(sh), eb = sh->eb;
     for (int64_t s = 0; s < sh->b; s++)
         for (int64_t t = 0; t < sh->S; t++)
             for (int64_t g = 0; g < Gl; g++)
                 for (int64_t i = 0; i < sh->w; i++) {
-                    /* Y[s][t][g][i] = X of member t/Sl [s][t % Sl][c*Gl + g][i] */
+                    /* Y[s][t][g][i] = X of member t/Sl [s][t % Sl][g0(c) + g][i] */
                     const int64_t yi = ((s * sh->S + t) * Gl + g) * sh->w + i;
-                    const int64_t xi = ((s * Sl + t % Sl) * sh->G + c * Gl + g) * sh->w + i;
+                    const int64_t xi =
+                        ((s * Sl + t % Sl) * sh->G + qt_cp_g0(sh, c) + g) * sh->w + i;
                     memcpy((char *)y + yi * eb, (const char *)xs[t / Sl] + xi * eb, (size_t)eb);
                 }
 }
 
 void qt_cp_ref_to_tokens(const qt_cp_shape *sh, int64_t c, void *x, const void *const *ys)
 {
-    const int64_t Sl = sh->S / sh->C, Gl = sh->G / sh->C, eb = sh->eb;
+    const int64_t Sl = sh->S / sh->C, Gl = qt_cp_gl(sh), eb = sh->eb;
+    const int64_t rho = sh->G >= sh->C ? 1 : sh->C / sh->G;
     for (int64_t s = 0; s < sh->b; s++)
         for (int64_t u = 0; u < Sl; u++)
             for (int64_t g = 0; g < sh->G; g++)
                 for (int64_t i = 0; i < sh->w; i++) {
-                    /* X[s][u][g][i] = Y of member g/Gl [s][c*Sl + u][g % Gl][i] */
+                    /* X[s][u][g][i] = Y of the member m holding group g (G < C: the last of
+                     * its chain) [s][c*Sl + u][g - g0(m)][i] */
+                    const int64_t m = sh->G >= sh->C ? g / Gl : g * rho + rho - 1;
                     const int64_t xi = ((s * Sl + u) * sh->G + g) * sh->w + i;
-                    const int64_t yi = ((s * sh->S + c * Sl + u) * Gl + g % Gl) * sh->w + i;
-                    memcpy((char *)x + xi * eb, (const char *)ys[g / Gl] + yi * eb, (size_t)eb);
+                    const int64_t yi =
+                        ((s * sh->S + c * Sl + u) * Gl + g - qt_cp_g0(sh, m)) * sh->w + i;
+                    memcpy((char *)x + xi * eb, (const char *)ys[m] + yi * eb, (size_t)eb);
                 }
 }

@@ -5,9 +5,14 @@
  * bytes bf16); the accumulating unpacks add exactly one value into each element. So the
  * bits of an exchange never depend on the context degree C.
  *
- * Shapes, for group index c of a context group of C members, Sl = S/C, Gl = G/C:
+ * Shapes, for group index c of a context group of C members, Sl = S/C, Gl = G/C (or 1
+ * when G < C), g0(c) = c*G/C (integer division) the first group of member c:
  *   token layout [b, Sl, G, w]: row (s, u) is global token c*Sl + u of sequence s;
- *   head layout  [b, S, Gl, w]: row (s, t) holds groups [c*Gl, (c+1)*Gl) of token t;
+ *   head layout  [b, S, Gl, w]: row (s, t) holds groups [g0(c), g0(c) + Gl) of token t;
+ *   G < C (C a multiple of G: kv heads shared by several ranks' query heads): each group is
+ *     held by rho = C/G consecutive members (a replica chain); to_heads copies it to each,
+ *     and to_tokens takes it from the chain's last member c = g*rho + rho - 1 only (the
+ *     one that holds the group's complete gradient: ops_ctx.c CTX_CHAIN_*);
  *   packed layout [C, b, Sl, Gl, w]: block j (what goes to, or came from, member j), row
  *     (j, s, u) at row index (j*b + s)*Sl + u, Gl*w elements per row.
  * The token side (qt_cp_pack_tokens, qt_cp_unpack_tokens) maps token row (s, u), groups
@@ -27,9 +32,11 @@
 /* Elements of one side of an exchange (the token and the head layout hold the same count),
  * and the scratch an exchange op needs: the send and the receive blocks, in 4-byte floats
  * (enough for either element width; QT_CP_SCRATCH_BYTES is what one width uses). */
+#define QT_CP_GL(G, C) ((G) >= (C) ? (G) / (C) : 1)
 #define QT_CP_ELEMS(b, S, G, w, C) ((b) * ((S) / (C)) * (G) * (w))
-#define QT_CP_SCRATCH_FLOATS(b, S, G, w, C) (2 * QT_CP_ELEMS(b, S, G, w, C))
-#define QT_CP_SCRATCH_BYTES(b, S, G, w, C, eb) (2 * QT_CP_ELEMS(b, S, G, w, C) * (eb))
+#define QT_CP_HEAD_ELEMS(b, S, G, w, C) ((b) * (S) * QT_CP_GL(G, C) * (w))
+#define QT_CP_SCRATCH_FLOATS(b, S, G, w, C) (2 * QT_CP_HEAD_ELEMS(b, S, G, w, C))
+#define QT_CP_SCRATCH_BYTES(b, S, G, w, C, eb) (2 * QT_CP_HEAD_ELEMS(b, S, G, w, C) * (eb))
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,8 +48,8 @@ typedef struct qt_cp_shape {
     int64_t b, S, G, w, C, eb;
 } qt_cp_shape;
 
-/* QT_OK when every size is >= 1, eb is 2 or 4, S % C == 0 and G % C == 0; else QT_E_PLAN
- * with one line naming the sizes (qt_fail). */
+/* QT_OK when every size is >= 1, eb is 2 or 4, S % C == 0 and G % C == 0 or C % G == 0;
+ * else QT_E_PLAN with one line naming the sizes (qt_fail). */
 int qt_cp_shape_check(const qt_cp_shape *sh);
 
 /* Bytes of one packed block (b*Sl*Gl*w elements): what each member sends each member. */

@@ -461,7 +461,9 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ici_tensor_parallelism=4", "num_ranks=4", "tensor parallelism 4 does not divide base_num_kv_heads (2)"},
         // context parallelism: its limits (docs/context.md)
         {"ici_context_parallelism=2", "num_ranks=2", "per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4): 2 x 1 tensor x 2 context ranks = 4 sequences per batch group and microbatch; context parallelism needs exactly one"},
-        {"ici_context_parallelism=4", "num_ranks=4", "ici_context_parallelism=4 (command line): context parallelism 4 x tensor parallelism 1 = 4 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide base_num_kv_heads (2); kv heads shared by several ranks are not planned yet"},
+        {"ici_context_parallelism=4", "num_ranks=4", "ici_context_parallelism=4 (command line): context parallelism 4 x tensor parallelism 1 = 4 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide gdn_num_key_heads (2)"},
+        {"ici_context_parallelism=4", "num_ranks=4|per_device_batch_size=0.25|gdn_num_key_heads=4|gdn_num_value_heads=8|base_num_kv_heads=1|base_num_query_heads=8|dtype=bfloat16", "context parallelism 4 with 1 kv heads per tensor rank and dtype=bfloat16"},
+        {"ici_context_parallelism=4", "num_ranks=4|per_device_batch_size=0.25|gdn_num_key_heads=4|gdn_num_value_heads=8|base_num_kv_heads=6|base_num_query_heads=12", "the 6 kv heads of a tensor rank (base_num_kv_heads=6 / tensor 1) must be a multiple or a divisor of it"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.25", "0.25 sequences per rank x 1 tensor x 2 context ranks sharing them"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|load_balance_loss_weight=0.01", "load_balance_loss_weight=0.01 (command line): 0.01 with context parallelism 2: the load-balance term needs each sequence's routing statistics"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|gradient_reduce=step", "gradient_reduce=step (command line): step with context parallelism 2"},

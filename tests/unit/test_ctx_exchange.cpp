@@ -228,7 +228,8 @@ TEST(CtxExchange, AccumulatingUnpacksAddExactlyOnce)
         }
 }
 
-// (4, kernel) S and G must be multiples of C; sizes >= 1; elements of 2 or 4 bytes.
+// (4, kernel) S a multiple of C, G a multiple or a divisor of C; sizes >= 1; elements of
+// 2 or 4 bytes.
 TEST(CtxExchange, ShapeCheckRefusesWhatDoesNotSplit)
 {
     qt_set_quiet(1);
@@ -237,8 +238,8 @@ TEST(CtxExchange, ShapeCheckRefusesWhatDoesNotSplit)
                       zero = {0, 8, 4, 3, 4, 4};
     LONGS_EQUAL(QT_OK, qt_cp_shape_check(&ok));
     LONGS_EQUAL(QT_E_PLAN, qt_cp_shape_check(&s_bad));
-    STRCMP_CONTAINS("S = 6 tokens and G = 4 head groups must both be multiples of the context "
-                    "degree C = 4", qt_last_error());
+    STRCMP_CONTAINS("S = 6 tokens must be a multiple of the context degree C = 4, and G = 4 "
+                    "head groups a multiple or a divisor of it", qt_last_error());
     LONGS_EQUAL(QT_E_PLAN, qt_cp_shape_check(&g_bad));
     STRCMP_CONTAINS("G = 6 head groups", qt_last_error());
     LONGS_EQUAL(QT_E_PLAN, qt_cp_shape_check(&eb_bad));
@@ -325,7 +326,7 @@ TEST(CtxExchange, RegistryRows)
 {
     LONGS_EQUAL(QT_OP_ROUND_BF16 + 1, QT_OP_CTX_TO_HEADS);
     LONGS_EQUAL(QT_OP_ROUND_BF16 + 4, QT_OP_CTX_TO_TOKENS_BWD);
-    LONGS_EQUAL(QT_OP_COUNT, QT_OP_CTX_TO_TOKENS_BWD + 1);
+    LONGS_EQUAL(QT_OP_COUNT, QT_OP_CTX_CHAIN_SEND + 1);
     for (unsigned k : kKinds) {
         const qt_kernel_entry *e = &qt_kernel_table[k];
         LONGS_EQUAL(QT_OPC_RUN, e->cls);
@@ -391,7 +392,7 @@ TEST(CtxExchange, StartUpCheckAndWrapperRefusals)
         qt_check_state cs;
         memset(&cs, 0, sizeof cs);
         LONGS_EQUAL(1, qt_kernel_table[k].check(&s_bad.plan, &s_bad.op, &cs));
-        STRCMP_CONTAINS("S and G multiples of C", cs.why);
+        STRCMP_CONTAINS("S a multiple of C, G a multiple or a divisor of C", cs.why);
         CxPlan dt(k, QT_F32, 2, 8, 4, 3, cp, 2, 2);
         dt.t[1].dtype = QT_BF16;
         LONGS_EQUAL(1, dt.check());
@@ -419,4 +420,60 @@ TEST(CtxExchange, StartUpCheckAndWrapperRefusals)
     qt_kernel_table[QT_OP_CTX_TO_TOKENS].run(&split.op, &split.ctx);
     LONGS_EQUAL(QT_E_PLAN, split.status);
     qt_set_quiet(0);
+}
+
+// (5) Groups shared by a replica chain (G < C, the kv heads of context parallelism with
+// fewer kv heads than ranks): to_heads gives member c the group c*G/C over all tokens (rho =
+// C/G members hold each group); to_tokens takes each group from the chain's last member
+// only (the others' head-side values never reach the token side).
+TEST(CtxExchange, SharedGroupsGoToEveryReplicaAndComeBackFromTheLast)
+{
+    uint64_t seed = 4242;
+    for (int64_t G : {1, 2})
+        for (int64_t eb : kEb) {
+            const int64_t b = 2, S = 8, w = 3, C = 4, rho = C / G, Sl = S / C;
+            const qt_cp_shape sh = {b, S, G, w, C, eb};
+            LONGS_EQUAL(QT_OK, qt_cp_shape_check(&sh));
+            const int64_t nt = QT_CP_ELEMS(b, S, G, w, C), nh = QT_CP_HEAD_ELEMS(b, S, G, w, C);
+            LONGS_EQUAL(b * S * w, nh);
+            const int64_t blk = qt_cp_block_bytes(&sh);
+            std::vector<bytes> xs, send, ys;
+            for (int64_t c = 0; c < C; c++) {
+                xs.push_back(cx_random(nt, eb, &seed));
+                send.push_back(bytes((size_t)(C * blk), 0xCC));
+                qt_cp_pack_tokens(&sh, send[(size_t)c].data(), xs[(size_t)c].data());
+            }
+            std::vector<bytes> recv = cx_exchange(send, blk);
+            long bad = 0;
+            for (int64_t c = 0; c < C; c++) {
+                ys.push_back(bytes((size_t)(nh * eb), 0xDD));
+                qt_cp_unpack_heads(&sh, ys[(size_t)c].data(), recv[(size_t)c].data(), 0);
+                for (int64_t s = 0; s < b; s++)
+                    for (int64_t t = 0; t < S; t++)
+                        for (int64_t i = 0; i < w; i++)
+                            bad += !cx_same(ys[(size_t)c], (s * S + t) * w + i,
+                                            xs[(size_t)(t / Sl)],
+                                            ((s * Sl + t % Sl) * G + c / rho) * w + i, eb);
+            }
+            LONGS_EQUAL(0, bad);
+            // back: the chains' first members hold garbage; the last ones' values return
+            for (int64_t c = 0; c < C; c++)
+                if (c % rho != rho - 1) ys[(size_t)c] = cx_random(nh, eb, &seed);
+            std::vector<bytes> back_send, back;
+            for (int64_t c = 0; c < C; c++) {
+                back_send.push_back(bytes((size_t)(C * blk), 0xCC));
+                qt_cp_pack_heads(&sh, back_send[(size_t)c].data(), ys[(size_t)c].data());
+            }
+            std::vector<bytes> back_recv = cx_exchange(back_send, blk);
+            std::vector<const void *> yp;
+            for (int64_t c = 0; c < C; c++) yp.push_back(ys[(size_t)c].data());
+            for (int64_t c = 0; c < C; c++) {
+                back.push_back(bytes((size_t)(nt * eb), 0xDD));
+                qt_cp_unpack_tokens(&sh, back[(size_t)c].data(), back_recv[(size_t)c].data(), 0);
+                CHECK(back[(size_t)c] == xs[(size_t)c]);
+                bytes ref((size_t)(nt * eb), 0x55);
+                qt_cp_ref_to_tokens(&sh, c, ref.data(), yp.data());
+                CHECK(ref == xs[(size_t)c]);
+            }
+        }
 }

@@ -176,22 +176,34 @@ static int sizes_blocks(const qt_cg_graph *g, const qt_op *o, int i, const char 
     }
     return 0;
 }
-/* Context parallelism's head exchange (qt_ops.def CTX_*): both sides hold
- * b*(S/C)*G*w elements (the token and the head layout), the scratch the send and receive
- * blocks. The four kinds share CTX_TO_HEADS's slots and attributes. */
+/* Context parallelism's head exchange (qt_ops.def CTX_*): the token side holds
+ * b*(S/C)*G*w elements, the head side b*S*Gl*w (the same unless G < C: groups shared by a
+ * chain of ranks), the scratch the send and receive blocks. The four kinds share
+ * CTX_TO_HEADS's slots and attributes. */
 static int sizes_exchange(const qt_cg_graph *g, const qt_op *o, int i, const char *which,
                           char *err, size_t errlen)
 {
+    if (o->kind == QT_OP_CTX_CHAIN_RECV || o->kind == QT_OP_CTX_CHAIN_SEND) {
+#define QT_CG_SZ_KIND CTX_CHAIN_RECV
+        NEED(dk, A(n));
+        NEED(dv, A(n));
+#undef QT_CG_SZ_KIND
+        return 0;
+    }
     if (o->kind != QT_OP_CTX_TO_HEADS && o->kind != QT_OP_CTX_TO_HEADS_BWD &&
         o->kind != QT_OP_CTX_TO_TOKENS && o->kind != QT_OP_CTX_TO_TOKENS_BWD)
         return 0;
 #define QT_CG_SZ_KIND CTX_TO_HEADS
-    if (A(C) < 1 || A(S) % A(C) || A(G) % A(C))
-        return qt_cg_fail(err, errlen, "%s op %d (%s): S = %lld and G = %lld must be multiples "
-                          "of the context degree C = %lld", which, i, qt_cg_op_name(o->kind),
-                          (long long)A(S), (long long)A(G), (long long)A(C));
-    NEED(y, QT_CP_ELEMS(A(b), A(S), A(G), A(w), A(C)));
-    NEED(x, QT_CP_ELEMS(A(b), A(S), A(G), A(w), A(C)));
+    if (A(C) < 1 || A(S) % A(C) || (A(G) % A(C) && A(C) % A(G)))
+        return qt_cg_fail(err, errlen, "%s op %d (%s): S = %lld must be a multiple of the "
+                          "context degree C = %lld and G = %lld a multiple or a divisor of it",
+                          which, i, qt_cg_op_name(o->kind), (long long)A(S), (long long)A(C),
+                          (long long)A(G));
+    const int64_t nt = QT_CP_ELEMS(A(b), A(S), A(G), A(w), A(C)),
+                  nh = QT_CP_HEAD_ELEMS(A(b), A(S), A(G), A(w), A(C));
+    const int heads_out = o->kind == QT_OP_CTX_TO_HEADS || o->kind == QT_OP_CTX_TO_TOKENS_BWD;
+    NEED(y, heads_out ? nh : nt);
+    NEED(x, heads_out ? nt : nh);
     ATLEAST(scratch, QT_CP_SCRATCH_FLOATS(A(b), A(S), A(G), A(w), A(C)));
 #undef QT_CG_SZ_KIND
     return 0;

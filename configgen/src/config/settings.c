@@ -733,17 +733,29 @@ static int mesh_splits(const qt_cg_vctx *v, const qt_cg_settings *s, const qt_cg
          * its share of every mixer's heads (docs/context.md) */
         const qt_model_dims *m = &s->m;
         const struct { const char *what; int64_t n; } heads[] = {
-            {"base_num_query_heads", m->n_q_heads}, {"base_num_kv_heads", m->n_kv_heads},
-            {"gdn_num_key_heads", m->gdn_k_heads},
+            {"base_num_query_heads", m->n_q_heads}, {"gdn_num_key_heads", m->gdn_k_heads},
             {"the canonical head groups of the GDN norm", qt_canon_blocks(m->gdn_v_heads, 1)},
+            {"gdn_value_head_dim (the GDN norm weight's gradient summed over them)", m->gdn_v_dim},
         };
         for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
             if (heads[i].n % ((int64_t)tp * cp))
                 return bad(v, axis_key[4], "context parallelism %d x tensor parallelism %d = "
                            "%lld ranks share each sequence's heads in the head exchange "
-                           "(docs/context.md) and do not divide %s (%lld)%s", cp, tp,
-                           (long long)tp * cp, heads[i].what, (long long)heads[i].n,
-                           i == 1 ? "; kv heads shared by several ranks are not planned yet" : "");
+                           "(docs/context.md) and do not divide %s (%lld)", cp, tp,
+                           (long long)tp * cp, heads[i].what, (long long)heads[i].n);
+        /* kv heads: split over the context ranks, or each shared by a chain of C / kv
+         * consecutive ranks (their query heads' gradients summed in the one-rank order) */
+        const int64_t kv = m->n_kv_heads / tp;
+        if (kv % cp && cp % kv)
+            return bad(v, axis_key[4], "context parallelism %d: the %lld kv heads of a tensor "
+                       "rank (base_num_kv_heads=%lld / tensor %d) must be a multiple or a "
+                       "divisor of it", cp, (long long)kv, (long long)m->n_kv_heads, tp);
+        if (kv < cp && s->dtype == QT_BF16)
+            return bad(v, axis_key[4], "context parallelism %d with %lld kv heads per tensor "
+                       "rank and dtype=bfloat16: kv heads shared by several context ranks "
+                       "pass their fp32 gradient sums along a chain, which the bf16 "
+                       "attention's rounding of dk and dv would break; expected dtype=float32 "
+                       "or a context degree dividing the kv heads", cp, (long long)kv);
         if (ep > 1 && s->m.n_experts % ((int64_t)ep * cp))
             return bad(v, axis_key[4], "context parallelism %d with expert parallelism %d: the "
                        "expert group spans the expert and context axes (so an expert host "

@@ -252,10 +252,27 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
                 dv = dgrad(ad, FT(ATTN, v));
         int32_t scr =
             bwd_scratch(ad, "bwd_scratch", g->ts[FT(ATTN, o)].t.name, QT_ATTN_BWD_SCRATCH(S));
+        /* kv heads shared by a chain of context ranks: each continues the previous one's
+         * dk and dv sums (qt_ops.def CTX_CHAIN_*) */
+        const int64_t C = qt_cg_context(g->s),
+                      kv = g->s->m.n_kv_heads / g->s->mesh[QT_MESH_TENSOR];
+        const qt_cg_a_CTX_CHAIN_RECV chain = {.n = g->ts[dk].t.numel,
+                                              .mask = qt_cg_context_mask(g->s),
+                                              .rho = kv < C ? C / kv : 1};
+        if (chain.rho > 1) {
+            op = qt_cg_emit_op(g, 0, QT_OP_CTX_CHAIN_RECV);
+            QT_CG_SET_T(op, CTX_CHAIN_RECV, .dk = dk, .dv = dv);
+            memcpy(op->a, &chain, sizeof chain);
+        }
         op = bwd(ad, QT_OP_ATTN_BWD, f);
         QT_CG_SET_T(op, ATTN_BWD, .dq = dq, .dk = dk, .dv = dv, .dout = dO, .q = FT(ATTN, q),
                     .k = FT(ATTN, k), .v = FT(ATTN, v), .o = FT(ATTN, o), .lse = FT(ATTN, lse),
                     .scratch = scr);
+        if (chain.rho > 1) {
+            op = qt_cg_emit_op(g, 0, QT_OP_CTX_CHAIN_SEND);
+            QT_CG_SET_T(op, CTX_CHAIN_SEND, .dk = dk, .dv = dv);
+            memcpy(op->a, &chain, sizeof chain);
+        }
         return 1;
     }
     case QT_OP_GDN_CONV_FWD: {

@@ -332,7 +332,10 @@ static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_c
     int32_t qn_w = norm_w(g, PN("q_norm.weight"), D->hd, QT_INIT_ZEROS, l);
     int32_t kn_w = norm_w(g, PN("k_norm.weight"), D->hd, QT_INIT_ZEROS, l);
 
-    const int64_t C = D->C, b = D->b, S = D->Sm, Hq = D->Hq / C, Hkv = D->Hkv / C;
+    /* head side: 1/C of the query heads; the kv heads split C ways, or (fewer kv heads than
+     * context ranks) one kv head shared by a chain of ranks (autodiff: CTX_CHAIN_*) */
+    const int64_t C = D->C, b = D->b, S = D->Sm, Hq = D->Hq / C,
+                  Hkv = D->Hkv >= C ? D->Hkv / C : 1;
     const uint8_t kvb = QT_LAX_ACT_KV_BATCH, len = QT_LAX_ACT_LENGTH_ATTN,
                   kvh = QT_LAX_ACT_KV_HEADS, hdx = QT_LAX_ACT_KV_HEAD_DIM;
 #define HT(nm, role, H, w) qt_cg_add_tensor(g, AN(nm), role, QT_F32, 4, SHP(b, D->S, H, w), \
