@@ -1,7 +1,8 @@
 // test_runtime.cpp - unit tests of the firmware runtime: pairwise gradient trees (direct
 // and through the interpreter for every micro_batch x grad_accum split), the exact
 // accumulator, the learning-rate schedule, AdamW and clipping, parameter init statistics,
-// shard-independent init, the fingerprint, a whole optimizer step under different
+// shard-independent init, global indices of dims split over two mesh axes (segmented or
+// not), the fingerprint, a whole optimizer step under different
 // batch splits with a fake kernel table (no real kernels needed), and the single-rank
 // build's refusal to run as one process of a multi-process job (comm_env.c).
 #include <math.h>
@@ -783,6 +784,69 @@ TEST(RuntimeInit, ShardedInitEqualsSliceOfUnsharded)
         }
     }
     qt_rng_set_rank(0);
+}
+
+// Local element j of a tensor whose dim 0 is split over two mesh axes (the context mesh's
+// GDN head weights over tensor x context, routed experts over expert x context): the ranks'
+// global indices (qt_global_index: what init, the fingerprint and the checkpoint gathers and
+// scatters use) tile the global tensor exactly once per replica, the first axis of the
+// spec major (shard index t * C + c), replicas over axes outside the spec alike.
+static void rt_two_axis_case(qt_tensor *t, uint8_t spec0, int64_t split, const int64_t *expect_row0)
+{
+    qt_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.mesh[QT_MESH_DATA] = 2;           // replicas: ranks differing only in data
+    plan.mesh[QT_MESH_FSDP] = 1;
+    plan.mesh[QT_MESH_TENSOR] = spec0 & (1u << QT_MESH_TENSOR) ? 2 : 1;
+    plan.mesh[QT_MESH_EXPERT] = spec0 & (1u << QT_MESH_EXPERT) ? 2 : 1;
+    plan.mesh[QT_MESH_CONTEXT] = 2;
+    plan.n_ranks = 2 * split;
+    t->spec[0] = spec0;
+    const int64_t inner = t->shape[1] * t->shape[2], local = t->shape[0] * inner;
+    const int64_t global = t->global_shape[0] * inner;
+    static int hits[4096];
+    CHECK(global <= 4096);
+    memset(hits, 0, sizeof hits);
+    for (int r = 0; r < plan.n_ranks; r++) {
+        qt_rng_set_rank(r);
+        const int64_t k = r % split;       // shard index: (t or e) * 2 + c, context minor
+        for (int64_t j = 0; j < local; j++) {
+            const int64_t g = qt_global_index(&plan, t, j);
+            CHECK(g >= 0 && g < global);
+            hits[g]++;
+            const int64_t row = j / inner;
+            LONGS_EQUAL(expect_row0[k * t->shape[0] + row] * inner + j % inner, g);
+        }
+    }
+    for (int64_t g = 0; g < global; g++) LONGS_EQUAL(2, hits[g]);
+    qt_rng_set_rank(0);
+}
+
+TEST(RuntimeInit, GlobalIndexTilesDimsSplitOverTwoAxes)
+{
+    // conv1d.weight [128, 1, 4] of q, k, v channel segments 32 | 32 | 64, over tensor x
+    // context (4 shards): shard k holds rows [8k, 8k+8) of q, [32+8k, 32+8k+8) of k and
+    // [64+16k, 64+16k+16) of v, back to back (32 local rows)
+    qt_tensor conv;
+    memset(&conv, 0, sizeof conv);
+    conv.ndim = 3;
+    conv.shape[0] = 32, conv.shape[1] = 1, conv.shape[2] = 4;
+    conv.global_shape[0] = 128, conv.global_shape[1] = 1, conv.global_shape[2] = 4;
+    conv.seg[0] = 32, conv.seg[1] = 32, conv.seg[2] = 64;
+    conv.seg_dim = 0;
+    int64_t rows[4 * 32];
+    for (int k = 0; k < 4; k++)
+        for (int u = 0; u < 32; u++)
+            rows[k * 32 + u] = u < 8 ? 8 * k + u : u < 16 ? 32 + 8 * k + (u - 8) : 64 + 16 * k + (u - 16);
+    rt_two_axis_case(&conv, (1u << QT_MESH_TENSOR) | (1u << QT_MESH_CONTEXT), 4, rows);
+    // routed experts [4, 3, 5] over expert x context: shard k = e * 2 + c holds expert k
+    qt_tensor ex;
+    memset(&ex, 0, sizeof ex);
+    ex.ndim = 3;
+    ex.shape[0] = 1, ex.shape[1] = 3, ex.shape[2] = 5;
+    ex.global_shape[0] = 4, ex.global_shape[1] = 3, ex.global_shape[2] = 5;
+    const int64_t erows[4] = {0, 1, 2, 3};
+    rt_two_axis_case(&ex, (1u << QT_MESH_EXPERT) | (1u << QT_MESH_CONTEXT), 4, erows);
 }
 
 TEST(RuntimeInit, FingerprintIsOrderIndependent)
