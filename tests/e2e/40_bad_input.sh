@@ -179,10 +179,22 @@ check "ranks: qtrain-static (single-rank build) under mpiexec -n 2 refuses on ev
 
 # ---- configs (the full table of bad configs is in tests/unit/test_configgen.cpp)
 check "configgen: unknown key suggests the nearest" expect_fail "base_emb_dim" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml base_emb_dimm=64
-check "configgen: context parallelism not planned" expect_fail "ici_context_parallelism" build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml num_ranks=2 ici_context_parallelism=2
-check "configgen: context parallelism with GDN layers under shard_mode=explicit (the reference trainer's guard)" \
-  expect_fail "context parallelism 2 with shard_mode=explicit: the gated-delta-net short convolution left-pads" \
-  build/configgen/configgen -o $B/gen configgen/configs/runs/test-35-tiny.yml num_ranks=2 ici_context_parallelism=2 shard_mode=explicit
+check "configgen: context parallelism beyond the heads (context 4, 2 GDN key heads)" \
+  expect_fail "ici_context_parallelism=4 (command line): context parallelism 4 x tensor parallelism 1 = 4 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide gdn_num_key_heads (2)" \
+  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml num_ranks=4 ici_context_parallelism=4
+check "configgen: context parallelism with the load-balance loss" \
+  expect_fail "load_balance_loss_weight=0.01 (configgen/configs/runs/test-next-lb.yml:7): 0.01 with context parallelism 2" \
+  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-lb.yml num_ranks=2 ici_context_parallelism=2
+# the reference trainer's guard (context parallelism with GDN layers under explicit) now plans
+cg_plans() {
+  build/configgen/configgen -o $B/gen-ok "$@" &&
+    grep -q "context 2: the ranks of a context group share their sequences" $B/gen-ok/*/plan.txt
+  local rc=$?
+  rm -rf $B/gen-ok
+  return $rc
+}
+check "configgen: context parallelism with GDN layers under shard_mode=explicit (the reference trainer's guard) plans" \
+  cg_plans configgen/configs/runs/test-35-tiny.yml num_ranks=2 ici_context_parallelism=2 shard_mode=explicit
 check "configgen: sparse_matmul=false under shard_mode=explicit (the reference trainer's guard)" \
   expect_fail "sparse_matmul=false (the dense MoE matmul) is not onboarded to shard_mode=explicit" \
   build/configgen/configgen -o $B/gen configgen/configs/runs/test-35-tiny.yml sparse_matmul=false shard_mode=explicit

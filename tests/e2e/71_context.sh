@@ -14,7 +14,9 @@
 # fingerprint, 10 steps): both decoders on CP2, CP4, CP2 x DP2, CP2 x TP2, CP2 x EP2,
 # CP2 x FSDP2, CP2 x DP2 with ZeRO-1 and G = 4, explicit and auto, remat full, and kv heads
 # shared by chains of 2 and 4 context ranks (2 or 1 kv heads on CP4; qwen3.5-tiny's single
-# kv head on CP2: the attention backward's dk and dv sums passed along the chain); CP2 explicit
+# kv head on CP2: the attention backward's dk and dv sums passed along the chain), and
+# per_device_batch_size 1 on CP2 (2 sequences per context group, run as 2 microbatches of
+# one sequence); CP2 explicit
 # on the GDN layers is the seed's own guard case (its reason: the convolution's left pad on
 # a sharded sequence; here the convolution runs on whole sequences of half the heads).
 # Run files: configgen/configs/runs/ctx-*.yml; runs through plan_det (run_all.sh: the tiny
@@ -64,7 +66,8 @@ for cell in "ctx-next-1r-nb4 ctx-next-cp2 2" "ctx-next-1r-nb4 ctx-next-cp2-auto 
             "ctx-35t-1r-nb4 ctx-35t-cp2 2" "ctx-35t-1r-nb4 ctx-35t-cp2ep2 4" \
             "ctx-35t-1r-nb4 ctx-35t-cp2dp2-auto 4" "ctx-35t4h-1r-nb4 ctx-35t4h-cp4 4" \
             "ctx-35t4h-1r-nb4 ctx-35t4h-cp2tp2 4" "ctx-next4k-1r-nb4 ctx-next4k-cp4 4" \
-            "ctx-next1kv-1r-nb4 ctx-next1kv-cp4 4" "ctx-35-1r-nb2 ctx-35-cp2 2"; do
+            "ctx-next1kv-1r-nb4 ctx-next1kv-cp4 4" "ctx-35-1r-nb2 ctx-35-cp2 2" \
+            "ctx-next-1r-nb4 ctx-next-cp2-b2 2"; do
   set -- $cell
   check "context parallelism: ${2#ctx-} ($3 ranks) == one rank ($1), bit for bit" ctx_same "$@"
 done

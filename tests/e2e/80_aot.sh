@@ -77,8 +77,26 @@ check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compil
 check "aot: qwen3.5-35b-a3b v5p-512 EP256, remat full: fits 95 GiB and compiles" \
   aot_case aot-35b-v5p512-ep256 fits
 # the reference trainer's guards, at scale
-check "aot: context parallelism with GDN layers under explicit is refused with its reason" \
-  aot_case aot-guard-context-explicit "context parallelism 2 with shard_mode=explicit"
+# The reference trainer's context-parallelism guard (explicit, context 2, GDN layers: its
+# reason the convolution's left pad on a sharded sequence) plans here: the head exchange runs
+# the convolution on whole sequences (docs/context.md); per_device_batch_size 1 on context 2
+# is 2 sequences per context group, run as 2 microbatches of one. 93042 MiB of 97280.
+check "aot: the seed's guard case (qwen3-next-80b-a3b 4 layers, DP64 x context 2, explicit) plans, fits and compiles" \
+  aot_case aot-guard-context-explicit fits
+# Long context (issue 19): qwen3-next-80b-a3b on v5p-512, remat full, 32 sequences per step,
+# with context 8 (x fsdp 4 x expert 8) and without (FSDP 32 x EP 8). Every power-of-two
+# length up to 8192 fits both ways (8192: 90964 MiB = 93.5% with context 8, 95882 MiB = 98.6%
+# without); 16384 fits neither (140040 / 176488 MiB). Context 8 cuts the per-token
+# activations 8 ways, but the peak is the expert FFN's dropless worst-case buffers, sized
+# for every routed row of the expert group landing on one host (group x tokens x min(k,
+# experts per rank) rows: the same with and without context), 354321 MiB of scratch per MoE
+# layer at 65536 (issue 21).
+check "aot: qwen3-next-80b-a3b v5p-512 context 8 x FSDP 4 x EP 8 at 8192 tokens: fits 95 GiB and compiles" \
+  aot_case aot-next80-v5p512-cp8-8k fits
+check "aot: qwen3-next-80b-a3b v5p-512 FSDP 32 x EP 8 at 8192 tokens (no context axis): fits 95 GiB and compiles" \
+  aot_case aot-next80-v5p512-8k fits
+check "aot: qwen3-next-80b-a3b v5p-512 context 8 at 65536 tokens: over budget (the experts' dropless worst-case buffers)" \
+  aot_case aot-next80-v5p512-cp8-64k "needs 507676.0 MiB per rank, over the budget of 97280.0 MiB by 410396.0 MiB; biggest consumers: activations (peak) 490424.6 MiB"
 check "aot: the dense MoE path under explicit is refused with its reason" \
   aot_case aot-guard-dense-explicit "sparse_matmul=false (the dense MoE matmul) is not onboarded"
 

@@ -460,7 +460,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"num_ranks=3", NULL, "num_ranks=3 (command line): resolves the fsdp mesh axis to 3; expected a power of two"},
         {"ici_tensor_parallelism=4", "num_ranks=4", "tensor parallelism 4 does not divide base_num_kv_heads (2)"},
         // context parallelism: its limits (docs/context.md)
-        {"ici_context_parallelism=2", "num_ranks=2", "per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4): 2 x 1 tensor x 2 context ranks = 4 sequences per batch group and microbatch; context parallelism needs exactly one"},
+        {"ici_context_parallelism=2", "num_ranks=2|gradient_accumulation_steps=2097152", "per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4): 2 x 1 tensor x 2 context ranks = 4 sequences per batch group, run as microbatches of one sequence each, x gradient_accumulation_steps=2097152 exceed the 24 gradient tree levels"},
         {"ici_context_parallelism=4", "num_ranks=4", "ici_context_parallelism=4 (command line): context parallelism 4 x tensor parallelism 1 = 4 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide gdn_num_key_heads (2)"},
         {"ici_context_parallelism=4", "num_ranks=4|per_device_batch_size=0.25|gdn_num_key_heads=4|gdn_num_value_heads=8|base_num_kv_heads=1|base_num_query_heads=8|dtype=bfloat16", "context parallelism 4 with 1 kv heads per tensor rank and dtype=bfloat16"},
         {"ici_context_parallelism=4", "num_ranks=4|per_device_batch_size=0.25|gdn_num_key_heads=4|gdn_num_value_heads=8|base_num_kv_heads=6|base_num_query_heads=12", "the 6 kv heads of a tensor rank (base_num_kv_heads=6 / tensor 1) must be a multiple or a divisor of it"},

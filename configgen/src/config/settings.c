@@ -397,14 +397,24 @@ static int batch_split(const qt_cg_vctx *v, qt_cg_settings *s)
         return bad(v, "per_device_batch_size", "%g sequences per rank x %d tensor ranks "
                    "sharing them (%s) = %g per batch group; expected a whole number >= 1",
                    s->per_device_batch, tp, other(v, "ici_tensor_parallelism", o, sizeof o), b);
-    /* context: each rank's token blocks must be one aligned subtree of the microbatch's leaf
-     * tree, which holds for one sequence per batch group and microbatch (docs/context.md) */
-    if (cp > 1 && b != 1)
-        return bad(v, "per_device_batch_size", "%g x %d tensor x %d context ranks = %g "
-                   "sequences per batch group and microbatch; context parallelism needs "
-                   "exactly one (more sequences per step come from "
-                   "gradient_accumulation_steps)", s->per_device_batch, tp, cp, b);
     s->tr.micro_batch = (int64_t)b;
+    /* context: each rank's token blocks must be one aligned subtree of the microbatch's leaf
+     * tree, which holds for one sequence per batch group and microbatch (docs/context.md):
+     * b sequences per batch group run as b microbatches of one (the same sum, the same bits
+     * as any split; the activations of one sequence at a time) */
+    if (cp > 1 && b > 1) {
+        int64_t g;
+        if (__builtin_mul_overflow(s->tr.grad_accum, (int64_t)b, &g) ||
+            g >= (1ll << (QT_MAX_TREE_LEVELS - 1)))
+            return bad(v, "per_device_batch_size", "%g x %d tensor x %d context ranks = %g "
+                       "sequences per batch group, run as microbatches of one sequence each, "
+                       "x gradient_accumulation_steps=%lld exceed the %d gradient tree levels",
+                       s->per_device_batch, tp, cp, b, (long long)s->tr.grad_accum,
+                       QT_MAX_TREE_LEVELS);
+        s->tr.grad_accum = g;
+        s->tr.micro_batch = 1;
+        s->ctx_seq_split = (int32_t)b;
+    }
     s->tr.global_batch = s->tr.micro_batch * s->tr.grad_accum * (s->n_ranks / tp / cp);
     return context_blocks(v, s);
 }

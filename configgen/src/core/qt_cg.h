@@ -116,6 +116,8 @@ typedef struct qt_cg_settings {
     int32_t scan_layers;       /* scan_layers: store repeated layer cycles once */
     int32_t grad_reduce;       /* enum qt_cg_grad_reduce (gradient_reduce) */
     int32_t dtype;             /* compute dtype (dtype): QT_F32 or QT_BF16 (docs/precision.md) */
+    int32_t ctx_seq_split;     /* context parallelism with b > 1 sequences per batch group:
+                                  b (they run as b microbatches of one), else 0 */
     int32_t context_blocks;    /* canonical token blocks per sequence (context_blocks
                                   resolved: >= 1; docs/context.md) */
     char topology[64];         /* compile_topology, "" = none */

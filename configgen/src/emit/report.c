@@ -92,6 +92,15 @@ static void layout_line(qt_cg_buf *b, const qt_cg_graph *g, int i)
     qt_cg_resolve(g->s->rules, g->s->n_rules, g->s->mesh, t->ndim, names, spec, desc);
     size_t ka = 0, ks = 0;
     for (int d = 0; d < t->ndim; d++) {
+        /* a parameter split further than its rules say (context parallelism's head weights
+         * and experts: model/context.c): "+axis" */
+        const uint8_t extra = (uint8_t)(t->spec[d] & ~spec[d]);
+        if (t->role == QT_ROLE_PARAM && extra) {
+            char more[48];
+            qt_cg_mask_name(extra, more, sizeof more);
+            if (!strcmp(desc[d], "-")) snprintf(desc[d], sizeof desc[d], "+%s", more);
+            else snprintf(desc[d] + strlen(desc[d]), sizeof desc[d] - strlen(desc[d]), "+%s", more);
+        }
         ka += (size_t)snprintf(ax + ka, sizeof ax - ka, "%s%s", d ? "," : "(",
                                qt_cg_lax_names[t->axes[d]]);
         ks += (size_t)snprintf(sp + ks, sizeof sp - ks, "%s%s", d ? "," : "(", desc[d]);
@@ -246,6 +255,12 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          "in (sequence, block) order: %lld leaves per step on this rank\n",
                          (long long)qt_cg_blocks(s), (long long)qt_cg_blocks(s),
                          (long long)qt_cg_leaf_tokens(s), (long long)(per * qt_cg_blocks(s) / C));
+    if (s->ctx_seq_split > 1)
+        qt_cg_buf_printf(b, "  per_device_batch_size x tensor x context = %d sequences per batch "
+                         "group: run as %d microbatches of one sequence each (context "
+                         "parallelism's token blocks need one sequence per microbatch: "
+                         "docs/context.md), %lld microbatches per step in all\n",
+                         s->ctx_seq_split, s->ctx_seq_split, (long long)t->grad_accum);
     if (C > 1)
         qt_cg_buf_printf(b, "  context %lld: the ranks of a context group share their sequences; "
                          "context index c holds tokens [c*%lld, (c+1)*%lld) of each (its blocks "
