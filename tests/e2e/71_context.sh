@@ -16,7 +16,7 @@
 # shared by chains of 2 and 4 context ranks (2 or 1 kv heads on CP4; qwen3.5-tiny's single
 # kv head on CP2: the attention backward's dk and dv sums passed along the chain), and
 # per_device_batch_size 1 on CP2 (2 sequences per context group, run as 2 microbatches of
-# one sequence); CP2 explicit
+# one sequence), bf16 CP2 and CP2 x EP2 (auto); CP2 explicit
 # on the GDN layers is the seed's own guard case (its reason: the convolution's left pad on
 # a sharded sequence; here the convolution runs on whole sequences of half the heads).
 # Run files: configgen/configs/runs/ctx-*.yml; runs through plan_det (run_all.sh: the tiny
@@ -67,7 +67,8 @@ for cell in "ctx-next-1r-nb4 ctx-next-cp2 2" "ctx-next-1r-nb4 ctx-next-cp2-auto 
             "ctx-35t-1r-nb4 ctx-35t-cp2dp2-auto 4" "ctx-35t4h-1r-nb4 ctx-35t4h-cp4 4" \
             "ctx-35t4h-1r-nb4 ctx-35t4h-cp2tp2 4" "ctx-next4k-1r-nb4 ctx-next4k-cp4 4" \
             "ctx-next1kv-1r-nb4 ctx-next1kv-cp4 4" "ctx-35-1r-nb2 ctx-35-cp2 2" \
-            "ctx-next-1r-nb4 ctx-next-cp2-b2 2"; do
+            "ctx-next-1r-nb4 ctx-next-cp2-b2 2" "ctx-b16-next-1r-nb4 ctx-b16-next-cp2 2" \
+            "ctx-b16-next-1r-nb4 ctx-b16-next-cp2ep2-auto 4"; do
   set -- $cell
   check "context parallelism: ${2#ctx-} ($3 ranks) == one rank ($1), bit for bit" ctx_same "$@"
 done
