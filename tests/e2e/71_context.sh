@@ -57,6 +57,19 @@ check "context_blocks 2: qwen3.5 EP2 == one rank with the same blocks, bit for b
 check "context_blocks 4 in bf16: DP2 x EP2 (auto) == one rank with the same blocks, bit for bit" \
   ctx_same ctx-b16-next-1r-nb4 ctx-b16-next-dp2ep2-auto-nb4 4
 
+# MaxText's Ulysses key (ici_context_usp_ulysses_parallelism) is the same axis here: the same
+# plan, hash for hash
+ctx_ulysses() {
+  local d=$QT_TMP/ctx/ulysses a b
+  rm -rf "$d"
+  build/configgen/configgen -o "$d/a" configgen/configs/runs/ctx-next-cp2.yml > /dev/null || return 1
+  build/configgen/configgen -o "$d/b" configgen/configs/runs/ctx-next-cp2.yml \
+    ici_context_parallelism=1 ici_context_usp_ulysses_parallelism=2 > /dev/null || return 1
+  a=$(grep -o "plan hash 0x[0-9a-f]*" "$d/a/ctx-next-cp2/plan.txt") b=$(grep -o "plan hash 0x[0-9a-f]*" "$d/b/ctx-next-cp2/plan.txt")
+  [ -n "$a" ] && [ "$a" = "$b" ] && echo "both: $a"
+}
+check "context parallelism: ici_context_usp_ulysses_parallelism=2 plans the same as ici_context_parallelism=2" ctx_ulysses
+
 # the context-parallel matrix: "ONE RUN RANKS" per cell
 for cell in "ctx-next-1r-nb4 ctx-next-cp2 2" "ctx-next-1r-nb4 ctx-next-cp2-auto 2" \
             "ctx-next-1r-nb4 ctx-next-cp2dp2 4" "ctx-next-1r-nb4 ctx-next-cp2ep2 4" \

@@ -9,79 +9,18 @@
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 CKM_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 
-# ckm_run RUN RANKS ARGS...: build/RUN/qtrain on RANKS ranks with the matrix's data and seed.
-ckm_run() {
-  local run=$1 n=$2; shift 2
-  if [ "$n" -eq 1 ]; then
-    timeout 120 build/$run/qtrain data=$CKM_DATA seed=11 "$@"
-  else
-    timeout 120 mpiexec -n "$n" build/$run/qtrain data=$CKM_DATA seed=11 "$@"
-  fi
-}
-
-
-# ckm_ref PLAN: the uninterrupted 10-step run of one-rank PLAN, fields of steps 6..10 (cached)
-ckm_ref() {
-  local plan=$1 d=$QT_TMP/ckm
-  mkdir -p "$d"
-  if [ ! -s "$d/$plan-ref.det" ]; then
-    ckm_run "$plan" 1 steps=10 metrics=$d/$plan-ref.jsonl 2> /dev/null || return 1
-    det_fields "$d/$plan-ref.jsonl" | tail -n 5 > "$d/$plan-ref.det" || return 1
-  fi
-}
-
-# ckm_resume_p REF SAVE SAVE_RANKS LOAD LOAD_RANKS [EXT]: save at step 5 with plan SAVE, train
-# on to step 10 with plan LOAD; steps 6..10 must equal the uninterrupted run of one-rank
-# plan REF. EXT "" (default) saves a sharded directory (64 KiB shards, so several of each
-# kind), ".safetensors" one file.
-ckm_resume_p() {
-  local ref=$1 sp=$2 sn=$3 lp=$4 ln=$5 ext=${6:-} d=$QT_TMP/ckm
-  ckm_ref "$ref" || return 1
-  local ck=$d/$sp$ext tag=$sp-to-$lp$ext
-  if [ ! -e "$ck" ]; then
-    ckm_run "$sp" "$sn" steps=5 save=$ck save_shard_size=64K 2> "$d/$tag.save.log" \
-      || { tail -n 5 "$d/$tag.save.log"; return 1; }
-  fi
-  ckm_run "$lp" "$ln" steps=10 load=$ck metrics=$d/$tag.jsonl 2> "$d/$tag.log" \
-    || { tail -n 5 "$d/$tag.log"; return 1; }
-  grep -q "resuming from .* at step 5" "$d/$tag.log" || { echo "did not resume at step 5"; tail -n 5 "$d/$tag.log"; return 1; }
-  det_fields "$d/$tag.jsonl" > "$d/$tag.det" || return 1
-  [ "$(wc -l < "$d/$tag.det")" -eq 5 ] || { echo "expected 5 metrics lines (steps 6..10)"; return 1; }
-  [ -z "$ext" ] && echo "$(ls "$ck" | grep -c -- '-of-') shards"
-  cmp "$d/$ref-ref.det" "$d/$tag.det" && echo "steps 6..10 identical: $(tail -n 1 "$d/$tag.det")"
-}
-
 # ckm_resume MODEL SAVE_MESH SAVE_RANKS LOAD_MESH LOAD_RANKS [EXT]: the mesh-MODEL-* plans
 ckm_resume() {
-  ckm_resume_p mesh-$1-1r mesh-$1-$2 "$3" mesh-$1-$4 "$5" "${6:-}"
-}
-
-# ckm_same_file A B: two checkpoints hold the same bytes: the data region bit for bit and
-# the header equal once the plan hash and run name values (which name the mesh) are blanked.
-ckm_header() {
-  local n
-  n=$(od -An -tu8 -N8 "$1" | tr -d ' ') || return 1
-  head -c $((8 + n)) "$1" | tail -c "$n" \
-    | sed -e 's/"plan_hash":"[^"]*"/"plan_hash":""/' -e 's/"run_name":"[^"]*"/"run_name":""/' -e 's/ *$//'
-}
-ckm_data() {
-  local n
-  n=$(od -An -tu8 -N8 "$1" | tr -d ' ') || return 1
-  tail -c +$((9 + n)) "$1"
-}
-ckm_same_file() {
-  cmp <(ckm_header "$1") <(ckm_header "$2") || { echo "headers differ"; return 1; }
-  cmp <(ckm_data "$1") <(ckm_data "$2") || { echo "tensor bytes differ"; return 1; }
-  echo "identical: $(ckm_data "$1" | wc -c) tensor bytes, state hash $(ckm_header "$1" | grep -o '"state_hash":"[^"]*"')"
+  ckpt_resume mesh-$1-1r mesh-$1-$2 "$3" mesh-$1-$4 "$5" "${6:-}"
 }
 
 # ckm_file_eq MODEL MESH RANKS: the checkpoint after 5 steps on MESH is the one-rank one.
 ckm_file_eq() {
   local model=$1 mesh=$2 n=$3 d=$QT_TMP/ckm
   mkdir -p "$d"
-  [ -s "$d/mesh-$model-1r.safetensors" ] || ckm_run mesh-$model-1r 1 steps=5 save=$d/mesh-$model-1r.safetensors 2> /dev/null || return 1
-  [ -s "$d/mesh-$model-$mesh.safetensors" ] || ckm_run mesh-$model-$mesh "$n" steps=5 save=$d/mesh-$model-$mesh.safetensors 2> /dev/null || return 1
-  ckm_same_file "$d/mesh-$model-1r.safetensors" "$d/mesh-$model-$mesh.safetensors"
+  [ -s "$d/mesh-$model-1r.safetensors" ] || ckpt_run mesh-$model-1r 1 steps=5 save=$d/mesh-$model-1r.safetensors 2> /dev/null || return 1
+  [ -s "$d/mesh-$model-$mesh.safetensors" ] || ckpt_run mesh-$model-$mesh "$n" steps=5 save=$d/mesh-$model-$mesh.safetensors 2> /dev/null || return 1
+  ckpt_same_file "$d/mesh-$model-1r.safetensors" "$d/mesh-$model-$mesh.safetensors"
 }
 
 check "mesh ckpt: save on DP2xEP2 (4 ranks, one .safetensors file) at step 5, resume on one rank == 10 one-rank steps" \
@@ -109,9 +48,9 @@ ckm_grads() {
   # dump_grads on a mesh: the first step's normalised gradient, gathered, equals one rank's
   local d=$QT_TMP/ckm
   mkdir -p "$d"
-  ckm_run mesh-next-1r 1 steps=0 dump_grads=$d/g1.safetensors 2> /dev/null || return 1
-  ckm_run mesh-next-dp2ep2 4 steps=0 dump_grads=$d/g4.safetensors 2> /dev/null || return 1
-  ckm_same_file "$d/g1.safetensors" "$d/g4.safetensors"
+  ckpt_run mesh-next-1r 1 steps=0 dump_grads=$d/g1.safetensors 2> /dev/null || return 1
+  ckpt_run mesh-next-dp2ep2 4 steps=0 dump_grads=$d/g4.safetensors 2> /dev/null || return 1
+  ckpt_same_file "$d/g1.safetensors" "$d/g4.safetensors"
 }
 check "mesh ckpt: dump_grads on DP2xEP2 == one rank's gradient file" ckm_grads
 
@@ -120,9 +59,9 @@ ckm_grads_gather() {
   # zero1 plans: global batch 16)
   local d=$QT_TMP/ckm
   mkdir -p "$d"
-  ckm_run zero1-next-1r-b16 1 steps=0 dump_grads=$d/gz1.safetensors 2> /dev/null || return 1
-  ckm_run zero1-next-dp2ep2-g4-z1-gather 4 steps=0 dump_grads=$d/gz4.safetensors 2> /dev/null || return 1
-  ckm_same_file "$d/gz1.safetensors" "$d/gz4.safetensors"
+  ckpt_run zero1-next-1r-b16 1 steps=0 dump_grads=$d/gz1.safetensors 2> /dev/null || return 1
+  ckpt_run zero1-next-dp2ep2-g4-z1-gather 4 steps=0 dump_grads=$d/gz4.safetensors 2> /dev/null || return 1
+  ckpt_same_file "$d/gz1.safetensors" "$d/gz4.safetensors"
 }
 check "mesh ckpt: dump_grads on DP2xEP2 ZeRO-1 G4 with param_gather=layer == one rank's gradient file" ckm_grads_gather
 
@@ -130,7 +69,7 @@ ckm_weights_only() {
   # another trajectory (test-next-tiny: the same model, a global batch of 2): the
   # state hash differs, so a mesh load takes the weights only and starts at step 0
   local d=$QT_TMP/ckm out
-  [ -e "$d/mesh-next-dp2ep2" ] || ckm_run mesh-next-dp2ep2 4 steps=5 save=$d/mesh-next-dp2ep2 save_shard_size=64K 2> /dev/null || return 1
+  [ -e "$d/mesh-next-dp2ep2" ] || ckpt_run mesh-next-dp2ep2 4 steps=5 save=$d/mesh-next-dp2ep2 save_shard_size=64K 2> /dev/null || return 1
   out=$(timeout 120 build/test-next-tiny/qtrain data=$CKM_DATA steps=1 load=$d/mesh-next-dp2ep2 2>&1)
   echo "$out" | tail -n 3
   echo "$out" | grep -q "state hash .* loading the weights only" || return 1
@@ -141,28 +80,28 @@ check "mesh ckpt: another trajectory (other global batch or schedule) loads the 
 # The issue's case: MaxText's failing mesh, DP2 x EP2 with ZeRO-1 and G=4 (global batch 16),
 # saves at step 5; DP4 with ZeRO-1 and G=4, and one rank with a batch of 16, resume it.
 check "mesh ckpt dir: save on DP2xEP2 ZeRO-1 G4 at step 5, resume on DP4 ZeRO-1 G4 == 10 one-rank steps" \
-  ckm_resume_p zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1 4 zero1-next-dp4-g4 4
+  ckpt_resume zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1 4 zero1-next-dp4-g4 4
 check "mesh ckpt dir: save on DP2xEP2 ZeRO-1 G4 at step 5, resume on one rank == 10 one-rank steps" \
-  ckm_resume_p zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1 4 zero1-next-1r-b16 1
+  ckpt_resume zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1 4 zero1-next-1r-b16 1
 check "mesh ckpt dir: save on DP2xTP2 ZeRO-1 G4 (tensor-split weights, split Adam) at step 5, resume on one rank == 10 one-rank steps" \
-  ckm_resume_p zero1-next-1r-b16 zero1-next-dp2tp2-g4-z1 4 zero1-next-1r-b16 1
+  ckpt_resume zero1-next-1r-b16 zero1-next-dp2tp2-g4-z1 4 zero1-next-1r-b16 1
 check "mesh ckpt dir: Qwen3.5 save on DP2xEP2 ZeRO-1 G4 at step 5, resume on one rank == 10 one-rank steps" \
-  ckm_resume_p zero1-35-1r-b16 zero1-35-dp2ep2-g4-z1 4 zero1-35-1r-b16 1
+  ckpt_resume zero1-35-1r-b16 zero1-35-dp2ep2-g4-z1 4 zero1-35-1r-b16 1
 # per-layer parameter gathers: the rank holds only its parameter blocks, which a save
 # gathers and a load scatters like the Adam blocks
 check "mesh ckpt dir: save on DP2xEP2 ZeRO-1 G4 with param_gather=layer at step 5, resume on one rank == 10 one-rank steps" \
-  ckm_resume_p zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1-gather 4 zero1-next-1r-b16 1
+  ckpt_resume zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1-gather 4 zero1-next-1r-b16 1
 check "mesh ckpt dir: save on one rank at step 5, resume on DP4 ZeRO-1 G4 with param_gather=layer == 10 one-rank steps" \
-  ckm_resume_p zero1-next-1r-b16 zero1-next-1r-b16 1 zero1-next-dp4-g4-gather 4
+  ckpt_resume zero1-next-1r-b16 zero1-next-1r-b16 1 zero1-next-dp4-g4-gather 4
 check "mesh ckpt: save on DP2xFSDP2 ZeRO-1 with param_gather=layer (one file) at step 5, resume on one rank == 10 one-rank steps" \
-  ckm_resume_p zero1-next-1r-b8 zero1-next-dp2fsdp2-z1-gather 4 zero1-next-1r-b8 1 .safetensors
+  ckpt_resume zero1-next-1r-b8 zero1-next-dp2fsdp2-z1-gather 4 zero1-next-1r-b8 1 .safetensors
 
 # ckm_partial_reads: a rank reads only the pieces of its own part. Save on one rank, load on
 # DP2 x EP2 + ZeRO-1 (each rank holds half the experts and a quarter of the moments): every
 # rank says how many tensors it did not read, and the run still equals the uninterrupted one.
 ckm_partial_reads() {
-  local d=$QT_TMP/ckm log n
-  ckm_resume_p zero1-next-1r-b16 zero1-next-1r-b16 1 zero1-next-dp2ep2-g4-z1 4 || return 1
+  local d=$QT_TMP/ckpt log n
+  ckpt_resume zero1-next-1r-b16 zero1-next-1r-b16 1 zero1-next-dp2ep2-g4-z1 4 || return 1
   log=$d/zero1-next-1r-b16-to-zero1-next-dp2ep2-g4-z1.log
   n=$(grep -c "rank [0-3]/4: note: .* tensors hold only other ranks' parts (experts, optimizer blocks): not read" "$log")
   grep -m1 "not read" "$log"
@@ -187,8 +126,8 @@ ckm_dir_eq() {
 }
 ckm_dir_same() {
   local d=$QT_TMP/ckm
-  [ -e "$d/zero1-next-1r-b16" ] || ckm_run zero1-next-1r-b16 1 steps=5 save=$d/zero1-next-1r-b16 save_shard_size=64K 2> /dev/null || return 1
-  [ -e "$d/zero1-next-dp2ep2-g4-z1" ] || ckm_run zero1-next-dp2ep2-g4-z1 4 steps=5 save=$d/zero1-next-dp2ep2-g4-z1 save_shard_size=64K 2> /dev/null || return 1
+  [ -e "$d/zero1-next-1r-b16" ] || ckpt_run zero1-next-1r-b16 1 steps=5 save=$d/zero1-next-1r-b16 save_shard_size=64K 2> /dev/null || return 1
+  [ -e "$d/zero1-next-dp2ep2-g4-z1" ] || ckpt_run zero1-next-dp2ep2-g4-z1 4 steps=5 save=$d/zero1-next-dp2ep2-g4-z1 save_shard_size=64K 2> /dev/null || return 1
   ckm_dir_eq "$d/zero1-next-1r-b16" "$d/zero1-next-dp2ep2-g4-z1"
 }
 check "mesh ckpt dir: the DP2xEP2 ZeRO-1 directory (shards written by 4 ranks) == the one-rank directory" ckm_dir_same
@@ -197,13 +136,13 @@ check "mesh ckpt dir: the DP2xEP2 ZeRO-1 directory (shards written by 4 ranks) =
 # byte short is refused on 4 ranks, naming the file, before any step (no metrics file).
 ckm_damaged() {
   local what=$1 d=$QT_TMP/ckm src=$QT_TMP/ckm/zero1-next-dp2ep2-g4-z1 bad=$QT_TMP/ckm/damaged out
-  [ -e "$src" ] || ckm_run zero1-next-dp2ep2-g4-z1 4 steps=5 save=$src save_shard_size=64K 2> /dev/null || return 1
+  [ -e "$src" ] || ckpt_run zero1-next-dp2ep2-g4-z1 4 steps=5 save=$src save_shard_size=64K 2> /dev/null || return 1
   rm -rf "$bad" "$d/damaged.jsonl"
   cp -r "$src" "$bad"
   local victim=$bad/optimizer-00002-of-$(ls "$bad" | grep -c '^optimizer-' | xargs printf '%05d').safetensors
   [ -f "$victim" ] || { echo "no $victim"; return 1; }
   if [ "$what" = missing ]; then rm "$victim"; else truncate -s -1 "$victim"; fi
-  out=$(ckm_run zero1-next-dp4-g4 4 steps=10 load=$bad metrics=$d/damaged.jsonl 2>&1) && { echo "loaded a damaged checkpoint"; return 1; }
+  out=$(ckpt_run zero1-next-dp4-g4 4 steps=10 load=$bad metrics=$d/damaged.jsonl 2>&1) && { echo "loaded a damaged checkpoint"; return 1; }
   echo "$out" | grep -m1 "$(basename "$victim")" || { echo "$out" | tail -n 3; return 1; }
   [ ! -e "$d/damaged.jsonl" ] || { echo "a metrics file was written"; return 1; }
 }

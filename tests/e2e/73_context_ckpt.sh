@@ -11,63 +11,6 @@
 # train the same model on the same global batch, so they share the state hash.
 # Every mpiexec runs under `timeout`.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
-CXK_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
-
-# cxk_run RUN RANKS ARGS...: build/RUN/qtrain on RANKS ranks with the tiny data and seed 11.
-cxk_run() {
-  local run=$1 n=$2; shift 2
-  if [ "$n" -eq 1 ]; then
-    timeout 120 build/$run/qtrain data=$CXK_DATA seed=11 "$@"
-  else
-    timeout 120 mpiexec -n "$n" build/$run/qtrain data=$CXK_DATA seed=11 "$@"
-  fi
-}
-
-# cxk_ref PLAN: the uninterrupted 10-step run of one-rank PLAN, fields of steps 6..10 (cached)
-cxk_ref() {
-  local plan=$1 d=$QT_TMP/cxk
-  mkdir -p "$d"
-  if [ ! -s "$d/$plan-ref.det" ]; then
-    cxk_run "$plan" 1 steps=10 metrics=$d/$plan-ref.jsonl 2> /dev/null || return 1
-    det_fields "$d/$plan-ref.jsonl" | tail -n 5 > "$d/$plan-ref.det" || return 1
-  fi
-}
-
-# cxk_resume REF SAVE SAVE_RANKS LOAD LOAD_RANKS [EXT]: save after step 5 with plan SAVE,
-# train on to step 10 with plan LOAD; steps 6..10 must equal the uninterrupted run of
-# one-rank plan REF. EXT "" (default) saves a sharded directory (64 KiB shards),
-# ".safetensors" one file.
-cxk_resume() {
-  local ref=$1 sp=$2 sn=$3 lp=$4 ln=$5 ext=${6:-} d=$QT_TMP/cxk
-  cxk_ref "$ref" || return 1
-  local ck=$d/$sp$ext tag=$sp-to-$lp$ext
-  if [ ! -e "$ck" ]; then
-    cxk_run "$sp" "$sn" steps=5 save=$ck save_shard_size=64K 2> "$d/$tag.save.log" \
-      || { tail -n 5 "$d/$tag.save.log"; return 1; }
-  fi
-  cxk_run "$lp" "$ln" steps=10 load=$ck metrics=$d/$tag.jsonl 2> "$d/$tag.log" \
-    || { tail -n 5 "$d/$tag.log"; return 1; }
-  grep -q "resuming from .* at step 5" "$d/$tag.log" \
-    || { echo "did not resume at step 5"; tail -n 5 "$d/$tag.log"; return 1; }
-  det_fields "$d/$tag.jsonl" > "$d/$tag.det" || return 1
-  [ "$(wc -l < "$d/$tag.det")" -eq 5 ] || { echo "expected 5 metrics lines (steps 6..10)"; return 1; }
-  [ -z "$ext" ] && echo "$(ls "$ck" | grep -c -- '-of-') shards"
-  cmp "$d/$ref-ref.det" "$d/$tag.det" && echo "steps 6..10 identical: $(tail -n 1 "$d/$tag.det")"
-}
-
-# cxk_header / cxk_data FILE: a safetensors file's JSON header with the plan hash and run
-# name values blanked (they name the mesh), and its data region.
-cxk_header() {
-  local n
-  n=$(od -An -tu8 -N8 "$1" | tr -d ' ') || return 1
-  head -c $((8 + n)) "$1" | tail -c "$n" \
-    | sed -e 's/"plan_hash":"[^"]*"/"plan_hash":""/' -e 's/"run_name":"[^"]*"/"run_name":""/' -e 's/ *$//'
-}
-cxk_data() {
-  local n
-  n=$(od -An -tu8 -N8 "$1" | tr -d ' ') || return 1
-  tail -c +$((9 + n)) "$1"
-}
 
 # cxk_file_eq ONE RUN RANKS: the one-file checkpoints after 5 steps of one-rank ONE and of
 # RUN on RANKS ranks: st_compare finds every tensor equal (tolerance 0: same names, shapes
@@ -77,14 +20,12 @@ cxk_data() {
 cxk_file_eq() {
   local one=$1 run=$2 n=$3 d=$QT_TMP/cxk
   mkdir -p "$d"
-  [ -s "$d/$one.safetensors" ] || cxk_run "$one" 1 steps=5 save=$d/$one.safetensors 2> /dev/null || return 1
-  [ -s "$d/$run.safetensors" ] || cxk_run "$run" "$n" steps=5 save=$d/$run.safetensors 2> /dev/null || return 1
+  [ -s "$d/$one.safetensors" ] || ckpt_run "$one" 1 steps=5 save=$d/$one.safetensors 2> /dev/null || return 1
+  [ -s "$d/$run.safetensors" ] || ckpt_run "$run" "$n" steps=5 save=$d/$run.safetensors 2> /dev/null || return 1
   build/tools/st_compare "$d/$run.safetensors" "$d/$one.safetensors" 0 > "$d/$run.cmp" \
     || { tail -n 5 "$d/$run.cmp"; return 1; }
-  cmp <(cxk_header "$d/$one.safetensors") <(cxk_header "$d/$run.safetensors") || { echo "headers differ"; return 1; }
-  cmp <(cxk_data "$d/$one.safetensors") <(cxk_data "$d/$run.safetensors") || { echo "tensor bytes differ"; return 1; }
-  echo "$(grep -c . "$d/$run.cmp") st_compare lines, identical: $(cxk_data "$d/$one.safetensors" | wc -c) tensor bytes," \
-       "$(cxk_header "$d/$one.safetensors" | grep -o '"state_hash":"[^"]*"')"
+  echo "$(grep -c . "$d/$run.cmp") st_compare lines"
+  ckpt_same_file "$d/$one.safetensors" "$d/$run.safetensors"
 }
 
 # cxk_dir_eq ONE RUN RANKS: the same for sharded directories (64 KiB shards, each rank of RUN
@@ -93,8 +34,8 @@ cxk_file_eq() {
 cxk_dir_eq() {
   local one=$1 run=$2 n=$3 d=$QT_TMP/cxk f k=0
   mkdir -p "$d/dir"
-  [ -e "$d/dir/$one" ] || cxk_run "$one" 1 steps=5 save=$d/dir/$one save_shard_size=64K 2> /dev/null || return 1
-  [ -e "$d/dir/$run" ] || cxk_run "$run" "$n" steps=5 save=$d/dir/$run save_shard_size=64K 2> /dev/null || return 1
+  [ -e "$d/dir/$one" ] || ckpt_run "$one" 1 steps=5 save=$d/dir/$one save_shard_size=64K 2> /dev/null || return 1
+  [ -e "$d/dir/$run" ] || ckpt_run "$run" "$n" steps=5 save=$d/dir/$run save_shard_size=64K 2> /dev/null || return 1
   cmp <(ls "$d/dir/$one") <(ls "$d/dir/$run") || { echo "file lists differ"; return 1; }
   for f in "$d/dir/$one"/*-of-*.safetensors; do
     cmp "$f" "$d/dir/$run/$(basename "$f")" || return 1
@@ -110,13 +51,13 @@ cxk_dir_eq() {
 # qwen3-next tiny, CP2 x EP2 (4 ranks: experts over expert x context, GDN head weights over
 # context) <-> one rank with 4 blocks per sequence
 check "context ckpt: save on CP2xEP2 (4 ranks, one .safetensors file) at step 5, resume on one rank == 10 one-rank steps" \
-  cxk_resume ctx-next-1r-nb4 ctx-next-cp2ep2 4 ctx-next-1r-nb4 1 .safetensors
+  ckpt_resume ctx-next-1r-nb4 ctx-next-cp2ep2 4 ctx-next-1r-nb4 1 .safetensors
 check "context ckpt: save on CP2xEP2 (4 ranks, sharded directory) at step 5, resume on one rank == 10 one-rank steps" \
-  cxk_resume ctx-next-1r-nb4 ctx-next-cp2ep2 4 ctx-next-1r-nb4 1
+  ckpt_resume ctx-next-1r-nb4 ctx-next-cp2ep2 4 ctx-next-1r-nb4 1
 check "context ckpt: save on one rank (one file) at step 5, resume on CP2xEP2 == 10 one-rank steps" \
-  cxk_resume ctx-next-1r-nb4 ctx-next-1r-nb4 1 ctx-next-cp2ep2 4 .safetensors
+  ckpt_resume ctx-next-1r-nb4 ctx-next-1r-nb4 1 ctx-next-cp2ep2 4 .safetensors
 check "context ckpt: save on one rank (sharded directory) at step 5, resume on CP2xEP2 == 10 one-rank steps" \
-  cxk_resume ctx-next-1r-nb4 ctx-next-1r-nb4 1 ctx-next-cp2ep2 4
+  ckpt_resume ctx-next-1r-nb4 ctx-next-1r-nb4 1 ctx-next-cp2ep2 4
 check "context ckpt: CP2xEP2 checkpoint after 5 steps == the one-rank checkpoint (st_compare 0, same bytes)" \
   cxk_file_eq ctx-next-1r-nb4 ctx-next-cp2ep2 4
 check "context ckpt: CP2xEP2 sharded directory after 5 steps == the one-rank directory, shard for shard" \
@@ -124,17 +65,17 @@ check "context ckpt: CP2xEP2 sharded directory after 5 steps == the one-rank dir
 
 # qwen3.5 tiny (tp variant), CP2 x EP2
 check "context ckpt: qwen3.5 save on CP2xEP2 at step 5, resume on one rank == 10 one-rank steps" \
-  cxk_resume ctx-35t-1r-nb4 ctx-35t-cp2ep2 4 ctx-35t-1r-nb4 1 .safetensors
+  ckpt_resume ctx-35t-1r-nb4 ctx-35t-cp2ep2 4 ctx-35t-1r-nb4 1 .safetensors
 check "context ckpt: qwen3.5 save on one rank at step 5, resume on CP2xEP2 == 10 one-rank steps" \
-  cxk_resume ctx-35t-1r-nb4 ctx-35t-1r-nb4 1 ctx-35t-cp2ep2 4 .safetensors
+  ckpt_resume ctx-35t-1r-nb4 ctx-35t-1r-nb4 1 ctx-35t-cp2ep2 4 .safetensors
 check "context ckpt: qwen3.5 CP2xEP2 checkpoint after 5 steps == the one-rank checkpoint (st_compare 0, same bytes)" \
   cxk_file_eq ctx-35t-1r-nb4 ctx-35t-cp2ep2 4
 
 # CP4 (4 GDN key heads: conv1d.weight, A_log and dt_bias split 4 ways)
 check "context ckpt: save on CP4 at step 5, resume on one rank == 10 one-rank steps" \
-  cxk_resume ctx-next4h-1r-nb4 ctx-next4h-cp4 4 ctx-next4h-1r-nb4 1 .safetensors
+  ckpt_resume ctx-next4h-1r-nb4 ctx-next4h-cp4 4 ctx-next4h-1r-nb4 1 .safetensors
 check "context ckpt: save on one rank at step 5, resume on CP4 == 10 one-rank steps" \
-  cxk_resume ctx-next4h-1r-nb4 ctx-next4h-1r-nb4 1 ctx-next4h-cp4 4 .safetensors
+  ckpt_resume ctx-next4h-1r-nb4 ctx-next4h-1r-nb4 1 ctx-next4h-cp4 4 .safetensors
 check "context ckpt: CP4 checkpoint after 5 steps == the one-rank checkpoint (st_compare 0, same bytes)" \
   cxk_file_eq ctx-next4h-1r-nb4 ctx-next4h-cp4 4
 
@@ -143,9 +84,9 @@ check "context ckpt: CP4 checkpoint after 5 steps == the one-rank checkpoint (st
 # decoders; CP2 x FSDP2 and CP2 x DP2 with ZeRO-1 and G = 4: optimizer blocks over
 # fsdp x context and data x context beside the context-split head weights.
 check "context ckpt: save on CP2xTP2 at step 5, resume on one rank == 10 one-rank steps" \
-  cxk_resume ctx-next4h-1r-nb4 ctx-next4h-cp2tp2 4 ctx-next4h-1r-nb4 1 .safetensors
+  ckpt_resume ctx-next4h-1r-nb4 ctx-next4h-cp2tp2 4 ctx-next4h-1r-nb4 1 .safetensors
 check "context ckpt: save on CP4 at step 5, resume on CP2xTP2 == 10 one-rank steps" \
-  cxk_resume ctx-next4h-1r-nb4 ctx-next4h-cp4 4 ctx-next4h-cp2tp2 4 .safetensors
+  ckpt_resume ctx-next4h-1r-nb4 ctx-next4h-cp4 4 ctx-next4h-cp2tp2 4 .safetensors
 check "context ckpt: CP2xTP2 checkpoint after 5 steps == the one-rank checkpoint (st_compare 0, same bytes)" \
   cxk_file_eq ctx-next4h-1r-nb4 ctx-next4h-cp2tp2 4
 check "context ckpt: qwen3.5 CP2xTP2 checkpoint after 5 steps == the one-rank checkpoint (st_compare 0, same bytes)" \
@@ -153,10 +94,10 @@ check "context ckpt: qwen3.5 CP2xTP2 checkpoint after 5 steps == the one-rank ch
 check "context ckpt: qwen3.5 CP4 checkpoint after 5 steps == the one-rank checkpoint (st_compare 0, same bytes)" \
   cxk_file_eq ctx-35t4h-1r-nb4 ctx-35t4h-cp4 4
 check "context ckpt: save on one rank at step 5, resume on CP2xFSDP2 == 10 one-rank steps" \
-  cxk_resume ctx-next-1r-nb4 ctx-next-1r-nb4 1 ctx-next-cp2fsdp2 4 .safetensors
+  ckpt_resume ctx-next-1r-nb4 ctx-next-1r-nb4 1 ctx-next-cp2fsdp2 4 .safetensors
 check "context ckpt: CP2xFSDP2 checkpoint after 5 steps == the one-rank checkpoint (st_compare 0, same bytes)" \
   cxk_file_eq ctx-next-1r-nb4 ctx-next-cp2fsdp2 4
 check "context ckpt: save on CP2xDP2 ZeRO-1 G4 (sharded directory) at step 5, resume on one rank == 10 one-rank steps" \
-  cxk_resume ctx-next-1r-b8-nb4 ctx-next-cp2dp2-g4-z1 4 ctx-next-1r-b8-nb4 1
+  ckpt_resume ctx-next-1r-b8-nb4 ctx-next-cp2dp2-g4-z1 4 ctx-next-1r-b8-nb4 1
 check "context ckpt: CP2xDP2 ZeRO-1 G4 sharded directory after 5 steps == the one-rank directory, shard for shard" \
   cxk_dir_eq ctx-next-1r-b8-nb4 ctx-next-cp2dp2-g4-z1 4

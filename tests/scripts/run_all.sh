@@ -75,6 +75,69 @@ plan_det() {
   det_fields "$d/$p.jsonl" > "$d/$p.det"
 }
 
+# Checkpoint resumes (72_mesh_ckpt.sh, 73_context_ckpt.sh), cached under $QT_TMP/ckpt.
+# ckpt_run RUN RANKS ARGS...: build/RUN/qtrain on RANKS ranks (mpiexec above one, always
+# under timeout) on the tiny test data, seed 11.
+ckpt_run() {
+  local run=$1 n=$2; shift 2
+  if [ "$n" -eq 1 ]; then
+    timeout 120 build/$run/qtrain data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 "$@"
+  else
+    timeout 120 mpiexec -n "$n" build/$run/qtrain data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 "$@"
+  fi
+}
+
+
+# ckpt_ref PLAN: the uninterrupted 10-step run of one-rank PLAN, fields of steps 6..10 (cached)
+ckpt_ref() {
+  local plan=$1 d=$QT_TMP/ckpt
+  mkdir -p "$d"
+  if [ ! -s "$d/$plan-ref.det" ]; then
+    ckpt_run "$plan" 1 steps=10 metrics=$d/$plan-ref.jsonl 2> /dev/null || return 1
+    det_fields "$d/$plan-ref.jsonl" | tail -n 5 > "$d/$plan-ref.det" || return 1
+  fi
+}
+
+# ckpt_resume REF SAVE SAVE_RANKS LOAD LOAD_RANKS [EXT]: save at step 5 with plan SAVE, train
+# on to step 10 with plan LOAD; steps 6..10 must equal the uninterrupted run of one-rank
+# plan REF. EXT "" (default) saves a sharded directory (64 KiB shards, so several of each
+# kind), ".safetensors" one file.
+ckpt_resume() {
+  local ref=$1 sp=$2 sn=$3 lp=$4 ln=$5 ext=${6:-} d=$QT_TMP/ckpt
+  ckpt_ref "$ref" || return 1
+  local ck=$d/$sp$ext tag=$sp-to-$lp$ext
+  if [ ! -e "$ck" ]; then
+    ckpt_run "$sp" "$sn" steps=5 save=$ck save_shard_size=64K 2> "$d/$tag.save.log" \
+      || { tail -n 5 "$d/$tag.save.log"; return 1; }
+  fi
+  ckpt_run "$lp" "$ln" steps=10 load=$ck metrics=$d/$tag.jsonl 2> "$d/$tag.log" \
+    || { tail -n 5 "$d/$tag.log"; return 1; }
+  grep -q "resuming from .* at step 5" "$d/$tag.log" || { echo "did not resume at step 5"; tail -n 5 "$d/$tag.log"; return 1; }
+  det_fields "$d/$tag.jsonl" > "$d/$tag.det" || return 1
+  [ "$(wc -l < "$d/$tag.det")" -eq 5 ] || { echo "expected 5 metrics lines (steps 6..10)"; return 1; }
+  [ -z "$ext" ] && echo "$(ls "$ck" | grep -c -- '-of-') shards"
+  cmp "$d/$ref-ref.det" "$d/$tag.det" && echo "steps 6..10 identical: $(tail -n 1 "$d/$tag.det")"
+}
+
+# ckpt_same_file A B: two checkpoints hold the same bytes: the data region bit for bit and
+# the header equal once the plan hash and run name values (which name the mesh) are blanked.
+ckpt_header() {
+  local n
+  n=$(od -An -tu8 -N8 "$1" | tr -d ' ') || return 1
+  head -c $((8 + n)) "$1" | tail -c "$n" \
+    | sed -e 's/"plan_hash":"[^"]*"/"plan_hash":""/' -e 's/"run_name":"[^"]*"/"run_name":""/' -e 's/ *$//'
+}
+ckpt_data() {
+  local n
+  n=$(od -An -tu8 -N8 "$1" | tr -d ' ') || return 1
+  tail -c +$((9 + n)) "$1"
+}
+ckpt_same_file() {
+  cmp <(ckpt_header "$1") <(ckpt_header "$2") || { echo "headers differ"; return 1; }
+  cmp <(ckpt_data "$1") <(ckpt_data "$2") || { echo "tensor bytes differ"; return 1; }
+  echo "identical: $(ckpt_data "$1" | wc -c) tensor bytes, state hash $(ckpt_header "$1" | grep -o '"state_hash":"[^"]*"')"
+}
+
 # golden_run RUN [GOLDEN]: build/RUN/qtrain loads the reference's initial weights of
 # tests/golden/e2e/GOLDEN (default RUN), dumps its step-0 gradients and trains 10 steps on
 # the reference's tokens; gradients and metrics are compared with the reference's at the

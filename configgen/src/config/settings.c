@@ -553,26 +553,31 @@ static int check_topology(const qt_cg_vctx *v, qt_cg_settings *s, int64_t *n_ran
  * pipeline), the ici axis to fill (-1) and the others' product, the rank count and the key
  * that set it, and the key to blame for each resolved axis. */
 /* The mesh axes of the ici_* and dcn_* keys, in MaxText's key order. */
-static const char *const axes[6] = {"data", "fsdp", "tensor", "expert", "context", "pipeline"};
+/* The last, MaxText's Ulysses axis (context_usp_ulysses), executes as part of the context
+ * axis: qtrain's context parallelism is the Ulysses head exchange (docs/context.md). */
+#define QT_CG_NAX 7
+static const char *const axes[QT_CG_NAX] = {"data",     "fsdp",   "tensor",
+                                            "expert",   "context", "pipeline",
+                                            "context_usp_ulysses"};
 
 typedef struct qt_cg_axes {
-    char ici[6][40], dcn[6][40];
-    int64_t iv[6], dv[6], n_ranks, ici_prod;
+    char ici[QT_CG_NAX][48], dcn[QT_CG_NAX][48];
+    int64_t iv[QT_CG_NAX], dv[QT_CG_NAX], n_ranks, ici_prod;
     int ici_fill, set_axis;
     const char *rk;            /* "num_ranks" or "compile_topology" */
     char rks[400];             /* "num_ranks=N (where)" for messages */
-    const char *key[6];
+    const char *key[QT_CG_NAX];
 } qt_cg_axes;
 
 /* Reads the ici_* and dcn_* keys: at most one -1 of each kind, the others >= 1, and one
  * slice (the dcn axes multiply to 1). */
 static int mesh_read_axes(const qt_cg_vctx *v, qt_cg_axes *x)
 {
-    char (*ici)[40] = x->ici, (*dcn)[40] = x->dcn;
+    char (*ici)[48] = x->ici, (*dcn)[48] = x->dcn;
     int64_t *iv = x->iv, *dv = x->dv;
     int ici_fill = -1, dcn_fill = -1;
     int64_t ici_prod = 1, dcn_prod = 1;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < QT_CG_NAX; i++) {
         snprintf(ici[i], sizeof ici[i], "ici_%s_parallelism", axes[i]);
         snprintf(dcn[i], sizeof dcn[i], "dcn_%s_parallelism", axes[i]);
         iv[i] = geti(v, ici[i]);
@@ -604,7 +609,7 @@ static int mesh_read_axes(const qt_cg_vctx *v, qt_cg_axes *x)
     if (dcn_fill >= 0) dv[dcn_fill] = 1;
     if (dcn_prod != 1) {
         int j = 0;
-        while (j < 5 && dv[j] <= 1) j++;
+        while (j < QT_CG_NAX - 1 && dv[j] <= 1) j++;
         return bad(v, dcn[j], "qtrain plans one slice: every dcn_*_parallelism must be 1 or -1");
     }
     x->ici_fill = ici_fill;
@@ -615,7 +620,7 @@ static int mesh_read_axes(const qt_cg_vctx *v, qt_cg_axes *x)
 /* Fills the -1 ici axis from the rank count and checks that the axes multiply to it. */
 static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x)
 {
-    char (*ici)[40] = x->ici;
+    char (*ici)[48] = x->ici;
     int64_t *iv = x->iv, *dv = x->dv;
     const int64_t n_ranks = x->n_ranks, ici_prod = x->ici_prod;
     const int ici_fill = x->ici_fill;
@@ -632,7 +637,7 @@ static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x
         snprintf(rks, sizeof x->rks, "num_ranks=%lld (%s)", (long long)n_ranks, kv(v, rk)->where);
     }
     int set_axis = -1;
-    for (int i = 0; i < 6 && set_axis < 0; i++)
+    for (int i = 0; i < QT_CG_NAX && set_axis < 0; i++)
         if (iv[i] > 1 && !from_base(v, ici[i])) set_axis = i;
     if (ici_fill >= 0) {
         if (n_ranks % ici_prod) {
@@ -647,7 +652,7 @@ static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x
         iv[ici_fill] = n_ranks / ici_prod;
     }
     int64_t prod = 1;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < QT_CG_NAX; i++)
         if (__builtin_mul_overflow(prod, iv[i] * dv[i], &prod))
             return bad(v, set_axis >= 0 ? ici[set_axis] : rk, "the mesh product of ici_*/dcn_* "
                        "parallelism overflows");
@@ -670,7 +675,7 @@ static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x
  * power of two; pipeline must be 1. */
 static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
 {
-    char (*ici)[40] = x->ici, (*dcn)[40] = x->dcn;
+    char (*ici)[48] = x->ici, (*dcn)[48] = x->dcn;
     int64_t *iv = x->iv, *dv = x->dv;
     const char *rk = x->rk;
     const int ici_fill = x->ici_fill;
@@ -680,12 +685,19 @@ static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
     /* an axis's key, or the rank count the user set when the axis is base.yml's -1 that
      * was filled from it */
     const char **axis_key = x->key;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < QT_CG_NAX; i++) {
         axis_key[i] = iv[i] > 1 ? ici[i] : dcn[i];
         if (i == ici_fill && iv[i] > 1 && from_base(v, ici[i]) && !from_base(v, rk))
             axis_key[i] = rk;
     }
-    for (int i = 0; i < 6; i++) {
+    /* the Ulysses axis joins context (messages about context name the key that set it) */
+    const int uly = QT_CG_NAX - 1;
+    if (iv[uly] * dv[uly] > 1) {
+        if (iv[4] * dv[4] == 1) axis_key[4] = axis_key[uly];
+        iv[4] *= iv[uly] * dv[uly];
+        iv[uly] = dv[uly] = 1;
+    }
+    for (int i = 0; i < QT_CG_NAX - 1; i++) {
         int64_t size = iv[i] * dv[i];
         if (i < 5) s->mesh[qt_of[i]] = (int32_t)size;
         /* data, fsdp, tensor, expert and context execute (context by the head exchange,
