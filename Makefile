@@ -12,7 +12,8 @@
 #   make fuzz    libFuzzer targets (tests/fuzz/, clang) for FUZZ_SECONDS (default 60) each
 #   make goldens regenerate tests/golden/ with the PyTorch reference (needs python3-torch)
 #   make bench   tokens/s and MFU of qtrain and of the PyTorch reference, the kernel table
-#                (BENCH_SLICE=1: also the 80B slice; make bench-slice: only that)
+#                (BENCH_SLICE=1: also the 80B slice and its CP2 run at S 8192; make bench-slice,
+#                make bench-context: only one of those)
 #   make layers  the code's shape: dependencies against tests/layers.txt, longest functions
 #   make clean
 #
@@ -97,7 +98,7 @@ MPI_CFLAGS := -I/usr/include/x86_64-linux-gnu/mpich
 LIBS_GLIBC := -lmpich -Wl,--no-as-needed -lhugetlbfs -Wl,--as-needed
 LINK_ARENA := -Wl,-T,linker/arena.ld
 
-.PHONY: all deps gen run plot test goldens bench bench-slice clean check-deps tools asan print-cflags layers plan-binary
+.PHONY: all deps gen run plot test goldens bench bench-slice bench-context clean check-deps tools asan print-cflags layers plan-binary
 .DEFAULT_GOAL := all
 # The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
 # build/plans/<run>.o): keep them. Only them: a bare .SECONDARY would make every target
@@ -401,12 +402,22 @@ bench: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all > /dev/null
 	@./tests/scripts/bench.sh
 	@if [ -n "$(BENCH_SLICE)" ]; then ./tests/scripts/bench_slice.sh; fi
+	@if [ -n "$(BENCH_SLICE)" ]; then ./tests/scripts/bench_context.sh; fi
 
 # The 80B slice alone (configgen/configs/runs/bench-80b-slice.yml, a 16 GiB arena, minutes per
 # step): qtrain and the PyTorch reference side by side. `make bench BENCH_SLICE=1` appends it.
 bench-slice: deps
 	@$(MAKE) --no-print-directory $(BUILD)/bench-80b-slice/qtrain > /dev/null
 	@./tests/scripts/bench_slice.sh
+
+# Context parallelism on the 80B slice at S 8192 (bench-80b-ctx1.yml on one rank beside
+# bench-80b-ctx2.yml on CP2: tokens/s, the share of the step in collectives, MiB sent per step,
+# the activation peak per rank; a 19.3 GiB arena, then two of 10.4 GiB; minutes per step).
+# `make bench BENCH_SLICE=1` appends it.
+bench-context: deps
+	@$(MAKE) --no-print-directory $(BUILD)/bench/kernel_bench $(BUILD)/bench-80b-ctx1/qtrain \
+	  $(BUILD)/bench-80b-ctx2/qtrain > /dev/null
+	@./tests/scripts/bench_context.sh
 
 # The code's shape (tests/scripts/structure.py): every file -> file dependency (symbols read
 # with nm from the objects, #include "..." from the sources) against the layer order of
