@@ -468,6 +468,38 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
 _Static_assert(EP_SAME_ALL(MOE_RETURN_FWD) && EP_SAME_ALL(MOE_RETURN_BWD) &&
                EP_SAME_ALL(MOE_DISPATCH_BWD), "report.c: the EP exchanges' attributes differ");
 
+/* Context parallelism's head exchanges (CTX_TO_HEADS / CTX_TO_TOKENS and their BWD kinds)
+ * and the kv replica chains (CTX_CHAIN_SEND): microbatch ops of fixed sizes, each rank
+ * sending C - 1 of its C blocks per exchange, a chain member its dk and dv. */
+static void cp_exchange_line(qt_cg_buf *b, const qt_cg_graph *g)
+{
+    int n_x = 0, n_chain = 0;
+    int64_t sent = 0;
+    for (int i = 0; i < g->nmb; i++) {
+        const qt_op *o = &g->mb[i];
+        if (o->kind == QT_OP_CTX_CHAIN_SEND) {
+            n_chain++;
+            sent += 2 * QT_A(o, CTX_CHAIN_SEND, n) * (int64_t)sizeof(float);
+            continue;
+        }
+        if (o->kind != QT_OP_CTX_TO_HEADS && o->kind != QT_OP_CTX_TO_HEADS_BWD &&
+            o->kind != QT_OP_CTX_TO_TOKENS && o->kind != QT_OP_CTX_TO_TOKENS_BWD)
+            continue;
+        const int64_t C = QT_A(o, CTX_TO_HEADS, C), G = QT_A(o, CTX_TO_HEADS, G);
+        const int64_t eb = qt_dtype_bytes(g->ts[o->t[0]].t.dtype);
+        n_x++;
+        sent += (C - 1) * QT_A(o, CTX_TO_HEADS, b) * (QT_A(o, CTX_TO_HEADS, S) / C) *
+                (G >= C ? G / C : 1) * QT_A(o, CTX_TO_HEADS, w) * eb;
+    }
+    if (!n_x) return;
+    qt_cg_buf_printf(b, "  not in the table: %d head exchanges per microbatch (CTX_TO_HEADS / "
+                     "CTX_TO_TOKENS, forward and backward: one all-to-all over context each)%s; "
+                     "%lld bytes sent per rank per step (x %lld microbatches%s)\n", n_x,
+                     n_chain ? " and the kv chains' dk and dv hand-overs" : "",
+                     (long long)(sent * g->s->tr.grad_accum), (long long)g->s->tr.grad_accum,
+                     n_chain ? "; a chain's last member sends none" : "");
+}
+
 static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
 {
     qt_cg_buf_printf(b, "\n== collectives per step ==\n");
@@ -536,6 +568,7 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
                          (long long)(ep_max * g->s->tr.grad_accum),
                          (long long)g->s->tr.grad_accum);
     }
+    cp_exchange_line(b, g);
     qt_cg_buf_printf(b, "  not counted: the small all-gathers of exact accumulators (the loss "
                      "over the batch axes, the gradient norm^2 over the optimizer axes)\n");
 }
