@@ -82,8 +82,9 @@ printf '%-24s %9.2f %9.1f %7s %9s %11s %11s %10s %10s\n' "qtrain fp32, 1 rank" "
   "-" "-" "$(plan_mib $R1 'activations (peak)')" "$a1" "$(rss $out/r1.txt)"
 printf '%-24s %9.2f %9.1f %7s %9s %11s %11s %10s %10s\n' "qtrain fp32, CP2" "$tps2" "$st2" "$(mfu $tps2)" \
   "$(coll_share $out/r2.txt)" "$(coll_mib $out/r2.txt)" "$(plan_mib $R2 'activations (peak)')" "$a2" "$(rss $out/r2.txt)"
-awk -v a=$tps2 -v b=$tps1 'BEGIN{printf "CP2 / 1 rank: %.2fx tokens/s (2 vCPUs sharing their FP units: about 1.0-1.5x one core in total)\n", a/b}'
-echo "plan.txt's collectives per step (CP2, per rank): $(grep 'total sent per rank per step' generated/$R2/plan.txt | sed 's/^ *total sent per rank per step: //') - the gradient reduce-scatter and parameter all-gather; the head exchanges' all-to-alls are ops (CTX_TO_*), counted in qtrain's line above"
+awk -v a=$tps2 -v b=$tps1 'BEGIN{printf "CP2 / 1 rank: %.2fx tokens/s (two processes on the 2 vCPUs: the speed-up is bounded by the cores)\n", a/b}'
+echo "plan.txt's collectives per step (CP2, per rank): $(grep 'total sent per rank per step' generated/$R2/plan.txt | sed 's/^ *total sent per rank per step: //') - the gradient reduce-scatter and parameter all-gather"
+echo "plan.txt's head exchanges (CP2, per rank): $(grep 'head exchanges per microbatch' generated/$R2/plan.txt | sed 's/^ *not in the table: //')"
 echo "CP2 collectives (rank 0, all $STEPS steps): $(grep 'qtrain: collectives:' $out/r2.txt | sed 's/^qtrain: collectives: //')"
 echo "steps timed: $((STEPS - WARM)) of $STEPS per run$([ $WARM -gt 0 ] && echo ' (the first is the warm-up)' || echo ' (no warm-up step: CTX_STEPS=1)')"
 
