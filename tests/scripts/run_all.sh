@@ -138,6 +138,22 @@ ckpt_same_file() {
   echo "identical: $(ckpt_data "$1" | wc -c) tensor bytes, state hash $(ckpt_header "$1" | grep -o '"state_hash":"[^"]*"')"
 }
 
+# ckpt_dir_eq A B: two checkpoint directories hold the same files, every shard byte for byte
+# and the indexes equal once plan hash and run name are blanked.
+ckpt_dir_eq() {
+  local a=$1 b=$2 f n=0
+  cmp <(ls "$a") <(ls "$b") || { echo "file lists differ"; return 1; }
+  for f in "$a"/*-of-*.safetensors; do
+    cmp "$f" "$b/$(basename "$f")" || return 1
+    n=$((n + 1))
+  done
+  for f in model.safetensors.index.json optimizer.safetensors.index.json; do
+    cmp <(sed -e 's/"plan_hash":"[^"]*"//' -e 's/"run_name":"[^"]*"//' "$a/$f") \
+        <(sed -e 's/"plan_hash":"[^"]*"//' -e 's/"run_name":"[^"]*"//' "$b/$f") || return 1
+  done
+  echo "$n shards identical"
+}
+
 # golden_run RUN [GOLDEN]: build/RUN/qtrain loads the reference's initial weights of
 # tests/golden/e2e/GOLDEN (default RUN), dumps its step-0 gradients and trains 10 steps on
 # the reference's tokens; gradients and metrics are compared with the reference's at the

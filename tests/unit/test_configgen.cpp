@@ -470,6 +470,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|context_blocks=1", "context_blocks=1 (command line): 1: expected 0 (= the context degree 2) or a power of two >= it"},
         {"ici_context_parallelism=2", "num_ranks=8|ici_expert_parallelism=4|per_device_batch_size=0.5", "context parallelism 2 with expert parallelism 4: the expert group spans the expert and context axes"},
         {"ici_context_usp_ulysses_parallelism=3", "num_ranks=3|per_device_batch_size=0.5", "ici_context_usp_ulysses_parallelism=3 (command line): resolves the context mesh axis to 3; expected a power of two"},
+        {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|max_target_length=15", "max_target_length=15 (command line): 15 is not a multiple of the context degree 2 (ici_context_parallelism=2 (command line)): each context rank holds an equal share of every sequence"},
         {"ici_pipeline_parallelism=2", "num_ranks=2", "ici_pipeline_parallelism=2 (command line): resolves the pipeline mesh axis to 2; qtrain executes data, fsdp, tensor, expert and context parallelism (pipeline parallelism is not planned)"},
         {"sparse_matmul=false", "shard_mode=explicit", "is not onboarded to shard_mode=explicit"},
         {"ici_expert_parallelism=8", "num_ranks=8", "expert parallelism 8 does not divide num_experts=4"},

@@ -363,6 +363,12 @@ static int context_blocks(const qt_cg_vctx *v, qt_cg_settings *s)
     const int64_t nb = geti(v, "context_blocks"), cp = s->mesh[QT_MESH_CONTEXT];
     const int64_t n = nb == 0 ? cp : nb, S = s->tr.seq_len;
     char o[400];
+    /* the context ranks split each sequence into equal token blocks (the head side needs no
+     * more: the mixers run on whole sequences) */
+    if (cp > 1 && S % cp)
+        return bad(v, "max_target_length", "%lld is not a multiple of the context degree %lld "
+                   "(%s): each context rank holds an equal share of every sequence",
+                   (long long)S, (long long)cp, other(v, "ici_context_parallelism", o, sizeof o));
     if (n < 1 || (n & (n - 1)) || n < cp || n > S || S % n)
         return bad(v, "context_blocks", "%lld: expected 0 (= the context degree %lld) or a "
                    "power of two >= it that divides %s", (long long)nb, (long long)cp,
