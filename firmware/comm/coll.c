@@ -113,12 +113,6 @@ static int qt_coll_mask_ok(unsigned mask)
     return qt_coll_s.ready && mask < QT_COLL_MASKS;
 }
 
-int qt_comm_coord(int axis)
-{
-    if (!qt_coll_s.ready || axis < 0 || axis >= QT_MESH_COUNT) return QT_E_PLAN;
-    return qt_coll_s.coord[axis];
-}
-
 int qt_comm_group_size(unsigned mask)
 {
     return qt_coll_mask_ok(mask) ? qt_coll_s.gsize[mask] : QT_E_PLAN;

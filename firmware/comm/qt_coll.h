@@ -62,10 +62,6 @@
  * again to change the mesh (between collectives). */
 int qt_comm_mesh_init(const int32_t mesh[QT_MESH_COUNT], int rank, int size);
 
-/* My coordinate on `axis` (0 <= axis < QT_MESH_COUNT), or QT_E_PLAN before mesh init or for
- * a bad axis. */
-int qt_comm_coord(int axis);
-
 /* Size of group `mask` (product of the masked axis sizes), or QT_E_PLAN (mesh not
  * initialised, mask has bits >= QT_MESH_COUNT). */
 int qt_comm_group_size(unsigned mask);

@@ -63,7 +63,6 @@ int qt_st_dtype_size(int dtype);
  * QT_E_PLAN if every reader slot is in use. */
 int qt_st_open(const char *path, int *h);
 void qt_st_close(int h);
-const char *qt_st_path(int h);
 int32_t qt_st_count(int h);
 /* Tensors in header order, i in [0, qt_st_count). */
 const qt_st_tensor *qt_st_at(int h, int32_t i);

@@ -457,7 +457,6 @@ void qt_st_close(int h)
         qt_st_release(&qt_st_rd.slot[h]);
 }
 
-const char *qt_st_path(int h) { return qt_st_rd.slot[h].path; }
 uint64_t qt_st_hash(int h)
 {
     return qt_hash64(qt_st_rd.slot[h].map, (size_t)qt_st_rd.slot[h].map_len);
