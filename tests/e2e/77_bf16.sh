@@ -132,12 +132,6 @@ b16_vs_fp32() {
     > /dev/null 2>&1 || return 1
   det_fields "$d/f32.jsonl" > "$d/f32.det" || return 1
   ! cmp -s "$d/f32.det" "$d/bf16-next-1r.det" || { echo "bf16 and fp32 runs have the same bits"; return 1; }
-  paste <(grep -o '"loss":[0-9.e+-]*' "$d/f32.jsonl" | cut -d: -f2) \
-        <(grep -o '"loss":[0-9.e+-]*' "$d/bf16-next-1r.jsonl" | cut -d: -f2) |
-    awk 'function abs(x) { return x < 0 ? -x : x }
-         NR == 1 { f0 = $1; b0 = $2 } NR > 5 { fm += $1 / 5; bm += $2 / 5 }
-         END { printf "step 0: fp32 %.5f bf16 %.5f (%.3f%%); steps 6..10 mean: fp32 %.4f bf16 %.4f (%.2f%%)\n",
-                      f0, b0, 100 * abs(f0 - b0) / f0, fm, bm, 100 * abs(fm - bm) / fm;
-               exit !(abs(f0 - b0) <= 0.005 * f0 && abs(fm - bm) <= 0.03 * fm && bm < b0) }'
+  loss_near "$d/f32.jsonl" "$d/bf16-next-1r.jsonl" 10 5 0.005 0.03 1
 }
 check "bf16 stays near fp32 (step 0 within 0.5%, last 5 steps' mean within 3%), trains, takes the bf16 path" b16_vs_fp32

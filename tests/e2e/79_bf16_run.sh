@@ -29,13 +29,7 @@ b16_run_vs_fp32() {
     [ "$(wc -l < "$d/$r.det")" -eq 30 ] || { echo "$r: expected 30 metrics lines"; return 1; }
   done
   ! cmp -s "$d/default.det" "$d/default-bf16.det" || { echo "bf16 and fp32 runs have the same bits"; return 1; }
-  paste <(grep -o '"loss":[0-9.e+-]*' "$d/default.jsonl" | cut -d: -f2) \
-        <(grep -o '"loss":[0-9.e+-]*' "$d/default-bf16.jsonl" | cut -d: -f2) |
-    awk 'function abs(x) { return x < 0 ? -x : x }
-         NR == 1 { f0 = $1; b0 = $2 } NR > 10 { fm += $1 / 20; bm += $2 / 20 }
-         END { printf "step 0: fp32 %.5f bf16 %.5f (%.3f%%); steps 10..29 mean: fp32 %.4f bf16 %.4f (%.2f%%)\n",
-                      f0, b0, 100 * abs(f0 - b0) / f0, fm, bm, 100 * abs(fm - bm) / fm;
-               exit !(NR == 30 && abs(f0 - b0) <= 0.003 * f0 && abs(fm - bm) <= 0.015 * fm && bm < 0.5 * b0) }'
+  loss_near "$d/default.jsonl" "$d/default-bf16.jsonl" 30 20 0.003 0.015 0.5
 }
 check "make run DTYPE=bf16 stays near make run: step 0 within 0.3%, steps 10..29 mean within 1.5%, trains, bf16 bits" \
   b16_run_vs_fp32

@@ -154,6 +154,19 @@ ckpt_dir_eq() {
   echo "$n shards identical"
 }
 
+# loss_near A B N W TOL0 TOLW DROP: the losses of metrics files A (fp32) and B (bf16), N
+# steps each: step 0 within TOL0 (relative to A's), the mean of the last W steps within
+# TOLW, and B's last-W mean below DROP x its step 0 (it trains). Prints the figures.
+loss_near() {
+  paste <(grep -o '"loss":[0-9.e+-]*' "$1" | cut -d: -f2) <(grep -o '"loss":[0-9.e+-]*' "$2" | cut -d: -f2) |
+    awk -v n="$3" -v w="$4" -v t0="$5" -v tw="$6" -v drop="$7" '
+         function abs(x) { return x < 0 ? -x : x }
+         NR == 1 { f0 = $1; b0 = $2 } NR > n - w { fm += $1 / w; bm += $2 / w }
+         END { printf "step 0: fp32 %.5f bf16 %.5f (%.3f%%); steps %d..%d mean: fp32 %.4f bf16 %.4f (%.2f%%)\n",
+                      f0, b0, 100 * abs(f0 - b0) / f0, n - w, n - 1, fm, bm, 100 * abs(fm - bm) / fm;
+               exit !(NR == n && abs(f0 - b0) <= t0 * f0 && abs(fm - bm) <= tw * fm && bm < drop * b0) }'
+}
+
 # golden_run RUN [GOLDEN]: build/RUN/qtrain loads the reference's initial weights of
 # tests/golden/e2e/GOLDEN (default RUN), dumps its step-0 gradients and trains 10 steps on
 # the reference's tokens; gradients and metrics are compared with the reference's at the
