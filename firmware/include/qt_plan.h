@@ -474,4 +474,11 @@ static inline int32_t *qt_i32(const qt_ctx *c, int32_t id)
     return (int32_t *)(void *)(c->arena + c->plan->tensors[id].offset);
 }
 
+/* Packed documents: each input token's position inside its document ([micro_batch *
+ * seq_len], the positions tensor the data fill writes), or NULL for an unpacked plan. */
+static inline const int32_t *qt_plan_positions(const qt_ctx *c)
+{
+    return c->plan->packing ? qt_i32(c, c->plan->positions) : (const int32_t *)0;
+}
+
 #endif

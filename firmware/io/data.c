@@ -22,6 +22,7 @@
  * open every token can be read as an unsigned integer of the same width (8-byte tokens
  * are allowed: bytes_per_token may be 8 as well as 1, 2, 4).
  * Data rule (tests/golden/SPEC.md section 2): window n covers tokens [n*S, n*S+S];
+ * packed documents (qt_data_tokens with positions) end at the plan's eos id;
  * optimizer step i, global sequence j uses window (i*B + j) % W.
  * A file that changes after open breaks those invariants, so: qt_data_check compares the
  * path's device/inode and the open file's size and modification time with what they were
@@ -567,6 +568,15 @@ static int32_t qt_token(const qt_data *d, int64_t i, int64_t *bad, int64_t *bad_
     return (int32_t)u;
 }
 
+/* The error of a fill that met an id outside the vocabulary (the file changed). */
+static int qt_data_changed(const qt_data *d, uint64_t bad_id, int64_t bad_at)
+{
+    return qt_fail(QT_E_RANGE, "data file %s changed during the run: token id %llu at "
+                   "position %lld is outside [0, %lld) (vocab_size); it was in range when the "
+                   "file was opened; stopping", d->path ? d->path : "(embedded corpus)",
+                   (unsigned long long)bad_id, (long long)bad_at, (long long)d->vocab);
+}
+
 int qt_data_fill(const qt_data *d, int64_t step, int64_t global_batch, int64_t first_seq,
                  int64_t n_seqs, int64_t seq_len, int32_t *inputs, int32_t *targets)
 {
@@ -588,21 +598,42 @@ int qt_data_fill_part(const qt_data *d, int64_t step, int64_t global_batch, int6
             targets[j * tok_n + t] = qt_token(d, at + t + 1, &bad, &bad_at, &bad_id);
         }
     }
-    if (bad)
-        return qt_fail(QT_E_RANGE, "data file %s changed during the run: token id %llu at "
-                          "position %lld is outside [0, %lld) (vocab_size); it was in range "
-                          "when the file was opened; stopping", d->path ? d->path :
-                          "(embedded corpus)", (unsigned long long)bad_id, (long long)bad_at,
-                          (long long)d->vocab);
-    return QT_OK;
+    return bad ? qt_data_changed(d, bad_id, bad_at) : QT_OK;
+}
+
+/* Packed documents: positions[j*S + t] = position of input token t of sequence j inside
+ * its document (a document starts at the window's first token and after every eos), over
+ * the whole window; the targets of the part that are the next document's first token (the
+ * input is eos) become -1: no loss. */
+static int qt_data_pack(const qt_data *d, int64_t step, int64_t global_batch,
+                        int64_t first_seq, int64_t n_seqs, int64_t seq_len, int64_t tok_n,
+                        int32_t eos, const int32_t *inputs, int32_t *targets,
+                        int32_t *positions)
+{
+    int64_t bad = 0, bad_at = 0;
+    uint64_t bad_id = 0;
+    for (int64_t j = 0; j < n_seqs; j++) {
+        int64_t at = ((step * global_batch + first_seq + j) % d->n_windows) * seq_len;
+        int32_t *pos = positions + j * seq_len;
+        pos[0] = 0;
+        for (int64_t t = 1; t < seq_len; t++)
+            pos[t] = qt_token(d, at + t - 1, &bad, &bad_at, &bad_id) == eos ? 0 : pos[t - 1] + 1;
+        for (int64_t t = 0; t < tok_n; t++)
+            if (inputs[j * tok_n + t] == eos) targets[j * tok_n + t] = -1;
+    }
+    return bad ? qt_data_changed(d, bad_id, bad_at) : QT_OK;
 }
 
 int qt_data_tokens(const void *src, int64_t step, int64_t global_batch, int64_t first_seq,
                    int64_t n_seqs, int64_t seq_len, int64_t tok_lo, int64_t tok_n,
-                   int32_t *inputs, int32_t *targets)
+                   int32_t eos, int32_t *inputs, int32_t *targets, int32_t *positions)
 {
-    return qt_data_fill_part((const qt_data *)src, step, global_batch, first_seq, n_seqs,
-                             seq_len, tok_lo, tok_n, inputs, targets);
+    const qt_data *d = (const qt_data *)src;
+    int rc = qt_data_fill_part(d, step, global_batch, first_seq, n_seqs, seq_len, tok_lo,
+                               tok_n, inputs, targets);
+    if (rc || !positions) return rc;
+    return qt_data_pack(d, step, global_batch, first_seq, n_seqs, seq_len, tok_n, eos, inputs,
+                        targets, positions);
 }
 
 void qt_data_close(qt_data *d)

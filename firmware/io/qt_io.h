@@ -168,10 +168,13 @@ int qt_data_fill_part(const qt_data *d, int64_t step, int64_t global_batch, int6
                       int64_t n_seqs, int64_t seq_len, int64_t tok_lo, int64_t tok_n,
                       int32_t *inputs, int32_t *targets);
 /* qt_data_fill_part as the runtime's token source (qt_runtime_set_tokens,
- * runtime/qt_runtime.h): src is the qt_data. */
+ * runtime/qt_runtime.h): src is the qt_data. With positions (packed documents ending at
+ * token eos, docs/data.md) it also writes positions[n_seqs * seq_len], each input token's
+ * position inside its document over the whole sequence, and -1 into the targets whose input
+ * is eos (the target is the next document's first token: no loss). */
 int qt_data_tokens(const void *src, int64_t step, int64_t global_batch, int64_t first_seq,
                    int64_t n_seqs, int64_t seq_len, int64_t tok_lo, int64_t tok_n,
-                   int32_t *inputs, int32_t *targets);
+                   int32_t eos, int32_t *inputs, int32_t *targets, int32_t *positions);
 /* QT_OK if the token file is still the one validated at open: same device and inode at its
  * path, same size and modification time; else QT_E_IO with a message naming the file and
  * the change. Two stat calls; the embedded corpus always passes. A SIGBUS while reading an

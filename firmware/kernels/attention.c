@@ -93,8 +93,8 @@ static inline void qt_attn_axpy(qt_real *y, qt_real a, const qt_real *x, int64_t
     for (int64_t i = n8; i < n; i++) y[i] += a * x[i];
 }
 
-void QT_FN(qt_attn_fwd_ref)(qt_real *o, qt_real *lse, const qt_real *q, const qt_real *k,
-                        const qt_real *v, qt_real *scratch, int64_t b, int64_t S, int64_t Hq,
+static void QT_FN(qt_attn_fwd_ref_ld)(qt_real *o, qt_real *lse, const qt_real *q, const qt_real *k,
+                        const qt_real *v, qt_real *scratch, int64_t b, int64_t S, int64_t ldl, int64_t Hq,
                         int64_t Hkv, int64_t hd, qt_real scale)
 {
     const int64_t group = Hq / Hkv;
@@ -124,7 +124,7 @@ void QT_FN(qt_attn_fwd_ref)(qt_real *o, qt_real *lse, const qt_real *q, const qt
                         sum += QT_EXP(qt_attn_dot(qi, kb + j * kstride, hd) * scale - m);
                 }
                 l = m + QT_LOG(sum);
-                lse[(s * Hq + h) * S + i] = l;
+                lse[(s * Hq + h) * ldl + i] = l;
                 for (int64_t d = 0; d < hd; d++) oi[d] = 0;
                 for (int64_t j = 0; j <= i; j++) {
                     const qt_real sj = scratch ? scratch[j]
@@ -136,9 +136,9 @@ void QT_FN(qt_attn_fwd_ref)(qt_real *o, qt_real *lse, const qt_real *q, const qt
     }
 }
 
-void QT_FN(qt_attn_bwd_ref)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
+static void QT_FN(qt_attn_bwd_ref_ld)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
                         const qt_real *q, const qt_real *k, const qt_real *v, const qt_real *o,
-                        const qt_real *lse, qt_real *scratch, int64_t b, int64_t S, int64_t Hq,
+                        const qt_real *lse, qt_real *scratch, int64_t b, int64_t S, int64_t ldl, int64_t Hq,
                         int64_t Hkv, int64_t hd, qt_real scale)
 {
     const int64_t group = Hq / Hkv;
@@ -153,7 +153,7 @@ void QT_FN(qt_attn_bwd_ref)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real
                 const int64_t qoff = ((s * S + i) * Hq + h) * hd;
                 const qt_real *qi = q + qoff, *doi = dout + qoff;
                 qt_real *dqi = dq + qoff;
-                const qt_real l = lse[(s * Hq + h) * S + i];
+                const qt_real l = lse[(s * Hq + h) * ldl + i];
                 /* D_i = do_i . o_i is the softmax-Jacobian's row term. */
                 const qt_real D = qt_attn_dot(doi, o + qoff, hd);
                 for (int64_t j = 0; j <= i; j++) {
@@ -268,12 +268,12 @@ qt_attn_fwd_block(qt_real *ob, qt_real *lseb, const qt_real *qb, const qt_real *
     }
 }
 
-void QT_FN(qt_attn_fwd)(qt_real *o, qt_real *lse, const qt_real *q, const qt_real *k,
-                        const qt_real *v, qt_real *scratch, int64_t b, int64_t S, int64_t Hq,
+static void QT_FN(qt_attn_fwd_ld)(qt_real *o, qt_real *lse, const qt_real *q, const qt_real *k,
+                        const qt_real *v, qt_real *scratch, int64_t b, int64_t S, int64_t ldl, int64_t Hq,
                         int64_t Hkv, int64_t hd, qt_real scale)
 {
     if (!scratch) {
-        QT_FN(qt_attn_fwd_ref)(o, lse, q, k, v, scratch, b, S, Hq, Hkv, hd, scale);
+        QT_FN(qt_attn_fwd_ref_ld)(o, lse, q, k, v, scratch, b, S, ldl, Hq, Hkv, hd, scale);
         return;
     }
     const int64_t group = Hq / Hkv;
@@ -292,7 +292,7 @@ void QT_FN(qt_attn_fwd)(qt_real *o, qt_real *lse, const qt_real *q, const qt_rea
                     for (int64_t j = 1; j <= i; j++) m = scratch[j] > m ? scratch[j] : m;
                     for (int64_t j = 0; j <= i; j++) sum += QT_EXP(scratch[j] - m);
                     const qt_real l = m + QT_LOG(sum);
-                    lse[(s * Hq + h) * S + i] = l;
+                    lse[(s * Hq + h) * ldl + i] = l;
                     for (int64_t d = 0; d < hd; d++) oi[d] = 0;
                     for (int64_t j = 0; j <= i; j++)
                         qt_attn_axpy(oi, QT_EXP(scratch[j] - l), vb + j * kstride, hd);
@@ -312,7 +312,7 @@ void QT_FN(qt_attn_fwd)(qt_real *o, qt_real *lse, const qt_real *q, const qt_rea
             const qt_real *vb = v + s * S * kstride + g * hd;
             for (int64_t i0 = 0; i0 < S; i0 += rows) {
                 const int64_t off = ((s * S + i0) * Hq + h) * hd;
-                qt_real *lseb = lse + (s * Hq + h) * S + i0;
+                qt_real *lseb = lse + (s * Hq + h) * ldl + i0;
                 if (rows == QT_ATTN_FWD_ROWS && i0 + QT_ATTN_FWD_ROWS <= S)
                     qt_attn_fwd_block(o + off, lseb, q + off, kb, vb, sc, S, qstride, kstride,
                                       i0, QT_ATTN_FWD_ROWS, hd, scale);
@@ -534,15 +534,15 @@ static void qt_attn_bwd_keyblocks(qt_real *dq, qt_real *dkb, qt_real *dvb, const
     }
 }
 
-void QT_FN(qt_attn_bwd_n)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
+static void QT_FN(qt_attn_bwd_n_ld)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
                           const qt_real *q, const qt_real *k, const qt_real *v,
                           const qt_real *o, const qt_real *lse, qt_real *scratch,
-                          int64_t scratch_n, int64_t b, int64_t S, int64_t Hq, int64_t Hkv,
+                          int64_t scratch_n, int64_t b, int64_t S, int64_t ldl, int64_t Hq, int64_t Hkv,
                           int64_t hd, qt_real scale)
 {
     if (hd % 16 || scratch_n < QT_ATTN_BWD_SCRATCH(S)) {
-        QT_FN(qt_attn_bwd_ref)(dq, dk, dv, dout, q, k, v, o, lse, scratch, b, S, Hq, Hkv, hd,
-                               scale);
+        QT_FN(qt_attn_bwd_ref_ld)(dq, dk, dv, dout, q, k, v, o, lse, scratch, b, S, ldl, Hq,
+                                  Hkv, hd, scale);
         return;
     }
     const int64_t group = Hq / Hkv;
@@ -557,7 +557,7 @@ void QT_FN(qt_attn_bwd_n)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *
             if (scratch_n >= QT_ATTN_BWD_KB_SCRATCH(S)) {
                 const int64_t qoff = (s * S * Hq + h) * hd;
                 qt_attn_bwd_keyblocks(dq + qoff, dkb, dvb, dout + qoff, q + qoff, o + qoff, kb,
-                                      vb, lse + (s * Hq + h) * S, scratch, S, qstride, kstride,
+                                      vb, lse + (s * Hq + h) * ldl, scratch, S, qstride, kstride,
                                       hd, scale);
                 continue;
             }
@@ -565,7 +565,7 @@ void QT_FN(qt_attn_bwd_n)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *
             for (; i + QT_ATTN_R <= S; i += QT_ATTN_R) {
                 const int64_t qoff = ((s * S + i) * Hq + h) * hd;
                 qt_attn_bwd_rows(P, DS, S, q + qoff, dout + qoff, o + qoff, qstride, kb, vb,
-                                 kstride, i, hd, scale, lse + (s * Hq + h) * S + i);
+                                 kstride, i, hd, scale, lse + (s * Hq + h) * ldl + i);
                 qt_attn_bwd_block(dq + qoff, dkb, dvb, q + qoff, dout + qoff, kb, P, DS, S,
                                   qstride, kstride, i, hd);
             }
@@ -574,7 +574,7 @@ void QT_FN(qt_attn_bwd_n)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *
                 const qt_real *qi = q + qoff, *doi = dout + qoff;
                 qt_real *dqi = dq + qoff;
                 qt_attn_bwd_row(P, DS, qi, doi, o + qoff, kb, vb, kstride, i, hd, scale,
-                                lse[(s * Hq + h) * S + i]);
+                                lse[(s * Hq + h) * ldl + i]);
                 for (int64_t j = 0; j <= i; j++) qt_attn_axpy(dvb + j * kstride, P[j], doi, hd);
                 for (int64_t j = 0; j <= i; j++) {
                     qt_attn_axpy(dqi, DS[j], kb + j * kstride, hd);
@@ -590,6 +590,92 @@ void QT_FN(qt_attn_bwd)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *do
                         const qt_real *lse, qt_real *scratch, int64_t b, int64_t S, int64_t Hq,
                         int64_t Hkv, int64_t hd, qt_real scale)
 {
-    QT_FN(qt_attn_bwd_n)(dq, dk, dv, dout, q, k, v, o, lse, scratch, S, b, S, Hq, Hkv, hd,
-                         scale);
+    QT_FN(qt_attn_bwd_n_ld)(dq, dk, dv, dout, q, k, v, o, lse, scratch, S, b, S, S, Hq, Hkv,
+                            hd, scale);
+}
+
+/* The public forms over whole sequences: the lse row stride is S. */
+void QT_FN(qt_attn_fwd_ref)(qt_real *o, qt_real *lse, const qt_real *q, const qt_real *k,
+                            const qt_real *v, qt_real *scratch, int64_t b, int64_t S,
+                            int64_t Hq, int64_t Hkv, int64_t hd, qt_real scale)
+{
+    QT_FN(qt_attn_fwd_ref_ld)(o, lse, q, k, v, scratch, b, S, S, Hq, Hkv, hd, scale);
+}
+
+void QT_FN(qt_attn_bwd_ref)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
+                            const qt_real *q, const qt_real *k, const qt_real *v,
+                            const qt_real *o, const qt_real *lse, qt_real *scratch, int64_t b,
+                            int64_t S, int64_t Hq, int64_t Hkv, int64_t hd, qt_real scale)
+{
+    QT_FN(qt_attn_bwd_ref_ld)(dq, dk, dv, dout, q, k, v, o, lse, scratch, b, S, S, Hq, Hkv, hd,
+                              scale);
+}
+
+void QT_FN(qt_attn_fwd)(qt_real *o, qt_real *lse, const qt_real *q, const qt_real *k,
+                        const qt_real *v, qt_real *scratch, int64_t b, int64_t S, int64_t Hq,
+                        int64_t Hkv, int64_t hd, qt_real scale)
+{
+    QT_FN(qt_attn_fwd_ld)(o, lse, q, k, v, scratch, b, S, S, Hq, Hkv, hd, scale);
+}
+
+void QT_FN(qt_attn_bwd_n)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
+                          const qt_real *q, const qt_real *k, const qt_real *v,
+                          const qt_real *o, const qt_real *lse, qt_real *scratch,
+                          int64_t scratch_n, int64_t b, int64_t S, int64_t Hq, int64_t Hkv,
+                          int64_t hd, qt_real scale)
+{
+    QT_FN(qt_attn_bwd_n_ld)(dq, dk, dv, dout, q, k, v, o, lse, scratch, scratch_n, b, S, S, Hq,
+                            Hkv, hd, scale);
+}
+
+/* Packed documents: the length of the document that starts at row a of a sequence of S
+ * rows (it runs until the next row whose position is 0). */
+static int64_t qt_attn_doc_len(const int32_t *pos, int64_t a, int64_t S)
+{
+    int64_t L = 1;
+    while (a + L < S && pos[a + L] != 0) L++;
+    return L;
+}
+
+void QT_FN(qt_attn_fwd_docs)(qt_real *o, qt_real *lse, const qt_real *q, const qt_real *k,
+                             const qt_real *v, qt_real *scratch, const int32_t *pos, int64_t b,
+                             int64_t S, int64_t Hq, int64_t Hkv, int64_t hd, qt_real scale)
+{
+    if (!pos) {
+        QT_FN(qt_attn_fwd_ld)(o, lse, q, k, v, scratch, b, S, S, Hq, Hkv, hd, scale);
+        return;
+    }
+    const int64_t qs = Hq * hd, ks = Hkv * hd;
+    for (int64_t s = 0; s < b; s++) {
+        for (int64_t a = 0, L; a < S; a += L) {
+            const int64_t r = s * S + a;
+            L = qt_attn_doc_len(pos + s * S, a, S);
+            QT_FN(qt_attn_fwd_ld)(o + r * qs, lse + s * Hq * S + a, q + r * qs, k + r * ks,
+                                  v + r * ks, scratch, 1, L, S, Hq, Hkv, hd, scale);
+        }
+    }
+}
+
+void QT_FN(qt_attn_bwd_docs)(qt_real *dq, qt_real *dk, qt_real *dv, const qt_real *dout,
+                             const qt_real *q, const qt_real *k, const qt_real *v,
+                             const qt_real *o, const qt_real *lse, const int32_t *pos,
+                             qt_real *scratch, int64_t scratch_n, int64_t b, int64_t S,
+                             int64_t Hq, int64_t Hkv, int64_t hd, qt_real scale)
+{
+    if (!pos) {
+        QT_FN(qt_attn_bwd_n_ld)(dq, dk, dv, dout, q, k, v, o, lse, scratch, scratch_n, b, S, S,
+                                Hq, Hkv, hd, scale);
+        return;
+    }
+    const int64_t qs = Hq * hd, ks = Hkv * hd;
+    for (int64_t s = 0; s < b; s++) {
+        for (int64_t a = 0, L; a < S; a += L) {
+            const int64_t r = s * S + a;
+            L = qt_attn_doc_len(pos + s * S, a, S);
+            QT_FN(qt_attn_bwd_n_ld)(dq + r * qs, dk + r * ks, dv + r * ks, dout + r * qs,
+                                    q + r * qs, k + r * ks, v + r * ks, o + r * qs,
+                                    lse + s * Hq * S + a, scratch, scratch_n, 1, L, S, Hq, Hkv,
+                                    hd, scale);
+        }
+    }
 }

@@ -59,6 +59,27 @@ void qt_attn_bwd_f64(double *dq, double *dk, double *dv, const double *dout,
                      const double *lse, double *scratch, int64_t b, int64_t S, int64_t Hq,
                      int64_t Hkv, int64_t hd, double scale);
 
+/* Packed documents: pos[T] is each row's position inside its document (a document starts
+ * where pos is 0); query i sees the keys of its own document only, j from i - pos[i] to i.
+ * Each document runs exactly as a sequence of its own length would (same kernels, same
+ * order: the bits of a document do not depend on its neighbours); lse keeps the [b,Hq,S]
+ * layout. pos NULL: exactly qt_attn_fwd / qt_attn_bwd_n. */
+void qt_attn_fwd_docs(float *o, float *lse, const float *q, const float *k, const float *v,
+                      float *scratch, const int32_t *pos, int64_t b, int64_t S, int64_t Hq,
+                      int64_t Hkv, int64_t hd, float scale);
+void qt_attn_fwd_docs_f64(double *o, double *lse, const double *q, const double *k,
+                          const double *v, double *scratch, const int32_t *pos, int64_t b,
+                          int64_t S, int64_t Hq, int64_t Hkv, int64_t hd, double scale);
+void qt_attn_bwd_docs(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                      const float *k, const float *v, const float *o, const float *lse,
+                      const int32_t *pos, float *scratch, int64_t scratch_n, int64_t b,
+                      int64_t S, int64_t Hq, int64_t Hkv, int64_t hd, float scale);
+void qt_attn_bwd_docs_f64(double *dq, double *dk, double *dv, const double *dout,
+                          const double *q, const double *k, const double *v, const double *o,
+                          const double *lse, const int32_t *pos, double *scratch,
+                          int64_t scratch_n, int64_t b, int64_t S, int64_t Hq, int64_t Hkv,
+                          int64_t hd, double scale);
+
 /* One-dot-at-a-time scalar references of fwd / bwd (same contract and bits; the tests
  * compare them with the batched fast paths above). */
 void qt_attn_fwd_ref(float *o, float *lse, const float *q, const float *k, const float *v,

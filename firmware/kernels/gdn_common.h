@@ -14,6 +14,9 @@ typedef struct qt_gdn_dims {
     int64_t S, hk, dk, hv, dv, r, cc, chunk, nch, dkdv;
     int64_t rows;              /* rows of a full chunk: min(chunk, S) */
     int scalar;                /* 1: the scalar reference step only (the *_ref kernels) */
+    const int32_t *pos;        /* packed documents: position of each row in its document
+                                * (NULL: none); the recurrent core starts a document's
+                                * state from zero (gdn_core.c qt_gdn_decay) */
 } qt_gdn_dims;
 
 static inline qt_gdn_dims qt_gdn_make_dims(int64_t S, int64_t hk, int64_t dk, int64_t hv,
@@ -32,6 +35,7 @@ static inline qt_gdn_dims qt_gdn_make_dims(int64_t S, int64_t hk, int64_t dk, in
     d.dkdv = dk * dv;
     d.rows = chunk < S ? chunk : S;
     d.scalar = 0;
+    d.pos = 0;
     return d;
 }
 

@@ -1,7 +1,9 @@
 /* gdn_conv.c - causal depthwise conv + SiLU of the GDN q/k/v channels, forward, backward
  * and weight gradient of a sequence or of a block of its tokens (contract: gdn_conv.h, qt_ops.h QT_OP_GDN_CONV_*).
  *
- * Invariants: tokens mix only inside one sequence (taps before its start are skipped,
+ * Invariants: tokens mix only inside one sequence, and inside one document of it when pos
+ * is given (packed documents: taps before the document's first token, t - pos[t], are
+ * skipped like taps before the sequence start;
  * which equals adding 0*w for finite w); every sum has a fixed order (taps increasing for
  * a channel value, tokens increasing for the weight gradient). Channels are walked as
  * contiguous blocks (one q head, one k head or one value head) so the qkvz column of a
@@ -13,6 +15,7 @@
  * tiled and reference paths are bit-identical (tested); K too large for the tile falls back
  * to the reference.
  */
+#include <stddef.h>
 #include "qt_real.h"
 #include "kernels/gdn_conv.h"
 
@@ -45,9 +48,9 @@ static inline qt_real qt_gdn_dsilu(qt_real x)
     return s * (QT_R(1.0) + x * (QT_R(1.0) - s));
 }
 
-void QT_FN(qt_gdn_conv_fwd)(qt_real *restrict c, qt_real *restrict pre,
-                            const qt_real *restrict qkvz, const qt_real *restrict w,
-                            int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
+void QT_FN(qt_gdn_conv_fwd_pos)(qt_real *restrict c, qt_real *restrict pre,
+                                const qt_real *restrict qkvz, const qt_real *restrict w,
+                                const int32_t *restrict pos, int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
                             int64_t dv, int64_t K)
 {
     int64_t r = hv / hk, wq = hk * (2 * dk + 2 * r * dv), cc = 2 * hk * dk + hv * dv;
@@ -55,6 +58,7 @@ void QT_FN(qt_gdn_conv_fwd)(qt_real *restrict c, qt_real *restrict pre,
     for (int64_t s = 0; s < b; s++) {
         for (int64_t t = 0; t < S; t++) {
             int64_t row = s * S + t;
+            int64_t lo = pos ? t - pos[row] : 0; /* the first token of t's document */
             qt_real *prow = pre + row * cc;
             for (int64_t blk = 0; blk < nblk; blk++) {
                 int64_t ch0, col0, width;
@@ -62,7 +66,7 @@ void QT_FN(qt_gdn_conv_fwd)(qt_real *restrict c, qt_real *restrict pre,
                 for (int64_t i = 0; i < width; i++) prow[ch0 + i] = QT_R(0.0);
                 for (int64_t j = 0; j < K; j++) {
                     int64_t tt = t - K + 1 + j;
-                    if (tt < 0) continue;
+                    if (tt < lo) continue;
                     const qt_real *u = qkvz + (s * S + tt) * wq + col0;
                     const qt_real *wc = w + ch0 * K + j;
                     for (int64_t i = 0; i < width; i++) prow[ch0 + i] += wc[i * K] * u[i];
@@ -73,9 +77,9 @@ void QT_FN(qt_gdn_conv_fwd)(qt_real *restrict c, qt_real *restrict pre,
     }
 }
 
-void QT_FN(qt_gdn_conv_bwd_ref)(qt_real *restrict dqkvz, const qt_real *restrict pre,
-                            const qt_real *restrict dc, const qt_real *restrict w,
-                            int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
+void QT_FN(qt_gdn_conv_bwd_ref_pos)(qt_real *restrict dqkvz, const qt_real *restrict pre,
+                                    const qt_real *restrict dc, const qt_real *restrict w,
+                                    const int32_t *restrict pos, int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
                             int64_t dv, int64_t K)
 {
     int64_t r = hv / hk, wq = hk * (2 * dk + 2 * r * dv), cc = 2 * hk * dk + hv * dv;
@@ -92,7 +96,7 @@ void QT_FN(qt_gdn_conv_bwd_ref)(qt_real *restrict dqkvz, const qt_real *restrict
                     /* output token t = tu + K-1-j saw this input through tap j */
                     for (int64_t j = 0; j < K; j++) {
                         int64_t t = tu + K - 1 - j;
-                        if (t >= S) continue;
+                        if (t >= S || (pos && t - pos[s * S + t] > tu)) continue;
                         int64_t e = (s * S + t) * cc + ch;
                         acc += (dc[e] * qt_gdn_dsilu(pre[e])) * w[ch * K + j];
                     }
@@ -103,9 +107,10 @@ void QT_FN(qt_gdn_conv_bwd_ref)(qt_real *restrict dqkvz, const qt_real *restrict
     }
 }
 
-void QT_FN(qt_gdn_conv_wgrad_rows_ref)(qt_real *restrict dw, const qt_real *restrict pre,
-                                   const qt_real *restrict dc, const qt_real *restrict qkvz,
-                                   int64_t t0, int64_t t1, int64_t hk, int64_t dk,
+void QT_FN(qt_gdn_conv_wgrad_rows_ref_pos)(qt_real *restrict dw, const qt_real *restrict pre,
+                                       const qt_real *restrict dc,
+                                       const qt_real *restrict qkvz,
+                                       const int32_t *restrict pos, int64_t t0, int64_t t1, int64_t hk, int64_t dk,
                                    int64_t hv, int64_t dv, int64_t K)
 {
     int64_t r = hv / hk, wq = hk * (2 * dk + 2 * r * dv), cc = 2 * hk * dk + hv * dv;
@@ -117,9 +122,10 @@ void QT_FN(qt_gdn_conv_wgrad_rows_ref)(qt_real *restrict dw, const qt_real *rest
             for (int64_t i = 0; i < width; i++) {
                 int64_t ch = ch0 + i;
                 qt_real dp = dc[t * cc + ch] * qt_gdn_dsilu(pre[t * cc + ch]);
+                int64_t lo = pos ? t - pos[t] : 0;
                 for (int64_t j = 0; j < K; j++) {
                     int64_t tt = t - K + 1 + j;
-                    if (tt < 0) continue;
+                    if (tt < lo) continue;
                     dw[ch * K + j] += dp * qkvz[tt * wq + col0 + i];
                 }
             }
@@ -145,13 +151,13 @@ static void qt_gdn_conv_dpre_rows(qt_real *restrict dp, const qt_real *restrict 
     }
 }
 
-void QT_FN(qt_gdn_conv_bwd)(qt_real *restrict dqkvz, const qt_real *restrict pre,
-                            const qt_real *restrict dc, const qt_real *restrict w,
-                            int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
-                            int64_t dv, int64_t K)
+void QT_FN(qt_gdn_conv_bwd_pos)(qt_real *restrict dqkvz, const qt_real *restrict pre,
+                                const qt_real *restrict dc, const qt_real *restrict w,
+                                const int32_t *restrict pos, int64_t b, int64_t S,
+                                int64_t hk, int64_t dk, int64_t hv, int64_t dv, int64_t K)
 {
     if (K < 1 || K > QT_GDN_CONV_KMAX) {
-        QT_FN(qt_gdn_conv_bwd_ref)(dqkvz, pre, dc, w, b, S, hk, dk, hv, dv, K);
+        QT_FN(qt_gdn_conv_bwd_ref_pos)(dqkvz, pre, dc, w, pos, b, S, hk, dk, hv, dv, K);
         return;
     }
     int64_t r = hv / hk, wq = hk * (2 * dk + 2 * r * dv), cc = 2 * hk * dk + hv * dv;
@@ -161,6 +167,7 @@ void QT_FN(qt_gdn_conv_bwd)(qt_real *restrict dqkvz, const qt_real *restrict pre
     qt_real acc[QT_GDN_CONV_CW];
     for (int64_t s = 0; s < b; s++) {
         const qt_real *ps = pre + s * S * cc, *gs = dc + s * S * cc;
+        const int32_t *pp = pos ? pos + s * S : NULL;
         for (int64_t t0 = 0; t0 < S; t0 += tt) {
             int64_t t1 = t0 + tt < S ? t0 + tt : S;
             int64_t te = t1 + K - 1 < S ? t1 + K - 1 : S;
@@ -179,7 +186,7 @@ void QT_FN(qt_gdn_conv_bwd)(qt_real *restrict dqkvz, const qt_real *restrict pre
                         /* output token t = tu + K-1-j saw this input through tap j */
                         for (int64_t j = 0; j < K; j++) {
                             int64_t t = tu + K - 1 - j;
-                            if (t >= S) continue;
+                            if (t >= S || (pp && t - pp[t] > tu)) continue;
                             const qt_real *d = dp + (t - t0) * QT_GDN_CONV_CW;
                             const qt_real *wj = wt + j * QT_GDN_CONV_CW;
                             for (int64_t i = 0; i < cw; i++) acc[i] += d[i] * wj[i];
@@ -193,13 +200,16 @@ void QT_FN(qt_gdn_conv_bwd)(qt_real *restrict dqkvz, const qt_real *restrict pre
     }
 }
 
-void QT_FN(qt_gdn_conv_wgrad_rows)(qt_real *restrict dw, const qt_real *restrict pre,
-                                   const qt_real *restrict dc, const qt_real *restrict qkvz,
-                                   int64_t t0, int64_t t1, int64_t hk, int64_t dk,
-                                   int64_t hv, int64_t dv, int64_t K)
+void QT_FN(qt_gdn_conv_wgrad_rows_pos)(qt_real *restrict dw, const qt_real *restrict pre,
+                                       const qt_real *restrict dc,
+                                       const qt_real *restrict qkvz,
+                                       const int32_t *restrict pos, int64_t t0, int64_t t1,
+                                       int64_t hk, int64_t dk, int64_t hv, int64_t dv,
+                                       int64_t K)
 {
     if (K < 1 || K > QT_GDN_CONV_KMAX) {
-        QT_FN(qt_gdn_conv_wgrad_rows_ref)(dw, pre, dc, qkvz, t0, t1, hk, dk, hv, dv, K);
+        QT_FN(qt_gdn_conv_wgrad_rows_ref_pos)(dw, pre, dc, qkvz, pos, t0, t1, hk, dk, hv, dv,
+                                              K);
         return;
     }
     int64_t r = hv / hk, wq = hk * (2 * dk + 2 * r * dv), cc = 2 * hk * dk + hv * dv;
@@ -218,9 +228,10 @@ void QT_FN(qt_gdn_conv_wgrad_rows)(qt_real *restrict dw, const qt_real *restrict
                 for (int64_t i = 0; i < cw; i++) acc[j * QT_GDN_CONV_CW + i] = dw[(ch + i) * K + j];
             for (int64_t t = t0; t < t1; t++) {
                 qt_gdn_conv_dpre_rows(dp, pre, dc, t, t + 1, cc, ch, cw);
+                const int64_t lo = pos ? t - pos[t] : 0;
                 for (int64_t j = 0; j < K; j++) {
                     int64_t tu = t - K + 1 + j;
-                    if (tu < 0) continue;
+                    if (tu < lo) continue;
                     const qt_real *u = qkvz + tu * wq + col0 + i0;
                     qt_real *a = acc + j * QT_GDN_CONV_CW;
                     for (int64_t i = 0; i < cw; i++) a[i] += dp[i] * u[i];
@@ -247,4 +258,46 @@ void QT_FN(qt_gdn_conv_wgrad_ref)(qt_real *restrict dw, const qt_real *restrict 
                                   int64_t K)
 {
     QT_FN(qt_gdn_conv_wgrad_rows_ref)(dw, pre, dc, qkvz, 0, S, hk, dk, hv, dv, K);
+}
+
+/* The unpacked entry points: every token of a sequence is one document (pos NULL). */
+void QT_FN(qt_gdn_conv_fwd)(qt_real *restrict c, qt_real *restrict pre,
+                            const qt_real *restrict qkvz, const qt_real *restrict w,
+                            int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
+                            int64_t dv, int64_t K)
+{
+    QT_FN(qt_gdn_conv_fwd_pos)(c, pre, qkvz, w, NULL, b, S, hk, dk, hv, dv, K);
+}
+
+void QT_FN(qt_gdn_conv_bwd)(qt_real *restrict dqkvz, const qt_real *restrict pre,
+                            const qt_real *restrict dc, const qt_real *restrict w,
+                            int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
+                            int64_t dv, int64_t K)
+{
+    QT_FN(qt_gdn_conv_bwd_pos)(dqkvz, pre, dc, w, NULL, b, S, hk, dk, hv, dv, K);
+}
+
+void QT_FN(qt_gdn_conv_bwd_ref)(qt_real *restrict dqkvz, const qt_real *restrict pre,
+                                const qt_real *restrict dc, const qt_real *restrict w,
+                                int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
+                                int64_t dv, int64_t K)
+{
+    QT_FN(qt_gdn_conv_bwd_ref_pos)(dqkvz, pre, dc, w, NULL, b, S, hk, dk, hv, dv, K);
+}
+
+void QT_FN(qt_gdn_conv_wgrad_rows)(qt_real *restrict dw, const qt_real *restrict pre,
+                                   const qt_real *restrict dc, const qt_real *restrict qkvz,
+                                   int64_t t0, int64_t t1, int64_t hk, int64_t dk,
+                                   int64_t hv, int64_t dv, int64_t K)
+{
+    QT_FN(qt_gdn_conv_wgrad_rows_pos)(dw, pre, dc, qkvz, NULL, t0, t1, hk, dk, hv, dv, K);
+}
+
+void QT_FN(qt_gdn_conv_wgrad_rows_ref)(qt_real *restrict dw, const qt_real *restrict pre,
+                                       const qt_real *restrict dc,
+                                       const qt_real *restrict qkvz, int64_t t0, int64_t t1,
+                                       int64_t hk, int64_t dk, int64_t hv, int64_t dv,
+                                       int64_t K)
+{
+    QT_FN(qt_gdn_conv_wgrad_rows_ref_pos)(dw, pre, dc, qkvz, NULL, t0, t1, hk, dk, hv, dv, K);
 }

@@ -29,6 +29,10 @@ extern "C" {
  * wgrad_rows: the same over the rows [t0, t1) of the sequence only (one canonical token
  *   block, docs/context.md): the taps still read u at t-K+1+j >= 0 before t0, so the
  *   block's leaf is exact; wgrad = wgrad_rows over [0, S).
+ * *_pos: packed documents: pos[T] (the pos argument indexed like the rows: wgrad_rows'
+ *   from the sequence's first row) is each token's position inside its document; taps
+ *   before the document's first token t - pos[t] read 0 exactly as taps before the
+ *   sequence start (skipped), so no value crosses a document; pos NULL = the plain names.
  * Argument order: outputs, saved statistics, inputs, weights, sizes.
  * *_ref: the untiled scalar references of bwd / wgrad (same contract, bit-identical; the
  * tests compare them; the tiled versions fall back to them for K > 32). */
@@ -53,7 +57,24 @@ extern "C" {
                                      int64_t hv, int64_t dv, int64_t K);                   \
     void qt_gdn_conv_wgrad_rows_ref##SFX(R *dw, const R *pre, const R *dc, const R *qkvz,  \
                                          int64_t t0, int64_t t1, int64_t hk, int64_t dk,   \
-                                         int64_t hv, int64_t dv, int64_t K);
+                                         int64_t hv, int64_t dv, int64_t K);           \
+    void qt_gdn_conv_fwd_pos##SFX(R *c, R *pre, const R *qkvz, const R *w,                \
+                                  const int32_t *pos, int64_t b, int64_t S, int64_t hk,    \
+                                  int64_t dk, int64_t hv, int64_t dv, int64_t K);          \
+    void qt_gdn_conv_bwd_pos##SFX(R *dqkvz, const R *pre, const R *dc, const R *w,        \
+                                  const int32_t *pos, int64_t b, int64_t S, int64_t hk,    \
+                                  int64_t dk, int64_t hv, int64_t dv, int64_t K);          \
+    void qt_gdn_conv_bwd_ref_pos##SFX(R *dqkvz, const R *pre, const R *dc, const R *w,    \
+                                      const int32_t *pos, int64_t b, int64_t S, int64_t hk,\
+                                      int64_t dk, int64_t hv, int64_t dv, int64_t K);      \
+    void qt_gdn_conv_wgrad_rows_pos##SFX(R *dw, const R *pre, const R *dc, const R *qkvz, \
+                                         const int32_t *pos, int64_t t0, int64_t t1,       \
+                                         int64_t hk, int64_t dk, int64_t hv, int64_t dv,   \
+                                         int64_t K);                                       \
+    void qt_gdn_conv_wgrad_rows_ref_pos##SFX(R *dw, const R *pre, const R *dc,            \
+                                             const R *qkvz, const int32_t *pos, int64_t t0,\
+                                             int64_t t1, int64_t hk, int64_t dk,           \
+                                             int64_t hv, int64_t dv, int64_t K);
 
 QT_GDN_CONV_DECLARE(float, )
 QT_GDN_CONV_DECLARE(double, _f64)

@@ -13,6 +13,7 @@
  *    re-running the previous chunk (at most one extra chunk per sequence and head);
  *  - nothing crosses a sequence: every sequence starts from S_0 = 0 and dS = 0.
  */
+#include <stddef.h>
 #include "qt_real.h"
 #include "kernels/gdn_core.h"
 #include "kernels/gdn_common.h"
@@ -152,6 +153,16 @@ static void qt_gdn_step(qt_real *restrict st, qt_real *restrict o, qt_real *rest
     }
 }
 
+/* The decay a = exp(g) of token row, value head j; 0 at the first token of a packed
+ * document: S' = 0*S drops the previous document's state, and the backward's
+ * dS_prev = a*dS' and dg += da*a carry nothing across the boundary (the state before a
+ * document is the constant 0, so its g has no gradient, as at a sequence start). */
+static inline qt_real qt_gdn_decay(const qt_real *g, int64_t row, int64_t j,
+                                   const qt_gdn_dims *d)
+{
+    return d->pos && d->pos[row] == 0 ? QT_R(0.0) : QT_EXP(g[row * d->hv + j]);
+}
+
 /* Runs tokens [t0, t0+len) of sequence s, value head j, on the state st in place;
  * writes their outputs when o is not NULL. qh, kh: Dk reals; delta: Dv reals. */
 static void qt_gdn_run_chunk(qt_real *st, qt_real *o, const qt_real *c, const qt_real *g,
@@ -166,7 +177,7 @@ static void qt_gdn_run_chunk(qt_real *st, qt_real *o, const qt_real *c, const qt
         const qt_real *crow = c + row * d->cc;
         qt_gdn_load_qk(qh, kh, crow, rq[row * d->hk + h], rk[row * d->hk + h], qscale, h, d);
         qt_gdn_step(st, o ? o + row * d->hv * d->dv + j * d->dv : 0, delta, qh, kh,
-                    crow + 2 * d->hk * d->dk + j * d->dv, QT_EXP(g[row * d->hv + j]),
+                    crow + 2 * d->hk * d->dk + j * d->dv, qt_gdn_decay(g, row, j, d),
                     beta[row * d->hv + j], d);
     }
 }
@@ -186,12 +197,14 @@ static void qt_gdn_core_fwd_impl(qt_real *restrict o, qt_real *restrict states,
                                  const qt_real *restrict c, const qt_real *restrict g,
                                  const qt_real *restrict beta, int64_t b, int64_t S, int64_t hk,
                                  int64_t dk, int64_t hv, int64_t dv, int64_t chunk,
-                                 qt_real qscale, qt_real l2eps, int scalar)
+                                 qt_real qscale, qt_real l2eps, int scalar,
+                                 const int32_t *pos)
 {
     qt_real qh[QT_GDN_CORE_MAX_DIM], kh[QT_GDN_CORE_MAX_DIM], delta[QT_GDN_CORE_MAX_DIM];
     if (dk > QT_GDN_CORE_MAX_DIM || dv > QT_GDN_CORE_MAX_DIM || chunk < 1) return;
     qt_gdn_dims d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
     d.scalar = scalar;
+    d.pos = pos;
 
     qt_gdn_inv_norms(rq, rk, c, b * S, l2eps, &d);
 
@@ -394,11 +407,12 @@ static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
                                  const qt_real *restrict g, const qt_real *restrict beta,
                                  qt_real *restrict scratch, int64_t b, int64_t S, int64_t hk,
                                  int64_t dk, int64_t hv, int64_t dv, int64_t chunk,
-                                 qt_real qscale, int scalar)
+                                 qt_real qscale, int scalar, const int32_t *pos)
 {
     if (chunk < 1) return;
     qt_gdn_dims d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
     d.scalar = scalar;
+    d.pos = pos;
     qt_real *slots = scratch;                       /* slot i: state before token i */
     qt_real *ds = scratch + chunk * d.dkdv;         /* dL/dS after the current token */
     qt_real *qh = ds + d.dkdv, *kh = qh + dk, *dqh = kh + dk, *dkh = dqh + dk;
@@ -419,7 +433,7 @@ static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
                                    h, &d);
                     qt_gdn_copy(slots + (i + 1) * d.dkdv, slots + i * d.dkdv, d.dkdv);
                     qt_gdn_step(slots + (i + 1) * d.dkdv, 0, delta, qh, kh,
-                                crow + 2 * hk * dk + j * dv, QT_EXP(g[row * hv + j]),
+                                crow + 2 * hk * dk + j * dv, qt_gdn_decay(g, row, j, &d),
                                 beta[row * hv + j], &d);
                 }
                 for (int64_t i = len - 1; i >= 0; i--) {
@@ -428,7 +442,7 @@ static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
                     const qt_real *v = crow + 2 * hk * dk + j * dv;
                     const qt_real *dor = d_o + row * hv * dv + j * dv;
                     const qt_real *sp = slots + i * d.dkdv;
-                    qt_real a = QT_EXP(g[row * hv + j]), bt = beta[row * hv + j];
+                    qt_real a = qt_gdn_decay(g, row, j, &d), bt = beta[row * hv + j];
                     qt_gdn_load_qk(qh, kh, crow, rq[row * hk + h], rk[row * hk + h], qscale,
                                    h, &d);
                     /* the vector passes (Dv 64 or 128, same bits) or the scalar rows */
@@ -499,7 +513,7 @@ void QT_FN(qt_gdn_core_fwd)(qt_real *o, qt_real *states, qt_real *rq, qt_real *r
                             int64_t chunk, qt_real qscale, qt_real l2eps)
 {
     qt_gdn_core_fwd_impl(o, states, rq, rk, c, g, beta, b, S, hk, dk, hv, dv, chunk, qscale,
-                         l2eps, 0);
+                         l2eps, 0, NULL);
 }
 
 void QT_FN(qt_gdn_core_fwd_ref)(qt_real *o, qt_real *states, qt_real *rq, qt_real *rk,
@@ -508,7 +522,7 @@ void QT_FN(qt_gdn_core_fwd_ref)(qt_real *o, qt_real *states, qt_real *rq, qt_rea
                                 int64_t dv, int64_t chunk, qt_real qscale, qt_real l2eps)
 {
     qt_gdn_core_fwd_impl(o, states, rq, rk, c, g, beta, b, S, hk, dk, hv, dv, chunk, qscale,
-                         l2eps, 1);
+                         l2eps, 1, NULL);
 }
 
 void QT_FN(qt_gdn_core_bwd)(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_real *states,
@@ -520,7 +534,7 @@ void QT_FN(qt_gdn_core_bwd)(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_r
 {
     (void)l2eps; /* the saved rq, rk already hold it */
     qt_gdn_core_bwd_impl(dc, dg, dbeta, states, rq, rk, d_o, c, g, beta, scratch, b, S, hk, dk,
-                         hv, dv, chunk, qscale, 0);
+                         hv, dv, chunk, qscale, 0, NULL);
 }
 
 void QT_FN(qt_gdn_core_bwd_ref)(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_real *states,
@@ -532,5 +546,27 @@ void QT_FN(qt_gdn_core_bwd_ref)(qt_real *dc, qt_real *dg, qt_real *dbeta, const 
 {
     (void)l2eps;
     qt_gdn_core_bwd_impl(dc, dg, dbeta, states, rq, rk, d_o, c, g, beta, scratch, b, S, hk, dk,
-                         hv, dv, chunk, qscale, 1);
+                         hv, dv, chunk, qscale, 1, NULL);
+}
+
+/* Packed documents (pos[T]: each row's position in its document; NULL = the plain forms). */
+void QT_FN(qt_gdn_core_fwd_pos)(qt_real *o, qt_real *states, qt_real *rq, qt_real *rk,
+                                const qt_real *c, const qt_real *g, const qt_real *beta,
+                                const int32_t *pos, int64_t b, int64_t S, int64_t hk,
+                                int64_t dk, int64_t hv, int64_t dv, int64_t chunk,
+                                qt_real qscale, qt_real l2eps)
+{
+    qt_gdn_core_fwd_impl(o, states, rq, rk, c, g, beta, b, S, hk, dk, hv, dv, chunk, qscale,
+                         l2eps, 0, pos);
+}
+
+void QT_FN(qt_gdn_core_bwd_pos)(qt_real *dc, qt_real *dg, qt_real *dbeta,
+                                const qt_real *states, const qt_real *rq, const qt_real *rk,
+                                const qt_real *d_o, const qt_real *c, const qt_real *g,
+                                const qt_real *beta, const int32_t *pos, qt_real *scratch,
+                                int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
+                                int64_t dv, int64_t chunk, qt_real qscale)
+{
+    qt_gdn_core_bwd_impl(dc, dg, dbeta, states, rq, rk, d_o, c, g, beta, scratch, b, S, hk, dk,
+                         hv, dv, chunk, qscale, 0, pos);
 }

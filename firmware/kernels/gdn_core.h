@@ -37,6 +37,9 @@ extern "C" {
  *   states, rq, rk, the upstream do[T,Hv*Dv] and c, g, beta; uses scratch
  *   (QT_GDN_CORE_SCRATCH reals). Value heads run in increasing j, so a key head's
  *   channels receive its r value heads' gradients in increasing j.
+ * *_pos: packed documents: pos[T] is each row's position in its document; a row with
+ *   pos 0 starts from the zero state (its decay is taken as 0: gdn_core.c qt_gdn_decay),
+ *   so no state or gradient crosses a document; pos NULL = the plain forms.
  * Every sum has a fixed order (gdn_core.c: increasing index, or 8 interleaved lanes
  * combined pairwise for the backward's per-row sums over Dv). The *_ref forms run the
  * scalar step only (the tests compare the vector step's bits to them). */
@@ -57,7 +60,16 @@ extern "C" {
                                   const R *rk, const R *d_o, const R *c, const R *g,        \
                                   const R *beta, R *scratch, int64_t b, int64_t S,          \
                                   int64_t hk, int64_t dk, int64_t hv, int64_t dv,           \
-                                  int64_t chunk, R qscale, R l2eps);
+                                  int64_t chunk, R qscale, R l2eps);                        \
+    void qt_gdn_core_fwd_pos##SFX(R *o, R *states, R *rq, R *rk, const R *c, const R *g,    \
+                                  const R *beta, const int32_t *pos, int64_t b, int64_t S,  \
+                                  int64_t hk, int64_t dk, int64_t hv, int64_t dv,           \
+                                  int64_t chunk, R qscale, R l2eps);                        \
+    void qt_gdn_core_bwd_pos##SFX(R *dc, R *dg, R *dbeta, const R *states, const R *rq,     \
+                                  const R *rk, const R *d_o, const R *c, const R *g,        \
+                                  const R *beta, const int32_t *pos, R *scratch, int64_t b, \
+                                  int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv,\
+                                  int64_t chunk, R qscale);
 
 QT_GDN_CORE_DECLARE(float, )
 QT_GDN_CORE_DECLARE(double, _f64)

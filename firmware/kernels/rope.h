@@ -32,6 +32,18 @@ void qt_rope_bwd(float *dx, const float *dy, const float *table,
 void qt_rope_bwd_f64(double *dx, const double *dy, const double *table,
                      int64_t b, int64_t S, int64_t H, int64_t hd, int64_t R);
 
+/* The same with packed documents: row t rotates by position pos[t] (its position inside
+ * its document, < S; pos NULL: t % S, exactly qt_rope_fwd / qt_rope_bwd). */
+void qt_rope_fwd_pos(float *y, const float *x, const float *table, const int32_t *pos,
+                     int64_t b, int64_t S, int64_t H, int64_t hd, int64_t R);
+void qt_rope_fwd_pos_f64(double *y, const double *x, const double *table, const int32_t *pos,
+                         int64_t b, int64_t S, int64_t H, int64_t hd, int64_t R);
+void qt_rope_bwd_pos(float *dx, const float *dy, const float *table, const int32_t *pos,
+                     int64_t b, int64_t S, int64_t H, int64_t hd, int64_t R);
+void qt_rope_bwd_pos_f64(double *dx, const double *dy, const double *table,
+                         const int32_t *pos, int64_t b, int64_t S, int64_t H, int64_t hd,
+                         int64_t R);
+
 #ifdef __cplusplus
 }
 #endif

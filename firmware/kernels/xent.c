@@ -1,7 +1,8 @@
 /* xent.c - fused, numerically stable cross-entropy forward + backward (see xent.h).
  * Invariants: the max is subtracted before exponentiating (no overflow for any finite
  * logits); the exponentials are computed once, parked in dlogits, and normalised in place;
- * all sums run in increasing index order.
+ * all sums run in increasing index order. A target outside [0, V) (-1: masked, see
+ * qt_data_fill_packed) adds no loss and leaves a zero gradient row.
  */
 #include "xent.h"
 #include "qt_real.h"
@@ -30,6 +31,8 @@ void QT_FN(qt_xent)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
             if (tg >= 0 && tg < V) {
                 g[tg] = g[tg] - QT_R(1.0);
                 acc = acc + (lse - l[tg]);
+            } else { /* no target (a packed document's last token): no loss, no gradient */
+                for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
             }
         }
         loss_seq[s] = acc;

@@ -28,9 +28,10 @@ static int64_t qt_gdn_conv_channels(int64_t hk, int64_t dk, int64_t hv, int64_t 
 /* conv: a0 b, a1 S, a2 Hk, a3 Dk, a4 Hv, a5 Dv, a6 K */
 void qt_op_gdn_conv_fwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_gdn_conv_fwd(
+    qt_gdn_conv_fwd_pos(
         qt_f32(ctx, QT_T(op, GDN_CONV_FWD, c)), qt_f32(ctx, QT_T(op, GDN_CONV_FWD, pre)),
         qt_f32(ctx, QT_T(op, GDN_CONV_FWD, qkvz)), qt_f32(ctx, QT_T(op, GDN_CONV_FWD, w)),
+        qt_plan_positions(ctx),
         QT_A(op, GDN_CONV_FWD, b), QT_A(op, GDN_CONV_FWD, S), QT_A(op, GDN_CONV_FWD, Hk),
         QT_A(op, GDN_CONV_FWD, Dk), QT_A(op, GDN_CONV_FWD, Hv), QT_A(op, GDN_CONV_FWD, Dv),
         QT_A(op, GDN_CONV_FWD, K));
@@ -39,9 +40,10 @@ void qt_op_gdn_conv_fwd(const qt_op *op, const qt_ctx *ctx)
 void qt_op_gdn_conv_bwd(const qt_op *op, const qt_ctx *ctx)
 {
     /* slots: t0 dqkvz, t1 dc, t2 pre, t3 w */
-    qt_gdn_conv_bwd(
+    qt_gdn_conv_bwd_pos(
         qt_f32(ctx, QT_T(op, GDN_CONV_BWD, dqkvz)), qt_f32(ctx, QT_T(op, GDN_CONV_BWD, pre)),
         qt_f32(ctx, QT_T(op, GDN_CONV_BWD, dc)), qt_f32(ctx, QT_T(op, GDN_CONV_BWD, w)),
+        qt_plan_positions(ctx),
         QT_A(op, GDN_CONV_BWD, b), QT_A(op, GDN_CONV_BWD, S), QT_A(op, GDN_CONV_BWD, Hk),
         QT_A(op, GDN_CONV_BWD, Dk), QT_A(op, GDN_CONV_BWD, Hv), QT_A(op, GDN_CONV_BWD, Dv),
         QT_A(op, GDN_CONV_BWD, K));
@@ -58,10 +60,11 @@ void qt_op_gdn_conv_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t leaf, floa
      * taps reaching back into the sequence before it */
     const int64_t nbt = qt_plan_blocks(ctx->plan), s = leaf / nbt, blk = leaf % nbt;
     /* slots: t0 dc, t1 pre, t2 qkvz, t3 w (param) */
-    qt_gdn_conv_wgrad_rows(dw[0], qt_f32(ctx, QT_T(op, GDN_CONV_WGRAD, pre)) + s * S * cc,
+    const int32_t *pos = qt_plan_positions(ctx);
+    qt_gdn_conv_wgrad_rows_pos(dw[0], qt_f32(ctx, QT_T(op, GDN_CONV_WGRAD, pre)) + s * S * cc,
                            qt_f32(ctx, QT_T(op, GDN_CONV_WGRAD, dc)) + s * S * cc,
                            qt_f32(ctx, QT_T(op, GDN_CONV_WGRAD, qkvz)) + s * S * wq,
-                           blk * (S / nbt), (blk + 1) * (S / nbt),
+                           pos ? pos + s * S : NULL, blk * (S / nbt), (blk + 1) * (S / nbt),
                            QT_A(op, GDN_CONV_WGRAD, Hk), QT_A(op, GDN_CONV_WGRAD, Dk),
                            QT_A(op, GDN_CONV_WGRAD, Hv), QT_A(op, GDN_CONV_WGRAD, Dv),
                            QT_A(op, GDN_CONV_WGRAD, K));
@@ -112,27 +115,33 @@ void qt_op_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx)
             QT_A(op, GDN_CORE_FWD, chunk), op->f[0], op->f[1]);
         return;
     }
-    qt_gdn_core_fwd(
+    qt_gdn_core_fwd_pos(
         qt_f32(ctx, QT_T(op, GDN_CORE_FWD, o)), qt_f32(ctx, QT_T(op, GDN_CORE_FWD, states)),
         qt_f32(ctx, QT_T(op, GDN_CORE_FWD, rq)), qt_f32(ctx, QT_T(op, GDN_CORE_FWD, rk)),
         qt_f32(ctx, QT_T(op, GDN_CORE_FWD, c)), qt_f32(ctx, QT_T(op, GDN_CORE_FWD, g)),
-        qt_f32(ctx, QT_T(op, GDN_CORE_FWD, beta)), QT_A(op, GDN_CORE_FWD, b),
+        qt_f32(ctx, QT_T(op, GDN_CORE_FWD, beta)), qt_plan_positions(ctx), QT_A(op, GDN_CORE_FWD, b),
         QT_A(op, GDN_CORE_FWD, S), QT_A(op, GDN_CORE_FWD, Hk), QT_A(op, GDN_CORE_FWD, Dk),
         QT_A(op, GDN_CORE_FWD, Hv), QT_A(op, GDN_CORE_FWD, Dv), QT_A(op, GDN_CORE_FWD, chunk),
         op->f[0], op->f[1]);
 }
 
-/* The recurrent and the chunked backward take the same arguments. */
-typedef void qt_gdn_bwd_fn(float *dc, float *dg, float *dbeta, const float *states,
-                           const float *rq, const float *rk, const float *d_o, const float *c,
-                           const float *g, const float *beta, float *scratch, int64_t b,
-                           int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv,
-                           int64_t chunk, float qscale, float l2eps);
-
 void qt_op_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_gdn_bwd_fn *bwd = QT_A(op, GDN_CORE_BWD, algo) == 1 ? qt_gdn_chunk_bwd : qt_gdn_core_bwd;
-    bwd(qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dc)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dg)),
+    if (QT_A(op, GDN_CORE_BWD, algo) != 1) { /* recurrent: packed documents restart */
+        qt_gdn_core_bwd_pos(
+            qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dc)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dg)),
+            qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dbeta)),
+            qt_f32(ctx, QT_T(op, GDN_CORE_BWD, states)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rq)),
+            qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rk)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dout)),
+            qt_f32(ctx, QT_T(op, GDN_CORE_BWD, c)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, g)),
+            qt_f32(ctx, QT_T(op, GDN_CORE_BWD, beta)), qt_plan_positions(ctx),
+            qt_f32(ctx, QT_T(op, GDN_CORE_BWD, scratch)), QT_A(op, GDN_CORE_BWD, b),
+            QT_A(op, GDN_CORE_BWD, S), QT_A(op, GDN_CORE_BWD, Hk), QT_A(op, GDN_CORE_BWD, Dk),
+            QT_A(op, GDN_CORE_BWD, Hv), QT_A(op, GDN_CORE_BWD, Dv),
+            QT_A(op, GDN_CORE_BWD, chunk), op->f[0]);
+        return;
+    }
+    qt_gdn_chunk_bwd(qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dc)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dg)),
         qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dbeta)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, states)),
         qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rq)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rk)),
         qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dout)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, c)),

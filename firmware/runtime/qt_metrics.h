@@ -17,6 +17,8 @@ typedef struct qt_step_metrics {
     double grad_norm, lr, tokens_per_s, step_seconds;
     uint64_t fingerprint;
     int64_t tokens;
+    int64_t loss_tokens;       /* targets with a loss: tokens, or fewer when packed
+                                  documents end inside the windows (the normaliser) */
 } qt_step_metrics;
 
 #endif

@@ -51,8 +51,8 @@ int qt_runtime_params_changed(void);
  * (qt_data_tokens with its qt_data), a test its own. */
 typedef int (*qt_token_fill_fn)(const void *src, int64_t step, int64_t global_batch,
                                 int64_t first_seq, int64_t n_seqs, int64_t seq_len,
-                                int64_t tok_lo, int64_t tok_n, int32_t *inputs,
-                                int32_t *targets);
+                                int64_t tok_lo, int64_t tok_n, int32_t eos,
+                                int32_t *inputs, int32_t *targets, int32_t *positions);
 /* Installs the token source of qt_runtime_step / _grads (fill called with src). */
 void qt_runtime_set_tokens(qt_token_fill_fn fill, const void *src);
 /* One optimizer step `step` (0-based) over the installed token source. Fills *m (loss,

@@ -245,16 +245,23 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     const int64_t St = qt_plan_tokens_per_seq(p), t0 = St * qt_rt.ctx.coord[QT_MESH_CONTEXT];
     const int mbmaj = p->n_mb_levels > 0;
     qt_step_state mst = {step, 0, m};
-    qt_exact loss, lb;
+    qt_exact loss, lb, cnt;
     qt_exact_clear(&loss);
     qt_exact_clear(&lb);
+    qt_exact_clear(&cnt);
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     for (int64_t mb = 0; mb < G; mb++) {
         const int64_t first = mbmaj ? (mb * R + qt_rt.batch_index) * b
                                     : qt_rt.batch_index * b * G + mb * b;
+        int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
         int rc = qt_rt.tokens(qt_rt.tokens_src, step, p->train.global_batch, first, b, S, t0,
-                              St, qt_i32(ctx, p->tokens), qt_i32(ctx, p->targets));
+                              St, p->pack_eos, qt_i32(ctx, p->tokens), tg, pos);
         if (rc) return rc;
+        if (pos) { /* packed: the targets with a loss (the normaliser), counted exactly */
+            int64_t n = 0;
+            for (int64_t i = 0; i < b * St; i++) n += tg[i] >= 0;
+            qt_exact_add_f(&cnt, (float)n);
+        }
         qt_runtime_lap(&t, QT_PH_DATA);
         mst.mb = mb;
         qt_interp_run_microbatch(ctx, table, mb, &mst);
@@ -275,14 +282,19 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     }
     int rc = qt_step_exact_merge(p->batch_mask, &loss);
     if (!rc && p->lb_seq != QT_NONE) rc = qt_step_exact_merge(p->batch_mask, &lb);
+    if (!rc && p->packing) rc = qt_step_exact_merge(p->batch_mask, &cnt);
     if (rc) return rc;
     qt_runtime_lap(&t, QT_PH_LOSS);
-    const double n_tok = (double)(p->train.global_batch * p->train.seq_len);
-    double loss_v = qt_exact_value(&loss) / n_tok + qt_exact_value(&lb);
+    const double n_all = (double)(p->train.global_batch * p->train.seq_len);
+    /* the mean over the targets with a loss (at least one: a step of separators only has
+     * loss 0 and a zero gradient) */
+    const double n_tok = p->packing ? qt_exact_value(&cnt) : n_all;
+    double loss_v = qt_exact_value(&loss) / (n_tok > 1.0 ? n_tok : 1.0) + qt_exact_value(&lb);
     m->step = step;
     m->loss_f32 = (float)loss_v;
     m->loss = (double)m->loss_f32;
-    m->tokens = (int64_t)n_tok;
+    m->tokens = (int64_t)n_all;
+    m->loss_tokens = (int64_t)n_tok;
     m->lr = qt_runtime_lr(p, step);
     return QT_OK;
 }

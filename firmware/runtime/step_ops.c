@@ -95,13 +95,21 @@ static void qt_step_normalise_range(const qt_plan *p, float *g, int64_t lo, int6
     qt_exact_sq_flush(&qt_step_s.sq, sq);
 }
 
+/* The gradient's normaliser: the op's token count (the global batch's targets), or the
+ * step's count of targets with a loss when packed documents mask some (at least 1). */
+static float qt_step_tokens(const qt_plan *p, int64_t tokens, const qt_step_state *st)
+{
+    if (!p->packing) return (float)tokens;
+    return st->m->loss_tokens > 1 ? (float)st->m->loss_tokens : 1.0f;
+}
+
 int qt_step_grad_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 {
     const qt_plan *p = ctx->plan;
     qt_exact sq;
     qt_exact_clear(&sq);
     qt_step_normalise_range(p, qt_step_region(p, p->grads_offset), 0, p->n_param_elems,
-                            (float)QT_A(op, GRAD_FINALIZE, tokens), 1, &sq);
+                            qt_step_tokens(p, op->a[QT_A_GRAD_FINALIZE_tokens], st), 1, &sq);
     st->m->grad_norm = qt_sqrt(qt_exact_value(&sq));
     return QT_OK;
 }
@@ -216,7 +224,7 @@ int qt_step_grad_normalise(const qt_op *op, const qt_ctx *ctx, qt_step_state *st
         qt_exact_clear(&none);
         /* every block is normalised; only the counted copy adds to the norm */
         qt_step_normalise_range(p, qt_step_grad_at(p, i, lo), lo, n,
-                                (float)QT_A(op, GRAD_NORMALISE, tokens), 0,
+                                qt_step_tokens(p, op->a[QT_A_GRAD_NORMALISE_tokens], st), 0,
                                 qt_step_primary(ctx, &p->ranges[i]) ? &sq : &none);
     }
     int rc = p->n_ranks > 1 ? qt_step_exact_merge(QT_COLL_ALL, &sq) : QT_OK;

@@ -903,6 +903,26 @@ static void note_unused(const qt_cg_vctx *v, qt_cg_settings *s)
     }
 }
 
+/* packing (MaxText's key) and eos_id (qtrain's: the document separator in the token
+ * stream, docs/data.md): documents restart rotary positions, attention, the GDN conv and
+ * the delta rule, and no loss is taken across a boundary. Only the recurrent delta rule
+ * restarts mid-sequence (the chunked form's decays span a chunk). */
+static int check_packing(const qt_cg_vctx *v, qt_cg_settings *s)
+{
+    s->packing = getb(v, "packing");
+    const int64_t eos = geti(v, "eos_id");
+    if (!s->packing) return 0;
+    if (eos < 0 || eos >= s->m.vocab)
+        return bad(v, "eos_id", "%lld with packing: true: expected the document separator's "
+                   "token id in 0..%lld (vocab_size - 1; 151643 is <|endoftext|> of the Qwen "
+                   "vocabulary)", (long long)eos, (long long)s->m.vocab - 1);
+    if (s->gdn_chunked)
+        return bad(v, "gdn_core_algorithm", "chunked with packing: true: the chunked delta "
+                   "rule cannot restart its state inside a chunk; expected recurrent");
+    s->eos_id = (int32_t)eos;
+    return 0;
+}
+
 int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen)
 {
     qt_cg_vctx v = {c, err, errlen};
@@ -922,7 +942,8 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
         s->cname[i] = ok ? ch : '_';
     }
     if (check_floats(&v) || check_model(&v, s) || check_train(&v, s) || check_sizes(&v, s) ||
-        check_mesh(&v, s) || check_policies(&v, s) || check_rules(&v, s))
+        check_mesh(&v, s) || check_policies(&v, s) || check_rules(&v, s) ||
+        check_packing(&v, s))
         return -1;
     if (batch_split(&v, s)) return -1;
     s->batch_mask = 0;

@@ -127,6 +127,7 @@ typedef struct qt_cg_settings {
     double lb_weight;
     int use_mrope;
     int gdn_chunked;           /* gdn_core_algorithm: 1 chunked (WY), 0 recurrent */
+    int32_t packing, eos_id;   /* packing: documents end at eos_id (docs/data.md) */
     qt_cg_rule *rules;
     int n_rules;
     char unused[512];          /* accepted-but-unused keys that were set (vision tower) */
@@ -238,6 +239,7 @@ typedef struct qt_cg_graph {
                                   (model/autodiff.c) */
     int n_remat_ops;           /* forward ops recomputed in the backward (model/remat.c) */
     int32_t tokens, targets, loss_seq, lb_seq, table;
+    int32_t positions;         /* packing: I32 [b, S] positions in documents, else QT_NONE */
     /* layout (memory/memplan.c) */
     int64_t n_param_elems, n_flat, adam_elems;
     int32_t n_ranges, capranges;

@@ -621,6 +621,14 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
         g->lb_seq = qt_cg_add_tensor(g, "lb_seq", QT_ROLE_LOSS, QT_F32, 1, SHP(D.b), AX(LB));
     g->table = qt_cg_add_tensor(g, "rope_table", QT_ROLE_TABLE, QT_F32, 3,
                                 SHP(D.Sm, D.R / 2, 2), AX(0, 0, 0));
+    /* packing: each token's position in its document, whole sequences also on a context
+     * rank (the sequence mixers run on whole sequences of heads there) */
+    g->positions = QT_NONE;
+    if (s->packing) {
+        g->positions = qt_cg_add_tensor(g, "positions", QT_ROLE_INPUT, QT_I32, 2,
+                                        SHP(D.b, D.Sm), AX(LB, 0));
+        g->ts[g->positions].whole = 1;
+    }
     g->ts[g->tokens].whole = g->ts[g->targets].whole = g->ts[g->loss_seq].whole = 1;
     g->ts[g->table].whole = 1;
     if (g->lb_seq != QT_NONE) g->ts[g->lb_seq].whole = 1;
