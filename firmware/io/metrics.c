@@ -67,8 +67,10 @@ void qt_metrics_write(FILE *f, const qt_step_metrics *m)
     qt_num(f, "lr", m->lr, 17);
     qt_num(f, "tokens_per_s", m->tokens_per_s, 9);
     qt_num(f, "step_s", m->step_seconds, 9);
-    fprintf(f, ",\"tokens\":%lld,\"fingerprint\":\"0x%016llx\"}\n", (long long)m->tokens,
-            (unsigned long long)m->fingerprint);
+    fprintf(f, ",\"tokens\":%lld", (long long)m->tokens);
+    if (m->packed) /* packed documents: the targets the loss averages */
+        fprintf(f, ",\"loss_tokens\":%lld", (long long)m->loss_tokens);
+    fprintf(f, ",\"fingerprint\":\"0x%016llx\"}\n", (unsigned long long)m->fingerprint);
     fflush(f);
 }
 

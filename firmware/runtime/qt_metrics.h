@@ -19,6 +19,7 @@ typedef struct qt_step_metrics {
     int64_t tokens;
     int64_t loss_tokens;       /* targets with a loss: tokens, or fewer when packed
                                   documents end inside the windows (the normaliser) */
+    int packed;                /* the plan packs documents (loss_tokens in the metrics) */
 } qt_step_metrics;
 
 #endif

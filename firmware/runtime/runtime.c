@@ -295,6 +295,7 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     m->loss = (double)m->loss_f32;
     m->tokens = (int64_t)n_all;
     m->loss_tokens = (int64_t)n_tok;
+    m->packed = p->packing != 0;
     m->lr = qt_runtime_lr(p, step);
     return QT_OK;
 }
