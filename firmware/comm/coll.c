@@ -40,6 +40,7 @@ static struct {
     int ready;                              /* qt_comm_mesh_init succeeded */
     int rank, size;
     int32_t mesh[QT_MESH_COUNT];
+    int32_t dcn[QT_MESH_COUNT];             /* slices per axis (qt_mesh_coords) */
     int32_t coord[QT_MESH_COUNT];
     int32_t gsize[QT_COLL_MASKS], gindex[QT_COLL_MASKS];
     int deadline_set;                       /* 0: default deadline */
@@ -71,6 +72,12 @@ static double qt_coll_now(void)
 
 int qt_comm_mesh_init(const int32_t mesh[QT_MESH_COUNT], int rank, int size)
 {
+    return qt_comm_mesh_init_slices(mesh, NULL, rank, size);
+}
+
+int qt_comm_mesh_init_slices(const int32_t mesh[QT_MESH_COUNT], const int32_t *dcn, int rank,
+                             int size)
+{
     qt_coll_s.ready = 0;
     int64_t prod = 1;
     for (int a = 0; a < QT_MESH_COUNT; a++) {
@@ -85,12 +92,15 @@ int qt_comm_mesh_init(const int32_t mesh[QT_MESH_COUNT], int rank, int size)
         return qt_fail(QT_E_PLAN, "mesh %dx%dx%dx%dx%d (data x fsdp x tensor x expert x "
                        "context) has %lld ranks, but this job has %d (rank %d)", mesh[0],
                        mesh[1], mesh[2], mesh[3], mesh[4], (long long)prod, size, rank);
-    int r = rank;
-    for (int a = QT_MESH_COUNT - 1; a >= 0; a--) {
+    for (int a = 0; a < QT_MESH_COUNT; a++) {
+        const int32_t nd = qt_mesh_dcn(dcn, a);
+        if (mesh[a] % nd)
+            return qt_fail(QT_E_PLAN, "mesh: axis %s of %d ranks cannot hold %d slices",
+                           qt_coll_axis_name[a], mesh[a], nd);
         qt_coll_s.mesh[a] = mesh[a];
-        qt_coll_s.coord[a] = r % mesh[a];
-        r /= mesh[a];
+        qt_coll_s.dcn[a] = nd;
     }
+    qt_mesh_coords(mesh, qt_coll_s.dcn, rank, qt_coll_s.coord);
     for (unsigned m = 0; m < QT_COLL_MASKS; m++) {
         int32_t gs = 1, gi = 0;
         for (int a = 0; a < QT_MESH_COUNT; a++) {
@@ -134,9 +144,7 @@ int qt_comm_group_rank(unsigned mask, int index)
             index /= qt_coll_s.mesh[a];
         }
     }
-    int r = 0;
-    for (int a = 0; a < QT_MESH_COUNT; a++) r = r * qt_coll_s.mesh[a] + c[a];
-    return r;
+    return (int)qt_mesh_rank(qt_coll_s.mesh, qt_coll_s.dcn, c);
 }
 
 /* ---- deadline, context, counters -------------------------------------------------------- */

@@ -61,6 +61,12 @@
  * only: no communicator is created). Returns 0 or QT_E_PLAN with a message. May be called
  * again to change the mesh (between collectives). */
 int qt_comm_mesh_init(const int32_t mesh[QT_MESH_COUNT], int rank, int size);
+/* The same on a mesh of several slices (dcn[a] slices of axis a, NULL = one slice): ranks
+ * are slice-major (qt_plan.h qt_mesh_coords), so the members of a group that differ only in
+ * their slice digits are the highest group indices, and the reduce-scatter's pairing (low
+ * index bits first) sums inside a slice before it crosses slices. */
+int qt_comm_mesh_init_slices(const int32_t mesh[QT_MESH_COUNT], const int32_t *dcn, int rank,
+                             int size);
 
 /* Size of group `mask` (product of the masked axis sizes), or QT_E_PLAN (mesh not
  * initialised, mask has bits >= QT_MESH_COUNT). */

@@ -258,6 +258,53 @@ typedef struct qt_train_cfg {
 #define QT_PLAN_DECL_SCANS(F) const qt_scan *F
 #define QT_PLAN_DECL_COLLS(F) const qt_collective *F
 
+/* Mesh coordinates with slices (the plan's dcn field, qt_plan_fields.def): the slices of
+ * axis a (1 when dcn is NULL or holds 0 / 1 there). */
+static inline int32_t qt_mesh_dcn(const int32_t *dcn, int a)
+{
+    return dcn && dcn[a] > 1 ? dcn[a] : 1;
+}
+
+/* The number of slices (machines, or groups of machines on the fast network). */
+static inline int64_t qt_mesh_slices(const int32_t *dcn)
+{
+    int64_t n = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++) n *= qt_mesh_dcn(dcn, a);
+    return n;
+}
+
+/* coord[a] of world rank `rank` on mesh[] with slices dcn[] (may be NULL): slice-major,
+ * each part a mixed-radix number over the axes, data most significant; one slice gives
+ * rank = (((d*F + f)*T + t)*E + e)*C + c. */
+static inline void qt_mesh_coords(const int32_t *mesh, const int32_t *dcn, int64_t rank,
+                                  int32_t *coord)
+{
+    int64_t per = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        per *= mesh[a] > 0 ? mesh[a] / qt_mesh_dcn(dcn, a) : 1;
+    int64_t slice = rank / per, r = rank % per;
+    for (int a = QT_MESH_COUNT - 1; a >= 0; a--) {
+        const int64_t nd = qt_mesh_dcn(dcn, a), ni = mesh[a] > 0 ? mesh[a] / nd : 1;
+        coord[a] = (int32_t)((slice % nd) * ni + r % ni);
+        slice /= nd;
+        r /= ni;
+    }
+}
+
+/* The world rank of mesh coordinates coord[] (the inverse of qt_mesh_coords). */
+static inline int64_t qt_mesh_rank(const int32_t *mesh, const int32_t *dcn,
+                                   const int32_t *coord)
+{
+    int64_t slice = 0, r = 0, per = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++) {
+        const int64_t nd = qt_mesh_dcn(dcn, a), ni = mesh[a] > 0 ? mesh[a] / nd : 1;
+        slice = slice * nd + coord[a] / ni;
+        r = r * ni + coord[a] % ni;
+        per *= ni;
+    }
+    return slice * per + r;
+}
+
 typedef struct qt_plan {
 #define QT_PLAN_FIELD(KIND, F, N, HASH, HWHEN, EWHEN, CG) QT_PLAN_DECL_##KIND(F);
 #include "qt_plan_fields.def"

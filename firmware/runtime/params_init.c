@@ -88,13 +88,8 @@ void qt_rng_set_rank(int32_t rank)
 /* Index of this rank's shard along the mesh axes in `mask` (first axis major). */
 static int64_t qt_shard_index(const qt_plan *p, uint8_t mask)
 {
-    int64_t coord[QT_MESH_COUNT];
-    int64_t r = qt_rng_state.rank;
-    for (int a = QT_MESH_COUNT - 1; a >= 0; a--) {
-        int64_t n = p->mesh[a] > 0 ? p->mesh[a] : 1;
-        coord[a] = r % n;
-        r /= n;
-    }
+    int32_t coord[QT_MESH_COUNT];
+    qt_mesh_coords(p->mesh, p->dcn, qt_rng_state.rank, coord);
     int64_t idx = 0;
     for (int a = 0; a < QT_MESH_COUNT; a++) {
         if (!(mask & (1u << a))) continue;

@@ -190,11 +190,8 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
     ctx->rank = o->rank;
     ctx->n_ranks = p->n_ranks;
     ctx->status = &qt_rt.status;
-    /* mesh coordinates: rank = mixed radix over the axes, the first axis most significant */
-    for (int a = QT_MESH_COUNT - 1, r = o->rank; a >= 0; a--) {
-        ctx->coord[a] = r % p->mesh[a];
-        r /= p->mesh[a];
-    }
+    /* mesh coordinates: slice-major mixed radix over the axes, data most significant */
+    qt_mesh_coords(p->mesh, p->dcn, o->rank, ctx->coord);
     /* the batch index: mixed radix over the batch axes that split sequences, in axis order
      * (the context ranks share their sequences: docs/context.md) */
     qt_rt.batch_index = 0;

@@ -568,15 +568,16 @@ static const char *const axes[QT_CG_NAX] = {"data",     "fsdp",   "tensor",
 
 typedef struct qt_cg_axes {
     char ici[QT_CG_NAX][48], dcn[QT_CG_NAX][48];
-    int64_t iv[QT_CG_NAX], dv[QT_CG_NAX], n_ranks, ici_prod;
+    int64_t iv[QT_CG_NAX], dv[QT_CG_NAX], n_ranks, ici_prod, dcn_prod;
     int ici_fill, set_axis;
     const char *rk;            /* "num_ranks" or "compile_topology" */
     char rks[400];             /* "num_ranks=N (where)" for messages */
     const char *key[QT_CG_NAX];
 } qt_cg_axes;
 
-/* Reads the ici_* and dcn_* keys: at most one -1 of each kind, the others >= 1, and one
- * slice (the dcn axes multiply to 1). */
+/* Reads the ici_* and dcn_* keys: at most one -1 of each kind, the others >= 1. A -1 dcn
+ * axis is 1 (MaxText fills it from the slice count, which qtrain reads from the dcn keys
+ * the user sets: the slices are their product). */
 static int mesh_read_axes(const qt_cg_vctx *v, qt_cg_axes *x)
 {
     char (*ici)[48] = x->ici, (*dcn)[48] = x->dcn;
@@ -610,16 +611,10 @@ static int mesh_read_axes(const qt_cg_vctx *v, qt_cg_axes *x)
         else if (__builtin_mul_overflow(dcn_prod, dv[i], &dcn_prod))
             return bad(v, dcn[i], "the product of the dcn_* axes overflows");
     }
-    /* One slice: the dcn axes multiply to 1, so a -1 dcn axis is 1 and the ici axes cover
-     * every rank. */
     if (dcn_fill >= 0) dv[dcn_fill] = 1;
-    if (dcn_prod != 1) {
-        int j = 0;
-        while (j < QT_CG_NAX - 1 && dv[j] <= 1) j++;
-        return bad(v, dcn[j], "qtrain plans one slice: every dcn_*_parallelism must be 1 or -1");
-    }
     x->ici_fill = ici_fill;
     x->ici_prod = ici_prod;
+    x->dcn_prod = dcn_prod;
     return 0;
 }
 
@@ -642,29 +637,35 @@ static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x
     } else {
         snprintf(rks, sizeof x->rks, "num_ranks=%lld (%s)", (long long)n_ranks, kv(v, rk)->where);
     }
+    /* the first axis key above 1 that the user set: ici first, then dcn (slices) */
     int set_axis = -1;
+    const char *set_key = NULL;
     for (int i = 0; i < QT_CG_NAX && set_axis < 0; i++)
-        if (iv[i] > 1 && !from_base(v, ici[i])) set_axis = i;
+        if (iv[i] > 1 && !from_base(v, ici[i])) set_axis = i, set_key = ici[i];
+    for (int i = 0; i < QT_CG_NAX && !set_key; i++)
+        if (dv[i] > 1 && !from_base(v, x->dcn[i])) set_key = x->dcn[i];
     if (ici_fill >= 0) {
-        if (n_ranks % ici_prod) {
-            if (set_axis >= 0)
-                return bad(v, ici[set_axis], "%s cannot be filled: %s is not a multiple of the "
+        /* the -1 ici axis fills each slice: ranks / slices / the other ici axes */
+        const int64_t per = ici_prod * x->dcn_prod;
+        if (n_ranks % per) {
+            if (set_key)
+                return bad(v, set_key, "%s cannot be filled: %s is not a multiple of the "
                            "other ici axes' product %lld", other(v, ici[ici_fill], o, sizeof o),
-                           rks, (long long)ici_prod);
+                           rks, (long long)per);
             return bad(v, from_base(v, rk) ? ici[ici_fill] : rk, "-1 cannot be filled: "
                        "num_ranks=%lld is not a multiple of the other ici axes' product %lld",
-                       (long long)n_ranks, (long long)ici_prod);
+                       (long long)n_ranks, (long long)per);
         }
-        iv[ici_fill] = n_ranks / ici_prod;
+        iv[ici_fill] = n_ranks / per;
     }
     int64_t prod = 1;
     for (int i = 0; i < QT_CG_NAX; i++)
         if (__builtin_mul_overflow(prod, iv[i] * dv[i], &prod))
-            return bad(v, set_axis >= 0 ? ici[set_axis] : rk, "the mesh product of ici_*/dcn_* "
+            return bad(v, set_key ? set_key : rk, "the mesh product of ici_*/dcn_* "
                        "parallelism overflows");
     if (prod != n_ranks) {
-        if (set_axis >= 0 || from_base(v, rk))
-            return bad(v, set_axis >= 0 ? ici[set_axis] : "num_ranks", "the mesh product of "
+        if (set_key || from_base(v, rk))
+            return bad(v, set_key ? set_key : "num_ranks", "the mesh product of "
                        "ici_*/dcn_* parallelism is %lld but %s; expected them equal",
                        (long long)prod, rks);
         return bad(v, rk, "the mesh product of ici_*/dcn_* parallelism is %lld and no ici_* "
@@ -700,12 +701,13 @@ static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
     const int uly = QT_CG_NAX - 1;
     if (iv[uly] * dv[uly] > 1) {
         if (iv[4] * dv[4] == 1) axis_key[4] = axis_key[uly];
-        iv[4] *= iv[uly] * dv[uly];
+        iv[4] *= iv[uly];
+        dv[4] *= dv[uly];
         iv[uly] = dv[uly] = 1;
     }
     for (int i = 0; i < QT_CG_NAX - 1; i++) {
         int64_t size = iv[i] * dv[i];
-        if (i < 5) s->mesh[qt_of[i]] = (int32_t)size;
+        if (i < 5) s->mesh[qt_of[i]] = (int32_t)size, s->dcn[qt_of[i]] = (int32_t)dv[i];
         /* data, fsdp, tensor, expert and context execute (context by the head exchange,
          * docs/context.md, in both shard modes); pipeline parallelism is not planned */
         if (size > 1 && i >= 5)

@@ -110,6 +110,7 @@ typedef struct qt_cg_settings {
     qt_train_cfg tr;
     double per_device_batch;                   /* per_device_batch_size (may be a fraction) */
     int32_t mesh[QT_MESH_COUNT];
+    int32_t dcn[QT_MESH_COUNT];   /* slices of each axis (dcn_*_parallelism; 1 = one slice) */
     int32_t n_ranks, shard_mode, zero1;
     int32_t remat;             /* enum qt_cg_remat_policy */
     int32_t param_gather;      /* enum qt_cg_param_gather (param_gather) */

@@ -171,10 +171,7 @@ static void schedule(qt_cg_buf *b, const qt_cg_graph *g, const char *title, cons
 static void coords_txt(const qt_cg_settings *s, int64_t r, int32_t coord[QT_MESH_COUNT],
                        char *out, size_t n)
 {
-    for (int a = QT_MESH_COUNT - 1; a >= 0; a--) {
-        coord[a] = (int32_t)(r % s->mesh[a]);
-        r /= s->mesh[a];
-    }
+    qt_mesh_coords(s->mesh, s->dcn, r, coord);
     size_t k = 0;
     out[0] = 0;
     for (int a = 0; a < QT_MESH_COUNT && k < n; a++)
@@ -196,6 +193,17 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
     qt_cg_buf_printf(b, "  axes: data %d, fsdp %d, tensor %d, expert %d, context %d (rank = "
                      "mixed radix over the axes in this order, data most significant)\n",
                      s->mesh[0], s->mesh[1], s->mesh[2], s->mesh[3], s->mesh[4]);
+    const int64_t nsl = qt_mesh_slices(s->dcn);
+    if (nsl > 1)
+        qt_cg_buf_printf(b, "  slices (dcn): %lld: data %d, fsdp %d, tensor %d, expert %d, "
+                         "context %d; rank = slice x %lld + rank in the slice, slices and "
+                         "ranks in a slice each mixed radix in the axis order above, an axis "
+                         "coordinate = its slice digit x its ici size + its ici digit; the "
+                         "reduce-scatters pair low group indices first, so they sum inside a "
+                         "slice before crossing slices when the slice digits are the group's "
+                         "highest (docs/sharding.md section 1)\n",
+                         (long long)nsl, s->dcn[0], s->dcn[1], s->dcn[2], s->dcn[3], s->dcn[4],
+                         (long long)(s->n_ranks / nsl));
     qt_cg_buf_printf(b, "  shard_mode: %s\n", s->shard_mode ? "explicit" : "auto");
     qt_cg_buf_printf(b, "  zero1 (shard_optimizer_over_data): %s\n", s->zero1 ? "on" : "off");
     if (s->batch_mask)
