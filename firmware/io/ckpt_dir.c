@@ -10,6 +10,7 @@
  *   optimizer-0000K-of-0000M.safetensors   optimizer.m.<name>, then optimizer.v.<name>,
  *                                          __metadata__ {"format":"qtrain-1","step":S}
  *   optimizer.safetensors.index.json       the same metadata and its weight_map
+ *   config.json, tokenizer files           added by hf_config.c where DIR has none
  * Packing: the file tensors in file order (parameters, then m, then v; pieces in ckpt_map.c
  * order) fill shards greedily up to shard_bytes (a bigger tensor gets a shard of its own);
  * parameters and moments never share a shard. The packing reads only global shapes, so the
