@@ -9,18 +9,20 @@
 #include "qt_cli.h"
 #include <stdio.h>
 #include "qt_err.h"
+#include "io/qt_io.h"
 
 enum qt_cli_key {
     QT_KEY_STEPS, QT_KEY_DATA, QT_KEY_DATA_DTYPE, QT_KEY_LOAD, QT_KEY_SAVE, QT_KEY_SAVE_EVERY,
     QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_PROFILE,
     QT_KEY_COMM_TIMEOUT, QT_KEY_OVERWRITE, QT_KEY_SAVE_SHARD_SIZE, QT_KEY_ALLOW_DATA_CHANGE,
-    QT_KEY_LOAD_WEIGHTS_ONLY, QT_KEY_TRUNCATE_METRICS, QT_KEY_HELP, QT_KEY_COUNT
+    QT_KEY_LOAD_WEIGHTS_ONLY, QT_KEY_TRUNCATE_METRICS, QT_KEY_TOKENIZER, QT_KEY_HELP,
+    QT_KEY_COUNT
 };
 
 static const char *const qt_cli_names[QT_KEY_COUNT] = {
     "steps", "data", "data_dtype", "load", "save", "save_every", "metrics", "seed",
     "learning_rate", "dump_grads", "profile", "comm_timeout", "overwrite", "save_shard_size",
-    "allow_data_change", "load_weights_only", "truncate_metrics", "help"
+    "allow_data_change", "load_weights_only", "truncate_metrics", "tokenizer", "help"
 };
 
 void qt_cli_usage(FILE *f, const char *prog)
@@ -41,6 +43,8 @@ void qt_cli_usage(FILE *f, const char *prog)
             "  save_shard_size=B  largest shard of a save= directory, bytes with an optional\n"
             "                   K, M, G, T or P suffix (powers of 1024; default 4G, at most 1P)\n"
             "  save_every=N     also save to the save= path every N steps (atomic)\n"
+            "  tokenizer=PATH   tokenizer.json (or a directory holding it; tokenizer_config.json\n"
+            "                   beside it too): copied into each save= directory that has none\n"
             "  metrics=PATH     JSON-lines metrics, one line per step; a resumed run appends\n"
             "                   (the file must end at the step before the resume step)\n"
             "  seed=N           parameter init seed (unsigned decimal, default 0)\n"
@@ -215,6 +219,7 @@ static int qt_cli_set(qt_cli *c, int k, const char *val)
     case QT_KEY_SAVE: c->save = val; break;
     case QT_KEY_METRICS: c->metrics = val; break;
     case QT_KEY_DUMP_GRADS: c->dump_grads = val; break;
+    case QT_KEY_TOKENIZER: c->tokenizer = val; break;
     case QT_KEY_HELP: c->help = 1; break;
     default: break;
     }
@@ -253,6 +258,12 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
     }
     if (c->save_every && !c->save) {
         fprintf(stderr, "qtrain: save_every=%lld needs save=PATH\n", (long long)c->save_every);
+        return QT_E_ARG;
+    }
+    if (c->tokenizer && (!c->save || qt_checkpoint_is_file(c->save))) {
+        fprintf(stderr, "qtrain: tokenizer=%s needs save=DIR, a checkpoint directory (the "
+                "tokenizer files are copied into it)%s\n", c->tokenizer,
+                c->save ? "; a save= path ending in .safetensors is one file" : "");
         return QT_E_ARG;
     }
     if (c->load_weights_only && !c->load) {

@@ -23,6 +23,7 @@
 #include "comm/qt_coll.h"
 #include "qt_err.h"
 #include "io/qt_io.h"
+#include "io/hf_config.h"
 #include "runtime/qt_runtime.h"
 
 #define QT_EXIT_ERR 1
@@ -382,6 +383,9 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     if (st == QT_OK &&
         ((cli->save && qt_main_check_dest("save", cli->save, 1, cli, rank) != QT_OK) ||
          (cli->dump_grads && qt_main_check_dest("dump_grads", cli->dump_grads, 0, cli, rank) != QT_OK)))
+        st = QT_E_ARG;
+    /* the tokenizer files: read by rank 0 alone, which writes them into each save= directory */
+    if (st == QT_OK && cli->tokenizer && rank == 0 && qt_hf_tokenizer_set(cli->tokenizer) != QT_OK)
         st = QT_E_ARG;
     if (size < 2 && st != QT_OK) return QT_EXIT_ARG;
     const qt_plan *p = qt_main_plan();

@@ -18,6 +18,8 @@ typedef struct qt_cli {
                                   file), or NULL */
     int64_t save_shard_size;   /* largest shard of a save= directory, bytes (default 4 GiB) */
     int64_t save_every;        /* 0 = off */
+    const char *tokenizer;     /* tokenizer.json (or its directory) copied into save= dirs,
+                                  or NULL */
     const char *metrics;       /* JSON-lines path, or NULL */
     const char *dump_grads;    /* safetensors path for step gradients, or NULL */
     uint64_t seed;

@@ -10,6 +10,7 @@
  *   optimizer-0000K-of-0000M.safetensors   optimizer.m.<name>, then optimizer.v.<name>,
  *                                          __metadata__ {"format":"qtrain-1","step":S}
  *   optimizer.safetensors.index.json       the same metadata and its weight_map
+ *   config.json, tokenizer files           added by hf_config.c where DIR has none
  * Packing: the file tensors in file order (parameters, then m, then v; pieces in ckpt_map.c
  * order) fill shards greedily up to shard_bytes (a bigger tensor gets a shard of its own);
  * parameters and moments never share a shard. The packing reads only global shapes, so the
@@ -21,7 +22,9 @@
  * single files), so no rank ever holds more than one global tensor beyond its own state.
  * Commit: rank 0 creates DIR.tmp.<pid> and broadcasts <pid>; each rank writes its shards in
  * it (each one atomically, st_write.c); when every rank reports success, rank 0 writes the
- * optimizer index, then the model index, fsyncs the directory and swaps it with DIR by one
+ * optimizer index, then the model index, carries the user's files of the previous DIR over
+ * (hard links), adds config.json and the tokenizer= files where DIR had none
+ * (hf_config.c), fsyncs the directory and swaps it with DIR by one
  * renameat2(RENAME_EXCHANGE) (a plain rename when DIR does not exist), then deletes the old
  * checkpoint, which now has the temporary name. So DIR is, at every instant, the previous
  * complete checkpoint or the new complete one; a crash leaves DIR.tmp.<pid>, which
@@ -42,6 +45,7 @@
 #include "ckpt_map.h"
 #include "ckpt_common.h"
 #include "ckpt_dir.h"
+#include "hf_config.h"
 #include "safetensors.h"
 #include "st_index.h"
 #include "comm/qt_coll.h"
@@ -363,8 +367,10 @@ static int qt_cd_carry(void *ctx, const char *name, int is_dir)
     return QT_OK;
 }
 
-/* Swap the finished temporary directory in for DIR, then delete the old checkpoint. */
-static int qt_cd_commit(void)
+/* Swap the finished temporary directory in for DIR, then delete the old checkpoint. The
+ * user's files carried over, config.json and the tokenizer files are added where missing
+ * (hf_config.c) before the swap. */
+static int qt_cd_commit(const qt_plan *p)
 {
     char parent[QT_SX_PATH_MAX];
     struct stat st;
@@ -372,7 +378,7 @@ static int qt_cd_commit(void)
     if (exists && (rc = qt_st_dir_each(qt_cd.dir, qt_cd_carry, NULL)))
         return rc < 0 ? qt_fail(QT_E_IO, "save=%s: cannot list: %s", qt_cd.dir,
                                 strerror(errno)) : rc;
-    if ((rc = qt_cd_fsync_path(qt_cd.tmp)))
+    if ((rc = qt_hf_files_write(p, qt_cd.tmp)) || (rc = qt_cd_fsync_path(qt_cd.tmp)))
         return rc;
     if (!exists) {
         if (rename(qt_cd.tmp, qt_cd.dir) != 0)
@@ -490,7 +496,7 @@ int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_byte
                                         qt_cd.n_shards, step, data_pos)))
             res = qt_cd_index(p, QT_SX_INDEX_NAME, 0, qt_cd.n_model, step, data_pos);
         if (!res)
-            res = qt_cd_commit();
+            res = qt_cd_commit(p);
         if (res) {
             if (bad && !wrc)
                 qt_fail(QT_E_IO, "save=%s: a shard could not be written on %lld rank(s) (see "

@@ -48,7 +48,8 @@ int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer,
  * 0000N.safetensors + model.safetensors.index.json (HF names, loadable by transformers),
  * and the Adam moments as optimizer-0000K-of-0000M.safetensors +
  * optimizer.safetensors.index.json; the indexes' metadata hold format "qtrain-1", step,
- * data position, plan hash, state hash and run name. Shards hold at most shard_bytes of
+ * data position, plan hash, state hash and run name; config.json of the plan and the
+ * tokenizer= files are added where the directory has none (hf_config.h). Shards hold at most shard_bytes of
  * tensor data (a bigger tensor gets its own). Collective on a mesh: every rank writes its
  * share of the shards (shard s by world rank s mod n_ranks), no rank holds more than one
  * gathered tensor at a time. Atomic: the directory is built as <dir>.tmp.<pid> and swapped

@@ -110,6 +110,21 @@ stale_temporaries_removed() {
 }
 check "save=/dump_grads=: temporaries of killed saves (process gone) are removed at start-up, with a note" stale_temporaries_removed
 
+# ---- tokenizer= (copied into save= directories): refused at start-up, exit 2, nothing saved
+tokenizer_refused() {
+  local d=$QT_TMP/tokbad rc; rm -rf $d; mkdir -p $d/tokdir $d/emptydir
+  : > $d/tokdir/tokenizer.json
+  for arg in "$d/none.json" "$d/emptydir" "$d/tokdir"; do
+    $Q steps=1 data=$T save=$d/ck tokenizer=$arg > /dev/null 2> $QT_TMP/err.txt; rc=$?
+    [ $rc -eq 2 ] || { echo "tokenizer=$arg: exit $rc, expected 2"; cat $QT_TMP/err.txt; return 1; }
+    grep -q "tokenizer=: .*$arg" $QT_TMP/err.txt || { echo "message does not name $arg:"; cat $QT_TMP/err.txt; return 1; }
+    [ -e $d/ck ] && { echo "tokenizer=$arg: a checkpoint was written"; return 1; }
+    echo "ok: $(tail -n 1 $QT_TMP/err.txt)"
+  done
+  expect_fail "tokenizer=$d/tokdir/tokenizer.json needs save=DIR" $Q steps=1 data=$T tokenizer=$d/tokdir/tokenizer.json
+}
+check "tokenizer=: a missing, empty or directory-without-tokenizer.json path, or no save= directory, is refused before training, naming the file" tokenizer_refused
+
 metrics_resume_appends() {
   local d=$QT_TMP/mres; rm -rf $d; mkdir -p $d
   $Q steps=2 data=$T metrics=$d/m.jsonl save=$d/ck.safetensors 2> /dev/null || return 1

@@ -146,6 +146,10 @@ row "save target" "save=$W/link.safetensors (a hard link to the data file)" "$ES
 row "save target" "save=$W/hf.safetensors (a safetensors file that is not a qtrain checkpoint)" "$ES" $Q steps=1 data=$T save=$W/hf.safetensors
 row "save target" "dump_grads=$W/notes.txt (a text file)" "$ES" $Q steps=1 data=$T dump_grads=$W/notes.txt
 row "save target" "save=$W/nodir/out.safetensors (missing directory)" "$E40: save: unwritable destination" $Q steps=1 data=$T save=$W/nodir/out.safetensors
+mkdir -p $W/notok
+row "save target" "tokenizer=$W/nope/tokenizer.json (missing) save=$W/tokck" "$E40: tokenizer=" $Q steps=1 data=$T save=$W/tokck tokenizer=$W/nope/tokenizer.json
+row "save target" "tokenizer=$W/notok (a directory without tokenizer.json) save=$W/tokck" "$E40: tokenizer=" $Q steps=1 data=$T save=$W/tokck tokenizer=$W/notok
+row "command line" "qtrain tokenizer=$W/notok (no save=)" "$E40: tokenizer=" $Q steps=1 data=$T tokenizer=$W/notok
 # a target another job holds: its lock file names process 4242 on host otherhost, and a
 # process (flock(1)) holds the lock
 printf 'otherhost 4242\n' > $W/busy.lock

@@ -21,6 +21,7 @@ extern "C" {
 #include "qt_err.h"
 #include "io/safetensors.h"
 #include "io/st_index.h"
+#include "io/hf_config.h"
 }
 
 #include "CppUTest/TestHarness.h"
@@ -1552,4 +1553,55 @@ TEST(io, checkpoint_lock_one_owner)
     CHECK(access(lock, F_OK) != 0);
     LONGS_EQUAL(QT_OK, qt_checkpoint_lock("save", ck));
     qt_checkpoint_unlock();
+}
+
+// ---------------------------------------------------------------- config.json (hf_config.c)
+
+// The plan's floats are written with the fewest digits that read back as them (1e-06, not
+// 9.9999999747524271e-07), integral reals as N.0; a buffer too small is refused; a
+// config.json already in the directory is never replaced.
+TEST(io, hf_config_json_values_and_existing_file_kept)
+{
+    static char json[1 << 16];
+    make_plan(1);
+    qt_plan &P = g_tiny.plan;
+    P.model.n_layers = 8;
+    P.model.cycle = 4;
+    P.model.head_dim = 256;
+    P.model.rotary_dim = 64;
+    P.model.norm_eps = 1e-6f;
+    P.model.rope_theta = 1e7f;
+    P.train.lb_weight = 0.001f;
+    P.train.seq_len = 4096;
+    long n = qt_hf_config_json(&P, json, sizeof json);
+    CHECK(n > 0 && n == (long)strlen(json));
+    CHECK(strstr(json, "\"model_type\": \"qwen3_5_moe\""));
+    CHECK(strstr(json, "\"rms_norm_eps\": 1e-06,"));
+    CHECK(strstr(json, "\"rope_theta\": 10000000.0,"));
+    CHECK(strstr(json, "\"partial_rotary_factor\": 0.25,"));
+    CHECK(strstr(json, "\"mrope_section\": [11, 11, 10]"));
+    CHECK(strstr(json, "\"router_aux_loss_coef\": 0.001,"));
+    CHECK(strstr(json, "\"output_router_logits\": true"));
+    CHECK(strstr(json, "\"max_position_embeddings\": 4096"));
+    CHECK(strstr(json, "\"linear_attention\", \"full_attention\", \"linear_attention\""));
+    LONGS_EQUAL(-1, qt_hf_config_json(&P, json, 100));
+    make_plan(0);
+    CHECK(qt_hf_config_json(&g_tiny.plan, json, sizeof json) > 0);
+    CHECK(strstr(json, "\"architectures\": [\"Qwen3NextForCausalLM\"]"));
+    CHECK(strstr(json, "\"norm_topk_prob\": true"));
+    const char *cfg = path_in("config.json");
+    FILE *f = fopen(cfg, "w");
+    fputs("{\"user\": 1}\n", f);
+    fclose(f);
+    LONGS_EQUAL(QT_OK, qt_hf_files_write(&g_tiny.plan, g_dir));
+    f = fopen(cfg, "r");
+    char back[64] = {0};
+    CHECK(fgets(back, sizeof back, f) != NULL);
+    fclose(f);
+    STRCMP_EQUAL("{\"user\": 1}\n", back);
+    CHECK(!exists_prefix("config.json.qtrain-tmp"));
+    remove(cfg);
+    LONGS_EQUAL(QT_OK, qt_hf_files_write(&g_tiny.plan, g_dir));
+    CHECK(access(cfg, F_OK) == 0);
+    remove(cfg);
 }

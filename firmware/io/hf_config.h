@@ -1,0 +1,28 @@
+/* hf_config.h - the Hugging Face files of a save= directory beside its tensors (hf_config.c):
+ * config.json, written from the plan, and the tokenizer files named by tokenizer=.
+ * Both are added only where the directory has none: a config.json or tokenizer file already
+ * in a checkpoint directory belongs to the user and is never replaced.
+ */
+#ifndef QT_HF_CONFIG_H
+#define QT_HF_CONFIG_H
+
+#include <stddef.h>
+#include "qt_plan.h"
+
+/* config.json of plan p into buf (at most n bytes, NUL-terminated): Qwen3NextConfig
+ * (qwen3_next) or Qwen3_5MoeConfig (qwen3_5_moe, the text model under text_config).
+ * Returns its length, or -1 when it does not fit (nothing usable in buf). */
+long qt_hf_config_json(const qt_plan *p, char *buf, size_t n);
+
+/* The tokenizer= argument (start-up, the rank that writes the checkpoint's indexes): a
+ * tokenizer.json file, or a directory holding one; a tokenizer_config.json beside it is
+ * taken too. Checks that each is a readable, non-empty regular file and remembers the
+ * paths. NULL forgets them. QT_OK or QT_E_ARG after a message naming the file. */
+int qt_hf_tokenizer_set(const char *path);
+
+/* Into the checkpoint directory `dir` being built: config.json of p unless dir has one,
+ * and (after qt_hf_tokenizer_set) tokenizer.json and tokenizer_config.json unless dir has
+ * them. Each file is written as <name>.qtrain-tmp, fsynced and renamed. QT_OK or QT_E_IO. */
+int qt_hf_files_write(const qt_plan *p, const char *dir);
+
+#endif
