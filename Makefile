@@ -112,6 +112,7 @@ PLAN_OBJ_ALL := $(foreach r,$(RUNS),$(BUILD)/plans/$(r).o $(BUILD)/plans/$(r).ma
 .SECONDARY: $(PLAN_OBJ_ALL)
 
 all: $(CONFIGGEN) $(PLANS) $(QTRAIN) $(QTRAIN_STATIC) $(UNIT) $(TOOLS) $(AUDIT) $(KERNEL_BENCH)
+all: $(QTDATA)
 
 deps:
 	@./tests/scripts/deps.sh
@@ -222,6 +223,35 @@ $(BUILD)/audit/%.o: audit/%.c audit/qt_audit.h
 	$(CC) $(CFLAGS_HOST) -Ifirmware -c $< -o $@
 
 $(AUDIT): $(patsubst audit/%.c,$(BUILD)/audit/%.o,$(AUDIT_SRC)) $(AUDIT_FW_OBJ)
+	$(CC) -o $@ $^
+
+# ---------------------------------------------------------------- qtrain-data (dataprep/)
+# The tokenizer and data-preparation tool, a host program (heap allowed). Its Unicode tables
+# are generated at build time by dataprep/gen/ucdgen.c from Debian's unicode-data files
+# (UCD_DIR), never typed by hand.
+UCD_DIR ?= /usr/share/unicode
+QTDATA := $(BUILD)/tools/qtrain-data
+QTD_SRC := $(wildcard dataprep/src/*/*.c)
+QTD_OBJ := $(patsubst dataprep/src/%.c,$(BUILD)/dataprep/%.o,$(QTD_SRC))
+QTD_LIB_OBJ := $(filter-out $(BUILD)/dataprep/app/%,$(QTD_OBJ)) $(BUILD)/dataprep/gen/ucd_tables.o
+QTD_CFLAGS := -std=c11 -O2 -ffp-contract=off $(WARN) -D_GNU_SOURCE
+
+$(BUILD)/dataprep/gen/ucdgen: dataprep/gen/ucdgen.c
+	@mkdir -p $(@D)
+	$(CC) $(QTD_CFLAGS) -o $@ $<
+
+$(BUILD)/dataprep/gen/ucd_tables.c: $(BUILD)/dataprep/gen/ucdgen $(wildcard $(UCD_DIR)/UnicodeData.txt)
+	$< $(UCD_DIR) $@
+
+$(BUILD)/dataprep/gen/ucd_tables.o: $(BUILD)/dataprep/gen/ucd_tables.c
+	$(CC) $(QTD_CFLAGS) -c $< -o $@
+
+$(BUILD)/dataprep/%.o: dataprep/src/%.c $(wildcard dataprep/src/*/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(QTD_CFLAGS) -c $< -o $@
+
+$(QTDATA): $(QTD_OBJ) $(BUILD)/dataprep/gen/ucd_tables.o
+	@mkdir -p $(@D)
 	$(CC) -o $@ $^
 
 # ---------------------------------------------------------------- sanitizer build
