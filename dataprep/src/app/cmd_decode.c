@@ -86,7 +86,7 @@ int qtd_cmd_info(int argc, char **argv)
         if (id > maxid)
             maxid = id;
     }
-    printf("%s: %llu tokens of %u bytes, %zu bytes, largest id %u, %llu documents (ids %llu)\n", in,
+    printf("%s: %llu tokens of %u bytes, %zu bytes, largest id %u, %llu documents (EOS id %llu)\n", in,
            (unsigned long long)f.count, f.width, f.size, maxid, (unsigned long long)docs, (unsigned long long)eos);
     qtd_tokf_close(&f);
     return 0;
