@@ -42,6 +42,7 @@ WARN := -Wall -Wextra -Werror -Wno-psabi
 CFLAGS_FW := -std=c11 -O2 $(ARCH) $(DETFLAGS) $(WARN) -D_GNU_SOURCE -Ifirmware/include -Ifirmware/base -Ifirmware
 CFLAGS_HOST := -std=c11 -O2 $(WARN) -D_GNU_SOURCE -Iconfiggen/src -Ifirmware/include -Ifirmware/base
 CXXFLAGS_TEST := -std=c++17 -O1 $(ARCH) $(DETFLAGS) -Wall -Wextra -Ifirmware/include -Ifirmware/base -Ifirmware -Iconfiggen/src -Itests/unit -Itests
+CXXFLAGS_TEST += -Idataprep/src
 
 BUILD := build
 RUNS := $(sort $(basename $(notdir $(wildcard configgen/configs/runs/*.yml))))
@@ -87,6 +88,14 @@ AUDIT_SRC := $(wildcard audit/*.c)
 AUDIT_FW_OBJ := $(BUILD)/fw/io/st_read.o $(BUILD)/fw/io/st_index.o $(BUILD)/fw/base/hash64.o \
                 $(BUILD)/fw/base/err.o
 AUDIT := $(BUILD)/audit/qtrain-audit
+
+# qtrain-data (dataprep/): the tokenizer and data-preparation tool (rules below)
+UCD_DIR ?= /usr/share/unicode
+QTDATA := $(BUILD)/tools/qtrain-data
+QTD_SRC := $(wildcard dataprep/src/*/*.c)
+QTD_OBJ := $(patsubst dataprep/src/%.c,$(BUILD)/dataprep/%.o,$(QTD_SRC))
+QTD_LIB_OBJ := $(filter-out $(BUILD)/dataprep/app/%,$(QTD_OBJ)) $(BUILD)/dataprep/gen/ucd_tables.o
+QTD_CFLAGS := -std=c11 -O2 -ffp-contract=off $(WARN) -D_GNU_SOURCE
 
 CONFIGGEN := $(BUILD)/configgen/configgen
 PLANS := $(foreach r,$(RUNS),generated/$(r)/plan.c)
@@ -195,8 +204,8 @@ $(BUILD)/tests/%.o: tests/unit/%.c $(wildcard tests/unit/*.h firmware/include/*.
 TEST_PLAN_RUNS := $(filter test-%,$(RUNS))
 TEST_PLAN_OBJ := $(foreach r,$(TEST_PLAN_RUNS),$(BUILD)/plans/$(r).o)
 
-$(UNIT): $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ)
-	$(CXX) -o $@ $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ) $(LINK_ARENA) $(LIBS_GLIBC) $$(pkg-config --libs cpputest) -lm
+$(UNIT): $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ) $(QTD_LIB_OBJ)
+	$(CXX) -o $@ $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ) $(QTD_LIB_OBJ) $(LINK_ARENA) $(LIBS_GLIBC) $$(pkg-config --libs cpputest) -lm
 
 $(BUILD)/tools/%: tests/tools/%.c $(FW_OBJ)
 	@mkdir -p $(@D)
@@ -228,13 +237,7 @@ $(AUDIT): $(patsubst audit/%.c,$(BUILD)/audit/%.o,$(AUDIT_SRC)) $(AUDIT_FW_OBJ)
 # ---------------------------------------------------------------- qtrain-data (dataprep/)
 # The tokenizer and data-preparation tool, a host program (heap allowed). Its Unicode tables
 # are generated at build time by dataprep/gen/ucdgen.c from Debian's unicode-data files
-# (UCD_DIR), never typed by hand.
-UCD_DIR ?= /usr/share/unicode
-QTDATA := $(BUILD)/tools/qtrain-data
-QTD_SRC := $(wildcard dataprep/src/*/*.c)
-QTD_OBJ := $(patsubst dataprep/src/%.c,$(BUILD)/dataprep/%.o,$(QTD_SRC))
-QTD_LIB_OBJ := $(filter-out $(BUILD)/dataprep/app/%,$(QTD_OBJ)) $(BUILD)/dataprep/gen/ucd_tables.o
-QTD_CFLAGS := -std=c11 -O2 -ffp-contract=off $(WARN) -D_GNU_SOURCE
+# (UCD_DIR), never typed by hand. Variables: next to AUDIT above.
 
 $(BUILD)/dataprep/gen/ucdgen: dataprep/gen/ucdgen.c
 	@mkdir -p $(@D)
@@ -315,7 +318,7 @@ $(BUILD)/asan/tests/%.o: tests/unit/%.c $(wildcard tests/unit/*.h firmware/inclu
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) -Itests/unit -Itests -c $< -o $@
 
-$(ASAN_UNIT): $(ASAN_TEST_OBJ) $(ASAN_FW_OBJ) $(ASAN_K64_OBJ) $(ASAN_TEST_PLAN_OBJ) $(ASAN_CG_LIB_OBJ)
+$(ASAN_UNIT): $(ASAN_TEST_OBJ) $(ASAN_FW_OBJ) $(ASAN_K64_OBJ) $(ASAN_TEST_PLAN_OBJ) $(ASAN_CG_LIB_OBJ) $(QTD_LIB_OBJ)
 	$(CXX) $(SANFLAGS) -o $@ $^ $(LINK_ARENA) $(LIBS_ASAN) $$(pkg-config --libs cpputest)
 
 $(BUILD)/asan/%/qtrain: $(ASAN_FW_OBJ) $(ASAN_APP_OBJ) $(BUILD)/asan/plans/%.o $(BUILD)/asan/plans/%.main.o linker/arena.ld
@@ -453,7 +456,7 @@ bench-context: deps
 # with nm from the objects, #include "..." from the sources) against the layer order of
 # tests/layers.txt (no upward edge, no circle), then the longest functions against its limit.
 # `make test` runs the same checks (tests/e2e/05_structure.sh).
-layers: $(FW_OBJ) $(FW_APP_OBJ) $(CG_OBJ) $(AUDIT)
+layers: $(FW_OBJ) $(FW_APP_OBJ) $(CG_OBJ) $(AUDIT) $(QTDATA)
 	@python3 tests/scripts/structure.py layers; rc=$$?; \
 	 python3 tests/scripts/structure.py funcs || rc=1; exit $$rc
 
