@@ -13,7 +13,8 @@
 #   make goldens regenerate tests/golden/ with the PyTorch reference (needs python3-torch)
 #   make bench   tokens/s and MFU of qtrain and of the PyTorch reference, the kernel table
 #                (BENCH_SLICE=1: also the 80B slice and its CP2 run at S 8192; make bench-slice,
-#                make bench-context: only one of those)
+#                make bench-context: only one of those; make bench-tokenizer: qtrain-data
+#                against the Hugging Face tokenizers engine)
 #   make layers  the code's shape: dependencies against tests/layers.txt, longest functions
 #   make clean
 #
@@ -107,6 +108,8 @@ MPI_CFLAGS := -I/usr/include/x86_64-linux-gnu/mpich
 LIBS_GLIBC := -lmpich -Wl,--no-as-needed -lhugetlbfs -Wl,--as-needed
 LINK_ARENA := -Wl,-T,linker/arena.ld
 
+
+.PHONY: bench-tokenizer
 .PHONY: all deps gen run plot test goldens bench bench-slice bench-context clean check-deps tools asan print-cflags layers plan-binary
 .DEFAULT_GOAL := all
 # The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
@@ -434,8 +437,15 @@ goldens:
 bench: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all > /dev/null
 	@./tests/scripts/bench.sh
+	@./tests/scripts/bench_tokenizer.sh
 	@if [ -n "$(BENCH_SLICE)" ]; then ./tests/scripts/bench_slice.sh; fi
 	@if [ -n "$(BENCH_SLICE)" ]; then ./tests/scripts/bench_context.sh; fi
+
+# qtrain-data encode against the Hugging Face tokenizers engine, one core each, on the
+# seeded tokenizer corpus: MB/s and tokens/s side by side (tests/scripts/bench_tokenizer.sh).
+bench-tokenizer: deps
+	@$(MAKE) --no-print-directory $(QTDATA) > /dev/null
+	@./tests/scripts/bench_tokenizer.sh
 
 # The 80B slice alone (configgen/configs/runs/bench-80b-slice.yml, a 16 GiB arena, minutes per
 # step): qtrain and the PyTorch reference side by side. `make bench BENCH_SLICE=1` appends it.

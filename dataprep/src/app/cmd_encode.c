@@ -99,7 +99,7 @@ static int run(enc_ctx *c, const qtd_args *a)
     double dt = now() - c->t0;
     if (dt <= 0)
         dt = 1e-9;
-    printf("qtrain-data: %llu documents, %llu bytes, %llu tokens (eos %lld) in %.2f s: %.2f MB/s, %.0f tokens/s -> %s\n",
+    printf("qtrain-data: %llu documents, %llu bytes, %llu tokens (eos %lld) in %.3f s: %.2f MB/s, %.0f tokens/s -> %s\n",
            (unsigned long long)c->docs, (unsigned long long)c->bytes, (unsigned long long)c->tokens,
            (long long)c->eos, dt, (double)c->bytes / 1e6 / dt, (double)c->tokens / dt, out);
     return 0;
