@@ -4,12 +4,13 @@
  *   ucdgen UCD_DIR OUT.c
  *
  * Reads UCD_DIR/UnicodeData.txt (general category, canonical combining class, canonical
- * decomposition; "<..., First>"/"<..., Last>" lines are ranges), PropList.txt (White_Space),
+ * decomposition; "<..., First>"/"<..., Last>" lines are ranges), PropList.txt (White_Space,
+ * Other_Alphabetic and Join_Control for the word class),
  * DerivedNormalizationProps.txt (NFC_Quick_Check No/Maybe, Full_Composition_Exclusion; its
  * first line names the Unicode version) and CompositionExclusions.txt (checked to be a subset
  * of Full_Composition_Exclusion). Writes, as C arrays:
  *   - two-stage tables (stage 1 by cp >> 8, deduplicated 256-entry blocks) of a flag byte
- *     (QTD_UC_L/N/M/WS/NFC_NOT_YES, the values of dataprep/src/unicode/ucd.h) and of the
+ *     (QTD_UC_L/N/M/WS/NFC_NOT_YES/WORD, the values of dataprep/src/unicode/ucd.h) and of the
  *     canonical combining class;
  *   - the full canonical decomposition of every code point that has one (recursively
  *     applied, not reordered; Hangul syllables are left to the algorithm), sorted by cp;
@@ -30,6 +31,7 @@
 #define F_M 4
 #define F_WS 8
 #define F_NFC_NOT_YES 16
+#define F_WORD 32   /* \w of Rust's regex crate: Alphabetic, M, Nd, Pc, Join_Control */
 
 static uint8_t g_flags[NCP], g_ccc[NCP], g_fce[NCP];
 static uint32_t g_dec[NCP][2];   /* canonical decomposition: up to 2 code points */
@@ -104,6 +106,8 @@ static void read_unicode_data(const char *dir)
         if (strstr(fld[1], ", Last>"))
             lo = first;
         uint8_t fl = fld[2][0] == 'L' ? F_L : fld[2][0] == 'N' ? F_N : fld[2][0] == 'M' ? F_M : 0;
+        if (fl == F_L || fl == F_M || !strcmp(fld[2], "Nl") || !strcmp(fld[2], "Nd") || !strcmp(fld[2], "Pc"))
+            fl |= F_WORD;
         int ccc = atoi(fld[3]);
         for (uint32_t c = lo; c <= cp; c++) {
             g_flags[c] |= fl;
@@ -134,9 +138,13 @@ static void read_props(const char *dir)
     uint32_t lo, hi;
     FILE *f = open_ucd(dir, "PropList.txt", path, sizeof path);
     while (fgets(line, sizeof line, f))
-        if (parse_prop_line(line, &lo, &hi, &prop) && !strcmp(prop, "White_Space"))
-            for (uint32_t c = lo; c <= hi; c++)
-                g_flags[c] |= F_WS;
+        if (parse_prop_line(line, &lo, &hi, &prop))
+            for (uint32_t c = lo; c <= hi; c++) {
+                if (!strcmp(prop, "White_Space"))
+                    g_flags[c] |= F_WS;
+                if (!strcmp(prop, "Other_Alphabetic") || !strcmp(prop, "Join_Control"))
+                    g_flags[c] |= F_WORD;
+            }
     fclose(f);
     f = open_ucd(dir, "DerivedNormalizationProps.txt", path, sizeof path);
     if (!fgets(line, sizeof line, f) || sscanf(line, "# DerivedNormalizationProps-%31[0-9.].txt", g_version) != 1)

