@@ -47,6 +47,8 @@ static inline uint8_t *qtd_bytes_reserve(qtd_bytes *b, size_t extra)
 
 static inline void qtd_bytes_put(qtd_bytes *b, const void *p, size_t n)
 {
+    if (!n)
+        return;
     memcpy(qtd_bytes_reserve(b, n), p, n);
     b->len += n;
 }
