@@ -1,10 +1,12 @@
 /* tokfile.c - QTTOKENS writer and reader (tokfile.h). Invariants: the header is written
  * little-endian byte by byte (any host); the target path is only ever created by rename()
- * of a complete file; every write error is reported with the file's name. */
+ * of a complete file (SIGINT, SIGTERM and SIGHUP remove the temporary file first); every
+ * write error is reported with the file's name. */
 #include "tokfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +37,27 @@ static int write_all(int fd, const void *p, size_t n, const char *name)
     return 0;
 }
 
+/* the temporary file of the writer in progress, removed if SIGINT/SIGTERM/SIGHUP ends the run */
+static char g_tmp[4200];
+
+static void on_signal(int sig)
+{
+    if (g_tmp[0])
+        unlink(g_tmp);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void guard(const char *tmp)
+{
+    snprintf(g_tmp, sizeof g_tmp, "%s", tmp ? tmp : "");
+    if (tmp) {
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        signal(SIGHUP, on_signal);
+    }
+}
+
 static void header(uint8_t *h, uint64_t count)
 {
     memcpy(h, "QTTOKENS", 8);
@@ -54,8 +77,11 @@ int qtd_tokw_open(qtd_tokwriter *w, const char *path)
     int dl = slash ? (int)(slash - path + 1) : 0;
     snprintf(w->tmp, sizeof w->tmp, "%.*s.%s.tmp.XXXXXX", dl, path, slash ? slash + 1 : path);
     w->fd = mkstemp(w->tmp);
-    if (w->fd < 0)
+    if (w->fd < 0) {
+        w->tmp[0] = 0;
         return qtd_fail("%s: cannot create a temporary file in its directory: %s", path, strerror(errno));
+    }
+    guard(w->tmp);
     uint8_t h[24];
     header(h, 0);
     return write_all(w->fd, h, 24, w->tmp);
@@ -99,6 +125,7 @@ int qtd_tokw_commit(qtd_tokwriter *w)
     if (rename(w->tmp, w->path))
         return qtd_fail("%s: cannot rename %s to it: %s", w->path, w->tmp, strerror(errno));
     w->tmp[0] = 0;
+    guard(NULL);
     return 0;
 }
 
@@ -110,6 +137,7 @@ void qtd_tokw_abort(qtd_tokwriter *w)
     if (w->tmp[0])
         unlink(w->tmp);
     w->tmp[0] = 0;
+    guard(NULL);
 }
 
 int qtd_tokf_open(qtd_tokfile *f, const char *path)
