@@ -13,7 +13,8 @@
 #   make goldens regenerate tests/golden/ with the PyTorch reference (needs python3-torch)
 #   make bench   tokens/s and MFU of qtrain and of the PyTorch reference, the kernel table
 #                (BENCH_SLICE=1: also the 80B slice and its CP2 run at S 8192; make bench-slice,
-#                make bench-context: only one of those)
+#                make bench-context: only one of those; make bench-tokenizer: qtrain-data
+#                against the Hugging Face tokenizers engine)
 #   make layers  the code's shape: dependencies against tests/layers.txt, longest functions
 #   make clean
 #
@@ -42,6 +43,7 @@ WARN := -Wall -Wextra -Werror -Wno-psabi
 CFLAGS_FW := -std=c11 -O2 $(ARCH) $(DETFLAGS) $(WARN) -D_GNU_SOURCE -Ifirmware/include -Ifirmware/base -Ifirmware
 CFLAGS_HOST := -std=c11 -O2 $(WARN) -D_GNU_SOURCE -Iconfiggen/src -Ifirmware/include -Ifirmware/base
 CXXFLAGS_TEST := -std=c++17 -O1 $(ARCH) $(DETFLAGS) -Wall -Wextra -Ifirmware/include -Ifirmware/base -Ifirmware -Iconfiggen/src -Itests/unit -Itests
+CXXFLAGS_TEST += -Idataprep/src
 
 BUILD := build
 RUNS := $(sort $(basename $(notdir $(wildcard configgen/configs/runs/*.yml))))
@@ -88,6 +90,14 @@ AUDIT_FW_OBJ := $(BUILD)/fw/io/st_read.o $(BUILD)/fw/io/st_index.o $(BUILD)/fw/b
                 $(BUILD)/fw/base/err.o
 AUDIT := $(BUILD)/audit/qtrain-audit
 
+# qtrain-data (dataprep/): the tokenizer and data-preparation tool (rules below)
+UCD_DIR ?= /usr/share/unicode
+QTDATA := $(BUILD)/tools/qtrain-data
+QTD_SRC := $(wildcard dataprep/src/*/*.c)
+QTD_OBJ := $(patsubst dataprep/src/%.c,$(BUILD)/dataprep/%.o,$(QTD_SRC))
+QTD_LIB_OBJ := $(filter-out $(BUILD)/dataprep/app/%,$(QTD_OBJ)) $(BUILD)/dataprep/gen/ucd_tables.o
+QTD_CFLAGS := -std=c11 -O2 -ffp-contract=off $(WARN) -D_GNU_SOURCE
+
 CONFIGGEN := $(BUILD)/configgen/configgen
 PLANS := $(foreach r,$(RUNS),generated/$(r)/plan.c)
 QTRAIN := $(foreach r,$(RUNS),$(BUILD)/$(r)/qtrain)
@@ -98,6 +108,8 @@ MPI_CFLAGS := -I/usr/include/x86_64-linux-gnu/mpich
 LIBS_GLIBC := -lmpich -Wl,--no-as-needed -lhugetlbfs -Wl,--as-needed
 LINK_ARENA := -Wl,-T,linker/arena.ld
 
+
+.PHONY: bench-tokenizer
 .PHONY: all deps gen run plot test goldens bench bench-slice bench-context clean check-deps tools asan print-cflags layers plan-binary
 .DEFAULT_GOAL := all
 # The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
@@ -112,6 +124,7 @@ PLAN_OBJ_ALL := $(foreach r,$(RUNS),$(BUILD)/plans/$(r).o $(BUILD)/plans/$(r).ma
 .SECONDARY: $(PLAN_OBJ_ALL)
 
 all: $(CONFIGGEN) $(PLANS) $(QTRAIN) $(QTRAIN_STATIC) $(UNIT) $(TOOLS) $(AUDIT) $(KERNEL_BENCH)
+all: $(QTDATA)
 
 deps:
 	@./tests/scripts/deps.sh
@@ -194,8 +207,8 @@ $(BUILD)/tests/%.o: tests/unit/%.c $(wildcard tests/unit/*.h firmware/include/*.
 TEST_PLAN_RUNS := $(filter test-%,$(RUNS))
 TEST_PLAN_OBJ := $(foreach r,$(TEST_PLAN_RUNS),$(BUILD)/plans/$(r).o)
 
-$(UNIT): $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ)
-	$(CXX) -o $@ $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ) $(LINK_ARENA) $(LIBS_GLIBC) $$(pkg-config --libs cpputest) -lm
+$(UNIT): $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ) $(QTD_LIB_OBJ)
+	$(CXX) -o $@ $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ) $(QTD_LIB_OBJ) $(LINK_ARENA) $(LIBS_GLIBC) $$(pkg-config --libs cpputest) -lm
 
 $(BUILD)/tools/%: tests/tools/%.c $(FW_OBJ)
 	@mkdir -p $(@D)
@@ -222,6 +235,29 @@ $(BUILD)/audit/%.o: audit/%.c audit/qt_audit.h
 	$(CC) $(CFLAGS_HOST) -Ifirmware -c $< -o $@
 
 $(AUDIT): $(patsubst audit/%.c,$(BUILD)/audit/%.o,$(AUDIT_SRC)) $(AUDIT_FW_OBJ)
+	$(CC) -o $@ $^
+
+# ---------------------------------------------------------------- qtrain-data (dataprep/)
+# The tokenizer and data-preparation tool, a host program (heap allowed). Its Unicode tables
+# are generated at build time by dataprep/gen/ucdgen.c from Debian's unicode-data files
+# (UCD_DIR), never typed by hand. Variables: next to AUDIT above.
+
+$(BUILD)/dataprep/gen/ucdgen: dataprep/gen/ucdgen.c
+	@mkdir -p $(@D)
+	$(CC) $(QTD_CFLAGS) -o $@ $<
+
+$(BUILD)/dataprep/gen/ucd_tables.c: $(BUILD)/dataprep/gen/ucdgen $(wildcard $(UCD_DIR)/UnicodeData.txt)
+	$< $(UCD_DIR) $@
+
+$(BUILD)/dataprep/gen/ucd_tables.o: $(BUILD)/dataprep/gen/ucd_tables.c
+	$(CC) $(QTD_CFLAGS) -c $< -o $@
+
+$(BUILD)/dataprep/%.o: dataprep/src/%.c $(wildcard dataprep/src/*/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(QTD_CFLAGS) -c $< -o $@
+
+$(QTDATA): $(QTD_OBJ) $(BUILD)/dataprep/gen/ucd_tables.o
+	@mkdir -p $(@D)
 	$(CC) -o $@ $^
 
 # ---------------------------------------------------------------- sanitizer build
@@ -285,7 +321,7 @@ $(BUILD)/asan/tests/%.o: tests/unit/%.c $(wildcard tests/unit/*.h firmware/inclu
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) -Itests/unit -Itests -c $< -o $@
 
-$(ASAN_UNIT): $(ASAN_TEST_OBJ) $(ASAN_FW_OBJ) $(ASAN_K64_OBJ) $(ASAN_TEST_PLAN_OBJ) $(ASAN_CG_LIB_OBJ)
+$(ASAN_UNIT): $(ASAN_TEST_OBJ) $(ASAN_FW_OBJ) $(ASAN_K64_OBJ) $(ASAN_TEST_PLAN_OBJ) $(ASAN_CG_LIB_OBJ) $(QTD_LIB_OBJ)
 	$(CXX) $(SANFLAGS) -o $@ $^ $(LINK_ARENA) $(LIBS_ASAN) $$(pkg-config --libs cpputest)
 
 $(BUILD)/asan/%/qtrain: $(ASAN_FW_OBJ) $(ASAN_APP_OBJ) $(BUILD)/asan/plans/%.o $(BUILD)/asan/plans/%.main.o linker/arena.ld
@@ -401,8 +437,15 @@ goldens:
 bench: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all > /dev/null
 	@./tests/scripts/bench.sh
+	@./tests/scripts/bench_tokenizer.sh
 	@if [ -n "$(BENCH_SLICE)" ]; then ./tests/scripts/bench_slice.sh; fi
 	@if [ -n "$(BENCH_SLICE)" ]; then ./tests/scripts/bench_context.sh; fi
+
+# qtrain-data encode against the Hugging Face tokenizers engine, one core each, on the
+# seeded tokenizer corpus: MB/s and tokens/s side by side (tests/scripts/bench_tokenizer.sh).
+bench-tokenizer: deps
+	@$(MAKE) --no-print-directory $(QTDATA) > /dev/null
+	@./tests/scripts/bench_tokenizer.sh
 
 # The 80B slice alone (configgen/configs/runs/bench-80b-slice.yml, a 16 GiB arena, minutes per
 # step): qtrain and the PyTorch reference side by side. `make bench BENCH_SLICE=1` appends it.
@@ -423,7 +466,7 @@ bench-context: deps
 # with nm from the objects, #include "..." from the sources) against the layer order of
 # tests/layers.txt (no upward edge, no circle), then the longest functions against its limit.
 # `make test` runs the same checks (tests/e2e/05_structure.sh).
-layers: $(FW_OBJ) $(FW_APP_OBJ) $(CG_OBJ) $(AUDIT)
+layers: $(FW_OBJ) $(FW_APP_OBJ) $(CG_OBJ) $(AUDIT) $(QTDATA)
 	@python3 tests/scripts/structure.py layers; rc=$$?; \
 	 python3 tests/scripts/structure.py funcs || rc=1; exit $$rc
 

@@ -220,6 +220,36 @@ check "configgen: a run file that is a directory says so" \
 no_output_on_error() { ! [ -e $B/gen ] || ! ls -A $B/gen | grep -q .; }
 check "configgen: a failed generation writes nothing" no_output_on_error
 
+# ---- qtrain-data (the tokenizer tool): bad text, JSON lines, token files, tokenizers, keys
+QD=build/tools/qtrain-data
+python3 tests/tokenizer/tiny_tokenizer.py $B/tiny.json
+python3 tests/tokenizer/tiny_tokenizer.py $B/other.json '\s+'
+printf 'ok\nline 2 \xff here\n' > $B/bad_utf8.txt
+printf '{"text": "a"}\n{"body": "b"}\n' > $B/nofield.jsonl
+printf '{"text": "a"}\n\n{"text": "b",}\n' > $B/badjson.jsonl
+printf '{"text": "\\ud800 x"}\n' > $B/surrogate.jsonl
+printf 'QTTOKENS\x01\x00\x00\x00\x04\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x3f\x42\x0f\x00' > $B/bigid.tok
+printf 'QTTOKENS\x01\x00\x00\x00\x04\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00' > $B/trunc4.tok
+check "qtrain-data: invalid UTF-8 names file, line and byte offset" expect_fail "$B/bad_utf8.txt: line 2, byte offset 10: invalid UTF-8 (byte 0xFF)" $QD encode tokenizer=$B/tiny.json out=$B/o.tok $B/bad_utf8.txt
+check "qtrain-data: a JSON line without the field names file and line" expect_fail "$B/nofield.jsonl:2: no member of that name; expected an object with a string member \"text\"" $QD encode tokenizer=$B/tiny.json out=$B/o.tok $B/nofield.jsonl
+check "qtrain-data: a JSON line that is not JSON names file and line" expect_fail "$B/badjson.jsonl:3: not valid JSON" $QD encode tokenizer=$B/tiny.json out=$B/o.tok $B/badjson.jsonl
+check "qtrain-data: a lone surrogate escape is refused" expect_fail "$B/surrogate.jsonl:1: not valid JSON (high surrogate escape not followed by a low surrogate escape" $QD encode tokenizer=$B/tiny.json out=$B/o.tok $B/surrogate.jsonl
+check "qtrain-data: decode of an id beyond the vocabulary names it" expect_fail "$B/bigid.tok: token 0 is id 999999, not in the vocabulary of the tokenizer (258 ids)" $QD decode tokenizer=$B/tiny.json in=$B/bigid.tok
+check "qtrain-data: a truncated token file" expect_fail "$B/trunc4.tok: truncated or padded token file: the header says 64 tokens (280 bytes), the file has 28 bytes" $QD info in=$B/trunc4.tok
+check "qtrain-data: an unreadable tokenizer file" expect_fail "$B/none.json: cannot read the tokenizer file" $QD encode tokenizer=$B/none.json out=$B/o.tok -
+check "qtrain-data: an unknown key" expect_fail "encode: unknown key 'tokenizr' in 'tokenizr=x'; expected one of tokenizer= out= field= eos=" $QD encode tokenizr=x out=$B/o.tok -
+check "qtrain-data: a tokenizer.json with another Split pattern" expect_fail "$B/other.json: pre_tokenizer Split pattern \"\\s+\" is not a Qwen2/Qwen3/Qwen3.5 pattern" $QD encode tokenizer=$B/other.json out=$B/o.tok -
+# an error after documents were written leaves neither the target nor a temporary file
+qd_nothing_left() {
+  local d=$QT_TMP/qd; rm -rf $d; mkdir -p $d
+  printf 'fine text\n' > $d/good.txt
+  $QD encode tokenizer=$B/tiny.json out=$d/out.tok $d/good.txt $B/bad_utf8.txt > /dev/null 2> $d/err.txt && { echo "accepted"; return 1; }
+  [ -z "$(ls -A $d | grep -v -e err.txt -e good.txt)" ] || { echo "left:"; ls -A $d; return 1; }
+  $QD encode tokenizer=$B/tiny.json out=$d/out.tok $d/good.txt > /dev/null || return 1
+  [ "$(ls -A $d | grep -c tmp)" = 0 ] && $QD info in=$d/out.tok eos=257
+}
+check "qtrain-data: a failed encode leaves no output (neither target nor temporary)" qd_nothing_left
+
 # ---- the table of bad inputs (docs/bad_inputs.md) is what the binaries print today
 bad_inputs_table_true() {
   # regenerated from the real outputs and compared row by row; the address-space figures of

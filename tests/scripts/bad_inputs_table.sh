@@ -22,7 +22,7 @@ Q=build/test-next-tiny/qtrain
 T=tests/golden/e2e/test-next-tiny/tokens.npy
 CG=build/configgen/configgen
 for f in $Q build/test-next-tiny/qtrain-static build/bench/qtrain build/mesh-next-dp2/qtrain \
-         build/mesh-next-dp4/qtrain $CG; do
+         build/mesh-next-dp4/qtrain $CG build/tools/qtrain-data; do
   [ -x $f ] || { echo "bad_inputs_table.sh: $f missing; run make all first" >&2; exit 1; }
 done
 
@@ -248,6 +248,24 @@ row "configgen" "configgen test-next-tiny.yml per_device_batch_size=1e8" "$EC" c
 row "configgen" "configgen test-next-tiny.yml ici_fsdp_parallelism=2" "$EC" cg $RUN ici_fsdp_parallelism=2
 row "configgen" "configgen test-next-tiny.yml device_memory_gib=1e-30" "$EC" cg $RUN device_memory_gib=1e-30
 row "configgen" "configgen --diff $W/nope.yml test-next-tiny.yml" "e2e \`45_plan_report.sh\`: configgen --diff: a missing file" $CG --diff $W/nope.yml $RUN
+
+# ---- qtrain-data (the tokenizer tool; a tiny tokenizer.json, tests/tokenizer/tiny_tokenizer.py)
+QD=build/tools/qtrain-data
+python3 tests/tokenizer/tiny_tokenizer.py $W/tiny.json
+python3 tests/tokenizer/tiny_tokenizer.py $W/other.json '\s+'
+printf 'ok\nline 2 \xff here\n' > $W/bad_utf8.txt
+printf '{"text": "a"}\n{"body": "b"}\n' > $W/nofield.jsonl
+printf '{"text": "a"}\n\n{"text": "b",}\n' > $W/badjson.jsonl
+printf 'QTTOKENS\x01\x00\x00\x00\x04\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x3f\x42\x0f\x00' > $W/bigid.tok
+printf 'QTTOKENS\x01\x00\x00\x00\x04\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00' > $W/trunc4.tok
+row "qtrain-data" "encode $W/bad_utf8.txt (byte 0xFF on line 2)" "$E40: qtrain-data: invalid UTF-8" $QD encode tokenizer=$W/tiny.json out=$W/o.tok $W/bad_utf8.txt
+row "qtrain-data" "encode $W/nofield.jsonl (line 2 has no \"text\")" "$E40: qtrain-data: a JSON line without the field" $QD encode tokenizer=$W/tiny.json out=$W/o.tok $W/nofield.jsonl
+row "qtrain-data" "encode $W/badjson.jsonl (a trailing comma on line 3)" "$E40: qtrain-data: a JSON line that is not JSON" $QD encode tokenizer=$W/tiny.json out=$W/o.tok $W/badjson.jsonl
+row "qtrain-data" "decode in=$W/bigid.tok (id 999999, vocabulary of 258)" "$E40: qtrain-data: decode of an id beyond the vocabulary" $QD decode tokenizer=$W/tiny.json in=$W/bigid.tok
+row "qtrain-data" "info in=$W/trunc4.tok (header says 64 tokens, file holds 1)" "$E40: qtrain-data: a truncated token file" $QD info in=$W/trunc4.tok
+row "qtrain-data" "encode tokenizer=$W/none.json (missing)" "$E40: qtrain-data: an unreadable tokenizer file" $QD encode tokenizer=$W/none.json out=$W/o.tok -
+row "qtrain-data" "encode tokenizr=x" "$E40: qtrain-data: an unknown key" $QD encode tokenizr=x out=$W/o.tok -
+row "qtrain-data" "encode tokenizer=$W/other.json (Split pattern \\s+)" "$E40: qtrain-data: another Split pattern" $QD encode tokenizer=$W/other.json out=$W/o.tok -
 
 {
   cat <<'EOF'

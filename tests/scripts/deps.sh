@@ -7,6 +7,11 @@ set -euo pipefail
 # python3: the structure check (tests/scripts/structure.py) and the bad-inputs table.
 pkgs=(gcc g++ make mpich libmpich-dev musl-tools libhugetlbfs-dev libhugetlbfs-bin cpputest pkg-config gnuplot-nox
       clang libclang-rt-14-dev python3)
+# unicode-data: the Unicode tables of qtrain-data are generated from its files at build time.
+pkgs+=(unicode-data)
+# nodejs + npm: the Hugging Face tokenizers oracle (tests/tokenizer/), only when the commands are missing.
+command -v node > /dev/null || pkgs+=(nodejs)
+command -v npm > /dev/null || pkgs+=(npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,191 @@
+/* tokfile.c - QTTOKENS writer and reader (tokfile.h). Invariants: the header is written
+ * little-endian byte by byte (any host); the target path is only ever created by rename()
+ * of a complete file (SIGINT, SIGTERM and SIGHUP remove the temporary file first); every
+ * write error is reported with the file's name. */
+#include "tokfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../base/err.h"
+
+static void le(uint8_t *p, uint64_t v, int n)
+{
+    for (int k = 0; k < n; k++)
+        p[k] = (uint8_t)(v >> (8 * k));
+}
+
+static int write_all(int fd, const void *p, size_t n, const char *name)
+{
+    const uint8_t *b = (const uint8_t *)p;
+    while (n) {
+        ssize_t r = write(fd, b, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return qtd_fail("%s: write failed: %s", name, strerror(errno));
+        b += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* the temporary file of the writer in progress, removed if SIGINT/SIGTERM/SIGHUP ends the run */
+static char g_tmp[4200];
+
+static void on_signal(int sig)
+{
+    if (g_tmp[0])
+        unlink(g_tmp);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void guard(const char *tmp)
+{
+    snprintf(g_tmp, sizeof g_tmp, "%s", tmp ? tmp : "");
+    if (tmp) {
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        signal(SIGHUP, on_signal);
+    }
+}
+
+static void header(uint8_t *h, uint64_t count)
+{
+    memcpy(h, "QTTOKENS", 8);
+    le(h + 8, 1, 4);
+    le(h + 12, 4, 4);
+    le(h + 16, count, 8);
+}
+
+int qtd_tokw_open(qtd_tokwriter *w, const char *path)
+{
+    memset(w, 0, sizeof *w - sizeof w->buf);
+    w->fd = -1;
+    if (strlen(path) >= sizeof w->path)
+        return qtd_fail("%s: path too long", path);
+    snprintf(w->path, sizeof w->path, "%s", path);
+    const char *slash = strrchr(path, '/');
+    int dl = slash ? (int)(slash - path + 1) : 0;
+    snprintf(w->tmp, sizeof w->tmp, "%.*s.%s.tmp.XXXXXX", dl, path, slash ? slash + 1 : path);
+    w->fd = mkstemp(w->tmp);
+    if (w->fd < 0) {
+        w->tmp[0] = 0;
+        return qtd_fail("%s: cannot create a temporary file in its directory: %s", path, strerror(errno));
+    }
+    guard(w->tmp);
+    uint8_t h[24];
+    header(h, 0);
+    return write_all(w->fd, h, 24, w->tmp);
+}
+
+static int flush(qtd_tokwriter *w)
+{
+    uint8_t tmp[sizeof w->buf];
+    for (size_t i = 0; i < w->nbuf; i++)
+        le(tmp + 4 * i, w->buf[i], 4);
+    int rc = write_all(w->fd, tmp, w->nbuf * 4, w->tmp);
+    w->nbuf = 0;
+    return rc;
+}
+
+int qtd_tokw_put(qtd_tokwriter *w, const uint32_t *ids, size_t n)
+{
+    const size_t cap = sizeof w->buf / sizeof w->buf[0];
+    for (size_t i = 0; i < n; i++) {
+        if (w->nbuf == cap && flush(w))
+            return -1;
+        w->buf[w->nbuf++] = ids[i];
+    }
+    w->count += n;
+    return 0;
+}
+
+int qtd_tokw_commit(qtd_tokwriter *w)
+{
+    uint8_t h[24];
+    header(h, w->count);
+    if (flush(w))
+        return -1;
+    if (pwrite(w->fd, h, 24, 0) != 24)
+        return qtd_fail("%s: write failed: %s", w->tmp, strerror(errno));
+    if (fchmod(w->fd, 0644) || close(w->fd)) {
+        w->fd = -1;
+        return qtd_fail("%s: close failed: %s", w->tmp, strerror(errno));
+    }
+    w->fd = -1;
+    if (rename(w->tmp, w->path))
+        return qtd_fail("%s: cannot rename %s to it: %s", w->path, w->tmp, strerror(errno));
+    w->tmp[0] = 0;
+    guard(NULL);
+    return 0;
+}
+
+void qtd_tokw_abort(qtd_tokwriter *w)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    w->fd = -1;
+    if (w->tmp[0])
+        unlink(w->tmp);
+    w->tmp[0] = 0;
+    guard(NULL);
+}
+
+int qtd_tokf_open(qtd_tokfile *f, const char *path)
+{
+    memset(f, 0, sizeof *f);
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return qtd_fail("%s: cannot read the token file: %s", path, fd < 0 ? strerror(e) : "not a regular file");
+    }
+    f->size = (size_t)st.st_size;
+    f->map = f->size ? (uint8_t *)mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (f->map == MAP_FAILED) {
+        f->map = NULL;
+        return qtd_fail("%s: cannot map the token file", path);
+    }
+    const uint8_t *m = f->map;
+    if (f->size < 24 || memcmp(m, "QTTOKENS", 8))
+        return qtd_fail("%s: not a QTTOKENS token file (expected the 8-byte magic QTTOKENS and a 24-byte header; "
+                        "the file has %zu bytes)", path, f->size);
+    uint32_t ver = m[8] | (uint32_t)m[9] << 8 | (uint32_t)m[10] << 16 | (uint32_t)m[11] << 24;
+    f->width = m[12] | (uint32_t)m[13] << 8 | (uint32_t)m[14] << 16 | (uint32_t)m[15] << 24;
+    for (int k = 7; k >= 0; k--)
+        f->count = f->count << 8 | m[16 + k];
+    if (ver != 1 || (f->width != 2 && f->width != 4))
+        return qtd_fail("%s: QTTOKENS header has version %u and %u bytes per token (expected version 1, 2 or 4 bytes)",
+                        path, ver, f->width);
+    if (f->count > (f->size - 24) / f->width || (f->size - 24) != f->count * f->width)
+        return qtd_fail("%s: truncated or padded token file: the header says %llu tokens (%llu bytes), the file has "
+                        "%zu bytes", path, (unsigned long long)f->count,
+                        (unsigned long long)(24 + f->count * f->width), f->size);
+    return 0;
+}
+
+uint32_t qtd_tokf_get(const qtd_tokfile *f, uint64_t k)
+{
+    const uint8_t *p = f->map + 24 + k * f->width;
+    return f->width == 2 ? (uint32_t)(p[0] | p[1] << 8)
+                         : p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+void qtd_tokf_close(qtd_tokfile *f)
+{
+    if (f->map)
+        munmap(f->map, f->size);
+    f->map = NULL;
+}

@@ -1,0 +1,43 @@
+/* tokfile.h - the QTTOKENS token file (docs/formats.md, firmware/io/data.c): a 24-byte
+ * little-endian header (magic "QTTOKENS", uint32 version 1, uint32 bytes per token 2 or 4,
+ * uint64 token count N) then exactly N tokens. The writer makes 4-byte tokens under a
+ * temporary name in the target's directory and renames it at the end, so the target name
+ * never holds a partial file. */
+#ifndef QTD_TOKFILE_H
+#define QTD_TOKFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    char path[4096], tmp[4200];
+    int fd;
+    uint64_t count;
+    uint32_t buf[1 << 16];
+    size_t nbuf;
+} qtd_tokwriter;
+
+/* Creates the temporary file beside `path` and writes a header with count 0. */
+int qtd_tokw_open(qtd_tokwriter *w, const char *path);
+/* Appends ids[0..n). */
+int qtd_tokw_put(qtd_tokwriter *w, const uint32_t *ids, size_t n);
+/* Writes the final count into the header, closes and renames to the target. */
+int qtd_tokw_commit(qtd_tokwriter *w);
+/* Closes and removes the temporary file (after an error; safe to call twice). */
+void qtd_tokw_abort(qtd_tokwriter *w);
+
+typedef struct {
+    uint8_t *map;
+    size_t size;
+    uint32_t width;   /* bytes per token */
+    uint64_t count;
+} qtd_tokfile;
+
+/* Maps and checks a QTTOKENS file: header, version, width, size = 24 + count * width
+ * (a shorter file is "truncated", naming both sizes). */
+int qtd_tokf_open(qtd_tokfile *f, const char *path);
+/* Token k (< count). */
+uint32_t qtd_tokf_get(const qtd_tokfile *f, uint64_t k);
+void qtd_tokf_close(qtd_tokfile *f);
+
+#endif

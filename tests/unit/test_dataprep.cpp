@@ -1,0 +1,230 @@
+// test_dataprep.cpp - qtrain-data's text pipeline (dataprep/src): strict UTF-8, NFC on known
+// cases (composition, Hangul, reordering of combining marks, composition exclusions,
+// singletons), the Qwen3 and Qwen3.5 pre-tokenizer splits on hand-made strings, and BPE on a
+// tiny vocabulary and merge list (rank order, leftmost ties, added tokens), loaded from a
+// tokenizer.json written to a temporary file.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+extern "C" {
+#include "base/err.h"
+#include "base/utf8.h"
+#include "tok/pretok.h"
+#include "tok/tokenizer.h"
+#include "unicode/nfc.h"
+}
+
+#include "CppUTest/TestHarness.h"
+
+namespace {
+
+std::string nfc(const std::string &s)
+{
+    qtd_bytes out = {NULL, 0, 0};
+    qtd_nfc((const uint8_t *)s.data(), s.size(), &out);
+    std::string r((const char *)out.data, out.len);
+    qtd_bytes_free(&out);
+    return r;
+}
+
+std::string pieces(const std::string &s, int pat)
+{
+    std::string r;
+    size_t i = 0;
+    while (i < s.size()) {
+        size_t e = qtd_pretok_next((const uint8_t *)s.data(), s.size(), i, pat);
+        r += (i ? "|" : "") + s.substr(i, e - i);
+        i = e;
+    }
+    return r;
+}
+
+// byte-level string of raw bytes, as a JSON string body
+std::string bl(const std::string &raw)
+{
+    std::string r;
+    for (unsigned char c : raw) {
+        uint8_t u[4];
+        int n = qtd_utf8_put(qtd_bytelevel_cp(c), u);
+        if (c == '"' || c == '\\')
+            r += '\\';
+        r.append((const char *)u, n);
+    }
+    return r;
+}
+
+// a tokenizer.json: the 256 byte tokens (id = byte), then extra tokens, merges in rank order
+std::string tiny_json(const char *pattern_json, const std::vector<std::string> &extra,
+                      const std::vector<std::pair<std::string, std::string>> &merges, const char *added)
+{
+    std::string v = "{";
+    for (int b = 0; b < 256; b++)
+        v += (b ? ",\"" : "\"") + bl(std::string(1, (char)b)) + "\":" + std::to_string(b);
+    for (size_t k = 0; k < extra.size(); k++)
+        v += ",\"" + bl(extra[k]) + "\":" + std::to_string(256 + k);
+    v += "}";
+    std::string m = "[";
+    for (size_t k = 0; k < merges.size(); k++)
+        m += (k ? ",[\"" : "[\"") + bl(merges[k].first) + "\",\"" + bl(merges[k].second) + "\"]";
+    m += "]";
+    return std::string("{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":") + added +
+           ",\"normalizer\":{\"type\":\"NFC\"},\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":["
+           "{\"type\":\"Split\",\"pattern\":{\"Regex\":" + pattern_json + "},\"behavior\":\"Isolated\",\"invert\":false},"
+           "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":false,\"use_regex\":false}]},"
+           "\"post_processor\":null,\"decoder\":null,\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,"
+           "\"vocab\":" + v + ",\"merges\":" + m + "}}";
+}
+
+std::string json_escape(const char *s)
+{
+    std::string r = "\"";
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            r += '\\';
+        r += *s;
+    }
+    return r + "\"";
+}
+
+int load(qtd_tok *t, const std::string &json)
+{
+    char path[] = "/tmp/qtd-unit-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0 || write(fd, json.data(), json.size()) != (ssize_t)json.size())
+        return -2;
+    close(fd);
+    int rc = qtd_tok_load(t, path);
+    unlink(path);
+    return rc;
+}
+
+std::vector<uint32_t> enc(qtd_tok *t, const std::string &s)
+{
+    qtd_u32s out = {NULL, 0, 0};
+    qtd_tok_encode(t, (const uint8_t *)s.data(), s.size(), &out);
+    std::vector<uint32_t> r(out.data, out.data + out.len);
+    qtd_u32s_free(&out);
+    return r;
+}
+
+} // namespace
+
+TEST_GROUP(dataprep){};
+
+TEST(dataprep, utf8_strict)
+{
+    const char *ok = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf";
+    LONGS_EQUAL(strlen(ok), qtd_utf8_check((const uint8_t *)ok, strlen(ok)));
+    struct { const char *s; size_t bad; } cases[] = {
+        {"ab\xc0\x80", 2},          // overlong NUL
+        {"\xe0\x80\xaf", 0},        // overlong 3-byte
+        {"x\xed\xa0\x80", 1},       // surrogate U+D800
+        {"\xf4\x90\x80\x80", 0},    // above U+10FFFF
+        {"abc\xe2\x82", 3},         // truncated at the end
+        {"abcdefghij\x80", 10},     // stray continuation after the 8-byte ASCII path
+        {"\xf8\x88\x80\x80\x80", 0} // 5-byte form
+    };
+    for (auto &c : cases)
+        LONGS_EQUAL(c.bad, qtd_utf8_check((const uint8_t *)c.s, strlen(c.s)));
+    size_t i = 0;
+    LONGS_EQUAL(0x1F600, qtd_utf8_next((const uint8_t *)"\xf0\x9f\x98\x80", &i));
+    LONGS_EQUAL(4, i);
+}
+
+TEST(dataprep, nfc_known_cases)
+{
+    STRCMP_EQUAL("caf\xc3\xa9", nfc("cafe\xcc\x81").c_str());                  // e + U+0301 -> U+00E9
+    STRCMP_EQUAL("\xed\x95\x9c", nfc("\xe1\x84\x92\xe1\x85\xa1\xe1\x86\xab").c_str()); // jamo -> U+D55C
+    STRCMP_EQUAL("\xea\xb0\x80\xe1\x86\xa7", nfc("\xea\xb0\x80\xe1\x86\xa7").c_str()); // U+11A7 is not a T jamo of the algorithm
+    // a + U+0302 (230) + U+0323 (220): reordered to 0323 0302, composed to U+1EAD; both orders agree
+    STRCMP_EQUAL("\xe1\xba\xad", nfc("a\xcc\x82\xcc\xa3").c_str());
+    STRCMP_EQUAL("\xe1\xba\xad", nfc("a\xcc\xa3\xcc\x82").c_str());
+    // U+0958 DEVANAGARI QA is a composition exclusion: stays decomposed as U+0915 U+093C
+    STRCMP_EQUAL("\xe0\xa4\x95\xe0\xa4\xbc", nfc("\xe0\xa5\x98").c_str());
+    STRCMP_EQUAL("\xe0\xa4\x95\xe0\xa4\xbc", nfc("\xe0\xa4\x95\xe0\xa4\xbc").c_str());
+    STRCMP_EQUAL("\xc3\x85", nfc("\xe2\x84\xab").c_str());          // singleton U+212B -> U+00C5
+    STRCMP_EQUAL("\xcc\x88\xcc\x81", nfc("\xcd\x84").c_str());      // U+0344 -> U+0308 U+0301 (non-starter)
+    STRCMP_EQUAL("\xc3\xa1\xcc\x81", nfc("a\xcc\x81\xcc\x81").c_str()); // the second acute is blocked
+    STRCMP_EQUAL("x\xcc\x81y", nfc("x\xcc\x81y").c_str());          // nothing to compose
+    STRCMP_EQUAL("\xcc\x81" "abc", nfc("\xcc\x81" "abc").c_str());  // leading mark kept
+    std::string ascii(5000, 'q');
+    STRCMP_EQUAL(ascii.c_str(), nfc(ascii).c_str());
+}
+
+TEST(dataprep, pretok_qwen3_splits)
+{
+    int q3 = QTD_PAT_QWEN3;
+    STRCMP_EQUAL("Hello| world|'s| it|'S|'ll|'x", pieces("Hello world's it'S'll'x", q3).c_str());
+    STRCMP_EQUAL("a|  \n\n|  | b", pieces("a  \n\n   b", q3).c_str()); // \s*[\r\n]+ takes the spaces before
+    STRCMP_EQUAL("x|1|2|3| |4", pieces("x123 4", q3).c_str());
+    STRCMP_EQUAL("foo|(bar|);\n|\tx|   ", pieces("foo(bar);\n\tx   ", q3).c_str());
+    STRCMP_EQUAL(" !!\r\n\r\n| x", pieces(" !!\r\n\r\n x", q3).c_str());
+    STRCMP_EQUAL("x| \xcc\x81|yz", pieces("x \xcc\x81yz", q3).c_str()) ;      // mark is "other" in Qwen3
+    STRCMP_EQUAL("x|\xcc\x81yz", pieces("x\xcc\x81yz", q3).c_str());
+    STRCMP_EQUAL("it|'\xc5\xbf", pieces("it'\xc5\xbf", q3).c_str());        // U+017F folds to s
+    STRCMP_EQUAL("a|\xe3\x80\x80|\xe3\x80\x80" "b", pieces("a\xe3\x80\x80\xe3\x80\x80" "b", q3).c_str()); // U+3000 is \s
+}
+
+TEST(dataprep, pretok_qwen35_marks)
+{
+    int q35 = QTD_PAT_QWEN35;
+    STRCMP_EQUAL("x\xcc\x81yz", pieces("x\xcc\x81yz", q35).c_str());
+    STRCMP_EQUAL("x| \xcc\x81yz", pieces("x \xcc\x81yz", q35).c_str());
+    STRCMP_EQUAL("\xcc\x81\xcc\x82", pieces("\xcc\x81\xcc\x82", q35).c_str());
+    STRCMP_EQUAL("ok|!\xcc\x81", pieces("ok!\xcc\x81", q35).c_str());  // '!' + mark: prefix + [LM]+
+    CHECK_EQUAL(QTD_PAT_QWEN35, qtd_pretok_pattern(qtd_pretok_pattern_text(QTD_PAT_QWEN35), strlen(qtd_pretok_pattern_text(QTD_PAT_QWEN35))));
+    CHECK_EQUAL(QTD_PAT_NONE, qtd_pretok_pattern("\\s+", 3));
+}
+
+TEST(dataprep, bpe_tiny_vocab)
+{
+    qtd_tok t;
+    std::string j = tiny_json(json_escape(qtd_pretok_pattern_text(QTD_PAT_QWEN3)).c_str(), {"ab", "abc", "bc", "aa"},
+                              {{"a", "b"}, {"ab", "c"}, {"b", "c"}, {"a", "a"}},
+                              "[{\"id\":300,\"content\":\"<x>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
+                              "\"normalized\":false,\"special\":true}]");
+    LONGS_EQUAL(0, load(&t, j));
+    CHECK((enc(&t, "abc") == std::vector<uint32_t>{257}));                  // a b first, then ab c
+    CHECK((enc(&t, "bcab") == std::vector<uint32_t>{258, 256}));            // rank 0 before rank 2
+    CHECK((enc(&t, "aaab") == std::vector<uint32_t>{259, 256}));
+    CHECK((enc(&t, "aaa") == std::vector<uint32_t>{259, 'a'}));             // leftmost of equal ranks
+    CHECK((enc(&t, "aaaa") == std::vector<uint32_t>{259, 259}));
+    CHECK((enc(&t, "ab<x>ab") == std::vector<uint32_t>{256, 300, 256}));    // added token splits first
+    CHECK((enc(&t, "ab ab") == std::vector<uint32_t>{256, ' ', 256})); // " ab": no merge with the space
+    CHECK((enc(&t, "abcabcabc") == std::vector<uint32_t>{257, 257, 257}));   // long piece, repeated from the cache
+    CHECK((enc(&t, "abcabcabc") == std::vector<uint32_t>{257, 257, 257}));
+    qtd_bytes out = {NULL, 0, 0};
+    uint32_t ids[] = {257, 300, 'z'};
+    LONGS_EQUAL(0, qtd_tok_decode(&t, ids, 3, &out));
+    STRCMP_EQUAL("abc<x>z", std::string((const char *)out.data, out.len).c_str());
+    uint32_t bad[] = {280};
+    LONGS_EQUAL(-1, qtd_tok_decode(&t, bad, 1, &out));
+    STRCMP_CONTAINS("id 280 at position 0", qtd_errmsg());
+    qtd_bytes_free(&out);
+    qtd_tok_free(&t);
+}
+
+TEST(dataprep, tokenizer_json_refusals)
+{
+    qtd_tok t;
+    std::string good = tiny_json(json_escape(qtd_pretok_pattern_text(QTD_PAT_QWEN35)).c_str(), {"ab"}, {{"a", "b"}}, "[]");
+    LONGS_EQUAL(0, load(&t, good));
+    LONGS_EQUAL(QTD_PAT_QWEN35, t.pattern);
+    qtd_tok_free(&t);
+    LONGS_EQUAL(-1, load(&t, tiny_json("\"\\\\s+\"", {"ab"}, {{"a", "b"}}, "[]")));
+    STRCMP_CONTAINS("pre_tokenizer Split pattern \"\\s+\" is not a Qwen2/Qwen3/Qwen3.5 pattern", qtd_errmsg());
+    qtd_tok_free(&t);
+    std::string nfkc = good;
+    nfkc.replace(nfkc.find("\"NFC\""), 5, "\"NFKC\"");
+    LONGS_EQUAL(-1, load(&t, nfkc));
+    STRCMP_CONTAINS("normalizer \"NFKC\" is not NFC", qtd_errmsg());
+    qtd_tok_free(&t);
+    LONGS_EQUAL(-1, load(&t, tiny_json(json_escape(qtd_pretok_pattern_text(QTD_PAT_QWEN3)).c_str(), {"ab"}, {{"a", "c"}}, "[]")));
+    STRCMP_CONTAINS("model.merges[0]", qtd_errmsg());
+    qtd_tok_free(&t);
+}
