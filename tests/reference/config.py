@@ -205,7 +205,11 @@ def dims(cfg):
         Is=moe if sh == -1 else sh, eps=float(cfg['normalization_layer_epsilon']),
         b=int(cfg['per_device_batch_size']), S=cfg['max_target_length'],
         ga=cfg['gradient_accumulation_steps'], steps=cfg['steps'],
+        # packed documents (docs/data.md "Packed documents"): documents end at token eos
+        packing=bool(cfg['packing']), eos=int(cfg['eos_id']),
     )
+    if d['packing'] and not 0 <= d['eos'] < d['V']:
+        raise ConfigError('eos_id=%d with packing: true: expected 0..%d' % (d['eos'], d['V'] - 1))
     # One rank for now (configgen rejects larger meshes); the global batch counts sequences
     # of every rank of one optimizer step.
     d['B'] = d['b'] * d['ga'] * ranks

@@ -6,6 +6,10 @@ redrawing with the next seed until every token of the step-0 forward has a route
 route identically; then 10 AdamW steps in float64 with the SPEC data rule, clipping and
 schedule. Files: init.safetensors and grads0.safetensors (float32, on-disk HF layout of the
 run's decoder), tokens.npy (<u2), expected.json.
+
+Packed runs (packing: true, *-pack): the stream is packed_stream's crafted documents; the
+loss skips the targets whose input is eos and is normalised by the step's count of the
+others (expected.json also lists it per step as loss_tokens).
 """
 import json
 import os
@@ -17,7 +21,7 @@ import config
 import convert
 import model
 
-RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb']
+RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb', 'test-next-pack', 'test-35-pack']
 N_STEPS = 10
 MIN_MARGIN = 1e-4
 SEED_TRIES = 64
@@ -30,6 +34,34 @@ def token_stream(V, n, seed):
     out[0] = rng.integers(0, V)
     for i in range(1, n):
         out[i] = (out[i - 1] * 5 + 3) % V if rng.random() < 0.75 else rng.integers(0, V)
+    return out
+
+
+def packed_stream(V, n, seed, eos, S):
+    """n tokens of documents that each end with eos: the contents continue token_stream's
+    learnable stream (its eos ids moved to eos+1). The first windows (S = 16) are crafted:
+      window 0: documents of 4, 1 (eos alone), 2 and 4 tokens (3, 1 and 0 shorter than
+                the conv kernel K = 4 can reach) then one that runs into window 1;
+      window 1: that document's end, then one ending exactly on the last input token
+                (its target, window 2's first token, has no loss);
+      window 2: eos as the first input token (a document of eos alone), a document, then
+                one that spans windows 2 and 3 with content on both sides;
+    then documents of random content lengths 1..20 (several boundaries per window)."""
+    assert S == 16, 'the crafted prefix assumes max_target_length 16'
+    rng = np.random.default_rng(seed + 1)
+    src = token_stream(V, 2 * n, seed)
+    src[src == eos] = (eos + 1) % V
+    lens = [3, 0, 1, 3, 10, 9, 0, 8, 13]    # contents; every document then gets its eos
+    out, at = [], 0
+    while len(out) < n:
+        L = lens.pop(0) if lens else int(rng.integers(1, 21))
+        out.extend(int(x) for x in src[at:at + L])
+        at += L
+        out.append(eos)
+    out = np.array(out[:n], dtype=np.int64)
+    e = np.flatnonzero(out == eos)
+    # the crafted layout (token indices of the eos: window n's inputs are [16n, 16n+16))
+    assert list(e[:9]) == [3, 4, 6, 10, 21, 31, 32, 41, 55], e[:9]
     return out
 
 
@@ -58,11 +90,15 @@ def train(P0, dm, tokens, steps=N_STEPS, chunk=None):
     opt = model.AdamW(dm, P)
     lb_c = model.lb_coefficient(dm)
     rec = {'loss': [], 'ce': [], 'lb': [], 'grad_norm': [], 'lr': [], 'route_margin_min': []}
+    rec['loss_tokens'] = []
     grads0 = None
     for i in range(steps):
         inp, tgt = step_batch(tokens, dm, i)
         stats = []
-        loss, ce, lb = model.loss_fn(P, dm, inp, tgt, n_tok=dm['B'] * dm['S'], lb_c=lb_c,
+        n_tok = dm['B'] * dm['S']
+        if dm['packing']:
+            n_tok = max(1, int(model.loss_mask(dm, inp).sum()))
+        loss, ce, lb = model.loss_fn(P, dm, inp, tgt, n_tok=n_tok, lb_c=lb_c,
                                      chunk=chunk, stats=stats)
         gl = torch.autograd.grad(loss, [P[n] for n in names])
         grads = {n: g.detach().clone() for n, g in zip(names, gl)}
@@ -72,7 +108,8 @@ def train(P0, dm, tokens, steps=N_STEPS, chunk=None):
         lr = model.lr_at(dm, i)
         opt.step(P, grads, lr)
         rec['loss'].append(float(loss))
-        rec['ce'].append(float(ce) / (dm['B'] * dm['S']))
+        rec['ce'].append(float(ce) / n_tok)
+        rec['loss_tokens'].append(n_tok)
         rec['lb'].append(float(lb))
         rec['grad_norm'].append(norm)
         rec['lr'].append(lr)
@@ -89,7 +126,10 @@ def generate_run(run, outdir, seed0):
     dm = config.dims(cfg)
     S, B = dm['S'], dm['B']
     n_tok = N_STEPS * B * S + 1
-    tokens = token_stream(dm['V'], n_tok, seed0)
+    if dm['packing']:
+        tokens = packed_stream(dm['V'], n_tok, seed0, dm['eos'], S)
+    else:
+        tokens = token_stream(dm['V'], n_tok, seed0)
     # Prefer a seed whose whole 10-step trajectory keeps every router margin >= MIN_MARGIN
     # (fp32 parameters drift from the fp64 ones over the steps); required is step 0 only.
     best = None
@@ -116,6 +156,8 @@ def generate_run(run, outdir, seed0):
            'tokens_per_step': B * S, 'ce': rec['ce'], 'lb': rec['lb'],
            'route_margin_min': rec['route_margin_min'], 'seed': seed, 'run': run,
            'min_margin_required_step0': MIN_MARGIN}
+    if dm['packing']:
+        exp.update(packing=True, eos_id=dm['eos'], loss_tokens=rec['loss_tokens'])
     with open(os.path.join(d, 'expected.json'), 'w') as f:
         json.dump(exp, f, indent=1, sort_keys=True)
         f.write('\n')

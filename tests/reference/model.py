@@ -5,6 +5,15 @@ semantics (no bf16 casts): embedding; per layer zero-centred (1+w) RMSNorm -> GD
 full attention iff (i+1) % cycle == 0) or gated attention -> residual -> RMSNorm -> MoE ->
 residual; final norm; untied lm_head; token-mean cross entropy plus optional load balance.
 
+Packed documents (dm['packing'], docs/data.md "Packed documents"): a document starts at a
+sequence's first token and right after every input token equal to dm['eos']; each token's
+position inside its document drives rotary; attention is masked to the query's own document
+(equal document ids, causal); the GDN conv runs on each document as a sequence of its own
+(zero left padding at the document start); the delta rule's state is replaced by a fresh
+zero state at every document start; a target whose input is eos carries no loss, and the
+loss is normalised by the count of targets that do. Written from the rules, not from the
+firmware's formulation (which uses t - pos[t] bounds and a zero decay).
+
 Parameters are a dict keyed by the canonical Qwen3-Next HF names (fused experts
 `mlp.experts.gate_up_proj` [E,2I,d] / `down_proj` [E,d,I]); convert.py maps them to and from
 the on-disk layouts. This file splits the projections HF-style (view + slice), while ops.py
@@ -102,8 +111,31 @@ def rmsnorm_1p(x, w, eps):
     return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * (1.0 + w)
 
 
-def gdn_layer(P, pre, h, dm, B, S, chunk=None):
-    """h [T,d] -> [T,d]; Qwen3-Next GatedDeltaNet with canonical (grouped) weights."""
+def doc_spans(docs):
+    """docs [S] document ids (non-decreasing) -> [(first, end)] of each document."""
+    out, s0 = [], 0
+    for t in range(1, len(docs) + 1):
+        if t == len(docs) or docs[t] != docs[t - 1]:
+            out.append((s0, t))
+            s0 = t
+    return out
+
+
+def conv_docs(u, w, K, docs):
+    """u [B,Cc,S], w [Cc,1,K], docs [B,S]: the causal depthwise conv run on every document
+    separately (each zero-padded on its left), concatenated back to [B,Cc,S]."""
+    cc = u.shape[1]
+    rows = []
+    for bi in range(u.shape[0]):
+        parts = [F.conv1d(u[bi:bi + 1, :, a:e], w, groups=cc, padding=K - 1)[..., :e - a]
+                 for a, e in doc_spans(docs[bi].tolist())]
+        rows.append(torch.cat(parts, dim=-1))
+    return torch.cat(rows, dim=0)
+
+
+def gdn_layer(P, pre, h, dm, B, S, chunk=None, docs=None):
+    """h [T,d] -> [T,d]; Qwen3-Next GatedDeltaNet with canonical (grouped) weights.
+    docs [B,S] (packed documents): each token's document id."""
     T = h.shape[0]
     Hk, Hv, Dk, Dv, K = dm['Hk'], dm['Hv'], dm['Dk'], dm['Dv'], dm['K']
     r = Hv // Hk
@@ -118,7 +150,10 @@ def gdn_layer(P, pre, h, dm, B, S, chunk=None):
     u = torch.cat([q.reshape(T, -1), k.reshape(T, -1), v.reshape(T, -1)], dim=-1)
     cc = u.shape[1]
     u = u.reshape(B, S, cc).transpose(1, 2)                      # [B,Cc,S]
-    conv = F.conv1d(u, P[pre + 'conv1d.weight'], groups=cc, padding=K - 1)[..., :S]
+    if docs is None:
+        conv = F.conv1d(u, P[pre + 'conv1d.weight'], groups=cc, padding=K - 1)[..., :S]
+    else:
+        conv = conv_docs(u, P[pre + 'conv1d.weight'], K, docs)
     u = ops.silu(conv).transpose(1, 2)                            # [B,S,Cc]
     q = u[..., :Hk * Dk].reshape(B, S, Hk, Dk)
     k = u[..., Hk * Dk:2 * Hk * Dk].reshape(B, S, Hk, Dk)
@@ -130,7 +165,13 @@ def gdn_layer(P, pre, h, dm, B, S, chunk=None):
     q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + f32(1e-6)) * f32(Dk ** -0.5)
     k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + f32(1e-6))
     if chunk:
+        if docs is not None:
+            raise ValueError('packed documents need the recurrent delta rule')
         o = ops.delta_rule_chunked(q, k, v, g, beta, chunk)
+    elif docs is not None:
+        start = torch.ones(B, S, dtype=torch.bool)
+        start[:, 1:] = docs[:, 1:] != docs[:, :-1]
+        o = ops.delta_rule_recurrent(q, k, v, g, beta, start=start)
     else:
         o = ops.delta_rule_recurrent(q, k, v, g, beta)
     o = o.reshape(T, Hv, Dv)
@@ -139,19 +180,22 @@ def gdn_layer(P, pre, h, dm, B, S, chunk=None):
 
 
 def rotate_half_partial(x, pos, R, theta):
-    """x [..., S, H, hd] with positions pos [S]: rotate-half on the first R dims."""
+    """x [..., S, H, hd] with positions pos [S] (or [B,S] for x [B,S,H,hd]: packed
+    documents): rotate-half on the first R dims."""
     inv = 1.0 / (theta ** (torch.arange(0, R, 2, dtype=torch.float64) / R))
-    ang = pos[:, None].to(torch.float64) * inv[None, :]
-    emb = torch.cat([ang, ang], dim=-1).to(x.dtype)               # [S,R]
-    cos, sin = torch.cos(emb)[:, None, :], torch.sin(emb)[:, None, :]
+    ang = pos[..., None].to(torch.float64) * inv
+    emb = torch.cat([ang, ang], dim=-1).to(x.dtype)               # [(B,)S,R]
+    cos, sin = torch.cos(emb)[..., None, :], torch.sin(emb)[..., None, :]
     xr, xp = x[..., :R], x[..., R:]
     rot = torch.cat([-xr[..., R // 2:], xr[..., :R // 2]], dim=-1)
     return torch.cat([xr * cos + rot * sin, xp], dim=-1)
 
 
-def attn_layer(P, pre, h, dm, B, S):
+def attn_layer(P, pre, h, dm, B, S, pos=None, docs=None):
     """h [T,d] -> [T,d]; gated full attention (per-head [q|gate] q_proj, q/k norm, partial
-    RoPE, GQA, causal softmax, sigmoid output gate)."""
+    RoPE, GQA, causal softmax, sigmoid output gate). Packed documents: pos [B,S] (rotary
+    positions) and docs [B,S] (document ids: a query sees the earlier keys of its own
+    document only)."""
     Hq, Hkv, hd, R = dm['Hq'], dm['Hkv'], dm['hd'], dm['R']
     eps = f32(dm['eps'])
     qg = (h @ P[pre + 'q_proj.weight'].t()).view(B, S, Hq, 2 * hd)
@@ -160,7 +204,8 @@ def attn_layer(P, pre, h, dm, B, S):
     v = (h @ P[pre + 'v_proj.weight'].t()).view(B, S, Hkv, hd)
     q = rmsnorm_1p(q, P[pre + 'q_norm.weight'], eps)
     k = rmsnorm_1p(k, P[pre + 'k_norm.weight'], eps)
-    pos = torch.arange(S)
+    if pos is None:
+        pos = torch.arange(S)
     theta = f32(dm['theta'])
     q = rotate_half_partial(q, pos, R, theta)
     k = rotate_half_partial(k, pos, R, theta)
@@ -168,7 +213,10 @@ def attn_layer(P, pre, h, dm, B, S):
     k = k.repeat_interleave(grp, dim=2)
     v = v.repeat_interleave(grp, dim=2)
     s = torch.einsum('bqhd,bkhd->bhqk', q, k) * f32(hd ** -0.5)
-    s = s.masked_fill(~torch.tril(torch.ones(S, S, dtype=torch.bool)), float('-inf'))
+    causal = torch.tril(torch.ones(S, S, dtype=torch.bool))
+    if docs is not None:
+        causal = causal[None, None] & (docs[:, None, :, None] == docs[:, None, None, :])
+    s = s.masked_fill(~causal, float('-inf'))
     o = torch.einsum('bhqk,bkhd->bqhd', torch.softmax(s, dim=-1), v).reshape(B, S, Hq * hd)
     o = o * torch.sigmoid(gate)
     return o.reshape(B * S, Hq * hd) @ P[pre + 'o_proj.weight'].t()
@@ -217,26 +265,58 @@ def lb_coefficient(dm):
     return w * dm['E'] / (dm['B'] * dm['L']) if w else 0.0
 
 
+def doc_positions(inp, eos):
+    """inp int64 [B,S] -> (pos [B,S], docs [B,S]): a document starts at the first token and
+    right after every token equal to eos; pos is the position inside the document, docs
+    counts the documents started so far (the id of the token's document)."""
+    B, S = inp.shape
+    start = torch.ones(B, S, dtype=torch.int64)
+    start[:, 1:] = (inp[:, :-1] == eos).to(torch.int64)
+    docs = torch.cumsum(start, dim=1) - 1
+    pos = torch.zeros(B, S, dtype=torch.int64)
+    for bi in range(B):
+        for t in range(1, S):
+            pos[bi, t] = 0 if start[bi, t] else pos[bi, t - 1] + 1
+    return pos, docs
+
+
+def loss_mask(dm, inp):
+    """[B,S] bool: the targets that carry a loss (packed: not those whose input is eos)."""
+    if not dm.get('packing'):
+        return torch.ones(inp.shape, dtype=torch.bool)
+    return inp != dm['eos']
+
+
 def loss_fn(P, dm, inp, tgt, n_tok=None, lb_c=0.0, chunk=None, stats=None):
     """inp, tgt int64 [B,S] -> (loss, ce_sum, lb_sum). loss = ce_sum / n_tok + lb_sum.
-    n_tok defaults to B*S (the step's target count when this call covers the whole step)."""
+    n_tok defaults to B*S (the step's target count when this call covers the whole step).
+    Packed documents (dm['packing']): ce_sum is over the targets of loss_mask only, and
+    n_tok defaults to their count (at least 1)."""
     B, S = inp.shape
     eps = f32(dm['eps'])
+    pos = docs = None
+    if dm.get('packing'):
+        pos, docs = doc_positions(inp, dm['eos'])
     x = P['model.embed_tokens.weight'][inp.reshape(-1)]
     lb_sum = x.new_zeros(())
     for l in range(dm['L']):
         pre = 'model.layers.%d.' % l
         h = rmsnorm_1p(x, P[pre + 'input_layernorm.weight'], eps)
         if is_attn(dm, l):
-            x = x + attn_layer(P, pre + 'self_attn.', h, dm, B, S)
+            x = x + attn_layer(P, pre + 'self_attn.', h, dm, B, S, pos, docs)
         else:
-            x = x + gdn_layer(P, pre + 'linear_attn.', h, dm, B, S, chunk)
+            x = x + gdn_layer(P, pre + 'linear_attn.', h, dm, B, S, chunk, docs)
         h = rmsnorm_1p(x, P[pre + 'post_attention_layernorm.weight'], eps)
         y, lb = moe_layer(P, pre, h, dm, B, S, lb_c, stats)
         x = x + y
         lb_sum = lb_sum + lb
     logits = rmsnorm_1p(x, P['model.norm.weight'], eps) @ P['lm_head.weight'].t()
     ce = torch.logsumexp(logits, -1) - torch.gather(logits, 1, tgt.reshape(-1, 1))[:, 0]
+    if dm.get('packing'):
+        keep = loss_mask(dm, inp).reshape(-1)
+        ce_sum = torch.where(keep, ce, torch.zeros_like(ce)).sum()
+        n = n_tok if n_tok else max(1, int(keep.sum()))
+        return ce_sum / n + lb_sum, ce_sum, lb_sum
     ce_sum = ce.sum()
     n = n_tok if n_tok else B * S
     return ce_sum / n + lb_sum, ce_sum, lb_sum

@@ -100,15 +100,22 @@ def gdn_gates(ba, a_log, dt_bias, Hk, Hv):
     return beta, g
 
 
-def delta_rule_recurrent(q, k, v, g, beta):
+def delta_rule_recurrent(q, k, v, g, beta, start=None):
     """q,k [B,S,H,Dk] (already normalised/scaled), v [B,S,H,Dv], g,beta [B,S,H] ->
-    o [B,S,H,Dv]. S_0 = 0; decay, delta-rule write, read with the updated state."""
+    o [B,S,H,Dv]. S_0 = 0; decay, delta-rule write, read with the updated state.
+    start [B,S] bool (packed documents): where true the token begins a document and the
+    state is replaced by a fresh zero state (no decay: its g is not used)."""
     B, S, H, Dk = q.shape
     Dv = v.shape[-1]
     st = q.new_zeros(B, H, Dk, Dv)
     outs = []
     for t in range(S):
-        st = torch.exp(g[:, t])[:, :, None, None] * st
+        if start is not None and bool(start[:, t].any()):
+            fresh = start[:, t][:, None, None, None]
+            keep = torch.exp(g[:, t])[:, :, None, None] * st
+            st = torch.where(fresh, q.new_zeros(B, H, Dk, Dv), keep)
+        else:
+            st = torch.exp(g[:, t])[:, :, None, None] * st
         pred = torch.einsum('bhkv,bhk->bhv', st, k[:, t])
         delta = beta[:, t][:, :, None] * (v[:, t] - pred)
         st = st + k[:, t][:, :, :, None] * delta[:, :, None, :]

@@ -5,7 +5,7 @@ Checks: torch.autograd.gradcheck of every per-op function in ops.py; recurrent v
 gated delta rule at 1e-12 in float64; canonical <-> on-disk layout round trips; the Qwen3.5
 split projection layout computes the same GDN layer; ops.py's explicit index formulas compose
 to the same layers as model.py's reshape-based split; accumulation split invariance; config
-reader behaviour; safetensors round trip.
+reader behaviour; safetensors round trip; packed documents equal separate documents.
 """
 import math
 import os
@@ -316,6 +316,63 @@ class Training(unittest.TestCase):
         self.assertEqual(model.lr_at(dm, 0), 0.0)                 # warm = 1
         self.assertAlmostEqual(model.lr_at(dm, 1), peak, places=15)
         self.assertAlmostEqual(model.lr_at(dm, 9), peak * model.f32(0.1), places=15)
+
+
+class Packing(unittest.TestCase):
+    """Packed documents (docs/model.md 1.7): the packed model's loss sum and its gradients
+    equal the sums over every document run as an unpacked sequence of its own (a causal
+    model: a document ending with eos is run without that eos, whose target has no loss),
+    1e-12 relative (float64 rounding only); positions and the config keys."""
+
+    def test_positions_and_config(self):
+        inp = torch.tensor([[7, 1, 7, 7, 2, 3], [1, 2, 3, 7, 4, 5]])
+        pos, docs = model.doc_positions(inp, 7)
+        self.assertEqual(pos.tolist(), [[0, 0, 1, 0, 0, 1], [0, 1, 2, 3, 0, 1]])
+        self.assertEqual(docs.tolist(), [[0, 1, 1, 2, 3, 3], [0, 0, 0, 0, 1, 1]])
+        dm = tiny('test-next-pack')
+        self.assertTrue(dm['packing'])
+        self.assertEqual(dm['eos'], 7)
+        self.assertFalse(tiny('test-next-tiny')['packing'])
+
+    def test_packed_equals_separate_documents(self):
+        for run in ('test-next-pack', 'test-35-pack'):
+            dm = tiny(run)
+            E, S = dm['eos'], dm['S']
+            P = model.init_params(dm, 3)
+            gen = torch.Generator().manual_seed(5)
+            tok = torch.randint(0, dm['V'], (2, S + 1), generator=gen)
+            tok[tok == E] = E + 1
+            for t in (0, 3, 4, 6, 10):            # documents of 1, 1, 2, 4 tokens, ...
+                tok[0, t] = E
+            for t in (5, 15):                      # eos on the last input token
+                tok[1, t] = E
+            inp, tgt = tok[:, :S], tok[:, 1:]
+            Pg = {k: v.clone().requires_grad_(True) for k, v in P.items()}
+            ce = model.loss_fn(Pg, dm, inp, tgt)[1]
+            g_pack = torch.autograd.grad(ce, list(Pg.values()))
+            plain = dict(dm, packing=False)
+            total, g_sep = 0.0, [torch.zeros_like(v) for v in P.values()]
+            n = 0
+            for b in range(2):
+                docs = model.doc_spans(model.doc_positions(inp, E)[1][b].tolist())
+                for a, e in docs:
+                    e2 = e - 1 if int(inp[b, e - 1]) == E else e   # the eos' target: no loss
+                    if e2 <= a:
+                        continue
+                    n += e2 - a
+                    Pd = {k: v.clone().requires_grad_(True) for k, v in P.items()}
+                    ced = model.loss_fn(Pd, plain, inp[b:b + 1, a:e2], tgt[b:b + 1, a:e2])[1]
+                    total += float(ced)
+                    for acc, g in zip(g_sep, torch.autograd.grad(ced, list(Pd.values()))):
+                        acc += g
+            self.assertEqual(n, int(model.loss_mask(dm, inp).sum()))
+            self.assertLess(abs(float(ce) - total), 1e-12 * abs(total))
+            for k, a, b in zip(P, g_pack, g_sep):
+                scale = max(float(b.abs().max()), 1e-30)
+                self.assertLess(float((a - b).abs().max()), 1e-12 * scale, '%s %s' % (run, k))
+            # not vacuous: the unpacked model on the same window differs
+            ce_u = model.loss_fn(P, plain, inp, tgt)[1]
+            self.assertGreater(abs(float(ce_u) - total), 1e-3)
 
 
 class Config(unittest.TestCase):
