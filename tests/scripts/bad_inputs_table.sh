@@ -233,7 +233,8 @@ LONG=$(printf 'r%.0s' $(seq 200))
 row "configgen" "configgen test-next-tiny.yml base_emb_dimm=64" "$E40: configgen: unknown key" cg $RUN base_emb_dimm=64
 row "configgen" "configgen test-next-tiny.yml num_ranks=4 ici_context_parallelism=4" "$E40: configgen: context parallelism beyond the heads" cg $RUN num_ranks=4 ici_context_parallelism=4
 row "configgen" "configgen test-next-lb.yml num_ranks=2 ici_context_parallelism=2" "$E40: configgen: context parallelism with the load-balance loss" cg configgen/configs/runs/test-next-lb.yml num_ranks=2 ici_context_parallelism=2
-row "configgen" "configgen test-next-tiny.yml dtype=float16" "unit `CgBadConfig`" cg $RUN dtype=float16
+row "configgen" "configgen test-next-tiny.yml dtype=float16" "unit \`CgBadConfig\`" cg $RUN dtype=float16
+row "configgen" "configgen test-next-tiny.yml packing=true (no eos_id)" "unit \`CgBadConfig\`" cg $RUN packing=true
 row "configgen" "configgen test-35-tiny.yml sparse_matmul=false shard_mode=explicit" "$E40: configgen: sparse_matmul=false" cg configgen/configs/runs/test-35-tiny.yml sparse_matmul=false shard_mode=explicit
 row "configgen" "configgen /dev/zero" "$E40: configgen: /dev/zero" timeout 20 $CG -o $W/gen /dev/zero
 row "configgen" "configgen $W/adir (a directory)" "$E40: configgen: a directory" cg $W/adir
