@@ -1,0 +1,48 @@
+# 58_slices.sh - several slices (machines) on this one: dcn_*_parallelism > 1, sourced by
+# run_all.sh. The ranks of a multi-slice plan are slice-major (MaxText's hybrid mesh:
+# qt_mesh_coords in firmware/include/qt_plan.h). Each run starts as two "nodes" through
+# MPICH's hydra: `mpiexec -launcher fork -hosts nodeA:N,nodeB:N` places ranks 0..N-1 on
+# nodeA and N..2N-1 on nodeB (the fork launcher starts both proxies here, as ssh would on
+# two machines), so slice s is node s. Checks, each against one rank on the same global
+# batch, bit for bit (loss bits and fingerprint, 10 steps):
+#   * dcn_data 2 (one rank per slice), dcn_data 2 x ici_expert 2, dcn_fsdp 2 x ici_data 2
+#     (the slice digit is not the most significant coordinate digit: ranks 1 and 2 trade
+#     places against the one-slice order), dcn_expert 2 x ici_data 2 in shard_mode auto,
+#     qwen3.5 dcn_data 2 x ici_expert 2;
+#   * plan.txt states the slice layout and the data assignment follows it.
+# Run files: configgen/configs/runs/dcn-*.yml.
+export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
+
+# slice_det RUN RANKS: RUN on RANKS ranks as two nodes -> $QT_TMP/slices/RUN.det
+slice_det() {
+  local run=$1 n=$2 d=$QT_TMP/slices
+  mkdir -p "$d"
+  rm -f "$d/$run.jsonl"
+  timeout 120 mpiexec -launcher fork -hosts "nodeA:$((n / 2)),nodeB:$((n / 2))" -n "$n" \
+    build/$run/qtrain data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 steps=10 \
+    metrics="$d/$run.jsonl" > "$d/$run.out" 2>&1 || { tail -n 3 "$d/$run.out"; return 1; }
+  det_fields "$d/$run.jsonl" > "$d/$run.det"
+}
+
+# slice_same ONE RUN RANKS: RUN as two nodes == ONE on one rank, bit for bit.
+slice_same() {
+  plan_det "$1" 1 "$QT_TMP/slices" 10 && slice_det "$2" "$3" || return 1
+  cmp "$QT_TMP/slices/$1.det" "$QT_TMP/slices/$2.det" &&
+    echo "identical to $1: $(tail -n 1 "$QT_TMP/slices/$2.det")"
+}
+
+for cell in "mesh-next-1r dcn-next-dp2 2" "mesh-next-1r dcn-next-dp2ep2 4" \
+            "mesh-next-1r dcn-next-fsdp2dp2 4" "mesh-next-1r dcn-next-ep2dp2-auto 4" \
+            "mesh-35-1r dcn-35-dp2ep2 4"; do
+  set -- $cell
+  check "slices: ${2#dcn-} as two nodes ($3 ranks) == one rank ($1), bit for bit" slice_same "$@"
+done
+
+# plan.txt: the slice layout, and rank 1 of dcn_fsdp 2 x ici_data 2 is (data 1, fsdp 0)
+slice_report() {
+  local t=generated/dcn-next-fsdp2dp2/plan.txt
+  grep -q "slices (dcn): 2: data 1, fsdp 2" "$t" || { echo "no slice line in $t"; return 1; }
+  grep -q "rank 1 (data 1, fsdp 0)" "$t" || { grep "^  rank" "$t"; return 1; }
+  grep "slices (dcn)" "$t" | cut -c1-80
+}
+check "slices: plan.txt gives the slice layout and the slice-major rank coordinates" slice_report
