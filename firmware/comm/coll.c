@@ -369,6 +369,50 @@ int qt_coll_reduce_scatter_f32(unsigned mask, float *buf, int64_t blk, float *tm
 
 /* ---- all-gather, broadcast -------------------------------------------------------------- */
 
+/* The bits of group `mask`'s index that are slice digits (the top bits of each masked axis's
+ * digit field when that axis has several slices, qt_mesh_coords); 0 on one slice. Power-of-
+ * two axes only (the caller's case). */
+static int64_t qt_coll_slice_bits(unsigned mask)
+{
+    int64_t bits = 0;
+    int shift = 0;
+    for (int a = QT_MESH_COUNT - 1; a >= 0; a--) {
+        if (!(mask & (1u << a))) continue;
+        int lm = 0, ld = 0;
+        while ((1 << lm) < qt_coll_s.mesh[a]) lm++;
+        while ((1 << ld) < qt_coll_s.dcn[a]) ld++;
+        for (int k = lm - ld; k < lm; k++) bits |= (int64_t)1 << (shift + k);
+        shift += lm;
+    }
+    return bits;
+}
+
+/* One all-gather stage over `bit` when I hold the blocks j with (j & ~held) == (idx & ~held):
+ * my held blocks go to partner idx ^ bit and its held blocks (mine ^ bit) arrive, one
+ * transfer per contiguous run, both partners walking their runs in ascending order. */
+static int qt_coll_gather_stage(const qt_grp *g, char *b, int64_t blk_bytes, int64_t held,
+                                int64_t bit)
+{
+    const int64_t base = g->index & ~held;
+    const int partner = (int)(g->index ^ bit);
+    int rc = QT_OK;
+    int64_t sub = 0;
+    for (;;) {
+        /* the run of consecutive held blocks starting at base | sub */
+        const int64_t j0 = base | sub;
+        int64_t len = 1, next = (sub - held) & held;
+        while (next != 0 && (base | next) == j0 + len) {
+            len++;
+            sub = next;
+            next = (sub - held) & held;
+        }
+        rc = qt_coll_xfer(g, partner, b + j0 * blk_bytes, len * blk_bytes, partner,
+                          b + (j0 ^ bit) * blk_bytes, len * blk_bytes);
+        if (rc || next == 0) return rc;
+        sub = next;
+    }
+}
+
 int qt_coll_all_gather(unsigned mask, void *buf, int64_t blk_bytes)
 {
     static const char op[] = "all_gather";
@@ -382,7 +426,21 @@ int qt_coll_all_gather(unsigned mask, void *buf, int64_t blk_bytes)
     qt_coll_begin(op, mask, 0);
     char *b = buf;
     const int R = g.size, idx = g.index;
-    if (qt_coll_pow2(R)) {
+    const int64_t slow = qt_coll_pow2(R) ? qt_coll_slice_bits(mask) : 0;
+    if (slow) {
+        /* several slices: the slice bits first, while each rank sends only its own blocks
+         * across the slow links, then the bits inside a slice, ascending (pure copies: the
+         * order changes the traffic across slices, never a result) */
+        int64_t held = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (int s = 0; ((int64_t)1 << s) < R && rc == QT_OK; s++) {
+                const int64_t bit = (int64_t)1 << s;
+                if (((slow & bit) != 0) != (pass == 0)) continue;
+                qt_coll_s.op_stage = s;
+                rc = qt_coll_gather_stage(&g, b, blk_bytes, held, bit);
+                held |= bit;
+            }
+    } else if (qt_coll_pow2(R)) {
         /* after stage s I hold the aligned run of 2^(s+1) blocks containing mine */
         for (int s = 0; (1 << s) < R && rc == QT_OK; s++) {
             const int bit = 1 << s, partner = idx ^ bit;

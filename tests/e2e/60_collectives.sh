@@ -1,7 +1,7 @@
 # 60_collectives.sh - the deterministic collectives of firmware/comm/qt_coll.h under MPICH,
 # through build/tools/coll_check (sourced by run_all.sh).
 #
-# One check per (rank count, mesh): group arithmetic, bit-exact reduce-scatter against the
+# One check per (rank count, mesh; also meshes of several slices, --dcn): group arithmetic, bit-exact reduce-scatter against the
 # pairwise tree (non-vacuous), all-gather, broadcast, integer sums, all-to-all-v, the
 # fixed-size all-to-all, the context exchange ops; then the context exchange ops alone
 # (--ctx) on context meshes (context 2; context 4; data 2 x context 2 and tensor 2 x
@@ -19,6 +19,14 @@ coll_mesh() {
 for c in "1 1" "2 2" "2 1 2" "4 2 2" "4 1 1 2 1 2" "8 2 2 2" "8 1 2 1 4" "8 2 1 1 2 2" "3 3" "6 3 2"; do
   set -- $c
   check "collectives: $1 rank(s), mesh ${*:2} (data fsdp tensor expert context)" coll_mesh "$@"
+done
+
+# several slices (--dcn: ranks slice-major, the members of each group re-derived by the tool;
+# the all-gather crosses the slices first): 2 slices of data 4; fsdp 2 (2 slices) x data 2;
+# data 2 (2 slices) x expert 2 (2 slices) x fsdp 2
+for c in "4 --dcn 2 4" "4 --dcn 1,2 2 2" "8 --dcn 2,1,1,2 2 2 1 2"; do
+  set -- $c
+  check "collectives on slices: $1 ranks, ${*:2} (data fsdp tensor expert context)" coll_mesh "$@"
 done
 
 for c in "2 1 1 1 1 2" "4 1 1 1 1 4" "4 2 1 1 1 2" "8 1 1 2 1 4"; do

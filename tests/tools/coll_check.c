@@ -1,8 +1,12 @@
 /* coll_check.c - checks the collectives of firmware/comm/qt_coll.h under mpiexec (run by
  * tests/e2e/60_collectives.sh).
  *
- * usage: mpiexec -n R coll_check [--mismatch | --timeout | --bench | --ctx] D [F [T [E [C]]]]
- *   mesh sizes data, fsdp, tensor, expert, context (missing = 1); product must be R.
+ * usage: mpiexec -n R coll_check [--dcn d,f,t,e,c] [--mismatch | --timeout | --bench | --ctx]
+ *        D [F [T [E [C]]]]
+ *   mesh sizes data, fsdp, tensor, expert, context (missing = 1); product must be R;
+ *   --dcn: the slices of each axis (dividing it; ranks slice-major, qt_plan.h
+ *   qt_mesh_coords, re-derived here), so the group and all-gather checks cover several
+ *   slices (the all-gather crosses slices first there).
  *   (default)   for every group mask: group arithmetic against an independent enumeration;
  *               reduce-scatter bit-exact against a locally computed perfect pairwise tree of
  *               every member's input (every rank regenerates every input), with several
@@ -57,6 +61,7 @@ static void audit(int on)
 static struct {
     int rank, size;
     int32_t mesh[QT_MESH_COUNT];
+    int32_t dcn[QT_MESH_COUNT];   /* slices per axis (--dcn), 1 = one slice */
     long fails, checks;
 } cc;
 
@@ -124,7 +129,26 @@ static void *xmalloc(size_t n)
  * world ranks sharing my coordinates off the mask, in ascending world rank order. */
 static void coords_of(int r, int32_t *c)
 {
-    for (int a = QT_MESH_COUNT - 1; a >= 0; a--) { c[a] = r % cc.mesh[a]; r /= cc.mesh[a]; }
+    /* slice-major: r = slice * (ranks per slice) + rank in the slice, each mixed radix
+     * (data most significant); coordinate = slice digit * ici size + ici digit */
+    int per = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++) per *= cc.mesh[a] / cc.dcn[a];
+    int slice = r / per, in = r % per;
+    for (int a = QT_MESH_COUNT - 1; a >= 0; a--) {
+        const int ici = cc.mesh[a] / cc.dcn[a];
+        c[a] = (slice % cc.dcn[a]) * ici + in % ici;
+        slice /= cc.dcn[a];
+        in /= ici;
+    }
+}
+
+/* My group `mask`'s index of coordinates c: mixed radix over the masked axes. */
+static int group_index_of(unsigned mask, const int32_t *c)
+{
+    int gi = 0;
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        if (mask & (1u << a)) gi = gi * cc.mesh[a] + c[a];
+    return gi;
 }
 
 static int ref_members(unsigned mask, int *members)
@@ -137,7 +161,7 @@ static int ref_members(unsigned mask, int *members)
         int same = 1;
         for (int a = 0; a < QT_MESH_COUNT; a++)
             if (!(mask & (1u << a)) && c[a] != me[a]) same = 0;
-        if (same) members[n++] = r;
+        if (same) members[group_index_of(mask, c)] = r, n++;
     }
     return n;
 }
@@ -738,9 +762,16 @@ int main(int argc, char **argv)
 {
     if (qt_comm_init(&argc, &argv, &cc.rank, &cc.size) != 0) return 2;
     int mode = 0, nmesh = 0;
-    for (int a = 0; a < QT_MESH_COUNT; a++) cc.mesh[a] = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++) cc.mesh[a] = cc.dcn[a] = 1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--mismatch")) mode = 1;
+        if (!strcmp(argv[i], "--dcn") && i + 1 < argc) {
+            const char *p = argv[++i];
+            for (int a = 0; a < QT_MESH_COUNT && *p; a++) {
+                cc.dcn[a] = atoi(p) > 0 ? atoi(p) : 1;
+                while (*p && *p != ',') p++;
+                if (*p == ',') p++;
+            }
+        } else if (!strcmp(argv[i], "--mismatch")) mode = 1;
         else if (!strcmp(argv[i], "--timeout")) mode = 2;
         else if (!strcmp(argv[i], "--bench")) mode = 3;
         else if (!strcmp(argv[i], "--ctx")) mode = 4;
@@ -753,7 +784,7 @@ int main(int argc, char **argv)
         }
     }
     if (nmesh == 0) cc.mesh[0] = cc.size;
-    if (qt_comm_mesh_init(cc.mesh, cc.rank, cc.size) != 0) {
+    if (qt_comm_mesh_init_slices(cc.mesh, cc.dcn, cc.rank, cc.size) != 0) {
         qt_comm_finalize();
         return 2;
     }
