@@ -24,6 +24,7 @@
 #define QT_COLL_MASKS (1u << QT_MESH_COUNT)
 #define QT_COLL_U64_CHUNK 1024                        /* integer reduction scratch, values */
 #define QT_COLL_F32_MSG (QT_COMM_CHUNK_BYTES / 4)     /* floats per reduce-scatter message */
+#define QT_COLL_MAX_ANY 1024     /* members of a reduce-scatter group that is not a power of 2 */
 #define QT_COLL_CHECK_LANES 6                          /* lanes of qt_comm_check_same */
 #define QT_COLL_PROBE_S 1.5                            /* liveness probe window, seconds */
 
@@ -322,6 +323,55 @@ static void qt_coll_add(float *buf, int64_t blk, int64_t first, int64_t step, in
     }
 }
 
+/* The binary-counter tree of the one-rank leaf trees (runtime/qt_tree.h) over R pieces of
+ * n floats, p[j] = member j's: the complete aligned subtrees for the set bits of R (each a
+ * perfect pairwise tree), then those combined lowest first, acc = higher + acc. The total
+ * ends in p[0]. For R a power of two it is the perfect pairwise tree. */
+static void qt_coll_counter_tree(float *const *p, int R, int64_t n)
+{
+    for (int w = 1; w < R; w *= 2)
+        for (int j = 0; j + 2 * w <= R; j += 2 * w)
+            for (int64_t i = 0; i < n; i++) p[j][i] = p[j][i] + p[j + w][i];
+    int start[32], nb = 0;
+    for (int b = 30, at = 0; b >= 0; b--)
+        if (R & (1 << b)) start[nb++] = at, at += 1 << b;
+    for (int k = nb - 2; k >= 0; k--) {
+        float *hi = p[start[k]];
+        const float *acc = p[start[k + 1]];
+        for (int64_t i = 0; i < n; i++) hi[i] = hi[i] + acc[i];
+    }
+}
+
+/* Reduce-scatter for a group that is not a power of two: every member sends each owner its
+ * piece of the owner's block (a shift schedule: (R-1)/R of the vector per member, as a
+ * ring), and the owner sums the R pieces with qt_coll_counter_tree in member order, so a
+ * member's contribution that is one complete subtree of the one-rank leaf tree continues
+ * that tree exactly. Chunks of at most tmp_elems / (R-1) floats per piece. */
+static int qt_coll_reduce_scatter_any(const qt_grp *g, float *buf, int64_t blk, float *tmp,
+                                      int64_t tmp_elems)
+{
+    const int R = g->size, idx = g->index;
+    float *p[QT_COLL_MAX_ANY];
+    int64_t c = tmp_elems / (R - 1);
+    if (c > QT_COLL_F32_MSG) c = QT_COLL_F32_MSG;
+    int rc = QT_OK;
+    for (int64_t off = 0; off < blk && rc == QT_OK; off += c) {
+        const int64_t n = blk - off < c ? blk - off : c;
+        for (int k = 1; k < R && rc == QT_OK; k++) {
+            const int dst = (idx + k) % R, src = (idx + R - k) % R;
+            qt_coll_s.op_stage = k - 1;
+            rc = qt_coll_xfer(g, dst, buf + (int64_t)dst * blk + off, n * 4, src,
+                              tmp + (int64_t)(k - 1) * n, n * 4);
+            p[src] = tmp + (int64_t)(k - 1) * n;
+        }
+        if (rc) break;
+        p[idx] = buf + (int64_t)idx * blk + off;
+        qt_coll_counter_tree(p, R, n);
+        if (p[0] != p[idx]) memcpy(p[idx], p[0], (size_t)n * sizeof(float));
+    }
+    return rc;
+}
+
 int qt_coll_reduce_scatter_f32(unsigned mask, float *buf, int64_t blk, float *tmp,
                                int64_t tmp_elems)
 {
@@ -329,14 +379,18 @@ int qt_coll_reduce_scatter_f32(unsigned mask, float *buf, int64_t blk, float *tm
     qt_grp g;
     int rc = qt_coll_group(op, mask, 0, &g);
     if (rc) return rc;
-    if (!qt_coll_pow2(g.size))
-        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: group of %d ranks; the fixed-pairing "
-                       "reduce-scatter needs a power of two", op, mask, g.size);
+    if (!qt_coll_pow2(g.size) && g.size > QT_COLL_MAX_ANY)
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: group of %d ranks; a group that is not "
+                       "a power of two may have at most %d", op, mask, g.size, QT_COLL_MAX_ANY);
     if (g.size == 1 || blk == 0) return QT_OK;
-    if (!buf || blk < 0 || !tmp || tmp_elems < 2)
+    const int need = qt_coll_pow2(g.size) ? 2 : g.size - 1;
+    if (!buf || blk < 0 || !tmp || tmp_elems < need)
         return qt_fail(QT_E_PLAN, "%s over mask 0x%x: bad buffers (blk %lld, scratch %lld "
-                       "floats, need >= 2)", op, mask, (long long)blk, (long long)tmp_elems);
+                       "floats, need >= %d)", op, mask, (long long)blk, (long long)tmp_elems,
+                       need);
     qt_coll_begin(op, mask, 0);
+    if (!qt_coll_pow2(g.size))
+        return qt_coll_end(qt_coll_reduce_scatter_any(&g, buf, blk, tmp, tmp_elems));
     int64_t half = tmp_elems / 2;
     if (half > QT_COLL_F32_MSG) half = QT_COLL_F32_MSG;
     float *pack = tmp, *recv = tmp + half;

@@ -98,7 +98,11 @@ void qt_comm_stats(int64_t *bytes_sent, double *seconds, int64_t *calls);
 /* ---- collectives ------------------------------------------------------------------------ */
 
 /* Float reduce-scatter with fixed pairing (recursive halving), over group `mask` of size R,
- * R a power of two (else QT_E_PLAN with a message; R = 1 returns at once).
+ * R a power of two (R = 1 returns at once). R not a power of two (at most 1024; tmp_elems
+ * >= R-1): every member sends each owner its piece of the owner's block and the owner sums
+ * the R pieces in the one-rank leaf tree's binary-counter shape over member order
+ * (qt_tree.h: the complete subtrees for the set bits of R, combined lowest first): for
+ * R = 3 (x0 + x1) + x2, for R = 6 ((x0 + x1) + (x2 + x3)) + (x4 + x5).
  *   buf: R*blk floats, read and written. On entry block j (floats [j*blk, (j+1)*blk)) is my
  *        contribution destined to group index j. On return block idx = my group index holds
  *        the elementwise sum over all R members' block idx, computed as the perfect pairwise

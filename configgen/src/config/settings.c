@@ -714,11 +714,14 @@ static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
             return bad(v, axis_key[i], "resolves the %s mesh axis to %lld; "
                        "qtrain executes data, fsdp, tensor, expert and context parallelism "
                        "(pipeline parallelism is not planned)", axes[i], (long long)size);
-        if (size > 1 && (size & (size - 1)))
+        /* data may have any size (the reduce-scatter of a group that is not a power of two
+         * sums in the one-rank tree's binary-counter shape: qt_coll.h); the axes that split
+         * weights, heads, experts or tokens stay powers of two (their canonical blocks) */
+        if (size > 1 && (size & (size - 1)) && i != 0)
             return bad(v, axis_key[i], "resolves the %s mesh axis to %lld; "
-                       "expected a power of two (the gradient collectives pair ranks by "
-                       "recursive halving, which reproduces the one-rank pairwise tree)",
-                       axes[i], (long long)size);
+                       "expected a power of two (only the data axis may have another size: "
+                       "the %s axis splits canonical power-of-two blocks)",
+                       axes[i], (long long)size, axes[i]);
     }
     s->n_ranks = (int32_t)n_ranks;
     return 0;

@@ -181,6 +181,31 @@ static void coords_txt(const qt_cg_settings *s, int64_t r, int32_t coord[QT_MESH
     if (!k) snprintf(out, n, "-");
 }
 
+/* A batch group that is not a power of two (data of any size): whether the plan gives one
+ * rank's bits. Its reduce-scatter continues the one-rank leaf tree (binary-counter shape,
+ * qt_coll.h) when each rank's leaves per reduction are one complete subtree of it: a power
+ * of two, and with the microbatch or layer forms one microbatch per step. */
+static void odd_group_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
+{
+    const qt_cg_settings *s = g->s;
+    const int64_t C = s->mesh[QT_MESH_CONTEXT], G = s->tr.grad_accum;
+    const int mbmaj = g->n_mb_levels > 0;
+    const int64_t leaves = s->tr.micro_batch * qt_cg_blocks(s) / C * (mbmaj ? 1 : G);
+    const int whole = (leaves & (leaves - 1)) == 0 && (!mbmaj || G == 1);
+    qt_cg_buf_printf(b, "  one-rank bits: %s: the batch group of %lld ranks is not a power of "
+                     "two; each rank's %lld gradient leaves per %s %s (docs/determinism.md)\n",
+                     whole ? "yes" : "no", (long long)nb, (long long)leaves,
+                     mbmaj ? "microbatch" : "step",
+                     whole ? "are one complete subtree of the one-rank tree, which the "
+                             "reduce-scatter continues in its binary-counter shape"
+                     : mbmaj ? "are reduced microbatch by microbatch (G > 1), which is not a "
+                               "split of the one-rank tree: the run is deterministic for this "
+                               "mesh and plan, its bits differ from one rank's"
+                             : "are not a power of two, so not one complete subtree of the "
+                               "one-rank tree: the run is deterministic for this mesh and plan, "
+                               "its bits differ from one rank's");
+}
+
 static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
@@ -209,6 +234,7 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
     if (s->batch_mask)
         qt_cg_buf_printf(b, "  batch axes: %s (%lld ranks, each reads its own sequences)\n", bm,
                          (long long)nb);
+    if (s->batch_mask && (nb & (nb - 1))) odd_group_line(b, g, nb);
     else
         qt_cg_buf_printf(b, "  batch axes: - (every rank reads the whole global batch)\n");
     if (s->opt_mask)
