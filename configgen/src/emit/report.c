@@ -234,9 +234,9 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
     if (s->batch_mask)
         qt_cg_buf_printf(b, "  batch axes: %s (%lld ranks, each reads its own sequences)\n", bm,
                          (long long)nb);
-    if (s->batch_mask && (nb & (nb - 1))) odd_group_line(b, g, nb);
     else
         qt_cg_buf_printf(b, "  batch axes: - (every rank reads the whole global batch)\n");
+    if (s->batch_mask && (nb & (nb - 1))) odd_group_line(b, g, nb);
     if (s->opt_mask)
         qt_cg_buf_printf(b, "  optimizer axes: %s (Adam m/v and the update split into blocks: "
                          "this rank keeps %lld of the %lld flat elements)\n", om,
