@@ -856,6 +856,10 @@ static int check_policies(const qt_cg_vctx *v, qt_cg_settings *s)
     else if (!strcmp(rp, "full")) s->remat = QT_CG_REMAT_FULL;
     else if (!strcmp(rp, "save_dot")) s->remat = QT_CG_REMAT_SAVE_DOT;
     else return bad(v, "remat_policy", "expected none, full or save_dot");
+    const int64_t cr = geti(v, "expert_chunk_rows");
+    if (cr < 1 || cr > ((int64_t)1 << 24))
+        return bad(v, "expert_chunk_rows", "%lld: expected 1 .. 16777216 rows", (long long)cr);
+    s->expert_chunk_rows = cr;
     return 0;
 }
 
