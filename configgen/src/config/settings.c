@@ -860,6 +860,11 @@ static int check_policies(const qt_cg_vctx *v, qt_cg_settings *s)
     if (cr < 1 || cr > ((int64_t)1 << 24))
         return bad(v, "expert_chunk_rows", "%lld: expected 1 .. 16777216 rows", (long long)cr);
     s->expert_chunk_rows = cr;
+    const int64_t cw = geti(v, "checkpoint_window_floats");
+    if (cw < 1)
+        return bad(v, "checkpoint_window_floats", "%lld: expected a positive float count",
+                   (long long)cw);
+    s->ckpt_window = cw;
     return 0;
 }
 

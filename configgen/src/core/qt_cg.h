@@ -116,6 +116,8 @@ typedef struct qt_cg_settings {
     int32_t scan_layers;       /* scan_layers: store repeated layer cycles once */
     int64_t expert_chunk_rows; /* expert_chunk_rows: rows per chunk of the routed expert
                                   FFN's forward and backward scratch (qt_cg_expert_chunk) */
+    int64_t ckpt_window;       /* checkpoint_window_floats: floats per checkpoint gather
+                                  window (memory/memplan.c ckpt_window) */
     int32_t grad_reduce;       /* enum qt_cg_grad_reduce (gradient_reduce) */
     int32_t dtype;             /* compute dtype (dtype): QT_F32 or QT_BF16 (docs/precision.md) */
     int32_t ctx_seq_split;     /* context parallelism with b > 1 sequences per batch group:
