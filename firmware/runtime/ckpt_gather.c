@@ -63,14 +63,19 @@ static int64_t qt_ckg_global_numel(const qt_tensor *t)
     return n;
 }
 
+/* Elements of one row of the first dimension of parameter i (global layout, >= 1). */
+static int64_t qt_ckg_row_elems(const qt_tensor *t)
+{
+    return t->global_shape[0] > 0 ? qt_ckg_global_numel(t) / t->global_shape[0] : 1;
+}
+
 int qt_ckpt_dist_check(const qt_plan *p)
 {
     if (p->n_ranks <= 1) return QT_OK;
     for (int32_t i = 0; i < p->n_params; i++) {
         const qt_tensor *t = &p->tensors[p->params[i].tensor];
-        const int64_t gn = qt_ckg_global_numel(t);
         const int32_t r = qt_ckg_range(p, i);
-        const int64_t row = gn / (t->global_shape[0] > 0 ? t->global_shape[0] : 1);
+        const int64_t row = qt_ckg_row_elems(t);
         if (p->staging_elems < row + 2 * QT_CKG_CHECK_WORDS + 1)
             return qt_fail(QT_E_PLAN, "plan %s: checkpoint staging holds %lld floats, parameter "
                            "%s needs %lld for one row of its first dimension (regenerate the "
@@ -140,12 +145,6 @@ static void qt_ckg_part(const qt_plan *p, int src, int32_t i, int64_t *j0, int64
     *at = src == QT_CKS_GRADS ? qt_step_grad_at(p, r, a) : base + p->ranges[r].adam_lo + (a - blo);
 }
 
-/* Elements of one row of the first dimension of parameter i (global layout), and the rows. */
-static int64_t qt_ckg_row_elems(const qt_tensor *t)
-{
-    return t->global_shape[0] > 0 ? qt_ckg_global_numel(t) / t->global_shape[0] : 1;
-}
-
 int64_t qt_ckpt_window_rows(const qt_plan *p, int32_t i)
 {
     const qt_tensor *t = &p->tensors[p->params[i].tensor];
@@ -200,6 +199,11 @@ int qt_ckpt_gather_rows(const qt_plan *p, int src, int32_t i, int64_t r0, int64_
         return QT_OK;
     }
     const int64_t gn = (r1 - r0) * grow, words = (gn + 1) / 2;
+    if (r0 < 0 || r1 > t->global_shape[0] || r0 >= r1 ||
+        2 * (words + QT_CKG_CHECK_WORDS) > p->staging_elems)
+        return qt_fail(QT_E_PLAN, "checkpoint gather of %s %s: rows %lld..%lld do not fit the "
+                       "staging region of %lld floats", qt_ckg_names[src], p->params[i].name,
+                       (long long)r0, (long long)r1, (long long)p->staging_elems);
     float *stg = qt_ckg_f32(p, p->staging_offset);
     memset(stg, 0, (size_t)(8 * (words + QT_CKG_CHECK_WORDS)));
     uint64_t chk[QT_CKG_CHECK_WORDS] = {0, 0};
