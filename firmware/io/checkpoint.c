@@ -17,7 +17,8 @@
  *
  * Meshes (n_ranks > 1). A file is the same on every mesh: global shapes, one copy of each
  * tensor. Saving is collective: every rank walks the same tensors in file order and
- * gathers each one through firmware/runtime/ckpt_gather.c (params from the compute copies
+ * gathers each one, window by window (rows of its first dimension, as many as the staging
+ * region holds), through firmware/runtime/ckpt_gather.c (params from the compute copies
  * or expert shards, m / v / gradients from the optimizer blocks); only world rank 0 opens,
  * writes and renames the file, and rank 0's result is broadcast so every rank returns the
  * same code. A save that finds the ranks' parts inconsistent fails without a file. Loading
@@ -96,38 +97,19 @@ static int qt_save_declare(const qt_plan *p, const char *prefix)
     return QT_OK;
 }
 
-/* The pieces of parameter i, whose global tensor is at base. */
-static int qt_save_param(const qt_plan *p, int32_t i, const float *base)
-{
-    qt_ckpt_piece pc;
-    int rc;
-    for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
-        qt_ckpt_piece_at(p, i, 0, k, &pc);
-        if (pc.kind == QT_MAP_IDENT) {
-            if ((rc = qt_st_wwrite(base, 4 * pc.rows * pc.row_len)))
-                return rc;
-            continue;
-        }
-        for (int64_t r = 0; r < pc.rows; r++)
-            if ((rc = qt_st_wwrite(base + qt_ckpt_plan_row(&pc, r) * pc.row_len,
-                                   4 * pc.row_len)))
-                return rc;
-    }
-    return QT_OK;
-}
-
-/* Every parameter of region src, gathered tensor by tensor (collective on a mesh); the
- * root writes each one unless a write already failed (*wrc), and the walk goes on so the
- * other ranks' collectives are matched. Returns a gather failure; write errors go to *wrc. */
+/* Every parameter of region src, piece by piece in file order, each gathered window by
+ * window (collective on a mesh: every rank walks the same pieces); the root writes unless a
+ * write already failed (*wrc), and the walk goes on so the other ranks' collectives are
+ * matched. Returns a gather failure; write errors go to *wrc. */
 static int qt_save_data(const qt_plan *p, int src, int root, int *wrc)
 {
     for (int32_t i = 0; i < p->n_params; i++) {
-        const float *base;
-        int rc = qt_ckpt_gather(p, src, i, &base);
-        if (rc)
-            return rc;
-        if (root && !*wrc)
-            *wrc = qt_save_param(p, i, base);
+        qt_ckpt_win w = {0, 0, 0};
+        for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
+            int rc = qt_ckpt_save_piece(p, src, i, k, root, wrc, &w);
+            if (rc)
+                return rc;
+        }
     }
     return QT_OK;
 }
@@ -301,20 +283,29 @@ static int qt_load_check(const qt_plan *p, int h, const char *path, const char *
     return QT_OK;
 }
 
-/* Each parameter's global tensor goes to its place in the region, or to the staging
- * region and from there to this rank's part (ckpt_gather.c). */
+/* Each parameter's global tensor goes to its place in the region, or window by window
+ * (rows of its first dimension) to the staging region and from there to this rank's part
+ * (ckpt_gather.c). */
 static void qt_load_copy(const qt_plan *p, int h, const char *prefix, int src)
 {
     qt_ckpt_piece pc;
     for (int32_t i = 0; i < p->n_params; i++) {
         int fused = qt_fused_in_file(p, h, i, prefix);
-        float *base = qt_ckpt_scatter_dst(p, src, i);
-        for (int32_t k = 0, n = qt_ckpt_count(p, i, fused); k < n; k++) {
-            qt_ckpt_piece_at(p, i, fused, k, &pc);
-            snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
-            qt_ckpt_copy_piece(h, qt_st_find(h, qt_ck.name), &pc, base);
+        const int64_t rows = p->tensors[p->params[i].tensor].global_shape[0];
+        const int64_t wr = qt_ckpt_window_rows(p, i), row = qt_ckpt_row_elems(p, i);
+        for (int64_t w0 = 0; w0 < rows; w0 += wr) {
+            const int64_t w1 = w0 + wr < rows ? w0 + wr : rows;
+            float *win = qt_ckpt_scatter_rows_dst(p, src, i, w0);
+            for (int32_t k = 0, n = qt_ckpt_count(p, i, fused); k < n; k++) {
+                qt_ckpt_piece_at(p, i, fused, k, &pc);
+                if (!qt_ckpt_piece_in_window(&pc, w0 * row, w1 * row))
+                    continue;
+                snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
+                qt_ckpt_copy_piece_window(h, qt_st_find(h, qt_ck.name), &pc, win, w0 * row,
+                                          w1 * row);
+            }
+            qt_ckpt_scatter_rows_done(p, src, i, w0, w1);
         }
-        qt_ckpt_scatter_done(p, src, i);
     }
 }
 

@@ -1,7 +1,7 @@
 /* ckpt_common.c - what every checkpoint reader and writer shares (ckpt_common.h): the
  * record of the last load (qt_checkpoint_ident) and the data hash saves record, the check
- * that the plan can be mapped, the state compatibility hash, and the metadata integer
- * parser. Below the file dispatcher (checkpoint.c), the sharded loader (ckpt_shards.c) and
+ * that the plan can be mapped, the window-by-window save of a piece (qt_ckpt_save_piece),
+ * the state compatibility hash, and the metadata integer parser. Below the file dispatcher (checkpoint.c), the sharded loader (ckpt_shards.c) and
  * the directory writer (ckpt_dir.c), which call it and never each other's helpers.
  *
  * Invariants: the state hash depends only on what sets the training trajectory and the
@@ -17,6 +17,7 @@
 #include "qt_ops.h"
 #include "ckpt_common.h"
 #include "ckpt_map.h"
+#include "safetensors.h"
 #include "runtime/qt_ckpt_gather.h"
 
 static struct {
@@ -49,6 +50,58 @@ int qt_ckpt_check_plan(const qt_plan *p, const char *path)
         if (!qt_ckpt_count(p, i, 0))
             return QT_E_PLAN;
     return qt_ckpt_dist_check(p);
+}
+
+/* ---- saving a piece window by window ---- */
+
+int64_t qt_ckpt_row_elems(const qt_plan *p, int32_t i)
+{
+    const qt_tensor *t = &p->tensors[p->params[i].tensor];
+    int64_t n = 1;
+    for (int d = 1; d < t->ndim; d++) n *= t->global_shape[d];
+    return n;
+}
+
+/* Global elements [ga, gb) of parameter i of region src, window by window (aligned windows
+ * of qt_ckpt_window_rows rows, gathered when the run leaves the one held). */
+static int qt_ckpt_save_run(const qt_plan *p, int src, int32_t i, int64_t ga, int64_t gb,
+                            int write, int *wrc, qt_ckpt_win *w)
+{
+    const int64_t row = qt_ckpt_row_elems(p, i), wr = qt_ckpt_window_rows(p, i);
+    const int64_t rows = p->tensors[p->params[i].tensor].global_shape[0];
+    while (ga < gb) {
+        const int64_t r = ga / row;
+        if (!(w->w1 > w->w0 && r >= w->w0 && r < w->w1)) {
+            w->w0 = r / wr * wr;
+            w->w1 = w->w0 + wr < rows ? w->w0 + wr : rows;
+            int rc = qt_ckpt_gather_rows(p, src, i, w->w0, w->w1, &w->base);
+            if (rc) {
+                w->w1 = 0;
+                return rc;
+            }
+        }
+        const int64_t end = gb < w->w1 * row ? gb : w->w1 * row;
+        if (write && !*wrc)
+            *wrc = qt_st_wwrite(w->base + (ga - w->w0 * row), 4 * (end - ga));
+        ga = end;
+    }
+    return QT_OK;
+}
+
+int qt_ckpt_save_piece(const qt_plan *p, int src, int32_t i, int32_t k, int write, int *wrc,
+                       qt_ckpt_win *w)
+{
+    qt_ckpt_piece pc;
+    qt_ckpt_piece_at(p, i, 0, k, &pc);
+    const int64_t rl = pc.row_len;
+    if (pc.kind == QT_MAP_IDENT || pc.kind == QT_MAP_ROWS)   /* plan rows row0 .. + rows */
+        return qt_ckpt_save_run(p, src, i, pc.row0 * rl, (pc.row0 + pc.rows) * rl, write, wrc, w);
+    for (int64_t r = 0; r < pc.rows; r++) {
+        const int64_t g = qt_ckpt_plan_row(&pc, r) * rl;
+        int rc = qt_ckpt_save_run(p, src, i, g, g + rl, write, wrc, w);
+        if (rc) return rc;
+    }
+    return QT_OK;
 }
 
 /* ---- state compatibility hash (FNV-1a) ---- */

@@ -17,6 +17,22 @@
  * layout ckpt_gather.c cannot gather); QT_OK or QT_E_PLAN with a message. The same verdict
  * on every rank of a mesh. */
 int qt_ckpt_check_plan(const qt_plan *p, const char *path);
+/* A parameter streamed to a file window by window (rows of its first dimension,
+ * qt_ckpt_gather_rows): the window held now. Zero it before each parameter. */
+typedef struct qt_ckpt_win {
+    int64_t w0, w1;                 /* global rows held (w1 = 0: none yet) */
+    const float *base;              /* global element w0 x row at base[0] */
+} qt_ckpt_win;
+/* Save side, collective: piece k of parameter i of region src in file order. Gathers the
+ * windows the piece's rows lie in (the same sequence on every rank: call it on every rank
+ * for every piece, with the parameter's qt_ckpt_win) and, when write, appends the piece's
+ * data to the open safetensors file (qt_st_wwrite), the bytes of the whole-tensor write.
+ * Returns a gather failure (the job must stop); a write error goes to *wrc (nothing more is
+ * written once it is set). */
+int qt_ckpt_save_piece(const qt_plan *p, int src, int32_t i, int32_t k, int write, int *wrc,
+                       qt_ckpt_win *w);
+/* Elements of one row of the first dimension of parameter i in its global layout (>= 1). */
+int64_t qt_ckpt_row_elems(const qt_plan *p, int32_t i);
 /* The record of the last load (qt_checkpoint_ident), filled by the loaders. */
 qt_ckpt_ident *qt_ckpt_ident_mut(void);
 /* The data hash saves record: 1 and "0x..." in out[24] when set, else 0. */

@@ -18,8 +18,9 @@
  * differs in plan hash and run name only).
  * Writers: shard s (model shards first, then optimizer shards) is written by world rank
  * s mod n_ranks. Every rank walks the same tensors in file order and receives each one
- * through qt_ckpt_gather (one collective per tensor over the ranks holding its parts, as for
- * single files), so no rank ever holds more than one global tensor beyond its own state.
+ * window by window through qt_ckpt_save_piece (one collective per window of rows over the
+ * ranks holding its parts, as for single files), so no rank ever holds more than one window
+ * beyond its own state.
  * Commit: rank 0 creates DIR.tmp.<pid> and broadcasts <pid>; each rank writes its shards in
  * it (each one atomically, st_write.c); when every rank reports success, rank 0 writes the
  * optimizer index, then the model index, carries the user's files of the previous DIR over
@@ -176,19 +177,6 @@ static int qt_cd_shard_open(const qt_plan *p, int32_t s, int64_t step)
     return qt_st_wbegin();
 }
 
-/* Piece k of parameter i, whose global tensor is at base, streamed to the open shard. */
-static int qt_cd_write_piece(const qt_plan *p, int32_t i, int32_t k, const float *base)
-{
-    qt_ckpt_piece pc;
-    int rc = QT_OK;
-    qt_ckpt_piece_at(p, i, 0, k, &pc);
-    if (pc.kind == QT_MAP_IDENT)
-        return qt_st_wwrite(base, 4 * pc.rows * pc.row_len);
-    for (int64_t r = 0; r < pc.rows && !rc; r++)
-        rc = qt_st_wwrite(base + qt_ckpt_plan_row(&pc, r) * pc.row_len, 4 * pc.row_len);
-    return rc;
-}
-
 /* The collective walk: every tensor gathered in file order; this rank writes the shards
  * it owns. Returns a gather failure (the job must stop); write errors go to *wrc, after
  * which the walk goes on so the other ranks' collectives are matched. */
@@ -199,16 +187,14 @@ static int qt_cd_walk(const qt_plan *p, int32_t n_parts, int me, int n_ranks, in
     int64_t left = qt_cd.shard[0].n;
     for (int32_t part = 0; part < n_parts; part++)
         for (int32_t i = 0; i < p->n_params; i++) {
-            const float *base;
-            int rc = qt_ckpt_gather(p, qt_cd_src[part], i, &base);
-            if (rc)
-                return rc;
+            qt_ckpt_win w = {0, 0, 0};
             for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
                 const int mine = s % n_ranks == me;
                 if (mine && !*wrc && left == qt_cd.shard[s].n)
                     *wrc = qt_cd_shard_open(p, s, step);
-                if (mine && !*wrc)
-                    *wrc = qt_cd_write_piece(p, i, k, base);
+                int rc = qt_ckpt_save_piece(p, qt_cd_src[part], i, k, mine, wrc, &w);
+                if (rc)
+                    return rc;
                 if (--left == 0) {
                     if (mine && !*wrc)
                         *wrc = qt_st_wcommit();

@@ -236,15 +236,38 @@ int qt_ckpt_skippable(const qt_plan *p, const char *name, int *is_mtp)
     return *is_mtp || (p->model.decoder_block == 1 && !strncmp(name, "model.visual.", 13));
 }
 
-void qt_ckpt_copy_piece(int h, const qt_st_tensor *t, const qt_ckpt_piece *pc, float *base)
+int qt_ckpt_piece_in_window(const qt_ckpt_piece *pc, int64_t ga, int64_t gb)
 {
-    if (pc->kind == QT_MAP_IDENT) {
-        qt_st_read_f32(h, t, 0, pc->rows * pc->row_len, base);
-        return;
+    const int64_t rl = pc->row_len;
+    if (pc->kind == QT_MAP_IDENT || pc->kind == QT_MAP_ROWS)
+        return pc->row0 * rl < gb && (pc->row0 + pc->rows) * rl > ga;
+    for (int64_t r = 0; r < pc->rows; r++) {
+        const int64_t g = qt_ckpt_plan_row(pc, r) * rl;
+        if (g < gb && g + rl > ga) return 1;
     }
-    for (int64_t r = 0; r < pc->rows; r++)
-        qt_st_read_f32(h, t, r * pc->row_len, pc->row_len,
-                       base + qt_ckpt_plan_row(pc, r) * pc->row_len);
+    return 0;
+}
+
+int64_t qt_ckpt_copy_piece_window(int h, const qt_st_tensor *t, const qt_ckpt_piece *pc,
+                                  float *win, int64_t ga, int64_t gb)
+{
+    const int64_t rl = pc->row_len;
+    if (pc->kind == QT_MAP_IDENT || pc->kind == QT_MAP_ROWS) {
+        /* plan elements [row0 x rl, (row0 + rows) x rl) are the disk tensor's, in order */
+        const int64_t p0 = pc->row0 * rl, lo = ga > p0 ? ga : p0;
+        const int64_t hi = gb < p0 + pc->rows * rl ? gb : p0 + pc->rows * rl;
+        if (lo >= hi) return 0;
+        qt_st_read_f32(h, t, lo - p0, hi - lo, win + (lo - ga));
+        return hi - lo;
+    }
+    int64_t n = 0;
+    for (int64_t r = 0; r < pc->rows; r++) {
+        const int64_t g = qt_ckpt_plan_row(pc, r) * rl;
+        if (g < ga || g + rl > gb) continue;
+        qt_st_read_f32(h, t, r * rl, rl, win + (g - ga));
+        n += rl;
+    }
+    return n;
 }
 
 int qt_ckpt_check_values(int h, const qt_st_tensor *t, const char *file, const char *name,

@@ -47,9 +47,14 @@ int32_t qt_ckpt_count(const qt_plan *p, int32_t i, int fused);
 void qt_ckpt_piece_at(const qt_plan *p, int32_t i, int fused, int32_t k, qt_ckpt_piece *pc);
 /* Plan row (index into the parameter viewed as rows of pc->row_len) of disk row r. */
 int64_t qt_ckpt_plan_row(const qt_ckpt_piece *pc, int64_t r);
-/* Reads the on-disk tensor t of piece pc (file h) into the parameter at base, converting to
- * float and placing disk row r at plan row qt_ckpt_plan_row(pc, r). Writes base. */
-void qt_ckpt_copy_piece(int h, const qt_st_tensor *t, const qt_ckpt_piece *pc, float *base);
+/* Reads the on-disk tensor t of piece pc (file h), converted to float, where it lands on
+ * plan (global) elements [ga, gb) of the parameter (disk row r is plan row
+ * qt_ckpt_plan_row(pc, r)): each such element g goes to win[g - ga]; nothing is read for
+ * the rest. Returns the number of floats copied (0: the piece has none there). Writes win. */
+int64_t qt_ckpt_copy_piece_window(int h, const qt_st_tensor *t, const qt_ckpt_piece *pc,
+                                  float *win, int64_t ga, int64_t gb);
+/* 1 when piece pc has plan elements in [ga, gb). Reads only pc. */
+int qt_ckpt_piece_in_window(const qt_ckpt_piece *pc, int64_t ga, int64_t gb);
 /* "[a,b,..]" into out (n bytes). */
 void qt_ckpt_fmt_shape(char *out, size_t n, int32_t ndim, const int64_t *s);
 /* Check file tensor t (NULL = absent) named `name` in `file` against piece pc: present,

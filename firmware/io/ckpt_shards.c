@@ -21,8 +21,9 @@
  *  - on a mesh a rank checks the values of, and reads, only the pieces that overlap the
  *    global span of its own part (qt_ckpt_part_span); every shard's header is still
  *    checked by every rank, so a missing or truncated shard stops every rank;
- *  - pass 2 copies parameter by parameter (each tensor into the staging region and from
- *    there to this rank's part on a mesh, ckpt_gather.c), so the pieces of one parameter
+ *  - pass 2 copies parameter by parameter, window by window (each window of rows into the
+ *    staging region and from there to this rank's part on a mesh, ckpt_gather.c), so the
+ *    pieces of one parameter
  *    may live in several shards; it re-checks each tensor's dtype and shape: a shard
  *    replaced between the passes is reported (QT_E_IO) instead of being read wrongly.
  * Per-entry marks (st_index.h scratch byte): QT_MARK_PLAN = a plan piece uses the entry,
@@ -213,42 +214,65 @@ static int qt_cs_check_shard(const qt_plan *p, int32_t s, const char *index)
     return rc;
 }
 
-/* Pass 2: every parameter of every part, piece by piece from whichever shard holds it,
- * then to this rank's part. *h / *open_s: the shard kept open between pieces. */
-static int qt_cs_copy(const qt_plan *p, const char *index, int *h, int32_t *open_s)
+/* The pieces of parameter i (part) with plan elements in rows [w0, w1) of its first
+ * dimension, from whichever shard holds them, into the window win (qt_ckpt_copy_piece_window).
+ * first: the parameter's first window, which counts its pieces and the skipped ones.
+ * *h / *open_s: the shard kept open between pieces. */
+static int qt_cs_copy_window(const qt_plan *p, const char *index, int *h, int32_t *open_s,
+                             int32_t part, int32_t i, int64_t w0, int64_t w1, float *win,
+                             int first)
 {
     qt_ckpt_piece pc;
+    const int64_t row = qt_ckpt_row_elems(p, i);
     int rc;
+    for (int32_t k = 0;; k++) {
+        int32_t e = qt_cs_entry(p, part, i, k, &pc);
+        if (e == -2)
+            break;
+        if (e < 0)
+            return qt_fail(QT_E_IO, "%s: index changed during the load", index);
+        qt_cs.n_pieces += first;
+        if (!qt_cs_needed(&pc, part, i)) {
+            qt_cs.n_skipped += first;
+            continue;
+        }
+        if (!qt_ckpt_piece_in_window(&pc, w0 * row, w1 * row))
+            continue;
+        if (qt_sx_shard(e) != *open_s) {
+            if (*open_s >= 0)
+                qt_st_close(*h);
+            *open_s = -1;
+            if ((rc = qt_cs_open(qt_sx_shard(e), h)))
+                return rc;
+            *open_s = qt_sx_shard(e);
+        }
+        const qt_st_tensor *t = qt_st_find(*h, qt_cs.name);
+        if (qt_ckpt_check_tensor(&pc, t, qt_cs.shard, qt_cs.name))
+            return qt_fail(QT_E_IO, "%s: shard %s changed during the load",
+                           qt_cs_index_of(qt_sx_shard(e), index), qt_cs.shard);
+        qt_ckpt_copy_piece_window(*h, t, &pc, win, w0 * row, w1 * row);
+    }
+    return QT_OK;
+}
+
+/* Pass 2: every parameter of every part, window by window (rows of its first dimension, as
+ * many as the staging region holds: qt_ckpt_window_rows), piece by piece from whichever
+ * shard holds it, then to this rank's part. *h / *open_s: the shard kept open between
+ * pieces. */
+static int qt_cs_copy(const qt_plan *p, const char *index, int *h, int32_t *open_s)
+{
     for (int32_t part = 0; part < qt_cs.n_parts; part++)
         for (int32_t i = 0; i < p->n_params; i++) {
-            float *base = qt_ckpt_scatter_dst(p, qt_cs_src[part], i);
-            for (int32_t k = 0;; k++) {
-                int32_t e = qt_cs_entry(p, part, i, k, &pc);
-                if (e == -2)
-                    break;
-                if (e < 0)
-                    return qt_fail(QT_E_IO, "%s: index changed during the load", index);
-                qt_cs.n_pieces++;
-                if (!qt_cs_needed(&pc, part, i)) {
-                    qt_cs.n_skipped++;
-                    continue;
-                }
-                if (qt_sx_shard(e) != *open_s) {
-                    if (*open_s >= 0)
-                        qt_st_close(*h);
-                    *open_s = -1;
-                    if ((rc = qt_cs_open(qt_sx_shard(e), h)))
-                        return rc;
-                    *open_s = qt_sx_shard(e);
-                }
-                const qt_st_tensor *t = qt_st_find(*h, qt_cs.name);
-                if (qt_ckpt_check_tensor(&pc, t, qt_cs.shard, qt_cs.name))
-                    return qt_fail(QT_E_IO, "%s: shard %s changed during the load",
-                                   qt_cs_index_of(qt_sx_shard(e), index),
-                                   qt_cs.shard);
-                qt_ckpt_copy_piece(*h, t, &pc, base);
+            const int64_t rows = p->tensors[p->params[i].tensor].global_shape[0];
+            const int64_t wr = qt_ckpt_window_rows(p, i);
+            for (int64_t w0 = 0; w0 < rows; w0 += wr) {
+                const int64_t w1 = w0 + wr < rows ? w0 + wr : rows;
+                float *win = qt_ckpt_scatter_rows_dst(p, qt_cs_src[part], i, w0);
+                int rc = qt_cs_copy_window(p, index, h, open_s, part, i, w0, w1, win, w0 == 0);
+                if (rc)
+                    return rc;
+                qt_ckpt_scatter_rows_done(p, qt_cs_src[part], i, w0, w1);
             }
-            qt_ckpt_scatter_done(p, qt_cs_src[part], i);
         }
     return QT_OK;
 }

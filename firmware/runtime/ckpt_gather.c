@@ -2,9 +2,10 @@
  * on any mesh (contract and invariants in qt_ckpt_gather.h).
  *
  * Invariants: no heap, no I/O, no recursion; the staging region is the only scratch; the
- * only collective is one qt_coll_sum_u64 per gathered tensor, over the group of ranks whose
- * parts make up the tensor, so groups that hold the same parts run in parallel and all of
- * them end with the same global tensor (the exact integer sum does not depend on order).
+ * only collective is one qt_coll_sum_u64 per gathered window (rows of the first dimension),
+ * over the group of ranks whose parts make up the tensor, so groups that hold the same parts
+ * run in parallel and all of them end with the same global window (the exact integer sum
+ * does not depend on order).
  */
 #include <string.h>
 #include "qt_ckpt_gather.h"
@@ -62,18 +63,24 @@ static int64_t qt_ckg_global_numel(const qt_tensor *t)
     return n;
 }
 
+/* Elements of one row of the first dimension of parameter i (global layout, >= 1). */
+static int64_t qt_ckg_row_elems(const qt_tensor *t)
+{
+    return t->global_shape[0] > 0 ? qt_ckg_global_numel(t) / t->global_shape[0] : 1;
+}
+
 int qt_ckpt_dist_check(const qt_plan *p)
 {
     if (p->n_ranks <= 1) return QT_OK;
     for (int32_t i = 0; i < p->n_params; i++) {
         const qt_tensor *t = &p->tensors[p->params[i].tensor];
-        const int64_t gn = qt_ckg_global_numel(t);
         const int32_t r = qt_ckg_range(p, i);
-        if (p->staging_elems < gn + 2 * QT_CKG_CHECK_WORDS + 1)
+        const int64_t row = qt_ckg_row_elems(t);
+        if (p->staging_elems < row + 2 * QT_CKG_CHECK_WORDS + 1)
             return qt_fail(QT_E_PLAN, "plan %s: checkpoint staging holds %lld floats, parameter "
-                           "%s needs %lld (regenerate the plan)", p->run_name,
-                           (long long)p->staging_elems, p->params[i].name,
-                           (long long)(gn + 2 * QT_CKG_CHECK_WORDS + 1));
+                           "%s needs %lld for one row of its first dimension (regenerate the "
+                           "plan)", p->run_name, (long long)p->staging_elems, p->params[i].name,
+                           (long long)(row + 2 * QT_CKG_CHECK_WORDS + 1));
         if (r < 0)
             return qt_fail(QT_E_PLAN, "plan %s: parameter %s (flat %lld, +%lld) is not inside "
                            "one flat range", p->run_name, p->params[i].name,
@@ -138,26 +145,69 @@ static void qt_ckg_part(const qt_plan *p, int src, int32_t i, int64_t *j0, int64
     *at = src == QT_CKS_GRADS ? qt_step_grad_at(p, r, a) : base + p->ranges[r].adam_lo + (a - blo);
 }
 
-int qt_ckpt_gather(const qt_plan *p, int src, int32_t i, const float **out)
+int64_t qt_ckpt_window_rows(const qt_plan *p, int32_t i)
 {
-    const unsigned mask = qt_ckg_mask(p, src, i);
-    if (!mask) {
-        *out = qt_ckg_in_place(p, src, i);
-        return QT_OK;
-    }
     const qt_tensor *t = &p->tensors[p->params[i].tensor];
-    const int64_t gn = qt_ckg_global_numel(t), words = (gn + 1) / 2;
-    float *stg = qt_ckg_f32(p, p->staging_offset);
-    int64_t j0, n;
+    const int64_t rows = t->global_shape[0], room = p->staging_elems - 2 * QT_CKG_CHECK_WORDS - 1;
+    if (p->n_ranks <= 1 || room >= qt_ckg_global_numel(t)) return rows;
+    const int64_t w = room / qt_ckg_row_elems(t);
+    return w < 1 ? 1 : w > rows ? rows : w;
+}
+
+/* Every element of this rank's part of (src, i) whose global row (first dimension) is in
+ * [r0, r1), local rows in increasing order: scatter 0 writes it to stg[g - r0 x row] (g its
+ * global index) and adds qt_mix64(g) to *mix; scatter 1 reads it back from there. Returns
+ * the count. A local element's global row depends only on its local row (qt_global_index
+ * maps each dim apart), so rows outside the window cost one index each. */
+static int64_t qt_ckg_each(const qt_plan *p, int src, int32_t i, int64_t r0, int64_t r1,
+                           float *stg, int scatter, uint64_t *mix)
+{
+    const qt_tensor *t = &p->tensors[p->params[i].tensor];
+    const int64_t lrow = t->shape[0] > 0 ? p->params[i].numel / t->shape[0] : 1;
+    const int64_t grow = qt_ckg_row_elems(t), g0 = r0 * grow;
+    int64_t j0, n, cnt = 0;
     float *part;
     qt_ckg_part(p, src, i, &j0, &n, &part);
-    memset(stg, 0, (size_t)(8 * (words + QT_CKG_CHECK_WORDS)));
-    uint64_t chk[QT_CKG_CHECK_WORDS] = {(uint64_t)n, 0};
-    for (int64_t j = 0; j < n; j++) {
-        const int64_t g = qt_global_index(p, t, j0 + j);
-        stg[g] = part[j];
-        chk[1] += qt_mix64((uint64_t)g);
+    for (int64_t c = 0; c < t->shape[0]; c++) {
+        const int64_t a = c * lrow > j0 ? c * lrow : j0;
+        const int64_t b = (c + 1) * lrow < j0 + n ? (c + 1) * lrow : j0 + n;
+        if (a >= b) continue;
+        const int64_t gr = qt_global_index(p, t, c * lrow) / grow;
+        if (gr < r0 || gr >= r1) continue;
+        for (int64_t j = a; j < b; j++) {
+            const int64_t g = qt_global_index(p, t, j);
+            if (scatter) {
+                part[j - j0] = stg[g - g0];
+            } else {
+                stg[g - g0] = part[j - j0];
+                *mix += qt_mix64((uint64_t)g);
+            }
+        }
+        cnt += b - a;
     }
+    return cnt;
+}
+
+int qt_ckpt_gather_rows(const qt_plan *p, int src, int32_t i, int64_t r0, int64_t r1,
+                        const float **out)
+{
+    const unsigned mask = qt_ckg_mask(p, src, i);
+    const qt_tensor *t = &p->tensors[p->params[i].tensor];
+    const int64_t grow = qt_ckg_row_elems(t);
+    if (!mask) {
+        *out = qt_ckg_in_place(p, src, i) + r0 * grow;
+        return QT_OK;
+    }
+    const int64_t gn = (r1 - r0) * grow, words = (gn + 1) / 2;
+    if (r0 < 0 || r1 > t->global_shape[0] || r0 >= r1 ||
+        2 * (words + QT_CKG_CHECK_WORDS) > p->staging_elems)
+        return qt_fail(QT_E_PLAN, "checkpoint gather of %s %s: rows %lld..%lld do not fit the "
+                       "staging region of %lld floats", qt_ckg_names[src], p->params[i].name,
+                       (long long)r0, (long long)r1, (long long)p->staging_elems);
+    float *stg = qt_ckg_f32(p, p->staging_offset);
+    memset(stg, 0, (size_t)(8 * (words + QT_CKG_CHECK_WORDS)));
+    uint64_t chk[QT_CKG_CHECK_WORDS] = {0, 0};
+    chk[0] = (uint64_t)qt_ckg_each(p, src, i, r0, r1, stg, 0, &chk[1]);
     uint64_t *w = (uint64_t *)(void *)stg;
     memcpy(w + words, chk, sizeof chk);
     int rc = QT_OK;
@@ -169,12 +219,13 @@ int qt_ckpt_gather(const qt_plan *p, int src, int32_t i, const float **out)
     if (rc) return rc;
     memcpy(chk, w + words, sizeof chk);
     uint64_t want = 0;
-    for (int64_t g = 0; g < gn; g++) want += qt_mix64((uint64_t)g);
+    for (int64_t g = r0 * grow; g < r1 * grow; g++) want += qt_mix64((uint64_t)g);
     if (chk[0] != (uint64_t)gn || chk[1] != want)
-        return qt_fail(QT_E_PLAN, "checkpoint gather of %s %s over mesh axes 0x%x: the ranks' "
-                       "parts hold %llu of %lld elements%s (shard mapping and plan disagree)",
-                       qt_ckg_names[src], p->params[i].name, mask, (unsigned long long)chk[0],
-                       (long long)gn, chk[0] == (uint64_t)gn ? ", with overlaps" : "");
+        return qt_fail(QT_E_PLAN, "checkpoint gather of %s %s (rows %lld..%lld) over mesh axes "
+                       "0x%x: the ranks' parts hold %llu of %lld elements%s (shard mapping and "
+                       "plan disagree)", qt_ckg_names[src], p->params[i].name, (long long)r0,
+                       (long long)r1, mask, (unsigned long long)chk[0], (long long)gn,
+                       chk[0] == (uint64_t)gn ? ", with overlaps" : "");
     *out = stg;
     return QT_OK;
 }
@@ -197,18 +248,14 @@ void qt_ckpt_part_span(const qt_plan *p, int src, int32_t i, int64_t *lo, int64_
     }
 }
 
-float *qt_ckpt_scatter_dst(const qt_plan *p, int src, int32_t i)
+float *qt_ckpt_scatter_rows_dst(const qt_plan *p, int src, int32_t i, int64_t r0)
 {
-    return qt_ckg_mask(p, src, i) ? qt_ckg_f32(p, p->staging_offset) : qt_ckg_in_place(p, src, i);
+    if (qt_ckg_mask(p, src, i)) return qt_ckg_f32(p, p->staging_offset);
+    return qt_ckg_in_place(p, src, i) + r0 * qt_ckg_row_elems(&p->tensors[p->params[i].tensor]);
 }
 
-void qt_ckpt_scatter_done(const qt_plan *p, int src, int32_t i)
+void qt_ckpt_scatter_rows_done(const qt_plan *p, int src, int32_t i, int64_t r0, int64_t r1)
 {
     if (!qt_ckg_mask(p, src, i)) return;
-    const qt_tensor *t = &p->tensors[p->params[i].tensor];
-    const float *stg = qt_ckg_f32(p, p->staging_offset);
-    int64_t j0, n;
-    float *part;
-    qt_ckg_part(p, src, i, &j0, &n, &part);
-    for (int64_t j = 0; j < n; j++) part[j] = stg[qt_global_index(p, t, j0 + j)];
+    qt_ckg_each(p, src, i, r0, r1, qt_ckg_f32(p, p->staging_offset), 1, 0);
 }

@@ -25,6 +25,8 @@ check "remat: full == none with the load-balance loss (router statistics not cou
   rm_same test-next-lb remat-full-test-next-lb 1
 check "remat: full == none on DP2 x EP2 (the dispatch and return run again)" \
   rm_same mesh-next-dp2ep2 remat-full-mesh-next-dp2ep2 4
+check "remat: full on DP2 x EP2 with the expert FFN in chunks of 8 rows == none (issue 21)" \
+  rm_same mesh-next-dp2ep2 remat-full-mesh-next-dp2ep2-chunk 4
 check "remat: full == none on TP2, qwen3.5-tiny-tp (all-reduces run again)" \
   rm_same mesh-35t-tp2 remat-full-mesh-35t-tp2 2
 check "remat: save_dot == none on DP2 x TP2 (kept projections, recomputed all-reduce skipped)" \

@@ -52,6 +52,15 @@ for cell in next:dp2:2 next:dp2-auto:2 next:dp4:4 next:fsdp2:2 next:fsdp4-auto:4
   check "mesh $model $mesh ($n ranks) == one rank, 10 steps, bit for bit" mesh_same $model $mesh $n
 done
 
+# Expert FFN chunking (expert_chunk_rows 8, issue 21): every expert FFN op loops over chunks
+# of 8 rows (one rank's 2 slots; an expert host's slot path; expert x tensor), the weight
+# gradient keeps each leaf's rows of one expert whole: the one-rank bits
+for cell in next:1r-chunk:1 next:ep2-chunk:2 35t:ep2tp2-chunk:4; do
+  model=${cell%%:*}; rest=${cell#*:}; mesh=${rest%%:*}; n=${rest##*:}
+  check "mesh $model $mesh ($n ranks, expert FFN in chunks of 8 rows) == one rank, 10 steps, bit for bit" \
+    mesh_same $model $mesh $n
+done
+
 # per_device_batch_size 0.5 on TP2 (MaxText's fraction: the two tensor ranks share one
 # sequence, one sequence per step) against one rank with one sequence per step
 for model in next 35t; do

@@ -44,6 +44,21 @@ check "mesh ckpt: Qwen3.5 save on EP2 at step 5, resume on one rank == 10 one-ra
 check "mesh ckpt: Qwen3.5 EP2 checkpoint after 5 steps == the one-rank checkpoint" \
   ckm_file_eq 35 ep2 2
 
+# Checkpoint windows (issue 21): the *-win plans gather and scatter every parameter in
+# windows of whole rows of at most 256 floats (checkpoint_window_floats; one expert of a
+# fused expert tensor, a few rows of the embedding; Qwen3.5's GDN projections whole), so
+# the staging region holds a window instead of the largest parameter: same files, same bits.
+check "mesh ckpt: DP2xEP2 saving in windows of 256 floats (one file) == the one-rank checkpoint, byte for byte" \
+  ckm_file_eq next dp2ep2-win 4
+check "mesh ckpt: save on DP2xEP2 in windows (sharded directory) at step 5, resume on one rank == 10 one-rank steps" \
+  ckm_resume next dp2ep2-win 4 1r 1
+check "mesh ckpt: save on one rank, resume on DP2xEP2 loading in windows == one rank" \
+  ckm_resume next 1r 1 dp2ep2-win 4
+check "mesh ckpt: Qwen3.5 EP2 saving in windows == the one-rank checkpoint" \
+  ckm_file_eq 35 ep2-win 2
+check "mesh ckpt: Qwen3.5 save on one rank, resume on EP2 loading in windows == one rank" \
+  ckm_resume 35 1r 1 ep2-win 2
+
 ckm_grads() {
   # dump_grads on a mesh: the first step's normalised gradient, gathered, equals one rank's
   local d=$QT_TMP/ckm
@@ -116,6 +131,15 @@ ckm_dir_same() {
   ckpt_dir_eq "$d/zero1-next-1r-b16" "$d/zero1-next-dp2ep2-g4-z1"
 }
 check "mesh ckpt dir: the DP2xEP2 ZeRO-1 directory (shards written by 4 ranks) == the one-rank directory" ckm_dir_same
+ckm_dir_same_win() {
+  local d=$QT_TMP/ckm
+  [ -e "$d/zero1-next-1r-b16" ] || ckpt_run zero1-next-1r-b16 1 steps=5 save=$d/zero1-next-1r-b16 save_shard_size=64K 2> /dev/null || return 1
+  ckpt_run zero1-next-dp2ep2-g4-z1-win 4 steps=5 save=$d/zero1-win save_shard_size=64K 2> /dev/null || return 1
+  ckpt_dir_eq "$d/zero1-next-1r-b16" "$d/zero1-win"
+}
+check "mesh ckpt dir: the DP2xEP2 ZeRO-1 directory saved in windows of 256 floats == the one-rank directory" ckm_dir_same_win
+check "mesh ckpt dir: save on one rank, resume on DP2xEP2 ZeRO-1 G4 loading in windows (optimizer blocks) == 10 one-rank steps" \
+  ckpt_resume zero1-next-1r-b16 zero1-next-1r-b16 1 zero1-next-dp2ep2-g4-z1-win 4
 
 # ckm_damaged WHAT: a copy of the DP2xEP2 ZeRO-1 directory with one shard missing or one
 # byte short is refused on 4 ranks, naming the file, before any step (no metrics file).

@@ -51,6 +51,10 @@ for cell in next:dp2:2 next:fsdp2:2 next:ep2:2 next:tp2:2 next:dp2tp2:4 next:dp2
   check "bf16 mesh $model $mesh ($n ranks) == one rank, 10 steps, bit for bit" \
     b16_same bf16-$model-1r 1 bf16-$model-$mesh "$n" 10
 done
+for run in bf16-next-1r-chunk:1 bf16-next-ep2-chunk:2; do
+  check "bf16 expert FFN in chunks of 8 rows (${run%%:*}) == one rank, 10 steps, bit for bit" \
+    b16_same bf16-next-1r 1 ${run%%:*} ${run##*:} 10
+done
 check "bf16 G splits: b2 G2 == b4 G1, 10 steps, bit for bit" \
   b16_same bf16-accum-b4g1 1 bf16-accum-b2g2 1 10
 check "bf16 G splits: b1 G4 == b4 G1, 10 steps, bit for bit" \

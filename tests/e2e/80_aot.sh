@@ -37,26 +37,29 @@ aot_case() {
 # The 4-layer qwen3-next-80b-a3b on DP 128 with G=4 and ZeRO-1: 7.21 B parameters. The step
 # form would need 123180 MiB (three whole tree levels); auto takes the microbatch form with
 # a compact gradient: per rank (MiB) 27504 compute copy + 28149 gradient tree (the leaf
-# tree's one level, whole, and three levels of this rank's reduce blocks, 215 each) + 4096
-# checkpoint staging + 2492 activations + 430 Adam (ZeRO-1) = 62672 MiB = 61.2 GiB of 95.
+# tree's one level, whole, and three levels of this rank's reduce blocks, 215 each) + 256
+# checkpoint staging (a window; 4096 before issue 21) + 2492 activations + 430 Adam
+# (ZeRO-1) = 58832 MiB = 57.5 GiB of 95.
 check "aot: qwen3-next-80b-a3b 4 layers, v5p-256 DP128 G4 ZeRO-1, explicit: fits 95 GiB and compiles" \
   aot_case aot-next80-4l-dp128-explicit fits
 check "aot: qwen3-next-80b-a3b 4 layers, v5p-256 DP128 G4 ZeRO-1, auto: fits 95 GiB and compiles" \
   aot_case aot-next80-4l-dp128-auto fits
 # The 4-layer qwen3.5-397b-a17b holds 28.3 B parameters: the compute copy alone (replicated
 # over DP 128: ZeRO-1 splits only the optimizer state) is 108039 MiB > 95 GiB, whatever the
-# gradient reduction does (auto ends at the per-layer form: 158118 MiB).
+# gradient reduction does (auto ends at the per-layer form: 142054 MiB; 158118 before issue
+# 21's windowed checkpoint staging, 16384 -> 320 MiB).
 for mode in explicit auto; do
   check "aot: qwen3.5-397b-a17b 4 layers, v5p-256 DP128 G4 ZeRO-1, $mode: over budget, biggest consumers listed" \
-    aot_case aot-397b-4l-dp128-$mode "over the budget of 97280.0 MiB by 60838.0 MiB; biggest consumers: params (compute copy) 108038.8 MiB"
+    aot_case aot-397b-4l-dp128-$mode "over the budget of 97280.0 MiB by 44774.0 MiB; biggest consumers: params (compute copy) 108038.8 MiB"
 done
 # The full models on v5p-512 FSDP 32 x expert 8, remat_policy full. auto reduces the
 # gradient per layer (gradient_reduce=layer): each layer's leaf-tree levels are a window of
 # one layer's size and the gradient holds only the rank's reduce blocks. qwen3-next-80b-a3b:
 # 45886 compute copy (flat-parameter FSDP: the dense weights and the rank's 64 experts of
 # every layer, gathered once per step) + 5935 gradient tree (4 leaf levels of one layer's
-# windows for the expert group's 8 sequences + the rank's gradient blocks) + 10077
-# activations + 4096 staging + 2374 Adam + 768 leaf scratch = 69138 MiB: fits.
+# windows for the expert group's 8 sequences + the rank's gradient blocks) + 3470
+# activations (10077 before issue 21's expert FFN chunks) + 256 staging (4096) + 2374 Adam
+# + 768 leaf scratch = 58692 MiB (69138): fits.
 check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, explicit: fits 95 GiB and compiles" \
   aot_case aot-next80-v5p512 fits
 check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compiles" \
@@ -65,38 +68,51 @@ check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compi
 # be 221702 MiB, so auto also gathers the weights per layer (param_gather=layer, as MaxText's
 # FSDP): the rank keeps 5906 MiB of parameter blocks, each layer's compute copy is
 # all-gathered into a window before its forward and again before its backward: 5906 params
-# + 11812 Adam + 21426 gradient tree + 23875 activations (the gather windows included) +
-# 16384 staging + 3072 leaf scratch = 82476 MiB: fits.
+# + 11812 Adam + 21426 gradient tree + 10662 activations (the gather windows included;
+# 23875 before issue 21) + 320 staging (a window: a GDN input projection whole; 16384, one
+# fused expert tensor, before) + 3072 leaf scratch = 53200 MiB (82476): fits.
 check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, explicit: fits 95 GiB and compiles" \
   aot_case aot-397b-v5p512 fits
 check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compiles" \
   aot_case aot-397b-v5p512-auto fits
 # qwen3.5-35b-a3b on EP 256 (2 experts per rank), remat full, per-layer reduction: 9820
 # compute copy + 17976 gradient tree (9 leaf levels: the 256 sequences an expert host sees)
-# + 30869 activations (the expert FFN's dropless scratch) + 1033 Adam = 61760 MiB: fits.
+# + 9038 activations (30869 before issue 21: the expert FFN's dropless scratch, now chunks
+# of 4096 rows) + 256 staging (2048) + 1033 Adam = 38138 MiB (61760): fits.
 check "aot: qwen3.5-35b-a3b v5p-512 EP256, remat full: fits 95 GiB and compiles" \
   aot_case aot-35b-v5p512-ep256 fits
 # the reference trainer's guards, at scale
 # The reference trainer's context-parallelism guard (explicit, context 2, GDN layers: its
 # reason the convolution's left pad on a sharded sequence) plans here: the head exchange runs
 # the convolution on whole sequences (docs/context.md); per_device_batch_size 1 on context 2
-# is 2 sequences per context group, run as 2 microbatches of one. 93042 MiB of 97280.
+# is 2 sequences per context group, run as 2 microbatches of one. 96816 MiB of 97280 (93042
+# before issue 21: with 3776 MiB less staging and expert scratch, auto's gradient reduction
+# stops at a form that sends fewer bytes and keeps more levels).
 check "aot: the seed's guard case (qwen3-next-80b-a3b 4 layers, DP64 x context 2, explicit) plans, fits and compiles" \
   aot_case aot-guard-context-explicit fits
 # Long context (issue 19): qwen3-next-80b-a3b on v5p-512, remat full, 32 sequences per step,
 # with context 8 (x fsdp 4 x expert 8) and without (FSDP 32 x EP 8). Every power-of-two
-# length up to 8192 fits both ways (8192: 90964 MiB = 93.5% with context 8, 95882 MiB = 98.6%
-# without); 16384 fits neither (140040 / 176488 MiB). Context 8 cuts the per-token
+# length up to 8192 fitted both ways before issue 21 (8192: 90964 MiB = 93.5% with context 8,
+# 95882 MiB = 98.6% without; now 43148 / 80780); 16384 fitted neither (140040 / 176488 MiB). Context 8 cuts the per-token
 # activations 8 ways, but the peak is the expert FFN's dropless worst-case buffers, sized
 # for every routed row of the expert group landing on one host (group x tokens x min(k,
 # experts per rank) rows: the same with and without context), 354321 MiB of scratch per MoE
-# layer at 65536 (issue 21).
+# layer at 65536. Issue 21 bounds the expert FFN's scratch to chunks of expert_chunk_rows
+# (4096) rows and the checkpoint staging to a window: 16384 and 32768 tokens now fit with
+# context 8 (60132 / 94098 MiB), 16384 without (62238); 65536 needs 149830 MiB, of which
+# 136419 activations: the dispatched rows themselves ([Rmax, d] received rows, their
+# gradients, gu and d(gu): 32 GiB per [Rmax, d] buffer at Rmax = 4194304), which chunked
+# dispatch rounds would bound (docs/plan.md).
 check "aot: qwen3-next-80b-a3b v5p-512 context 8 x FSDP 4 x EP 8 at 8192 tokens: fits 95 GiB and compiles" \
   aot_case aot-next80-v5p512-cp8-8k fits
 check "aot: qwen3-next-80b-a3b v5p-512 FSDP 32 x EP 8 at 8192 tokens (no context axis): fits 95 GiB and compiles" \
   aot_case aot-next80-v5p512-8k fits
+check "aot: qwen3-next-80b-a3b v5p-512 context 8 x FSDP 4 x EP 8 at 32768 tokens: fits 95 GiB (94098 MiB) and compiles" \
+  aot_case aot-next80-v5p512-cp8-8k fits next80-cp8-32k max_target_length=32768 run_name=next80-cp8-32k
+check "aot: qwen3-next-80b-a3b v5p-512 FSDP 32 x EP 8 at 16384 tokens (no context axis): fits 95 GiB (62238 MiB) and compiles" \
+  aot_case aot-next80-v5p512-8k fits next80-16k max_target_length=16384 run_name=next80-16k
 check "aot: qwen3-next-80b-a3b v5p-512 context 8 at 65536 tokens: over budget (the experts' dropless worst-case buffers)" \
-  aot_case aot-next80-v5p512-cp8-64k "needs 507676.0 MiB per rank, over the budget of 97280.0 MiB by 410396.0 MiB; biggest consumers: activations (peak) 490424.6 MiB"
+  aot_case aot-next80-v5p512-cp8-64k "needs 149830.0 MiB per rank, over the budget of 97280.0 MiB by 52550.0 MiB; biggest consumers: activations (peak) 136418.6 MiB"
 check "aot: the dense MoE path under explicit is refused with its reason" \
   aot_case aot-guard-dense-explicit "sparse_matmul=false (the dense MoE matmul) is not onboarded"
 
@@ -104,12 +120,14 @@ check "aot: the dense MoE path under explicit is refused with its reason" \
 # and the gathered compute copy in bf16; fp32 master blocks, Adam, gradient trees, loss,
 # canonical scratch, ALL_REDUCE buffers, EP row gradients, and the bf16 staging region: the
 # largest per-op sum of bf16 tensors, qt_plan_fields.def). Per rank (MiB), fp32 -> bf16 (of
-# which bf16 staging): 4-layer 80B DP128 62672 -> 49478 (1187); 80B v5p-512 69138 -> 48078
-# (1920); 397B v5p-512 82476 -> 81998 (3840); 35B EP256 61760 -> 60206 (6144). The 4-layer
-# 397B on DP128 G4 ZeRO-1 goes from 158118 to 105686: the compute copy halves (108039 ->
-# 54019 bf16 + 844 fp32 master blocks), but the fp32 gradient tree (27614: qtrain keeps the
-# gradient accumulation in fp32 where MaxText's ZeRO-1 accumulates bf16), the checkpoint
-# staging (16384) and the bf16 staging (1940) keep it over 95 GiB by 8406.
+# which bf16 staging), after issue 21 (expert FFN chunks, windowed checkpoint staging):
+# 4-layer 80B DP128 58832 -> 45332 (1187); 80B v5p-512 58692 -> 37632 (1920); 397B v5p-512
+# 53200 -> 52722 (3840); 35B EP256 38138 -> 36584 (6144). The 4-layer 397B on DP128 G4
+# ZeRO-1 goes from 142054 (over) to 88792 and now fits: the compute copy halves (108039 ->
+# 54019 bf16 + 844 fp32 master blocks), the fp32 gradient tree stays (27614: qtrain keeps
+# the gradient accumulation in fp32 where MaxText's ZeRO-1 accumulates bf16), and the
+# checkpoint staging, one whole expert tensor (16384) before issue 21, is a 320 MiB window
+# (before, it was over by 8406).
 aot_bf16() {
   aot_case "$1" "$2" "$1-bf16" dtype=bfloat16 run_name="$1-bf16"
 }
@@ -118,20 +136,20 @@ for c in next80-4l-dp128-explicit next80-4l-dp128-auto next80-v5p512 next80-v5p5
   check "aot bf16: $c fits 95 GiB and compiles" aot_bf16 aot-$c fits
 done
 for mode in explicit auto; do
-  check "aot bf16: qwen3.5-397b-a17b 4 layers, v5p-256 DP128 G4 ZeRO-1, $mode: still over budget, by 8406 MiB" \
-    aot_bf16 aot-397b-4l-dp128-$mode "needs 105686.0 MiB per rank, over the budget of 97280.0 MiB by 8406.0 MiB; biggest consumers: compute copy (bf16) 54019.4 MiB, gradient tree (incl. the gradient) 27614.4 MiB, checkpoint staging 16384.0 MiB, activations (peak) 3194.5 MiB, bf16 staging 1940.0 MiB"
+  check "aot bf16: qwen3.5-397b-a17b 4 layers, v5p-256 DP128 G4 ZeRO-1, $mode: fits 95 GiB (88792 MiB) and compiles" \
+    aot_bf16 aot-397b-4l-dp128-$mode fits
 done
 aot_zero3_bf16() {
-  # bf16 with per-layer gathers over data (ZeRO-3): bf16 windows, 64184 MiB (fp32: 75882), of
+  # bf16 with per-layer gathers over data (ZeRO-3): bf16 windows, 47138 MiB (fp32: 58796), of
   # which 1940 bf16 staging (PARAM_GATHER rounds into its window in the step code: not
   # staged)
   local out=$AOT_OUT/zero3-bf16
   mkdir -p "$out"
   build/configgen/configgen -o "$out" tests/aot/aot-397b-4l-dp128-explicit.yml param_gather=layer dtype=bfloat16 run_name=zero3-bf16 > /dev/null || return 1
   grep -E "^  (arena|budget|params)" "$out/zero3-bf16/plan.txt" | cut -c 1-120
-  grep -qE "^  arena \(2 MiB rounded\) +[0-9]+ bytes +64184.000 MiB" "$out/zero3-bf16/plan.txt"
+  grep -qE "^  arena \(2 MiB rounded\) +[0-9]+ bytes +47138.000 MiB" "$out/zero3-bf16/plan.txt"
 }
-check "aot bf16: the 4-layer 397B on DP128 with per-layer gathers over data (ZeRO-3): 64184 MiB" aot_zero3_bf16
+check "aot bf16: the 4-layer 397B on DP128 with per-layer gathers over data (ZeRO-3): 47138 MiB" aot_zero3_bf16
 
 aot_topology_errors() {
   local out=$AOT_OUT/topo
@@ -140,16 +158,17 @@ aot_topology_errors() {
   grep -F "compile_topology=v5p-255" "$out/e1" || return 1
   build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml num_ranks=64 2> "$out/e2" && return 1
   grep -F "compile_topology=v5p-256 has 128 devices; expected num_ranks unset or 128" "$out/e2" || return 1
-  # an explicit device_memory_gib overrides the preset's: 40 GiB is too little here
-  build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml device_memory_gib=40 2> "$out/e3" && return 1
-  grep -F "device_memory_gib=40 (compile_topology=v5p-256, 128 ranks)" "$out/e3" || return 1
+  # an explicit device_memory_gib overrides the preset's: 32 GiB is too little here (the
+  # per-layer form needs 37618 MiB)
+  build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml device_memory_gib=32 2> "$out/e3" && return 1
+  grep -F "device_memory_gib=32 (compile_topology=v5p-256, 128 ranks)" "$out/e3" || return 1
   # the step form of the gradient reduction cannot keep the bits with expert parallelism
   build/configgen/configgen -o "$out" tests/aot/aot-next80-v5p512.yml gradient_reduce=step 2> "$out/e4" && return 1
   grep -F "gradient_reduce=step (command line): step with expert parallelism 8" "$out/e4"
 }
 aot_zero3() {
   # param_gather=layer asked for on the 4-layer 397B DP128 ZeRO-1: the parameters are then
-  # split over data too (ZeRO-3) and gathered per layer: 75882 MiB, fits
+  # split over data too (ZeRO-3) and gathered per layer: 58796 MiB, fits
   local out=$AOT_OUT/zero3
   mkdir -p "$out"
   build/configgen/configgen -o "$out" tests/aot/aot-397b-4l-dp128-explicit.yml param_gather=layer run_name=zero3 > /dev/null || return 1

@@ -451,6 +451,8 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"shard_mode=manual", NULL, "expected auto or explicit"},
         {"gradient_reduce=sometimes", NULL, "gradient_reduce=sometimes (command line): expected auto, step, microbatch or layer"},
         {"remat_policy=partial", NULL, "remat_policy=partial (command line): expected none, full or save_dot"},
+        {"expert_chunk_rows=0", NULL, "expert_chunk_rows=0 (command line): 0: expected 1 .. 16777216 rows"},
+        {"checkpoint_window_floats=0", NULL, "checkpoint_window_floats=0 (command line): 0: expected a positive float count"},
         {"param_gather=often", NULL, "param_gather=often (command line): expected auto, step or layer"},
         {"param_gather=layer", "gradient_reduce=step", "param_gather=layer (command line): layer with gradient_reduce=step: a layer's gathered weights are dropped after its backward"},
         {"param_gather=layer", NULL, "param_gather=layer (command line): layer on a mesh whose optimizer state is not split"},

@@ -625,6 +625,41 @@ TEST(ExpertFfnKernel, BackwardOrdersAndChunksAgreeBitwise)
     CHECK(bits_equal(dxa, dxc));
 }
 
+// Issue 21: configgen sizes the canonical forward / backward scratch of an op with more
+// rows than expert_chunk_rows for that many rows (no row lists when k = 1, an expert host's
+// packed rows: the backward takes the slot path). Whole-rows scratch and chunks of 3 rows
+// must give the same bits, k = 1 (host) and k = 3 (one rank), with canonical blocks.
+TEST(ExpertFfnKernel, CanonicalChunksOfConfiggenSizeAgreeBitwise)
+{
+    for (int64_t k : {1, 3}) {
+        FfnCase c = ffn_case(40, k, 4, 40, 24, 40, 170 + k);
+        vf x = to_f(c.x), wgu = to_f(c.wgu), wdown = to_f(c.wdown);
+        const int64_t nb = 2, R = c.T * c.k, C = 3;
+        const int64_t row = c.d + 3 * c.f + nb * c.d + 2 * c.f / nb, fix = c.d * (2 * c.f / nb);
+        const int64_t head = k > 1 ? R + c.E + 1 + R * c.d : 0;
+        vf big(R * row + R + c.E + 1 + R * c.d + fix), chunk(C * row + fix + head);
+        vf ya(R * c.d), ga(R * 2 * c.f), yb(ya.size()), gb(ga.size());
+        qt_expert_ffn_fwd_canon(ya.data(), ga.data(), x.data(), c.idx.data(), wgu.data(),
+                                wdown.data(), big.data(), c.T, c.k, c.E, c.d, c.f, big.size(), nb);
+        qt_expert_ffn_fwd_canon(yb.data(), gb.data(), x.data(), c.idx.data(), wgu.data(),
+                                wdown.data(), chunk.data(), c.T, c.k, c.E, c.d, c.f,
+                                chunk.size(), nb);
+        CHECK(bits_equal(ya, yb));
+        CHECK(bits_equal(ga, gb));
+        vf dy = to_f(rand_vec(R * c.d, 175)), base = to_f(rand_vec(c.T * c.d, 176));
+        vf dxa = base, dxb = base, dga(ga.size()), dgb(ga.size());
+        qt_expert_ffn_bwd_save_canon(dxa.data(), dga.data(), dy.data(), c.idx.data(), ga.data(),
+                                     wgu.data(), wdown.data(), big.data(), c.T, c.k, c.E, c.d,
+                                     c.f, big.size(), nb);
+        qt_expert_ffn_bwd_save_canon(dxb.data(), dgb.data(), dy.data(), c.idx.data(), ga.data(),
+                                     wgu.data(), wdown.data(), chunk.data(), c.T, c.k, c.E, c.d,
+                                     c.f, chunk.size(), nb);
+        CHECK(!bits_equal(dxa, base));
+        CHECK(bits_equal(dxa, dxb));
+        CHECK(bits_equal(dga, dgb));
+    }
+}
+
 // The backward can park d(gu) for the wgrad (qt_expert_ffn_bwd_save / _wgrad_saved). All
 // three backward orders must park the same bits, dx must not change, and the saved wgrad must
 // equal the recomputing one bit for bit per sequence (float and double): the saved rows are

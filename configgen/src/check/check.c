@@ -26,9 +26,17 @@ static int need(const qt_cg_graph *g, const qt_op *o, int i, const char *which, 
 }
 
 /* The expert FFN's scratch rule (qt_ops.def EXPERT_FFN_FWD: the larger of the all-rows and
- * the one-sequence layouts), shared by its forward, backward and weight gradient. */
-static int64_t ffn_scratch(int64_t S, int64_t T, int64_t k, int64_t d, int64_t f)
+ * the one-sequence layouts), shared by its forward, backward and weight gradient. Ops with
+ * more than C rows (qt_cg_expert_chunk) run in chunks of that many rows: their forward and
+ * backward need one chunk, their weight gradient one leaf's rows of one expert (at most Sl,
+ * the leaf's tokens) in one chunk, its canonical order (qt_cg.h). */
+static int64_t ffn_scratch(int64_t S, int64_t Sl, int64_t C, int64_t T, int64_t k, int64_t d,
+                           int64_t f, int wgrad)
 {
+    if (T * k > C) {
+        const int64_t c = C * (d + f);
+        return wgrad && Sl * (d + 3 * f) > c ? Sl * (d + 3 * f) : c;
+    }
     int64_t scr = T * k * (d + f);
     return S * (d + 3 * f) > scr ? S * (d + 3 * f) : scr;
 }
@@ -105,7 +113,7 @@ static int sizes_basic(const qt_cg_graph *g, const qt_op *o, int i, const char *
 static int sizes_blocks(const qt_cg_graph *g, const qt_op *o, int i, const char *which,
                         char *err, size_t errlen)
 {
-    const int64_t S = g->s->tr.seq_len;
+    const int64_t S = g->s->tr.seq_len, Sl = qt_cg_leaf_tokens(g->s), C = qt_cg_expert_chunk(g->s);
     switch (o->kind) {
 #define QT_CG_SZ_KIND ATTN_FWD
     case QT_OP_ATTN_FWD:
@@ -124,7 +132,7 @@ static int sizes_blocks(const qt_cg_graph *g, const qt_op *o, int i, const char 
         NEED(y, A(T) * A(k) * A(d)); NEED(gu, A(T) * A(k) * 2 * A(f)); NEED(x, A(T) * A(d));
         NEED(idx, A(T) * A(k)); NEED(w_gu, A(E) * 2 * A(f) * A(d));
         NEED(w_down, A(E) * A(d) * A(f));
-        ATLEAST(scratch, ffn_scratch(S, A(T), A(k), A(d), A(f)));
+        ATLEAST(scratch, ffn_scratch(S, Sl, C, A(T), A(k), A(d), A(f), 0));
         break;
 #undef QT_CG_SZ_KIND
 #define QT_CG_SZ_KIND MOE_COMBINE_FWD
@@ -149,13 +157,13 @@ static int sizes_blocks(const qt_cg_graph *g, const qt_op *o, int i, const char 
     /* the forward's scratch rule, and d(gu) shaped like gu when it is planned */
 #define QT_CG_SZ_KIND EXPERT_FFN_BWD
     case QT_OP_EXPERT_FFN_BWD:
-        ATLEAST(scratch, ffn_scratch(S, A(T), A(k), A(d), A(f)));
+        ATLEAST(scratch, ffn_scratch(S, Sl, C, A(T), A(k), A(d), A(f), 0));
         NEED(dgu, A(T) * A(k) * 2 * A(f));
         break;
 #undef QT_CG_SZ_KIND
 #define QT_CG_SZ_KIND EXPERT_FFN_WGRAD
     case QT_OP_EXPERT_FFN_WGRAD:
-        ATLEAST(scratch, ffn_scratch(S, A(T), A(k), A(d), A(f)));
+        ATLEAST(scratch, ffn_scratch(S, Sl, C, A(T), A(k), A(d), A(f), 1));
         NEED(dgu, A(T) * A(k) * 2 * A(f));
         break;
 #undef QT_CG_SZ_KIND

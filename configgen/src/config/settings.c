@@ -861,6 +861,15 @@ static int check_policies(const qt_cg_vctx *v, qt_cg_settings *s)
     else if (!strcmp(rp, "full")) s->remat = QT_CG_REMAT_FULL;
     else if (!strcmp(rp, "save_dot")) s->remat = QT_CG_REMAT_SAVE_DOT;
     else return bad(v, "remat_policy", "expected none, full or save_dot");
+    const int64_t cr = geti(v, "expert_chunk_rows");
+    if (cr < 1 || cr > ((int64_t)1 << 24))
+        return bad(v, "expert_chunk_rows", "%lld: expected 1 .. 16777216 rows", (long long)cr);
+    s->expert_chunk_rows = cr;
+    const int64_t cw = geti(v, "checkpoint_window_floats");
+    if (cw < 1)
+        return bad(v, "checkpoint_window_floats", "%lld: expected a positive float count",
+                   (long long)cw);
+    s->ckpt_window = cw;
     return 0;
 }
 

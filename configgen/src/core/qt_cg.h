@@ -115,6 +115,10 @@ typedef struct qt_cg_settings {
     int32_t remat;             /* enum qt_cg_remat_policy */
     int32_t param_gather;      /* enum qt_cg_param_gather (param_gather) */
     int32_t scan_layers;       /* scan_layers: store repeated layer cycles once */
+    int64_t expert_chunk_rows; /* expert_chunk_rows: rows per chunk of the routed expert
+                                  FFN's forward and backward scratch (qt_cg_expert_chunk) */
+    int64_t ckpt_window;       /* checkpoint_window_floats: floats per checkpoint gather
+                                  window (memory/memplan.c ckpt_window) */
     int32_t grad_reduce;       /* enum qt_cg_grad_reduce (gradient_reduce) */
     int32_t dtype;             /* compute dtype (dtype): QT_F32 or QT_BF16 (docs/precision.md) */
     int32_t ctx_seq_split;     /* context parallelism with b > 1 sequences per batch group:
@@ -152,6 +156,19 @@ static inline int64_t qt_cg_blocks(const qt_cg_settings *s)
 static inline int64_t qt_cg_leaf_tokens(const qt_cg_settings *s)
 {
     return s->tr.seq_len / qt_cg_blocks(s);
+}
+
+/* Rows of one chunk of the routed expert FFN's forward and backward (the kernels' `cap`,
+ * firmware/kernels/expert_ffn.c; the expert_chunk_rows key, default 4096): when an op has
+ * more rows (T x k, an expert host's worst case Rmax included), its scratch holds the
+ * intermediates of this many rows and the kernel loops over chunks. A row's forward and
+ * data gradient do not depend on the chunk (the matmul row contract), so the bits do not
+ * either; the weight gradient keeps its own scratch, sized so that a leaf's rows of one
+ * expert are always one chunk (its canonical order). Ops with at most this many rows keep
+ * the whole-rows sizes (issue 21). */
+static inline int64_t qt_cg_expert_chunk(const qt_cg_settings *s)
+{
+    return s->expert_chunk_rows > 0 ? s->expert_chunk_rows : 4096;
 }
 
 /* The context degree (ranks sharing one sequence: docs/context.md), and the mask of the

@@ -220,6 +220,30 @@ static int tree_levels(qt_cg_graph *g, char *err, size_t errlen)
     return 0;
 }
 
+/* Floats of the largest window in which a checkpoint gathers parameter p (whole rows of its
+ * first dimension, firmware/runtime/ckpt_gather.c): the whole parameter when it has at most
+ * checkpoint_window_floats elements, or when it is a Qwen3.5 GDN input projection (its
+ * on-disk pieces permute its rows, firmware/io/ckpt_map.c), else as many whole rows as that
+ * holds, one at least (issue 21: one expert of a fused expert tensor, rows of the
+ * embedding). */
+static int64_t ckpt_window(const qt_cg_graph *g, int p)
+{
+    const qt_tensor *t = &g->ts[g->ps[p].tensor].t;
+    const char *nm = g->ps[p].name;
+    int64_t gn = 1;
+    for (int d = 0; d < t->ndim; d++) gn *= t->global_shape[d];
+    const int64_t cap = g->s->ckpt_window, row = t->global_shape[0] > 0 ? gn / t->global_shape[0] : 1;
+    static const char *const sfx[2] = {".linear_attn.in_proj_qkvz.weight",
+                                       ".linear_attn.in_proj_ba.weight"};
+    int permuted = 0;
+    for (int k = 0; k < 2 && g->s->m.decoder_block == 1; k++) {
+        const size_t n = strlen(nm), m = strlen(sfx[k]);
+        permuted |= n >= m && !strcmp(nm + n - m, sfx[k]);
+    }
+    if (gn <= cap || permuted || cap <= 0) return gn;
+    return cap / row > 1 ? cap / row * row : row;
+}
+
 /* From the first tree level (byte offset flat0) up: the tree levels, the leaf scratch, the
  * comm scratch and the checkpoint staging; then act_offset and the parameters' offsets. */
 static void fixed_regions(qt_cg_graph *g, int64_t flat0)
@@ -249,14 +273,12 @@ static void fixed_regions(qt_cg_graph *g, int64_t flat0)
                                       (int64_t)QT_TENSOR_ALIGN);
     g->comm_scratch_elems = g->s->n_ranks > 1 ? QT_CG_COMM_SCRATCH : 0;
     /* Checkpoint staging (multi-rank plans only, so one-rank plans keep their layout): the
-     * largest parameter in its global layout, plus 16 floats for the gather's cover check
+     * largest window a checkpoint gathers, plus 16 floats for the gather's cover check
      * (firmware/runtime/ckpt_gather.c). */
     int64_t stage_need = 0;
     for (int p = 0; p < g->np; p++) {
-        const qt_tensor *t = &g->ts[g->ps[p].tensor].t;
-        int64_t gn = 1;
-        for (int d = 0; d < t->ndim; d++) gn *= t->global_shape[d];
-        if (gn > stage_need) stage_need = gn;
+        const int64_t w = ckpt_window(g, p);
+        if (w > stage_need) stage_need = w;
     }
     g->staging_offset = ALIGN_UP(g->comm_scratch_offset + 4 * g->comm_scratch_elems,
                                  (int64_t)QT_TENSOR_ALIGN);

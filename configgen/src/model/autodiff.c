@@ -366,9 +366,23 @@ static void backward_expert_ffn(qt_cg_ad *ad, const qt_op *f)
     if (seg != QT_NONE && S * k0 * (d + 3 * ff) > esz) esz = S * k0 * (d + 3 * ff);
     /* the canonical blocks of the data gradient (bwd_nb per part; expert_ffn.c) */
     const int64_t nbg = FA(EXPERT_FFN, bwd_nb) > 0 ? FA(EXPERT_FFN, bwd_nb) : 1, rows = T * k;
-    const int64_t bsz = rows * (d + 3 * ff + nbg * d + 2 * ff / nbg) + rows + FA(EXPERT_FFN, E) +
-                        1 + rows * d + d * (2 * ff / nbg);
-    const int64_t s1sz = bsz > esz ? bsz : esz;
+    const int64_t brow = d + 3 * ff + nbg * d + 2 * ff / nbg, bfix = d * (2 * ff / nbg);
+    int64_t bsz = rows * brow + rows + FA(EXPERT_FFN, E) + 1 + rows * d + bfix;
+    int64_t s1sz = bsz > esz ? bsz : esz;
+    const int64_t C = qt_cg_expert_chunk(g->s);
+    if (rows > C) {
+        /* chunked (qt_cg_expert_chunk): the BWD's chunks of that many rows, after the
+         * expert-major path's row lists and per-row contributions when k > 1 (k = 1, an
+         * expert host: the slot path, no lists, the same bits); the WGRAD's chunk takes a
+         * leaf's rows of one expert whole (at most the leaf's tokens: top-k experts are
+         * distinct), which keeps its canonical order, or a chunk if that is more */
+        bsz = C * brow + bfix +
+              (k > 1 ? rows + FA(EXPERT_FFN, E) + 1 + rows * d : 0);
+        s1sz = bsz;
+        const int64_t lt = qt_cg_leaf_tokens(g->s);
+        esz = C * (d + ff);
+        if (lt * (d + 3 * ff) > esz) esz = lt * (d + 3 * ff);
+    }
     int32_t s1 = bwd_scratch(ad, "bwd_scratch", nm, s1sz);
     /* d(gu) handed from BWD to WGRAD (saves the WGRAD a recompute matmul); shaped
      * like gu so it is sharded and sized like it. */

@@ -413,12 +413,19 @@ static int64_t expert_canon(const qt_cg_graph *g, const qt_cg_dims *D)
     return qt_canon_blocks(D->f * D->tp, 1) / D->tp;
 }
 
-/* Scratch of the expert FFN forward / backward over R rows of k slots with nb canonical
- * blocks (expert_ffn.c): per row d + 3f plus the blocks' partials, and the packed weights. */
-static int64_t expert_scratch(int64_t R, int64_t k, const qt_cg_dims *D, int64_t nb)
+/* Scratch of the expert FFN forward over R rows of k slots with nb canonical blocks
+ * (expert_ffn.c): per row d + 3f plus the blocks' partials, and the packed weights, for
+ * every row when R x k <= qt_cg_expert_chunk, else for one chunk of that many rows
+ * (the forward's chunks need no row lists: *ext receives 0 then, else 1 when the caller's
+ * one-sequence minimum still applies). */
+static int64_t expert_scratch(const qt_cg_graph *g, int64_t R, int64_t k, const qt_cg_dims *D,
+                              int64_t nb, int *ext)
 {
-    const int64_t d = D->d, f = D->f, rows = R * k;
-    return rows * (d + 3 * f + nb * d + 2 * f / nb) + rows + D->E + 1 + rows * d + d * (2 * f / nb);
+    const int64_t d = D->d, f = D->f, rows = R * k, row = d + 3 * f + nb * d + 2 * f / nb;
+    const int64_t C = qt_cg_expert_chunk(g->s);
+    *ext = rows <= C;
+    if (!*ext) return C * row + d * (2 * f / nb);
+    return rows * row + rows + D->E + 1 + rows * d + d * (2 * f / nb);
 }
 
 /* Expert parallelism (qt_ops.def MOE_DISPATCH_FWD ...): the routed rows of this rank's
@@ -445,9 +452,11 @@ static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int3
     int32_t yr = qt_cg_add_tensor(g, AN("y"), QT_ROLE_ACT, QT_F32, 2, SHP(rmax, D->d), AX(0, 0));
     int32_t gur = qt_cg_add_tensor(g, AN("gu"), QT_ROLE_SAVED, QT_F32, 2, SHP(rmax, 2 * D->f),
                                    AX(0, 0));
-    /* one host sequence's rows (<= S*k) must fit one wgrad chunk, as on one rank */
-    int64_t escr = expert_scratch(rmax, 1, D, nb);
-    if (D->S * D->k * (D->d + 3 * D->f) > escr) escr = D->S * D->k * (D->d + 3 * D->f);
+    /* one host sequence's rows (<= S*k) must fit one wgrad chunk, as on one rank (the
+     * whole-rows size; chunked forwards need no such minimum: the WGRAD has its scratch) */
+    int ext;
+    int64_t escr = expert_scratch(g, rmax, 1, D, nb, &ext);
+    if (ext && D->S * D->k * (D->d + 3 * D->f) > escr) escr = D->S * D->k * (D->d + 3 * D->f);
     int32_t fscr = scratch(g, AN("ffn_fwd_scratch"), escr);
     int32_t dscr = scratch(g, AN("dispatch_scratch"), D->T * D->k * (D->d + 1));
     int32_t rscr = scratch(g, AN("return_scratch"), D->T * D->k * D->d);
@@ -538,8 +547,9 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
                                       SHP(D->b, D->S, D->k, 2 * D->f), AX(B, L, 0, QT_LAX_ACT_MLP));
         /* qt_ops.h: >= max(T*k*(d+f), S*(d+3f)), so one sequence's rows always fit. */
         const int64_t nb = expert_canon(g, D);
-        int64_t escr = expert_scratch(D->T, D->k, D, nb);
-        if (D->S * (D->d + 3 * D->f) > escr) escr = D->S * (D->d + 3 * D->f);
+        int ext;
+        int64_t escr = expert_scratch(g, D->T, D->k, D, nb, &ext);
+        if (ext && D->S * (D->d + 3 * D->f) > escr) escr = D->S * (D->d + 3 * D->f);
         snprintf(n2, sizeof n2, "L%d.moe.expert_fwd_scratch", l);
         int32_t fscr = scratch(g, n2, escr);
         qt_cg_layout_declare(g, gu, QT_LAX_ACT_MLP, "the routed experts are replicated over "
