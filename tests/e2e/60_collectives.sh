@@ -16,7 +16,8 @@ coll_mesh() {
   local n=$1; shift
   timeout 60 mpiexec -n "$n" $CC_BIN "$@" < /dev/null
 }
-for c in "1 1" "2 2" "2 1 2" "4 2 2" "4 1 1 2 1 2" "8 2 2 2" "8 1 2 1 4" "8 2 1 1 2 2" "3 3" "6 3 2"; do
+for c in "1 1" "2 2" "2 1 2" "4 2 2" "4 1 1 2 1 2" "8 2 2 2" "8 1 2 1 4" "8 2 1 1 2 2" "3 3" "6 3 2" \
+         "5 5" "7 7"; do
   set -- $c
   check "collectives: $1 rank(s), mesh ${*:2} (data fsdp tensor expert context)" coll_mesh "$@"
 done
