@@ -2,7 +2,10 @@
  * Invariants: the max is subtracted before exponentiating (no overflow for any finite
  * logits); the exponentials are computed once, parked in dlogits, and normalised in place;
  * all sums run in increasing index order. A target outside [0, V) (-1: masked, see
- * qt_data_fill_packed) adds no loss and leaves a zero gradient row.
+ * qt_data_fill_packed) adds no loss and leaves a zero gradient row. The blocked form
+ * (canonical vocabulary blocks, vocab-parallel shards: xent.h) computes the same values
+ * with the sum of exponentials chained per block and the blocks added by a pairwise tree;
+ * its phases take no communication (the op wrapper all-gathers between them).
  */
 #include "xent.h"
 #include "qt_real.h"

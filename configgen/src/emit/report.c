@@ -385,8 +385,7 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
         mib(b, "params (fp32 master: this rank's blocks, adam_elems floats)", 4 * g->adam_elems);
     else
         mib(b, "params (compute copy: n_flat floats)", flat_b);
-    if (g->compute_offset)
-        mib(b, "compute copy (bf16: n_flat x 2 bytes)", 2 * g->n_flat);
+    if (g->compute_offset) mib(b, "compute copy (bf16: n_flat x 2 bytes)", 2 * g->n_flat);
     if (s->dtype == QT_BF16)
         mib(b, "bf16 staging (one op's bf16 slots widened, fp32)", 4 * g->bf16_stage_elems);
     if (s->opt_mask)
