@@ -70,3 +70,18 @@ vocab_bf16() {
   echo "$out" | grep -q "vocab_blocks" && echo "$out" | grep -q "dtype=bfloat16" && echo "$out"
 }
 check "vocab_parallel with dtype bfloat16 is refused, naming vocab_blocks and dtype" vocab_bf16
+
+# checkpoints: the split lm_head saves as one whole tensor; TP2 saved at step 5 and resumed
+# on one rank (and the reverse) == the uninterrupted one-rank run at step 10, bit for bit
+vocab_ckpt() {
+  local d=$QT_TMP/vocab/ckpt a b
+  rm -rf "$d"; mkdir -p "$d"
+  plan_det vocab-next-1r-vb2 1 "$QT_TMP/vocab" 10 || return 1
+  ckpt_run vocab-next-tp2 2 steps=5 save="$d/tp2" > "$d/a.log" 2>&1 || { tail -n 3 "$d/a.log"; return 1; }
+  ckpt_run vocab-next-1r-vb2 1 steps=10 load="$d/tp2" metrics="$d/a.jsonl" > "$d/b.log" 2>&1 || { tail -n 3 "$d/b.log"; return 1; }
+  ckpt_run vocab-next-1r-vb2 1 steps=5 save="$d/one" > "$d/c.log" 2>&1 || { tail -n 3 "$d/c.log"; return 1; }
+  ckpt_run vocab-next-tp2 2 steps=10 load="$d/one" metrics="$d/b.jsonl" > "$d/d.log" 2>&1 || { tail -n 3 "$d/d.log"; return 1; }
+  a=$(det_fields "$d/a.jsonl" | tail -n 1) b=$(det_fields "$d/b.jsonl" | tail -n 1)
+  [ "$a" = "$(tail -n 1 "$QT_TMP/vocab/vocab-next-1r-vb2.det")" ] && [ "$a" = "$b" ] && echo "both: $a"
+}
+check "vocab-parallel checkpoints: TP2 -> one rank and one rank -> TP2 resume bit for bit" vocab_ckpt
