@@ -89,6 +89,14 @@ void QT_FN(qt_matmul_canon_bwd_data)(qt_real *out, const qt_real *dy, const qt_r
 #ifndef QT_REAL_DOUBLE
     if (qt_matmul_canon_bwd_data_fused(out, dy, w, M, N, K, nseg, nb)) return;
 #endif
+    if (nb == 1 && nseg == 1) {
+        /* one block of one segment: the copy form's packed copies are the inputs themselves
+         * and its tree is empty, so the plain kernel into zeros gives its bits without
+         * scratch beyond out (the vocab-parallel lm_head's data gradient, one block a rank) */
+        for (int64_t i = 0; i < M * K; i++) out[i] = 0;
+        QT_FN(qt_matmul_bwd_data)(out, dy, w, M, N, K);
+        return;
+    }
     qt_canon_bwd_copy(out, dy, w, M, N, K, nseg, nb, scratch, QT_FN(qt_matmul_bwd_data));
 }
 

@@ -48,7 +48,8 @@ void qt_canon_tree_f64(double *buf, int64_t n, int64_t nb);
 void qt_matmul_canon_fwd(float *out, const float *x, const float *w, int64_t M, int64_t N,
                          int64_t K, int64_t nseg, int64_t nb, float *scratch);
 /* out[M,K] = tree over the nb blocks of dy[M,N] w[N,K] (contraction over N). Writes out.
- * N = nseg * nb * slice. scratch: QT_CANON_BWD_SCRATCH(M, N, K, nb) floats. */
+ * N = nseg * nb * slice. scratch: QT_CANON_BWD_SCRATCH(M, N, K, nb) floats; with nb = nseg = 1
+ * no scratch is read (out is written directly: it may be the scratch itself). */
 void qt_matmul_canon_bwd_data(float *out, const float *dy, const float *w, int64_t M,
                               int64_t N, int64_t K, int64_t nseg, int64_t nb, float *scratch);
 /* The references: block partials from the scalar kernels (matmul.h *_ref) on packed copies,

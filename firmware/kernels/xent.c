@@ -2,7 +2,10 @@
  * Invariants: the max is subtracted before exponentiating (no overflow for any finite
  * logits); the exponentials are computed once, parked in dlogits, and normalised in place;
  * all sums run in increasing index order. A target outside [0, V) (-1: masked, see
- * qt_data_fill_packed) adds no loss and leaves a zero gradient row.
+ * qt_data_fill_packed) adds no loss and leaves a zero gradient row. The blocked form
+ * (canonical vocabulary blocks, vocab-parallel shards: xent.h) computes the same values
+ * with the sum of exponentials chained per block and the blocks added by a pairwise tree;
+ * its phases take no communication (the op wrapper all-gathers between them).
  */
 #include "xent.h"
 #include "qt_real.h"
@@ -37,4 +40,106 @@ void QT_FN(qt_xent)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
         }
         loss_seq[s] = acc;
     }
+}
+
+/* ---- the blocked form (canonical vocabulary blocks, xent.h) ---- */
+
+void QT_FN(qt_xent_blk_stats)(qt_real *stat, const qt_real *logits, const int32_t *targets,
+                              int64_t R, int64_t V, int64_t v0)
+{
+    for (int64_t r = 0; r < R; r++) {
+        const qt_real *l = logits + r * V;
+        qt_real m = l[0];
+        for (int64_t v = 1; v < V; v++) m = l[v] > m ? l[v] : m;
+        const int64_t tg = targets[r];
+        stat[2 * r] = m;
+        stat[2 * r + 1] = tg >= v0 && tg < v0 + V ? l[tg - v0] : QT_R(0.0);
+    }
+}
+
+void QT_FN(qt_xent_blk_merge)(qt_real *stat, const int32_t *targets, int64_t R, int64_t V,
+                              int64_t P)
+{
+    for (int64_t r = 0; r < R; r++) {
+        /* shards in increasing vocabulary order: the first of equal maxima, as one chain */
+        qt_real m = stat[2 * r];
+        for (int64_t j = 1; j < P; j++) {
+            const qt_real x = stat[j * 2 * R + 2 * r];
+            m = x > m ? x : m;
+        }
+        const int64_t tg = targets[r];
+        const int64_t own = tg >= 0 && tg < V * P ? tg / V : 0;
+        stat[2 * r + 1] = stat[own * 2 * R + 2 * r + 1];
+        stat[2 * r] = m;
+    }
+}
+
+void QT_FN(qt_xent_blk_sums)(qt_real *sums, qt_real *dlogits, const qt_real *logits,
+                             const qt_real *stat, int64_t R, int64_t V, int64_t nb)
+{
+    const int64_t B = V / nb;
+    for (int64_t r = 0; r < R; r++) {
+        const qt_real *l = logits + r * V;
+        qt_real *g = dlogits + r * V;
+        const qt_real m = stat[2 * r];
+        for (int64_t i = 0; i < nb; i++) {
+            qt_real sum = 0;
+            for (int64_t v = i * B; v < (i + 1) * B; v++) {
+                qt_real e = QT_EXP(l[v] - m);
+                g[v] = e;
+                sum = sum + e;
+            }
+            sums[r * nb + i] = sum;
+        }
+    }
+}
+
+/* The pairwise tree over n partials in place ((p0+p1)+(p2+p3))+...: the total in p[0]. */
+static qt_real QT_FN(qt_xent_tree)(qt_real *p, int64_t n)
+{
+    for (int64_t s = 1; s < n; s *= 2)
+        for (int64_t j = 0; j + s < n; j += 2 * s) p[j] = p[j] + p[j + s];
+    return p[0];
+}
+
+void QT_FN(qt_xent_blk_finish)(qt_real *loss_seq, qt_real *dlogits, const qt_real *stat,
+                               const qt_real *sums, const int32_t *targets, int64_t b,
+                               int64_t S, int64_t V, int64_t nb, int64_t P, int64_t v0,
+                               qt_real *tmp)
+{
+    const int64_t R = b * S, Vg = V * P;
+    for (int64_t s = 0; s < b; s++) {
+        qt_real acc = 0;
+        for (int64_t tt = 0; tt < S; tt++) {
+            const int64_t t = s * S + tt;
+            qt_real *g = dlogits + t * V;
+            /* global block j * nb + i is block i of shard j */
+            for (int64_t j = 0; j < P; j++)
+                for (int64_t i = 0; i < nb; i++) tmp[j * nb + i] = sums[j * R * nb + t * nb + i];
+            const qt_real sum = QT_FN(qt_xent_tree)(tmp, nb * P);
+            const qt_real lse = stat[2 * t] + QT_LOG(sum);
+            const qt_real inv = QT_R(1.0) / sum;
+            for (int64_t v = 0; v < V; v++) g[v] = g[v] * inv;
+            const int64_t tg = targets[t];
+            if (tg >= 0 && tg < Vg) {
+                if (tg >= v0 && tg < v0 + V) g[tg - v0] = g[tg - v0] - QT_R(1.0);
+                acc = acc + (lse - stat[2 * t + 1]);
+            } else { /* no target: no loss, no gradient (as qt_xent) */
+                for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
+            }
+        }
+        loss_seq[s] = acc;
+    }
+}
+
+void QT_FN(qt_xent_blocked)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
+                            const int32_t *targets, int64_t b, int64_t S, int64_t V, int64_t nb,
+                            qt_real *scratch)
+{
+    const int64_t R = b * S;
+    qt_real *stat = scratch, *sums = stat + 2 * R, *tmp = sums + R * nb;
+    QT_FN(qt_xent_blk_stats)(stat, logits, targets, R, V, 0);
+    QT_FN(qt_xent_blk_merge)(stat, targets, R, V, 1);
+    QT_FN(qt_xent_blk_sums)(sums, dlogits, logits, stat, R, V, nb);
+    QT_FN(qt_xent_blk_finish)(loss_seq, dlogits, stat, sums, targets, b, S, V, nb, 1, 0, tmp);
 }

@@ -22,6 +22,39 @@ void qt_xent(float *loss_seq, float *dlogits, const float *logits, const int32_t
 void qt_xent_f64(double *loss_seq, double *dlogits, const double *logits,
                  const int32_t *targets, int64_t b, int64_t S, int64_t V);
 
+/* The blocked form (canonical vocabulary blocks; qt_ops.def XENT with a3 = nb > 0). The
+ * V columns of a row are nb equal blocks; the sum of exponentials is one chain per block
+ * (v increasing, from 0) and the blocks' partials combine by the pairwise tree
+ * ((p0+p1)+(p2+p3))+... over the global block order, so nb = 1 is qt_xent's bits. A
+ * vocab-parallel row is P shards of V columns (shard j = columns [j*V, (j+1)*V), nb blocks
+ * each, global blocks j*nb .. j*nb+nb-1); the firmware runs the phases with an all-gather
+ * over the tensor group after stats and after sums (ops_basic.c):
+ *   stats:  stat[2r] = this shard's row max, stat[2r+1] = l[target - v0] when the target is
+ *           in the shard, else 0 (R = b*S rows);
+ *   merge:  P gathered stat blocks (2R floats each) -> block 0: the global max (exact in any
+ *           order; the first of equal maxima in vocabulary order) and the owner's target logit;
+ *   sums:   dlogits = exp(l - m) (as qt_xent), sums[r*nb + i] = block i's chain;
+ *   finish: P gathered sums blocks (R*nb floats each): per row the tree over the nb*P global
+ *           blocks, lse = m + log(sum), dlogits *= 1/sum, the target's owner subtracts 1,
+ *           loss_seq[s] = sum over its S rows (t increasing) of lse - l[target]: every rank
+ *           computes the same losses. tmp: nb*P floats.
+ * qt_xent_blocked: one rank (P = 1), scratch QT_XENT_BLK_SCRATCH(R, nb, 1) floats. */
+#define QT_XENT_BLK_SCRATCH(R, nb, P) ((P) * (R) * (2 + (nb)) + (nb) * (P))
+void qt_xent_blk_stats(float *stat, const float *logits, const int32_t *targets, int64_t R,
+                       int64_t V, int64_t v0);
+void qt_xent_blk_merge(float *stat, const int32_t *targets, int64_t R, int64_t V, int64_t P);
+void qt_xent_blk_sums(float *sums, float *dlogits, const float *logits, const float *stat,
+                      int64_t R, int64_t V, int64_t nb);
+void qt_xent_blk_finish(float *loss_seq, float *dlogits, const float *stat, const float *sums,
+                        const int32_t *targets, int64_t b, int64_t S, int64_t V, int64_t nb,
+                        int64_t P, int64_t v0, float *tmp);
+void qt_xent_blocked(float *loss_seq, float *dlogits, const float *logits,
+                     const int32_t *targets, int64_t b, int64_t S, int64_t V, int64_t nb,
+                     float *scratch);
+void qt_xent_blocked_f64(double *loss_seq, double *dlogits, const double *logits,
+                         const int32_t *targets, int64_t b, int64_t S, int64_t V, int64_t nb,
+                         double *scratch);
+
 #ifdef __cplusplus
 }
 #endif

@@ -234,9 +234,45 @@ void qt_op_sigmoid_gate_bwd(const qt_op *op, const qt_ctx *ctx)
         QT_A(op, SIGMOID_GATE_BWD, hd));
 }
 
-/* XENT: t0 loss_seq, t1 dlogits, t2 logits, t3 targets; a0 b, a1 S, a2 V. */
+/* XENT with canonical vocabulary blocks (a3 nb > 0), vocab-parallel over the a4 group:
+ * stats, all-gather, merge, block sums, all-gather, finish (kernels/xent.h). The gathers
+ * copy floats, so every rank holds the same stats and sums and the bits are one rank's. */
+static void qt_op_xent_blocked(const qt_op *op, const qt_ctx *ctx)
+{
+    const unsigned mask = (unsigned)QT_A(op, XENT, mask);
+    const int64_t b = QT_A(op, XENT, b), S = QT_A(op, XENT, S), V = QT_A(op, XENT, V),
+                  nb = QT_A(op, XENT, nb), R = b * S;
+    const int64_t P = mask ? qt_comm_group_size(mask) : 1;
+    const int64_t v0 = mask ? qt_comm_group_index(mask) * V : 0;
+    float *dlogits = qt_f32(ctx, QT_T(op, XENT, dlogits));
+    const float *logits = qt_f32(ctx, QT_T(op, XENT, logits));
+    const int32_t *targets = qt_i32(ctx, QT_T(op, XENT, targets));
+    float *stat = qt_f32(ctx, QT_T(op, XENT, scratch)), *sums = stat + P * 2 * R,
+          *tmp = sums + P * R * nb;
+    const int64_t me = v0 / V;
+    qt_xent_blk_stats(stat + me * 2 * R, logits, targets, R, V, v0);
+    int rc = P > 1 ? qt_coll_all_gather(mask, stat, 2 * R * (int64_t)sizeof(float)) : 0;
+    if (!rc) {
+        qt_xent_blk_merge(stat, targets, R, V, P);
+        qt_xent_blk_sums(sums + me * R * nb, dlogits, logits, stat, R, V, nb);
+        if (P > 1) rc = qt_coll_all_gather(mask, sums, R * nb * (int64_t)sizeof(float));
+    }
+    if (rc) {
+        if (ctx->status && !*ctx->status) *ctx->status = rc;
+        return;
+    }
+    qt_xent_blk_finish(qt_f32(ctx, QT_T(op, XENT, loss_seq)), dlogits, stat, sums, targets, b,
+                       S, V, nb, P, v0, tmp);
+}
+
+/* XENT: t0 loss_seq, t1 dlogits, t2 logits, t3 targets; a0 b, a1 S, a2 V; a3 nb, a4 mask
+ * (canonical vocabulary blocks, vocab-parallel), t4 their scratch. */
 void qt_op_xent(const qt_op *op, const qt_ctx *ctx)
 {
+    if (QT_A(op, XENT, nb) > 0) {
+        qt_op_xent_blocked(op, ctx);
+        return;
+    }
     qt_xent(qt_f32(ctx, QT_T(op, XENT, loss_seq)), qt_f32(ctx, QT_T(op, XENT, dlogits)),
             qt_f32(ctx, QT_T(op, XENT, logits)), qt_i32(ctx, QT_T(op, XENT, targets)),
             QT_A(op, XENT, b), QT_A(op, XENT, S), QT_A(op, XENT, V));

@@ -7,9 +7,11 @@
 #include <string.h>
 #include "core/qt_cg.h"
 #include "check/qt_cg_check.h"
+#include "mesh/qt_cg_mesh.h"
 #include "../../firmware/kernels/gdn_core.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/attention.h"
+#include "../../firmware/kernels/xent.h"
 #include "../../firmware/parallel/cp_pack.h"
 
 /* numel(t[slot]) must equal want (exact) or be at least want (at_least). */
@@ -102,6 +104,10 @@ static int sizes_basic(const qt_cg_graph *g, const qt_op *o, int i, const char *
     case QT_OP_XENT:
         NEED(loss_seq, A(b)); NEED(dlogits, A(b) * A(S) * A(V));
         NEED(logits, A(b) * A(S) * A(V)); NEED(targets, A(b) * A(S));
+        if (A(nb) > 0) {
+            const int64_t P = A(mask) ? qt_cg_group_size(g->s, (uint8_t)A(mask)) : 1;
+            ATLEAST(scratch, QT_XENT_BLK_SCRATCH(A(b) * A(S), A(nb), P));
+        }
         break;
 #undef QT_CG_SZ_KIND
     default: break;

@@ -937,6 +937,33 @@ static int check_packing(const qt_cg_vctx *v, qt_cg_settings *s)
     return 0;
 }
 
+/* vocab_parallel and vocab_blocks (docs/sharding.md "Logits", docs/determinism.md): the
+ * logits split over tensor need canonical vocabulary blocks, at least one per tensor rank,
+ * so that every rank's shard is whole blocks and the tree over the blocks is one rank's. */
+static int check_vocab(const qt_cg_vctx *v, qt_cg_settings *s)
+{
+    const int64_t tp = s->mesh[QT_MESH_TENSOR], V = s->m.vocab, nb = geti(v, "vocab_blocks");
+    const int par = getb(v, "vocab_parallel") && tp > 1;
+    const int64_t n = nb == 0 ? (par ? tp : 1) : nb;
+    char o[400];
+    if (n < 1 || (n & (n - 1)) || V % n)
+        return bad(v, "vocab_blocks", "%lld: expected 0 (= the tensor degree with "
+                   "vocab_parallel, else 1) or a power of two dividing %s", (long long)nb,
+                   other(v, "vocab_size", o, sizeof o));
+    if (par && (n < tp || n % tp))
+        return bad(v, "vocab_blocks", "%lld with vocab_parallel: true on %lld tensor ranks (%s): "
+                   "expected a multiple of the tensor degree (each rank's vocabulary shard is "
+                   "whole canonical blocks)", (long long)n, (long long)tp,
+                   other(v, "ici_tensor_parallelism", o, sizeof o));
+    if (n > 1 && s->dtype == QT_BF16)
+        return bad(v, "vocab_blocks", "%lld with dtype=bfloat16: the blocked (vocab-parallel) "
+                   "cross entropy runs in float32 plans only; expected vocab_blocks=0 and "
+                   "vocab_parallel=false with dtype=bfloat16", (long long)n);
+    s->vocab_parallel = par;
+    s->vocab_blocks = (int32_t)n;
+    return 0;
+}
+
 int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen)
 {
     qt_cg_vctx v = {c, err, errlen};
@@ -959,7 +986,7 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
         check_mesh(&v, s) || check_policies(&v, s) || check_rules(&v, s) ||
         check_packing(&v, s))
         return -1;
-    if (batch_split(&v, s)) return -1;
+    if (batch_split(&v, s) || check_vocab(&v, s)) return -1;
     s->batch_mask = 0;
     s->opt_mask = 0;
     /* the batch axes, in rank order: context last, the least significant (its ranks hold

@@ -125,6 +125,10 @@ typedef struct qt_cg_settings {
                                   b (they run as b microbatches of one), else 0 */
     int32_t context_blocks;    /* canonical token blocks per sequence (context_blocks
                                   resolved: >= 1; docs/context.md) */
+    int32_t vocab_parallel;    /* logits, d.logits and lm_head split over tensor (1 only
+                                  with a tensor degree > 1: vocab_parallel) */
+    int32_t vocab_blocks;      /* canonical vocabulary blocks (vocab_blocks resolved: >= 1;
+                                  1 = the plain cross entropy; docs/determinism.md) */
     char topology[64];         /* compile_topology, "" = none */
     double budget_gib;         /* per-rank arena budget (device_memory_gib), 0 = unchecked */
     uint8_t batch_mask;        /* mesh axes (size > 1) that split the global batch */
@@ -257,6 +261,7 @@ typedef struct qt_cg_graph {
                                   (model/autodiff.c) */
     int n_remat_ops;           /* forward ops recomputed in the backward (model/remat.c) */
     int32_t tokens, targets, loss_seq, lb_seq, table;
+    int32_t head_w;            /* lm_head.weight (its data gradient: model/autodiff.c) */
     int32_t positions;         /* packing: I32 [b, S] positions in documents, else QT_NONE */
     /* layout (memory/memplan.c) */
     int64_t n_param_elems, n_flat, adam_elems;

@@ -42,6 +42,28 @@ static void mib(qt_cg_buf *b, const char *what, int64_t bytes)
                      (double)bytes / 1048576.0);
 }
 
+/* Canonical vocabulary blocks: the logits' and d.logits' bytes on this rank against whole
+ * logits (the vocab-parallel saving; docs/sharding.md, Logits). */
+static void logits_bytes(qt_cg_buf *b, const qt_cg_graph *g)
+{
+    const qt_op *x = &g->mb[g->n_fwd - 1];
+    if (x->kind != QT_OP_XENT) return;
+    const qt_tensor *l = &g->ts[QT_T(x, XENT, logits)].t, *dl = &g->ts[QT_T(x, XENT, dlogits)].t;
+    const int64_t held = l->numel * (int64_t)qt_dtype_bytes(l->dtype) +
+                         dl->numel * (int64_t)qt_dtype_bytes(dl->dtype);
+    const int64_t P = QT_A(x, XENT, mask) ? qt_cg_group_size(g->s, (unsigned)QT_A(x, XENT, mask)) : 1;
+    char lv[160];
+    qt_cg_buf_printf(b, "  vocab_blocks %d (canonical vocabulary blocks), logits %s: %lld of "
+                     "%lld vocabulary columns a rank\n", g->s->vocab_blocks,
+                     P > 1 ? "split over tensor (vocab_parallel)" : "whole",
+                     (long long)QT_A(x, XENT, V), (long long)(QT_A(x, XENT, V) * P));
+    snprintf(lv, sizeof lv, "  logits + d.logits whole (one rank's vocabulary)");
+    mib(b, lv, held * P);
+    snprintf(lv, sizeof lv, "  logits + d.logits held on this rank (saving %lld bytes)",
+             (long long)(held * P - held));
+    mib(b, lv, held);
+}
+
 static void shape_txt(char *out, size_t n, int ndim, const int64_t *shape)
 {
     size_t k = (size_t)snprintf(out, n, "[");
@@ -389,8 +411,7 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
         mib(b, "params (fp32 master: this rank's blocks, adam_elems floats)", 4 * g->adam_elems);
     else
         mib(b, "params (compute copy: n_flat floats)", flat_b);
-    if (g->compute_offset)
-        mib(b, "compute copy (bf16: n_flat x 2 bytes)", 2 * g->n_flat);
+    if (g->compute_offset) mib(b, "compute copy (bf16: n_flat x 2 bytes)", 2 * g->n_flat);
     if (s->dtype == QT_BF16)
         mib(b, "bf16 staging (one op's bf16 slots widened, fp32)", 4 * g->bf16_stage_elems);
     if (s->opt_mask)
@@ -435,6 +456,7 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
     mib(b, "leaf scratch (one WGRAD op's leaves)", 4 * g->leaf_scratch_elems);
     mib(b, "comm scratch (reduce-scatter receive buffer)", 4 * g->comm_scratch_elems);
     mib(b, "activations (peak)", g->act_peak);
+    if (s->vocab_blocks > 1) logits_bytes(b, g);
     mib(b, "arena (2 MiB rounded)", g->arena_bytes);
     if (qt_cg_budget_bytes(s) > 0) {
         if (s->topology[0])

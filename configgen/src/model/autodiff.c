@@ -174,11 +174,15 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
                     ? (int64_t)(1u << QT_MESH_TENSOR)
                     : 0;
             op->a[QT_A_MATMUL_FWD_bwd_nb] = 0; /* the forward's, copied by bwd() */
+            /* the vocab-parallel lm_head with one block a rank needs only the total (the
+             * kernel's nb = nseg = 1 form: kernels/matmul_canon.h) */
+            const int one = FT(MATMUL, w) == g->head_w && FA(MATMUL, bwd_nb) == 1;
             if (FA(MATMUL, bwd_nb) > 0)
                 QT_T(op, MATMUL_BWD_DATA, scratch) = bwd_scratch(
                     ad, "canon_scratch", g->ts[dx].t.name,
-                    QT_CANON_BWD_SCRATCH(FA(MATMUL, M), FA(MATMUL, N), FA(MATMUL, K),
-                                         FA(MATMUL, bwd_nb)));
+                    one ? FA(MATMUL, M) * FA(MATMUL, K)
+                        : QT_CANON_BWD_SCRATCH(FA(MATMUL, M), FA(MATMUL, N), FA(MATMUL, K),
+                                               FA(MATMUL, bwd_nb)));
         }
         op = wgrad(ad, QT_OP_MATMUL_WGRAD, f, FT(MATMUL, w), QT_NONE);
         QT_CG_SET_T(op, MATMUL_WGRAD, .dy = dy, .x = FT(MATMUL, x), .w = FT(MATMUL, w));

@@ -18,6 +18,7 @@
 #include "model/qt_cg_model.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/matmul_canon.h"
+#include "../../firmware/kernels/xent.h"
 
 #define SHP(...) ((const int64_t[]){__VA_ARGS__})
 /* The decoder layers' declaration for their residual-stream activations. */
@@ -576,6 +577,61 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
     add(g, moe, routed, sgo);
 }
 
+/* The final norm, the lm_head and the cross entropy. Vocab-parallel (vocab_parallel on a
+ * tensor mesh): the lm_head weight, the logits and d.logits hold this rank's V/tp vocabulary
+ * columns, as their specs say (vocab, activation_vocab -> tensor); XENT combines the shards
+ * over the tensor group and the head's data gradient is canonically blocked over the
+ * vocabulary (vocab_blocks > 1, on one rank too: the same blocks, the same bits). */
+static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const qt_cg_dims *D,
+                         char *err, size_t errlen)
+{
+    const qt_cg_settings *s = g->s;
+    const uint8_t LB = QT_LAX_ACT_EMBED_LOGITS_BATCH, L = QT_LAX_ACT_LENGTH;
+    const uint8_t tensor = (uint8_t)(1u << QT_MESH_TENSOR);
+    const int64_t split = s->vocab_parallel ? D->tp : 1, Vl = D->V / split;
+    int32_t w_head = proj(g, "lm_head.weight", D->V, D->d, QT_LAX_VOCAB, QT_LAX_EMBED_VOCAB, -1);
+    int32_t hf = act3(g, "final_h", D, D->d, QT_LAX_ACT_BATCH, L, QT_LAX_ACT_EMBED);
+    int32_t hfr = qt_cg_add_tensor(g, "final_rstd", QT_ROLE_SAVED, QT_F32, 2, SHP(D->b, D->S),
+                                   AX(QT_LAX_ACT_BATCH, L));
+    int32_t logits = act3(g, "logits", D, Vl, LB, L, QT_LAX_ACT_VOCAB);
+    int32_t dlogits = qt_cg_add_tensor(g, "d.logits", QT_ROLE_ACT_GRAD, QT_F32, 3,
+                                       SHP(D->b, D->S, Vl), AX(LB, L, QT_LAX_ACT_VOCAB));
+    qt_cg_layout_declare(g, 0, QT_LAX_ACT_EMBED, QT_CG_WHOLE_EMBED);
+    if (split > 1) {
+        qt_tensor *wt = &g->ts[w_head].t;
+        if (!(wt->spec[0] & tensor) || !(g->ts[logits].t.spec[2] & tensor))
+            return qt_cg_fail(err, errlen, "vocab_parallel=true: the logical_axis_rules must "
+                              "map vocab and activation_vocab to tensor (lm_head.weight spec "
+                              "dim 0, logits spec dim 2); expected MaxText's rules or "
+                              "vocab_parallel=false");
+        wt->shape[0] = Vl;
+        wt->numel = Vl * D->d;
+        g->ps[g->ts[w_head].param].numel = wt->numel;
+        g->ts[logits].exec[2] = g->ts[dlogits].exec[2] = tensor;
+    } else {
+        qt_cg_layout_declare(g, logits, QT_LAX_ACT_VOCAB,
+                             "activation_vocab stays whole: the logits and the cross entropy "
+                             "run on every tensor rank (vocab_parallel=true splits them)");
+    }
+    rmsnorm(g, hf, hfr, x, w_fn, D->T, D->d, D->d, D->d, s->m.norm_eps);
+    matmul(g, logits, hf, w_head, D);
+    /* the data gradient's contraction over the vocabulary: this rank's canonical blocks */
+    if (s->vocab_blocks > 1) QT_A(&g->mb[g->nmb - 1], MATMUL_FWD, bwd_nb) = s->vocab_blocks / split;
+    qt_op *op = qt_cg_emit_op(g, 0, QT_OP_XENT);
+    QT_CG_SET_T(op, XENT, .loss_seq = g->loss_seq, .dlogits = dlogits, .logits = logits,
+                .targets = g->targets, .scratch = QT_NONE);
+    QT_CG_SET_A(op, XENT, .b = D->b * D->nbt / D->C, .S = D->Sm / D->nbt, .V = Vl);
+    if (s->vocab_blocks > 1) {
+        const int64_t nb = s->vocab_blocks / split;
+        QT_A(op, XENT, nb) = nb;
+        QT_A(op, XENT, mask) = split > 1 ? tensor : 0;
+        QT_T(op, XENT, scratch) = scratch(g, "logits.xent_scratch",
+                                          QT_XENT_BLK_SCRATCH(D->T, nb, split));
+    }
+    g->head_w = w_head;
+    return 0;
+}
+
 static void dims_of(const qt_cg_settings *s, qt_cg_dims *D)
 {
     const qt_model_dims *m = &s->m;
@@ -701,23 +757,7 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
 #undef AN
     }
     int32_t w_fn = norm_w(g, "model.norm.weight", D.d, QT_INIT_ZEROS, -1);
-    int32_t w_head = proj(g, "lm_head.weight", D.V, D.d, QT_LAX_VOCAB, QT_LAX_EMBED_VOCAB, -1);
-    int32_t hf = act3(g, "final_h", &D, D.d, QT_LAX_ACT_BATCH, L, QT_LAX_ACT_EMBED);
-    int32_t hfr = qt_cg_add_tensor(g, "final_rstd", QT_ROLE_SAVED, QT_F32, 2, SHP(D.b, D.S),
-                                   AX(QT_LAX_ACT_BATCH, L));
-    int32_t logits = act3(g, "logits", &D, D.V, LB, L, QT_LAX_ACT_VOCAB);
-    int32_t dlogits = qt_cg_add_tensor(g, "d.logits", QT_ROLE_ACT_GRAD, QT_F32, 3,
-                                       SHP(D.b, D.S, D.V), AX(LB, L, QT_LAX_ACT_VOCAB));
-    qt_cg_layout_declare(g, 0, QT_LAX_ACT_EMBED, QT_CG_WHOLE_EMBED);
-    qt_cg_layout_declare(g, logits, QT_LAX_ACT_VOCAB,
-                         "activation_vocab stays whole: the logits and the cross entropy run "
-                         "on every tensor rank (vocab-parallel softmax is not planned)");
-    rmsnorm(g, hf, hfr, x, w_fn, D.T, D.d, D.d, D.d, s->m.norm_eps);
-    matmul(g, logits, hf, w_head, &D);
-    op = qt_cg_emit_op(g, 0, QT_OP_XENT);
-    QT_CG_SET_T(op, XENT, .loss_seq = g->loss_seq, .dlogits = dlogits, .logits = logits,
-                .targets = g->targets);
-    QT_CG_SET_A(op, XENT, .b = D.b * D.nbt / D.C, .S = D.Sm / D.nbt, .V = D.V);
+    if (head_and_xent(g, x, w_fn, &D, err, errlen)) return -1;
     g->n_fwd = g->nmb;
     if (g->too_big)
         return qt_cg_fail(err, errlen, "tensor %s: its shape has more than 2^56 elements, "

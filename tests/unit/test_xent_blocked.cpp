@@ -1,0 +1,205 @@
+// test_xent_blocked.cpp - the cross entropy with canonical vocabulary blocks (kernels/xent.h,
+// qt_ops.def XENT a3 nb > 0; docs/determinism.md):
+//  (a) blocked vs plain qt_xent within 1e-6 relative (the same math, another summation order);
+//  (b) one block is qt_xent bit for bit;
+//  (c) the per-block form bit for bit against a scalar reference written here (max, chains
+//      per block, pairwise tree, lse, normalise, one-hot, per-sequence sums);
+//  (d) the vocab-parallel combine by hand: P shards run stats / merge / sums / finish on
+//      gathered buffers laid out as the all-gathers leave them (ops_basic.c), and every
+//      shard's loss_seq and its dlogits columns equal one rank's with nb x P blocks, bit for
+//      bit, for P = 2 and 4;
+//  (e) the canonical data gradient's one-block form (the vocab-parallel lm_head's, no
+//      scratch) equals the plain kernel into zeros, past the fused path's contraction limit.
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <vector>
+#include "CppUTest/TestHarness.h"
+#include "qt_test_util.h"
+
+extern "C" {
+#include "math/qt_math.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_canon.h"
+#include "kernels/xent.h"
+}
+
+namespace {
+
+typedef std::vector<float> vf;
+
+struct Case {
+    int64_t b, S, V;
+    vf logits;
+    std::vector<int32_t> tg;
+};
+
+Case make_case(int64_t b, int64_t S, int64_t V, uint64_t seed)
+{
+    Case c{b, S, V, vf((size_t)(b * S * V)), std::vector<int32_t>((size_t)(b * S))};
+    uint64_t s = seed;
+    for (auto &x : c.logits) x = (float)(4.0 * qt_test_rand(&s));
+    for (int64_t t = 0; t < b * S; t++) c.tg[(size_t)t] = (int32_t)((t * 37 + 11) % V);
+    c.tg[1] = -1; // a masked target (a packed document's last token): no loss, no gradient
+    return c;
+}
+
+bool same_bits(const float *a, const float *b, size_t n)
+{
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// The scalar reference of the blocked form (xent.h), written out independently.
+void ref_blocked(float *loss, float *dl, const Case &c, int64_t nb)
+{
+    const int64_t V = c.V, B = V / nb;
+    std::vector<float> part((size_t)nb);
+    for (int64_t s = 0; s < c.b; s++) {
+        float acc = 0;
+        for (int64_t tt = 0; tt < c.S; tt++) {
+            const int64_t t = s * c.S + tt;
+            const float *l = &c.logits[(size_t)(t * V)];
+            float *g = dl + t * V;
+            float m = l[0];
+            for (int64_t v = 1; v < V; v++) m = l[v] > m ? l[v] : m;
+            for (int64_t i = 0; i < nb; i++) {
+                float p = 0;
+                for (int64_t v = i * B; v < (i + 1) * B; v++) {
+                    g[v] = qt_expf(l[v] - m);
+                    p = p + g[v];
+                }
+                part[(size_t)i] = p;
+            }
+            for (int64_t w = 1; w < nb; w *= 2)
+                for (int64_t j = 0; j + w < nb; j += 2 * w)
+                    part[(size_t)j] = part[(size_t)j] + part[(size_t)(j + w)];
+            const float sum = part[0], lse = m + qt_logf(sum), inv = 1.0f / sum;
+            for (int64_t v = 0; v < V; v++) g[v] = g[v] * inv;
+            const int32_t y = c.tg[(size_t)t];
+            if (y >= 0 && y < V) {
+                g[y] = g[y] - 1.0f;
+                acc = acc + (lse - l[y]);
+            } else {
+                for (int64_t v = 0; v < V; v++) g[v] = 0.0f;
+            }
+        }
+        loss[s] = acc;
+    }
+}
+
+void run_blocked(float *loss, float *dl, const Case &c, int64_t nb)
+{
+    vf scr((size_t)QT_XENT_BLK_SCRATCH(c.b * c.S, nb, 1));
+    qt_xent_blocked(loss, dl, c.logits.data(), c.tg.data(), c.b, c.S, c.V, nb, scr.data());
+}
+
+// P shards of V/P columns each, nb blocks a shard, combined as the op does after its
+// all-gathers; checks every shard against one rank's nb x P blocks.
+void sharded(const Case &c, int64_t P, int64_t nb)
+{
+    const int64_t R = c.b * c.S, V = c.V / P;
+    vf one_loss((size_t)c.b), one_dl(c.logits.size());
+    run_blocked(one_loss.data(), one_dl.data(), c, nb * P);
+    std::vector<vf> shard((size_t)P, vf((size_t)(R * V))), dl((size_t)P, vf((size_t)(R * V)));
+    for (int64_t j = 0; j < P; j++)
+        for (int64_t r = 0; r < R; r++)
+            memcpy(&shard[(size_t)j][(size_t)(r * V)], &c.logits[(size_t)(r * c.V + j * V)],
+                   (size_t)V * sizeof(float));
+    // each rank's gathered buffers: the stats, then the sums (identical on every rank)
+    std::vector<vf> stat((size_t)P, vf((size_t)(P * 2 * R))), sums((size_t)P, vf((size_t)(P * R * nb)));
+    vf all((size_t)(P * 2 * R));
+    for (int64_t j = 0; j < P; j++)
+        qt_xent_blk_stats(&all[(size_t)(j * 2 * R)], shard[(size_t)j].data(), c.tg.data(), R, V, j * V);
+    for (int64_t j = 0; j < P; j++) {
+        stat[(size_t)j] = all;
+        qt_xent_blk_merge(stat[(size_t)j].data(), c.tg.data(), R, V, P);
+    }
+    vf allsums((size_t)(P * R * nb));
+    for (int64_t j = 0; j < P; j++)
+        qt_xent_blk_sums(&allsums[(size_t)(j * R * nb)], dl[(size_t)j].data(), shard[(size_t)j].data(),
+                         stat[(size_t)j].data(), R, V, nb);
+    for (int64_t j = 0; j < P; j++) {
+        vf loss((size_t)c.b), tmp((size_t)(nb * P));
+        qt_xent_blk_finish(loss.data(), dl[(size_t)j].data(), stat[(size_t)j].data(), allsums.data(),
+                           c.tg.data(), c.b, c.S, V, nb, P, j * V, tmp.data());
+        CHECK_TEXT(same_bits(loss.data(), one_loss.data(), (size_t)c.b), "shard loss_seq bits");
+        for (int64_t r = 0; r < R; r++)
+            CHECK_TEXT(same_bits(&dl[(size_t)j][(size_t)(r * V)], &one_dl[(size_t)(r * c.V + j * V)],
+                                 (size_t)V),
+                       "shard dlogits bits");
+    }
+}
+
+} // namespace
+
+TEST_GROUP(XentBlocked) {};
+
+TEST(XentBlocked, NearPlain)
+{
+    const Case c = make_case(2, 3, 256, 5);
+    vf l0(2), d0(c.logits.size()), l1(2), d1(c.logits.size());
+    qt_xent(l0.data(), d0.data(), c.logits.data(), c.tg.data(), c.b, c.S, c.V);
+    for (int64_t nb : {2, 4, 16}) {
+        run_blocked(l1.data(), d1.data(), c, nb);
+        double el = 0, ed = 0, ml = 0, md = 0;
+        for (size_t i = 0; i < l0.size(); i++) {
+            el = fmax(el, fabs((double)l1[i] - l0[i]));
+            ml = fmax(ml, fabs((double)l0[i]));
+        }
+        for (size_t i = 0; i < d0.size(); i++) {
+            ed = fmax(ed, fabs((double)d1[i] - d0[i]));
+            md = fmax(md, fabs((double)d0[i]));
+        }
+        CHECK(el <= 1e-6 * ml);
+        CHECK(ed <= 1e-6 * md);
+    }
+    // not vacuous: some block count changes some bit
+    run_blocked(l1.data(), d1.data(), c, 16);
+    CHECK(!same_bits(l0.data(), l1.data(), l0.size()) || !same_bits(d0.data(), d1.data(), d0.size()));
+}
+
+TEST(XentBlocked, OneBlockIsPlain)
+{
+    const Case c = make_case(3, 5, 96, 7);
+    vf l0(3), d0(c.logits.size()), l1(3), d1(c.logits.size());
+    qt_xent(l0.data(), d0.data(), c.logits.data(), c.tg.data(), c.b, c.S, c.V);
+    run_blocked(l1.data(), d1.data(), c, 1);
+    CHECK(same_bits(l0.data(), l1.data(), l0.size()));
+    CHECK(same_bits(d0.data(), d1.data(), d0.size()));
+}
+
+TEST(XentBlocked, ScalarReferenceBits)
+{
+    const Case c = make_case(2, 4, 128, 9);
+    for (int64_t nb : {1, 2, 4, 8, 32}) {
+        vf l0(2), d0(c.logits.size()), l1(2), d1(c.logits.size());
+        ref_blocked(l0.data(), d0.data(), c, nb);
+        run_blocked(l1.data(), d1.data(), c, nb);
+        CHECK(same_bits(l0.data(), l1.data(), l0.size()));
+        CHECK(same_bits(d0.data(), d1.data(), d0.size()));
+    }
+}
+
+TEST(XentBlocked, ShardedCombineBits)
+{
+    const Case c = make_case(2, 4, 256, 13);
+    sharded(c, 2, 1);
+    sharded(c, 2, 2);
+    sharded(c, 4, 1);
+    sharded(c, 4, 4);
+}
+
+TEST(XentBlocked, CanonBwdOneBlockIsPlain)
+{
+    const int64_t M = 3, N = 2304, K = 8; // N past the fused path's limit
+    uint64_t s = 3;
+    vf dy((size_t)(M * N)), w((size_t)(N * K)), a((size_t)(M * K)), b((size_t)(M * K), 0.0f);
+    for (auto &x : dy) x = (float)qt_test_rand(&s);
+    for (auto &x : w) x = (float)qt_test_rand(&s);
+    qt_matmul_canon_bwd_data(a.data(), dy.data(), w.data(), M, N, K, 1, 1, a.data());
+    qt_matmul_bwd_data(b.data(), dy.data(), w.data(), M, N, K);
+    CHECK(same_bits(a.data(), b.data(), a.size()));
+    vf r((size_t)QT_CANON_BWD_SCRATCH(M, N, K, 1));
+    qt_matmul_canon_bwd_data_ref(r.data(), dy.data(), w.data(), M, N, K, 1, 1, r.data());
+    CHECK(same_bits(a.data(), r.data(), a.size()));
+}
