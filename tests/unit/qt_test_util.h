@@ -76,4 +76,5 @@ static inline double qt_test_rand(uint64_t *s)
     return (double)(*s >> 11) * (2.0 / 9007199254740992.0) - 1.0;
 }
 
+
 #endif

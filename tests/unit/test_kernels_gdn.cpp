@@ -8,6 +8,8 @@
 #include <functional>
 #include <vector>
 
+#include "qt_test_fd.h"
+
 #include "CppUTest/TestHarness.h"
 
 extern "C" {
@@ -53,25 +55,11 @@ static double dot(const vecd &a, const vecd &b)
 }
 
 // Numerical gradient of loss() with respect to every element of x.
-static vecd numgrad(vecd &x, const std::function<double()> &loss)
-{
-    vecd g(x.size());
-    for (size_t i = 0; i < x.size(); i++) {
-        double keep = x[i];
-        x[i] = keep + FD_H;
-        double lp = loss();
-        x[i] = keep - FD_H;
-        double lm = loss();
-        x[i] = keep;
-        g[i] = (lp - lm) / (2.0 * FD_H);
-    }
-    return g;
-}
 
 static void check_fd(const char *what, const vecd &analytic, vecd &x,
                      const std::function<double()> &loss)
 {
-    vecd num = numgrad(x, loss);
+    vecd num = qt_test_numgrad(x, FD_H, loss);
     double e = qt_test_rel_err_f64(what, analytic.data(), num.data(), num.size(), FD_TOL);
     CHECK_TRUE_TEXT(e <= FD_TOL, what);
 }

@@ -8,6 +8,8 @@
 #include <functional>
 #include <vector>
 
+#include "qt_test_fd.h"
+
 #include "CppUTest/TestHarness.h"
 
 extern "C" {
@@ -186,20 +188,6 @@ TEST(gdn_chunk, matches_recurrent_chunk_longer_than_sequence)
 // a long chunk (decays down to e^-100 inside it)
 TEST(gdn_chunk, matches_recurrent_long_chunk) { gc_forms_agree({2, 40, 1, 9, 2, 9, 32}, 65); }
 
-static vecd gc_numgrad(vecd &x, const std::function<double()> &loss)
-{
-    vecd g(x.size());
-    for (size_t i = 0; i < x.size(); i++) {
-        double keep = x[i];
-        x[i] = keep + GC_FD_H;
-        double lp = loss();
-        x[i] = keep - GC_FD_H;
-        double lm = loss();
-        x[i] = keep;
-        g[i] = (lp - lm) / (2.0 * GC_FD_H);
-    }
-    return g;
-}
 
 static void gc_fd(const gc_dims &d, uint64_t seed)
 {
@@ -211,9 +199,9 @@ static void gc_fd(const gc_dims &d, uint64_t seed)
         for (size_t i = 0; i < o.size(); i++) s += o[i] * k.R[i];
         return s;
     };
-    gc_cmp64("chunk fd dc", a.dc, gc_numgrad(k.c, loss), GC_FD_TOL);
-    gc_cmp64("chunk fd dg", a.dg, gc_numgrad(k.g, loss), GC_FD_TOL);
-    gc_cmp64("chunk fd dbeta", a.dbeta, gc_numgrad(k.beta, loss), GC_FD_TOL);
+    gc_cmp64("chunk fd dc", a.dc, qt_test_numgrad(k.c, GC_FD_H, loss), GC_FD_TOL);
+    gc_cmp64("chunk fd dg", a.dg, qt_test_numgrad(k.g, GC_FD_H, loss), GC_FD_TOL);
+    gc_cmp64("chunk fd dbeta", a.dbeta, qt_test_numgrad(k.beta, GC_FD_H, loss), GC_FD_TOL);
 }
 
 TEST(gdn_chunk, backward_fd_grouped_heads) { gc_fd({2, 7, 2, 4, 4, 3, 3}, 71); }

@@ -25,6 +25,8 @@
 #include <functional>
 #include <vector>
 
+#include "qt_test_fd.h"
+
 #include "CppUTest/TestHarness.h"
 
 #include "kernels/attention.h"
@@ -97,20 +99,6 @@ const docs_t DOCS13 = {2, 13, {{1, 2, 5, 4, 1}, {3, 1, 9}}};
 // b = 2, S = 23 (attention: a 17-row document spans two 8-row forward blocks)
 const docs_t DOCS23 = {2, 23, {{2, 17, 1, 3}, {1, 1, 4, 10, 7}}};
 
-vd numgrad(vd &x, const std::function<double()> &loss)
-{
-    vd g(x.size());
-    for (size_t i = 0; i < x.size(); i++) {
-        double keep = x[i];
-        x[i] = keep + FD_H;
-        double lp = loss();
-        x[i] = keep - FD_H;
-        double lm = loss();
-        x[i] = keep;
-        g[i] = (lp - lm) / (2.0 * FD_H);
-    }
-    return g;
-}
 
 double g_worst_fd = 0.0;  // the largest FD error of the current test (report_fd prints it)
 
@@ -123,7 +111,7 @@ void report_fd(const char *what)
 
 void check_fd(const char *what, const vd &analytic, vd &x, const std::function<double()> &loss)
 {
-    vd num = numgrad(x, loss);
+    vd num = qt_test_numgrad(x, FD_H, loss);
     double e = qt_test_rel_err_f64(what, analytic.data(), num.data(), num.size(), FD_TOL);
     g_worst_fd = std::max(g_worst_fd, e);
     CHECK_TRUE_TEXT(e <= FD_TOL, what);

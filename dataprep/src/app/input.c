@@ -13,6 +13,7 @@
 
 #include "../base/buf.h"
 #include "../base/err.h"
+#include "../base/mapfile.h"
 #include "../base/json.h"
 #include "../base/utf8.h"
 
@@ -107,26 +108,16 @@ int qtd_input_each(const char *path, const char *field, qtd_doc_fn fn, void *ctx
         qtd_bytes_free(&b);
         return rc;
     }
-    int fd = open(path, O_RDONLY);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return qtd_fail("%s: cannot read the input: %s", path, fd < 0 ? strerror(e) : "not a regular file");
-    }
-    size_t n = (size_t)st.st_size;
-    uint8_t *m = n ? (uint8_t *)mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    close(fd);
-    if (m == MAP_FAILED)
-        return qtd_fail("%s: cannot map the input: %s", path, strerror(errno));
+    uint8_t *m;
+    size_t n;
+    if (qtd_map_file(path, "input", &m, &n))
+        return -1;
     if (m)
         madvise(m, n, MADV_SEQUENTIAL);
     size_t pl = strlen(path);
     int jl = (pl > 6 && !strcmp(path + pl - 6, ".jsonl")) || (pl > 5 && !strcmp(path + pl - 5, ".json"));
     const uint8_t *s = m ? m : (const uint8_t *)"";
     int rc = jl ? jsonl_docs(path, s, n, field, fn, ctx) : text_doc(path, s, n, fn, ctx);
-    if (m)
-        munmap(m, n);
+    qtd_unmap_file(m, n);
     return rc;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../base/err.h"
+#include "../base/mapfile.h"
 
 static void le(uint8_t *p, uint64_t v, int n)
 {
@@ -143,21 +144,8 @@ void qtd_tokw_abort(qtd_tokwriter *w)
 int qtd_tokf_open(qtd_tokfile *f, const char *path)
 {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return qtd_fail("%s: cannot read the token file: %s", path, fd < 0 ? strerror(e) : "not a regular file");
-    }
-    f->size = (size_t)st.st_size;
-    f->map = f->size ? (uint8_t *)mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    close(fd);
-    if (f->map == MAP_FAILED) {
-        f->map = NULL;
-        return qtd_fail("%s: cannot map the token file", path);
-    }
+    if (qtd_map_file(path, "token file", &f->map, &f->size))
+        return -1;
     const uint8_t *m = f->map;
     if (f->size < 24 || memcmp(m, "QTTOKENS", 8))
         return qtd_fail("%s: not a QTTOKENS token file (expected the 8-byte magic QTTOKENS and a 24-byte header; "
