@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 #include <vector>
+#include "qt_test_fd.h"
 #include "CppUTest/TestHarness.h"
 #include "qt_test_util.h"
 
@@ -64,17 +65,7 @@ double dot(const vd &a, const vd &b)
 template <class F>
 double fd_check(const char *what, F loss, vd &x, const vd &grad)
 {
-    const double h = 1e-6;
-    vd num(x.size());
-    for (size_t i = 0; i < x.size(); i++) {
-        double keep = x[i];
-        x[i] = keep + h;
-        double lp = loss();
-        x[i] = keep - h;
-        double lm = loss();
-        x[i] = keep;
-        num[i] = (lp - lm) / (2 * h);
-    }
+    vd num = qt_test_numgrad(x, 1e-6, loss);
     double e = qt_test_rel_err_f64(what, grad.data(), num.data(), num.size(), FD_TOL);
     printf("\n  %-28s FD rel err %.2e", what, e);
     return e;
