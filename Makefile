@@ -64,8 +64,8 @@ FW_COMMON := $(foreach d,$(FW_DIRS),$(wildcard firmware/$(d)/*.c))
 # The glibc build talks MPI (MPICH); the musl static build is single-rank (comm_local.c).
 # comm_env.c (the single-rank build's process-manager check) is in both, so the unit tests
 # reach it.
-FW_SRC := $(FW_COMMON) firmware/comm/coll.c firmware/comm/coll_range.c firmware/comm/comm_env.c firmware/comm/comm_mpi.c
-FW_SRC_MUSL := $(FW_COMMON) firmware/comm/coll.c firmware/comm/coll_range.c firmware/comm/comm_env.c firmware/comm/comm_local.c
+FW_SRC := $(FW_COMMON) firmware/comm/coll.c firmware/comm/coll_range.c firmware/comm/comm_env.c firmware/comm/comm_mpi.c firmware/comm/slices.c
+FW_SRC_MUSL := $(FW_COMMON) firmware/comm/coll.c firmware/comm/coll_range.c firmware/comm/comm_env.c firmware/comm/comm_local.c firmware/comm/slices.c
 FW_MAIN := firmware/app/main.c $(filter-out firmware/app/main.c,$(wildcard firmware/app/*.c))
 KERNEL_SRC := $(wildcard firmware/kernels/*.c)
 CG_SRC := $(wildcard configgen/src/*/*.c)

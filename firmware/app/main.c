@@ -402,6 +402,8 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
         return QT_EXIT_ERR;
     }
     if (qt_comm_mesh_init_slices(p->mesh, p->dcn, rank, size) != QT_OK) return QT_EXIT_ERR;
+    if (qt_main_comm_fail(qt_comm_check_slices(p->mesh, p->dcn, rank, size)) != QT_OK)
+        return QT_EXIT_ERR;
     /* the file-size limits of the destinations (each rank's own), agreed with the checks
      * above; then the save target's lock and shared-directory probe, a collective whose
      * verdict (rank 0's) every rank receives */

@@ -9,7 +9,8 @@
  * the ranks whose coordinates equal mine on every axis NOT in the mask; a member's group
  * index is the mixed-radix number of its coordinates over the masked axes (same order,
  * DATA most significant). Group size = product of the masked axis sizes; mask 0 is the
- * one-member group {me}; QT_COLL_ALL is the world in rank order.
+ * one-member group {me}; QT_COLL_ALL is the world, in rank order on one slice (on several,
+ * in coordinate order: qt_mesh_coords; index 0 is rank 0 either way).
  *
  * Invariants:
  *  - No float is ever reduced by MPI (docs/design.md section 6). The only float reduction,
@@ -67,6 +68,12 @@ int qt_comm_mesh_init(const int32_t mesh[QT_MESH_COUNT], int rank, int size);
  * index bits first) sums inside a slice before it crosses slices. */
 int qt_comm_mesh_init_slices(const int32_t mesh[QT_MESH_COUNT], const int32_t *dcn, int rank,
                              int size);
+
+/* After qt_comm_mesh_init_slices on a mesh of several slices: every rank's host name is
+ * gathered and rank 0 notes (qt_note, never an error) a slice whose ranks run on more than
+ * one machine, or slices that share one (slices.c). Collective over the world; returns 0
+ * or a collective's error. One slice: returns at once. */
+int qt_comm_check_slices(const int32_t *mesh, const int32_t *dcn, int rank, int size);
 
 /* Size of group `mask` (product of the masked axis sizes), or QT_E_PLAN (mesh not
  * initialised, mask has bits >= QT_MESH_COUNT). */

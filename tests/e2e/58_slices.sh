@@ -9,7 +9,8 @@
 #     (the slice digit is not the most significant coordinate digit: ranks 1 and 2 trade
 #     places against the one-slice order), dcn_expert 2 x ici_data 2 in shard_mode auto,
 #     qwen3.5 dcn_data 2 x ici_expert 2;
-#   * plan.txt states the slice layout and the data assignment follows it.
+#   * plan.txt states the slice layout and the data assignment follows it;
+#   * rank 0 notes at start-up where the slices run (here: two slices share a machine).
 # Run files: configgen/configs/runs/dcn-*.yml.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 
@@ -46,3 +47,11 @@ slice_report() {
   grep "slices (dcn)" "$t" | cut -c1-80
 }
 check "slices: plan.txt gives the slice layout and the slice-major rank coordinates" slice_report
+
+# start-up: rank 0 notes where the slices run (here both "nodes" are this machine)
+slice_host_note() {
+  slice_det dcn-next-dp2ep2 4 || return 1
+  grep "some share a machine" "$QT_TMP/slices/dcn-next-dp2ep2.out" ||
+    { echo "no note about slices sharing a machine:"; cat "$QT_TMP/slices/dcn-next-dp2ep2.out"; return 1; }
+}
+check "slices: rank 0 notes that the two slices share one machine (qt_comm_check_slices)" slice_host_note
