@@ -650,11 +650,11 @@ static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x
         if (n_ranks % per) {
             if (set_key)
                 return bad(v, set_key, "%s cannot be filled: %s is not a multiple of the "
-                           "other ici axes' product %lld", other(v, ici[ici_fill], o, sizeof o),
-                           rks, (long long)per);
+                           "other ici axes' product x the slices (dcn) = %lld",
+                           other(v, ici[ici_fill], o, sizeof o), rks, (long long)per);
             return bad(v, from_base(v, rk) ? ici[ici_fill] : rk, "-1 cannot be filled: "
-                       "num_ranks=%lld is not a multiple of the other ici axes' product %lld",
-                       (long long)n_ranks, (long long)per);
+                       "num_ranks=%lld is not a multiple of the other ici axes' product x "
+                       "the slices (dcn) = %lld", (long long)n_ranks, (long long)per);
         }
         iv[ici_fill] = n_ranks / per;
     }
