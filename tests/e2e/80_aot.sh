@@ -160,6 +160,27 @@ aot_zero3_bf16() {
 }
 check "aot bf16: the 4-layer 397B on DP128 with per-layer gathers over data (ZeRO-3): 46176 MiB" aot_zero3_bf16
 
+# Vocab-parallel logits at the real vocabulary (issue 21): the 80B 4-layer plan on v5p-256 as
+# DP64 x TP2 explicit, logits whole on every tensor rank (81002 MiB) against split over
+# tensor with vocab_parallel (76830 MiB): logits + d.logits 2374 -> 1187 MiB per rank, the
+# saving plan.txt states.
+aot_vocab_parallel() {
+  local out=$AOT_OUT/vocab vp a b
+  mkdir -p "$out"
+  for vp in false true; do
+    build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml \
+      ici_data_parallelism=64 ici_tensor_parallelism=2 vocab_parallel=$vp run_name=vp-$vp \
+      > /dev/null || return 1
+  done
+  grep -E "logits \+ d.logits (whole|held)" "$out/vp-true/plan.txt" || return 1
+  grep -qE "logits \+ d.logits held on this rank .* 1187.000 MiB" "$out/vp-true/plan.txt" || return 1
+  a=$(grep -E "^  arena \(2 MiB" "$out/vp-false/plan.txt" | awk '{print $(NF-1)}')
+  b=$(grep -E "^  arena \(2 MiB" "$out/vp-true/plan.txt" | awk '{print $(NF-1)}')
+  echo "arena per rank: whole logits $a MiB, vocab-parallel $b MiB"
+  [ "$a" = "81002.000" ] && [ "$b" = "76830.000" ]
+}
+check "aot: qwen3-next-80b-a3b 4 layers DP64 x TP2: vocab-parallel logits save 1187 MiB of logits per rank (81002 -> 76830 MiB)" aot_vocab_parallel
+
 aot_topology_errors() {
   local out=$AOT_OUT/topo
   mkdir -p "$out"
