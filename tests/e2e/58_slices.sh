@@ -8,26 +8,28 @@
 #   * dcn_data 2 (one rank per slice), dcn_data 2 x ici_expert 2, dcn_fsdp 2 x ici_data 2
 #     (the slice digit is not the most significant coordinate digit: ranks 1 and 2 trade
 #     places against the one-slice order), dcn_expert 2 x ici_data 2 in shard_mode auto,
-#     qwen3.5 dcn_data 2 x ici_expert 2;
+#     qwen3.5 dcn_data 2 x ici_expert 2; three nodes of one rank (dcn_data 3);
 #   * plan.txt states the slice layout and the data assignment follows it;
 #   * rank 0 notes at start-up where the slices run (here: two slices share a machine).
 # Run files: configgen/configs/runs/dcn-*.yml.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 
-# slice_det RUN RANKS: RUN on RANKS ranks as two nodes -> $QT_TMP/slices/RUN.det
+# slice_det RUN RANKS [NODES]: RUN on RANKS ranks as NODES (default 2) nodes of RANKS/NODES
+# ranks each -> $QT_TMP/slices/RUN.det
 slice_det() {
-  local run=$1 n=$2 d=$QT_TMP/slices
+  local run=$1 n=$2 nodes=${3:-2} d=$QT_TMP/slices hosts="" k
   mkdir -p "$d"
   rm -f "$d/$run.jsonl"
-  timeout 120 mpiexec -launcher fork -hosts "nodeA:$((n / 2)),nodeB:$((n / 2))" -n "$n" \
+  for ((k = 0; k < nodes; k++)); do hosts="$hosts${hosts:+,}node$k:$((n / nodes))"; done
+  timeout 120 mpiexec -launcher fork -hosts "$hosts" -n "$n" \
     build/$run/qtrain data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 steps=10 \
     metrics="$d/$run.jsonl" > "$d/$run.out" 2>&1 || { tail -n 3 "$d/$run.out"; return 1; }
   det_fields "$d/$run.jsonl" > "$d/$run.det"
 }
 
-# slice_same ONE RUN RANKS: RUN as two nodes == ONE on one rank, bit for bit.
+# slice_same ONE RUN RANKS [NODES]: RUN as NODES nodes == ONE on one rank, bit for bit.
 slice_same() {
-  plan_det "$1" 1 "$QT_TMP/slices" 10 && slice_det "$2" "$3" || return 1
+  plan_det "$1" 1 "$QT_TMP/slices" 10 && slice_det "$2" "$3" "${4:-2}" || return 1
   cmp "$QT_TMP/slices/$1.det" "$QT_TMP/slices/$2.det" &&
     echo "identical to $1: $(tail -n 1 "$QT_TMP/slices/$2.det")"
 }
@@ -38,6 +40,9 @@ for cell in "mesh-next-1r dcn-next-dp2 2" "mesh-next-1r dcn-next-dp2ep2 4" \
   set -- $cell
   check "slices: ${2#dcn-} as two nodes ($3 ranks) == one rank ($1), bit for bit" slice_same "$@"
 done
+# three machines (dcn_data 3: a data axis that is not a power of two across slices)
+check "slices: next-dp3 as three nodes (dcn_data 3) == one rank (odd-next-1r-b3), bit for bit" \
+  slice_same odd-next-1r-b3 dcn-next-dp3 3 3
 
 # plan.txt: the slice layout, and rank 1 of dcn_fsdp 2 x ici_data 2 is (data 1, fsdp 0)
 slice_report() {
