@@ -16,23 +16,9 @@
 # keys); runs through plan_det (run_all.sh: the tiny test data, seed 11, under `timeout`).
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 
-# pack_same ONE RUN RANKS: RUN on RANKS ranks == ONE on one rank, bit for bit.
-pack_same() {
-  plan_det "$1" 1 "$QT_TMP/pack" 10 && plan_det "$2" "$3" "$QT_TMP/pack" 10 || return 1
-  cmp "$QT_TMP/pack/$1.det" "$QT_TMP/pack/$2.det" &&
-    echo "identical to $1: $(tail -n 1 "$QT_TMP/pack/$2.det")"
-}
 
-# pack_differs A B: the one-rank runs A (unpacked) and B (packed) differ at step 10.
-pack_differs() {
-  plan_det "$1" 1 "$QT_TMP/pack" 10 && plan_det "$2" 1 "$QT_TMP/pack" 10 || return 1
-  local a b
-  a=$(tail -n 1 "$QT_TMP/pack/$1.det") b=$(tail -n 1 "$QT_TMP/pack/$2.det")
-  [ "$a" != "$b" ] || { echo "packing did not change the bits: $a"; return 1; }
-  echo "unpacked: $a; packed: $b"
-}
 check "packing changes the one-rank bits (qwen3-next tiny, eos 7)" \
-  pack_differs mesh-next-1r pack-next-1r
+  bits_differ "$QT_TMP/pack" mesh-next-1r pack-next-1r
 
 # packing: false with an eos_id plans exactly the unpacked plan (same hash)
 pack_off_same() {
@@ -55,5 +41,5 @@ for cell in "pack-next-1r pack-next-dp2ep2 4" "pack-next-1r pack-next-tp2 2" \
             "pack-35-1r pack-35-dp2ep2 4" "pack-35t-1r pack-35t-tp2 2" \
             "pack-b16-next-1r pack-b16-next-dp2ep2-auto 4"; do
   set -- $cell
-  check "packing: ${2#pack-} ($3 ranks) == one rank ($1), bit for bit" pack_same "$@"
+  check "packing: ${2#pack-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/pack" "$@"
 done

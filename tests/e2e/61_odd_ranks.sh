@@ -15,10 +15,8 @@ export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=171798
 
 # odd_same ONE RUN RANKS: RUN on RANKS ranks == ONE on one rank, bit for bit.
 odd_same() {
-  plan_det "$1" 1 "$QT_TMP/odd" 10 && plan_det "$2" "$3" "$QT_TMP/odd" 10 || return 1
   grep -q "one-rank bits: yes" "generated/$2/plan.txt" || { echo "plan.txt does not say yes"; return 1; }
-  cmp "$QT_TMP/odd/$1.det" "$QT_TMP/odd/$2.det" &&
-    echo "identical to $1: $(tail -n 1 "$QT_TMP/odd/$2.det")"
+  same_bits "$QT_TMP/odd" "$@"
 }
 
 for cell in "odd-next-1r-b3 odd-next-dp3 3" "odd-next-1r-b6 odd-next-dp3-b2 3" \

@@ -21,26 +21,12 @@ check "vocab_blocks 4: qwen3-next tiny vs PyTorch (step-0 gradients, 10 steps)" 
 check "vocab_blocks 2: qwen3.5 tiny vs PyTorch (step-0 gradients, 10 steps)" \
   golden_run vocab-golden-35-vb2 test-35-tiny
 
-# vocab_same ONE RUN RANKS: RUN on RANKS ranks == ONE on one rank, bit for bit.
-vocab_same() {
-  plan_det "$1" 1 "$QT_TMP/vocab" 10 && plan_det "$2" "$3" "$QT_TMP/vocab" 10 || return 1
-  cmp "$QT_TMP/vocab/$1.det" "$QT_TMP/vocab/$2.det" &&
-    echo "identical to $1: $(tail -n 1 "$QT_TMP/vocab/$2.det")"
-}
 
-# vocab_differs A B: the fingerprints of A and B (both one rank) differ at step 10.
-vocab_differs() {
-  plan_det "$1" 1 "$QT_TMP/vocab" 10 && plan_det "$2" 1 "$QT_TMP/vocab" 10 || return 1
-  local a b
-  a=$(tail -n 1 "$QT_TMP/vocab/$1.det") b=$(tail -n 1 "$QT_TMP/vocab/$2.det")
-  [ "$a" != "$b" ] || { echo "vocab_blocks did not change the bits: $a"; return 1; }
-  echo "one chain: $a; blocks: $b"
-}
 
 check "vocab_blocks 2 changes the one-rank bits (the sums are blocked)" \
-  vocab_differs mesh-next-1r vocab-next-1r-vb2
+  bits_differ "$QT_TMP/vocab" mesh-next-1r vocab-next-1r-vb2
 check "vocab_blocks 4 changes the one-rank bits against 2 blocks" \
-  vocab_differs vocab-next-1r-vb2 vocab-next-1r-vb4
+  bits_differ "$QT_TMP/vocab" vocab-next-1r-vb2 vocab-next-1r-vb4
 
 for cell in "vocab-next-1r-vb2 vocab-next-tp2 2" "vocab-next-1r-vb2 vocab-next-tp2-auto 2" \
             "vocab-next-1r-vb4 vocab-next-tp2-vb4 2" "vocab-next-1r-vb2 vocab-next-dp2tp2 4" \
@@ -48,7 +34,7 @@ for cell in "vocab-next-1r-vb2 vocab-next-tp2 2" "vocab-next-1r-vb2 vocab-next-t
   # shellcheck disable=SC2086
   set -- $cell
   check "vocab-parallel: $2 == one rank with the same vocab_blocks ($1), bit for bit" \
-    vocab_same "$1" "$2" "$3"
+    same_bits "$QT_TMP/vocab" "$1" "$2" "$3"
 done
 
 # plan.txt: the logits and the lm_head weight hold half the vocabulary on TP2, the bytes line

@@ -30,32 +30,18 @@ check "context_blocks 2: qwen3.5 tiny vs PyTorch (step-0 gradients, 10 steps)" \
 check "context_blocks 4: qwen3-next tiny with load-balance loss vs PyTorch" \
   golden_run ctx-golden-lb-nb4 test-next-lb
 
-# ctx_same ONE RUN RANKS: RUN on RANKS ranks == ONE on one rank, bit for bit.
-ctx_same() {
-  plan_det "$1" 1 "$QT_TMP/ctx" 10 && plan_det "$2" "$3" "$QT_TMP/ctx" 10 || return 1
-  cmp "$QT_TMP/ctx/$1.det" "$QT_TMP/ctx/$2.det" &&
-    echo "identical to $1: $(tail -n 1 "$QT_TMP/ctx/$2.det")"
-}
 
-# ctx_differs A B: the fingerprints of A and B (both one rank) differ at step 10.
-ctx_differs() {
-  plan_det "$1" 1 "$QT_TMP/ctx" 10 && plan_det "$2" 1 "$QT_TMP/ctx" 10 || return 1
-  local a b
-  a=$(tail -n 1 "$QT_TMP/ctx/$1.det") b=$(tail -n 1 "$QT_TMP/ctx/$2.det")
-  [ "$a" != "$b" ] || { echo "blocks did not change the bits: $a"; return 1; }
-  echo "sequence leaves: $a; block leaves: $b"
-}
 
 check "context_blocks 4 changes the one-rank bits (the leaves are blocks)" \
-  ctx_differs mesh-next-1r ctx-next-1r-nb4
+  bits_differ "$QT_TMP/ctx" mesh-next-1r ctx-next-1r-nb4
 check "context_blocks 4: DP2 x EP2 == one rank with the same blocks, bit for bit" \
-  ctx_same ctx-next-1r-nb4 ctx-next-dp2ep2-nb4 4
+  same_bits "$QT_TMP/ctx" ctx-next-1r-nb4 ctx-next-dp2ep2-nb4 4
 check "context_blocks 4: DP2 x TP2 == one rank with the same blocks, bit for bit" \
-  ctx_same ctx-next-1r-nb4 ctx-next-dp2tp2-nb4 4
+  same_bits "$QT_TMP/ctx" ctx-next-1r-nb4 ctx-next-dp2tp2-nb4 4
 check "context_blocks 2: qwen3.5 EP2 == one rank with the same blocks, bit for bit" \
-  ctx_same ctx-35-1r-nb2 ctx-35-ep2-nb2 2
+  same_bits "$QT_TMP/ctx" ctx-35-1r-nb2 ctx-35-ep2-nb2 2
 check "context_blocks 4 in bf16: DP2 x EP2 (auto) == one rank with the same blocks, bit for bit" \
-  ctx_same ctx-b16-next-1r-nb4 ctx-b16-next-dp2ep2-auto-nb4 4
+  same_bits "$QT_TMP/ctx" ctx-b16-next-1r-nb4 ctx-b16-next-dp2ep2-auto-nb4 4
 
 # MaxText's Ulysses key (ici_context_usp_ulysses_parallelism) is the same axis here: the same
 # plan, hash for hash
@@ -83,5 +69,5 @@ for cell in "ctx-next-1r-nb4 ctx-next-cp2 2" "ctx-next-1r-nb4 ctx-next-cp2-auto 
             "ctx-next-1r-nb4 ctx-next-cp2-b2 2" "ctx-b16-next-1r-nb4 ctx-b16-next-cp2 2" \
             "ctx-b16-next-1r-nb4 ctx-b16-next-cp2ep2-auto 4"; do
   set -- $cell
-  check "context parallelism: ${2#ctx-} ($3 ranks) == one rank ($1), bit for bit" ctx_same "$@"
+  check "context parallelism: ${2#ctx-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/ctx" "$@"
 done

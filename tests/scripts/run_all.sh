@@ -75,6 +75,24 @@ plan_det() {
   det_fields "$d/$p.jsonl" > "$d/$p.det"
 }
 
+# same_bits DIR ONE RUN RANKS: RUN on RANKS ranks == ONE on one rank, bit for bit (loss bits
+# and fingerprint, 10 steps; plan_det's cache in DIR). The matrices of 57, 61, 69, 71 use it.
+same_bits() {
+  local d=$1; shift
+  plan_det "$1" 1 "$d" 10 && plan_det "$2" "$3" "$d" 10 || return 1
+  cmp "$d/$1.det" "$d/$2.det" && echo "identical to $1: $(tail -n 1 "$d/$2.det")"
+}
+
+# bits_differ DIR A B: the one-rank runs A and B differ at step 10 (a setting that must change
+# the bits really does: the matrices that compare against it are not vacuous).
+bits_differ() {
+  local d=$1 a b
+  plan_det "$2" 1 "$d" 10 && plan_det "$3" 1 "$d" 10 || return 1
+  a=$(tail -n 1 "$d/$2.det") b=$(tail -n 1 "$d/$3.det")
+  [ "$a" != "$b" ] || { echo "$3 has the bits of $2: $a"; return 1; }
+  echo "$2: $a; $3: $b"
+}
+
 # Checkpoint resumes (72_mesh_ckpt.sh, 73_context_ckpt.sh), cached under $QT_TMP/ckpt.
 # ckpt_run RUN RANKS ARGS...: build/RUN/qtrain on RANKS ranks (mpiexec above one, always
 # under timeout) on the tiny test data, seed 11.
