@@ -20,20 +20,13 @@
 #include "qt_coll.h"
 #include "qt_comm.h"
 #include "qt_err.h"
+#include "coll_int.h"
+#include "coll_steps.h"
 
 #define QT_COLL_MASKS (1u << QT_MESH_COUNT)
 #define QT_COLL_U64_CHUNK 1024                        /* integer reduction scratch, values */
-#define QT_COLL_F32_MSG (QT_COMM_CHUNK_BYTES / 4)     /* floats per reduce-scatter message */
-#define QT_COLL_MAX_ANY 1024     /* members of a reduce-scatter group that is not a power of 2 */
 #define QT_COLL_CHECK_LANES 6                          /* lanes of qt_comm_check_same */
 #define QT_COLL_PROBE_S 1.5                            /* liveness probe window, seconds */
-
-/* A group as the algorithms see it: its size, my index, and how to name a member. */
-typedef struct qt_grp {
-    unsigned mask;      /* mesh axes; ignored when world != 0 */
-    int world;          /* 1: the world in rank order (qt_comm_check_same, before the mesh) */
-    int size, index;
-} qt_grp;
 
 typedef void (*qt_coll_combine)(uint64_t *acc, const uint64_t *in, int n);
 
@@ -62,7 +55,7 @@ static struct {
 static const char *const qt_coll_axis_name[QT_MESH_COUNT] = {
     "data", "fsdp", "tensor", "expert", "context"};
 
-static double qt_coll_now(void)
+double qt_coll_now(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -198,13 +191,13 @@ static void qt_coll_context(char *out, size_t cap)
              stage);
 }
 
-static double qt_coll_deadline_s(void)
+double qt_coll_deadline_s(void)
 {
     return qt_coll_s.deadline_set ? qt_coll_s.deadline_s : QT_COLL_DEFAULT_DEADLINE;
 }
 
 /* Start of a public collective: counts it, starts the clock and the deadline. */
-static void qt_coll_begin(const char *op, unsigned mask, int world)
+void qt_coll_begin(const char *op, unsigned mask, int world)
 {
     qt_coll_s.op = op;
     qt_coll_s.op_mask = mask;
@@ -217,14 +210,14 @@ static void qt_coll_begin(const char *op, unsigned mask, int world)
 }
 
 /* End of a public collective: adds its time; returns rc. */
-static int qt_coll_end(int rc)
+int qt_coll_end(int rc)
 {
     qt_coll_s.seconds += qt_coll_now() - qt_coll_s.t_start;
     return rc;
 }
 
 /* Resolve mask into g (or the world when world != 0) for collective `op`. */
-static int qt_coll_group(const char *op, unsigned mask, int world, qt_grp *g)
+int qt_coll_group(const char *op, unsigned mask, int world, qt_grp *g)
 {
     g->mask = mask;
     g->world = world;
@@ -244,9 +237,48 @@ static int qt_coll_group(const char *op, unsigned mask, int world, qt_grp *g)
     return QT_OK;
 }
 
-static int qt_coll_member(const qt_grp *g, int index)
+int qt_coll_member(const qt_grp *g, int index)
 {
     return g->world ? index : qt_comm_group_rank(g->mask, index);
+}
+
+/* After a deadline passed waiting for world rank `silent` in the collective named by
+ * qt_coll_s.op (its context): the rank I waited for may itself wait for a stopped one, so
+ * every rank is asked and each live rank names the same, truly silent one. QT_E_COMM. */
+int qt_coll_silent(int silent)
+{
+    char ctx[256];
+    qt_coll_context(ctx, sizeof ctx);
+    int n_silent = 0;
+    const int who = qt_comm_probe_silent(silent, QT_COLL_PROBE_S, &n_silent);
+    if (who < 0)
+        return qt_fail(QT_E_COMM, "%s: no answer from rank %d within %g s (it answers a "
+                       "liveness probe: it is busy, or in another collective)", ctx,
+                       silent, qt_coll_deadline_s());
+    char more[48] = "";
+    if (n_silent > 1) snprintf(more, sizeof more, " and %d other rank(s)", n_silent - 1);
+    if (who == silent && n_silent == 1)
+        return qt_fail(QT_E_COMM, "%s: no answer from rank %d within %g s", ctx, silent,
+                       qt_coll_deadline_s());
+    return qt_fail(QT_E_COMM, "%s: no answer from rank %d%s within %g s (silent to a "
+                   "liveness probe; rank %d, which this rank waited for, %s)", ctx, who,
+                   more, qt_coll_deadline_s(), silent,
+                   who == silent ? "is one of them" : "answers it");
+}
+
+void qt_coll_note(const char *op, unsigned mask, int stage)
+{
+    qt_coll_s.op = op;
+    qt_coll_s.op_mask = mask;
+    qt_coll_s.op_world = 0;
+    qt_coll_s.op_stage = stage;
+}
+
+void qt_coll_count(int64_t bytes_sent, double seconds, int64_t calls)
+{
+    qt_coll_s.bytes_sent += bytes_sent;
+    qt_coll_s.seconds += seconds;
+    qt_coll_s.calls += calls;
 }
 
 /* One transfer step with group members (indices; -1 = none) under the collective's
@@ -262,112 +294,25 @@ static int qt_coll_xfer(const qt_grp *g, int dst, const void *s, int64_t sb, int
         if (dst_rank >= 0) qt_coll_s.bytes_sent += sb;
         return QT_OK;
     }
-    if (rc == QT_E_COMM && silent >= 0) {
-        /* the rank I waited for may itself wait for a stopped one: ask every rank, so each
-         * live rank names the same, truly silent one */
-        char ctx[256];
-        qt_coll_context(ctx, sizeof ctx);
-        int n_silent = 0;
-        const int who = qt_comm_probe_silent(silent, QT_COLL_PROBE_S, &n_silent);
-        if (who < 0)
-            return qt_fail(QT_E_COMM, "%s: no answer from rank %d within %g s (it answers a "
-                           "liveness probe: it is busy, or in another collective)", ctx,
-                           silent, qt_coll_deadline_s());
-        char more[48] = "";
-        if (n_silent > 1) snprintf(more, sizeof more, " and %d other rank(s)", n_silent - 1);
-        if (who == silent && n_silent == 1)
-            return qt_fail(QT_E_COMM, "%s: no answer from rank %d within %g s", ctx, silent,
-                           qt_coll_deadline_s());
-        return qt_fail(QT_E_COMM, "%s: no answer from rank %d%s within %g s (silent to a "
-                       "liveness probe; rank %d, which this rank waited for, %s)", ctx, who,
-                       more, qt_coll_deadline_s(), silent,
-                       who == silent ? "is one of them" : "answers it");
-    }
+    if (rc == QT_E_COMM && silent >= 0) return qt_coll_silent(silent);
     return rc;
 }
 
-static int qt_coll_pow2(int r)
+int qt_coll_pow2(int r)
 {
     return r > 0 && (r & (r - 1)) == 0;
 }
 
-/* ---- reduce-scatter --------------------------------------------------------------------- */
+/* ---- reduce-scatter, all-gather (coll_steps.c) -------------------------------------- */
 
-/* Walk n floats of the blocks first, first+step, first+2*step, ... of buf (blk floats each),
- * starting at element `off` of block number k of that sequence: copy them into dst (pack)
- * or add src into them (add). */
-static void qt_coll_pack(const float *buf, int64_t blk, int64_t first, int64_t step, int64_t k,
-                         int64_t off, int64_t n, float *dst)
+/* Drive cursor c to its end with blocking transfers over group g. */
+static int qt_coll_run_cursor(const qt_grp *g, qt_coll_cursor *c)
 {
-    while (n > 0) {
-        int64_t take = blk - off < n ? blk - off : n;
-        memcpy(dst, buf + (first + k * step) * blk + off, (size_t)take * sizeof(float));
-        dst += take;
-        n -= take;
-        k++;
-        off = 0;
-    }
-}
-
-static void qt_coll_add(float *buf, int64_t blk, int64_t first, int64_t step, int64_t k,
-                        int64_t off, int64_t n, const float *src)
-{
-    while (n > 0) {
-        int64_t take = blk - off < n ? blk - off : n;
-        float *d = buf + (first + k * step) * blk + off;
-        for (int64_t i = 0; i < take; i++) d[i] = d[i] + src[i];
-        src += take;
-        n -= take;
-        k++;
-        off = 0;
-    }
-}
-
-/* The binary-counter tree of the one-rank leaf trees (runtime/qt_tree.h) over R pieces of
- * n floats, p[j] = member j's: the complete aligned subtrees for the set bits of R (each a
- * perfect pairwise tree), then those combined lowest first, acc = higher + acc. The total
- * ends in p[0]. For R a power of two it is the perfect pairwise tree. */
-static void qt_coll_counter_tree(float *const *p, int R, int64_t n)
-{
-    for (int w = 1; w < R; w *= 2)
-        for (int j = 0; j + 2 * w <= R; j += 2 * w)
-            for (int64_t i = 0; i < n; i++) p[j][i] = p[j][i] + p[j + w][i];
-    int start[32], nb = 0;
-    for (int b = 30, at = 0; b >= 0; b--)
-        if (R & (1 << b)) start[nb++] = at, at += 1 << b;
-    for (int k = nb - 2; k >= 0; k--) {
-        float *hi = p[start[k]];
-        const float *acc = p[start[k + 1]];
-        for (int64_t i = 0; i < n; i++) hi[i] = hi[i] + acc[i];
-    }
-}
-
-/* Reduce-scatter for a group that is not a power of two: every member sends each owner its
- * piece of the owner's block (a shift schedule: (R-1)/R of the vector per member, as a
- * ring), and the owner sums the R pieces with qt_coll_counter_tree in member order, so a
- * member's contribution that is one complete subtree of the one-rank leaf tree continues
- * that tree exactly. Chunks of at most tmp_elems / (R-1) floats per piece. */
-static int qt_coll_reduce_scatter_any(const qt_grp *g, float *buf, int64_t blk, float *tmp,
-                                      int64_t tmp_elems)
-{
-    const int R = g->size, idx = g->index;
-    float *p[QT_COLL_MAX_ANY];
-    int64_t c = tmp_elems / (R - 1);
-    if (c > QT_COLL_F32_MSG) c = QT_COLL_F32_MSG;
     int rc = QT_OK;
-    for (int64_t off = 0; off < blk && rc == QT_OK; off += c) {
-        const int64_t n = blk - off < c ? blk - off : c;
-        for (int k = 1; k < R && rc == QT_OK; k++) {
-            const int dst = (idx + k) % R, src = (idx + R - k) % R;
-            qt_coll_s.op_stage = k - 1;
-            rc = qt_coll_xfer(g, dst, buf + (int64_t)dst * blk + off, n * 4, src,
-                              tmp + (int64_t)(k - 1) * n, n * 4);
-            p[src] = tmp + (int64_t)(k - 1) * n;
-        }
-        if (rc) break;
-        p[idx] = buf + (int64_t)idx * blk + off;
-        qt_coll_counter_tree(p, R, n);
-        if (p[0] != p[idx]) memcpy(p[idx], p[0], (size_t)n * sizeof(float));
+    while (rc == QT_OK && qt_coll_cursor_next(c)) {
+        qt_coll_s.op_stage = c->stage;
+        rc = qt_coll_xfer(g, c->x.dst, c->x.s, c->x.sb, c->x.src, c->x.r, c->x.rb);
+        if (rc == QT_OK) qt_coll_cursor_done(c);
     }
     return rc;
 }
@@ -389,36 +334,9 @@ int qt_coll_reduce_scatter_f32(unsigned mask, float *buf, int64_t blk, float *tm
                        "floats, need >= %d)", op, mask, (long long)blk, (long long)tmp_elems,
                        need);
     qt_coll_begin(op, mask, 0);
-    if (!qt_coll_pow2(g.size))
-        return qt_coll_end(qt_coll_reduce_scatter_any(&g, buf, blk, tmp, tmp_elems));
-    int64_t half = tmp_elems / 2;
-    if (half > QT_COLL_F32_MSG) half = QT_COLL_F32_MSG;
-    float *pack = tmp, *recv = tmp + half;
-    const int64_t idx = g.index;
-    for (int s = 0; ((int64_t)1 << s) < g.size && rc == QT_OK; s++) {
-        const int64_t bit = (int64_t)1 << s, step = bit * 2;
-        const int partner = (int)(idx ^ bit);
-        const int64_t keep0 = idx & (step - 1), send0 = keep0 ^ bit;
-        const int64_t nblocks = g.size / step, total = nblocks * blk;
-        qt_coll_s.op_stage = s;
-        /* message after message over the kept/sent block sequences (same order on both
-         * partners: my k-th kept block is the partner's k-th sent block) */
-        for (int64_t done = 0; done < total && rc == QT_OK;) {
-            const int64_t k = done / blk, off = done % blk;
-            const int64_t n = total - done < half ? total - done : half;
-            const float *out;
-            if (off + n <= blk) {
-                out = buf + (send0 + k * step) * blk + off; /* one block: send in place */
-            } else {
-                qt_coll_pack(buf, blk, send0, step, k, off, n, pack);
-                out = pack;
-            }
-            rc = qt_coll_xfer(&g, partner, out, n * 4, partner, recv, n * 4);
-            if (rc == QT_OK) qt_coll_add(buf, blk, keep0, step, k, off, n, recv);
-            done += n;
-        }
-    }
-    return qt_coll_end(rc);
+    qt_coll_cursor c;
+    qt_coll_cursor_rs(&c, g.size, g.index, buf, blk, tmp, tmp_elems);
+    return qt_coll_end(qt_coll_run_cursor(&g, &c));
 }
 
 /* ---- all-gather, broadcast -------------------------------------------------------------- */
@@ -426,7 +344,7 @@ int qt_coll_reduce_scatter_f32(unsigned mask, float *buf, int64_t blk, float *tm
 /* The bits of group `mask`'s index that are slice digits (the top bits of each masked axis's
  * digit field when that axis has several slices, qt_mesh_coords); 0 on one slice. Power-of-
  * two axes only (the caller's case). */
-static int64_t qt_coll_slice_bits(unsigned mask)
+int64_t qt_coll_slice_bits(unsigned mask)
 {
     int64_t bits = 0;
     int shift = 0;
@@ -441,32 +359,6 @@ static int64_t qt_coll_slice_bits(unsigned mask)
     return bits;
 }
 
-/* One all-gather stage over `bit` when I hold the blocks j with (j & ~held) == (idx & ~held):
- * my held blocks go to partner idx ^ bit and its held blocks (mine ^ bit) arrive, one
- * transfer per contiguous run, both partners walking their runs in ascending order. */
-static int qt_coll_gather_stage(const qt_grp *g, char *b, int64_t blk_bytes, int64_t held,
-                                int64_t bit)
-{
-    const int64_t base = g->index & ~held;
-    const int partner = (int)(g->index ^ bit);
-    int rc = QT_OK;
-    int64_t sub = 0;
-    for (;;) {
-        /* the run of consecutive held blocks starting at base | sub */
-        const int64_t j0 = base | sub;
-        int64_t len = 1, next = (sub - held) & held;
-        while (next != 0 && (base | next) == j0 + len) {
-            len++;
-            sub = next;
-            next = (sub - held) & held;
-        }
-        rc = qt_coll_xfer(g, partner, b + j0 * blk_bytes, len * blk_bytes, partner,
-                          b + (j0 ^ bit) * blk_bytes, len * blk_bytes);
-        if (rc || next == 0) return rc;
-        sub = next;
-    }
-}
-
 int qt_coll_all_gather(unsigned mask, void *buf, int64_t blk_bytes)
 {
     static const char op[] = "all_gather";
@@ -478,42 +370,10 @@ int qt_coll_all_gather(unsigned mask, void *buf, int64_t blk_bytes)
         return qt_fail(QT_E_PLAN, "%s over mask 0x%x: bad buffer (%lld bytes per block)", op,
                        mask, (long long)blk_bytes);
     qt_coll_begin(op, mask, 0);
-    char *b = buf;
-    const int R = g.size, idx = g.index;
-    const int64_t slow = qt_coll_pow2(R) ? qt_coll_slice_bits(mask) : 0;
-    if (slow) {
-        /* several slices: the slice bits first, while each rank sends only its own blocks
-         * across the slow links, then the bits inside a slice, ascending (pure copies: the
-         * order changes the traffic across slices, never a result) */
-        int64_t held = 0;
-        for (int pass = 0; pass < 2; pass++)
-            for (int s = 0; ((int64_t)1 << s) < R && rc == QT_OK; s++) {
-                const int64_t bit = (int64_t)1 << s;
-                if (((slow & bit) != 0) != (pass == 0)) continue;
-                qt_coll_s.op_stage = s;
-                rc = qt_coll_gather_stage(&g, b, blk_bytes, held, bit);
-                held |= bit;
-            }
-    } else if (qt_coll_pow2(R)) {
-        /* after stage s I hold the aligned run of 2^(s+1) blocks containing mine */
-        for (int s = 0; (1 << s) < R && rc == QT_OK; s++) {
-            const int bit = 1 << s, partner = idx ^ bit;
-            const int64_t mine = idx & ~(bit - 1), theirs = partner & ~(bit - 1);
-            qt_coll_s.op_stage = s;
-            rc = qt_coll_xfer(&g, partner, b + mine * blk_bytes, bit * blk_bytes, partner,
-                              b + theirs * blk_bytes, bit * blk_bytes);
-        }
-    } else {
-        /* ring: at step k pass on the block that arrived at step k-1 */
-        const int right = (idx + 1) % R, left = (idx + R - 1) % R;
-        for (int k = 0; k < R - 1 && rc == QT_OK; k++) {
-            const int64_t sb = (idx - k + R) % R, rb = (idx - k - 1 + 2 * R) % R;
-            qt_coll_s.op_stage = k;
-            rc = qt_coll_xfer(&g, right, b + sb * blk_bytes, blk_bytes, left,
-                              b + rb * blk_bytes, blk_bytes);
-        }
-    }
-    return qt_coll_end(rc);
+    qt_coll_cursor c;
+    qt_coll_cursor_ag(&c, g.size, g.index, buf, blk_bytes,
+                      qt_coll_pow2(g.size) ? qt_coll_slice_bits(mask) : 0);
+    return qt_coll_end(qt_coll_run_cursor(&g, &c));
 }
 
 /* Binomial-tree broadcast of bytes at buf from index root inside an open collective. */

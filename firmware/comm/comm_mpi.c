@@ -34,6 +34,7 @@
 #define QT_PONG_TAG (QT_COMM_TAG + 9)   /* its answer */
 #define QT_COMM_SERVE_S 0.05            /* a wait this long starts answering probes */
 #define QT_PROBE_MAX 1024               /* ranks probed (the lowest ones and `waited`, past that) */
+#define QT_SLOT_TAG (QT_COMM_TAG + 16)  /* + slot: the split transfers (qt_comm_post) */
 
 static struct {
     int initialised;
@@ -45,6 +46,16 @@ static struct {
 } qt_comm_state = {0, 0, 1, MPI_COMM_NULL, QT_COMM_SPIN_S, MPI_REQUEST_NULL, 0};
 
 static const int qt_pong_value = 1;
+
+/* The split transfers' slots (qt_comm_post / qt_comm_test): one piece each way per slot. */
+static struct {
+    MPI_Request sreq[QT_COMM_SLOTS], rreq[QT_COMM_SLOTS];
+    int dst[QT_COMM_SLOTS], src[QT_COMM_SLOTS], rn[QT_COMM_SLOTS];
+} qt_slots = {
+    .sreq = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL},
+    .rreq = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL},
+};
+_Static_assert(QT_COMM_SLOTS == 4, "comm_mpi.c: qt_slots' initialisers list 4 slots");
 
 static struct {
     MPI_Request req[QT_PROBE_MAX];
@@ -202,43 +213,55 @@ int qt_comm_probe_silent(int waited, double window, int *n_silent)
     return first;
 }
 
+/* Test the (up to) two requests of one piece once: *sdone / *rdone set when each completed
+ * (rn: bytes the receive must deliver). 0 or QT_E_COMM with a message. */
+static int qt_comm_test_pair(MPI_Request *sreq, MPI_Request *rreq, int *sdone, int *rdone,
+                             int dst, int src, int rn)
+{
+    MPI_Status st;
+    if (!*sdone && MPI_Test(sreq, sdone, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return qt_fail(QT_E_COMM, "comm: MPI_Test of a send to rank %d failed", dst);
+    if (!*rdone) {
+        if (MPI_Test(rreq, rdone, &st) != MPI_SUCCESS)
+            return qt_fail(QT_E_COMM, "comm: receive from rank %d failed (a longer message "
+                           "than the %d bytes expected?)", src, rn);
+        if (*rdone) {
+            int got = -1;
+            MPI_Get_count(&st, MPI_BYTE, &got);
+            if (got != rn)
+                return qt_fail(QT_E_COMM, "comm: rank %d sent %d bytes, %d expected "
+                               "(collective called with other sizes?)", src, got, rn);
+        }
+    }
+    return QT_OK;
+}
+
+void qt_comm_idle(double waited_s)
+{
+    if (waited_s >= QT_COMM_SERVE_S) qt_comm_serve();
+    if (waited_s >= qt_comm_state.spin_s) {
+        struct timespec ts = {0, QT_COMM_SLEEP_NS};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Poll the (up to) two requests of one piece until both complete or the deadline passes.
  * rn: bytes the receive must deliver. */
 static int qt_comm_wait(MPI_Request *sreq, MPI_Request *rreq, int dst, int src, int rn,
                         double deadline, int *silent)
 {
     int sdone = *sreq == MPI_REQUEST_NULL, rdone = *rreq == MPI_REQUEST_NULL;
-    MPI_Status st;
     const double t0 = qt_comm_now();
     for (;;) {
-        if (!sdone && MPI_Test(sreq, &sdone, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-            return qt_fail(QT_E_COMM, "comm: MPI_Test of a send to rank %d failed",
-                           dst);
-        if (!rdone) {
-            if (MPI_Test(rreq, &rdone, &st) != MPI_SUCCESS)
-                return qt_fail(QT_E_COMM, "comm: receive from rank %d failed (a "
-                               "longer message than the %d bytes expected?)",
-                               src, rn);
-            if (rdone) {
-                int got = -1;
-                MPI_Get_count(&st, MPI_BYTE, &got);
-                if (got != rn)
-                    return qt_fail(QT_E_COMM, "comm: rank %d sent %d bytes, %d "
-                                   "expected (collective called with other sizes?)",
-                                   src, got, rn);
-            }
-        }
+        int rc = qt_comm_test_pair(sreq, rreq, &sdone, &rdone, dst, src, rn);
+        if (rc) return rc;
         if (sdone && rdone) return QT_OK;
         const double now = qt_comm_now();
         if (deadline > 0 && now > deadline) {
             *silent = rdone ? dst : src;
             return QT_E_COMM;
         }
-        if (now - t0 >= QT_COMM_SERVE_S) qt_comm_serve();
-        if (now - t0 >= qt_comm_state.spin_s) {
-            struct timespec ts = {0, QT_COMM_SLEEP_NS};
-            nanosleep(&ts, NULL);
-        }
+        qt_comm_idle(now - t0);
     }
 }
 
@@ -277,6 +300,48 @@ int qt_comm_sendrecv(int dst, const void *send, int64_t sbytes, int src, void *r
         soff += sn;
         roff += rn;
     }
+    return QT_OK;
+}
+
+int qt_comm_post(int slot, int dst, const void *send, int64_t sbytes, int src, void *recv,
+                 int64_t rbytes)
+{
+    if (dst < 0) sbytes = 0;
+    if (src < 0) rbytes = 0;
+    if (!qt_comm_state.initialised || slot < 0 || slot >= QT_COMM_SLOTS ||
+        qt_slots.sreq[slot] != MPI_REQUEST_NULL || qt_slots.rreq[slot] != MPI_REQUEST_NULL ||
+        sbytes < 0 || rbytes < 0 || sbytes > QT_COMM_CHUNK_BYTES ||
+        rbytes > QT_COMM_CHUNK_BYTES || dst >= qt_comm_state.size ||
+        src >= qt_comm_state.size || (sbytes && dst == qt_comm_state.rank) ||
+        (rbytes && src == qt_comm_state.rank) || (sbytes && !send) || (rbytes && !recv))
+        return qt_fail(QT_E_PLAN, "comm: bad split transfer on slot %d (send %lld bytes to %d, "
+                       "receive %lld bytes from %d, %d ranks)", slot, (long long)sbytes, dst,
+                       (long long)rbytes, src, qt_comm_state.size);
+    qt_slots.dst[slot] = dst;
+    qt_slots.src[slot] = src;
+    qt_slots.rn[slot] = (int)rbytes;
+    if (rbytes && MPI_Irecv(recv, (int)rbytes, MPI_BYTE, src, QT_SLOT_TAG + slot,
+                            qt_comm_state.comm, &qt_slots.rreq[slot]) != MPI_SUCCESS)
+        return qt_fail(QT_E_COMM, "comm: MPI_Irecv from rank %d failed", src);
+    if (sbytes && MPI_Isend(send, (int)sbytes, MPI_BYTE, dst, QT_SLOT_TAG + slot,
+                            qt_comm_state.comm, &qt_slots.sreq[slot]) != MPI_SUCCESS)
+        return qt_fail(QT_E_COMM, "comm: MPI_Isend to rank %d failed", dst);
+    return QT_OK;
+}
+
+int qt_comm_test(int slot, int *done, int *waiting)
+{
+    *done = 0;
+    *waiting = -1;
+    if (slot < 0 || slot >= QT_COMM_SLOTS)
+        return qt_fail(QT_E_PLAN, "comm: test of slot %d (%d slots)", slot, QT_COMM_SLOTS);
+    int sdone = qt_slots.sreq[slot] == MPI_REQUEST_NULL;
+    int rdone = qt_slots.rreq[slot] == MPI_REQUEST_NULL;
+    int rc = qt_comm_test_pair(&qt_slots.sreq[slot], &qt_slots.rreq[slot], &sdone, &rdone,
+                               qt_slots.dst[slot], qt_slots.src[slot], qt_slots.rn[slot]);
+    if (rc) return rc;
+    *done = sdone && rdone;
+    if (!*done) *waiting = rdone ? qt_slots.dst[slot] : qt_slots.src[slot];
     return QT_OK;
 }
 

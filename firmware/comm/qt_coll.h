@@ -222,4 +222,30 @@ int qt_coll_run_range(const qt_collective *c, unsigned char *base, float *scratc
  * QT_E_PLAN (peer out of range, or my own rank with unequal sizes; peer == my rank copies). */
 int qt_comm_exchange(int peer, const void *send, int64_t sbytes, void *recv, int64_t rbytes);
 
+/* ---- split collectives (coll_async.c; docs/overlap.md) -------------------------------- */
+
+/* Start plan collective `id` (c its row: a reduce-scatter or an all-gather; base its arena
+ * range; scratch as for qt_coll_run_range) and return before it completes: it runs on a
+ * transfer slot of its own while the caller computes, advanced by qt_coll_progress, and its
+ * range holds the result only after qt_coll_wait_range(id). Until then neither the range
+ * nor (for a reduce-scatter) the scratch may be touched by anything else. Same transfers,
+ * same adds, same bits as qt_coll_run_range. A group of one starts nothing. 0 or QT_E_*
+ * (QT_E_PLAN: another kind, QT_COMM_SLOTS collectives already in flight). */
+int qt_coll_start_range(int64_t id, const qt_collective *c, unsigned char *base, float *scratch,
+                        int64_t scratch_elems);
+
+/* Advance every collective in flight as far as its transfers allow, without waiting (one
+ * test per busy slot; a finished step's adds and the next step's post). Returns at once
+ * when none is in flight. 0 or QT_E_COMM. */
+int qt_coll_progress(void);
+
+/* Complete plan collective `id` (c its row), progressing every collective in flight, under
+ * the collectives' deadline counted from this call (a silent peer is named as for the
+ * blocking calls). 0, QT_E_COMM, or QT_E_PLAN when `id` is not in flight (and its group
+ * has more than one member). */
+int qt_coll_wait_range(int64_t id, const qt_collective *c);
+
+/* Collectives started and not yet waited for. */
+int qt_coll_in_flight(void);
+
 #endif

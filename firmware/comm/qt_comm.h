@@ -67,4 +67,29 @@ int qt_comm_probe_silent(int waited, double window, int *n_silent);
  * monotonic clock, 0 = none). */
 int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double deadline);
 
+/* ---- split transfers (coll_async.c): a collective that runs beside compute ------------- */
+
+/* Independent transfer slots; each carries its own tag, so messages of collectives in
+ * flight at the same time never match each other's (or those of qt_comm_sendrecv). */
+#define QT_COMM_SLOTS 4
+
+/* Post one piece on slot `slot` (0 <= slot < QT_COMM_SLOTS, idle): send sbytes from `send`
+ * to world rank dst and receive exactly rbytes into `recv` from world rank src (each at
+ * most QT_COMM_CHUNK_BYTES; dst < 0 / src < 0 or 0 bytes: none), and return at once.
+ * 0, QT_E_COMM after a message (MPI error; the local back end has no peer), QT_E_PLAN for
+ * bad arguments or a slot still busy. */
+int qt_comm_post(int slot, int dst, const void *send, int64_t sbytes, int src, void *recv,
+                 int64_t rbytes);
+
+/* Test slot `slot` once: *done = 1 when its piece completed both ways (the slot is idle
+ * again), else 0 and *waiting = the world rank it still waits for (src while the receive
+ * is incomplete, else dst). 0, or QT_E_COMM after a message (MPI error, a received size
+ * that differs from the posted one). */
+int qt_comm_test(int slot, int *done, int *waiting);
+
+/* One pause of a wait that has lasted waited_s seconds: answers liveness probes once it
+ * lasts QT_COMM_SERVE_S (qt_comm_probe_silent), and sleeps briefly unless spinning is
+ * cheaper on this node (not oversubscribed, within the first 200 us). */
+void qt_comm_idle(double waited_s);
+
 #endif

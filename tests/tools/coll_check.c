@@ -636,6 +636,62 @@ static void check_ctx_exchange(unsigned mask, const int *members, int R, int idx
                "shapes) equals the layouts' definition\n", mask, R);
 }
 
+/* The split collectives (qt_coll_start_range / progress / wait, coll_async.c): two
+ * reduce-scatters (each with its own scratch) and an all-gather in flight at once,
+ * progressed between rank-dependent amounts of "compute" and waited in another order than
+ * started, give the blocking calls' bits, whatever the sizes and the group. */
+static void check_split(unsigned mask, const int *members, int R, int idx)
+{
+    static const struct { int64_t blk, tmp; } cases[] = {{1, 2}, {4099, 1000}, {70001, 1 << 18}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t blk = cases[c].blk, n = R * blk, bb = 4 * blk + 3;
+        const int64_t tmpn = cases[c].tmp > R ? cases[c].tmp : R;  /* >= R-1: any group */
+        float *ref = xmalloc((size_t)n * 4), *a = xmalloc((size_t)n * 4);
+        float *b = xmalloc((size_t)n * 4), *tmp = xmalloc((size_t)(3 * tmpn) * 4);
+        uint8_t *g = xmalloc((size_t)(R * bb));
+        for (int64_t e = 0; e < n; e++) {
+            ref[e] = a[e] = val(cc.rank, e, 3000 + c);
+            b[e] = val(cc.rank, e, 4000 + c);
+        }
+        memset(g, 0xEE, (size_t)(R * bb));
+        for (int64_t k = 0; k < bb; k++) g[idx * bb + k] = pat(cc.rank, k, 50 + c);
+        CHECK(qt_coll_reduce_scatter_f32(mask, ref, blk, tmp, tmpn) == 0, "blocking reference");
+        const qt_collective ca = {.name = "split a", .kind = QT_COLL_REDUCE_SCATTER,
+                                  .mask = (uint8_t)mask, .bytes = 4 * n};
+        const qt_collective cg = {.name = "split g", .kind = QT_COLL_ALL_GATHER,
+                                  .mask = (uint8_t)mask, .bytes = R * bb};
+        int rc = qt_coll_start_range(1, &ca, (unsigned char *)a, tmp, tmpn);
+        rc = rc ? rc : qt_coll_start_range(2, &cg, g, NULL, 0);
+        rc = rc ? rc : qt_coll_start_range(3, &ca, (unsigned char *)b, tmp + tmpn, tmpn);
+        CHECK(rc == 0 && qt_coll_in_flight() == (R > 1 ? 3 : 0), "split starts: rc %d, %d in "
+              "flight", rc, qt_coll_in_flight());
+        volatile double sink = 0;
+        for (int it = 0; it < 50 && rc == 0; it++) {
+            for (int w = 0; w < 2000 * (1 + (cc.rank + it) % 3); w++) sink += w * 1e-9;
+            rc = qt_coll_progress();
+        }
+        rc = rc ? rc : qt_coll_wait_range(2, &cg);
+        rc = rc ? rc : qt_coll_wait_range(3, &ca);
+        rc = rc ? rc : qt_coll_wait_range(1, &ca);
+        CHECK(rc == 0 && qt_coll_in_flight() == 0, "split waits: rc %d", rc);
+        long bad = 0;
+        for (int64_t i = 0; i < blk; i++) bad += fbits(a[idx * blk + i]) != fbits(ref[idx * blk + i]);
+        for (int j = 0; j < R; j++)
+            for (int64_t k = 0; k < bb; k++) bad += g[j * bb + k] != pat(members[j], k, 50 + c);
+        /* the second reduce-scatter against its own blocking run */
+        for (int64_t e = 0; e < n; e++) ref[e] = val(cc.rank, e, 4000 + c);
+        CHECK(qt_coll_reduce_scatter_f32(mask, ref, blk, tmp, tmpn) == 0, "blocking reference");
+        for (int64_t i = 0; i < blk; i++) bad += fbits(b[idx * blk + i]) != fbits(ref[idx * blk + i]);
+        CHECK(bad == 0, "mask 0x%x: split collectives blk %lld: %ld values differ from the "
+              "blocking calls", mask, (long long)blk, bad);
+        free(ref);
+        free(a);
+        free(b);
+        free(tmp);
+        free(g);
+    }
+}
+
 static int run_checks(int ctx_only)
 {
     int members[1 << 10];
@@ -650,6 +706,7 @@ static int run_checks(int ctx_only)
         }
         check_reduce_scatter(mask, members, R, idx);
         check_all_gather(mask, members, R, idx);
+        check_split(mask, members, R, idx);
         check_broadcast(mask, members, R, idx);
         check_sums(mask, members, R);
         check_max(mask, members, R, idx);

@@ -1,0 +1,39 @@
+/* coll_int.h - what coll.c shares with the split collectives of coll_async.c (inside
+ * firmware/comm only): groups, the current collective's context for messages, the deadline,
+ * the counters.
+ *
+ * Invariant: the module state stays in coll.c's one static struct; these functions are its
+ * only other door.
+ */
+#ifndef QT_COLL_INT_H
+#define QT_COLL_INT_H
+
+#include <stdint.h>
+
+/* A group as the algorithms see it: its size, my index, and how to name a member. */
+typedef struct qt_grp {
+    unsigned mask;      /* mesh axes; ignored when world != 0 */
+    int world;          /* 1: the world in rank order (qt_comm_check_same, before the mesh) */
+    int size, index;
+} qt_grp;
+
+/* Resolve mask into g (or the world when world != 0) for collective `op`: 0 or QT_E_PLAN
+ * with a message. */
+int qt_coll_group(const char *op, unsigned mask, int world, qt_grp *g);
+/* World rank of member `index` of g. */
+int qt_coll_member(const qt_grp *g, int index);
+/* The bits of group `mask`'s index that are slice digits (0 on one slice). */
+int64_t qt_coll_slice_bits(unsigned mask);
+int qt_coll_pow2(int r);
+/* Monotonic seconds; the deadline of one collective in seconds (<= 0: none). */
+double qt_coll_now(void);
+double qt_coll_deadline_s(void);
+/* Name the collective in progress for messages: op over `mask`, stage (-1: none). */
+void qt_coll_note(const char *op, unsigned mask, int stage);
+/* The message for a collective that waited past its deadline for world rank `silent`
+ * (probes every rank to name the truly silent one); returns QT_E_COMM. */
+int qt_coll_silent(int silent);
+/* Add to the counters of qt_comm_stats. */
+void qt_coll_count(int64_t bytes_sent, double seconds, int64_t calls);
+
+#endif

@@ -1,0 +1,60 @@
+/* coll_steps.h - the float reduce-scatter and the all-gather of qt_coll.h as cursors over
+ * their point-to-point steps (coll_steps.c), shared by the blocking collectives (coll.c)
+ * and the split ones that run beside compute (coll_async.c), so both move the same bytes
+ * and add the same operands in the same order: the bits cannot depend on which form ran.
+ *
+ * A cursor is set up once (qt_coll_cursor_rs / _ag), then driven by its owner:
+ *     while (qt_coll_cursor_next(&c)) {     // c.x: the next transfer (packing done)
+ *         ...send c.x.sb bytes of c.x.s to member c.x.dst, receive c.x.rb into c.x.r
+ *            from member c.x.src (group indices; -1 none)...
+ *         qt_coll_cursor_done(&c);          // that step's local adds, then advance
+ *     }
+ * Invariants: a cursor touches only its buffer and its scratch; every member of the group
+ * walks the same sequence of transfers with matching sizes (pairwise order matches them);
+ * no heap, no recursion.
+ */
+#ifndef QT_COLL_STEPS_H
+#define QT_COLL_STEPS_H
+
+#include <stdint.h>
+
+#define QT_COLL_MAX_ANY 1024     /* members of a reduce-scatter group that is not a power of 2 */
+
+/* One point-to-point step, in group indices. */
+typedef struct qt_coll_step {
+    int dst, src;
+    const char *s;
+    char *r;
+    int64_t sb, rb;
+} qt_coll_step;
+
+typedef struct qt_coll_cursor {
+    int reduce;                 /* 1: float reduce-scatter; 0: all-gather */
+    int R, idx;
+    char *buf;
+    int64_t blk;                /* reduce: floats per block; gather: bytes per block */
+    float *tmp;                 /* reduce: scratch */
+    int64_t msg;                /* reduce: floats per message (pow2) or per piece (any) */
+    int64_t slow;               /* gather: group-index bits that cross slices (first) */
+    /* position */
+    int s, pass, k, in_stage;
+    int64_t done, off, sub, sub_next, held;
+    qt_coll_step x;             /* the current step (valid after next() returned 1) */
+    int stage;                  /* the current step's stage, for messages */
+} qt_coll_cursor;
+
+/* Reduce-scatter of qt_coll_reduce_scatter_f32 over R members (R >= 2, a power of two, or
+ * at most QT_COLL_MAX_ANY), my index idx, buf R*blk floats (blk > 0), tmp_elems floats of
+ * scratch (>= 2, or >= R-1 when R is not a power of two). */
+void qt_coll_cursor_rs(qt_coll_cursor *c, int R, int idx, float *buf, int64_t blk, float *tmp,
+                       int64_t tmp_elems);
+/* All-gather of qt_coll_all_gather: buf R*blk_bytes bytes (blk_bytes > 0); slow: the group
+ * index bits that cross slices (0 on one slice; R a power of two when nonzero). */
+void qt_coll_cursor_ag(qt_coll_cursor *c, int R, int idx, void *buf, int64_t blk_bytes,
+                       int64_t slow);
+/* The next transfer into c->x (packing its outgoing data if needed); 0 when finished. */
+int qt_coll_cursor_next(qt_coll_cursor *c);
+/* After c->x completed: the step's local work (the reduce-scatter's adds), then advance. */
+void qt_coll_cursor_done(qt_coll_cursor *c);
+
+#endif
