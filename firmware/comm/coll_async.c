@@ -20,6 +20,9 @@
 #include "coll_int.h"
 #include "coll_steps.h"
 
+_Static_assert(QT_COMM_SLOTS >= QT_MAX_IN_FLIGHT, "coll_async.c: fewer transfer slots than a plan "
+               "may have collectives in flight");
+
 typedef struct qt_coll_job {
     int busy;                /* started and not yet waited */
     int running;             /* steps left (0: complete, waiting for its wait) */

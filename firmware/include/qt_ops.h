@@ -53,6 +53,10 @@
 #include "qt_plan.h"
 
 #define QT_OPF_WGRAD 0x1u
+#define QT_OPF_MOVED 0x2u  /* configgen only (schedule/overlap.c): a PARAM_GATHER issued one
+                              layer early or a GRAD_MB_PUSH one layer late, so that their
+                              collectives overlap compute; scan_layers counts it in the layer
+                              of the op before it. The firmware ignores it. */
 #define QT_RMSNORM_ZERO_CENTRED 0x1   /* a[4] flag: scale by (1 + w) instead of w */
 #define QT_GATE_HEADS 0               /* SIGMOID_GATE a[2]: gate interleaved in q_proj output */
 #define QT_GATE_ROW 1                 /* SIGMOID_GATE a[2]: one gate scalar per row */

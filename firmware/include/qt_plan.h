@@ -33,6 +33,7 @@
 #define QT_OP_MAX_A 10
 #define QT_OP_MAX_F 2
 #define QT_MAX_TREE_LEVELS 24
+#define QT_MAX_IN_FLIGHT 4   /* split collectives in flight at once (COLL_START .. COLL_WAIT) */
 #define QT_ARENA_ALIGN (2u << 20)
 #define QT_TENSOR_ALIGN 64
 

@@ -12,6 +12,7 @@
 #include "qt_tree.h"
 #include "qt_step.h"
 #include "qt_err.h"
+#include "comm/qt_coll.h"
 
 static struct {
     uint8_t wgrad_uses[QT_INTERP_MAX_PARAMS];  /* validation scratch: WGRAD slots per param */
@@ -195,6 +196,14 @@ void qt_interp_run_init(const qt_ctx *ctx, const qt_kernel_entry *table)
     }
 }
 
+/* Advance the collectives in flight (qt_ops.def COLL_START) between two ops: no cost when
+ * none is; a failure stops the step as a failed collective op does. */
+static void qt_interp_progress(const qt_ctx *ctx)
+{
+    const int rc = qt_coll_progress();
+    if (rc && ctx->status && !*ctx->status) *ctx->status = rc;
+}
+
 static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, const qt_op *op,
                             const qt_ctx *ctx, int64_t mb)
 {
@@ -228,6 +237,7 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
         }
         if (prof) t1 = qt_interp_now();
         table[op->kind].wgrad(op, &wctx, s, dw);
+        qt_interp_progress(ctx);
         if (prof) t2 = qt_interp_now();
         qt_tree_push(levels, pa->leaf_offset, pa->numel, scratch, leaf);
         if (pb) qt_tree_push(levels, pb->leaf_offset, pb->numel, scratch + pa->numel, leaf);
@@ -271,6 +281,7 @@ void qt_interp_run_microbatch(const qt_ctx *c, const qt_kernel_entry *table, int
         } else {
             qt_interp_call_run(&table[op->kind], op, &ctx);
         }
+        qt_interp_progress(&ctx);
     }
 }
 

@@ -393,6 +393,35 @@ int qt_step_collective(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
                              p->comm_scratch_elems);
 }
 
+/* Collective a0 of a COLL_START / COLL_WAIT (the same attribute as COLLECTIVE's), or NULL
+ * after a message. */
+static const qt_collective *qt_step_split_coll(const qt_op *op, const qt_plan *p)
+{
+    const int64_t i = QT_A(op, COLL_START, coll);
+    if (i >= 0 && i < p->n_collectives) return &p->collectives[i];
+    qt_fail(QT_E_PLAN, "plan %s: collective %lld does not exist", p->run_name, (long long)i);
+    return NULL;
+}
+
+int qt_step_coll_start(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    const qt_plan *p = ctx->plan;
+    const qt_collective *c = qt_step_split_coll(op, p);
+    if (!c) return QT_E_PLAN;
+    qt_comm_set_context(c->name, (long long)st->step);
+    return qt_coll_start_range(QT_A(op, COLL_START, coll), c, p->arena + c->offset,
+                               qt_step_region(p, p->comm_scratch_offset), p->comm_scratch_elems);
+}
+
+int qt_step_coll_wait(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    const qt_plan *p = ctx->plan;
+    const qt_collective *c = qt_step_split_coll(op, p);
+    if (!c) return QT_E_PLAN;
+    qt_comm_set_context(c->name, (long long)st->step);
+    return qt_coll_wait_range(QT_A(op, COLL_WAIT, coll), c);
+}
+
 /* ---- start-up checks of the step ops (qt_ops.def CHECK; qt_runtime_check_step calls them
  * for every op of the step, microbatch-end and per-layer schedules). Each reads the plan
  * and its op and returns nonzero when the op does not fit the plan. */
@@ -474,4 +503,24 @@ int qt_check_collective(const qt_plan *p, const qt_op *op, qt_check_state *st)
     (void)st;
     if (i < 0 || i >= p->n_collectives) return 1;
     return qt_coll_range_check(&p->collectives[i], p->arena_bytes) != QT_OK;
+}
+
+/* A split collective: as COLLECTIVE, and of a kind with a split form. Their pairing (each
+ * START waited once, later, in the same schedule; at most QT_MAX_IN_FLIGHT in flight; one
+ * reduce-scatter at a time) is checked over whole schedules (validate.c). */
+_Static_assert((int)QT_A_COLL_START_coll == (int)QT_A_COLLECTIVE_coll &&
+               (int)QT_A_COLL_WAIT_coll == (int)QT_A_COLLECTIVE_coll,
+               "step_ops.c: COLL_START / COLL_WAIT name their collective as COLLECTIVE does");
+
+int qt_check_coll_start(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    const int64_t i = QT_A(op, COLL_START, coll);
+    if (qt_check_collective(p, op, st)) return 1;
+    return p->collectives[i].kind != QT_COLL_REDUCE_SCATTER &&
+           p->collectives[i].kind != QT_COLL_ALL_GATHER;
+}
+
+int qt_check_coll_wait(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    return qt_check_coll_start(p, op, st);
 }

@@ -201,6 +201,67 @@ static int qt_validate_step_op(const qt_plan *p, const qt_op *op, int32_t i, con
     return QT_OK;
 }
 
+/* The split collectives of one schedule (qt_ops.def COLL_START / COLL_WAIT), fed op by op
+ * to qt_validate_split_op: each START waited once, later in the same schedule, at most
+ * QT_MAX_IN_FLIGHT in flight, at most one reduce-scatter in flight and no blocking one beside
+ * it (they share the comm scratch), none left at the end. */
+typedef struct qt_split_walk {
+    int64_t id[QT_MAX_IN_FLIGHT];
+    int n, reduce;
+} qt_split_walk;
+
+static int qt_validate_split_op(const qt_plan *p, qt_split_walk *w, const qt_op *op, int32_t i,
+                                const char *which)
+{
+    const int start = op->kind == QT_OP_COLL_START, wait = op->kind == QT_OP_COLL_WAIT;
+    if (!start && !wait && op->kind != QT_OP_COLLECTIVE) return QT_OK;
+    const int64_t c = QT_A(op, COLLECTIVE, coll);
+    if (c < 0 || c >= p->n_collectives) return QT_OK;  /* the op's own check names it */
+    const int rs = p->collectives[c].kind == QT_COLL_REDUCE_SCATTER;
+    int k = 0;
+    while (k < w->n && w->id[k] != c) k++;
+    const char *why = NULL;
+    if (start && k < w->n) why = "is started again while in flight";
+    else if (start && w->n == QT_MAX_IN_FLIGHT) why = "would exceed the collectives in flight";
+    else if (rs && w->reduce && !wait) why = "is a reduce-scatter beside one in flight";
+    else if (wait && k == w->n) why = "is waited for without a start before it";
+    else if (!start && !wait && k < w->n) why = "runs while its split form is in flight";
+    if (why)
+        return qt_fail(QT_E_PLAN, "plan %s: %s op %d: collective %lld %s", p->run_name, which,
+                       i, (long long)c, why);
+    if (start) {
+        w->id[w->n++] = c;
+        w->reduce += rs;
+    } else if (wait) {
+        w->id[k] = w->id[--w->n];
+        w->reduce -= rs;
+    }
+    return QT_OK;
+}
+
+static int qt_validate_split_end(const qt_plan *p, const qt_split_walk *w, const char *which)
+{
+    if (w->n == 0) return QT_OK;
+    return qt_fail(QT_E_PLAN, "plan %s: the %s schedule ends with collective %lld (and %d "
+                   "more) started and never waited for", p->run_name, which,
+                   (long long)w->id[0], w->n - 1);
+}
+
+static int qt_validate_splits(const qt_plan *p)
+{
+    qt_split_walk w = {{0}, 0, 0};
+    int rc = QT_OK;
+    for (int32_t i = 0; i < p->n_step_ops && !rc; i++)
+        rc = qt_validate_split_op(p, &w, &p->step_ops[i], i, "step");
+    rc = rc ? rc : qt_validate_split_end(p, &w, "step");
+    for (int32_t i = 0; i < p->n_mbend_ops && !rc; i++)
+        rc = qt_validate_split_op(p, &w, &p->mbend_ops[i], i, "microbatch-end");
+    rc = rc ? rc : qt_validate_split_end(p, &w, "microbatch-end");
+    for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
+        rc = qt_validate_split_op(p, &w, c.op, c.logical, "microbatch");
+    return rc ? rc : qt_validate_split_end(p, &w, "microbatch");
+}
+
 /* The step schedule: every op a STEP kind; the gradient totals over exactly this step's
  * leaves, the normalisation by exactly the global target-token count, one update, and every
  * collective inside the arena with blocks its group can split evenly; the microbatch-end
@@ -244,6 +305,7 @@ static int qt_validate_step(const qt_plan *p)
                                  &mb_update);
     for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
         rc = qt_validate_step_op(p, c.op, c.logical, "microbatch", 1, &mb_norm, &mb_update);
+    rc = rc ? rc : qt_validate_splits(p);
     if (rc) return rc;
     /* a microbatch tree receives every range exactly once per microbatch */
     for (int32_t r = 0; r < p->n_ranges; r++)

@@ -856,6 +856,11 @@ static int check_policies(const qt_cg_vctx *v, qt_cg_settings *s)
                    "weights are dropped after its backward, so its gradient must be reduced "
                    "there too; expected gradient_reduce=layer or auto",
                    s->grad_reduce == QT_CG_REDUCE_STEP ? "step" : "microbatch");
+    const char *co = gets_(v, "collective_overlap");
+    if (!strcmp(co, "auto")) s->overlap = QT_CG_OVERLAP_AUTO;
+    else if (!strcmp(co, "on")) s->overlap = QT_CG_OVERLAP_ON;
+    else if (!strcmp(co, "off")) s->overlap = QT_CG_OVERLAP_OFF;
+    else return bad(v, "collective_overlap", "expected auto, on or off");
     const char *rp = gets_(v, "remat_policy");
     if (!strcmp(rp, "none")) s->remat = QT_CG_REMAT_NONE;
     else if (!strcmp(rp, "full")) s->remat = QT_CG_REMAT_FULL;

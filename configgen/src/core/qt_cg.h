@@ -99,6 +99,7 @@ typedef struct qt_cg_rule {
 
 enum qt_cg_remat_policy { QT_CG_REMAT_NONE = 0, QT_CG_REMAT_FULL, QT_CG_REMAT_SAVE_DOT };
 enum qt_cg_param_gather { QT_CG_GATHER_AUTO = 0, QT_CG_GATHER_STEP, QT_CG_GATHER_LAYER };
+enum qt_cg_overlap { QT_CG_OVERLAP_AUTO = 0, QT_CG_OVERLAP_ON, QT_CG_OVERLAP_OFF };
 enum qt_cg_grad_reduce { QT_CG_REDUCE_AUTO = 0, QT_CG_REDUCE_STEP, QT_CG_REDUCE_MICROBATCH,
                          QT_CG_REDUCE_LAYER };
 
@@ -120,6 +121,7 @@ typedef struct qt_cg_settings {
     int64_t ckpt_window;       /* checkpoint_window_floats: floats per checkpoint gather
                                   window (memory/memplan.c ckpt_window) */
     int32_t grad_reduce;       /* enum qt_cg_grad_reduce (gradient_reduce) */
+    int32_t overlap;           /* enum qt_cg_overlap (collective_overlap) */
     int32_t dtype;             /* compute dtype (dtype): QT_F32 or QT_BF16 (docs/precision.md) */
     int32_t ctx_seq_split;     /* context parallelism with b > 1 sequences per batch group:
                                   b (they run as b microbatches of one), else 0 */
@@ -237,6 +239,9 @@ typedef struct qt_cg_graph {
     int grads_compact;         /* qt_plan.grads_compact (memory/memplan.c decides) */
     int params_compact;        /* 1: per-layer parameter gathers (qt_plan.params_compact);
                                   chosen by qt_cg_plan_build, implies layer_reduce */
+    int overlap;               /* 1: the per-layer collectives are split (COLL_START /
+                                  COLL_WAIT) and moved to overlap compute (schedule/
+                                  overlap.c); chosen by qt_cg_plan_build */
     int32_t *gather_win;       /* per-layer gathers: the window tensor of each pending
                                   all-gather (COLLECTIVE a0 = -1 - k), resolved by
                                   qt_cg_step_schedule */

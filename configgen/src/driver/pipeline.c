@@ -71,6 +71,17 @@ static int plan_memory(qt_cg_graph *g, char *err, size_t errlen)
     return qt_cg_memplan(g, err, errlen);
 }
 
+/* collective_overlap, decided last (the form above is chosen without it): the per-layer
+ * collectives moved beside compute (on) or back (off), the leaf windows and the arena
+ * planned again; auto keeps it on only within the budget. */
+static int overlap(qt_cg_graph *g, int on, char *err, size_t errlen)
+{
+    g->overlap = on;
+    qt_cg_overlap_moves(g, on);
+    qt_cg_leaf_windows(g);
+    return qt_cg_memplan(g, err, errlen);
+}
+
 int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
                      char *const *over, qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g,
                      char *err, size_t errlen)
@@ -118,6 +129,11 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
         g->params_compact = 1;
         if (plan_memory(g, err, errlen)) return -1;
     }
+    if (g->layer_reduce && s->overlap != QT_CG_OVERLAP_OFF && overlap(g, 1, err, errlen))
+        return -1;
+    if (g->overlap && s->overlap == QT_CG_OVERLAP_AUTO && budget > 0 && g->arena_bytes > budget &&
+        overlap(g, 0, err, errlen))
+        return -1;
     qt_cg_step_schedule(g);
     if (qt_cg_check_schedule(g, err, errlen)) return -1;
     if (qt_cg_layout_check(g, &g->n_reshards, err, errlen)) return -1;

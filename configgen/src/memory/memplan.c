@@ -44,6 +44,10 @@
 /* Receive buffer of the reduce-scatter (floats): large enough that MPICH moves big
  * messages, small next to any model's gradient. */
 #define QT_CG_COMM_SCRATCH (1 << 18)
+/* With collective_overlap a split reduce-scatter advances one message per op boundary on
+ * each side, so its messages are bigger: 16 MiB of scratch, 8 MiB per message (the bits
+ * never depend on the scratch size). */
+#define QT_CG_COMM_SCRATCH_SPLIT (1 << 22)
 
 static int64_t bytes_of(const qt_tensor *t)
 {
@@ -271,7 +275,8 @@ static void fixed_regions(qt_cg_graph *g, int64_t flat0)
     g->leaf_scratch_elems = ALIGN_UP(leaf_need, 16);
     g->comm_scratch_offset = ALIGN_UP(g->leaf_scratch_offset + 4 * g->leaf_scratch_elems,
                                       (int64_t)QT_TENSOR_ALIGN);
-    g->comm_scratch_elems = g->s->n_ranks > 1 ? QT_CG_COMM_SCRATCH : 0;
+    g->comm_scratch_elems =
+        g->s->n_ranks > 1 ? (g->overlap ? QT_CG_COMM_SCRATCH_SPLIT : QT_CG_COMM_SCRATCH) : 0;
     /* Checkpoint staging (multi-rank plans only, so one-rank plans keep their layout): the
      * largest window a checkpoint gathers, plus 16 floats for the gather's cover check
      * (firmware/runtime/ckpt_gather.c). */

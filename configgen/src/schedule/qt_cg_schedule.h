@@ -6,8 +6,8 @@
 
 #include "core/qt_cg.h"
 
-/* A COLLECTIVE placeholder in the microbatch schedule, until qt_cg_step_schedule creates its
- * collective: a0 (coll) = -1 - k and this attribute, a1 (configgen's only: qt_ops.def names
+/* A COLLECTIVE (or COLL_START / COLL_WAIT) placeholder in the microbatch schedule, until
+ * qt_cg_step_schedule creates its collective: a0 (coll) = -1 - k and this attribute, a1 (configgen's only: qt_ops.def names
  * a0 alone), 1 for the all-gather of gather window k, 0 for the reduce-scatter of flat
  * range k. The resolved op has a0 = the collective and a1 = 0. */
 #define QT_CG_A_COLLECTIVE_GATHER 1
@@ -17,6 +17,16 @@
  * the per-layer parameter gathers (once; -1 on a second call or without layer_reduce). */
 void qt_cg_layer_reduces(qt_cg_graph *g);
 int qt_cg_layer_gathers(qt_cg_graph *g, char *err, size_t errlen);
+/* collective_overlap (schedule/overlap.c): place the per-layer gathers' PARAM_GATHERs one
+ * gather group early and each range's GRAD_MB_PUSH at the next range's reduce-scatter
+ * (on), or back next to their collectives (off: layer_ops.c's schedule); before the leaf
+ * windows and the arena are planned. */
+void qt_cg_overlap_moves(qt_cg_graph *g, int on);
+/* With g->overlap, before qt_cg_step_schedule resolves the per-layer placeholders: the
+ * all-gather of each moved PARAM_GATHER and the reduce-scatter of each moved GRAD_MB_PUSH
+ * become a COLL_START and a COLL_WAIT over the same placeholder (a0 = -1 - k, a1 as the
+ * COLLECTIVE's). */
+void qt_cg_overlap_split(qt_cg_graph *g);
 /* The per-step schedule after the last microbatch (qt_ops.def, step section): on one rank
  * the fused gradient finalisation and the AdamW update; on a mesh the local tree total,
  * the gradient reduce-scatter (and all-gather) over the batch axes, normalisation and norm

@@ -64,6 +64,8 @@ int qt_cg_scan_op_layer(const qt_cg_graph *g, const qt_op *o, int prev)
     /* a layer's reduction and gather ops, or those of the embedding, final norm and head
      * (no layer) that sit where their weight gradient or first reader is */
     const unsigned props = qt_cg_op_props(o->kind);
+    /* moved one layer away from the layer it serves (schedule/overlap.c) */
+    if (o->flags & QT_OPF_MOVED) return prev;
     if (props & QT_OPP_SCAN_RANGE) {
         const int l = range_layer(g, o->a[QT_CG_A_SCAN_RANGE]);
         return l >= 0 ? l : prev;

@@ -25,6 +25,7 @@
  * not depend on the mesh (docs/design.md section 6).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
 #include "mesh/qt_cg_mesh.h"
@@ -75,6 +76,30 @@ static void collective(qt_cg_graph *g, int mbend, const char *name, int kind, un
     QT_A(sched_op(g, mbend, QT_OP_COLLECTIVE), COLLECTIVE, coll) = idx;
 }
 
+/* The collective of per-layer placeholder k: the all-gather of gather window k (gather),
+ * or the reduce-scatter of flat range k over its window in the leaf tree's top level (at
+ * byte `top`). Returns its index. */
+static int layer_collective(qt_cg_graph *g, int k, int gather, int64_t top)
+{
+    const qt_cg_settings *s = g->s;
+    char name[200], axes[64];
+    if (gather) {  /* a per-layer parameter gather's */
+        const int32_t w = g->gather_win[2 * k];
+        const qt_flat_range *r = &g->ranges[g->gather_win[2 * k + 1]];
+        snprintf(name, sizeof name, "compute copy of range %d into %s (all-gather over %s)",
+                 g->gather_win[2 * k + 1], g->ts[w].t.name,
+                 qt_cg_mask_name(r->opt_mask, axes, sizeof axes));
+        return new_collective(g, name, QT_COLL_ALL_GATHER, r->opt_mask, g->ts[w].t.offset,
+                              qt_cg_compute_bytes(s) * r->n);
+    }
+    const qt_flat_range *r = &g->ranges[k];
+    snprintf(name, sizeof name, "microbatch gradients of range %d (reduce-scatter over %s, "
+             "after its last weight gradient)", k,
+             qt_cg_mask_name(r->reduce_mask, axes, sizeof axes));
+    return new_collective(g, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask, top + 4 * r->leaf_lo,
+                          4 * r->n);
+}
+
 void qt_cg_step_schedule(qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
@@ -95,33 +120,23 @@ void qt_cg_step_schedule(qt_cg_graph *g)
         /* per layer: the reduce-scatters the memory plan put into the microbatch schedule
          * (a0 = -1 - range), over each range's window in the leaf tree's top level */
         const int64_t top = g->tree_offset[g->n_tree_levels - g->n_mb_levels - 1];
+        if (g->overlap) qt_cg_overlap_split(g);
+        int *made = qt_cg_alloc((size_t)(g->n_gather_win + g->n_ranges + 1) * sizeof *made);
+        for (int k = 0; k < g->n_gather_win + g->n_ranges; k++) made[k] = -1;
         for (int o = 0; o < g->nmb; o++) {
             qt_op *op = &g->mb[o];
-            if (op->kind != QT_OP_COLLECTIVE || QT_A(op, COLLECTIVE, coll) >= 0) continue;
-            const int k = (int)(-1 - QT_A(op, COLLECTIVE, coll));
-            if (op->a[QT_CG_A_COLLECTIVE_GATHER]) {  /* a per-layer parameter gather's */
-                const int32_t w = g->gather_win[2 * k];
-                const qt_flat_range *r = &g->ranges[g->gather_win[2 * k + 1]];
-                char name[200], axes[64];
-                snprintf(name, sizeof name, "compute copy of range %d into %s (all-gather over "
-                         "%s)", g->gather_win[2 * k + 1], g->ts[w].t.name,
-                         qt_cg_mask_name(r->opt_mask, axes, sizeof axes));
-                QT_A(op, COLLECTIVE, coll) = new_collective(g, name, QT_COLL_ALL_GATHER,
-                                                            r->opt_mask, g->ts[w].t.offset,
-                                                            qt_cg_compute_bytes(s) * r->n);
-                op->a[QT_CG_A_COLLECTIVE_GATHER] = 0;
+            if ((op->kind != QT_OP_COLLECTIVE && op->kind != QT_OP_COLL_START &&
+                 op->kind != QT_OP_COLL_WAIT) || QT_A(op, COLLECTIVE, coll) >= 0)
                 continue;
-            }
-            const int i = k;  /* the reduce-scatter of flat range k */
-            const qt_flat_range *r = &g->ranges[i];
-            char name[160], axes[64];
-            snprintf(name, sizeof name, "microbatch gradients of range %d (reduce-scatter over "
-                     "%s, after its last weight gradient)", i,
-                     qt_cg_mask_name(r->reduce_mask, axes, sizeof axes));
-            QT_A(op, COLLECTIVE, coll) = new_collective(g, name, QT_COLL_REDUCE_SCATTER,
-                                                        r->reduce_mask, top + 4 * r->leaf_lo,
-                                                        4 * r->n);
+            /* a split collective's START and WAIT share the placeholder: made once */
+            const int k = (int)(-1 - QT_A(op, COLLECTIVE, coll));
+            const int gather = op->a[QT_CG_A_COLLECTIVE_GATHER] != 0;
+            int *idx = &made[gather ? k : g->n_gather_win + k];
+            if (*idx < 0) *idx = layer_collective(g, k, gather, top);
+            QT_A(op, COLLECTIVE, coll) = *idx;
+            op->a[QT_CG_A_COLLECTIVE_GATHER] = 0;
         }
+        free(made);
         QT_A(step_op(g, QT_OP_GRAD_MB_FINALIZE), GRAD_MB_FINALIZE, leaves) = t->grad_accum;
     } else if (mb) {
         /* after each microbatch: its totals, reduce-scattered over the batch axes (fixed
