@@ -419,6 +419,15 @@ static inline int64_t qt_plan_leaves_per_mb(const struct qt_plan *p)
     return p->train.micro_batch * qt_plan_blocks(p) / qt_plan_context(p);
 }
 
+/* The comm scratch of the blocking collectives (split = 0) or of the split reduce-scatters
+ * (split = 1): its first float in *elems floats (comm_split_elems, qt_plan_fields.def). */
+static inline float *qt_plan_comm_scratch(const struct qt_plan *p, int split, int64_t *elems)
+{
+    const int64_t blocking = p->comm_scratch_elems - p->comm_split_elems;
+    *elems = split ? p->comm_split_elems : blocking;
+    return (float *)(void *)(p->arena + p->comm_scratch_offset) + (split ? blocking : 0);
+}
+
 /* Floats of the gradient region. */
 static inline int64_t qt_grads_elems(const struct qt_plan *p)
 {

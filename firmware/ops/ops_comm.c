@@ -50,12 +50,11 @@ int qt_op_sum_across(const qt_ctx *ctx, float *buf, int64_t n, unsigned mask)
 {
     const int64_t r = mask ? qt_comm_group_size(mask) : 1;
     if (r <= 1) return QT_OK;
-    const qt_plan *p = ctx->plan;
+    int64_t se;
+    float *scratch = qt_plan_comm_scratch(ctx->plan, 0, &se);
     int rc = n % r ? qt_fail(QT_E_PLAN, "sum across %lld ranks of %lld floats: not divisible",
                              (long long)r, (long long)n)
-                   : qt_coll_reduce_scatter_f32(mask, buf, n / r,
-                                                (float *)(void *)(p->arena + p->comm_scratch_offset),
-                                                p->comm_scratch_elems);
+                   : qt_coll_reduce_scatter_f32(mask, buf, n / r, scratch, se);
     if (!rc) rc = qt_coll_all_gather(mask, buf, n / r * (int64_t)sizeof(float));
     if (rc && ctx->status && !*ctx->status) *ctx->status = rc;
     return rc;

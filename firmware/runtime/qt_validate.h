@@ -13,6 +13,13 @@
  * the dtypes their wrappers read. QT_OK, or QT_E_PLAN after one line. */
 int qt_validate_bf16(const qt_plan *p, const qt_kernel_entry *table);
 
+/* The split collectives of p's step, microbatch-end and microbatch schedules (qt_ops.def
+ * COLL_START / COLL_WAIT): each start waited for once, later, in the same schedule; at most
+ * QT_MAX_IN_FLIGHT in flight; at most one reduce-scatter in flight and no blocking one
+ * beside it (they share the comm scratch); no blocking run of a collective in flight.
+ * Reads p only. QT_OK, or QT_E_PLAN after one line naming the schedule, op and collective. */
+int qt_validate_splits(const qt_plan *p);
+
 /* Checks that plan p can run as rank o->rank of o->n_ranks with the kernel table `table`
  * (the same table the steps will use): ranks, plan hash, batch, io tensors, regions,
  * parameters and the step schedules. Reads p only. QT_OK, or QT_E_PLAN after printing

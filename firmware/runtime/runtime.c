@@ -135,13 +135,13 @@ static int qt_runtime_warm_comm(const qt_plan *p)
             if (rc) return rc;
         }
         for (int round = 0; round < 4; round++) {
+            int64_t se;
+            float *scratch = qt_plan_comm_scratch(p, 0, &se);
             int rc = qt_coll_all_to_all_v(masks[i], p->arena + p->params_offset, cnt, off,
                                           p->arena + p->grads_offset, cnt, off, 1);
             if (!rc && ge / r > 0)
                 rc = qt_coll_reduce_scatter_f32(masks[i], (float *)(void *)(p->arena + p->grads_offset),
-                                                ge / r,
-                                                (float *)(void *)(p->arena + p->comm_scratch_offset),
-                                                p->comm_scratch_elems);
+                                                ge / r, scratch, se);
             if (!rc && ge / r > 0)
                 rc = qt_coll_all_gather(masks[i], p->arena + p->grads_offset, 4 * (ge / r));
             if (rc) return rc;

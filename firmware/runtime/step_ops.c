@@ -389,8 +389,9 @@ int qt_step_collective(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     const qt_collective *c = &p->collectives[i];
     qt_comm_set_context(c->name, (long long)st->step);
     /* the kind's range function (qt_coll.def) */
-    return qt_coll_run_range(c, p->arena + c->offset, qt_step_region(p, p->comm_scratch_offset),
-                             p->comm_scratch_elems);
+    int64_t se;
+    float *scratch = qt_plan_comm_scratch(p, 0, &se);
+    return qt_coll_run_range(c, p->arena + c->offset, scratch, se);
 }
 
 /* Collective a0 of a COLL_START / COLL_WAIT (the same attribute as COLLECTIVE's), or NULL
@@ -409,8 +410,9 @@ int qt_step_coll_start(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     const qt_collective *c = qt_step_split_coll(op, p);
     if (!c) return QT_E_PLAN;
     qt_comm_set_context(c->name, (long long)st->step);
-    return qt_coll_start_range(QT_A(op, COLL_START, coll), c, p->arena + c->offset,
-                               qt_step_region(p, p->comm_scratch_offset), p->comm_scratch_elems);
+    int64_t se;
+    float *scratch = qt_plan_comm_scratch(p, 1, &se);  /* its own: blocking ones run beside */
+    return qt_coll_start_range(QT_A(op, COLL_START, coll), c, p->arena + c->offset, scratch, se);
 }
 
 int qt_step_coll_wait(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)

@@ -201,10 +201,8 @@ static int qt_validate_step_op(const qt_plan *p, const qt_op *op, int32_t i, con
     return QT_OK;
 }
 
-/* The split collectives of one schedule (qt_ops.def COLL_START / COLL_WAIT), fed op by op
- * to qt_validate_split_op: each START waited once, later in the same schedule, at most
- * QT_MAX_IN_FLIGHT in flight, at most one reduce-scatter in flight and no blocking one beside
- * it (they share the comm scratch), none left at the end. */
+/* The split collectives of one schedule, fed op by op to qt_validate_split_op (the rules of
+ * qt_validate_splits, qt_validate.h). */
 typedef struct qt_split_walk {
     int64_t id[QT_MAX_IN_FLIGHT];
     int n, reduce;
@@ -247,8 +245,13 @@ static int qt_validate_split_end(const qt_plan *p, const qt_split_walk *w, const
                    (long long)w->id[0], w->n - 1);
 }
 
-static int qt_validate_splits(const qt_plan *p)
+int qt_validate_splits(const qt_plan *p)
 {
+    if (p->comm_split_elems < 0 ||
+        (p->comm_split_elems > 0 && p->comm_split_elems > p->comm_scratch_elems - 2))
+        return qt_fail(QT_E_PLAN, "plan %s: %lld floats of the %lld-float comm scratch for the "
+                       "split reduce-scatters (the blocking ones need 2 at least)", p->run_name,
+                       (long long)p->comm_split_elems, (long long)p->comm_scratch_elems);
     qt_split_walk w = {{0}, 0, 0};
     int rc = QT_OK;
     for (int32_t i = 0; i < p->n_step_ops && !rc; i++)

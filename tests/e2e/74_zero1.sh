@@ -112,6 +112,35 @@ for m in next 35; do
       z1_same $m dp2fsdp2-z1-gather 4 dp2fsdp2-z1 4 1r-b8
 done
 
+# collective_overlap (docs/overlap.md): the gather cells above run their per-layer
+# collectives split (COLL_START one gather group early / one range late, COLL_WAIT before
+# the reader / the push); with collective_overlap off they block: the same bits.
+check "zero1 next dp2xep2 G4 ZeRO-1 per-layer gathers, collectives blocking == overlapped == one rank" \
+    z1_same next dp2ep2-g4-z1-gather-off 4 dp2ep2-g4-z1-gather 4 1r-b16
+check "zero1 35 dp2xfsdp2 ZeRO-1 per-layer gathers, collectives blocking == overlapped == one rank" \
+    z1_same 35 dp2fsdp2-z1-gather-off 4 dp2fsdp2-z1-gather 4 1r-b8
+# plan.txt: every start has its wait, the blocking plan has none; auto drops the overlap
+# when it does not fit device_memory_gib (the blocking form does), on is then refused
+z1_overlap_plans() {
+  local on=generated/zero1-next-dp2ep2-g4-z1-gather/plan.txt off=generated/zero1-next-dp2ep2-g4-z1-gather-off/plan.txt
+  local s w
+  s=$(grep -c ' coll_start ' "$on") w=$(grep -c ' coll_wait ' "$on")
+  [ "$s" -gt 0 ] && [ "$s" -eq "$w" ] || { echo "overlapped plan: $s starts, $w waits"; return 1; }
+  ! grep -q ' coll_start \| coll_wait ' "$off" || { echo "blocking plan has split collectives"; return 1; }
+  # the bench EP2 plan with per-layer gathers: 1088 MiB overlapped, 1040 MiB blocking
+  local d=$QT_TMP/overlap-auto r=configgen/configs/runs/bench-ep2-overlap.yml
+  rm -rf "$d"
+  build/configgen/configgen -o "$d" $r collective_overlap=auto device_memory_gib=1.04 > /dev/null || return 1
+  ! grep -q ' coll_start ' "$d/bench-ep2-overlap/plan.txt" ||
+      { echo "auto kept the overlap over device_memory_gib=1.04"; return 1; }
+  build/configgen/configgen -o "$d" $r collective_overlap=auto > /dev/null || return 1
+  grep -q ' coll_start ' "$d/bench-ep2-overlap/plan.txt" || { echo "auto without a budget: no overlap"; return 1; }
+  ! build/configgen/configgen -o "$d" $r device_memory_gib=1.04 > /dev/null 2>&1 ||
+      { echo "collective_overlap=on over the budget was not refused"; return 1; }
+}
+check "zero1 collective_overlap: starts paired with waits in plan.txt, none when off, auto drops it over the budget, on refused" \
+    z1_overlap_plans
+
 # ZeRO-1 with tensor parallelism: the optimizer blocks split the TP-local flat vector over
 # data. qwen3.5-tiny-tp ("35t") has head counts that divide over tensor.
 check "zero1 next dp2xtp2 G4 (4 ranks) == dp2xtp2 G4 without ZeRO-1 == one rank, batch 16, 20 steps" \

@@ -326,7 +326,7 @@ TEST(CtxExchange, RegistryRows)
 {
     LONGS_EQUAL(QT_OP_ROUND_BF16 + 1, QT_OP_CTX_TO_HEADS);
     LONGS_EQUAL(QT_OP_ROUND_BF16 + 4, QT_OP_CTX_TO_TOKENS_BWD);
-    LONGS_EQUAL(QT_OP_COUNT, QT_OP_CTX_CHAIN_SEND + 1);
+    LONGS_EQUAL(QT_OP_CTX_CHAIN_SEND + 1, QT_OP_COLL_START);  // the split collectives follow
     for (unsigned k : kKinds) {
         const qt_kernel_entry *e = &qt_kernel_table[k];
         LONGS_EQUAL(QT_OPC_RUN, e->cls);

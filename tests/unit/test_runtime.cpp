@@ -19,6 +19,7 @@ extern "C" {
 #include "runtime/qt_exact.h"
 #include "runtime/qt_tree.h"
 #include "runtime/qt_interp.h"
+#include "runtime/qt_validate.h"
 #include "runtime/qt_optim.h"
 #include "runtime/qt_rng.h"
 #include "runtime/qt_arena.h"
@@ -385,6 +386,58 @@ TEST(RuntimeInterp, ValidateRejectsBadPlans)
     LONGS_EQUAL(0, qt_interp_validate(&st.plan, rt_table));  // no load-balance term: fine
     st.ops[0].f[0] = 0.5f;
     CHECK(qt_interp_validate(&st.plan, rt_table) != 0);
+}
+
+
+// ------------------------------------------------------------------ split collectives
+
+// A microbatch schedule of COLL_START / COLL_WAIT / COLLECTIVE ops over collectives 0, 1
+// (reduce-scatters) and 2..6 (all-gathers): "s0" starts 0, "w0" waits for it, "c1" runs 1
+// blocking.
+static int rt_splits(const char *ops)
+{
+    static qt_collective coll[7];
+    static qt_op mb[32];
+    static qt_plan p;
+    memset(&p, 0, sizeof p);
+    for (int i = 0; i < 7; i++) {
+        memset(&coll[i], 0, sizeof coll[i]);
+        coll[i].name = "test";
+        coll[i].kind = i < 2 ? QT_COLL_REDUCE_SCATTER : QT_COLL_ALL_GATHER;
+    }
+    int n = 0;
+    for (const char *c = ops; c[0] && c[1]; c += 2) {
+        memset(&mb[n], 0, sizeof mb[n]);
+        for (int k = 0; k < QT_OP_MAX_T; k++) mb[n].t[k] = QT_NONE;
+        mb[n].kind = c[0] == 's' ? QT_OP_COLL_START : c[0] == 'w' ? QT_OP_COLL_WAIT
+                                                                   : QT_OP_COLLECTIVE;
+        mb[n++].a[0] = c[1] - '0';
+    }
+    p.run_name = "split-test";
+    p.collectives = coll;
+    p.n_collectives = 7;
+    p.mb_ops = mb;
+    p.n_mb_ops = n;
+    p.n_mb_logical = n;
+    return qt_validate_splits(&p);
+}
+
+TEST_GROUP(RuntimeSplit){};
+
+TEST(RuntimeSplit, PairingOfStartsAndWaitsIsValidated)
+{
+    LONGS_EQUAL(0, rt_splits(""));
+    LONGS_EQUAL(0, rt_splits("s0s2w2s3w0s1w3w1"));      // interleaved, waited out of order
+    LONGS_EQUAL(0, rt_splits("s2s3s4s0w0w2w3w4c1"));    // four in flight, then a blocking one
+    qt_set_quiet(1);
+    LONGS_EQUAL(QT_E_PLAN, rt_splits("w0"));            // a wait without a start
+    LONGS_EQUAL(QT_E_PLAN, rt_splits("s2s2w2"));        // started twice
+    LONGS_EQUAL(QT_E_PLAN, rt_splits("s0s1w0w1"));      // two reduce-scatters in flight
+    LONGS_EQUAL(QT_E_PLAN, rt_splits("s0c1w0"));        // a blocking one beside it (scratch)
+    LONGS_EQUAL(QT_E_PLAN, rt_splits("s2c2w2"));        // its own blocking run while in flight
+    LONGS_EQUAL(QT_E_PLAN, rt_splits("s2s3s4s5s6w2w3w4w5w6"));  // more than QT_MAX_IN_FLIGHT
+    LONGS_EQUAL(QT_E_PLAN, rt_splits("s0s2w0"));        // 2 never waited for
+    qt_set_quiet(0);
 }
 
 // ------------------------------------------------------------------ exact accumulator

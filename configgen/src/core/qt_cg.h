@@ -277,6 +277,7 @@ typedef struct qt_cg_graph {
     int64_t compute_offset;                    /* bf16: the compute copy (qt_plan.h) */
     int64_t bf16_stage_offset, bf16_stage_elems; /* bf16: the staging region (qt_plan.h) */
     int64_t comm_scratch_offset, comm_scratch_elems;
+    int64_t comm_split_elems;  /* the split reduce-scatters' part (qt_plan.comm_split_elems) */
     int64_t staging_offset, staging_elems;     /* checkpoint staging (multi-rank only) */
     int32_t n_tree_levels;
     int64_t tree_offset[QT_MAX_TREE_LEVELS];

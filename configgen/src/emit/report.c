@@ -455,6 +455,8 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
         4 * qt_cg_tree_level_elems(g, g->n_tree_levels - 1));
     mib(b, "leaf scratch (one WGRAD op's leaves)", 4 * g->leaf_scratch_elems);
     mib(b, "comm scratch (reduce-scatter receive buffer)", 4 * g->comm_scratch_elems);
+    if (g->comm_split_elems)
+        mib(b, "  of which the split reduce-scatters' (docs/overlap.md)", 4 * g->comm_split_elems);
     mib(b, "activations (peak)", g->act_peak);
     if (s->vocab_blocks > 1) logits_bytes(b, g);
     mib(b, "arena (2 MiB rounded)", g->arena_bytes);

@@ -44,9 +44,10 @@
 /* Receive buffer of the reduce-scatter (floats): large enough that MPICH moves big
  * messages, small next to any model's gradient. */
 #define QT_CG_COMM_SCRATCH (1 << 18)
-/* With collective_overlap a split reduce-scatter advances one message per op boundary on
- * each side, so its messages are bigger: 16 MiB of scratch, 8 MiB per message (the bits
- * never depend on the scratch size). */
+/* With collective_overlap the split reduce-scatters get scratch of their own after the
+ * blocking collectives' (qt_plan.comm_split_elems: a tensor-parallel sum may run while one
+ * is in flight), and since one advances one message per op boundary on each side, for the
+ * largest range, up to 16 MiB (8 MiB per message; the bits never depend on its size). */
 #define QT_CG_COMM_SCRATCH_SPLIT (1 << 22)
 
 static int64_t bytes_of(const qt_tensor *t)
@@ -275,8 +276,16 @@ static void fixed_regions(qt_cg_graph *g, int64_t flat0)
     g->leaf_scratch_elems = ALIGN_UP(leaf_need, 16);
     g->comm_scratch_offset = ALIGN_UP(g->leaf_scratch_offset + 4 * g->leaf_scratch_elems,
                                       (int64_t)QT_TENSOR_ALIGN);
-    g->comm_scratch_elems =
-        g->s->n_ranks > 1 ? (g->overlap ? QT_CG_COMM_SCRATCH_SPLIT : QT_CG_COMM_SCRATCH) : 0;
+    g->comm_scratch_elems = g->s->n_ranks > 1 ? QT_CG_COMM_SCRATCH : 0;
+    g->comm_split_elems = 0;
+    for (int r = 0; r < g->n_ranges && g->overlap && g->s->n_ranks > 1; r++) {
+        /* the split reduce-scatters' own part after it: their messages up to a whole
+         * range, within the cap */
+        const int64_t want = g->ranges[r].n < QT_CG_COMM_SCRATCH_SPLIT
+                                 ? (g->ranges[r].n + 1) / 2 * 2 : QT_CG_COMM_SCRATCH_SPLIT;
+        if (g->ranges[r].reduce_mask && want > g->comm_split_elems) g->comm_split_elems = want;
+    }
+    g->comm_scratch_elems += g->comm_split_elems;
     /* Checkpoint staging (multi-rank plans only, so one-rank plans keep their layout): the
      * largest window a checkpoint gathers, plus 16 floats for the gather's cover check
      * (firmware/runtime/ckpt_gather.c). */
