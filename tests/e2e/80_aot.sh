@@ -60,7 +60,10 @@ done
 # the seed's keys only: remat_policy comes from base.yml, MaxText's default full since
 # issue 21. Verdicts: 58692 (60.3%), 53200 (54.7%) and 57576 MiB (59.2%) fit; the 4-layer
 # 397B needs 139700 MiB in float32, qtrain's default dtype (46176 MiB in MaxText's bf16
-# with per-layer gathers: below). The full models on v5p-512 FSDP 32 x expert 8. auto reduces the
+# with per-layer gathers: below). The figures below are with blocking per-layer collectives;
+# collective_overlap auto (the default) overlaps them where that still fits: 61780, 68456
+# and 57576 MiB (the DP128 plan has no per-layer collectives), 35B EP256 39438 MiB
+# (docs/overlap.md). The full models on v5p-512 FSDP 32 x expert 8. auto reduces the
 # gradient per layer (gradient_reduce=layer): each layer's leaf-tree levels are a window of
 # one layer's size and the gradient holds only the rank's reduce blocks. qwen3-next-80b-a3b:
 # 45886 compute copy (flat-parameter FSDP: the dense weights and the rank's 64 experts of
@@ -148,17 +151,23 @@ for mode in explicit auto; do
     aot_bf16 aot-397b-4l-dp128-$mode fits
 done
 aot_zero3_bf16() {
-  # bf16 with per-layer gathers over data (ZeRO-3): bf16 windows, 46176 MiB (47138 with remat
-  # none; fp32: 58796), of
-  # which 1940 bf16 staging (PARAM_GATHER rounds into its window in the step code: not
-  # staged)
-  local out=$AOT_OUT/zero3-bf16
+  # bf16 with per-layer gathers over data (ZeRO-3): bf16 windows, 46176 MiB with blocking
+  # collectives (47138 with remat none; fp32: 58796), of which 1940 bf16 staging
+  # (PARAM_GATHER rounds into its window in the step code: not staged); collective_overlap
+  # auto keeps the overlap, which fits: 87696 MiB (one more 6.6 GiB bf16 layer window in
+  # flight, a range's 26 GiB fp32 leaf window held until the next range's reduce-scatter)
+  local out=$AOT_OUT/zero3-bf16 ov
   mkdir -p "$out"
-  build/configgen/configgen -o "$out" tests/aot/aot-397b-4l-dp128-explicit.yml param_gather=layer dtype=bfloat16 run_name=zero3-bf16 > /dev/null || return 1
-  grep -E "^  (arena|budget|params)" "$out/zero3-bf16/plan.txt" | cut -c 1-120
-  grep -qE "^  arena \(2 MiB rounded\) +[0-9]+ bytes +46176.000 MiB" "$out/zero3-bf16/plan.txt"
+  for ov in off auto; do
+    build/configgen/configgen -o "$out" tests/aot/aot-397b-4l-dp128-explicit.yml param_gather=layer \
+        dtype=bfloat16 collective_overlap=$ov run_name=zero3-bf16-$ov > /dev/null || return 1
+    grep -E "^  (arena|budget|params)" "$out/zero3-bf16-$ov/plan.txt" | cut -c 1-120
+  done
+  grep -qE "^  arena \(2 MiB rounded\) +[0-9]+ bytes +46176.000 MiB" "$out/zero3-bf16-off/plan.txt" &&
+    grep -qE "^  arena \(2 MiB rounded\) +[0-9]+ bytes +87696.000 MiB" "$out/zero3-bf16-auto/plan.txt" &&
+    grep -q " coll_start " "$out/zero3-bf16-auto/plan.txt"
 }
-check "aot bf16: the 4-layer 397B on DP128 with per-layer gathers over data (ZeRO-3): 46176 MiB" aot_zero3_bf16
+check "aot bf16: the 4-layer 397B on DP128 with per-layer gathers over data (ZeRO-3): 46176 MiB blocking, 87696 overlapped" aot_zero3_bf16
 
 # Vocab-parallel logits at the real vocabulary (issue 21): the 80B 4-layer plan on v5p-256 as
 # DP64 x TP2 explicit, logits whole on every tensor rank (81002 MiB) against split over
