@@ -451,6 +451,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"shard_mode=manual", NULL, "expected auto or explicit"},
         {"gradient_reduce=sometimes", NULL, "gradient_reduce=sometimes (command line): expected auto, step, microbatch or layer"},
         {"remat_policy=partial", NULL, "remat_policy=partial (command line): expected none, full or save_dot"},
+        {"collective_overlap=sometimes", NULL, "collective_overlap=sometimes (command line): expected auto, on or off"},
         {"expert_chunk_rows=0", NULL, "expert_chunk_rows=0 (command line): 0: expected 1 .. 16777216 rows"},
         {"checkpoint_window_floats=0", NULL, "checkpoint_window_floats=0 (command line): 0: expected a positive float count"},
         {"param_gather=often", NULL, "param_gather=often (command line): expected auto, step or layer"},
