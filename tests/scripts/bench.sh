@@ -102,6 +102,26 @@ for mesh in dp2 ep2; do
   awk -v a=${m_tps[$mesh]} -v b=$qt_tps -v m=${mesh^^} 'BEGIN{printf "qtrain %s / 1 rank: %.2fx (the 2 vCPUs give about 1.0-1.5x one core in total, so not 2x)\n", m, a/b}'
   echo "${mesh^^} collectives (rank 0, all $STEPS steps): ${m_coll[$mesh]#qtrain: collectives: }"
 done
+# Overlap (docs/overlap.md): DP2 and EP2 with the gradient reduced per layer (EP2 also
+# gathering each layer's weights: param_gather layer), the per-layer collectives blocking
+# (bench-*-layer.yml, collective_overlap off: before) and split beside compute
+# (bench-*-overlap.yml: after). Same bits (the loss line of each run is printed); the share
+# of the step rank 0 spends in collectives (starts, progress, waits and blocking calls).
+OV_STEPS=${OV_STEPS:-8}
+printf '\n%-34s %10s %12s %12s %14s\n' "overlap (2 ranks, $OV_STEPS steps)" "step s" "tokens/s" "in coll." "last loss"
+for run in dp2-layer dp2-overlap ep2-layer ep2-overlap; do
+  make --no-print-directory build/bench-$run/qtrain > /dev/null
+  GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 \
+    timeout 900 mpiexec -n 2 ./build/bench-$run/qtrain steps=$OV_STEPS metrics=$out/$run.jsonl 2> $out/$run.txt ||
+    { cat $out/$run.txt; exit 1; }
+  ov_step=$(awk -v w=$WARM -F'"step_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/$run.jsonl)
+  ov_tps=$(awk -v w=$WARM -F'"tokens_per_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/$run.jsonl)
+  ov_share=$(grep 'qtrain: collectives:' $out/$run.txt | awk '{for(i=1;i<=NF;i++) if($i=="s") {sub(/^\(/,"",$(i+1)); print $(i+1)}}')
+  ov_loss=$(grep -o '"loss":[^,]*' $out/$run.jsonl | tail -n 1 | cut -d: -f2)
+  form="per-layer, blocking"; [ "${run#*-}" = overlap ] && form="per-layer, overlapped"
+  printf '%-34s %10s %12s %12s %14s\n' "${run%%-*} ${form}" "$ov_step" "$ov_tps" "${ov_share:-?}" "$ov_loss"
+done
+
 # ZeRO-1 memory: the same DP2 run with the optimizer state split over data; plan.txt's Adam
 # bytes per rank and rank 0's measured peak RSS, without and with.
 GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 \
