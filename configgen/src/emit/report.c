@@ -394,6 +394,24 @@ static int64_t adam_zero1(const qt_cg_graph *g, int z, unsigned *mask)
     return e;
 }
 
+/* Adam's bytes per rank with ZeRO-1 off and on (the plan's marked). */
+static void zero1_lines(qt_cg_buf *b, const qt_cg_graph *g)
+{
+    const qt_cg_settings *s = g->s;
+    char lv[160], om[64];
+    if (s->mesh[QT_MESH_DATA] <= 1) {
+        qt_cg_buf_printf(b, "    (ZeRO-1 changes nothing here: the data axis has size 1)\n");
+        return;
+    }
+    for (int z = 0; z < 2; z++) {
+        unsigned um = 0;
+        const int64_t e = adam_zero1(g, z, &um);
+        snprintf(lv, sizeof lv, "  ZeRO-1 %s optimizer over %s%s", z ? "on: " : "off:",
+                 qt_cg_mask_name(um, om, sizeof om), z == (s->zero1 != 0) ? "  <- this plan" : "");
+        mib(b, lv, 8 * e);
+    }
+}
+
 static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
@@ -420,20 +438,7 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
     else
         snprintf(lv, sizeof lv, "adam m + v (2 x adam_elems floats, whole)");
     mib(b, lv, 8 * g->adam_elems);
-    if (s->n_ranks > 1) {
-        if (s->mesh[QT_MESH_DATA] > 1) {
-            for (int z = 0; z < 2; z++) {
-                unsigned um = 0;
-                const int64_t e = adam_zero1(g, z, &um);
-                snprintf(lv, sizeof lv, "  ZeRO-1 %s optimizer over %s%s", z ? "on: " : "off:",
-                         qt_cg_mask_name(um, om, sizeof om),
-                         z == (s->zero1 != 0) ? "  <- this plan" : "");
-                mib(b, lv, 8 * e);
-            }
-        } else {
-            qt_cg_buf_printf(b, "    (ZeRO-1 changes nothing here: the data axis has size 1)\n");
-        }
-    }
+    if (s->n_ranks > 1) zero1_lines(b, g);
     int n_compact = 0, n_leaf = g->n_tree_levels - g->n_mb_levels;
     int64_t tree_b = 0;
     for (int l = 0; l < g->n_tree_levels; l++) {
