@@ -93,6 +93,78 @@ static inline void qt_attn_axpy(qt_real *y, qt_real a, const qt_real *x, int64_t
     for (int64_t i = n8; i < n; i++) y[i] += a * x[i];
 }
 
+/* Two dots per 16-lane vector: qt_attn_dot's eight lanes fill half of an AVX-512 register,
+ * so two dots share one (lanes 0-7 one dot's lane sums, 8-15 another's) and one multiply
+ * and one add advance both by a chunk of eight elements; in 256-bit vectors (qt_attn_dot8)
+ * the same multiply-then-add chains run at most 3/4 as fast, and the 16-wide form is what
+ * can reach the no-FMA bound of half the FMA peak. A group of eight rows (queries, or the
+ * output gradients) is packed once as four row pairs (qt_attn_pack8); a key's chunk is
+ * loaded into both halves. Every lane keeps qt_attn_dot's chain 0 + a_l b_l +
+ * a_{l+8} b_{l+8} + ... and every dot the same ((0+1)+(2+3))+((4+5)+(6+7)) combine, so the
+ * bits are qt_attn_dot's. The packed rows live in static buffers (not thread-safe, like
+ * matmul.c's packing buffer) of QT_ATTN_PACK_HD elements per row; larger head dims take
+ * the paths without packing. */
+#define QT_ATTN_PACK_HD 512
+#define QT_ATTN_G 8 /* rows per packed group */
+
+static inline qt_attn_v16 qt_attn_bcast8(const qt_real *p)
+{
+    const qt_attn_v8 h = qt_attn_load8(p);
+    return __builtin_shufflevector(h, h, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+
+/* qp[(c*4 + p)*16 + 8u + e] = a_{2p+u}[8c + e] (row r = a + r*stride) for rows r < rr,
+ * zero for the rows rr..7 (their dots are computed and never used); hd % 8 == 0. */
+static void qt_attn_pack8(qt_real *qp, const qt_real *a, int64_t stride, int rr, int64_t hd)
+{
+    for (int r = 0; r < QT_ATTN_G; r++)
+        for (int64_t c = 0; c < hd / 8; c++) {
+            qt_real *dst = qp + (c * 4 + r / 2) * 16 + (r & 1) * 8;
+            if (r < rr) memcpy(dst, a + r * stride + 8 * c, 8 * sizeof *dst);
+            else memset(dst, 0, 8 * sizeof *dst);
+        }
+}
+
+/* out[t*8 + r] = qt_attn_dot(a_r, x_{t}, hd) for keys x_t = x + t*xstride, t < 4, and the
+ * eight packed rows r of qp, bit for bit (hd % 8 == 0). acc[t*4 + p] holds rows 2p, 2p+1
+ * against key t; the combine pairs lanes across vectors as qt_attn_dot8 does, three
+ * stages, and leaves keys 0 and 1 (rows 0..7 each) in the first result, 2 and 3 in the
+ * second. */
+static inline __attribute__((always_inline)) void
+qt_attn_dot4x8(qt_real *out, const qt_real *qp, const qt_real *x, int64_t xstride, int64_t hd)
+{
+    qt_attn_v16 acc[16];
+#pragma GCC unroll 16
+    for (int n = 0; n < 16; n++) acc[n] = (qt_attn_v16){0};
+    for (int64_t c = 0; c < hd / 8; c++) {
+        const qt_real *qc = qp + c * 64;
+        const qt_attn_v16 a0 = qt_attn_load16(qc), a1 = qt_attn_load16(qc + 16),
+                          a2 = qt_attn_load16(qc + 32), a3 = qt_attn_load16(qc + 48);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            const qt_attn_v16 xb = qt_attn_bcast8(x + t * xstride + 8 * c);
+            acc[t * 4 + 0] += a0 * xb;
+            acc[t * 4 + 1] += a1 * xb;
+            acc[t * 4 + 2] += a2 * xb;
+            acc[t * 4 + 3] += a3 * xb;
+        }
+    }
+#define QT_ATTN_PAIRSUM16(x, y)                                                             \
+    (__builtin_shufflevector((x), (y), 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,    \
+                             28, 30) +                                                       \
+     __builtin_shufflevector((x), (y), 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27,    \
+                             29, 31))
+    qt_attn_v16 w[8], z[4];
+#pragma GCC unroll 8
+    for (int m = 0; m < 8; m++) w[m] = QT_ATTN_PAIRSUM16(acc[2 * m], acc[2 * m + 1]);
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) z[m] = QT_ATTN_PAIRSUM16(w[2 * m], w[2 * m + 1]);
+    const qt_attn_v16 y0 = QT_ATTN_PAIRSUM16(z[0], z[1]), y1 = QT_ATTN_PAIRSUM16(z[2], z[3]);
+#undef QT_ATTN_PAIRSUM16
+    memcpy(out, &y0, sizeof y0);
+    memcpy(out + 16, &y1, sizeof y1);
+}
+
 static void QT_FN(qt_attn_fwd_ref_ld)(qt_real *o, qt_real *lse, const qt_real *q, const qt_real *k,
                         const qt_real *v, qt_real *scratch, int64_t b, int64_t S, int64_t ldl, int64_t Hq,
                         int64_t Hkv, int64_t hd, qt_real scale)
@@ -435,44 +507,40 @@ static void qt_attn_bwd_block(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt
  * for 2. */
 #define QT_ATTN_BWD_KEYS 64
 #define QT_ATTN_QB 8 /* query rows per block of the key-block order */
+_Static_assert(QT_ATTN_QB == QT_ATTN_G, "the key-block order's row blocks are packed groups");
 #define QT_ATTN_BWD_KB_SCRATCH(S) (QT_ATTN_R * (S) + 2 * QT_ATTN_QB * QT_ATTN_BWD_KEYS)
 
-/* P[r*KB + (j-j0)] = p_ij and DS[..] = scale * (p_ij (do_i.v_j - D_i)) for rows i = i0 + r,
- * r < rr, and keys j in [j0, j1) with j <= i. Groups of eight keys are the outer loop, so
- * they stay in L1 while the rows pass; every value is the same expression as in
- * qt_attn_bwd_rows (qt_attn_dot8's dots are qt_attn_dot's). */
-static void qt_attn_bwd_tile(qt_real *P, qt_real *DS, const qt_real *qb, const qt_real *dob,
-                             int64_t qstride, const qt_real *kb, const qt_real *vb,
-                             int64_t kstride, int64_t i0, int rr, int64_t j0, int64_t j1,
-                             int64_t hd, qt_real scale, const qt_real *l, const qt_real *D)
+/* P[(j-j0)*8 + r] = p_ij and DS[..] = scale * (p_ij (do_i.v_j - D_i)) for rows i = i0 + r,
+ * r < rr, and keys j in [j0, j1) with j <= i (the tiles are key-major, eight rows per key;
+ * entries with j > i or r >= rr hold values that are never used). qp and dop are the rows'
+ * q and do packed by qt_attn_pack8; four keys' score and do.v dots come from
+ * qt_attn_dot4x8, the keys past the last multiple of four from qt_attn_dot: every value is
+ * the same expression as in qt_attn_bwd_rows. */
+static void qt_attn_bwd_tile(qt_real *P, qt_real *DS, const qt_real *qp, const qt_real *dop,
+                             const qt_real *qb, const qt_real *dob, int64_t qstride,
+                             const qt_real *kb, const qt_real *vb, int64_t kstride, int64_t i0,
+                             int rr, int64_t j0, int64_t j1, int64_t hd, qt_real scale,
+                             const qt_real *l, const qt_real *D)
 {
-    qt_real d8[8];
-    for (int pass = 0; pass < 2; pass++) { /* scores -> p, then do.v -> ds */
-        const qt_real *xb = pass ? vb : kb;
-        for (int64_t j = j0; j < j1; j += 8) {
-            for (int r = 0; r < rr; r++) {
-                const int64_t i = i0 + r, je = j1 < i + 1 ? j1 : i + 1;
-                if (j >= je) continue;
-                const qt_real *a = (pass ? dob : qb) + r * qstride;
-                qt_real *pr = P + r * QT_ATTN_BWD_KEYS - j0;
-                qt_real *dsr = DS + r * QT_ATTN_BWD_KEYS - j0;
-                if (j + 8 <= je) {
-                    qt_attn_dot8(d8, a, xb + j * kstride, kstride, hd);
-                    if (pass)
-                        for (int m = 0; m < 8; m++)
-                            dsr[j + m] = scale * (pr[j + m] * (d8[m] - D[r]));
-                    else
-                        for (int m = 0; m < 8; m++) pr[j + m] = QT_EXP(d8[m] * scale - l[r]);
-                } else {
-                    for (int64_t jj = j; jj < je; jj++) {
-                        const qt_real dd = qt_attn_dot(a, xb + jj * kstride, hd);
-                        if (pass) dsr[jj] = scale * (pr[jj] * (dd - D[r]));
-                        else pr[jj] = QT_EXP(dd * scale - l[r]);
-                    }
-                }
-            }
-        }
+    const int64_t je = j1 < i0 + rr ? j1 : i0 + rr; /* keys the block's last row sees */
+    qt_real lv[QT_ATTN_G], Dv[QT_ATTN_G], s[32], dp[32];
+    for (int r = 0; r < QT_ATTN_G; r++) lv[r] = r < rr ? l[r] : 0, Dv[r] = r < rr ? D[r] : 0;
+    int64_t j = j0;
+    for (; j + 4 <= je; j += 4) {
+        qt_attn_dot4x8(s, qp, kb + j * kstride, kstride, hd);
+        qt_attn_dot4x8(dp, dop, vb + j * kstride, kstride, hd);
+        qt_real *pj = P + (j - j0) * QT_ATTN_G, *dsj = DS + (j - j0) * QT_ATTN_G;
+        for (int u = 0; u < 32; u++) pj[u] = QT_EXP(s[u] * scale - lv[u & 7]);
+        for (int u = 0; u < 32; u++) dsj[u] = scale * (pj[u] * (dp[u] - Dv[u & 7]));
     }
+    for (; j < je; j++)
+        for (int r = (int)(j > i0 ? j - i0 : 0); r < rr; r++) {
+            const qt_real p = QT_EXP(qt_attn_dot(qb + r * qstride, kb + j * kstride, hd) * scale
+                                     - l[r]);
+            P[(j - j0) * QT_ATTN_G + r] = p;
+            DS[(j - j0) * QT_ATTN_G + r] =
+                scale * (p * (qt_attn_dot(dob + r * qstride, vb + j * kstride, hd) - D[r]));
+        }
 }
 
 /* The tile's gradient updates, one 16-wide slice of hd at a time: for keys j in [j0, j1)
@@ -495,13 +563,13 @@ static void qt_attn_bwd_tile_update(qt_real *dqb, qt_real *dkb, qt_real *dvb, co
             const qt_attn_v16 kj = qt_attn_load16(kb + j * kstride + d0);
             qt_attn_v16 dvj = qt_attn_load16(dvb + j * kstride + d0);
             qt_attn_v16 dkj = qt_attn_load16(dkb + j * kstride + d0);
-            const qt_real *pj = P + (j - j0), *dsj = DS + (j - j0);
+            const qt_real *pj = P + (j - j0) * QT_ATTN_G, *dsj = DS + (j - j0) * QT_ATTN_G;
 #pragma GCC unroll 8
             for (int r = 0; r < QT_ATTN_QB; r++) {
                 if (r >= rr || j > i0 + r) continue;
-                dvj = dvj + pj[r * QT_ATTN_BWD_KEYS] * dov[r];
-                dkj = dkj + dsj[r * QT_ATTN_BWD_KEYS] * qv[r];
-                dqv[r] = dqv[r] + dsj[r * QT_ATTN_BWD_KEYS] * kj;
+                dvj = dvj + pj[r] * dov[r];
+                dkj = dkj + dsj[r] * qv[r];
+                dqv[r] = dqv[r] + dsj[r] * kj;
             }
             memcpy(dvb + j * kstride + d0, &dvj, sizeof dvj);
             memcpy(dkb + j * kstride + d0, &dkj, sizeof dkj);
@@ -511,6 +579,7 @@ static void qt_attn_bwd_tile_update(qt_real *dqb, qt_real *dkb, qt_real *dvb, co
 }
 
 /* One (sequence, head) in key-block order (see above). */
+static qt_real qt_attn_pk[2][QT_ATTN_G * QT_ATTN_PACK_HD]; /* packed q and do rows */
 static void qt_attn_bwd_keyblocks(qt_real *dq, qt_real *dkb, qt_real *dvb, const qt_real *dout,
                                   const qt_real *q, const qt_real *o, const qt_real *kb,
                                   const qt_real *vb, const qt_real *lse, qt_real *scratch,
@@ -526,8 +595,10 @@ static void qt_attn_bwd_keyblocks(qt_real *dq, qt_real *dkb, qt_real *dvb, const
         for (int64_t i0 = j0; i0 < S; i0 += QT_ATTN_QB) {
             const int rr = (int)(S - i0 < QT_ATTN_QB ? S - i0 : QT_ATTN_QB);
             const int64_t qo = i0 * qstride;
-            qt_attn_bwd_tile(P, DS, q + qo, dout + qo, qstride, kb, vb, kstride, i0, rr, j0, j1,
-                             hd, scale, lse + i0, D + i0);
+            qt_attn_pack8(qt_attn_pk[0], q + qo, qstride, rr, hd);
+            qt_attn_pack8(qt_attn_pk[1], dout + qo, qstride, rr, hd);
+            qt_attn_bwd_tile(P, DS, qt_attn_pk[0], qt_attn_pk[1], q + qo, dout + qo, qstride,
+                             kb, vb, kstride, i0, rr, j0, j1, hd, scale, lse + i0, D + i0);
             qt_attn_bwd_tile_update(dq + qo, dkb, dvb, q + qo, dout + qo, kb, P, DS, qstride,
                                     kstride, i0, rr, j0, j1, hd);
         }
@@ -554,7 +625,7 @@ static void QT_FN(qt_attn_bwd_n_ld)(qt_real *dq, qt_real *dk, qt_real *dv, const
             const int64_t kvoff = s * S * kstride + g * hd;
             const qt_real *kb = k + kvoff, *vb = v + kvoff;
             qt_real *dkb = dk + kvoff, *dvb = dv + kvoff;
-            if (scratch_n >= QT_ATTN_BWD_KB_SCRATCH(S)) {
+            if (scratch_n >= QT_ATTN_BWD_KB_SCRATCH(S) && hd <= QT_ATTN_PACK_HD) {
                 const int64_t qoff = (s * S * Hq + h) * hd;
                 qt_attn_bwd_keyblocks(dq + qoff, dkb, dvb, dout + qoff, q + qoff, o + qoff, kb,
                                       vb, lse + (s * Hq + h) * ldl, scratch, S, qstride, kstride,
