@@ -268,7 +268,7 @@ static void qt_attn_scores(qt_real *sc, const qt_real *qi, const qt_real *kb, in
  * (qt_attn_dot8 gives the same bits), max / sum / lse / exp in j order, and o_i's elements
  * the chain 0 + p_0 v_0 + p_1 v_1 ... */
 #define QT_ATTN_FWD_ROWS 8
-#define QT_ATTN_FWD_CAP 65536
+#define QT_ATTN_FWD_CAP 131072
 static qt_real qt_attn_fwd_sc[QT_ATTN_FWD_CAP];
 
 /* sc[r*ld + j] = dot(q_{i0+r}, k_j) * scale - off[r] for j <= i0 + r, r < R: key blocks of
@@ -340,6 +340,168 @@ qt_attn_fwd_block(qt_real *ob, qt_real *lseb, const qt_real *qb, const qt_real *
     }
 }
 
+/* ---- The tiled forward: blocks of up to QT_ATTN_FB query rows as packed groups of eight.
+ * Per block: (1) every score of the block, key tiles of four outermost (each tile is read
+ * once for all groups; qt_attn_dot4x8), into qt_attn_fwd_sc key-major per group
+ * (st[g*8*S + j*8 + r]); (2) the softmax of each group with its eight rows in the lanes of
+ * one vector, so the rows' sequential max and sum chains run side by side (one row at a
+ * time the sum is one latency-bound chain), p in place of the scores; (3) o = P V in
+ * register tiles of 8 rows x 32 (or 16) elements, key tiles of QT_ATTN_FKV outermost so
+ * the tile's values stay in L2 while the groups pass; a partial o is stored and reloaded
+ * between key tiles (exact). Per row every quantity keeps the one-row path's operation
+ * tree: each score is qt_attn_dot's times scale, m and the sum over j = 0..i increasing
+ * (lanes of a row past its diagonal are masked out of both), lse = m + log(sum),
+ * p = exp(s - lse), and o's elements the chain 0 + p_0 v_0 + p_1 v_1 ... (keys past a row's
+ * diagonal are skipped, not added as zeros). */
+#define QT_ATTN_FB 32  /* query rows per forward block */
+#define QT_ATTN_FKV 128 /* keys per value tile of the forward's P V */
+static qt_real qt_attn_fwd_qp[QT_ATTN_FB * QT_ATTN_PACK_HD]; /* the block's packed rows */
+
+#ifdef QT_REAL_DOUBLE
+typedef int64_t qt_attn_ireal;
+#else
+typedef int32_t qt_attn_ireal;
+#endif
+typedef qt_attn_ireal qt_attn_m8 __attribute__((vector_size(8 * sizeof(qt_real))));
+
+/* c ? a : b per lane (c from a vector comparison: all ones or zero) */
+static inline qt_attn_v8 qt_attn_sel8(qt_attn_m8 c, qt_attn_v8 a, qt_attn_v8 b)
+{
+    return (qt_attn_v8)((c & (qt_attn_m8)a) | (~c & (qt_attn_m8)b));
+}
+
+static inline qt_attn_v8 qt_attn_exp8(qt_attn_v8 x)
+{
+    qt_attn_v8 y;
+    for (int u = 0; u < 8; u++) y[u] = QT_EXP(x[u]);
+    return y;
+}
+
+/* The block's scores: st[g*8*S + j*8 + r] = qt_attn_dot(q_i, k_j) * scale for the rows
+ * i = i0 + 8g + r < i0 + R and keys j <= i (four-key tiles may also fill entries past a
+ * row's diagonal: never read as scores of that row). */
+static void qt_attn_fwd_scores(qt_real *st, int64_t S, const qt_real *qp, const qt_real *qb,
+                               int64_t qstride, const qt_real *kb, int64_t kstride, int64_t i0,
+                               int R, int64_t hd, qt_real scale)
+{
+    qt_real d[32];
+    const int G = (R + QT_ATTN_G - 1) / QT_ATTN_G;
+    for (int64_t j = 0; j < i0 + R; j += 4) {
+        for (int g = 0; g < G; g++) {
+            const int rg = R - g * QT_ATTN_G < QT_ATTN_G ? R - g * QT_ATTN_G : QT_ATTN_G;
+            const int64_t ig = i0 + g * QT_ATTN_G, ng = ig + rg;
+            qt_real *sg = st + g * QT_ATTN_G * S;
+            if (j + 4 <= ng) {
+                qt_attn_dot4x8(d, qp + g * QT_ATTN_G * hd, kb + j * kstride, kstride, hd);
+                for (int u = 0; u < 32; u++) sg[j * QT_ATTN_G + u] = d[u] * scale;
+                continue;
+            }
+            for (int64_t jj = j; jj < ng; jj++)
+                for (int r = (int)(jj > ig ? jj - ig : 0); r < rg; r++)
+                    sg[jj * QT_ATTN_G + r] =
+                        qt_attn_dot(qb + (g * QT_ATTN_G + r) * qstride, kb + jj * kstride, hd) *
+                        scale;
+        }
+    }
+}
+
+/* Softmax of one group's rows i = ig + r (lane r; rows r >= rg are padding, computed and
+ * never stored): scores sg[j*8 + r] -> p_ij in place for j < ig + rg, lse to lseg[r]. */
+static void qt_attn_fwd_softmax8(qt_real *sg, qt_real *lseg, int64_t ig, int rg)
+{
+    const qt_attn_v8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    const int64_t n = ig + rg;
+    qt_attn_v8 m = qt_attn_load8(sg), sum = {0, 0, 0, 0, 0, 0, 0, 0}, l;
+    for (int64_t j = 1; j < n; j++) {
+        const qt_attn_v8 s = qt_attn_load8(sg + j * QT_ATTN_G);
+        qt_attn_m8 c = s > m;
+        if (j > ig) c &= lane >= (qt_real)(j - ig); /* row r sees j <= ig + r */
+        m = qt_attn_sel8(c, s, m);
+    }
+    for (int64_t j = 0; j < n; j++) {
+        const qt_attn_v8 e = qt_attn_exp8(qt_attn_load8(sg + j * QT_ATTN_G) - m);
+        sum = j > ig ? qt_attn_sel8(lane >= (qt_real)(j - ig), sum + e, sum) : sum + e;
+    }
+    for (int u = 0; u < QT_ATTN_G; u++) l[u] = m[u] + QT_LOG(sum[u]);
+    for (int r = 0; r < rg; r++) lseg[r] = l[r];
+    for (int64_t j = 0; j < n; j++) {
+        const qt_attn_v8 p = qt_attn_exp8(qt_attn_load8(sg + j * QT_ATTN_G) - l);
+        memcpy(sg + j * QT_ATTN_G, &p, sizeof p);
+    }
+}
+
+/* o rows ig + r (r < rg), elements [d0, d0 + 16 W): += p_ij v_j for keys j in [ja, jb)
+ * with j <= ig + r, j increasing; first: the sums start at 0, else at the stored o. */
+static inline __attribute__((always_inline)) void
+qt_attn_fwd_pv(qt_real *og, int64_t qstride, const qt_real *pg, const qt_real *vb,
+               int64_t kstride, int64_t ig, int rg, int64_t ja, int64_t jb, int first,
+               const int W)
+{
+    qt_attn_v16 acc[QT_ATTN_G][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < QT_ATTN_G; r++)
+        for (int w = 0; w < W; w++)
+            acc[r][w] = first || r >= rg ? (qt_attn_v16){0} : qt_attn_load16(og + r * qstride + 16 * w);
+    const int64_t jf = jb < ig + 1 ? jb : ig + 1; /* keys every row of the group sees */
+    int64_t j = ja;
+    for (; j < jf; j++) {
+        qt_attn_v16 vj[2];
+        for (int w = 0; w < W; w++) vj[w] = qt_attn_load16(vb + j * kstride + 16 * w);
+#pragma GCC unroll 8
+        for (int r = 0; r < QT_ATTN_G; r++) {
+            const qt_real p = pg[j * QT_ATTN_G + r];
+            for (int w = 0; w < W; w++) acc[r][w] = acc[r][w] + p * vj[w];
+        }
+    }
+    for (; j < jb; j++) { /* the diagonal: rows ig + r >= j */
+        qt_attn_v16 vj[2];
+        for (int w = 0; w < W; w++) vj[w] = qt_attn_load16(vb + j * kstride + 16 * w);
+#pragma GCC unroll 8
+        for (int r = 1; r < QT_ATTN_G; r++) {
+            if (j > ig + r) continue;
+            const qt_real p = pg[j * QT_ATTN_G + r];
+            for (int w = 0; w < W; w++) acc[r][w] = acc[r][w] + p * vj[w];
+        }
+    }
+    for (int r = 0; r < rg; r++)
+        for (int w = 0; w < W; w++) memcpy(og + r * qstride + 16 * w, &acc[r][w], sizeof acc[r][w]);
+}
+
+/* Rows i0..i0+R-1 of one (sequence, head), R <= QT_ATTN_FB; hd % 16 == 0,
+ * hd <= QT_ATTN_PACK_HD and R / 8 groups of S scores fit qt_attn_fwd_sc. */
+static void qt_attn_fwd_tiled(qt_real *ob, qt_real *lseb, const qt_real *qb, const qt_real *kb,
+                              const qt_real *vb, int64_t S, int64_t qstride, int64_t kstride,
+                              int64_t i0, int R, int64_t hd, qt_real scale)
+{
+    const int G = (R + QT_ATTN_G - 1) / QT_ATTN_G;
+    qt_real *st = qt_attn_fwd_sc;
+    for (int g = 0; g < G; g++) {
+        const int rg = R - g * QT_ATTN_G < QT_ATTN_G ? R - g * QT_ATTN_G : QT_ATTN_G;
+        qt_attn_pack8(qt_attn_fwd_qp + g * QT_ATTN_G * hd, qb + g * QT_ATTN_G * qstride,
+                      qstride, rg, hd);
+    }
+    qt_attn_fwd_scores(st, S, qt_attn_fwd_qp, qb, qstride, kb, kstride, i0, R, hd, scale);
+    for (int g = 0; g < G; g++) {
+        const int rg = R - g * QT_ATTN_G < QT_ATTN_G ? R - g * QT_ATTN_G : QT_ATTN_G;
+        qt_attn_fwd_softmax8(st + g * QT_ATTN_G * S, lseb + g * QT_ATTN_G, i0 + g * QT_ATTN_G, rg);
+    }
+    for (int64_t ja = 0; ja < i0 + R; ja += QT_ATTN_FKV) {
+        for (int g = 0; g < G; g++) {
+            const int rg = R - g * QT_ATTN_G < QT_ATTN_G ? R - g * QT_ATTN_G : QT_ATTN_G;
+            const int64_t ig = i0 + g * QT_ATTN_G, ng = ig + rg;
+            if (ja >= ng) continue;
+            const int64_t jb = ja + QT_ATTN_FKV < ng ? ja + QT_ATTN_FKV : ng;
+            qt_real *og = ob + g * QT_ATTN_G * qstride;
+            const qt_real *pg = st + g * QT_ATTN_G * S;
+            int64_t d0 = 0;
+            for (; d0 + 32 <= hd; d0 += 32)
+                qt_attn_fwd_pv(og + d0, qstride, pg, vb + d0, kstride, ig, rg, ja, jb, ja == 0, 2);
+            if (d0 < hd)
+                qt_attn_fwd_pv(og + d0, qstride, pg, vb + d0, kstride, ig, rg, ja, jb, ja == 0, 1);
+        }
+    }
+}
+
 static void QT_FN(qt_attn_fwd_ld)(qt_real *o, qt_real *lse, const qt_real *q, const qt_real *k,
                         const qt_real *v, qt_real *scratch, int64_t b, int64_t S, int64_t ldl, int64_t Hq,
                         int64_t Hkv, int64_t hd, qt_real scale)
@@ -371,6 +533,21 @@ static void QT_FN(qt_attn_fwd_ld)(qt_real *o, qt_real *lse, const qt_real *q, co
                 }
             }
         }
+        return;
+    }
+    if (hd <= QT_ATTN_PACK_HD && QT_ATTN_FWD_CAP / S >= QT_ATTN_G) {
+        int64_t fb = QT_ATTN_FWD_CAP / S / QT_ATTN_G * QT_ATTN_G;
+        if (fb > QT_ATTN_FB) fb = QT_ATTN_FB;
+        for (int64_t s = 0; s < b; s++)
+            for (int64_t h = 0; h < Hq; h++) {
+                const int64_t kvoff = s * S * kstride + h / group * hd;
+                for (int64_t i0 = 0; i0 < S; i0 += fb) {
+                    const int64_t off = ((s * S + i0) * Hq + h) * hd;
+                    qt_attn_fwd_tiled(o + off, lse + (s * Hq + h) * ldl + i0, q + off,
+                                      k + kvoff, v + kvoff, S, qstride, kstride, i0,
+                                      (int)(S - i0 < fb ? S - i0 : fb), hd, scale);
+                }
+            }
         return;
     }
     int64_t rows = QT_ATTN_FWD_CAP / S;
