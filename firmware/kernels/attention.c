@@ -15,6 +15,9 @@
 #include "attention.h"
 #include <string.h>
 #include "qt_real.h"
+#if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__) && defined(__AVX512DQ__)
+#include <immintrin.h>
+#endif
 
 /* Eight lanes, eight elements wide: lane l sums elements l, l+8, ... of the full blocks
  * (one vector add per block, no contraction), the tail element n8+u goes to lane u, then
@@ -107,10 +110,16 @@ static inline void qt_attn_axpy(qt_real *y, qt_real a, const qt_real *x, int64_t
 #define QT_ATTN_PACK_HD 512
 #define QT_ATTN_G 8 /* rows per packed group */
 
+/* [p0..p7, p0..p7]. With AVX-512DQ one broadcasting load (VBROADCASTF32X8 runs on a load
+ * port; gcc spells the generic shuffle as a load plus a VSHUFF32X4 on the FP ports). */
 static inline qt_attn_v16 qt_attn_bcast8(const qt_real *p)
 {
+#if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__) && defined(__AVX512DQ__)
+    return (qt_attn_v16)_mm512_broadcast_f32x8(_mm256_loadu_ps(p));
+#else
     const qt_attn_v8 h = qt_attn_load8(p);
     return __builtin_shufflevector(h, h, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+#endif
 }
 
 /* qp[(c*4 + p)*16 + 8u + e] = a_{2p+u}[8c + e] (row r = a + r*stride) for rows r < rr,
@@ -720,6 +729,92 @@ static void qt_attn_bwd_tile(qt_real *P, qt_real *DS, const qt_real *qp, const q
         }
 }
 
+/* Key j's share of a tile's updates on the slice [d0, d0 + 16): rows r < rr with
+ * i0 + r >= j (all of them when full) in increasing order: dv_j += p_ij do_i,
+ * dk_j += ds_ij q_i, dq_i += ds_ij k_j. */
+static inline __attribute__((always_inline)) void
+qt_attn_bwd_key_update(qt_attn_v16 *dqv, const qt_attn_v16 *qv, const qt_attn_v16 *dov,
+                       qt_real *dkb, qt_real *dvb, const qt_real *kb, const qt_real *P,
+                       const qt_real *DS, int64_t kstride, int64_t d0, int64_t j, int64_t j0,
+                       int64_t i0, int rr, const int full)
+{
+    const qt_attn_v16 kj = qt_attn_load16(kb + j * kstride + d0);
+    qt_attn_v16 dvj = qt_attn_load16(dvb + j * kstride + d0);
+    qt_attn_v16 dkj = qt_attn_load16(dkb + j * kstride + d0);
+    const qt_real *pj = P + (j - j0) * QT_ATTN_G, *dsj = DS + (j - j0) * QT_ATTN_G;
+#pragma GCC unroll 8
+    for (int r = 0; r < QT_ATTN_G; r++) {
+        if (!full && (r >= rr || j > i0 + r)) continue;
+        dvj = dvj + pj[r] * dov[r];
+        dkj = dkj + dsj[r] * qv[r];
+        dqv[r] = dqv[r] + dsj[r] * kj;
+    }
+    memcpy(dvb + j * kstride + d0, &dvj, sizeof dvj);
+    memcpy(dkb + j * kstride + d0, &dkj, sizeof dkj);
+}
+
+/* A full tile (eight rows, every key j <= i0, a multiple of four keys, hd % 32 == 0) in two
+ * register-tiled passes with the same per-element orders as the fused form below:
+ * dv_j += p_ij do_i and dk_j += ds_ij q_i with four keys x 32 elements of dv and dk in
+ * registers while the rows pass in increasing order, then dq_i += ds_ij k_j with eight
+ * rows x 32 elements of dq in registers while the keys pass in increasing order. */
+static void qt_attn_bwd_tile_update_full(qt_real *dqb, qt_real *dkb, qt_real *dvb,
+                                         const qt_real *qb, const qt_real *dob,
+                                         const qt_real *kb, const qt_real *P, const qt_real *DS,
+                                         int64_t qstride, int64_t kstride, int64_t j0,
+                                         int64_t j1, int64_t hd)
+{
+    for (int64_t d0 = 0; d0 < hd; d0 += 32) {
+        for (int64_t j = j0; j < j1; j += 4) {
+            qt_attn_v16 av[4][2], ak[4][2];
+            const qt_real *pj = P + (j - j0) * QT_ATTN_G, *dsj = DS + (j - j0) * QT_ATTN_G;
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+                for (int w = 0; w < 2; w++) {
+                    av[t][w] = qt_attn_load16(dvb + (j + t) * kstride + d0 + 16 * w);
+                    ak[t][w] = qt_attn_load16(dkb + (j + t) * kstride + d0 + 16 * w);
+                }
+            for (int r = 0; r < QT_ATTN_G; r++) {
+                const qt_attn_v16 do0 = qt_attn_load16(dob + r * qstride + d0),
+                                  do1 = qt_attn_load16(dob + r * qstride + d0 + 16),
+                                  q0 = qt_attn_load16(qb + r * qstride + d0),
+                                  q1 = qt_attn_load16(qb + r * qstride + d0 + 16);
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) {
+                    const qt_real p = pj[t * QT_ATTN_G + r], ds = dsj[t * QT_ATTN_G + r];
+                    av[t][0] = av[t][0] + p * do0;
+                    av[t][1] = av[t][1] + p * do1;
+                    ak[t][0] = ak[t][0] + ds * q0;
+                    ak[t][1] = ak[t][1] + ds * q1;
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+                for (int w = 0; w < 2; w++) {
+                    memcpy(dvb + (j + t) * kstride + d0 + 16 * w, &av[t][w], sizeof av[t][w]);
+                    memcpy(dkb + (j + t) * kstride + d0 + 16 * w, &ak[t][w], sizeof ak[t][w]);
+                }
+        }
+        qt_attn_v16 aq[QT_ATTN_G][2];
+#pragma GCC unroll 8
+        for (int r = 0; r < QT_ATTN_G; r++)
+            for (int w = 0; w < 2; w++) aq[r][w] = qt_attn_load16(dqb + r * qstride + d0 + 16 * w);
+        for (int64_t j = j0; j < j1; j++) {
+            const qt_attn_v16 k0 = qt_attn_load16(kb + j * kstride + d0),
+                              k1 = qt_attn_load16(kb + j * kstride + d0 + 16);
+            const qt_real *dsj = DS + (j - j0) * QT_ATTN_G;
+#pragma GCC unroll 8
+            for (int r = 0; r < QT_ATTN_G; r++) {
+                aq[r][0] = aq[r][0] + dsj[r] * k0;
+                aq[r][1] = aq[r][1] + dsj[r] * k1;
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < QT_ATTN_G; r++)
+            for (int w = 0; w < 2; w++) memcpy(dqb + r * qstride + d0 + 16 * w, &aq[r][w], sizeof aq[r][w]);
+    }
+}
+
 /* The tile's gradient updates, one 16-wide slice of hd at a time: for keys j in [j0, j1)
  * increasing, rows r < rr with i0 + r >= j increasing: dv_j += p_ij do_i, dk_j += ds_ij q_i,
  * dq_i += ds_ij k_j (the rows' q, do and dq slices in registers). */
@@ -728,6 +823,11 @@ static void qt_attn_bwd_tile_update(qt_real *dqb, qt_real *dkb, qt_real *dvb, co
                                     const qt_real *DS, int64_t qstride, int64_t kstride,
                                     int64_t i0, int rr, int64_t j0, int64_t j1, int64_t hd)
 {
+    if (rr == QT_ATTN_QB && j1 <= i0 + 1 && (j1 - j0) % 4 == 0 && hd % 32 == 0) {
+        qt_attn_bwd_tile_update_full(dqb, dkb, dvb, qb, dob, kb, P, DS, qstride, kstride, j0, j1,
+                                     hd);
+        return;
+    }
     for (int64_t d0 = 0; d0 < hd; d0 += 16) {
         qt_attn_v16 qv[QT_ATTN_QB], dov[QT_ATTN_QB], dqv[QT_ATTN_QB];
         for (int r = 0; r < QT_ATTN_QB; r++) {
@@ -736,21 +836,15 @@ static void qt_attn_bwd_tile_update(qt_real *dqb, qt_real *dkb, qt_real *dvb, co
             dov[r] = qt_attn_load16(dob + r * qstride + d0);
             dqv[r] = qt_attn_load16(dqb + r * qstride + d0);
         }
-        for (int64_t j = j0; j < j1; j++) {
-            const qt_attn_v16 kj = qt_attn_load16(kb + j * kstride + d0);
-            qt_attn_v16 dvj = qt_attn_load16(dvb + j * kstride + d0);
-            qt_attn_v16 dkj = qt_attn_load16(dkb + j * kstride + d0);
-            const qt_real *pj = P + (j - j0) * QT_ATTN_G, *dsj = DS + (j - j0) * QT_ATTN_G;
-#pragma GCC unroll 8
-            for (int r = 0; r < QT_ATTN_QB; r++) {
-                if (r >= rr || j > i0 + r) continue;
-                dvj = dvj + pj[r] * dov[r];
-                dkj = dkj + dsj[r] * qv[r];
-                dqv[r] = dqv[r] + dsj[r] * kj;
-            }
-            memcpy(dvb + j * kstride + d0, &dvj, sizeof dvj);
-            memcpy(dkb + j * kstride + d0, &dkj, sizeof dkj);
-        }
+        /* keys every row sees (a full block, j <= i0) without per-row tests, then the rest */
+        const int64_t jf = rr < QT_ATTN_QB ? j0 : j1 < i0 + 1 ? j1 : i0 + 1;
+        int64_t j = j0;
+        for (; j < jf; j++)
+            qt_attn_bwd_key_update(dqv, qv, dov, dkb, dvb, kb, P, DS, kstride, d0, j, j0, i0,
+                                   QT_ATTN_QB, 1);
+        for (; j < j1; j++)
+            qt_attn_bwd_key_update(dqv, qv, dov, dkb, dvb, kb, P, DS, kstride, d0, j, j0, i0, rr,
+                                   0);
         for (int r = 0; r < rr; r++) memcpy(dqb + r * qstride + d0, &dqv[r], sizeof dqv[r]);
     }
 }
