@@ -134,13 +134,13 @@ static void qt_attn_pack8(qt_real *qp, const qt_real *a, int64_t stride, int rr,
         }
 }
 
-/* out[t*8 + r] = qt_attn_dot(a_r, x_{t}, hd) for keys x_t = x + t*xstride, t < 4, and the
- * eight packed rows r of qp, bit for bit (hd % 8 == 0). acc[t*4 + p] holds rows 2p, 2p+1
- * against key t; the combine pairs lanes across vectors as qt_attn_dot8 does, three
+/* out[t*8 + r] = qt_attn_dot(a_r, x[t], hd) for the four rows x[t] and the eight packed
+ * rows a_r of qp, bit for bit (hd % 8 == 0; either side may be the keys). acc[t*4 + p]
+ * holds a_{2p}, a_{2p+1} against x[t]; the combine pairs lanes across vectors as qt_attn_dot8 does, three
  * stages, and leaves keys 0 and 1 (rows 0..7 each) in the first result, 2 and 3 in the
  * second. */
 static inline __attribute__((always_inline)) void
-qt_attn_dot4x8(qt_real *out, const qt_real *qp, const qt_real *x, int64_t xstride, int64_t hd)
+qt_attn_dot4x8(qt_real *out, const qt_real *qp, const qt_real *const *x, int64_t hd)
 {
     qt_attn_v16 acc[16];
 #pragma GCC unroll 16
@@ -151,7 +151,7 @@ qt_attn_dot4x8(qt_real *out, const qt_real *qp, const qt_real *x, int64_t xstrid
                           a2 = qt_attn_load16(qc + 32), a3 = qt_attn_load16(qc + 48);
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++) {
-            const qt_attn_v16 xb = qt_attn_bcast8(x + t * xstride + 8 * c);
+            const qt_attn_v16 xb = qt_attn_bcast8(x[t] + 8 * c);
             acc[t * 4 + 0] += a0 * xb;
             acc[t * 4 + 1] += a1 * xb;
             acc[t * 4 + 2] += a2 * xb;
@@ -401,7 +401,9 @@ static void qt_attn_fwd_scores(qt_real *st, int64_t S, const qt_real *qp, const 
             const int64_t ig = i0 + g * QT_ATTN_G, ng = ig + rg;
             qt_real *sg = st + g * QT_ATTN_G * S;
             if (j + 4 <= ng) {
-                qt_attn_dot4x8(d, qp + g * QT_ATTN_G * hd, kb + j * kstride, kstride, hd);
+                const qt_real *kt[4] = {kb + j * kstride, kb + (j + 1) * kstride,
+                                        kb + (j + 2) * kstride, kb + (j + 3) * kstride};
+                qt_attn_dot4x8(d, qp + g * QT_ATTN_G * hd, kt, hd);
                 for (int u = 0; u < 32; u++) sg[j * QT_ATTN_G + u] = d[u] * scale;
                 continue;
             }
@@ -696,37 +698,40 @@ static void qt_attn_bwd_block(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt
 _Static_assert(QT_ATTN_QB == QT_ATTN_G, "the key-block order's row blocks are packed groups");
 #define QT_ATTN_BWD_KB_SCRATCH(S) (QT_ATTN_R * (S) + 2 * QT_ATTN_QB * QT_ATTN_BWD_KEYS)
 
-/* P[(j-j0)*8 + r] = p_ij and DS[..] = scale * (p_ij (do_i.v_j - D_i)) for rows i = i0 + r,
- * r < rr, and keys j in [j0, j1) with j <= i (the tiles are key-major, eight rows per key;
- * entries with j > i or r >= rr hold values that are never used). qp and dop are the rows'
- * q and do packed by qt_attn_pack8; four keys' score and do.v dots come from
- * qt_attn_dot4x8, the keys past the last multiple of four from qt_attn_dot: every value is
- * the same expression as in qt_attn_bwd_rows. */
-static void qt_attn_bwd_tile(qt_real *P, qt_real *DS, const qt_real *qp, const qt_real *dop,
-                             const qt_real *qb, const qt_real *dob, int64_t qstride,
-                             const qt_real *kb, const qt_real *vb, int64_t kstride, int64_t i0,
+/* The tiles are row-major: P[QT_ATTN_PIX(r, j - j0)] = p_ij, DS[..] = scale*(p_ij (do_i.v_j - D_i)). */
+#define QT_ATTN_PIX(r, jj) ((r) * QT_ATTN_BWD_KEYS + (jj))
+
+/* P and DS for rows i = i0 + r, r < rr, and keys j in [j0, j1) with j <= i. kp and vp are
+ * the key block's k and v rows packed by qt_attn_pack8 in groups of eight keys (zero past
+ * j1), so whole groups of eight keys run through qt_attn_dot4x8 against four rows at a
+ * time; entries with j > i, j >= j1 or r >= rr (rows past rr repeat row rr - 1) are filled
+ * with values that are never used. Every used value is the same expression as in
+ * qt_attn_bwd_rows (qt_attn_dot4x8's dots are qt_attn_dot's). */
+static void qt_attn_bwd_tile(qt_real *P, qt_real *DS, const qt_real *kp, const qt_real *vp,
+                             const qt_real *qb, const qt_real *dob, int64_t qstride, int64_t i0,
                              int rr, int64_t j0, int64_t j1, int64_t hd, qt_real scale,
                              const qt_real *l, const qt_real *D)
 {
     const int64_t je = j1 < i0 + rr ? j1 : i0 + rr; /* keys the block's last row sees */
-    qt_real lv[QT_ATTN_G], Dv[QT_ATTN_G], s[32], dp[32];
-    for (int r = 0; r < QT_ATTN_G; r++) lv[r] = r < rr ? l[r] : 0, Dv[r] = r < rr ? D[r] : 0;
-    int64_t j = j0;
-    for (; j + 4 <= je; j += 4) {
-        qt_attn_dot4x8(s, qp, kb + j * kstride, kstride, hd);
-        qt_attn_dot4x8(dp, dop, vb + j * kstride, kstride, hd);
-        qt_real *pj = P + (j - j0) * QT_ATTN_G, *dsj = DS + (j - j0) * QT_ATTN_G;
-        for (int u = 0; u < 32; u++) pj[u] = QT_EXP(s[u] * scale - lv[u & 7]);
-        for (int u = 0; u < 32; u++) dsj[u] = scale * (pj[u] * (dp[u] - Dv[u & 7]));
-    }
-    for (; j < je; j++)
-        for (int r = (int)(j > i0 ? j - i0 : 0); r < rr; r++) {
-            const qt_real p = QT_EXP(qt_attn_dot(qb + r * qstride, kb + j * kstride, hd) * scale
-                                     - l[r]);
-            P[(j - j0) * QT_ATTN_G + r] = p;
-            DS[(j - j0) * QT_ATTN_G + r] =
-                scale * (p * (qt_attn_dot(dob + r * qstride, vb + j * kstride, hd) - D[r]));
+    qt_real lv[32], Dv[32], s[32], dp[32];
+    for (int r0 = 0; r0 < rr; r0 += 4) {
+        const qt_real *xq[4], *xd[4];
+        for (int t = 0; t < 4; t++) {
+            const int rt = r0 + t < rr ? r0 + t : rr - 1;
+            xq[t] = qb + rt * qstride, xd[t] = dob + rt * qstride;
+            for (int e = 0; e < 8; e++) lv[t * 8 + e] = l[rt], Dv[t * 8 + e] = D[rt];
         }
+        for (int64_t j = j0; j < je; j += 8) {
+            qt_attn_dot4x8(s, kp + (j - j0) * hd, xq, hd);
+            qt_attn_dot4x8(dp, vp + (j - j0) * hd, xd, hd);
+            for (int u = 0; u < 32; u++) s[u] = QT_EXP(s[u] * scale - lv[u]);
+            for (int u = 0; u < 32; u++) dp[u] = scale * (s[u] * (dp[u] - Dv[u]));
+            for (int t = 0; t < 4; t++) {
+                memcpy(P + QT_ATTN_PIX(r0 + t, j - j0), s + 8 * t, 8 * sizeof *s);
+                memcpy(DS + QT_ATTN_PIX(r0 + t, j - j0), dp + 8 * t, 8 * sizeof *dp);
+            }
+        }
+    }
 }
 
 /* Key j's share of a tile's updates on the slice [d0, d0 + 16): rows r < rr with
@@ -741,13 +746,13 @@ qt_attn_bwd_key_update(qt_attn_v16 *dqv, const qt_attn_v16 *qv, const qt_attn_v1
     const qt_attn_v16 kj = qt_attn_load16(kb + j * kstride + d0);
     qt_attn_v16 dvj = qt_attn_load16(dvb + j * kstride + d0);
     qt_attn_v16 dkj = qt_attn_load16(dkb + j * kstride + d0);
-    const qt_real *pj = P + (j - j0) * QT_ATTN_G, *dsj = DS + (j - j0) * QT_ATTN_G;
 #pragma GCC unroll 8
     for (int r = 0; r < QT_ATTN_G; r++) {
         if (!full && (r >= rr || j > i0 + r)) continue;
-        dvj = dvj + pj[r] * dov[r];
-        dkj = dkj + dsj[r] * qv[r];
-        dqv[r] = dqv[r] + dsj[r] * kj;
+        const qt_real p = P[QT_ATTN_PIX(r, j - j0)], ds = DS[QT_ATTN_PIX(r, j - j0)];
+        dvj = dvj + p * dov[r];
+        dkj = dkj + ds * qv[r];
+        dqv[r] = dqv[r] + ds * kj;
     }
     memcpy(dvb + j * kstride + d0, &dvj, sizeof dvj);
     memcpy(dkb + j * kstride + d0, &dkj, sizeof dkj);
@@ -767,7 +772,6 @@ static void qt_attn_bwd_tile_update_full(qt_real *dqb, qt_real *dkb, qt_real *dv
     for (int64_t d0 = 0; d0 < hd; d0 += 32) {
         for (int64_t j = j0; j < j1; j += 4) {
             qt_attn_v16 av[4][2], ak[4][2];
-            const qt_real *pj = P + (j - j0) * QT_ATTN_G, *dsj = DS + (j - j0) * QT_ATTN_G;
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++)
                 for (int w = 0; w < 2; w++) {
@@ -781,7 +785,8 @@ static void qt_attn_bwd_tile_update_full(qt_real *dqb, qt_real *dkb, qt_real *dv
                                   q1 = qt_attn_load16(qb + r * qstride + d0 + 16);
 #pragma GCC unroll 4
                 for (int t = 0; t < 4; t++) {
-                    const qt_real p = pj[t * QT_ATTN_G + r], ds = dsj[t * QT_ATTN_G + r];
+                    const qt_real p = P[QT_ATTN_PIX(r, j - j0 + t)],
+                                  ds = DS[QT_ATTN_PIX(r, j - j0 + t)];
                     av[t][0] = av[t][0] + p * do0;
                     av[t][1] = av[t][1] + p * do1;
                     ak[t][0] = ak[t][0] + ds * q0;
@@ -802,11 +807,11 @@ static void qt_attn_bwd_tile_update_full(qt_real *dqb, qt_real *dkb, qt_real *dv
         for (int64_t j = j0; j < j1; j++) {
             const qt_attn_v16 k0 = qt_attn_load16(kb + j * kstride + d0),
                               k1 = qt_attn_load16(kb + j * kstride + d0 + 16);
-            const qt_real *dsj = DS + (j - j0) * QT_ATTN_G;
 #pragma GCC unroll 8
             for (int r = 0; r < QT_ATTN_G; r++) {
-                aq[r][0] = aq[r][0] + dsj[r] * k0;
-                aq[r][1] = aq[r][1] + dsj[r] * k1;
+                const qt_real ds = DS[QT_ATTN_PIX(r, j - j0)];
+                aq[r][0] = aq[r][0] + ds * k0;
+                aq[r][1] = aq[r][1] + ds * k1;
             }
         }
 #pragma GCC unroll 8
@@ -850,7 +855,7 @@ static void qt_attn_bwd_tile_update(qt_real *dqb, qt_real *dkb, qt_real *dvb, co
 }
 
 /* One (sequence, head) in key-block order (see above). */
-static qt_real qt_attn_pk[2][QT_ATTN_G * QT_ATTN_PACK_HD]; /* packed q and do rows */
+static qt_real qt_attn_kvp[2][QT_ATTN_BWD_KEYS * QT_ATTN_PACK_HD]; /* packed key block */
 static void qt_attn_bwd_keyblocks(qt_real *dq, qt_real *dkb, qt_real *dvb, const qt_real *dout,
                                   const qt_real *q, const qt_real *o, const qt_real *kb,
                                   const qt_real *vb, const qt_real *lse, qt_real *scratch,
@@ -862,14 +867,17 @@ static void qt_attn_bwd_keyblocks(qt_real *dq, qt_real *dkb, qt_real *dvb, const
     for (int64_t i = 0; i < S; i++) D[i] = qt_attn_dot(dout + i * qstride, o + i * qstride, hd);
     for (int64_t j0 = 0; j0 < S; j0 += QT_ATTN_BWD_KEYS) {
         const int64_t j1 = S - j0 < QT_ATTN_BWD_KEYS ? S : j0 + QT_ATTN_BWD_KEYS;
+        for (int64_t g = j0; g < j1; g += QT_ATTN_G) {
+            const int ng = (int)(j1 - g < QT_ATTN_G ? j1 - g : QT_ATTN_G);
+            qt_attn_pack8(qt_attn_kvp[0] + (g - j0) * hd, kb + g * kstride, kstride, ng, hd);
+            qt_attn_pack8(qt_attn_kvp[1] + (g - j0) * hd, vb + g * kstride, kstride, ng, hd);
+        }
         /* the query blocks that see a key of [j0, j1): rows from j0 (a multiple of QB) on */
         for (int64_t i0 = j0; i0 < S; i0 += QT_ATTN_QB) {
             const int rr = (int)(S - i0 < QT_ATTN_QB ? S - i0 : QT_ATTN_QB);
             const int64_t qo = i0 * qstride;
-            qt_attn_pack8(qt_attn_pk[0], q + qo, qstride, rr, hd);
-            qt_attn_pack8(qt_attn_pk[1], dout + qo, qstride, rr, hd);
-            qt_attn_bwd_tile(P, DS, qt_attn_pk[0], qt_attn_pk[1], q + qo, dout + qo, qstride,
-                             kb, vb, kstride, i0, rr, j0, j1, hd, scale, lse + i0, D + i0);
+            qt_attn_bwd_tile(P, DS, qt_attn_kvp[0], qt_attn_kvp[1], q + qo, dout + qo, qstride,
+                             i0, rr, j0, j1, hd, scale, lse + i0, D + i0);
             qt_attn_bwd_tile_update(dq + qo, dkb, dvb, q + qo, dout + qo, kb, P, DS, qstride,
                                     kstride, i0, rr, j0, j1, hd);
         }
