@@ -379,11 +379,16 @@ static inline qt_attn_v8 qt_attn_sel8(qt_attn_m8 c, qt_attn_v8 a, qt_attn_v8 b)
     return (qt_attn_v8)((c & (qt_attn_m8)a) | (~c & (qt_attn_m8)b));
 }
 
+/* QT_EXP on eight lanes (float: qt_expf_v8, the same bits as qt_expf_inline) */
 static inline qt_attn_v8 qt_attn_exp8(qt_attn_v8 x)
 {
+#ifdef QT_REAL_DOUBLE
     qt_attn_v8 y;
     for (int u = 0; u < 8; u++) y[u] = QT_EXP(x[u]);
     return y;
+#else
+    return (qt_attn_v8)qt_expf_v8((qt_mi_f8)x);
+#endif
 }
 
 /* The block's scores: st[g*8*S + j*8 + r] = qt_attn_dot(q_i, k_j) * scale for the rows
@@ -724,7 +729,11 @@ static void qt_attn_bwd_tile(qt_real *P, qt_real *DS, const qt_real *kp, const q
         for (int64_t j = j0; j < je; j += 8) {
             qt_attn_dot4x8(s, kp + (j - j0) * hd, xq, hd);
             qt_attn_dot4x8(dp, vp + (j - j0) * hd, xd, hd);
-            for (int u = 0; u < 32; u++) s[u] = QT_EXP(s[u] * scale - lv[u]);
+            for (int u = 0; u < 32; u += 8) {
+                const qt_attn_v8 x = qt_attn_load8(s + u) * scale - qt_attn_load8(lv + u);
+                const qt_attn_v8 p = qt_attn_exp8(x);
+                memcpy(s + u, &p, sizeof p);
+            }
             for (int u = 0; u < 32; u++) dp[u] = scale * (s[u] * (dp[u] - Dv[u]));
             for (int t = 0; t < 4; t++) {
                 memcpy(P + QT_ATTN_PIX(r0 + t, j - j0), s + 8 * t, 8 * sizeof *s);
