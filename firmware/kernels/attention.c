@@ -1,4 +1,4 @@
-/* attention.c - causal GQA softmax attention, one query row at a time.
+/* attention.c - causal GQA softmax attention (blocked and tiled, one row's order per row).
  *
  * Forward: scores s_ij = (q_i . k_j) * scale for j <= i, m = max_j s_ij,
  * lse_i = m + log(sum_j exp(s_ij - m)) (j increasing), o_i = sum_j exp(s_ij - lse_i) v_j
@@ -6,11 +6,20 @@
  * nothing of size S*S is ever stored.
  * Invariants: one fixed summation order per quantity (documented at each loop); no state
  * crosses sequences; the result never depends on whether scratch was supplied.
- * The fast paths compute eight keys' dot products together (qt_attn_dot8): eight
- * independent lane chains instead of one latency-bound chain, and the eight final
- * pairwise combines done as one transposing add tree. Every dot keeps qt_attn_dot's exact
- * operation tree, so they are bit-identical to the one-dot-at-a-time *_ref versions
- * (tested); the softmax exponentials are taken in a separate, vectorisable pass.
+ * The fast paths compute many dots at once: qt_attn_dot8 (eight keys, eight lane chains
+ * each in a 256-bit vector) and qt_attn_dot4x8 (eight packed rows against four others, two
+ * dots per AVX-512 register), each followed by one transposing add tree for the final
+ * pairwise combines. Every dot keeps qt_attn_dot's exact operation tree and every sum its
+ * order, so they are bit-identical to the one-dot-at-a-time *_ref versions (tested); the
+ * softmax exponentials are taken in separate, vectorised passes (qt_expf_v8: the same bits).
+ * Paths, fastest first: the tiled forward (qt_attn_fwd_tiled: hd % 16 == 0, hd <= 512,
+ * S <= 16384) and the key-block backward (qt_attn_bwd_keyblocks: the planned scratch, S >= 256,
+ * hd <= 512); the 8-row forward and 4-row backward blocks; the one-row forms.
+ * Static buffers (not thread-safe, like matmul.c's packing buffer): the forward's block
+ * scores (512 KiB) and packed rows (64 KiB), the backward's packed key block (256 KiB);
+ * twice that in the double build.
+ * No FMA (the contract: -ffp-contract=off, multiply then add): every multiply-add is two
+ * vector instructions, so these kernels' roof is half the FMA peak (docs/bench.md).
  */
 #include "attention.h"
 #include <string.h>
@@ -136,9 +145,9 @@ static void qt_attn_pack8(qt_real *qp, const qt_real *a, int64_t stride, int rr,
 
 /* out[t*8 + r] = qt_attn_dot(a_r, x[t], hd) for the four rows x[t] and the eight packed
  * rows a_r of qp, bit for bit (hd % 8 == 0; either side may be the keys). acc[t*4 + p]
- * holds a_{2p}, a_{2p+1} against x[t]; the combine pairs lanes across vectors as qt_attn_dot8 does, three
- * stages, and leaves keys 0 and 1 (rows 0..7 each) in the first result, 2 and 3 in the
- * second. */
+ * holds a_{2p}, a_{2p+1} against x[t]; the combine pairs lanes across vectors as
+ * qt_attn_dot8 does, three stages, and leaves x[0] and x[1] (against a_0..a_7 each) in the
+ * first result, x[2] and x[3] in the second. */
 static inline __attribute__((always_inline)) void
 qt_attn_dot4x8(qt_real *out, const qt_real *qp, const qt_real *const *x, int64_t hd)
 {
@@ -272,7 +281,9 @@ static void qt_attn_scores(qt_real *sc, const qt_real *qi, const qt_real *kb, in
  * S = 4096, hd = 256 that is 4 MiB each, beyond L2, and the kernel ran at ~5 GFLOP/s).
  * The block's scores live in a static module buffer (not thread-safe, like matmul.c's
  * packing buffer; the plan's scratch holds one row): rows = QT_ATTN_FWD_CAP / S, at most
- * QT_ATTN_FWD_ROWS; longer sequences run one row at a time in the caller's scratch. Per
+ * QT_ATTN_FWD_ROWS; longer sequences run one row at a time in the caller's scratch. Since
+ * the tiled forward below, this path runs only where that one cannot (S > QT_ATTN_FWD_CAP / 8
+ * or hd > QT_ATTN_PACK_HD). Per
  * row every quantity has the one-row path's operation tree: each score is qt_attn_dot's
  * (qt_attn_dot8 gives the same bits), max / sum / lse / exp in j order, and o_i's elements
  * the chain 0 + p_0 v_0 + p_1 v_1 ... */
@@ -457,7 +468,8 @@ qt_attn_fwd_pv(qt_real *og, int64_t qstride, const qt_real *pg, const qt_real *v
 #pragma GCC unroll 8
     for (int r = 0; r < QT_ATTN_G; r++)
         for (int w = 0; w < W; w++)
-            acc[r][w] = first || r >= rg ? (qt_attn_v16){0} : qt_attn_load16(og + r * qstride + 16 * w);
+            acc[r][w] = first || r >= rg ? (qt_attn_v16){0}
+                                         : qt_attn_load16(og + r * qstride + 16 * w);
     const int64_t jf = jb < ig + 1 ? jb : ig + 1; /* keys every row of the group sees */
     int64_t j = ja;
     for (; j < jf; j++) {
@@ -703,7 +715,8 @@ static void qt_attn_bwd_block(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt
 _Static_assert(QT_ATTN_QB == QT_ATTN_G, "the key-block order's row blocks are packed groups");
 #define QT_ATTN_BWD_KB_SCRATCH(S) (QT_ATTN_R * (S) + 2 * QT_ATTN_QB * QT_ATTN_BWD_KEYS)
 
-/* The tiles are row-major: P[QT_ATTN_PIX(r, j - j0)] = p_ij, DS[..] = scale*(p_ij (do_i.v_j - D_i)). */
+/* The key-block tiles are row-major: P[QT_ATTN_PIX(r, j - j0)] = p_ij and
+ * DS[QT_ATTN_PIX(r, j - j0)] = scale * (p_ij (do_i.v_j - D_i)). */
 #define QT_ATTN_PIX(r, jj) ((r) * QT_ATTN_BWD_KEYS + (jj))
 
 /* P and DS for rows i = i0 + r, r < rr, and keys j in [j0, j1) with j <= i. kp and vp are
@@ -825,7 +838,8 @@ static void qt_attn_bwd_tile_update_full(qt_real *dqb, qt_real *dkb, qt_real *dv
         }
 #pragma GCC unroll 8
         for (int r = 0; r < QT_ATTN_G; r++)
-            for (int w = 0; w < 2; w++) memcpy(dqb + r * qstride + d0 + 16 * w, &aq[r][w], sizeof aq[r][w]);
+            for (int w = 0; w < 2; w++)
+                memcpy(dqb + r * qstride + d0 + 16 * w, &aq[r][w], sizeof aq[r][w]);
     }
 }
 
