@@ -274,7 +274,8 @@ TEST(AttnKernel, ScratchFreePathGivesSameBits)
     CHECK(bits_equal(la, lb));
 }
 
-// The batched fast paths (eight keys' dots at once, exponentials in a separate pass) must
+// The batched fast paths (eight keys' dots at once, exponentials in a separate pass; the
+// forward takes the tiled path at these shapes, TiledPathsBitIdenticalToReference) must
 // reproduce the one-dot-at-a-time references bit for bit, float and double: S and hd with
 // and without multiples of 8 (dot8 blocks, tails, lane tails), GQA groups of 1 and 2,
 // non-zero gradient buffers (the backward accumulates). hd 64 and 16 take the blocked
@@ -355,12 +356,14 @@ TEST(AttnKernel, BatchedDotsBitIdenticalToReference)
 // or 64 (partial row groups, partial key groups, the last forward block of 5 or 12 rows),
 // S below 256 (the 4-row backward), and packed documents (qt_attn_*_docs: every document
 // must equal the reference run on it alone; documents of 1, 45 and 270 rows, each taking
-// the key-block backward inside the sequence's scratch).
+// the key-block backward inside the sequence's scratch). hd 528 is past the packing
+// buffers (QT_ATTN_PACK_HD): the 8-row forward blocks and the 4-row backward, which the
+// tiled forward replaced at every other shape here.
 TEST(AttnKernel, TiledPathsBitIdenticalToReference)
 {
     struct { int64_t b, S, Hq, Hkv, hd; } cases[] = {
         {1, 300, 2, 2, 256}, {2, 77, 4, 2, 128}, {1, 261, 8, 1, 64}, {1, 333, 2, 1, 48},
-        {1, 517, 2, 1, 128}};
+        {1, 517, 2, 1, 128}, {1, 37, 2, 1, 528}};
     const double scale = 0.0625;
     for (auto &c : cases) {
         const int64_t T = c.b * c.S, nq = T * c.Hq * c.hd, nk = T * c.Hkv * c.hd;
