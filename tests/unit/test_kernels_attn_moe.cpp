@@ -274,7 +274,8 @@ TEST(AttnKernel, ScratchFreePathGivesSameBits)
     CHECK(bits_equal(la, lb));
 }
 
-// The batched fast paths (eight keys' dots at once, exponentials in a separate pass) must
+// The batched fast paths (eight keys' dots at once, exponentials in a separate pass; the
+// forward takes the tiled path at these shapes, TiledPathsBitIdenticalToReference) must
 // reproduce the one-dot-at-a-time references bit for bit, float and double: S and hd with
 // and without multiples of 8 (dot8 blocks, tails, lane tails), GQA groups of 1 and 2,
 // non-zero gradient buffers (the backward accumulates). hd 64 and 16 take the blocked
@@ -343,6 +344,104 @@ TEST(AttnKernel, BatchedDotsBitIdenticalToReference)
             CHECK(memcmp(dka.data(), dkb.data(), nk * sizeof(double)) == 0);
             CHECK(memcmp(dva.data(), dvb.data(), nk * sizeof(double)) == 0);
             CHECK(blocked ? !std::isnan(sa[probe]) : std::isnan(sa[probe]));
+        }
+    }
+}
+
+// The tiled paths (the forward in blocks of 32 rows with four-key score tiles and 8 x 32
+// P V tiles; the backward in key blocks of 64 with packed keys and register-tiled
+// updates) against the one-dot-at-a-time references, bit for bit, float and double, on the
+// planned scratch QT_ATTN_BWD_SCRATCH(S): head dims 64, 128, 256 and 48 (a 16-wide last
+// slice, the backward's general update), GQA ratios 1, 2 and 8, S not a multiple of 8, 32
+// or 64 (partial row groups, partial key groups, the last forward block of 5 or 12 rows),
+// S below 256 (the 4-row backward), and packed documents (qt_attn_*_docs: every document
+// must equal the reference run on it alone; documents of 1, 45 and 270 rows, each taking
+// the key-block backward inside the sequence's scratch). hd 528 is past the packing
+// buffers (QT_ATTN_PACK_HD): the 8-row forward blocks and the 4-row backward, which the
+// tiled forward replaced at every other shape here.
+TEST(AttnKernel, TiledPathsBitIdenticalToReference)
+{
+    struct { int64_t b, S, Hq, Hkv, hd; } cases[] = {
+        {1, 300, 2, 2, 256}, {2, 77, 4, 2, 128}, {1, 261, 8, 1, 64}, {1, 333, 2, 1, 48},
+        {1, 517, 2, 1, 128}, {1, 37, 2, 1, 528}};
+    const double scale = 0.0625;
+    for (auto &c : cases) {
+        const int64_t T = c.b * c.S, nq = T * c.Hq * c.hd, nk = T * c.Hkv * c.hd;
+        const uint64_t sd = 900 + (uint64_t)(c.S + c.hd);
+        vd q = rand_vec(nq, sd, 2.0), k = rand_vec(nk, sd + 1, 2.0), v = rand_vec(nk, sd + 2),
+           w = rand_vec(nq, sd + 3), g0 = rand_vec(nq, sd + 4), g1 = rand_vec(nk, sd + 5),
+           g2 = rand_vec(nk, sd + 6);
+        {   // float
+            vf qf = to_f(q), kf = to_f(k), vv = to_f(v), wf = to_f(w), oa(nq), ob(nq),
+               la(c.b * c.Hq * c.S), lb(la.size()), sa(QT_ATTN_BWD_SCRATCH(c.S)), sb(c.S);
+            qt_attn_fwd(oa.data(), la.data(), qf.data(), kf.data(), vv.data(), sa.data(), c.b,
+                        c.S, c.Hq, c.Hkv, c.hd, (float)scale);
+            qt_attn_fwd_ref(ob.data(), lb.data(), qf.data(), kf.data(), vv.data(), sb.data(),
+                            c.b, c.S, c.Hq, c.Hkv, c.hd, (float)scale);
+            CHECK(bits_equal(oa, ob));
+            CHECK(bits_equal(la, lb));
+            vf dqa = to_f(g0), dka = to_f(g1), dva = to_f(g2), dqb = dqa, dkb = dka, dvb = dva;
+            qt_attn_bwd_n(dqa.data(), dka.data(), dva.data(), wf.data(), qf.data(), kf.data(),
+                          vv.data(), oa.data(), la.data(), sa.data(), (int64_t)sa.size(), c.b,
+                          c.S, c.Hq, c.Hkv, c.hd, (float)scale);
+            qt_attn_bwd_ref(dqb.data(), dkb.data(), dvb.data(), wf.data(), qf.data(), kf.data(),
+                            vv.data(), oa.data(), la.data(), sb.data(), c.b, c.S, c.Hq, c.Hkv,
+                            c.hd, (float)scale);
+            CHECK(bits_equal(dqa, dqb));
+            CHECK(bits_equal(dka, dkb));
+            CHECK(bits_equal(dva, dvb));
+        }
+        {   // double
+            vd oa(nq), ob(nq), la(c.b * c.Hq * c.S), lb(la.size()), sa(QT_ATTN_BWD_SCRATCH(c.S)),
+               sb(c.S);
+            qt_attn_fwd_f64(oa.data(), la.data(), q.data(), k.data(), v.data(), sa.data(), c.b,
+                            c.S, c.Hq, c.Hkv, c.hd, scale);
+            qt_attn_fwd_ref_f64(ob.data(), lb.data(), q.data(), k.data(), v.data(), sb.data(),
+                                c.b, c.S, c.Hq, c.Hkv, c.hd, scale);
+            CHECK(memcmp(oa.data(), ob.data(), nq * sizeof(double)) == 0);
+            CHECK(memcmp(la.data(), lb.data(), la.size() * sizeof(double)) == 0);
+            vd dqa = g0, dka = g1, dva = g2, dqb = g0, dkb = g1, dvb = g2;
+            qt_attn_bwd_n_f64(dqa.data(), dka.data(), dva.data(), w.data(), q.data(), k.data(),
+                              v.data(), oa.data(), la.data(), sa.data(), (int64_t)sa.size(),
+                              c.b, c.S, c.Hq, c.Hkv, c.hd, scale);
+            qt_attn_bwd_ref_f64(dqb.data(), dkb.data(), dvb.data(), w.data(), q.data(),
+                                k.data(), v.data(), oa.data(), la.data(), sb.data(), c.b, c.S,
+                                c.Hq, c.Hkv, c.hd, scale);
+            CHECK(memcmp(dqa.data(), dqb.data(), nq * sizeof(double)) == 0);
+            CHECK(memcmp(dka.data(), dkb.data(), nk * sizeof(double)) == 0);
+            CHECK(memcmp(dva.data(), dvb.data(), nk * sizeof(double)) == 0);
+        }
+    }
+    {   // packed documents (float): each document against the reference on it alone
+        const int64_t S = 316, Hq = 4, Hkv = 2, hd = 64, qw = Hq * hd, kw = Hkv * hd;
+        const int64_t starts[] = {0, 45, 46, S};   // documents of 45, 1 and 270 rows
+        std::vector<int32_t> pos(S);
+        for (int d = 0; d < 3; d++)
+            for (int64_t i = starts[d]; i < starts[d + 1]; i++) pos[i] = (int32_t)(i - starts[d]);
+        vf q = to_f(rand_vec(S * qw, 950, 2.0)), k = to_f(rand_vec(S * kw, 951, 2.0)),
+           v = to_f(rand_vec(S * kw, 952)), w = to_f(rand_vec(S * qw, 953)), o(S * qw),
+           lse(Hq * S), sc(QT_ATTN_BWD_SCRATCH(S)), dq(S * qw, 0.f), dk(S * kw, 0.f),
+           dv(S * kw, 0.f);
+        qt_attn_fwd_docs(o.data(), lse.data(), q.data(), k.data(), v.data(), sc.data(),
+                         pos.data(), 1, S, Hq, Hkv, hd, 0.125f);
+        qt_attn_bwd_docs(dq.data(), dk.data(), dv.data(), w.data(), q.data(), k.data(),
+                         v.data(), o.data(), lse.data(), pos.data(), sc.data(),
+                         (int64_t)sc.size(), 1, S, Hq, Hkv, hd, 0.125f);
+        for (int d = 0; d < 3; d++) {
+            const int64_t a = starts[d], L = starts[d + 1] - a;
+            vf od(L * qw), ld(Hq * L), sd(L), dqd(L * qw, 0.f), dkd(L * kw, 0.f),
+               dvd(L * kw, 0.f);
+            qt_attn_fwd_ref(od.data(), ld.data(), q.data() + a * qw, k.data() + a * kw,
+                            v.data() + a * kw, sd.data(), 1, L, Hq, Hkv, hd, 0.125f);
+            qt_attn_bwd_ref(dqd.data(), dkd.data(), dvd.data(), w.data() + a * qw,
+                            q.data() + a * qw, k.data() + a * kw, v.data() + a * kw, od.data(),
+                            ld.data(), sd.data(), 1, L, Hq, Hkv, hd, 0.125f);
+            CHECK(memcmp(od.data(), o.data() + a * qw, L * qw * sizeof(float)) == 0);
+            for (int64_t h = 0; h < Hq; h++)
+                CHECK(memcmp(ld.data() + h * L, lse.data() + h * S + a, L * sizeof(float)) == 0);
+            CHECK(memcmp(dqd.data(), dq.data() + a * qw, L * qw * sizeof(float)) == 0);
+            CHECK(memcmp(dkd.data(), dk.data() + a * kw, L * kw * sizeof(float)) == 0);
+            CHECK(memcmp(dvd.data(), dv.data() + a * kw, L * kw * sizeof(float)) == 0);
         }
     }
 }

@@ -259,6 +259,35 @@ TEST(Math, InlineVectorAndApiBitIdentical)
     LONGS_EQUAL(0, bad);
 }
 
+// qt_expf_v8 (the eight-lane form the attention softmax uses) gives qt_expf's bits in every
+// lane: the edge values and every 4099th bit pattern of all 2^32, the lanes rotated so each
+// value visits a different lane position as the patterns advance.
+TEST(Math, ExpfV8BitIdenticalToApi)
+{
+    const float edge[] = {0.0f, -0.0f, 88.72f, 88.73f, -103.97f, -104.0f, -150.0f, 150.0f,
+                          -151.0f, 151.0f, INFINITY, -INFINITY, NAN, -NAN, 1e-45f, -1e-45f};
+    long bad = 0, n = 0;
+    uint64_t u = 0;
+    int done = 0;
+    while (!done) {
+        qt_mi_f8 x;
+        for (int l = 0; l < 8; l++, u++) {
+            if (u < sizeof edge / sizeof edge[0]) {
+                x[l] = edge[u];
+            } else {
+                uint64_t b = (u - sizeof edge / sizeof edge[0]) * 4099u;
+                if (b > 0xffffffffu) { done = 1; b = 0x7fc00000u; }
+                x[l] = from_bits((uint32_t)b);
+            }
+        }
+        const qt_mi_f8 y = qt_expf_v8(x);
+        for (int l = 0; l < 8; l++, n++)
+            if (!same_float(y[l], qt_expf(x[l]))) bad++;
+    }
+    printf("\n  qt_expf_v8 against qt_expf on %ld values, %ld mismatches", n, bad);
+    LONGS_EQUAL(0, bad);
+}
+
 TEST(Math, SpecialValues)
 {
     const float inf = INFINITY;
