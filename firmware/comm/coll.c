@@ -1,12 +1,13 @@
 /* coll.c - the collectives of qt_coll.h, written once for both back ends on top of
  * qt_comm_sendrecv (qt_comm.h): mesh and group arithmetic, the deadline and context of
- * timeout messages, the counters, and the algorithms (recursive halving reduce-scatter with
- * fixed pairing, recursive doubling or ring all-gather, binomial broadcast, exact integer
- * sums, shift-schedule all-to-all, plan check).
+ * timeout messages, the counters, and the algorithms: the reduce-scatter and all-gather
+ * driven with blocking transfers over their step cursors (coll_steps.c, shared with the
+ * split collectives of coll_async.c), binomial broadcast, exact integer sums,
+ * shift-schedule all-to-all, plan check.
  *
  * Invariants:
- *  - floats are only ever added here, elementwise, as mine + partner's in the fixed pairing
- *    of qt_coll_reduce_scatter_f32 (a perfect pairwise tree over group indices); message
+ *  - floats are only ever added in coll_steps.c (the fixed pairing of
+ *    qt_coll_reduce_scatter_f32, a perfect pairwise tree over group indices); message
  *    sizes and scratch size change how data moves, never which additions happen;
  *  - every member of a group runs the same sequence of qt_comm_sendrecv calls with matching
  *    sizes, so pairwise FIFO order matches the messages (no tags per call);
@@ -197,7 +198,7 @@ double qt_coll_deadline_s(void)
 }
 
 /* Start of a public collective: counts it, starts the clock and the deadline. */
-void qt_coll_begin(const char *op, unsigned mask, int world)
+static void qt_coll_begin(const char *op, unsigned mask, int world)
 {
     qt_coll_s.op = op;
     qt_coll_s.op_mask = mask;
@@ -210,7 +211,7 @@ void qt_coll_begin(const char *op, unsigned mask, int world)
 }
 
 /* End of a public collective: adds its time; returns rc. */
-int qt_coll_end(int rc)
+static int qt_coll_end(int rc)
 {
     qt_coll_s.seconds += qt_coll_now() - qt_coll_s.t_start;
     return rc;
