@@ -1,6 +1,8 @@
 /* interp.c - walks the init and microbatch schedules of a plan (see qt_interp.h).
  *
- * Invariants: ops run strictly in schedule order on one thread; per-sequence weight
+ * Invariants: ops run strictly in schedule order on one thread (between two ops, and between
+ * the sequences of a weight gradient, the collectives in flight are progressed:
+ * qt_coll_progress, docs/overlap.md); per-sequence weight
  * gradients are reduced only through qt_tree (never summed across sequences by a kernel),
  * so gradient bits depend only on the leaves and their count, not on the batch split.
  * No heap: the level pointer table lives on the stack with a fixed bound.
