@@ -2,15 +2,17 @@
  * per-chunk recomputation (contract: gdn_core.h, qt_ops.h QT_OP_GDN_CORE_*).
  *
  * Invariants:
- *  - one step function (qt_gdn_step) produces every state, in the forward and in the
- *    backward's recomputation, so recomputed states carry the forward's bits and the
- *    chunk size cannot change any result;
+ *  - every state comes from one set of per-element expressions in one order (qt_gdn_step;
+ *    the AVX-512 column-block sweeps below apply the same ones, columns never mix), in the
+ *    forward and in the backward's recomputation, so recomputed states carry the forward's
+ *    bits and the chunk size cannot change any result;
  *  - loops over a state run row kk (Dk) outside, column (Dv) inside and contiguous; every
  *    per-column sum therefore runs in increasing kk, per-row sums over Dv use the fixed
  *    8-lane order of QT_GDN_BLOCKED, sums over Dk alone (norms) run in increasing i;
  *  - the forward has no scratch: the running state of chunk n lives in checkpoint slot
  *    n+1 (which it becomes); the last chunk runs in its own slot, which is then restored by
- *    re-running the previous chunk (at most one extra chunk per sequence and head);
+ *    re-running the previous chunk (at most one extra chunk per sequence and head); the
+ *    blocked forward (Dv a multiple of 64) keeps a column block in slot 0 and zeroes it after;
  *  - nothing crosses a sequence: every sequence starts from S_0 = 0 and dS = 0.
  */
 #include <stddef.h>
@@ -101,7 +103,7 @@ static void qt_gdn_step_v(float *restrict st, float *restrict o, float *restrict
                 __m512 sn = _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
                                           _mm512_mul_ps(kv, dl[u]));
                 _mm512_storeu_ps(sr + 16 * u, sn);
-                if (o) ov[u] = _mm512_add_ps(ov[u], _mm512_mul_ps(sn, qv));
+                ov[u] = _mm512_add_ps(ov[u], _mm512_mul_ps(sn, qv));
             }
         }
         if (o) {
@@ -192,6 +194,118 @@ static void qt_gdn_zero(qt_real *dst, int64_t n)
     for (int64_t i = 0; i < n; i++) dst[i] = QT_R(0.0);
 }
 
+#if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__)
+/* The forward in column blocks (AVX-512, Dv a multiple of 64): the columns of the state never
+ * mix (pred, delta, the update and o are per column), so a block of QT_GDN_FB columns runs
+ * through every token of a sequence while its Dk x 64 floats stay in L1 (32 KiB at Dk 128),
+ * and one sweep over the rows per token does the update and output of token t and the pred
+ * of token t+1:
+ *   S_t[kk] = ab[kk] + kh_t[kk]*delta_t;  o_t += S_t[kk]*qh_t[kk];
+ *   ab[kk] = a_{t+1}*S_t[kk];  pred_{t+1} += ab[kk]*kh_{t+1}[kk]
+ * where ab holds a_t*S_{t-1}, the value the scalar step computes twice. Every element gets
+ * the scalar step's operations in its order (sums over kk increasing from +0), so the bits
+ * are qt_gdn_step's; the block's buffer is checkpoint slot 0 of the head (zeroed after). */
+#define QT_GDN_FB 64 /* columns per block: 4 zmm of pred and of o */
+#define QT_GDN_FBV (QT_GDN_FB / 16) /* vectors per block row */
+
+static inline __attribute__((always_inline)) void
+qt_gdn_fwd_sweep_v(float *restrict ab, float *restrict o, float *restrict sout, int64_t ld,
+                   __m512 pr[QT_GDN_FBV], const __m512 dl[QT_GDN_FBV], const float *restrict kh,
+                   const float *restrict qh, const float *restrict kn, float an, int64_t dk)
+{
+    const __m512 van = _mm512_set1_ps(an);
+    __m512 ov[QT_GDN_FBV];
+    for (int u = 0; u < QT_GDN_FBV; u++) ov[u] = pr[u] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < dk; kk++) {
+        float *br = ab + kk * QT_GDN_FB;
+        const __m512 kv = _mm512_set1_ps(kh[kk]), qv = _mm512_set1_ps(qh[kk]);
+        const __m512 nv = kn ? _mm512_set1_ps(kn[kk]) : kv;
+#pragma GCC unroll 4
+        for (int u = 0; u < QT_GDN_FBV; u++) {
+            const __m512 sn =
+                _mm512_add_ps(_mm512_loadu_ps(br + 16 * u), _mm512_mul_ps(kv, dl[u]));
+            ov[u] = _mm512_add_ps(ov[u], _mm512_mul_ps(sn, qv));
+            if (sout) _mm512_storeu_ps(sout + kk * ld + 16 * u, sn);
+            if (kn) {
+                const __m512 as = _mm512_mul_ps(van, sn);
+                _mm512_storeu_ps(br + 16 * u, as);
+                pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, nv));
+            }
+        }
+    }
+    for (int u = 0; u < QT_GDN_FBV; u++) _mm512_storeu_ps(o + 16 * u, ov[u]);
+}
+
+/* Columns [x0, x0+QT_GDN_FB) of sequence s, value head j, through all S tokens from S_0 = 0:
+ * writes their o columns and the checkpoints' columns (slots 1..nch-1); uses slot 0 as the
+ * contiguous block buffer. qh, kh: 2*Dk reals each (this token's and the next). */
+static void qt_gdn_fwd_block_v(float *restrict sth, float *restrict o, const float *restrict c,
+                               const float *restrict g, const float *restrict beta,
+                               const float *restrict rq, const float *restrict rk,
+                               float qscale, int64_t s, int64_t j, int64_t x0,
+                               float *restrict qh, float *restrict kh, const qt_gdn_dims *d)
+{
+    const int64_t dk = d->dk, dv = d->dv, h = j / d->r;
+    float *ab = sth;
+    __m512 pr[QT_GDN_FBV], dl[QT_GDN_FBV];
+    int64_t row = s * d->S;
+    qt_gdn_load_qk(qh, kh, c + row * d->cc, rq[row * d->hk + h], rk[row * d->hk + h], qscale,
+                   h, d);
+    float an = qt_gdn_decay(g, row, j, d);
+    const __m512 va = _mm512_set1_ps(an);
+    for (int u = 0; u < QT_GDN_FBV; u++) pr[u] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < dk; kk++) { /* S_0 = 0: ab = a_0*0, pred_0 = sum ab*kh */
+        const __m512 kv = _mm512_set1_ps(kh[kk]);
+        for (int u = 0; u < QT_GDN_FBV; u++) {
+            const __m512 as = _mm512_mul_ps(va, _mm512_setzero_ps());
+            _mm512_storeu_ps(ab + kk * QT_GDN_FB + 16 * u, as);
+            pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+        }
+    }
+    for (int64_t t = 0; t < d->S; t++, row++) {
+        float *qc = qh + (t & 1) * dk, *kc = kh + (t & 1) * dk;
+        float *qn = qh + ((t + 1) & 1) * dk, *kn = kh + ((t + 1) & 1) * dk;
+        const float *v = c + row * d->cc + 2 * d->hk * dk + j * dv + x0;
+        const __m512 vb = _mm512_set1_ps(beta[row * d->hv + j]);
+        for (int u = 0; u < QT_GDN_FBV; u++) /* delta = bt * (v - pred) */
+            dl[u] = _mm512_mul_ps(vb, _mm512_sub_ps(_mm512_loadu_ps(v + 16 * u), pr[u]));
+        const int last = t + 1 == d->S;
+        if (!last) {
+            qt_gdn_load_qk(qn, kn, c + (row + 1) * d->cc, rq[(row + 1) * d->hk + h],
+                           rk[(row + 1) * d->hk + h], qscale, h, d);
+            an = qt_gdn_decay(g, row + 1, j, d);
+        }
+        float *orow = o + row * d->hv * dv + j * dv + x0;
+        if (last) /* separate calls, so each inlined sweep has its branches resolved */
+            qt_gdn_fwd_sweep_v(ab, orow, 0, dv, pr, dl, kc, qc, 0, an, dk);
+        else if ((t + 1) % d->chunk == 0)
+            qt_gdn_fwd_sweep_v(ab, orow, sth + (t + 1) / d->chunk * d->dkdv + x0, dv, pr, dl,
+                               kc, qc, kn, an, dk);
+        else
+            qt_gdn_fwd_sweep_v(ab, orow, 0, dv, pr, dl, kc, qc, kn, an, dk);
+    }
+}
+
+/* The blocked forward over every sequence and head (checkpoint slot 0 zeroed after each). */
+static void qt_gdn_fwd_blocked_v(float *restrict o, float *restrict states,
+                                 const float *restrict rq, const float *restrict rk,
+                                 const float *restrict c, const float *restrict g,
+                                 const float *restrict beta, int64_t b, float qscale,
+                                 const qt_gdn_dims *d)
+{
+    float qh[2 * QT_GDN_CORE_MAX_DIM], kh[2 * QT_GDN_CORE_MAX_DIM];
+    if (d->S < 1) return;
+    for (int64_t s = 0; s < b; s++)
+        for (int64_t j = 0; j < d->hv; j++) {
+            float *sth = states + (s * d->hv + j) * d->nch * d->dkdv;
+            for (int64_t x0 = 0; x0 < d->dv; x0 += QT_GDN_FB)
+                qt_gdn_fwd_block_v(sth, o, c, g, beta, rq, rk, qscale, s, j, x0, qh, kh, d);
+            qt_gdn_zero(sth, d->dkdv);
+        }
+}
+#define QT_GDN_FWD_BLOCKED 1
+#endif
+
 static void qt_gdn_core_fwd_impl(qt_real *restrict o, qt_real *restrict states,
                                  qt_real *restrict rq, qt_real *restrict rk,
                                  const qt_real *restrict c, const qt_real *restrict g,
@@ -207,6 +321,12 @@ static void qt_gdn_core_fwd_impl(qt_real *restrict o, qt_real *restrict states,
     d.pos = pos;
 
     qt_gdn_inv_norms(rq, rk, c, b * S, l2eps, &d);
+#ifdef QT_GDN_FWD_BLOCKED
+    if (!scalar && dv % QT_GDN_FB == 0) {
+        qt_gdn_fwd_blocked_v(o, states, rq, rk, c, g, beta, b, qscale, &d);
+        return;
+    }
+#endif
 
     for (int64_t s = 0; s < b; s++) {
         for (int64_t j = 0; j < hv; j++) {
