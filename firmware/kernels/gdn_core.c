@@ -409,12 +409,25 @@ static void qt_gdn_pred_row(qt_real *restrict pred, const qt_real *restrict srow
  * AVX-512, whole rows at a time so the running ddelta / pred columns stay in registers.
  * Every element runs the scalar pass's expressions; a row's 8-lane sums take the low then
  * the high half of each 16-column vector, i.e. lane l = x mod 8 in increasing x, as
- * QT_GDN_BLOCKED does; the lanes are then combined by qt_gdn_lanes_sum. Same bits. */
+ * QT_GDN_BLOCKED does; the lanes are then combined by qt_gdn_lanes_sum's tree, for 8 rows
+ * at once by qt_gdn_lanes_sum8. Same bits. */
 static inline float qt_gdn_lanes_sum_v(__m256 v)
 {
     float l[QT_GDN_LANES];
     _mm256_storeu_ps(l, v);
     return qt_gdn_lanes_sum(l);
+}
+
+/* The lane vectors of 8 rows -> the 8 row sums ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)): hadd
+ * forms l0+l1 and l2+l3, then (l0+l1)+(l2+l3) (first operand first, as the scalar tree),
+ * and the two 128-bit halves add the 0123 and 4567 halves. */
+static inline __m256 qt_gdn_lanes_sum8(const __m256 *l)
+{
+    const __m256 h01 = _mm256_hadd_ps(l[0], l[1]), h23 = _mm256_hadd_ps(l[2], l[3]);
+    const __m256 h45 = _mm256_hadd_ps(l[4], l[5]), h67 = _mm256_hadd_ps(l[6], l[7]);
+    const __m256 q0 = _mm256_hadd_ps(h01, h23), q1 = _mm256_hadd_ps(h45, h67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20),
+                         _mm256_permute2f128_ps(q0, q1, 0x31));
 }
 
 static inline __m256 qt_gdn_lanes_add(__m256 acc, __m512 t)
@@ -445,57 +458,89 @@ qt_gdn_pred_v(float *restrict pred, const float *restrict sp, float a,
     for (int u = 0; u < nv; u++) _mm512_storeu_ps(pred + 16 * u, pr[u]);
 }
 
-/* qt_gdn_bwd_row_b over every row kk; ddelta (zero before) is written at the end. */
+/* qt_gdn_bwd_row_b over every row kk; ddelta (zero before) is written at the end. S_t is
+ * read from st when the caller has the forward's state after the token (the next slot or
+ * checkpoint: the bits the step gave it), else formed as a*sp + kh delta^T (st NULL). */
 static inline __attribute__((always_inline)) void
 qt_gdn_bwd_b_v(float *restrict ds, float *restrict ddelta, float *restrict dqh,
-               float *restrict dkh, const float *restrict sp, const float *restrict delta,
-               const float *restrict dor, float a, const float *restrict kh,
-               const float *restrict qh, int64_t dk, const int nv)
+               float *restrict dkh, const float *restrict sp, const float *restrict st,
+               const float *restrict delta, const float *restrict dor, float a,
+               const float *restrict kh, const float *restrict qh, int64_t dk, const int nv)
 {
     __m512 dd[8];
+    __m256 lq[8], lk[8];
     const __m512 va = _mm512_set1_ps(a);
 #pragma GCC unroll 8
     for (int u = 0; u < nv; u++) dd[u] = _mm512_setzero_ps();
     for (int64_t kk = 0; kk < dk; kk++) {
-        const float *sr = sp + kk * 16 * nv;
+        const float *sr = (st ? st : sp) + kk * 16 * nv;
         float *dr = ds + kk * 16 * nv;
         const __m512 kv = _mm512_set1_ps(kh[kk]), qv = _mm512_set1_ps(qh[kk]);
         __m256 laq = _mm256_setzero_ps(), lak = _mm256_setzero_ps();
 #pragma GCC unroll 8
         for (int u = 0; u < nv; u++) {
             const __m512 de = _mm512_loadu_ps(delta + 16 * u), dov = _mm512_loadu_ps(dor + 16 * u);
-            const __m512 st = _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
-                                            _mm512_mul_ps(kv, de));
+            const __m512 sv = st ? _mm512_loadu_ps(sr + 16 * u)
+                                 : _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
+                                                 _mm512_mul_ps(kv, de));
             const __m512 dsv = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(qv, dov));
-            laq = qt_gdn_lanes_add(laq, _mm512_mul_ps(st, dov));
+            laq = qt_gdn_lanes_add(laq, _mm512_mul_ps(sv, dov));
             _mm512_storeu_ps(dr + 16 * u, dsv);
             lak = qt_gdn_lanes_add(lak, _mm512_mul_ps(dsv, de));
             dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv, kv));
         }
-        dqh[kk] = qt_gdn_lanes_sum_v(laq);
-        dkh[kk] = qt_gdn_lanes_sum_v(lak);
+        lq[kk & 7] = laq;
+        lk[kk & 7] = lak;
+        if ((kk & 7) == 7) {
+            _mm256_storeu_ps(dqh + kk - 7, qt_gdn_lanes_sum8(lq));
+            _mm256_storeu_ps(dkh + kk - 7, qt_gdn_lanes_sum8(lk));
+        }
+    }
+    for (int64_t kk = dk & ~(int64_t)7; kk < dk; kk++) {
+        dqh[kk] = qt_gdn_lanes_sum_v(lq[kk & 7]);
+        dkh[kk] = qt_gdn_lanes_sum_v(lk[kk & 7]);
     }
 #pragma GCC unroll 8
     for (int u = 0; u < nv; u++) _mm512_storeu_ps(ddelta + 16 * u, dd[u]);
 }
 
-/* qt_gdn_bwd_row_c for row kk: kr[0] = S'dpred, kr[1] = <dS', S_prev>; dS <- a*dS'. */
-static inline __attribute__((always_inline)) void
-qt_gdn_bwd_c_v(float *restrict dr, float *restrict kr, const float *restrict sr,
-               const float *restrict dpred, float a, float kh, const int nv)
+/* qt_gdn_bwd_row_c over every row kk: dkh[kk] += S'dpred (row kk); returns da, the row sums
+ * <dS', S_prev> added in increasing kk from +0; dS <- a*dS'. */
+static inline __attribute__((always_inline)) float
+qt_gdn_bwd_c_v(float *restrict ds, float *restrict dkh, const float *restrict sp,
+               const float *restrict dpred, float a, const float *restrict kh, int64_t dk,
+               const int nv)
 {
-    const __m512 va = _mm512_set1_ps(a), kv = _mm512_set1_ps(kh);
-    __m256 lak = _mm256_setzero_ps(), lar = _mm256_setzero_ps();
+    const __m512 va = _mm512_set1_ps(a);
+    __m256 lk[8], lr[8];
+    float da = 0.0f, r[8];
+    for (int64_t kk = 0; kk < dk; kk++) {
+        const float *sr = sp + kk * 16 * nv;
+        float *dr = ds + kk * 16 * nv;
+        const __m512 kv = _mm512_set1_ps(kh[kk]);
+        __m256 lak = _mm256_setzero_ps(), lar = _mm256_setzero_ps();
 #pragma GCC unroll 8
-    for (int u = 0; u < nv; u++) {
-        const __m512 sv = _mm512_loadu_ps(sr + 16 * u), dp = _mm512_loadu_ps(dpred + 16 * u);
-        const __m512 dsp = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(kv, dp));
-        lak = qt_gdn_lanes_add(lak, _mm512_mul_ps(_mm512_mul_ps(va, sv), dp));
-        lar = qt_gdn_lanes_add(lar, _mm512_mul_ps(dsp, sv));
-        _mm512_storeu_ps(dr + 16 * u, _mm512_mul_ps(va, dsp));
+        for (int u = 0; u < nv; u++) {
+            const __m512 sv = _mm512_loadu_ps(sr + 16 * u), dp = _mm512_loadu_ps(dpred + 16 * u);
+            const __m512 dsp = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(kv, dp));
+            lak = qt_gdn_lanes_add(lak, _mm512_mul_ps(_mm512_mul_ps(va, sv), dp));
+            lar = qt_gdn_lanes_add(lar, _mm512_mul_ps(dsp, sv));
+            _mm512_storeu_ps(dr + 16 * u, _mm512_mul_ps(va, dsp));
+        }
+        lk[kk & 7] = lak;
+        lr[kk & 7] = lar;
+        if ((kk & 7) == 7) {
+            float *dkr = dkh + kk - 7;
+            _mm256_storeu_ps(dkr, _mm256_add_ps(_mm256_loadu_ps(dkr), qt_gdn_lanes_sum8(lk)));
+            _mm256_storeu_ps(r, qt_gdn_lanes_sum8(lr));
+            for (int q = 0; q < 8; q++) da += r[q];
+        }
     }
-    kr[0] = qt_gdn_lanes_sum_v(lak);
-    kr[1] = qt_gdn_lanes_sum_v(lar);
+    for (int64_t kk = dk & ~(int64_t)7; kk < dk; kk++) {
+        dkh[kk] += qt_gdn_lanes_sum_v(lk[kk & 7]);
+        da += qt_gdn_lanes_sum_v(lr[kk & 7]);
+    }
+    return da;
 }
 #define QT_GDN_BWD_V 1
 #endif
@@ -520,6 +565,188 @@ qt_gdn_bwd_c_v(float *restrict dr, float *restrict kr, const float *restrict sr,
 #define QT_GDN_BWD_CALL(nv, call) ((void)0)
 #endif
 
+#ifdef QT_GDN_FWD_BLOCKED
+/* One sweep of the blocked recomputation (the forward's sweep without o): for each row,
+ * S_{i+1} = a*S_i + kh_i delta_i (written to sout) and pred_{i+1} += (an*S_{i+1}) * kn. */
+static inline __attribute__((always_inline)) void
+qt_gdn_rec_sweep_v(float *restrict sout, const float *restrict sin, int64_t ld,
+                   __m512 pr[QT_GDN_FBV], const __m512 dl[QT_GDN_FBV], float a,
+                   const float *restrict kh, float an, const float *restrict kn, int64_t dk)
+{
+    const __m512 va = _mm512_set1_ps(a), van = _mm512_set1_ps(an);
+    for (int u = 0; u < QT_GDN_FBV; u++) pr[u] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < dk; kk++) {
+        const __m512 kv = _mm512_set1_ps(kh[kk]), nv = _mm512_set1_ps(kn[kk]);
+#pragma GCC unroll 4
+        for (int u = 0; u < QT_GDN_FBV; u++) {
+            const __m512 sn =
+                _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sin + kk * ld + 16 * u)),
+                              _mm512_mul_ps(kv, dl[u]));
+            _mm512_storeu_ps(sout + kk * ld + 16 * u, sn);
+            pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(_mm512_mul_ps(van, sn), nv));
+        }
+    }
+}
+
+/* The backward's recomputation of one chunk (tokens t0..t0+len-1 of sequence s, value head
+ * j) in column blocks of QT_GDN_FB, as the blocked forward: slot i (1 <= i < len) gets S_i
+ * from S_0 = the checkpoint s0, and row i of slot 0 gets pred_i, the sum the forward's delta
+ * used (so the backward reads S_0 from the checkpoint; needs len <= Dk). kb0, kb1: Dk floats
+ * each (this token's and the next normalised key); qh: Dk floats (unused values). */
+static void qt_gdn_bwd_recompute_v(float *restrict slots, const float *restrict s0,
+                                   const float *restrict c, const float *restrict g,
+                                   const float *restrict beta, const float *restrict rq,
+                                   const float *restrict rk, float qscale, int64_t s, int64_t j,
+                                   int64_t t0, int64_t len, float *restrict qh,
+                                   float *restrict kb0, float *restrict kb1, const qt_gdn_dims *d)
+{
+    const int64_t dk = d->dk, dv = d->dv, h = j / d->r;
+    for (int64_t x0 = 0; x0 < dv; x0 += QT_GDN_FB) {
+        __m512 pr[QT_GDN_FBV], dl[QT_GDN_FBV];
+        int64_t row = s * d->S + t0;
+        float *kc = kb0, *kn = kb1;
+        qt_gdn_load_qk(qh, kc, c + row * d->cc, rq[row * d->hk + h], rk[row * d->hk + h],
+                       qscale, h, d);
+        float a = qt_gdn_decay(g, row, j, d);
+        const __m512 va = _mm512_set1_ps(a);
+        for (int u = 0; u < QT_GDN_FBV; u++) pr[u] = _mm512_setzero_ps();
+        for (int64_t kk = 0; kk < dk; kk++) { /* pred_0 from the checkpoint */
+            const __m512 kv = _mm512_set1_ps(kc[kk]);
+            for (int u = 0; u < QT_GDN_FBV; u++) {
+                const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(s0 + kk * dv + x0 + 16 * u));
+                pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+            }
+        }
+        for (int64_t i = 0;; i++, row++) {
+            for (int u = 0; u < QT_GDN_FBV; u++)
+                _mm512_storeu_ps(slots + i * dv + x0 + 16 * u, pr[u]);
+            if (i + 1 == len) break;
+            const float *v = c + row * d->cc + 2 * d->hk * dk + j * dv + x0;
+            const __m512 vb = _mm512_set1_ps(beta[row * d->hv + j]);
+            for (int u = 0; u < QT_GDN_FBV; u++) /* delta = bt * (v - pred) */
+                dl[u] = _mm512_mul_ps(vb, _mm512_sub_ps(_mm512_loadu_ps(v + 16 * u), pr[u]));
+            qt_gdn_load_qk(qh, kn, c + (row + 1) * d->cc, rq[(row + 1) * d->hk + h],
+                           rk[(row + 1) * d->hk + h], qscale, h, d);
+            const float an = qt_gdn_decay(g, row + 1, j, d);
+            const float *sin = i ? slots + i * d->dkdv + x0 : s0 + x0;
+            qt_gdn_rec_sweep_v(slots + (i + 1) * d->dkdv + x0, sin, dv, pr, dl, a, kc, an, kn,
+                               dk);
+            float *t = kc;
+            kc = kn;
+            kn = t;
+            a = an;
+        }
+    }
+}
+#endif
+
+/* What one token's backward reads and writes besides the state slots (scratch vectors). */
+typedef struct qt_gdn_bwd_ctx {
+    qt_real *dc, *dg, *dbeta, *ds, *qh, *kh, *dqh, *dkh, *pred, *delta, *ddelta, *dpred;
+    const qt_real *rq, *rk, *d_o, *c, *g, *beta;
+    qt_real qscale;
+    qt_gdn_dims d;
+} qt_gdn_bwd_ctx;
+
+/* Passes B and C of one token (row `row`, value head j) on dS: sp = S_{t-1}; st = S_t when
+ * at hand (else NULL: formed from sp); pr = the forward's pred when stored (else NULL:
+ * recomputed from sp). The vector passes (Dv 64 or 128, same bits) or the scalar rows. */
+static void qt_gdn_bwd_token(const qt_gdn_bwd_ctx *x, int64_t j, int64_t row,
+                             const qt_real *restrict sp, const qt_real *restrict st,
+                             const qt_real *restrict pr)
+{
+    const qt_gdn_dims *d = &x->d;
+    const int64_t dk = d->dk, dv = d->dv, hk = d->hk, h = j / d->r;
+    const qt_real *crow = x->c + row * d->cc, *v = crow + 2 * hk * dk + j * dv;
+    const qt_real *dor = x->d_o + row * d->hv * dv + j * dv;
+    qt_real *ds = x->ds, *qh = x->qh, *kh = x->kh, *dqh = x->dqh, *dkh = x->dkh;
+    qt_real *delta = x->delta, *ddelta = x->ddelta, *dpred = x->dpred;
+    qt_real a = qt_gdn_decay(x->g, row, j, d), bt = x->beta[row * d->hv + j];
+    qt_gdn_load_qk(qh, kh, crow, x->rq[row * hk + h], x->rk[row * hk + h], x->qscale, h, d);
+    const int nv = QT_GDN_BWD_NV(d);
+    if (!pr) { /* pred exactly as the forward step computed it */
+        qt_real *p = x->pred;
+        if (nv) {
+            QT_GDN_BWD_CALL(nv, qt_gdn_pred_v(p, sp, a, kh, dk, NV));
+        } else {
+            for (int64_t y = 0; y < dv; y++) p[y] = QT_R(0.0);
+            for (int64_t kk = 0; kk < dk; kk++) qt_gdn_pred_row(p, sp + kk * dv, a, kh[kk], dv);
+        }
+        pr = p;
+    }
+    for (int64_t y = 0; y < dv; y++) {
+        delta[y] = bt * (v[y] - pr[y]);
+        ddelta[y] = QT_R(0.0);
+    }
+    /* S_t = S' + kh delta^T; dqh = S_t do; dS += qh do^T; dkh = dS delta; ddelta = dS^T kh */
+    if (nv && st) {
+        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(ds, ddelta, dqh, dkh, sp, st, delta, dor, a, kh, qh,
+                                           dk, NV));
+    } else if (nv) {
+        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(ds, ddelta, dqh, dkh, sp, NULL, delta, dor, a, kh,
+                                           qh, dk, NV));
+    } else {
+        for (int64_t kk = 0; kk < dk; kk++) {
+            qt_real r2[2];
+            qt_gdn_bwd_row_b(ds + kk * dv, ddelta, r2, sp + kk * dv, delta, dor, a, kh[kk],
+                             qh[kk], dv);
+            dqh[kk] = r2[0];
+            dkh[kk] = r2[1];
+        }
+    }
+    qt_real db = QT_R(0.0), da = QT_R(0.0);
+    for (int64_t y = 0; y < dv; y++) {
+        db += ddelta[y] * (v[y] - pr[y]);
+        dpred[y] = -(bt * ddelta[y]);
+    }
+    /* dkh += S' dpred; dS' = dS + kh dpred^T; da = <dS', S_prev>; dS_prev = a*dS' */
+    if (nv) {
+        QT_GDN_BWD_CALL(nv, da = qt_gdn_bwd_c_v(ds, dkh, sp, dpred, a, kh, dk, NV));
+    } else {
+        for (int64_t kk = 0; kk < dk; kk++) {
+            qt_real r2[2];
+            qt_gdn_bwd_row_c(ds + kk * dv, r2, sp + kk * dv, dpred, a, kh[kk], dv);
+            dkh[kk] += r2[0];
+            da += r2[1];
+        }
+    }
+    x->dg[row * d->hv + j] += da * a;
+    x->dbeta[row * d->hv + j] += db;
+    qt_real *dcrow = x->dc + row * d->cc;
+    for (int64_t y = 0; y < dv; y++) dcrow[2 * hk * dk + j * dv + y] += bt * ddelta[y];
+    qt_gdn_l2_bwd(dcrow + h * dk, crow + h * dk, dqh, x->rq[row * hk + h], x->qscale, dk);
+    qt_gdn_l2_bwd(dcrow + hk * dk + h * dk, crow + hk * dk + h * dk, dkh, x->rk[row * hk + h],
+                  QT_R(1.0), dk);
+}
+
+/* Recomputes chunk n of (s, j) into the slots (slot i: S_i for 1 <= i < len; S_0 is the
+ * checkpoint); returns the stored preds (slot 0, blocked path) or NULL. */
+static const qt_real *qt_gdn_bwd_recompute(qt_real *slots, const qt_real *ck,
+                                           const qt_gdn_bwd_ctx *x, int64_t s, int64_t j,
+                                           int64_t t0, int64_t len)
+{
+    const qt_gdn_dims *d = &x->d;
+#ifdef QT_GDN_FWD_BLOCKED
+    if (!d->scalar && d->dv % QT_GDN_FB == 0 && len <= d->dk) {
+        qt_gdn_bwd_recompute_v(slots, ck, x->c, x->g, x->beta, x->rq, x->rk, x->qscale, s, j,
+                               t0, len, x->qh, x->kh, x->dqh, d);
+        return slots;
+    }
+#endif
+    const int64_t h = j / d->r;
+    for (int64_t i = 0; i + 1 < len; i++) {
+        int64_t row = s * d->S + t0 + i;
+        const qt_real *crow = x->c + row * d->cc;
+        qt_gdn_load_qk(x->qh, x->kh, crow, x->rq[row * d->hk + h], x->rk[row * d->hk + h],
+                       x->qscale, h, d);
+        qt_gdn_copy(slots + (i + 1) * d->dkdv, i ? slots + i * d->dkdv : ck, d->dkdv);
+        qt_gdn_step(slots + (i + 1) * d->dkdv, 0, x->delta, x->qh, x->kh,
+                    crow + 2 * d->hk * d->dk + j * d->dv, qt_gdn_decay(x->g, row, j, d),
+                    x->beta[row * d->hv + j], d);
+    }
+    return NULL;
+}
+
 static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
                                  qt_real *restrict dbeta, const qt_real *restrict states,
                                  const qt_real *restrict rq, const qt_real *restrict rk,
@@ -530,97 +757,31 @@ static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
                                  qt_real qscale, int scalar, const int32_t *pos)
 {
     if (chunk < 1) return;
-    qt_gdn_dims d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
-    d.scalar = scalar;
-    d.pos = pos;
-    qt_real *slots = scratch;                       /* slot i: state before token i */
-    qt_real *ds = scratch + chunk * d.dkdv;         /* dL/dS after the current token */
-    qt_real *qh = ds + d.dkdv, *kh = qh + dk, *dqh = kh + dk, *dkh = dqh + dk;
-    qt_real *pred = dkh + dk, *delta = pred + dv, *ddelta = delta + dv, *dpred = ddelta + dv;
+    qt_gdn_bwd_ctx x;
+    x.d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
+    x.d.scalar = scalar;
+    x.d.pos = pos;
+    qt_real *slots = scratch;             /* slot i: state before token i (i >= 1) */
+    x.ds = scratch + chunk * x.d.dkdv;    /* dL/dS after the current token */
+    x.qh = x.ds + x.d.dkdv, x.kh = x.qh + dk, x.dqh = x.kh + dk, x.dkh = x.dqh + dk;
+    x.pred = x.dkh + dk, x.delta = x.pred + dv, x.ddelta = x.delta + dv;
+    x.dpred = x.ddelta + dv;
+    x.dc = dc, x.dg = dg, x.dbeta = dbeta, x.rq = rq, x.rk = rk, x.d_o = d_o, x.c = c;
+    x.g = g, x.beta = beta, x.qscale = qscale;
 
     for (int64_t s = 0; s < b; s++) {
         for (int64_t j = 0; j < hv; j++) {
-            int64_t h = j / d.r;
-            const qt_real *base = states + (s * hv + j) * d.nch * d.dkdv;
-            qt_gdn_zero(ds, d.dkdv);
-            for (int64_t n = d.nch - 1; n >= 0; n--) {
+            const qt_real *base = states + (s * hv + j) * x.d.nch * x.d.dkdv;
+            qt_gdn_zero(x.ds, x.d.dkdv);
+            for (int64_t n = x.d.nch - 1; n >= 0; n--) {
                 int64_t t0 = n * chunk, len = S - t0 < chunk ? S - t0 : chunk;
-                qt_gdn_copy(slots, base + n * d.dkdv, d.dkdv);
-                for (int64_t i = 0; i + 1 < len; i++) {
-                    int64_t row = s * S + t0 + i;
-                    const qt_real *crow = c + row * d.cc;
-                    qt_gdn_load_qk(qh, kh, crow, rq[row * hk + h], rk[row * hk + h], qscale,
-                                   h, &d);
-                    qt_gdn_copy(slots + (i + 1) * d.dkdv, slots + i * d.dkdv, d.dkdv);
-                    qt_gdn_step(slots + (i + 1) * d.dkdv, 0, delta, qh, kh,
-                                crow + 2 * hk * dk + j * dv, qt_gdn_decay(g, row, j, &d),
-                                beta[row * hv + j], &d);
-                }
-                for (int64_t i = len - 1; i >= 0; i--) {
-                    int64_t row = s * S + t0 + i;
-                    const qt_real *crow = c + row * d.cc;
-                    const qt_real *v = crow + 2 * hk * dk + j * dv;
-                    const qt_real *dor = d_o + row * hv * dv + j * dv;
-                    const qt_real *sp = slots + i * d.dkdv;
-                    qt_real a = qt_gdn_decay(g, row, j, &d), bt = beta[row * hv + j];
-                    qt_gdn_load_qk(qh, kh, crow, rq[row * hk + h], rk[row * hk + h], qscale,
-                                   h, &d);
-                    /* the vector passes (Dv 64 or 128, same bits) or the scalar rows */
-                    const int nv = QT_GDN_BWD_NV(&d);
-                    /* pred and delta exactly as the forward step computed them */
-                    if (nv) {
-                        QT_GDN_BWD_CALL(nv, qt_gdn_pred_v(pred, sp, a, kh, dk, NV));
-                    } else {
-                        for (int64_t x = 0; x < dv; x++) pred[x] = QT_R(0.0);
-                        for (int64_t kk = 0; kk < dk; kk++)
-                            qt_gdn_pred_row(pred, sp + kk * dv, a, kh[kk], dv);
-                    }
-                    for (int64_t x = 0; x < dv; x++) {
-                        delta[x] = bt * (v[x] - pred[x]);
-                        ddelta[x] = QT_R(0.0);
-                    }
-                    /* S_t = S' + kh delta^T; dqh = S_t do; dS += qh do^T;
-                     * dkh = dS delta; ddelta = dS^T kh */
-                    if (nv) {
-                        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(ds, ddelta, dqh, dkh, sp, delta, dor, a,
-                                                           kh, qh, dk, NV));
-                    } else {
-                        for (int64_t kk = 0; kk < dk; kk++) {
-                            qt_real r2[2];
-                            qt_gdn_bwd_row_b(ds + kk * dv, ddelta, r2, sp + kk * dv, delta, dor,
-                                             a, kh[kk], qh[kk], dv);
-                            dqh[kk] = r2[0];
-                            dkh[kk] = r2[1];
-                        }
-                    }
-                    qt_real db = QT_R(0.0);
-                    for (int64_t x = 0; x < dv; x++) {
-                        db += ddelta[x] * (v[x] - pred[x]);
-                        dpred[x] = -(bt * ddelta[x]);
-                    }
-                    /* dkh += S' dpred; dS' = dS + kh dpred^T; da = <dS', S_prev>;
-                     * dS_prev = a*dS' */
-                    qt_real da = QT_R(0.0);
-                    for (int64_t kk = 0; kk < dk; kk++) {
-                        qt_real r2[2];
-                        if (nv)
-                            QT_GDN_BWD_CALL(nv, qt_gdn_bwd_c_v(ds + kk * dv, r2, sp + kk * dv,
-                                                               dpred, a, kh[kk], NV));
-                        else
-                            qt_gdn_bwd_row_c(ds + kk * dv, r2, sp + kk * dv, dpred, a, kh[kk], dv);
-                        dkh[kk] += r2[0];
-                        da += r2[1];
-                    }
-                    dg[row * hv + j] += da * a;
-                    dbeta[row * hv + j] += db;
-                    qt_real *dcrow = dc + row * d.cc;
-                    for (int64_t x = 0; x < dv; x++)
-                        dcrow[2 * hk * dk + j * dv + x] += bt * ddelta[x];
-                    qt_gdn_l2_bwd(dcrow + h * dk, crow + h * dk, dqh, rq[row * hk + h], qscale,
-                                  dk);
-                    qt_gdn_l2_bwd(dcrow + hk * dk + h * dk, crow + hk * dk + h * dk, dkh,
-                                  rk[row * hk + h], QT_R(1.0), dk);
-                }
+                const qt_real *ck = base + n * x.d.dkdv;
+                const qt_real *next = n + 1 < x.d.nch ? ck + x.d.dkdv : NULL;
+                const qt_real *pb = qt_gdn_bwd_recompute(slots, ck, &x, s, j, t0, len);
+                for (int64_t i = len - 1; i >= 0; i--)
+                    qt_gdn_bwd_token(&x, j, s * S + t0 + i, i ? slots + i * x.d.dkdv : ck,
+                                     i + 1 < len ? slots + (i + 1) * x.d.dkdv : next,
+                                     pb ? pb + i * dv : NULL);
             }
         }
     }
