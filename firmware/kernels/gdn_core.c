@@ -62,8 +62,28 @@ static void qt_gdn_load_qk(qt_real *restrict qh, qt_real *restrict kh,
     }
 }
 
+/* Cache hints for a token's rows ahead of use (rows lie Cc reals apart, too far for the
+ * hardware prefetcher); no effect on any result. */
+static inline void qt_gdn_prefetch(const qt_real *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 64 / (int64_t)sizeof(qt_real)) __builtin_prefetch(p + i, 0, 3);
+}
+
+static inline void qt_gdn_prefetch_w(qt_real *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 64 / (int64_t)sizeof(qt_real)) __builtin_prefetch(p + i, 1, 3);
+}
+
 #if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__)
 #include <immintrin.h>
+/* Normalised key alone (the recomputation needs no query). */
+static void qt_gdn_load_k(float *restrict kh, const float *restrict crow, float rk,
+                          int64_t h, const qt_gdn_dims *d)
+{
+    const float *k = crow + d->hk * d->dk + h * d->dk;
+    for (int64_t i = 0; i < d->dk; i++) kh[i] = k[i] * rk;
+}
+
 #define QT_GDN_XB 64 /* columns per block of the vector step: 4 zmm of delta and of o */
 
 /* qt_gdn_step for dv a multiple of 64, in column blocks of 64: every column runs exactly the
@@ -103,7 +123,7 @@ static void qt_gdn_step_v(float *restrict st, float *restrict o, float *restrict
                 __m512 sn = _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
                                           _mm512_mul_ps(kv, dl[u]));
                 _mm512_storeu_ps(sr + 16 * u, sn);
-                ov[u] = _mm512_add_ps(ov[u], _mm512_mul_ps(sn, qv));
+                if (o) ov[u] = _mm512_add_ps(ov[u], _mm512_mul_ps(sn, qv));
             }
         }
         if (o) {
@@ -211,20 +231,21 @@ static void qt_gdn_zero(qt_real *dst, int64_t n)
 static inline __attribute__((always_inline)) void
 qt_gdn_fwd_sweep_v(float *restrict ab, float *restrict o, float *restrict sout, int64_t ld,
                    __m512 pr[QT_GDN_FBV], const __m512 dl[QT_GDN_FBV], const float *restrict kh,
-                   const float *restrict qh, const float *restrict kn, float an, int64_t dk)
+                   const float *restrict qh, const float *restrict kn, float an, int64_t dk,
+                   const int wo)
 {
     const __m512 van = _mm512_set1_ps(an);
     __m512 ov[QT_GDN_FBV];
     for (int u = 0; u < QT_GDN_FBV; u++) ov[u] = pr[u] = _mm512_setzero_ps();
     for (int64_t kk = 0; kk < dk; kk++) {
         float *br = ab + kk * QT_GDN_FB;
-        const __m512 kv = _mm512_set1_ps(kh[kk]), qv = _mm512_set1_ps(qh[kk]);
+        const __m512 kv = _mm512_set1_ps(kh[kk]), qv = wo ? _mm512_set1_ps(qh[kk]) : kv;
         const __m512 nv = kn ? _mm512_set1_ps(kn[kk]) : kv;
 #pragma GCC unroll 4
         for (int u = 0; u < QT_GDN_FBV; u++) {
             const __m512 sn =
                 _mm512_add_ps(_mm512_loadu_ps(br + 16 * u), _mm512_mul_ps(kv, dl[u]));
-            ov[u] = _mm512_add_ps(ov[u], _mm512_mul_ps(sn, qv));
+            if (wo) ov[u] = _mm512_add_ps(ov[u], _mm512_mul_ps(sn, qv));
             if (sout) _mm512_storeu_ps(sout + kk * ld + 16 * u, sn);
             if (kn) {
                 const __m512 as = _mm512_mul_ps(van, sn);
@@ -233,7 +254,8 @@ qt_gdn_fwd_sweep_v(float *restrict ab, float *restrict o, float *restrict sout, 
             }
         }
     }
-    for (int u = 0; u < QT_GDN_FBV; u++) _mm512_storeu_ps(o + 16 * u, ov[u]);
+    if (wo)
+        for (int u = 0; u < QT_GDN_FBV; u++) _mm512_storeu_ps(o + 16 * u, ov[u]);
 }
 
 /* Columns [x0, x0+QT_GDN_FB) of sequence s, value head j, through all S tokens from S_0 = 0:
@@ -274,15 +296,21 @@ static void qt_gdn_fwd_block_v(float *restrict sth, float *restrict o, const flo
             qt_gdn_load_qk(qn, kn, c + (row + 1) * d->cc, rq[(row + 1) * d->hk + h],
                            rk[(row + 1) * d->hk + h], qscale, h, d);
             an = qt_gdn_decay(g, row + 1, j, d);
+            if (t + 2 < d->S) {
+                const float *c2 = c + (row + 2) * d->cc;
+                qt_gdn_prefetch(c2 + h * dk, dk);
+                qt_gdn_prefetch(c2 + d->hk * dk + h * dk, dk);
+                qt_gdn_prefetch(c2 + 2 * d->hk * dk + j * dv + x0, QT_GDN_FB);
+            }
         }
         float *orow = o + row * d->hv * dv + j * dv + x0;
         if (last) /* separate calls, so each inlined sweep has its branches resolved */
-            qt_gdn_fwd_sweep_v(ab, orow, 0, dv, pr, dl, kc, qc, 0, an, dk);
+            qt_gdn_fwd_sweep_v(ab, orow, 0, dv, pr, dl, kc, qc, 0, an, dk, 1);
         else if ((t + 1) % d->chunk == 0)
             qt_gdn_fwd_sweep_v(ab, orow, sth + (t + 1) / d->chunk * d->dkdv + x0, dv, pr, dl,
-                               kc, qc, kn, an, dk);
+                               kc, qc, kn, an, dk, 1);
         else
-            qt_gdn_fwd_sweep_v(ab, orow, 0, dv, pr, dl, kc, qc, kn, an, dk);
+            qt_gdn_fwd_sweep_v(ab, orow, 0, dv, pr, dl, kc, qc, kn, an, dk, 1);
     }
 }
 
@@ -663,6 +691,17 @@ static void qt_gdn_bwd_token(const qt_gdn_bwd_ctx *x, int64_t j, int64_t row,
     qt_real *delta = x->delta, *ddelta = x->ddelta, *dpred = x->dpred;
     qt_real a = qt_gdn_decay(x->g, row, j, d), bt = x->beta[row * d->hv + j];
     qt_gdn_load_qk(qh, kh, crow, x->rq[row * hk + h], x->rk[row * hk + h], x->qscale, h, d);
+    if (row % d->S) { /* the rows of the token that runs next */
+        const qt_real *cp = crow - d->cc;
+        qt_real *dcp = x->dc + (row - 1) * d->cc;
+        qt_gdn_prefetch(cp + h * dk, dk);
+        qt_gdn_prefetch(cp + hk * dk + h * dk, dk);
+        qt_gdn_prefetch(cp + 2 * hk * dk + j * dv, dv);
+        qt_gdn_prefetch(dor - d->hv * dv, dv);
+        qt_gdn_prefetch_w(dcp + h * dk, dk);
+        qt_gdn_prefetch_w(dcp + hk * dk + h * dk, dk);
+        qt_gdn_prefetch_w(dcp + 2 * hk * dk + j * dv, dv);
+    }
     const int nv = QT_GDN_BWD_NV(d);
     if (!pr) { /* pred exactly as the forward step computed it */
         qt_real *p = x->pred;
@@ -718,6 +757,104 @@ static void qt_gdn_bwd_token(const qt_gdn_bwd_ctx *x, int64_t j, int64_t row,
     qt_gdn_l2_bwd(dcrow + hk * dk + h * dk, crow + hk * dk + h * dk, dkh, x->rk[row * hk + h],
                   QT_R(1.0), dk);
 }
+
+#ifdef QT_GDN_FWD_BLOCKED
+/* The backward's recomputation in column blocks of QT_GDN_FB, as the blocked forward (a
+ * block's a*S in the contiguous buffer ab, Dk x QT_GDN_FB floats): tokens t..t+cnt-1 of
+ * sequence s, value head j from the state s0 before token t. S_k (k = 1..cnt) is stored
+ * when k % every == 0, at sdst + (k/every - 1)*Dk*Dv (S_cnt only if last); pred_i (the sum
+ * the forward's delta used) at pdst + i*Dv when pdst is not NULL. kb: 2*Dk floats. */
+static void qt_gdn_rec_run_v(float *restrict ab, float *restrict sdst, float *restrict pdst,
+                             const float *restrict s0, const qt_gdn_bwd_ctx *x, int64_t s,
+                             int64_t j, int64_t t, int64_t cnt, int64_t every, int last,
+                             float *restrict kb)
+{
+    const qt_gdn_dims *d = &x->d;
+    const int64_t dk = d->dk, dv = d->dv, h = j / d->r;
+    for (int64_t x0 = 0; x0 < dv; x0 += QT_GDN_FB) {
+        __m512 pr[QT_GDN_FBV], dl[QT_GDN_FBV];
+        int64_t row = s * d->S + t;
+        float *kc = kb, *kn = kb + dk;
+        qt_gdn_load_k(kc, x->c + row * d->cc, x->rk[row * d->hk + h], h, d);
+        float an = qt_gdn_decay(x->g, row, j, d);
+        const __m512 va = _mm512_set1_ps(an);
+        for (int u = 0; u < QT_GDN_FBV; u++) pr[u] = _mm512_setzero_ps();
+        for (int64_t kk = 0; kk < dk; kk++) { /* ab = a_0*S_0, pred_0 = sum ab*kh */
+            const __m512 kv = _mm512_set1_ps(kc[kk]);
+            for (int u = 0; u < QT_GDN_FBV; u++) {
+                const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(s0 + kk * dv + x0 + 16 * u));
+                _mm512_storeu_ps(ab + kk * QT_GDN_FB + 16 * u, as);
+                pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+            }
+        }
+        for (int64_t i = 0;; i++, row++) {
+            if (pdst)
+                for (int u = 0; u < QT_GDN_FBV; u++)
+                    _mm512_storeu_ps(pdst + i * dv + x0 + 16 * u, pr[u]);
+            if (i + 1 == cnt && !last) break;
+            const float *v = x->c + row * d->cc + 2 * d->hk * dk + j * dv + x0;
+            const __m512 vb = _mm512_set1_ps(x->beta[row * d->hv + j]);
+            for (int u = 0; u < QT_GDN_FBV; u++) /* delta = bt * (v - pred) */
+                dl[u] = _mm512_mul_ps(vb, _mm512_sub_ps(_mm512_loadu_ps(v + 16 * u), pr[u]));
+            float *sout = (i + 1) % every ? 0 : sdst + ((i + 1) / every - 1) * d->dkdv + x0;
+            if (i + 1 == cnt) { /* the last state, stored, no next token */
+                qt_gdn_fwd_sweep_v(ab, 0, sout, dv, pr, dl, kc, 0, 0, an, dk, 0);
+                break;
+            }
+            qt_gdn_load_k(kn, x->c + (row + 1) * d->cc, x->rk[(row + 1) * d->hk + h], h, d);
+            an = qt_gdn_decay(x->g, row + 1, j, d);
+            if (i + 2 < cnt) {
+                const qt_real *c2 = x->c + (row + 2) * d->cc;
+                qt_gdn_prefetch(c2 + d->hk * dk + h * dk, dk);
+                qt_gdn_prefetch(c2 + 2 * d->hk * dk + j * dv + x0, QT_GDN_FB);
+            }
+            if (sout)
+                qt_gdn_fwd_sweep_v(ab, 0, sout, dv, pr, dl, kc, 0, kn, an, dk, 0);
+            else
+                qt_gdn_fwd_sweep_v(ab, 0, 0, dv, pr, dl, kc, 0, kn, an, dk, 0);
+            float *tk = kc;
+            kc = kn;
+            kn = tk;
+        }
+    }
+}
+
+/* Sub-chunk length for the blocked backward of a chunk of len tokens: the states of one
+ * sub-chunk (QT_GDN_SUB_BYTES) stay in L2 while its tokens run backward. Scratch slots:
+ * 0 the preds (q <= Dk rows), 1 the block buffer, then the nb = ceil(len/q)-1 sub-chunk
+ * boundary states, then q-1 states; 0 when they do not fit (the plain path runs). */
+#define QT_GDN_SUB_BYTES (1 << 20)
+static int64_t qt_gdn_bwd_sub(const qt_gdn_dims *d, int64_t len)
+{
+    if (d->scalar || d->dv % QT_GDN_FB) return 0;
+    int64_t q = QT_GDN_SUB_BYTES / (4 * d->dkdv);
+    q = q < 2 ? 2 : q;
+    if (q >= len) return 0; /* the chunk's states fit: qt_gdn_bwd_recompute_v's path */
+    const int64_t nb = (len + q - 1) / q - 1;
+    return q <= d->dk && 1 + nb + q <= d->chunk ? q : 0;
+}
+
+/* One chunk's backward on the blocked path in sub-chunks of q tokens, last first: each is
+ * recomputed from its boundary state (the checkpoint ck for the first), then runs backward;
+ * next = the checkpoint after the chunk (NULL after the last chunk). */
+static void qt_gdn_bwd_chunk_v(const qt_gdn_bwd_ctx *x, float *restrict slots,
+                               const float *ck, const float *next, int64_t s, int64_t j,
+                               int64_t t0, int64_t len, int64_t q)
+{
+    const int64_t dkdv = x->d.dkdv, nb = (len + q - 1) / q - 1;
+    float *pb = slots, *ab = slots + dkdv, *bst = slots + 2 * dkdv, *sub = bst + nb * dkdv;
+    if (nb) qt_gdn_rec_run_v(ab, bst, 0, ck, x, s, j, t0, nb * q, q, 1, x->dqh);
+    for (int64_t m = nb; m >= 0; m--) {
+        const int64_t tm = t0 + m * q, qm = len - m * q < q ? len - m * q : q;
+        const float *s0 = m ? bst + (m - 1) * dkdv : ck;
+        const float *after = m < nb ? bst + m * dkdv : next;
+        qt_gdn_rec_run_v(ab, sub, pb, s0, x, s, j, tm, qm, 1, 0, x->dqh);
+        for (int64_t i = qm - 1; i >= 0; i--)
+            qt_gdn_bwd_token(x, j, s * x->d.S + tm + i, i ? sub + (i - 1) * dkdv : s0,
+                             i + 1 < qm ? sub + i * dkdv : after, pb + i * x->d.dv);
+    }
+}
+#endif
 
 /* Recomputes chunk n of (s, j) into the slots (slot i: S_i for 1 <= i < len; S_0 is the
  * checkpoint); returns the stored preds (slot 0, blocked path) or NULL. */
@@ -777,6 +914,13 @@ static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
                 int64_t t0 = n * chunk, len = S - t0 < chunk ? S - t0 : chunk;
                 const qt_real *ck = base + n * x.d.dkdv;
                 const qt_real *next = n + 1 < x.d.nch ? ck + x.d.dkdv : NULL;
+#ifdef QT_GDN_FWD_BLOCKED
+                const int64_t q = qt_gdn_bwd_sub(&x.d, len);
+                if (q) {
+                    qt_gdn_bwd_chunk_v(&x, slots, ck, next, s, j, t0, len, q);
+                    continue;
+                }
+#endif
                 const qt_real *pb = qt_gdn_bwd_recompute(slots, ck, &x, s, j, t0, len);
                 for (int64_t i = len - 1; i >= 0; i--)
                     qt_gdn_bwd_token(&x, j, s * S + t0 + i, i ? slots + i * x.d.dkdv : ck,
