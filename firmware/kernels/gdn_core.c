@@ -486,9 +486,51 @@ qt_gdn_pred_v(float *restrict pred, const float *restrict sp, float a,
     for (int u = 0; u < nv; u++) _mm512_storeu_ps(pred + 16 * u, pr[u]);
 }
 
-/* qt_gdn_bwd_row_b over every row kk; ddelta (zero before) is written at the end. S_t is
- * read from st when the caller has the forward's state after the token (the next slot or
- * checkpoint: the bits the step gave it), else formed as a*sp + kh delta^T (st NULL). */
+/* Adds t0 (row r) and t1 (row r+1) to the two rows' lane sums packed in one zmm (row r in
+ * the low 8 lanes, row r+1 in the high 8): the low 8 columns of each, then the high 8, as
+ * qt_gdn_lanes_add does for one row (one shuffle per half instead of an extract per row). */
+static inline __m512 qt_gdn_lanes_add2(__m512 acc, __m512 t0, __m512 t1)
+{
+    acc = _mm512_add_ps(acc, _mm512_shuffle_f32x4(t0, t1, 0x44));
+    return _mm512_add_ps(acc, _mm512_shuffle_f32x4(t0, t1, 0xEE));
+}
+
+/* Unpacks the row pair kk, kk+1 (kk even) into l[kk & 7], l[(kk+1) & 7]. */
+static inline void qt_gdn_lanes_put2(__m256 *l, int64_t kk, __m512 acc)
+{
+    l[kk & 7] = _mm512_castps512_ps256(acc);
+    l[(kk + 1) & 7] = _mm512_extractf32x8_ps(acc, 1);
+}
+
+/* One row of qt_gdn_bwd_b_v (the odd last row): returns its lanes in *lq, *lk. */
+static inline __attribute__((always_inline)) void
+qt_gdn_bwd_b_row1(float *restrict dr, __m512 *dd, __m256 *lq, __m256 *lk,
+                  const float *restrict sr, int comp, const float *restrict delta,
+                  const float *restrict dor, __m512 va, float k, float q, const int nv)
+{
+    const __m512 kv = _mm512_set1_ps(k), qv = _mm512_set1_ps(q);
+    __m256 laq = _mm256_setzero_ps(), lak = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) {
+        const __m512 de = _mm512_loadu_ps(delta + 16 * u), dov = _mm512_loadu_ps(dor + 16 * u);
+        const __m512 sv = comp ? _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
+                                               _mm512_mul_ps(kv, de))
+                               : _mm512_loadu_ps(sr + 16 * u);
+        const __m512 dsv = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(qv, dov));
+        laq = qt_gdn_lanes_add(laq, _mm512_mul_ps(sv, dov));
+        _mm512_storeu_ps(dr + 16 * u, dsv);
+        lak = qt_gdn_lanes_add(lak, _mm512_mul_ps(dsv, de));
+        dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv, kv));
+    }
+    *lq = laq;
+    *lk = lak;
+}
+
+/* qt_gdn_bwd_row_b over every row kk, two rows at a time (each element's expressions and
+ * every sum's order unchanged: ddelta takes row kk before kk+1); ddelta (zero before) is
+ * written at the end. S_t is read from st when the caller has the forward's state after
+ * the token (the next slot or checkpoint: the bits the step gave it), else formed as
+ * a*sp + kh delta^T (st NULL). */
 static inline __attribute__((always_inline)) void
 qt_gdn_bwd_b_v(float *restrict ds, float *restrict ddelta, float *restrict dqh,
                float *restrict dkh, const float *restrict sp, const float *restrict st,
@@ -498,33 +540,44 @@ qt_gdn_bwd_b_v(float *restrict ds, float *restrict ddelta, float *restrict dqh,
     __m512 dd[8];
     __m256 lq[8], lk[8];
     const __m512 va = _mm512_set1_ps(a);
+    const int64_t w = 16 * nv;
 #pragma GCC unroll 8
     for (int u = 0; u < nv; u++) dd[u] = _mm512_setzero_ps();
-    for (int64_t kk = 0; kk < dk; kk++) {
-        const float *sr = (st ? st : sp) + kk * 16 * nv;
-        float *dr = ds + kk * 16 * nv;
-        const __m512 kv = _mm512_set1_ps(kh[kk]), qv = _mm512_set1_ps(qh[kk]);
-        __m256 laq = _mm256_setzero_ps(), lak = _mm256_setzero_ps();
+    int64_t kk = 0;
+    for (; kk + 1 < dk; kk += 2) {
+        const float *s0 = (st ? st : sp) + kk * w, *s1 = s0 + w;
+        float *d0 = ds + kk * w, *d1 = d0 + w;
+        const __m512 kv0 = _mm512_set1_ps(kh[kk]), qv0 = _mm512_set1_ps(qh[kk]);
+        const __m512 kv1 = _mm512_set1_ps(kh[kk + 1]), qv1 = _mm512_set1_ps(qh[kk + 1]);
+        __m512 aq = _mm512_setzero_ps(), ak = _mm512_setzero_ps();
 #pragma GCC unroll 8
         for (int u = 0; u < nv; u++) {
             const __m512 de = _mm512_loadu_ps(delta + 16 * u), dov = _mm512_loadu_ps(dor + 16 * u);
-            const __m512 sv = st ? _mm512_loadu_ps(sr + 16 * u)
-                                 : _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
-                                                 _mm512_mul_ps(kv, de));
-            const __m512 dsv = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(qv, dov));
-            laq = qt_gdn_lanes_add(laq, _mm512_mul_ps(sv, dov));
-            _mm512_storeu_ps(dr + 16 * u, dsv);
-            lak = qt_gdn_lanes_add(lak, _mm512_mul_ps(dsv, de));
-            dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv, kv));
+            __m512 sv0 = _mm512_loadu_ps(s0 + 16 * u), sv1 = _mm512_loadu_ps(s1 + 16 * u);
+            if (!st) {
+                sv0 = _mm512_add_ps(_mm512_mul_ps(va, sv0), _mm512_mul_ps(kv0, de));
+                sv1 = _mm512_add_ps(_mm512_mul_ps(va, sv1), _mm512_mul_ps(kv1, de));
+            }
+            const __m512 dsv0 = _mm512_add_ps(_mm512_loadu_ps(d0 + 16 * u), _mm512_mul_ps(qv0, dov));
+            const __m512 dsv1 = _mm512_add_ps(_mm512_loadu_ps(d1 + 16 * u), _mm512_mul_ps(qv1, dov));
+            aq = qt_gdn_lanes_add2(aq, _mm512_mul_ps(sv0, dov), _mm512_mul_ps(sv1, dov));
+            _mm512_storeu_ps(d0 + 16 * u, dsv0);
+            _mm512_storeu_ps(d1 + 16 * u, dsv1);
+            ak = qt_gdn_lanes_add2(ak, _mm512_mul_ps(dsv0, de), _mm512_mul_ps(dsv1, de));
+            dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv0, kv0));
+            dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv1, kv1));
         }
-        lq[kk & 7] = laq;
-        lk[kk & 7] = lak;
-        if ((kk & 7) == 7) {
-            _mm256_storeu_ps(dqh + kk - 7, qt_gdn_lanes_sum8(lq));
-            _mm256_storeu_ps(dkh + kk - 7, qt_gdn_lanes_sum8(lk));
+        qt_gdn_lanes_put2(lq, kk, aq);
+        qt_gdn_lanes_put2(lk, kk, ak);
+        if ((kk & 7) == 6) {
+            _mm256_storeu_ps(dqh + kk - 6, qt_gdn_lanes_sum8(lq));
+            _mm256_storeu_ps(dkh + kk - 6, qt_gdn_lanes_sum8(lk));
         }
     }
-    for (int64_t kk = dk & ~(int64_t)7; kk < dk; kk++) {
+    if (kk < dk)
+        qt_gdn_bwd_b_row1(ds + kk * w, dd, &lq[kk & 7], &lk[kk & 7], (st ? st : sp) + kk * w,
+                          !st, delta, dor, va, kh[kk], qh[kk], nv);
+    for (kk = dk & ~(int64_t)7; kk < dk; kk++) {
         dqh[kk] = qt_gdn_lanes_sum_v(lq[kk & 7]);
         dkh[kk] = qt_gdn_lanes_sum_v(lk[kk & 7]);
     }
@@ -532,39 +585,72 @@ qt_gdn_bwd_b_v(float *restrict ds, float *restrict ddelta, float *restrict dqh,
     for (int u = 0; u < nv; u++) _mm512_storeu_ps(ddelta + 16 * u, dd[u]);
 }
 
-/* qt_gdn_bwd_row_c over every row kk: dkh[kk] += S'dpred (row kk); returns da, the row sums
- * <dS', S_prev> added in increasing kk from +0; dS <- a*dS'. */
+/* Rows kk (and kk+1 when two) of qt_gdn_bwd_c_v: lanes of S'dpred into *lk, of
+ * <dS', S_prev> into *lr (packed as qt_gdn_lanes_add2 when two, else in the low half). */
+static inline __attribute__((always_inline)) void
+qt_gdn_bwd_c_rows(float *restrict dr, __m512 *lk, __m512 *lr, const float *restrict sr,
+                  const float *restrict dpred, __m512 va, float k0, float k1, const int two,
+                  const int nv)
+{
+    const int64_t w = 16 * nv;
+    const __m512 kv0 = _mm512_set1_ps(k0), kv1 = _mm512_set1_ps(k1);
+    __m512 ak = _mm512_setzero_ps(), ar = _mm512_setzero_ps();
+    __m256 ak1 = _mm256_setzero_ps(), ar1 = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) {
+        const __m512 dp = _mm512_loadu_ps(dpred + 16 * u), sv0 = _mm512_loadu_ps(sr + 16 * u);
+        const __m512 dsp0 = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(kv0, dp));
+        const __m512 p0 = _mm512_mul_ps(_mm512_mul_ps(va, sv0), dp);
+        const __m512 r0 = _mm512_mul_ps(dsp0, sv0);
+        _mm512_storeu_ps(dr + 16 * u, _mm512_mul_ps(va, dsp0));
+        if (two) {
+            const __m512 sv1 = _mm512_loadu_ps(sr + w + 16 * u);
+            const __m512 dsp1 =
+                _mm512_add_ps(_mm512_loadu_ps(dr + w + 16 * u), _mm512_mul_ps(kv1, dp));
+            ak = qt_gdn_lanes_add2(ak, p0, _mm512_mul_ps(_mm512_mul_ps(va, sv1), dp));
+            ar = qt_gdn_lanes_add2(ar, r0, _mm512_mul_ps(dsp1, sv1));
+            _mm512_storeu_ps(dr + w + 16 * u, _mm512_mul_ps(va, dsp1));
+        } else {
+            ak1 = qt_gdn_lanes_add(ak1, p0);
+            ar1 = qt_gdn_lanes_add(ar1, r0);
+        }
+    }
+    *lk = two ? ak : _mm512_castps256_ps512(ak1);
+    *lr = two ? ar : _mm512_castps256_ps512(ar1);
+}
+
+/* qt_gdn_bwd_row_c over every row kk, two rows at a time: dkh[kk] += S'dpred (row kk);
+ * returns da, the row sums <dS', S_prev> added in increasing kk from +0; dS <- a*dS'. */
 static inline __attribute__((always_inline)) float
 qt_gdn_bwd_c_v(float *restrict ds, float *restrict dkh, const float *restrict sp,
                const float *restrict dpred, float a, const float *restrict kh, int64_t dk,
                const int nv)
 {
     const __m512 va = _mm512_set1_ps(a);
+    const int64_t w = 16 * nv;
     __m256 lk[8], lr[8];
     float da = 0.0f, r[8];
-    for (int64_t kk = 0; kk < dk; kk++) {
-        const float *sr = sp + kk * 16 * nv;
-        float *dr = ds + kk * 16 * nv;
-        const __m512 kv = _mm512_set1_ps(kh[kk]);
-        __m256 lak = _mm256_setzero_ps(), lar = _mm256_setzero_ps();
-#pragma GCC unroll 8
-        for (int u = 0; u < nv; u++) {
-            const __m512 sv = _mm512_loadu_ps(sr + 16 * u), dp = _mm512_loadu_ps(dpred + 16 * u);
-            const __m512 dsp = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(kv, dp));
-            lak = qt_gdn_lanes_add(lak, _mm512_mul_ps(_mm512_mul_ps(va, sv), dp));
-            lar = qt_gdn_lanes_add(lar, _mm512_mul_ps(dsp, sv));
-            _mm512_storeu_ps(dr + 16 * u, _mm512_mul_ps(va, dsp));
-        }
-        lk[kk & 7] = lak;
-        lr[kk & 7] = lar;
-        if ((kk & 7) == 7) {
-            float *dkr = dkh + kk - 7;
+    int64_t kk = 0;
+    for (; kk + 1 < dk; kk += 2) {
+        __m512 ak, ar;
+        qt_gdn_bwd_c_rows(ds + kk * w, &ak, &ar, sp + kk * w, dpred, va, kh[kk], kh[kk + 1], 1,
+                          nv);
+        qt_gdn_lanes_put2(lk, kk, ak);
+        qt_gdn_lanes_put2(lr, kk, ar);
+        if ((kk & 7) == 6) {
+            float *dkr = dkh + kk - 6;
             _mm256_storeu_ps(dkr, _mm256_add_ps(_mm256_loadu_ps(dkr), qt_gdn_lanes_sum8(lk)));
             _mm256_storeu_ps(r, qt_gdn_lanes_sum8(lr));
             for (int q = 0; q < 8; q++) da += r[q];
         }
     }
-    for (int64_t kk = dk & ~(int64_t)7; kk < dk; kk++) {
+    if (kk < dk) {
+        __m512 ak, ar;
+        qt_gdn_bwd_c_rows(ds + kk * w, &ak, &ar, sp + kk * w, dpred, va, kh[kk], 0.0f, 0, nv);
+        lk[kk & 7] = _mm512_castps512_ps256(ak);
+        lr[kk & 7] = _mm512_castps512_ps256(ar);
+    }
+    for (kk = dk & ~(int64_t)7; kk < dk; kk++) {
         dkh[kk] += qt_gdn_lanes_sum_v(lk[kk & 7]);
         da += qt_gdn_lanes_sum_v(lr[kk & 7]);
     }
