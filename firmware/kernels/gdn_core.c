@@ -301,6 +301,7 @@ static void qt_gdn_fwd_block_v(float *restrict sth, float *restrict o, const flo
                 qt_gdn_prefetch(c2 + h * dk, dk);
                 qt_gdn_prefetch(c2 + d->hk * dk + h * dk, dk);
                 qt_gdn_prefetch(c2 + 2 * d->hk * dk + j * dv + x0, QT_GDN_FB);
+                qt_gdn_prefetch_w(o + (row + 2) * d->hv * dv + j * dv + x0, QT_GDN_FB);
             }
         }
         float *orow = o + row * d->hv * dv + j * dv + x0;
