@@ -559,8 +559,10 @@ qt_gdn_bwd_b_v(float *restrict ds, float *restrict ddelta, float *restrict dqh,
                 sv0 = _mm512_add_ps(_mm512_mul_ps(va, sv0), _mm512_mul_ps(kv0, de));
                 sv1 = _mm512_add_ps(_mm512_mul_ps(va, sv1), _mm512_mul_ps(kv1, de));
             }
-            const __m512 dsv0 = _mm512_add_ps(_mm512_loadu_ps(d0 + 16 * u), _mm512_mul_ps(qv0, dov));
-            const __m512 dsv1 = _mm512_add_ps(_mm512_loadu_ps(d1 + 16 * u), _mm512_mul_ps(qv1, dov));
+            const __m512 dsv0 =
+                _mm512_add_ps(_mm512_loadu_ps(d0 + 16 * u), _mm512_mul_ps(qv0, dov));
+            const __m512 dsv1 =
+                _mm512_add_ps(_mm512_loadu_ps(d1 + 16 * u), _mm512_mul_ps(qv1, dov));
             aq = qt_gdn_lanes_add2(aq, _mm512_mul_ps(sv0, dov), _mm512_mul_ps(sv1, dov));
             _mm512_storeu_ps(d0 + 16 * u, dsv0);
             _mm512_storeu_ps(d1 + 16 * u, dsv1);
@@ -703,12 +705,14 @@ qt_gdn_rec_sweep_v(float *restrict sout, const float *restrict sin, int64_t ld,
     }
 }
 
-/* The backward's recomputation of one chunk (tokens t0..t0+len-1 of sequence s, value head
- * j) in column blocks of QT_GDN_FB, as the blocked forward: slot i (1 <= i < len) gets S_i
- * from S_0 = the checkpoint s0, and row i of slot 0 gets pred_i, the sum the forward's delta
- * used (so the backward reads S_0 from the checkpoint; needs len <= Dk). kb0, kb1: Dk floats
- * each (this token's and the next normalised key); qh: Dk floats (unused values). */
-static void qt_gdn_bwd_recompute_v(float *restrict slots, const float *restrict s0,
+/* The backward's recomputation of tokens t0..t0+len-1 of sequence s, value head j (a chunk
+ * or a sub-chunk) in column blocks of QT_GDN_FB, one sweep per token (S_i read from where
+ * the sweep before wrote it): S_i (1 <= i < len) goes to sdst + (i-1)*Dk*Dv from S_0 = s0
+ * (the checkpoint or a sub-chunk boundary, which the backward then reads in place), and
+ * pred_i, the sum the forward's delta used, to pdst + i*Dv (needs len <= Dk). kb0, kb1: Dk
+ * floats each (this token's and the next normalised key); qh: Dk floats (unused values). */
+static void qt_gdn_bwd_recompute_v(float *restrict pdst, float *restrict sdst,
+                                   const float *restrict s0,
                                    const float *restrict c, const float *restrict g,
                                    const float *restrict beta, const float *restrict rq,
                                    const float *restrict rk, float qscale, int64_t s, int64_t j,
@@ -734,7 +738,7 @@ static void qt_gdn_bwd_recompute_v(float *restrict slots, const float *restrict 
         }
         for (int64_t i = 0;; i++, row++) {
             for (int u = 0; u < QT_GDN_FBV; u++)
-                _mm512_storeu_ps(slots + i * dv + x0 + 16 * u, pr[u]);
+                _mm512_storeu_ps(pdst + i * dv + x0 + 16 * u, pr[u]);
             if (i + 1 == len) break;
             const float *v = c + row * d->cc + 2 * d->hk * dk + j * dv + x0;
             const __m512 vb = _mm512_set1_ps(beta[row * d->hv + j]);
@@ -743,9 +747,8 @@ static void qt_gdn_bwd_recompute_v(float *restrict slots, const float *restrict 
             qt_gdn_load_qk(qh, kn, c + (row + 1) * d->cc, rq[(row + 1) * d->hk + h],
                            rk[(row + 1) * d->hk + h], qscale, h, d);
             const float an = qt_gdn_decay(g, row + 1, j, d);
-            const float *sin = i ? slots + i * d->dkdv + x0 : s0 + x0;
-            qt_gdn_rec_sweep_v(slots + (i + 1) * d->dkdv + x0, sin, dv, pr, dl, a, kc, an, kn,
-                               dk);
+            const float *sin = i ? sdst + (i - 1) * d->dkdv + x0 : s0 + x0;
+            qt_gdn_rec_sweep_v(sdst + i * d->dkdv + x0, sin, dv, pr, dl, a, kc, an, kn, dk);
             float *t = kc;
             kc = kn;
             kn = t;
@@ -846,15 +849,15 @@ static void qt_gdn_bwd_token(const qt_gdn_bwd_ctx *x, int64_t j, int64_t row,
 }
 
 #ifdef QT_GDN_FWD_BLOCKED
-/* The backward's recomputation in column blocks of QT_GDN_FB, as the blocked forward (a
- * block's a*S in the contiguous buffer ab, Dk x QT_GDN_FB floats): tokens t..t+cnt-1 of
- * sequence s, value head j from the state s0 before token t. S_k (k = 1..cnt) is stored
- * when k % every == 0, at sdst + (k/every - 1)*Dk*Dv (S_cnt only if last); pred_i (the sum
- * the forward's delta used) at pdst + i*Dv when pdst is not NULL. kb: 2*Dk floats. */
-static void qt_gdn_rec_run_v(float *restrict ab, float *restrict sdst, float *restrict pdst,
-                             const float *restrict s0, const qt_gdn_bwd_ctx *x, int64_t s,
-                             int64_t j, int64_t t, int64_t cnt, int64_t every, int last,
-                             float *restrict kb)
+/* The backward's boundary pass in column blocks of QT_GDN_FB, as the blocked forward (a
+ * block's a*S in the contiguous buffer ab, Dk x QT_GDN_FB floats, S read once per token):
+ * tokens t..t+cnt-1 of sequence s, value head j from the state s0 before token t; stores
+ * only S_k for k = every, 2*every, ..., cnt (cnt a multiple of every) at
+ * bst + (k/every - 1)*Dk*Dv. kb: 2*Dk floats. */
+static void qt_gdn_rec_bounds_v(float *restrict ab, float *restrict bst,
+                                const float *restrict s0, const qt_gdn_bwd_ctx *x, int64_t s,
+                                int64_t j, int64_t t, int64_t cnt, int64_t every,
+                                float *restrict kb)
 {
     const qt_gdn_dims *d = &x->d;
     const int64_t dk = d->dk, dv = d->dv, h = j / d->r;
@@ -874,16 +877,12 @@ static void qt_gdn_rec_run_v(float *restrict ab, float *restrict sdst, float *re
                 pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
             }
         }
-        for (int64_t i = 0;; i++, row++) {
-            if (pdst)
-                for (int u = 0; u < QT_GDN_FBV; u++)
-                    _mm512_storeu_ps(pdst + i * dv + x0 + 16 * u, pr[u]);
-            if (i + 1 == cnt && !last) break;
+        for (int64_t i = 0; i < cnt; i++, row++) {
             const float *v = x->c + row * d->cc + 2 * d->hk * dk + j * dv + x0;
             const __m512 vb = _mm512_set1_ps(x->beta[row * d->hv + j]);
             for (int u = 0; u < QT_GDN_FBV; u++) /* delta = bt * (v - pred) */
                 dl[u] = _mm512_mul_ps(vb, _mm512_sub_ps(_mm512_loadu_ps(v + 16 * u), pr[u]));
-            float *sout = (i + 1) % every ? 0 : sdst + ((i + 1) / every - 1) * d->dkdv + x0;
+            float *sout = (i + 1) % every ? 0 : bst + ((i + 1) / every - 1) * d->dkdv + x0;
             if (i + 1 == cnt) { /* the last state, stored, no next token */
                 qt_gdn_fwd_sweep_v(ab, 0, sout, dv, pr, dl, kc, 0, 0, an, dk, 0);
                 break;
@@ -908,8 +907,8 @@ static void qt_gdn_rec_run_v(float *restrict ab, float *restrict sdst, float *re
 
 /* Sub-chunk length for the blocked backward of a chunk of len tokens: the states of one
  * sub-chunk (QT_GDN_SUB_BYTES) stay in L2 while its tokens run backward. Scratch slots:
- * 0 the preds (q <= Dk rows), 1 the block buffer, then the nb = ceil(len/q)-1 sub-chunk
- * boundary states, then q-1 states; 0 when they do not fit (the plain path runs). */
+ * 0 the preds (q <= Dk rows), 1 the boundary pass's block buffer, then the nb = ceil(len/q)-1
+ * sub-chunk boundary states, then q-1 states; 0 when they do not fit (the plain path runs). */
 #define QT_GDN_SUB_BYTES (1 << 20)
 static int64_t qt_gdn_bwd_sub(const qt_gdn_dims *d, int64_t len)
 {
@@ -930,12 +929,13 @@ static void qt_gdn_bwd_chunk_v(const qt_gdn_bwd_ctx *x, float *restrict slots,
 {
     const int64_t dkdv = x->d.dkdv, nb = (len + q - 1) / q - 1;
     float *pb = slots, *ab = slots + dkdv, *bst = slots + 2 * dkdv, *sub = bst + nb * dkdv;
-    if (nb) qt_gdn_rec_run_v(ab, bst, 0, ck, x, s, j, t0, nb * q, q, 1, x->dqh);
+    if (nb) qt_gdn_rec_bounds_v(ab, bst, ck, x, s, j, t0, nb * q, q, x->dqh);
     for (int64_t m = nb; m >= 0; m--) {
         const int64_t tm = t0 + m * q, qm = len - m * q < q ? len - m * q : q;
         const float *s0 = m ? bst + (m - 1) * dkdv : ck;
         const float *after = m < nb ? bst + m * dkdv : next;
-        qt_gdn_rec_run_v(ab, sub, pb, s0, x, s, j, tm, qm, 1, 0, x->dqh);
+        qt_gdn_bwd_recompute_v(pb, sub, s0, x->c, x->g, x->beta, x->rq, x->rk, x->qscale, s,
+                               j, tm, qm, x->qh, x->dqh, x->dkh, &x->d);
         for (int64_t i = qm - 1; i >= 0; i--)
             qt_gdn_bwd_token(x, j, s * x->d.S + tm + i, i ? sub + (i - 1) * dkdv : s0,
                              i + 1 < qm ? sub + i * dkdv : after, pb + i * x->d.dv);
@@ -952,8 +952,8 @@ static const qt_real *qt_gdn_bwd_recompute(qt_real *slots, const qt_real *ck,
     const qt_gdn_dims *d = &x->d;
 #ifdef QT_GDN_FWD_BLOCKED
     if (!d->scalar && d->dv % QT_GDN_FB == 0 && len <= d->dk) {
-        qt_gdn_bwd_recompute_v(slots, ck, x->c, x->g, x->beta, x->rq, x->rk, x->qscale, s, j,
-                               t0, len, x->qh, x->kh, x->dqh, d);
+        qt_gdn_bwd_recompute_v(slots, slots + d->dkdv, ck, x->c, x->g, x->beta, x->rq, x->rk,
+                               x->qscale, s, j, t0, len, x->qh, x->kh, x->dqh, d);
         return slots;
     }
 #endif
