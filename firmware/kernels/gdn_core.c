@@ -13,6 +13,11 @@
  *    n+1 (which it becomes); the last chunk runs in its own slot, which is then restored by
  *    re-running the previous chunk (at most one extra chunk per sequence and head); the
  *    blocked forward (Dv a multiple of 64) keeps a column block in slot 0 and zeroes it after;
+ *  - the backward's scratch slots hold recomputed states only; the states it reads that the
+ *    forward saved (the chunk's checkpoint, the next one) it reads in place: they carry the
+ *    bits the recomputation would give. On the blocked path (AVX-512, Dv a multiple of 64,
+ *    chunk <= Dk) slot 0 holds each token's pred instead, and a chunk whose states pass
+ *    QT_GDN_SUB_BYTES runs in sub-chunks that fit L2 (qt_gdn_bwd_sub);
  *  - nothing crosses a sequence: every sequence starts from S_0 = 0 and dS = 0.
  */
 #include <stddef.h>
