@@ -2,15 +2,22 @@
  * per-chunk recomputation (contract: gdn_core.h, qt_ops.h QT_OP_GDN_CORE_*).
  *
  * Invariants:
- *  - one step function (qt_gdn_step) produces every state, in the forward and in the
- *    backward's recomputation, so recomputed states carry the forward's bits and the
- *    chunk size cannot change any result;
+ *  - every state comes from one set of per-element expressions in one order (qt_gdn_step;
+ *    the AVX-512 column-block sweeps below apply the same ones, columns never mix), in the
+ *    forward and in the backward's recomputation, so recomputed states carry the forward's
+ *    bits and the chunk size cannot change any result;
  *  - loops over a state run row kk (Dk) outside, column (Dv) inside and contiguous; every
  *    per-column sum therefore runs in increasing kk, per-row sums over Dv use the fixed
  *    8-lane order of QT_GDN_BLOCKED, sums over Dk alone (norms) run in increasing i;
  *  - the forward has no scratch: the running state of chunk n lives in checkpoint slot
  *    n+1 (which it becomes); the last chunk runs in its own slot, which is then restored by
- *    re-running the previous chunk (at most one extra chunk per sequence and head);
+ *    re-running the previous chunk (at most one extra chunk per sequence and head); the
+ *    blocked forward (Dv a multiple of 64) keeps a column block in slot 0 and zeroes it after;
+ *  - the backward's scratch slots hold recomputed states only; the states it reads that the
+ *    forward saved (the chunk's checkpoint, the next one) it reads in place: they carry the
+ *    bits the recomputation would give. On the blocked path (AVX-512, Dv a multiple of 64,
+ *    chunk <= Dk) slot 0 holds each token's pred instead, and a chunk whose states pass
+ *    QT_GDN_SUB_BYTES runs in sub-chunks that fit L2 (qt_gdn_bwd_sub);
  *  - nothing crosses a sequence: every sequence starts from S_0 = 0 and dS = 0.
  */
 #include <stddef.h>
@@ -60,8 +67,28 @@ static void qt_gdn_load_qk(qt_real *restrict qh, qt_real *restrict kh,
     }
 }
 
+/* Cache hints for a token's rows ahead of use (rows lie Cc reals apart, too far for the
+ * hardware prefetcher); no effect on any result. */
+static inline void qt_gdn_prefetch(const qt_real *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 64 / (int64_t)sizeof(qt_real)) __builtin_prefetch(p + i, 0, 3);
+}
+
+static inline void qt_gdn_prefetch_w(qt_real *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 64 / (int64_t)sizeof(qt_real)) __builtin_prefetch(p + i, 1, 3);
+}
+
 #if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__)
 #include <immintrin.h>
+/* Normalised key alone (the recomputation needs no query). */
+static void qt_gdn_load_k(float *restrict kh, const float *restrict crow, float rk,
+                          int64_t h, const qt_gdn_dims *d)
+{
+    const float *k = crow + d->hk * d->dk + h * d->dk;
+    for (int64_t i = 0; i < d->dk; i++) kh[i] = k[i] * rk;
+}
+
 #define QT_GDN_XB 64 /* columns per block of the vector step: 4 zmm of delta and of o */
 
 /* qt_gdn_step for dv a multiple of 64, in column blocks of 64: every column runs exactly the
@@ -192,6 +219,127 @@ static void qt_gdn_zero(qt_real *dst, int64_t n)
     for (int64_t i = 0; i < n; i++) dst[i] = QT_R(0.0);
 }
 
+#if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__)
+/* The forward in column blocks (AVX-512, Dv a multiple of 64): the columns of the state never
+ * mix (pred, delta, the update and o are per column), so a block of QT_GDN_FB columns runs
+ * through every token of a sequence while its Dk x 64 floats stay in L1 (32 KiB at Dk 128),
+ * and one sweep over the rows per token does the update and output of token t and the pred
+ * of token t+1:
+ *   S_t[kk] = ab[kk] + kh_t[kk]*delta_t;  o_t += S_t[kk]*qh_t[kk];
+ *   ab[kk] = a_{t+1}*S_t[kk];  pred_{t+1} += ab[kk]*kh_{t+1}[kk]
+ * where ab holds a_t*S_{t-1}, the value the scalar step computes twice. Every element gets
+ * the scalar step's operations in its order (sums over kk increasing from +0), so the bits
+ * are qt_gdn_step's; the block's buffer is checkpoint slot 0 of the head (zeroed after). */
+#define QT_GDN_FB 64 /* columns per block: 4 zmm of pred and of o */
+#define QT_GDN_FBV (QT_GDN_FB / 16) /* vectors per block row */
+
+static inline __attribute__((always_inline)) void
+qt_gdn_fwd_sweep_v(float *restrict ab, float *restrict o, float *restrict sout, int64_t ld,
+                   __m512 pr[QT_GDN_FBV], const __m512 dl[QT_GDN_FBV], const float *restrict kh,
+                   const float *restrict qh, const float *restrict kn, float an, int64_t dk,
+                   const int wo)
+{
+    const __m512 van = _mm512_set1_ps(an);
+    __m512 ov[QT_GDN_FBV];
+    for (int u = 0; u < QT_GDN_FBV; u++) ov[u] = pr[u] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < dk; kk++) {
+        float *br = ab + kk * QT_GDN_FB;
+        const __m512 kv = _mm512_set1_ps(kh[kk]), qv = wo ? _mm512_set1_ps(qh[kk]) : kv;
+        const __m512 nv = kn ? _mm512_set1_ps(kn[kk]) : kv;
+#pragma GCC unroll 4
+        for (int u = 0; u < QT_GDN_FBV; u++) {
+            const __m512 sn =
+                _mm512_add_ps(_mm512_loadu_ps(br + 16 * u), _mm512_mul_ps(kv, dl[u]));
+            if (wo) ov[u] = _mm512_add_ps(ov[u], _mm512_mul_ps(sn, qv));
+            if (sout) _mm512_storeu_ps(sout + kk * ld + 16 * u, sn);
+            if (kn) {
+                const __m512 as = _mm512_mul_ps(van, sn);
+                _mm512_storeu_ps(br + 16 * u, as);
+                pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, nv));
+            }
+        }
+    }
+    if (wo)
+        for (int u = 0; u < QT_GDN_FBV; u++) _mm512_storeu_ps(o + 16 * u, ov[u]);
+}
+
+/* Columns [x0, x0+QT_GDN_FB) of sequence s, value head j, through all S tokens from S_0 = 0:
+ * writes their o columns and the checkpoints' columns (slots 1..nch-1); uses slot 0 as the
+ * contiguous block buffer. qh, kh: 2*Dk reals each (this token's and the next). */
+static void qt_gdn_fwd_block_v(float *restrict sth, float *restrict o, const float *restrict c,
+                               const float *restrict g, const float *restrict beta,
+                               const float *restrict rq, const float *restrict rk,
+                               float qscale, int64_t s, int64_t j, int64_t x0,
+                               float *restrict qh, float *restrict kh, const qt_gdn_dims *d)
+{
+    const int64_t dk = d->dk, dv = d->dv, h = j / d->r;
+    float *ab = sth;
+    __m512 pr[QT_GDN_FBV], dl[QT_GDN_FBV];
+    int64_t row = s * d->S;
+    qt_gdn_load_qk(qh, kh, c + row * d->cc, rq[row * d->hk + h], rk[row * d->hk + h], qscale,
+                   h, d);
+    float an = qt_gdn_decay(g, row, j, d);
+    const __m512 va = _mm512_set1_ps(an);
+    for (int u = 0; u < QT_GDN_FBV; u++) pr[u] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < dk; kk++) { /* S_0 = 0: ab = a_0*0, pred_0 = sum ab*kh */
+        const __m512 kv = _mm512_set1_ps(kh[kk]);
+        for (int u = 0; u < QT_GDN_FBV; u++) {
+            const __m512 as = _mm512_mul_ps(va, _mm512_setzero_ps());
+            _mm512_storeu_ps(ab + kk * QT_GDN_FB + 16 * u, as);
+            pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+        }
+    }
+    for (int64_t t = 0; t < d->S; t++, row++) {
+        float *qc = qh + (t & 1) * dk, *kc = kh + (t & 1) * dk;
+        float *qn = qh + ((t + 1) & 1) * dk, *kn = kh + ((t + 1) & 1) * dk;
+        const float *v = c + row * d->cc + 2 * d->hk * dk + j * dv + x0;
+        const __m512 vb = _mm512_set1_ps(beta[row * d->hv + j]);
+        for (int u = 0; u < QT_GDN_FBV; u++) /* delta = bt * (v - pred) */
+            dl[u] = _mm512_mul_ps(vb, _mm512_sub_ps(_mm512_loadu_ps(v + 16 * u), pr[u]));
+        const int last = t + 1 == d->S;
+        if (!last) {
+            qt_gdn_load_qk(qn, kn, c + (row + 1) * d->cc, rq[(row + 1) * d->hk + h],
+                           rk[(row + 1) * d->hk + h], qscale, h, d);
+            an = qt_gdn_decay(g, row + 1, j, d);
+            if (t + 2 < d->S) {
+                const float *c2 = c + (row + 2) * d->cc;
+                qt_gdn_prefetch(c2 + h * dk, dk);
+                qt_gdn_prefetch(c2 + d->hk * dk + h * dk, dk);
+                qt_gdn_prefetch(c2 + 2 * d->hk * dk + j * dv + x0, QT_GDN_FB);
+                qt_gdn_prefetch_w(o + (row + 2) * d->hv * dv + j * dv + x0, QT_GDN_FB);
+            }
+        }
+        float *orow = o + row * d->hv * dv + j * dv + x0;
+        if (last) /* separate calls, so each inlined sweep has its branches resolved */
+            qt_gdn_fwd_sweep_v(ab, orow, 0, dv, pr, dl, kc, qc, 0, an, dk, 1);
+        else if ((t + 1) % d->chunk == 0)
+            qt_gdn_fwd_sweep_v(ab, orow, sth + (t + 1) / d->chunk * d->dkdv + x0, dv, pr, dl,
+                               kc, qc, kn, an, dk, 1);
+        else
+            qt_gdn_fwd_sweep_v(ab, orow, 0, dv, pr, dl, kc, qc, kn, an, dk, 1);
+    }
+}
+
+/* The blocked forward over every sequence and head (checkpoint slot 0 zeroed after each). */
+static void qt_gdn_fwd_blocked_v(float *restrict o, float *restrict states,
+                                 const float *restrict rq, const float *restrict rk,
+                                 const float *restrict c, const float *restrict g,
+                                 const float *restrict beta, int64_t b, float qscale,
+                                 const qt_gdn_dims *d)
+{
+    float qh[2 * QT_GDN_CORE_MAX_DIM], kh[2 * QT_GDN_CORE_MAX_DIM];
+    if (d->S < 1) return;
+    for (int64_t s = 0; s < b; s++)
+        for (int64_t j = 0; j < d->hv; j++) {
+            float *sth = states + (s * d->hv + j) * d->nch * d->dkdv;
+            for (int64_t x0 = 0; x0 < d->dv; x0 += QT_GDN_FB)
+                qt_gdn_fwd_block_v(sth, o, c, g, beta, rq, rk, qscale, s, j, x0, qh, kh, d);
+            qt_gdn_zero(sth, d->dkdv);
+        }
+}
+#define QT_GDN_FWD_BLOCKED 1
+#endif
+
 static void qt_gdn_core_fwd_impl(qt_real *restrict o, qt_real *restrict states,
                                  qt_real *restrict rq, qt_real *restrict rk,
                                  const qt_real *restrict c, const qt_real *restrict g,
@@ -207,6 +355,12 @@ static void qt_gdn_core_fwd_impl(qt_real *restrict o, qt_real *restrict states,
     d.pos = pos;
 
     qt_gdn_inv_norms(rq, rk, c, b * S, l2eps, &d);
+#ifdef QT_GDN_FWD_BLOCKED
+    if (!scalar && dv % QT_GDN_FB == 0) {
+        qt_gdn_fwd_blocked_v(o, states, rq, rk, c, g, beta, b, qscale, &d);
+        return;
+    }
+#endif
 
     for (int64_t s = 0; s < b; s++) {
         for (int64_t j = 0; j < hv; j++) {
@@ -289,12 +443,25 @@ static void qt_gdn_pred_row(qt_real *restrict pred, const qt_real *restrict srow
  * AVX-512, whole rows at a time so the running ddelta / pred columns stay in registers.
  * Every element runs the scalar pass's expressions; a row's 8-lane sums take the low then
  * the high half of each 16-column vector, i.e. lane l = x mod 8 in increasing x, as
- * QT_GDN_BLOCKED does; the lanes are then combined by qt_gdn_lanes_sum. Same bits. */
+ * QT_GDN_BLOCKED does; the lanes are then combined by qt_gdn_lanes_sum's tree, for 8 rows
+ * at once by qt_gdn_lanes_sum8. Same bits. */
 static inline float qt_gdn_lanes_sum_v(__m256 v)
 {
     float l[QT_GDN_LANES];
     _mm256_storeu_ps(l, v);
     return qt_gdn_lanes_sum(l);
+}
+
+/* The lane vectors of 8 rows -> the 8 row sums ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)): hadd
+ * forms l0+l1 and l2+l3, then (l0+l1)+(l2+l3) (first operand first, as the scalar tree),
+ * and the two 128-bit halves add the 0123 and 4567 halves. */
+static inline __m256 qt_gdn_lanes_sum8(const __m256 *l)
+{
+    const __m256 h01 = _mm256_hadd_ps(l[0], l[1]), h23 = _mm256_hadd_ps(l[2], l[3]);
+    const __m256 h45 = _mm256_hadd_ps(l[4], l[5]), h67 = _mm256_hadd_ps(l[6], l[7]);
+    const __m256 q0 = _mm256_hadd_ps(h01, h23), q1 = _mm256_hadd_ps(h45, h67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20),
+                         _mm256_permute2f128_ps(q0, q1, 0x31));
 }
 
 static inline __m256 qt_gdn_lanes_add(__m256 acc, __m512 t)
@@ -325,57 +492,177 @@ qt_gdn_pred_v(float *restrict pred, const float *restrict sp, float a,
     for (int u = 0; u < nv; u++) _mm512_storeu_ps(pred + 16 * u, pr[u]);
 }
 
-/* qt_gdn_bwd_row_b over every row kk; ddelta (zero before) is written at the end. */
+/* Adds t0 (row r) and t1 (row r+1) to the two rows' lane sums packed in one zmm (row r in
+ * the low 8 lanes, row r+1 in the high 8): the low 8 columns of each, then the high 8, as
+ * qt_gdn_lanes_add does for one row (one shuffle per half instead of an extract per row). */
+static inline __m512 qt_gdn_lanes_add2(__m512 acc, __m512 t0, __m512 t1)
+{
+    acc = _mm512_add_ps(acc, _mm512_shuffle_f32x4(t0, t1, 0x44));
+    return _mm512_add_ps(acc, _mm512_shuffle_f32x4(t0, t1, 0xEE));
+}
+
+/* Unpacks the row pair kk, kk+1 (kk even) into l[kk & 7], l[(kk+1) & 7]. */
+static inline void qt_gdn_lanes_put2(__m256 *l, int64_t kk, __m512 acc)
+{
+    l[kk & 7] = _mm512_castps512_ps256(acc);
+    l[(kk + 1) & 7] = _mm512_extractf32x8_ps(acc, 1);
+}
+
+/* One row of qt_gdn_bwd_b_v (the odd last row): returns its lanes in *lq, *lk. */
+static inline __attribute__((always_inline)) void
+qt_gdn_bwd_b_row1(float *restrict dr, __m512 *dd, __m256 *lq, __m256 *lk,
+                  const float *restrict sr, int comp, const float *restrict delta,
+                  const float *restrict dor, __m512 va, float k, float q, const int nv)
+{
+    const __m512 kv = _mm512_set1_ps(k), qv = _mm512_set1_ps(q);
+    __m256 laq = _mm256_setzero_ps(), lak = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) {
+        const __m512 de = _mm512_loadu_ps(delta + 16 * u), dov = _mm512_loadu_ps(dor + 16 * u);
+        const __m512 sv = comp ? _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
+                                               _mm512_mul_ps(kv, de))
+                               : _mm512_loadu_ps(sr + 16 * u);
+        const __m512 dsv = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(qv, dov));
+        laq = qt_gdn_lanes_add(laq, _mm512_mul_ps(sv, dov));
+        _mm512_storeu_ps(dr + 16 * u, dsv);
+        lak = qt_gdn_lanes_add(lak, _mm512_mul_ps(dsv, de));
+        dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv, kv));
+    }
+    *lq = laq;
+    *lk = lak;
+}
+
+/* qt_gdn_bwd_row_b over every row kk, two rows at a time (each element's expressions and
+ * every sum's order unchanged: ddelta takes row kk before kk+1); ddelta (zero before) is
+ * written at the end. S_t is read from st when the caller has the forward's state after
+ * the token (the next slot or checkpoint: the bits the step gave it), else formed as
+ * a*sp + kh delta^T (st NULL). */
 static inline __attribute__((always_inline)) void
 qt_gdn_bwd_b_v(float *restrict ds, float *restrict ddelta, float *restrict dqh,
-               float *restrict dkh, const float *restrict sp, const float *restrict delta,
-               const float *restrict dor, float a, const float *restrict kh,
-               const float *restrict qh, int64_t dk, const int nv)
+               float *restrict dkh, const float *restrict sp, const float *restrict st,
+               const float *restrict delta, const float *restrict dor, float a,
+               const float *restrict kh, const float *restrict qh, int64_t dk, const int nv)
 {
     __m512 dd[8];
+    __m256 lq[8], lk[8];
     const __m512 va = _mm512_set1_ps(a);
+    const int64_t w = 16 * nv;
 #pragma GCC unroll 8
     for (int u = 0; u < nv; u++) dd[u] = _mm512_setzero_ps();
-    for (int64_t kk = 0; kk < dk; kk++) {
-        const float *sr = sp + kk * 16 * nv;
-        float *dr = ds + kk * 16 * nv;
-        const __m512 kv = _mm512_set1_ps(kh[kk]), qv = _mm512_set1_ps(qh[kk]);
-        __m256 laq = _mm256_setzero_ps(), lak = _mm256_setzero_ps();
+    int64_t kk = 0;
+    for (; kk + 1 < dk; kk += 2) {
+        const float *s0 = (st ? st : sp) + kk * w, *s1 = s0 + w;
+        float *d0 = ds + kk * w, *d1 = d0 + w;
+        const __m512 kv0 = _mm512_set1_ps(kh[kk]), qv0 = _mm512_set1_ps(qh[kk]);
+        const __m512 kv1 = _mm512_set1_ps(kh[kk + 1]), qv1 = _mm512_set1_ps(qh[kk + 1]);
+        __m512 aq = _mm512_setzero_ps(), ak = _mm512_setzero_ps();
 #pragma GCC unroll 8
         for (int u = 0; u < nv; u++) {
             const __m512 de = _mm512_loadu_ps(delta + 16 * u), dov = _mm512_loadu_ps(dor + 16 * u);
-            const __m512 st = _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
-                                            _mm512_mul_ps(kv, de));
-            const __m512 dsv = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(qv, dov));
-            laq = qt_gdn_lanes_add(laq, _mm512_mul_ps(st, dov));
-            _mm512_storeu_ps(dr + 16 * u, dsv);
-            lak = qt_gdn_lanes_add(lak, _mm512_mul_ps(dsv, de));
-            dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv, kv));
+            __m512 sv0 = _mm512_loadu_ps(s0 + 16 * u), sv1 = _mm512_loadu_ps(s1 + 16 * u);
+            if (!st) {
+                sv0 = _mm512_add_ps(_mm512_mul_ps(va, sv0), _mm512_mul_ps(kv0, de));
+                sv1 = _mm512_add_ps(_mm512_mul_ps(va, sv1), _mm512_mul_ps(kv1, de));
+            }
+            const __m512 dsv0 =
+                _mm512_add_ps(_mm512_loadu_ps(d0 + 16 * u), _mm512_mul_ps(qv0, dov));
+            const __m512 dsv1 =
+                _mm512_add_ps(_mm512_loadu_ps(d1 + 16 * u), _mm512_mul_ps(qv1, dov));
+            aq = qt_gdn_lanes_add2(aq, _mm512_mul_ps(sv0, dov), _mm512_mul_ps(sv1, dov));
+            _mm512_storeu_ps(d0 + 16 * u, dsv0);
+            _mm512_storeu_ps(d1 + 16 * u, dsv1);
+            ak = qt_gdn_lanes_add2(ak, _mm512_mul_ps(dsv0, de), _mm512_mul_ps(dsv1, de));
+            dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv0, kv0));
+            dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv1, kv1));
         }
-        dqh[kk] = qt_gdn_lanes_sum_v(laq);
-        dkh[kk] = qt_gdn_lanes_sum_v(lak);
+        qt_gdn_lanes_put2(lq, kk, aq);
+        qt_gdn_lanes_put2(lk, kk, ak);
+        if ((kk & 7) == 6) {
+            _mm256_storeu_ps(dqh + kk - 6, qt_gdn_lanes_sum8(lq));
+            _mm256_storeu_ps(dkh + kk - 6, qt_gdn_lanes_sum8(lk));
+        }
+    }
+    if (kk < dk)
+        qt_gdn_bwd_b_row1(ds + kk * w, dd, &lq[kk & 7], &lk[kk & 7], (st ? st : sp) + kk * w,
+                          !st, delta, dor, va, kh[kk], qh[kk], nv);
+    for (kk = dk & ~(int64_t)7; kk < dk; kk++) {
+        dqh[kk] = qt_gdn_lanes_sum_v(lq[kk & 7]);
+        dkh[kk] = qt_gdn_lanes_sum_v(lk[kk & 7]);
     }
 #pragma GCC unroll 8
     for (int u = 0; u < nv; u++) _mm512_storeu_ps(ddelta + 16 * u, dd[u]);
 }
 
-/* qt_gdn_bwd_row_c for row kk: kr[0] = S'dpred, kr[1] = <dS', S_prev>; dS <- a*dS'. */
+/* Rows kk (and kk+1 when two) of qt_gdn_bwd_c_v: lanes of S'dpred into *lk, of
+ * <dS', S_prev> into *lr (packed as qt_gdn_lanes_add2 when two, else in the low half). */
 static inline __attribute__((always_inline)) void
-qt_gdn_bwd_c_v(float *restrict dr, float *restrict kr, const float *restrict sr,
-               const float *restrict dpred, float a, float kh, const int nv)
+qt_gdn_bwd_c_rows(float *restrict dr, __m512 *lk, __m512 *lr, const float *restrict sr,
+                  const float *restrict dpred, __m512 va, float k0, float k1, const int two,
+                  const int nv)
 {
-    const __m512 va = _mm512_set1_ps(a), kv = _mm512_set1_ps(kh);
-    __m256 lak = _mm256_setzero_ps(), lar = _mm256_setzero_ps();
+    const int64_t w = 16 * nv;
+    const __m512 kv0 = _mm512_set1_ps(k0), kv1 = _mm512_set1_ps(k1);
+    __m512 ak = _mm512_setzero_ps(), ar = _mm512_setzero_ps();
+    __m256 ak1 = _mm256_setzero_ps(), ar1 = _mm256_setzero_ps();
 #pragma GCC unroll 8
     for (int u = 0; u < nv; u++) {
-        const __m512 sv = _mm512_loadu_ps(sr + 16 * u), dp = _mm512_loadu_ps(dpred + 16 * u);
-        const __m512 dsp = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(kv, dp));
-        lak = qt_gdn_lanes_add(lak, _mm512_mul_ps(_mm512_mul_ps(va, sv), dp));
-        lar = qt_gdn_lanes_add(lar, _mm512_mul_ps(dsp, sv));
-        _mm512_storeu_ps(dr + 16 * u, _mm512_mul_ps(va, dsp));
+        const __m512 dp = _mm512_loadu_ps(dpred + 16 * u), sv0 = _mm512_loadu_ps(sr + 16 * u);
+        const __m512 dsp0 = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(kv0, dp));
+        const __m512 p0 = _mm512_mul_ps(_mm512_mul_ps(va, sv0), dp);
+        const __m512 r0 = _mm512_mul_ps(dsp0, sv0);
+        _mm512_storeu_ps(dr + 16 * u, _mm512_mul_ps(va, dsp0));
+        if (two) {
+            const __m512 sv1 = _mm512_loadu_ps(sr + w + 16 * u);
+            const __m512 dsp1 =
+                _mm512_add_ps(_mm512_loadu_ps(dr + w + 16 * u), _mm512_mul_ps(kv1, dp));
+            ak = qt_gdn_lanes_add2(ak, p0, _mm512_mul_ps(_mm512_mul_ps(va, sv1), dp));
+            ar = qt_gdn_lanes_add2(ar, r0, _mm512_mul_ps(dsp1, sv1));
+            _mm512_storeu_ps(dr + w + 16 * u, _mm512_mul_ps(va, dsp1));
+        } else {
+            ak1 = qt_gdn_lanes_add(ak1, p0);
+            ar1 = qt_gdn_lanes_add(ar1, r0);
+        }
     }
-    kr[0] = qt_gdn_lanes_sum_v(lak);
-    kr[1] = qt_gdn_lanes_sum_v(lar);
+    *lk = two ? ak : _mm512_castps256_ps512(ak1);
+    *lr = two ? ar : _mm512_castps256_ps512(ar1);
+}
+
+/* qt_gdn_bwd_row_c over every row kk, two rows at a time: dkh[kk] += S'dpred (row kk);
+ * returns da, the row sums <dS', S_prev> added in increasing kk from +0; dS <- a*dS'. */
+static inline __attribute__((always_inline)) float
+qt_gdn_bwd_c_v(float *restrict ds, float *restrict dkh, const float *restrict sp,
+               const float *restrict dpred, float a, const float *restrict kh, int64_t dk,
+               const int nv)
+{
+    const __m512 va = _mm512_set1_ps(a);
+    const int64_t w = 16 * nv;
+    __m256 lk[8], lr[8];
+    float da = 0.0f, r[8];
+    int64_t kk = 0;
+    for (; kk + 1 < dk; kk += 2) {
+        __m512 ak, ar;
+        qt_gdn_bwd_c_rows(ds + kk * w, &ak, &ar, sp + kk * w, dpred, va, kh[kk], kh[kk + 1], 1,
+                          nv);
+        qt_gdn_lanes_put2(lk, kk, ak);
+        qt_gdn_lanes_put2(lr, kk, ar);
+        if ((kk & 7) == 6) {
+            float *dkr = dkh + kk - 6;
+            _mm256_storeu_ps(dkr, _mm256_add_ps(_mm256_loadu_ps(dkr), qt_gdn_lanes_sum8(lk)));
+            _mm256_storeu_ps(r, qt_gdn_lanes_sum8(lr));
+            for (int q = 0; q < 8; q++) da += r[q];
+        }
+    }
+    if (kk < dk) {
+        __m512 ak, ar;
+        qt_gdn_bwd_c_rows(ds + kk * w, &ak, &ar, sp + kk * w, dpred, va, kh[kk], 0.0f, 0, nv);
+        lk[kk & 7] = _mm512_castps512_ps256(ak);
+        lr[kk & 7] = _mm512_castps512_ps256(ar);
+    }
+    for (kk = dk & ~(int64_t)7; kk < dk; kk++) {
+        dkh[kk] += qt_gdn_lanes_sum_v(lk[kk & 7]);
+        da += qt_gdn_lanes_sum_v(lr[kk & 7]);
+    }
+    return da;
 }
 #define QT_GDN_BWD_V 1
 #endif
@@ -400,6 +687,295 @@ qt_gdn_bwd_c_v(float *restrict dr, float *restrict kr, const float *restrict sr,
 #define QT_GDN_BWD_CALL(nv, call) ((void)0)
 #endif
 
+#ifdef QT_GDN_FWD_BLOCKED
+/* One sweep of the blocked recomputation (the forward's sweep without o): for each row,
+ * S_{i+1} = a*S_i + kh_i delta_i (written to sout) and pred_{i+1} += (an*S_{i+1}) * kn. */
+static inline __attribute__((always_inline)) void
+qt_gdn_rec_sweep_v(float *restrict sout, const float *restrict sin, int64_t ld,
+                   __m512 pr[QT_GDN_FBV], const __m512 dl[QT_GDN_FBV], float a,
+                   const float *restrict kh, float an, const float *restrict kn, int64_t dk)
+{
+    const __m512 va = _mm512_set1_ps(a), van = _mm512_set1_ps(an);
+    for (int u = 0; u < QT_GDN_FBV; u++) pr[u] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < dk; kk++) {
+        const __m512 kv = _mm512_set1_ps(kh[kk]), nv = _mm512_set1_ps(kn[kk]);
+#pragma GCC unroll 4
+        for (int u = 0; u < QT_GDN_FBV; u++) {
+            const __m512 sn =
+                _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sin + kk * ld + 16 * u)),
+                              _mm512_mul_ps(kv, dl[u]));
+            _mm512_storeu_ps(sout + kk * ld + 16 * u, sn);
+            pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(_mm512_mul_ps(van, sn), nv));
+        }
+    }
+}
+
+/* The backward's recomputation of tokens t0..t0+len-1 of sequence s, value head j (a chunk
+ * or a sub-chunk) in column blocks of QT_GDN_FB, one sweep per token (S_i read from where
+ * the sweep before wrote it): S_i (1 <= i < len) goes to sdst + (i-1)*Dk*Dv from S_0 = s0
+ * (the checkpoint or a sub-chunk boundary, which the backward then reads in place), and
+ * pred_i, the sum the forward's delta used, to pdst + i*Dv (needs len <= Dk). kb0, kb1: Dk
+ * floats each (this token's and the next normalised key); qh: Dk floats (unused values). */
+static void qt_gdn_bwd_recompute_v(float *restrict pdst, float *restrict sdst,
+                                   const float *restrict s0,
+                                   const float *restrict c, const float *restrict g,
+                                   const float *restrict beta, const float *restrict rq,
+                                   const float *restrict rk, float qscale, int64_t s, int64_t j,
+                                   int64_t t0, int64_t len, float *restrict qh,
+                                   float *restrict kb0, float *restrict kb1, const qt_gdn_dims *d)
+{
+    const int64_t dk = d->dk, dv = d->dv, h = j / d->r;
+    for (int64_t x0 = 0; x0 < dv; x0 += QT_GDN_FB) {
+        __m512 pr[QT_GDN_FBV], dl[QT_GDN_FBV];
+        int64_t row = s * d->S + t0;
+        float *kc = kb0, *kn = kb1;
+        qt_gdn_load_qk(qh, kc, c + row * d->cc, rq[row * d->hk + h], rk[row * d->hk + h],
+                       qscale, h, d);
+        float a = qt_gdn_decay(g, row, j, d);
+        const __m512 va = _mm512_set1_ps(a);
+        for (int u = 0; u < QT_GDN_FBV; u++) pr[u] = _mm512_setzero_ps();
+        for (int64_t kk = 0; kk < dk; kk++) { /* pred_0 from the checkpoint */
+            const __m512 kv = _mm512_set1_ps(kc[kk]);
+            for (int u = 0; u < QT_GDN_FBV; u++) {
+                const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(s0 + kk * dv + x0 + 16 * u));
+                pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+            }
+        }
+        for (int64_t i = 0;; i++, row++) {
+            for (int u = 0; u < QT_GDN_FBV; u++)
+                _mm512_storeu_ps(pdst + i * dv + x0 + 16 * u, pr[u]);
+            if (i + 1 == len) break;
+            const float *v = c + row * d->cc + 2 * d->hk * dk + j * dv + x0;
+            const __m512 vb = _mm512_set1_ps(beta[row * d->hv + j]);
+            for (int u = 0; u < QT_GDN_FBV; u++) /* delta = bt * (v - pred) */
+                dl[u] = _mm512_mul_ps(vb, _mm512_sub_ps(_mm512_loadu_ps(v + 16 * u), pr[u]));
+            qt_gdn_load_qk(qh, kn, c + (row + 1) * d->cc, rq[(row + 1) * d->hk + h],
+                           rk[(row + 1) * d->hk + h], qscale, h, d);
+            const float an = qt_gdn_decay(g, row + 1, j, d);
+            const float *sin = i ? sdst + (i - 1) * d->dkdv + x0 : s0 + x0;
+            qt_gdn_rec_sweep_v(sdst + i * d->dkdv + x0, sin, dv, pr, dl, a, kc, an, kn, dk);
+            float *t = kc;
+            kc = kn;
+            kn = t;
+            a = an;
+        }
+    }
+}
+#endif
+
+/* What one token's backward reads and writes besides the state slots (scratch vectors). */
+typedef struct qt_gdn_bwd_ctx {
+    qt_real *dc, *dg, *dbeta, *ds, *qh, *kh, *dqh, *dkh, *pred, *delta, *ddelta, *dpred;
+    const qt_real *rq, *rk, *d_o, *c, *g, *beta;
+    qt_real qscale;
+    qt_gdn_dims d;
+} qt_gdn_bwd_ctx;
+
+/* Passes B and C of one token (row `row`, value head j) on dS: sp = S_{t-1}; st = S_t when
+ * at hand (else NULL: formed from sp); pr = the forward's pred when stored (else NULL:
+ * recomputed from sp). The vector passes (Dv 64 or 128, same bits) or the scalar rows. */
+static void qt_gdn_bwd_token(const qt_gdn_bwd_ctx *x, int64_t j, int64_t row,
+                             const qt_real *restrict sp, const qt_real *restrict st,
+                             const qt_real *restrict pr)
+{
+    const qt_gdn_dims *d = &x->d;
+    const int64_t dk = d->dk, dv = d->dv, hk = d->hk, h = j / d->r;
+    const qt_real *crow = x->c + row * d->cc, *v = crow + 2 * hk * dk + j * dv;
+    const qt_real *dor = x->d_o + row * d->hv * dv + j * dv;
+    qt_real *ds = x->ds, *qh = x->qh, *kh = x->kh, *dqh = x->dqh, *dkh = x->dkh;
+    qt_real *delta = x->delta, *ddelta = x->ddelta, *dpred = x->dpred;
+    qt_real a = qt_gdn_decay(x->g, row, j, d), bt = x->beta[row * d->hv + j];
+    qt_gdn_load_qk(qh, kh, crow, x->rq[row * hk + h], x->rk[row * hk + h], x->qscale, h, d);
+    if (row % d->S) { /* the rows of the token that runs next */
+        const qt_real *cp = crow - d->cc;
+        qt_real *dcp = x->dc + (row - 1) * d->cc;
+        qt_gdn_prefetch(cp + h * dk, dk);
+        qt_gdn_prefetch(cp + hk * dk + h * dk, dk);
+        qt_gdn_prefetch(cp + 2 * hk * dk + j * dv, dv);
+        qt_gdn_prefetch(dor - d->hv * dv, dv);
+        qt_gdn_prefetch_w(dcp + h * dk, dk);
+        qt_gdn_prefetch_w(dcp + hk * dk + h * dk, dk);
+        qt_gdn_prefetch_w(dcp + 2 * hk * dk + j * dv, dv);
+    }
+    const int nv = QT_GDN_BWD_NV(d);
+    if (!pr) { /* pred exactly as the forward step computed it */
+        qt_real *p = x->pred;
+        if (nv) {
+            QT_GDN_BWD_CALL(nv, qt_gdn_pred_v(p, sp, a, kh, dk, NV));
+        } else {
+            for (int64_t y = 0; y < dv; y++) p[y] = QT_R(0.0);
+            for (int64_t kk = 0; kk < dk; kk++) qt_gdn_pred_row(p, sp + kk * dv, a, kh[kk], dv);
+        }
+        pr = p;
+    }
+    for (int64_t y = 0; y < dv; y++) {
+        delta[y] = bt * (v[y] - pr[y]);
+        ddelta[y] = QT_R(0.0);
+    }
+    /* S_t = S' + kh delta^T; dqh = S_t do; dS += qh do^T; dkh = dS delta; ddelta = dS^T kh */
+    if (nv && st) {
+        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(ds, ddelta, dqh, dkh, sp, st, delta, dor, a, kh, qh,
+                                           dk, NV));
+    } else if (nv) {
+        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(ds, ddelta, dqh, dkh, sp, NULL, delta, dor, a, kh,
+                                           qh, dk, NV));
+    } else {
+        for (int64_t kk = 0; kk < dk; kk++) {
+            qt_real r2[2];
+            qt_gdn_bwd_row_b(ds + kk * dv, ddelta, r2, sp + kk * dv, delta, dor, a, kh[kk],
+                             qh[kk], dv);
+            dqh[kk] = r2[0];
+            dkh[kk] = r2[1];
+        }
+    }
+    qt_real db = QT_R(0.0), da = QT_R(0.0);
+    for (int64_t y = 0; y < dv; y++) {
+        db += ddelta[y] * (v[y] - pr[y]);
+        dpred[y] = -(bt * ddelta[y]);
+    }
+    /* dkh += S' dpred; dS' = dS + kh dpred^T; da = <dS', S_prev>; dS_prev = a*dS' */
+    if (nv) {
+        QT_GDN_BWD_CALL(nv, da = qt_gdn_bwd_c_v(ds, dkh, sp, dpred, a, kh, dk, NV));
+    } else {
+        for (int64_t kk = 0; kk < dk; kk++) {
+            qt_real r2[2];
+            qt_gdn_bwd_row_c(ds + kk * dv, r2, sp + kk * dv, dpred, a, kh[kk], dv);
+            dkh[kk] += r2[0];
+            da += r2[1];
+        }
+    }
+    x->dg[row * d->hv + j] += da * a;
+    x->dbeta[row * d->hv + j] += db;
+    qt_real *dcrow = x->dc + row * d->cc;
+    for (int64_t y = 0; y < dv; y++) dcrow[2 * hk * dk + j * dv + y] += bt * ddelta[y];
+    qt_gdn_l2_bwd(dcrow + h * dk, crow + h * dk, dqh, x->rq[row * hk + h], x->qscale, dk);
+    qt_gdn_l2_bwd(dcrow + hk * dk + h * dk, crow + hk * dk + h * dk, dkh, x->rk[row * hk + h],
+                  QT_R(1.0), dk);
+}
+
+#ifdef QT_GDN_FWD_BLOCKED
+/* The backward's boundary pass in column blocks of QT_GDN_FB, as the blocked forward (a
+ * block's a*S in the contiguous buffer ab, Dk x QT_GDN_FB floats, S read once per token):
+ * tokens t..t+cnt-1 of sequence s, value head j from the state s0 before token t; stores
+ * only S_k for k = every, 2*every, ..., cnt (cnt a multiple of every) at
+ * bst + (k/every - 1)*Dk*Dv. kb: 2*Dk floats. */
+static void qt_gdn_rec_bounds_v(float *restrict ab, float *restrict bst,
+                                const float *restrict s0, const qt_gdn_bwd_ctx *x, int64_t s,
+                                int64_t j, int64_t t, int64_t cnt, int64_t every,
+                                float *restrict kb)
+{
+    const qt_gdn_dims *d = &x->d;
+    const int64_t dk = d->dk, dv = d->dv, h = j / d->r;
+    for (int64_t x0 = 0; x0 < dv; x0 += QT_GDN_FB) {
+        __m512 pr[QT_GDN_FBV], dl[QT_GDN_FBV];
+        int64_t row = s * d->S + t;
+        float *kc = kb, *kn = kb + dk;
+        qt_gdn_load_k(kc, x->c + row * d->cc, x->rk[row * d->hk + h], h, d);
+        float an = qt_gdn_decay(x->g, row, j, d);
+        const __m512 va = _mm512_set1_ps(an);
+        for (int u = 0; u < QT_GDN_FBV; u++) pr[u] = _mm512_setzero_ps();
+        for (int64_t kk = 0; kk < dk; kk++) { /* ab = a_0*S_0, pred_0 = sum ab*kh */
+            const __m512 kv = _mm512_set1_ps(kc[kk]);
+            for (int u = 0; u < QT_GDN_FBV; u++) {
+                const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(s0 + kk * dv + x0 + 16 * u));
+                _mm512_storeu_ps(ab + kk * QT_GDN_FB + 16 * u, as);
+                pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+            }
+        }
+        for (int64_t i = 0; i < cnt; i++, row++) {
+            const float *v = x->c + row * d->cc + 2 * d->hk * dk + j * dv + x0;
+            const __m512 vb = _mm512_set1_ps(x->beta[row * d->hv + j]);
+            for (int u = 0; u < QT_GDN_FBV; u++) /* delta = bt * (v - pred) */
+                dl[u] = _mm512_mul_ps(vb, _mm512_sub_ps(_mm512_loadu_ps(v + 16 * u), pr[u]));
+            float *sout = (i + 1) % every ? 0 : bst + ((i + 1) / every - 1) * d->dkdv + x0;
+            if (i + 1 == cnt) { /* the last state, stored, no next token */
+                qt_gdn_fwd_sweep_v(ab, 0, sout, dv, pr, dl, kc, 0, 0, an, dk, 0);
+                break;
+            }
+            qt_gdn_load_k(kn, x->c + (row + 1) * d->cc, x->rk[(row + 1) * d->hk + h], h, d);
+            an = qt_gdn_decay(x->g, row + 1, j, d);
+            if (i + 2 < cnt) {
+                const qt_real *c2 = x->c + (row + 2) * d->cc;
+                qt_gdn_prefetch(c2 + d->hk * dk + h * dk, dk);
+                qt_gdn_prefetch(c2 + 2 * d->hk * dk + j * dv + x0, QT_GDN_FB);
+            }
+            if (sout)
+                qt_gdn_fwd_sweep_v(ab, 0, sout, dv, pr, dl, kc, 0, kn, an, dk, 0);
+            else
+                qt_gdn_fwd_sweep_v(ab, 0, 0, dv, pr, dl, kc, 0, kn, an, dk, 0);
+            float *tk = kc;
+            kc = kn;
+            kn = tk;
+        }
+    }
+}
+
+/* Sub-chunk length for the blocked backward of a chunk of len tokens: the states of one
+ * sub-chunk (QT_GDN_SUB_BYTES) stay in L2 while its tokens run backward. Scratch slots:
+ * 0 the preds (q <= Dk rows), 1 the boundary pass's block buffer, then the nb = ceil(len/q)-1
+ * sub-chunk boundary states, then q-1 states; 0 when they do not fit (the plain path runs). */
+#define QT_GDN_SUB_BYTES (1 << 20)
+static int64_t qt_gdn_bwd_sub(const qt_gdn_dims *d, int64_t len)
+{
+    if (d->scalar || d->dv % QT_GDN_FB) return 0;
+    int64_t q = QT_GDN_SUB_BYTES / (4 * d->dkdv);
+    q = q < 2 ? 2 : q;
+    if (q >= len) return 0; /* the chunk's states fit: qt_gdn_bwd_recompute_v's path */
+    const int64_t nb = (len + q - 1) / q - 1;
+    return q <= d->dk && 1 + nb + q <= d->chunk ? q : 0;
+}
+
+/* One chunk's backward on the blocked path in sub-chunks of q tokens, last first: each is
+ * recomputed from its boundary state (the checkpoint ck for the first), then runs backward;
+ * next = the checkpoint after the chunk (NULL after the last chunk). */
+static void qt_gdn_bwd_chunk_v(const qt_gdn_bwd_ctx *x, float *restrict slots,
+                               const float *ck, const float *next, int64_t s, int64_t j,
+                               int64_t t0, int64_t len, int64_t q)
+{
+    const int64_t dkdv = x->d.dkdv, nb = (len + q - 1) / q - 1;
+    float *pb = slots, *ab = slots + dkdv, *bst = slots + 2 * dkdv, *sub = bst + nb * dkdv;
+    if (nb) qt_gdn_rec_bounds_v(ab, bst, ck, x, s, j, t0, nb * q, q, x->dqh);
+    for (int64_t m = nb; m >= 0; m--) {
+        const int64_t tm = t0 + m * q, qm = len - m * q < q ? len - m * q : q;
+        const float *s0 = m ? bst + (m - 1) * dkdv : ck;
+        const float *after = m < nb ? bst + m * dkdv : next;
+        qt_gdn_bwd_recompute_v(pb, sub, s0, x->c, x->g, x->beta, x->rq, x->rk, x->qscale, s,
+                               j, tm, qm, x->qh, x->dqh, x->dkh, &x->d);
+        for (int64_t i = qm - 1; i >= 0; i--)
+            qt_gdn_bwd_token(x, j, s * x->d.S + tm + i, i ? sub + (i - 1) * dkdv : s0,
+                             i + 1 < qm ? sub + i * dkdv : after, pb + i * x->d.dv);
+    }
+}
+#endif
+
+/* Recomputes chunk n of (s, j) into the slots (slot i: S_i for 1 <= i < len; S_0 is the
+ * checkpoint); returns the stored preds (slot 0, blocked path) or NULL. */
+static const qt_real *qt_gdn_bwd_recompute(qt_real *slots, const qt_real *ck,
+                                           const qt_gdn_bwd_ctx *x, int64_t s, int64_t j,
+                                           int64_t t0, int64_t len)
+{
+    const qt_gdn_dims *d = &x->d;
+#ifdef QT_GDN_FWD_BLOCKED
+    if (!d->scalar && d->dv % QT_GDN_FB == 0 && len <= d->dk) {
+        qt_gdn_bwd_recompute_v(slots, slots + d->dkdv, ck, x->c, x->g, x->beta, x->rq, x->rk,
+                               x->qscale, s, j, t0, len, x->qh, x->kh, x->dqh, d);
+        return slots;
+    }
+#endif
+    const int64_t h = j / d->r;
+    for (int64_t i = 0; i + 1 < len; i++) {
+        int64_t row = s * d->S + t0 + i;
+        const qt_real *crow = x->c + row * d->cc;
+        qt_gdn_load_qk(x->qh, x->kh, crow, x->rq[row * d->hk + h], x->rk[row * d->hk + h],
+                       x->qscale, h, d);
+        qt_gdn_copy(slots + (i + 1) * d->dkdv, i ? slots + i * d->dkdv : ck, d->dkdv);
+        qt_gdn_step(slots + (i + 1) * d->dkdv, 0, x->delta, x->qh, x->kh,
+                    crow + 2 * d->hk * d->dk + j * d->dv, qt_gdn_decay(x->g, row, j, d),
+                    x->beta[row * d->hv + j], d);
+    }
+    return NULL;
+}
+
 static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
                                  qt_real *restrict dbeta, const qt_real *restrict states,
                                  const qt_real *restrict rq, const qt_real *restrict rk,
@@ -410,97 +986,38 @@ static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
                                  qt_real qscale, int scalar, const int32_t *pos)
 {
     if (chunk < 1) return;
-    qt_gdn_dims d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
-    d.scalar = scalar;
-    d.pos = pos;
-    qt_real *slots = scratch;                       /* slot i: state before token i */
-    qt_real *ds = scratch + chunk * d.dkdv;         /* dL/dS after the current token */
-    qt_real *qh = ds + d.dkdv, *kh = qh + dk, *dqh = kh + dk, *dkh = dqh + dk;
-    qt_real *pred = dkh + dk, *delta = pred + dv, *ddelta = delta + dv, *dpred = ddelta + dv;
+    qt_gdn_bwd_ctx x;
+    x.d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
+    x.d.scalar = scalar;
+    x.d.pos = pos;
+    qt_real *slots = scratch;             /* slot i: state before token i (i >= 1) */
+    x.ds = scratch + chunk * x.d.dkdv;    /* dL/dS after the current token */
+    x.qh = x.ds + x.d.dkdv, x.kh = x.qh + dk, x.dqh = x.kh + dk, x.dkh = x.dqh + dk;
+    x.pred = x.dkh + dk, x.delta = x.pred + dv, x.ddelta = x.delta + dv;
+    x.dpred = x.ddelta + dv;
+    x.dc = dc, x.dg = dg, x.dbeta = dbeta, x.rq = rq, x.rk = rk, x.d_o = d_o, x.c = c;
+    x.g = g, x.beta = beta, x.qscale = qscale;
 
     for (int64_t s = 0; s < b; s++) {
         for (int64_t j = 0; j < hv; j++) {
-            int64_t h = j / d.r;
-            const qt_real *base = states + (s * hv + j) * d.nch * d.dkdv;
-            qt_gdn_zero(ds, d.dkdv);
-            for (int64_t n = d.nch - 1; n >= 0; n--) {
+            const qt_real *base = states + (s * hv + j) * x.d.nch * x.d.dkdv;
+            qt_gdn_zero(x.ds, x.d.dkdv);
+            for (int64_t n = x.d.nch - 1; n >= 0; n--) {
                 int64_t t0 = n * chunk, len = S - t0 < chunk ? S - t0 : chunk;
-                qt_gdn_copy(slots, base + n * d.dkdv, d.dkdv);
-                for (int64_t i = 0; i + 1 < len; i++) {
-                    int64_t row = s * S + t0 + i;
-                    const qt_real *crow = c + row * d.cc;
-                    qt_gdn_load_qk(qh, kh, crow, rq[row * hk + h], rk[row * hk + h], qscale,
-                                   h, &d);
-                    qt_gdn_copy(slots + (i + 1) * d.dkdv, slots + i * d.dkdv, d.dkdv);
-                    qt_gdn_step(slots + (i + 1) * d.dkdv, 0, delta, qh, kh,
-                                crow + 2 * hk * dk + j * dv, qt_gdn_decay(g, row, j, &d),
-                                beta[row * hv + j], &d);
+                const qt_real *ck = base + n * x.d.dkdv;
+                const qt_real *next = n + 1 < x.d.nch ? ck + x.d.dkdv : NULL;
+#ifdef QT_GDN_FWD_BLOCKED
+                const int64_t q = qt_gdn_bwd_sub(&x.d, len);
+                if (q) {
+                    qt_gdn_bwd_chunk_v(&x, slots, ck, next, s, j, t0, len, q);
+                    continue;
                 }
-                for (int64_t i = len - 1; i >= 0; i--) {
-                    int64_t row = s * S + t0 + i;
-                    const qt_real *crow = c + row * d.cc;
-                    const qt_real *v = crow + 2 * hk * dk + j * dv;
-                    const qt_real *dor = d_o + row * hv * dv + j * dv;
-                    const qt_real *sp = slots + i * d.dkdv;
-                    qt_real a = qt_gdn_decay(g, row, j, &d), bt = beta[row * hv + j];
-                    qt_gdn_load_qk(qh, kh, crow, rq[row * hk + h], rk[row * hk + h], qscale,
-                                   h, &d);
-                    /* the vector passes (Dv 64 or 128, same bits) or the scalar rows */
-                    const int nv = QT_GDN_BWD_NV(&d);
-                    /* pred and delta exactly as the forward step computed them */
-                    if (nv) {
-                        QT_GDN_BWD_CALL(nv, qt_gdn_pred_v(pred, sp, a, kh, dk, NV));
-                    } else {
-                        for (int64_t x = 0; x < dv; x++) pred[x] = QT_R(0.0);
-                        for (int64_t kk = 0; kk < dk; kk++)
-                            qt_gdn_pred_row(pred, sp + kk * dv, a, kh[kk], dv);
-                    }
-                    for (int64_t x = 0; x < dv; x++) {
-                        delta[x] = bt * (v[x] - pred[x]);
-                        ddelta[x] = QT_R(0.0);
-                    }
-                    /* S_t = S' + kh delta^T; dqh = S_t do; dS += qh do^T;
-                     * dkh = dS delta; ddelta = dS^T kh */
-                    if (nv) {
-                        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(ds, ddelta, dqh, dkh, sp, delta, dor, a,
-                                                           kh, qh, dk, NV));
-                    } else {
-                        for (int64_t kk = 0; kk < dk; kk++) {
-                            qt_real r2[2];
-                            qt_gdn_bwd_row_b(ds + kk * dv, ddelta, r2, sp + kk * dv, delta, dor,
-                                             a, kh[kk], qh[kk], dv);
-                            dqh[kk] = r2[0];
-                            dkh[kk] = r2[1];
-                        }
-                    }
-                    qt_real db = QT_R(0.0);
-                    for (int64_t x = 0; x < dv; x++) {
-                        db += ddelta[x] * (v[x] - pred[x]);
-                        dpred[x] = -(bt * ddelta[x]);
-                    }
-                    /* dkh += S' dpred; dS' = dS + kh dpred^T; da = <dS', S_prev>;
-                     * dS_prev = a*dS' */
-                    qt_real da = QT_R(0.0);
-                    for (int64_t kk = 0; kk < dk; kk++) {
-                        qt_real r2[2];
-                        if (nv)
-                            QT_GDN_BWD_CALL(nv, qt_gdn_bwd_c_v(ds + kk * dv, r2, sp + kk * dv,
-                                                               dpred, a, kh[kk], NV));
-                        else
-                            qt_gdn_bwd_row_c(ds + kk * dv, r2, sp + kk * dv, dpred, a, kh[kk], dv);
-                        dkh[kk] += r2[0];
-                        da += r2[1];
-                    }
-                    dg[row * hv + j] += da * a;
-                    dbeta[row * hv + j] += db;
-                    qt_real *dcrow = dc + row * d.cc;
-                    for (int64_t x = 0; x < dv; x++)
-                        dcrow[2 * hk * dk + j * dv + x] += bt * ddelta[x];
-                    qt_gdn_l2_bwd(dcrow + h * dk, crow + h * dk, dqh, rq[row * hk + h], qscale,
-                                  dk);
-                    qt_gdn_l2_bwd(dcrow + hk * dk + h * dk, crow + hk * dk + h * dk, dkh,
-                                  rk[row * hk + h], QT_R(1.0), dk);
-                }
+#endif
+                const qt_real *pb = qt_gdn_bwd_recompute(slots, ck, &x, s, j, t0, len);
+                for (int64_t i = len - 1; i >= 0; i--)
+                    qt_gdn_bwd_token(&x, j, s * S + t0 + i, i ? slots + i * x.d.dkdv : ck,
+                                     i + 1 < len ? slots + (i + 1) * x.d.dkdv : next,
+                                     pb ? pb + i * dv : NULL);
             }
         }
     }

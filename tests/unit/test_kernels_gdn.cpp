@@ -458,13 +458,23 @@ TEST(gdn_core, double_forward_matches_naive_recurrence)
     CHECK(e <= 1e-13);  // same math, different rounding order: a few ulp
 }
 
-// The vector step (AVX-512, Dv a multiple of 64: column blocks of 64) against the scalar
-// step, 0 ulp in every output of the forward and the backward (whose recomputation runs the
-// step too); Dv 64, 128 and 192 take the vector step, Dv 40 the scalar one in both.
+// The vector paths (AVX-512, Dv a multiple of 64: the blocked forward and recomputation,
+// the backward's passes at Dv 64 and 128) against the scalar step, 0 ulp in every output of
+// the forward and the backward; Dv 64, 128 and 192 take the vector paths, Dv 40 the scalar
+// one in both. The model's shapes (Dk = Dv = 64 and 128) with several S: shorter than a
+// chunk, whole chunks, a partial last chunk, one token; the last two run the backward's
+// recomputation in sub-chunks (gdn_core.c qt_gdn_bwd_sub: 16 and 32 tokens there, the
+// chunk not a multiple of them); odd Dk (13, 7: the backward's row pairs and 8-row groups
+// end with a single row).
 TEST(gdn_core, vector_step_bit_identical_to_scalar)
 {
-    const gdn_dims ds[] = {{2, 9, 2, 16, 4, 64, 0, 4}, {1, 7, 1, 24, 2, 128, 0, 3},
-                           {1, 5, 1, 8, 1, 192, 0, 8}, {1, 6, 1, 8, 2, 40, 0, 4}};
+    const gdn_dims ds[] = {{2, 9, 2, 16, 4, 64, 0, 4},    {1, 7, 1, 24, 2, 128, 0, 3},
+                           {1, 5, 1, 8, 1, 192, 0, 8},    {1, 6, 1, 8, 2, 40, 0, 4},
+                           {2, 37, 2, 64, 4, 64, 0, 16},  {1, 48, 1, 64, 2, 64, 0, 16},
+                           {1, 41, 1, 128, 2, 128, 0, 8}, {2, 11, 1, 128, 1, 128, 0, 64},
+                           {1, 1, 1, 64, 2, 128, 0, 4},   {1, 20, 2, 128, 2, 64, 0, 6},
+                           {1, 70, 1, 128, 2, 128, 0, 40}, {1, 100, 1, 128, 1, 64, 0, 48},
+                           {1, 9, 1, 13, 2, 64, 0, 4},    {1, 12, 1, 7, 1, 128, 0, 5}};
     uint64_t seed = 41;
     for (const gdn_dims &d : ds) {
         core_case k(d, seed++);
