@@ -61,3 +61,9 @@ else
   echo "pytorch reference: not run (TORCH_STEPS=0, or no python3-torch)"
 fi
 echo "qtrain arena prefault: ${prefault:-?} s; steps timed: $((STEPS - WARM)) of $STEPS (qtrain), the first $TSTEPS (pytorch)"
+# Issue 22's targets for the slice, with this run's values (fp32: >= 65% of the peak measured
+# now and >= 2.2x PyTorch).
+awk -v t=$qt_tps -v f=$fpt -v p=$PEAK 'BEGIN{v=100*t*f/(p*1e9); printf "target (issue 22): slice MFU %.2f%% (>= 65%%): %s\n", v, v >= 65 ? "met" : "not met"}'
+if [ -n "$pt_tps" ]; then
+  awk -v a=$qt_tps -v b=$pt_tps 'BEGIN{v=a/b; printf "target (issue 22): slice / pytorch %.2fx (>= 2.2x): %s\n", v, v >= 2.2 ? "met" : "not met"}'
+fi
