@@ -585,13 +585,14 @@ static void qt_kb_gdn_core(void)
     const double st = 4.0 * (double)nst;
     const char *shape = "S4096 Hk16/Hv32 128x128";
     qt_kb_time rf = qt_kb_run(qt_kb_rec_fwd, &a);
-    qt_kb_row("delta rule recurrent", shape, "fwd", fl, in + out + st, rf, "-");
+    /* issue 22's targets apply to the form configgen picks (recurrent, the faster) */
+    qt_kb_row("delta rule recurrent", shape, "fwd", fl, in + out + st, rf, ">=40%");
     qt_kb_time rb = qt_kb_run(qt_kb_rec_bwd, &a);
-    qt_kb_row("delta rule recurrent", shape, "bwd", 2 * fl, in + out + st + in + 4.0 * T * a.hv * a.dv, rb, "-");
+    qt_kb_row("delta rule recurrent", shape, "bwd", 2 * fl, in + out + st + in + 4.0 * T * a.hv * a.dv, rb, ">=30%");
     qt_kb_time cf = qt_kb_run(qt_kb_chk_fwd, &a);
-    qt_kb_row("delta rule chunked (WY)", shape, "fwd", fl, in + out + st, cf, ">=40%");
+    qt_kb_row("delta rule chunked (WY)", shape, "fwd", fl, in + out + st, cf, "-");
     qt_kb_time cb = qt_kb_run(qt_kb_chk_bwd, &a);
-    qt_kb_row("delta rule chunked (WY)", shape, "bwd", 2 * fl, in + out + st + in + 4.0 * T * a.hv * a.dv, cb, ">=40%");
+    qt_kb_row("delta rule chunked (WY)", shape, "bwd", 2 * fl, in + out + st + in + 4.0 * T * a.hv * a.dv, cb, "-");
     printf("delta rule fwd+bwd: recurrent %.0f ms, chunked %.0f ms (best calls): %s is faster "
            "by %.2fx; per token and value head: recurrent %.2f + %.2f us, chunked %.2f + %.2f us\n",
            1e3 * (rf.best + rb.best), 1e3 * (cf.best + cb.best),
