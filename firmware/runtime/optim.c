@@ -23,6 +23,8 @@ static struct {
 } qt_optim_state = {.fp_vector = -1};
 
 #define QT_PI 3.14159265358979323846
+/* Chunk of the fused passes: 64 KiB per stream, still in L2 when the next stage reads it. */
+#define QT_OPTIM_CHUNK 16384
 
 double qt_lr_schedule(int64_t t, double peak, int64_t sched_steps, double warmup_frac,
                       double final_frac)
@@ -91,6 +93,16 @@ double qt_grads_sumsq_ref(const float *g, int64_t n)
     return qt_exact_value(&acc);
 }
 
+void qt_grads_normalise_sumsq(float *g, int64_t n, float n_tokens, qt_exact_sq *q,
+                              qt_exact *acc)
+{
+    for (int64_t j = 0; j < n; j += QT_OPTIM_CHUNK) {
+        const int64_t c = n - j < QT_OPTIM_CHUNK ? n - j : QT_OPTIM_CHUNK;
+        qt_grads_normalise(g + j, c, n_tokens);
+        qt_exact_sq_add(q, acc, g + j, c);
+    }
+}
+
 void qt_adamw_update(float *p, float *m, float *v, const float *g, int64_t n,
                      const qt_adamw_hp *hp)
 {
@@ -144,6 +156,18 @@ void qt_adamw_update_scaled(float *p, float *m, float *v, const float *g, int64_
     }
 #endif
     qt_adamw_update_ref(p + i, m + i, v + i, g + i, n - i, hp, gscale, scaled);
+}
+
+uint64_t qt_adamw_update_fp(float *p, float *m, float *v, const float *g, int64_t n,
+                            const qt_adamw_hp *hp, float gscale, int scaled, uint64_t gidx0)
+{
+    uint64_t fp = 0;
+    for (int64_t j = 0; j < n; j += QT_OPTIM_CHUNK) {
+        const int64_t c = n - j < QT_OPTIM_CHUNK ? n - j : QT_OPTIM_CHUNK;
+        qt_adamw_update_scaled(p + j, m + j, v + j, g + j, c, hp, gscale, scaled);
+        fp += qt_fp_mix(p + j, c, gidx0 + (uint64_t)j);
+    }
+    return fp;
 }
 
 #define QT_FP_K 0x9E3779B97F4A7C15ull

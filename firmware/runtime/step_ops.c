@@ -86,11 +86,14 @@ static void qt_step_normalise_range(const qt_plan *p, float *g, int64_t lo, int6
                                     float n_tok, int tree_total, qt_exact *sq)
 {
     qt_exact_sq_clear(&qt_step_s.sq);
-    for (int64_t j = 0; j < n; j += QT_STEP_CHUNK) {
-        int64_t c = n - j < QT_STEP_CHUNK ? n - j : QT_STEP_CHUNK;
-        if (tree_total) qt_interp_finalize_grads_range(p, lo + j, c);
-        qt_grads_normalise(g + j, c, n_tok);
-        qt_exact_sq_add(&qt_step_s.sq, sq, g + j, c);
+    if (!tree_total) {
+        qt_grads_normalise_sumsq(g, n, n_tok, &qt_step_s.sq, sq);
+    } else {
+        for (int64_t j = 0; j < n; j += QT_STEP_CHUNK) {
+            int64_t c = n - j < QT_STEP_CHUNK ? n - j : QT_STEP_CHUNK;
+            qt_interp_finalize_grads_range(p, lo + j, c);
+            qt_grads_normalise_sumsq(g + j, c, n_tok, &qt_step_s.sq, sq);
+        }
     }
     qt_exact_sq_flush(&qt_step_s.sq, sq);
 }
@@ -267,6 +270,13 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w
     for (int32_t i = 0; i < p->n_params; i++) {
         const int64_t off = p->params[i].flat_offset, pn = p->params[i].numel;
         const int64_t a = off > lo ? off : lo, b = off + pn < hi ? off + pn : hi;
+        if (a < b && !cc && !qt_param_sharded(p, i)) {
+            /* the common case: one fused pass (global index = local index) */
+            fp += qt_adamw_update_fp(w + (a - lo), mo + (a - lo), vo + (a - lo), g + (a - lo),
+                                     b - a, hp, gscale, scaled, (uint64_t)(gbase + (a - off)));
+            gbase += qt_param_global_numel(p, i);
+            continue;
+        }
         for (int64_t j0 = a; j0 < b; j0 += QT_STEP_CHUNK) {
             int64_t c = b - j0 < QT_STEP_CHUNK ? b - j0 : QT_STEP_CHUNK;
             qt_adamw_update_scaled(w + (j0 - lo), mo + (j0 - lo), vo + (j0 - lo), g + (j0 - lo),
