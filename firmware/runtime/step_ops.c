@@ -4,9 +4,9 @@
  * (gradient totals, collectives, normalisation and norm, AdamW), see qt_step.h.
  *
  * Invariants: no heap, no syscalls but the collectives' own; the parameter-sized passes
- * are fused per cache-sized chunk (tree total -> normalise -> exact square sum; clip ->
- * AdamW -> fingerprint), each stage keeping the exact per-element operations of the
- * unfused version, so fusion changes speed, never bits. A rank works on its blocks of
+ * are fused (tree total per cache-sized chunk -> normalise + exact square sum in one pass;
+ * clip + AdamW + fingerprint in one pass), each stage keeping the exact per-element
+ * operations of the unfused version, so fusion changes speed, never bits. A rank works on its blocks of
  * each flat range (qt_step_block); padding elements between and after the parameters
  * hold zeros, so normalising, squaring or updating them changes nothing, and the
  * fingerprint visits parameter elements only. Collectives that fail (a silent peer)
