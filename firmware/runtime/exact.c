@@ -12,9 +12,6 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
-#if defined(__AVX512F__) && defined(__BMI2__)
-#include <x86intrin.h>
-#endif
 #include "qt_exact.h"
 
 #define QT_EXACT_MAX_PENDING (1ll << 30)
@@ -218,7 +215,7 @@ static void qt_exact_sq_bins(qt_exact_sq *q, const float *xs, int64_t len)
     }
 }
 
-#if defined(__AVX512F__) && defined(__BMI2__)
+#if defined(__AVX512F__)
 /* Vector form for the common case of a narrow exponent range (gradients), one pass: a
  * sub-chunk's window of 16 exponents [lo, lo+16) is placed from the largest exponent of the
  * sub-chunk before (lo = E - 13: two exponents of headroom; the first one of a pass looks
@@ -363,7 +360,7 @@ static void qt_exact_sq_run(qt_exact_sq *q, qt_exact *a, float *x, int64_t n, in
         if (len > QT_SQ_BLOCK - q->used) len = QT_SQ_BLOCK - q->used;
         float *xs = x + k;
         int64_t j = 0;
-#if defined(__AVX512F__) && defined(__BMI2__)
+#if defined(__AVX512F__)
         j = qt_exact_sq_vector(q, a, xs, len, mode, d);
 #endif
         for (int64_t i = j; mode != QT_SQ_READ && i < len; i++)

@@ -33,7 +33,8 @@
 #define QT_STEP_MAX_GROUP 1024
 
 static struct {
-    int flat_in_order;           /* params tile [0, n_param_elems) in index order */
+    int flat_in_order;           /* params lie in [0, n_param_elems) in index order, apart
+                                  * (zero padding may sit between them) */
     qt_exact_sq sq;              /* bins of the squared-norm pass */
     qt_exact gathered[QT_STEP_MAX_GROUP];
 } qt_step_s;
@@ -46,11 +47,12 @@ static float *qt_step_region(const qt_plan *p, int64_t off)
 void qt_step_init(const qt_plan *p)
 {
     int64_t cursor = 0;
-    for (int32_t i = 0; i < p->n_params; i++) {
-        if (p->params[i].flat_offset != cursor) break;
-        cursor += p->params[i].numel;
+    int in_order = 1;
+    for (int32_t i = 0; i < p->n_params && in_order; i++) {
+        in_order = p->params[i].flat_offset >= cursor;
+        cursor = p->params[i].flat_offset + p->params[i].numel;
     }
-    qt_step_s.flat_in_order = cursor == p->n_param_elems;
+    qt_step_s.flat_in_order = in_order && cursor <= p->n_param_elems;
 }
 
 /* Whether this rank's block of range r is the one copy counted in world-wide sums (the
@@ -252,7 +254,7 @@ static uint64_t qt_step_fp_range(const qt_plan *p, int64_t lo, int64_t hi)
 
 /* Clip + AdamW + fingerprint over flat [lo, lo+n); w, g, mo and vo hold the elements from lo
  * on; cc (bf16 plans with a flat compute copy, else NULL) receives bf16(w) of every element
- * updated. With the parameters tiling the flat region in index order, one pass per chunk:
+ * updated. With the parameters in flat index order, one pass per parameter (or chunk):
  * the fingerprint and the rounding read the freshly updated chunk from cache. */
 static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w,
                                const float *g, float *mo, float *vo, qt_bf16 *cc,
@@ -264,7 +266,8 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w
         if (cc) qt_bf16_from_f32_n(cc, w, n);
         return qt_step_fp_range(p, lo, hi);
     }
-    /* the padding after the last parameter is never updated (it stays zero) */
+    /* the padding between and after the parameters is never updated (it stays zero, as
+     * updating it would leave it) */
     uint64_t fp = 0;
     int64_t gbase = 0;
     for (int32_t i = 0; i < p->n_params; i++) {
