@@ -106,6 +106,29 @@ TEST(RuntimeTree, MatchesRecursivePairwiseBitExactly)
     LONGS_EQUAL(4, qt_tree_levels_needed(9));
 }
 
+TEST(RuntimeTree, LargePushesStreamTheSameBits)
+{
+    // parameters of QT_TREE_STREAM (2^19) floats or more take the non-temporal carry
+    // stores (tree.c): 5 leaves of 2^19 + 21 floats (a tail past the vector body, aligned
+    // and unaligned offsets) against the plain per-element carry order
+    enum { NE = (1 << 19) + 21, NL = 3 };
+    static float lv[NL][NE + 27] __attribute__((aligned(64))), scratch[NE];  // rows of 64n bytes
+    for (int shift = 0; shift < 2; shift++) {  // level pointers 64-byte aligned, then not
+        float *levels[NL];
+        for (int l = 0; l < NL; l++) levels[l] = lv[l] + (shift ? 3 : 0);
+        memset(lv, 0xff, sizeof lv);
+        for (int64_t i = 0; i < 5; i++) {
+            float *dst = qt_tree_leaf_dest(levels, 0, scratch, i);
+            for (int k = 0; k < NE; k++) dst[k] = rt_leafval(i, k);
+            qt_tree_push(levels, 0, NE, scratch, i);
+        }
+        qt_tree_finalize(levels, NE, 5);
+        int bad = 0;
+        for (int k = 0; k < NE; k++) bad |= rt_bits(rt_ref_pairwise(0, 5, k)) != rt_bits(levels[2][k]);
+        CHECK(!bad);
+    }
+}
+
 // ------------------------------------------------------------------ a hand-built plan
 
 enum { RT_S = 4, RT_BMAX = 9, RT_N0 = 5, RT_N1 = 3, RT_LEVELS = 6 };
