@@ -173,6 +173,8 @@ double qt_exact_value(qt_exact *a)
  * no bin can wrap whatever the call sizes. Each bin then enters the long accumulator as one
  * exact deposit. Exact sums commute, so the result equals per-element deposits. */
 #define QT_SQ_BLOCK (1ll << 16)
+/* what qt_exact_sq_run does to each x first: nothing, x / d, x * d */
+enum { QT_SQ_READ = 0, QT_SQ_DIV = 1, QT_SQ_MUL = 2 };
 
 static void qt_exact_sq_flush_bins(qt_exact_sq *q, qt_exact *a)
 {
@@ -234,8 +236,6 @@ static void qt_exact_sq_bins(qt_exact_sq *q, const float *xs, int64_t len)
  * are the correctly rounded x * 2^-k, the same bits). */
 #define QT_SQ_SUB QT_EXACT_SQ_SUB  /* sub-chunk: at most 256 adds per lane */
 #define QT_SQ_PREFETCH 1024        /* floats ahead (4 KiB) */
-
-enum { QT_SQ_READ = 0, QT_SQ_DIV = 1, QT_SQ_MUL = 2 };
 
 /* The window base for a largest exponent e. */
 static int qt_exact_sq_lo(int e)
@@ -388,7 +388,7 @@ static void qt_exact_sq_run(qt_exact_sq *q, qt_exact *a, float *x, int64_t n, in
 void qt_exact_sq_add(qt_exact_sq *q, qt_exact *a, const float *x, int64_t n)
 {
     /* mode QT_SQ_READ never writes x */
-    qt_exact_sq_run(q, a, (float *)(uintptr_t)x, n, 0, 1.0f);
+    qt_exact_sq_run(q, a, (float *)(uintptr_t)x, n, QT_SQ_READ, 1.0f);
 }
 
 void qt_exact_sq_add_div(qt_exact_sq *q, qt_exact *a, float *x, int64_t n, float d)
@@ -401,9 +401,9 @@ void qt_exact_sq_add_div(qt_exact_sq *q, qt_exact *a, float *x, int64_t n, float
         const uint32_t ib = (254u - e) << 23;
         float inv;
         memcpy(&inv, &ib, sizeof inv);
-        qt_exact_sq_run(q, a, x, n, 2, inv);
+        qt_exact_sq_run(q, a, x, n, QT_SQ_MUL, inv);
     } else {
-        qt_exact_sq_run(q, a, x, n, 1, d);
+        qt_exact_sq_run(q, a, x, n, QT_SQ_DIV, d);
     }
 }
 
