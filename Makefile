@@ -223,10 +223,12 @@ $(BUILD)/tools/libheap_audit.so: tests/tools/heap_audit.c
 tools: $(TOOLS)
 
 # The kernel table of `make bench` (tests/bench/kernel_bench.c, issue 10): the firmware's
-# kernel and math objects called directly at the 80B slice's shapes; a host program (its
-# buffers come from malloc), not firmware.
+# kernel and math objects called directly at the 80B slice's shapes (and the runtime's
+# step passes: exact sums, AdamW, the gradient tree); a host program (its buffers come from
+# malloc), not firmware.
 KERNEL_BENCH := $(BUILD)/bench/kernel_bench
-KB_OBJ := $(patsubst firmware/%.c,$(BUILD)/fw/%.o,$(wildcard firmware/kernels/*.c firmware/math/*.c))
+KB_OBJ := $(patsubst firmware/%.c,$(BUILD)/fw/%.o,$(wildcard firmware/kernels/*.c firmware/math/*.c)) \
+          $(BUILD)/fw/runtime/exact.o $(BUILD)/fw/runtime/optim.o $(BUILD)/fw/runtime/tree.o
 
 $(KERNEL_BENCH): tests/bench/kernel_bench.c $(KB_OBJ)
 	@mkdir -p $(@D)

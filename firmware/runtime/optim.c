@@ -7,6 +7,10 @@
  * float or mod-2^64 integer operations, so both paths give the same bits; the scalar
  * references stay public for the tests and for CPUs without AVX-512 (and the fingerprint's
  * scalar loop is the faster one on CPUs with slow 64-bit vector multiplies: qt_fp_use_vector).
+ * The step's fused passes (qt_grads_normalise_sumsq, qt_adamw_update_fp) stream each array
+ * once: the same per-element operations, one loop, software prefetch ahead of the loads
+ * (their loops are long for the bytes they move, so without it memory idles while they
+ * compute).
  */
 #include <string.h>
 #if defined(__AVX512F__)
@@ -91,6 +95,12 @@ double qt_grads_sumsq_ref(const float *g, int64_t n)
     return qt_exact_value(&acc);
 }
 
+void qt_grads_normalise_sumsq(float *g, int64_t n, float n_tokens, qt_exact_sq *q,
+                              qt_exact *acc)
+{
+    qt_exact_sq_add_div(q, acc, g, n, n_tokens);
+}
+
 void qt_adamw_update(float *p, float *m, float *v, const float *g, int64_t n,
                      const qt_adamw_hp *hp)
 {
@@ -144,6 +154,109 @@ void qt_adamw_update_scaled(float *p, float *m, float *v, const float *g, int64_
     }
 #endif
     qt_adamw_update_ref(p + i, m + i, v + i, g + i, n - i, hp, gscale, scaled);
+}
+
+#if defined(__AVX512F__)
+/* One 16-lane step of qt_adamw_update_scaled (the same operations as its loop) on elements
+ * i..i+15; returns the updated p. */
+static inline __m512 qt_adamw_v16(float *p, float *m, float *v, const float *g, int64_t i,
+                                  const qt_adamw_hp *hp, float gscale, int scaled)
+{
+    const __m512 b1 = _mm512_set1_ps(hp->b1), b2 = _mm512_set1_ps(hp->b2);
+    const __m512 c1 = _mm512_set1_ps(1.0f - hp->b1), c2 = _mm512_set1_ps(1.0f - hp->b2);
+    const __m512 bc1 = _mm512_set1_ps((float)hp->bc1), bc2 = _mm512_set1_ps((float)hp->bc2);
+    const __m512 lr = _mm512_set1_ps(hp->lr), eps = _mm512_set1_ps(hp->eps);
+    const __m512 wd = _mm512_set1_ps(hp->wd);
+    __m512 gi = _mm512_loadu_ps(g + i);
+    if (scaled) gi = _mm512_mul_ps(gi, _mm512_set1_ps(gscale));
+    __m512 pi = _mm512_loadu_ps(p + i);
+    __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(c1, gi));
+    __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + i)),
+                              _mm512_mul_ps(c2, _mm512_mul_ps(gi, gi)));
+    _mm512_storeu_ps(m + i, mi);
+    _mm512_storeu_ps(v + i, vi);
+    __m512 mhat = _mm512_div_ps(mi, bc1), vhat = _mm512_div_ps(vi, bc2);
+    __m512 den = _mm512_add_ps(_mm512_sqrt_ps(vhat), eps);
+    __m512 upd = _mm512_add_ps(_mm512_div_ps(mhat, den), _mm512_mul_ps(wd, pi));
+    __m512 pn = _mm512_sub_ps(pi, _mm512_mul_ps(lr, upd));
+    _mm512_storeu_ps(p + i, pn);
+    return pn;
+}
+#endif
+
+/* The fingerprint term of one element (qt_fp_mix_ref's loop body) given gidx * QT_FP_K. */
+static inline uint64_t qt_fp_term(uint32_t bits, uint64_t gk)
+{
+    uint64_t x = (gk ^ (uint64_t)bits) + 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+/* qt_fp_term on 8 lanes (bits zero-extended, gk = gidx * K per lane). */
+static inline __m512i qt_fp_terms8(__m512i bits, __m512i gk)
+{
+    __m512i x = _mm512_add_epi64(_mm512_xor_si512(gk, bits),
+                                 _mm512_set1_epi64((long long)0x9E3779B97F4A7C15ull));
+    x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 30)),
+                           _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ull));
+    x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)),
+                           _mm512_set1_epi64((long long)0x94D049BB133111EBull));
+    return _mm512_xor_si512(x, _mm512_srli_epi64(x, 31));
+}
+#endif
+
+/* Floats ahead of the fused update's loads (each of its four streams): the loop is long
+ * (three divisions and a square root per vector) for the memory it moves. */
+#define QT_ADAMW_PREFETCH 512
+
+uint64_t qt_adamw_update_fp(float *p, float *m, float *v, const float *g, int64_t n,
+                            const qt_adamw_hp *hp, float gscale, int scaled, uint64_t gidx0)
+{
+    uint64_t fp = 0;
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    /* Per 16 elements: the vector update, then the 16 fingerprint terms in scalar integer
+     * code on the freshly stored p (other ports than the divisions: they overlap). The
+     * index products gidx * K advance by K mod 2^64 (the same values as the product). */
+    uint64_t gk = (gidx0 * 0x9E3779B97F4A7C15ull);
+    const uint64_t k = 0x9E3779B97F4A7C15ull;
+#if defined(__AVX512DQ__)
+    __m512i acc = _mm512_setzero_si512();
+    __m512i gkv = _mm512_set1_epi64((long long)gk);
+    gkv = _mm512_add_epi64(gkv, _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+                                                   _mm512_set1_epi64((long long)k)));
+    const __m512i k8 = _mm512_set1_epi64((long long)(8 * k));
+#endif
+    for (; i + 16 <= n; i += 16) {
+        if (i + QT_ADAMW_PREFETCH < n) {
+            _mm_prefetch((const char *)(g + i + QT_ADAMW_PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p + i + QT_ADAMW_PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(m + i + QT_ADAMW_PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(v + i + QT_ADAMW_PREFETCH), _MM_HINT_T0);
+        }
+        const __m512 pn = qt_adamw_v16(p, m, v, g, i, hp, gscale, scaled);
+#if defined(__AVX512DQ__)
+        const __m512i b = _mm512_castps_si512(pn);
+        acc = _mm512_add_epi64(acc, qt_fp_terms8(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(b)), gkv));
+        gkv = _mm512_add_epi64(gkv, k8);
+        acc = _mm512_add_epi64(acc, qt_fp_terms8(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(b, 1)), gkv));
+        gkv = _mm512_add_epi64(gkv, k8);
+#else
+        uint32_t bits[16];
+        _mm512_storeu_si512((void *)bits, _mm512_castps_si512(pn));
+        for (int l = 0; l < 16; l++, gk += k) fp += qt_fp_term(bits[l], gk);
+#endif
+    }
+#if defined(__AVX512DQ__)
+    uint64_t lanes[8];
+    _mm512_storeu_si512((void *)lanes, acc);
+    for (int l = 0; l < 8; l++) fp += lanes[l];
+#endif
+#endif
+    qt_adamw_update_scaled(p + i, m + i, v + i, g + i, n - i, hp, gscale, scaled);
+    return fp + qt_fp_mix_ref(p + i, n - i, gidx0 + (uint64_t)i);
 }
 
 #define QT_FP_K 0x9E3779B97F4A7C15ull

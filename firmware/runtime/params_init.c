@@ -169,6 +169,14 @@ int64_t qt_param_global_numel(const qt_plan *p, int32_t i)
     return gn;
 }
 
+int qt_param_sharded(const qt_plan *p, int32_t i)
+{
+    const qt_tensor *t = &p->tensors[p->params[i].tensor];
+    int sharded = 0;
+    for (int d = 0; d < t->ndim; d++) sharded |= t->shape[d] != t->global_shape[d];
+    return sharded;
+}
+
 uint64_t qt_param_fp_chunk(const qt_plan *p, int32_t i, int64_t gbase, int64_t j0, int64_t n)
 {
     const qt_param *pa = &p->params[i];
@@ -177,8 +185,7 @@ uint64_t qt_param_fp_chunk(const qt_plan *p, int32_t i, int64_t gbase, int64_t j
     const float *w = qt_plan_masters_compact(p)
         ? qt_step_param_at(p, qt_plan_range_of(p, pa->flat_offset), pa->flat_offset + j0)
         : (const float *)(const void *)(p->arena + p->params_offset) + pa->flat_offset + j0;
-    int sharded = 0;
-    for (int d = 0; d < t->ndim; d++) sharded |= t->shape[d] != t->global_shape[d];
+    const int sharded = qt_param_sharded(p, i);
     /* unsharded: global index = local index, so consecutive elements hash consecutive
      * indices and the vectorised mixer applies */
     if (!sharded) return qt_fp_mix(w, n, (uint64_t)(gbase + j0));

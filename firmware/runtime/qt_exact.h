@@ -37,12 +37,16 @@ void qt_exact_add_prod(qt_exact *a, float x, float y);
 void qt_exact_add_d(qt_exact *a, double d);
 /* Adds everything in b to a (exact; used to merge partial accumulators). */
 void qt_exact_merge(qt_exact *a, const qt_exact *b);
-/* Fast exact sum of squares of floats: integer bins per float exponent (see exact.c),
- * flushed into a qt_exact. Holds 8 KiB; keep it in static storage. */
+/* Fast exact sum of squares of floats: integer lane sums over a sliding window of 16
+ * exponents, and integer bins per float exponent for the rest (see exact.c), flushed into a
+ * qt_exact. Holds 16 KiB; keep it in static storage. */
 #define QT_EXACT_SQ_COPIES 4     /* independent bin sets: breaks store-to-load chains */
+#define QT_EXACT_SQ_SUB 2048     /* elements per window (vector path) */
 typedef struct qt_exact_sq {
     uint64_t bin[QT_EXACT_SQ_COPIES][256];  /* sum of mantissa^2 per biased float exponent */
     int64_t used;                           /* elements since the last flush */
+    int32_t lo;                             /* next window's lowest exponent (0: not placed) */
+    float outside[QT_EXACT_SQ_SUB];         /* a window's elements outside it */
 } qt_exact_sq;
 
 /* Empties the bins. */
@@ -51,6 +55,9 @@ void qt_exact_sq_clear(qt_exact_sq *q);
  * once qt_exact_sq_flush has run. Deposits into a whenever the bins could overflow; inf and
  * NaN go to a's special flags directly. Reads x. */
 void qt_exact_sq_add(qt_exact_sq *q, qt_exact *a, const float *x, int64_t n);
+/* x[i] = x[i] / d (float division) for i < n, then the squares of the quotients as
+ * qt_exact_sq_add adds them, in one pass. Writes x. */
+void qt_exact_sq_add_div(qt_exact_sq *q, qt_exact *a, float *x, int64_t n, float d);
 /* Moves everything still held in the bins into a and empties them. */
 void qt_exact_sq_flush(qt_exact_sq *q, qt_exact *a);
 /* The sum, correctly rounded to double. Normalises a (does not change its value). */

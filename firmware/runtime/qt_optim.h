@@ -9,6 +9,7 @@
 #define QT_OPTIM_H
 
 #include <stdint.h>
+#include "qt_exact.h"
 
 typedef struct qt_adamw_hp {
     float lr;            /* this step's learning rate (already scheduled) */
@@ -31,6 +32,11 @@ void qt_adamw_hp_make(qt_adamw_hp *hp, float lr, float b1, float b2, float eps, 
 
 /* g[i] = g[i] / n_tokens (float division) for i < n. Writes g. */
 void qt_grads_normalise(float *g, int64_t n, float n_tokens);
+
+/* qt_grads_normalise and the exact squares of the results (qt_exact_sq_add into q and acc;
+ * the caller clears and flushes q) in one pass over g. Writes g. */
+void qt_grads_normalise_sumsq(float *g, int64_t n, float n_tokens, qt_exact_sq *q,
+                              qt_exact *acc);
 
 /* Global-norm clipping: if clip > 0 and norm > clip, g[i] = g[i] * (float)(clip/norm).
  * Returns the float scale used (1 when not clipped). Writes g. */
@@ -56,6 +62,12 @@ void qt_adamw_update_scaled(float *p, float *m, float *v, const float *g, int64_
                             const qt_adamw_hp *hp, float gscale, int scaled);
 void qt_adamw_update_ref(float *p, float *m, float *v, const float *g, int64_t n,
                          const qt_adamw_hp *hp, float gscale, int scaled);
+
+/* qt_adamw_update_scaled followed by the fingerprint terms (qt_fp_mix) of the updated p,
+ * whose global indices are gidx0, gidx0+1, ...; returns their sum. Same bits as the two
+ * calls one after the other, in one pass. */
+uint64_t qt_adamw_update_fp(float *p, float *m, float *v, const float *g, int64_t n,
+                            const qt_adamw_hp *hp, float gscale, int scaled, uint64_t gidx0);
 
 /* Fingerprint terms of n consecutive elements whose global indices are gidx0, gidx0+1, ...:
  * sum mod 2^64 of qt_mix64((gidx * 0x9E3779B97F4A7C15) ^ bits(w[j])). Reads w. qt_fp_mix takes

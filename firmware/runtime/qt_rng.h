@@ -32,6 +32,9 @@ int64_t qt_global_index(const qt_plan *p, const qt_tensor *t, int64_t local);
 
 /* Elements of parameter i over its global shape (its numel when it has no shape). */
 int64_t qt_param_global_numel(const qt_plan *p, int32_t i);
+/* Whether parameter i's tensor is sharded (a local shape differs from the global one): then
+ * local and global element indices differ. */
+int qt_param_sharded(const qt_plan *p, int32_t i);
 /* Fingerprint terms (see qt_fp_mix) of local elements [j0, j0+n) of parameter i, whose first
  * global flat element index is gbase (sum of the global sizes of parameters before it).
  * Reads the parameter region. */

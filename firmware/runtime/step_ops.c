@@ -4,9 +4,9 @@
  * (gradient totals, collectives, normalisation and norm, AdamW), see qt_step.h.
  *
  * Invariants: no heap, no syscalls but the collectives' own; the parameter-sized passes
- * are fused per cache-sized chunk (tree total -> normalise -> exact square sum; clip ->
- * AdamW -> fingerprint), each stage keeping the exact per-element operations of the
- * unfused version, so fusion changes speed, never bits. A rank works on its blocks of
+ * are fused (tree total per cache-sized chunk -> normalise + exact square sum in one pass;
+ * clip + AdamW + fingerprint in one pass), each stage keeping the exact per-element
+ * operations of the unfused version, so fusion changes speed, never bits. A rank works on its blocks of
  * each flat range (qt_step_block); padding elements between and after the parameters
  * hold zeros, so normalising, squaring or updating them changes nothing, and the
  * fingerprint visits parameter elements only. Collectives that fail (a silent peer)
@@ -33,7 +33,8 @@
 #define QT_STEP_MAX_GROUP 1024
 
 static struct {
-    int flat_in_order;           /* params tile [0, n_param_elems) in index order */
+    int flat_in_order;           /* params lie in [0, n_param_elems) in index order, apart
+                                  * (zero padding may sit between them) */
     qt_exact_sq sq;              /* bins of the squared-norm pass */
     qt_exact gathered[QT_STEP_MAX_GROUP];
 } qt_step_s;
@@ -46,11 +47,12 @@ static float *qt_step_region(const qt_plan *p, int64_t off)
 void qt_step_init(const qt_plan *p)
 {
     int64_t cursor = 0;
-    for (int32_t i = 0; i < p->n_params; i++) {
-        if (p->params[i].flat_offset != cursor) break;
-        cursor += p->params[i].numel;
+    int in_order = 1;
+    for (int32_t i = 0; i < p->n_params && in_order; i++) {
+        in_order = p->params[i].flat_offset >= cursor;
+        cursor = p->params[i].flat_offset + p->params[i].numel;
     }
-    qt_step_s.flat_in_order = cursor == p->n_param_elems;
+    qt_step_s.flat_in_order = in_order && cursor <= p->n_param_elems;
 }
 
 /* Whether this rank's block of range r is the one copy counted in world-wide sums (the
@@ -86,11 +88,14 @@ static void qt_step_normalise_range(const qt_plan *p, float *g, int64_t lo, int6
                                     float n_tok, int tree_total, qt_exact *sq)
 {
     qt_exact_sq_clear(&qt_step_s.sq);
-    for (int64_t j = 0; j < n; j += QT_STEP_CHUNK) {
-        int64_t c = n - j < QT_STEP_CHUNK ? n - j : QT_STEP_CHUNK;
-        if (tree_total) qt_interp_finalize_grads_range(p, lo + j, c);
-        qt_grads_normalise(g + j, c, n_tok);
-        qt_exact_sq_add(&qt_step_s.sq, sq, g + j, c);
+    if (!tree_total) {
+        qt_grads_normalise_sumsq(g, n, n_tok, &qt_step_s.sq, sq);
+    } else {
+        for (int64_t j = 0; j < n; j += QT_STEP_CHUNK) {
+            int64_t c = n - j < QT_STEP_CHUNK ? n - j : QT_STEP_CHUNK;
+            qt_interp_finalize_grads_range(p, lo + j, c);
+            qt_grads_normalise_sumsq(g + j, c, n_tok, &qt_step_s.sq, sq);
+        }
     }
     qt_exact_sq_flush(&qt_step_s.sq, sq);
 }
@@ -249,7 +254,7 @@ static uint64_t qt_step_fp_range(const qt_plan *p, int64_t lo, int64_t hi)
 
 /* Clip + AdamW + fingerprint over flat [lo, lo+n); w, g, mo and vo hold the elements from lo
  * on; cc (bf16 plans with a flat compute copy, else NULL) receives bf16(w) of every element
- * updated. With the parameters tiling the flat region in index order, one pass per chunk:
+ * updated. With the parameters in flat index order, one pass per parameter (or chunk):
  * the fingerprint and the rounding read the freshly updated chunk from cache. */
 static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w,
                                const float *g, float *mo, float *vo, qt_bf16 *cc,
@@ -261,12 +266,20 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w
         if (cc) qt_bf16_from_f32_n(cc, w, n);
         return qt_step_fp_range(p, lo, hi);
     }
-    /* the padding after the last parameter is never updated (it stays zero) */
+    /* the padding between and after the parameters is never updated (it stays zero, as
+     * updating it would leave it) */
     uint64_t fp = 0;
     int64_t gbase = 0;
     for (int32_t i = 0; i < p->n_params; i++) {
         const int64_t off = p->params[i].flat_offset, pn = p->params[i].numel;
         const int64_t a = off > lo ? off : lo, b = off + pn < hi ? off + pn : hi;
+        if (a < b && !cc && !qt_param_sharded(p, i)) {
+            /* the common case: one fused pass (global index = local index) */
+            fp += qt_adamw_update_fp(w + (a - lo), mo + (a - lo), vo + (a - lo), g + (a - lo),
+                                     b - a, hp, gscale, scaled, (uint64_t)(gbase + (a - off)));
+            gbase += qt_param_global_numel(p, i);
+            continue;
+        }
         for (int64_t j0 = a; j0 < b; j0 += QT_STEP_CHUNK) {
             int64_t c = b - j0 < QT_STEP_CHUNK ? b - j0 : QT_STEP_CHUNK;
             qt_adamw_update_scaled(w + (j0 - lo), mo + (j0 - lo), vo + (j0 - lo), g + (j0 - lo),

@@ -34,7 +34,11 @@
  * pairs x multiply-add), measured the same way when the build has AVX512_BF16; the bf16
  * matmul rows (kernels/bf16_matmul.h) give % of it (of the fp32 peak, marked, without it).
  *
- * Usage: kernel_bench [all|peak|mem|matmul|bf16|attn|gdn|expert]...  (default all; `peak`
+ * `step`: the parameter-sized passes of an optimizer step (gradient tree pushes and total,
+ * normalise + exact norm, clip + AdamW + fingerprint: firmware/runtime's own objects) at the
+ * bench plan's and the 80B slice's n_flat, each against its bandwidth bound.
+ *
+ * Usage: kernel_bench [all|peak|mem|matmul|bf16|attn|gdn|expert|step]...  (default all; `peak`
  * alone prints "peak <GFLOP/s>" (the fp32 FMA peak, first line: the bench scripts use it for
  * MFU) and a second line "peak_bf16 <GFLOP/s>", or a note without AVX512_BF16)
  */
@@ -52,6 +56,9 @@
 #include "kernels/gdn_core.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_canon.h"
+#include "runtime/qt_exact.h"
+#include "runtime/qt_optim.h"
+#include "runtime/qt_tree.h"
 
 #include <immintrin.h>
 
@@ -745,21 +752,152 @@ static void qt_kb_expert_ffn(void)
     free(a.dgu), free(a.dy), free(a.dwgu), free(a.dwd), free(a.idx);
 }
 
+/* ----------------------------------------------------------------- step overheads */
+
+/* The parameter-sized passes of an optimizer step (firmware/runtime: step_ops.c, optim.c,
+ * tree.c) at a plan's n_flat, each beside its bandwidth bound: the bytes it must move (every
+ * array it reads read once, every array it writes written once, 4 bytes per float) over the
+ * best in-place stream of the same run (x[i] = x[i] + y[i]: reads two arrays and writes one
+ * of them back, the access pattern of these passes, no write-allocate), and the triad of
+ * the memory section beside it. The data are one MiB of random values tiled (values do not
+ * change the arithmetic's speed; no denormals). */
+typedef struct {
+    float *a, *b, *c, *d;   /* four n-float arrays */
+    int64_t n;
+    float div;              /* normalise divisor: alternates 1024 and 1/1024 (exact) */
+    qt_adamw_hp hp;
+    uint64_t sink;
+    qt_exact acc;
+    int64_t leaf;
+} qt_kb_step_arg;
+
+static qt_exact_sq qt_kb_sq;
+
+static void qt_kb_step_rmw(void *p)
+{
+    qt_kb_step_arg *s = p;
+    float *restrict x = s->a;
+    const float *restrict y = s->b;
+    for (int64_t i = 0; i < s->n; i++) x[i] = x[i] + y[i];
+}
+
+static void qt_kb_step_triad(void *p)
+{
+    qt_kb_step_arg *s = p;
+    float *restrict x = s->c;
+    const float *restrict y = s->a, *restrict z = s->b;
+    for (int64_t i = 0; i < s->n; i++) x[i] = y[i] + 0.5f * z[i];
+}
+
+/* GRAD_FINALIZE's one-rank pass without the tree (a power-of-two leaf count: the bench and
+ * the slice plans): normalise + exact sum of squares of b in place. */
+static void qt_kb_step_norm(void *p)
+{
+    qt_kb_step_arg *s = p;
+    qt_exact_clear(&s->acc);
+    s->div = s->div == 1024.0f ? 1.0f / 1024.0f : 1024.0f;
+    qt_grads_normalise_sumsq(s->b, s->n, s->div, &qt_kb_sq, &s->acc);
+    s->sink += (uint64_t)qt_exact_value(&s->acc);
+}
+
+/* The tree total of 3 leaves (levels 0 and 1 occupied: level 1 = level 1 + level 0) */
+static void qt_kb_step_final(void *p)
+{
+    qt_kb_step_arg *s = p;
+    float *levels[2] = {s->a, s->b};
+    qt_tree_finalize_range(levels, 0, s->n, 3);
+}
+
+/* clip (scale 0.5) + AdamW + fingerprint: g = b, p = a, m = c, v = d */
+static void qt_kb_step_adamw(void *p)
+{
+    qt_kb_step_arg *s = p;
+    s->sink += qt_adamw_update_fp(s->a, s->c, s->d, s->b, s->n, &s->hp, 0.5f, 1, 0);
+}
+
+/* the push of leaf 1 (level 1 = level 0 + scratch) or leaf 3 (level 2 = level 1 +
+ * (level 0 + scratch)): level 0 = a, scratch = b, level 1 = c, level 2 = d */
+static void qt_kb_step_push(void *p)
+{
+    qt_kb_step_arg *s = p;
+    float *levels[3] = {s->a, s->c, s->d};
+    qt_tree_push(levels, 0, s->n, s->b, s->leaf);
+}
+
+static void qt_kb_step_row(const char *name, double bytes, qt_kb_time t, double bw)
+{
+    const double bound = bytes / (bw * 1e9);
+    printf("%-48s %8.2f %9.1f %9.1f %9.1f %8.2fx %7.1f\n", name, bytes / 1e9, 1e3 * t.best,
+           1e3 * t.median, 1e3 * bound, t.best / bound, bytes / t.best / 1e9);
+    fflush(stdout);
+}
+
+static void qt_kb_step_plan(const char *plan, int64_t n)
+{
+    qt_kb_step_arg s;
+    memset(&s, 0, sizeof s);
+    s.n = n;
+    s.a = qt_kb_floats(n), s.b = qt_kb_floats(n), s.c = qt_kb_floats(n), s.d = qt_kb_floats(n);
+    s.div = 1024.0f;
+    const int64_t tile = (int64_t)1 << 18;
+    qt_kb_fill(s.a, tile, -0.05f, 0.05f);   /* parameters */
+    qt_kb_fill(s.b, tile, -1e-3f, 1e-3f);   /* gradients */
+    qt_kb_fill(s.c, tile, -1e-4f, 1e-4f);   /* Adam m */
+    qt_kb_fill(s.d, tile, 1e-9f, 1e-7f);    /* Adam v */
+    for (int64_t i = tile; i < n; i += tile) {
+        const size_t k = (size_t)(n - i < tile ? n - i : tile) * sizeof(float);
+        memcpy(s.a + i, s.a, k), memcpy(s.b + i, s.b, k);
+        memcpy(s.c + i, s.c, k), memcpy(s.d + i, s.d, k);
+    }
+    qt_adamw_hp_make(&s.hp, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10);
+    const double B = 4.0 * (double)n;
+    qt_kb_time rmw = qt_kb_run(qt_kb_step_rmw, &s), triad = qt_kb_run(qt_kb_step_triad, &s);
+    const double bw = 3 * B / rmw.best / 1e9, bwt = 3 * B / triad.best / 1e9;
+    printf("\nstep overheads at %s's n_flat = %lld floats (%.1f MiB per array); streams of "
+           "the same run: in-place x += y %.1f GB/s (the bound's), triad %.1f GB/s\n", plan,
+           (long long)n, B / 1048576.0, bw, bwt);
+    printf("%-48s %8s %9s %9s %9s %9s %7s\n", "pass", "GB moved", "ms best", "(median)",
+           "bound ms", "ratio", "GB/s");
+    /* AdamW first, on the fresh values (the pushes below overwrite c and d) */
+    qt_kb_step_row("clip + AdamW + fingerprint (r g,p,m,v w p,m,v)", 7 * B,
+                   qt_kb_run(qt_kb_step_adamw, &s), bw);
+    qt_kb_step_row("normalise + exact sum of squares (r g w g)", 2 * B,
+                   qt_kb_run(qt_kb_step_norm, &s), bw);
+    qt_kb_step_row("tree total of 3 leaves (r l0,l1 w l1)", 3 * B,
+                   qt_kb_run(qt_kb_step_final, &s), bw);
+    s.leaf = 1;
+    qt_kb_step_row("tree push, leaf 1 (r l0,scratch w l1)", 3 * B,
+                   qt_kb_run(qt_kb_step_push, &s), bw);
+    s.leaf = 3;
+    qt_kb_step_row("tree push, leaf 3 (r l0,scratch,l1 w l2)", 4 * B,
+                   qt_kb_run(qt_kb_step_push, &s), bw);
+    free(s.a), free(s.b), free(s.c), free(s.d);
+}
+
+/* The bench plan's and the 80B slice's n_flat (generated/<run>/plan.txt "flat vector"); the
+ * slice needs 4 x 1.8 GiB (QT_KB_STEP_SLICE=0 skips it). */
+static void qt_kb_step(void)
+{
+    qt_kb_step_plan("bench", 69096768);
+    const char *e = getenv("QT_KB_STEP_SLICE");
+    if (!e || atoi(e) != 0) qt_kb_step_plan("bench-80b-slice", 476703808);
+}
+
 int main(int argc, char **argv)
 {
     const char *e = getenv("QT_KB_SECONDS");
     if (e && atof(e) > 0) qt_kb_budget = atof(e);
     e = getenv("QT_KB_REPS");
     if (e && atoi(e) > 0) qt_kb_maxreps = atoi(e);
-    int all = argc < 2, want[7] = {0};
-    const char *names[7] = {"mem", "matmul", "attn", "gdn", "expert", "peak", "bf16"};
+    int all = argc < 2, want[8] = {0};
+    const char *names[8] = {"mem", "matmul", "attn", "gdn", "expert", "peak", "bf16", "step"};
     for (int i = 1; i < argc; i++) {
         int ok = !strcmp(argv[i], "all");
         if (ok) all = 1;
-        for (int j = 0; j < 7; j++)
+        for (int j = 0; j < 8; j++)
             if (!strcmp(argv[i], names[j])) want[j] = ok = 1;
         if (!ok) {
-            fprintf(stderr, "usage: kernel_bench [all|peak|mem|matmul|bf16|attn|gdn|expert]...\n");
+            fprintf(stderr, "usage: kernel_bench [all|peak|mem|matmul|bf16|attn|gdn|expert|step]...\n");
             return 2;
         }
     }
@@ -787,5 +925,6 @@ int main(int argc, char **argv)
     if (all || want[2]) qt_kb_attention();
     if (all || want[3]) qt_kb_gdn_core();
     if (all || want[4]) qt_kb_expert_ffn();
+    if (all || want[7]) qt_kb_step();
     return 0;
 }

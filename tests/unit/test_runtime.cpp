@@ -106,6 +106,29 @@ TEST(RuntimeTree, MatchesRecursivePairwiseBitExactly)
     LONGS_EQUAL(4, qt_tree_levels_needed(9));
 }
 
+TEST(RuntimeTree, LargePushesStreamTheSameBits)
+{
+    // parameters of QT_TREE_STREAM (2^19) floats or more take the non-temporal carry
+    // stores (tree.c): 5 leaves of 2^19 + 21 floats (a tail past the vector body, aligned
+    // and unaligned offsets) against the plain per-element carry order
+    enum { NE = (1 << 19) + 21, NL = 3 };
+    static float lv[NL][NE + 27] __attribute__((aligned(64))), scratch[NE];  // rows of 64n bytes
+    for (int shift = 0; shift < 2; shift++) {  // level pointers 64-byte aligned, then not
+        float *levels[NL];
+        for (int l = 0; l < NL; l++) levels[l] = lv[l] + (shift ? 3 : 0);
+        memset(lv, 0xff, sizeof lv);
+        for (int64_t i = 0; i < 5; i++) {
+            float *dst = qt_tree_leaf_dest(levels, 0, scratch, i);
+            for (int k = 0; k < NE; k++) dst[k] = rt_leafval(i, k);
+            qt_tree_push(levels, 0, NE, scratch, i);
+        }
+        qt_tree_finalize(levels, NE, 5);
+        int bad = 0;
+        for (int k = 0; k < NE; k++) bad |= rt_bits(rt_ref_pairwise(0, 5, k)) != rt_bits(levels[2][k]);
+        CHECK(!bad);
+    }
+}
+
 // ------------------------------------------------------------------ a hand-built plan
 
 enum { RT_S = 4, RT_BMAX = 9, RT_N0 = 5, RT_N1 = 3, RT_LEVELS = 6 };
@@ -610,6 +633,70 @@ TEST(RuntimeExact, BinnedSquaresEqualPerElementDeposits)
     CHECK(rt_bits_d(qt_grads_sumsq_ref(x, 1000)) == rt_bits_d(qt_grads_sumsq(x, 1000)));
 }
 
+TEST(RuntimeExact, WindowedSquaresEqualPerElementDeposits)
+{
+    // The vector path's sliding 16-exponent window (exact.c): narrow spreads that stay in
+    // the window, drifts and jumps that leave it (both ways), zeros, subnormals, lone
+    // outliers, inf/NaN inside a window, and sizes around the 2048-element sub-chunks.
+    enum { N = 200003 };
+    static float x[N];
+    uint64_t st = 11;
+    for (int kind = 0; kind < 6; kind++) {
+        for (int i = 0; i < N; i++) {
+            int e = 110;
+            if (kind == 1) e = 100 + (i / 3000) % 40;                 // drifting windows
+            if (kind == 2) e = (i / 2048) & 1 ? 30 : 200;             // jumps
+            if (kind == 3) e = 1 + (i % 5);                           // subnormals, tiny
+            if (kind == 4) e = i % 97 == 0 ? 140 : 120;               // outliers above
+            if (kind == 5) e = i % 89 == 0 ? 60 : 125;                // outliers below
+            x[i] = i % 13 == 0 ? 0.0f : rt_randf(&st, e - (kind == 3 ? e : 3), e);
+        }
+        const uint64_t ref = rt_bits_d(qt_grads_sumsq_ref(x, N));
+        CHECK(ref == rt_bits_d(qt_grads_sumsq(x, N)));
+        CHECK(ref == rt_bits_d(rt_sumsq_bins(x, N, 17)));
+        CHECK(ref == rt_bits_d(rt_sumsq_bins(x, N, 2047)));
+        CHECK(ref == rt_bits_d(rt_sumsq_bins(x, N, 2064)));
+    }
+    for (int i = 0; i < 4096; i++) x[i] = rt_randf(&st, 125, 127);
+    x[100] = INFINITY;
+    CHECK(qt_grads_sumsq(x, 4096) == INFINITY);
+    x[3000] = -INFINITY;  // squares to +inf as well
+    CHECK(qt_grads_sumsq(x, 4096) == INFINITY);
+    x[3001] = NAN;
+    CHECK(qt_grads_sumsq(x, 4096) != qt_grads_sumsq(x, 4096));
+}
+
+TEST(RuntimeExact, DividedSquaresEqualDivisionThenSquares)
+{
+    // qt_exact_sq_add_div (and qt_grads_normalise_sumsq): the quotients written back are
+    // the float divisions' bits, the square sum theirs - for divisors that are powers of two
+    // (multiplied by the exact inverse) and others, subnormal quotients included.
+    enum { N = 100003 };
+    static float x[N], y[N];
+    static qt_exact_sq q;
+    const float ds[] = {1024.0f, 1000.0f, 3.0f, 1.0f, 0.5f, 0x1p-125f, 0x1p126f, 7777.0f};
+    uint64_t st = 13;
+    for (int kind = 0; kind < 3; kind++) {
+        for (float d : ds) {
+            for (int i = 0; i < N; i++)
+                x[i] = kind == 0 ? rt_randf(&st, 110, 118) : kind == 1 ? rt_randf(&st, 0, 254)
+                                                                     : rt_randf(&st, 1, 30);
+            if (kind == 2) x[77] = NAN;
+            for (int i = 0; i < N; i++) y[i] = x[i] / d;
+            const double ref = qt_grads_sumsq_ref(y, N);
+            qt_exact a;
+            qt_exact_clear(&a);
+            qt_exact_sq_clear(&q);
+            for (int k = 0; k < N; k += 30011)
+                qt_grads_normalise_sumsq(x + k, N - k < 30011 ? N - k : 30011, d, &q, &a);
+            qt_exact_sq_flush(&q, &a);
+            const double v = qt_exact_value(&a);
+            CHECK(memcmp(x, y, sizeof x) == 0);
+            CHECK(rt_bits_d(ref) == rt_bits_d(v) || (ref != ref && v != v));
+        }
+    }
+}
+
 // ------------------------------------------------------------------ schedule and AdamW
 
 TEST_GROUP(RuntimeOptim){};
@@ -730,6 +817,41 @@ TEST(RuntimeOptim, VectorAdamWAndFingerprintMatchScalarBitExactly)
     uint64_t one = 0;
     for (int j = 0; j < 40; j++) one += qt_mix64(((uint64_t)(9 + j) * 0x9E3779B97F4A7C15ull) ^ rt_bits(p0[j]));
     CHECK(one == qt_fp_mix(p0, 40, 9));  // the documented per-element term
+}
+
+TEST(RuntimeOptim, FusedAdamWFingerprintMatchesSeparatePasses)
+{
+    // qt_adamw_update_fp (the step's one pass: vector update, the fingerprint terms of the
+    // stored p in the same loop, the index products advanced by additions) gives the bits
+    // of qt_adamw_update_ref followed by qt_fp_mix_ref, for tails, index bases near 2^64
+    // and lengths past its prefetch distance.
+    enum { N = 3001 };
+    static float p0[N], m0[N], v0[N], g[N], p1[N], m1[N], v1[N], p2[N], m2[N], v2[N];
+    uint64_t st = 7;
+    for (int i = 0; i < N; i++) {
+        p0[i] = rt_randf(&st, 100, 130);
+        m0[i] = rt_randf(&st, 90, 125);
+        v0[i] = fabsf(rt_randf(&st, 80, 125));
+        g[i] = rt_randf(&st, i % 7 ? 95 : 0, 130);
+    }
+    qt_adamw_hp hp;
+    qt_adamw_hp_make(&hp, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    const int64_t lens[] = {N, 2048, 529, 16, 15, 1, 0};
+    const uint64_t bases[] = {0, 12345, 0xfffffffffffffff0ull};
+    for (int scaled = 0; scaled < 2; scaled++) {
+        for (int64_t n : lens) {
+            for (uint64_t base : bases) {
+                memcpy(p1, p0, sizeof p0); memcpy(m1, m0, sizeof m0); memcpy(v1, v0, sizeof v0);
+                memcpy(p2, p0, sizeof p0); memcpy(m2, m0, sizeof m0); memcpy(v2, v0, sizeof v0);
+                const uint64_t fp = qt_adamw_update_fp(p1, m1, v1, g, n, &hp, 0.37f, scaled, base);
+                qt_adamw_update_ref(p2, m2, v2, g, n, &hp, 0.37f, scaled);
+                CHECK(fp == qt_fp_mix_ref(p2, n, base));
+                CHECK(memcmp(p1, p2, sizeof p1) == 0);
+                CHECK(memcmp(m1, m2, sizeof m1) == 0);
+                CHECK(memcmp(v1, v2, sizeof v1) == 0);
+            }
+        }
+    }
 }
 
 TEST(RuntimeOptim, ClipNormaliseAndSumSquares)
