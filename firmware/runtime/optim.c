@@ -125,40 +125,9 @@ void qt_adamw_update_ref(float *p, float *m, float *v, const float *g, int64_t n
     }
 }
 
-void qt_adamw_update_scaled(float *p, float *m, float *v, const float *g, int64_t n,
-                            const qt_adamw_hp *hp, float gscale, int scaled)
-{
-    int64_t i = 0;
 #if defined(__AVX512F__)
-    /* Lane-wise the same IEEE operations in the same order as the scalar loop (separate
-     * mul/add, no FMA; vsqrtps is correctly rounded like qt_sqrtf, and v >= 0 or NaN), so
-     * the bits equal qt_adamw_update_ref's; tested against it. */
-    const __m512 b1 = _mm512_set1_ps(hp->b1), b2 = _mm512_set1_ps(hp->b2);
-    const __m512 c1 = _mm512_set1_ps(1.0f - hp->b1), c2 = _mm512_set1_ps(1.0f - hp->b2);
-    const __m512 bc1 = _mm512_set1_ps((float)hp->bc1), bc2 = _mm512_set1_ps((float)hp->bc2);
-    const __m512 lr = _mm512_set1_ps(hp->lr), eps = _mm512_set1_ps(hp->eps);
-    const __m512 wd = _mm512_set1_ps(hp->wd), gs = _mm512_set1_ps(gscale);
-    for (; i + 16 <= n; i += 16) {
-        __m512 gi = _mm512_loadu_ps(g + i);
-        if (scaled) gi = _mm512_mul_ps(gi, gs);
-        __m512 pi = _mm512_loadu_ps(p + i);
-        __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(c1, gi));
-        __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + i)),
-                                  _mm512_mul_ps(c2, _mm512_mul_ps(gi, gi)));
-        _mm512_storeu_ps(m + i, mi);
-        _mm512_storeu_ps(v + i, vi);
-        __m512 mhat = _mm512_div_ps(mi, bc1), vhat = _mm512_div_ps(vi, bc2);
-        __m512 den = _mm512_add_ps(_mm512_sqrt_ps(vhat), eps);
-        __m512 upd = _mm512_add_ps(_mm512_div_ps(mhat, den), _mm512_mul_ps(wd, pi));
-        _mm512_storeu_ps(p + i, _mm512_sub_ps(pi, _mm512_mul_ps(lr, upd)));
-    }
-#endif
-    qt_adamw_update_ref(p + i, m + i, v + i, g + i, n - i, hp, gscale, scaled);
-}
-
-#if defined(__AVX512F__)
-/* One 16-lane step of qt_adamw_update_scaled (the same operations as its loop) on elements
- * i..i+15; returns the updated p. */
+/* One 16-lane step of qt_adamw_update_scaled on elements i..i+15 (the constants are
+ * hoisted when inlined into a loop); returns the updated p. */
 static inline __m512 qt_adamw_v16(float *p, float *m, float *v, const float *g, int64_t i,
                                   const qt_adamw_hp *hp, float gscale, int scaled)
 {
@@ -183,6 +152,19 @@ static inline __m512 qt_adamw_v16(float *p, float *m, float *v, const float *g, 
     return pn;
 }
 #endif
+
+void qt_adamw_update_scaled(float *p, float *m, float *v, const float *g, int64_t n,
+                            const qt_adamw_hp *hp, float gscale, int scaled)
+{
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    /* Lane-wise the same IEEE operations in the same order as the scalar loop (separate
+     * mul/add, no FMA; vsqrtps is correctly rounded like qt_sqrtf, and v >= 0 or NaN), so
+     * the bits equal qt_adamw_update_ref's; tested against it. */
+    for (; i + 16 <= n; i += 16) qt_adamw_v16(p, m, v, g, i, hp, gscale, scaled);
+#endif
+    qt_adamw_update_ref(p + i, m + i, v + i, g + i, n - i, hp, gscale, scaled);
+}
 
 /* The fingerprint term of one element (qt_fp_mix_ref's loop body) given gidx * QT_FP_K. */
 static inline uint64_t qt_fp_term(uint32_t bits, uint64_t gk)

@@ -274,6 +274,65 @@ TEST(AttnKernel, ScratchFreePathGivesSameBits)
     CHECK(bits_equal(la, lb));
 }
 
+// Shape of an attention check: batch, sequence, q heads, kv heads, head dim.
+struct AttnShape { int64_t b, S, Hq, Hkv, hd; };
+
+// The fast forward and backward (scratch sa; filled with NaN before the backward when
+// nan_fill, so the caller can tell which path wrote it) against the one-dot-at-a-time
+// references, bit for bit, in float; the backward accumulates into g0..g2 and must move dq.
+static void attn_paths_f32(const AttnShape &c, double scale, vf &sa, const vd &q, const vd &k,
+                           const vd &v, const vd &w, const vd &g0, const vd &g1, const vd &g2,
+                           bool nan_fill)
+{
+    const int64_t nq = c.b * c.S * c.Hq * c.hd;
+    vf qf = to_f(q), kf = to_f(k), vv = to_f(v), wf = to_f(w), oa(nq), ob(nq),
+       la(c.b * c.Hq * c.S), lb(la.size()), sb(c.S);
+    qt_attn_fwd(oa.data(), la.data(), qf.data(), kf.data(), vv.data(), sa.data(), c.b, c.S, c.Hq,
+                c.Hkv, c.hd, (float)scale);
+    qt_attn_fwd_ref(ob.data(), lb.data(), qf.data(), kf.data(), vv.data(), sb.data(), c.b, c.S,
+                    c.Hq, c.Hkv, c.hd, (float)scale);
+    CHECK(bits_equal(oa, ob));
+    CHECK(bits_equal(la, lb));
+    vf dqa = to_f(g0), dka = to_f(g1), dva = to_f(g2), dqb = dqa, dkb = dka, dvb = dva;
+    if (nan_fill) std::fill(sa.begin(), sa.end(), std::numeric_limits<float>::quiet_NaN());
+    qt_attn_bwd_n(dqa.data(), dka.data(), dva.data(), wf.data(), qf.data(), kf.data(), vv.data(),
+                  oa.data(), la.data(), sa.data(), (int64_t)sa.size(), c.b, c.S, c.Hq, c.Hkv,
+                  c.hd, (float)scale);
+    qt_attn_bwd_ref(dqb.data(), dkb.data(), dvb.data(), wf.data(), qf.data(), kf.data(),
+                    vv.data(), oa.data(), la.data(), sb.data(), c.b, c.S, c.Hq, c.Hkv, c.hd,
+                    (float)scale);
+    CHECK(bits_equal(dqa, dqb));
+    CHECK(bits_equal(dka, dkb));
+    CHECK(bits_equal(dva, dvb));
+    CHECK(!bits_equal(dqa, to_f(g0)));   // the backward did something
+}
+
+// The same in double (the k64 build of the kernels).
+static void attn_paths_f64(const AttnShape &c, double scale, vd &sa, const vd &q, const vd &k,
+                           const vd &v, const vd &w, const vd &g0, const vd &g1, const vd &g2,
+                           bool nan_fill)
+{
+    const int64_t nq = c.b * c.S * c.Hq * c.hd, nk = c.b * c.S * c.Hkv * c.hd;
+    vd oa(nq), ob(nq), la(c.b * c.Hq * c.S), lb(la.size()), sb(c.S);
+    qt_attn_fwd_f64(oa.data(), la.data(), q.data(), k.data(), v.data(), sa.data(), c.b, c.S,
+                    c.Hq, c.Hkv, c.hd, scale);
+    qt_attn_fwd_ref_f64(ob.data(), lb.data(), q.data(), k.data(), v.data(), sb.data(), c.b, c.S,
+                        c.Hq, c.Hkv, c.hd, scale);
+    CHECK(memcmp(oa.data(), ob.data(), nq * sizeof(double)) == 0);
+    CHECK(memcmp(la.data(), lb.data(), la.size() * sizeof(double)) == 0);
+    vd dqa = g0, dka = g1, dva = g2, dqb = g0, dkb = g1, dvb = g2;
+    if (nan_fill) std::fill(sa.begin(), sa.end(), std::numeric_limits<double>::quiet_NaN());
+    qt_attn_bwd_n_f64(dqa.data(), dka.data(), dva.data(), w.data(), q.data(), k.data(), v.data(),
+                      oa.data(), la.data(), sa.data(), (int64_t)sa.size(), c.b, c.S, c.Hq,
+                      c.Hkv, c.hd, scale);
+    qt_attn_bwd_ref_f64(dqb.data(), dkb.data(), dvb.data(), w.data(), q.data(), k.data(),
+                        v.data(), oa.data(), la.data(), sb.data(), c.b, c.S, c.Hq, c.Hkv, c.hd,
+                        scale);
+    CHECK(memcmp(dqa.data(), dqb.data(), nq * sizeof(double)) == 0);
+    CHECK(memcmp(dka.data(), dkb.data(), nk * sizeof(double)) == 0);
+    CHECK(memcmp(dva.data(), dvb.data(), nk * sizeof(double)) == 0);
+}
+
 // The batched fast paths (eight keys' dots at once, exponentials in a separate pass; the
 // forward takes the tiled path at these shapes, TiledPathsBitIdenticalToReference) must
 // reproduce the one-dot-at-a-time references bit for bit, float and double: S and hd with
@@ -301,50 +360,13 @@ TEST(AttnKernel, BatchedDotsBitIdenticalToReference)
            w = rand_vec(nq, sd + 3), g0 = rand_vec(nq, sd + 4), g1 = rand_vec(nk, sd + 5),
            g2 = rand_vec(nk, sd + 6);
         const double scale = 0.125;
-        {   // float
-            vf qf = to_f(q), kf = to_f(k), vv = to_f(v), wf = to_f(w), oa(nq), ob(nq),
-               la(c.b * c.Hq * c.S), lb(la.size()), sa(nsa), sb(c.S);
-            qt_attn_fwd(oa.data(), la.data(), qf.data(), kf.data(), vv.data(), sa.data(), c.b,
-                        c.S, c.Hq, c.Hkv, c.hd, (float)scale);
-            qt_attn_fwd_ref(ob.data(), lb.data(), qf.data(), kf.data(), vv.data(), sb.data(),
-                            c.b, c.S, c.Hq, c.Hkv, c.hd, (float)scale);
-            CHECK(bits_equal(oa, ob));
-            CHECK(bits_equal(la, lb));
-            vf dqa = to_f(g0), dka = to_f(g1), dva = to_f(g2), dqb = dqa, dkb = dka, dvb = dva;
-            std::fill(sa.begin(), sa.end(), std::numeric_limits<float>::quiet_NaN());
-            qt_attn_bwd_n(dqa.data(), dka.data(), dva.data(), wf.data(), qf.data(), kf.data(),
-                          vv.data(), oa.data(), la.data(), sa.data(), (int64_t)sa.size(), c.b,
-                          c.S, c.Hq, c.Hkv, c.hd, (float)scale);
-            qt_attn_bwd_ref(dqb.data(), dkb.data(), dvb.data(), wf.data(), qf.data(), kf.data(),
-                            vv.data(), oa.data(), la.data(), sb.data(), c.b, c.S, c.Hq, c.Hkv,
-                            c.hd, (float)scale);
-            CHECK(bits_equal(dqa, dqb));
-            CHECK(bits_equal(dka, dkb));
-            CHECK(bits_equal(dva, dvb));
-            CHECK(!bits_equal(dqa, to_f(g0)));   // the backward did something
-            CHECK(blocked ? !std::isnan(sa[probe]) : std::isnan(sa[probe]));
-        }
-        {   // double
-            vd oa(nq), ob(nq), la(c.b * c.Hq * c.S), lb(la.size()), sa(nsa), sb(c.S);
-            qt_attn_fwd_f64(oa.data(), la.data(), q.data(), k.data(), v.data(), sa.data(), c.b,
-                            c.S, c.Hq, c.Hkv, c.hd, scale);
-            qt_attn_fwd_ref_f64(ob.data(), lb.data(), q.data(), k.data(), v.data(), sb.data(),
-                                c.b, c.S, c.Hq, c.Hkv, c.hd, scale);
-            CHECK(memcmp(oa.data(), ob.data(), nq * sizeof(double)) == 0);
-            CHECK(memcmp(la.data(), lb.data(), la.size() * sizeof(double)) == 0);
-            vd dqa = g0, dka = g1, dva = g2, dqb = g0, dkb = g1, dvb = g2;
-            std::fill(sa.begin(), sa.end(), std::numeric_limits<double>::quiet_NaN());
-            qt_attn_bwd_n_f64(dqa.data(), dka.data(), dva.data(), w.data(), q.data(), k.data(),
-                              v.data(), oa.data(), la.data(), sa.data(), (int64_t)sa.size(),
-                              c.b, c.S, c.Hq, c.Hkv, c.hd, scale);
-            qt_attn_bwd_ref_f64(dqb.data(), dkb.data(), dvb.data(), w.data(), q.data(),
-                                k.data(), v.data(), oa.data(), la.data(), sb.data(), c.b, c.S,
-                                c.Hq, c.Hkv, c.hd, scale);
-            CHECK(memcmp(dqa.data(), dqb.data(), nq * sizeof(double)) == 0);
-            CHECK(memcmp(dka.data(), dkb.data(), nk * sizeof(double)) == 0);
-            CHECK(memcmp(dva.data(), dvb.data(), nk * sizeof(double)) == 0);
-            CHECK(blocked ? !std::isnan(sa[probe]) : std::isnan(sa[probe]));
-        }
+        const AttnShape sh = {c.b, c.S, c.Hq, c.Hkv, c.hd};
+        vf sa(nsa);
+        attn_paths_f32(sh, scale, sa, q, k, v, w, g0, g1, g2, true);
+        CHECK(blocked ? !std::isnan(sa[probe]) : std::isnan(sa[probe]));
+        vd sd64(nsa);
+        attn_paths_f64(sh, scale, sd64, q, k, v, w, g0, g1, g2, true);
+        CHECK(blocked ? !std::isnan(sd64[probe]) : std::isnan(sd64[probe]));
     }
 }
 
@@ -371,46 +393,11 @@ TEST(AttnKernel, TiledPathsBitIdenticalToReference)
         vd q = rand_vec(nq, sd, 2.0), k = rand_vec(nk, sd + 1, 2.0), v = rand_vec(nk, sd + 2),
            w = rand_vec(nq, sd + 3), g0 = rand_vec(nq, sd + 4), g1 = rand_vec(nk, sd + 5),
            g2 = rand_vec(nk, sd + 6);
-        {   // float
-            vf qf = to_f(q), kf = to_f(k), vv = to_f(v), wf = to_f(w), oa(nq), ob(nq),
-               la(c.b * c.Hq * c.S), lb(la.size()), sa(QT_ATTN_BWD_SCRATCH(c.S)), sb(c.S);
-            qt_attn_fwd(oa.data(), la.data(), qf.data(), kf.data(), vv.data(), sa.data(), c.b,
-                        c.S, c.Hq, c.Hkv, c.hd, (float)scale);
-            qt_attn_fwd_ref(ob.data(), lb.data(), qf.data(), kf.data(), vv.data(), sb.data(),
-                            c.b, c.S, c.Hq, c.Hkv, c.hd, (float)scale);
-            CHECK(bits_equal(oa, ob));
-            CHECK(bits_equal(la, lb));
-            vf dqa = to_f(g0), dka = to_f(g1), dva = to_f(g2), dqb = dqa, dkb = dka, dvb = dva;
-            qt_attn_bwd_n(dqa.data(), dka.data(), dva.data(), wf.data(), qf.data(), kf.data(),
-                          vv.data(), oa.data(), la.data(), sa.data(), (int64_t)sa.size(), c.b,
-                          c.S, c.Hq, c.Hkv, c.hd, (float)scale);
-            qt_attn_bwd_ref(dqb.data(), dkb.data(), dvb.data(), wf.data(), qf.data(), kf.data(),
-                            vv.data(), oa.data(), la.data(), sb.data(), c.b, c.S, c.Hq, c.Hkv,
-                            c.hd, (float)scale);
-            CHECK(bits_equal(dqa, dqb));
-            CHECK(bits_equal(dka, dkb));
-            CHECK(bits_equal(dva, dvb));
-        }
-        {   // double
-            vd oa(nq), ob(nq), la(c.b * c.Hq * c.S), lb(la.size()), sa(QT_ATTN_BWD_SCRATCH(c.S)),
-               sb(c.S);
-            qt_attn_fwd_f64(oa.data(), la.data(), q.data(), k.data(), v.data(), sa.data(), c.b,
-                            c.S, c.Hq, c.Hkv, c.hd, scale);
-            qt_attn_fwd_ref_f64(ob.data(), lb.data(), q.data(), k.data(), v.data(), sb.data(),
-                                c.b, c.S, c.Hq, c.Hkv, c.hd, scale);
-            CHECK(memcmp(oa.data(), ob.data(), nq * sizeof(double)) == 0);
-            CHECK(memcmp(la.data(), lb.data(), la.size() * sizeof(double)) == 0);
-            vd dqa = g0, dka = g1, dva = g2, dqb = g0, dkb = g1, dvb = g2;
-            qt_attn_bwd_n_f64(dqa.data(), dka.data(), dva.data(), w.data(), q.data(), k.data(),
-                              v.data(), oa.data(), la.data(), sa.data(), (int64_t)sa.size(),
-                              c.b, c.S, c.Hq, c.Hkv, c.hd, scale);
-            qt_attn_bwd_ref_f64(dqb.data(), dkb.data(), dvb.data(), w.data(), q.data(),
-                                k.data(), v.data(), oa.data(), la.data(), sb.data(), c.b, c.S,
-                                c.Hq, c.Hkv, c.hd, scale);
-            CHECK(memcmp(dqa.data(), dqb.data(), nq * sizeof(double)) == 0);
-            CHECK(memcmp(dka.data(), dkb.data(), nk * sizeof(double)) == 0);
-            CHECK(memcmp(dva.data(), dvb.data(), nk * sizeof(double)) == 0);
-        }
+        const AttnShape sh = {c.b, c.S, c.Hq, c.Hkv, c.hd};
+        vf sa(QT_ATTN_BWD_SCRATCH(c.S));
+        attn_paths_f32(sh, scale, sa, q, k, v, w, g0, g1, g2, false);
+        vd sd64(QT_ATTN_BWD_SCRATCH(c.S));
+        attn_paths_f64(sh, scale, sd64, q, k, v, w, g0, g1, g2, false);
     }
     {   // packed documents (float): each document against the reference on it alone
         const int64_t S = 316, Hq = 4, Hkv = 2, hd = 64, qw = Hq * hd, kw = Hkv * hd;
