@@ -12,11 +12,15 @@
  * by tile: each block's chain into a per-tile stack, then the pairwise tree (same bits as
  * the copying form there).
  * The double build (-DQT_REAL_DOUBLE) uses the scalar path only.
- * Each tile height 1..MR (and strips of one vector) has its own register-resident kernel.
- * B strips already contiguous in the output column (bwd_data, wgrad) are read in place unless
- * their rows sit at 4 KiB multiples (then the block is packed); A is packed into [kc][MR]
- * micro-panels only where its in-place access is poor (wgrad; 4 KiB row strides). None of
- * this touches the per-element FMA order.
+ * Each tile height 1..MR (and strips of one vector) has its own register-resident kernel,
+ * in two forms: packed A micro-panels (compile-time offsets) and A rows in place (four row
+ * pointers, so the twelve broadcasts need no spilled index registers).
+ * The data gradient with a contraction up to 2048 runs each tile's whole chain in registers
+ * (B packed once per column panel for all rows, no partial tile); longer ones, and the
+ * accumulating weight gradient, block the contraction: B strips already contiguous in the
+ * output column are read in place unless their rows sit at 4 KiB multiples (then the block
+ * is packed); A is packed into [kc][MR] micro-panels only where its in-place access is poor
+ * (wgrad; 4 KiB row strides). None of this touches the per-element FMA order.
  * Invariants: no heap; the packed panels (256 KiB, and 1 MiB for the wide and canonical
  * panels), the partial tile and the canonical stack are one static module struct; padded
  * panel columns are zero and never stored.
@@ -153,24 +157,41 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = QT_VZERO();
     }
 
-    if (nv == 2) {
+    if (sai == 1 && sap == QT_MM_MR) { /* packed micro-panel: constant offsets */
         for (int64_t p = 0; p < kc; p++) {
+            const float *a = ap + p * QT_MM_MR;
             qt_vec b0 = QT_VLOAD(bp + p * ldb);
-            qt_vec b1 = QT_VLOAD(bp + p * ldb + QT_MM_VW);
-            const float *a = ap + p * sap;
+            if (nv == 2) {
+                qt_vec b1 = QT_VLOAD(bp + p * ldb + QT_MM_VW);
 #pragma GCC unroll 16
-            for (int i = 0; i < mr; i++) {
-                qt_vec av = QT_VBCAST(a[i * sai]);
-                acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
-                acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
+                for (int i = 0; i < mr; i++) {
+                    qt_vec av = QT_VBCAST(a[i]);
+                    acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
+                    acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
+                }
+            } else { /* nr <= VW: the second half of the strip would only compute padding */
+#pragma GCC unroll 16
+                for (int i = 0; i < mr; i++) acc[i][0] = QT_VFMA(QT_VBCAST(a[i]), b0, acc[i][0]);
             }
         }
-    } else { /* nr <= VW: the second half of the strip would only compute padding */
+    } else { /* rows in place (sap 1): four row pointers, offsets 0, sai, 2 sai from each */
+        const float *r[4];
+        for (int g = 0; g < 4; g++) r[g] = 3 * g < mr ? ap + 3 * g * sai : ap;
         for (int64_t p = 0; p < kc; p++) {
             qt_vec b0 = QT_VLOAD(bp + p * ldb);
-            const float *a = ap + p * sap;
+            if (nv == 2) {
+                qt_vec b1 = QT_VLOAD(bp + p * ldb + QT_MM_VW);
 #pragma GCC unroll 16
-            for (int i = 0; i < mr; i++) acc[i][0] = QT_VFMA(QT_VBCAST(a[i * sai]), b0, acc[i][0]);
+                for (int i = 0; i < mr; i++) {
+                    qt_vec av = QT_VBCAST(r[i / 3][(i % 3) * sai + p * sap]);
+                    acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
+                    acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
+                }
+            } else {
+#pragma GCC unroll 16
+                for (int i = 0; i < mr; i++)
+                    acc[i][0] = QT_VFMA(QT_VBCAST(r[i / 3][(i % 3) * sai + p * sap]), b0, acc[i][0]);
+            }
         }
     }
 
@@ -279,6 +300,7 @@ static void qt_mm_pack_cols(float *out, const float *b, int64_t sbj, int64_t kc,
 }
 
 static int64_t qt_mm_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t qt_mm_canon_cols(int64_t P);
 
 /* fwd: y is written, so it holds the partial sums between contraction blocks itself. */
 static void qt_mm_fwd_opt(float *y, const float *x, const float *w, int64_t M, int64_t N,
@@ -359,6 +381,27 @@ static void qt_mm_acc_opt(float *c, int64_t ldc, const float *a, int64_t sai, in
                     }
                 }
             }
+        }
+    }
+}
+
+/* The accumulating data gradient for contractions up to QT_MM_CANON_PMAX: every tile runs
+ * its whole chain in registers (no partial tile between contraction blocks), so the B panel
+ * [P][NR] strips of as many columns as fit qt_mm.bfull is packed once for all rows, and A
+ * rows (contiguous in p) are read in place. C = C + acc once per element. */
+static void qt_mm_acc_full(float *c, int64_t ldc, const float *a, int64_t lda, const float *b,
+                           int64_t sbp, int64_t I, int64_t J, int64_t P)
+{
+    const int64_t ncb = qt_mm_canon_cols(P);
+    for (int64_t jc = 0; jc < J; jc += ncb) {
+        const int64_t nc = qt_mm_min(ncb, J - jc);
+        qt_mm_pack_rows(qt_mm.bfull, b + jc, sbp, P, nc);
+        for (int64_t ir = 0; ir < I; ir += QT_MM_MR) {
+            const int mr = (int)qt_mm_min(QT_MM_MR, I - ir);
+            for (int64_t s = 0; s * QT_MM_NR < nc; s++)
+                qt_mm_tile(c + ir * ldc + jc + s * QT_MM_NR, ldc, 1, 0, 0, a + ir * lda, lda, 1,
+                           qt_mm.bfull + s * P * QT_MM_NR, QT_MM_NR, P, mr,
+                           (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR));
         }
     }
 }
@@ -519,7 +562,8 @@ void QT_FN(qt_matmul_bwd_data)(qt_real *dx, const qt_real *dy, const qt_real *w,
         for (int64_t i = 0; i < M * K; i++) dx[i] = dx[i] + 0.0f;
         return;
     }
-    qt_mm_acc_opt(dx, K, dy, N, 1, w, K, M, K, N);
+    if (N <= QT_MM_CANON_PMAX) qt_mm_acc_full(dx, K, dy, N, w, K, M, K, N);
+    else qt_mm_acc_opt(dx, K, dy, N, 1, w, K, M, K, N);
 #else
     QT_FN(qt_matmul_bwd_data_ref)(dx, dy, w, M, N, K);
 #endif
