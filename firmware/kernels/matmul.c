@@ -127,6 +127,57 @@ static struct {
     float stack[QT_CANON_BLOCKS * QT_MM_MR * QT_MM_NR]; /* canonical path: one tile per block */
 } qt_mm;
 
+/* acc[i][v] = fma chain over p < kc of a(i,p) b(p, v*VW..), a(i,p) = ap[i*sai + p*sap],
+ * b(p, jj) = bp[p*ldb + jj]; mr and nv compile-time constants after inlining. Two forms:
+ * packed A micro-panels (sai 1, sap MR: constant offsets) and rows in place (four row
+ * pointers, so the twelve broadcasts need no spilled index registers). */
+static inline __attribute__((always_inline)) void
+qt_mm_chain(qt_vec acc[QT_MM_MR][2], const float *ap, int64_t sai, int64_t sap, const float *bp,
+            int64_t ldb, int64_t kc, const int mr, const int nv)
+{
+    if (sai == 1 && sap == QT_MM_MR) { /* packed micro-panel: constant offsets */
+        for (int64_t p = 0; p < kc; p++) {
+            const float *a = ap + p * QT_MM_MR;
+            qt_vec b0 = QT_VLOAD(bp + p * ldb);
+            if (nv == 2) {
+                qt_vec b1 = QT_VLOAD(bp + p * ldb + QT_MM_VW);
+#pragma GCC unroll 16
+                for (int i = 0; i < mr; i++) {
+                    qt_vec av = QT_VBCAST(a[i]);
+                    acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
+                    acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
+                }
+            } else { /* nr <= VW: the second half of the strip would only compute padding */
+#pragma GCC unroll 16
+                for (int i = 0; i < mr; i++) acc[i][0] = QT_VFMA(QT_VBCAST(a[i]), b0, acc[i][0]);
+            }
+        }
+    } else { /* rows in place (sap 1): four row pointers, offsets 0, sai, 2 sai from each */
+        const int64_t s3 = 3 * sai; /* added, not multiplied per row group (gcc vectorised
+                                       * the four products into a slow vpmullq) */
+        const float *r[4] = {ap, ap, ap, ap};
+        if (mr > 3) r[1] = ap + s3;
+        if (mr > 6) r[2] = r[1] + s3;
+        if (mr > 9) r[3] = r[2] + s3;
+        for (int64_t p = 0; p < kc; p++) {
+            qt_vec b0 = QT_VLOAD(bp + p * ldb);
+            if (nv == 2) {
+                qt_vec b1 = QT_VLOAD(bp + p * ldb + QT_MM_VW);
+#pragma GCC unroll 16
+                for (int i = 0; i < mr; i++) {
+                    qt_vec av = QT_VBCAST(r[i / 3][(i % 3) * sai + p * sap]);
+                    acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
+                    acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
+                }
+            } else {
+#pragma GCC unroll 16
+                for (int i = 0; i < mr; i++)
+                    acc[i][0] = QT_VFMA(QT_VBCAST(r[i / 3][(i % 3) * sai + p * sap]), b0, acc[i][0]);
+            }
+        }
+    }
+}
+
 /* One tile of mr <= MR rows by nr <= NR columns over kc contraction steps, mr a compile-time
  * constant after inlining (so the accumulators stay in registers for every edge height).
  * acc starts from cin (ld ldi, NULL: +0), then out = acc (add 0), out = out + acc (add 1) or
@@ -135,7 +186,8 @@ static struct {
  * nr < NR the strip is a zero-padded packed one (ldb = NR), so full-width loads are safe. */
 static inline __attribute__((always_inline)) void
 qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, const float *ap,
-             int64_t sai, int64_t sap, const float *bp, int64_t ldb, int64_t kc, const int mr, int nr, const int nv)
+             int64_t sai, int64_t sap, const float *bp, int64_t ldb, int64_t kc, const int mr, int nr,
+             const int nv, const float *mrg, int nmrg)
 {
     qt_vec acc[QT_MM_MR][2];
     if (cin && nr == QT_MM_NR) {
@@ -157,41 +209,13 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = QT_VZERO();
     }
 
-    if (sai == 1 && sap == QT_MM_MR) { /* packed micro-panel: constant offsets */
-        for (int64_t p = 0; p < kc; p++) {
-            const float *a = ap + p * QT_MM_MR;
-            qt_vec b0 = QT_VLOAD(bp + p * ldb);
-            if (nv == 2) {
-                qt_vec b1 = QT_VLOAD(bp + p * ldb + QT_MM_VW);
+    qt_mm_chain(acc, ap, sai, sap, bp, ldb, kc, mr, nv);
+    for (int k = nmrg - 1; k >= 0; k--) { /* the canonical tree: earlier subtotals on the left */
+        const float *t = mrg + k * QT_MM_MR * QT_MM_NR;
 #pragma GCC unroll 16
-                for (int i = 0; i < mr; i++) {
-                    qt_vec av = QT_VBCAST(a[i]);
-                    acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
-                    acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
-                }
-            } else { /* nr <= VW: the second half of the strip would only compute padding */
-#pragma GCC unroll 16
-                for (int i = 0; i < mr; i++) acc[i][0] = QT_VFMA(QT_VBCAST(a[i]), b0, acc[i][0]);
-            }
-        }
-    } else { /* rows in place (sap 1): four row pointers, offsets 0, sai, 2 sai from each */
-        const float *r[4];
-        for (int g = 0; g < 4; g++) r[g] = 3 * g < mr ? ap + 3 * g * sai : ap;
-        for (int64_t p = 0; p < kc; p++) {
-            qt_vec b0 = QT_VLOAD(bp + p * ldb);
-            if (nv == 2) {
-                qt_vec b1 = QT_VLOAD(bp + p * ldb + QT_MM_VW);
-#pragma GCC unroll 16
-                for (int i = 0; i < mr; i++) {
-                    qt_vec av = QT_VBCAST(r[i / 3][(i % 3) * sai + p * sap]);
-                    acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
-                    acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
-                }
-            } else {
-#pragma GCC unroll 16
-                for (int i = 0; i < mr; i++)
-                    acc[i][0] = QT_VFMA(QT_VBCAST(r[i / 3][(i % 3) * sai + p * sap]), b0, acc[i][0]);
-            }
+        for (int i = 0; i < mr; i++) {
+            acc[i][0] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR), acc[i][0]);
+            acc[i][1] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR + QT_MM_VW), acc[i][1]);
         }
     }
 
@@ -226,13 +250,15 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
 
 /* Dispatch on the tile height (and on strips of at most one vector) so every edge tile gets
  * its own register-resident kernel. */
-static void qt_mm_tile(float *out, int64_t ldo, int add, const float *cin, int64_t ldi,
-                       const float *ap, int64_t sai, int64_t sap, const float *bp, int64_t ldb, int64_t kc, int mr, int nr)
+static void qt_mm_tile_m(float *out, int64_t ldo, int add, const float *cin, int64_t ldi,
+                         const float *ap, int64_t sai, int64_t sap, const float *bp, int64_t ldb,
+                         int64_t kc, int mr, int nr, const float *mrg, int nmrg)
 {
 #define QT_MM_CASE(h)                                                                         \
     case h:                                                                                   \
-        if (nr <= QT_MM_VW) qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 1);  \
-        else qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 2);                 \
+        if (nr <= QT_MM_VW)                                                                   \
+            qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 1, mrg, nmrg); \
+        else qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 2, mrg, nmrg); \
         break;
     switch (mr) {
     QT_MM_CASE(1) QT_MM_CASE(2) QT_MM_CASE(3) QT_MM_CASE(4) QT_MM_CASE(5) QT_MM_CASE(6)
@@ -242,6 +268,13 @@ static void qt_mm_tile(float *out, int64_t ldo, int add, const float *cin, int64
     default: break;
     }
 #undef QT_MM_CASE
+}
+
+static inline void qt_mm_tile(float *out, int64_t ldo, int add, const float *cin, int64_t ldi,
+                              const float *ap, int64_t sai, int64_t sap, const float *bp,
+                              int64_t ldb, int64_t kc, int mr, int nr)
+{
+    qt_mm_tile_m(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, mr, nr, 0, 0);
 }
 
 /* Pack the A block a(i,p) = a[i*sai + p*sap], i in [0,mc), p in [0,kc), into micro-panels of
@@ -444,11 +477,14 @@ static void qt_mm_write_opt(float *c, int64_t ldc, const float *a, int64_t sai, 
  * out[i, j] (ld ldo, i < I, j < nc) = tree over blocks b of the chain over block b's indices
  * (segment 0's slice, then segment 1's, ...) of a(i,p) b(p,j), a(i,p) = a[i*lda + p] read in
  * place and B packed in qt_mm.bfull as [P][NR] strips. Each block's chain runs in registers
- * from +0 (a later segment reloads the stored partial: exact) into its tile of qt_mm.stack;
- * with plus_zero the partial becomes (+0) + acc, as the copying path's zeroed destination
- * gives it; the tiles are then added by the pairwise tree of matmul_canon.h, and the total is
- * written to out. Same bits as matmul_canon.c's copying path: every block partial and every
- * tree addition is the same IEEE operation on the same values. */
+ * from +0 (a later segment reloads the stored partial: exact); the pairwise tree is merged as
+ * the blocks finish, in the tile's epilogue (a binary counter over qt_mm.stack: after block
+ * j, as many stacked subtotals as j has trailing one bits are added on the left, so
+ * ((b0+b1)+(b2+b3))+((b4+b5)+(b6+b7)) keeps its pairs and order), and the last block's tile
+ * writes the total to out: with plus_zero, (+0) + total. The copying path of matmul_canon.c
+ * forms (+0) + partial at every leaf instead: the same bits, since a sum of two floats is -0
+ * exactly when both are -0 (round to nearest, gradual underflow), so by induction over the
+ * tree, the tree of (+0) + b_j is (+0) + the tree of b_j (NaN in, NaN out). */
 static void qt_mm_canon_panel(float *out, int64_t ldo, const float *a, int64_t lda, int64_t I,
                               int64_t nc, int64_t P, int64_t nseg, int64_t nb, int plus_zero)
 {
@@ -456,27 +492,29 @@ static void qt_mm_canon_panel(float *out, int64_t ldo, const float *a, int64_t l
     for (int64_t ir = 0; ir < I; ir += QT_MM_MR) {
         const int mr = (int)qt_mm_min(QT_MM_MR, I - ir);
         for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
-            const int64_t nr = qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
+            const int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
             const float *bs = qt_mm.bfull + s * P * QT_MM_NR;
+            int64_t depth = 0; /* stacked subtotals */
             for (int64_t j = 0; j < nb; j++) {
-                float *pj = qt_mm.stack + j * tile;
+                float *pj = qt_mm.stack + depth * tile;
+                int nm = 0;
+                for (int64_t q = j; q & 1; q >>= 1) nm++;
                 for (int64_t g = 0; g < nseg; g++) {
                     const int64_t off = g * L + j * sl;
-                    qt_mm_tile(pj, QT_MM_NR, 0, g ? pj : 0, QT_MM_NR, a + ir * lda + off, lda, 1,
-                               bs + off * QT_MM_NR, QT_MM_NR, sl, mr, QT_MM_NR);
+                    const float *ap = a + ir * lda + off, *bp = bs + off * QT_MM_NR;
+                    if (g + 1 < nseg)
+                        qt_mm_tile(pj, QT_MM_NR, 0, g ? pj : 0, QT_MM_NR, ap, lda, 1, bp,
+                                   QT_MM_NR, sl, mr, QT_MM_NR);
+                    else if (j + 1 < nb)
+                        qt_mm_tile_m(pj - nm * tile, QT_MM_NR, 0, g ? pj : 0, QT_MM_NR, ap, lda,
+                                     1, bp, QT_MM_NR, sl, mr, QT_MM_NR, pj - nm * tile, nm);
+                    else
+                        qt_mm_tile_m(out + ir * ldo + s * QT_MM_NR, ldo, plus_zero ? 2 : 0,
+                                     g ? pj : 0, QT_MM_NR, ap, lda, 1, bp, QT_MM_NR, sl, mr, nr,
+                                     pj - nm * tile, nm);
                 }
-                if (plus_zero)
-                    for (int64_t i = 0; i < mr * QT_MM_NR; i++) pj[i] = 0.0f + pj[i];
+                depth = depth - nm + 1;
             }
-            for (int64_t h = 1; h < nb; h *= 2)
-                for (int64_t j = 0; j + h < nb; j += 2 * h) {
-                    float *x = qt_mm.stack + j * tile;
-                    const float *y = qt_mm.stack + (j + h) * tile;
-                    for (int64_t i = 0; i < mr * QT_MM_NR; i++) x[i] = x[i] + y[i];
-                }
-            for (int i = 0; i < mr; i++)
-                for (int64_t c = 0; c < nr; c++)
-                    out[(ir + i) * ldo + s * QT_MM_NR + c] = qt_mm.stack[i * QT_MM_NR + c];
         }
     }
 }
