@@ -277,14 +277,27 @@ static inline void qt_mm_tile(float *out, int64_t ldo, int add, const float *cin
     qt_mm_tile_m(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, mr, nr, 0, 0);
 }
 
+/* Height of the row tile that starts rem rows before the end: MR, except that a remainder
+ * between MR and 2 MR is split into two tiles of about equal height (64 rows: 4 x 12 and
+ * 2 x 8, not 5 x 12 and a 4-row tile running at a third of the rate). Packed A micro-panels
+ * stay MR apart (tile t at apack + t*MR*kc), so a block of MC rows still fits. */
+static int qt_mm_rows(int64_t rem)
+{
+    return rem >= 2 * QT_MM_MR || rem == QT_MM_MR ? QT_MM_MR
+           : rem > QT_MM_MR                        ? (int)((rem + 1) / 2)
+                                                   : (int)rem;
+}
+
 /* Pack the A block a(i,p) = a[i*sai + p*sap], i in [0,mc), p in [0,kc), into micro-panels of
- * MR rows: apack[(i/MR)*kc*MR + p*MR + i%MR]; rows past mc are never read. Packing removes
+ * the row tiles (qt_mm_rows): tile t of rows [i0, i0 + mr) at apack + t*MR*kc, element
+ * (i, p) at p*MR + (i - i0); rows past mc are never read. Packing removes
  * the strided (same cache set, one page per row) access pattern from the inner loop. */
 static void qt_mm_pack_a(const float *a, int64_t sai, int64_t sap, int64_t mc, int64_t kc)
 {
-    for (int64_t ir = 0; ir < mc; ir += QT_MM_MR) {
-        float *dst = qt_mm.apack + ir * kc;
-        int64_t mr = mc - ir < QT_MM_MR ? mc - ir : QT_MM_MR;
+    int64_t mr;
+    for (int64_t ir = 0, t = 0; ir < mc; ir += mr, t++) {
+        float *dst = qt_mm.apack + t * QT_MM_MR * kc;
+        mr = qt_mm_rows(mc - ir);
         if (sai == 1) {
             for (int64_t p = 0; p < kc; p++)
                 for (int64_t i = 0; i < mr; i++) dst[p * QT_MM_MR + i] = a[(ir + i) + p * sap];
@@ -301,15 +314,20 @@ static void qt_mm_pack_a(const float *a, int64_t sai, int64_t sap, int64_t mc, i
  * strips [kc][NR] at out + s*kc*NR, zero padded. */
 static void qt_mm_pack_rows(float *out, const float *b, int64_t sbp, int64_t kc, int64_t nc)
 {
-    for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
-        float *dst = out + s * kc * QT_MM_NR;
-        int64_t j0 = s * QT_MM_NR;
-        int64_t w = nc - j0 < QT_MM_NR ? nc - j0 : QT_MM_NR;
-        for (int64_t p = 0; p < kc; p++) {
-            const float *src = b + p * sbp + j0;
-            int64_t j = 0;
-            for (; j < w; j++) dst[p * QT_MM_NR + j] = src[j];
-            for (; j < QT_MM_NR; j++) dst[p * QT_MM_NR + j] = 0.0f;
+    /* row by row (each source row read once, front to back, instead of strip by strip down
+     * the rows), full strips as two vector copies */
+    const int64_t nfull = nc / QT_MM_NR, w = nc - nfull * QT_MM_NR;
+    for (int64_t p = 0; p < kc; p++) {
+        const float *src = b + p * sbp;
+        float *dst = out + p * QT_MM_NR;
+        for (int64_t s = 0; s < nfull; s++) {
+            QT_VSTORE(dst + s * kc * QT_MM_NR, QT_VLOAD(src + s * QT_MM_NR));
+            QT_VSTORE(dst + s * kc * QT_MM_NR + QT_MM_VW, QT_VLOAD(src + s * QT_MM_NR + QT_MM_VW));
+        }
+        if (w) {
+            float *d = dst + nfull * kc * QT_MM_NR;
+            const float *sr = src + nfull * QT_MM_NR;
+            for (int64_t j = 0; j < QT_MM_NR; j++) d[j] = j < w ? sr[j] : 0.0f;
         }
     }
 }
@@ -351,9 +369,10 @@ static void qt_mm_fwd_opt(float *y, const float *x, const float *w, int64_t M, i
                  * packing (12 row streams fit L1 and the prefetchers) */
                 const int pk = 0;
                 if (pk) qt_mm_pack_a(x + ic * K + pc, K, 1, mc, kc);
-                for (int64_t ir = 0; ir < mc; ir += QT_MM_MR) {
-                    int mr = (int)qt_mm_min(QT_MM_MR, mc - ir);
-                    const float *ap = pk ? qt_mm.apack + ir * kc : x + (ic + ir) * K + pc;
+                int mr;
+                for (int64_t ir = 0, t = 0; ir < mc; ir += mr, t++) {
+                    mr = qt_mm_rows(mc - ir);
+                    const float *ap = pk ? qt_mm.apack + t * QT_MM_MR * kc : x + (ic + ir) * K + pc;
                     for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
                         int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
                         float *o = y + (ic + ir) * N + jc + s * QT_MM_NR;
@@ -394,9 +413,10 @@ static void qt_mm_acc_opt(float *c, int64_t ldc, const float *a, int64_t sai, in
                 else if (nfull * QT_MM_NR < nc)
                     qt_mm_pack_rows(qt_mm.bpack, b + pc * sbp + jc + nfull * QT_MM_NR, sbp, kc,
                                     nc - nfull * QT_MM_NR);
-                for (int64_t ir = 0; ir < mc; ir += QT_MM_MR) {
-                    int mr = (int)qt_mm_min(QT_MM_MR, mc - ir);
-                    const float *ap = pk ? qt_mm.apack + ir * kc : a + (ic + ir) * sai + pc * sap;
+                int mr;
+                for (int64_t ir = 0, t = 0; ir < mc; ir += mr, t++) {
+                    mr = qt_mm_rows(mc - ir);
+                    const float *ap = pk ? qt_mm.apack + t * QT_MM_MR * kc : a + (ic + ir) * sai + pc * sap;
                     int64_t tsi = pk ? 1 : sai, tsp = pk ? QT_MM_MR : sap;
                     for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
                         int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
@@ -429,8 +449,9 @@ static void qt_mm_acc_full(float *c, int64_t ldc, const float *a, int64_t lda, c
     for (int64_t jc = 0; jc < J; jc += ncb) {
         const int64_t nc = qt_mm_min(ncb, J - jc);
         qt_mm_pack_rows(qt_mm.bfull, b + jc, sbp, P, nc);
-        for (int64_t ir = 0; ir < I; ir += QT_MM_MR) {
-            const int mr = (int)qt_mm_min(QT_MM_MR, I - ir);
+        int mr;
+        for (int64_t ir = 0; ir < I; ir += mr) {
+            mr = qt_mm_rows(I - ir);
             for (int64_t s = 0; s * QT_MM_NR < nc; s++)
                 qt_mm_tile(c + ir * ldc + jc + s * QT_MM_NR, ldc, 1, 0, 0, a + ir * lda, lda, 1,
                            qt_mm.bfull + s * P * QT_MM_NR, QT_MM_NR, P, mr,
@@ -457,9 +478,10 @@ static void qt_mm_write_opt(float *c, int64_t ldc, const float *a, int64_t sai, 
                 const int64_t mc = qt_mm_min(QT_MM_MC, I - ic);
                 const int pk = nc > QT_MM_NR && (sap != 1 || sai % 1024 == 0);
                 if (pk) qt_mm_pack_a(a + ic * sai + pc * sap, sai, sap, mc, kc);
-                for (int64_t ir = 0; ir < mc; ir += QT_MM_MR) {
-                    const int mr = (int)qt_mm_min(QT_MM_MR, mc - ir);
-                    const float *ap = pk ? qt_mm.apack + ir * kc : a + (ic + ir) * sai + pc * sap;
+                int mr;
+                for (int64_t ir = 0, t = 0; ir < mc; ir += mr, t++) {
+                    mr = qt_mm_rows(mc - ir);
+                    const float *ap = pk ? qt_mm.apack + t * QT_MM_MR * kc : a + (ic + ir) * sai + pc * sap;
                     const int64_t tsi = pk ? 1 : sai, tsp = pk ? QT_MM_MR : sap;
                     for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
                         const int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
@@ -489,8 +511,9 @@ static void qt_mm_canon_panel(float *out, int64_t ldo, const float *a, int64_t l
                               int64_t nc, int64_t P, int64_t nseg, int64_t nb, int plus_zero)
 {
     const int64_t L = P / nseg, sl = L / nb, tile = QT_MM_MR * QT_MM_NR;
-    for (int64_t ir = 0; ir < I; ir += QT_MM_MR) {
-        const int mr = (int)qt_mm_min(QT_MM_MR, I - ir);
+    int mr;
+    for (int64_t ir = 0; ir < I; ir += mr) {
+        mr = qt_mm_rows(I - ir);
         for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
             const int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
             const float *bs = qt_mm.bfull + s * P * QT_MM_NR;
@@ -519,11 +542,14 @@ static void qt_mm_canon_panel(float *out, int64_t ldo, const float *a, int64_t l
     }
 }
 
-/* Columns per panel of the canonical path for a contraction of P: a multiple of NR. */
+/* Columns per panel of the whole-contraction paths (canonical, and the data gradient up to
+ * 2048) for a contraction of P: as many NR strips as fill qt_mm.bfull. The panel is not capped:
+ * with a short contraction (in_proj_ba's 64) every extra panel is another pass over A, which
+ * cost more than B leaving L1 (in_proj_ba canon8 bwd_data 4096x64x2048: 256-column panels
+ * 80-91 GFLOP/s, 4096 columns 112; its plain bwd_data 84-99 -> 147). */
 static int64_t qt_mm_canon_cols(int64_t P)
 {
-    int64_t nc = QT_MM_CANON_B / P / QT_MM_NR * QT_MM_NR;
-    return nc > QT_MM_NC ? QT_MM_NC : nc;
+    return QT_MM_CANON_B / P / QT_MM_NR * QT_MM_NR;
 }
 #endif
 
