@@ -438,24 +438,44 @@ static void qt_mm_acc_opt(float *c, int64_t ldc, const float *a, int64_t sai, in
     }
 }
 
-/* The accumulating data gradient for contractions up to QT_MM_CANON_PMAX: every tile runs
- * its whole chain in registers (no partial tile between contraction blocks), so the B panel
- * [P][NR] strips of as many columns as fit qt_mm.bfull is packed once for all rows, and A
- * rows (contiguous in p) are read in place. C = C + acc once per element. */
+/* The accumulating data gradient: every tile runs its chain over up to QT_MM_CANON_PMAX
+ * contraction steps in registers, with B packed as [P][NR] strips of as many columns as fit
+ * qt_mm.bfull, A rows (contiguous in p) read in place; C = C + acc once per element. A
+ * contraction up to that length is one chunk: no partial tile, B packed once per column panel
+ * for all rows. Longer ones run in equal chunks of at most that length, the partial chains of
+ * a block of rows in qt_mm.part between chunks (a stored float reloads exactly). */
 static void qt_mm_acc_full(float *c, int64_t ldc, const float *a, int64_t lda, const float *b,
                            int64_t sbp, int64_t I, int64_t J, int64_t P)
 {
-    const int64_t ncb = qt_mm_canon_cols(P);
+    const int64_t nq = (P + QT_MM_CANON_PMAX - 1) / QT_MM_CANON_PMAX, pq = (P + nq - 1) / nq;
+    const int64_t ncb = qt_mm_canon_cols(pq);
+    const int64_t rows = (int64_t)(sizeof qt_mm.part / sizeof(float)) / ncb / QT_MM_MR * QT_MM_MR;
+    const int64_t mcb = nq == 1 ? I : rows;
     for (int64_t jc = 0; jc < J; jc += ncb) {
         const int64_t nc = qt_mm_min(ncb, J - jc);
-        qt_mm_pack_rows(qt_mm.bfull, b + jc, sbp, P, nc);
-        int mr;
-        for (int64_t ir = 0; ir < I; ir += mr) {
-            mr = qt_mm_rows(I - ir);
-            for (int64_t s = 0; s * QT_MM_NR < nc; s++)
-                qt_mm_tile(c + ir * ldc + jc + s * QT_MM_NR, ldc, 1, 0, 0, a + ir * lda, lda, 1,
-                           qt_mm.bfull + s * P * QT_MM_NR, QT_MM_NR, P, mr,
-                           (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR));
+        for (int64_t ic = 0; ic < I; ic += mcb) {
+            const int64_t mc = qt_mm_min(mcb, I - ic);
+            for (int64_t q = 0; q < nq; q++) {
+                const int64_t pc = q * pq, kc = qt_mm_min(pq, P - pc);
+                const int last = q + 1 == nq;
+                qt_mm_pack_rows(qt_mm.bfull, b + pc * sbp + jc, sbp, kc, nc);
+                int mr;
+                for (int64_t ir = 0; ir < mc; ir += mr) {
+                    mr = qt_mm_rows(mc - ir);
+                    for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
+                        float *pt = qt_mm.part + ir * ncb + s * QT_MM_NR;
+                        const float *ap = a + (ic + ir) * lda + pc;
+                        const float *bp = qt_mm.bfull + s * kc * QT_MM_NR;
+                        if (last)
+                            qt_mm_tile(c + (ic + ir) * ldc + jc + s * QT_MM_NR, ldc, 1,
+                                       q ? pt : 0, ncb, ap, lda, 1, bp, QT_MM_NR, kc, mr,
+                                       (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR));
+                        else
+                            qt_mm_tile(pt, ncb, 0, q ? pt : 0, ncb, ap, lda, 1, bp, QT_MM_NR, kc,
+                                       mr, QT_MM_NR);
+                    }
+                }
+            }
         }
     }
 }
@@ -626,8 +646,7 @@ void QT_FN(qt_matmul_bwd_data)(qt_real *dx, const qt_real *dy, const qt_real *w,
         for (int64_t i = 0; i < M * K; i++) dx[i] = dx[i] + 0.0f;
         return;
     }
-    if (N <= QT_MM_CANON_PMAX) qt_mm_acc_full(dx, K, dy, N, w, K, M, K, N);
-    else qt_mm_acc_opt(dx, K, dy, N, 1, w, K, M, K, N);
+    qt_mm_acc_full(dx, K, dy, N, w, K, M, K, N);
 #else
     QT_FN(qt_matmul_bwd_data_ref)(dx, dy, w, M, N, K);
 #endif
