@@ -9,17 +9,19 @@
  *    destination only after the last block (dst = dst + acc, once); the writing weight
  *    gradient (dst = (+0) + acc) keeps them in dst itself, as the forward does in y.
  * The canonical-block contractions of matmul_canon.h (contraction up to 2048) run here tile
- * by tile: each block's chain into a per-tile stack, then the pairwise tree (same bits as
- * the copying form there).
+ * by tile: each block's chain in registers, the pairwise tree merged in the tile's epilogue
+ * through a small stack (same bits as the copying form there; qt_mm_canon_panel says why).
  * The double build (-DQT_REAL_DOUBLE) uses the scalar path only.
  * Each tile height 1..MR (and strips of one vector) has its own register-resident kernel,
  * in two forms: packed A micro-panels (compile-time offsets) and A rows in place (four row
- * pointers, so the twelve broadcasts need no spilled index registers).
- * The data gradient with a contraction up to 2048 runs each tile's whole chain in registers
- * (B packed once per column panel for all rows, no partial tile); longer ones, and the
- * accumulating weight gradient, block the contraction: B strips already contiguous in the
- * output column are read in place unless their rows sit at 4 KiB multiples (then the block
- * is packed); A is packed into [kc][MR] micro-panels only where its in-place access is poor
+ * pointers, so the twelve broadcasts need no spilled index registers); row remainders
+ * between MR and 2 MR are split into two tiles of about equal height.
+ * The data gradient runs each tile's chain over up to 2048 contraction steps in registers:
+ * B packed once per column panel for all rows, A rows in place, and for longer contractions
+ * equal chunks whose partials wait in the partial tile (384-row blocks). The accumulating
+ * weight gradient blocks the contraction by 256: B strips already contiguous in the output
+ * column are read in place unless their rows sit at 4 KiB multiples (then the block is
+ * packed); A is packed into [kc][MR] micro-panels only where its in-place access is poor
  * (wgrad; 4 KiB row strides). None of this touches the per-element FMA order.
  * Invariants: no heap; the packed panels (256 KiB, and 1 MiB for the wide and canonical
  * panels), the partial tile and the canonical stack are one static module struct; padded
