@@ -9,14 +9,20 @@
  *    destination only after the last block (dst = dst + acc, once); the writing weight
  *    gradient (dst = (+0) + acc) keeps them in dst itself, as the forward does in y.
  * The canonical-block contractions of matmul_canon.h (contraction up to 2048) run here tile
- * by tile: each block's chain into a per-tile stack, then the pairwise tree (same bits as
- * the copying form there).
+ * by tile: each block's chain in registers, the pairwise tree merged in the tile's epilogue
+ * through a small stack (same bits as the copying form there; qt_mm_canon_panel says why).
  * The double build (-DQT_REAL_DOUBLE) uses the scalar path only.
- * Each tile height 1..MR (and strips of one vector) has its own register-resident kernel.
- * B strips already contiguous in the output column (bwd_data, wgrad) are read in place unless
- * their rows sit at 4 KiB multiples (then the block is packed); A is packed into [kc][MR]
- * micro-panels only where its in-place access is poor (wgrad; 4 KiB row strides). None of
- * this touches the per-element FMA order.
+ * Each tile height 1..MR (and strips of one vector) has its own register-resident kernel,
+ * in two forms: packed A micro-panels (compile-time offsets) and A rows in place (four row
+ * pointers, so the twelve broadcasts need no spilled index registers); row remainders
+ * between MR and 2 MR are split into two tiles of about equal height.
+ * The data gradient runs each tile's chain over up to 2048 contraction steps in registers:
+ * B packed once per column panel for all rows, A rows in place, and for longer contractions
+ * equal chunks whose partials wait in the partial tile (384-row blocks). The accumulating
+ * weight gradient blocks the contraction by 256: B strips already contiguous in the output
+ * column are read in place unless their rows sit at 4 KiB multiples (then the block is
+ * packed); A is packed into [kc][MR] micro-panels only where its in-place access is poor
+ * (wgrad; 4 KiB row strides). None of this touches the per-element FMA order.
  * Invariants: no heap; the packed panels (256 KiB, and 1 MiB for the wide and canonical
  * panels), the partial tile and the canonical stack are one static module struct; padded
  * panel columns are zero and never stored.
@@ -123,6 +129,57 @@ static struct {
     float stack[QT_CANON_BLOCKS * QT_MM_MR * QT_MM_NR]; /* canonical path: one tile per block */
 } qt_mm;
 
+/* acc[i][v] = fma chain over p < kc of a(i,p) b(p, v*VW..), a(i,p) = ap[i*sai + p*sap],
+ * b(p, jj) = bp[p*ldb + jj]; mr and nv compile-time constants after inlining. Two forms:
+ * packed A micro-panels (sai 1, sap MR: constant offsets) and rows in place (four row
+ * pointers, so the twelve broadcasts need no spilled index registers). */
+static inline __attribute__((always_inline)) void
+qt_mm_chain(qt_vec acc[QT_MM_MR][2], const float *ap, int64_t sai, int64_t sap, const float *bp,
+            int64_t ldb, int64_t kc, const int mr, const int nv)
+{
+    if (sai == 1 && sap == QT_MM_MR) { /* packed micro-panel: constant offsets */
+        for (int64_t p = 0; p < kc; p++) {
+            const float *a = ap + p * QT_MM_MR;
+            qt_vec b0 = QT_VLOAD(bp + p * ldb);
+            if (nv == 2) {
+                qt_vec b1 = QT_VLOAD(bp + p * ldb + QT_MM_VW);
+#pragma GCC unroll 16
+                for (int i = 0; i < mr; i++) {
+                    qt_vec av = QT_VBCAST(a[i]);
+                    acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
+                    acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
+                }
+            } else { /* nr <= VW: the second half of the strip would only compute padding */
+#pragma GCC unroll 16
+                for (int i = 0; i < mr; i++) acc[i][0] = QT_VFMA(QT_VBCAST(a[i]), b0, acc[i][0]);
+            }
+        }
+    } else { /* rows in place (sap 1): four row pointers, offsets 0, sai, 2 sai from each */
+        const int64_t s3 = 3 * sai; /* added, not multiplied per row group (gcc vectorised
+                                       * the four products into a slow vpmullq) */
+        const float *r[4] = {ap, ap, ap, ap};
+        if (mr > 3) r[1] = ap + s3;
+        if (mr > 6) r[2] = r[1] + s3;
+        if (mr > 9) r[3] = r[2] + s3;
+        for (int64_t p = 0; p < kc; p++) {
+            qt_vec b0 = QT_VLOAD(bp + p * ldb);
+            if (nv == 2) {
+                qt_vec b1 = QT_VLOAD(bp + p * ldb + QT_MM_VW);
+#pragma GCC unroll 16
+                for (int i = 0; i < mr; i++) {
+                    qt_vec av = QT_VBCAST(r[i / 3][(i % 3) * sai + p * sap]);
+                    acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
+                    acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
+                }
+            } else {
+#pragma GCC unroll 16
+                for (int i = 0; i < mr; i++)
+                    acc[i][0] = QT_VFMA(QT_VBCAST(r[i / 3][(i % 3) * sai + p * sap]), b0, acc[i][0]);
+            }
+        }
+    }
+}
+
 /* One tile of mr <= MR rows by nr <= NR columns over kc contraction steps, mr a compile-time
  * constant after inlining (so the accumulators stay in registers for every edge height).
  * acc starts from cin (ld ldi, NULL: +0), then out = acc (add 0), out = out + acc (add 1) or
@@ -131,7 +188,8 @@ static struct {
  * nr < NR the strip is a zero-padded packed one (ldb = NR), so full-width loads are safe. */
 static inline __attribute__((always_inline)) void
 qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, const float *ap,
-             int64_t sai, int64_t sap, const float *bp, int64_t ldb, int64_t kc, const int mr, int nr, const int nv)
+             int64_t sai, int64_t sap, const float *bp, int64_t ldb, int64_t kc, const int mr, int nr,
+             const int nv, const float *mrg, int nmrg)
 {
     qt_vec acc[QT_MM_MR][2];
     if (cin && nr == QT_MM_NR) {
@@ -153,24 +211,13 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = QT_VZERO();
     }
 
-    if (nv == 2) {
-        for (int64_t p = 0; p < kc; p++) {
-            qt_vec b0 = QT_VLOAD(bp + p * ldb);
-            qt_vec b1 = QT_VLOAD(bp + p * ldb + QT_MM_VW);
-            const float *a = ap + p * sap;
+    qt_mm_chain(acc, ap, sai, sap, bp, ldb, kc, mr, nv);
+    for (int k = nmrg - 1; k >= 0; k--) { /* the canonical tree: earlier subtotals on the left */
+        const float *t = mrg + k * QT_MM_MR * QT_MM_NR;
 #pragma GCC unroll 16
-            for (int i = 0; i < mr; i++) {
-                qt_vec av = QT_VBCAST(a[i * sai]);
-                acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
-                acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
-            }
-        }
-    } else { /* nr <= VW: the second half of the strip would only compute padding */
-        for (int64_t p = 0; p < kc; p++) {
-            qt_vec b0 = QT_VLOAD(bp + p * ldb);
-            const float *a = ap + p * sap;
-#pragma GCC unroll 16
-            for (int i = 0; i < mr; i++) acc[i][0] = QT_VFMA(QT_VBCAST(a[i * sai]), b0, acc[i][0]);
+        for (int i = 0; i < mr; i++) {
+            acc[i][0] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR), acc[i][0]);
+            acc[i][1] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR + QT_MM_VW), acc[i][1]);
         }
     }
 
@@ -205,13 +252,15 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
 
 /* Dispatch on the tile height (and on strips of at most one vector) so every edge tile gets
  * its own register-resident kernel. */
-static void qt_mm_tile(float *out, int64_t ldo, int add, const float *cin, int64_t ldi,
-                       const float *ap, int64_t sai, int64_t sap, const float *bp, int64_t ldb, int64_t kc, int mr, int nr)
+static void qt_mm_tile_m(float *out, int64_t ldo, int add, const float *cin, int64_t ldi,
+                         const float *ap, int64_t sai, int64_t sap, const float *bp, int64_t ldb,
+                         int64_t kc, int mr, int nr, const float *mrg, int nmrg)
 {
 #define QT_MM_CASE(h)                                                                         \
     case h:                                                                                   \
-        if (nr <= QT_MM_VW) qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 1);  \
-        else qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 2);                 \
+        if (nr <= QT_MM_VW)                                                                   \
+            qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 1, mrg, nmrg); \
+        else qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 2, mrg, nmrg); \
         break;
     switch (mr) {
     QT_MM_CASE(1) QT_MM_CASE(2) QT_MM_CASE(3) QT_MM_CASE(4) QT_MM_CASE(5) QT_MM_CASE(6)
@@ -223,14 +272,34 @@ static void qt_mm_tile(float *out, int64_t ldo, int add, const float *cin, int64
 #undef QT_MM_CASE
 }
 
+static inline void qt_mm_tile(float *out, int64_t ldo, int add, const float *cin, int64_t ldi,
+                              const float *ap, int64_t sai, int64_t sap, const float *bp,
+                              int64_t ldb, int64_t kc, int mr, int nr)
+{
+    qt_mm_tile_m(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, mr, nr, 0, 0);
+}
+
+/* Height of the row tile that starts rem rows before the end: MR, except that a remainder
+ * between MR and 2 MR is split into two tiles of about equal height (64 rows: 4 x 12 and
+ * 2 x 8, not 5 x 12 and a 4-row tile running at a third of the rate). Packed A micro-panels
+ * stay MR apart (tile t at apack + t*MR*kc), so a block of MC rows still fits. */
+static int qt_mm_rows(int64_t rem)
+{
+    return rem >= 2 * QT_MM_MR || rem == QT_MM_MR ? QT_MM_MR
+           : rem > QT_MM_MR                        ? (int)((rem + 1) / 2)
+                                                   : (int)rem;
+}
+
 /* Pack the A block a(i,p) = a[i*sai + p*sap], i in [0,mc), p in [0,kc), into micro-panels of
- * MR rows: apack[(i/MR)*kc*MR + p*MR + i%MR]; rows past mc are never read. Packing removes
+ * the row tiles (qt_mm_rows): tile t of rows [i0, i0 + mr) at apack + t*MR*kc, element
+ * (i, p) at p*MR + (i - i0); rows past mc are never read. Packing removes
  * the strided (same cache set, one page per row) access pattern from the inner loop. */
 static void qt_mm_pack_a(const float *a, int64_t sai, int64_t sap, int64_t mc, int64_t kc)
 {
-    for (int64_t ir = 0; ir < mc; ir += QT_MM_MR) {
-        float *dst = qt_mm.apack + ir * kc;
-        int64_t mr = mc - ir < QT_MM_MR ? mc - ir : QT_MM_MR;
+    int64_t mr;
+    for (int64_t ir = 0, t = 0; ir < mc; ir += mr, t++) {
+        float *dst = qt_mm.apack + t * QT_MM_MR * kc;
+        mr = qt_mm_rows(mc - ir);
         if (sai == 1) {
             for (int64_t p = 0; p < kc; p++)
                 for (int64_t i = 0; i < mr; i++) dst[p * QT_MM_MR + i] = a[(ir + i) + p * sap];
@@ -247,15 +316,20 @@ static void qt_mm_pack_a(const float *a, int64_t sai, int64_t sap, int64_t mc, i
  * strips [kc][NR] at out + s*kc*NR, zero padded. */
 static void qt_mm_pack_rows(float *out, const float *b, int64_t sbp, int64_t kc, int64_t nc)
 {
-    for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
-        float *dst = out + s * kc * QT_MM_NR;
-        int64_t j0 = s * QT_MM_NR;
-        int64_t w = nc - j0 < QT_MM_NR ? nc - j0 : QT_MM_NR;
-        for (int64_t p = 0; p < kc; p++) {
-            const float *src = b + p * sbp + j0;
-            int64_t j = 0;
-            for (; j < w; j++) dst[p * QT_MM_NR + j] = src[j];
-            for (; j < QT_MM_NR; j++) dst[p * QT_MM_NR + j] = 0.0f;
+    /* row by row (each source row read once, front to back, instead of strip by strip down
+     * the rows), full strips as two vector copies */
+    const int64_t nfull = nc / QT_MM_NR, w = nc - nfull * QT_MM_NR;
+    for (int64_t p = 0; p < kc; p++) {
+        const float *src = b + p * sbp;
+        float *dst = out + p * QT_MM_NR;
+        for (int64_t s = 0; s < nfull; s++) {
+            QT_VSTORE(dst + s * kc * QT_MM_NR, QT_VLOAD(src + s * QT_MM_NR));
+            QT_VSTORE(dst + s * kc * QT_MM_NR + QT_MM_VW, QT_VLOAD(src + s * QT_MM_NR + QT_MM_VW));
+        }
+        if (w) {
+            float *d = dst + nfull * kc * QT_MM_NR;
+            const float *sr = src + nfull * QT_MM_NR;
+            for (int64_t j = 0; j < QT_MM_NR; j++) d[j] = j < w ? sr[j] : 0.0f;
         }
     }
 }
@@ -279,6 +353,7 @@ static void qt_mm_pack_cols(float *out, const float *b, int64_t sbj, int64_t kc,
 }
 
 static int64_t qt_mm_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t qt_mm_canon_cols(int64_t P);
 
 /* fwd: y is written, so it holds the partial sums between contraction blocks itself. */
 static void qt_mm_fwd_opt(float *y, const float *x, const float *w, int64_t M, int64_t N,
@@ -296,9 +371,10 @@ static void qt_mm_fwd_opt(float *y, const float *x, const float *w, int64_t M, i
                  * packing (12 row streams fit L1 and the prefetchers) */
                 const int pk = 0;
                 if (pk) qt_mm_pack_a(x + ic * K + pc, K, 1, mc, kc);
-                for (int64_t ir = 0; ir < mc; ir += QT_MM_MR) {
-                    int mr = (int)qt_mm_min(QT_MM_MR, mc - ir);
-                    const float *ap = pk ? qt_mm.apack + ir * kc : x + (ic + ir) * K + pc;
+                int mr;
+                for (int64_t ir = 0, t = 0; ir < mc; ir += mr, t++) {
+                    mr = qt_mm_rows(mc - ir);
+                    const float *ap = pk ? qt_mm.apack + t * QT_MM_MR * kc : x + (ic + ir) * K + pc;
                     for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
                         int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
                         float *o = y + (ic + ir) * N + jc + s * QT_MM_NR;
@@ -339,9 +415,10 @@ static void qt_mm_acc_opt(float *c, int64_t ldc, const float *a, int64_t sai, in
                 else if (nfull * QT_MM_NR < nc)
                     qt_mm_pack_rows(qt_mm.bpack, b + pc * sbp + jc + nfull * QT_MM_NR, sbp, kc,
                                     nc - nfull * QT_MM_NR);
-                for (int64_t ir = 0; ir < mc; ir += QT_MM_MR) {
-                    int mr = (int)qt_mm_min(QT_MM_MR, mc - ir);
-                    const float *ap = pk ? qt_mm.apack + ir * kc : a + (ic + ir) * sai + pc * sap;
+                int mr;
+                for (int64_t ir = 0, t = 0; ir < mc; ir += mr, t++) {
+                    mr = qt_mm_rows(mc - ir);
+                    const float *ap = pk ? qt_mm.apack + t * QT_MM_MR * kc : a + (ic + ir) * sai + pc * sap;
                     int64_t tsi = pk ? 1 : sai, tsp = pk ? QT_MM_MR : sap;
                     for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
                         int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
@@ -356,6 +433,48 @@ static void qt_mm_acc_opt(float *c, int64_t ldc, const float *a, int64_t sai, in
                         else
                             qt_mm_tile(pt, QT_MM_NC, 0, pc ? pt : 0, QT_MM_NC, ap, tsi, tsp, bp,
                                        ldb, kc, mr, QT_MM_NR);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The accumulating data gradient: every tile runs its chain over up to QT_MM_CANON_PMAX
+ * contraction steps in registers, with B packed as [P][NR] strips of as many columns as fit
+ * qt_mm.bfull, A rows (contiguous in p) read in place; C = C + acc once per element. A
+ * contraction up to that length is one chunk: no partial tile, B packed once per column panel
+ * for all rows. Longer ones run in equal chunks of at most that length, the partial chains of
+ * a block of rows in qt_mm.part between chunks (a stored float reloads exactly). */
+static void qt_mm_acc_full(float *c, int64_t ldc, const float *a, int64_t lda, const float *b,
+                           int64_t sbp, int64_t I, int64_t J, int64_t P)
+{
+    const int64_t nq = (P + QT_MM_CANON_PMAX - 1) / QT_MM_CANON_PMAX, pq = (P + nq - 1) / nq;
+    const int64_t ncb = qt_mm_canon_cols(pq);
+    const int64_t rows = (int64_t)(sizeof qt_mm.part / sizeof(float)) / ncb / QT_MM_MR * QT_MM_MR;
+    const int64_t mcb = nq == 1 ? I : rows;
+    for (int64_t jc = 0; jc < J; jc += ncb) {
+        const int64_t nc = qt_mm_min(ncb, J - jc);
+        for (int64_t ic = 0; ic < I; ic += mcb) {
+            const int64_t mc = qt_mm_min(mcb, I - ic);
+            for (int64_t q = 0; q < nq; q++) {
+                const int64_t pc = q * pq, kc = qt_mm_min(pq, P - pc);
+                const int last = q + 1 == nq;
+                qt_mm_pack_rows(qt_mm.bfull, b + pc * sbp + jc, sbp, kc, nc);
+                int mr;
+                for (int64_t ir = 0; ir < mc; ir += mr) {
+                    mr = qt_mm_rows(mc - ir);
+                    for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
+                        float *pt = qt_mm.part + ir * ncb + s * QT_MM_NR;
+                        const float *ap = a + (ic + ir) * lda + pc;
+                        const float *bp = qt_mm.bfull + s * kc * QT_MM_NR;
+                        if (last)
+                            qt_mm_tile(c + (ic + ir) * ldc + jc + s * QT_MM_NR, ldc, 1,
+                                       q ? pt : 0, ncb, ap, lda, 1, bp, QT_MM_NR, kc, mr,
+                                       (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR));
+                        else
+                            qt_mm_tile(pt, ncb, 0, q ? pt : 0, ncb, ap, lda, 1, bp, QT_MM_NR, kc,
+                                       mr, QT_MM_NR);
                     }
                 }
             }
@@ -381,9 +500,10 @@ static void qt_mm_write_opt(float *c, int64_t ldc, const float *a, int64_t sai, 
                 const int64_t mc = qt_mm_min(QT_MM_MC, I - ic);
                 const int pk = nc > QT_MM_NR && (sap != 1 || sai % 1024 == 0);
                 if (pk) qt_mm_pack_a(a + ic * sai + pc * sap, sai, sap, mc, kc);
-                for (int64_t ir = 0; ir < mc; ir += QT_MM_MR) {
-                    const int mr = (int)qt_mm_min(QT_MM_MR, mc - ir);
-                    const float *ap = pk ? qt_mm.apack + ir * kc : a + (ic + ir) * sai + pc * sap;
+                int mr;
+                for (int64_t ir = 0, t = 0; ir < mc; ir += mr, t++) {
+                    mr = qt_mm_rows(mc - ir);
+                    const float *ap = pk ? qt_mm.apack + t * QT_MM_MR * kc : a + (ic + ir) * sai + pc * sap;
                     const int64_t tsi = pk ? 1 : sai, tsp = pk ? QT_MM_MR : sap;
                     for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
                         const int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
@@ -401,48 +521,57 @@ static void qt_mm_write_opt(float *c, int64_t ldc, const float *a, int64_t sai, 
  * out[i, j] (ld ldo, i < I, j < nc) = tree over blocks b of the chain over block b's indices
  * (segment 0's slice, then segment 1's, ...) of a(i,p) b(p,j), a(i,p) = a[i*lda + p] read in
  * place and B packed in qt_mm.bfull as [P][NR] strips. Each block's chain runs in registers
- * from +0 (a later segment reloads the stored partial: exact) into its tile of qt_mm.stack;
- * with plus_zero the partial becomes (+0) + acc, as the copying path's zeroed destination
- * gives it; the tiles are then added by the pairwise tree of matmul_canon.h, and the total is
- * written to out. Same bits as matmul_canon.c's copying path: every block partial and every
- * tree addition is the same IEEE operation on the same values. */
+ * from +0 (a later segment reloads the stored partial: exact); the pairwise tree is merged as
+ * the blocks finish, in the tile's epilogue (a binary counter over qt_mm.stack: after block
+ * j, as many stacked subtotals as j has trailing one bits are added on the left, so
+ * ((b0+b1)+(b2+b3))+((b4+b5)+(b6+b7)) keeps its pairs and order), and the last block's tile
+ * writes the total to out: with plus_zero, (+0) + total. The copying path of matmul_canon.c
+ * forms (+0) + partial at every leaf instead: the same bits, since a sum of two floats is -0
+ * exactly when both are -0 (round to nearest, gradual underflow), so by induction over the
+ * tree, the tree of (+0) + b_j is (+0) + the tree of b_j (NaN in, NaN out). */
 static void qt_mm_canon_panel(float *out, int64_t ldo, const float *a, int64_t lda, int64_t I,
                               int64_t nc, int64_t P, int64_t nseg, int64_t nb, int plus_zero)
 {
     const int64_t L = P / nseg, sl = L / nb, tile = QT_MM_MR * QT_MM_NR;
-    for (int64_t ir = 0; ir < I; ir += QT_MM_MR) {
-        const int mr = (int)qt_mm_min(QT_MM_MR, I - ir);
+    int mr;
+    for (int64_t ir = 0; ir < I; ir += mr) {
+        mr = qt_mm_rows(I - ir);
         for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
-            const int64_t nr = qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
+            const int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
             const float *bs = qt_mm.bfull + s * P * QT_MM_NR;
+            int64_t depth = 0; /* stacked subtotals */
             for (int64_t j = 0; j < nb; j++) {
-                float *pj = qt_mm.stack + j * tile;
+                float *pj = qt_mm.stack + depth * tile;
+                int nm = 0;
+                for (int64_t q = j; q & 1; q >>= 1) nm++;
                 for (int64_t g = 0; g < nseg; g++) {
                     const int64_t off = g * L + j * sl;
-                    qt_mm_tile(pj, QT_MM_NR, 0, g ? pj : 0, QT_MM_NR, a + ir * lda + off, lda, 1,
-                               bs + off * QT_MM_NR, QT_MM_NR, sl, mr, QT_MM_NR);
+                    const float *ap = a + ir * lda + off, *bp = bs + off * QT_MM_NR;
+                    if (g + 1 < nseg)
+                        qt_mm_tile(pj, QT_MM_NR, 0, g ? pj : 0, QT_MM_NR, ap, lda, 1, bp,
+                                   QT_MM_NR, sl, mr, QT_MM_NR);
+                    else if (j + 1 < nb)
+                        qt_mm_tile_m(pj - nm * tile, QT_MM_NR, 0, g ? pj : 0, QT_MM_NR, ap, lda,
+                                     1, bp, QT_MM_NR, sl, mr, QT_MM_NR, pj - nm * tile, nm);
+                    else
+                        qt_mm_tile_m(out + ir * ldo + s * QT_MM_NR, ldo, plus_zero ? 2 : 0,
+                                     g ? pj : 0, QT_MM_NR, ap, lda, 1, bp, QT_MM_NR, sl, mr, nr,
+                                     pj - nm * tile, nm);
                 }
-                if (plus_zero)
-                    for (int64_t i = 0; i < mr * QT_MM_NR; i++) pj[i] = 0.0f + pj[i];
+                depth = depth - nm + 1;
             }
-            for (int64_t h = 1; h < nb; h *= 2)
-                for (int64_t j = 0; j + h < nb; j += 2 * h) {
-                    float *x = qt_mm.stack + j * tile;
-                    const float *y = qt_mm.stack + (j + h) * tile;
-                    for (int64_t i = 0; i < mr * QT_MM_NR; i++) x[i] = x[i] + y[i];
-                }
-            for (int i = 0; i < mr; i++)
-                for (int64_t c = 0; c < nr; c++)
-                    out[(ir + i) * ldo + s * QT_MM_NR + c] = qt_mm.stack[i * QT_MM_NR + c];
         }
     }
 }
 
-/* Columns per panel of the canonical path for a contraction of P: a multiple of NR. */
+/* Columns per panel of the whole-contraction paths (canonical, and the data gradient up to
+ * 2048) for a contraction of P: as many NR strips as fill qt_mm.bfull. The panel is not capped:
+ * with a short contraction (in_proj_ba's 64) every extra panel is another pass over A, which
+ * cost more than B leaving L1 (in_proj_ba canon8 bwd_data 4096x64x2048: 256-column panels
+ * 80-91 GFLOP/s, 4096 columns 112; its plain bwd_data 84-99 -> 147). */
 static int64_t qt_mm_canon_cols(int64_t P)
 {
-    int64_t nc = QT_MM_CANON_B / P / QT_MM_NR * QT_MM_NR;
-    return nc > QT_MM_NC ? QT_MM_NC : nc;
+    return QT_MM_CANON_B / P / QT_MM_NR * QT_MM_NR;
 }
 #endif
 
@@ -519,7 +648,7 @@ void QT_FN(qt_matmul_bwd_data)(qt_real *dx, const qt_real *dy, const qt_real *w,
         for (int64_t i = 0; i < M * K; i++) dx[i] = dx[i] + 0.0f;
         return;
     }
-    qt_mm_acc_opt(dx, K, dy, N, 1, w, K, M, K, N);
+    qt_mm_acc_full(dx, K, dy, N, w, K, M, K, N);
 #else
     QT_FN(qt_matmul_bwd_data_ref)(dx, dy, w, M, N, K);
 #endif

@@ -205,6 +205,48 @@ TEST(KernelsBasic, MatmulOptimisedPathsBitIdentical)
     LONGS_EQUAL(0, bad);
 }
 
+// Odd shapes against the scalar references, 0 ulp: M, N, K off every tile (12 rows, 16 and 32
+// columns, 256-step blocks), N of 1, 63, 64, 65 (in_proj_ba's width and its neighbours), K of 1
+// and 2048 + 7, and data-gradient contractions past 2048 (chunked whole-register chains:
+// 2055 in two chunks, 4101 in three), row counts whose last tiles are split (64, 100).
+TEST(KernelsBasic, MatmulOddShapesBitIdentical)
+{
+    const int64_t Ms[] = {1, 13, 64, 100}, Ns[] = {1, 63, 64, 65}, Ks[] = {1, 2055};
+    const int64_t big[][3] = {{13, 2055, 65}, {64, 2055, 33}, {7, 4101, 40}, {25, 2048, 7},
+                              {100, 64, 2055}, {1, 4101, 1}};
+    const size_t cap = 1 << 20;
+    std::vector<float> A(cap), B(cap), C1(cap), C2(cap);
+    uint64_t s = 29;
+    for (auto &v : A) v = (float)qt_test_rand(&s);
+    for (auto &v : B) v = (float)qt_test_rand(&s);
+    long bad = 0, cases = 0;
+    auto run = [&](int64_t M, int64_t N, int64_t K) {
+        CHECK((size_t)(M * N + M * K + N * K + 8) < cap);
+        qt_matmul_fwd(C1.data(), A.data(), B.data(), M, N, K);
+        qt_matmul_fwd_ref(C2.data(), A.data(), B.data(), M, N, K);
+        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * N)) != 0;
+        for (int64_t i = 0; i < M * K; i++) C1[i] = C2[i] = B[i + 3];
+        qt_matmul_bwd_data(C1.data(), A.data(), B.data(), M, N, K);
+        qt_matmul_bwd_data_ref(C2.data(), A.data(), B.data(), M, N, K);
+        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * K)) != 0;
+        for (int64_t i = 0; i < N * K; i++) C1[i] = C2[i] = B[i + 5];
+        qt_matmul_wgrad(C1.data(), A.data(), B.data(), M, N, K);
+        qt_matmul_wgrad_ref(C2.data(), A.data(), B.data(), M, N, K);
+        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(N * K)) != 0;
+        for (int64_t i = 0; i < N * K; i++) C1[i] = NAN, C2[i] = 0.0f;
+        qt_matmul_wgrad_write(C1.data(), A.data(), B.data(), M, N, K);
+        qt_matmul_wgrad_ref(C2.data(), A.data(), B.data(), M, N, K);
+        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(N * K)) != 0;
+        cases += 4;
+    };
+    for (int64_t M : Ms)
+        for (int64_t N : Ns)
+            for (int64_t K : Ks) run(M, N, K);
+    for (auto &d : big) run(d[0], d[1], d[2]);
+    printf("\n  matmul odd shapes: %ld cases, %ld differ", cases, bad);
+    LONGS_EQUAL(0, bad);
+}
+
 // The canonical-block contractions (matmul_canon.h) against their reference (block partials
 // from the scalar kernels on packed copies, then the tree), 0 ulp: the copy-free tile path for
 // contractions up to 2048 (checked to have run), the copying path beyond. Shapes cover edge
@@ -216,7 +258,11 @@ TEST(KernelsBasic, MatmulCanonicalFusedBitIdentical)
     struct { int64_t M, N, K, nseg, nb; } sh[] = {
         {13, 100, 512, 1, 8}, {25, 512, 64, 1, 8}, {1, 33, 256, 2, 8}, {12, 257, 1024, 2, 4},
         {7, 64, 16, 2, 8}, {30, 96, 2048, 1, 8}, {5, 40, 4096, 1, 8}, {11, 512, 24, 1, 2},
-        {24, 32, 8, 1, 1}, {3, 300, 1536, 2, 8}};
+        {24, 32, 8, 1, 1}, {3, 300, 1536, 2, 8},
+        // narrow contractions (in_proj_ba's 64 in 8 blocks of 8, and 7, 1 and 16 per block),
+        // odd widths and the balanced row tiles (64 = 4 x 12 + 2 x 8, 100, 13)
+        {100, 2055, 64, 1, 8}, {64, 63, 64, 1, 8}, {13, 65, 56, 1, 8}, {1, 1, 8, 1, 8},
+        {64, 64, 64, 2, 4}, {25, 33, 64, 2, 2}};
     const size_t cap = 1 << 21;
     std::vector<float> X(cap), W(cap), O1(cap), O2(cap), S(cap);
     uint64_t s = 17;
