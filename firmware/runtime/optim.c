@@ -166,7 +166,9 @@ void qt_adamw_update_scaled(float *p, float *m, float *v, const float *g, int64_
     qt_adamw_update_ref(p + i, m + i, v + i, g + i, n - i, hp, gscale, scaled);
 }
 
-/* The fingerprint term of one element (qt_fp_mix_ref's loop body) given gidx * QT_FP_K. */
+#if defined(__AVX512F__) && !defined(__AVX512DQ__)
+/* The fingerprint term of one element (qt_fp_mix_ref's loop body) given gidx * QT_FP_K (the
+ * fused update's lanes without AVX512DQ's 64-bit multiply). */
 static inline uint64_t qt_fp_term(uint32_t bits, uint64_t gk)
 {
     uint64_t x = (gk ^ (uint64_t)bits) + 0x9E3779B97F4A7C15ull;
@@ -174,6 +176,7 @@ static inline uint64_t qt_fp_term(uint32_t bits, uint64_t gk)
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
 }
+#endif
 
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
 /* qt_fp_term on 8 lanes (bits zero-extended, gk = gidx * K per lane). */
