@@ -377,17 +377,19 @@ static void qt_kb_matmul_shape(const char *name, int64_t M, int64_t N, int64_t K
                  mn = 4.0 * (double)M * (double)N;
     char cn[64];
     snprintf(cn, sizeof cn, "%s canon%lld", name, (long long)a.nb);
-    qt_kb_row(name, shape, "fwd", fl, mk + nk + mn, qt_kb_run(qt_kb_mm_fwd, &a), ">=75%");
+    /* issue 22's targets: >= 80% for every pass, >= 60% for the narrow projections (N = 64,
+     * the canonical forms the plans run); "plan" marks the form the plans run */
+    const char *tgt = N <= 64 ? ">=60%" : ">=80%";
+    const char *tgt_plan = N <= 64 ? ">=60% plan" : ">=80% plan";
+    qt_kb_row(name, shape, "fwd", fl, mk + nk + mn, qt_kb_run(qt_kb_mm_fwd, &a), tgt);
     if (canon == 1)
         qt_kb_row(cn, shape, "fwd", fl, mk + nk + mn, qt_kb_run(qt_kb_mm_fwd_canon, &a),
-                  "(plan)");
-    qt_kb_row(name, shape, "bwd_data", fl, mn + nk + 2 * mk, qt_kb_run(qt_kb_mm_bwd, &a),
-              ">=75%");
+                  tgt_plan);
+    qt_kb_row(name, shape, "bwd_data", fl, mn + nk + 2 * mk, qt_kb_run(qt_kb_mm_bwd, &a), tgt);
     if (canon == 2)
         qt_kb_row(cn, shape, "bwd_data", fl, mn + nk + mk, qt_kb_run(qt_kb_mm_bwd_canon, &a),
-                  "(plan)");
-    qt_kb_row(name, shape, "wgrad", fl, mn + mk + nk, qt_kb_run(qt_kb_mm_wgrad, &a),
-              ">=75%");
+                  tgt_plan);
+    qt_kb_row(name, shape, "wgrad", fl, mn + mk + nk, qt_kb_run(qt_kb_mm_wgrad, &a), tgt);
     free(a.x), free(a.w), free(a.y), free(a.dy), free(a.dx), free(a.dw), free(a.scratch);
 }
 
