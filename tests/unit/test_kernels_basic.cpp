@@ -158,6 +158,33 @@ TEST(KernelsBasic, MatmulOptimisedBitIdentical)
 // router / shared-gate / in_proj_ba widths, half-strip tiles), 4 KiB-multiple row strides
 // (bwd_data packs A when N is one; bwd_data and wgrad pack the B block when K is one,
 // narrow last strips included), every tile height 1..12 and several contraction blocks.
+
+// The four fp32 matmul passes (fwd; bwd_data and wgrad accumulating into B's values at
+// offsets o1 / o2; the writing wgrad on a NaN-filled destination against accumulating into
+// zeros) against the scalar references: how many differ in any bit (0..4).
+static long matmul_paths_differ(const std::vector<float> &A, const std::vector<float> &B,
+                                std::vector<float> &C1, std::vector<float> &C2, int64_t M,
+                                int64_t N, int64_t K, int64_t o1, int64_t o2)
+{
+    long bad = 0;
+    qt_matmul_fwd(C1.data(), A.data(), B.data(), M, N, K);
+    qt_matmul_fwd_ref(C2.data(), A.data(), B.data(), M, N, K);
+    bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * N)) != 0;
+    for (int64_t i = 0; i < M * K; i++) C1[i] = C2[i] = B[i + o1];
+    qt_matmul_bwd_data(C1.data(), A.data(), B.data(), M, N, K);
+    qt_matmul_bwd_data_ref(C2.data(), A.data(), B.data(), M, N, K);
+    bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * K)) != 0;
+    for (int64_t i = 0; i < N * K; i++) C1[i] = C2[i] = B[i + o2];
+    qt_matmul_wgrad(C1.data(), A.data(), B.data(), M, N, K);
+    qt_matmul_wgrad_ref(C2.data(), A.data(), B.data(), M, N, K);
+    bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(N * K)) != 0;
+    for (int64_t i = 0; i < N * K; i++) C1[i] = NAN, C2[i] = 0.0f;
+    qt_matmul_wgrad_write(C1.data(), A.data(), B.data(), M, N, K);
+    qt_matmul_wgrad_ref(C2.data(), A.data(), B.data(), M, N, K);
+    bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(N * K)) != 0;
+    return bad;
+}
+
 TEST(KernelsBasic, MatmulOptimisedPathsBitIdentical)
 {
     const int64_t sh[][3] = {{13, 1024, 40}, {25, 2048, 70}, {7, 1024, 200}, {100, 16, 300},
@@ -172,24 +199,8 @@ TEST(KernelsBasic, MatmulOptimisedPathsBitIdentical)
     for (auto &v : B) v = (float)qt_test_rand(&s);
     long bad = 0;
     for (auto &d : sh) {
-        const int64_t M = d[0], N = d[1], K = d[2];
-        CHECK((size_t)(M * N + M * K + N * K) < cap);
-        qt_matmul_fwd(C1.data(), A.data(), B.data(), M, N, K);
-        qt_matmul_fwd_ref(C2.data(), A.data(), B.data(), M, N, K);
-        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * N)) != 0;
-        for (int64_t i = 0; i < M * K; i++) C1[i] = C2[i] = B[i + 1];
-        qt_matmul_bwd_data(C1.data(), A.data(), B.data(), M, N, K);
-        qt_matmul_bwd_data_ref(C2.data(), A.data(), B.data(), M, N, K);
-        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * K)) != 0;
-        for (int64_t i = 0; i < N * K; i++) C1[i] = C2[i] = B[i + 2];
-        qt_matmul_wgrad(C1.data(), A.data(), B.data(), M, N, K);
-        qt_matmul_wgrad_ref(C2.data(), A.data(), B.data(), M, N, K);
-        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(N * K)) != 0;
-        // the writing form on a NaN-filled destination == accumulating into zeros
-        for (int64_t i = 0; i < N * K; i++) C1[i] = NAN, C2[i] = 0.0f;
-        qt_matmul_wgrad_write(C1.data(), A.data(), B.data(), M, N, K);
-        qt_matmul_wgrad_ref(C2.data(), A.data(), B.data(), M, N, K);
-        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(N * K)) != 0;
+        CHECK((size_t)(d[0] * d[1] + d[0] * d[2] + d[1] * d[2]) < cap);
+        bad += matmul_paths_differ(A, B, C1, C2, d[0], d[1], d[2], 1, 2);
     }
     // M = 0 (no rows): the writing form gives +0 everywhere
     for (int64_t i = 0; i < 64; i++) C1[i] = NAN;
@@ -222,21 +233,7 @@ TEST(KernelsBasic, MatmulOddShapesBitIdentical)
     long bad = 0, cases = 0;
     auto run = [&](int64_t M, int64_t N, int64_t K) {
         CHECK((size_t)(M * N + M * K + N * K + 8) < cap);
-        qt_matmul_fwd(C1.data(), A.data(), B.data(), M, N, K);
-        qt_matmul_fwd_ref(C2.data(), A.data(), B.data(), M, N, K);
-        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * N)) != 0;
-        for (int64_t i = 0; i < M * K; i++) C1[i] = C2[i] = B[i + 3];
-        qt_matmul_bwd_data(C1.data(), A.data(), B.data(), M, N, K);
-        qt_matmul_bwd_data_ref(C2.data(), A.data(), B.data(), M, N, K);
-        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * K)) != 0;
-        for (int64_t i = 0; i < N * K; i++) C1[i] = C2[i] = B[i + 5];
-        qt_matmul_wgrad(C1.data(), A.data(), B.data(), M, N, K);
-        qt_matmul_wgrad_ref(C2.data(), A.data(), B.data(), M, N, K);
-        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(N * K)) != 0;
-        for (int64_t i = 0; i < N * K; i++) C1[i] = NAN, C2[i] = 0.0f;
-        qt_matmul_wgrad_write(C1.data(), A.data(), B.data(), M, N, K);
-        qt_matmul_wgrad_ref(C2.data(), A.data(), B.data(), M, N, K);
-        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(N * K)) != 0;
+        bad += matmul_paths_differ(A, B, C1, C2, M, N, K, 3, 5);
         cases += 4;
     };
     for (int64_t M : Ms)
