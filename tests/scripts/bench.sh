@@ -24,6 +24,12 @@ WARM=2
 make --no-print-directory build/bench/kernel_bench >/dev/null
 PEAK=${PEAK_GFLOPS:-$(./build/bench/kernel_bench peak | awk '$1 == "peak" {print $2}')}
 . tests/scripts/bench_flops.sh
+# share_of: the "Z%" of the step time in collectives from qtrain's exit line on stdin.
+share_of() { awk '{for(i=1;i<=NF;i++) if($i=="s") {sub(/^\(/,"",$(i+1)); print $(i+1)}}'; }
+# mean_of FIELD FORMAT FILE: the mean of a metrics field over the steps after the first $WARM.
+mean_of() {
+  awk -v w=$WARM -v f="$2" -F"\"$1\":" '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf f, s/n}' "$3"
+}
 bench_model bench
 
 echo "bench model: d=$d L=$L heads $hq/$hkv x $hd, GDN $hk/$hv x $dk/$dv, experts $E top-$k x $f, shared $fs, vocab $V, batch $b x $S"
@@ -33,12 +39,12 @@ make --no-print-directory build/bench/qtrain build/bench-bf16/qtrain build/bench
   build/bench-ep2/qtrain build/bench-dp2-zero1/qtrain >/dev/null
 out=$(mktemp -d /tmp/qtrain-bench.XXXXXX); trap 'rm -rf "$out"' EXIT
 ./build/bench/qtrain steps=$STEPS metrics=$out/m.jsonl 2> $out/err.txt || { cat $out/err.txt; exit 1; }
-qt_tps=$(awk -v w=$WARM -F'"tokens_per_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/m.jsonl)
-qt_step=$(awk -v w=$WARM -F'"step_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/m.jsonl)
+qt_tps=$(mean_of tokens_per_s %.1f $out/m.jsonl)
+qt_step=$(mean_of step_s %.3f $out/m.jsonl)
 # The same model and batch in bf16 (bench-bf16.yml: dtype bfloat16, docs/precision.md)
 ./build/bench-bf16/qtrain steps=$STEPS metrics=$out/m16.jsonl 2> $out/err16.txt || { cat $out/err16.txt; exit 1; }
-qt16_tps=$(awk -v w=$WARM -F'"tokens_per_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/m16.jsonl)
-qt16_step=$(awk -v w=$WARM -F'"step_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/m16.jsonl)
+qt16_tps=$(mean_of tokens_per_s %.1f $out/m16.jsonl)
+qt16_step=$(mean_of step_s %.3f $out/m16.jsonl)
 
 # The PyTorch baseline: Debian's python3-torch calls the system BLAS (libblas.so.3). With the
 # reference BLAS it runs ~10x slower than with OpenBLAS, which would flatter qtrain, so the
@@ -68,11 +74,11 @@ for mesh in dp2 ep2; do
   GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 \
     timeout 900 mpiexec -n 2 ./build/bench-$mesh/qtrain steps=$STEPS metrics=$out/$mesh.jsonl 2> $out/$mesh.txt ||
     { cat $out/$mesh.txt; exit 1; }
-  m_tps[$mesh]=$(awk -v w=$WARM -F'"tokens_per_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/$mesh.jsonl)
-  m_step[$mesh]=$(awk -v w=$WARM -F'"step_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/$mesh.jsonl)
+  m_tps[$mesh]=$(mean_of tokens_per_s %.1f $out/$mesh.jsonl)
+  m_step[$mesh]=$(mean_of step_s %.3f $out/$mesh.jsonl)
   # "qtrain: collectives: steps: N calls, X MiB sent per rank, Y s (Z% of the step time) over S steps; ..."
   m_coll[$mesh]=$(grep 'qtrain: collectives:' $out/$mesh.txt || true)
-  m_share[$mesh]=$(echo "${m_coll[$mesh]}" | awk '{for(i=1;i<=NF;i++) if($i=="s") {sub(/^\(/,"",$(i+1)); print $(i+1)}}')
+  m_share[$mesh]=$(echo "${m_coll[$mesh]}" | share_of)
   m_mib[$mesh]=$(echo "${m_coll[$mesh]}" | awk '{for(i=1;i<=NF;i++) {if($i=="MiB") m=$(i-1); if($i=="over") s=$(i+1)} if(s>0) printf "%.1f", m/s}')
 done
 
@@ -114,9 +120,9 @@ for run in dp2-layer dp2-overlap ep2-layer ep2-overlap; do
   GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 \
     timeout 900 mpiexec -n 2 ./build/bench-$run/qtrain steps=$OV_STEPS metrics=$out/$run.jsonl 2> $out/$run.txt ||
     { cat $out/$run.txt; exit 1; }
-  ov_step=$(awk -v w=$WARM -F'"step_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.3f", s/n}' $out/$run.jsonl)
-  ov_tps=$(awk -v w=$WARM -F'"tokens_per_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' $out/$run.jsonl)
-  ov_share=$(grep 'qtrain: collectives:' $out/$run.txt | awk '{for(i=1;i<=NF;i++) if($i=="s") {sub(/^\(/,"",$(i+1)); print $(i+1)}}')
+  ov_step=$(mean_of step_s %.3f $out/$run.jsonl)
+  ov_tps=$(mean_of tokens_per_s %.1f $out/$run.jsonl)
+  ov_share=$(grep 'qtrain: collectives:' $out/$run.txt | share_of)
   ov_loss=$(grep -o '"loss":[^,]*' $out/$run.jsonl | tail -n 1 | cut -d: -f2)
   form="per-layer, blocking"; [ "${run#*-}" = overlap ] && form="per-layer, overlapped"
   printf '%-34s %10s %12s %12s %14s\n' "${run%%-*} ${form}" "$ov_step" "$ov_tps" "${ov_share:-?}" "$ov_loss"
@@ -142,8 +148,8 @@ fi
 pair_pid=$!
 ./build/bench/qtrain steps=$STEPS metrics=$out/pair1.jsonl 2> $out/pair1.txt || { cat $out/pair1.txt; exit 1; }
 wait $pair_pid || { cat $out/pair0.txt; exit 1; }
-tps_of() { awk -v w=$WARM -F'"tokens_per_s":' '/^\{"step"/ && ++k>w{split($2,a,/[,}]/); s+=a[1]; n++} END{printf "%.1f", s/n}' "$1"; }
-pair_tps=$(awk -v a=$(tps_of $out/pair0.jsonl) -v b=$(tps_of $out/pair1.jsonl) 'BEGIN{printf "%.1f", a + b}')
+pair_tps=$(awk -v a=$(mean_of tokens_per_s %.1f $out/pair0.jsonl) \
+  -v b=$(mean_of tokens_per_s %.1f $out/pair1.jsonl) 'BEGIN{printf "%.1f", a + b}')
 echo "two one-rank runs side by side: $pair_tps tokens/s in total (one alone: $qt_tps); DP2 ${m_tps[dp2]}, EP2 ${m_tps[ep2]}: $(awk -v a=${m_tps[dp2]} -v b=${m_tps[ep2]} -v c=$pair_tps 'BEGIN{printf "%.2fx and %.2fx of the pair", a/c, b/c}')"
 
 # Issue 22's step-level targets, each with its value measured in this run (the kernel
