@@ -9,15 +9,11 @@
  * owner decides only when a step runs, never what it does.
  */
 #include <string.h>
+#include "coll_int.h"
 #include "coll_steps.h"
 #include "qt_comm.h"
 
 #define QT_COLL_F32_MSG (QT_COMM_CHUNK_BYTES / 4)     /* floats per reduce-scatter message */
-
-static int qt_coll_is_pow2(int r)
-{
-    return r > 0 && (r & (r - 1)) == 0;
-}
 
 /* Walk n floats of the blocks first, first+step, first+2*step, ... of buf (blk floats each),
  * starting at element `off` of block number k of that sequence: copy them into dst (pack)
@@ -79,7 +75,7 @@ void qt_coll_cursor_rs(qt_coll_cursor *c, int R, int idx, float *buf, int64_t bl
     c->blk = blk;
     c->tmp = tmp;
     /* pow2: half the scratch packs, half receives; else R-1 pieces side by side */
-    c->msg = qt_coll_is_pow2(R) ? tmp_elems / 2 : tmp_elems / (R - 1);
+    c->msg = qt_coll_pow2(R) ? tmp_elems / 2 : tmp_elems / (R - 1);
     if (c->msg > QT_COLL_F32_MSG) c->msg = QT_COLL_F32_MSG;
     c->k = 1;
 }
@@ -226,16 +222,18 @@ static int qt_coll_ag_ring_next(qt_coll_cursor *c)
 
 int qt_coll_cursor_next(qt_coll_cursor *c)
 {
-    const int pow2 = qt_coll_is_pow2(c->R);
+    const int pow2 = qt_coll_pow2(c->R);
     if (c->reduce) return pow2 ? qt_coll_rs_pow2_next(c) : qt_coll_rs_any_next(c);
     return pow2 ? qt_coll_ag_doubling_next(c) : qt_coll_ag_ring_next(c);
 }
 
 void qt_coll_cursor_done(qt_coll_cursor *c)
 {
-    const int pow2 = qt_coll_is_pow2(c->R);
-    if (c->reduce)
-        pow2 ? qt_coll_rs_pow2_done(c) : qt_coll_rs_any_done(c);
+    const int pow2 = qt_coll_pow2(c->R);
+    if (c->reduce && pow2)
+        qt_coll_rs_pow2_done(c);
+    else if (c->reduce)
+        qt_coll_rs_any_done(c);
     else if (pow2)
         qt_coll_ag_doubling_done(c);
     else
