@@ -299,10 +299,6 @@ static int qt_coll_xfer(const qt_grp *g, int dst, const void *s, int64_t sb, int
     return rc;
 }
 
-int qt_coll_pow2(int r)
-{
-    return r > 0 && (r & (r - 1)) == 0;
-}
 
 /* ---- reduce-scatter, all-gather (coll_steps.c) -------------------------------------- */
 

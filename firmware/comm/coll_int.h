@@ -24,7 +24,6 @@ int qt_coll_group(const char *op, unsigned mask, int world, qt_grp *g);
 int qt_coll_member(const qt_grp *g, int index);
 /* The bits of group `mask`'s index that are slice digits (0 on one slice). */
 int64_t qt_coll_slice_bits(unsigned mask);
-int qt_coll_pow2(int r);
 /* Monotonic seconds; the deadline of one collective in seconds (<= 0: none). */
 double qt_coll_now(void);
 double qt_coll_deadline_s(void);

@@ -9,11 +9,15 @@
  * owner decides only when a step runs, never what it does.
  */
 #include <string.h>
-#include "coll_int.h"
 #include "coll_steps.h"
 #include "qt_comm.h"
 
 #define QT_COLL_F32_MSG (QT_COMM_CHUNK_BYTES / 4)     /* floats per reduce-scatter message */
+
+int qt_coll_pow2(int r)
+{
+    return r > 0 && (r & (r - 1)) == 0;
+}
 
 /* Walk n floats of the blocks first, first+step, first+2*step, ... of buf (blk floats each),
  * starting at element `off` of block number k of that sequence: copy them into dst (pack)

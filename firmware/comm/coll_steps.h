@@ -43,6 +43,9 @@ typedef struct qt_coll_cursor {
     int stage;                  /* the current step's stage, for messages */
 } qt_coll_cursor;
 
+/* 1 when r is a power of two (r > 0). */
+int qt_coll_pow2(int r);
+
 /* Reduce-scatter of qt_coll_reduce_scatter_f32 over R members (R >= 2, a power of two, or
  * at most QT_COLL_MAX_ANY), my index idx, buf R*blk floats (blk > 0), tmp_elems floats of
  * scratch (>= 2, or >= R-1 when R is not a power of two). */
