@@ -29,6 +29,10 @@ float qt_init_value(const qt_param *pa, uint64_t seed, int64_t param, int64_t el
 void qt_rng_set_rank(int32_t rank);
 /* Global row-major element index of local element `local` of tensor `t`. */
 int64_t qt_global_index(const qt_plan *p, const qt_tensor *t, int64_t local);
+/* How many local elements of t from `local` on (at least 1, at most to the end of the
+ * tensor) have consecutive global indices qt_global_index(local) + 0, 1, ...: the same
+ * for every rank (it depends on the local shape and the segments only). */
+int64_t qt_global_run(const qt_tensor *t, int64_t local);
 
 /* Elements of parameter i over its global shape (its numel when it has no shape). */
 int64_t qt_param_global_numel(const qt_plan *p, int32_t i);

@@ -273,10 +273,18 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w
     for (int32_t i = 0; i < p->n_params; i++) {
         const int64_t off = p->params[i].flat_offset, pn = p->params[i].numel;
         const int64_t a = off > lo ? off : lo, b = off + pn < hi ? off + pn : hi;
-        if (a < b && !cc && !qt_param_sharded(p, i)) {
-            /* the common case: one fused pass (global index = local index) */
-            fp += qt_adamw_update_fp(w + (a - lo), mo + (a - lo), vo + (a - lo), g + (a - lo),
-                                     b - a, hp, gscale, scaled, (uint64_t)(gbase + (a - off)));
+        if (a < b && !cc) {
+            /* the common case: one fused pass per run of consecutive global indices (the
+             * whole chunk when the parameter is not sharded: global index = local index) */
+            const qt_tensor *t = &p->tensors[p->params[i].tensor];
+            for (int64_t j = a; j < b;) {
+                int64_t run = qt_global_run(t, j - off);
+                if (run > b - j) run = b - j;
+                const int64_t gi = qt_global_index(p, t, j - off);
+                fp += qt_adamw_update_fp(w + (j - lo), mo + (j - lo), vo + (j - lo), g + (j - lo),
+                                         run, hp, gscale, scaled, (uint64_t)(gbase + gi));
+                j += run;
+            }
             gbase += qt_param_global_numel(p, i);
             continue;
         }

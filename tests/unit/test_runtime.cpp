@@ -991,6 +991,12 @@ static void rt_two_axis_case(qt_tensor *t, uint8_t spec0, int64_t split, const i
             hits[g]++;
             const int64_t row = j / inner;
             LONGS_EQUAL(expect_row0[k * t->shape[0] + row] * inner + j % inner, g);
+            // the run of consecutive global indices from j (the fingerprint's vector runs):
+            // every element of it consecutive, and it ends where the next one is not
+            const int64_t run = qt_global_run(t, j);
+            CHECK(run >= 1 && j + run <= local);
+            for (int64_t i = 1; i < run; i++) LONGS_EQUAL(g + i, qt_global_index(&plan, t, j + i));
+            if (j + run < local) CHECK(qt_global_index(&plan, t, j + run) != g + run);
         }
     }
     for (int64_t g = 0; g < global; g++) LONGS_EQUAL(2, hits[g]);
