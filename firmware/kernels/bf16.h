@@ -51,6 +51,7 @@ typedef uint16_t qt_bf16;
 #define QT_BF16_PATH_REF 0  /* scalar reference */
 #define QT_BF16_PATH_EMUL 1 /* AVX2+FMA emulation */
 #define QT_BF16_PATH_INSN 2 /* AVX512_BF16 instruction */
+#define QT_BF16_PATH_WIDE 3 /* matmuls only (bf16_matmul.h): the emulation on 16-lane FMAs */
 
 static inline uint32_t qt_bf16_bits_f32(float f)
 {

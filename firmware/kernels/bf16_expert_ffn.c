@@ -129,7 +129,7 @@ void qt_bf16_expert_ffn_fwd(float *y, qt_bf16 *gu, const qt_bf16 *x, const int32
                             int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
                             int64_t scratch_elems, int64_t nb)
 {
-    qt_bf16_expert_ffn_fwd_on(qt_bf16_path(), y, gu, x, idx, w_gu, w_down, scratch, T, k, E, d,
+    qt_bf16_expert_ffn_fwd_on(qt_bf16_mm_path(), y, gu, x, idx, w_gu, w_down, scratch, T, k, E, d,
                               f, scratch_elems, nb);
 }
 
@@ -248,7 +248,7 @@ void qt_bf16_expert_ffn_bwd(float *dx, qt_bf16 *dgu, const qt_bf16 *dy, const in
                             float *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
                             int64_t f, int64_t scratch_elems, int64_t nb)
 {
-    qt_bf16_expert_ffn_bwd_on(qt_bf16_path(), dx, dgu, dy, idx, gu, w_gu, w_down, scratch, T, k,
+    qt_bf16_expert_ffn_bwd_on(qt_bf16_mm_path(), dx, dgu, dy, idx, gu, w_gu, w_down, scratch, T, k,
                               E, d, f, scratch_elems, nb);
 }
 
@@ -257,6 +257,7 @@ static void qt_bx_dp(int path, float *acc, const qt_bf16 *a, const qt_bf16 *b, i
 {
     if (path == QT_BF16_PATH_EMUL) qt_bf16_dp_emul(acc, a, b, n);
     else if (path == QT_BF16_PATH_INSN) qt_bf16_dp_insn(acc, a, b, n);
+    else if (path == QT_BF16_PATH_WIDE) qt_bf16_dp(acc, a, b, n); /* a matmul path: the build's step */
     else qt_bf16_dp_ref(acc, a, b, n);
 }
 
@@ -365,7 +366,7 @@ void qt_bf16_expert_ffn_wgrad(float *dw_gu, float *dw_down, const qt_bf16 *dy,
                               int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
                               int64_t scratch_elems)
 {
-    qt_bf16_expert_ffn_wgrad_on(qt_bf16_path(), dw_gu, dw_down, dy, x, idx, gu, dgu, w_down,
+    qt_bf16_expert_ffn_wgrad_on(qt_bf16_mm_path(), dw_gu, dw_down, dy, x, idx, gu, dgu, w_down,
                                 scratch, T, k, E, d, f, scratch_elems);
 }
 #endif

@@ -8,7 +8,12 @@
  *    an MR x 16 register tile doing per pair the hi FMA, then the lo FMA, under
  *    MXCSR.FTZ|DAZ (x86's flush rule = the step's), restored before the finish;
  *  - AVX512_BF16: A packed as 32-bit pairs in [q][MR] micro-panels, B as [q][32] pair
- *    strips, an MR x 32 register tile of VDPBF16PS.
+ *    strips, an MR x 32 register tile of VDPBF16PS;
+ *  - AVX-512F wide emulation (QT_BF16_PATH_WIDE): the emulation's arithmetic (per pair the hi
+ *    FMA, then the lo FMA, under MXCSR.FTZ|DAZ) on 16-lane FMAs, A widened into [q][hi,lo][MR]
+ *    micro-panels, B widened into [q][hi 32 | lo 32] strips packed once per column panel, a
+ *    12 x 32 register tile. Where VDPBF16PS issues at half the FMA rate (the Xeons here:
+ *    docs/bench.md), this runs at the FMA rate: same bits, about twice the speed.
  * The vector paths block the contraction in KQ pairs; a block's partial chain is stored in
  * the static tile `part` as fp32 and reloaded by the next block (exact), and the finish reads
  * `part` after the last block. Odd P: the packed hi element of the last pair is +0.
@@ -24,6 +29,9 @@
 #endif
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #define QT_BM_INSN 1
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__FMA__)
+#define QT_BM_WIDE 1
 #endif
 
 #define QT_BM_FIN_WRITE 0 /* out = acc */
@@ -57,7 +65,7 @@ static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t 
 }
 
 /* ------------------------------------------------------------------ vector paths */
-#if defined(QT_BM_EMUL) || defined(QT_BM_INSN)
+#if defined(QT_BM_EMUL) || defined(QT_BM_INSN) || defined(QT_BM_WIDE)
 #define QT_BM_NC 256  /* columns per panel */
 #define QT_BM_MC 192  /* rows per A block / partial tile */
 #define QT_BM_KQ 256  /* pairs per contraction block */
@@ -66,13 +74,19 @@ static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t 
 #define QT_BM_I_MR 12 /* instruction tile: 12 x 32 (24 zmm accumulators) */
 #define QT_BM_I_NR 32
 #define QT_BM_I_PANEL (1 << 19) /* u32 pairs of the instruction path's B panel (2 MiB) */
+#define QT_BM_W_MR 12 /* wide emulation tile: 12 x 32 (24 zmm accumulators) */
+#define QT_BM_W_NR 32
+#define QT_BM_W_PANEL (1 << 20) /* floats of the wide path's widened B panel (4 MiB) */
 
 static struct {
     float part[QT_BM_MC * QT_BM_NC];             /* partial chains between blocks */
-    float ea[QT_BM_MC * QT_BM_KQ * 2];            /* emulation: A widened, [q][hi,lo][MR] */
+    float ea[QT_BM_MC * QT_BM_KQ * 2];            /* emulations: A widened, [q][hi,lo][MR] */
     float eb[QT_BM_KQ * 2 * QT_BM_NC];            /* emulation: B widened, [q][hi,lo][NR] */
     uint32_t ia[QT_BM_MC * QT_BM_KQ];             /* instruction: A pairs, [q][mc] */
     uint32_t ib[QT_BM_I_PANEL];                   /* instruction: B panel, [s][q][NR] */
+#ifdef QT_BM_WIDE
+    float wb[QT_BM_W_PANEL];                      /* wide: B widened, [s][q][hi NR, lo NR] */
+#endif
 } qt_bm;
 
 static int64_t qt_bm_min(int64_t x, int64_t y) { return x < y ? x : y; }
@@ -213,6 +227,30 @@ static void qt_bm_emul(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t
 }
 #endif
 
+#if defined(QT_BM_INSN) || defined(QT_BM_WIDE)
+/* The finish of rows [0,mc) x cols [0,nc) of part into c (row stride ldc), 16 columns at a
+ * time: the bits of qt_bm_finish1 (one IEEE add in the default MXCSR, NaN -> 0x7fc00000).
+ * Reads part (and c for the add); writes c. */
+static void qt_bm_v_finish(float *c, int64_t ldc, int fin, int64_t mc, int64_t nc)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000));
+    for (int64_t i = 0; i < mc; i++) {
+        float *o = c + i * ldc;
+        const float *pr = qt_bm.part + i * QT_BM_NC;
+        for (int64_t j = 0; j < nc; j += 16) {
+            const __mmask16 m = nc - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nc - j)) - 1u);
+            __m512 r = _mm512_maskz_loadu_ps(m, pr + j);
+            if (fin == QT_BM_FIN_ADD) r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + j), r);
+            else if (fin == QT_BM_FIN_ZADD) r = _mm512_add_ps(zero, r);
+            r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r, qnan);
+            _mm512_mask_storeu_ps(o + j, m, r);
+        }
+    }
+}
+
+#endif
+
 #ifdef QT_BM_INSN
 /* Pack A rows [0,mc) of pairs [q0, q0+kq) into ia[q*mc + i] (32-bit pairs, lo | hi << 16;
  * past P: 0). Used where A's pairs are not contiguous in memory (wgrad: sai == 1, rows p and
@@ -335,27 +373,6 @@ static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq, const q
     }
 }
 
-/* The finish of rows [0,mc) x cols [0,nc) of part into c (row stride ldc), 16 columns at a
- * time: the bits of qt_bm_finish1 (one IEEE add in the default MXCSR, NaN -> 0x7fc00000).
- * Reads part (and c for the add); writes c. */
-static void qt_bm_i_finish(float *c, int64_t ldc, int fin, int64_t mc, int64_t nc)
-{
-    const __m512 zero = _mm512_setzero_ps();
-    const __m512 qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000));
-    for (int64_t i = 0; i < mc; i++) {
-        float *o = c + i * ldc;
-        const float *pr = qt_bm.part + i * QT_BM_NC;
-        for (int64_t j = 0; j < nc; j += 16) {
-            const __mmask16 m = nc - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nc - j)) - 1u);
-            __m512 r = _mm512_maskz_loadu_ps(m, pr + j);
-            if (fin == QT_BM_FIN_ADD) r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + j), r);
-            else if (fin == QT_BM_FIN_ZADD) r = _mm512_add_ps(zero, r);
-            r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r, qnan);
-            _mm512_mask_storeu_ps(o + j, m, r);
-        }
-    }
-}
-
 /* The instruction path. Loops: column panels of ncw columns (whole 32-column strips); B's
  * panel is packed ONCE for the whole contraction when ncw*nq pairs fit ib (else per row
  * block and contraction block); then row blocks of MC rows, contraction blocks of KQ pairs.
@@ -390,7 +407,204 @@ static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t
                                   2, bp, bps);
                 }
             }
-            qt_bm_i_finish(c + ic * ldc + jc, ldc, fin, mc, nc);
+            qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, mc, nc);
+        }
+    }
+}
+#endif
+
+#ifdef QT_BM_WIDE
+/* 16 bf16 -> 16 fp32 (exact: a shift), from n <= 16 elements at src (the rest +0). */
+static inline __m512 qt_bm_w_widen16(const qt_bf16 *src, int64_t n)
+{
+    const __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, src);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Pack A rows [0,mc) of pairs [q0, q0+kq), widened, into ea:
+ *  rows layout (sap == 1: a row's pairs contiguous; returns 1): row i at ea + i*2*KQ, pair q
+ *    as (hi, lo) at [2q], [2q+1] (the pair halves swapped as they are read);
+ *  micro-panel layout (otherwise; returns 0): ea[ir*kq*2 + q*2*MR + {0: hi, MR: lo} + i%MR],
+ *    contiguous loads when sai == 1 (wgrad: a pair's rows are rows of dy).
+ * Past P: +0. Reads a; writes ea. */
+static int qt_bm_w_pack_a(const qt_bf16 *a, int64_t sai, int64_t sap, int64_t mc, int64_t q0,
+                          int64_t kq, int64_t P)
+{
+    const int64_t qfull = qt_bm_min(kq, P / 2 - q0 > 0 ? P / 2 - q0 : 0);
+    if (sap == 1) {
+        const __m512i swap = _mm512_set_epi32(14, 15, 12, 13, 10, 11, 8, 9, 6, 7, 4, 5, 2, 3, 0, 1);
+        for (int64_t i = 0; i < mc; i++) {
+            const qt_bf16 *src = a + i * sai + 2 * q0;
+            float *dst = qt_bm.ea + i * 2 * QT_BM_KQ;
+            int64_t q = 0;
+            for (; q + 8 <= qfull; q += 8) /* 8 pairs: lo, hi in memory -> hi, lo */
+                _mm512_storeu_ps(dst + 2 * q,
+                                 _mm512_permutexvar_ps(swap, qt_bm_w_widen16(src + 2 * q, 16)));
+            for (; q < kq; q++) {
+                const int64_t p = 2 * (q0 + q);
+                dst[2 * q] = qt_f32_from_bf16(qt_bm_at(a, sai, sap, i, p + 1, P));
+                dst[2 * q + 1] = qt_f32_from_bf16(qt_bm_at(a, sai, sap, i, p, P));
+            }
+        }
+        return 1;
+    }
+    for (int64_t ir = 0; ir < mc; ir += QT_BM_W_MR) {
+        float *dst = qt_bm.ea + ir * kq * 2;
+        const int64_t mr = qt_bm_min(QT_BM_W_MR, mc - ir);
+        const __mmask16 m = (__mmask16)((1u << mr) - 1u);
+        int64_t q = 0;
+        if (sai == 1)
+            for (; q < qfull; q++) {
+                const qt_bf16 *lo = a + ir + 2 * (q0 + q) * sap;
+                _mm512_mask_storeu_ps(dst + q * 2 * QT_BM_W_MR, m, qt_bm_w_widen16(lo + sap, mr));
+                _mm512_mask_storeu_ps(dst + q * 2 * QT_BM_W_MR + QT_BM_W_MR, m,
+                                      qt_bm_w_widen16(lo, mr));
+            }
+        for (; q < kq; q++)
+            for (int64_t i = 0; i < mr; i++) {
+                const int64_t p = 2 * (q0 + q);
+                dst[q * 2 * QT_BM_W_MR + i] = qt_f32_from_bf16(qt_bm_at(a, sai, sap, ir + i, p + 1, P));
+                dst[q * 2 * QT_BM_W_MR + QT_BM_W_MR + i] =
+                    qt_f32_from_bf16(qt_bm_at(a, sai, sap, ir + i, p, P));
+            }
+    }
+    return 0;
+}
+
+/* Pack B cols [0,nc) of pairs [q0, q0+kq), widened, into strips wb[s*kq*2*NR + q*2*NR +
+ * {0: hi, NR: lo} + jj] (past P and past nc: +0). Rows contiguous in j (sbj == 1: bwd_data,
+ * wgrad) widen 16 at a time; otherwise element by element (fwd's w[n,K] is a transpose; the
+ * panel is packed once per column panel and reused by every row block). Reads b; writes wb. */
+static void qt_bm_w_pack_b(const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t nc, int64_t q0,
+                           int64_t kq, int64_t P)
+{
+    for (int64_t s = 0; s * QT_BM_W_NR < nc; s++) {
+        float *dst = qt_bm.wb + s * kq * 2 * QT_BM_W_NR;
+        const int64_t j0 = s * QT_BM_W_NR, w = qt_bm_min(QT_BM_W_NR, nc - j0);
+        if (sbj == 1) {
+            for (int64_t q = 0; q < kq; q++) {
+                const int64_t p = 2 * (q0 + q);
+                const qt_bf16 *lo = b + p * sbp + j0;
+                float *d = dst + q * 2 * QT_BM_W_NR;
+                for (int64_t h = 0; h < 2; h++) { /* 0: hi (row p+1), 1: lo (row p) */
+                    const int64_t row = h ? p : p + 1;
+                    for (int64_t jj = 0; jj < QT_BM_W_NR; jj += 16) {
+                        const int64_t n = row < P ? qt_bm_min(16, w - jj > 0 ? w - jj : 0) : 0;
+                        _mm512_storeu_ps(d + h * QT_BM_W_NR + jj,
+                                         qt_bm_w_widen16(h ? lo + jj : lo + sbp + jj, n));
+                    }
+                }
+            }
+            continue;
+        }
+        for (int64_t jj = 0; jj < QT_BM_W_NR; jj++)
+            for (int64_t q = 0; q < kq; q++) {
+                const int64_t p = 2 * (q0 + q);
+                float *d = dst + q * 2 * QT_BM_W_NR + jj;
+                d[0] = jj < w ? qt_f32_from_bf16(qt_bm_at(b, sbj, sbp, j0 + jj, p + 1, P)) : 0.0f;
+                d[QT_BM_W_NR] = jj < w ? qt_f32_from_bf16(qt_bm_at(b, sbj, sbp, j0 + jj, p, P)) : 0.0f;
+            }
+    }
+}
+
+/* One tile: mr rows x 32 cols of part (row stride QT_BM_NC), the chain over kq pairs
+ * continued from part (first: from +0), per pair the hi FMA then the lo FMA. Row i's pair q
+ * is hi = ap[q*qs + i*is], lo = hi's + hs (constants per layout: one moving pointer, fixed
+ * displacements); B's pair q is bp[q*64 + {0: hi, 32: lo} + jj]. Runs under FTZ|DAZ. */
+static inline __attribute__((always_inline)) void
+qt_bm_w_tile(float *pt, int first, const float *ap, const int qs, const int is, const int hs,
+             const float *bp, int64_t kq, const int mr)
+{
+    __m512 acc[QT_BM_W_MR][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++) {
+        acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * QT_BM_NC);
+        acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * QT_BM_NC + 16);
+    }
+    for (int64_t q = 0; q < kq; q++) {
+        const float *a = ap + q * qs;
+        const float *b = bp + q * 2 * QT_BM_W_NR;
+        const __m512 bh0 = _mm512_loadu_ps(b), bh1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 12
+        for (int i = 0; i < mr; i++) {
+            const __m512 av = _mm512_set1_ps(a[i * is]);
+            acc[i][0] = _mm512_fmadd_ps(av, bh0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(av, bh1, acc[i][1]);
+        }
+        const __m512 bl0 = _mm512_loadu_ps(b + QT_BM_W_NR), bl1 = _mm512_loadu_ps(b + QT_BM_W_NR + 16);
+#pragma GCC unroll 12
+        for (int i = 0; i < mr; i++) {
+            const __m512 av = _mm512_set1_ps(a[i * is + hs]);
+            acc[i][0] = _mm512_fmadd_ps(av, bl0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(av, bl1, acc[i][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++) {
+        _mm512_storeu_ps(pt + i * QT_BM_NC, acc[i][0]);
+        _mm512_storeu_ps(pt + i * QT_BM_NC + 16, acc[i][1]);
+    }
+}
+
+/* Every tile of rows [0,mc) x cols [0,nc) of part for kq pairs, A in ea (rows layout when
+ * `rows`, else micro-panels), B's strip s at bp + s*bps. Runs under FTZ|DAZ (the caller's). */
+__attribute__((noinline)) static void qt_bm_w_block(int first, int64_t mc, int64_t nc,
+                                                    int64_t kq, int rows, const float *bp,
+                                                    int64_t bps)
+{
+    for (int64_t ir = 0; ir < mc; ir += QT_BM_W_MR) {
+        const int mr = (int)qt_bm_min(QT_BM_W_MR, mc - ir);
+        const float *a = qt_bm.ea + (rows ? ir * 2 * QT_BM_KQ : ir * kq * 2);
+        for (int64_t s = 0; s * QT_BM_W_NR < nc; s++) {
+            float *pt = qt_bm.part + ir * QT_BM_NC + s * QT_BM_W_NR;
+            const float *b = bp + s * bps;
+#define QT_BM_CASE(h)                                                                 \
+    case h:                                                                           \
+        if (rows) qt_bm_w_tile(pt, first, a, 2, 2 * QT_BM_KQ, 1, b, kq, h);           \
+        else qt_bm_w_tile(pt, first, a, 2 * QT_BM_W_MR, 1, QT_BM_W_MR, b, kq, h);     \
+        break;
+            switch (mr) {
+            QT_BM_CASE(1) QT_BM_CASE(2) QT_BM_CASE(3) QT_BM_CASE(4) QT_BM_CASE(5) QT_BM_CASE(6)
+            QT_BM_CASE(7) QT_BM_CASE(8) QT_BM_CASE(9) QT_BM_CASE(10) QT_BM_CASE(11)
+            default: QT_BM_CASE(12)
+            }
+#undef QT_BM_CASE
+        }
+    }
+}
+
+/* The wide path: column panels of ncw columns with B's panel widened ONCE for the whole
+ * contraction when it fits wb (else per row block and contraction block); row blocks of MC
+ * rows (a multiple of MR), contraction blocks of KQ pairs with A widened per block. Reads a,
+ * b (and c for the add); writes c. */
+static void qt_bm_wide(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t sai,
+                       int64_t sap, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
+                       int64_t J, int64_t P)
+{
+    const int64_t nq = (P + 1) / 2;
+    int64_t ncw = QT_BM_NC;
+    while (ncw > QT_BM_W_NR && ncw * nq * 2 > QT_BM_W_PANEL) ncw -= QT_BM_W_NR;
+    const int cached = ncw * nq * 2 <= QT_BM_W_PANEL;
+    for (int64_t jc = 0; jc < J; jc += ncw) {
+        const int64_t nc = qt_bm_min(ncw, J - jc);
+        if (cached && nq > 0) qt_bm_w_pack_b(b + jc * sbj, sbp, sbj, nc, 0, nq, P);
+        for (int64_t ic = 0; ic < I; ic += QT_BM_MC) {
+            const int64_t mc = qt_bm_min(QT_BM_MC, I - ic);
+            if (nq == 0)
+                for (int64_t i = 0; i < mc * QT_BM_NC; i++) qt_bm.part[i] = 0.0f;
+            for (int64_t qc = 0; qc < nq; qc += QT_BM_KQ) {
+                const int64_t kq = qt_bm_min(QT_BM_KQ, nq - qc);
+                const float *bp = qt_bm.wb + (cached ? qc * 2 * QT_BM_W_NR : 0);
+                const int64_t bps = (cached ? nq : kq) * 2 * QT_BM_W_NR;
+                if (!cached) qt_bm_w_pack_b(b + jc * sbj, sbp, sbj, nc, qc, kq, P);
+                const int rows = qt_bm_w_pack_a(a + ic * sai, sai, sap, mc, qc, kq, P);
+                const unsigned csr = _mm_getcsr();
+                _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ: the step's flushing */
+                qt_bm_w_block(qc == 0, mc, nc, kq, rows, bp, bps);
+                _mm_setcsr(csr);
+            }
+            qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, mc, nc);
         }
     }
 }
@@ -408,6 +622,9 @@ static int qt_bm_run(int path, float *c, int64_t ldc, int fin, const qt_bf16 *a,
 #endif
 #ifdef QT_BM_INSN
     case QT_BF16_PATH_INSN: qt_bm_insn(c, ldc, fin, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
+#endif
+#ifdef QT_BM_WIDE
+    case QT_BF16_PATH_WIDE: qt_bm_wide(c, ldc, fin, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
 #endif
     default: return -1;
     }
@@ -434,21 +651,42 @@ int qt_bf16_matmul_wgrad_on(int path, float *dw, const qt_bf16 *dy, const qt_bf1
     return qt_bm_run(path, dw, K, QT_BM_FIN_ZADD, dy, 1, N, x, K, 1, N, K, M);
 }
 
+static struct {
+    int mm_path; /* qt_bf16_mm_path's choice, -1 until first asked */
+} qt_bm_choice = {-1};
+
+int qt_bf16_mm_path(void)
+{
+    if (qt_bm_choice.mm_path < 0) {
+        int path = qt_bf16_path();
+#ifdef QT_BM_WIDE
+        int amd = 0;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+        __builtin_cpu_init();
+        amd = __builtin_cpu_is("amd");
+#endif
+        if (!(amd && path == QT_BF16_PATH_INSN)) path = QT_BF16_PATH_WIDE;
+#endif
+        qt_bm_choice.mm_path = path;
+    }
+    return qt_bm_choice.mm_path;
+}
+
 void qt_bf16_matmul_fwd(float *y, const qt_bf16 *x, const qt_bf16 *w, int64_t M, int64_t N,
                         int64_t K)
 {
-    qt_bf16_matmul_fwd_on(qt_bf16_path(), y, x, w, M, N, K);
+    qt_bf16_matmul_fwd_on(qt_bf16_mm_path(), y, x, w, M, N, K);
 }
 
 void qt_bf16_matmul_bwd_data(float *dx, const qt_bf16 *dy, const qt_bf16 *w, int64_t M,
                              int64_t N, int64_t K)
 {
-    qt_bf16_matmul_bwd_data_on(qt_bf16_path(), dx, dy, w, M, N, K);
+    qt_bf16_matmul_bwd_data_on(qt_bf16_mm_path(), dx, dy, w, M, N, K);
 }
 
 void qt_bf16_matmul_wgrad(float *dw, const qt_bf16 *dy, const qt_bf16 *x, int64_t M,
                           int64_t N, int64_t K)
 {
-    qt_bf16_matmul_wgrad_on(qt_bf16_path(), dw, dy, x, M, N, K);
+    qt_bf16_matmul_wgrad_on(qt_bf16_mm_path(), dw, dy, x, M, N, K);
 }
 #endif

@@ -22,6 +22,8 @@
  * The result depends neither on blocking (partial chains are stored as fp32 and reloaded,
  * exact) nor on the path: the scalar reference (*_ref), the AVX2+FMA emulation and the
  * AVX512_BF16 path give the same bits (tests/unit/test_bf16.cpp checks all three).
+ * The AVX-512F wide emulation (QT_BF16_PATH_WIDE) gives them too, at the FMA rate: the
+ * matmuls take it (qt_bf16_mm_path) where VDPBF16PS is not the faster instruction.
  * A row's result does not depend on the other rows (as matmul.h), so expert-parallel and
  * split batches keep the bits.
  * Not thread-safe: the vector paths pack panels into one static module buffer.
@@ -49,8 +51,15 @@ void qt_bf16_matmul_bwd_data(float *dx, const qt_bf16 *dy, const qt_bf16 *w, int
 void qt_bf16_matmul_wgrad(float *dw, const qt_bf16 *dy, const qt_bf16 *x, int64_t M,
                           int64_t N, int64_t K);
 
-/* The same on a chosen path (QT_BF16_PATH_REF / _EMUL / _INSN of bf16.h), for the tests and
- * the bench: return 0, or -1 (nothing written) when this build lacks the path. */
+/* The path the firmware's bf16 matmuls take (bf16_matmul_canon.h's and the bf16 expert
+ * FFN's too): QT_BF16_PATH_INSN on AMD CPUs when built with it (Zen 5 issues VDPBF16PS at
+ * twice the fp32 FMA rate), else QT_BF16_PATH_WIDE when built (AVX-512F/BW/VL: Intel's
+ * VDPBF16PS runs at half the FMA rate, measured in docs/bench.md), else qt_bf16_path().
+ * Every path gives the same bits, so the choice moves time only. */
+int qt_bf16_mm_path(void);
+
+/* The same on a chosen path (QT_BF16_PATH_REF / _EMUL / _INSN / _WIDE of bf16.h), for the
+ * tests and the bench: return 0, or -1 (nothing written) when this build lacks the path. */
 int qt_bf16_matmul_fwd_on(int path, float *y, const qt_bf16 *x, const qt_bf16 *w, int64_t M,
                           int64_t N, int64_t K);
 int qt_bf16_matmul_bwd_data_on(int path, float *dx, const qt_bf16 *dy, const qt_bf16 *w,

@@ -81,14 +81,14 @@ int qt_bf16_matmul_canon_bwd_data_on(int path, float *out, const qt_bf16 *dy,
 void qt_bf16_matmul_canon_fwd(float *out, const qt_bf16 *x, const qt_bf16 *w, int64_t M,
                               int64_t N, int64_t K, int64_t nseg, int64_t nb, float *scratch)
 {
-    qt_bf16_matmul_canon_fwd_on(qt_bf16_path(), out, x, w, M, N, K, nseg, nb, scratch);
+    qt_bf16_matmul_canon_fwd_on(qt_bf16_mm_path(), out, x, w, M, N, K, nseg, nb, scratch);
 }
 
 void qt_bf16_matmul_canon_bwd_data(float *out, const qt_bf16 *dy, const qt_bf16 *w, int64_t M,
                                    int64_t N, int64_t K, int64_t nseg, int64_t nb,
                                    float *scratch)
 {
-    qt_bf16_matmul_canon_bwd_data_on(qt_bf16_path(), out, dy, w, M, N, K, nseg, nb, scratch);
+    qt_bf16_matmul_canon_bwd_data_on(qt_bf16_mm_path(), out, dy, w, M, N, K, nseg, nb, scratch);
 }
 
 void qt_bf16_matmul_canon_fwd_ref(float *out, const qt_bf16 *x, const qt_bf16 *w, int64_t M,

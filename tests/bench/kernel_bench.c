@@ -461,16 +461,26 @@ static void qt_kb_bf16_shape(const char *name, int64_t M, int64_t N, int64_t K)
     free(a.x), free(a.w), free(a.dy), free(a.y), free(a.dx), free(a.dw);
 }
 
+/* The peak of the instruction the bf16 matmuls' path (qt_bf16_mm_path) issues: VDPBF16PS's,
+ * or the fp32 FMA's for the emulations (the wide one runs on 16-lane FMAs). */
+static double qt_kb_bf16_path_peak(void)
+{
+    return qt_bf16_mm_path() == QT_BF16_PATH_INSN && qt_kb_peak_bf16 > 0 ? qt_kb_peak_bf16
+                                                                         : qt_kb_peak;
+}
+
 static void qt_kb_bf16_matmuls(void)
 {
     char title[256];
+    const int path = qt_bf16_mm_path();
     snprintf(title, sizeof title, "bf16 matmul (kernels/bf16_matmul.h, %s path; bf16 operands, "
              "fp32 out; %% of the %s peak, %.1f GFLOP/s)",
-             qt_bf16_path() == QT_BF16_PATH_INSN ? "VDPBF16PS" : "AVX2 emulation",
-             qt_kb_peak_bf16 > 0 ? "bf16" : "fp32 (no AVX512_BF16 in this build)",
-             qt_kb_peak_bf16 > 0 ? qt_kb_peak_bf16 : qt_kb_peak);
+             path == QT_BF16_PATH_INSN   ? "VDPBF16PS"
+             : path == QT_BF16_PATH_WIDE ? "AVX-512 wide emulation"
+                                         : "AVX2 emulation",
+             path == QT_BF16_PATH_INSN ? "VDPBF16PS" : "fp32 FMA", qt_kb_bf16_path_peak());
     qt_kb_header(title);
-    qt_kb_peak_row = qt_kb_peak_bf16;
+    qt_kb_peak_row = qt_kb_bf16_path_peak();
     qt_kb_bf16_shape("bf16 attn q_proj (+gate)", 4096, 16 * 256 * 2, 2048);
     qt_kb_bf16_shape("bf16 attn o_proj / out_proj", 4096, 2048, 4096);
     qt_kb_bf16_shape("bf16 shared expert down", 4096, 2048, 512);
@@ -663,7 +673,8 @@ static void qt_kb_ffn16_wgrad(void *p)
                              a->wd16, a->scratch, a->T, a->k, a->E, a->d, a->f, a->wscr_n);
 }
 
-/* bf16 rows of the expert FFN: operands rounded from the fp32 ones, % of the bf16 peak;
+/* bf16 rows of the expert FFN: operands rounded from the fp32 ones, % of the peak of the
+ * bf16 matmuls' instruction (qt_kb_bf16_path_peak);
  * bytes counted at 2 per bf16 element. */
 static void qt_kb_expert_ffn16(qt_kb_ffn *a, double fl)
 {
@@ -679,7 +690,7 @@ static void qt_kb_expert_ffn16(qt_kb_ffn *a, double fl)
     const double wb = 2.0 * (double)(a->E * 3 * f * d), xb = 2.0 * (double)(a->T * d),
                  rb = 2.0 * (double)(rows * d), gb = 2.0 * (double)(rows * 2 * f);
     const char *shape = "T4096 k10 E16 2048/512";
-    qt_kb_peak_row = qt_kb_peak_bf16;
+    qt_kb_peak_row = qt_kb_bf16_path_peak();
     qt_kb_row("bf16 expert FFN", shape, "fwd", fl, xb + wb + 2 * rb + gb,
               qt_kb_run(qt_kb_ffn16_fwd, a), "-");
     qt_kb_row("bf16 expert FFN", shape, "bwd_data", fl, rb + gb + wb + 4 * xb + gb,

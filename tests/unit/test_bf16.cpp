@@ -141,6 +141,11 @@ TEST(Bf16, CheckPasses)
     printf("\n  bf16 path of this build: %s",
            qt_bf16_path() == QT_BF16_PATH_INSN ? "VDPBF16PS" :
            qt_bf16_path() == QT_BF16_PATH_EMUL ? "AVX2 emulation" : "scalar");
+    printf("\n  bf16 matmul path on this CPU: %s",
+           qt_bf16_mm_path() == QT_BF16_PATH_INSN   ? "VDPBF16PS"
+           : qt_bf16_mm_path() == QT_BF16_PATH_WIDE ? "AVX-512 wide emulation"
+           : qt_bf16_mm_path() == QT_BF16_PATH_EMUL ? "AVX2 emulation"
+                                                    : "scalar");
 }
 
 namespace {
@@ -374,13 +379,14 @@ std::vector<float> mm_paths(const char *name, mm_fn fn, const std::vector<float>
 {
     std::vector<float> ref(init);
     CHECK_EQUAL(0, fn(QT_BF16_PATH_REF, ref.data(), a.data(), b.data(), M, N, K));
-    const int paths[2] = {QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN};
-    for (int pi = 0; pi < 2; pi++) {
+    const int paths[3] = {QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN, QT_BF16_PATH_WIDE};
+    const char *names[3] = {"AVX2 emulation", "VDPBF16PS", "AVX-512 wide emulation"};
+    for (int pi = 0; pi < 3; pi++) {
         std::vector<float> got(init);
         if (fn(paths[pi], got.data(), a.data(), b.data(), M, N, K) != 0) continue;
         char what[128];
         snprintf(what, sizeof what, "%s %lldx%lldx%lld %s", name, (long long)M, (long long)N,
-                 (long long)K, pi ? "VDPBF16PS" : "AVX2 emulation");
+                 (long long)K, names[pi]);
         CHECK_EQUAL(0, diff_bits(what, got, ref));
     }
     return ref;
@@ -468,8 +474,9 @@ TEST(Bf16, MatmulPairOrder)
     const qt_bf16 x[4] = {qt_bf16_from_f32(1.0f), 0, qt_bf16_from_f32(0x1p-24f),
                           qt_bf16_from_f32(0x1.8p-24f)};
     const qt_bf16 w[4] = {0x3f80, 0x3f80, 0x3f80, 0x3f80};
-    const int paths[3] = {QT_BF16_PATH_REF, QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN};
-    for (int p = 0; p < 3; p++) {
+    const int paths[4] = {QT_BF16_PATH_REF, QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN,
+                          QT_BF16_PATH_WIDE};
+    for (int p = 0; p < 4; p++) {
         float y = -1.0f;
         if (qt_bf16_matmul_fwd_on(paths[p], &y, x, w, 1, 1, 4) != 0) continue;
         LONGS_EQUAL(bits(1.0f + 0x1p-22f), bits(y));

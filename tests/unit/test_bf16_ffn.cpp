@@ -102,8 +102,8 @@ int diffb(const char *what, const qt_bf16 *got, const qt_bf16 *want, size_t n)
     return 0;
 }
 
-const int PATHS[3] = {QT_BF16_PATH_REF, QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN};
-const char *PATH_NAME[3] = {"ref", "emul", "insn"};
+const int PATHS[4] = {QT_BF16_PATH_REF, QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN, QT_BF16_PATH_WIDE};
+const char *PATH_NAME[4] = {"ref", "emul", "insn", "wide"};
 
 // ---------------------------------------------------------------- canonical matmuls
 // Independent canonical references: block j = slice j of every segment, one chain over the
@@ -192,7 +192,7 @@ void canon_case(int64_t M, int64_t N, int64_t K, int64_t nseg, int64_t nb, uint6
     const vf rf = canon_fwd_ref(x, w, M, N, K, nseg, nb);
     const vf rbw = canon_bwd_ref(dy, wb, M, K, N, nseg, nb);
     const size_t no = (size_t)(M * N);
-    for (int pi = 0; pi < 3; pi++) {
+    for (int pi = 0; pi < 4; pi++) {
         vf of(no, -3.0f), ob(no, 5.0f);
         if (qt_bf16_matmul_canon_fwd_on(PATHS[pi], of.data(), x.data(), w.data(), M, N, K, nseg,
                                         nb, sf.data()) != 0) continue;
@@ -423,19 +423,19 @@ void ffn_case(int64_t T, int64_t k, int64_t E, int64_t d, int64_t f, int64_t nb,
     ref_bwd(c, rgu, nb, rdx, rdgu);
     ref_wgrad(c, rgu, rdgu, rdwg, rdwd);
     for (const Sizes &sz : scratch_sizes(c, nb))
-        for (int pi = 0; pi < 4; pi++) { // the three paths, then the build's default
+        for (int pi = 0; pi < 5; pi++) { // the four paths, then the build's default
             snprintf(what, sizeof what,
                      "ffn T%lld k%lld E%lld d%lld f%lld nb%lld scratch %lld/%lld/%lld %s",
                      (long long)T, (long long)k, (long long)E, (long long)d, (long long)f,
                      (long long)nb, (long long)sz.fwd, (long long)sz.bwd, (long long)sz.wgrad,
-                     pi < 3 ? PATH_NAME[pi] : "default");
-            const int path = pi < 3 ? PATHS[pi] : qt_bf16_path();
+                     pi < 4 ? PATH_NAME[pi] : "default");
+            const int path = pi < 4 ? PATHS[pi] : qt_bf16_mm_path();
             if (!qt_bf16_path_built(path)) continue;
             vf sc((size_t)(sz.fwd > sz.bwd ? sz.fwd : sz.bwd) + (size_t)sz.wgrad), y((size_t)(T * k * d), -7.0f), dx(c.dx0);
             vb gu((size_t)(T * k * 2 * f), 0x7777), dgu((size_t)(T * k * 2 * f), 0x7777);
             vf dwg((size_t)(E * 2 * f * d), 9.0f), dwd((size_t)(E * d * f), 9.0f);
             vf dwg2(dwg), dwd2(dwd);
-            if (pi < 3) {
+            if (pi < 4) {
                 CHECK_EQUAL(0, qt_bf16_expert_ffn_fwd_on(path, y.data(), gu.data(), c.x.data(), c.idx.data(), c.wgu.data(), c.wdn.data(), sc.data(), T, k, E, d, f, sz.fwd, nb));
                 CHECK_EQUAL(0, qt_bf16_expert_ffn_bwd_on(path, dx.data(), dgu.data(), c.dy.data(), c.idx.data(), gu.data(), c.wgu.data(), c.wdn.data(), sc.data(), T, k, E, d, f, sz.bwd, nb));
                 CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_on(path, dwg.data(), dwd.data(), c.dy.data(), c.x.data(), c.idx.data(), gu.data(), dgu.data(), c.wdn.data(), sc.data(), T, k, E, d, f, sz.wgrad));

@@ -240,14 +240,15 @@ int mm_case(const MmCase &c, int path, Worst w3[3])
 // (b) + (c) on every case and every path this build has (the firmware's own path included).
 TEST(GoldBf16, MatmulsAgainstTorch)
 {
-    const int paths[3] = {QT_BF16_PATH_REF, QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN};
+    const int paths[4] = {QT_BF16_PATH_REF, QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN,
+                          QT_BF16_PATH_WIDE};
     const char *kn[3] = {"fwd", "bwd_data", "wgrad"};
     int ran_firmware_path = 0;
     for (const MmCase &c : MM_CASES) {
-        for (int p = 0; p < 3; p++) {
+        for (int p = 0; p < 4; p++) {
             Worst w3[3];
             if (mm_case(c, paths[p], w3) != 0) continue;
-            ran_firmware_path |= paths[p] == qt_bf16_path();
+            ran_firmware_path |= paths[p] == qt_bf16_mm_path();
             if (report())
                 for (int k = 0; k < 3; k++)
                     printf("\nbf16 gold %s %s path %d: f64 max|err|/bound %.3g "
