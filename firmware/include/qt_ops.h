@@ -51,6 +51,7 @@
 #define QT_OPS_H
 
 #include "qt_plan.h"
+#include "qt_leaf_carry.h"
 
 #define QT_OPF_WGRAD 0x1u
 #define QT_OPF_MOVED 0x2u  /* configgen only (schedule/overlap.c): a PARAM_GATHER issued one
@@ -146,6 +147,9 @@ typedef struct qt_step_state qt_step_state;
  * QT_OPP_WGRAD_WRITES in the kind's props the caller has zeroed them and the wrapper
  * accumulates; with it the caller has not, and the wrapper writes every element with the
  * bits accumulating into zeros would give ((+0) + sum, +0 where nothing contributes).
+ * A writing wrapper may also find, in ctx->wgrad_epi, the leaf-tree carry of an odd leaf
+ * offered per slot (qt_leaf_carry.h): applying it stores the pushed tree level instead of
+ * dw[k] (and sets done[k]); ignoring it is always correct.
  * `step` runs a step-schedule op and returns 0 or a negative QT_E_* code (qt_err.h);
  * collectives can fail (a silent peer). `check` (CHECK kinds) is called once per op of the
  * plan at start-up, before anything runs: 0 when the op fits the plan and the kernel's

@@ -495,6 +495,8 @@ typedef struct qt_ctx {
     int32_t coord[QT_MESH_COUNT];  /* this rank's coordinate on each mesh axis */
     int *status;                   /* NULL or where a failing op stores its QT_E_* code */
     const struct qt_stage_map *stage; /* NULL, or (bf16 boundary) tensors widened to fp32 */
+    struct qt_wgrad_epi *wgrad_epi;   /* NULL, or (WGRAD calls) the leaf-tree carry offered to
+                                       * the wrapper (qt_leaf_carry.h) */
 } qt_ctx;
 
 /* The tensors of one op that the bf16 boundary (runtime/interp_bf16.c) widened into the

@@ -8,6 +8,9 @@
  *    changes bits. The accumulating variants keep partials in a static tile and add into the
  *    destination only after the last block (dst = dst + acc, once); the writing weight
  *    gradient (dst = (+0) + acc) keeps them in dst itself, as the forward does in y.
+ * The writing weight gradient can finish each element with the leaf-tree carry of
+ * qt_leaf_carry.h in the tile epilogue (add 3): the pushed tree level is stored directly,
+ * with the additions of qt_tree_push in its order, and the leaf itself is never stored.
  * The canonical-block contractions of matmul_canon.h (contraction up to 2048) run here tile
  * by tile: each block's chain in registers, the pairwise tree merged in the tile's epilogue
  * through a small stack (same bits as the copying form there; qt_mm_canon_panel says why).
@@ -87,6 +90,7 @@ typedef __m512 qt_vec;
 #define QT_VZERO() _mm512_setzero_ps()
 #define QT_VLOAD(p) _mm512_loadu_ps(p)
 #define QT_VSTORE(p, v) _mm512_storeu_ps((p), (v))
+#define QT_VSTREAM(p, v) _mm512_stream_ps((p), (v)) /* p 64-byte aligned */
 #define QT_VBCAST(s) _mm512_set1_ps(s)
 #define QT_VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define QT_VADD(a, b) _mm512_add_ps((a), (b))
@@ -97,6 +101,7 @@ typedef __m256 qt_vec;
 #define QT_VZERO() _mm256_setzero_ps()
 #define QT_VLOAD(p) _mm256_loadu_ps(p)
 #define QT_VSTORE(p, v) _mm256_storeu_ps((p), (v))
+#define QT_VSTREAM(p, v) _mm256_stream_ps((p), (v)) /* p 32-byte aligned */
 #define QT_VBCAST(s) _mm256_set1_ps(s)
 #define QT_VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define QT_VADD(a, b) _mm256_add_ps((a), (b))
@@ -182,14 +187,20 @@ qt_mm_chain(qt_vec acc[QT_MM_MR][2], const float *ap, int64_t sai, int64_t sap, 
 
 /* One tile of mr <= MR rows by nr <= NR columns over kc contraction steps, mr a compile-time
  * constant after inlining (so the accumulators stay in registers for every edge height).
- * acc starts from cin (ld ldi, NULL: +0), then out = acc (add 0), out = out + acc (add 1) or
- * out = (+0) + acc (add 2: what add 1 gives on a zeroed out, without reading it).
+ * acc starts from cin (ld ldi, NULL: +0), then out = acc (add 0), out = out + acc (add 1),
+ * out = (+0) + acc (add 2: what add 1 gives on a zeroed out, without reading it) or, add 3,
+ * the leaf-tree carry of that value (qt_leaf_carry.h): v = (+0) + acc, v = add[l][e] + v for
+ * l = 0..n-1, out = v, e the element's offset from cy->dst (out lies in cy->dst; the
+ * addends have its layout) - the additions of qt_tree_push on the stored leaf, in its order.
+ * The addends' lines are prefetched before the chain runs (in the epilogue their misses
+ * would stall it); add 4 is add 3 with full, aligned rows stored non-temporally when out
+ * was not read (no cin): the caller fences.
  * a(i,p) = ap[i*sai + p*sap] (packed micro-panel: sai 1, sap MR); b(p, jj) = bp[p*ldb + jj], and when
  * nr < NR the strip is a zero-padded packed one (ldb = NR), so full-width loads are safe. */
 static inline __attribute__((always_inline)) void
 qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, const float *ap,
              int64_t sai, int64_t sap, const float *bp, int64_t ldb, int64_t kc, const int mr, int nr,
-             const int nv, const float *mrg, int nmrg)
+             const int nv, const float *mrg, int nmrg, const qt_leaf_carry *cy)
 {
     qt_vec acc[QT_MM_MR][2];
     if (cin && nr == QT_MM_NR) {
@@ -211,6 +222,13 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = QT_VZERO();
     }
 
+    if (add >= 3) /* the carry's addends: fetched while the chain runs */
+        for (int i = 0; i < mr; i++)
+            for (int l = 0; l < cy->n; l++) {
+                const float *t = cy->add[l] + (out - cy->dst) + i * ldo;
+                _mm_prefetch((const char *)t, _MM_HINT_T0);
+                _mm_prefetch((const char *)(t + nr - 1), _MM_HINT_T0);
+            }
     qt_mm_chain(acc, ap, sai, sap, bp, ldb, kc, mr, nv);
     for (int k = nmrg - 1; k >= 0; k--) { /* the canonical tree: earlier subtotals on the left */
         const float *t = mrg + k * QT_MM_MR * QT_MM_NR;
@@ -228,6 +246,20 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
             if (add == 1) {
                 QT_VSTORE(o, QT_VADD(QT_VLOAD(o), acc[i][0]));
                 QT_VSTORE(o + QT_MM_VW, QT_VADD(QT_VLOAD(o + QT_MM_VW), acc[i][1]));
+            } else if (add >= 3) {
+                qt_vec v0 = QT_VADD(QT_VZERO(), acc[i][0]), v1 = QT_VADD(QT_VZERO(), acc[i][1]);
+                const int64_t e = o - cy->dst;
+                for (int l = 0; l < cy->n; l++) {
+                    v0 = QT_VADD(QT_VLOAD(cy->add[l] + e), v0);
+                    v1 = QT_VADD(QT_VLOAD(cy->add[l] + e + QT_MM_VW), v1);
+                }
+                if (add == 4 && !cin && !((uintptr_t)o & (4 * QT_MM_VW - 1))) {
+                    QT_VSTREAM(o, v0);
+                    QT_VSTREAM(o + QT_MM_VW, v1);
+                } else {
+                    QT_VSTORE(o, v0);
+                    QT_VSTORE(o + QT_MM_VW, v1);
+                }
             } else if (add == 2) {
                 QT_VSTORE(o, QT_VADD(QT_VZERO(), acc[i][0]));
                 QT_VSTORE(o + QT_MM_VW, QT_VADD(QT_VZERO(), acc[i][1]));
@@ -244,7 +276,10 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
             float *o = out + i * ldo;
             for (int j = 0; j < nr; j++) {
                 const float e = qt_mm.edge[i * QT_MM_NR + j];
-                o[j] = add == 1 ? o[j] + e : add == 2 ? 0.0f + e : e;
+                float v = add == 1 ? o[j] + e : add >= 2 ? 0.0f + e : e;
+                if (add >= 3)
+                    for (int l = 0; l < cy->n; l++) v = cy->add[l][(o - cy->dst) + j] + v;
+                o[j] = v;
             }
         }
     }
@@ -254,13 +289,16 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
  * its own register-resident kernel. */
 static void qt_mm_tile_m(float *out, int64_t ldo, int add, const float *cin, int64_t ldi,
                          const float *ap, int64_t sai, int64_t sap, const float *bp, int64_t ldb,
-                         int64_t kc, int mr, int nr, const float *mrg, int nmrg)
+                         int64_t kc, int mr, int nr, const float *mrg, int nmrg,
+                         const qt_leaf_carry *cy)
 {
 #define QT_MM_CASE(h)                                                                         \
     case h:                                                                                   \
         if (nr <= QT_MM_VW)                                                                   \
-            qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 1, mrg, nmrg); \
-        else qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 2, mrg, nmrg); \
+            qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 1, mrg, nmrg, \
+                         cy);                                                                 \
+        else qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 2, mrg,   \
+                          nmrg, cy);                                                          \
         break;
     switch (mr) {
     QT_MM_CASE(1) QT_MM_CASE(2) QT_MM_CASE(3) QT_MM_CASE(4) QT_MM_CASE(5) QT_MM_CASE(6)
@@ -276,7 +314,7 @@ static inline void qt_mm_tile(float *out, int64_t ldo, int add, const float *cin
                               const float *ap, int64_t sai, int64_t sap, const float *bp,
                               int64_t ldb, int64_t kc, int mr, int nr)
 {
-    qt_mm_tile_m(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, mr, nr, 0, 0);
+    qt_mm_tile_m(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, mr, nr, 0, 0, 0);
 }
 
 /* Height of the row tile that starts rem rows before the end: MR, except that a remainder
@@ -486,10 +524,15 @@ static void qt_mm_acc_full(float *c, int64_t ldc, const float *a, int64_t lda, c
  * chains between contraction blocks (a stored float reloads exactly), as y does in the
  * forward, so the loop order is the forward's with wide panels: each B block is packed once
  * for all rows (the accumulating order repacks it for every MC rows) and each A block once
- * per 1024 columns, and no partial tile buffer is needed. */
+ * per 1024 columns, and no partial tile buffer is needed. With a leaf-tree carry cy (C =
+ * cy->dst, ldc its row length) the last block's tiles store the carry of (+0) + sum instead
+ * (add 3, or 4: streamed where possible, when the caller asks and fences); the partial
+ * chains before it wait in cy->dst, which is free until then. */
 static void qt_mm_write_opt(float *c, int64_t ldc, const float *a, int64_t sai, int64_t sap,
-                            const float *b, int64_t sbp, int64_t I, int64_t J, int64_t P)
+                            const float *b, int64_t sbp, int64_t I, int64_t J, int64_t P,
+                            const qt_leaf_carry *cy, int stream)
 {
+    const int fin = cy ? 3 + (stream != 0) : 2;
     for (int64_t jc = 0; jc < J; jc += QT_MM_NCW) {
         const int64_t nc = qt_mm_min(QT_MM_NCW, J - jc);
         for (int64_t pc = 0; pc < P; pc += QT_MM_KC) {
@@ -508,8 +551,9 @@ static void qt_mm_write_opt(float *c, int64_t ldc, const float *a, int64_t sai, 
                     for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
                         const int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
                         float *o = c + (ic + ir) * ldc + jc + s * QT_MM_NR;
-                        qt_mm_tile(o, ldc, last ? 2 : 0, pc ? o : 0, ldc, ap, tsi, tsp,
-                                   qt_mm.bfull + s * kc * QT_MM_NR, QT_MM_NR, kc, mr, nr);
+                        qt_mm_tile_m(o, ldc, last ? fin : 0, pc ? o : 0, ldc, ap, tsi, tsp,
+                                     qt_mm.bfull + s * kc * QT_MM_NR, QT_MM_NR, kc, mr, nr, 0, 0,
+                                     last ? cy : 0);
                     }
                 }
             }
@@ -552,11 +596,11 @@ static void qt_mm_canon_panel(float *out, int64_t ldo, const float *a, int64_t l
                                    QT_MM_NR, sl, mr, QT_MM_NR);
                     else if (j + 1 < nb)
                         qt_mm_tile_m(pj - nm * tile, QT_MM_NR, 0, g ? pj : 0, QT_MM_NR, ap, lda,
-                                     1, bp, QT_MM_NR, sl, mr, QT_MM_NR, pj - nm * tile, nm);
+                                     1, bp, QT_MM_NR, sl, mr, QT_MM_NR, pj - nm * tile, nm, 0);
                     else
                         qt_mm_tile_m(out + ir * ldo + s * QT_MM_NR, ldo, plus_zero ? 2 : 0,
                                      g ? pj : 0, QT_MM_NR, ap, lda, 1, bp, QT_MM_NR, sl, mr, nr,
-                                     pj - nm * tile, nm);
+                                     pj - nm * tile, nm, 0);
                 }
                 depth = depth - nm + 1;
             }
@@ -676,9 +720,41 @@ void QT_FN(qt_matmul_wgrad_write)(qt_real *dw, const qt_real *dy, const qt_real 
         for (int64_t i = 0; i < N * K; i++) dw[i] = 0.0f + 0.0f;
         return;
     }
-    qt_mm_write_opt(dw, K, dy, 1, N, x, K, N, K, M);
+    qt_mm_write_opt(dw, K, dy, 1, N, x, K, N, K, M, 0, 0);
 #else
     for (int64_t i = 0; i < N * K; i++) dw[i] = 0;
     QT_FN(qt_matmul_wgrad)(dw, dy, x, M, N, K);
 #endif
 }
+
+#ifndef QT_REAL_DOUBLE
+/* Carries of weights of 2^19 floats (2 MiB) or more are stored non-temporally, as tree.c
+ * streams its large carries: the level is read again only by a later leaf's carry or the
+ * step's total, after at least one more leaf of the weight has passed through the caches,
+ * so a cached store would mostly add the read for ownership. Smaller carries can still be
+ * in the cache then. Same values either way; measured (kernel_bench carry, the bench plan's
+ * weights) within noise of streaming always or never. */
+#define QT_MM_CARRY_STREAM (1 << 19)
+int qt_matmul_wgrad_write_carry(const qt_leaf_carry *cy, const float *dy, const float *x,
+                                int64_t M, int64_t N, int64_t K)
+{
+#ifdef QT_MM_OPT
+    if (!cy || cy->n < 1 || cy->n > QT_LEAF_CARRY_MAX) return 0;
+    if (M == 0) { /* empty contraction: the leaf is (+0) + (+0) everywhere */
+        for (int64_t e = 0; e < N * K; e++) {
+            float v = 0.0f + 0.0f;
+            for (int l = 0; l < cy->n; l++) v = cy->add[l][e] + v;
+            cy->dst[e] = v;
+        }
+        return 1;
+    }
+    const int stream = N * K >= QT_MM_CARRY_STREAM;
+    qt_mm_write_opt(cy->dst, K, dy, 1, N, x, K, N, K, M, cy, stream);
+    if (stream) _mm_sfence(); /* the streamed stores are ordered before what follows */
+    return 1;
+#else
+    (void)cy, (void)dy, (void)x, (void)M, (void)N, (void)K;
+    return 0;
+#endif
+}
+#endif

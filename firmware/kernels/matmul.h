@@ -13,6 +13,7 @@
 #define QT_KERNEL_MATMUL_H
 
 #include <stdint.h>
+#include "qt_leaf_carry.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,6 +47,15 @@ void qt_matmul_wgrad_write(float *dw, const float *dy, const float *x, int64_t M
                            int64_t K);
 void qt_matmul_wgrad_write_f64(double *dw, const double *dy, const double *x, int64_t M,
                                int64_t N, int64_t K);
+/* The writing weight gradient with a leaf-tree carry in its epilogue (qt_leaf_carry.h):
+ * for every element e of dW[N,K], as soon as r = (+0) + sum_m dy[m,n] x[m,k] is final,
+ * cy->dst[e] = cy->add[n-1][e] + (... + (cy->add[0][e] + r)) - the bits of
+ * qt_matmul_wgrad_write into a buffer and qt_tree_push of it. Reads cy->add[l][0, N*K),
+ * writes cy->dst[0, N*K) (also its partial sums before that when M > 256: it must overlap
+ * no addend and no input). Returns 1; returns 0 and touches nothing when the optimised path
+ * is not built or cy has no addends (then write the leaf and push it). Float only. */
+int qt_matmul_wgrad_write_carry(const qt_leaf_carry *cy, const float *dy, const float *x,
+                                int64_t M, int64_t N, int64_t K);
 
 /* Scalar references with the same contract (used by the tests for bit identity). */
 void qt_matmul_fwd_ref(float *y, const float *x, const float *w, int64_t M, int64_t N,

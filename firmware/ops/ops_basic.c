@@ -185,7 +185,9 @@ void qt_op_all_reduce(const qt_op *op, const qt_ctx *ctx)
                      (unsigned)QT_A(op, ALL_REDUCE, mask));
 }
 
-/* MATMUL_WGRAD: t0 dy, t1 x; a1 N, a2 K, a3 rows per sequence. Writes dw[0] (QT_OPP_WGRAD_WRITES). */
+/* MATMUL_WGRAD: t0 dy, t1 x; a1 N, a2 K, a3 rows per sequence. Writes dw[0] (QT_OPP_WGRAD_WRITES),
+ * or, fp32, when ctx->wgrad_epi offers slot 0 a leaf-tree carry, stores that carry in the
+ * kernel's epilogue instead (dw[0] untouched, done[0] set; qt_leaf_carry.h). */
 void qt_op_matmul_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     if (ctx->plan->dtype == QT_BF16) {
@@ -194,8 +196,14 @@ void qt_op_matmul_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *
     }
     int64_t N = QT_A(op, MATMUL_WGRAD, N), K = QT_A(op, MATMUL_WGRAD, K),
             rps = QT_A(op, MATMUL_WGRAD, seq_rows);
-    qt_matmul_wgrad_write(dw[0], qt_f32(ctx, QT_T(op, MATMUL_WGRAD, dy)) + seq * rps * N,
-                          qt_f32(ctx, QT_T(op, MATMUL_WGRAD, x)) + seq * rps * K, rps, N, K);
+    const float *dy = qt_f32(ctx, QT_T(op, MATMUL_WGRAD, dy)) + seq * rps * N,
+                *x = qt_f32(ctx, QT_T(op, MATMUL_WGRAD, x)) + seq * rps * K;
+    qt_wgrad_epi *epi = ctx->wgrad_epi;
+    if (epi && epi->carry[0] && qt_matmul_wgrad_write_carry(epi->carry[0], dy, x, rps, N, K)) {
+        epi->done[0] = 1;
+        return;
+    }
+    qt_matmul_wgrad_write(dw[0], dy, x, rps, N, K);
 }
 
 /* SWIGLU_FWD: t0 h, t1 a, t2 u; a0 n. */

@@ -4,7 +4,9 @@
  * the sequences of a weight gradient, the collectives in flight are progressed:
  * qt_coll_progress, docs/overlap.md); per-sequence weight
  * gradients are reduced only through qt_tree (never summed across sequences by a kernel),
- * so gradient bits depend only on the leaves and their count, not on the batch split.
+ * so gradient bits depend only on the leaves and their count, not on the batch split; an
+ * odd leaf of a writing kind is offered to its wrapper as a carry (qt_tree_carry), which
+ * the kernel stores in its epilogue with qt_tree_push's additions, else it is pushed here.
  * No heap: the level pointer table lives on the stack with a fixed bound.
  */
 #include <string.h>
@@ -206,6 +208,22 @@ static void qt_interp_progress(const qt_ctx *ctx)
     if (rc && ctx->status && !*ctx->status) *ctx->status = rc;
 }
 
+/* Offers the wrapper of a writing kind the carry of odd leaf `leaf` (qt_leaf_carry.h) for
+ * each of its parameters (pb may be NULL): wctx->wgrad_epi = epi, or NULL when there is
+ * nothing to offer (an even leaf, which the kernel writes into level 0 itself, or a kind
+ * that accumulates into a zeroed leaf). The wrapper marks what it applied in epi->done. */
+static void qt_interp_offer_carry(float *const *levels, const qt_param *pa, const qt_param *pb,
+                                  int64_t leaf, int writes, qt_leaf_carry cy[2],
+                                  qt_wgrad_epi *epi, qt_ctx *wctx)
+{
+    memset(epi, 0, sizeof *epi);
+    wctx->wgrad_epi = NULL;
+    if (!writes || !qt_tree_carry(levels, pa->leaf_offset, leaf, &cy[0])) return;
+    epi->carry[0] = &cy[0];
+    if (pb && qt_tree_carry(levels, pb->leaf_offset, leaf, &cy[1])) epi->carry[1] = &cy[1];
+    wctx->wgrad_epi = epi;
+}
+
 static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, const qt_op *op,
                             const qt_ctx *ctx, int64_t mb)
 {
@@ -229,7 +247,10 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
         /* one tree over the step's leaves, or one per microbatch */
         int64_t leaf = p->n_mb_levels > 0 ? s : mb * per_mb + s;
         float *dw[2] = {NULL, NULL};
+        qt_leaf_carry cy[2];
+        qt_wgrad_epi epi;
         if (prof) t0 = qt_interp_now();
+        qt_interp_offer_carry(levels, pa, pb, leaf, writes, cy, &epi, &wctx);
         dw[0] = qt_tree_leaf_dest(levels, pa->leaf_offset, scratch, leaf);
         if (!writes) memset(dw[0], 0, (size_t)pa->numel * sizeof(float));
         if (pb) {
@@ -241,8 +262,10 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
         table[op->kind].wgrad(op, &wctx, s, dw);
         qt_interp_progress(ctx);
         if (prof) t2 = qt_interp_now();
-        qt_tree_push(levels, pa->leaf_offset, pa->numel, scratch, leaf);
-        if (pb) qt_tree_push(levels, pb->leaf_offset, pb->numel, scratch + pa->numel, leaf);
+        /* a leaf whose carry the kernel stored is in the tree already */
+        if (!epi.done[0]) qt_tree_push(levels, pa->leaf_offset, pa->numel, scratch, leaf);
+        if (pb && !epi.done[1])
+            qt_tree_push(levels, pb->leaf_offset, pb->numel, scratch + pa->numel, leaf);
         if (prof) {
             double t3 = qt_interp_now();
             prof->leaf_zero_s += t1 - t0;

@@ -26,7 +26,8 @@ void qt_interp_run_init(const qt_ctx *ctx, const qt_kernel_entry *table);
  * already be filled). Plain ops call table[kind].run. WGRAD ops call table[kind].wgrad
  * once per sequence s, into zeroed leaf buffers, and push leaf mb*micro_batch + s into the
  * trees of the op's parameters (tree levels and leaf scratch regions of the arena, the
- * parameter at its leaf_offset). STEP ops (per-layer reduction plans only) call
+ * parameter at its leaf_offset; an odd leaf of a writing kind is offered to the wrapper
+ * as a carry, ctx->wgrad_epi, which the kernel may store itself: qt_tree_carry). STEP ops (per-layer reduction plans only) call
  * table[kind].step with *st (st->mb = mb, set by the caller). An op that fails (a
  * collective) stores its code in *ctx->status; the walk then stops. */
 void qt_interp_run_microbatch(const qt_ctx *ctx, const qt_kernel_entry *table, int64_t mb,

@@ -8,12 +8,15 @@
  * (earlier) level on the left. So the result is a fixed function of the leaves and their
  * count N only: it does not depend on how N was split into microbatches.
  * The total ends in the top level (index bit length of N minus 1), which plans use as the
- * gradient region itself.
+ * gradient region itself. An odd leaf is pushed either by qt_tree_push from a scratch copy
+ * or, for writing weight-gradient kernels, by the kernel's own epilogue (qt_tree_carry):
+ * the same additions in the same order, so the same bits.
  */
 #ifndef QT_TREE_H
 #define QT_TREE_H
 
 #include <stdint.h>
+#include "qt_leaf_carry.h"
 
 /* Where leaf `leaf` of a parameter must be computed (zeroed first by the caller): level 0
  * itself for even leaves (level 0 is free then), else the scratch buffer `scratch`.
@@ -26,6 +29,14 @@ float *qt_tree_leaf_dest(float *const *levels, int64_t off, float *scratch, int6
  * `leaf` (levels below t are free afterwards and keep stale values). */
 void qt_tree_push(float *const *levels, int64_t off, int64_t n, const float *scratch,
                   int64_t leaf);
+
+/* The push of odd leaf `leaf` as a carry for a writing kernel's epilogue (qt_leaf_carry.h):
+ * cy->add[l] = levels[l] + off for l < t, cy->dst = levels[t] + off, cy->n = t, t = number
+ * of trailing ones of `leaf` - the levels qt_tree_push would read and write, so storing
+ * cy's value for the leaf r gives qt_tree_push's bits in the same place. Returns 1; for an
+ * even leaf (nothing to carry: it is computed in level 0) returns 0 and sets cy->n = 0.
+ * Writes only *cy. */
+int qt_tree_carry(float *const *levels, int64_t off, int64_t leaf, qt_leaf_carry *cy);
 
 /* Completes the tree total of n_leaves leaves in place in the top level
  * levels[top], top = qt_tree_levels_needed(n_leaves) - 1 (always occupied after the last

@@ -9,6 +9,8 @@
  * The top level (bit length of the leaf count minus 1) is written by exactly one push, the
  * carry of leaf 2^top - 1, and stays occupied after it, so the final total can be completed
  * in place there: the plan makes that level the gradient region (no separate copy).
+ * qt_tree_carry describes the same push for a kernel epilogue that stores the carry itself
+ * (qt_leaf_carry.h); qt_tree_push stays the reference and the path of the other kernels.
  */
 #include <stdint.h>
 #include <string.h>
@@ -21,6 +23,18 @@
 float *qt_tree_leaf_dest(float *const *levels, int64_t off, float *scratch, int64_t leaf)
 {
     return (leaf & 1) ? scratch : levels[0] + off;
+}
+
+int qt_tree_carry(float *const *levels, int64_t off, int64_t leaf, qt_leaf_carry *cy)
+{
+    cy->n = 0;
+    if (!(leaf & 1)) return 0;
+    int top = 1; /* as qt_tree_push: the first clear bit of leaf receives the carry */
+    while ((leaf >> top) & 1) top++;
+    for (int l = 0; l < top; l++) cy->add[l] = levels[l] + off;
+    cy->dst = levels[top] + off;
+    cy->n = top;
+    return 1;
 }
 
 /* Chunk of the fused carry chain: small enough that the running sums stay in L1. */

@@ -38,7 +38,10 @@
  * normalise + exact norm, clip + AdamW + fingerprint: firmware/runtime's own objects) at the
  * bench plan's and the 80B slice's n_flat, each against its bandwidth bound.
  *
- * Usage: kernel_bench [all|peak|mem|matmul|bf16|attn|gdn|expert|step]...  (default all; `peak`
+ * `carry`: the bench plan's dense weight gradients of a step, the odd leaves written and
+ * pushed by qt_tree_push against the leaf-tree carry stored in the matmul's epilogue.
+ *
+ * Usage: kernel_bench [all|peak|mem|matmul|bf16|attn|gdn|expert|step|carry]...  (default all; `peak`
  * alone prints "peak <GFLOP/s>" (the fp32 FMA peak, first line: the bench scripts use it for
  * MFU) and a second line "peak_bf16 <GFLOP/s>", or a note without AVX512_BF16)
  */
@@ -896,21 +899,108 @@ static void qt_kb_step(void)
     if (!e || atoi(e) != 0) qt_kb_step_plan("bench-80b-slice", 476703808);
 }
 
+/* ----------------------------------------------------------------- carried leaves */
+
+/* The bench plan's dense weight gradients of one step (generated/bench/plan.txt
+ * matmul_wgrad rows: count, N, K; 4 leaves of 256 rows), in the interpreter's order: the
+ * four leaves of a parameter one after the other (leaves 0 and 2 written into level 0, leaf
+ * 1 carried into level 1, leaf 3 into level 2), the odd leaves two ways: written into the
+ * leaf scratch, then qt_tree_push (the path of kinds without the fused epilogue), or
+ * qt_matmul_wgrad_write_carry (the carry stored in the kernel's epilogue: no scratch); beside
+ * them every leaf written and none pushed (the kernels' share). The forms alternate within
+ * each of 7 rounds, best of each in thread CPU time (same bits: the unit tests). */
+enum { QT_KB_CY_SHAPES = 7, QT_KB_CY_ROWS = 256, QT_KB_CY_LEAVES = 4 };
+static const int64_t qt_kb_cy_shape[QT_KB_CY_SHAPES][3] = {
+    {8, 1, 512}, {2, 1024, 512}, {4, 128, 512}, {6, 1536, 512}, {14, 16, 512}, {1, 4096, 512},
+    {32, 512, 512}};
+
+typedef struct {
+    float *lv[3], *scratch, *dy, *x;
+    int form; /* 0 write only, 1 write + push, 2 carry */
+} qt_kb_cy_arg;
+
+static void qt_kb_cy_step(qt_kb_cy_arg *a)
+{
+    int64_t off = 0;
+    for (int t = 0; t < QT_KB_CY_SHAPES; t++)
+        for (int64_t c = 0; c < qt_kb_cy_shape[t][0]; c++) {
+            const int64_t N = qt_kb_cy_shape[t][1], K = qt_kb_cy_shape[t][2];
+            for (int64_t leaf = 0; leaf < QT_KB_CY_LEAVES; leaf++) {
+                const float *dy = a->dy + leaf * QT_KB_CY_ROWS * N;
+                const float *x = a->x + leaf * QT_KB_CY_ROWS * K;
+                qt_leaf_carry cy;
+                if (a->form == 2 && qt_tree_carry(a->lv, off, leaf, &cy)) {
+                    qt_matmul_wgrad_write_carry(&cy, dy, x, QT_KB_CY_ROWS, N, K);
+                    continue;
+                }
+                qt_matmul_wgrad_write(qt_tree_leaf_dest(a->lv, off, a->scratch, leaf), dy, x,
+                                      QT_KB_CY_ROWS, N, K);
+                if (a->form) qt_tree_push(a->lv, off, N * K, a->scratch, leaf);
+            }
+            off += (N * K + 15) / 16 * 16;
+        }
+}
+
+/* This thread's CPU time (the VM's cores are shared: time spent descheduled is not the
+ * kernel's). */
+static double qt_kb_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void qt_kb_carry(void)
+{
+    int64_t n = 0, flop = 0;
+    for (int t = 0; t < QT_KB_CY_SHAPES; t++) {
+        n += qt_kb_cy_shape[t][0] * ((qt_kb_cy_shape[t][1] * qt_kb_cy_shape[t][2] + 15) / 16 * 16);
+        flop += 2 * qt_kb_cy_shape[t][0] * qt_kb_cy_shape[t][1] * qt_kb_cy_shape[t][2] *
+                QT_KB_CY_ROWS * QT_KB_CY_LEAVES;
+    }
+    qt_kb_cy_arg a;
+    memset(&a, 0, sizeof a);
+    for (int l = 0; l < 3; l++) a.lv[l] = qt_kb_floats(n);
+    a.scratch = qt_kb_floats(4096 * 512);
+    const int64_t ny = QT_KB_CY_LEAVES * QT_KB_CY_ROWS * 4096, nx = ny / 8;
+    qt_kb_fill(a.dy = qt_kb_floats(ny), ny, -1.0f, 1.0f);
+    qt_kb_fill(a.x = qt_kb_floats(nx), nx, -1.0f, 1.0f);
+    printf("\nbench plan's dense weight gradients of a step (67 matmul_wgrad x 4 leaves, "
+           "%.1f M floats each, %.1f GFLOP), ms of CPU time, best of 7\n", (double)n / 1e6,
+           (double)flop / 1e9);
+    double best[3] = {1e30, 1e30, 1e30};
+    for (int r = 0; r < 7; r++)
+        for (int f = 0; f < 3; f++) {
+            a.form = f;
+            const double t0 = qt_kb_cpu_now();
+            qt_kb_cy_step(&a);
+            const double t = qt_kb_cpu_now() - t0;
+            if (t < best[f]) best[f] = t;
+        }
+    printf("  every leaf written, none pushed %7.1f\n  odd leaves written + qt_tree_push %7.1f "
+           "(+%.1f)\n  odd leaves carried in the epilogue %7.1f (+%.1f)\n", 1e3 * best[0],
+           1e3 * best[1], 1e3 * (best[1] - best[0]), 1e3 * best[2], 1e3 * (best[2] - best[0]));
+    fflush(stdout);
+    for (int l = 0; l < 3; l++) free(a.lv[l]);
+    free(a.scratch), free(a.dy), free(a.x);
+}
+
 int main(int argc, char **argv)
 {
     const char *e = getenv("QT_KB_SECONDS");
     if (e && atof(e) > 0) qt_kb_budget = atof(e);
     e = getenv("QT_KB_REPS");
     if (e && atoi(e) > 0) qt_kb_maxreps = atoi(e);
-    int all = argc < 2, want[8] = {0};
-    const char *names[8] = {"mem", "matmul", "attn", "gdn", "expert", "peak", "bf16", "step"};
+    int all = argc < 2, want[9] = {0};
+    const char *names[9] = {"mem", "matmul", "attn", "gdn", "expert", "peak", "bf16", "step",
+                            "carry"};
     for (int i = 1; i < argc; i++) {
         int ok = !strcmp(argv[i], "all");
         if (ok) all = 1;
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < 9; j++)
             if (!strcmp(argv[i], names[j])) want[j] = ok = 1;
         if (!ok) {
-            fprintf(stderr, "usage: kernel_bench [all|peak|mem|matmul|bf16|attn|gdn|expert|step]...\n");
+            fprintf(stderr, "usage: kernel_bench [all|peak|mem|matmul|bf16|attn|gdn|expert|step|carry]...\n");
             return 2;
         }
     }
@@ -939,5 +1029,6 @@ int main(int argc, char **argv)
     if (all || want[3]) qt_kb_gdn_core();
     if (all || want[4]) qt_kb_expert_ffn();
     if (all || want[7]) qt_kb_step();
+    if (all || want[8]) qt_kb_carry();
     return 0;
 }

@@ -29,6 +29,7 @@ extern "C" {
 #include "kernels/matmul_canon.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/xent.h"
+#include "runtime/qt_tree.h"
 }
 
 namespace {
@@ -242,6 +243,79 @@ TEST(KernelsBasic, MatmulOddShapesBitIdentical)
     for (auto &d : big) run(d[0], d[1], d[2]);
     printf("\n  matmul odd shapes: %ld cases, %ld differ", cases, bad);
     LONGS_EQUAL(0, bad);
+}
+
+// The writing weight gradient with the leaf-tree carry in its epilogue
+// (qt_matmul_wgrad_write_carry, qt_leaf_carry.h) against writing the leaf into the scratch
+// and pushing it (qt_tree_push), 0 ulp: for 1..9 leaves every level region is compared after
+// every leaf (even leaves are written into level 0 by both; the fused path has no scratch),
+// and the totals must agree. Shapes off every tile (12 rows, 16 and 32 columns),
+// contractions of one block, of several (partial sums held in the destination level: 257,
+// 300, 513) and of none (M = 0), a panel boundary (K past 1024), a parameter at an odd
+// offset, weights large enough for streamed carries, and tiny operands whose products underflow, so that chains end at -0 (the leaf
+// is (+0) + sum, and the carry adds the levels to that value).
+TEST(KernelsBasic, MatmulWgradCarryEqualsWriteThenPush)
+{
+    struct { int64_t M, N, K, off; } sh[] = {
+        {13, 33, 65, 0}, {256, 100, 47, 3}, {300, 25, 70, 0}, {1, 1, 1, 1}, {0, 8, 8, 0},
+        {257, 13, 1100, 16}, {64, 64, 64, 5}, {513, 12, 33, 0}, {7, 1, 300, 2},
+        // weights of 2^19 floats or more: streamed carries (rows 64-byte aligned, rows of
+        // 520 floats aligned or not in turn, a parameter at an odd offset: none aligned)
+        {256, 512, 1024, 0}, {256, 1031, 520, 0}, {200, 520, 1024, 3}};
+    const int NL = 4; // 9 leaves: levels 0..3
+    const size_t cap = 1 << 19;
+    std::vector<float> A(cap), B(cap);
+    uint64_t s = 41;
+    long bad = 0, negzero = 0;
+    for (int tiny = 0; tiny < 2; tiny++) {
+        for (auto &v : A) v = (float)qt_test_rand(&s) * (tiny ? 1e-25f : 1.0f);
+        for (auto &v : B) v = (float)qt_test_rand(&s) * (tiny ? 1e-25f : 1.0f);
+        for (auto &d : sh) {
+            // levels 64-byte aligned, as the arena's (the streamed stores need it)
+            const int64_t n = d.N * d.K, len = (n + d.off + 15) / 16 * 16;
+            CHECK((size_t)(d.M * (d.N + d.K) + 9 * 64) < cap);
+            std::vector<float> rbuf((size_t)(NL * len + 16)), fbuf((size_t)(NL * len + 16));
+            std::vector<float> sref((size_t)n);
+            float *ref = rbuf.data() + (16 - ((uintptr_t)rbuf.data() / 4) % 16) % 16;
+            float *fus = fbuf.data() + (16 - ((uintptr_t)fbuf.data() / 4) % 16) % 16;
+            for (int64_t nl = 1; nl <= 9; nl++) {
+                for (int64_t i = 0; i < NL * len; i++) ref[i] = fus[i] = NAN; // stale
+                float *lr[NL], *lf[NL];
+                for (int l = 0; l < NL; l++) lr[l] = ref + l * len, lf[l] = fus + l * len;
+                for (int64_t i = 0; i < nl; i++) {
+                    const float *dy = A.data() + i * 64, *x = A.data() + i * 64 + d.M * d.N;
+                    if (i & 1) x = B.data() + i * 32; // leaves differ in both operands
+                    qt_matmul_wgrad_write(qt_tree_leaf_dest(lr, d.off, sref.data(), i), dy, x,
+                                          d.M, d.N, d.K);
+                    qt_tree_push(lr, d.off, n, sref.data(), i);
+                    qt_leaf_carry cy;
+                    if (qt_tree_carry(lf, d.off, i, &cy)) {
+                        LONGS_EQUAL((int)(1 + (i == 3 || i == 7) + (i == 7)), cy.n);
+                        bad += !qt_matmul_wgrad_write_carry(&cy, dy, x, d.M, d.N, d.K);
+                    } else {
+                        qt_matmul_wgrad_write(lf[0] + d.off, dy, x, d.M, d.N, d.K);
+                    }
+                    bad += memcmp(ref, fus, 4 * (size_t)(NL * len)) != 0;
+                }
+                const int top = qt_tree_levels_needed(nl) - 1;
+                qt_tree_finalize_range(lr, d.off, n, nl);
+                qt_tree_finalize_range(lf, d.off, n, nl);
+                bad += memcmp(lr[top] + d.off, lf[top] + d.off, 4 * (size_t)n) != 0;
+            }
+            if (tiny) { // chains of leaf 1 that end at -0: -0 + chain keeps the sign then
+                std::vector<float> t((size_t)n, -0.0f);
+                qt_matmul_wgrad_ref(t.data(), A.data() + 64, B.data() + 32, d.M, d.N, d.K);
+                for (auto v : t) negzero += v == 0.0f && std::signbit(v);
+            }
+        }
+    }
+    LONGS_EQUAL(0, bad);
+    CHECK(negzero > 0); // the tiny case had leaf chains ending at -0
+    qt_leaf_carry none;
+    CHECK(!qt_tree_carry(nullptr, 0, 4, &none)); // even leaf: nothing to carry
+    LONGS_EQUAL(0, none.n);
+    none.n = 0; // and a carry without addends is refused, not applied
+    CHECK(!qt_matmul_wgrad_write_carry(&none, A.data(), B.data(), 1, 1, 1));
 }
 
 // The canonical-block contractions (matmul_canon.h) against their reference (block partials

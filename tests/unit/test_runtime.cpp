@@ -184,6 +184,32 @@ static void rt_fake_wgrad_writes(const qt_op *op, const qt_ctx *ctx, int64_t seq
     for (int k = 0; k < RT_N1; k++) dw[1][k] = 0.0f + rt_leafval(id, 100 + k);
 }
 
+// The same leaves written with the leaf-tree carry the interpreter offers for odd leaves
+// (qt_leaf_carry.h), as the matmul kernel's epilogue does: slot 0 always, slot 1 only when
+// rt_carry_both (else that leaf goes the scratch + qt_tree_push way, as a kind without the
+// fused epilogue would).
+static int rt_carry_both;
+static void rt_fake_wgrad_carry(const qt_op *op, const qt_ctx *ctx, int64_t seq,
+                                float *const dw[2])
+{
+    const int32_t *tok = qt_i32(ctx, op->t[1]);
+    const float *p0 = qt_f32(ctx, op->t[2]);
+    int64_t id = tok[seq * op->a[1]];
+    qt_wgrad_epi *epi = ctx->wgrad_epi;
+    for (int slot = 0; slot < 2; slot++) {
+        const int n = slot ? RT_N1 : RT_N0;
+        const qt_leaf_carry *cy = epi && (slot == 0 || rt_carry_both) ? epi->carry[slot] : NULL;
+        for (int k = 0; k < n; k++) {
+            float v = 0.0f + (slot ? rt_leafval(id, 100 + k)
+                                   : rt_leafval(id, k) * (1.0f + 0.25f * p0[k]));
+            if (cy)
+                for (int l = 0; l < cy->n; l++) v = cy->add[l][k] + v;
+            (cy ? cy->dst : dw[slot])[k] = v;
+        }
+        if (cy) epi->done[slot] = 1;
+    }
+}
+
 static qt_kernel_entry rt_table[QT_OP_COUNT];
 
 static void rt_make_table(void)
@@ -313,10 +339,14 @@ TEST(RuntimeInterp, TreeThroughScheduleIsIndependentOfBatchSplit)
 {
     static rt_plan_store st;
     rt_make_table();
-    // both wrapper contracts: accumulate into zeroed leaves, write unzeroed ones
-    for (int writes = 0; writes < 2; writes++)
+    // the wrapper contracts: accumulate into zeroed leaves, write unzeroed ones, write them
+    // with the offered leaf-tree carry for both parameters (the scratch is then never
+    // written: it keeps its 0xff fill) or for the first only (the second pushed as before)
+    for (int writes = 0; writes < 4; writes++)
     for (int64_t n = 1; n <= 9; n++) {
-        rt_table[QT_OP_MATMUL_WGRAD].wgrad = writes ? rt_fake_wgrad_writes : rt_fake_wgrad;
+        rt_carry_both = writes == 2;
+        rt_table[QT_OP_MATMUL_WGRAD].wgrad =
+            writes >= 2 ? rt_fake_wgrad_carry : writes ? rt_fake_wgrad_writes : rt_fake_wgrad;
         rt_table[QT_OP_MATMUL_WGRAD].props =
             writes ? QT_OPP_WGRAD_WRITES : rt_table[QT_OP_MATMUL_WGRAD].props & ~QT_OPP_WGRAD_WRITES;
         for (int64_t b = 1; b <= n; b++) {
@@ -338,6 +368,9 @@ TEST(RuntimeInterp, TreeThroughScheduleIsIndependentOfBatchSplit)
                 qt_interp_run_microbatch(&ctx, rt_table, mb, NULL);
             }
             qt_interp_finalize_grads(p, 0, p->n_flat);
+            if (writes == 2)
+                for (int k = 0; k < 4 * (RT_N0 + RT_N1); k++)
+                    LONGS_EQUAL(0xff, rt_arena[RT_OFF_SCRATCH + k]);
             const float *g = (const float *)(const void *)(rt_arena + p->grads_offset);
             for (int k = 0; k < RT_N0; k++)  // p0 = 0: factor 1, the leaves are rt_leafval
                 LONGS_EQUAL(rt_bits(rt_ref_pairwise(0, n, k)), rt_bits(g[k]));

@@ -1,0 +1,43 @@
+/* qt_leaf_carry.h - the leaf-tree carry a writing weight-gradient kernel may apply in its
+ * epilogue (the contract between the interpreter, the WGRAD wrappers and the kernels).
+ *
+ * The pairwise tree of runtime/qt_tree.h pushes an odd leaf r of a parameter by a carry
+ * into the first clear level `top` of the leaf index:
+ *     levels[top][e] = L[top-1][e] + (... + (L[1][e] + (L[0][e] + r[e])))
+ * (qt_tree_push: earlier leaves on the left, the additions from level 0 up). A kernel that
+ * writes r (WGRAD_WRITES: r[e] = (+0) + its sum) can form this value itself as soon as r[e]
+ * is final and store it straight into the level, instead of storing r into the leaf scratch
+ * for qt_tree_push to read back: the same float additions in the same operand order, so the
+ * same bits, in the same place.
+ * Invariants: n >= 1 addends (levels 0..n-1, add[l] at the parameter's offset); dst is the
+ * level n region of the same parameter and overlaps no addend (the tree's levels are
+ * disjoint regions); every pointer covers the parameter's numel floats with the kernel's
+ * layout of dW (row-major [N, K] for a matmul weight). A kernel may use dst for its own
+ * partial sums before the epilogue (dst is free until the carry is stored).
+ */
+#ifndef QT_LEAF_CARRY_H
+#define QT_LEAF_CARRY_H
+
+#include <stdint.h>
+
+/* At most the tree's levels minus one addends (qt_plan.h QT_MAX_TREE_LEVELS = 24). */
+#define QT_LEAF_CARRY_MAX 23
+
+/* dst[e] = add[n-1][e] + (... + (add[1][e] + (add[0][e] + r[e]))), r the leaf value. */
+typedef struct qt_leaf_carry {
+    int32_t n;                           /* addends, 1..QT_LEAF_CARRY_MAX */
+    const float *add[QT_LEAF_CARRY_MAX]; /* add[l]: tree level l at the parameter */
+    float *dst;                          /* tree level n at the parameter */
+} qt_leaf_carry;
+
+/* What the interpreter offers a WGRAD wrapper through qt_ctx.wgrad_epi (qt_ops.h): for an
+ * odd leaf of a WGRAD_WRITES kind, per parameter slot k, the carry of that leaf. A wrapper
+ * that applies carry[k] sets done[k] = 1 and leaves dw[k] untouched; one that does not (a
+ * kind or precision without the fused epilogue) ignores the offer, writes dw[k] (the leaf
+ * scratch) as always, and the interpreter pushes it with qt_tree_push. */
+typedef struct qt_wgrad_epi {
+    const qt_leaf_carry *carry[2]; /* NULL: no offer for that slot */
+    uint8_t done[2];               /* written by the wrapper */
+} qt_wgrad_epi;
+
+#endif
