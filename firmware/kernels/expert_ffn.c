@@ -347,6 +347,10 @@ void QT_FN(qt_expert_ffn_bwd_save_canon)(qt_real *dx, qt_real *dgu, const qt_rea
             if (e < 0 || e >= E) continue;
             const qt_real *src = Dx + (int64_t)off[e] * d;
             off[e] += 1;
+            if (t * k + slot + 1 < T * k) { /* the next row's contribution */
+                const int32_t en = idx[t * k + slot + 1];
+                if (en >= 0 && en < E) qt_ffn_prefetch(Dx + (int64_t)off[en] * d, d, 0);
+            }
             for (int64_t i = 0; i < d; i++) dx[t * d + i] += src[i];
         }
     qt_ffn_fence();
