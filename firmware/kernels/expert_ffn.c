@@ -9,6 +9,13 @@
  * falls back to the slot-major order when the scratch is too small; both give the same bits.
  * The backward can park each row's d(gu) (the swiglu backward output it already has) so
  * the wgrad need not recompute it with a third matmul (qt_expert_ffn_wgrad_saved).
+ * Data movement (none of it touches an FMA chain or a SwiGLU expression, so the bits are
+ * those of expert_ffn_ref.c's row-at-a-time references, which the tests check): the
+ * forward scatters gu and forms H in one pass per row; the SwiGLU steps read gu rows in
+ * place (dgu must not alias gu); the expert-major backward writes each chunk's data
+ * gradient straight into its contribution buffer in expert-list order and the slot-order
+ * sum finds row r of expert e at off[e] + (rows of e before r); rows written for a later op
+ * (gu, dgu, y) use streaming stores, fenced before return; row loops prefetch the next row.
  */
 #include "expert_ffn.h"
 #include "matmul.h"
