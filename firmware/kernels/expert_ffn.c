@@ -9,11 +9,22 @@
  * falls back to the slot-major order when the scratch is too small; both give the same bits.
  * The backward can park each row's d(gu) (the swiglu backward output it already has) so
  * the wgrad need not recompute it with a third matmul (qt_expert_ffn_wgrad_saved).
+ * Data movement (none of it touches an FMA chain or a SwiGLU expression, so the bits are
+ * those of expert_ffn_ref.c's row-at-a-time references, which the tests check): the
+ * forward scatters gu and forms H in one pass per row; the SwiGLU steps read gu rows in
+ * place (dgu must not alias gu); the expert-major backward writes each chunk's data
+ * gradient straight into its contribution buffer in expert-list order and the slot-order
+ * sum finds row r of expert e at off[e] + (rows of e before r); rows written for a later op
+ * (gu, dgu, y) use streaming stores, fenced before return; row loops prefetch the next row.
  */
 #include "expert_ffn.h"
 #include "matmul.h"
 #include "matmul_canon.h"
 #include "qt_real.h"
+#include <stdint.h>
+#if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 /* End of the next chunk: scans r from r0, stops after `cap` rows of expert e (and of
  * `slot` when slot >= 0) or at r1; *n receives the number of rows in [r0, end). */
@@ -27,13 +38,56 @@ static int64_t qt_ffn_chunk(int64_t *n, const int32_t *idx, int64_t k, int32_t e
     return r;
 }
 
+/* The first r in [r, r1) of expert e (and of `slot` when slot >= 0), or r1. */
+static int64_t qt_ffn_next(const int32_t *idx, int64_t k, int32_t e, int64_t slot, int64_t r,
+                           int64_t r1)
+{
+    while (r < r1 && (idx[r] != e || (slot >= 0 && r % k != slot))) r++;
+    return r;
+}
+
+/* Prefetch a row of width elements (for writing when write != 0). The gathers and scatters
+ * touch rows of a few KiB at scattered places, too short for the hardware prefetchers to
+ * ramp up on: each loop prefetches its next row while it copies the current one. */
+static void qt_ffn_prefetch(const qt_real *p, int64_t width, int write)
+{
+    for (int64_t i = 0; i < width; i += 64 / (int64_t)sizeof(qt_real)) {
+        if (write) __builtin_prefetch(p + i, 1);
+        else __builtin_prefetch(p + i, 0);
+    }
+}
+
+/* dst[0..n) <- src[0..n), with streaming (non-temporal) stores where the float build has
+ * AVX-512 and dst is 64-byte aligned: for rows the kernel writes for a later op (gu, dgu,
+ * y), so the copy does not first read the destination lines into the cache. Callers end
+ * with qt_ffn_fence(). */
+static void qt_ffn_copy_out(qt_real *dst, const qt_real *src, int64_t n)
+{
+    int64_t i = 0;
+#if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__)
+    if (((uintptr_t)dst & 63) == 0)
+        for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+#endif
+    for (; i < n; i++) dst[i] = src[i];
+}
+
+/* Orders the streaming stores before anything the caller does next (another rank may read
+ * the rows once this kernel returns). */
+static void qt_ffn_fence(void)
+{
+#if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__)
+    _mm_sfence();
+#endif
+}
+
 /* dst rows <- src rows of the matching r in [r0, r1); src row is r (per_token 0) or r/k. */
 static void qt_ffn_gather(qt_real *dst, const qt_real *src, int64_t width, int per_token,
                           const int32_t *idx, int64_t k, int32_t e, int64_t slot,
                           int64_t r0, int64_t r1)
 {
-    for (int64_t r = r0; r < r1; r++) {
-        if (idx[r] != e || (slot >= 0 && r % k != slot)) continue;
+    for (int64_t r = qt_ffn_next(idx, k, e, slot, r0, r1), rn; r < r1; r = rn) {
+        rn = qt_ffn_next(idx, k, e, slot, r + 1, r1);
+        if (rn < r1) qt_ffn_prefetch(src + (per_token ? rn / k : rn) * width, width, 0);
         const qt_real *s = src + (per_token ? r / k : r) * width;
         for (int64_t i = 0; i < width; i++) dst[i] = s[i];
         dst += width;
@@ -45,14 +99,14 @@ static void qt_ffn_scatter(qt_real *dst, const qt_real *src, int64_t width, int 
                            const int32_t *idx, int64_t k, int32_t e, int64_t slot,
                            int64_t r0, int64_t r1)
 {
-    for (int64_t r = r0; r < r1; r++) {
-        if (idx[r] != e || (slot >= 0 && r % k != slot)) continue;
+    for (int64_t r = qt_ffn_next(idx, k, e, slot, r0, r1), rn; r < r1; r = rn) {
+        rn = qt_ffn_next(idx, k, e, slot, r + 1, r1);
+        if (rn < r1 && per_token_acc) qt_ffn_prefetch(dst + (rn / k) * width, width, 1);
         if (per_token_acc) {
             qt_real *d = dst + (r / k) * width;
             for (int64_t i = 0; i < width; i++) d[i] += src[i];
         } else {
-            qt_real *d = dst + r * width;
-            for (int64_t i = 0; i < width; i++) d[i] = src[i];
+            qt_ffn_copy_out(dst + r * width, src, width);
         }
         src += width;
     }
@@ -68,7 +122,41 @@ static void qt_ffn_swiglu(qt_real *h, const qt_real *gu, int64_t n, int64_t f)
         }
 }
 
-/* gu[n,2f] <- d(gu) in place from dh[n,f]: d gate = dh*u*silu'(a), d up = dh*silu(a). */
+/* The forward's scatter of gu and its SwiGLU in one pass: for the j-th row of expert e in
+ * [r0, r1), gu[r] <- C row j (2f), then h = silu(gate) * up into C + j*f (the compaction
+ * of qt_ffn_swiglu, row by row while the row is in L1: h row j never overlaps a later
+ * row's gate / up, and row 0 reads each element before writing it). */
+static void qt_ffn_scatter_swiglu(qt_real *gu, qt_real *C, const int32_t *idx, int64_t k,
+                                  int32_t e, int64_t r0, int64_t r1, int64_t f)
+{
+    int64_t j = 0;
+    for (int64_t r = qt_ffn_next(idx, k, e, -1, r0, r1), rn; r < r1; r = rn) {
+        rn = qt_ffn_next(idx, k, e, -1, r + 1, r1);
+        const qt_real *src = C + j * 2 * f;
+        qt_real *dst = gu + r * 2 * f;
+        qt_ffn_copy_out(dst, src, 2 * f);
+        qt_ffn_swiglu(C + j * f, src, 1, f);
+        j++;
+    }
+}
+
+/* One row's d(gu) from its gu row a|u and dh: d gate = dh*u*silu'(a), d up = dh*silu(a),
+ * into out (and out2 when not NULL; neither may alias gu). */
+static void qt_ffn_swiglu_bwd_row(qt_real *restrict out, qt_real *restrict out2,
+                                  const qt_real *restrict gu, const qt_real *restrict dh,
+                                  int64_t f)
+{
+    for (int64_t i = 0; i < f; i++) {
+        const qt_real a = gu[i], u = gu[f + i], g = dh[i];
+        const qt_real sg = QT_SIGMOID(a);
+        out[i] = (g * u) * (sg * (QT_R(1.0) + a * (QT_R(1.0) - sg)));
+        out[f + i] = g * QT_SILU(a);
+    }
+    if (out2)
+        qt_ffn_copy_out(out2, out, 2 * f);
+}
+
+/* gu[n,2f] <- d(gu) in place from dh[n,f] (the slot-major path and the recomputing wgrad). */
 static void qt_ffn_swiglu_bwd(qt_real *gu, const qt_real *dh, int64_t n, int64_t f)
 {
     for (int64_t r = 0; r < n; r++)
@@ -120,13 +208,13 @@ void QT_FN(qt_expert_ffn_fwd_canon)(qt_real *y, qt_real *gu, const qt_real *x,
             if (n == 0) break;
             qt_ffn_gather(A, x, d, 1, idx, k, e, -1, r0, r1);
             QT_FN(qt_matmul_fwd)(C, A, wg, n, 2 * f, d);
-            qt_ffn_scatter(gu, C, 2 * f, 0, idx, k, e, -1, r0, r1);
-            qt_ffn_swiglu(C, C, n, f);
+            qt_ffn_scatter_swiglu(gu, C, idx, k, e, r0, r1, f);
             if (nb > 0) QT_FN(qt_matmul_canon_fwd)(A, C, wd, n, d, f, 1, nb, K);
             else QT_FN(qt_matmul_fwd)(A, C, wd, n, d, f);
             qt_ffn_scatter(y, A, d, 0, idx, k, e, -1, r0, r1);
         }
     }
+    qt_ffn_fence();
 }
 
 void QT_FN(qt_expert_ffn_lists)(qt_real *list, qt_real *off, const int32_t *idx, int64_t R,
@@ -149,6 +237,10 @@ static void qt_ffn_gather_list(qt_real *dst, const qt_real *src, int64_t width, 
 {
     for (int64_t j = 0; j < n; j++) {
         const int64_t r = (int64_t)list[j];
+        if (j + 1 < n) {
+            const int64_t rn = (int64_t)list[j + 1];
+            qt_ffn_prefetch(src + (per_token ? rn / k : rn) * width, width, 0);
+        }
         const qt_real *sp = src + (per_token ? r / k : r) * width;
         for (int64_t i = 0; i < width; i++) dst[j * width + i] = sp[i];
     }
@@ -228,6 +320,7 @@ void QT_FN(qt_expert_ffn_bwd_save_canon)(qt_real *dx, qt_real *dgu, const qt_rea
         const int64_t cap = scratch_elems > fixed ? (scratch_elems - fixed) / row : 0;
         if (cap < 1) { qt_ffn_poison(dx, T * d); return; }
         qt_ffn_bwd_slots(dx, dgu, dy, idx, gu, w_gu, w_down, scratch, T, k, E, d, f, cap, nb);
+        qt_ffn_fence();
         return;
     }
     qt_real *list = scratch, *off = list + R, *Dx = off + E + 1;
@@ -241,27 +334,33 @@ void QT_FN(qt_expert_ffn_bwd_save_canon)(qt_real *dx, qt_real *dgu, const qt_rea
             qt_ffn_gather_list(A, dy, d, 0, list + j0, n, k);
             qt_ffn_zero(B, n * f);
             QT_FN(qt_matmul_bwd_data)(B, A, wd, n, d, f);
-            qt_ffn_gather_list(C, gu, 2 * f, 0, list + j0, n, k);
-            qt_ffn_swiglu_bwd(C, B, n, f);
-            if (dgu)
-                for (int64_t j = 0; j < n; j++) {
-                    qt_real *dst = dgu + (int64_t)list[j0 + j] * 2 * f;
-                    for (int64_t i = 0; i < 2 * f; i++) dst[i] = C[j * 2 * f + i];
+            for (int64_t j = 0; j < n; j++) { /* gu rows read in place, d(gu) parked */
+                const int64_t r = (int64_t)list[j0 + j];
+                if (j + 1 < n) {
+                    const int64_t rn = (int64_t)list[j0 + j + 1];
+                    qt_ffn_prefetch(gu + rn * 2 * f, 2 * f, 0);
                 }
-            qt_ffn_dx_rows(A, C, wg, n, d, f, nb, K);
-            for (int64_t j = 0; j < n; j++) {
-                qt_real *dst = Dx + (int64_t)list[j0 + j] * d;
-                for (int64_t i = 0; i < d; i++) dst[i] = A[j * d + i];
+                qt_ffn_swiglu_bwd_row(C + j * 2 * f, dgu ? dgu + r * 2 * f : 0,
+                                      gu + r * 2 * f, B + j * f, f);
             }
+            qt_ffn_dx_rows(Dx + j0 * d, C, wg, n, d, f, nb, K);
         }
     }
+    /* Dx holds the contributions in list order: row r of expert e is at off[e] + (rows of
+     * e before r), so off[e] counts along as r increases */
     for (int64_t t = 0; t < T; t++)
         for (int64_t slot = 0; slot < k; slot++) {
             const int32_t e = idx[t * k + slot];
             if (e < 0 || e >= E) continue;
-            const qt_real *src = Dx + (t * k + slot) * d;
+            const qt_real *src = Dx + (int64_t)off[e] * d;
+            off[e] += 1;
+            if (t * k + slot + 1 < T * k) { /* the next row's contribution */
+                const int32_t en = idx[t * k + slot + 1];
+                if (en >= 0 && en < E) qt_ffn_prefetch(Dx + (int64_t)off[en] * d, d, 0);
+            }
             for (int64_t i = 0; i < d; i++) dx[t * d + i] += src[i];
         }
+    qt_ffn_fence();
 }
 
 void QT_FN(qt_expert_ffn_bwd)(qt_real *dx, const qt_real *dy, const int32_t *idx,
@@ -304,6 +403,18 @@ void QT_FN(qt_expert_ffn_wgrad)(qt_real *dw_gu, qt_real *dw_down, const qt_real 
     }
 }
 
+/* h rows of expert e's rows in [r0, r1) straight from their gu rows (no copy of gu). */
+static void qt_ffn_gather_swiglu(qt_real *h, const qt_real *gu, const int32_t *idx, int32_t e,
+                                 int64_t r0, int64_t r1, int64_t f)
+{
+    for (int64_t r = qt_ffn_next(idx, 1, e, -1, r0, r1), rn; r < r1; r = rn) {
+        rn = qt_ffn_next(idx, 1, e, -1, r + 1, r1);
+        if (rn < r1) qt_ffn_prefetch(gu + rn * 2 * f, 2 * f, 0);
+        qt_ffn_swiglu(h, gu + r * 2 * f, 1, f);
+        h += f;
+    }
+}
+
 /* The recompute-free wgrad: d(gu) comes from the backward (same bits as recomputing it,
  * by the matmul row contract), so only h = swiglu(gu) is rebuilt. Same chunking and row
  * order as qt_expert_ffn_wgrad, hence the same bits. */
@@ -326,8 +437,7 @@ static void qt_ffn_wgrad_saved(qt_real *dw_gu, qt_real *dw_down, const qt_real *
             r1 = qt_ffn_chunk(&n, idx, k, e, -1, r0, T * k, cap);
             if (n == 0) break;
             qt_ffn_gather(A, dy, d, 0, idx, k, e, -1, r0, r1);
-            qt_ffn_gather(C, gu, 2 * f, 0, idx, k, e, -1, r0, r1);
-            qt_ffn_swiglu(B, C, n, f);
+            qt_ffn_gather_swiglu(B, gu, idx, e, r0, r1, f);
             if (first) QT_FN(qt_matmul_wgrad_write)(dwd, A, B, n, d, f);
             else QT_FN(qt_matmul_wgrad)(dwd, A, B, n, d, f);
             qt_ffn_gather(C, dgu, 2 * f, 0, idx, k, e, -1, r0, r1);

@@ -122,6 +122,41 @@ void qt_expert_ffn_wgrad_saved_write_f64(double *dw_gu, double *dw_down, const d
                                          int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
                                          int64_t scratch_elems);
 
+/* References of the plan's three passes (kernels/expert_ffn_ref.c): one row at a time on the
+ * scalar matmul references (the weight gradient in the same row chunks as above); the same
+ * arguments, bits and poisoning as the kernels. Scratch: fwd 2f (+ nb*d + (1+d)*(f/nb) with
+ * canonical blocks), bwd d + 3f (+ nb*d + (1+d)*(2f/nb)), wgrad as qt_expert_ffn_wgrad. */
+void qt_expert_ffn_fwd_canon_ref(float *y, float *gu, const float *x, const int32_t *idx,
+                                 const float *w_gu, const float *w_down, float *scratch,
+                                 int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                                 int64_t scratch_elems, int64_t nb);
+void qt_expert_ffn_bwd_save_canon_ref(float *dx, float *dgu, const float *dy,
+                                      const int32_t *idx, const float *gu, const float *w_gu,
+                                      const float *w_down, float *scratch, int64_t T,
+                                      int64_t k, int64_t E, int64_t d, int64_t f,
+                                      int64_t scratch_elems, int64_t nb);
+void qt_expert_ffn_wgrad_saved_write_ref(float *dw_gu, float *dw_down, const float *dy,
+                                         const float *x, const int32_t *idx, const float *gu,
+                                         const float *dgu, float *scratch, int64_t T,
+                                         int64_t k, int64_t E, int64_t d, int64_t f,
+                                         int64_t scratch_elems);
+void qt_expert_ffn_fwd_canon_ref_f64(double *y, double *gu, const double *x,
+                                     const int32_t *idx, const double *w_gu,
+                                     const double *w_down, double *scratch, int64_t T,
+                                     int64_t k, int64_t E, int64_t d, int64_t f,
+                                     int64_t scratch_elems, int64_t nb);
+void qt_expert_ffn_bwd_save_canon_ref_f64(double *dx, double *dgu, const double *dy,
+                                          const int32_t *idx, const double *gu,
+                                          const double *w_gu, const double *w_down,
+                                          double *scratch, int64_t T, int64_t k, int64_t E,
+                                          int64_t d, int64_t f, int64_t scratch_elems,
+                                          int64_t nb);
+void qt_expert_ffn_wgrad_saved_write_ref_f64(double *dw_gu, double *dw_down, const double *dy,
+                                             const double *x, const int32_t *idx,
+                                             const double *gu, const double *dgu,
+                                             double *scratch, int64_t T, int64_t k, int64_t E,
+                                             int64_t d, int64_t f, int64_t scratch_elems);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,7 +24,10 @@
  * gives the best and the median call. One call of a large kernel is then the whole
  * measurement; attention at S = 4096 runs 2 of the slice's 16 query heads by default
  * (QT_KB_ATTN_HEADS=16 for all: 8x the time), FLOPs counted for the heads that ran. The
- * machine may be shared: compare ranges, not single runs.
+ * machine may be shared: compare ranges, not single runs. QT_KB_CLOCK=cpu times every call
+ * and the peak in this thread's CPU time instead (CLOCK_THREAD_CPUTIME_ID): on a VM whose
+ * other jobs time-slice the process, wall-clock rounds read the peak anywhere from 60 to
+ * 176 GFLOP/s, CPU time stays within a few % (cache and memory sharing still count).
  *
  * The peak: 16 independent chains of vector FMAs (the widest the build targets: AVX-512, else
  * AVX2), best of 5 runs of ~0.1 s; the VM kind's CPU changes between machines (Zen 5 at about
@@ -72,10 +75,12 @@ static double qt_kb_budget = 2.0;
 static int qt_kb_maxreps = 5;
 static double qt_kb_bw = 0.0; /* GB/s measured by the memory section (triad), for roofline */
 
+static clockid_t qt_kb_clock = CLOCK_MONOTONIC; /* QT_KB_CLOCK=cpu: CLOCK_THREAD_CPUTIME_ID */
+
 static double qt_kb_now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(qt_kb_clock, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -632,7 +637,7 @@ static void qt_kb_gdn_core(void)
 typedef struct {
     float *y, *gu, *x, *wgu, *wd, *dx, *dgu, *dy, *dwgu, *dwd, *scratch;
     int32_t *idx;
-    int64_t T, k, E, d, f, nb, fscr_n, bscr_n, wscr_n;
+    int64_t T, k, E, d, f, nb, fscr_n, bscr_n, wscr_n, S;
     qt_bf16 *gu16, *x16, *wgu16, *wd16, *dgu16, *dy16; /* the bf16 rows' operands */
 } qt_kb_ffn;
 
@@ -648,11 +653,16 @@ static void qt_kb_ffn_bwd(void *p)
     qt_expert_ffn_bwd_save_canon(a->dx, a->dgu, a->dy, a->idx, a->gu, a->wgu, a->wd, a->scratch,
                                  a->T, a->k, a->E, a->d, a->f, a->bscr_n, a->nb);
 }
+/* The plan's wgrad: one call per sequence of S tokens, each writing the leaves. */
 static void qt_kb_ffn_wgrad(void *p)
 {
     qt_kb_ffn *a = p;
-    qt_expert_ffn_wgrad_saved_write(a->dwgu, a->dwd, a->dy, a->x, a->idx, a->gu, a->dgu,
-                                    a->scratch, a->T, a->k, a->E, a->d, a->f, a->wscr_n);
+    const int64_t k = a->k, d = a->d, f = a->f;
+    for (int64_t t0 = 0; t0 < a->T; t0 += a->S)
+        qt_expert_ffn_wgrad_saved_write(a->dwgu, a->dwd, a->dy + t0 * k * d, a->x + t0 * d,
+                                        a->idx + t0 * k, a->gu + t0 * k * 2 * f,
+                                        a->dgu + t0 * k * 2 * f, a->scratch, a->S, k, a->E, d,
+                                        f, a->wscr_n);
 }
 
 /* The bf16 expert FFN (kernels/bf16_expert_ffn.h) on the same rows: bf16 operands and
@@ -704,16 +714,21 @@ static void qt_kb_expert_ffn16(qt_kb_ffn *a, double fl)
     for (int i = 0; i < 6; i++) free(*bufs[i]);
 }
 
-static void qt_kb_expert_ffn(void)
+/* One shape of the expert FFN: T tokens in sequences of S (the wgrad runs per sequence,
+ * as the plan's WGRAD op), top-k of E experts, hidden d, expert width f; wscr_n the plan's
+ * wgrad scratch. slice != 0: the 80B slice's rows (and its bf16 rows), else the bench
+ * model's (configgen/configs/runs/bench.yml; generated/bench/plan.txt). */
+static void qt_kb_expert_ffn_shape(int64_t T, int64_t S, int64_t k, int64_t E, int64_t d,
+                                   int64_t f, int64_t wscr_n, int slice)
 {
     qt_kb_ffn a = {0};
-    a.T = 4096, a.k = 10, a.E = 16, a.d = 2048, a.f = 512;
+    a.T = T, a.S = S, a.k = k, a.E = E, a.d = d, a.f = f;
     a.nb = qt_canon_blocks(a.f, 1);
-    const int64_t rows = a.T * a.k, d = a.d, f = a.f, nb = a.nb;
+    const int64_t rows = a.T * a.k, nb = a.nb;
     /* the plan's scratch sizes (model/graph.c expert_scratch; plan.txt L*.moe.expert_*) */
     a.fscr_n = rows * (d + 3 * f + nb * d + 2 * f / nb) + rows + a.E + 1 + rows * d + d * (2 * f / nb);
     a.bscr_n = a.fscr_n - 16;
-    a.wscr_n = 104857600;
+    a.wscr_n = wscr_n;
     a.scratch = qt_kb_floats(a.fscr_n);
     a.y = qt_kb_floats(rows * d), a.gu = qt_kb_floats(rows * 2 * f), a.x = qt_kb_floats(a.T * d);
     a.wgu = qt_kb_floats(a.E * 2 * f * d), a.wd = qt_kb_floats(a.E * d * f);
@@ -721,8 +736,12 @@ static void qt_kb_expert_ffn(void)
     a.dwgu = qt_kb_floats(a.E * 2 * f * d), a.dwd = qt_kb_floats(a.E * d * f);
     a.idx = qt_kb_alloc((size_t)rows * sizeof(int32_t));
     /* top-k of E distinct experts per token, uniformly at random (a fresh router routes
-     * about uniformly): T*k/E = 2560 rows per expert on average */
+     * about uniformly): T*k/E rows per expert on average (2560 at the slice, 256 at the
+     * bench model) */
     int64_t count[64] = {0};
+    char shape[64];
+    snprintf(shape, sizeof shape, "T%lld k%lld E%lld %lld/%lld", (long long)T, (long long)k,
+             (long long)E, (long long)d, (long long)f);
     for (int64_t t = 0; t < a.T; t++) {
         int32_t perm[64];
         for (int32_t e = 0; e < a.E; e++) perm[e] = e;
@@ -741,31 +760,38 @@ static void qt_kb_expert_ffn(void)
         if (count[e] > cmax) cmax = count[e];
     }
     char title[256];
-    snprintf(title, sizeof title, "expert FFN (SwiGLU, T = 4096 tokens x top-%lld of %lld "
+    snprintf(title, sizeof title, "expert FFN, %s (SwiGLU, T = %lld tokens x top-%lld of %lld "
              "experts = %lld rows, %lld..%lld per expert; d = %lld, f = %lld; the plan's calls: "
-             "fwd_canon / bwd_save_canon nb = %lld, wgrad_saved_write)", (long long)a.k,
+             "fwd_canon / bwd_save_canon nb = %lld, wgrad_saved_write per sequence of %lld)",
+             slice ? "80B slice" : "bench model", (long long)T, (long long)a.k,
              (long long)a.E, (long long)rows, (long long)cmin, (long long)cmax, (long long)d,
-             (long long)f, (long long)nb);
+             (long long)f, (long long)nb, (long long)S);
     qt_kb_header(title);
     qt_kb_fill(a.x, a.T * d, -1, 1);
     qt_kb_fill(a.wgu, a.E * 2 * f * d, -0.05f, 0.05f);
     qt_kb_fill(a.wd, a.E * d * f, -0.05f, 0.05f);
     qt_kb_fill(a.dy, rows * d, -1, 1);
     const double fl = 2.0 * (double)rows * 3.0 * (double)d * (double)f;
-    const double wb = 4.0 * (double)(a.E * 3 * f * d), xb = 4.0 * (double)(a.T * d),
+    /* the wgrad writes the leaves once per sequence */
+    const double wb = 4.0 * (double)(a.E * 3 * f * d), nseq = (double)(T / S), xb = 4.0 * (double)(a.T * d),
                  rb = 4.0 * (double)(rows * d), gb = 4.0 * (double)(rows * 2 * f);
-    const char *shape = "T4096 k10 E16 2048/512";
     qt_kb_row("expert FFN", shape, "fwd", fl, xb + wb + rb + gb, qt_kb_run(qt_kb_ffn_fwd, &a),
               ">=60%");
     qt_kb_row("expert FFN", shape, "bwd_data", fl, rb + gb + wb + 2 * xb + gb,
               qt_kb_run(qt_kb_ffn_bwd, &a), ">=60%");
-    qt_kb_row("expert FFN", shape, "wgrad", fl, rb + xb + 2 * gb + wb,
+    qt_kb_row("expert FFN", shape, "wgrad", fl, rb + xb + 2 * gb + nseq * wb,
               qt_kb_run(qt_kb_ffn_wgrad, &a), ">=60%");
 #ifdef QT_KB_HAVE_BF16
-    qt_kb_expert_ffn16(&a, fl);
+    if (slice) qt_kb_expert_ffn16(&a, fl);
 #endif
     free(a.scratch), free(a.y), free(a.gu), free(a.x), free(a.wgu), free(a.wd), free(a.dx);
     free(a.dgu), free(a.dy), free(a.dwgu), free(a.dwd), free(a.idx);
+}
+
+static void qt_kb_expert_ffn(void)
+{
+    qt_kb_expert_ffn_shape(4096, 4096, 10, 16, 2048, 512, 104857600, 1);
+    qt_kb_expert_ffn_shape(1024, 256, 4, 16, 512, 256, 3145728, 0);
 }
 
 /* ----------------------------------------------------------------- step overheads */
@@ -989,6 +1015,8 @@ int main(int argc, char **argv)
 {
     const char *e = getenv("QT_KB_SECONDS");
     if (e && atof(e) > 0) qt_kb_budget = atof(e);
+    e = getenv("QT_KB_CLOCK");
+    if (e && !strcmp(e, "cpu")) qt_kb_clock = CLOCK_THREAD_CPUTIME_ID;
     e = getenv("QT_KB_REPS");
     if (e && atoi(e) > 0) qt_kb_maxreps = atoi(e);
     int all = argc < 2, want[9] = {0};
@@ -1019,8 +1047,9 @@ int main(int argc, char **argv)
     }
     printf("kernel bench: %% of peak against %.1f GFLOP/s (one core, %d-float vector FMA, %s); "
            "each kernel timed for ~%.1f s or %d calls (QT_KB_SECONDS, QT_KB_REPS), at least "
-           "one call\n", qt_kb_peak, QT_KB_VW, measured ? "measured now" : "QT_KB_PEAK",
-           qt_kb_budget, qt_kb_maxreps);
+           "one call; %s\n", qt_kb_peak, QT_KB_VW, measured ? "measured now" : "QT_KB_PEAK",
+           qt_kb_budget, qt_kb_maxreps,
+           qt_kb_clock == CLOCK_MONOTONIC ? "wall clock" : "thread CPU time (QT_KB_CLOCK=cpu)");
     if (all || want[0]) qt_kb_memory();
     if (all || want[1]) qt_kb_matmuls();
     if (qt_kb_peak_bf16 > 0) printf("bf16 peak: %.1f GFLOP/s (VDPBF16PS, 64 FLOP each)\n", qt_kb_peak_bf16);

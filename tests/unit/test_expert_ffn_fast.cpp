@@ -1,0 +1,194 @@
+// test_expert_ffn_fast.cpp - the optimised routed expert FFN (kernels/expert_ffn.c: fused
+// scatter + SwiGLU, gu rows read in place, the backward's contributions parked in list order,
+// streaming stores, the 16 x 16 transposing weight pack of matmul.c) against the row-at-a-time
+// references (kernels/expert_ffn_ref.c) bit for bit, for the plan's three passes, with and
+// without canonical blocks, on awkward shapes: an expert with no rows, one with a single row,
+// rows routed outside [0,E) (left untouched), row counts off the 12-row tiles, widths off the
+// 16-float vectors (unaligned rows), scratch for the whole pass, for a few rows per chunk,
+// and too small for one row (NaN poisoning, as documented in expert_ffn.h).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+#include "CppUTest/TestHarness.h"
+#include "qt_test_util.h"
+#include "kernels/expert_ffn.h"
+
+namespace {
+
+typedef std::vector<float> vf;
+
+vf rnd(size_t n, uint64_t seed, double scale)
+{
+    vf v(n);
+    for (size_t i = 0; i < n; i++) v[i] = (float)(scale * qt_test_rand(&seed));
+    return v;
+}
+
+bool same_bits(const vf &a, const vf &b)
+{
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+bool all_nan(const float *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!std::isnan(p[i])) return false;
+    return true;
+}
+
+struct Ffn {
+    int64_t T, k, E, d, f;
+    std::vector<int32_t> idx;
+    vf x, wgu, wd, dy;
+};
+
+// Routing with the awkward cases: expert E-1 never chosen, expert 0 exactly once (token 1,
+// slot 0), every 7th row routed to -1 or E (a dropped row: the kernels skip it).
+Ffn make(int64_t T, int64_t k, int64_t E, int64_t d, int64_t f, uint64_t seed)
+{
+    Ffn c{T, k, E, d, f, std::vector<int32_t>(T * k), rnd(T * d, seed, 1.0),
+          rnd(E * 2 * f * d, seed + 1, 0.3), rnd(E * d * f, seed + 2, 0.3),
+          rnd(T * k * d, seed + 3, 1.0)};
+    uint64_t s = seed + 4;
+    for (int64_t r = 0; r < T * k; r++) {
+        const double u = 0.5 * (qt_test_rand(&s) + 1.0);
+        c.idx[r] = 1 + (int32_t)(u * (double)(E - 2)) % (int32_t)(E - 2);
+        if (r % 7 == 5) c.idx[r] = r % 2 ? -1 : (int32_t)E;
+    }
+    if (T > 1) c.idx[1 * k + 0] = 0;
+    return c;
+}
+
+// The plan's scratch (configgen: expert_scratch), enough for the expert-major backward.
+int64_t plan_scratch(const Ffn &c, int64_t nb)
+{
+    const int64_t R = c.T * c.k, d = c.d, f = c.f;
+    return R * (d + 3 * f + nb * d + (nb ? 2 * f / nb : 0)) + R + c.E + 1 + R * d +
+           (nb ? d * (2 * f / nb) : 0);
+}
+
+// Fast and reference passes on the same inputs; scratch_elems sets the chunking of the fast
+// kernels (the reference always goes row by row, the wgrad in the same chunks).
+void check_case(const Ffn &c, int64_t nb, int64_t fwd_scr, int64_t bwd_scr, int64_t wg_scr)
+{
+    const int64_t R = c.T * c.k, d = c.d, f = c.f, E = c.E;
+    vf big(plan_scratch(c, nb) + 64), sc(std::max(std::max(fwd_scr, bwd_scr), wg_scr) + 1);
+    const float sentinel = 12345.0f; // rows of dropped (t, slot) pairs must keep it
+    vf y(R * d, sentinel), gu(R * 2 * f, sentinel), yr = y, gr = gu;
+    qt_expert_ffn_fwd_canon(y.data(), gu.data(), c.x.data(), c.idx.data(), c.wgu.data(),
+                            c.wd.data(), sc.data(), c.T, c.k, E, d, f, fwd_scr, nb);
+    qt_expert_ffn_fwd_canon_ref(yr.data(), gr.data(), c.x.data(), c.idx.data(), c.wgu.data(),
+                                c.wd.data(), big.data(), c.T, c.k, E, d, f, big.size(), nb);
+    CHECK(same_bits(y, yr));
+    CHECK(same_bits(gu, gr));
+    if (R > 5 && (c.idx[5] < 0 || c.idx[5] >= E)) CHECK(y[5 * d] == sentinel); // dropped row
+
+    vf dx = rnd(c.T * d, 77, 1.0), dxr = dx, dgu(R * 2 * f, sentinel), dgr = dgu;
+    qt_expert_ffn_bwd_save_canon(dx.data(), dgu.data(), c.dy.data(), c.idx.data(), gu.data(),
+                                 c.wgu.data(), c.wd.data(), sc.data(), c.T, c.k, E, d, f,
+                                 bwd_scr, nb);
+    qt_expert_ffn_bwd_save_canon_ref(dxr.data(), dgr.data(), c.dy.data(), c.idx.data(),
+                                     gr.data(), c.wgu.data(), c.wd.data(), big.data(), c.T,
+                                     c.k, E, d, f, big.size(), nb);
+    CHECK(same_bits(dx, dxr));
+    CHECK(same_bits(dgu, dgr));
+    if (R > 5 && (c.idx[5] < 0 || c.idx[5] >= E)) CHECK(dgu[5 * 2 * f] == sentinel);
+
+    vf dwg(E * 2 * f * d, sentinel), dwd(E * d * f, sentinel), dwgr = dwg, dwdr = dwd;
+    qt_expert_ffn_wgrad_saved_write(dwg.data(), dwd.data(), c.dy.data(), c.x.data(),
+                                    c.idx.data(), gu.data(), dgu.data(), sc.data(), c.T, c.k,
+                                    E, d, f, wg_scr);
+    qt_expert_ffn_wgrad_saved_write_ref(dwgr.data(), dwdr.data(), c.dy.data(), c.x.data(),
+                                        c.idx.data(), gr.data(), dgr.data(), big.data(), c.T,
+                                        c.k, E, d, f, wg_scr);
+    CHECK(same_bits(dwg, dwgr));
+    CHECK(same_bits(dwd, dwdr));
+    // experts without rows: +0 leaves (written, not left as the sentinel)
+    for (int64_t e = 0; e < E; e++) {
+        if (std::find(c.idx.begin(), c.idx.end(), (int32_t)e) != c.idx.end()) continue;
+        for (int64_t i = 0; i < 2 * f * d; i++) CHECK(dwg[e * 2 * f * d + i] == 0.0f);
+        for (int64_t i = 0; i < d * f; i++) CHECK(dwd[e * d * f + i] == 0.0f);
+    }
+}
+
+} // namespace
+
+TEST_GROUP(ExpertFfnFast) {};
+
+// Widths off the vectors (d 33, f 12: unaligned rows, streaming stores skipped), 12-row tiles
+// split unevenly, canonical blocks 0 / 2 / 4; whole-pass scratch and 5-row chunks.
+TEST(ExpertFfnFast, OddShapesBitIdenticalToReference)
+{
+    for (int64_t nb : {0, 2, 4}) {
+        Ffn c = make(29, 3, 6, 33, 12, 300 + (uint64_t)nb);
+        const int64_t full = plan_scratch(c, nb), d = c.d, f = c.f;
+        check_case(c, nb, full, full, full);
+        // 5 rows a chunk in every pass (the wgrad then writes, then adds, per expert)
+        const int64_t fwd5 = 5 * (d + 2 * f + (nb ? nb * d + f / nb : 0)) + (nb ? d * (f / nb) : 0);
+        const int64_t bwd5 = 5 * (d + 3 * f + (nb ? nb * d + 2 * f / nb : 0)) +
+                             (nb ? d * (2 * f / nb) : 0);
+        check_case(c, nb, fwd5, bwd5, 5 * (d + 3 * f)); // the backward's slot-major order
+        const int64_t R = c.T * c.k, head = R + c.E + 1 + R * d;
+        check_case(c, nb, fwd5, head + bwd5, 5 * (d + 3 * f)); // expert-major, 5-row chunks
+    }
+}
+
+// The bench model's widths (d 512, f 256: full 32-column strips, the transposing pack's 16 x
+// 16 blocks), ~10 rows per expert, canonical 8 blocks (the plan's) and none.
+TEST(ExpertFfnFast, BenchWidthsBitIdenticalToReference)
+{
+    for (int64_t nb : {0, 8}) {
+        Ffn c = make(40, 4, 16, 512, 256, 400 + (uint64_t)nb);
+        const int64_t full = plan_scratch(c, nb);
+        check_case(c, nb, full, full, full);
+    }
+}
+
+// One token, one slot, or no valid rows at all; and scratch too small for a row: the
+// documented NaN poisoning of y, dx and the leaves in both the kernels and the references.
+TEST(ExpertFfnFast, DegenerateRoutingAndTinyScratch)
+{
+    Ffn one = make(1, 1, 3, 20, 8, 500);
+    one.idx[0] = 2;
+    check_case(one, 0, plan_scratch(one, 0), plan_scratch(one, 0), plan_scratch(one, 0));
+    check_case(one, 2, plan_scratch(one, 2), plan_scratch(one, 2), plan_scratch(one, 2));
+    Ffn none = make(6, 2, 3, 20, 8, 510);
+    for (auto &e : none.idx) e = -1;
+    vf y(6 * 2 * 20, 1.0f), gu(6 * 2 * 16, 1.0f), sc(plan_scratch(none, 0));
+    qt_expert_ffn_fwd_canon(y.data(), gu.data(), none.x.data(), none.idx.data(), none.wgu.data(),
+                            none.wd.data(), sc.data(), 6, 2, 3, 20, 8, sc.size(), 0);
+    for (float v : y) CHECK(v == 1.0f);
+    vf dwg(3 * 16 * 20, 1.0f), dwd(3 * 20 * 8, 1.0f);
+    qt_expert_ffn_wgrad_saved_write(dwg.data(), dwd.data(), none.dy.data(), none.x.data(),
+                                    none.idx.data(), gu.data(), gu.data(), sc.data(), 6, 2, 3,
+                                    20, 8, sc.size());
+    for (float v : dwg) CHECK(v == 0.0f);
+
+    Ffn c = make(5, 2, 3, 20, 8, 520);
+    vf tiny(20), yt(5 * 2 * 20, 0.f), gt(5 * 2 * 16, 0.f), yr = yt, gr = gt;
+    qt_expert_ffn_fwd_canon(yt.data(), gt.data(), c.x.data(), c.idx.data(), c.wgu.data(),
+                            c.wd.data(), tiny.data(), 5, 2, 3, 20, 8, tiny.size(), 0);
+    qt_expert_ffn_fwd_canon_ref(yr.data(), gr.data(), c.x.data(), c.idx.data(), c.wgu.data(),
+                                c.wd.data(), tiny.data(), 5, 2, 3, 20, 8, 4, 0);
+    CHECK(all_nan(yt.data(), yt.size()));
+    CHECK(all_nan(yr.data(), yr.size()));
+    vf dx(5 * 20, 0.f), dxr = dx;
+    qt_expert_ffn_bwd_save_canon(dx.data(), NULL, c.dy.data(), c.idx.data(), gt.data(),
+                                 c.wgu.data(), c.wd.data(), tiny.data(), 5, 2, 3, 20, 8,
+                                 tiny.size(), 0);
+    qt_expert_ffn_bwd_save_canon_ref(dxr.data(), NULL, c.dy.data(), c.idx.data(), gt.data(),
+                                     c.wgu.data(), c.wd.data(), tiny.data(), 5, 2, 3, 20, 8,
+                                     tiny.size(), 0);
+    CHECK(all_nan(dx.data(), dx.size()));
+    CHECK(all_nan(dxr.data(), dxr.size()));
+    vf w1(3 * 16 * 20), w2(3 * 20 * 8), w3 = w1, w4 = w2;
+    qt_expert_ffn_wgrad_saved_write(w1.data(), w2.data(), c.dy.data(), c.x.data(), c.idx.data(),
+                                    gt.data(), gt.data(), tiny.data(), 5, 2, 3, 20, 8,
+                                    tiny.size());
+    qt_expert_ffn_wgrad_saved_write_ref(w3.data(), w4.data(), c.dy.data(), c.x.data(),
+                                        c.idx.data(), gt.data(), gt.data(), tiny.data(), 5, 2,
+                                        3, 20, 8, tiny.size());
+    CHECK(all_nan(w1.data(), w1.size()) && all_nan(w2.data(), w2.size()));
+    CHECK(all_nan(w3.data(), w3.size()) && all_nan(w4.data(), w4.size()));
+}
