@@ -463,6 +463,52 @@ void QT_FN(qt_expert_ffn_wgrad_saved)(qt_real *dw_gu, qt_real *dw_down, const qt
                        scratch_elems, 0);
 }
 
+#ifndef QT_REAL_DOUBLE
+/* cy restricted to the elements [off, ...) of its parameter (one expert's slice). */
+static qt_leaf_carry qt_ffn_carry_slice(const qt_leaf_carry *cy, int64_t off)
+{
+    qt_leaf_carry s;
+    s.n = cy->n;
+    for (int32_t l = 0; l < cy->n; l++) s.add[l] = cy->add[l] + off;
+    s.dst = cy->dst + off;
+    return s;
+}
+
+int qt_expert_ffn_wgrad_saved_carry(const qt_leaf_carry *c_gu, const qt_leaf_carry *c_down,
+                                    const float *dy, const float *x, const int32_t *idx,
+                                    const float *gu, const float *dgu, float *scratch,
+                                    int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                                    int64_t scratch_elems)
+{
+    /* every expert's rows in one chunk (an expert takes at most one slot of a token, so at
+     * most T rows): each weight slice is written by exactly one call, which can carry */
+    const int64_t cap = scratch_elems / (d + 3 * f);
+    if (!c_gu || !c_down || cap < T || cap < 1) return 0;
+    if (!qt_matmul_wgrad_write_carry(c_gu, NULL, NULL, 0, 0, 0) ||
+        !qt_matmul_wgrad_write_carry(c_down, NULL, NULL, 0, 0, 0))
+        return 0; /* not built, or no addends: nothing touched */
+    float *A = scratch, *B = A + cap * d, *C = B + cap * f;
+    for (int32_t e = 0; e < E; e++) {
+        const qt_leaf_carry cg = qt_ffn_carry_slice(c_gu, (int64_t)e * 2 * f * d);
+        const qt_leaf_carry cd = qt_ffn_carry_slice(c_down, (int64_t)e * d * f);
+        int64_t n = 0;
+        qt_ffn_chunk(&n, idx, k, e, -1, 0, T * k, cap);
+        /* no rows: the leaf is (+0), carried as the empty contraction's */
+        if (n > 0) {
+            qt_ffn_gather(A, dy, d, 0, idx, k, e, -1, 0, T * k);
+            qt_ffn_gather_swiglu(B, gu, idx, e, 0, T * k, f);
+        }
+        qt_matmul_wgrad_write_carry(&cd, A, B, n, d, f);
+        if (n > 0) {
+            qt_ffn_gather(C, dgu, 2 * f, 0, idx, k, e, -1, 0, T * k);
+            qt_ffn_gather(A, x, d, 1, idx, k, e, -1, 0, T * k);
+        }
+        qt_matmul_wgrad_write_carry(&cg, C, A, n, 2 * f, d);
+    }
+    return 1;
+}
+#endif
+
 void QT_FN(qt_expert_ffn_wgrad_saved_write)(qt_real *dw_gu, qt_real *dw_down, const qt_real *dy,
                                             const qt_real *x, const int32_t *idx,
                                             const qt_real *gu, const qt_real *dgu,

@@ -17,6 +17,7 @@
 #define QT_KERNELS_EXPERT_FFN_H
 
 #include <stdint.h>
+#include "qt_leaf_carry.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -121,6 +122,18 @@ void qt_expert_ffn_wgrad_saved_write_f64(double *dw_gu, double *dw_down, const d
                                          const double *gu, const double *dgu, double *scratch,
                                          int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
                                          int64_t scratch_elems);
+
+/* qt_expert_ffn_wgrad_saved_write with a leaf-tree carry per weight in the matmul epilogue
+ * (qt_leaf_carry.h; c_gu over dW_gu[E,2f,d], c_down over dW_down[E,d,f]): c->dst receives
+ * the carry of the leaf the writing form would have written (an expert without rows: of
+ * +0), the same bits as writing it and qt_tree_push. Returns 1; returns 0 and touches
+ * nothing when the carrying matmul is not built, a carry is missing or the scratch holds
+ * fewer than T rows (an expert's rows would span chunks). Float only. */
+int qt_expert_ffn_wgrad_saved_carry(const qt_leaf_carry *c_gu, const qt_leaf_carry *c_down,
+                                    const float *dy, const float *x, const int32_t *idx,
+                                    const float *gu, const float *dgu, float *scratch,
+                                    int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                                    int64_t scratch_elems);
 
 /* References of the plan's three passes (kernels/expert_ffn_ref.c): one row at a time on the
  * scalar matmul references (the weight gradient in the same row chunks as above); the same

@@ -109,6 +109,22 @@ void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, flo
     qt_op_expert_wgrad_rows(op, ctx, seq, &t0, &S, &k);
     const int64_t d = QT_A(op, EXPERT_FFN_WGRAD, d), f = QT_A(op, EXPERT_FFN_WGRAD, f);
     if (QT_T(op, EXPERT_FFN_WGRAD, dgu) != QT_NONE) {
+        /* an odd leaf: the tree carry in the matmuls' epilogue when offered (qt_leaf_carry.h) */
+        qt_wgrad_epi *epi = ctx->wgrad_epi;
+        if (epi && epi->carry[0] && epi->carry[1] &&
+            qt_expert_ffn_wgrad_saved_carry(
+                epi->carry[0], epi->carry[1],
+                qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, dy)) + t0 * k * d,
+                qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, x)) + t0 * d,
+                qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, idx)) + t0 * k,
+                qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, gu)) + t0 * k * 2 * f,
+                qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, dgu)) + t0 * k * 2 * f,
+                qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, scratch)), S, k,
+                QT_A(op, EXPERT_FFN_WGRAD, E), d, f,
+                ctx->plan->tensors[QT_T(op, EXPERT_FFN_WGRAD, scratch)].numel)) {
+            epi->done[0] = epi->done[1] = 1;
+            return;
+        }
         qt_expert_ffn_wgrad_saved_write(
             dw[0], dw[1], qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, dy)) + t0 * k * d,
             qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, x)) + t0 * d,

@@ -192,3 +192,60 @@ TEST(ExpertFfnFast, DegenerateRoutingAndTinyScratch)
     CHECK(all_nan(w1.data(), w1.size()) && all_nan(w2.data(), w2.size()));
     CHECK(all_nan(w3.data(), w3.size()) && all_nan(w4.data(), w4.size()));
 }
+
+// The leaf-tree carry in the expert weight gradient's epilogue (qt_expert_ffn_wgrad_saved_carry,
+// qt_leaf_carry.h) against writing the leaf and carrying it as qt_tree_push does (dst =
+// L[n-1] + (... + (L[0] + r))), bit for bit, for 1..3 addends: odd widths and the bench's,
+// an expert without rows (its leaf +0), contractions over 256 rows (partial sums parked in
+// dst). A scratch of fewer than T rows is refused with nothing touched.
+TEST(ExpertFfnFast, WgradCarryEqualsWriteThenPush)
+{
+    struct Shape { int64_t T, k, E, d, f; };
+    for (const Shape &s : {Shape{29, 3, 6, 33, 12}, Shape{300, 2, 3, 32, 16}, Shape{40, 4, 16, 512, 256}}) {
+        Ffn c = make(s.T, s.k, s.E, s.d, s.f, 600 + (uint64_t)s.d);
+        const int64_t R = c.T * c.k, d = c.d, f = c.f, E = c.E, ng = E * 2 * f * d, nd = E * d * f;
+        vf gu = rnd(R * 2 * f, 610, 1.0), dgu = rnd(R * 2 * f, 611, 1.0);
+        vf sc(plan_scratch(c, 0));
+        vf lg(ng), ld(nd); // the written leaves (the reference's path)
+        qt_expert_ffn_wgrad_saved_write(lg.data(), ld.data(), c.dy.data(), c.x.data(), c.idx.data(),
+                                        gu.data(), dgu.data(), sc.data(), c.T, c.k, E, d, f,
+                                        (int64_t)sc.size());
+        for (int32_t n = 1; n <= 3; n++) {
+            std::vector<vf> ag, ad;
+            for (int32_t l = 0; l < n; l++) {
+                ag.push_back(rnd(ng, 620 + (uint64_t)l, 2.0));
+                ad.push_back(rnd(nd, 630 + (uint64_t)l, 2.0));
+            }
+            qt_leaf_carry cg, cd;
+            cg.n = cd.n = n;
+            for (int32_t l = 0; l < n; l++) cg.add[l] = ag[l].data(), cd.add[l] = ad[l].data();
+            vf dg(ng, 7.0f), dd(nd, 7.0f);
+            cg.dst = dg.data(), cd.dst = dd.data();
+            CHECK_EQUAL(1, qt_expert_ffn_wgrad_saved_carry(&cg, &cd, c.dy.data(), c.x.data(),
+                                                           c.idx.data(), gu.data(), dgu.data(),
+                                                           sc.data(), c.T, c.k, E, d, f,
+                                                           (int64_t)sc.size()));
+            vf wg(ng), wd(nd);
+            for (int64_t e = 0; e < ng; e++) {
+                float v = lg[e];
+                for (int32_t l = 0; l < n; l++) v = ag[l][e] + v;
+                wg[e] = v;
+            }
+            for (int64_t e = 0; e < nd; e++) {
+                float v = ld[e];
+                for (int32_t l = 0; l < n; l++) v = ad[l][e] + v;
+                wd[e] = v;
+            }
+            CHECK(same_bits(dg, wg));
+            CHECK(same_bits(dd, wd));
+            // fewer than T rows of scratch: refused, nothing written
+            vf dg2(ng, 7.0f);
+            cg.dst = dg2.data();
+            CHECK_EQUAL(0, qt_expert_ffn_wgrad_saved_carry(&cg, &cd, c.dy.data(), c.x.data(),
+                                                           c.idx.data(), gu.data(), dgu.data(),
+                                                           sc.data(), c.T, c.k, E, d, f,
+                                                           (c.T - 1) * (d + 3 * f)));
+            for (float v : dg2) CHECK(v == 7.0f);
+        }
+    }
+}
