@@ -22,8 +22,8 @@
  * S <= 16384) and the key-block backward (qt_attn_bwd_keyblocks: the planned scratch, S >= 256,
  * hd <= 512); the 8-row forward and 4-row backward blocks; the one-row forms.
  * Static buffers (not thread-safe, like matmul.c's packing buffer): the forward's block
- * scores (512 KiB) and packed rows (64 KiB), the backward's packed query and output-
- * gradient rows (32 KiB) and its update rows (32 KiB); twice that in the double build.
+ * scores (512 KiB) and packed rows (64 KiB), the backward's packed key block (256 KiB) and
+ * update rows (32 KiB); twice that in the double build.
  * Before 2026-12-02 the contract had no FMA (multiply, then add: two instructions on the
  * two FP ports), which capped every loop here at half the FMA peak (docs/bench.md,
  * "Attention: the FMA contract"); the change of bits was deliberate (issue 22).
@@ -795,45 +795,43 @@ static void qt_attn_bwd_block(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt
 _Static_assert(QT_ATTN_QB == QT_ATTN_G, "the key-block order's row blocks are packed groups");
 #define QT_ATTN_BWD_KB_SCRATCH(S) (QT_ATTN_R * (S) + 2 * QT_ATTN_QB * QT_ATTN_BWD_KEYS)
 
-/* The key-block tiles are key-major (eight rows per key, the order qt_attn_dot4x8 leaves
- * them in): P[QT_ATTN_PIX(r, j - j0)] = p_ij and
+/* The key-block tiles are row-major: P[QT_ATTN_PIX(r, j - j0)] = p_ij and
  * DS[QT_ATTN_PIX(r, j - j0)] = scale * (p_ij (do_i.v_j - D_i)). */
-#define QT_ATTN_PIX(r, jj) ((jj) * QT_ATTN_QB + (r))
+#define QT_ATTN_PIX(r, jj) ((r) * QT_ATTN_BWD_KEYS + (jj))
 
-/* P and DS for rows i = i0 + r, r < rr, and keys j in [j0, j1) with j <= i. qp and dop are
- * the block's q and do rows packed by qt_attn_pack8 (zero rows past rr), so four keys at a
- * time run through qt_attn_dot4x8 against all eight rows: the packed rows (16 KiB) stay in
- * L1 while the keys and values stream from L2 once per query block (with the keys packed
- * and the rows broadcast, the 128 KiB packed key block streamed from L2 twice, at 16 bytes
- * per FMA). Entries with j > i, j >= j1 or r >= rr (keys past j1 repeat key j1 - 1, rows
- * past rr take row rr - 1's lse and D) are filled with values that are never used. Every
- * used value is the same expression as in qt_attn_bwd_rows (qt_attn_dot4x8's dots are
- * qt_attn_dot's). */
-static void qt_attn_bwd_tile(qt_real *P, qt_real *DS, const qt_real *qp, const qt_real *dop,
-                             const qt_real *kb, const qt_real *vb, int64_t kstride, int64_t i0,
+/* P and DS for rows i = i0 + r, r < rr, and keys j in [j0, j1) with j <= i. kp and vp are
+ * the key block's k and v rows packed by qt_attn_pack8 in groups of eight keys (zero past
+ * j1), so whole groups of eight keys run through qt_attn_dot4x8 against four rows at a
+ * time; entries with j > i, j >= j1 or r >= rr (rows past rr repeat row rr - 1) are filled
+ * with values that are never used. Every used value is the same expression as in
+ * qt_attn_bwd_rows (qt_attn_dot4x8's dots are qt_attn_dot's). */
+static void qt_attn_bwd_tile(qt_real *P, qt_real *DS, const qt_real *kp, const qt_real *vp,
+                             const qt_real *qb, const qt_real *dob, int64_t qstride, int64_t i0,
                              int rr, int64_t j0, int64_t j1, int64_t hd, qt_real scale,
                              const qt_real *l, const qt_real *D)
 {
     const int64_t je = j1 < i0 + rr ? j1 : i0 + rr; /* keys the block's last row sees */
-    qt_real lv[8], Dv[8], s[32], dp[32];
-    for (int r = 0; r < QT_ATTN_QB; r++) {
-        const int rt = r < rr ? r : rr - 1;
-        lv[r] = l[rt], Dv[r] = D[rt];
-    }
-    const qt_attn_v8 lvv = qt_attn_load8(lv), Dvv = qt_attn_load8(Dv);
-    for (int64_t j = j0; j < je; j += 4) {
-        const qt_real *xk[4], *xv[4];
+    qt_real lv[32], Dv[32], s[32], dp[32];
+    for (int r0 = 0; r0 < rr; r0 += 4) {
+        const qt_real *xq[4], *xd[4];
         for (int t = 0; t < 4; t++) {
-            const int64_t jt = j + t < j1 ? j + t : j1 - 1;
-            xk[t] = kb + jt * kstride, xv[t] = vb + jt * kstride;
+            const int rt = r0 + t < rr ? r0 + t : rr - 1;
+            xq[t] = qb + rt * qstride, xd[t] = dob + rt * qstride;
+            for (int e = 0; e < 8; e++) lv[t * 8 + e] = l[rt], Dv[t * 8 + e] = D[rt];
         }
-        qt_attn_dot4x8(s, qp, xk, hd);
-        qt_attn_dot4x8(dp, dop, xv, hd);
-        for (int u = 0; u < 32; u += 8) {
-            const qt_attn_v8 p = qt_attn_exp8(qt_attn_load8(s + u) * scale - lvv);
-            const qt_attn_v8 ds = scale * (p * (qt_attn_load8(dp + u) - Dvv));
-            memcpy(P + QT_ATTN_PIX(0, j - j0) + u, &p, sizeof p);
-            memcpy(DS + QT_ATTN_PIX(0, j - j0) + u, &ds, sizeof ds);
+        for (int64_t j = j0; j < je; j += 8) {
+            qt_attn_dot4x8(s, kp + (j - j0) * hd, xq, hd);
+            qt_attn_dot4x8(dp, vp + (j - j0) * hd, xd, hd);
+            for (int u = 0; u < 32; u += 8) {
+                const qt_attn_v8 x = qt_attn_load8(s + u) * scale - qt_attn_load8(lv + u);
+                const qt_attn_v8 p = qt_attn_exp8(x);
+                memcpy(s + u, &p, sizeof p);
+            }
+            for (int u = 0; u < 32; u++) dp[u] = scale * (s[u] * (dp[u] - Dv[u]));
+            for (int t = 0; t < 4; t++) {
+                memcpy(P + QT_ATTN_PIX(r0 + t, j - j0), s + 8 * t, 8 * sizeof *s);
+                memcpy(DS + QT_ATTN_PIX(r0 + t, j - j0), dp + 8 * t, 8 * sizeof *dp);
+            }
         }
     }
 }
@@ -972,7 +970,7 @@ static void qt_attn_bwd_tile_update(qt_real *dqb, qt_real *dkb, qt_real *dvb, co
 }
 
 /* One (sequence, head) in key-block order (see above). */
-static qt_real qt_attn_bqp[2][QT_ATTN_QB * QT_ATTN_PACK_HD]; /* packed q, do of a block */
+static qt_real qt_attn_kvp[2][QT_ATTN_BWD_KEYS * QT_ATTN_PACK_HD]; /* packed key block */
 static void qt_attn_bwd_keyblocks(qt_real *dq, qt_real *dkb, qt_real *dvb, const qt_real *dout,
                                   const qt_real *q, const qt_real *o, const qt_real *kb,
                                   const qt_real *vb, const qt_real *lse, qt_real *scratch,
@@ -984,14 +982,17 @@ static void qt_attn_bwd_keyblocks(qt_real *dq, qt_real *dkb, qt_real *dvb, const
     for (int64_t i = 0; i < S; i++) D[i] = qt_attn_dot(dout + i * qstride, o + i * qstride, hd);
     for (int64_t j0 = 0; j0 < S; j0 += QT_ATTN_BWD_KEYS) {
         const int64_t j1 = S - j0 < QT_ATTN_BWD_KEYS ? S : j0 + QT_ATTN_BWD_KEYS;
+        for (int64_t g = j0; g < j1; g += QT_ATTN_G) {
+            const int ng = (int)(j1 - g < QT_ATTN_G ? j1 - g : QT_ATTN_G);
+            qt_attn_pack8(qt_attn_kvp[0] + (g - j0) * hd, kb + g * kstride, kstride, ng, hd);
+            qt_attn_pack8(qt_attn_kvp[1] + (g - j0) * hd, vb + g * kstride, kstride, ng, hd);
+        }
         /* the query blocks that see a key of [j0, j1): rows from j0 (a multiple of QB) on */
         for (int64_t i0 = j0; i0 < S; i0 += QT_ATTN_QB) {
             const int rr = (int)(S - i0 < QT_ATTN_QB ? S - i0 : QT_ATTN_QB);
             const int64_t qo = i0 * qstride;
-            qt_attn_pack8(qt_attn_bqp[0], q + qo, qstride, rr, hd);
-            qt_attn_pack8(qt_attn_bqp[1], dout + qo, qstride, rr, hd);
-            qt_attn_bwd_tile(P, DS, qt_attn_bqp[0], qt_attn_bqp[1], kb, vb, kstride, i0, rr, j0,
-                             j1, hd, scale, lse + i0, D + i0);
+            qt_attn_bwd_tile(P, DS, qt_attn_kvp[0], qt_attn_kvp[1], q + qo, dout + qo, qstride,
+                             i0, rr, j0, j1, hd, scale, lse + i0, D + i0);
             qt_attn_bwd_tile_update(dq + qo, dkb, dvb, q + qo, dout + qo, kb, P, DS, qstride,
                                     kstride, i0, rr, j0, j1, hd);
         }
