@@ -147,7 +147,8 @@ qt_attn_dot8(qt_real *out, const qt_real *a, const qt_real *b, int64_t stride, i
     for (int64_t i = 0; i < n8; i += 8) {
         const qt_attn_v8 av = qt_attn_load8(a + i);
 #pragma GCC unroll 8
-        for (int m = 0; m < 8; m++) acc[m] = qt_attn_fma8(av, qt_attn_load8(b + m * stride + i), acc[m]);
+        for (int m = 0; m < 8; m++)
+            acc[m] = qt_attn_fma8(av, qt_attn_load8(b + m * stride + i), acc[m]);
     }
     for (int64_t i = n8; i < n; i++)
         for (int m = 0; m < 8; m++)

@@ -462,8 +462,8 @@ static float attn_contract_dot(const float *a, const float *b, int64_t n, bool f
 // - lse), dv_j chain += p do_i, ds_j = scale * (p * (dot(do_i, v_j) - D)); then for j:
 // dq_i += ds_j k_j, dk_j += ds_j q_i. exp / log: the firmware's own (qt_expf, qt_logf).
 static void attn_contract(vf &o, vf &lse, vf &dq, vf &dk, vf &dv, const vf &q, const vf &k,
-                          const vf &v, const vf &w, const vf &ob, const vf &lb, const AttnShape &c,
-                          float scale, bool fused)
+                          const vf &v, const vf &w, const vf &ob, const vf &lb,
+                          const AttnShape &c, float scale, bool fused)
 {
     const int64_t kw = c.Hkv * c.hd;
     std::vector<float> sc(c.S), ds(c.S);
@@ -472,7 +472,8 @@ static void attn_contract(vf &o, vf &lse, vf &dq, vf &dk, vf &dv, const vf &q, c
             const int64_t g = h / (c.Hq / c.Hkv);
             const float *kb = k.data() + s * c.S * kw + g * c.hd;
             const float *vb = v.data() + s * c.S * kw + g * c.hd;
-            float *dkb = dk.data() + s * c.S * kw + g * c.hd, *dvb = dv.data() + s * c.S * kw + g * c.hd;
+            float *dkb = dk.data() + s * c.S * kw + g * c.hd;
+            float *dvb = dv.data() + s * c.S * kw + g * c.hd;
             for (int64_t i = 0; i < c.S; i++) {
                 const int64_t qo = ((s * c.S + i) * c.Hq + h) * c.hd;
                 const float *qi = q.data() + qo, *doi = w.data() + qo;
@@ -490,7 +491,8 @@ static void attn_contract(vf &o, vf &lse, vf &dq, vf &dk, vf &dv, const vf &q, c
                 const float lg = lb[(s * c.Hq + h) * c.S + i];
                 const float D = attn_contract_dot(doi, ob.data() + qo, c.hd, fused);
                 for (int64_t j = 0; j <= i; j++) {
-                    const float p = qt_expf(attn_contract_dot(qi, kb + j * kw, c.hd, fused) * scale - lg);
+                    const float sj = attn_contract_dot(qi, kb + j * kw, c.hd, fused) * scale;
+                    const float p = qt_expf(sj - lg);
                     for (int64_t d = 0; d < c.hd; d++)
                         dvb[j * kw + d] = attn_mad(p, doi[d], dvb[j * kw + d], fused);
                     ds[j] = scale * (p * (attn_contract_dot(doi, vb + j * kw, c.hd, fused) - D));
