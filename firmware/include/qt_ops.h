@@ -33,7 +33,10 @@
  *    slot p is in a[8] (first) and a[9] (second, or -1): QT_A_WGRAD_SEQS = 7,
  *    QT_A_WGRAD_PARAM = 8 (+ 1 for the second).
  *  - Reductions run in a fixed, documented order (noted per op) so bits never depend on
- *    anything but the inputs.
+ *    anything but the inputs. Where a row says a multiply-add is fused (the matmuls, and
+ *    attention's dots and sums since 2026-12-02: ATTN_FWD / ATTN_BWD), it is one FMA with a
+ *    single rounding, written out in the kernel (the builds use -ffp-contract=off, so no
+ *    other multiply and add is ever fused).
  *  - r = Hv/Hk (GDN value heads per key head); G = 2*Dk + 2*r*Dv is the width of one key
  *    head group in in_proj_qkvz; Cc = 2*Hk*Dk + Hv*Dv conv channels.
  *  - GDN grouped layouts (exactly HF Qwen3-Next):

@@ -4,28 +4,44 @@
  * lse_i = m + log(sum_j exp(s_ij - m)) (j increasing), o_i = sum_j exp(s_ij - lse_i) v_j
  * (j increasing). The backward recomputes p_ij = exp(s_ij - lse_i) from the saved lse, so
  * nothing of size S*S is ever stored.
+ * The bit contract (attention.h, qt_ops.def ATTN_*): every multiply-add of a dot product or
+ * of a P V / gradient sum is ONE fused multiply-add (a single rounding), written out
+ * (QT_ATTN_FMA and the vector forms qt_attn_fma8 / qt_attn_fma16: the build's
+ * -ffp-contract=off never fuses on its own); everything else (the score's "* scale", the
+ * exponent's "- lse", ds = scale * (p * (dp - D))) stays separately rounded.
  * Invariants: one fixed summation order per quantity (documented at each loop); no state
  * crosses sequences; the result never depends on whether scratch was supplied.
  * The fast paths compute many dots at once: qt_attn_dot8 (eight keys, eight lane chains
  * each in a 256-bit vector) and qt_attn_dot4x8 (eight packed rows against four others, two
  * dots per AVX-512 register), each followed by one transposing add tree for the final
  * pairwise combines. Every dot keeps qt_attn_dot's exact operation tree and every sum its
- * order, so they are bit-identical to the one-dot-at-a-time *_ref versions (tested); the
- * softmax exponentials are taken in separate, vectorised passes (qt_expf_v8: the same bits).
+ * order, so they are bit-identical to the scalar *_ref versions (qt_attn_dot_ref,
+ * qt_attn_axpy_ref: the contract spelled out one fmaf at a time; tested); the softmax
+ * exponentials are taken in separate, vectorised passes (qt_expf_v8: the same bits).
  * Paths, fastest first: the tiled forward (qt_attn_fwd_tiled: hd % 16 == 0, hd <= 512,
  * S <= 16384) and the key-block backward (qt_attn_bwd_keyblocks: the planned scratch, S >= 256,
  * hd <= 512); the 8-row forward and 4-row backward blocks; the one-row forms.
  * Static buffers (not thread-safe, like matmul.c's packing buffer): the forward's block
- * scores (512 KiB) and packed rows (64 KiB), the backward's packed key block (256 KiB);
- * twice that in the double build.
- * No FMA (the contract: -ffp-contract=off, multiply then add): every multiply-add is two
- * vector instructions, so these kernels' roof is half the FMA peak (docs/bench.md).
+ * scores (512 KiB) and packed rows (64 KiB), the backward's packed key block (256 KiB) and
+ * update rows (32 KiB); twice that in the double build.
+ * Before 2026-12-02 the contract had no FMA (multiply, then add: two instructions on the
+ * two FP ports), which capped every loop here at half the FMA peak (docs/bench.md,
+ * "Attention: the FMA contract"); the change of bits was deliberate (issue 22).
  */
 #include "attention.h"
 #include <string.h>
 #include "qt_real.h"
-#if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__) && defined(__AVX512DQ__)
+#if !defined(QT_REAL_DOUBLE)
+/* The float contract is defined by single-rounding FMAs; without the instruction
+ * __builtin_fmaf would become a libm call, so a target without FMA is refused (as in
+ * matmul.c; x86-64-v3 is the oldest supported target). */
+#ifndef __FMA__
+#error "qtrain's float kernels need the FMA instruction: build with ARCH=-march=x86-64-v3 (or newer, or -march=native on such a CPU)"
+#endif
 #include <immintrin.h>
+#define QT_ATTN_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
+#else
+#define QT_ATTN_FMA(a, b, c) __builtin_fma((a), (b), (c))
 #endif
 
 /* Eight lanes, eight elements wide: lane l sums elements l, l+8, ... of the full blocks
@@ -41,6 +57,19 @@ static inline qt_attn_v8 qt_attn_load8(const qt_real *p)
     return v;
 }
 
+/* a * b + c per lane, one rounding (QT_ATTN_FMA on every lane: the AVX2/AVX-512 VFMADD and
+ * __builtin_fma(f) are the same IEEE operation, so every build gives the same bits). */
+static inline qt_attn_v8 qt_attn_fma8(qt_attn_v8 a, qt_attn_v8 b, qt_attn_v8 c)
+{
+#ifndef QT_REAL_DOUBLE
+    return (qt_attn_v8)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+    qt_attn_v8 r;
+    for (int u = 0; u < 8; u++) r[u] = QT_ATTN_FMA(a[u], b[u], c[u]);
+    return r;
+#endif
+}
+
 /* Sixteen-wide elementwise slices for the accumulations (no sum crosses lanes there, so the
  * width is free; 16 floats fill one AVX-512 register). */
 typedef qt_real qt_attn_v16 __attribute__((vector_size(16 * sizeof(qt_real))));
@@ -52,12 +81,54 @@ static inline qt_attn_v16 qt_attn_load16(const qt_real *p)
     return v;
 }
 
+/* a * b + c per lane, one rounding: one AVX-512 VFMADD, two AVX2 ones on the halves (the
+ * x86-64-v3 build), QT_ATTN_FMA per lane in double. */
+static inline qt_attn_v16 qt_attn_fma16(qt_attn_v16 a, qt_attn_v16 b, qt_attn_v16 c)
+{
+#if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__)
+    return (qt_attn_v16)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif !defined(QT_REAL_DOUBLE)
+    const qt_attn_v8 lo = qt_attn_fma8(__builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7),
+                                       __builtin_shufflevector(b, b, 0, 1, 2, 3, 4, 5, 6, 7),
+                                       __builtin_shufflevector(c, c, 0, 1, 2, 3, 4, 5, 6, 7));
+    const qt_attn_v8 hi = qt_attn_fma8(
+        __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15),
+        __builtin_shufflevector(b, b, 8, 9, 10, 11, 12, 13, 14, 15),
+        __builtin_shufflevector(c, c, 8, 9, 10, 11, 12, 13, 14, 15));
+    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+    qt_attn_v16 r;
+    for (int u = 0; u < 16; u++) r[u] = QT_ATTN_FMA(a[u], b[u], c[u]);
+    return r;
+#endif
+}
+
+/* p * b + c per lane, one rounding (p broadcast). */
+static inline qt_attn_v16 qt_attn_fma16s(qt_real p, qt_attn_v16 b, qt_attn_v16 c)
+{
+    qt_attn_v16 pv;
+    for (int u = 0; u < 16; u++) pv[u] = p;
+    return qt_attn_fma16(pv, b, c);
+}
+
 static inline qt_real qt_attn_dot(const qt_real *a, const qt_real *b, int64_t n)
 {
     qt_attn_v8 acc = {0, 0, 0, 0, 0, 0, 0, 0};
     const int64_t n8 = n & ~(int64_t)7;
-    for (int64_t i = 0; i < n8; i += 8) acc += qt_attn_load8(a + i) * qt_attn_load8(b + i);
-    for (int64_t i = n8; i < n; i++) acc[i - n8] += a[i] * b[i];
+    for (int64_t i = 0; i < n8; i += 8)
+        acc = qt_attn_fma8(qt_attn_load8(a + i), qt_attn_load8(b + i), acc);
+    for (int64_t i = n8; i < n; i++) acc[i - n8] = QT_ATTN_FMA(a[i], b[i], acc[i - n8]);
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* qt_attn_dot as the contract states it, one scalar fmaf at a time (the *_ref paths use
+ * this, the fast paths the vector forms; the tests compare them bit for bit). */
+static qt_real qt_attn_dot_ref(const qt_real *a, const qt_real *b, int64_t n)
+{
+    qt_real acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t i = 0; i < n8; i++) acc[i % 8] = QT_ATTN_FMA(a[i], b[i], acc[i % 8]);
+    for (int64_t i = n8; i < n; i++) acc[i - n8] = QT_ATTN_FMA(a[i], b[i], acc[i - n8]);
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
@@ -76,10 +147,12 @@ qt_attn_dot8(qt_real *out, const qt_real *a, const qt_real *b, int64_t stride, i
     for (int64_t i = 0; i < n8; i += 8) {
         const qt_attn_v8 av = qt_attn_load8(a + i);
 #pragma GCC unroll 8
-        for (int m = 0; m < 8; m++) acc[m] += av * qt_attn_load8(b + m * stride + i);
+        for (int m = 0; m < 8; m++)
+            acc[m] = qt_attn_fma8(av, qt_attn_load8(b + m * stride + i), acc[m]);
     }
     for (int64_t i = n8; i < n; i++)
-        for (int m = 0; m < 8; m++) acc[m][i - n8] += a[i] * b[m * stride + i];
+        for (int m = 0; m < 8; m++)
+            acc[m][i - n8] = QT_ATTN_FMA(a[i], b[m * stride + i], acc[m][i - n8]);
     /* Each stage adds even and odd lanes of a vector pair: stage 1 leaves lane sums
      * (0+1),(2+3),(4+5),(6+7) of two dots, stage 2 (01+23),(45+67) of four, stage 3 the
      * totals of all eight in order. The index vectors are the same for every stage. */
@@ -94,15 +167,23 @@ qt_attn_dot8(qt_real *out, const qt_real *a, const qt_real *b, int64_t stride, i
     memcpy(out, &r, sizeof r);
 }
 
-/* y[i] += a * x[i]; elementwise, so the vector form has the scalar bits. */
+/* y[i] = fma(a, x[i], y[i]); elementwise, so the vector form has the scalar bits. */
 static inline void qt_attn_axpy(qt_real *y, qt_real a, const qt_real *x, int64_t n)
 {
     const int64_t n8 = n & ~(int64_t)7;
+    qt_attn_v8 av;
+    for (int u = 0; u < 8; u++) av[u] = a;
     for (int64_t i = 0; i < n8; i += 8) {
-        const qt_attn_v8 r = qt_attn_load8(y + i) + a * qt_attn_load8(x + i);
+        const qt_attn_v8 r = qt_attn_fma8(av, qt_attn_load8(x + i), qt_attn_load8(y + i));
         memcpy(y + i, &r, sizeof r);
     }
-    for (int64_t i = n8; i < n; i++) y[i] += a * x[i];
+    for (int64_t i = n8; i < n; i++) y[i] = QT_ATTN_FMA(a, x[i], y[i]);
+}
+
+/* qt_attn_axpy one scalar fmaf at a time (the *_ref paths). */
+static void qt_attn_axpy_ref(qt_real *y, qt_real a, const qt_real *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = QT_ATTN_FMA(a, x[i], y[i]);
 }
 
 /* Two dots per 16-lane vector: qt_attn_dot's eight lanes fill half of an AVX-512 register,
@@ -161,10 +242,10 @@ qt_attn_dot4x8(qt_real *out, const qt_real *qp, const qt_real *const *x, int64_t
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++) {
             const qt_attn_v16 xb = qt_attn_bcast8(x[t] + 8 * c);
-            acc[t * 4 + 0] += a0 * xb;
-            acc[t * 4 + 1] += a1 * xb;
-            acc[t * 4 + 2] += a2 * xb;
-            acc[t * 4 + 3] += a3 * xb;
+            acc[t * 4 + 0] = qt_attn_fma16(a0, xb, acc[t * 4 + 0]);
+            acc[t * 4 + 1] = qt_attn_fma16(a1, xb, acc[t * 4 + 1]);
+            acc[t * 4 + 2] = qt_attn_fma16(a2, xb, acc[t * 4 + 2]);
+            acc[t * 4 + 3] = qt_attn_fma16(a3, xb, acc[t * 4 + 3]);
         }
     }
 #define QT_ATTN_PAIRSUM16(x, y)                                                             \
@@ -200,26 +281,26 @@ static void QT_FN(qt_attn_fwd_ref_ld)(qt_real *o, qt_real *lse, const qt_real *q
                 qt_real m, sum = 0, l;
                 if (scratch) {
                     for (int64_t j = 0; j <= i; j++)
-                        scratch[j] = qt_attn_dot(qi, kb + j * kstride, hd) * scale;
+                        scratch[j] = qt_attn_dot_ref(qi, kb + j * kstride, hd) * scale;
                     m = scratch[0];
                     for (int64_t j = 1; j <= i; j++) m = scratch[j] > m ? scratch[j] : m;
                     for (int64_t j = 0; j <= i; j++) sum += QT_EXP(scratch[j] - m);
                 } else {
-                    m = qt_attn_dot(qi, kb, hd) * scale;
+                    m = qt_attn_dot_ref(qi, kb, hd) * scale;
                     for (int64_t j = 1; j <= i; j++) {
-                        const qt_real sj = qt_attn_dot(qi, kb + j * kstride, hd) * scale;
+                        const qt_real sj = qt_attn_dot_ref(qi, kb + j * kstride, hd) * scale;
                         m = sj > m ? sj : m;
                     }
                     for (int64_t j = 0; j <= i; j++)
-                        sum += QT_EXP(qt_attn_dot(qi, kb + j * kstride, hd) * scale - m);
+                        sum += QT_EXP(qt_attn_dot_ref(qi, kb + j * kstride, hd) * scale - m);
                 }
                 l = m + QT_LOG(sum);
                 lse[(s * Hq + h) * ldl + i] = l;
                 for (int64_t d = 0; d < hd; d++) oi[d] = 0;
                 for (int64_t j = 0; j <= i; j++) {
                     const qt_real sj = scratch ? scratch[j]
-                                               : qt_attn_dot(qi, kb + j * kstride, hd) * scale;
-                    qt_attn_axpy(oi, QT_EXP(sj - l), vb + j * kstride, hd);
+                                               : qt_attn_dot_ref(qi, kb + j * kstride, hd) * scale;
+                    qt_attn_axpy_ref(oi, QT_EXP(sj - l), vb + j * kstride, hd);
                 }
             }
         }
@@ -245,16 +326,16 @@ static void QT_FN(qt_attn_bwd_ref_ld)(qt_real *dq, qt_real *dk, qt_real *dv, con
                 qt_real *dqi = dq + qoff;
                 const qt_real l = lse[(s * Hq + h) * ldl + i];
                 /* D_i = do_i . o_i is the softmax-Jacobian's row term. */
-                const qt_real D = qt_attn_dot(doi, o + qoff, hd);
+                const qt_real D = qt_attn_dot_ref(doi, o + qoff, hd);
                 for (int64_t j = 0; j <= i; j++) {
-                    const qt_real p = QT_EXP(qt_attn_dot(qi, kb + j * kstride, hd) * scale - l);
-                    qt_attn_axpy(dvb + j * kstride, p, doi, hd);
-                    const qt_real dp = qt_attn_dot(doi, vb + j * kstride, hd);
+                    const qt_real p = QT_EXP(qt_attn_dot_ref(qi, kb + j * kstride, hd) * scale - l);
+                    qt_attn_axpy_ref(dvb + j * kstride, p, doi, hd);
+                    const qt_real dp = qt_attn_dot_ref(doi, vb + j * kstride, hd);
                     scratch[j] = scale * (p * (dp - D));
                 }
                 for (int64_t j = 0; j <= i; j++) {
-                    qt_attn_axpy(dqi, scratch[j], kb + j * kstride, hd);
-                    qt_attn_axpy(dkb + j * kstride, scratch[j], qi, hd);
+                    qt_attn_axpy_ref(dqi, scratch[j], kb + j * kstride, hd);
+                    qt_attn_axpy_ref(dkb + j * kstride, scratch[j], qi, hd);
                 }
             }
         }
@@ -347,13 +428,13 @@ qt_attn_fwd_block(qt_real *ob, qt_real *lseb, const qt_real *qb, const qt_real *
         for (int64_t j = 0; j <= i0; j++) { /* keys every row of the block sees */
             const qt_attn_v16 vj = qt_attn_load16(vb + j * kstride + d0);
 #pragma GCC unroll 8
-            for (int r = 0; r < R; r++) acc[r] = acc[r] + sc[r * ld + j] * vj;
+            for (int r = 0; r < R; r++) acc[r] = qt_attn_fma16s(sc[r * ld + j], vj, acc[r]);
         }
         for (int64_t j = i0 + 1; j < i0 + R; j++) { /* the diagonal: rows i0+r >= j */
             const qt_attn_v16 vj = qt_attn_load16(vb + j * kstride + d0);
 #pragma GCC unroll 8
             for (int r = 1; r < R; r++)
-                if (j <= i0 + r) acc[r] = acc[r] + sc[r * ld + j] * vj;
+                if (j <= i0 + r) acc[r] = qt_attn_fma16s(sc[r * ld + j], vj, acc[r]);
         }
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) memcpy(ob + r * qstride + d0, &acc[r], sizeof acc[r]);
@@ -478,7 +559,7 @@ qt_attn_fwd_pv(qt_real *og, int64_t qstride, const qt_real *pg, const qt_real *v
 #pragma GCC unroll 8
         for (int r = 0; r < QT_ATTN_G; r++) {
             const qt_real p = pg[j * QT_ATTN_G + r];
-            for (int w = 0; w < W; w++) acc[r][w] = acc[r][w] + p * vj[w];
+            for (int w = 0; w < W; w++) acc[r][w] = qt_attn_fma16s(p, vj[w], acc[r][w]);
         }
     }
     for (; j < jb; j++) { /* the diagonal: rows ig + r >= j */
@@ -488,7 +569,7 @@ qt_attn_fwd_pv(qt_real *og, int64_t qstride, const qt_real *pg, const qt_real *v
         for (int r = 1; r < QT_ATTN_G; r++) {
             if (j > ig + r) continue;
             const qt_real p = pg[j * QT_ATTN_G + r];
-            for (int w = 0; w < W; w++) acc[r][w] = acc[r][w] + p * vj[w];
+            for (int w = 0; w < W; w++) acc[r][w] = qt_attn_fma16s(p, vj[w], acc[r][w]);
         }
     }
     for (int r = 0; r < rg; r++)
@@ -685,9 +766,9 @@ static void qt_attn_bwd_block(qt_real *dqb, qt_real *dkb, qt_real *dvb, const qt
 #pragma GCC unroll 8
             for (int r = 0; r < QT_ATTN_R; r++) {
                 if (j > i0 + r) continue;
-                dvj = dvj + P[r * ld + j] * dov[r];
-                dkj = dkj + DS[r * ld + j] * qv[r];
-                dqv[r] = dqv[r] + DS[r * ld + j] * kj;
+                dvj = qt_attn_fma16s(P[r * ld + j], dov[r], dvj);
+                dkj = qt_attn_fma16s(DS[r * ld + j], qv[r], dkj);
+                dqv[r] = qt_attn_fma16s(DS[r * ld + j], kj, dqv[r]);
             }
             memcpy(dvb + j * kstride + d0, &dvj, sizeof dvj);
             memcpy(dkb + j * kstride + d0, &dkj, sizeof dkj);
@@ -772,9 +853,9 @@ qt_attn_bwd_key_update(qt_attn_v16 *dqv, const qt_attn_v16 *qv, const qt_attn_v1
     for (int r = 0; r < QT_ATTN_G; r++) {
         if (!full && (r >= rr || j > i0 + r)) continue;
         const qt_real p = P[QT_ATTN_PIX(r, j - j0)], ds = DS[QT_ATTN_PIX(r, j - j0)];
-        dvj = dvj + p * dov[r];
-        dkj = dkj + ds * qv[r];
-        dqv[r] = dqv[r] + ds * kj;
+        dvj = qt_attn_fma16s(p, dov[r], dvj);
+        dkj = qt_attn_fma16s(ds, qv[r], dkj);
+        dqv[r] = qt_attn_fma16s(ds, kj, dqv[r]);
     }
     memcpy(dvb + j * kstride + d0, &dvj, sizeof dvj);
     memcpy(dkb + j * kstride + d0, &dkj, sizeof dkj);
@@ -784,14 +865,26 @@ qt_attn_bwd_key_update(qt_attn_v16 *dqv, const qt_attn_v16 *qv, const qt_attn_v1
  * register-tiled passes with the same per-element orders as the fused form below:
  * dv_j += p_ij do_i and dk_j += ds_ij q_i with four keys x 32 elements of dv and dk in
  * registers while the rows pass in increasing order, then dq_i += ds_ij k_j with eight
- * rows x 32 elements of dq in registers while the keys pass in increasing order. */
+ * rows x 32 elements of dq in registers while the keys pass in increasing order.
+ * The eight rows' do and q are first copied into qt_attn_upk as [hd/32][8 rows][32], so the
+ * row loop walks one pointer (the rows in place at their stride took sixteen pointers,
+ * which gcc kept on the stack: a reload per row load; ~35 instructions per 16 FMAs). */
+static qt_real qt_attn_upk[2][QT_ATTN_G * QT_ATTN_PACK_HD];
 static void qt_attn_bwd_tile_update_full(qt_real *dqb, qt_real *dkb, qt_real *dvb,
                                          const qt_real *qb, const qt_real *dob,
                                          const qt_real *kb, const qt_real *P, const qt_real *DS,
                                          int64_t qstride, int64_t kstride, int64_t j0,
                                          int64_t j1, int64_t hd)
 {
+    for (int r = 0; r < QT_ATTN_G; r++)
+        for (int64_t d0 = 0; d0 < hd; d0 += 32) {
+            memcpy(qt_attn_upk[0] + d0 * QT_ATTN_G + r * 32, dob + r * qstride + d0,
+                   32 * sizeof(qt_real));
+            memcpy(qt_attn_upk[1] + d0 * QT_ATTN_G + r * 32, qb + r * qstride + d0,
+                   32 * sizeof(qt_real));
+        }
     for (int64_t d0 = 0; d0 < hd; d0 += 32) {
+        const qt_real *dop = qt_attn_upk[0] + d0 * QT_ATTN_G, *qp = qt_attn_upk[1] + d0 * QT_ATTN_G;
         for (int64_t j = j0; j < j1; j += 4) {
             qt_attn_v16 av[4][2], ak[4][2];
 #pragma GCC unroll 4
@@ -801,18 +894,18 @@ static void qt_attn_bwd_tile_update_full(qt_real *dqb, qt_real *dkb, qt_real *dv
                     ak[t][w] = qt_attn_load16(dkb + (j + t) * kstride + d0 + 16 * w);
                 }
             for (int r = 0; r < QT_ATTN_G; r++) {
-                const qt_attn_v16 do0 = qt_attn_load16(dob + r * qstride + d0),
-                                  do1 = qt_attn_load16(dob + r * qstride + d0 + 16),
-                                  q0 = qt_attn_load16(qb + r * qstride + d0),
-                                  q1 = qt_attn_load16(qb + r * qstride + d0 + 16);
+                const qt_attn_v16 do0 = qt_attn_load16(dop + r * 32),
+                                  do1 = qt_attn_load16(dop + r * 32 + 16),
+                                  q0 = qt_attn_load16(qp + r * 32),
+                                  q1 = qt_attn_load16(qp + r * 32 + 16);
 #pragma GCC unroll 4
                 for (int t = 0; t < 4; t++) {
                     const qt_real p = P[QT_ATTN_PIX(r, j - j0 + t)],
                                   ds = DS[QT_ATTN_PIX(r, j - j0 + t)];
-                    av[t][0] = av[t][0] + p * do0;
-                    av[t][1] = av[t][1] + p * do1;
-                    ak[t][0] = ak[t][0] + ds * q0;
-                    ak[t][1] = ak[t][1] + ds * q1;
+                    av[t][0] = qt_attn_fma16s(p, do0, av[t][0]);
+                    av[t][1] = qt_attn_fma16s(p, do1, av[t][1]);
+                    ak[t][0] = qt_attn_fma16s(ds, q0, ak[t][0]);
+                    ak[t][1] = qt_attn_fma16s(ds, q1, ak[t][1]);
                 }
             }
 #pragma GCC unroll 4
@@ -832,8 +925,8 @@ static void qt_attn_bwd_tile_update_full(qt_real *dqb, qt_real *dkb, qt_real *dv
 #pragma GCC unroll 8
             for (int r = 0; r < QT_ATTN_G; r++) {
                 const qt_real ds = DS[QT_ATTN_PIX(r, j - j0)];
-                aq[r][0] = aq[r][0] + ds * k0;
-                aq[r][1] = aq[r][1] + ds * k1;
+                aq[r][0] = qt_attn_fma16s(ds, k0, aq[r][0]);
+                aq[r][1] = qt_attn_fma16s(ds, k1, aq[r][1]);
             }
         }
 #pragma GCC unroll 8

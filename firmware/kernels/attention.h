@@ -3,10 +3,23 @@
  * Layouts (qt_ops.h ATTN_*): q[T,Hq,hd], k and v [T,Hkv,hd], o[T,Hq*hd], lse[b,Hq,S],
  * T = b*S; query head h reads kv head h / (Hq/Hkv); query i of a sequence sees keys
  * j <= i of the same sequence only.
- * Dot products over hd use one fixed order everywhere (qt_attn_dot in attention.c: eight
- * strided lanes, then a fixed pairwise combine), so scores recomputed in the backward, or
- * by the scratch-free forward path, are bit-identical to the forward's.
- * Every kernel exists as float (name) and double (name_f64).
+ * Bit contract (since 2026-12-02, issue 22: the multiply-adds became fused; before, each was
+ * a multiply then an add, which capped these kernels at half the FMA peak). fma(a, b, c) is
+ * a*b + c rounded once (fmaf; fma in the double build):
+ *  - a dot over hd (q.k, do.v, do.o): eight lane chains, lane l = fma over the elements
+ *    l, l+8, l+16, ... of the full blocks of eight in increasing order from +0, then the
+ *    tail element n8 + u into lane u (n8 = hd rounded down to 8); the lanes combined as
+ *    ((0+1)+(2+3))+((4+5)+(6+7)) with plain adds. The same order everywhere, so scores
+ *    recomputed in the backward, or by the scratch-free forward path, are the forward's.
+ *  - s_ij = dot(q_i, k_j) * scale and p_ij = exp(s_ij - lse_i), each operation rounded
+ *    (no fma); ds_ij = scale * (p_ij * (dot(do_i, v_j) - dot(do_i, o_i))), likewise.
+ *  - o_i[d] = fma chain over j = 0..i increasing of p_ij v_j[d], from +0;
+ *    dv_j[d] = fma(p_ij, do_i[d], dv_j[d]) and dk_j[d] = fma(ds_ij, q_i[d], dk_j[d]) onto
+ *    the accumulated buffer, terms in (query head h, row i) increasing order;
+ *    dq_i[d] = fma(ds_ij, k_j[d], dq_i[d]) for j increasing.
+ * Every path (AVX-512, the x86-64-v3 AVX2 build, the scalar *_ref forms written with
+ * fmaf) gives these bits. Every kernel exists as float (name) and double (name_f64: the
+ * same contract with fma in double).
  */
 #ifndef QT_KERNELS_ATTENTION_H
 #define QT_KERNELS_ATTENTION_H
@@ -38,7 +51,8 @@ void qt_attn_fwd_f64(double *o, double *lse, const double *q, const double *k,
  * one-row reference path (qt_attn_bwd_ref): same bits either way. Order: sequence, query
  * head h increasing (so a kv head's gradient sums its group's query heads in increasing h),
  * query row i increasing, key j increasing. dq_i += sum_j (scale*ds_ij) k_j and
- * dk_j += (scale*ds_ij) q_i, dv_j += p_ij do_i, each element's terms in that order. */
+ * dk_j += (scale*ds_ij) q_i, dv_j += p_ij do_i, each element's terms in that order, each
+ * term one fma onto the running value (the contract above). */
 void qt_attn_bwd_n(float *dq, float *dk, float *dv, const float *dout, const float *q,
                    const float *k, const float *v, const float *o, const float *lse,
                    float *scratch, int64_t scratch_n, int64_t b, int64_t S, int64_t Hq,
@@ -80,8 +94,8 @@ void qt_attn_bwd_docs_f64(double *dq, double *dk, double *dv, const double *dout
                           int64_t scratch_n, int64_t b, int64_t S, int64_t Hq, int64_t Hkv,
                           int64_t hd, double scale);
 
-/* One-dot-at-a-time scalar references of fwd / bwd (same contract and bits; the tests
- * compare them with the batched fast paths above). */
+/* One-dot-at-a-time scalar references of fwd / bwd: the contract above written one fmaf
+ * at a time (same bits; the tests compare them with the batched fast paths above). */
 void qt_attn_fwd_ref(float *o, float *lse, const float *q, const float *k, const float *v,
                      float *scratch, int64_t b, int64_t S, int64_t Hq, int64_t Hkv, int64_t hd,
                      float scale);

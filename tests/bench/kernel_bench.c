@@ -518,7 +518,11 @@ static void qt_kb_attn_bwd(void *p)
 static void qt_kb_attention(void)
 {
     qt_kb_attn a = {0};
-    /* The slice has 16 q / 2 kv heads; a head's work does not depend on the others (each
+    /* The roof: attention's bit contract is FMA chains (kernels/attention.h, since
+     * 2026-12-02; before, multiply-then-add capped it at 50% of this FMA peak). The forward
+     * computes the model's two products per (i, j) pair; the backward five (the score is
+     * recomputed) against the model's four, so its roof is 80% of the peak as counted here.
+     * The slice has 16 q / 2 kv heads; a head's work does not depend on the others (each
      * query head scans its kv head's keys), so by default 2 q heads of one kv head run
      * (1/8 of the layer's work; QT_KB_ATTN_HEADS=16 for all of it: about 8x the time). */
     const char *e = getenv("QT_KB_ATTN_HEADS");

@@ -15,8 +15,9 @@
 #include "kernels/moe_route.h"
 #include "kernels/expert_ffn.h"
 #include "kernels/moe_combine.h"
-extern "C" {   // qt_op_fns.h has no C++ guards of its own
+extern "C" {   // qt_op_fns.h and qt_math.h have no C++ guards of their own
 #include "ops/qt_op_fns.h"
+#include "math/qt_math.h"
 }
 
 typedef std::vector<double> vd;
@@ -430,6 +431,122 @@ TEST(AttnKernel, TiledPathsBitIdenticalToReference)
             CHECK(memcmp(dkd.data(), dk.data() + a * kw, L * kw * sizeof(float)) == 0);
             CHECK(memcmp(dvd.data(), dv.data() + a * kw, L * kw * sizeof(float)) == 0);
         }
+    }
+}
+
+// The float bit contract of attention.h written out here, independently of the kernels:
+// one multiply-add = one std::fmaf (fused), or the pre-2026-12-02 form c + a*b with two
+// roundings (fused = false; this file is built with -ffp-contract=off, so it stays two).
+static float attn_mad(float a, float b, float c, bool fused)
+{
+    return fused ? std::fmaf(a, b, c) : c + a * b;
+}
+
+// Eight lane chains (lane l: elements l, l+8, ... of the full blocks, then tail element
+// n8 + u into lane u), combined ((0+1)+(2+3))+((4+5)+(6+7)).
+static float attn_contract_dot(const float *a, const float *b, int64_t n, bool fused)
+{
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t i = 0; i < n; i++) {
+        const int l = (int)(i < n8 ? i % 8 : i - n8);
+        acc[l] = attn_mad(a[i], b[i], acc[l], fused);
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Forward and backward of the contract (the backward accumulates into dq, dk, dv and reads
+// o and lse as given): s = dot * scale, m and the exp sum over j increasing,
+// lse = m + log(sum), o = chain over j of p_ij v_j from +0; per (sequence, head h
+// increasing, row i increasing): D = dot(do_i, o_i), for j: p = exp(dot(q_i, k_j) * scale
+// - lse), dv_j chain += p do_i, ds_j = scale * (p * (dot(do_i, v_j) - D)); then for j:
+// dq_i += ds_j k_j, dk_j += ds_j q_i. exp / log: the firmware's own (qt_expf, qt_logf).
+static void attn_contract(vf &o, vf &lse, vf &dq, vf &dk, vf &dv, const vf &q, const vf &k,
+                          const vf &v, const vf &w, const vf &ob, const vf &lb,
+                          const AttnShape &c, float scale, bool fused)
+{
+    const int64_t kw = c.Hkv * c.hd;
+    std::vector<float> sc(c.S), ds(c.S);
+    for (int64_t s = 0; s < c.b; s++)
+        for (int64_t h = 0; h < c.Hq; h++) {
+            const int64_t g = h / (c.Hq / c.Hkv);
+            const float *kb = k.data() + s * c.S * kw + g * c.hd;
+            const float *vb = v.data() + s * c.S * kw + g * c.hd;
+            float *dkb = dk.data() + s * c.S * kw + g * c.hd;
+            float *dvb = dv.data() + s * c.S * kw + g * c.hd;
+            for (int64_t i = 0; i < c.S; i++) {
+                const int64_t qo = ((s * c.S + i) * c.Hq + h) * c.hd;
+                const float *qi = q.data() + qo, *doi = w.data() + qo;
+                for (int64_t j = 0; j <= i; j++)
+                    sc[j] = attn_contract_dot(qi, kb + j * kw, c.hd, fused) * scale;
+                float m = sc[0], sum = 0;
+                for (int64_t j = 1; j <= i; j++) m = sc[j] > m ? sc[j] : m;
+                for (int64_t j = 0; j <= i; j++) sum += qt_expf(sc[j] - m);
+                const float l = m + qt_logf(sum);
+                lse[(s * c.Hq + h) * c.S + i] = l;
+                for (int64_t d = 0; d < c.hd; d++) o[qo + d] = 0;
+                for (int64_t j = 0; j <= i; j++)
+                    for (int64_t d = 0; d < c.hd; d++)
+                        o[qo + d] = attn_mad(qt_expf(sc[j] - l), vb[j * kw + d], o[qo + d], fused);
+                const float lg = lb[(s * c.Hq + h) * c.S + i];
+                const float D = attn_contract_dot(doi, ob.data() + qo, c.hd, fused);
+                for (int64_t j = 0; j <= i; j++) {
+                    const float sj = attn_contract_dot(qi, kb + j * kw, c.hd, fused) * scale;
+                    const float p = qt_expf(sj - lg);
+                    for (int64_t d = 0; d < c.hd; d++)
+                        dvb[j * kw + d] = attn_mad(p, doi[d], dvb[j * kw + d], fused);
+                    ds[j] = scale * (p * (attn_contract_dot(doi, vb + j * kw, c.hd, fused) - D));
+                }
+                for (int64_t j = 0; j <= i; j++)
+                    for (int64_t d = 0; d < c.hd; d++) {
+                        dq[qo + d] = attn_mad(ds[j], kb[j * kw + d], dq[qo + d], fused);
+                        dkb[j * kw + d] = attn_mad(ds[j], qi[d], dkb[j * kw + d], fused);
+                    }
+            }
+        }
+}
+
+// The kernels follow the FMA contract, not the old multiply-then-add one: every fast path
+// (the tiled forward and key-block backward at S 300, hd 32; the 4-row backward at S 70,
+// hd 48; the one-row forward and reference backward at hd 24, with a lane tail at 13) gives
+// the bits of attn_contract with std::fmaf, and on each case the multiply-then-add form
+// differs from it in o, lse, dq, dk and dv, so a kernel without FMA fails here.
+TEST(AttnKernel, FmaContractMatchesExplicitFmaf)
+{
+    const AttnShape cases[] = {{1, 300, 2, 1, 32}, {2, 70, 4, 2, 48}, {1, 21, 2, 1, 24},
+                               {1, 19, 2, 2, 13}};
+    const float scale = 0.25f;
+    for (const AttnShape &c : cases) {
+        const int64_t T = c.b * c.S, nq = T * c.Hq * c.hd, nk = T * c.Hkv * c.hd;
+        const uint64_t sd = 1300 + (uint64_t)(c.S + c.hd);
+        const vf q = to_f(rand_vec(nq, sd, 2.0)), k = to_f(rand_vec(nk, sd + 1, 2.0)),
+                 v = to_f(rand_vec(nk, sd + 2)), w = to_f(rand_vec(nq, sd + 3));
+        const vf g0 = to_f(rand_vec(nq, sd + 4)), g1 = to_f(rand_vec(nk, sd + 5)),
+                 g2 = to_f(rand_vec(nk, sd + 6));
+        vf o(nq), lse(c.b * c.Hq * c.S), sa(QT_ATTN_BWD_SCRATCH(c.S));
+        qt_attn_fwd(o.data(), lse.data(), q.data(), k.data(), v.data(), sa.data(), c.b, c.S,
+                    c.Hq, c.Hkv, c.hd, scale);
+        vf dq = g0, dk = g1, dv = g2;
+        qt_attn_bwd_n(dq.data(), dk.data(), dv.data(), w.data(), q.data(), k.data(), v.data(),
+                      o.data(), lse.data(), sa.data(), (int64_t)sa.size(), c.b, c.S, c.Hq,
+                      c.Hkv, c.hd, scale);
+        vf oc[2], lc[2], dqc[2] = {g0, g0}, dkc[2] = {g1, g1}, dvc[2] = {g2, g2};
+        for (int f = 0; f < 2; f++) {
+            oc[f].resize(nq), lc[f].resize(lse.size());
+            // the backward reads the kernel's o and lse: each part is checked on its own
+            attn_contract(oc[f], lc[f], dqc[f], dkc[f], dvc[f], q, k, v, w, o, lse, c, scale,
+                          f == 1);
+        }
+        CHECK(bits_equal(o, oc[1]));
+        CHECK(bits_equal(lse, lc[1]));
+        CHECK(bits_equal(dq, dqc[1]));
+        CHECK(bits_equal(dk, dkc[1]));
+        CHECK(bits_equal(dv, dvc[1]));
+        CHECK(!bits_equal(oc[0], oc[1]));
+        CHECK(!bits_equal(lc[0], lc[1]));
+        CHECK(!bits_equal(dqc[0], dqc[1]));
+        CHECK(!bits_equal(dkc[0], dkc[1]));
+        CHECK(!bits_equal(dvc[0], dvc[1]));
     }
 }
 
