@@ -6,9 +6,12 @@
  *    the AVX-512 column-block sweeps below apply the same ones, columns never mix), in the
  *    forward and in the backward's recomputation, so recomputed states carry the forward's
  *    bits and the chunk size cannot change any result;
+ *  - the FMA contract (gdn_core.h): every multiply-add over the state (pred, the update,
+ *    o, and the backward's) is one fma (QT_GDN_FMA, _mm512_fmadd_ps), the same in every
+ *    path; a*S, a*dS', delta and the per-token scalar sums keep a separate multiply and add;
  *  - loops over a state run row kk (Dk) outside, column (Dv) inside and contiguous; every
  *    per-column sum therefore runs in increasing kk, per-row sums over Dv use the fixed
- *    8-lane order of QT_GDN_BLOCKED, sums over Dk alone (norms) run in increasing i;
+ *    16-lane order of QT_GDN_BLOCKED, sums over Dk alone (norms) run in increasing i;
  *  - the forward has no scratch: the running state of chunk n lives in checkpoint slot
  *    n+1 (which it becomes); the last chunk runs in its own slot, which is then restored by
  *    re-running the previous chunk (at most one extra chunk per sequence and head); the
@@ -25,11 +28,26 @@
 #include "kernels/gdn_core.h"
 #include "kernels/gdn_common.h"
 
-/* Per-row sums over Dv run in QT_GDN_LANES interleaved lanes (lane = x mod 8, each lane in
- * increasing x) combined by a fixed pairwise tree: a fixed order, and one the compiler can
- * vectorise without -ffast-math. Column updates are blocked the same way only so that
- * they vectorise at -O2; blocking elementwise updates does not change their bits. */
-#define QT_GDN_LANES 8
+/* The contract's multiply-adds are single-rounding fused multiply-adds, fma(a, b, c) =
+ * a*b + c rounded once: explicit here (the project compiles with -ffp-contract=off, so no
+ * other expression fuses). Without the instruction __builtin_fmaf would become a libm call,
+ * so a float build without FMA is refused (as matmul.c). */
+#ifdef QT_REAL_DOUBLE
+#define QT_GDN_FMA(a, b, c) __builtin_fma((a), (b), (c))
+#else
+#ifndef __FMA__
+#error "gdn_core.c needs the FMA instruction: build with ARCH=-march=x86-64-v3 or newer"
+#endif
+#define QT_GDN_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
+#endif
+
+/* Per-row sums over Dv run in QT_GDN_LANES interleaved lanes (lane = x mod 16, each lane a
+ * chain of fmas in increasing x from +0) combined by a fixed tree: lanes l and l+8 first
+ * (f_l = lane_l + lane_{l+8}), then ((f0+f1)+(f2+f3))+((f4+f5)+(f6+f7)): a fixed order, one
+ * 512-bit fma per 16 columns, and one the compiler can vectorise without -ffast-math.
+ * Column updates are blocked the same way only so that they vectorise at -O2; blocking
+ * elementwise updates does not change their bits. */
+#define QT_GDN_LANES 16
 #define QT_GDN_BLOCKED(x, l, n, body)                                            \
     do {                                                                         \
         int64_t x##0 = 0;                                                        \
@@ -44,9 +62,18 @@
         }                                                                        \
     } while (0)
 
+/* The 8 folded lanes f -> ((f0+f1)+(f2+f3))+((f4+f5)+(f6+f7)). */
+static inline qt_real qt_gdn_fold_sum(const qt_real *f)
+{
+    return ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
+}
+
+/* The 16 lanes of a row sum -> the sum: f_l = l[l] + l[l+8], then qt_gdn_fold_sum. */
 static inline qt_real qt_gdn_lanes_sum(const qt_real *l)
 {
-    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    qt_real f[QT_GDN_LANES / 2];
+    for (int i = 0; i < QT_GDN_LANES / 2; i++) f[i] = l[i] + l[i + QT_GDN_LANES / 2];
+    return qt_gdn_fold_sum(f);
 }
 
 static inline void qt_gdn_lanes_zero(qt_real *l)
@@ -109,9 +136,9 @@ static void qt_gdn_step_v(float *restrict st, float *restrict o, float *restrict
             const float *sr = st + kk * dv + x0;
             const __m512 kv = _mm512_set1_ps(kh[kk]);
 #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) { /* delta += (a * s) * kv */
+            for (int u = 0; u < 4; u++) { /* delta = fma(a * s, kv, delta) */
                 const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u));
-                dl[u] = _mm512_add_ps(dl[u], _mm512_mul_ps(as, kv));
+                dl[u] = _mm512_fmadd_ps(as, kv, dl[u]);
             }
         }
 #pragma GCC unroll 4
@@ -124,11 +151,11 @@ static void qt_gdn_step_v(float *restrict st, float *restrict o, float *restrict
             float *sr = st + kk * dv + x0;
             const __m512 kv = _mm512_set1_ps(kh[kk]), qv = _mm512_set1_ps(qh[kk]);
 #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) { /* s = a*s + kv*delta; o += s * qv */
-                __m512 sn = _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
-                                          _mm512_mul_ps(kv, dl[u]));
+            for (int u = 0; u < 4; u++) { /* s = fma(kv, delta, a*s); o = fma(s, qv, o) */
+                __m512 sn = _mm512_fmadd_ps(kv, dl[u],
+                                            _mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)));
                 _mm512_storeu_ps(sr + 16 * u, sn);
-                if (o) ov[u] = _mm512_add_ps(ov[u], _mm512_mul_ps(sn, qv));
+                if (o) ov[u] = _mm512_fmadd_ps(sn, qv, ov[u]);
             }
         }
         if (o) {
@@ -160,7 +187,7 @@ static void qt_gdn_step(qt_real *restrict st, qt_real *restrict o, qt_real *rest
     for (int64_t kk = 0; kk < dk; kk++) {
         const qt_real *srow = st + kk * dv;
         qt_real kv = kh[kk];
-        QT_GDN_BLOCKED(x, l, dv, { delta[x] += (a * srow[x]) * kv; });
+        QT_GDN_BLOCKED(x, l, dv, { delta[x] = QT_GDN_FMA(a * srow[x], kv, delta[x]); });
     }
     for (int64_t x = 0; x < dv; x++) delta[x] = bt * (v[x] - delta[x]);
     if (o)
@@ -171,11 +198,11 @@ static void qt_gdn_step(qt_real *restrict st, qt_real *restrict o, qt_real *rest
         if (o) {
             qt_real qv = qh[kk];
             QT_GDN_BLOCKED(x, l, dv, {
-                srow[x] = a * srow[x] + kv * delta[x];
-                o[x] += srow[x] * qv;
+                srow[x] = QT_GDN_FMA(kv, delta[x], a * srow[x]);
+                o[x] = QT_GDN_FMA(srow[x], qv, o[x]);
             });
         } else {
-            QT_GDN_BLOCKED(x, l, dv, { srow[x] = a * srow[x] + kv * delta[x]; });
+            QT_GDN_BLOCKED(x, l, dv, { srow[x] = QT_GDN_FMA(kv, delta[x], a * srow[x]); });
         }
     }
 }
@@ -248,14 +275,13 @@ qt_gdn_fwd_sweep_v(float *restrict ab, float *restrict o, float *restrict sout, 
         const __m512 nv = kn ? _mm512_set1_ps(kn[kk]) : kv;
 #pragma GCC unroll 4
         for (int u = 0; u < QT_GDN_FBV; u++) {
-            const __m512 sn =
-                _mm512_add_ps(_mm512_loadu_ps(br + 16 * u), _mm512_mul_ps(kv, dl[u]));
-            if (wo) ov[u] = _mm512_add_ps(ov[u], _mm512_mul_ps(sn, qv));
+            const __m512 sn = _mm512_fmadd_ps(kv, dl[u], _mm512_loadu_ps(br + 16 * u));
+            if (wo) ov[u] = _mm512_fmadd_ps(sn, qv, ov[u]);
             if (sout) _mm512_storeu_ps(sout + kk * ld + 16 * u, sn);
             if (kn) {
                 const __m512 as = _mm512_mul_ps(van, sn);
                 _mm512_storeu_ps(br + 16 * u, as);
-                pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, nv));
+                pr[u] = _mm512_fmadd_ps(as, nv, pr[u]);
             }
         }
     }
@@ -286,7 +312,7 @@ static void qt_gdn_fwd_block_v(float *restrict sth, float *restrict o, const flo
         for (int u = 0; u < QT_GDN_FBV; u++) {
             const __m512 as = _mm512_mul_ps(va, _mm512_setzero_ps());
             _mm512_storeu_ps(ab + kk * QT_GDN_FB + 16 * u, as);
-            pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+            pr[u] = _mm512_fmadd_ps(as, kv, pr[u]);
         }
     }
     for (int64_t t = 0; t < d->S; t++, row++) {
@@ -389,9 +415,10 @@ static void qt_gdn_core_fwd_impl(qt_real *restrict o, qt_real *restrict states,
     }
 }
 
-/* Backward, first pass over row kk of the state (S' = a*S_prev, S_t = S' + kh delta^T):
- * dS += qh do^T; returns dqh[kk] = S_t do and dkh[kk] = dS delta; ddelta += dS^T kh.
- * Separate restrict arguments so the compiler knows the rows do not overlap. */
+/* Backward, first pass over row kk of the state (S' = a*S_prev, S_t = fma(kh, delta, S')):
+ * dS = fma(qh, do, dS); returns dqh[kk] = S_t do and dkh[kk] = dS delta (16-lane fma row
+ * sums); ddelta = fma(dS, kh, ddelta). Separate restrict arguments so the compiler knows
+ * the rows do not overlap. */
 static void qt_gdn_bwd_row_b(qt_real *restrict dsrow, qt_real *restrict ddelta,
                              qt_real *restrict dqk, const qt_real *restrict srow,
                              const qt_real *restrict delta, const qt_real *restrict dor,
@@ -401,19 +428,20 @@ static void qt_gdn_bwd_row_b(qt_real *restrict dsrow, qt_real *restrict ddelta,
     qt_gdn_lanes_zero(laq);
     qt_gdn_lanes_zero(lak);
     QT_GDN_BLOCKED(x, l, dv, {
-        qt_real st = a * srow[x] + kv * delta[x];
-        qt_real dsv = dsrow[x] + qv * dor[x];
-        laq[l] += st * dor[x];
+        qt_real st = QT_GDN_FMA(kv, delta[x], a * srow[x]);
+        qt_real dsv = QT_GDN_FMA(qv, dor[x], dsrow[x]);
+        laq[l] = QT_GDN_FMA(st, dor[x], laq[l]);
         dsrow[x] = dsv;
-        lak[l] += dsv * delta[x];
-        ddelta[x] += dsv * kv;
+        lak[l] = QT_GDN_FMA(dsv, delta[x], lak[l]);
+        ddelta[x] = QT_GDN_FMA(dsv, kv, ddelta[x]);
     });
     dqk[0] = qt_gdn_lanes_sum(laq);
     dqk[1] = qt_gdn_lanes_sum(lak);
 }
 
-/* Backward, second pass over row kk: dS' = dS + kh dpred^T; returns S'dpred (row kk) and
- * <dS', S_prev> (row kk); dS becomes dS_prev = a*dS'. */
+/* Backward, second pass over row kk: dS' = fma(kh, dpred, dS); returns
+ * S'dpred = a * (S_prev dpred) (row kk: the row sum of S_prev*dpred, then one multiply by a)
+ * and <dS', S_prev> (row kk); dS becomes dS_prev = a*dS'. */
 static void qt_gdn_bwd_row_c(qt_real *restrict dsrow, qt_real *restrict kr,
                              const qt_real *restrict srow, const qt_real *restrict dpred,
                              qt_real a, qt_real kv, int64_t dv)
@@ -422,39 +450,39 @@ static void qt_gdn_bwd_row_c(qt_real *restrict dsrow, qt_real *restrict kr,
     qt_gdn_lanes_zero(lak);
     qt_gdn_lanes_zero(lar);
     QT_GDN_BLOCKED(x, l, dv, {
-        qt_real dsp = dsrow[x] + kv * dpred[x];
-        lak[l] += (a * srow[x]) * dpred[x];
-        lar[l] += dsp * srow[x];
+        qt_real dsp = QT_GDN_FMA(kv, dpred[x], dsrow[x]);
+        lak[l] = QT_GDN_FMA(srow[x], dpred[x], lak[l]);
+        lar[l] = QT_GDN_FMA(dsp, srow[x], lar[l]);
         dsrow[x] = a * dsp;
     });
-    kr[0] = qt_gdn_lanes_sum(lak);
+    kr[0] = a * qt_gdn_lanes_sum(lak);
     kr[1] = qt_gdn_lanes_sum(lar);
 }
 
-/* pred += (a*srow) * kv, the forward's first-pass expression. */
+/* pred = fma(a*srow, kv, pred), the forward's first-pass expression. */
 static void qt_gdn_pred_row(qt_real *restrict pred, const qt_real *restrict srow, qt_real a,
                             qt_real kv, int64_t dv)
 {
-    QT_GDN_BLOCKED(x, l, dv, { pred[x] += (a * srow[x]) * kv; });
+    QT_GDN_BLOCKED(x, l, dv, { pred[x] = QT_GDN_FMA(a * srow[x], kv, pred[x]); });
 }
 
 #if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__) && defined(__AVX512DQ__)
 /* The backward's passes over the state for Dv = 16*nv (nv 4 or 8: Dv 64 or 128) in explicit
  * AVX-512, whole rows at a time so the running ddelta / pred columns stay in registers.
- * Every element runs the scalar pass's expressions; a row's 8-lane sums take the low then
- * the high half of each 16-column vector, i.e. lane l = x mod 8 in increasing x, as
- * QT_GDN_BLOCKED does; the lanes are then combined by qt_gdn_lanes_sum's tree, for 8 rows
- * at once by qt_gdn_lanes_sum8. Same bits. */
+ * Every element runs the scalar pass's expressions; a row's 16-lane sums are one zmm of
+ * fmas over the row's 16-column vectors in increasing x (lane l = x mod 16, as
+ * QT_GDN_BLOCKED does), folded to 8 lanes as lane l + lane l+8 (the low half first), then
+ * combined by qt_gdn_fold_sum's tree, for 8 rows at once by qt_gdn_lanes_sum8. Same bits. */
 static inline float qt_gdn_lanes_sum_v(__m256 v)
 {
-    float l[QT_GDN_LANES];
+    float l[QT_GDN_LANES / 2];
     _mm256_storeu_ps(l, v);
-    return qt_gdn_lanes_sum(l);
+    return qt_gdn_fold_sum(l);
 }
 
-/* The lane vectors of 8 rows -> the 8 row sums ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)): hadd
- * forms l0+l1 and l2+l3, then (l0+l1)+(l2+l3) (first operand first, as the scalar tree),
- * and the two 128-bit halves add the 0123 and 4567 halves. */
+/* The folded lane vectors of 8 rows -> the 8 row sums ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)):
+ * hadd forms l0+l1 and l2+l3, then (l0+l1)+(l2+l3) (first operand first, as the scalar
+ * tree), and the two 128-bit halves add the 0123 and 4567 halves. */
 static inline __m256 qt_gdn_lanes_sum8(const __m256 *l)
 {
     const __m256 h01 = _mm256_hadd_ps(l[0], l[1]), h23 = _mm256_hadd_ps(l[2], l[3]);
@@ -464,13 +492,13 @@ static inline __m256 qt_gdn_lanes_sum8(const __m256 *l)
                          _mm256_permute2f128_ps(q0, q1, 0x31));
 }
 
-static inline __m256 qt_gdn_lanes_add(__m256 acc, __m512 t)
+/* One row's 16 lanes folded to 8: lane l + lane l+8. */
+static inline __m256 qt_gdn_fold1(__m512 t)
 {
-    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
-    return _mm256_add_ps(acc, _mm512_extractf32x8_ps(t, 1));
+    return _mm256_add_ps(_mm512_castps512_ps256(t), _mm512_extractf32x8_ps(t, 1));
 }
 
-/* pred = sum over kk of (a*sp[kk]) * kh[kk], from +0 (qt_gdn_pred_row over every row). */
+/* pred = sum over kk of fma(a*sp[kk], kh[kk], .) from +0 (qt_gdn_pred_row over every row). */
 static inline __attribute__((always_inline)) void
 qt_gdn_pred_v(float *restrict pred, const float *restrict sp, float a,
               const float *restrict kh, int64_t dk, const int nv)
@@ -485,20 +513,19 @@ qt_gdn_pred_v(float *restrict pred, const float *restrict sp, float a,
 #pragma GCC unroll 8
         for (int u = 0; u < nv; u++) {
             const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u));
-            pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+            pr[u] = _mm512_fmadd_ps(as, kv, pr[u]);
         }
     }
 #pragma GCC unroll 8
     for (int u = 0; u < nv; u++) _mm512_storeu_ps(pred + 16 * u, pr[u]);
 }
 
-/* Adds t0 (row r) and t1 (row r+1) to the two rows' lane sums packed in one zmm (row r in
- * the low 8 lanes, row r+1 in the high 8): the low 8 columns of each, then the high 8, as
- * qt_gdn_lanes_add does for one row (one shuffle per half instead of an extract per row). */
-static inline __m512 qt_gdn_lanes_add2(__m512 acc, __m512 t0, __m512 t1)
+/* Two rows' 16 lanes (t0 row r, t1 row r+1) folded to 8 each and packed in one zmm (row r
+ * in the low 8 lanes, row r+1 in the high 8): [lo(t0) + hi(t0), lo(t1) + hi(t1)]. */
+static inline __m512 qt_gdn_fold2(__m512 t0, __m512 t1)
 {
-    acc = _mm512_add_ps(acc, _mm512_shuffle_f32x4(t0, t1, 0x44));
-    return _mm512_add_ps(acc, _mm512_shuffle_f32x4(t0, t1, 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, 0x44),
+                         _mm512_shuffle_f32x4(t0, t1, 0xEE));
 }
 
 /* Unpacks the row pair kk, kk+1 (kk even) into l[kk & 7], l[(kk+1) & 7]. */
@@ -508,35 +535,34 @@ static inline void qt_gdn_lanes_put2(__m256 *l, int64_t kk, __m512 acc)
     l[(kk + 1) & 7] = _mm512_extractf32x8_ps(acc, 1);
 }
 
-/* One row of qt_gdn_bwd_b_v (the odd last row): returns its lanes in *lq, *lk. */
+/* One row of qt_gdn_bwd_b_v (the odd last row): returns its folded lanes in *lq, *lk. */
 static inline __attribute__((always_inline)) void
 qt_gdn_bwd_b_row1(float *restrict dr, __m512 *dd, __m256 *lq, __m256 *lk,
                   const float *restrict sr, int comp, const float *restrict delta,
                   const float *restrict dor, __m512 va, float k, float q, const int nv)
 {
     const __m512 kv = _mm512_set1_ps(k), qv = _mm512_set1_ps(q);
-    __m256 laq = _mm256_setzero_ps(), lak = _mm256_setzero_ps();
+    __m512 laq = _mm512_setzero_ps(), lak = _mm512_setzero_ps();
 #pragma GCC unroll 8
     for (int u = 0; u < nv; u++) {
         const __m512 de = _mm512_loadu_ps(delta + 16 * u), dov = _mm512_loadu_ps(dor + 16 * u);
-        const __m512 sv = comp ? _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
-                                               _mm512_mul_ps(kv, de))
-                               : _mm512_loadu_ps(sr + 16 * u);
-        const __m512 dsv = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(qv, dov));
-        laq = qt_gdn_lanes_add(laq, _mm512_mul_ps(sv, dov));
+        const __m512 s = _mm512_loadu_ps(sr + 16 * u);
+        const __m512 sv = comp ? _mm512_fmadd_ps(kv, de, _mm512_mul_ps(va, s)) : s;
+        const __m512 dsv = _mm512_fmadd_ps(qv, dov, _mm512_loadu_ps(dr + 16 * u));
+        laq = _mm512_fmadd_ps(sv, dov, laq);
         _mm512_storeu_ps(dr + 16 * u, dsv);
-        lak = qt_gdn_lanes_add(lak, _mm512_mul_ps(dsv, de));
-        dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv, kv));
+        lak = _mm512_fmadd_ps(dsv, de, lak);
+        dd[u] = _mm512_fmadd_ps(dsv, kv, dd[u]);
     }
-    *lq = laq;
-    *lk = lak;
+    *lq = qt_gdn_fold1(laq);
+    *lk = qt_gdn_fold1(lak);
 }
 
 /* qt_gdn_bwd_row_b over every row kk, two rows at a time (each element's expressions and
  * every sum's order unchanged: ddelta takes row kk before kk+1); ddelta (zero before) is
  * written at the end. S_t is read from st when the caller has the forward's state after
  * the token (the next slot or checkpoint: the bits the step gave it), else formed as
- * a*sp + kh delta^T (st NULL). */
+ * fma(kh, delta, a*sp) (st NULL). */
 static inline __attribute__((always_inline)) void
 qt_gdn_bwd_b_v(float *restrict ds, float *restrict ddelta, float *restrict dqh,
                float *restrict dkh, const float *restrict sp, const float *restrict st,
@@ -555,28 +581,29 @@ qt_gdn_bwd_b_v(float *restrict ds, float *restrict ddelta, float *restrict dqh,
         float *d0 = ds + kk * w, *d1 = d0 + w;
         const __m512 kv0 = _mm512_set1_ps(kh[kk]), qv0 = _mm512_set1_ps(qh[kk]);
         const __m512 kv1 = _mm512_set1_ps(kh[kk + 1]), qv1 = _mm512_set1_ps(qh[kk + 1]);
-        __m512 aq = _mm512_setzero_ps(), ak = _mm512_setzero_ps();
+        __m512 aq0 = _mm512_setzero_ps(), ak0 = _mm512_setzero_ps();
+        __m512 aq1 = _mm512_setzero_ps(), ak1 = _mm512_setzero_ps();
 #pragma GCC unroll 8
         for (int u = 0; u < nv; u++) {
             const __m512 de = _mm512_loadu_ps(delta + 16 * u), dov = _mm512_loadu_ps(dor + 16 * u);
             __m512 sv0 = _mm512_loadu_ps(s0 + 16 * u), sv1 = _mm512_loadu_ps(s1 + 16 * u);
             if (!st) {
-                sv0 = _mm512_add_ps(_mm512_mul_ps(va, sv0), _mm512_mul_ps(kv0, de));
-                sv1 = _mm512_add_ps(_mm512_mul_ps(va, sv1), _mm512_mul_ps(kv1, de));
+                sv0 = _mm512_fmadd_ps(kv0, de, _mm512_mul_ps(va, sv0));
+                sv1 = _mm512_fmadd_ps(kv1, de, _mm512_mul_ps(va, sv1));
             }
-            const __m512 dsv0 =
-                _mm512_add_ps(_mm512_loadu_ps(d0 + 16 * u), _mm512_mul_ps(qv0, dov));
-            const __m512 dsv1 =
-                _mm512_add_ps(_mm512_loadu_ps(d1 + 16 * u), _mm512_mul_ps(qv1, dov));
-            aq = qt_gdn_lanes_add2(aq, _mm512_mul_ps(sv0, dov), _mm512_mul_ps(sv1, dov));
+            const __m512 dsv0 = _mm512_fmadd_ps(qv0, dov, _mm512_loadu_ps(d0 + 16 * u));
+            const __m512 dsv1 = _mm512_fmadd_ps(qv1, dov, _mm512_loadu_ps(d1 + 16 * u));
+            aq0 = _mm512_fmadd_ps(sv0, dov, aq0);
+            aq1 = _mm512_fmadd_ps(sv1, dov, aq1);
             _mm512_storeu_ps(d0 + 16 * u, dsv0);
             _mm512_storeu_ps(d1 + 16 * u, dsv1);
-            ak = qt_gdn_lanes_add2(ak, _mm512_mul_ps(dsv0, de), _mm512_mul_ps(dsv1, de));
-            dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv0, kv0));
-            dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv1, kv1));
+            ak0 = _mm512_fmadd_ps(dsv0, de, ak0);
+            ak1 = _mm512_fmadd_ps(dsv1, de, ak1);
+            dd[u] = _mm512_fmadd_ps(dsv0, kv0, dd[u]);
+            dd[u] = _mm512_fmadd_ps(dsv1, kv1, dd[u]);
         }
-        qt_gdn_lanes_put2(lq, kk, aq);
-        qt_gdn_lanes_put2(lk, kk, ak);
+        qt_gdn_lanes_put2(lq, kk, qt_gdn_fold2(aq0, aq1));
+        qt_gdn_lanes_put2(lk, kk, qt_gdn_fold2(ak0, ak1));
         if ((kk & 7) == 6) {
             _mm256_storeu_ps(dqh + kk - 6, qt_gdn_lanes_sum8(lq));
             _mm256_storeu_ps(dkh + kk - 6, qt_gdn_lanes_sum8(lk));
@@ -593,8 +620,8 @@ qt_gdn_bwd_b_v(float *restrict ds, float *restrict ddelta, float *restrict dqh,
     for (int u = 0; u < nv; u++) _mm512_storeu_ps(ddelta + 16 * u, dd[u]);
 }
 
-/* Rows kk (and kk+1 when two) of qt_gdn_bwd_c_v: lanes of S'dpred into *lk, of
- * <dS', S_prev> into *lr (packed as qt_gdn_lanes_add2 when two, else in the low half). */
+/* Rows kk (and kk+1 when two) of qt_gdn_bwd_c_v: folded lanes of S_prev dpred into *lk, of
+ * <dS', S_prev> into *lr (packed as qt_gdn_fold2 when two, else in the low half). */
 static inline __attribute__((always_inline)) void
 qt_gdn_bwd_c_rows(float *restrict dr, __m512 *lk, __m512 *lr, const float *restrict sr,
                   const float *restrict dpred, __m512 va, float k0, float k1, const int two,
@@ -602,39 +629,37 @@ qt_gdn_bwd_c_rows(float *restrict dr, __m512 *lk, __m512 *lr, const float *restr
 {
     const int64_t w = 16 * nv;
     const __m512 kv0 = _mm512_set1_ps(k0), kv1 = _mm512_set1_ps(k1);
-    __m512 ak = _mm512_setzero_ps(), ar = _mm512_setzero_ps();
-    __m256 ak1 = _mm256_setzero_ps(), ar1 = _mm256_setzero_ps();
+    __m512 ak0 = _mm512_setzero_ps(), ar0 = _mm512_setzero_ps();
+    __m512 ak1 = _mm512_setzero_ps(), ar1 = _mm512_setzero_ps();
 #pragma GCC unroll 8
     for (int u = 0; u < nv; u++) {
         const __m512 dp = _mm512_loadu_ps(dpred + 16 * u), sv0 = _mm512_loadu_ps(sr + 16 * u);
-        const __m512 dsp0 = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(kv0, dp));
-        const __m512 p0 = _mm512_mul_ps(_mm512_mul_ps(va, sv0), dp);
-        const __m512 r0 = _mm512_mul_ps(dsp0, sv0);
+        const __m512 dsp0 = _mm512_fmadd_ps(kv0, dp, _mm512_loadu_ps(dr + 16 * u));
+        ak0 = _mm512_fmadd_ps(sv0, dp, ak0);
+        ar0 = _mm512_fmadd_ps(dsp0, sv0, ar0);
         _mm512_storeu_ps(dr + 16 * u, _mm512_mul_ps(va, dsp0));
         if (two) {
             const __m512 sv1 = _mm512_loadu_ps(sr + w + 16 * u);
-            const __m512 dsp1 =
-                _mm512_add_ps(_mm512_loadu_ps(dr + w + 16 * u), _mm512_mul_ps(kv1, dp));
-            ak = qt_gdn_lanes_add2(ak, p0, _mm512_mul_ps(_mm512_mul_ps(va, sv1), dp));
-            ar = qt_gdn_lanes_add2(ar, r0, _mm512_mul_ps(dsp1, sv1));
+            const __m512 dsp1 = _mm512_fmadd_ps(kv1, dp, _mm512_loadu_ps(dr + w + 16 * u));
+            ak1 = _mm512_fmadd_ps(sv1, dp, ak1);
+            ar1 = _mm512_fmadd_ps(dsp1, sv1, ar1);
             _mm512_storeu_ps(dr + w + 16 * u, _mm512_mul_ps(va, dsp1));
-        } else {
-            ak1 = qt_gdn_lanes_add(ak1, p0);
-            ar1 = qt_gdn_lanes_add(ar1, r0);
         }
     }
-    *lk = two ? ak : _mm512_castps256_ps512(ak1);
-    *lr = two ? ar : _mm512_castps256_ps512(ar1);
+    *lk = two ? qt_gdn_fold2(ak0, ak1) : _mm512_castps256_ps512(qt_gdn_fold1(ak0));
+    *lr = two ? qt_gdn_fold2(ar0, ar1) : _mm512_castps256_ps512(qt_gdn_fold1(ar0));
 }
 
-/* qt_gdn_bwd_row_c over every row kk, two rows at a time: dkh[kk] += S'dpred (row kk);
- * returns da, the row sums <dS', S_prev> added in increasing kk from +0; dS <- a*dS'. */
+/* qt_gdn_bwd_row_c over every row kk, two rows at a time: dkh[kk] += a * (S_prev dpred)
+ * (row kk); returns da, the row sums <dS', S_prev> added in increasing kk from +0;
+ * dS <- a*dS'. */
 static inline __attribute__((always_inline)) float
 qt_gdn_bwd_c_v(float *restrict ds, float *restrict dkh, const float *restrict sp,
                const float *restrict dpred, float a, const float *restrict kh, int64_t dk,
                const int nv)
 {
     const __m512 va = _mm512_set1_ps(a);
+    const __m256 va8 = _mm256_set1_ps(a);
     const int64_t w = 16 * nv;
     __m256 lk[8], lr[8];
     float da = 0.0f, r[8];
@@ -647,7 +672,8 @@ qt_gdn_bwd_c_v(float *restrict ds, float *restrict dkh, const float *restrict sp
         qt_gdn_lanes_put2(lr, kk, ar);
         if ((kk & 7) == 6) {
             float *dkr = dkh + kk - 6;
-            _mm256_storeu_ps(dkr, _mm256_add_ps(_mm256_loadu_ps(dkr), qt_gdn_lanes_sum8(lk)));
+            _mm256_storeu_ps(dkr, _mm256_add_ps(_mm256_loadu_ps(dkr),
+                                                _mm256_mul_ps(va8, qt_gdn_lanes_sum8(lk))));
             _mm256_storeu_ps(r, qt_gdn_lanes_sum8(lr));
             for (int q = 0; q < 8; q++) da += r[q];
         }
@@ -659,7 +685,7 @@ qt_gdn_bwd_c_v(float *restrict ds, float *restrict dkh, const float *restrict sp
         lr[kk & 7] = _mm512_castps512_ps256(ar);
     }
     for (kk = dk & ~(int64_t)7; kk < dk; kk++) {
-        dkh[kk] += qt_gdn_lanes_sum_v(lk[kk & 7]);
+        dkh[kk] += a * qt_gdn_lanes_sum_v(lk[kk & 7]);
         da += qt_gdn_lanes_sum_v(lr[kk & 7]);
     }
     return da;
@@ -701,11 +727,10 @@ qt_gdn_rec_sweep_v(float *restrict sout, const float *restrict sin, int64_t ld,
         const __m512 kv = _mm512_set1_ps(kh[kk]), nv = _mm512_set1_ps(kn[kk]);
 #pragma GCC unroll 4
         for (int u = 0; u < QT_GDN_FBV; u++) {
-            const __m512 sn =
-                _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sin + kk * ld + 16 * u)),
-                              _mm512_mul_ps(kv, dl[u]));
+            const __m512 sn = _mm512_fmadd_ps(
+                kv, dl[u], _mm512_mul_ps(va, _mm512_loadu_ps(sin + kk * ld + 16 * u)));
             _mm512_storeu_ps(sout + kk * ld + 16 * u, sn);
-            pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(_mm512_mul_ps(van, sn), nv));
+            pr[u] = _mm512_fmadd_ps(_mm512_mul_ps(van, sn), nv, pr[u]);
         }
     }
 }
@@ -738,7 +763,7 @@ static void qt_gdn_bwd_recompute_v(float *restrict pdst, float *restrict sdst,
             const __m512 kv = _mm512_set1_ps(kc[kk]);
             for (int u = 0; u < QT_GDN_FBV; u++) {
                 const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(s0 + kk * dv + x0 + 16 * u));
-                pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+                pr[u] = _mm512_fmadd_ps(as, kv, pr[u]);
             }
         }
         for (int64_t i = 0;; i++, row++) {
@@ -879,7 +904,7 @@ static void qt_gdn_rec_bounds_v(float *restrict ab, float *restrict bst,
             for (int u = 0; u < QT_GDN_FBV; u++) {
                 const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(s0 + kk * dv + x0 + 16 * u));
                 _mm512_storeu_ps(ab + kk * QT_GDN_FB + 16 * u, as);
-                pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+                pr[u] = _mm512_fmadd_ps(as, kv, pr[u]);
             }
         }
         for (int64_t i = 0; i < cnt; i++, row++) {
