@@ -788,13 +788,142 @@ static void qt_gdn_bwd_recompute_v(float *restrict pdst, float *restrict sdst,
 }
 #endif
 
-/* What one token's backward reads and writes besides the state slots (scratch vectors). */
+/* One token's vectors in the backward (two live at once when passes fuse). */
+typedef struct qt_gdn_tok {
+    qt_real qh[QT_GDN_CORE_MAX_DIM], kh[QT_GDN_CORE_MAX_DIM], dqh[QT_GDN_CORE_MAX_DIM];
+    qt_real dkh[QT_GDN_CORE_MAX_DIM], pred[QT_GDN_CORE_MAX_DIM], delta[QT_GDN_CORE_MAX_DIM];
+    qt_real ddelta[QT_GDN_CORE_MAX_DIM], dpred[QT_GDN_CORE_MAX_DIM];
+    const qt_real *pr, *v, *dor; /* the pred its delta used, its v and do rows */
+    qt_real a, bt;
+    int64_t row;
+} qt_gdn_tok;
+
+/* What one token's backward reads and writes besides the state slots (scratch vectors;
+ * tok: two token records on the caller's stack). */
 typedef struct qt_gdn_bwd_ctx {
-    qt_real *dc, *dg, *dbeta, *ds, *qh, *kh, *dqh, *dkh, *pred, *delta, *ddelta, *dpred;
+    qt_real *dc, *dg, *dbeta, *ds, *qh, *kh, *dqh, *dkh, *delta; /* recomputation buffers */
     const qt_real *rq, *rk, *d_o, *c, *g, *beta;
+    qt_gdn_tok *tok;
     qt_real qscale;
     qt_gdn_dims d;
 } qt_gdn_bwd_ctx;
+
+/* A token's start (row `row`, value head j): a, beta, qh, kh, its pred (pr: the forward's,
+ * stored; NULL: recomputed from sp = S_{t-1} as the forward step did), delta; ddelta = 0. */
+static void qt_gdn_bwd_begin(const qt_gdn_bwd_ctx *x, qt_gdn_tok *tk, int64_t j, int64_t row,
+                             const qt_real *restrict sp, const qt_real *restrict pr)
+{
+    const qt_gdn_dims *d = &x->d;
+    const int64_t dk = d->dk, dv = d->dv, hk = d->hk, h = j / d->r;
+    const qt_real *crow = x->c + row * d->cc;
+    tk->row = row;
+    tk->v = crow + 2 * hk * dk + j * dv;
+    tk->dor = x->d_o + row * d->hv * dv + j * dv;
+    tk->a = qt_gdn_decay(x->g, row, j, d), tk->bt = x->beta[row * d->hv + j];
+    qt_gdn_load_qk(tk->qh, tk->kh, crow, x->rq[row * hk + h], x->rk[row * hk + h], x->qscale,
+                   h, d);
+    if (row % d->S) { /* the rows of the token that runs next */
+        const qt_real *cp = crow - d->cc;
+        qt_real *dcp = x->dc + (row - 1) * d->cc;
+        qt_gdn_prefetch(cp + h * dk, dk);
+        qt_gdn_prefetch(cp + hk * dk + h * dk, dk);
+        qt_gdn_prefetch(cp + 2 * hk * dk + j * dv, dv);
+        qt_gdn_prefetch(tk->dor - d->hv * dv, dv);
+        qt_gdn_prefetch_w(dcp + h * dk, dk);
+        qt_gdn_prefetch_w(dcp + hk * dk + h * dk, dk);
+        qt_gdn_prefetch_w(dcp + 2 * hk * dk + j * dv, dv);
+    }
+    if (!pr) { /* pred exactly as the forward step computed it */
+        const int nv = QT_GDN_BWD_NV(d);
+        qt_real *p = tk->pred;
+        if (nv) {
+            QT_GDN_BWD_CALL(nv, qt_gdn_pred_v(p, sp, tk->a, tk->kh, dk, NV));
+        } else {
+            for (int64_t y = 0; y < dv; y++) p[y] = QT_R(0.0);
+            for (int64_t kk = 0; kk < dk; kk++)
+                qt_gdn_pred_row(p, sp + kk * dv, tk->a, tk->kh[kk], dv);
+        }
+        pr = p;
+    }
+    tk->pr = pr;
+    for (int64_t y = 0; y < dv; y++) {
+        tk->delta[y] = tk->bt * (tk->v[y] - pr[y]);
+        tk->ddelta[y] = QT_R(0.0);
+    }
+}
+
+/* Pass B alone: S_t = fma(kh, delta, a*sp) (or read from st); dqh = S_t do;
+ * dS = fma(qh, do, dS); dkh = dS delta; ddelta = dS^T kh. */
+static void qt_gdn_bwd_pass_b(const qt_gdn_bwd_ctx *x, qt_gdn_tok *tk,
+                              const qt_real *restrict sp, const qt_real *restrict st)
+{
+    const int64_t dk = x->d.dk, dv = x->d.dv;
+    const int nv = QT_GDN_BWD_NV(&x->d);
+    if (nv && st) {
+        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(x->ds, tk->ddelta, tk->dqh, tk->dkh, sp, st,
+                                           tk->delta, tk->dor, tk->a, tk->kh, tk->qh, dk, NV));
+    } else if (nv) {
+        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(x->ds, tk->ddelta, tk->dqh, tk->dkh, sp, NULL,
+                                           tk->delta, tk->dor, tk->a, tk->kh, tk->qh, dk, NV));
+    } else {
+        for (int64_t kk = 0; kk < dk; kk++) {
+            qt_real r2[2];
+            qt_gdn_bwd_row_b(x->ds + kk * dv, tk->ddelta, r2, sp + kk * dv, tk->delta, tk->dor,
+                             tk->a, tk->kh[kk], tk->qh[kk], dv);
+            tk->dqh[kk] = r2[0];
+            tk->dkh[kk] = r2[1];
+        }
+    }
+}
+
+/* Between the passes: returns db = ddelta.(v - pred); dpred = -(beta*ddelta). */
+static qt_real qt_gdn_bwd_mid(const qt_gdn_bwd_ctx *x, qt_gdn_tok *tk)
+{
+    qt_real db = QT_R(0.0);
+    for (int64_t y = 0; y < x->d.dv; y++) {
+        db += tk->ddelta[y] * (tk->v[y] - tk->pr[y]);
+        tk->dpred[y] = -(tk->bt * tk->ddelta[y]);
+    }
+    return db;
+}
+
+/* Pass C alone: dkh += a * (S_prev dpred); dS' = fma(kh, dpred, dS); returns
+ * da = <dS', S_prev>; dS <- a*dS'. */
+static qt_real qt_gdn_bwd_pass_c(const qt_gdn_bwd_ctx *x, qt_gdn_tok *tk,
+                                 const qt_real *restrict sp)
+{
+    const int64_t dk = x->d.dk, dv = x->d.dv;
+    const int nv = QT_GDN_BWD_NV(&x->d);
+    qt_real da = QT_R(0.0);
+    if (nv) {
+        QT_GDN_BWD_CALL(nv, da = qt_gdn_bwd_c_v(x->ds, tk->dkh, sp, tk->dpred, tk->a, tk->kh, dk,
+                                                NV));
+    } else {
+        for (int64_t kk = 0; kk < dk; kk++) {
+            qt_real r2[2];
+            qt_gdn_bwd_row_c(x->ds + kk * dv, r2, sp + kk * dv, tk->dpred, tk->a, tk->kh[kk], dv);
+            tk->dkh[kk] += r2[0];
+            da += r2[1];
+        }
+    }
+    return da;
+}
+
+/* A token's end: dg, dbeta, the v channels of dc, the l2norm backwards of dqh and dkh. */
+static void qt_gdn_bwd_end(const qt_gdn_bwd_ctx *x, const qt_gdn_tok *tk, int64_t j, qt_real da,
+                           qt_real db)
+{
+    const qt_gdn_dims *d = &x->d;
+    const int64_t dk = d->dk, dv = d->dv, hk = d->hk, h = j / d->r, row = tk->row;
+    const qt_real *crow = x->c + row * d->cc;
+    x->dg[row * d->hv + j] += da * tk->a;
+    x->dbeta[row * d->hv + j] += db;
+    qt_real *dcrow = x->dc + row * d->cc;
+    for (int64_t y = 0; y < dv; y++) dcrow[2 * hk * dk + j * dv + y] += tk->bt * tk->ddelta[y];
+    qt_gdn_l2_bwd(dcrow + h * dk, crow + h * dk, tk->dqh, x->rq[row * hk + h], x->qscale, dk);
+    qt_gdn_l2_bwd(dcrow + hk * dk + h * dk, crow + hk * dk + h * dk, tk->dkh,
+                  x->rk[row * hk + h], QT_R(1.0), dk);
+}
 
 /* Passes B and C of one token (row `row`, value head j) on dS: sp = S_{t-1}; st = S_t when
  * at hand (else NULL: formed from sp); pr = the forward's pred when stored (else NULL:
@@ -803,80 +932,143 @@ static void qt_gdn_bwd_token(const qt_gdn_bwd_ctx *x, int64_t j, int64_t row,
                              const qt_real *restrict sp, const qt_real *restrict st,
                              const qt_real *restrict pr)
 {
-    const qt_gdn_dims *d = &x->d;
-    const int64_t dk = d->dk, dv = d->dv, hk = d->hk, h = j / d->r;
-    const qt_real *crow = x->c + row * d->cc, *v = crow + 2 * hk * dk + j * dv;
-    const qt_real *dor = x->d_o + row * d->hv * dv + j * dv;
-    qt_real *ds = x->ds, *qh = x->qh, *kh = x->kh, *dqh = x->dqh, *dkh = x->dkh;
-    qt_real *delta = x->delta, *ddelta = x->ddelta, *dpred = x->dpred;
-    qt_real a = qt_gdn_decay(x->g, row, j, d), bt = x->beta[row * d->hv + j];
-    qt_gdn_load_qk(qh, kh, crow, x->rq[row * hk + h], x->rk[row * hk + h], x->qscale, h, d);
-    if (row % d->S) { /* the rows of the token that runs next */
-        const qt_real *cp = crow - d->cc;
-        qt_real *dcp = x->dc + (row - 1) * d->cc;
-        qt_gdn_prefetch(cp + h * dk, dk);
-        qt_gdn_prefetch(cp + hk * dk + h * dk, dk);
-        qt_gdn_prefetch(cp + 2 * hk * dk + j * dv, dv);
-        qt_gdn_prefetch(dor - d->hv * dv, dv);
-        qt_gdn_prefetch_w(dcp + h * dk, dk);
-        qt_gdn_prefetch_w(dcp + hk * dk + h * dk, dk);
-        qt_gdn_prefetch_w(dcp + 2 * hk * dk + j * dv, dv);
-    }
-    const int nv = QT_GDN_BWD_NV(d);
-    if (!pr) { /* pred exactly as the forward step computed it */
-        qt_real *p = x->pred;
-        if (nv) {
-            QT_GDN_BWD_CALL(nv, qt_gdn_pred_v(p, sp, a, kh, dk, NV));
-        } else {
-            for (int64_t y = 0; y < dv; y++) p[y] = QT_R(0.0);
-            for (int64_t kk = 0; kk < dk; kk++) qt_gdn_pred_row(p, sp + kk * dv, a, kh[kk], dv);
-        }
-        pr = p;
-    }
-    for (int64_t y = 0; y < dv; y++) {
-        delta[y] = bt * (v[y] - pr[y]);
-        ddelta[y] = QT_R(0.0);
-    }
-    /* S_t = S' + kh delta^T; dqh = S_t do; dS += qh do^T; dkh = dS delta; ddelta = dS^T kh */
-    if (nv && st) {
-        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(ds, ddelta, dqh, dkh, sp, st, delta, dor, a, kh, qh,
-                                           dk, NV));
-    } else if (nv) {
-        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(ds, ddelta, dqh, dkh, sp, NULL, delta, dor, a, kh,
-                                           qh, dk, NV));
-    } else {
-        for (int64_t kk = 0; kk < dk; kk++) {
-            qt_real r2[2];
-            qt_gdn_bwd_row_b(ds + kk * dv, ddelta, r2, sp + kk * dv, delta, dor, a, kh[kk],
-                             qh[kk], dv);
-            dqh[kk] = r2[0];
-            dkh[kk] = r2[1];
-        }
-    }
-    qt_real db = QT_R(0.0), da = QT_R(0.0);
-    for (int64_t y = 0; y < dv; y++) {
-        db += ddelta[y] * (v[y] - pr[y]);
-        dpred[y] = -(bt * ddelta[y]);
-    }
-    /* dkh += S' dpred; dS' = dS + kh dpred^T; da = <dS', S_prev>; dS_prev = a*dS' */
-    if (nv) {
-        QT_GDN_BWD_CALL(nv, da = qt_gdn_bwd_c_v(ds, dkh, sp, dpred, a, kh, dk, NV));
-    } else {
-        for (int64_t kk = 0; kk < dk; kk++) {
-            qt_real r2[2];
-            qt_gdn_bwd_row_c(ds + kk * dv, r2, sp + kk * dv, dpred, a, kh[kk], dv);
-            dkh[kk] += r2[0];
-            da += r2[1];
-        }
-    }
-    x->dg[row * d->hv + j] += da * a;
-    x->dbeta[row * d->hv + j] += db;
-    qt_real *dcrow = x->dc + row * d->cc;
-    for (int64_t y = 0; y < dv; y++) dcrow[2 * hk * dk + j * dv + y] += bt * ddelta[y];
-    qt_gdn_l2_bwd(dcrow + h * dk, crow + h * dk, dqh, x->rq[row * hk + h], x->qscale, dk);
-    qt_gdn_l2_bwd(dcrow + hk * dk + h * dk, crow + hk * dk + h * dk, dkh, x->rk[row * hk + h],
-                  QT_R(1.0), dk);
+    qt_gdn_tok *tk = x->tok;
+    qt_gdn_bwd_begin(x, tk, j, row, sp, pr);
+    qt_gdn_bwd_pass_b(x, tk, sp, st);
+    const qt_real db = qt_gdn_bwd_mid(x, tk);
+    const qt_real da = qt_gdn_bwd_pass_c(x, tk, sp);
+    qt_gdn_bwd_end(x, tk, j, da, db);
 }
+
+#if defined(QT_GDN_BWD_V) && defined(QT_GDN_FWD_BLOCKED)
+#define QT_GDN_BWD_FUSED 1
+/* Rows kk (and kk+1 when two) of qt_gdn_bwd_cb_v: pass C of token t (c) then pass B of
+ * token t-1 (b) on the state they share, sr = S_{t-1} (S_prev of t, S_t of t-1): per element
+ * exactly qt_gdn_bwd_c_rows's then qt_gdn_bwd_b_v's expressions, dS read and written once.
+ * o: the folded lanes of c's S_prev dpred, c's <dS', S_prev>, b's S_t do, b's dS delta. */
+static inline __attribute__((always_inline)) void
+qt_gdn_bwd_cb_rows(float *restrict dr, const float *restrict sr, __m512 o[4], __m512 *dd,
+                   const float *restrict dp, const float *restrict de,
+                   const float *restrict dov, __m512 vac, const float *kc, const float *kb,
+                   const float *qb, const int two, const int nv)
+{
+    const int64_t w = 16 * nv;
+    const __m512 kc0 = _mm512_set1_ps(kc[0]), kb0 = _mm512_set1_ps(kb[0]);
+    const __m512 qb0 = _mm512_set1_ps(qb[0]);
+    const __m512 kc1 = _mm512_set1_ps(two ? kc[1] : 0.0f), kb1 = _mm512_set1_ps(two ? kb[1] : 0.0f);
+    const __m512 qb1 = _mm512_set1_ps(two ? qb[1] : 0.0f);
+    __m512 a[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) a[i] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) {
+        const __m512 p = _mm512_loadu_ps(dp + 16 * u), e = _mm512_loadu_ps(de + 16 * u);
+        const __m512 ov = _mm512_loadu_ps(dov + 16 * u), s0 = _mm512_loadu_ps(sr + 16 * u);
+        const __m512 dsp0 = _mm512_fmadd_ps(kc0, p, _mm512_loadu_ps(dr + 16 * u));
+        a[0] = _mm512_fmadd_ps(s0, p, a[0]);
+        a[2] = _mm512_fmadd_ps(dsp0, s0, a[2]);
+        const __m512 dsv0 = _mm512_fmadd_ps(qb0, ov, _mm512_mul_ps(vac, dsp0));
+        a[4] = _mm512_fmadd_ps(s0, ov, a[4]);
+        a[6] = _mm512_fmadd_ps(dsv0, e, a[6]);
+        dd[u] = _mm512_fmadd_ps(dsv0, kb0, dd[u]);
+        _mm512_storeu_ps(dr + 16 * u, dsv0);
+        if (two) {
+            const __m512 s1 = _mm512_loadu_ps(sr + w + 16 * u);
+            const __m512 dsp1 = _mm512_fmadd_ps(kc1, p, _mm512_loadu_ps(dr + w + 16 * u));
+            a[1] = _mm512_fmadd_ps(s1, p, a[1]);
+            a[3] = _mm512_fmadd_ps(dsp1, s1, a[3]);
+            const __m512 dsv1 = _mm512_fmadd_ps(qb1, ov, _mm512_mul_ps(vac, dsp1));
+            a[5] = _mm512_fmadd_ps(s1, ov, a[5]);
+            a[7] = _mm512_fmadd_ps(dsv1, e, a[7]);
+            dd[u] = _mm512_fmadd_ps(dsv1, kb1, dd[u]);
+            _mm512_storeu_ps(dr + w + 16 * u, dsv1);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        o[i] = two ? qt_gdn_fold2(a[2 * i], a[2 * i + 1])
+                   : _mm512_castps256_ps512(qt_gdn_fold1(a[2 * i]));
+}
+
+/* Pass C of token c and pass B of token b = c's predecessor in one sweep over S_{t-1} (sm)
+ * and dS: c's dkh += a*(S_prev dpred), returns c's da (rows in increasing kk from +0); b's
+ * dqh, dkh, ddelta as qt_gdn_bwd_b_v with st = sm. Same bits as the two passes apart. */
+static inline __attribute__((always_inline)) float
+qt_gdn_bwd_cb_v(float *restrict ds, const float *restrict sm, qt_gdn_tok *c, qt_gdn_tok *b,
+                int64_t dk, const int nv)
+{
+    const __m512 vac = _mm512_set1_ps(c->a);
+    const __m256 va8 = _mm256_set1_ps(c->a);
+    const int64_t w = 16 * nv;
+    __m512 dd[8], o[4];
+    __m256 l[4][8];
+    float da = 0.0f, r[8];
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) dd[u] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < dk; kk += 2) {
+        const int two = kk + 1 < dk;
+        if (two)
+            qt_gdn_bwd_cb_rows(ds + kk * w, sm + kk * w, o, dd, c->dpred, b->delta, b->dor, vac,
+                               c->kh + kk, b->kh + kk, b->qh + kk, 1, nv);
+        else
+            qt_gdn_bwd_cb_rows(ds + kk * w, sm + kk * w, o, dd, c->dpred, b->delta, b->dor, vac,
+                               c->kh + kk, b->kh + kk, b->qh + kk, 0, nv);
+        for (int i = 0; i < 4; i++) {
+            if (two) qt_gdn_lanes_put2(l[i], kk, o[i]);
+            else l[i][kk & 7] = _mm512_castps512_ps256(o[i]);
+        }
+        if ((kk & 7) == 6 && two) {
+            float *dkr = c->dkh + kk - 6;
+            _mm256_storeu_ps(dkr, _mm256_add_ps(_mm256_loadu_ps(dkr),
+                                                _mm256_mul_ps(va8, qt_gdn_lanes_sum8(l[0]))));
+            _mm256_storeu_ps(r, qt_gdn_lanes_sum8(l[1]));
+            for (int q = 0; q < 8; q++) da += r[q];
+            _mm256_storeu_ps(b->dqh + kk - 6, qt_gdn_lanes_sum8(l[2]));
+            _mm256_storeu_ps(b->dkh + kk - 6, qt_gdn_lanes_sum8(l[3]));
+        }
+    }
+    for (int64_t kk = dk & ~(int64_t)7; kk < dk; kk++) {
+        c->dkh[kk] += c->a * qt_gdn_lanes_sum_v(l[0][kk & 7]);
+        da += qt_gdn_lanes_sum_v(l[1][kk & 7]);
+        b->dqh[kk] = qt_gdn_lanes_sum_v(l[2][kk & 7]);
+        b->dkh[kk] = qt_gdn_lanes_sum_v(l[3][kk & 7]);
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) _mm512_storeu_ps(b->ddelta + 16 * u, dd[u]);
+    return da;
+}
+
+/* The backward of tokens t0..t0+n-1 (row0 = the row of t0) of value head j on the blocked
+ * path, last first, with every state at hand: S_0 = s0, S_i = sub + (i-1)*Dk*Dv
+ * (1 <= i < n), the state after the last token `after` (NULL: formed from S_{n-1}), the
+ * preds at pb + i*Dv. Pass C of token i and pass B of token i-1 run as one sweep over S_i
+ * (qt_gdn_bwd_cb_v); the per-token steps between them keep their order for each token. */
+static void qt_gdn_bwd_run_v(const qt_gdn_bwd_ctx *x, int64_t j, int64_t row0, int64_t n,
+                             const float *s0, const float *sub, const float *after,
+                             const float *pb)
+{
+    const int64_t dkdv = x->d.dkdv, dv = x->d.dv, dk = x->d.dk;
+    const int nv = QT_GDN_BWD_NV(&x->d);
+    qt_gdn_tok *c = &x->tok[0], *b = &x->tok[1];
+    const float *sl = n > 1 ? sub + (n - 2) * dkdv : s0;
+    qt_gdn_bwd_begin(x, c, j, row0 + n - 1, sl, pb + (n - 1) * dv);
+    qt_gdn_bwd_pass_b(x, c, sl, after);
+    float db = qt_gdn_bwd_mid(x, c);
+    for (int64_t i = n - 1; i > 0; i--) {
+        const float *sm = i > 1 ? sub + (i - 2) * dkdv : s0; /* S_{i-1}: b's S_prev */
+        const float *si = sub + (i - 1) * dkdv;              /* S_i: c's S_prev */
+        qt_gdn_bwd_begin(x, b, j, row0 + i - 1, sm, pb + (i - 1) * dv);
+        float da;
+        QT_GDN_BWD_CALL(nv, da = qt_gdn_bwd_cb_v(x->ds, si, c, b, dk, NV));
+        qt_gdn_bwd_end(x, c, j, da, db);
+        db = qt_gdn_bwd_mid(x, b);
+        qt_gdn_tok *t = c;
+        c = b;
+        b = t;
+    }
+    qt_gdn_bwd_end(x, c, j, qt_gdn_bwd_pass_c(x, c, s0), db);
+}
+#endif
 
 #ifdef QT_GDN_FWD_BLOCKED
 /* The backward's boundary pass in column blocks of QT_GDN_FB, as the blocked forward (a
@@ -966,6 +1158,12 @@ static void qt_gdn_bwd_chunk_v(const qt_gdn_bwd_ctx *x, float *restrict slots,
         const float *after = m < nb ? bst + m * dkdv : next;
         qt_gdn_bwd_recompute_v(pb, sub, s0, x->c, x->g, x->beta, x->rq, x->rk, x->qscale, s,
                                j, tm, qm, x->qh, x->dqh, x->dkh, &x->d);
+#ifdef QT_GDN_BWD_FUSED
+        if (QT_GDN_BWD_NV(&x->d)) {
+            qt_gdn_bwd_run_v(x, j, s * x->d.S + tm, qm, s0, sub, after, pb);
+            continue;
+        }
+#endif
         for (int64_t i = qm - 1; i >= 0; i--)
             qt_gdn_bwd_token(x, j, s * x->d.S + tm + i, i ? sub + (i - 1) * dkdv : s0,
                              i + 1 < qm ? sub + i * dkdv : after, pb + i * x->d.dv);
@@ -1012,14 +1210,15 @@ static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
 {
     if (chunk < 1) return;
     qt_gdn_bwd_ctx x;
+    qt_gdn_tok tok[2];
+    x.tok = tok;
     x.d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
     x.d.scalar = scalar;
     x.d.pos = pos;
     qt_real *slots = scratch;             /* slot i: state before token i (i >= 1) */
     x.ds = scratch + chunk * x.d.dkdv;    /* dL/dS after the current token */
     x.qh = x.ds + x.d.dkdv, x.kh = x.qh + dk, x.dqh = x.kh + dk, x.dkh = x.dqh + dk;
-    x.pred = x.dkh + dk, x.delta = x.pred + dv, x.ddelta = x.delta + dv;
-    x.dpred = x.ddelta + dv;
+    x.delta = x.dkh + dk + dv;
     x.dc = dc, x.dg = dg, x.dbeta = dbeta, x.rq = rq, x.rk = rk, x.d_o = d_o, x.c = c;
     x.g = g, x.beta = beta, x.qscale = qscale;
 
@@ -1039,6 +1238,12 @@ static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
                 }
 #endif
                 const qt_real *pb = qt_gdn_bwd_recompute(slots, ck, &x, s, j, t0, len);
+#ifdef QT_GDN_BWD_FUSED
+                if (pb && QT_GDN_BWD_NV(&x.d)) {
+                    qt_gdn_bwd_run_v(&x, j, s * S + t0, len, ck, slots + x.d.dkdv, next, pb);
+                    continue;
+                }
+#endif
                 for (int64_t i = len - 1; i >= 0; i--)
                     qt_gdn_bwd_token(&x, j, s * S + t0 + i, i ? slots + i * x.d.dkdv : ck,
                                      i + 1 < len ? slots + (i + 1) * x.d.dkdv : next,
