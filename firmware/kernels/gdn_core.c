@@ -942,6 +942,10 @@ static void qt_gdn_bwd_token(const qt_gdn_bwd_ctx *x, int64_t j, int64_t row,
 
 #if defined(QT_GDN_BWD_V) && defined(QT_GDN_FWD_BLOCKED)
 #define QT_GDN_BWD_FUSED 1
+/* The fused sweep pays where a token's three Dk x Dv matrices (S_{t-1}, S_t, dS) pass L1:
+ * Dv 128 (192 KiB at Dk 128; measured ~10-20% off the backward). At Dv 64 (48 KiB at Dk 64)
+ * the two passes apart run from L1 and were as fast or faster, so they stay apart. */
+#define QT_GDN_BWD_FUSE(d) (QT_GDN_BWD_NV(d) == 8)
 /* Rows kk (and kk+1 when two) of qt_gdn_bwd_cb_v: pass C of token t (c) then pass B of
  * token t-1 (b) on the state they share, sr = S_{t-1} (S_prev of t, S_t of t-1): per element
  * exactly qt_gdn_bwd_c_rows's then qt_gdn_bwd_b_v's expressions, dS read and written once.
@@ -1159,7 +1163,7 @@ static void qt_gdn_bwd_chunk_v(const qt_gdn_bwd_ctx *x, float *restrict slots,
         qt_gdn_bwd_recompute_v(pb, sub, s0, x->c, x->g, x->beta, x->rq, x->rk, x->qscale, s,
                                j, tm, qm, x->qh, x->dqh, x->dkh, &x->d);
 #ifdef QT_GDN_BWD_FUSED
-        if (QT_GDN_BWD_NV(&x->d)) {
+        if (QT_GDN_BWD_FUSE(&x->d)) {
             qt_gdn_bwd_run_v(x, j, s * x->d.S + tm, qm, s0, sub, after, pb);
             continue;
         }
@@ -1239,7 +1243,7 @@ static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
 #endif
                 const qt_real *pb = qt_gdn_bwd_recompute(slots, ck, &x, s, j, t0, len);
 #ifdef QT_GDN_BWD_FUSED
-                if (pb && QT_GDN_BWD_NV(&x.d)) {
+                if (pb && QT_GDN_BWD_FUSE(&x.d)) {
                     qt_gdn_bwd_run_v(&x, j, s * S + t0, len, ck, slots + x.d.dkdv, next, pb);
                     continue;
                 }
