@@ -6,9 +6,12 @@
  *    the AVX-512 column-block sweeps below apply the same ones, columns never mix), in the
  *    forward and in the backward's recomputation, so recomputed states carry the forward's
  *    bits and the chunk size cannot change any result;
+ *  - the FMA contract (gdn_core.h): every multiply-add over the state (pred, the update,
+ *    o, and the backward's) is one fma (QT_GDN_FMA, _mm512_fmadd_ps), the same in every
+ *    path; a*S, a*dS', delta and the per-token scalar sums keep a separate multiply and add;
  *  - loops over a state run row kk (Dk) outside, column (Dv) inside and contiguous; every
  *    per-column sum therefore runs in increasing kk, per-row sums over Dv use the fixed
- *    8-lane order of QT_GDN_BLOCKED, sums over Dk alone (norms) run in increasing i;
+ *    16-lane order of QT_GDN_BLOCKED, sums over Dk alone (norms) run in increasing i;
  *  - the forward has no scratch: the running state of chunk n lives in checkpoint slot
  *    n+1 (which it becomes); the last chunk runs in its own slot, which is then restored by
  *    re-running the previous chunk (at most one extra chunk per sequence and head); the
@@ -25,11 +28,26 @@
 #include "kernels/gdn_core.h"
 #include "kernels/gdn_common.h"
 
-/* Per-row sums over Dv run in QT_GDN_LANES interleaved lanes (lane = x mod 8, each lane in
- * increasing x) combined by a fixed pairwise tree: a fixed order, and one the compiler can
- * vectorise without -ffast-math. Column updates are blocked the same way only so that
- * they vectorise at -O2; blocking elementwise updates does not change their bits. */
-#define QT_GDN_LANES 8
+/* The contract's multiply-adds are single-rounding fused multiply-adds, fma(a, b, c) =
+ * a*b + c rounded once: explicit here (the project compiles with -ffp-contract=off, so no
+ * other expression fuses). Without the instruction __builtin_fmaf would become a libm call,
+ * so a float build without FMA is refused (as matmul.c). */
+#ifdef QT_REAL_DOUBLE
+#define QT_GDN_FMA(a, b, c) __builtin_fma((a), (b), (c))
+#else
+#ifndef __FMA__
+#error "gdn_core.c needs the FMA instruction: build with ARCH=-march=x86-64-v3 or newer"
+#endif
+#define QT_GDN_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
+#endif
+
+/* Per-row sums over Dv run in QT_GDN_LANES interleaved lanes (lane = x mod 16, each lane a
+ * chain of fmas in increasing x from +0) combined by a fixed tree: lanes l and l+8 first
+ * (f_l = lane_l + lane_{l+8}), then ((f0+f1)+(f2+f3))+((f4+f5)+(f6+f7)): a fixed order, one
+ * 512-bit fma per 16 columns, and one the compiler can vectorise without -ffast-math.
+ * Column updates are blocked the same way only so that they vectorise at -O2; blocking
+ * elementwise updates does not change their bits. */
+#define QT_GDN_LANES 16
 #define QT_GDN_BLOCKED(x, l, n, body)                                            \
     do {                                                                         \
         int64_t x##0 = 0;                                                        \
@@ -44,9 +62,18 @@
         }                                                                        \
     } while (0)
 
+/* The 8 folded lanes f -> ((f0+f1)+(f2+f3))+((f4+f5)+(f6+f7)). */
+static inline qt_real qt_gdn_fold_sum(const qt_real *f)
+{
+    return ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
+}
+
+/* The 16 lanes of a row sum -> the sum: f_l = l[l] + l[l+8], then qt_gdn_fold_sum. */
 static inline qt_real qt_gdn_lanes_sum(const qt_real *l)
 {
-    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    qt_real f[QT_GDN_LANES / 2];
+    for (int i = 0; i < QT_GDN_LANES / 2; i++) f[i] = l[i] + l[i + QT_GDN_LANES / 2];
+    return qt_gdn_fold_sum(f);
 }
 
 static inline void qt_gdn_lanes_zero(qt_real *l)
@@ -109,9 +136,9 @@ static void qt_gdn_step_v(float *restrict st, float *restrict o, float *restrict
             const float *sr = st + kk * dv + x0;
             const __m512 kv = _mm512_set1_ps(kh[kk]);
 #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) { /* delta += (a * s) * kv */
+            for (int u = 0; u < 4; u++) { /* delta = fma(a * s, kv, delta) */
                 const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u));
-                dl[u] = _mm512_add_ps(dl[u], _mm512_mul_ps(as, kv));
+                dl[u] = _mm512_fmadd_ps(as, kv, dl[u]);
             }
         }
 #pragma GCC unroll 4
@@ -124,11 +151,11 @@ static void qt_gdn_step_v(float *restrict st, float *restrict o, float *restrict
             float *sr = st + kk * dv + x0;
             const __m512 kv = _mm512_set1_ps(kh[kk]), qv = _mm512_set1_ps(qh[kk]);
 #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) { /* s = a*s + kv*delta; o += s * qv */
-                __m512 sn = _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
-                                          _mm512_mul_ps(kv, dl[u]));
+            for (int u = 0; u < 4; u++) { /* s = fma(kv, delta, a*s); o = fma(s, qv, o) */
+                __m512 sn = _mm512_fmadd_ps(kv, dl[u],
+                                            _mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)));
                 _mm512_storeu_ps(sr + 16 * u, sn);
-                if (o) ov[u] = _mm512_add_ps(ov[u], _mm512_mul_ps(sn, qv));
+                if (o) ov[u] = _mm512_fmadd_ps(sn, qv, ov[u]);
             }
         }
         if (o) {
@@ -160,7 +187,7 @@ static void qt_gdn_step(qt_real *restrict st, qt_real *restrict o, qt_real *rest
     for (int64_t kk = 0; kk < dk; kk++) {
         const qt_real *srow = st + kk * dv;
         qt_real kv = kh[kk];
-        QT_GDN_BLOCKED(x, l, dv, { delta[x] += (a * srow[x]) * kv; });
+        QT_GDN_BLOCKED(x, l, dv, { delta[x] = QT_GDN_FMA(a * srow[x], kv, delta[x]); });
     }
     for (int64_t x = 0; x < dv; x++) delta[x] = bt * (v[x] - delta[x]);
     if (o)
@@ -171,11 +198,11 @@ static void qt_gdn_step(qt_real *restrict st, qt_real *restrict o, qt_real *rest
         if (o) {
             qt_real qv = qh[kk];
             QT_GDN_BLOCKED(x, l, dv, {
-                srow[x] = a * srow[x] + kv * delta[x];
-                o[x] += srow[x] * qv;
+                srow[x] = QT_GDN_FMA(kv, delta[x], a * srow[x]);
+                o[x] = QT_GDN_FMA(srow[x], qv, o[x]);
             });
         } else {
-            QT_GDN_BLOCKED(x, l, dv, { srow[x] = a * srow[x] + kv * delta[x]; });
+            QT_GDN_BLOCKED(x, l, dv, { srow[x] = QT_GDN_FMA(kv, delta[x], a * srow[x]); });
         }
     }
 }
@@ -248,14 +275,13 @@ qt_gdn_fwd_sweep_v(float *restrict ab, float *restrict o, float *restrict sout, 
         const __m512 nv = kn ? _mm512_set1_ps(kn[kk]) : kv;
 #pragma GCC unroll 4
         for (int u = 0; u < QT_GDN_FBV; u++) {
-            const __m512 sn =
-                _mm512_add_ps(_mm512_loadu_ps(br + 16 * u), _mm512_mul_ps(kv, dl[u]));
-            if (wo) ov[u] = _mm512_add_ps(ov[u], _mm512_mul_ps(sn, qv));
+            const __m512 sn = _mm512_fmadd_ps(kv, dl[u], _mm512_loadu_ps(br + 16 * u));
+            if (wo) ov[u] = _mm512_fmadd_ps(sn, qv, ov[u]);
             if (sout) _mm512_storeu_ps(sout + kk * ld + 16 * u, sn);
             if (kn) {
                 const __m512 as = _mm512_mul_ps(van, sn);
                 _mm512_storeu_ps(br + 16 * u, as);
-                pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, nv));
+                pr[u] = _mm512_fmadd_ps(as, nv, pr[u]);
             }
         }
     }
@@ -286,7 +312,7 @@ static void qt_gdn_fwd_block_v(float *restrict sth, float *restrict o, const flo
         for (int u = 0; u < QT_GDN_FBV; u++) {
             const __m512 as = _mm512_mul_ps(va, _mm512_setzero_ps());
             _mm512_storeu_ps(ab + kk * QT_GDN_FB + 16 * u, as);
-            pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+            pr[u] = _mm512_fmadd_ps(as, kv, pr[u]);
         }
     }
     for (int64_t t = 0; t < d->S; t++, row++) {
@@ -389,9 +415,10 @@ static void qt_gdn_core_fwd_impl(qt_real *restrict o, qt_real *restrict states,
     }
 }
 
-/* Backward, first pass over row kk of the state (S' = a*S_prev, S_t = S' + kh delta^T):
- * dS += qh do^T; returns dqh[kk] = S_t do and dkh[kk] = dS delta; ddelta += dS^T kh.
- * Separate restrict arguments so the compiler knows the rows do not overlap. */
+/* Backward, first pass over row kk of the state (S' = a*S_prev, S_t = fma(kh, delta, S')):
+ * dS = fma(qh, do, dS); returns dqh[kk] = S_t do and dkh[kk] = dS delta (16-lane fma row
+ * sums); ddelta = fma(dS, kh, ddelta). Separate restrict arguments so the compiler knows
+ * the rows do not overlap. */
 static void qt_gdn_bwd_row_b(qt_real *restrict dsrow, qt_real *restrict ddelta,
                              qt_real *restrict dqk, const qt_real *restrict srow,
                              const qt_real *restrict delta, const qt_real *restrict dor,
@@ -401,19 +428,20 @@ static void qt_gdn_bwd_row_b(qt_real *restrict dsrow, qt_real *restrict ddelta,
     qt_gdn_lanes_zero(laq);
     qt_gdn_lanes_zero(lak);
     QT_GDN_BLOCKED(x, l, dv, {
-        qt_real st = a * srow[x] + kv * delta[x];
-        qt_real dsv = dsrow[x] + qv * dor[x];
-        laq[l] += st * dor[x];
+        qt_real st = QT_GDN_FMA(kv, delta[x], a * srow[x]);
+        qt_real dsv = QT_GDN_FMA(qv, dor[x], dsrow[x]);
+        laq[l] = QT_GDN_FMA(st, dor[x], laq[l]);
         dsrow[x] = dsv;
-        lak[l] += dsv * delta[x];
-        ddelta[x] += dsv * kv;
+        lak[l] = QT_GDN_FMA(dsv, delta[x], lak[l]);
+        ddelta[x] = QT_GDN_FMA(dsv, kv, ddelta[x]);
     });
     dqk[0] = qt_gdn_lanes_sum(laq);
     dqk[1] = qt_gdn_lanes_sum(lak);
 }
 
-/* Backward, second pass over row kk: dS' = dS + kh dpred^T; returns S'dpred (row kk) and
- * <dS', S_prev> (row kk); dS becomes dS_prev = a*dS'. */
+/* Backward, second pass over row kk: dS' = fma(kh, dpred, dS); returns
+ * S'dpred = a * (S_prev dpred) (row kk: the row sum of S_prev*dpred, then one multiply by a)
+ * and <dS', S_prev> (row kk); dS becomes dS_prev = a*dS'. */
 static void qt_gdn_bwd_row_c(qt_real *restrict dsrow, qt_real *restrict kr,
                              const qt_real *restrict srow, const qt_real *restrict dpred,
                              qt_real a, qt_real kv, int64_t dv)
@@ -422,39 +450,39 @@ static void qt_gdn_bwd_row_c(qt_real *restrict dsrow, qt_real *restrict kr,
     qt_gdn_lanes_zero(lak);
     qt_gdn_lanes_zero(lar);
     QT_GDN_BLOCKED(x, l, dv, {
-        qt_real dsp = dsrow[x] + kv * dpred[x];
-        lak[l] += (a * srow[x]) * dpred[x];
-        lar[l] += dsp * srow[x];
+        qt_real dsp = QT_GDN_FMA(kv, dpred[x], dsrow[x]);
+        lak[l] = QT_GDN_FMA(srow[x], dpred[x], lak[l]);
+        lar[l] = QT_GDN_FMA(dsp, srow[x], lar[l]);
         dsrow[x] = a * dsp;
     });
-    kr[0] = qt_gdn_lanes_sum(lak);
+    kr[0] = a * qt_gdn_lanes_sum(lak);
     kr[1] = qt_gdn_lanes_sum(lar);
 }
 
-/* pred += (a*srow) * kv, the forward's first-pass expression. */
+/* pred = fma(a*srow, kv, pred), the forward's first-pass expression. */
 static void qt_gdn_pred_row(qt_real *restrict pred, const qt_real *restrict srow, qt_real a,
                             qt_real kv, int64_t dv)
 {
-    QT_GDN_BLOCKED(x, l, dv, { pred[x] += (a * srow[x]) * kv; });
+    QT_GDN_BLOCKED(x, l, dv, { pred[x] = QT_GDN_FMA(a * srow[x], kv, pred[x]); });
 }
 
 #if !defined(QT_REAL_DOUBLE) && defined(__AVX512F__) && defined(__AVX512DQ__)
 /* The backward's passes over the state for Dv = 16*nv (nv 4 or 8: Dv 64 or 128) in explicit
  * AVX-512, whole rows at a time so the running ddelta / pred columns stay in registers.
- * Every element runs the scalar pass's expressions; a row's 8-lane sums take the low then
- * the high half of each 16-column vector, i.e. lane l = x mod 8 in increasing x, as
- * QT_GDN_BLOCKED does; the lanes are then combined by qt_gdn_lanes_sum's tree, for 8 rows
- * at once by qt_gdn_lanes_sum8. Same bits. */
+ * Every element runs the scalar pass's expressions; a row's 16-lane sums are one zmm of
+ * fmas over the row's 16-column vectors in increasing x (lane l = x mod 16, as
+ * QT_GDN_BLOCKED does), folded to 8 lanes as lane l + lane l+8 (the low half first), then
+ * combined by qt_gdn_fold_sum's tree, for 8 rows at once by qt_gdn_lanes_sum8. Same bits. */
 static inline float qt_gdn_lanes_sum_v(__m256 v)
 {
-    float l[QT_GDN_LANES];
+    float l[QT_GDN_LANES / 2];
     _mm256_storeu_ps(l, v);
-    return qt_gdn_lanes_sum(l);
+    return qt_gdn_fold_sum(l);
 }
 
-/* The lane vectors of 8 rows -> the 8 row sums ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)): hadd
- * forms l0+l1 and l2+l3, then (l0+l1)+(l2+l3) (first operand first, as the scalar tree),
- * and the two 128-bit halves add the 0123 and 4567 halves. */
+/* The folded lane vectors of 8 rows -> the 8 row sums ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)):
+ * hadd forms l0+l1 and l2+l3, then (l0+l1)+(l2+l3) (first operand first, as the scalar
+ * tree), and the two 128-bit halves add the 0123 and 4567 halves. */
 static inline __m256 qt_gdn_lanes_sum8(const __m256 *l)
 {
     const __m256 h01 = _mm256_hadd_ps(l[0], l[1]), h23 = _mm256_hadd_ps(l[2], l[3]);
@@ -464,13 +492,13 @@ static inline __m256 qt_gdn_lanes_sum8(const __m256 *l)
                          _mm256_permute2f128_ps(q0, q1, 0x31));
 }
 
-static inline __m256 qt_gdn_lanes_add(__m256 acc, __m512 t)
+/* One row's 16 lanes folded to 8: lane l + lane l+8. */
+static inline __m256 qt_gdn_fold1(__m512 t)
 {
-    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
-    return _mm256_add_ps(acc, _mm512_extractf32x8_ps(t, 1));
+    return _mm256_add_ps(_mm512_castps512_ps256(t), _mm512_extractf32x8_ps(t, 1));
 }
 
-/* pred = sum over kk of (a*sp[kk]) * kh[kk], from +0 (qt_gdn_pred_row over every row). */
+/* pred = sum over kk of fma(a*sp[kk], kh[kk], .) from +0 (qt_gdn_pred_row over every row). */
 static inline __attribute__((always_inline)) void
 qt_gdn_pred_v(float *restrict pred, const float *restrict sp, float a,
               const float *restrict kh, int64_t dk, const int nv)
@@ -485,20 +513,19 @@ qt_gdn_pred_v(float *restrict pred, const float *restrict sp, float a,
 #pragma GCC unroll 8
         for (int u = 0; u < nv; u++) {
             const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u));
-            pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+            pr[u] = _mm512_fmadd_ps(as, kv, pr[u]);
         }
     }
 #pragma GCC unroll 8
     for (int u = 0; u < nv; u++) _mm512_storeu_ps(pred + 16 * u, pr[u]);
 }
 
-/* Adds t0 (row r) and t1 (row r+1) to the two rows' lane sums packed in one zmm (row r in
- * the low 8 lanes, row r+1 in the high 8): the low 8 columns of each, then the high 8, as
- * qt_gdn_lanes_add does for one row (one shuffle per half instead of an extract per row). */
-static inline __m512 qt_gdn_lanes_add2(__m512 acc, __m512 t0, __m512 t1)
+/* Two rows' 16 lanes (t0 row r, t1 row r+1) folded to 8 each and packed in one zmm (row r
+ * in the low 8 lanes, row r+1 in the high 8): [lo(t0) + hi(t0), lo(t1) + hi(t1)]. */
+static inline __m512 qt_gdn_fold2(__m512 t0, __m512 t1)
 {
-    acc = _mm512_add_ps(acc, _mm512_shuffle_f32x4(t0, t1, 0x44));
-    return _mm512_add_ps(acc, _mm512_shuffle_f32x4(t0, t1, 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, 0x44),
+                         _mm512_shuffle_f32x4(t0, t1, 0xEE));
 }
 
 /* Unpacks the row pair kk, kk+1 (kk even) into l[kk & 7], l[(kk+1) & 7]. */
@@ -508,35 +535,34 @@ static inline void qt_gdn_lanes_put2(__m256 *l, int64_t kk, __m512 acc)
     l[(kk + 1) & 7] = _mm512_extractf32x8_ps(acc, 1);
 }
 
-/* One row of qt_gdn_bwd_b_v (the odd last row): returns its lanes in *lq, *lk. */
+/* One row of qt_gdn_bwd_b_v (the odd last row): returns its folded lanes in *lq, *lk. */
 static inline __attribute__((always_inline)) void
 qt_gdn_bwd_b_row1(float *restrict dr, __m512 *dd, __m256 *lq, __m256 *lk,
                   const float *restrict sr, int comp, const float *restrict delta,
                   const float *restrict dor, __m512 va, float k, float q, const int nv)
 {
     const __m512 kv = _mm512_set1_ps(k), qv = _mm512_set1_ps(q);
-    __m256 laq = _mm256_setzero_ps(), lak = _mm256_setzero_ps();
+    __m512 laq = _mm512_setzero_ps(), lak = _mm512_setzero_ps();
 #pragma GCC unroll 8
     for (int u = 0; u < nv; u++) {
         const __m512 de = _mm512_loadu_ps(delta + 16 * u), dov = _mm512_loadu_ps(dor + 16 * u);
-        const __m512 sv = comp ? _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sr + 16 * u)),
-                                               _mm512_mul_ps(kv, de))
-                               : _mm512_loadu_ps(sr + 16 * u);
-        const __m512 dsv = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(qv, dov));
-        laq = qt_gdn_lanes_add(laq, _mm512_mul_ps(sv, dov));
+        const __m512 s = _mm512_loadu_ps(sr + 16 * u);
+        const __m512 sv = comp ? _mm512_fmadd_ps(kv, de, _mm512_mul_ps(va, s)) : s;
+        const __m512 dsv = _mm512_fmadd_ps(qv, dov, _mm512_loadu_ps(dr + 16 * u));
+        laq = _mm512_fmadd_ps(sv, dov, laq);
         _mm512_storeu_ps(dr + 16 * u, dsv);
-        lak = qt_gdn_lanes_add(lak, _mm512_mul_ps(dsv, de));
-        dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv, kv));
+        lak = _mm512_fmadd_ps(dsv, de, lak);
+        dd[u] = _mm512_fmadd_ps(dsv, kv, dd[u]);
     }
-    *lq = laq;
-    *lk = lak;
+    *lq = qt_gdn_fold1(laq);
+    *lk = qt_gdn_fold1(lak);
 }
 
 /* qt_gdn_bwd_row_b over every row kk, two rows at a time (each element's expressions and
  * every sum's order unchanged: ddelta takes row kk before kk+1); ddelta (zero before) is
  * written at the end. S_t is read from st when the caller has the forward's state after
  * the token (the next slot or checkpoint: the bits the step gave it), else formed as
- * a*sp + kh delta^T (st NULL). */
+ * fma(kh, delta, a*sp) (st NULL). */
 static inline __attribute__((always_inline)) void
 qt_gdn_bwd_b_v(float *restrict ds, float *restrict ddelta, float *restrict dqh,
                float *restrict dkh, const float *restrict sp, const float *restrict st,
@@ -555,28 +581,29 @@ qt_gdn_bwd_b_v(float *restrict ds, float *restrict ddelta, float *restrict dqh,
         float *d0 = ds + kk * w, *d1 = d0 + w;
         const __m512 kv0 = _mm512_set1_ps(kh[kk]), qv0 = _mm512_set1_ps(qh[kk]);
         const __m512 kv1 = _mm512_set1_ps(kh[kk + 1]), qv1 = _mm512_set1_ps(qh[kk + 1]);
-        __m512 aq = _mm512_setzero_ps(), ak = _mm512_setzero_ps();
+        __m512 aq0 = _mm512_setzero_ps(), ak0 = _mm512_setzero_ps();
+        __m512 aq1 = _mm512_setzero_ps(), ak1 = _mm512_setzero_ps();
 #pragma GCC unroll 8
         for (int u = 0; u < nv; u++) {
             const __m512 de = _mm512_loadu_ps(delta + 16 * u), dov = _mm512_loadu_ps(dor + 16 * u);
             __m512 sv0 = _mm512_loadu_ps(s0 + 16 * u), sv1 = _mm512_loadu_ps(s1 + 16 * u);
             if (!st) {
-                sv0 = _mm512_add_ps(_mm512_mul_ps(va, sv0), _mm512_mul_ps(kv0, de));
-                sv1 = _mm512_add_ps(_mm512_mul_ps(va, sv1), _mm512_mul_ps(kv1, de));
+                sv0 = _mm512_fmadd_ps(kv0, de, _mm512_mul_ps(va, sv0));
+                sv1 = _mm512_fmadd_ps(kv1, de, _mm512_mul_ps(va, sv1));
             }
-            const __m512 dsv0 =
-                _mm512_add_ps(_mm512_loadu_ps(d0 + 16 * u), _mm512_mul_ps(qv0, dov));
-            const __m512 dsv1 =
-                _mm512_add_ps(_mm512_loadu_ps(d1 + 16 * u), _mm512_mul_ps(qv1, dov));
-            aq = qt_gdn_lanes_add2(aq, _mm512_mul_ps(sv0, dov), _mm512_mul_ps(sv1, dov));
+            const __m512 dsv0 = _mm512_fmadd_ps(qv0, dov, _mm512_loadu_ps(d0 + 16 * u));
+            const __m512 dsv1 = _mm512_fmadd_ps(qv1, dov, _mm512_loadu_ps(d1 + 16 * u));
+            aq0 = _mm512_fmadd_ps(sv0, dov, aq0);
+            aq1 = _mm512_fmadd_ps(sv1, dov, aq1);
             _mm512_storeu_ps(d0 + 16 * u, dsv0);
             _mm512_storeu_ps(d1 + 16 * u, dsv1);
-            ak = qt_gdn_lanes_add2(ak, _mm512_mul_ps(dsv0, de), _mm512_mul_ps(dsv1, de));
-            dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv0, kv0));
-            dd[u] = _mm512_add_ps(dd[u], _mm512_mul_ps(dsv1, kv1));
+            ak0 = _mm512_fmadd_ps(dsv0, de, ak0);
+            ak1 = _mm512_fmadd_ps(dsv1, de, ak1);
+            dd[u] = _mm512_fmadd_ps(dsv0, kv0, dd[u]);
+            dd[u] = _mm512_fmadd_ps(dsv1, kv1, dd[u]);
         }
-        qt_gdn_lanes_put2(lq, kk, aq);
-        qt_gdn_lanes_put2(lk, kk, ak);
+        qt_gdn_lanes_put2(lq, kk, qt_gdn_fold2(aq0, aq1));
+        qt_gdn_lanes_put2(lk, kk, qt_gdn_fold2(ak0, ak1));
         if ((kk & 7) == 6) {
             _mm256_storeu_ps(dqh + kk - 6, qt_gdn_lanes_sum8(lq));
             _mm256_storeu_ps(dkh + kk - 6, qt_gdn_lanes_sum8(lk));
@@ -593,8 +620,8 @@ qt_gdn_bwd_b_v(float *restrict ds, float *restrict ddelta, float *restrict dqh,
     for (int u = 0; u < nv; u++) _mm512_storeu_ps(ddelta + 16 * u, dd[u]);
 }
 
-/* Rows kk (and kk+1 when two) of qt_gdn_bwd_c_v: lanes of S'dpred into *lk, of
- * <dS', S_prev> into *lr (packed as qt_gdn_lanes_add2 when two, else in the low half). */
+/* Rows kk (and kk+1 when two) of qt_gdn_bwd_c_v: folded lanes of S_prev dpred into *lk, of
+ * <dS', S_prev> into *lr (packed as qt_gdn_fold2 when two, else in the low half). */
 static inline __attribute__((always_inline)) void
 qt_gdn_bwd_c_rows(float *restrict dr, __m512 *lk, __m512 *lr, const float *restrict sr,
                   const float *restrict dpred, __m512 va, float k0, float k1, const int two,
@@ -602,39 +629,37 @@ qt_gdn_bwd_c_rows(float *restrict dr, __m512 *lk, __m512 *lr, const float *restr
 {
     const int64_t w = 16 * nv;
     const __m512 kv0 = _mm512_set1_ps(k0), kv1 = _mm512_set1_ps(k1);
-    __m512 ak = _mm512_setzero_ps(), ar = _mm512_setzero_ps();
-    __m256 ak1 = _mm256_setzero_ps(), ar1 = _mm256_setzero_ps();
+    __m512 ak0 = _mm512_setzero_ps(), ar0 = _mm512_setzero_ps();
+    __m512 ak1 = _mm512_setzero_ps(), ar1 = _mm512_setzero_ps();
 #pragma GCC unroll 8
     for (int u = 0; u < nv; u++) {
         const __m512 dp = _mm512_loadu_ps(dpred + 16 * u), sv0 = _mm512_loadu_ps(sr + 16 * u);
-        const __m512 dsp0 = _mm512_add_ps(_mm512_loadu_ps(dr + 16 * u), _mm512_mul_ps(kv0, dp));
-        const __m512 p0 = _mm512_mul_ps(_mm512_mul_ps(va, sv0), dp);
-        const __m512 r0 = _mm512_mul_ps(dsp0, sv0);
+        const __m512 dsp0 = _mm512_fmadd_ps(kv0, dp, _mm512_loadu_ps(dr + 16 * u));
+        ak0 = _mm512_fmadd_ps(sv0, dp, ak0);
+        ar0 = _mm512_fmadd_ps(dsp0, sv0, ar0);
         _mm512_storeu_ps(dr + 16 * u, _mm512_mul_ps(va, dsp0));
         if (two) {
             const __m512 sv1 = _mm512_loadu_ps(sr + w + 16 * u);
-            const __m512 dsp1 =
-                _mm512_add_ps(_mm512_loadu_ps(dr + w + 16 * u), _mm512_mul_ps(kv1, dp));
-            ak = qt_gdn_lanes_add2(ak, p0, _mm512_mul_ps(_mm512_mul_ps(va, sv1), dp));
-            ar = qt_gdn_lanes_add2(ar, r0, _mm512_mul_ps(dsp1, sv1));
+            const __m512 dsp1 = _mm512_fmadd_ps(kv1, dp, _mm512_loadu_ps(dr + w + 16 * u));
+            ak1 = _mm512_fmadd_ps(sv1, dp, ak1);
+            ar1 = _mm512_fmadd_ps(dsp1, sv1, ar1);
             _mm512_storeu_ps(dr + w + 16 * u, _mm512_mul_ps(va, dsp1));
-        } else {
-            ak1 = qt_gdn_lanes_add(ak1, p0);
-            ar1 = qt_gdn_lanes_add(ar1, r0);
         }
     }
-    *lk = two ? ak : _mm512_castps256_ps512(ak1);
-    *lr = two ? ar : _mm512_castps256_ps512(ar1);
+    *lk = two ? qt_gdn_fold2(ak0, ak1) : _mm512_castps256_ps512(qt_gdn_fold1(ak0));
+    *lr = two ? qt_gdn_fold2(ar0, ar1) : _mm512_castps256_ps512(qt_gdn_fold1(ar0));
 }
 
-/* qt_gdn_bwd_row_c over every row kk, two rows at a time: dkh[kk] += S'dpred (row kk);
- * returns da, the row sums <dS', S_prev> added in increasing kk from +0; dS <- a*dS'. */
+/* qt_gdn_bwd_row_c over every row kk, two rows at a time: dkh[kk] += a * (S_prev dpred)
+ * (row kk); returns da, the row sums <dS', S_prev> added in increasing kk from +0;
+ * dS <- a*dS'. */
 static inline __attribute__((always_inline)) float
 qt_gdn_bwd_c_v(float *restrict ds, float *restrict dkh, const float *restrict sp,
                const float *restrict dpred, float a, const float *restrict kh, int64_t dk,
                const int nv)
 {
     const __m512 va = _mm512_set1_ps(a);
+    const __m256 va8 = _mm256_set1_ps(a);
     const int64_t w = 16 * nv;
     __m256 lk[8], lr[8];
     float da = 0.0f, r[8];
@@ -647,7 +672,8 @@ qt_gdn_bwd_c_v(float *restrict ds, float *restrict dkh, const float *restrict sp
         qt_gdn_lanes_put2(lr, kk, ar);
         if ((kk & 7) == 6) {
             float *dkr = dkh + kk - 6;
-            _mm256_storeu_ps(dkr, _mm256_add_ps(_mm256_loadu_ps(dkr), qt_gdn_lanes_sum8(lk)));
+            _mm256_storeu_ps(dkr, _mm256_add_ps(_mm256_loadu_ps(dkr),
+                                                _mm256_mul_ps(va8, qt_gdn_lanes_sum8(lk))));
             _mm256_storeu_ps(r, qt_gdn_lanes_sum8(lr));
             for (int q = 0; q < 8; q++) da += r[q];
         }
@@ -659,7 +685,7 @@ qt_gdn_bwd_c_v(float *restrict ds, float *restrict dkh, const float *restrict sp
         lr[kk & 7] = _mm512_castps512_ps256(ar);
     }
     for (kk = dk & ~(int64_t)7; kk < dk; kk++) {
-        dkh[kk] += qt_gdn_lanes_sum_v(lk[kk & 7]);
+        dkh[kk] += a * qt_gdn_lanes_sum_v(lk[kk & 7]);
         da += qt_gdn_lanes_sum_v(lr[kk & 7]);
     }
     return da;
@@ -701,11 +727,10 @@ qt_gdn_rec_sweep_v(float *restrict sout, const float *restrict sin, int64_t ld,
         const __m512 kv = _mm512_set1_ps(kh[kk]), nv = _mm512_set1_ps(kn[kk]);
 #pragma GCC unroll 4
         for (int u = 0; u < QT_GDN_FBV; u++) {
-            const __m512 sn =
-                _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(sin + kk * ld + 16 * u)),
-                              _mm512_mul_ps(kv, dl[u]));
+            const __m512 sn = _mm512_fmadd_ps(
+                kv, dl[u], _mm512_mul_ps(va, _mm512_loadu_ps(sin + kk * ld + 16 * u)));
             _mm512_storeu_ps(sout + kk * ld + 16 * u, sn);
-            pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(_mm512_mul_ps(van, sn), nv));
+            pr[u] = _mm512_fmadd_ps(_mm512_mul_ps(van, sn), nv, pr[u]);
         }
     }
 }
@@ -738,7 +763,7 @@ static void qt_gdn_bwd_recompute_v(float *restrict pdst, float *restrict sdst,
             const __m512 kv = _mm512_set1_ps(kc[kk]);
             for (int u = 0; u < QT_GDN_FBV; u++) {
                 const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(s0 + kk * dv + x0 + 16 * u));
-                pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+                pr[u] = _mm512_fmadd_ps(as, kv, pr[u]);
             }
         }
         for (int64_t i = 0;; i++, row++) {
@@ -763,13 +788,142 @@ static void qt_gdn_bwd_recompute_v(float *restrict pdst, float *restrict sdst,
 }
 #endif
 
-/* What one token's backward reads and writes besides the state slots (scratch vectors). */
+/* One token's vectors in the backward (two live at once when passes fuse). */
+typedef struct qt_gdn_tok {
+    qt_real qh[QT_GDN_CORE_MAX_DIM], kh[QT_GDN_CORE_MAX_DIM], dqh[QT_GDN_CORE_MAX_DIM];
+    qt_real dkh[QT_GDN_CORE_MAX_DIM], pred[QT_GDN_CORE_MAX_DIM], delta[QT_GDN_CORE_MAX_DIM];
+    qt_real ddelta[QT_GDN_CORE_MAX_DIM], dpred[QT_GDN_CORE_MAX_DIM];
+    const qt_real *pr, *v, *dor; /* the pred its delta used, its v and do rows */
+    qt_real a, bt;
+    int64_t row;
+} qt_gdn_tok;
+
+/* What one token's backward reads and writes besides the state slots (scratch vectors;
+ * tok: two token records on the caller's stack). */
 typedef struct qt_gdn_bwd_ctx {
-    qt_real *dc, *dg, *dbeta, *ds, *qh, *kh, *dqh, *dkh, *pred, *delta, *ddelta, *dpred;
+    qt_real *dc, *dg, *dbeta, *ds, *qh, *kh, *dqh, *dkh, *delta; /* recomputation buffers */
     const qt_real *rq, *rk, *d_o, *c, *g, *beta;
+    qt_gdn_tok *tok;
     qt_real qscale;
     qt_gdn_dims d;
 } qt_gdn_bwd_ctx;
+
+/* A token's start (row `row`, value head j): a, beta, qh, kh, its pred (pr: the forward's,
+ * stored; NULL: recomputed from sp = S_{t-1} as the forward step did), delta; ddelta = 0. */
+static void qt_gdn_bwd_begin(const qt_gdn_bwd_ctx *x, qt_gdn_tok *tk, int64_t j, int64_t row,
+                             const qt_real *restrict sp, const qt_real *restrict pr)
+{
+    const qt_gdn_dims *d = &x->d;
+    const int64_t dk = d->dk, dv = d->dv, hk = d->hk, h = j / d->r;
+    const qt_real *crow = x->c + row * d->cc;
+    tk->row = row;
+    tk->v = crow + 2 * hk * dk + j * dv;
+    tk->dor = x->d_o + row * d->hv * dv + j * dv;
+    tk->a = qt_gdn_decay(x->g, row, j, d), tk->bt = x->beta[row * d->hv + j];
+    qt_gdn_load_qk(tk->qh, tk->kh, crow, x->rq[row * hk + h], x->rk[row * hk + h], x->qscale,
+                   h, d);
+    if (row % d->S) { /* the rows of the token that runs next */
+        const qt_real *cp = crow - d->cc;
+        qt_real *dcp = x->dc + (row - 1) * d->cc;
+        qt_gdn_prefetch(cp + h * dk, dk);
+        qt_gdn_prefetch(cp + hk * dk + h * dk, dk);
+        qt_gdn_prefetch(cp + 2 * hk * dk + j * dv, dv);
+        qt_gdn_prefetch(tk->dor - d->hv * dv, dv);
+        qt_gdn_prefetch_w(dcp + h * dk, dk);
+        qt_gdn_prefetch_w(dcp + hk * dk + h * dk, dk);
+        qt_gdn_prefetch_w(dcp + 2 * hk * dk + j * dv, dv);
+    }
+    if (!pr) { /* pred exactly as the forward step computed it */
+        const int nv = QT_GDN_BWD_NV(d);
+        qt_real *p = tk->pred;
+        if (nv) {
+            QT_GDN_BWD_CALL(nv, qt_gdn_pred_v(p, sp, tk->a, tk->kh, dk, NV));
+        } else {
+            for (int64_t y = 0; y < dv; y++) p[y] = QT_R(0.0);
+            for (int64_t kk = 0; kk < dk; kk++)
+                qt_gdn_pred_row(p, sp + kk * dv, tk->a, tk->kh[kk], dv);
+        }
+        pr = p;
+    }
+    tk->pr = pr;
+    for (int64_t y = 0; y < dv; y++) {
+        tk->delta[y] = tk->bt * (tk->v[y] - pr[y]);
+        tk->ddelta[y] = QT_R(0.0);
+    }
+}
+
+/* Pass B alone: S_t = fma(kh, delta, a*sp) (or read from st); dqh = S_t do;
+ * dS = fma(qh, do, dS); dkh = dS delta; ddelta = dS^T kh. */
+static void qt_gdn_bwd_pass_b(const qt_gdn_bwd_ctx *x, qt_gdn_tok *tk,
+                              const qt_real *restrict sp, const qt_real *restrict st)
+{
+    const int64_t dk = x->d.dk, dv = x->d.dv;
+    const int nv = QT_GDN_BWD_NV(&x->d);
+    if (nv && st) {
+        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(x->ds, tk->ddelta, tk->dqh, tk->dkh, sp, st,
+                                           tk->delta, tk->dor, tk->a, tk->kh, tk->qh, dk, NV));
+    } else if (nv) {
+        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(x->ds, tk->ddelta, tk->dqh, tk->dkh, sp, NULL,
+                                           tk->delta, tk->dor, tk->a, tk->kh, tk->qh, dk, NV));
+    } else {
+        for (int64_t kk = 0; kk < dk; kk++) {
+            qt_real r2[2];
+            qt_gdn_bwd_row_b(x->ds + kk * dv, tk->ddelta, r2, sp + kk * dv, tk->delta, tk->dor,
+                             tk->a, tk->kh[kk], tk->qh[kk], dv);
+            tk->dqh[kk] = r2[0];
+            tk->dkh[kk] = r2[1];
+        }
+    }
+}
+
+/* Between the passes: returns db = ddelta.(v - pred); dpred = -(beta*ddelta). */
+static qt_real qt_gdn_bwd_mid(const qt_gdn_bwd_ctx *x, qt_gdn_tok *tk)
+{
+    qt_real db = QT_R(0.0);
+    for (int64_t y = 0; y < x->d.dv; y++) {
+        db += tk->ddelta[y] * (tk->v[y] - tk->pr[y]);
+        tk->dpred[y] = -(tk->bt * tk->ddelta[y]);
+    }
+    return db;
+}
+
+/* Pass C alone: dkh += a * (S_prev dpred); dS' = fma(kh, dpred, dS); returns
+ * da = <dS', S_prev>; dS <- a*dS'. */
+static qt_real qt_gdn_bwd_pass_c(const qt_gdn_bwd_ctx *x, qt_gdn_tok *tk,
+                                 const qt_real *restrict sp)
+{
+    const int64_t dk = x->d.dk, dv = x->d.dv;
+    const int nv = QT_GDN_BWD_NV(&x->d);
+    qt_real da = QT_R(0.0);
+    if (nv) {
+        QT_GDN_BWD_CALL(nv, da = qt_gdn_bwd_c_v(x->ds, tk->dkh, sp, tk->dpred, tk->a, tk->kh, dk,
+                                                NV));
+    } else {
+        for (int64_t kk = 0; kk < dk; kk++) {
+            qt_real r2[2];
+            qt_gdn_bwd_row_c(x->ds + kk * dv, r2, sp + kk * dv, tk->dpred, tk->a, tk->kh[kk], dv);
+            tk->dkh[kk] += r2[0];
+            da += r2[1];
+        }
+    }
+    return da;
+}
+
+/* A token's end: dg, dbeta, the v channels of dc, the l2norm backwards of dqh and dkh. */
+static void qt_gdn_bwd_end(const qt_gdn_bwd_ctx *x, const qt_gdn_tok *tk, int64_t j, qt_real da,
+                           qt_real db)
+{
+    const qt_gdn_dims *d = &x->d;
+    const int64_t dk = d->dk, dv = d->dv, hk = d->hk, h = j / d->r, row = tk->row;
+    const qt_real *crow = x->c + row * d->cc;
+    x->dg[row * d->hv + j] += da * tk->a;
+    x->dbeta[row * d->hv + j] += db;
+    qt_real *dcrow = x->dc + row * d->cc;
+    for (int64_t y = 0; y < dv; y++) dcrow[2 * hk * dk + j * dv + y] += tk->bt * tk->ddelta[y];
+    qt_gdn_l2_bwd(dcrow + h * dk, crow + h * dk, tk->dqh, x->rq[row * hk + h], x->qscale, dk);
+    qt_gdn_l2_bwd(dcrow + hk * dk + h * dk, crow + hk * dk + h * dk, tk->dkh,
+                  x->rk[row * hk + h], QT_R(1.0), dk);
+}
 
 /* Passes B and C of one token (row `row`, value head j) on dS: sp = S_{t-1}; st = S_t when
  * at hand (else NULL: formed from sp); pr = the forward's pred when stored (else NULL:
@@ -778,80 +932,147 @@ static void qt_gdn_bwd_token(const qt_gdn_bwd_ctx *x, int64_t j, int64_t row,
                              const qt_real *restrict sp, const qt_real *restrict st,
                              const qt_real *restrict pr)
 {
-    const qt_gdn_dims *d = &x->d;
-    const int64_t dk = d->dk, dv = d->dv, hk = d->hk, h = j / d->r;
-    const qt_real *crow = x->c + row * d->cc, *v = crow + 2 * hk * dk + j * dv;
-    const qt_real *dor = x->d_o + row * d->hv * dv + j * dv;
-    qt_real *ds = x->ds, *qh = x->qh, *kh = x->kh, *dqh = x->dqh, *dkh = x->dkh;
-    qt_real *delta = x->delta, *ddelta = x->ddelta, *dpred = x->dpred;
-    qt_real a = qt_gdn_decay(x->g, row, j, d), bt = x->beta[row * d->hv + j];
-    qt_gdn_load_qk(qh, kh, crow, x->rq[row * hk + h], x->rk[row * hk + h], x->qscale, h, d);
-    if (row % d->S) { /* the rows of the token that runs next */
-        const qt_real *cp = crow - d->cc;
-        qt_real *dcp = x->dc + (row - 1) * d->cc;
-        qt_gdn_prefetch(cp + h * dk, dk);
-        qt_gdn_prefetch(cp + hk * dk + h * dk, dk);
-        qt_gdn_prefetch(cp + 2 * hk * dk + j * dv, dv);
-        qt_gdn_prefetch(dor - d->hv * dv, dv);
-        qt_gdn_prefetch_w(dcp + h * dk, dk);
-        qt_gdn_prefetch_w(dcp + hk * dk + h * dk, dk);
-        qt_gdn_prefetch_w(dcp + 2 * hk * dk + j * dv, dv);
-    }
-    const int nv = QT_GDN_BWD_NV(d);
-    if (!pr) { /* pred exactly as the forward step computed it */
-        qt_real *p = x->pred;
-        if (nv) {
-            QT_GDN_BWD_CALL(nv, qt_gdn_pred_v(p, sp, a, kh, dk, NV));
-        } else {
-            for (int64_t y = 0; y < dv; y++) p[y] = QT_R(0.0);
-            for (int64_t kk = 0; kk < dk; kk++) qt_gdn_pred_row(p, sp + kk * dv, a, kh[kk], dv);
-        }
-        pr = p;
-    }
-    for (int64_t y = 0; y < dv; y++) {
-        delta[y] = bt * (v[y] - pr[y]);
-        ddelta[y] = QT_R(0.0);
-    }
-    /* S_t = S' + kh delta^T; dqh = S_t do; dS += qh do^T; dkh = dS delta; ddelta = dS^T kh */
-    if (nv && st) {
-        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(ds, ddelta, dqh, dkh, sp, st, delta, dor, a, kh, qh,
-                                           dk, NV));
-    } else if (nv) {
-        QT_GDN_BWD_CALL(nv, qt_gdn_bwd_b_v(ds, ddelta, dqh, dkh, sp, NULL, delta, dor, a, kh,
-                                           qh, dk, NV));
-    } else {
-        for (int64_t kk = 0; kk < dk; kk++) {
-            qt_real r2[2];
-            qt_gdn_bwd_row_b(ds + kk * dv, ddelta, r2, sp + kk * dv, delta, dor, a, kh[kk],
-                             qh[kk], dv);
-            dqh[kk] = r2[0];
-            dkh[kk] = r2[1];
-        }
-    }
-    qt_real db = QT_R(0.0), da = QT_R(0.0);
-    for (int64_t y = 0; y < dv; y++) {
-        db += ddelta[y] * (v[y] - pr[y]);
-        dpred[y] = -(bt * ddelta[y]);
-    }
-    /* dkh += S' dpred; dS' = dS + kh dpred^T; da = <dS', S_prev>; dS_prev = a*dS' */
-    if (nv) {
-        QT_GDN_BWD_CALL(nv, da = qt_gdn_bwd_c_v(ds, dkh, sp, dpred, a, kh, dk, NV));
-    } else {
-        for (int64_t kk = 0; kk < dk; kk++) {
-            qt_real r2[2];
-            qt_gdn_bwd_row_c(ds + kk * dv, r2, sp + kk * dv, dpred, a, kh[kk], dv);
-            dkh[kk] += r2[0];
-            da += r2[1];
-        }
-    }
-    x->dg[row * d->hv + j] += da * a;
-    x->dbeta[row * d->hv + j] += db;
-    qt_real *dcrow = x->dc + row * d->cc;
-    for (int64_t y = 0; y < dv; y++) dcrow[2 * hk * dk + j * dv + y] += bt * ddelta[y];
-    qt_gdn_l2_bwd(dcrow + h * dk, crow + h * dk, dqh, x->rq[row * hk + h], x->qscale, dk);
-    qt_gdn_l2_bwd(dcrow + hk * dk + h * dk, crow + hk * dk + h * dk, dkh, x->rk[row * hk + h],
-                  QT_R(1.0), dk);
+    qt_gdn_tok *tk = x->tok;
+    qt_gdn_bwd_begin(x, tk, j, row, sp, pr);
+    qt_gdn_bwd_pass_b(x, tk, sp, st);
+    const qt_real db = qt_gdn_bwd_mid(x, tk);
+    const qt_real da = qt_gdn_bwd_pass_c(x, tk, sp);
+    qt_gdn_bwd_end(x, tk, j, da, db);
 }
+
+#if defined(QT_GDN_BWD_V) && defined(QT_GDN_FWD_BLOCKED)
+#define QT_GDN_BWD_FUSED 1
+/* The fused sweep pays where a token's three Dk x Dv matrices (S_{t-1}, S_t, dS) pass L1:
+ * Dv 128 (192 KiB at Dk 128; measured ~10-20% off the backward). At Dv 64 (48 KiB at Dk 64)
+ * the two passes apart run from L1 and were as fast or faster, so they stay apart. */
+#define QT_GDN_BWD_FUSE(d) (QT_GDN_BWD_NV(d) == 8)
+/* Rows kk (and kk+1 when two) of qt_gdn_bwd_cb_v: pass C of token t (c) then pass B of
+ * token t-1 (b) on the state they share, sr = S_{t-1} (S_prev of t, S_t of t-1): per element
+ * exactly qt_gdn_bwd_c_rows's then qt_gdn_bwd_b_v's expressions, dS read and written once.
+ * o: the folded lanes of c's S_prev dpred, c's <dS', S_prev>, b's S_t do, b's dS delta. */
+static inline __attribute__((always_inline)) void
+qt_gdn_bwd_cb_rows(float *restrict dr, const float *restrict sr, __m512 o[4], __m512 *dd,
+                   const float *restrict dp, const float *restrict de,
+                   const float *restrict dov, __m512 vac, const float *kc, const float *kb,
+                   const float *qb, const int two, const int nv)
+{
+    const int64_t w = 16 * nv;
+    const __m512 kc0 = _mm512_set1_ps(kc[0]), kb0 = _mm512_set1_ps(kb[0]);
+    const __m512 qb0 = _mm512_set1_ps(qb[0]);
+    const __m512 kc1 = _mm512_set1_ps(two ? kc[1] : 0.0f), kb1 = _mm512_set1_ps(two ? kb[1] : 0.0f);
+    const __m512 qb1 = _mm512_set1_ps(two ? qb[1] : 0.0f);
+    __m512 a[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) a[i] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) {
+        const __m512 p = _mm512_loadu_ps(dp + 16 * u), e = _mm512_loadu_ps(de + 16 * u);
+        const __m512 ov = _mm512_loadu_ps(dov + 16 * u), s0 = _mm512_loadu_ps(sr + 16 * u);
+        const __m512 dsp0 = _mm512_fmadd_ps(kc0, p, _mm512_loadu_ps(dr + 16 * u));
+        a[0] = _mm512_fmadd_ps(s0, p, a[0]);
+        a[2] = _mm512_fmadd_ps(dsp0, s0, a[2]);
+        const __m512 dsv0 = _mm512_fmadd_ps(qb0, ov, _mm512_mul_ps(vac, dsp0));
+        a[4] = _mm512_fmadd_ps(s0, ov, a[4]);
+        a[6] = _mm512_fmadd_ps(dsv0, e, a[6]);
+        dd[u] = _mm512_fmadd_ps(dsv0, kb0, dd[u]);
+        _mm512_storeu_ps(dr + 16 * u, dsv0);
+        if (two) {
+            const __m512 s1 = _mm512_loadu_ps(sr + w + 16 * u);
+            const __m512 dsp1 = _mm512_fmadd_ps(kc1, p, _mm512_loadu_ps(dr + w + 16 * u));
+            a[1] = _mm512_fmadd_ps(s1, p, a[1]);
+            a[3] = _mm512_fmadd_ps(dsp1, s1, a[3]);
+            const __m512 dsv1 = _mm512_fmadd_ps(qb1, ov, _mm512_mul_ps(vac, dsp1));
+            a[5] = _mm512_fmadd_ps(s1, ov, a[5]);
+            a[7] = _mm512_fmadd_ps(dsv1, e, a[7]);
+            dd[u] = _mm512_fmadd_ps(dsv1, kb1, dd[u]);
+            _mm512_storeu_ps(dr + w + 16 * u, dsv1);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        o[i] = two ? qt_gdn_fold2(a[2 * i], a[2 * i + 1])
+                   : _mm512_castps256_ps512(qt_gdn_fold1(a[2 * i]));
+}
+
+/* Pass C of token c and pass B of token b = c's predecessor in one sweep over S_{t-1} (sm)
+ * and dS: c's dkh += a*(S_prev dpred), returns c's da (rows in increasing kk from +0); b's
+ * dqh, dkh, ddelta as qt_gdn_bwd_b_v with st = sm. Same bits as the two passes apart. */
+static inline __attribute__((always_inline)) float
+qt_gdn_bwd_cb_v(float *restrict ds, const float *restrict sm, qt_gdn_tok *c, qt_gdn_tok *b,
+                int64_t dk, const int nv)
+{
+    const __m512 vac = _mm512_set1_ps(c->a);
+    const __m256 va8 = _mm256_set1_ps(c->a);
+    const int64_t w = 16 * nv;
+    __m512 dd[8], o[4];
+    __m256 l[4][8];
+    float da = 0.0f, r[8];
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) dd[u] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < dk; kk += 2) {
+        const int two = kk + 1 < dk;
+        if (two)
+            qt_gdn_bwd_cb_rows(ds + kk * w, sm + kk * w, o, dd, c->dpred, b->delta, b->dor, vac,
+                               c->kh + kk, b->kh + kk, b->qh + kk, 1, nv);
+        else
+            qt_gdn_bwd_cb_rows(ds + kk * w, sm + kk * w, o, dd, c->dpred, b->delta, b->dor, vac,
+                               c->kh + kk, b->kh + kk, b->qh + kk, 0, nv);
+        for (int i = 0; i < 4; i++) {
+            if (two) qt_gdn_lanes_put2(l[i], kk, o[i]);
+            else l[i][kk & 7] = _mm512_castps512_ps256(o[i]);
+        }
+        if ((kk & 7) == 6 && two) {
+            float *dkr = c->dkh + kk - 6;
+            _mm256_storeu_ps(dkr, _mm256_add_ps(_mm256_loadu_ps(dkr),
+                                                _mm256_mul_ps(va8, qt_gdn_lanes_sum8(l[0]))));
+            _mm256_storeu_ps(r, qt_gdn_lanes_sum8(l[1]));
+            for (int q = 0; q < 8; q++) da += r[q];
+            _mm256_storeu_ps(b->dqh + kk - 6, qt_gdn_lanes_sum8(l[2]));
+            _mm256_storeu_ps(b->dkh + kk - 6, qt_gdn_lanes_sum8(l[3]));
+        }
+    }
+    for (int64_t kk = dk & ~(int64_t)7; kk < dk; kk++) {
+        c->dkh[kk] += c->a * qt_gdn_lanes_sum_v(l[0][kk & 7]);
+        da += qt_gdn_lanes_sum_v(l[1][kk & 7]);
+        b->dqh[kk] = qt_gdn_lanes_sum_v(l[2][kk & 7]);
+        b->dkh[kk] = qt_gdn_lanes_sum_v(l[3][kk & 7]);
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < nv; u++) _mm512_storeu_ps(b->ddelta + 16 * u, dd[u]);
+    return da;
+}
+
+/* The backward of tokens t0..t0+n-1 (row0 = the row of t0) of value head j on the blocked
+ * path, last first, with every state at hand: S_0 = s0, S_i = sub + (i-1)*Dk*Dv
+ * (1 <= i < n), the state after the last token `after` (NULL: formed from S_{n-1}), the
+ * preds at pb + i*Dv. Pass C of token i and pass B of token i-1 run as one sweep over S_i
+ * (qt_gdn_bwd_cb_v); the per-token steps between them keep their order for each token. */
+static void qt_gdn_bwd_run_v(const qt_gdn_bwd_ctx *x, int64_t j, int64_t row0, int64_t n,
+                             const float *s0, const float *sub, const float *after,
+                             const float *pb)
+{
+    const int64_t dkdv = x->d.dkdv, dv = x->d.dv, dk = x->d.dk;
+    const int nv = QT_GDN_BWD_NV(&x->d);
+    qt_gdn_tok *c = &x->tok[0], *b = &x->tok[1];
+    const float *sl = n > 1 ? sub + (n - 2) * dkdv : s0;
+    qt_gdn_bwd_begin(x, c, j, row0 + n - 1, sl, pb + (n - 1) * dv);
+    qt_gdn_bwd_pass_b(x, c, sl, after);
+    float db = qt_gdn_bwd_mid(x, c);
+    for (int64_t i = n - 1; i > 0; i--) {
+        const float *sm = i > 1 ? sub + (i - 2) * dkdv : s0; /* S_{i-1}: b's S_prev */
+        const float *si = sub + (i - 1) * dkdv;              /* S_i: c's S_prev */
+        qt_gdn_bwd_begin(x, b, j, row0 + i - 1, sm, pb + (i - 1) * dv);
+        float da;
+        QT_GDN_BWD_CALL(nv, da = qt_gdn_bwd_cb_v(x->ds, si, c, b, dk, NV));
+        qt_gdn_bwd_end(x, c, j, da, db);
+        db = qt_gdn_bwd_mid(x, b);
+        qt_gdn_tok *t = c;
+        c = b;
+        b = t;
+    }
+    qt_gdn_bwd_end(x, c, j, qt_gdn_bwd_pass_c(x, c, s0), db);
+}
+#endif
 
 #ifdef QT_GDN_FWD_BLOCKED
 /* The backward's boundary pass in column blocks of QT_GDN_FB, as the blocked forward (a
@@ -879,7 +1100,7 @@ static void qt_gdn_rec_bounds_v(float *restrict ab, float *restrict bst,
             for (int u = 0; u < QT_GDN_FBV; u++) {
                 const __m512 as = _mm512_mul_ps(va, _mm512_loadu_ps(s0 + kk * dv + x0 + 16 * u));
                 _mm512_storeu_ps(ab + kk * QT_GDN_FB + 16 * u, as);
-                pr[u] = _mm512_add_ps(pr[u], _mm512_mul_ps(as, kv));
+                pr[u] = _mm512_fmadd_ps(as, kv, pr[u]);
             }
         }
         for (int64_t i = 0; i < cnt; i++, row++) {
@@ -941,6 +1162,12 @@ static void qt_gdn_bwd_chunk_v(const qt_gdn_bwd_ctx *x, float *restrict slots,
         const float *after = m < nb ? bst + m * dkdv : next;
         qt_gdn_bwd_recompute_v(pb, sub, s0, x->c, x->g, x->beta, x->rq, x->rk, x->qscale, s,
                                j, tm, qm, x->qh, x->dqh, x->dkh, &x->d);
+#ifdef QT_GDN_BWD_FUSED
+        if (QT_GDN_BWD_FUSE(&x->d)) {
+            qt_gdn_bwd_run_v(x, j, s * x->d.S + tm, qm, s0, sub, after, pb);
+            continue;
+        }
+#endif
         for (int64_t i = qm - 1; i >= 0; i--)
             qt_gdn_bwd_token(x, j, s * x->d.S + tm + i, i ? sub + (i - 1) * dkdv : s0,
                              i + 1 < qm ? sub + i * dkdv : after, pb + i * x->d.dv);
@@ -987,14 +1214,15 @@ static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
 {
     if (chunk < 1) return;
     qt_gdn_bwd_ctx x;
+    qt_gdn_tok tok[2];
+    x.tok = tok;
     x.d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
     x.d.scalar = scalar;
     x.d.pos = pos;
     qt_real *slots = scratch;             /* slot i: state before token i (i >= 1) */
     x.ds = scratch + chunk * x.d.dkdv;    /* dL/dS after the current token */
     x.qh = x.ds + x.d.dkdv, x.kh = x.qh + dk, x.dqh = x.kh + dk, x.dkh = x.dqh + dk;
-    x.pred = x.dkh + dk, x.delta = x.pred + dv, x.ddelta = x.delta + dv;
-    x.dpred = x.ddelta + dv;
+    x.delta = x.dkh + dk + dv;
     x.dc = dc, x.dg = dg, x.dbeta = dbeta, x.rq = rq, x.rk = rk, x.d_o = d_o, x.c = c;
     x.g = g, x.beta = beta, x.qscale = qscale;
 
@@ -1014,6 +1242,12 @@ static void qt_gdn_core_bwd_impl(qt_real *restrict dc, qt_real *restrict dg,
                 }
 #endif
                 const qt_real *pb = qt_gdn_bwd_recompute(slots, ck, &x, s, j, t0, len);
+#ifdef QT_GDN_BWD_FUSED
+                if (pb && QT_GDN_BWD_FUSE(&x.d)) {
+                    qt_gdn_bwd_run_v(&x, j, s * S + t0, len, ck, slots + x.d.dkdv, next, pb);
+                    continue;
+                }
+#endif
                 for (int64_t i = len - 1; i >= 0; i--)
                     qt_gdn_bwd_token(&x, j, s * S + t0 + i, i ? slots + i * x.d.dkdv : ck,
                                      i + 1 < len ? slots + (i + 1) * x.d.dkdv : next,

@@ -616,7 +616,10 @@ static void qt_kb_gdn_core(void)
     const double st = 4.0 * (double)nst;
     const char *shape = "S4096 Hk16/Hv32 128x128";
     qt_kb_time rf = qt_kb_run(qt_kb_rec_fwd, &a);
-    /* issue 22's targets apply to the form configgen picks (recurrent, the faster) */
+    /* issue 22's targets apply to the recurrent form (base.yml's gdn_core_algorithm, the
+     * faster). Its bits follow gdn_core.h's FMA contract (since 2026-12-02): every
+     * multiply-add over the state is one FMA instruction, so its loops are not capped at
+     * half the FMA peak as a separate multiply and add would be (docs/bench.md). */
     qt_kb_row("delta rule recurrent", shape, "fwd", fl, in + out + st, rf, ">=40%");
     qt_kb_time rb = qt_kb_run(qt_kb_rec_bwd, &a);
     qt_kb_row("delta rule recurrent", shape, "bwd", 2 * fl, in + out + st + in + 4.0 * T * a.hv * a.dv, rb, ">=30%");

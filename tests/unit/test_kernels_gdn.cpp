@@ -19,6 +19,9 @@ extern "C" {
 #include "kernels/gdn_conv.h"
 #include "kernels/gdn_core.h"
 #include "kernels/gdn_gates.h"
+extern "C" {
+#include "math/qt_math.h"  // qt_expf: the kernels' exp (C linkage)
+}
 #include "qt_test_util.h"
 
 typedef std::vector<double> vecd;
@@ -487,6 +490,72 @@ TEST(gdn_core, vector_step_bit_identical_to_scalar)
         CHECK(same(v.dc, r.dc));
         CHECK(same(v.dg, r.dg));
         CHECK(same(v.dbeta, r.dbeta));
+    }
+}
+
+// The FMA contract (gdn_core.h), pinned in the float kernels: a straight-line forward here
+// with the contract's operations spelled out (S' = a*S; pred = fma(S', kh, pred) over kk
+// increasing; S = fma(kh, delta, S'); o = fma(S, qh, o) over kk increasing), and the same
+// recurrence with a separate multiply and add (the contract before the change). The case
+// must tell the two apart (most outputs differ), and both the kernel (the AVX-512 paths at
+// Dv 64 and 128) and its scalar reference must give the fma recurrence's bits: a fast path
+// in the old mul/add form (or one the compiler fused differently) fails here.
+static vecf core_contract_fwd(const core_case &k, const vecf &rq, const vecf &rk, bool fused)
+{
+    const gdn_dims &d = k.d;
+    vecf c = to_f(k.c), g = to_f(k.g), beta = to_f(k.beta), o(d.T() * d.hv * d.dv, 0.0f);
+    const float qs = (float)k.qscale;
+    auto madd = [fused](float x, float y, float z) {
+        if (fused) return __builtin_fmaf(x, y, z);
+        volatile float p = x * y;  // rounded on its own
+        return p + z;
+    };
+    for (int64_t s = 0; s < d.b; s++)
+        for (int64_t j = 0; j < d.hv; j++) {
+            const int64_t h = j / d.r();
+            vecf St(d.dk * d.dv, 0.0f), kh(d.dk), qh(d.dk), pred(d.dv), del(d.dv);
+            for (int64_t t = 0; t < d.S; t++) {
+                const int64_t row = s * d.S + t;
+                const float *cr = &c[row * d.Cc()];
+                for (int64_t i = 0; i < d.dk; i++) {
+                    qh[i] = (cr[h * d.dk + i] * rq[row * d.hk + h]) * qs;
+                    kh[i] = cr[d.hk * d.dk + h * d.dk + i] * rk[row * d.hk + h];
+                }
+                const float a = qt_expf(g[row * d.hv + j]), bt = beta[row * d.hv + j];
+                const float *v = cr + 2 * d.hk * d.dk + j * d.dv;
+                for (int64_t x = 0; x < d.dv; x++) pred[x] = 0.0f;
+                for (int64_t i = 0; i < d.dk; i++)
+                    for (int64_t x = 0; x < d.dv; x++)
+                        pred[x] = madd(a * St[i * d.dv + x], kh[i], pred[x]);
+                for (int64_t x = 0; x < d.dv; x++) del[x] = bt * (v[x] - pred[x]);
+                float *orow = &o[row * d.hv * d.dv + j * d.dv];
+                for (int64_t i = 0; i < d.dk; i++)
+                    for (int64_t x = 0; x < d.dv; x++) {
+                        float &e = St[i * d.dv + x];
+                        e = madd(kh[i], del[x], a * e);
+                        orow[x] = madd(e, qh[i], orow[x]);
+                    }
+            }
+        }
+    return o;
+}
+
+TEST(gdn_core, fma_contract_pinned_in_fast_and_reference_paths)
+{
+    const gdn_dims ds[] = {{1, 9, 1, 16, 2, 64, 0, 4}, {1, 5, 1, 24, 1, 128, 0, 64},
+                           {1, 7, 1, 5, 1, 10, 0, 3}};
+    uint64_t seed = 91;
+    for (const gdn_dims &d : ds) {
+        core_case k(d, seed++);
+        core_outf v = core_runf(k, d.chunk), r = core_runf(k, d.chunk, true);
+        vecf of = core_contract_fwd(k, v.rq, v.rk, true);
+        vecf om = core_contract_fwd(k, v.rq, v.rk, false);
+        int64_t differ = 0;
+        for (size_t i = 0; i < of.size(); i++) differ += memcmp(&of[i], &om[i], 4) != 0;
+        CHECK_TEXT(differ > (int64_t)of.size() / 4, "the case tells fma from mul+add");
+        CHECK_TEXT(same_bits(v.o, of), "kernel o == the fma recurrence");
+        CHECK_TEXT(same_bits(r.o, of), "reference o == the fma recurrence");
+        CHECK_TEXT(!same_bits(v.o, om), "kernel o != the mul+add recurrence");
     }
 }
 
