@@ -5,8 +5,9 @@
 #    runtime, io): each TEST counts once.
 # 2. The end-to-end checks in tests/e2e/*.sh: each `check` call counts once.
 # Exit status is 0 only if nothing failed. Run from the project root after `make all`.
-# QT_E2E=<glob> runs only the e2e scripts whose names match (QT_E2E='2[0-3]_*' for
-# example); the unit tests always run. `make test` runs them all.
+# QT_E2E='<glob> [<glob> ...]' runs only the e2e scripts whose names match one of the
+# globs (QT_E2E='2[0-3]_*' or QT_E2E='10_* 7[0-4]_*' for example), each script once, in
+# name order; the unit tests always run. `make test` runs them all.
 set -u
 cd "$(dirname "$0")/../.."
 export QT_ROOT=$PWD
@@ -199,7 +200,13 @@ golden_run() {
   build/tools/metrics_compare "$out/metrics.jsonl" "$g/expected.json" 2e-4 1e-3
 }
 
-for f in tests/e2e/${QT_E2E:-*}.sh; do
+e2e_scripts=()
+read -r -a e2e_globs <<< "${QT_E2E:-*}"  # split on blanks, no expansion against the cwd
+for g in "${e2e_globs[@]}"; do
+  for f in tests/e2e/$g.sh; do [ -f "$f" ] && e2e_scripts+=("$f"); done
+done
+mapfile -t e2e_scripts < <(printf '%s\n' "${e2e_scripts[@]}" | sort -u)
+for f in "${e2e_scripts[@]}"; do
   [ -f "$f" ] || continue
   echo "== $f"
   # shellcheck source=/dev/null
