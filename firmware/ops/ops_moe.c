@@ -107,45 +107,33 @@ void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, flo
     }
     int64_t t0, S, k;
     qt_op_expert_wgrad_rows(op, ctx, seq, &t0, &S, &k);
-    const int64_t d = QT_A(op, EXPERT_FFN_WGRAD, d), f = QT_A(op, EXPERT_FFN_WGRAD, f);
+    const int64_t d = QT_A(op, EXPERT_FFN_WGRAD, d), f = QT_A(op, EXPERT_FFN_WGRAD, f),
+                  E = QT_A(op, EXPERT_FFN_WGRAD, E),
+                  sn = ctx->plan->tensors[QT_T(op, EXPERT_FFN_WGRAD, scratch)].numel;
+    const float *dy = qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, dy)) + t0 * k * d,
+                *x = qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, x)) + t0 * d,
+                *gu = qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, gu)) + t0 * k * 2 * f;
+    const int32_t *idx = qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, idx)) + t0 * k;
+    float *scratch = qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, scratch));
     if (QT_T(op, EXPERT_FFN_WGRAD, dgu) != QT_NONE) {
+        const float *dgu = qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, dgu)) + t0 * k * 2 * f;
         /* an odd leaf: the tree carry in the matmuls' epilogue when offered (qt_leaf_carry.h) */
         qt_wgrad_epi *epi = ctx->wgrad_epi;
         if (epi && epi->carry[0] && epi->carry[1] &&
-            qt_expert_ffn_wgrad_saved_carry(
-                epi->carry[0], epi->carry[1],
-                qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, dy)) + t0 * k * d,
-                qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, x)) + t0 * d,
-                qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, idx)) + t0 * k,
-                qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, gu)) + t0 * k * 2 * f,
-                qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, dgu)) + t0 * k * 2 * f,
-                qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, scratch)), S, k,
-                QT_A(op, EXPERT_FFN_WGRAD, E), d, f,
-                ctx->plan->tensors[QT_T(op, EXPERT_FFN_WGRAD, scratch)].numel)) {
+            qt_expert_ffn_wgrad_saved_carry(epi->carry[0], epi->carry[1], dy, x, idx, gu, dgu,
+                                            scratch, S, k, E, d, f, sn)) {
             epi->done[0] = epi->done[1] = 1;
             return;
         }
-        qt_expert_ffn_wgrad_saved_write(
-            dw[0], dw[1], qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, dy)) + t0 * k * d,
-            qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, x)) + t0 * d,
-            qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, idx)) + t0 * k,
-            qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, gu)) + t0 * k * 2 * f,
-            qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, dgu)) + t0 * k * 2 * f,
-            qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, scratch)), S, k, QT_A(op, EXPERT_FFN_WGRAD, E),
-            d, f, ctx->plan->tensors[QT_T(op, EXPERT_FFN_WGRAD, scratch)].numel);
+        qt_expert_ffn_wgrad_saved_write(dw[0], dw[1], dy, x, idx, gu, dgu, scratch, S, k, E, d,
+                                        f, sn);
         return;
     }
     /* the recomputing form accumulates: zero the leaves first (QT_OPP_WGRAD_WRITES) */
-    memset(dw[0], 0, (size_t)(QT_A(op, EXPERT_FFN_WGRAD, E) * 2 * f * d) * sizeof(float));
-    memset(dw[1], 0, (size_t)(QT_A(op, EXPERT_FFN_WGRAD, E) * d * f) * sizeof(float));
-    qt_expert_ffn_wgrad(dw[0], dw[1], qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, dy)) + t0 * k * d,
-                        qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, x)) + t0 * d,
-                        qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, idx)) + t0 * k,
-                        qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, gu)) + t0 * k * 2 * f,
-                        qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, w_down)),
-                        qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, scratch)), S, k,
-                        QT_A(op, EXPERT_FFN_WGRAD, E), d, f,
-                        ctx->plan->tensors[QT_T(op, EXPERT_FFN_WGRAD, scratch)].numel);
+    memset(dw[0], 0, (size_t)(E * 2 * f * d) * sizeof(float));
+    memset(dw[1], 0, (size_t)(E * d * f) * sizeof(float));
+    qt_expert_ffn_wgrad(dw[0], dw[1], dy, x, idx, gu, qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, w_down)),
+                        scratch, S, k, E, d, f, sn);
 }
 
 void qt_op_moe_combine_fwd(const qt_op *op, const qt_ctx *ctx)
