@@ -436,6 +436,15 @@ TEST(dataprep_app, out_not_a_regular_file_or_no_directory_is_refused)
     STRCMP_CONTAINS(("out=" + p("nodir/o.tok") + ": the directory " + p("nodir") + " does not exist").c_str(),
                     r.msg.c_str());
     STRCMP_EQUAL("adir in.txt ", listing(dirbuf).c_str());
+    // a directory without write permission (root writes there all the same: checked as a user)
+    mkdir(p("ro").c_str(), 0555);
+    r = encode(dirbuf, {"tokenizer=" + p("none.json"), "out=" + p("ro/o.tok"), p("in.txt")});
+    if (geteuid() != 0) {
+        LONGS_EQUAL(-1, r.rc);
+        STRCMP_CONTAINS(("out=" + p("ro/o.tok") + ": the directory " + p("ro") + " is not writable").c_str(),
+                        r.msg.c_str());
+    }
+    chmod(p("ro").c_str(), 0755);
 }
 
 // .ndjson is JSON lines; field= on an input read as plain text is refused; a plain-text

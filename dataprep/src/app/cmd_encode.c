@@ -132,11 +132,11 @@ static int run(enc_ctx *c, const qtd_args *a)
     if (!tokpath || !out || a->npos == 0)
         return qtd_fail("encode: expected tokenizer=FILE out=FILE and at least one INPUT (a text file, a .jsonl file "
                         "or - for stdin)");
-    if (check_args(a, out, &overwrite))
+    /* the temporary output is created before the tokenizer is read: a directory that does
+     * not take files (read-only, or unwritable though access() allowed it to root) fails first */
+    if (check_args(a, out, &overwrite) || qtd_tokw_open(&c->w, out, overwrite))
         return -1;
     if (qtd_tok_load(&c->tok, tokpath) || resolve_eos(c, qtd_arg(a, "eos", "auto"), tokpath))
-        return -1;
-    if (qtd_tokw_open(&c->w, out, overwrite))
         return -1;
     c->t0 = c->last_report = now();
     for (int i = 0; i < a->npos; i++) {

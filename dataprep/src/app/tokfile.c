@@ -82,7 +82,8 @@ int qtd_tokw_open(qtd_tokwriter *w, const char *path, int overwrite)
     w->fd = mkstemp(w->tmp);
     if (w->fd < 0) {
         w->tmp[0] = 0;
-        return qtd_fail("%s: cannot create a temporary file in its directory: %s", path, strerror(errno));
+        return qtd_fail("out=%s: cannot create a temporary file in its directory (%s); give another path", path,
+                        strerror(errno));
     }
     guard(w->tmp);
     uint8_t h[24];
