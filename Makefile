@@ -97,7 +97,9 @@ UCD_DIR ?= /usr/share/unicode
 QTDATA := $(BUILD)/tools/qtrain-data
 QTD_SRC := $(wildcard dataprep/src/*/*.c)
 QTD_OBJ := $(patsubst dataprep/src/%.c,$(BUILD)/dataprep/%.o,$(QTD_SRC))
-QTD_LIB_OBJ := $(filter-out $(BUILD)/dataprep/app/%,$(QTD_OBJ)) $(BUILD)/dataprep/gen/ucd_tables.o
+# The unit tests link every object but main.o (tests/unit/test_dataprep_app.cpp calls the
+# app layer: arguments, inputs, the out= checks, encode).
+QTD_LIB_OBJ := $(filter-out $(BUILD)/dataprep/app/main.o,$(QTD_OBJ)) $(BUILD)/dataprep/gen/ucd_tables.o
 QTD_CFLAGS := -std=c11 -O2 -ffp-contract=off $(WARN) -D_GNU_SOURCE
 
 CONFIGGEN := $(BUILD)/configgen/configgen

@@ -237,7 +237,7 @@ check "qtrain-data: a lone surrogate escape is refused" expect_fail "$B/surrogat
 check "qtrain-data: decode of an id beyond the vocabulary names it" expect_fail "$B/bigid.tok: token 0 is id 999999, not in the vocabulary of the tokenizer (258 ids)" $QD decode tokenizer=$B/tiny.json in=$B/bigid.tok
 check "qtrain-data: a truncated token file" expect_fail "$B/trunc4.tok: truncated or padded token file: the header says 64 tokens (280 bytes), the file has 28 bytes" $QD info in=$B/trunc4.tok
 check "qtrain-data: an unreadable tokenizer file" expect_fail "$B/none.json: cannot read the tokenizer file" $QD encode tokenizer=$B/none.json out=$B/o.tok -
-check "qtrain-data: an unknown key" expect_fail "encode: unknown key 'tokenizr' in 'tokenizr=x'; expected one of tokenizer= out= field= eos=" $QD encode tokenizr=x out=$B/o.tok -
+check "qtrain-data: an unknown key" expect_fail "encode: unknown key 'tokenizr' in 'tokenizr=x'; expected one of tokenizer= out= field= eos= overwrite=" $QD encode tokenizr=x out=$B/o.tok -
 check "qtrain-data: a tokenizer.json with another Split pattern" expect_fail "$B/other.json: pre_tokenizer Split pattern \"\\s+\" is not a Qwen2/Qwen3/Qwen3.5 pattern" $QD encode tokenizer=$B/other.json out=$B/o.tok -
 # an error after documents were written leaves neither the target nor a temporary file
 qd_nothing_left() {
@@ -249,6 +249,57 @@ qd_nothing_left() {
   [ "$(ls -A $d | grep -c tmp)" = 0 ] && $QD info in=$d/out.tok eos=257
 }
 check "qtrain-data: a failed encode leaves no output (neither target nor temporary)" qd_nothing_left
+
+# out= (issue 30): an existing file is replaced only with overwrite=1; a directory, a device,
+# an input (also through a symbolic link) or the tokenizer never; a missing directory is
+# refused before anything is read. Every refusal leaves the file byte for byte and no
+# temporary file.
+qd_out_refused() {
+  local d=$QT_TMP/qdout; rm -rf $d; mkdir -p $d/adir
+  printf 'my GPL text\n' > $d/gpl.txt; cp $d/gpl.txt $d/gpl.copy
+  printf 'old tokens' > $d/old.tok; cp $d/old.tok $d/old.copy
+  ln -s gpl.txt $d/link.tok
+  expect_fail "out=$d/gpl.txt is the same file as the input $d/gpl.txt (same device and inode); writing it would destroy the input, even with overwrite=1" $QD encode tokenizer=$B/tiny.json out=$d/gpl.txt $d/gpl.txt || return 1
+  expect_fail "out=$d/gpl.txt is the same file as the input" $QD encode tokenizer=$B/tiny.json out=$d/gpl.txt overwrite=1 $d/gpl.txt || return 1
+  expect_fail "out=$d/link.tok is the same file as the input $d/gpl.txt" $QD encode tokenizer=$B/tiny.json out=$d/link.tok overwrite=1 $d/gpl.txt || return 1
+  expect_fail "out=$d/old.tok exists; give overwrite=1 to replace it, or another path" $QD encode tokenizer=$B/tiny.json out=$d/old.tok $d/gpl.txt || return 1
+  expect_fail "out=$d/adir exists and is a directory" $QD encode tokenizer=$B/tiny.json out=$d/adir overwrite=1 $d/gpl.txt || return 1
+  expect_fail "out=/dev/null exists and is a character device" $QD encode tokenizer=$B/tiny.json out=/dev/null overwrite=1 $d/gpl.txt || return 1
+  expect_fail "out=$d/nodir/o.tok: the directory $d/nodir does not exist" $QD encode tokenizer=$B/none.json out=$d/nodir/o.tok $d/gpl.txt || return 1
+  expect_fail "is the same file as the tokenizer" $QD encode tokenizer=$d/gpl.txt out=$d/gpl.txt overwrite=1 $d/old.copy || return 1
+  cmp $d/gpl.txt $d/gpl.copy && cmp $d/old.tok $d/old.copy && [ -L $d/link.tok ] || return 1
+  [ -z "$( (ls -A $d; ls -A $d/adir) | grep tmp)" ] || { echo "left:"; ls -A $d; return 1; }
+  $QD encode tokenizer=$B/tiny.json out=$d/old.tok overwrite=1 $d/gpl.txt && $QD info in=$d/old.tok eos=257
+}
+check "qtrain-data: out= existing needs overwrite=1; an input, directory, device or missing directory is refused, the file unchanged" qd_out_refused
+
+# -- ends the keys: an INPUT with '=' in its name (make run TEXT= passes its file after --)
+qd_double_dash() {
+  local d=$QT_TMP/qddash; rm -rf $d; mkdir -p $d/dir; printf 'abab' > $d/dir/v=1.txt
+  expect_fail "unknown key '$d/dir/v' in '$d/dir/v=1.txt' (expected one of tokenizer= out= field= eos= overwrite=); if '$d/dir/v=1.txt' is a file, put it after --" $QD encode tokenizer=$B/tiny.json out=$d/o.tok $d/dir/v=1.txt || return 1
+  $QD encode tokenizer=$B/tiny.json out=$d/o.tok -- $d/dir/v=1.txt && $QD info in=$d/o.tok eos=257 | grep -F "3 tokens of 4 bytes"
+}
+check "qtrain-data: -- ends the keys; a file name with '=' before it is told to go after --" qd_double_dash
+
+# .ndjson is JSON lines; field= on a plain-text input is refused; a text that looks like JSON
+# lines is read as one document with a note; a byte-order mark at the start of a JSON line is
+# refused naming it; an output of no documents or fewer than 2 tokens is refused, nothing left
+qd_inputs() {
+  local d=$QT_TMP/qdin; rm -rf $d; mkdir -p $d
+  printf '{"body": "ab"}\n{"body": "a"}\n' > $d/a.ndjson; printf '{"text": "ab"}\n' > $d/b.txt
+  printf '\xef\xbb\xbf{"text": "ab"}\n' > $d/bom.jsonl; printf '\n  \n' > $d/blank.jsonl; : > $d/empty.txt
+  $QD encode tokenizer=$B/tiny.json out=$d/a.tok field=body $d/a.ndjson > $d/out.txt || return 1
+  grep -F "2 documents, 3 bytes, 4 tokens (eos 257)" $d/out.txt || { cat $d/out.txt; return 1; }
+  expect_fail "field=text applies to JSON-lines inputs (.jsonl, .ndjson, .json); $d/b.txt is read as plain text (one document)" $QD encode tokenizer=$B/tiny.json out=$d/o.tok field=text $d/b.txt || return 1
+  $QD encode tokenizer=$B/tiny.json out=$d/b.tok eos=none $d/b.txt > $d/out.txt 2> $d/err.txt || return 1
+  grep -F "note: $d/b.txt starts with '{' but is read as plain text (one document)" $d/err.txt && grep -F "1 document, 15 bytes, 14 tokens (eos none)" $d/out.txt || { cat $d/out.txt $d/err.txt; return 1; }
+  expect_fail "$d/bom.jsonl:1: the line starts with a UTF-8 byte-order mark (EF BB BF); save the file without it" $QD encode tokenizer=$B/tiny.json out=$d/o.tok $d/bom.jsonl || return 1
+  expect_fail "encode: no documents in $d/blank.jsonl" $QD encode tokenizer=$B/tiny.json out=$d/o.tok $d/blank.jsonl || return 1
+  expect_fail "encode: 0 tokens from $d/empty.txt $d/blank.jsonl (1 document, eos=none); a token file needs at least 2 tokens" $QD encode tokenizer=$B/tiny.json out=$d/o.tok eos=none $d/empty.txt $d/blank.jsonl || return 1
+  expect_fail "encode: 1 token from $d/empty.txt (1 document, eos=auto)" $QD encode tokenizer=$B/tiny.json out=$d/o.tok $d/empty.txt || return 1
+  [ -z "$(ls -A $d | grep -e tmp -e o.tok)" ] || { echo "left:"; ls -A $d; return 1; }
+}
+check "qtrain-data: .ndjson, field= on plain text, a BOM in JSON lines, empty outputs" qd_inputs
 
 # ---- the table of bad inputs (docs/bad_inputs.md) is what the binaries print today
 bad_inputs_table_true() {

@@ -16,7 +16,7 @@ python3 tests/tokenizer/make_corpus.py $TK/corpus.jsonl 10 56
 
 # tok_agree TOKENIZER CORPUS: both engines, every id
 tok_agree() {
-  $QD encode tokenizer=$1 out=$TK/ours.tok $2 || return 1
+  $QD encode tokenizer=$1 out=$TK/ours.tok overwrite=1 $2 || return 1
   node tests/tokenizer/hf_encode.js compare $1 $2 $TK/ours.tok 151643
 }
 check "tokenizer: Qwen3, 10 MB corpus: qtrain-data = Hugging Face id for id" tok_agree "$HF_T" $TK/corpus.jsonl

@@ -267,6 +267,25 @@ row "qtrain-data" "info in=$W/trunc4.tok (header says 64 tokens, file holds 1)" 
 row "qtrain-data" "encode tokenizer=$W/none.json (missing)" "$E40: qtrain-data: an unreadable tokenizer file" $QD encode tokenizer=$W/none.json out=$W/o.tok -
 row "qtrain-data" "encode tokenizr=x" "$E40: qtrain-data: an unknown key" $QD encode tokenizr=x out=$W/o.tok -
 row "qtrain-data" "encode tokenizer=$W/other.json (Split pattern \\s+)" "$E40: qtrain-data: another Split pattern" $QD encode tokenizer=$W/other.json out=$W/o.tok -
+# out= (issue 30): checked before the tokenizer or any input is read
+printf 'my text\n' > $W/gpl.txt; printf 'old' > $W/old.tok; mkdir -p $W/qdir; printf 'abab' > $W/qdir/v=1.txt
+printf '{"text": "ab"}\n' > $W/looks.txt; printf '\xef\xbb\xbf{"text": "ab"}\n' > $W/bom.jsonl
+printf '\n\n' > $W/blank.jsonl; : > $W/empty.txt
+EQO="$E40: qtrain-data: out= existing needs overwrite=1 ..."
+UQA="unit \`dataprep_app"
+row "qtrain-data" "encode out=$W/old.tok (exists, no overwrite=1)" "$EQO; $UQA.out_existing_needs_overwrite\`" $QD encode tokenizer=$W/tiny.json out=$W/old.tok $W/gpl.txt
+row "qtrain-data" "encode out=$W/gpl.txt overwrite=1 $W/gpl.txt (out= is the input)" "$EQO; $UQA.out_same_file_as_an_input_is_refused\`" $QD encode tokenizer=$W/tiny.json out=$W/gpl.txt overwrite=1 $W/gpl.txt
+row "qtrain-data" "encode out=$W/qdir overwrite=1 (a directory)" "$EQO; $UQA.out_not_a_regular_file_or_no_directory_is_refused\`" $QD encode tokenizer=$W/tiny.json out=$W/qdir overwrite=1 $W/gpl.txt
+row "qtrain-data" "encode out=/dev/null overwrite=1" "$EQO" $QD encode tokenizer=$W/tiny.json out=/dev/null overwrite=1 $W/gpl.txt
+row "qtrain-data" "encode out=$W/nodir/o.tok (no such directory)" "$EQO" $QD encode tokenizer=$W/tiny.json out=$W/nodir/o.tok $W/gpl.txt
+row "qtrain-data" "encode overwrite=yes" "$UQA.out_existing_needs_overwrite\`" $QD encode tokenizer=$W/tiny.json out=$W/o.tok overwrite=yes $W/gpl.txt
+row "qtrain-data" "encode $W/qdir/v=1.txt (an INPUT with '=', without --)" "$E40: qtrain-data: -- ends the keys" $QD encode tokenizer=$W/tiny.json out=$W/o.tok $W/qdir/v=1.txt
+row "qtrain-data" "encode field=text $W/looks.txt (plain text by its name)" "$E40: qtrain-data: .ndjson, field= on plain text ..." $QD encode tokenizer=$W/tiny.json out=$W/o.tok field=text $W/looks.txt
+row "qtrain-data" "encode $W/looks.txt (plain text starting with '{')" "$E40: qtrain-data: .ndjson, field= on plain text ..." $QD encode tokenizer=$W/tiny.json out=$W/looks.tok $W/looks.txt
+row "qtrain-data" "encode $W/bom.jsonl (a UTF-8 byte-order mark on line 1)" "$E40: qtrain-data: .ndjson, field= on plain text ..." $QD encode tokenizer=$W/tiny.json out=$W/o.tok $W/bom.jsonl
+row "qtrain-data" "encode $W/blank.jsonl (blank lines only)" "$UQA.empty_outputs_are_refused\`" $QD encode tokenizer=$W/tiny.json out=$W/o.tok $W/blank.jsonl
+row "qtrain-data" "encode eos=none $W/empty.txt (0 tokens)" "$UQA.empty_outputs_are_refused\`" $QD encode tokenizer=$W/tiny.json out=$W/o.tok eos=none $W/empty.txt
+row "qtrain-data" "encode $W/empty.txt (1 token: the EOS)" "$E40: qtrain-data: .ndjson, field= on plain text ..." $QD encode tokenizer=$W/tiny.json out=$W/o.tok $W/empty.txt
 
 {
   cat <<'EOF'

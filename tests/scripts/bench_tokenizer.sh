@@ -19,7 +19,7 @@ export RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 best_q="" best_h=""
 for r in $(seq $REPS); do
   # "qtrain-data: D documents, B bytes, T tokens (eos E) in S s: ..."
-  line=$(taskset -c 0 build/tools/qtrain-data encode tokenizer=$T out=$out/q.tok $out/corpus.jsonl 2> /dev/null)
+  line=$(taskset -c 0 build/tools/qtrain-data encode tokenizer=$T out=$out/q.tok overwrite=1 $out/corpus.jsonl 2> /dev/null)
   q=$(echo "$line" | awk '{print $4, $6, $11}')
   [ -z "$best_q" ] || [ "$(echo "$q $best_q" | awk '{print ($3 < $6)}')" = 1 ] && best_q=$q
   h=$(taskset -c 0 node tests/tokenizer/hf_encode.js bench $T $out/corpus.jsonl | awk '{print $2, $4, $6}')

@@ -2,17 +2,24 @@
 // cases (composition, Hangul, reordering of combining marks, composition exclusions,
 // singletons), the Qwen3 and Qwen3.5 pre-tokenizer splits on hand-made strings, and BPE on a
 // tiny vocabulary and merge list (rank order, leftmost ties, added tokens), loaded from a
-// tokenizer.json written to a temporary file.
+// tokenizer.json written to a temporary file. Group dataprep_app: `qtrain-data encode` run
+// in-process on temporary files (keys and `--`, the out= checks and overwrite=1, .ndjson
+// and field=, empty outputs, byte-order marks, duplicate JSON keys, the summary's words).
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
 extern "C" {
+#include "app/args.h"
+#include "app/commands.h"
 #include "base/err.h"
+#include "base/json.h"
 #include "base/utf8.h"
 #include "tok/pretok.h"
 #include "tok/tokenizer.h"
@@ -227,4 +234,282 @@ TEST(dataprep, tokenizer_json_refusals)
     LONGS_EQUAL(-1, load(&t, tiny_json(json_escape(qtd_pretok_pattern_text(QTD_PAT_QWEN3)).c_str(), {"ab"}, {{"a", "c"}}, "[]")));
     STRCMP_CONTAINS("model.merges[0]", qtd_errmsg());
     qtd_tok_free(&t);
+}
+
+// JSON objects with a repeated key: the last value counts (Python's json.loads, JSON.parse)
+TEST(dataprep, json_duplicate_key_takes_last)
+{
+    qtd_json j = {NULL, 0, 0, {NULL, 0, 0}, 0};
+    const char *s = "{\"text\": \"first\", \"n\": 1, \"text\": \"last\"}";
+    LONGS_EQUAL(0, qtd_json_parse(&j, (const uint8_t *)s, strlen(s)));
+    uint32_t f = qtd_json_get(&j, 0, "text", 4);
+    CHECK(f != 0);
+    STRCMP_EQUAL("last", std::string(qtd_json_str(&j, f), j.nodes[f].slen).c_str());
+    qtd_json_free(&j);
+}
+
+// ---- the app layer: qtrain-data encode's arguments, inputs, out= checks and summary, run
+// in-process (qtd_cmd_encode) on files in a temporary directory with a tiny tokenizer (the
+// 256 byte tokens, "ab" = 256, <|endoftext|> = 257).
+namespace {
+
+struct enc_run {
+    int rc;
+    std::string out, err, msg;
+};
+
+std::string slurp(const std::string &path)
+{
+    std::string r;
+    FILE *f = fopen(path.c_str(), "rb");
+    if (!f)
+        return "<missing>";
+    char b[4096];
+    size_t n;
+    while ((n = fread(b, 1, sizeof b, f)) > 0)
+        r.append(b, n);
+    fclose(f);
+    return r;
+}
+
+void spit(const std::string &path, const std::string &bytes)
+{
+    FILE *f = fopen(path.c_str(), "wb");
+    if (f) {
+        fwrite(bytes.data(), 1, bytes.size(), f);
+        fclose(f);
+    }
+}
+
+// runs `qtrain-data encode ARGS` with stdout and stderr captured
+enc_run encode(const std::string &dir, std::vector<std::string> args)
+{
+    std::vector<char *> argv;
+    for (auto &a : args)
+        argv.push_back(&a[0]);
+    std::string o = dir + "/.stdout", e = dir + "/.stderr";
+    fflush(stdout);
+    fflush(stderr);
+    int keep1 = dup(1), keep2 = dup(2);
+    int fo = open(o.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    close(fo);
+    close(fe);
+    enc_run r;
+    r.rc = qtd_cmd_encode((int)argv.size(), argv.data());
+    r.msg = qtd_errmsg();
+    fflush(stdout);
+    fflush(stderr);
+    dup2(keep1, 1);
+    dup2(keep2, 2);
+    close(keep1);
+    close(keep2);
+    r.out = slurp(o);
+    r.err = slurp(e);
+    unlink(o.c_str());
+    unlink(e.c_str());
+    return r;
+}
+
+// the ids of a QTTOKENS file of 4-byte tokens (empty when it is not one)
+std::vector<uint32_t> ids_of(const std::string &path)
+{
+    std::string b = slurp(path);
+    std::vector<uint32_t> r;
+    if (b.size() < 24 || b.compare(0, 8, "QTTOKENS"))
+        return r;
+    for (size_t k = 24; k + 4 <= b.size(); k += 4)
+        r.push_back((uint8_t)b[k] | (uint32_t)(uint8_t)b[k + 1] << 8 | (uint32_t)(uint8_t)b[k + 2] << 16 |
+                    (uint32_t)(uint8_t)b[k + 3] << 24);
+    return r;
+}
+
+// the names in dir other than the tokenizer (a left temporary file shows here)
+std::string listing(const std::string &dir)
+{
+    std::string r;
+    FILE *p = popen(("ls -A " + dir + " | grep -v '^tok.json$' | tr '\\n' ' '").c_str(), "r");
+    char b[4096];
+    size_t n;
+    while (p && (n = fread(b, 1, sizeof b, p)) > 0)
+        r.append(b, n);
+    if (p)
+        pclose(p);
+    return r;
+}
+
+} // namespace
+
+TEST_GROUP(dataprep_app)
+{
+    // fixed buffers (a std::string member would outlive the leak check of each test)
+    char dirbuf[64], tokbuf[96];
+    void setup() override
+    {
+        snprintf(dirbuf, sizeof dirbuf, "/tmp/qtd-app-XXXXXX");
+        CHECK(mkdtemp(dirbuf) != NULL);
+        snprintf(tokbuf, sizeof tokbuf, "%s/tok.json", dirbuf);
+        spit(tokbuf, tiny_json(json_escape(qtd_pretok_pattern_text(QTD_PAT_QWEN3)).c_str(), {"ab"}, {{"a", "b"}},
+                               "[{\"id\":257,\"content\":\"<|endoftext|>\",\"single_word\":false,\"lstrip\":false,"
+                               "\"rstrip\":false,\"normalized\":false,\"special\":true}]"));
+    }
+    void teardown() override
+    {
+        CHECK(system((std::string("rm -rf ") + dirbuf).c_str()) == 0);
+    }
+    std::string p(const char *name) { return std::string(dirbuf) + "/" + name; }
+};
+
+// `--` ends the keys: a later argument with '=' is an INPUT; without it, a path-like key
+// says to put it after --
+TEST(dataprep_app, args_double_dash_ends_keys)
+{
+    mkdir(p("dir").c_str(), 0755);
+    spit(p("dir/v=1.txt"), "ab");
+    enc_run r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("o.tok"), "--", p("dir/v=1.txt")});
+    LONGS_EQUAL_TEXT(0, r.rc, r.msg.c_str());
+    CHECK((ids_of(p("o.tok")) == std::vector<uint32_t>{256, 257}));
+    r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("o2.tok"), "dir/v=1.txt"});
+    LONGS_EQUAL(-1, r.rc);
+    STRCMP_CONTAINS("unknown key 'dir/v' in 'dir/v=1.txt'", r.msg.c_str());
+    STRCMP_CONTAINS("if 'dir/v=1.txt' is a file, put it after --", r.msg.c_str());
+    r = encode(dirbuf, {"tokenizr=x", "out=" + p("o2.tok"), "-"});
+    LONGS_EQUAL(-1, r.rc);
+    CHECK(r.msg.find("after --") == std::string::npos);   // a key-like typo gets no such hint
+    qtd_args a = {{"in", NULL}, {NULL}, {NULL}, 0};
+    char k1[] = "--", k2[] = "x=1";
+    char *av[] = {k1, k2};
+    LONGS_EQUAL(-1, qtd_args_parse(&a, "info", 2, av, 0));   // a command without inputs: still not key=value
+    STRCMP_CONTAINS("argument 'x=1' is not key=value", qtd_errmsg());
+}
+
+// an existing out= is replaced only with overwrite=1; what cannot be replaced is refused
+// before the tokenizer is read, leaving the file as it was
+TEST(dataprep_app, out_existing_needs_overwrite)
+{
+    spit(p("in.txt"), "abab");
+    spit(p("old.tok"), "precious");
+    enc_run r = encode(dirbuf, {"tokenizer=" + p("none.json"), "out=" + p("old.tok"), p("in.txt")});
+    LONGS_EQUAL(-1, r.rc);
+    STRCMP_CONTAINS(("out=" + p("old.tok") + " exists; give overwrite=1 to replace it, or another path").c_str(),
+                    r.msg.c_str());
+    STRCMP_EQUAL("precious", slurp(p("old.tok")).c_str());
+    STRCMP_EQUAL("in.txt old.tok ", listing(dirbuf).c_str());
+    r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("old.tok"), "overwrite=1", p("in.txt")});
+    LONGS_EQUAL_TEXT(0, r.rc, r.msg.c_str());
+    CHECK((ids_of(p("old.tok")) == std::vector<uint32_t>{256, 256, 257}));
+    r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("old.tok"), "overwrite=yes", p("in.txt")});
+    LONGS_EQUAL(-1, r.rc);
+    STRCMP_CONTAINS("overwrite=yes: expected 0 or 1", r.msg.c_str());
+}
+
+TEST(dataprep_app, out_same_file_as_an_input_is_refused)
+{
+    spit(p("in.txt"), "abab");
+    CHECK(symlink(p("in.txt").c_str(), p("link.tok").c_str()) == 0);
+    const char *outs[] = {"in.txt", "link.tok"};
+    for (const char *o : outs) {
+        enc_run r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p(o), "overwrite=1", p("in.txt")});
+        LONGS_EQUAL(-1, r.rc);
+        STRCMP_CONTAINS(("out=" + p(o) + " is the same file as the input " + p("in.txt")).c_str(), r.msg.c_str());
+        STRCMP_EQUAL("abab", slurp(p("in.txt")).c_str());
+    }
+    enc_run r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + std::string(tokbuf), "overwrite=1", p("in.txt")});
+    LONGS_EQUAL(-1, r.rc);
+    STRCMP_CONTAINS("is the same file as the tokenizer", r.msg.c_str());
+    STRCMP_EQUAL("in.txt link.tok ", listing(dirbuf).c_str());
+}
+
+TEST(dataprep_app, out_not_a_regular_file_or_no_directory_is_refused)
+{
+    spit(p("in.txt"), "abab");
+    mkdir(p("adir").c_str(), 0755);
+    enc_run r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("adir"), "overwrite=1", p("in.txt")});
+    LONGS_EQUAL(-1, r.rc);
+    STRCMP_CONTAINS(("out=" + p("adir") + " exists and is a directory; expected").c_str(), r.msg.c_str());
+    r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=/dev/null", "overwrite=1", p("in.txt")});
+    LONGS_EQUAL(-1, r.rc);
+    STRCMP_CONTAINS("out=/dev/null exists and is a character device", r.msg.c_str());
+    r = encode(dirbuf, {"tokenizer=" + p("none.json"), "out=" + p("nodir/o.tok"), p("in.txt")});
+    LONGS_EQUAL(-1, r.rc);
+    STRCMP_CONTAINS(("out=" + p("nodir/o.tok") + ": the directory " + p("nodir") + " does not exist").c_str(),
+                    r.msg.c_str());
+    STRCMP_EQUAL("adir in.txt ", listing(dirbuf).c_str());
+    // a directory without write permission (root writes there all the same: checked as a user)
+    mkdir(p("ro").c_str(), 0555);
+    r = encode(dirbuf, {"tokenizer=" + p("none.json"), "out=" + p("ro/o.tok"), p("in.txt")});
+    if (geteuid() != 0) {
+        LONGS_EQUAL(-1, r.rc);
+        STRCMP_CONTAINS(("out=" + p("ro/o.tok") + ": the directory " + p("ro") + " is not writable").c_str(),
+                        r.msg.c_str());
+    }
+    chmod(p("ro").c_str(), 0755);
+}
+
+// .ndjson is JSON lines; field= on an input read as plain text is refused; a plain-text
+// input that looks like JSON lines gets a note
+TEST(dataprep_app, ndjson_and_field_on_plain_text)
+{
+    spit(p("a.ndjson"), "{\"body\": \"ab\"}\n{\"body\": \"a\"}\n");
+    enc_run r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("o.tok"), "field=body", p("a.ndjson")});
+    LONGS_EQUAL_TEXT(0, r.rc, r.msg.c_str());
+    CHECK((ids_of(p("o.tok")) == std::vector<uint32_t>{256, 257, 'a', 257}));
+    spit(p("b.txt"), "{\"text\": \"ab\"}\n");
+    r = encode(dirbuf, {"tokenizer=" + p("none.json"), "out=" + p("o2.tok"), "field=text", p("a.ndjson"), p("b.txt")});
+    LONGS_EQUAL(-1, r.rc);
+    STRCMP_CONTAINS(("field=text applies to JSON-lines inputs (.jsonl, .ndjson, .json); " + p("b.txt") +
+                     " is read as plain text (one document)").c_str(), r.msg.c_str());
+    r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("o2.tok"), p("b.txt")});
+    LONGS_EQUAL_TEXT(0, r.rc, r.msg.c_str());
+    STRCMP_CONTAINS((p("b.txt") + " starts with '{' but is read as plain text (one document)").c_str(), r.err.c_str());
+}
+
+// an output without documents, or with fewer than 2 tokens, is refused and leaves nothing
+TEST(dataprep_app, empty_outputs_are_refused)
+{
+    spit(p("blank.jsonl"), "\n  \n");
+    spit(p("empty.txt"), "");
+    spit(p("one.txt"), "ab");
+    enc_run r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("o.tok"), p("blank.jsonl")});
+    LONGS_EQUAL(-1, r.rc);
+    STRCMP_CONTAINS(("no documents in " + p("blank.jsonl")).c_str(), r.msg.c_str());
+    r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("o.tok"), "eos=none", p("empty.txt"), p("blank.jsonl")});
+    LONGS_EQUAL(-1, r.rc);
+    STRCMP_CONTAINS(("0 tokens from " + p("empty.txt") + " " + p("blank.jsonl") + " (1 document, eos=none)").c_str(),
+                    r.msg.c_str());
+    r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("o.tok"), "eos=none", p("one.txt")});
+    LONGS_EQUAL(-1, r.rc);
+    STRCMP_CONTAINS(("1 token from " + p("one.txt") + " (1 document, eos=none)").c_str(), r.msg.c_str());
+    STRCMP_CONTAINS("at least 2 tokens", r.msg.c_str());
+    STRCMP_EQUAL("blank.jsonl empty.txt one.txt ", listing(dirbuf).c_str());
+}
+
+// a byte-order mark: refused at the start of a JSON line (naming it), kept as content in text
+TEST(dataprep_app, byte_order_mark)
+{
+    spit(p("bom.jsonl"), "\xEF\xBB\xBF{\"text\": \"ab\"}\n");
+    enc_run r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("o.tok"), p("bom.jsonl")});
+    LONGS_EQUAL(-1, r.rc);
+    STRCMP_CONTAINS((p("bom.jsonl") + ":1: the line starts with a UTF-8 byte-order mark (EF BB BF); save the file "
+                     "without it").c_str(), r.msg.c_str());
+    spit(p("bom.txt"), "\xEF\xBB\xBF" "ab");
+    r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("o.tok"), p("bom.txt")});
+    LONGS_EQUAL_TEXT(0, r.rc, r.msg.c_str());
+    CHECK((ids_of(p("o.tok")) == std::vector<uint32_t>{0xEF, 0xBB, 0xBF, 256, 257}));
+    STRCMP_CONTAINS("starts with a UTF-8 byte-order mark (EF BB BF): kept as text", r.err.c_str());
+}
+
+// a JSON line with its field twice encodes the last value; the summary's words agree in number
+TEST(dataprep_app, duplicate_field_and_summary_words)
+{
+    spit(p("dup.jsonl"), "{\"text\": \"a\", \"text\": \"ab\"}\n");
+    enc_run r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("o.tok"), p("dup.jsonl")});
+    LONGS_EQUAL_TEXT(0, r.rc, r.msg.c_str());
+    CHECK((ids_of(p("o.tok")) == std::vector<uint32_t>{256, 257}));
+    STRCMP_CONTAINS("qtrain-data: 1 document, 2 bytes, 2 tokens (eos 257)", r.out.c_str());
+    spit(p("x.txt"), "a");
+    r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("o2.tok"), "eos=none", p("x.txt"), p("x.txt")});
+    LONGS_EQUAL_TEXT(0, r.rc, r.msg.c_str());
+    STRCMP_CONTAINS("qtrain-data: 2 documents, 2 bytes, 2 tokens (eos none)", r.out.c_str());
 }

@@ -1,5 +1,6 @@
-/* args.c - key=value parsing (args.h). Invariant: every key given is one of the command's
- * keys and appears once; values are never empty. */
+/* args.c - key=value parsing (args.h). Invariants: every key given is one of the command's
+ * keys and appears once; values are never empty; after the first `--` every argument is
+ * positional, '=' or not. */
 #include "args.h"
 
 #include <stdio.h>
@@ -16,14 +17,33 @@ static int key_index(const qtd_args *a, const char *k, size_t len)
     return -1;
 }
 
+/* A key is made of [a-z0-9_]; anything else before the '=' (a '/', a '.') is likely a file
+ * name with '=' in it, which only `--` can pass as an INPUT. */
+static int unknown_key(const char *cmd, const char *arg, size_t klen, const char *known, int takes_inputs)
+{
+    int keylike = 1;
+    for (size_t k = 0; k < klen; k++)
+        if (!((arg[k] >= 'a' && arg[k] <= 'z') || (arg[k] >= '0' && arg[k] <= '9') || arg[k] == '_'))
+            keylike = 0;
+    if (keylike || !takes_inputs)
+        return qtd_fail("%s: unknown key '%.*s' in '%s'; expected one of %s", cmd, (int)klen, arg, arg, known);
+    return qtd_fail("%s: unknown key '%.*s' in '%s' (expected one of %s); if '%s' is a file, put it after -- "
+                    "(qtrain-data %s KEY=VALUE... -- INPUT...)", cmd, (int)klen, arg, arg, known, arg, cmd);
+}
+
 int qtd_args_parse(qtd_args *a, const char *cmd, int argc, char **argv, int max_pos)
 {
     char known[256] = "";
     for (int i = 0; i < QTD_MAX_KEYS && a->keys[i]; i++)
         snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s=", i ? " " : "", a->keys[i]);
+    int keys_end = argc;
     for (int i = 0; i < argc; i++) {
+        if (i < keys_end && !strcmp(argv[i], "--")) {
+            keys_end = i;   /* `--` ends the keys: every later argument is positional */
+            continue;
+        }
         const char *eq = strchr(argv[i], '=');
-        if (!eq || argv[i][0] == '=') {
+        if (i > keys_end || !eq || argv[i][0] == '=') {
             if (a->npos >= max_pos)
                 return qtd_fail("%s: argument '%s' is not key=value (keys: %s)", cmd, argv[i], known);
             a->pos[a->npos++] = argv[i];
@@ -31,8 +51,7 @@ int qtd_args_parse(qtd_args *a, const char *cmd, int argc, char **argv, int max_
         }
         int k = key_index(a, argv[i], (size_t)(eq - argv[i]));
         if (k < 0)
-            return qtd_fail("%s: unknown key '%.*s' in '%s'; expected one of %s", cmd, (int)(eq - argv[i]), argv[i],
-                            argv[i], known);
+            return unknown_key(cmd, argv[i], (size_t)(eq - argv[i]), known, max_pos > 0);
         if (a->vals[k])
             return qtd_fail("%s: key '%s' given twice", cmd, a->keys[k]);
         if (!eq[1])

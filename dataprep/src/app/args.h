@@ -1,6 +1,6 @@
 /* args.h - key=value command-line arguments of qtrain-data (the style of qtrain's own
  * command line, docs/cli.md): each argument with '=' sets a known key once; the others are
- * positional. */
+ * positional, and so is every argument after a `--` (an INPUT whose name holds '='). */
 #ifndef QTD_ARGS_H
 #define QTD_ARGS_H
 
@@ -17,7 +17,9 @@ typedef struct {
 } qtd_args;
 
 /* Parses argv[0..argc) against a->keys (set by the caller). Returns 0, or -1 naming an
- * unknown or repeated key, or a positional argument when max_pos is 0. */
+ * unknown or repeated key (when the command takes positional arguments and the key is not
+ * made of [a-z0-9_], the message says to put a file name after --), or a positional argument
+ * when max_pos is 0. The first `--` is dropped. */
 int qtd_args_parse(qtd_args *a, const char *cmd, int argc, char **argv, int max_pos);
 /* The value of key, or def when it was not given. */
 const char *qtd_arg(const qtd_args *a, const char *key, const char *def);

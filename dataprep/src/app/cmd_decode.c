@@ -86,8 +86,9 @@ int qtd_cmd_info(int argc, char **argv)
         if (id > maxid)
             maxid = id;
     }
-    printf("%s: %llu tokens of %u bytes, %zu bytes, largest id %u, %llu documents (EOS id %llu)\n", in,
-           (unsigned long long)f.count, f.width, f.size, maxid, (unsigned long long)docs, (unsigned long long)eos);
+    printf("%s: %llu token%s of %u bytes, %zu bytes, largest id %u, %llu document%s (EOS id %llu)\n", in,
+           (unsigned long long)f.count, qtd_s(f.count), f.width, f.size, maxid, (unsigned long long)docs, qtd_s(docs),
+           (unsigned long long)eos);
     qtd_tokf_close(&f);
     return 0;
 }

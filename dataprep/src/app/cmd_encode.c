@@ -1,8 +1,11 @@
 /* cmd_encode.c - `qtrain-data encode tokenizer=FILE out=FILE [field=text]
- * [eos=auto|ID|none] INPUT...`: every document of every INPUT (input.h) encoded in order,
- * each followed by the EOS id, into one QTTOKENS file (tokfile.h); a summary on stdout and,
- * for long runs, a progress line on stderr about once a second.
- * Invariant: on any error the temporary output is removed and the target is untouched. */
+ * [eos=auto|ID|none] [overwrite=1] [--] INPUT...`: every document of every INPUT (input.h)
+ * encoded in order, each followed by the EOS id, into one QTTOKENS file (tokfile.h); a
+ * summary on stdout and, for long runs, a progress line on stderr about once a second.
+ * Invariants: out= and field= are checked before the tokenizer or any input is read
+ * (outpath.h: an existing file is replaced only with overwrite=1, never an input); an output
+ * without documents or with fewer than 2 tokens is refused; on any error the temporary
+ * output is removed and the target is untouched. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 #include "args.h"
 #include "commands.h"
 #include "input.h"
+#include "outpath.h"
 #include "tokfile.h"
 
 typedef struct {
@@ -48,9 +52,9 @@ static int on_doc(void *vc, const uint8_t *doc, size_t n, size_t done, size_t to
         double t = now();
         if (t - c->last_report >= 1.0) {
             c->last_report = t;
-            fprintf(stderr, "qtrain-data: %s: %.1f of %.1f MB, %llu documents, %llu tokens, %.1f MB/s\n", c->input,
-                    (double)done / 1e6, (double)total / 1e6, (unsigned long long)c->docs,
-                    (unsigned long long)c->tokens, (double)c->bytes / 1e6 / (t - c->t0));
+            fprintf(stderr, "qtrain-data: %s: %.1f of %.1f MB, %llu document%s, %llu token%s, %.1f MB/s\n", c->input,
+                    (double)done / 1e6, (double)total / 1e6, (unsigned long long)c->docs, qtd_s(c->docs),
+                    (unsigned long long)c->tokens, qtd_s(c->tokens), (double)c->bytes / 1e6 / (t - c->t0));
         }
     }
     return 0;
@@ -78,15 +82,61 @@ static int resolve_eos(enc_ctx *c, const char *eos, const char *tokpath)
     return 0;
 }
 
+/* "A B C" (the INPUTs, the first few) into buf, for the messages about all of them */
+static const char *input_list(const qtd_args *a, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    for (int i = 0; i < a->npos && i < 4; i++)
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", i ? " " : "", a->pos[i]);
+    if (a->npos > 4)
+        snprintf(buf + strlen(buf), cap - strlen(buf), " and %d more", a->npos - 4);
+    return buf;
+}
+
+/* What can be refused before the tokenizer or any input is read: keys' values, field= on
+ * plain-text inputs, the out= path (outpath.h). */
+static int check_args(const qtd_args *a, const char *out, int *overwrite)
+{
+    const char *ow = qtd_arg(a, "overwrite", "0"), *field = qtd_arg(a, "field", NULL);
+    if (strcmp(ow, "0") && strcmp(ow, "1"))
+        return qtd_fail("overwrite=%s: expected 0 or 1", ow);
+    *overwrite = ow[0] == '1';
+    for (int i = 0; field && i < a->npos; i++)
+        if (!qtd_input_is_jsonl(a->pos[i]))
+            return qtd_fail("field=%s applies to JSON-lines inputs (.jsonl, .ndjson, .json); %s is read as plain text "
+                            "(one document): drop field=, or rename the file", field,
+                            strcmp(a->pos[i], "-") ? a->pos[i] : "- (stdin)");
+    return qtd_out_check(out, *overwrite, qtd_arg(a, "tokenizer", NULL), a->pos, a->npos);
+}
+
+/* A token file qtrain can train on holds at least one document and 2 tokens (an input and
+ * its target). */
+static int check_output(const enc_ctx *c, const qtd_args *a)
+{
+    char list[1024];
+    if (c->docs == 0)
+        return qtd_fail("encode: no documents in %s (JSON lines with blank lines only); nothing written: give a text "
+                        "file, or JSON lines with at least one object", input_list(a, list, sizeof list));
+    if (c->tokens < 2)
+        return qtd_fail("encode: %llu token%s from %s (%llu document%s, eos=%s); a token file needs at least 2 tokens "
+                        "(an input and its target) to train on: nothing written, give more text",
+                        (unsigned long long)c->tokens, qtd_s(c->tokens), input_list(a, list, sizeof list),
+                        (unsigned long long)c->docs, qtd_s(c->docs), qtd_arg(a, "eos", "auto"));
+    return 0;
+}
+
 static int run(enc_ctx *c, const qtd_args *a)
 {
     const char *tokpath = qtd_arg(a, "tokenizer", NULL), *out = qtd_arg(a, "out", NULL);
+    int overwrite = 0;
     if (!tokpath || !out || a->npos == 0)
         return qtd_fail("encode: expected tokenizer=FILE out=FILE and at least one INPUT (a text file, a .jsonl file "
                         "or - for stdin)");
-    if (qtd_tok_load(&c->tok, tokpath) || resolve_eos(c, qtd_arg(a, "eos", "auto"), tokpath))
+    /* the temporary output is created before the tokenizer is read: a directory that does
+     * not take files (read-only, or unwritable though access() allowed it to root) fails first */
+    if (check_args(a, out, &overwrite) || qtd_tokw_open(&c->w, out, overwrite))
         return -1;
-    if (qtd_tokw_open(&c->w, out))
+    if (qtd_tok_load(&c->tok, tokpath) || resolve_eos(c, qtd_arg(a, "eos", "auto"), tokpath))
         return -1;
     c->t0 = c->last_report = now();
     for (int i = 0; i < a->npos; i++) {
@@ -94,20 +144,23 @@ static int run(enc_ctx *c, const qtd_args *a)
         if (qtd_input_each(a->pos[i], qtd_arg(a, "field", "text"), on_doc, c))
             return -1;
     }
-    if (qtd_tokw_commit(&c->w))
+    if (check_output(c, a) || qtd_tokw_commit(&c->w))
         return -1;
     double dt = now() - c->t0;
     if (dt <= 0)
         dt = 1e-9;
-    printf("qtrain-data: %llu documents, %llu bytes, %llu tokens (eos %lld) in %.3f s: %.2f MB/s, %.0f tokens/s -> %s\n",
-           (unsigned long long)c->docs, (unsigned long long)c->bytes, (unsigned long long)c->tokens,
-           (long long)c->eos, dt, (double)c->bytes / 1e6 / dt, (double)c->tokens / dt, out);
+    char eos[32] = "eos none";
+    if (c->eos >= 0)
+        snprintf(eos, sizeof eos, "eos %lld", (long long)c->eos);
+    printf("qtrain-data: %llu document%s, %llu byte%s, %llu tokens (%s) in %.3f s: %.2f MB/s, %.0f tokens/s -> %s\n",
+           (unsigned long long)c->docs, qtd_s(c->docs), (unsigned long long)c->bytes, qtd_s(c->bytes),
+           (unsigned long long)c->tokens, eos, dt, (double)c->bytes / 1e6 / dt, (double)c->tokens / dt, out);
     return 0;
 }
 
 int qtd_cmd_encode(int argc, char **argv)
 {
-    qtd_args a = {.keys = {"tokenizer", "out", "field", "eos", NULL}};
+    qtd_args a = {.keys = {"tokenizer", "out", "field", "eos", "overwrite", NULL}};
     if (qtd_args_parse(&a, "encode", argc, argv, QTD_MAX_POS))
         return -1;
     enc_ctx *c = (enc_ctx *)calloc(1, sizeof *c);

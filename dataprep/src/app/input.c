@@ -1,12 +1,14 @@
 /* input.c - document iteration over one INPUT (input.h). Files are mapped read-only;
  * standard input is read whole. Invariants: fn only ever sees valid UTF-8; a JSON line is
  * parsed completely (any syntax error refuses the file); blank lines of a JSON-lines file
- * are skipped; nothing is skipped silently otherwise. */
+ * are skipped; nothing is skipped silently otherwise. A plain-text input that starts with a
+ * byte-order mark, or looks like JSON lines ('{' first), is read as it is, with a note. */
 #include "input.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,12 +27,26 @@ static size_t line_of(const uint8_t *s, size_t off)
     return l;
 }
 
+static int has_bom(const uint8_t *s, size_t n)
+{
+    return n >= 3 && s[0] == 0xEF && s[1] == 0xBB && s[2] == 0xBF;
+}
+
 static int text_doc(const char *name, const uint8_t *s, size_t n, qtd_doc_fn fn, void *ctx)
 {
     size_t bad = qtd_utf8_check(s, n);
     if (bad != n)
         return qtd_fail("%s: line %zu, byte offset %zu: invalid UTF-8 (byte 0x%02X); expected UTF-8 text", name,
                         line_of(s, bad), bad, s[bad]);
+    size_t k = has_bom(s, n) ? 3 : 0;
+    if (k)
+        qtd_note("%s starts with a UTF-8 byte-order mark (EF BB BF): kept as text (U+FEFF is encoded, as the Hugging "
+                 "Face tokenizer does); remove it if it is not part of the document", name);
+    while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r' || s[k] == '\n'))
+        k++;
+    if (k < n && s[k] == '{')
+        qtd_note("%s starts with '{' but is read as plain text (one document); name it .jsonl or .ndjson to read one "
+                 "JSON object per line", name);
     return fn(ctx, s, n, n, n);
 }
 
@@ -41,6 +57,9 @@ static int jsonl_line(const char *name, size_t lineno, qtd_json *j, const uint8_
         k++;
     if (k == n)
         return 1;   /* blank */
+    if (has_bom(s, n))
+        return qtd_fail("%s:%zu: the line starts with a UTF-8 byte-order mark (EF BB BF); save the file without it "
+                        "(JSON lines are UTF-8 without a mark, as Python's json.loads expects)", name, lineno);
     if (qtd_json_parse(j, s, n)) {
         size_t at = j->err_at;
         char why[256];
@@ -98,6 +117,17 @@ static int read_stdin(qtd_bytes *b)
     }
 }
 
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n > k && !strcasecmp(s + n - k, suffix);
+}
+
+int qtd_input_is_jsonl(const char *path)
+{
+    return ends_with(path, ".jsonl") || ends_with(path, ".ndjson") || ends_with(path, ".json");
+}
+
 int qtd_input_each(const char *path, const char *field, qtd_doc_fn fn, void *ctx)
 {
     if (!strcmp(path, "-")) {
@@ -114,10 +144,8 @@ int qtd_input_each(const char *path, const char *field, qtd_doc_fn fn, void *ctx
         return -1;
     if (m)
         madvise(m, n, MADV_SEQUENTIAL);
-    size_t pl = strlen(path);
-    int jl = (pl > 6 && !strcmp(path + pl - 6, ".jsonl")) || (pl > 5 && !strcmp(path + pl - 5, ".json"));
     const uint8_t *s = m ? m : (const uint8_t *)"";
-    int rc = jl ? jsonl_docs(path, s, n, field, fn, ctx) : text_doc(path, s, n, fn, ctx);
+    int rc = qtd_input_is_jsonl(path) ? jsonl_docs(path, s, n, field, fn, ctx) : text_doc(path, s, n, fn, ctx);
     qtd_unmap_file(m, n);
     return rc;
 }

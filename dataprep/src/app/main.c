@@ -12,10 +12,12 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "qtrain-data - Qwen tokenizer (Hugging Face tokenizer.json, byte-level BPE) and token files\n"
-            "  qtrain-data encode tokenizer=FILE out=FILE [field=text] [eos=auto|ID|none] INPUT...\n"
-            "      INPUT: a text file (one document), a .jsonl/.json file (one JSON object per line, string\n"
-            "      member field=), or - (stdin, one document); out: a QTTOKENS file of uint32 ids, each\n"
-            "      document followed by eos (auto: the id of <|endoftext|>)\n"
+            "  qtrain-data encode tokenizer=FILE out=FILE [field=text] [eos=auto|ID|none] [overwrite=1] [--] INPUT...\n"
+            "      INPUT: a text file (one document), a .jsonl/.ndjson/.json file (one JSON object per line,\n"
+            "      string member field=), or - (stdin, one document); after --, every argument is an INPUT\n"
+            "      (a name with '='); out: a new QTTOKENS file of uint32 ids (an existing one is replaced\n"
+            "      only with overwrite=1, never an input), each document followed by eos (auto: the id of\n"
+            "      <|endoftext|>)\n"
             "  qtrain-data decode tokenizer=FILE in=FILE [from=N] [count=N]   the bytes of tokens on stdout\n"
             "  qtrain-data info in=FILE [eos=ID]   tokens, bytes, largest id, documents (EOS count)\n"
             "  qtrain-data --version\n"

@@ -1,7 +1,8 @@
 /* tokfile.c - QTTOKENS writer and reader (tokfile.h). Invariants: the header is written
  * little-endian byte by byte (any host); the target path is only ever created by rename()
- * of a complete file (SIGINT, SIGTERM and SIGHUP remove the temporary file first); every
- * write error is reported with the file's name. */
+ * of a complete file (SIGINT, SIGTERM and SIGHUP remove the temporary file first), and
+ * without overwrite that rename never replaces an existing file; every write error is
+ * reported with the file's name. */
 #include "tokfile.h"
 
 #include <errno.h>
@@ -67,10 +68,11 @@ static void header(uint8_t *h, uint64_t count)
     le(h + 16, count, 8);
 }
 
-int qtd_tokw_open(qtd_tokwriter *w, const char *path)
+int qtd_tokw_open(qtd_tokwriter *w, const char *path, int overwrite)
 {
     memset(w, 0, sizeof *w - sizeof w->buf);
     w->fd = -1;
+    w->overwrite = overwrite;
     if (strlen(path) >= sizeof w->path)
         return qtd_fail("%s: path too long", path);
     snprintf(w->path, sizeof w->path, "%s", path);
@@ -80,7 +82,8 @@ int qtd_tokw_open(qtd_tokwriter *w, const char *path)
     w->fd = mkstemp(w->tmp);
     if (w->fd < 0) {
         w->tmp[0] = 0;
-        return qtd_fail("%s: cannot create a temporary file in its directory: %s", path, strerror(errno));
+        return qtd_fail("out=%s: cannot create a temporary file in its directory (%s); give another path", path,
+                        strerror(errno));
     }
     guard(w->tmp);
     uint8_t h[24];
@@ -110,6 +113,26 @@ int qtd_tokw_put(qtd_tokwriter *w, const uint32_t *ids, size_t n)
     return 0;
 }
 
+/* Renames the temporary file to the target; without overwrite, atomically refuses a target
+ * that appeared since the caller's check (RENAME_NOREPLACE; where the file system lacks it,
+ * a check just before the rename). */
+static int place(qtd_tokwriter *w)
+{
+    int r = -1;
+    if (!w->overwrite) {
+        r = renameat2(AT_FDCWD, w->tmp, AT_FDCWD, w->path, RENAME_NOREPLACE);
+        struct stat st;
+        if ((r && errno == EEXIST) || (r && (errno == EINVAL || errno == ENOSYS) && !lstat(w->path, &st)))
+            return qtd_fail("out=%s appeared during the encode (created by another program); not replaced: give "
+                            "overwrite=1 to replace it, or another path", w->path);
+        if (r && errno != EINVAL && errno != ENOSYS)
+            return qtd_fail("%s: cannot rename %s to it: %s", w->path, w->tmp, strerror(errno));
+    }
+    if (r && rename(w->tmp, w->path))
+        return qtd_fail("%s: cannot rename %s to it: %s", w->path, w->tmp, strerror(errno));
+    return 0;
+}
+
 int qtd_tokw_commit(qtd_tokwriter *w)
 {
     uint8_t h[24];
@@ -123,8 +146,8 @@ int qtd_tokw_commit(qtd_tokwriter *w)
         return qtd_fail("%s: close failed: %s", w->tmp, strerror(errno));
     }
     w->fd = -1;
-    if (rename(w->tmp, w->path))
-        return qtd_fail("%s: cannot rename %s to it: %s", w->path, w->tmp, strerror(errno));
+    if (place(w))
+        return -1;
     w->tmp[0] = 0;
     guard(NULL);
     return 0;

@@ -12,13 +12,15 @@
 typedef struct {
     char path[4096], tmp[4200];
     int fd;
+    int overwrite;   /* 0: the commit never replaces a file that appeared at path meanwhile */
     uint64_t count;
     uint32_t buf[1 << 16];
     size_t nbuf;
 } qtd_tokwriter;
 
-/* Creates the temporary file beside `path` and writes a header with count 0. */
-int qtd_tokw_open(qtd_tokwriter *w, const char *path);
+/* Creates the temporary file beside `path` and writes a header with count 0. overwrite=0:
+ * the commit refuses to replace a file at `path` (the caller checked there was none). */
+int qtd_tokw_open(qtd_tokwriter *w, const char *path, int overwrite);
 /* Appends ids[0..n). */
 int qtd_tokw_put(qtd_tokwriter *w, const uint32_t *ids, size_t n);
 /* Writes the final count into the header, closes and renames to the target. */

@@ -20,3 +20,13 @@ const char *qtd_errmsg(void)
 {
     return g_msg;
 }
+
+void qtd_note(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("qtrain-data: note: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}

@@ -273,10 +273,11 @@ uint32_t qtd_json_get(const qtd_json *j, uint32_t obj, const char *key, size_t l
 {
     if (j->nodes[obj].type != QTD_J_OBJ)
         return 0;
+    uint32_t last = 0;   /* a repeated key: the last member counts, as in json.loads / JSON.parse */
     for (uint32_t c = j->nodes[obj].first; c; c = j->nodes[c].next)
         if (j->nodes[c].klen == len && !memcmp(qtd_json_key(j, c), key, len))
-            return c;
-    return 0;
+            last = c;
+    return last;
 }
 
 void qtd_json_free(qtd_json *j)

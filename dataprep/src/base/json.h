@@ -33,7 +33,8 @@ typedef struct {
 /* Parses s[0..n) (one JSON value, surrounding white space allowed) into j. Returns 0, or -1
  * with qtd_fail("<what> at byte <k>"), j->err_at = k. */
 int qtd_json_parse(qtd_json *j, const uint8_t *s, size_t n);
-/* The member of object node `obj` named key (len bytes), or 0 when absent/not an object. */
+/* The member of object node `obj` named key (len bytes), or 0 when absent/not an object. A key
+ * given twice yields its last member (Python's json.loads, JavaScript's JSON.parse). */
 uint32_t qtd_json_get(const qtd_json *j, uint32_t obj, const char *key, size_t len);
 /* Pointer to a node's string bytes (or a member's key with qtd_json_key). */
 static inline const char *qtd_json_str(const qtd_json *j, uint32_t n)
