@@ -290,6 +290,16 @@ row "qtrain-data" "encode $W/blank.jsonl (blank lines only)" "$UQA.empty_outputs
 row "qtrain-data" "encode eos=none $W/empty.txt (0 tokens)" "$UQA.empty_outputs_are_refused\`" $QD encode tokenizer=$W/tiny.json out=$W/o.tok eos=none $W/empty.txt
 row "qtrain-data" "encode $W/empty.txt (1 token: the EOS)" "$E40: qtrain-data: .ndjson, field= on plain text ..." $QD encode tokenizer=$W/tiny.json out=$W/o.tok $W/empty.txt
 
+# ---- make run TEXT= (tests/scripts/run_text.sh: its checks before make builds anything)
+E59="e2e \`59_text_run.sh\`"
+mkdir -p $W/runout && printf 'keep me\n' > $W/runout/metrics.jsonl
+rt() { env TEXT_RUN=text-qwen "$@" tests/scripts/run_text.sh check; }
+row "make run TEXT=" "make run TEXT=$W/gpl.txt TEXT_OUT=$W/runout (holds metrics.jsonl that no make run wrote)" "$E59: a foreign TEXT_OUT refused ..." rt TEXT=$W/gpl.txt TEXT_OUT=$W/runout
+row "make run TEXT=" "make run TEXT=$W/gpl.txt TEXT_OUT=$W/old.tok (a file)" "this table" rt TEXT=$W/gpl.txt TEXT_OUT=$W/old.tok
+row "make run TEXT=" "make run TEXT=$W/none.txt" "$E59: a missing file is refused" rt TEXT=$W/none.txt TEXT_OUT=$W/runout2
+row "make run TEXT=" "make run TEXT=$W/gpl.txt STEPS=ten" "this table" rt TEXT=$W/gpl.txt TEXT_OUT=$W/runout2 STEPS=ten
+row "make run TEXT=" "make run TEXT=$W/gpl.txt OVERWRITE=yes" "this table" rt TEXT=$W/gpl.txt TEXT_OUT=$W/runout2 OVERWRITE=yes
+
 {
   cat <<'EOF'
 # Bad inputs and what qtrain / configgen say
