@@ -420,7 +420,8 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
         st = qt_checkpoint_check_fsize(p, "dump_grads", cli->dump_grads, 0, 0) ? QT_E_ARG : QT_OK;
     st = qt_main_agree("start-up checks", st);
     if (st == QT_OK && cli->save)
-        st = qt_main_comm_fail(qt_checkpoint_claim(p, "save", cli->save)) ? QT_E_ARG : QT_OK;
+        st = qt_main_comm_fail(qt_checkpoint_claim(p, "save", cli->save, cli->overwrite))
+                 ? QT_E_ARG : QT_OK;
     if (st != QT_OK) return st == QT_E_ARG ? QT_EXIT_ARG : QT_EXIT_ERR;
     qt_run_opts opts = {cli->seed, cli->learning_rate, 0, rank, size};
     if (qt_main_comm_fail(qt_runtime_init(p, &opts)) != QT_OK) return QT_EXIT_ERR;

@@ -1536,14 +1536,14 @@ TEST(io, metrics_truncate_cuts_at_the_resume_step)
 TEST(io, checkpoint_lock_one_owner)
 {
     const char *ck = path_in("ck");
-    LONGS_EQUAL(QT_OK, qt_checkpoint_lock("save", ck));
+    LONGS_EQUAL(QT_OK, qt_checkpoint_lock("save", ck, 0));
     char lock[512];
     snprintf(lock, sizeof lock, "%s.lock", ck);
     CHECK(access(lock, F_OK) == 0);
     pid_t child = fork();
     if (child == 0) {   // another process: refused while we hold it
         qt_set_quiet(1);
-        int rc = qt_checkpoint_lock("save", ck);
+        int rc = qt_checkpoint_lock("save", ck, 0);
         _exit(rc == QT_E_ARG && strstr(qt_last_error(), "is in use by another job") ? 0 : 1);
     }
     int status = -1;
@@ -1551,7 +1551,7 @@ TEST(io, checkpoint_lock_one_owner)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     qt_checkpoint_unlock();
     CHECK(access(lock, F_OK) != 0);
-    LONGS_EQUAL(QT_OK, qt_checkpoint_lock("save", ck));
+    LONGS_EQUAL(QT_OK, qt_checkpoint_lock("save", ck, 0));
     qt_checkpoint_unlock();
 }
 
