@@ -426,7 +426,7 @@ run: deps
 	$(RUN_DTYPE_OK)
 	@$(MAKE) --no-print-directory $(BUILD)/$(RUN_DEFAULT)/qtrain $(AUDIT)
 	./$(BUILD)/$(RUN_DEFAULT)/qtrain steps=$${STEPS:-200} metrics=$(BUILD)/$(RUN_DEFAULT)/metrics.jsonl overwrite=1
-	@$(AUDIT) plot $(BUILD)/$(RUN_DEFAULT)/metrics.jsonl -o $(BUILD)/$(RUN_DEFAULT)/loss.png > /dev/null
+	@$(AUDIT) plot $(BUILD)/$(RUN_DEFAULT)/metrics.jsonl -o $(BUILD)/$(RUN_DEFAULT)/loss.png --overwrite > /dev/null
 	@echo "loss plot: $(BUILD)/$(RUN_DEFAULT)/loss.png"
 else
 run: deps
@@ -440,14 +440,14 @@ run: deps
 	 rm -rf $(TEXT_OUT)/hf && \
 	 ./$(BUILD)/$(TEXT_RUN)/qtrain data=$(TEXT_OUT)/train.tok steps=$${STEPS:-300} metrics=$(TEXT_OUT)/metrics.jsonl overwrite=1 \
 	   save=$(TEXT_OUT)/hf tokenizer=$$T
-	@$(AUDIT) plot $(TEXT_OUT)/metrics.jsonl -o $(TEXT_OUT)/loss.png > /dev/null
+	@$(AUDIT) plot $(TEXT_OUT)/metrics.jsonl -o $(TEXT_OUT)/loss.png --overwrite > /dev/null
 	@echo "loss plot: $(TEXT_OUT)/loss.png; checkpoint (config.json, tokenizer.json): $(TEXT_OUT)/hf"
 endif
 
 plot: deps
 	$(RUN_DTYPE_OK)
 	@$(MAKE) --no-print-directory $(AUDIT)
-	@$(AUDIT) plot $(BUILD)/$(RUN_DEFAULT)/metrics.jsonl -o $(BUILD)/$(RUN_DEFAULT)/loss.png > /dev/null
+	@$(AUDIT) plot $(BUILD)/$(RUN_DEFAULT)/metrics.jsonl -o $(BUILD)/$(RUN_DEFAULT)/loss.png --overwrite > /dev/null
 	@echo "loss plot: $(BUILD)/$(RUN_DEFAULT)/loss.png"
 
 test: deps
