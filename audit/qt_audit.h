@@ -3,11 +3,13 @@
  *   qtrain-audit runs A.jsonl B.jsonl     manifests key by key, steps bit by bit (runs.c)
  *   qtrain-audit ckpt A B                 checkpoints tensor by tensor (tensors.c)
  *   qtrain-audit grads A B                dump_grads= files tensor by tensor (tensors.c)
- *   qtrain-audit plot M.jsonl [M2.jsonl] -o out.png   loss, grad norm, lr, tokens/s (plot.c)
+ *   qtrain-audit plot M.jsonl [M2.jsonl] -o out.png [--overwrite]
+ *                                         loss, grad norm, lr, tokens/s (plot.c)
  *
  * Exit status of every command: 0 when the inputs are bit-identical (plot: written), 1 when
  * they differ, 2 on an error (unreadable or malformed input), with a message on stderr.
- * Invariant: nothing is written except plot's output file and its temporaries.
+ * Invariant: nothing is written except plot's output file and its temporaries (new files:
+ * an existing output file is replaced only with --overwrite).
  * Layers: main.c (the command line) calls the commands runs.c, tensors.c and plot.c, which
  * call the helpers jsonl.c (metrics files, ulp distances) and args.c (their arguments) and
  * the firmware's safetensors readers; no file calls one above it.

@@ -407,6 +407,12 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     /* the file-size limits of the destinations (each rank's own), agreed with the checks
      * above; then the save target's lock and shared-directory probe, a collective whose
      * verdict (rank 0's) every rank receives */
+    /* a config.json beside the load= / save= checkpoint must describe this plan's model
+     * (rank 0 reads it; the error flag below stops every rank) */
+    if (st == QT_OK && rank == 0 &&
+        ((cli->load && qt_hf_config_check(p, "load", cli->load, 0) != QT_OK) ||
+         (cli->save && qt_hf_config_check(p, "save", cli->save, cli->overwrite) != QT_OK)))
+        st = QT_E_ARG;
     if (st == QT_OK && cli->save)
         st = qt_checkpoint_check_fsize(p, "save", cli->save, 1, cli->save_shard_size) ? QT_E_ARG
                                                                                        : QT_OK;
@@ -414,7 +420,8 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
         st = qt_checkpoint_check_fsize(p, "dump_grads", cli->dump_grads, 0, 0) ? QT_E_ARG : QT_OK;
     st = qt_main_agree("start-up checks", st);
     if (st == QT_OK && cli->save)
-        st = qt_main_comm_fail(qt_checkpoint_claim(p, "save", cli->save)) ? QT_E_ARG : QT_OK;
+        st = qt_main_comm_fail(qt_checkpoint_claim(p, "save", cli->save, cli->overwrite))
+                 ? QT_E_ARG : QT_OK;
     if (st != QT_OK) return st == QT_E_ARG ? QT_EXIT_ARG : QT_EXIT_ERR;
     qt_run_opts opts = {cli->seed, cli->learning_rate, 0, rank, size};
     if (qt_main_comm_fail(qt_runtime_init(p, &opts)) != QT_OK) return QT_EXIT_ERR;

@@ -111,8 +111,10 @@ void qt_checkpoint_remove_stale(const char *path);
  * file system) refuses the start (QT_E_ARG, message naming key, path, the holder's host and
  * pid); a lock left by a job that no longer runs (killed, crashed: the kernel released its
  * flock, as for the ".tmp.<pid>" files of qt_checkpoint_remove_stale) is taken over with a
- * note naming the dead owner. A file system without flock gets a note, not a refusal. */
-int qt_checkpoint_lock(const char *key, const char *path);
+ * note naming the dead owner. A file system without flock gets a note, not a refusal. An
+ * existing "<path>.lock" that is not a lock file (it holds other than one "host pid" line)
+ * is the user's: refused (QT_E_ARG) unless overwrite. */
+int qt_checkpoint_lock(const char *key, const char *path, int overwrite);
 /* Releases and removes the lock qt_checkpoint_lock took (no-op when none). */
 void qt_checkpoint_unlock(void);
 /* Collective on a mesh, at start-up (ckpt_target.c): claims the save= target for this job.
@@ -122,8 +124,9 @@ void qt_checkpoint_unlock(void);
  * sees: rank 0 writes a probe file "<path>.tmp.<pid>" beside it, every rank must read back
  * the same bytes. Single files (save=*.safetensors) are written by rank 0 alone and are not
  * probed. Every rank returns the same code: QT_E_ARG after rank 0's refusal (lock) or the
- * messages of the ranks that do not see the directory; QT_E_COMM: abort. */
-int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path);
+ * messages of the ranks that do not see the directory; QT_E_COMM: abort. overwrite: as for
+ * qt_checkpoint_lock. */
+int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int overwrite);
 /* At start-up, when RLIMIT_FSIZE (ulimit -f) is finite: QT_E_ARG (message naming key,
  * path, the limit and the size) if the largest file a save= (qtrain_format 1; a directory
  * with shards of at most shard_bytes) or dump_grads= (0) target would write holds more

@@ -90,10 +90,14 @@ save_targets_checked() {
   check_refused "dump_grads=$d/notes.txt exists and is not a safetensors file" \
     $Q steps=1 data=$T dump_grads=$d/notes.txt || return 1
   cmp tests/golden/e2e/test-next-tiny/init.safetensors $d/hf.safetensors && [ "$(cat $d/notes.txt)" = notes ] || return 1
-  # accepted: a safetensors file for dump_grads, a qtrain checkpoint for save, and with
+  # a safetensors file that is not a gradient dump (weights) is not replaced by dump_grads=
+  check_refused "dump_grads=$d/hf.safetensors exists and is not a qtrain gradient dump" \
+    $Q steps=1 data=$T dump_grads=$d/hf.safetensors || return 1
+  cmp tests/golden/e2e/test-next-tiny/init.safetensors $d/hf.safetensors || return 1
+  # accepted: a gradient dump for dump_grads, a qtrain checkpoint for save, and with
   # overwrite=1 the refused files
-  $Q steps=1 data=$T dump_grads=$d/hf.safetensors save=$d/ck.safetensors 2> /dev/null || return 1
-  $Q steps=1 data=$T save=$d/ck.safetensors 2> /dev/null || return 1
+  $Q steps=1 data=$T dump_grads=$d/g.safetensors save=$d/ck.safetensors 2> /dev/null || return 1
+  $Q steps=1 data=$T dump_grads=$d/g.safetensors save=$d/ck.safetensors 2> /dev/null || return 1
   $Q steps=1 data=$T save=$d/hf.safetensors dump_grads=$d/notes.txt overwrite=1 2> /dev/null
 }
 check "save=/dump_grads=: a device, directory, the data file or a foreign file is refused before training" save_targets_checked

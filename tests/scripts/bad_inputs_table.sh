@@ -11,7 +11,7 @@
 # the committed one, so a changed message or exit status fails `make test` until the table is
 # regenerated. Faults that need timing (a killed or stopped rank, a data file truncated under
 # its mapping) are not rerun here; their checks are listed at the end of the generated file.
-# Checkpoint directories (sharded checkpoints) appear for their optimizer state only.
+# Checkpoint directories (sharded checkpoints) appear for their optimizer state and config.json only.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-docs/bad_inputs.md}
@@ -131,6 +131,11 @@ mv $o1 $W/swap/o1 && mv $o2 $o1 && mv $W/swap/o1 $o2
 row "checkpoint" "load=$W/noidx (a checkpoint directory without optimizer.safetensors.index.json)" "$E42: optimizer: ... refused unless load_weights_only=1" $Q load=$W/noidx steps=3 data=$T
 row "checkpoint" "load=$W/noshard (a checkpoint directory without its 2nd optimizer shard)" "$E42: optimizer: ... refused unless load_weights_only=1" $Q load=$W/noshard steps=3 data=$T
 row "checkpoint" "load=$W/swap (a checkpoint directory whose first two optimizer shards are swapped)" "$E42: optimizer: swapped optimizer shards" $Q load=$W/swap steps=3 data=$T
+# a checkpoint directory whose config.json was edited to disagree with the plan
+cp -r $W/ckd $W/badcfg
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["hidden_size"] = 128; json.dump(c, open(sys.argv[1], "w"), indent=2)' $W/badcfg/config.json
+E43="e2e \`43_hf_config.sh\`: a config.json that disagrees with the plan"
+row "checkpoint" "load=$W/badcfg (its config.json edited: hidden_size 128)" "$E43" $Q load=$W/badcfg steps=3 data=$T
 
 # ---- save= and dump_grads= targets (checked before training)
 cp $T $W/tokens.npy && ln $W/tokens.npy $W/link.safetensors
@@ -145,6 +150,10 @@ row "save target" "dump_grads=$W/adir (a directory)" "$ES" $Q steps=1 data=$T du
 row "save target" "save=$W/link.safetensors (a hard link to the data file)" "$ES" $Q steps=1 data=$W/tokens.npy save=$W/link.safetensors overwrite=1
 row "save target" "save=$W/hf.safetensors (a safetensors file that is not a qtrain checkpoint)" "$ES" $Q steps=1 data=$T save=$W/hf.safetensors
 row "save target" "dump_grads=$W/notes.txt (a text file)" "$ES" $Q steps=1 data=$T dump_grads=$W/notes.txt
+row "save target" "save=$W/badcfg (its config.json edited: hidden_size 128)" "$E43" $Q steps=1 data=$T save=$W/badcfg
+row "save target" "dump_grads=$W/hf.safetensors (weights, not a gradient dump)" "e2e \`44_overwrite.sh\`: dump_grads=" $Q steps=1 data=$T dump_grads=$W/hf.safetensors
+printf 'keep me\n' > $W/mine.lock
+row "save target" "save=$W/mine (beside it $W/mine.lock, a text file of the user's)" "e2e \`44_overwrite.sh\`: lock" $Q steps=1 data=$T save=$W/mine
 row "save target" "save=$W/nodir/out.safetensors (missing directory)" "$E40: save: unwritable destination" $Q steps=1 data=$T save=$W/nodir/out.safetensors
 mkdir -p $W/notok
 row "save target" "tokenizer=$W/nope/tokenizer.json (missing) save=$W/tokck" "$E40: tokenizer=" $Q steps=1 data=$T save=$W/tokck tokenizer=$W/nope/tokenizer.json
@@ -312,7 +321,7 @@ by `make all` (`build/test-next-tiny/qtrain` unless the row says otherwise; conf
 the start-up banner, progress lines and the peak-RSS line (`accepted` when the exit status
 is 0, with that line); `$HOST` is the machine's host name. "this table" in the last column:
 no other test covers the case; the comparison in `40_bad_input.sh` does.
-Checkpoint directories (sharded checkpoints) appear for the optimizer state only; their
+Checkpoint directories (sharded checkpoints) appear for the optimizer state and config.json only; their
 other damage cases are in `72_mesh_ckpt.sh` and the unit test `io.sharded_load_bad_cases_change_nothing`.
 
 | # | category | input | message | exit | covered by |
