@@ -363,6 +363,39 @@ static int qt_main_save(const qt_plan *p, const char *path, int grads, int64_t s
     return qt_main_comm_fail(rc);
 }
 
+/* "" or "s" after a count (1 rank, 2 ranks). */
+static const char *qt_main_s(long long n)
+{
+    return n == 1 ? "" : "s";
+}
+
+/* A job of `size` processes started a plan of another rank count: name the plan's mesh,
+ * every axis with its size (the slices too) and how to start it. */
+static void qt_main_wrong_size(const qt_plan *p, int size)
+{
+    static const char *const axis[QT_MESH_COUNT] = {"data", "fsdp", "tensor", "expert",
+                                                    "context"};
+    char mesh[256], how[96];
+    size_t k = 0;
+    for (int a = 0; a < QT_MESH_COUNT && k < sizeof mesh; a++)
+        k += (size_t)snprintf(mesh + k, sizeof mesh - k, "%s%s %d", a ? " x " : "", axis[a],
+                              p->mesh[a]);
+    const int64_t ns = qt_mesh_slices(p->dcn);
+    if (ns > 1 && k < sizeof mesh) {
+        k += (size_t)snprintf(mesh + k, sizeof mesh - k, "; %lld slices: dcn", (long long)ns);
+        for (int a = 0; a < QT_MESH_COUNT && k < sizeof mesh; a++)
+            if (qt_mesh_dcn(p->dcn, a) > 1)
+                k += (size_t)snprintf(mesh + k, sizeof mesh - k, " %s %d", axis[a],
+                                      qt_mesh_dcn(p->dcn, a));
+    }
+    if (p->n_ranks == 1)
+        snprintf(how, sizeof how, "run it without mpiexec (or with mpiexec -n 1)");
+    else
+        snprintf(how, sizeof how, "run it with mpiexec -n %d", p->n_ranks);
+    qt_fail(QT_E_PLAN, "plan %s was generated for %d rank%s (mesh %s), but this job has %d: %s",
+            p->run_name, p->n_ranks, qt_main_s(p->n_ranks), mesh, size, how);
+}
+
 /* Start-up, up to a runtime ready to step: the command line, the save targets, the plan
  * against this job (rank count, the same plan on every rank, the mesh), the runtime (arena,
  * parameters) and the banner. Returns QT_MAIN_GO, or the exit code (0 after help=). */
@@ -395,10 +428,7 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
      * world size against the plan: a wrong -n is an error on every rank, never a hang */
     if (qt_main_comm_fail(qt_comm_check_same(p->hash)) != QT_OK) return QT_EXIT_ERR;
     if (size != p->n_ranks) {
-        qt_fail(QT_E_PLAN, "plan %s was generated for %d ranks (mesh data %d x fsdp %d x "
-                "tensor %d x expert %d), but this job has %d: start it with mpiexec -n %d",
-                p->run_name, p->n_ranks, p->mesh[QT_MESH_DATA], p->mesh[QT_MESH_FSDP],
-                p->mesh[QT_MESH_TENSOR], p->mesh[QT_MESH_EXPERT], size, p->n_ranks);
+        qt_main_wrong_size(p, size);
         return QT_EXIT_ERR;
     }
     if (qt_comm_mesh_init_slices(p->mesh, p->dcn, rank, size) != QT_OK) return QT_EXIT_ERR;

@@ -175,7 +175,7 @@ diverged_stops() {
 check "training: a non-finite loss or gradient norm stops the run, nothing saved" diverged_stops
 
 # ---- rank count
-check "ranks: started on 2 ranks for a 1-rank plan" expect_fail "rank" timeout 60 mpiexec -n 2 $Q steps=1 data=$T
+check "ranks: started on 2 ranks for a 1-rank plan" expect_fail "plan test-next-tiny was generated for 1 rank (mesh data 1 x fsdp 1 x tensor 1 x expert 1 x context 1), but this job has 2: run it without mpiexec" timeout 60 mpiexec -n 2 $Q steps=1 data=$T
 # the single-rank musl build under mpiexec used to run two independent jobs writing the
 # same files: each process refuses at start-up, naming hydra's variable and the MPI build
 static_under_mpiexec() {
