@@ -30,6 +30,30 @@ check "data: truncated npy" expect_fail "trunc.npy" $Q data=$B/trunc.npy steps=1
 
 check "data: a directory says so" expect_fail "$B: is a directory; expected a token file" $Q data=$B steps=1
 
+# A run whose steps read more windows than the data holds reads it more than once: rank 0
+# says so at start-up (how many times, each pass how many steps), marks the step where each
+# new pass begins, and the manifest records the windows and passes (issue 30). 81 tokens
+# of test-next-tiny (16 tokens a sequence, 2 a step): 5 windows, a pass every 2.5 steps.
+data_passes_noted() {
+  local d=$QT_TMP/passes
+  mkdir -p $d
+  { printf 'QTTOKENS\x01\x00\x00\x00\x02\x00\x00\x00\x51\x00\x00\x00\x00\x00\x00\x00'
+    for i in $(seq 81); do printf "\\x$(printf %02x $((i % 60)))\\x00"; done; } > $d/t81.tok
+  $Q data=$d/t81.tok steps=6 metrics=$d/m6.jsonl 2> $d/e6 || { cat $d/e6; return 1; }
+  grep note $d/e6
+  grep -qF "qtrain: note: steps 0..5 read 12 sequences of 16 tokens (192 tokens) from the 5 windows of $d/t81.tok (80 usable tokens): the data is read 2.40 times, a pass every 2.5 steps; loss may jump where a pass restarts" $d/e6 || return 1
+  grep -qF "qtrain: note: step 3/6 begins pass 2 over the data (window 0 again)" $d/e6 || return 1
+  grep -qF "qtrain: note: step 6/6 begins pass 3 over the data (window 0 again)" $d/e6 || return 1
+  [ "$(grep -c "begins pass" $d/e6)" -eq 2 ] || return 1
+  head -n 1 $d/m6.jsonl | grep -o '"data":{[^}]*}'
+  head -n 1 $d/m6.jsonl | grep -q '"tokens":81,"windows":5,"passes":2.4}' || return 1
+  # 2 steps read 4 of the 5 windows: no note, one pass in the manifest
+  $Q data=$d/t81.tok steps=2 metrics=$d/m2.jsonl 2> $d/e2 || { cat $d/e2; return 1; }
+  ! grep -q "read .* times\|begins pass" $d/e2 || { cat $d/e2; return 1; }
+  head -n 1 $d/m2.jsonl | grep -q '"windows":5,"passes":0.8}'
+}
+check "data: a run that reads its data more than once says how many times, and where each pass begins" data_passes_noted
+
 # A data file changed while qtrain trains on it: rewritten in place, truncated, or replaced
 # at its path. The run stops within a step with a message naming the file, exit 1.
 data_changed_stops() {
