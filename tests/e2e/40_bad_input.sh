@@ -227,7 +227,7 @@ check "configgen: context parallelism with the load-balance loss" \
 # the reference trainer's guard (context parallelism with GDN layers under explicit) now plans
 cg_plans() {
   build/configgen/configgen -o $B/gen-ok "$@" &&
-    grep -q "context 2: the ranks of a context group share their sequences" $B/gen-ok/*/plan.txt
+    grep -q "context 2: the 2 ranks of a context group read the same sequences, each keeping its own part of the tokens" $B/gen-ok/*/plan.txt
   local rc=$?
   rm -rf $B/gen-ok
   return $rc
