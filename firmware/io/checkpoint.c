@@ -397,12 +397,14 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
                               "plan %s)", path, name, p->run_name ? p->run_name : "?");
         }
     }
-    if (qt_ck.note[0])
+    /* the same on every rank of a mesh: world rank 0 says it once */
+    const int root = qt_ckpt_root(p);
+    if (root && qt_ck.note[0])
         qt_note("%s", qt_ck.note);
-    if (skipped_mtp)
+    if (root && skipped_mtp)
         qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
                    path, (int)skipped_mtp);
-    if (skipped_other)
+    if (root && skipped_other)
         qt_note("%s: skipped %d vision-tower or optimizer tensors", path,
                    (int)skipped_other);
     return QT_OK;

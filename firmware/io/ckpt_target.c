@@ -261,11 +261,12 @@ int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int
     if (!bad)
         return QT_OK;
     if (me == 0)
-        qt_fail(QT_E_ARG, "%s=%s: %lld of the %d ranks do not see the directory rank 0 (host "
+        qt_fail(QT_E_ARG, "%s=%s: %lld of the %d ranks %s not see the directory rank 0 (host "
                 "%s) sees (see their messages): a sharded checkpoint directory is written by "
                 "every rank, so %s= must be on a file system that every rank shares, at the "
                 "same path (or give a path ending in .safetensors: one file, written by rank "
-                "0 alone)", key, path, (long long)bad, n, qt_ct.host, key);
+                "0 alone)", key, path, (long long)bad, n, bad == 1 ? "does" : "do", qt_ct.host,
+                key);
     return QT_E_ARG;
 }
 

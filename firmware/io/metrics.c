@@ -140,6 +140,8 @@ void qt_manifest_write(FILE *f, const qt_manifest *m)
     qt_json_str(f, m->data_path ? m->data_path : "(embedded corpus)", -1);
     fprintf(f, ",\"bytes\":%lld", (long long)m->data_bytes);
     qt_json_hex(f, "hash", m->data_hash);
+    fprintf(f, ",\"tokens\":%lld,\"windows\":%lld,\"passes\":%.6g", (long long)m->data_tokens,
+            (long long)m->data_windows, m->data_passes);
     fputs("},\"checkpoint\":", f);
     if (m->load && m->ckpt && m->ckpt->loaded) {
         fputs("{\"path\":", f);

@@ -205,6 +205,8 @@ typedef struct qt_manifest {
     const char *data_path;     /* NULL: the embedded corpus */
     int64_t data_bytes;
     uint64_t data_hash;
+    int64_t data_tokens, data_windows;  /* qt_data's n_tokens and n_windows */
+    double data_passes;        /* times steps 0..end_step-1 read the windows: end x B / W */
     const char *load;          /* load= as given, or NULL */
     const qt_ckpt_ident *ckpt; /* what the load read (qt_checkpoint_ident) */
     int64_t start_step, end_step;
@@ -213,7 +215,8 @@ typedef struct qt_manifest {
 
 /* One line: {"manifest":"qtrain-1","start_step":S,"end_step":E,"run":..,"plan_hash":..,
  * "generator_version":..,"ranks":R,"mesh":{..},"seed":..,"args":[..],"build":{"compiler",
- * "flags","isa","git","kind"},"data":{"path","bytes","hash"},"checkpoint":{"path","hash",
+ * "flags","isa","git","kind"},"data":{"path","bytes","hash","tokens","windows","passes"},
+ * "checkpoint":{"path","hash",
  * "files","data_hash"}|null,"note":..|null,"config":{"key":"value",..}} (config values are
  * the YAML flow text of the resolved config, as strings). */
 void qt_manifest_write(FILE *f, const qt_manifest *m);

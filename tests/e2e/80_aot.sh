@@ -44,6 +44,24 @@ check "aot: qwen3-next-80b-a3b 4 layers, v5p-256 DP128 G4 ZeRO-1, explicit: fits
   aot_case aot-next80-4l-dp128-explicit fits
 check "aot: qwen3-next-80b-a3b 4 layers, v5p-256 DP128 G4 ZeRO-1, auto: fits 95 GiB and compiles" \
   aot_case aot-next80-4l-dp128-auto fits
+# On success configgen prints one line on stdout (issue 30): the plan directory it wrote,
+# the ranks and mesh, the plan hash, and the per-rank arena against the budget; the README's
+# command as written. Without a budget it says none was checked.
+aot_summary() {
+  local out=$AOT_OUT/summary p h
+  mkdir -p "$out"
+  build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml > "$out/stdout" 2> "$out/stderr" || { cat "$out/stderr"; return 1; }
+  cat "$out/stdout"
+  [ ! -s "$out/stderr" ] && [ "$(wc -l < "$out/stdout")" -eq 1 ] || { echo "expected one line on stdout, nothing on stderr"; return 1; }
+  p=$out/aot-next80-4l-dp128-explicit
+  h=$(grep -o "plan hash 0x[0-9a-f]*" "$p/plan.txt" | head -n 1)
+  grep -qxF "configgen: wrote $p (plan aot-next80-4l-dp128-explicit): 128 ranks (mesh data 128 x fsdp 1 x tensor 1 x expert 1 x context 1), $h; arena per rank fits: 57576 MiB of 97280 MiB (59.2%, compile_topology v5p-256)" "$out/stdout" || return 1
+  build/configgen/configgen -o "$out" configgen/configs/runs/test-next-tiny.yml > "$out/stdout2" || return 1
+  cat "$out/stdout2"
+  grep -qE "^configgen: wrote $out/test-next-tiny \(plan test-next-tiny\): 1 rank \(mesh data 1 x fsdp 1 x tensor 1 x expert 1 x context 1\), plan hash 0x[0-9a-f]{16}; arena per rank [0-9]+ MiB \(no budget checked: compile_topology or device_memory_gib sets one\)$" "$out/stdout2"
+}
+check "aot: configgen prints what it wrote: the plan directory, ranks and mesh, plan hash, arena against the budget" aot_summary
+
 # The 4-layer qwen3.5-397b-a17b holds 28.3 B parameters: the compute copy alone (replicated
 # over DP 128: ZeRO-1 splits only the optimizer state) is 108039 MiB > 95 GiB, whatever the
 # gradient reduction does (auto ends at the per-layer form: 139700 MiB with base.yml's

@@ -22,7 +22,7 @@ Q=build/test-next-tiny/qtrain
 T=tests/golden/e2e/test-next-tiny/tokens.npy
 CG=build/configgen/configgen
 for f in $Q build/test-next-tiny/qtrain-static build/bench/qtrain build/mesh-next-dp2/qtrain \
-         build/mesh-next-dp4/qtrain $CG build/tools/qtrain-data; do
+         build/mesh-next-dp4/qtrain build/ctx-next-cp2/qtrain $CG build/tools/qtrain-data; do
   [ -x $f ] || { echo "bad_inputs_table.sh: $f missing; run make all first" >&2; exit 1; }
 done
 
@@ -193,6 +193,7 @@ mpi_first() {  # CMD on 2 ranks (under timeout); passes on rank 0's stderr only 
   return $rc
 }
 row "ranks" "mpiexec -n 2 qtrain (a one-rank plan)" "$E40: ranks: started on 2 ranks" mpi_first $Q steps=1 data=$T
+row "ranks" "qtrain of ctx-next-cp2 (a plan of 2 ranks: context 2) started alone" "e2e \`71_context.sh\`: a CP2 plan on one rank" build/ctx-next-cp2/qtrain steps=1 data=$T
 row "ranks" "mpiexec -n 2 qtrain-static (single-rank musl build)" "$E40: ranks: qtrain-static under mpiexec -n 2; unit \`CommEnv\`" mpi_first build/test-next-tiny/qtrain-static steps=1 data=$T
 mpi_cwd() {  # mesh-next-dp2 on 2 ranks, each in a working directory of its own (rank 0's stderr)
   mkdir -p $W/r0 $W/r1

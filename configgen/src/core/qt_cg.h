@@ -147,6 +147,12 @@ typedef struct qt_cg_settings {
 /* Bytes per element of the parameters' compute copy (2 in bf16: docs/precision.md), and the
  * element alignment of flat offsets and range blocks that keeps every parameter and block
  * 64-byte aligned in it (16 fp32, 32 bf16). */
+/* "" or "s" after a count: "1 rank", "2 ranks" (messages and plan.txt). */
+static inline const char *qt_cg_s(long long n)
+{
+    return n == 1 ? "" : "s";
+}
+
 static inline int64_t qt_cg_compute_bytes(const qt_cg_settings *s)
 {
     return qt_dtype_bytes((unsigned)s->dtype);
