@@ -494,6 +494,14 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     if (st == QT_OK && cli->dump_grads)
         st = qt_checkpoint_check_fsize(p, "dump_grads", cli->dump_grads, 0, 0) ? QT_E_ARG : QT_OK;
     st = qt_main_agree("start-up checks", st);
+    /* the data before the arena: a data file that cannot train (too short, an id out of
+     * range) is refused before the runtime maps and prefaults the arena */
+    if (st == QT_OK) {
+        st = qt_data_open(&qt_main_state.data, cli->data, cli->data_dtype, p->model.vocab,
+                          p->train.seq_len);
+        qt_main_state.data_open = st == QT_OK;
+        if (qt_main_agree("opening the data", st) != QT_OK) return QT_EXIT_ERR;
+    }
     if (st == QT_OK && cli->save)
         st = qt_main_comm_fail(qt_checkpoint_claim(p, "save", cli->save, cli->overwrite))
                  ? QT_E_ARG : QT_OK;
@@ -560,10 +568,7 @@ static int qt_main_inputs(const qt_plan *p, const qt_cli *cli, int argc, char **
                           int64_t *start, int64_t *end)
 {
     const int rank = qt_main_state.rank;
-    int rc = qt_data_open(&qt_main_state.data, cli->data, cli->data_dtype, p->model.vocab,
-                          p->train.seq_len);
-    qt_main_state.data_open = rc == QT_OK;
-    if (qt_main_agree("opening the data", rc) != QT_OK) return QT_EXIT_ERR;
+    int rc;
     qt_runtime_set_tokens(qt_data_tokens, &qt_main_state.data);
     qt_checkpoint_set_data_hash(qt_main_state.data.hash);   /* recorded by every save */
 

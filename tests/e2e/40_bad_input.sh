@@ -30,6 +30,18 @@ check "data: truncated npy" expect_fail "trunc.npy" $Q data=$B/trunc.npy steps=1
 
 check "data: a directory says so" expect_fail "$B: is a directory; expected a token file" $Q data=$B steps=1
 
+# A token file too short for one window (10 tokens; test-next-tiny needs 17) is refused
+# before the arena is mapped and prefaulted (no start-up banner, which follows the
+# prefault), saying what to do (issue 30).
+data_short_before_arena() {
+  printf 'QTTOKENS\x01\x00\x00\x00\x02\x00\x00\x00\x0a\x00\x00\x00\x00\x00\x00\x00' > $B/ten.tok
+  printf '\x01\x00%.0s' 1 2 3 4 5 6 7 8 9 10 >> $B/ten.tok
+  expect_fail "ten.tok: 10 tokens, need at least seq_len+1 = 17 for one window (max_target_length 16, and the next token as its last target): give more data" \
+    $Q data=$B/ten.tok steps=1 || return 1
+  ! grep -q "prefault" $QT_TMP/err.txt || { echo "the arena was prefaulted first:"; cat $QT_TMP/err.txt; return 1; }
+}
+check "data: too short for one window, refused before the arena's prefault, saying what to give" data_short_before_arena
+
 # A run whose steps read more windows than the data holds reads it more than once: rank 0
 # says so at start-up (how many times, each pass how many steps), marks the step where each
 # new pass begins, and the manifest records the windows and passes (issue 30). 81 tokens

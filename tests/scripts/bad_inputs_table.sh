@@ -66,6 +66,8 @@ row "token data" "data=<test-35-tiny tokens.npy> (ids beyond the vocab of test-n
 row "token data" "data=$W/trunc.npy (first 60 bytes of an .npy)" "$E40: data: truncated npy" $Q data=$W/trunc.npy steps=1
 row "token data" "data=$W/adir (a directory)" "$E40: data: a directory says so" $Q data=$W/adir steps=1
 row "token data" "data=/dev/null" "this table" $Q data=/dev/null steps=1
+{ printf 'QTTOKENS\x01\x00\x00\x00\x02\x00\x00\x00\x0a\x00\x00\x00\x00\x00\x00\x00'; printf '\x01\x00%.0s' 1 2 3 4 5 6 7 8 9 10; } > $W/ten.tok
+row "token data" "data=$W/ten.tok (10 tokens, a window needs 17)" "$E40: data: too short for one window ..." $Q data=$W/ten.tok steps=1
 # .npy files with a broken header, and a uint64 id of 2^64-1
 npy() {  # npy PATH HEADER PAYLOAD_HEX: a version-1 .npy with HEADER padded to 64 bytes
   local hl=$((${#2} + 1)) pad
