@@ -729,6 +729,7 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
     qt_cg_buf_printf(b, "  moe: %lld experts, top %lld, width %lld, shared expert width %lld\n",
                      (long long)m->n_experts, (long long)m->top_k, (long long)m->moe_dim,
                      (long long)m->shared_dim);
+    if (s->moe_note[0]) qt_cg_buf_printf(b, "  moe form: %s\n", s->moe_note);
     qt_cg_buf_printf(b, "  batch: %lld seqs x %lld tokens per microbatch, %lld microbatches, "
                      "global batch %lld seqs (%lld tokens)\n", (long long)t->micro_batch,
                      (long long)t->seq_len, (long long)t->grad_accum, (long long)t->global_batch,
