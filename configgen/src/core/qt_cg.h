@@ -275,6 +275,9 @@ typedef struct qt_cg_graph {
     int n_remat_ops;           /* forward ops recomputed in the backward (model/remat.c) */
     int32_t tokens, targets, loss_seq, lb_seq, table;
     int32_t moe_drops;         /* I32 [layers x b] dropped counts (token dropping), else QT_NONE */
+    int64_t ep_rows, ep_rows_dropless; /* expert parallelism: rows an expert host holds per MoE
+                                          layer (Rmax; with a capacity at most M x b x El x C),
+                                          and the dropless worst case; 0 without EP */
     int32_t head_w;            /* lm_head.weight (its data gradient: model/autodiff.c) */
     int32_t positions;         /* packing: I32 [b, S] positions in documents, else QT_NONE */
     /* layout (memory/memplan.c) */

@@ -441,7 +441,14 @@ static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int3
      * parallelism only: the rows stay on their rank, and only their partial sums cross the
      * tensor group) */
     const int64_t Ep = g->s->mesh[QT_MESH_EXPERT], M = Ep > 1 ? Ep * D->C : 1, El = D->E / M;
-    const int64_t rmax = M * D->T * (D->k < El ? D->k : El);
+    int64_t rmax = M * D->T * (D->k < El ? D->k : El);
+    /* token dropping: each member's sequence brings a host at most C rows per local expert
+     * (its capacity), so the receive side and the expert FFN on it hold
+     * M x b x El x C rows instead of the dropless worst case (plan.txt "moe form") */
+    g->ep_rows_dropless = rmax;
+    if (g->s->moe_capacity > 0 && M * D->b * El * g->s->moe_capacity < rmax)
+        rmax = M * D->b * El * g->s->moe_capacity;
+    g->ep_rows = rmax;
     const int64_t mask = Ep > 1 ? (int64_t)((1u << QT_MESH_EXPERT) | qt_cg_context_mask(g->s)) : 0;
     /* this rank's token blocks: the exchange's "sequences" */
     const int64_t blocks = D->b * D->nbt / D->C;
