@@ -70,6 +70,15 @@ void qt_metrics_write(FILE *f, const qt_step_metrics *m)
     fprintf(f, ",\"tokens\":%lld", (long long)m->tokens);
     if (m->packed) /* packed documents: the targets the loss averages */
         fprintf(f, ",\"loss_tokens\":%lld", (long long)m->loss_tokens);
+    if (m->moe_assignments > 0) { /* token dropping: the share of assignments dropped */
+        fprintf(f, ",\"moe_dropped\":%lld,\"moe_assignments\":%lld",
+                (long long)m->moe_dropped, (long long)m->moe_assignments);
+        qt_num(f, "moe_dropped_share", (double)m->moe_dropped / (double)m->moe_assignments, 9);
+        fputs(",\"moe_dropped_layer\":[", f);
+        for (int32_t l = 0; l < m->n_drop_layers; l++)
+            fprintf(f, "%s%lld", l ? "," : "", (long long)m->moe_dropped_layer[l]);
+        fputc(']', f);
+    }
     fprintf(f, ",\"fingerprint\":\"0x%016llx\"}\n", (unsigned long long)m->fingerprint);
     fflush(f);
 }

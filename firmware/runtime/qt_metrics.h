@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#define QT_METRICS_MAX_LAYERS 128
+
 typedef struct qt_step_metrics {
     int64_t step;
     double loss;               /* reported loss (float value widened) */
@@ -20,6 +22,13 @@ typedef struct qt_step_metrics {
     int64_t loss_tokens;       /* targets with a loss: tokens, or fewer when packed
                                   documents end inside the windows (the normaliser) */
     int packed;                /* the plan packs documents (loss_tokens in the metrics) */
+    /* token dropping (plans with a capacity, qt_plan moe_capacity > 0): routed assignments
+     * of the step's global batch dropped past their expert's capacity, their total, and
+     * the dropped count per layer (the first QT_METRICS_MAX_LAYERS layers; n_drop_layers of
+     * them are reported) */
+    int64_t moe_dropped, moe_assignments;
+    int32_t n_drop_layers;
+    int64_t moe_dropped_layer[QT_METRICS_MAX_LAYERS];
 } qt_step_metrics;
 
 #endif

@@ -221,6 +221,34 @@ double qt_runtime_lr(const qt_plan *p, int64_t t)
     return qt_lr_schedule(t, peak, n, (double)p->train.warmup_frac, (double)p->train.final_frac);
 }
 
+/* Token dropping: adds this microbatch's dropped counts (moe_drops, [layers x b]) into m's
+ * per-layer totals, as int64. */
+static void qt_runtime_drops_add(const qt_plan *p, qt_step_metrics *m)
+{
+    if (p->moe_capacity <= 0) return;
+    const int32_t *dr = qt_i32(&qt_rt.ctx, p->moe_drops);
+    const int64_t b = p->train.micro_batch, L = p->model.n_layers;
+    for (int64_t l = 0; l < L; l++) {
+        int64_t n = 0;
+        for (int64_t s = 0; s < b; s++) n += dr[l * b + s];
+        if (l < QT_METRICS_MAX_LAYERS) m->moe_dropped_layer[l] += n;
+        m->moe_dropped += n;
+    }
+}
+
+/* The step's dropped counts over the batch axes (each sequence counted once: tensor ranks
+ * share theirs), exact integer sums; and the step's assignment count. */
+static int qt_runtime_drops_merge(const qt_plan *p, qt_step_metrics *m)
+{
+    if (p->moe_capacity <= 0) return QT_OK;
+    const int64_t L = p->model.n_layers;
+    m->n_drop_layers = (int32_t)(L < QT_METRICS_MAX_LAYERS ? L : QT_METRICS_MAX_LAYERS);
+    m->moe_assignments = p->train.global_batch * p->train.seq_len * p->model.top_k * L;
+    if (!p->batch_mask) return QT_OK;
+    int rc = qt_coll_sum_i64(p->batch_mask, &m->moe_dropped, 1);
+    return rc ? rc : qt_coll_sum_i64(p->batch_mask, m->moe_dropped_layer, m->n_drop_layers);
+}
+
 /* Every microbatch of the step: fill its tokens, run the schedule (forward, backward,
  * per-sequence leaves into the trees), and add its per-sequence losses to the exact
  * accumulators, merged over the batch axes. Leaves the step's token count, loss and
@@ -246,6 +274,9 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     qt_exact_clear(&loss);
     qt_exact_clear(&lb);
     qt_exact_clear(&cnt);
+    m->moe_dropped = m->moe_assignments = 0;
+    m->n_drop_layers = 0;
+    memset(m->moe_dropped_layer, 0, sizeof m->moe_dropped_layer);
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     for (int64_t mb = 0; mb < G; mb++) {
         const int64_t first = mbmaj ? (mb * R + qt_rt.batch_index) * b
@@ -275,11 +306,13 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
             const float *lbs = qt_f32(ctx, p->lb_seq);
             for (int64_t s = 0; s < b; s++) qt_exact_add_f(&lb, lbs[s]);
         }
+        qt_runtime_drops_add(p, m);
         qt_runtime_lap(&t, QT_PH_LOSS);
     }
     int rc = qt_step_exact_merge(p->batch_mask, &loss);
     if (!rc && p->lb_seq != QT_NONE) rc = qt_step_exact_merge(p->batch_mask, &lb);
     if (!rc && p->packing) rc = qt_step_exact_merge(p->batch_mask, &cnt);
+    if (!rc) rc = qt_runtime_drops_merge(p, m);
     if (rc) return rc;
     qt_runtime_lap(&t, QT_PH_LOSS);
     const double n_all = (double)(p->train.global_batch * p->train.seq_len);

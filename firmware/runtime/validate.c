@@ -367,6 +367,9 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
                                           qt_plan_leaves_per_mb(p));
     if (!rc && p->lb_seq != QT_NONE)
         rc = qt_validate_io_tensor(p, p->lb_seq, "lb_seq", QT_F32, tc->micro_batch);
+    if (!rc && p->moe_capacity > 0)
+        rc = qt_validate_io_tensor(p, p->moe_drops, "moe_drops", QT_I32,
+                                   tc->micro_batch * p->model.n_layers);
     if (!rc) rc = qt_validate_regions(p);
     if (rc) return rc;
     for (int32_t i = 0; i < p->n_params; i++) {

@@ -250,9 +250,25 @@ cg_plans() {
 }
 check "configgen: context parallelism with GDN layers under shard_mode=explicit (the reference trainer's guard) plans" \
   cg_plans configgen/configs/runs/test-35-tiny.yml num_ranks=2 ici_context_parallelism=2 shard_mode=explicit
-check "configgen: sparse_matmul=false under shard_mode=explicit (the reference trainer's guard)" \
-  expect_fail "sparse_matmul=false (the dense MoE matmul) is not onboarded to shard_mode=explicit" \
-  build/configgen/configgen -o $B/gen configgen/configs/runs/test-35-tiny.yml sparse_matmul=false shard_mode=explicit
+# the reference trainer's dense-MoE guard (sparse_matmul false under explicit) now plans
+# (issue 32); its capacity keys are refused with their reasons
+cg_dense_plans() {
+  build/configgen/configgen -o $B/gen-ok "$@" && grep -q "moe form: sparse_matmul=false" $B/gen-ok/*/plan.txt
+  local rc=$?
+  rm -rf $B/gen-ok
+  return $rc
+}
+check "configgen: sparse_matmul=false under shard_mode=explicit (the reference trainer's guard) plans" \
+  cg_dense_plans configgen/configs/runs/test-35-tiny.yml sparse_matmul=false shard_mode=explicit capacity_factor=1.0
+check "configgen: a capacity_factor whose capacity C is 0 names the key and the smallest factor" \
+  expect_fail "capacity_factor=0.1 (command line): capacity int(max(ceil(S*k/E) x cf, cf)) = int(max(8 x 0.1, 0.1)) = 0 assignments per expert and sequence" \
+  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-cap1.yml capacity_factor=0.1
+check "configgen: a non-finite capacity_factor names the key" \
+  expect_fail "capacity_factor: value nan is not a number" \
+  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-cap1.yml capacity_factor=nan
+check "configgen: ragged_buffer_factor > 0 is refused: results would depend on the expert degree" \
+  expect_fail "so which rows drop (and the results) would depend on the expert degree" \
+  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml ragged_buffer_factor=2.0
 check "configgen: a run file that is /dev/zero is refused at once, not read forever" \
   expect_fail "/dev/zero: is a character device, not a regular file" timeout 20 build/configgen/configgen -o $B/gen /dev/zero
 check "configgen: a run file that is a directory says so" \

@@ -207,6 +207,8 @@ def dims(cfg):
         ga=cfg['gradient_accumulation_steps'], steps=cfg['steps'],
         # packed documents (docs/data.md "Packed documents"): documents end at token eos
         packing=bool(cfg['packing']), eos=int(cfg['eos_id']),
+        # MoE form (model.capacity): dropping needs sparse_matmul false and cf > 0
+        sparse=bool(cfg['sparse_matmul']), cf=float(cfg['capacity_factor']),
     )
     if d['packing'] and not 0 <= d['eos'] < d['V']:
         raise ConfigError('eos_id=%d with packing: true: expected 0..%d' % (d['eos'], d['V'] - 1))

@@ -3,8 +3,8 @@
  * Every rule refuses a config configgen cannot honour, with a message that names the
  * key(s), the value(s), where they were set and what was expected, so a bad combination
  * fails at generation time. Invariants of a resolved qt_cg_settings: all sizes positive,
- * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW + cosine, dropless MoE
- * with one shared expert, and the mesh: -1 axes resolve from num_ranks, the product must
+ * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW + cosine, an MoE
+ * with one shared expert (its form and capacity: config/moe.c), and the mesh: -1 axes resolve from num_ranks, the product must
  * be num_ranks, every axis a power of two; data, fsdp, tensor, expert and context execute
  * (pipeline is refused with a message). A message about a relation between keys blames
  * the key the user set (its value not from base.yml; qt_cg_known.where) and names the value
@@ -494,16 +494,7 @@ static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)
                    "supported");
     if (getf(v, "z_loss_multiplier") != 0.0)
         return bad(v, "z_loss_multiplier", "the z-loss is not supported; expected 0");
-    if (getf(v, "capacity_factor") != -1.0)
-        return bad(v, "capacity_factor", "only dropless routing is supported; expected -1");
-    if (!getb(v, "sparse_matmul")) {
-        /* as the reference trainer: the dense path is not onboarded to explicit sharding */
-        if (!strcmp(gets_(v, "shard_mode"), "explicit"))
-            return bad(v, "sparse_matmul", "sparse_matmul=false (the dense MoE matmul) is not "
-                       "onboarded to shard_mode=explicit for the gated-delta-net decoders "
-                       "(qwen3_next, qwen3_5); expected true");
-        return bad(v, "sparse_matmul", "the dense MoE path is not planned; expected true");
-    }
+    /* sparse_matmul, capacity_factor, ragged_buffer_factor: config/moe.c */
     return 0;
 }
 
@@ -992,6 +983,7 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
         check_packing(&v, s))
         return -1;
     if (batch_split(&v, s) || check_vocab(&v, s)) return -1;
+    if (qt_cg_moe_rules(c, s, err, errlen)) return -1;
     s->batch_mask = 0;
     s->opt_mask = 0;
     /* the batch axes, in rank order: context last, the least significant (its ranks hold

@@ -756,6 +756,14 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
     qt_cg_buf_printf(b, "  moe: %lld experts, top %lld, width %lld, shared expert width %lld\n",
                      (long long)m->n_experts, (long long)m->top_k, (long long)m->moe_dim,
                      (long long)m->shared_dim);
+    if (s->moe_note[0]) qt_cg_buf_printf(b, "  moe form: %s\n", s->moe_note);
+    if (s->moe_capacity > 0 && g->ep_rows_dropless > 0)
+        qt_cg_buf_printf(b, "  moe capacity: an expert host holds %lld routed rows per layer "
+                         "(members x sequences x local experts x C) instead of the dropless "
+                         "worst case %lld (%.1f%%): its received tokens, expert outputs, gate/up "
+                         "activations and FFN scratch scale with it\n",
+                         (long long)g->ep_rows, (long long)g->ep_rows_dropless,
+                         100.0 * (double)g->ep_rows / (double)g->ep_rows_dropless);
     qt_cg_buf_printf(b, "  batch: %lld seq%s x %lld tokens per microbatch, %lld microbatch%s, "
                      "global batch %lld seq%s (%lld tokens)\n", (long long)t->micro_batch,
                      qt_cg_s(t->micro_batch), (long long)t->seq_len, (long long)t->grad_accum,
