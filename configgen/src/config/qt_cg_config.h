@@ -78,5 +78,8 @@ const qt_cg_known *qt_cg_config_find(const qt_cg_config *c, const char *key);
 
 int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
 void qt_cg_settings_free(qt_cg_settings *s);
+/* The schedule, objective and evaluation keys (config/train_rules.c, issue 33), after the
+ * batch split: lr_schedule_type / wsd_*, z_loss_multiplier, eval_*. 0 or -1 with err set. */
+int qt_cg_train_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
 
 #endif

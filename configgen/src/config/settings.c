@@ -3,7 +3,7 @@
  * Every rule refuses a config configgen cannot honour, with a message that names the
  * key(s), the value(s), where they were set and what was expected, so a bad combination
  * fails at generation time. Invariants of a resolved qt_cg_settings: all sizes positive,
- * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW + cosine, dropless MoE
+ * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW, dropless MoE
  * with one shared expert, and the mesh: -1 axes resolve from num_ranks, the product must
  * be num_ranks, every axis a power of two; data, fsdp, tensor, expert and context execute
  * (pipeline is refused with a message). A message about a relation between keys blames
@@ -489,11 +489,7 @@ static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)
     t->lb_weight = (float)lb;
     if (strcmp(gets_(v, "opt_type"), "adamw"))
         return bad(v, "opt_type", "only adamw is supported");
-    if (strcmp(gets_(v, "lr_schedule_type"), "cosine"))
-        return bad(v, "lr_schedule_type", "only cosine (linear warmup + cosine decay) is "
-                   "supported");
-    if (getf(v, "z_loss_multiplier") != 0.0)
-        return bad(v, "z_loss_multiplier", "the z-loss is not supported; expected 0");
+    /* lr_schedule_type, z_loss_multiplier, eval_*: config/train_rules.c */
     if (getf(v, "capacity_factor") != -1.0)
         return bad(v, "capacity_factor", "only dropless routing is supported; expected -1");
     if (!getb(v, "sparse_matmul")) {
@@ -991,7 +987,8 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
         check_mesh(&v, s) || check_policies(&v, s) || check_rules(&v, s) ||
         check_packing(&v, s))
         return -1;
-    if (batch_split(&v, s) || check_vocab(&v, s)) return -1;
+    if (batch_split(&v, s) || check_vocab(&v, s) || qt_cg_train_rules(c, s, err, errlen))
+        return -1;
     s->batch_mask = 0;
     s->opt_mask = 0;
     /* the batch axes, in rank order: context last, the least significant (its ranks hold
