@@ -39,10 +39,19 @@ typedef struct qt_audit_kv {
     int n, cap;
 } qt_audit_kv;
 
+/* A held-out eval line ({"step":s,"eval_loss":L,...}, issue 33). */
+typedef struct qt_audit_eval {
+    int64_t step;
+    double loss;
+} qt_audit_eval;
+
 typedef struct qt_audit_metrics {
     const char *path;
     qt_audit_step *steps;
     int n_steps, cap;
+    qt_audit_eval *evals;      /* eval lines, in file order (not step lines: runs and
+                                  compare look at steps only) */
+    int n_evals, eval_cap;
     int n_manifests;
     qt_audit_kv manifest;      /* the first manifest line, flattened (empty if none) */
 } qt_audit_metrics;

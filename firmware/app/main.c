@@ -25,6 +25,7 @@
 #include "io/qt_io.h"
 #include "io/hf_config.h"
 #include "runtime/qt_runtime.h"
+#include "qt_app_eval.h"
 
 #define QT_EXIT_ERR 1
 #define QT_EXIT_ARG 2
@@ -103,6 +104,7 @@ static int qt_main_finish(int code)
         }
         qt_main_state.metrics = NULL;
     }
+    qt_app_eval_close();
     if (qt_main_state.data_open) qt_data_close(&qt_main_state.data);
     qt_checkpoint_unlock();
     if (qt_main_state.plan && qt_main_state.rank == 0) {
@@ -500,6 +502,7 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
         st = qt_data_open(&qt_main_state.data, cli->data, cli->data_dtype, p->model.vocab,
                           p->train.seq_len);
         qt_main_state.data_open = st == QT_OK;
+        if (st == QT_OK) st = qt_app_eval_open(p, cli, &qt_main_state.data, rank);
         if (qt_main_agree("opening the data", st) != QT_OK) return QT_EXIT_ERR;
     }
     if (st == QT_OK && cli->save)
@@ -653,7 +656,7 @@ static int qt_main_after_step(const qt_plan *p, const qt_cli *cli, const qt_step
 /* The training loop: steps start .. end-1, each checked against the data file before and
  * after, reported and (save_every=) checkpointed; then one summary line. Returns
  * QT_MAIN_GO or the exit code; a collective failure on a mesh aborts the job here. */
-static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int64_t end)
+static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int64_t *end)
 {
     const int rank = qt_main_state.rank;
     double first_loss = 0.0, last_loss = 0.0;
@@ -668,8 +671,8 @@ static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int
         return QT_EXIT_ERR;
     }
     qt_runtime_mark_steps(1);
-    for (int64_t step = start; step < end; step++) {
-        if (rank == 0) qt_main_pass_begins(p, step, end);
+    for (int64_t step = start; step < *end; step++) {
+        if (rank == 0) qt_main_pass_begins(p, step, *end);
         before = qt_main_coll_now();
         rc = qt_runtime_step(p, step, &m);
         qt_main_coll_add(QT_MAIN_COLL_STEPS, before);
@@ -681,14 +684,22 @@ static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int
         }
         if (step == start) first_loss = m.loss;
         last_loss = m.loss;
-        if (qt_main_after_step(p, cli, &m, step, end, qt_data_check(&qt_main_state.data)) !=
+        if (qt_main_after_step(p, cli, &m, step, *end, qt_data_check(&qt_main_state.data)) !=
             QT_MAIN_GO)
             return QT_EXIT_ERR;
+        int stop = 0;
+        if (qt_app_eval_due(p, step) &&
+            qt_app_eval_run(p, step, *end, qt_main_state.metrics, cli->metrics, &stop) != QT_OK) {
+            qt_runtime_mark_steps(0);
+            return QT_EXIT_ERR;
+        }
+        if (stop) *end = step + 1;   /* target_eval_loss reached: the final save is here */
     }
     qt_runtime_mark_steps(0);
     if (rank == 0)
         fprintf(stderr, "qtrain: trained steps %lld..%lld: loss %.6f -> %.6f\n",
-                (long long)start + 1, (long long)end, first_loss, last_loss);
+                (long long)start + 1, (long long)*end, first_loss, last_loss);
+    if (rank == 0) qt_app_eval_summary(stderr);
     return QT_MAIN_GO;
 }
 
@@ -706,7 +717,7 @@ int main(int argc, char **argv)
     int64_t start = 0, end = 0;
     code = qt_main_inputs(p, &cli, argc, argv, &start, &end);
     if (code == QT_MAIN_GO && cli.dump_grads) code = qt_main_dump_grads(p, &cli, start);
-    if (code == QT_MAIN_GO && start < end) code = qt_main_train(p, &cli, start, end);
+    if (code == QT_MAIN_GO && start < end) code = qt_main_train(p, &cli, start, &end);
     if (code != QT_MAIN_GO) return qt_main_finish(code);
     /* the final checkpoint: at `end`, or at `start` when no step ran */
     const int64_t step = start < end ? end : start;

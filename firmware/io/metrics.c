@@ -30,6 +30,7 @@
 #include "qt_io.h"
 #include "qt_err.h"
 #include "qt_plan.h"
+#include "math/qt_math.h"
 
 #define QT_METRICS_TAIL 4096
 #define QT_METRICS_HEAD 128
@@ -80,6 +81,29 @@ void qt_metrics_write(FILE *f, const qt_step_metrics *m)
         fputc(']', f);
     }
     fprintf(f, ",\"fingerprint\":\"0x%016llx\"}\n", (unsigned long long)m->fingerprint);
+    fflush(f);
+}
+
+void qt_metrics_write_eval(FILE *f, const qt_eval_metrics *e)
+{
+    uint32_t lb;
+    memcpy(&lb, &e->loss_f32, 4);
+    fprintf(f, "{\"step\":%lld", (long long)e->step);
+    qt_num(f, "eval_loss", e->loss, 9);
+    qt_num(f, "eval_perplexity", qt_exp(e->loss), 9);
+    fprintf(f, ",\"eval_tokens\":%lld,\"eval_loss_bits\":\"0x%08x\"", (long long)e->tokens,
+            (unsigned)lb);
+    fprintf(f, ",\"eval_batches\":%lld", (long long)e->batches);
+    qt_num(f, "eval_s", e->seconds, 9);
+    fputs("}\n", f);
+    fflush(f);
+}
+
+void qt_progress_print_eval(FILE *f, const qt_eval_metrics *e, int64_t total_steps)
+{
+    fprintf(f, "eval after step %lld/%lld  eval_loss %.6f  perplexity %.4g  (%lld targets, "
+            "%.2f s)\n", (long long)(e->step + 1), (long long)total_steps, e->loss,
+            qt_exp(e->loss), (long long)e->tokens, e->seconds);
     fflush(f);
 }
 

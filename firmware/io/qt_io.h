@@ -193,6 +193,13 @@ void qt_data_close(qt_data *d);
 /* One JSON object per line: {"step":..,"loss":..,"loss_bits":"0x..","grad_norm":..,"lr":..,
  * "tokens_per_s":..,"step_s":..,"tokens":..,"fingerprint":"0x.."}. */
 void qt_metrics_write(FILE *f, const qt_step_metrics *m);
+/* One held-out evaluation as a metrics line (issue 33): {"step":s,"eval_loss":L,
+ * "eval_perplexity":exp(L),"eval_tokens":N,"eval_loss_bits":"0x..","eval_batches":n,
+ * "eval_s":t}; s is the training step it followed, so the resume and truncation rules of
+ * step lines cover it. */
+void qt_metrics_write_eval(FILE *f, const qt_eval_metrics *e);
+/* Its progress line on f: "eval after step s/total  eval_loss L  perplexity P ...". */
+void qt_progress_print_eval(FILE *f, const qt_eval_metrics *e, int64_t total_steps);
 /* The run manifest: the first metrics line of every run (fresh or resumed), written once
  * before its first step. Strings may be NULL (written as null). */
 typedef struct qt_manifest {

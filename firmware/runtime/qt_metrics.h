@@ -31,4 +31,17 @@ typedef struct qt_step_metrics {
     int64_t moe_dropped_layer[QT_METRICS_MAX_LAYERS];
 } qt_step_metrics;
 
+/* The record of one held-out evaluation (issue 33; qt_runtime_eval fills it, io/metrics.c
+ * writes it as {"step":s,"eval_loss":...}): loss is MaxText's eval/avg_loss, the masked
+ * cross entropy summed exactly over the whole pass / the targets counted (loss_f32 widened,
+ * as the training loss). */
+typedef struct qt_eval_metrics {
+    int64_t step;              /* the training step after whose update it ran (0-based) */
+    double loss;
+    float loss_f32;
+    int64_t tokens;            /* targets with a loss over the pass (eval_tokens) */
+    int64_t batches;           /* eval batches read (from the eval file's start) */
+    double seconds;
+} qt_eval_metrics;
+
 #endif

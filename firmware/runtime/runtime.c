@@ -45,6 +45,8 @@ static struct {
     const qt_kernel_entry *table;
     qt_token_fill_fn tokens;     /* the token source (qt_runtime_set_tokens) and its data */
     const void *tokens_src;
+    qt_token_fill_fn eval_tokens; /* the held-out eval's source (qt_runtime_set_eval_tokens) */
+    const void *eval_src;
     qt_ctx ctx;                  /* the plan, arena and this rank's mesh coordinates */
     int status;                  /* ctx.status: first error of an op inside a step */
     int64_t batch_index;         /* this rank's block of the global batch */
@@ -68,6 +70,12 @@ void qt_runtime_set_tokens(qt_token_fill_fn fill, const void *src)
 {
     qt_rt.tokens = fill;
     qt_rt.tokens_src = src;
+}
+
+void qt_runtime_set_eval_tokens(qt_token_fill_fn fill, const void *src)
+{
+    qt_rt.eval_tokens = fill;
+    qt_rt.eval_src = src;
 }
 
 static const qt_kernel_entry *qt_runtime_table(void)
@@ -218,6 +226,9 @@ double qt_runtime_lr(const qt_plan *p, int64_t t)
     double peak = qt_rt.opts.lr_override >= 0.0f ? (double)qt_rt.opts.lr_override
                                                  : (double)p->train.lr;
     int64_t n = qt_rt.opts.total_steps > 0 ? qt_rt.opts.total_steps : p->train.schedule_steps;
+    if (p->train.lr_schedule == 1)
+        return qt_lr_schedule_wsd(t, peak, n, p->train.wsd_warmup, p->train.wsd_decay,
+                                  (double)p->train.final_frac, p->train.wsd_cosine);
     return qt_lr_schedule(t, peak, n, (double)p->train.warmup_frac, (double)p->train.final_frac);
 }
 
@@ -327,6 +338,63 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     m->loss_tokens = (int64_t)n_tok;
     m->packed = p->packing != 0;
     m->lr = qt_runtime_lr(p, step);
+    return QT_OK;
+}
+
+int64_t qt_runtime_eval_batch(const qt_plan *p)
+{
+    int64_t R = 1;   /* the sequence groups: the batch axes but context */
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        if ((p->batch_mask & (1u << a)) && a != QT_MESH_CONTEXT) R *= p->mesh[a];
+    return p->train.eval_interval > 0 ? p->train.eval_batch * R : 0;
+}
+
+/* The eval's sequences: in eval batch e, the rank's sequence group reads the contiguous block
+ * [index * eval_batch, (index + 1) * eval_batch) of the eval batch's global sequences, in
+ * chunks of micro_batch; any split gives the same exact sums. */
+int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_metrics *e)
+{
+    if (!qt_rt.eval_tokens || p->train.eval_interval <= 0 || p != qt_rt.plan) return QT_E_PLAN;
+    const qt_kernel_entry *table = qt_runtime_table();
+    const qt_ctx *ctx = &qt_rt.ctx;
+    const int64_t b = p->train.micro_batch, S = p->train.seq_len;
+    const int64_t Bg = qt_runtime_eval_batch(p), per = p->train.eval_batch;
+    const int64_t St = qt_plan_tokens_per_seq(p), t0 = St * ctx->coord[QT_MESH_CONTEXT];
+    const double tstart = qt_runtime_now();
+    qt_step_metrics sm;
+    memset(&sm, 0, sizeof sm);
+    qt_step_state st = {step, 0, &sm};
+    qt_exact loss, cnt;
+    qt_exact_clear(&loss);
+    qt_exact_clear(&cnt);
+    for (int64_t eb = 0; eb < n_batches; eb++)
+        for (int64_t k = 0; k < per / b; k++) {
+            const int64_t first = qt_rt.batch_index * per + k * b;
+            int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
+            int rc = qt_rt.eval_tokens(qt_rt.eval_src, eb, Bg, first, b, S, t0, St,
+                                       p->pack_eos, qt_i32(ctx, p->tokens), tg, pos);
+            if (rc) return rc;
+            if (pos) { /* packed: the targets with a loss, as in training */
+                int64_t n = 0;
+                for (int64_t i = 0; i < b * St; i++) n += tg[i] >= 0;
+                qt_exact_add_f(&cnt, (float)n);
+            }
+            qt_interp_run_forward(ctx, table, p->train.eval_fwd_ops, &st);
+            if (qt_rt.status) return qt_rt.status;
+            const float *ls = qt_f32(ctx, p->loss_seq);
+            for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&loss, ls[s]);
+        }
+    int rc = qt_step_exact_merge(p->batch_mask, &loss);
+    if (!rc && p->packing) rc = qt_step_exact_merge(p->batch_mask, &cnt);
+    if (rc) return rc;
+    const double n_all = (double)(n_batches * Bg * S);
+    const double n_tok = p->packing ? qt_exact_value(&cnt) : n_all;
+    e->step = step;
+    e->loss_f32 = (float)(qt_exact_value(&loss) / (n_tok > 1.0 ? n_tok : 1.0));
+    e->loss = (double)e->loss_f32;
+    e->tokens = (int64_t)n_tok;
+    e->batches = n_batches;
+    e->seconds = qt_runtime_now() - tstart;
     return QT_OK;
 }
 

@@ -154,6 +154,28 @@ static void layout_line(qt_cg_buf *b, const qt_cg_graph *g, int i)
     qt_cg_buf_printf(b, "  %s\n", t->name);
 }
 
+/* The adamw line of a WSD plan (issue 33): the phases by step (0-based, as the schedule
+ * counts them; the progress lines count from 1). */
+static void wsd_line(qt_cg_buf *b, const qt_train_cfg *t)
+{
+    const long long L = t->schedule_steps, W = t->wsd_warmup, D = t->wsd_decay;
+    qt_cg_buf_printf(b, "  adamw: lr %g, b1 %g, b2 %g, eps %g, wd %g, clip %g; steps %lld; load "
+                     "balance %g\n", (double)t->lr, (double)t->adam_b1, (double)t->adam_b2,
+                     (double)t->adam_eps, (double)t->weight_decay, (double)t->clip,
+                     (long long)t->steps, (double)t->lb_weight);
+    qt_cg_buf_printf(b, "  wsd schedule over %lld steps (0-based): ", L);
+    if (W > 0) qt_cg_buf_printf(b, "warmup %lld..%lld (lr peak x t/%lld, 0 at step 0), ", 0ll,
+                                W - 1, W);
+    if (L - W - D > 0) qt_cg_buf_printf(b, "stable %lld..%lld (lr %g), ", W, L - D - 1,
+                                        (double)t->lr);
+    if (D > 1) qt_cg_buf_printf(b, "%s decay %lld..%lld (to %g x lr at step %lld), ",
+                                t->wsd_cosine ? "cosine" : "linear", L - D, L - 1,
+                                (double)t->final_frac, L - 1);
+    else if (D == 1) qt_cg_buf_printf(b, "decay of one step, %lld (the peak: a one-step decay "
+                                      "ends where it starts), ", L - 1);
+    qt_cg_buf_printf(b, "lr 0 from step %lld\n", L);
+}
+
 static void schedule(qt_cg_buf *b, const qt_cg_graph *g, const char *title, const qt_op *ops,
                      int n, int n_fwd)
 {
@@ -769,12 +791,25 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
                      qt_cg_s(t->micro_batch), (long long)t->seq_len, (long long)t->grad_accum,
                      t->grad_accum == 1 ? "" : "es", (long long)t->global_batch,
                      qt_cg_s(t->global_batch), (long long)(t->global_batch * t->seq_len));
-    qt_cg_buf_printf(b, "  adamw: lr %g, b1 %g, b2 %g, eps %g, wd %g, clip %g; cosine schedule "
+    if (t->lr_schedule) wsd_line(b, t);
+    else qt_cg_buf_printf(b, "  adamw: lr %g, b1 %g, b2 %g, eps %g, wd %g, clip %g; cosine schedule "
                      "over %lld steps (warmup %g, final %g); steps %lld; load balance %g\n",
                      (double)t->lr, (double)t->adam_b1, (double)t->adam_b2, (double)t->adam_eps,
                      (double)t->weight_decay, (double)t->clip, (long long)t->schedule_steps,
                      (double)t->warmup_frac, (double)t->final_frac, (long long)t->steps,
                      (double)t->lb_weight);
+    if (t->eval_interval > 0)
+        qt_cg_buf_printf(b, "  eval (held-out, eval_data=): after step s >= %lld with (s - %lld) %% "
+                         "%lld == 0 (0-based), %lld eval batch%s of %lld sequence%s per sequence "
+                         "group (%lld forward%s of the microbatch each); target_eval_loss %g; "
+                         "the forward is microbatch ops 0..%d on the microbatch's own tensors "
+                         "(arena map below): no memory of its own\n", (long long)t->eval_start,
+                         (long long)t->eval_start, (long long)t->eval_interval,
+                         (long long)t->eval_steps, t->eval_steps == 1 ? "" : "es (-1: the "
+                         "whole eval file)", (long long)t->eval_batch, qt_cg_s(t->eval_batch),
+                         (long long)(t->eval_batch / t->micro_batch),
+                         qt_cg_s(t->eval_batch / t->micro_batch),
+                         (double)t->target_eval_loss, g->n_fwd - 1);
     if (s->m.n_layers > s->m.n_layers / (s->m.cycle > 0 ? s->m.cycle : 1))
         qt_cg_buf_printf(b, "  delta rule (GDN core): %s (gdn_core_algorithm; the recurrent form "
                          "measured faster at Dk = Dv = 64 and 128, docs/bench.md)\n",
