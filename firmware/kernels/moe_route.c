@@ -6,6 +6,8 @@
  * order: slots increasing, experts increasing, tokens increasing. The load-balance term
  * only ever reads the tokens of its own sequence. The capacity queue (qt_moe_capacity) counts
  * per sequence in (token, slot) order, integers only: its decisions never depend on floats.
+ * A sequence split over context ranks continues the earlier ranks' counts (qt_moe_capacity_from's
+ * base: their per-expert counts, an exclusive prefix), so every rank decides as one rank does.
  */
 #include "moe_route.h"
 #include "qt_real.h"
@@ -113,10 +115,18 @@ void QT_FN(qt_moe_route_bwd)(qt_real *dlogits, const qt_real *dp, const qt_real 
 void QT_FN(qt_moe_capacity)(int32_t *kidx, int32_t *drops, const int32_t *idx, int64_t T,
                             int64_t E, int64_t k, int64_t S, int64_t C)
 {
+    QT_FN(qt_moe_capacity_from)(kidx, drops, idx, 0, T, E, k, S, C);
+}
+
+void QT_FN(qt_moe_capacity_from)(int32_t *kidx, int32_t *drops, const int32_t *idx,
+                                 const int32_t *base, int64_t T, int64_t E, int64_t k,
+                                 int64_t S, int64_t C)
+{
     int64_t count[QT_MOE_MAX_EXPERTS];
     for (int64_t s = 0; s < T / S; s++) {
         int32_t dropped = 0;
-        for (int64_t e = 0; e < E && e < QT_MOE_MAX_EXPERTS; e++) count[e] = 0;
+        for (int64_t e = 0; e < E && e < QT_MOE_MAX_EXPERTS; e++)
+            count[e] = base ? base[s * E + e] : 0;
         for (int64_t r = s * S * k; r < (s + 1) * S * k; r++) {
             const int32_t e = idx[r];
             const int keep = E <= QT_MOE_MAX_EXPERTS && e >= 0 && e < E && ++count[e] <= C;
@@ -125,4 +135,12 @@ void QT_FN(qt_moe_capacity)(int32_t *kidx, int32_t *drops, const int32_t *idx, i
         }
         if (drops) drops[s] += dropped;
     }
+}
+
+void QT_FN(qt_moe_capacity_counts)(int32_t *cnt, const int32_t *idx, int64_t T, int64_t E,
+                                   int64_t k, int64_t S)
+{
+    for (int64_t i = 0; i < (T / S) * E; i++) cnt[i] = 0;
+    for (int64_t r = 0; r < T * k; r++)
+        if (idx[r] >= 0 && idx[r] < E) cnt[(r / (S * k)) * E + idx[r]]++;
 }

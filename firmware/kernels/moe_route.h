@@ -50,6 +50,23 @@ void qt_moe_capacity(int32_t *kidx, int32_t *drops, const int32_t *idx, int64_t 
 void qt_moe_capacity_f64(int32_t *kidx, int32_t *drops, const int32_t *idx, int64_t T,
                          int64_t E, int64_t k, int64_t S, int64_t C);
 
+/* The same queue continued from base[(T/S) x E] (NULL: zeros): sequence s's expert e has
+ * already taken base[s*E + e] assignments before row s*S (context parallelism: the counts of
+ * the sequence's tokens on the earlier context ranks, MOE_CAPACITY's exclusive prefix). */
+void qt_moe_capacity_from(int32_t *kidx, int32_t *drops, const int32_t *idx,
+                          const int32_t *base, int64_t T, int64_t E, int64_t k, int64_t S,
+                          int64_t C);
+void qt_moe_capacity_from_f64(int32_t *kidx, int32_t *drops, const int32_t *idx,
+                              const int32_t *base, int64_t T, int64_t E, int64_t k, int64_t S,
+                              int64_t C);
+
+/* cnt[(T/S) x E] = per sequence of S rows, each expert's pre-drop assignment count in idx
+ * (ids outside [0, E) not counted). */
+void qt_moe_capacity_counts(int32_t *cnt, const int32_t *idx, int64_t T, int64_t E, int64_t k,
+                            int64_t S);
+void qt_moe_capacity_counts_f64(int32_t *cnt, const int32_t *idx, int64_t T, int64_t E,
+                                int64_t k, int64_t S);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,7 +8,10 @@
  * sequence's rows are its packed rows instead. When the plan gives the BWD op its dgu slot, the BWD
  * parks d(gu) there and the WGRAD reads it instead of recomputing it (same bits).
  * Token dropping (MOE_CAPACITY) turns dropped assignments into expert id -1, which the expert
- * kernels and the exchange skip, and MOE_COMBINE skips their slots.
+ * kernels and the exchange skip, and MOE_COMBINE skips their slots. Under context
+ * parallelism it first all-gathers the context group's per-sequence expert counts (integers)
+ * and continues the queue from the earlier blocks' sum, so a split sequence keeps one rank's
+ * token order; a failed exchange stops the step through ctx->status.
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +20,8 @@
 #include "../kernels/moe_route.h"
 #include "../kernels/expert_ffn.h"
 #include "../kernels/moe_combine.h"
+#include "../comm/qt_coll.h"
+#include "base/qt_err.h"
 
 void qt_op_moe_route_fwd(const qt_op *op, const qt_ctx *ctx)
 {
@@ -163,7 +168,37 @@ void qt_op_moe_combine_bwd(const qt_op *op, const qt_ctx *ctx)
         QT_A(op, MOE_COMBINE_BWD, k), QT_A(op, MOE_COMBINE_BWD, d));
 }
 
-/* MOE_CAPACITY: the drops slot is optional (the metrics' per-layer counts). */
+/* MOE_CAPACITY's context form: base[b x E] = per sequence and expert, the assignments of
+ * the sequence's tokens on context blocks 0..c-1 (an exclusive prefix over the group, all
+ * integers), in the scratch's block c. Returns base, or 0 with *rc set. */
+static const int32_t *qt_moe_capacity_prefix(const qt_op *op, const qt_ctx *ctx, int *rc)
+{
+    const int64_t T = QT_A(op, MOE_CAPACITY, T), S = QT_A(op, MOE_CAPACITY, S),
+                  E = QT_A(op, MOE_CAPACITY, E), n = T / S * E;
+    const unsigned mask = (unsigned)QT_A(op, MOE_CAPACITY, mask);
+    int32_t *buf = qt_i32(ctx, QT_T(op, MOE_CAPACITY, scratch));
+    const int c = qt_comm_group_index(mask), R = qt_comm_group_size(mask);
+    *rc = c < 0 ? c : R < 0 ? R : QT_OK;
+    if (!*rc && R != QT_A(op, MOE_CAPACITY, ctx))
+        *rc = qt_fail(QT_E_PLAN, "token dropping: context group mask 0x%x has %d ranks, the "
+                      "op's context degree is %lld", mask, R,
+                      (long long)QT_A(op, MOE_CAPACITY, ctx));
+    if (*rc) return 0;
+    qt_moe_capacity_counts(buf + c * n, qt_i32(ctx, QT_T(op, MOE_CAPACITY, idx)), T, E,
+                           QT_A(op, MOE_CAPACITY, k), S);
+    *rc = qt_coll_all_gather(mask, buf, n * (int64_t)sizeof(int32_t));
+    if (*rc) return 0;
+    int32_t *base = buf + c * n;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t sum = 0;
+        for (int j = 0; j < c; j++) sum += buf[j * n + i];
+        base[i] = sum;
+    }
+    return base;
+}
+
+/* MOE_CAPACITY: the drops slot is optional (the metrics' per-layer counts); with a context
+ * degree > 1 the queue continues the earlier context blocks' counts. */
 void qt_op_moe_capacity(const qt_op *op, const qt_ctx *ctx)
 {
     const int64_t b = QT_A(op, MOE_CAPACITY, T) / QT_A(op, MOE_CAPACITY, S);
@@ -171,22 +206,47 @@ void qt_op_moe_capacity(const qt_op *op, const qt_ctx *ctx)
                          ? qt_i32(ctx, QT_T(op, MOE_CAPACITY, drops)) +
                                QT_A(op, MOE_CAPACITY, layer) * b
                          : 0;
-    qt_moe_capacity(qt_i32(ctx, QT_T(op, MOE_CAPACITY, kidx)), drops,
-                    qt_i32(ctx, QT_T(op, MOE_CAPACITY, idx)), QT_A(op, MOE_CAPACITY, T),
-                    QT_A(op, MOE_CAPACITY, E), QT_A(op, MOE_CAPACITY, k),
-                    QT_A(op, MOE_CAPACITY, S), QT_A(op, MOE_CAPACITY, C));
+    const int32_t *base = 0;
+    if (QT_A(op, MOE_CAPACITY, ctx) > 1) {
+        int rc = QT_OK;
+        base = qt_moe_capacity_prefix(op, ctx, &rc);
+        if (rc) {
+            if (ctx->status && !*ctx->status) *ctx->status = rc;
+            return;
+        }
+    }
+    qt_moe_capacity_from(qt_i32(ctx, QT_T(op, MOE_CAPACITY, kidx)), drops,
+                         qt_i32(ctx, QT_T(op, MOE_CAPACITY, idx)), base,
+                         QT_A(op, MOE_CAPACITY, T), QT_A(op, MOE_CAPACITY, E),
+                         QT_A(op, MOE_CAPACITY, k), QT_A(op, MOE_CAPACITY, S),
+                         QT_A(op, MOE_CAPACITY, C));
 }
 
 /* The per-expert queue counters live on the kernel's stack (moe_route.h). */
 int qt_check_moe_capacity(const qt_plan *p, const qt_op *op, qt_check_state *st)
 {
-    (void)p;
     const int64_t E = QT_A(op, MOE_CAPACITY, E), S = QT_A(op, MOE_CAPACITY, S),
                   T = QT_A(op, MOE_CAPACITY, T), C = QT_A(op, MOE_CAPACITY, C);
     if (E < 1 || E > QT_MOE_MAX_EXPERTS || S < 1 || T % S || C < 1) {
         snprintf(st->why, sizeof st->why, "token dropping with %lld experts (kernel limit %d), "
                  "%lld tokens in sequences of %lld, capacity %lld", (long long)E,
                  QT_MOE_MAX_EXPERTS, (long long)T, (long long)S, (long long)C);
+        return 1;
+    }
+    /* the context form: the group's size from the plan's mesh, a scratch of Cc x b x E I32 */
+    const int64_t Cc = QT_A(op, MOE_CAPACITY, ctx), mask = QT_A(op, MOE_CAPACITY, mask);
+    if (Cc <= 1) return 0;
+    int64_t R = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        if (mask & (1ll << a)) R *= p->mesh[a];
+    const int32_t ts = QT_T(op, MOE_CAPACITY, scratch);
+    if (mask <= 0 || mask >= (1ll << QT_MESH_COUNT) || R != Cc || ts < 0 ||
+        ts >= p->n_tensors || p->tensors[ts].dtype != QT_I32 ||
+        p->tensors[ts].numel < Cc * (T / S) * E) {
+        snprintf(st->why, sizeof st->why, "token dropping over a context group: mask 0x%llx "
+                 "(%lld ranks on this mesh), context degree %lld, scratch t3 = %d (needs an "
+                 "I32 tensor of >= %lld elements)", (long long)mask, (long long)R,
+                 (long long)Cc, (int)ts, (long long)(Cc * (T / S) * E));
         return 1;
     }
     return 0;

@@ -251,7 +251,6 @@ row "configgen" "configgen test-next-cap1.yml capacity_factor=0.1" "$E40: config
 row "configgen" "configgen test-next-cap1.yml capacity_factor=nan" "$E40: configgen: a non-finite capacity_factor" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=nan
 row "configgen" "configgen test-next-cap1.yml capacity_factor=1e39" "$EC" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=1e39
 row "configgen" "configgen test-next-tiny.yml ragged_buffer_factor=2.0" "$E40: configgen: ragged_buffer_factor > 0" cg $RUN ragged_buffer_factor=2.0
-row "configgen" "configgen test-next-cap1.yml num_ranks=2 ici_context_parallelism=2 per_device_batch_size=0.5" "$EC" cg configgen/configs/runs/test-next-cap1.yml num_ranks=2 ici_context_parallelism=2 per_device_batch_size=0.5 load_balance_loss_weight=0
 row "configgen" "configgen /dev/zero" "$E40: configgen: /dev/zero" timeout 20 $CG -o $W/gen /dev/zero
 row "configgen" "configgen $W/adir (a directory)" "$E40: configgen: a directory" cg $W/adir
 row "configgen" "configgen $W/empty.yml (an empty run file)" "$ENOM" cg $W/empty.yml

@@ -440,7 +440,6 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"capacity_factor=1e39", "sparse_matmul=false", "capacity_factor=1e39 (command line): is inf in float32"},
         {"capacity_factor=nan", "sparse_matmul=false", "capacity_factor: value nan is not a number"},
         {"capacity_factor=1", "sparse_matmul=false|num_experts=2048", "token dropping with num_experts=2048"},
-        {"capacity_factor=1", "sparse_matmul=false|ici_context_parallelism=2|num_ranks=2|per_device_batch_size=0.5", "token dropping with context parallelism 2 is not planned yet"},
         {"per_device_batch_size=0", NULL, "per_device_batch_size=0 (command line): expected > 0 (sequences per rank; a fraction when tensor ranks share sequences)"},
         {"per_device_batch_size=abc", NULL, "per_device_batch_size: value abc is not a number"},
         {"per_device_batch_size=2.5", NULL, "per_device_batch_size=2.5 (command line): 2.5 sequences per rank x 1 tensor ranks sharing them (ici_tensor_parallelism=1 (configgen/configs/base.yml:72)) = 2.5 per batch group; expected a whole number >= 1"},

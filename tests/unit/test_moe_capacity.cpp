@@ -30,6 +30,36 @@ TEST(MoeCapacity, QueueTakesTokenThenSlotOrderPerSequence)
     for (int i = 0; i < 16; i++) LONGS_EQUAL(idx[i], kidx[i]);
 }
 
+// Context parallelism: a sequence split into blocks, each block's queue continued from the
+// earlier blocks' per-expert counts (qt_moe_capacity_counts, summed: MOE_CAPACITY's exclusive
+// prefix), decides exactly as the whole sequence; a block-local queue (no base) would not.
+TEST(MoeCapacity, BlocksContinuedFromThePrefixCountsDecideAsTheWholeSequence)
+{
+    // the two sequences of the first test as one batch of S = 4, each cut into 2 blocks of 2
+    const int32_t idx[16] = {0, 1, 0, 1, 0, 1, 2, 0, 2, 0, 2, 0, 1, 2, 0, 1};
+    int32_t whole[16], split[16], local[16], base[6], drops[2] = {0, 0}, dsplit = 0;
+    qt_moe_capacity(whole, drops, idx, 8, 3, 2, 4, 2);
+    for (int s = 0; s < 2; s++) {
+        const int32_t *b0 = idx + s * 8, *b1 = idx + s * 8 + 4; // blocks 0 and 1 of seq s
+        int32_t d[1] = {0};
+        qt_moe_capacity_from(split + s * 8, d, b0, NULL, 2, 3, 2, 2, 2);
+        qt_moe_capacity_counts(base, b0, 2, 3, 2, 2);
+        qt_moe_capacity_from_f64(split + s * 8 + 4, d, b1, base, 2, 3, 2, 2, 2);
+        qt_moe_capacity(local + s * 8 + 4, NULL, b1, 2, 3, 2, 2, 2);
+        dsplit += d[0];
+    }
+    for (int i = 0; i < 16; i++) LONGS_EQUAL(whole[i], split[i]);
+    LONGS_EQUAL(drops[0] + drops[1], dsplit);
+    LONGS_EQUAL(-1, whole[4]);   // seq 0, token 2, slot 0: dropped on the whole sequence
+    LONGS_EQUAL(0, local[4]);    // kept by a block-local queue: the prefix matters
+    // counts: one row per sequence of S rows, ids outside [0, E) ignored
+    const int32_t ids[6] = {2, 0, -1, 2, 1, 2};
+    qt_moe_capacity_counts(base, ids, 3, 3, 2, 3);
+    LONGS_EQUAL(1, base[0]);
+    LONGS_EQUAL(1, base[1]);
+    LONGS_EQUAL(3, base[2]);
+}
+
 // The chain of one MoE block's router side: L = sum(out * dout) + sum(lb_seq), out =
 // combine over the kept slots of softmax-over-k weights, lb from the pre-drop counts.
 static double chain_loss(const std::vector<double> &logits, const std::vector<double> &y,

@@ -110,12 +110,6 @@ int qt_cg_moe_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t 
                        "the capacity queue's per-expert counters hold at most 1024 experts "
                        "(firmware/kernels/moe_route.h); expected capacity_factor <= 0",
                        (long long)E);
-    if (s->mesh[QT_MESH_CONTEXT] > 1)
-        return moe_bad(c, err, errlen, "capacity_factor", "token dropping with context "
-                       "parallelism %d is not planned yet (each context rank would need the "
-                       "per-expert counts of the earlier ranks' tokens of the sequence: an "
-                       "exclusive prefix over the context group); expected capacity_factor "
-                       "<= 0 or ici_context_parallelism=1", (int)s->mesh[QT_MESH_CONTEXT]);
     s->moe_capacity = C;
     snprintf(s->moe_note, sizeof s->moe_note, "sparse_matmul=false, capacity_factor=%g: "
              "capacity C = int(max(ceil(%lld x %lld / %lld) x %g, %g)) = %lld assignments per "

@@ -509,10 +509,21 @@ static int32_t moe_capacity(qt_cg_graph *g, int l, int32_t idx, const qt_cg_dims
     snprintf(n, sizeof n, "L%d.moe.kept_idx", l);
     int32_t kidx = qt_cg_add_tensor(g, n, QT_ROLE_ACT, QT_I32, 3, SHP(D->b, D->S, D->k),
                                     AX(QT_LAX_ACT_BATCH, QT_LAX_ACT_LENGTH, 0));
+    /* a sequence split over context: each block's queue continues the earlier blocks'
+     * per-expert counts (the op all-gathers the group's counts: Cc x b x E integers) */
+    int32_t scr = QT_NONE;
+    if (D->C > 1) {
+        snprintf(n, sizeof n, "L%d.moe.capacity_scratch", l);
+        scr = qt_cg_add_tensor(g, n, QT_ROLE_SCRATCH, QT_I32, 1, SHP(D->C * D->b * D->E),
+                               AX(QT_LAX_NONE));
+    }
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_CAPACITY);
-    QT_CG_SET_T(op, MOE_CAPACITY, .kidx = kidx, .drops = g->moe_drops, .idx = idx);
+    QT_CG_SET_T(op, MOE_CAPACITY, .kidx = kidx, .drops = g->moe_drops, .idx = idx,
+                .scratch = scr);
     QT_CG_SET_A(op, MOE_CAPACITY, .T = D->T, .E = D->E, .k = D->k, .S = D->S,
-                .C = g->s->moe_capacity, .layer = l);
+                .C = g->s->moe_capacity, .layer = l,
+                .mask = D->C > 1 ? (int64_t)qt_cg_context_mask(g->s) : 0,
+                .ctx = D->C > 1 ? D->C : 0);
     return kidx;
 }
 
