@@ -6,7 +6,8 @@
 # queues their assignments (token, then top-k order) before any row leaves for its expert,
 # so data, fsdp, expert and tensor ranks, ZeRO-1 with accumulation, remat, scan, bf16 and
 # packed documents all reproduce the one-rank run: loss bits and fingerprint over 10 steps
-# (same_bits, run_all.sh). The one-rank cells must differ from the dropless plans (a cell
+# (same_bits, run_all.sh); checkpoints saved on EP2 resume on one rank and DP2 (at the end).
+# The one-rank cells must differ from the dropless plans (a cell
 # that drops nothing would pass vacuously), and every step of the one-rank run drops.
 #
 # Context parallelism (cap-ctx-*): a sequence split over context ranks still queues in token
@@ -58,3 +59,12 @@ check "capacity: context ranks drop what one rank drops (CP2, CP2 x EP2; blocks 
   cap_counts_agree cap-ctx-next-1r-nb4 cap-ctx-next-cp2 cap-ctx-next-cp2ep2-auto
 check "capacity: bf16 context ranks drop what one rank drops" \
   cap_counts_agree cap-ctx-b16-next-1r-nb4 cap-ctx-b16-next-cp2
+
+# Checkpoints across meshes with a capacity: the cap-next-* plans train the same global batch
+# (4 sequences of 16 tokens), so they share the state compatibility hash; a checkpoint saved on
+# EP2 at step 5 (expert shards gathered) resumes on one rank and on DP2, and steps 6..10 are
+# the uninterrupted one-rank run's bits (ckpt_resume, run_all.sh). The capacity holds no state.
+check "capacity: save on EP2 at step 5 (sharded directory), resume on one rank == 10 one-rank steps" \
+  ckpt_resume cap-next-1r cap-next-ep2 2 cap-next-1r 1
+check "capacity: save on EP2 at step 5, resume on DP2 == 10 one-rank steps" \
+  ckpt_resume cap-next-1r cap-next-ep2 2 cap-next-dp2 2
