@@ -164,6 +164,12 @@ check "aot: 80B FSDP32 x EP8 at 32768 tokens, dropless: over budget (the experts
   aot_case aot-next80-v5p512-8k "needs 112858.0 MiB per rank" next80-32k max_target_length=32768 run_name=next80-32k
 check "aot: 80B FSDP32 x EP8 at 32768 tokens, sparse_matmul false + capacity_factor 1.25: fits (64404 MiB) and compiles" \
   aot_case aot-next80-v5p512-8k fits next80-32k-cf125 max_target_length=32768 sparse_matmul=false capacity_factor=1.25 run_name=next80-32k-cf125
+# With a context axis (token dropping continues each block's queues from the earlier blocks'
+# counts): the 80B at 65536 tokens on context 8 x FSDP 4 x EP 8, over dropless (149830 MiB:
+# the experts' worst-case received rows), fits with capacity_factor 1.25 (C = 1600; a host
+# holds 819200 rows per layer instead of 4194304): 57572 MiB.
+check "aot: 80B CP8 x FSDP4 x EP8 at 65536 tokens, sparse_matmul false + capacity_factor 1.25: fits (57572 MiB) and compiles" \
+  aot_case aot-next80-v5p512-cp8-64k fits next80-cp8-64k-cf125 sparse_matmul=false capacity_factor=1.25 run_name=next80-cp8-64k-cf125
 
 # The same cases in bf16 (dtype=bfloat16, docs/precision.md: activations, matmul operands
 # and the gathered compute copy in bf16; fp32 master blocks, Adam, gradient trees, loss,
