@@ -207,6 +207,8 @@ def dims(cfg):
         ga=cfg['gradient_accumulation_steps'], steps=cfg['steps'],
         # packed documents (docs/data.md "Packed documents"): documents end at token eos
         packing=bool(cfg['packing']), eos=int(cfg['eos_id']),
+        # multi-token prediction (docs/model.md 1.8): depths and the loss factor
+        mtp=int(cfg['mtp_num_layers']), mtp_scale=float(cfg['mtp_loss_scaling_factor']),
     )
     if d['packing'] and not 0 <= d['eos'] < d['V']:
         raise ConfigError('eos_id=%d with packing: true: expected 0..%d' % (d['eos'], d['V'] - 1))
