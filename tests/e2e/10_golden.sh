@@ -14,3 +14,7 @@ check "golden qwen3-next tiny: step-0 gradients and 10-step losses vs PyTorch" g
 check "golden qwen3.5 tiny (split in_proj_qkv/z/b/a on disk) vs PyTorch" golden_run test-35-tiny
 check "golden qwen3-next tiny with load-balance loss vs PyTorch" golden_run test-next-lb
 check "golden qwen3-next tiny, chunked (WY) delta rule, vs PyTorch" golden_run test-next-chunked test-next-tiny
+# the multi-token-prediction head (docs/model.md 1.8): the mtp.* gradients and the per-step
+# mtp_loss (the head's CE mean) at the same tolerances as above
+check "golden qwen3-next tiny with the MTP head (mtp_num_layers 1) vs PyTorch" golden_run test-next-mtp
+check "golden qwen3.5 tiny with the MTP head (mtp.* names unprefixed) vs PyTorch" golden_run test-35-mtp
