@@ -60,7 +60,15 @@ static struct {
     char path[QT_SX_PATH_MAX];               /* load= argument resolved (st_index.c) */
     char note[QT_SX_PATH_MAX + 256];         /* why the moments do not load, printed once
                                                 the weights are known to fit */
+    int skip_mtp;                            /* a plan with the MTP head loading a file
+                                                without mtp.*: the head keeps its init */
 } qt_ck;
+
+/* Parameter i is the MTP head's and the file does not hold the head (qt_load_validate). */
+static int qt_load_skips(const qt_plan *p, int32_t i)
+{
+    return qt_ck.skip_mtp && !strncmp(p->params[i].name, "mtp.", 4);
+}
 
 /* ---- ranks ---- */
 
@@ -265,6 +273,7 @@ static int qt_load_check(const qt_plan *p, int h, const char *path, const char *
 {
     qt_ckpt_piece pc;
     for (int32_t i = 0; i < p->n_params; i++) {
+        if (qt_load_skips(p, i)) continue;
         int fused = qt_fused_in_file(p, h, i, prefix);
         for (int32_t k = 0, n = qt_ckpt_count(p, i, fused); k < n; k++) {
             qt_ckpt_piece_at(p, i, fused, k, &pc);
@@ -290,6 +299,7 @@ static void qt_load_copy(const qt_plan *p, int h, const char *prefix, int src)
 {
     qt_ckpt_piece pc;
     for (int32_t i = 0; i < p->n_params; i++) {
+        if (qt_load_skips(p, i)) continue;
         int fused = qt_fused_in_file(p, h, i, prefix);
         const int64_t rows = p->tensors[p->params[i].tensor].global_shape[0];
         const int64_t wr = qt_ckpt_window_rows(p, i), row = qt_ckpt_row_elems(p, i);
@@ -361,11 +371,17 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
                             int *load_opt)
 {
     int rc, has_opt = 0;
-    int32_t n = qt_st_count(h), skipped_mtp = 0, skipped_other = 0;
+    int32_t n = qt_st_count(h), skipped_mtp = 0, skipped_other = 0, has_mtp = 0;
     memset(qt_ck.used, 0, (size_t)n);
-    for (int32_t k = 0; k < n; k++)
+    for (int32_t k = 0; k < n; k++) {
         if (!strncmp(qt_st_at(h, k)->name, "optimizer.", 10))
             has_opt = 1;
+        has_mtp |= !strncmp(qt_st_at(h, k)->name, "mtp.", 4);
+    }
+    /* the MTP head (docs/model.md 1.8): a file without any mtp.* tensor leaves the plan's
+     * head as initialised (its Adam moments zero); a file with part of it is checked in
+     * full below, so a missing depth or a shape that disagrees is an error */
+    qt_ck.skip_mtp = p->mtp_layers > 0 && !has_mtp;
     if ((rc = qt_load_opt_decision(p, h, path, want_opt, has_opt, load_opt)))
         return rc;
     if ((rc = qt_load_check(p, h, path, "")))
@@ -377,7 +393,12 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
         const char *name = qt_st_at(h, k)->name;
         if (qt_ck.used[k])
             continue;
-        if (!strncmp(name, "mtp.", 4)) {
+        if (!strncmp(name, "mtp.", 4) && p->mtp_layers > 0) {
+            return qt_fail(QT_E_MISMATCH, "%s: tensor %s is not a parameter of plan %s, whose "
+                           "multi-token-prediction head has %d depth(s) (mtp_num_layers); a "
+                           "save would drop it: expected a plan with the checkpoint's depths",
+                           path, name, p->run_name ? p->run_name : "?", p->mtp_layers);
+        } else if (!strncmp(name, "mtp.", 4)) {
             skipped_mtp++;
         } else if ((p->model.decoder_block == 1 && !strncmp(name, "model.visual.", 13)) ||
                    (!*load_opt && !strncmp(name, "optimizer.", 10))) {
@@ -392,6 +413,9 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
     if (skipped_mtp)
         qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
                    path, (int)skipped_mtp);
+    if (qt_ck.skip_mtp)
+        qt_note("%s: holds no mtp.* tensors: the multi-token-prediction head (%d depth(s)) "
+                "starts from its initialisation", path, p->mtp_layers);
     if (skipped_other)
         qt_note("%s: skipped %d vision-tower or optimizer tensors", path,
                    (int)skipped_other);

@@ -716,6 +716,7 @@ static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const int32_t 
         hin = qt_cg_add_tensor(g, "head_in", QT_ROLE_ACT, QT_F32, 3, SHP(D->b, np * D->S, D->d),
                                AX(QT_LAX_ACT_BATCH, L, QT_LAX_ACT_EMBED));
         stack_op(g, QT_OP_STACK, hin, parts, np, blocks, Sb, D->d);
+        qt_cg_layout_declare(g, hin, QT_LAX_ACT_EMBED, QT_CG_WHOLE_EMBED);
     }
     matmul(g, logits, hin, w_head, D);
     QT_A(&g->mb[g->nmb - 1], MATMUL_FWD, M) = np * D->T;
