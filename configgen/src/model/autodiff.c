@@ -215,6 +215,24 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
         put_slots(op, (const int32_t[]){d1, d2, dy, f->t[1], f->t[2]}, 5);
         return 1;
     }
+    case QT_OP_ROPE_FWD: {
+        int32_t dy = dout(ad, FT(ROPE, y));
+        int32_t dx = dgrad(ad, FT(ROPE, x));
+        op = bwd(ad, QT_OP_ROPE_BWD, f);
+        QT_CG_SET_T(op, ROPE_BWD, .dx = dx, .dy = dy, .table = FT(ROPE, table));
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* The MTP head's stacking kinds (qt_ops.def STACK, SPLIT): each one's backward is the
+ * other's accumulating form; 0 when f is of another kind. */
+static int backward_stack(qt_cg_ad *ad, const qt_op *f)
+{
+    qt_op *op;
+    switch (f->kind) {
     case QT_OP_STACK: {
         /* the parts' gradient buffers first: dgrad emits their ZERO ops */
         int32_t dx[8];
@@ -235,13 +253,6 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
         op = bwd(ad, QT_OP_SPLIT_BWD, f);
         QT_T(op, SPLIT_BWD, dy) = dy;
         for (int64_t j = 0; j < QT_A(f, SPLIT, n); j++) op->t[QT_T_SPLIT_BWD_dx0 + j] = dx[j];
-        return 1;
-    }
-    case QT_OP_ROPE_FWD: {
-        int32_t dy = dout(ad, FT(ROPE, y));
-        int32_t dx = dgrad(ad, FT(ROPE, x));
-        op = bwd(ad, QT_OP_ROPE_BWD, f);
-        QT_CG_SET_T(op, ROPE_BWD, .dx = dx, .dy = dy, .table = FT(ROPE, table));
         return 1;
     }
     default:
@@ -524,7 +535,9 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
     default:
         break;
     }
-    if (backward_dense(ad, f) || backward_mixers(ad, f) || backward_moe(ad, f)) return;
+    if (backward_dense(ad, f) || backward_stack(ad, f) || backward_mixers(ad, f) ||
+        backward_moe(ad, f))
+        return;
     if (!ad->failed) {
         ad->failed = 1;
         qt_cg_fail(ad->err, ad->errlen, "internal error: no backward for op kind %s",
