@@ -433,7 +433,7 @@ run: deps
 	$(RUN_DTYPE_OK)
 	@$(MAKE) --no-print-directory $(BUILD)/$(RUN_DEFAULT)/qtrain $(AUDIT)
 	./$(BUILD)/$(RUN_DEFAULT)/qtrain steps=$${STEPS:-200} metrics=$(BUILD)/$(RUN_DEFAULT)/metrics.jsonl overwrite=1
-	@$(AUDIT) plot $(BUILD)/$(RUN_DEFAULT)/metrics.jsonl -o $(BUILD)/$(RUN_DEFAULT)/loss.png > /dev/null
+	@$(AUDIT) plot $(BUILD)/$(RUN_DEFAULT)/metrics.jsonl -o $(BUILD)/$(RUN_DEFAULT)/loss.png --overwrite > /dev/null
 	@echo "loss plot: $(BUILD)/$(RUN_DEFAULT)/loss.png"
 else
 run: deps
@@ -446,7 +446,7 @@ endif
 plot: deps
 	$(RUN_DTYPE_OK)
 	@$(MAKE) --no-print-directory $(AUDIT)
-	@$(AUDIT) plot $(BUILD)/$(RUN_DEFAULT)/metrics.jsonl -o $(BUILD)/$(RUN_DEFAULT)/loss.png > /dev/null
+	@$(AUDIT) plot $(BUILD)/$(RUN_DEFAULT)/metrics.jsonl -o $(BUILD)/$(RUN_DEFAULT)/loss.png --overwrite > /dev/null
 	@echo "loss plot: $(BUILD)/$(RUN_DEFAULT)/loss.png"
 
 test: deps

@@ -5,7 +5,8 @@
  * escapes beyond \uXXXX of control characters; nested objects (flattened to dotted keys)
  * and arrays (kept as raw text). Lines are read whole, whatever their length (getline).
  * Invariants: a step line must carry step, loss_bits and fingerprint, else the file is
- * refused naming the line number; the first manifest line is kept, later ones counted
+ * refused naming the line number; a held-out eval line (it carries eval_loss) is kept apart
+ * from the step lines; the first manifest line is kept, later ones counted
  * (a resumed run appends one per restart).
  */
 #include <stdlib.h>
@@ -167,6 +168,23 @@ int qt_audit_metrics_read(const char *path, qt_audit_metrics *m)
         if (qt_audit_flatten(line, &kv)) {
             fprintf(stderr, "qtrain-audit: %s:%ld: not a JSON object line\n", path, no);
             rc = QT_AUDIT_ERR;
+        } else if (qt_audit_kv_get(&kv, "eval_loss")) {
+            qt_audit_eval e = {0};
+            double step;
+            if (qt_num(qt_audit_kv_get(&kv, "step"), &step) ||
+                qt_num(qt_audit_kv_get(&kv, "eval_loss"), &e.loss)) {
+                fprintf(stderr, "qtrain-audit: %s:%ld: an eval line without step and "
+                        "eval_loss\n", path, no);
+                rc = QT_AUDIT_ERR;
+            } else {
+                e.step = (int64_t)step;
+                if (m->n_evals == m->eval_cap) {
+                    m->eval_cap = m->eval_cap ? 2 * m->eval_cap : 64;
+                    m->evals = realloc(m->evals, (size_t)m->eval_cap * sizeof *m->evals);
+                    if (!m->evals) { perror("qtrain-audit"); exit(QT_AUDIT_ERR); }
+                }
+                m->evals[m->n_evals++] = e;
+            }
         } else if (qt_audit_kv_get(&kv, "manifest")) {
             if (m->n_manifests++ == 0) m->manifest = kv;
             else qt_audit_kv_free(&kv);
@@ -209,9 +227,11 @@ int qt_audit_metrics_read(const char *path, qt_audit_metrics *m)
 void qt_audit_metrics_free(qt_audit_metrics *m)
 {
     free(m->steps);
+    free(m->evals);
     qt_audit_kv_free(&m->manifest);
     m->steps = NULL;
-    m->n_steps = 0;
+    m->evals = NULL;
+    m->n_steps = m->n_evals = 0;
 }
 
 /* Sign-magnitude bits to a monotone line: negatives mirrored below zero. */

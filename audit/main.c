@@ -19,9 +19,10 @@ static int qt_audit_usage(FILE *f)
             "         files, checkpoint directories or *.index.json, in any combination\n"
             "       qtrain-audit grads A B [--all]\n"
             "         the same for dump_grads= files; names the earliest differing layer\n"
-            "       qtrain-audit plot M.jsonl [M2.jsonl] -o OUT.png\n"
+            "       qtrain-audit plot M.jsonl [M2.jsonl] -o OUT.png [--overwrite]\n"
             "         loss, grad norm, learning rate and tokens/s against step (gnuplot);\n"
-            "         two files are overlaid\n"
+            "         two files are overlaid, titled with their runs; an existing OUT.png\n"
+            "         is replaced only with --overwrite\n"
             "exit status: 0 bit-identical (plot: written), 1 different, 2 error\n");
     return QT_AUDIT_ERR;
 }

@@ -3,11 +3,13 @@
  *   qtrain-audit runs A.jsonl B.jsonl     manifests key by key, steps bit by bit (runs.c)
  *   qtrain-audit ckpt A B                 checkpoints tensor by tensor (tensors.c)
  *   qtrain-audit grads A B                dump_grads= files tensor by tensor (tensors.c)
- *   qtrain-audit plot M.jsonl [M2.jsonl] -o out.png   loss, grad norm, lr, tokens/s (plot.c)
+ *   qtrain-audit plot M.jsonl [M2.jsonl] -o out.png [--overwrite]
+ *                                         loss, grad norm, lr, tokens/s (plot.c)
  *
  * Exit status of every command: 0 when the inputs are bit-identical (plot: written), 1 when
  * they differ, 2 on an error (unreadable or malformed input), with a message on stderr.
- * Invariant: nothing is written except plot's output file and its temporaries.
+ * Invariant: nothing is written except plot's output file and its temporaries (new files:
+ * an existing output file is replaced only with --overwrite).
  * Layers: main.c (the command line) calls the commands runs.c, tensors.c and plot.c, which
  * call the helpers jsonl.c (metrics files, ulp distances) and args.c (their arguments) and
  * the firmware's safetensors readers; no file calls one above it.
@@ -37,10 +39,19 @@ typedef struct qt_audit_kv {
     int n, cap;
 } qt_audit_kv;
 
+/* A held-out eval line ({"step":s,"eval_loss":L,...}, issue 33). */
+typedef struct qt_audit_eval {
+    int64_t step;
+    double loss;
+} qt_audit_eval;
+
 typedef struct qt_audit_metrics {
     const char *path;
     qt_audit_step *steps;
     int n_steps, cap;
+    qt_audit_eval *evals;      /* eval lines, in file order (not step lines: runs and
+                                  compare look at steps only) */
+    int n_evals, eval_cap;
     int n_manifests;
     qt_audit_kv manifest;      /* the first manifest line, flattened (empty if none) */
 } qt_audit_metrics;

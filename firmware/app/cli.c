@@ -16,13 +16,15 @@ enum qt_cli_key {
     QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_PROFILE,
     QT_KEY_COMM_TIMEOUT, QT_KEY_OVERWRITE, QT_KEY_SAVE_SHARD_SIZE, QT_KEY_ALLOW_DATA_CHANGE,
     QT_KEY_LOAD_WEIGHTS_ONLY, QT_KEY_TRUNCATE_METRICS, QT_KEY_TOKENIZER, QT_KEY_HELP,
+    QT_KEY_EVAL_DATA, QT_KEY_EVAL_HOLDOUT,
     QT_KEY_COUNT
 };
 
 static const char *const qt_cli_names[QT_KEY_COUNT] = {
     "steps", "data", "data_dtype", "load", "save", "save_every", "metrics", "seed",
     "learning_rate", "dump_grads", "profile", "comm_timeout", "overwrite", "save_shard_size",
-    "allow_data_change", "load_weights_only", "truncate_metrics", "tokenizer", "help"
+    "allow_data_change", "load_weights_only", "truncate_metrics", "tokenizer", "help",
+    "eval_data", "eval_holdout"
 };
 
 void qt_cli_usage(FILE *f, const char *prog)
@@ -65,6 +67,10 @@ void qt_cli_usage(FILE *f, const char *prog)
             "  truncate_metrics=0|1  1: a resumed run cuts the metrics= lines of its start step\n"
             "                   and later (left by a run that crashed after the checkpoint);\n"
             "                   the run manifest records it\n"
+            "  eval_data=PATH   held-out token file (formats of data=) for a plan with\n"
+            "                   eval_interval: eval loss rows in metrics=\n"
+            "  eval_holdout=N   the last N windows of the data are the eval source instead\n"
+            "                   (training then reads the windows before them only)\n"
             "  help             this text\n", prog);
 }
 
@@ -191,6 +197,11 @@ static int qt_cli_set(qt_cli *c, int k, const char *val)
             return qt_cli_bad(key, val, "a positive integer");
         c->save_every = (int64_t)u;
         break;
+    case QT_KEY_EVAL_HOLDOUT:
+        if (qt_cli_u64(val, &u) || u == 0 || u > (uint64_t)INT64_MAX / 2)
+            return qt_cli_bad(key, val, "a positive number of windows");
+        c->eval_holdout = (int64_t)u;
+        break;
     case QT_KEY_SAVE_SHARD_SIZE: return qt_cli_byte_count(key, val, &c->save_shard_size);
     case QT_KEY_SEED:
         if (qt_cli_u64(val, &u)) return qt_cli_bad(key, val, "an unsigned decimal integer");
@@ -215,6 +226,7 @@ static int qt_cli_set(qt_cli *c, int k, const char *val)
     case QT_KEY_LOAD_WEIGHTS_ONLY: return qt_cli_flag(key, val, &c->load_weights_only);
     case QT_KEY_TRUNCATE_METRICS: return qt_cli_flag(key, val, &c->truncate_metrics);
     case QT_KEY_DATA: c->data = val; break;
+    case QT_KEY_EVAL_DATA: c->eval_data = val; break;
     case QT_KEY_LOAD: c->load = val; break;
     case QT_KEY_SAVE: c->save = val; break;
     case QT_KEY_METRICS: c->metrics = val; break;

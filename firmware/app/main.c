@@ -25,6 +25,7 @@
 #include "io/qt_io.h"
 #include "io/hf_config.h"
 #include "runtime/qt_runtime.h"
+#include "qt_app_eval.h"
 
 #define QT_EXIT_ERR 1
 #define QT_EXIT_ARG 2
@@ -103,6 +104,7 @@ static int qt_main_finish(int code)
         }
         qt_main_state.metrics = NULL;
     }
+    qt_app_eval_close();
     if (qt_main_state.data_open) qt_data_close(&qt_main_state.data);
     qt_checkpoint_unlock();
     if (qt_main_state.plan && qt_main_state.rank == 0) {
@@ -295,6 +297,10 @@ static void qt_main_manifest(const qt_plan *p, const qt_cli *cli, int argc, char
         .build_git = b->git, .build_kind = b->kind,
         .data_path = cli->data, .data_bytes = qt_main_state.data.file_bytes,
         .data_hash = qt_main_state.data.hash,
+        .data_tokens = qt_main_state.data.n_tokens,
+        .data_windows = qt_main_state.data.n_windows,
+        .data_passes = (double)end * (double)p->train.global_batch /
+                       (double)qt_main_state.data.n_windows,
         .load = cli->load, .ckpt = qt_checkpoint_ident(),
         .start_step = start, .end_step = end,
         .note = qt_main_state.note[0] ? qt_main_state.note : NULL,
@@ -306,6 +312,47 @@ static void qt_main_manifest(const qt_plan *p, const qt_cli *cli, int argc, char
 static int64_t qt_main_data_pos(const qt_plan *p, int64_t step)
 {
     return step * p->train.global_batch;
+}
+
+/* Data order (docs/formats.md): step i reads global sequences i*B .. i*B+B-1, sequence q
+ * window q % W; pass k over the data (from 0) is sequences [k*W, (k+1)*W). Steps 0..end-1
+ * read end*B windows: when that is more than W, the data is read more than once, and the
+ * loss can jump where a pass restarts (the model has seen those windows). Rank 0 says so
+ * once, before the first step; passes are counted from step 0, also on a resumed run. */
+static void qt_main_passes_note(const qt_plan *p, const qt_cli *cli, int64_t start, int64_t end)
+{
+    const int64_t B = p->train.global_batch, W = qt_main_state.data.n_windows;
+    const int64_t S = p->train.seq_len;
+    if (end <= start || end * B <= W) return;
+    char from[64] = "", per[64];
+    if (start > 0)
+        snprintf(from, sizeof from, " (this run resumes at step %lld)", (long long)start);
+    if (W >= B && W % B == 0)
+        snprintf(per, sizeof per, "a pass every %lld step%s", (long long)(W / B),
+                 W / B == 1 ? "" : "s");
+    else if (W >= B)
+        snprintf(per, sizeof per, "a pass every %.1f steps", (double)W / (double)B);
+    else
+        snprintf(per, sizeof per, "each step reads it %.2f times", (double)B / (double)W);
+    fprintf(stderr, "qtrain: note: steps 0..%lld%s read %lld sequences of %lld tokens (%lld "
+            "tokens) from the %lld window%s of %s (%lld usable tokens): the data is read %.2f "
+            "times, %s; loss may jump where a pass restarts\n", (long long)end - 1, from,
+            (long long)(end * B), (long long)S, (long long)(end * B * S), (long long)W,
+            W == 1 ? "" : "s", cli->data ? cli->data : "the embedded corpus", (long long)(W * S),
+            (double)end * (double)B / (double)W, per);
+}
+
+/* Before step `step` (rank 0): when a new pass over the data begins inside it (some
+ * sequence q of the step with q % W == 0, q > 0), one note naming the step as the progress
+ * lines do (from 1). Only when a pass lasts at least one step (W >= B): with a smaller file
+ * every step rereads it, which the start-up note says. */
+static void qt_main_pass_begins(const qt_plan *p, int64_t step, int64_t end)
+{
+    const int64_t B = p->train.global_batch, W = qt_main_state.data.n_windows;
+    const int64_t lo = step * B, hi = lo + B - 1;
+    if (W < B || lo == 0 || hi / W == (lo - 1) / W) return;
+    fprintf(stderr, "qtrain: note: step %lld/%lld begins pass %lld over the data (window 0 "
+            "again)\n", (long long)step + 1, (long long)end, (long long)(hi / W + 1));
 }
 
 /* A collective failed with QT_E_COMM on a mesh (a silent peer, already named): our
@@ -363,6 +410,39 @@ static int qt_main_save(const qt_plan *p, const char *path, int grads, int64_t s
     return qt_main_comm_fail(rc);
 }
 
+/* "" or "s" after a count (1 rank, 2 ranks). */
+static const char *qt_main_s(long long n)
+{
+    return n == 1 ? "" : "s";
+}
+
+/* A job of `size` processes started a plan of another rank count: name the plan's mesh,
+ * every axis with its size (the slices too) and how to start it. */
+static void qt_main_wrong_size(const qt_plan *p, int size)
+{
+    static const char *const axis[QT_MESH_COUNT] = {"data", "fsdp", "tensor", "expert",
+                                                    "context"};
+    char mesh[256], how[96];
+    size_t k = 0;
+    for (int a = 0; a < QT_MESH_COUNT && k < sizeof mesh; a++)
+        k += (size_t)snprintf(mesh + k, sizeof mesh - k, "%s%s %d", a ? " x " : "", axis[a],
+                              p->mesh[a]);
+    const int64_t ns = qt_mesh_slices(p->dcn);
+    if (ns > 1 && k < sizeof mesh) {
+        k += (size_t)snprintf(mesh + k, sizeof mesh - k, "; %lld slices: dcn", (long long)ns);
+        for (int a = 0; a < QT_MESH_COUNT && k < sizeof mesh; a++)
+            if (qt_mesh_dcn(p->dcn, a) > 1)
+                k += (size_t)snprintf(mesh + k, sizeof mesh - k, " %s %d", axis[a],
+                                      qt_mesh_dcn(p->dcn, a));
+    }
+    if (p->n_ranks == 1)
+        snprintf(how, sizeof how, "run it without mpiexec (or with mpiexec -n 1)");
+    else
+        snprintf(how, sizeof how, "run it with mpiexec -n %d", p->n_ranks);
+    qt_fail(QT_E_PLAN, "plan %s was generated for %d rank%s (mesh %s), but this job has %d: %s",
+            p->run_name, p->n_ranks, qt_main_s(p->n_ranks), mesh, size, how);
+}
+
 /* Start-up, up to a runtime ready to step: the command line, the save targets, the plan
  * against this job (rank count, the same plan on every rank, the mesh), the runtime (arena,
  * parameters) and the banner. Returns QT_MAIN_GO, or the exit code (0 after help=). */
@@ -395,10 +475,7 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
      * world size against the plan: a wrong -n is an error on every rank, never a hang */
     if (qt_main_comm_fail(qt_comm_check_same(p->hash)) != QT_OK) return QT_EXIT_ERR;
     if (size != p->n_ranks) {
-        qt_fail(QT_E_PLAN, "plan %s was generated for %d ranks (mesh data %d x fsdp %d x "
-                "tensor %d x expert %d), but this job has %d: start it with mpiexec -n %d",
-                p->run_name, p->n_ranks, p->mesh[QT_MESH_DATA], p->mesh[QT_MESH_FSDP],
-                p->mesh[QT_MESH_TENSOR], p->mesh[QT_MESH_EXPERT], size, p->n_ranks);
+        qt_main_wrong_size(p, size);
         return QT_EXIT_ERR;
     }
     if (qt_comm_mesh_init_slices(p->mesh, p->dcn, rank, size) != QT_OK) return QT_EXIT_ERR;
@@ -407,14 +484,30 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     /* the file-size limits of the destinations (each rank's own), agreed with the checks
      * above; then the save target's lock and shared-directory probe, a collective whose
      * verdict (rank 0's) every rank receives */
+    /* a config.json beside the load= / save= checkpoint must describe this plan's model
+     * (rank 0 reads it; the error flag below stops every rank) */
+    if (st == QT_OK && rank == 0 &&
+        ((cli->load && qt_hf_config_check(p, "load", cli->load, 0) != QT_OK) ||
+         (cli->save && qt_hf_config_check(p, "save", cli->save, cli->overwrite) != QT_OK)))
+        st = QT_E_ARG;
     if (st == QT_OK && cli->save)
         st = qt_checkpoint_check_fsize(p, "save", cli->save, 1, cli->save_shard_size) ? QT_E_ARG
                                                                                        : QT_OK;
     if (st == QT_OK && cli->dump_grads)
         st = qt_checkpoint_check_fsize(p, "dump_grads", cli->dump_grads, 0, 0) ? QT_E_ARG : QT_OK;
     st = qt_main_agree("start-up checks", st);
+    /* the data before the arena: a data file that cannot train (too short, an id out of
+     * range) is refused before the runtime maps and prefaults the arena */
+    if (st == QT_OK) {
+        st = qt_data_open(&qt_main_state.data, cli->data, cli->data_dtype, p->model.vocab,
+                          p->train.seq_len);
+        qt_main_state.data_open = st == QT_OK;
+        if (st == QT_OK) st = qt_app_eval_open(p, cli, &qt_main_state.data, rank);
+        if (qt_main_agree("opening the data", st) != QT_OK) return QT_EXIT_ERR;
+    }
     if (st == QT_OK && cli->save)
-        st = qt_main_comm_fail(qt_checkpoint_claim(p, "save", cli->save)) ? QT_E_ARG : QT_OK;
+        st = qt_main_comm_fail(qt_checkpoint_claim(p, "save", cli->save, cli->overwrite))
+                 ? QT_E_ARG : QT_OK;
     if (st != QT_OK) return st == QT_E_ARG ? QT_EXIT_ARG : QT_EXIT_ERR;
     qt_run_opts opts = {cli->seed, cli->learning_rate, 0, rank, size};
     if (qt_main_comm_fail(qt_runtime_init(p, &opts)) != QT_OK) return QT_EXIT_ERR;
@@ -478,10 +571,7 @@ static int qt_main_inputs(const qt_plan *p, const qt_cli *cli, int argc, char **
                           int64_t *start, int64_t *end)
 {
     const int rank = qt_main_state.rank;
-    int rc = qt_data_open(&qt_main_state.data, cli->data, cli->data_dtype, p->model.vocab,
-                          p->train.seq_len);
-    qt_main_state.data_open = rc == QT_OK;
-    if (qt_main_agree("opening the data", rc) != QT_OK) return QT_EXIT_ERR;
+    int rc;
     qt_runtime_set_tokens(qt_data_tokens, &qt_main_state.data);
     qt_checkpoint_set_data_hash(qt_main_state.data.hash);   /* recorded by every save */
 
@@ -495,6 +585,7 @@ static int qt_main_inputs(const qt_plan *p, const qt_cli *cli, int argc, char **
                 "(%lld steps); later steps run at learning rate 0 (set steps or "
                 "learning_rate_schedule_steps in the config)\n", (long long)*end,
                 (long long)p->train.schedule_steps);
+    if (rank == 0) qt_main_passes_note(p, cli, *start, *end);
     if (rc == QT_OK && qt_main_state.metrics) {
         qt_main_manifest(p, cli, argc, argv, *start, *end);
         if (ferror(qt_main_state.metrics)) {
@@ -565,7 +656,7 @@ static int qt_main_after_step(const qt_plan *p, const qt_cli *cli, const qt_step
 /* The training loop: steps start .. end-1, each checked against the data file before and
  * after, reported and (save_every=) checkpointed; then one summary line. Returns
  * QT_MAIN_GO or the exit code; a collective failure on a mesh aborts the job here. */
-static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int64_t end)
+static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int64_t *end)
 {
     const int rank = qt_main_state.rank;
     double first_loss = 0.0, last_loss = 0.0;
@@ -580,7 +671,8 @@ static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int
         return QT_EXIT_ERR;
     }
     qt_runtime_mark_steps(1);
-    for (int64_t step = start; step < end; step++) {
+    for (int64_t step = start; step < *end; step++) {
+        if (rank == 0) qt_main_pass_begins(p, step, *end);
         before = qt_main_coll_now();
         rc = qt_runtime_step(p, step, &m);
         qt_main_coll_add(QT_MAIN_COLL_STEPS, before);
@@ -592,14 +684,22 @@ static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int
         }
         if (step == start) first_loss = m.loss;
         last_loss = m.loss;
-        if (qt_main_after_step(p, cli, &m, step, end, qt_data_check(&qt_main_state.data)) !=
+        if (qt_main_after_step(p, cli, &m, step, *end, qt_data_check(&qt_main_state.data)) !=
             QT_MAIN_GO)
             return QT_EXIT_ERR;
+        int stop = 0;
+        if (qt_app_eval_due(p, step) &&
+            qt_app_eval_run(p, step, *end, qt_main_state.metrics, cli->metrics, &stop) != QT_OK) {
+            qt_runtime_mark_steps(0);
+            return QT_EXIT_ERR;
+        }
+        if (stop) *end = step + 1;   /* target_eval_loss reached: the final save is here */
     }
     qt_runtime_mark_steps(0);
     if (rank == 0)
         fprintf(stderr, "qtrain: trained steps %lld..%lld: loss %.6f -> %.6f\n",
-                (long long)start + 1, (long long)end, first_loss, last_loss);
+                (long long)start + 1, (long long)*end, first_loss, last_loss);
+    if (rank == 0) qt_app_eval_summary(stderr);
     return QT_MAIN_GO;
 }
 
@@ -617,7 +717,7 @@ int main(int argc, char **argv)
     int64_t start = 0, end = 0;
     code = qt_main_inputs(p, &cli, argc, argv, &start, &end);
     if (code == QT_MAIN_GO && cli.dump_grads) code = qt_main_dump_grads(p, &cli, start);
-    if (code == QT_MAIN_GO && start < end) code = qt_main_train(p, &cli, start, end);
+    if (code == QT_MAIN_GO && start < end) code = qt_main_train(p, &cli, start, &end);
     if (code != QT_MAIN_GO) return qt_main_finish(code);
     /* the final checkpoint: at `end`, or at `start` when no step ran */
     const int64_t step = start < end ? end : start;

@@ -33,6 +33,8 @@ typedef struct qt_cli {
                                   moments), even from a checkpoint with optimizer state */
     int truncate_metrics;      /* 1: a resumed run cuts the metrics= lines of steps at or
                                   past its start step (crash recovery; noted in the manifest) */
+    const char *eval_data;     /* held-out token file (formats of data=), or NULL */
+    int64_t eval_holdout;      /* > 0: the last N windows of data= are the eval source */
     int help;
 } qt_cli;
 

@@ -53,6 +53,23 @@ static void qt_fnv_op(qt_fnv *f, const qt_op *o)
     for (int i = 0; i < QT_OP_MAX_F; i++) qt_fnv_f(f, o->f[i]);
 }
 
+/* The groups of qt_train_cfg appended later (issue 33: the WSD schedule, the z-loss, the
+ * held-out evaluation), each only when set, so older plans keep their hashes. */
+static void qt_ph_train_more(qt_fnv *f, const qt_train_cfg *t)
+{
+    if (t->lr_schedule) {
+        const int64_t w[] = {t->lr_schedule, t->wsd_cosine, t->wsd_warmup, t->wsd_decay};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) qt_fnv_i(f, w[i]);
+    }
+    if (t->z_loss != 0.0f) qt_fnv_f(f, t->z_loss);
+    if (t->eval_interval > 0) {
+        const int64_t e[] = {t->eval_interval, t->eval_start, t->eval_steps, t->eval_batch,
+                             t->eval_fwd_ops};
+        for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) qt_fnv_i(f, e[i]);
+        qt_fnv_f(f, t->target_eval_loss);
+    }
+}
+
 uint64_t qt_plan_hash(const qt_plan *p)
 {
     qt_fnv f = {14695981039346656037ull};
@@ -88,7 +105,8 @@ uint64_t qt_plan_hash(const qt_plan *p)
     for (size_t i = 0; i < sizeof ti / sizeof ti[0]; i++) qt_fnv_i(&f, ti[i]);             \
     const float tf[] = {t->lr, t->adam_b1, t->adam_b2, t->adam_eps, t->weight_decay,       \
                         t->clip, t->warmup_frac, t->final_frac, t->lb_weight};             \
-    for (size_t i = 0; i < sizeof tf / sizeof tf[0]; i++) qt_fnv_f(&f, tf[i])
+    for (size_t i = 0; i < sizeof tf / sizeof tf[0]; i++) qt_fnv_f(&f, tf[i]);            \
+    qt_ph_train_more(&f, t)
 #define QT_PH_TENSORS(F, N)                                                                \
     for (int32_t i = 0; i < p->N; i++) {                                                   \
         const qt_tensor *x = &p->F[i];                                                     \

@@ -85,13 +85,14 @@ int qt_comm_mesh_init_slices(const int32_t mesh[QT_MESH_COUNT], const int32_t *d
     }
     if (prod != size || rank < 0 || rank >= size)
         return qt_fail(QT_E_PLAN, "mesh %dx%dx%dx%dx%d (data x fsdp x tensor x expert x "
-                       "context) has %lld ranks, but this job has %d (rank %d)", mesh[0],
-                       mesh[1], mesh[2], mesh[3], mesh[4], (long long)prod, size, rank);
+                       "context) has %lld rank%s, but this job has %d (rank %d)", mesh[0],
+                       mesh[1], mesh[2], mesh[3], mesh[4], (long long)prod,
+                       prod == 1 ? "" : "s", size, rank);
     for (int a = 0; a < QT_MESH_COUNT; a++) {
         const int32_t nd = qt_mesh_dcn(dcn, a);
         if (mesh[a] % nd)
-            return qt_fail(QT_E_PLAN, "mesh: axis %s of %d ranks cannot hold %d slices",
-                           qt_coll_axis_name[a], mesh[a], nd);
+            return qt_fail(QT_E_PLAN, "mesh: axis %s of %d rank%s cannot hold %d slices",
+                           qt_coll_axis_name[a], mesh[a], mesh[a] == 1 ? "" : "s", nd);
         qt_coll_s.mesh[a] = mesh[a];
         qt_coll_s.dcn[a] = nd;
     }
@@ -187,9 +188,9 @@ static void qt_coll_context(char *out, size_t cap)
     if (qt_coll_s.step >= 0) snprintf(step, sizeof step, "step %lld, ", qt_coll_s.step);
     char stage[24] = "";
     if (qt_coll_s.op_stage >= 0) snprintf(stage, sizeof stage, ", stage %d", qt_coll_s.op_stage);
-    snprintf(out, cap, "%s%s%s%s over %s (%d ranks)%s", qt_coll_s.what,
+    snprintf(out, cap, "%s%s%s%s over %s (%d rank%s)%s", qt_coll_s.what,
              qt_coll_s.what[0] ? ", " : "", step, qt_coll_s.op ? qt_coll_s.op : "?", axes, ranks,
-             stage);
+             ranks == 1 ? "" : "s", stage);
 }
 
 double qt_coll_deadline_s(void)

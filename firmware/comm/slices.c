@@ -54,9 +54,9 @@ static void qt_slices_notes(const int32_t *mesh, const int32_t *dcn, int size, i
             if (qt_sl.host[qt_slices_index(mesh, dcn, t * per)] == h0) shared = s;
     }
     if (shared >= 0)
-        qt_note("%lld slices of %d ranks, and some share a machine (rank 0 runs on %s): the dcn "
-                "axes then run over that machine's links (fine for a test on one machine)",
-                (long long)ns, per, qt_sl.name);
+        qt_note("%lld slices of %d rank%s, and some share a machine (rank 0 runs on %s): the "
+                "dcn axes then run over that machine's links (fine for a test on one machine)",
+                (long long)ns, per, per == 1 ? "" : "s", qt_sl.name);
 }
 
 int qt_comm_check_slices(const int32_t *mesh, const int32_t *dcn, int rank, int size)

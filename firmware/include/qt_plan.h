@@ -236,6 +236,22 @@ typedef struct qt_train_cfg {
     int64_t schedule_steps;        /* learning_rate_schedule_steps resolved (= steps if -1) */
     float lr, adam_b1, adam_b2, adam_eps, weight_decay, clip;
     float warmup_frac, final_frac, lb_weight;
+    /* Appended for issue 33; each group is hashed (plan and state hash) and written into
+     * plan.c only when set, so every older plan keeps its bytes and hash.
+     * The schedule (docs/model.md section 4): lr_schedule 0 cosine (warmup from warmup_frac
+     * at run time, as before), 1 wsd: warmup wsd_warmup steps, stable, then wsd_decay steps
+     * of decay (wsd_cosine: 0 linear, 1 cosine), both lengths MaxText's int(L x fraction)
+     * taken in double by configgen. */
+    int32_t lr_schedule, wsd_cosine;
+    int64_t wsd_warmup, wsd_decay;
+    float z_loss;                  /* z_loss_multiplier: z x logsumexp^2 per target (0 off) */
+    /* Held-out evaluation (docs/cli.md eval_data=): after step s when eval_interval > 0,
+     * s >= eval_start and (s - eval_start) % eval_interval == 0; eval_steps batches (-1: the
+     * whole eval file) of eval_batch sequences per sequence group (eval_per_device_batch_size,
+     * a multiple of micro_batch: eval_batch / micro_batch forwards each); the forward is the
+     * microbatch schedule's logical ops [0, eval_fwd_ops); target_eval_loss > 0 stops. */
+    int64_t eval_interval, eval_start, eval_steps, eval_batch, eval_fwd_ops;
+    float target_eval_loss;
 } qt_train_cfg;
 
 /* The plan: its fields are declared once, in qt_plan_fields.def (type, name, how plan.c

@@ -34,7 +34,9 @@
  *
  * qt_checkpoint_check_target vets a save=/dump_grads= destination before training: it
  * never lets a save replace a non-regular file or the training data, and replaces another
- * kind of file only when asked to (overwrite); it only reads.
+ * kind of file only when asked to (overwrite); it only reads. A gradient dump carries
+ * __metadata__ "content":"gradients", so a later dump_grads= replaces only a file qtrain
+ * wrote as one (not weights of the same layout).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -123,14 +125,16 @@ static int qt_save_data(const qt_plan *p, int src, int root, int *wrc)
 }
 
 /* Root only: open the temporary, write the metadata and the whole header. */
-static int qt_save_header(const qt_plan *p, const char *path, int with_opt, int64_t step,
-                          int64_t data_pos)
+static int qt_save_header(const qt_plan *p, const char *path, int with_opt, int src,
+                          int64_t step, int64_t data_pos)
 {
     char num[32];
     int rc;
     if ((rc = qt_st_wopen(path)))
         return rc;
     rc = qt_st_wmeta("format", with_opt ? QT_CKPT_FORMAT : "pt");
+    if (!rc && src == QT_CKS_GRADS)   /* what a later dump_grads= may replace */
+        rc = qt_st_wmeta("content", QT_CKPT_GRADS_CONTENT);
     if (!rc) {
         snprintf(num, sizeof num, "%lld", (long long)step);
         rc = qt_st_wmeta("step", num);
@@ -168,7 +172,7 @@ static int qt_save(const qt_plan *p, const char *path, int with_opt, int src, in
     if (rc)
         return rc;
     if (root)
-        wrc = qt_save_header(p, path, with_opt, step, data_pos);
+        wrc = qt_save_header(p, path, with_opt, src, step, data_pos);
     if ((rc = qt_ckpt_agree(p, &wrc)) || wrc)
         goto out;
     if (!(rc = qt_save_data(p, src, root, &wrc)) && with_opt &&
@@ -240,13 +244,19 @@ int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_for
                           "replace it", key, path, qtrain_format ? "qtrain checkpoint" :
                           "safetensors file", why);
     }
-    const char *fmt = qt_st_meta(h, "format");
-    int ok = !qtrain_format || (fmt && !strcmp(fmt, QT_CKPT_FORMAT));
-    if (!ok)
+    const char *fmt = qt_st_meta(h, "format"), *what = qt_st_meta(h, "content");
+    int ok = qtrain_format ? fmt && !strcmp(fmt, QT_CKPT_FORMAT)
+                           : what && !strcmp(what, QT_CKPT_GRADS_CONTENT);
+    if (!ok && qtrain_format)
         rc = qt_fail(QT_E_ARG, "%s=%s exists and is not a qtrain checkpoint (__metadata__ "
                         "format is %s%s%s, expected \"%s\"); give overwrite=1 to replace it",
                         key, path, fmt ? "\"" : "", fmt ? fmt : "absent", fmt ? "\"" : "",
                         QT_CKPT_FORMAT);
+    else if (!ok)
+        rc = qt_fail(QT_E_ARG, "%s=%s exists and is not a qtrain gradient dump (__metadata__ "
+                     "content is %s%s%s, expected \"%s\"); give overwrite=1 to replace it",
+                     key, path, what ? "\"" : "", what ? what : "absent", what ? "\"" : "",
+                     QT_CKPT_GRADS_CONTENT);
     qt_st_close(h);
     return rc;
 }
@@ -408,15 +418,17 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
                               "plan %s)", path, name, p->run_name ? p->run_name : "?");
         }
     }
-    if (qt_ck.note[0])
+    /* the same on every rank of a mesh: world rank 0 says it once */
+    const int root = qt_ckpt_root(p);
+    if (root && qt_ck.note[0])
         qt_note("%s", qt_ck.note);
-    if (skipped_mtp)
+    if (root && skipped_mtp)
         qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
                    path, (int)skipped_mtp);
-    if (qt_ck.skip_mtp)
+    if (root && qt_ck.skip_mtp)
         qt_note("%s: holds no mtp.* tensors: the multi-token-prediction head (%d depth(s)) "
                 "starts from its initialisation", path, p->mtp_layers);
-    if (skipped_other)
+    if (root && skipped_other)
         qt_note("%s: skipped %d vision-tower or optimizer tensors", path,
                    (int)skipped_other);
     return QT_OK;

@@ -143,6 +143,11 @@ uint64_t qt_ckpt_state_hash(const qt_plan *p)
                         t->adam_eps, t->weight_decay, t->clip, t->warmup_frac,
                         t->final_frac, t->lb_weight};
     for (size_t k = 0; k < sizeof mf / sizeof mf[0]; k++) qt_sh_f(&h, mf[k]);
+    if (t->lr_schedule) {  /* WSD (issue 33): only when set, so older states keep their hash */
+        const int64_t w[] = {t->lr_schedule, t->wsd_cosine, t->wsd_warmup, t->wsd_decay};
+        for (size_t k = 0; k < sizeof w / sizeof w[0]; k++) qt_sh_i(&h, w[k]);
+    }
+    if (t->z_loss != 0.0f) qt_sh_f(&h, t->z_loss);  /* the objective (issue 33) */
     qt_sh_i(&h, p->n_params);
     for (int32_t i = 0; i < p->n_params; i++) {
         const qt_tensor *x = &p->tensors[p->params[i].tensor];

@@ -10,6 +10,7 @@
 #include "qt_io.h"
 
 #define QT_CKPT_FORMAT "qtrain-1"          /* __metadata__ format of files with state */
+#define QT_CKPT_GRADS_CONTENT "gradients" /* __metadata__ content of a dump_grads= file */
 #define QT_CKPT_OPT_M "optimizer.m."       /* name prefixes of the Adam moments */
 #define QT_CKPT_OPT_V "optimizer.v."
 

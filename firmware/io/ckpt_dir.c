@@ -342,8 +342,8 @@ static int qt_cd_carry(void *ctx, const char *name, int is_dir)
     if (is_dir)
         return qt_fail(QT_E_IO, "save=%s: holds the subdirectory %s, which a save cannot "
                        "carry into the new checkpoint; move it elsewhere", qt_cd.dir, name);
-    if (qt_cd_ours(name))
-        return QT_OK;
+    if (qt_cd_ours(name) || (!strcmp(name, "config.json") && qt_hf_config_replacing()))
+        return QT_OK;   /* ours are rewritten; a disagreeing config.json (overwrite=1) too */
     char from[QT_SX_PATH_MAX + 300];
     snprintf(from, sizeof from, "%s/%s", qt_cd.dir, name);
     snprintf(qt_cd.file, sizeof qt_cd.file, "%s/%s", qt_cd.tmp, name);

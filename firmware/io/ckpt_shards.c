@@ -360,12 +360,14 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
                               "does not contain it", qt_cs_index_of(qt_sx_shard(e), index),
                               qt_sx_name(e), qt_cs.shard);
         }
-    if (qt_cs.note[0])
+    /* the same on every rank of a mesh: world rank 0 says it once */
+    const int root = p->n_ranks <= 1 || qt_comm_group_index(QT_COLL_ALL) == 0;
+    if (root && qt_cs.note[0])
         qt_note("%s", qt_cs.note);
-    if (n_mtp)
+    if (root && n_mtp)
         qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
                    index, (int)n_mtp);
-    if (n_other)
+    if (root && n_other)
         qt_note("%s: skipped %d vision-tower or optimizer tensors", index, (int)n_other);
     rc = qt_cs_copy(p, index, &h, &open_s);
     if (open_s >= 0)

@@ -17,6 +17,9 @@
  * job dies in between) with its host, pid and clock, fsyncs it and broadcasts the bytes;
  * every rank reads the file back and compares; the ranks sum their verdicts, so all of them
  * return the same code; rank 0 removes the probe.
+ * A "<path>.lock" that exists but holds anything else than a lock's "host pid" line (a
+ * file of the user's) is refused unless overwrite=1: a job truncates its lock and removes
+ * it at exit.
  * Invariants: no heap (one static struct), every failure names the key, the path and what
  * was expected; nothing here writes anything but the lock and probe files.
  */
@@ -78,12 +81,36 @@ static void qt_ct_read_owner(int fd)
                  "\"host pid\")");
 }
 
-int qt_checkpoint_lock(const char *key, const char *path)
+/* 1 when the existing lock path holds what a qtrain lock holds: nothing (a lock being
+ * taken) or one line "host pid"; 0 for a file of someone else's (or unreadable). */
+static int qt_ct_is_lock_file(void)
+{
+    char buf[200], host[160], nl = 0;
+    long pid = 0;
+    int fd = open(qt_ct.path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return 0;
+    struct stat st;
+    ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, buf, sizeof buf - 1) : -1;
+    close(fd);
+    if (n < 0)
+        return 0;
+    buf[n] = 0;
+    return n == 0 || (sscanf(buf, "%159s %ld%c", host, &pid, &nl) == 3 && nl == '\n' &&
+                      pid > 0 && (ssize_t)strlen(buf) == n && strchr(buf, '\n') == buf + n - 1);
+}
+
+int qt_checkpoint_lock(const char *key, const char *path, int overwrite)
 {
     struct stat a, b;
     if (snprintf(qt_ct.path, sizeof qt_ct.path, "%s.lock", path) >= (int)sizeof qt_ct.path)
         return qt_fail(QT_E_ARG, "%s=%s: path too long", key, path);
     qt_ct_host();
+    if (lstat(qt_ct.path, &a) == 0 && !overwrite && !qt_ct_is_lock_file())
+        return qt_fail(QT_E_ARG, "%s=%s: %s exists and is not a qtrain lock file (one line "
+                       "\"host pid\"); a job keeps its lock at that path and removes it at "
+                       "exit: move the file away, or give overwrite=1 to replace it", key,
+                       path, qt_ct.path);
     for (int t = 0; t < QT_CT_TRIES; t++) {
         int fd = open(qt_ct.path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0)
@@ -196,7 +223,7 @@ static int64_t qt_ct_probe_read(const char *key, const char *path, long pid0)
     return 0;
 }
 
-int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path)
+int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int overwrite)
 {
     const int n = p->n_ranks > 1 ? p->n_ranks : 1;
     const int me = n > 1 ? qt_comm_group_index(QT_COLL_ALL) : 0;
@@ -205,7 +232,7 @@ int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path)
     int64_t st = QT_OK, pid0 = (int64_t)getpid();
     qt_ct_host();
     if (me == 0) {
-        st = qt_checkpoint_lock(key, path);
+        st = qt_checkpoint_lock(key, path, overwrite);
         if (st == QT_OK)
             qt_st_remove_stale(path);   /* ours now: a dead writer's temporaries go */
         if (st == QT_OK && probe)
@@ -234,11 +261,12 @@ int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path)
     if (!bad)
         return QT_OK;
     if (me == 0)
-        qt_fail(QT_E_ARG, "%s=%s: %lld of the %d ranks do not see the directory rank 0 (host "
+        qt_fail(QT_E_ARG, "%s=%s: %lld of the %d ranks %s not see the directory rank 0 (host "
                 "%s) sees (see their messages): a sharded checkpoint directory is written by "
                 "every rank, so %s= must be on a file system that every rank shares, at the "
                 "same path (or give a path ending in .safetensors: one file, written by rank "
-                "0 alone)", key, path, (long long)bad, n, qt_ct.host, key);
+                "0 alone)", key, path, (long long)bad, n, bad == 1 ? "does" : "do", qt_ct.host,
+                key);
     return QT_E_ARG;
 }
 

@@ -418,8 +418,12 @@ static int qt_data_finish(qt_data *d, const char *path, int64_t seq_len)
         return qt_fail(QT_E_ARG, "%s: seq_len %lld must be positive", what,
                           (long long)seq_len);
     if (d->n_tokens < seq_len + 1)
-        return qt_fail(QT_E_RANGE, "%s: %lld tokens, need at least seq_len+1 = %lld for one "
-                          "window", what, (long long)d->n_tokens, (long long)(seq_len + 1));
+        return qt_fail(QT_E_RANGE, "%s: %lld token%s, need at least seq_len+1 = %lld for one "
+                          "window (max_target_length %lld, and the next token as its last "
+                          "target): give more data, or a run file with a smaller "
+                          "max_target_length", what, (long long)d->n_tokens,
+                          d->n_tokens == 1 ? "" : "s", (long long)(seq_len + 1),
+                          (long long)seq_len);
     d->n_windows = (d->n_tokens - 1) / seq_len;
     return QT_OK;
 }

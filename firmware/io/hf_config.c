@@ -11,9 +11,14 @@
  * names are those qtrain writes (model.language_model.layers.*, lm_head.weight).
  * Reals are printed with the fewest digits that read back as the same value (the plan's
  * floats as floats: 1e-06, not 9.9999999747524271e-07), integral ones as "N.0".
+ * A packed plan (packing, eos_id) adds eos_token_id, its document separator; bos_token_id
+ * is not written (the plan has none).
  * Invariants: no heap (static buffers), module state in qt_hf; a file appears in the
  * directory only complete (written as <name>.qtrain-tmp, fsynced, renamed); a file the
- * directory already has is never opened for writing.
+ * directory already has is never opened for writing. The one exception is asked for: a
+ * config.json that disagrees with the plan, found at start-up with overwrite=1
+ * (qt_hf_config_check, hf_check.c), is left out of the new directory (ckpt_dir.c) so the
+ * next save writes the plan's in its place, atomically with the rest of the checkpoint.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +43,7 @@ static struct {
     int over;                        /* it did not fit */
     const char *ind;                 /* indentation of the current object's keys */
     int has_tok, has_tok_cfg;
+    int replace_cfg;                 /* the next save replaces the directory's config.json */
     char tok[QT_HF_PATH], tok_cfg[QT_HF_PATH];
     char dst[QT_HF_PATH], tmp[QT_HF_PATH];
     char json[QT_HF_JSON];
@@ -168,6 +174,7 @@ static void qt_hf_text(const qt_plan *p, int q35)
     qt_hf_bool("use_cache", 1);
     qt_hf_str("torch_dtype", dt);
     qt_hf_str("dtype", dt);
+    if (p->packing) qt_hf_int("eos_token_id", p->pack_eos);   /* the document separator */
 }
 
 long qt_hf_config_json(const qt_plan *p, char *buf, size_t n)
@@ -273,6 +280,16 @@ static int qt_hf_copy(const char *src, const char *dir, const char *name)
     return qt_hf_finish(fd, rc);
 }
 
+void qt_hf_config_replace_set(int on)
+{
+    qt_hf.replace_cfg = on != 0;
+}
+
+int qt_hf_config_replacing(void)
+{
+    return qt_hf.replace_cfg;
+}
+
 int qt_hf_files_write(const qt_plan *p, const char *dir)
 {
     int rc = QT_OK;
@@ -284,6 +301,7 @@ int qt_hf_files_write(const qt_plan *p, const char *dir)
         if (fd < 0) return fd;
         if ((rc = qt_hf_finish(fd, qt_hf_write_all(fd, qt_hf.json, (size_t)n))))
             return rc;
+        qt_hf.replace_cfg = 0;   /* replaced once: from now on the directory's is the plan's */
     }
     if (qt_hf.has_tok && !qt_hf_has(dir, "tokenizer.json") &&
         (rc = qt_hf_copy(qt_hf.tok, dir, "tokenizer.json")))

@@ -1,7 +1,8 @@
 /* hf_config.h - the Hugging Face files of a save= directory beside its tensors (hf_config.c):
  * config.json, written from the plan, and the tokenizer files named by tokenizer=.
  * Both are added only where the directory has none: a config.json or tokenizer file already
- * in a checkpoint directory belongs to the user and is never replaced.
+ * in a checkpoint directory belongs to the user and is never replaced, except a config.json
+ * that disagrees with the plan, with overwrite=1 (qt_hf_config_check).
  */
 #ifndef QT_HF_CONFIG_H
 #define QT_HF_CONFIG_H
@@ -19,6 +20,18 @@ long qt_hf_config_json(const qt_plan *p, char *buf, size_t n);
  * taken too. Checks that each is a readable, non-empty regular file and remembers the
  * paths. NULL forgets them. QT_OK or QT_E_ARG after a message naming the file. */
 int qt_hf_tokenizer_set(const char *path);
+
+/* Start-up, on the rank that writes the checkpoint indexes (hf_check.c): when `arg`, the
+ * value of key ("load" or "save"), is a directory (or, for load, an *.index.json in one)
+ * holding a config.json, reads it and compares the keys that set the model's math and
+ * tensor shapes with p's config.json. A disagreement is refused, naming the file, the key,
+ * both values and what to do (QT_E_ARG); for save with overwrite it is a note instead, and
+ * the next save replaces config.json with p's (qt_hf_config_replacing). Reads only. */
+int qt_hf_config_check(const qt_plan *p, const char *key, const char *arg, int overwrite);
+/* Whether the next save leaves the directory's config.json out (ckpt_dir.c) and writes
+ * p's in its place; set by qt_hf_config_check, cleared once a save wrote it. */
+void qt_hf_config_replace_set(int on);
+int qt_hf_config_replacing(void);
 
 /* Into the checkpoint directory `dir` being built: config.json of p unless dir has one,
  * and (after qt_hf_tokenizer_set) tokenizer.json and tokenizer_config.json unless dir has

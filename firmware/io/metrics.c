@@ -30,6 +30,7 @@
 #include "qt_io.h"
 #include "qt_err.h"
 #include "qt_plan.h"
+#include "math/qt_math.h"
 
 #define QT_METRICS_TAIL 4096
 #define QT_METRICS_HEAD 128
@@ -71,7 +72,39 @@ void qt_metrics_write(FILE *f, const qt_step_metrics *m)
     fprintf(f, ",\"tokens\":%lld", (long long)m->tokens);
     if (m->packed) /* packed documents: the targets the loss averages */
         fprintf(f, ",\"loss_tokens\":%lld", (long long)m->loss_tokens);
+    if (m->moe_assignments > 0) { /* token dropping: the share of assignments dropped */
+        fprintf(f, ",\"moe_dropped\":%lld,\"moe_assignments\":%lld",
+                (long long)m->moe_dropped, (long long)m->moe_assignments);
+        qt_num(f, "moe_dropped_share", (double)m->moe_dropped / (double)m->moe_assignments, 9);
+        fputs(",\"moe_dropped_layer\":[", f);
+        for (int32_t l = 0; l < m->n_drop_layers; l++)
+            fprintf(f, "%s%lld", l ? "," : "", (long long)m->moe_dropped_layer[l]);
+        fputc(']', f);
+    }
     fprintf(f, ",\"fingerprint\":\"0x%016llx\"}\n", (unsigned long long)m->fingerprint);
+    fflush(f);
+}
+
+void qt_metrics_write_eval(FILE *f, const qt_eval_metrics *e)
+{
+    uint32_t lb;
+    memcpy(&lb, &e->loss_f32, 4);
+    fprintf(f, "{\"step\":%lld", (long long)e->step);
+    qt_num(f, "eval_loss", e->loss, 9);
+    qt_num(f, "eval_perplexity", qt_exp(e->loss), 9);
+    fprintf(f, ",\"eval_tokens\":%lld,\"eval_loss_bits\":\"0x%08x\"", (long long)e->tokens,
+            (unsigned)lb);
+    fprintf(f, ",\"eval_batches\":%lld", (long long)e->batches);
+    qt_num(f, "eval_s", e->seconds, 9);
+    fputs("}\n", f);
+    fflush(f);
+}
+
+void qt_progress_print_eval(FILE *f, const qt_eval_metrics *e, int64_t total_steps)
+{
+    fprintf(f, "eval after step %lld/%lld  eval_loss %.6f  perplexity %.4g  (%lld targets, "
+            "%.2f s)\n", (long long)(e->step + 1), (long long)total_steps, e->loss,
+            qt_exp(e->loss), (long long)e->tokens, e->seconds);
     fflush(f);
 }
 
@@ -143,6 +176,8 @@ void qt_manifest_write(FILE *f, const qt_manifest *m)
     qt_json_str(f, m->data_path ? m->data_path : "(embedded corpus)", -1);
     fprintf(f, ",\"bytes\":%lld", (long long)m->data_bytes);
     qt_json_hex(f, "hash", m->data_hash);
+    fprintf(f, ",\"tokens\":%lld,\"windows\":%lld,\"passes\":%.6g", (long long)m->data_tokens,
+            (long long)m->data_windows, m->data_passes);
     fputs("},\"checkpoint\":", f);
     if (m->load && m->ckpt && m->ckpt->loaded) {
         fputs("{\"path\":", f);

@@ -111,8 +111,10 @@ void qt_checkpoint_remove_stale(const char *path);
  * file system) refuses the start (QT_E_ARG, message naming key, path, the holder's host and
  * pid); a lock left by a job that no longer runs (killed, crashed: the kernel released its
  * flock, as for the ".tmp.<pid>" files of qt_checkpoint_remove_stale) is taken over with a
- * note naming the dead owner. A file system without flock gets a note, not a refusal. */
-int qt_checkpoint_lock(const char *key, const char *path);
+ * note naming the dead owner. A file system without flock gets a note, not a refusal. An
+ * existing "<path>.lock" that is not a lock file (it holds other than one "host pid" line)
+ * is the user's: refused (QT_E_ARG) unless overwrite. */
+int qt_checkpoint_lock(const char *key, const char *path, int overwrite);
 /* Releases and removes the lock qt_checkpoint_lock took (no-op when none). */
 void qt_checkpoint_unlock(void);
 /* Collective on a mesh, at start-up (ckpt_target.c): claims the save= target for this job.
@@ -122,8 +124,9 @@ void qt_checkpoint_unlock(void);
  * sees: rank 0 writes a probe file "<path>.tmp.<pid>" beside it, every rank must read back
  * the same bytes. Single files (save=*.safetensors) are written by rank 0 alone and are not
  * probed. Every rank returns the same code: QT_E_ARG after rank 0's refusal (lock) or the
- * messages of the ranks that do not see the directory; QT_E_COMM: abort. */
-int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path);
+ * messages of the ranks that do not see the directory; QT_E_COMM: abort. overwrite: as for
+ * qt_checkpoint_lock. */
+int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int overwrite);
 /* At start-up, when RLIMIT_FSIZE (ulimit -f) is finite: QT_E_ARG (message naming key,
  * path, the limit and the size) if the largest file a save= (qtrain_format 1; a directory
  * with shards of at most shard_bytes) or dump_grads= (0) target would write holds more
@@ -190,6 +193,13 @@ void qt_data_close(qt_data *d);
 /* One JSON object per line: {"step":..,"loss":..,"loss_bits":"0x..","grad_norm":..,"lr":..,
  * "tokens_per_s":..,"step_s":..,"tokens":..,"fingerprint":"0x.."}. */
 void qt_metrics_write(FILE *f, const qt_step_metrics *m);
+/* One held-out evaluation as a metrics line (issue 33): {"step":s,"eval_loss":L,
+ * "eval_perplexity":exp(L),"eval_tokens":N,"eval_loss_bits":"0x..","eval_batches":n,
+ * "eval_s":t}; s is the training step it followed, so the resume and truncation rules of
+ * step lines cover it. */
+void qt_metrics_write_eval(FILE *f, const qt_eval_metrics *e);
+/* Its progress line on f: "eval after step s/total  eval_loss L  perplexity P ...". */
+void qt_progress_print_eval(FILE *f, const qt_eval_metrics *e, int64_t total_steps);
 /* The run manifest: the first metrics line of every run (fresh or resumed), written once
  * before its first step. Strings may be NULL (written as null). */
 typedef struct qt_manifest {
@@ -202,6 +212,8 @@ typedef struct qt_manifest {
     const char *data_path;     /* NULL: the embedded corpus */
     int64_t data_bytes;
     uint64_t data_hash;
+    int64_t data_tokens, data_windows;  /* qt_data's n_tokens and n_windows */
+    double data_passes;        /* times steps 0..end_step-1 read the windows: end x B / W */
     const char *load;          /* load= as given, or NULL */
     const qt_ckpt_ident *ckpt; /* what the load read (qt_checkpoint_ident) */
     int64_t start_step, end_step;
@@ -210,7 +222,8 @@ typedef struct qt_manifest {
 
 /* One line: {"manifest":"qtrain-1","start_step":S,"end_step":E,"run":..,"plan_hash":..,
  * "generator_version":..,"ranks":R,"mesh":{..},"seed":..,"args":[..],"build":{"compiler",
- * "flags","isa","git","kind"},"data":{"path","bytes","hash"},"checkpoint":{"path","hash",
+ * "flags","isa","git","kind"},"data":{"path","bytes","hash","tokens","windows","passes"},
+ * "checkpoint":{"path","hash",
  * "files","data_hash"}|null,"note":..|null,"config":{"key":"value",..}} (config values are
  * the YAML flow text of the resolved config, as strings). */
 void qt_manifest_write(FILE *f, const qt_manifest *m);

@@ -4,7 +4,8 @@
  * found by k scans that each take the best element ranked after the previous pick, so no
  * marker array is needed and ties always go to the lower index. All sums run in a fixed
  * order: slots increasing, experts increasing, tokens increasing. The load-balance term
- * only ever reads the tokens of its own sequence.
+ * only ever reads the tokens of its own sequence. The capacity queue (qt_moe_capacity) counts
+ * per sequence in (token, slot) order, integers only: its decisions never depend on floats.
  */
 #include "moe_route.h"
 #include "qt_real.h"
@@ -106,5 +107,22 @@ void QT_FN(qt_moe_route_bwd)(qt_real *dlogits, const qt_real *dp, const qt_real 
             }
             for (int64_t e = 0; e < E; e++) dlogits[t * E + e] += prow[e] * (g[e] - a);
         }
+    }
+}
+
+void QT_FN(qt_moe_capacity)(int32_t *kidx, int32_t *drops, const int32_t *idx, int64_t T,
+                            int64_t E, int64_t k, int64_t S, int64_t C)
+{
+    int64_t count[QT_MOE_MAX_EXPERTS];
+    for (int64_t s = 0; s < T / S; s++) {
+        int32_t dropped = 0;
+        for (int64_t e = 0; e < E && e < QT_MOE_MAX_EXPERTS; e++) count[e] = 0;
+        for (int64_t r = s * S * k; r < (s + 1) * S * k; r++) {
+            const int32_t e = idx[r];
+            const int keep = E <= QT_MOE_MAX_EXPERTS && e >= 0 && e < E && ++count[e] <= C;
+            kidx[r] = keep ? e : -1;
+            dropped += !keep;
+        }
+        if (drops) drops[s] += dropped;
     }
 }

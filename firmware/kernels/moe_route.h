@@ -39,6 +39,17 @@ void qt_moe_route_bwd_f64(double *dlogits, const double *dp, const double *logit
                           const int32_t *idx, const double *p, int64_t T, int64_t E,
                           int64_t k, int64_t S, double c);
 
+/* Token dropping by capacity (qt_ops.def MOE_CAPACITY): per sequence of S tokens, expert
+ * e's queue takes the assignments (t, slot) in increasing t then slot; the n-th (1-based)
+ * is kept iff n <= C. kidx[T,k] writes idx or -1 (dropped); drops[T/S] (NULL: none)
+ * accumulates each sequence's dropped count. Requires T % S == 0, E <= QT_MOE_MAX_EXPERTS
+ * (else every assignment is marked dropped: a loud failure), idx in [0, E). Integer only
+ * (the _f64 name exists for the double test build). */
+void qt_moe_capacity(int32_t *kidx, int32_t *drops, const int32_t *idx, int64_t T, int64_t E,
+                     int64_t k, int64_t S, int64_t C);
+void qt_moe_capacity_f64(int32_t *kidx, int32_t *drops, const int32_t *idx, int64_t T,
+                         int64_t E, int64_t k, int64_t S, int64_t C);
+
 #ifdef __cplusplus
 }
 #endif

@@ -43,8 +43,8 @@ static int qt_cp_shape_of(const qt_op *op, const qt_ctx *ctx, qt_cp_shape *sh, u
     const int R = qt_comm_group_size(*mask);
     if (R < 0) return R;
     if (R != sh->C)
-        return qt_fail(QT_E_PLAN, "context exchange: group mask 0x%x has %d ranks, the op's "
-                       "context degree is %lld", *mask, R, (long long)sh->C);
+        return qt_fail(QT_E_PLAN, "context exchange: group mask 0x%x has %d rank%s, the op's "
+                       "context degree is %lld", *mask, R, R == 1 ? "" : "s", (long long)sh->C);
     return QT_OK;
 }
 
@@ -112,10 +112,10 @@ static int qt_check_cp(const qt_plan *p, const qt_op *op, qt_check_state *st)
     if (mask < 0 || mask >= (1ll << QT_MESH_COUNT) || C != R || b < 1 || S < 1 || G < 1 ||
         w < 1 || S % C || (G % C && C % G)) {
         snprintf(st->why, sizeof st->why, "context exchange of b=%lld S=%lld G=%lld w=%lld "
-                 "over mask 0x%llx (%lld ranks on this mesh) with C=%lld: needs C = the "
+                 "over mask 0x%llx (%lld rank%s on this mesh) with C=%lld: needs C = the "
                  "group's size, sizes >= 1, S a multiple of C, G a multiple or a divisor of C",
                  (long long)b, (long long)S, (long long)G, (long long)w, (long long)mask,
-                 (long long)R, (long long)C);
+                 (long long)R, R == 1 ? "" : "s", (long long)C);
         return 1;
     }
     /* the token side holds b*(S/C)*G*w elements, the head side b*S*Gl*w (equal unless the
@@ -197,9 +197,9 @@ static int qt_check_chain(const qt_plan *p, const qt_op *op, qt_check_state *st)
     }
     if (bad)
         snprintf(st->why, sizeof st->why, "kv chain of %lld members over mask 0x%llx (%lld "
-                 "ranks): needs the group's size a multiple of the chain's, t0 and t1 fp32 "
+                 "rank%s): needs the group's size a multiple of the chain's, t0 and t1 fp32 "
                  "tensors of n = %lld elements", (long long)rho, (long long)mask,
-                 (long long)R, (long long)n);
+                 (long long)R, R == 1 ? "" : "s", (long long)n);
     return bad;
 }
 

@@ -40,9 +40,9 @@ static int qt_ep_dims_of(const qt_op *op, qt_ep_dims *D)
     D->M = qt_comm_group_size(D->mask);
     if (D->M < 1 || D->M > QT_EP_MAX_MEMBERS || D->El < 1 || D->M * D->El != D->E ||
         D->M * D->b > QT_EP_MAX_CNT)
-        return qt_fail(QT_E_PLAN, "expert exchange: group of %lld ranks, %lld experts of %lld "
+        return qt_fail(QT_E_PLAN, "expert exchange: group of %lld rank%s, %lld experts of %lld "
                        "per rank, %lld sequences: outside the firmware's limits", (long long)D->M,
-                       (long long)D->E, (long long)D->El, (long long)D->b);
+                       D->M == 1 ? "" : "s", (long long)D->E, (long long)D->El, (long long)D->b);
     return QT_OK;
 }
 

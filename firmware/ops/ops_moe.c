@@ -7,6 +7,8 @@
  * dw[0] (W_gu) and dw[1] (W_down); on an expert host (the WGRAD's seg slot set) the
  * sequence's rows are its packed rows instead. When the plan gives the BWD op its dgu slot, the BWD
  * parks d(gu) there and the WGRAD reads it instead of recomputing it (same bits).
+ * Token dropping (MOE_CAPACITY) turns dropped assignments into expert id -1, which the expert
+ * kernels and the exchange skip, and MOE_COMBINE skips their slots.
  */
 #include <stdio.h>
 #include <string.h>
@@ -136,19 +138,56 @@ void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, flo
                         scratch, S, k, E, d, f, sn);
 }
 
+/* t3 (t5 for the BWD) kidx is optional: with token dropping the dropped slots are skipped. */
 void qt_op_moe_combine_fwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_moe_combine_fwd(qt_f32(ctx, QT_T(op, MOE_COMBINE_FWD, out)),
-                       qt_f32(ctx, QT_T(op, MOE_COMBINE_FWD, p)),
-                       qt_f32(ctx, QT_T(op, MOE_COMBINE_FWD, y)), QT_A(op, MOE_COMBINE_FWD, T),
-                       QT_A(op, MOE_COMBINE_FWD, k), QT_A(op, MOE_COMBINE_FWD, d));
+    const int32_t *kidx = QT_T(op, MOE_COMBINE_FWD, kidx) != QT_NONE
+                              ? qt_i32(ctx, QT_T(op, MOE_COMBINE_FWD, kidx))
+                              : 0;
+    qt_moe_combine_kept_fwd(qt_f32(ctx, QT_T(op, MOE_COMBINE_FWD, out)),
+                            qt_f32(ctx, QT_T(op, MOE_COMBINE_FWD, p)),
+                            qt_f32(ctx, QT_T(op, MOE_COMBINE_FWD, y)), kidx,
+                            QT_A(op, MOE_COMBINE_FWD, T), QT_A(op, MOE_COMBINE_FWD, k),
+                            QT_A(op, MOE_COMBINE_FWD, d));
 }
 
 void qt_op_moe_combine_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_moe_combine_bwd(
+    const int32_t *kidx = QT_T(op, MOE_COMBINE_BWD, kidx) != QT_NONE
+                              ? qt_i32(ctx, QT_T(op, MOE_COMBINE_BWD, kidx))
+                              : 0;
+    qt_moe_combine_kept_bwd(
         qt_f32(ctx, QT_T(op, MOE_COMBINE_BWD, dp)), qt_f32(ctx, QT_T(op, MOE_COMBINE_BWD, dy)),
         qt_f32(ctx, QT_T(op, MOE_COMBINE_BWD, dout)), qt_f32(ctx, QT_T(op, MOE_COMBINE_BWD, p)),
-        qt_f32(ctx, QT_T(op, MOE_COMBINE_BWD, y)), QT_A(op, MOE_COMBINE_BWD, T),
+        qt_f32(ctx, QT_T(op, MOE_COMBINE_BWD, y)), kidx, QT_A(op, MOE_COMBINE_BWD, T),
         QT_A(op, MOE_COMBINE_BWD, k), QT_A(op, MOE_COMBINE_BWD, d));
+}
+
+/* MOE_CAPACITY: the drops slot is optional (the metrics' per-layer counts). */
+void qt_op_moe_capacity(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t b = QT_A(op, MOE_CAPACITY, T) / QT_A(op, MOE_CAPACITY, S);
+    int32_t *drops = QT_T(op, MOE_CAPACITY, drops) != QT_NONE
+                         ? qt_i32(ctx, QT_T(op, MOE_CAPACITY, drops)) +
+                               QT_A(op, MOE_CAPACITY, layer) * b
+                         : 0;
+    qt_moe_capacity(qt_i32(ctx, QT_T(op, MOE_CAPACITY, kidx)), drops,
+                    qt_i32(ctx, QT_T(op, MOE_CAPACITY, idx)), QT_A(op, MOE_CAPACITY, T),
+                    QT_A(op, MOE_CAPACITY, E), QT_A(op, MOE_CAPACITY, k),
+                    QT_A(op, MOE_CAPACITY, S), QT_A(op, MOE_CAPACITY, C));
+}
+
+/* The per-expert queue counters live on the kernel's stack (moe_route.h). */
+int qt_check_moe_capacity(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    (void)p;
+    const int64_t E = QT_A(op, MOE_CAPACITY, E), S = QT_A(op, MOE_CAPACITY, S),
+                  T = QT_A(op, MOE_CAPACITY, T), C = QT_A(op, MOE_CAPACITY, C);
+    if (E < 1 || E > QT_MOE_MAX_EXPERTS || S < 1 || T % S || C < 1) {
+        snprintf(st->why, sizeof st->why, "token dropping with %lld experts (kernel limit %d), "
+                 "%lld tokens in sequences of %lld, capacity %lld", (long long)E,
+                 QT_MOE_MAX_EXPERTS, (long long)T, (long long)S, (long long)C);
+        return 1;
+    }
+    return 0;
 }

@@ -310,6 +310,25 @@ void qt_interp_run_microbatch(const qt_ctx *c, const qt_kernel_entry *table, int
     }
 }
 
+void qt_interp_run_forward(const qt_ctx *c, const qt_kernel_entry *table, int64_t n_ops,
+                           qt_step_state *st)
+{
+    const qt_ctx ctx = *c;
+    for (qt_mb_cursor cur = qt_mb_begin(c->plan); qt_mb_next(&cur) && cur.logical < n_ops;) {
+        const qt_op *op = cur.op;
+        if (op->kind == QT_OP_NOP || (op->flags & QT_OPF_WGRAD)) continue;
+        if (ctx.status && *ctx.status) return;  /* a collective failed: the eval stops */
+        if (table[op->kind].step) {
+            int rc = table[op->kind].step(op, &ctx, st);
+            if (rc && ctx.status) *ctx.status = rc;
+            if (rc) return;
+        } else {
+            qt_interp_call_run(&table[op->kind], op, &ctx);
+        }
+        qt_interp_progress(&ctx);
+    }
+}
+
 void qt_interp_finalize_grads_range(const qt_plan *p, int64_t off, int64_t n)
 {
     float *levels[QT_MAX_TREE_LEVELS];

@@ -41,6 +41,18 @@ double qt_lr_schedule(int64_t t, double peak, int64_t sched_steps, double warmup
     return fin + (peak - fin) * 0.5 * (1.0 + c);
 }
 
+double qt_lr_schedule_wsd(int64_t t, double peak, int64_t sched_steps, int64_t warm,
+                          int64_t decay, double final_frac, int cosine)
+{
+    if (t < 0 || t >= sched_steps) return 0.0;
+    if (t < warm) return peak * (double)t / (double)warm;
+    const int64_t u = t - (sched_steps - decay);   /* step inside the decay, < 0: stable */
+    if (u < 0 || decay <= 1) return peak;
+    const double fin = peak * final_frac, x = (double)u / (double)(decay - 1);
+    if (cosine) return fin + (peak - fin) * 0.5 * (1.0 + qt_cos(QT_PI * x));
+    return (peak - fin) * (1.0 - x) + fin;   /* optax linear_schedule's expression */
+}
+
 double qt_powi(double b, int64_t n)
 {
     double r = 1.0;

@@ -22,6 +22,13 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table);
 /* Runs the init schedule once, in order (ctx: the plan, its arena, the rank's place). */
 void qt_interp_run_init(const qt_ctx *ctx, const qt_kernel_entry *table);
 
+/* The forward only (held-out evaluation, issue 33): the microbatch schedule's logical ops
+ * [0, n_ops) (the plan's train.eval_fwd_ops: the forward, ending with the cross entropy,
+ * which leaves the per-sequence losses in loss_seq), run as qt_interp_run_microbatch runs
+ * them; no weight-gradient leaf exists before n_ops. */
+void qt_interp_run_forward(const qt_ctx *ctx, const qt_kernel_entry *table, int64_t n_ops,
+                           qt_step_state *st);
+
 /* Runs the microbatch schedule for microbatch `mb` (0-based within the step; inputs must
  * already be filled). Plain ops call table[kind].run. WGRAD ops call table[kind].wgrad
  * once per sequence s, into zeroed leaf buffers, and push leaf mb*micro_batch + s into the

@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#define QT_METRICS_MAX_LAYERS 128
+
 typedef struct qt_step_metrics {
     int64_t step;
     double loss;               /* reported loss (float value widened) */
@@ -23,6 +25,26 @@ typedef struct qt_step_metrics {
     int mtp;                   /* the plan has the MTP head (mtp_loss in the metrics) */
     double mtp_loss;           /* its cross-entropy mean over the positions with an MTP
                                   loss, before the factor (docs/model.md 1.8) */
+    /* token dropping (plans with a capacity, qt_plan moe_capacity > 0): routed assignments
+     * of the step's global batch dropped past their expert's capacity, their total, and
+     * the dropped count per layer (the first QT_METRICS_MAX_LAYERS layers; n_drop_layers of
+     * them are reported) */
+    int64_t moe_dropped, moe_assignments;
+    int32_t n_drop_layers;
+    int64_t moe_dropped_layer[QT_METRICS_MAX_LAYERS];
 } qt_step_metrics;
+
+/* The record of one held-out evaluation (issue 33; qt_runtime_eval fills it, io/metrics.c
+ * writes it as {"step":s,"eval_loss":...}): loss is MaxText's eval/avg_loss, the masked
+ * cross entropy summed exactly over the whole pass / the targets counted (loss_f32 widened,
+ * as the training loss). */
+typedef struct qt_eval_metrics {
+    int64_t step;              /* the training step after whose update it ran (0-based) */
+    double loss;
+    float loss_f32;
+    int64_t tokens;            /* targets with a loss over the pass (eval_tokens) */
+    int64_t batches;           /* eval batches read (from the eval file's start) */
+    double seconds;
+} qt_eval_metrics;
 
 #endif

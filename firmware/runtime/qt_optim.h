@@ -22,6 +22,15 @@ typedef struct qt_adamw_hp {
  * s = t-warm, n = sched_steps-warm (peak when n <= 1), final = peak*final_frac; else 0. */
 double qt_lr_schedule(int64_t t, double peak, int64_t sched_steps, double warmup_frac,
                       double final_frac);
+/* MaxText's WSD schedule (lr_schedule_type wsd) at 0-based step t, L = sched_steps, the
+ * integer lengths warm = int(L x warmup_steps_fraction) and decay = int(L x
+ * wsd_decay_steps_fraction) (warm + decay <= L): t < warm: peak*t/warm (0 at t = 0); then
+ * peak until the decay's first step L - decay; decay step u = t - (L - decay), x =
+ * u/(decay-1): linear (peak-final)*(1-x)+final, or cosine final+(peak-final)*0.5*(1+cos(pi
+ * x)), final = peak*final_frac (peak when decay <= 1: optax's zero-step transition); 0 for
+ * t >= L. */
+double qt_lr_schedule_wsd(int64_t t, double peak, int64_t sched_steps, int64_t warm,
+                          int64_t decay, double final_frac, int cosine);
 
 /* b^n in double by binary exponentiation (fixed operation order). */
 double qt_powi(double b, int64_t n);

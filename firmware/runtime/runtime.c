@@ -45,6 +45,8 @@ static struct {
     const qt_kernel_entry *table;
     qt_token_fill_fn tokens;     /* the token source (qt_runtime_set_tokens) and its data */
     const void *tokens_src;
+    qt_token_fill_fn eval_tokens; /* the held-out eval's source (qt_runtime_set_eval_tokens) */
+    const void *eval_src;
     qt_ctx ctx;                  /* the plan, arena and this rank's mesh coordinates */
     int status;                  /* ctx.status: first error of an op inside a step */
     int64_t batch_index;         /* this rank's block of the global batch */
@@ -68,6 +70,12 @@ void qt_runtime_set_tokens(qt_token_fill_fn fill, const void *src)
 {
     qt_rt.tokens = fill;
     qt_rt.tokens_src = src;
+}
+
+void qt_runtime_set_eval_tokens(qt_token_fill_fn fill, const void *src)
+{
+    qt_rt.eval_tokens = fill;
+    qt_rt.eval_src = src;
 }
 
 static const qt_kernel_entry *qt_runtime_table(void)
@@ -218,6 +226,9 @@ double qt_runtime_lr(const qt_plan *p, int64_t t)
     double peak = qt_rt.opts.lr_override >= 0.0f ? (double)qt_rt.opts.lr_override
                                                  : (double)p->train.lr;
     int64_t n = qt_rt.opts.total_steps > 0 ? qt_rt.opts.total_steps : p->train.schedule_steps;
+    if (p->train.lr_schedule == 1)
+        return qt_lr_schedule_wsd(t, peak, n, p->train.wsd_warmup, p->train.wsd_decay,
+                                  (double)p->train.final_frac, p->train.wsd_cosine);
     return qt_lr_schedule(t, peak, n, (double)p->train.warmup_frac, (double)p->train.final_frac);
 }
 
@@ -227,9 +238,10 @@ double qt_runtime_lr(const qt_plan *p, int64_t t)
  * block of Sb tokens, part 0 the main inputs and targets, part j the window's x_{i+j} and
  * x_{i+j+1} read from the token source (the block's last positions read past the rank's
  * own tokens: the next context rank's), -1 where i + j > S - 1 (no input among the
- * window's, no loss). */
-static int qt_runtime_mtp_fill(const qt_plan *p, int64_t step, int64_t first, int64_t t0,
-                               int64_t St)
+ * window's, no loss). fill/src: the token source the main tokens came from (the steps' or
+ * the held-out eval's, whose "step" is its batch and Bg its global batch). */
+static int qt_runtime_mtp_fill(const qt_plan *p, qt_token_fill_fn fill, const void *src,
+                               int64_t step, int64_t Bg, int64_t first, int64_t t0, int64_t St)
 {
     const qt_ctx *ctx = &qt_rt.ctx;
     const int64_t b = p->train.micro_batch, S = p->train.seq_len, n = 1 + p->mtp_layers;
@@ -245,14 +257,41 @@ static int qt_runtime_mtp_fill(const qt_plan *p, int64_t step, int64_t first, in
                 int32_t *a = mt + blk + j * Sb, *c = mg + blk + j * Sb;
                 const int64_t lo = t0 + k * Sb + j, m = S - lo < Sb ? S - lo : Sb;
                 if (m > 0) {
-                    int rc = qt_rt.tokens(qt_rt.tokens_src, step, p->train.global_batch,
-                                          first + q, 1, S, lo, m, -1, a, c, NULL);
+                    int rc = fill(src, step, Bg, first + q, 1, S, lo, m, -1, a, c, NULL);
                     if (rc) return rc;
                 }
                 for (int64_t i = m > 0 ? m : 0; i < Sb; i++) a[i] = c[i] = -1;
             }
         }
     return QT_OK;
+}
+
+/* Token dropping: adds this microbatch's dropped counts (moe_drops, [layers x b]) into m's
+ * per-layer totals, as int64. */
+static void qt_runtime_drops_add(const qt_plan *p, qt_step_metrics *m)
+{
+    if (p->moe_capacity <= 0) return;
+    const int32_t *dr = qt_i32(&qt_rt.ctx, p->moe_drops);
+    const int64_t b = p->train.micro_batch, L = p->model.n_layers;
+    for (int64_t l = 0; l < L; l++) {
+        int64_t n = 0;
+        for (int64_t s = 0; s < b; s++) n += dr[l * b + s];
+        if (l < QT_METRICS_MAX_LAYERS) m->moe_dropped_layer[l] += n;
+        m->moe_dropped += n;
+    }
+}
+
+/* The step's dropped counts over the batch axes (each sequence counted once: tensor ranks
+ * share theirs), exact integer sums; and the step's assignment count. */
+static int qt_runtime_drops_merge(const qt_plan *p, qt_step_metrics *m)
+{
+    if (p->moe_capacity <= 0) return QT_OK;
+    const int64_t L = p->model.n_layers;
+    m->n_drop_layers = (int32_t)(L < QT_METRICS_MAX_LAYERS ? L : QT_METRICS_MAX_LAYERS);
+    m->moe_assignments = p->train.global_batch * p->train.seq_len * p->model.top_k * L;
+    if (!p->batch_mask) return QT_OK;
+    int rc = qt_coll_sum_i64(p->batch_mask, &m->moe_dropped, 1);
+    return rc ? rc : qt_coll_sum_i64(p->batch_mask, m->moe_dropped_layer, m->n_drop_layers);
 }
 
 /* Every microbatch of the step: fill its tokens, run the schedule (forward, backward,
@@ -281,6 +320,9 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     qt_exact_clear(&lb);
     qt_exact_clear(&cnt);
     qt_exact_clear(&mtp);
+    m->moe_dropped = m->moe_assignments = 0;
+    m->n_drop_layers = 0;
+    memset(m->moe_dropped_layer, 0, sizeof m->moe_dropped_layer);
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     for (int64_t mb = 0; mb < G; mb++) {
         const int64_t first = mbmaj ? (mb * R + qt_rt.batch_index) * b
@@ -288,7 +330,9 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
         int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
         int rc = qt_rt.tokens(qt_rt.tokens_src, step, p->train.global_batch, first, b, S, t0,
                               St, p->pack_eos, qt_i32(ctx, p->tokens), tg, pos);
-        if (!rc && p->mtp_layers > 0) rc = qt_runtime_mtp_fill(p, step, first, t0, St);
+        if (!rc && p->mtp_layers > 0)
+            rc = qt_runtime_mtp_fill(p, qt_rt.tokens, qt_rt.tokens_src, step,
+                                     p->train.global_batch, first, t0, St);
         if (rc) return rc;
         if (pos) { /* packed: the targets with a loss (the normaliser), counted exactly */
             int64_t n = 0;
@@ -315,12 +359,14 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
             const float *lbs = qt_f32(ctx, p->lb_seq);
             for (int64_t s = 0; s < b; s++) qt_exact_add_f(&lb, lbs[s]);
         }
+        qt_runtime_drops_add(p, m);
         qt_runtime_lap(&t, QT_PH_LOSS);
     }
     int rc = qt_step_exact_merge(p->batch_mask, &loss);
     if (!rc && p->lb_seq != QT_NONE) rc = qt_step_exact_merge(p->batch_mask, &lb);
     if (!rc && p->packing) rc = qt_step_exact_merge(p->batch_mask, &cnt);
     if (!rc && p->mtp_layers > 0) rc = qt_step_exact_merge(p->batch_mask, &mtp);
+    if (!rc) rc = qt_runtime_drops_merge(p, m);
     if (rc) return rc;
     qt_runtime_lap(&t, QT_PH_LOSS);
     const double n_all = (double)(p->train.global_batch * p->train.seq_len);
@@ -346,6 +392,66 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     m->loss_tokens = (int64_t)n_tok;
     m->packed = p->packing != 0;
     m->lr = qt_runtime_lr(p, step);
+    return QT_OK;
+}
+
+int64_t qt_runtime_eval_batch(const qt_plan *p)
+{
+    int64_t R = 1;   /* the sequence groups: the batch axes but context */
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        if ((p->batch_mask & (1u << a)) && a != QT_MESH_CONTEXT) R *= p->mesh[a];
+    return p->train.eval_interval > 0 ? p->train.eval_batch * R : 0;
+}
+
+/* The eval's sequences: in eval batch e, the rank's sequence group reads the contiguous block
+ * [index * eval_batch, (index + 1) * eval_batch) of the eval batch's global sequences, in
+ * chunks of micro_batch; any split gives the same exact sums. */
+int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_metrics *e)
+{
+    if (!qt_rt.eval_tokens || p->train.eval_interval <= 0 || p != qt_rt.plan) return QT_E_PLAN;
+    const qt_kernel_entry *table = qt_runtime_table();
+    const qt_ctx *ctx = &qt_rt.ctx;
+    const int64_t b = p->train.micro_batch, S = p->train.seq_len;
+    const int64_t Bg = qt_runtime_eval_batch(p), per = p->train.eval_batch;
+    const int64_t St = qt_plan_tokens_per_seq(p), t0 = St * ctx->coord[QT_MESH_CONTEXT];
+    const double tstart = qt_runtime_now();
+    qt_step_metrics sm;
+    memset(&sm, 0, sizeof sm);
+    qt_step_state st = {step, 0, &sm};
+    qt_exact loss, cnt;
+    qt_exact_clear(&loss);
+    qt_exact_clear(&cnt);
+    for (int64_t eb = 0; eb < n_batches; eb++)
+        for (int64_t k = 0; k < per / b; k++) {
+            const int64_t first = qt_rt.batch_index * per + k * b;
+            int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
+            int rc = qt_rt.eval_tokens(qt_rt.eval_src, eb, Bg, first, b, S, t0, St,
+                                       p->pack_eos, qt_i32(ctx, p->tokens), tg, pos);
+            if (!rc && p->mtp_layers > 0) /* the head's inputs: the stacked embedding reads them */
+                rc = qt_runtime_mtp_fill(p, qt_rt.eval_tokens, qt_rt.eval_src, eb, Bg, first, t0,
+                                         St);
+            if (rc) return rc;
+            if (pos) { /* packed: the targets with a loss, as in training */
+                int64_t n = 0;
+                for (int64_t i = 0; i < b * St; i++) n += tg[i] >= 0;
+                qt_exact_add_f(&cnt, (float)n);
+            }
+            qt_interp_run_forward(ctx, table, p->train.eval_fwd_ops, &st);
+            if (qt_rt.status) return qt_rt.status;
+            const float *ls = qt_f32(ctx, p->loss_seq);
+            for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&loss, ls[s]);
+        }
+    int rc = qt_step_exact_merge(p->batch_mask, &loss);
+    if (!rc && p->packing) rc = qt_step_exact_merge(p->batch_mask, &cnt);
+    if (rc) return rc;
+    const double n_all = (double)(n_batches * Bg * S);
+    const double n_tok = p->packing ? qt_exact_value(&cnt) : n_all;
+    e->step = step;
+    e->loss_f32 = (float)(qt_exact_value(&loss) / (n_tok > 1.0 ? n_tok : 1.0));
+    e->loss = (double)e->loss_f32;
+    e->tokens = (int64_t)n_tok;
+    e->batches = n_batches;
+    e->seconds = qt_runtime_now() - tstart;
     return QT_OK;
 }
 

@@ -84,8 +84,8 @@ static int qt_validate_regions(const qt_plan *p)
         if (r->lo != cover || r->n < 0 || r->n % red || r->n % opt || (r->opt_mask & ~r->reduce_mask) ||
             r->adam_lo != adam)
             return qt_fail(QT_E_PLAN, "plan %s: flat range %d [%lld, +%lld) does not split over "
-                           "its groups (%lld and %lld ranks)", p->run_name, i, (long long)r->lo,
-                           (long long)r->n, (long long)red, (long long)opt);
+                           "its groups (%lld and %lld rank%s)", p->run_name, i, (long long)r->lo,
+                           (long long)r->n, (long long)red, (long long)opt, opt == 1 ? "" : "s");
         if (r->leaf_lo < 0 || r->n > p->leaf_elems || r->leaf_lo > p->leaf_elems - r->n ||
             (!p->layer_reduce && r->leaf_lo != r->lo) ||
             (p->grads_compact && r->opt_mask != r->reduce_mask))
@@ -331,8 +331,9 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
     int32_t ranks = o->n_ranks > 0 ? o->n_ranks : 1;
     if (ranks != p->n_ranks) {
         return qt_fail(QT_E_PLAN,
-                       "plan %s was generated for %d ranks, but this process was started "
-                       "with %d ranks", p->run_name, p->n_ranks, ranks);
+                       "plan %s was generated for %d rank%s, but this process was started "
+                       "with %d rank%s", p->run_name, p->n_ranks, p->n_ranks == 1 ? "" : "s",
+                       ranks, ranks == 1 ? "" : "s");
     }
     if (o->rank < 0 || o->rank >= ranks) {
         return qt_fail(QT_E_PLAN, "plan %s: rank %d outside [0, %d)", p->run_name, o->rank, ranks);
@@ -377,6 +378,9 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
         if (!rc) rc = qt_validate_io_tensor(p, p->mtp_loss_seq, "mtp_loss_seq", QT_F32,
                                               qt_plan_leaves_per_mb(p));
     }
+    if (!rc && p->moe_capacity > 0)
+        rc = qt_validate_io_tensor(p, p->moe_drops, "moe_drops", QT_I32,
+                                   tc->micro_batch * p->model.n_layers);
     if (!rc) rc = qt_validate_regions(p);
     if (rc) return rc;
     for (int32_t i = 0; i < p->n_params; i++) {

@@ -14,6 +14,21 @@ check "golden qwen3-next tiny: step-0 gradients and 10-step losses vs PyTorch" g
 check "golden qwen3.5 tiny (split in_proj_qkv/z/b/a on disk) vs PyTorch" golden_run test-35-tiny
 check "golden qwen3-next tiny with load-balance loss vs PyTorch" golden_run test-next-lb
 check "golden qwen3-next tiny, chunked (WY) delta rule, vs PyTorch" golden_run test-next-chunked test-next-tiny
+# Token dropping (issue 32: sparse_matmul false, capacity_factor > 0, MaxText's rule): the
+# reference drops too (expected.json moe_dropped, 6-15% of the assignments per step), and
+# each step's dropped count must be exactly the reference's. Tolerances as above.
+check "golden qwen3-next tiny, capacity_factor 1.0 (C=8 of 16 tokens) + load balance, vs PyTorch" golden_run test-next-cap1
+check "golden qwen3-next tiny, 16 experts, capacity_factor 2.0 (C=4) vs PyTorch" golden_run test-next-cap2
+check "golden qwen3.5 tiny, capacity_factor 1.0 (C=8) vs PyTorch" golden_run test-35-cap1
+check "golden qwen3.5 tiny, 24 experts, capacity_factor 2.0 (C=4) vs PyTorch" golden_run test-35-cap2
+# sparse_matmul false without a capacity (cf -1, cf 0) is dropless: the sparse goldens, and
+# the very bits of sparse_matmul true (loss bits and fingerprint, 10 steps)
+check "golden qwen3-next tiny, sparse_matmul false dropless, vs the sparse goldens" golden_run test-next-dense test-next-tiny
+dense_same_bits() {
+  same_bits "$QT_TMP/dense" test-next-tiny test-next-dense 1 &&
+    same_bits "$QT_TMP/dense" test-35-tiny test-35-dense 1
+}
+check "sparse_matmul false dropless == sparse_matmul true, bit for bit (qwen3-next, qwen3.5)" dense_same_bits
 # the multi-token-prediction head (docs/model.md 1.8): the mtp.* gradients and the per-step
 # mtp_loss (the head's CE mean) at the same tolerances as above
 check "golden qwen3-next tiny with the MTP head (mtp_num_layers 1) vs PyTorch" golden_run test-next-mtp

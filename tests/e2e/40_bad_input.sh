@@ -30,6 +30,42 @@ check "data: truncated npy" expect_fail "trunc.npy" $Q data=$B/trunc.npy steps=1
 
 check "data: a directory says so" expect_fail "$B: is a directory; expected a token file" $Q data=$B steps=1
 
+# A token file too short for one window (10 tokens; test-next-tiny needs 17) is refused
+# before the arena is mapped and prefaulted (no start-up banner, which follows the
+# prefault), saying what to do (issue 30).
+data_short_before_arena() {
+  printf 'QTTOKENS\x01\x00\x00\x00\x02\x00\x00\x00\x0a\x00\x00\x00\x00\x00\x00\x00' > $B/ten.tok
+  printf '\x01\x00%.0s' 1 2 3 4 5 6 7 8 9 10 >> $B/ten.tok
+  expect_fail "ten.tok: 10 tokens, need at least seq_len+1 = 17 for one window (max_target_length 16, and the next token as its last target): give more data" \
+    $Q data=$B/ten.tok steps=1 || return 1
+  ! grep -q "prefault" $QT_TMP/err.txt || { echo "the arena was prefaulted first:"; cat $QT_TMP/err.txt; return 1; }
+}
+check "data: too short for one window, refused before the arena's prefault, saying what to give" data_short_before_arena
+
+# A run whose steps read more windows than the data holds reads it more than once: rank 0
+# says so at start-up (how many times, each pass how many steps), marks the step where each
+# new pass begins, and the manifest records the windows and passes (issue 30). 81 tokens
+# of test-next-tiny (16 tokens a sequence, 2 a step): 5 windows, a pass every 2.5 steps.
+data_passes_noted() {
+  local d=$QT_TMP/passes
+  mkdir -p $d
+  { printf 'QTTOKENS\x01\x00\x00\x00\x02\x00\x00\x00\x51\x00\x00\x00\x00\x00\x00\x00'
+    for i in $(seq 81); do printf "\\x$(printf %02x $((i % 60)))\\x00"; done; } > $d/t81.tok
+  $Q data=$d/t81.tok steps=6 metrics=$d/m6.jsonl 2> $d/e6 || { cat $d/e6; return 1; }
+  grep note $d/e6
+  grep -qF "qtrain: note: steps 0..5 read 12 sequences of 16 tokens (192 tokens) from the 5 windows of $d/t81.tok (80 usable tokens): the data is read 2.40 times, a pass every 2.5 steps; loss may jump where a pass restarts" $d/e6 || return 1
+  grep -qF "qtrain: note: step 3/6 begins pass 2 over the data (window 0 again)" $d/e6 || return 1
+  grep -qF "qtrain: note: step 6/6 begins pass 3 over the data (window 0 again)" $d/e6 || return 1
+  [ "$(grep -c "begins pass" $d/e6)" -eq 2 ] || return 1
+  head -n 1 $d/m6.jsonl | grep -o '"data":{[^}]*}'
+  head -n 1 $d/m6.jsonl | grep -q '"tokens":81,"windows":5,"passes":2.4}' || return 1
+  # 2 steps read 4 of the 5 windows: no note, one pass in the manifest
+  $Q data=$d/t81.tok steps=2 metrics=$d/m2.jsonl 2> $d/e2 || { cat $d/e2; return 1; }
+  ! grep -q "read .* times\|begins pass" $d/e2 || { cat $d/e2; return 1; }
+  head -n 1 $d/m2.jsonl | grep -q '"windows":5,"passes":0.8}'
+}
+check "data: a run that reads its data more than once says how many times, and where each pass begins" data_passes_noted
+
 # A data file changed while qtrain trains on it: rewritten in place, truncated, or replaced
 # at its path. The run stops within a step with a message naming the file, exit 1.
 data_changed_stops() {
@@ -90,10 +126,14 @@ save_targets_checked() {
   check_refused "dump_grads=$d/notes.txt exists and is not a safetensors file" \
     $Q steps=1 data=$T dump_grads=$d/notes.txt || return 1
   cmp tests/golden/e2e/test-next-tiny/init.safetensors $d/hf.safetensors && [ "$(cat $d/notes.txt)" = notes ] || return 1
-  # accepted: a safetensors file for dump_grads, a qtrain checkpoint for save, and with
+  # a safetensors file that is not a gradient dump (weights) is not replaced by dump_grads=
+  check_refused "dump_grads=$d/hf.safetensors exists and is not a qtrain gradient dump" \
+    $Q steps=1 data=$T dump_grads=$d/hf.safetensors || return 1
+  cmp tests/golden/e2e/test-next-tiny/init.safetensors $d/hf.safetensors || return 1
+  # accepted: a gradient dump for dump_grads, a qtrain checkpoint for save, and with
   # overwrite=1 the refused files
-  $Q steps=1 data=$T dump_grads=$d/hf.safetensors save=$d/ck.safetensors 2> /dev/null || return 1
-  $Q steps=1 data=$T save=$d/ck.safetensors 2> /dev/null || return 1
+  $Q steps=1 data=$T dump_grads=$d/g.safetensors save=$d/ck.safetensors 2> /dev/null || return 1
+  $Q steps=1 data=$T dump_grads=$d/g.safetensors save=$d/ck.safetensors 2> /dev/null || return 1
   $Q steps=1 data=$T save=$d/hf.safetensors dump_grads=$d/notes.txt overwrite=1 2> /dev/null
 }
 check "save=/dump_grads=: a device, directory, the data file or a foreign file is refused before training" save_targets_checked
@@ -175,7 +215,7 @@ diverged_stops() {
 check "training: a non-finite loss or gradient norm stops the run, nothing saved" diverged_stops
 
 # ---- rank count
-check "ranks: started on 2 ranks for a 1-rank plan" expect_fail "rank" timeout 60 mpiexec -n 2 $Q steps=1 data=$T
+check "ranks: started on 2 ranks for a 1-rank plan" expect_fail "plan test-next-tiny was generated for 1 rank (mesh data 1 x fsdp 1 x tensor 1 x expert 1 x context 1), but this job has 2: run it without mpiexec" timeout 60 mpiexec -n 2 $Q steps=1 data=$T
 # the single-rank musl build under mpiexec used to run two independent jobs writing the
 # same files: each process refuses at start-up, naming hydra's variable and the MPI build
 static_under_mpiexec() {
@@ -203,16 +243,32 @@ check "configgen: context parallelism with the load-balance loss" \
 # the reference trainer's guard (context parallelism with GDN layers under explicit) now plans
 cg_plans() {
   build/configgen/configgen -o $B/gen-ok "$@" &&
-    grep -q "context 2: the ranks of a context group share their sequences" $B/gen-ok/*/plan.txt
+    grep -q "context 2: the 2 ranks of a context group read the same sequences, each keeping its own part of the tokens" $B/gen-ok/*/plan.txt
   local rc=$?
   rm -rf $B/gen-ok
   return $rc
 }
 check "configgen: context parallelism with GDN layers under shard_mode=explicit (the reference trainer's guard) plans" \
   cg_plans configgen/configs/runs/test-35-tiny.yml num_ranks=2 ici_context_parallelism=2 shard_mode=explicit
-check "configgen: sparse_matmul=false under shard_mode=explicit (the reference trainer's guard)" \
-  expect_fail "sparse_matmul=false (the dense MoE matmul) is not onboarded to shard_mode=explicit" \
-  build/configgen/configgen -o $B/gen configgen/configs/runs/test-35-tiny.yml sparse_matmul=false shard_mode=explicit
+# the reference trainer's dense-MoE guard (sparse_matmul false under explicit) now plans
+# (issue 32); its capacity keys are refused with their reasons
+cg_dense_plans() {
+  build/configgen/configgen -o $B/gen-ok "$@" && grep -q "moe form: sparse_matmul=false" $B/gen-ok/*/plan.txt
+  local rc=$?
+  rm -rf $B/gen-ok
+  return $rc
+}
+check "configgen: sparse_matmul=false under shard_mode=explicit (the reference trainer's guard) plans" \
+  cg_dense_plans configgen/configs/runs/test-35-tiny.yml sparse_matmul=false shard_mode=explicit capacity_factor=1.0
+check "configgen: a capacity_factor whose capacity C is 0 names the key and the smallest factor" \
+  expect_fail "capacity_factor=0.1 (command line): capacity int(max(ceil(S*k/E) x cf, cf)) = int(max(8 x 0.1, 0.1)) = 0 assignments per expert and sequence" \
+  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-cap1.yml capacity_factor=0.1
+check "configgen: a non-finite capacity_factor names the key" \
+  expect_fail "capacity_factor: value nan is not a number" \
+  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-cap1.yml capacity_factor=nan
+check "configgen: ragged_buffer_factor > 0 is refused: results would depend on the expert degree" \
+  expect_fail "so which rows drop (and the results) would depend on the expert degree" \
+  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml ragged_buffer_factor=2.0
 check "configgen: a run file that is /dev/zero is refused at once, not read forever" \
   expect_fail "/dev/zero: is a character device, not a regular file" timeout 20 build/configgen/configgen -o $B/gen /dev/zero
 check "configgen: a run file that is a directory says so" \

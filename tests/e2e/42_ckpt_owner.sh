@@ -111,14 +111,19 @@ check "optimizer: swapped optimizer shards or a tampered optimizer index name op
 own_other_model() {
   local d=$QT_TMP/own f
   mkdir -p $d
-  # a qtrain checkpoint of another model (test-35-tiny), as one file and as a directory:
-  # refused by its first missing tensor, without announcing "the weights only" first
+  # a qtrain checkpoint of another model (test-35-tiny), as one file and as a directory
+  # without its config.json: refused by its first missing tensor, without announcing "the
+  # weights only" first; the directory with its config.json is refused by that first
   timeout 60 build/test-35-tiny/qtrain steps=1 data=tests/golden/e2e/test-35-tiny/tokens.npy save=$d/m35.safetensors 2> /dev/null || return 1
+  rm -rf $d/m35 $d/m35nc
   timeout 60 build/test-35-tiny/qtrain steps=1 data=tests/golden/e2e/test-35-tiny/tokens.npy save=$d/m35 2> /dev/null || return 1
-  for f in $d/m35.safetensors $d/m35; do
+  cp -r $d/m35 $d/m35nc && rm $d/m35nc/config.json
+  for f in $d/m35.safetensors $d/m35nc; do
     own_fail "missing tensor model.embed_tokens.weight" $Q steps=2 data=$T load=$f || return 1
     ! grep -q "weights only" $QT_TMP/own.err || { echo "announced the weights only before refusing:"; cat $QT_TMP/own.err; return 1; }
   done
+  own_fail "load=$d/m35/config.json: model_type is \"qwen3_5_moe\", but the plan (and the weights) have \"qwen3_next\"" \
+    $Q steps=2 data=$T load=$d/m35 || return 1
 }
 check "load: a qtrain checkpoint of another model is refused without a 'loading the weights only' note first" own_other_model
 

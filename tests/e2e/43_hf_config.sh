@@ -41,7 +41,10 @@ check "hf config: a DP2xEP2 save (4 ranks) writes one config.json, the one-rank 
 hf_keep() {
   local d=$HF/keep tok=$HF/tok
   rm -rf $d $tok; mkdir -p $d $tok
-  printf '{"user": "my config"}\n' > $d/config.json
+  # the user's config.json: the plan's (from a first save) with a key of their own
+  rm -rf $HF/keep0
+  ckpt_run test-next-tiny 1 steps=1 save=$HF/keep0 2> $HF/keep.log || { tail -n 3 $HF/keep.log; return 1; }
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["user"] = "my config"; json.dump(c, open(sys.argv[2], "w"))' $HF/keep0/config.json $d/config.json
   printf '{"user": "my tokenizer"}\n' > $d/tokenizer.json
   cp $d/config.json $HF/keep.config; cp $d/tokenizer.json $HF/keep.tok
   printf '{"version": "1.0", "model": {"type": "BPE"}}\n' > $tok/tokenizer.json
@@ -75,3 +78,61 @@ hf_tokenizer() {
   echo "tokenizer files copied; the edited config.json survived the next save"
 }
 check "hf config: tokenizer=FILE copies it as tokenizer.json (+ tokenizer_config.json beside it); a user's edit of config.json survives later saves" hf_tokenizer
+
+# config.json records the document separator of a packed plan as eos_token_id (test-next-pack:
+# eos_id 7); a plan without packing has no separator and writes none.
+hf_eos() {
+  local d=$HF/eos
+  rm -rf $d $HF/noeos
+  ckpt_run test-next-pack 1 steps=1 save=$d 2> $HF/eos.log || { tail -n 3 $HF/eos.log; return 1; }
+  ckpt_run test-next-tiny 1 steps=1 save=$HF/noeos 2> $HF/noeos.log || { tail -n 3 $HF/noeos.log; return 1; }
+  python3 - $d/config.json $HF/noeos/config.json <<'PY' || return 1
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert a.get("eos_token_id") == 7, "packed plan: eos_token_id %r, expected 7" % a.get("eos_token_id")
+assert "eos_token_id" not in b, "unpacked plan: eos_token_id %r written" % b.get("eos_token_id")
+print("eos_token_id 7 (packing, eos_id 7); none without packing")
+PY
+}
+check "hf config: a packed plan's config.json has eos_token_id = eos_id; an unpacked one none" hf_eos
+
+# A config.json edited to disagree with the plan (hidden_size 128 beside weights of width 32)
+# is refused at start-up by load= and by save=, naming the file, the key and both values;
+# nothing in the directory changes (every file byte-identical, no lock or temporary left).
+# With overwrite=1 a save replaces it with the plan's config.json.
+hf_disagree() {
+  local d=$HF/dis c=$HF/dis.copy log=$HF/dis.err
+  rm -rf $d $c
+  ckpt_run test-next-tiny 1 steps=2 save=$d 2> $log || { tail -n 3 $log; return 1; }
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["hidden_size"] = 128; json.dump(c, open(sys.argv[1], "w"), indent=2)' $d/config.json
+  cp -a $d $c
+  ckpt_run test-next-tiny 1 steps=3 load=$d 2> $log && { echo "load= accepted it"; return 1; }
+  grep -F "qtrain: load=$d/config.json: hidden_size is 128, but the plan (and the weights) have 32; fix or remove config.json" $log \
+    || { echo "load= message:"; tail -n 3 $log; return 1; }
+  grep -q "^step " $log && { echo "load=: trained"; return 1; }
+  ckpt_run test-next-tiny 1 steps=1 save=$d 2> $log && { echo "save= accepted it"; return 1; }
+  grep -F "qtrain: save=$d/config.json: hidden_size is 128, but the plan has 32; a save would keep it beside weights with hidden_size 32: fix or remove it, or give overwrite=1 to replace it with the plan's config.json" $log \
+    || { echo "save= message:"; tail -n 3 $log; return 1; }
+  grep -q "^step " $log && { echo "save=: trained"; return 1; }
+  diff -r $d $c || { echo "the directory changed"; return 1; }
+  ls $HF | grep -E '^dis\.(lock|tmp)' && { echo "lock or temporary left"; return 1; }
+  echo "refused with the directory unchanged: $(tail -n 1 $log)"
+  ckpt_run test-next-tiny 1 steps=1 save=$d overwrite=1 2> $log || { tail -n 3 $log; return 1; }
+  python3 tests/scripts/hf_config_check.py $d generated/test-next-tiny/plan.txt || return 1
+  echo "overwrite=1: config.json replaced by the plan's"
+}
+check "hf config: a config.json that disagrees with the plan (hidden_size) is refused by load= and save=, the directory unchanged; overwrite=1 replaces it" hf_disagree
+
+# The same refusal on a mesh: rank 0 reads config.json, every rank stops before training.
+hf_disagree_mesh() {
+  local d=$HF/dism log=$HF/dism.err
+  rm -rf $d
+  ckpt_run test-next-tiny 1 steps=2 save=$d 2> $log || { tail -n 3 $log; return 1; }
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["num_experts"] = 8; json.dump(c, open(sys.argv[1], "w"))' $d/config.json
+  ckpt_run mesh-next-dp2 2 steps=3 load=$d 2> $log && { echo "accepted"; return 1; }
+  grep -F "load=$d/config.json: num_experts is 8, but the plan (and the weights) have 4" $log || { tail -n 5 $log; return 1; }
+  grep -q "rank 1/2: start-up checks: stopping: rank 0/2 failed" $log || { tail -n 5 $log; return 1; }
+  grep -q "^step " $log && { echo "trained"; return 1; }
+  echo "both ranks stopped: $(grep -c stopping $log) stopping line(s)"
+}
+check "hf config: on a 2-rank mesh a disagreeing load= config.json stops every rank at start-up" hf_disagree_mesh

@@ -67,3 +67,27 @@ report_owner() {
   [ "$(cat "$d/test-next-tiny/plan.c")" = "/* mine */" ] && grep -F "holds plan.c, which configgen did not write" "$d/err"
 }
 check "configgen -o: a plan directory holding files configgen did not write is refused, kept (--overwrite keeps them)" report_owner
+
+# Context parallelism in plan.txt: one statement of who reads what (issue 30): the batch
+# axes other than context read different sequences, the ranks of a context group the same
+# sequences, each keeping its own part of the tokens; never "each reads its own sequences"
+# for a group that holds context ranks.
+report_context_reads() {
+  local f=generated/ctx-next-cp2dp2/plan.txt g=generated/ctx-next-cp2/plan.txt
+  grep -E "^  (batch axes|context 2):" $f $g | cut -c 1-240
+  grep -qx '  batch axes: data,context (4 ranks: ranks at different data coordinates read different sequences; the 2 ranks of a context group read the same sequences, each keeping its own part of the tokens)' $f &&
+    grep -qx '  batch axes: context (2 ranks: the 2 ranks of a context group read the same sequences, each keeping its own part of the tokens)' $g &&
+    grep -q '^  context 2: the 2 ranks of a context group read the same sequences, each keeping its own part of the tokens: context index c holds tokens \[c\*8, (c+1)\*8) of each' $f &&
+    ! grep -q "each reads its own sequences\|share their sequences" $f $g
+}
+check "plan.txt: context parallelism says once that a context group reads the same sequences, each rank its part of the tokens" report_context_reads
+
+# Counts of one are singular in plan.txt (issue 30): "1 microbatch", "1 batch rank", a flat
+# range reduced over "- (1 rank)"; no "1 ranks" or "1 microbatches" anywhere.
+report_singular() {
+  grep -qx '  each step reads 8 sequences, numbered 0..7: per_device_batch_size 8 x 1 microbatch x 1 batch rank' generated/default/plan.txt &&
+    grep -q '^  batch: 8 seqs x 128 tokens per microbatch, 1 microbatch, global batch' generated/default/plan.txt &&
+    grep -q 'gradient reduced over - (1 rank), ' generated/bench-ep2/plan.txt &&
+    ! grep -E "[^0-9]1 (ranks|microbatches|levels|sequences|seqs)\b" generated/*/plan.txt | head -n 3 | grep .
+}
+check "plan.txt: counts of one are singular (1 rank, 1 microbatch)" report_singular

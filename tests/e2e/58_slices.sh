@@ -60,3 +60,13 @@ slice_host_note() {
     { echo "no note about slices sharing a machine:"; cat "$QT_TMP/slices/dcn-next-dp2ep2.out"; return 1; }
 }
 check "slices: rank 0 notes that the two slices share one machine (qt_comm_check_slices)" slice_host_note
+
+# slices of one rank (dcn-next-dp2: dcn data 2): the note counts "1 rank" (issue 30)
+slice_note_singular() {
+  local e=$QT_TMP/slices/dcn-next-dp2.note
+  mkdir -p "$QT_TMP/slices"
+  timeout 60 mpiexec -n 2 build/dcn-next-dp2/qtrain data=tests/golden/e2e/test-next-tiny/tokens.npy steps=1 2> "$e" || { cat "$e"; return 1; }
+  grep "slices of" "$e"
+  grep -q "note: 2 slices of 1 rank, and some share a machine" "$e"
+}
+check "slices: slices of one rank are counted in the singular" slice_note_singular

@@ -72,7 +72,7 @@ mesh_wrong_n() {
   local out rc
   out=$(timeout 60 mpiexec -n 3 build/mesh-next-dp2/qtrain data=$MESH_DATA steps=1 2>&1); rc=$?
   echo "$out" | tail -n 3
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$out" | grep -q "generated for 2 ranks.*this job has 3: start it with mpiexec -n 2"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$out" | grep -q "generated for 2 ranks (mesh data 2 x fsdp 1 x tensor 1 x expert 1 x context 1), but this job has 3: run it with mpiexec -n 2"
 }
 check "mesh: a wrong -n is a clear error on every rank, not a hang" mesh_wrong_n
 

@@ -56,6 +56,20 @@ ctx_ulysses() {
 }
 check "context parallelism: ici_context_usp_ulysses_parallelism=2 plans the same as ici_context_parallelism=2" ctx_ulysses
 
+# A CP2 plan started on one rank (alone, and under mpiexec -n 1) names every mesh axis, the
+# context axis included, and the command that runs it (issue 30)
+ctx_wrong_ranks() {
+  local want="plan ctx-next-cp2 was generated for 2 ranks (mesh data 1 x fsdp 1 x tensor 1 x expert 1 x context 2), but this job has 1: run it with mpiexec -n 2"
+  local e=$QT_TMP/ctx/wrong-ranks.err
+  mkdir -p "$QT_TMP/ctx"
+  build/ctx-next-cp2/qtrain steps=1 2> "$e" && { echo "one rank accepted a CP2 plan"; return 1; }
+  grep -qF -- "$want" "$e" || { echo "expected '$want' in:"; cat "$e"; return 1; }
+  timeout 60 mpiexec -n 1 build/ctx-next-cp2/qtrain steps=1 2> "$e" && return 1
+  grep -qF -- "$want" "$e" || { cat "$e"; return 1; }
+  cat "$e"
+}
+check "context parallelism: a CP2 plan on one rank names the context axis and mpiexec -n 2" ctx_wrong_ranks
+
 # the context-parallel matrix: "ONE RUN RANKS" per cell
 for cell in "ctx-next-1r-nb4 ctx-next-cp2 2" "ctx-next-1r-nb4 ctx-next-cp2-auto 2" \
             "ctx-next-1r-nb4 ctx-next-cp2dp2 4" "ctx-next-1r-nb4 ctx-next-cp2ep2 4" \

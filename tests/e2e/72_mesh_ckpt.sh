@@ -185,3 +185,21 @@ ckm_killed() {
   echo "resumed at steps:$steps"
 }
 check "mesh ckpt dir: SIGKILL during save_every=1 never leaves an unloadable checkpoint" ckm_killed
+
+# A checkpoint of another global batch (mesh-next-1r-b1) loaded on DP4: the note that the
+# optimizer state's state hash differs (and that its optimizer tensors are skipped) is the
+# same on every rank, so rank 0 alone prints it, once (issue 30), for a file and a directory.
+ckm_state_hash_note_once() {
+  local d=$QT_TMP/ckm-note c n
+  mkdir -p "$d"
+  for c in ck ck.safetensors; do
+    build/mesh-next-1r-b1/qtrain steps=1 data=$CKM_DATA save=$d/$c 2> /dev/null || return 1
+    timeout 60 mpiexec -n 4 build/mesh-next-dp4/qtrain steps=1 data=$CKM_DATA load=$d/$c 2> $d/err || { cat $d/err; return 1; }
+    grep "note:" $d/err
+    n=$(grep -c "optimizer state was saved for state hash" $d/err)
+    [ "$n" -eq 1 ] || { echo "$c: the state hash note printed $n times, expected once"; return 1; }
+    grep -q "^qtrain: rank 0/4: note: $d/$c.*optimizer state was saved for state hash" $d/err || return 1
+    [ "$(grep -c "note: .*skipped .* tensors" $d/err)" -le 1 ] || { echo "$c: a skip note printed per rank"; return 1; }
+  done
+}
+check "mesh ckpt: the state-hash note of a checkpoint of another global batch is printed once, by rank 0" ckm_state_hash_note_once

@@ -159,7 +159,7 @@ mesh_save_dir_not_shared() {
   cat $d/r0/err $d/r1/err | grep -v '^step'
   echo "mpiexec exit $rc after $(fault_secs $t0 $t1) s"
   [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a refusal, not success or a timeout"; return 1; }
-  grep -qF "save=ck: 1 of the 2 ranks do not see the directory rank 0 (host $(hostname)) sees" $d/r0/err \
+  grep -qF "save=ck: 1 of the 2 ranks does not see the directory rank 0 (host $(hostname)) sees" $d/r0/err \
     && grep -qF "must be on a file system that every rank shares, at the same path" $d/r0/err || return 1
   grep -qF "rank 1/2: save=ck: this rank (host $(hostname)) does not see the probe file ck.tmp." $d/r1/err || return 1
   ! ls $d/r0 $d/r1 | grep -q '^ck' || { echo "something was written:"; ls $d/r0 $d/r1; return 1; }

@@ -44,6 +44,24 @@ check "aot: qwen3-next-80b-a3b 4 layers, v5p-256 DP128 G4 ZeRO-1, explicit: fits
   aot_case aot-next80-4l-dp128-explicit fits
 check "aot: qwen3-next-80b-a3b 4 layers, v5p-256 DP128 G4 ZeRO-1, auto: fits 95 GiB and compiles" \
   aot_case aot-next80-4l-dp128-auto fits
+# On success configgen prints one line on stdout (issue 30): the plan directory it wrote,
+# the ranks and mesh, the plan hash, and the per-rank arena against the budget; the README's
+# command as written. Without a budget it says none was checked.
+aot_summary() {
+  local out=$AOT_OUT/summary p h
+  mkdir -p "$out"
+  build/configgen/configgen -o "$out" tests/aot/aot-next80-4l-dp128-explicit.yml > "$out/stdout" 2> "$out/stderr" || { cat "$out/stderr"; return 1; }
+  cat "$out/stdout"
+  [ ! -s "$out/stderr" ] && [ "$(wc -l < "$out/stdout")" -eq 1 ] || { echo "expected one line on stdout, nothing on stderr"; return 1; }
+  p=$out/aot-next80-4l-dp128-explicit
+  h=$(grep -o "plan hash 0x[0-9a-f]*" "$p/plan.txt" | head -n 1)
+  grep -qxF "configgen: wrote $p (plan aot-next80-4l-dp128-explicit): 128 ranks (mesh data 128 x fsdp 1 x tensor 1 x expert 1 x context 1), $h; arena per rank fits: 57576 MiB of 97280 MiB (59.2%, compile_topology v5p-256)" "$out/stdout" || return 1
+  build/configgen/configgen -o "$out" configgen/configs/runs/test-next-tiny.yml > "$out/stdout2" || return 1
+  cat "$out/stdout2"
+  grep -qE "^configgen: wrote $out/test-next-tiny \(plan test-next-tiny\): 1 rank \(mesh data 1 x fsdp 1 x tensor 1 x expert 1 x context 1\), plan hash 0x[0-9a-f]{16}; arena per rank [0-9]+ MiB \(no budget checked: compile_topology or device_memory_gib sets one\)$" "$out/stdout2"
+}
+check "aot: configgen prints what it wrote: the plan directory, ranks and mesh, plan hash, arena against the budget" aot_summary
+
 # The 4-layer qwen3.5-397b-a17b holds 28.3 B parameters: the compute copy alone (replicated
 # over DP 128: ZeRO-1 splits only the optimizer state) is 108039 MiB > 95 GiB, whatever the
 # gradient reduction does (auto ends at the per-layer form: 139700 MiB with base.yml's
@@ -124,8 +142,28 @@ check "aot: qwen3-next-80b-a3b v5p-512 FSDP 32 x EP 8 at 16384 tokens (no contex
   aot_case aot-next80-v5p512-8k fits next80-16k max_target_length=16384 run_name=next80-16k
 check "aot: qwen3-next-80b-a3b v5p-512 context 8 at 65536 tokens: over budget (the experts' dropless worst-case buffers)" \
   aot_case aot-next80-v5p512-cp8-64k "needs 149830.0 MiB per rank, over the budget of 97280.0 MiB by 52550.0 MiB; biggest consumers: activations (peak) 136418.6 MiB"
-check "aot: the dense MoE path under explicit is refused with its reason" \
-  aot_case aot-guard-dense-explicit "sparse_matmul=false (the dense MoE matmul) is not onboarded"
+# sparse_matmul: false (issue 32): the seed's refusal is lifted. Its old 4-layer DP128 case
+# (no ZeRO-1, Adam replicated on every rank) now plans and is refused for memory alone, as
+# its sparse twin would be: 117798 MiB, 55008 of them Adam.
+check "aot: the 4-layer dense-MoE DP128 case (no ZeRO-1) plans; over budget for Adam, not refused for the form" \
+  aot_case aot-guard-dense-explicit "needs 117798.0 MiB per rank, over the budget of 97280.0 MiB by 20518.0 MiB; biggest consumers: adam m + v 55008.0 MiB"
+# The seed's dense-guard case (qwen3-next-80b-a3b, v5p-512, FSDP 32 x EP 8, explicit,
+# sparse_matmul: false). Dropless (capacity_factor -1): the sparse plan's bits and bytes,
+# 61780 MiB (63.5%). With capacity_factor 1.25 (C = int(ceil(1024 x 10 / 512) x 1.25) = 25
+# per expert and sequence) an expert host holds 12800 routed rows per layer instead of the
+# dropless worst case 81920: activation peak 3470 -> 1587 MiB, arena 59898 MiB (61.6%).
+check "aot: the seed's dense-guard case (80B v5p-512 FSDP32 x EP8, explicit, sparse_matmul false) plans, fits (61780 MiB) and compiles" \
+  aot_case aot-guard-dense-v5p512 fits
+check "aot: the seed's dense-guard case with capacity_factor 1.25 fits (59898 MiB) and compiles" \
+  aot_case aot-guard-dense-v5p512 fits guard-dense-cf125 capacity_factor=1.25 run_name=guard-dense-cf125
+# Memory follows capacity at long context (FSDP 32 x EP 8, no context axis): at 32768
+# tokens the dropless plan needs 112858 MiB (the experts' worst-case buffers: Rmax 2621440
+# rows per host), capacity_factor 1.25 holds 409600 (15.6%) and fits in 64404 MiB; at 65536
+# tokens 214280 -> 112108 MiB (still over: the per-token activations without a context axis).
+check "aot: 80B FSDP32 x EP8 at 32768 tokens, dropless: over budget (the experts' worst-case buffers)" \
+  aot_case aot-next80-v5p512-8k "needs 112858.0 MiB per rank" next80-32k max_target_length=32768 run_name=next80-32k
+check "aot: 80B FSDP32 x EP8 at 32768 tokens, sparse_matmul false + capacity_factor 1.25: fits (64404 MiB) and compiles" \
+  aot_case aot-next80-v5p512-8k fits next80-32k-cf125 max_target_length=32768 sparse_matmul=false capacity_factor=1.25 run_name=next80-32k-cf125
 
 # The same cases in bf16 (dtype=bfloat16, docs/precision.md: activations, matmul operands
 # and the gathered compute copy in bf16; fp32 master blocks, Adam, gradient trees, loss,

@@ -118,3 +118,30 @@ audit_plot() {
   [ "$(stat -c %s $AD/p.png)" -gt 20000 ]
 }
 check "audit plot: two runs overlaid into a PNG (gnuplot)" audit_plot
+
+# plot -o never replaces a file without --overwrite (a file of the user's, "keep me", stays
+# byte for byte, exit 2, nothing else left beside it); with --overwrite it is replaced.
+audit_plot_keep() {
+  local o=$AD/keep.png
+  rm -f $AD/keep.*; printf 'keep me\n' > $o; cp $o $AD/keep.orig
+  $AU plot $AD/a.jsonl -o $o 2> $AD/keep.err; local rc=$?
+  [ $rc -eq 2 ] || { echo "exit $rc, expected 2"; cat $AD/keep.err; return 1; }
+  grep -F "qtrain-audit: plot -o $o: the file exists; give --overwrite to replace it, or another path" $AD/keep.err \
+    || { cat $AD/keep.err; return 1; }
+  cmp $o $AD/keep.orig || { echo "the existing file changed"; return 1; }
+  [ "$(ls $AD | grep -c '^keep\.png')" -eq 1 ] || { ls $AD; return 1; }
+  $AU plot $AD/a.jsonl -o $o --overwrite > /dev/null || return 1
+  [ "$(head -c 4 $o | od -An -tx1 | tr -d ' ')" = "89504e47" ] || { echo "not replaced by a PNG"; return 1; }
+  echo "refused without --overwrite, replaced with it"
+}
+check "audit plot: -o refuses an existing file (kept byte-identical) unless --overwrite" audit_plot_keep
+
+# The plot's title names the runs (the manifest's "run"), each with its file. The script
+# gnuplot reads is captured through QT_AUDIT_GNUPLOT (the command that renders).
+audit_plot_title() {
+  rm -f $AD/t.png $AD/t.gp
+  QT_AUDIT_GNUPLOT="tee $AD/t.gp | gnuplot" $AU plot $AD/a.jsonl $AD/c.jsonl -o $AD/t.png > /dev/null || return 1
+  grep -F "title 'default (a.jsonl) vs default (c.jsonl)'" $AD/t.gp || { grep title $AD/t.gp | head -3; return 1; }
+  grep -qF "title 'A: default (a.jsonl)'" $AD/t.gp || return 1
+}
+check "audit plot: titled with the run names of the manifests" audit_plot_title

@@ -209,6 +209,8 @@ def dims(cfg):
         packing=bool(cfg['packing']), eos=int(cfg['eos_id']),
         # multi-token prediction (docs/model.md 1.8): depths and the loss factor
         mtp=int(cfg['mtp_num_layers']), mtp_scale=float(cfg['mtp_loss_scaling_factor']),
+        # MoE form (model.capacity): dropping needs sparse_matmul false and cf > 0
+        sparse=bool(cfg['sparse_matmul']), cf=float(cfg['capacity_factor']),
     )
     if d['packing'] and not 0 <= d['eos'] < d['V']:
         raise ConfigError('eos_id=%d with packing: true: expected 0..%d' % (d['eos'], d['V'] - 1))

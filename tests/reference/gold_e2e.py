@@ -10,6 +10,10 @@ run's decoder), tokens.npy (<u2), expected.json.
 MTP runs (mtp_num_layers > 0, *-mtp): the loss is the objective with the head
 (docs/model.md 1.8); expected.json adds mtp_loss (the head's cross-entropy mean per step,
 before the factor) and mtp_tokens (its normaliser).
+Capacity runs (sparse_matmul: false, capacity_factor > 0, *-cap*: token dropping, issue 32):
+expected.json also holds moe_dropped (assignments dropped per step, all layers and
+sequences) and moe_assignments (B*S*k*L per step); generation fails if step 0 drops
+nothing (a dropping golden that drops nothing tests nothing).
 
 Packed runs (packing: true, *-pack): the stream is packed_stream's crafted documents; the
 loss skips the targets whose input is eos and is normalised by the step's count of the
@@ -26,6 +30,7 @@ import convert
 import model
 
 RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb', 'test-next-pack', 'test-35-pack',
+        'test-next-cap1', 'test-next-cap2', 'test-35-cap1', 'test-35-cap2',
         'test-next-mtp', 'test-35-mtp']
 N_STEPS = 10
 MIN_MARGIN = 1e-4
@@ -96,16 +101,17 @@ def train(P0, dm, tokens, steps=N_STEPS, chunk=None):
     lb_c = model.lb_coefficient(dm)
     rec = {'loss': [], 'ce': [], 'lb': [], 'grad_norm': [], 'lr': [], 'route_margin_min': []}
     rec['loss_tokens'] = []
+    rec['moe_dropped'] = []
     grads0 = None
     for i in range(steps):
         inp, tgt = step_batch(tokens, dm, i)
-        stats = []
+        stats, drops = [], []
         n_tok = dm['B'] * dm['S']
         if dm['packing']:
             n_tok = max(1, int(model.loss_mask(dm, inp).sum()))
         aux = {}
         loss, ce, lb = model.loss_fn(P, dm, inp, tgt, n_tok=n_tok, lb_c=lb_c,
-                                     chunk=chunk, stats=stats, aux=aux)
+                                     chunk=chunk, stats=stats, aux=aux, drops=drops)
         gl = torch.autograd.grad(loss, [P[n] for n in names])
         grads = {n: g.detach().clone() for n, g in zip(names, gl)}
         if i == 0:
@@ -123,6 +129,7 @@ def train(P0, dm, tokens, steps=N_STEPS, chunk=None):
         rec['grad_norm'].append(norm)
         rec['lr'].append(lr)
         rec['route_margin_min'].append(min(stats))
+        rec['moe_dropped'].append(sum(drops))
     return rec, grads0
 
 
@@ -170,6 +177,10 @@ def generate_run(run, outdir, seed0):
                    mtp_loss=rec['mtp_loss'], mtp_tokens=rec['mtp_tokens'])
     if dm['packing']:
         exp.update(packing=True, eos_id=dm['eos'], loss_tokens=rec['loss_tokens'])
+    if model.capacity(dm) > 0:
+        assert rec['moe_dropped'][0] > 0, '%s: step 0 drops no assignment' % run
+        exp.update(capacity=model.capacity(dm), moe_dropped=rec['moe_dropped'],
+                   moe_assignments=B * S * dm['k'] * dm['L'])
     with open(os.path.join(d, 'expected.json'), 'w') as f:
         json.dump(exp, f, indent=1, sort_keys=True)
         f.write('\n')

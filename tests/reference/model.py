@@ -245,9 +245,36 @@ def attn_layer(P, pre, h, dm, B, S, pos=None, docs=None):
     return o.reshape(B * S, Hq * hd) @ P[pre + 'o_proj.weight'].t()
 
 
-def moe_layer(P, pre, h, dm, B, S, lb_c, stats):
+def capacity(dm, S=None):
+    """MaxText's expert capacity per sequence (moe.py generate_masks), 0 = dropless:
+    sparse_matmul false and capacity_factor cf > 0 give C = int(max(ceil(S*k/E) * cf, cf)),
+    S*k counting the sequence's token-expert assignments; otherwise no assignment drops."""
+    cf = dm.get('cf', -1.0)
+    if dm.get('sparse', True) or not cf > 0:
+        return 0
+    S = dm['S'] if S is None else S
+    return int(max(math.ceil(S * dm['k'] / dm['E']) * cf, cf))
+
+
+def capacity_keep(idx, B, S, E, C):
+    """idx [B*S,k] -> bool [B*S,k]: MaxText's dense-path mask, written as MaxText computes it:
+    one_hot(top-k) [B,S,k,E] reshaped to [B, S*k, E] (token-major, then top-k rank), cumsum
+    along S*k, an assignment kept iff its running count for its expert is <= C. Padding and
+    end-of-document positions are routed and count like any token (the MoE never sees
+    segment ids)."""
+    k = idx.shape[1]
+    oh = F.one_hot(idx.reshape(B, S * k), E)
+    pos = (torch.cumsum(oh, dim=1) * oh).sum(-1)
+    return (pos <= C).reshape(B * S, k)
+
+
+def moe_layer(P, pre, h, dm, B, S, lb_c, stats, drops=None):
     """h [T,d] -> ([T,d], lb scalar). HF-style routing: softmax over all E, take the top-k
-    (stable: ties to the lower index), renormalise (= softmax over the k selected logits)."""
+    (stable: ties to the lower index), renormalise (= softmax over the k selected logits).
+    With a capacity (capacity(dm) > 0) an assignment past its expert's capacity contributes
+    0 and the kept weights are not renormalised; the residual, the gated shared expert and
+    the load-balance loss (pre-drop assignments) are unchanged. drops: a list that gets the
+    layer's dropped assignment count appended."""
     T, d = h.shape
     E, k, I = dm['E'], dm['k'], dm['I']
     logits = h @ P[pre + 'mlp.gate.weight'].t()
@@ -260,6 +287,14 @@ def moe_layer(P, pre, h, dm, B, S, lb_c, stats):
     idx = idx[:, :k]
     w = torch.gather(probs, 1, idx)
     w = w / w.sum(-1, keepdim=True)
+    C = capacity(dm, S)
+    if C > 0:
+        keep = capacity_keep(idx, B, S, E, C)
+        w = w * keep.to(w.dtype)
+        if drops is not None:
+            drops.append(int((~keep).sum()))
+    elif drops is not None:
+        drops.append(0)
     wgu, wd = P[pre + 'mlp.experts.gate_up_proj'], P[pre + 'mlp.experts.down_proj']
     routed = torch.zeros_like(h)
     for e in range(E):
@@ -373,7 +408,7 @@ def mtp_head(P, dm, hf, inp, tgt, pos, docs, stats):
 
 
 def loss_fn(P, dm, inp, tgt, n_tok=None, lb_c=0.0, chunk=None, stats=None, mtp_n=None,
-            aux=None):
+            aux=None, drops=None):
     """inp, tgt int64 [B,S] -> (loss, ce_sum, lb_sum). loss = ce_sum / n_tok + lb_sum.
     n_tok defaults to B*S (the step's target count when this call covers the whole step).
     Packed documents (dm['packing']): ce_sum is over the targets of loss_mask only, and
@@ -396,7 +431,7 @@ def loss_fn(P, dm, inp, tgt, n_tok=None, lb_c=0.0, chunk=None, stats=None, mtp_n
         else:
             x = x + gdn_layer(P, pre + 'linear_attn.', h, dm, B, S, chunk, docs)
         h = rmsnorm_1p(x, P[pre + 'post_attention_layernorm.weight'], eps)
-        y, lb = moe_layer(P, pre, h, dm, B, S, lb_c, stats)
+        y, lb = moe_layer(P, pre, h, dm, B, S, lb_c, stats, drops)
         x = x + y
         lb_sum = lb_sum + lb
     hf = rmsnorm_1p(x, P['model.norm.weight'], eps)

@@ -280,9 +280,32 @@ def expert_ffn(x, idx, w_gu, w_down):
     return y, gu
 
 
-def moe_combine(p, y):
-    """p [T,k], y [T*k,d] -> out [T,d] = sum_slot p * y."""
+def moe_capacity(idx, S, E, C):
+    """idx [T,k] -> (kidx [T,k], drops [T//S]) (QT_OP_MOE_CAPACITY): per sequence of S
+    tokens, expert e's queue takes the (t, slot) assignments in increasing t then slot; the
+    n-th (1-based) is kept iff n <= C, else its kidx is -1. drops = the sequence's dropped
+    count. An explicit scan, independent of model.capacity_keep's cumsum form."""
+    T, k = idx.shape
+    kidx = idx.clone()
+    drops = torch.zeros(T // S, dtype=torch.int64)
+    for s in range(T // S):
+        cnt = [0] * E
+        for t in range(s * S, (s + 1) * S):
+            for j in range(k):
+                e = int(idx[t, j])
+                cnt[e] += 1
+                if cnt[e] > C:
+                    kidx[t, j] = -1
+                    drops[s] += 1
+    return kidx, drops
+
+
+def moe_combine(p, y, kidx=None):
+    """p [T,k], y [T*k,d] -> out [T,d] = sum_slot p * y, over the kept slots only when kidx
+    (kidx >= 0) is given."""
     T, k = p.shape
+    if kidx is not None:
+        p = p * (kidx >= 0).to(p.dtype)
     return (p[..., None] * y.reshape(T, k, -1)).sum(1)
 
 

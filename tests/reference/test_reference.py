@@ -263,6 +263,43 @@ class OpsComposeToModel(unittest.TestCase):
         self.assertLess(float((got - ref).abs().max()), 1e-13)
         self.assertLess(abs(float(lb.sum()) - float(lbref)), 1e-15 + 1e-7 * abs(float(lbref)))  # f32(c) vs c
 
+    def test_moe_capacity_drops(self):
+        """ops.moe_capacity (explicit queue scan) + combine over kept slots == model.moe_layer
+        with MaxText's cumsum mask, cf 1.0 and 2.0 (E raised so that 2.0 can drop too);
+        some assignments really drop; lb from pre-drop counts is unchanged by dropping."""
+        B, S = self.B, self.S
+        p = 'model.layers.1.'
+        c = 0.37
+        for cf in (1.0, 2.0, 0.5):
+            dm = dict(self.dm, sparse=False, cf=cf)
+            C = model.capacity(dm, S)
+            self.assertEqual(C, int(max(math.ceil(S * dm['k'] / dm['E']) * cf, cf)))
+            P, h = self.P, self.h
+            rl = ops.matmul(h, P[p + 'mlp.gate.weight'])
+            idx, pr, lb = ops.moe_route(rl, dm['k'], S, c)
+            kidx, drops = ops.moe_capacity(idx, S, dm['E'], C)
+            ey, _ = ops.expert_ffn(h, kidx, P[p + 'mlp.experts.gate_up_proj'],
+                                   P[p + 'mlp.experts.down_proj'])
+            routed = ops.moe_combine(pr, ey, kidx)
+            sh = ops.matmul(ops.swiglu(ops.matmul(h, P[p + 'mlp.shared_expert.gate_proj.weight']),
+                                       ops.matmul(h, P[p + 'mlp.shared_expert.up_proj.weight'])),
+                            P[p + 'mlp.shared_expert.down_proj.weight'])
+            sg = ops.matmul(h, P[p + 'mlp.shared_expert_gate.weight'])[:, 0]
+            got = routed + ops.sigmoid_gate_row(sh, sg)
+            dl = []
+            ref, lbref = model.moe_layer(P, p, h, dm, B, S, c, None, dl)
+            self.assertLess(float((got - ref).abs().max()), 1e-13)
+            self.assertEqual(int(drops.sum()), dl[0])
+            self.assertLess(abs(float(lb.sum()) - float(lbref)), 1e-15 + 1e-7 * abs(float(lbref)))
+            if cf <= 1.0:
+                self.assertGreater(dl[0], 0, 'cf %g: nothing dropped, the case tests nothing' % cf)
+        # MaxText's rule, by hand: ceil before x cf, int() truncates, at least int(cf)
+        dm = dict(self.dm, sparse=False, S=16, k=2, E=4)
+        for cf, want in ((1.0, 8), (2.0, 16), (0.3, 2), (0.01, 0), (1.26, 10)):
+            self.assertEqual(model.capacity(dict(dm, cf=cf)), want, cf)
+        self.assertEqual(model.capacity(dict(dm, cf=1.0, sparse=True)), 0)
+        self.assertEqual(model.capacity(dict(dm, cf=0.0)), 0)
+
     def test_lb_matches_maxtext_formula(self):
         """sum over layers/sequences of c*sum f*Pbar == w * mean_layers((E/B) sum_b sum_e f Pbar)."""
         dm = dict(self.dm, load_balance_loss_weight=0.01, B=2)

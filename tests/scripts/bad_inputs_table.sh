@@ -11,7 +11,7 @@
 # the committed one, so a changed message or exit status fails `make test` until the table is
 # regenerated. Faults that need timing (a killed or stopped rank, a data file truncated under
 # its mapping) are not rerun here; their checks are listed at the end of the generated file.
-# Checkpoint directories (sharded checkpoints) appear for their optimizer state only.
+# Checkpoint directories (sharded checkpoints) appear for their optimizer state and config.json only.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-docs/bad_inputs.md}
@@ -22,7 +22,7 @@ Q=build/test-next-tiny/qtrain
 T=tests/golden/e2e/test-next-tiny/tokens.npy
 CG=build/configgen/configgen
 for f in $Q build/test-next-tiny/qtrain-static build/bench/qtrain build/mesh-next-dp2/qtrain \
-         build/mesh-next-dp4/qtrain $CG build/tools/qtrain-data; do
+         build/mesh-next-dp4/qtrain build/ctx-next-cp2/qtrain $CG build/tools/qtrain-data; do
   [ -x $f ] || { echo "bad_inputs_table.sh: $f missing; run make all first" >&2; exit 1; }
 done
 
@@ -66,6 +66,8 @@ row "token data" "data=<test-35-tiny tokens.npy> (ids beyond the vocab of test-n
 row "token data" "data=$W/trunc.npy (first 60 bytes of an .npy)" "$E40: data: truncated npy" $Q data=$W/trunc.npy steps=1
 row "token data" "data=$W/adir (a directory)" "$E40: data: a directory says so" $Q data=$W/adir steps=1
 row "token data" "data=/dev/null" "this table" $Q data=/dev/null steps=1
+{ printf 'QTTOKENS\x01\x00\x00\x00\x02\x00\x00\x00\x0a\x00\x00\x00\x00\x00\x00\x00'; printf '\x01\x00%.0s' 1 2 3 4 5 6 7 8 9 10; } > $W/ten.tok
+row "token data" "data=$W/ten.tok (10 tokens, a window needs 17)" "$E40: data: too short for one window ..." $Q data=$W/ten.tok steps=1
 # .npy files with a broken header, and a uint64 id of 2^64-1
 npy() {  # npy PATH HEADER PAYLOAD_HEX: a version-1 .npy with HEADER padded to 64 bytes
   local hl=$((${#2} + 1)) pad
@@ -131,6 +133,11 @@ mv $o1 $W/swap/o1 && mv $o2 $o1 && mv $W/swap/o1 $o2
 row "checkpoint" "load=$W/noidx (a checkpoint directory without optimizer.safetensors.index.json)" "$E42: optimizer: ... refused unless load_weights_only=1" $Q load=$W/noidx steps=3 data=$T
 row "checkpoint" "load=$W/noshard (a checkpoint directory without its 2nd optimizer shard)" "$E42: optimizer: ... refused unless load_weights_only=1" $Q load=$W/noshard steps=3 data=$T
 row "checkpoint" "load=$W/swap (a checkpoint directory whose first two optimizer shards are swapped)" "$E42: optimizer: swapped optimizer shards" $Q load=$W/swap steps=3 data=$T
+# a checkpoint directory whose config.json was edited to disagree with the plan
+cp -r $W/ckd $W/badcfg
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["hidden_size"] = 128; json.dump(c, open(sys.argv[1], "w"), indent=2)' $W/badcfg/config.json
+E43="e2e \`43_hf_config.sh\`: a config.json that disagrees with the plan"
+row "checkpoint" "load=$W/badcfg (its config.json edited: hidden_size 128)" "$E43" $Q load=$W/badcfg steps=3 data=$T
 
 # ---- save= and dump_grads= targets (checked before training)
 cp $T $W/tokens.npy && ln $W/tokens.npy $W/link.safetensors
@@ -145,6 +152,10 @@ row "save target" "dump_grads=$W/adir (a directory)" "$ES" $Q steps=1 data=$T du
 row "save target" "save=$W/link.safetensors (a hard link to the data file)" "$ES" $Q steps=1 data=$W/tokens.npy save=$W/link.safetensors overwrite=1
 row "save target" "save=$W/hf.safetensors (a safetensors file that is not a qtrain checkpoint)" "$ES" $Q steps=1 data=$T save=$W/hf.safetensors
 row "save target" "dump_grads=$W/notes.txt (a text file)" "$ES" $Q steps=1 data=$T dump_grads=$W/notes.txt
+row "save target" "save=$W/badcfg (its config.json edited: hidden_size 128)" "$E43" $Q steps=1 data=$T save=$W/badcfg
+row "save target" "dump_grads=$W/hf.safetensors (weights, not a gradient dump)" "e2e \`44_overwrite.sh\`: dump_grads=" $Q steps=1 data=$T dump_grads=$W/hf.safetensors
+printf 'keep me\n' > $W/mine.lock
+row "save target" "save=$W/mine (beside it $W/mine.lock, a text file of the user's)" "e2e \`44_overwrite.sh\`: lock" $Q steps=1 data=$T save=$W/mine
 row "save target" "save=$W/nodir/out.safetensors (missing directory)" "$E40: save: unwritable destination" $Q steps=1 data=$T save=$W/nodir/out.safetensors
 mkdir -p $W/notok
 row "save target" "tokenizer=$W/nope/tokenizer.json (missing) save=$W/tokck" "$E40: tokenizer=" $Q steps=1 data=$T save=$W/tokck tokenizer=$W/nope/tokenizer.json
@@ -184,6 +195,7 @@ mpi_first() {  # CMD on 2 ranks (under timeout); passes on rank 0's stderr only 
   return $rc
 }
 row "ranks" "mpiexec -n 2 qtrain (a one-rank plan)" "$E40: ranks: started on 2 ranks" mpi_first $Q steps=1 data=$T
+row "ranks" "qtrain of ctx-next-cp2 (a plan of 2 ranks: context 2) started alone" "e2e \`71_context.sh\`: a CP2 plan on one rank" build/ctx-next-cp2/qtrain steps=1 data=$T
 row "ranks" "mpiexec -n 2 qtrain-static (single-rank musl build)" "$E40: ranks: qtrain-static under mpiexec -n 2; unit \`CommEnv\`" mpi_first build/test-next-tiny/qtrain-static steps=1 data=$T
 mpi_cwd() {  # mesh-next-dp2 on 2 ranks, each in a working directory of its own (rank 0's stderr)
   mkdir -p $W/r0 $W/r1
@@ -235,7 +247,12 @@ row "configgen" "configgen test-next-tiny.yml num_ranks=4 ici_context_parallelis
 row "configgen" "configgen test-next-lb.yml num_ranks=2 ici_context_parallelism=2" "$E40: configgen: context parallelism with the load-balance loss" cg configgen/configs/runs/test-next-lb.yml num_ranks=2 ici_context_parallelism=2
 row "configgen" "configgen test-next-tiny.yml dtype=float16" "unit \`CgBadConfig\`" cg $RUN dtype=float16
 row "configgen" "configgen test-next-tiny.yml packing=true (no eos_id)" "unit \`CgBadConfig\`" cg $RUN packing=true
-row "configgen" "configgen test-35-tiny.yml sparse_matmul=false shard_mode=explicit" "$E40: configgen: sparse_matmul=false" cg configgen/configs/runs/test-35-tiny.yml sparse_matmul=false shard_mode=explicit
+row "configgen" "configgen test-next-cap1.yml capacity_factor=0.1" "$E40: configgen: a capacity_factor whose capacity C is 0" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=0.1
+row "configgen" "configgen test-next-cap1.yml capacity_factor=nan" "$E40: configgen: a non-finite capacity_factor" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=nan
+row "configgen" "configgen test-next-cap1.yml capacity_factor=1e39" "$EC" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=1e39
+row "configgen" "configgen test-next-cap1.yml mtp_num_layers=1" "$EC" cg configgen/configs/runs/test-next-cap1.yml mtp_num_layers=1
+row "configgen" "configgen test-next-tiny.yml ragged_buffer_factor=2.0" "$E40: configgen: ragged_buffer_factor > 0" cg $RUN ragged_buffer_factor=2.0
+row "configgen" "configgen test-next-cap1.yml num_ranks=2 ici_context_parallelism=2 per_device_batch_size=0.5" "$EC" cg configgen/configs/runs/test-next-cap1.yml num_ranks=2 ici_context_parallelism=2 per_device_batch_size=0.5 load_balance_loss_weight=0
 row "configgen" "configgen /dev/zero" "$E40: configgen: /dev/zero" timeout 20 $CG -o $W/gen /dev/zero
 row "configgen" "configgen $W/adir (a directory)" "$E40: configgen: a directory" cg $W/adir
 row "configgen" "configgen $W/empty.yml (an empty run file)" "$ENOM" cg $W/empty.yml
@@ -312,7 +329,7 @@ by `make all` (`build/test-next-tiny/qtrain` unless the row says otherwise; conf
 the start-up banner, progress lines and the peak-RSS line (`accepted` when the exit status
 is 0, with that line); `$HOST` is the machine's host name. "this table" in the last column:
 no other test covers the case; the comparison in `40_bad_input.sh` does.
-Checkpoint directories (sharded checkpoints) appear for the optimizer state only; their
+Checkpoint directories (sharded checkpoints) appear for the optimizer state and config.json only; their
 other damage cases are in `72_mesh_ckpt.sh` and the unit test `io.sharded_load_bad_cases_change_nothing`.
 
 | # | category | input | message | exit | covered by |

@@ -48,7 +48,7 @@ def plan_fields(path):
     f["gk"], f["gkd"], f["gv"], f["gvd"], f["conv"] = grab(
         r"gdn: (\d+) key heads of (\d+), (\d+) value heads of (\d+), conv (\d+)")
     f["E"], f["k"], f["I"], f["Is"] = grab(r"moe: (\d+) experts, top (\d+), width (\d+), shared expert width (\d+)")
-    f["seq"], = grab(r"batch: \d+ seqs x (\d+) tokens")
+    f["seq"], = grab(r"batch: \d+ seqs? x (\d+) tokens")
     f["lb"], = grab(r"load balance ([0-9.e+-]+)", float)
     m = re.search(r"dtype (\w+), weight_dtype", sec)
     f["dtype"] = m.group(1) if m else "float32"

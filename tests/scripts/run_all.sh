@@ -50,9 +50,14 @@ export -f check 2>/dev/null || true
 # Shared by the e2e scripts that compare runs bit for bit:
 # det_fields FILE: one line per step with the step, loss bits and fingerprint; fails (so the
 # comparison cannot pass vacuously) when a metrics line lacks any of them. Run manifest lines
-# ({"manifest":..., one per start of a run) are skipped.
+# ({"manifest":..., one per start of a run) are skipped; a held-out eval line (it carries
+# "eval_loss", issue 33) gives its step and eval loss bits.
 det_fields() {
   awk '/^\{"manifest":/ { next }
+       /"eval_loss":/ { n++; s = match($0, /"step":[0-9]+/) ? substr($0, RSTART, RLENGTH) : "";
+         e = match($0, /"eval_loss_bits":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
+         if (s == "" || e == "") { print "eval line without step/eval_loss_bits: " $0 > "/dev/stderr"; bad = 1 }
+         print s, e; next }
        { n++; s = match($0, /"step":[0-9]+/) ? substr($0, RSTART, RLENGTH) : "";
          l = match($0, /"loss_bits":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
          f = match($0, /"fingerprint":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";

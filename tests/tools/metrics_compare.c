@@ -7,6 +7,8 @@
  * step; exit 0 only if every step present in expected.json is within tolerance. When
  * expected.json has "mtp_loss" (the MTP head's CE mean, docs/model.md 1.8) every step line
  * must carry mtp_loss too, within the loss tolerance.
+ * Token dropping (expected.json's moe_dropped, the capacity goldens): each step's count of
+ * dropped assignments must be exactly the reference's (the decisions are integer).
  */
 #include <math.h>
 #include <stdio.h>
@@ -71,10 +73,12 @@ int main(int argc, char **argv)
         return 2;
     }
     static double e_loss[MAX_STEPS], e_norm[MAX_STEPS], e_lr[MAX_STEPS], e_mtp[MAX_STEPS];
+    static double e_drop[MAX_STEPS];
     if (read_file(argv[2], g_buf, sizeof g_buf) < 0) return 2;
     int n = json_array(g_buf, "loss", e_loss, MAX_STEPS);
     int nn = json_array(g_buf, "grad_norm", e_norm, MAX_STEPS);
     int nl = json_array(g_buf, "lr", e_lr, MAX_STEPS);
+    int nd = json_array(g_buf, "moe_dropped", e_drop, MAX_STEPS);
     if (n <= 0 || nn != n || nl != n) {
         fprintf(stderr, "metrics_compare: %s: need equal-length loss/grad_norm/lr arrays\n", argv[2]);
         return 2;
@@ -110,6 +114,11 @@ int main(int argc, char **argv)
             return 1;
         }
         int ok = within(loss, e_loss[s], tl) && within(norm, e_norm[s], tn) && within(lr, e_lr[s], 1e-6);
+        double drop = -1;
+        if (nd == n && (json_number(line, "moe_dropped", &drop) || drop != e_drop[s])) {
+            printf("step %d moe_dropped %.0f ref %.0f MISMATCH\n", s, drop, e_drop[s]);
+            ok = 0;
+        }
         printf("step %d loss %.9g ref %.9g (rel %.2e)  norm %.7g ref %.7g (rel %.2e)  lr %.6g ref %.6g %s\n",
                s, loss, e_loss[s], fabs(loss - e_loss[s]) / fmax(fabs(e_loss[s]), 1e-12), norm, e_norm[s],
                fabs(norm - e_norm[s]) / fmax(fabs(e_norm[s]), 1e-12), lr, e_lr[s], ok ? "ok" : "MISMATCH");

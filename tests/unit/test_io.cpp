@@ -1536,14 +1536,14 @@ TEST(io, metrics_truncate_cuts_at_the_resume_step)
 TEST(io, checkpoint_lock_one_owner)
 {
     const char *ck = path_in("ck");
-    LONGS_EQUAL(QT_OK, qt_checkpoint_lock("save", ck));
+    LONGS_EQUAL(QT_OK, qt_checkpoint_lock("save", ck, 0));
     char lock[512];
     snprintf(lock, sizeof lock, "%s.lock", ck);
     CHECK(access(lock, F_OK) == 0);
     pid_t child = fork();
     if (child == 0) {   // another process: refused while we hold it
         qt_set_quiet(1);
-        int rc = qt_checkpoint_lock("save", ck);
+        int rc = qt_checkpoint_lock("save", ck, 0);
         _exit(rc == QT_E_ARG && strstr(qt_last_error(), "is in use by another job") ? 0 : 1);
     }
     int status = -1;
@@ -1551,7 +1551,7 @@ TEST(io, checkpoint_lock_one_owner)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     qt_checkpoint_unlock();
     CHECK(access(lock, F_OK) != 0);
-    LONGS_EQUAL(QT_OK, qt_checkpoint_lock("save", ck));
+    LONGS_EQUAL(QT_OK, qt_checkpoint_lock("save", ck, 0));
     qt_checkpoint_unlock();
 }
 
@@ -1603,5 +1603,62 @@ TEST(io, hf_config_json_values_and_existing_file_kept)
     remove(cfg);
     LONGS_EQUAL(QT_OK, qt_hf_files_write(&g_tiny.plan, g_dir));
     CHECK(access(cfg, F_OK) == 0);
+    remove(cfg);
+}
+
+// qt_hf_config_check (hf_check.c): a config.json beside the weights must agree with the
+// plan on the keys of the math and shapes. Numbers compare as numbers (1e-6 == 1e-06), a
+// key transformers defaults is compared with its default when absent, keys that do not
+// change the math are ignored; a disagreement names the key and both values; save= with
+// overwrite notes it and marks config.json for replacement by the next save.
+TEST(io, hf_config_check_compares_the_keys_of_the_math)
+{
+    static char json[1 << 16], edit[1 << 16];
+    make_plan(0);
+    g_tiny.plan.model.norm_eps = 1e-6f;   // transformers' default, so it may be left out
+    const qt_plan *P = &g_tiny.plan;
+    const char *cfg = path_in("config.json");
+    long n = qt_hf_config_json(P, json, sizeof json);
+    CHECK(n > 0);
+    LONGS_EQUAL(QT_OK, qt_hf_config_check(P, "load", g_dir, 0));   // none: nothing to check
+    write_bytes(cfg, json, (size_t)n);
+    LONGS_EQUAL(QT_OK, qt_hf_config_check(P, "load", g_dir, 0));
+    LONGS_EQUAL(QT_OK, qt_hf_config_check(P, "save", g_dir, 0));
+    // another spelling of the same numbers, an ignored key changed, rms_norm_eps absent
+    // (transformers' default 1e-06 is the plan's)
+    char *e = strstr(json, "\"rms_norm_eps\": 1e-06,");
+    CHECK(e != NULL);
+    snprintf(edit, sizeof edit, "%.*s%s", (int)(e - json), json, e + strlen("\"rms_norm_eps\": 1e-06,"));
+    char *v = strstr(edit, "\"max_position_embeddings\": ");
+    CHECK(v != NULL);
+    v[27] = '9';
+    write_bytes(cfg, edit, strlen(edit));
+    LONGS_EQUAL(QT_OK, qt_hf_config_check(P, "load", g_dir, 0));
+    snprintf(edit, sizeof edit, "%.*s\"rms_norm_eps\": 1e-6,%s", (int)(e - json), json,
+             e + strlen("\"rms_norm_eps\": 1e-06,"));
+    write_bytes(cfg, edit, strlen(edit));
+    LONGS_EQUAL(QT_OK, qt_hf_config_check(P, "load", g_dir, 0));
+    // hidden_size changed: refused by load= and save=, naming both values
+    snprintf(edit, sizeof edit, "%s", json);
+    char *h = strstr(edit, "\"hidden_size\": ");
+    CHECK(h != NULL);
+    memcpy(h + 15, "9", 1);
+    write_bytes(cfg, edit, strlen(edit));
+    LONGS_EQUAL(QT_E_ARG, qt_hf_config_check(P, "load", g_dir, 0));
+    CHECK(strstr(qt_last_error(), "config.json: hidden_size is 9"));
+    CHECK(strstr(qt_last_error(), "but the plan (and the weights) have"));
+    LONGS_EQUAL(QT_E_ARG, qt_hf_config_check(P, "save", g_dir, 0));
+    CHECK(strstr(qt_last_error(), "give overwrite=1 to replace it with the plan's config.json"));
+    LONGS_EQUAL(0, qt_hf_config_replacing());
+    LONGS_EQUAL(QT_OK, qt_hf_config_check(P, "save", g_dir, 1));
+    LONGS_EQUAL(1, qt_hf_config_replacing());
+    qt_hf_config_replace_set(0);
+    // a shape key missing, and text that is not JSON
+    write_bytes(cfg, "{\"model_type\": \"qwen3_next\"}", 28);
+    LONGS_EQUAL(QT_E_ARG, qt_hf_config_check(P, "load", g_dir, 0));
+    CHECK(strstr(qt_last_error(), "vocab_size is missing"));
+    write_bytes(cfg, "{\"a\": [1, 2}", 12);
+    LONGS_EQUAL(QT_E_ARG, qt_hf_config_check(P, "load", g_dir, 0));
+    CHECK(strstr(qt_last_error(), "not a JSON object"));
     remove(cfg);
 }

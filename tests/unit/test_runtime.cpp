@@ -764,6 +764,70 @@ TEST(RuntimeOptim, ScheduleMatchesFormula)
     DOUBLES_EQUAL(0.9 * 0.9 * 0.9, qt_powi(0.9, 3), 1e-16);
 }
 
+// MaxText's WSD schedule written as optax joins it (maxtext_utils.create_learning_rate_schedule,
+// ../shared/research/maxtext-recipe.md section 4): pieces warmup (when W > 0), stable,
+// decay, then 0 past L; piece i+1 is evaluated at t - boundary_i. linear_schedule(a, b, n)
+// at c: (a - b) * (1 - min(c, n) / n) + b, and a when n <= 0; the cosine decay
+// a * k + b * (1 - k), k = (1 + cos(pi * c / (n - 1))) / 2 (k = 1 when n <= 1).
+static double rt_optax_linear(double a, double b, int64_t n, int64_t c)
+{
+    if (n <= 0) return a;
+    double x = (double)(c < n ? c : n) / (double)n;
+    return (a - b) * (1.0 - x) + b;
+}
+
+static double rt_wsd_ref(int64_t t, double lr, int64_t L, double wf, double df, double ff,
+                         int cosine)
+{
+    const int64_t W = (int64_t)((double)L * wf), D = (int64_t)((double)L * df);
+    const int64_t S = L - W - D;
+    const double fin = lr * ff;
+    if (t >= L) return 0.0;
+    if (W > 0 && t < W) return rt_optax_linear(0.0, lr, W, t);
+    if (t < W + S) return lr;
+    const int64_t u = t - W - S;
+    if (!cosine) return rt_optax_linear(lr, fin, D - 1, u);
+    double k = D > 1 ? 0.5 * (1.0 + cos(M_PI * (double)u / (double)(D - 1))) : 1.0;
+    return lr * k + fin * (1.0 - k);
+}
+
+TEST(RuntimeOptim, WsdScheduleMatchesMaxText)
+{
+    const double peak = 3e-3, ff = 0.1;
+    // (L, warmup fraction, decay fraction): truncation, no warmup, no decay, one decay step,
+    // warmup + decay = the whole schedule, a one-step schedule
+    const struct { int64_t L; double wf, df; } cs[] = {
+        {100, 0.1, 0.1}, {7, 0.3, 0.3}, {200, 0.05, 0.2}, {50, 0.0, 0.5}, {50, 0.2, 0.0},
+        {10, 0.1, 0.1}, {10, 0.5, 0.5}, {1, 0.0, 1.0}, {33, 0.7, 0.3}, {1000, 0.01, 0.19}};
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        const int64_t L = cs[k].L, W = (int64_t)((double)L * cs[k].wf);
+        const int64_t D = (int64_t)((double)L * cs[k].df);
+        for (int cosine = 0; cosine < 2; cosine++)
+            for (int64_t t = 0; t <= L + 2; t++) {
+                double want = rt_wsd_ref(t, peak, L, cs[k].wf, cs[k].df, ff, cosine);
+                double got = qt_lr_schedule_wsd(t, peak, L, W, D, ff, cosine);
+                // qt_cos vs libm cos and the two algebraic forms: a few ulp of <= peak
+                DOUBLES_EQUAL(want, got, 1e-17);
+            }
+    }
+    // the exact points: 0 at step 0, the peak after warmup and through the stable phase,
+    // the final value on the last step ((D-1) denominator), 0 from L on
+    DOUBLES_EQUAL(0.0, qt_lr_schedule_wsd(0, peak, 100, 10, 10, ff, 0), 0.0);
+    DOUBLES_EQUAL(peak * 5 / 10, qt_lr_schedule_wsd(5, peak, 100, 10, 10, ff, 0), 0.0);
+    DOUBLES_EQUAL(peak, qt_lr_schedule_wsd(10, peak, 100, 10, 10, ff, 0), 0.0);
+    DOUBLES_EQUAL(peak, qt_lr_schedule_wsd(90, peak, 100, 10, 10, ff, 0), 0.0);
+    DOUBLES_EQUAL(peak * ff, qt_lr_schedule_wsd(99, peak, 100, 10, 10, ff, 0), 1e-19);
+    DOUBLES_EQUAL(peak * ff, qt_lr_schedule_wsd(99, peak, 100, 10, 10, ff, 1), 1e-19);
+    DOUBLES_EQUAL(0.0, qt_lr_schedule_wsd(100, peak, 100, 10, 10, ff, 1), 0.0);
+    // one decay step keeps the peak (optax's zero-step transition); no warmup starts at peak
+    DOUBLES_EQUAL(peak, qt_lr_schedule_wsd(9, peak, 10, 1, 1, ff, 0), 0.0);
+    DOUBLES_EQUAL(peak, qt_lr_schedule_wsd(0, peak, 50, 0, 25, ff, 1), 0.0);
+    // MaxText truncates in double: int(7 x 0.3) = 2 (0.3 as float32 would give the same here,
+    // int(10 x 0.7) = 7 where float32's 0.699999988 gives 6): the lengths come from configgen
+    CHECK_EQUAL(7, (int64_t)(10 * 0.7));
+    CHECK_EQUAL(6, (int64_t)(10 * (double)0.7f));
+}
+
 TEST(RuntimeOptim, AdamWMatchesDoubleFormula)
 {
     enum { N = 6 };

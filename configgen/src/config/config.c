@@ -53,10 +53,10 @@ static int is_int_literal(const char *s)
 }
 
 /* Keys whose base.yml value is a whole number but which MaxText also takes as a fraction
- * (per_device_batch_size: ranks that share sequences), so their type is "a number". */
+ * (per_device_batch_size, eval_per_device_batch_size: ranks that share sequences), so their type is "a number". */
 static int fractional_key(const char *key)
 {
-    return !strcmp(key, "per_device_batch_size");
+    return !strcmp(key, "per_device_batch_size") || !strcmp(key, "eval_per_device_batch_size");
 }
 
 static int infer_type(const qt_cg_val *v)

@@ -9,7 +9,8 @@
  * was expected. What is refused for now, with its reason in the message: more than one
  * depth (the depths share mtp.fc, the pre-fc norms and mtp.norm, whose weight gradients
  * would need one WGRAD over several depths), packing (the MTP normaliser is data-dependent:
- * the gradient scale would have to be known before the backward).
+ * the gradient scale would have to be known before the backward), token dropping (the
+ * head's MoE layer has no row in the per-layer drop counts).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -106,6 +107,11 @@ int qt_cg_settings_mtp(const qt_cg_config *c, qt_cg_settings *s, char *err, size
         return mbad(kn, "with packing: true is not supported yet: the MTP normaliser (its "
                     "positions with a loss) depends on the documents, and its gradient scale "
                     "must be known before the backward; expected packing: false");
+    if (s->moe_capacity > 0)
+        return mbad(kn, "with token dropping (%s, sparse_matmul: false) is not supported yet: "
+                    "the head's MoE layer would drop by capacity outside the per-layer drop "
+                    "counts; expected capacity_factor <= 0 (dropless) or mtp_num_layers: 0",
+                    mother("capacity_factor", o, sizeof o));
     s->mtp_layers = (int32_t)n;
     s->mtp_factor = f;
     return 0;

@@ -82,5 +82,12 @@ const qt_cg_known *qt_cg_config_find(const qt_cg_config *c, const char *key);
 int qt_cg_settings_mtp(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
 int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
 void qt_cg_settings_free(qt_cg_settings *s);
+/* The MoE form keys (config/moe.c): sparse_matmul, capacity_factor, ragged_buffer_factor
+ * into s->moe_dense, capacity_factor, moe_capacity, moe_note; needs the model, training and
+ * mesh settings resolved. 0, or -1 with the message in err. */
+int qt_cg_moe_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
+/* The schedule, objective and evaluation keys (config/train_rules.c, issue 33), after the
+ * batch split: lr_schedule_type / wsd_*, z_loss_multiplier, eval_*. 0 or -1 with err set. */
+int qt_cg_train_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
 
 #endif

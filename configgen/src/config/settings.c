@@ -3,8 +3,9 @@
  * Every rule refuses a config configgen cannot honour, with a message that names the
  * key(s), the value(s), where they were set and what was expected, so a bad combination
  * fails at generation time. Invariants of a resolved qt_cg_settings: all sizes positive,
- * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW + cosine, dropless MoE
- * with one shared expert, and the mesh: -1 axes resolve from num_ranks, the product must
+ * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW, an MoE with one
+ * shared expert (its form and capacity: config/moe.c; the schedule, objective and eval:
+ * config/train_rules.c), and the mesh: -1 axes resolve from num_ranks, the product must
  * be num_ranks, every axis a power of two; data, fsdp, tensor, expert and context execute
  * (pipeline is refused with a message). A message about a relation between keys blames
  * the key the user set (its value not from base.yml; qt_cg_known.where) and names the value
@@ -489,21 +490,8 @@ static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)
     t->lb_weight = (float)lb;
     if (strcmp(gets_(v, "opt_type"), "adamw"))
         return bad(v, "opt_type", "only adamw is supported");
-    if (strcmp(gets_(v, "lr_schedule_type"), "cosine"))
-        return bad(v, "lr_schedule_type", "only cosine (linear warmup + cosine decay) is "
-                   "supported");
-    if (getf(v, "z_loss_multiplier") != 0.0)
-        return bad(v, "z_loss_multiplier", "the z-loss is not supported; expected 0");
-    if (getf(v, "capacity_factor") != -1.0)
-        return bad(v, "capacity_factor", "only dropless routing is supported; expected -1");
-    if (!getb(v, "sparse_matmul")) {
-        /* as the reference trainer: the dense path is not onboarded to explicit sharding */
-        if (!strcmp(gets_(v, "shard_mode"), "explicit"))
-            return bad(v, "sparse_matmul", "sparse_matmul=false (the dense MoE matmul) is not "
-                       "onboarded to shard_mode=explicit for the gated-delta-net decoders "
-                       "(qwen3_next, qwen3_5); expected true");
-        return bad(v, "sparse_matmul", "the dense MoE path is not planned; expected true");
-    }
+    /* lr_schedule_type, z_loss_multiplier, eval_*: config/train_rules.c;
+     * sparse_matmul, capacity_factor, ragged_buffer_factor: config/moe.c */
     return 0;
 }
 
@@ -991,7 +979,9 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
         check_mesh(&v, s) || check_policies(&v, s) || check_rules(&v, s) ||
         check_packing(&v, s))
         return -1;
-    if (batch_split(&v, s) || check_vocab(&v, s)) return -1;
+    if (batch_split(&v, s) || check_vocab(&v, s) || qt_cg_train_rules(c, s, err, errlen))
+        return -1;
+    if (qt_cg_moe_rules(c, s, err, errlen)) return -1;
     if (qt_cg_settings_mtp(c, s, err, errlen)) return -1;
     s->batch_mask = 0;
     s->opt_mask = 0;

@@ -136,6 +136,14 @@ typedef struct qt_cg_settings {
     uint8_t batch_mask;        /* mesh axes (size > 1) that split the global batch */
     uint8_t opt_mask;          /* mesh axes the optimizer state is split over */
     double lb_weight;
+    /* The MoE form (config/moe.c, issue 32): moe_dense = sparse_matmul false (MaxText's
+     * dense_matmul); moe_capacity = C, the assignments each expert keeps per sequence of
+     * max_target_length tokens (capacity_factor > 0 with the dense form), 0 = dropless;
+     * moe_note: what plan.txt (and configgen's stderr) says about the form. */
+    int32_t moe_dense;
+    double capacity_factor;
+    int64_t moe_capacity;
+    char moe_note[320];
     int use_mrope;
     int gdn_chunked;           /* gdn_core_algorithm: 1 chunked (WY), 0 recurrent */
     int32_t packing, eos_id;   /* packing: documents end at eos_id (docs/data.md) */
@@ -150,6 +158,12 @@ typedef struct qt_cg_settings {
 /* Bytes per element of the parameters' compute copy (2 in bf16: docs/precision.md), and the
  * element alignment of flat offsets and range blocks that keeps every parameter and block
  * 64-byte aligned in it (16 fp32, 32 bf16). */
+/* "" or "s" after a count: "1 rank", "2 ranks" (messages and plan.txt). */
+static inline const char *qt_cg_s(long long n)
+{
+    return n == 1 ? "" : "s";
+}
+
 static inline int64_t qt_cg_compute_bytes(const qt_cg_settings *s)
 {
     return qt_dtype_bytes((unsigned)s->dtype);
@@ -269,6 +283,10 @@ typedef struct qt_cg_graph {
                                   (model/autodiff.c) */
     int n_remat_ops;           /* forward ops recomputed in the backward (model/remat.c) */
     int32_t tokens, targets, loss_seq, lb_seq, table;
+    int32_t moe_drops;         /* I32 [layers x b] dropped counts (token dropping), else QT_NONE */
+    int64_t ep_rows, ep_rows_dropless; /* expert parallelism: rows an expert host holds per MoE
+                                          layer (Rmax; with a capacity at most M x b x El x C),
+                                          and the dropless worst case; 0 without EP */
     int32_t head_w;            /* lm_head.weight (its data gradient: model/autodiff.c) */
     int32_t positions;         /* packing: I32 [b, S] positions in documents, else QT_NONE */
     int32_t mtp_tokens, mtp_targets, mtp_loss_seq; /* the MTP head's inputs and loss sums

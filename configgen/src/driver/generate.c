@@ -150,7 +150,47 @@ static int swap_dir(const char *tmpdir, const char *dir, const char *const *name
     return 0;
 }
 
+/* The line configgen prints on success: "configgen: wrote DIR (plan RUN): R ranks (mesh data
+ * a x fsdp b x tensor c x expert d x context e[; N slices: dcn ...]), plan hash 0x..; arena
+ * per rank fits: X MiB of Y MiB (P%, ...)" or "arena per rank X MiB (no budget checked: ...)".
+ * MiB as plan.txt's per-rank bytes give them (the arena is rounded to 2 MiB). */
+static void summary_line(const qt_cg_settings *s, const qt_cg_graph *g, const char *dir,
+                         qt_cg_buf *b)
+{
+    static const char *const axis[QT_MESH_COUNT] = {"data", "fsdp", "tensor", "expert",
+                                                    "context"};
+    const double mib = 1024.0 * 1024.0;
+    qt_cg_buf_printf(b, "configgen: wrote %s (plan %s): %d rank%s (mesh", dir, s->run_name,
+                     s->n_ranks, qt_cg_s(s->n_ranks));
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        qt_cg_buf_printf(b, "%s %s %d", a ? " x" : "", axis[a], s->mesh[a]);
+    const int64_t ns = qt_mesh_slices(s->dcn);
+    if (ns > 1) {
+        qt_cg_buf_printf(b, "; %lld slices: dcn", (long long)ns);
+        for (int a = 0; a < QT_MESH_COUNT; a++)
+            if (qt_mesh_dcn(s->dcn, a) > 1)
+                qt_cg_buf_printf(b, " %s %d", axis[a], qt_mesh_dcn(s->dcn, a));
+    }
+    qt_cg_buf_printf(b, "), plan hash 0x%016llx; arena per rank ", (unsigned long long)g->hash);
+    const int64_t budget = qt_cg_budget_bytes(s);
+    if (budget <= 0) {
+        qt_cg_buf_printf(b, "%.0f MiB (no budget checked: compile_topology or device_memory_gib "
+                         "sets one)\n", (double)g->arena_bytes / mib);
+        return;
+    }
+    char src[96];
+    if (s->topology[0]) snprintf(src, sizeof src, "compile_topology %s", s->topology);
+    else snprintf(src, sizeof src, "device_memory_gib %g", s->budget_gib);
+    qt_cg_buf_printf(b, "fits: %.0f MiB of %.0f MiB (%.1f%%, %s)\n", (double)g->arena_bytes / mib,
+                     (double)budget / mib, 100.0 * (double)g->arena_bytes / (double)budget, src);
+}
+
 int qt_cg_generate(int argc, char **argv, char *err, size_t errlen)
+{
+    return qt_cg_generate_summary(argc, argv, NULL, err, errlen);
+}
+
+int qt_cg_generate_summary(int argc, char **argv, qt_cg_buf *summary, char *err, size_t errlen)
 {
     static const char usage[] = "usage: configgen [-o outdir] [--overwrite] <run.yml> [key=value ...] | "
                                 "configgen --diff A B";
@@ -180,6 +220,8 @@ int qt_cg_generate(int argc, char **argv, char *err, size_t errlen)
     qt_cg_graph g;
     int rc = qt_cg_plan_build(NULL, run, argc - i, argv + i, &c, &s, &g, err, errlen);
     if (!rc) rc = qt_cg_budget_check(&g, err, errlen);
+    /* a key the plan ignores, as MaxText does (capacity_factor with sparse_matmul=true) */
+    if (!rc && !s.moe_dense && s.moe_note[0]) fprintf(stderr, "configgen: note: %s\n", s.moe_note);
     if (!rc) {
         qt_cg_buf ban = {0}, files[4] = {{0}};
         const char *const *names = plan_files;
@@ -208,6 +250,7 @@ int qt_cg_generate(int argc, char **argv, char *err, size_t errlen)
             rc = write_atomic(path, &files[k], err, errlen);
         }
         if (!rc && owned) rc = swap_dir(tmpdir, dir, names, 4, err, errlen);
+        if (!rc && summary) summary_line(&s, &g, dir, summary);
         if (rc && owned) {
             for (int k = 0; k < 4; k++) {
                 snprintf(path, sizeof path, "%s/%s", tmpdir, names[k]);

@@ -1,5 +1,8 @@
 /* driver/main.c - configgen's command line:
- *   configgen [-o outdir] <run.yml> [key=value ...]   generate generated/<run>/ (exit 0, 1 on error)
+ *   configgen [-o outdir] <run.yml> [key=value ...]   generate generated/<run>/ (exit 0, 1 on error);
+ *                                                     on success one line on stdout: what was
+ *                                                     written, the mesh, the plan hash, the
+ *                                                     arena against the budget
  *   configgen --diff A B                              compare two plans (driver/diff.c): exit 0
  *                                                     when identical apart from names and hash,
  *                                                     1 when they differ, 2 on error
@@ -30,9 +33,13 @@ int main(int argc, char **argv)
         if (fflush(stdout)) return 2;
         return differs;
     }
-    if (qt_cg_generate(argc, argv, err, sizeof err)) {
+    qt_cg_buf summary = {0};
+    if (qt_cg_generate_summary(argc, argv, &summary, err, sizeof err)) {
+        qt_cg_buf_free(&summary);
         fprintf(stderr, "configgen: %s\n", err);
         return 1;
     }
-    return 0;
+    fputs(summary.p ? summary.p : "", stdout);
+    qt_cg_buf_free(&summary);
+    return fflush(stdout) ? 1 : 0;
 }

@@ -17,6 +17,11 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
 void qt_cg_plan_free(qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g);
 /* The command line: argv[0] ignored, [-o outdir] <run.yml> [key=value ...]. */
 int qt_cg_generate(int argc, char **argv, char *err, size_t errlen);
+/* The same; on success, when summary is not NULL, appends the line configgen prints: the
+ * plan directory written, the ranks and mesh, the plan hash and the per-rank arena against
+ * the budget (or that none was checked). */
+int qt_cg_generate_summary(int argc, char **argv, qt_cg_buf *summary, char *err,
+                           size_t errlen);
 
 /* ---- plan diff (driver/diff.c) --------------------------------------------------------- */
 

@@ -217,13 +217,28 @@ static void emit_train(qt_cg_buf *b, const qt_train_cfg *t)
                      ".global_batch = %lld,\n              .steps = %lld, .schedule_steps = "
                      "%lld, .lr = %s, .adam_b1 = %s, .adam_b2 = %s,\n              .adam_eps = "
                      "%s, .weight_decay = %s, .clip = %s, .warmup_frac = %s,\n"
-                     "              .final_frac = %s, .lb_weight = %s},\n",
+                     "              .final_frac = %s, .lb_weight = %s",
                      (long long)t->micro_batch, (long long)t->seq_len, (long long)t->grad_accum,
                      (long long)t->global_batch, (long long)t->steps,
                      (long long)t->schedule_steps, flit(f[0], t->lr), flit(f[1], t->adam_b1),
                      flit(f[2], t->adam_b2), flit(f[3], t->adam_eps), flit(f[4], t->weight_decay),
                      flit(f[5], t->clip), flit(f[6], t->warmup_frac), flit(f[7], t->final_frac),
                      flit(f[8], t->lb_weight));
+    /* the groups appended for issue 33, only when set (older plans keep their bytes) */
+    if (t->lr_schedule)
+        qt_cg_buf_printf(b, ",\n              .lr_schedule = %d, .wsd_cosine = %d, .wsd_warmup = "
+                         "%lld, .wsd_decay = %lld", (int)t->lr_schedule, (int)t->wsd_cosine,
+                         (long long)t->wsd_warmup, (long long)t->wsd_decay);
+    if (t->z_loss != 0.0f)
+        qt_cg_buf_printf(b, ",\n              .z_loss = %s", flit(f[0], t->z_loss));
+    if (t->eval_interval > 0)
+        qt_cg_buf_printf(b, ",\n              .eval_interval = %lld, .eval_start = %lld, "
+                         ".eval_steps = %lld,\n              .eval_batch = %lld, .eval_fwd_ops = "
+                         "%lld, .target_eval_loss = %s", (long long)t->eval_interval,
+                         (long long)t->eval_start, (long long)t->eval_steps,
+                         (long long)t->eval_batch, (long long)t->eval_fwd_ops,
+                         flit(f[1], t->target_eval_loss));
+    qt_cg_buf_printf(b, "},\n");
 }
 
 /* How plan.c writes a field of each KIND of qt_plan_fields.def (the value after

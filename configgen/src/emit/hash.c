@@ -34,6 +34,15 @@
 #define QT_CG_VIEW_SCANS QT_CG_VIEW_SET
 #define QT_CG_VIEW_COLLS QT_CG_VIEW_SET
 
+/* The plan's train record: the settings' with the eval's forward length (the microbatch
+ * schedule's forward ops [0, n_fwd)) when evaluation is on. */
+static qt_train_cfg qt_cg_train_view(const qt_cg_graph *g)
+{
+    qt_train_cfg t = g->s->tr;
+    if (t.eval_interval > 0) t.eval_fwd_ops = g->n_fwd;
+    return t;
+}
+
 void qt_cg_plan_view_init(qt_cg_plan_view *v, const qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;

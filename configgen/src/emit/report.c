@@ -154,6 +154,28 @@ static void layout_line(qt_cg_buf *b, const qt_cg_graph *g, int i)
     qt_cg_buf_printf(b, "  %s\n", t->name);
 }
 
+/* The adamw line of a WSD plan (issue 33): the phases by step (0-based, as the schedule
+ * counts them; the progress lines count from 1). */
+static void wsd_line(qt_cg_buf *b, const qt_train_cfg *t)
+{
+    const long long L = t->schedule_steps, W = t->wsd_warmup, D = t->wsd_decay;
+    qt_cg_buf_printf(b, "  adamw: lr %g, b1 %g, b2 %g, eps %g, wd %g, clip %g; steps %lld; load "
+                     "balance %g\n", (double)t->lr, (double)t->adam_b1, (double)t->adam_b2,
+                     (double)t->adam_eps, (double)t->weight_decay, (double)t->clip,
+                     (long long)t->steps, (double)t->lb_weight);
+    qt_cg_buf_printf(b, "  wsd schedule over %lld steps (0-based): ", L);
+    if (W > 0) qt_cg_buf_printf(b, "warmup %lld..%lld (lr peak x t/%lld, 0 at step 0), ", 0ll,
+                                W - 1, W);
+    if (L - W - D > 0) qt_cg_buf_printf(b, "stable %lld..%lld (lr %g), ", W, L - D - 1,
+                                        (double)t->lr);
+    if (D > 1) qt_cg_buf_printf(b, "%s decay %lld..%lld (to %g x lr at step %lld), ",
+                                t->wsd_cosine ? "cosine" : "linear", L - D, L - 1,
+                                (double)t->final_frac, L - 1);
+    else if (D == 1) qt_cg_buf_printf(b, "decay of one step, %lld (the peak: a one-step decay "
+                                      "ends where it starts), ", L - 1);
+    qt_cg_buf_printf(b, "lr 0 from step %lld\n", L);
+}
+
 static void schedule(qt_cg_buf *b, const qt_cg_graph *g, const char *title, const qt_op *ops,
                      int n, int n_fwd)
 {
@@ -228,6 +250,27 @@ static void odd_group_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
                                "its bits differ from one rank's");
 }
 
+/* Who reads which sequences over the batch axes: ranks that differ on an axis other than
+ * context read different sequences; the ranks of a context group read the same sequences,
+ * each keeping its own part of the tokens (data_section's context line says which). */
+static void batch_axes_line(qt_cg_buf *b, const qt_cg_settings *s, const char *bm, int64_t nb)
+{
+    const int64_t C = qt_cg_context(s);
+    const uint8_t seq_mask = (uint8_t)(s->batch_mask & ~qt_cg_context_mask(s));
+    char sm[64];
+    if (C <= 1) {
+        qt_cg_buf_printf(b, "  batch axes: %s (%lld ranks, each reads its own sequences)\n", bm,
+                         (long long)nb);
+        return;
+    }
+    qt_cg_buf_printf(b, "  batch axes: %s (%lld ranks: ", bm, (long long)nb);
+    if (seq_mask)
+        qt_cg_buf_printf(b, "ranks at different %s coordinates read different sequences; ",
+                         qt_cg_mask_name(seq_mask, sm, sizeof sm));
+    qt_cg_buf_printf(b, "the %lld ranks of a context group read the same sequences, each keeping "
+                     "its own part of the tokens)\n", (long long)C);
+}
+
 static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
@@ -253,9 +296,7 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
                          (long long)(s->n_ranks / nsl));
     qt_cg_buf_printf(b, "  shard_mode: %s\n", s->shard_mode ? "explicit" : "auto");
     qt_cg_buf_printf(b, "  zero1 (shard_optimizer_over_data): %s\n", s->zero1 ? "on" : "off");
-    if (s->batch_mask)
-        qt_cg_buf_printf(b, "  batch axes: %s (%lld ranks, each reads its own sequences)\n", bm,
-                         (long long)nb);
+    if (s->batch_mask) batch_axes_line(b, s, bm, nb);
     else
         qt_cg_buf_printf(b, "  batch axes: - (every rank reads the whole global batch)\n");
     if (s->batch_mask && (nb & (nb - 1))) odd_group_line(b, g, nb);
@@ -282,9 +323,10 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
         else
             snprintf(opt, sizeof opt, "optimizer whole on every rank");
         qt_cg_buf_printf(b, "  flat range %d: elements [%lld, %lld), gradient reduced over %s "
-                         "(%lld ranks), %s, %s%s\n", i, (long long)r->lo,
+                         "(%lld rank%s), %s, %s%s\n", i, (long long)r->lo,
                          (long long)(r->lo + r->n), qt_cg_mask_name(r->reduce_mask, rm, sizeof rm),
-                         (long long)qt_cg_group_size(s, r->reduce_mask), opt,
+                         (long long)qt_cg_group_size(s, r->reduce_mask),
+                         qt_cg_s(qt_cg_group_size(s, r->reduce_mask)), opt,
                          r->hold_mask ? "parameters sharded over " : "parameters on every rank",
                          r->hold_mask ? qt_cg_mask_name(r->hold_mask, hm, sizeof hm) : "");
     }
@@ -301,10 +343,12 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
     const uint8_t seq_mask = (uint8_t)(s->batch_mask & ~qt_cg_context_mask(s));
     const int64_t nb = qt_cg_group_size(s, seq_mask);
     qt_cg_buf_printf(b, "\n== data assignment ==\n");
-    qt_cg_buf_printf(b, "  each step reads %lld sequences, numbered 0..%lld: per_device_batch_"
-                     "size %lld x %lld microbatches x %lld batch ranks\n",
-                     (long long)t->global_batch, (long long)t->global_batch - 1,
-                     (long long)t->micro_batch, (long long)t->grad_accum, (long long)nb);
+    qt_cg_buf_printf(b, "  each step reads %lld sequence%s, numbered 0..%lld: per_device_batch_"
+                     "size %lld x %lld microbatch%s x %lld batch rank%s\n",
+                     (long long)t->global_batch, qt_cg_s(t->global_batch),
+                     (long long)t->global_batch - 1, (long long)t->micro_batch,
+                     (long long)t->grad_accum, t->grad_accum == 1 ? "" : "es", (long long)nb,
+                     qt_cg_s(nb));
     if (qt_cg_blocks(s) > 1)
         qt_cg_buf_printf(b, "  context_blocks %lld: each sequence is %lld canonical token blocks "
                          "of %lld tokens; a weight-gradient leaf and a loss_seq entry per block, "
@@ -318,10 +362,12 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          "docs/context.md), %lld microbatches per step in all\n",
                          s->ctx_seq_split, s->ctx_seq_split, (long long)t->grad_accum);
     if (C > 1)
-        qt_cg_buf_printf(b, "  context %lld: the ranks of a context group share their sequences; "
-                         "context index c holds tokens [c*%lld, (c+1)*%lld) of each (its blocks "
-                         "[c*%lld, (c+1)*%lld)), and the sequence mixers whole sequences of its "
+        qt_cg_buf_printf(b, "  context %lld: the %lld ranks of a context group read the same "
+                         "sequences, each keeping its own part of the tokens: context index c "
+                         "holds tokens [c*%lld, (c+1)*%lld) of each (its blocks [c*%lld, "
+                         "(c+1)*%lld)), and the sequence mixers run on whole sequences of its "
                          "heads between the head exchanges (docs/context.md)\n", (long long)C,
+                         (long long)C,
                          (long long)(t->seq_len / C), (long long)(t->seq_len / C),
                          (long long)(qt_cg_blocks(s) / C), (long long)(qt_cg_blocks(s) / C));
     if (s->n_ranks == 1) {
@@ -452,7 +498,8 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
                  g->layer_reduce ? " (per-layer windows)" : "", n_compact,
                  (long long)g->mb_elems, n_whole);
     } else {
-        snprintf(lv, sizeof lv, "gradient tree (%d levels x n_flat floats)", g->n_tree_levels);
+        snprintf(lv, sizeof lv, "gradient tree (%d level%s x n_flat floats)", g->n_tree_levels,
+                 qt_cg_s(g->n_tree_levels));
     }
     mib(b, lv, tree_b);
     mib(b, g->grads_compact ? "  of which grads (top level, this rank's reduce blocks)"
@@ -557,9 +604,10 @@ static void cp_exchange_line(qt_cg_buf *b, const qt_cg_graph *g)
     if (!n_x) return;
     qt_cg_buf_printf(b, "  not in the table: %d head exchanges per microbatch (CTX_TO_HEADS / "
                      "CTX_TO_TOKENS, forward and backward: one all-to-all over context each)%s; "
-                     "%lld bytes sent per rank per step (x %lld microbatches%s)\n", n_x,
+                     "%lld bytes sent per rank per step (x %lld microbatch%s%s)\n", n_x,
                      n_chain ? " and the kv chains' dk and dv hand-overs" : "",
                      (long long)(sent * g->s->tr.grad_accum), (long long)g->s->tr.grad_accum,
+                     g->s->tr.grad_accum == 1 ? "" : "es",
                      n_chain ? "; a chain's last member sends none" : "");
 }
 
@@ -623,13 +671,14 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
     if (n_ep) {
         char grp[64];
         qt_cg_buf_printf(b, "  not in the table: %d expert all-to-all exchanges per microbatch "
-                         "(MOE_DISPATCH/MOE_RETURN, forward and backward) over %s (%lld ranks); "
+                         "(MOE_DISPATCH/MOE_RETURN, forward and backward) over %s (%lld rank%s); "
                          "their sizes follow the routing: at most %lld bytes sent per rank per "
                          "step (every home row T*k*d and every host row Rmax*d sent away, x %lld "
-                         "microbatches)\n", n_ep, qt_cg_mask_name(ep_mask, grp, sizeof grp),
+                         "microbatch%s)\n", n_ep, qt_cg_mask_name(ep_mask, grp, sizeof grp),
                          (long long)qt_cg_group_size(g->s, ep_mask),
+                         qt_cg_s(qt_cg_group_size(g->s, ep_mask)),
                          (long long)(ep_max * g->s->tr.grad_accum),
-                         (long long)g->s->tr.grad_accum);
+                         (long long)g->s->tr.grad_accum, g->s->tr.grad_accum == 1 ? "" : "es");
     }
     cp_exchange_line(b, g);
     qt_cg_buf_printf(b, "  not counted: the small all-gathers of exact accumulators (the loss "
@@ -729,16 +778,38 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
     qt_cg_buf_printf(b, "  moe: %lld experts, top %lld, width %lld, shared expert width %lld\n",
                      (long long)m->n_experts, (long long)m->top_k, (long long)m->moe_dim,
                      (long long)m->shared_dim);
-    qt_cg_buf_printf(b, "  batch: %lld seqs x %lld tokens per microbatch, %lld microbatches, "
-                     "global batch %lld seqs (%lld tokens)\n", (long long)t->micro_batch,
-                     (long long)t->seq_len, (long long)t->grad_accum, (long long)t->global_batch,
-                     (long long)(t->global_batch * t->seq_len));
-    qt_cg_buf_printf(b, "  adamw: lr %g, b1 %g, b2 %g, eps %g, wd %g, clip %g; cosine schedule "
+    if (s->moe_note[0]) qt_cg_buf_printf(b, "  moe form: %s\n", s->moe_note);
+    if (s->moe_capacity > 0 && g->ep_rows_dropless > 0)
+        qt_cg_buf_printf(b, "  moe capacity: an expert host holds %lld routed rows per layer "
+                         "(members x sequences x local experts x C) instead of the dropless "
+                         "worst case %lld (%.1f%%): its received tokens, expert outputs, gate/up "
+                         "activations and FFN scratch scale with it\n",
+                         (long long)g->ep_rows, (long long)g->ep_rows_dropless,
+                         100.0 * (double)g->ep_rows / (double)g->ep_rows_dropless);
+    qt_cg_buf_printf(b, "  batch: %lld seq%s x %lld tokens per microbatch, %lld microbatch%s, "
+                     "global batch %lld seq%s (%lld tokens)\n", (long long)t->micro_batch,
+                     qt_cg_s(t->micro_batch), (long long)t->seq_len, (long long)t->grad_accum,
+                     t->grad_accum == 1 ? "" : "es", (long long)t->global_batch,
+                     qt_cg_s(t->global_batch), (long long)(t->global_batch * t->seq_len));
+    if (t->lr_schedule) wsd_line(b, t);
+    else qt_cg_buf_printf(b, "  adamw: lr %g, b1 %g, b2 %g, eps %g, wd %g, clip %g; cosine schedule "
                      "over %lld steps (warmup %g, final %g); steps %lld; load balance %g\n",
                      (double)t->lr, (double)t->adam_b1, (double)t->adam_b2, (double)t->adam_eps,
                      (double)t->weight_decay, (double)t->clip, (long long)t->schedule_steps,
                      (double)t->warmup_frac, (double)t->final_frac, (long long)t->steps,
                      (double)t->lb_weight);
+    if (t->eval_interval > 0)
+        qt_cg_buf_printf(b, "  eval (held-out, eval_data=): after step s >= %lld with (s - %lld) %% "
+                         "%lld == 0 (0-based), %lld eval batch%s of %lld sequence%s per sequence "
+                         "group (%lld forward%s of the microbatch each); target_eval_loss %g; "
+                         "the forward is microbatch ops 0..%d on the microbatch's own tensors "
+                         "(arena map below): no memory of its own\n", (long long)t->eval_start,
+                         (long long)t->eval_start, (long long)t->eval_interval,
+                         (long long)t->eval_steps, t->eval_steps == 1 ? "" : "es (-1: the "
+                         "whole eval file)", (long long)t->eval_batch, qt_cg_s(t->eval_batch),
+                         (long long)(t->eval_batch / t->micro_batch),
+                         qt_cg_s(t->eval_batch / t->micro_batch),
+                         (double)t->target_eval_loss, g->n_fwd - 1);
     if (s->m.n_layers > s->m.n_layers / (s->m.cycle > 0 ? s->m.cycle : 1))
         qt_cg_buf_printf(b, "  delta rule (GDN core): %s (gdn_core_algorithm; the recurrent form "
                          "measured faster at Dk = Dv = 64 and 128, docs/bench.md)\n",

@@ -96,8 +96,8 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
     const int np = largest(g, 1, tp), na = largest(g, 0, ta);
     char src[160];
     if (s->topology[0])
-        snprintf(src, sizeof src, "device_memory_gib=%g (compile_topology=%s, %d ranks)",
-                 s->budget_gib, s->topology, s->n_ranks);
+        snprintf(src, sizeof src, "device_memory_gib=%g (compile_topology=%s, %d rank%s)",
+                 s->budget_gib, s->topology, s->n_ranks, qt_cg_s(s->n_ranks));
     else
         snprintf(src, sizeof src, "device_memory_gib=%g", s->budget_gib);
     size_t k = (size_t)snprintf(err, errlen, "%s: plan %s needs %.1f MiB per rank, over the "

@@ -213,6 +213,9 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
                                                        : QT_OP_MOE_COMBINE_BWD;
         op = bwd(ad, kind, f);
         put_slots(op, (const int32_t[]){d1, d2, dy, f->t[1], f->t[2]}, 5);
+        /* token dropping: the backward skips the dropped slots too */
+        if (kind == QT_OP_MOE_COMBINE_BWD)
+            QT_T(op, MOE_COMBINE_BWD, kidx) = QT_T(f, MOE_COMBINE_FWD, kidx);
         return 1;
     }
     case QT_OP_ROPE_FWD: {
@@ -528,6 +531,8 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
     case QT_OP_ZERO:
     case QT_OP_XENT:
     case QT_OP_XENT_MTP:
+    /* token dropping decides on integer ids: nothing to differentiate */
+    case QT_OP_MOE_CAPACITY:
     /* a sum of the ranks' partials: each partial's gradient is the (replicated) gradient of
      * the sum, already in place */
     case QT_OP_ALL_REDUCE:

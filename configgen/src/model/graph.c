@@ -442,7 +442,14 @@ static void expert_parallel(qt_cg_graph *g, const char *apre, int32_t h2, int32_
      * parallelism only: the rows stay on their rank, and only their partial sums cross the
      * tensor group) */
     const int64_t Ep = g->s->mesh[QT_MESH_EXPERT], M = Ep > 1 ? Ep * D->C : 1, El = D->E / M;
-    const int64_t rmax = M * D->T * (D->k < El ? D->k : El);
+    int64_t rmax = M * D->T * (D->k < El ? D->k : El);
+    /* token dropping: each member's sequence brings a host at most C rows per local expert
+     * (its capacity), so the receive side and the expert FFN on it hold
+     * M x b x El x C rows instead of the dropless worst case (plan.txt "moe form") */
+    g->ep_rows_dropless = rmax;
+    if (g->s->moe_capacity > 0 && M * D->b * El * g->s->moe_capacity < rmax)
+        rmax = M * D->b * El * g->s->moe_capacity;
+    g->ep_rows = rmax;
     const int64_t mask = Ep > 1 ? (int64_t)((1u << QT_MESH_EXPERT) | qt_cg_context_mask(g->s)) : 0;
     /* this rank's token blocks: the exchange's "sequences" */
     const int64_t blocks = D->b * D->nbt / D->C;
@@ -490,6 +497,24 @@ static void expert_parallel(qt_cg_graph *g, const char *apre, int32_t h2, int32_
     /* the experts' gradient trees take a leaf for every sequence of the expert group */
     g->ps[g->ts[wgu].param].leaves *= M;
     g->ps[g->ts[wd].param].leaves *= M;
+}
+
+/* Token dropping (sparse_matmul false, capacity_factor > 0: config/moe.c): MOE_CAPACITY
+ * turns idx into the kept ids (-1 past an expert's capacity C per sequence, in token then
+ * top-k order) and adds the dropped counts into moe_drops; returns the kept ids' tensor, or
+ * QT_NONE without a capacity (the plan of sparse_matmul true). */
+static int32_t moe_capacity(qt_cg_graph *g, int l, int32_t idx, const qt_cg_dims *D)
+{
+    if (g->s->moe_capacity <= 0) return QT_NONE;
+    char n[256];
+    snprintf(n, sizeof n, "L%d.moe.kept_idx", l);
+    int32_t kidx = qt_cg_add_tensor(g, n, QT_ROLE_ACT, QT_I32, 3, SHP(D->b, D->S, D->k),
+                                    AX(QT_LAX_ACT_BATCH, QT_LAX_ACT_LENGTH, 0));
+    qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_CAPACITY);
+    QT_CG_SET_T(op, MOE_CAPACITY, .kidx = kidx, .drops = g->moe_drops, .idx = idx);
+    QT_CG_SET_A(op, MOE_CAPACITY, .T = D->T, .E = D->E, .k = D->k, .S = D->S,
+                .C = g->s->moe_capacity, .layer = l);
+    return kidx;
 }
 
 static void moe_block(qt_cg_graph *g, const char *ppre, const char *apre, int l, int32_t h2,
@@ -541,8 +566,11 @@ static void moe_block(qt_cg_graph *g, const char *ppre, const char *apre, int l,
     if (g->lb_seq != QT_NONE)
         op->f[0] = (float)(g->s->lb_weight * (double)D->E /
                            ((double)g->s->tr.global_batch * (double)g->s->m.n_layers));
+    /* token dropping (config/moe.c): the expert path and the combine read the kept ids */
+    const int32_t kidx = moe_capacity(g, l, idx, D);
+    const int32_t eidx = kidx != QT_NONE ? kidx : idx;
     if (g->s->mesh[QT_MESH_EXPERT] > 1 || D->tp > 1) {
-        expert_parallel(g, apre, h2, idx, ey, wgu, wd, D);
+        expert_parallel(g, apre, h2, eidx, ey, wgu, wd, D);
     } else {
         char n2[256];
         snprintf(n2, sizeof n2, "%s.moe.expert_gu", apre);
@@ -558,13 +586,13 @@ static void moe_block(qt_cg_graph *g, const char *ppre, const char *apre, int l,
         qt_cg_layout_declare(g, gu, QT_LAX_ACT_MLP, "the routed experts are replicated over "
                              "tensor (their widths are not split yet)");
         op = qt_cg_emit_op(g, 0, QT_OP_EXPERT_FFN_FWD);
-        QT_CG_SET_T(op, EXPERT_FFN_FWD, .y = ey, .gu = gu, .x = h2, .idx = idx, .w_gu = wgu,
+        QT_CG_SET_T(op, EXPERT_FFN_FWD, .y = ey, .gu = gu, .x = h2, .idx = eidx, .w_gu = wgu,
                     .w_down = wd, .scratch = fscr);
         QT_CG_SET_A(op, EXPERT_FFN_FWD, .T = D->T, .k = D->k, .E = D->E, .d = D->d, .f = D->f,
                     .nb = nb, .bwd_nb = nb);
     }
     op = qt_cg_emit_op(g, 0, QT_OP_MOE_COMBINE_FWD);
-    QT_CG_SET_T(op, MOE_COMBINE_FWD, .out = routed, .p = p, .y = ey);
+    QT_CG_SET_T(op, MOE_COMBINE_FWD, .out = routed, .p = p, .y = ey, .kidx = kidx);
     QT_CG_SET_A(op, MOE_COMBINE_FWD, .T = D->T, .k = D->k, .d = D->d);
     matmul_col(g, sa, h2, wsg, D);
     matmul_col(g, su, h2, wsu, D);
@@ -809,6 +837,13 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
                                    SHP(D.b * D.nbt / D.C), AX(LB));
     if (s->lb_weight > 0)
         g->lb_seq = qt_cg_add_tensor(g, "lb_seq", QT_ROLE_LOSS, QT_F32, 1, SHP(D.b), AX(LB));
+    /* token dropping: each layer's dropped counts per sequence (the metrics' share) */
+    g->moe_drops = QT_NONE;
+    if (s->moe_capacity > 0) {
+        g->moe_drops = qt_cg_add_tensor(g, "moe_drops", QT_ROLE_LOSS, QT_I32, 2,
+                                        SHP(s->m.n_layers, D.b), AX(0, LB));
+        g->ts[g->moe_drops].whole = 1;
+    }
     g->table = qt_cg_add_tensor(g, "rope_table", QT_ROLE_TABLE, QT_F32, 3,
                                 SHP(D.Sm, D.R / 2, 2), AX(0, 0, 0));
     /* packing: each token's position in its document, whole sequences also on a context
@@ -845,6 +880,11 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
         op = qt_cg_emit_op(g, 0, QT_OP_ZERO);
         QT_T(op, ZERO, x) = g->lb_seq;
         QT_A(op, ZERO, n) = D.b;
+    }
+    if (g->moe_drops != QT_NONE) {
+        op = qt_cg_emit_op(g, 0, QT_OP_ZERO);
+        QT_T(op, ZERO, x) = g->moe_drops;
+        QT_A(op, ZERO, n) = s->m.n_layers * D.b;
     }
     int32_t w_emb = add_param(g, "model.embed_tokens.weight", 2, SHP(D.V, D.d),
                               AX(QT_LAX_VOCAB, QT_LAX_EMBED_VOCAB), QT_INIT_NORMAL, 1.0, -1);

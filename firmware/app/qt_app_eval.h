@@ -1,0 +1,32 @@
+/* qt_app_eval.h - the qtrain program's held-out evaluation (app/eval.c, issue 33): the eval
+ * source, when an eval is due, the eval itself with its metrics row, progress line and
+ * early stop. Called by main.c only.
+ */
+#ifndef QT_APP_EVAL_H
+#define QT_APP_EVAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "qt_plan.h"
+#include "qt_cli.h"
+#include "io/qt_io.h"
+
+/* At start-up, after the training data is open: the eval source of a plan that evaluates
+ * (eval_data= opened and validated as data=, or eval_holdout=N cut from *train, which then
+ * ends before it), installed as the runtime's eval tokens; refuses a source without an
+ * evaluating plan, a plan without a source, and a source shorter than one eval batch.
+ * Returns QT_OK or the QT_E_* code after its message. */
+int qt_app_eval_open(const qt_plan *p, const qt_cli *cli, qt_data *train, int rank);
+/* 1 if an eval follows step `step` (0-based): step >= eval_start_step and
+ * (step - eval_start_step) % eval_interval == 0. */
+int qt_app_eval_due(const qt_plan *p, int64_t step);
+/* The eval after step `step` (all ranks): its metrics row (rank 0, to metrics when not
+ * NULL) and progress line; the ranks agree on the result. *stop = 1 when the eval loss
+ * reached target_eval_loss. Returns QT_OK or the agreed error. */
+int qt_app_eval_run(const qt_plan *p, int64_t step, int64_t end, FILE *metrics,
+                    const char *metrics_path, int *stop);
+/* The summary line of the evals run (rank 0 calls it), nothing when none ran. */
+void qt_app_eval_summary(FILE *f);
+void qt_app_eval_close(void);
+
+#endif

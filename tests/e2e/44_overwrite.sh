@@ -1,0 +1,73 @@
+# 44_overwrite.sh - the output-overwrite rule (issue 30): qtrain never writes over, or
+# removes, a file it did not create unless overwrite=1 (sourced by run_all.sh). For each path
+# qtrain writes (docs/cli.md, "What qtrain writes, and when it refuses"), a file of the
+# user's ("keep me") at that path makes the run stop before training with a message naming
+# it, exit non-zero, and the file stays byte for byte; a file qtrain wrote there before is
+# replaced as usual. (config.json and the tokenizer files of a save= directory:
+# 43_hf_config.sh; qtrain-audit plot -o: 85_audit.sh.)
+Q=build/test-next-tiny/qtrain
+T=tests/golden/e2e/test-next-tiny/tokens.npy
+OW=$QT_TMP/ow; rm -rf $OW; mkdir -p $OW
+
+# keep_refused FILE SUBSTRING ARGS...: FILE holds "keep me"; qtrain ARGS must fail before
+# step 1 printing SUBSTRING, and FILE must be unchanged
+keep_refused() {
+  local f=$1 sub=$2; shift 2
+  printf 'keep me\n' > $f
+  $Q data=$T steps=1 "$@" > /dev/null 2> $OW/err && { echo "accepted: $*"; return 1; }
+  grep -qF -- "$sub" $OW/err || { echo "message lacks \"$sub\":"; cat $OW/err; return 1; }
+  grep -q "^step " $OW/err && { echo "trained"; return 1; }
+  [ "$(cat $f)" = "keep me" ] || { echo "$f changed"; return 1; }
+  echo "ok: $(tail -n 1 $OW/err)"
+}
+
+ow_save_file() {
+  keep_refused $OW/ck.safetensors "save=$OW/ck.safetensors exists and is not a qtrain checkpoint" save=$OW/ck.safetensors || return 1
+  rm -f $OW/ck.safetensors
+  $Q data=$T steps=1 save=$OW/ck.safetensors 2> $OW/err && $Q data=$T steps=2 save=$OW/ck.safetensors 2> $OW/err \
+    || { tail -n 2 $OW/err; return 1; }
+  echo "a qtrain checkpoint at the path is replaced"
+}
+check "overwrite: save=FILE.safetensors: a file of the user's is kept (refused); a qtrain checkpoint is replaced" ow_save_file
+
+ow_save_dir() {
+  mkdir -p $OW/d1
+  keep_refused $OW/d1/model-00001-of-00001.safetensors "save=$OW/d1 holds checkpoint files but no qtrain checkpoint" save=$OW/d1 || return 1
+  rm -rf $OW/d2; mkdir -p $OW/d2; printf 'keep me\n' > $OW/d2/notes.txt
+  $Q data=$T steps=1 save=$OW/d2 2> $OW/err && $Q data=$T steps=2 load=$OW/d2 save=$OW/d2 2> $OW/err \
+    || { tail -n 2 $OW/err; return 1; }
+  [ "$(cat $OW/d2/notes.txt)" = "keep me" ] || return 1
+  echo "the user's notes.txt survives two saves into the directory"
+}
+check "overwrite: save=DIR: foreign checkpoint-named files refused (kept); the user's other files survive every save" ow_save_dir
+
+ow_lock() {
+  rm -rf $OW/lk
+  keep_refused $OW/lk.lock "save=$OW/lk: $OW/lk.lock exists and is not a qtrain lock file" save=$OW/lk || return 1
+  [ -e $OW/lk ] && { echo "the save directory was created"; return 1; }
+  $Q data=$T steps=1 save=$OW/lk overwrite=1 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  [ -e $OW/lk.lock ] && { echo "overwrite=1: the lock was not removed at exit"; return 1; }
+  echo "overwrite=1 takes the path over (and removes the lock at exit)"
+}
+check "overwrite: save=PATH's lock PATH.lock: a file of the user's there is kept (refused) unless overwrite=1" ow_lock
+
+ow_dump_grads() {
+  cp tests/golden/e2e/test-next-tiny/init.safetensors $OW/g.safetensors
+  $Q data=$T steps=1 dump_grads=$OW/g.safetensors 2> $OW/err && { echo "accepted: weights replaced"; return 1; }
+  grep -F "dump_grads=$OW/g.safetensors exists and is not a qtrain gradient dump" $OW/err || { cat $OW/err; return 1; }
+  cmp $OW/g.safetensors tests/golden/e2e/test-next-tiny/init.safetensors || return 1
+  keep_refused $OW/g.txt "dump_grads=$OW/g.txt exists and is not a safetensors file" dump_grads=$OW/g.txt || return 1
+  rm -f $OW/g2.safetensors
+  $Q data=$T steps=1 dump_grads=$OW/g2.safetensors 2> $OW/err && $Q data=$T steps=1 seed=5 dump_grads=$OW/g2.safetensors 2> $OW/err \
+    || { tail -n 2 $OW/err; return 1; }
+  echo "a safetensors file of weights is kept; a gradient dump is replaced"
+}
+check "overwrite: dump_grads=: a safetensors file that is not a gradient dump (weights) is kept (refused); a dump is replaced" ow_dump_grads
+
+ow_metrics() {
+  keep_refused $OW/m.jsonl "metrics=$OW/m.jsonl: give overwrite=1 to replace the file" metrics=$OW/m.jsonl || return 1
+  $Q data=$T steps=1 metrics=$OW/m.jsonl overwrite=1 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  head -c 24 $OW/m.jsonl | grep -q '^{"manifest":"qtrain-1",' || return 1
+  echo "overwrite=1 replaces it"
+}
+check "overwrite: metrics=: a file of the user's is kept (refused) unless overwrite=1" ow_metrics

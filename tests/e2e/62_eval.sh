@@ -1,0 +1,81 @@
+# 62_eval.sh - held-out evaluation during training (issue 33; sourced by run_all.sh).
+#
+# eval-next-{1r,dp2,dp2ep2} are mesh-next-* evaluating after steps 1, 4, 7 (eval_interval 3,
+# eval_start_step 1) on eval_data= (the tiny test data: 20 windows, 5 eval batches of the
+# global eval batch of 4). Checked: the eval rows ({"step","eval_loss","eval_perplexity",
+# "eval_tokens"}) appear after exactly those steps; the evals leave training untouched (the
+# training lines equal mesh-next-1r's, bit for bit); every mesh gives the one-rank run's
+# eval and training bits; eval_holdout=N trains on the windows before the held-out ones;
+# target_eval_loss stops early, saves and exits 0; the refusals name what to give.
+EVAL_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
+
+# eval_run RUN RANKS OUT ARGS...: 10 steps of build/RUN/qtrain, metrics to OUT.
+eval_run() {
+  local run=$1 n=$2 out=$3; shift 3
+  if [ "$n" -eq 1 ]; then
+    timeout 120 build/$run/qtrain data=$EVAL_DATA steps=10 seed=11 metrics=$out "$@"
+  else
+    timeout 120 mpiexec -n "$n" build/$run/qtrain data=$EVAL_DATA steps=10 seed=11 metrics=$out "$@"
+  fi
+}
+
+eval_rows_1r() {
+  local d=$QT_TMP/eval
+  mkdir -p "$d"
+  eval_run eval-next-1r 1 "$d/1r.jsonl" eval_data=$EVAL_DATA 2> "$d/1r.err" || return 1
+  det_fields "$d/1r.jsonl" > "$d/1r.det" || return 1
+  [ "$(grep -c '"eval_loss"' "$d/1r.jsonl")" -eq 3 ] || { echo "expected 3 eval rows"; return 1; }
+  [ "$(grep '"eval_loss"' "$d/1r.jsonl" | grep -o '"step":[0-9]*' | tr '\n' ' ')" = '"step":1 "step":4 "step":7 ' ] ||
+    { echo "eval rows not after steps 1, 4, 7"; return 1; }
+  grep '"eval_loss"' "$d/1r.jsonl" | grep -q '"eval_perplexity":.*"eval_tokens":320' ||
+    { echo "eval rows without perplexity / 320 eval tokens"; return 1; }
+  # evaluating does not touch training: the step lines are mesh-next-1r's
+  eval_run mesh-next-1r 1 "$d/plain.jsonl" 2> /dev/null || return 1
+  cmp <(grep -v eval_loss "$d/1r.det") <(det_fields "$d/plain.jsonl") || { echo "training changed"; return 1; }
+  grep -q 'evals (5 batches each): eval loss' "$d/1r.err" || { echo "no eval summary"; return 1; }
+  build/audit/qtrain-audit runs "$d/1r.jsonl" "$d/plain.jsonl" | grep -q "bit-identical over 10 steps" || return 1
+  echo "3 evals, training untouched: $(grep eval_loss "$d/1r.det" | tail -n 1)"
+}
+
+eval_mesh() {
+  local d=$QT_TMP/eval run=$1 n=$2
+  eval_run "$run" "$n" "$d/$run.jsonl" eval_data=$EVAL_DATA 2> "$d/$run.err" || { tail -n 3 "$d/$run.err"; return 1; }
+  cmp "$d/1r.det" <(det_fields "$d/$run.jsonl") && echo "identical to one rank: $(tail -n 1 "$d/1r.det")"
+}
+
+eval_holdout_stop() {
+  local d=$QT_TMP/eval
+  # eval_holdout=8: 12 training windows left of 20, eval on the last 8 (2 batches)
+  eval_run eval-next-1r 1 "$d/ho.jsonl" eval_holdout=8 2> "$d/ho.err" || return 1
+  grep -q '"windows":12' "$d/ho.jsonl" && grep -q '"eval_batches":2' "$d/ho.jsonl" || { echo "holdout"; return 1; }
+  # target_eval_loss 4.3 (eval-next-1r-target): the eval after step 4 (4.006) reaches it:
+  # the run stops there, saves at step 5, exits 0
+  rm -rf "$d/stop.ckpt"
+  eval_run eval-next-1r-target 1 "$d/stop.jsonl" eval_data=$EVAL_DATA save=$d/stop.ckpt 2> "$d/stop.err" ||
+    { tail -n 3 "$d/stop.err"; return 1; }
+  grep -q 'reached target_eval_loss 4.3: stopping early' "$d/stop.err" || { echo "no stop message"; return 1; }
+  [ "$(grep -v manifest "$d/stop.jsonl" | tail -n 1 | grep -o '"step":[0-9]*')" = '"step":4' ] ||
+    { echo "did not stop after step 4"; return 1; }
+  [ -e "$d/stop.ckpt" ] || { echo "no checkpoint"; return 1; }
+  echo "holdout: 12 training windows, 2 eval batches; early stop after step 4 with a save"
+}
+
+eval_refusals() {
+  local d=$QT_TMP/eval out
+  out=$(build/eval-next-1r/qtrain data=$EVAL_DATA steps=1 2>&1) && return 1
+  echo "$out" | grep -q 'no eval source was given: pass eval_data=FILE' || { echo "$out"; return 1; }
+  out=$(build/mesh-next-1r/qtrain data=$EVAL_DATA steps=1 eval_data=$EVAL_DATA 2>&1) && return 1
+  echo "$out" | grep -q 'does not evaluate (eval_interval -1)' || { echo "$out"; return 1; }
+  # QTTOKENS, 40 uint16 zeros: 2 windows of 17 tokens, fewer than the eval batch of 4
+  printf 'QTTOKENS\001\000\000\000\002\000\000\000\050\000\000\000\000\000\000\000' > "$d/short.tok"
+  head -c 80 /dev/zero >> "$d/short.tok"
+  out=$(build/eval-next-1r/qtrain data=$EVAL_DATA steps=1 eval_data=$d/short.tok 2>&1) && return 1
+  echo "$out" | grep -q 'fewer than one eval batch of 4 sequences' || { echo "$out"; return 1; }
+  echo "refusals: no source, no eval plan, a file shorter than one eval batch"
+}
+
+check "eval: rows after steps 1, 4, 7; training untouched" eval_rows_1r
+check "eval mesh: dp2 = one rank (eval and training bits)" eval_mesh eval-next-dp2 2
+check "eval mesh: dp2 x ep2 = one rank (eval and training bits)" eval_mesh eval-next-dp2ep2 4
+check "eval: eval_holdout=N, target_eval_loss" eval_holdout_stop
+check "eval: refusals" eval_refusals
