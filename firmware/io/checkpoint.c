@@ -51,6 +51,7 @@
 #include "ckpt_common.h"
 #include "ckpt_dir.h"
 #include "ckpt_shards.h"
+#include "ckpt_keep.h"
 #include "comm/qt_coll.h"
 #include "runtime/qt_ckpt_gather.h"
 #include "qt_ops.h"
@@ -157,6 +158,8 @@ static int qt_save_header(const qt_plan *p, const char *path, int with_opt, int 
         rc = qt_st_wmeta("run_name", p->run_name ? p->run_name : "");
     if (!rc)
         rc = qt_save_declare(p, "");
+    if (!rc && src == QT_CKS_PARAMS)   /* the carried MTP head, unchanged (ckpt_keep.c) */
+        rc = qt_ckpt_keep_declare(p);
     if (!rc && with_opt && !(rc = qt_save_declare(p, QT_CKPT_OPT_M)))
         rc = qt_save_declare(p, QT_CKPT_OPT_V);
     if (!rc)
@@ -175,7 +178,10 @@ static int qt_save(const qt_plan *p, const char *path, int with_opt, int src, in
         wrc = qt_save_header(p, path, with_opt, src, step, data_pos);
     if ((rc = qt_ckpt_agree(p, &wrc)) || wrc)
         goto out;
-    if (!(rc = qt_save_data(p, src, root, &wrc)) && with_opt &&
+    rc = qt_save_data(p, src, root, &wrc);
+    if (!rc && root && !wrc && src == QT_CKS_PARAMS)
+        wrc = qt_ckpt_keep_write(p);
+    if (!rc && with_opt &&
         !(rc = qt_save_data(p, QT_CKS_ADAM_M, root, &wrc)))
         rc = qt_save_data(p, QT_CKS_ADAM_V, root, &wrc);
     if (rc)
@@ -194,6 +200,11 @@ int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer, i
                        int64_t data_pos)
 {
     return qt_save(p, path, with_optimizer, QT_CKS_PARAMS, step, data_pos);
+}
+
+int32_t qt_checkpoint_kept(const qt_plan *p)
+{
+    return qt_ckpt_keep_count(p);
 }
 
 int qt_checkpoint_save_grads(const qt_plan *p, const char *path)
@@ -381,8 +392,9 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
                             int *load_opt)
 {
     int rc, has_opt = 0;
-    int32_t n = qt_st_count(h), skipped_mtp = 0, skipped_other = 0, has_mtp = 0;
+    int32_t n = qt_st_count(h), skipped_mtp = 0, skipped_other = 0, has_mtp = 0, kept = 0;
     memset(qt_ck.used, 0, (size_t)n);
+    qt_ckpt_keep_check_start();
     for (int32_t k = 0; k < n; k++) {
         if (!strncmp(qt_st_at(h, k)->name, "optimizer.", 10))
             has_opt = 1;
@@ -408,6 +420,10 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
                            "multi-token-prediction head has %d depth(s) (mtp_num_layers); a "
                            "save would drop it: expected a plan with the checkpoint's depths",
                            path, name, p->run_name ? p->run_name : "?", p->mtp_layers);
+        } else if (!strncmp(name, "mtp.", 4) && qt_ckpt_keep_on(p)) {
+            if ((rc = qt_ckpt_keep_check(p, qt_st_at(h, k), path)))
+                return rc;
+            kept++;
         } else if (!strncmp(name, "mtp.", 4)) {
             skipped_mtp++;
         } else if ((p->model.decoder_block == 1 && !strncmp(name, "model.visual.", 13)) ||
@@ -423,8 +439,12 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
     if (root && qt_ck.note[0])
         qt_note("%s", qt_ck.note);
     if (root && skipped_mtp)
-        qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
-                   path, (int)skipped_mtp);
+        qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained; "
+                "mtp_keep_layers: 1 carries them into saves)", path, (int)skipped_mtp);
+    if (root && qt_ckpt_keep_on(p))
+        qt_note("%s: keeps %d mtp.* tensors (the multi-token-prediction head, mtp_keep_layers "
+                "%d: not trained, written unchanged into every save)", path, (int)kept,
+                p->mtp_keep_layers);
     if (root && qt_ck.skip_mtp)
         qt_note("%s: holds no mtp.* tensors: the multi-token-prediction head (%d depth(s)) "
                 "starts from its initialisation", path, p->mtp_layers);
@@ -465,6 +485,10 @@ int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
         id->n_files = 1;
         id->loaded = 1;
         qt_load_copy(p, h, "", QT_CKS_PARAMS);
+        qt_ckpt_keep_begin(p);
+        for (int32_t k = 0; k < qt_st_count(h) && qt_ckpt_keep_on(p); k++)
+            if (!strncmp(qt_st_at(h, k)->name, "mtp.", 4))
+                qt_ckpt_keep_add(p, h, qt_st_at(h, k));
         if (load_opt) {
             qt_load_copy(p, h, QT_CKPT_OPT_M, QT_CKS_ADAM_M);
             qt_load_copy(p, h, QT_CKPT_OPT_V, QT_CKS_ADAM_V);

@@ -696,6 +696,35 @@ static void mtp_head(qt_cg_graph *g, int32_t hf, const int32_t *e, int32_t *hn,
     qt_cg_layout_declare(g, t0, QT_LAX_ACT_EMBED, QT_CG_WHOLE_EMBED);
 }
 
+/* The MTP head's tensors outside the graph's ops (docs/model.md 1.8): its stacked inputs
+ * and targets and its loss sums, and the carried head's region (mtp_keep_layers). */
+static void mtp_io(qt_cg_graph *g, const qt_cg_dims *Dp)
+{
+    const qt_cg_settings *s = g->s;
+    const qt_cg_dims D = *Dp;
+    const uint8_t LB = QT_LAX_ACT_EMBED_LOGITS_BATCH, L = QT_LAX_ACT_LENGTH;
+    /* the MTP head (docs/model.md 1.8): its stacked inputs and targets and its loss sums */
+    const int64_t np = 1 + s->mtp_layers;
+    g->mtp_tokens = g->mtp_targets = g->mtp_loss_seq = QT_NONE;
+    if (np > 1) {
+        g->mtp_tokens = qt_cg_add_tensor(g, "mtp_tokens", QT_ROLE_INPUT, QT_I32, 2,
+                                         SHP(D.b, np * D.S), AX(LB, L));
+        g->mtp_targets = qt_cg_add_tensor(g, "mtp_targets", QT_ROLE_INPUT, QT_I32, 2,
+                                          SHP(D.b, np * D.S), AX(LB, L));
+        g->mtp_loss_seq = qt_cg_add_tensor(g, "mtp_loss_seq", QT_ROLE_LOSS, QT_F32, 1,
+                                           SHP(D.b * D.nbt / D.C), AX(LB));
+        g->ts[g->mtp_tokens].whole = g->ts[g->mtp_targets].whole = 1;
+        g->ts[g->mtp_loss_seq].whole = 1;
+    }
+    /* the carried head (mtp_keep_layers): bytes no op touches, live the whole run */
+    g->mtp_keep = QT_NONE;
+    if (s->mtp_keep > 0) {
+        g->mtp_keep = qt_cg_add_tensor(g, "mtp_keep", QT_ROLE_INPUT, QT_I32, 1,
+                                       SHP(s->mtp_keep_bytes / 4), AX(0));
+        g->ts[g->mtp_keep].whole = 1;
+    }
+}
+
 /* The final norm, the lm_head and the cross entropy. Vocab-parallel (vocab_parallel on a
  * tensor mesh): the lm_head weight, the logits and d.logits hold this rank's V/tp vocabulary
  * columns, as their specs say (vocab, activation_vocab -> tensor); XENT combines the shards
@@ -854,19 +883,8 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
                                         SHP(D.b, D.Sm), AX(LB, 0));
         g->ts[g->positions].whole = 1;
     }
-    /* the MTP head (docs/model.md 1.8): its stacked inputs and targets and its loss sums */
+    mtp_io(g, &D);
     const int64_t np = 1 + s->mtp_layers;
-    g->mtp_tokens = g->mtp_targets = g->mtp_loss_seq = QT_NONE;
-    if (np > 1) {
-        g->mtp_tokens = qt_cg_add_tensor(g, "mtp_tokens", QT_ROLE_INPUT, QT_I32, 2,
-                                         SHP(D.b, np * D.S), AX(LB, L));
-        g->mtp_targets = qt_cg_add_tensor(g, "mtp_targets", QT_ROLE_INPUT, QT_I32, 2,
-                                          SHP(D.b, np * D.S), AX(LB, L));
-        g->mtp_loss_seq = qt_cg_add_tensor(g, "mtp_loss_seq", QT_ROLE_LOSS, QT_F32, 1,
-                                           SHP(D.b * D.nbt / D.C), AX(LB));
-        g->ts[g->mtp_tokens].whole = g->ts[g->mtp_targets].whole = 1;
-        g->ts[g->mtp_loss_seq].whole = 1;
-    }
     g->ts[g->tokens].whole = g->ts[g->targets].whole = g->ts[g->loss_seq].whole = 1;
     g->ts[g->table].whole = 1;
     if (g->lb_seq != QT_NONE) g->ts[g->lb_seq].whole = 1;
