@@ -76,6 +76,7 @@ uint64_t qt_plan_hash(const qt_plan *p)
     qt_fnv_s(&f, "qtrain-plan-v2");
     /* How each KIND of qt_plan_fields.def is hashed: field F, row count in member N. */
 #define QT_PH_I32(F, N) qt_fnv_i(&f, p->F)
+#define QT_PH_F32(F, N) qt_fnv_f(&f, p->F)
 #define QT_PH_I64(F, N) qt_fnv_i(&f, p->F)
 #define QT_PH_X8(F, N) qt_fnv_i(&f, p->F)
 #define QT_PH_STR(F, N) qt_fnv_s(&f, p->F)

@@ -257,6 +257,7 @@ typedef struct qt_train_cfg {
 /* The plan: its fields are declared once, in qt_plan_fields.def (type, name, how plan.c
  * writes it and how the plan hash covers it); the struct is that list in order. */
 #define QT_PLAN_DECL_I32(F) int32_t F
+#define QT_PLAN_DECL_F32(F) float F
 #define QT_PLAN_DECL_I64(F) int64_t F
 #define QT_PLAN_DECL_I64L(F) int64_t F
 #define QT_PLAN_DECL_X8(F) uint8_t F

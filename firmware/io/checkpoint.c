@@ -51,6 +51,7 @@
 #include "ckpt_common.h"
 #include "ckpt_dir.h"
 #include "ckpt_shards.h"
+#include "ckpt_keep.h"
 #include "comm/qt_coll.h"
 #include "runtime/qt_ckpt_gather.h"
 #include "qt_ops.h"
@@ -62,7 +63,15 @@ static struct {
     char path[QT_SX_PATH_MAX];               /* load= argument resolved (st_index.c) */
     char note[QT_SX_PATH_MAX + 256];         /* why the moments do not load, printed once
                                                 the weights are known to fit */
+    int skip_mtp;                            /* a plan with the MTP head loading a file
+                                                without mtp.*: the head keeps its init */
 } qt_ck;
+
+/* Parameter i is the MTP head's and the file does not hold the head (qt_load_validate). */
+static int qt_load_skips(const qt_plan *p, int32_t i)
+{
+    return qt_ck.skip_mtp && !strncmp(p->params[i].name, "mtp.", 4);
+}
 
 /* ---- ranks ---- */
 
@@ -149,6 +158,8 @@ static int qt_save_header(const qt_plan *p, const char *path, int with_opt, int 
         rc = qt_st_wmeta("run_name", p->run_name ? p->run_name : "");
     if (!rc)
         rc = qt_save_declare(p, "");
+    if (!rc && src == QT_CKS_PARAMS)   /* the carried MTP head, unchanged (ckpt_keep.c) */
+        rc = qt_ckpt_keep_declare(p);
     if (!rc && with_opt && !(rc = qt_save_declare(p, QT_CKPT_OPT_M)))
         rc = qt_save_declare(p, QT_CKPT_OPT_V);
     if (!rc)
@@ -167,7 +178,10 @@ static int qt_save(const qt_plan *p, const char *path, int with_opt, int src, in
         wrc = qt_save_header(p, path, with_opt, src, step, data_pos);
     if ((rc = qt_ckpt_agree(p, &wrc)) || wrc)
         goto out;
-    if (!(rc = qt_save_data(p, src, root, &wrc)) && with_opt &&
+    rc = qt_save_data(p, src, root, &wrc);
+    if (!rc && root && !wrc && src == QT_CKS_PARAMS)
+        wrc = qt_ckpt_keep_write(p);
+    if (!rc && with_opt &&
         !(rc = qt_save_data(p, QT_CKS_ADAM_M, root, &wrc)))
         rc = qt_save_data(p, QT_CKS_ADAM_V, root, &wrc);
     if (rc)
@@ -186,6 +200,11 @@ int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer, i
                        int64_t data_pos)
 {
     return qt_save(p, path, with_optimizer, QT_CKS_PARAMS, step, data_pos);
+}
+
+int32_t qt_checkpoint_kept(const qt_plan *p)
+{
+    return qt_ckpt_keep_count(p);
 }
 
 int qt_checkpoint_save_grads(const qt_plan *p, const char *path)
@@ -275,6 +294,7 @@ static int qt_load_check(const qt_plan *p, int h, const char *path, const char *
 {
     qt_ckpt_piece pc;
     for (int32_t i = 0; i < p->n_params; i++) {
+        if (qt_load_skips(p, i)) continue;
         int fused = qt_fused_in_file(p, h, i, prefix);
         for (int32_t k = 0, n = qt_ckpt_count(p, i, fused); k < n; k++) {
             qt_ckpt_piece_at(p, i, fused, k, &pc);
@@ -300,6 +320,7 @@ static void qt_load_copy(const qt_plan *p, int h, const char *prefix, int src)
 {
     qt_ckpt_piece pc;
     for (int32_t i = 0; i < p->n_params; i++) {
+        if (qt_load_skips(p, i)) continue;
         int fused = qt_fused_in_file(p, h, i, prefix);
         const int64_t rows = p->tensors[p->params[i].tensor].global_shape[0];
         const int64_t wr = qt_ckpt_window_rows(p, i), row = qt_ckpt_row_elems(p, i);
@@ -371,11 +392,18 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
                             int *load_opt)
 {
     int rc, has_opt = 0;
-    int32_t n = qt_st_count(h), skipped_mtp = 0, skipped_other = 0;
+    int32_t n = qt_st_count(h), skipped_mtp = 0, skipped_other = 0, has_mtp = 0, kept = 0;
     memset(qt_ck.used, 0, (size_t)n);
-    for (int32_t k = 0; k < n; k++)
+    qt_ckpt_keep_check_start();
+    for (int32_t k = 0; k < n; k++) {
         if (!strncmp(qt_st_at(h, k)->name, "optimizer.", 10))
             has_opt = 1;
+        has_mtp |= !strncmp(qt_st_at(h, k)->name, "mtp.", 4);
+    }
+    /* the MTP head (docs/model.md 1.8): a file without any mtp.* tensor leaves the plan's
+     * head as initialised (its Adam moments zero); a file with part of it is checked in
+     * full below, so a missing depth or a shape that disagrees is an error */
+    qt_ck.skip_mtp = p->mtp_layers > 0 && !has_mtp;
     if ((rc = qt_load_opt_decision(p, h, path, want_opt, has_opt, load_opt)))
         return rc;
     if ((rc = qt_load_check(p, h, path, "")))
@@ -387,7 +415,16 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
         const char *name = qt_st_at(h, k)->name;
         if (qt_ck.used[k])
             continue;
-        if (!strncmp(name, "mtp.", 4)) {
+        if (!strncmp(name, "mtp.", 4) && p->mtp_layers > 0) {
+            return qt_fail(QT_E_MISMATCH, "%s: tensor %s is not a parameter of plan %s, whose "
+                           "multi-token-prediction head has %d depth(s) (mtp_num_layers); a "
+                           "save would drop it: expected a plan with the checkpoint's depths",
+                           path, name, p->run_name ? p->run_name : "?", p->mtp_layers);
+        } else if (!strncmp(name, "mtp.", 4) && qt_ckpt_keep_on(p)) {
+            if ((rc = qt_ckpt_keep_check(p, qt_st_at(h, k), path)))
+                return rc;
+            kept++;
+        } else if (!strncmp(name, "mtp.", 4)) {
             skipped_mtp++;
         } else if ((p->model.decoder_block == 1 && !strncmp(name, "model.visual.", 13)) ||
                    (!*load_opt && !strncmp(name, "optimizer.", 10))) {
@@ -402,8 +439,15 @@ static int qt_load_validate(const qt_plan *p, int h, const char *path, int want_
     if (root && qt_ck.note[0])
         qt_note("%s", qt_ck.note);
     if (root && skipped_mtp)
-        qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
-                   path, (int)skipped_mtp);
+        qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained; "
+                "mtp_keep_layers: 1 carries them into saves)", path, (int)skipped_mtp);
+    if (root && qt_ckpt_keep_on(p))
+        qt_note("%s: keeps %d mtp.* tensors (the multi-token-prediction head, mtp_keep_layers "
+                "%d: not trained, written unchanged into every save)", path, (int)kept,
+                p->mtp_keep_layers);
+    if (root && qt_ck.skip_mtp)
+        qt_note("%s: holds no mtp.* tensors: the multi-token-prediction head (%d depth(s)) "
+                "starts from its initialisation", path, p->mtp_layers);
     if (root && skipped_other)
         qt_note("%s: skipped %d vision-tower or optimizer tensors", path,
                    (int)skipped_other);
@@ -441,6 +485,10 @@ int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
         id->n_files = 1;
         id->loaded = 1;
         qt_load_copy(p, h, "", QT_CKS_PARAMS);
+        qt_ckpt_keep_begin(p);
+        for (int32_t k = 0; k < qt_st_count(h) && qt_ckpt_keep_on(p); k++)
+            if (!strncmp(qt_st_at(h, k)->name, "mtp.", 4))
+                qt_ckpt_keep_add(p, h, qt_st_at(h, k));
         if (load_opt) {
             qt_load_copy(p, h, QT_CKPT_OPT_M, QT_CKS_ADAM_M);
             qt_load_copy(p, h, QT_CKPT_OPT_V, QT_CKS_ADAM_V);

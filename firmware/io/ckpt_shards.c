@@ -26,6 +26,11 @@
  *    pieces of one parameter
  *    may live in several shards; it re-checks each tensor's dtype and shape: a shard
  *    replaced between the passes is reported (QT_E_IO) instead of being read wrongly.
+ * The multi-token-prediction head (docs/model.md 1.8), as checkpoint.c: a plan with the head
+ * loading an index without any mtp.* tensor keeps the head as initialised (a note says so);
+ * an mtp.* tensor that is not a plan piece of such a plan is refused (a save would drop it);
+ * a plan carrying a head (mtp_keep_layers, ckpt_keep.c) checks its mtp.* tensors in pass 1
+ * and keeps them, shard by shard in index order, after pass 2.
  * Per-entry marks (st_index.h scratch byte): QT_MARK_PLAN = a plan piece uses the entry,
  * QT_MARK_SEEN = found in the shard the index names.
  */
@@ -38,6 +43,7 @@
 #include "ckpt_map.h"
 #include "ckpt_common.h"
 #include "ckpt_shards.h"
+#include "ckpt_keep.h"
 #include "safetensors.h"
 #include "st_index.h"
 #include "qt_hash64.h"
@@ -64,7 +70,14 @@ static struct {
      * nor read (other ranks' experts and optimizer blocks) */
     int64_t lo[3][QT_CS_MAX_PARAMS], hi[3][QT_CS_MAX_PARAMS];
     int64_t n_pieces, n_skipped;
+    int skip_mtp;                  /* a plan with the MTP head, an index without mtp.* */
 } qt_cs;
+
+/* Parameter i is the MTP head's and the index does not hold the head. */
+static int qt_cs_skips(const qt_plan *p, int32_t i)
+{
+    return qt_cs.skip_mtp && !strncmp(p->params[i].name, "mtp.", 4);
+}
 
 static const char *const qt_cs_prefix[3] = {"", QT_CKPT_OPT_M, QT_CKPT_OPT_V};
 
@@ -82,6 +95,8 @@ static int32_t qt_cs_entry(const qt_plan *p, int32_t part, int32_t i, int32_t k,
                            qt_ckpt_piece *pc)
 {
     int fused = 0;
+    if (qt_cs_skips(p, i))
+        return -2;
     if (qt_ckpt_is_expert(p, i)) {
         char f[QT_ST_NAME_MAX];
         qt_ckpt_fused_name(p, i, f, sizeof f);
@@ -132,6 +147,11 @@ static int qt_cs_check_names(const qt_plan *p, const char *index, int32_t *n_mtp
         int mtp;
         if (*qt_sx_mark(e) & QT_MARK_PLAN)
             continue;
+        if (!strncmp(nm, "mtp.", 4) && p->mtp_layers > 0)
+            return qt_fail(QT_E_MISMATCH, "%s: tensor %s is not a parameter of plan %s, whose "
+                           "multi-token-prediction head has %d depth(s) (mtp_num_layers); a "
+                           "save would drop it: expected a plan with the checkpoint's depths",
+                           index, nm, p->run_name ? p->run_name : "?", p->mtp_layers);
         if (qt_ckpt_skippable(p, nm, &mtp))
             *(mtp ? n_mtp : n_other) += 1;
         else if (!strncmp(nm, "optimizer.", 10) && qt_cs.n_parts == 1)
@@ -193,6 +213,8 @@ static int qt_cs_check_shard(const qt_plan *p, int32_t s, const char *index)
                             qt_sx_shard_name(qt_sx_shard(e)));
         else
             *qt_sx_mark(e) |= QT_MARK_SEEN;
+        if (!rc && !strncmp(nm, "mtp.", 4) && qt_ckpt_keep_on(p))
+            rc = qt_ckpt_keep_check(p, qt_st_at(h, k), qt_cs.shard);
     }
     for (int32_t part = 0; part < qt_cs.n_parts && !rc; part++)
         for (int32_t i = 0; i < p->n_params && !rc; i++)
@@ -263,6 +285,8 @@ static int qt_cs_copy(const qt_plan *p, const char *index, int *h, int32_t *open
 {
     for (int32_t part = 0; part < qt_cs.n_parts; part++)
         for (int32_t i = 0; i < p->n_params; i++) {
+            if (qt_cs_skips(p, i))
+                continue;
             const int64_t rows = p->tensors[p->params[i].tensor].global_shape[0];
             const int64_t wr = qt_ckpt_window_rows(p, i);
             for (int64_t w0 = 0; w0 < rows; w0 += wr) {
@@ -324,6 +348,48 @@ static int qt_cs_optimizer(const qt_plan *p, const char *index, int want_optimiz
     return QT_OK;
 }
 
+/* The carried head (ckpt_keep.c): every mtp.* tensor of the model shards, shard by shard,
+ * each in its header's order (after pass 1 checked them all). */
+static int qt_cs_keep(const qt_plan *p)
+{
+    qt_ckpt_keep_begin(p);
+    for (int32_t s = 0; s < qt_cs.n_model_shards && qt_ckpt_keep_on(p); s++) {
+        int any = 0, h, rc;
+        for (int32_t e = 0; e < qt_sx_count() && !any; e++)
+            any = qt_sx_shard(e) == s && !strncmp(qt_sx_name(e), "mtp.", 4);
+        if (!any)
+            continue;
+        if ((rc = qt_cs_open(s, &h)))
+            return rc;
+        for (int32_t k = 0; k < qt_st_count(h); k++)
+            if (!strncmp(qt_st_at(h, k)->name, "mtp.", 4))
+                qt_ckpt_keep_add(p, h, qt_st_at(h, k));
+        qt_st_close(h);
+    }
+    return QT_OK;
+}
+
+/* The start-up notes of a load that passed (world rank 0 says them once). */
+static void qt_cs_notes(const qt_plan *p, const char *index, int32_t n_mtp, int32_t n_other)
+{
+    if (p->n_ranks > 1 && qt_comm_group_index(QT_COLL_ALL) != 0)
+        return;
+    if (qt_cs.note[0])
+        qt_note("%s", qt_cs.note);
+    if (n_mtp && qt_ckpt_keep_on(p))
+        qt_note("%s: keeps %d mtp.* tensors (the multi-token-prediction head, mtp_keep_layers "
+                "%d: not trained, written unchanged into every save)", index, (int)n_mtp,
+                p->mtp_keep_layers);
+    else if (n_mtp)
+        qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained; "
+                "mtp_keep_layers: 1 carries them into saves)", index, (int)n_mtp);
+    if (qt_cs.skip_mtp)
+        qt_note("%s: holds no mtp.* tensors: the multi-token-prediction head (%d depth(s)) "
+                "starts from its initialisation", index, p->mtp_layers);
+    if (n_other)
+        qt_note("%s: skipped %d vision-tower or optimizer tensors", index, (int)n_other);
+}
+
 int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
                        int64_t *step_out, int64_t *data_pos_out)
 {
@@ -335,6 +401,11 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
     if ((rc = qt_sx_open(index)))
         return rc;
     qt_cs.n_model_shards = qt_sx_shards();
+    int has_mtp = 0;
+    for (int32_t e = 0; e < qt_sx_count(); e++)
+        has_mtp |= !strncmp(qt_sx_name(e), "mtp.", 4);
+    qt_cs.skip_mtp = p->mtp_layers > 0 && !has_mtp;
+    qt_ckpt_keep_check_start();
     if ((rc = qt_cs_optimizer(p, index, want_optimizer)))
         return rc;
     const char *fmt = qt_sx_meta(0, "format");
@@ -360,18 +431,12 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
                               "does not contain it", qt_cs_index_of(qt_sx_shard(e), index),
                               qt_sx_name(e), qt_cs.shard);
         }
-    /* the same on every rank of a mesh: world rank 0 says it once */
-    const int root = p->n_ranks <= 1 || qt_comm_group_index(QT_COLL_ALL) == 0;
-    if (root && qt_cs.note[0])
-        qt_note("%s", qt_cs.note);
-    if (root && n_mtp)
-        qt_note("%s: skipped %d mtp.* tensors (multi-token prediction is not trained)",
-                   index, (int)n_mtp);
-    if (root && n_other)
-        qt_note("%s: skipped %d vision-tower or optimizer tensors", index, (int)n_other);
+    qt_cs_notes(p, index, n_mtp, n_other);
     rc = qt_cs_copy(p, index, &h, &open_s);
     if (open_s >= 0)
         qt_st_close(h);
+    if (!rc)
+        rc = qt_cs_keep(p);
     if (!rc && qt_cs.n_skipped)
         qt_note("%s: %lld of %lld tensors hold only other ranks' parts (experts, optimizer "
                 "blocks): not read", index, (long long)qt_cs.n_skipped,

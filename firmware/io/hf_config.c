@@ -156,6 +156,11 @@ static void qt_hf_text(const qt_plan *p, int q35)
         qt_hf_put(",\n%s\"mlp_only_layers\": []", qt_hf.ind);
     }
     qt_hf_int("full_attention_interval", m->cycle);
+    /* the MTP draft head's depth, under the name each model's loaders read (vLLM's
+     * Qwen3-Next: num_nextn_predict_layers; Qwen3.5: mtp_num_hidden_layers); written only
+     * with a head (docs/model.md 1.8) */
+    if (p->mtp_layers > 0) qt_hf_int(q35 ? "mtp_num_hidden_layers" : "num_nextn_predict_layers",
+                                     p->mtp_layers);
     qt_hf_layer_types(m);
     qt_hf_real("rms_norm_eps", m->norm_eps, 1, ",\n");
     qt_hf_rope(m, q35);

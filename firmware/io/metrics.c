@@ -64,6 +64,7 @@ void qt_metrics_write(FILE *f, const qt_step_metrics *m)
     fprintf(f, "{\"step\":%lld", (long long)m->step);
     qt_num(f, "loss", m->loss, 9);
     fprintf(f, ",\"loss_bits\":\"0x%08x\"", (unsigned)lb);
+    if (m->mtp) qt_num(f, "mtp_loss", m->mtp_loss, 9); /* the MTP head's CE mean */
     qt_num(f, "grad_norm", m->grad_norm, 17);
     qt_num(f, "lr", m->lr, 17);
     qt_num(f, "tokens_per_s", m->tokens_per_s, 9);
@@ -111,8 +112,10 @@ void qt_progress_print(FILE *f, const qt_step_metrics *m, int64_t total_steps, i
 {
     char ranks[32] = "";
     if (n_ranks > 1) snprintf(ranks, sizeof ranks, "  (%d ranks)", n_ranks);
-    fprintf(f, "step %lld/%lld  loss %.6f  grad_norm %.4g  lr %.3e  %.0f tokens/s%s\n",
-            (long long)(m->step + 1), (long long)total_steps, m->loss, m->grad_norm, m->lr,
+    char mtp[48] = "";
+    if (m->mtp) snprintf(mtp, sizeof mtp, "  mtp_loss %.6f", m->mtp_loss);
+    fprintf(f, "step %lld/%lld  loss %.6f%s  grad_norm %.4g  lr %.3e  %.0f tokens/s%s\n",
+            (long long)(m->step + 1), (long long)total_steps, m->loss, mtp, m->grad_norm, m->lr,
             qt_finite(m->tokens_per_s) ? m->tokens_per_s : 0.0, ranks);
     fflush(f);
 }

@@ -1,5 +1,5 @@
 /* ops_basic.c - op wrappers for the basic kinds: ZERO, ADD, ACC, EMBED_*, RMSNORM_*,
- * MATMUL_*, SWIGLU_*, SIGMOID_GATE_*, XENT.
+ * MATMUL_*, SWIGLU_*, SIGMOID_GATE_*, XENT, XENT_MTP.
  *
  * Each wrapper reads exactly the slots and attributes that qt_ops.h defines for its kind,
  * resolves tensor ids to arena pointers (qt_f32 / qt_i32) and calls the float kernel. The
@@ -242,21 +242,22 @@ void qt_op_sigmoid_gate_bwd(const qt_op *op, const qt_ctx *ctx)
         QT_A(op, SIGMOID_GATE_BWD, hd));
 }
 
-/* XENT with canonical vocabulary blocks (a3 nb > 0), vocab-parallel over the a4 group:
- * stats, all-gather, merge, block sums, all-gather, finish (kernels/xent.h). The gathers
- * copy floats, so every rank holds the same stats and sums and the bits are one rank's. */
-static void qt_op_xent_blocked(const qt_op *op, const qt_ctx *ctx)
+/* The cross entropy of b x S rows into loss_seq[b] (qt_ops.def XENT): the plain kernel, or
+ * with nb > 0 canonical vocabulary blocks, vocab-parallel over the `mask` group: stats,
+ * all-gather, merge, block sums, all-gather, finish (kernels/xent.h). The gathers copy
+ * floats, so every rank holds the same stats and sums and the bits are one rank's. */
+static void qt_op_xent_rows(const qt_ctx *ctx, float *loss_seq, float *dlogits,
+                            const float *logits, const int32_t *targets, float *scratch,
+                            int64_t b, int64_t S, int64_t V, int64_t nb, unsigned mask)
 {
-    const unsigned mask = (unsigned)QT_A(op, XENT, mask);
-    const int64_t b = QT_A(op, XENT, b), S = QT_A(op, XENT, S), V = QT_A(op, XENT, V),
-                  nb = QT_A(op, XENT, nb), R = b * S;
+    if (nb <= 0) {
+        qt_xent(loss_seq, dlogits, logits, targets, b, S, V);
+        return;
+    }
+    const int64_t R = b * S;
     const int64_t P = mask ? qt_comm_group_size(mask) : 1;
     const int64_t v0 = mask ? qt_comm_group_index(mask) * V : 0;
-    float *dlogits = qt_f32(ctx, QT_T(op, XENT, dlogits));
-    const float *logits = qt_f32(ctx, QT_T(op, XENT, logits));
-    const int32_t *targets = qt_i32(ctx, QT_T(op, XENT, targets));
-    float *stat = qt_f32(ctx, QT_T(op, XENT, scratch)), *sums = stat + P * 2 * R,
-          *tmp = sums + P * R * nb;
+    float *stat = scratch, *sums = stat + P * 2 * R, *tmp = sums + P * R * nb;
     const int64_t me = v0 / V;
     qt_xent_blk_stats(stat + me * 2 * R, logits, targets, R, V, v0);
     int rc = P > 1 ? qt_coll_all_gather(mask, stat, 2 * R * (int64_t)sizeof(float)) : 0;
@@ -269,19 +270,44 @@ static void qt_op_xent_blocked(const qt_op *op, const qt_ctx *ctx)
         if (ctx->status && !*ctx->status) *ctx->status = rc;
         return;
     }
-    qt_xent_blk_finish(qt_f32(ctx, QT_T(op, XENT, loss_seq)), dlogits, stat, sums, targets, b,
-                       S, V, nb, P, v0, tmp);
+    qt_xent_blk_finish(loss_seq, dlogits, stat, sums, targets, b, S, V, nb, P, v0, tmp);
 }
 
 /* XENT: t0 loss_seq, t1 dlogits, t2 logits, t3 targets; a0 b, a1 S, a2 V; a3 nb, a4 mask
  * (canonical vocabulary blocks, vocab-parallel), t4 their scratch. */
 void qt_op_xent(const qt_op *op, const qt_ctx *ctx)
 {
-    if (QT_A(op, XENT, nb) > 0) {
-        qt_op_xent_blocked(op, ctx);
-        return;
+    const int64_t nb = QT_A(op, XENT, nb);
+    qt_op_xent_rows(ctx, qt_f32(ctx, QT_T(op, XENT, loss_seq)),
+                    qt_f32(ctx, QT_T(op, XENT, dlogits)), qt_f32(ctx, QT_T(op, XENT, logits)),
+                    qt_i32(ctx, QT_T(op, XENT, targets)),
+                    nb > 0 ? qt_f32(ctx, QT_T(op, XENT, scratch)) : NULL, QT_A(op, XENT, b),
+                    QT_A(op, XENT, S), QT_A(op, XENT, V), nb, (unsigned)QT_A(op, XENT, mask));
+}
+
+/* XENT_MTP: the main and MTP logits stacked per token block (qt_ops.def): XENT over the
+ * b x n runs of S rows into the scratch's first b x n floats, then the main and the MTP
+ * sums per block, and the MTP rows' dlogits times f0. */
+void qt_op_xent_mtp(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t b = QT_A(op, XENT_MTP, b), S = QT_A(op, XENT_MTP, S),
+                  V = QT_A(op, XENT_MTP, V), n = QT_A(op, XENT_MTP, n);
+    float *ent = qt_f32(ctx, QT_T(op, XENT_MTP, scratch));
+    float *dlogits = qt_f32(ctx, QT_T(op, XENT_MTP, dlogits));
+    qt_op_xent_rows(ctx, ent, dlogits, qt_f32(ctx, QT_T(op, XENT_MTP, logits)),
+                    qt_i32(ctx, QT_T(op, XENT_MTP, targets)), ent + b * n, b * n, S, V,
+                    QT_A(op, XENT_MTP, nb), (unsigned)QT_A(op, XENT_MTP, mask));
+    float *ls = qt_f32(ctx, QT_T(op, XENT_MTP, loss_seq));
+    float *ms = qt_f32(ctx, QT_T(op, XENT_MTP, mtp_loss_seq));
+    const float c = op->f[0];
+    for (int64_t s = 0; s < b; s++) {
+        ls[s] = ent[s * n];
+        float m = ent[s * n + 1];
+        for (int64_t j = 2; j < n; j++) m += ent[s * n + j];
+        ms[s] = m;
+        for (int64_t j = 1; j < n; j++) {
+            float *d = dlogits + ((s * n + j) * S) * V;
+            for (int64_t i = 0; i < S * V; i++) d[i] *= c;
+        }
     }
-    qt_xent(qt_f32(ctx, QT_T(op, XENT, loss_seq)), qt_f32(ctx, QT_T(op, XENT, dlogits)),
-            qt_f32(ctx, QT_T(op, XENT, logits)), qt_i32(ctx, QT_T(op, XENT, targets)),
-            QT_A(op, XENT, b), QT_A(op, XENT, S), QT_A(op, XENT, V));
 }

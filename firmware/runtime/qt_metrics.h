@@ -22,6 +22,9 @@ typedef struct qt_step_metrics {
     int64_t loss_tokens;       /* targets with a loss: tokens, or fewer when packed
                                   documents end inside the windows (the normaliser) */
     int packed;                /* the plan packs documents (loss_tokens in the metrics) */
+    int mtp;                   /* the plan has the MTP head (mtp_loss in the metrics) */
+    double mtp_loss;           /* its cross-entropy mean over the positions with an MTP
+                                  loss, before the factor (docs/model.md 1.8) */
     /* token dropping (plans with a capacity, qt_plan moe_capacity > 0): routed assignments
      * of the step's global batch dropped past their expert's capacity, their total, and
      * the dropped count per layer (the first QT_METRICS_MAX_LAYERS layers; n_drop_layers of

@@ -232,6 +232,40 @@ double qt_runtime_lr(const qt_plan *p, int64_t t)
     return qt_lr_schedule(t, peak, n, (double)p->train.warmup_frac, (double)p->train.final_frac);
 }
 
+/* The MTP head's inputs and targets (qt_plan_fields.def mtp_tokens / mtp_targets,
+ * docs/model.md 1.8) for the microbatch whose main tokens and targets were just filled
+ * (sequences first .. first+b-1, this rank's tokens [t0, t0 + St) of each): per token
+ * block of Sb tokens, part 0 the main inputs and targets, part j the window's x_{i+j} and
+ * x_{i+j+1} read from the token source (the block's last positions read past the rank's
+ * own tokens: the next context rank's), -1 where i + j > S - 1 (no input among the
+ * window's, no loss). fill/src: the token source the main tokens came from (the steps' or
+ * the held-out eval's, whose "step" is its batch and Bg its global batch). */
+static int qt_runtime_mtp_fill(const qt_plan *p, qt_token_fill_fn fill, const void *src,
+                               int64_t step, int64_t Bg, int64_t first, int64_t t0, int64_t St)
+{
+    const qt_ctx *ctx = &qt_rt.ctx;
+    const int64_t b = p->train.micro_batch, S = p->train.seq_len, n = 1 + p->mtp_layers;
+    const int64_t Sb = S / qt_plan_blocks(p), nbs = St / Sb;
+    const int32_t *tok = qt_i32(ctx, p->tokens), *tg = qt_i32(ctx, p->targets);
+    int32_t *mt = qt_i32(ctx, p->mtp_tokens), *mg = qt_i32(ctx, p->mtp_targets);
+    for (int64_t q = 0; q < b; q++)
+        for (int64_t k = 0; k < nbs; k++) {
+            const int64_t blk = (q * nbs + k) * n * Sb;
+            memcpy(mt + blk, tok + q * St + k * Sb, (size_t)Sb * sizeof *mt);
+            memcpy(mg + blk, tg + q * St + k * Sb, (size_t)Sb * sizeof *mg);
+            for (int64_t j = 1; j < n; j++) {
+                int32_t *a = mt + blk + j * Sb, *c = mg + blk + j * Sb;
+                const int64_t lo = t0 + k * Sb + j, m = S - lo < Sb ? S - lo : Sb;
+                if (m > 0) {
+                    int rc = fill(src, step, Bg, first + q, 1, S, lo, m, -1, a, c, NULL);
+                    if (rc) return rc;
+                }
+                for (int64_t i = m > 0 ? m : 0; i < Sb; i++) a[i] = c[i] = -1;
+            }
+        }
+    return QT_OK;
+}
+
 /* Token dropping: adds this microbatch's dropped counts (moe_drops, [layers x b]) into m's
  * per-layer totals, as int64. */
 static void qt_runtime_drops_add(const qt_plan *p, qt_step_metrics *m)
@@ -281,10 +315,11 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     const int64_t St = qt_plan_tokens_per_seq(p), t0 = St * qt_rt.ctx.coord[QT_MESH_CONTEXT];
     const int mbmaj = p->n_mb_levels > 0;
     qt_step_state mst = {step, 0, m};
-    qt_exact loss, lb, cnt;
+    qt_exact loss, lb, cnt, mtp;
     qt_exact_clear(&loss);
     qt_exact_clear(&lb);
     qt_exact_clear(&cnt);
+    qt_exact_clear(&mtp);
     m->moe_dropped = m->moe_assignments = 0;
     m->n_drop_layers = 0;
     memset(m->moe_dropped_layer, 0, sizeof m->moe_dropped_layer);
@@ -295,6 +330,9 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
         int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
         int rc = qt_rt.tokens(qt_rt.tokens_src, step, p->train.global_batch, first, b, S, t0,
                               St, p->pack_eos, qt_i32(ctx, p->tokens), tg, pos);
+        if (!rc && p->mtp_layers > 0)
+            rc = qt_runtime_mtp_fill(p, qt_rt.tokens, qt_rt.tokens_src, step,
+                                     p->train.global_batch, first, t0, St);
         if (rc) return rc;
         if (pos) { /* packed: the targets with a loss (the normaliser), counted exactly */
             int64_t n = 0;
@@ -313,6 +351,10 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
         }
         const float *ls = qt_f32(ctx, p->loss_seq);
         for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&loss, ls[s]);
+        if (p->mtp_layers > 0) {
+            const float *ms = qt_f32(ctx, p->mtp_loss_seq);
+            for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&mtp, ms[s]);
+        }
         if (p->lb_seq != QT_NONE) {
             const float *lbs = qt_f32(ctx, p->lb_seq);
             for (int64_t s = 0; s < b; s++) qt_exact_add_f(&lb, lbs[s]);
@@ -323,6 +365,7 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     int rc = qt_step_exact_merge(p->batch_mask, &loss);
     if (!rc && p->lb_seq != QT_NONE) rc = qt_step_exact_merge(p->batch_mask, &lb);
     if (!rc && p->packing) rc = qt_step_exact_merge(p->batch_mask, &cnt);
+    if (!rc && p->mtp_layers > 0) rc = qt_step_exact_merge(p->batch_mask, &mtp);
     if (!rc) rc = qt_runtime_drops_merge(p, m);
     if (rc) return rc;
     qt_runtime_lap(&t, QT_PH_LOSS);
@@ -331,6 +374,17 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
      * loss 0 and a zero gradient) */
     const double n_tok = p->packing ? qt_exact_value(&cnt) : n_all;
     double loss_v = qt_exact_value(&loss) / (n_tok > 1.0 ? n_tok : 1.0) + qt_exact_value(&lb);
+    /* the MTP head: its CE mean over the step's positions with an MTP loss (B x (S - j)
+     * per depth j: configgen refuses packing with the head), times the factor */
+    m->mtp = p->mtp_layers > 0;
+    m->mtp_loss = 0.0;
+    if (m->mtp) {
+        double n_mtp = 0.0;
+        for (int64_t j = 1; j <= p->mtp_layers; j++)
+            n_mtp += (double)(p->train.global_batch * (p->train.seq_len - j));
+        m->mtp_loss = qt_exact_value(&mtp) / (n_mtp > 1.0 ? n_mtp : 1.0);
+        loss_v += (double)p->mtp_factor * m->mtp_loss;
+    }
     m->step = step;
     m->loss_f32 = (float)loss_v;
     m->loss = (double)m->loss_f32;
@@ -373,6 +427,9 @@ int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_m
             int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
             int rc = qt_rt.eval_tokens(qt_rt.eval_src, eb, Bg, first, b, S, t0, St,
                                        p->pack_eos, qt_i32(ctx, p->tokens), tg, pos);
+            if (!rc && p->mtp_layers > 0) /* the head's inputs: the stacked embedding reads them */
+                rc = qt_runtime_mtp_fill(p, qt_rt.eval_tokens, qt_rt.eval_src, eb, Bg, first, t0,
+                                         St);
             if (rc) return rc;
             if (pos) { /* packed: the targets with a loss, as in training */
                 int64_t n = 0;

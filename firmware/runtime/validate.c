@@ -367,6 +367,17 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
                                           qt_plan_leaves_per_mb(p));
     if (!rc && p->lb_seq != QT_NONE)
         rc = qt_validate_io_tensor(p, p->lb_seq, "lb_seq", QT_F32, tc->micro_batch);
+    if (!rc && p->mtp_layers > 0) { /* the MTP head's inputs, targets and loss sums */
+        const int64_t n = 1 + p->mtp_layers;
+        if (p->mtp_layers >= tc->seq_len || !(p->mtp_factor >= 0.0f) || p->packing)
+            return qt_fail(QT_E_PLAN, "plan %s: bad MTP head: %d depths, factor %g, seq_len "
+                           "%lld, packing %d", p->run_name, p->mtp_layers,
+                           (double)p->mtp_factor, (long long)tc->seq_len, p->packing);
+        rc = qt_validate_io_tensor(p, p->mtp_tokens, "mtp_tokens", QT_I32, rows * n);
+        if (!rc) rc = qt_validate_io_tensor(p, p->mtp_targets, "mtp_targets", QT_I32, rows * n);
+        if (!rc) rc = qt_validate_io_tensor(p, p->mtp_loss_seq, "mtp_loss_seq", QT_F32,
+                                              qt_plan_leaves_per_mb(p));
+    }
     if (!rc && p->moe_capacity > 0)
         rc = qt_validate_io_tensor(p, p->moe_drops, "moe_drops", QT_I32,
                                    tc->micro_batch * p->model.n_layers);

@@ -29,3 +29,7 @@ dense_same_bits() {
     same_bits "$QT_TMP/dense" test-35-tiny test-35-dense 1
 }
 check "sparse_matmul false dropless == sparse_matmul true, bit for bit (qwen3-next, qwen3.5)" dense_same_bits
+# the multi-token-prediction head (docs/model.md 1.8): the mtp.* gradients and the per-step
+# mtp_loss (the head's CE mean) at the same tolerances as above
+check "golden qwen3-next tiny with the MTP head (mtp_num_layers 1) vs PyTorch" golden_run test-next-mtp
+check "golden qwen3.5 tiny with the MTP head (mtp.* names unprefixed) vs PyTorch" golden_run test-35-mtp

@@ -207,6 +207,8 @@ def dims(cfg):
         ga=cfg['gradient_accumulation_steps'], steps=cfg['steps'],
         # packed documents (docs/data.md "Packed documents"): documents end at token eos
         packing=bool(cfg['packing']), eos=int(cfg['eos_id']),
+        # multi-token prediction (docs/model.md 1.8): depths and the loss factor
+        mtp=int(cfg['mtp_num_layers']), mtp_scale=float(cfg['mtp_loss_scaling_factor']),
         # MoE form (model.capacity): dropping needs sparse_matmul false and cf > 0
         sparse=bool(cfg['sparse_matmul']), cf=float(cfg['capacity_factor']),
     )

@@ -4,6 +4,8 @@ Canonical: what model.py and the plan's qt_param.name use, e.g.
   model.layers.N.linear_attn.in_proj_qkvz.weight, model.layers.N.mlp.experts.gate_up_proj.
 On disk, Qwen3-Next: per-expert model.layers.N.mlp.experts.E.{gate_proj,up_proj,down_proj}.weight
   ([I,d], [I,d], [d,I]); everything else unchanged.
+The MTP head (mtp.*, docs/model.md 1.8) keeps its names in both layouts (no language_model
+  prefix), its experts per-expert as the main layers'.
 On disk, Qwen3.5: every `model.` name gets the `model.language_model.` prefix (lm_head.weight
   stays), linear_attn.in_proj_qkvz is split into in_proj_qkv (rows: all q heads, all k heads,
   all v heads = the conv channel order) and in_proj_z (value-head-major), in_proj_ba into
@@ -88,8 +90,9 @@ def from_disk(disk, dm):
     E = dm['E']
     out = {}
     used = set()
-    for l in range(dm['L']):
-        p = 'model.layers.%d.' % l
+    prefixes = ['model.layers.%d.' % l for l in range(dm['L'])]
+    prefixes += ['mtp.layers.%d.' % j for j in range(dm.get('mtp', 0))]
+    for p in prefixes:
         ex = p + 'mlp.experts.'
         gp = [src[ex + '%d.gate_proj.weight' % e] for e in range(E)]
         up = [src[ex + '%d.up_proj.weight' % e] for e in range(E)]

@@ -7,6 +7,9 @@ route identically; then 10 AdamW steps in float64 with the SPEC data rule, clipp
 schedule. Files: init.safetensors and grads0.safetensors (float32, on-disk HF layout of the
 run's decoder), tokens.npy (<u2), expected.json.
 
+MTP runs (mtp_num_layers > 0, *-mtp): the loss is the objective with the head
+(docs/model.md 1.8); expected.json adds mtp_loss (the head's cross-entropy mean per step,
+before the factor) and mtp_tokens (its normaliser).
 Capacity runs (sparse_matmul: false, capacity_factor > 0, *-cap*: token dropping, issue 32):
 expected.json also holds moe_dropped (assignments dropped per step, all layers and
 sequences) and moe_assignments (B*S*k*L per step); generation fails if step 0 drops
@@ -27,7 +30,8 @@ import convert
 import model
 
 RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb', 'test-next-pack', 'test-35-pack',
-        'test-next-cap1', 'test-next-cap2', 'test-35-cap1', 'test-35-cap2']
+        'test-next-cap1', 'test-next-cap2', 'test-35-cap1', 'test-35-cap2',
+        'test-next-mtp', 'test-35-mtp']
 N_STEPS = 10
 MIN_MARGIN = 1e-4
 SEED_TRIES = 64
@@ -105,8 +109,9 @@ def train(P0, dm, tokens, steps=N_STEPS, chunk=None):
         n_tok = dm['B'] * dm['S']
         if dm['packing']:
             n_tok = max(1, int(model.loss_mask(dm, inp).sum()))
+        aux = {}
         loss, ce, lb = model.loss_fn(P, dm, inp, tgt, n_tok=n_tok, lb_c=lb_c,
-                                     chunk=chunk, stats=stats, drops=drops)
+                                     chunk=chunk, stats=stats, aux=aux, drops=drops)
         gl = torch.autograd.grad(loss, [P[n] for n in names])
         grads = {n: g.detach().clone() for n, g in zip(names, gl)}
         if i == 0:
@@ -118,6 +123,9 @@ def train(P0, dm, tokens, steps=N_STEPS, chunk=None):
         rec['ce'].append(float(ce) / n_tok)
         rec['loss_tokens'].append(n_tok)
         rec['lb'].append(float(lb))
+        if dm['mtp']:
+            rec.setdefault('mtp_loss', []).append(float(aux['mtp_sum']) / aux['mtp_n'])
+            rec.setdefault('mtp_tokens', []).append(aux['mtp_n'])
         rec['grad_norm'].append(norm)
         rec['lr'].append(lr)
         rec['route_margin_min'].append(min(stats))
@@ -164,6 +172,9 @@ def generate_run(run, outdir, seed0):
            'tokens_per_step': B * S, 'ce': rec['ce'], 'lb': rec['lb'],
            'route_margin_min': rec['route_margin_min'], 'seed': seed, 'run': run,
            'min_margin_required_step0': MIN_MARGIN}
+    if dm['mtp']:
+        exp.update(mtp_num_layers=dm['mtp'], mtp_loss_scaling_factor=dm['mtp_scale'],
+                   mtp_loss=rec['mtp_loss'], mtp_tokens=rec['mtp_tokens'])
     if dm['packing']:
         exp.update(packing=True, eos_id=dm['eos'], loss_tokens=rec['loss_tokens'])
     if model.capacity(dm) > 0:

@@ -45,39 +45,62 @@ def is_attn(dm, layer):
 
 def param_specs(dm):
     """Ordered [(canonical name, shape, init kind)] for the model dims `dm` (config.dims)."""
-    d, V, E, I, Is = dm['d'], dm['V'], dm['E'], dm['I'], dm['Is']
+    d, V = dm['d'], dm['V']
+    out = [('model.embed_tokens.weight', (V, d), 'mat')]
+    for l in range(dm['L']):
+        out += layer_specs(dm, 'model.layers.%d.' % l, is_attn(dm, l))
+    out += [('model.norm.weight', (d,), 'norm1p'), ('lm_head.weight', (V, d), 'mat')]
+    out += mtp_specs(dm)
+    return out
+
+
+def mtp_specs(dm):
+    """The multi-token-prediction head's parameters (dm['mtp'] depths; none when 0), in the
+    published checkpoint's names: the fc and the three norms are shared by the depths, each
+    depth has one decoder layer of the full-attention kind."""
+    d = dm['d']
+    if not dm.get('mtp'):
+        return []
+    out = [('mtp.fc.weight', (d, 2 * d), 'mat'),
+           ('mtp.pre_fc_norm_embedding.weight', (d,), 'norm1p'),
+           ('mtp.pre_fc_norm_hidden.weight', (d,), 'norm1p')]
+    for j in range(dm['mtp']):
+        out += layer_specs(dm, 'mtp.layers.%d.' % j, True)
+    out.append(('mtp.norm.weight', (d,), 'norm1p'))
+    return out
+
+
+def layer_specs(dm, p, attn):
+    """[(name, shape, init kind)] of one decoder layer with prefix p (attention or GDN)."""
+    d, E, I, Is = dm['d'], dm['E'], dm['I'], dm['Is']
     Hk, Hv, Dk, Dv, K = dm['Hk'], dm['Hv'], dm['Dk'], dm['Dv'], dm['K']
     Hq, Hkv, hd = dm['Hq'], dm['Hkv'], dm['hd']
     cc = 2 * Hk * Dk + Hv * Dv
-    out = [('model.embed_tokens.weight', (V, d), 'mat')]
-    for l in range(dm['L']):
-        p = 'model.layers.%d.' % l
-        out.append((p + 'input_layernorm.weight', (d,), 'norm1p'))
-        if is_attn(dm, l):
-            out += [(p + 'self_attn.q_proj.weight', (Hq * 2 * hd, d), 'mat'),
-                    (p + 'self_attn.k_proj.weight', (Hkv * hd, d), 'mat'),
-                    (p + 'self_attn.v_proj.weight', (Hkv * hd, d), 'mat'),
-                    (p + 'self_attn.o_proj.weight', (d, Hq * hd), 'mat'),
-                    (p + 'self_attn.q_norm.weight', (hd,), 'norm1p'),
-                    (p + 'self_attn.k_norm.weight', (hd,), 'norm1p')]
-        else:
-            a = p + 'linear_attn.'
-            out += [(a + 'in_proj_qkvz.weight', (2 * Hk * Dk + 2 * Hv * Dv, d), 'mat'),
-                    (a + 'in_proj_ba.weight', (2 * Hv, d), 'mat'),
-                    (a + 'conv1d.weight', (cc, 1, K), 'conv'),
-                    (a + 'dt_bias', (Hv,), 'dt_bias'),
-                    (a + 'A_log', (Hv,), 'a_log'),
-                    (a + 'norm.weight', (Dv,), 'norm_w'),
-                    (a + 'out_proj.weight', (d, Hv * Dv), 'mat')]
-        out += [(p + 'post_attention_layernorm.weight', (d,), 'norm1p'),
-                (p + 'mlp.gate.weight', (E, d), 'mat'),
-                (p + 'mlp.experts.gate_up_proj', (E, 2 * I, d), 'mat'),
-                (p + 'mlp.experts.down_proj', (E, d, I), 'mat'),
-                (p + 'mlp.shared_expert.gate_proj.weight', (Is, d), 'mat'),
-                (p + 'mlp.shared_expert.up_proj.weight', (Is, d), 'mat'),
-                (p + 'mlp.shared_expert.down_proj.weight', (d, Is), 'mat'),
-                (p + 'mlp.shared_expert_gate.weight', (1, d), 'mat')]
-    out += [('model.norm.weight', (d,), 'norm1p'), ('lm_head.weight', (V, d), 'mat')]
+    out = [(p + 'input_layernorm.weight', (d,), 'norm1p')]
+    if attn:
+        out += [(p + 'self_attn.q_proj.weight', (Hq * 2 * hd, d), 'mat'),
+                (p + 'self_attn.k_proj.weight', (Hkv * hd, d), 'mat'),
+                (p + 'self_attn.v_proj.weight', (Hkv * hd, d), 'mat'),
+                (p + 'self_attn.o_proj.weight', (d, Hq * hd), 'mat'),
+                (p + 'self_attn.q_norm.weight', (hd,), 'norm1p'),
+                (p + 'self_attn.k_norm.weight', (hd,), 'norm1p')]
+    else:
+        a = p + 'linear_attn.'
+        out += [(a + 'in_proj_qkvz.weight', (2 * Hk * Dk + 2 * Hv * Dv, d), 'mat'),
+                (a + 'in_proj_ba.weight', (2 * Hv, d), 'mat'),
+                (a + 'conv1d.weight', (cc, 1, K), 'conv'),
+                (a + 'dt_bias', (Hv,), 'dt_bias'),
+                (a + 'A_log', (Hv,), 'a_log'),
+                (a + 'norm.weight', (Dv,), 'norm_w'),
+                (a + 'out_proj.weight', (d, Hv * Dv), 'mat')]
+    out += [(p + 'post_attention_layernorm.weight', (d,), 'norm1p'),
+            (p + 'mlp.gate.weight', (E, d), 'mat'),
+            (p + 'mlp.experts.gate_up_proj', (E, 2 * I, d), 'mat'),
+            (p + 'mlp.experts.down_proj', (E, d, I), 'mat'),
+            (p + 'mlp.shared_expert.gate_proj.weight', (Is, d), 'mat'),
+            (p + 'mlp.shared_expert.up_proj.weight', (Is, d), 'mat'),
+            (p + 'mlp.shared_expert.down_proj.weight', (d, Is), 'mat'),
+            (p + 'mlp.shared_expert_gate.weight', (1, d), 'mat')]
     return out
 
 
@@ -322,11 +345,77 @@ def loss_mask(dm, inp):
     return inp != dm['eos']
 
 
-def loss_fn(P, dm, inp, tgt, n_tok=None, lb_c=0.0, chunk=None, stats=None, drops=None):
+def mtp_inputs(dm, inp, tgt, j):
+    """Depth j >= 1 of the multi-token-prediction head (docs/model.md 1.8) for windows
+    inp, tgt [B,S] (tgt[:, i] = x_{i+1}): (tok [B,S] the input token x_{i+j}, or -1 where
+    i+j > S-1, i.e. past the window's inputs: a zero embedding; tgt_j [B,S] the target
+    x_{i+j+1}; keep [B,S] bool: the positions with a loss). A position has a loss when its
+    target is in the window (i+j <= S-1) and, packed, when no input x_i .. x_{i+j} is eos
+    (the target would be in another document). The positions without a loss are the last
+    j of every sequence (and, packed, those before a document end); no position with a loss
+    reads them (attention is causal), so their inputs do not change the loss."""
+    B, S = inp.shape
+    tok = torch.full((B, S), -1, dtype=torch.int64)
+    tj = torch.zeros((B, S), dtype=torch.int64)
+    keep = torch.zeros((B, S), dtype=torch.bool)
+    if j < S:
+        tok[:, :S - j] = inp[:, j:]
+        tj[:, :S - j] = tgt[:, j:]
+        keep[:, :S - j] = True
+    if dm.get('packing'):
+        for k in range(j + 1):
+            e = torch.zeros((B, S), dtype=torch.bool)
+            e[:, :S - k] = inp[:, k:] == dm['eos']
+            keep &= ~e
+    return tok, tj, keep
+
+
+def mtp_count(dm, inp):
+    """The positions with an MTP loss over all depths of inp [B,S] (the MTP normaliser)."""
+    n = 0
+    for j in range(1, dm.get('mtp', 0) + 1):
+        n += int(mtp_inputs(dm, inp, inp, j)[2].sum())
+    return n
+
+
+def mtp_head(P, dm, hf, inp, tgt, pos, docs, stats):
+    """The MTP head on the main model's final-normed hidden states hf [T,d]: returns the sum
+    of its cross entropies over every depth and position with a loss. Per depth j:
+    z = fc([pre_fc_norm_embedding(emb(x_{i+j})) ; pre_fc_norm_hidden(h^{j-1})]) (embedding
+    first, no bias), h^j = the full-attention decoder layer mtp.layers.{j-1} on z (original
+    positions, no load-balance term), logits = lm_head(mtp.norm(h^j)), target x_{i+j+1}."""
+    B, S = inp.shape
+    eps = f32(dm['eps'])
+    h = hf
+    total = hf.new_zeros(())
+    for j in range(1, dm['mtp'] + 1):
+        tok, tj, keep = mtp_inputs(dm, inp, tgt, j)
+        e = P['model.embed_tokens.weight'][tok.clamp(min=0).reshape(-1)]
+        e = e * (tok.reshape(-1, 1) >= 0).to(e.dtype)
+        u = torch.cat([rmsnorm_1p(e, P['mtp.pre_fc_norm_embedding.weight'], eps),
+                       rmsnorm_1p(h, P['mtp.pre_fc_norm_hidden.weight'], eps)], dim=-1)
+        z = u @ P['mtp.fc.weight'].t()
+        pre = 'mtp.layers.%d.' % (j - 1)
+        a = rmsnorm_1p(z, P[pre + 'input_layernorm.weight'], eps)
+        x1 = z + attn_layer(P, pre + 'self_attn.', a, dm, B, S, pos, docs)
+        a = rmsnorm_1p(x1, P[pre + 'post_attention_layernorm.weight'], eps)
+        y, _ = moe_layer(P, pre, a, dm, B, S, 0.0, stats)
+        h = x1 + y
+        logits = rmsnorm_1p(h, P['mtp.norm.weight'], eps) @ P['lm_head.weight'].t()
+        ce = torch.logsumexp(logits, -1) - torch.gather(logits, 1, tj.reshape(-1, 1))[:, 0]
+        total = total + torch.where(keep.reshape(-1), ce, torch.zeros_like(ce)).sum()
+    return total
+
+
+def loss_fn(P, dm, inp, tgt, n_tok=None, lb_c=0.0, chunk=None, stats=None, mtp_n=None,
+            aux=None, drops=None):
     """inp, tgt int64 [B,S] -> (loss, ce_sum, lb_sum). loss = ce_sum / n_tok + lb_sum.
     n_tok defaults to B*S (the step's target count when this call covers the whole step).
     Packed documents (dm['packing']): ce_sum is over the targets of loss_mask only, and
-    n_tok defaults to their count (at least 1)."""
+    n_tok defaults to their count (at least 1).
+    With the MTP head (dm['mtp'] > 0) the loss adds mtp_loss_scaling_factor x mtp_sum /
+    mtp_n, mtp_n (default: mtp_count of this batch, at least 1) the step's positions with an
+    MTP loss; aux (a dict) receives 'mtp_sum' and 'mtp_n'."""
     B, S = inp.shape
     eps = f32(dm['eps'])
     pos = docs = None
@@ -345,16 +434,24 @@ def loss_fn(P, dm, inp, tgt, n_tok=None, lb_c=0.0, chunk=None, stats=None, drops
         y, lb = moe_layer(P, pre, h, dm, B, S, lb_c, stats, drops)
         x = x + y
         lb_sum = lb_sum + lb
-    logits = rmsnorm_1p(x, P['model.norm.weight'], eps) @ P['lm_head.weight'].t()
+    hf = rmsnorm_1p(x, P['model.norm.weight'], eps)
+    logits = hf @ P['lm_head.weight'].t()
     ce = torch.logsumexp(logits, -1) - torch.gather(logits, 1, tgt.reshape(-1, 1))[:, 0]
+    mtp = 0.0
+    if dm.get('mtp'):
+        mtp_sum = mtp_head(P, dm, hf, inp, tgt, pos, docs, stats)
+        m = mtp_n if mtp_n else max(1, mtp_count(dm, inp))
+        mtp = f32(dm['mtp_scale']) * mtp_sum / m
+        if aux is not None:
+            aux['mtp_sum'], aux['mtp_n'] = mtp_sum, m
     if dm.get('packing'):
         keep = loss_mask(dm, inp).reshape(-1)
         ce_sum = torch.where(keep, ce, torch.zeros_like(ce)).sum()
         n = n_tok if n_tok else max(1, int(keep.sum()))
-        return ce_sum / n + lb_sum, ce_sum, lb_sum
+        return ce_sum / n + mtp + lb_sum, ce_sum, lb_sum
     ce_sum = ce.sum()
     n = n_tok if n_tok else B * S
-    return ce_sum / n + lb_sum, ce_sum, lb_sum
+    return ce_sum / n + mtp + lb_sum, ce_sum, lb_sum
 
 
 # ------------------------------------------------------------------ optimizer

@@ -412,6 +412,68 @@ class Packing(unittest.TestCase):
             self.assertGreater(abs(float(ce_u) - total), 1e-3)
 
 
+class Mtp(unittest.TestCase):
+    """The multi-token-prediction head (docs/model.md 1.8): a finite-difference check of its
+    backward in float64 (every parameter direction, the head's and the trunk's, with two
+    depths and packing, so the shared fc / norms and the document masks are exercised),
+    its target and mask rule, and the disk layout of its names."""
+
+    def test_head_gradient_directional(self):
+        for run, extra in (('test-next-mtp', {'mtp': 2}),
+                           ('test-35-mtp', {'mtp': 2, 'packing': True, 'eos': 5})):
+            dm = dict(tiny(run), **extra)
+            P = model.init_params(dm, 3)
+            gen = torch.Generator().manual_seed(4)
+            inp = torch.randint(0, dm['V'], (2, 9), generator=gen)
+            tgt = torch.randint(0, dm['V'], (2, 9), generator=gen)
+            if dm.get('packing'):
+                inp[0, 2] = inp[1, 6] = dm['eos']
+            torch.manual_seed(1)
+            dirs = {k: torch.randn_like(v) for k, v in P.items()}
+            Pg = {k: v.clone().requires_grad_(True) for k, v in P.items()}
+            aux = {}
+            loss = model.loss_fn(Pg, dm, inp, tgt, aux=aux)[0]
+            self.assertGreater(float(aux['mtp_sum']), 0.0)
+            gs = torch.autograd.grad(loss, list(Pg.values()))
+            # the head's parameters all get a gradient
+            for k, g in zip(Pg, gs):
+                if k.startswith('mtp.'):
+                    self.assertGreater(float(g.abs().max()), 0.0, k)
+            ana = sum(float((g * dirs[k]).sum()) for k, g in zip(Pg, gs))
+            h = 1e-6
+            lp = float(model.loss_fn({k: v + h * dirs[k] for k, v in P.items()}, dm, inp, tgt)[0])
+            lm = float(model.loss_fn({k: v - h * dirs[k] for k, v in P.items()}, dm, inp, tgt)[0])
+            self.assertLess(abs((lp - lm) / (2 * h) - ana), 1e-6 * max(1.0, abs(ana)), run)
+
+    def test_targets_and_masks(self):
+        dm = dict(tiny('test-next-mtp'), packing=True, eos=9)
+        inp = torch.tensor([[1, 2, 9, 4, 5, 6]])
+        tgt = torch.tensor([[2, 9, 4, 5, 6, 7]])
+        tok, tj, keep = model.mtp_inputs(dm, inp, tgt, 1)
+        self.assertEqual(tok.tolist(), [[2, 9, 4, 5, 6, -1]])
+        self.assertEqual(tj.tolist(), [[9, 4, 5, 6, 7, 0]])
+        # x_{i+2} must share x_i's document: not across the eos at 2, not past the window
+        self.assertEqual(keep.tolist(), [[True, False, False, True, True, False]])
+        tok, tj, keep = model.mtp_inputs(dm, inp, tgt, 2)
+        self.assertEqual(keep.tolist(), [[False, False, False, True, False, False]])
+        self.assertEqual(model.mtp_count(dict(dm, packing=False, mtp=2), inp), 5 + 4)
+
+    def test_disk_names(self):
+        for run in ('test-next-mtp', 'test-35-mtp'):
+            dm = tiny(run)
+            P = model.init_params(dm, 1)
+            disk = convert.to_disk(P, dm)
+            self.assertIn('mtp.fc.weight', disk)
+            self.assertEqual(tuple(disk['mtp.fc.weight'].shape), (dm['d'], 2 * dm['d']))
+            self.assertIn('mtp.layers.0.mlp.experts.3.down_proj.weight', disk)
+            self.assertIn('mtp.layers.0.self_attn.q_norm.weight', disk)
+            self.assertFalse([k for k in disk if 'language_model.mtp' in k])
+            back = convert.from_disk(disk, dm)
+            self.assertEqual(sorted(back), sorted(P))
+            for k in P:
+                self.assertTrue(torch.equal(back[k], P[k]), k)
+
+
 class Config(unittest.TestCase):
     def test_multiline_nested_list_and_comments(self):
         txt = 'a: 1  # c\nb: [\n  [\'x\', [\'y\', "z"]],  # note\n  [\'w\', 3],\n]\nc: "q#r"\nd: 1.0e-5\n'

@@ -4,7 +4,9 @@
  * usage: metrics_compare <metrics.jsonl> <expected.json> <loss_rel_tol> <norm_rel_tol>
  * Each step's loss and grad norm must agree within the relative tolerance, the learning
  * rate within 1e-6 relative (it is a pure function of the schedule). Prints one line per
- * step; exit 0 only if every step present in expected.json is within tolerance.
+ * step; exit 0 only if every step present in expected.json is within tolerance. When
+ * expected.json has "mtp_loss" (the MTP head's CE mean, docs/model.md 1.8) every step line
+ * must carry mtp_loss too, within the loss tolerance.
  * Token dropping (expected.json's moe_dropped, the capacity goldens): each step's count of
  * dropped assignments must be exactly the reference's (the decisions are integer).
  */
@@ -70,7 +72,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: metrics_compare <metrics.jsonl> <expected.json> <loss_rel_tol> <norm_rel_tol>\n");
         return 2;
     }
-    static double e_loss[MAX_STEPS], e_norm[MAX_STEPS], e_lr[MAX_STEPS], e_drop[MAX_STEPS];
+    static double e_loss[MAX_STEPS], e_norm[MAX_STEPS], e_lr[MAX_STEPS], e_mtp[MAX_STEPS];
+    static double e_drop[MAX_STEPS];
     if (read_file(argv[2], g_buf, sizeof g_buf) < 0) return 2;
     int n = json_array(g_buf, "loss", e_loss, MAX_STEPS);
     int nn = json_array(g_buf, "grad_norm", e_norm, MAX_STEPS);
@@ -78,6 +81,11 @@ int main(int argc, char **argv)
     int nd = json_array(g_buf, "moe_dropped", e_drop, MAX_STEPS);
     if (n <= 0 || nn != n || nl != n) {
         fprintf(stderr, "metrics_compare: %s: need equal-length loss/grad_norm/lr arrays\n", argv[2]);
+        return 2;
+    }
+    const int nm = json_array(g_buf, "mtp_loss", e_mtp, MAX_STEPS);
+    if (nm >= 0 && nm != n) {
+        fprintf(stderr, "metrics_compare: %s: mtp_loss has %d steps, loss %d\n", argv[2], nm, n);
         return 2;
     }
     double tl = atof(argv[3]), tn = atof(argv[4]);
@@ -114,6 +122,14 @@ int main(int argc, char **argv)
         printf("step %d loss %.9g ref %.9g (rel %.2e)  norm %.7g ref %.7g (rel %.2e)  lr %.6g ref %.6g %s\n",
                s, loss, e_loss[s], fabs(loss - e_loss[s]) / fmax(fabs(e_loss[s]), 1e-12), norm, e_norm[s],
                fabs(norm - e_norm[s]) / fmax(fabs(e_norm[s]), 1e-12), lr, e_lr[s], ok ? "ok" : "MISMATCH");
+        if (nm > 0) {
+            double mtp = NAN;
+            const int has = !json_number(line, "mtp_loss", &mtp);
+            const int okm = has && within(mtp, e_mtp[s], tl);
+            printf("step %d mtp_loss %.9g ref %.9g (rel %.2e) %s\n", s, mtp, e_mtp[s],
+                   fabs(mtp - e_mtp[s]) / fmax(fabs(e_mtp[s]), 1e-12), okm ? "ok" : "MISMATCH");
+            ok = ok && okm;
+        }
         bad += !ok;
         seen++;
     }

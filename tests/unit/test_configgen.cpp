@@ -523,6 +523,16 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"normalization_layer_epsilon=1e-40", NULL, "normalization_layer_epsilon=1e-40 (command line): becomes a subnormal in float32"},
         {"adam_weight_decay=-1e39", NULL, "adam_weight_decay=-1e39 (command line): is -inf in float32"},
         {"adam_b2=0.999999999", NULL, "adam_b2=0.999999999 (command line): rounds to 1 in float32"},
+        // the multi-token-prediction head (config/mtp.c, docs/model.md 1.8)
+        {"mtp_num_layers=-1", NULL, "mtp_num_layers=-1 (command line): expected 0 (no multi-token-prediction head) or a depth >= 1"},
+        {"mtp_num_layers=2", NULL, "mtp_num_layers=2 (command line): more than one depth is not supported yet"},
+        {"mtp_num_layers=1", "mtp_loss_scaling_factor=-0.5", "mtp_loss_scaling_factor=-0.5 (command line): expected a finite number >= 0"},
+        {"mtp_loss_scaling_factor=1e39", NULL, "mtp_loss_scaling_factor=1e39 (command line): is inf in float32"},
+        {"mtp_num_layers=1", "max_target_length=1", "mtp_num_layers=1 (command line): 1 depths need sequences longer than that (max_target_length=1 (command line))"},
+        {"mtp_num_layers=1", "packing=true|eos_id=5", "mtp_num_layers=1 (command line): with packing: true is not supported yet"},
+        {"mtp_keep_layers=8", NULL, "mtp_keep_layers=8 (command line): expected 0 (a loaded checkpoint's mtp.* head is skipped) up to 7"},
+        {"mtp_keep_layers=1", "mtp_num_layers=1", "mtp_keep_layers=1 (command line): with a trained head (mtp_num_layers=1 (command line)) its mtp.* tensors are saved anyway"},
+        {"mtp_num_layers=1", "sparse_matmul=false|capacity_factor=1", "mtp_num_layers=1 (command line): with token dropping (capacity_factor=1 (command line), sparse_matmul: false) is not supported yet"},
     };
     std::string out = make_tmpdir();
     std::string gen = out + "/gen";

@@ -1,4 +1,5 @@
-// test_kernels_basic.cpp - the basic kernels (matmul, rmsnorm, embed, xent, elementwise):
+// test_kernels_basic.cpp - the basic kernels (matmul, rmsnorm, embed, xent, elementwise,
+// the MTP head's stack / split):
 //  (a) double build vs central finite differences in double,
 //  (b) float build vs double build on the same float-representable inputs,
 //  (c) optimised vs scalar matmul bit identity on awkward sizes and on the shapes of every
@@ -28,6 +29,7 @@ extern "C" {
 #include "kernels/matmul.h"
 #include "kernels/matmul_canon.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/stack.h"
 #include "kernels/xent.h"
 #include "runtime/qt_tree.h"
 }
@@ -563,4 +565,63 @@ TEST(KernelsBasic, ZeroAddAcc)
     qt_zero_i32(iz, 3);
     for (int i = 0; i < 9; i++) DOUBLES_EQUAL(0.0, y[i], 0.0);
     LONGS_EQUAL(0, iz[0] | iz[1] | iz[2]);
+}
+
+// The MTP head's stacking kernels (kernels/stack.h, qt_ops.def STACK .. SPLIT_BWD): STACK's
+// backward (split_acc) and SPLIT's backward (stack_acc) against finite differences of
+// L = sum(out * R) in double, accumulating onto non-zero bases, a skipped (NULL) part, and
+// the float build copying bit for bit.
+TEST(KernelsBasic, StackSplitFdAndBits)
+{
+    uint64_t s = 31;
+    const int64_t nb = 3, rows = 4, w = 5, n = 3, part = nb * rows * w;
+    std::vector<vd> x(n);
+    for (auto &v : x) v = rnd(part, &s);
+    vd y(nb * n * rows * w), R = rnd(nb * n * rows * w, &s);
+    auto stack_loss = [&]() {
+        const double *xp[3] = {x[0].data(), x[1].data(), x[2].data()};
+        qt_stack_f64(y.data(), xp, nb, rows, w, n);
+        return dot(y, R);
+    };
+    std::vector<vd> base(n), dx(n);
+    for (int64_t j = 0; j < n; j++) dx[j] = base[j] = rnd(part, &s);
+    double *dp[3] = {dx[0].data(), dx[1].data(), dx[2].data()};
+    qt_split_acc_f64(dp, R.data(), nb, rows, w, n);
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t i = 0; i < part; i++) dx[j][i] -= base[j][i];
+        CHECK(fd_check("stack dx_j", stack_loss, x[j], dx[j]) <= FD_TOL);
+    }
+    // SPLIT: y -> parts; L = sum_j sum(x_j * R_j); its backward adds R_j into part j of dy
+    vd yy = rnd(nb * n * rows * w, &s);
+    std::vector<vd> Rj(n), out(n, vd(part));
+    for (auto &v : Rj) v = rnd(part, &s);
+    auto split_loss = [&]() {
+        double *op[3] = {out[0].data(), out[1].data(), out[2].data()};
+        qt_split_f64(op, yy.data(), nb, rows, w, n);
+        return dot(out[0], Rj[0]) + dot(out[1], Rj[1]) + dot(out[2], Rj[2]);
+    };
+    vd ybase = rnd(yy.size(), &s), dy = ybase;
+    const double *rp[3] = {Rj[0].data(), Rj[1].data(), Rj[2].data()};
+    qt_stack_acc_f64(dy.data(), rp, nb, rows, w, n);
+    for (size_t i = 0; i < dy.size(); i++) dy[i] -= ybase[i];
+    CHECK(fd_check("split dy", split_loss, yy, dy) <= FD_TOL);
+    // a NULL part: skipped (STACK_BWD's absent gradients), the others unchanged
+    vd keep = dx[1];
+    double *dq[3] = {dx[0].data(), NULL, dx[2].data()};
+    qt_split_acc_f64(dq, R.data(), nb, rows, w, n);
+    CHECK(memcmp(keep.data(), dx[1].data(), keep.size() * sizeof(double)) == 0);
+    // float: copies are bit for bit, and split(stack(x)) == x
+    std::vector<vf> fx(n);
+    for (int64_t j = 0; j < n; j++) fx[j] = to_f(x[j]);
+    vf fy(y.size()), back(part);
+    const float *fxp[3] = {fx[0].data(), fx[1].data(), fx[2].data()};
+    qt_stack(fy.data(), fxp, nb, rows, w, n);
+    for (int64_t j = 0; j < n; j++) {
+        float *bp[3] = {NULL, NULL, NULL};
+        bp[j] = back.data();
+        qt_split(bp, fy.data(), nb, rows, w, n);
+        CHECK(memcmp(back.data(), fx[j].data(), back.size() * sizeof(float)) == 0);
+    }
+    CHECK(memcmp(fy.data() + (1 * n + 2) * rows * w, fx[2].data() + rows * w,
+                 rows * w * sizeof(float)) == 0);
 }

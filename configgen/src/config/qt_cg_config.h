@@ -76,6 +76,10 @@ const qt_cg_known *qt_cg_config_find(const qt_cg_config *c, const char *key);
 
 /* ---- validated settings (config/settings.c) ---- */
 
+/* The multi-token-prediction keys (config/mtp.c): mtp_num_layers and
+ * mtp_loss_scaling_factor validated against the resolved model, train and mesh settings
+ * into s->mtp_layers and s->mtp_factor. */
+int qt_cg_settings_mtp(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
 int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
 void qt_cg_settings_free(qt_cg_settings *s);
 /* The MoE form keys (config/moe.c): sparse_matmul, capacity_factor, ragged_buffer_factor

@@ -147,6 +147,12 @@ typedef struct qt_cg_settings {
     int use_mrope;
     int gdn_chunked;           /* gdn_core_algorithm: 1 chunked (WY), 0 recurrent */
     int32_t packing, eos_id;   /* packing: documents end at eos_id (docs/data.md) */
+    int32_t mtp_layers;        /* multi-token-prediction depths (mtp_num_layers, 0: no head;
+                                  config/mtp.c, docs/model.md 1.8) */
+    double mtp_factor;         /* mtp_loss_scaling_factor */
+    int32_t mtp_keep;          /* mtp_keep_layers: depths of a checkpoint's head carried
+                                  through untrained (config/mtp.c), 0: none */
+    int64_t mtp_keep_bytes;    /* the carried head's region (qt_ckpt_keep.h record layout) */
     qt_cg_rule *rules;
     int n_rules;
     char unused[512];          /* accepted-but-unused keys that were set (vision tower) */
@@ -286,6 +292,9 @@ typedef struct qt_cg_graph {
                                           and the dropless worst case; 0 without EP */
     int32_t head_w;            /* lm_head.weight (its data gradient: model/autodiff.c) */
     int32_t positions;         /* packing: I32 [b, S] positions in documents, else QT_NONE */
+    int32_t mtp_tokens, mtp_targets, mtp_loss_seq; /* the MTP head's inputs and loss sums
+                                  (qt_plan_fields.def), QT_NONE without a head */
+    int32_t mtp_keep;          /* I32 region of the carried head (mtp_keep_layers), else QT_NONE */
     /* layout (memory/memplan.c) */
     int64_t n_param_elems, n_flat, adam_elems;
     int32_t n_ranges, capranges;

@@ -245,6 +245,7 @@ static void emit_train(qt_cg_buf *b, const qt_train_cfg *t)
  * "    .<name> = " and the line's end): F the field, N its row count member, c the run's
  * C name; tables and symbols are named qt_<field>_<run>. */
 #define QT_CG_E_I32(F, N) qt_cg_buf_printf(b, "%d,\n", (int)p->F)
+#define QT_CG_E_F32(F, N) qt_cg_buf_printf(b, "%s,\n", flit(fb, p->F))
 #define QT_CG_E_I64(F, N) qt_cg_buf_printf(b, "%lldll,\n", (long long)p->F)
 #define QT_CG_E_I64L QT_CG_E_I64
 #define QT_CG_E_X8(F, N) qt_cg_buf_printf(b, "0x%x,\n", (unsigned)p->F)
@@ -277,6 +278,8 @@ static void emit_train(qt_cg_buf *b, const qt_train_cfg *t)
 static void emit_plan_struct(qt_cg_buf *b, const qt_plan *p, const char *c)
 {
     qt_cg_buf_printf(b, "const qt_plan qt_plan_%s = {\n", c);
+    char fb[48];
+    (void)fb;
 #define QT_PLAN_FIELD(KIND, F, N, HASH, HWHEN, EWHEN, CG)                                  \
     if (EWHEN) {                                                                           \
         qt_cg_buf_printf(b, "    .%s = ", #F);                                             \

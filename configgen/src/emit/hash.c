@@ -15,6 +15,7 @@
 #define QT_CG_VIEW_SET_ARRAY(F, CG)                                                        \
     for (size_t i = 0; i < sizeof v->p.F / sizeof v->p.F[0]; i++) v->p.F[i] = (CG)[i]
 #define QT_CG_VIEW_I32 QT_CG_VIEW_SET
+#define QT_CG_VIEW_F32 QT_CG_VIEW_SET
 #define QT_CG_VIEW_I64 QT_CG_VIEW_SET
 #define QT_CG_VIEW_I64L QT_CG_VIEW_SET
 #define QT_CG_VIEW_X8 QT_CG_VIEW_SET

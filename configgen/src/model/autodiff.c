@@ -3,7 +3,8 @@
  * Walks the forward ops backwards and emits each op's backward per qt_ops.h. Invariants:
  *  - every activation-gradient buffer gets a ZERO op immediately before its first writer,
  *    because every backward kernel accumulates (+=); fan-out is summed by accumulation;
- *  - XENT already wrote d.logits (the seed), so it has no backward op;
+ *  - XENT (XENT_MTP with the MTP head) already wrote d.logits (the seed), so it has no
+ *    backward op;
  *  - integer tensors (tokens, idx) and tables get no gradient;
  *  - each parameter gets exactly one WGRAD op (QT_OPF_WGRAD, parameter indices in
  *    a[QT_A_WGRAD_PARAM] and the next, that one -1 when the op has one parameter), which
@@ -111,6 +112,12 @@ static int32_t bwd_scratch(qt_cg_ad *ad, const char *what, const char *of, int64
                             (const uint8_t[]){0});
 }
 
+/* The WGRAD leaves of one microbatch on this rank (its token blocks: qt_ops.h). */
+static int64_t leaves_mb(const qt_cg_graph *g)
+{
+    return g->s->tr.micro_batch * qt_cg_blocks(g->s) / qt_cg_context(g->s);
+}
+
 /* Dense ops, norms, projections and elementwise gates; 0 when f is of another family. */
 static int backward_dense(qt_cg_ad *ad, const qt_op *f)
 {
@@ -135,7 +142,8 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
         op = wgrad(ad, QT_OP_EMBED_WGRAD, f, FT(EMBED, w), QT_NONE);
         QT_CG_SET_T(op, EMBED_WGRAD, .dx = dout(ad, FT(EMBED, x)), .tokens = FT(EMBED, tokens),
                     .w = FT(EMBED, w));
-        QT_A(op, EMBED_WGRAD, S) = Sb;
+        /* the tokens of a leaf: one block, or with the MTP head its parts stacked (graph.c) */
+        QT_A(op, EMBED_WGRAD, S) = FA(EMBED, T) / leaves_mb(g);
         return 1;
     case QT_OP_RMSNORM_FWD: {
         int32_t dy = dout(ad, FT(RMSNORM, y));
@@ -186,7 +194,9 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
         }
         op = wgrad(ad, QT_OP_MATMUL_WGRAD, f, FT(MATMUL, w), QT_NONE);
         QT_CG_SET_T(op, MATMUL_WGRAD, .dy = dy, .x = FT(MATMUL, x), .w = FT(MATMUL, w));
-        QT_A(op, MATMUL_WGRAD, seq_rows) = Sb;
+        /* the lm_head's rows stack the MTP head's parts per block (graph.c) */
+        QT_A(op, MATMUL_WGRAD, seq_rows) =
+            FT(MATMUL, w) == g->head_w ? FA(MATMUL, M) / leaves_mb(g) : Sb;
         /* the forward's blocking, copied by wgrad() */
         op->a[QT_A_MATMUL_FWD_segs] = op->a[QT_A_MATMUL_FWD_mask] = 0;
         op->a[QT_A_MATMUL_FWD_bwd_nb] = 0;
@@ -213,6 +223,39 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
         int32_t dx = dgrad(ad, FT(ROPE, x));
         op = bwd(ad, QT_OP_ROPE_BWD, f);
         QT_CG_SET_T(op, ROPE_BWD, .dx = dx, .dy = dy, .table = FT(ROPE, table));
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* The MTP head's stacking kinds (qt_ops.def STACK, SPLIT): each one's backward is the
+ * other's accumulating form; 0 when f is of another kind. */
+static int backward_stack(qt_cg_ad *ad, const qt_op *f)
+{
+    qt_op *op;
+    switch (f->kind) {
+    case QT_OP_STACK: {
+        /* the parts' gradient buffers first: dgrad emits their ZERO ops */
+        int32_t dx[8];
+        for (int64_t j = 0; j < QT_A(f, STACK, n); j++) {
+            const int32_t x = f->t[QT_T_STACK_x0 + j];
+            dx[j] = needs_grad(ad, x) ? dgrad(ad, x) : QT_NONE;
+        }
+        const int32_t dy = dout(ad, QT_T(f, STACK, y));
+        op = bwd(ad, QT_OP_STACK_BWD, f);
+        QT_T(op, STACK_BWD, dy) = dy;
+        for (int64_t j = 0; j < QT_A(f, STACK, n); j++) op->t[QT_T_STACK_BWD_dx0 + j] = dx[j];
+        return 1;
+    }
+    case QT_OP_SPLIT: {
+        int32_t dx[8] = {0};
+        for (int64_t j = 0; j < QT_A(f, SPLIT, n); j++) dx[j] = dout(ad, f->t[QT_T_SPLIT_x0 + j]);
+        const int32_t dy = dgrad(ad, QT_T(f, SPLIT, y));
+        op = bwd(ad, QT_OP_SPLIT_BWD, f);
+        QT_T(op, SPLIT_BWD, dy) = dy;
+        for (int64_t j = 0; j < QT_A(f, SPLIT, n); j++) op->t[QT_T_SPLIT_BWD_dx0 + j] = dx[j];
         return 1;
     }
     default:
@@ -487,6 +530,7 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
     switch (f->kind) {
     case QT_OP_ZERO:
     case QT_OP_XENT:
+    case QT_OP_XENT_MTP:
     /* token dropping decides on integer ids: nothing to differentiate */
     case QT_OP_MOE_CAPACITY:
     /* a sum of the ranks' partials: each partial's gradient is the (replicated) gradient of
@@ -496,7 +540,9 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
     default:
         break;
     }
-    if (backward_dense(ad, f) || backward_mixers(ad, f) || backward_moe(ad, f)) return;
+    if (backward_dense(ad, f) || backward_stack(ad, f) || backward_mixers(ad, f) ||
+        backward_moe(ad, f))
+        return;
     if (!ad->failed) {
         ad->failed = 1;
         qt_cg_fail(ad->err, ad->errlen, "internal error: no backward for op kind %s",
@@ -510,11 +556,14 @@ int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
     ad.grad = qt_cg_alloc((size_t)g->nt * sizeof *ad.grad);
     for (int i = 0; i < g->nt; i++) ad.grad[i] = QT_NONE;
     const qt_op *xent = &g->mb[g->n_fwd - 1];
-    if (xent->kind != QT_OP_XENT) {
+    if (xent->kind == QT_OP_XENT) {
+        ad.grad[QT_T(xent, XENT, logits)] = QT_T(xent, XENT, dlogits);
+    } else if (xent->kind == QT_OP_XENT_MTP) {
+        ad.grad[QT_T(xent, XENT_MTP, logits)] = QT_T(xent, XENT_MTP, dlogits);
+    } else {
         free(ad.grad);
         return qt_cg_fail(err, errlen, "internal error: the forward must end with XENT");
     }
-    ad.grad[QT_T(xent, XENT, logits)] = QT_T(xent, XENT, dlogits);
     int cap_src = 0;
     for (int i = g->n_fwd - 1; i >= 0 && !ad.failed; i--) {
         qt_op f = g->mb[i]; /* copy: emitting grows g->mb */

@@ -315,13 +315,14 @@ static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg
  * rank's tokens; rotary positions, scores and softmax on whole sequences of its heads (head
  * side: S = the whole length, 1/C of the tensor rank's heads; every kv head with all the
  * query heads that read it), between the head exchanges when C > 1. */
-static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg_dims *D)
+static void attn_layer(qt_cg_graph *g, const char *ppre, const char *apre, int l, int32_t h,
+                       int32_t mix, const qt_cg_dims *D)
 {
     char n[256], pre[64];
     float eps = g->s->m.norm_eps;
-    snprintf(pre, sizeof pre, "model.layers.%d.self_attn.", l);
+    snprintf(pre, sizeof pre, "%sself_attn.", ppre);
 #define PN(s) (snprintf(n, sizeof n, "%s%s", pre, s), n)
-#define AN(s) (snprintf(n, sizeof n, "L%d.attn.%s", l, s), n)
+#define AN(s) (snprintf(n, sizeof n, "%s.attn.%s", apre, s), n)
     int32_t wq = proj(g, PN("q_proj.weight"), D->tp * D->Hq * 2 * D->hd, D->d, QT_LAX_Q_HEADS,
                       QT_LAX_EMBED, l);
     int32_t wk = proj(g, PN("k_proj.weight"), D->tp * D->Hkv * D->hd, D->d, QT_LAX_KV_HEADS,
@@ -392,7 +393,7 @@ static void attn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_c
         QT_CG_SET_A(op, ROPE_FWD, .b = b, .S = S, .H = hs[i], .hd = D->hd, .R = D->R);
     }
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_ATTN_FWD);
-    snprintf(n, sizeof n, "L%d.attn.fwd_scratch", l);
+    snprintf(n, sizeof n, "%s.attn.fwd_scratch", apre);
     const int32_t ascr = scratch(g, n, S);
     QT_CG_SET_T(op, ATTN_FWD, .o = att, .lse = lse, .q = qr, .k = kr, .v = v_h, .scratch = ascr);
     QT_CG_SET_A(op, ATTN_FWD, .b = b, .S = S, .Hq = Hq, .Hkv = Hkv, .hd = D->hd);
@@ -432,7 +433,7 @@ static int64_t expert_scratch(const qt_cg_graph *g, int64_t R, int64_t k, const 
 /* Expert parallelism (qt_ops.def MOE_DISPATCH_FWD ...): the routed rows of this rank's
  * tokens go to the ranks holding their experts, run through the same expert FFN kernel
  * there (packed rows, k = 1, local expert ids) and come back to their (t, slot) rows. */
-static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int32_t ey,
+static void expert_parallel(qt_cg_graph *g, const char *apre, int32_t h2, int32_t idx, int32_t ey,
                             int32_t wgu, int32_t wd, const qt_cg_dims *D)
 {
     char n[256];
@@ -453,7 +454,7 @@ static void expert_parallel(qt_cg_graph *g, int l, int32_t h2, int32_t idx, int3
     /* this rank's token blocks: the exchange's "sequences" */
     const int64_t blocks = D->b * D->nbt / D->C;
     const int64_t nb = expert_canon(g, D);
-#define AN(s) (snprintf(n, sizeof n, "L%d.moe.ep_%s", l, s), n)
+#define AN(s) (snprintf(n, sizeof n, "%s.moe.ep_%s", apre, s), n)
     int32_t xr = qt_cg_add_tensor(g, AN("x"), QT_ROLE_ACT, QT_F32, 2, SHP(rmax, D->d), AX(0, 0));
     int32_t er = qt_cg_add_tensor(g, AN("expert"), QT_ROLE_ACT, QT_I32, 1, SHP(rmax), AX(0));
     int32_t seg = qt_cg_add_tensor(g, AN("seg"), QT_ROLE_ACT, QT_I32, 1, SHP(M * blocks + 1), AX(0));
@@ -527,12 +528,13 @@ static int32_t moe_capacity(qt_cg_graph *g, int l, int32_t idx, const qt_cg_dims
     return kidx;
 }
 
-static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_cg_dims *D)
+static void moe_block(qt_cg_graph *g, const char *ppre, const char *apre, int l, int32_t h2,
+                      int32_t moe, const qt_cg_dims *D)
 {
     char n[256], pre[64];
-    snprintf(pre, sizeof pre, "model.layers.%d.mlp.", l);
+    snprintf(pre, sizeof pre, "%smlp.", ppre);
 #define PN(s) (snprintf(n, sizeof n, "%s%s", pre, s), n)
-#define AN(s) (snprintf(n, sizeof n, "L%d.moe.%s", l, s), n)
+#define AN(s) (snprintf(n, sizeof n, "%s.moe.%s", apre, s), n)
     int32_t wr = proj(g, PN("gate.weight"), D->E, D->d, QT_LAX_NONE, QT_LAX_EMBED, l);
     int32_t wgu = add_param(g, PN("experts.gate_up_proj"), 3, SHP(D->E, 2 * D->tp * D->f, D->d),
                             AX(QT_LAX_EXP, QT_LAX_MLP_MOE, QT_LAX_EMBED_MOE), QT_INIT_TRUNC_NORMAL,
@@ -579,10 +581,10 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
     const int32_t kidx = moe_capacity(g, l, idx, D);
     const int32_t eidx = kidx != QT_NONE ? kidx : idx;
     if (g->s->mesh[QT_MESH_EXPERT] > 1 || D->tp > 1) {
-        expert_parallel(g, l, h2, eidx, ey, wgu, wd, D);
+        expert_parallel(g, apre, h2, eidx, ey, wgu, wd, D);
     } else {
         char n2[256];
-        snprintf(n2, sizeof n2, "L%d.moe.expert_gu", l);
+        snprintf(n2, sizeof n2, "%s.moe.expert_gu", apre);
         int32_t gu = qt_cg_add_tensor(g, n2, QT_ROLE_SAVED, QT_F32, 4,
                                       SHP(D->b, D->S, D->k, 2 * D->f), AX(B, L, 0, QT_LAX_ACT_MLP));
         /* qt_ops.h: >= max(T*k*(d+f), S*(d+3f)), so one sequence's rows always fit. */
@@ -590,7 +592,7 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
         int ext;
         int64_t escr = expert_scratch(g, D->T, D->k, D, nb, &ext);
         if (ext && D->S * (D->d + 3 * D->f) > escr) escr = D->S * (D->d + 3 * D->f);
-        snprintf(n2, sizeof n2, "L%d.moe.expert_fwd_scratch", l);
+        snprintf(n2, sizeof n2, "%s.moe.expert_fwd_scratch", apre);
         int32_t fscr = scratch(g, n2, escr);
         qt_cg_layout_declare(g, gu, QT_LAX_ACT_MLP, "the routed experts are replicated over "
                              "tensor (their widths are not split yet)");
@@ -616,13 +618,131 @@ static void moe_block(qt_cg_graph *g, int l, int32_t h2, int32_t moe, const qt_c
     add(g, moe, routed, sgo);
 }
 
+/* One decoder layer on the residual stream x: norm, mixer (full attention or GDN), residual,
+ * norm, MoE block, residual; returns the output stream. Parameters "<ppre>..." (layer index
+ * l for the per-layer machinery, -1 outside the main stack), activations "<apre>....". */
+static int32_t decoder_layer(qt_cg_graph *g, const char *ppre, const char *apre, int l,
+                             int full, int32_t x, const qt_cg_dims *D)
+{
+    const qt_cg_settings *s = g->s;
+    char n[256];
+    snprintf(n, sizeof n, "%sinput_layernorm.weight", ppre);
+    int32_t w_in = norm_w(g, n, D->d, QT_INIT_ZEROS, l);
+#define AN(s_) (snprintf(n, sizeof n, "%s.%s", apre, s_), n)
+    int32_t h = resid(g, AN("h"), D);
+    int32_t hr = qt_cg_add_tensor(g, AN("h_rstd"), QT_ROLE_SAVED, QT_F32, 2, SHP(D->b, D->S),
+                                  AX(QT_LAX_ACT_BATCH, QT_LAX_ACT_NORM_LENGTH));
+    int32_t mix = resid(g, AN("mix"), D);
+    rmsnorm(g, h, hr, x, w_in, D->T, D->d, D->d, D->d, s->m.norm_eps);
+    if (full) attn_layer(g, ppre, apre, l, h, mix, D);
+    else gdn_layer(g, l, h, mix, D);
+    int32_t x1 = resid(g, AN("x_mid"), D);
+    add(g, x1, x, mix);
+    snprintf(n, sizeof n, "%spost_attention_layernorm.weight", ppre);
+    int32_t w_post = norm_w(g, n, D->d, QT_INIT_ZEROS, l);
+    int32_t h2 = resid(g, AN("h2"), D);
+    int32_t h2r = qt_cg_add_tensor(g, AN("h2_rstd"), QT_ROLE_SAVED, QT_F32, 2, SHP(D->b, D->S),
+                                   AX(QT_LAX_ACT_BATCH, QT_LAX_ACT_NORM_LENGTH));
+    rmsnorm(g, h2, h2r, x1, w_post, D->T, D->d, D->d, D->d, s->m.norm_eps);
+    int32_t moe = resid(g, AN("moe"), D);
+    moe_block(g, ppre, apre, l, h2, moe, D);
+    int32_t xn = resid(g, AN("x_out"), D);
+    add(g, xn, x1, moe);
+#undef AN
+    return xn;
+}
+
+/* A STACK or SPLIT op (qt_ops.def): y [nb, n, rows, w] and its n parts xs[j] [nb, rows, w]. */
+static void stack_op(qt_cg_graph *g, int kind, int32_t y, const int32_t *xs, int64_t n,
+                     int64_t nb, int64_t rows, int64_t w)
+{
+    qt_op *op = qt_cg_emit_op(g, 0, kind);
+    QT_T(op, STACK, y) = y;
+    for (int64_t j = 0; j < n; j++) op->t[QT_T_STACK_x0 + j] = xs[j];
+    QT_CG_SET_A(op, STACK, .nb = nb, .rows = rows, .w = w, .n = n);
+}
+
+/* The multi-token-prediction head (docs/model.md 1.8) on the main model's final-normed
+ * hidden states hf, with e[j] the embeddings of x_{i+1+j} (SPLIT of the stacked embedding):
+ * per depth j, z = mtp.fc([pre_fc_norm_embedding(e) ; pre_fc_norm_hidden(h)]) (a STACK of
+ * feature rows, embedding first), h = one decoder layer of the full-attention kind on z
+ * ("mtp.layers.j.", activations "MTPj."; no load-balance term), hn[j] = mtp.norm(h). The
+ * head's parameters are outside the layer stack (layer -1, like the embedding's). */
+static void mtp_head(qt_cg_graph *g, int32_t hf, const int32_t *e, int32_t *hn,
+                     const qt_cg_dims *D)
+{
+    const qt_cg_settings *s = g->s;
+    const uint8_t B = QT_LAX_ACT_BATCH, L = QT_LAX_ACT_LENGTH;
+    const int32_t t0 = g->nt, lb = g->lb_seq;
+    char n[256], ppre[64], apre[32];
+    int32_t w_fc = add_param(g, "mtp.fc.weight", 2, SHP(D->d, 2 * D->d),
+                             AX(QT_LAX_NONE, QT_LAX_EMBED), QT_INIT_TRUNC_NORMAL,
+                             1.0 / sqrt((double)(2 * D->d)), -1);
+    int32_t w_ne = norm_w(g, "mtp.pre_fc_norm_embedding.weight", D->d, QT_INIT_ZEROS, -1);
+    int32_t w_nh = norm_w(g, "mtp.pre_fc_norm_hidden.weight", D->d, QT_INIT_ZEROS, -1);
+    int32_t w_n = norm_w(g, "mtp.norm.weight", D->d, QT_INIT_ZEROS, -1);
+    int32_t h = hf;
+    g->lb_seq = QT_NONE;
+    for (int j = 0; j < s->mtp_layers; j++) {
+#define AN(s_) (snprintf(n, sizeof n, "MTP%d.%s", j, s_), n)
+#define RSTD(nm) qt_cg_add_tensor(g, AN(nm), QT_ROLE_SAVED, QT_F32, 2, SHP(D->b, D->S), \
+                                  AX(B, QT_LAX_ACT_NORM_LENGTH))
+        int32_t en = resid(g, AN("emb_normed"), D), enr = RSTD("emb_rstd");
+        int32_t hh = resid(g, AN("hidden_normed"), D), hhr = RSTD("hidden_rstd");
+        int32_t u = act3(g, AN("fc_in"), D, 2 * D->d, B, L, QT_LAX_ACT_EMBED);
+        int32_t z = resid(g, AN("fc_out"), D);
+        rmsnorm(g, en, enr, e[j], w_ne, D->T, D->d, D->d, D->d, s->m.norm_eps);
+        rmsnorm(g, hh, hhr, h, w_nh, D->T, D->d, D->d, D->d, s->m.norm_eps);
+        stack_op(g, QT_OP_STACK, u, (const int32_t[]){en, hh}, 2, D->T, 1, D->d);
+        matmul(g, z, u, w_fc, D);
+        snprintf(ppre, sizeof ppre, "mtp.layers.%d.", j);
+        snprintf(apre, sizeof apre, "MTP%d", j);
+        h = decoder_layer(g, ppre, apre, -1, 1, z, D);
+        hn[j] = resid(g, AN("final_h"), D);
+        rmsnorm(g, hn[j], RSTD("final_rstd"), h, w_n, D->T, D->d, D->d, D->d, s->m.norm_eps);
+#undef RSTD
+#undef AN
+    }
+    g->lb_seq = lb;
+    qt_cg_layout_declare(g, t0, QT_LAX_ACT_EMBED, QT_CG_WHOLE_EMBED);
+}
+
+/* The MTP head's tensors outside the graph's ops (docs/model.md 1.8): its stacked inputs
+ * and targets and its loss sums, and the carried head's region (mtp_keep_layers). */
+static void mtp_io(qt_cg_graph *g, const qt_cg_dims *Dp)
+{
+    const qt_cg_settings *s = g->s;
+    const qt_cg_dims D = *Dp;
+    const uint8_t LB = QT_LAX_ACT_EMBED_LOGITS_BATCH, L = QT_LAX_ACT_LENGTH;
+    /* the MTP head (docs/model.md 1.8): its stacked inputs and targets and its loss sums */
+    const int64_t np = 1 + s->mtp_layers;
+    g->mtp_tokens = g->mtp_targets = g->mtp_loss_seq = QT_NONE;
+    if (np > 1) {
+        g->mtp_tokens = qt_cg_add_tensor(g, "mtp_tokens", QT_ROLE_INPUT, QT_I32, 2,
+                                         SHP(D.b, np * D.S), AX(LB, L));
+        g->mtp_targets = qt_cg_add_tensor(g, "mtp_targets", QT_ROLE_INPUT, QT_I32, 2,
+                                          SHP(D.b, np * D.S), AX(LB, L));
+        g->mtp_loss_seq = qt_cg_add_tensor(g, "mtp_loss_seq", QT_ROLE_LOSS, QT_F32, 1,
+                                           SHP(D.b * D.nbt / D.C), AX(LB));
+        g->ts[g->mtp_tokens].whole = g->ts[g->mtp_targets].whole = 1;
+        g->ts[g->mtp_loss_seq].whole = 1;
+    }
+    /* the carried head (mtp_keep_layers): bytes no op touches, live the whole run */
+    g->mtp_keep = QT_NONE;
+    if (s->mtp_keep > 0) {
+        g->mtp_keep = qt_cg_add_tensor(g, "mtp_keep", QT_ROLE_INPUT, QT_I32, 1,
+                                       SHP(s->mtp_keep_bytes / 4), AX(0));
+        g->ts[g->mtp_keep].whole = 1;
+    }
+}
+
 /* The final norm, the lm_head and the cross entropy. Vocab-parallel (vocab_parallel on a
  * tensor mesh): the lm_head weight, the logits and d.logits hold this rank's V/tp vocabulary
  * columns, as their specs say (vocab, activation_vocab -> tensor); XENT combines the shards
  * over the tensor group and the head's data gradient is canonically blocked over the
  * vocabulary (vocab_blocks > 1, on one rank too: the same blocks, the same bits). */
-static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const qt_cg_dims *D,
-                         char *err, size_t errlen)
+static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const int32_t *e,
+                         const qt_cg_dims *D, char *err, size_t errlen)
 {
     const qt_cg_settings *s = g->s;
     const uint8_t LB = QT_LAX_ACT_EMBED_LOGITS_BATCH, L = QT_LAX_ACT_LENGTH;
@@ -632,9 +752,12 @@ static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const qt_cg_di
     int32_t hf = act3(g, "final_h", D, D->d, QT_LAX_ACT_BATCH, L, QT_LAX_ACT_EMBED);
     int32_t hfr = qt_cg_add_tensor(g, "final_rstd", QT_ROLE_SAVED, QT_F32, 2, SHP(D->b, D->S),
                                    AX(QT_LAX_ACT_BATCH, L));
-    int32_t logits = act3(g, "logits", D, Vl, LB, L, QT_LAX_ACT_VOCAB);
+    /* with the MTP head the logits hold n = 1 + depths parts per token block (STACK) */
+    const int64_t np = 1 + s->mtp_layers;
+    int32_t logits = qt_cg_add_tensor(g, "logits", QT_ROLE_ACT, QT_F32, 3,
+                                      SHP(D->b, np * D->S, Vl), AX(LB, L, QT_LAX_ACT_VOCAB));
     int32_t dlogits = qt_cg_add_tensor(g, "d.logits", QT_ROLE_ACT_GRAD, QT_F32, 3,
-                                       SHP(D->b, D->S, Vl), AX(LB, L, QT_LAX_ACT_VOCAB));
+                                       SHP(D->b, np * D->S, Vl), AX(LB, L, QT_LAX_ACT_VOCAB));
     qt_cg_layout_declare(g, 0, QT_LAX_ACT_EMBED, QT_CG_WHOLE_EMBED);
     if (split > 1) {
         qt_tensor *wt = &g->ts[w_head].t;
@@ -653,9 +776,39 @@ static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const qt_cg_di
                              "run on every tensor rank (vocab_parallel=true splits them)");
     }
     rmsnorm(g, hf, hfr, x, w_fn, D->T, D->d, D->d, D->d, s->m.norm_eps);
-    matmul(g, logits, hf, w_head, D);
+    const int64_t blocks = D->b * D->nbt / D->C, Sb = D->Sm / D->nbt;
+    int32_t hin = hf;
+    if (np > 1) {
+        int32_t parts[8] = {hf};
+        mtp_head(g, hf, e, parts + 1, D);
+        hin = qt_cg_add_tensor(g, "head_in", QT_ROLE_ACT, QT_F32, 3, SHP(D->b, np * D->S, D->d),
+                               AX(QT_LAX_ACT_BATCH, L, QT_LAX_ACT_EMBED));
+        stack_op(g, QT_OP_STACK, hin, parts, np, blocks, Sb, D->d);
+        qt_cg_layout_declare(g, hin, QT_LAX_ACT_EMBED, QT_CG_WHOLE_EMBED);
+    }
+    matmul(g, logits, hin, w_head, D);
+    QT_A(&g->mb[g->nmb - 1], MATMUL_FWD, M) = np * D->T;
     /* the data gradient's contraction over the vocabulary: this rank's canonical blocks */
     if (s->vocab_blocks > 1) QT_A(&g->mb[g->nmb - 1], MATMUL_FWD, bwd_nb) = s->vocab_blocks / split;
+    if (np > 1) {
+        /* the MTP gradient scale: factor x N / M, N = B x S main targets, M = B x sum over
+         * the depths j of (S - j) positions with an MTP loss (qt_ops.def XENT_MTP) */
+        int64_t m = 0;
+        for (int64_t j = 1; j < np; j++) m += D->Sm - j;
+        const int64_t nb = s->vocab_blocks > 1 ? s->vocab_blocks / split : 0;
+        const int64_t P = nb && split > 1 ? split : 1;
+        qt_op *op = qt_cg_emit_op(g, 0, QT_OP_XENT_MTP);
+        int32_t scr = scratch(g, "logits.xent_mtp_scratch",
+                              blocks * np + (nb ? QT_XENT_BLK_SCRATCH(np * D->T, nb, P) : 0));
+        QT_CG_SET_T(op, XENT_MTP, .loss_seq = g->loss_seq, .mtp_loss_seq = g->mtp_loss_seq,
+                    .dlogits = dlogits, .logits = logits, .targets = g->mtp_targets,
+                    .scratch = scr);
+        QT_CG_SET_A(op, XENT_MTP, .b = blocks, .S = Sb, .V = Vl, .nb = nb,
+                    .mask = nb && split > 1 ? tensor : 0, .n = np);
+        op->f[0] = (float)(s->mtp_factor * (double)D->Sm / (double)m);
+        g->head_w = w_head;
+        return 0;
+    }
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_XENT);
     QT_CG_SET_T(op, XENT, .loss_seq = g->loss_seq, .dlogits = dlogits, .logits = logits,
                 .targets = g->targets, .scratch = QT_NONE);
@@ -741,6 +894,8 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
                                         SHP(D.b, D.Sm), AX(LB, 0));
         g->ts[g->positions].whole = 1;
     }
+    mtp_io(g, &D);
+    const int64_t np = 1 + s->mtp_layers;
     g->ts[g->tokens].whole = g->ts[g->targets].whole = g->ts[g->loss_seq].whole = 1;
     g->ts[g->table].whole = 1;
     if (g->lb_seq != QT_NONE) g->ts[g->lb_seq].whole = 1;
@@ -763,11 +918,25 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     int32_t w_emb = add_param(g, "model.embed_tokens.weight", 2, SHP(D.V, D.d),
                               AX(QT_LAX_VOCAB, QT_LAX_EMBED_VOCAB), QT_INIT_NORMAL, 1.0, -1);
     int32_t x = act3(g, "x0", &D, D.d, LB, L, QT_LAX_ACT_EMBED);
-    op = qt_cg_emit_op(g, 0, QT_OP_EMBED_FWD);
-    QT_CG_SET_T(op, EMBED_FWD, .x = x, .tokens = g->tokens, .w = w_emb);
-    QT_CG_SET_A(op, EMBED_FWD, .T = D.T, .d = D.d, .V = D.V);
-
     char n[256];
+    /* with the MTP head one gather embeds the main and the shifted tokens, stacked per
+     * token block (the embedding keeps one weight gradient), and SPLIT parts them */
+    int32_t e[8] = {x}, xall = x;
+    if (np > 1) {
+        xall = qt_cg_add_tensor(g, "x0_all", QT_ROLE_ACT, QT_F32, 3, SHP(D.b, np * D.S, D.d),
+                                AX(LB, L, QT_LAX_ACT_EMBED));
+        for (int j = 1; j < np; j++) {
+            snprintf(n, sizeof n, "MTP%d.emb", j - 1);
+            e[j] = act3(g, n, &D, D.d, LB, L, QT_LAX_ACT_EMBED);
+        }
+    }
+    op = qt_cg_emit_op(g, 0, QT_OP_EMBED_FWD);
+    QT_CG_SET_T(op, EMBED_FWD, .x = xall, .tokens = np > 1 ? g->mtp_tokens : g->tokens,
+                .w = w_emb);
+    QT_CG_SET_A(op, EMBED_FWD, .T = np * D.T, .d = D.d, .V = D.V);
+    if (np > 1)
+        stack_op(g, QT_OP_SPLIT, xall, e, np, D.b * D.nbt / D.C, D.Sm / D.nbt, D.d);
+
     g->n_layers_rec = (int)s->m.n_layers;
     g->layer_op0 = qt_cg_alloc((size_t)g->n_layers_rec * sizeof *g->layer_op0);
     g->layer_op1 = qt_cg_alloc((size_t)g->n_layers_rec * sizeof *g->layer_op1);
@@ -778,37 +947,17 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
         g->layer_op0[l] = g->nmb;
         g->layer_t0[l] = layer_t0;
         int full = (l + 1) % (int)s->m.cycle == 0;
-        snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", l);
-        int32_t w_in = norm_w(g, n, D.d, QT_INIT_ZEROS, l);
-#define AN(s_) (snprintf(n, sizeof n, "L%d.%s", l, s_), n)
-        int32_t h = resid(g, AN("h"), &D);
-        int32_t hr = qt_cg_add_tensor(g, AN("h_rstd"), QT_ROLE_SAVED, QT_F32, 2, SHP(D.b, D.S),
-                                      AX(QT_LAX_ACT_BATCH, QT_LAX_ACT_NORM_LENGTH));
-        int32_t mix = resid(g, AN("mix"), &D);
-        rmsnorm(g, h, hr, x, w_in, D.T, D.d, D.d, D.d, s->m.norm_eps);
-        if (full) attn_layer(g, l, h, mix, &D);
-        else gdn_layer(g, l, h, mix, &D);
-        int32_t x1 = resid(g, AN("x_mid"), &D);
-        add(g, x1, x, mix);
-        snprintf(n, sizeof n, "model.layers.%d.post_attention_layernorm.weight", l);
-        int32_t w_post = norm_w(g, n, D.d, QT_INIT_ZEROS, l);
-        int32_t h2 = resid(g, AN("h2"), &D);
-        int32_t h2r = qt_cg_add_tensor(g, AN("h2_rstd"), QT_ROLE_SAVED, QT_F32, 2, SHP(D.b, D.S),
-                                       AX(QT_LAX_ACT_BATCH, QT_LAX_ACT_NORM_LENGTH));
-        rmsnorm(g, h2, h2r, x1, w_post, D.T, D.d, D.d, D.d, s->m.norm_eps);
-        int32_t moe = resid(g, AN("moe"), &D);
-        moe_block(g, l, h2, moe, &D);
-        int32_t xn = resid(g, AN("x_out"), &D);
-        add(g, xn, x1, moe);
-        x = xn;
+        char ppre[64], apre[32];
+        snprintf(ppre, sizeof ppre, "model.layers.%d.", l);
+        snprintf(apre, sizeof apre, "L%d", l);
+        x = decoder_layer(g, ppre, apre, l, full, x, &D);
         g->layer_op1[l] = g->nmb;
         g->layer_t1[l] = g->nt;
         /* the layer's layout declaration: its residual-stream activations stay whole */
         qt_cg_layout_declare(g, layer_t0, QT_LAX_ACT_EMBED, QT_CG_WHOLE_EMBED);
-#undef AN
     }
     int32_t w_fn = norm_w(g, "model.norm.weight", D.d, QT_INIT_ZEROS, -1);
-    if (head_and_xent(g, x, w_fn, &D, err, errlen)) return -1;
+    if (head_and_xent(g, x, w_fn, e + 1, &D, err, errlen)) return -1;
     g->n_fwd = g->nmb;
     if (g->too_big)
         return qt_cg_fail(err, errlen, "tensor %s: its shape has more than 2^56 elements, "

@@ -1,0 +1,163 @@
+/* config/mtp.c - the multi-token-prediction keys (docs/model.md section 1.8): validation of
+ * mtp_num_layers and mtp_loss_scaling_factor into qt_cg_settings.mtp_layers / mtp_factor.
+ *
+ * Runs after the model, train and mesh settings are resolved (settings.c calls it last), so
+ * a rule can name the value it meets. Invariants of the result: mtp_layers is 0 (no head,
+ * every plan as before) or 1, and then the model has a full-attention layer kind for the
+ * head's decoder layer, the sequence is longer than the head's depth, and the factor is a
+ * finite float32 >= 0. Every refusal names the key, its value, where it was set and what
+ * was expected. What is refused for now, with its reason in the message: more than one
+ * depth (the depths share mtp.fc, the pre-fc norms and mtp.norm, whose weight gradients
+ * would need one WGRAD over several depths), packing (the MTP normaliser is data-dependent:
+ * the gradient scale would have to be known before the backward), token dropping (the
+ * head's MoE layer has no row in the per-layer drop counts).
+ * mtp_keep_layers (qtrain's own key, "nothing lost"): with mtp_num_layers 0, up to that
+ * many depths of a loaded checkpoint's mtp.* head are carried through untrained into every
+ * save; the region (qt_ckpt_keep.h) is sized here from the model's dimensions alone (a plan
+ * never depends on files): the published layouts' tensor count (one tensor per routed
+ * expert projection, Qwen3-Next's) and element count of that many depths, at 4 bytes an
+ * element. Refused beside a trained head (its tensors are saved anyway).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/qt_cg.h"
+#include "config/qt_cg_config.h"
+#include "qt_ckpt_keep.h"
+
+/* The most MTP depths a plan stacks (qt_ops.def STACK: 8 parts, the main one included). */
+#define QT_CG_MTP_MAX 7
+
+static struct {
+    const qt_cg_config *c;
+    char *err;
+    size_t errlen;
+} qt_cg_mtp;
+
+static const qt_cg_known *mkv(const char *key)
+{
+    const qt_cg_known *k = qt_cg_config_find(qt_cg_mtp.c, key);
+    if (!k) {
+        fprintf(stderr, "configgen: internal error: base.yml lacks key '%s'\n", key);
+        abort();
+    }
+    return k;
+}
+
+/* "key=value (where): message" */
+static int mbad(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int mbad(const char *key, const char *fmt, ...)
+{
+    const qt_cg_known *k = mkv(key);
+    qt_cg_buf b = {0};
+    qt_cg_val_render(k->val, &b);
+    char msg[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    qt_cg_fail(qt_cg_mtp.err, qt_cg_mtp.errlen, "%s=%s (%s): %s", key, b.p, k->where, msg);
+    qt_cg_buf_free(&b);
+    return -1;
+}
+
+/* "key=value (where)" of another key. */
+static const char *mother(const char *key, char *buf, size_t cap)
+{
+    const qt_cg_known *k = mkv(key);
+    qt_cg_buf b = {0};
+    qt_cg_val_render(k->val, &b);
+    snprintf(buf, cap, "%s=%s (%s)", key, b.p, k->where);
+    qt_cg_buf_free(&b);
+    return buf;
+}
+
+/* The carried head's region for `keep` depths: the most tensors (the unfused expert form)
+ * and the elements of the head of the published checkpoints (docs/model.md 1.8). */
+static int64_t mtp_keep_bytes(const qt_model_dims *m, int64_t keep)
+{
+    const int64_t d = m->d, E = m->n_experts, hd = m->head_dim;
+    const int64_t attn = (2 * m->n_q_heads * hd + 2 * m->n_kv_heads * hd + m->n_q_heads * hd) * d
+                         + 2 * hd;
+    const int64_t moe = E * d + E * 3 * m->moe_dim * d + 3 * m->shared_dim * d + d;
+    const int64_t per_depth = attn + moe + 2 * d;
+    const int64_t tensors = 4 + keep * (3 * E + 16);
+    return QT_KEEP_BYTES(tensors, 2 * d * d + 3 * d + keep * per_depth);
+}
+
+/* mtp_keep_layers (after mtp_num_layers is known): s->mtp_keep and its region's size. */
+static int mtp_keep_rules(qt_cg_settings *s, int64_t full)
+{
+    const char *kk = "mtp_keep_layers";
+    const int64_t k = (int64_t)strtod(mkv(kk)->val->s, NULL);
+    char o[400];
+    s->mtp_keep = 0;
+    s->mtp_keep_bytes = 0;
+    if (k < 0 || k > QT_CG_MTP_MAX)
+        return mbad(kk, "expected 0 (a loaded checkpoint's mtp.* head is skipped) up to %d "
+                    "(the depths of a loaded head carried through untrained into every save)",
+                    QT_CG_MTP_MAX);
+    if (k == 0) return 0;
+    if (s->mtp_layers > 0)
+        return mbad(kk, "with a trained head (%s) its mtp.* tensors are saved anyway; expected "
+                    "0", mother("mtp_num_layers", o, sizeof o));
+    if (!full)
+        return mbad(kk, "the carried head's decoder layer is one of the model's full-attention "
+                    "kind, and this model (%s) has none; expected 0",
+                    mother("inhomogeneous_layer_cycle_interval", o, sizeof o));
+    s->mtp_keep = (int32_t)k;
+    s->mtp_keep_bytes = (mtp_keep_bytes(&s->m, k) + 63) / 64 * 64;
+    return 0;
+}
+
+int qt_cg_settings_mtp(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen)
+{
+    qt_cg_mtp.c = c;
+    qt_cg_mtp.err = err;
+    qt_cg_mtp.errlen = errlen;
+    const char *kn = "mtp_num_layers", *kf = "mtp_loss_scaling_factor";
+    const int64_t n = (int64_t)strtod(mkv(kn)->val->s, NULL);
+    const double f = strtod(mkv(kf)->val->s, NULL);
+    char o[400];
+    s->mtp_layers = 0;
+    s->mtp_factor = 0.0;
+    if (!(isfinite(f) && f >= 0.0 && isfinite((float)f)))
+        return mbad(kf, "expected a finite number >= 0 (the objective is the main loss plus "
+                    "this factor times the MTP cross-entropy mean)");
+    if (n < 0) return mbad(kn, "expected 0 (no multi-token-prediction head) or a depth >= 1");
+    /* the head's decoder layer is one of the model's full-attention kind */
+    const int64_t L = s->m.n_layers, cyc = s->m.cycle;
+    int64_t full = 0;
+    for (int64_t l = 0; l < L; l++) full += cyc > 0 && (l + 1) % cyc == 0;
+    if (n == 0) return mtp_keep_rules(s, full);
+    if (n > QT_CG_MTP_MAX)
+        return mbad(kn, "expected at most %d depths", QT_CG_MTP_MAX);
+    if (!full)
+        return mbad(kn, "the head's decoder layer is one of the model's full-attention kind, "
+                    "and this model (%s) has none; expected 0",
+                    mother("inhomogeneous_layer_cycle_interval", o, sizeof o));
+    if (n > 1)
+        return mbad(kn, "more than one depth is not supported yet: the depths share mtp.fc, "
+                    "the pre-fc norms and mtp.norm, whose weight gradient would need one "
+                    "gradient leaf over several depths; expected 0 or 1 (the published "
+                    "Qwen3-Next and Qwen3.5 checkpoints have 1)");
+    if (s->tr.seq_len <= n)
+        return mbad(kn, "%lld depths need sequences longer than that (%s): depth d predicts "
+                    "the token d+1 places ahead", (long long)n,
+                    mother("max_target_length", o, sizeof o));
+    if (s->packing)
+        return mbad(kn, "with packing: true is not supported yet: the MTP normaliser (its "
+                    "positions with a loss) depends on the documents, and its gradient scale "
+                    "must be known before the backward; expected packing: false");
+    if (s->moe_capacity > 0)
+        return mbad(kn, "with token dropping (%s, sparse_matmul: false) is not supported yet: "
+                    "the head's MoE layer would drop by capacity outside the per-layer drop "
+                    "counts; expected capacity_factor <= 0 (dropless) or mtp_num_layers: 0",
+                    mother("capacity_factor", o, sizeof o));
+    s->mtp_layers = (int32_t)n;
+    s->mtp_factor = f;
+    return mtp_keep_rules(s, full);
+}

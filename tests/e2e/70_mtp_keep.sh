@@ -1,0 +1,130 @@
+# 70_mtp_keep.sh - the multi-token-prediction head's checkpoint cases (issue 31, docs/model.md
+# 1.8; sourced by run_all.sh). "Nothing lost": a plan without a trained head but with
+# mtp_keep_layers 1 (mtp-keep-next-*) that loads a checkpoint holding mtp.* keeps those
+# tensors and writes them byte for byte (names, dtypes, shapes, bytes) into every later save,
+# fp32 or in the published BF16 layout, on one rank and on a mesh, through a resume; without
+# the key they are skipped with a note naming it. A plan with the head loads a checkpoint
+# without it (single file and sharded directory) and initialises the head with a note; an
+# extra depth and a head whose shapes disagree are refused, nothing written.
+MK_DIR=$QT_TMP/mtp-keep
+MK_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
+MK_PY="/usr/bin/python3 tests/scripts/st_mtp.py"
+mkdir -p $MK_DIR
+mk_run() { # PLAN RANKS ARGS...: one qtrain run on the tiny data, seed 11
+  local p=$1 n=$2; shift 2
+  if [ "$n" -eq 1 ]; then timeout 120 build/$p/qtrain data=$MK_DATA seed=11 "$@"
+  else timeout 120 mpiexec -n "$n" build/$p/qtrain data=$MK_DATA seed=11 "$@"; fi
+}
+mk_head() { [ -s $MK_DIR/head.safetensors ] || mk_run mtp-next-1r 1 steps=2 save=$MK_DIR/head.safetensors 2> /dev/null; }
+
+mk_keep_file() {
+  mk_head || return 1
+  out=$(mk_run mtp-keep-next-1r 1 steps=2 load=$MK_DIR/head.safetensors load_weights_only=1 \
+        save=$MK_DIR/kept.safetensors 2>&1) || { echo "$out" | tail -3; return 1; }
+  echo "$out" | grep -q "keeps 29 mtp.\* tensors" || { echo "no keep note: $out" | tail -5; return 1; }
+  $MK_PY same $MK_DIR/head.safetensors $MK_DIR/kept.safetensors &&
+    $MK_PY differ $MK_DIR/head.safetensors $MK_DIR/kept.safetensors
+}
+check "MTP keep: mtp_keep_layers 1 carries a checkpoint's 29 mtp.* tensors byte for byte into its save (the rest trained)" mk_keep_file
+
+mk_keep_resume() {
+  [ -s $MK_DIR/kept.safetensors ] || mk_keep_file > /dev/null || return 1
+  mk_run mtp-keep-next-1r 1 steps=4 load=$MK_DIR/kept.safetensors save=$MK_DIR/kept2.safetensors \
+    2> /dev/null > /dev/null || return 1
+  $MK_PY same $MK_DIR/head.safetensors $MK_DIR/kept2.safetensors
+}
+check "MTP keep: a resume of that save (optimizer state) carries them again, unchanged" mk_keep_resume
+
+mk_keep_bf16() {
+  mk_head || return 1
+  $MK_PY bf16 $MK_DIR/head.safetensors $MK_DIR/pub.safetensors || return 1
+  mk_run mtp-keep-next-1r 1 steps=1 load=$MK_DIR/pub.safetensors save=$MK_DIR/pub-out.safetensors \
+    2> /dev/null > /dev/null || return 1
+  $MK_PY list $MK_DIR/pub-out.safetensors | grep -q ' BF16 ' || { echo "no BF16 tensor"; return 1; }
+  $MK_PY same $MK_DIR/pub.safetensors $MK_DIR/pub-out.safetensors
+}
+check "MTP keep: a head in the published BF16 layout comes back BF16, byte for byte" mk_keep_bf16
+
+mk_keep_mesh() {
+  mk_head || return 1
+  mk_run mtp-keep-next-ep2 2 steps=2 load=$MK_DIR/head.safetensors load_weights_only=1 \
+    save=$MK_DIR/kept-ep2.safetensors 2> /dev/null > /dev/null || return 1
+  $MK_PY same $MK_DIR/head.safetensors $MK_DIR/kept-ep2.safetensors
+}
+check "MTP keep: on expert 2 (2 ranks) the same tensors, byte for byte" mk_keep_mesh
+
+mk_keep_refusals() {
+  mk_head || return 1
+  # a directory save would not hold them yet: refused before any step, nothing written
+  out=$(mk_run mtp-keep-next-1r 1 steps=1 load=$MK_DIR/head.safetensors load_weights_only=1 \
+        save=$MK_DIR/kdir 2>&1) && { echo "dir save accepted"; return 1; }
+  echo "$out" | grep -q "which a checkpoint directory does not hold yet" || { echo "$out" | tail -2; return 1; }
+  [ ! -e $MK_DIR/kdir ] || { echo "wrote $MK_DIR/kdir"; return 1; }
+  # a depth the plan does not carry
+  $MK_PY rename $MK_DIR/head.safetensors $MK_DIR/d1.safetensors mtp.layers.0. mtp.layers.1. || return 1
+  out=$(mk_run mtp-keep-next-1r 1 steps=1 load=$MK_DIR/d1.safetensors save=$MK_DIR/d1-out.safetensors 2>&1) &&
+    { echo "depth 1 accepted"; return 1; }
+  echo "$out" | grep -q "carries 1 depth(s)" || { echo "$out" | tail -2; return 1; }
+  [ ! -e $MK_DIR/d1-out.safetensors ]
+}
+check "MTP keep: a directory save and a depth beyond mtp_keep_layers are refused, nothing written" mk_keep_refusals
+
+mk_skip_note() {
+  mk_head || return 1
+  out=$(mk_run mesh-next-1r 1 steps=1 load=$MK_DIR/head.safetensors load_weights_only=1 2>&1) || return 1
+  echo "$out" | grep -q "skipped 29 mtp.\* tensors.*mtp_keep_layers: 1 carries them" || { echo "$out" | tail -3; return 1; }
+}
+check "MTP keep: without the key the head is skipped with a note naming mtp_keep_layers" mk_skip_note
+
+# A plan with the head and a checkpoint without it: single file and sharded directory.
+mk_no_head() {
+  [ -s $MK_DIR/nohead.safetensors ] || mk_run mesh-next-1r 1 steps=2 save=$MK_DIR/nohead.safetensors 2> /dev/null || return 1
+  [ -e $MK_DIR/nohead-dir ] || mk_run mesh-next-1r 1 steps=2 save=$MK_DIR/nohead-dir save_shard_size=64K 2> /dev/null || return 1
+  for src in nohead.safetensors nohead-dir; do
+    out=$(mk_run mtp-next-1r 1 steps=1 load=$MK_DIR/$src load_weights_only=1 2>&1) || { echo "$src: $out" | tail -3; return 1; }
+    echo "$out" | grep -q "holds no mtp.\* tensors: the multi-token-prediction head (1 depth(s)) starts from its initialisation" ||
+      { echo "$src: no note: $out" | tail -3; return 1; }
+  done
+}
+check "MTP ckpt: a head plan loads a checkpoint without the head (file and sharded dir), initialises it, with a note" mk_no_head
+
+mk_head_refusals() {
+  mk_head || return 1
+  [ -e $MK_DIR/head-dir ] || mk_run mtp-next-1r 1 steps=2 save=$MK_DIR/head-dir save_shard_size=64K 2> /dev/null || return 1
+  # the sharded head loads back into the head's plan
+  mk_run mtp-next-1r 1 steps=1 load=$MK_DIR/head-dir 2> /dev/null > /dev/null || { echo "dir round trip"; return 1; }
+  # an extra depth (mtp.layers.1.*) beside depth 0: refused
+  /usr/bin/python3 - "$MK_DIR/head.safetensors" "$MK_DIR/extra.safetensors" <<'PY' || return 1
+import sys
+sys.path.insert(0, 'tests/scripts')
+import st_mtp
+meta, ts = st_mtp.read(sys.argv[1])
+ts = {k: v for k, v in ts.items() if not k.startswith('optimizer.')}
+ts.update({k.replace('mtp.layers.0.', 'mtp.layers.1.'): v for k, v in ts.items() if k.startswith('mtp.layers.0.')})
+st_mtp.write(sys.argv[2], {'format': 'pt'}, ts)
+PY
+  out=$(mk_run mtp-next-1r 1 steps=1 load=$MK_DIR/extra.safetensors save=$MK_DIR/x.safetensors 2>&1) && { echo "extra depth accepted"; return 1; }
+  echo "$out" | grep -q "whose multi-token-prediction head has 1 depth(s)" || { echo "$out" | tail -2; return 1; }
+  # a head of other shapes (mtp.fc.weight transposed): refused
+  /usr/bin/python3 - "$MK_DIR/head.safetensors" "$MK_DIR/shape.safetensors" <<'PY' || return 1
+import sys
+sys.path.insert(0, 'tests/scripts')
+import st_mtp
+meta, ts = st_mtp.read(sys.argv[1])
+ts = {k: v for k, v in ts.items() if not k.startswith('optimizer.')}
+dt, sh, data = ts['mtp.fc.weight']
+ts['mtp.fc.weight'] = (dt, [sh[1], sh[0]], data)
+st_mtp.write(sys.argv[2], {'format': 'pt'}, ts)
+PY
+  out=$(mk_run mtp-next-1r 1 steps=1 load=$MK_DIR/shape.safetensors save=$MK_DIR/x.safetensors 2>&1) && { echo "bad shape accepted"; return 1; }
+  echo "$out" | grep -q "mtp.fc.weight" || { echo "$out" | tail -2; return 1; }
+  [ ! -e $MK_DIR/x.safetensors ]
+}
+check "MTP ckpt: the head's sharded dir round trip; an extra depth and a head of other shapes are refused, nothing written" mk_head_refusals
+
+# Checkpoints across meshes with the head (run_all.sh ckpt_resume): saved at step 5 on one
+# mesh, resumed on another, steps 6..10 bit for bit the uninterrupted one-rank run.
+check "MTP ckpt: mtp-next-1r (1 rank) -> mtp-next-dp2ep2-layer (4 ranks), sharded dir, steps 6..10 bit for bit" \
+  ckpt_resume mtp-next-1r mtp-next-1r 1 mtp-next-dp2ep2-layer 4
+check "MTP ckpt: mtp-next-ep2 (2 ranks) -> mtp-next-1r, one file, steps 6..10 bit for bit" \
+  ckpt_resume mtp-next-1r mtp-next-ep2 2 mtp-next-1r 1 .safetensors
