@@ -400,6 +400,10 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
                                           qt_plan_leaves_per_mb(p));
     if (!rc && p->lb_seq != QT_NONE)
         rc = qt_validate_io_tensor(p, p->lb_seq, "lb_seq", QT_F32, tc->micro_batch);
+    for (int32_t i = 0; !rc && tc->z_loss != 0.0f && i < p->n_mb_ops; i++)
+        if (p->mb_ops[i].kind == QT_OP_XENT) /* the z-loss's sums (issue 33) */
+            rc = qt_validate_io_tensor(p, QT_T(&p->mb_ops[i], XENT, z_seq), "z_seq", QT_F32,
+                                       qt_plan_leaves_per_mb(p));
     if (!rc && p->moe_capacity > 0)
         rc = qt_validate_io_tensor(p, p->moe_drops, "moe_drops", QT_I32,
                                    tc->micro_batch * p->model.n_layers);

@@ -656,6 +656,12 @@ static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const qt_cg_di
         QT_T(op, XENT, scratch) = scratch(g, "logits.xent_scratch",
                                           QT_XENT_BLK_SCRATCH(D->T, nb, split));
     }
+    if (s->tr.z_loss != 0.0f) { /* z_loss_multiplier (issue 33): the plain form's z sums */
+        op->f[0] = s->tr.z_loss;
+        QT_T(op, XENT, z_seq) = qt_cg_add_tensor(g, "z_seq", QT_ROLE_LOSS, QT_F32, 1,
+                                                 SHP(D->b * D->nbt / D->C), AX(LB));
+        g->ts[QT_T(op, XENT, z_seq)].whole = 1;
+    }
     g->head_w = w_head;
     return 0;
 }
