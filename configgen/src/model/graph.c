@@ -647,7 +647,7 @@ static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const qt_cg_di
     if (s->vocab_blocks > 1) QT_A(&g->mb[g->nmb - 1], MATMUL_FWD, bwd_nb) = s->vocab_blocks / split;
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_XENT);
     QT_CG_SET_T(op, XENT, .loss_seq = g->loss_seq, .dlogits = dlogits, .logits = logits,
-                .targets = g->targets, .scratch = QT_NONE);
+                .targets = g->targets, .scratch = QT_NONE, .z_seq = QT_NONE);
     QT_CG_SET_A(op, XENT, .b = D->b * D->nbt / D->C, .S = D->Sm / D->nbt, .V = Vl);
     if (s->vocab_blocks > 1) {
         const int64_t nb = s->vocab_blocks / split;
