@@ -12,6 +12,22 @@
 #include "xent.h"
 #include "qt_real.h"
 
+/* One row of V logits l: g[v] = exp(l[v] - m) with m the row's max, *sum their sum in
+ * increasing v; returns lse = m + log(sum). Shared by qt_xent and qt_xent_z (same bits). */
+static inline qt_real qt_xent_row_exp(qt_real *g, qt_real *sum, const qt_real *l, int64_t V)
+{
+    qt_real m = l[0];
+    for (int64_t v = 1; v < V; v++) m = l[v] > m ? l[v] : m;
+    qt_real s = 0;
+    for (int64_t v = 0; v < V; v++) {
+        qt_real e = QT_EXP(l[v] - m);
+        g[v] = e;
+        s = s + e;
+    }
+    *sum = s;
+    return m + QT_LOG(s);
+}
+
 void QT_FN(qt_xent)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
                     const int32_t *targets, int64_t b, int64_t S, int64_t V)
 {
@@ -21,15 +37,8 @@ void QT_FN(qt_xent)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
             int64_t t = s * S + tt;
             const qt_real *l = logits + t * V;
             qt_real *g = dlogits + t * V;
-            qt_real m = l[0];
-            for (int64_t v = 1; v < V; v++) m = l[v] > m ? l[v] : m;
-            qt_real sum = 0;
-            for (int64_t v = 0; v < V; v++) {
-                qt_real e = QT_EXP(l[v] - m);
-                g[v] = e;
-                sum = sum + e;
-            }
-            qt_real lse = m + QT_LOG(sum);
+            qt_real sum;
+            qt_real lse = qt_xent_row_exp(g, &sum, l, V);
             qt_real inv = QT_R(1.0) / sum;
             for (int64_t v = 0; v < V; v++) g[v] = g[v] * inv;
             int64_t tg = targets[t];
@@ -59,15 +68,8 @@ void QT_FN(qt_xent_z)(qt_real *loss_seq, qt_real *z_seq, qt_real *dlogits,
             int64_t t = s * S + tt;
             const qt_real *l = logits + t * V;
             qt_real *g = dlogits + t * V;
-            qt_real m = l[0];
-            for (int64_t v = 1; v < V; v++) m = l[v] > m ? l[v] : m;
-            qt_real sum = 0;
-            for (int64_t v = 0; v < V; v++) {
-                qt_real e = QT_EXP(l[v] - m);
-                g[v] = e;
-                sum = sum + e;
-            }
-            const qt_real lse = m + QT_LOG(sum);
+            qt_real sum;
+            const qt_real lse = qt_xent_row_exp(g, &sum, l, V);
             const qt_real inv = QT_R(1.0) / sum;
             const qt_real c = QT_R(1.0) + QT_R(2.0) * z * lse;
             int64_t tg = targets[t];

@@ -21,41 +21,6 @@
 #include "core/qt_cg.h"
 #include "config/qt_cg_config.h"
 
-static const qt_cg_known *moe_key(const qt_cg_config *c, const char *key)
-{
-    const qt_cg_known *k = qt_cg_config_find(c, key);
-    if (!k) {
-        fprintf(stderr, "configgen: internal error: base.yml lacks key '%s'\n", key);
-        abort();
-    }
-    return k;
-}
-
-static double moe_getf(const qt_cg_config *c, const char *key)
-{
-    return strtod(moe_key(c, key)->val->s, NULL);
-}
-
-/* "key=value (where): message" */
-static int moe_bad(const qt_cg_config *c, char *err, size_t errlen, const char *key,
-                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-static int moe_bad(const qt_cg_config *c, char *err, size_t errlen, const char *key,
-                   const char *fmt, ...)
-{
-    const qt_cg_known *k = moe_key(c, key);
-    qt_cg_buf b = {0};
-    qt_cg_val_render(k->val, &b);
-    char msg[700];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    qt_cg_fail(err, errlen, "%s=%s (%s): %s", key, b.p, k->where, msg);
-    qt_cg_buf_free(&b);
-    return -1;
-}
-
 /* MaxText's capacity (generate_masks): ceil(S*k/E) assignments per expert on average,
  * times cf, at least cf, truncated. */
 static int64_t moe_capacity_of(int64_t S, int64_t k, int64_t E, double cf)
@@ -66,20 +31,23 @@ static int64_t moe_capacity_of(int64_t S, int64_t k, int64_t E, double cf)
 
 int qt_cg_moe_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen)
 {
-    const double cf = moe_getf(c, "capacity_factor"), rb = moe_getf(c, "ragged_buffer_factor");
-    const int sparse = !strcmp(moe_key(c, "sparse_matmul")->val->s, "true");
+    const double cf = qt_cg_rule_f(c, "capacity_factor"),
+                 rb = qt_cg_rule_f(c, "ragged_buffer_factor");
+    const int sparse = !strcmp(qt_cg_rule_key(c, "sparse_matmul")->val->s, "true");
     const int64_t S = s->tr.seq_len, k = s->m.top_k, E = s->m.n_experts;
     if (!isfinite(cf))
-        return moe_bad(c, err, errlen, "capacity_factor", "not a finite number; expected "
-                       "<= 0 (dropless) or > 0 (the dense form's capacity factor)");
+        return qt_cg_rule_bad(c, err, errlen, "capacity_factor",
+                              "not a finite number; expected "
+                              "<= 0 (dropless) or > 0 (the dense form's capacity factor)");
     if (!isfinite(rb) || rb > 0)
-        return moe_bad(c, err, errlen, "ragged_buffer_factor", "MaxText's sparse path drops "
-                       "the routed rows past an expert-parallel receive buffer of "
-                       "local_batch x k x ragged_buffer_factor rows, in the order of the "
-                       "source shards, so which rows drop (and the results) would depend on "
-                       "the expert degree; qtrain's results never do. Expected <= 0 (-1, "
-                       "dropless), or token dropping per sequence with sparse_matmul=false "
-                       "and capacity_factor > 0");
+        return qt_cg_rule_bad(c, err, errlen, "ragged_buffer_factor",
+                              "MaxText's sparse path drops "
+                              "the routed rows past an expert-parallel receive buffer of "
+                              "local_batch x k x ragged_buffer_factor rows, in the order of the "
+                              "source shards, so which rows drop (and the results) would depend on "
+                              "the expert degree; qtrain's results never do. Expected <= 0 (-1, "
+                              "dropless), or token dropping per sequence with sparse_matmul=false "
+                              "and capacity_factor > 0");
     s->moe_dense = !sparse;
     s->capacity_factor = cf;
     s->moe_capacity = 0;
@@ -99,22 +67,26 @@ int qt_cg_moe_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t 
     }
     const int64_t C = moe_capacity_of(S, k, E, cf), avg = (S * k + E - 1) / E;
     if (C < 1)
-        return moe_bad(c, err, errlen, "capacity_factor", "capacity int(max(ceil(S*k/E) x cf, "
-                       "cf)) = int(max(%lld x %g, %g)) = 0 assignments per expert and sequence "
-                       "(S = max_target_length %lld, k = num_experts_per_tok %lld, E = "
-                       "num_experts %lld): every routed assignment would be dropped; expected "
-                       "capacity_factor >= %.6g, or <= 0 for dropless routing", (long long)avg,
-                       cf, cf, (long long)S, (long long)k, (long long)E, 1.0 / (double)avg);
+        return qt_cg_rule_bad(
+            c, err, errlen, "capacity_factor",
+            "capacity int(max(ceil(S*k/E) x cf, "
+            "cf)) = int(max(%lld x %g, %g)) = 0 assignments per expert and sequence "
+            "(S = max_target_length %lld, k = num_experts_per_tok %lld, E = "
+            "num_experts %lld): every routed assignment would be dropped; expected "
+            "capacity_factor >= %.6g, or <= 0 for dropless routing",
+            (long long)avg, cf, cf, (long long)S, (long long)k, (long long)E, 1.0 / (double)avg);
     if (E > 1024)
-        return moe_bad(c, err, errlen, "capacity_factor", "token dropping with num_experts=%lld: "
-                       "the capacity queue's per-expert counters hold at most 1024 experts "
-                       "(firmware/kernels/moe_route.h); expected capacity_factor <= 0",
-                       (long long)E);
+        return qt_cg_rule_bad(c, err, errlen, "capacity_factor",
+                              "token dropping with num_experts=%lld: "
+                              "the capacity queue's per-expert counters hold at most 1024 experts "
+                              "(firmware/kernels/moe_route.h); expected capacity_factor <= 0",
+                              (long long)E);
     s->moe_capacity = C;
-    snprintf(s->moe_note, sizeof s->moe_note, "sparse_matmul=false, capacity_factor=%g: "
+    snprintf(s->moe_note, sizeof s->moe_note,
+             "sparse_matmul=false, capacity_factor=%g: "
              "capacity C = int(max(ceil(%lld x %lld / %lld) x %g, %g)) = %lld assignments per "
-             "expert and sequence of %lld tokens%s", cf, (long long)S, (long long)k,
-             (long long)E, cf, cf, (long long)C, (long long)S,
+             "expert and sequence of %lld tokens%s",
+             cf, (long long)S, (long long)k, (long long)E, cf, cf, (long long)C, (long long)S,
              C >= S ? " (C >= S: no assignment can drop)" : "");
     return 0;
 }

@@ -38,12 +38,7 @@ static struct {
 
 static const qt_cg_known *mkv(const char *key)
 {
-    const qt_cg_known *k = qt_cg_config_find(qt_cg_mtp.c, key);
-    if (!k) {
-        fprintf(stderr, "configgen: internal error: base.yml lacks key '%s'\n", key);
-        abort();
-    }
-    return k;
+    return qt_cg_rule_key(qt_cg_mtp.c, key);
 }
 
 /* "key=value (where): message" */
@@ -51,17 +46,11 @@ static int mbad(const char *key, const char *fmt, ...) __attribute__((format(pri
 
 static int mbad(const char *key, const char *fmt, ...)
 {
-    const qt_cg_known *k = mkv(key);
-    qt_cg_buf b = {0};
-    qt_cg_val_render(k->val, &b);
-    char msg[700];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = qt_cg_rule_vbad(qt_cg_mtp.c, qt_cg_mtp.err, qt_cg_mtp.errlen, key, fmt, ap);
     va_end(ap);
-    qt_cg_fail(qt_cg_mtp.err, qt_cg_mtp.errlen, "%s=%s (%s): %s", key, b.p, k->where, msg);
-    qt_cg_buf_free(&b);
-    return -1;
+    return rc;
 }
 
 /* "key=value (where)" of another key. */

@@ -4,6 +4,7 @@
 #ifndef QT_CG_CONFIG_H
 #define QT_CG_CONFIG_H
 
+#include <stdarg.h>
 #include "core/qt_cg.h"
 
 enum { QT_CG_SCALAR = 0, QT_CG_LIST = 1 };
@@ -73,6 +74,16 @@ void qt_cg_config_free(qt_cg_config *c);
 extern const char *const qt_cg_model_keys[];
 extern const int qt_cg_n_model_keys;
 const qt_cg_known *qt_cg_config_find(const qt_cg_config *c, const char *key);
+
+/* The key families' shared rules (config/rules.c): base.yml's key by name (a missing one is
+ * configgen's bug: abort), its value as a number, and the refusal "key=value (where):
+ * message" written into err (returns -1). */
+const qt_cg_known *qt_cg_rule_key(const qt_cg_config *c, const char *key);
+double qt_cg_rule_f(const qt_cg_config *c, const char *key);
+int qt_cg_rule_vbad(const qt_cg_config *c, char *err, size_t errlen, const char *key,
+                    const char *fmt, va_list ap);
+int qt_cg_rule_bad(const qt_cg_config *c, char *err, size_t errlen, const char *key,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* ---- validated settings (config/settings.c) ---- */
 

@@ -23,68 +23,40 @@
 #include "core/qt_cg.h"
 #include "config/qt_cg_config.h"
 
-static const qt_cg_known *tr_key(const qt_cg_config *c, const char *key)
-{
-    const qt_cg_known *k = qt_cg_config_find(c, key);
-    if (!k) {
-        fprintf(stderr, "configgen: internal error: base.yml lacks key '%s'\n", key);
-        abort();
-    }
-    return k;
-}
-
-static double tr_f(const qt_cg_config *c, const char *key)
-{
-    return strtod(tr_key(c, key)->val->s, NULL);
-}
-
-/* "key=value (where): message" */
-static int tr_bad(const qt_cg_config *c, char *err, size_t errlen, const char *key,
-                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-static int tr_bad(const qt_cg_config *c, char *err, size_t errlen, const char *key,
-                  const char *fmt, ...)
-{
-    const qt_cg_known *k = tr_key(c, key);
-    qt_cg_buf b = {0};
-    qt_cg_val_render(k->val, &b);
-    char msg[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    qt_cg_fail(err, errlen, "%s=%s (%s): %s", key, b.p, k->where, msg);
-    qt_cg_buf_free(&b);
-    return -1;
-}
-
 /* 1 if the user set key (its value does not come from base.yml). */
 static int tr_set(const qt_cg_config *c, const char *key)
 {
-    const char *w = tr_key(c, key)->where, *b = c->base.file;
+    const char *w = qt_cg_rule_key(c, key)->where, *b = c->base.file;
     return !(b && !strncmp(w, b, strlen(b)) && w[strlen(b)] == ':');
 }
 
 static int tr_schedule(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen)
 {
     qt_train_cfg *t = &s->tr;
-    const char *type = tr_key(c, "lr_schedule_type")->val->s;
-    const char *style = tr_key(c, "wsd_decay_style")->val->s;
-    const double wf = tr_f(c, "warmup_steps_fraction"), df = tr_f(c, "wsd_decay_steps_fraction");
+    const char *type = qt_cg_rule_key(c, "lr_schedule_type")->val->s;
+    const char *style = qt_cg_rule_key(c, "wsd_decay_style")->val->s;
+    const double wf = qt_cg_rule_f(c, "warmup_steps_fraction"),
+                 df = qt_cg_rule_f(c, "wsd_decay_steps_fraction");
     if (!(df >= 0 && df <= 1))
-        return tr_bad(c, err, errlen, "wsd_decay_steps_fraction", "expected 0 <= f <= 1");
+        return qt_cg_rule_bad(c, err, errlen, "wsd_decay_steps_fraction", "expected 0 <= f <= 1");
     if (strcmp(style, "linear") && strcmp(style, "cosine"))
-        return tr_bad(c, err, errlen, "wsd_decay_style", "expected linear or cosine");
-    if (!strcmp(type, "cosine")) return 0;
+        return qt_cg_rule_bad(c, err, errlen, "wsd_decay_style", "expected linear or cosine");
+    if (!strcmp(type, "cosine"))
+        return 0;
     if (strcmp(type, "wsd"))
-        return tr_bad(c, err, errlen, "lr_schedule_type", "expected cosine (linear warmup + "
-                      "cosine decay) or wsd (warmup, stable, decay), MaxText's two schedules");
+        return qt_cg_rule_bad(
+            c, err, errlen, "lr_schedule_type",
+            "expected cosine (linear warmup + "
+            "cosine decay) or wsd (warmup, stable, decay), MaxText's two schedules");
     if (wf + df > 1.0)
-        return tr_bad(c, err, errlen, tr_set(c, "wsd_decay_steps_fraction") ?
-                      "wsd_decay_steps_fraction" : "warmup_steps_fraction",
-                      "warmup_steps_fraction + wsd_decay_steps_fraction = %g + %g = %g is over "
-                      "1: warmup and decay would not fit in the schedule's %lld steps; expected "
-                      "a sum <= 1", wf, df, wf + df, (long long)t->schedule_steps);
+        return qt_cg_rule_bad(
+            c, err, errlen,
+            tr_set(c, "wsd_decay_steps_fraction") ? "wsd_decay_steps_fraction"
+                                                  : "warmup_steps_fraction",
+            "warmup_steps_fraction + wsd_decay_steps_fraction = %g + %g = %g is over "
+            "1: warmup and decay would not fit in the schedule's %lld steps; expected "
+            "a sum <= 1",
+            wf, df, wf + df, (long long)t->schedule_steps);
     t->lr_schedule = 1;
     t->wsd_cosine = !strcmp(style, "cosine");
     t->wsd_warmup = (int64_t)((double)t->schedule_steps * wf);
@@ -95,40 +67,47 @@ static int tr_schedule(const qt_cg_config *c, qt_cg_settings *s, char *err, size
 static int tr_eval(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen)
 {
     qt_train_cfg *t = &s->tr;
-    const double iv = tr_f(c, "eval_interval"), st = tr_f(c, "eval_steps");
-    const double e0 = tr_f(c, "eval_start_step"), eb = tr_f(c, "eval_per_device_batch_size");
-    const double target = tr_f(c, "target_eval_loss");
+    const double iv = qt_cg_rule_f(c, "eval_interval"), st = qt_cg_rule_f(c, "eval_steps");
+    const double e0 = qt_cg_rule_f(c, "eval_start_step"),
+                 eb = qt_cg_rule_f(c, "eval_per_device_batch_size");
+    const double target = qt_cg_rule_f(c, "target_eval_loss");
     if (!(iv == -1 || (iv >= 1 && iv == floor(iv) && iv < 1e15)))
-        return tr_bad(c, err, errlen, "eval_interval", "expected -1 (no evaluation) or a "
-                      "number of steps >= 1");
+        return qt_cg_rule_bad(c, err, errlen, "eval_interval",
+                              "expected -1 (no evaluation) or a "
+                              "number of steps >= 1");
     if (!(st == -1 || (st >= 1 && st == floor(st) && st < 1e15)))
-        return tr_bad(c, err, errlen, "eval_steps", "expected -1 (the whole eval file) or a "
-                      "number of eval batches >= 1");
+        return qt_cg_rule_bad(c, err, errlen, "eval_steps",
+                              "expected -1 (the whole eval file) or a "
+                              "number of eval batches >= 1");
     if (!(e0 >= 0 && e0 == floor(e0) && e0 < 1e15))
-        return tr_bad(c, err, errlen, "eval_start_step", "expected a step >= 0");
+        return qt_cg_rule_bad(c, err, errlen, "eval_start_step", "expected a step >= 0");
     if (!(eb >= 0 && eb < 1e9))
-        return tr_bad(c, err, errlen, "eval_per_device_batch_size", "expected 0 (= "
-                      "per_device_batch_size) or sequences per rank > 0");
+        return qt_cg_rule_bad(c, err, errlen, "eval_per_device_batch_size",
+                              "expected 0 (= "
+                              "per_device_batch_size) or sequences per rank > 0");
     if (!(target >= 0))
-        return tr_bad(c, err, errlen, "target_eval_loss", "expected 0 (off) or a loss > 0");
+        return qt_cg_rule_bad(c, err, errlen, "target_eval_loss", "expected 0 (off) or a loss > 0");
     if (iv == -1) {
         static const char *const need[] = {"eval_steps", "eval_start_step",
                                            "eval_per_device_batch_size", "target_eval_loss"};
         for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
             if (tr_set(c, need[i]))
-                return tr_bad(c, err, errlen, need[i], "is set but eval_interval is -1 (no "
-                              "evaluation); set eval_interval to the steps between evals");
+                return qt_cg_rule_bad(c, err, errlen, need[i],
+                                      "is set but eval_interval is -1 (no "
+                                      "evaluation); set eval_interval to the steps between evals");
         return 0;
     }
     const int32_t tp = s->mesh[QT_MESH_TENSOR], cp = s->mesh[QT_MESH_CONTEXT];
     const double per = (eb > 0 ? eb : s->per_device_batch) * (double)tp * (double)cp;
     const int64_t mb = t->micro_batch;
     if (per < 1 || per != floor(per) || (int64_t)per % mb)
-        return tr_bad(c, err, errlen, "eval_per_device_batch_size", "%g sequences per rank x "
-                      "%d tensor x %d context ranks sharing them = %g per sequence group; "
-                      "expected a whole multiple of the training microbatch's %lld sequences "
-                      "(the eval runs the microbatch's forward)", eb > 0 ? eb :
-                      s->per_device_batch, tp, cp, per, (long long)mb);
+        return qt_cg_rule_bad(
+            c, err, errlen, "eval_per_device_batch_size",
+            "%g sequences per rank x "
+            "%d tensor x %d context ranks sharing them = %g per sequence group; "
+            "expected a whole multiple of the training microbatch's %lld sequences "
+            "(the eval runs the microbatch's forward)",
+            eb > 0 ? eb : s->per_device_batch, tp, cp, per, (long long)mb);
     t->eval_interval = (int64_t)iv;
     t->eval_steps = (int64_t)st;
     t->eval_start = (int64_t)e0;
@@ -139,17 +118,21 @@ static int tr_eval(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t e
 
 int qt_cg_train_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen)
 {
-    const double z = tr_f(c, "z_loss_multiplier");
+    const double z = qt_cg_rule_f(c, "z_loss_multiplier");
     if (!(z >= 0.0 && z < 1e6))
-        return tr_bad(c, err, errlen, "z_loss_multiplier", "expected 0 (off) or a multiplier "
-                      "> 0 (MaxText's z-loss: z x logsumexp^2 per target)");
+        return qt_cg_rule_bad(c, err, errlen, "z_loss_multiplier",
+                              "expected 0 (off) or a multiplier "
+                              "> 0 (MaxText's z-loss: z x logsumexp^2 per target)");
     if (z != 0.0 && s->dtype == QT_BF16)
-        return tr_bad(c, err, errlen, "z_loss_multiplier", "the z-loss runs in float32 plans "
-                      "only for now (dtype bfloat16); expected 0 or dtype float32");
+        return qt_cg_rule_bad(c, err, errlen, "z_loss_multiplier",
+                              "the z-loss runs in float32 plans "
+                              "only for now (dtype bfloat16); expected 0 or dtype float32");
     if (z != 0.0 && s->vocab_blocks > 1)
-        return tr_bad(c, err, errlen, "z_loss_multiplier", "the z-loss has no blocked or "
-                      "vocab-parallel cross entropy yet (vocab_blocks %d); expected 0 or "
-                      "vocab_blocks 1 without vocab_parallel", (int)s->vocab_blocks);
+        return qt_cg_rule_bad(c, err, errlen, "z_loss_multiplier",
+                              "the z-loss has no blocked or "
+                              "vocab-parallel cross entropy yet (vocab_blocks %d); expected 0 or "
+                              "vocab_blocks 1 without vocab_parallel",
+                              (int)s->vocab_blocks);
     s->tr.z_loss = (float)z;
     return tr_schedule(c, s, err, errlen) || tr_eval(c, s, err, errlen) ? -1 : 0;
 }
