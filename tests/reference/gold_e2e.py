@@ -31,7 +31,8 @@ import model
 
 RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb', 'test-next-pack', 'test-35-pack',
         'test-next-cap1', 'test-next-cap2', 'test-35-cap1', 'test-35-cap2',
-        'test-next-mtp', 'test-35-mtp']
+        'test-next-mtp', 'test-35-mtp', 'test-next-mtp-pack', 'test-35-mtp-pack',
+        'test-next-mtp-cap1']
 N_STEPS = 10
 MIN_MARGIN = 1e-4
 SEED_TRIES = 64
