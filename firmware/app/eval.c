@@ -9,7 +9,9 @@
  * eval_steps (at most what the source holds) or every whole eval batch of the source
  * (eval_steps -1); the held-out windows of eval_holdout= are never read by training (the
  * training view ends at the first held-out window's first token, an input of the eval but
- * no training target). Module state: one static struct; no heap.
+ * no training target); a plan that evaluates on the embedded corpus (no data=, no eval
+ * source: make run) holds out its last QT_APP_EVAL_CORPUS_HOLDOUT windows. Module state: one
+ * static struct; no heap.
  */
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +53,8 @@ static int qt_app_eval_holdout(const qt_plan *p, const qt_cli *cli, qt_data *tra
     return QT_OK;
 }
 
+static int qt_app_eval_install(const qt_plan *p, const qt_cli *cli);
+
 int qt_app_eval_open(const qt_plan *p, const qt_cli *cli, qt_data *train, int rank)
 {
     const char *src = cli->eval_data ? "eval_data=" : "eval_holdout=";
@@ -65,6 +69,17 @@ int qt_app_eval_open(const qt_plan *p, const qt_cli *cli, qt_data *train, int ra
     if (cli->eval_data && cli->eval_holdout)
         return qt_fail(QT_E_ARG, "eval_data= and eval_holdout= both given; expected one eval "
                        "source");
+    if (!cli->eval_data && !cli->eval_holdout && !cli->data) {
+        /* the embedded corpus (make run): its tail is the eval source */
+        qt_cli c = *cli;
+        c.eval_holdout = QT_APP_EVAL_CORPUS_HOLDOUT;
+        if (rank == 0)
+            fprintf(stderr, "qtrain: note: eval on the embedded corpus's last %d windows "
+                    "(eval_holdout=%d; training reads the windows before them)\n",
+                    QT_APP_EVAL_CORPUS_HOLDOUT, QT_APP_EVAL_CORPUS_HOLDOUT);
+        int rc = qt_app_eval_holdout(p, &c, train);
+        return rc ? rc : qt_app_eval_install(p, &c);
+    }
     if (!cli->eval_data && !cli->eval_holdout)
         return qt_fail(QT_E_ARG, "the plan %s evaluates every %lld steps (eval_interval) but "
                        "no eval source was given: pass eval_data=FILE (a token file, as data=) "
@@ -78,7 +93,13 @@ int qt_app_eval_open(const qt_plan *p, const qt_cli *cli, qt_data *train, int ra
     } else {
         rc = qt_app_eval_holdout(p, cli, train);
     }
-    if (rc) return rc;
+    return rc ? rc : qt_app_eval_install(p, cli);
+}
+
+/* The eval source is open (qt_app_eval.data): at least one eval batch, the batches each eval
+ * reads, installed as the runtime's eval tokens. */
+static int qt_app_eval_install(const qt_plan *p, const qt_cli *cli)
+{
     const int64_t Bg = qt_runtime_eval_batch(p), W = qt_app_eval.data.n_windows;
     const char *name = cli->eval_data ? cli->eval_data : "the held-out windows";
     if (W < Bg)

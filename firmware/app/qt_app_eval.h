@@ -11,9 +11,14 @@
 #include "qt_cli.h"
 #include "io/qt_io.h"
 
+/* Windows of the embedded corpus held out when a plan evaluates without an eval source and
+ * without data= (make run: 32 windows of default.yml's 129 tokens, 4 eval batches of 8). */
+#define QT_APP_EVAL_CORPUS_HOLDOUT 32
+
 /* At start-up, after the training data is open: the eval source of a plan that evaluates
  * (eval_data= opened and validated as data=, or eval_holdout=N cut from *train, which then
- * ends before it), installed as the runtime's eval tokens; refuses a source without an
+ * ends before it; with neither and no data=, the embedded corpus's last
+ * QT_APP_EVAL_CORPUS_HOLDOUT windows), installed as the runtime's eval tokens; refuses a source without an
  * evaluating plan, a plan without a source, and a source shorter than one eval batch.
  * Returns QT_OK or the QT_E_* code after its message. */
 int qt_app_eval_open(const qt_plan *p, const qt_cli *cli, qt_data *train, int rank);

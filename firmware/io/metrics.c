@@ -72,6 +72,7 @@ void qt_metrics_write(FILE *f, const qt_step_metrics *m)
     fprintf(f, ",\"tokens\":%lld", (long long)m->tokens);
     if (m->packed) /* packed documents: the targets the loss averages */
         fprintf(f, ",\"loss_tokens\":%lld", (long long)m->loss_tokens);
+    if (m->has_z) qt_num(f, "z_loss", m->z_loss, 9); /* the z-loss share of loss */
     if (m->moe_assignments > 0) { /* token dropping: the share of assignments dropped */
         fprintf(f, ",\"moe_dropped\":%lld,\"moe_assignments\":%lld",
                 (long long)m->moe_dropped, (long long)m->moe_assignments);

@@ -5,7 +5,9 @@
  * qt_data_fill_packed) adds no loss and leaves a zero gradient row. The blocked form
  * (canonical vocabulary blocks, vocab-parallel shards: xent.h) computes the same values
  * with the sum of exponentials chained per block and the blocks added by a pairwise tree;
- * its phases take no communication (the op wrapper all-gathers between them).
+ * its phases take no communication (the op wrapper all-gathers between them). The z-loss
+ * form (qt_xent_z, MaxText's z_loss_multiplier) is a separate function, so qt_xent's bits
+ * do not depend on it.
  */
 #include "xent.h"
 #include "qt_real.h"
@@ -39,6 +41,48 @@ void QT_FN(qt_xent)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
             }
         }
         loss_seq[s] = acc;
+    }
+}
+
+/* The z-loss form (z != 0; qt_xent's bits are untouched: the op calls it only then). Per
+ * row the same m, exponentials, sum and lse as qt_xent; zt = z * lse * lse; loss_t = (lse -
+ * l[target]) + zt; dlogits[t, v] = (exp(l_v - m) * (1/sum)) * (1 + 2 z lse) - [v ==
+ * target]. A row without a target has no loss, no z term and a zero gradient row (MaxText
+ * masks both). z_seq[s] = sum over the rows of sequence s (t increasing) of zt. */
+void QT_FN(qt_xent_z)(qt_real *loss_seq, qt_real *z_seq, qt_real *dlogits,
+                      const qt_real *logits, const int32_t *targets, int64_t b, int64_t S,
+                      int64_t V, qt_real z)
+{
+    for (int64_t s = 0; s < b; s++) {
+        qt_real acc = 0, zacc = 0;
+        for (int64_t tt = 0; tt < S; tt++) {
+            int64_t t = s * S + tt;
+            const qt_real *l = logits + t * V;
+            qt_real *g = dlogits + t * V;
+            qt_real m = l[0];
+            for (int64_t v = 1; v < V; v++) m = l[v] > m ? l[v] : m;
+            qt_real sum = 0;
+            for (int64_t v = 0; v < V; v++) {
+                qt_real e = QT_EXP(l[v] - m);
+                g[v] = e;
+                sum = sum + e;
+            }
+            const qt_real lse = m + QT_LOG(sum);
+            const qt_real inv = QT_R(1.0) / sum;
+            const qt_real c = QT_R(1.0) + QT_R(2.0) * z * lse;
+            int64_t tg = targets[t];
+            if (tg >= 0 && tg < V) {
+                for (int64_t v = 0; v < V; v++) g[v] = (g[v] * inv) * c;
+                g[tg] = g[tg] - QT_R(1.0);
+                const qt_real zt = z * lse * lse;
+                acc = acc + ((lse - l[tg]) + zt);
+                zacc = zacc + zt;
+            } else {
+                for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
+            }
+        }
+        loss_seq[s] = acc;
+        z_seq[s] = zacc;
     }
 }
 

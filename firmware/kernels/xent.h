@@ -22,6 +22,15 @@ void qt_xent(float *loss_seq, float *dlogits, const float *logits, const int32_t
 void qt_xent_f64(double *loss_seq, double *dlogits, const double *logits,
                  const int32_t *targets, int64_t b, int64_t S, int64_t V);
 
+/* MaxText's z-loss (z_loss_multiplier z != 0; issue 33), the plain form only: as qt_xent
+ * with loss_t = lse - l[target] + z lse^2 and dlogits[t, v] = softmax_v (1 + 2 z lse) -
+ * [v == target] (T5X's cross_entropy_with_logits); rows without a target add nothing.
+ * Also writes z_seq[b]: the per-sequence sums of z lse^2 (the metrics' z_loss). */
+void qt_xent_z(float *loss_seq, float *z_seq, float *dlogits, const float *logits,
+               const int32_t *targets, int64_t b, int64_t S, int64_t V, float z);
+void qt_xent_z_f64(double *loss_seq, double *z_seq, double *dlogits, const double *logits,
+                   const int32_t *targets, int64_t b, int64_t S, int64_t V, double z);
+
 /* The blocked form (canonical vocabulary blocks; qt_ops.def XENT with a3 = nb > 0). The
  * V columns of a row are nb equal blocks; the sum of exponentials is one chain per block
  * (v increasing, from 0) and the blocks' partials combine by the pairwise tree

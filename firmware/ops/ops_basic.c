@@ -274,10 +274,19 @@ static void qt_op_xent_rows(const qt_ctx *ctx, float *loss_seq, float *dlogits,
 }
 
 /* XENT: t0 loss_seq, t1 dlogits, t2 logits, t3 targets; a0 b, a1 S, a2 V; a3 nb, a4 mask
- * (canonical vocabulary blocks, vocab-parallel), t4 their scratch. */
+ * (canonical vocabulary blocks, vocab-parallel), t4 their scratch; f0 the z-loss
+ * multiplier (0: qt_xent; else qt_xent_z, t5 z_seq, the plain form only: configgen). */
 void qt_op_xent(const qt_op *op, const qt_ctx *ctx)
 {
     const int64_t nb = QT_A(op, XENT, nb);
+    if (op->f[0] != 0.0f) { /* z_loss_multiplier (issue 33): t5 the per-sequence z sums;
+                              * the plain form only (configgen refuses nb > 0) */
+        qt_xent_z(qt_f32(ctx, QT_T(op, XENT, loss_seq)), qt_f32(ctx, QT_T(op, XENT, z_seq)),
+                  qt_f32(ctx, QT_T(op, XENT, dlogits)), qt_f32(ctx, QT_T(op, XENT, logits)),
+                  qt_i32(ctx, QT_T(op, XENT, targets)), QT_A(op, XENT, b), QT_A(op, XENT, S),
+                  QT_A(op, XENT, V), op->f[0]);
+        return;
+    }
     qt_op_xent_rows(ctx, qt_f32(ctx, QT_T(op, XENT, loss_seq)),
                     qt_f32(ctx, QT_T(op, XENT, dlogits)), qt_f32(ctx, QT_T(op, XENT, logits)),
                     qt_i32(ctx, QT_T(op, XENT, targets)),

@@ -323,6 +323,16 @@ static int qt_runtime_mtp_prepass(const qt_plan *p, int64_t step, int64_t R, int
     return QT_OK;
 }
 
+/* The z-loss's per-sequence sums (XENT t5 z_seq, plans with z_loss_multiplier), else
+ * QT_NONE: the last XENT of the stored microbatch schedule (the forward's loss). */
+static int32_t qt_runtime_z_seq(const qt_plan *p)
+{
+    if (p->train.z_loss == 0.0f) return QT_NONE;
+    for (int32_t i = p->n_mb_ops - 1; i >= 0; i--)
+        if (p->mb_ops[i].kind == QT_OP_XENT) return QT_T(&p->mb_ops[i], XENT, z_seq);
+    return QT_NONE;
+}
+
 /* Token dropping: adds this microbatch's dropped counts (moe_drops, [layers x b]) into m's
  * per-layer totals, as int64. */
 static void qt_runtime_drops_add(const qt_plan *p, qt_step_metrics *m)
@@ -376,11 +386,13 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     const int64_t St = qt_plan_tokens_per_seq(p), t0 = St * qt_rt.ctx.coord[QT_MESH_CONTEXT];
     const int mbmaj = p->n_mb_levels > 0;
     qt_step_state mst = {step, 0, m};
-    qt_exact loss, lb, cnt, mtp;
+    qt_exact loss, lb, cnt, mtp, zl;
     qt_exact_clear(&loss);
     qt_exact_clear(&lb);
     qt_exact_clear(&cnt);
     qt_exact_clear(&mtp);
+    qt_exact_clear(&zl);
+    const int32_t zt = qt_runtime_z_seq(p);
     m->moe_dropped = m->moe_assignments = m->mtp_moe_dropped = 0;
     m->n_drop_layers = 0;
     memset(m->moe_dropped_layer, 0, sizeof m->moe_dropped_layer);
@@ -422,6 +434,10 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
             const float *ms = qt_f32(ctx, p->mtp_loss_seq);
             for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&mtp, ms[s]);
         }
+        if (zt != QT_NONE) {
+            const float *zs = qt_f32(ctx, zt);
+            for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&zl, zs[s]);
+        }
         if (p->lb_seq != QT_NONE) {
             const float *lbs = qt_f32(ctx, p->lb_seq);
             for (int64_t s = 0; s < b; s++) qt_exact_add_f(&lb, lbs[s]);
@@ -433,6 +449,7 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     if (!rc && p->lb_seq != QT_NONE) rc = qt_step_exact_merge(p->batch_mask, &lb);
     if (!rc && p->packing) rc = qt_step_exact_merge(p->batch_mask, &cnt);
     if (!rc && p->mtp_layers > 0) rc = qt_step_exact_merge(p->batch_mask, &mtp);
+    if (!rc && zt != QT_NONE) rc = qt_step_exact_merge(p->batch_mask, &zl);
     if (!rc) rc = qt_runtime_drops_merge(p, m);
     if (rc) return rc;
     qt_runtime_lap(&t, QT_PH_LOSS);
@@ -458,6 +475,9 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     m->tokens = (int64_t)n_all;
     m->loss_tokens = (int64_t)n_tok;
     m->packed = p->packing != 0;
+    m->has_z = zt != QT_NONE;
+    m->z_loss = m->has_z ? (double)(float)(qt_exact_value(&zl) / (n_tok > 1.0 ? n_tok : 1.0))
+                         : 0.0;
     m->lr = qt_runtime_lr(p, step);
     return QT_OK;
 }

@@ -4,7 +4,8 @@
  * hash, the batch, the io tensors, the flat regions and ranges, the parameters, and the
  * step schedule (every op a STEP kind fitting the plan through its registry check hook,
  * one normalisation and one update, scanned blocks that unroll to the logical schedule,
- * every flat range pushed once per microbatch into a microbatch tree).
+ * every flat range pushed once per microbatch into a microbatch tree, an eval forward that
+ * closes its collectives and touches no gradient).
  * Invariants: reads the plan only; its one piece of state is the validation scratch below;
  * returns QT_OK or QT_E_PLAN after printing one message.
  */
@@ -265,6 +266,37 @@ int qt_validate_splits(const qt_plan *p)
     return rc ? rc : qt_validate_split_end(p, &w, "microbatch");
 }
 
+/* The held-out eval's forward (issue 33; qt_runtime_eval runs the microbatch schedule's
+ * logical ops [0, eval_fwd_ops) alone, then nothing else): it must end with the cross
+ * entropy (loss_seq), hold no weight gradient and no step op but the parameter gathers and
+ * their collectives (nothing pushed into a gradient tree or accumulated for the update),
+ * and every split collective it starts is waited for inside it. */
+static int qt_validate_eval(const qt_plan *p)
+{
+    const int64_t n = p->train.eval_fwd_ops;
+    if (p->train.eval_interval <= 0) return QT_OK;
+    qt_split_walk w = {{0}, 0, 0};
+    const qt_op *last = NULL;
+    int rc = QT_OK;
+    for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c) && c.logical < n;) {
+        const qt_op *op = c.op;
+        const int k = op->kind;
+        last = op;
+        if ((op->flags & QT_OPF_WGRAD) ||
+            (k < QT_OP_COUNT && qt_val.table[k].step && k != QT_OP_PARAM_GATHER &&
+             k != QT_OP_COLLECTIVE && k != QT_OP_COLL_START && k != QT_OP_COLL_WAIT))
+            return qt_fail(QT_E_PLAN, "plan %s: eval forward op %d (%s) is a weight gradient or "
+                           "a step op: the forward-only eval cannot run it", p->run_name,
+                           c.logical, k < QT_OP_COUNT ? qt_val.table[k].name : "?");
+        rc = qt_validate_split_op(p, &w, op, c.logical, "eval forward");
+    }
+    if (rc) return rc;
+    if (n < 1 || !last || last->kind != QT_OP_XENT)
+        return qt_fail(QT_E_PLAN, "plan %s: the eval forward (microbatch ops 0..%lld) does not "
+                       "end with the cross entropy", p->run_name, (long long)n - 1);
+    return qt_validate_split_end(p, &w, "eval forward");
+}
+
 /* The step schedule: every op a STEP kind; the gradient totals over exactly this step's
  * leaves, the normalisation by exactly the global target-token count, one update, and every
  * collective inside the arena with blocks its group can split evenly; the microbatch-end
@@ -309,6 +341,7 @@ static int qt_validate_step(const qt_plan *p)
     for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
         rc = qt_validate_step_op(p, c.op, c.logical, "microbatch", 1, &mb_norm, &mb_update);
     rc = rc ? rc : qt_validate_splits(p);
+    rc = rc ? rc : qt_validate_eval(p);
     if (rc) return rc;
     /* a microbatch tree receives every range exactly once per microbatch */
     for (int32_t r = 0; r < p->n_ranges; r++)
@@ -380,6 +413,10 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
         if (!rc) rc = qt_validate_io_tensor(p, p->mtp_loss_seq, "mtp_loss_seq", QT_F32,
                                               qt_plan_leaves_per_mb(p));
     }
+    for (int32_t i = 0; !rc && tc->z_loss != 0.0f && i < p->n_mb_ops; i++)
+        if (p->mb_ops[i].kind == QT_OP_XENT) /* the z-loss's sums (issue 33) */
+            rc = qt_validate_io_tensor(p, QT_T(&p->mb_ops[i], XENT, z_seq), "z_seq", QT_F32,
+                                       qt_plan_leaves_per_mb(p));
     if (!rc && p->moe_capacity > 0)
         rc = qt_validate_io_tensor(p, p->moe_drops, "moe_drops", QT_I32,
                                    tc->micro_batch * (p->model.n_layers + p->mtp_layers));

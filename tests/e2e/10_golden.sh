@@ -42,3 +42,23 @@ mtp_cap_golden() {
   [ -n "$d" ] && [ "$d" -gt 0 ] && echo "step 0: the head's MoE dropped $d assignments"
 }
 check "golden qwen3-next tiny with the MTP head and capacity_factor 1.0 vs PyTorch (head drops apart)" mtp_cap_golden
+# Issue 33. The z-loss (z_loss_multiplier 0.01: z lse^2 per target in the loss and its
+# gradient, MaxText's / T5X's form): step-0 gradients at 2e-4, losses and the metrics' z_loss
+# at 2e-4 relative, grad norm 1e-3 (as above: the same fp32-vs-fp64 drift).
+check "golden qwen3-next tiny with z-loss 0.01 (loss, z_loss, gradients) vs PyTorch" golden_run test-next-z
+# Held-out eval under WSD (warmup 2, stable 5, linear decay 3 of 10 steps): the eval rows
+# after steps 1, 4, 7 on eval_data = the run's tokens (320 targets each) against the float64
+# reference's eval loss at the weights after those steps, 2e-4 relative (the training
+# losses' tolerance: the weights carry the same fp32 drift; an eval adds one forward's
+# rounding, ~1e-6); lr 1e-6 relative (pure schedule); steps, gradients as above.
+golden_eval_run() {
+  local run=$1 g=tests/golden/e2e/$1 out=$QT_TMP/golden-$1
+  mkdir -p "$out"
+  [ -f "$g/init.safetensors" ] || { echo "missing goldens in $g (make goldens)"; return 1; }
+  build/$run/qtrain load="$g/init.safetensors" data="$g/tokens.npy" eval_data="$g/tokens.npy" \
+      steps=10 metrics="$out/metrics.jsonl" dump_grads="$out/grads0.safetensors" || return 1
+  build/tools/st_compare "$out/grads0.safetensors" "$g/grads0.safetensors" 2e-4 || return 1
+  build/tools/metrics_compare "$out/metrics.jsonl" "$g/expected.json" 2e-4 1e-3 || return 1
+  [ "$(grep -c '"eval_tokens":320' "$out/metrics.jsonl")" -eq 3 ] || { echo "eval_tokens"; return 1; }
+}
+check "golden qwen3-next tiny, WSD schedule, eval losses after steps 1, 4, 7 vs PyTorch" golden_eval_run test-next-eval

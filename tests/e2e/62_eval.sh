@@ -37,10 +37,17 @@ eval_rows_1r() {
   echo "3 evals, training untouched: $(grep eval_loss "$d/1r.det" | tail -n 1)"
 }
 
+# eval_mesh RUN RANKS [REF]: RUN's eval and training bits equal REF's one-rank run (default
+# eval-next-1r, run by eval_rows_1r; another REF is run here once).
 eval_mesh() {
-  local d=$QT_TMP/eval run=$1 n=$2
+  local d=$QT_TMP/eval run=$1 n=$2 ref=${3:-1r}
+  if [ "$ref" != 1r ] && [ ! -e "$d/$ref.det" ]; then
+    eval_run "$ref" 1 "$d/$ref.jsonl" eval_data=$EVAL_DATA 2> "$d/$ref.err" || return 1
+    det_fields "$d/$ref.jsonl" > "$d/$ref.det" || return 1
+    [ "$(grep -c eval_loss "$d/$ref.det")" -eq 3 ] || { echo "$ref: expected 3 eval rows"; return 1; }
+  fi
   eval_run "$run" "$n" "$d/$run.jsonl" eval_data=$EVAL_DATA 2> "$d/$run.err" || { tail -n 3 "$d/$run.err"; return 1; }
-  cmp "$d/1r.det" <(det_fields "$d/$run.jsonl") && echo "identical to one rank: $(tail -n 1 "$d/1r.det")"
+  cmp "$d/$ref.det" <(det_fields "$d/$run.jsonl") && echo "identical to one rank: $(tail -n 1 "$d/$ref.det")"
 }
 
 eval_holdout_stop() {
@@ -77,5 +84,14 @@ eval_refusals() {
 check "eval: rows after steps 1, 4, 7; training untouched" eval_rows_1r
 check "eval mesh: dp2 = one rank (eval and training bits)" eval_mesh eval-next-dp2 2
 check "eval mesh: dp2 x ep2 = one rank (eval and training bits)" eval_mesh eval-next-dp2ep2 4
+# per-layer plans: the forward's gathers, split all-gathers (collective_overlap on) and waits
+# run inside the eval; remat full; bf16 windows (configgen and qt_validate_eval refuse an
+# eval forward that leaves a collective in flight or holds a gradient op)
+check "eval mesh: dp2 x ep2, ZeRO-1, per-layer gathers, overlap on = one rank" \
+  eval_mesh eval-next-dp2ep2-z1-gather 4
+check "eval mesh: dp2 x fsdp2, per-layer gathers (overlap auto), remat full = one rank" \
+  eval_mesh eval-next-dp2fsdp2-remat 4
+check "eval mesh: bf16 dp2 x tp2, ZeRO-1, per-layer gathers and reduction = bf16 one rank" \
+  eval_mesh eval-bf16-next-dp2tp2-z1-gather 4 eval-bf16-next-1r
 check "eval: eval_holdout=N, target_eval_loss" eval_holdout_stop
 check "eval: refusals" eval_refusals

@@ -26,7 +26,9 @@ b16_run_vs_fp32() {
     timeout 120 build/$r/qtrain steps=30 metrics=$d/$r.jsonl overwrite=1 > "$d/$r.out" 2>&1 \
       || { tail -5 "$d/$r.out"; return 1; }
     det_fields "$d/$r.jsonl" > "$d/$r.det" || return 1
-    [ "$(wc -l < "$d/$r.det")" -eq 30 ] || { echo "$r: expected 30 metrics lines"; return 1; }
+    # 30 steps and the held-out eval after step 20 (default.yml evaluates every 20 steps)
+    [ "$(grep -vc eval_loss "$d/$r.det")" -eq 30 ] && [ "$(grep -c eval_loss "$d/$r.det")" -eq 1 ] ||
+      { echo "$r: expected 30 step lines and 1 eval line"; return 1; }
   done
   ! cmp -s "$d/default.det" "$d/default-bf16.det" || { echo "bf16 and fp32 runs have the same bits"; return 1; }
   loss_near "$d/default.jsonl" "$d/default-bf16.jsonl" 30 20 0.003 0.015 0.5

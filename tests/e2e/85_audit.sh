@@ -87,11 +87,11 @@ audit_data_hash() {
   local ck; ck=$(grep -o '"data_hash":"0x[0-9a-f]*"' $AD/bdir/model.safetensors.index.json | cut -d'"' -f4)
   local mine; mine=$(head -n 1 $AD/a.jsonl | grep -o '"data":{[^}]*}' | grep -o '0x[0-9a-f]*')
   [ -n "$ck" ] && [ "$ck" = "$mine" ] || { echo "index data_hash '$ck', manifest '$mine'"; return 1; }
-  $AQ steps=4 load=$AD/bdir data=$AD/other.u16 data_dtype=uint16 metrics=$AD/d.jsonl 2> $AD/d.err && { echo "resumed on other data"; return 1; }
+  $AQ steps=4 load=$AD/bdir data=$AD/other.u16 data_dtype=uint16 eval_holdout=32 metrics=$AD/d.jsonl 2> $AD/d.err && { echo "resumed on other data"; return 1; }
   cat $AD/d.err | grep -v '^qtrain: \(run\|peak\|resuming\)'
   grep -q "was trained on data of hash $ck, but $AD/other.u16 has hash 0x[0-9a-f]*; refusing" $AD/d.err || return 1
   [ ! -e $AD/d.jsonl ] || { echo "a metrics file was written"; return 1; }
-  $AQ steps=4 load=$AD/bdir data=$AD/other.u16 data_dtype=uint16 metrics=$AD/d.jsonl allow_data_change=1 2> $AD/d.err || { cat $AD/d.err; return 1; }
+  $AQ steps=4 load=$AD/bdir data=$AD/other.u16 data_dtype=uint16 eval_holdout=32 metrics=$AD/d.jsonl allow_data_change=1 2> $AD/d.err || { cat $AD/d.err; return 1; }
   head -n 1 $AD/d.jsonl | grep -o '"note":"[^"]*"'
   head -n 1 $AD/d.jsonl | grep -q "\"note\":\"allow_data_change=1: checkpoint data_hash $ck, this run's data hash 0x"
 }

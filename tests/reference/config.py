@@ -221,6 +221,15 @@ def dims(cfg):
     d['schedule_steps'] = cfg['steps'] if ss == -1 else ss
     for key in ('learning_rate', 'adam_b1', 'adam_b2', 'adam_eps', 'adam_weight_decay',
                 'gradient_clipping_threshold', 'warmup_steps_fraction',
-                'learning_rate_final_fraction', 'load_balance_loss_weight'):
+                'learning_rate_final_fraction', 'load_balance_loss_weight',
+                'z_loss_multiplier'):
         d[key] = float(cfg[key])
+    # schedule and held-out eval (issue 33): MaxText's keys, as configgen reads them
+    d['lr_schedule_type'] = cfg['lr_schedule_type']
+    d['wsd_decay_steps_fraction'] = float(cfg['wsd_decay_steps_fraction'])
+    d['wsd_decay_style'] = cfg['wsd_decay_style']
+    for key in ('eval_interval', 'eval_steps', 'eval_start_step'):
+        d[key] = int(cfg[key])
+    epb = float(cfg['eval_per_device_batch_size'])
+    d['eval_B'] = int((epb if epb > 0 else d['b']) * ranks)
     return d

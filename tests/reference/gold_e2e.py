@@ -31,8 +31,12 @@ import model
 
 RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb', 'test-next-pack', 'test-35-pack',
         'test-next-cap1', 'test-next-cap2', 'test-35-cap1', 'test-35-cap2',
-        'test-next-mtp', 'test-35-mtp', 'test-next-mtp-pack', 'test-35-mtp-pack',
-        'test-next-mtp-cap1']
+        'test-next-mtp', 'test-35-mtp',
+        # issue 33 (appended: the earlier runs keep their seeds and bits): the z-loss, and
+        # held-out eval losses under the WSD schedule (eval_data = the run's tokens.npy)
+        'test-next-z', 'test-next-eval',
+        # issue 31: the MTP head with packing and with token dropping
+        'test-next-mtp-pack', 'test-35-mtp-pack', 'test-next-mtp-cap1']
 N_STEPS = 10
 MIN_MARGIN = 1e-4
 SEED_TRIES = 64
@@ -94,6 +98,34 @@ def step0_margin(P, dm, tokens):
     return min(stats)
 
 
+def eval_due(dm, step):
+    """MaxText: an eval after train step s when s >= eval_start_step and
+    (s - eval_start_step) % eval_interval == 0."""
+    iv, s0 = dm['eval_interval'], dm['eval_start_step']
+    return iv > 0 and step >= s0 and (step - s0) % iv == 0
+
+
+def eval_loss(P, dm, tokens):
+    """MaxText's eval/avg_loss at weights P over the eval file `tokens` read from its start:
+    eval batch e of eval_B sequences is windows e*eval_B .. (the data rule with eval_B), every
+    whole eval batch (eval_steps -1) or the first eval_steps; the masked cross entropy (with
+    the z terms, as MaxText's xent_sum) summed over the pass / the targets counted."""
+    S, Be = dm['S'], dm['eval_B']
+    W = (len(tokens) - 1) // S
+    nb = W // Be
+    if dm['eval_steps'] > 0:
+        nb = min(nb, dm['eval_steps'])
+    edm = dict(dm, B=Be)
+    tot, n = 0.0, 0
+    with torch.no_grad():
+        for e in range(nb):
+            inp, tgt = step_batch(tokens, edm, e)
+            _, ce, _ = model.loss_fn(P, dm, inp, tgt, n_tok=1)
+            tot += float(ce)
+            n += Be * S
+    return tot / n, n
+
+
 def train(P0, dm, tokens, steps=N_STEPS, chunk=None):
     """Returns (per-step records, step-0 canonical gradients)."""
     names = [n for n, _, _ in model.param_specs(dm)]
@@ -103,16 +135,17 @@ def train(P0, dm, tokens, steps=N_STEPS, chunk=None):
     rec = {'loss': [], 'ce': [], 'lb': [], 'grad_norm': [], 'lr': [], 'route_margin_min': []}
     rec['loss_tokens'] = []
     rec['moe_dropped'] = []
+    rec['z_loss'], rec['eval_step'], rec['eval_loss'], rec['eval_tokens'] = [], [], [], []
     grads0 = None
     for i in range(steps):
         inp, tgt = step_batch(tokens, dm, i)
-        stats, drops = [], []
+        stats, drops, zs = [], [], []
         n_tok = dm['B'] * dm['S']
         if dm['packing']:
             n_tok = max(1, int(model.loss_mask(dm, inp).sum()))
         aux = {}
         loss, ce, lb = model.loss_fn(P, dm, inp, tgt, n_tok=n_tok, lb_c=lb_c,
-                                     chunk=chunk, stats=stats, aux=aux, drops=drops)
+                                     chunk=chunk, stats=stats, aux=aux, drops=drops, zs=zs)
         gl = torch.autograd.grad(loss, [P[n] for n in names])
         grads = {n: g.detach().clone() for n, g in zip(names, gl)}
         if i == 0:
@@ -131,6 +164,13 @@ def train(P0, dm, tokens, steps=N_STEPS, chunk=None):
         rec['lr'].append(lr)
         rec['route_margin_min'].append(min(stats))
         rec['moe_dropped'].append(sum(drops))
+        if zs:
+            rec['z_loss'].append(float(zs[0]) / n_tok)
+        if eval_due(dm, i):
+            el, en = eval_loss(P, dm, tokens)
+            rec['eval_step'].append(i)
+            rec['eval_loss'].append(el)
+            rec['eval_tokens'].append(en)
     return rec, grads0
 
 
@@ -182,6 +222,11 @@ def generate_run(run, outdir, seed0):
         assert rec['moe_dropped'][0] > 0, '%s: step 0 drops no assignment' % run
         exp.update(capacity=model.capacity(dm), moe_dropped=rec['moe_dropped'],
                    moe_assignments=B * S * dm['k'] * dm['L'])
+    if rec['z_loss']:
+        exp.update(z_loss=rec['z_loss'], z_loss_multiplier=dm['z_loss_multiplier'])
+    if rec['eval_step']:
+        exp.update(eval_step=rec['eval_step'], eval_loss=rec['eval_loss'],
+                   eval_tokens=rec['eval_tokens'], lr_schedule_type=dm['lr_schedule_type'])
     with open(os.path.join(d, 'expected.json'), 'w') as f:
         json.dump(exp, f, indent=1, sort_keys=True)
         f.write('\n')

@@ -408,14 +408,18 @@ def mtp_head(P, dm, hf, inp, tgt, pos, docs, stats):
 
 
 def loss_fn(P, dm, inp, tgt, n_tok=None, lb_c=0.0, chunk=None, stats=None, mtp_n=None,
-            aux=None, drops=None):
+            aux=None, drops=None, zs=None):
     """inp, tgt int64 [B,S] -> (loss, ce_sum, lb_sum). loss = ce_sum / n_tok + lb_sum.
     n_tok defaults to B*S (the step's target count when this call covers the whole step).
     Packed documents (dm['packing']): ce_sum is over the targets of loss_mask only, and
     n_tok defaults to their count (at least 1).
     With the MTP head (dm['mtp'] > 0) the loss adds mtp_loss_scaling_factor x mtp_sum /
     mtp_n, mtp_n (default: mtp_count of this batch, at least 1) the step's positions with an
-    MTP loss; aux (a dict) receives 'mtp_sum' and 'mtp_n'."""
+    MTP loss; aux (a dict) receives 'mtp_sum' and 'mtp_n'.
+
+    z-loss (dm['z_loss_multiplier'] z != 0, MaxText's / T5X's cross_entropy_with_logits):
+    each target's term is lse - logit[target] + z lse^2 (masked as the cross entropy), so
+    ce_sum includes the z terms; zs (a list) receives their masked sum."""
     B, S = inp.shape
     eps = f32(dm['eps'])
     pos = docs = None
@@ -436,7 +440,15 @@ def loss_fn(P, dm, inp, tgt, n_tok=None, lb_c=0.0, chunk=None, stats=None, mtp_n
         lb_sum = lb_sum + lb
     hf = rmsnorm_1p(x, P['model.norm.weight'], eps)
     logits = hf @ P['lm_head.weight'].t()
-    ce = torch.logsumexp(logits, -1) - torch.gather(logits, 1, tgt.reshape(-1, 1))[:, 0]
+    lse = torch.logsumexp(logits, -1)
+    ce = lse - torch.gather(logits, 1, tgt.reshape(-1, 1))[:, 0]
+    z = f32(dm.get('z_loss_multiplier', 0.0))
+    if z != 0.0:
+        zt = z * lse * lse
+        ce = ce + zt
+        if zs is not None:
+            keep = loss_mask(dm, inp).reshape(-1)
+            zs.append(torch.where(keep, zt, torch.zeros_like(zt)).sum())
     mtp = 0.0
     if dm.get('mtp'):
         mtp_sum = mtp_head(P, dm, hf, inp, tgt, pos, docs, stats)
@@ -456,8 +468,34 @@ def loss_fn(P, dm, inp, tgt, n_tok=None, lb_c=0.0, chunk=None, stats=None, mtp_n
 
 # ------------------------------------------------------------------ optimizer
 
+def lr_wsd(dm, t):
+    """MaxText's WSD (../shared/research/maxtext-recipe.md s.4): L schedule steps, W =
+    int(L x warmup_steps_fraction), D = int(L x wsd_decay_steps_fraction) (double, as
+    MaxText), warmup lr t/W from 0, stable lr, decay over D steps to lr x final_fraction
+    (linear: lr + (lr_f - lr) min(u/(D-1), 1); cosine: lr_f + (lr - lr_f)(1 + cos(pi u/(D-1)))/2;
+    D = 1: lr), then 0 past L."""
+    peak = f32(dm['learning_rate'])
+    T = dm['schedule_steps']
+    W = int(T * dm['warmup_steps_fraction'])
+    D = int(T * dm['wsd_decay_steps_fraction'])
+    final = peak * f32(dm['learning_rate_final_fraction'])
+    if t >= T:
+        return 0.0
+    if W > 0 and t < W:
+        return peak * t / W
+    u = t - (T - D)
+    if u < 0 or D <= 1:
+        return peak
+    if dm['wsd_decay_style'] == 'cosine':
+        return final + (peak - final) * 0.5 * (1.0 + math.cos(math.pi * u / (D - 1)))
+    return peak + (final - peak) * min(u / (D - 1), 1.0)
+
+
 def lr_at(dm, t):
-    """Warmup + cosine (docs/model.md section 4), float32-rounded hyperparameters."""
+    """Warmup + cosine (docs/model.md section 4), float32-rounded hyperparameters; MaxText's
+    WSD when dm['lr_schedule_type'] is 'wsd' (lr_wsd)."""
+    if dm.get('lr_schedule_type') == 'wsd':
+        return lr_wsd(dm, t)
     peak = f32(dm['learning_rate'])
     T = dm['schedule_steps']
     warm = int(T * f32(dm['warmup_steps_fraction']))

@@ -64,6 +64,14 @@ mkdir -p $W/adir
 row "token data" "data=$W/nope.npy (missing)" "$E40: data: missing file" $Q data=$W/nope.npy steps=1
 row "token data" "data=$W/short.tok (QTTOKENS header says 64 tokens, file holds 1)" "$E40: data: raw file shorter than its header" $Q data=$W/short.tok steps=1
 row "token data" "data=<test-35-tiny tokens.npy> (ids beyond the vocab of test-next-tiny)" "$E40: data: token id out of range" $Q data=tests/golden/e2e/test-35-tiny/tokens.npy steps=1
+# held-out eval (issue 33): eval-next-1r evaluates (global eval batch of 4 sequences)
+QE=build/eval-next-1r/qtrain
+printf 'QTTOKENS\001\000\000\000\002\000\000\000\050\000\000\000\000\000\000\000' > $W/evshort.tok
+head -c 80 /dev/zero >> $W/evshort.tok
+row "eval data" "eval_data=$W/evshort.tok (2 windows, eval batch of 4)" "e2e \`62_eval.sh\`: refusals" $QE data=$T eval_data=$W/evshort.tok steps=1
+row "eval data" "eval_data=<test-35-tiny tokens.npy> (ids beyond the vocab of test-next-tiny)" "this table" $QE data=$T eval_data=tests/golden/e2e/test-35-tiny/tokens.npy steps=1
+row "eval data" "qtrain eval_data=FILE on a plan without eval_interval" "e2e \`62_eval.sh\`: refusals" $Q data=$T eval_data=$T steps=1
+row "eval data" "qtrain data=FILE on an evaluating plan, no eval source" "e2e \`62_eval.sh\`: refusals" $QE data=$T steps=1
 row "token data" "data=$W/trunc.npy (first 60 bytes of an .npy)" "$E40: data: truncated npy" $Q data=$W/trunc.npy steps=1
 row "token data" "data=$W/adir (a directory)" "$E40: data: a directory says so" $Q data=$W/adir steps=1
 row "token data" "data=/dev/null" "this table" $Q data=/dev/null steps=1
@@ -267,6 +275,9 @@ row "configgen" "configgen test-next-tiny.yml run_name=<200 x r>" "unit \`CgConf
 row "configgen" "configgen test-next-tiny.yml base_num_decoder_layers=6" "$EC" cg $RUN base_num_decoder_layers=6
 row "configgen" "configgen test-next-tiny.yml base_emb_dim=2^40 vocab_size=2^40" "$EC" cg $RUN base_emb_dim=1099511627776 vocab_size=1099511627776
 row "configgen" "configgen test-next-tiny.yml learning_rate=1e39" "$EC" cg $RUN learning_rate=1e39
+row "configgen" "configgen test-next-tiny.yml lr_schedule_type=wsd wsd_decay_steps_fraction=0.95" "$EC" cg $RUN lr_schedule_type=wsd wsd_decay_steps_fraction=0.95
+row "configgen" "configgen test-next-tiny.yml eval_steps=5 (eval_interval -1)" "$EC" cg $RUN eval_steps=5
+row "configgen" "configgen test-next-tiny.yml z_loss_multiplier=1e-4 dtype=bfloat16" "$EC" cg $RUN z_loss_multiplier=1e-4 dtype=bfloat16
 row "configgen" "configgen test-next-tiny.yml adam_eps=1e-50" "$EC" cg $RUN adam_eps=1e-50
 mkdir -p $W/gen/test-next-tiny && echo "my notes" > $W/gen/test-next-tiny/notes.txt
 row "configgen" "configgen -o DIR test-next-tiny.yml (DIR/test-next-tiny holds notes.txt)" "e2e \`45_plan_report.sh\`: configgen -o keeps files it did not write" cg $RUN

@@ -9,6 +9,10 @@
  * must carry mtp_loss too, within the loss tolerance.
  * Token dropping (expected.json's moe_dropped, the capacity goldens): each step's count of
  * dropped assignments must be exactly the reference's (the decisions are integer).
+ * z-loss (expected.json's z_loss, issue 33): each step's "z_loss" within the loss tolerance.
+ * Held-out eval (expected.json's eval_step / eval_loss arrays, issue 33): the metrics' eval
+ * rows ({"step":s,"eval_loss":L,...}) must be exactly those steps, each L within the loss
+ * tolerance; without those arrays eval rows are skipped.
  */
 #include <math.h>
 #include <stdio.h>
@@ -74,11 +78,18 @@ int main(int argc, char **argv)
     }
     static double e_loss[MAX_STEPS], e_norm[MAX_STEPS], e_lr[MAX_STEPS], e_mtp[MAX_STEPS];
     static double e_drop[MAX_STEPS];
+    static double e_z[MAX_STEPS], e_es[MAX_STEPS], e_el[MAX_STEPS];
     if (read_file(argv[2], g_buf, sizeof g_buf) < 0) return 2;
     int n = json_array(g_buf, "loss", e_loss, MAX_STEPS);
     int nn = json_array(g_buf, "grad_norm", e_norm, MAX_STEPS);
     int nl = json_array(g_buf, "lr", e_lr, MAX_STEPS);
     int nd = json_array(g_buf, "moe_dropped", e_drop, MAX_STEPS);
+    int nz = json_array(g_buf, "z_loss", e_z, MAX_STEPS);
+    int ne = json_array(g_buf, "eval_step", e_es, MAX_STEPS);
+    if (json_array(g_buf, "eval_loss", e_el, MAX_STEPS) != ne) {
+        fprintf(stderr, "metrics_compare: %s: eval_step and eval_loss differ in length\n", argv[2]);
+        return 2;
+    }
     if (n <= 0 || nn != n || nl != n) {
         fprintf(stderr, "metrics_compare: %s: need equal-length loss/grad_norm/lr arrays\n", argv[2]);
         return 2;
@@ -93,11 +104,25 @@ int main(int argc, char **argv)
     if (!f) { fprintf(stderr, "metrics_compare: cannot open %s\n", argv[1]); return 2; }
     static char line[8192];
     static unsigned char seen_step[MAX_STEPS];
-    int bad = 0, seen = 0;
+    int bad = 0, seen = 0, evals = 0;
     while (fgets(line, sizeof line, f)) {
         double step, loss, norm, lr;
         if (!strncmp(line, "{\"manifest\":", 12)) {   /* a run manifest: skip the whole line */
             while (!strchr(line, '\n') && fgets(line, sizeof line, f)) {}
+            continue;
+        }
+        if (strstr(line, "\"eval_loss\":")) {         /* a held-out eval row */
+            if (ne <= 0) continue;
+            double el = 0;
+            int ok = evals < ne && !json_number(line, "step", &step) &&
+                     !json_number(line, "eval_loss", &el) && step == e_es[evals] &&
+                     within(el, e_el[evals], tl);
+            printf("eval after step %.0f eval_loss %.9g ref %.9g (rel %.2e) %s\n", step, el,
+                   evals < ne ? e_el[evals] : 0.0,
+                   evals < ne ? fabs(el - e_el[evals]) / fmax(fabs(e_el[evals]), 1e-12) : 0.0,
+                   ok ? "ok" : "MISMATCH");
+            bad += !ok;
+            evals++;
             continue;
         }
         if (json_number(line, "step", &step) || json_number(line, "loss", &loss) ||
@@ -119,6 +144,11 @@ int main(int argc, char **argv)
             printf("step %d moe_dropped %.0f ref %.0f MISMATCH\n", s, drop, e_drop[s]);
             ok = 0;
         }
+        double z = 0;
+        if (nz == n && (json_number(line, "z_loss", &z) || !within(z, e_z[s], tl))) {
+            printf("step %d z_loss %.9g ref %.9g MISMATCH\n", s, z, e_z[s]);
+            ok = 0;
+        }
         printf("step %d loss %.9g ref %.9g (rel %.2e)  norm %.7g ref %.7g (rel %.2e)  lr %.6g ref %.6g %s\n",
                s, loss, e_loss[s], fabs(loss - e_loss[s]) / fmax(fabs(e_loss[s]), 1e-12), norm, e_norm[s],
                fabs(norm - e_norm[s]) / fmax(fabs(e_norm[s]), 1e-12), lr, e_lr[s], ok ? "ok" : "MISMATCH");
@@ -134,6 +164,11 @@ int main(int argc, char **argv)
         seen++;
     }
     fclose(f);
+    if (ne > 0 && evals != ne) {
+        fprintf(stderr, "metrics_compare: %s has %d of the %d expected eval rows\n", argv[1],
+                evals, ne);
+        return 1;
+    }
     if (seen != n) {
         fprintf(stderr, "metrics_compare: %s has %d of the %d expected steps\n", argv[1], seen, n);
         return 1;

@@ -432,7 +432,9 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"eval_interval=0", NULL, "eval_interval=0 (command line): expected -1 (no evaluation)"},
         {"eval_interval=10", "eval_per_device_batch_size=0.5", "expected a whole multiple of the training microbatch"},
         {"adam_eps_root=1e-8", NULL, "adam_eps_root=1e-8 (command line): only 0"},
-        {"z_loss_multiplier=1e-4", NULL, "z-loss is not supported yet"},
+        {"z_loss_multiplier=-1e-4", NULL, "z_loss_multiplier=-1e-4 (command line): expected 0 (off) or a multiplier > 0"},
+        {"z_loss_multiplier=1e-4", "dtype=bfloat16", "the z-loss runs in float32 plans only for now"},
+        {"z_loss_multiplier=1e-4", "vocab_blocks=2", "the z-loss has no blocked or vocab-parallel cross entropy yet (vocab_blocks 2)"},
         // the MoE form (config/moe.c, issue 32): C = int(max(ceil(16*2/4) x cf, cf)) = 0,
         // MaxText's expert-parallel buffer dropping, non-finite factors
         {"capacity_factor=0.1", "sparse_matmul=false", "capacity_factor=0.1 (command line): capacity int(max(ceil(S*k/E) x cf, cf)) = int(max(8 x 0.1, 0.1)) = 0 assignments per expert and sequence"},
@@ -529,6 +531,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"mtp_num_layers=1", "mtp_loss_scaling_factor=-0.5", "mtp_loss_scaling_factor=-0.5 (command line): expected a finite number >= 0"},
         {"mtp_loss_scaling_factor=1e39", NULL, "mtp_loss_scaling_factor=1e39 (command line): is inf in float32"},
         {"mtp_num_layers=1", "max_target_length=1", "mtp_num_layers=1 (command line): 1 depths need sequences longer than that (max_target_length=1 (command line))"},
+        {"mtp_num_layers=1", "z_loss_multiplier=0.01", "mtp_num_layers=1 (command line): with the z-loss (z_loss_multiplier=0.01 (command line)) is not supported yet"},
         {"mtp_keep_layers=8", NULL, "mtp_keep_layers=8 (command line): expected 0 (a loaded checkpoint's mtp.* head is skipped) up to 7"},
         {"mtp_keep_layers=1", "mtp_num_layers=1", "mtp_keep_layers=1 (command line): with a trained head (mtp_num_layers=1 (command line)) its mtp.* tensors are saved anyway"},
     };

@@ -500,6 +500,43 @@ TEST(KernelsBasic, XentFdAndF32)
     DOUBLES_EQUAL(1.0 + log(1.0 + exp(-1.0) + exp(-2.0)), lsum, 1.25e-4);
 }
 
+// The z-loss form (issue 33, MaxText's z_loss_multiplier): loss_t = lse - l[target] +
+// z lse^2, z_seq the z terms; dlogits against central differences in double; a masked row
+// (target -1) adds nothing; the float build within F32_TOL; z sums are part of the loss.
+TEST(KernelsBasic, XentZLossFdAndF32)
+{
+    uint64_t s = 43;
+    const int64_t b = 2, S = 3, V = 9;
+    const double z = 0.05;
+    const int32_t tg[b * S] = {0, 8, -1, 4, 2, 7};
+    vd l = rnd(b * S * V, &s, 6.0), dl(b * S * V), ls(b), zs(b);
+    auto loss = [&]() {
+        vd g(b * S * V), zz(b);
+        qt_xent_z_f64(ls.data(), zz.data(), g.data(), l.data(), tg, b, S, V, z);
+        return ls[0] + ls[1];
+    };
+    qt_xent_z_f64(ls.data(), zs.data(), dl.data(), l.data(), tg, b, S, V, z);
+    for (int64_t q = 0; q < b; q++) {
+        double want = 0, wz = 0;
+        for (int64_t t = q * S; t < (q + 1) * S; t++) {
+            if (tg[t] < 0) continue;
+            double e = 0;
+            for (int64_t v = 0; v < V; v++) e += exp(l[t * V + v]);
+            want += log(e) - l[t * V + tg[t]] + z * log(e) * log(e);
+            wz += z * log(e) * log(e);
+        }
+        DOUBLES_EQUAL(want, ls[q], 1e-12 * fabs(want));
+        DOUBLES_EQUAL(wz, zs[q], 1e-12 * fabs(wz));
+    }
+    for (int64_t v = 0; v < V; v++) CHECK(dl[2 * V + v] == 0.0);  // the masked row
+    CHECK(fd_check("xent z dlogits", loss, l, dl) <= FD_TOL);
+    vf fl = to_f(l), fdl(b * S * V), fls(b), fzs(b);
+    qt_xent_z(fls.data(), fzs.data(), fdl.data(), fl.data(), tg, b, S, V, (float)z);
+    CHECK(f32_check("xent z loss", fls, ls) <= F32_TOL);
+    CHECK(f32_check("xent z sums", fzs, zs) <= F32_TOL);
+    CHECK(f32_check("xent z dlogits", fdl, dl) <= F32_TOL);
+}
+
 TEST(KernelsBasic, SwigluFdAndF32)
 {
     uint64_t s = 51;

@@ -301,6 +301,37 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
     return 0;
 }
 
+/* The held-out eval's forward (issue 33): the firmware runs microbatch ops [0, n_fwd) alone
+ * between steps, so they must end with the cross entropy, hold no weight gradient and no
+ * step op but the parameter gathers and their collectives, and wait for every collective
+ * they start (a split all-gather of collective_overlap) before n_fwd. */
+static int check_eval_forward(const qt_cg_graph *g, char *err, size_t errlen)
+{
+    if (g->s->tr.eval_interval <= 0) return 0;
+    if (g->n_fwd < 1 || g->mb[g->n_fwd - 1].kind != QT_OP_XENT)
+        return qt_cg_fail(err, errlen, "the eval forward (microbatch ops 0..%d) does not end "
+                          "with the cross entropy", g->n_fwd - 1);
+    for (int i = 0; i < g->n_fwd; i++) {
+        const qt_op *o = &g->mb[i];
+        const int k = o->kind;
+        if ((o->flags & QT_OPF_WGRAD) ||
+            (qt_cg_op_class(k) == QT_OPC_STEP && k != QT_OP_PARAM_GATHER &&
+             k != QT_OP_COLLECTIVE && k != QT_OP_COLL_START && k != QT_OP_COLL_WAIT))
+            return qt_cg_fail(err, errlen, "eval forward op %d (%s) is a weight gradient or a "
+                              "step op: the forward-only eval cannot run it", i,
+                              qt_cg_op_name(k));
+        if (k != QT_OP_COLL_START) continue;
+        int j = i + 1;
+        while (j < g->n_fwd && !(g->mb[j].kind == QT_OP_COLL_WAIT && g->mb[j].a[0] == o->a[0]))
+            j++;
+        if (j == g->n_fwd)
+            return qt_cg_fail(err, errlen, "eval forward op %d starts collective %lld, which "
+                              "the forward does not wait for (collective_overlap): the eval "
+                              "would leave it in flight", i, (long long)o->a[0]);
+    }
+    return 0;
+}
+
 int qt_cg_check_schedule(const qt_cg_graph *g, char *err, size_t errlen)
 {
     unsigned char *written = qt_cg_alloc((size_t)g->nt);
@@ -311,6 +342,7 @@ int qt_cg_check_schedule(const qt_cg_graph *g, char *err, size_t errlen)
     }
     int rc = check_ops(g, g->init, g->ninit, "init", written, count, err, errlen);
     if (!rc) rc = check_ops(g, g->mb, g->nmb, "microbatch", written, count, err, errlen);
+    if (!rc) rc = check_eval_forward(g, err, errlen);
     for (int p = 0; !rc && p < g->np; p++)
         if (count[p] != 1)
             rc = qt_cg_fail(err, errlen, "param %s has %d WGRAD producers, expected 1",

@@ -149,6 +149,10 @@ int qt_cg_settings_mtp(const qt_cg_config *c, qt_cg_settings *s, char *err, size
         return mbad(kn, "%lld depths need sequences longer than that (%s): depth d predicts "
                     "the token d+1 places ahead", (long long)n,
                     mother("max_target_length", o, sizeof o));
+    if (s->tr.z_loss != 0.0f)
+        return mbad(kn, "with the z-loss (%s) is not supported yet: the head's cross entropy "
+                    "(XENT_MTP) has no z term; expected z_loss_multiplier: 0 or "
+                    "mtp_num_layers: 0", mother("z_loss_multiplier", o, sizeof o));
     s->mtp_layers = (int32_t)n;
     s->mtp_factor = f;
     return mtp_keep_rules(s, full);

@@ -824,7 +824,7 @@ static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const int32_t 
     }
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_XENT);
     QT_CG_SET_T(op, XENT, .loss_seq = g->loss_seq, .dlogits = dlogits, .logits = logits,
-                .targets = g->targets, .scratch = QT_NONE);
+                .targets = g->targets, .scratch = QT_NONE, .z_seq = QT_NONE);
     QT_CG_SET_A(op, XENT, .b = D->b * D->nbt / D->C, .S = D->Sm / D->nbt, .V = Vl);
     if (s->vocab_blocks > 1) {
         const int64_t nb = s->vocab_blocks / split;
@@ -832,6 +832,12 @@ static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const int32_t 
         QT_A(op, XENT, mask) = split > 1 ? tensor : 0;
         QT_T(op, XENT, scratch) = scratch(g, "logits.xent_scratch",
                                           QT_XENT_BLK_SCRATCH(D->T, nb, split));
+    }
+    if (s->tr.z_loss != 0.0f) { /* z_loss_multiplier (issue 33): the plain form's z sums */
+        op->f[0] = s->tr.z_loss;
+        QT_T(op, XENT, z_seq) = qt_cg_add_tensor(g, "z_seq", QT_ROLE_LOSS, QT_F32, 1,
+                                                 SHP(D->b * D->nbt / D->C), AX(LB));
+        g->ts[QT_T(op, XENT, z_seq)].whole = 1;
     }
     g->head_w = w_head;
     return 0;
