@@ -208,6 +208,7 @@ int qt_audit_metrics_read(const char *path, qt_audit_metrics *m)
                 s.has_norm = !qt_num(qt_audit_kv_get(&kv, "grad_norm"), &s.grad_norm);
                 if (qt_num(qt_audit_kv_get(&kv, "lr"), &s.lr)) s.lr = 0.0;
                 if (qt_num(qt_audit_kv_get(&kv, "tokens_per_s"), &s.tokens_per_s)) s.tokens_per_s = 0.0;
+                s.has_mtp = !qt_num(qt_audit_kv_get(&kv, "mtp_loss"), &s.mtp_loss);
                 if (m->n_steps == m->cap) {
                     m->cap = m->cap ? 2 * m->cap : 256;
                     m->steps = realloc(m->steps, (size_t)m->cap * sizeof *m->steps);

@@ -3,8 +3,9 @@
  *
  * Four panels against the step: loss, gradient norm (log scale), learning rate and
  * tokens/s; a second metrics file is overlaid in every panel (its own colour, named in the
- * key). The loss panel also draws each file's held-out eval loss (its eval lines, issue 33)
- * and a dotted line at each step where a new pass over the data begins (from the run
+ * key). The loss panel also draws each file's held-out eval loss (its eval lines, issue 33),
+ * its mtp_loss (the MTP head's cross entropy, issue 31) when its step lines have one, and a
+ * dotted line at each step where a new pass over the data begins (from the run
  * manifest's data windows and passes). The title and the keys name each run as "RUN (FILE)": the "run" of the file's first
  * manifest line, and the file's base name (the base name alone when the file has no
  * manifest). The step lines of each file are written to a temporary data file (mkstemp in
@@ -66,6 +67,7 @@ static int qt_plot_check_out(const char *out, int overwrite)
 #define QT_PLOT_MAX_WRAPS 32
 typedef struct qt_plot_extra {
     int n_evals, n_wraps;
+    int mtp;                   /* its step lines have mtp_loss (the MTP head, issue 31) */
     long long wrap[QT_PLOT_MAX_WRAPS];
 } qt_plot_extra;
 
@@ -115,9 +117,12 @@ static int qt_plot_data(const char *in, char *dat, size_t dn, char *name, size_t
     /* the progress lines count steps from 1: plot step+1, so step 200 is the last */
     for (int i = 0; f && i < m.n_steps; i++) {
         const qt_audit_step *s = &m.steps[i];
-        fprintf(f, "%lld %.9g %.17g %.17g %.9g\n", (long long)s->step + 1, s->loss,
-                s->has_norm ? s->grad_norm : 0.0 / 0.0, s->lr, s->tokens_per_s);
+        fprintf(f, "%lld %.9g %.17g %.17g %.9g %.9g\n", (long long)s->step + 1, s->loss,
+                s->has_norm ? s->grad_norm : 0.0 / 0.0, s->lr, s->tokens_per_s,
+                s->has_mtp ? s->mtp_loss : 0.0 / 0.0);
     }
+    x->mtp = 0;
+    for (int i = 0; i < m.n_steps; i++) x->mtp |= m.steps[i].has_mtp;
     x->n_evals = f ? m.n_evals : 0;
     if (f && m.n_evals) fprintf(f, "\n\n");
     for (int i = 0; f && i < m.n_evals; i++)
@@ -155,6 +160,14 @@ static void qt_plot_script(FILE *g, const char *tmp_png, int n_in, char dat[2][6
         if (n_in > 1)
             fprintf(g, ", '%s' %susing 1:%s with lines lw 2 dt 2 lc rgb '#d62728' title 'B: %s'",
                     dat[1], x[1].n_evals ? "index 0 " : "", panel[p][0], name[1]);
+        /* the loss panel: the MTP head's cross entropy (before its factor; the loss above
+         * is the objective, the head's term included) */
+        for (int k = 0; p == 0 && k < n_in; k++)
+            if (x[k].mtp)
+                fprintf(g, ", '%s' %susing 1:6 with lines lw 1 dt 4 lc rgb '%s' "
+                        "title '%s: mtp_loss (MTP head CE)'", dat[k],
+                        x[k].n_evals ? "index 0 " : "", k ? "#9467bd" : "#8c564b",
+                        k ? "B" : "A");
         /* the loss panel: the held-out eval loss, points joined */
         for (int k = 0; p == 0 && k < n_in; k++)
             if (x[k].n_evals)

@@ -31,6 +31,8 @@ typedef struct qt_audit_step {
     uint64_t fingerprint;
     double loss, grad_norm, lr, tokens_per_s;
     int has_norm;              /* grad_norm was a number (not null) */
+    double mtp_loss;           /* the MTP head's cross-entropy mean (issue 31) */
+    int has_mtp;               /* the line has mtp_loss */
 } qt_audit_step;
 
 /* A flattened JSON object: "a.b.c" -> raw value text (strings without their quotes). */

@@ -532,16 +532,6 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
                       qt_checkpoint_load(p, cli->load, !cli->load_weights_only, start,
                                          &data_pos)) != QT_OK)
         return QT_EXIT_ERR;
-    /* the carried MTP head (mtp_keep_layers) goes into single-file saves only, for now:
-     * refused before any step, so nothing is trained and then lost */
-    if (cli->save && !qt_checkpoint_is_file(cli->save) && qt_checkpoint_kept(p) > 0) {
-        if (rank == 0)
-            fprintf(stderr, "qtrain: save=%s: plan %s carries %d mtp.* tensors of %s "
-                    "(mtp_keep_layers), which a checkpoint directory does not hold yet; "
-                    "expected a save=FILE.safetensors\n", cli->save,
-                    p->run_name ? p->run_name : "?", (int)qt_checkpoint_kept(p), cli->load);
-        return QT_EXIT_ERR;
-    }
     /* bf16 plans: the compute copy from the loaded masters */
     if (qt_main_agree("publishing the loaded parameters", qt_runtime_params_changed()) != QT_OK)
         return QT_EXIT_ERR;

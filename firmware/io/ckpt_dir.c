@@ -10,6 +10,9 @@
  *   optimizer-0000K-of-0000M.safetensors   optimizer.m.<name>, then optimizer.v.<name>,
  *                                          __metadata__ {"format":"qtrain-1","step":S}
  *   optimizer.safetensors.index.json       the same metadata and its weight_map
+ *   a carried MTP head (mtp_keep_layers, ckpt_keep.c): its mtp.* tensors, byte for byte as
+ *   loaded (name, dtype, shape, data), in one more model shard after the others (model-
+ *   0000N-of-0000N with N counting it), written by rank 0 and listed in the model index
  *   config.json, tokenizer files           added by hf_config.c where DIR has none
  * Packing: the file tensors in file order (parameters, then m, then v; pieces in ckpt_map.c
  * order) fill shards greedily up to shard_bytes (a bigger tensor gets a shard of its own);
@@ -46,6 +49,7 @@
 #include "ckpt_map.h"
 #include "ckpt_common.h"
 #include "ckpt_dir.h"
+#include "ckpt_keep.h"
 #include "hf_config.h"
 #include "safetensors.h"
 #include "st_index.h"
@@ -69,6 +73,7 @@ typedef struct qt_cd_shard {
 
 static struct {
     int32_t n_shards, n_model;                  /* all shards; the first n_model are model-* */
+    int32_t keep;                               /* 1: one more model shard, the carried head */
     qt_cd_shard shard[QT_SX_MAX_SHARDS];
     char dir[QT_SX_PATH_MAX], tmp[QT_SX_PATH_MAX], file[QT_SX_PATH_MAX + QT_ST_NAME_MAX + 32];
     char name[QT_ST_NAME_MAX + 16];
@@ -107,7 +112,46 @@ static void qt_cd_shard_name(int32_t s, char *out, size_t n)
     const int model = s < qt_cd.n_model;
     snprintf(out, n, "%s-%05d-of-%05d.safetensors", model ? "model" : "optimizer",
              (int)(model ? s + 1 : s - qt_cd.n_model + 1),
-             (int)(model ? qt_cd.n_model : qt_cd.n_shards - qt_cd.n_model));
+             (int)(model ? qt_cd.n_model + qt_cd.keep : qt_cd.n_shards - qt_cd.n_model));
+}
+
+/* The carried head's shard: the last model shard. */
+static void qt_cd_keep_name(char *out, size_t n)
+{
+    snprintf(out, n, "model-%05d-of-%05d.safetensors", (int)(qt_cd.n_model + 1),
+             (int)(qt_cd.n_model + 1));
+}
+
+/* Bytes of the carried head's tensors. */
+static int64_t qt_cd_keep_bytes(const qt_plan *p)
+{
+    int64_t total = 0;
+    for (int32_t i = 0, n = qt_ckpt_keep_count(p); i < n; i++) {
+        int32_t dt, nd;
+        const int64_t *sh;
+        const void *by;
+        int64_t nb;
+        qt_ckpt_keep_at(p, i, &dt, &nd, &sh, &by, &nb);
+        total += nb;
+    }
+    return total;
+}
+
+/* Rank 0: the carried head's shard, its tensors in record order, unchanged. */
+static int qt_cd_keep_write(const qt_plan *p, int64_t step)
+{
+    char num[32];
+    int rc;
+    qt_cd_keep_name(qt_cd.name, sizeof qt_cd.name);
+    snprintf(qt_cd.file, sizeof qt_cd.file, "%s/%s", qt_cd.tmp, qt_cd.name);
+    snprintf(num, sizeof num, "%lld", (long long)step);
+    if ((rc = qt_st_wopen(qt_cd.file)) || (rc = qt_st_wmeta("format", "pt")) ||
+        (rc = qt_st_wmeta("step", num)) || (rc = qt_ckpt_keep_declare(p)) ||
+        (rc = qt_st_wbegin()) || (rc = qt_ckpt_keep_write(p)) || (rc = qt_st_wcommit())) {
+        qt_st_wabort();
+        return rc;
+    }
+    return QT_OK;
 }
 
 static int qt_cd_pack(const qt_plan *p, int32_t n_parts, int64_t limit, const char *dir)
@@ -259,6 +303,9 @@ static int qt_cd_index(const qt_plan *p, const char *index_name, int32_t s0, int
     char num[32], shard[64];
     int64_t total = 0;
     for (int32_t s = s0; s < s1; s++) total += qt_cd.shard[s].bytes;
+    const int keep = s0 == 0 && qt_cd.keep;   /* the model index lists the carried head */
+    if (keep)
+        total += qt_cd_keep_bytes(p);
     snprintf(qt_cd.file, sizeof qt_cd.file, "%s/%s", qt_cd.tmp, index_name);
     qt_cd.fd = open(qt_cd.file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (qt_cd.fd < 0)
@@ -288,6 +335,17 @@ static int qt_cd_index(const qt_plan *p, const char *index_name, int32_t s0, int
             qt_cd_put(s == s0 && t == 0 ? "\n    \"" : ",\n    \"", qt_cd_prefix[c.part],
                       pc.name);
             qt_cd_put("\": \"", shard, "\"");
+        }
+    }
+    if (keep) {
+        qt_cd_keep_name(shard, sizeof shard);
+        for (int32_t i = 0, n = qt_ckpt_keep_count(p); i < n; i++) {
+            int32_t dt, nd;
+            const int64_t *sh;
+            const void *by;
+            int64_t nb;
+            qt_cd_put(",\n    \"", qt_ckpt_keep_at(p, i, &dt, &nd, &sh, &by, &nb), "\": \"");
+            qt_cd_put(shard, "\"", NULL);
         }
     }
     qt_cd_put("\n  }\n}\n", NULL, NULL);
@@ -458,6 +516,7 @@ int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_byte
     if ((rc = qt_ckpt_check_plan(p, dir)) ||
         (rc = qt_cd_pack(p, QT_CD_PARTS, shard_bytes > 0 ? shard_bytes : 1, dir)))
         return rc;
+    qt_cd.keep = qt_ckpt_keep_count(p) > 0;
     int64_t pid = (int64_t)getpid();
     if (me == 0) {
         snprintf(qt_cd.tmp, sizeof qt_cd.tmp, "%s.tmp.%lld", dir, (long long)pid);
@@ -473,6 +532,8 @@ int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_byte
     snprintf(qt_cd.tmp, sizeof qt_cd.tmp, "%s.tmp.%lld", dir, (long long)hdr[1]);
     if ((rc = qt_cd_walk(p, QT_CD_PARTS, me, n_ranks, step, &wrc)))
         return rc;
+    if (me == 0 && !wrc && qt_cd.keep)
+        wrc = qt_cd_keep_write(p, step);
     int64_t bad = wrc != QT_OK;
     if (n_ranks > 1 && (rc = qt_coll_sum_i64(QT_COLL_ALL, &bad, 1)))
         return rc;

@@ -81,6 +81,8 @@ void qt_metrics_write(FILE *f, const qt_step_metrics *m)
         for (int32_t l = 0; l < m->n_drop_layers; l++)
             fprintf(f, "%s%lld", l ? "," : "", (long long)m->moe_dropped_layer[l]);
         fputc(']', f);
+        if (m->mtp) /* the MTP head's MoE layer, apart from the main layers' share */
+            fprintf(f, ",\"mtp_moe_dropped\":%lld", (long long)m->mtp_moe_dropped);
     }
     fprintf(f, ",\"fingerprint\":\"0x%016llx\"}\n", (unsigned long long)m->fingerprint);
     fflush(f);

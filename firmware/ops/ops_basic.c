@@ -296,7 +296,7 @@ void qt_op_xent(const qt_op *op, const qt_ctx *ctx)
 
 /* XENT_MTP: the main and MTP logits stacked per token block (qt_ops.def): XENT over the
  * b x n runs of S rows into the scratch's first b x n floats, then the main and the MTP
- * sums per block, and the MTP rows' dlogits times f0. */
+ * sums per block, and the MTP rows' dlogits times f0 (or the runtime's t6 scale). */
 void qt_op_xent_mtp(const qt_op *op, const qt_ctx *ctx)
 {
     const int64_t b = QT_A(op, XENT_MTP, b), S = QT_A(op, XENT_MTP, S),
@@ -308,7 +308,8 @@ void qt_op_xent_mtp(const qt_op *op, const qt_ctx *ctx)
                     QT_A(op, XENT_MTP, nb), (unsigned)QT_A(op, XENT_MTP, mask));
     float *ls = qt_f32(ctx, QT_T(op, XENT_MTP, loss_seq));
     float *ms = qt_f32(ctx, QT_T(op, XENT_MTP, mtp_loss_seq));
-    const float c = op->f[0];
+    const int32_t sc = QT_T(op, XENT_MTP, scale);
+    const float c = sc == QT_NONE ? op->f[0] : *qt_f32(ctx, sc);
     for (int64_t s = 0; s < b; s++) {
         ls[s] = ent[s * n];
         float m = ent[s * n + 1];

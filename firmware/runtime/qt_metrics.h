@@ -32,6 +32,8 @@ typedef struct qt_step_metrics {
     int64_t moe_dropped, moe_assignments;
     int32_t n_drop_layers;
     int64_t moe_dropped_layer[QT_METRICS_MAX_LAYERS];
+    int64_t mtp_moe_dropped;   /* with the MTP head: its MoE layers' dropped assignments
+                                  (not in moe_dropped, whose share counts the main layers) */
     /* z-loss (plans with z_loss_multiplier, issue 33): MaxText's learning/z_loss, the sum of
      * z x lse^2 over the targets with a loss / their count (already inside loss) */
     int has_z;

@@ -262,7 +262,64 @@ static int qt_runtime_mtp_fill(const qt_plan *p, qt_token_fill_fn fill, const vo
                 }
                 for (int64_t i = m > 0 ? m : 0; i < Sb; i++) a[i] = c[i] = -1;
             }
+            /* packed documents: depth j's target at i is in another document when one of
+             * the inputs x_i .. x_{i+j} (parts 0 .. j at i) is eos: no loss */
+            if (p->packing)
+                for (int64_t i = 0; i < Sb; i++) {
+                    int e = mt[blk + i] == p->pack_eos;
+                    for (int64_t j = 1; j < n; j++) {
+                        e |= mt[blk + j * Sb + i] == p->pack_eos;
+                        if (e) mg[blk + j * Sb + i] = -1;
+                    }
+                }
         }
+    return QT_OK;
+}
+
+/* The positions with an MTP loss in this microbatch's filled mtp_targets (parts j >= 1). */
+static int64_t qt_runtime_mtp_count(const qt_plan *p)
+{
+    const int64_t n = 1 + p->mtp_layers, Sb = p->train.seq_len / qt_plan_blocks(p);
+    const int64_t nblk = p->train.micro_batch * (qt_plan_tokens_per_seq(p) / Sb);
+    const int32_t *mg = qt_i32(&qt_rt.ctx, p->mtp_targets);
+    int64_t c = 0;
+    for (int64_t k = 0; k < nblk; k++)
+        for (int64_t i = Sb; i < n * Sb; i++) c += mg[k * n * Sb + i] >= 0;
+    return c;
+}
+
+/* Packed documents with the MTP head: a pre-pass over the step's windows (the same fills
+ * the microbatches make) counts N, the targets with a loss, and M, the MTP positions with a
+ * loss, as exact integer sums over the batch axes; writes the MTP gradient scale
+ * factor x max(N,1) / max(M,1) (qt_ops.def XENT_MTP t6: the gradient is later divided by
+ * max(N,1)) and leaves M in *n_mtp. */
+static int qt_runtime_mtp_prepass(const qt_plan *p, int64_t step, int64_t R, int64_t St,
+                                  int64_t t0, int64_t *n_mtp)
+{
+    const qt_ctx *ctx = &qt_rt.ctx;
+    const int64_t b = p->train.micro_batch, S = p->train.seq_len, G = p->train.grad_accum;
+    const int mbmaj = p->n_mb_levels > 0;
+    int64_t c[2] = {0, 0};
+    for (int64_t mb = 0; mb < G; mb++) {
+        const int64_t first = mbmaj ? (mb * R + qt_rt.batch_index) * b
+                                    : qt_rt.batch_index * b * G + mb * b;
+        int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
+        int rc = qt_rt.tokens(qt_rt.tokens_src, step, p->train.global_batch, first, b, S, t0,
+                              St, p->pack_eos, qt_i32(ctx, p->tokens), tg, pos);
+        if (!rc)
+            rc = qt_runtime_mtp_fill(p, qt_rt.tokens, qt_rt.tokens_src, step,
+                                     p->train.global_batch, first, t0, St);
+        if (rc) return rc;
+        for (int64_t i = 0; i < b * St; i++) c[0] += tg[i] >= 0;
+        c[1] += qt_runtime_mtp_count(p);
+    }
+    if (p->batch_mask) {
+        int rc = qt_coll_sum_i64(p->batch_mask, c, 2);
+        if (rc) return rc;
+    }
+    const double N = (double)(c[0] > 1 ? c[0] : 1), M = (double)(c[1] > 1 ? c[1] : 1);
+    *qt_f32(ctx, p->mtp_scale) = (float)((double)p->mtp_factor * N / M);
+    *n_mtp = c[1];
     return QT_OK;
 }
 
@@ -289,6 +346,9 @@ static void qt_runtime_drops_add(const qt_plan *p, qt_step_metrics *m)
         if (l < QT_METRICS_MAX_LAYERS) m->moe_dropped_layer[l] += n;
         m->moe_dropped += n;
     }
+    /* the MTP head's MoE layers: rows L .. L + depths - 1, counted apart */
+    for (int64_t l = L; l < L + p->mtp_layers; l++)
+        for (int64_t s = 0; s < b; s++) m->mtp_moe_dropped += dr[l * b + s];
 }
 
 /* The step's dropped counts over the batch axes (each sequence counted once: tensor ranks
@@ -301,6 +361,7 @@ static int qt_runtime_drops_merge(const qt_plan *p, qt_step_metrics *m)
     m->moe_assignments = p->train.global_batch * p->train.seq_len * p->model.top_k * L;
     if (!p->batch_mask) return QT_OK;
     int rc = qt_coll_sum_i64(p->batch_mask, &m->moe_dropped, 1);
+    if (!rc && p->mtp_layers > 0) rc = qt_coll_sum_i64(p->batch_mask, &m->mtp_moe_dropped, 1);
     return rc ? rc : qt_coll_sum_i64(p->batch_mask, m->moe_dropped_layer, m->n_drop_layers);
 }
 
@@ -332,10 +393,16 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     qt_exact_clear(&mtp);
     qt_exact_clear(&zl);
     const int32_t zt = qt_runtime_z_seq(p);
-    m->moe_dropped = m->moe_assignments = 0;
+    m->moe_dropped = m->moe_assignments = m->mtp_moe_dropped = 0;
     m->n_drop_layers = 0;
     memset(m->moe_dropped_layer, 0, sizeof m->moe_dropped_layer);
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
+    int64_t n_mtp_packed = 0;
+    if (p->mtp_layers > 0 && p->packing) {
+        int rc = qt_runtime_mtp_prepass(p, step, R, St, t0, &n_mtp_packed);
+        if (rc) return rc;
+        qt_runtime_lap(&t, QT_PH_DATA);
+    }
     for (int64_t mb = 0; mb < G; mb++) {
         const int64_t first = mbmaj ? (mb * R + qt_rt.batch_index) * b
                                     : qt_rt.batch_index * b * G + mb * b;
@@ -392,12 +459,12 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     const double n_tok = p->packing ? qt_exact_value(&cnt) : n_all;
     double loss_v = qt_exact_value(&loss) / (n_tok > 1.0 ? n_tok : 1.0) + qt_exact_value(&lb);
     /* the MTP head: its CE mean over the step's positions with an MTP loss (B x (S - j)
-     * per depth j: configgen refuses packing with the head), times the factor */
+     * per depth j; packed, the pre-pass's count), times the factor */
     m->mtp = p->mtp_layers > 0;
     m->mtp_loss = 0.0;
     if (m->mtp) {
-        double n_mtp = 0.0;
-        for (int64_t j = 1; j <= p->mtp_layers; j++)
+        double n_mtp = (double)n_mtp_packed;
+        for (int64_t j = 1; j <= p->mtp_layers && !p->packing; j++)
             n_mtp += (double)(p->train.global_batch * (p->train.seq_len - j));
         m->mtp_loss = qt_exact_value(&mtp) / (n_mtp > 1.0 ? n_mtp : 1.0);
         loss_v += (double)p->mtp_factor * m->mtp_loss;

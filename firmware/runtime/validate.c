@@ -402,11 +402,13 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
         rc = qt_validate_io_tensor(p, p->lb_seq, "lb_seq", QT_F32, tc->micro_batch);
     if (!rc && p->mtp_layers > 0) { /* the MTP head's inputs, targets and loss sums */
         const int64_t n = 1 + p->mtp_layers;
-        if (p->mtp_layers >= tc->seq_len || !(p->mtp_factor >= 0.0f) || p->packing)
+        if (p->mtp_layers >= tc->seq_len || !(p->mtp_factor >= 0.0f))
             return qt_fail(QT_E_PLAN, "plan %s: bad MTP head: %d depths, factor %g, seq_len "
-                           "%lld, packing %d", p->run_name, p->mtp_layers,
-                           (double)p->mtp_factor, (long long)tc->seq_len, p->packing);
+                           "%lld", p->run_name, p->mtp_layers, (double)p->mtp_factor,
+                           (long long)tc->seq_len);
         rc = qt_validate_io_tensor(p, p->mtp_tokens, "mtp_tokens", QT_I32, rows * n);
+        if (!rc && p->packing) /* the runtime's gradient scale (packed documents) */
+            rc = qt_validate_io_tensor(p, p->mtp_scale, "mtp_scale", QT_F32, 1);
         if (!rc) rc = qt_validate_io_tensor(p, p->mtp_targets, "mtp_targets", QT_I32, rows * n);
         if (!rc) rc = qt_validate_io_tensor(p, p->mtp_loss_seq, "mtp_loss_seq", QT_F32,
                                               qt_plan_leaves_per_mb(p));
@@ -417,7 +419,7 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
                                        qt_plan_leaves_per_mb(p));
     if (!rc && p->moe_capacity > 0)
         rc = qt_validate_io_tensor(p, p->moe_drops, "moe_drops", QT_I32,
-                                   tc->micro_batch * p->model.n_layers);
+                                   tc->micro_batch * (p->model.n_layers + p->mtp_layers));
     if (!rc) rc = qt_validate_regions(p);
     if (rc) return rc;
     for (int32_t i = 0; i < p->n_params; i++) {

@@ -33,6 +33,15 @@ check "sparse_matmul false dropless == sparse_matmul true, bit for bit (qwen3-ne
 # mtp_loss (the head's CE mean) at the same tolerances as above
 check "golden qwen3-next tiny with the MTP head (mtp_num_layers 1) vs PyTorch" golden_run test-next-mtp
 check "golden qwen3.5 tiny with the MTP head (mtp.* names unprefixed) vs PyTorch" golden_run test-35-mtp
+# the head with token dropping: its MoE layer drops by the same capacity (the reference's
+# too), counted in its own row: moe_dropped stays the main layers' (exactly the reference's)
+# and mtp_moe_dropped is reported apart (and is not 0 at step 0: the head really drops)
+mtp_cap_golden() {
+  golden_run test-next-mtp-cap1 || return 1
+  local d; d=$(grep -o '"mtp_moe_dropped":[0-9]*' "$QT_TMP/golden-test-next-mtp-cap1/metrics.jsonl" | head -n 1 | cut -d: -f2)
+  [ -n "$d" ] && [ "$d" -gt 0 ] && echo "step 0: the head's MoE dropped $d assignments"
+}
+check "golden qwen3-next tiny with the MTP head and capacity_factor 1.0 vs PyTorch (head drops apart)" mtp_cap_golden
 # Issue 33. The z-loss (z_loss_multiplier 0.01: z lse^2 per target in the loss and its
 # gradient, MaxText's / T5X's form): step-0 gradients at 2e-4, losses and the metrics' z_loss
 # at 2e-4 relative, grad norm 1e-3 (as above: the same fp32-vs-fp64 drift).

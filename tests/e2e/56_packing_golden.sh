@@ -14,6 +14,13 @@ check "packing golden qwen3-next tiny: step-0 gradients and 10-step losses vs Py
   golden_run test-next-pack
 check "packing golden qwen3.5 tiny: step-0 gradients and 10-step losses vs PyTorch" \
   golden_run test-35-pack
+# the multi-token-prediction head with packed documents (docs/model.md 1.8): no MTP loss where
+# the target is past the window or in another document, the MTP term divided by the step's
+# count of positions with one (a run-time pre-pass; mtp_loss per step against the reference)
+check "packing golden qwen3-next tiny with the MTP head: gradients, losses and mtp_loss vs PyTorch" \
+  golden_run test-next-mtp-pack
+check "packing golden qwen3.5 tiny with the MTP head: gradients, losses and mtp_loss vs PyTorch" \
+  golden_run test-35-mtp-pack
 
 # pack_differs PACKED UNPACKED: UNPACKED (same model, packing off) on PACKED's golden weights
 # and tokens: its step-0 loss differs from the packed golden's by more than 5x the loss

@@ -3,7 +3,8 @@
 # mtp_keep_layers 1 (mtp-keep-next-*) that loads a checkpoint holding mtp.* keeps those
 # tensors and writes them byte for byte (names, dtypes, shapes, bytes) into every later save,
 # fp32 or in the published BF16 layout, on one rank and on a mesh, through a resume; without
-# the key they are skipped with a note naming it. A plan with the head loads a checkpoint
+# the key they are skipped with a note naming it; checkpoint directories carry them in one
+# more model shard. A plan with the head loads a checkpoint
 # without it (single file and sharded directory) and initialises the head with a note; an
 # extra depth and a head whose shapes disagree are refused, nothing written.
 MK_DIR=$QT_TMP/mtp-keep
@@ -55,11 +56,6 @@ check "MTP keep: on expert 2 (2 ranks) the same tensors, byte for byte" mk_keep_
 
 mk_keep_refusals() {
   mk_head || return 1
-  # a directory save would not hold them yet: refused before any step, nothing written
-  out=$(mk_run mtp-keep-next-1r 1 steps=1 load=$MK_DIR/head.safetensors load_weights_only=1 \
-        save=$MK_DIR/kdir 2>&1) && { echo "dir save accepted"; return 1; }
-  echo "$out" | grep -q "which a checkpoint directory does not hold yet" || { echo "$out" | tail -2; return 1; }
-  [ ! -e $MK_DIR/kdir ] || { echo "wrote $MK_DIR/kdir"; return 1; }
   # a depth the plan does not carry
   $MK_PY rename $MK_DIR/head.safetensors $MK_DIR/d1.safetensors mtp.layers.0. mtp.layers.1. || return 1
   out=$(mk_run mtp-keep-next-1r 1 steps=1 load=$MK_DIR/d1.safetensors save=$MK_DIR/d1-out.safetensors 2>&1) &&
@@ -67,7 +63,30 @@ mk_keep_refusals() {
   echo "$out" | grep -q "carries 1 depth(s)" || { echo "$out" | tail -2; return 1; }
   [ ! -e $MK_DIR/d1-out.safetensors ]
 }
-check "MTP keep: a directory save and a depth beyond mtp_keep_layers are refused, nothing written" mk_keep_refusals
+check "MTP keep: a depth beyond mtp_keep_layers is refused, nothing written" mk_keep_refusals
+
+# Checkpoint directories: the carried head goes into one more model shard (rank 0 writes it),
+# listed in model.safetensors.index.json; a directory resume carries it again, and a
+# directory save on a mesh holds the same bytes.
+mk_keep_dir() {
+  mk_head || return 1
+  rm -rf $MK_DIR/kdir $MK_DIR/kdir2 $MK_DIR/kdir-ep2
+  mk_run mtp-keep-next-1r 1 steps=2 load=$MK_DIR/head.safetensors load_weights_only=1 \
+    save=$MK_DIR/kdir 2> /dev/null > /dev/null || return 1
+  ls $MK_DIR/kdir | grep -q "^model-00002-of-00002.safetensors$" || { ls $MK_DIR/kdir; return 1; }
+  grep -q '"mtp.fc.weight": "model-00002-of-00002.safetensors"' $MK_DIR/kdir/model.safetensors.index.json ||
+    { echo "index lacks the head"; return 1; }
+  $MK_PY same $MK_DIR/head.safetensors $MK_DIR/kdir || return 1
+  $MK_PY differ $MK_DIR/head.safetensors $MK_DIR/kdir || return 1
+  out=$(mk_run mtp-keep-next-1r 1 steps=4 load=$MK_DIR/kdir save=$MK_DIR/kdir2 2>&1) ||
+    { echo "$out" | tail -3; return 1; }
+  echo "$out" | grep -q "keeps 29 mtp.\* tensors" || { echo "no keep note on the resume"; return 1; }
+  $MK_PY same $MK_DIR/head.safetensors $MK_DIR/kdir2 || return 1
+  mk_run mtp-keep-next-ep2 2 steps=2 load=$MK_DIR/kdir save=$MK_DIR/kdir-ep2 2> /dev/null > /dev/null ||
+    return 1
+  $MK_PY same $MK_DIR/head.safetensors $MK_DIR/kdir-ep2
+}
+check "MTP keep: a directory save holds the 29 mtp.* tensors byte for byte (own shard, in the index); a directory resume and an EP2 resume carry them again" mk_keep_dir
 
 mk_skip_note() {
   mk_head || return 1

@@ -6,16 +6,30 @@
 # main model's matrices (70_mesh, 71_context, 74_zero1, 77_bf16) cover without it: data +
 # ZeRO-1 + accumulation, fsdp (auto), tensor, expert, context (the shifted inputs of a
 # block's last positions are the next context rank's tokens, read from the data), remat,
-# bf16, per-layer reduction and gathers (the head's parameters in the global range); and the head is not vacuous (its run differs from the model without it).
+# bf16, per-layer reduction and gathers (the head's parameters in the global range), scan,
+# packing
+# (DP2 x EP2 and CP2: the MTP normaliser counted per step in a pre-pass, summed exactly over
+# the batch ranks); and the head is not vacuous (its run differs from the model without it).
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 MTP_DIR=$QT_TMP/mtp-mesh
 for cell in mtp-next-1r:mtp-next-dp2-g2-zero1:2 mtp-next-1r:mtp-next-fsdp2-auto:2 \
             mtp-next-1r:mtp-next-tp2:2 mtp-next-1r:mtp-next-ep2:2 \
             mtp-next-1r:mtp-next-remat-full:1 mtp-next-1r-nb4:mtp-next-cp2:2 \
             mtp-35-1r:mtp-35-dp2ep2:4 mtp-bf16-next-1r:mtp-bf16-next-dp2ep2:4 \
-            mtp-next-1r:mtp-next-dp2ep2-layer:4; do
+            mtp-next-1r:mtp-next-dp2ep2-layer:4 mtp-pack-next-1r:mtp-pack-next-dp2ep2:4 \
+            mtp-pack-next-1r-nb4:mtp-pack-next-cp2:2; do
   one=${cell%%:*}; rest=${cell#*:}; run=${rest%%:*}; n=${rest##*:}
   check "MTP head: $run ($n rank(s)) == $one, 10 steps, bit for bit" same_bits "$MTP_DIR" $one $run $n
 done
+# scan_layers: the 16-layer DP2 x EP2 scanned plan with the head (ZeRO-1, G 2, per-layer
+# gathers, remat full) == its one-rank unscanned plan, batch 8
+mtp_scan() {
+  grep -q "scanned block 0: .* run [2-9] times" generated/mtp-scan-next-16l-dp2ep2-scan/plan.txt ||
+    { echo "mtp-scan-next-16l-dp2ep2-scan scans nothing"; return 1; }
+  same_bits "$MTP_DIR" mtp-scan-next-16l-1r-b8 mtp-scan-next-16l-dp2ep2-scan 4
+}
+check "MTP head: scan_layers 16 layers DP2 x EP2 (4 ranks) == one rank, 10 steps, bit for bit" mtp_scan
 check "MTP head: mtp-next-1r differs from the model without the head (mesh-next-1r)" \
   bits_differ "$MTP_DIR" mesh-next-1r mtp-next-1r
+check "MTP head with packing: mtp-pack-next-1r differs from packing without the head (pack-next-1r)" \
+  bits_differ "$MTP_DIR" pack-next-1r mtp-pack-next-1r

@@ -93,6 +93,23 @@ check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, explicit: fits 95 GiB and c
   aot_case aot-next80-v5p512 fits
 check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compiles" \
   aot_case aot-next80-v5p512-auto fits
+# The same with the multi-token-prediction head (mtp_num_layers 1, issue 31): +241 M flat
+# parameter elements on the rank (mtp.fc, three norms, one full-attention MoE layer with the
+# rank's 64 experts), +920 MiB compute copy, +49 Adam, +526 activations (the MTP0.* layer
+# and the stacked logits), and 2469 MiB less gradient tree: the leaf windows are 349 M
+# floats instead of 512 M (first-fit placement in range order: without the head the final
+# norm's tiny window lands above the last layer's expert window and pushes the lm_head's
+# 311 M window above it; with the head the final norm's gradient completes later and the
+# lm_head window sits at 0; 349 M, the embedding's window beside layer 0's dense one, is the
+# minimum either plan needs) = 60808 MiB (61780 without): fits; plan.txt lists mtp.* and
+# MTP0.* tensors.
+mtp_aot() {
+  aot_case aot-next80-v5p512-mtp fits || return 1
+  local p=$AOT_OUT/aot-next80-v5p512-mtp/aot-next80-v5p512-mtp/plan.txt
+  grep -q " mtp.fc.weight$" "$p" && grep -q " mtp.layers.0.mlp.experts.gate_up_proj\| mtp.layers.0.mlp" "$p" &&
+    grep -q " MTP0.fc_out$" "$p" || { echo "plan.txt lacks the head's tensors"; return 1; }
+}
+check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8 with the MTP head: fits 95 GiB and compiles" mtp_aot
 # qwen3.5-397b-a17b: a whole compute copy (the rank's 64 of 512 experts of 60 layers) would
 # be 221702 MiB, so auto also gathers the weights per layer (param_gather=layer, as MaxText's
 # FSDP): the rank keeps 5906 MiB of parameter blocks, each layer's compute copy is

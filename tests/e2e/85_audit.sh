@@ -145,3 +145,18 @@ audit_plot_title() {
   grep -qF "title 'A: default (a.jsonl)'" $AD/t.gp || return 1
 }
 check "audit plot: titled with the run names of the manifests" audit_plot_title
+
+# A run with the MTP head (issue 31): the loss panel also draws its mtp_loss; a run without
+# the head draws none.
+audit_plot_mtp() {
+  rm -f $AD/mtp.png $AD/mtp.gp $AD/nomtp.gp
+  timeout 60 build/mtp-next-1r/qtrain steps=3 seed=3 data=tests/golden/e2e/test-next-tiny/tokens.npy \
+    metrics=$AD/mtp.jsonl 2> /dev/null || return 1
+  QT_AUDIT_GNUPLOT="tee $AD/mtp.gp | gnuplot" $AU plot $AD/mtp.jsonl -o $AD/mtp.png > /dev/null || return 1
+  [ -s $AD/mtp.png ] || return 1
+  grep -qF "using 1:6 with lines lw 1 dt 4 lc rgb '#8c564b' title 'A: mtp_loss (MTP head CE)'" $AD/mtp.gp ||
+    { grep plot $AD/mtp.gp | head -2; return 1; }
+  QT_AUDIT_GNUPLOT="tee $AD/nomtp.gp > /dev/null" $AU plot $AD/a.jsonl -o $AD/nomtp.png > /dev/null
+  [ -s $AD/nomtp.gp ] && ! grep -q mtp_loss $AD/nomtp.gp
+}
+check "audit plot: the loss panel draws mtp_loss for a run with the MTP head (and not without)" audit_plot_mtp

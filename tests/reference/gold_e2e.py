@@ -34,7 +34,9 @@ RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb', 'test-next-pack', 'tes
         'test-next-mtp', 'test-35-mtp',
         # issue 33 (appended: the earlier runs keep their seeds and bits): the z-loss, and
         # held-out eval losses under the WSD schedule (eval_data = the run's tokens.npy)
-        'test-next-z', 'test-next-eval']
+        'test-next-z', 'test-next-eval',
+        # issue 31: the MTP head with packing and with token dropping
+        'test-next-mtp-pack', 'test-35-mtp-pack', 'test-next-mtp-cap1']
 N_STEPS = 10
 MIN_MARGIN = 1e-4
 SEED_TRIES = 64

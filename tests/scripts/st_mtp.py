@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """st_mtp.py - safetensors helpers for the carried MTP head's checks (tests/e2e/70_mtp_keep.sh).
 
+  FILE may also be a checkpoint directory: its model.safetensors.index.json's shards, merged.
   st_mtp.py list FILE                 one line per mtp.* tensor: name dtype shape sha256
   st_mtp.py same A B                  exit 0 iff A's and B's mtp.* tensors agree: the same
                                       names, dtypes, shapes and bytes (and there is one)
@@ -11,11 +12,19 @@
 Reads and writes with the standard library only (json, struct, hashlib)."""
 import hashlib
 import json
+import os
 import struct
 import sys
 
 
 def read(path):
+    if os.path.isdir(path):
+        with open(os.path.join(path, 'model.safetensors.index.json')) as f:
+            files = sorted(set(json.load(f)['weight_map'].values()))
+        out = {}
+        for fn in files:
+            out.update(read(os.path.join(path, fn))[1])
+        return None, out
     with open(path, 'rb') as f:
         raw = f.read()
     n = struct.unpack('<Q', raw[:8])[0]

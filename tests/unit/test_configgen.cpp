@@ -531,11 +531,9 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"mtp_num_layers=1", "mtp_loss_scaling_factor=-0.5", "mtp_loss_scaling_factor=-0.5 (command line): expected a finite number >= 0"},
         {"mtp_loss_scaling_factor=1e39", NULL, "mtp_loss_scaling_factor=1e39 (command line): is inf in float32"},
         {"mtp_num_layers=1", "max_target_length=1", "mtp_num_layers=1 (command line): 1 depths need sequences longer than that (max_target_length=1 (command line))"},
-        {"mtp_num_layers=1", "packing=true|eos_id=5", "mtp_num_layers=1 (command line): with packing: true is not supported yet"},
         {"mtp_num_layers=1", "z_loss_multiplier=0.01", "mtp_num_layers=1 (command line): with the z-loss (z_loss_multiplier=0.01 (command line)) is not supported yet"},
         {"mtp_keep_layers=8", NULL, "mtp_keep_layers=8 (command line): expected 0 (a loaded checkpoint's mtp.* head is skipped) up to 7"},
         {"mtp_keep_layers=1", "mtp_num_layers=1", "mtp_keep_layers=1 (command line): with a trained head (mtp_num_layers=1 (command line)) its mtp.* tensors are saved anyway"},
-        {"mtp_num_layers=1", "sparse_matmul=false|capacity_factor=1", "mtp_num_layers=1 (command line): with token dropping (capacity_factor=1 (command line), sparse_matmul: false) is not supported yet"},
     };
     std::string out = make_tmpdir();
     std::string gen = out + "/gen";

@@ -8,9 +8,10 @@
  * finite float32 >= 0. Every refusal names the key, its value, where it was set and what
  * was expected. What is refused for now, with its reason in the message: more than one
  * depth (the depths share mtp.fc, the pre-fc norms and mtp.norm, whose weight gradients
- * would need one WGRAD over several depths), packing (the MTP normaliser is data-dependent:
- * the gradient scale would have to be known before the backward), token dropping (the
- * head's MoE layer has no row in the per-layer drop counts).
+ * would need one WGRAD over several depths). Packing is allowed: the runtime counts the
+ * step's MTP positions with a loss and writes the gradient scale (qt_plan_fields.def
+ * mtp_scale); so is token dropping: the head's MoE layer drops by the same capacity and
+ * counts its drops in its own row after the main layers' (reported apart).
  * mtp_keep_layers (qtrain's own key, "nothing lost"): with mtp_num_layers 0, up to that
  * many depths of a loaded checkpoint's mtp.* head are carried through untrained into every
  * save; the region (qt_ckpt_keep.h) is sized here from the model's dimensions alone (a plan
@@ -137,15 +138,6 @@ int qt_cg_settings_mtp(const qt_cg_config *c, qt_cg_settings *s, char *err, size
         return mbad(kn, "%lld depths need sequences longer than that (%s): depth d predicts "
                     "the token d+1 places ahead", (long long)n,
                     mother("max_target_length", o, sizeof o));
-    if (s->packing)
-        return mbad(kn, "with packing: true is not supported yet: the MTP normaliser (its "
-                    "positions with a loss) depends on the documents, and its gradient scale "
-                    "must be known before the backward; expected packing: false");
-    if (s->moe_capacity > 0)
-        return mbad(kn, "with token dropping (%s, sparse_matmul: false) is not supported yet: "
-                    "the head's MoE layer would drop by capacity outside the per-layer drop "
-                    "counts; expected capacity_factor <= 0 (dropless) or mtp_num_layers: 0",
-                    mother("capacity_factor", o, sizeof o));
     if (s->tr.z_loss != 0.0f)
         return mbad(kn, "with the z-loss (%s) is not supported yet: the head's cross entropy "
                     "(XENT_MTP) has no z term; expected z_loss_multiplier: 0 or "

@@ -294,6 +294,8 @@ typedef struct qt_cg_graph {
     int32_t positions;         /* packing: I32 [b, S] positions in documents, else QT_NONE */
     int32_t mtp_tokens, mtp_targets, mtp_loss_seq; /* the MTP head's inputs and loss sums
                                   (qt_plan_fields.def), QT_NONE without a head */
+    int32_t mtp_scale;         /* packing with a head: F32 [1] gradient scale the runtime
+                                  writes per step, else QT_NONE */
     int32_t mtp_keep;          /* I32 region of the carried head (mtp_keep_layers), else QT_NONE */
     /* layout (memory/memplan.c) */
     int64_t n_param_elems, n_flat, adam_elems;

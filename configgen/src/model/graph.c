@@ -506,15 +506,20 @@ static void expert_parallel(qt_cg_graph *g, const char *apre, int32_t h2, int32_
 static int32_t moe_capacity(qt_cg_graph *g, int l, int32_t idx, const qt_cg_dims *D)
 {
     if (g->s->moe_capacity <= 0) return QT_NONE;
+    /* the MTP head's layer (l = -1, one depth: config/mtp.c) has its own drop-count row
+     * after the main layers' (qt_plan_fields.def moe_drops) */
+    const int64_t row = l >= 0 ? l : g->s->m.n_layers;
     char n[256];
-    snprintf(n, sizeof n, "L%d.moe.kept_idx", l);
+    if (l >= 0) snprintf(n, sizeof n, "L%d.moe.kept_idx", l);
+    else snprintf(n, sizeof n, "MTP0.moe.kept_idx");
     int32_t kidx = qt_cg_add_tensor(g, n, QT_ROLE_ACT, QT_I32, 3, SHP(D->b, D->S, D->k),
                                     AX(QT_LAX_ACT_BATCH, QT_LAX_ACT_LENGTH, 0));
     /* a sequence split over context: each block's queue continues the earlier blocks'
      * per-expert counts (the op all-gathers the group's counts: Cc x b x E integers) */
     int32_t scr = QT_NONE;
     if (D->C > 1) {
-        snprintf(n, sizeof n, "L%d.moe.capacity_scratch", l);
+        if (l >= 0) snprintf(n, sizeof n, "L%d.moe.capacity_scratch", l);
+        else snprintf(n, sizeof n, "MTP0.moe.capacity_scratch");
         scr = qt_cg_add_tensor(g, n, QT_ROLE_SCRATCH, QT_I32, 1, SHP(D->C * D->b * D->E),
                                AX(QT_LAX_NONE));
     }
@@ -522,7 +527,7 @@ static int32_t moe_capacity(qt_cg_graph *g, int l, int32_t idx, const qt_cg_dims
     QT_CG_SET_T(op, MOE_CAPACITY, .kidx = kidx, .drops = g->moe_drops, .idx = idx,
                 .scratch = scr);
     QT_CG_SET_A(op, MOE_CAPACITY, .T = D->T, .E = D->E, .k = D->k, .S = D->S,
-                .C = g->s->moe_capacity, .layer = l,
+                .C = g->s->moe_capacity, .layer = row,
                 .mask = D->C > 1 ? (int64_t)qt_cg_context_mask(g->s) : 0,
                 .ctx = D->C > 1 ? D->C : 0);
     return kidx;
@@ -727,6 +732,13 @@ static void mtp_io(qt_cg_graph *g, const qt_cg_dims *Dp)
         g->ts[g->mtp_tokens].whole = g->ts[g->mtp_targets].whole = 1;
         g->ts[g->mtp_loss_seq].whole = 1;
     }
+    /* packed documents: the MTP gradient scale depends on the step's data (its positions
+     * with a loss), so the runtime writes it here before the step's first microbatch */
+    g->mtp_scale = QT_NONE;
+    if (np > 1 && s->packing) {
+        g->mtp_scale = qt_cg_add_tensor(g, "mtp_scale", QT_ROLE_INPUT, QT_F32, 1, SHP(1), AX(0));
+        g->ts[g->mtp_scale].whole = 1;
+    }
     /* the carried head (mtp_keep_layers): bytes no op touches, live the whole run */
     g->mtp_keep = QT_NONE;
     if (s->mtp_keep > 0) {
@@ -792,7 +804,8 @@ static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const int32_t 
     if (s->vocab_blocks > 1) QT_A(&g->mb[g->nmb - 1], MATMUL_FWD, bwd_nb) = s->vocab_blocks / split;
     if (np > 1) {
         /* the MTP gradient scale: factor x N / M, N = B x S main targets, M = B x sum over
-         * the depths j of (S - j) positions with an MTP loss (qt_ops.def XENT_MTP) */
+         * the depths j of (S - j) positions with an MTP loss (qt_ops.def XENT_MTP); packed,
+         * N and M depend on the documents: the runtime writes the scale into mtp_scale */
         int64_t m = 0;
         for (int64_t j = 1; j < np; j++) m += D->Sm - j;
         const int64_t nb = s->vocab_blocks > 1 ? s->vocab_blocks / split : 0;
@@ -802,7 +815,7 @@ static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const int32_t 
                               blocks * np + (nb ? QT_XENT_BLK_SCRATCH(np * D->T, nb, P) : 0));
         QT_CG_SET_T(op, XENT_MTP, .loss_seq = g->loss_seq, .mtp_loss_seq = g->mtp_loss_seq,
                     .dlogits = dlogits, .logits = logits, .targets = g->mtp_targets,
-                    .scratch = scr);
+                    .scratch = scr, .scale = g->mtp_scale);
         QT_CG_SET_A(op, XENT_MTP, .b = blocks, .S = Sb, .V = Vl, .nb = nb,
                     .mask = nb && split > 1 ? tensor : 0, .n = np);
         op->f[0] = (float)(s->mtp_factor * (double)D->Sm / (double)m);
@@ -887,7 +900,7 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     g->moe_drops = QT_NONE;
     if (s->moe_capacity > 0) {
         g->moe_drops = qt_cg_add_tensor(g, "moe_drops", QT_ROLE_LOSS, QT_I32, 2,
-                                        SHP(s->m.n_layers, D.b), AX(0, LB));
+                                        SHP(s->m.n_layers + s->mtp_layers, D.b), AX(0, LB));
         g->ts[g->moe_drops].whole = 1;
     }
     g->table = qt_cg_add_tensor(g, "rope_table", QT_ROLE_TABLE, QT_F32, 3,
@@ -919,7 +932,7 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     if (g->moe_drops != QT_NONE) {
         op = qt_cg_emit_op(g, 0, QT_OP_ZERO);
         QT_T(op, ZERO, x) = g->moe_drops;
-        QT_A(op, ZERO, n) = s->m.n_layers * D.b;
+        QT_A(op, ZERO, n) = (s->m.n_layers + s->mtp_layers) * D.b;
     }
     int32_t w_emb = add_param(g, "model.embed_tokens.weight", 2, SHP(D.V, D.d),
                               AX(QT_LAX_VOCAB, QT_LAX_EMBED_VOCAB), QT_INIT_NORMAL, 1.0, -1);
