@@ -25,6 +25,7 @@ static struct {
     int open;                  /* data is a file this module opened (closed at exit) */
     int on;                    /* the plan evaluates and a source is installed */
     int64_t n_batches;
+    int64_t holdout;           /* eval_holdout=N (or the corpus holdout) in use, else 0 */
     int evals;
     double first_loss, last_loss;
     int64_t last_step;
@@ -50,6 +51,7 @@ static int qt_app_eval_holdout(const qt_plan *p, const qt_cli *cli, qt_data *tra
     e->n_windows = (e->n_tokens - 1) / S;
     train->n_tokens = lo + 1;
     train->n_windows = W - n;
+    qt_app_eval.holdout = n;
     return QT_OK;
 }
 
@@ -175,4 +177,16 @@ void qt_app_eval_close(void)
     if (qt_app_eval.open) qt_data_close(&qt_app_eval.data);
     qt_app_eval.open = 0;
     qt_app_eval.on = 0;
+}
+
+void qt_app_eval_manifest(qt_manifest *m)
+{
+    m->eval_kind = !qt_app_eval.on ? 0 : qt_app_eval.holdout ? 2 : 1;
+    if (!m->eval_kind) return;
+    m->eval_path = qt_app_eval.data.path;
+    m->eval_bytes = qt_app_eval.data.file_bytes;
+    m->eval_hash = qt_app_eval.data.hash;
+    m->eval_holdout = qt_app_eval.holdout;
+    m->eval_windows = qt_app_eval.data.n_windows;
+    m->eval_batches = qt_app_eval.n_batches;
 }

@@ -305,6 +305,7 @@ static void qt_main_manifest(const qt_plan *p, const qt_cli *cli, int argc, char
         .start_step = start, .end_step = end,
         .note = qt_main_state.note[0] ? qt_main_state.note : NULL,
     };
+    qt_app_eval_manifest(&m);
     qt_manifest_write(qt_main_state.metrics, &m);
 }
 
@@ -336,7 +337,7 @@ static void qt_main_passes_note(const qt_plan *p, const qt_cli *cli, int64_t sta
         snprintf(per, sizeof per, "each step reads it %.2f times", (double)B / (double)W);
     fprintf(stderr, "qtrain: note: steps 0..%lld%s read %lld sequences of %lld tokens (%lld "
             "tokens) from the %lld window%s of %s (%lld usable tokens): the data is read %.2f "
-            "times, %s; loss may jump where a pass restarts\n", (long long)end - 1, from,
+            "times, %s; loss may jump where a pass restarts (qtrain-audit plot marks each)\n", (long long)end - 1, from,
             (long long)(end * B), (long long)S, (long long)(end * B * S), (long long)W,
             W == 1 ? "" : "s", cli->data ? cli->data : "the embedded corpus", (long long)(W * S),
             (double)end * (double)B / (double)W, per);

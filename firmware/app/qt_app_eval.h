@@ -33,5 +33,8 @@ int qt_app_eval_run(const qt_plan *p, int64_t step, int64_t end, FILE *metrics,
 /* The summary line of the evals run (rank 0 calls it), nothing when none ran. */
 void qt_app_eval_summary(FILE *f);
 void qt_app_eval_close(void);
+/* Fills the manifest's eval_* fields with the source installed (none, eval_data= with its
+ * bytes and hash, or the holdout of N windows) and its windows and batches per eval. */
+void qt_app_eval_manifest(qt_manifest *m);
 
 #endif

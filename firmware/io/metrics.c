@@ -181,7 +181,20 @@ void qt_manifest_write(FILE *f, const qt_manifest *m)
     qt_json_hex(f, "hash", m->data_hash);
     fprintf(f, ",\"tokens\":%lld,\"windows\":%lld,\"passes\":%.6g", (long long)m->data_tokens,
             (long long)m->data_windows, m->data_passes);
-    fputs("},\"checkpoint\":", f);
+    fputs("},\"eval\":", f);
+    if (m->eval_kind == 1) {
+        fputs("{\"source\":\"eval_data\",\"path\":", f);
+        qt_json_str(f, m->eval_path, -1);
+        fprintf(f, ",\"bytes\":%lld", (long long)m->eval_bytes);
+        qt_json_hex(f, "hash", m->eval_hash);
+    } else if (m->eval_kind == 2) {
+        fprintf(f, "{\"source\":\"eval_holdout\",\"holdout\":%lld", (long long)m->eval_holdout);
+    }
+    if (m->eval_kind)
+        fprintf(f, ",\"windows\":%lld,\"batches\":%lld}", (long long)m->eval_windows,
+                (long long)m->eval_batches);
+    else fputs("null", f);
+    fputs(",\"checkpoint\":", f);
     if (m->load && m->ckpt && m->ckpt->loaded) {
         fputs("{\"path\":", f);
         qt_json_str(f, m->load, -1);

@@ -221,12 +221,21 @@ typedef struct qt_manifest {
     const qt_ckpt_ident *ckpt; /* what the load read (qt_checkpoint_ident) */
     int64_t start_step, end_step;
     const char *note;          /* e.g. allow_data_change=1's note, or NULL */
+    /* the eval source (issue 33; app/eval.c qt_app_eval_manifest): eval_kind 0 none (the
+     * plan does not evaluate), 1 eval_data= (eval_path, its bytes and XXH64 as data=), 2
+     * eval_holdout=N (the last eval_holdout windows of data=, or of the embedded corpus
+     * when data= is not given); eval_windows its windows, eval_batches read by each eval */
+    int eval_kind;
+    const char *eval_path;
+    int64_t eval_bytes, eval_holdout, eval_windows, eval_batches;
+    uint64_t eval_hash;
 } qt_manifest;
 
 /* One line: {"manifest":"qtrain-1","start_step":S,"end_step":E,"run":..,"plan_hash":..,
  * "generator_version":..,"ranks":R,"mesh":{..},"seed":..,"args":[..],"build":{"compiler",
  * "flags","isa","git","kind"},"data":{"path","bytes","hash","tokens","windows","passes"},
- * "checkpoint":{"path","hash",
+ * "eval":null|{"source":"eval_data","path","bytes","hash","windows","batches"}|
+ * {"source":"eval_holdout","holdout":N,"windows","batches"}, "checkpoint":{"path","hash",
  * "files","data_hash"}|null,"note":..|null,"config":{"key":"value",..}} (config values are
  * the YAML flow text of the resolved config, as strings). */
 void qt_manifest_write(FILE *f, const qt_manifest *m);

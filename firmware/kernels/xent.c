@@ -7,7 +7,8 @@
  * with the sum of exponentials chained per block and the blocks added by a pairwise tree;
  * its phases take no communication (the op wrapper all-gathers between them). The z-loss
  * form (qt_xent_z, MaxText's z_loss_multiplier) is a separate function, so qt_xent's bits
- * do not depend on it.
+ * do not depend on it; so is the blocked form's z finish (qt_xent_blk_finish_z, after the
+ * same stats, merge and sums), so qt_xent_blk_finish's bits do not either.
  */
 #include "xent.h"
 #include "qt_real.h"
@@ -178,6 +179,44 @@ void QT_FN(qt_xent_blk_finish)(qt_real *loss_seq, qt_real *dlogits, const qt_rea
     }
 }
 
+/* The z-loss finish (z != 0; qt_xent_blk_finish's bits are untouched: the op calls this
+ * only then). Per row the same tree sum, lse and 1/sum as qt_xent_blk_finish; with a
+ * target, zt = z * lse * lse, dlogits = (e * (1/sum)) * (1 + 2 z lse), the owner subtracts
+ * 1, loss_t = (lse - l[target]) + zt, as qt_xent_z per row; z_seq[s] = the sum of zt over
+ * the rows of sequence s (t increasing). Every rank computes the same loss_seq and z_seq. */
+void QT_FN(qt_xent_blk_finish_z)(qt_real *loss_seq, qt_real *z_seq, qt_real *dlogits,
+                                 const qt_real *stat, const qt_real *sums,
+                                 const int32_t *targets, int64_t b, int64_t S, int64_t V,
+                                 int64_t nb, int64_t P, int64_t v0, qt_real *tmp, qt_real z)
+{
+    const int64_t R = b * S, Vg = V * P;
+    for (int64_t s = 0; s < b; s++) {
+        qt_real acc = 0, zacc = 0;
+        for (int64_t tt = 0; tt < S; tt++) {
+            const int64_t t = s * S + tt;
+            qt_real *g = dlogits + t * V;
+            for (int64_t j = 0; j < P; j++)
+                for (int64_t i = 0; i < nb; i++) tmp[j * nb + i] = sums[j * R * nb + t * nb + i];
+            const qt_real sum = QT_FN(qt_xent_tree)(tmp, nb * P);
+            const qt_real lse = stat[2 * t] + QT_LOG(sum);
+            const qt_real inv = QT_R(1.0) / sum;
+            const qt_real c = QT_R(1.0) + QT_R(2.0) * z * lse;
+            const int64_t tg = targets[t];
+            if (tg >= 0 && tg < Vg) {
+                for (int64_t v = 0; v < V; v++) g[v] = (g[v] * inv) * c;
+                if (tg >= v0 && tg < v0 + V) g[tg - v0] = g[tg - v0] - QT_R(1.0);
+                const qt_real zt = z * lse * lse;
+                acc = acc + ((lse - stat[2 * t + 1]) + zt);
+                zacc = zacc + zt;
+            } else {
+                for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
+            }
+        }
+        loss_seq[s] = acc;
+        z_seq[s] = zacc;
+    }
+}
+
 void QT_FN(qt_xent_blocked)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
                             const int32_t *targets, int64_t b, int64_t S, int64_t V, int64_t nb,
                             qt_real *scratch)
@@ -188,4 +227,17 @@ void QT_FN(qt_xent_blocked)(qt_real *loss_seq, qt_real *dlogits, const qt_real *
     QT_FN(qt_xent_blk_merge)(stat, targets, R, V, 1);
     QT_FN(qt_xent_blk_sums)(sums, dlogits, logits, stat, R, V, nb);
     QT_FN(qt_xent_blk_finish)(loss_seq, dlogits, stat, sums, targets, b, S, V, nb, 1, 0, tmp);
+}
+
+void QT_FN(qt_xent_blocked_z)(qt_real *loss_seq, qt_real *z_seq, qt_real *dlogits,
+                              const qt_real *logits, const int32_t *targets, int64_t b,
+                              int64_t S, int64_t V, int64_t nb, qt_real *scratch, qt_real z)
+{
+    const int64_t R = b * S;
+    qt_real *stat = scratch, *sums = stat + 2 * R, *tmp = sums + R * nb;
+    QT_FN(qt_xent_blk_stats)(stat, logits, targets, R, V, 0);
+    QT_FN(qt_xent_blk_merge)(stat, targets, R, V, 1);
+    QT_FN(qt_xent_blk_sums)(sums, dlogits, logits, stat, R, V, nb);
+    QT_FN(qt_xent_blk_finish_z)(loss_seq, z_seq, dlogits, stat, sums, targets, b, S, V, nb, 1, 0,
+                                tmp, z);
 }

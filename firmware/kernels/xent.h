@@ -57,6 +57,20 @@ void qt_xent_blk_sums(float *sums, float *dlogits, const float *logits, const fl
 void qt_xent_blk_finish(float *loss_seq, float *dlogits, const float *stat, const float *sums,
                         const int32_t *targets, int64_t b, int64_t S, int64_t V, int64_t nb,
                         int64_t P, int64_t v0, float *tmp);
+/* The blocked z-loss (z != 0): the same phases, then qt_xent_blk_finish_z instead of
+ * qt_xent_blk_finish: per row with a target, loss_t = (lse - l[target]) + z lse^2 and the
+ * softmax times (1 + 2 z lse), as qt_xent_z; z_seq[b] the per-sequence sums of z lse^2.
+ * Same values as qt_xent_z within rounding (the sum of exponentials is the blocked one);
+ * P shards of nb blocks are one rank's nb*P blocks, bit for bit. */
+void qt_xent_blk_finish_z(float *loss_seq, float *z_seq, float *dlogits, const float *stat,
+                          const float *sums, const int32_t *targets, int64_t b, int64_t S,
+                          int64_t V, int64_t nb, int64_t P, int64_t v0, float *tmp, float z);
+void qt_xent_blocked_z(float *loss_seq, float *z_seq, float *dlogits, const float *logits,
+                       const int32_t *targets, int64_t b, int64_t S, int64_t V, int64_t nb,
+                       float *scratch, float z);
+void qt_xent_blocked_z_f64(double *loss_seq, double *z_seq, double *dlogits,
+                           const double *logits, const int32_t *targets, int64_t b, int64_t S,
+                           int64_t V, int64_t nb, double *scratch, double z);
 void qt_xent_blocked(float *loss_seq, float *dlogits, const float *logits,
                      const int32_t *targets, int64_t b, int64_t S, int64_t V, int64_t nb,
                      float *scratch);

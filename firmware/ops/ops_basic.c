@@ -245,13 +245,16 @@ void qt_op_sigmoid_gate_bwd(const qt_op *op, const qt_ctx *ctx)
 /* The cross entropy of b x S rows into loss_seq[b] (qt_ops.def XENT): the plain kernel, or
  * with nb > 0 canonical vocabulary blocks, vocab-parallel over the `mask` group: stats,
  * all-gather, merge, block sums, all-gather, finish (kernels/xent.h). The gathers copy
- * floats, so every rank holds the same stats and sums and the bits are one rank's. */
-static void qt_op_xent_rows(const qt_ctx *ctx, float *loss_seq, float *dlogits,
+ * floats, so every rank holds the same stats and sums and the bits are one rank's. z != 0
+ * (the z-loss, z_seq[b] its sums): qt_xent_z, or the blocked form's z finish; z = 0 runs
+ * the kernels it ran before the z-loss existed (their bits). */
+static void qt_op_xent_rows(const qt_ctx *ctx, float *loss_seq, float *z_seq, float *dlogits,
                             const float *logits, const int32_t *targets, float *scratch,
-                            int64_t b, int64_t S, int64_t V, int64_t nb, unsigned mask)
+                            int64_t b, int64_t S, int64_t V, int64_t nb, unsigned mask, float z)
 {
     if (nb <= 0) {
-        qt_xent(loss_seq, dlogits, logits, targets, b, S, V);
+        if (z != 0.0f) qt_xent_z(loss_seq, z_seq, dlogits, logits, targets, b, S, V, z);
+        else qt_xent(loss_seq, dlogits, logits, targets, b, S, V);
         return;
     }
     const int64_t R = b * S;
@@ -270,28 +273,25 @@ static void qt_op_xent_rows(const qt_ctx *ctx, float *loss_seq, float *dlogits,
         if (ctx->status && !*ctx->status) *ctx->status = rc;
         return;
     }
-    qt_xent_blk_finish(loss_seq, dlogits, stat, sums, targets, b, S, V, nb, P, v0, tmp);
+    if (z != 0.0f)
+        qt_xent_blk_finish_z(loss_seq, z_seq, dlogits, stat, sums, targets, b, S, V, nb, P, v0,
+                             tmp, z);
+    else qt_xent_blk_finish(loss_seq, dlogits, stat, sums, targets, b, S, V, nb, P, v0, tmp);
 }
 
 /* XENT: t0 loss_seq, t1 dlogits, t2 logits, t3 targets; a0 b, a1 S, a2 V; a3 nb, a4 mask
  * (canonical vocabulary blocks, vocab-parallel), t4 their scratch; f0 the z-loss
- * multiplier (0: qt_xent; else qt_xent_z, t5 z_seq, the plain form only: configgen). */
+ * multiplier (0: no z term; else t5 z_seq, the per-sequence z sums, plain or blocked). */
 void qt_op_xent(const qt_op *op, const qt_ctx *ctx)
 {
     const int64_t nb = QT_A(op, XENT, nb);
-    if (op->f[0] != 0.0f) { /* z_loss_multiplier (issue 33): t5 the per-sequence z sums;
-                              * the plain form only (configgen refuses nb > 0) */
-        qt_xent_z(qt_f32(ctx, QT_T(op, XENT, loss_seq)), qt_f32(ctx, QT_T(op, XENT, z_seq)),
-                  qt_f32(ctx, QT_T(op, XENT, dlogits)), qt_f32(ctx, QT_T(op, XENT, logits)),
-                  qt_i32(ctx, QT_T(op, XENT, targets)), QT_A(op, XENT, b), QT_A(op, XENT, S),
-                  QT_A(op, XENT, V), op->f[0]);
-        return;
-    }
+    const float z = op->f[0];
     qt_op_xent_rows(ctx, qt_f32(ctx, QT_T(op, XENT, loss_seq)),
+                    z != 0.0f ? qt_f32(ctx, QT_T(op, XENT, z_seq)) : NULL,
                     qt_f32(ctx, QT_T(op, XENT, dlogits)), qt_f32(ctx, QT_T(op, XENT, logits)),
                     qt_i32(ctx, QT_T(op, XENT, targets)),
                     nb > 0 ? qt_f32(ctx, QT_T(op, XENT, scratch)) : NULL, QT_A(op, XENT, b),
-                    QT_A(op, XENT, S), QT_A(op, XENT, V), nb, (unsigned)QT_A(op, XENT, mask));
+                    QT_A(op, XENT, S), QT_A(op, XENT, V), nb, (unsigned)QT_A(op, XENT, mask), z);
 }
 
 /* XENT_MTP: the main and MTP logits stacked per token block (qt_ops.def): XENT over the
@@ -303,9 +303,9 @@ void qt_op_xent_mtp(const qt_op *op, const qt_ctx *ctx)
                   V = QT_A(op, XENT_MTP, V), n = QT_A(op, XENT_MTP, n);
     float *ent = qt_f32(ctx, QT_T(op, XENT_MTP, scratch));
     float *dlogits = qt_f32(ctx, QT_T(op, XENT_MTP, dlogits));
-    qt_op_xent_rows(ctx, ent, dlogits, qt_f32(ctx, QT_T(op, XENT_MTP, logits)),
+    qt_op_xent_rows(ctx, ent, NULL, dlogits, qt_f32(ctx, QT_T(op, XENT_MTP, logits)),
                     qt_i32(ctx, QT_T(op, XENT_MTP, targets)), ent + b * n, b * n, S, V,
-                    QT_A(op, XENT_MTP, nb), (unsigned)QT_A(op, XENT_MTP, mask));
+                    QT_A(op, XENT_MTP, nb), (unsigned)QT_A(op, XENT_MTP, mask), 0.0f);
     float *ls = qt_f32(ctx, QT_T(op, XENT_MTP, loss_seq));
     float *ms = qt_f32(ctx, QT_T(op, XENT_MTP, mtp_loss_seq));
     const int32_t sc = QT_T(op, XENT_MTP, scale);

@@ -53,7 +53,7 @@ data_passes_noted() {
     for i in $(seq 81); do printf "\\x$(printf %02x $((i % 60)))\\x00"; done; } > $d/t81.tok
   $Q data=$d/t81.tok steps=6 metrics=$d/m6.jsonl 2> $d/e6 || { cat $d/e6; return 1; }
   grep note $d/e6
-  grep -qF "qtrain: note: steps 0..5 read 12 sequences of 16 tokens (192 tokens) from the 5 windows of $d/t81.tok (80 usable tokens): the data is read 2.40 times, a pass every 2.5 steps; loss may jump where a pass restarts" $d/e6 || return 1
+  grep -qF "qtrain: note: steps 0..5 read 12 sequences of 16 tokens (192 tokens) from the 5 windows of $d/t81.tok (80 usable tokens): the data is read 2.40 times, a pass every 2.5 steps; loss may jump where a pass restarts (qtrain-audit plot marks each)" $d/e6 || return 1
   grep -qF "qtrain: note: step 3/6 begins pass 2 over the data (window 0 again)" $d/e6 || return 1
   grep -qF "qtrain: note: step 6/6 begins pass 3 over the data (window 0 again)" $d/e6 || return 1
   [ "$(grep -c "begins pass" $d/e6)" -eq 2 ] || return 1

@@ -12,7 +12,8 @@
 #   * vocab-parallel meshes == one rank with the same blocks, bit for bit (loss bits and
 #     fingerprint, 10 steps): TP2 (explicit and auto), TP2 with 2 blocks a rank, DP2 x TP2,
 #     EP2 x TP2 of qwen3-next tiny, TP2 of qwen3.5 tiny;
-#   * the logits are split in plan.txt and the bf16 refusal names the keys.
+#   * the logits are split in plan.txt and the bf16 refusal names the keys;
+#   * the z-loss with blocks: TP2 == one rank bit for bit, near the plain z form.
 # Run files: configgen/configs/runs/vocab-*.yml; runs through plan_det (run_all.sh).
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 
@@ -71,3 +72,40 @@ vocab_ckpt() {
   [ "$a" = "$(tail -n 1 "$QT_TMP/vocab/vocab-next-1r-vb2.det")" ] && [ "$a" = "$b" ] && echo "both: $a"
 }
 check "vocab-parallel checkpoints: TP2 -> one rank and one rank -> TP2 resume bit for bit" vocab_ckpt
+
+# The z-loss (z_loss_multiplier, issue 33) with blocks and vocab-parallel: the blocked
+# finish adds z lse^2 and scales the softmax by (1 + 2 z lse) once lse is merged
+# (kernels/xent.h qt_xent_blk_finish_z). Variants of the committed runs with
+# z_loss_multiplier=1e-2 (plan_variant): TP2 == one rank with vocab_blocks 2, bit for bit
+# (loss bits, fingerprint and the z_loss field, 10 steps); the z term changes the one-rank
+# bits (not vacuous); the blocked z loss at step 0 (the same initial weights) is the plain
+# z form's within 1e-6 relative (loss and z_loss; a different summation order only).
+vocab_z() {
+  local d=$QT_TMP/vocab/z data=tests/golden/e2e/test-next-tiny/tokens.npy r a b
+  mkdir -p "$d"
+  for r in vocab-next-1r-vb2 vocab-next-tp2 mesh-next-1r; do
+    plan_variant "$r" "$d" z_loss_multiplier=1e-2 || return 1
+  done
+  timeout 120 "$d/vocab-next-1r-vb2-v/qtrain" data=$data seed=11 steps=10 metrics="$d/one.jsonl" \
+    > "$d/one.out" 2>&1 || { tail -n 3 "$d/one.out"; return 1; }
+  timeout 120 mpiexec -n 2 "$d/vocab-next-tp2-v/qtrain" data=$data seed=11 steps=10 \
+    metrics="$d/tp2.jsonl" > "$d/tp2.out" 2>&1 || { tail -n 3 "$d/tp2.out"; return 1; }
+  timeout 120 "$d/mesh-next-1r-v/qtrain" data=$data seed=11 steps=10 metrics="$d/plain.jsonl" \
+    > "$d/plain.out" 2>&1 || { tail -n 3 "$d/plain.out"; return 1; }
+  a=$(det_fields "$d/one.jsonl"; grep -v '^{"manifest"' "$d/one.jsonl" | grep -o '"z_loss":[0-9.e+-]*')
+  b=$(det_fields "$d/tp2.jsonl"; grep -v '^{"manifest"' "$d/tp2.jsonl" | grep -o '"z_loss":[0-9.e+-]*')
+  [ "$(grep -v '^{"manifest"' "$d/one.jsonl" | grep -c '"z_loss":')" -eq 10 ] ||
+    { echo "expected a z_loss in each of the 10 step lines"; return 1; }
+  [ "$a" = "$b" ] || { echo "TP2 z-loss differs from one rank: $(diff <(echo "$a") <(echo "$b") | head -4)"; return 1; }
+  plan_det vocab-next-1r-vb2 1 "$QT_TMP/vocab" 10 || return 1
+  [ "$(det_fields "$d/one.jsonl" | tail -n 1)" != "$(tail -n 1 "$QT_TMP/vocab/vocab-next-1r-vb2.det")" ] ||
+    { echo "z_loss_multiplier did not change the bits"; return 1; }
+  paste <(grep -v '^{"manifest"' "$d/plain.jsonl" | grep -o '"loss":[0-9.e+-]*\|"z_loss":[0-9.e+-]*' |
+           head -n 2 | cut -d: -f2) \
+        <(grep -v '^{"manifest"' "$d/one.jsonl" | grep -o '"loss":[0-9.e+-]*\|"z_loss":[0-9.e+-]*' |
+           head -n 2 | cut -d: -f2) |
+    awk '{ r = ($1 - $2) / $1; r = r < 0 ? -r : r; printf "step 0 plain %s blocked %s rel %.2e\n", $1, $2, r;
+           if (r > 1e-6) bad = 1 } END { exit bad }' || return 1
+  echo "TP2 == one rank (vb2) with z: $(det_fields "$d/tp2.jsonl" | tail -n 1)"
+}
+check "z-loss with vocab blocks: TP2 == one rank (vb2) bit for bit with z_loss, z changes the bits, step 0 near the plain z form (1e-6)" vocab_z

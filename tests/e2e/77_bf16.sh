@@ -139,3 +139,21 @@ b16_vs_fp32() {
   loss_near "$d/f32.jsonl" "$d/bf16-next-1r.jsonl" 10 5 0.005 0.03 1
 }
 check "bf16 stays near fp32 (step 0 within 0.5%, last 5 steps' mean within 3%), trains, takes the bf16 path" b16_vs_fp32
+
+# The z-loss in bf16 on a mesh (issue 33): bf16-next-1r and bf16-next-dp2tp2 with
+# z_loss_multiplier 1e-2 (plan_variant), 10 steps: loss bits, fingerprint and z_loss equal.
+b16_z_mesh() {
+  local d=$QT_TMP/bf16/z r a b
+  mkdir -p "$d"
+  for r in bf16-next-1r bf16-next-dp2tp2; do plan_variant "$r" "$d" z_loss_multiplier=1e-2 || return 1; done
+  timeout 120 "$d/bf16-next-1r-v/qtrain" data=$B16_DATA steps=10 seed=11 metrics=$d/one.jsonl \
+    > "$d/one.out" 2>&1 || { tail -5 "$d/one.out"; return 1; }
+  timeout 120 mpiexec -n 4 "$d/bf16-next-dp2tp2-v/qtrain" data=$B16_DATA steps=10 seed=11 \
+    metrics=$d/mesh.jsonl > "$d/mesh.out" 2>&1 || { tail -5 "$d/mesh.out"; return 1; }
+  a=$(det_fields "$d/one.jsonl"; grep -v '^{"manifest"' "$d/one.jsonl" | grep -o '"z_loss":[0-9.e+-]*')
+  b=$(det_fields "$d/mesh.jsonl"; grep -v '^{"manifest"' "$d/mesh.jsonl" | grep -o '"z_loss":[0-9.e+-]*')
+  [ "$(echo "$a" | grep -c z_loss)" -eq 10 ] || { echo "expected 10 z_loss fields"; return 1; }
+  [ "$a" = "$b" ] || { echo "differs: $(diff <(echo "$a") <(echo "$b") | head -4)"; return 1; }
+  echo "identical over 10 steps: $(det_fields "$d/mesh.jsonl" | tail -n 1)"
+}
+check "bf16 z-loss: DP2 x TP2 == one rank, 10 steps, bit for bit (loss, fingerprint, z_loss)" b16_z_mesh

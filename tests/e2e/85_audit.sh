@@ -160,3 +160,18 @@ audit_plot_mtp() {
   [ -s $AD/nomtp.gp ] && ! grep -q mtp_loss $AD/nomtp.gp
 }
 check "audit plot: the loss panel draws mtp_loss for a run with the MTP head (and not without)" audit_plot_mtp
+
+# The manifest records the eval source (issue 33): eval_data= with its bytes and XXH64 hash
+# (as data=), eval_holdout=N with its windows; `qtrain-audit runs` shows them in its diff.
+audit_eval_source() {
+  local d=$QT_TMP/audit-eval g=tests/golden/e2e/test-next-tiny/tokens.npy out
+  rm -rf "$d"; mkdir -p "$d"
+  timeout 120 build/eval-next-1r/qtrain data=$g eval_data=$g steps=2 metrics=$d/a.jsonl > /dev/null 2>&1 &&
+    timeout 120 build/eval-next-1r/qtrain data=$g eval_holdout=4 steps=2 metrics=$d/b.jsonl > /dev/null 2>&1 || return 1
+  head -n 1 "$d/a.jsonl" | grep -q "\"eval\":{\"source\":\"eval_data\",\"path\":\"$g\",\"bytes\":$(stat -c %s $g),\"hash\":\"0x" ||
+    { echo "a: $(head -n 1 "$d/a.jsonl" | grep -o '"eval":[^}]*}')"; return 1; }
+  head -n 1 "$d/b.jsonl" | grep -q '"eval":{"source":"eval_holdout","holdout":4,"windows":4,"batches":1}' || return 1
+  out=$(build/audit/qtrain-audit runs "$d/a.jsonl" "$d/b.jsonl") || return 1
+  echo "$out" | grep -E "^  eval\.(source|hash|holdout) " | tee /dev/stderr | wc -l | grep -qx 3
+}
+check "manifest eval source: eval_data path/bytes/hash, eval_holdout N; qtrain-audit runs diffs them" audit_eval_source

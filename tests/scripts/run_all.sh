@@ -81,6 +81,18 @@ plan_det() {
   det_fields "$d/$p.jsonl" > "$d/$p.det"
 }
 
+# plan_variant RUN DIR KEY=VALUE...: configgen's plan of configgen/configs/runs/RUN.yml with
+# the overrides, built by `make plan-binary` into DIR/RUN-v/qtrain (a variant of a committed
+# run without a committed plan: the z-loss cells of 69, 77 and 79). Rebuilt each time.
+plan_variant() {
+  local run=$1 d=$2; shift 2
+  rm -rf "$d/$run-v"; mkdir -p "$d/$run-v"
+  build/configgen/configgen -o "$d/$run-v/plan" "configgen/configs/runs/$run.yml" "$@" \
+    > "$d/$run-v/configgen.log" 2>&1 || { tail -n 3 "$d/$run-v/configgen.log"; return 1; }
+  make -s plan-binary PLAN="$d/$run-v/plan/$run" OUT="$d/$run-v/qtrain" \
+    > "$d/$run-v/make.log" 2>&1 || { tail -n 5 "$d/$run-v/make.log"; return 1; }
+}
+
 # same_bits DIR ONE RUN RANKS: RUN on RANKS ranks == ONE on one rank, bit for bit (loss bits
 # and fingerprint, 10 steps; plan_det's cache in DIR). The matrices of 57, 61, 69, 71 use it.
 same_bits() {

@@ -433,8 +433,6 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"eval_interval=10", "eval_per_device_batch_size=0.5", "expected a whole multiple of the training microbatch"},
         {"adam_eps_root=1e-8", NULL, "adam_eps_root=1e-8 (command line): only 0"},
         {"z_loss_multiplier=-1e-4", NULL, "z_loss_multiplier=-1e-4 (command line): expected 0 (off) or a multiplier > 0"},
-        {"z_loss_multiplier=1e-4", "dtype=bfloat16", "the z-loss runs in float32 plans only for now"},
-        {"z_loss_multiplier=1e-4", "vocab_blocks=2", "the z-loss has no blocked or vocab-parallel cross entropy yet (vocab_blocks 2)"},
         // the MoE form (config/moe.c, issue 32): C = int(max(ceil(16*2/4) x cf, cf)) = 0,
         // MaxText's expert-parallel buffer dropping, non-finite factors
         {"capacity_factor=0.1", "sparse_matmul=false", "capacity_factor=0.1 (command line): capacity int(max(ceil(S*k/E) x cf, cf)) = int(max(8 x 0.1, 0.1)) = 0 assignments per expert and sequence"},

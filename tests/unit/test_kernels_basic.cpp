@@ -537,6 +537,40 @@ TEST(KernelsBasic, XentZLossFdAndF32)
     CHECK(f32_check("xent z dlogits", fdl, dl) <= F32_TOL);
 }
 
+// The blocked z-loss (canonical vocabulary blocks, qt_xent_blocked_z; issue 33): in double,
+// the same losses, z sums and dlogits as the plain z form within 1e-12 relative, dlogits
+// against central differences of its own loss, and the float build within F32_TOL.
+TEST(KernelsBasic, XentZLossBlockedFdAndF32)
+{
+    uint64_t s = 47;
+    const int64_t b = 2, S = 3, V = 16, nb = 4, R = b * S;
+    const double z = 0.05;
+    const int32_t tg[b * S] = {0, 15, -1, 4, 9, 7};
+    vd l = rnd(b * S * V, &s, 6.0), dl(b * S * V), ls(b), zs(b), pdl(b * S * V), pls(b), pzs(b);
+    vd scr(QT_XENT_BLK_SCRATCH(R, nb, 1));
+    auto loss = [&]() {
+        vd g(b * S * V), zz(b), sc(QT_XENT_BLK_SCRATCH(R, nb, 1));
+        qt_xent_blocked_z_f64(ls.data(), zz.data(), g.data(), l.data(), tg, b, S, V, nb, sc.data(), z);
+        return ls[0] + ls[1];
+    };
+    qt_xent_z_f64(pls.data(), pzs.data(), pdl.data(), l.data(), tg, b, S, V, z);
+    qt_xent_blocked_z_f64(ls.data(), zs.data(), dl.data(), l.data(), tg, b, S, V, nb, scr.data(), z);
+    for (int64_t q = 0; q < b; q++) {
+        DOUBLES_EQUAL(pls[q], ls[q], 1e-12 * fabs(pls[q]));
+        DOUBLES_EQUAL(pzs[q], zs[q], 1e-12 * fabs(pzs[q]));
+    }
+    for (int64_t i = 0; i < b * S * V; i++) DOUBLES_EQUAL(pdl[i], dl[i], 1e-12);
+    for (int64_t v = 0; v < V; v++) CHECK(dl[2 * V + v] == 0.0);  // the masked row
+    CHECK(fd_check("xent blocked z dlogits", loss, l, dl) <= FD_TOL);
+    qt_xent_blocked_z_f64(ls.data(), zs.data(), dl.data(), l.data(), tg, b, S, V, nb, scr.data(), z);
+    vf fl = to_f(l), fdl(b * S * V), fls(b), fzs(b), fscr(QT_XENT_BLK_SCRATCH(R, nb, 1));
+    qt_xent_blocked_z(fls.data(), fzs.data(), fdl.data(), fl.data(), tg, b, S, V, nb, fscr.data(),
+                      (float)z);
+    CHECK(f32_check("xent blocked z loss", fls, ls) <= F32_TOL);
+    CHECK(f32_check("xent blocked z sums", fzs, zs) <= F32_TOL);
+    CHECK(f32_check("xent blocked z dlogits", fdl, dl) <= F32_TOL);
+}
+
 TEST(KernelsBasic, SwigluFdAndF32)
 {
     uint64_t s = 51;

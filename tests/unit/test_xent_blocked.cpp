@@ -8,6 +8,9 @@
 //      gathered buffers laid out as the all-gathers leave them (ops_basic.c), and every
 //      shard's loss_seq and its dlogits columns equal one rank's with nb x P blocks, bit for
 //      bit, for P = 2 and 4;
+//  (d') the same for the z-loss finish (qt_xent_blk_finish_z, z = 0.05): loss_seq, z_seq
+//      and dlogits of every shard equal one rank's qt_xent_blocked_z with nb x P blocks;
+//      one block is qt_xent_z bit for bit, nb > 1 within 1e-6 relative of it;
 //  (e) the canonical data gradient's one-block form (the vocab-parallel lm_head's, no
 //      scratch) equals the plain kernel into zeros, past the fused path's contraction limit.
 #include <math.h>
@@ -130,9 +133,84 @@ void sharded(const Case &c, int64_t P, int64_t nb)
     }
 }
 
+void run_blocked_z(float *loss, float *zs, float *dl, const Case &c, int64_t nb, float z)
+{
+    vf scr((size_t)QT_XENT_BLK_SCRATCH(c.b * c.S, nb, 1));
+    qt_xent_blocked_z(loss, zs, dl, c.logits.data(), c.tg.data(), c.b, c.S, c.V, nb, scr.data(),
+                      z);
+}
+
+// sharded() for the z-loss finish: the same gathered stats and sums, then
+// qt_xent_blk_finish_z on every shard against one rank's nb x P blocks.
+void sharded_z(const Case &c, int64_t P, int64_t nb, float z)
+{
+    const int64_t R = c.b * c.S, V = c.V / P;
+    vf one_loss((size_t)c.b), one_z((size_t)c.b), one_dl(c.logits.size());
+    run_blocked_z(one_loss.data(), one_z.data(), one_dl.data(), c, nb * P, z);
+    std::vector<vf> shard((size_t)P, vf((size_t)(R * V))), dl((size_t)P, vf((size_t)(R * V)));
+    for (int64_t j = 0; j < P; j++)
+        for (int64_t r = 0; r < R; r++)
+            memcpy(&shard[(size_t)j][(size_t)(r * V)], &c.logits[(size_t)(r * c.V + j * V)],
+                   (size_t)V * sizeof(float));
+    vf all((size_t)(P * 2 * R)), stat, allsums((size_t)(P * R * nb));
+    for (int64_t j = 0; j < P; j++)
+        qt_xent_blk_stats(&all[(size_t)(j * 2 * R)], shard[(size_t)j].data(), c.tg.data(), R, V, j * V);
+    stat = all;
+    qt_xent_blk_merge(stat.data(), c.tg.data(), R, V, P);
+    for (int64_t j = 0; j < P; j++)
+        qt_xent_blk_sums(&allsums[(size_t)(j * R * nb)], dl[(size_t)j].data(), shard[(size_t)j].data(),
+                         stat.data(), R, V, nb);
+    for (int64_t j = 0; j < P; j++) {
+        vf loss((size_t)c.b), zs((size_t)c.b), tmp((size_t)(nb * P));
+        qt_xent_blk_finish_z(loss.data(), zs.data(), dl[(size_t)j].data(), stat.data(),
+                             allsums.data(), c.tg.data(), c.b, c.S, V, nb, P, j * V, tmp.data(), z);
+        CHECK_TEXT(same_bits(loss.data(), one_loss.data(), (size_t)c.b), "shard z loss_seq bits");
+        CHECK_TEXT(same_bits(zs.data(), one_z.data(), (size_t)c.b), "shard z_seq bits");
+        for (int64_t r = 0; r < R; r++)
+            CHECK_TEXT(same_bits(&dl[(size_t)j][(size_t)(r * V)], &one_dl[(size_t)(r * c.V + j * V)],
+                                 (size_t)V),
+                       "shard z dlogits bits");
+    }
+}
+
 } // namespace
 
 TEST_GROUP(XentBlocked) {};
+
+TEST(XentBlocked, ZLossBlockedNearPlainAndSharded)
+{
+    const Case c = make_case(2, 4, 256, 17);
+    const float z = 0.05f;
+    const size_t n = c.logits.size();
+    vf l0(2), z0(2), d0(n), l1(2), z1(2), d1(n);
+    qt_xent_z(l0.data(), z0.data(), d0.data(), c.logits.data(), c.tg.data(), c.b, c.S, c.V, z);
+    run_blocked_z(l1.data(), z1.data(), d1.data(), c, 1, z);
+    CHECK(same_bits(l0.data(), l1.data(), 2) && same_bits(z0.data(), z1.data(), 2));
+    CHECK(same_bits(d0.data(), d1.data(), n));
+    for (int64_t nb : {2, 4, 16}) {
+        run_blocked_z(l1.data(), z1.data(), d1.data(), c, nb, z);
+        double el = 0, ez = 0, ed = 0, ml = 0, mz = 0, md = 0;
+        for (size_t i = 0; i < 2; i++) {
+            el = fmax(el, fabs((double)l1[i] - l0[i]));
+            ml = fmax(ml, fabs((double)l0[i]));
+            ez = fmax(ez, fabs((double)z1[i] - z0[i]));
+            mz = fmax(mz, fabs((double)z0[i]));
+        }
+        for (size_t i = 0; i < n; i++) {
+            ed = fmax(ed, fabs((double)d1[i] - d0[i]));
+            md = fmax(md, fabs((double)d0[i]));
+        }
+        CHECK(el <= 1e-6 * ml && ez <= 1e-6 * mz && ed <= 1e-6 * md);
+    }
+    // z = 0 through the plain finish is untouched: the z finish is a separate function
+    vf l2(2), d2(n);
+    run_blocked(l2.data(), d2.data(), c, 4);
+    run_blocked_z(l1.data(), z1.data(), d1.data(), c, 4, z);
+    CHECK(!same_bits(l2.data(), l1.data(), 2));
+    sharded_z(c, 2, 1, z);
+    sharded_z(c, 2, 2, z);
+    sharded_z(c, 4, 4, z);
+}
 
 TEST(XentBlocked, NearPlain)
 {

@@ -12,7 +12,8 @@
  * eval_interval > 0 only when evaluation is on, then  eval_batch (sequences per sequence group
  * per eval batch) is a positive multiple of micro_batch; eval_steps is -1 or >= 1; eval_fwd_ops
  * is filled from the graph later (qt_cg_train_view); z_loss is 0 or a finite multiplier > 0,
- * only in float32 plans with one vocabulary block (the plain cross entropy, kernels/xent.h). Each refusal names the key, its value,
+ * in any dtype, with the plain or the blocked / vocab-parallel cross entropy (kernels/xent.h;
+ * the MTP head refuses it: config/mtp.c). Each refusal names the key, its value,
  * where it was set and what was expected.
  */
 #include <math.h>
@@ -123,16 +124,6 @@ int qt_cg_train_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_
         return qt_cg_rule_bad(c, err, errlen, "z_loss_multiplier",
                               "expected 0 (off) or a multiplier "
                               "> 0 (MaxText's z-loss: z x logsumexp^2 per target)");
-    if (z != 0.0 && s->dtype == QT_BF16)
-        return qt_cg_rule_bad(c, err, errlen, "z_loss_multiplier",
-                              "the z-loss runs in float32 plans "
-                              "only for now (dtype bfloat16); expected 0 or dtype float32");
-    if (z != 0.0 && s->vocab_blocks > 1)
-        return qt_cg_rule_bad(c, err, errlen, "z_loss_multiplier",
-                              "the z-loss has no blocked or "
-                              "vocab-parallel cross entropy yet (vocab_blocks %d); expected 0 or "
-                              "vocab_blocks 1 without vocab_parallel",
-                              (int)s->vocab_blocks);
     s->tr.z_loss = (float)z;
     return tr_schedule(c, s, err, errlen) || tr_eval(c, s, err, errlen) ? -1 : 0;
 }
