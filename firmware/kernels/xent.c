@@ -149,6 +149,19 @@ static qt_real QT_FN(qt_xent_tree)(qt_real *p, int64_t n)
     return p[0];
 }
 
+/* Row t's sum of exponentials (*sum, the pairwise tree over its nb x P canonical blocks,
+ * global block j * nb + i being block i of shard j, gathered into tmp) and its lse (the
+ * merged max stat[2t] + log(sum)). Shared by both finishes (same bits). */
+static qt_real QT_FN(qt_xent_blk_lse)(qt_real *sum, qt_real *tmp, const qt_real *stat,
+                                      const qt_real *sums, int64_t t, int64_t R, int64_t nb,
+                                      int64_t P)
+{
+    for (int64_t j = 0; j < P; j++)
+        for (int64_t i = 0; i < nb; i++) tmp[j * nb + i] = sums[j * R * nb + t * nb + i];
+    *sum = QT_FN(qt_xent_tree)(tmp, nb * P);
+    return stat[2 * t] + QT_LOG(*sum);
+}
+
 void QT_FN(qt_xent_blk_finish)(qt_real *loss_seq, qt_real *dlogits, const qt_real *stat,
                                const qt_real *sums, const int32_t *targets, int64_t b,
                                int64_t S, int64_t V, int64_t nb, int64_t P, int64_t v0,
@@ -160,11 +173,8 @@ void QT_FN(qt_xent_blk_finish)(qt_real *loss_seq, qt_real *dlogits, const qt_rea
         for (int64_t tt = 0; tt < S; tt++) {
             const int64_t t = s * S + tt;
             qt_real *g = dlogits + t * V;
-            /* global block j * nb + i is block i of shard j */
-            for (int64_t j = 0; j < P; j++)
-                for (int64_t i = 0; i < nb; i++) tmp[j * nb + i] = sums[j * R * nb + t * nb + i];
-            const qt_real sum = QT_FN(qt_xent_tree)(tmp, nb * P);
-            const qt_real lse = stat[2 * t] + QT_LOG(sum);
+            qt_real sum;
+            const qt_real lse = QT_FN(qt_xent_blk_lse)(&sum, tmp, stat, sums, t, R, nb, P);
             const qt_real inv = QT_R(1.0) / sum;
             for (int64_t v = 0; v < V; v++) g[v] = g[v] * inv;
             const int64_t tg = targets[t];
@@ -195,10 +205,8 @@ void QT_FN(qt_xent_blk_finish_z)(qt_real *loss_seq, qt_real *z_seq, qt_real *dlo
         for (int64_t tt = 0; tt < S; tt++) {
             const int64_t t = s * S + tt;
             qt_real *g = dlogits + t * V;
-            for (int64_t j = 0; j < P; j++)
-                for (int64_t i = 0; i < nb; i++) tmp[j * nb + i] = sums[j * R * nb + t * nb + i];
-            const qt_real sum = QT_FN(qt_xent_tree)(tmp, nb * P);
-            const qt_real lse = stat[2 * t] + QT_LOG(sum);
+            qt_real sum;
+            const qt_real lse = QT_FN(qt_xent_blk_lse)(&sum, tmp, stat, sums, t, R, nb, P);
             const qt_real inv = QT_R(1.0) / sum;
             const qt_real c = QT_R(1.0) + QT_R(2.0) * z * lse;
             const int64_t tg = targets[t];

@@ -288,6 +288,26 @@ static int64_t qt_runtime_mtp_count(const qt_plan *p)
     return c;
 }
 
+
+/* Microbatch mb of step `step`: its sequences' tokens, targets and (packed) positions from
+ * the token source, and the MTP head's inputs and targets when the plan has one. R: the
+ * batch groups; St, t0: this rank's tokens of each sequence (context). Shared by the packed
+ * MTP pre-pass and the step, so both read the same windows. */
+static int qt_runtime_fill_mb(const qt_plan *p, int64_t step, int64_t mb, int64_t R,
+                              int64_t St, int64_t t0)
+{
+    const qt_ctx *ctx = &qt_rt.ctx;
+    const int64_t b = p->train.micro_batch, S = p->train.seq_len, G = p->train.grad_accum;
+    const int64_t first = p->n_mb_levels > 0 ? (mb * R + qt_rt.batch_index) * b
+                                             : qt_rt.batch_index * b * G + mb * b;
+    int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
+    int rc = qt_rt.tokens(qt_rt.tokens_src, step, p->train.global_batch, first, b, S, t0, St,
+                          p->pack_eos, qt_i32(ctx, p->tokens), tg, pos);
+    if (!rc && p->mtp_layers > 0)
+        rc = qt_runtime_mtp_fill(p, qt_rt.tokens, qt_rt.tokens_src, step,
+                                 p->train.global_batch, first, t0, St);
+    return rc;
+}
 /* Packed documents with the MTP head: a pre-pass over the step's windows (the same fills
  * the microbatches make) counts N, the targets with a loss, and M, the MTP positions with a
  * loss, as exact integer sums over the batch axes; writes the MTP gradient scale
@@ -297,18 +317,11 @@ static int qt_runtime_mtp_prepass(const qt_plan *p, int64_t step, int64_t R, int
                                   int64_t t0, int64_t *n_mtp)
 {
     const qt_ctx *ctx = &qt_rt.ctx;
-    const int64_t b = p->train.micro_batch, S = p->train.seq_len, G = p->train.grad_accum;
-    const int mbmaj = p->n_mb_levels > 0;
+    const int64_t b = p->train.micro_batch, G = p->train.grad_accum;
     int64_t c[2] = {0, 0};
     for (int64_t mb = 0; mb < G; mb++) {
-        const int64_t first = mbmaj ? (mb * R + qt_rt.batch_index) * b
-                                    : qt_rt.batch_index * b * G + mb * b;
-        int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
-        int rc = qt_rt.tokens(qt_rt.tokens_src, step, p->train.global_batch, first, b, S, t0,
-                              St, p->pack_eos, qt_i32(ctx, p->tokens), tg, pos);
-        if (!rc)
-            rc = qt_runtime_mtp_fill(p, qt_rt.tokens, qt_rt.tokens_src, step,
-                                     p->train.global_batch, first, t0, St);
+        int32_t *tg = qt_i32(ctx, p->targets);
+        int rc = qt_runtime_fill_mb(p, step, mb, R, St, t0);
         if (rc) return rc;
         for (int64_t i = 0; i < b * St; i++) c[0] += tg[i] >= 0;
         c[1] += qt_runtime_mtp_count(p);
@@ -375,7 +388,7 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     if (!qt_rt.tokens) return QT_E_PLAN;
     const qt_kernel_entry *table = qt_runtime_table();
     const qt_ctx *ctx = &qt_rt.ctx;
-    const int64_t b = p->train.micro_batch, S = p->train.seq_len, G = p->train.grad_accum;
+    const int64_t b = p->train.micro_batch, G = p->train.grad_accum;
     /* One tree over the step's leaves: the rank owns a contiguous, rank-major block of the
      * global batch. With a microbatch tree: microbatch-major, so one microbatch's sequences
      * over the batch axes are a contiguous block (docs/design.md s.6): mb * R * b + index * b.
@@ -384,7 +397,6 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     const unsigned seq_mask = p->batch_mask & ~(1u << QT_MESH_CONTEXT);
     const int64_t R = seq_mask ? qt_comm_group_size(seq_mask) : 1;
     const int64_t St = qt_plan_tokens_per_seq(p), t0 = St * qt_rt.ctx.coord[QT_MESH_CONTEXT];
-    const int mbmaj = p->n_mb_levels > 0;
     qt_step_state mst = {step, 0, m};
     qt_exact loss, lb, cnt, mtp, zl;
     qt_exact_clear(&loss);
@@ -404,14 +416,8 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
         qt_runtime_lap(&t, QT_PH_DATA);
     }
     for (int64_t mb = 0; mb < G; mb++) {
-        const int64_t first = mbmaj ? (mb * R + qt_rt.batch_index) * b
-                                    : qt_rt.batch_index * b * G + mb * b;
         int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
-        int rc = qt_rt.tokens(qt_rt.tokens_src, step, p->train.global_batch, first, b, S, t0,
-                              St, p->pack_eos, qt_i32(ctx, p->tokens), tg, pos);
-        if (!rc && p->mtp_layers > 0)
-            rc = qt_runtime_mtp_fill(p, qt_rt.tokens, qt_rt.tokens_src, step,
-                                     p->train.global_batch, first, t0, St);
+        int rc = qt_runtime_fill_mb(p, step, mb, R, St, t0);
         if (rc) return rc;
         if (pos) { /* packed: the targets with a loss (the normaliser), counted exactly */
             int64_t n = 0;
