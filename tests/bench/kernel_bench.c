@@ -818,6 +818,7 @@ typedef struct {
     uint64_t sink;
     qt_exact acc;
     int64_t leaf;
+    qt_bf16 *cc;            /* a bf16 plan's compute copy (n elements) */
 } qt_kb_step_arg;
 
 static qt_exact_sq qt_kb_sq;
@@ -861,7 +862,27 @@ static void qt_kb_step_final(void *p)
 static void qt_kb_step_adamw(void *p)
 {
     qt_kb_step_arg *s = p;
-    s->sink += qt_adamw_update_fp(s->a, s->c, s->d, s->b, s->n, &s->hp, 0.5f, 1, 0);
+    s->sink += qt_adamw_update_fp(s->a, s->c, s->d, s->b, s->n, &s->hp, 0.5f, 1, 0, NULL);
+}
+
+/* the same pass in a bf16 plan: the compute copy's rounding written in the same loop */
+static void qt_kb_step_adamw_bf16(void *p)
+{
+    qt_kb_step_arg *s = p;
+    s->sink += qt_adamw_update_fp(s->a, s->c, s->d, s->b, s->n, &s->hp, 0.5f, 1, 0, s->cc);
+}
+
+/* a bf16 plan's step before the rounding joined the fused pass: per chunk of 16384 the
+ * update, the rounding and the fingerprint as three passes (the chunk stays in cache) */
+static void qt_kb_step_adamw_bf16_chunks(void *p)
+{
+    qt_kb_step_arg *s = p;
+    for (int64_t j = 0; j < s->n; j += 16384) {
+        const int64_t c = s->n - j < 16384 ? s->n - j : 16384;
+        qt_adamw_update_scaled(s->a + j, s->c + j, s->d + j, s->b + j, c, &s->hp, 0.5f, 1);
+        qt_bf16_from_f32_n(s->cc + j, s->a + j, c);
+        s->sink += qt_fp_mix(s->a + j, c, (uint64_t)j);
+    }
 }
 
 /* the push of leaf 1 (level 1 = level 0 + scratch) or leaf 3 (level 2 = level 1 +
@@ -910,6 +931,12 @@ static void qt_kb_step_plan(const char *plan, int64_t n)
     /* AdamW first, on the fresh values (the pushes below overwrite c and d) */
     qt_kb_step_row("clip + AdamW + fingerprint (r g,p,m,v w p,m,v)", 7 * B,
                    qt_kb_run(qt_kb_step_adamw, &s), bw);
+    s.cc = (qt_bf16 *)(void *)qt_kb_floats(n / 2 + 1);
+    qt_kb_step_row("bf16 plan: the same + compute copy (w copy)", 7.5 * B,
+                   qt_kb_run(qt_kb_step_adamw_bf16, &s), bw);
+    qt_kb_step_row("bf16 plan, before: 3 passes per 16384 chunk", 7.5 * B,
+                   qt_kb_run(qt_kb_step_adamw_bf16_chunks, &s), bw);
+    free(s.cc);
     qt_kb_step_row("normalise + exact sum of squares (r g w g)", 2 * B,
                    qt_kb_run(qt_kb_step_norm, &s), bw);
     qt_kb_step_row("tree total of 3 leaves (r l0,l1 w l1)", 3 * B,
