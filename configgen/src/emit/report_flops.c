@@ -71,11 +71,10 @@ void qt_cg_report_flops(const qt_cg_graph *g, qt_cg_buf *b)
                      (long long)s->m.n_experts, (long long)f.gdn_conv);
     qt_cg_buf_printf(b, "  %-14s %5s   %14s %9s%16s %7s%17s  %s\n", "part", "count",
                      "MACs/token", "", "fwd FLOP/token", "", "train FLOP/token", "what");
-    part(b, "gdn_proj", f.n_gdn, f.gdn_proj, "GDN layers: in_proj (q, k, v, z, b, a), out_proj");
-    part(b, "gdn_delta", f.n_gdn, f.gdn_delta, "GDN layers: the delta rule, 3 Dk Dv per value head");
-    part(b, "attn_proj", f.n_attn, f.attn_proj, "full-attention layers: q (with its gate), k, v, o");
-    part(b, "attn_core", f.n_attn, f.attn_core, "full-attention layers: causal scores and values, "
-         "hq hd S");
+    part(b, "gdn_proj", f.n_gdn, f.gdn_proj, "GDN: in_proj (q, k, v, z, b, a), out_proj");
+    part(b, "gdn_delta", f.n_gdn, f.gdn_delta, "GDN: the delta rule, 3 Dk Dv per value head");
+    part(b, "attn_proj", f.n_attn, f.attn_proj, "full attention: q (with its gate), k, v, o");
+    part(b, "attn_core", f.n_attn, f.attn_core, "full attention: causal scores and values, hq hd S");
     part(b, "moe_router", f.n_moe, f.router, "MoE: router, d x E");
     part(b, "moe_routed", f.n_moe, f.routed, "MoE: the top-k routed experts, k x 3 d f");
     part(b, "moe_shared", f.n_moe, f.shared, "MoE: the shared expert and its gate, 3 d fs + d");
@@ -83,11 +82,11 @@ void qt_cg_report_flops(const qt_cg_graph *g, qt_cg_buf *b)
     total(b, "main", f.fwd_main, "the main model");
     if (f.n_mtp > 0) {
         part(b, "mtp_fc", f.n_mtp, f.mtp_fc, "MTP head: mtp.fc, 2d -> d");
-        part(b, "mtp_attn_proj", f.n_mtp, f.attn_proj, "MTP head's layer: q (with its gate), k, v, o");
-        part(b, "mtp_attn_core", f.n_mtp, f.attn_core, "MTP head's layer: causal scores and values");
-        part(b, "mtp_moe_router", f.n_mtp, f.router, "MTP head's layer: router");
-        part(b, "mtp_moe_routed", f.n_mtp, f.routed, "MTP head's layer: top-k routed experts");
-        part(b, "mtp_moe_shared", f.n_mtp, f.shared, "MTP head's layer: shared expert and gate");
+        part(b, "mtp_attn_proj", f.n_mtp, f.attn_proj, "MTP layer: q (with its gate), k, v, o");
+        part(b, "mtp_attn_core", f.n_mtp, f.attn_core, "MTP layer: causal scores and values");
+        part(b, "mtp_moe_router", f.n_mtp, f.router, "MTP layer: router");
+        part(b, "mtp_moe_routed", f.n_mtp, f.routed, "MTP layer: top-k routed experts");
+        part(b, "mtp_moe_shared", f.n_mtp, f.shared, "MTP layer: shared expert and its gate");
         part(b, "mtp_lm_head", f.n_mtp, f.lm_head, "MTP head: its lm_head pass");
         total(b, "mtp", f.fwd_mtp, "the MTP head");
     }
@@ -148,8 +147,10 @@ void qt_cg_report_mtp(const qt_cg_graph *g, qt_cg_buf *b)
     }
     qt_cg_buf_printf(b, "  MTP head parameters: %d tensors (mtp.*), %lld elements over the mesh; "
                      "this rank's local shapes hold %lld = %.3f MiB (the compute copy's "
-                     "dtype)\n", n_p, (long long)global, (long long)local,
-                     (double)local_b / 1048576.0);
+                     "dtype%s)\n", n_p, (long long)global, (long long)local,
+                     (double)local_b / 1048576.0,
+                     g->params_compact ? "; gathered per layer, the rank keeps only its blocks "
+                                         "between uses" : "");
     /* live bytes per microbatch op: + at a tensor's first op, - after its last */
     int64_t *delta = calloc((size_t)g->nmb + 1, sizeof *delta);
     if (!delta) abort(); /* host tool: out of memory for one array per op is fatal */
