@@ -1178,6 +1178,54 @@ TEST(CgReport, MeshAndOneRankSections)
     STRCMP_EQUAL("1 rank: no collectives, 0 bytes moved", coll1[0].c_str());
 }
 
+// plan.txt's model FLOPs (model/flops.c) against the op graph of one-rank plans: the
+// multiply-accumulates of the microbatch's forward ops, counted from their attributes
+// (matmul M N K; expert FFN T k x 3 d f; attention b S Hq hd x S, the model's S/2 keys for
+// q.k and p.v; delta rule b S Hv x 3 Dk Dv), are the model's MACs per token x b S, main
+// model and MTP head together; the bench model gives bench.md's 180412416 per token trained.
+// Exact integers, no tolerance.
+TEST(CgReport, ModelFlopsEqualTheForwardOpsMacs)
+{
+    const char *runs[] = {"configgen/configs/runs/bench.yml", "configgen/configs/runs/bench-mtp.yml",
+                          kTiny, "configgen/configs/runs/test-next-mtp.yml",
+                          "configgen/configs/runs/test-35-tiny.yml",
+                          "configgen/configs/runs/test-35-mtp.yml"};
+    for (const char *run : runs) {
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(run));
+        const qt_cg_graph &g = p.g;
+        LONGS_EQUAL(1, p.s.n_ranks);
+        int64_t mac = 0;
+        for (int i = 0; i < g.n_fwd; i++) {
+            const qt_op *o = &g.mb[i];
+            if (o->kind == QT_OP_MATMUL_FWD)
+                mac += QT_A(o, MATMUL_FWD, M) * QT_A(o, MATMUL_FWD, N) * QT_A(o, MATMUL_FWD, K);
+            else if (o->kind == QT_OP_EXPERT_FFN_FWD)
+                mac += QT_A(o, EXPERT_FFN_FWD, T) * QT_A(o, EXPERT_FFN_FWD, k) * 3 *
+                       QT_A(o, EXPERT_FFN_FWD, d) * QT_A(o, EXPERT_FFN_FWD, f);
+            else if (o->kind == QT_OP_ATTN_FWD)
+                mac += QT_A(o, ATTN_FWD, b) * QT_A(o, ATTN_FWD, S) * QT_A(o, ATTN_FWD, Hq) *
+                       QT_A(o, ATTN_FWD, hd) * QT_A(o, ATTN_FWD, S);
+            else if (o->kind == QT_OP_GDN_CORE_FWD)
+                mac += QT_A(o, GDN_CORE_FWD, b) * QT_A(o, GDN_CORE_FWD, S) *
+                       QT_A(o, GDN_CORE_FWD, Hv) * 3 * QT_A(o, GDN_CORE_FWD, Dk) *
+                       QT_A(o, GDN_CORE_FWD, Dv);
+        }
+        qt_cg_flops f;
+        qt_cg_model_flops(&p.s.m, p.s.tr.seq_len, p.s.mtp_layers, &f);
+        const int64_t tokens = p.s.tr.micro_batch * p.s.tr.seq_len;
+        LONGS_EQUAL_TEXT((long)((f.fwd_main + f.fwd_mtp) * tokens), (long)(2 * mac), run);
+        LONGS_EQUAL_TEXT(p.s.mtp_layers > 0, f.fwd_mtp > 0, run);
+    }
+    CgPlan b;
+    LONGS_EQUAL(0, b.build("configgen/configs/runs/bench.yml"));
+    qt_cg_flops f;
+    qt_cg_model_flops(&b.s.m, b.s.tr.seq_len, b.s.mtp_layers, &f);
+    LONGS_EQUAL(180412416, (long)(3 * f.fwd_main));
+    const std::string rep = report_of(b);
+    CHECK(rep.find("(180.4 MFLOP per token trained) the main model") != std::string::npos);
+}
+
 // ZeRO-1 splits Adam over data as well: half the optimizer bytes on a data-2 mesh, and each
 // report states the other setting's figure.
 TEST(CgReport, Zero1HalvesTheOptimizerBytes)
