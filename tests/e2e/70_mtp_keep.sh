@@ -170,8 +170,15 @@ mk_depth2() {
   out=$(mk_run mtp2-next-1r 1 steps=1 load=$MK_DIR/head.safetensors save=$d/x.safetensors 2>&1) && { echo "a 1-depth head loaded into 2 depths"; return 1; }
   echo "$out" | grep -q "missing tensor mtp.layers.1." || { echo "$out" | tail -2; return 1; }
   [ ! -e $d/x.safetensors ] || { echo "a refused load wrote"; return 1; }
-  echo "$n0 + $n1 depth tensors and the 4 shared ones; both refusals clear"
+  # a plan without the head carries both depths with mtp_keep_layers 2 (the region sized for
+  # two depths from the model's dimensions), byte for byte
+  plan_variant mtp-keep-next-1r "$d" mtp_keep_layers=2 || return 1
+  out=$(timeout 120 "$d/mtp-keep-next-1r-v/qtrain" data=$MK_DATA seed=11 steps=2 load=$d/dir \
+        load_weights_only=1 save=$d/kept.safetensors 2>&1) || { echo "$out" | tail -3; return 1; }
+  echo "$out" | grep -q "keeps $((n0 + n1 + 4)) mtp.\* tensors" || { echo "no keep note: $out" | tail -3; return 1; }
+  $MK_PY same $d/dir $d/kept.safetensors || return 1
+  echo "$n0 + $n1 depth tensors and the 4 shared ones; both refusals clear; mtp_keep_layers 2 keeps them"
 }
-check "MTP ckpt: two depths saved (config.json num_nextn_predict_layers 2, mtp.layers.0/1 and the shared fc / norms); depth mismatches refused, nothing written" mk_depth2
+check "MTP ckpt: two depths saved (config.json num_nextn_predict_layers 2, mtp.layers.0/1 and the shared fc / norms); depth mismatches refused, nothing written; mtp_keep_layers 2 carries them" mk_depth2
 check "MTP ckpt: two depths, mtp2-next-1r (1 rank) -> mtp2-next-ep2 (2 ranks), sharded dir, steps 6..10 bit for bit" \
   ckpt_resume mtp2-next-1r mtp2-next-1r 1 mtp2-next-ep2 2
