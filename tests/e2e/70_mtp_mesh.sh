@@ -40,6 +40,23 @@ check "MTP head with packing: mtp-pack-next-1r differs from packing without the 
   bits_differ "$MTP_DIR" pack-next-1r mtp-pack-next-1r
 check "MTP head: two depths (mtp2-next-1r) differ from one (mtp-next-1r)" \
   bits_differ "$MTP_DIR" mtp-next-1r mtp2-next-1r
+# Two depths in bf16 (plan_variant mtp_num_layers=2 of the bf16 pair): the stacked
+# operands of the shared weights' WGRADs are bf16 copies (exact), their rstd fp32; DP2 x EP2
+# == one rank, 10 steps, bit for bit.
+mtp2_bf16() {
+  local d=$MTP_DIR/bf16-2 data=tests/golden/e2e/test-next-tiny/tokens.npy a b
+  mkdir -p "$d"
+  plan_variant mtp-bf16-next-1r "$d" mtp_num_layers=2 || return 1
+  plan_variant mtp-bf16-next-dp2ep2 "$d" mtp_num_layers=2 || return 1
+  timeout 120 "$d/mtp-bf16-next-1r-v/qtrain" data=$data seed=11 steps=10 metrics="$d/one.jsonl" \
+    > "$d/one.out" 2>&1 || { tail -n 3 "$d/one.out"; return 1; }
+  timeout 120 mpiexec -n 4 "$d/mtp-bf16-next-dp2ep2-v/qtrain" data=$data seed=11 steps=10 \
+    metrics="$d/mesh.jsonl" > "$d/mesh.out" 2>&1 || { tail -n 3 "$d/mesh.out"; return 1; }
+  a=$(det_fields "$d/one.jsonl") b=$(det_fields "$d/mesh.jsonl")
+  [ "$(echo "$a" | wc -l)" -eq 10 ] && [ "$a" = "$b" ] || { echo "differs: $(diff <(echo "$a") <(echo "$b") | head -4)"; return 1; }
+  echo "identical over 10 steps: $(echo "$b" | tail -n 1)"
+}
+check "MTP head: two depths in bf16, DP2 x EP2 (4 ranks) == one rank, 10 steps, bit for bit" mtp2_bf16
 # The head with the z-loss (z_loss_multiplier 1e-2, plan_variant; MaxText's rule: the main
 # logits only, XENT_MTP runs one XENT per token-block part then): bf16 DP2 x EP2 and fp32
 # TP2 with vocab_parallel (the blocked z finish over the tensor group) == their one-rank
