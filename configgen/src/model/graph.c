@@ -672,7 +672,9 @@ static void stack_op(qt_cg_graph *g, int kind, int32_t y, const int32_t *xs, int
  * per depth j, z = mtp.fc([pre_fc_norm_embedding(e) ; pre_fc_norm_hidden(h)]) (a STACK of
  * feature rows, embedding first), h = one decoder layer of the full-attention kind on z
  * ("mtp.layers.j.", activations "MTPj."; no load-balance term), hn[j] = mtp.norm(h). The
- * head's parameters are outside the layer stack (layer -1, like the embedding's). */
+ * head's parameters are outside the layer stack (layer -1, like the embedding's). mtp.fc
+ * and the three norms are read by every depth: model/autodiff.c gives each of them one
+ * WGRAD over the depths' rows stacked per leaf. */
 static void mtp_head(qt_cg_graph *g, int32_t hf, const int32_t *e, int32_t *hn,
                      const qt_cg_dims *D)
 {
