@@ -266,6 +266,7 @@ row "configgen" "configgen test-next-cap1.yml capacity_factor=nan" "$E40: config
 row "configgen" "configgen test-next-cap1.yml capacity_factor=1e39" "$EC" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=1e39
 row "configgen" "configgen test-next-mtp.yml mtp_keep_layers=1" "$EC" cg configgen/configs/runs/test-next-mtp.yml mtp_keep_layers=1
 row "configgen" "configgen test-next-tiny.yml mtp_keep_layers=8" "$EC" cg configgen/configs/runs/test-next-tiny.yml mtp_keep_layers=8
+row "configgen" "configgen test-next-mtp2.yml mtp_num_layers=8" "$EC" cg configgen/configs/runs/test-next-mtp2.yml mtp_num_layers=8
 row "configgen" "configgen test-next-tiny.yml ragged_buffer_factor=2.0" "$E40: configgen: ragged_buffer_factor > 0" cg $RUN ragged_buffer_factor=2.0
 row "configgen" "configgen /dev/zero" "$E40: configgen: /dev/zero" timeout 20 $CG -o $W/gen /dev/zero
 row "configgen" "configgen $W/adir (a directory)" "$E40: configgen: a directory" cg $W/adir

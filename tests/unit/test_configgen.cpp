@@ -525,11 +525,10 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"adam_b2=0.999999999", NULL, "adam_b2=0.999999999 (command line): rounds to 1 in float32"},
         // the multi-token-prediction head (config/mtp.c, docs/model.md 1.8)
         {"mtp_num_layers=-1", NULL, "mtp_num_layers=-1 (command line): expected 0 (no multi-token-prediction head) or a depth >= 1"},
-        {"mtp_num_layers=2", NULL, "mtp_num_layers=2 (command line): more than one depth is not supported yet"},
+        {"mtp_num_layers=8", NULL, "mtp_num_layers=8 (command line): expected at most 7 depths (the head's parts stack with the main model's per token block, at most 8 parts: qt_ops.def STACK)"},
         {"mtp_num_layers=1", "mtp_loss_scaling_factor=-0.5", "mtp_loss_scaling_factor=-0.5 (command line): expected a finite number >= 0"},
         {"mtp_loss_scaling_factor=1e39", NULL, "mtp_loss_scaling_factor=1e39 (command line): is inf in float32"},
         {"mtp_num_layers=1", "max_target_length=1", "mtp_num_layers=1 (command line): 1 depths need sequences longer than that (max_target_length=1 (command line))"},
-        {"mtp_num_layers=1", "z_loss_multiplier=0.01", "mtp_num_layers=1 (command line): with the z-loss (z_loss_multiplier=0.01 (command line)) is not supported yet"},
         {"mtp_keep_layers=8", NULL, "mtp_keep_layers=8 (command line): expected 0 (a loaded checkpoint's mtp.* head is skipped) up to 7"},
         {"mtp_keep_layers=1", "mtp_num_layers=1", "mtp_keep_layers=1 (command line): with a trained head (mtp_num_layers=1 (command line)) its mtp.* tensors are saved anyway"},
     };
@@ -833,6 +832,57 @@ TEST(CgSchedule, DefBeforeUseAndOneWgradPerParam)
         // the only init op is the rotary table
         LONGS_EQUAL(1, g.ninit);
         LONGS_EQUAL(QT_OP_ROPE_TABLE, g.init[0].kind);
+    }
+}
+
+// The MTP head's depths share mtp.fc, the two pre-fc norms and mtp.norm (docs/model.md 1.8):
+// each of those keeps one WGRAD, which reads its D readers' rows STACKed per leaf (D x the
+// leaf's tokens, model/autodiff.c); a per-depth parameter (the layers') keeps the leaf's
+// tokens. Checked with D = 2 and, at one block per sequence and at context_blocks 4, that
+// every STACK a WGRAD reads has D parts.
+TEST(CgSchedule, MtpSharedWeightsOneStackedWgrad)
+{
+    const char *runs[] = {"configgen/configs/runs/mtp2-next-1r.yml",
+                          "configgen/configs/runs/mtp2-next-1r-nb4.yml"};
+    for (const char *run : runs) {
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(run));
+        const qt_cg_graph &g = p.g;
+        LONGS_EQUAL(2, g.s->mtp_layers);
+        const int64_t Sb = qt_cg_leaf_tokens(g.s);
+        std::vector<int> writer(g.nt, -1); // the STACK op that writes a tensor
+        for (int o = 0; o < g.nmb; o++)
+            if (g.mb[o].kind == QT_OP_STACK) writer[g.mb[o].t[0]] = o;
+        int shared = 0, layer = 0;
+        for (int o = 0; o < g.nmb; o++) {
+            const qt_op &op = g.mb[o];
+            if (!(op.flags & QT_OPF_WGRAD)) continue;
+            const char *nm = g.ps[op.a[QT_A_WGRAD_PARAM]].name;
+            const bool is_shared = !strcmp(nm, "mtp.fc.weight") ||
+                                   !strcmp(nm, "mtp.pre_fc_norm_embedding.weight") ||
+                                   !strcmp(nm, "mtp.pre_fc_norm_hidden.weight") ||
+                                   !strcmp(nm, "mtp.norm.weight");
+            int64_t rows;
+            if (op.kind == QT_OP_MATMUL_WGRAD) rows = QT_A(&op, MATMUL_WGRAD, seq_rows);
+            else if (op.kind == QT_OP_RMSNORM_WGRAD) rows = QT_A(&op, RMSNORM_WGRAD, seq_rows);
+            else continue;
+            if (is_shared) {
+                shared++;
+                LONGS_EQUAL(2 * Sb, rows);
+                // dy and x (slots 0, 1) come from a STACK of the two depths
+                for (int k = 0; k < 2; k++) {
+                    const int w = writer[op.t[k]];
+                    CHECK(w >= 0 && w < o);
+                    LONGS_EQUAL(2, QT_A(&g.mb[w], STACK, n));
+                }
+            } else if (!strncmp(nm, "mtp.layers.1.", 13) && op.kind == QT_OP_RMSNORM_WGRAD &&
+                       strstr(nm, "layernorm")) {
+                layer++;
+                LONGS_EQUAL(Sb, rows);
+            }
+        }
+        LONGS_EQUAL(4, shared);
+        LONGS_EQUAL(2, layer);
     }
 }
 
