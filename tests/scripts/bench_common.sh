@@ -92,6 +92,19 @@ bench_peak_line() {
   else echo "  VDPBF16PS: not measured (this build or CPU has no AVX512_BF16)"; fi
 }
 
+# plan_mib RUN KEY: the MiB figure of plan.txt's line starting "  KEY" (arena, activations ...)
+plan_mib() { awk -v k="  $2" 'index($0, k) == 1 {printf "%.0f", $(NF-1); exit}' generated/$1/plan.txt; }
+# need_mem MIB WHAT: MemAvailable must cover MIB plus 512 MiB for the processes themselves, else
+# the script says so and fails (on the shared 24 GiB VM a run started beside other jobs can
+# run it out of memory; the kernel then kills one of them). Always passes in canned mode.
+need_mem() {
+  [ -n "${BENCH_CANNED:-}" ] && return 0
+  local avail; avail=$(awk '/^MemAvailable:/ {printf "%d", $2/1024}' /proc/meminfo)
+  [ "$avail" -ge $(($1 + 512)) ] && return 0
+  echo "$(basename "$0"): $2 needs $1 MiB, so MemAvailable >= $(($1 + 512)) MiB; have $avail MiB (other jobs?): not run" >&2
+  return 1
+}
+
 # pick A B C: B when A is not empty, else C.
 pick() { if [ -n "$1" ]; then echo "$2"; else echo "$3"; fi; }
 

@@ -49,24 +49,14 @@ echo "slice: d=$d L=$L heads $hq/$hkv x $hd, GDN $hk/$hv x $dk/$dv, experts $E t
 echo "model FLOPs per token (fwd+bwd, remat's second forward not counted): $fpt ($(awk -v f=$fpt -v t=$tok 'BEGIN{printf "%.2f", f*t/1e12}') TFLOP per step); MFU against ${PEAK} GFLOP/s (this machine's single-core FMA peak, measured now)"
 bench_peak_line
 
-plan_mib() { awk -v k="  $2" 'index($0, k) == 1 {printf "%.0f", $(NF-1); exit}' generated/$1/plan.txt; }
-# need_mem MIB: MemAvailable must cover MIB plus 512 MiB for the processes themselves
-need_mem() {
-  [ -n "${BENCH_CANNED:-}" ] && return 0
-  local avail; avail=$(awk '/^MemAvailable:/ {printf "%d", $2/1024}' /proc/meminfo)
-  [ "$avail" -ge $(($1 + 512)) ] && return 0
-  echo "bench_context: $1 MiB of arenas need MemAvailable >= $(($1 + 512)) MiB, have $avail MiB (other jobs?); not run" >&2
-  return 1
-}
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
-
 a1=$(plan_mib $R1 arena); a2=$(plan_mib $R2 arena)
 # CTX_REPORT_ONLY=1 with CTX_OUT: no runs, the report of the logs already in CTX_OUT
 if [ -z "${CTX_REPORT_ONLY:-}" ]; then
-  need_mem $((2 * a2))
+  need_mem $((2 * a2)) "CP2 (two arenas)"
   bench_run r2.jsonl r2.txt -- timeout 3600 mpiexec -n 2 ./build/$R2/qtrain steps=$STEPS profile=1 metrics=$out/r2.jsonl 2> $out/r2.txt ||
     { cat $out/r2.txt; exit 1; }
-  need_mem $a1
+  need_mem $a1 "one rank's arena"
   bench_run r1.jsonl r1.txt -- ./build/$R1/qtrain steps=$STEPS profile=1 metrics=$out/r1.jsonl 2> $out/r1.txt || { cat $out/r1.txt; exit 1; }
 fi
 

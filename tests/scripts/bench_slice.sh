@@ -31,6 +31,9 @@ echo "slice: d=$d L=$L heads $hq/$hkv x $hd, GDN $hk/$hv x $dk/$dv, experts $E t
 echo "model FLOPs per token (fwd+bwd): $fpt ($(awk -v f=$fpt -v t=$((b*S)) 'BEGIN{printf "%.2f", f*t/1e12}') TFLOP per step); MFU against ${PEAK} GFLOP/s (this machine's single-core FMA peak)"
 bench_peak_line
 bench_make build/$RUN/qtrain
+# memory for both runs (they run one after the other), checked before either starts
+need_mem "$(plan_mib $RUN arena)" "qtrain's arena" || exit 1
+[ "$TSTEPS" -gt 0 ] && { need_mem 20480 "the PyTorch slice step (20 GiB resident; TORCH_STEPS=0 skips it)" || exit 1; }
 bench_run m.jsonl err.txt -- ./build/$RUN/qtrain steps=$STEPS metrics=$out/m.jsonl 2> $out/err.txt || { cat $out/err.txt; exit 1; }
 grep -E '^qtrain: (run|peak RSS)' $out/err.txt || true
 avg() { awk -v w=$WARM -v key="\"$1\":" -F'"' '/^\{"step"/ && ++n>w { split($0, a, key); split(a[2], v, /[,}]/); s += v[1]; c++ }
@@ -49,6 +52,7 @@ if [ "$TSTEPS" -gt 0 ]; then
     echo "bench_slice: /usr/bin/python3 has no torch: make bench-slice installs python3-torch (tests/scripts/deps.sh bench); TORCH_STEPS=0 skips the reference" >&2
     exit 1
   fi
+  need_mem 20480 "the PyTorch slice step (20 GiB resident; TORCH_STEPS=0 skips it)" || exit 1
   pt_line=$(bench_out pt.txt env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 tests/reference/bench_torch.py \
               --run $RUN --steps $TSTEPS --warmup 0 --gdn chunked --no-single 2> $out/pt.err | tail -n1) ||
     { cat $out/pt.err; exit 1; }
