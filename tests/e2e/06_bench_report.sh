@@ -54,6 +54,22 @@ check "make bench's report on a Xeon's /proc/cpuinfo: the Xeon's bf16 target (1.
 check "make bench's report without the PyTorch reference (BENCH_TORCH=0): its targets n/a, exit 0" \
   br_run bench-notorch tests/scripts/bench.sh '^  fp32 / pytorch fp32 \(bench model\) +- +\(target >= 2\.2x\)  n/a: BENCH_TORCH=0' \
   -- BENCH_CANNED=$BR_CANNED/bench BENCH_TORCH=0
+# A CPU or build without AVX512_BF16: kernel_bench peak prints no peak_bf16 value (and the
+# kernel table no VDPBF16PS rows' peak); the bf16 targets against it print n/a.
+br_nobf16() {
+  rm -rf "$BR_DIR/nobf16" && mkdir -p "$BR_DIR" && cp -r "$BR_CANNED/bench" "$BR_DIR/nobf16" || return 1
+  local f
+  for f in peak0.txt peak1.txt; do
+    awk '$1 == "peak_bf16" {print "peak_bf16: skipped, this build has no AVX512_BF16 (VDPBF16PS)"; next}
+         $1 == "peak_trials" && $2 == "bf16" {next} {print}' "$BR_CANNED/bench/$f" > "$BR_DIR/nobf16/$f" || return 1
+  done
+  br_run bench-nobf16 tests/scripts/bench.sh \
+    '^  VDPBF16PS: not measured' \
+    '^  bf16 expert FFN fwd, of the VDPBF16PS peak +- +\(target >= 75%\)  n/a: no VDPBF16PS' \
+    '^  VDPBF16PS peak, start vs end of this bench +- +\(target <= 2%\)  n/a: no VDPBF16PS' \
+    -- BENCH_CANNED=$BR_DIR/nobf16 BENCH_CPUINFO=$BR_CANNED/cpuinfo-xeon
+}
+check "make bench's report without AVX512_BF16: the VDPBF16PS targets n/a, exit 0" br_nobf16
 check "make bench-slice's report under mawk (canned outputs): the slice's targets with met / not met" \
   br_run slice tests/scripts/bench_slice.sh '^  slice MFU +[0-9.]+% +\(target >= 65%\)  (met|not met)' \
   '^  slice / pytorch fp32 +[0-9.]+x +\(target >= 2\.2x\)  (met|not met)' '^qtrain / pytorch: [0-9.]+x' \
