@@ -456,7 +456,6 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"context_blocks=-2", NULL, "context_blocks=-2 (command line): -2: expected 0"},
         {"packing=true", NULL, "eos_id=-1 (configgen/configs/base.yml:"},
         {"packing=true", "eos_id=64", "eos_id=64 (command line): 64 with packing: true: expected the document separator's token id in 0..63"},
-        {"packing=true", "eos_id=7|gdn_core_algorithm=chunked", "gdn_core_algorithm=chunked (command line): chunked with packing: true: the chunked delta rule cannot restart its state inside a chunk; expected recurrent"},
         {"context_blocks=16", "gradient_accumulation_steps=524288", "context_blocks=16 (command line): 16 blocks x 1048576 sequences per step = 16777216 gradient leaves exceed the 8388607 that the 24 tree levels hold"},
         {"shard_mode=manual", NULL, "expected auto or explicit"},
         {"gradient_reduce=sometimes", NULL, "gradient_reduce=sometimes (command line): expected auto, step, microbatch or layer"},
