@@ -823,11 +823,6 @@ static int check_policies(const qt_cg_vctx *v, qt_cg_settings *s)
                    "blocks of a whole step are not one contiguous block of leaves, so the bits "
                    "would depend on the split; expected microbatch, layer or auto",
                    (int)s->mesh[QT_MESH_CONTEXT]);
-    if (s->lb_weight > 0 && s->mesh[QT_MESH_CONTEXT] > 1)
-        return bad(v, "load_balance_loss_weight", "%g with context parallelism %d: the "
-                   "load-balance term needs each sequence's routing statistics, which are "
-                   "split over the context ranks (their combination is not planned yet); "
-                   "expected 0", s->lb_weight, (int)s->mesh[QT_MESH_CONTEXT]);
     if (s->grad_reduce == QT_CG_REDUCE_STEP && s->mesh[QT_MESH_EXPERT] > 1)
         return bad(v, "gradient_reduce", "step with expert parallelism %d: an expert host's "
                    "leaves of a whole step are every peer's sequences, not one contiguous "
