@@ -258,7 +258,6 @@ printf 'model_name: ""\n' > $W/noname.yml
 LONG=$(printf 'r%.0s' $(seq 200))
 row "configgen" "configgen test-next-tiny.yml base_emb_dimm=64" "$E40: configgen: unknown key" cg $RUN base_emb_dimm=64
 row "configgen" "configgen test-next-tiny.yml num_ranks=4 ici_context_parallelism=4" "$E40: configgen: context parallelism beyond the heads" cg $RUN num_ranks=4 ici_context_parallelism=4
-row "configgen" "configgen test-next-lb.yml num_ranks=2 ici_context_parallelism=2" "$E40: configgen: context parallelism with the load-balance loss" cg configgen/configs/runs/test-next-lb.yml num_ranks=2 ici_context_parallelism=2
 row "configgen" "configgen test-next-tiny.yml dtype=float16" "unit \`CgBadConfig\`" cg $RUN dtype=float16
 row "configgen" "configgen test-next-tiny.yml packing=true (no eos_id)" "unit \`CgBadConfig\`" cg $RUN packing=true
 row "configgen" "configgen test-next-cap1.yml capacity_factor=0.1" "$E40: configgen: a capacity_factor whose capacity C is 0" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=0.1

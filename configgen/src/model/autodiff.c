@@ -556,8 +556,19 @@ static int backward_moe(qt_cg_ad *ad, const qt_op *f)
         int32_t dp = dout(ad, FT(MOE_ROUTE, p));
         int32_t dl = dgrad(ad, FT(MOE_ROUTE, logits));
         op = bwd(ad, QT_OP_MOE_ROUTE_BWD, f);
+        /* context parallelism with the load-balance term: the counts' all-gather scratch */
+        int32_t scr = QT_NONE;
+        if (FA(MOE_ROUTE, ctx) > 1) {
+            char nm[300];
+            snprintf(nm, sizeof nm, "%s.bwd", g->ts[FT(MOE_ROUTE, scratch)].t.name);
+            scr = qt_cg_add_tensor(g, nm, QT_ROLE_SCRATCH, QT_I32, 1,
+                                   (const int64_t[]){FA(MOE_ROUTE, ctx) *
+                                                     (FA(MOE_ROUTE, T) / FA(MOE_ROUTE, S)) *
+                                                     FA(MOE_ROUTE, E)},
+                                   (const uint8_t[]){0});
+        }
         QT_CG_SET_T(op, MOE_ROUTE_BWD, .dlogits = dl, .dp = dp, .logits = FT(MOE_ROUTE, logits),
-                    .idx = FT(MOE_ROUTE, idx), .p = FT(MOE_ROUTE, p));
+                    .idx = FT(MOE_ROUTE, idx), .p = FT(MOE_ROUTE, p), .scratch = scr);
         /* The runtime divides every gradient by the global token count; the load-balance
          * term is already normalised, so its seed is scaled up by that count. */
         op->f[0] = (float)((double)f->f[0] == 0.0 ? 0.0

@@ -576,9 +576,21 @@ static void moe_block(qt_cg_graph *g, const char *ppre, const char *apre, int l,
 #undef PN
 #undef AN
     matmul(g, rl, h2, wr, D);
+    /* the load-balance term of a sequence split over context (qt_ops.def MOE_ROUTE_FWD):
+     * the group's counts (Cc x b x E integers) and the Pbar chain's b x E sums */
+    int32_t lscr = QT_NONE;
+    if (g->lb_seq != QT_NONE && D->C > 1) {
+        char n3[256];
+        snprintf(n3, sizeof n3, "%s.moe.lb_scratch", apre);
+        lscr = qt_cg_add_tensor(g, n3, QT_ROLE_SCRATCH, QT_I32, 1,
+                                SHP((D->C + 1) * D->b * D->E), AX(QT_LAX_NONE));
+    }
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_ROUTE_FWD);
-    QT_CG_SET_T(op, MOE_ROUTE_FWD, .idx = idx, .p = p, .lb_seq = g->lb_seq, .logits = rl);
-    QT_CG_SET_A(op, MOE_ROUTE_FWD, .T = D->T, .E = D->E, .k = D->k, .S = D->S);
+    QT_CG_SET_T(op, MOE_ROUTE_FWD, .idx = idx, .p = p, .lb_seq = g->lb_seq, .logits = rl,
+                .scratch = lscr);
+    QT_CG_SET_A(op, MOE_ROUTE_FWD, .T = D->T, .E = D->E, .k = D->k, .S = D->S,
+                .mask = lscr != QT_NONE ? (int64_t)qt_cg_context_mask(g->s) : 0,
+                .ctx = lscr != QT_NONE ? D->C : 0);
     if (g->lb_seq != QT_NONE)
         op->f[0] = (float)(g->s->lb_weight * (double)D->E /
                            ((double)g->s->tr.global_batch * (double)g->s->m.n_layers));
