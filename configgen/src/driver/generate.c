@@ -181,8 +181,14 @@ static void summary_line(const qt_cg_settings *s, const qt_cg_graph *g, const ch
     char src[96];
     if (s->topology[0]) snprintf(src, sizeof src, "compile_topology %s", s->topology);
     else snprintf(src, sizeof src, "device_memory_gib %g", s->budget_gib);
-    qt_cg_buf_printf(b, "fits: %.0f MiB of %.0f MiB (%.1f%%, %s)\n", (double)g->arena_bytes / mib,
-                     (double)budget / mib, 100.0 * (double)g->arena_bytes / (double)budget, src);
+    /* a pipeline stage: its need under the schedule (memory/pipeline_mem.c), else the arena */
+    const int64_t need = qt_cg_need_bytes(g);
+    qt_cg_buf_printf(b, "fits: %.0f MiB of %.0f MiB (%.1f%%, %s", (double)need / mib,
+                     (double)budget / mib, 100.0 * (double)need / (double)budget, src);
+    if (s->pp_stages > 1)
+        qt_cg_buf_printf(b, "; pipeline %d stages, %s, stage %d the largest", s->pp_stages,
+                         s->pp_schedule ? "1f1b" : "gpipe", s->pp_stage);
+    qt_cg_buf_printf(b, ")\n");
 }
 
 int qt_cg_generate(int argc, char **argv, char *err, size_t errlen)

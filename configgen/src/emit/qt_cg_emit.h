@@ -1,5 +1,5 @@
 /* emit/qt_cg_emit.h - stage 7, emission: the plan hash (hash.c), plan.h / plan.c /
- * plan_main.c (emit.c) and plan.txt (report.c). Uses config, mesh, memory, schedule and
+ * plan_main.c (emit.c) and plan.txt (report.c, its pipeline section pipeline_report.c). Uses config, mesh, memory, schedule and
  * core. */
 #ifndef QT_CG_EMIT_H
 #define QT_CG_EMIT_H
@@ -26,5 +26,7 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
                        qt_cg_buf *b);
 void qt_cg_emit_plan_main(const qt_cg_graph *g, const char *banner, qt_cg_buf *b);
 void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b);
+/* plan.txt's pipeline section (emit/pipeline_report.c); nothing without pipeline stages. */
+void qt_cg_report_pipeline(const qt_cg_graph *g, qt_cg_buf *b);
 
 #endif
