@@ -121,7 +121,7 @@ static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
         char f1[96];
         if (s->pp_repeats > 1) snprintf(f1, sizeof f1, "n/a (one repeat needed)");
         else snprintf(f1, sizeof f1, "%.0f%s", (double)x[1] / QT_CG_MIB, v1);
-        qt_cg_buf_printf(b, "    stage %lld: arena %.0f, saved per microbatch %.0f; gpipe %.0f%s; "
+        qt_cg_buf_printf(b, "    stage %lld: arena %.0f, saved per microbatch %.1f; gpipe %.0f%s; "
                          "1f1b %s%s\n", (long long)st, (double)x[2] / QT_CG_MIB,
                          (double)x[3] / QT_CG_MIB, (double)x[0] / QT_CG_MIB, v0, f1,
                          st == s->pp_stage ? " <- these tables (the largest under the schedule)" : "");
