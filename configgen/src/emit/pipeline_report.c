@@ -108,9 +108,8 @@ static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
                      "middle stages): arena of one microbatch + (microbatches in flight - 1) x "
                      "the activations saved per microbatch (live from its forward to its "
                      "backward) + 4 receive buffers of one boundary message; gpipe holds M = "
-                     "%d microbatches (their R = %d repeats included), 1f1b at most min(S, M) = "
-                     "%lld:\n", s->pp_micro, s->pp_repeats,
-                     (long long)qt_cg_pp_inflight(s, 1));
+                     "%d microbatches (their R = %d repeat%s included), 1f1b min(S - s, M) on "
+                     "stage s:\n", s->pp_micro, s->pp_repeats, qt_cg_s(s->pp_repeats));
     for (int64_t st = 0; st < S && f; st++) {
         const int64_t *x = f + 4 * st;
         char v0[64] = "", v1[64] = "";
@@ -161,12 +160,12 @@ void qt_cg_report_pipeline(const qt_cg_graph *g, qt_cg_buf *b)
                      "hold it; global rank = stage x %lld + the rank in its stage)\n",
                      s->n_ranks, (long long)S, (long long)per, (long long)per);
     qt_cg_buf_printf(b, "  these tables are stage %d's (its layers only, global names); every "
-                     "stage runs its M x %lld microbatches per step as accumulation microbatches "
+                     "stage runs its M x G = %lld microbatches per step as accumulation microbatches "
                      "(the batch line above), so its weight gradients over them are the "
                      "one-rank leaf tree, pushed in leaf order (backwards in forward order); "
                      "scan_layers off (a stage need not hold whole layer cycles); qtrain "
                      "refuses to run a pipeline plan until its execution lands "
-                     "(docs/pipeline.md)\n", s->pp_stage, (long long)G);
+                     "(docs/pipeline.md)\n", s->pp_stage, (long long)(M * G));
     layer_map(b, s);
     const double bubble = (double)(S - 1) / (double)(R * M + S - 1);
     qt_cg_buf_printf(b, "  bubble: (S-1)/(R*M+S-1) = %lld/%lld = %.4f (%.1f%% of each "
@@ -182,13 +181,14 @@ void qt_cg_report_pipeline(const qt_cg_graph *g, qt_cg_buf *b)
     const int64_t total = 2 * G * M * crossings * msg, rank = 2 * G * M * R * msg;
     qt_cg_buf_printf(b, "  point-to-point: one boundary message = %lld rows x %lld hidden x %lld "
                      "bytes = %.3f MiB (a microbatch's activations forward, their gradient "
-                     "backward); per microbatch R*S-1 = %lld boundaries crossed; per step (%lld "
+                     "backward); per microbatch R*S-1 = %lld boundar%s crossed; per step (%lld "
                      "accumulation step%s x %lld microbatches, both directions) %.1f MiB per "
                      "pipeline of %lld ranks, at most %.1f MiB sent by one rank; sends and "
                      "receives are non-blocking and overlap the next microbatch's compute\n",
                      (long long)(msg / (s->m.d * qt_dtype_bytes((unsigned)s->dtype))),
                      (long long)s->m.d, (long long)qt_dtype_bytes((unsigned)s->dtype),
-                     (double)msg / QT_CG_MIB, (long long)crossings, (long long)G, qt_cg_s(G),
+                     (double)msg / QT_CG_MIB, (long long)crossings, crossings == 1 ? "y" : "ies",
+                     (long long)G, qt_cg_s(G),
                      (long long)M, (double)total / QT_CG_MIB, (long long)S,
                      (double)rank / QT_CG_MIB);
 }

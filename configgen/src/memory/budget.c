@@ -108,7 +108,7 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
     else
         snprintf(src, sizeof src, "device_memory_gib=%g", s->budget_gib);
     size_t k = (size_t)snprintf(err, errlen, "%s: plan %s needs %.1f MiB per rank, over the "
-                                "budget of %.1f MiB by %.1f MiB; biggest consumers:", src,
+                                "budget of %.1f MiB by %.1f MiB", src,
                                 s->run_name, (double)need / QT_CG_MIB,
                                 (double)budget / QT_CG_MIB,
                                 (double)(need - budget) / QT_CG_MIB);
@@ -126,6 +126,7 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
                               s->pp_schedule ? "1f1b" : "gpipe", s->pp_micro,
                               (long long)qt_cg_pp_inflight(s, s->pp_schedule), alt);
     }
+    if (k < errlen) k += (size_t)snprintf(err + k, errlen - k, "; biggest consumers:");
     for (int i = 0; i < ncat && k < errlen; i++)
         if (cat[i].bytes > 0)
             k += (size_t)snprintf(err + k, errlen - k, "%s %s %.1f MiB", i ? "," : "",

@@ -46,7 +46,8 @@ int64_t qt_cg_pp_boundary_bytes(const qt_cg_settings *s)
 int64_t qt_cg_pp_inflight(const qt_cg_settings *s, int schedule)
 {
     if (s->pp_stages <= 1) return 1;
-    return schedule == 1 && s->pp_stages < s->pp_micro ? s->pp_stages : s->pp_micro;
+    const int64_t held = (int64_t)s->pp_stages - s->pp_stage; /* Megatron: min(S - s, M) */
+    return schedule == 1 && held < s->pp_micro ? held : s->pp_micro;
 }
 
 int64_t qt_cg_pp_need(const qt_cg_graph *g, int schedule)

@@ -39,7 +39,8 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen);
 /* Pipeline stages (memory/pipeline_mem.c, docs/pipeline.md): bytes live across one
  * microbatch's forward/backward boundary (saved for its backward), one boundary message
  * (a microbatch's activations or their gradient: rows x hidden x the activation bytes),
- * the microbatches in flight under a schedule (0 gpipe: M; 1 1f1b: min(S, M)), and the
+ * the microbatches in flight on stage s->pp_stage under a schedule (0 gpipe: M; 1 1f1b:
+ * min(S - stage, M)), and the
  * per-rank need under a schedule: the arena, the other microbatches in flight and the
  * receive buffers. qt_cg_need_bytes is the need under the plan's schedule: the arena
  * itself without a pipeline. */
