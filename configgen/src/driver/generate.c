@@ -151,8 +151,10 @@ static int swap_dir(const char *tmpdir, const char *dir, const char *const *name
 }
 
 /* The line configgen prints on success: "configgen: wrote DIR (plan RUN): R ranks (mesh data
- * a x fsdp b x tensor c x expert d x context e[; N slices: dcn ...]), plan hash 0x..; arena
- * per rank fits: X MiB of Y MiB (P%, ...)" or "arena per rank X MiB (no budget checked: ...)".
+ * a x fsdp b x tensor c x expert d x context e[ x pipeline S][; N slices: dcn ...]), plan
+ * hash 0x..; arena per rank fits: X MiB of Y MiB (P%, ...[; pipeline ...])" or "arena per
+ * rank X MiB (no budget checked: ...)"; with pipeline stages X is the need under the
+ * schedule (memory/pipeline_mem.c).
  * MiB as plan.txt's per-rank bytes give them (the arena is rounded to 2 MiB). */
 static void summary_line(const qt_cg_settings *s, const qt_cg_graph *g, const char *dir,
                          qt_cg_buf *b)
@@ -164,6 +166,7 @@ static void summary_line(const qt_cg_settings *s, const qt_cg_graph *g, const ch
                      s->n_ranks, qt_cg_s(s->n_ranks));
     for (int a = 0; a < QT_MESH_COUNT; a++)
         qt_cg_buf_printf(b, "%s %s %d", a ? " x" : "", axis[a], s->mesh[a]);
+    if (s->pp_stages > 1) qt_cg_buf_printf(b, " x pipeline %d", s->pp_stages);
     const int64_t ns = qt_mesh_slices(s->dcn);
     if (ns > 1) {
         qt_cg_buf_printf(b, "; %lld slices: dcn", (long long)ns);
