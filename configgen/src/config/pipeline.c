@@ -7,7 +7,7 @@
  * sets S and pp_key):
  *  - pipeline_parallel_layers is -1 or base_num_decoder_layers: every decoder layer is
  *    pipelined (the hybrid decoders have no dense prefix to leave out, as DeepSeek's);
- *  - pp_lps >= 1; pp_repeats = R = layers / (S x Lps) when -1, and S x R x Lps = layers
+ *  - 1 <= pp_lps <= layers, 1 <= R <= layers (so no product below overflows); pp_repeats = R = layers / (S x Lps) when -1, and S x R x Lps = layers
  *    always (MaxText's assert), so stage s in repeat r holds layers (r*S+s)*Lps .. +Lps-1
  *    and every layer is held by exactly one (stage, repeat);
  *  - pp_micro = M = S when -1, M a multiple of S, and M divides B, the batch group's
@@ -54,8 +54,9 @@ int qt_cg_pipeline_rules(const qt_cg_config *c, qt_cg_settings *s, double B, cha
                               "hybrid decoders have no dense layers to leave outside the "
                               "pipeline); expected -1 or %s",
                               qt_cg_rule_other(c, KN, o, sizeof o));
-    if (lps < 1)
-        return qt_cg_rule_bad(c, err, errlen, KL, "expected >= 1 layers per stage and repeat");
+    if (lps < 1 || lps > L)
+        return qt_cg_rule_bad(c, err, errlen, KL, "expected 1 .. %lld layers per stage and "
+                              "repeat (%s)", (long long)L, qt_cg_rule_other(c, KN, o, sizeof o));
     if (rr == -1) {
         if (L % (S * lps)) {
             const char *blame = user_set(c, KL) ? KL : pk, *oth = blame == KL ? pk : KL;
@@ -70,9 +71,10 @@ int qt_cg_pipeline_rules(const qt_cg_config *c, qt_cg_settings *s, double B, cha
         }
         s->pp_repeats = (int32_t)(L / (S * lps));
     } else {
-        if (rr < 1)
+        if (rr < 1 || rr > L)
             return qt_cg_rule_bad(c, err, errlen, KR, "expected -1 (= pipeline layers / "
-                                  "(stages x layers per stage)) or >= 1");
+                                  "(stages x layers per stage)) or 1 .. %lld (%s)", (long long)L,
+                                  qt_cg_rule_other(c, KN, o, sizeof o));
         if (S * rr * lps != L)
             return qt_cg_rule_bad(c, err, errlen, KR, "%lld stages (%s) x %lld repeats x %lld "
                                   "layers per stage (%s) = %lld, but the pipeline has %lld "
