@@ -295,8 +295,9 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
                          (long long)nsl, s->dcn[0], s->dcn[1], s->dcn[2], s->dcn[3], s->dcn[4],
                          (long long)(s->n_ranks / nsl));
     if (s->pp_stages > 1)
-        qt_cg_buf_printf(b, "  pipeline: %d stages of %d ranks, each stage's ranks holding the axes "
-                         "above (== pipeline ==)\n", s->pp_stages, s->n_ranks / s->pp_stages);
+        qt_cg_buf_printf(b, "  pipeline: %d stages of %d rank%s, each stage's ranks holding the "
+                         "axes above (== pipeline ==)\n", s->pp_stages, s->n_ranks / s->pp_stages,
+                         qt_cg_s(s->n_ranks / s->pp_stages));
     qt_cg_buf_printf(b, "  shard_mode: %s\n", s->shard_mode ? "explicit" : "auto");
     qt_cg_buf_printf(b, "  zero1 (shard_optimizer_over_data): %s\n", s->zero1 ? "on" : "off");
     if (s->batch_mask) batch_axes_line(b, s, bm, nb);
