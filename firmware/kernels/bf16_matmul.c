@@ -37,18 +37,24 @@
 #define QT_BM_FIN_WRITE 0 /* out = acc */
 #define QT_BM_FIN_ADD 1   /* out = out + acc */
 #define QT_BM_FIN_ZADD 2  /* out = (+0) + acc */
+#define QT_BM_FIN_CARRY 3 /* out = the leaf-tree carry of the ZADD value (out in cy->dst) */
 
-/* *o = the finish of acc (reads *o only for the add). */
-static inline void qt_bm_finish1(float *o, float acc, int fin)
+/* *o = the finish of acc (reads *o only for the add). The carry (cy, fin CARRY): the leaf
+ * value r = (+0) + acc with its NaN fixed, then r = add[l][e] + r for l = 0..n-1 (e the
+ * element's offset from cy->dst): qt_tree_push's additions on the stored leaf, in its order. */
+static inline void qt_bm_finish1(float *o, float acc, int fin, const qt_leaf_carry *cy)
 {
-    const float r = fin == QT_BM_FIN_ADD ? *o + acc : fin == QT_BM_FIN_ZADD ? 0.0f + acc : acc;
-    *o = r != r ? qt_bf16_f32_bits(0x7fc00000u) : r;
+    float r = fin == QT_BM_FIN_ADD ? *o + acc : fin >= QT_BM_FIN_ZADD ? 0.0f + acc : acc;
+    r = r != r ? qt_bf16_f32_bits(0x7fc00000u) : r;
+    if (fin == QT_BM_FIN_CARRY)
+        for (int32_t l = 0; l < cy->n; l++) r = cy->add[l][o - cy->dst] + r;
+    *o = r;
 }
 
 /* ------------------------------------------------------------------ scalar reference */
-static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t sai,
-                      int64_t sap, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
-                      int64_t J, int64_t P)
+static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                      const qt_bf16 *a, int64_t sai, int64_t sap, const qt_bf16 *b, int64_t sbp,
+                      int64_t sbj, int64_t I, int64_t J, int64_t P)
 {
     for (int64_t i = 0; i < I; i++)
         for (int64_t j = 0; j < J; j++) {
@@ -60,7 +66,7 @@ static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t 
                 acc = qt_bf16_fma_ref(qt_f32_from_bf16(a[i * sai + p * sap]),
                                       qt_f32_from_bf16(b[p * sbp + j * sbj]), acc);
             }
-            qt_bm_finish1(c + i * ldc + j, acc, fin);
+            qt_bm_finish1(c + i * ldc + j, acc, fin, cy);
         }
 }
 
@@ -84,6 +90,7 @@ static struct {
     float eb[QT_BM_KQ * 2 * QT_BM_NC];            /* emulation: B widened, [q][hi,lo][NR] */
     uint32_t ia[QT_BM_MC * QT_BM_KQ];             /* instruction: A pairs, [q][mc] */
     uint32_t ib[QT_BM_I_PANEL];                   /* instruction: B panel, [s][q][NR] */
+    int carry_stream;                             /* the carry's finish streams (wgrad_carry) */
 #ifdef QT_BM_WIDE
     float wb[QT_BM_W_PANEL];                      /* wide: B widened, [s][q][hi NR, lo NR] */
 #endif
@@ -99,11 +106,12 @@ static inline qt_bf16 qt_bm_at(const qt_bf16 *m, int64_t s0, int64_t s1, int64_t
 }
 
 /* The finish of one block's rows [0,mc) x cols [0,nc) of part into c (default MXCSR). */
-static void qt_bm_finish(float *c, int64_t ldc, int fin, int64_t mc, int64_t nc)
+static void qt_bm_finish(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy, int64_t mc,
+                         int64_t nc)
 {
     for (int64_t i = 0; i < mc; i++)
         for (int64_t j = 0; j < nc; j++)
-            qt_bm_finish1(c + i * ldc + j, qt_bm.part[i * QT_BM_NC + j], fin);
+            qt_bm_finish1(c + i * ldc + j, qt_bm.part[i * QT_BM_NC + j], fin, cy);
 }
 #endif
 
@@ -200,7 +208,8 @@ __attribute__((noinline)) static void qt_bm_e_block(int first, int64_t mc, int64
     }
 }
 
-static void qt_bm_emul(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t sai,
+static void qt_bm_emul(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                       const qt_bf16 *a, int64_t sai,
                        int64_t sap, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
                        int64_t J, int64_t P)
 {
@@ -221,7 +230,7 @@ static void qt_bm_emul(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t
                 qt_bm_e_block(qc == 0, mc, nc, kq);
                 _mm_setcsr(csr);
             }
-            qt_bm_finish(c + ic * ldc + jc, ldc, fin, mc, nc);
+            qt_bm_finish(c + ic * ldc + jc, ldc, fin, cy, mc, nc);
         }
     }
 }
@@ -229,12 +238,18 @@ static void qt_bm_emul(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t
 
 #if defined(QT_BM_INSN) || defined(QT_BM_WIDE)
 /* The finish of rows [0,mc) x cols [0,nc) of part into c (row stride ldc), 16 columns at a
- * time: the bits of qt_bm_finish1 (one IEEE add in the default MXCSR, NaN -> 0x7fc00000).
- * Reads part (and c for the add); writes c. */
-static void qt_bm_v_finish(float *c, int64_t ldc, int fin, int64_t mc, int64_t nc)
+ * time: the bits of qt_bm_finish1 (one IEEE add in the default MXCSR, NaN -> 0x7fc00000;
+ * the carry's additions after it, vector for vector the scalar ones). A carry of a weight of
+ * QT_BM_CARRY_STREAM floats or more stores its full aligned vectors non-temporally (as
+ * matmul.c and tree.c do: the level is read again only after more leaves have passed
+ * through the caches); the caller fences. Reads part (c for the add, the carry's addends);
+ * writes c. */
+static void qt_bm_v_finish(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                           int64_t mc, int64_t nc)
 {
     const __m512 zero = _mm512_setzero_ps();
     const __m512 qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000));
+    const int stream = fin == QT_BM_FIN_CARRY && qt_bm.carry_stream;
     for (int64_t i = 0; i < mc; i++) {
         float *o = c + i * ldc;
         const float *pr = qt_bm.part + i * QT_BM_NC;
@@ -242,8 +257,17 @@ static void qt_bm_v_finish(float *c, int64_t ldc, int fin, int64_t mc, int64_t n
             const __mmask16 m = nc - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nc - j)) - 1u);
             __m512 r = _mm512_maskz_loadu_ps(m, pr + j);
             if (fin == QT_BM_FIN_ADD) r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + j), r);
-            else if (fin == QT_BM_FIN_ZADD) r = _mm512_add_ps(zero, r);
+            else if (fin >= QT_BM_FIN_ZADD) r = _mm512_add_ps(zero, r);
             r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r, qnan);
+            if (fin == QT_BM_FIN_CARRY) {
+                const int64_t e = (o + j) - cy->dst;
+                for (int32_t l = 0; l < cy->n; l++)
+                    r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, cy->add[l] + e), r);
+                if (stream && m == 0xffff && !((uintptr_t)(o + j) & 63)) {
+                    _mm512_stream_ps(o + j, r);
+                    continue;
+                }
+            }
             _mm512_mask_storeu_ps(o + j, m, r);
         }
     }
@@ -379,7 +403,8 @@ static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq, const q
  * A is read in place where its pairs are contiguous (sap == 1: fwd, bwd_data), except the
  * block with an odd P's last pair (its hi element must be +0), which is packed; wgrad's A is
  * packed per block. Reads a, b (and c for the add); writes c. */
-static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t sai,
+static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                       const qt_bf16 *a, int64_t sai,
                        int64_t sap, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
                        int64_t J, int64_t P)
 {
@@ -407,7 +432,7 @@ static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t
                                   2, bp, bps);
                 }
             }
-            qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, mc, nc);
+            qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, cy, mc, nc);
         }
     }
 }
@@ -578,7 +603,8 @@ __attribute__((noinline)) static void qt_bm_w_block(int first, int64_t mc, int64
  * contraction when it fits wb (else per row block and contraction block); row blocks of MC
  * rows (a multiple of MR), contraction blocks of KQ pairs with A widened per block. Reads a,
  * b (and c for the add); writes c. */
-static void qt_bm_wide(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t sai,
+static void qt_bm_wide(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                       const qt_bf16 *a, int64_t sai,
                        int64_t sap, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
                        int64_t J, int64_t P)
 {
@@ -604,27 +630,27 @@ static void qt_bm_wide(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t
                 qt_bm_w_block(qc == 0, mc, nc, kq, rows, bp, bps);
                 _mm_setcsr(csr);
             }
-            qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, mc, nc);
+            qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, cy, mc, nc);
         }
     }
 }
 #endif
 
 /* ------------------------------------------------------------------ dispatch */
-static int qt_bm_run(int path, float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t sai,
-                     int64_t sap, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
-                     int64_t J, int64_t P)
+static int qt_bm_run(int path, float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                     const qt_bf16 *a, int64_t sai, int64_t sap, const qt_bf16 *b, int64_t sbp,
+                     int64_t sbj, int64_t I, int64_t J, int64_t P)
 {
     switch (path) {
-    case QT_BF16_PATH_REF: qt_bm_ref(c, ldc, fin, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
+    case QT_BF16_PATH_REF: qt_bm_ref(c, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
 #ifdef QT_BM_EMUL
-    case QT_BF16_PATH_EMUL: qt_bm_emul(c, ldc, fin, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
+    case QT_BF16_PATH_EMUL: qt_bm_emul(c, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
 #endif
 #ifdef QT_BM_INSN
-    case QT_BF16_PATH_INSN: qt_bm_insn(c, ldc, fin, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
+    case QT_BF16_PATH_INSN: qt_bm_insn(c, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
 #endif
 #ifdef QT_BM_WIDE
-    case QT_BF16_PATH_WIDE: qt_bm_wide(c, ldc, fin, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
+    case QT_BF16_PATH_WIDE: qt_bm_wide(c, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
 #endif
     default: return -1;
     }
@@ -634,21 +660,41 @@ static int qt_bm_run(int path, float *c, int64_t ldc, int fin, const qt_bf16 *a,
 int qt_bf16_matmul_fwd_on(int path, float *y, const qt_bf16 *x, const qt_bf16 *w, int64_t M,
                           int64_t N, int64_t K)
 {
-    return qt_bm_run(path, y, N, QT_BM_FIN_WRITE, x, K, 1, w, 1, K, M, N, K);
+    return qt_bm_run(path, y, N, QT_BM_FIN_WRITE, 0, x, K, 1, w, 1, K, M, N, K);
 }
 
 /* bwd_data: C = dx[M,K], A(m,n) = dy[m*N + n], B(n,k) = w[n*K + k]. */
 int qt_bf16_matmul_bwd_data_on(int path, float *dx, const qt_bf16 *dy, const qt_bf16 *w,
                                int64_t M, int64_t N, int64_t K)
 {
-    return qt_bm_run(path, dx, K, QT_BM_FIN_ADD, dy, N, 1, w, K, 1, M, K, N);
+    return qt_bm_run(path, dx, K, QT_BM_FIN_ADD, 0, dy, N, 1, w, K, 1, M, K, N);
 }
 
 /* wgrad: C = dw[N,K], A(n,m) = dy[m*N + n], B(m,k) = x[m*K + k]. */
 int qt_bf16_matmul_wgrad_on(int path, float *dw, const qt_bf16 *dy, const qt_bf16 *x,
                             int64_t M, int64_t N, int64_t K)
 {
-    return qt_bm_run(path, dw, K, QT_BM_FIN_ZADD, dy, 1, N, x, K, 1, N, K, M);
+    return qt_bm_run(path, dw, K, QT_BM_FIN_ZADD, 0, dy, 1, N, x, K, 1, N, K, M);
+}
+
+/* Carries of weights of 2^19 floats (2 MiB) or more are streamed (qt_bm_v_finish), as
+ * matmul.c's QT_MM_CARRY_STREAM. */
+#define QT_BM_CARRY_STREAM (1 << 19)
+
+/* wgrad with the carry: C = cy->dst (partial chains wait in qt_bm.part, not in dst). */
+int qt_bf16_matmul_wgrad_carry_on(int path, const qt_leaf_carry *cy, const qt_bf16 *dy,
+                                  const qt_bf16 *x, int64_t M, int64_t N, int64_t K)
+{
+    if (!cy || cy->n < 1 || cy->n > QT_LEAF_CARRY_MAX) return -1;
+#if defined(QT_BM_INSN) || defined(QT_BM_WIDE) || defined(QT_BM_EMUL)
+    qt_bm.carry_stream = N * K >= QT_BM_CARRY_STREAM;
+#endif
+    const int rc = qt_bm_run(path, cy->dst, K, QT_BM_FIN_CARRY, cy, dy, 1, N, x, K, 1, N, K, M);
+#if defined(QT_BM_INSN) || defined(QT_BM_WIDE)
+    if (qt_bm.carry_stream) _mm_sfence(); /* the streamed stores before what follows */
+    qt_bm.carry_stream = 0;
+#endif
+    return rc;
 }
 
 static struct {
@@ -688,5 +734,11 @@ void qt_bf16_matmul_wgrad(float *dw, const qt_bf16 *dy, const qt_bf16 *x, int64_
                           int64_t N, int64_t K)
 {
     qt_bf16_matmul_wgrad_on(qt_bf16_mm_path(), dw, dy, x, M, N, K);
+}
+
+int qt_bf16_matmul_wgrad_carry(const qt_leaf_carry *cy, const qt_bf16 *dy, const qt_bf16 *x,
+                               int64_t M, int64_t N, int64_t K)
+{
+    return qt_bf16_matmul_wgrad_carry_on(qt_bf16_mm_path(), cy, dy, x, M, N, K) == 0;
 }
 #endif

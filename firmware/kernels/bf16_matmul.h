@@ -34,6 +34,7 @@
 
 #include <stdint.h>
 #include "bf16.h"
+#include "qt_leaf_carry.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,6 +67,20 @@ int qt_bf16_matmul_bwd_data_on(int path, float *dx, const qt_bf16 *dy, const qt_
                                int64_t M, int64_t N, int64_t K);
 int qt_bf16_matmul_wgrad_on(int path, float *dw, const qt_bf16 *dy, const qt_bf16 *x,
                             int64_t M, int64_t N, int64_t K);
+
+/* The weight gradient with the leaf-tree carry of qt_leaf_carry.h in its finish: instead of
+ * the leaf dw = (+0) + chain (NaN 0x7fc00000), cy->dst[e] = add[n-1][e] + (... + (add[0][e] +
+ * leaf[e])), the additions of qt_tree_push on the stored leaf in its order: the same bits in
+ * the same level, the leaf never stored. cy covers [N, K] row-major; dst may overlap no
+ * addend. Every path carries (the vector paths in the tile finish, after a row block's last
+ * contraction block; carries of 2^19 floats or more stored non-temporally, then fenced).
+ * qt_bf16_matmul_wgrad_carry: on qt_bf16_mm_path(); 1 when applied, 0 (nothing written)
+ * for a carry without addends or over QT_LEAF_CARRY_MAX. _on: 0, or -1 (nothing written)
+ * for such a carry or a path this build lacks. */
+int qt_bf16_matmul_wgrad_carry(const qt_leaf_carry *cy, const qt_bf16 *dy, const qt_bf16 *x,
+                               int64_t M, int64_t N, int64_t K);
+int qt_bf16_matmul_wgrad_carry_on(int path, const qt_leaf_carry *cy, const qt_bf16 *dy,
+                                  const qt_bf16 *x, int64_t M, int64_t N, int64_t K);
 
 #ifdef __cplusplus
 }

@@ -13,7 +13,13 @@
 //      f split over P = 2 (y partials, dx partials with k = 1) combined by the pairwise tree
 //      over ranks equal the one-rank bits; nb = 1 equals the plain bf16 matmul;
 //  (e) float64 sanity: within stated loose tolerances of a double computation on the same
-//      bf16 inputs.
+//      bf16 inputs;
+//  (f) the wgrad with the leaf-tree carry in its finish (qt_bf16_expert_ffn_wgrad_carry,
+//      qt_leaf_carry.h) against the written leaves pushed by qt_tree_push, 0 ulp, on every
+//      path and scratch size of (a) (whole experts, experts without rows, chains continued
+//      across chunks in the carry's destination), 1, 2 and 3 addends holding infinities,
+//      signed zeros and denormals, saved and recomputed dgu; a scratch below a pair of rows
+//      is refused.
 // Mutations tried by hand (not committed) are recorded in docs/precision.md.
 #include <math.h>
 #include <stdint.h>
@@ -28,6 +34,7 @@ extern "C" {
 #include "kernels/bf16_matmul_canon.h"
 #include "kernels/bf16_expert_ffn.h"
 #include "math/qt_math.h"
+#include "runtime/qt_tree.h"
 }
 
 namespace {
@@ -413,6 +420,49 @@ std::vector<Sizes> scratch_sizes(const Ffn &c, int64_t nb)
             {small, small, wfix + 5 * wrow + wrow / 2}};
 }
 
+// A tree level's value: about 1, or (one in 8) an infinity, +-FLT_MAX, a signed zero or a
+// denormal (no NaN: test_bf16.cpp's level_value says why).
+float level_value(uint64_t *s)
+{
+    static const uint32_t sp[] = {0x7f7fffffu, 0xff7ffffeu, 0x7f800000u, 0xff800000u,
+                                  0x80000000u, 0x00000000u, 0x00000003u, 0x807fffffu};
+    const uint64_t r = xs(s);
+    if (r % 8 == 0) return qt_bf16_f32_bits(sp[(r >> 8) % 8]);
+    return (float)((double)(int64_t)(r >> 11) * 0x1p-52 - 1.0);
+}
+
+// (f) on one path (-1: the build's default): the leaves lg, ld (written by the same path)
+// pushed with qt_tree_push into levels of random values as leaf 2^n - 1 (n addends) against
+// the carries stored by the kernel, on the whole level buffers.
+void ffn_carry_case(const char *what, int path, const Ffn &c, const vb &gu, const qt_bf16 *dgu,
+                    vf &sc, int64_t wscr, const vf &lg, const vf &ld, int32_t n, uint64_t *s)
+{
+    const int64_t ng = (int64_t)lg.size(), nd = (int64_t)ld.size(), leaf = (1 << n) - 1;
+    vf rg((size_t)((n + 1) * ng)), rd((size_t)((n + 1) * nd));
+    for (auto &v : rg) v = level_value(s);
+    for (auto &v : rd) v = level_value(s);
+    vf fg(rg), fd(rd);
+    float *lrg[4], *lrd[4], *lfg[4], *lfd[4];
+    for (int32_t l = 0; l <= n; l++) {
+        lrg[l] = rg.data() + l * ng, lrd[l] = rd.data() + l * nd;
+        lfg[l] = fg.data() + l * ng, lfd[l] = fd.data() + l * nd;
+    }
+    qt_tree_push(lrg, 0, ng, lg.data(), leaf);
+    qt_tree_push(lrd, 0, nd, ld.data(), leaf);
+    qt_leaf_carry cg, cd;
+    CHECK(qt_tree_carry(lfg, 0, leaf, &cg));
+    CHECK(qt_tree_carry(lfd, 0, leaf, &cd));
+    LONGS_EQUAL(n, cg.n);
+    if (path >= 0)
+        CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_carry_on(path, &cg, &cd, c.dy.data(), c.x.data(), c.idx.data(), gu.data(), dgu, c.wdn.data(), sc.data(), c.T, c.k, c.E, c.d, c.f, wscr));
+    else
+        CHECK_EQUAL(1, qt_bf16_expert_ffn_wgrad_carry(&cg, &cd, c.dy.data(), c.x.data(), c.idx.data(), gu.data(), dgu, c.wdn.data(), sc.data(), c.T, c.k, c.E, c.d, c.f, wscr));
+    char w2[260];
+    snprintf(w2, sizeof w2, "%s carry n%d %s", what, (int)n, dgu ? "saved" : "recomputed");
+    CHECK_EQUAL(0, diff(w2, fg.data(), rg.data(), fg.size()));
+    CHECK_EQUAL(0, diff(w2, fd.data(), rd.data(), fd.size()));
+}
+
 void ffn_case(int64_t T, int64_t k, int64_t E, int64_t d, int64_t f, int64_t nb, uint64_t *s)
 {
     char what[200];
@@ -455,7 +505,30 @@ void ffn_case(int64_t T, int64_t k, int64_t E, int64_t d, int64_t f, int64_t nb,
             // (c) saved dgu and recomputed dgu: the same leaves
             CHECK_EQUAL(0, diff(what, dwg2.data(), rdwg.data(), dwg2.size()));
             CHECK_EQUAL(0, diff(what, dwd2.data(), rdwd.data(), dwd2.size()));
+            // (f) the carry, 1..3 addends, saved and recomputed dgu
+            for (int32_t n = 1; n <= 3; n++)
+                ffn_carry_case(what, pi < 4 ? path : -1, c, gu, n == 2 ? nullptr : dgu.data(),
+                               sc, sz.wgrad, dwg, dwd, n, s);
         }
+    // (f) a scratch below a pair of rows, with an expert of more than one row: refused,
+    // nothing written
+    const int64_t wfix = 2 * (d > f ? d : f), wrow = 1 + (d + 1) / 2 + (f + 1) / 2 + 2 * f;
+    int64_t most = 0;
+    for (int32_t e = 0; e < E; e++) {
+        int64_t ne = 0;
+        for (int64_t r = 0; r < T * k; r++) ne += c.idx[r] == e;
+        most = ne > most ? ne : most;
+    }
+    if (most > 1) {
+        vf sc((size_t)(wfix + wrow)), g((size_t)(2 * E * 2 * f * d), 5.0f), dd((size_t)(2 * E * d * f), 5.0f);
+        float *lg[2] = {g.data(), g.data() + E * 2 * f * d}, *ld[2] = {dd.data(), dd.data() + E * d * f};
+        qt_leaf_carry cg, cd;
+        CHECK(qt_tree_carry(lg, 0, 1, &cg));
+        CHECK(qt_tree_carry(ld, 0, 1, &cd));
+        CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_carry(&cg, &cd, c.dy.data(), c.x.data(), c.idx.data(), rgu.data(), rdgu.data(), c.wdn.data(), sc.data(), T, k, E, d, f, wfix + wrow));
+        for (float v : g) CHECK(v == 5.0f);
+        for (float v : dd) CHECK(v == 5.0f);
+    }
 }
 
 } // namespace
