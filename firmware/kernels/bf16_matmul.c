@@ -83,6 +83,7 @@ static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
 #define QT_BM_W_MR 12 /* wide emulation tile: 12 x 32 (24 zmm accumulators) */
 #define QT_BM_W_NR 32
 #define QT_BM_W_PANEL (1 << 20) /* floats of the wide path's widened B panel (4 MiB) */
+#define QT_BM_CANON_LOG 6        /* the fused canonical tiles: nb <= 2^6 blocks */
 
 static struct {
     float part[QT_BM_MC * QT_BM_NC];             /* partial chains between blocks */
@@ -91,6 +92,7 @@ static struct {
     uint32_t ia[QT_BM_MC * QT_BM_KQ];             /* instruction: A pairs, [q][mc] */
     uint32_t ib[QT_BM_I_PANEL];                   /* instruction: B panel, [s][q][NR] */
     int carry_stream;                             /* the carry's finish streams (wgrad_carry) */
+    float stk[(QT_BM_CANON_LOG + 1) * QT_BM_I_MR * QT_BM_I_NR]; /* canonical subtotals */
 #ifdef QT_BM_WIDE
     float wb[QT_BM_W_PANEL];                      /* wide: B widened, [s][q][hi NR, lo NR] */
 #endif
@@ -244,31 +246,52 @@ static void qt_bm_emul(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
  * matmul.c and tree.c do: the level is read again only after more leaves have passed
  * through the caches); the caller fences. Reads part (c for the add, the carry's addends);
  * writes c. */
+/* l + r with l the instruction's first source: x86 returns the first source's NaN when both
+ * are NaNs, and C lets the compiler commute a float +, so the operand order is pinned here.
+ * qt_canon_tree's compiled loops (and qt_vec_add's) put the left operand first too; the
+ * fused canonical tree keeps that, so a NaN meeting a NaN keeps the copying path's payload. */
+static inline __m512 qt_bm_add_lr(__m512 l, __m512 r)
+{
+    __m512 o;
+    __asm__("vaddps %2, %1, %0" : "=v"(o) : "v"(l), "v"(r));
+    return o;
+}
+
+static inline __attribute__((always_inline)) void
+qt_bm_v_fin16(float *o, __m512 r, __mmask16 m, int fin, const qt_leaf_carry *cy)
+{
+    if (!m) return;
+    if (fin == QT_BM_FIN_ADD) r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), r);
+    else if (fin >= QT_BM_FIN_ZADD) r = _mm512_add_ps(_mm512_setzero_ps(), r);
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r,
+                             _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+    if (fin == QT_BM_FIN_CARRY) {
+        const int64_t e = o - cy->dst;
+        for (int32_t l = 0; l < cy->n; l++)
+            r = qt_bm_add_lr(_mm512_maskz_loadu_ps(m, cy->add[l] + e), r);
+        if (qt_bm.carry_stream && m == 0xffff && !((uintptr_t)o & 63)) {
+            _mm512_stream_ps(o, r);
+            return;
+        }
+    }
+    _mm512_mask_storeu_ps(o, m, r);
+}
+
+/* The lanes [0, n) of a 16-lane vector (n clamped to [0, 16]). */
+static inline __mmask16 qt_bm_lanes(int64_t n)
+{
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
 static void qt_bm_v_finish(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
                            int64_t mc, int64_t nc)
 {
-    const __m512 zero = _mm512_setzero_ps();
-    const __m512 qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000));
-    const int stream = fin == QT_BM_FIN_CARRY && qt_bm.carry_stream;
     for (int64_t i = 0; i < mc; i++) {
         float *o = c + i * ldc;
         const float *pr = qt_bm.part + i * QT_BM_NC;
         for (int64_t j = 0; j < nc; j += 16) {
-            const __mmask16 m = nc - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nc - j)) - 1u);
-            __m512 r = _mm512_maskz_loadu_ps(m, pr + j);
-            if (fin == QT_BM_FIN_ADD) r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + j), r);
-            else if (fin >= QT_BM_FIN_ZADD) r = _mm512_add_ps(zero, r);
-            r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r, qnan);
-            if (fin == QT_BM_FIN_CARRY) {
-                const int64_t e = (o + j) - cy->dst;
-                for (int32_t l = 0; l < cy->n; l++)
-                    r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, cy->add[l] + e), r);
-                if (stream && m == 0xffff && !((uintptr_t)(o + j) & 63)) {
-                    _mm512_stream_ps(o + j, r);
-                    continue;
-                }
-            }
-            _mm512_mask_storeu_ps(o + j, m, r);
+            const __mmask16 m = qt_bm_lanes(nc - j);
+            qt_bm_v_fin16(o + j, _mm512_maskz_loadu_ps(m, pr + j), m, fin, cy);
         }
     }
 }
@@ -343,16 +366,20 @@ static void qt_bm_i_pack_b(const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t n
 /* One tile: mr rows x 32 cols of part (row stride QT_BM_NC), the chain over kq pairs
  * continued from part (first: from +0). A's pair (i, q) is the 32-bit word at
  * ap + q*asq + i*asi (bf16 units: the packed micro-panel, or A's rows in place); B's pairs
- * are bp[q*32 + jj]. Reads ap, bp, part; writes part. */
+ * are bp[q*32 + jj]. Reads ap, bp, part; writes part, or, the last contraction block
+ * (out != NULL), the finish of its nr <= 32 valid columns straight from the registers into
+ * out (row stride ldo; qt_bm_v_fin16: the bits of qt_bm_v_finish, without the round trip
+ * through part). */
 static inline __attribute__((always_inline)) void
 qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
-             const uint32_t *bp, int64_t kq, const int mr)
+             const uint32_t *bp, int64_t kq, const int mr, float *out, int64_t ldo, int fin,
+             const qt_leaf_carry *cy, int64_t nr, const int64_t pts)
 {
     __m512 acc[QT_BM_I_MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < mr; i++) {
-        acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * QT_BM_NC);
-        acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * QT_BM_NC + 16);
+        acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * pts);
+        acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * pts + 16);
     }
     for (int64_t q = 0; q < kq; q++) {
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR);
@@ -367,10 +394,18 @@ qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
             acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
         }
     }
+    if (out) {
+        const __mmask16 m0 = qt_bm_lanes(nr), m1 = qt_bm_lanes(nr - 16);
+        for (int i = 0; i < mr; i++) {
+            qt_bm_v_fin16(out + i * ldo, acc[i][0], m0, fin, cy);
+            qt_bm_v_fin16(out + i * ldo + 16, acc[i][1], m1, fin, cy);
+        }
+        return;
+    }
 #pragma GCC unroll 12
     for (int i = 0; i < mr; i++) {
-        _mm512_storeu_ps(pt + i * QT_BM_NC, acc[i][0]);
-        _mm512_storeu_ps(pt + i * QT_BM_NC + 16, acc[i][1]);
+        _mm512_storeu_ps(pt + i * pts, acc[i][0]);
+        _mm512_storeu_ps(pt + i * pts + 16, acc[i][1]);
     }
 }
 
@@ -378,7 +413,8 @@ qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
  * micro-panel ir at ap + ir*apr; B's strip s at bp + s*bps (u32). Reads A, B, part; writes
  * part (columns past nc up to the strip width come from zero padding, never finished). */
 static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq, const qt_bf16 *ap,
-                          int64_t apr, int64_t asq, int64_t asi, const uint32_t *bp, int64_t bps)
+                          int64_t apr, int64_t asq, int64_t asi, const uint32_t *bp, int64_t bps,
+                          float *c, int64_t ldc, int fin, const qt_leaf_carry *cy)
 {
     for (int64_t ir = 0; ir < mc; ir += QT_BM_I_MR) {
         const int mr = (int)qt_bm_min(QT_BM_I_MR, mc - ir);
@@ -386,11 +422,13 @@ static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq, const q
         for (int64_t s = 0; s * QT_BM_I_NR < nc; s++) {
             float *pt = qt_bm.part + ir * QT_BM_NC + s * QT_BM_I_NR;
             const uint32_t *b = bp + s * bps;
-#define QT_BM_CASE(h) case h: qt_bm_i_tile(pt, first, a, asq, asi, b, kq, h); break;
+            float *o = c ? c + ir * ldc + s * QT_BM_I_NR : 0;
+            const int64_t nr = nc - s * QT_BM_I_NR;
+#define QT_BM_CASE(h) case h: qt_bm_i_tile(pt, first, a, asq, asi, b, kq, h, o, ldc, fin, cy, nr, QT_BM_NC); break;
             switch (mr) {
             QT_BM_CASE(1) QT_BM_CASE(2) QT_BM_CASE(3) QT_BM_CASE(4) QT_BM_CASE(5) QT_BM_CASE(6)
             QT_BM_CASE(7) QT_BM_CASE(8) QT_BM_CASE(9) QT_BM_CASE(10) QT_BM_CASE(11)
-            default: qt_bm_i_tile(pt, first, a, asq, asi, b, kq, 12); break;
+            default: qt_bm_i_tile(pt, first, a, asq, asi, b, kq, 12, o, ldc, fin, cy, nr, QT_BM_NC); break;
             }
 #undef QT_BM_CASE
         }
@@ -424,17 +462,114 @@ static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
                 const uint32_t *bp = qt_bm.ib + (cached ? qc * QT_BM_I_NR : 0);
                 const int64_t bps = (cached ? nq : kq) * QT_BM_I_NR;
                 if (!cached) qt_bm_i_pack_b(b + jc * sbj, sbp, sbj, nc, qc, kq, P);
+                /* the last block finishes in the tiles' registers */
+                float *o = qc + kq >= nq ? c + ic * ldc + jc : 0;
                 if (sap == 1 && 2 * (qc + kq) <= P) /* A in place */
-                    qt_bm_i_block(qc == 0, mc, nc, kq, a + ic * sai + 2 * qc, sai, 2, sai, bp, bps);
+                    qt_bm_i_block(qc == 0, mc, nc, kq, a + ic * sai + 2 * qc, sai, 2, sai, bp, bps,
+                                  o, ldc, fin, cy);
                 else {
                     qt_bm_i_pack_a(a + ic * sai, sai, sap, mc, qc, kq, P);
                     qt_bm_i_block(qc == 0, mc, nc, kq, (const qt_bf16 *)qt_bm.ia, 2, 2 * mc,
-                                  2, bp, bps);
+                                  2, bp, bps, o, ldc, fin, cy);
                 }
             }
-            qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, cy, mc, nc);
+            if (nq == 0) qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, cy, mc, nc);
         }
     }
+}
+#endif
+
+#ifdef QT_BM_INSN
+/* One tile of the fused canonical contraction (bf16_matmul_canon.h): mr rows x 32 columns,
+ * for each block j its chain from +0 in registers over the block's pairs (segment by
+ * segment: a later segment continues from the stored partial, exact), its partial (plus:
+ * (+0) + chain; NaN 0x7fc00000, as the copying path's per-block kernel finish), then the
+ * pairwise tree merged as the blocks finish (a binary counter over qt_bm.stk: after block
+ * j, as many stacked subtotals as j has trailing one bits are added on the left, so
+ * ((b0+b1)+(b2+b3))+... keeps qt_canon_tree's pairs and order); the last block stores the
+ * total's nr <= 32 valid columns into out (row stride ldo). A's pair (i, q) of the whole
+ * contraction at ap + 2q + i*asi (rows in place); B's at bp[q*32 + jj]. */
+static inline __attribute__((always_inline)) void
+qt_bm_c_tile(float *out, int64_t ldo, int64_t nr, const qt_bf16 *ap, int64_t asi,
+             const uint32_t *bp, int64_t nseg, int64_t L, int64_t nb, int64_t sl, int plus,
+             const int mr)
+{
+    const int64_t tile = QT_BM_I_MR * QT_BM_I_NR;
+    const __m512 qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000));
+    const __mmask16 m0 = qt_bm_lanes(nr), m1 = qt_bm_lanes(nr - 16);
+    int64_t depth = 0;
+    for (int64_t j = 0; j < nb; j++) {
+        float *pj = qt_bm.stk + depth * tile;
+        for (int64_t g = 0; g < nseg; g++) {
+            const int64_t q0 = (g * L + j * sl) / 2;
+            qt_bm_i_tile(pj, g == 0, ap + 2 * q0, 2, asi, bp + q0 * QT_BM_I_NR, sl / 2, mr, 0, 0,
+                         0, 0, 0, QT_BM_I_NR);
+        }
+        int nm = 0;
+        for (int64_t q = j; q & 1; q >>= 1) nm++;
+        float *dst = j + 1 < nb ? pj - nm * tile : 0;
+        for (int i = 0; i < mr; i++)
+            for (int h = 0; h < 2; h++) {
+                const int64_t o = i * QT_BM_I_NR + 16 * h;
+                __m512 r = _mm512_loadu_ps(pj + o);
+                if (plus) r = _mm512_add_ps(_mm512_setzero_ps(), r);
+                r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r, qnan);
+                for (int k = 1; k <= nm; k++) r = qt_bm_add_lr(_mm512_loadu_ps(pj - k * tile + o), r);
+                if (dst) _mm512_storeu_ps(dst + o, r);
+                else _mm512_mask_storeu_ps(out + i * ldo + 16 * h, h ? m1 : m0, r);
+            }
+        depth = depth - nm + 1;
+    }
+}
+
+/* The fused canonical contraction on the instruction path: C[I,J] (ldc) = tree over nb
+ * blocks of A(i,p) = a[i*sai + p] (rows in place) and B(p,j) = b[p*sbp + j*sbj], the
+ * contraction P = nseg * L, L = nb * sl, sl even (a block's pairs are pairs of the whole
+ * contraction: its pairs are the copying path's, none spans a segment); plus: the block
+ * partials are (+0) + chain (the data gradient's). B's column panels are packed once for
+ * the whole contraction. Returns 0, or -1 (nothing written) when the shape does not fit
+ * (the caller copies). */
+int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const qt_bf16 *a, int64_t sai,
+                          const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I, int64_t J,
+                          int64_t nseg, int64_t nb, int64_t sl, int plus)
+{
+    const int64_t L = nb * sl, P = nseg * L, nq = P / 2;
+    if (sl < 2 || sl % 2 || nb < 2 || nb > (1 << QT_BM_CANON_LOG) || (nb & (nb - 1)) ||
+        nq * QT_BM_I_NR > QT_BM_I_PANEL)
+        return -1;
+    int64_t ncw = QT_BM_NC;
+    while (ncw > QT_BM_I_NR && ncw * nq > QT_BM_I_PANEL) ncw -= QT_BM_I_NR;
+    for (int64_t jc = 0; jc < J; jc += ncw) {
+        const int64_t nc = qt_bm_min(ncw, J - jc);
+        qt_bm_i_pack_b(b + jc * sbj, sbp, sbj, nc, 0, nq, P);
+        for (int64_t ir = 0; ir < I; ir += QT_BM_I_MR) {
+            const int mr = (int)qt_bm_min(QT_BM_I_MR, I - ir);
+            for (int64_t s = 0; s * QT_BM_I_NR < nc; s++) {
+                float *o = c + ir * ldc + jc + s * QT_BM_I_NR;
+                const int64_t nr = nc - s * QT_BM_I_NR;
+                const qt_bf16 *ap = a + ir * sai;
+                const uint32_t *bp = qt_bm.ib + s * nq * QT_BM_I_NR;
+#define QT_BM_CASE(h) case h: qt_bm_c_tile(o, ldc, nr, ap, sai, bp, nseg, L, nb, sl, plus, h); break;
+                switch (mr) {
+                QT_BM_CASE(1) QT_BM_CASE(2) QT_BM_CASE(3) QT_BM_CASE(4) QT_BM_CASE(5)
+                QT_BM_CASE(6) QT_BM_CASE(7) QT_BM_CASE(8) QT_BM_CASE(9) QT_BM_CASE(10)
+                QT_BM_CASE(11)
+                default: qt_bm_c_tile(o, ldc, nr, ap, sai, bp, nseg, L, nb, sl, plus, 12); break;
+                }
+#undef QT_BM_CASE
+            }
+        }
+    }
+    return 0;
+}
+#else
+int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const qt_bf16 *a, int64_t sai,
+                          const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I, int64_t J,
+                          int64_t nseg, int64_t nb, int64_t sl, int plus)
+{
+    (void)c, (void)ldc, (void)a, (void)sai, (void)b, (void)sbp, (void)sbj, (void)I, (void)J;
+    (void)nseg, (void)nb, (void)sl, (void)plus;
+    return -1;
 }
 #endif
 

@@ -82,6 +82,17 @@ int qt_bf16_matmul_wgrad_carry(const qt_leaf_carry *cy, const qt_bf16 *dy, const
 int qt_bf16_matmul_wgrad_carry_on(int path, const qt_leaf_carry *cy, const qt_bf16 *dy,
                                   const qt_bf16 *x, int64_t M, int64_t N, int64_t K);
 
+/* The canonical blocked contraction of bf16_matmul_canon.h fused on the instruction path
+ * (its implementation; not a public entry): C[I,J] (row stride ldc) = the pairwise tree over
+ * nb blocks of the block chains of A(i,p) = a[i*sai + p] and B(p,j) = b[p*sbp + j*sbj], the
+ * contraction nseg segments of nb slices of sl; plus: block partials (+0) + chain (the data
+ * gradient's). The copying path's bits. Returns 0, or -1 (nothing written) when the build
+ * lacks the instruction or the shape is not handled (sl odd, nb not a power of two up to 64,
+ * a contraction over 2^14 pairs). */
+int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const qt_bf16 *a, int64_t sai,
+                          const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I, int64_t J,
+                          int64_t nseg, int64_t nb, int64_t sl, int plus);
+
 #ifdef __cplusplus
 }
 #endif
