@@ -9,6 +9,7 @@
  * region keeps one element type (fp32 or bf16) for the whole call. No heap, no VLA.
  */
 #ifndef QT_REAL_DOUBLE
+#include <string.h>
 #include "bf16_expert_ffn.h"
 #include "expert_ffn.h"
 #include "bf16_matmul.h"
@@ -111,14 +112,13 @@ int qt_bf16_expert_ffn_fwd_on(int path, float *y, qt_bf16 *gu, const qt_bf16 *x,
             qt_bf16_matmul_fwd_on(path, C, X, wg, n, 2 * f, d);
             for (int64_t j = 0; j < n; j++) { /* gu rounded: the stored value is h's input */
                 qt_bf16 *g = gu + (int64_t)list[j] * 2 * f;
-                for (int64_t i = 0; i < 2 * f; i++) g[i] = qt_bf16_from_f32(C[j * 2 * f + i]);
+                if (qt_bf16_from_f32_insn(g, C + j * 2 * f, 2 * f) != 0) /* the same bits */
+                    for (int64_t i = 0; i < 2 * f; i++) g[i] = qt_bf16_from_f32(C[j * 2 * f + i]);
             }
             qt_bx_swiglu(H, gu, list, n, f);
             qt_bf16_matmul_canon_fwd_on(path, C, H, wd, n, d, f, 1, nb, K); /* nb 0: plain */
-            for (int64_t j = 0; j < n; j++) {
-                float *yr = y + (int64_t)list[j] * d;
-                for (int64_t i = 0; i < d; i++) yr[i] = C[j * d + i];
-            }
+            for (int64_t j = 0; j < n; j++)
+                memcpy(y + (int64_t)list[j] * d, C + j * d, (size_t)d * sizeof(float));
         }
     }
     return 0;
