@@ -16,9 +16,18 @@
  *    docs/bench.md), this runs at the FMA rate: same bits, about twice the speed.
  * The vector paths block the contraction in KQ pairs; a block's partial chain is stored in
  * the static tile `part` as fp32 and reloaded by the next block (exact), and the finish reads
- * `part` after the last block. Odd P: the packed hi element of the last pair is +0.
- * Invariants: no heap; the panels and the partial tile are one static module struct; padded
- * rows/columns are zero and never stored; MXCSR is restored before any output is written.
+ * `part` after the last block (the instruction path finishes the last block in its tiles'
+ * registers instead: the same operations per element). Odd P: the packed hi element of the
+ * last pair is +0.
+ * The writing weight gradient can store the leaf-tree carry of qt_leaf_carry.h in its finish
+ * (every path): after (+0) + chain and the NaN fix, the levels are added with qt_tree_push's
+ * operations in its order and the level is stored, the leaf never.
+ * The canonical blocked contractions of bf16_matmul_canon.h with an even slice run fused on
+ * the instruction path (qt_bf16_mm_canon_insn): each block's chain in registers, the
+ * pairwise tree merged in the tile epilogue through a small stack, no packed copies.
+ * Invariants: no heap; the panels, the partial tile and the canonical stack are one static
+ * module struct; padded rows/columns are zero and never stored; MXCSR is restored before any
+ * output is written.
  */
 #ifndef QT_REAL_DOUBLE
 #include "bf16_matmul.h"
@@ -381,6 +390,13 @@ qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
         acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * pts);
         acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * pts + 16);
     }
+    if (out && fin == QT_BM_FIN_CARRY) /* the carry's addends: fetched while the chain runs */
+        for (int i = 0; i < mr; i++)
+            for (int32_t l = 0; l < cy->n; l++) {
+                const float *t = cy->add[l] + (out - cy->dst) + i * ldo;
+                _mm_prefetch((const char *)t, _MM_HINT_T0);
+                _mm_prefetch((const char *)(t + nr - 1), _MM_HINT_T0);
+            }
     for (int64_t q = 0; q < kq; q++) {
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR);
         const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR + 16);
