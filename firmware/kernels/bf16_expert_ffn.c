@@ -308,6 +308,7 @@ static qt_leaf_carry qt_bx_carry_slice(const qt_leaf_carry *cy, int64_t off)
 typedef struct {
     float *list, *dh, *K; /* K: the chain packs (2 max(d, f) floats) */
     qt_bf16 *dx, *h, *dg; /* dy rows, then x rows; h; dgu */
+    int64_t ngu, ndown;   /* the whole weights' sizes (E*2f*d, E*d*f) */
 } qt_bx_wbufs;
 
 /* One chunk of expert e's rows list[0..n): dw_down and dw_gu written from (+0) by the
@@ -322,7 +323,11 @@ static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *
     qt_bf16 *pa = qt_bx_b16(b->K), *pb = pa + 2 * (d > f ? d : f);
     qt_bx_gather(b->dx, dy, d, 0, b->list, n, k);
     qt_bx_swiglu(b->h, gu, b->list, n, f);
-    if (whole && cd) qt_bf16_matmul_wgrad_carry_on(path, cd, b->dx, b->h, n, d, f);
+    /* a carried slice streams when the whole weight does (the level is read again only after
+     * the other experts' slices and more leaves have passed through the caches) */
+    if (whole && cd)
+        qt_bf16_matmul_wgrad_carry_s_on(path, cd, b->dx, b->h, n, d, f,
+                                        qt_bf16_matmul_wgrad_carry_stream(b->ndown));
     else if (whole) qt_bf16_matmul_wgrad_on(path, dwd, b->dx, b->h, n, d, f);
     else qt_bx_chain_rows(path, dwd, b->dx, b->h, n, d, f, pa, pb);
     if (dgu) {
@@ -333,7 +338,9 @@ static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *
         qt_bx_swiglu_bwd(b->dg, b->dh, gu, b->list, n, f);
     }
     qt_bx_gather(b->dx, x, d, 1, b->list, n, k);
-    if (whole && cg) qt_bf16_matmul_wgrad_carry_on(path, cg, b->dg, b->dx, n, 2 * f, d);
+    if (whole && cg)
+        qt_bf16_matmul_wgrad_carry_s_on(path, cg, b->dg, b->dx, n, 2 * f, d,
+                                        qt_bf16_matmul_wgrad_carry_stream(b->ngu));
     else if (whole) qt_bf16_matmul_wgrad_on(path, dwg, b->dg, b->dx, n, 2 * f, d);
     else qt_bx_chain_rows(path, dwg, b->dg, b->dx, n, 2 * f, d, pa, pb);
 }
@@ -361,6 +368,7 @@ static int qt_bx_wgrad(int path, float *dw_gu, float *dw_down, const qt_leaf_car
     b.h = qt_bx_b16(b.list + cap + cap * qt_bx_h(d));
     b.dh = b.list + cap + cap * (qt_bx_h(d) + qt_bx_h(f));
     b.dg = qt_bx_b16(b.dh + cap * f);
+    b.ngu = E * 2 * f * d, b.ndown = E * d * f;
     if (carry) { /* refused before anything is written (the caller then writes the leaves) */
         int64_t nmax = 0;
         for (int32_t e = 0; e < E; e++) {

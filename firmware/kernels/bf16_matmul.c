@@ -832,13 +832,17 @@ int qt_bf16_matmul_wgrad_on(int path, float *dw, const qt_bf16 *dy, const qt_bf1
  * matmul.c's QT_MM_CARRY_STREAM. */
 #define QT_BM_CARRY_STREAM (1 << 19)
 
-/* wgrad with the carry: C = cy->dst (partial chains wait in qt_bm.part, not in dst). */
-int qt_bf16_matmul_wgrad_carry_on(int path, const qt_leaf_carry *cy, const qt_bf16 *dy,
-                                  const qt_bf16 *x, int64_t M, int64_t N, int64_t K)
+/* wgrad with the carry: C = cy->dst (partial chains wait in qt_bm.part, not in dst).
+ * stream: -1 decide by the weight's size N*K, else as given (a slice of a larger weight). */
+int qt_bf16_matmul_wgrad_carry_s_on(int path, const qt_leaf_carry *cy, const qt_bf16 *dy,
+                                    const qt_bf16 *x, int64_t M, int64_t N, int64_t K,
+                                    int stream)
 {
     if (!cy || cy->n < 1 || cy->n > QT_LEAF_CARRY_MAX) return -1;
 #if defined(QT_BM_INSN) || defined(QT_BM_WIDE) || defined(QT_BM_EMUL)
-    qt_bm.carry_stream = N * K >= QT_BM_CARRY_STREAM;
+    qt_bm.carry_stream = stream < 0 ? N * K >= QT_BM_CARRY_STREAM : stream != 0;
+#else
+    (void)stream;
 #endif
     const int rc = qt_bm_run(path, cy->dst, K, QT_BM_FIN_CARRY, cy, dy, 1, N, x, K, 1, N, K, M);
 #if defined(QT_BM_INSN) || defined(QT_BM_WIDE)
@@ -885,6 +889,17 @@ void qt_bf16_matmul_wgrad(float *dw, const qt_bf16 *dy, const qt_bf16 *x, int64_
                           int64_t N, int64_t K)
 {
     qt_bf16_matmul_wgrad_on(qt_bf16_mm_path(), dw, dy, x, M, N, K);
+}
+
+int qt_bf16_matmul_wgrad_carry_on(int path, const qt_leaf_carry *cy, const qt_bf16 *dy,
+                                  const qt_bf16 *x, int64_t M, int64_t N, int64_t K)
+{
+    return qt_bf16_matmul_wgrad_carry_s_on(path, cy, dy, x, M, N, K, -1);
+}
+
+int qt_bf16_matmul_wgrad_carry_stream(int64_t numel)
+{
+    return numel >= QT_BM_CARRY_STREAM;
 }
 
 int qt_bf16_matmul_wgrad_carry(const qt_leaf_carry *cy, const qt_bf16 *dy, const qt_bf16 *x,

@@ -81,6 +81,13 @@ int qt_bf16_matmul_wgrad_carry(const qt_leaf_carry *cy, const qt_bf16 *dy, const
                                int64_t M, int64_t N, int64_t K);
 int qt_bf16_matmul_wgrad_carry_on(int path, const qt_leaf_carry *cy, const qt_bf16 *dy,
                                   const qt_bf16 *x, int64_t M, int64_t N, int64_t K);
+/* The same for a slice of a larger weight (the expert FFN's experts): stream 1 / 0 stores the
+ * carry non-temporally or not whatever N*K (-1: by N*K); qt_bf16_matmul_wgrad_carry_stream
+ * says whether a weight of numel floats streams (2^19 or more). Same values either way. */
+int qt_bf16_matmul_wgrad_carry_s_on(int path, const qt_leaf_carry *cy, const qt_bf16 *dy,
+                                    const qt_bf16 *x, int64_t M, int64_t N, int64_t K,
+                                    int stream);
+int qt_bf16_matmul_wgrad_carry_stream(int64_t numel);
 
 /* The canonical blocked contraction of bf16_matmul_canon.h fused on the instruction path
  * (its implementation; not a public entry): C[I,J] (row stride ldc) = the pairwise tree over
