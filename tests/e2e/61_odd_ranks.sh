@@ -13,7 +13,8 @@
 #     per rank, data 6 (auto), data 3 x expert 2 (6 ranks), data 3 with ZeRO-1 and G 4;
 #   * units: data 3 with three sequences per rank, data 2 with six (12 a step), data 2 with
 #     two a microbatch and G 3, data 2 ZeRO-1 with three a microbatch and G 2, fsdp 2 with
-#     six, and qwen3.5 data 2 x fsdp 2 with three (plan.txt says "yes" and gives the cost);
+#     six, bf16 fsdp 2 with six, and qwen3.5 data 2 x fsdp 2 with three (plan.txt says "yes"
+#     and gives the cost);
 #     dcn data 2 with six: 58_slices.sh;
 #   * data 2, three a microbatch, G 2 in the microbatch form: plan.txt says "no", two runs
 #     are identical, and the bits differ from one rank's 12 sequences (the statement is true,
@@ -34,7 +35,8 @@ for cell in "odd-next-1r-b3 odd-next-dp3 3" "odd-next-1r-b6 odd-next-dp3-b2 3" \
             "odd-next-1r-b12 odd-next-dp3-g4-z1 3" "odd-next-1r-b9 odd-next-dp3-b3 3" \
             "odd-next-1r-b12 split-next-dp2-b6 2" "odd-next-1r-b12 split-next-dp2-g3 2" \
             "odd-next-1r-b12 split-next-dp2-g2-z1 2" "odd-next-1r-b12 split-next-fsdp2-b6 2" \
-            "split-35-1r-b12 split-35-dp2fsdp2-b3 4"; do
+            "split-35-1r-b12 split-35-dp2fsdp2-b3 4" \
+            "split-b16-next-1r-b12 split-b16-next-fsdp2-b6 2"; do
   set -- $cell
   check "odd ranks: ${2#odd-next-} ($3 ranks) == one rank ($1), bit for bit" odd_same "$@"
 done
