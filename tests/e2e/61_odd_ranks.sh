@@ -13,8 +13,9 @@
 #     per rank, data 6 (auto), data 3 x expert 2 (6 ranks), data 3 with ZeRO-1 and G 4;
 #   * units: data 3 with three sequences per rank, data 2 with six (12 a step), data 2 with
 #     two a microbatch and G 3, data 2 ZeRO-1 with three a microbatch and G 2, fsdp 2 with
-#     six, bf16 fsdp 2 with six, and qwen3.5 data 2 x fsdp 2 with three (plan.txt says "yes"
-#     and gives the cost);
+#     six, bf16 fsdp 2 with six, data 2 x tensor 2 with six, and qwen3.5 data 2 x fsdp 2
+#     with three (plan.txt says "yes" and gives the cost); 25 leaves a rank (more units than
+#     tree levels): plan.txt says "no";
 #     dcn data 2 with six: 58_slices.sh;
 #   * data 2, three a microbatch, G 2 in the microbatch form: plan.txt says "no", two runs
 #     are identical, and the bits differ from one rank's 12 sequences (the statement is true,
@@ -36,7 +37,8 @@ for cell in "odd-next-1r-b3 odd-next-dp3 3" "odd-next-1r-b6 odd-next-dp3-b2 3" \
             "odd-next-1r-b12 split-next-dp2-b6 2" "odd-next-1r-b12 split-next-dp2-g3 2" \
             "odd-next-1r-b12 split-next-dp2-g2-z1 2" "odd-next-1r-b12 split-next-fsdp2-b6 2" \
             "split-35-1r-b12 split-35-dp2fsdp2-b3 4" \
-            "split-b16-next-1r-b12 split-b16-next-fsdp2-b6 2"; do
+            "split-b16-next-1r-b12 split-b16-next-fsdp2-b6 2" \
+            "odd-next-1r-b12 split-next-dp2tp2-b3 4"; do
   set -- $cell
   check "odd ranks: ${2#odd-next-} ($3 ranks) == one rank ($1), bit for bit" odd_same "$@"
 done
@@ -65,3 +67,17 @@ split_own_bits() {
   echo "deterministic: $(tail -n 1 "$d/$r.det"); one rank: $(tail -n 1 "$d/odd-next-1r-b12.det")"
 }
 check "any split: the microbatch form with 3 leaves a microbatch is deterministic, not one rank's bits (plan.txt says so)" split_own_bits
+
+# more units than the plan's tree levels allow (25 leaves a rank: 25 units of one leaf, over
+# QT_MAX_TREE_LEVELS 24): configgen keeps the reduce-scatter and plan.txt says "no" with
+# the reason (no refusal, no wrong "yes")
+split_too_many_units() {
+  local d=$QT_TMP/odd/units25
+  rm -rf "$d"; mkdir -p "$d"
+  build/configgen/configgen -o "$d" configgen/configs/runs/split-next-dp2-b6.yml \
+    per_device_batch_size=25 > "$d.log" 2>&1 || { tail -n 3 "$d.log"; return 1; }
+  grep -q "one-rank bits: no: each rank's 25 gradient leaves per step are not a power of two.*more unit levels than 24" \
+    "$d/split-next-dp2-b6/plan.txt" || { grep "one-rank bits" "$d/split-next-dp2-b6/plan.txt"; return 1; }
+  grep -q "reduce-scatter over data" "$d/split-next-dp2-b6/plan.txt" || { echo "no reduce-scatter"; return 1; }
+}
+check "any split: 25 leaves a rank (more units than tree levels): plan.txt says no, the reduce-scatter stays" split_too_many_units

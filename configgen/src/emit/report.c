@@ -255,40 +255,43 @@ static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
             sent += 4 * q * blk * (nb - 1);
             msgs += (nb - 1) * (c > 0 ? (blk + c - 1) / c : 0);
         }
-        qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient leaves per step are "
-                         "not a power of two, so they are reduced as %lld units of %lld leaves "
+        qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient %s per step are "
+                         "not a power of two, so they are reduced as %lld units of %lld %s "
                          "(each one complete subtree of the one-rank tree over the global leaf "
                          "index), exchanged pairwise over the batch group and folded by each "
                          "block's owner in the one-rank tree's shape (docs/determinism.md \"Any "
                          "split\"); cost: %lld bytes sent per rank per step in %lld message%s "
                          "(%lld x the reduce-scatter's %lld bytes), and %lld unit levels of "
                          "%lld floats in place of %d tree levels\n",
-                         (long long)leaves, (long long)q, (long long)U, (long long)sent,
+                         (long long)leaves, leaves == 1 ? "leaf" : "leaves", (long long)q,
+                         (long long)U, U == 1 ? "leaf" : "leaves", (long long)sent,
                          (long long)msgs, qt_cg_s(msgs), (long long)q, (long long)rs, (long long)q,
                          (long long)g->n_flat, lv);
         return;
     }
     const int whole = lpow2 && (!mbmaj || G == 1 || pow2);
     if (whole) {
-        qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient leaves per %s are "
+        qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient %s per %s are "
                          "one complete subtree of the one-rank tree, which the reduce-scatter "
                          "over the %lld ranks continues (%s; docs/determinism.md)\n",
-                         (long long)leaves, per, (long long)nb,
+                         (long long)leaves, leaves == 1 ? "leaf" : "leaves", per,
+                         (long long)nb,
                          pow2 ? "recursive halving" : "its binary-counter shape");
         return;
     }
     const int step_ok = s->mesh[QT_MESH_EXPERT] == 1 && s->mesh[QT_MESH_CONTEXT] == 1;
-    qt_cg_buf_printf(b, "  one-rank bits: no: each rank's %lld gradient leaves per %s %s: the "
+    qt_cg_buf_printf(b, "  one-rank bits: no: each rank's %lld gradient %s per %s %s: the "
                      "run is deterministic for this mesh and plan, its bits differ from one "
                      "rank's (docs/determinism.md; %s)\n",
-                     (long long)leaves, per,
+                     (long long)leaves, leaves == 1 ? "leaf" : "leaves", per,
                      !lpow2 ? "are not a power of two, so not one complete subtree of the "
                               "one-rank tree"
                             : "are reduced microbatch by microbatch (G > 1) over a batch group "
                               "that is not a power of two, which is not a split of the "
                               "one-rank tree",
                      step_ok && !mbmaj ? "the units of the step form do not apply: a range "
-                                         "reduced over fewer axes, or over 1024 units"
+                                         "reduced over fewer axes, over 1024 units, or "
+                                         "more unit levels than 24"
                      : step_ok ? "gradient_reduce=step reduces any split with one rank's bits"
                                : "not yet with expert or context parallelism, issue 35");
 }

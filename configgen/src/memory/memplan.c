@@ -195,7 +195,8 @@ static int64_t bf16_staging(qt_cg_graph *g, int64_t at)
  * parameter's tree has L leaves and every range is reduced over the whole batch group (so a
  * member's group index is its batch index: its leaves are [index * L, (index + 1) * L) of
  * the global order, docs/determinism.md); else 0 (the leaf tree's total is one subtree of
- * the one-rank tree, or the plan is not in the step form). */
+ * the one-rank tree, the plan is not in the step form, or the units would be more than
+ * QT_CG_MAX_UNITS over the group or need more than QT_MAX_TREE_LEVELS levels). */
 int64_t qt_cg_grad_units(const qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
@@ -206,8 +207,11 @@ int64_t qt_cg_grad_units(const qt_cg_graph *g)
     if (L < 2 || !(L & (L - 1))) return 0;
     for (int i = 0; i < g->n_ranges; i++)
         if (g->ranges[i].reduce_mask != s->batch_mask) return 0;
-    const int64_t q = L / (L & -L);
-    if (q * qt_cg_group_size(s, s->batch_mask) > QT_CG_MAX_UNITS) return 0;
+    const int64_t U = L & -L, q = L / U;
+    int lu = 0;
+    while (U >> (lu + 1)) lu++;
+    if (q * qt_cg_group_size(s, s->batch_mask) > QT_CG_MAX_UNITS || lu + q > QT_MAX_TREE_LEVELS)
+        return 0;
     return q;
 }
 
