@@ -261,12 +261,13 @@ static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
                          "index), exchanged pairwise over the batch group and folded by each "
                          "block's owner in the one-rank tree's shape (docs/determinism.md \"Any "
                          "split\"); cost: %lld bytes sent per rank per step in %lld message%s "
-                         "(%lld x the reduce-scatter's %lld bytes), and %lld unit levels of "
-                         "%lld floats in place of %d tree levels\n",
+                         "(%lld x the reduce-scatter's %lld bytes), and %d tree levels of "
+                         "%lld floats (the %lld units' and %d below them) in place of %d\n",
                          (long long)leaves, leaves == 1 ? "leaf" : "leaves", (long long)q,
                          (long long)U, U == 1 ? "leaf" : "leaves", (long long)sent,
-                         (long long)msgs, qt_cg_s(msgs), (long long)q, (long long)rs, (long long)q,
-                         (long long)g->n_flat, lv);
+                         (long long)msgs, qt_cg_s(msgs), (long long)q, (long long)rs,
+                         g->n_tree_levels, (long long)g->n_flat, (long long)q,
+                         g->n_tree_levels - (int)q, lv);
         return;
     }
     const int whole = lpow2 && (!mbmaj || G == 1 || pow2);
