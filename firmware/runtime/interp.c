@@ -7,7 +7,10 @@
  * so gradient bits depend only on the leaves and their count, not on the batch split; an
  * odd leaf of a writing kind is offered to its wrapper as a carry (qt_tree_carry), which
  * the kernel stores in its epilogue with qt_tree_push's additions, else it is pushed here.
- * No heap: the level pointer table lives on the stack with a fixed bound.
+ * No heap: the level pointer table lives on the stack with a fixed bound. With units
+ * (plan->grad_units q > 1: the step form on a mesh whose ranks hold a number of leaves that
+ * is not a power of two) leaf i goes to unit i / U as leaf i % U of a tree whose top is that
+ * unit's level, so every unit is a subtree of the one-rank tree (GRAD_UNITS folds them).
  */
 #include <string.h>
 #include <time.h>

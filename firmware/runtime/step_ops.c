@@ -1,7 +1,8 @@
 /* step_ops.c - the STEP wrappers of qt_ops.def: what runs after each microbatch (the
  * microbatch-end schedule of mesh plans: leaf-tree totals, their reduce-scatter, the push
  * into the microbatch tree) and once per optimizer step after the last microbatch
- * (gradient totals, collectives, normalisation and norm, AdamW), see qt_step.h.
+ * (gradient totals, collectives, normalisation and norm, AdamW; GRAD_UNITS: the step
+ * form's units exchanged and folded in the one-rank tree's shape), see qt_step.h.
  *
  * Invariants: no heap, no syscalls but the collectives' own; the parameter-sized passes
  * are fused (tree total per cache-sized chunk -> normalise + exact square sum in one pass;
