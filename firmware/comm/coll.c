@@ -337,6 +337,52 @@ int qt_coll_reduce_scatter_f32(unsigned mask, float *buf, int64_t blk, float *tm
     return qt_coll_end(qt_coll_run_cursor(&g, &c));
 }
 
+int qt_coll_reduce_units_f32(unsigned mask, float *const *unit, int q, int64_t blk, float *out,
+                             float *tmp, int64_t tmp_elems)
+{
+    static const char op[] = "reduce_units";
+    qt_grp g;
+    int rc = qt_coll_group(op, mask, 0, &g);
+    if (rc) return rc;
+    const int R = g.size, idx = g.index;
+    if (q < 1 || (int64_t)q * R > QT_COLL_MAX_ANY || !unit || !out || blk < 0)
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: %d units in a group of %d (at most %d "
+                       "units over the group), blk %lld", op, mask, q, R, QT_COLL_MAX_ANY,
+                       (long long)blk);
+    for (int u = 0; u < q; u++)
+        if (!unit[u]) return qt_fail(QT_E_PLAN, "%s over mask 0x%x: unit %d missing", op, mask, u);
+    if (blk == 0) return QT_OK;
+    /* per message: up to c floats of each of the q units out, as many in */
+    int64_t c = tmp_elems / (2 * (int64_t)q);
+    if (c > QT_COMM_CHUNK_BYTES / 4 / q) c = QT_COMM_CHUNK_BYTES / 4 / q;
+    if (R > 1 && (!tmp || c < 1))
+        return qt_fail(QT_E_PLAN, "%s over mask 0x%x: %lld floats of scratch for %d units "
+                       "(need >= %d)", op, mask, (long long)tmp_elems, q, 2 * q);
+    qt_coll_begin(op, mask, 0);
+    /* round k pairs members whose indices add up to k (mod R): each pair meets once, both
+     * sides in the same round, and each sends the other its units of the other's block and
+     * receives the other's units of its own into the same place, chunk by chunk (packed
+     * before it is overwritten) */
+    for (int k = 0; k < R && rc == QT_OK; k++) {
+        const int p = (k - idx + R) % R;
+        if (p == idx) continue;
+        qt_coll_s.op_stage = k;
+        for (int64_t off = 0; off < blk && rc == QT_OK; off += c) {
+            const int64_t n = blk - off < c ? blk - off : c;
+            float *snd = tmp, *rcv = tmp + (int64_t)q * n;
+            for (int u = 0; u < q; u++)
+                memcpy(snd + (int64_t)u * n, unit[u] + (int64_t)p * blk + off,
+                       (size_t)n * sizeof(float));
+            rc = qt_coll_xfer(&g, p, snd, 4 * q * n, p, rcv, 4 * q * n);
+            for (int u = 0; u < q && rc == QT_OK; u++)
+                memcpy(unit[u] + (int64_t)p * blk + off, rcv + (int64_t)u * n,
+                       (size_t)n * sizeof(float));
+        }
+    }
+    if (rc == QT_OK) qt_coll_fold_units(unit, R, q, blk, idx, out);
+    return qt_coll_end(rc);
+}
+
 /* ---- all-gather, broadcast -------------------------------------------------------------- */
 
 /* The bits of group `mask`'s index that are slice digits (the top bits of each masked axis's

@@ -1,6 +1,7 @@
 /* coll_steps.c - the steps of the float reduce-scatter and of the all-gather as cursors
  * (coll_steps.h): recursive halving with fixed pairing, the direct exchange summed in the
- * one-rank tree's binary-counter shape for a group that is not a power of two, recursive
+ * one-rank tree's binary-counter shape for a group that is not a power of two (and the
+ * fold of the step form's units, qt_coll_fold_units, in the same shape), recursive
  * doubling (slice bits first on several slices) and the ring.
  *
  * Invariants: floats are only ever added here, elementwise, as mine + partner's in the
@@ -66,6 +67,16 @@ static void qt_coll_counter_tree(float *const *p, int R, int64_t n)
         const float *acc = p[start[k + 1]];
         for (int64_t i = 0; i < n; i++) hi[i] = hi[i] + acc[i];
     }
+}
+
+void qt_coll_fold_units(float *const *unit, int R, int q, int64_t blk, int idx, float *out)
+{
+    float *p[QT_COLL_MAX_ANY];
+    for (int m = 0; m < R; m++)
+        for (int u = 0; u < q; u++) p[m * q + u] = unit[u] + (int64_t)m * blk;
+    qt_coll_counter_tree(p, R * q, blk);
+    if (p[0] != out + (int64_t)idx * blk)
+        memcpy(out + (int64_t)idx * blk, p[0], (size_t)blk * sizeof(float));
 }
 
 void qt_coll_cursor_rs(qt_coll_cursor *c, int R, int idx, float *buf, int64_t blk, float *tmp,

@@ -55,6 +55,12 @@ void qt_coll_cursor_rs(qt_coll_cursor *c, int R, int idx, float *buf, int64_t bl
  * index bits that cross slices (0 on one slice; R a power of two when nonzero). */
 void qt_coll_cursor_ag(qt_coll_cursor *c, int R, int idx, void *buf, int64_t blk_bytes,
                        int64_t slow);
+/* The fold of qt_coll_reduce_units_f32: unit[u] (u < q) are R*blk floats each, block m of
+ * unit u holding member m's unit u of my block (R * q <= QT_COLL_MAX_ANY). The R*q pieces, in
+ * the order (m, u), are summed in qt_coll_counter_tree's shape (the one-rank leaf tree's
+ * binary counter over them) and the total stored in block idx of out (R*blk floats, may be
+ * one of the units). The units' blocks are garbage afterwards. */
+void qt_coll_fold_units(float *const *unit, int R, int q, int64_t blk, int idx, float *out);
 /* The next transfer into c->x (packing its outgoing data if needed); 0 when finished. */
 int qt_coll_cursor_next(qt_coll_cursor *c);
 /* After c->x completed: the step's local work (the reduce-scatter's adds), then advance. */

@@ -125,6 +125,21 @@ void qt_comm_stats(int64_t *bytes_sent, double *seconds, int64_t *calls);
 int qt_coll_reduce_scatter_f32(unsigned mask, float *buf, int64_t blk, float *tmp,
                                int64_t tmp_elems);
 
+/* The step form's units (qt_ops.def GRAD_UNITS; docs/determinism.md "Any split") over group
+ * `mask` of size R (R * q <= 1024): unit[u] (u < q) are R*blk floats each, member m's unit u
+ * of a range (its leaves' subtree number m*q + u of the one-rank tree, in that order); block
+ * j (floats [j*blk, (j+1)*blk)) is destined to group index j. Members are paired once each
+ * (round k: the pair whose indices add up to k mod R) and exchange their q units of each
+ * other's block (chunked through tmp: q*n floats out and q*n in per message, tmp_elems >=
+ * 2q). Then block idx = my group index of `out` (R*blk floats; may be unit[q-1]) receives
+ * the R*q pieces summed in the one-rank leaf tree's binary-counter shape over the order
+ * (m, u) (qt_coll_reduce_scatter_f32's shape for a group that is not a power of two, with
+ * q pieces a member): for R = 2, q = 3: ((x00 + x01) + (x02 + x10)) + (x11 + x12). The
+ * units' blocks are garbage afterwards. Sends q*(R-1) blocks of blk floats in R-1 pairings.
+ * R = 1 folds the q units. 0, QT_E_COMM, or QT_E_PLAN (bad sizes). */
+int qt_coll_reduce_units_f32(unsigned mask, float *const *unit, int q, int64_t blk, float *out,
+                             float *tmp, int64_t tmp_elems);
+
 /* All-gather in place over group `mask` of size R.
  *   buf: R*blk_bytes bytes. On entry block idx (bytes [idx*blk_bytes, +blk_bytes)) is mine;
  *        the other blocks are overwritten. On return block j holds member j's block.

@@ -7,7 +7,10 @@
  * so gradient bits depend only on the leaves and their count, not on the batch split; an
  * odd leaf of a writing kind is offered to its wrapper as a carry (qt_tree_carry), which
  * the kernel stores in its epilogue with qt_tree_push's additions, else it is pushed here.
- * No heap: the level pointer table lives on the stack with a fixed bound.
+ * No heap: the level pointer table lives on the stack with a fixed bound. With units
+ * (plan->grad_units q > 1: the step form on a mesh whose ranks hold a number of leaves that
+ * is not a power of two) leaf i goes to unit i / U as leaf i % U of a tree whose top is that
+ * unit's level, so every unit is a subtree of the one-rank tree (GRAD_UNITS folds them).
  */
 #include <string.h>
 #include <time.h>
@@ -59,6 +62,15 @@ static void qt_interp_levels(const qt_plan *p, int64_t leaves, float **levels)
         const int g = l + (shift > 0 ? shift : 0);
         levels[l] = g < nl ? (float *)(void *)(p->arena + p->tree_offset[g]) : NULL;
     }
+}
+
+/* The level pointers of the units' trees (grad_units > 1): levels 0 .. lu-1 are the plan's,
+ * level lu is set per leaf (its unit's level), the rest NULL. */
+static void qt_interp_unit_levels(const qt_plan *p, float **levels)
+{
+    const int lu = p->n_tree_levels - p->grad_units;
+    for (int l = 0; l < QT_MAX_TREE_LEVELS; l++)
+        levels[l] = l < lu ? (float *)(void *)(p->arena + p->tree_offset[l]) : NULL;
 }
 
 /* Op i of schedule `sched` (in_mb: the microbatch schedule) against the table and the
@@ -113,6 +125,19 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
             leaves = qt_interp_tree_leaves(p, &p->params[i]);
     const int mbl = p->n_mb_levels > 0 ? qt_tree_levels_needed(p->train.grad_accum) : 0;
     int need = qt_tree_levels_needed(leaves) + mbl;
+    if (p->grad_units > 1) {
+        /* units (step form): q of U leaves, every parameter's tree over all L = q U */
+        const int64_t U = leaves / p->grad_units;
+        for (int32_t i = 0; i < p->n_params; i++)
+            if (qt_interp_tree_leaves(p, &p->params[i]) != leaves)
+                return qt_fail(QT_E_PLAN, "plan %s: grad_units needs every parameter's tree "
+                               "over the same leaves", p->run_name);
+        if (mbl || U < 1 || U * p->grad_units != leaves || (U & (U - 1)) ||
+            (leaves / U) % 2 == 0)
+            return qt_fail(QT_E_PLAN, "plan %s: grad_units %d does not fit %lld leaves per step",
+                           p->run_name, p->grad_units, (long long)leaves);
+        need = qt_tree_levels_needed(U) - 1 + p->grad_units;
+    }
     /* exactly: the gradient region is the top level, which only the last carry fills */
     if (p->n_mb_levels < 0 || p->n_mb_levels != mbl || p->n_tree_levels != need ||
         need > QT_MAX_TREE_LEVELS) {
@@ -240,12 +265,21 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
         op->a[QT_A_WGRAD_SEQS] > 0 ? op->a[QT_A_WGRAD_SEQS] : qt_plan_leaves_per_mb(p);
     float *levels[QT_MAX_TREE_LEVELS];
     qt_interp_levels(p, qt_interp_tree_leaves(p, pa), levels);
+    /* units (grad_units q > 1): leaf i is leaf i % U of unit i / U's tree, whose levels are
+     * the first log2 U and whose top is unit level i / U */
+    const int64_t U = p->grad_units > 1 ? qt_interp_tree_leaves(p, pa) / p->grad_units : 0;
+    const int lu = p->n_tree_levels - p->grad_units;
+    if (U) qt_interp_unit_levels(p, levels);
     qt_stage_map map;
     qt_ctx wctx;
     qt_interp_wgrad_ctx(&table[op->kind], op, ctx, &map, &wctx);
     for (int64_t s = 0; s < per_mb; s++) {
         /* one tree over the step's leaves, or one per microbatch */
         int64_t leaf = p->n_mb_levels > 0 ? s : mb * per_mb + s;
+        if (U) {
+            levels[lu] = (float *)(void *)(p->arena + p->tree_offset[lu + leaf / U]);
+            leaf %= U;
+        }
         float *dw[2] = {NULL, NULL};
         qt_leaf_carry cy[2];
         qt_wgrad_epi epi;

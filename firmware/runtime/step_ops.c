@@ -1,7 +1,8 @@
 /* step_ops.c - the STEP wrappers of qt_ops.def: what runs after each microbatch (the
  * microbatch-end schedule of mesh plans: leaf-tree totals, their reduce-scatter, the push
  * into the microbatch tree) and once per optimizer step after the last microbatch
- * (gradient totals, collectives, normalisation and norm, AdamW), see qt_step.h.
+ * (gradient totals, collectives, normalisation and norm, AdamW; GRAD_UNITS: the step
+ * form's units exchanged and folded in the one-rank tree's shape), see qt_step.h.
  *
  * Invariants: no heap, no syscalls but the collectives' own; the parameter-sized passes
  * are fused (tree total per cache-sized chunk -> normalise + exact square sum in one pass;
@@ -12,6 +13,7 @@
  * fingerprint visits parameter elements only. Collectives that fail (a silent peer)
  * return their QT_E_COMM code up the walk; nothing here exits.
  */
+#include <stdio.h>
 #include <string.h>
 #include "qt_step.h"
 #include "ops/qt_op_fns.h"
@@ -127,6 +129,57 @@ int qt_step_grad_tree_total(const qt_op *op, const qt_ctx *ctx, qt_step_state *s
     return QT_OK;
 }
 
+/* Zeroes the elements of range i in the tree level at `level` (addressed by leaf offset)
+ * that no parameter covers: per-layer reduction, the leaf tree's top level (its window held
+ * another range's values before); units (GRAD_UNITS), each unit level (a kernel's vector
+ * tail may store past a small parameter into the padding of the level it writes, harmless
+ * where only parameter elements are carried on, not where the whole level is exchanged).
+ * The parameters of a range have increasing flat offsets in index order (checked at
+ * start-up, runtime.c). */
+static void qt_step_zero_gaps_at(const qt_plan *p, int32_t i, float *level)
+{
+    const qt_flat_range *r = &p->ranges[i];
+    int64_t cursor = r->leaf_lo;
+    for (int32_t k = 0; k < p->n_params; k++) {
+        const qt_param *pa = &p->params[k];
+        if (pa->flat_offset < r->lo || pa->flat_offset >= r->lo + r->n) continue;
+        if (pa->leaf_offset > cursor)
+            memset(level + cursor, 0, (size_t)(pa->leaf_offset - cursor) * sizeof(float));
+        cursor = pa->leaf_offset + pa->numel;
+    }
+    if (r->leaf_lo + r->n > cursor)
+        memset(level + cursor, 0, (size_t)(r->leaf_lo + r->n - cursor) * sizeof(float));
+}
+
+static void qt_step_zero_gaps(const qt_plan *p, int32_t i)
+{
+    qt_step_zero_gaps_at(p, i,
+                         qt_step_region(p, p->tree_offset[p->n_tree_levels - p->n_mb_levels - 1]));
+}
+
+int qt_step_grad_units(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    const qt_plan *p = ctx->plan;
+    const qt_flat_range *r = &p->ranges[QT_A(op, GRAD_UNITS, range)];
+    const int q = p->grad_units, lu = p->n_tree_levels - q;
+    float *unit[QT_MAX_TREE_LEVELS];
+    for (int u = 0; u < q; u++) {
+        qt_step_zero_gaps_at(p, (int32_t)QT_A(op, GRAD_UNITS, range),
+                             qt_step_region(p, p->tree_offset[lu + u]));
+        unit[u] = qt_step_region(p, p->tree_offset[lu + u]) + r->leaf_lo;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "gradient units of range %lld",
+             (long long)QT_A(op, GRAD_UNITS, range));
+    qt_comm_set_context(what, (long long)st->step);
+    int64_t se;
+    float *scratch = qt_plan_comm_scratch(p, 0, &se);
+    const int R = qt_comm_group_size(r->reduce_mask);
+    if (R < 1) return R;
+    return qt_coll_reduce_units_f32(r->reduce_mask, unit, q, r->n / R,
+                                    qt_step_region(p, p->grads_offset) + r->lo, scratch, se);
+}
+
 /* For flat range i (n_mb_levels > 0): *leaf_top = the leaf tree's top level at the rank's
  * reduce block (inside the range's leaf window), mb[l] = microbatch-tree level l at the
  * same block (the compact levels at the range's mb_lo, a whole top level - the gradient
@@ -155,26 +208,6 @@ static void qt_step_span(const qt_plan *p, const qt_op *op, int32_t *r0, int32_t
     const int64_t a0 = QT_A(op, GRAD_MB_TOTAL, r0), a1 = QT_A(op, GRAD_MB_TOTAL, r1);
     *r0 = a1 ? (int32_t)a0 : 0;
     *r1 = a1 ? (int32_t)a1 : p->n_ranges;
-}
-
-/* Zeroes the elements of range i's window in the leaf tree's top level that no parameter
- * covers (per-layer reduction: the window held another range's values before). The
- * parameters of a range have increasing flat offsets in index order (checked at start-up,
- * runtime.c). */
-static void qt_step_zero_gaps(const qt_plan *p, int32_t i)
-{
-    const qt_flat_range *r = &p->ranges[i];
-    float *top = qt_step_region(p, p->tree_offset[p->n_tree_levels - p->n_mb_levels - 1]);
-    int64_t cursor = r->leaf_lo;
-    for (int32_t k = 0; k < p->n_params; k++) {
-        const qt_param *pa = &p->params[k];
-        if (pa->flat_offset < r->lo || pa->flat_offset >= r->lo + r->n) continue;
-        if (pa->leaf_offset > cursor)
-            memset(top + cursor, 0, (size_t)(pa->leaf_offset - cursor) * sizeof(float));
-        cursor = pa->leaf_offset + pa->numel;
-    }
-    if (r->leaf_lo + r->n > cursor)
-        memset(top + cursor, 0, (size_t)(r->leaf_lo + r->n - cursor) * sizeof(float));
 }
 
 int qt_step_grad_mb_total(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
@@ -461,6 +494,14 @@ int qt_check_grad_tree_total(const qt_plan *p, const qt_op *op, qt_check_state *
 {
     (void)st;
     return QT_A(op, GRAD_TREE_TOTAL, leaves) != qt_check_leaves(p);
+}
+
+int qt_check_grad_units(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    (void)st;
+    const int64_t i = QT_A(op, GRAD_UNITS, range);
+    return p->grad_units < 2 || p->n_mb_levels || i < 0 || i >= p->n_ranges ||
+           p->n_tree_levels < p->grad_units || !p->ranges[i].reduce_mask;
 }
 
 int qt_check_grad_mb_finalize(const qt_plan *p, const qt_op *op, qt_check_state *st)

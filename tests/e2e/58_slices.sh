@@ -8,7 +8,8 @@
 #   * dcn_data 2 (one rank per slice), dcn_data 2 x ici_expert 2, dcn_fsdp 2 x ici_data 2
 #     (the slice digit is not the most significant coordinate digit: ranks 1 and 2 trade
 #     places against the one-slice order), dcn_expert 2 x ici_data 2 in shard_mode auto,
-#     qwen3.5 dcn_data 2 x ici_expert 2; three nodes of one rank (dcn_data 3);
+#     qwen3.5 dcn_data 2 x ici_expert 2; three nodes of one rank (dcn_data 3); dcn_data 2
+#     with six sequences a rank (the step form's units, issue 35);
 #   * plan.txt states the slice layout and the data assignment follows it;
 #   * rank 0 notes at start-up where the slices run (here: two slices share a machine).
 # Run files: configgen/configs/runs/dcn-*.yml.
@@ -40,6 +41,9 @@ for cell in "mesh-next-1r dcn-next-dp2 2" "mesh-next-1r dcn-next-dp2ep2 4" \
   set -- $cell
   check "slices: ${2#dcn-} as two nodes ($3 ranks) == one rank ($1), bit for bit" slice_same "$@"
 done
+# six sequences a rank over two slices (issue 35: the step form's units, 12 a step)
+check "slices: next-dp2-b6 as two nodes (dcn_data 2, 6 leaves a rank) == one rank (odd-next-1r-b12), bit for bit" \
+  slice_same odd-next-1r-b12 dcn-next-dp2-b6 2
 # three machines (dcn_data 3: a data axis that is not a power of two across slices)
 check "slices: next-dp3 as three nodes (dcn_data 3) == one rank (odd-next-1r-b3), bit for bit" \
   slice_same odd-next-1r-b3 dcn-next-dp3 3 3

@@ -1,16 +1,28 @@
-# 61_odd_ranks.sh - data axes that are not powers of two (3 and 6 ranks), sourced by
-# run_all.sh. A reduce-scatter group that is not a power of two sums its members' parts in
-# the one-rank leaf tree's binary-counter shape (firmware/comm/qt_coll.h), so when every
-# rank's gradient leaves per reduction are one complete subtree of the one-rank tree (a
-# power of two of them, one microbatch per step in the microbatch form) the mesh gives one
-# rank's bits; otherwise it is deterministic for its mesh and plan, and plan.txt says which
-# ("one-rank bits:" line). Checks, bit for bit (loss bits and fingerprint, 10 steps):
+# 61_odd_ranks.sh - data axes that are not powers of two (3 and 6 ranks), and any number of
+# leaves a rank (issue 35, docs/determinism.md "Any split"), sourced by run_all.sh. A
+# reduce-scatter group that is not a power of two sums its members' parts in the one-rank
+# leaf tree's binary-counter shape (firmware/comm/qt_coll.h), so when every rank's gradient
+# leaves per reduction are one complete subtree of the one-rank tree (a power of two of
+# them) the mesh gives one rank's bits. The step form reduces any other count L as units of
+# U leaves (U the largest power of two dividing L, each unit a complete subtree), exchanged
+# and folded in the one-rank tree's shape (qt_ops.def GRAD_UNITS): one rank's bits too. The
+# microbatch form with L not a power of two (or G > 1 over a group that is not a power of
+# two) is deterministic for its mesh and plan, and plan.txt says so ("one-rank bits:" line).
+# Checks, bit for bit (loss bits and fingerprint, 10 steps):
 #   * == one rank on the same global batch: data 3 (one sequence per rank), data 3 with two
 #     per rank, data 6 (auto), data 3 x expert 2 (6 ranks), data 3 with ZeRO-1 and G 4;
-#   * data 3 with three sequences per rank: plan.txt says "no", two runs are identical, and
-#     the bits differ from one rank's 9 sequences (the statement is true, not vacuous).
-# The collective itself: 60_collectives.sh (3, 5, 6 and 7 ranks against qt_tree's
-# definition). Run files: configgen/configs/runs/odd-*.yml.
+#   * units: data 3 with three sequences per rank, data 2 with six (12 a step), data 2 with
+#     two a microbatch and G 3, data 2 ZeRO-1 with three a microbatch and G 2, fsdp 2 with
+#     six, bf16 fsdp 2 with six, data 2 x tensor 2 with six, and qwen3.5 data 2 x fsdp 2
+#     with three (plan.txt says "yes" and gives the cost); 25 leaves a rank (more units than
+#     tree levels): plan.txt says "no";
+#     dcn data 2 with six: 58_slices.sh;
+#   * data 2, three a microbatch, G 2 in the microbatch form: plan.txt says "no", two runs
+#     are identical, and the bits differ from one rank's 12 sequences (the statement is true,
+#     not vacuous).
+# The collectives themselves: 60_collectives.sh (3, 5, 6 and 7 ranks against qt_tree's
+# definition; the units' exchange and fold against the one-rank leaf tree over R x q x U
+# leaves). Run files: configgen/configs/runs/odd-*.yml, split-*.yml.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 
 # odd_same ONE RUN RANKS: RUN on RANKS ranks == ONE on one rank, bit for bit.
@@ -21,20 +33,51 @@ odd_same() {
 
 for cell in "odd-next-1r-b3 odd-next-dp3 3" "odd-next-1r-b6 odd-next-dp3-b2 3" \
             "odd-next-1r-b6 odd-next-dp6 6" "odd-next-1r-b6 odd-next-dp3ep2 6" \
-            "odd-next-1r-b12 odd-next-dp3-g4-z1 3"; do
+            "odd-next-1r-b12 odd-next-dp3-g4-z1 3" "odd-next-1r-b9 odd-next-dp3-b3 3" \
+            "odd-next-1r-b12 split-next-dp2-b6 2" "odd-next-1r-b12 split-next-dp2-g3 2" \
+            "odd-next-1r-b12 split-next-dp2-g2-z1 2" "odd-next-1r-b12 split-next-fsdp2-b6 2" \
+            "split-35-1r-b12 split-35-dp2fsdp2-b3 4" \
+            "split-b16-next-1r-b12 split-b16-next-fsdp2-b6 2" \
+            "odd-next-1r-b12 split-next-dp2tp2-b3 4"; do
   set -- $cell
   check "odd ranks: ${2#odd-next-} ($3 ranks) == one rank ($1), bit for bit" odd_same "$@"
 done
 
-# three leaves per rank: deterministic, but not one rank's bits (as plan.txt says)
-odd_own_bits() {
-  local d=$QT_TMP/odd
-  grep -q "one-rank bits: no" generated/odd-next-dp3-b3/plan.txt || { echo "plan.txt does not say no"; return 1; }
-  plan_det odd-next-1r-b9 1 "$d" 10 && plan_det odd-next-dp3-b3 3 "$d" 10 || return 1
-  mkdir -p "$d/again"
-  plan_det odd-next-dp3-b3 3 "$d/again" 10 || return 1
-  cmp "$d/odd-next-dp3-b3.det" "$d/again/odd-next-dp3-b3.det" || { echo "two runs differ"; return 1; }
-  ! cmp -s "$d/odd-next-1r-b9.det" "$d/odd-next-dp3-b3.det" || { echo "equals one rank: plan.txt is wrong"; return 1; }
-  echo "deterministic: $(tail -n 1 "$d/odd-next-dp3-b3.det"); one rank: $(tail -n 1 "$d/odd-next-1r-b9.det")"
+# the units' cost is stated: bytes and messages, q x the reduce-scatter's bytes
+split_cost() {
+  local t=generated/split-next-dp2-b6/plan.txt
+  grep -q "one-rank bits: yes: each rank's 6 gradient leaves per step are not a power of two, so they are reduced as 3 units of 2 leaves" "$t" ||
+    { grep "one-rank bits" "$t"; return 1; }
+  grep -o "cost: [0-9]* bytes sent per rank per step in [0-9]* messages\? ([0-9]* x the reduce-scatter's [0-9]* bytes)" "$t" ||
+    { echo "no cost in $t"; return 1; }
+  ! grep -q "grad_tree_total\|reduce-scatter over data" "$t" || { echo "$t still reduce-scatters"; return 1; }
 }
-check "odd ranks: data 3 with 3 leaves per rank is deterministic, not one rank's bits (plan.txt says so)" odd_own_bits
+check "any split: plan.txt gives the units' cost in bytes and messages" split_cost
+
+# the microbatch form with three leaves a microbatch: deterministic, but not one rank's bits
+# (as plan.txt says)
+split_own_bits() {
+  local d=$QT_TMP/odd r=split-next-dp2-g2-mb
+  grep -q "one-rank bits: no" generated/$r/plan.txt || { echo "plan.txt does not say no"; return 1; }
+  plan_det odd-next-1r-b12 1 "$d" 10 && plan_det $r 2 "$d" 10 || return 1
+  mkdir -p "$d/again"
+  plan_det $r 2 "$d/again" 10 || return 1
+  cmp "$d/$r.det" "$d/again/$r.det" || { echo "two runs differ"; return 1; }
+  ! cmp -s "$d/odd-next-1r-b12.det" "$d/$r.det" || { echo "equals one rank: plan.txt is wrong"; return 1; }
+  echo "deterministic: $(tail -n 1 "$d/$r.det"); one rank: $(tail -n 1 "$d/odd-next-1r-b12.det")"
+}
+check "any split: the microbatch form with 3 leaves a microbatch is deterministic, not one rank's bits (plan.txt says so)" split_own_bits
+
+# more units than the plan's tree levels allow (25 leaves a rank: 25 units of one leaf, over
+# QT_MAX_TREE_LEVELS 24): configgen keeps the reduce-scatter and plan.txt says "no" with
+# the reason (no refusal, no wrong "yes")
+split_too_many_units() {
+  local d=$QT_TMP/odd/units25
+  rm -rf "$d"; mkdir -p "$d"
+  build/configgen/configgen -o "$d" configgen/configs/runs/split-next-dp2-b6.yml \
+    per_device_batch_size=25 > "$d.log" 2>&1 || { tail -n 3 "$d.log"; return 1; }
+  grep -q "one-rank bits: no: each rank's 25 gradient leaves per step are not a power of two.*more unit levels than 24" \
+    "$d/split-next-dp2-b6/plan.txt" || { grep "one-rank bits" "$d/split-next-dp2-b6/plan.txt"; return 1; }
+  grep -q "reduce-scatter over data" "$d/split-next-dp2-b6/plan.txt" || { echo "no reduce-scatter"; return 1; }
+}
+check "any split: 25 leaves a rank (more units than tree levels): plan.txt says no, the reduce-scatter stays" split_too_many_units

@@ -225,6 +225,70 @@ static void check_group(unsigned mask, const int *members, int R, int idx)
     CHECK(qt_comm_group_rank(mask, R) < 0, "mask 0x%x: member %d out of range accepted", mask, R);
 }
 
+/* The step form's units (qt_coll_reduce_units_f32, issue 35): member m holds L = q*U leaves
+ * of every element, global leaves [m*L, (m+1)*L); it reduces each unit of U leaves locally
+ * (the perfect tree, as its leaf tree does), and the exchange and fold must give every
+ * owner the one-rank leaf tree over all R*L leaves (counter_sum over them) bit for bit, for
+ * q = 1, 3, 5 and U = 1, 2, several block and scratch sizes (results in unit q-1, the
+ * gradient region, or a separate buffer); not vacuous: for q > 1 it differs somewhere from
+ * the rank-local tree over L leaves continued over the R totals (the old bits). */
+static void check_reduce_units(unsigned mask, const int *members, int R, int idx)
+{
+    static const struct { int q, U; int64_t blk, tmp; int sep; } cases[] = {
+        {1, 2, 37, 16, 0}, {3, 2, 37, 12, 0}, {3, 1, 4099, 1000, 1}, {5, 2, 1001, 1 << 12, 0},
+        {3, 2, 70001, 1 << 18, 1}, {3, 2, 0, 16, 0}};
+    long diff_old = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int q = cases[c].q, U = cases[c].U, L = q * U, N = R * L;
+        const int64_t blk = cases[c].blk, n = R * blk;
+        if (R * q > 1024 || N > 4096) continue;
+        const uint64_t salt = 5000 + c;
+        float *unit[8], *tmp = xmalloc((size_t)cases[c].tmp * 4);
+        float *sep = xmalloc((size_t)(n + 1) * 4);
+        float *x = xmalloc((size_t)N * 4), *tot = xmalloc((size_t)R * 4);
+        for (int u = 0; u < q; u++) {
+            unit[u] = xmalloc((size_t)(n + 1) * 4);
+            for (int64_t e = 0; e < n; e++) {
+                float lv[64];
+                for (int v = 0; v < U; v++)
+                    lv[v] = val(cc.rank, e * 64 + u * U + v, salt);
+                unit[u][e] = tree_sum(lv, U);
+            }
+        }
+        float *out = cases[c].sep ? sep : unit[q - 1];
+        int rc = qt_coll_reduce_units_f32(mask, unit, q, blk, out, tmp, cases[c].tmp);
+        CHECK(rc == 0, "mask 0x%x: reduce_units q %d blk %lld returned %d", mask, q,
+              (long long)blk, rc);
+        long bad = 0;
+        for (int64_t i = 0; i < blk && rc == 0; i++) {
+            const int64_t e = idx * blk + i;
+            for (int m = 0; m < R; m++)
+                for (int k = 0; k < L; k++) x[m * L + k] = val(members[m], e * 64 + k, salt);
+            const float want = counter_sum(x, N);
+            for (int m = 0; m < R; m++) tot[m] = counter_sum(x + m * L, L);
+            diff_old += fbits(want) != fbits(counter_sum(tot, R));
+            if (fbits(out[e]) != fbits(want) && bad++ < 3)
+                fprintf(stderr, "coll_check: rank %d: mask 0x%x units q %d U %d elem %lld: got "
+                        "%a, one-rank tree %a\n", cc.rank, mask, q, U, (long long)i,
+                        (double)out[e], (double)want);
+        }
+        CHECK(bad == 0, "mask 0x%x: reduce_units q %d U %d blk %lld scratch %lld: %ld of %lld "
+              "elements differ from the one-rank leaf tree", mask, q, U, (long long)blk,
+              (long long)cases[c].tmp, bad, (long long)blk);
+        for (int u = 0; u < q; u++) free(unit[u]);
+        free(tmp);
+        free(sep);
+        free(x);
+        free(tot);
+    }
+    if (R >= 2)
+        CHECK(diff_old > 0, "mask 0x%x: the units never differ from the rank-local tree "
+              "continued over the ranks (vacuous)", mask);
+    if (R >= 2 && cc.rank == 0)
+        printf("coll_check: mask 0x%02x R=%d reduce_units bit-exact against the one-rank leaf "
+               "tree; differs from the rank-local tree in %ld elements\n", mask, R, diff_old);
+}
+
 static void check_reduce_scatter(unsigned mask, const int *members, int R, int idx)
 {
     static const struct { int64_t blk, tmp; } cases[] = {
@@ -705,6 +769,7 @@ static int run_checks(int ctx_only)
             continue;
         }
         check_reduce_scatter(mask, members, R, idx);
+        check_reduce_units(mask, members, R, idx);
         check_all_gather(mask, members, R, idx);
         check_split(mask, members, R, idx);
         check_broadcast(mask, members, R, idx);

@@ -26,6 +26,11 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
     }
     while (seqs >> lv) lv++;
     lv += g->n_mb_levels;
+    if (g->grad_units > 1) {  /* the units' own levels, then the q unit levels */
+        lv = 0;
+        while ((seqs / g->grad_units) >> (lv + 1)) lv++;
+        lv += g->grad_units;
+    }
     if (g->n_tree_levels != lv || lv < 1 || lv > QT_MAX_TREE_LEVELS)
         return qt_cg_fail(err, errlen, "%d tree levels, %lld sequences per step need %lld",
                           g->n_tree_levels, (long long)seqs, (long long)lv);

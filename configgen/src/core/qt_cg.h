@@ -277,6 +277,8 @@ typedef struct qt_cg_graph {
     qt_op *mbend;              /* the microbatch-end schedule (meshes with batch axes) */
     int nmbend, capmbend;
     int32_t n_mb_levels;       /* microbatch tree levels (qt_plan.h), 0 for one tree */
+    int32_t grad_units;        /* step form, L leaves a batch rank not a power of two: the
+                                  q = L / U unit levels (qt_plan_fields.def), else 0 */
     int reduce_per_mb;         /* 1: reduce-scatter after each microbatch (n_mb_levels > 0
                                   on meshes with batch axes); chosen by qt_cg_plan_build */
     int layer_reduce;          /* 1 (with reduce_per_mb): per layer, inside the microbatch

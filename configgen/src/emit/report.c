@@ -226,29 +226,76 @@ static void coords_txt(const qt_cg_settings *s, int64_t r, int32_t coord[QT_MESH
     if (!k) snprintf(out, n, "-");
 }
 
-/* A batch group that is not a power of two (data of any size): whether the plan gives one
- * rank's bits. Its reduce-scatter continues the one-rank leaf tree (binary-counter shape,
- * qt_coll.h) when each rank's leaves per reduction are one complete subtree of it: a power
- * of two, and with the microbatch or layer forms one microbatch per step. */
-static void odd_group_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
+/* Whether the plan gives one rank's bits over its batch group of nb ranks, and at what cost
+ * (issue 35; docs/determinism.md "Meshes", "Any split"). The reductions continue the
+ * one-rank leaf tree when each rank's leaves per reduction are one complete subtree of it: a
+ * power of two (the reduce-scatter pairs ranks by recursive halving, or sums a group that is
+ * not a power of two in the tree's binary-counter shape), and in the microbatch and layer
+ * forms, with a group that is not a power of two, one microbatch per step. The step form with
+ * L leaves a rank, L not a power of two, reduces q = L / U units of U leaves instead
+ * (grad_units): one rank's bits, at q times the reduce-scatter's bytes. */
+static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
 {
     const qt_cg_settings *s = g->s;
     const int64_t C = s->mesh[QT_MESH_CONTEXT], G = s->tr.grad_accum;
-    const int mbmaj = g->n_mb_levels > 0;
+    const int mbmaj = g->n_mb_levels > 0, pow2 = (nb & (nb - 1)) == 0;
     const int64_t leaves = s->tr.micro_batch * qt_cg_blocks(s) / C * (mbmaj ? 1 : G);
-    const int whole = (leaves & (leaves - 1)) == 0 && (!mbmaj || G == 1);
-    qt_cg_buf_printf(b, "  one-rank bits: %s: the batch group of %lld ranks is not a power of "
-                     "two; each rank's %lld gradient leaves per %s %s (docs/determinism.md)\n",
-                     whole ? "yes" : "no", (long long)nb, (long long)leaves,
-                     mbmaj ? "microbatch" : "step",
-                     whole ? "are one complete subtree of the one-rank tree, which the "
-                             "reduce-scatter continues in its binary-counter shape"
-                     : mbmaj ? "are reduced microbatch by microbatch (G > 1), which is not a "
-                               "split of the one-rank tree: the run is deterministic for this "
-                               "mesh and plan, its bits differ from one rank's"
-                             : "are not a power of two, so not one complete subtree of the "
-                               "one-rank tree: the run is deterministic for this mesh and plan, "
-                               "its bits differ from one rank's");
+    const int64_t lpow2 = (leaves & (leaves - 1)) == 0;
+    const char *per = mbmaj ? "microbatch" : "step";
+    if (g->grad_units > 1) {
+        const int64_t q = g->grad_units, U = leaves / q;
+        int lv = 1;
+        while (leaves >> lv) lv++;
+        int64_t rs = 0, sent = 0, msgs = 0;
+        const int64_t se = g->comm_scratch_elems - g->comm_split_elems;
+        int64_t c = se / (2 * q);
+        if (c > ((int64_t)16 << 20) / 4 / q) c = ((int64_t)16 << 20) / 4 / q;
+        for (int i = 0; i < g->n_ranges; i++) {
+            const int64_t blk = g->ranges[i].n / nb;
+            rs += 4 * blk * (nb - 1);
+            sent += 4 * q * blk * (nb - 1);
+            msgs += (nb - 1) * (c > 0 ? (blk + c - 1) / c : 0);
+        }
+        qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient %s per step are "
+                         "not a power of two, so they are reduced as %lld units of %lld %s "
+                         "(each one complete subtree of the one-rank tree over the global leaf "
+                         "index), exchanged pairwise over the batch group and folded by each "
+                         "block's owner in the one-rank tree's shape (docs/determinism.md \"Any "
+                         "split\"); cost: %lld bytes sent per rank per step in %lld message%s "
+                         "(%lld x the reduce-scatter's %lld bytes), and %d tree levels of "
+                         "%lld floats (the %lld units' and %d below them) in place of %d\n",
+                         (long long)leaves, leaves == 1 ? "leaf" : "leaves", (long long)q,
+                         (long long)U, U == 1 ? "leaf" : "leaves", (long long)sent,
+                         (long long)msgs, qt_cg_s(msgs), (long long)q, (long long)rs,
+                         g->n_tree_levels, (long long)g->n_flat, (long long)q,
+                         g->n_tree_levels - (int)q, lv);
+        return;
+    }
+    const int whole = lpow2 && (!mbmaj || G == 1 || pow2);
+    if (whole) {
+        qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient %s per %s are "
+                         "one complete subtree of the one-rank tree, which the reduce-scatter "
+                         "over the %lld ranks continues (%s; docs/determinism.md)\n",
+                         (long long)leaves, leaves == 1 ? "leaf" : "leaves", per,
+                         (long long)nb,
+                         pow2 ? "recursive halving" : "its binary-counter shape");
+        return;
+    }
+    const int step_ok = s->mesh[QT_MESH_EXPERT] == 1 && s->mesh[QT_MESH_CONTEXT] == 1;
+    qt_cg_buf_printf(b, "  one-rank bits: no: each rank's %lld gradient %s per %s %s: the "
+                     "run is deterministic for this mesh and plan, its bits differ from one "
+                     "rank's (docs/determinism.md; %s)\n",
+                     (long long)leaves, leaves == 1 ? "leaf" : "leaves", per,
+                     !lpow2 ? "are not a power of two, so not one complete subtree of the "
+                              "one-rank tree"
+                            : "are reduced microbatch by microbatch (G > 1) over a batch group "
+                              "that is not a power of two, which is not a split of the "
+                              "one-rank tree",
+                     step_ok && !mbmaj ? "the units of the step form do not apply: a range "
+                                         "reduced over fewer axes, over 1024 units, or "
+                                         "more unit levels than 24"
+                     : step_ok ? "gradient_reduce=step reduces any split with one rank's bits"
+                               : "not yet with expert or context parallelism, issue 35");
 }
 
 /* Who reads which sequences over the batch axes: ranks that differ on an axis other than
@@ -304,7 +351,7 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
     if (s->batch_mask) batch_axes_line(b, s, bm, nb);
     else
         qt_cg_buf_printf(b, "  batch axes: - (every rank reads the whole global batch)\n");
-    if (s->batch_mask && (nb & (nb - 1))) odd_group_line(b, g, nb);
+    if (s->batch_mask && nb > 1) one_rank_bits_line(b, g, nb);
     if (s->opt_mask)
         qt_cg_buf_printf(b, "  optimizer axes: %s (Adam m/v and the update split into blocks: "
                          "this rank keeps %lld of the %lld flat elements)\n", om,

@@ -190,6 +190,31 @@ static int64_t bf16_staging(qt_cg_graph *g, int64_t at)
     return ALIGN_UP(g->bf16_stage_offset + 4 * need, (int64_t)QT_TENSOR_ALIGN);
 }
 
+/* The step form's units (qt_plan_fields.def grad_units): q = L / U when the batch ranks hold
+ * L leaves each per step, L not a power of two (U its largest power-of-two divisor), every
+ * parameter's tree has L leaves and every range is reduced over the whole batch group (so a
+ * member's group index is its batch index: its leaves are [index * L, (index + 1) * L) of
+ * the global order, docs/determinism.md); else 0 (the leaf tree's total is one subtree of
+ * the one-rank tree, the plan is not in the step form, or the units would be more than
+ * QT_CG_MAX_UNITS over the group or need more than QT_MAX_TREE_LEVELS levels). */
+int64_t qt_cg_grad_units(const qt_cg_graph *g)
+{
+    const qt_cg_settings *s = g->s;
+    if (g->n_mb_levels || s->n_ranks < 2 || !s->batch_mask || g->np < 1) return 0;
+    const int64_t L = g->ps[0].leaves;
+    for (int p = 1; p < g->np; p++)
+        if (g->ps[p].leaves != L) return 0;
+    if (L < 2 || !(L & (L - 1))) return 0;
+    for (int i = 0; i < g->n_ranges; i++)
+        if (g->ranges[i].reduce_mask != s->batch_mask) return 0;
+    const int64_t U = L & -L, q = L / U;
+    int lu = 0;
+    while (U >> (lu + 1)) lu++;
+    if (q * qt_cg_group_size(s, s->batch_mask) > QT_CG_MAX_UNITS || lu + q > QT_MAX_TREE_LEVELS)
+        return 0;
+    return q;
+}
+
 /* The gradient trees: their levels, and which of them are compact (mb_elems floats). */
 static int tree_levels(qt_cg_graph *g, char *err, size_t errlen)
 {
@@ -206,6 +231,12 @@ static int tree_levels(qt_cg_graph *g, char *err, size_t errlen)
     }
     while (seqs >> lv) lv++;
     lv += g->n_mb_levels;
+    g->grad_units = (int32_t)qt_cg_grad_units(g);
+    if (g->grad_units > 1) { /* log2 U levels of the units' own trees, then the q units */
+        lv = 0;
+        while ((seqs / g->grad_units) >> (lv + 1)) lv++;
+        lv += g->grad_units;
+    }
     if (lv < 1 || lv > QT_MAX_TREE_LEVELS)
         return qt_cg_fail(err, errlen, "%lld sequences per step need %lld tree levels (1..%d)",
                           (long long)seqs, (long long)lv, QT_MAX_TREE_LEVELS);

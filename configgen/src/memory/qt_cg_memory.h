@@ -29,6 +29,10 @@ int qt_cg_range_of(const qt_cg_graph *g, int p);
 /* Leaves of parameter p's leaf tree: its leaves per step, or per microbatch when a
  * microbatch tree follows (n_mb_levels > 0). */
 int64_t qt_cg_tree_leaves(const qt_cg_graph *g, int p);
+/* The step form's unit count q (qt_plan_fields.def grad_units), or 0; at most
+ * QT_CG_MAX_UNITS units over the batch group (the firmware's fold, qt_coll.h). */
+#define QT_CG_MAX_UNITS 1024
+int64_t qt_cg_grad_units(const qt_cg_graph *g);
 /* Floats of tree level l (qt_plan.h qt_tree_level_elems). */
 int64_t qt_cg_tree_level_elems(const qt_cg_graph *g, int l);
 /* The per-rank budget in bytes (0 = none) and its check: 0, or -1 with an error naming

@@ -22,7 +22,11 @@
  * Sequences are rank-major blocks in batch-index order and the reduce-scatter pairs ranks
  * by recursive halving over the same index, so with a power-of-two count of leaves per rank
  * the cross-rank additions are exactly the upper levels of the one-rank tree: the bits do
- * not depend on the mesh (docs/design.md section 6).
+ * not depend on the mesh (docs/design.md section 6). When a rank's leaf count L is not a
+ * power of two (grad_units q > 1: q units of U leaves, each a complete subtree of the
+ * one-rank tree), GRAD_UNITS per range replaces the tree total and the reduce-scatter: the
+ * members exchange their units pairwise and each owner folds all R x q of them in the
+ * one-rank tree's shape (docs/determinism.md "Any split").
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +159,11 @@ void qt_cg_step_schedule(qt_cg_graph *g)
         }
         sched_op(g, 1, QT_OP_GRAD_MB_PUSH);
         QT_A(step_op(g, QT_OP_GRAD_MB_FINALIZE), GRAD_MB_FINALIZE, leaves) = t->grad_accum;
+    } else if (g->grad_units > 1) {
+        /* units: every rank's q unit totals of each range exchanged and folded in the
+         * one-rank tree's shape (in place of the tree total and the reduce-scatter) */
+        for (int i = 0; i < g->n_ranges; i++)
+            QT_A(step_op(g, QT_OP_GRAD_UNITS), GRAD_UNITS, range) = i;
     } else {
         QT_A(step_op(g, QT_OP_GRAD_TREE_TOTAL), GRAD_TREE_TOTAL, leaves) = leaves;
     }
@@ -163,7 +172,7 @@ void qt_cg_step_schedule(qt_cg_graph *g)
         const int64_t off = g->grads_offset + 4 * r->lo, bytes = 4 * r->n;
         char name[160], axes[64];
         qt_cg_mask_name(r->reduce_mask, axes, sizeof axes);
-        if (r->reduce_mask && !mb) {
+        if (r->reduce_mask && !mb && g->grad_units <= 1) {
             snprintf(name, sizeof name, "gradients of range %d (reduce-scatter over %s)", i, axes);
             collective(g, 0, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask, off, bytes);
         }
