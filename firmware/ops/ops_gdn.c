@@ -8,6 +8,7 @@
  */
 #include <stdio.h>
 #include "ops/qt_op_fns.h"
+#include "ops/qt_ops_bf16.h"
 #include "kernels/gdn_conv.h"
 #include "kernels/gdn_chunk.h"
 #include "kernels/gdn_core.h"
@@ -194,6 +195,10 @@ int qt_check_gdn_core_bwd(const qt_plan *p, const qt_op *op, qt_check_state *st)
 /* gated rmsnorm: a0 T, a1 Hk, a2 Dk, a3 Hv, a4 Dv, f0 eps (a5 S for WGRAD) */
 void qt_op_gated_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gated_rmsnorm_fwd(op, ctx);
+        return;
+    }
     qt_gated_rmsnorm_fwd(
         qt_f32(ctx, QT_T(op, GATED_RMSNORM_FWD, y)), qt_f32(ctx, QT_T(op, GATED_RMSNORM_FWD, rstd)),
         qt_f32(ctx, QT_T(op, GATED_RMSNORM_FWD, o)), qt_f32(ctx, QT_T(op, GATED_RMSNORM_FWD, qkvz)),
@@ -204,6 +209,10 @@ void qt_op_gated_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_gated_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gated_rmsnorm_bwd(op, ctx);
+        return;
+    }
     /* slots: t0 do, t1 dqkvz, t2 dy, t3 o, t4 qkvz, t5 w, t6 rstd */
     qt_gated_rmsnorm_bwd(
         qt_f32(ctx, QT_T(op, GATED_RMSNORM_BWD, dout)),
@@ -219,6 +228,10 @@ void qt_op_gated_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
 void qt_op_gated_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
                                float *const dw[2])
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gated_rmsnorm_wgrad(op, ctx, seq, dw);
+        return;
+    }
     int64_t S = QT_A(op, GATED_RMSNORM_WGRAD, S), hv = QT_A(op, GATED_RMSNORM_WGRAD, Hv),
             dv = QT_A(op, GATED_RMSNORM_WGRAD, Dv);
     int64_t wq = qt_gdn_qkvz_width(QT_A(op, GATED_RMSNORM_WGRAD, Hk),
