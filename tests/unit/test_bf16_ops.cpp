@@ -697,11 +697,12 @@ namespace {
 bool said(const char *needle) { return strstr(qt_last_error(), needle) != NULL; }
 } // namespace
 
-// A bf16 plan of two microbatch ops (a boundary RMSNORM_FWD needing 80 staged floats, a
-// native MATMUL_FWD needing 48): accepted with a staging region of exactly the larger need;
-// one float less is refused naming the op, its kind and both figures; MATMUL_FWD reading
-// an fp32 x is refused naming the slot and the tensor; an fp32 plan holding a bf16 tensor is
-// refused.
+// A bf16 plan of two microbatch ops (RMSNORM_FWD needing 80 staged floats: native since
+// issue 34, its staging still planned as for the boundary, QT_OPP_BF16_PSTAGE; MATMUL_FWD
+// needing 48): accepted with a staging region of exactly the larger need; one float less is
+// refused naming the op, its kind and both figures; MATMUL_FWD reading an fp32 x, or
+// RMSNORM_FWD writing a bf16 rstd, is refused naming the slot and the tensor; an fp32 plan
+// holding a bf16 tensor is refused.
 TEST(Bf16Validate, StagingSlotDtypesAndPlanDtype)
 {
     Hand h(QT_BF16, g_a16);
@@ -729,6 +730,13 @@ TEST(Bf16Validate, StagingSlotDtypesAndPlanDtype)
     LONGS_EQUAL(QT_E_PLAN, qt_validate_bf16(&h.plan, qt_kernel_table));
     CHECK(said("microbatch op 1 (matmul_fwd): slot t1, tensor mx_f32, is fp32") && said("as bf16"));
     ops[1].t[1] = mx;
+    LONGS_EQUAL(QT_OK, qt_validate_bf16(&h.plan, qt_kernel_table));
+    ops[0].t[1] = my;
+    h.plan.bf16_stage_elems = 200;
+    LONGS_EQUAL(QT_E_PLAN, qt_validate_bf16(&h.plan, qt_kernel_table));
+    CHECK(said("microbatch op 0 (rmsnorm_fwd): slot t1, tensor my, is bf16") && said("as fp32"));
+    ops[0].t[1] = rstd;
+    h.plan.bf16_stage_elems = 80;
     LONGS_EQUAL(QT_OK, qt_validate_bf16(&h.plan, qt_kernel_table));
     // the same tables as an fp32 plan: its bf16 tensors are refused
     h.plan.dtype = QT_F32;
