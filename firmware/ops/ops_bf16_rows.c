@@ -1,7 +1,8 @@
 /* ops_bf16_rows.c - the native bf16 forms of the elementwise and row kinds (qt_ops_bf16.h):
  * ADD, ACC, SWIGLU_FWD / BWD, SIGMOID_GATE_FWD / BWD, RMSNORM_FWD / BWD / WGRAD,
- * GATED_RMSNORM_FWD / BWD / WGRAD, MOE_COMBINE_FWD / BWD (docs/precision.md, "Executing
- * bf16 plans", pattern (B)).
+ * GATED_RMSNORM_FWD / BWD / WGRAD, MOE_COMBINE_FWD / BWD, and by whole sequences the GDN
+ * short conv (GDN_CONV_FWD / BWD / WGRAD) and the delta rule (GDN_CORE_FWD / BWD)
+ * (docs/precision.md, "Executing bf16 plans", pattern (B)).
  *
  * Shape: the op's rows (tokens, or runs of elements) go in blocks of about QT_R16_BLOCK
  * floats per slot. For each block, every bf16 slot's rows are widened (exact) into a buffer
@@ -12,6 +13,11 @@
  * what the boundary (runtime/interp_bf16.c) computes, with the conversions done while the
  * block is in cache instead of in whole-tensor passes. fp32 slots (the saved rstd, and any
  * fp32 tensor of a bf16 plan) are read and written in place when their rows are contiguous.
+ *
+ * The GDN kinds' kernels never mix sequences (the conv's taps and the recurrence stay inside
+ * one; packed documents restart by the positions, indexed like the rows), so their blocks
+ * are single sequences (b = 1, the sequence's rows, states and positions), a sequence's
+ * worth of widened inputs instead of the whole microbatch's.
  *
  * Invariants: each kernel used here never mixes rows (its header: rows, tokens, elements
  * independent), so a block's call gives the whole call's bits on its rows; WGRAD kinds add
@@ -30,6 +36,9 @@
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/gated_rmsnorm.h"
+#include "kernels/gdn_chunk.h"
+#include "kernels/gdn_conv.h"
+#include "kernels/gdn_core.h"
 #include "kernels/moe_combine.h"
 #include "kernels/rmsnorm.h"
 
@@ -538,5 +547,170 @@ void qt_op16_moe_combine_bwd(const qt_op *op, const qt_ctx *ctx)
                                 nr, k, d);
         qt_r16_put(&b, &b.sl[0], t0, nr);
         qt_r16_put(&b, &b.sl[1], t0, nr);
+    }
+}
+
+/* ------------------------------------------------------------------ whole sequences (GDN) */
+
+static int64_t qt_r16_conv_channels(int64_t hk, int64_t dk, int64_t hv, int64_t dv)
+{
+    return 2 * hk * dk + hv * dv;
+}
+
+/* A per-sequence slot: tensor id's numel / b values per sequence. */
+static qt_r16_slot *qt_r16_seq(qt_r16 *b, int32_t id, int64_t nseq, int rd, int wr)
+{
+    const int64_t w = b->ctx->plan->tensors[id].numel / nseq;
+    return qt_r16_add(b, id, 0, w, w, rd, wr);
+}
+
+static const int32_t *qt_r16_pos(const qt_ctx *ctx, int64_t s, int64_t S)
+{
+    const int32_t *pos = qt_plan_positions(ctx);
+    return pos ? pos + s * S : 0;
+}
+
+void qt_op16_gdn_conv_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t nb = QT_A(op, GDN_CONV_FWD, b), S = QT_A(op, GDN_CONV_FWD, S),
+                  hk = QT_A(op, GDN_CONV_FWD, Hk), dk = QT_A(op, GDN_CONV_FWD, Dk),
+                  hv = QT_A(op, GDN_CONV_FWD, Hv), dv = QT_A(op, GDN_CONV_FWD, Dv),
+                  cc = qt_r16_conv_channels(hk, dk, hv, dv), wq = qt_r16_qkvz_width(hk, dk, hv, dv);
+    const int32_t wid = QT_T(op, GDN_CONV_FWD, w);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, GDN_CONV_FWD, c), 0, S * cc, S * cc, 0, 1);
+    qt_r16_add(&b, QT_T(op, GDN_CONV_FWD, pre), 0, S * cc, S * cc, 0, 1);
+    qt_r16_add(&b, QT_T(op, GDN_CONV_FWD, qkvz), 0, S * wq, S * wq, 1, 0);
+    qt_r16_weight(&b, wid, ctx->plan->tensors[wid].numel);
+    if (qt_r16_plan(&b, 1)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    const float *w = QT_R16_G(3, 0, 1);
+    for (int64_t q = 0; q < nb; q++) {
+        qt_gdn_conv_fwd_pos(QT_R16_G(0, q, 1), QT_R16_G(1, q, 1), QT_R16_G(2, q, 1), w,
+                            qt_r16_pos(ctx, q, S), 1, S, hk, dk, hv, dv, QT_A(op, GDN_CONV_FWD, K));
+        qt_r16_put(&b, &b.sl[0], q, 1);
+        qt_r16_put(&b, &b.sl[1], q, 1);
+    }
+}
+
+void qt_op16_gdn_conv_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t nb = QT_A(op, GDN_CONV_BWD, b), S = QT_A(op, GDN_CONV_BWD, S),
+                  hk = QT_A(op, GDN_CONV_BWD, Hk), dk = QT_A(op, GDN_CONV_BWD, Dk),
+                  hv = QT_A(op, GDN_CONV_BWD, Hv), dv = QT_A(op, GDN_CONV_BWD, Dv),
+                  cc = qt_r16_conv_channels(hk, dk, hv, dv), wq = qt_r16_qkvz_width(hk, dk, hv, dv);
+    const int32_t wid = QT_T(op, GDN_CONV_BWD, w);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, GDN_CONV_BWD, dqkvz), 0, S * wq, S * wq, 1, 1);
+    qt_r16_add(&b, QT_T(op, GDN_CONV_BWD, dc), 0, S * cc, S * cc, 1, 0);
+    qt_r16_add(&b, QT_T(op, GDN_CONV_BWD, pre), 0, S * cc, S * cc, 1, 0);
+    qt_r16_weight(&b, wid, ctx->plan->tensors[wid].numel);
+    if (qt_r16_plan(&b, 1)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    const float *w = QT_R16_G(3, 0, 1);
+    for (int64_t q = 0; q < nb; q++) {
+        qt_gdn_conv_bwd_pos(QT_R16_G(0, q, 1), QT_R16_G(2, q, 1), QT_R16_G(1, q, 1), w,
+                            qt_r16_pos(ctx, q, S), 1, S, hk, dk, hv, dv, QT_A(op, GDN_CONV_BWD, K));
+        qt_r16_put(&b, &b.sl[0], q, 1);
+    }
+}
+
+/* GDN_CONV_WGRAD: leaf = token block blk of sequence s; the sequence's rows up to the
+ * block's end widened (the taps reach back before the block), the kernel as the fp32
+ * wrapper calls it on them. */
+void qt_op16_gdn_conv_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t leaf, float *const dw[2])
+{
+    const int64_t S = QT_A(op, GDN_CONV_WGRAD, S), hk = QT_A(op, GDN_CONV_WGRAD, Hk),
+                  dk = QT_A(op, GDN_CONV_WGRAD, Dk), hv = QT_A(op, GDN_CONV_WGRAD, Hv),
+                  dv = QT_A(op, GDN_CONV_WGRAD, Dv), cc = qt_r16_conv_channels(hk, dk, hv, dv),
+                  wq = qt_r16_qkvz_width(hk, dk, hv, dv), nbt = qt_plan_blocks(ctx->plan),
+                  s = leaf / nbt, blk = leaf % nbt, hi = (blk + 1) * (S / nbt);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, GDN_CONV_WGRAD, dc), 0, hi * cc, S * cc, 1, 0);
+    qt_r16_add(&b, QT_T(op, GDN_CONV_WGRAD, pre), 0, hi * cc, S * cc, 1, 0);
+    qt_r16_add(&b, QT_T(op, GDN_CONV_WGRAD, qkvz), 0, hi * wq, S * wq, 1, 0);
+    if (qt_r16_plan(&b, 1)) {
+        qt_r16_boundary_wgrad(op, ctx, leaf, dw);
+        return;
+    }
+    qt_gdn_conv_wgrad_rows_pos(dw[0], QT_R16_G(1, s, 1), QT_R16_G(0, s, 1), QT_R16_G(2, s, 1),
+                               qt_r16_pos(ctx, s, S), blk * (S / nbt), hi, hk, dk, hv, dv,
+                               QT_A(op, GDN_CONV_WGRAD, K));
+}
+
+void qt_op16_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t nb = QT_A(op, GDN_CORE_FWD, b), S = QT_A(op, GDN_CORE_FWD, S),
+                  hk = QT_A(op, GDN_CORE_FWD, Hk), dk = QT_A(op, GDN_CORE_FWD, Dk),
+                  hv = QT_A(op, GDN_CORE_FWD, Hv), dv = QT_A(op, GDN_CORE_FWD, Dv),
+                  chunk = QT_A(op, GDN_CORE_FWD, chunk);
+    if (nb < 1) return;
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, o), nb, 0, 1);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, states), nb, 0, 1);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, rq), nb, 0, 1);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, rk), nb, 0, 1);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, c), nb, 1, 0);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, g), nb, 1, 0);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, beta), nb, 1, 0);
+    if (qt_r16_plan(&b, 1)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    float *scratch = qt_f32(ctx, QT_T(op, GDN_CORE_FWD, scratch));
+    for (int64_t q = 0; q < nb; q++) {
+        float *o = QT_R16_G(0, q, 1), *st = QT_R16_G(1, q, 1), *rq = QT_R16_G(2, q, 1),
+              *rk = QT_R16_G(3, q, 1);
+        const float *c = QT_R16_G(4, q, 1), *g = QT_R16_G(5, q, 1), *be = QT_R16_G(6, q, 1);
+        if (QT_A(op, GDN_CORE_FWD, algo) == 1)
+            qt_gdn_chunk_fwd(o, st, rq, rk, c, g, be, scratch, 1, S, hk, dk, hv, dv, chunk,
+                             op->f[0], op->f[1]);
+        else
+            qt_gdn_core_fwd_pos(o, st, rq, rk, c, g, be, qt_r16_pos(ctx, q, S), 1, S, hk, dk, hv,
+                                dv, chunk, op->f[0], op->f[1]);
+        for (int i = 0; i < 4; i++) qt_r16_put(&b, &b.sl[i], q, 1);
+    }
+}
+
+void qt_op16_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t nb = QT_A(op, GDN_CORE_BWD, b), S = QT_A(op, GDN_CORE_BWD, S),
+                  hk = QT_A(op, GDN_CORE_BWD, Hk), dk = QT_A(op, GDN_CORE_BWD, Dk),
+                  hv = QT_A(op, GDN_CORE_BWD, Hv), dv = QT_A(op, GDN_CORE_BWD, Dv),
+                  chunk = QT_A(op, GDN_CORE_BWD, chunk);
+    if (nb < 1) return;
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dc), nb, 1, 1);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dg), nb, 1, 1);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dbeta), nb, 1, 1);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dout), nb, 1, 0);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, c), nb, 1, 0);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, g), nb, 1, 0);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, beta), nb, 1, 0);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, states), nb, 1, 0);
+    if (qt_r16_plan(&b, 1)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    /* rq, rk: fp32 saved rows (validate_bf16.c), read in place */
+    const float *rq0 = qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rq)),
+                *rk0 = qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rk));
+    float *scratch = qt_f32(ctx, QT_T(op, GDN_CORE_BWD, scratch));
+    for (int64_t q = 0; q < nb; q++) {
+        float *dc = QT_R16_G(0, q, 1), *dg = QT_R16_G(1, q, 1), *dbeta = QT_R16_G(2, q, 1);
+        const float *d_o = QT_R16_G(3, q, 1), *c = QT_R16_G(4, q, 1), *g = QT_R16_G(5, q, 1),
+                    *be = QT_R16_G(6, q, 1), *st = QT_R16_G(7, q, 1), *rq = rq0 + q * S * hk,
+                    *rk = rk0 + q * S * hk;
+        if (QT_A(op, GDN_CORE_BWD, algo) != 1)
+            qt_gdn_core_bwd_pos(dc, dg, dbeta, st, rq, rk, d_o, c, g, be, qt_r16_pos(ctx, q, S),
+                                scratch, 1, S, hk, dk, hv, dv, chunk, op->f[0]);
+        else
+            qt_gdn_chunk_bwd(dc, dg, dbeta, st, rq, rk, d_o, c, g, be, scratch, 1, S, hk, dk, hv,
+                             dv, chunk, op->f[0], op->f[1]);
+        for (int i = 0; i < 3; i++) qt_r16_put(&b, &b.sl[i], q, 1);
     }
 }

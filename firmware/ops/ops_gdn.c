@@ -29,6 +29,10 @@ static int64_t qt_gdn_conv_channels(int64_t hk, int64_t dk, int64_t hv, int64_t 
 /* conv: a0 b, a1 S, a2 Hk, a3 Dk, a4 Hv, a5 Dv, a6 K */
 void qt_op_gdn_conv_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gdn_conv_fwd(op, ctx);
+        return;
+    }
     qt_gdn_conv_fwd_pos(
         qt_f32(ctx, QT_T(op, GDN_CONV_FWD, c)), qt_f32(ctx, QT_T(op, GDN_CONV_FWD, pre)),
         qt_f32(ctx, QT_T(op, GDN_CONV_FWD, qkvz)), qt_f32(ctx, QT_T(op, GDN_CONV_FWD, w)),
@@ -40,6 +44,10 @@ void qt_op_gdn_conv_fwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_gdn_conv_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gdn_conv_bwd(op, ctx);
+        return;
+    }
     /* slots: t0 dqkvz, t1 dc, t2 pre, t3 w */
     qt_gdn_conv_bwd_pos(
         qt_f32(ctx, QT_T(op, GDN_CONV_BWD, dqkvz)), qt_f32(ctx, QT_T(op, GDN_CONV_BWD, pre)),
@@ -52,6 +60,10 @@ void qt_op_gdn_conv_bwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_gdn_conv_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t leaf, float *const dw[2])
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gdn_conv_wgrad(op, ctx, leaf, dw);
+        return;
+    }
     int64_t S = QT_A(op, GDN_CONV_WGRAD, S),
             cc = qt_gdn_conv_channels(QT_A(op, GDN_CONV_WGRAD, Hk), QT_A(op, GDN_CONV_WGRAD, Dk),
                                       QT_A(op, GDN_CONV_WGRAD, Hv), QT_A(op, GDN_CONV_WGRAD, Dv));
@@ -105,6 +117,10 @@ void qt_op_gdn_gates_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, floa
  * f0 qscale, f1 l2eps */
 void qt_op_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gdn_core_fwd(op, ctx);
+        return;
+    }
     if (QT_A(op, GDN_CORE_FWD, algo) == 1) {
         qt_gdn_chunk_fwd(
             qt_f32(ctx, QT_T(op, GDN_CORE_FWD, o)), qt_f32(ctx, QT_T(op, GDN_CORE_FWD, states)),
@@ -128,6 +144,10 @@ void qt_op_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gdn_core_bwd(op, ctx);
+        return;
+    }
     if (QT_A(op, GDN_CORE_BWD, algo) != 1) { /* recurrent: packed documents restart */
         qt_gdn_core_bwd_pos(
             qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dc)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dg)),

@@ -60,6 +60,12 @@ void qt_op16_gated_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq
                                  float *const dw[2]);
 void qt_op16_moe_combine_fwd(const qt_op *op, const qt_ctx *ctx);
 void qt_op16_moe_combine_bwd(const qt_op *op, const qt_ctx *ctx);
+/* ... and by whole sequences: the GDN short conv and the delta rule. */
+void qt_op16_gdn_conv_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_gdn_conv_bwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_gdn_conv_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t leaf, float *const dw[2]);
+void qt_op16_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx);
 
 #ifdef __cplusplus
 }

@@ -53,6 +53,9 @@ static const qt_vb_slot qt_vb_slots[] = {
     QT_VB(RMSNORM_FWD, rstd, QT_F32),      QT_VB(RMSNORM_BWD, rstd, QT_F32),
     QT_VB(RMSNORM_WGRAD, rstd, QT_F32),    QT_VB(GATED_RMSNORM_FWD, rstd, QT_F32),
     QT_VB(GATED_RMSNORM_BWD, rstd, QT_F32), QT_VB(GATED_RMSNORM_WGRAD, rstd, QT_F32),
+    /* the delta rule's saved norms (read in place by the backward) and scratch */
+    QT_VB(GDN_CORE_BWD, rq, QT_F32),       QT_VB(GDN_CORE_BWD, rk, QT_F32),
+    QT_VB(GDN_CORE_FWD, scratch, QT_F32),  QT_VB(GDN_CORE_BWD, scratch, QT_F32),
 };
 #undef QT_VB
 

@@ -38,6 +38,8 @@ extern "C" {
 #include "kernels/bf16_matmul_canon.h"
 #include "kernels/elementwise.h"
 #include "kernels/embed.h"
+#include "kernels/gdn_chunk.h"
+#include "kernels/gdn_core.h"
 #include "kernels/gdn_gates.h"
 #include "kernels/rmsnorm.h"
 }
@@ -913,6 +915,8 @@ void clone(Hand &src, Hand &dst)
     }
     dst.plan.train = src.plan.train;
     dst.plan.context_blocks = src.plan.context_blocks;
+    dst.plan.packing = src.plan.packing;
+    dst.plan.positions = src.plan.positions;
     memcpy(dst.arena, src.arena, (size_t)src.off);
 }
 
@@ -1196,6 +1200,108 @@ static void body_MoeCombineEqualsTheBoundary()
     }
 }
 
+// Packed documents for b sequences of S tokens: positions restarting at a few tokens.
+static void pack_docs(Hand &h, int64_t b, int64_t S, uint64_t *s)
+{
+    const int32_t id = h.add(b * S, QT_I32, "positions");
+    for (int64_t q = 0; q < b; q++) {
+        int32_t p = 0;
+        for (int64_t t = 0; t < S; t++) {
+            if (t && xs(s) % 5 == 0) p = 0;
+            h.i(id)[q * S + t] = p++;
+        }
+    }
+    h.plan.packing = 1;
+    h.plan.positions = id;
+}
+
+// GDN_CONV_FWD / BWD / WGRAD (Hk 2, Dk 4, Hv 4, Dv 8, K 4: 48 channels, qkvz rows of 80) on
+// 3 sequences, one at a time natively; plain, packed documents, and the WGRAD's leaves as
+// 2 token blocks per sequence (context_blocks 2).
+static void body_GdnConvEqualsTheBoundary()
+{
+    uint64_t s = 77;
+    const int64_t b = 3, S = 14, hk = 2, dk = 4, hv = 4, dv = 8, K = 4, cc = 48, wq = 80, T = b * S;
+    for (int mode = 0; mode < 3; mode++) {  // 0 plain, 1 packed, 2 context blocks
+        const int64_t a[7] = {b, S, hk, dk, hv, dv, K};
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_GDN_CONV_FWD);
+            o.t[0] = rand_sp(h, T * cc, &s, "c"), o.t[1] = h.rand_f32(T * cc, &s, "pre"),
+            o.t[2] = rand_sp(h, T * wq, &s, "qkvz"), o.t[3] = rand_sp(h, cc * K, &s, "w");
+            for (int i = 0; i < 7; i++) o.a[i] = a[i];
+            if (mode == 1) pack_docs(h, b, S, &s);
+            native_vs_boundary("gdn_conv_fwd", h, o);
+        }
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_GDN_CONV_BWD);
+            o.t[0] = rand_sp(h, T * wq, &s, "dqkvz"), o.t[1] = rand_sp(h, T * cc, &s, "dc"),
+            o.t[2] = h.rand_f32(T * cc, &s, "pre"), o.t[3] = rand_sp(h, cc * K, &s, "w");
+            for (int i = 0; i < 7; i++) o.a[i] = a[i];
+            if (mode == 1) pack_docs(h, b, S, &s);
+            native_vs_boundary("gdn_conv_bwd", h, o);
+        }
+        Hand h(QT_BF16, g_a16);
+        qt_op o = make_op(QT_OP_GDN_CONV_WGRAD);
+        o.flags = QT_OPF_WGRAD;
+        o.t[0] = rand_sp(h, T * cc, &s, "dc"), o.t[1] = h.rand_f32(T * cc, &s, "pre"),
+        o.t[2] = rand_sp(h, T * wq, &s, "qkvz"), o.t[3] = rand_sp(h, cc * K, &s, "w");
+        for (int i = 0; i < 7; i++) o.a[i] = a[i];
+        o.a[8] = 0, o.a[9] = -1;
+        if (mode == 1) pack_docs(h, b, S, &s);
+        if (mode == 2) h.plan.context_blocks = 2;
+        native_vs_boundary_wgrad("gdn_conv_wgrad", h, o, mode == 2 ? 2 * b : b, cc * K);
+    }
+}
+
+// GDN_CORE_FWD / BWD, recurrent (plain and packed) and chunked, Dv 64 (the blocked paths) and
+// 8 (the scalar ones), 3 sequences of 10 tokens in chunks of 4: one sequence at a time
+// natively; o, dc, dg, dbeta rounded, states, rq, rk fp32 in place.
+static void body_GdnCoreEqualsTheBoundary()
+{
+    uint64_t s = 78;
+    const int64_t b = 3, S = 10, hk = 2, dk = 8, hv = 4, chunk = 4, T = b * S, nch = 3;
+    for (int64_t dv : {64, 8})
+        for (int algo = 0; algo < 2; algo++)
+            for (int packed = 0; packed < 2 - algo; packed++) {
+                const int64_t cc = 2 * hk * dk + hv * dv, C = chunk < S ? chunk : S;
+                const int64_t a[8] = {b, S, hk, dk, hv, dv, chunk, algo};
+                const int64_t sf = algo ? QT_GDN_CHUNK_FWD_SCRATCH(C, dk, dv) : 1,
+                              sb = algo ? QT_GDN_CHUNK_BWD_SCRATCH(C, dk, dv)
+                                        : QT_GDN_CORE_SCRATCH(chunk, dk, dv);
+                {
+                    Hand h(QT_BF16, g_a16);
+                    qt_op o = make_op(QT_OP_GDN_CORE_FWD);
+                    o.t[0] = rand_sp(h, T * hv * dv, &s, "o"),
+                    o.t[1] = h.rand_f32(b * hv * nch * dk * dv, &s, "states"),
+                    o.t[2] = h.rand_f32(T * hk, &s, "rq"), o.t[3] = h.rand_f32(T * hk, &s, "rk"),
+                    o.t[4] = rand_sp(h, T * cc, &s, "c"), o.t[5] = rand_sp(h, T * hv, &s, "g"),
+                    o.t[6] = rand_sp(h, T * hv, &s, "beta"), o.t[7] = h.add(sf, QT_F32, "scratch");
+                    for (int64_t k = 0; k < T * hv; k++)  // decays: g <= 0 (as the gates give)
+                        h.b(o.t[5])[k] |= g_sp ? 0 : 0x8000;
+                    for (int i = 0; i < 8; i++) o.a[i] = a[i];
+                    o.f[0] = 0.35f, o.f[1] = 1e-6f;
+                    if (packed) pack_docs(h, b, S, &s);
+                    native_vs_boundary("gdn_core_fwd", h, o);
+                }
+                Hand h(QT_BF16, g_a16);
+                qt_op o = make_op(QT_OP_GDN_CORE_BWD);
+                o.t[0] = rand_sp(h, T * cc, &s, "dc"), o.t[1] = rand_sp(h, T * hv, &s, "dg"),
+                o.t[2] = rand_sp(h, T * hv, &s, "dbeta"), o.t[3] = rand_sp(h, T * hv * dv, &s, "do"),
+                o.t[4] = rand_sp(h, T * cc, &s, "c"), o.t[5] = rand_sp(h, T * hv, &s, "g"),
+                o.t[6] = rand_sp(h, T * hv, &s, "beta"),
+                o.t[7] = h.rand_f32(b * hv * nch * dk * dv, &s, "states"),
+                o.t[8] = h.rand_f32(T * hk, &s, "rq"), o.t[9] = h.rand_f32(T * hk, &s, "rk"),
+                o.t[10] = h.add(sb, QT_F32, "scratch");
+                for (int64_t k = 0; k < T * hv; k++) h.b(o.t[5])[k] |= g_sp ? 0 : 0x8000;
+                for (int i = 0; i < 8; i++) o.a[i] = a[i];
+                o.f[0] = 0.35f, o.f[1] = 1e-6f;
+                if (packed) pack_docs(h, b, S, &s);
+                native_vs_boundary("gdn_core_bwd", h, o);
+            }
+}
+
 // Each body above with no special values, with one in 64 and with one in 5.
 TEST(Bf16NativeRows, ElementwiseKindsEqualTheBoundary)
 {
@@ -1242,5 +1348,21 @@ TEST(Bf16NativeRows, MoeCombineEqualsTheBoundary)
     for (int sp : {0, 64, 5}) {
         g_sp = sp;
         body_MoeCombineEqualsTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, GdnConvEqualsTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_GdnConvEqualsTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, GdnCoreEqualsTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_GdnCoreEqualsTheBoundary();
     }
 }
