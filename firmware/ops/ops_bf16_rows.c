@@ -557,10 +557,12 @@ static int64_t qt_r16_conv_channels(int64_t hk, int64_t dk, int64_t hv, int64_t 
     return 2 * hk * dk + hv * dv;
 }
 
-/* A per-sequence slot: tensor id's numel / b values per sequence. */
-static qt_r16_slot *qt_r16_seq(qt_r16 *b, int32_t id, int64_t nseq, int rd, int wr)
+/* A per-sequence slot: w values per sequence (the kernel's layout, qt_ops.def); a tensor
+ * holding fewer than nseq * w is refused (*bad set: the op then runs through the boundary). */
+static qt_r16_slot *qt_r16_seq(qt_r16 *b, int32_t id, int64_t nseq, int64_t w, int rd, int wr,
+                               int *bad)
 {
-    const int64_t w = b->ctx->plan->tensors[id].numel / nseq;
+    if (b->ctx->plan->tensors[id].numel < nseq * w) *bad = 1;
     return qt_r16_add(b, id, 0, w, w, rd, wr);
 }
 
@@ -648,16 +650,18 @@ void qt_op16_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx)
                   hk = QT_A(op, GDN_CORE_FWD, Hk), dk = QT_A(op, GDN_CORE_FWD, Dk),
                   hv = QT_A(op, GDN_CORE_FWD, Hv), dv = QT_A(op, GDN_CORE_FWD, Dv),
                   chunk = QT_A(op, GDN_CORE_FWD, chunk);
-    if (nb < 1) return;
+    if (nb < 1 || chunk < 1) return;
+    const int64_t cc = qt_r16_conv_channels(hk, dk, hv, dv), nch = (S + chunk - 1) / chunk;
+    int bad = 0;
     qt_r16 b = {ctx, 0, {{0}}};
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, o), nb, 0, 1);
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, states), nb, 0, 1);
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, rq), nb, 0, 1);
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, rk), nb, 0, 1);
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, c), nb, 1, 0);
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, g), nb, 1, 0);
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, beta), nb, 1, 0);
-    if (qt_r16_plan(&b, 1)) {
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, o), nb, S * hv * dv, 0, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, states), nb, hv * nch * dk * dv, 0, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, rq), nb, S * hk, 0, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, rk), nb, S * hk, 0, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, c), nb, S * cc, 1, 0, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, g), nb, S * hv, 1, 0, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, beta), nb, S * hv, 1, 0, &bad);
+    if (bad || qt_r16_plan(&b, 1)) {
         qt_r16_boundary(op, ctx);
         return;
     }
@@ -682,17 +686,19 @@ void qt_op16_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx)
                   hk = QT_A(op, GDN_CORE_BWD, Hk), dk = QT_A(op, GDN_CORE_BWD, Dk),
                   hv = QT_A(op, GDN_CORE_BWD, Hv), dv = QT_A(op, GDN_CORE_BWD, Dv),
                   chunk = QT_A(op, GDN_CORE_BWD, chunk);
-    if (nb < 1) return;
+    if (nb < 1 || chunk < 1) return;
+    const int64_t cc = qt_r16_conv_channels(hk, dk, hv, dv), nch = (S + chunk - 1) / chunk;
+    int bad = 0;
     qt_r16 b = {ctx, 0, {{0}}};
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dc), nb, 1, 1);
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dg), nb, 1, 1);
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dbeta), nb, 1, 1);
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dout), nb, 1, 0);
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, c), nb, 1, 0);
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, g), nb, 1, 0);
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, beta), nb, 1, 0);
-    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, states), nb, 1, 0);
-    if (qt_r16_plan(&b, 1)) {
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dc), nb, S * cc, 1, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dg), nb, S * hv, 1, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dbeta), nb, S * hv, 1, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dout), nb, S * hv * dv, 1, 0, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, c), nb, S * cc, 1, 0, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, g), nb, S * hv, 1, 0, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, beta), nb, S * hv, 1, 0, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, states), nb, hv * nch * dk * dv, 1, 0, &bad);
+    if (bad || qt_r16_plan(&b, 1)) {
         qt_r16_boundary(op, ctx);
         return;
     }
