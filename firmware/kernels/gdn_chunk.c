@@ -46,7 +46,27 @@
  *    P0 term); rows are blocked only for locality, which never reorders a sum;
  *  - value heads in increasing j, chunks increasing (forward) / decreasing (backward).
  * Nothing crosses a sequence: each starts from S0 = 0 and dS = 0.
+ *
+ * Packed documents (the *_pos forms; pos[row] = the row's position in its document, 0 at
+ * a document start): the recurrent form's decay is 0 at a start p (gdn_core.c
+ * qt_gdn_decay), so the state before p is dropped and g_p is never used. Within a chunk
+ * the tokens split into segments at the starts (a sequence's first token is not one: its
+ * state before is zero, so a one-document sequence keeps the plain form's bits); seg(i) is
+ * the last start at or before
+ * local token i in the chunk (-1 when the chunk holds none up to i: the segment continues
+ * the previous chunk). The same formulas then hold with
+ *   G_i = sum of g over (seg(i), i] (G_p = 0 at a start p; g_p never enters);
+ *   e_i = exp(G_i) when seg(i) = -1, else 0 (S0 belongs to an earlier document);
+ *   Dec[i,m], QK[i,m], KK[i,m], A[i,m] = 0 for m < seg(i) (pairs from different
+ *   documents: the intra-chunk attention is split by segment);
+ *   wl_m = exp(G_{L-1} - G_m) when seg(L-1) <= m, else 0.
+ * Every masked term is an exact zero, so the forward and backward above run unchanged,
+ * and the reverse cumulative sum dg_m = sum_{i>=m} dG_i restarts at each start (a start's
+ * own g gets nothing, as in the recurrent form). A chunk holding a start carries no state
+ * (e_{L-1} = 0), forward or backward. With pos = NULL nothing is masked and every
+ * operation is the plain form's, bit for bit.
  */
+#include <stddef.h>
 #include "qt_real.h"
 #include "kernels/gdn_chunk.h"
 #include "kernels/gdn_common.h"
@@ -163,16 +183,27 @@ static void qt_gc_rows_times(qt_real *restrict y, int64_t ys, const qt_real *res
         }
 }
 
+/* Whether local token i of the chunk starting at token t0 starts a document (pr: the
+ * chunk's positions, NULL: no packing). A sequence's first token is not counted: its state
+ * before is zero anyway, and leaving it out keeps a one-document sequence on the plain
+ * form's bits. */
+static inline int qt_gc_start(const int32_t *pr, int64_t t0, int64_t i)
+{
+    return pr && pr[i] == 0 && t0 + i > 0;
+}
+
 /* Per-chunk quantities shared by the forward and the backward's recomputation (one code
  * path, so the backward sees the forward's bits): qh, kh, G, e, wl, Dec, QK, KK, A, P0
- * and Delta for tokens [t0, t0+L) of sequence s, value head j, from the state s0. */
+ * and Delta for tokens [t0, t0+L) of sequence s, value head j, from the state s0; pr: the
+ * chunk's positions (NULL: no packing), masked as the header says. */
 static void qt_gc_prepare(const qt_gdn_chunk_ws *w, const qt_real *s0, const qt_real *c,
-                          const qt_real *g, const qt_real *beta, const qt_real *rq,
-                          const qt_real *rk, qt_real qscale, int64_t s, int64_t j, int64_t t0,
-                          int64_t L, const qt_gdn_dims *d)
+                          const qt_real *g, const qt_real *beta, const int32_t *pr,
+                          const qt_real *rq, const qt_real *rk, qt_real qscale, int64_t s,
+                          int64_t j, int64_t t0, int64_t L, const qt_gdn_dims *d)
 {
     int64_t h = j / d->r, dk = d->dk, dv = d->dv, C = d->rows;
     qt_real run = QT_R(0.0);
+    int64_t sg = -1; /* seg(i) */
     for (int64_t i = 0; i < L; i++) {
         int64_t row = s * d->S + t0 + i;
         const qt_real *q = c + row * d->cc + h * dk;
@@ -182,14 +213,28 @@ static void qt_gc_prepare(const qt_gdn_chunk_ws *w, const qt_real *s0, const qt_
             w->qh[i * dk + x] = (q[x] * rqv) * qscale;
             w->kh[i * dk + x] = k[x] * rkv;
         }
-        run = i ? run + g[row * d->hv + j] : g[row * d->hv + j];
+        if (qt_gc_start(pr, t0, i)) {
+            sg = i;
+            run = QT_R(0.0);
+        } else {
+            run = i ? run + g[row * d->hv + j] : g[row * d->hv + j];
+        }
         w->gc[i] = run;
-        w->e[i] = QT_EXP(run);
+        w->e[i] = sg < 0 ? QT_EXP(run) : QT_R(0.0);
     }
-    for (int64_t m = 0; m < L; m++) w->wl[m] = QT_EXP(w->gc[L - 1] - w->gc[m]);
+    for (int64_t m = 0; m < L; m++)
+        w->wl[m] = sg <= m ? QT_EXP(w->gc[L - 1] - w->gc[m]) : QT_R(0.0);
+    sg = -1;
     for (int64_t i = 0; i < L; i++) {
         qt_real bt = beta[(s * d->S + t0 + i) * d->hv + j];
-        for (int64_t m = 0; m <= i; m++) {
+        if (qt_gc_start(pr, t0, i)) sg = i;
+        for (int64_t m = 0; m < sg; m++) { /* another document: exact zeros */
+            w->dec[i * C + m] = QT_R(0.0);
+            w->qk[i * C + m] = QT_R(0.0);
+            w->kk[i * C + m] = QT_R(0.0);
+            w->am[i * C + m] = QT_R(0.0);
+        }
+        for (int64_t m = sg < 0 ? 0 : sg; m <= i; m++) {
             qt_real dec = m == i ? QT_R(1.0) : QT_EXP(w->gc[i] - w->gc[m]);
             qt_real kkv = qt_gc_dot(w->kh + i * dk, w->kh + m * dk, dk);
             w->dec[i * C + m] = dec;
@@ -224,12 +269,13 @@ static void qt_gc_state_end(qt_real *restrict send, const qt_real *restrict s0,
     }
 }
 
-void QT_FN(qt_gdn_chunk_fwd)(qt_real *restrict o, qt_real *restrict states,
-                             qt_real *restrict rq, qt_real *restrict rk,
-                             const qt_real *restrict c, const qt_real *restrict g,
-                             const qt_real *restrict beta, qt_real *restrict scratch,
-                             int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
-                             int64_t dv, int64_t chunk, qt_real qscale, qt_real l2eps)
+void QT_FN(qt_gdn_chunk_fwd_pos)(qt_real *restrict o, qt_real *restrict states,
+                                 qt_real *restrict rq, qt_real *restrict rk,
+                                 const qt_real *restrict c, const qt_real *restrict g,
+                                 const qt_real *restrict beta, const int32_t *restrict pos,
+                                 qt_real *restrict scratch, int64_t b, int64_t S, int64_t hk,
+                                 int64_t dk, int64_t hv, int64_t dv, int64_t chunk,
+                                 qt_real qscale, qt_real l2eps)
 {
     if (chunk < 1) return;
     qt_gdn_dims d = qt_gdn_make_dims(S, hk, dk, hv, dv, chunk);
@@ -247,7 +293,8 @@ void QT_FN(qt_gdn_chunk_fwd)(qt_real *restrict o, qt_real *restrict states,
                 const qt_real *s0 = base + n * d.dkdv;
                 int64_t t0 = n * chunk, L = S - t0 < chunk ? S - t0 : chunk;
                 int64_t row0 = s * S + t0;
-                qt_gc_prepare(&w, s0, c, g, beta, rq, rk, qscale, s, j, t0, L, &d);
+                qt_gc_prepare(&w, s0, c, g, beta, pos ? pos + row0 : NULL, rq, rk, qscale, s,
+                              j, t0, L, &d);
                 qt_real *o0 = o + row0 * hv * dv + j * dv;
                 qt_gc_rows_times(o0, hv * dv, w.qh, s0, L, dk, dv);
                 for (int64_t i = 0; i < L; i++) {
@@ -360,9 +407,11 @@ static void qt_gc_bwd_rhs(qt_real *dc, const qt_gdn_chunk_ws *w, const qt_real *
 }
 
 /* The dot-product factors into dqh and dkh, then the decays and the reverse cumulative sum
- * of dgc into dg. */
-static void qt_gc_bwd_factors(qt_real *dg, const qt_gdn_chunk_ws *w, int64_t row0, int64_t j,
-                              int64_t L, int64_t C, int64_t hv, int64_t dk)
+ * of dgc into dg, restarting at each document start (pr: the chunk's positions or NULL; a
+ * start's G is the constant 0, so its g gets nothing). */
+static void qt_gc_bwd_factors(qt_real *dg, const qt_gdn_chunk_ws *w, const int32_t *pr,
+                              int64_t t0, int64_t row0, int64_t j, int64_t L, int64_t C,
+                              int64_t hv, int64_t dk)
 {
     for (int64_t i = 0; i < L; i++)
         for (int64_t m = 0; m <= i; m++)
@@ -382,6 +431,10 @@ static void qt_gc_bwd_factors(qt_real *dg, const qt_gdn_chunk_ws *w, int64_t row
         }
     qt_real acc = QT_R(0.0);
     for (int64_t m = L - 1; m >= 0; m--) {
+        if (qt_gc_start(pr, t0, m)) {
+            acc = QT_R(0.0);
+            continue;
+        }
         acc += w->dgc[m];
         dg[(row0 + m) * hv + j] += acc;
     }
@@ -392,7 +445,8 @@ static void qt_gc_bwd_factors(qt_real *dg, const qt_gdn_chunk_ws *w, int64_t row
  * the derivation, each a function above; they share only w and the arguments. */
 static void qt_gc_chunk_bwd(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_gdn_chunk_ws *w,
                             const qt_real *s0, const qt_real *d_o, const qt_real *c,
-                            const qt_real *beta, const qt_real *rq, const qt_real *rk,
+                            const qt_real *beta, const int32_t *pr, const qt_real *rq,
+                            const qt_real *rk,
                             qt_real qscale, int64_t s, int64_t j, int64_t t0, int64_t L,
                             const qt_gdn_dims *d)
 {
@@ -418,7 +472,7 @@ static void qt_gc_chunk_bwd(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_g
         }
     }
 
-    qt_gc_bwd_factors(dg, w, row0, j, L, C, hv, dk);
+    qt_gc_bwd_factors(dg, w, pr, t0, row0, j, L, C, hv, dk);
 
     for (int64_t i = 0; i < L; i++) {
         int64_t row = row0 + i;
@@ -432,14 +486,14 @@ static void qt_gc_chunk_bwd(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_g
     }
 }
 
-void QT_FN(qt_gdn_chunk_bwd)(qt_real *restrict dc, qt_real *restrict dg,
-                             qt_real *restrict dbeta, const qt_real *restrict states,
-                             const qt_real *restrict rq, const qt_real *restrict rk,
-                             const qt_real *restrict d_o, const qt_real *restrict c,
-                             const qt_real *restrict g, const qt_real *restrict beta,
-                             qt_real *restrict scratch, int64_t b, int64_t S, int64_t hk,
-                             int64_t dk, int64_t hv, int64_t dv, int64_t chunk,
-                             qt_real qscale, qt_real l2eps)
+void QT_FN(qt_gdn_chunk_bwd_pos)(qt_real *restrict dc, qt_real *restrict dg,
+                                 qt_real *restrict dbeta, const qt_real *restrict states,
+                                 const qt_real *restrict rq, const qt_real *restrict rk,
+                                 const qt_real *restrict d_o, const qt_real *restrict c,
+                                 const qt_real *restrict g, const qt_real *restrict beta,
+                                 const int32_t *restrict pos, qt_real *restrict scratch,
+                                 int64_t b, int64_t S, int64_t hk, int64_t dk, int64_t hv,
+                                 int64_t dv, int64_t chunk, qt_real qscale, qt_real l2eps)
 {
     (void)l2eps; /* the saved rq, rk already hold it */
     if (chunk < 1) return;
@@ -453,10 +507,33 @@ void QT_FN(qt_gdn_chunk_bwd)(qt_real *restrict dc, qt_real *restrict dg,
             for (int64_t n = d.nch - 1; n >= 0; n--) {
                 int64_t t0 = n * chunk, L = S - t0 < chunk ? S - t0 : chunk;
                 const qt_real *s0 = base + n * d.dkdv;
-                qt_gc_prepare(&w, s0, c, g, beta, rq, rk, qscale, s, j, t0, L, &d);
-                qt_gc_chunk_bwd(dc, dg, dbeta, &w, s0, d_o, c, beta, rq, rk, qscale, s, j, t0,
-                                L, &d);
+                const int32_t *pr = pos ? pos + s * S + t0 : NULL;
+                qt_gc_prepare(&w, s0, c, g, beta, pr, rq, rk, qscale, s, j, t0, L, &d);
+                qt_gc_chunk_bwd(dc, dg, dbeta, &w, s0, d_o, c, beta, pr, rq, rk, qscale, s, j,
+                                t0, L, &d);
             }
         }
     }
+}
+
+/* The plain forms: no packed documents. */
+void QT_FN(qt_gdn_chunk_fwd)(qt_real *o, qt_real *states, qt_real *rq, qt_real *rk,
+                             const qt_real *c, const qt_real *g, const qt_real *beta,
+                             qt_real *scratch, int64_t b, int64_t S, int64_t hk, int64_t dk,
+                             int64_t hv, int64_t dv, int64_t chunk, qt_real qscale,
+                             qt_real l2eps)
+{
+    QT_FN(qt_gdn_chunk_fwd_pos)(o, states, rq, rk, c, g, beta, NULL, scratch, b, S, hk, dk, hv,
+                                dv, chunk, qscale, l2eps);
+}
+
+void QT_FN(qt_gdn_chunk_bwd)(qt_real *dc, qt_real *dg, qt_real *dbeta, const qt_real *states,
+                             const qt_real *rq, const qt_real *rk, const qt_real *d_o,
+                             const qt_real *c, const qt_real *g, const qt_real *beta,
+                             qt_real *scratch, int64_t b, int64_t S, int64_t hk, int64_t dk,
+                             int64_t hv, int64_t dv, int64_t chunk, qt_real qscale,
+                             qt_real l2eps)
+{
+    QT_FN(qt_gdn_chunk_bwd_pos)(dc, dg, dbeta, states, rq, rk, d_o, c, g, beta, NULL, scratch,
+                                b, S, hk, dk, hv, dv, chunk, qscale, l2eps);
 }

@@ -37,6 +37,9 @@ extern "C" {
  *   states, rq, rk, the upstream do[T,Hv*Dv] and c, g, beta; uses scratch
  *   (QT_GDN_CHUNK_BWD_SCRATCH reals). Value heads run in increasing j, so a key head's
  *   channels receive its r value heads' gradients in increasing j.
+ * The *_pos forms take packed documents: pos[T] (int32, each row's position in its
+ *   document, 0 at a start; NULL = the plain forms) restarts the state at every document
+ *   start, inside a chunk and across chunks, as the recurrent form does (gdn_chunk.c).
  * g must be <= 0 (as GDN_GATES produces) for every exponent to be <= 0; the formulas hold
  * for any g but exp(G_i) may then overflow on long chunks. Summation orders: gdn_chunk.c. */
 #define QT_GDN_CHUNK_DECLARE(R, SFX)                                                       \
@@ -48,7 +51,16 @@ extern "C" {
                                const R *rk, const R *d_o, const R *c, const R *g,           \
                                const R *beta, R *scratch, int64_t b, int64_t S, int64_t hk, \
                                int64_t dk, int64_t hv, int64_t dv, int64_t chunk,           \
-                               R qscale, R l2eps);
+                               R qscale, R l2eps);                                          \
+    void qt_gdn_chunk_fwd_pos##SFX(R *o, R *states, R *rq, R *rk, const R *c, const R *g,   \
+                                   const R *beta, const int32_t *pos, R *scratch, int64_t b, \
+                                   int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv, \
+                                   int64_t chunk, R qscale, R l2eps);                       \
+    void qt_gdn_chunk_bwd_pos##SFX(R *dc, R *dg, R *dbeta, const R *states, const R *rq,    \
+                                   const R *rk, const R *d_o, const R *c, const R *g,       \
+                                   const R *beta, const int32_t *pos, R *scratch, int64_t b, \
+                                   int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv, \
+                                   int64_t chunk, R qscale, R l2eps);
 
 QT_GDN_CHUNK_DECLARE(float, )
 QT_GDN_CHUNK_DECLARE(double, _f64)

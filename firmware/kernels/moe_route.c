@@ -8,6 +8,10 @@
  * per sequence in (token, slot) order, integers only: its decisions never depend on floats.
  * A sequence split over context ranks continues the earlier ranks' counts (qt_moe_capacity_from's
  * base: their per-expert counts, an exclusive prefix), so every rank decides as one rank does.
+ * The load-balance term is built from three pieces that the one-rank kernels call too
+ * (qt_moe_lb_pbar, qt_moe_lb_term, qt_moe_lb_bwd), so a context rank that feeds them the
+ * whole sequence's counts and the running Pbar sums of the earlier blocks (ops_moe.c) does
+ * exactly one rank's operations in one rank's order.
  */
 #include "moe_route.h"
 #include "qt_real.h"
@@ -32,6 +36,58 @@ static void qt_route_lse(qt_real *m, qt_real *z, const qt_real *row, int64_t E)
     for (int64_t e = 0; e < E; e++) sum += QT_EXP(row[e] - mx);
     *m = mx;
     *z = sum;
+}
+
+void QT_FN(qt_moe_lb_pbar)(qt_real *pbar, const qt_real *logits, int64_t T, int64_t E,
+                           int64_t S)
+{
+    for (int64_t s = 0; s < T / S; s++) {
+        qt_real *ps = pbar + s * E;
+        for (int64_t t = s * S; t < (s + 1) * S; t++) {
+            const qt_real *row = logits + t * E;
+            qt_real m, z;
+            qt_route_lse(&m, &z, row, E);
+            for (int64_t e = 0; e < E; e++) ps[e] += QT_EXP(row[e] - m) / z;
+        }
+    }
+}
+
+void QT_FN(qt_moe_lb_term)(qt_real *lb_seq, const int32_t *cnt, const qt_real *pbar, int64_t b,
+                           int64_t E, int64_t Sw, qt_real c)
+{
+    const qt_real inv_s = QT_R(1.0) / (qt_real)Sw;
+    for (int64_t s = 0; s < b; s++) {
+        qt_real acc = 0;
+        for (int64_t e = 0; e < E; e++)
+            acc += ((qt_real)cnt[s * E + e] * inv_s) * (pbar[s * E + e] * inv_s);
+        lb_seq[s] += c * acc;
+    }
+}
+
+void QT_FN(qt_moe_lb_bwd)(qt_real *dlogits, const qt_real *logits, const int32_t *cnt, int64_t T,
+                          int64_t E, int64_t S, int64_t Sw, qt_real c)
+{
+    if (E > QT_MOE_MAX_EXPERTS) {
+        for (int64_t i = 0; i < T * E; i++) dlogits[i] = QT_LOG(QT_R(-1.0));
+        return;
+    }
+    qt_real g[QT_MOE_MAX_EXPERTS], prow[QT_MOE_MAX_EXPERTS];
+    const qt_real inv_s = QT_R(1.0) / (qt_real)Sw;
+    for (int64_t s = 0; s < T / S; s++) {
+        /* d(c sum_e f_e Pbar_e)/dP_te = c f_e / Sw, the same for every token of the sequence. */
+        for (int64_t e = 0; e < E; e++)
+            g[e] = (c * ((qt_real)cnt[s * E + e] * inv_s)) * inv_s;
+        for (int64_t t = s * S; t < (s + 1) * S; t++) {
+            const qt_real *row = logits + t * E;
+            qt_real m, z, a = 0;
+            qt_route_lse(&m, &z, row, E);
+            for (int64_t e = 0; e < E; e++) {
+                prow[e] = QT_EXP(row[e] - m) / z;
+                a += prow[e] * g[e];
+            }
+            for (int64_t e = 0; e < E; e++) dlogits[t * E + e] += prow[e] * (g[e] - a);
+        }
+    }
 }
 
 void QT_FN(qt_moe_route_fwd)(int32_t *idx, qt_real *p, qt_real *lb_seq, const qt_real *logits,
@@ -59,20 +115,11 @@ void QT_FN(qt_moe_route_fwd)(int32_t *idx, qt_real *p, qt_real *lb_seq, const qt
     }
     int32_t count[QT_MOE_MAX_EXPERTS];
     qt_real pbar[QT_MOE_MAX_EXPERTS];
-    const qt_real inv_s = QT_R(1.0) / (qt_real)S;
     for (int64_t s = 0; s < b; s++) {
         for (int64_t e = 0; e < E; e++) { count[e] = 0; pbar[e] = 0; }
         for (int64_t r = s * S * k; r < (s + 1) * S * k; r++) count[idx[r]]++;
-        for (int64_t t = s * S; t < (s + 1) * S; t++) {
-            const qt_real *row = logits + t * E;
-            qt_real m, z;
-            qt_route_lse(&m, &z, row, E);
-            for (int64_t e = 0; e < E; e++) pbar[e] += QT_EXP(row[e] - m) / z;
-        }
-        qt_real acc = 0;
-        for (int64_t e = 0; e < E; e++)
-            acc += ((qt_real)count[e] * inv_s) * (pbar[e] * inv_s);
-        lb_seq[s] += c * acc;
+        QT_FN(qt_moe_lb_pbar)(pbar, logits + s * S * E, S, E, S);
+        QT_FN(qt_moe_lb_term)(lb_seq + s, count, pbar, 1, E, S, c);
     }
 }
 
@@ -92,23 +139,10 @@ void QT_FN(qt_moe_route_bwd)(qt_real *dlogits, const qt_real *dp, const qt_real 
         return;
     }
     int32_t count[QT_MOE_MAX_EXPERTS];
-    qt_real g[QT_MOE_MAX_EXPERTS], prow[QT_MOE_MAX_EXPERTS];
-    const qt_real inv_s = QT_R(1.0) / (qt_real)S;
     for (int64_t s = 0; s < T / S; s++) {
         for (int64_t e = 0; e < E; e++) count[e] = 0;
         for (int64_t r = s * S * k; r < (s + 1) * S * k; r++) count[idx[r]]++;
-        /* d(c sum_e f_e Pbar_e)/dP_te = c f_e / S, the same for every token of the sequence. */
-        for (int64_t e = 0; e < E; e++) g[e] = (c * ((qt_real)count[e] * inv_s)) * inv_s;
-        for (int64_t t = s * S; t < (s + 1) * S; t++) {
-            const qt_real *row = logits + t * E;
-            qt_real m, z, a = 0;
-            qt_route_lse(&m, &z, row, E);
-            for (int64_t e = 0; e < E; e++) {
-                prow[e] = QT_EXP(row[e] - m) / z;
-                a += prow[e] * g[e];
-            }
-            for (int64_t e = 0; e < E; e++) dlogits[t * E + e] += prow[e] * (g[e] - a);
-        }
+        QT_FN(qt_moe_lb_bwd)(dlogits + s * S * E, logits + s * S * E, count, S, E, S, S, c);
     }
 }
 

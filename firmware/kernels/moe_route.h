@@ -39,6 +39,25 @@ void qt_moe_route_bwd_f64(double *dlogits, const double *dp, const double *logit
                           const int32_t *idx, const double *p, int64_t T, int64_t E,
                           int64_t k, int64_t S, double c);
 
+/* The load-balance term in pieces (the kernels above use them; context parallelism feeds them
+ * a split sequence's combined statistics, ops_moe.c). E <= QT_MOE_MAX_EXPERTS.
+ * qt_moe_lb_pbar: pbar[(T/S) x E] accumulates, per sequence of S rows, softmax over all E
+ *   logits of each row, rows increasing then e (continue a sum by passing it back in).
+ * qt_moe_lb_term: lb_seq[s] += c * sum_e (cnt[s*E+e]/Sw) * (pbar[s*E+e]/Sw), e increasing,
+ *   for s < b; Sw the whole sequence's tokens.
+ * qt_moe_lb_bwd: dlogits[T,E] accumulates, per sequence of S rows with the whole sequence's
+ *   counts cnt[(T/S) x E] (Sw tokens), P_e (g_e - sum_u P_u g_u), g_e = c cnt_e / Sw^2. */
+void qt_moe_lb_pbar(float *pbar, const float *logits, int64_t T, int64_t E, int64_t S);
+void qt_moe_lb_pbar_f64(double *pbar, const double *logits, int64_t T, int64_t E, int64_t S);
+void qt_moe_lb_term(float *lb_seq, const int32_t *cnt, const float *pbar, int64_t b, int64_t E,
+                    int64_t Sw, float c);
+void qt_moe_lb_term_f64(double *lb_seq, const int32_t *cnt, const double *pbar, int64_t b,
+                        int64_t E, int64_t Sw, double c);
+void qt_moe_lb_bwd(float *dlogits, const float *logits, const int32_t *cnt, int64_t T, int64_t E,
+                   int64_t S, int64_t Sw, float c);
+void qt_moe_lb_bwd_f64(double *dlogits, const double *logits, const int32_t *cnt, int64_t T,
+                       int64_t E, int64_t S, int64_t Sw, double c);
+
 /* Token dropping by capacity (qt_ops.def MOE_CAPACITY): per sequence of S tokens, expert
  * e's queue takes the assignments (t, slot) in increasing t then slot; the n-th (1-based)
  * is kept iff n <= C. kidx[T,k] writes idx or -1 (dropped); drops[T/S] (NULL: none)

@@ -332,16 +332,31 @@ void qt_op_xent(const qt_op *op, const qt_ctx *ctx)
 
 /* XENT_MTP: the main and MTP logits stacked per token block (qt_ops.def): XENT over the
  * b x n runs of S rows into the scratch's first b x n floats, then the main and the MTP
- * sums per block, and the MTP rows' dlogits times f0 (or the runtime's t6 scale). */
+ * sums per block, and the MTP rows' dlogits times f0 (or the runtime's t6 scale). With the
+ * z-loss (f1 != 0) one XENT per run: the main runs (j = 0) with z, into t7 z_seq[s]. */
 void qt_op_xent_mtp(const qt_op *op, const qt_ctx *ctx)
 {
     const int64_t b = QT_A(op, XENT_MTP, b), S = QT_A(op, XENT_MTP, S),
                   V = QT_A(op, XENT_MTP, V), n = QT_A(op, XENT_MTP, n);
     float *ent = qt_f32(ctx, QT_T(op, XENT_MTP, scratch));
     float *dlogits = qt_f32(ctx, QT_T(op, XENT_MTP, dlogits));
-    qt_op_xent_rows(ctx, ent, NULL, dlogits, qt_f32(ctx, QT_T(op, XENT_MTP, logits)),
-                    qt_i32(ctx, QT_T(op, XENT_MTP, targets)), ent + b * n, b * n, S, V,
-                    QT_A(op, XENT_MTP, nb), (unsigned)QT_A(op, XENT_MTP, mask), 0.0f);
+    const float *logits = qt_f32(ctx, QT_T(op, XENT_MTP, logits));
+    const int32_t *tg = qt_i32(ctx, QT_T(op, XENT_MTP, targets));
+    const int64_t nb = QT_A(op, XENT_MTP, nb);
+    const unsigned mask = (unsigned)QT_A(op, XENT_MTP, mask);
+    const float z = op->f[1];
+    if (z == 0.0f) {
+        qt_op_xent_rows(ctx, ent, NULL, dlogits, logits, tg, ent + b * n, b * n, S, V, nb,
+                        mask, 0.0f);
+    } else {
+        float *zs = qt_f32(ctx, QT_T(op, XENT_MTP, z_seq));
+        for (int64_t r = 0; r < b * n; r++) {
+            const int main_run = r % n == 0;
+            qt_op_xent_rows(ctx, ent + r, main_run ? zs + r / n : NULL, dlogits + r * S * V,
+                            logits + r * S * V, tg + r * S, ent + b * n, 1, S, V, nb, mask,
+                            main_run ? z : 0.0f);
+        }
+    }
     float *ls = qt_f32(ctx, QT_T(op, XENT_MTP, loss_seq));
     float *ms = qt_f32(ctx, QT_T(op, XENT_MTP, mtp_loss_seq));
     const int32_t sc = QT_T(op, XENT_MTP, scale);

@@ -122,11 +122,12 @@ void qt_op_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx)
         return;
     }
     if (QT_A(op, GDN_CORE_FWD, algo) == 1) {
-        qt_gdn_chunk_fwd(
+        qt_gdn_chunk_fwd_pos( /* packed documents restart too (NULL positions: plain) */
             qt_f32(ctx, QT_T(op, GDN_CORE_FWD, o)), qt_f32(ctx, QT_T(op, GDN_CORE_FWD, states)),
             qt_f32(ctx, QT_T(op, GDN_CORE_FWD, rq)), qt_f32(ctx, QT_T(op, GDN_CORE_FWD, rk)),
             qt_f32(ctx, QT_T(op, GDN_CORE_FWD, c)), qt_f32(ctx, QT_T(op, GDN_CORE_FWD, g)),
-            qt_f32(ctx, QT_T(op, GDN_CORE_FWD, beta)), qt_f32(ctx, QT_T(op, GDN_CORE_FWD, scratch)),
+            qt_f32(ctx, QT_T(op, GDN_CORE_FWD, beta)), qt_plan_positions(ctx),
+            qt_f32(ctx, QT_T(op, GDN_CORE_FWD, scratch)),
             QT_A(op, GDN_CORE_FWD, b), QT_A(op, GDN_CORE_FWD, S), QT_A(op, GDN_CORE_FWD, Hk),
             QT_A(op, GDN_CORE_FWD, Dk), QT_A(op, GDN_CORE_FWD, Hv), QT_A(op, GDN_CORE_FWD, Dv),
             QT_A(op, GDN_CORE_FWD, chunk), op->f[0], op->f[1]);
@@ -162,12 +163,12 @@ void qt_op_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx)
             QT_A(op, GDN_CORE_BWD, chunk), op->f[0]);
         return;
     }
-    qt_gdn_chunk_bwd(qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dc)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dg)),
+    qt_gdn_chunk_bwd_pos(qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dc)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dg)),
         qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dbeta)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, states)),
         qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rq)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rk)),
         qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dout)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, c)),
         qt_f32(ctx, QT_T(op, GDN_CORE_BWD, g)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, beta)),
-        qt_f32(ctx, QT_T(op, GDN_CORE_BWD, scratch)), QT_A(op, GDN_CORE_BWD, b),
+        qt_plan_positions(ctx), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, scratch)), QT_A(op, GDN_CORE_BWD, b),
         QT_A(op, GDN_CORE_BWD, S), QT_A(op, GDN_CORE_BWD, Hk), QT_A(op, GDN_CORE_BWD, Dk),
         QT_A(op, GDN_CORE_BWD, Hv), QT_A(op, GDN_CORE_BWD, Dv), QT_A(op, GDN_CORE_BWD, chunk),
         op->f[0], op->f[1]);

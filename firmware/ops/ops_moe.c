@@ -11,7 +11,10 @@
  * kernels and the exchange skip, and MOE_COMBINE skips their slots. Under context
  * parallelism it first all-gathers the context group's per-sequence expert counts (integers)
  * and continues the queue from the earlier blocks' sum, so a split sequence keeps one rank's
- * token order; a failed exchange stops the step through ctx->status.
+ * token order; a failed exchange stops the step through ctx->status. The load-balance term of
+ * a sequence split over context does the same with the router's counts (forward and
+ * backward) and continues the probability sums along the group in token order (a chain of
+ * b x E floats, qt_coll_pass), so the term and its gradient are one rank's.
  */
 #include <stdio.h>
 #include <string.h>
@@ -23,36 +26,117 @@
 #include "../comm/qt_coll.h"
 #include "base/qt_err.h"
 
+/* The load-balance counts of a sequence split over the context group `mask` of Cc ranks:
+ * this rank's block counts into its slot of buf[Cc x n] (n = b*E), an all-gather, then
+ * buf[0..n) = the blocks' sum in block order (integers: exact). Returns the group index
+ * (>= 0) or a negative QT_E_* code. */
+static int qt_moe_lb_counts(int32_t *buf, const int32_t *idx, int64_t T, int64_t E, int64_t k,
+                            int64_t S, unsigned mask, int64_t Cc)
+{
+    const int64_t n = T / S * E;
+    const int c = qt_comm_group_index(mask), R = qt_comm_group_size(mask);
+    if (c < 0 || R < 0) return c < 0 ? c : R;
+    if (R != Cc)
+        return qt_fail(QT_E_PLAN, "load-balance loss: context group mask 0x%x has %d ranks, "
+                       "the op's context degree is %lld", mask, R, (long long)Cc);
+    qt_moe_capacity_counts(buf + c * n, idx, T, E, k, S);
+    int rc = qt_coll_all_gather(mask, buf, n * (int64_t)sizeof(int32_t));
+    if (rc) return rc;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t sum = 0;
+        for (int j = 0; j < R; j++) sum += buf[j * n + i];
+        buf[i] = sum;
+    }
+    return c;
+}
+
+/* The term on a context rank (qt_ops.def MOE_ROUTE_FWD): the counts, then the Pbar chain. */
+static int qt_moe_lb_ctx_fwd(const qt_op *op, const qt_ctx *ctx, float *lb)
+{
+    const int64_t T = QT_A(op, MOE_ROUTE_FWD, T), E = QT_A(op, MOE_ROUTE_FWD, E),
+                  S = QT_A(op, MOE_ROUTE_FWD, S), Cc = QT_A(op, MOE_ROUTE_FWD, ctx),
+                  n = T / S * E;
+    const unsigned mask = (unsigned)QT_A(op, MOE_ROUTE_FWD, mask);
+    int32_t *buf = qt_i32(ctx, QT_T(op, MOE_ROUTE_FWD, scratch));
+    float *pbar = (float *)(void *)(buf + Cc * n);
+    const float *logits = qt_f32(ctx, QT_T(op, MOE_ROUTE_FWD, logits));
+    const int c = qt_moe_lb_counts(buf, qt_i32(ctx, QT_T(op, MOE_ROUTE_FWD, idx)), T, E,
+                                   QT_A(op, MOE_ROUTE_FWD, k), S, mask, Cc);
+    if (c < 0) return c;
+    int rc = QT_OK;
+    if (c > 0) rc = qt_coll_pass(mask, -1, 0, 0, c - 1, pbar, n * (int64_t)sizeof(float));
+    else
+        for (int64_t i = 0; i < n; i++) pbar[i] = 0.0f;
+    if (rc) return rc;
+    qt_moe_lb_pbar(pbar, logits, T, E, S);
+    if (c + 1 < Cc) return qt_coll_pass(mask, c + 1, pbar, n * (int64_t)sizeof(float), -1, 0, 0);
+    qt_moe_lb_term(lb, buf, pbar, T / S, E, S * Cc, op->f[0]);
+    return QT_OK;
+}
+
+/* MOE_ROUTE_FWD: with a context degree > 1 and the load-balance term on, the kernel routes
+ * and the term is formed from the group's combined statistics (qt_moe_lb_ctx_fwd). */
 void qt_op_moe_route_fwd(const qt_op *op, const qt_ctx *ctx)
 {
     float *lb = QT_T(op, MOE_ROUTE_FWD, lb_seq) != QT_NONE
                     ? qt_f32(ctx, QT_T(op, MOE_ROUTE_FWD, lb_seq))
                     : 0;
+    const int split = lb && op->f[0] != 0.0f && QT_A(op, MOE_ROUTE_FWD, ctx) > 1;
     qt_moe_route_fwd(qt_i32(ctx, QT_T(op, MOE_ROUTE_FWD, idx)),
-                     qt_f32(ctx, QT_T(op, MOE_ROUTE_FWD, p)), lb,
+                     qt_f32(ctx, QT_T(op, MOE_ROUTE_FWD, p)), split ? 0 : lb,
                      qt_f32(ctx, QT_T(op, MOE_ROUTE_FWD, logits)), QT_A(op, MOE_ROUTE_FWD, T),
                      QT_A(op, MOE_ROUTE_FWD, E), QT_A(op, MOE_ROUTE_FWD, k),
                      QT_A(op, MOE_ROUTE_FWD, S), op->f[0]);
+    if (!split) return;
+    const int rc = qt_moe_lb_ctx_fwd(op, ctx, lb);
+    if (rc && ctx->status && !*ctx->status) *ctx->status = rc;
 }
 
+/* MOE_ROUTE_BWD: the routing part, then (context degree > 1) the load-balance part from the
+ * whole sequence's counts: the kernel's order (routing rows first, then the term). */
 void qt_op_moe_route_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_moe_route_bwd(
-        qt_f32(ctx, QT_T(op, MOE_ROUTE_BWD, dlogits)), qt_f32(ctx, QT_T(op, MOE_ROUTE_BWD, dp)),
-        qt_f32(ctx, QT_T(op, MOE_ROUTE_BWD, logits)), qt_i32(ctx, QT_T(op, MOE_ROUTE_BWD, idx)),
-        qt_f32(ctx, QT_T(op, MOE_ROUTE_BWD, p)), QT_A(op, MOE_ROUTE_BWD, T),
-        QT_A(op, MOE_ROUTE_BWD, E), QT_A(op, MOE_ROUTE_BWD, k), QT_A(op, MOE_ROUTE_BWD, S),
-        op->f[0]);
+    const int split = op->f[0] != 0.0f && QT_A(op, MOE_ROUTE_BWD, ctx) > 1;
+    float *dl = qt_f32(ctx, QT_T(op, MOE_ROUTE_BWD, dlogits));
+    const float *logits = qt_f32(ctx, QT_T(op, MOE_ROUTE_BWD, logits));
+    const int64_t T = QT_A(op, MOE_ROUTE_BWD, T), E = QT_A(op, MOE_ROUTE_BWD, E),
+                  k = QT_A(op, MOE_ROUTE_BWD, k), S = QT_A(op, MOE_ROUTE_BWD, S),
+                  Cc = QT_A(op, MOE_ROUTE_BWD, ctx);
+    const int32_t *idx = qt_i32(ctx, QT_T(op, MOE_ROUTE_BWD, idx));
+    qt_moe_route_bwd(dl, qt_f32(ctx, QT_T(op, MOE_ROUTE_BWD, dp)), logits, idx,
+                     qt_f32(ctx, QT_T(op, MOE_ROUTE_BWD, p)), T, E, k, S,
+                     split ? 0.0f : op->f[0]);
+    if (!split) return;
+    int32_t *buf = qt_i32(ctx, QT_T(op, MOE_ROUTE_BWD, scratch));
+    const int c = qt_moe_lb_counts(buf, idx, T, E, k, S, (unsigned)QT_A(op, MOE_ROUTE_BWD, mask),
+                                   Cc);
+    if (c < 0) {
+        if (ctx->status && !*ctx->status) *ctx->status = c;
+        return;
+    }
+    qt_moe_lb_bwd(dl, logits, buf, T, E, S, S * Cc, op->f[0]);
 }
 
 /* The load-balance accumulators live on the kernel's stack (moe_route.h): at most
  * QT_MOE_MAX_EXPERTS experts when the loss is on (f0 != 0). */
-static int qt_check_moe_route(const qt_op *op, qt_check_state *st)
+static int qt_check_moe_route(const qt_plan *p, const qt_op *op, int32_t scratch, int fwd,
+                              qt_check_state *st)
 {
-    const int64_t E = QT_A(op, MOE_ROUTE_FWD, E);
+    const int64_t E = QT_A(op, MOE_ROUTE_FWD, E), T = QT_A(op, MOE_ROUTE_FWD, T),
+                  S = QT_A(op, MOE_ROUTE_FWD, S), Cc = QT_A(op, MOE_ROUTE_FWD, ctx);
     if (op->f[0] != 0.0f && E > QT_MOE_MAX_EXPERTS) {
         snprintf(st->why, sizeof st->why, "load-balance loss with %lld experts (kernel limit "
                  "%d)", (long long)E, QT_MOE_MAX_EXPERTS);
+        return 1;
+    }
+    if (op->f[0] == 0.0f || Cc <= 1) return 0;
+    /* context parallelism: the counts' all-gather (and the FWD's Pbar chain) scratch */
+    const int64_t need = S > 0 && T % S == 0 ? (Cc + fwd) * (T / S) * E : -1;
+    if (need < 0 || scratch == QT_NONE || scratch >= p->n_tensors ||
+        p->tensors[scratch].dtype != QT_I32 || p->tensors[scratch].numel < need) {
+        snprintf(st->why, sizeof st->why, "load-balance loss on context %lld: scratch %d "
+                 "must be I32 of at least %lld elements", (long long)Cc, (int)scratch,
+                 (long long)need);
         return 1;
     }
     return 0;
@@ -60,14 +144,12 @@ static int qt_check_moe_route(const qt_op *op, qt_check_state *st)
 
 int qt_check_moe_route_fwd(const qt_plan *p, const qt_op *op, qt_check_state *st)
 {
-    (void)p;
-    return qt_check_moe_route(op, st);
+    return qt_check_moe_route(p, op, QT_T(op, MOE_ROUTE_FWD, scratch), 1, st);
 }
 
 int qt_check_moe_route_bwd(const qt_plan *p, const qt_op *op, qt_check_state *st)
 {
-    (void)p;
-    return qt_check_moe_route(op, st);
+    return qt_check_moe_route(p, op, QT_T(op, MOE_ROUTE_BWD, scratch), 0, st);
 }
 
 void qt_op_expert_ffn_fwd(const qt_op *op, const qt_ctx *ctx)

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 #include "qt_exact.h"
+#include "kernels/bf16.h"
 
 typedef struct qt_adamw_hp {
     float lr;            /* this step's learning rate (already scheduled) */
@@ -73,10 +74,12 @@ void qt_adamw_update_ref(float *p, float *m, float *v, const float *g, int64_t n
                          const qt_adamw_hp *hp, float gscale, int scaled);
 
 /* qt_adamw_update_scaled followed by the fingerprint terms (qt_fp_mix) of the updated p,
- * whose global indices are gidx0, gidx0+1, ...; returns their sum. Same bits as the two
- * calls one after the other, in one pass. */
+ * whose global indices are gidx0, gidx0+1, ...; returns their sum. When cc is not NULL it
+ * also writes cc[i] = qt_bf16_from_f32(p[i]) of every updated element (a bf16 plan's
+ * compute copy). Same bits as the two or three calls one after the other, in one pass. */
 uint64_t qt_adamw_update_fp(float *p, float *m, float *v, const float *g, int64_t n,
-                            const qt_adamw_hp *hp, float gscale, int scaled, uint64_t gidx0);
+                            const qt_adamw_hp *hp, float gscale, int scaled, uint64_t gidx0,
+                            qt_bf16 *cc);
 
 /* Fingerprint terms of n consecutive elements whose global indices are gidx0, gidx0+1, ...:
  * sum mod 2^64 of qt_mix64((gidx * 0x9E3779B97F4A7C15) ^ bits(w[j])). Reads w. qt_fp_mix takes

@@ -336,13 +336,16 @@ static int qt_runtime_mtp_prepass(const qt_plan *p, int64_t step, int64_t R, int
     return QT_OK;
 }
 
-/* The z-loss's per-sequence sums (XENT t5 z_seq, plans with z_loss_multiplier), else
- * QT_NONE: the last XENT of the stored microbatch schedule (the forward's loss). */
+/* The z-loss's per-sequence sums (XENT t5 z_seq, XENT_MTP t7 with the MTP head: plans
+ * with z_loss_multiplier), else QT_NONE: the last XENT or XENT_MTP of the stored
+ * microbatch schedule (the forward's loss). */
 static int32_t qt_runtime_z_seq(const qt_plan *p)
 {
     if (p->train.z_loss == 0.0f) return QT_NONE;
-    for (int32_t i = p->n_mb_ops - 1; i >= 0; i--)
+    for (int32_t i = p->n_mb_ops - 1; i >= 0; i--) {
         if (p->mb_ops[i].kind == QT_OP_XENT) return QT_T(&p->mb_ops[i], XENT, z_seq);
+        if (p->mb_ops[i].kind == QT_OP_XENT_MTP) return QT_T(&p->mb_ops[i], XENT_MTP, z_seq);
+    }
     return QT_NONE;
 }
 

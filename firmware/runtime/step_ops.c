@@ -254,8 +254,8 @@ static uint64_t qt_step_fp_range(const qt_plan *p, int64_t lo, int64_t hi)
 
 /* Clip + AdamW + fingerprint over flat [lo, lo+n); w, g, mo and vo hold the elements from lo
  * on; cc (bf16 plans with a flat compute copy, else NULL) receives bf16(w) of every element
- * updated. With the parameters in flat index order, one pass per parameter (or chunk):
- * the fingerprint and the rounding read the freshly updated chunk from cache. */
+ * updated. With the parameters in flat index order, one pass per run of consecutive global
+ * indices: the fingerprint and the rounding take the freshly updated vector from registers. */
 static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w,
                                const float *g, float *mo, float *vo, qt_bf16 *cc,
                                const qt_adamw_hp *hp, float gscale, int scaled)
@@ -273,27 +273,18 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w
     for (int32_t i = 0; i < p->n_params; i++) {
         const int64_t off = p->params[i].flat_offset, pn = p->params[i].numel;
         const int64_t a = off > lo ? off : lo, b = off + pn < hi ? off + pn : hi;
-        if (a < b && !cc) {
-            /* the common case: one fused pass per run of consecutive global indices (the
-             * whole chunk when the parameter is not sharded: global index = local index) */
-            const qt_tensor *t = &p->tensors[p->params[i].tensor];
-            for (int64_t j = a; j < b;) {
-                int64_t run = qt_global_run(t, j - off);
-                if (run > b - j) run = b - j;
-                const int64_t gi = qt_global_index(p, t, j - off);
-                fp += qt_adamw_update_fp(w + (j - lo), mo + (j - lo), vo + (j - lo), g + (j - lo),
-                                         run, hp, gscale, scaled, (uint64_t)(gbase + gi));
-                j += run;
-            }
-            gbase += qt_param_global_numel(p, i);
-            continue;
-        }
-        for (int64_t j0 = a; j0 < b; j0 += QT_STEP_CHUNK) {
-            int64_t c = b - j0 < QT_STEP_CHUNK ? b - j0 : QT_STEP_CHUNK;
-            qt_adamw_update_scaled(w + (j0 - lo), mo + (j0 - lo), vo + (j0 - lo), g + (j0 - lo),
-                                   c, hp, gscale, scaled);
-            if (cc) qt_bf16_from_f32_n(cc + (j0 - lo), w + (j0 - lo), c);
-            fp += qt_param_fp_chunk(p, i, gbase, j0 - off, c);
+        /* one fused pass per run of consecutive global indices (the whole chunk when the
+         * parameter is not sharded: global index = local index), writing the compute copy's
+         * rounding too in bf16 plans */
+        const qt_tensor *t = &p->tensors[p->params[i].tensor];
+        for (int64_t j = a; j < b;) {
+            int64_t run = qt_global_run(t, j - off);
+            if (run > b - j) run = b - j;
+            const int64_t gi = qt_global_index(p, t, j - off);
+            fp += qt_adamw_update_fp(w + (j - lo), mo + (j - lo), vo + (j - lo), g + (j - lo),
+                                     run, hp, gscale, scaled, (uint64_t)(gbase + gi),
+                                     cc ? cc + (j - lo) : NULL);
+            j += run;
         }
         gbase += qt_param_global_numel(p, i);
     }

@@ -25,14 +25,16 @@
  * measurement; attention at S = 4096 runs 2 of the slice's 16 query heads by default
  * (QT_KB_ATTN_HEADS=16 for all: 8x the time), FLOPs counted for the heads that ran. The
  * machine may be shared: compare ranges, not single runs. QT_KB_CLOCK=cpu times every call
- * and the peak in this thread's CPU time instead (CLOCK_THREAD_CPUTIME_ID): on a VM whose
- * other jobs time-slice the process, wall-clock rounds read the peak anywhere from 60 to
- * 176 GFLOP/s, CPU time stays within a few % (cache and memory sharing still count).
+ * in this thread's CPU time instead (CLOCK_THREAD_CPUTIME_ID): on a VM whose other jobs
+ * time-slice the process, wall-clock rounds read the peak anywhere from 60 to 176 GFLOP/s,
+ * CPU time stays within a few % (cache and memory sharing still count).
  *
  * The peak: 16 independent chains of vector FMAs (the widest the build targets: AVX-512, else
- * AVX2), best of 5 runs of ~0.1 s; the VM kind's CPU changes between machines (Zen 5 at about
- * 210 GFLOP/s, a Xeon at about 133), so every % is against the peak of the machine it ran on.
- * QT_KB_PEAK=... (GFLOP/s) overrides it.
+ * AVX2), always in thread CPU time, pinned to one CPU, after a 1 s untimed warm-up, the fastest
+ * of 11 trials of ~0.1 s (qt_kb_measure_loop; QT_KB_PEAK_WARM, QT_KB_PEAK_TRIALS,
+ * QT_KB_PEAK_CLOCK=wall); the VM kind's CPU changes between machines (Zen 5 at 231-270
+ * GFLOP/s, a Zen 4 at 117, a Xeon at about 133-175), so every % is against the peak of the
+ * machine it ran on. QT_KB_PEAK=... (GFLOP/s) overrides it.
  * The bf16 peak: 16 independent chains of VDPBF16PS (64 FLOP per instruction: 16 lanes x 2
  * pairs x multiply-add), measured the same way when the build has AVX512_BF16; the bf16
  * matmul rows (kernels/bf16_matmul.h) give % of it (of the fp32 peak, marked, without it).
@@ -46,12 +48,14 @@
  *
  * Usage: kernel_bench [all|peak|mem|matmul|bf16|attn|gdn|expert|step|carry]...  (default all; `peak`
  * alone prints "peak <GFLOP/s>" (the fp32 FMA peak, first line: the bench scripts use it for
- * MFU) and a second line "peak_bf16 <GFLOP/s>", or a note without AVX512_BF16)
+ * MFU) and a second line "peak_bf16 <GFLOP/s>", or a note without AVX512_BF16, then one line
+ * per measurement "peak_trials fp32|bf16 N min X median Y max Z spread S% (...)")
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "kernels/attention.h"
@@ -198,30 +202,76 @@ static float qt_kb_fma_loop(int64_t n)
     return s;
 }
 
-/* GFLOP/s of a peak loop (n iterations of flop_per_it FLOP): best of 5 runs of ~0.1 s each,
- * after a warm-up run that also sizes the loop. */
-static double qt_kb_measure_loop(float (*loop)(int64_t), double flop_per_it)
+/* One peak measurement: its trials in GFLOP/s. */
+typedef struct {
+    double gflops, median, min; /* the fastest trial (the peak), the median and slowest */
+    int trials;
+} qt_kb_peakm;
+
+static int qt_kb_peak_trials = 11;  /* QT_KB_PEAK_TRIALS */
+static double qt_kb_peak_warm = 1.0; /* QT_KB_PEAK_WARM: seconds of untimed warm-up */
+static clockid_t qt_kb_peak_clock = CLOCK_THREAD_CPUTIME_ID; /* QT_KB_PEAK_CLOCK=wall */
+
+static double qt_kb_peak_now(void)
 {
-    int64_t n = 1 << 20;
-    volatile float sink = 0.0f;
-    double t0 = qt_kb_now();
-    sink += loop(n);
-    double dt = qt_kb_now() - t0;
-    if (dt > 0 && dt < 0.1) n = (int64_t)((double)n * 0.1 / dt);
-    double best = 0.0;
-    for (int r = 0; r < 5; r++) {
-        t0 = qt_kb_now();
-        sink += loop(n);
-        dt = qt_kb_now() - t0;
-        double g = (double)n * flop_per_it / dt / 1e9;
-        if (g > best) best = g;
-    }
-    (void)sink;
-    return best;
+    struct timespec ts;
+    clock_gettime(qt_kb_peak_clock, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* GFLOP/s of a peak loop (n iterations of flop_per_it FLOP), measured so that repeated runs
+ * agree (docs/bench.md, "The peak"):
+ *   * in this thread's CPU time, not wall time: the peak is the core's rate, and on a shared
+ *     VM the time this thread is descheduled for another job's would read as a slower core
+ *     (wall-clock trials read 32-117 GFLOP/s on a loaded Zen 4 where CPU time read 108-117);
+ *   * pinned to the CPU the thread is on (the old affinity is restored after): no trial
+ *     pays a migration or starts on a core at another clock;
+ *   * qt_kb_peak_warm seconds of the loop itself, untimed, first: the core leaves its idle
+ *     or short boost state and settles at the clock it holds under sustained vector load
+ *     (the AVX-512 licence, the package's power and thermal limits), the clock the kernels
+ *     run at;
+ *   * qt_kb_peak_trials timed trials of about 0.1 s (the loop sized by the warm-up); the
+ *     peak is the fastest: what is left of interference in CPU time (the other vCPU's job
+ *     sharing caches or FP units, interrupts) only slows a trial. The median and the
+ *     slowest trial are returned beside it (the spread, qt_kb_spread). */
+static qt_kb_peakm qt_kb_measure_loop(float (*loop)(int64_t), double flop_per_it)
+{
+    cpu_set_t old, one;
+    const int pinned = sched_getaffinity(0, sizeof old, &old) == 0 && sched_getcpu() >= 0;
+    if (pinned) {
+        CPU_ZERO(&one);
+        CPU_SET(sched_getcpu(), &one);
+        (void)sched_setaffinity(0, sizeof one, &one);
+    }
+    int64_t n = 1 << 16;
+    volatile float sink = 0.0f;
+    double start = qt_kb_peak_now(), dt = 0.0;
+    do { /* warm-up; its last call sizes the trials */
+        double t0 = qt_kb_peak_now();
+        sink += loop(n);
+        dt = qt_kb_peak_now() - t0;
+        if (dt < 0.05) n *= 2;
+    } while (qt_kb_peak_now() - start < qt_kb_peak_warm || dt < 0.05);
+    n = (int64_t)((double)n * 0.1 / dt) + 1;
+    double g[64];
+    const int trials = qt_kb_peak_trials < 64 ? qt_kb_peak_trials : 64;
+    for (int r = 0; r < trials; r++) {
+        double t0 = qt_kb_peak_now();
+        sink += loop(n);
+        g[r] = (double)n * flop_per_it / (qt_kb_peak_now() - t0) / 1e9;
+    }
+    (void)sink;
+    if (pinned) (void)sched_setaffinity(0, sizeof old, &old);
+    qsort(g, (size_t)trials, sizeof g[0], qt_kb_cmp);
+    qt_kb_peakm m = {g[trials - 1], g[trials / 2], g[0], trials};
+    return m;
+}
+
+/* The trials' spread: (fastest - slowest) / fastest, in %. */
+static double qt_kb_spread(qt_kb_peakm m) { return m.gflops > 0 ? 100.0 * (m.gflops - m.min) / m.gflops : 0.0; }
+
 /* The fp32 FMA peak: 16 vector FMAs of QT_KB_VW lanes (2 FLOP each) per iteration. */
-static double qt_kb_measure_peak(void)
+static qt_kb_peakm qt_kb_measure_peak(void)
 {
     return qt_kb_measure_loop(qt_kb_fma_loop, 16.0 * QT_KB_VW * 2.0);
 }
@@ -245,7 +295,7 @@ static float qt_kb_dpbf16_loop(int64_t n)
 }
 
 /* The VDPBF16PS peak: 16 instructions of 64 FLOP per iteration. */
-static double qt_kb_measure_peak_bf16(void)
+static qt_kb_peakm qt_kb_measure_peak_bf16(void)
 {
     return qt_kb_measure_loop(qt_kb_dpbf16_loop, 16.0 * 64.0);
 }
@@ -818,6 +868,7 @@ typedef struct {
     uint64_t sink;
     qt_exact acc;
     int64_t leaf;
+    qt_bf16 *cc;            /* a bf16 plan's compute copy (n elements) */
 } qt_kb_step_arg;
 
 static qt_exact_sq qt_kb_sq;
@@ -861,7 +912,27 @@ static void qt_kb_step_final(void *p)
 static void qt_kb_step_adamw(void *p)
 {
     qt_kb_step_arg *s = p;
-    s->sink += qt_adamw_update_fp(s->a, s->c, s->d, s->b, s->n, &s->hp, 0.5f, 1, 0);
+    s->sink += qt_adamw_update_fp(s->a, s->c, s->d, s->b, s->n, &s->hp, 0.5f, 1, 0, NULL);
+}
+
+/* the same pass in a bf16 plan: the compute copy's rounding written in the same loop */
+static void qt_kb_step_adamw_bf16(void *p)
+{
+    qt_kb_step_arg *s = p;
+    s->sink += qt_adamw_update_fp(s->a, s->c, s->d, s->b, s->n, &s->hp, 0.5f, 1, 0, s->cc);
+}
+
+/* a bf16 plan's step before the rounding joined the fused pass: per chunk of 16384 the
+ * update, the rounding and the fingerprint as three passes (the chunk stays in cache) */
+static void qt_kb_step_adamw_bf16_chunks(void *p)
+{
+    qt_kb_step_arg *s = p;
+    for (int64_t j = 0; j < s->n; j += 16384) {
+        const int64_t c = s->n - j < 16384 ? s->n - j : 16384;
+        qt_adamw_update_scaled(s->a + j, s->c + j, s->d + j, s->b + j, c, &s->hp, 0.5f, 1);
+        qt_bf16_from_f32_n(s->cc + j, s->a + j, c);
+        s->sink += qt_fp_mix(s->a + j, c, (uint64_t)j);
+    }
 }
 
 /* the push of leaf 1 (level 1 = level 0 + scratch) or leaf 3 (level 2 = level 1 +
@@ -910,6 +981,12 @@ static void qt_kb_step_plan(const char *plan, int64_t n)
     /* AdamW first, on the fresh values (the pushes below overwrite c and d) */
     qt_kb_step_row("clip + AdamW + fingerprint (r g,p,m,v w p,m,v)", 7 * B,
                    qt_kb_run(qt_kb_step_adamw, &s), bw);
+    s.cc = (qt_bf16 *)(void *)qt_kb_floats(n / 2 + 1);
+    qt_kb_step_row("bf16 plan: the same + compute copy (w copy)", 7.5 * B,
+                   qt_kb_run(qt_kb_step_adamw_bf16, &s), bw);
+    qt_kb_step_row("bf16 plan, before: 3 passes per 16384 chunk", 7.5 * B,
+                   qt_kb_run(qt_kb_step_adamw_bf16_chunks, &s), bw);
+    free(s.cc);
     qt_kb_step_row("normalise + exact sum of squares (r g w g)", 2 * B,
                    qt_kb_run(qt_kb_step_norm, &s), bw);
     qt_kb_step_row("tree total of 3 leaves (r l0,l1 w l1)", 3 * B,
@@ -1039,17 +1116,37 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    e = getenv("QT_KB_PEAK_TRIALS");
+    if (e && atoi(e) > 0) qt_kb_peak_trials = atoi(e);
+    e = getenv("QT_KB_PEAK_WARM");
+    if (e && atof(e) >= 0) qt_kb_peak_warm = atof(e);
+    e = getenv("QT_KB_PEAK_CLOCK");
+    if (e && !strcmp(e, "wall")) qt_kb_peak_clock = CLOCK_MONOTONIC;
     e = getenv("QT_KB_PEAK");
     int measured = !(e && atof(e) > 0);
-    qt_kb_peak = measured ? qt_kb_measure_peak() : atof(e);
+    qt_kb_peakm pm = {0}, pm16 = {0};
+    if (measured) pm = qt_kb_measure_peak();
+    qt_kb_peak = measured ? pm.gflops : atof(e);
 #ifdef QT_KB_HAVE_BF16
     e = getenv("QT_KB_PEAK_BF16");
-    qt_kb_peak_bf16 = e && atof(e) > 0 ? atof(e) : qt_kb_measure_peak_bf16();
+    if (!(e && atof(e) > 0)) pm16 = qt_kb_measure_peak_bf16();
+    qt_kb_peak_bf16 = e && atof(e) > 0 ? atof(e) : pm16.gflops;
 #endif
     if (argc == 2 && want[5]) {
+        /* "peak" and "peak_bf16" lines first (the bench scripts read them), then each
+         * measurement's trials: "peak_trials NAME N min MIN median MED max MAX spread S%" */
         printf("peak %.1f\n", qt_kb_peak);
         if (qt_kb_peak_bf16 > 0) printf("peak_bf16 %.1f\n", qt_kb_peak_bf16);
         else printf("peak_bf16: skipped, this build has no AVX512_BF16 (VDPBF16PS)\n");
+        const char *nm[2] = {"fp32", "bf16"};
+        const qt_kb_peakm *pms[2] = {&pm, &pm16};
+        for (int i = 0; i < 2; i++)
+            if (pms[i]->trials > 0)
+                printf("peak_trials %s %d min %.1f median %.1f max %.1f spread %.2f%% "
+                       "(%s, warm-up %.1f s, pinned to one CPU)\n", nm[i], pms[i]->trials,
+                       pms[i]->min, pms[i]->median, pms[i]->gflops, qt_kb_spread(*pms[i]),
+                       qt_kb_peak_clock == CLOCK_MONOTONIC ? "wall clock" : "thread CPU time",
+                       qt_kb_peak_warm);
         return 0;
     }
     printf("kernel bench: %% of peak against %.1f GFLOP/s (one core, %d-float vector FMA, %s); "
@@ -1057,9 +1154,15 @@ int main(int argc, char **argv)
            "one call; %s\n", qt_kb_peak, QT_KB_VW, measured ? "measured now" : "QT_KB_PEAK",
            qt_kb_budget, qt_kb_maxreps,
            qt_kb_clock == CLOCK_MONOTONIC ? "wall clock" : "thread CPU time (QT_KB_CLOCK=cpu)");
+    if (pm.trials > 0)
+        printf("fp32 peak: the fastest of %d trials in thread CPU time after a %.1f s warm-up, "
+               "pinned; spread %.2f%% (%.1f-%.1f)\n", pm.trials, qt_kb_peak_warm,
+               qt_kb_spread(pm), pm.min, pm.gflops);
     if (all || want[0]) qt_kb_memory();
     if (all || want[1]) qt_kb_matmuls();
-    if (qt_kb_peak_bf16 > 0) printf("bf16 peak: %.1f GFLOP/s (VDPBF16PS, 64 FLOP each)\n", qt_kb_peak_bf16);
+    if (qt_kb_peak_bf16 > 0)
+        printf("bf16 peak: %.1f GFLOP/s (VDPBF16PS, 64 FLOP each; fastest of %d trials, spread "
+               "%.2f%%)\n", qt_kb_peak_bf16, pm16.trials, qt_kb_spread(pm16));
     if (all || want[1] || want[6]) qt_kb_bf16_matmuls();
     if (all || want[2]) qt_kb_attention();
     if (all || want[3]) qt_kb_gdn_core();

@@ -42,6 +42,14 @@ mtp_cap_golden() {
   [ -n "$d" ] && [ "$d" -gt 0 ] && echo "step 0: the head's MoE dropped $d assignments"
 }
 check "golden qwen3-next tiny with the MTP head and capacity_factor 1.0 vs PyTorch (head drops apart)" mtp_cap_golden
+# two depths: the depths share mtp.fc, the pre-fc norms and mtp.norm, whose gradients sum
+# over them (one WGRAD over the depths' rows stacked per leaf); the second depth's layer
+# mtp.layers.1 and every shared tensor at the tolerances above
+check "golden qwen3-next tiny with two MTP depths (mtp_num_layers 2, shared fc / norms) vs PyTorch" golden_run test-next-mtp2
+# the head with the z-loss 0.01: MaxText's rule, z lse^2 on the main logits' targets only
+# (its MTP cross entropy takes none): loss, z_loss, mtp_loss, gradients as above (a z term
+# on the head's rows would move the loss by ~1%)
+check "golden qwen3-next tiny with the MTP head and z-loss 0.01 (the main logits only) vs PyTorch" golden_run test-next-mtp-z
 # Issue 33. The z-loss (z_loss_multiplier 0.01: z lse^2 per target in the loss and its
 # gradient, MaxText's / T5X's form): step-0 gradients at 2e-4, losses and the metrics' z_loss
 # at 2e-4 relative, grad norm 1e-3 (as above: the same fp32-vs-fp64 drift).

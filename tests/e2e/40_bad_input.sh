@@ -237,9 +237,6 @@ check "configgen: unknown key suggests the nearest" expect_fail "base_emb_dim" b
 check "configgen: context parallelism beyond the heads (context 4, 2 GDN key heads)" \
   expect_fail "ici_context_parallelism=4 (command line): context parallelism 4 x tensor parallelism 1 = 4 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide gdn_num_key_heads (2)" \
   build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml num_ranks=4 ici_context_parallelism=4
-check "configgen: context parallelism with the load-balance loss" \
-  expect_fail "load_balance_loss_weight=0.01 (configgen/configs/runs/test-next-lb.yml:7): 0.01 with context parallelism 2" \
-  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-lb.yml num_ranks=2 ici_context_parallelism=2
 # the reference trainer's guard (context parallelism with GDN layers under explicit) now plans
 cg_plans() {
   build/configgen/configgen -o $B/gen-ok "$@" &&

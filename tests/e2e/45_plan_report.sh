@@ -91,3 +91,30 @@ report_singular() {
     ! grep -E "[^0-9]1 (ranks|microbatches|levels|sequences|seqs)\b" generated/*/plan.txt | head -n 3 | grep .
 }
 check "plan.txt: counts of one are singular (1 rank, 1 microbatch)" report_singular
+
+# plan.txt's model FLOPs (issue 31; model/flops.c, docs/plan.md): docs/bench.md's count for
+# every plan. The bench model's main row is bench.md's 180.4 MFLOP per token trained
+# (180412416 exactly), the number tests/scripts/bench_flops.sh counts on its own (it also
+# fails when the two disagree); tests/scripts/plan_flops.py recomputes every figure of the
+# section and the MTP head's lines from the run config (integers exact, "%.1f unit" to the last
+# digit), and fails fed another model's config.
+report_flops() {
+  local f=generated/bench/plan.txt r
+  grep -E '^  (main|total) ' $f
+  grep -Eq '^  main +fwd +60137472 +train +180412416 +\(180\.4 MFLOP per token trained\) the main model$' $f ||
+    { echo "the bench model's main row is not 180412416 (180.4 MFLOP)"; return 1; }
+  ( . tests/scripts/bench_flops.sh && bench_model bench && echo "bench_flops.sh: $fpt" &&
+      [ "$fpt" = 180412416 ] ) || return 1
+  for r in test-next-tiny test-next-mtp test-35-tiny test-35-mtp bench bench-mtp default \
+           mtp-next-cp2 mtp-35-dp2ep2 mtp-next-dp2ep2-layer mtp-next-remat-full bench-80b-slice; do
+    python3 tests/scripts/plan_flops.py $QT_RUNS/$r.yml generated/$r/plan.txt || return 1
+  done
+  python3 tests/scripts/plan_flops.py $QT_RUNS/test-next-tiny.yml $f > "$QT_TMP/flops.out" &&
+    { echo "plan_flops.py accepted the bench plan for the tiny config"; return 1; }
+  grep -q '^  gdn_proj: plan.txt' "$QT_TMP/flops.out" || { cat "$QT_TMP/flops.out"; return 1; }
+  # a plan without a head has no MTP rows; a carried head says it costs no FLOPs
+  ! grep -q '^  mtp\|MTP head' $f &&
+    grep -q '^  carried through untrained (mtp_keep_layers 1): .* no parameters, activations or FLOPs' \
+      generated/mtp-keep-next-1r/plan.txt
+}
+check "plan.txt: model FLOPs per token, step and rank (bench 180.4 MFLOP = bench_flops.sh; every figure recomputed from the config) and the MTP head's lines" report_flops

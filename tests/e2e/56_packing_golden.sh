@@ -21,6 +21,14 @@ check "packing golden qwen3-next tiny with the MTP head: gradients, losses and m
   golden_run test-next-mtp-pack
 check "packing golden qwen3.5 tiny with the MTP head: gradients, losses and mtp_loss vs PyTorch" \
   golden_run test-35-mtp-pack
+# the chunked (WY) delta rule with packed documents (issue 35): the state restarts at every
+# document start inside a chunk (the pairs of different documents masked) and across chunks;
+# the same float64 math as the recurrent form, so the same goldens and tolerances (chunk 8 of
+# 16 tokens: the crafted documents start mid-chunk and one crosses the chunk boundary)
+check "packing golden qwen3-next tiny, chunked delta rule, vs PyTorch (test-next-pack goldens)" \
+  golden_run test-next-chunk-pack test-next-pack
+check "packing golden qwen3.5 tiny, chunked delta rule, vs PyTorch (test-35-pack goldens)" \
+  golden_run test-35-chunk-pack test-35-pack
 
 # pack_differs PACKED UNPACKED: UNPACKED (same model, packing off) on PACKED's golden weights
 # and tokens: its step-0 loss differs from the packed golden's by more than 5x the loss

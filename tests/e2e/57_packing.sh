@@ -10,7 +10,9 @@
 #     fingerprint, 10 steps): qwen3-next DP2 x EP2, TP2, FSDP2 (auto), DP2 with ZeRO-1 and
 #     G 2, remat full on DP2 x EP2, context parallelism CP2 and CP2 x EP2 (auto; the
 #     positions cover whole sequences on every context rank), qwen3.5 DP2 x EP2, qwen3.5-tiny
-#     TP2 (1 kv head), bf16 DP2 x EP2 (auto).
+#     TP2 (1 kv head), bf16 DP2 x EP2 (auto); the chunked delta rule (gdn_core_algorithm
+#     chunked, issue 35) on TP2, DP2 x EP2 and CP2 (its head side runs whole sequences with
+#     their positions).
 # The numerics of packing against the float64 PyTorch reference: 56_packing_golden.sh.
 # Run files: configgen/configs/runs/pack-*.yml (each a mesh-/ctx-/bf16- run plus the two
 # keys); runs through plan_det (run_all.sh: the tiny test data, seed 11, under `timeout`).
@@ -39,7 +41,10 @@ for cell in "pack-next-1r pack-next-dp2ep2 4" "pack-next-1r pack-next-tp2 2" \
             "pack-ctx-next-1r-nb4 pack-ctx-next-cp2 2" \
             "pack-ctx-next-1r-nb4 pack-ctx-next-cp2ep2-auto 4" \
             "pack-35-1r pack-35-dp2ep2 4" "pack-35t-1r pack-35t-tp2 2" \
-            "pack-b16-next-1r pack-b16-next-dp2ep2-auto 4"; do
+            "pack-b16-next-1r pack-b16-next-dp2ep2-auto 4" \
+            "pack-chunk-next-1r pack-chunk-next-tp2 2" \
+            "pack-chunk-next-1r pack-chunk-next-dp2ep2 4" \
+            "pack-chunk-ctx-next-1r-nb4 pack-chunk-ctx-next-cp2 2"; do
   set -- $cell
   check "packing: ${2#pack-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/pack" "$@"
 done

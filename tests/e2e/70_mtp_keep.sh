@@ -6,7 +6,9 @@
 # the key they are skipped with a note naming it; checkpoint directories carry them in one
 # more model shard. A plan with the head loads a checkpoint
 # without it (single file and sharded directory) and initialises the head with a note; an
-# extra depth and a head whose shapes disagree are refused, nothing written.
+# extra depth and a head whose shapes disagree are refused, nothing written. Two depths
+# (mtp2-next-*): both depths' layers and the shared fc / norms saved, config.json naming the
+# depth, depth mismatches refused, a resume across meshes bit for bit.
 MK_DIR=$QT_TMP/mtp-keep
 MK_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 MK_PY="/usr/bin/python3 tests/scripts/st_mtp.py"
@@ -147,3 +149,36 @@ check "MTP ckpt: mtp-next-1r (1 rank) -> mtp-next-dp2ep2-layer (4 ranks), sharde
   ckpt_resume mtp-next-1r mtp-next-1r 1 mtp-next-dp2ep2-layer 4
 check "MTP ckpt: mtp-next-ep2 (2 ranks) -> mtp-next-1r, one file, steps 6..10 bit for bit" \
   ckpt_resume mtp-next-1r mtp-next-ep2 2 mtp-next-1r 1 .safetensors
+
+# Two depths (mtp2-next-*): a save holds both depths' layers beside the one shared fc and
+# three norms, and its config.json names the depth (num_nextn_predict_layers 2); a plan of
+# one depth refuses it, a plan of two refuses a one-depth head (the missing mtp.layers.1),
+# nothing written; a resume on another mesh continues the uninterrupted run bit for bit.
+mk_depth2() {
+  local d=$MK_DIR/depth2 n1 n0 out
+  rm -rf "$d"; mkdir -p "$d"
+  mk_head || return 1
+  mk_run mtp2-next-1r 1 steps=2 save=$d/dir save_shard_size=64K 2> /dev/null > /dev/null || return 1
+  grep -q '"num_nextn_predict_layers": 2' $d/dir/config.json || { echo "config.json: no depth 2"; return 1; }
+  $MK_PY list $d/dir > $d/list || return 1
+  n0=$(grep -c '^mtp\.layers\.0\.' $d/list); n1=$(grep -c '^mtp\.layers\.1\.' $d/list)
+  [ "$n0" -gt 0 ] && [ "$n0" -eq "$n1" ] || { echo "depth tensors: $n0 and $n1"; return 1; }
+  [ "$(grep -c '^mtp\.\(fc\|norm\|pre_fc_norm_embedding\|pre_fc_norm_hidden\)\.weight ' $d/list)" -eq 4 ] ||
+    { echo "expected one mtp.fc and three shared norms"; return 1; }
+  out=$(mk_run mtp-next-1r 1 steps=1 load=$d/dir save=$d/x.safetensors 2>&1) && { echo "a 2-depth head loaded into 1 depth"; return 1; }
+  echo "$out" | grep -q "whose multi-token-prediction head has 1 depth(s)" || { echo "$out" | tail -2; return 1; }
+  out=$(mk_run mtp2-next-1r 1 steps=1 load=$MK_DIR/head.safetensors save=$d/x.safetensors 2>&1) && { echo "a 1-depth head loaded into 2 depths"; return 1; }
+  echo "$out" | grep -q "missing tensor mtp.layers.1." || { echo "$out" | tail -2; return 1; }
+  [ ! -e $d/x.safetensors ] || { echo "a refused load wrote"; return 1; }
+  # a plan without the head carries both depths with mtp_keep_layers 2 (the region sized for
+  # two depths from the model's dimensions), byte for byte
+  plan_variant mtp-keep-next-1r "$d" mtp_keep_layers=2 || return 1
+  out=$(timeout 120 "$d/mtp-keep-next-1r-v/qtrain" data=$MK_DATA seed=11 steps=2 load=$d/dir \
+        load_weights_only=1 save=$d/kept.safetensors 2>&1) || { echo "$out" | tail -3; return 1; }
+  echo "$out" | grep -q "keeps $((n0 + n1 + 4)) mtp.\* tensors" || { echo "no keep note: $out" | tail -3; return 1; }
+  $MK_PY same $d/dir $d/kept.safetensors || return 1
+  echo "$n0 + $n1 depth tensors and the 4 shared ones; both refusals clear; mtp_keep_layers 2 keeps them"
+}
+check "MTP ckpt: two depths saved (config.json num_nextn_predict_layers 2, mtp.layers.0/1 and the shared fc / norms); depth mismatches refused, nothing written; mtp_keep_layers 2 carries them" mk_depth2
+check "MTP ckpt: two depths, mtp2-next-1r (1 rank) -> mtp2-next-ep2 (2 ranks), sharded dir, steps 6..10 bit for bit" \
+  ckpt_resume mtp2-next-1r mtp2-next-1r 1 mtp2-next-ep2 2

@@ -19,6 +19,11 @@
 # one sequence), bf16 CP2 and CP2 x EP2 (auto); CP2 explicit
 # on the GDN layers is the seed's own guard case (its reason: the convolution's left pad on
 # a sharded sequence; here the convolution runs on whole sequences of half the heads).
+# The load-balance loss on context meshes (issue 35; lb-ctx-*.yml, load_balance_loss_weight
+# 0.01): the split sequence's routed counts all-gathered and its probability sums chained
+# in token order (docs/context.md "Sums over tokens"), == one rank with the same blocks, bit
+# for bit: qwen3-next CP2, CP4 (a chain through 4 ranks), CP2 remat full (the router's
+# recomputation), CP2 x EP2 (auto), qwen3.5 CP2, bf16 CP2; not vacuous: the term changes the bits.
 # Run files: configgen/configs/runs/ctx-*.yml; runs through plan_det (run_all.sh: the tiny
 # test data, seed 11, every mpiexec under `timeout`).
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
@@ -84,4 +89,16 @@ for cell in "ctx-next-1r-nb4 ctx-next-cp2 2" "ctx-next-1r-nb4 ctx-next-cp2-auto 
             "ctx-b16-next-1r-nb4 ctx-b16-next-cp2ep2-auto 4"; do
   set -- $cell
   check "context parallelism: ${2#ctx-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/ctx" "$@"
+done
+
+# the load-balance loss with context parallelism (issue 35)
+check "load-balance loss with context_blocks 4 changes the one-rank bits (the term is on)" \
+  bits_differ "$QT_TMP/ctx" ctx-next-1r-nb4 lb-ctx-next-1r-nb4
+for cell in "lb-ctx-next-1r-nb4 lb-ctx-next-cp2 2" "lb-ctx-next4h-1r-nb4 lb-ctx-next4h-cp4 4" \
+            "lb-ctx-next-1r-nb4 lb-ctx-next-cp2-remat 2" \
+            "lb-ctx-next-1r-nb4 lb-ctx-next-cp2ep2-auto 4" "lb-ctx-35t-1r-nb4 lb-ctx-35t-cp2 2" \
+            "lb-ctx-b16-next-1r-nb4 lb-ctx-b16-next-cp2 2"; do
+  set -- $cell
+  check "load-balance loss on context parallelism: ${2#lb-ctx-} ($3 ranks) == one rank ($1), bit for bit" \
+    same_bits "$QT_TMP/ctx" "$@"
 done

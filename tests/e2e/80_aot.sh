@@ -102,14 +102,25 @@ check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compi
 # 311 M window above it; with the head the final norm's gradient completes later and the
 # lm_head window sits at 0; 349 M, the embedding's window beside layer 0's dense one, is the
 # minimum either plan needs) = 60808 MiB (61780 without): fits; plan.txt lists mtp.* and
-# MTP0.* tensors.
+# MTP0.* tensors, and its "MTP head" section the head's parameters (1650471424 elements over
+# the mesh: mtp.fc 2048 x 4096, three norms and one layer with all 512 experts; the rank's
+# 241185280 with its 64 experts = 920.049 MiB), activations and FLOPs (2319986688 per token
+# trained, 9.5% of the plan's 24335953920: its own lm_head pass is 1866989568 of them);
+# tests/scripts/plan_flops.py recomputes every FLOP figure and the parameter count from the
+# config.
 mtp_aot() {
   aot_case aot-next80-v5p512-mtp fits || return 1
   local p=$AOT_OUT/aot-next80-v5p512-mtp/aot-next80-v5p512-mtp/plan.txt
   grep -q " mtp.fc.weight$" "$p" && grep -q " mtp.layers.0.mlp.experts.gate_up_proj\| mtp.layers.0.mlp" "$p" &&
     grep -q " MTP0.fc_out$" "$p" || { echo "plan.txt lacks the head's tensors"; return 1; }
+  grep "^  MTP head\|^  total \|^  per step" "$p"
+  grep -q '^  MTP head parameters: 19 tensors (mtp.\*), 1650471424 elements over the mesh; this rank.s local shapes hold 241185280 = 920.049 MiB' "$p" &&
+    grep -Eq '^  MTP head activations: [0-9]+ tensors .* = [0-9]+\.[0-9]{3} MiB on this rank, at most [0-9]+\.[0-9]{3} MiB of them live' "$p" &&
+    grep -q "^  MTP head FLOPs: fwd 773328896, train 2319986688 per token (2.3 GFLOP, 9.5% of the plan's 24335953920)" "$p" ||
+    { echo "plan.txt lacks the MTP head's parameters, activations or FLOPs"; return 1; }
+  python3 tests/scripts/plan_flops.py tests/aot/aot-next80-v5p512-mtp.yml "$p"
 }
-check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8 with the MTP head: fits 95 GiB and compiles" mtp_aot
+check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8 with the MTP head: fits 95 GiB and compiles; plan.txt gives its parameters, activations and FLOPs" mtp_aot
 # qwen3.5-397b-a17b: a whole compute copy (the rank's 64 of 512 experts of 60 layers) would
 # be 221702 MiB, so auto also gathers the weights per layer (param_gather=layer, as MaxText's
 # FSDP): the rank keeps 5906 MiB of parameter blocks, each layer's compute copy is

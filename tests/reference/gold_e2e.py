@@ -36,7 +36,10 @@ RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb', 'test-next-pack', 'tes
         # held-out eval losses under the WSD schedule (eval_data = the run's tokens.npy)
         'test-next-z', 'test-next-eval',
         # issue 31: the MTP head with packing and with token dropping
-        'test-next-mtp-pack', 'test-35-mtp-pack', 'test-next-mtp-cap1']
+        'test-next-mtp-pack', 'test-35-mtp-pack', 'test-next-mtp-cap1',
+        # issue 31: two MTP depths (the shared fc and norms), the head with the z-loss
+        # (MaxText's rule: the main logits only)
+        'test-next-mtp2', 'test-next-mtp-z']
 N_STEPS = 10
 MIN_MARGIN = 1e-4
 SEED_TRIES = 64

@@ -187,13 +187,13 @@ def gdn_layer(P, pre, h, dm, B, S, chunk=None, docs=None):
     k = k.repeat_interleave(r, dim=2)
     q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + f32(1e-6)) * f32(Dk ** -0.5)
     k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + f32(1e-6))
-    if chunk:
-        if docs is not None:
-            raise ValueError('packed documents need the recurrent delta rule')
-        o = ops.delta_rule_chunked(q, k, v, g, beta, chunk)
-    elif docs is not None:
+    start = None
+    if docs is not None:
         start = torch.ones(B, S, dtype=torch.bool)
         start[:, 1:] = docs[:, 1:] != docs[:, :-1]
+    if chunk:
+        o = ops.delta_rule_chunked(q, k, v, g, beta, chunk, start=start)
+    elif docs is not None:
         o = ops.delta_rule_recurrent(q, k, v, g, beta, start=start)
     else:
         o = ops.delta_rule_recurrent(q, k, v, g, beta)

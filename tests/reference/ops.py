@@ -123,11 +123,16 @@ def delta_rule_recurrent(q, k, v, g, beta, start=None):
     return torch.stack(outs, dim=1)
 
 
-def delta_rule_chunked(q, k, v, g, beta, C):
+def delta_rule_chunked(q, k, v, g, beta, C, start=None):
     """Same contract as delta_rule_recurrent, computed chunk by chunk with the WY form:
     (I + A) U = diag(beta) V - diag(beta e^G) K S0 (A strictly lower), O = diag(e^G) Q S0 +
     ((Q K^T) . D) U, S' = e^{G_C} S0 + (K . e^{G_C - G})^T U. The sequence is zero-padded to a
-    multiple of C (g = beta = 0 there: no decay, no write)."""
+    multiple of C (g = beta = 0 there: no decay, no write).
+    start [B,S] bool (packed documents), as delta_rule_recurrent: a start's decay is 0, so a
+    chunk splits into segments at its starts. D keeps only pairs of one segment (no decay
+    product crosses a start), e^G only the tokens before the chunk's first start (the later
+    ones do not see S0), e^{G_C - G} only the last segment's tokens, and a start's g is
+    replaced by 0 (it only ever enters differences within its own segment, where it cancels)."""
     B, S, H, Dk = q.shape
     Dv = v.shape[-1]
     n = (S + C - 1) // C
@@ -144,23 +149,37 @@ def delta_rule_chunked(q, k, v, g, beta, C):
     eye = torch.eye(C).to(q.dtype)
     strict = torch.tril(torch.ones(C, C, dtype=torch.bool), -1)
     incl = torch.tril(torch.ones(C, C, dtype=torch.bool), 0)
+    if start is not None:
+        sp = start if not pad else torch.cat([start, start.new_zeros(B, pad)], dim=1)
+        sp = sp.reshape(B, 1, n, C)                        # [B,1,n,C], broadcast over H
     st = q.new_zeros(B, H, Dk, Dv)
     outs = []
     for c in range(n):
         qc, kc, vc = q[:, :, c], k[:, :, c], v[:, :, c]
         gc, bc = g[:, :, c], beta[:, :, c]
+        if start is None:
+            same = incl
+            cont = torch.ones_like(gc)
+        else:
+            sc = sp[:, :, c].expand(gc.shape)              # [B,H,C]
+            gc = torch.where(sc, torch.zeros_like(gc), gc)
+            seg = torch.cumsum(sc.to(torch.int64), dim=-1)  # segment index in the chunk
+            same = incl & (seg[..., :, None] == seg[..., None, :])
+            cont = (seg == 0).to(q.dtype)                  # before the first start: sees S0
         G = torch.cumsum(gc, dim=-1)                       # [B,H,C]
         diff = G[..., :, None] - G[..., None, :]           # G_i - G_m
         # zero the masked exponents before exp so nothing can overflow
-        d_incl = torch.exp(torch.where(incl, diff, torch.zeros_like(diff))) * incl
+        d_incl = torch.exp(torch.where(same, diff, torch.zeros_like(diff))) * same
         d_strict = d_incl * strict
         kk = kc @ kc.transpose(-1, -2)
         A = bc[..., :, None] * d_strict * kk
-        rhs = bc[..., None] * vc - (bc * torch.exp(G))[..., None] * (kc @ st)
+        eG = torch.exp(G) * cont
+        rhs = bc[..., None] * vc - (bc * eG)[..., None] * (kc @ st)
         U = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
-        o = torch.exp(G)[..., None] * (qc @ st) + ((qc @ kc.transpose(-1, -2)) * d_incl) @ U
+        o = eG[..., None] * (qc @ st) + ((qc @ kc.transpose(-1, -2)) * d_incl) @ U
         GC = G[..., -1:]
-        st = torch.exp(GC)[..., None] * st + (kc * torch.exp(GC - G)[..., None]).transpose(-1, -2) @ U
+        wl = torch.exp(GC - G) * same[..., -1, :]          # only the last segment reaches S'
+        st = eG[..., -1:][..., None] * st + (kc * wl[..., None]).transpose(-1, -2) @ U
         outs.append(o)
     o = torch.stack(outs, dim=2).permute(0, 2, 3, 1, 4).reshape(B, n * C, H, Dv)
     return o[:, :S]

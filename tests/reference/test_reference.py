@@ -113,6 +113,28 @@ class DeltaRule(unittest.TestCase):
                 err = float((ops.delta_rule_chunked(q, k, v, g, beta, C) - ref).abs().max())
                 self.assertLess(err, 1e-12, 'S=%d C=%d' % (S, C))
 
+    def test_recurrent_vs_chunked_packed(self):
+        """Packed documents (starts mid-chunk, at a chunk's first and last token, one-token
+        documents): the two algorithms agree to 1e-12, and the starts change the result."""
+        torch.manual_seed(5)
+        for (B, S, H, Dk, Dv) in ((2, 13, 3, 4, 5), (1, 40, 2, 8, 8)):
+            q = torch.randn(B, S, H, Dk, dtype=D)
+            k = torch.nn.functional.normalize(torch.randn(B, S, H, Dk, dtype=D), dim=-1)
+            v = torch.randn(B, S, H, Dv, dtype=D)
+            g = -torch.rand(B, S, H, dtype=D) * 2.0
+            beta = torch.rand(B, S, H, dtype=D)
+            start = torch.zeros(B, S, dtype=torch.bool)
+            start[:, 0] = True
+            for t in (3, 4, 6, 7, 11, 12):
+                start[-1, t] = True          # the first sequence keeps one document
+            ref = ops.delta_rule_recurrent(q, k, v, g, beta, start=start)
+            plain = ops.delta_rule_recurrent(q, k, v, g, beta)
+            self.assertGreater(float((ref - plain).abs().max()), 1e-3)
+            for C in (1, 2, 3, 4, 8, 16, 64):
+                got = ops.delta_rule_chunked(q, k, v, g, beta, C, start=start)
+                err = float((got - ref).abs().max())
+                self.assertLess(err, 1e-12, 'S=%d C=%d' % (S, C))
+
     def test_matches_rank1_state_definition(self):
         """o_t = S_t^T q_t with S_t built explicitly from the unrolled sum (1e-12)."""
         torch.manual_seed(4)

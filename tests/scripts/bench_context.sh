@@ -27,42 +27,37 @@
 # default 2 steps per run, not the 10 minutes a bench target should take: at S 8192 with
 # remat full a step is 18.3 TFLOP of model FLOPs (plus the recomputed forward) on about one
 # core. CTX_STEPS=1 (no warm-up step, about 14 minutes) is the cheaper reading.
+# BENCH_CANNED=DIR formats canned outputs (tests/scripts/bench_common.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 R1=bench-80b-ctx1
 R2=bench-80b-ctx2
 STEPS=${CTX_STEPS:-2}
 WARM=$((STEPS > 1 ? 1 : 0))
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-make --no-print-directory build/bench/kernel_bench build/$R1/qtrain build/$R2/qtrain >/dev/null
-PEAK=${PEAK_GFLOPS:-$(./build/bench/kernel_bench peak | awk '$1 == "peak" {print $2}')}
 . tests/scripts/bench_flops.sh
+. tests/scripts/bench_common.sh
+# CTX_OUT=DIR keeps the runs' logs and metrics there
+if [ -n "${CTX_OUT:-}" ]; then out=$CTX_OUT; mkdir -p "$out"
+else bench_scratch bench-ctx; fi
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_make build/bench/kernel_bench build/$R1/qtrain build/$R2/qtrain
+bench_cpu
+bench_peak peak.txt
 bench_model $R1
 tok=$S   # one sequence per step in both files
 echo "slice: d=$d L=$L heads $hq/$hkv x $hd, GDN $hk/$hv x $dk/$dv, experts $E top-$k x $f, shared $fs, vocab $V, 1 x $S tokens per step, context_blocks 2, remat full"
 echo "model FLOPs per token (fwd+bwd, remat's second forward not counted): $fpt ($(awk -v f=$fpt -v t=$tok 'BEGIN{printf "%.2f", f*t/1e12}') TFLOP per step); MFU against ${PEAK} GFLOP/s (this machine's single-core FMA peak, measured now)"
+bench_peak_line
 
-plan_mib() { awk -v k="  $2" 'index($0, k) == 1 {printf "%.0f", $(NF-1); exit}' generated/$1/plan.txt; }
-# need_mem MIB: MemAvailable must cover MIB plus 512 MiB for the processes themselves
-need_mem() {
-  local avail; avail=$(awk '/^MemAvailable:/ {printf "%d", $2/1024}' /proc/meminfo)
-  [ "$avail" -ge $(($1 + 512)) ] && return 0
-  echo "bench_context: $1 MiB of arenas need MemAvailable >= $(($1 + 512)) MiB, have $avail MiB (other jobs?); not run" >&2
-  return 1
-}
-# CTX_OUT=DIR keeps the runs' logs and metrics there
-if [ -n "${CTX_OUT:-}" ]; then out=$CTX_OUT; mkdir -p "$out"
-else out=$(mktemp -d /tmp/qtrain-bench-ctx.XXXXXX); trap 'rm -rf "$out"' EXIT; fi
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
-
 a1=$(plan_mib $R1 arena); a2=$(plan_mib $R2 arena)
 # CTX_REPORT_ONLY=1 with CTX_OUT: no runs, the report of the logs already in CTX_OUT
 if [ -z "${CTX_REPORT_ONLY:-}" ]; then
-  need_mem $((2 * a2))
-  timeout 3600 mpiexec -n 2 ./build/$R2/qtrain steps=$STEPS profile=1 metrics=$out/r2.jsonl 2> $out/r2.txt ||
+  need_mem $((2 * a2)) "CP2 (two arenas)"
+  bench_run r2.jsonl r2.txt -- timeout 3600 mpiexec -n 2 ./build/$R2/qtrain steps=$STEPS profile=1 metrics=$out/r2.jsonl 2> $out/r2.txt ||
     { cat $out/r2.txt; exit 1; }
-  need_mem $a1
-  ./build/$R1/qtrain steps=$STEPS profile=1 metrics=$out/r1.jsonl 2> $out/r1.txt || { cat $out/r1.txt; exit 1; }
+  need_mem $a1 "one rank's arena"
+  bench_run r1.jsonl r1.txt -- ./build/$R1/qtrain steps=$STEPS profile=1 metrics=$out/r1.jsonl 2> $out/r1.txt || { cat $out/r1.txt; exit 1; }
 fi
 
 avg() { awk -v w=$WARM -v key="\"$2\":" -F'"' '/^\{"step"/ && ++n>w { split($0, a, key); split(a[2], v, /[,}]/); s += v[1]; c++ }

@@ -6,7 +6,9 @@
 # gated delta rule (~3 Dk x Dv products per value head and token).
 #
 # bench_model RUN sets: d L cyc hq hkv hd hk hv dk dv E k f fs V S b (the resolved keys, the
-# run file over its model file) and fpt (model FLOPs per token, fwd + bwd).
+# run file over its model file) and fpt (model FLOPs per token, fwd + bwd). configgen prints
+# the same count in plan.txt ("model FLOPs", the main model's row: model/flops.c); when
+# generated/RUN/plan.txt exists the two must agree, else bench_model fails (status 1).
 bench_model() {
   local run=configgen/configs/runs/$1.yml
   local model=configgen/configs/models/$(awk -F': *' '$1=="model_name"{gsub(/"/,"",$2);print $2}' "$run").yml
@@ -25,4 +27,11 @@ bench_model() {
     moe = d*E + k*3*d*f + 3*d*fs + d
     fwd = 2*(ng*gdn + na*att + L*moe + d*V)
     printf "%.0f", 3*fwd }')
+  local plan=generated/$1/plan.txt pf
+  if [ -f "$plan" ]; then
+    pf=$(awk '$1 == "main" && $2 == "fwd" {print $5}' "$plan")
+    [ "$pf" = "$fpt" ] || {
+      echo "bench_flops.sh: $plan counts ${pf:-no} model FLOPs per token for the main model, this script $fpt" >&2
+      return 1; }
+  fi
 }

@@ -456,7 +456,6 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"context_blocks=-2", NULL, "context_blocks=-2 (command line): -2: expected 0"},
         {"packing=true", NULL, "eos_id=-1 (configgen/configs/base.yml:"},
         {"packing=true", "eos_id=64", "eos_id=64 (command line): 64 with packing: true: expected the document separator's token id in 0..63"},
-        {"packing=true", "eos_id=7|gdn_core_algorithm=chunked", "gdn_core_algorithm=chunked (command line): chunked with packing: true: the chunked delta rule cannot restart its state inside a chunk; expected recurrent"},
         {"context_blocks=16", "gradient_accumulation_steps=524288", "context_blocks=16 (command line): 16 blocks x 1048576 sequences per step = 16777216 gradient leaves exceed the 8388607 that the 24 tree levels hold"},
         {"shard_mode=manual", NULL, "expected auto or explicit"},
         {"gradient_reduce=sometimes", NULL, "gradient_reduce=sometimes (command line): expected auto, step, microbatch or layer"},
@@ -481,7 +480,6 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ici_context_parallelism=4", "num_ranks=4|per_device_batch_size=0.25|gdn_num_key_heads=4|gdn_num_value_heads=8|base_num_kv_heads=1|base_num_query_heads=8|dtype=bfloat16", "context parallelism 4 with 1 kv heads per tensor rank and dtype=bfloat16"},
         {"ici_context_parallelism=4", "num_ranks=4|per_device_batch_size=0.25|gdn_num_key_heads=4|gdn_num_value_heads=8|base_num_kv_heads=6|base_num_query_heads=12", "the 6 kv heads of a tensor rank (base_num_kv_heads=6 / tensor 1) must be a multiple or a divisor of it"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.25", "0.25 sequences per rank x 1 tensor x 2 context ranks sharing them"},
-        {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|load_balance_loss_weight=0.01", "load_balance_loss_weight=0.01 (command line): 0.01 with context parallelism 2: the load-balance term needs each sequence's routing statistics"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|gradient_reduce=step", "gradient_reduce=step (command line): step with context parallelism 2"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|context_blocks=1", "context_blocks=1 (command line): 1: expected 0 (= the context degree 2) or a power of two >= it"},
         {"ici_context_parallelism=2", "num_ranks=8|ici_expert_parallelism=4|per_device_batch_size=0.5", "context parallelism 2 with expert parallelism 4: the expert group spans the expert and context axes"},
@@ -525,11 +523,10 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"adam_b2=0.999999999", NULL, "adam_b2=0.999999999 (command line): rounds to 1 in float32"},
         // the multi-token-prediction head (config/mtp.c, docs/model.md 1.8)
         {"mtp_num_layers=-1", NULL, "mtp_num_layers=-1 (command line): expected 0 (no multi-token-prediction head) or a depth >= 1"},
-        {"mtp_num_layers=2", NULL, "mtp_num_layers=2 (command line): more than one depth is not supported yet"},
+        {"mtp_num_layers=8", NULL, "mtp_num_layers=8 (command line): expected at most 7 depths (the head's parts stack with the main model's per token block, at most 8 parts: qt_ops.def STACK)"},
         {"mtp_num_layers=1", "mtp_loss_scaling_factor=-0.5", "mtp_loss_scaling_factor=-0.5 (command line): expected a finite number >= 0"},
         {"mtp_loss_scaling_factor=1e39", NULL, "mtp_loss_scaling_factor=1e39 (command line): is inf in float32"},
         {"mtp_num_layers=1", "max_target_length=1", "mtp_num_layers=1 (command line): 1 depths need sequences longer than that (max_target_length=1 (command line))"},
-        {"mtp_num_layers=1", "z_loss_multiplier=0.01", "mtp_num_layers=1 (command line): with the z-loss (z_loss_multiplier=0.01 (command line)) is not supported yet"},
         {"mtp_keep_layers=8", NULL, "mtp_keep_layers=8 (command line): expected 0 (a loaded checkpoint's mtp.* head is skipped) up to 7"},
         {"mtp_keep_layers=1", "mtp_num_layers=1", "mtp_keep_layers=1 (command line): with a trained head (mtp_num_layers=1 (command line)) its mtp.* tensors are saved anyway"},
     };
@@ -833,6 +830,57 @@ TEST(CgSchedule, DefBeforeUseAndOneWgradPerParam)
         // the only init op is the rotary table
         LONGS_EQUAL(1, g.ninit);
         LONGS_EQUAL(QT_OP_ROPE_TABLE, g.init[0].kind);
+    }
+}
+
+// The MTP head's depths share mtp.fc, the two pre-fc norms and mtp.norm (docs/model.md 1.8):
+// each of those keeps one WGRAD, which reads its D readers' rows STACKed per leaf (D x the
+// leaf's tokens, model/autodiff.c); a per-depth parameter (the layers') keeps the leaf's
+// tokens. Checked with D = 2 and, at one block per sequence and at context_blocks 4, that
+// every STACK a WGRAD reads has D parts.
+TEST(CgSchedule, MtpSharedWeightsOneStackedWgrad)
+{
+    const char *runs[] = {"configgen/configs/runs/mtp2-next-1r.yml",
+                          "configgen/configs/runs/mtp2-next-1r-nb4.yml"};
+    for (const char *run : runs) {
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(run));
+        const qt_cg_graph &g = p.g;
+        LONGS_EQUAL(2, g.s->mtp_layers);
+        const int64_t Sb = qt_cg_leaf_tokens(g.s);
+        std::vector<int> writer(g.nt, -1); // the STACK op that writes a tensor
+        for (int o = 0; o < g.nmb; o++)
+            if (g.mb[o].kind == QT_OP_STACK) writer[g.mb[o].t[0]] = o;
+        int shared = 0, layer = 0;
+        for (int o = 0; o < g.nmb; o++) {
+            const qt_op &op = g.mb[o];
+            if (!(op.flags & QT_OPF_WGRAD)) continue;
+            const char *nm = g.ps[op.a[QT_A_WGRAD_PARAM]].name;
+            const bool is_shared = !strcmp(nm, "mtp.fc.weight") ||
+                                   !strcmp(nm, "mtp.pre_fc_norm_embedding.weight") ||
+                                   !strcmp(nm, "mtp.pre_fc_norm_hidden.weight") ||
+                                   !strcmp(nm, "mtp.norm.weight");
+            int64_t rows;
+            if (op.kind == QT_OP_MATMUL_WGRAD) rows = QT_A(&op, MATMUL_WGRAD, seq_rows);
+            else if (op.kind == QT_OP_RMSNORM_WGRAD) rows = QT_A(&op, RMSNORM_WGRAD, seq_rows);
+            else continue;
+            if (is_shared) {
+                shared++;
+                LONGS_EQUAL(2 * Sb, rows);
+                // dy and x (slots 0, 1) come from a STACK of the two depths
+                for (int k = 0; k < 2; k++) {
+                    const int w = writer[op.t[k]];
+                    CHECK(w >= 0 && w < o);
+                    LONGS_EQUAL(2, QT_A(&g.mb[w], STACK, n));
+                }
+            } else if (!strncmp(nm, "mtp.layers.1.", 13) && op.kind == QT_OP_RMSNORM_WGRAD &&
+                       strstr(nm, "layernorm")) {
+                layer++;
+                LONGS_EQUAL(Sb, rows);
+            }
+        }
+        LONGS_EQUAL(4, shared);
+        LONGS_EQUAL(2, layer);
     }
 }
 
@@ -1176,6 +1224,54 @@ TEST(CgReport, MeshAndOneRankSections)
     std::vector<std::string> coll1 = report_section(rep1, "collectives per step");
     LONGS_EQUAL(1, (long)coll1.size());
     STRCMP_EQUAL("1 rank: no collectives, 0 bytes moved", coll1[0].c_str());
+}
+
+// plan.txt's model FLOPs (model/flops.c) against the op graph of one-rank plans: the
+// multiply-accumulates of the microbatch's forward ops, counted from their attributes
+// (matmul M N K; expert FFN T k x 3 d f; attention b S Hq hd x S, the model's S/2 keys for
+// q.k and p.v; delta rule b S Hv x 3 Dk Dv), are the model's MACs per token x b S, main
+// model and MTP head together; the bench model gives bench.md's 180412416 per token trained.
+// Exact integers, no tolerance.
+TEST(CgReport, ModelFlopsEqualTheForwardOpsMacs)
+{
+    const char *runs[] = {"configgen/configs/runs/bench.yml", "configgen/configs/runs/bench-mtp.yml",
+                          kTiny, "configgen/configs/runs/test-next-mtp.yml",
+                          "configgen/configs/runs/test-35-tiny.yml",
+                          "configgen/configs/runs/test-35-mtp.yml"};
+    for (const char *run : runs) {
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(run));
+        const qt_cg_graph &g = p.g;
+        LONGS_EQUAL(1, p.s.n_ranks);
+        int64_t mac = 0;
+        for (int i = 0; i < g.n_fwd; i++) {
+            const qt_op *o = &g.mb[i];
+            if (o->kind == QT_OP_MATMUL_FWD)
+                mac += QT_A(o, MATMUL_FWD, M) * QT_A(o, MATMUL_FWD, N) * QT_A(o, MATMUL_FWD, K);
+            else if (o->kind == QT_OP_EXPERT_FFN_FWD)
+                mac += QT_A(o, EXPERT_FFN_FWD, T) * QT_A(o, EXPERT_FFN_FWD, k) * 3 *
+                       QT_A(o, EXPERT_FFN_FWD, d) * QT_A(o, EXPERT_FFN_FWD, f);
+            else if (o->kind == QT_OP_ATTN_FWD)
+                mac += QT_A(o, ATTN_FWD, b) * QT_A(o, ATTN_FWD, S) * QT_A(o, ATTN_FWD, Hq) *
+                       QT_A(o, ATTN_FWD, hd) * QT_A(o, ATTN_FWD, S);
+            else if (o->kind == QT_OP_GDN_CORE_FWD)
+                mac += QT_A(o, GDN_CORE_FWD, b) * QT_A(o, GDN_CORE_FWD, S) *
+                       QT_A(o, GDN_CORE_FWD, Hv) * 3 * QT_A(o, GDN_CORE_FWD, Dk) *
+                       QT_A(o, GDN_CORE_FWD, Dv);
+        }
+        qt_cg_flops f;
+        qt_cg_model_flops(&p.s.m, p.s.tr.seq_len, p.s.mtp_layers, &f);
+        const int64_t tokens = p.s.tr.micro_batch * p.s.tr.seq_len;
+        LONGS_EQUAL_TEXT((long)((f.fwd_main + f.fwd_mtp) * tokens), (long)(2 * mac), run);
+        LONGS_EQUAL_TEXT(p.s.mtp_layers > 0, f.fwd_mtp > 0, run);
+    }
+    CgPlan b;
+    LONGS_EQUAL(0, b.build("configgen/configs/runs/bench.yml"));
+    qt_cg_flops f;
+    qt_cg_model_flops(&b.s.m, b.s.tr.seq_len, b.s.mtp_layers, &f);
+    LONGS_EQUAL(180412416, (long)(3 * f.fwd_main));
+    const std::string rep = report_of(b);
+    CHECK(rep.find("(180.4 MFLOP per token trained) the main model") != std::string::npos);
 }
 
 // ZeRO-1 splits Adam over data as well: half the optimizer bytes on a data-2 mesh, and each

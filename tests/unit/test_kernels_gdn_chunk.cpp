@@ -5,6 +5,10 @@
 //
 // Cases are random but seeded: r = Hv/Hk > 1, b >= 2 sequences, S not a multiple of the
 // chunk, chunk 1, chunk > S, Dk/Dv past the 8-lane blocks, g = -exp(u)*softplus(x).
+// Packed documents (the *_pos forms): document starts at a chunk's first token, in the
+// middle of a chunk, at its last token, two starts in one chunk and one-token documents,
+// against the recurrent form with the same positions, finite differences, float, and the
+// plain form's bits when the only starts are the sequences' first tokens.
 #include <functional>
 #include <vector>
 
@@ -77,8 +81,10 @@ template <typename T> static std::vector<T> gc_cast(const vecd &v)
     return std::vector<T>(v.begin(), v.end());
 }
 
-// Runs forward (and backward when bwd) of one form: chunked when chunked, else recurrent.
-static gc_out<double> gc_run64(const gc_case &k, bool chunked, bool bwd)
+// Runs forward (and backward when bwd) of one form: chunked when chunked, else recurrent;
+// pos (packed documents, one per row) selects the *_pos forms.
+static gc_out<double> gc_run64(const gc_case &k, bool chunked, bool bwd,
+                               const int32_t *pos = nullptr)
 {
     const gc_dims &d = k.d;
     gc_out<double> r;
@@ -87,7 +93,15 @@ static gc_out<double> gc_run64(const gc_case &k, bool chunked, bool bwd)
     r.rq.assign(d.T() * d.hk, 0.0);
     r.rk.assign(d.T() * d.hk, 0.0);
     vecd fscr(QT_GDN_CHUNK_FWD_SCRATCH(d.rows(), d.dk, d.dv), 0.0);
-    if (chunked)
+    if (chunked && pos)
+        qt_gdn_chunk_fwd_pos_f64(r.o.data(), r.states.data(), r.rq.data(), r.rk.data(),
+                                 k.c.data(), k.g.data(), k.beta.data(), pos, fscr.data(), d.b,
+                                 d.S, d.hk, d.dk, d.hv, d.dv, d.chunk, k.qscale, k.eps);
+    else if (pos)
+        qt_gdn_core_fwd_pos_f64(r.o.data(), r.states.data(), r.rq.data(), r.rk.data(),
+                                k.c.data(), k.g.data(), k.beta.data(), pos, d.b, d.S, d.hk, d.dk,
+                                d.hv, d.dv, d.chunk, k.qscale, k.eps);
+    else if (chunked)
         qt_gdn_chunk_fwd_f64(r.o.data(), r.states.data(), r.rq.data(), r.rk.data(), k.c.data(),
                              k.g.data(), k.beta.data(), fscr.data(), d.b, d.S, d.hk, d.dk, d.hv,
                              d.dv, d.chunk, k.qscale, k.eps);
@@ -99,7 +113,19 @@ static gc_out<double> gc_run64(const gc_case &k, bool chunked, bool bwd)
     r.dc.assign(k.c.size(), 0.0);
     r.dg.assign(k.g.size(), 0.0);
     r.dbeta.assign(k.beta.size(), 0.0);
-    if (chunked) {
+    if (chunked && pos) {
+        vecd scr(QT_GDN_CHUNK_BWD_SCRATCH(d.rows(), d.dk, d.dv), 0.0);
+        qt_gdn_chunk_bwd_pos_f64(r.dc.data(), r.dg.data(), r.dbeta.data(), r.states.data(),
+                                 r.rq.data(), r.rk.data(), k.R.data(), k.c.data(), k.g.data(),
+                                 k.beta.data(), pos, scr.data(), d.b, d.S, d.hk, d.dk, d.hv,
+                                 d.dv, d.chunk, k.qscale, k.eps);
+    } else if (pos) {
+        vecd scr(QT_GDN_CORE_SCRATCH(d.chunk, d.dk, d.dv), 0.0);
+        qt_gdn_core_bwd_pos_f64(r.dc.data(), r.dg.data(), r.dbeta.data(), r.states.data(),
+                                r.rq.data(), r.rk.data(), k.R.data(), k.c.data(), k.g.data(),
+                                k.beta.data(), pos, scr.data(), d.b, d.S, d.hk, d.dk, d.hv,
+                                d.dv, d.chunk, k.qscale);
+    } else if (chunked) {
         vecd scr(QT_GDN_CHUNK_BWD_SCRATCH(d.rows(), d.dk, d.dv), 0.0);
         qt_gdn_chunk_bwd_f64(r.dc.data(), r.dg.data(), r.dbeta.data(), r.states.data(),
                              r.rq.data(), r.rk.data(), k.R.data(), k.c.data(), k.g.data(),
@@ -115,7 +141,7 @@ static gc_out<double> gc_run64(const gc_case &k, bool chunked, bool bwd)
     return r;
 }
 
-static gc_out<float> gc_runf(const gc_case &k)
+static gc_out<float> gc_runf(const gc_case &k, const int32_t *pos = nullptr)
 {
     const gc_dims &d = k.d;
     vecf c = gc_cast<float>(k.c), g = gc_cast<float>(k.g), beta = gc_cast<float>(k.beta),
@@ -126,16 +152,28 @@ static gc_out<float> gc_runf(const gc_case &k)
     r.rq.assign(d.T() * d.hk, 0.0f);
     r.rk.assign(d.T() * d.hk, 0.0f);
     vecf fscr(QT_GDN_CHUNK_FWD_SCRATCH(d.rows(), d.dk, d.dv), 0.0f);
-    qt_gdn_chunk_fwd(r.o.data(), r.states.data(), r.rq.data(), r.rk.data(), c.data(), g.data(),
-                     beta.data(), fscr.data(), d.b, d.S, d.hk, d.dk, d.hv, d.dv, d.chunk,
-                     (float)k.qscale, (float)k.eps);
+    if (pos)
+        qt_gdn_chunk_fwd_pos(r.o.data(), r.states.data(), r.rq.data(), r.rk.data(), c.data(),
+                             g.data(), beta.data(), pos, fscr.data(), d.b, d.S, d.hk, d.dk, d.hv,
+                             d.dv, d.chunk, (float)k.qscale, (float)k.eps);
+    else
+        qt_gdn_chunk_fwd(r.o.data(), r.states.data(), r.rq.data(), r.rk.data(), c.data(),
+                         g.data(), beta.data(), fscr.data(), d.b, d.S, d.hk, d.dk, d.hv, d.dv,
+                         d.chunk, (float)k.qscale, (float)k.eps);
     vecf scr(QT_GDN_CHUNK_BWD_SCRATCH(d.rows(), d.dk, d.dv), 0.0f);
     r.dc.assign(c.size(), 0.0f);
     r.dg.assign(g.size(), 0.0f);
     r.dbeta.assign(beta.size(), 0.0f);
-    qt_gdn_chunk_bwd(r.dc.data(), r.dg.data(), r.dbeta.data(), r.states.data(), r.rq.data(),
-                     r.rk.data(), R.data(), c.data(), g.data(), beta.data(), scr.data(), d.b,
-                     d.S, d.hk, d.dk, d.hv, d.dv, d.chunk, (float)k.qscale, (float)k.eps);
+    if (pos)
+        qt_gdn_chunk_bwd_pos(r.dc.data(), r.dg.data(), r.dbeta.data(), r.states.data(),
+                             r.rq.data(), r.rk.data(), R.data(), c.data(), g.data(), beta.data(),
+                             pos, scr.data(), d.b, d.S, d.hk, d.dk, d.hv, d.dv, d.chunk,
+                             (float)k.qscale, (float)k.eps);
+    else
+        qt_gdn_chunk_bwd(r.dc.data(), r.dg.data(), r.dbeta.data(), r.states.data(),
+                         r.rq.data(), r.rk.data(), R.data(), c.data(), g.data(), beta.data(),
+                         scr.data(), d.b, d.S, d.hk, d.dk, d.hv, d.dv, d.chunk, (float)k.qscale,
+                         (float)k.eps);
     return r;
 }
 
@@ -237,6 +275,139 @@ TEST(gdn_chunk, no_leak_across_sequences)
     CHECK(memcmp(a.dg.data(), b.dg.data(), nh * sizeof(float)) == 0);
     CHECK(memcmp(a.dbeta.data(), b.dbeta.data(), nh * sizeof(float)) == 0);
     CHECK(memcmp(a.o.data() + no, b.o.data() + no, no * sizeof(float)) != 0);
+}
+
+// ------------------------------------------------------------------ packed documents
+// Positions of b sequences of S rows from document starts: every sequence's row 0 and the
+// listed local rows (the same in every sequence), as the data loader writes them.
+static std::vector<int32_t> gc_positions(const gc_dims &d, std::vector<int64_t> starts)
+{
+    std::vector<int32_t> pos(d.T());
+    for (int64_t s = 0; s < d.b; s++)
+        for (int64_t t = 0; t < d.S; t++) {
+            bool st = t == 0;
+            for (int64_t x : starts) st = st || x == t;
+            pos[s * d.S + t] = st ? 0 : pos[s * d.S + t - 1] + 1;
+        }
+    return pos;
+}
+
+// The chunked and the recurrent forms with the same packed documents (tolerance as for the
+// plain forms: the same math, other roundings).
+static void gc_pack_forms_agree(const gc_dims &d, const std::vector<int64_t> &starts,
+                                uint64_t seed)
+{
+    gc_case k(d, seed);
+    std::vector<int32_t> pos = gc_positions(d, starts);
+    gc_out<double> a = gc_run64(k, true, true, pos.data()), b = gc_run64(k, false, true,
+                                                                           pos.data());
+    gc_cmp64("pack o", a.o, b.o, GC_TOL_FORMS);
+    gc_cmp64("pack states", a.states, b.states, GC_TOL_FORMS);
+    gc_cmp64("pack dc", a.dc, b.dc, GC_TOL_FORMS);
+    gc_cmp64("pack dg", a.dg, b.dg, GC_TOL_FORMS);
+    gc_cmp64("pack dbeta", a.dbeta, b.dbeta, GC_TOL_FORMS);
+    // the restart is real: without positions the outputs differ past the first start
+    gc_out<double> c = gc_run64(k, true, false);
+    double worst = 0.0;
+    for (size_t i = 0; i < a.o.size(); i++) worst = fmax(worst, fabs(a.o[i] - c.o[i]));
+    CHECK_TEXT(worst > 1e-3, "packed positions changed nothing");
+}
+
+TEST_GROUP(gdn_chunk_pack){};
+
+// S=13, chunk 4: starts at a chunk's first token (4), mid-chunk (6), a chunk's last token
+// (11) and a one-token document (11 then 12)
+TEST(gdn_chunk_pack, matches_recurrent_starts_everywhere)
+{
+    gc_pack_forms_agree({2, 13, 2, 4, 4, 3, 4}, {4, 6, 11, 12}, 101);
+}
+// two starts inside one chunk, r = 3, lanes past 8
+TEST(gdn_chunk_pack, matches_recurrent_two_starts_in_a_chunk)
+{
+    gc_pack_forms_agree({2, 11, 1, 10, 3, 12, 8}, {2, 5, 9}, 102);
+}
+// chunk > S (one partial chunk) and chunk 1 (the starts only cut the carried state)
+TEST(gdn_chunk_pack, matches_recurrent_one_chunk_and_chunk1)
+{
+    gc_pack_forms_agree({2, 9, 2, 3, 4, 5, 64}, {3, 4, 8}, 103);
+    gc_pack_forms_agree({2, 7, 1, 3, 2, 4, 1}, {2, 5}, 104);
+}
+// a long chunk: the later documents' decays restart from 0 (exp never underflows to a
+// state that should have been dropped)
+TEST(gdn_chunk_pack, matches_recurrent_long_chunk)
+{
+    gc_pack_forms_agree({2, 40, 1, 9, 2, 9, 32}, {7, 20, 31, 32}, 105);
+}
+
+static void gc_pack_fd(const gc_dims &d, const std::vector<int64_t> &starts, uint64_t seed)
+{
+    gc_case k(d, seed);
+    std::vector<int32_t> pos = gc_positions(d, starts);
+    gc_out<double> a = gc_run64(k, true, true, pos.data());
+    auto loss = [&]() {
+        vecd o = gc_run64(k, true, false, pos.data()).o;
+        double s = 0.0;
+        for (size_t i = 0; i < o.size(); i++) s += o[i] * k.R[i];
+        return s;
+    };
+    gc_cmp64("pack fd dc", a.dc, qt_test_numgrad(k.c, GC_FD_H, loss), GC_FD_TOL);
+    gc_cmp64("pack fd dg", a.dg, qt_test_numgrad(k.g, GC_FD_H, loss), GC_FD_TOL);
+    gc_cmp64("pack fd dbeta", a.dbeta, qt_test_numgrad(k.beta, GC_FD_H, loss), GC_FD_TOL);
+    // a start's own g is never used: its gradient is exactly 0
+    for (int64_t s = 0; s < d.b; s++)
+        for (int64_t t : starts)
+            for (int64_t j = 0; j < d.hv; j++) CHECK(a.dg[(s * d.S + t) * d.hv + j] == 0.0);
+}
+
+TEST(gdn_chunk_pack, backward_fd_grouped_heads) { gc_pack_fd({2, 13, 2, 4, 4, 3, 4}, {4, 6, 11, 12}, 111); }
+TEST(gdn_chunk_pack, backward_fd_r3_lanes) { gc_pack_fd({2, 11, 1, 9, 3, 10, 8}, {2, 5, 9}, 112); }
+
+TEST(gdn_chunk_pack, float_matches_double_and_is_deterministic)
+{
+    gc_dims d = {2, 21, 2, 12, 4, 10, 8};
+    gc_case k(d, 121);
+    std::vector<int32_t> pos = gc_positions(d, {5, 8, 16, 17});
+    gc_out<double> a = gc_run64(k, true, true, pos.data());
+    gc_out<float> f = gc_runf(k, pos.data()), f2 = gc_runf(k, pos.data());
+    gc_cmp32("pack f32 o", f.o, a.o, GC_F32_TOL);
+    gc_cmp32("pack f32 states", f.states, a.states, GC_F32_TOL);
+    gc_cmp32("pack f32 dc", f.dc, a.dc, GC_F32_TOL);
+    gc_cmp32("pack f32 dg", f.dg, a.dg, GC_F32_TOL);
+    gc_cmp32("pack f32 dbeta", f.dbeta, a.dbeta, GC_F32_TOL);
+    CHECK(gc_same_bits(f.o, f2.o) && gc_same_bits(f.states, f2.states));
+    CHECK(gc_same_bits(f.dc, f2.dc) && gc_same_bits(f.dg, f2.dg) &&
+          gc_same_bits(f.dbeta, f2.dbeta));
+}
+
+// One document per sequence (positions 0..S-1): the plain form's bits exactly (the packed
+// path adds no operation when nothing is masked).
+TEST(gdn_chunk_pack, one_document_is_the_plain_form_bit_for_bit)
+{
+    gc_dims d = {2, 21, 2, 12, 4, 10, 8};
+    gc_case k(d, 131);
+    std::vector<int32_t> pos = gc_positions(d, {});
+    gc_out<float> a = gc_runf(k, pos.data()), b = gc_runf(k);
+    CHECK(gc_same_bits(a.o, b.o) && gc_same_bits(a.states, b.states));
+    CHECK(gc_same_bits(a.dc, b.dc) && gc_same_bits(a.dg, b.dg) && gc_same_bits(a.dbeta, b.dbeta));
+}
+
+// A later document's outputs and input gradients do not depend on an earlier document's
+// inputs (bit for bit, float): rows [6, 21) of each sequence start a document at 6 ... and
+// the upstream gradient of the earlier rows is the same.
+TEST(gdn_chunk_pack, no_leak_across_documents)
+{
+    gc_dims d = {1, 21, 1, 4, 2, 4, 8};
+    gc_case k(d, 141);
+    std::vector<int32_t> pos = gc_positions(d, {6});
+    gc_out<float> a = gc_runf(k, pos.data());
+    for (int64_t t = 0; t < 6; t++)
+        for (int64_t x = 0; x < d.Cc(); x++) k.c[t * d.Cc() + x] *= -0.75;
+    gc_out<float> b = gc_runf(k, pos.data());
+    const size_t ro = d.hv * d.dv, rc = d.Cc(), rh = d.hv;
+    CHECK(memcmp(a.o.data() + 6 * ro, b.o.data() + 6 * ro, 15 * ro * sizeof(float)) == 0);
+    CHECK(memcmp(a.dc.data() + 6 * rc, b.dc.data() + 6 * rc, 15 * rc * sizeof(float)) == 0);
+    CHECK(memcmp(a.dg.data() + 6 * rh, b.dg.data() + 6 * rh, 15 * rh * sizeof(float)) == 0);
+    CHECK(memcmp(a.o.data(), b.o.data(), 6 * ro * sizeof(float)) != 0);
 }
 
 // ------------------------------------------------------------------ goldens

@@ -940,13 +940,60 @@ TEST(RuntimeOptim, FusedAdamWFingerprintMatchesSeparatePasses)
             for (uint64_t base : bases) {
                 memcpy(p1, p0, sizeof p0); memcpy(m1, m0, sizeof m0); memcpy(v1, v0, sizeof v0);
                 memcpy(p2, p0, sizeof p0); memcpy(m2, m0, sizeof m0); memcpy(v2, v0, sizeof v0);
-                const uint64_t fp = qt_adamw_update_fp(p1, m1, v1, g, n, &hp, 0.37f, scaled, base);
+                const uint64_t fp = qt_adamw_update_fp(p1, m1, v1, g, n, &hp, 0.37f, scaled, base, NULL);
                 qt_adamw_update_ref(p2, m2, v2, g, n, &hp, 0.37f, scaled);
                 CHECK(fp == qt_fp_mix_ref(p2, n, base));
                 CHECK(memcmp(p1, p2, sizeof p1) == 0);
                 CHECK(memcmp(m1, m2, sizeof m1) == 0);
                 CHECK(memcmp(v1, v2, sizeof v1) == 0);
             }
+        }
+    }
+}
+
+TEST(RuntimeOptim, FusedAdamWWritesTheBf16CopyOfTheUpdate)
+{
+    // A bf16 plan's step: qt_adamw_update_fp with a compute copy writes bf16(p) of every
+    // updated element in the same pass (the vector rounding: VCVTNEPS2BF16 or its integer
+    // form) -- the bits of qt_adamw_update_ref then qt_bf16_from_f32_n, and the same
+    // fingerprint. Pass 1: random updates; pass 2 (lr 0, wd 0: p kept) the rounding's edge
+    // cases in p: ties to even both ways, just below / above a tie, denormals of both signs,
+    // zeros, NaNs with payloads, infinities, the largest floats (rounding to inf), FLT_MIN.
+    enum { N = 1037 };
+    static float p0[N], m0[N], v0[N], g[N], p1[N], m1[N], v1[N], p2[N], m2[N], v2[N];
+    static qt_bf16 c1[N + 8], c2[N];
+    const uint32_t edge[] = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x00000001u,
+                             0x807fffffu, 0x00000000u, 0x80000000u, 0x7fc01234u, 0xffa00001u,
+                             0x7f800001u, 0x7f800000u, 0xff800000u, 0x7f7fffffu, 0xff7f8000u,
+                             0x00800000u, 0x80800000u, 0x7f7f7fffu};
+    const int n_edge = (int)(sizeof edge / sizeof edge[0]);
+    uint64_t st = 11;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < N; i++) {
+            p0[i] = rt_randf(&st, 100, 130);
+            m0[i] = pass ? 0.0f : rt_randf(&st, 90, 125);
+            v0[i] = pass ? 1.0f : fabsf(rt_randf(&st, 80, 125));
+            g[i] = pass ? 0.0f : rt_randf(&st, i % 7 ? 95 : 0, 130);
+            if (pass) {
+                uint32_t u = i % 3 ? edge[i % n_edge] : (rt_bits(p0[i]) & 0xffff0000u) | 0x8000u;
+                memcpy(&p0[i], &u, sizeof u);
+            }
+        }
+        qt_adamw_hp hp;
+        qt_adamw_hp_make(&hp, pass ? 0.0f : 1e-3f, 0.9f, 0.95f, 1e-8f, pass ? 0.0f : 0.1f, 3);
+        const int64_t lens[] = {N, 529, 16, 15, 1, 0};
+        for (int64_t n : lens) {
+            memcpy(p1, p0, sizeof p0); memcpy(m1, m0, sizeof m0); memcpy(v1, v0, sizeof v0);
+            memcpy(p2, p0, sizeof p0); memcpy(m2, m0, sizeof m0); memcpy(v2, v0, sizeof v0);
+            for (int i = 0; i < N + 8; i++) c1[i] = 0xabcd;
+            memset(c2, 0, sizeof c2);
+            const uint64_t fp = qt_adamw_update_fp(p1, m1, v1, g, n, &hp, 0.5f, 1, 77, c1);
+            qt_adamw_update_ref(p2, m2, v2, g, n, &hp, 0.5f, 1);
+            qt_bf16_from_f32_n(c2, p2, n);
+            CHECK(fp == qt_fp_mix_ref(p2, n, 77));
+            CHECK(memcmp(p1, p2, sizeof p1) == 0);
+            CHECK(memcmp(c1, c2, (size_t)n * sizeof c1[0]) == 0);
+            for (int i = (int)n; i < N + 8; i++) CHECK(c1[i] == 0xabcd);  // nothing past n
         }
     }
 }

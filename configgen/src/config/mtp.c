@@ -3,12 +3,12 @@
  *
  * Runs after the model, train and mesh settings are resolved (settings.c calls it last), so
  * a rule can name the value it meets. Invariants of the result: mtp_layers is 0 (no head,
- * every plan as before) or 1, and then the model has a full-attention layer kind for the
- * head's decoder layer, the sequence is longer than the head's depth, and the factor is a
- * finite float32 >= 0. Every refusal names the key, its value, where it was set and what
- * was expected. What is refused for now, with its reason in the message: more than one
- * depth (the depths share mtp.fc, the pre-fc norms and mtp.norm, whose weight gradients
- * would need one WGRAD over several depths). Packing is allowed: the runtime counts the
+ * every plan as before) or 1 .. QT_CG_MTP_MAX, and then the model has a full-attention
+ * layer kind for the head's decoder layers, the sequence is longer than the head's depth,
+ * and the factor is a finite float32 >= 0. Every refusal names the key, its value, where
+ * it was set and what was expected. The depths share mtp.fc, the pre-fc norms and
+ * mtp.norm: each of those gets one WGRAD over its depths' rows stacked per leaf
+ * (model/autodiff.c). Packing is allowed: the runtime counts the
  * step's MTP positions with a loss and writes the gradient scale (qt_plan_fields.def
  * mtp_scale); so is token dropping: the head's MoE layer drops by the same capacity and
  * counts its drops in its own row after the main layers' (reported apart).
@@ -124,24 +124,17 @@ int qt_cg_settings_mtp(const qt_cg_config *c, qt_cg_settings *s, char *err, size
     for (int64_t l = 0; l < L; l++) full += cyc > 0 && (l + 1) % cyc == 0;
     if (n == 0) return mtp_keep_rules(s, full);
     if (n > QT_CG_MTP_MAX)
-        return mbad(kn, "expected at most %d depths", QT_CG_MTP_MAX);
+        return mbad(kn, "expected at most %d depths (the head's parts stack with the main "
+                    "model's per token block, at most %d parts: qt_ops.def STACK)",
+                    QT_CG_MTP_MAX, QT_CG_MTP_MAX + 1);
     if (!full)
         return mbad(kn, "the head's decoder layer is one of the model's full-attention kind, "
                     "and this model (%s) has none; expected 0",
                     mother("inhomogeneous_layer_cycle_interval", o, sizeof o));
-    if (n > 1)
-        return mbad(kn, "more than one depth is not supported yet: the depths share mtp.fc, "
-                    "the pre-fc norms and mtp.norm, whose weight gradient would need one "
-                    "gradient leaf over several depths; expected 0 or 1 (the published "
-                    "Qwen3-Next and Qwen3.5 checkpoints have 1)");
     if (s->tr.seq_len <= n)
         return mbad(kn, "%lld depths need sequences longer than that (%s): depth d predicts "
                     "the token d+1 places ahead", (long long)n,
                     mother("max_target_length", o, sizeof o));
-    if (s->tr.z_loss != 0.0f)
-        return mbad(kn, "with the z-loss (%s) is not supported yet: the head's cross entropy "
-                    "(XENT_MTP) has no z term; expected z_loss_multiplier: 0 or "
-                    "mtp_num_layers: 0", mother("z_loss_multiplier", o, sizeof o));
     s->mtp_layers = (int32_t)n;
     s->mtp_factor = f;
     return mtp_keep_rules(s, full);

@@ -823,11 +823,6 @@ static int check_policies(const qt_cg_vctx *v, qt_cg_settings *s)
                    "blocks of a whole step are not one contiguous block of leaves, so the bits "
                    "would depend on the split; expected microbatch, layer or auto",
                    (int)s->mesh[QT_MESH_CONTEXT]);
-    if (s->lb_weight > 0 && s->mesh[QT_MESH_CONTEXT] > 1)
-        return bad(v, "load_balance_loss_weight", "%g with context parallelism %d: the "
-                   "load-balance term needs each sequence's routing statistics, which are "
-                   "split over the context ranks (their combination is not planned yet); "
-                   "expected 0", s->lb_weight, (int)s->mesh[QT_MESH_CONTEXT]);
     if (s->grad_reduce == QT_CG_REDUCE_STEP && s->mesh[QT_MESH_EXPERT] > 1)
         return bad(v, "gradient_reduce", "step with expert parallelism %d: an expert host's "
                    "leaves of a whole step are every peer's sequences, not one contiguous "
@@ -912,8 +907,9 @@ static void note_unused(const qt_cg_vctx *v, qt_cg_settings *s)
 
 /* packing (MaxText's key) and eos_id (qtrain's: the document separator in the token
  * stream, docs/data.md): documents restart rotary positions, attention, the GDN conv and
- * the delta rule, and no loss is taken across a boundary. Only the recurrent delta rule
- * restarts mid-sequence (the chunked form's decays span a chunk). */
+ * the delta rule, and no loss is taken across a boundary. Both delta-rule forms restart
+ * mid-sequence: the chunked one masks the pairs of different documents inside a chunk and
+ * drops the carried state at a start (kernels/gdn_chunk.c). */
 static int check_packing(const qt_cg_vctx *v, qt_cg_settings *s)
 {
     s->packing = getb(v, "packing");
@@ -923,9 +919,6 @@ static int check_packing(const qt_cg_vctx *v, qt_cg_settings *s)
         return bad(v, "eos_id", "%lld with packing: true: expected the document separator's "
                    "token id in 0..%lld (vocab_size - 1; 151643 is <|endoftext|> of the Qwen "
                    "vocabulary)", (long long)eos, (long long)s->m.vocab - 1);
-    if (s->gdn_chunked)
-        return bad(v, "gdn_core_algorithm", "chunked with packing: true: the chunked delta "
-                   "rule cannot restart its state inside a chunk; expected recurrent");
     s->eos_id = (int32_t)eos;
     return 0;
 }

@@ -297,6 +297,7 @@ typedef struct qt_cg_graph {
     int32_t mtp_scale;         /* packing with a head: F32 [1] gradient scale the runtime
                                   writes per step, else QT_NONE */
     int32_t mtp_keep;          /* I32 region of the carried head (mtp_keep_layers), else QT_NONE */
+    int mtp_depth;             /* the MTP depth (0-based) whose layer model/graph.c builds */
     /* layout (memory/memplan.c) */
     int64_t n_param_elems, n_flat, adam_elems;
     int32_t n_ranges, capranges;

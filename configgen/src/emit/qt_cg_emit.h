@@ -1,5 +1,6 @@
 /* emit/qt_cg_emit.h - stage 7, emission: the plan hash (hash.c), plan.h / plan.c /
- * plan_main.c (emit.c) and plan.txt (report.c). Uses config, mesh, memory, schedule and
+ * plan_main.c (emit.c) and plan.txt (report.c; its FLOP and MTP head sections:
+ * report_flops.c). Uses config, mesh, memory, schedule and
  * core. */
 #ifndef QT_CG_EMIT_H
 #define QT_CG_EMIT_H
@@ -26,5 +27,10 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
                        qt_cg_buf *b);
 void qt_cg_emit_plan_main(const qt_cg_graph *g, const char *banner, qt_cg_buf *b);
 void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b);
+/* plan.txt's "model FLOPs" section (model/flops.c's count per part, per token, step and
+ * rank) and its "MTP head" section (the head's parameters, activations and FLOPs; nothing
+ * without a head): appended to b (report_flops.c). */
+void qt_cg_report_flops(const qt_cg_graph *g, qt_cg_buf *b);
+void qt_cg_report_mtp(const qt_cg_graph *g, qt_cg_buf *b);
 
 #endif

@@ -1,7 +1,8 @@
 /* emit/report.c - plan.txt, the human-readable account of a plan: config summary; the
  * mesh (axis sizes, shard mode, ZeRO-1, batch and optimizer axes); which sequences each
- * rank reads; per-rank bytes by region (with the ZeRO-1 alternative on a mesh); every
- * collective of the step schedule with the bytes each rank sends; the arena memory map;
+ * rank reads; per-rank bytes by region (with the ZeRO-1 alternative on a mesh); the model
+ * FLOPs and the MTP head (report_flops.c); every collective of the step schedule with the
+ * bytes each rank sends; the arena memory map;
  * every tensor's layout (local and global shape, logical axes, sharding spec, offset,
  * lifetime); and the op schedules with tensor names.
  *
@@ -827,6 +828,8 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
     mesh_section(b, g);
     data_section(b, g);
     bytes_section(b, g);
+    qt_cg_report_flops(g, b);
+    qt_cg_report_mtp(g, b);
     coll_section(b, g);
     layout_section(b, g);
     memory_map(b, g);

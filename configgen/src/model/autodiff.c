@@ -9,7 +9,13 @@
  *  - each parameter gets exactly one WGRAD op (QT_OPF_WGRAD, parameter indices in
  *    a[QT_A_WGRAD_PARAM] and the next, that one -1 when the op has one parameter), which
  *    the runtime runs once per sequence; rows per sequence go in the attribute qt_ops.h
- *    names for the kind;
+ *    names for the kind. A parameter that several forward ops read (the MTP head's fc and
+ *    norms, shared by its depths: graph.c mtp_head; only RMSNORM_FWD and MATMUL_FWD) gets
+ *    one WGRAD too, after the backward reaches its first reader: it reads the readers'
+ *    dy, x (and rstd) STACKed per leaf in forward order (qt_ops.def STACK), so a leaf's rows
+ *    are its token block's rows of depth 1, then of depth 2, ...: one fixed order on every
+ *    mesh, as the shared lm_head's leaf (a plan whose parameters each have one reader is
+ *    built exactly as before);
  *  - what a backward reads from the forward (x, rstd, pre, states, lse, gu, ...) is named
  *    in its slots, so the liveness planner keeps those tensors alive up to that op.
  */
@@ -23,6 +29,16 @@
 #include "../../firmware/kernels/attention.h"
 #include "../../firmware/kernels/matmul_canon.h"
 
+/* A parameter's forward readers (more than one: the MTP head's shared fc and norms). */
+#define QT_CG_SHARED_MAX 8
+typedef struct qt_cg_shared {
+    int n;                           /* forward ops reading the parameter */
+    int seen;                        /* of them differentiated so far (the last one first) */
+    int32_t dy[QT_CG_SHARED_MAX];    /* per reader, in forward order: its output gradient, */
+    int32_t x[QT_CG_SHARED_MAX];     /* its input, */
+    int32_t rstd[QT_CG_SHARED_MAX];  /* its saved rstd (RMSNORM_FWD), else QT_NONE */
+} qt_cg_shared;
+
 typedef struct qt_cg_ad {
     qt_cg_graph *g;
     int32_t *grad;             /* forward tensor id -> gradient tensor id or QT_NONE */
@@ -30,6 +46,7 @@ typedef struct qt_cg_ad {
     char *err;
     size_t errlen;
     int failed;
+    qt_cg_shared *sh;          /* per parameter index: its readers */
 } qt_cg_ad;
 
 static int needs_grad(const qt_cg_ad *ad, int32_t t)
@@ -118,6 +135,57 @@ static int64_t leaves_mb(const qt_cg_graph *g)
     return g->s->tr.micro_batch * qt_cg_blocks(g->s) / qt_cg_context(g->s);
 }
 
+/* The n tensors parts[] (each [b, S, ...]: one per reader of a shared parameter, in
+ * forward order) STACKed per WGRAD leaf into a new tensor "<name of part 0>.stacked" of
+ * role `role` (ACT_GRAD: the compute dtype; SAVED: fp32, the rstd), held as part 0 is;
+ * returns its id. */
+static int32_t stack_parts(qt_cg_ad *ad, const int32_t *parts, int n, int role)
+{
+    qt_cg_graph *g = ad->g;
+    const qt_tensor src = g->ts[parts[0]].t; /* copy: add_tensor may move the array */
+    int64_t shp[QT_MAX_DIMS];
+    memcpy(shp, src.shape, sizeof shp);
+    shp[1] *= n;
+    char name[300];
+    snprintf(name, sizeof name, "%s.stacked", src.name);
+    const int32_t y = qt_cg_add_tensor(g, name, role, QT_F32, src.ndim, shp, src.axes);
+    memcpy(g->ts[y].exec, g->ts[parts[0]].exec, sizeof g->ts[y].exec);
+    g->ts[y].reshard = g->ts[parts[0]].reshard;
+    const int64_t nb = leaves_mb(g), rows = qt_cg_leaf_tokens(g->s);
+    qt_op *op = qt_cg_emit_op(g, 0, QT_OP_STACK);
+    QT_T(op, STACK, y) = y;
+    for (int j = 0; j < n; j++) op->t[QT_T_STACK_x0 + j] = parts[j];
+    QT_CG_SET_A(op, STACK, .nb = nb, .rows = rows, .w = src.numel / (nb * rows), .n = n);
+    return y;
+}
+
+/* Forward op f reads the shared parameter w (RMSNORM_FWD, MATMUL_FWD) with output gradient
+ * dy, input x and rstd (QT_NONE for a matmul): records them; returns 1 when the WGRAD
+ * waits for an earlier reader, 0 when f is the parameter's only or first reader and its
+ * WGRAD is emitted now (the caller's, over the stacked rows when there are several). */
+static int shared_wait(qt_cg_ad *ad, int32_t w, int32_t dy, int32_t x, int32_t rstd)
+{
+    qt_cg_shared *sh = &ad->sh[pidx(ad, w)];
+    if (sh->n < 2) return 0;
+    const int k = sh->n - 1 - sh->seen++;
+    sh->dy[k] = dy;
+    sh->x[k] = x;
+    sh->rstd[k] = rstd;
+    return k > 0;
+}
+
+/* The stacked operands of shared parameter w's WGRAD (after shared_wait returned 0): sets
+ * *dy, *x, *rstd (rstd only when given) and returns the readers' count (1: unchanged). */
+static int shared_stack(qt_cg_ad *ad, int32_t w, int32_t *dy, int32_t *x, int32_t *rstd)
+{
+    qt_cg_shared *sh = &ad->sh[pidx(ad, w)];
+    if (sh->n < 2) return 1;
+    *dy = stack_parts(ad, sh->dy, sh->n, QT_ROLE_ACT_GRAD);
+    *x = stack_parts(ad, sh->x, sh->n, QT_ROLE_ACT_GRAD);
+    if (rstd) *rstd = stack_parts(ad, sh->rstd, sh->n, QT_ROLE_SAVED);
+    return sh->n;
+}
+
 /* Dense ops, norms, projections and elementwise gates; 0 when f is of another family. */
 static int backward_dense(qt_cg_ad *ad, const qt_op *f)
 {
@@ -151,12 +219,16 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
         op = bwd(ad, QT_OP_RMSNORM_BWD, f);
         QT_CG_SET_T(op, RMSNORM_BWD, .dx = dx, .dy = dy, .x = FT(RMSNORM, x), .w = FT(RMSNORM, w),
                     .rstd = FT(RMSNORM, rstd));
+        int32_t wx = FT(RMSNORM, x), wr = FT(RMSNORM, rstd);
+        if (shared_wait(ad, FT(RMSNORM, w), dy, wx, wr)) return 1;
+        const int nr = shared_stack(ad, FT(RMSNORM, w), &dy, &wx, &wr);
         op = wgrad(ad, QT_OP_RMSNORM_WGRAD, f, FT(RMSNORM, w), QT_NONE);
-        QT_CG_SET_T(op, RMSNORM_WGRAD, .dy = dy, .x = FT(RMSNORM, x), .rstd = FT(RMSNORM, rstd),
-                    .w = FT(RMSNORM, w));
-        /* rows per leaf: the block's tokens times rows per token (heads for q/k norms) */
+        QT_CG_SET_T(op, RMSNORM_WGRAD, .dy = dy, .x = wx, .rstd = wr, .w = FT(RMSNORM, w));
+        /* rows per leaf: the block's tokens times rows per token (heads for q/k norms),
+         * times the readers of a shared weight (their rows stacked per leaf) */
         const int64_t heads = FA(RMSNORM, R) / (g->s->tr.micro_batch * S);
-        QT_A(op, RMSNORM_WGRAD, seq_rows) = Sb * heads;
+        QT_A(op, RMSNORM_WGRAD, seq_rows) = Sb * heads * nr;
+        QT_A(op, RMSNORM_WGRAD, R) = FA(RMSNORM, R) * nr;
         /* a per-head norm sums over heads (split by tensor parallelism): canonical head
          * groups of the global head count, this rank's share (qt_ops.def RMSNORM_WGRAD) */
         /* heads: the global heads of a per-head norm (graph.c), 0 for the others */
@@ -192,11 +264,16 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
                         : QT_CANON_BWD_SCRATCH(FA(MATMUL, M), FA(MATMUL, N), FA(MATMUL, K),
                                                FA(MATMUL, bwd_nb)));
         }
+        int32_t wx = FT(MATMUL, x);
+        if (shared_wait(ad, FT(MATMUL, w), dy, wx, QT_NONE)) return 1;
+        const int nr = shared_stack(ad, FT(MATMUL, w), &dy, &wx, NULL);
         op = wgrad(ad, QT_OP_MATMUL_WGRAD, f, FT(MATMUL, w), QT_NONE);
-        QT_CG_SET_T(op, MATMUL_WGRAD, .dy = dy, .x = FT(MATMUL, x), .w = FT(MATMUL, w));
-        /* the lm_head's rows stack the MTP head's parts per block (graph.c) */
+        QT_CG_SET_T(op, MATMUL_WGRAD, .dy = dy, .x = wx, .w = FT(MATMUL, w));
+        /* the lm_head's rows stack the MTP head's parts per block (graph.c); a shared
+         * weight's readers' rows are stacked per leaf */
         QT_A(op, MATMUL_WGRAD, seq_rows) =
-            FT(MATMUL, w) == g->head_w ? FA(MATMUL, M) / leaves_mb(g) : Sb;
+            FT(MATMUL, w) == g->head_w ? FA(MATMUL, M) / leaves_mb(g) : Sb * nr;
+        QT_A(op, MATMUL_WGRAD, M) = FA(MATMUL, M) * nr;
         /* the forward's blocking, copied by wgrad() */
         op->a[QT_A_MATMUL_FWD_segs] = op->a[QT_A_MATMUL_FWD_mask] = 0;
         op->a[QT_A_MATMUL_FWD_bwd_nb] = 0;
@@ -479,8 +556,19 @@ static int backward_moe(qt_cg_ad *ad, const qt_op *f)
         int32_t dp = dout(ad, FT(MOE_ROUTE, p));
         int32_t dl = dgrad(ad, FT(MOE_ROUTE, logits));
         op = bwd(ad, QT_OP_MOE_ROUTE_BWD, f);
+        /* context parallelism with the load-balance term: the counts' all-gather scratch */
+        int32_t scr = QT_NONE;
+        if (FA(MOE_ROUTE, ctx) > 1) {
+            char nm[300];
+            snprintf(nm, sizeof nm, "%s.bwd", g->ts[FT(MOE_ROUTE, scratch)].t.name);
+            scr = qt_cg_add_tensor(g, nm, QT_ROLE_SCRATCH, QT_I32, 1,
+                                   (const int64_t[]){FA(MOE_ROUTE, ctx) *
+                                                     (FA(MOE_ROUTE, T) / FA(MOE_ROUTE, S)) *
+                                                     FA(MOE_ROUTE, E)},
+                                   (const uint8_t[]){0});
+        }
         QT_CG_SET_T(op, MOE_ROUTE_BWD, .dlogits = dl, .dp = dp, .logits = FT(MOE_ROUTE, logits),
-                    .idx = FT(MOE_ROUTE, idx), .p = FT(MOE_ROUTE, p));
+                    .idx = FT(MOE_ROUTE, idx), .p = FT(MOE_ROUTE, p), .scratch = scr);
         /* The runtime divides every gradient by the global token count; the load-balance
          * term is already normalised, so its seed is scaled up by that count. */
         op->f[0] = (float)((double)f->f[0] == 0.0 ? 0.0
@@ -552,9 +640,25 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
 
 int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
 {
-    qt_cg_ad ad = {g, NULL, g->nt, err, errlen, 0};
+    qt_cg_ad ad = {g, NULL, g->nt, err, errlen, 0, NULL};
     ad.grad = qt_cg_alloc((size_t)g->nt * sizeof *ad.grad);
     for (int i = 0; i < g->nt; i++) ad.grad[i] = QT_NONE;
+    /* the readers of each parameter with a WGRAD of its own kind (the norms, the matmuls) */
+    ad.sh = qt_cg_alloc((size_t)(g->np ? g->np : 1) * sizeof *ad.sh);
+    memset(ad.sh, 0, (size_t)(g->np ? g->np : 1) * sizeof *ad.sh);
+    for (int i = 0; i < g->n_fwd; i++) {
+        const qt_op *f = &g->mb[i];
+        const int32_t w = f->kind == QT_OP_RMSNORM_FWD ? QT_T(f, RMSNORM_FWD, w)
+                          : f->kind == QT_OP_MATMUL_FWD ? QT_T(f, MATMUL_FWD, w)
+                                                        : QT_NONE;
+        if (w == QT_NONE || pidx(&ad, w) < 0) continue;
+        if (++ad.sh[pidx(&ad, w)].n > QT_CG_SHARED_MAX) {
+            free(ad.grad);
+            free(ad.sh);
+            return qt_cg_fail(err, errlen, "internal error: parameter '%s' has more than %d "
+                              "readers", g->ts[w].t.name, QT_CG_SHARED_MAX);
+        }
+    }
     const qt_op *xent = &g->mb[g->n_fwd - 1];
     if (xent->kind == QT_OP_XENT) {
         ad.grad[QT_T(xent, XENT, logits)] = QT_T(xent, XENT, dlogits);
@@ -562,6 +666,7 @@ int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
         ad.grad[QT_T(xent, XENT_MTP, logits)] = QT_T(xent, XENT_MTP, dlogits);
     } else {
         free(ad.grad);
+        free(ad.sh);
         return qt_cg_fail(err, errlen, "internal error: the forward must end with XENT");
     }
     int cap_src = 0;
@@ -573,5 +678,6 @@ int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
         for (int o = before; o < g->nmb; o++) g->bwd_src[o - g->n_fwd] = i;
     }
     free(ad.grad);
+    free(ad.sh);
     return ad.failed ? -1 : 0;
 }

@@ -506,12 +506,12 @@ static void expert_parallel(qt_cg_graph *g, const char *apre, int32_t h2, int32_
 static int32_t moe_capacity(qt_cg_graph *g, int l, int32_t idx, const qt_cg_dims *D)
 {
     if (g->s->moe_capacity <= 0) return QT_NONE;
-    /* the MTP head's layer (l = -1, one depth: config/mtp.c) has its own drop-count row
-     * after the main layers' (qt_plan_fields.def moe_drops) */
-    const int64_t row = l >= 0 ? l : g->s->m.n_layers;
+    /* the MTP head's layers (l = -1, depth g->mtp_depth + 1) have their own drop-count
+     * rows after the main layers' (qt_plan_fields.def moe_drops) */
+    const int64_t row = l >= 0 ? l : g->s->m.n_layers + g->mtp_depth;
     char n[256];
     if (l >= 0) snprintf(n, sizeof n, "L%d.moe.kept_idx", l);
-    else snprintf(n, sizeof n, "MTP0.moe.kept_idx");
+    else snprintf(n, sizeof n, "MTP%d.moe.kept_idx", g->mtp_depth);
     int32_t kidx = qt_cg_add_tensor(g, n, QT_ROLE_ACT, QT_I32, 3, SHP(D->b, D->S, D->k),
                                     AX(QT_LAX_ACT_BATCH, QT_LAX_ACT_LENGTH, 0));
     /* a sequence split over context: each block's queue continues the earlier blocks'
@@ -519,7 +519,7 @@ static int32_t moe_capacity(qt_cg_graph *g, int l, int32_t idx, const qt_cg_dims
     int32_t scr = QT_NONE;
     if (D->C > 1) {
         if (l >= 0) snprintf(n, sizeof n, "L%d.moe.capacity_scratch", l);
-        else snprintf(n, sizeof n, "MTP0.moe.capacity_scratch");
+        else snprintf(n, sizeof n, "MTP%d.moe.capacity_scratch", g->mtp_depth);
         scr = qt_cg_add_tensor(g, n, QT_ROLE_SCRATCH, QT_I32, 1, SHP(D->C * D->b * D->E),
                                AX(QT_LAX_NONE));
     }
@@ -576,9 +576,21 @@ static void moe_block(qt_cg_graph *g, const char *ppre, const char *apre, int l,
 #undef PN
 #undef AN
     matmul(g, rl, h2, wr, D);
+    /* the load-balance term of a sequence split over context (qt_ops.def MOE_ROUTE_FWD):
+     * the group's counts (Cc x b x E integers) and the Pbar chain's b x E sums */
+    int32_t lscr = QT_NONE;
+    if (g->lb_seq != QT_NONE && D->C > 1) {
+        char n3[256];
+        snprintf(n3, sizeof n3, "%s.moe.lb_scratch", apre);
+        lscr = qt_cg_add_tensor(g, n3, QT_ROLE_SCRATCH, QT_I32, 1,
+                                SHP((D->C + 1) * D->b * D->E), AX(QT_LAX_NONE));
+    }
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_ROUTE_FWD);
-    QT_CG_SET_T(op, MOE_ROUTE_FWD, .idx = idx, .p = p, .lb_seq = g->lb_seq, .logits = rl);
-    QT_CG_SET_A(op, MOE_ROUTE_FWD, .T = D->T, .E = D->E, .k = D->k, .S = D->S);
+    QT_CG_SET_T(op, MOE_ROUTE_FWD, .idx = idx, .p = p, .lb_seq = g->lb_seq, .logits = rl,
+                .scratch = lscr);
+    QT_CG_SET_A(op, MOE_ROUTE_FWD, .T = D->T, .E = D->E, .k = D->k, .S = D->S,
+                .mask = lscr != QT_NONE ? (int64_t)qt_cg_context_mask(g->s) : 0,
+                .ctx = lscr != QT_NONE ? D->C : 0);
     if (g->lb_seq != QT_NONE)
         op->f[0] = (float)(g->s->lb_weight * (double)D->E /
                            ((double)g->s->tr.global_batch * (double)g->s->m.n_layers));
@@ -672,7 +684,9 @@ static void stack_op(qt_cg_graph *g, int kind, int32_t y, const int32_t *xs, int
  * per depth j, z = mtp.fc([pre_fc_norm_embedding(e) ; pre_fc_norm_hidden(h)]) (a STACK of
  * feature rows, embedding first), h = one decoder layer of the full-attention kind on z
  * ("mtp.layers.j.", activations "MTPj."; no load-balance term), hn[j] = mtp.norm(h). The
- * head's parameters are outside the layer stack (layer -1, like the embedding's). */
+ * head's parameters are outside the layer stack (layer -1, like the embedding's). mtp.fc
+ * and the three norms are read by every depth: model/autodiff.c gives each of them one
+ * WGRAD over the depths' rows stacked per leaf. */
 static void mtp_head(qt_cg_graph *g, int32_t hf, const int32_t *e, int32_t *hn,
                      const qt_cg_dims *D)
 {
@@ -702,6 +716,7 @@ static void mtp_head(qt_cg_graph *g, int32_t hf, const int32_t *e, int32_t *hn,
         matmul(g, z, u, w_fc, D);
         snprintf(ppre, sizeof ppre, "mtp.layers.%d.", j);
         snprintf(apre, sizeof apre, "MTP%d", j);
+        g->mtp_depth = j;
         h = decoder_layer(g, ppre, apre, -1, 1, z, D);
         hn[j] = resid(g, AN("final_h"), D);
         rmsnorm(g, hn[j], RSTD("final_rstd"), h, w_n, D->T, D->d, D->d, D->d, s->m.norm_eps);
@@ -815,10 +830,16 @@ static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const int32_t 
                               blocks * np + (nb ? QT_XENT_BLK_SCRATCH(np * D->T, nb, P) : 0));
         QT_CG_SET_T(op, XENT_MTP, .loss_seq = g->loss_seq, .mtp_loss_seq = g->mtp_loss_seq,
                     .dlogits = dlogits, .logits = logits, .targets = g->mtp_targets,
-                    .scratch = scr, .scale = g->mtp_scale);
+                    .scratch = scr, .scale = g->mtp_scale, .z_seq = QT_NONE);
         QT_CG_SET_A(op, XENT_MTP, .b = blocks, .S = Sb, .V = Vl, .nb = nb,
                     .mask = nb && split > 1 ? tensor : 0, .n = np);
         op->f[0] = (float)(s->mtp_factor * (double)D->Sm / (double)m);
+        if (s->tr.z_loss != 0.0f) { /* the main logits' z-loss (MaxText: not the head's) */
+            op->f[1] = s->tr.z_loss;
+            QT_T(op, XENT_MTP, z_seq) = qt_cg_add_tensor(g, "z_seq", QT_ROLE_LOSS, QT_F32, 1,
+                                                         SHP(blocks), AX(LB));
+            g->ts[QT_T(op, XENT_MTP, z_seq)].whole = 1;
+        }
         g->head_w = w_head;
         return 0;
     }

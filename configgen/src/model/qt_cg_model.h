@@ -66,4 +66,19 @@ int qt_cg_remat(qt_cg_graph *g, char *err, size_t errlen);
  * docs/precision.md): after remat, before the memory plan; nothing changes in fp32. */
 void qt_cg_precision(qt_cg_graph *g);
 
+/* Model FLOPs per token (model/flops.c, the count of docs/bench.md): MACs per token of each
+ * part (per layer, per pass or per depth) for the model m at sequence length S with
+ * mtp_layers depths of the MTP head, how many of each, and the forward FLOPs per token of the
+ * main model and of the head (2 x their MACs; training is 3 x forward). gdn_conv: MACs per
+ * token of a GDN layer's causal conv, not in the totals (the bench convention). */
+typedef struct qt_cg_flops {
+    int64_t gdn_proj, gdn_delta, gdn_conv; /* per GDN layer */
+    int64_t attn_proj, attn_core;          /* per full-attention layer (and MTP depth) */
+    int64_t router, routed, shared;        /* per MoE layer (and MTP depth) */
+    int64_t lm_head, mtp_fc;               /* per lm_head pass; per MTP depth */
+    int64_t n_gdn, n_attn, n_moe, n_mtp;   /* layers of each kind; MTP depths */
+    int64_t fwd_main, fwd_mtp;             /* forward FLOPs per token */
+} qt_cg_flops;
+void qt_cg_model_flops(const qt_model_dims *m, int64_t S, int64_t mtp_layers, qt_cg_flops *f);
+
 #endif
