@@ -671,8 +671,8 @@ void qt_op16_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx)
               *rk = QT_R16_G(3, q, 1);
         const float *c = QT_R16_G(4, q, 1), *g = QT_R16_G(5, q, 1), *be = QT_R16_G(6, q, 1);
         if (QT_A(op, GDN_CORE_FWD, algo) == 1)
-            qt_gdn_chunk_fwd(o, st, rq, rk, c, g, be, scratch, 1, S, hk, dk, hv, dv, chunk,
-                             op->f[0], op->f[1]);
+            qt_gdn_chunk_fwd_pos(o, st, rq, rk, c, g, be, qt_r16_pos(ctx, q, S), scratch, 1, S,
+                                 hk, dk, hv, dv, chunk, op->f[0], op->f[1]);
         else
             qt_gdn_core_fwd_pos(o, st, rq, rk, c, g, be, qt_r16_pos(ctx, q, S), 1, S, hk, dk, hv,
                                 dv, chunk, op->f[0], op->f[1]);
@@ -715,8 +715,8 @@ void qt_op16_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx)
             qt_gdn_core_bwd_pos(dc, dg, dbeta, st, rq, rk, d_o, c, g, be, qt_r16_pos(ctx, q, S),
                                 scratch, 1, S, hk, dk, hv, dv, chunk, op->f[0]);
         else
-            qt_gdn_chunk_bwd(dc, dg, dbeta, st, rq, rk, d_o, c, g, be, scratch, 1, S, hk, dk, hv,
-                             dv, chunk, op->f[0], op->f[1]);
+            qt_gdn_chunk_bwd_pos(dc, dg, dbeta, st, rq, rk, d_o, c, g, be, qt_r16_pos(ctx, q, S),
+                                 scratch, 1, S, hk, dk, hv, dv, chunk, op->f[0], op->f[1]);
         for (int i = 0; i < 3; i++) qt_r16_put(&b, &b.sl[i], q, 1);
     }
 }

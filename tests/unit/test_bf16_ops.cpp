@@ -1255,7 +1255,7 @@ static void body_GdnConvEqualsTheBoundary()
     }
 }
 
-// GDN_CORE_FWD / BWD, recurrent (plain and packed) and chunked, Dv 64 (the blocked paths) and
+// GDN_CORE_FWD / BWD, recurrent and chunked, each plain and packed, Dv 64 (the blocked paths) and
 // 8 (the scalar ones), 3 sequences of 10 tokens in chunks of 4: one sequence at a time
 // natively; o, dc, dg, dbeta rounded, states, rq, rk fp32 in place.
 static void body_GdnCoreEqualsTheBoundary()
@@ -1264,7 +1264,7 @@ static void body_GdnCoreEqualsTheBoundary()
     const int64_t b = 3, S = 10, hk = 2, dk = 8, hv = 4, chunk = 4, T = b * S, nch = 3;
     for (int64_t dv : {64, 8})
         for (int algo = 0; algo < 2; algo++)
-            for (int packed = 0; packed < 2 - algo; packed++) {
+            for (int packed = 0; packed < 2; packed++) {
                 const int64_t cc = 2 * hk * dk + hv * dv, C = chunk < S ? chunk : S;
                 const int64_t a[8] = {b, S, hk, dk, hv, dv, chunk, algo};
                 const int64_t sf = algo ? QT_GDN_CHUNK_FWD_SCRATCH(C, dk, dv) : 1,
