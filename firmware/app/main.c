@@ -25,6 +25,7 @@
 #include "io/qt_io.h"
 #include "io/hf_config.h"
 #include "runtime/qt_runtime.h"
+#include "runtime/qt_validate.h"
 #include "qt_app_eval.h"
 
 #define QT_EXIT_ERR 1
@@ -471,6 +472,9 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     if (size < 2 && st != QT_OK) return QT_EXIT_ARG;
     const qt_plan *p = qt_main_plan();
     qt_err_set_rank(rank, size);
+    /* a pipeline plan is refused before anything else about the job (its rank count
+     * included): every rank reads the same field and stops alike */
+    if (qt_validate_pipeline(p) != QT_OK) return QT_EXIT_ERR;
     /* every rank first checks that all ranks run the same plan on the same world (whatever
      * their plans' rank counts: `mpiexec -n 2 A : -n 2 B` is refused by all four), then the
      * world size against the plan: a wrong -n is an error on every rank, never a hang */

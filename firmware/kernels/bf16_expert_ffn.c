@@ -9,6 +9,7 @@
  * region keeps one element type (fp32 or bf16) for the whole call. No heap, no VLA.
  */
 #ifndef QT_REAL_DOUBLE
+#include <string.h>
 #include "bf16_expert_ffn.h"
 #include "expert_ffn.h"
 #include "bf16_matmul.h"
@@ -111,14 +112,13 @@ int qt_bf16_expert_ffn_fwd_on(int path, float *y, qt_bf16 *gu, const qt_bf16 *x,
             qt_bf16_matmul_fwd_on(path, C, X, wg, n, 2 * f, d);
             for (int64_t j = 0; j < n; j++) { /* gu rounded: the stored value is h's input */
                 qt_bf16 *g = gu + (int64_t)list[j] * 2 * f;
-                for (int64_t i = 0; i < 2 * f; i++) g[i] = qt_bf16_from_f32(C[j * 2 * f + i]);
+                if (qt_bf16_from_f32_insn(g, C + j * 2 * f, 2 * f) != 0) /* the same bits */
+                    for (int64_t i = 0; i < 2 * f; i++) g[i] = qt_bf16_from_f32(C[j * 2 * f + i]);
             }
             qt_bx_swiglu(H, gu, list, n, f);
             qt_bf16_matmul_canon_fwd_on(path, C, H, wd, n, d, f, 1, nb, K); /* nb 0: plain */
-            for (int64_t j = 0; j < n; j++) {
-                float *yr = y + (int64_t)list[j] * d;
-                for (int64_t i = 0; i < d; i++) yr[i] = C[j * d + i];
-            }
+            for (int64_t j = 0; j < n; j++)
+                memcpy(y + (int64_t)list[j] * d, C + j * d, (size_t)d * sizeof(float));
         }
     }
     return 0;
@@ -281,31 +281,54 @@ static void qt_bx_chain_rows(int path, float *acc, const qt_bf16 *a, const qt_bf
     }
 }
 
-/* The wgrad matmuls' finish on a continued chain: (+0) + acc, every NaN 0x7fc00000. */
-static void qt_bx_finish(float *p, int64_t n)
+/* The wgrad matmuls' finish on a continued chain: (+0) + acc, every NaN 0x7fc00000; with a
+ * carry cy (p = cy->dst), then the carry's additions (qt_leaf_carry.h: r = add[l][e] + r,
+ * l = 0..n-1), as bf16_matmul.c's finish. zero: the chain is empty (+0), p not read. */
+static void qt_bx_finish(float *p, int64_t n, const qt_leaf_carry *cy, int zero)
 {
     for (int64_t i = 0; i < n; i++) {
-        const float r = 0.0f + p[i];
-        p[i] = r != r ? qt_bf16_f32_bits(0x7fc00000u) : r;
+        float r = 0.0f + (zero ? 0.0f : p[i]);
+        r = r != r ? qt_bf16_f32_bits(0x7fc00000u) : r;
+        if (cy)
+            for (int32_t l = 0; l < cy->n; l++) r = cy->add[l][i] + r;
+        p[i] = r;
     }
+}
+
+/* cy restricted to the elements [off, ...) of its parameter (one expert's slice). */
+static qt_leaf_carry qt_bx_carry_slice(const qt_leaf_carry *cy, int64_t off)
+{
+    qt_leaf_carry s;
+    s.n = cy->n;
+    for (int32_t l = 0; l < cy->n; l++) s.add[l] = cy->add[l] + off;
+    s.dst = cy->dst + off;
+    return s;
 }
 
 typedef struct {
     float *list, *dh, *K; /* K: the chain packs (2 max(d, f) floats) */
     qt_bf16 *dx, *h, *dg; /* dy rows, then x rows; h; dgu */
+    int64_t ngu, ndown;   /* the whole weights' sizes (E*2f*d, E*d*f) */
 } qt_bx_wbufs;
 
 /* One chunk of expert e's rows list[0..n): dw_down and dw_gu written from (+0) by the
- * wgrad matmul (whole: 1) or their chains continued in place (chained: 0). */
+ * wgrad matmul (whole: 1; with the carries cg, cd when not NULL: their slices' dst, at dwg
+ * and dwd, receive the carries instead) or their chains continued in place (chained: 0). */
 static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *dwg,
-                              float *dwd, const qt_bf16 *dy, const qt_bf16 *x,
-                              const qt_bf16 *gu, const qt_bf16 *dgu, const qt_bf16 *wd,
-                              int64_t n, int64_t k, int64_t d, int64_t f)
+                              float *dwd, const qt_leaf_carry *cg, const qt_leaf_carry *cd,
+                              const qt_bf16 *dy, const qt_bf16 *x, const qt_bf16 *gu,
+                              const qt_bf16 *dgu, const qt_bf16 *wd, int64_t n, int64_t k,
+                              int64_t d, int64_t f)
 {
     qt_bf16 *pa = qt_bx_b16(b->K), *pb = pa + 2 * (d > f ? d : f);
     qt_bx_gather(b->dx, dy, d, 0, b->list, n, k);
     qt_bx_swiglu(b->h, gu, b->list, n, f);
-    if (whole) qt_bf16_matmul_wgrad_on(path, dwd, b->dx, b->h, n, d, f);
+    /* a carried slice streams when the whole weight does (the level is read again only after
+     * the other experts' slices and more leaves have passed through the caches) */
+    if (whole && cd)
+        qt_bf16_matmul_wgrad_carry_s_on(path, cd, b->dx, b->h, n, d, f,
+                                        qt_bf16_matmul_wgrad_carry_stream(b->ndown));
+    else if (whole) qt_bf16_matmul_wgrad_on(path, dwd, b->dx, b->h, n, d, f);
     else qt_bx_chain_rows(path, dwd, b->dx, b->h, n, d, f, pa, pb);
     if (dgu) {
         qt_bx_gather(b->dg, dgu, 2 * f, 0, b->list, n, k);
@@ -315,17 +338,25 @@ static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *
         qt_bx_swiglu_bwd(b->dg, b->dh, gu, b->list, n, f);
     }
     qt_bx_gather(b->dx, x, d, 1, b->list, n, k);
-    if (whole) qt_bf16_matmul_wgrad_on(path, dwg, b->dg, b->dx, n, 2 * f, d);
+    if (whole && cg)
+        qt_bf16_matmul_wgrad_carry_s_on(path, cg, b->dg, b->dx, n, 2 * f, d,
+                                        qt_bf16_matmul_wgrad_carry_stream(b->ngu));
+    else if (whole) qt_bf16_matmul_wgrad_on(path, dwg, b->dg, b->dx, n, 2 * f, d);
     else qt_bx_chain_rows(path, dwg, b->dg, b->dx, n, 2 * f, d, pa, pb);
 }
 
-int qt_bf16_expert_ffn_wgrad_on(int path, float *dw_gu, float *dw_down, const qt_bf16 *dy,
-                                const qt_bf16 *x, const int32_t *idx, const qt_bf16 *gu,
-                                const qt_bf16 *dgu, const qt_bf16 *w_down, float *scratch,
-                                int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
-                                int64_t scratch_elems)
+/* The weight gradient, writing the leaves dw_gu, dw_down, or (c_gu, c_down not NULL) their
+ * carries into c_gu->dst, c_down->dst (the slices of an expert are finished by its last
+ * chunk; the chained form keeps its partial chains there). */
+static int qt_bx_wgrad(int path, float *dw_gu, float *dw_down, const qt_leaf_carry *c_gu,
+                       const qt_leaf_carry *c_down, const qt_bf16 *dy, const qt_bf16 *x,
+                       const int32_t *idx, const qt_bf16 *gu, const qt_bf16 *dgu,
+                       const qt_bf16 *w_down, float *scratch, int64_t T, int64_t k, int64_t E,
+                       int64_t d, int64_t f, int64_t scratch_elems)
 {
     if (!qt_bf16_path_built(path)) return -1;
+    const int carry = c_gu != 0;
+    if (carry) dw_gu = c_gu->dst, dw_down = c_down->dst;
     /* per row: list 1, dy/x (bf16 d), h (bf16 f), dh (fp32 f), dgu (bf16 2f) */
     const int64_t R = T * k, row = 1 + qt_bx_h(d) + qt_bx_h(f) + 2 * f;
     const int64_t fixed = 2 * (d > f ? d : f);
@@ -337,9 +368,24 @@ int qt_bf16_expert_ffn_wgrad_on(int path, float *dw_gu, float *dw_down, const qt
     b.h = qt_bx_b16(b.list + cap + cap * qt_bx_h(d));
     b.dh = b.list + cap + cap * (qt_bx_h(d) + qt_bx_h(f));
     b.dg = qt_bx_b16(b.dh + cap * f);
+    b.ngu = E * 2 * f * d, b.ndown = E * d * f;
+    if (carry) { /* refused before anything is written (the caller then writes the leaves) */
+        int64_t nmax = 0;
+        for (int32_t e = 0; e < E; e++) {
+            int64_t ne = 0;
+            for (int64_t r = 0; r < R; r++) ne += idx[r] == e;
+            nmax = ne > nmax ? ne : nmax;
+        }
+        if (nmax > cap && cap < 2) return -1;
+    }
     for (int32_t e = 0; e < E; e++) {
         float *dwg = dw_gu + (int64_t)e * 2 * f * d, *dwd = dw_down + (int64_t)e * d * f;
         const qt_bf16 *wd = w_down + (int64_t)e * d * f;
+        qt_leaf_carry cg, cd;
+        if (carry) {
+            cg = qt_bx_carry_slice(c_gu, (int64_t)e * 2 * f * d);
+            cd = qt_bx_carry_slice(c_down, (int64_t)e * d * f);
+        }
         int64_t ne = 0;
         for (int64_t r = 0; r < R; r++) ne += idx[r] == e;
         if (ne > cap && cap < 2) { /* not even one pair of rows fits */
@@ -352,12 +398,57 @@ int qt_bf16_expert_ffn_wgrad_on(int path, float *dw_gu, float *dw_down, const qt
         for (int64_t r0 = 0, r1, n; r0 < R; r0 = r1) {
             r1 = qt_bx_next(b.list, &n, idx, k, e, -1, r0, R, cw);
             if (n == 0) break;
-            qt_bx_wgrad_chunk(path, whole, &b, dwg, dwd, dy, x, gu, dgu, wd, n, k, d, f);
+            qt_bx_wgrad_chunk(path, whole, &b, dwg, dwd, carry ? &cg : 0, carry ? &cd : 0, dy, x,
+                              gu, dgu, wd, n, k, d, f);
         }
-        if (!whole) { qt_bx_finish(dwg, 2 * f * d); qt_bx_finish(dwd, d * f); }
-        if (ne == 0) { qt_bx_zero(dwg, 2 * f * d); qt_bx_zero(dwd, d * f); }
+        if (!whole) {
+            qt_bx_finish(dwg, 2 * f * d, carry ? &cg : 0, 0);
+            qt_bx_finish(dwd, d * f, carry ? &cd : 0, 0);
+        }
+        if (ne == 0 && carry) { /* the leaf is +0: its carry */
+            qt_bx_finish(dwg, 2 * f * d, &cg, 1);
+            qt_bx_finish(dwd, d * f, &cd, 1);
+        } else if (ne == 0) {
+            qt_bx_zero(dwg, 2 * f * d);
+            qt_bx_zero(dwd, d * f);
+        }
     }
     return 0;
+}
+
+int qt_bf16_expert_ffn_wgrad_on(int path, float *dw_gu, float *dw_down, const qt_bf16 *dy,
+                                const qt_bf16 *x, const int32_t *idx, const qt_bf16 *gu,
+                                const qt_bf16 *dgu, const qt_bf16 *w_down, float *scratch,
+                                int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                                int64_t scratch_elems)
+{
+    return qt_bx_wgrad(path, dw_gu, dw_down, 0, 0, dy, x, idx, gu, dgu, w_down, scratch, T, k,
+                       E, d, f, scratch_elems);
+}
+
+int qt_bf16_expert_ffn_wgrad_carry_on(int path, const qt_leaf_carry *c_gu,
+                                      const qt_leaf_carry *c_down, const qt_bf16 *dy,
+                                      const qt_bf16 *x, const int32_t *idx, const qt_bf16 *gu,
+                                      const qt_bf16 *dgu, const qt_bf16 *w_down, float *scratch,
+                                      int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                                      int64_t scratch_elems)
+{
+    if (!c_gu || !c_down || c_gu->n < 1 || c_gu->n > QT_LEAF_CARRY_MAX || c_down->n < 1 ||
+        c_down->n > QT_LEAF_CARRY_MAX)
+        return -1;
+    return qt_bx_wgrad(path, 0, 0, c_gu, c_down, dy, x, idx, gu, dgu, w_down, scratch, T, k, E,
+                       d, f, scratch_elems);
+}
+
+int qt_bf16_expert_ffn_wgrad_carry(const qt_leaf_carry *c_gu, const qt_leaf_carry *c_down,
+                                   const qt_bf16 *dy, const qt_bf16 *x, const int32_t *idx,
+                                   const qt_bf16 *gu, const qt_bf16 *dgu, const qt_bf16 *w_down,
+                                   float *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
+                                   int64_t f, int64_t scratch_elems)
+{
+    return qt_bf16_expert_ffn_wgrad_carry_on(qt_bf16_mm_path(), c_gu, c_down, dy, x, idx, gu,
+                                             dgu, w_down, scratch, T, k, E, d, f,
+                                             scratch_elems) == 0;
 }
 
 void qt_bf16_expert_ffn_wgrad(float *dw_gu, float *dw_down, const qt_bf16 *dy,

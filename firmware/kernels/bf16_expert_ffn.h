@@ -37,6 +37,7 @@
 
 #include <stdint.h>
 #include "bf16.h"
+#include "qt_leaf_carry.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,6 +67,18 @@ void qt_bf16_expert_ffn_wgrad(float *dw_gu, float *dw_down, const qt_bf16 *dy,
                               const qt_bf16 *dgu, const qt_bf16 *w_down, float *scratch,
                               int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
                               int64_t scratch_elems);
+/* qt_bf16_expert_ffn_wgrad with a leaf-tree carry per weight in the finish (qt_leaf_carry.h;
+ * c_gu over dW_gu[E,2f,d], c_down over dW_down[E,d,f]): c->dst receives the carry of the
+ * leaf the writing form would have written, with the additions of qt_tree_push in its order
+ * (an expert without rows: the carry of +0; an expert whose rows exceed the cap: its chain
+ * continued in c->dst, then finished with the carry). Returns 1 when applied, 0 (nothing
+ * written) when a carry is missing or has no addends, or the scratch cannot hold a pair of
+ * rows. The _on form: 0 / -1 (also for a path this build lacks). */
+int qt_bf16_expert_ffn_wgrad_carry(const qt_leaf_carry *c_gu, const qt_leaf_carry *c_down,
+                                   const qt_bf16 *dy, const qt_bf16 *x, const int32_t *idx,
+                                   const qt_bf16 *gu, const qt_bf16 *dgu, const qt_bf16 *w_down,
+                                   float *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
+                                   int64_t f, int64_t scratch_elems);
 
 /* The same on a chosen path (QT_BF16_PATH_*), for the tests: 0, or -1 (nothing written)
  * when this build lacks the path. */
@@ -83,6 +96,12 @@ int qt_bf16_expert_ffn_wgrad_on(int path, float *dw_gu, float *dw_down, const qt
                                 const qt_bf16 *dgu, const qt_bf16 *w_down, float *scratch,
                                 int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
                                 int64_t scratch_elems);
+int qt_bf16_expert_ffn_wgrad_carry_on(int path, const qt_leaf_carry *c_gu,
+                                      const qt_leaf_carry *c_down, const qt_bf16 *dy,
+                                      const qt_bf16 *x, const int32_t *idx, const qt_bf16 *gu,
+                                      const qt_bf16 *dgu, const qt_bf16 *w_down, float *scratch,
+                                      int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
+                                      int64_t scratch_elems);
 
 #ifdef __cplusplus
 }

@@ -16,9 +16,18 @@
  *    docs/bench.md), this runs at the FMA rate: same bits, about twice the speed.
  * The vector paths block the contraction in KQ pairs; a block's partial chain is stored in
  * the static tile `part` as fp32 and reloaded by the next block (exact), and the finish reads
- * `part` after the last block. Odd P: the packed hi element of the last pair is +0.
- * Invariants: no heap; the panels and the partial tile are one static module struct; padded
- * rows/columns are zero and never stored; MXCSR is restored before any output is written.
+ * `part` after the last block (the instruction path finishes the last block in its tiles'
+ * registers instead: the same operations per element). Odd P: the packed hi element of the
+ * last pair is +0.
+ * The writing weight gradient can store the leaf-tree carry of qt_leaf_carry.h in its finish
+ * (every path): after (+0) + chain and the NaN fix, the levels are added with qt_tree_push's
+ * operations in its order and the level is stored, the leaf never.
+ * The canonical blocked contractions of bf16_matmul_canon.h with an even slice run fused on
+ * the instruction path (qt_bf16_mm_canon_insn): each block's chain in registers, the
+ * pairwise tree merged in the tile epilogue through a small stack, no packed copies.
+ * Invariants: no heap; the panels, the partial tile and the canonical stack are one static
+ * module struct; padded rows/columns are zero and never stored; MXCSR is restored before any
+ * output is written.
  */
 #ifndef QT_REAL_DOUBLE
 #include "bf16_matmul.h"
@@ -37,18 +46,24 @@
 #define QT_BM_FIN_WRITE 0 /* out = acc */
 #define QT_BM_FIN_ADD 1   /* out = out + acc */
 #define QT_BM_FIN_ZADD 2  /* out = (+0) + acc */
+#define QT_BM_FIN_CARRY 3 /* out = the leaf-tree carry of the ZADD value (out in cy->dst) */
 
-/* *o = the finish of acc (reads *o only for the add). */
-static inline void qt_bm_finish1(float *o, float acc, int fin)
+/* *o = the finish of acc (reads *o only for the add). The carry (cy, fin CARRY): the leaf
+ * value r = (+0) + acc with its NaN fixed, then r = add[l][e] + r for l = 0..n-1 (e the
+ * element's offset from cy->dst): qt_tree_push's additions on the stored leaf, in its order. */
+static inline void qt_bm_finish1(float *o, float acc, int fin, const qt_leaf_carry *cy)
 {
-    const float r = fin == QT_BM_FIN_ADD ? *o + acc : fin == QT_BM_FIN_ZADD ? 0.0f + acc : acc;
-    *o = r != r ? qt_bf16_f32_bits(0x7fc00000u) : r;
+    float r = fin == QT_BM_FIN_ADD ? *o + acc : fin >= QT_BM_FIN_ZADD ? 0.0f + acc : acc;
+    r = r != r ? qt_bf16_f32_bits(0x7fc00000u) : r;
+    if (fin == QT_BM_FIN_CARRY)
+        for (int32_t l = 0; l < cy->n; l++) r = cy->add[l][o - cy->dst] + r;
+    *o = r;
 }
 
 /* ------------------------------------------------------------------ scalar reference */
-static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t sai,
-                      int64_t sap, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
-                      int64_t J, int64_t P)
+static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                      const qt_bf16 *a, int64_t sai, int64_t sap, const qt_bf16 *b, int64_t sbp,
+                      int64_t sbj, int64_t I, int64_t J, int64_t P)
 {
     for (int64_t i = 0; i < I; i++)
         for (int64_t j = 0; j < J; j++) {
@@ -60,7 +75,7 @@ static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t 
                 acc = qt_bf16_fma_ref(qt_f32_from_bf16(a[i * sai + p * sap]),
                                       qt_f32_from_bf16(b[p * sbp + j * sbj]), acc);
             }
-            qt_bm_finish1(c + i * ldc + j, acc, fin);
+            qt_bm_finish1(c + i * ldc + j, acc, fin, cy);
         }
 }
 
@@ -77,6 +92,7 @@ static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t 
 #define QT_BM_W_MR 12 /* wide emulation tile: 12 x 32 (24 zmm accumulators) */
 #define QT_BM_W_NR 32
 #define QT_BM_W_PANEL (1 << 20) /* floats of the wide path's widened B panel (4 MiB) */
+#define QT_BM_CANON_LOG 6        /* the fused canonical tiles: nb <= 2^6 blocks */
 
 static struct {
     float part[QT_BM_MC * QT_BM_NC];             /* partial chains between blocks */
@@ -84,6 +100,8 @@ static struct {
     float eb[QT_BM_KQ * 2 * QT_BM_NC];            /* emulation: B widened, [q][hi,lo][NR] */
     uint32_t ia[QT_BM_MC * QT_BM_KQ];             /* instruction: A pairs, [q][mc] */
     uint32_t ib[QT_BM_I_PANEL];                   /* instruction: B panel, [s][q][NR] */
+    int carry_stream;                             /* the carry's finish streams (wgrad_carry) */
+    float stk[(QT_BM_CANON_LOG + 1) * QT_BM_I_MR * QT_BM_I_NR]; /* canonical subtotals */
 #ifdef QT_BM_WIDE
     float wb[QT_BM_W_PANEL];                      /* wide: B widened, [s][q][hi NR, lo NR] */
 #endif
@@ -99,11 +117,12 @@ static inline qt_bf16 qt_bm_at(const qt_bf16 *m, int64_t s0, int64_t s1, int64_t
 }
 
 /* The finish of one block's rows [0,mc) x cols [0,nc) of part into c (default MXCSR). */
-static void qt_bm_finish(float *c, int64_t ldc, int fin, int64_t mc, int64_t nc)
+static void qt_bm_finish(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy, int64_t mc,
+                         int64_t nc)
 {
     for (int64_t i = 0; i < mc; i++)
         for (int64_t j = 0; j < nc; j++)
-            qt_bm_finish1(c + i * ldc + j, qt_bm.part[i * QT_BM_NC + j], fin);
+            qt_bm_finish1(c + i * ldc + j, qt_bm.part[i * QT_BM_NC + j], fin, cy);
 }
 #endif
 
@@ -200,7 +219,8 @@ __attribute__((noinline)) static void qt_bm_e_block(int first, int64_t mc, int64
     }
 }
 
-static void qt_bm_emul(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t sai,
+static void qt_bm_emul(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                       const qt_bf16 *a, int64_t sai,
                        int64_t sap, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
                        int64_t J, int64_t P)
 {
@@ -221,7 +241,7 @@ static void qt_bm_emul(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t
                 qt_bm_e_block(qc == 0, mc, nc, kq);
                 _mm_setcsr(csr);
             }
-            qt_bm_finish(c + ic * ldc + jc, ldc, fin, mc, nc);
+            qt_bm_finish(c + ic * ldc + jc, ldc, fin, cy, mc, nc);
         }
     }
 }
@@ -229,22 +249,58 @@ static void qt_bm_emul(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t
 
 #if defined(QT_BM_INSN) || defined(QT_BM_WIDE)
 /* The finish of rows [0,mc) x cols [0,nc) of part into c (row stride ldc), 16 columns at a
- * time: the bits of qt_bm_finish1 (one IEEE add in the default MXCSR, NaN -> 0x7fc00000).
- * Reads part (and c for the add); writes c. */
-static void qt_bm_v_finish(float *c, int64_t ldc, int fin, int64_t mc, int64_t nc)
+ * time: the bits of qt_bm_finish1 (one IEEE add in the default MXCSR, NaN -> 0x7fc00000;
+ * the carry's additions after it, vector for vector the scalar ones). A carry of a weight of
+ * QT_BM_CARRY_STREAM floats or more stores its full aligned vectors non-temporally (as
+ * matmul.c and tree.c do: the level is read again only after more leaves have passed
+ * through the caches); the caller fences. Reads part (c for the add, the carry's addends);
+ * writes c. */
+/* l + r with l the instruction's first source: x86 returns the first source's NaN when both
+ * are NaNs, and C lets the compiler commute a float +, so the operand order is pinned here.
+ * qt_canon_tree's compiled loops (and qt_vec_add's) put the left operand first too; the
+ * fused canonical tree keeps that, so a NaN meeting a NaN keeps the copying path's payload. */
+static inline __m512 qt_bm_add_lr(__m512 l, __m512 r)
 {
-    const __m512 zero = _mm512_setzero_ps();
-    const __m512 qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000));
+    __m512 o;
+    __asm__("vaddps %2, %1, %0" : "=v"(o) : "v"(l), "v"(r));
+    return o;
+}
+
+static inline __attribute__((always_inline)) void
+qt_bm_v_fin16(float *o, __m512 r, __mmask16 m, int fin, const qt_leaf_carry *cy)
+{
+    if (!m) return;
+    if (fin == QT_BM_FIN_ADD) r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), r);
+    else if (fin >= QT_BM_FIN_ZADD) r = _mm512_add_ps(_mm512_setzero_ps(), r);
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r,
+                             _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+    if (fin == QT_BM_FIN_CARRY) {
+        const int64_t e = o - cy->dst;
+        for (int32_t l = 0; l < cy->n; l++)
+            r = qt_bm_add_lr(_mm512_maskz_loadu_ps(m, cy->add[l] + e), r);
+        if (qt_bm.carry_stream && m == 0xffff && !((uintptr_t)o & 63)) {
+            _mm512_stream_ps(o, r);
+            return;
+        }
+    }
+    _mm512_mask_storeu_ps(o, m, r);
+}
+
+/* The lanes [0, n) of a 16-lane vector (n clamped to [0, 16]). */
+static inline __mmask16 qt_bm_lanes(int64_t n)
+{
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+static void qt_bm_v_finish(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                           int64_t mc, int64_t nc)
+{
     for (int64_t i = 0; i < mc; i++) {
         float *o = c + i * ldc;
         const float *pr = qt_bm.part + i * QT_BM_NC;
         for (int64_t j = 0; j < nc; j += 16) {
-            const __mmask16 m = nc - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nc - j)) - 1u);
-            __m512 r = _mm512_maskz_loadu_ps(m, pr + j);
-            if (fin == QT_BM_FIN_ADD) r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + j), r);
-            else if (fin == QT_BM_FIN_ZADD) r = _mm512_add_ps(zero, r);
-            r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r, qnan);
-            _mm512_mask_storeu_ps(o + j, m, r);
+            const __mmask16 m = qt_bm_lanes(nc - j);
+            qt_bm_v_fin16(o + j, _mm512_maskz_loadu_ps(m, pr + j), m, fin, cy);
         }
     }
 }
@@ -319,17 +375,28 @@ static void qt_bm_i_pack_b(const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t n
 /* One tile: mr rows x 32 cols of part (row stride QT_BM_NC), the chain over kq pairs
  * continued from part (first: from +0). A's pair (i, q) is the 32-bit word at
  * ap + q*asq + i*asi (bf16 units: the packed micro-panel, or A's rows in place); B's pairs
- * are bp[q*32 + jj]. Reads ap, bp, part; writes part. */
+ * are bp[q*32 + jj]. Reads ap, bp, part; writes part, or, the last contraction block
+ * (out != NULL), the finish of its nr <= 32 valid columns straight from the registers into
+ * out (row stride ldo; qt_bm_v_fin16: the bits of qt_bm_v_finish, without the round trip
+ * through part). */
 static inline __attribute__((always_inline)) void
 qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
-             const uint32_t *bp, int64_t kq, const int mr)
+             const uint32_t *bp, int64_t kq, const int mr, float *out, int64_t ldo, int fin,
+             const qt_leaf_carry *cy, int64_t nr, const int64_t pts)
 {
     __m512 acc[QT_BM_I_MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < mr; i++) {
-        acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * QT_BM_NC);
-        acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * QT_BM_NC + 16);
+        acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * pts);
+        acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * pts + 16);
     }
+    if (out && fin == QT_BM_FIN_CARRY) /* the carry's addends: fetched while the chain runs */
+        for (int i = 0; i < mr; i++)
+            for (int32_t l = 0; l < cy->n; l++) {
+                const float *t = cy->add[l] + (out - cy->dst) + i * ldo;
+                _mm_prefetch((const char *)t, _MM_HINT_T0);
+                _mm_prefetch((const char *)(t + nr - 1), _MM_HINT_T0);
+            }
     for (int64_t q = 0; q < kq; q++) {
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR);
         const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR + 16);
@@ -343,10 +410,18 @@ qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
             acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
         }
     }
+    if (out) {
+        const __mmask16 m0 = qt_bm_lanes(nr), m1 = qt_bm_lanes(nr - 16);
+        for (int i = 0; i < mr; i++) {
+            qt_bm_v_fin16(out + i * ldo, acc[i][0], m0, fin, cy);
+            qt_bm_v_fin16(out + i * ldo + 16, acc[i][1], m1, fin, cy);
+        }
+        return;
+    }
 #pragma GCC unroll 12
     for (int i = 0; i < mr; i++) {
-        _mm512_storeu_ps(pt + i * QT_BM_NC, acc[i][0]);
-        _mm512_storeu_ps(pt + i * QT_BM_NC + 16, acc[i][1]);
+        _mm512_storeu_ps(pt + i * pts, acc[i][0]);
+        _mm512_storeu_ps(pt + i * pts + 16, acc[i][1]);
     }
 }
 
@@ -354,7 +429,8 @@ qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
  * micro-panel ir at ap + ir*apr; B's strip s at bp + s*bps (u32). Reads A, B, part; writes
  * part (columns past nc up to the strip width come from zero padding, never finished). */
 static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq, const qt_bf16 *ap,
-                          int64_t apr, int64_t asq, int64_t asi, const uint32_t *bp, int64_t bps)
+                          int64_t apr, int64_t asq, int64_t asi, const uint32_t *bp, int64_t bps,
+                          float *c, int64_t ldc, int fin, const qt_leaf_carry *cy)
 {
     for (int64_t ir = 0; ir < mc; ir += QT_BM_I_MR) {
         const int mr = (int)qt_bm_min(QT_BM_I_MR, mc - ir);
@@ -362,11 +438,13 @@ static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq, const q
         for (int64_t s = 0; s * QT_BM_I_NR < nc; s++) {
             float *pt = qt_bm.part + ir * QT_BM_NC + s * QT_BM_I_NR;
             const uint32_t *b = bp + s * bps;
-#define QT_BM_CASE(h) case h: qt_bm_i_tile(pt, first, a, asq, asi, b, kq, h); break;
+            float *o = c ? c + ir * ldc + s * QT_BM_I_NR : 0;
+            const int64_t nr = nc - s * QT_BM_I_NR;
+#define QT_BM_CASE(h) case h: qt_bm_i_tile(pt, first, a, asq, asi, b, kq, h, o, ldc, fin, cy, nr, QT_BM_NC); break;
             switch (mr) {
             QT_BM_CASE(1) QT_BM_CASE(2) QT_BM_CASE(3) QT_BM_CASE(4) QT_BM_CASE(5) QT_BM_CASE(6)
             QT_BM_CASE(7) QT_BM_CASE(8) QT_BM_CASE(9) QT_BM_CASE(10) QT_BM_CASE(11)
-            default: qt_bm_i_tile(pt, first, a, asq, asi, b, kq, 12); break;
+            default: qt_bm_i_tile(pt, first, a, asq, asi, b, kq, 12, o, ldc, fin, cy, nr, QT_BM_NC); break;
             }
 #undef QT_BM_CASE
         }
@@ -379,7 +457,8 @@ static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq, const q
  * A is read in place where its pairs are contiguous (sap == 1: fwd, bwd_data), except the
  * block with an odd P's last pair (its hi element must be +0), which is packed; wgrad's A is
  * packed per block. Reads a, b (and c for the add); writes c. */
-static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t sai,
+static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                       const qt_bf16 *a, int64_t sai,
                        int64_t sap, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
                        int64_t J, int64_t P)
 {
@@ -399,17 +478,114 @@ static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t
                 const uint32_t *bp = qt_bm.ib + (cached ? qc * QT_BM_I_NR : 0);
                 const int64_t bps = (cached ? nq : kq) * QT_BM_I_NR;
                 if (!cached) qt_bm_i_pack_b(b + jc * sbj, sbp, sbj, nc, qc, kq, P);
+                /* the last block finishes in the tiles' registers */
+                float *o = qc + kq >= nq ? c + ic * ldc + jc : 0;
                 if (sap == 1 && 2 * (qc + kq) <= P) /* A in place */
-                    qt_bm_i_block(qc == 0, mc, nc, kq, a + ic * sai + 2 * qc, sai, 2, sai, bp, bps);
+                    qt_bm_i_block(qc == 0, mc, nc, kq, a + ic * sai + 2 * qc, sai, 2, sai, bp, bps,
+                                  o, ldc, fin, cy);
                 else {
                     qt_bm_i_pack_a(a + ic * sai, sai, sap, mc, qc, kq, P);
                     qt_bm_i_block(qc == 0, mc, nc, kq, (const qt_bf16 *)qt_bm.ia, 2, 2 * mc,
-                                  2, bp, bps);
+                                  2, bp, bps, o, ldc, fin, cy);
                 }
             }
-            qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, mc, nc);
+            if (nq == 0) qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, cy, mc, nc);
         }
     }
+}
+#endif
+
+#ifdef QT_BM_INSN
+/* One tile of the fused canonical contraction (bf16_matmul_canon.h): mr rows x 32 columns,
+ * for each block j its chain from +0 in registers over the block's pairs (segment by
+ * segment: a later segment continues from the stored partial, exact), its partial (plus:
+ * (+0) + chain; NaN 0x7fc00000, as the copying path's per-block kernel finish), then the
+ * pairwise tree merged as the blocks finish (a binary counter over qt_bm.stk: after block
+ * j, as many stacked subtotals as j has trailing one bits are added on the left, so
+ * ((b0+b1)+(b2+b3))+... keeps qt_canon_tree's pairs and order); the last block stores the
+ * total's nr <= 32 valid columns into out (row stride ldo). A's pair (i, q) of the whole
+ * contraction at ap + 2q + i*asi (rows in place); B's at bp[q*32 + jj]. */
+static inline __attribute__((always_inline)) void
+qt_bm_c_tile(float *out, int64_t ldo, int64_t nr, const qt_bf16 *ap, int64_t asi,
+             const uint32_t *bp, int64_t nseg, int64_t L, int64_t nb, int64_t sl, int plus,
+             const int mr)
+{
+    const int64_t tile = QT_BM_I_MR * QT_BM_I_NR;
+    const __m512 qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000));
+    const __mmask16 m0 = qt_bm_lanes(nr), m1 = qt_bm_lanes(nr - 16);
+    int64_t depth = 0;
+    for (int64_t j = 0; j < nb; j++) {
+        float *pj = qt_bm.stk + depth * tile;
+        for (int64_t g = 0; g < nseg; g++) {
+            const int64_t q0 = (g * L + j * sl) / 2;
+            qt_bm_i_tile(pj, g == 0, ap + 2 * q0, 2, asi, bp + q0 * QT_BM_I_NR, sl / 2, mr, 0, 0,
+                         0, 0, 0, QT_BM_I_NR);
+        }
+        int nm = 0;
+        for (int64_t q = j; q & 1; q >>= 1) nm++;
+        float *dst = j + 1 < nb ? pj - nm * tile : 0;
+        for (int i = 0; i < mr; i++)
+            for (int h = 0; h < 2; h++) {
+                const int64_t o = i * QT_BM_I_NR + 16 * h;
+                __m512 r = _mm512_loadu_ps(pj + o);
+                if (plus) r = _mm512_add_ps(_mm512_setzero_ps(), r);
+                r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r, qnan);
+                for (int k = 1; k <= nm; k++) r = qt_bm_add_lr(_mm512_loadu_ps(pj - k * tile + o), r);
+                if (dst) _mm512_storeu_ps(dst + o, r);
+                else _mm512_mask_storeu_ps(out + i * ldo + 16 * h, h ? m1 : m0, r);
+            }
+        depth = depth - nm + 1;
+    }
+}
+
+/* The fused canonical contraction on the instruction path: C[I,J] (ldc) = tree over nb
+ * blocks of A(i,p) = a[i*sai + p] (rows in place) and B(p,j) = b[p*sbp + j*sbj], the
+ * contraction P = nseg * L, L = nb * sl, sl even (a block's pairs are pairs of the whole
+ * contraction: its pairs are the copying path's, none spans a segment); plus: the block
+ * partials are (+0) + chain (the data gradient's). B's column panels are packed once for
+ * the whole contraction. Returns 0, or -1 (nothing written) when the shape does not fit
+ * (the caller copies). */
+int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const qt_bf16 *a, int64_t sai,
+                          const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I, int64_t J,
+                          int64_t nseg, int64_t nb, int64_t sl, int plus)
+{
+    const int64_t L = nb * sl, P = nseg * L, nq = P / 2;
+    if (sl < 2 || sl % 2 || nb < 2 || nb > (1 << QT_BM_CANON_LOG) || (nb & (nb - 1)) ||
+        nq * QT_BM_I_NR > QT_BM_I_PANEL)
+        return -1;
+    int64_t ncw = QT_BM_NC;
+    while (ncw > QT_BM_I_NR && ncw * nq > QT_BM_I_PANEL) ncw -= QT_BM_I_NR;
+    for (int64_t jc = 0; jc < J; jc += ncw) {
+        const int64_t nc = qt_bm_min(ncw, J - jc);
+        qt_bm_i_pack_b(b + jc * sbj, sbp, sbj, nc, 0, nq, P);
+        for (int64_t ir = 0; ir < I; ir += QT_BM_I_MR) {
+            const int mr = (int)qt_bm_min(QT_BM_I_MR, I - ir);
+            for (int64_t s = 0; s * QT_BM_I_NR < nc; s++) {
+                float *o = c + ir * ldc + jc + s * QT_BM_I_NR;
+                const int64_t nr = nc - s * QT_BM_I_NR;
+                const qt_bf16 *ap = a + ir * sai;
+                const uint32_t *bp = qt_bm.ib + s * nq * QT_BM_I_NR;
+#define QT_BM_CASE(h) case h: qt_bm_c_tile(o, ldc, nr, ap, sai, bp, nseg, L, nb, sl, plus, h); break;
+                switch (mr) {
+                QT_BM_CASE(1) QT_BM_CASE(2) QT_BM_CASE(3) QT_BM_CASE(4) QT_BM_CASE(5)
+                QT_BM_CASE(6) QT_BM_CASE(7) QT_BM_CASE(8) QT_BM_CASE(9) QT_BM_CASE(10)
+                QT_BM_CASE(11)
+                default: qt_bm_c_tile(o, ldc, nr, ap, sai, bp, nseg, L, nb, sl, plus, 12); break;
+                }
+#undef QT_BM_CASE
+            }
+        }
+    }
+    return 0;
+}
+#else
+int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const qt_bf16 *a, int64_t sai,
+                          const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I, int64_t J,
+                          int64_t nseg, int64_t nb, int64_t sl, int plus)
+{
+    (void)c, (void)ldc, (void)a, (void)sai, (void)b, (void)sbp, (void)sbj, (void)I, (void)J;
+    (void)nseg, (void)nb, (void)sl, (void)plus;
+    return -1;
 }
 #endif
 
@@ -578,7 +754,8 @@ __attribute__((noinline)) static void qt_bm_w_block(int first, int64_t mc, int64
  * contraction when it fits wb (else per row block and contraction block); row blocks of MC
  * rows (a multiple of MR), contraction blocks of KQ pairs with A widened per block. Reads a,
  * b (and c for the add); writes c. */
-static void qt_bm_wide(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t sai,
+static void qt_bm_wide(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                       const qt_bf16 *a, int64_t sai,
                        int64_t sap, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
                        int64_t J, int64_t P)
 {
@@ -604,27 +781,27 @@ static void qt_bm_wide(float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t
                 qt_bm_w_block(qc == 0, mc, nc, kq, rows, bp, bps);
                 _mm_setcsr(csr);
             }
-            qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, mc, nc);
+            qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, cy, mc, nc);
         }
     }
 }
 #endif
 
 /* ------------------------------------------------------------------ dispatch */
-static int qt_bm_run(int path, float *c, int64_t ldc, int fin, const qt_bf16 *a, int64_t sai,
-                     int64_t sap, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
-                     int64_t J, int64_t P)
+static int qt_bm_run(int path, float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                     const qt_bf16 *a, int64_t sai, int64_t sap, const qt_bf16 *b, int64_t sbp,
+                     int64_t sbj, int64_t I, int64_t J, int64_t P)
 {
     switch (path) {
-    case QT_BF16_PATH_REF: qt_bm_ref(c, ldc, fin, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
+    case QT_BF16_PATH_REF: qt_bm_ref(c, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
 #ifdef QT_BM_EMUL
-    case QT_BF16_PATH_EMUL: qt_bm_emul(c, ldc, fin, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
+    case QT_BF16_PATH_EMUL: qt_bm_emul(c, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
 #endif
 #ifdef QT_BM_INSN
-    case QT_BF16_PATH_INSN: qt_bm_insn(c, ldc, fin, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
+    case QT_BF16_PATH_INSN: qt_bm_insn(c, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
 #endif
 #ifdef QT_BM_WIDE
-    case QT_BF16_PATH_WIDE: qt_bm_wide(c, ldc, fin, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
+    case QT_BF16_PATH_WIDE: qt_bm_wide(c, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
 #endif
     default: return -1;
     }
@@ -634,21 +811,45 @@ static int qt_bm_run(int path, float *c, int64_t ldc, int fin, const qt_bf16 *a,
 int qt_bf16_matmul_fwd_on(int path, float *y, const qt_bf16 *x, const qt_bf16 *w, int64_t M,
                           int64_t N, int64_t K)
 {
-    return qt_bm_run(path, y, N, QT_BM_FIN_WRITE, x, K, 1, w, 1, K, M, N, K);
+    return qt_bm_run(path, y, N, QT_BM_FIN_WRITE, 0, x, K, 1, w, 1, K, M, N, K);
 }
 
 /* bwd_data: C = dx[M,K], A(m,n) = dy[m*N + n], B(n,k) = w[n*K + k]. */
 int qt_bf16_matmul_bwd_data_on(int path, float *dx, const qt_bf16 *dy, const qt_bf16 *w,
                                int64_t M, int64_t N, int64_t K)
 {
-    return qt_bm_run(path, dx, K, QT_BM_FIN_ADD, dy, N, 1, w, K, 1, M, K, N);
+    return qt_bm_run(path, dx, K, QT_BM_FIN_ADD, 0, dy, N, 1, w, K, 1, M, K, N);
 }
 
 /* wgrad: C = dw[N,K], A(n,m) = dy[m*N + n], B(m,k) = x[m*K + k]. */
 int qt_bf16_matmul_wgrad_on(int path, float *dw, const qt_bf16 *dy, const qt_bf16 *x,
                             int64_t M, int64_t N, int64_t K)
 {
-    return qt_bm_run(path, dw, K, QT_BM_FIN_ZADD, dy, 1, N, x, K, 1, N, K, M);
+    return qt_bm_run(path, dw, K, QT_BM_FIN_ZADD, 0, dy, 1, N, x, K, 1, N, K, M);
+}
+
+/* Carries of weights of 2^19 floats (2 MiB) or more are streamed (qt_bm_v_finish), as
+ * matmul.c's QT_MM_CARRY_STREAM. */
+#define QT_BM_CARRY_STREAM (1 << 19)
+
+/* wgrad with the carry: C = cy->dst (partial chains wait in qt_bm.part, not in dst).
+ * stream: -1 decide by the weight's size N*K, else as given (a slice of a larger weight). */
+int qt_bf16_matmul_wgrad_carry_s_on(int path, const qt_leaf_carry *cy, const qt_bf16 *dy,
+                                    const qt_bf16 *x, int64_t M, int64_t N, int64_t K,
+                                    int stream)
+{
+    if (!cy || cy->n < 1 || cy->n > QT_LEAF_CARRY_MAX) return -1;
+#if defined(QT_BM_INSN) || defined(QT_BM_WIDE) || defined(QT_BM_EMUL)
+    qt_bm.carry_stream = stream < 0 ? N * K >= QT_BM_CARRY_STREAM : stream != 0;
+#else
+    (void)stream;
+#endif
+    const int rc = qt_bm_run(path, cy->dst, K, QT_BM_FIN_CARRY, cy, dy, 1, N, x, K, 1, N, K, M);
+#if defined(QT_BM_INSN) || defined(QT_BM_WIDE)
+    if (qt_bm.carry_stream) _mm_sfence(); /* the streamed stores before what follows */
+    qt_bm.carry_stream = 0;
+#endif
+    return rc;
 }
 
 static struct {
@@ -688,5 +889,22 @@ void qt_bf16_matmul_wgrad(float *dw, const qt_bf16 *dy, const qt_bf16 *x, int64_
                           int64_t N, int64_t K)
 {
     qt_bf16_matmul_wgrad_on(qt_bf16_mm_path(), dw, dy, x, M, N, K);
+}
+
+int qt_bf16_matmul_wgrad_carry_on(int path, const qt_leaf_carry *cy, const qt_bf16 *dy,
+                                  const qt_bf16 *x, int64_t M, int64_t N, int64_t K)
+{
+    return qt_bf16_matmul_wgrad_carry_s_on(path, cy, dy, x, M, N, K, -1);
+}
+
+int qt_bf16_matmul_wgrad_carry_stream(int64_t numel)
+{
+    return numel >= QT_BM_CARRY_STREAM;
+}
+
+int qt_bf16_matmul_wgrad_carry(const qt_leaf_carry *cy, const qt_bf16 *dy, const qt_bf16 *x,
+                               int64_t M, int64_t N, int64_t K)
+{
+    return qt_bf16_matmul_wgrad_carry_on(qt_bf16_mm_path(), cy, dy, x, M, N, K) == 0;
 }
 #endif

@@ -34,6 +34,7 @@
 
 #include <stdint.h>
 #include "bf16.h"
+#include "qt_leaf_carry.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,6 +67,38 @@ int qt_bf16_matmul_bwd_data_on(int path, float *dx, const qt_bf16 *dy, const qt_
                                int64_t M, int64_t N, int64_t K);
 int qt_bf16_matmul_wgrad_on(int path, float *dw, const qt_bf16 *dy, const qt_bf16 *x,
                             int64_t M, int64_t N, int64_t K);
+
+/* The weight gradient with the leaf-tree carry of qt_leaf_carry.h in its finish: instead of
+ * the leaf dw = (+0) + chain (NaN 0x7fc00000), cy->dst[e] = add[n-1][e] + (... + (add[0][e] +
+ * leaf[e])), the additions of qt_tree_push on the stored leaf in its order: the same bits in
+ * the same level, the leaf never stored. cy covers [N, K] row-major; dst may overlap no
+ * addend. Every path carries (the vector paths in the tile finish, after a row block's last
+ * contraction block; carries of 2^19 floats or more stored non-temporally, then fenced).
+ * qt_bf16_matmul_wgrad_carry: on qt_bf16_mm_path(); 1 when applied, 0 (nothing written)
+ * for a carry without addends or over QT_LEAF_CARRY_MAX. _on: 0, or -1 (nothing written)
+ * for such a carry or a path this build lacks. */
+int qt_bf16_matmul_wgrad_carry(const qt_leaf_carry *cy, const qt_bf16 *dy, const qt_bf16 *x,
+                               int64_t M, int64_t N, int64_t K);
+int qt_bf16_matmul_wgrad_carry_on(int path, const qt_leaf_carry *cy, const qt_bf16 *dy,
+                                  const qt_bf16 *x, int64_t M, int64_t N, int64_t K);
+/* The same for a slice of a larger weight (the expert FFN's experts): stream 1 / 0 stores the
+ * carry non-temporally or not whatever N*K (-1: by N*K); qt_bf16_matmul_wgrad_carry_stream
+ * says whether a weight of numel floats streams (2^19 or more). Same values either way. */
+int qt_bf16_matmul_wgrad_carry_s_on(int path, const qt_leaf_carry *cy, const qt_bf16 *dy,
+                                    const qt_bf16 *x, int64_t M, int64_t N, int64_t K,
+                                    int stream);
+int qt_bf16_matmul_wgrad_carry_stream(int64_t numel);
+
+/* The canonical blocked contraction of bf16_matmul_canon.h fused on the instruction path
+ * (its implementation; not a public entry): C[I,J] (row stride ldc) = the pairwise tree over
+ * nb blocks of the block chains of A(i,p) = a[i*sai + p] and B(p,j) = b[p*sbp + j*sbj], the
+ * contraction nseg segments of nb slices of sl; plus: block partials (+0) + chain (the data
+ * gradient's). The copying path's bits. Returns 0, or -1 (nothing written) when the build
+ * lacks the instruction or the shape is not handled (sl odd, nb not a power of two up to 64,
+ * a contraction over 2^14 pairs). */
+int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const qt_bf16 *a, int64_t sai,
+                          const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I, int64_t J,
+                          int64_t nseg, int64_t nb, int64_t sl, int plus);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,9 @@ int qt_bf16_matmul_canon_fwd_on(int path, float *out, const qt_bf16 *x, const qt
     if (!qt_bf16_path_built(path)) return -1;
     if (nb <= 1) return qt_bf16_matmul_fwd_on(path, out, x, w, M, N, K);
     const int64_t L = K / nseg, sl = L / nb, kb = nseg * sl;
+    if (path == QT_BF16_PATH_INSN && qt_bf16_mm_canon_insn(out, N, x, K, w, 1, K, M, N, nseg, nb,
+                                                           sl, 0) == 0)
+        return 0; /* fused: the same bits, no packed copies, partials or tree pass */
     float *part = scratch;
     qt_bf16 *xb = (qt_bf16 *)(void *)(scratch + nb * M * N);
     qt_bf16 *wb = xb + M * kb;
@@ -58,6 +61,9 @@ int qt_bf16_matmul_canon_bwd_data_on(int path, float *out, const qt_bf16 *dy,
         return qt_bf16_matmul_bwd_data_on(path, out, dy, w, M, N, K);
     }
     const int64_t L = N / nseg, sl = L / nb, nbk = nseg * sl;
+    if (path == QT_BF16_PATH_INSN && qt_bf16_mm_canon_insn(out, K, dy, N, w, K, 1, M, K, nseg,
+                                                           nb, sl, 1) == 0)
+        return 0; /* fused: the same bits */
     float *part = scratch;
     qt_bf16 *dyb = (qt_bf16 *)(void *)(scratch + nb * M * K);
     qt_bf16 *wb = dyb + M * nbk;

@@ -16,7 +16,9 @@
  * qt_bf16_matmul_bwd_data into +0); a tensor-parallel rank t of P holding blocks
  * [t*nb/P, (t+1)*nb/P) of every segment computes its subtree with nb/P, and the P subtrees
  * added pairwise give the nb result bit for bit; the path (reference / emulation /
- * instruction) never changes a bit. nb is a power of two dividing L.
+ * instruction) never changes a bit. nb is a power of two dividing L. On the instruction path
+ * an even slice runs fused (bf16_matmul.h qt_bf16_mm_canon_insn: no packed copies, partials
+ * or tree pass; the scratch is not touched), with these bits.
  * Scratch: QT_CANON_FWD_SCRATCH / QT_CANON_BWD_SCRATCH floats of matmul_canon.h: nb*M*N
  * (nb*M*K) fp32 partials, then the bf16 packs of the block's operands, which take half the
  * room the macro reserves for fp32 packs. Float build only; not thread-safe (bf16_matmul.h).

@@ -119,13 +119,21 @@ void qt_op16_matmul_bwd_data(const qt_op *op, const qt_ctx *ctx)
     }
 }
 
-/* MATMUL_WGRAD: the sequence's fp32 leaf from bf16 dy and x (bf16_matmul.h wgrad chain). */
+/* MATMUL_WGRAD: the sequence's fp32 leaf from bf16 dy and x (bf16_matmul.h wgrad chain), or,
+ * when ctx->wgrad_epi offers slot 0 a leaf-tree carry, that carry stored in the kernel's
+ * finish instead (dw[0] untouched, done[0] set; qt_leaf_carry.h), as the fp32 wrapper. */
 void qt_op16_matmul_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     const int64_t N = QT_A(op, MATMUL_WGRAD, N), K = QT_A(op, MATMUL_WGRAD, K),
                   rps = QT_A(op, MATMUL_WGRAD, seq_rows);
-    qt_bf16_matmul_wgrad(dw[0], qt_b16(ctx, QT_T(op, MATMUL_WGRAD, dy)) + seq * rps * N,
-                         qt_b16(ctx, QT_T(op, MATMUL_WGRAD, x)) + seq * rps * K, rps, N, K);
+    const qt_bf16 *dy = qt_b16(ctx, QT_T(op, MATMUL_WGRAD, dy)) + seq * rps * N,
+                  *x = qt_b16(ctx, QT_T(op, MATMUL_WGRAD, x)) + seq * rps * K;
+    qt_wgrad_epi *epi = ctx->wgrad_epi;
+    if (epi && epi->carry[0] && qt_bf16_matmul_wgrad_carry(epi->carry[0], dy, x, rps, N, K)) {
+        epi->done[0] = 1;
+        return;
+    }
+    qt_bf16_matmul_wgrad(dw[0], dy, x, rps, N, K);
 }
 
 /* EXPERT_FFN_FWD: gu and h rounded inside the kernel (matmul operands); y fp32 from the
@@ -168,19 +176,31 @@ void qt_op16_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_op_store_b16(ctx, dxid, dx, T * d);
 }
 
-/* EXPERT_FFN_WGRAD: the sequence's fp32 leaves of W_gu and W_down, written whole; the rows
- * of the sequence as the fp32 wrapper finds them (an expert host's packed rows via seg). */
+/* EXPERT_FFN_WGRAD: the sequence's fp32 leaves of W_gu and W_down, written whole, or, when
+ * ctx->wgrad_epi offers both slots a leaf-tree carry, those carries stored in the kernel's
+ * finish (done[0], done[1] set; qt_leaf_carry.h); the rows of the sequence as the fp32
+ * wrapper finds them (an expert host's packed rows via seg). */
 void qt_op16_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     int64_t t0, S, k;
     qt_op_expert_wgrad_rows(op, ctx, seq, &t0, &S, &k);
-    const int64_t d = QT_A(op, EXPERT_FFN_WGRAD, d), f = QT_A(op, EXPERT_FFN_WGRAD, f);
+    const int64_t d = QT_A(op, EXPERT_FFN_WGRAD, d), f = QT_A(op, EXPERT_FFN_WGRAD, f),
+                  E = QT_A(op, EXPERT_FFN_WGRAD, E);
     const int32_t sid = QT_T(op, EXPERT_FFN_WGRAD, scratch), gid = QT_T(op, EXPERT_FFN_WGRAD, dgu);
-    qt_bf16_expert_ffn_wgrad(dw[0], dw[1], qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, dy)) + t0 * k * d,
-                             qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, x)) + t0 * d,
-                             qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, idx)) + t0 * k,
-                             qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, gu)) + t0 * k * 2 * f,
-                             gid != QT_NONE ? qt_b16(ctx, gid) + t0 * k * 2 * f : 0,
-                             qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, w_down)), qt_f32(ctx, sid), S,
-                             k, QT_A(op, EXPERT_FFN_WGRAD, E), d, f, ctx->plan->tensors[sid].numel);
+    const qt_bf16 *dy = qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, dy)) + t0 * k * d,
+                  *x = qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, x)) + t0 * d,
+                  *gu = qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, gu)) + t0 * k * 2 * f,
+                  *dgu = gid != QT_NONE ? qt_b16(ctx, gid) + t0 * k * 2 * f : 0,
+                  *wd = qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, w_down));
+    const int32_t *idx = qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, idx)) + t0 * k;
+    float *scratch = qt_f32(ctx, sid);
+    const int64_t sn = ctx->plan->tensors[sid].numel;
+    qt_wgrad_epi *epi = ctx->wgrad_epi;
+    if (epi && epi->carry[0] && epi->carry[1] &&
+        qt_bf16_expert_ffn_wgrad_carry(epi->carry[0], epi->carry[1], dy, x, idx, gu, dgu, wd,
+                                       scratch, S, k, E, d, f, sn)) {
+        epi->done[0] = epi->done[1] = 1;
+        return;
+    }
+    qt_bf16_expert_ffn_wgrad(dw[0], dw[1], dy, x, idx, gu, dgu, wd, scratch, S, k, E, d, f, sn);
 }

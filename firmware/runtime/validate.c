@@ -1,6 +1,7 @@
 /* validate.c - the plan's start-up validation (qt_validate.h): everything the runtime checks
  * before it touches the arena, so a stale, hand-edited or foreign plan is refused with a
- * message instead of failing inside a step: the rank count and this rank's id, the plan
+ * message instead of failing inside a step: no pipeline stages (their execution is not
+ * built yet: issue 36), the rank count and this rank's id, the plan
  * hash, the batch, the io tensors, the flat regions and ranges, the parameters, and the
  * step schedule (every op a STEP kind fitting the plan through its registry check hook,
  * one normalisation and one update, scanned blocks that unroll to the logical schedule,
@@ -358,9 +359,21 @@ static int qt_validate_step(const qt_plan *p)
     return QT_OK;
 }
 
+int qt_validate_pipeline(const qt_plan *p)
+{
+    if (p->pipeline_stages <= 1) return QT_OK;
+    return qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages (ici_pipeline_parallelism x "
+                   "dcn_pipeline_parallelism): pipeline execution is not built yet, so this "
+                   "plan is for ahead-of-time planning only (its plan.txt gives the "
+                   "layer-to-stage map, the schedules, the bubble and each stage's memory; "
+                   "docs/pipeline.md); generate the run with pipeline parallelism 1 to train",
+                   p->run_name, p->pipeline_stages);
+}
+
 int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_entry *table)
 {
     qt_val.table = table;
+    if (qt_validate_pipeline(p) != QT_OK) return QT_E_PLAN;
     int32_t ranks = o->n_ranks > 0 ? o->n_ranks : 1;
     if (ranks != p->n_ranks) {
         return qt_fail(QT_E_PLAN,

@@ -739,14 +739,18 @@ static void qt_kb_ffn16_bwd(void *p)
 static void qt_kb_ffn16_wgrad(void *p)
 {
     qt_kb_ffn *a = p;
-    qt_bf16_expert_ffn_wgrad(a->dwgu, a->dwd, a->dy16, a->x16, a->idx, a->gu16, a->dgu16,
-                             a->wd16, a->scratch, a->T, a->k, a->E, a->d, a->f, a->wscr_n);
+    const int64_t k = a->k, d = a->d, f = a->f;
+    for (int64_t t0 = 0; t0 < a->T; t0 += a->S) /* per sequence, as the plan's WGRAD op */
+        qt_bf16_expert_ffn_wgrad(a->dwgu, a->dwd, a->dy16 + t0 * k * d, a->x16 + t0 * d,
+                                 a->idx + t0 * k, a->gu16 + t0 * k * 2 * f,
+                                 a->dgu16 + t0 * k * 2 * f, a->wd16, a->scratch, a->S, k, a->E,
+                                 d, f, a->wscr_n);
 }
 
 /* bf16 rows of the expert FFN: operands rounded from the fp32 ones, % of the peak of the
  * bf16 matmuls' instruction (qt_kb_bf16_path_peak);
  * bytes counted at 2 per bf16 element. */
-static void qt_kb_expert_ffn16(qt_kb_ffn *a, double fl)
+static void qt_kb_expert_ffn16(qt_kb_ffn *a, double fl, const char *shape)
 {
     const int64_t rows = a->T * a->k, d = a->d, f = a->f;
     qt_bf16 **bufs[6] = {&a->gu16, &a->x16, &a->wgu16, &a->wd16, &a->dgu16, &a->dy16};
@@ -759,7 +763,6 @@ static void qt_kb_expert_ffn16(qt_kb_ffn *a, double fl)
     }
     const double wb = 2.0 * (double)(a->E * 3 * f * d), xb = 2.0 * (double)(a->T * d),
                  rb = 2.0 * (double)(rows * d), gb = 2.0 * (double)(rows * 2 * f);
-    const char *shape = "T4096 k10 E16 2048/512";
     qt_kb_peak_row = qt_kb_bf16_path_peak();
     qt_kb_row("bf16 expert FFN", shape, "fwd", fl, xb + wb + 2 * rb + gb,
               qt_kb_run(qt_kb_ffn16_fwd, a), "-");
@@ -773,8 +776,8 @@ static void qt_kb_expert_ffn16(qt_kb_ffn *a, double fl)
 
 /* One shape of the expert FFN: T tokens in sequences of S (the wgrad runs per sequence,
  * as the plan's WGRAD op), top-k of E experts, hidden d, expert width f; wscr_n the plan's
- * wgrad scratch. slice != 0: the 80B slice's rows (and its bf16 rows), else the bench
- * model's (configgen/configs/runs/bench.yml; generated/bench/plan.txt). */
+ * wgrad scratch. slice != 0: the 80B slice's rows, else the bench model's (each with its bf16
+ * rows) (configgen/configs/runs/bench.yml; generated/bench/plan.txt). */
 static void qt_kb_expert_ffn_shape(int64_t T, int64_t S, int64_t k, int64_t E, int64_t d,
                                    int64_t f, int64_t wscr_n, int slice)
 {
@@ -839,7 +842,7 @@ static void qt_kb_expert_ffn_shape(int64_t T, int64_t S, int64_t k, int64_t E, i
     qt_kb_row("expert FFN", shape, "wgrad", fl, rb + xb + 2 * gb + nseq * wb,
               qt_kb_run(qt_kb_ffn_wgrad, &a), ">=60%");
 #ifdef QT_KB_HAVE_BF16
-    if (slice) qt_kb_expert_ffn16(&a, fl);
+    qt_kb_expert_ffn16(&a, fl, shape);
 #endif
     free(a.scratch), free(a.y), free(a.gu), free(a.x), free(a.wgu), free(a.wd), free(a.dx);
     free(a.dgu), free(a.dy), free(a.dwgu), free(a.dwd), free(a.idx);

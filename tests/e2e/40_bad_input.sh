@@ -270,6 +270,41 @@ check "configgen: a run file that is /dev/zero is refused at once, not read fore
   expect_fail "/dev/zero: is a character device, not a regular file" timeout 20 build/configgen/configgen -o $B/gen /dev/zero
 check "configgen: a run file that is a directory says so" \
   expect_fail "$B: is a directory; expected a config file" build/configgen/configgen -o $B/gen $B
+# pipeline parallelism (issue 36, config/pipeline.c): each rule's message names both keys,
+# their values and where they were set; nothing is written
+PP="build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml num_ranks=2 ici_pipeline_parallelism=2"
+check "configgen: pipeline layers that do not divide (stages x layers per stage) name both keys" \
+  expect_fail "num_layers_per_pipeline_stage=3 (command line): 2 stages x 3 layers per stage = 6 do not divide the 4 pipeline layers (base_num_decoder_layers=4 (configgen/configs/models/qwen3-next-tiny.yml:5); ici_pipeline_parallelism=2 (command line))" \
+  $PP num_layers_per_pipeline_stage=3
+check "configgen: pipeline microbatches not a multiple of the stages name both keys" \
+  expect_fail "num_pipeline_microbatches=3 (command line): 3 microbatches are not a multiple of the 2 stages (ici_pipeline_parallelism=2 (command line))" \
+  $PP num_pipeline_microbatches=3
+check "configgen: pipeline microbatches that do not divide the batch name both keys" \
+  expect_fail "num_pipeline_microbatches=8 (command line): 8 microbatches do not divide the batch group's 4 sequences per accumulation step (per_device_batch_size x tensor x context x 2 stages; per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4); ici_pipeline_parallelism=2 (command line))" \
+  $PP num_pipeline_microbatches=8
+check "configgen: an unknown pipeline_schedule" \
+  expect_fail "pipeline_schedule=zigzag (command line): unknown schedule; expected gpipe (MaxText's, with circular repeats) or 1f1b" \
+  $PP pipeline_schedule=zigzag
+check "configgen: pipeline repeats inconsistent with stages x layers per stage name the keys" \
+  expect_fail "num_pipeline_repeats=3 (command line): 2 stages (ici_pipeline_parallelism=2 (command line)) x 3 repeats x 1 layers per stage (num_layers_per_pipeline_stage=1 (configgen/configs/base.yml:" \
+  $PP num_pipeline_repeats=3
+check "configgen: 1f1b with circular repeats names the repeats" \
+  expect_fail "pipeline_schedule=1f1b (command line): 1f1b is Megatron's non-interleaved schedule and each stage here holds 2 repeats (num_pipeline_repeats=-1 (configgen/configs/base.yml:" \
+  $PP pipeline_schedule=1f1b
+check "configgen: a pipeline schedule over the budget names the schedule and the microbatches" \
+  expect_fail "(pipeline stage 0 of 2 under pipeline_schedule=gpipe with num_pipeline_microbatches=2: 2 microbatches in flight; 1f1b needs one repeat)" \
+  $PP device_memory_gib=0.001
+# a pipeline plan is generated (plan.txt: ahead of time), but qtrain refuses to run it, on one
+# rank or on its 2, before it maps the arena or reads the data
+pp_refused() {
+  local d=$QT_TMP/pp; rm -rf $d; mkdir -p $d
+  local msg="plan pp-next-pp2 has 2 pipeline stages (ici_pipeline_parallelism x dcn_pipeline_parallelism): pipeline execution is not built yet"
+  expect_fail "$msg" build/pp-next-pp2/qtrain steps=1 data=$T save=$d/ck || return 1
+  timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$T save=$d/ck > /dev/null 2> $d/err.txt && { echo "mpiexec -n 2: accepted"; return 1; }
+  [ "$(grep -c -F "$msg" $d/err.txt)" -ge 1 ] || { cat $d/err.txt; return 1; }
+  [ -z "$(ls -A $d | grep -v err.txt)" ] || { echo "files written:"; ls -A $d; return 1; }
+}
+check "qtrain: a pipeline plan is refused at start-up (execution not built yet), on 1 and 2 ranks, nothing written" pp_refused
 no_output_on_error() { ! [ -e $B/gen ] || ! ls -A $B/gen | grep -q .; }
 check "configgen: a failed generation writes nothing" no_output_on_error
 

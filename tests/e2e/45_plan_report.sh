@@ -118,3 +118,24 @@ report_flops() {
       generated/mtp-keep-next-1r/plan.txt
 }
 check "plan.txt: model FLOPs per token, step and rank (bench 180.4 MFLOP = bench_flops.sh; every figure recomputed from the config) and the MTP head's lines" report_flops
+# Pipeline plans (issue 36, docs/pipeline.md), both decoders: plan.txt's pipeline section has
+# MaxText's layer-to-stage map with every layer's kind, the bubble, the gpipe table (circular:
+# microbatch and repeat per stage and iteration) or the 1f1b order, each stage's memory under
+# both schedules and the point-to-point bytes; the mesh and data lines are a stage's.
+report_pipeline() {
+  local a=generated/pp-next-pp2/plan.txt b=generated/pp-35-pp2-1f1b/plan.txt
+  grep -qx '  stages S 2 (ici_pipeline_parallelism), repeats R 2, layers per stage and repeat Lps 1, microbatches M 4 per accumulation step (B = 4 sequences per batch group, 1 each), schedule gpipe' $a &&
+    grep -qx '    stage 0: 2 layers (GDN 2, full attention 0), the embedding: 0G | 2G' $a &&
+    grep -qx '    stage 1: 2 layers (GDN 1, full attention 1), the head and loss: 1G | 3F' $a &&
+    grep -qF '  bubble: (S-1)/(R*M+S-1) = 1/9 = 0.1111 (11.1% of each pipeline flush idle)' $a &&
+    grep -qx '    t   8:         -     m3/r1' $a &&
+    grep -qF '  1f1b: not planned with R = 2 repeats' $a &&
+    grep -qF '  point-to-point: one boundary message = 16 rows x 32 hidden x 4 bytes' $a &&
+    grep -qx '    stage 1: 2 layers (GDN 1, full attention 1), the head and loss: 2G 3F' $b &&
+    grep -qx '    stage 0 (warm-up 1): F0 F1 B0 B1' $b &&
+    grep -qx '    stage 1 (warm-up 0): F0 B0 F1 B1' $b &&
+    grep -qF '  bubble: (S-1)/(R*M+S-1) = 1/3 = 0.3333 (33.3% of each pipeline flush idle); 1f1b the same' $b &&
+    grep -qE '^    stage [01]: arena [0-9]+, saved per microbatch [0-9.]+; gpipe [0-9]+; 1f1b [0-9]+ <- these tables' $b &&
+    ! grep -q '== pipeline ==' generated/test-next-tiny/plan.txt generated/default/plan.txt
+}
+check "plan.txt: a pipeline plan gives the layer-to-stage map with kinds, bubble, gpipe / 1f1b tables, memory per stage (both decoders)" report_pipeline

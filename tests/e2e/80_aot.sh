@@ -132,6 +132,34 @@ check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, explicit: fits 95 GiB and co
   aot_case aot-397b-v5p512 fits
 check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compiles" \
   aot_case aot-397b-v5p512-auto fits
+# Pipeline parallelism (issue 36, docs/pipeline.md): the 397B on v5p-512 with pipeline 4 x
+# fsdp 8 x expert 8 (the 256 devices), 15 layers per stage (one repeat, so both schedules
+# apply), M = 4 microbatches of one sequence. configgen plans every stage with its own layers
+# (and, an upper bound, the embedding and the head) and keeps the heaviest; per rank of stage
+# 0 (MiB): 82842 arena of one microbatch (5998 parameter blocks, 11995 Adam, 47826 gradient
+# tree, 13614 activations with the per-layer gather windows, 3072 leaf scratch, 320 staging)
+# + 3 x 240 saved activations of the other microbatches in flight (remat full: each layer's
+# input) + 64 receive buffers = 83626 (86.0%) under gpipe; 1f1b holds min(S - s, M): the
+# same on stage 0, less on the others. Bubble 3/7. The circular form (1 layer per stage and
+# repeat, R = 15) has the bubble 3/63 and puts every full-attention layer on stage 3
+# (layers 3, 7, ..., 59: the hybrid cycle of 4 over 4 stages), 81616 MiB. The plan compiles;
+# qtrain would refuse to run it (40_bad_input.sh).
+pp_aot() {
+  aot_case aot-397b-v5p512-pp4 fits || return 1
+  local p=$AOT_OUT/aot-397b-v5p512-pp4/aot-397b-v5p512-pp4/plan.txt
+  grep -F "  verdict (budget 97280 MiB): gpipe fits (83626 MiB, 86.0%), 1f1b fits (83626 MiB, 86.0%); the plan's schedule is gpipe" "$p" &&
+    grep -F "  bubble: (S-1)/(R*M+S-1) = 3/7 = 0.4286 (42.9% of each pipeline flush idle)" "$p" &&
+    grep -F "    stage 1: 15 layers (GDN 11, full attention 4): 15F 16G 17G 18G 19F" "$p" &&
+    grep -F "arena per rank fits: 83626 MiB of 97280 MiB (86.0%, compile_topology v5p-512; pipeline 4 stages, gpipe, stage 0 the largest)" "$AOT_OUT/aot-397b-v5p512-pp4/log" \
+    || { echo "plan.txt lacks the verdict, bubble or map above"; return 1; }
+  aot_case aot-397b-v5p512-pp4 fits aot-397b-pp4-circ num_layers_per_pipeline_stage=1 run_name=aot-397b-pp4-circ || return 1
+  p=$AOT_OUT/aot-397b-pp4-circ/aot-397b-pp4-circ/plan.txt
+  grep -F "  verdict (budget 97280 MiB): gpipe fits (81616 MiB, 83.9%), 1f1b n/a (needs one repeat)" "$p" &&
+    grep -F "  bubble: (S-1)/(R*M+S-1) = 3/63 = 0.0476" "$p" &&
+    grep -F "    stage 3: 15 layers (GDN 0, full attention 15), the head and loss: 3F | 7F" "$p" \
+    || { echo "the circular plan.txt lacks the verdict, bubble or map above"; return 1; }
+}
+check "aot: qwen3.5-397b-a17b v5p-512 pipeline 4 x FSDP 8 x EP 8: fits under gpipe and 1f1b, bubble 3/7 (circular 3/63), compiles" pp_aot
 # qwen3.5-35b-a3b on EP 256 (2 experts per rank), remat full, per-layer reduction: 9820
 # compute copy + 17976 gradient tree (9 leaf levels: the 256 sequences an expert host sees)
 # + 9038 activations (30869 before issue 21: the expert FFN's dropless scratch, now chunks

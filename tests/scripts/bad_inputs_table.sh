@@ -23,7 +23,8 @@ T=tests/golden/e2e/test-next-tiny/tokens.npy
 CG=build/configgen/configgen
 for f in $Q build/test-next-tiny/qtrain-static build/bench/qtrain build/mesh-next-dp2/qtrain \
          build/mtp-next-1r/qtrain build/mtp-keep-next-1r/qtrain \
-         build/mesh-next-dp4/qtrain build/ctx-next-cp2/qtrain $CG build/tools/qtrain-data; do
+         build/mesh-next-dp4/qtrain build/ctx-next-cp2/qtrain build/pp-next-pp2/qtrain $CG \
+         build/tools/qtrain-data; do
   [ -x $f ] || { echo "bad_inputs_table.sh: $f missing; run make all first" >&2; exit 1; }
 done
 
@@ -284,6 +285,15 @@ rm -rf $W/gen/test-next-tiny
 row "configgen" "configgen test-next-tiny.yml per_device_batch_size=1e8" "$EC" cg $RUN per_device_batch_size=1e8
 row "configgen" "configgen test-next-tiny.yml ici_fsdp_parallelism=2" "$EC" cg $RUN ici_fsdp_parallelism=2
 row "configgen" "configgen test-next-tiny.yml device_memory_gib=1e-30" "$EC" cg $RUN device_memory_gib=1e-30
+PP="num_ranks=2 ici_pipeline_parallelism=2"
+row "configgen" "configgen test-next-tiny.yml $PP num_layers_per_pipeline_stage=3" "$E40: configgen: pipeline layers that do not divide" cg $RUN $PP num_layers_per_pipeline_stage=3
+row "configgen" "configgen test-next-tiny.yml $PP num_pipeline_microbatches=3" "$E40: configgen: pipeline microbatches not a multiple of the stages" cg $RUN $PP num_pipeline_microbatches=3
+row "configgen" "configgen test-next-tiny.yml $PP num_pipeline_microbatches=8" "$E40: configgen: pipeline microbatches that do not divide the batch" cg $RUN $PP num_pipeline_microbatches=8
+row "configgen" "configgen test-next-tiny.yml $PP pipeline_schedule=zigzag" "$E40: configgen: an unknown pipeline_schedule" cg $RUN $PP pipeline_schedule=zigzag
+row "configgen" "configgen test-next-tiny.yml $PP num_pipeline_repeats=3" "$E40: configgen: pipeline repeats inconsistent" cg $RUN $PP num_pipeline_repeats=3
+row "configgen" "configgen test-next-tiny.yml $PP pipeline_schedule=1f1b" "$E40: configgen: 1f1b with circular repeats" cg $RUN $PP pipeline_schedule=1f1b
+row "configgen" "configgen test-next-tiny.yml $PP device_memory_gib=0.001" "$E40: configgen: a pipeline schedule over the budget" cg $RUN $PP device_memory_gib=0.001
+row "qtrain" "qtrain of pp-next-pp2 (a pipeline plan, 2 stages)" "$E40: qtrain: a pipeline plan is refused at start-up" build/pp-next-pp2/qtrain steps=1 data=$T
 row "configgen" "configgen --diff $W/nope.yml test-next-tiny.yml" "e2e \`45_plan_report.sh\`: configgen --diff: a missing file" $CG --diff $W/nope.yml $RUN
 
 # ---- qtrain-data (the tokenizer tool; a tiny tokenizer.json, tests/tokenizer/tiny_tokenizer.py)

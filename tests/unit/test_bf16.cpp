@@ -13,8 +13,14 @@
 //      every blocking boundary, on ordinary and on special inputs (denormals, infinities,
 //      NaNs); and the reference against float64 within the rigorous bound of a chain of P
 //      fp32 additions of exact products: |err| <= (P + 2) 2^-24 (sum |a b| + |dx|).
-// A mutated reference (pairs in the other order, or no flushing) fails (a): the mutation
-// runs are recorded in docs/precision.md.
+//  (f) the weight gradient with the leaf-tree carry in its finish (qt_bf16_matmul_wgrad_carry,
+//      qt_leaf_carry.h) on every built path against writing the leaf on that path and
+//      pushing it with qt_tree_push, 0 ulp, on the whole level buffer: 1, 2, 3 and 5 addends,
+//      odd shapes, an empty contraction, contractions past the blocking, streamed carries,
+//      NaN and infinite leaves, levels holding infinities, signed zeros and denormals.
+// A mutated reference (pairs in the other order, or no flushing) fails (a); a carry adding
+// its levels in another order fails (f): the mutation runs are recorded in
+// docs/precision.md.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,6 +34,7 @@ extern "C" {
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/bf16_matmul.h"
+#include "runtime/qt_tree.h"
 }
 
 namespace {
@@ -481,4 +488,101 @@ TEST(Bf16, MatmulPairOrder)
         if (qt_bf16_matmul_fwd_on(paths[p], &y, x, w, 1, 1, 4) != 0) continue;
         LONGS_EQUAL(bits(1.0f + 0x1p-22f), bits(y));
     }
+}
+
+namespace {
+
+// A level value: ordinary values about 1, and one in 8 a special one (infinities, +-FLT_MAX
+// whose sums overflow, signed zeros, denormals). No NaN: a NaN leaf or partial sum (the
+// kernels' 0x7fc00000, or x86's default NaN 0xffc00000 from inf - inf) meeting a NaN level
+// of another payload gives the first operand's NaN, and C leaves the order of the operands
+// of a commutative + to the compiler, in qt_tree_push as in the carry (docs/precision.md).
+float level_value(uint64_t *s)
+{
+    static const uint32_t sp[] = {0x7f7fffffu, 0xff7ffffeu, 0x7f800000u, 0xff800000u,
+                                  0x80000000u, 0x00000000u, 0x00000003u, 0x807fffffu};
+    const uint64_t r = xs(s);
+    if (r % 8 == 0) return fbits(sp[(r >> 8) % 8]);
+    return (float)((double)(int64_t)(r >> 11) * 0x1p-52 - 1.0);
+}
+
+} // namespace
+
+// (f): for leaves 1, 3, 7, 31 (1, 2, 3, 5 addends) of a parameter at offset off in levels of
+// random values, every built path's carry equals that path's leaf pushed by qt_tree_push, on
+// the whole buffer (the levels below and above the carry's untouched). Operands ordinary,
+// with specials (NaN leaves meet NaN levels), and tiny (chains ending at -0).
+TEST(Bf16, MatmulWgradCarryEqualsWriteThenPush)
+{
+    struct { int64_t M, N, K, off; } sh[] = {
+        {1, 1, 1, 0}, {2, 3, 1, 1}, {13, 33, 65, 0}, {7, 17, 2, 3}, {0, 4, 5, 0}, {5, 1, 300, 2},
+        {300, 25, 70, 0}, {197, 261, 515, 5}, {513, 12, 33, 16},
+        // weights of 2^19 floats or more: streamed carries (aligned rows, unaligned rows)
+        {6, 512, 1024, 0}, {5, 1031, 520, 3}};
+    const int paths[4] = {QT_BF16_PATH_REF, QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN,
+                          QT_BF16_PATH_WIDE};
+    const char *names[4] = {"reference", "AVX2 emulation", "VDPBF16PS", "AVX-512 wide emulation"};
+    const int64_t leaves[4] = {1, 3, 7, 31};
+    uint64_t s = 0x5ca1ab1e0ddba11ull;
+    long bad = 0, runs = 0;
+    for (int kind = 0; kind < 3; kind++)
+        for (const auto &d : sh) {
+            const int64_t n = d.N * d.K, len = (n + d.off + 15) / 16 * 16, NL = 6;
+            std::vector<qt_bf16> dy = mm_operand((size_t)(d.M * d.N), &s, kind == 1);
+            std::vector<qt_bf16> x = mm_operand((size_t)(d.M * d.K), &s, kind == 1);
+            if (kind == 2) // tiny: products flush, chains end at -0
+                for (auto &v : dy) v = qt_bf16_from_f32(qt_f32_from_bf16(v) * 1e-25f);
+            std::vector<float> init((size_t)(NL * len + 16));
+            for (auto &v : init) v = level_value(&s);
+            for (int pi = 0; pi < 4; pi++)
+                for (int64_t leaf : leaves) {
+                    if (d.N * d.K >= (1 << 19) && (pi == 0 || leaf > 3)) continue; // time
+                    std::vector<float> rbuf(init), fbuf(init), leafv((size_t)n);
+                    // levels 64-byte aligned (as the arena's; the streamed stores use them)
+                    float *ref = rbuf.data() + (16 - ((uintptr_t)rbuf.data() / 4) % 16) % 16;
+                    float *fus = fbuf.data() + (16 - ((uintptr_t)fbuf.data() / 4) % 16) % 16;
+                    float *lr[6], *lf[6];
+                    for (int l = 0; l < NL; l++) lr[l] = ref + l * len, lf[l] = fus + l * len;
+                    // the same (aligned) contents in both
+                    memcpy(ref, init.data(), 4 * (size_t)(NL * len));
+                    memcpy(fus, init.data(), 4 * (size_t)(NL * len));
+                    if (qt_bf16_matmul_wgrad_on(paths[pi], leafv.data(), dy.data(), x.data(), d.M,
+                                                d.N, d.K) != 0)
+                        continue;
+                    qt_tree_push(lr, d.off, n, leafv.data(), leaf);
+                    qt_leaf_carry cy;
+                    CHECK(qt_tree_carry(lf, d.off, leaf, &cy));
+                    CHECK_EQUAL(0, qt_bf16_matmul_wgrad_carry_on(paths[pi], &cy, dy.data(),
+                                                                 x.data(), d.M, d.N, d.K));
+                    runs++;
+                    if (memcmp(ref, fus, 4 * (size_t)(NL * len)) != 0) {
+                        if (!bad) {
+                            for (int64_t e = 0; e < NL * len; e++)
+                                if (bits(ref[e]) != bits(fus[e])) {
+                                    fprintf(stderr, "carry %s %lldx%lldx%lld leaf %lld kind %d: "
+                                            "[%lld] 0x%08x vs push 0x%08x\n", names[pi],
+                                            (long long)d.M, (long long)d.N, (long long)d.K,
+                                            (long long)leaf, kind, (long long)e, bits(fus[e]),
+                                            bits(ref[e]));
+                                    break;
+                                }
+                        }
+                        bad++;
+                    }
+                }
+        }
+    LONGS_EQUAL(0, bad);
+    CHECK(runs > 100);
+    // the build's default path; a carry without addends is refused, nothing written
+    qt_leaf_carry none;
+    float dst = 5.0f;
+    none.n = 0, none.dst = &dst;
+    const qt_bf16 one = 0x3f80;
+    LONGS_EQUAL(0, qt_bf16_matmul_wgrad_carry(&none, &one, &one, 1, 1, 1));
+    CHECK(dst == 5.0f);
+    float lv0 = 2.0f, lv1 = 7.0f;
+    float *lv[2] = {&lv0, &lv1};
+    CHECK(qt_tree_carry(lv, 0, 1, &none));
+    LONGS_EQUAL(1, qt_bf16_matmul_wgrad_carry(&none, &one, &one, 1, 1, 1));
+    CHECK(lv1 == 3.0f); // 2 + ((+0) + 1 x 1)
 }

@@ -13,7 +13,13 @@
 //      f split over P = 2 (y partials, dx partials with k = 1) combined by the pairwise tree
 //      over ranks equal the one-rank bits; nb = 1 equals the plain bf16 matmul;
 //  (e) float64 sanity: within stated loose tolerances of a double computation on the same
-//      bf16 inputs.
+//      bf16 inputs;
+//  (f) the wgrad with the leaf-tree carry in its finish (qt_bf16_expert_ffn_wgrad_carry,
+//      qt_leaf_carry.h) against the written leaves pushed by qt_tree_push, 0 ulp, on every
+//      path and scratch size of (a) (whole experts, experts without rows, chains continued
+//      across chunks in the carry's destination), 1, 2 and 3 addends holding infinities,
+//      signed zeros and denormals, saved and recomputed dgu; a scratch below a pair of rows
+//      is refused.
 // Mutations tried by hand (not committed) are recorded in docs/precision.md.
 #include <math.h>
 #include <stdint.h>
@@ -28,6 +34,7 @@ extern "C" {
 #include "kernels/bf16_matmul_canon.h"
 #include "kernels/bf16_expert_ffn.h"
 #include "math/qt_math.h"
+#include "runtime/qt_tree.h"
 }
 
 namespace {
@@ -81,10 +88,11 @@ float tree(const float *p, int64_t n)
     return tree(p, n / 2) + tree(p + n / 2, n / 2);
 }
 
-int diff(const char *what, const float *got, const float *want, size_t n)
+// nan_any: any two NaNs compare equal (trees where a NaN meets a NaN: canon_case).
+int diff(const char *what, const float *got, const float *want, size_t n, int nan_any = 0)
 {
     for (size_t i = 0; i < n; i++)
-        if (bits(got[i]) != bits(want[i])) {
+        if (bits(got[i]) != bits(want[i]) && !(nan_any && got[i] != got[i] && want[i] != want[i])) {
             fprintf(stderr, "\n%s: [%zu] got 0x%08x (%.9g) want 0x%08x (%.9g)\n", what, i,
                     bits(got[i]), (double)got[i], bits(want[i]), (double)want[i]);
             return 1;
@@ -181,42 +189,55 @@ vf tree_ranks(const std::vector<vf> &parts)
 }
 
 // fwd: out[M,N] = x[M,K] w[N,K]^T; bwd: out[M,N] = dy[M,K] wb[K,N] (contraction K in both).
-void canon_case(int64_t M, int64_t N, int64_t K, int64_t nseg, int64_t nb, uint64_t *s)
+// mode 0: ordinary operands; 1: one element in 13 of x and dy an infinity, a NaN, a
+// denormal or a signed zero (NaN block partials, inf - inf in the tree); 2: x and dy tiny
+// (products flush: block chains end at -0, so the data gradient's (+0) + chain shows).
+void canon_case(int64_t M, int64_t N, int64_t K, int64_t nseg, int64_t nb, uint64_t *s,
+                int mode = 0)
 {
     char what[160];
-    snprintf(what, sizeof what, "canon M%lld N%lld K%lld nseg%lld nb%lld", (long long)M,
-             (long long)N, (long long)K, (long long)nseg, (long long)nb);
-    const vb x = rbv((size_t)(M * K), s, 1.0f), w = rbv((size_t)(N * K), s, 1.0f);
-    const vb dy = rbv((size_t)(M * K), s, 1.0f), wb = rbv((size_t)(K * N), s, 1.0f);
+    snprintf(what, sizeof what, "canon M%lld N%lld K%lld nseg%lld nb%lld mode %d", (long long)M,
+             (long long)N, (long long)K, (long long)nseg, (long long)nb, mode);
+    vb x = rbv((size_t)(M * K), s, 1.0f), w = rbv((size_t)(N * K), s, 1.0f);
+    vb dy = rbv((size_t)(M * K), s, 1.0f), wb = rbv((size_t)(K * N), s, 1.0f);
+    static const qt_bf16 sp[] = {0x7f80, 0xff80, 0x7fc1, 0x0001, 0x8000, 0x0000};
+    for (size_t i = 0; i < x.size(); i++) {
+        if (mode == 1 && i % 13 == 5) x[i] = sp[i % 6], dy[i] = sp[(i / 13) % 6];
+        if (mode == 2) x[i] = qt_bf16_from_f32(wid(x[i]) * 1e-25f), dy[i] = qt_bf16_from_f32(wid(dy[i]) * 1e-25f);
+    }
     vf sf((size_t)QT_CANON_FWD_SCRATCH(M, N, K, nb)), sb((size_t)QT_CANON_BWD_SCRATCH(M, K, N, nb));
-    const vf rf = canon_fwd_ref(x, w, M, N, K, nseg, nb);
-    const vf rbw = canon_bwd_ref(dy, wb, M, K, N, nseg, nb);
+    vf rf = canon_fwd_ref(x, w, M, N, K, nseg, nb);
+    vf rbw = canon_bwd_ref(dy, wb, M, K, N, nseg, nb);
     const size_t no = (size_t)(M * N);
+    // mode 1: where a NaN meets a NaN in a tree, which payload survives is the compiler's
+    // choice of operand order for a commutative + (qt_canon_tree's compiled vector body and
+    // tail differ; docs/precision.md), so NaNs compare as NaNs, every other value bit for bit
+    const int nan_any = mode == 1;
     for (int pi = 0; pi < 4; pi++) {
         vf of(no, -3.0f), ob(no, 5.0f);
         if (qt_bf16_matmul_canon_fwd_on(PATHS[pi], of.data(), x.data(), w.data(), M, N, K, nseg,
                                         nb, sf.data()) != 0) continue;
         CHECK_EQUAL(0, qt_bf16_matmul_canon_bwd_data_on(PATHS[pi], ob.data(), dy.data(),
                                                         wb.data(), M, K, N, nseg, nb, sb.data()));
-        CHECK_EQUAL(0, diff(what, of.data(), rf.data(), no));
-        CHECK_EQUAL(0, diff(what, ob.data(), rbw.data(), no));
+        CHECK_EQUAL(0, diff(what, of.data(), rf.data(), no, nan_any));
+        CHECK_EQUAL(0, diff(what, ob.data(), rbw.data(), no, nan_any));
     }
     vf of(no), ob(no);
     qt_bf16_matmul_canon_fwd(of.data(), x.data(), w.data(), M, N, K, nseg, nb, sf.data());
     qt_bf16_matmul_canon_bwd_data(ob.data(), dy.data(), wb.data(), M, K, N, nseg, nb, sb.data());
-    CHECK_EQUAL(0, diff(what, of.data(), rf.data(), no));
-    CHECK_EQUAL(0, diff(what, ob.data(), rbw.data(), no));
+    CHECK_EQUAL(0, diff(what, of.data(), rf.data(), no, nan_any));
+    CHECK_EQUAL(0, diff(what, ob.data(), rbw.data(), no, nan_any));
     qt_bf16_matmul_canon_fwd_ref(of.data(), x.data(), w.data(), M, N, K, nseg, nb, sf.data());
     qt_bf16_matmul_canon_bwd_data_ref(ob.data(), dy.data(), wb.data(), M, K, N, nseg, nb,
                                       sb.data());
-    CHECK_EQUAL(0, diff(what, of.data(), rf.data(), no));
-    CHECK_EQUAL(0, diff(what, ob.data(), rbw.data(), no));
+    CHECK_EQUAL(0, diff(what, of.data(), rf.data(), no, nan_any));
+    CHECK_EQUAL(0, diff(what, ob.data(), rbw.data(), no, nan_any));
     if (nb == 1) { // nb = 1: the plain bf16 matmul's bits (bwd: into +0)
         vf pf(no), pb(no, 0.0f);
         qt_bf16_matmul_fwd(pf.data(), x.data(), w.data(), M, N, K);
         qt_bf16_matmul_bwd_data(pb.data(), dy.data(), wb.data(), M, K, N);
-        CHECK_EQUAL(0, diff(what, pf.data(), rf.data(), no));
-        CHECK_EQUAL(0, diff(what, pb.data(), rbw.data(), no));
+        CHECK_EQUAL(0, diff(what, pf.data(), rf.data(), no, nan_any));
+        CHECK_EQUAL(0, diff(what, pb.data(), rbw.data(), no, nan_any));
     }
     for (int64_t P = 2; P <= nb; P *= 2) { // rank t holds blocks [t nb/P, (t+1) nb/P)
         std::vector<vf> yf, yb;
@@ -234,8 +255,8 @@ void canon_case(int64_t M, int64_t N, int64_t K, int64_t nseg, int64_t nb, uint6
             yf.push_back(a), yb.push_back(b);
         }
         const vf tf = tree_ranks(yf), tb = tree_ranks(yb);
-        CHECK_EQUAL(0, diff(what, tf.data(), rf.data(), no));
-        CHECK_EQUAL(0, diff(what, tb.data(), rbw.data(), no));
+        CHECK_EQUAL(0, diff(what, tf.data(), rf.data(), no, nan_any));
+        CHECK_EQUAL(0, diff(what, tb.data(), rbw.data(), no, nan_any));
     }
 }
 
@@ -252,8 +273,13 @@ TEST(Bf16Canon, MatchesScalarReferencePathsAndSplits)
         {3, 5, 24, 2, 4}, {4, 6, 24, 1, 8}, {5, 7, 8, 1, 8}, {2, 3, 28, 2, 2},
         {7, 9, 10, 2, 1}, {6, 4, 7, 1, 1}, {13, 17, 56, 2, 4}, {1, 33, 40, 1, 8},
         {9, 11, 70, 2, 1}, {12, 32, 64, 2, 8}, {25, 40, 65, 1, 1}, {3, 2, 112, 2, 8},
+        // even slices: the fused canonical tiles of the instruction path (edge rows past 12,
+        // columns past 32 and past a 256-column panel, nb 2..64, one and two segments)
+        {25, 70, 64, 1, 4}, {13, 300, 128, 2, 8}, {40, 33, 96, 2, 2}, {7, 45, 256, 1, 64},
+        {1, 1, 4, 1, 2}, {12, 32, 512, 2, 16},
     };
-    for (const auto &sh : shapes) canon_case(sh[0], sh[1], sh[2], sh[3], sh[4], &s);
+    for (const auto &sh : shapes)
+        for (int mode = 0; mode < 3; mode++) canon_case(sh[0], sh[1], sh[2], sh[3], sh[4], &s, mode);
 }
 
 namespace {
@@ -413,6 +439,49 @@ std::vector<Sizes> scratch_sizes(const Ffn &c, int64_t nb)
             {small, small, wfix + 5 * wrow + wrow / 2}};
 }
 
+// A tree level's value: about 1, or (one in 8) an infinity, +-FLT_MAX, a signed zero or a
+// denormal (no NaN: test_bf16.cpp's level_value says why).
+float level_value(uint64_t *s)
+{
+    static const uint32_t sp[] = {0x7f7fffffu, 0xff7ffffeu, 0x7f800000u, 0xff800000u,
+                                  0x80000000u, 0x00000000u, 0x00000003u, 0x807fffffu};
+    const uint64_t r = xs(s);
+    if (r % 8 == 0) return qt_bf16_f32_bits(sp[(r >> 8) % 8]);
+    return (float)((double)(int64_t)(r >> 11) * 0x1p-52 - 1.0);
+}
+
+// (f) on one path (-1: the build's default): the leaves lg, ld (written by the same path)
+// pushed with qt_tree_push into levels of random values as leaf 2^n - 1 (n addends) against
+// the carries stored by the kernel, on the whole level buffers.
+void ffn_carry_case(const char *what, int path, const Ffn &c, const vb &gu, const qt_bf16 *dgu,
+                    vf &sc, int64_t wscr, const vf &lg, const vf &ld, int32_t n, uint64_t *s)
+{
+    const int64_t ng = (int64_t)lg.size(), nd = (int64_t)ld.size(), leaf = (1 << n) - 1;
+    vf rg((size_t)((n + 1) * ng)), rd((size_t)((n + 1) * nd));
+    for (auto &v : rg) v = level_value(s);
+    for (auto &v : rd) v = level_value(s);
+    vf fg(rg), fd(rd);
+    float *lrg[4], *lrd[4], *lfg[4], *lfd[4];
+    for (int32_t l = 0; l <= n; l++) {
+        lrg[l] = rg.data() + l * ng, lrd[l] = rd.data() + l * nd;
+        lfg[l] = fg.data() + l * ng, lfd[l] = fd.data() + l * nd;
+    }
+    qt_tree_push(lrg, 0, ng, lg.data(), leaf);
+    qt_tree_push(lrd, 0, nd, ld.data(), leaf);
+    qt_leaf_carry cg, cd;
+    CHECK(qt_tree_carry(lfg, 0, leaf, &cg));
+    CHECK(qt_tree_carry(lfd, 0, leaf, &cd));
+    LONGS_EQUAL(n, cg.n);
+    if (path >= 0)
+        CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_carry_on(path, &cg, &cd, c.dy.data(), c.x.data(), c.idx.data(), gu.data(), dgu, c.wdn.data(), sc.data(), c.T, c.k, c.E, c.d, c.f, wscr));
+    else
+        CHECK_EQUAL(1, qt_bf16_expert_ffn_wgrad_carry(&cg, &cd, c.dy.data(), c.x.data(), c.idx.data(), gu.data(), dgu, c.wdn.data(), sc.data(), c.T, c.k, c.E, c.d, c.f, wscr));
+    char w2[260];
+    snprintf(w2, sizeof w2, "%s carry n%d %s", what, (int)n, dgu ? "saved" : "recomputed");
+    CHECK_EQUAL(0, diff(w2, fg.data(), rg.data(), fg.size()));
+    CHECK_EQUAL(0, diff(w2, fd.data(), rd.data(), fd.size()));
+}
+
 void ffn_case(int64_t T, int64_t k, int64_t E, int64_t d, int64_t f, int64_t nb, uint64_t *s)
 {
     char what[200];
@@ -455,7 +524,30 @@ void ffn_case(int64_t T, int64_t k, int64_t E, int64_t d, int64_t f, int64_t nb,
             // (c) saved dgu and recomputed dgu: the same leaves
             CHECK_EQUAL(0, diff(what, dwg2.data(), rdwg.data(), dwg2.size()));
             CHECK_EQUAL(0, diff(what, dwd2.data(), rdwd.data(), dwd2.size()));
+            // (f) the carry, 1..3 addends, saved and recomputed dgu
+            for (int32_t n = 1; n <= 3; n++)
+                ffn_carry_case(what, pi < 4 ? path : -1, c, gu, n == 2 ? nullptr : dgu.data(),
+                               sc, sz.wgrad, dwg, dwd, n, s);
         }
+    // (f) a scratch below a pair of rows, with an expert of more than one row: refused,
+    // nothing written
+    const int64_t wfix = 2 * (d > f ? d : f), wrow = 1 + (d + 1) / 2 + (f + 1) / 2 + 2 * f;
+    int64_t most = 0;
+    for (int32_t e = 0; e < E; e++) {
+        int64_t ne = 0;
+        for (int64_t r = 0; r < T * k; r++) ne += c.idx[r] == e;
+        most = ne > most ? ne : most;
+    }
+    if (most > 1) {
+        vf sc((size_t)(wfix + wrow)), g((size_t)(2 * E * 2 * f * d), 5.0f), dd((size_t)(2 * E * d * f), 5.0f);
+        float *lg[2] = {g.data(), g.data() + E * 2 * f * d}, *ld[2] = {dd.data(), dd.data() + E * d * f};
+        qt_leaf_carry cg, cd;
+        CHECK(qt_tree_carry(lg, 0, 1, &cg));
+        CHECK(qt_tree_carry(ld, 0, 1, &cd));
+        CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_carry(&cg, &cd, c.dy.data(), c.x.data(), c.idx.data(), rgu.data(), rdgu.data(), c.wdn.data(), sc.data(), T, k, E, d, f, wfix + wrow));
+        for (float v : g) CHECK(v == 5.0f);
+        for (float v : dd) CHECK(v == 5.0f);
+    }
 }
 
 } // namespace

@@ -485,7 +485,17 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ici_context_parallelism=2", "num_ranks=8|ici_expert_parallelism=4|per_device_batch_size=0.5", "context parallelism 2 with expert parallelism 4: the expert group spans the expert and context axes"},
         {"ici_context_usp_ulysses_parallelism=3", "num_ranks=3|per_device_batch_size=0.5", "ici_context_usp_ulysses_parallelism=3 (command line): resolves the context mesh axis to 3; expected a power of two"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|max_target_length=15", "max_target_length=15 (command line): 15 is not a multiple of the context degree 2 (ici_context_parallelism=2 (command line)): each context rank holds an equal share of every sequence"},
-        {"ici_pipeline_parallelism=2", "num_ranks=2", "ici_pipeline_parallelism=2 (command line): resolves the pipeline mesh axis to 2; qtrain executes data, fsdp, tensor, expert and context parallelism (pipeline parallelism is not planned)"},
+        // pipeline parallelism (issue 36, config/pipeline.c): MaxText's rules, both keys named
+        {"ici_pipeline_parallelism=2", "num_ranks=2|num_layers_per_pipeline_stage=3", "num_layers_per_pipeline_stage=3 (command line): 2 stages x 3 layers per stage = 6 do not divide the 4 pipeline layers"},
+        {"ici_pipeline_parallelism=2", "num_ranks=2|num_pipeline_microbatches=3", "num_pipeline_microbatches=3 (command line): 3 microbatches are not a multiple of the 2 stages (ici_pipeline_parallelism=2 (command line))"},
+        {"ici_pipeline_parallelism=2", "num_ranks=2|num_pipeline_microbatches=8", "8 microbatches do not divide the batch group's 4 sequences per accumulation step"},
+        {"ici_pipeline_parallelism=2", "num_ranks=2|num_pipeline_repeats=1", "num_pipeline_repeats=1 (command line): 2 stages (ici_pipeline_parallelism=2 (command line)) x 1 repeats x 1 layers per stage"},
+        {"ici_pipeline_parallelism=2", "num_ranks=2|pipeline_schedule=zigzag", "pipeline_schedule=zigzag (command line): unknown schedule"},
+        {"ici_pipeline_parallelism=2", "num_ranks=2|pipeline_schedule=1f1b", "pipeline_schedule=1f1b (command line): 1f1b is Megatron's non-interleaved schedule and each stage here holds 2 repeats"},
+        {"ici_pipeline_parallelism=2", "num_ranks=2|pipeline_parallel_layers=2", "pipeline_parallel_layers=2 (command line): qtrain pipelines every decoder layer"},
+        {"ici_pipeline_parallelism=2", "num_ranks=2|num_layers_per_pipeline_stage=0", "num_layers_per_pipeline_stage=0 (command line): expected 1 .. 4 layers per stage"},
+        {"ici_pipeline_parallelism=2", "num_ranks=2|num_pipeline_repeats=5", "num_pipeline_repeats=5 (command line): expected -1 (= pipeline layers / (stages x layers per stage)) or 1 .. 4"},
+        {"ici_pipeline_parallelism=2", "num_ranks=2|per_device_batch_size=0.25", "per_device_batch_size=0.25 (command line): x tensor x context x 2 stages (ici_pipeline_parallelism=2 (command line)) = 0.5 sequences"},
         {"ici_expert_parallelism=8", "num_ranks=8", "expert parallelism 8 does not divide num_experts=4"},
         {"ici_tensor_parallelism=2", NULL, "ici_tensor_parallelism=2 (command line): ici_fsdp_parallelism=-1 (configgen/configs/base.yml:71) cannot be filled: num_ranks=1 (configgen/configs/base.yml:65) is not a multiple of the other ici axes' product x the slices (dcn) = 2"},
         {"ici_fsdp_parallelism=1", "ici_data_parallelism=2", "ici_data_parallelism=2 (command line): the mesh product of ici_*/dcn_* parallelism is 2 but num_ranks=1 (configgen/configs/base.yml:65); expected them equal"},
@@ -494,7 +504,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ici_expert_parallelism=-1", NULL, "ici_expert_parallelism=-1 (command line): only one ici_*_parallelism may be -1 (ici_fsdp_parallelism is -1 too)"},
         {"ici_data_parallelism=-1", NULL, "ici_data_parallelism=-1 (command line): only one ici_*_parallelism may be -1 (ici_fsdp_parallelism is -1 too)"},
         {"dcn_fsdp_parallelism=2", NULL, "dcn_fsdp_parallelism=2 (command line): ici_fsdp_parallelism=-1 (configgen/configs/base.yml:71) cannot be filled: num_ranks=1 (configgen/configs/base.yml:65) is not a multiple of the other ici axes' product x the slices (dcn) = 2"},
-        {"dcn_pipeline_parallelism=2", "num_ranks=2", "dcn_pipeline_parallelism=2 (command line): resolves the pipeline mesh axis to 2"},
+        {"dcn_pipeline_parallelism=2", "num_ranks=2|num_pipeline_microbatches=3", "num_pipeline_microbatches=3 (command line): 3 microbatches are not a multiple of the 2 stages (dcn_pipeline_parallelism=2 (command line))"},
         {"dcn_expert_parallelism=3", "num_ranks=3", "dcn_expert_parallelism=3 (command line): resolves the expert mesh axis to 3; expected a power of two (only the data axis may have another size"},
         {"ici_fsdp_parallelism=3", "num_ranks=3", "ici_fsdp_parallelism=3 (command line): resolves the fsdp mesh axis to 3; expected a power of two"},
         {"logical_axis_rules=[['embed', 'bogus']]", NULL, "unknown mesh axis 'bogus'"},
@@ -1908,4 +1918,85 @@ TEST(CgLayout, DataFsdpExpertMeshesHoldWhatTheyDeclare)
         LONGS_EQUAL(0, p.build(r));
         LONGS_EQUAL(0, p.g.n_reshards);
     }
+}
+
+// ---- pipeline parallelism (issue 36, docs/pipeline.md): the plan side
+TEST_GROUP(CgPipeline){};
+
+// MaxText's layer-to-stage map: stage s in repeat r holds layers (r*S+s)*Lps .. +Lps-1; its
+// docs' example (24 layers, 4 stages, 2 repeats, 3 per stage) puts {0,1,2,12,13,14} on stage
+// 0, and every layer is held by exactly one (stage, local index).
+TEST(CgPipeline, LayerToStageMapIsMaxTexts)
+{
+    qt_cg_settings s;
+    memset(&s, 0, sizeof s);
+    s.m.n_layers = 24;
+    s.pp_stages = 4;
+    s.pp_repeats = 2;
+    s.pp_lps = 3;
+    LONGS_EQUAL(6, qt_cg_stage_layers(&s));
+    const long long want0[6] = {0, 1, 2, 12, 13, 14};
+    for (int j = 0; j < 6; j++) LONGS_EQUAL(want0[j], qt_cg_pp_layer(&s, 0, j));
+    int seen[24] = {0};
+    for (int st = 0; st < 4; st++)
+        for (int j = 0; j < 6; j++) seen[qt_cg_pp_layer(&s, st, j)]++;
+    for (int l = 0; l < 24; l++) LONGS_EQUAL(1, seen[l]);
+    s.pp_stages = 1;  // no pipeline: every layer, itself
+    LONGS_EQUAL(24, qt_cg_stage_layers(&s));
+    LONGS_EQUAL(17, qt_cg_pp_layer(&s, 0, 17));
+}
+
+// A stage's plan holds its layers only, under their global names (pp-next-pp2: stage 0 of 2,
+// circular, holds layers 0 and 2), with M x G accumulation microbatches of B / M sequences;
+// plan.txt's pipeline section gives the map with the kinds, the bubble and both schedules.
+TEST(CgPipeline, StagePlanHoldsItsLayersAndTheReportGivesMapBubbleSchedules)
+{
+    CgPlan p;
+    LONGS_EQUAL(0, p.build("configgen/configs/runs/pp-next-pp2.yml"));
+    LONGS_EQUAL(2, p.s.pp_stages);
+    LONGS_EQUAL(2, p.s.pp_repeats);
+    LONGS_EQUAL(4, p.s.pp_micro);
+    LONGS_EQUAL(0, p.s.pp_stage);
+    LONGS_EQUAL(1, p.s.tr.micro_batch);      // B = 2 x 2 stages = 4 sequences, M = 4
+    LONGS_EQUAL(4, p.s.tr.grad_accum);
+    LONGS_EQUAL(4, p.s.tr.global_batch);     // per_device_batch_size x ranks, as MaxText
+    int l0 = 0, l1 = 0, l2 = 0, l3 = 0;
+    for (int i = 0; i < p.g.np; i++) {
+        const char *n = p.g.ps[i].name;
+        l0 += !strncmp(n, "model.layers.0.", 15);
+        l1 += !strncmp(n, "model.layers.1.", 15);
+        l2 += !strncmp(n, "model.layers.2.", 15);
+        l3 += !strncmp(n, "model.layers.3.", 15);
+    }
+    CHECK(l0 > 0 && l2 > 0);
+    LONGS_EQUAL(0, l1 + l3);
+    const std::string rep = report_of(p);
+    CHECK(rep.find("    stage 0: 2 layers (GDN 2, full attention 0), the embedding: 0G | 2G\n") != std::string::npos);
+    CHECK(rep.find("    stage 1: 2 layers (GDN 1, full attention 1), the head and loss: 1G | 3F\n") != std::string::npos);
+    CHECK(rep.find("  bubble: (S-1)/(R*M+S-1) = 1/9 = 0.1111") != std::string::npos);
+    CHECK(rep.find("9 iterations = M*R + S - 1 = 4*2 + 2 - 1") != std::string::npos);
+    CHECK(rep.find("    t   4:     m0/r1     m3/r0\n") != std::string::npos);
+    CHECK(rep.find("1f1b: not planned with R = 2 repeats") != std::string::npos);
+}
+
+// 1F1B (one repeat): Megatron's warm-up min(S-s-1, M), then one forward one backward, then
+// the drain; stage s holds at most min(S - s, M) microbatches, GPipe all M.
+TEST(CgPipeline, OneFOneBTableAndInFlight)
+{
+    CgPlan p;
+    const char *o[] = {"num_pipeline_microbatches=4"};
+    LONGS_EQUAL(0, p.build("configgen/configs/runs/pp-35-pp2-1f1b.yml", 1, (char **)o));
+    LONGS_EQUAL(1, p.s.pp_schedule);
+    LONGS_EQUAL(1, p.s.pp_repeats);
+    const std::string rep = report_of(p);
+    CHECK(rep.find("    stage 0 (warm-up 1): F0 F1 B0 F2 B1 F3 B2 B3\n") != std::string::npos);
+    CHECK(rep.find("    stage 1 (warm-up 0): F0 B0 F1 B1 F2 B2 F3 B3\n") != std::string::npos);
+    qt_cg_settings s = p.s;
+    s.pp_stage = 0;
+    LONGS_EQUAL(2, qt_cg_pp_inflight(&s, 1));
+    LONGS_EQUAL(4, qt_cg_pp_inflight(&s, 0));
+    s.pp_stage = 1;
+    LONGS_EQUAL(1, qt_cg_pp_inflight(&s, 1));
+    CHECK(qt_cg_pp_saved_bytes(&p.g) > 0);
+    CHECK(qt_cg_pp_need(&p.g, 0) > p.g.arena_bytes);
 }

@@ -80,6 +80,8 @@ const qt_cg_known *qt_cg_config_find(const qt_cg_config *c, const char *key);
  * message" written into err (returns -1). */
 const qt_cg_known *qt_cg_rule_key(const qt_cg_config *c, const char *key);
 double qt_cg_rule_f(const qt_cg_config *c, const char *key);
+/* "key=value (where)" of a key, into buf (a message naming the second key of a rule). */
+const char *qt_cg_rule_other(const qt_cg_config *c, const char *key, char *buf, size_t cap);
 int qt_cg_rule_vbad(const qt_cg_config *c, char *err, size_t errlen, const char *key,
                     const char *fmt, va_list ap);
 int qt_cg_rule_bad(const qt_cg_config *c, char *err, size_t errlen, const char *key,
@@ -100,5 +102,13 @@ int qt_cg_moe_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t 
 /* The schedule, objective and evaluation keys (config/train_rules.c, issue 33), after the
  * batch split: lr_schedule_type / wsd_*, z_loss_multiplier, eval_*. 0 or -1 with err set. */
 int qt_cg_train_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
+
+/* The pipeline keys (config/pipeline.c, issue 36): num_pipeline_microbatches,
+ * num_layers_per_pipeline_stage, num_pipeline_repeats, pipeline_parallel_layers and
+ * pipeline_schedule, validated against the stages (s->pp_stages, from the mesh) and the
+ * batch group's sequences per accumulation step B (before the split); fills s->pp_*.
+ * Called by the batch split only when S > 1. 0, or -1 with err set. */
+int qt_cg_pipeline_rules(const qt_cg_config *c, qt_cg_settings *s, double B, char *err,
+                         size_t errlen);
 
 #endif

@@ -1,7 +1,8 @@
 /* config/rules.c - what every key family's rules file shares (config/moe.c, config/mtp.c,
- * config/train_rules.c): a key of base.yml by name, its value as a number, and the one form
- * of a refusal, "key=value (where): message", which names where the value came from (a run
- * file's line, the command line, base.yml).
+ * config/train_rules.c, config/pipeline.c): a key of base.yml by name, its value as a number,
+ * another key rendered "key=value (where)" for a message, and the one form of a refusal,
+ * "key=value (where): message", which names where the value came from (a run file's line,
+ * the command line, base.yml).
  *
  * Invariants: a key these functions are asked for is one base.yml declares, so its absence
  * is a bug of configgen itself (an internal error, abort), never a user's mistake; a
@@ -39,6 +40,16 @@ int qt_cg_rule_vbad(const qt_cg_config *c, char *err, size_t errlen, const char 
     qt_cg_fail(err, errlen, "%s=%s (%s): %s", key, b.p, k->where, msg);
     qt_cg_buf_free(&b);
     return -1;
+}
+
+const char *qt_cg_rule_other(const qt_cg_config *c, const char *key, char *buf, size_t cap)
+{
+    const qt_cg_known *k = qt_cg_rule_key(c, key);
+    qt_cg_buf b = {0};
+    qt_cg_val_render(k->val, &b);
+    snprintf(buf, cap, "%s=%s (%s)", key, b.p, k->where);
+    qt_cg_buf_free(&b);
+    return buf;
 }
 
 int qt_cg_rule_bad(const qt_cg_config *c, char *err, size_t errlen, const char *key,

@@ -6,10 +6,10 @@
  * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW, an MoE with one
  * shared expert (its form and capacity: config/moe.c; the schedule, objective and eval:
  * config/train_rules.c), and the mesh: -1 axes resolve from num_ranks, the product must
- * be num_ranks, every axis a power of two; data, fsdp, tensor, expert and context execute
- * (pipeline is refused with a message). A message about a relation between keys blames
- * the key the user set (its value not from base.yml; qt_cg_known.where) and names the value
- * it meets, with where that was set.
+ * be num_ranks, every axis a power of two; data, fsdp, tensor, expert and context execute;
+ * pipeline stages are planned (config/pipeline.c) and qtrain refuses to run them for now.
+ * A message about a relation between keys blames the key the user set (its value not from
+ * base.yml; qt_cg_known.where) and names the value it meets, with where that was set.
  * Sizes: every product of keys that sizes a tensor is computed with overflow checks and
  * must stay <= 2^56 elements (2^58 bytes, the safetensors bound), so no 64-bit size or
  * offset can wrap (base_emb_dim = vocab_size = 2^40 would give a 0-element embedding).
@@ -392,8 +392,17 @@ static int context_blocks(const qt_cg_vctx *v, qt_cg_settings *s)
 static int batch_split(const qt_cg_vctx *v, qt_cg_settings *s)
 {
     const int32_t tp = s->mesh[QT_MESH_TENSOR], cp = s->mesh[QT_MESH_CONTEXT];
-    const double b = s->per_device_batch * (double)tp * (double)cp;
+    double b = s->per_device_batch * (double)tp * (double)cp;
     char o[400], o2[400];
+    /* pipeline: the batch group (its S stages' ranks) takes per_device_batch_size x tensor
+     * x context x S sequences per accumulation step, cut into M microbatches of B / M
+     * (MaxText); to a stage they are M accumulation microbatches (config/pipeline.c) */
+    const int64_t S = s->pp_stages > 1 ? s->pp_stages : 1;
+    if (S > 1) {
+        if (qt_cg_pipeline_rules(v->c, s, b * (double)S, v->err, v->errlen)) return -1;
+        b = (double)(s->pp_batch / s->pp_micro);
+        s->tr.grad_accum *= s->pp_micro;
+    }
     if ((b < 1 || b != floor(b)) && cp > 1)
         return bad(v, "per_device_batch_size", "%g sequences per rank x %d tensor x %d context "
                    "ranks sharing them (%s, %s) = %g per batch group; expected a whole number "
@@ -422,7 +431,7 @@ static int batch_split(const qt_cg_vctx *v, qt_cg_settings *s)
         s->tr.micro_batch = 1;
         s->ctx_seq_split = (int32_t)b;
     }
-    s->tr.global_batch = s->tr.micro_batch * s->tr.grad_accum * (s->n_ranks / tp / cp);
+    s->tr.global_batch = s->tr.micro_batch * s->tr.grad_accum * (s->n_ranks / tp / cp / S);
     return context_blocks(v, s);
 }
 
@@ -667,7 +676,7 @@ static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x
 }
 
 /* The resolved axes into s->mesh: data, fsdp, tensor, expert and context execute, each a
- * power of two; pipeline must be 1. */
+ * power of two (data any size); pipeline (any size) into s->pp_stages. */
 static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
 {
     char (*ici)[48] = x->ici, (*dcn)[48] = x->dcn;
@@ -697,11 +706,15 @@ static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
         int64_t size = iv[i] * dv[i];
         if (i < 5) s->mesh[qt_of[i]] = (int32_t)size, s->dcn[qt_of[i]] = (int32_t)dv[i];
         /* data, fsdp, tensor, expert and context execute (context by the head exchange,
-         * docs/context.md, in both shard modes); pipeline parallelism is not planned */
-        if (size > 1 && i >= 5)
-            return bad(v, axis_key[i], "resolves the %s mesh axis to %lld; "
-                       "qtrain executes data, fsdp, tensor, expert and context parallelism "
-                       "(pipeline parallelism is not planned)", axes[i], (long long)size);
+         * docs/context.md, in both shard modes); pipeline stages (config/pipeline.c,
+         * docs/pipeline.md) are planned ahead of time, any size: the ranks multiply, each
+         * stage's ranks hold the mesh of the other axes */
+        if (i == 5) {
+            s->pp_stages = (int32_t)size;
+            s->pp_dcn = (int32_t)dv[i];
+            snprintf(s->pp_key, sizeof s->pp_key, "%s", axis_key[i]);
+            continue;
+        }
         /* data may have any size (the reduce-scatter of a group that is not a power of two
          * sums in the one-rank tree's binary-counter shape: qt_coll.h); the axes that split
          * weights, heads, experts or tokens stay powers of two (their canonical blocks) */

@@ -34,5 +34,6 @@ void qt_cg_graph_free(qt_cg_graph *g)
     for (int k = 0; k < QT_MAX_SCANS; k++) free(g->scan_stride[k]);
     for (int i = 0; i < g->ncoll; i++) free((char *)g->coll[i].name);
     free(g->coll);
+    free(g->pp_stage_figs);
     memset(g, 0, sizeof *g);
 }

@@ -153,6 +153,17 @@ typedef struct qt_cg_settings {
     int32_t mtp_keep;          /* mtp_keep_layers: depths of a checkpoint's head carried
                                   through untrained (config/mtp.c), 0: none */
     int64_t mtp_keep_bytes;    /* the carried head's region (qt_ckpt_keep.h record layout) */
+    /* Pipeline parallelism (config/pipeline.c, issue 36, docs/pipeline.md): S = pp_stages
+     * (ici x dcn pipeline; 1 = none, and then every pp_* below is 0 or 1), Lps =
+     * pp_lps layers per stage and repeat, R = pp_repeats (circular), M = pp_micro
+     * microbatches per accumulation step, pp_batch = the batch group's sequences per
+     * accumulation step before the split (B; B / M per microbatch), pp_schedule 0 gpipe
+     * (MaxText's, circular) 1 1f1b (Megatron's, R = 1), pp_stage = the stage whose tables
+     * this plan holds (driver/pipeline.c plans every stage and keeps the heaviest),
+     * pp_key = the mesh key that set S (messages). */
+    int32_t pp_stages, pp_dcn, pp_lps, pp_repeats, pp_micro, pp_schedule, pp_stage;
+    int64_t pp_batch;
+    char pp_key[48];
     qt_cg_rule *rules;
     int n_rules;
     char unused[512];          /* accepted-but-unused keys that were set (vision tower) */
@@ -170,6 +181,20 @@ static inline const char *qt_cg_s(long long n)
 static inline int64_t qt_cg_compute_bytes(const qt_cg_settings *s)
 {
     return qt_dtype_bytes((unsigned)s->dtype);
+}
+
+/* The layers a pipeline stage holds (docs/pipeline.md): R x Lps, local layer j of stage
+ * pp_stage being global layer (r x S + stage) x Lps + i for j = r x Lps + i (MaxText's
+ * map); without a pipeline every layer, j itself. */
+static inline int64_t qt_cg_stage_layers(const qt_cg_settings *s)
+{
+    return s->pp_stages > 1 ? (int64_t)s->pp_repeats * s->pp_lps : s->m.n_layers;
+}
+
+static inline int64_t qt_cg_pp_layer(const qt_cg_settings *s, int64_t stage, int64_t j)
+{
+    if (s->pp_stages <= 1) return j;
+    return (j / s->pp_lps * s->pp_stages + stage) * s->pp_lps + j % s->pp_lps;
 }
 
 /* Canonical token blocks per sequence (context_blocks; >= 1) and the tokens of one block:
@@ -298,6 +323,9 @@ typedef struct qt_cg_graph {
                                   writes per step, else QT_NONE */
     int32_t mtp_keep;          /* I32 region of the carried head (mtp_keep_layers), else QT_NONE */
     int mtp_depth;             /* the MTP depth (0-based) whose layer model/graph.c builds */
+    int64_t *pp_stage_figs;    /* pipeline stages (driver/pipeline.c): per stage, the need
+                                  under gpipe and 1f1b, the one-microbatch arena and the
+                                  bytes saved per microbatch (4 per stage), else NULL */
     /* layout (memory/memplan.c) */
     int64_t n_param_elems, n_flat, adam_elems;
     int32_t n_ranges, capranges;

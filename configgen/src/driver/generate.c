@@ -151,8 +151,10 @@ static int swap_dir(const char *tmpdir, const char *dir, const char *const *name
 }
 
 /* The line configgen prints on success: "configgen: wrote DIR (plan RUN): R ranks (mesh data
- * a x fsdp b x tensor c x expert d x context e[; N slices: dcn ...]), plan hash 0x..; arena
- * per rank fits: X MiB of Y MiB (P%, ...)" or "arena per rank X MiB (no budget checked: ...)".
+ * a x fsdp b x tensor c x expert d x context e[ x pipeline S][; N slices: dcn ...]), plan
+ * hash 0x..; arena per rank fits: X MiB of Y MiB (P%, ...[; pipeline ...])" or "arena per
+ * rank X MiB (no budget checked: ...)"; with pipeline stages X is the need under the
+ * schedule (memory/pipeline_mem.c).
  * MiB as plan.txt's per-rank bytes give them (the arena is rounded to 2 MiB). */
 static void summary_line(const qt_cg_settings *s, const qt_cg_graph *g, const char *dir,
                          qt_cg_buf *b)
@@ -164,6 +166,7 @@ static void summary_line(const qt_cg_settings *s, const qt_cg_graph *g, const ch
                      s->n_ranks, qt_cg_s(s->n_ranks));
     for (int a = 0; a < QT_MESH_COUNT; a++)
         qt_cg_buf_printf(b, "%s %s %d", a ? " x" : "", axis[a], s->mesh[a]);
+    if (s->pp_stages > 1) qt_cg_buf_printf(b, " x pipeline %d", s->pp_stages);
     const int64_t ns = qt_mesh_slices(s->dcn);
     if (ns > 1) {
         qt_cg_buf_printf(b, "; %lld slices: dcn", (long long)ns);
@@ -181,8 +184,14 @@ static void summary_line(const qt_cg_settings *s, const qt_cg_graph *g, const ch
     char src[96];
     if (s->topology[0]) snprintf(src, sizeof src, "compile_topology %s", s->topology);
     else snprintf(src, sizeof src, "device_memory_gib %g", s->budget_gib);
-    qt_cg_buf_printf(b, "fits: %.0f MiB of %.0f MiB (%.1f%%, %s)\n", (double)g->arena_bytes / mib,
-                     (double)budget / mib, 100.0 * (double)g->arena_bytes / (double)budget, src);
+    /* a pipeline stage: its need under the schedule (memory/pipeline_mem.c), else the arena */
+    const int64_t need = qt_cg_need_bytes(g);
+    qt_cg_buf_printf(b, "fits: %.0f MiB of %.0f MiB (%.1f%%, %s", (double)need / mib,
+                     (double)budget / mib, 100.0 * (double)need / (double)budget, src);
+    if (s->pp_stages > 1)
+        qt_cg_buf_printf(b, "; pipeline %d stages, %s, stage %d the largest", s->pp_stages,
+                         s->pp_schedule ? "1f1b" : "gpipe", s->pp_stage);
+    qt_cg_buf_printf(b, ")\n");
 }
 
 int qt_cg_generate(int argc, char **argv, char *err, size_t errlen)

@@ -1,12 +1,14 @@
 /* driver/pipeline.c - the plan pipeline, stage by stage, top to bottom (core/qt_cg.h):
  * config -> settings -> forward graph -> autodiff -> remat -> precision (each tensor's
  * dtype) -> memory (flat ranges, per-layer schedule edits, arena; the gradient_reduce / param_gather form chosen against the
- * budget) -> step schedule -> checks -> scan -> hash. Writes nothing: driver/generate.c
+ * budget) -> step schedule -> checks -> scan -> hash; with pipeline stages once per stage,
+ * keeping the heaviest stage's plan. Writes nothing: driver/generate.c
  * renders and writes the files, driver/diff.c compares two plans.
  * Invariant: the first failing stage's message is the error; c, s and g are always safe
  * to pass to qt_cg_plan_free.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "core/qt_cg.h"
@@ -82,20 +84,10 @@ static int overlap(qt_cg_graph *g, int on, char *err, size_t errlen)
     return qt_cg_memplan(g, err, errlen);
 }
 
-int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
-                     char *const *over, qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g,
-                     char *err, size_t errlen)
+/* The plan of the resolved settings (of stage s->pp_stage with pipeline stages): graph to
+ * hash. */
+static int plan_graph(qt_cg_settings *s, qt_cg_graph *g, char *err, size_t errlen)
 {
-    char dir[4096];
-    memset(c, 0, sizeof *c);
-    memset(s, 0, sizeof *s);
-    memset(g, 0, sizeof *g);
-    if (!configs_dir) {
-        find_configs(run_path, dir, sizeof dir);
-        configs_dir = dir;
-    }
-    if (qt_cg_config_load(c, configs_dir, run_path, n_over, over, err, errlen)) return -1;
-    if (qt_cg_settings_resolve(c, s, err, errlen)) return -1;
     if (qt_cg_graph_build(g, s, err, errlen)) return -1;
     if (qt_cg_autodiff(g, err, errlen)) return -1;
     if (qt_cg_remat(g, err, errlen)) return -1;
@@ -112,7 +104,7 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
     if (plan_memory(g, err, errlen)) return -1;
     const int64_t budget = qt_cg_budget_bytes(s);
     for (int form = 0; form < 2 && s->grad_reduce == QT_CG_REDUCE_AUTO && s->batch_mask &&
-                       budget > 0 && g->arena_bytes > budget && !g->layer_reduce; form++) {
+                       budget > 0 && qt_cg_need_bytes(g) > budget && !g->layer_reduce; form++) {
         if (g->reduce_per_mb) g->layer_reduce = 1;
         g->reduce_per_mb = 1;
         if (plan_memory(g, err, errlen)) return -1;
@@ -125,13 +117,13 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
     const unsigned fsdp_like =
         (1u << QT_MESH_FSDP) | (1u << QT_MESH_EXPERT) | (1u << QT_MESH_CONTEXT);
     if (s->param_gather == QT_CG_GATHER_AUTO && (s->opt_mask & fsdp_like) && g->layer_reduce &&
-        budget > 0 && g->arena_bytes > budget) {
+        budget > 0 && qt_cg_need_bytes(g) > budget) {
         g->params_compact = 1;
         if (plan_memory(g, err, errlen)) return -1;
     }
     if (g->layer_reduce && s->overlap != QT_CG_OVERLAP_OFF && overlap(g, 1, err, errlen))
         return -1;
-    if (g->overlap && s->overlap == QT_CG_OVERLAP_AUTO && budget > 0 && g->arena_bytes > budget &&
+    if (g->overlap && s->overlap == QT_CG_OVERLAP_AUTO && budget > 0 && qt_cg_need_bytes(g) > budget &&
         overlap(g, 0, err, errlen))
         return -1;
     qt_cg_step_schedule(g);
@@ -140,6 +132,52 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
     if (qt_cg_check_plan(g, err, errlen)) return -1;
     if (qt_cg_scan(g, err, errlen)) return -1;
     g->hash = qt_cg_hash(g);
+    return 0;
+}
+
+int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
+                     char *const *over, qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g,
+                     char *err, size_t errlen)
+{
+    char dir[4096];
+    memset(c, 0, sizeof *c);
+    memset(s, 0, sizeof *s);
+    memset(g, 0, sizeof *g);
+    if (!configs_dir) {
+        find_configs(run_path, dir, sizeof dir);
+        configs_dir = dir;
+    }
+    if (qt_cg_config_load(c, configs_dir, run_path, n_over, over, err, errlen)) return -1;
+    if (qt_cg_settings_resolve(c, s, err, errlen)) return -1;
+    if (s->pp_stages <= 1) return plan_graph(s, g, err, errlen);
+    /* pipeline stages (docs/pipeline.md): every stage is planned with its own layers (each
+     * with the embedding and the head: an upper bound for the middle stages); the plan
+     * keeps the stage that needs the most under the schedule, and each stage's figures */
+    const int S = s->pp_stages;
+    int64_t *need = qt_cg_alloc((size_t)S * 4 * sizeof *need);
+    int heavy = 0;
+    for (int st = 0; st < S; st++) {
+        s->pp_stage = st;
+        if (plan_graph(s, g, err, errlen)) {
+            free(need);
+            return -1;
+        }
+        need[4 * st] = qt_cg_pp_need(g, 0);
+        need[4 * st + 1] = qt_cg_pp_need(g, 1);
+        need[4 * st + 2] = g->arena_bytes;
+        need[4 * st + 3] = qt_cg_pp_saved_bytes(g);
+        if (need[4 * st + s->pp_schedule] > need[4 * heavy + s->pp_schedule]) heavy = st;
+        if (st == S - 1 && heavy == st) break;
+        qt_cg_graph_free(g);
+    }
+    if (heavy != S - 1) {
+        s->pp_stage = heavy;
+        if (plan_graph(s, g, err, errlen)) {
+            free(need);
+            return -1;
+        }
+    }
+    g->pp_stage_figs = need;
     return 0;
 }
 

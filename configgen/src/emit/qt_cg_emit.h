@@ -1,7 +1,7 @@
 /* emit/qt_cg_emit.h - stage 7, emission: the plan hash (hash.c), plan.h / plan.c /
  * plan_main.c (emit.c) and plan.txt (report.c; its FLOP and MTP head sections:
- * report_flops.c). Uses config, mesh, memory, schedule and
- * core. */
+ * report_flops.c; its pipeline section: pipeline_report.c). Uses config, mesh, memory,
+ * schedule and core. */
 #ifndef QT_CG_EMIT_H
 #define QT_CG_EMIT_H
 
@@ -32,5 +32,7 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
  * without a head): appended to b (report_flops.c). */
 void qt_cg_report_flops(const qt_cg_graph *g, qt_cg_buf *b);
 void qt_cg_report_mtp(const qt_cg_graph *g, qt_cg_buf *b);
+/* plan.txt's pipeline section (emit/pipeline_report.c); nothing without pipeline stages. */
+void qt_cg_report_pipeline(const qt_cg_graph *g, qt_cg_buf *b);
 
 #endif

@@ -295,6 +295,10 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
                          "highest (docs/sharding.md section 1)\n",
                          (long long)nsl, s->dcn[0], s->dcn[1], s->dcn[2], s->dcn[3], s->dcn[4],
                          (long long)(s->n_ranks / nsl));
+    if (s->pp_stages > 1)
+        qt_cg_buf_printf(b, "  pipeline: %d stages of %d rank%s, each stage's ranks holding the "
+                         "axes above (== pipeline ==)\n", s->pp_stages, s->n_ranks / s->pp_stages,
+                         qt_cg_s(s->n_ranks / s->pp_stages));
     qt_cg_buf_printf(b, "  shard_mode: %s\n", s->shard_mode ? "explicit" : "auto");
     qt_cg_buf_printf(b, "  zero1 (shard_optimizer_over_data): %s\n", s->zero1 ? "on" : "off");
     if (s->batch_mask) batch_axes_line(b, s, bm, nb);
@@ -337,6 +341,8 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
 
 static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
 {
+    /* a pipeline stage's ranks (the same rule in every stage: docs/pipeline.md) */
+    const int64_t nr = g->s->n_ranks / (g->s->pp_stages > 1 ? g->s->pp_stages : 1);
     const qt_cg_settings *s = g->s;
     const qt_train_cfg *t = &s->tr;
     const int64_t per = t->micro_batch * t->grad_accum, C = qt_cg_context(s);
@@ -371,7 +377,7 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          (long long)C,
                          (long long)(t->seq_len / C), (long long)(t->seq_len / C),
                          (long long)(qt_cg_blocks(s) / C), (long long)(qt_cg_blocks(s) / C));
-    if (s->n_ranks == 1) {
+    if (nr == 1) {
         qt_cg_buf_printf(b, "  1 rank: reads all of them; microbatch m holds sequences "
                          "[m*%lld, m*%lld+%lld)\n", (long long)t->micro_batch,
                          (long long)t->micro_batch, (long long)t->micro_batch);
@@ -396,7 +402,7 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          "[k*%lld + m*%lld, +%lld)\n", C > 1 ? " but context," : "",
                          (long long)per, (long long)per,
                          (long long)per, (long long)mb, (long long)mb);
-    for (int64_t r = 0; r < s->n_ranks && r < QT_CG_REPORT_MAX_RANKS; r++) {
+    for (int64_t r = 0; r < nr && r < QT_CG_REPORT_MAX_RANKS; r++) {
         int32_t coord[QT_MESH_COUNT];
         char ct[160];
         coords_txt(s, r, coord, ct, sizeof ct);
@@ -417,9 +423,9 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                              (long long)r, ct, (long long)k, (long long)(k * per),
                              (long long)(k * per + per - 1));
     }
-    if (s->n_ranks > QT_CG_REPORT_MAX_RANKS)
-        qt_cg_buf_printf(b, "  ranks %d..%d: the same rule\n", QT_CG_REPORT_MAX_RANKS,
-                         s->n_ranks - 1);
+    if (nr > QT_CG_REPORT_MAX_RANKS)
+        qt_cg_buf_printf(b, "  ranks %d..%lld: the same rule\n", QT_CG_REPORT_MAX_RANKS,
+                         (long long)(nr - 1));
 }
 
 /* Adam floats per moment with ZeRO-1 off (z = 0) or on (z = 1): each flat range splits its
@@ -522,6 +528,12 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
         mib(b, lv, qt_cg_budget_bytes(s));
         qt_cg_buf_printf(b, "    the arena uses %.1f%% of it\n",
                          100.0 * (double)g->arena_bytes / (double)qt_cg_budget_bytes(s));
+        if (s->pp_stages > 1)
+            qt_cg_buf_printf(b, "    with the pipeline's microbatches in flight (%s) and "
+                             "receive buffers: %.1f MiB, %.1f%% of it (== pipeline ==)\n",
+                             s->pp_schedule ? "1f1b" : "gpipe",
+                             (double)qt_cg_need_bytes(g) / 1048576.0,
+                             100.0 * (double)qt_cg_need_bytes(g) / (double)qt_cg_budget_bytes(s));
     }
     /* the static tables in the binary (not the arena), unrolled and as stored */
     const int64_t n_ops = (int64_t)g->ninit + g->nmb + g->nmbend + g->nstep;
@@ -826,6 +838,7 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
     if (s->unused[0]) qt_cg_buf_printf(b, "  accepted but unused (no vision tower): %s\n", s->unused);
 
     mesh_section(b, g);
+    qt_cg_report_pipeline(g, b);
     data_section(b, g);
     bytes_section(b, g);
     qt_cg_report_flops(g, b);

@@ -4,7 +4,8 @@
  * change (mesh, ZeRO-1, batch) without compiling anything.
  *
  * Invariants: reads the finished plan only (after memplan); the categories are the regions
- * of the arena and add up to it up to alignment padding; the error message fits the
+ * of the arena and add up to it up to alignment padding (a pipeline stage adds its other
+ * microbatches in flight and its receive buffers: memory/pipeline_mem.c); the error message fits the
  * caller's buffer (it is cut, never overflowed). A plan without a budget passes.
  */
 #include <stdio.h>
@@ -71,7 +72,10 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
 {
     const qt_cg_settings *s = g->s;
     const int64_t budget = qt_cg_budget_bytes(s);
-    if (budget <= 0 || g->arena_bytes <= budget) return 0;
+    const int64_t need = qt_cg_need_bytes(g);
+    if (budget <= 0 || need <= budget) return 0;
+    const int pp = s->pp_stages > 1;
+    const int64_t saved = pp ? qt_cg_pp_saved_bytes(g) : 0;
     int64_t tree = 0;
     for (int l = 0; l < g->n_tree_levels; l++)
         tree += 4 * qt_cg_tree_level_elems(g, l);
@@ -89,6 +93,9 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
         {"comm scratch", 4 * g->comm_scratch_elems},
         {"checkpoint staging", 4 * g->staging_elems},
         {"activations (peak)", g->act_peak},
+        {"pipeline: the other microbatches in flight (saved activations)",
+         pp ? (qt_cg_pp_inflight(s, s->pp_schedule) - 1) * saved : 0},
+        {"pipeline: receive buffers", pp ? 4 * qt_cg_pp_boundary_bytes(s) : 0},
     };
     const int ncat = (int)(sizeof cat / sizeof cat[0]);
     by_size(cat, ncat);
@@ -101,10 +108,25 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
     else
         snprintf(src, sizeof src, "device_memory_gib=%g", s->budget_gib);
     size_t k = (size_t)snprintf(err, errlen, "%s: plan %s needs %.1f MiB per rank, over the "
-                                "budget of %.1f MiB by %.1f MiB; biggest consumers:", src,
-                                s->run_name, (double)g->arena_bytes / QT_CG_MIB,
+                                "budget of %.1f MiB by %.1f MiB", src,
+                                s->run_name, (double)need / QT_CG_MIB,
                                 (double)budget / QT_CG_MIB,
-                                (double)(g->arena_bytes - budget) / QT_CG_MIB);
+                                (double)(need - budget) / QT_CG_MIB);
+    if (pp && k < errlen) {
+        const int o = !s->pp_schedule;
+        char alt[160];
+        if (o && s->pp_repeats > 1)
+            snprintf(alt, sizeof alt, "1f1b needs one repeat");
+        else
+            snprintf(alt, sizeof alt, "%s would need %.1f MiB", o ? "1f1b" : "gpipe",
+                     (double)qt_cg_pp_need(g, o) / QT_CG_MIB);
+        k += (size_t)snprintf(err + k, errlen - k, " (pipeline stage %d of %d under "
+                              "pipeline_schedule=%s with num_pipeline_microbatches=%d: %lld "
+                              "microbatches in flight; %s)", s->pp_stage, s->pp_stages,
+                              s->pp_schedule ? "1f1b" : "gpipe", s->pp_micro,
+                              (long long)qt_cg_pp_inflight(s, s->pp_schedule), alt);
+    }
+    if (k < errlen) k += (size_t)snprintf(err + k, errlen - k, "; biggest consumers:");
     for (int i = 0; i < ncat && k < errlen; i++)
         if (cat[i].bytes > 0)
             k += (size_t)snprintf(err + k, errlen - k, "%s %s %.1f MiB", i ? "," : "",
@@ -119,6 +141,7 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
                               (double)ta[i].bytes / QT_CG_MIB);
     if (k < errlen)
         snprintf(err + k, errlen - k, " (plan.txt is not written; shard more: fsdp, expert, "
-                 "tensor, ZeRO-1, or a smaller batch)");
+                 "tensor, ZeRO-1, %sor a smaller batch)",
+                 pp ? "pipeline_schedule=1f1b or more pipeline microbatches, " : "");
     return -1;
 }

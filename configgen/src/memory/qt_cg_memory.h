@@ -1,6 +1,7 @@
 /* memory/qt_cg_memory.h - stage 4, memory: the flat parameter ranges and leaf windows
  * (ranges.c), the arena and the activation planner (memplan.c), the per-rank budget
- * (budget.c). Uses mesh and core. */
+ * (budget.c), a pipeline stage's activations in flight (pipeline_mem.c). Uses mesh and
+ * core. */
 #ifndef QT_CG_MEMORY_H
 #define QT_CG_MEMORY_H
 
@@ -34,5 +35,19 @@ int64_t qt_cg_tree_level_elems(const qt_cg_graph *g, int l);
  * the budget, the excess and the biggest consumers by category and tensor (memory/budget.c). */
 int64_t qt_cg_budget_bytes(const qt_cg_settings *s);
 int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen);
+
+/* Pipeline stages (memory/pipeline_mem.c, docs/pipeline.md): bytes live across one
+ * microbatch's forward/backward boundary (saved for its backward), one boundary message
+ * (a microbatch's activations or their gradient: rows x hidden x the activation bytes),
+ * the microbatches in flight on stage s->pp_stage under a schedule (0 gpipe: M; 1 1f1b:
+ * min(S - stage, M)), and the
+ * per-rank need under a schedule: the arena, the other microbatches in flight and the
+ * receive buffers. qt_cg_need_bytes is the need under the plan's schedule: the arena
+ * itself without a pipeline. */
+int64_t qt_cg_pp_saved_bytes(const qt_cg_graph *g);
+int64_t qt_cg_pp_boundary_bytes(const qt_cg_settings *s);
+int64_t qt_cg_pp_inflight(const qt_cg_settings *s, int schedule);
+int64_t qt_cg_pp_need(const qt_cg_graph *g, int schedule);
+int64_t qt_cg_need_bytes(const qt_cg_graph *g);
 
 #endif

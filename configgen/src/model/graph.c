@@ -4,7 +4,8 @@
  * shapes [b, S, ...] (so their logical axes follow docs/sharding.md section 3); parameters
  * carry the canonical Qwen3-Next Hugging Face names and [out, in] shapes (experts fused:
  * gate_up_proj [E,2I,d], down_proj [E,d,I]) with the logical axes of docs/sharding.md 4 in that
- * dim order. Layer l is full attention iff (l+1) % cycle == 0, else Gated DeltaNet.
+ * dim order. Layer l is full attention iff (l+1) % cycle == 0, else Gated DeltaNet. A pipeline
+ * stage's graph holds its layers only (qt_cg_pp_layer), by their global index l.
  * Invariants: every op's sizes agree with the tensor shapes it names; the forward ends
  * with XENT, which also writes d.logits (the backward seed); the init schedule holds the
  * one ROPE_TABLE.
@@ -977,20 +978,23 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     if (np > 1)
         stack_op(g, QT_OP_SPLIT, xall, e, np, D.b * D.nbt / D.C, D.Sm / D.nbt, D.d);
 
-    g->n_layers_rec = (int)s->m.n_layers;
+    /* a pipeline stage's tables hold its layers only, named and initialised by their
+     * global index (qt_cg_pp_layer: MaxText's layer-to-stage map); else every layer */
+    g->n_layers_rec = (int)qt_cg_stage_layers(s);
     g->layer_op0 = qt_cg_alloc((size_t)g->n_layers_rec * sizeof *g->layer_op0);
     g->layer_op1 = qt_cg_alloc((size_t)g->n_layers_rec * sizeof *g->layer_op1);
     g->layer_t0 = qt_cg_alloc((size_t)g->n_layers_rec * sizeof *g->layer_t0);
     g->layer_t1 = qt_cg_alloc((size_t)g->n_layers_rec * sizeof *g->layer_t1);
-    for (int l = 0; l < (int)s->m.n_layers; l++) {
+    for (int l = 0; l < g->n_layers_rec; l++) {
         const int32_t layer_t0 = g->nt;
         g->layer_op0[l] = g->nmb;
         g->layer_t0[l] = layer_t0;
-        int full = (l + 1) % (int)s->m.cycle == 0;
+        const int gl = (int)qt_cg_pp_layer(s, s->pp_stage, l);
+        int full = (gl + 1) % (int)s->m.cycle == 0;
         char ppre[64], apre[32];
-        snprintf(ppre, sizeof ppre, "model.layers.%d.", l);
-        snprintf(apre, sizeof apre, "L%d", l);
-        x = decoder_layer(g, ppre, apre, l, full, x, &D);
+        snprintf(ppre, sizeof ppre, "model.layers.%d.", gl);
+        snprintf(apre, sizeof apre, "L%d", gl);
+        x = decoder_layer(g, ppre, apre, gl, full, x, &D);
         g->layer_op1[l] = g->nmb;
         g->layer_t1[l] = g->nt;
         /* the layer's layout declaration: its residual-stream activations stay whole */

@@ -1,0 +1,194 @@
+/* emit/pipeline_report.c - plan.txt's "pipeline" section (issue 36, docs/pipeline.md): the
+ * stages, repeats and microbatches; MaxText's layer-to-stage map with every layer's kind
+ * (GDN or full attention) per stage; the two schedules as iteration tables (GPipe with
+ * circular repeats, MaxText's; 1F1B, Megatron's) and the bubble; each stage's memory under
+ * both schedules against the budget; and the point-to-point bytes per step.
+ *
+ * Invariants: written only for a plan with pipeline stages (pp_stages > 1), so no other plan's
+ * plan.txt changes; every figure is computed from the settings and the stage figures the
+ * driver recorded (qt_cg_graph.pp_stage_figs), never re-derived differently from what the
+ * verdict used; the tables are cut after QT_CG_PP_ROWS rows with a line saying so.
+ */
+#include <stdio.h>
+#include "core/qt_cg.h"
+#include "memory/qt_cg_memory.h"
+#include "emit/qt_cg_emit.h"
+
+#define QT_CG_PP_ROWS 64
+#define QT_CG_MIB (1024.0 * 1024.0)
+
+/* GPipe (circular): at iteration t stage s works on microbatch (t - s) mod M of repeat
+ * (t - s) div M, when 0 <= t - s < M x R; else it idles (the bubble). */
+static void gpipe_cell(const qt_cg_settings *s, int64_t t, int64_t st, char *out, size_t n)
+{
+    const int64_t M = s->pp_micro, R = s->pp_repeats, k = t - st;
+    if (k < 0 || k >= M * R) snprintf(out, n, "-");
+    else if (R > 1) snprintf(out, n, "m%lld/r%lld", (long long)(k % M), (long long)(k / M));
+    else snprintf(out, n, "m%lld", (long long)k);
+}
+
+static void layer_map(qt_cg_buf *b, const qt_cg_settings *s)
+{
+    const int64_t S = s->pp_stages, n = qt_cg_stage_layers(s), cyc = s->m.cycle;
+    qt_cg_buf_printf(b, "  layer-to-stage map (MaxText's: stage s in repeat r holds layers "
+                     "(r*S+s)*Lps .. +Lps-1; G = Gated DeltaNet, F = full attention: (l+1) %% "
+                     "%lld == 0; | between repeats):\n", (long long)cyc);
+    for (int64_t st = 0; st < S; st++) {
+        int64_t nf = 0;
+        for (int64_t j = 0; j < n; j++) nf += (qt_cg_pp_layer(s, st, j) + 1) % cyc == 0;
+        qt_cg_buf_printf(b, "    stage %lld: %lld layers (GDN %lld, full attention %lld)%s%s:",
+                         (long long)st, (long long)n, (long long)(n - nf), (long long)nf,
+                         st == 0 ? ", the embedding" : "", st == S - 1 ? ", the head and loss" : "");
+        for (int64_t j = 0; j < n; j++) {
+            const int64_t l = qt_cg_pp_layer(s, st, j);
+            qt_cg_buf_printf(b, "%s %lld%c", j && j % s->pp_lps == 0 ? " |" : "", (long long)l,
+                             (l + 1) % cyc == 0 ? 'F' : 'G');
+        }
+        qt_cg_buf_printf(b, "\n");
+    }
+}
+
+static void gpipe_table(qt_cg_buf *b, const qt_cg_settings *s)
+{
+    const int64_t S = s->pp_stages, M = s->pp_micro, R = s->pp_repeats, T = M * R + S - 1;
+    qt_cg_buf_printf(b, "  gpipe (MaxText's, circular): %lld iterations = M*R + S - 1 = %lld*%lld "
+                     "+ %lld - 1; at iteration t stage s runs microbatch (t-s) mod M of repeat "
+                     "(t-s) div M (m<microbatch>%s, - idle); the last stage's output feeds stage "
+                     "0's next repeat; the backward runs the same table with the stages in "
+                     "reverse order and the repeats descending, the microbatches in forward "
+                     "order:\n", (long long)T, (long long)M, (long long)R, (long long)S,
+                     R > 1 ? "/r<repeat>" : "");
+    char cell[48];
+    for (int64_t t = 0; t < T && t < QT_CG_PP_ROWS; t++) {
+        qt_cg_buf_printf(b, "    t %3lld:", (long long)t);
+        for (int64_t st = 0; st < S; st++) {
+            gpipe_cell(s, t, st, cell, sizeof cell);
+            qt_cg_buf_printf(b, " %9s", cell);
+        }
+        qt_cg_buf_printf(b, "\n");
+    }
+    if (T > QT_CG_PP_ROWS)
+        qt_cg_buf_printf(b, "    iterations %d..%lld: the same rule\n", QT_CG_PP_ROWS,
+                         (long long)(T - 1));
+}
+
+/* 1F1B (Megatron's forward_backward_pipelining_without_interleaving): stage s runs
+ * w = min(S - s - 1, M) warm-up forwards, then M - w times one forward and one backward,
+ * then the w remaining backwards; microbatches in order in both directions. */
+static void f1b_table(qt_cg_buf *b, const qt_cg_settings *s)
+{
+    const int64_t S = s->pp_stages, M = s->pp_micro;
+    qt_cg_buf_printf(b, "  1f1b (Megatron's): stage s runs min(S-s-1, M) warm-up forwards, then "
+                     "one forward and one backward, then drains the backwards (F<m> forward, "
+                     "B<m> backward of microbatch m; at most min(S-s, M) microbatches' "
+                     "activations held):\n");
+    for (int64_t st = 0; st < S; st++) {
+        const int64_t w = S - st - 1 < M ? S - st - 1 : M;
+        qt_cg_buf_printf(b, "    stage %lld (warm-up %lld):", (long long)st, (long long)w);
+        int64_t f = 0, bk = 0, k = 0;
+        for (; f < w; f++, k++)
+            if (k < QT_CG_PP_ROWS) qt_cg_buf_printf(b, " F%lld", (long long)f);
+        for (; f < M; f++, bk++, k += 2)
+            if (k < QT_CG_PP_ROWS)
+                qt_cg_buf_printf(b, " F%lld B%lld", (long long)f, (long long)bk);
+        for (; bk < M; bk++, k++)
+            if (k < QT_CG_PP_ROWS) qt_cg_buf_printf(b, " B%lld", (long long)bk);
+        if (k > QT_CG_PP_ROWS) qt_cg_buf_printf(b, " ... (%lld steps)", (long long)k);
+        qt_cg_buf_printf(b, "\n");
+    }
+}
+
+static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
+{
+    const qt_cg_settings *s = g->s;
+    const int64_t S = s->pp_stages, budget = qt_cg_budget_bytes(s);
+    const int64_t *f = g->pp_stage_figs;
+    qt_cg_buf_printf(b, "  memory per rank of each stage (MiB; every stage planned with its own "
+                     "layers, and with the embedding and the head: an upper bound for the "
+                     "middle stages): arena of one microbatch + (microbatches in flight - 1) x "
+                     "the activations saved per microbatch (live from its forward to its "
+                     "backward) + 4 receive buffers of one boundary message; gpipe holds M = "
+                     "%d microbatches (their R = %d repeat%s included), 1f1b min(S - s, M) on "
+                     "stage s:\n", s->pp_micro, s->pp_repeats, qt_cg_s(s->pp_repeats));
+    for (int64_t st = 0; st < S && f; st++) {
+        const int64_t *x = f + 4 * st;
+        char v0[64] = "", v1[64] = "";
+        if (budget > 0) {
+            snprintf(v0, sizeof v0, " %s", x[0] <= budget ? "fits" : "over");
+            snprintf(v1, sizeof v1, " %s", x[1] <= budget ? "fits" : "over");
+        }
+        char f1[96];
+        if (s->pp_repeats > 1) snprintf(f1, sizeof f1, "n/a (one repeat needed)");
+        else snprintf(f1, sizeof f1, "%.0f%s", (double)x[1] / QT_CG_MIB, v1);
+        qt_cg_buf_printf(b, "    stage %lld: arena %.0f, saved per microbatch %.1f; gpipe %.0f%s; "
+                         "1f1b %s%s\n", (long long)st, (double)x[2] / QT_CG_MIB,
+                         (double)x[3] / QT_CG_MIB, (double)x[0] / QT_CG_MIB, v0, f1,
+                         st == s->pp_stage ? " <- these tables (the largest under the schedule)" : "");
+    }
+    if (budget > 0) {
+        int64_t w0 = 0, w1 = 0;
+        for (int64_t st = 0; st < S && f; st++) {
+            if (f[4 * st] > w0) w0 = f[4 * st];
+            if (f[4 * st + 1] > w1) w1 = f[4 * st + 1];
+        }
+        qt_cg_buf_printf(b, "  verdict (budget %.0f MiB): gpipe %s (%.0f MiB, %.1f%%), 1f1b ",
+                         (double)budget / QT_CG_MIB, w0 <= budget ? "fits" : "does not fit",
+                         (double)w0 / QT_CG_MIB, 100.0 * (double)w0 / (double)budget);
+        if (s->pp_repeats > 1)
+            qt_cg_buf_printf(b, "n/a (needs one repeat)");
+        else
+            qt_cg_buf_printf(b, "%s (%.0f MiB, %.1f%%)", w1 <= budget ? "fits" : "does not fit",
+                             (double)w1 / QT_CG_MIB, 100.0 * (double)w1 / (double)budget);
+        qt_cg_buf_printf(b, "; the plan's schedule is %s\n", s->pp_schedule ? "1f1b" : "gpipe");
+    }
+}
+
+void qt_cg_report_pipeline(const qt_cg_graph *g, qt_cg_buf *b)
+{
+    const qt_cg_settings *s = g->s;
+    if (s->pp_stages <= 1) return;
+    const int64_t S = s->pp_stages, M = s->pp_micro, R = s->pp_repeats;
+    const int64_t per = s->n_ranks / S, G = s->tr.grad_accum / M;
+    qt_cg_buf_printf(b, "\n== pipeline ==\n");
+    qt_cg_buf_printf(b, "  stages S %lld (%s%s), repeats R %lld, layers per stage and repeat "
+                     "Lps %d, microbatches M %lld per accumulation step (B = %lld sequences per "
+                     "batch group, %lld each), schedule %s\n", (long long)S, s->pp_key,
+                     s->pp_dcn > 1 ? ", across slices" : "", (long long)R, s->pp_lps,
+                     (long long)M, (long long)s->pp_batch, (long long)s->tr.micro_batch,
+                     s->pp_schedule ? "1f1b" : "gpipe");
+    qt_cg_buf_printf(b, "  ranks: %d = %lld stages x %lld (the mesh above: every stage's ranks "
+                     "hold it; global rank = stage x %lld + the rank in its stage)\n",
+                     s->n_ranks, (long long)S, (long long)per, (long long)per);
+    qt_cg_buf_printf(b, "  these tables are stage %d's (its layers only, global names); every "
+                     "stage runs its M x G = %lld microbatches per step as accumulation microbatches "
+                     "(the batch line above), so its weight gradients over them are the "
+                     "one-rank leaf tree, pushed in leaf order (backwards in forward order); "
+                     "scan_layers off (a stage need not hold whole layer cycles); qtrain "
+                     "refuses to run a pipeline plan until its execution lands "
+                     "(docs/pipeline.md)\n", s->pp_stage, (long long)(M * G));
+    layer_map(b, s);
+    const double bubble = (double)(S - 1) / (double)(R * M + S - 1);
+    qt_cg_buf_printf(b, "  bubble: (S-1)/(R*M+S-1) = %lld/%lld = %.4f (%.1f%% of each "
+                     "pipeline flush idle)%s\n", (long long)(S - 1), (long long)(R * M + S - 1),
+                     bubble, 100.0 * bubble, R > 1 ? "" : "; 1f1b the same (Megatron: "
+                     "(S-1)/(M+S-1))");
+    gpipe_table(b, s);
+    if (R == 1) f1b_table(b, s);
+    else qt_cg_buf_printf(b, "  1f1b: not planned with R = %lld repeats (Megatron's "
+                          "interleaved schedule would be needed)\n", (long long)R);
+    memory_lines(b, g);
+    const int64_t msg = qt_cg_pp_boundary_bytes(s), crossings = R * S - 1;
+    const int64_t total = 2 * G * M * crossings * msg, rank = 2 * G * M * R * msg;
+    qt_cg_buf_printf(b, "  point-to-point: one boundary message = %lld rows x %lld hidden x %lld "
+                     "bytes = %.3f MiB (a microbatch's activations forward, their gradient "
+                     "backward); per microbatch R*S-1 = %lld boundar%s crossed; per step (%lld "
+                     "accumulation step%s x %lld microbatches, both directions) %.1f MiB per "
+                     "pipeline of %lld ranks, at most %.1f MiB sent by one rank; sends and "
+                     "receives are non-blocking and overlap the next microbatch's compute\n",
+                     (long long)(msg / (s->m.d * qt_dtype_bytes((unsigned)s->dtype))),
+                     (long long)s->m.d, (long long)qt_dtype_bytes((unsigned)s->dtype),
+                     (double)msg / QT_CG_MIB, (long long)crossings, crossings == 1 ? "y" : "ies",
+                     (long long)G, qt_cg_s(G),
+                     (long long)M, (double)total / QT_CG_MIB, (long long)S,
+                     (double)rank / QT_CG_MIB);
+}
