@@ -76,6 +76,9 @@ enum qt_op_class { QT_OPC_NONE = 0, QT_OPC_RUN, QT_OPC_WGRAD, QT_OPC_STEP };
 #define QT_OPP_NORM 0x10u         /* step: the gradient normalisation (one per schedule) */
 #define QT_OPP_UPDATE 0x20u       /* step: the optimizer update (one per step) */
 #define QT_OPP_BF16 0x40u         /* bf16 plans: the wrapper handles bf16 slots (native) */
+#define QT_OPP_BF16_PSTAGE 0x80u  /* with BF16: the parameter slots still count in the bf16
+                                     staging size, as for the boundary (the native form takes
+                                     its row buffers from that region; plans keep their size) */
 
 /* The attributes every WGRAD kind shares (see above). */
 #define QT_A_WGRAD_SEQS 7

@@ -34,6 +34,10 @@ void qt_op_zero(const qt_op *op, const qt_ctx *ctx)
 /* ADD: t0 y = t1 + t2, a0 n. */
 void qt_op_add(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_add(op, ctx);
+        return;
+    }
     qt_add(qt_f32(ctx, QT_T(op, ADD, y)), qt_f32(ctx, QT_T(op, ADD, a)),
            qt_f32(ctx, QT_T(op, ADD, b)), QT_A(op, ADD, n));
 }
@@ -52,6 +56,10 @@ void qt_op_round_bf16(const qt_op *op, const qt_ctx *ctx)
 /* ACC: t0 += t1, a0 n. */
 void qt_op_acc(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_acc(op, ctx);
+        return;
+    }
     qt_acc(qt_f32(ctx, QT_T(op, ACC, dst)), qt_f32(ctx, QT_T(op, ACC, src)), QT_A(op, ACC, n));
 }
 
@@ -88,6 +96,10 @@ void qt_op_embed_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *c
 /* RMSNORM_FWD: t0 y, t1 rstd, t2 x, t3 w; a0 R, a1 n, a2 xs, a3 ys, a4 flags, f0 eps. */
 void qt_op_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_rmsnorm_fwd(op, ctx);
+        return;
+    }
     qt_rmsnorm_fwd(qt_f32(ctx, QT_T(op, RMSNORM_FWD, y)), qt_f32(ctx, QT_T(op, RMSNORM_FWD, rstd)),
                    qt_f32(ctx, QT_T(op, RMSNORM_FWD, x)), qt_f32(ctx, QT_T(op, RMSNORM_FWD, w)),
                    QT_A(op, RMSNORM_FWD, R), QT_A(op, RMSNORM_FWD, n), QT_A(op, RMSNORM_FWD, xs),
@@ -97,6 +109,10 @@ void qt_op_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
 /* RMSNORM_BWD: t0 dx (acc), t1 dy, t2 x, t3 w, t4 rstd; attributes as FWD. */
 void qt_op_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_rmsnorm_bwd(op, ctx);
+        return;
+    }
     qt_rmsnorm_bwd(qt_f32(ctx, QT_T(op, RMSNORM_BWD, dx)), qt_f32(ctx, QT_T(op, RMSNORM_BWD, dy)),
                    qt_f32(ctx, QT_T(op, RMSNORM_BWD, x)), qt_f32(ctx, QT_T(op, RMSNORM_BWD, w)),
                    qt_f32(ctx, QT_T(op, RMSNORM_BWD, rstd)), QT_A(op, RMSNORM_BWD, R),
@@ -107,6 +123,10 @@ void qt_op_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
 /* RMSNORM_WGRAD: t0 dy, t1 x, t2 rstd; a1 n, a2 xs, a3 ys, a5 rows per leaf. */
 void qt_op_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_rmsnorm_wgrad(op, ctx, seq, dw);
+        return;
+    }
     int64_t rps = QT_A(op, RMSNORM_WGRAD, seq_rows), r0 = seq * rps;
     const float *dy = qt_f32(ctx, QT_T(op, RMSNORM_WGRAD, dy)) + r0 * QT_A(op, RMSNORM_WGRAD, ys),
                 *x = qt_f32(ctx, QT_T(op, RMSNORM_WGRAD, x)) + r0 * QT_A(op, RMSNORM_WGRAD, xs);
@@ -209,6 +229,10 @@ void qt_op_matmul_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *
 /* SWIGLU_FWD: t0 h, t1 a, t2 u; a0 n. */
 void qt_op_swiglu_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_swiglu_fwd(op, ctx);
+        return;
+    }
     qt_swiglu_fwd(qt_f32(ctx, QT_T(op, SWIGLU_FWD, h)), qt_f32(ctx, QT_T(op, SWIGLU_FWD, a)),
                   qt_f32(ctx, QT_T(op, SWIGLU_FWD, u)), QT_A(op, SWIGLU_FWD, n));
 }
@@ -216,6 +240,10 @@ void qt_op_swiglu_fwd(const qt_op *op, const qt_ctx *ctx)
 /* SWIGLU_BWD: t0 da (acc), t1 du (acc), t2 dh, t3 a, t4 u; a0 n. */
 void qt_op_swiglu_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_swiglu_bwd(op, ctx);
+        return;
+    }
     qt_swiglu_bwd(qt_f32(ctx, QT_T(op, SWIGLU_BWD, da)), qt_f32(ctx, QT_T(op, SWIGLU_BWD, du)),
                   qt_f32(ctx, QT_T(op, SWIGLU_BWD, dh)), qt_f32(ctx, QT_T(op, SWIGLU_BWD, a)),
                   qt_f32(ctx, QT_T(op, SWIGLU_BWD, u)), QT_A(op, SWIGLU_BWD, n));
@@ -224,6 +252,10 @@ void qt_op_swiglu_bwd(const qt_op *op, const qt_ctx *ctx)
 /* SIGMOID_GATE_FWD: t0 y, t1 x, t2 gate source; a0 T, a1 n, a2 mode, a3 hd. */
 void qt_op_sigmoid_gate_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_sigmoid_gate_fwd(op, ctx);
+        return;
+    }
     qt_sigmoid_gate_fwd(qt_f32(ctx, QT_T(op, SIGMOID_GATE_FWD, y)),
                         qt_f32(ctx, QT_T(op, SIGMOID_GATE_FWD, x)),
                         qt_f32(ctx, QT_T(op, SIGMOID_GATE_FWD, gate)),
@@ -234,6 +266,10 @@ void qt_op_sigmoid_gate_fwd(const qt_op *op, const qt_ctx *ctx)
 /* SIGMOID_GATE_BWD: t0 dx (acc), t1 dgate (acc), t2 dy, t3 x, t4 gate; attributes as FWD. */
 void qt_op_sigmoid_gate_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_sigmoid_gate_bwd(op, ctx);
+        return;
+    }
     qt_sigmoid_gate_bwd(
         qt_f32(ctx, QT_T(op, SIGMOID_GATE_BWD, dx)), qt_f32(ctx, QT_T(op, SIGMOID_GATE_BWD, dgate)),
         qt_f32(ctx, QT_T(op, SIGMOID_GATE_BWD, dy)), qt_f32(ctx, QT_T(op, SIGMOID_GATE_BWD, x)),

@@ -8,6 +8,7 @@
  */
 #include <stdio.h>
 #include "ops/qt_op_fns.h"
+#include "ops/qt_ops_bf16.h"
 #include "kernels/gdn_conv.h"
 #include "kernels/gdn_chunk.h"
 #include "kernels/gdn_core.h"
@@ -28,6 +29,10 @@ static int64_t qt_gdn_conv_channels(int64_t hk, int64_t dk, int64_t hv, int64_t 
 /* conv: a0 b, a1 S, a2 Hk, a3 Dk, a4 Hv, a5 Dv, a6 K */
 void qt_op_gdn_conv_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gdn_conv_fwd(op, ctx);
+        return;
+    }
     qt_gdn_conv_fwd_pos(
         qt_f32(ctx, QT_T(op, GDN_CONV_FWD, c)), qt_f32(ctx, QT_T(op, GDN_CONV_FWD, pre)),
         qt_f32(ctx, QT_T(op, GDN_CONV_FWD, qkvz)), qt_f32(ctx, QT_T(op, GDN_CONV_FWD, w)),
@@ -39,6 +44,10 @@ void qt_op_gdn_conv_fwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_gdn_conv_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gdn_conv_bwd(op, ctx);
+        return;
+    }
     /* slots: t0 dqkvz, t1 dc, t2 pre, t3 w */
     qt_gdn_conv_bwd_pos(
         qt_f32(ctx, QT_T(op, GDN_CONV_BWD, dqkvz)), qt_f32(ctx, QT_T(op, GDN_CONV_BWD, pre)),
@@ -51,6 +60,10 @@ void qt_op_gdn_conv_bwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_gdn_conv_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t leaf, float *const dw[2])
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gdn_conv_wgrad(op, ctx, leaf, dw);
+        return;
+    }
     int64_t S = QT_A(op, GDN_CONV_WGRAD, S),
             cc = qt_gdn_conv_channels(QT_A(op, GDN_CONV_WGRAD, Hk), QT_A(op, GDN_CONV_WGRAD, Dk),
                                       QT_A(op, GDN_CONV_WGRAD, Hv), QT_A(op, GDN_CONV_WGRAD, Dv));
@@ -104,6 +117,10 @@ void qt_op_gdn_gates_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, floa
  * f0 qscale, f1 l2eps */
 void qt_op_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gdn_core_fwd(op, ctx);
+        return;
+    }
     if (QT_A(op, GDN_CORE_FWD, algo) == 1) {
         qt_gdn_chunk_fwd_pos( /* packed documents restart too (NULL positions: plain) */
             qt_f32(ctx, QT_T(op, GDN_CORE_FWD, o)), qt_f32(ctx, QT_T(op, GDN_CORE_FWD, states)),
@@ -128,6 +145,10 @@ void qt_op_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gdn_core_bwd(op, ctx);
+        return;
+    }
     if (QT_A(op, GDN_CORE_BWD, algo) != 1) { /* recurrent: packed documents restart */
         qt_gdn_core_bwd_pos(
             qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dc)), qt_f32(ctx, QT_T(op, GDN_CORE_BWD, dg)),
@@ -195,6 +216,10 @@ int qt_check_gdn_core_bwd(const qt_plan *p, const qt_op *op, qt_check_state *st)
 /* gated rmsnorm: a0 T, a1 Hk, a2 Dk, a3 Hv, a4 Dv, f0 eps (a5 S for WGRAD) */
 void qt_op_gated_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gated_rmsnorm_fwd(op, ctx);
+        return;
+    }
     qt_gated_rmsnorm_fwd(
         qt_f32(ctx, QT_T(op, GATED_RMSNORM_FWD, y)), qt_f32(ctx, QT_T(op, GATED_RMSNORM_FWD, rstd)),
         qt_f32(ctx, QT_T(op, GATED_RMSNORM_FWD, o)), qt_f32(ctx, QT_T(op, GATED_RMSNORM_FWD, qkvz)),
@@ -205,6 +230,10 @@ void qt_op_gated_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_gated_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gated_rmsnorm_bwd(op, ctx);
+        return;
+    }
     /* slots: t0 do, t1 dqkvz, t2 dy, t3 o, t4 qkvz, t5 w, t6 rstd */
     qt_gated_rmsnorm_bwd(
         qt_f32(ctx, QT_T(op, GATED_RMSNORM_BWD, dout)),
@@ -220,6 +249,10 @@ void qt_op_gated_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
 void qt_op_gated_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
                                float *const dw[2])
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gated_rmsnorm_wgrad(op, ctx, seq, dw);
+        return;
+    }
     int64_t S = QT_A(op, GATED_RMSNORM_WGRAD, S), hv = QT_A(op, GATED_RMSNORM_WGRAD, Hv),
             dv = QT_A(op, GATED_RMSNORM_WGRAD, Dv);
     int64_t wq = qt_gdn_qkvz_width(QT_A(op, GATED_RMSNORM_WGRAD, Hk),

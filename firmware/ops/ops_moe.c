@@ -228,6 +228,10 @@ void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, flo
 /* t3 (t5 for the BWD) kidx is optional: with token dropping the dropped slots are skipped. */
 void qt_op_moe_combine_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_moe_combine_fwd(op, ctx);
+        return;
+    }
     const int32_t *kidx = QT_T(op, MOE_COMBINE_FWD, kidx) != QT_NONE
                               ? qt_i32(ctx, QT_T(op, MOE_COMBINE_FWD, kidx))
                               : 0;
@@ -240,6 +244,10 @@ void qt_op_moe_combine_fwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_moe_combine_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_moe_combine_bwd(op, ctx);
+        return;
+    }
     const int32_t *kidx = QT_T(op, MOE_COMBINE_BWD, kidx) != QT_NONE
                               ? qt_i32(ctx, QT_T(op, MOE_COMBINE_BWD, kidx))
                               : 0;

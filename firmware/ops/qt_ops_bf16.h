@@ -24,6 +24,14 @@ void qt_op_store_b16(const qt_ctx *ctx, int32_t id, const float *v, int64_t n);
  * else the tensor itself. */
 float *qt_op_widen_b16(const qt_ctx *ctx, int32_t id, float *stage, int64_t n);
 
+/* 1 when a QT_OPP_BF16 kind's wrapper takes its native bf16 form: a bf16 plan, and not
+ * under the boundary (whose stage map hands the fp32 wrapper widened tensors: the unit
+ * tests run a native kind through it as the reference). */
+static inline int qt_op_native16(const qt_ctx *ctx)
+{
+    return ctx->plan->dtype == QT_BF16 && !ctx->stage;
+}
+
 void qt_op16_zero(const qt_op *op, const qt_ctx *ctx);
 void qt_op16_round(const qt_op *op, const qt_ctx *ctx);
 void qt_op16_embed_fwd(const qt_op *op, const qt_ctx *ctx);
@@ -34,6 +42,30 @@ void qt_op16_expert_ffn_fwd(const qt_op *op, const qt_ctx *ctx);
 void qt_op16_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx);
 void qt_op16_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
                               float *const dw[2]);
+
+/* ops_bf16_rows.c: the elementwise and row kinds in row blocks (the fp32 kernels on widened
+ * blocks, outputs rounded once; an op naming one tensor twice runs through the boundary). */
+void qt_op16_add(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_acc(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_swiglu_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_swiglu_bwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_sigmoid_gate_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_sigmoid_gate_bwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2]);
+void qt_op16_gated_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_gated_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_gated_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
+                                 float *const dw[2]);
+void qt_op16_moe_combine_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_moe_combine_bwd(const qt_op *op, const qt_ctx *ctx);
+/* ... and by whole sequences: the GDN short conv and the delta rule. */
+void qt_op16_gdn_conv_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_gdn_conv_bwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_gdn_conv_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t leaf, float *const dw[2]);
+void qt_op16_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx);
 
 #ifdef __cplusplus
 }

@@ -36,8 +36,9 @@ static int qt_bf16_staged(const qt_plan *p, const qt_kernel_entry *e, const qt_o
     const char c = (char)tolower((unsigned char)e->slots[k]);
     /* a native kind reads parameters (the compute copy) as bf16, or not at all; STEP kinds
      * run in the step code. Some WGRAD wrappers read their parameters (the GDN gates'), so
-     * theirs are staged. The same rule as configgen's (memory/memplan.c op_bf16_stage). */
-    if (c == 'p' && (e->props & QT_OPP_BF16)) return 0;
+     * theirs are staged, and the kinds made native with QT_OPP_BF16_PSTAGE count theirs as
+     * planned. The same rule as configgen's (memory/memplan.c op_bf16_stage). */
+    if (c == 'p' && (e->props & QT_OPP_BF16) && !(e->props & QT_OPP_BF16_PSTAGE)) return 0;
     return 1;
 }
 

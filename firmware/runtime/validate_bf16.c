@@ -48,6 +48,14 @@ static const qt_vb_slot qt_vb_slots[] = {
     QT_VB(MOE_DISPATCH_BWD, scratch, QT_F32), QT_VB(CTX_TO_HEADS, scratch, QT_F32),
     QT_VB(CTX_TO_HEADS_BWD, scratch, QT_F32), QT_VB(CTX_TO_TOKENS, scratch, QT_F32),
     QT_VB(CTX_TO_TOKENS_BWD, scratch, QT_F32),
+    /* the row-block forms (ops_bf16_rows.c) read and write each activation slot in its own
+     * dtype; the saved statistics are fp32, written and read in place */
+    QT_VB(RMSNORM_FWD, rstd, QT_F32),      QT_VB(RMSNORM_BWD, rstd, QT_F32),
+    QT_VB(RMSNORM_WGRAD, rstd, QT_F32),    QT_VB(GATED_RMSNORM_FWD, rstd, QT_F32),
+    QT_VB(GATED_RMSNORM_BWD, rstd, QT_F32), QT_VB(GATED_RMSNORM_WGRAD, rstd, QT_F32),
+    /* the delta rule's saved norms (read in place by the backward) and scratch */
+    QT_VB(GDN_CORE_BWD, rq, QT_F32),       QT_VB(GDN_CORE_BWD, rk, QT_F32),
+    QT_VB(GDN_CORE_FWD, scratch, QT_F32),  QT_VB(GDN_CORE_BWD, scratch, QT_F32),
 };
 #undef QT_VB
 

@@ -10,7 +10,11 @@
 //      kernels plus one rounding;
 //  (5) qt_validate_bf16's refusals and acceptance;
 //  (6) the step ops' rounding of the masters into the bf16 compute copy (publish, ADAMW,
-//      PARAM_GATHER into a bf16 window).
+//      PARAM_GATHER into a bf16 window);
+//  (7) the native row-block forms (ops_bf16_rows.c) against the boundary run on the same
+//      kind: every byte of every tensor (and every leaf) equal, on random data with special
+//      values (signed zeros, bf16 denormals, infinities, NaN, huge and tiny values), odd
+//      sizes, strides with gaps, blocks that end inside a row set.
 #include <ctype.h>
 #include <math.h>
 #include <stdint.h>
@@ -34,6 +38,8 @@ extern "C" {
 #include "kernels/bf16_matmul_canon.h"
 #include "kernels/elementwise.h"
 #include "kernels/embed.h"
+#include "kernels/gdn_chunk.h"
+#include "kernels/gdn_core.h"
 #include "kernels/gdn_gates.h"
 #include "kernels/rmsnorm.h"
 }
@@ -344,6 +350,7 @@ TEST(Bf16Boundary, CallsTheWrapperOrTheBoundaryByPlanDtypeAndKind)
 {
     qt_kernel_entry e = qt_kernel_table[QT_OP_ADD];
     e.run = spy_add;
+    e.props &= ~(QT_OPP_BF16 | QT_OPP_BF16_PSTAGE);  // a kind without a native form
     const int64_t n = 17;
     uint64_t s = 15;
     {
@@ -468,7 +475,9 @@ TEST(Bf16StageNeed, EqualsAnIndependentCount)
             for (int k = 0; k < ns && e->cls != QT_OPC_STEP; k++) {
                 const int32_t id = o.t[k];
                 if (id == QT_NONE || h.t[id].dtype != QT_BF16) continue;
-                if (tolower((unsigned char)e->slots[k]) == 'p' && (e->props & QT_OPP_BF16)) continue;
+                if (tolower((unsigned char)e->slots[k]) == 'p' && (e->props & QT_OPP_BF16) &&
+                    !(e->props & QT_OPP_BF16_PSTAGE))
+                    continue;
                 if (ids.insert(id).second) want += (h.t[id].numel + 15) / 16 * 16;
             }
             const int64_t got = qt_bf16_stage_need(&h.plan, e, &o);
@@ -690,11 +699,12 @@ namespace {
 bool said(const char *needle) { return strstr(qt_last_error(), needle) != NULL; }
 } // namespace
 
-// A bf16 plan of two microbatch ops (a boundary RMSNORM_FWD needing 80 staged floats, a
-// native MATMUL_FWD needing 48): accepted with a staging region of exactly the larger need;
-// one float less is refused naming the op, its kind and both figures; MATMUL_FWD reading
-// an fp32 x is refused naming the slot and the tensor; an fp32 plan holding a bf16 tensor is
-// refused.
+// A bf16 plan of two microbatch ops (RMSNORM_FWD needing 80 staged floats: native since
+// issue 34, its staging still planned as for the boundary, QT_OPP_BF16_PSTAGE; MATMUL_FWD
+// needing 48): accepted with a staging region of exactly the larger need; one float less is
+// refused naming the op, its kind and both figures; MATMUL_FWD reading an fp32 x, or
+// RMSNORM_FWD writing a bf16 rstd, is refused naming the slot and the tensor; an fp32 plan
+// holding a bf16 tensor is refused.
 TEST(Bf16Validate, StagingSlotDtypesAndPlanDtype)
 {
     Hand h(QT_BF16, g_a16);
@@ -722,6 +732,13 @@ TEST(Bf16Validate, StagingSlotDtypesAndPlanDtype)
     LONGS_EQUAL(QT_E_PLAN, qt_validate_bf16(&h.plan, qt_kernel_table));
     CHECK(said("microbatch op 1 (matmul_fwd): slot t1, tensor mx_f32, is fp32") && said("as bf16"));
     ops[1].t[1] = mx;
+    LONGS_EQUAL(QT_OK, qt_validate_bf16(&h.plan, qt_kernel_table));
+    ops[0].t[1] = my;
+    h.plan.bf16_stage_elems = 200;
+    LONGS_EQUAL(QT_E_PLAN, qt_validate_bf16(&h.plan, qt_kernel_table));
+    CHECK(said("microbatch op 0 (rmsnorm_fwd): slot t1, tensor my, is bf16") && said("as fp32"));
+    ops[0].t[1] = rstd;
+    h.plan.bf16_stage_elems = 80;
     LONGS_EQUAL(QT_OK, qt_validate_bf16(&h.plan, qt_kernel_table));
     // the same tables as an fp32 plan: its bf16 tensors are refused
     h.plan.dtype = QT_F32;
@@ -848,4 +865,504 @@ TEST(Bf16Step, ParamGatherRoundsTheMastersIntoABf16Window)
     qt_step_state st = {0, 0, NULL};
     LONGS_EQUAL(QT_OK, qt_kernel_table[QT_OP_PARAM_GATHER].step(&o, &sp.h.ctx, &st));
     for (int k = 0; k < 16; k++) LONGS_EQUAL(qt_bf16_from_f32(sp.masters()[16 + k]), sp.h.b(win)[k]);
+}
+
+// ------------------------------------------------------------------ (7) native vs boundary
+
+TEST_GROUP(Bf16NativeRows) {};
+
+namespace {
+// 0: no special values; N: one value in N is special (each test runs with both).
+int g_sp;
+
+// A bf16 value of rndf, or (one in g_sp) a special one: +-0, a bf16 denormal, +-inf, the
+// quiet NaN, the largest finite, FLT_MIN's bf16, a tiny normal (products underflow) or a
+// huge one (sums overflow).
+qt_bf16 rnd_special(uint64_t *s)
+{
+    static const qt_bf16 sp[] = {0x0000, 0x8000, 0x0001, 0x8045, 0x7f80, 0xff80, 0x7fc0,
+                                 0x7f7f, 0xff7f, 0x0080, 0x8080, 0x0d00, 0x8d37, 0x7e00, 0xfe55};
+    const uint64_t r = xs(s);
+    if (g_sp && r % (uint64_t)g_sp == 0) return sp[(r >> 8) % (sizeof sp / sizeof sp[0])];
+    return qt_bf16_from_f32(rndf(s));
+}
+
+// A bf16 tensor of n elements, with special values.
+int32_t rand_sp(Hand &h, int64_t n, uint64_t *s, const char *name = "t")
+{
+    const int32_t id = h.add(n, QT_BF16, name);
+    for (int64_t k = 0; k < n; k++) h.b(id)[k] = rnd_special(s);
+    return id;
+}
+
+// A bf16 tensor of values an op could have stored (rand_sp rounded again: no denormal), for
+// written slots with gaps, which the boundary rounds back whole and a native form leaves.
+int32_t rand_stored(Hand &h, int64_t n, uint64_t *s, const char *name = "t")
+{
+    const int32_t id = rand_sp(h, n, s, name);
+    for (int64_t k = 0; k < n; k++) h.b(id)[k] = qt_bf16_from_f32(qt_f32_from_bf16(h.b(id)[k]));
+    return id;
+}
+
+// A copy of hand plan src in arena a (tensors, layout and bytes below the staging region).
+void clone(Hand &src, Hand &dst)
+{
+    CHECK(src.off <= STAGE_OFF);
+    for (int32_t id = 0; id < src.plan.n_tensors; id++) {
+        const qt_tensor &t = src.t[id];
+        const int32_t j = dst.add(t.numel, t.dtype, t.name);
+        LONGS_EQUAL(id, j);
+    }
+    dst.plan.train = src.plan.train;
+    dst.plan.context_blocks = src.plan.context_blocks;
+    dst.plan.packing = src.plan.packing;
+    dst.plan.positions = src.plan.positions;
+    memcpy(dst.arena, src.arena, (size_t)src.off);
+}
+
+// Bytes of the two plans' tensors that differ (prints the first tensor and element).
+int64_t diff_arenas(const char *what, Hand &a, Hand &b)
+{
+    int64_t bad = 0;
+    for (int32_t id = 0; id < a.plan.n_tensors; id++) {
+        const size_t eb = (size_t)qt_dtype_bytes(a.t[id].dtype);
+        const unsigned char *pa = a.arena + a.t[id].offset, *pb = b.arena + b.t[id].offset;
+        for (int64_t k = 0; k < a.t[id].numel; k++)
+            if (memcmp(pa + (size_t)k * eb, pb + (size_t)k * eb, eb) && !bad++)
+                fprintf(stderr, "%s: tensor %d (%s) [%lld] differs: boundary 0x%04x, native 0x%04x\n",
+                        what, id, a.t[id].name, (long long)k,
+                        eb == 2 ? a.b(id)[k] : (unsigned)bits(a.f(id)[k]),
+                        eb == 2 ? b.b(id)[k] : (unsigned)bits(b.f(id)[k]));
+    }
+    return bad;
+}
+
+// Runs op natively in h (the interpreter's call: the kind is QT_OPP_BF16) and through the
+// boundary in a clone; every tensor byte must agree, and the run must have changed some
+// written tensor (so a wrapper that does nothing cannot pass).
+void native_vs_boundary(const char *what, Hand &h, const qt_op &op)
+{
+    const qt_kernel_entry *e = &qt_kernel_table[op.kind];
+    CHECK(e->props & QT_OPP_BF16);
+    Hand r(QT_BF16, g_a32);
+    clone(h, r);
+    std::vector<unsigned char> before(h.arena, h.arena + h.off);
+    qt_bf16_boundary_run(e, &op, &r.ctx);
+    qt_interp_call_run(e, &op, &h.ctx);
+    LONGS_EQUAL(0, diff_arenas(what, r, h));
+    CHECK(memcmp(before.data(), h.arena, (size_t)h.off) != 0);
+}
+
+// The same for a WGRAD kind over every sequence: leaves (nl of them, n floats each, from a
+// nonzero start as a leaf tree's carry could be) equal bit for bit; nothing written.
+void native_vs_boundary_wgrad(const char *what, Hand &h, const qt_op &op, int64_t seqs,
+                              int64_t n)
+{
+    const qt_kernel_entry *e = &qt_kernel_table[op.kind];
+    CHECK(e->props & QT_OPP_BF16);
+    Hand r(QT_BF16, g_a32);
+    clone(h, r);
+    for (int64_t q = 0; q < seqs; q++) {
+        vecf a0((size_t)n, 0.0f), b0((size_t)n, 0.0f);
+        for (int64_t k = 0; k < n; k++) a0[(size_t)k] = b0[(size_t)k] = (float)(k % 3) * 0.25f;
+        float *const da[2] = {a0.data(), NULL}, *const db[2] = {b0.data(), NULL};
+        qt_bf16_boundary_wgrad(e, &op, &r.ctx, q, da);
+        qt_interp_call_wgrad(e, &op, &h.ctx, q, db);
+        int64_t bad = 0;
+        for (int64_t k = 0; k < n; k++)
+            if (bits(a0[(size_t)k]) != bits(b0[(size_t)k]) && !bad++)
+                fprintf(stderr, "%s seq %lld: leaf [%lld] boundary 0x%08x native 0x%08x\n", what,
+                        (long long)q, (long long)k, bits(a0[(size_t)k]), bits(b0[(size_t)k]));
+        LONGS_EQUAL(0, bad);
+        int64_t changed = 0;
+        for (int64_t k = 0; k < n; k++) changed += a0[(size_t)k] != (float)(k % 3) * 0.25f;
+        CHECK(changed > 0);
+    }
+    LONGS_EQUAL(0, diff_arenas(what, r, h));
+}
+} // namespace
+
+// ADD, ACC, SWIGLU_FWD / BWD on sizes around the block (2048): 1, 37, 2047, 2048, 2049, 5000.
+static void body_ElementwiseKindsEqualTheBoundary()
+{
+    const int64_t sizes[] = {1, 37, 2047, 2048, 2049, 5000};
+    uint64_t s = 71;
+    for (int64_t n : sizes) {
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_ADD);
+            o.t[0] = rand_sp(h, n, &s, "y"), o.t[1] = rand_sp(h, n, &s, "a"),
+            o.t[2] = rand_sp(h, n, &s, "b"), o.a[0] = n;
+            native_vs_boundary("add", h, o);
+        }
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_ACC);
+            o.t[0] = rand_sp(h, n, &s, "dst"), o.t[1] = rand_sp(h, n, &s, "src"), o.a[0] = n;
+            native_vs_boundary("acc", h, o);
+        }
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_SWIGLU_FWD);
+            o.t[0] = rand_sp(h, n, &s, "h"), o.t[1] = rand_sp(h, n, &s, "a"),
+            o.t[2] = rand_sp(h, n, &s, "u"), o.a[0] = n;
+            native_vs_boundary("swiglu_fwd", h, o);
+        }
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_SWIGLU_BWD);
+            for (int k = 0; k < 5; k++) o.t[k] = rand_sp(h, n, &s, k < 2 ? "dacc" : "in");
+            o.a[0] = n;
+            native_vs_boundary("swiglu_bwd", h, o);
+        }
+    }
+    // an fp32 input slot in a bf16 plan (read in place) and ADD in place (y is a: the
+    // boundary's shared staging, taken as is)
+    Hand h(QT_BF16, g_a16);
+    qt_op o = make_op(QT_OP_ADD);
+    o.t[0] = rand_sp(h, 3001, &s, "y"), o.t[1] = h.rand_f32(3001, &s, "a32"),
+    o.t[2] = rand_sp(h, 3001, &s, "b"), o.a[0] = 3001;
+    native_vs_boundary("add fp32 a", h, o);
+    Hand g(QT_BF16, g_a16);
+    o.t[0] = o.t[1] = rand_sp(g, 3001, &s, "y"), o.t[2] = rand_sp(g, 3001, &s, "b");
+    native_vs_boundary("add in place", g, o);
+}
+
+// SIGMOID_GATE_FWD / BWD: HEADS mode (gate halves of a [T, 2n] source; the q halves of dgate
+// rounded back unchanged) and ROW mode (one gate per row, dgate summing over the row), with
+// blocks of several rows and a short last block.
+
+static void body_SigmoidGateEqualsTheBoundary()
+{
+    uint64_t s = 72;
+    const int64_t cases[3][4] = {{200, 21, QT_GATE_HEADS, 7}, {9, 300, QT_GATE_ROW, 0},
+                                 {3, 2100, QT_GATE_HEADS, 35}};  // T, n, mode, hd
+    for (auto &c : cases) {
+        const int64_t T = c[0], n = c[1], gw = c[2] == QT_GATE_ROW ? 1 : 2 * n;
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_SIGMOID_GATE_FWD);
+            o.t[0] = rand_sp(h, T * n, &s, "y"), o.t[1] = rand_sp(h, T * n, &s, "x"),
+            o.t[2] = rand_sp(h, T * gw, &s, "gate");
+            o.a[0] = T, o.a[1] = n, o.a[2] = c[2], o.a[3] = c[3];
+            native_vs_boundary("sigmoid_gate_fwd", h, o);
+        }
+        Hand h(QT_BF16, g_a16);
+        qt_op o = make_op(QT_OP_SIGMOID_GATE_BWD);
+        o.t[0] = rand_sp(h, T * n, &s, "dx"), o.t[1] = rand_sp(h, T * gw, &s, "dgate"),
+        o.t[2] = rand_sp(h, T * n, &s, "dy"), o.t[3] = rand_sp(h, T * n, &s, "x"),
+        o.t[4] = rand_sp(h, T * gw, &s, "gate");
+        o.a[0] = T, o.a[1] = n, o.a[2] = c[2], o.a[3] = c[3];
+        native_vs_boundary("sigmoid_gate_bwd", h, o);
+    }
+}
+
+// RMSNORM_FWD / BWD: strided rows with gaps (xs 41, ys 40 for n 37: per-head norms inside
+// wider rows), contiguous rows, rows wider than a block (n 3000), both scale flags; rstd
+// fp32 (written in place by FWD, read by BWD).
+
+static void body_RmsnormFwdBwdEqualTheBoundary()
+{
+    uint64_t s = 73;
+    const int64_t cases[4][5] = {{100, 37, 41, 40, QT_RMSNORM_ZERO_CENTRED},
+                                 {70, 64, 64, 64, 0},
+                                 {3, 3000, 3000, 3000, QT_RMSNORM_ZERO_CENTRED},
+                                 {1, 5, 5, 7, 0}};  // R, n, xs, ys, flags
+    for (auto &c : cases) {
+        const int64_t R = c[0], n = c[1], xs_ = c[2], ys = c[3];
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_RMSNORM_FWD);
+            o.t[0] = h.rand_b16(R * ys, &s, "y"), o.t[1] = h.rand_f32(R, &s, "rstd"),
+            o.t[2] = rand_sp(h, R * xs_, &s, "x"), o.t[3] = rand_sp(h, n, &s, "w");
+            o.a[0] = R, o.a[1] = n, o.a[2] = xs_, o.a[3] = ys, o.a[4] = c[4];
+            o.f[0] = 1e-6f;
+            native_vs_boundary("rmsnorm_fwd", h, o);
+        }
+        Hand h(QT_BF16, g_a16);
+        qt_op o = make_op(QT_OP_RMSNORM_BWD);
+        o.t[0] = rand_stored(h, R * xs_, &s, "dx"), o.t[1] = rand_sp(h, R * ys, &s, "dy"),
+        o.t[2] = rand_sp(h, R * xs_, &s, "x"), o.t[3] = rand_sp(h, n, &s, "w"),
+        o.t[4] = h.rand_f32(R, &s, "rstd");
+        o.a[0] = R, o.a[1] = n, o.a[2] = xs_, o.a[3] = ys, o.a[4] = c[4];
+        native_vs_boundary("rmsnorm_bwd", h, o);
+    }
+}
+
+// RMSNORM_WGRAD: plain rows of 3 leaves (blocks inside a leaf), and per-head norms in 2 and
+// 4 canonical head groups (rows (t, head), strided inside wider rows).
+
+static void body_RmsnormWgradEqualsTheBoundary()
+{
+    uint64_t s = 74;
+    {
+        const int64_t n = 37, rps = 120, b = 3;
+        Hand h(QT_BF16, g_a16);
+        qt_op o = make_op(QT_OP_RMSNORM_WGRAD);
+        o.flags = QT_OPF_WGRAD;
+        o.t[0] = rand_sp(h, b * rps * n, &s, "dy"), o.t[1] = rand_sp(h, b * rps * n, &s, "x"),
+        o.t[2] = h.rand_f32(b * rps, &s, "rstd"), o.t[3] = rand_sp(h, n, &s, "w");
+        o.a[0] = b * rps, o.a[1] = n, o.a[2] = n, o.a[3] = n, o.a[5] = rps, o.a[8] = 0,
+        o.a[9] = -1;
+        native_vs_boundary_wgrad("rmsnorm_wgrad", h, o, b, n);
+    }
+    for (int64_t groups : {2, 4}) {
+        const int64_t n = 12, S = 90, H = 4, b = 2, xs_ = 2 * n, ys = n, rps = S * H;
+        Hand h(QT_BF16, g_a16);
+        h.plan.train.seq_len = S;
+        qt_op o = make_op(QT_OP_RMSNORM_WGRAD);
+        o.flags = QT_OPF_WGRAD;
+        o.t[0] = rand_sp(h, b * rps * ys, &s, "dy"), o.t[1] = rand_sp(h, b * rps * xs_, &s, "x"),
+        o.t[2] = h.rand_f32(b * rps, &s, "rstd"), o.t[3] = rand_sp(h, n, &s, "w");
+        o.a[0] = b * rps, o.a[1] = n, o.a[2] = xs_, o.a[3] = ys, o.a[5] = rps, o.a[6] = groups,
+        o.a[8] = 0, o.a[9] = -1;
+        native_vs_boundary_wgrad("rmsnorm_wgrad heads", h, o, b, n);
+    }
+}
+
+// GATED_RMSNORM_FWD / BWD / WGRAD (Hk 2, Dk 3, Hv 4, Dv 5: qkvz rows of 32; and a wide case
+// with rows past a block), WGRAD plain and in 2 value-head groups.
+
+static void body_GatedRmsnormEqualsTheBoundary()
+{
+    uint64_t s = 75;
+    const int64_t cases[2][5] = {{70, 2, 3, 4, 5}, {3, 2, 64, 8, 160}};  // T, Hk, Dk, Hv, Dv
+    for (auto &c : cases) {
+        const int64_t T = c[0], hk = c[1], dk = c[2], hv = c[3], dv = c[4],
+                      wq = hk * (2 * dk + 2 * (hv / hk) * dv);
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_GATED_RMSNORM_FWD);
+            o.t[0] = rand_sp(h, T * hv * dv, &s, "y"), o.t[1] = h.rand_f32(T * hv, &s, "rstd"),
+            o.t[2] = rand_sp(h, T * hv * dv, &s, "o"), o.t[3] = rand_sp(h, T * wq, &s, "qkvz"),
+            o.t[4] = rand_sp(h, dv, &s, "w");
+            o.a[0] = T, o.a[1] = hk, o.a[2] = dk, o.a[3] = hv, o.a[4] = dv;
+            o.f[0] = 1e-6f;
+            native_vs_boundary("gated_rmsnorm_fwd", h, o);
+        }
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_GATED_RMSNORM_BWD);
+            o.t[0] = rand_sp(h, T * hv * dv, &s, "do"), o.t[1] = rand_sp(h, T * wq, &s, "dqkvz"),
+            o.t[2] = rand_sp(h, T * hv * dv, &s, "dy"), o.t[3] = rand_sp(h, T * hv * dv, &s, "o"),
+            o.t[4] = rand_sp(h, T * wq, &s, "qkvz"), o.t[5] = rand_sp(h, dv, &s, "w"),
+            o.t[6] = h.rand_f32(T * hv, &s, "rstd");
+            o.a[0] = T, o.a[1] = hk, o.a[2] = dk, o.a[3] = hv, o.a[4] = dv;
+            native_vs_boundary("gated_rmsnorm_bwd", h, o);
+        }
+        for (int64_t groups : {0, 2}) {
+            const int64_t b = 2;
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_GATED_RMSNORM_WGRAD);
+            o.flags = QT_OPF_WGRAD;
+            o.t[0] = rand_sp(h, b * T * hv * dv, &s, "dy"),
+            o.t[1] = rand_sp(h, b * T * hv * dv, &s, "o"),
+            o.t[2] = rand_sp(h, b * T * wq, &s, "qkvz"), o.t[3] = h.rand_f32(b * T * hv, &s, "rstd"),
+            o.t[4] = rand_sp(h, dv, &s, "w");
+            o.a[0] = b * T, o.a[1] = hk, o.a[2] = dk, o.a[3] = hv, o.a[4] = dv, o.a[5] = T,
+            o.a[6] = groups, o.a[8] = 0, o.a[9] = -1;
+            native_vs_boundary_wgrad("gated_rmsnorm_wgrad", h, o, b, dv);
+        }
+    }
+}
+
+// MOE_COMBINE_FWD / BWD: k 3, d 11 over 300 tokens (blocks of 62 tokens), with and without
+// dropped slots (kidx -1: their dy rows untouched, rounded back unchanged).
+
+static void body_MoeCombineEqualsTheBoundary()
+{
+    uint64_t s = 76;
+    const int64_t T = 300, k = 3, d = 11;
+    for (int drop = 0; drop < 2; drop++) {
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_MOE_COMBINE_FWD);
+            o.t[0] = rand_sp(h, T * d, &s, "out"), o.t[1] = rand_sp(h, T * k, &s, "p"),
+            o.t[2] = rand_sp(h, T * k * d, &s, "y");
+            if (drop) {
+                o.t[3] = h.add(T * k, QT_I32, "kidx");
+                for (int64_t q = 0; q < T * k; q++) h.i(o.t[3])[q] = xs(&s) % 4 == 0 ? -1 : 1;
+            }
+            o.a[0] = T, o.a[1] = k, o.a[2] = d;
+            native_vs_boundary("moe_combine_fwd", h, o);
+        }
+        Hand h(QT_BF16, g_a16);
+        qt_op o = make_op(QT_OP_MOE_COMBINE_BWD);
+        o.t[0] = rand_sp(h, T * k, &s, "dp"), o.t[1] = rand_sp(h, T * k * d, &s, "dy"),
+        o.t[2] = rand_sp(h, T * d, &s, "dout"), o.t[3] = rand_sp(h, T * k, &s, "p"),
+        o.t[4] = rand_sp(h, T * k * d, &s, "y");
+        if (drop) {
+            o.t[5] = h.add(T * k, QT_I32, "kidx");
+            for (int64_t q = 0; q < T * k; q++) h.i(o.t[5])[q] = xs(&s) % 4 == 0 ? -1 : 1;
+        }
+        o.a[0] = T, o.a[1] = k, o.a[2] = d;
+        native_vs_boundary("moe_combine_bwd", h, o);
+    }
+}
+
+// Packed documents for b sequences of S tokens: positions restarting at a few tokens.
+static void pack_docs(Hand &h, int64_t b, int64_t S, uint64_t *s)
+{
+    const int32_t id = h.add(b * S, QT_I32, "positions");
+    for (int64_t q = 0; q < b; q++) {
+        int32_t p = 0;
+        for (int64_t t = 0; t < S; t++) {
+            if (t && xs(s) % 5 == 0) p = 0;
+            h.i(id)[q * S + t] = p++;
+        }
+    }
+    h.plan.packing = 1;
+    h.plan.positions = id;
+}
+
+// GDN_CONV_FWD / BWD / WGRAD (Hk 2, Dk 4, Hv 4, Dv 8, K 4: 48 channels, qkvz rows of 80) on
+// 3 sequences, one at a time natively; plain, packed documents, and the WGRAD's leaves as
+// 2 token blocks per sequence (context_blocks 2).
+static void body_GdnConvEqualsTheBoundary()
+{
+    uint64_t s = 77;
+    const int64_t b = 3, S = 14, hk = 2, dk = 4, hv = 4, dv = 8, K = 4, cc = 48, wq = 80, T = b * S;
+    for (int mode = 0; mode < 3; mode++) {  // 0 plain, 1 packed, 2 context blocks
+        const int64_t a[7] = {b, S, hk, dk, hv, dv, K};
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_GDN_CONV_FWD);
+            o.t[0] = rand_sp(h, T * cc, &s, "c"), o.t[1] = h.rand_f32(T * cc, &s, "pre"),
+            o.t[2] = rand_sp(h, T * wq, &s, "qkvz"), o.t[3] = rand_sp(h, cc * K, &s, "w");
+            for (int i = 0; i < 7; i++) o.a[i] = a[i];
+            if (mode == 1) pack_docs(h, b, S, &s);
+            native_vs_boundary("gdn_conv_fwd", h, o);
+        }
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_GDN_CONV_BWD);
+            o.t[0] = rand_sp(h, T * wq, &s, "dqkvz"), o.t[1] = rand_sp(h, T * cc, &s, "dc"),
+            o.t[2] = h.rand_f32(T * cc, &s, "pre"), o.t[3] = rand_sp(h, cc * K, &s, "w");
+            for (int i = 0; i < 7; i++) o.a[i] = a[i];
+            if (mode == 1) pack_docs(h, b, S, &s);
+            native_vs_boundary("gdn_conv_bwd", h, o);
+        }
+        Hand h(QT_BF16, g_a16);
+        qt_op o = make_op(QT_OP_GDN_CONV_WGRAD);
+        o.flags = QT_OPF_WGRAD;
+        o.t[0] = rand_sp(h, T * cc, &s, "dc"), o.t[1] = h.rand_f32(T * cc, &s, "pre"),
+        o.t[2] = rand_sp(h, T * wq, &s, "qkvz"), o.t[3] = rand_sp(h, cc * K, &s, "w");
+        for (int i = 0; i < 7; i++) o.a[i] = a[i];
+        o.a[8] = 0, o.a[9] = -1;
+        if (mode == 1) pack_docs(h, b, S, &s);
+        if (mode == 2) h.plan.context_blocks = 2;
+        native_vs_boundary_wgrad("gdn_conv_wgrad", h, o, mode == 2 ? 2 * b : b, cc * K);
+    }
+}
+
+// GDN_CORE_FWD / BWD, recurrent and chunked, each plain and packed, Dv 64 (the blocked paths) and
+// 8 (the scalar ones), 3 sequences of 10 tokens in chunks of 4: one sequence at a time
+// natively; o, dc, dg, dbeta rounded, states, rq, rk fp32 in place.
+static void body_GdnCoreEqualsTheBoundary()
+{
+    uint64_t s = 78;
+    const int64_t b = 3, S = 10, hk = 2, dk = 8, hv = 4, chunk = 4, T = b * S, nch = 3;
+    for (int64_t dv : {64, 8})
+        for (int algo = 0; algo < 2; algo++)
+            for (int packed = 0; packed < 2; packed++) {
+                const int64_t cc = 2 * hk * dk + hv * dv, C = chunk < S ? chunk : S;
+                const int64_t a[8] = {b, S, hk, dk, hv, dv, chunk, algo};
+                const int64_t sf = algo ? QT_GDN_CHUNK_FWD_SCRATCH(C, dk, dv) : 1,
+                              sb = algo ? QT_GDN_CHUNK_BWD_SCRATCH(C, dk, dv)
+                                        : QT_GDN_CORE_SCRATCH(chunk, dk, dv);
+                {
+                    Hand h(QT_BF16, g_a16);
+                    qt_op o = make_op(QT_OP_GDN_CORE_FWD);
+                    o.t[0] = rand_sp(h, T * hv * dv, &s, "o"),
+                    o.t[1] = h.rand_f32(b * hv * nch * dk * dv, &s, "states"),
+                    o.t[2] = h.rand_f32(T * hk, &s, "rq"), o.t[3] = h.rand_f32(T * hk, &s, "rk"),
+                    o.t[4] = rand_sp(h, T * cc, &s, "c"), o.t[5] = rand_sp(h, T * hv, &s, "g"),
+                    o.t[6] = rand_sp(h, T * hv, &s, "beta"), o.t[7] = h.add(sf, QT_F32, "scratch");
+                    for (int64_t k = 0; k < T * hv; k++)  // decays: g <= 0 (as the gates give)
+                        h.b(o.t[5])[k] |= g_sp ? 0 : 0x8000;
+                    for (int i = 0; i < 8; i++) o.a[i] = a[i];
+                    o.f[0] = 0.35f, o.f[1] = 1e-6f;
+                    if (packed) pack_docs(h, b, S, &s);
+                    native_vs_boundary("gdn_core_fwd", h, o);
+                }
+                Hand h(QT_BF16, g_a16);
+                qt_op o = make_op(QT_OP_GDN_CORE_BWD);
+                o.t[0] = rand_sp(h, T * cc, &s, "dc"), o.t[1] = rand_sp(h, T * hv, &s, "dg"),
+                o.t[2] = rand_sp(h, T * hv, &s, "dbeta"), o.t[3] = rand_sp(h, T * hv * dv, &s, "do"),
+                o.t[4] = rand_sp(h, T * cc, &s, "c"), o.t[5] = rand_sp(h, T * hv, &s, "g"),
+                o.t[6] = rand_sp(h, T * hv, &s, "beta"),
+                o.t[7] = h.rand_f32(b * hv * nch * dk * dv, &s, "states"),
+                o.t[8] = h.rand_f32(T * hk, &s, "rq"), o.t[9] = h.rand_f32(T * hk, &s, "rk"),
+                o.t[10] = h.add(sb, QT_F32, "scratch");
+                for (int64_t k = 0; k < T * hv; k++) h.b(o.t[5])[k] |= g_sp ? 0 : 0x8000;
+                for (int i = 0; i < 8; i++) o.a[i] = a[i];
+                o.f[0] = 0.35f, o.f[1] = 1e-6f;
+                if (packed) pack_docs(h, b, S, &s);
+                native_vs_boundary("gdn_core_bwd", h, o);
+            }
+}
+
+// Each body above with no special values, with one in 64 and with one in 5.
+TEST(Bf16NativeRows, ElementwiseKindsEqualTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_ElementwiseKindsEqualTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, SigmoidGateEqualsTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_SigmoidGateEqualsTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, RmsnormFwdBwdEqualTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_RmsnormFwdBwdEqualTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, RmsnormWgradEqualsTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_RmsnormWgradEqualsTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, GatedRmsnormEqualsTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_GatedRmsnormEqualsTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, MoeCombineEqualsTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_MoeCombineEqualsTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, GdnConvEqualsTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_GdnConvEqualsTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, GdnCoreEqualsTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_GdnCoreEqualsTheBoundary();
+    }
 }

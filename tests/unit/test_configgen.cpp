@@ -1686,7 +1686,8 @@ static const KindRow kKindRows[] = {
 
 // The staging rule of qt_plan_fields.def, recomputed: max over init and microbatch ops of
 // the sum over distinct bf16 tensor ids of roundup16(numel), 'p'/'P' slots left out for
-// QT_OPP_BF16 kinds.
+// QT_OPP_BF16 kinds without QT_OPP_BF16_PSTAGE (the kinds made native by issue 34 keep the
+// boundary's count).
 static long long staging_need(const qt_cg_graph &g)
 {
     long long need = 0;
@@ -1701,7 +1702,7 @@ static long long staging_need(const qt_cg_graph &g)
             const int32_t id = o.t[s];
             if (id < 0 || g.ts[id].t.dtype != QT_BF16) continue;
             if (row->cls == QT_OPC_STEP) continue;
-            if ((row->props & QT_OPP_BF16) &&
+            if ((row->props & QT_OPP_BF16) && !(row->props & QT_OPP_BF16_PSTAGE) &&
                 (row->slots[s] == 'p' || row->slots[s] == 'P'))
                 continue;
             bool dup = false;

@@ -149,13 +149,15 @@ static int64_t param_regions(qt_cg_graph *g)
 
 /* Floats of one op's bf16 staging: its distinct bf16 tensors, each rounded up to 16
  * elements (64 bytes), except the parameter slots of kinds that read bf16 parameters
- * themselves or not at all (QT_OPP_BF16); STEP kinds (PARAM_GATHER's window) run in the
+ * themselves or not at all (QT_OPP_BF16 without QT_OPP_BF16_PSTAGE: the kinds made
+ * native later keep the size the boundary had, their row buffers live in it); STEP kinds (PARAM_GATHER's window) run in the
  * step code, never staged. */
 static int64_t op_bf16_stage(const qt_cg_graph *g, const qt_op *op)
 {
     const char *slots = qt_cg_op_slots(op->kind);
     const int cls = qt_cg_op_class(op->kind);
-    const int skip_p = (qt_cg_op_props(op->kind) & QT_OPP_BF16) != 0;
+    const unsigned props = qt_cg_op_props(op->kind);
+    const int skip_p = (props & QT_OPP_BF16) && !(props & QT_OPP_BF16_PSTAGE);
     if (cls == QT_OPC_STEP) return 0;
     int32_t seen[QT_OP_MAX_T];
     int n_seen = 0;

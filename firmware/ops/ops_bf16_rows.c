@@ -1,0 +1,722 @@
+/* ops_bf16_rows.c - the native bf16 forms of the elementwise and row kinds (qt_ops_bf16.h):
+ * ADD, ACC, SWIGLU_FWD / BWD, SIGMOID_GATE_FWD / BWD, RMSNORM_FWD / BWD / WGRAD,
+ * GATED_RMSNORM_FWD / BWD / WGRAD, MOE_COMBINE_FWD / BWD, and by whole sequences the GDN
+ * short conv (GDN_CONV_FWD / BWD / WGRAD) and the delta rule (GDN_CORE_FWD / BWD)
+ * (docs/precision.md, "Executing bf16 plans", pattern (B)).
+ *
+ * Shape: the op's rows (tokens, or runs of elements) go in blocks of about QT_R16_BLOCK
+ * floats per slot. For each block, every bf16 slot's rows are widened (exact) into a buffer
+ * in the plan's staging region, the kind's fp32 kernel runs on the block with the op's
+ * arguments restricted to those rows, and the blocks of the written and accumulated slots
+ * are rounded back (qt_bf16_from_f32). So each element is computed by the fp32 kernel's
+ * expression, in its order, on the widened inputs, and rounded once where it is stored:
+ * what the boundary (runtime/interp_bf16.c) computes, with the conversions done while the
+ * block is in cache instead of in whole-tensor passes. fp32 slots (the saved rstd, and any
+ * fp32 tensor of a bf16 plan) are read and written in place when their rows are contiguous.
+ *
+ * The GDN kinds' kernels never mix sequences (the conv's taps and the recurrence stay inside
+ * one; packed documents restart by the positions, indexed like the rows), so their blocks
+ * are single sequences (b = 1, the sequence's rows, states and positions), a sequence's
+ * worth of widened inputs instead of the whole microbatch's.
+ *
+ * Invariants: each kernel used here never mixes rows (its header: rows, tokens, elements
+ * independent), so a block's call gives the whole call's bits on its rows; WGRAD kinds add
+ * their blocks into the leaf (or the head groups' partials) in increasing row order, which
+ * is the kernel's own order. Rows that an op leaves alone inside a rounded-back block (the
+ * other columns of a gate source or of qkvz, dropped slots) round back to their own bits,
+ * as under the boundary (a stored bf16 value widens and rounds to itself). The buffers
+ * take at most the op's boundary staging (the kinds carry QT_OPP_BF16_PSTAGE, so configgen
+ * sizes the region as for the boundary, which validate_bf16.c checks); an op that names one
+ * tensor in two slots, or a region too small for the blocks, runs through the boundary
+ * (the same bits). No state, no heap, no VLAs.
+ */
+#include <string.h>
+#include "qt_ops_bf16.h"
+#include "runtime/qt_interp_bf16.h"
+#include "kernels/bf16.h"
+#include "kernels/elementwise.h"
+#include "kernels/gated_rmsnorm.h"
+#include "kernels/gdn_chunk.h"
+#include "kernels/gdn_conv.h"
+#include "kernels/gdn_core.h"
+#include "kernels/moe_combine.h"
+#include "kernels/rmsnorm.h"
+
+/* Floats per slot and block (a few blocks stay in L1/L2 while the kernel runs). */
+#define QT_R16_BLOCK 2048
+#define QT_R16_MAX 8
+
+/* One slot of a row-block op: rows of n values, row r at element off + r*s of tensor id. */
+typedef struct {
+    int32_t id;
+    int64_t off, n, s;
+    int rd, wr;  /* the kernel reads the slot / writes (or accumulates into) it */
+    int fixed;   /* one row for the whole op (a norm's weight): loaded once */
+    float *buf;  /* the block's rows packed n apart, or NULL (fp32, contiguous: in place) */
+} qt_r16_slot;
+
+typedef struct {
+    const qt_ctx *ctx;
+    int ns;
+    qt_r16_slot sl[QT_R16_MAX];
+} qt_r16;
+
+static int64_t qt_r16_up16(int64_t n)
+{
+    return (n + 15) / 16 * 16;
+}
+
+static qt_r16_slot *qt_r16_add(qt_r16 *b, int32_t id, int64_t off, int64_t n, int64_t s, int rd,
+                               int wr)
+{
+    qt_r16_slot *x = &b->sl[b->ns++];
+    x->id = id;
+    x->off = off;
+    x->n = n;
+    x->s = s;
+    x->rd = rd;
+    x->wr = wr;
+    x->fixed = 0;
+    x->buf = 0;
+    return x;
+}
+
+/* Takes the buffers for blocks of up to rows rows: 0, or -1 when an op's tensor appears in
+ * two slots or the staging region cannot hold them (the caller then runs the boundary). */
+static int qt_r16_plan(qt_r16 *b, int64_t rows)
+{
+    const qt_plan *p = b->ctx->plan;
+    for (int i = 0; i < b->ns; i++)
+        for (int j = 0; j < i; j++)
+            if (b->sl[i].id == b->sl[j].id) return -1;
+    float *at = qt_op_bf16_stage(b->ctx);
+    int64_t left = p->bf16_stage_elems;
+    for (int i = 0; i < b->ns; i++) {
+        qt_r16_slot *x = &b->sl[i];
+        if (!qt_is_b16(b->ctx, x->id) && (x->s == x->n || rows == 1 || x->fixed)) continue;
+        const int64_t need = qt_r16_up16((x->fixed ? 1 : rows) * x->n);
+        if (need > left) return -1;
+        x->buf = at;
+        at += need;
+        left -= need;
+    }
+    return 0;
+}
+
+/* Rows per block for slots of the given widest row (at least 1, at most R). */
+static int64_t qt_r16_rows(int64_t widest, int64_t R)
+{
+    int64_t rows = widest > 0 ? QT_R16_BLOCK / widest : R;
+    if (rows < 1) rows = 1;
+    return rows < R ? rows : (R > 0 ? R : 1);
+}
+
+/* The block of rows [r0, r0 + nr) of slot x as fp32 rows n apart (loaded when read). */
+static float *qt_r16_get(const qt_r16 *b, const qt_r16_slot *x, int64_t r0, int64_t nr)
+{
+    const qt_ctx *ctx = b->ctx;
+    if (!x->buf) return qt_f32(ctx, x->id) + x->off + r0 * x->s;
+    if (!x->rd) return x->buf;
+    const int64_t per = x->s == x->n ? nr : 1; /* contiguous rows: one conversion */
+    for (int64_t r = 0; r < nr; r += per) {
+        const int64_t at = x->off + (r0 + r) * x->s;
+        if (qt_is_b16(ctx, x->id))
+            qt_f32_from_bf16_n(x->buf + r * x->n, qt_b16(ctx, x->id) + at, per * x->n);
+        else
+            memcpy(x->buf + r * x->n, qt_f32(ctx, x->id) + at, (size_t)(per * x->n) * sizeof(float));
+    }
+    return x->buf;
+}
+
+/* Stores the block of a written slot back (rounded when bf16). */
+static void qt_r16_put(const qt_r16 *b, const qt_r16_slot *x, int64_t r0, int64_t nr)
+{
+    const qt_ctx *ctx = b->ctx;
+    if (!x->buf || !x->wr) return;
+    const int64_t per = x->s == x->n ? nr : 1;
+    for (int64_t r = 0; r < nr; r += per) {
+        const int64_t at = x->off + (r0 + r) * x->s;
+        if (qt_is_b16(ctx, x->id)) qt_bf16_from_f32_n(qt_b16(ctx, x->id) + at, x->buf + r * x->n, per * x->n);
+        else memcpy(qt_f32(ctx, x->id) + at, x->buf + r * x->n, (size_t)(per * x->n) * sizeof(float));
+    }
+}
+
+/* A norm's weight: n values read once. */
+static qt_r16_slot *qt_r16_weight(qt_r16 *b, int32_t id, int64_t n)
+{
+    qt_r16_slot *x = qt_r16_add(b, id, 0, n, n, 1, 0);
+    x->fixed = 1;
+    return x;
+}
+
+static void qt_r16_boundary(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_bf16_boundary_run(&qt_kernel_table[op->kind], op, ctx);
+}
+
+static void qt_r16_boundary_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
+                                  float *const dw[2])
+{
+    qt_bf16_boundary_wgrad(&qt_kernel_table[op->kind], op, ctx, seq, dw);
+}
+
+static int64_t qt_r16_min(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* ------------------------------------------------------------------ elementwise */
+
+/* Elementwise kinds: n elements as one row, in blocks of up to QT_R16_BLOCK; every slot's
+ * block is elements [e0, e0 + m). */
+static void qt_r16_span(qt_r16 *b, int64_t e0, int64_t m)
+{
+    for (int i = 0; i < b->ns; i++) {
+        b->sl[i].off = e0;
+        b->sl[i].n = b->sl[i].s = m;
+    }
+}
+
+#define QT_R16_G(i, r0, nr) qt_r16_get(&b, &b.sl[i], r0, nr)
+
+void qt_op16_add(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t n = QT_A(op, ADD, n), w = qt_r16_min(n, QT_R16_BLOCK);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, ADD, y), 0, w, w, 0, 1);
+    qt_r16_add(&b, QT_T(op, ADD, a), 0, w, w, 1, 0);
+    qt_r16_add(&b, QT_T(op, ADD, b), 0, w, w, 1, 0);
+    if (qt_r16_plan(&b, 1)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    for (int64_t e0 = 0; e0 < n; e0 += w) {
+        const int64_t m = qt_r16_min(w, n - e0);
+        qt_r16_span(&b, e0, m);
+        qt_add(QT_R16_G(0, 0, 1), QT_R16_G(1, 0, 1), QT_R16_G(2, 0, 1), m);
+        qt_r16_put(&b, &b.sl[0], 0, 1);
+    }
+}
+
+void qt_op16_acc(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t n = QT_A(op, ACC, n), w = qt_r16_min(n, QT_R16_BLOCK);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, ACC, dst), 0, w, w, 1, 1);
+    qt_r16_add(&b, QT_T(op, ACC, src), 0, w, w, 1, 0);
+    if (qt_r16_plan(&b, 1)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    for (int64_t e0 = 0; e0 < n; e0 += w) {
+        const int64_t m = qt_r16_min(w, n - e0);
+        qt_r16_span(&b, e0, m);
+        qt_acc(QT_R16_G(0, 0, 1), QT_R16_G(1, 0, 1), m);
+        qt_r16_put(&b, &b.sl[0], 0, 1);
+    }
+}
+
+void qt_op16_swiglu_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t n = QT_A(op, SWIGLU_FWD, n), w = qt_r16_min(n, QT_R16_BLOCK);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, SWIGLU_FWD, h), 0, w, w, 0, 1);
+    qt_r16_add(&b, QT_T(op, SWIGLU_FWD, a), 0, w, w, 1, 0);
+    qt_r16_add(&b, QT_T(op, SWIGLU_FWD, u), 0, w, w, 1, 0);
+    if (qt_r16_plan(&b, 1)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    for (int64_t e0 = 0; e0 < n; e0 += w) {
+        const int64_t m = qt_r16_min(w, n - e0);
+        qt_r16_span(&b, e0, m);
+        qt_swiglu_fwd(QT_R16_G(0, 0, 1), QT_R16_G(1, 0, 1), QT_R16_G(2, 0, 1), m);
+        qt_r16_put(&b, &b.sl[0], 0, 1);
+    }
+}
+
+void qt_op16_swiglu_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t n = QT_A(op, SWIGLU_BWD, n), w = qt_r16_min(n, QT_R16_BLOCK);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, SWIGLU_BWD, da), 0, w, w, 1, 1);
+    qt_r16_add(&b, QT_T(op, SWIGLU_BWD, du), 0, w, w, 1, 1);
+    qt_r16_add(&b, QT_T(op, SWIGLU_BWD, dh), 0, w, w, 1, 0);
+    qt_r16_add(&b, QT_T(op, SWIGLU_BWD, a), 0, w, w, 1, 0);
+    qt_r16_add(&b, QT_T(op, SWIGLU_BWD, u), 0, w, w, 1, 0);
+    if (qt_r16_plan(&b, 1)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    for (int64_t e0 = 0; e0 < n; e0 += w) {
+        const int64_t m = qt_r16_min(w, n - e0);
+        qt_r16_span(&b, e0, m);
+        qt_swiglu_bwd(QT_R16_G(0, 0, 1), QT_R16_G(1, 0, 1), QT_R16_G(2, 0, 1), QT_R16_G(3, 0, 1),
+                      QT_R16_G(4, 0, 1), m);
+        qt_r16_put(&b, &b.sl[0], 0, 1);
+        qt_r16_put(&b, &b.sl[1], 0, 1);
+    }
+}
+
+/* ------------------------------------------------------------------ rows of tokens */
+
+/* Width of one qkvz row: Hk*G with G = 2*Dk + 2*(Hv/Hk)*Dv (as ops_gdn.c). */
+static int64_t qt_r16_qkvz_width(int64_t hk, int64_t dk, int64_t hv, int64_t dv)
+{
+    return hk * (2 * dk + 2 * (hv / hk) * dv);
+}
+
+/* The gate source's row: 2n values (HEADS: the q_proj output, gate halves read) or 1 (ROW). */
+static int64_t qt_r16_gate_w(int64_t n, int mode)
+{
+    return mode == QT_GATE_ROW ? 1 : 2 * n;
+}
+
+void qt_op16_sigmoid_gate_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t T = QT_A(op, SIGMOID_GATE_FWD, T), n = QT_A(op, SIGMOID_GATE_FWD, n),
+                  hd = QT_A(op, SIGMOID_GATE_FWD, hd);
+    const int mode = (int)QT_A(op, SIGMOID_GATE_FWD, mode);
+    const int64_t gw = qt_r16_gate_w(n, mode), rows = qt_r16_rows(n > gw ? n : gw, T);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, SIGMOID_GATE_FWD, y), 0, n, n, 0, 1);
+    qt_r16_add(&b, QT_T(op, SIGMOID_GATE_FWD, x), 0, n, n, 1, 0);
+    qt_r16_add(&b, QT_T(op, SIGMOID_GATE_FWD, gate), 0, gw, gw, 1, 0);
+    if (qt_r16_plan(&b, rows)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    for (int64_t t0 = 0; t0 < T; t0 += rows) {
+        const int64_t nr = qt_r16_min(rows, T - t0);
+        qt_sigmoid_gate_fwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr), nr, n,
+                            mode, hd);
+        qt_r16_put(&b, &b.sl[0], t0, nr);
+    }
+}
+
+void qt_op16_sigmoid_gate_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t T = QT_A(op, SIGMOID_GATE_BWD, T), n = QT_A(op, SIGMOID_GATE_BWD, n),
+                  hd = QT_A(op, SIGMOID_GATE_BWD, hd);
+    const int mode = (int)QT_A(op, SIGMOID_GATE_BWD, mode);
+    const int64_t gw = qt_r16_gate_w(n, mode), rows = qt_r16_rows(n > gw ? n : gw, T);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, SIGMOID_GATE_BWD, dx), 0, n, n, 1, 1);
+    qt_r16_add(&b, QT_T(op, SIGMOID_GATE_BWD, dgate), 0, gw, gw, 1, 1);
+    qt_r16_add(&b, QT_T(op, SIGMOID_GATE_BWD, dy), 0, n, n, 1, 0);
+    qt_r16_add(&b, QT_T(op, SIGMOID_GATE_BWD, x), 0, n, n, 1, 0);
+    qt_r16_add(&b, QT_T(op, SIGMOID_GATE_BWD, gate), 0, gw, gw, 1, 0);
+    if (qt_r16_plan(&b, rows)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    for (int64_t t0 = 0; t0 < T; t0 += rows) {
+        const int64_t nr = qt_r16_min(rows, T - t0);
+        qt_sigmoid_gate_bwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),
+                            QT_R16_G(3, t0, nr), QT_R16_G(4, t0, nr), nr, n, mode, hd);
+        qt_r16_put(&b, &b.sl[0], t0, nr);
+        qt_r16_put(&b, &b.sl[1], t0, nr);
+    }
+}
+
+void qt_op16_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t R = QT_A(op, RMSNORM_FWD, R), n = QT_A(op, RMSNORM_FWD, n),
+                  rows = qt_r16_rows(n, R);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, RMSNORM_FWD, y), 0, n, QT_A(op, RMSNORM_FWD, ys), 0, 1);
+    qt_r16_add(&b, QT_T(op, RMSNORM_FWD, rstd), 0, 1, 1, 0, 1);
+    qt_r16_add(&b, QT_T(op, RMSNORM_FWD, x), 0, n, QT_A(op, RMSNORM_FWD, xs), 1, 0);
+    qt_r16_weight(&b, QT_T(op, RMSNORM_FWD, w), n);
+    if (qt_r16_plan(&b, rows)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    const float *w = QT_R16_G(3, 0, 1);
+    for (int64_t r0 = 0; r0 < R; r0 += rows) {
+        const int64_t nr = qt_r16_min(rows, R - r0);
+        qt_rmsnorm_fwd(QT_R16_G(0, r0, nr), QT_R16_G(1, r0, nr), QT_R16_G(2, r0, nr), w, nr, n, n,
+                       n, (int)QT_A(op, RMSNORM_FWD, flags), op->f[0]);
+        qt_r16_put(&b, &b.sl[0], r0, nr);
+        qt_r16_put(&b, &b.sl[1], r0, nr);
+    }
+}
+
+void qt_op16_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t R = QT_A(op, RMSNORM_BWD, R), n = QT_A(op, RMSNORM_BWD, n),
+                  xs = QT_A(op, RMSNORM_BWD, xs), ys = QT_A(op, RMSNORM_BWD, ys),
+                  rows = qt_r16_rows(n, R);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, RMSNORM_BWD, dx), 0, n, xs, 1, 1);
+    qt_r16_add(&b, QT_T(op, RMSNORM_BWD, dy), 0, n, ys, 1, 0);
+    qt_r16_add(&b, QT_T(op, RMSNORM_BWD, x), 0, n, xs, 1, 0);
+    qt_r16_weight(&b, QT_T(op, RMSNORM_BWD, w), n);
+    qt_r16_add(&b, QT_T(op, RMSNORM_BWD, rstd), 0, 1, 1, 1, 0);
+    if (qt_r16_plan(&b, rows)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    const float *w = QT_R16_G(3, 0, 1);
+    for (int64_t r0 = 0; r0 < R; r0 += rows) {
+        const int64_t nr = qt_r16_min(rows, R - r0);
+        qt_rmsnorm_bwd(QT_R16_G(0, r0, nr), QT_R16_G(1, r0, nr), QT_R16_G(2, r0, nr), w,
+                       QT_R16_G(4, r0, nr), nr, n, n, n, (int)QT_A(op, RMSNORM_BWD, flags));
+        qt_r16_put(&b, &b.sl[0], r0, nr);
+    }
+}
+
+/* RMSNORM_WGRAD: the leaf's rows [seq*rps, (seq+1)*rps) in blocks, added in increasing row
+ * order; per-head norms: blocks of whole tokens (H rows each), each canonical head group's
+ * partial fed its heads' rows of the block in (t, h) order, as the fp32 wrapper. */
+void qt_op16_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
+{
+    const int64_t rps = QT_A(op, RMSNORM_WGRAD, seq_rows), n = QT_A(op, RMSNORM_WGRAD, n),
+                  xs = QT_A(op, RMSNORM_WGRAD, xs), ys = QT_A(op, RMSNORM_WGRAD, ys),
+                  groups = QT_A(op, RMSNORM_WGRAD, heads), r0 = seq * rps;
+    int64_t S = 1, H = 1, rows = qt_r16_rows(n, rps);
+    if (groups > 0) {
+        S = ctx->plan->train.seq_len / qt_plan_blocks(ctx->plan);
+        H = rps / S;
+        rows = qt_r16_rows(n * H, S) * H;
+    }
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, RMSNORM_WGRAD, dy), r0 * ys, n, ys, 1, 0);
+    qt_r16_add(&b, QT_T(op, RMSNORM_WGRAD, x), r0 * xs, n, xs, 1, 0);
+    qt_r16_add(&b, QT_T(op, RMSNORM_WGRAD, rstd), r0, 1, 1, 1, 0);
+    if (groups > QT_OP_MAX_GROUPS || qt_r16_plan(&b, rows)) {
+        qt_r16_boundary_wgrad(op, ctx, seq, dw);
+        return;
+    }
+    if (groups <= 0) {
+        for (int64_t q = 0; q < rps; q += rows) {
+            const int64_t nr = qt_r16_min(rows, rps - q);
+            qt_rmsnorm_wgrad(dw[0], QT_R16_G(0, q, nr), QT_R16_G(1, q, nr), QT_R16_G(2, q, nr), nr,
+                             n, n, n);
+        }
+        return;
+    }
+    float *part[QT_OP_MAX_GROUPS];
+    const int64_t hpg = H / groups;
+    for (int64_t gi = 0; gi < groups; gi++) part[gi] = qt_op_group_buf(gi, n);
+    for (int64_t q = 0; q < rps; q += rows) {
+        const int64_t nr = qt_r16_min(rows, rps - q);
+        const float *dy = QT_R16_G(0, q, nr), *x = QT_R16_G(1, q, nr), *rs = QT_R16_G(2, q, nr);
+        for (int64_t gi = 0; gi < groups; gi++)
+            if (part[gi])
+                qt_rmsnorm_wgrad_heads(part[gi], dy, x, rs, nr / H, H, gi * hpg, (gi + 1) * hpg, n,
+                                       n, n);
+    }
+    qt_op_group_finish(ctx, dw[0], n, groups, 1u << QT_MESH_TENSOR);
+}
+
+void qt_op16_gated_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t T = QT_A(op, GATED_RMSNORM_FWD, T), hk = QT_A(op, GATED_RMSNORM_FWD, Hk),
+                  dk = QT_A(op, GATED_RMSNORM_FWD, Dk), hv = QT_A(op, GATED_RMSNORM_FWD, Hv),
+                  dv = QT_A(op, GATED_RMSNORM_FWD, Dv), wq = qt_r16_qkvz_width(hk, dk, hv, dv),
+                  rows = qt_r16_rows(wq > hv * dv ? wq : hv * dv, T);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_FWD, y), 0, hv * dv, hv * dv, 0, 1);
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_FWD, rstd), 0, hv, hv, 0, 1);
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_FWD, o), 0, hv * dv, hv * dv, 1, 0);
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_FWD, qkvz), 0, wq, wq, 1, 0);
+    qt_r16_weight(&b, QT_T(op, GATED_RMSNORM_FWD, w), dv);
+    if (qt_r16_plan(&b, rows)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    const float *w = QT_R16_G(4, 0, 1);
+    for (int64_t t0 = 0; t0 < T; t0 += rows) {
+        const int64_t nr = qt_r16_min(rows, T - t0);
+        qt_gated_rmsnorm_fwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),
+                             QT_R16_G(3, t0, nr), w, nr, hk, dk, hv, dv, op->f[0]);
+        qt_r16_put(&b, &b.sl[0], t0, nr);
+        qt_r16_put(&b, &b.sl[1], t0, nr);
+    }
+}
+
+void qt_op16_gated_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t T = QT_A(op, GATED_RMSNORM_BWD, T), hk = QT_A(op, GATED_RMSNORM_BWD, Hk),
+                  dk = QT_A(op, GATED_RMSNORM_BWD, Dk), hv = QT_A(op, GATED_RMSNORM_BWD, Hv),
+                  dv = QT_A(op, GATED_RMSNORM_BWD, Dv), wq = qt_r16_qkvz_width(hk, dk, hv, dv),
+                  rows = qt_r16_rows(wq > hv * dv ? wq : hv * dv, T);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_BWD, dout), 0, hv * dv, hv * dv, 1, 1);
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_BWD, dqkvz), 0, wq, wq, 1, 1);
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_BWD, dy), 0, hv * dv, hv * dv, 1, 0);
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_BWD, o), 0, hv * dv, hv * dv, 1, 0);
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_BWD, qkvz), 0, wq, wq, 1, 0);
+    qt_r16_weight(&b, QT_T(op, GATED_RMSNORM_BWD, w), dv);
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_BWD, rstd), 0, hv, hv, 1, 0);
+    if (qt_r16_plan(&b, rows)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    const float *w = QT_R16_G(5, 0, 1);
+    for (int64_t t0 = 0; t0 < T; t0 += rows) {
+        const int64_t nr = qt_r16_min(rows, T - t0);
+        qt_gated_rmsnorm_bwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(6, t0, nr),
+                             QT_R16_G(2, t0, nr), QT_R16_G(3, t0, nr), QT_R16_G(4, t0, nr), w, nr,
+                             hk, dk, hv, dv);
+        qt_r16_put(&b, &b.sl[0], t0, nr);
+        qt_r16_put(&b, &b.sl[1], t0, nr);
+    }
+}
+
+/* GATED_RMSNORM_WGRAD: the sequence's S tokens in blocks, in increasing t (each block's rows
+ * in (t, j) order), into the leaf or each canonical value-head group's partial. */
+void qt_op16_gated_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
+                                 float *const dw[2])
+{
+    const int64_t S = QT_A(op, GATED_RMSNORM_WGRAD, S), hk = QT_A(op, GATED_RMSNORM_WGRAD, Hk),
+                  dk = QT_A(op, GATED_RMSNORM_WGRAD, Dk), hv = QT_A(op, GATED_RMSNORM_WGRAD, Hv),
+                  dv = QT_A(op, GATED_RMSNORM_WGRAD, Dv), wq = qt_r16_qkvz_width(hk, dk, hv, dv),
+                  groups = QT_A(op, GATED_RMSNORM_WGRAD, groups),
+                  rows = qt_r16_rows(wq > hv * dv ? wq : hv * dv, S), t0 = seq * S;
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_WGRAD, dy), t0 * hv * dv, hv * dv, hv * dv, 1, 0);
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_WGRAD, o), t0 * hv * dv, hv * dv, hv * dv, 1, 0);
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_WGRAD, qkvz), t0 * wq, wq, wq, 1, 0);
+    qt_r16_add(&b, QT_T(op, GATED_RMSNORM_WGRAD, rstd), t0 * hv, hv, hv, 1, 0);
+    if (groups > QT_OP_MAX_GROUPS || qt_r16_plan(&b, rows)) {
+        qt_r16_boundary_wgrad(op, ctx, seq, dw);
+        return;
+    }
+    float *part[QT_OP_MAX_GROUPS];
+    const int64_t hpg = groups > 0 ? hv / groups : hv;
+    for (int64_t gi = 0; gi < groups; gi++) part[gi] = qt_op_group_buf(gi, dv);
+    for (int64_t q = 0; q < S; q += rows) {
+        const int64_t nr = qt_r16_min(rows, S - q);
+        const float *dy = QT_R16_G(0, q, nr), *o = QT_R16_G(1, q, nr), *z = QT_R16_G(2, q, nr),
+                    *rs = QT_R16_G(3, q, nr);
+        if (groups <= 0) qt_gated_rmsnorm_wgrad(dw[0], rs, dy, o, z, nr, hk, dk, hv, dv);
+        for (int64_t gi = 0; gi < groups; gi++)
+            if (part[gi])
+                qt_gated_rmsnorm_wgrad_heads(part[gi], rs, dy, o, z, nr, hk, dk, hv, dv, gi * hpg,
+                                             (gi + 1) * hpg);
+    }
+    if (groups > 0)
+        qt_op_group_finish(ctx, dw[0], dv, groups,
+                           (1u << QT_MESH_TENSOR) | (1u << QT_MESH_CONTEXT));
+}
+
+void qt_op16_moe_combine_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t T = QT_A(op, MOE_COMBINE_FWD, T), k = QT_A(op, MOE_COMBINE_FWD, k),
+                  d = QT_A(op, MOE_COMBINE_FWD, d), rows = qt_r16_rows(k * d, T);
+    const int32_t kid = QT_T(op, MOE_COMBINE_FWD, kidx);
+    const int32_t *kidx = kid != QT_NONE ? qt_i32(ctx, kid) : 0;
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, MOE_COMBINE_FWD, out), 0, d, d, 0, 1);
+    qt_r16_add(&b, QT_T(op, MOE_COMBINE_FWD, p), 0, k, k, 1, 0);
+    qt_r16_add(&b, QT_T(op, MOE_COMBINE_FWD, y), 0, k * d, k * d, 1, 0);
+    if (qt_r16_plan(&b, rows)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    for (int64_t t0 = 0; t0 < T; t0 += rows) {
+        const int64_t nr = qt_r16_min(rows, T - t0);
+        qt_moe_combine_kept_fwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),
+                                kidx ? kidx + t0 * k : 0, nr, k, d);
+        qt_r16_put(&b, &b.sl[0], t0, nr);
+    }
+}
+
+void qt_op16_moe_combine_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t T = QT_A(op, MOE_COMBINE_BWD, T), k = QT_A(op, MOE_COMBINE_BWD, k),
+                  d = QT_A(op, MOE_COMBINE_BWD, d), rows = qt_r16_rows(k * d, T);
+    const int32_t kid = QT_T(op, MOE_COMBINE_BWD, kidx);
+    const int32_t *kidx = kid != QT_NONE ? qt_i32(ctx, kid) : 0;
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, MOE_COMBINE_BWD, dp), 0, k, k, 1, 1);
+    qt_r16_add(&b, QT_T(op, MOE_COMBINE_BWD, dy), 0, k * d, k * d, 1, 1);
+    qt_r16_add(&b, QT_T(op, MOE_COMBINE_BWD, dout), 0, d, d, 1, 0);
+    qt_r16_add(&b, QT_T(op, MOE_COMBINE_BWD, p), 0, k, k, 1, 0);
+    qt_r16_add(&b, QT_T(op, MOE_COMBINE_BWD, y), 0, k * d, k * d, 1, 0);
+    if (qt_r16_plan(&b, rows)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    for (int64_t t0 = 0; t0 < T; t0 += rows) {
+        const int64_t nr = qt_r16_min(rows, T - t0);
+        qt_moe_combine_kept_bwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),
+                                QT_R16_G(3, t0, nr), QT_R16_G(4, t0, nr), kidx ? kidx + t0 * k : 0,
+                                nr, k, d);
+        qt_r16_put(&b, &b.sl[0], t0, nr);
+        qt_r16_put(&b, &b.sl[1], t0, nr);
+    }
+}
+
+/* ------------------------------------------------------------------ whole sequences (GDN) */
+
+static int64_t qt_r16_conv_channels(int64_t hk, int64_t dk, int64_t hv, int64_t dv)
+{
+    return 2 * hk * dk + hv * dv;
+}
+
+/* A per-sequence slot: w values per sequence (the kernel's layout, qt_ops.def); a tensor
+ * holding fewer than nseq * w is refused (*bad set: the op then runs through the boundary). */
+static qt_r16_slot *qt_r16_seq(qt_r16 *b, int32_t id, int64_t nseq, int64_t w, int rd, int wr,
+                               int *bad)
+{
+    if (b->ctx->plan->tensors[id].numel < nseq * w) *bad = 1;
+    return qt_r16_add(b, id, 0, w, w, rd, wr);
+}
+
+static const int32_t *qt_r16_pos(const qt_ctx *ctx, int64_t s, int64_t S)
+{
+    const int32_t *pos = qt_plan_positions(ctx);
+    return pos ? pos + s * S : 0;
+}
+
+void qt_op16_gdn_conv_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t nb = QT_A(op, GDN_CONV_FWD, b), S = QT_A(op, GDN_CONV_FWD, S),
+                  hk = QT_A(op, GDN_CONV_FWD, Hk), dk = QT_A(op, GDN_CONV_FWD, Dk),
+                  hv = QT_A(op, GDN_CONV_FWD, Hv), dv = QT_A(op, GDN_CONV_FWD, Dv),
+                  cc = qt_r16_conv_channels(hk, dk, hv, dv), wq = qt_r16_qkvz_width(hk, dk, hv, dv);
+    const int32_t wid = QT_T(op, GDN_CONV_FWD, w);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, GDN_CONV_FWD, c), 0, S * cc, S * cc, 0, 1);
+    qt_r16_add(&b, QT_T(op, GDN_CONV_FWD, pre), 0, S * cc, S * cc, 0, 1);
+    qt_r16_add(&b, QT_T(op, GDN_CONV_FWD, qkvz), 0, S * wq, S * wq, 1, 0);
+    qt_r16_weight(&b, wid, ctx->plan->tensors[wid].numel);
+    if (qt_r16_plan(&b, 1)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    const float *w = QT_R16_G(3, 0, 1);
+    for (int64_t q = 0; q < nb; q++) {
+        qt_gdn_conv_fwd_pos(QT_R16_G(0, q, 1), QT_R16_G(1, q, 1), QT_R16_G(2, q, 1), w,
+                            qt_r16_pos(ctx, q, S), 1, S, hk, dk, hv, dv, QT_A(op, GDN_CONV_FWD, K));
+        qt_r16_put(&b, &b.sl[0], q, 1);
+        qt_r16_put(&b, &b.sl[1], q, 1);
+    }
+}
+
+void qt_op16_gdn_conv_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t nb = QT_A(op, GDN_CONV_BWD, b), S = QT_A(op, GDN_CONV_BWD, S),
+                  hk = QT_A(op, GDN_CONV_BWD, Hk), dk = QT_A(op, GDN_CONV_BWD, Dk),
+                  hv = QT_A(op, GDN_CONV_BWD, Hv), dv = QT_A(op, GDN_CONV_BWD, Dv),
+                  cc = qt_r16_conv_channels(hk, dk, hv, dv), wq = qt_r16_qkvz_width(hk, dk, hv, dv);
+    const int32_t wid = QT_T(op, GDN_CONV_BWD, w);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, GDN_CONV_BWD, dqkvz), 0, S * wq, S * wq, 1, 1);
+    qt_r16_add(&b, QT_T(op, GDN_CONV_BWD, dc), 0, S * cc, S * cc, 1, 0);
+    qt_r16_add(&b, QT_T(op, GDN_CONV_BWD, pre), 0, S * cc, S * cc, 1, 0);
+    qt_r16_weight(&b, wid, ctx->plan->tensors[wid].numel);
+    if (qt_r16_plan(&b, 1)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    const float *w = QT_R16_G(3, 0, 1);
+    for (int64_t q = 0; q < nb; q++) {
+        qt_gdn_conv_bwd_pos(QT_R16_G(0, q, 1), QT_R16_G(2, q, 1), QT_R16_G(1, q, 1), w,
+                            qt_r16_pos(ctx, q, S), 1, S, hk, dk, hv, dv, QT_A(op, GDN_CONV_BWD, K));
+        qt_r16_put(&b, &b.sl[0], q, 1);
+    }
+}
+
+/* GDN_CONV_WGRAD: leaf = token block blk of sequence s; the sequence's rows up to the
+ * block's end widened (the taps reach back before the block), the kernel as the fp32
+ * wrapper calls it on them. */
+void qt_op16_gdn_conv_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t leaf, float *const dw[2])
+{
+    const int64_t S = QT_A(op, GDN_CONV_WGRAD, S), hk = QT_A(op, GDN_CONV_WGRAD, Hk),
+                  dk = QT_A(op, GDN_CONV_WGRAD, Dk), hv = QT_A(op, GDN_CONV_WGRAD, Hv),
+                  dv = QT_A(op, GDN_CONV_WGRAD, Dv), cc = qt_r16_conv_channels(hk, dk, hv, dv),
+                  wq = qt_r16_qkvz_width(hk, dk, hv, dv), nbt = qt_plan_blocks(ctx->plan),
+                  s = leaf / nbt, blk = leaf % nbt, hi = (blk + 1) * (S / nbt);
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_add(&b, QT_T(op, GDN_CONV_WGRAD, dc), 0, hi * cc, S * cc, 1, 0);
+    qt_r16_add(&b, QT_T(op, GDN_CONV_WGRAD, pre), 0, hi * cc, S * cc, 1, 0);
+    qt_r16_add(&b, QT_T(op, GDN_CONV_WGRAD, qkvz), 0, hi * wq, S * wq, 1, 0);
+    if (qt_r16_plan(&b, 1)) {
+        qt_r16_boundary_wgrad(op, ctx, leaf, dw);
+        return;
+    }
+    qt_gdn_conv_wgrad_rows_pos(dw[0], QT_R16_G(1, s, 1), QT_R16_G(0, s, 1), QT_R16_G(2, s, 1),
+                               qt_r16_pos(ctx, s, S), blk * (S / nbt), hi, hk, dk, hv, dv,
+                               QT_A(op, GDN_CONV_WGRAD, K));
+}
+
+void qt_op16_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t nb = QT_A(op, GDN_CORE_FWD, b), S = QT_A(op, GDN_CORE_FWD, S),
+                  hk = QT_A(op, GDN_CORE_FWD, Hk), dk = QT_A(op, GDN_CORE_FWD, Dk),
+                  hv = QT_A(op, GDN_CORE_FWD, Hv), dv = QT_A(op, GDN_CORE_FWD, Dv),
+                  chunk = QT_A(op, GDN_CORE_FWD, chunk);
+    if (nb < 1 || chunk < 1) return;
+    const int64_t cc = qt_r16_conv_channels(hk, dk, hv, dv), nch = (S + chunk - 1) / chunk;
+    int bad = 0;
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, o), nb, S * hv * dv, 0, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, states), nb, hv * nch * dk * dv, 0, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, rq), nb, S * hk, 0, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, rk), nb, S * hk, 0, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, c), nb, S * cc, 1, 0, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, g), nb, S * hv, 1, 0, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_FWD, beta), nb, S * hv, 1, 0, &bad);
+    if (bad || qt_r16_plan(&b, 1)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    float *scratch = qt_f32(ctx, QT_T(op, GDN_CORE_FWD, scratch));
+    for (int64_t q = 0; q < nb; q++) {
+        float *o = QT_R16_G(0, q, 1), *st = QT_R16_G(1, q, 1), *rq = QT_R16_G(2, q, 1),
+              *rk = QT_R16_G(3, q, 1);
+        const float *c = QT_R16_G(4, q, 1), *g = QT_R16_G(5, q, 1), *be = QT_R16_G(6, q, 1);
+        if (QT_A(op, GDN_CORE_FWD, algo) == 1)
+            qt_gdn_chunk_fwd_pos(o, st, rq, rk, c, g, be, qt_r16_pos(ctx, q, S), scratch, 1, S,
+                                 hk, dk, hv, dv, chunk, op->f[0], op->f[1]);
+        else
+            qt_gdn_core_fwd_pos(o, st, rq, rk, c, g, be, qt_r16_pos(ctx, q, S), 1, S, hk, dk, hv,
+                                dv, chunk, op->f[0], op->f[1]);
+        for (int i = 0; i < 4; i++) qt_r16_put(&b, &b.sl[i], q, 1);
+    }
+}
+
+void qt_op16_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t nb = QT_A(op, GDN_CORE_BWD, b), S = QT_A(op, GDN_CORE_BWD, S),
+                  hk = QT_A(op, GDN_CORE_BWD, Hk), dk = QT_A(op, GDN_CORE_BWD, Dk),
+                  hv = QT_A(op, GDN_CORE_BWD, Hv), dv = QT_A(op, GDN_CORE_BWD, Dv),
+                  chunk = QT_A(op, GDN_CORE_BWD, chunk);
+    if (nb < 1 || chunk < 1) return;
+    const int64_t cc = qt_r16_conv_channels(hk, dk, hv, dv), nch = (S + chunk - 1) / chunk;
+    int bad = 0;
+    qt_r16 b = {ctx, 0, {{0}}};
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dc), nb, S * cc, 1, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dg), nb, S * hv, 1, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dbeta), nb, S * hv, 1, 1, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, dout), nb, S * hv * dv, 1, 0, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, c), nb, S * cc, 1, 0, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, g), nb, S * hv, 1, 0, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, beta), nb, S * hv, 1, 0, &bad);
+    qt_r16_seq(&b, QT_T(op, GDN_CORE_BWD, states), nb, hv * nch * dk * dv, 1, 0, &bad);
+    if (bad || qt_r16_plan(&b, 1)) {
+        qt_r16_boundary(op, ctx);
+        return;
+    }
+    /* rq, rk: fp32 saved rows (validate_bf16.c), read in place */
+    const float *rq0 = qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rq)),
+                *rk0 = qt_f32(ctx, QT_T(op, GDN_CORE_BWD, rk));
+    float *scratch = qt_f32(ctx, QT_T(op, GDN_CORE_BWD, scratch));
+    for (int64_t q = 0; q < nb; q++) {
+        float *dc = QT_R16_G(0, q, 1), *dg = QT_R16_G(1, q, 1), *dbeta = QT_R16_G(2, q, 1);
+        const float *d_o = QT_R16_G(3, q, 1), *c = QT_R16_G(4, q, 1), *g = QT_R16_G(5, q, 1),
+                    *be = QT_R16_G(6, q, 1), *st = QT_R16_G(7, q, 1), *rq = rq0 + q * S * hk,
+                    *rk = rk0 + q * S * hk;
+        if (QT_A(op, GDN_CORE_BWD, algo) != 1)
+            qt_gdn_core_bwd_pos(dc, dg, dbeta, st, rq, rk, d_o, c, g, be, qt_r16_pos(ctx, q, S),
+                                scratch, 1, S, hk, dk, hv, dv, chunk, op->f[0]);
+        else
+            qt_gdn_chunk_bwd_pos(dc, dg, dbeta, st, rq, rk, d_o, c, g, be, qt_r16_pos(ctx, q, S),
+                                 scratch, 1, S, hk, dk, hv, dv, chunk, op->f[0], op->f[1]);
+        for (int i = 0; i < 3; i++) qt_r16_put(&b, &b.sl[i], q, 1);
+    }
+}
