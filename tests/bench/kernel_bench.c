@@ -750,6 +750,7 @@ static void qt_kb_ffn16_wgrad(void *p)
 /* bf16 rows of the expert FFN: operands rounded from the fp32 ones, % of the peak of the
  * bf16 matmuls' instruction (qt_kb_bf16_path_peak);
  * bytes counted at 2 per bf16 element. */
+__attribute__((unused)) /* called only where the build has VDPBF16PS (QT_KB_HAVE_BF16) */
 static void qt_kb_expert_ffn16(qt_kb_ffn *a, double fl, const char *shape)
 {
     const int64_t rows = a->T * a->k, d = a->d, f = a->f;
