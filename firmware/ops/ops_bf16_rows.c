@@ -154,6 +154,22 @@ static void qt_r16_boundary(const qt_op *op, const qt_ctx *ctx)
     qt_bf16_boundary_run(&qt_kernel_table[op->kind], op, ctx);
 }
 
+/* qt_r16_plan, or, when it cannot take the buffers, the op run through the boundary:
+ * nonzero then (the caller returns). */
+static int qt_r16_start(qt_r16 *b, const qt_op *op, int64_t rows)
+{
+    if (!qt_r16_plan(b, rows)) return 0;
+    qt_r16_boundary(op, b->ctx);
+    return 1;
+}
+
+/* Stores the block of every written slot back (qt_r16_put; the slots are distinct tensors,
+ * so the order does not matter). */
+static void qt_r16_put_all(const qt_r16 *b, int64_t r0, int64_t nr)
+{
+    for (int i = 0; i < b->ns; i++) qt_r16_put(b, &b->sl[i], r0, nr);
+}
+
 static void qt_r16_boundary_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
                                   float *const dw[2])
 {
@@ -186,15 +202,12 @@ void qt_op16_add(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, ADD, y), 0, w, w, 0, 1);
     qt_r16_add(&b, QT_T(op, ADD, a), 0, w, w, 1, 0);
     qt_r16_add(&b, QT_T(op, ADD, b), 0, w, w, 1, 0);
-    if (qt_r16_plan(&b, 1)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, 1)) return;
     for (int64_t e0 = 0; e0 < n; e0 += w) {
         const int64_t m = qt_r16_min(w, n - e0);
         qt_r16_span(&b, e0, m);
         qt_add(QT_R16_G(0, 0, 1), QT_R16_G(1, 0, 1), QT_R16_G(2, 0, 1), m);
-        qt_r16_put(&b, &b.sl[0], 0, 1);
+        qt_r16_put_all(&b, 0, 1);
     }
 }
 
@@ -204,15 +217,12 @@ void qt_op16_acc(const qt_op *op, const qt_ctx *ctx)
     qt_r16 b = {ctx, 0, {{0}}};
     qt_r16_add(&b, QT_T(op, ACC, dst), 0, w, w, 1, 1);
     qt_r16_add(&b, QT_T(op, ACC, src), 0, w, w, 1, 0);
-    if (qt_r16_plan(&b, 1)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, 1)) return;
     for (int64_t e0 = 0; e0 < n; e0 += w) {
         const int64_t m = qt_r16_min(w, n - e0);
         qt_r16_span(&b, e0, m);
         qt_acc(QT_R16_G(0, 0, 1), QT_R16_G(1, 0, 1), m);
-        qt_r16_put(&b, &b.sl[0], 0, 1);
+        qt_r16_put_all(&b, 0, 1);
     }
 }
 
@@ -223,15 +233,12 @@ void qt_op16_swiglu_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, SWIGLU_FWD, h), 0, w, w, 0, 1);
     qt_r16_add(&b, QT_T(op, SWIGLU_FWD, a), 0, w, w, 1, 0);
     qt_r16_add(&b, QT_T(op, SWIGLU_FWD, u), 0, w, w, 1, 0);
-    if (qt_r16_plan(&b, 1)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, 1)) return;
     for (int64_t e0 = 0; e0 < n; e0 += w) {
         const int64_t m = qt_r16_min(w, n - e0);
         qt_r16_span(&b, e0, m);
         qt_swiglu_fwd(QT_R16_G(0, 0, 1), QT_R16_G(1, 0, 1), QT_R16_G(2, 0, 1), m);
-        qt_r16_put(&b, &b.sl[0], 0, 1);
+        qt_r16_put_all(&b, 0, 1);
     }
 }
 
@@ -244,17 +251,13 @@ void qt_op16_swiglu_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, SWIGLU_BWD, dh), 0, w, w, 1, 0);
     qt_r16_add(&b, QT_T(op, SWIGLU_BWD, a), 0, w, w, 1, 0);
     qt_r16_add(&b, QT_T(op, SWIGLU_BWD, u), 0, w, w, 1, 0);
-    if (qt_r16_plan(&b, 1)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, 1)) return;
     for (int64_t e0 = 0; e0 < n; e0 += w) {
         const int64_t m = qt_r16_min(w, n - e0);
         qt_r16_span(&b, e0, m);
         qt_swiglu_bwd(QT_R16_G(0, 0, 1), QT_R16_G(1, 0, 1), QT_R16_G(2, 0, 1), QT_R16_G(3, 0, 1),
                       QT_R16_G(4, 0, 1), m);
-        qt_r16_put(&b, &b.sl[0], 0, 1);
-        qt_r16_put(&b, &b.sl[1], 0, 1);
+        qt_r16_put_all(&b, 0, 1);
     }
 }
 
@@ -282,15 +285,12 @@ void qt_op16_sigmoid_gate_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, SIGMOID_GATE_FWD, y), 0, n, n, 0, 1);
     qt_r16_add(&b, QT_T(op, SIGMOID_GATE_FWD, x), 0, n, n, 1, 0);
     qt_r16_add(&b, QT_T(op, SIGMOID_GATE_FWD, gate), 0, gw, gw, 1, 0);
-    if (qt_r16_plan(&b, rows)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, rows)) return;
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_sigmoid_gate_fwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr), nr, n,
                             mode, hd);
-        qt_r16_put(&b, &b.sl[0], t0, nr);
+        qt_r16_put_all(&b, t0, nr);
     }
 }
 
@@ -306,16 +306,12 @@ void qt_op16_sigmoid_gate_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, SIGMOID_GATE_BWD, dy), 0, n, n, 1, 0);
     qt_r16_add(&b, QT_T(op, SIGMOID_GATE_BWD, x), 0, n, n, 1, 0);
     qt_r16_add(&b, QT_T(op, SIGMOID_GATE_BWD, gate), 0, gw, gw, 1, 0);
-    if (qt_r16_plan(&b, rows)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, rows)) return;
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_sigmoid_gate_bwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),
                             QT_R16_G(3, t0, nr), QT_R16_G(4, t0, nr), nr, n, mode, hd);
-        qt_r16_put(&b, &b.sl[0], t0, nr);
-        qt_r16_put(&b, &b.sl[1], t0, nr);
+        qt_r16_put_all(&b, t0, nr);
     }
 }
 
@@ -328,17 +324,13 @@ void qt_op16_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, RMSNORM_FWD, rstd), 0, 1, 1, 0, 1);
     qt_r16_add(&b, QT_T(op, RMSNORM_FWD, x), 0, n, QT_A(op, RMSNORM_FWD, xs), 1, 0);
     qt_r16_weight(&b, QT_T(op, RMSNORM_FWD, w), n);
-    if (qt_r16_plan(&b, rows)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, rows)) return;
     const float *w = QT_R16_G(3, 0, 1);
     for (int64_t r0 = 0; r0 < R; r0 += rows) {
         const int64_t nr = qt_r16_min(rows, R - r0);
         qt_rmsnorm_fwd(QT_R16_G(0, r0, nr), QT_R16_G(1, r0, nr), QT_R16_G(2, r0, nr), w, nr, n, n,
                        n, (int)QT_A(op, RMSNORM_FWD, flags), op->f[0]);
-        qt_r16_put(&b, &b.sl[0], r0, nr);
-        qt_r16_put(&b, &b.sl[1], r0, nr);
+        qt_r16_put_all(&b, r0, nr);
     }
 }
 
@@ -353,16 +345,13 @@ void qt_op16_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, RMSNORM_BWD, x), 0, n, xs, 1, 0);
     qt_r16_weight(&b, QT_T(op, RMSNORM_BWD, w), n);
     qt_r16_add(&b, QT_T(op, RMSNORM_BWD, rstd), 0, 1, 1, 1, 0);
-    if (qt_r16_plan(&b, rows)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, rows)) return;
     const float *w = QT_R16_G(3, 0, 1);
     for (int64_t r0 = 0; r0 < R; r0 += rows) {
         const int64_t nr = qt_r16_min(rows, R - r0);
         qt_rmsnorm_bwd(QT_R16_G(0, r0, nr), QT_R16_G(1, r0, nr), QT_R16_G(2, r0, nr), w,
                        QT_R16_G(4, r0, nr), nr, n, n, n, (int)QT_A(op, RMSNORM_BWD, flags));
-        qt_r16_put(&b, &b.sl[0], r0, nr);
+        qt_r16_put_all(&b, r0, nr);
     }
 }
 
@@ -422,17 +411,13 @@ void qt_op16_gated_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, GATED_RMSNORM_FWD, o), 0, hv * dv, hv * dv, 1, 0);
     qt_r16_add(&b, QT_T(op, GATED_RMSNORM_FWD, qkvz), 0, wq, wq, 1, 0);
     qt_r16_weight(&b, QT_T(op, GATED_RMSNORM_FWD, w), dv);
-    if (qt_r16_plan(&b, rows)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, rows)) return;
     const float *w = QT_R16_G(4, 0, 1);
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_gated_rmsnorm_fwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),
                              QT_R16_G(3, t0, nr), w, nr, hk, dk, hv, dv, op->f[0]);
-        qt_r16_put(&b, &b.sl[0], t0, nr);
-        qt_r16_put(&b, &b.sl[1], t0, nr);
+        qt_r16_put_all(&b, t0, nr);
     }
 }
 
@@ -450,18 +435,14 @@ void qt_op16_gated_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, GATED_RMSNORM_BWD, qkvz), 0, wq, wq, 1, 0);
     qt_r16_weight(&b, QT_T(op, GATED_RMSNORM_BWD, w), dv);
     qt_r16_add(&b, QT_T(op, GATED_RMSNORM_BWD, rstd), 0, hv, hv, 1, 0);
-    if (qt_r16_plan(&b, rows)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, rows)) return;
     const float *w = QT_R16_G(5, 0, 1);
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_gated_rmsnorm_bwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(6, t0, nr),
                              QT_R16_G(2, t0, nr), QT_R16_G(3, t0, nr), QT_R16_G(4, t0, nr), w, nr,
                              hk, dk, hv, dv);
-        qt_r16_put(&b, &b.sl[0], t0, nr);
-        qt_r16_put(&b, &b.sl[1], t0, nr);
+        qt_r16_put_all(&b, t0, nr);
     }
 }
 
@@ -512,15 +493,12 @@ void qt_op16_moe_combine_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, MOE_COMBINE_FWD, out), 0, d, d, 0, 1);
     qt_r16_add(&b, QT_T(op, MOE_COMBINE_FWD, p), 0, k, k, 1, 0);
     qt_r16_add(&b, QT_T(op, MOE_COMBINE_FWD, y), 0, k * d, k * d, 1, 0);
-    if (qt_r16_plan(&b, rows)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, rows)) return;
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_moe_combine_kept_fwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),
                                 kidx ? kidx + t0 * k : 0, nr, k, d);
-        qt_r16_put(&b, &b.sl[0], t0, nr);
+        qt_r16_put_all(&b, t0, nr);
     }
 }
 
@@ -536,17 +514,13 @@ void qt_op16_moe_combine_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, MOE_COMBINE_BWD, dout), 0, d, d, 1, 0);
     qt_r16_add(&b, QT_T(op, MOE_COMBINE_BWD, p), 0, k, k, 1, 0);
     qt_r16_add(&b, QT_T(op, MOE_COMBINE_BWD, y), 0, k * d, k * d, 1, 0);
-    if (qt_r16_plan(&b, rows)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, rows)) return;
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_moe_combine_kept_bwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),
                                 QT_R16_G(3, t0, nr), QT_R16_G(4, t0, nr), kidx ? kidx + t0 * k : 0,
                                 nr, k, d);
-        qt_r16_put(&b, &b.sl[0], t0, nr);
-        qt_r16_put(&b, &b.sl[1], t0, nr);
+        qt_r16_put_all(&b, t0, nr);
     }
 }
 
@@ -584,16 +558,12 @@ void qt_op16_gdn_conv_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, GDN_CONV_FWD, pre), 0, S * cc, S * cc, 0, 1);
     qt_r16_add(&b, QT_T(op, GDN_CONV_FWD, qkvz), 0, S * wq, S * wq, 1, 0);
     qt_r16_weight(&b, wid, ctx->plan->tensors[wid].numel);
-    if (qt_r16_plan(&b, 1)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, 1)) return;
     const float *w = QT_R16_G(3, 0, 1);
     for (int64_t q = 0; q < nb; q++) {
         qt_gdn_conv_fwd_pos(QT_R16_G(0, q, 1), QT_R16_G(1, q, 1), QT_R16_G(2, q, 1), w,
                             qt_r16_pos(ctx, q, S), 1, S, hk, dk, hv, dv, QT_A(op, GDN_CONV_FWD, K));
-        qt_r16_put(&b, &b.sl[0], q, 1);
-        qt_r16_put(&b, &b.sl[1], q, 1);
+        qt_r16_put_all(&b, q, 1);
     }
 }
 
@@ -609,15 +579,12 @@ void qt_op16_gdn_conv_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, GDN_CONV_BWD, dc), 0, S * cc, S * cc, 1, 0);
     qt_r16_add(&b, QT_T(op, GDN_CONV_BWD, pre), 0, S * cc, S * cc, 1, 0);
     qt_r16_weight(&b, wid, ctx->plan->tensors[wid].numel);
-    if (qt_r16_plan(&b, 1)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
+    if (qt_r16_start(&b, op, 1)) return;
     const float *w = QT_R16_G(3, 0, 1);
     for (int64_t q = 0; q < nb; q++) {
         qt_gdn_conv_bwd_pos(QT_R16_G(0, q, 1), QT_R16_G(2, q, 1), QT_R16_G(1, q, 1), w,
                             qt_r16_pos(ctx, q, S), 1, S, hk, dk, hv, dv, QT_A(op, GDN_CONV_BWD, K));
-        qt_r16_put(&b, &b.sl[0], q, 1);
+        qt_r16_put_all(&b, q, 1);
     }
 }
 
