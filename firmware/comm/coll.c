@@ -2,7 +2,8 @@
  * qt_comm_sendrecv (qt_comm.h): mesh and group arithmetic, the deadline and context of
  * timeout messages, the counters, and the algorithms: the reduce-scatter and all-gather
  * driven with blocking transfers over their step cursors (coll_steps.c, shared with the
- * split collectives of coll_async.c), binomial broadcast, exact integer sums,
+ * split collectives of coll_async.c), the units' pairwise exchange (with or without the
+ * step form's fold), binomial broadcast, exact integer sums,
  * shift-schedule all-to-all, plan check.
  *
  * Invariants:
@@ -337,15 +338,12 @@ int qt_coll_reduce_scatter_f32(unsigned mask, float *buf, int64_t blk, float *tm
     return qt_coll_end(qt_coll_run_cursor(&g, &c));
 }
 
-int qt_coll_reduce_units_f32(unsigned mask, float *const *unit, int q, int64_t blk, float *out,
-                             float *tmp, int64_t tmp_elems)
+/* The units' arguments (qt_coll_reduce_units_f32, qt_coll_exchange_units_f32) in a group of
+ * R: QT_OK with *c the floats of each unit per message, or QT_E_PLAN. */
+static int qt_coll_units_args(const char *op, unsigned mask, int R, float *const *unit, int q,
+                              int64_t blk, const float *tmp, int64_t tmp_elems, int64_t *c)
 {
-    static const char op[] = "reduce_units";
-    qt_grp g;
-    int rc = qt_coll_group(op, mask, 0, &g);
-    if (rc) return rc;
-    const int R = g.size, idx = g.index;
-    if (q < 1 || (int64_t)q * R > QT_COLL_MAX_ANY || !unit || !out || blk < 0)
+    if (q < 1 || (int64_t)q * R > QT_COLL_MAX_ANY || !unit || blk < 0)
         return qt_fail(QT_E_PLAN, "%s over mask 0x%x: %d units in a group of %d (at most %d "
                        "units over the group), blk %lld", op, mask, q, R, QT_COLL_MAX_ANY,
                        (long long)blk);
@@ -353,16 +351,24 @@ int qt_coll_reduce_units_f32(unsigned mask, float *const *unit, int q, int64_t b
         if (!unit[u]) return qt_fail(QT_E_PLAN, "%s over mask 0x%x: unit %d missing", op, mask, u);
     if (blk == 0) return QT_OK;
     /* per message: up to c floats of each of the q units out, as many in */
-    int64_t c = tmp_elems / (2 * (int64_t)q);
-    if (c > QT_COMM_CHUNK_BYTES / 4 / q) c = QT_COMM_CHUNK_BYTES / 4 / q;
-    if (R > 1 && (!tmp || c < 1))
+    *c = tmp_elems / (2 * (int64_t)q);
+    if (*c > QT_COMM_CHUNK_BYTES / 4 / q) *c = QT_COMM_CHUNK_BYTES / 4 / q;
+    if (R > 1 && (!tmp || *c < 1))
         return qt_fail(QT_E_PLAN, "%s over mask 0x%x: %lld floats of scratch for %d units "
                        "(need >= %d)", op, mask, (long long)tmp_elems, q, 2 * q);
-    qt_coll_begin(op, mask, 0);
-    /* round k pairs members whose indices add up to k (mod R): each pair meets once, both
-     * sides in the same round, and each sends the other its units of the other's block and
-     * receives the other's units of its own into the same place, chunk by chunk (packed
-     * before it is overwritten) */
+    return QT_OK;
+}
+
+/* The units' exchange in group g, c floats of each unit per message: round k pairs members
+ * whose indices add up to k (mod R), so each pair meets once, both sides in the same round,
+ * and each sends the other its units of the other's block and receives the other's units of
+ * its own into the same place, chunk by chunk (packed before it is overwritten). Copies
+ * only. */
+static int qt_coll_units_xfer(qt_grp *g, float *const *unit, int q, int64_t blk, float *tmp,
+                              int64_t c)
+{
+    const int R = g->size, idx = g->index;
+    int rc = QT_OK;
     for (int k = 0; k < R && rc == QT_OK; k++) {
         const int p = (k - idx + R) % R;
         if (p == idx) continue;
@@ -373,13 +379,44 @@ int qt_coll_reduce_units_f32(unsigned mask, float *const *unit, int q, int64_t b
             for (int u = 0; u < q; u++)
                 memcpy(snd + (int64_t)u * n, unit[u] + (int64_t)p * blk + off,
                        (size_t)n * sizeof(float));
-            rc = qt_coll_xfer(&g, p, snd, 4 * q * n, p, rcv, 4 * q * n);
+            rc = qt_coll_xfer(g, p, snd, 4 * q * n, p, rcv, 4 * q * n);
             for (int u = 0; u < q && rc == QT_OK; u++)
                 memcpy(unit[u] + (int64_t)p * blk + off, rcv + (int64_t)u * n,
                        (size_t)n * sizeof(float));
         }
     }
-    if (rc == QT_OK) qt_coll_fold_units(unit, R, q, blk, idx, out);
+    return rc;
+}
+
+int qt_coll_reduce_units_f32(unsigned mask, float *const *unit, int q, int64_t blk, float *out,
+                             float *tmp, int64_t tmp_elems)
+{
+    static const char op[] = "reduce_units";
+    qt_grp g;
+    int rc = qt_coll_group(op, mask, 0, &g);
+    if (rc) return rc;
+    int64_t c = 0;
+    if (!out) return qt_fail(QT_E_PLAN, "%s over mask 0x%x: no output", op, mask);
+    rc = qt_coll_units_args(op, mask, g.size, unit, q, blk, tmp, tmp_elems, &c);
+    if (rc || blk == 0) return rc;
+    qt_coll_begin(op, mask, 0);
+    rc = qt_coll_units_xfer(&g, unit, q, blk, tmp, c);
+    if (rc == QT_OK) qt_coll_fold_units(unit, g.size, q, blk, g.index, out);
+    return qt_coll_end(rc);
+}
+
+int qt_coll_exchange_units_f32(unsigned mask, float *const *unit, int q, int64_t blk,
+                               float *tmp, int64_t tmp_elems)
+{
+    static const char op[] = "exchange_units";
+    qt_grp g;
+    int rc = qt_coll_group(op, mask, 0, &g);
+    if (rc) return rc;
+    int64_t c = 0;
+    rc = qt_coll_units_args(op, mask, g.size, unit, q, blk, tmp, tmp_elems, &c);
+    if (rc || blk == 0) return rc;
+    qt_coll_begin(op, mask, 0);
+    rc = qt_coll_units_xfer(&g, unit, q, blk, tmp, c);
     return qt_coll_end(rc);
 }
 

@@ -140,6 +140,15 @@ int qt_coll_reduce_scatter_f32(unsigned mask, float *buf, int64_t blk, float *tm
 int qt_coll_reduce_units_f32(unsigned mask, float *const *unit, int q, int64_t blk, float *out,
                              float *tmp, int64_t tmp_elems);
 
+/* The exchange of qt_coll_reduce_units_f32 without its fold (the microbatch form's units,
+ * docs/determinism.md "Any split": the owner pushes the R*q pieces of each microbatch into a
+ * counter over the step's G*R*q units, qt_tree.h qt_tree_push_units): afterwards block m of
+ * unit[u] (floats [m*blk, (m+1)*blk)) holds member m's unit u of my block (group index
+ * idx; block idx is my own). Copies only: the same messages as qt_coll_reduce_units_f32.
+ * 0, QT_E_COMM, or QT_E_PLAN (bad sizes). */
+int qt_coll_exchange_units_f32(unsigned mask, float *const *unit, int q, int64_t blk,
+                               float *tmp, int64_t tmp_elems);
+
 /* All-gather in place over group `mask` of size R.
  *   buf: R*blk_bytes bytes. On entry block idx (bytes [idx*blk_bytes, +blk_bytes)) is mine;
  *        the other blocks are overwritten. On return block j holds member j's block.

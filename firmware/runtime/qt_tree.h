@@ -38,6 +38,16 @@ void qt_tree_push(float *const *levels, int64_t off, int64_t n, const float *scr
  * Writes only *cy. */
 int qt_tree_carry(float *const *levels, int64_t off, int64_t leaf, qt_leaf_carry *cy);
 
+/* Pushes R*q pieces of n floats as leaves first, first+1, ... of the tree at levels (elements
+ * [off, off+n)), in the order (m, u): piece (m, u) is unit[u] + m*blk. The microbatch form's
+ * units (docs/determinism.md "Any split"): after qt_coll_exchange_units_f32, block m of
+ * unit[u] is member m's unit u of this rank's block, and microbatch mb's pieces are leaves
+ * mb*R*q + m*q + u of the owner's counter over the step's G*R*q units, whose
+ * qt_tree_finalize_range over G*R*q leaves is the one-rank tree's total. Even leaves are
+ * copied into level 0, odd ones pushed (qt_tree_push): the same additions. */
+void qt_tree_push_units(float *const *levels, int64_t off, int64_t n, float *const *unit, int R,
+                        int q, int64_t blk, int64_t first);
+
 /* Completes the tree total of n_leaves leaves in place in the top level
  * levels[top], top = qt_tree_levels_needed(n_leaves) - 1 (always occupied after the last
  * leaf), for elements [off, off+n): with acc the lower occupied levels (set bits of

@@ -87,6 +87,18 @@ void qt_tree_push(float *const *levels, int64_t off, int64_t n, const float *scr
 #endif
 }
 
+void qt_tree_push_units(float *const *levels, int64_t off, int64_t n, float *const *unit, int R,
+                        int q, int64_t blk, int64_t first)
+{
+    for (int m = 0; m < R; m++)
+        for (int u = 0; u < q; u++) {
+            const float *x = unit[u] + (int64_t)m * blk;
+            const int64_t leaf = first + (int64_t)m * q + u;
+            if (!(leaf & 1)) memcpy(levels[0] + off, x, (size_t)n * sizeof(float));
+            else qt_tree_push(levels, off, n, x, leaf);
+        }
+}
+
 void qt_tree_finalize_range(float *const *levels, int64_t off, int64_t n, int64_t n_leaves)
 {
     if (n_leaves < 1) {  /* no leaves: the total is zero */

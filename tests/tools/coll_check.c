@@ -51,6 +51,7 @@
 #include "qt_ops.h"
 #include "parallel/cp_pack.h"
 #include "kernels/bf16.h"
+#include "runtime/qt_tree.h"
 
 /* Defined by build/tools/libheap_audit.so when preloaded: counts heap calls while marked. */
 void qt_heap_audit_mark(int in_steps) __attribute__((weak));
@@ -287,6 +288,84 @@ static void check_reduce_units(unsigned mask, const int *members, int R, int idx
     if (R >= 2 && cc.rank == 0)
         printf("coll_check: mask 0x%02x R=%d reduce_units bit-exact against the one-rank leaf "
                "tree; differs from the rank-local tree in %ld elements\n", mask, R, diff_old);
+}
+
+/* The microbatch form's units (qt_coll_exchange_units_f32 + qt_tree_push_units, issue 35):
+ * microbatch mb of member m holds L = q*U leaves of every element, global leaves
+ * [(mb*R + m)*L, +L) (microbatch-major, docs/determinism.md); each member reduces each unit
+ * of U leaves locally (the perfect tree), the exchange gives every owner the R*q pieces of its
+ * block, which it pushes as leaves mb*R*q + m*q + u of one counter over the step's G*R*q
+ * units; after G microbatches the counter's total must be the one-rank leaf tree over all
+ * G*R*L leaves (counter_sum over them) bit for bit, for G = 1, 2, 3, 5, q = 1, 3, 5, U = 1,
+ * 2, 4; not vacuous: it differs somewhere from the microbatch form's current bits (each
+ * microbatch's R rank-local totals in the counter shape, then a counter over G). */
+static void check_units_mb(unsigned mask, const int *members, int R, int idx)
+{
+    static const struct { int G, q, U; int64_t blk, tmp; } cases[] = {
+        {2, 3, 1, 37, 12}, {2, 3, 2, 1001, 1 << 12}, {3, 1, 2, 513, 64}, {2, 1, 4, 129, 16},
+        {5, 3, 1, 77, 100}, {3, 5, 2, 33, 1 << 10}, {1, 3, 2, 65, 30}, {2, 3, 2, 0, 16}};
+    long diff_old = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int G = cases[c].G, q = cases[c].q, U = cases[c].U, L = q * U, N = G * R * L;
+        const int64_t blk = cases[c].blk, n = R * blk, M = (int64_t)G * R * q;
+        if (R * q > 1024 || N > 4096 || L > 64 || G > 8) continue;
+        const uint64_t salt = 7000 + c;
+        const int nl = qt_tree_levels_needed(M);
+        float *unit[8], *lv[QT_MAX_TREE_LEVELS], *tmp = xmalloc((size_t)cases[c].tmp * 4);
+        float *x = xmalloc((size_t)N * 4), *tot = xmalloc((size_t)(G * R + G) * 4);
+        for (int l = 0; l < nl; l++) lv[l] = xmalloc((size_t)(blk + 1) * 4);
+        for (int u = 0; u < q; u++) unit[u] = xmalloc((size_t)(n + 1) * 4);
+        int rc = 0;
+        for (int mb = 0; mb < G && rc == 0; mb++) {
+            for (int u = 0; u < q; u++)
+                for (int64_t e = 0; e < n; e++) {
+                    float leaf[64];
+                    for (int v = 0; v < U; v++)
+                        leaf[v] = val(cc.rank, (e * 8 + mb) * 64 + u * U + v, salt);
+                    unit[u][e] = tree_sum(leaf, U);
+                }
+            rc = qt_coll_exchange_units_f32(mask, unit, q, blk, tmp, cases[c].tmp);
+            CHECK(rc == 0, "mask 0x%x: exchange_units G %d q %d blk %lld returned %d", mask, G,
+                  q, (long long)blk, rc);
+            if (rc == 0 && blk > 0)
+                qt_tree_push_units(lv, 0, blk, unit, R, q, blk, (int64_t)mb * R * q);
+        }
+        if (rc == 0 && blk > 0) qt_tree_finalize_range(lv, 0, blk, M);
+        long bad = 0;
+        for (int64_t i = 0; i < blk && rc == 0; i++) {
+            const int64_t e = idx * blk + i;
+            for (int mb = 0; mb < G; mb++)
+                for (int m = 0; m < R; m++)
+                    for (int k = 0; k < L; k++)
+                        x[(mb * R + m) * L + k] = val(members[m], (e * 8 + mb) * 64 + k, salt);
+            const float want = counter_sum(x, N);
+            for (int mb = 0; mb < G; mb++) {
+                for (int m = 0; m < R; m++)
+                    tot[mb * R + m] = counter_sum(x + (mb * R + m) * L, L);
+                tot[G * R + mb] = counter_sum(tot + mb * R, R);
+            }
+            diff_old += fbits(want) != fbits(counter_sum(tot + G * R, G));
+            if (fbits(lv[nl - 1][i]) != fbits(want) && bad++ < 3)
+                fprintf(stderr, "coll_check: rank %d: mask 0x%x microbatch units G %d q %d U %d "
+                        "elem %lld: got %a, one-rank tree %a\n", cc.rank, mask, G, q, U,
+                        (long long)i, (double)lv[nl - 1][i], (double)want);
+        }
+        CHECK(bad == 0, "mask 0x%x: microbatch units G %d q %d U %d blk %lld scratch %lld: %ld of "
+              "%lld elements differ from the one-rank leaf tree", mask, G, q, U, (long long)blk,
+              (long long)cases[c].tmp, bad, (long long)blk);
+        for (int u = 0; u < q; u++) free(unit[u]);
+        for (int l = 0; l < nl; l++) free(lv[l]);
+        free(tmp);
+        free(x);
+        free(tot);
+    }
+    if (R >= 2)
+        CHECK(diff_old > 0, "mask 0x%x: the microbatch units never differ from the microbatch "
+              "form's current tree (vacuous)", mask);
+    if (R >= 2 && cc.rank == 0)
+        printf("coll_check: mask 0x%02x R=%d microbatch units bit-exact against the one-rank leaf "
+               "tree; differ from the microbatch form's current tree in %ld elements\n", mask, R,
+               diff_old);
 }
 
 static void check_reduce_scatter(unsigned mask, const int *members, int R, int idx)
@@ -770,6 +849,7 @@ static int run_checks(int ctx_only)
         }
         check_reduce_scatter(mask, members, R, idx);
         check_reduce_units(mask, members, R, idx);
+        check_units_mb(mask, members, R, idx);
         check_all_gather(mask, members, R, idx);
         check_split(mask, members, R, idx);
         check_broadcast(mask, members, R, idx);
