@@ -2,6 +2,7 @@
 # determinism guarantees of docs/determinism.md in bf16, each 0 ulp in the loss bits and the
 # parameter fingerprint (docs/precision.md, "Executing bf16 plans", Determinism):
 #   mesh cells (data, fsdp, tensor, expert, their products, explicit and auto) == one rank;
+#   vocab-parallel logits (vocab_blocks > 1) == one rank with the same vocab_blocks;
 #   G splits of the same global batch; remat full == no remat; scanned == unrolled layers;
 #   ZeRO-1 with G = 4 on DP2 x EP2 (bf16 compute copy gathered), per-layer gradient
 #   reduction and per-layer bf16 parameter gathers on DP2 x TP2 == one rank; a checkpoint
@@ -51,6 +52,24 @@ for cell in next:dp2:2 next:fsdp2:2 next:ep2:2 next:tp2:2 next:dp2tp2:4 next:dp2
   check "bf16 mesh $model $mesh ($n ranks) == one rank, 10 steps, bit for bit" \
     b16_same bf16-$model-1r 1 bf16-$model-$mesh "$n" 10
 done
+# vocab-parallel logits and blocked cross entropy in bf16 (docs/precision.md, XENT): the
+# boundary widens the logits, the exchanged row maxima and block sums are fp32, d.logits is
+# rounded once; each mesh == one bf16 rank with the same vocab_blocks
+for cell in next-1r-vb2:next-tp2:2 next-1r-vb4:next-tp2-vb4:2 next-1r-vb2:next-dp2tp2:4 \
+            next-1r-vb2:next-ep2tp2:4 35t-1r-vb2:35t-tp2:2; do
+  one=${cell%%:*}; rest=${cell#*:}; mesh=${rest%%:*}; n=${rest##*:}
+  check "bf16 vocab-parallel $mesh ($n ranks) == one rank with the same vocab_blocks ($one), 10 steps, bit for bit" \
+    b16_same bf16-vocab-$one 1 bf16-vocab-$mesh "$n" 10
+done
+# not vacuous: vocab blocks change the bf16 one-rank bits (qwen3.5 tiny; next tiny's 64
+# columns happen to sum to the same bits over these 10 steps)
+b16_vb_differs() {
+  b16_det bf16-35t-1r 1 10 && b16_det bf16-vocab-35t-1r-vb2 1 10 || return 1
+  ! cmp -s "$QT_TMP/bf16/bf16-35t-1r.det" "$QT_TMP/bf16/bf16-vocab-35t-1r-vb2.det" ||
+    { echo "vocab_blocks 2 left the bf16 bits unchanged"; return 1; }
+  echo "bf16-35t-1r: $(tail -n 1 "$QT_TMP/bf16/bf16-35t-1r.det"); vb2: $(tail -n 1 "$QT_TMP/bf16/bf16-vocab-35t-1r-vb2.det")"
+}
+check "bf16 vocab_blocks 2 changes the one-rank bits (qwen3.5 tiny, the sums are blocked)" b16_vb_differs
 for run in bf16-next-1r-chunk:1 bf16-next-ep2-chunk:2; do
   check "bf16 expert FFN in chunks of 8 rows (${run%%:*}) == one rank, 10 steps, bit for bit" \
     b16_same bf16-next-1r 1 ${run%%:*} ${run##*:} 10

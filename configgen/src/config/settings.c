@@ -954,10 +954,6 @@ static int check_vocab(const qt_cg_vctx *v, qt_cg_settings *s)
                    "expected a multiple of the tensor degree (each rank's vocabulary shard is "
                    "whole canonical blocks)", (long long)n, (long long)tp,
                    other(v, "ici_tensor_parallelism", o, sizeof o));
-    if (n > 1 && s->dtype == QT_BF16)
-        return bad(v, "vocab_blocks", "%lld with dtype=bfloat16: the blocked (vocab-parallel) "
-                   "cross entropy runs in float32 plans only; expected vocab_blocks=0 and "
-                   "vocab_parallel=false with dtype=bfloat16", (long long)n);
     s->vocab_parallel = par;
     s->vocab_blocks = (int32_t)n;
     return 0;
