@@ -3,6 +3,8 @@
 # parameter fingerprint (docs/precision.md, "Executing bf16 plans", Determinism):
 #   mesh cells (data, fsdp, tensor, expert, their products, explicit and auto) == one rank;
 #   vocab-parallel logits (vocab_blocks > 1) == one rank with the same vocab_blocks;
+#   context 4 with kv heads shared by several context ranks (the backward's fp32 chain) ==
+#   one rank with the same context_blocks;
 #   G splits of the same global batch; remat full == no remat; scanned == unrolled layers;
 #   ZeRO-1 with G = 4 on DP2 x EP2 (bf16 compute copy gathered), per-layer gradient
 #   reduction and per-layer bf16 parameter gathers on DP2 x TP2 == one rank; a checkpoint
@@ -70,6 +72,22 @@ b16_vb_differs() {
   echo "bf16-35t-1r: $(tail -n 1 "$QT_TMP/bf16/bf16-35t-1r.det"); vb2: $(tail -n 1 "$QT_TMP/bf16/bf16-vocab-35t-1r-vb2.det")"
 }
 check "bf16 vocab_blocks 2 changes the one-rank bits (qwen3.5 tiny, the sums are blocked)" b16_vb_differs
+# context parallelism with kv heads shared by several context ranks (docs/context.md): the
+# chain hands fp32 dk and dv from rank to rank, the last member rounds the complete sums
+# once; CP4 with 1 kv head (one chain of 4) and with 2 kv heads (two chains of 2) == one
+# bf16 rank with the same context_blocks
+for cell in next1kv next4k; do
+  check "bf16 context 4 with shared kv heads ($cell: kv chains) == one rank with context_blocks 4, 10 steps, bit for bit" \
+    b16_same bf16-ctx-$cell-1r-nb4 1 bf16-ctx-$cell-cp4 4 10
+done
+b16_chain_plan() {
+  local p=generated/bf16-ctx-next1kv-cp4/plan.txt
+  grep -Eq "act_grad f32 .* d\.L3\.attn\.k_rope$" "$p" &&
+    grep -Eq "ctx_chain_send +r:d\.L3\.attn\.k_rope r:d\.L3\.attn\.v_heads" "$p" &&
+    grep -Eq "round_bf16 +w:d\.L3\.attn\.k_rope\.bf16 r:d\.L3\.attn\.k_rope" "$p" &&
+    grep -E "round_bf16 +w:d\.L3\.attn\.v_heads\.bf16" "$p"
+}
+check "bf16 kv chain plan: dk, dv fp32 along the chain, one ROUND_BF16 after CTX_CHAIN_SEND" b16_chain_plan
 for run in bf16-next-1r-chunk:1 bf16-next-ep2-chunk:2; do
   check "bf16 expert FFN in chunks of 8 rows (${run%%:*}) == one rank, 10 steps, bit for bit" \
     b16_same bf16-next-1r 1 ${run%%:*} ${run##*:} 10
