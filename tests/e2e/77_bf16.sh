@@ -88,6 +88,46 @@ b16_chain_plan() {
     grep -E "round_bf16 +w:d\.L3\.attn\.v_heads\.bf16" "$p"
 }
 check "bf16 kv chain plan: dk, dv fp32 along the chain, one ROUND_BF16 after CTX_CHAIN_SEND" b16_chain_plan
+# both together and with MTP, variants of committed runs (plan_variant, run_all.sh):
+# CP2 x TP2 with 1 kv head a tensor rank (chains of 2) and vocab-parallel logits == one bf16
+# rank with vocab_blocks 2; the MTP head's cross entropy on vocab-parallel TP2 == one bf16
+# rank with vocab_blocks 2
+b16_var_same() {
+  local d=$QT_TMP/bf16/var one=$1 mesh=$2 n=$3 a b
+  a=$(det_fields "$d/$one.jsonl") b=$(det_fields "$d/$mesh.jsonl")
+  [ "$(echo "$a" | wc -l)" -eq 10 ] && [ "$a" = "$b" ] ||
+    { echo "$mesh differs from $one: $(diff <(echo "$a") <(echo "$b") | sed -n 2,3p | tr '\n' ' ')"; return 1; }
+  echo "$mesh == $one: $(echo "$b" | tail -n 1)"
+}
+b16_var_run() {
+  local d=$QT_TMP/bf16/var run=$1 n=$2 name=$3
+  rm -f "$d/$name.jsonl"
+  if [ "$n" -eq 1 ]; then
+    timeout 120 "$d/$run-v/qtrain" data=$B16_DATA seed=11 steps=10 metrics="$d/$name.jsonl" > "$d/$name.out" 2>&1
+  else
+    timeout 120 mpiexec -n "$n" "$d/$run-v/qtrain" data=$B16_DATA seed=11 steps=10 metrics="$d/$name.jsonl" > "$d/$name.out" 2>&1
+  fi || { tail -n 3 "$d/$name.out"; return 1; }
+}
+b16_both() {
+  local d=$QT_TMP/bf16/var
+  mkdir -p "$d"
+  plan_variant ctx-next4h-1r-nb4 "$d" dtype=bfloat16 base_num_kv_heads=2 vocab_blocks=2 &&
+    b16_var_run ctx-next4h-1r-nb4 1 one &&
+    plan_variant ctx-next4h-cp2tp2 "$d" dtype=bfloat16 base_num_kv_heads=2 vocab_parallel=true &&
+    b16_var_run ctx-next4h-cp2tp2 4 mesh &&
+    grep -q ctx_chain_send "$d/ctx-next4h-cp2tp2-v/plan/ctx-next4h-cp2tp2/plan.txt" &&
+    b16_var_same one mesh
+}
+check "bf16 CP2 x TP2 with shared kv heads (kv chains) and vocab-parallel logits == one rank (vocab_blocks 2, context_blocks 4), bit for bit" b16_both
+b16_mtp_vocab() {
+  local d=$QT_TMP/bf16/var
+  mkdir -p "$d"
+  plan_variant mtp-bf16-next-1r "$d" vocab_blocks=2 && b16_var_run mtp-bf16-next-1r 1 mtp-one &&
+    plan_variant mtp-bf16-next-1r "$d" num_ranks=2 ici_tensor_parallelism=2 ici_fsdp_parallelism=1 \
+      per_device_batch_size=2 vocab_parallel=true &&
+    b16_var_run mtp-bf16-next-1r 2 mtp-tp2 && b16_var_same mtp-one mtp-tp2
+}
+check "bf16 MTP with vocab-parallel logits: TP2 == one rank with vocab_blocks 2, bit for bit" b16_mtp_vocab
 for run in bf16-next-1r-chunk:1 bf16-next-ep2-chunk:2; do
   check "bf16 expert FFN in chunks of 8 rows (${run%%:*}) == one rank, 10 steps, bit for bit" \
     b16_same bf16-next-1r 1 ${run%%:*} ${run##*:} 10
