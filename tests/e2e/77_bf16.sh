@@ -93,7 +93,7 @@ check "bf16 kv chain plan: dk, dv fp32 along the chain, one ROUND_BF16 after CTX
 # rank with vocab_blocks 2; the MTP head's cross entropy on vocab-parallel TP2 == one bf16
 # rank with vocab_blocks 2
 b16_var_same() {
-  local d=$QT_TMP/bf16/var one=$1 mesh=$2 n=$3 a b
+  local d=$QT_TMP/bf16/var one=$1 mesh=$2 a b
   a=$(det_fields "$d/$one.jsonl") b=$(det_fields "$d/$mesh.jsonl")
   [ "$(echo "$a" | wc -l)" -eq 10 ] && [ "$a" = "$b" ] ||
     { echo "$mesh differs from $one: $(diff <(echo "$a") <(echo "$b") | sed -n 2,3p | tr '\n' ' ')"; return 1; }
