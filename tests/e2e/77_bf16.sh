@@ -2,6 +2,9 @@
 # determinism guarantees of docs/determinism.md in bf16, each 0 ulp in the loss bits and the
 # parameter fingerprint (docs/precision.md, "Executing bf16 plans", Determinism):
 #   mesh cells (data, fsdp, tensor, expert, their products, explicit and auto) == one rank;
+#   vocab-parallel logits (vocab_blocks > 1) == one rank with the same vocab_blocks;
+#   context 4 with kv heads shared by several context ranks (the backward's fp32 chain) ==
+#   one rank with the same context_blocks;
 #   G splits of the same global batch; remat full == no remat; scanned == unrolled layers;
 #   ZeRO-1 with G = 4 on DP2 x EP2 (bf16 compute copy gathered), per-layer gradient
 #   reduction and per-layer bf16 parameter gathers on DP2 x TP2 == one rank; a checkpoint
@@ -51,6 +54,80 @@ for cell in next:dp2:2 next:fsdp2:2 next:ep2:2 next:tp2:2 next:dp2tp2:4 next:dp2
   check "bf16 mesh $model $mesh ($n ranks) == one rank, 10 steps, bit for bit" \
     b16_same bf16-$model-1r 1 bf16-$model-$mesh "$n" 10
 done
+# vocab-parallel logits and blocked cross entropy in bf16 (docs/precision.md, XENT): the
+# boundary widens the logits, the exchanged row maxima and block sums are fp32, d.logits is
+# rounded once; each mesh == one bf16 rank with the same vocab_blocks
+for cell in next-1r-vb2:next-tp2:2 next-1r-vb4:next-tp2-vb4:2 next-1r-vb2:next-dp2tp2:4 \
+            next-1r-vb2:next-ep2tp2:4 35t-1r-vb2:35t-tp2:2; do
+  one=${cell%%:*}; rest=${cell#*:}; mesh=${rest%%:*}; n=${rest##*:}
+  check "bf16 vocab-parallel $mesh ($n ranks) == one rank with the same vocab_blocks ($one), 10 steps, bit for bit" \
+    b16_same bf16-vocab-$one 1 bf16-vocab-$mesh "$n" 10
+done
+# not vacuous: vocab blocks change the bf16 one-rank bits (qwen3.5 tiny; next tiny's 64
+# columns happen to sum to the same bits over these 10 steps)
+b16_vb_differs() {
+  b16_det bf16-35t-1r 1 10 && b16_det bf16-vocab-35t-1r-vb2 1 10 || return 1
+  ! cmp -s "$QT_TMP/bf16/bf16-35t-1r.det" "$QT_TMP/bf16/bf16-vocab-35t-1r-vb2.det" ||
+    { echo "vocab_blocks 2 left the bf16 bits unchanged"; return 1; }
+  echo "bf16-35t-1r: $(tail -n 1 "$QT_TMP/bf16/bf16-35t-1r.det"); vb2: $(tail -n 1 "$QT_TMP/bf16/bf16-vocab-35t-1r-vb2.det")"
+}
+check "bf16 vocab_blocks 2 changes the one-rank bits (qwen3.5 tiny, the sums are blocked)" b16_vb_differs
+# context parallelism with kv heads shared by several context ranks (docs/context.md): the
+# chain hands fp32 dk and dv from rank to rank, the last member rounds the complete sums
+# once; CP4 with 1 kv head (one chain of 4) and with 2 kv heads (two chains of 2) == one
+# bf16 rank with the same context_blocks
+for cell in next1kv next4k; do
+  check "bf16 context 4 with shared kv heads ($cell: kv chains) == one rank with context_blocks 4, 10 steps, bit for bit" \
+    b16_same bf16-ctx-$cell-1r-nb4 1 bf16-ctx-$cell-cp4 4 10
+done
+b16_chain_plan() {
+  local p=generated/bf16-ctx-next1kv-cp4/plan.txt
+  grep -Eq "act_grad f32 .* d\.L3\.attn\.k_rope$" "$p" &&
+    grep -Eq "ctx_chain_send +r:d\.L3\.attn\.k_rope r:d\.L3\.attn\.v_heads" "$p" &&
+    grep -Eq "round_bf16 +w:d\.L3\.attn\.k_rope\.bf16 r:d\.L3\.attn\.k_rope" "$p" &&
+    grep -E "round_bf16 +w:d\.L3\.attn\.v_heads\.bf16" "$p"
+}
+check "bf16 kv chain plan: dk, dv fp32 along the chain, one ROUND_BF16 after CTX_CHAIN_SEND" b16_chain_plan
+# both together and with MTP, variants of committed runs (plan_variant, run_all.sh):
+# CP2 x TP2 with 1 kv head a tensor rank (chains of 2) and vocab-parallel logits == one bf16
+# rank with vocab_blocks 2; the MTP head's cross entropy on vocab-parallel TP2 == one bf16
+# rank with vocab_blocks 2
+b16_var_same() {
+  local d=$QT_TMP/bf16/var one=$1 mesh=$2 a b
+  a=$(det_fields "$d/$one.jsonl") b=$(det_fields "$d/$mesh.jsonl")
+  [ "$(echo "$a" | wc -l)" -eq 10 ] && [ "$a" = "$b" ] ||
+    { echo "$mesh differs from $one: $(diff <(echo "$a") <(echo "$b") | sed -n 2,3p | tr '\n' ' ')"; return 1; }
+  echo "$mesh == $one: $(echo "$b" | tail -n 1)"
+}
+b16_var_run() {
+  local d=$QT_TMP/bf16/var run=$1 n=$2 name=$3
+  rm -f "$d/$name.jsonl"
+  if [ "$n" -eq 1 ]; then
+    timeout 120 "$d/$run-v/qtrain" data=$B16_DATA seed=11 steps=10 metrics="$d/$name.jsonl" > "$d/$name.out" 2>&1
+  else
+    timeout 120 mpiexec -n "$n" "$d/$run-v/qtrain" data=$B16_DATA seed=11 steps=10 metrics="$d/$name.jsonl" > "$d/$name.out" 2>&1
+  fi || { tail -n 3 "$d/$name.out"; return 1; }
+}
+b16_both() {
+  local d=$QT_TMP/bf16/var
+  mkdir -p "$d"
+  plan_variant ctx-next4h-1r-nb4 "$d" dtype=bfloat16 base_num_kv_heads=2 vocab_blocks=2 &&
+    b16_var_run ctx-next4h-1r-nb4 1 one &&
+    plan_variant ctx-next4h-cp2tp2 "$d" dtype=bfloat16 base_num_kv_heads=2 vocab_parallel=true &&
+    b16_var_run ctx-next4h-cp2tp2 4 mesh &&
+    grep -q ctx_chain_send "$d/ctx-next4h-cp2tp2-v/plan/ctx-next4h-cp2tp2/plan.txt" &&
+    b16_var_same one mesh
+}
+check "bf16 CP2 x TP2 with shared kv heads (kv chains) and vocab-parallel logits == one rank (vocab_blocks 2, context_blocks 4), bit for bit" b16_both
+b16_mtp_vocab() {
+  local d=$QT_TMP/bf16/var
+  mkdir -p "$d"
+  plan_variant mtp-bf16-next-1r "$d" vocab_blocks=2 && b16_var_run mtp-bf16-next-1r 1 mtp-one &&
+    plan_variant mtp-bf16-next-1r "$d" num_ranks=2 ici_tensor_parallelism=2 ici_fsdp_parallelism=1 \
+      per_device_batch_size=2 vocab_parallel=true &&
+    b16_var_run mtp-bf16-next-1r 2 mtp-tp2 && b16_var_same mtp-one mtp-tp2
+}
+check "bf16 MTP with vocab-parallel logits: TP2 == one rank with vocab_blocks 2, bit for bit" b16_mtp_vocab
 for run in bf16-next-1r-chunk:1 bf16-next-ep2-chunk:2; do
   check "bf16 expert FFN in chunks of 8 rows (${run%%:*}) == one rank, 10 steps, bit for bit" \
     b16_same bf16-next-1r 1 ${run%%:*} ${run##*:} 10

@@ -784,12 +784,6 @@ static int mesh_splits(const qt_cg_vctx *v, const qt_cg_settings *s, const qt_cg
             return bad(v, axis_key[4], "context parallelism %d: the %lld kv heads of a tensor "
                        "rank (base_num_kv_heads=%lld / tensor %d) must be a multiple or a "
                        "divisor of it", cp, (long long)kv, (long long)m->n_kv_heads, tp);
-        if (kv < cp && s->dtype == QT_BF16)
-            return bad(v, axis_key[4], "context parallelism %d with %lld kv heads per tensor "
-                       "rank and dtype=bfloat16: kv heads shared by several context ranks "
-                       "pass their fp32 gradient sums along a chain, which the bf16 "
-                       "attention's rounding of dk and dv would break; expected dtype=float32 "
-                       "or a context degree dividing the kv heads", cp, (long long)kv);
         if (ep > 1 && s->m.n_experts % ((int64_t)ep * cp))
             return bad(v, axis_key[4], "context parallelism %d with expert parallelism %d: the "
                        "expert group spans the expert and context axes (so an expert host "
@@ -954,10 +948,6 @@ static int check_vocab(const qt_cg_vctx *v, qt_cg_settings *s)
                    "expected a multiple of the tensor degree (each rank's vocabulary shard is "
                    "whole canonical blocks)", (long long)n, (long long)tp,
                    other(v, "ici_tensor_parallelism", o, sizeof o));
-    if (n > 1 && s->dtype == QT_BF16)
-        return bad(v, "vocab_blocks", "%lld with dtype=bfloat16: the blocked (vocab-parallel) "
-                   "cross entropy runs in float32 plans only; expected vocab_blocks=0 and "
-                   "vocab_parallel=false with dtype=bfloat16", (long long)n);
     s->vocab_parallel = par;
     s->vocab_blocks = (int32_t)n;
     return 0;

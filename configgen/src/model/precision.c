@@ -9,11 +9,17 @@
  *   partial sums that cross ranks or blocks (docs/precision.md, "Executing bf16
  *   plans", plan fixes): the canonical blocks' scratch (".canon_scratch": fp32
  *   block partials), every ALL_REDUCE buffer (tensor-parallel partials), the
- *   expert hosts' row gradients (MOE_DISPATCH_BWD dxr)                         fp32
+ *   expert hosts' row gradients (MOE_DISPATCH_BWD dxr), the dk and dv of a kv
+ *   head's context chain (CTX_CHAIN_RECV / CTX_CHAIN_SEND: partial sums handed
+ *   from rank to rank)                                                         fp32
  *   token ids, targets, routing indices and rows (I32)                         int32
  * and, where an ALL_REDUCE buffer's consumers read bf16 (tensor parallelism: the expert
  * hosts' forward rows), a ROUND_BF16 right after the ALL_REDUCE into "<buf>.bf16", which
- * the later ops read instead: one rounding of the complete sum, as one rank rounds once.
+ * the later ops read instead: one rounding of the complete sum, as one rank rounds once;
+ * likewise a ROUND_BF16 right after each CTX_CHAIN_SEND into "<dk>.bf16" and "<dv>.bf16"
+ * (the chain's last member then rounds the one-rank sums once, as one rank's attention
+ * backward rounds its fp32 accumulator once; the other members' copies are never read by
+ * the exchange, which takes the gradient back from the last member).
  * The master weights, the gradient leaves and trees, Adam and the checkpoint staging are
  * flat regions, not tensors: fp32 always (memory/memplan.c). Per-layer gather windows are
  * created later in the compute dtype (schedule/layer_ops.c).
@@ -81,8 +87,11 @@ static int32_t bf16_copy(qt_cg_graph *g, int32_t id)
 
 /* The ALL_REDUCE buffers that get a ROUND_BF16: those the recipe makes bf16, except the
  * expert hosts' row gradients (MOE_DISPATCH_BWD dxr), which MOE_DISPATCH_BWD reads in fp32
- * (its slot sum rounds once per token, as one rank's EXPERT_FFN_BWD does). Makes every
- * ALL_REDUCE buffer and every dxr fp32; returns the flags per tensor id (caller frees). */
+ * (its slot sum rounds once per token, as one rank's EXPERT_FFN_BWD does); and the kv
+ * chains' dk and dv (CTX_CHAIN_SEND t0, t1), whose fp32 sums the attention backward
+ * between CTX_CHAIN_RECV and CTX_CHAIN_SEND continues from rank to rank (an fp32 slot of
+ * the boundary: added to in place, never rounded). Makes every ALL_REDUCE buffer, every
+ * dxr and every chained dk and dv fp32; returns the flags per tensor id (caller frees). */
 static uint8_t *partials_fp32(qt_cg_graph *g)
 {
     uint8_t *round = qt_cg_alloc((size_t)(g->nt ? g->nt : 1));
@@ -95,10 +104,29 @@ static uint8_t *partials_fp32(qt_cg_graph *g)
         round[id] = g->ts[id].t.dtype == QT_BF16;
         g->ts[id].t.dtype = QT_F32;
     }
+    for (int i = 0; i < g->nmb; i++) {
+        if (g->mb[i].kind != QT_OP_CTX_CHAIN_SEND) continue;
+        for (int k = 0; k < 2; k++) {
+            const int32_t id = g->mb[i].t[k];
+            round[id] = round[id] || g->ts[id].t.dtype == QT_BF16;
+            g->ts[id].t.dtype = QT_F32;
+        }
+    }
     return round;
 }
 
-/* After each ALL_REDUCE whose buffer b was bf16, a ROUND_BF16 into a new bf16 tensor b',
+/* One ROUND_BF16 of fp32 tensor b into its new bf16 copy, recorded in map. */
+static void round_copy(qt_cg_graph *g, int32_t b, int32_t *map)
+{
+    const int32_t c = bf16_copy(g, b);
+    qt_op *r = qt_cg_emit_op(g, 0, QT_OP_ROUND_BF16);
+    QT_CG_SET_T(r, ROUND_BF16, .y = c, .x = b);
+    QT_CG_SET_A(r, ROUND_BF16, .n = g->ts[b].t.numel);
+    map[b] = c;
+}
+
+/* After each ALL_REDUCE whose buffer b was bf16 (and each CTX_CHAIN_SEND, for its dk and
+ * dv), a ROUND_BF16 into a new bf16 tensor b',
  * and every later op of the microbatch schedule names b' instead of b: on one rank b is
  * the bf16 tensor its producer rounded once; on a tensor-parallel mesh the producer's
  * partials are summed in fp32 and rounded once here, the same bits. The new tensors are
@@ -120,11 +148,13 @@ static void round_after_all_reduce(qt_cg_graph *g, const uint8_t *round)
             const int32_t b = QT_T(&op, ALL_REDUCE, buf);
             *qt_cg_emit_op(g, 0, QT_OP_NOP) = op;  /* appended as is */
             if (!round[b] || map[b] != QT_NONE) continue;
-            const int32_t c = bf16_copy(g, b);
-            qt_op *r = qt_cg_emit_op(g, 0, QT_OP_ROUND_BF16);
-            QT_CG_SET_T(r, ROUND_BF16, .y = c, .x = b);
-            QT_CG_SET_A(r, ROUND_BF16, .n = g->ts[b].t.numel);
-            map[b] = c;
+            round_copy(g, b, map);
+            continue;
+        }
+        if (op.kind == QT_OP_CTX_CHAIN_SEND) {
+            *qt_cg_emit_op(g, 0, QT_OP_NOP) = op;  /* its dk, dv: the chain's fp32 sums */
+            for (int k = 0; k < 2; k++)
+                if (round[op.t[k]] && map[op.t[k]] == QT_NONE) round_copy(g, op.t[k], map);
             continue;
         }
         for (int k = 0; k < QT_OP_MAX_T; k++)
