@@ -514,6 +514,12 @@ typedef struct qt_ctx {
     const struct qt_stage_map *stage; /* NULL, or (bf16 boundary) tensors widened to fp32 */
     struct qt_wgrad_epi *wgrad_epi;   /* NULL, or (WGRAD calls) the leaf-tree carry offered to
                                        * the wrapper (qt_leaf_carry.h) */
+    /* bf16 plans: runs op through the boundary (runtime/interp_bf16.c), for a native wrapper
+     * that cannot take its own path (ops/ops_bf16_rows.c); set by the runtime, so the ops
+     * layer reaches the runtime's boundary without depending on it (tests/layers.txt) */
+    void (*bf16_boundary)(const qt_op *op, const struct qt_ctx *ctx);
+    void (*bf16_boundary_wgrad)(const qt_op *op, const struct qt_ctx *ctx, int64_t seq,
+                                float *const dw[2]);
 } qt_ctx;
 
 /* The tensors of one op that the bf16 boundary (runtime/interp_bf16.c) widened into the

@@ -32,7 +32,6 @@
  */
 #include <string.h>
 #include "qt_ops_bf16.h"
-#include "runtime/qt_interp_bf16.h"
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/gated_rmsnorm.h"
@@ -151,7 +150,7 @@ static qt_r16_slot *qt_r16_weight(qt_r16 *b, int32_t id, int64_t n)
 
 static void qt_r16_boundary(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_bf16_boundary_run(&qt_kernel_table[op->kind], op, ctx);
+    ctx->bf16_boundary(op, ctx);
 }
 
 /* qt_r16_plan, or, when it cannot take the buffers, the op run through the boundary:
@@ -173,7 +172,7 @@ static void qt_r16_put_all(const qt_r16 *b, int64_t r0, int64_t nr)
 static void qt_r16_boundary_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
                                   float *const dw[2])
 {
-    qt_bf16_boundary_wgrad(&qt_kernel_table[op->kind], op, ctx, seq, dw);
+    ctx->bf16_boundary_wgrad(op, ctx, seq, dw);
 }
 
 static int64_t qt_r16_min(int64_t a, int64_t b)

@@ -20,6 +20,7 @@
 #include "qt_arena.h"
 #include "qt_exact.h"
 #include "qt_interp.h"
+#include "qt_interp_bf16.h"
 #include "qt_optim.h"
 #include "qt_rng.h"
 #include "qt_vec.h"
@@ -81,6 +82,19 @@ void qt_runtime_set_eval_tokens(qt_token_fill_fn fill, const void *src)
 static const qt_kernel_entry *qt_runtime_table(void)
 {
     return qt_rt.table ? qt_rt.table : qt_kernel_table;
+}
+
+/* qt_ctx.bf16_boundary / bf16_boundary_wgrad: op through the boundary of its kind's entry
+ * in the table this runtime runs (the native row kinds' fallback, ops/ops_bf16_rows.c). */
+static void qt_runtime_bf16_boundary(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_bf16_boundary_run(&qt_runtime_table()[op->kind], op, ctx);
+}
+
+static void qt_runtime_bf16_boundary_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
+                                           float *const dw[2])
+{
+    qt_bf16_boundary_wgrad(&qt_runtime_table()[op->kind], op, ctx, seq, dw);
 }
 
 static double qt_runtime_now(void)
@@ -198,6 +212,8 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
     ctx->rank = o->rank;
     ctx->n_ranks = p->n_ranks;
     ctx->status = &qt_rt.status;
+    ctx->bf16_boundary = qt_runtime_bf16_boundary;
+    ctx->bf16_boundary_wgrad = qt_runtime_bf16_boundary_wgrad;
     /* mesh coordinates: slice-major mixed radix over the axes, data most significant */
     qt_mesh_coords(p->mesh, p->dcn, o->rank, ctx->coord);
     /* the batch index: mixed radix over the batch axes that split sequences, in axis order

@@ -72,6 +72,18 @@ float rndf(uint64_t *s)
     return ldexpf((r >> 40) & 1 ? -m : m, (int)((r >> 24) % 7) - 3);
 }
 
+// The runtime's fallback for the native row kinds (qt_ctx.bf16_boundary): the boundary of
+// the op's kind.
+static void hand_boundary(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_bf16_boundary_run(&qt_kernel_table[op->kind], op, ctx);
+}
+
+static void hand_boundary_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
+{
+    qt_bf16_boundary_wgrad(&qt_kernel_table[op->kind], op, ctx, seq, dw);
+}
+
 // A hand-made plan: tensors laid out from byte 0 of its arena (64-byte aligned), the fp32
 // staging region at STAGE_OFF; unwritten bytes hold 0xff (NaN bits) so stray reads show.
 struct Hand {
@@ -99,6 +111,8 @@ struct Hand {
         memset(&ctx, 0, sizeof ctx);
         ctx.plan = &plan;
         ctx.arena = arena;
+        ctx.bf16_boundary = hand_boundary;  // as the runtime sets them (runtime.c)
+        ctx.bf16_boundary_wgrad = hand_boundary_wgrad;
         ctx.n_ranks = 1;
     }
     Hand(const Hand &) = delete;
