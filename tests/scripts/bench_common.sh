@@ -39,10 +39,20 @@ bench_out() {
 }
 
 # bench_scratch NAME: makes the scratch directory $out (removed at exit; BENCH_KEEP=DIR copies
-# it to DIR first: the outputs a canned run reads, under the same names).
+# it to DIR/NAME first: the outputs a canned run reads, under the same names). DIR/NAME must
+# be new or an empty directory, checked before anything runs: the copy never writes over a
+# file the user owns (each bench script keeps into its own NAME, so BENCH_SLICE=1 fits).
 bench_scratch() {
+  keep=
+  if [ -n "${BENCH_KEEP:-}" ]; then
+    keep=$BENCH_KEEP/$1
+    if [ -e "$keep" ] && { [ ! -d "$keep" ] || [ -n "$(ls -A "$keep")" ]; }; then
+      echo "bench: BENCH_KEEP=$BENCH_KEEP: $keep exists and is not an empty directory; give a BENCH_KEEP whose $1/ is new or empty (nothing run, nothing written)" >&2
+      exit 2
+    fi
+  fi
   out=$(mktemp -d "/tmp/qtrain-$1.XXXXXX")
-  trap 'if [ -n "${BENCH_KEEP:-}" ]; then mkdir -p "$BENCH_KEEP" && cp -a "$out/." "$BENCH_KEEP/"; fi; rm -rf "$out"' EXIT
+  trap 'if [ -n "$keep" ]; then mkdir -p "$keep" && cp -a "$out/." "$keep/"; fi; rm -rf "$out"' EXIT
 }
 
 # bench_cpu: sets cpu_name (the model name), cpu_vendor, cpu_family, cpu_model (decimal, as
