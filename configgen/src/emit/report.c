@@ -294,9 +294,9 @@ static void mb_units_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t leaves, in
  * power of two (the reduce-scatter pairs ranks by recursive halving, or sums a group that is
  * not a power of two in the tree's binary-counter shape), and in the microbatch and layer
  * forms, with a group that is not a power of two, one microbatch per step. Otherwise the
- * step form reduces q = L / U units of U leaves instead (grad_units) and the microbatch form
- * each microbatch's units (grad_mb_units): one rank's bits, at q times the reduce-scatter's
- * bytes; the per-layer form and context parallelism keep their own bits. */
+ * step form reduces q = L / U units of U leaves instead (grad_units) and the microbatch
+ * and per-layer forms each microbatch's units (grad_mb_units): one rank's bits, at q times
+ * the reduce-scatter's bytes; context parallelism keeps its own bits. */
 static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
 {
     const qt_cg_settings *s = g->s;
@@ -783,7 +783,7 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
         int64_t rs, sent, msgs;
         units_cost(g, g->grad_mb_units, g->s->tr.grad_accum, &rs, &sent, &msgs);
         qt_cg_buf_printf(b, "  not in the table: the gradient units' pairwise exchanges "
-                         "(GRAD_MB_UNITS, after each microbatch): %lld bytes sent per rank per "
+                         "(GRAD_MB_UNITS, once a microbatch): %lld bytes sent per rank per "
                          "step in %lld message%s\n", (long long)sent, (long long)msgs,
                          qt_cg_s(msgs));
     }

@@ -122,7 +122,8 @@ int qt_cg_flat_ranges(qt_cg_graph *g, char *err, size_t errlen)
 
 /* Per-layer reduction: the ranges' leaf windows, placed first fit in range order among the
  * windows of ranges in use at the same time (from the range's first WGRAD op to its
- * GRAD_MB_PUSH or GRAD_MB_UNITS, schedule/layer_ops.c); the leaf-tree levels then span g->leaf_elems. */
+ * GRAD_MB_PUSH or GRAD_MB_UNITS, schedule/layer_ops.c); the leaf-tree levels then span
+ * g->leaf_elems. */
 void qt_cg_leaf_windows(qt_cg_graph *g)
 {
     int64_t *live = qt_cg_alloc((size_t)(2 * g->n_ranges) * sizeof *live);
