@@ -279,6 +279,9 @@ typedef struct qt_cg_graph {
     int32_t n_mb_levels;       /* microbatch tree levels (qt_plan.h), 0 for one tree */
     int32_t grad_units;        /* step form, L leaves a batch rank not a power of two: the
                                   q = L / U unit levels (qt_plan_fields.def), else 0 */
+    int32_t grad_mb_units;     /* microbatch or per-layer form whose reduce-scatter is not a
+                                  split of the one-rank tree: q >= 1 units a rank and microbatch
+                                  (qt_plan_fields.def grad_mb_units), else 0 */
     int reduce_per_mb;         /* 1: reduce-scatter after each microbatch (n_mb_levels > 0
                                   on meshes with batch axes); chosen by qt_cg_plan_build */
     int layer_reduce;          /* 1 (with reduce_per_mb): per layer, inside the microbatch
