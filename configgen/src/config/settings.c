@@ -6,7 +6,8 @@
  * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW, an MoE with one
  * shared expert (its form and capacity: config/moe.c; the schedule, objective and eval:
  * config/train_rules.c), and the mesh: -1 axes resolve from num_ranks, the product must
- * be num_ranks, every axis a power of two; data, fsdp, tensor, expert and context execute;
+ * be num_ranks, tensor and context powers of two (data, fsdp and expert any size that
+ * divides what they split); data, fsdp, tensor, expert and context execute;
  * pipeline stages are planned (config/pipeline.c) and qtrain refuses to run them for now.
  * A message about a relation between keys blames the key the user set (its value not from
  * base.yml; qt_cg_known.where) and names the value it meets, with where that was set.
@@ -675,8 +676,9 @@ static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x
     return 0;
 }
 
-/* The resolved axes into s->mesh: data, fsdp, tensor, expert and context execute, each a
- * power of two (data any size); pipeline (any size) into s->pp_stages. */
+/* The resolved axes into s->mesh: data, fsdp, tensor, expert and context execute, tensor
+ * and context each a power of two (data, fsdp, expert any size); pipeline (any size) into
+ * s->pp_stages. */
 static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
 {
     char (*ici)[48] = x->ici, (*dcn)[48] = x->dcn;
@@ -715,14 +717,27 @@ static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
             snprintf(s->pp_key, sizeof s->pp_key, "%s", axis_key[i]);
             continue;
         }
-        /* data may have any size (the reduce-scatter of a group that is not a power of two
-         * sums in the one-rank tree's binary-counter shape: qt_coll.h); the axes that split
-         * weights, heads, experts or tokens stay powers of two (their canonical blocks) */
-        if (size > 1 && (size & (size - 1)) && i != 0)
-            return bad(v, axis_key[i], "resolves the %s mesh axis to %lld; "
-                       "expected a power of two (only the data axis may have another size: "
-                       "the %s axis splits canonical power-of-two blocks)",
-                       axes[i], (long long)size, axes[i]);
+        /* data, fsdp and expert may have any size (issue 35): they split the batch, whose
+         * reduce-scatter over a group that is not a power of two sums in the one-rank
+         * tree's binary-counter shape (qt_coll.h), the flat optimizer vector (padded to
+         * equal blocks, memory/ranges.c) and whole experts (mesh_splits); plan.txt's
+         * "one-rank bits:" line says when the leaves a rank make that one rank's tree.
+         * Tensor and context split canonical blocks that are powers of two on one rank
+         * too (docs/determinism.md "Axes of any size") */
+        if (size > 1 && (size & (size - 1)) && i == 2)
+            return bad(v, axis_key[i], "resolves the tensor mesh axis to %lld; expected a "
+                       "power of two: a tensor rank holds its share of the canonical "
+                       "contraction blocks and head groups (kernels/matmul_canon.h: a power "
+                       "of two, at most 8, one rank included), which %lld ranks do not split "
+                       "(docs/determinism.md \"Axes of any size\")",
+                       (long long)size, (long long)size);
+        if (size > 1 && (size & (size - 1)) && i == 4)
+            return bad(v, axis_key[i], "resolves the context mesh axis to %lld; expected a "
+                       "power of two: the context ranks split context_blocks and the GDN "
+                       "norm's canonical head groups, both powers of two on one rank too "
+                       "(kernels/matmul_canon.h), which %lld ranks do not split "
+                       "(docs/determinism.md \"Axes of any size\")",
+                       (long long)size, (long long)size);
     }
     s->n_ranks = (int32_t)n_ranks;
     return 0;

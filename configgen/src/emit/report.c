@@ -233,7 +233,10 @@ static void coords_txt(const qt_cg_settings *s, int64_t r, int32_t coord[QT_MESH
  * not a power of two in the tree's binary-counter shape), and in the microbatch and layer
  * forms, with a group that is not a power of two, one microbatch per step. The step form with
  * L leaves a rank, L not a power of two, reduces q = L / U units of U leaves instead
- * (grad_units): one rank's bits, at q times the reduce-scatter's bytes. */
+ * (grad_units): one rank's bits, at q times the reduce-scatter's bytes. An expert host's
+ * tree runs over its expert group's leaves, which must be a power of two too unless the
+ * group is the whole batch group (an expert axis of any size, docs/determinism.md "Axes of
+ * any size"). */
 static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
 {
     const qt_cg_settings *s = g->s;
@@ -271,7 +274,13 @@ static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
                          g->n_tree_levels - (int)q, lv);
         return;
     }
-    const int whole = lpow2 && (!mbmaj || G == 1 || pow2);
+    /* an expert host's tree runs over its expert group's Eg x leaves a microbatch, the
+     * group's contiguous block of the global order: a node of the one-rank tree when that is
+     * a power of two, or the whole microbatch when the group is the whole batch group */
+    const int64_t Eg = s->mesh[QT_MESH_EXPERT] > 1 ? s->mesh[QT_MESH_EXPERT] * C : 1;
+    const int64_t el = leaves * Eg;
+    const int expert_ok = Eg == 1 || (el & (el - 1)) == 0 || Eg == nb;
+    const int whole = lpow2 && expert_ok && (!mbmaj || G == 1 || pow2);
     if (whole) {
         qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient %s per %s are "
                          "one complete subtree of the one-rank tree, which the reduce-scatter "
@@ -288,6 +297,10 @@ static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
                      (long long)leaves, leaves == 1 ? "leaf" : "leaves", per,
                      !lpow2 ? "are not a power of two, so not one complete subtree of the "
                               "one-rank tree"
+                     : !expert_ok ? "go into an expert host's tree over its expert group's "
+                                    "leaves, which are not a power of two and are then reduced "
+                                    "over the other batch axes: not one complete subtree of "
+                                    "the one-rank tree"
                             : "are reduced microbatch by microbatch (G > 1) over a batch group "
                               "that is not a power of two, which is not a split of the "
                               "one-rank tree",
