@@ -23,8 +23,12 @@
 #   * axes of any size (issue 35, docs/determinism.md "Axes of any size"): fsdp 3 (one, two
 #     and three sequences a rank: the last as units), data 2 x fsdp 3, fsdp 3 with per-layer
 #     reduction and per-layer weight gathers, fsdp 3 x expert 2, bf16 fsdp 3; expert 3 and
-#     expert 6 of a 6-expert variant (npow2-e6-*) == its one rank; data 2 x expert 3 plans
-#     and plan.txt says "no" (the expert hosts' 3 leaves a microbatch, reduced over data).
+#     expert 6 of a 6-expert variant (npow2-e6-*) == its one rank; context 3 with 3 and 6
+#     token blocks of a variant whose heads divide by 3, canonical_factor 3 (npow2-c3-*) ==
+#     its one rank; tensor 3, data 2 x tensor 3 and bf16 tensor 3 of a variant whose split
+#     dimensions divide by 3, canonical_factor 3 (npow2-t3-*, npow2-b16-t3-*) == its one rank; data 2 x expert 3 and data 2 x context 3 plan, plan.txt says "no" (the
+#     expert hosts' 3 leaves a microbatch, the mixers' 3 blocks, reduced over data) and their
+#     bits differ from one rank's.
 # The collectives themselves: 60_collectives.sh (3, 5, 6 and 7 ranks against qt_tree's
 # definition; the units' exchange and fold against the one-rank leaf tree over R x q x U
 # leaves). Run files: configgen/configs/runs/odd-*.yml, split-*.yml.
@@ -48,18 +52,27 @@ for cell in "odd-next-1r-b3 odd-next-dp3 3" "odd-next-1r-b6 odd-next-dp3-b2 3" \
   check "odd ranks: ${2#odd-next-} ($3 ranks) == one rank ($1), bit for bit" odd_same "$@"
 done
 
-# fsdp and expert axes of any size (issue 35): the gradient's reduce-scatter over a group of 3
-# or 6 in the counter shape (or the step form's units), the flat optimizer vector padded to
-# equal blocks of the group, the weight gathers copies, the experts' rows moved as copies
+# axes of any size (issue 35): fsdp and expert (the gradient's reduce-scatter over a group of
+# 3 or 6 in the counter shape or the step form's units, the flat optimizer vector padded to
+# equal blocks of the group, the weight gathers and the experts' rows copies), context and
+# tensor with canonical_factor 3 (token blocks, head groups and contraction blocks 3 x a
+# power of two, each rank's share a power of two, summed across in the counter shape)
 for cell in "odd-next-1r-b3 npow2-next-fsdp3 3" "odd-next-1r-b6 npow2-next-fsdp3-b2 3" \
             "odd-next-1r-b9 npow2-next-fsdp3-b3 3" "odd-next-1r-b6 npow2-next-dp2fsdp3 6" \
             "odd-next-1r-b6 npow2-next-fsdp6 6" \
             "odd-next-1r-b3 npow2-next-fsdp3-layer 3" "odd-next-1r-b6 npow2-next-fsdp3ep2 6" \
             "split-b16-next-1r-b12 npow2-b16-next-fsdp3-b4 3" \
             "npow2-e6-next-1r-b3 npow2-e6-next-ep3 3" "npow2-e6-next-1r-b6 npow2-e6-next-ep3-b2 3" \
-            "npow2-e6-next-1r-b6 npow2-e6-next-ep6 6"; do
+            "npow2-e6-next-1r-b6 npow2-e6-next-ep6 6" \
+            "npow2-c3-next-1r npow2-c3-next-cp3 3" "npow2-c3-next-1r-nb6 npow2-c3-next-cp3-nb6 3" \
+            "npow2-t3-next-1r-b2 npow2-t3-next-dp2tp3 6"; do
   set -- $cell
   check "axes of any size: ${2#npow2-} ($3 ranks) == one rank ($1), bit for bit" odd_same "$@"
+done
+# tensor 3 alone has no batch axis (plan.txt has no one-rank-bits line): the bits alone
+for cell in "npow2-t3-next-1r npow2-t3-next-tp3 3" "npow2-b16-t3-next-1r npow2-b16-t3-next-tp3 3"; do
+  set -- $cell
+  check "axes of any size: ${2#npow2-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/odd" "$@"
 done
 
 # data 2 x expert 3: an expert host's tree runs over its group's 3 leaves a microbatch, which
@@ -79,6 +92,20 @@ npow2_expert_no() {
   echo "data 2 x expert 3: $a; one rank: $b"
 }
 check "axes of any size: data 2 x expert 3 plans, plan.txt says no (the expert hosts' leaves), and its bits are its own" npow2_expert_no
+
+# data 2 x context 3: the GDN mixers' weights, split over context by heads, take all 3 blocks
+# of a sequence, then reduced over data: plan.txt says "no", and the bits differ from one
+# rank's (with the same canonical_factor and context_blocks)
+npow2_ctx_no() {
+  local d=$QT_TMP/odd a b
+  grep -q "one-rank bits: no: .*for the weights split over context by heads, all the blocks of a sequence, which are not a power of two" \
+    generated/npow2-c3-next-dp2cp3/plan.txt || { grep "one-rank bits" generated/npow2-c3-next-dp2cp3/plan.txt; return 1; }
+  plan_det npow2-c3-next-1r-b2 1 "$d" 10 && plan_det npow2-c3-next-dp2cp3 6 "$d" 10 || return 1
+  a=$(tail -n 1 "$d/npow2-c3-next-dp2cp3.det") b=$(tail -n 1 "$d/npow2-c3-next-1r-b2.det")
+  [ "$a" != "$b" ] || { echo "equals one rank: plan.txt is wrong"; return 1; }
+  echo "data 2 x context 3: $a; one rank: $b"
+}
+check "axes of any size: data 2 x context 3 plans, plan.txt says no (the mixers' head-split weights), and its bits are its own" npow2_ctx_no
 
 # the units' cost is stated: bytes and messages, q x the reduce-scatter's bytes
 split_cost() {
