@@ -31,6 +31,15 @@
 #     the 24 a plan has, so the reduce-scatter per microbatch stays (the old arithmetic):
 #     plan.txt says "no", two runs are identical, and the bits differ from one rank's 100
 #     sequences (the statement is true, and the checks above are not vacuous).
+#   * axes of any size (issue 35, docs/determinism.md "Axes of any size"): fsdp 3 (one, two
+#     and three sequences a rank: the last as units), data 2 x fsdp 3, fsdp 3 with per-layer
+#     reduction and per-layer weight gathers, fsdp 3 x expert 2, bf16 fsdp 3; expert 3 and
+#     expert 6 of a 6-expert variant (npow2-e6-*) == its one rank; context 3 with 3 and 6
+#     token blocks of a variant whose heads divide by 3, canonical_factor 3 (npow2-c3-*) ==
+#     its one rank; tensor 3, data 2 x tensor 3 and bf16 tensor 3 of a variant whose split
+#     dimensions divide by 3, canonical_factor 3 (npow2-t3-*, npow2-b16-t3-*) == its one rank; data 2 x expert 3 and data 2 x context 3 plan, plan.txt says "no" (the
+#     expert hosts' 3 leaves a microbatch, the mixers' 3 blocks, reduced over data) and their
+#     bits differ from one rank's.
 # The collectives themselves: 60_collectives.sh (3, 5, 6 and 7 ranks against qt_tree's
 # definition; the units' exchange and fold against the one-rank leaf tree over R x q x U
 # leaves). Run files: configgen/configs/runs/odd-*.yml, split-*.yml.
@@ -56,6 +65,61 @@ for cell in "odd-next-1r-b3 odd-next-dp3 3" "odd-next-1r-b6 odd-next-dp3-b2 3" \
   set -- $cell
   check "odd ranks: ${2#odd-next-} ($3 ranks) == one rank ($1), bit for bit" odd_same "$@"
 done
+
+# axes of any size (issue 35): fsdp and expert (the gradient's reduce-scatter over a group of
+# 3 or 6 in the counter shape or the step form's units, the flat optimizer vector padded to
+# equal blocks of the group, the weight gathers and the experts' rows copies), context and
+# tensor with canonical_factor 3 (token blocks, head groups and contraction blocks 3 x a
+# power of two, each rank's share a power of two, summed across in the counter shape)
+for cell in "odd-next-1r-b3 npow2-next-fsdp3 3" "odd-next-1r-b6 npow2-next-fsdp3-b2 3" \
+            "odd-next-1r-b9 npow2-next-fsdp3-b3 3" "odd-next-1r-b6 npow2-next-dp2fsdp3 6" \
+            "odd-next-1r-b6 npow2-next-fsdp6 6" \
+            "odd-next-1r-b3 npow2-next-fsdp3-layer 3" "odd-next-1r-b6 npow2-next-fsdp3ep2 6" \
+            "split-b16-next-1r-b12 npow2-b16-next-fsdp3-b4 3" \
+            "npow2-e6-next-1r-b3 npow2-e6-next-ep3 3" "npow2-e6-next-1r-b6 npow2-e6-next-ep3-b2 3" \
+            "npow2-e6-next-1r-b6 npow2-e6-next-ep6 6" \
+            "npow2-c3-next-1r npow2-c3-next-cp3 3" "npow2-c3-next-1r-nb6 npow2-c3-next-cp3-nb6 3" \
+            "npow2-t3-next-1r-b2 npow2-t3-next-dp2tp3 6"; do
+  set -- $cell
+  check "axes of any size: ${2#npow2-} ($3 ranks) == one rank ($1), bit for bit" odd_same "$@"
+done
+# tensor 3 alone has no batch axis (plan.txt has no one-rank-bits line): the bits alone
+for cell in "npow2-t3-next-1r npow2-t3-next-tp3 3" "npow2-b16-t3-next-1r npow2-b16-t3-next-tp3 3"; do
+  set -- $cell
+  check "axes of any size: ${2#npow2-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/odd" "$@"
+done
+
+# data 2 x expert 3: an expert host's tree runs over its group's 3 leaves a microbatch, which
+# the reduction over data does not continue into one rank's tree: configgen plans it, plan.txt
+# says "no" with that reason (no refusal, no wrong "yes"), and the bits do differ from one
+# rank's 6 sequences (the statement is true)
+npow2_expert_no() {
+  local d=$QT_TMP/odd/dp2ep3 r=npow2-e6-next-ep3 a b
+  plan_variant $r "$d" num_ranks=6 ici_data_parallelism=2 || return 1
+  grep -q "one-rank bits: no: each rank's 1 gradient leaf per microbatch go into an expert host's tree over its expert group's leaves, which are not a power of two" \
+    "$d/$r-v/plan/$r/plan.txt" || { grep "one-rank bits" "$d/$r-v/plan/$r/plan.txt"; return 1; }
+  timeout 120 mpiexec -n 6 "$d/$r-v/qtrain" data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 \
+    steps=10 metrics="$d/v.jsonl" 2> "$d/v.err" || { tail -n 3 "$d/v.err"; return 1; }
+  det_fields "$d/v.jsonl" > "$d/v.det" && plan_det npow2-e6-next-1r-b6 1 "$QT_TMP/odd" 10 || return 1
+  a=$(tail -n 1 "$d/v.det") b=$(tail -n 1 "$QT_TMP/odd/npow2-e6-next-1r-b6.det")
+  [ "$a" != "$b" ] || { echo "equals one rank: plan.txt is wrong"; return 1; }
+  echo "data 2 x expert 3: $a; one rank: $b"
+}
+check "axes of any size: data 2 x expert 3 plans, plan.txt says no (the expert hosts' leaves), and its bits are its own" npow2_expert_no
+
+# data 2 x context 3: the GDN mixers' weights, split over context by heads, take all 3 blocks
+# of a sequence, then reduced over data: plan.txt says "no", and the bits differ from one
+# rank's (with the same canonical_factor and context_blocks)
+npow2_ctx_no() {
+  local d=$QT_TMP/odd a b
+  grep -q "one-rank bits: no: .*for the weights split over context by heads, all the blocks of a sequence, which are not a power of two" \
+    generated/npow2-c3-next-dp2cp3/plan.txt || { grep "one-rank bits" generated/npow2-c3-next-dp2cp3/plan.txt; return 1; }
+  plan_det npow2-c3-next-1r-b2 1 "$d" 10 && plan_det npow2-c3-next-dp2cp3 6 "$d" 10 || return 1
+  a=$(tail -n 1 "$d/npow2-c3-next-dp2cp3.det") b=$(tail -n 1 "$d/npow2-c3-next-1r-b2.det")
+  [ "$a" != "$b" ] || { echo "equals one rank: plan.txt is wrong"; return 1; }
+  echo "data 2 x context 3: $a; one rank: $b"
+}
+check "axes of any size: data 2 x context 3 plans, plan.txt says no (the mixers' head-split weights), and its bits are its own" npow2_ctx_no
 
 # the units' cost is stated: bytes and messages, q x the reduce-scatter's bytes
 split_cost() {

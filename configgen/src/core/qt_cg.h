@@ -131,6 +131,9 @@ typedef struct qt_cg_settings {
                                   with a tensor degree > 1: vocab_parallel) */
     int32_t vocab_blocks;      /* canonical vocabulary blocks (vocab_blocks resolved: >= 1;
                                   1 = the plain cross entropy; docs/determinism.md) */
+    int32_t canon_factor;      /* canonical_factor: canonical blocks and head groups are this
+                                  odd factor x a power of two (config/canon.c; 1 = the
+                                  powers of two of every plan without the key) */
     char topology[64];         /* compile_topology, "" = none */
     double budget_gib;         /* per-rank arena budget (device_memory_gib), 0 = unchecked */
     uint8_t batch_mask;        /* mesh axes (size > 1) that split the global batch */

@@ -296,7 +296,10 @@ static void mb_units_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t leaves, in
  * forms, with a group that is not a power of two, one microbatch per step. Otherwise the
  * step form reduces q = L / U units of U leaves instead (grad_units) and the microbatch
  * and per-layer forms each microbatch's units (grad_mb_units): one rank's bits, at q times
- * the reduce-scatter's bytes; context parallelism keeps its own bits. */
+ * the reduce-scatter's bytes; context parallelism keeps its own bits. An expert host's
+ * tree runs over its expert group's leaves, which must be a power of two too unless the
+ * group is the whole batch group (an expert axis of any size, docs/determinism.md "Axes of
+ * any size"). */
 static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
 {
     const qt_cg_settings *s = g->s;
@@ -330,7 +333,17 @@ static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
                          g->n_tree_levels - (int)q, lv);
         return;
     }
-    const int whole = lpow2 && (!mbmaj || G == 1 || pow2);
+    /* an expert host's tree runs over its expert group's Eg x leaves a microbatch, the
+     * group's contiguous block of the global order: a node of the one-rank tree when that is
+     * a power of two, or the whole microbatch when the group is the whole batch group */
+    const int64_t Eg = s->mesh[QT_MESH_EXPERT] > 1 ? s->mesh[QT_MESH_EXPERT] * C : 1;
+    const int64_t el = leaves * Eg;
+    const int expert_ok = Eg == 1 || (el & (el - 1)) == 0 || Eg == nb;
+    /* the weights split over context by heads (the GDN mixers', model/context.c) take every
+     * block of a sequence, C x leaves, reduced over the batch axes but context */
+    const int64_t lc = leaves * C;
+    const int ctx_ok = C == 1 || (lc & (lc - 1)) == 0 || C == nb;
+    const int whole = lpow2 && expert_ok && ctx_ok && (!mbmaj || G == 1 || pow2);
     if (whole) {
         qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient %s per %s are "
                          "one complete subtree of the one-rank tree, which the reduce-scatter "
@@ -347,6 +360,14 @@ static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
                      (long long)leaves, leaves == 1 ? "leaf" : "leaves", per,
                      !lpow2 ? "are not a power of two, so not one complete subtree of the "
                               "one-rank tree"
+                     : !expert_ok ? "go into an expert host's tree over its expert group's "
+                                    "leaves, which are not a power of two and are then reduced "
+                                    "over the other batch axes: not one complete subtree of "
+                                    "the one-rank tree"
+                     : !ctx_ok ? "make, for the weights split over context by heads, all the "
+                                 "blocks of a sequence, which are not a power of two and are "
+                                 "then reduced over the other batch axes: not one complete "
+                                 "subtree of the one-rank tree"
                             : "are reduced microbatch by microbatch (G > 1) over a batch group "
                               "that is not a power of two, which is not a split of the "
                               "one-rank tree",
@@ -472,6 +493,13 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          "in (sequence, block) order: %lld leaves per step on this rank\n",
                          (long long)qt_cg_blocks(s), (long long)qt_cg_blocks(s),
                          (long long)qt_cg_leaf_tokens(s), (long long)(per * qt_cg_blocks(s) / C));
+    if (s->canon_factor > 1)
+        qt_cg_buf_printf(b, "  canonical_factor %d: canonical contraction blocks and head groups "
+                         "are %d x a power of two where %d divides the length (config/canon.c), "
+                         "so an axis of %d x a power of two splits them; the bits are those of "
+                         "one rank with the same factor (docs/determinism.md \"Axes of any "
+                         "size\")\n", s->canon_factor, s->canon_factor, s->canon_factor,
+                         s->canon_factor);
     if (s->ctx_seq_split > 1)
         qt_cg_buf_printf(b, "  per_device_batch_size x tensor x context = %d sequences per batch "
                          "group: run as %d microbatches of one sequence each (context "
