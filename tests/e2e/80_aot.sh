@@ -196,8 +196,26 @@ check "aot: qwen3-next-80b-a3b v5p-512 context 8 x FSDP 4 x EP 8 at 32768 tokens
   aot_case aot-next80-v5p512-cp8-8k fits next80-cp8-32k max_target_length=32768 run_name=next80-cp8-32k
 check "aot: qwen3-next-80b-a3b v5p-512 FSDP 32 x EP 8 at 16384 tokens (no context axis): fits 95 GiB (62238 MiB) and compiles" \
   aot_case aot-next80-v5p512-8k fits next80-16k max_target_length=16384 run_name=next80-16k
-check "aot: qwen3-next-80b-a3b v5p-512 context 8 at 65536 tokens: over budget (the experts' dropless worst-case buffers)" \
-  aot_case aot-next80-v5p512-cp8-64k "needs 149830.0 MiB per rank, over the budget of 97280.0 MiB by 52550.0 MiB; biggest consumers: activations (peak) 136418.6 MiB"
+check "aot: qwen3-next-80b-a3b v5p-512 context 8 at 65536 tokens, whole dispatch: over budget (the experts' dropless worst-case buffers)" \
+  aot_case aot-next80-v5p512-cp8-64k "needs 149830.0 MiB per rank, over the budget of 97280.0 MiB by 52550.0 MiB; biggest consumers: activations (peak) 136418.6 MiB" \
+  next80-cp8-64k-whole expert_dispatch=whole expert_chunk_rows=4096 run_name=next80-cp8-64k-whole
+# Issue 35: the same case as committed (tests/aot/aot-next80-v5p512-cp8-64k.yml: 8192 tokens
+# per chip, context 8 x fsdp 4 x expert 8, per_device_batch_size 0.125) with the expert
+# dispatch in rounds of expert_chunk_rows = 65536 host rows (a leaf's worst case: 8192 tokens
+# x min(k 10, 8 experts per rank)) instead of the dropless worst case of 4194304: the host's
+# buffers hold one round (0.5 GiB per [R, d] buffer instead of 32), gu and d(gu) recomputed
+# per round. AOT_64K_FIGURES
+aot_rounds_64k() {
+  aot_case aot-next80-v5p512-cp8-64k fits || return 1
+  local p=$AOT_OUT/aot-next80-v5p512-cp8-64k/aot-next80-v5p512-cp8-64k/plan.txt
+  grep "moe dispatch:" "$p"
+  grep -q "^  moe dispatch: rounds of 65536 host rows (expert_chunk_rows) instead of buffers for the dropless worst case 4194304 (1.56%)" "$p" &&
+    grep -q "MOE_ROUNDS_WGRAD" "$p" && ! grep -q "MOE_DISPATCH_FWD" "$p" ||
+    { echo "plan.txt lacks the rounds (or still dispatches whole)"; return 1; }
+  grep -qF "AOT_64K_ARENA" "$p" || { echo "expected AOT_64K_ARENA in plan.txt"; return 1; }
+}
+check "aot: qwen3-next-80b-a3b v5p-512 context 8 x FSDP 4 x EP 8 at 65536 tokens, expert dispatch in rounds: fits 95 GiB and compiles" \
+  aot_rounds_64k
 # sparse_matmul: false (issue 32): the seed's refusal is lifted. Its old 4-layer DP128 case
 # (no ZeRO-1, Adam replicated on every rank) now plans and is refused for memory alone, as
 # its sparse twin would be: 117798 MiB, 55008 of them Adam.
@@ -225,7 +243,7 @@ check "aot: 80B FSDP32 x EP8 at 32768 tokens, sparse_matmul false + capacity_fac
 # the experts' worst-case received rows), fits with capacity_factor 1.25 (C = 1600; a host
 # holds 819200 rows per layer instead of 4194304): 57572 MiB.
 check "aot: 80B CP8 x FSDP4 x EP8 at 65536 tokens, sparse_matmul false + capacity_factor 1.25: fits (57572 MiB) and compiles" \
-  aot_case aot-next80-v5p512-cp8-64k fits next80-cp8-64k-cf125 sparse_matmul=false capacity_factor=1.25 run_name=next80-cp8-64k-cf125
+  aot_case aot-next80-v5p512-cp8-64k fits next80-cp8-64k-cf125 sparse_matmul=false capacity_factor=1.25 expert_dispatch=whole expert_chunk_rows=4096 run_name=next80-cp8-64k-cf125
 
 # The same cases in bf16 (dtype=bfloat16, docs/precision.md: activations, matmul operands
 # and the gathered compute copy in bf16; fp32 master blocks, Adam, gradient trees, loss,
