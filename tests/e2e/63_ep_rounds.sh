@@ -43,14 +43,15 @@ er_plan() {
   local p=build/mesh-next-ep2-rounds/plan.txt w=build/mesh-next-ep2/plan.txt
   [ -s "$p" ] || p=generated/mesh-next-ep2-rounds/plan.txt
   [ -s "$w" ] || w=generated/mesh-next-ep2/plan.txt
-  grep -q "MOE_ROUNDS_FWD" "$p" && grep -q "MOE_ROUNDS_BWD" "$p" && grep -q "MOE_ROUNDS_WGRAD" "$p" ||
+  grep -qi "moe_rounds_fwd" "$p" && grep -qi "moe_rounds_bwd" "$p" && grep -qi "moe_rounds_wgrad" "$p" ||
     { echo "no MOE_ROUNDS ops in $p"; return 1; }
-  ! grep -q "MOE_DISPATCH_FWD" "$p" || { echo "$p still dispatches whole"; return 1; }
-  grep -q "MOE_DISPATCH_FWD" "$w" || { echo "$w lost its whole dispatch"; return 1; }
+  ! grep -qi "moe_dispatch_fwd" "$p" || { echo "$p still dispatches whole"; return 1; }
+  grep -qi "moe_dispatch_fwd" "$w" || { echo "$w lost its whole dispatch"; return 1; }
   # round buffers: 32 rows x d 32 = 1024 floats, against the whole form's Rmax = 128 rows
-  grep -E "L0\.moe\.ep_round_x " "$p" | head -n 1
-  grep -E "L0\.moe\.ep_x " "$w" | head -n 1
-  grep -qE "L0\.moe\.ep_round_x +\[1024\]" "$p" && grep -qE "L0\.moe\.ep_x +\[128, 32\]" "$w"
+  grep -E " L0\.moe\.ep_round_x$" "$p" | cut -c 1-40
+  grep -E " L0\.moe\.ep_x$" "$w" | cut -c 1-40
+  grep -E " L0\.moe\.ep_round_x$" "$p" | grep -q "f32 \[1024\] " &&
+    grep -E " L0\.moe\.ep_x$" "$w" | grep -q "f32 \[128,32\] "
 }
 check "expert dispatch in rounds: the plan holds MOE_ROUNDS_* ops and round buffers of 32 rows (whole: 128)" er_plan
 
