@@ -75,4 +75,4 @@ check "expert dispatch in rounds: rounds with bfloat16 refused" \
 check "expert dispatch in rounds: rounds with tensor parallelism refused" \
   er_refused mesh-next-ep2tp2 "not exchanged per round" expert_dispatch=rounds expert_chunk_rows=64
 check "expert dispatch in rounds: an unknown expert_dispatch refused" \
-  er_refused mesh-next-ep2 "expert_dispatch=batched (command line): expected whole or rounds" expert_dispatch=batched
+  er_refused mesh-next-ep2 "expert_dispatch=batched (command line): expected auto, whole or rounds" expert_dispatch=batched

@@ -238,8 +238,26 @@ check "aot: the seed's dense-guard case with capacity_factor 1.25 fits (59898 Mi
 # tokens the dropless plan needs 112858 MiB (the experts' worst-case buffers: Rmax 2621440
 # rows per host), capacity_factor 1.25 holds 409600 (15.6%) and fits in 64404 MiB; at 65536
 # tokens 214280 -> 112108 MiB (still over: the per-token activations without a context axis).
-check "aot: 80B FSDP32 x EP8 at 32768 tokens, dropless: over budget (the experts' worst-case buffers)" \
-  aot_case aot-next80-v5p512-8k "needs 112858.0 MiB per rank" next80-32k max_target_length=32768 run_name=next80-32k
+check "aot: 80B FSDP32 x EP8 at 32768 tokens, dropless, whole dispatch: over budget (the experts' worst-case buffers)" \
+  aot_case aot-next80-v5p512-8k "needs 112858.0 MiB per rank" next80-32k expert_dispatch=whole max_target_length=32768 run_name=next80-32k
+# expert_dispatch auto (the default, issue 35): a plan whose whole dispatch is over the budget
+# is planned with the dispatch in rounds of max(expert_chunk_rows, a leaf's worst case) rows
+# when it can: the 80B at 32768 tokens on FSDP 32 x EP 8 (rounds of 327680 = 32768 tokens x
+# min(k 10, 64 experts per rank) rows; the worst case 2621440) fits in 64404 MiB, and at 65536
+# tokens on context 8 (rounds of 65536 rows, the FFN in chunks of 4096) in 39590 MiB.
+aot_rounds_auto() {
+  local name=$1 run=$2 rows=$3 mib=$4; shift 4
+  aot_case "$name" fits "$run" "$@" run_name="$run" || return 1
+  local p=$AOT_OUT/$run/$run/plan.txt
+  grep "moe dispatch:" "$p"
+  grep -q "^  moe dispatch: rounds of $rows host rows" "$p" &&
+    grep -qE "^  arena \(2 MiB rounded\) +[0-9]+ bytes +$mib\.000 MiB" "$p" ||
+    { echo "expected rounds of $rows rows and a $mib MiB arena"; return 1; }
+}
+check "aot: expert_dispatch auto: 80B FSDP32 x EP8 at 32768 tokens takes rounds (whole is over): fits (64404 MiB) and compiles" \
+  aot_rounds_auto aot-next80-v5p512-8k next80-32k-auto 327680 64404 max_target_length=32768
+check "aot: expert_dispatch auto: 80B CP8 x FSDP4 x EP8 at 65536 tokens, expert_chunk_rows 4096, takes rounds of 65536: fits (39590 MiB) and compiles" \
+  aot_rounds_auto aot-next80-v5p512-cp8-64k next80-cp8-64k-auto 65536 39590 expert_dispatch=auto expert_chunk_rows=4096
 check "aot: 80B FSDP32 x EP8 at 32768 tokens, sparse_matmul false + capacity_factor 1.25: fits (64404 MiB) and compiles" \
   aot_case aot-next80-v5p512-8k fits next80-32k-cf125 max_target_length=32768 sparse_matmul=false capacity_factor=1.25 run_name=next80-32k-cf125
 # With a context axis (token dropping continues each block's queues from the earlier blocks'

@@ -120,6 +120,9 @@ typedef struct qt_cg_settings {
     int64_t expert_chunk_rows; /* expert_chunk_rows: rows per chunk of the routed expert
                                   FFN's forward and backward scratch (qt_cg_expert_chunk) */
     int32_t expert_dispatch;   /* enum qt_cg_expert_dispatch (expert_dispatch, config/dispatch.c) */
+    int32_t expert_rounds_auto; /* expert_dispatch auto with rounds possible: the driver plans
+                                   rounds when the whole dispatch is over the budget */
+    int64_t expert_round_rows; /* rows per round of the dispatch in rounds (config/dispatch.c) */
     int64_t ckpt_window;       /* checkpoint_window_floats: floats per checkpoint gather
                                   window (memory/memplan.c ckpt_window) */
     int32_t grad_reduce;       /* enum qt_cg_grad_reduce (gradient_reduce) */
