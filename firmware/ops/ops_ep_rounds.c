@@ -71,11 +71,20 @@ int qt_ep_round_back(unsigned mask, const qt_ep_round *rd, const void *host, voi
     return qt_coll_all_to_all_v(mask, host, rd->rcnt, rd->roff, home, rd->scnt, rd->soff, eb);
 }
 
-/* The dimensions of a MOE_ROUNDS_* op (the three kinds share a0..a7: QT_ER_A) and its home
- * scratch's parts (ep_rounds.h QT_EP_ROUNDS_HOME_FLOATS). */
+/* The tensors of a MOE_ROUNDS_* op by role (QT_NONE: the kind has none; the BWD's dxr
+ * takes the forward's output yr). */
+typedef struct qt_er_slots {
+    int32_t idx, x, dy, w_gu, w_down, xr, dyr, yr, gu, scratch, home;
+} qt_er_slots;
+
+/* A MOE_ROUNDS_* op's dimensions (the three kinds share a0..a7: QT_ER_A), its tensors and
+ * its home scratch's parts (ep_rounds.h QT_EP_ROUNDS_HOME_FLOATS). */
 typedef struct qt_er_dims {
     int64_t T, k, d, f, E, El, M, b, R, nb;
     unsigned mask;
+    const int32_t *idx;
+    const float *x, *dy, *wg, *wd;
+    float *xr, *dyr, *yr, *gu;
     int64_t *G;
     float *xs, *dys, *ret, *fscr;
     int32_t *ids, *er;
@@ -100,29 +109,40 @@ static struct {
     int64_t seg[QT_ER_MAX_LEAVES + 1]; /* the current round's leaves' first host rows */
 } qt_er;
 
-static int qt_er_dims_of(const qt_op *op, const qt_ctx *ctx, int32_t xr, int32_t gu,
-                         int32_t home, int32_t fscr, int ndy, qt_er_dims *D)
+static float *qt_er_f32(const qt_ctx *ctx, int32_t id)
+{
+    return id == QT_NONE ? NULL : qt_f32(ctx, id);
+}
+
+/* Resolves op's dimensions and tensors (sl) into D. 0 or QT_E_PLAN (with a message). */
+static int qt_er_open(const qt_op *op, const qt_ctx *ctx, const qt_er_slots *sl, qt_er_dims *D)
 {
     const qt_plan *p = ctx->plan;
+    const int ndy = sl->dy != QT_NONE;
     D->T = QT_ER_A(op, T), D->k = QT_ER_A(op, k), D->E = QT_ER_A(op, E);
     D->El = QT_ER_A(op, El), D->mask = (unsigned)QT_ER_A(op, mask), D->R = QT_ER_A(op, R);
     D->nb = QT_ER_A(op, nb);
     const int64_t leaves = op->a[QT_A_WGRAD_SEQS];
     D->M = qt_comm_group_size(D->mask);
     D->b = D->M > 0 ? leaves / D->M : 0;
-    D->d = D->R > 0 ? p->tensors[xr].numel / D->R : 0;
-    D->f = D->R > 0 ? p->tensors[gu].numel / (2 * D->R) : 0;
+    D->d = D->R > 0 ? p->tensors[sl->xr].numel / D->R : 0;
+    D->f = D->R > 0 ? p->tensors[sl->gu].numel / (2 * D->R) : 0;
     if (D->M < 1 || D->M > QT_EP_MAX_MEMBERS || D->El < 1 || D->M * D->El != D->E || D->b < 1 ||
         D->M * D->b != leaves || leaves > QT_ER_MAX_LEAVES || D->T % D->b || D->d < 1 ||
         D->f < 1 || p->dtype != QT_F32 ||
-        p->tensors[home].numel <
+        p->tensors[sl->home].numel <
             QT_EP_ROUNDS_HOME_FLOATS(D->T, D->k, D->d, D->M, D->b, D->R, ndy))
         return qt_fail(QT_E_PLAN, "expert dispatch in rounds: group of %lld rank%s, %lld "
                        "experts of %lld per rank, %lld leaves, %lld rows per round: outside "
                        "the firmware's limits or the plan's buffers", (long long)D->M,
                        D->M == 1 ? "" : "s", (long long)D->El, (long long)D->E,
                        (long long)leaves, (long long)D->R);
-    float *h = qt_f32(ctx, home);
+    D->idx = qt_i32(ctx, sl->idx);
+    D->x = qt_f32(ctx, sl->x), D->dy = qt_er_f32(ctx, sl->dy);
+    D->wg = qt_f32(ctx, sl->w_gu), D->wd = qt_f32(ctx, sl->w_down);
+    D->xr = qt_f32(ctx, sl->xr), D->dyr = qt_er_f32(ctx, sl->dyr);
+    D->yr = qt_f32(ctx, sl->yr), D->gu = qt_f32(ctx, sl->gu);
+    float *h = qt_f32(ctx, sl->home);
     const int64_t n = D->T * D->k;
     D->G = (int64_t *)(void *)h;
     D->xs = h + 2 * D->M * D->M * D->b;
@@ -130,8 +150,8 @@ static int qt_er_dims_of(const qt_op *op, const qt_ctx *ctx, int32_t xr, int32_t
     D->ret = (float *)(void *)(D->ids + n);
     D->dys = ndy ? D->ret + n * D->d : NULL;
     D->er = (int32_t *)(void *)(D->ret + n * D->d * (1 + ndy));
-    D->fscr = qt_f32(ctx, fscr);
-    D->fscr_n = p->tensors[fscr].numel;
+    D->fscr = qt_f32(ctx, sl->scratch);
+    D->fscr_n = p->tensors[sl->scratch].numel;
     return QT_OK;
 }
 
@@ -140,100 +160,81 @@ static void qt_er_status(const qt_ctx *ctx, int rc)
     if (rc && ctx->status && !*ctx->status) *ctx->status = rc;
 }
 
-/* Counts, then my rows packed (x per token with their local ids; with dys also the row
+/* Counts, then my rows packed (x per token with their local ids; with dy also the row
  * gradients dy[T*k,d] per row). 0 or QT_E_*. */
-static int qt_er_start(const qt_er_dims *D, const int32_t *idx, const float *x, const float *dy)
+static int qt_er_start(const qt_er_dims *D)
 {
-    int rc = qt_ep_rounds_counts(D->mask, idx, D->T, D->k, D->E, D->El, D->b, D->G, &qt_er.rd);
+    int rc = qt_ep_rounds_counts(D->mask, D->idx, D->T, D->k, D->E, D->El, D->b, D->G, &qt_er.rd);
     if (rc) return rc;
     const int64_t rb = D->d * (int64_t)sizeof(float);
-    qt_moe_pack(D->xs, D->ids, x, 1, idx, D->T, D->k, rb, D->El, D->E, qt_er.rd.home_off);
+    qt_moe_pack(D->xs, D->ids, D->x, 1, D->idx, D->T, D->k, rb, D->El, D->E, qt_er.rd.home_off);
     if (D->dys)
-        qt_moe_pack(D->dys, 0, dy, 0, idx, D->T, D->k, rb, D->El, D->E, qt_er.rd.home_off);
+        qt_moe_pack(D->dys, 0, D->dy, 0, D->idx, D->T, D->k, rb, D->El, D->E, qt_er.rd.home_off);
     return QT_OK;
 }
 
-/* The round's x rows (and dy rows into dyr) and expert ids to their hosts, then the expert
- * FFN forward over them (yr, gu). 0 or QT_E_*. */
-static int qt_er_round_in(const qt_er_dims *D, float *xr, float *dyr, float *yr, float *gu,
-                          const float *w_gu, const float *w_down)
+/* The next round (seg: its leaves' first rows, may be NULL), its x rows (and dy rows into
+ * dyr) and expert ids to their hosts, then the expert FFN forward over them (yr, gu).
+ * 1 when a round ran, 0 after the last, or QT_E_*. */
+static int qt_er_round_in(const qt_er_dims *D, int64_t *seg)
 {
     const qt_ep_round *rd = &qt_er.rd;
-    int rc = qt_ep_round_send(D->mask, rd, D->xs, xr, D->d * (int64_t)sizeof(float));
+    int rc = qt_ep_rounds_next(D->mask, D->G, D->b, D->R, &qt_er.rd, seg);
+    if (rc <= 0) return rc;
+    rc = qt_ep_round_send(D->mask, rd, D->xs, D->xr, D->d * (int64_t)sizeof(float));
     if (!rc) rc = qt_ep_round_send(D->mask, rd, D->ids, D->er, (int64_t)sizeof(int32_t));
-    if (!rc && dyr)
-        rc = qt_ep_round_send(D->mask, rd, D->dys, dyr, D->d * (int64_t)sizeof(float));
+    if (!rc && D->dys)
+        rc = qt_ep_round_send(D->mask, rd, D->dys, D->dyr, D->d * (int64_t)sizeof(float));
     if (rc) return rc;
     for (int64_t r = rd->rows; r < D->R; r++) D->er[r] = -1;
-    qt_expert_ffn_fwd_canon(yr, gu, xr, D->er, w_gu, w_down, D->fscr, D->R, 1, D->El, D->d,
-                            D->f, D->fscr_n, D->nb);
-    return QT_OK;
+    qt_expert_ffn_fwd_canon(D->yr, D->gu, D->xr, D->er, D->wg, D->wd, D->fscr, D->R, 1, D->El,
+                            D->d, D->f, D->fscr_n, D->nb);
+    return 1;
+}
+
+/* The round's host rows in `rows` back to where their homes packed them (D->ret). */
+static int qt_er_round_out(const qt_er_dims *D, const float *rows)
+{
+    return qt_ep_round_back(D->mask, &qt_er.rd, rows, D->ret, D->d * (int64_t)sizeof(float));
 }
 
 void qt_op_moe_rounds_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+#define S_(n) QT_T(op, MOE_ROUNDS_FWD, n)
+    const qt_er_slots sl = {S_(idx), S_(x), QT_NONE, S_(w_gu), S_(w_down), S_(xr), QT_NONE,
+                            S_(yr), S_(gu), S_(scratch), S_(home)};
+#undef S_
     qt_er_dims D;
-    int rc = qt_er_dims_of(op, ctx, QT_T(op, MOE_ROUNDS_FWD, xr), QT_T(op, MOE_ROUNDS_FWD, gu),
-                           QT_T(op, MOE_ROUNDS_FWD, home), QT_T(op, MOE_ROUNDS_FWD, scratch), 0,
-                           &D);
-    const int32_t *idx = qt_i32(ctx, QT_T(op, MOE_ROUNDS_FWD, idx));
-    float *xr = qt_f32(ctx, QT_T(op, MOE_ROUNDS_FWD, xr)),
-          *yr = qt_f32(ctx, QT_T(op, MOE_ROUNDS_FWD, yr)),
-          *gu = qt_f32(ctx, QT_T(op, MOE_ROUNDS_FWD, gu));
-    const float *wg = qt_f32(ctx, QT_T(op, MOE_ROUNDS_FWD, w_gu)),
-                *wd = qt_f32(ctx, QT_T(op, MOE_ROUNDS_FWD, w_down));
-    if (!rc) rc = qt_er_start(&D, idx, qt_f32(ctx, QT_T(op, MOE_ROUNDS_FWD, x)), NULL);
-    while (!rc) {
-        int more = qt_ep_rounds_next(D.mask, D.G, D.b, D.R, &qt_er.rd, NULL);
-        if (more <= 0) {
-            rc = more;
-            break;
-        }
-        rc = qt_er_round_in(&D, xr, NULL, yr, gu, wg, wd);
-        if (!rc)
-            rc = qt_ep_round_back(D.mask, &qt_er.rd, yr, D.ret, D.d * (int64_t)sizeof(float));
-    }
+    int rc = qt_er_open(op, ctx, &sl, &D);
+    if (!rc) rc = qt_er_start(&D);
+    while (!rc && (rc = qt_er_round_in(&D, NULL)) == 1) rc = qt_er_round_out(&D, D.yr);
     if (!rc)
-        qt_moe_unpack(qt_f32(ctx, QT_T(op, MOE_ROUNDS_FWD, y)), D.ret, idx, D.T, D.k,
+        qt_moe_unpack(qt_f32(ctx, QT_T(op, MOE_ROUNDS_FWD, y)), D.ret, D.idx, D.T, D.k,
                       D.d * (int64_t)sizeof(float), D.El, D.E, qt_er.rd.home_off);
     qt_er_status(ctx, rc);
 }
 
 void qt_op_moe_rounds_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+#define S_(n) QT_T(op, MOE_ROUNDS_BWD, n)
+    /* gu is recomputed from the round's x rows; the forward's output parks in dxr */
+    const qt_er_slots sl = {S_(idx), S_(x), S_(dy), S_(w_gu), S_(w_down), S_(xr), S_(dyr),
+                            S_(dxr), S_(gu), S_(scratch), S_(home)};
+#undef S_
     qt_er_dims D;
-    int rc = qt_er_dims_of(op, ctx, QT_T(op, MOE_ROUNDS_BWD, xr), QT_T(op, MOE_ROUNDS_BWD, gu),
-                           QT_T(op, MOE_ROUNDS_BWD, home), QT_T(op, MOE_ROUNDS_BWD, scratch), 1,
-                           &D);
-    const int32_t *idx = qt_i32(ctx, QT_T(op, MOE_ROUNDS_BWD, idx));
-    float *xr = qt_f32(ctx, QT_T(op, MOE_ROUNDS_BWD, xr)),
-          *dyr = qt_f32(ctx, QT_T(op, MOE_ROUNDS_BWD, dyr)),
-          *gu = qt_f32(ctx, QT_T(op, MOE_ROUNDS_BWD, gu)),
-          *dxr = qt_f32(ctx, QT_T(op, MOE_ROUNDS_BWD, dxr));
-    const float *wg = qt_f32(ctx, QT_T(op, MOE_ROUNDS_BWD, w_gu)),
-                *wd = qt_f32(ctx, QT_T(op, MOE_ROUNDS_BWD, w_down));
-    if (!rc)
-        rc = qt_er_start(&D, idx, qt_f32(ctx, QT_T(op, MOE_ROUNDS_BWD, x)),
-                         qt_f32(ctx, QT_T(op, MOE_ROUNDS_BWD, dy)));
-    while (!rc) {
-        int more = qt_ep_rounds_next(D.mask, D.G, D.b, D.R, &qt_er.rd, NULL);
-        if (more <= 0) {
-            rc = more;
-            break;
-        }
-        /* gu recomputed from the round's x rows (the forward's output parks in dxr) */
-        rc = qt_er_round_in(&D, xr, dyr, dxr, gu, wg, wd);
-        if (rc) break;
+    int rc = qt_er_open(op, ctx, &sl, &D);
+    if (!rc) rc = qt_er_start(&D);
+    while (!rc && (rc = qt_er_round_in(&D, NULL)) == 1) {
         /* the rows' data gradients: each row's one slot added to +0, as into the whole
          * dispatch's zeroed d.ep_x */
-        memset(dxr, 0, (size_t)(D.R * D.d) * sizeof(float));
-        qt_expert_ffn_bwd_save_canon(dxr, NULL, dyr, D.er, gu, wg, wd, D.fscr, D.R, 1, D.El, D.d,
-                                     D.f, D.fscr_n, D.nb);
-        rc = qt_ep_round_back(D.mask, &qt_er.rd, dxr, D.ret, D.d * (int64_t)sizeof(float));
+        memset(D.yr, 0, (size_t)(D.R * D.d) * sizeof(float));
+        qt_expert_ffn_bwd_save_canon(D.yr, NULL, D.dyr, D.er, D.gu, D.wg, D.wd, D.fscr, D.R, 1,
+                                     D.El, D.d, D.f, D.fscr_n, D.nb);
+        rc = qt_er_round_out(&D, D.yr);
     }
     if (!rc)
-        qt_moe_unpack_tokens_acc(qt_f32(ctx, QT_T(op, MOE_ROUNDS_BWD, dx)), D.ret, idx, D.T, D.k,
-                                 D.d, D.El, D.E, qt_er.rd.home_off);
+        qt_moe_unpack_tokens_acc(qt_f32(ctx, QT_T(op, MOE_ROUNDS_BWD, dx)), D.ret, D.idx, D.T,
+                                 D.k, D.d, D.El, D.E, qt_er.rd.home_off);
     qt_er_status(ctx, rc);
 }
 
@@ -242,38 +243,30 @@ void qt_op_moe_rounds_bwd(const qt_op *op, const qt_ctx *ctx)
  * and gu. A failure leaves +0 leaves and the step stops. */
 void qt_op_moe_rounds_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
-    qt_er_dims D;
-    int rc = qt_er_dims_of(op, ctx, QT_T(op, MOE_ROUNDS_WGRAD, xr),
-                           QT_T(op, MOE_ROUNDS_WGRAD, gu), QT_T(op, MOE_ROUNDS_WGRAD, home),
-                           QT_T(op, MOE_ROUNDS_WGRAD, scratch), 1, &D);
-    const int32_t *idx = qt_i32(ctx, QT_T(op, MOE_ROUNDS_WGRAD, idx));
-    float *xr = qt_f32(ctx, QT_T(op, MOE_ROUNDS_WGRAD, xr)),
-          *dyr = qt_f32(ctx, QT_T(op, MOE_ROUNDS_WGRAD, dyr)),
-          *gu = qt_f32(ctx, QT_T(op, MOE_ROUNDS_WGRAD, gu)),
-          *yr = qt_f32(ctx, QT_T(op, MOE_ROUNDS_WGRAD, yr));
-    const float *wg = qt_f32(ctx, QT_T(op, MOE_ROUNDS_WGRAD, w_gu)),
-                *wd = qt_f32(ctx, QT_T(op, MOE_ROUNDS_WGRAD, w_down));
+#define S_(n) QT_T(op, MOE_ROUNDS_WGRAD, n)
+    const qt_er_slots sl = {S_(idx), S_(x), S_(dy), S_(w_gu), S_(w_down), S_(xr), S_(dyr),
+                            S_(yr), S_(gu), S_(scratch), S_(home)};
+#undef S_
     /* the recomputing kernel accumulates: the leaves start at +0 */
     const qt_plan *p = ctx->plan;
     memset(dw[0], 0, (size_t)p->params[op->a[QT_A_WGRAD_PARAM]].numel * sizeof(float));
     memset(dw[1], 0, (size_t)p->params[op->a[QT_A_WGRAD_PARAM + 1]].numel * sizeof(float));
-    if (!rc && ctx->status && *ctx->status) return; /* an earlier leaf's exchange failed */
-    if (!rc && seq == 0)
-        rc = qt_er_start(&D, idx, qt_f32(ctx, QT_T(op, MOE_ROUNDS_WGRAD, x)),
-                         qt_f32(ctx, QT_T(op, MOE_ROUNDS_WGRAD, dy)));
+    if (ctx->status && *ctx->status) return; /* an earlier leaf's exchange failed */
+    qt_er_dims D;
+    int rc = qt_er_open(op, ctx, &sl, &D);
+    if (!rc && seq == 0) rc = qt_er_start(&D);
     if (!rc && seq >= qt_er.rd.L1) {
-        const int more = qt_ep_rounds_next(D.mask, D.G, D.b, D.R, &qt_er.rd, qt_er.seg);
-        if (more < 0) rc = more;
-        else if (more == 0 || qt_er.rd.L0 != seq)
+        rc = qt_er_round_in(&D, qt_er.seg);
+        if (rc == 1 && qt_er.rd.L0 == seq) rc = QT_OK;
+        else if (rc >= 0)
             rc = qt_fail(QT_E_PLAN, "expert dispatch in rounds: leaf %lld outside the rounds",
                          (long long)seq);
-        if (!rc) rc = qt_er_round_in(&D, xr, dyr, yr, gu, wg, wd);
     }
     if (rc) {
         qt_er_status(ctx, rc);
         return;
     }
     const int64_t r0 = qt_er.seg[seq - qt_er.rd.L0], n = qt_er.seg[seq - qt_er.rd.L0 + 1] - r0;
-    qt_expert_ffn_wgrad(dw[0], dw[1], dyr + r0 * D.d, xr + r0 * D.d, D.er + r0,
-                        gu + r0 * 2 * D.f, wd, D.fscr, n, 1, D.El, D.d, D.f, D.fscr_n);
+    qt_expert_ffn_wgrad(dw[0], dw[1], D.dyr + r0 * D.d, D.xr + r0 * D.d, D.er + r0,
+                        D.gu + r0 * 2 * D.f, D.wd, D.fscr, n, 1, D.El, D.d, D.f, D.fscr_n);
 }

@@ -186,8 +186,8 @@ check "aot: the seed's guard case (qwen3-next-80b-a3b 4 layers, DP64 x context 2
 # (4096) rows and the checkpoint staging to a window: 16384 and 32768 tokens now fit with
 # context 8 (60132 / 94098 MiB), 16384 without (62238); 65536 needs 149830 MiB, of which
 # 136419 activations: the dispatched rows themselves ([Rmax, d] received rows, their
-# gradients, gu and d(gu): 32 GiB per [Rmax, d] buffer at Rmax = 4194304), which chunked
-# dispatch rounds would bound (docs/plan.md).
+# gradients, gu and d(gu): 32 GiB per [Rmax, d] buffer at Rmax = 4194304), which the expert
+# dispatch in rounds bounds (issue 35, below: 41544 MiB).
 check "aot: qwen3-next-80b-a3b v5p-512 context 8 x FSDP 4 x EP 8 at 8192 tokens: fits 95 GiB and compiles" \
   aot_case aot-next80-v5p512-cp8-8k fits
 check "aot: qwen3-next-80b-a3b v5p-512 FSDP 32 x EP 8 at 8192 tokens (no context axis): fits 95 GiB and compiles" \
