@@ -8,7 +8,8 @@
  * R = expert_chunk_rows rows, the same bits. auto: whole, and when the whole plan is over
  * the device budget and rounds are possible (the conditions below), the driver plans rounds
  * of max(expert_chunk_rows, a leaf's worst case) rows instead (driver/pipeline.c); a plan
- * without a budget, or that fits, is whole. Invariants of a rounds plan, each refused with
+ * without a budget, or that fits, is whole (so is a pipeline plan, whose stages are planned
+ * apart). Invariants of a rounds plan, each refused with
  * the key, its value, where it was set and what was expected: an expert group of more than
  * one rank (expert axis > 1), float32 (the round ops have no bf16 form), no tensor
  * parallelism (the rows' partial sums would need an all-reduce per round), at most 1024
