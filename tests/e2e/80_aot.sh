@@ -211,7 +211,7 @@ aot_rounds_64k() {
   aot_case aot-next80-v5p512-cp8-64k fits || return 1
   local p=$AOT_OUT/aot-next80-v5p512-cp8-64k/aot-next80-v5p512-cp8-64k/plan.txt
   grep "moe dispatch:" "$p"
-  grep -q "^  moe dispatch: rounds of 65536 host rows (expert_chunk_rows) instead of buffers for the dropless worst case 4194304 (1.56%)" "$p" &&
+  grep -q "^  moe dispatch: rounds of 65536 host rows (expert_dispatch=rounds, expert_chunk_rows) instead of buffers for the dropless worst case 4194304 (1.56%)" "$p" &&
     grep -qi "moe_rounds_wgrad" "$p" && ! grep -qi "moe_dispatch_fwd" "$p" ||
     { echo "plan.txt lacks the rounds (or still dispatches whole)"; return 1; }
   grep -qE "^  activations \(peak\) +[0-9]+ bytes +14664\.908 MiB" "$p" &&
@@ -250,7 +250,7 @@ aot_rounds_auto() {
   aot_case "$name" fits "$run" "$@" run_name="$run" || return 1
   local p=$AOT_OUT/$run/$run/plan.txt
   grep "moe dispatch:" "$p"
-  grep -q "^  moe dispatch: rounds of $rows host rows" "$p" &&
+  grep -q "^  moe dispatch: rounds of $rows host rows (expert_dispatch=auto: the whole dispatch is over the budget)" "$p" &&
     grep -qE "^  arena \(2 MiB rounded\) +[0-9]+ bytes +$mib\.000 MiB" "$p" ||
     { echo "expected rounds of $rows rows and a $mib MiB arena"; return 1; }
 }

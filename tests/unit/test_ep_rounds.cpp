@@ -82,7 +82,8 @@ static int64_t walk(const std::vector<int64_t> &G, int64_t M, int64_t b, int64_t
             for (int64_t L = L0; L < L1; L++) {
                 const int64_t i = L / b, s = L % b, n = G[i * M * b + j * b + s];
                 LONGS_EQUAL(n, seg[L - L0 + 1] - seg[L - L0]);
-                for (int64_t r = 0; r < n; r++) LONGS_EQUAL(row_id(i, j, s, r), buf[seg[L - L0] + r]);
+                for (int64_t r = 0; r < n; r++)
+                    LONGS_EQUAL(row_id(i, j, s, r), buf[seg[L - L0] + r]);
             }
             LONGS_EQUAL(rows, seg[L1 - L0]);
             got[j].insert(got[j].end(), buf.begin(), buf.end());
@@ -97,7 +98,8 @@ static int64_t walk(const std::vector<int64_t> &G, int64_t M, int64_t b, int64_t
         std::vector<int64_t> want;
         for (int64_t i = 0; i < M; i++)
             for (int64_t s = 0; s < b; s++)
-                for (int64_t n = 0; n < G[i * M * b + j * b + s]; n++) want.push_back(row_id(i, j, s, n));
+                for (int64_t n = 0; n < G[i * M * b + j * b + s]; n++)
+                    want.push_back(row_id(i, j, s, n));
         CHECK(want == got[j]);
     }
     for (int64_t i = 0; i < M; i++) CHECK(back[i] == home[i]);  // every row went home

@@ -868,10 +868,12 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
                      (long long)m->shared_dim);
     if (s->moe_note[0]) qt_cg_buf_printf(b, "  moe form: %s\n", s->moe_note);
     if (s->expert_dispatch == QT_CG_DISPATCH_ROUNDS && g->ep_rows_dropless > 0)
-        qt_cg_buf_printf(b, "  moe dispatch: rounds of %lld host rows (expert_chunk_rows) instead "
+        qt_cg_buf_printf(b, "  moe dispatch: rounds of %lld host rows (expert_dispatch=%s) instead "
                          "of buffers for the dropless worst case %lld (%.2f%%): a host's round "
                          "buffers, gate/up and FFN scratch hold one round; gu and d(gu) are "
                          "recomputed per round in the backward\n", (long long)g->ep_rows,
+                         s->expert_rounds_auto ? "auto: the whole dispatch is over the budget"
+                                               : "rounds, expert_chunk_rows",
                          (long long)g->ep_rows_dropless,
                          100.0 * (double)g->ep_rows / (double)g->ep_rows_dropless);
     else if (s->moe_capacity > 0 && g->ep_rows_dropless > 0)

@@ -574,7 +574,8 @@ static void backward_moe_rounds(qt_cg_ad *ad, const qt_op *f)
                 .w_gu = FT(MOE_ROUNDS, w_gu), .w_down = FT(MOE_ROUNDS, w_down),
                 .xr = bwd_scratch(ad, "wgrad_xr", nm, xn),
                 .dyr = bwd_scratch(ad, "wgrad_dyr", nm, xn),
-                .gu = bwd_scratch(ad, "wgrad_gu", nm, gn), .yr = bwd_scratch(ad, "wgrad_yr", nm, xn),
+                .gu = bwd_scratch(ad, "wgrad_gu", nm, gn),
+                .yr = bwd_scratch(ad, "wgrad_yr", nm, xn),
                 .scratch = bwd_scratch(ad, "wgrad_scratch", nm, fn),
                 .home = bwd_scratch(ad, "wgrad_home", nm, hn));
     /* the leaves: every token block of the expert group's members (a7, as the forward's) */

@@ -451,9 +451,10 @@ static int64_t rounds_scratch(const qt_cg_graph *g, int64_t R, int64_t El, const
 
 /* The expert dispatch in rounds (expert_dispatch=rounds, config/dispatch.c; qt_ops.def
  * MOE_ROUNDS_FWD): the same rows as expert_parallel's exchange, moved and computed in
- * rounds of R = expert_round_rows host rows (expert_chunk_rows, or auto's bound), so the host's buffers hold R rows instead of
- * the dropless worst case; nothing of the host is kept for the backward (MOE_ROUNDS_BWD
- * and MOE_ROUNDS_WGRAD move the rows again and recompute gu and d(gu) per round). */
+ * rounds of R = expert_round_rows host rows (expert_chunk_rows, or auto's bound), so the
+ * host's buffers hold R rows instead of the dropless worst case; nothing of the host is
+ * kept for the backward (MOE_ROUNDS_BWD and MOE_ROUNDS_WGRAD move the rows again and
+ * recompute gu and d(gu) per round). */
 static void expert_rounds(qt_cg_graph *g, const char *apre, int32_t h2, int32_t idx, int32_t ey,
                           int32_t wgu, int32_t wd, const qt_cg_dims *D, int64_t M, int64_t El,
                           int64_t mask, int64_t blocks, int64_t nb)
