@@ -1,4 +1,5 @@
-/* qt_ops_bf16.h - native bf16 wrappers and their helpers (ops_bf16.c, ops_ep.c, ops_moe.c):
+/* qt_ops_bf16.h - native bf16 wrappers and their helpers (ops_bf16.c, ops_ep.c, ops_moe.c,
+ * ops_bf16_rows.c, ops_bf16_seq.c):
  * what the QT_OPP_BF16 kinds' wrappers call in a bf16 plan (docs/precision.md, "Executing
  * bf16 plans"). Same op records and slots as the fp32 wrappers (qt_ops.def), bf16 storage
  * where the row's "bf16 plans" line says so.
