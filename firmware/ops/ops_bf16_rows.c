@@ -32,6 +32,7 @@
  * (the same bits). No state, no heap, no VLAs.
  */
 #include "qt_r16.h"
+#include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/gated_rmsnorm.h"
 #include "kernels/gdn_chunk.h"
@@ -52,9 +53,16 @@ static void qt_r16_span(qt_r16 *b, int64_t e0, int64_t m)
     }
 }
 
+/* ADD and ACC with every slot bf16: one pass (qt_bf16_add_n / _acc_n: the same add and
+ * rounding per element); an fp32 slot takes the row blocks. */
 void qt_op16_add(const qt_op *op, const qt_ctx *ctx)
 {
+    const int32_t y = QT_T(op, ADD, y), a = QT_T(op, ADD, a), c = QT_T(op, ADD, b);
     const int64_t n = QT_A(op, ADD, n), w = qt_r16_min(n, QT_R16_BLOCK);
+    if (qt_is_b16(ctx, y) && qt_is_b16(ctx, a) && qt_is_b16(ctx, c)) {
+        qt_bf16_add_n(qt_b16(ctx, y), qt_b16(ctx, a), qt_b16(ctx, c), n);
+        return;
+    }
     qt_r16 b = {ctx, 0, {{0}}};
     qt_r16_add(&b, QT_T(op, ADD, y), 0, w, w, 0, 1);
     qt_r16_add(&b, QT_T(op, ADD, a), 0, w, w, 1, 0);
@@ -70,7 +78,12 @@ void qt_op16_add(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op16_acc(const qt_op *op, const qt_ctx *ctx)
 {
+    const int32_t d = QT_T(op, ACC, dst), src = QT_T(op, ACC, src);
     const int64_t n = QT_A(op, ACC, n), w = qt_r16_min(n, QT_R16_BLOCK);
+    if (qt_is_b16(ctx, d) && qt_is_b16(ctx, src)) {
+        qt_bf16_acc_n(qt_b16(ctx, d), qt_b16(ctx, src), n);
+        return;
+    }
     qt_r16 b = {ctx, 0, {{0}}};
     qt_r16_add(&b, QT_T(op, ACC, dst), 0, w, w, 1, 1);
     qt_r16_add(&b, QT_T(op, ACC, src), 0, w, w, 1, 0);
