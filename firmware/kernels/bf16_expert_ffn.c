@@ -45,6 +45,13 @@ static int64_t qt_bx_next(float *list, int64_t *n, const int32_t *idx, int64_t k
     return r;
 }
 
+/* Fetch the n bf16 at p into the caches (the next scattered row of a row loop: its first
+ * lines would otherwise wait on memory one by one). */
+static void qt_bx_prefetch(const qt_bf16 *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 32) __builtin_prefetch(p + i);
+}
+
 /* The row stride of gathered bf16 rows of `width` elements: whole 64-byte lines plus one, so
  * the 12 rows of a matmul tile fall in different L1 sets (a stride of 4 KiB, d = 2048, put
  * them all in one set: 12 lines for its 8 ways). */
@@ -57,6 +64,9 @@ static void qt_bx_gather_ld(qt_bf16 *dst, int64_t ld, const qt_bf16 *src, int64_
 {
     for (int64_t j = 0; j < n; j++) {
         const int64_t r = (int64_t)list[j];
+        if (j + 1 < n)
+            qt_bx_prefetch(src + (per_token ? (int64_t)list[j + 1] / k : (int64_t)list[j + 1]) *
+                                     width, width);
         memcpy(dst + j * ld, src + (per_token ? r / k : r) * width,
                (size_t)width * sizeof(qt_bf16));
     }
@@ -75,6 +85,7 @@ static void qt_bx_swiglu(qt_bf16 *h, const qt_bf16 *gu, const float *list, int64
 {
     for (int64_t j = 0; j < n; j++) {
         const qt_bf16 *g = gu + (int64_t)list[j] * 2 * f;
+        if (j + 1 < n) qt_bx_prefetch(gu + (int64_t)list[j + 1] * 2 * f, 2 * f);
         for (int64_t i = 0; i < f; i++) {
             const float a = qt_f32_from_bf16(g[i]), u = qt_f32_from_bf16(g[f + i]);
             h[j * f + i] = qt_bf16_from_f32(QT_SILU(a) * u);
@@ -90,6 +101,7 @@ static void qt_bx_swiglu_bwd(qt_bf16 *dg, int64_t ldg, const float *dh, const qt
 {
     for (int64_t j = 0; j < n; j++) {
         const qt_bf16 *g = gu + (int64_t)list[j] * 2 * f;
+        if (j + 1 < n) qt_bx_prefetch(gu + (int64_t)list[j + 1] * 2 * f, 2 * f);
         for (int64_t i = 0; i < f; i++) {
             const float a = qt_f32_from_bf16(g[i]), u = qt_f32_from_bf16(g[f + i]);
             const float gr = dh[j * f + i];
