@@ -52,10 +52,11 @@ static void qt_bx_prefetch(const qt_bf16 *p, int64_t n)
     for (int64_t i = 0; i < n; i += 32) __builtin_prefetch(p + i);
 }
 
-/* The row stride of gathered bf16 rows of `width` elements: whole 64-byte lines plus one, so
- * the 12 rows of a matmul tile fall in different L1 sets (a stride of 4 KiB, d = 2048, put
- * them all in one set: 12 lines for its 8 ways). */
-static int64_t qt_bx_ld(int64_t width) { return (width + 31) / 32 * 32 + 32; }
+/* The row stride of gathered bf16 rows of `width` elements: a width of a multiple of 1024
+ * (a 2 or 4 KiB stride: d = 2048 put a matmul tile's 12 rows in one L1 set, 12 lines for its
+ * 8 ways) gets one 64-byte line more; other widths are kept (the scratch of small shapes
+ * is not stretched). */
+static int64_t qt_bx_ld(int64_t width) { return width % 1024 ? width : width + 32; }
 
 /* dst[n, ld] <- rows of src (row r/k when per_token, else r, for r = list[j]); the ld -
  * width padding elements are not written. */
