@@ -372,6 +372,28 @@ static void qt_bm_i_pack_b(const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t n
     }
 }
 
+/* The register tile's chains continued over kq pairs: acc[i][h] (rows i < mr, columns
+ * 16h..16h+15) += VDPBF16PS of A's pair (i, q) at ap + q*asq + i*asi (bf16 units) and B's
+ * pairs bp[q*32 + jj]. Inlined into each tile, so acc stays in registers. */
+static inline __attribute__((always_inline)) void
+qt_bm_i_chain(__m512 acc[QT_BM_I_MR][2], const qt_bf16 *ap, int64_t asq, int64_t asi,
+              const uint32_t *bp, int64_t kq, const int mr)
+{
+    for (int64_t q = 0; q < kq; q++) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR);
+        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR + 16);
+        const qt_bf16 *a = ap + q * asq;
+#pragma GCC unroll 12
+        for (int i = 0; i < mr; i++) {
+            uint32_t v;
+            memcpy(&v, a + i * asi, sizeof v);
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)v);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
+        }
+    }
+}
+
 /* One tile: mr rows x 32 cols of part (row stride QT_BM_NC), the chain over kq pairs
  * continued from part (first: from +0). A's pair (i, q) is the 32-bit word at
  * ap + q*asq + i*asi (bf16 units: the packed micro-panel, or A's rows in place); B's pairs
@@ -397,19 +419,7 @@ qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
                 _mm_prefetch((const char *)t, _MM_HINT_T0);
                 _mm_prefetch((const char *)(t + nr - 1), _MM_HINT_T0);
             }
-    for (int64_t q = 0; q < kq; q++) {
-        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR);
-        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR + 16);
-        const qt_bf16 *a = ap + q * asq;
-#pragma GCC unroll 12
-        for (int i = 0; i < mr; i++) {
-            uint32_t v;
-            memcpy(&v, a + i * asi, sizeof v);
-            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)v);
-            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
-            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
-        }
-    }
+    qt_bm_i_chain(acc, ap, asq, asi, bp, kq, mr);
     if (out) {
         const __mmask16 m0 = qt_bm_lanes(nr), m1 = qt_bm_lanes(nr - 16);
         for (int i = 0; i < mr; i++) {
@@ -523,19 +533,7 @@ qt_bm_c_tile(float *const *orow, int64_t nr, const qt_bf16 *ap, int64_t asi,
             const int64_t q0 = (g * L + j * sl) / 2;
             const qt_bf16 *a0 = ap + 2 * q0;
             const uint32_t *b0p = bp + q0 * QT_BM_I_NR;
-            for (int64_t q = 0; q < sl / 2; q++) {
-                const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b0p + q * QT_BM_I_NR);
-                const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b0p + q * QT_BM_I_NR + 16);
-                const qt_bf16 *a = a0 + 2 * q;
-#pragma GCC unroll 12
-                for (int i = 0; i < mr; i++) {
-                    uint32_t v;
-                    memcpy(&v, a + i * asi, sizeof v);
-                    const __m512bh av = (__m512bh)_mm512_set1_epi32((int)v);
-                    acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
-                    acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
-                }
-            }
+            qt_bm_i_chain(acc, a0, 2, asi, b0p, sl / 2, mr);
         }
         int nm = 0;
         for (int64_t q = j; q & 1; q >>= 1) nm++;
