@@ -5,8 +5,12 @@
  * are the fp32 kernel's (expert_ffn.c) on widened bf16 values, so forward, backward and
  * wgrad compute h and dgu with the same bits; dx[t] receives its slots in slot order (the
  * expert-major path parks each row's fp32 contribution and adds them per token; the
- * slot-major path adds them slot by slot: the same per-element add sequence). Every scratch
- * region keeps one element type (fp32 or bf16) for the whole call. No heap, no VLA.
+ * slot-major path adds them slot by slot: the same per-element add sequence). Gathered bf16
+ * rows of a width that is a multiple of 1024 are padded by a line (qt_bx_ld; the padding is
+ * never read); with canonical blocks (nb > 0) y and the parked dx rows are written in place
+ * through the row list (bf16_matmul_canon.h _ld_on): strides and maps never change a bit.
+ * Every scratch region keeps one element type (fp32 or bf16) for the whole call. No heap,
+ * no VLA.
  */
 #ifndef QT_REAL_DOUBLE
 #include <string.h>
