@@ -116,19 +116,12 @@ static int qt_interp_check_op(const qt_plan *p, const qt_kernel_entry *table, co
     return QT_OK;
 }
 
-int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
+/* The tree levels a plan needs (its leaf levels, the step or microbatch form's units, and
+ * its microbatch levels) into *mbl_out / *need_out, and the widest leaf count into
+ * *leaves_out; QT_E_PLAN when the plan's units do not fit its parameters. */
+static int qt_interp_levels_needed(const qt_plan *p, int *mbl_out, int *need_out,
+                                   int64_t *leaves_out)
 {
-    int rc = QT_OK;
-    for (int32_t i = 0; i < p->n_init_ops && !rc; i++)
-        rc = qt_interp_check_op(p, table, &p->init_ops[i], i, "init", 0);
-    for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
-        rc = qt_interp_check_op(p, table, c.op, c.logical, "microbatch", 1);
-    if (rc) return rc;
-    if (p->n_params < 0 || p->n_params > QT_INTERP_MAX_PARAMS) {
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: %d params (firmware limit %d)", p->run_name, p->n_params,
-                       QT_INTERP_MAX_PARAMS);
-    }
     int64_t leaves = 0;
     for (int32_t i = 0; i < p->n_params; i++)
         if (qt_interp_tree_leaves(p, &p->params[i]) > leaves)
@@ -172,6 +165,29 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
         mbl = qt_tree_levels_needed(p->train.grad_accum * R * q);
         need = qt_tree_levels_needed(umax) - 1 + (int)q + mbl;
     }
+    *mbl_out = mbl;
+    *need_out = need;
+    *leaves_out = leaves;
+    return QT_OK;
+}
+
+int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
+{
+    int rc = QT_OK;
+    for (int32_t i = 0; i < p->n_init_ops && !rc; i++)
+        rc = qt_interp_check_op(p, table, &p->init_ops[i], i, "init", 0);
+    for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
+        rc = qt_interp_check_op(p, table, c.op, c.logical, "microbatch", 1);
+    if (rc) return rc;
+    if (p->n_params < 0 || p->n_params > QT_INTERP_MAX_PARAMS) {
+        return qt_fail(QT_E_PLAN,
+                       "plan %s: %d params (firmware limit %d)", p->run_name, p->n_params,
+                       QT_INTERP_MAX_PARAMS);
+    }
+    int mbl = 0, need = 0;
+    int64_t leaves = 0;
+    rc = qt_interp_levels_needed(p, &mbl, &need, &leaves);
+    if (rc) return rc;
     /* exactly: the gradient region is the top level, which only the last carry fills */
     if (p->n_mb_levels < 0 || p->n_mb_levels != mbl || p->n_tree_levels != need ||
         need > QT_MAX_TREE_LEVELS) {
