@@ -246,6 +246,20 @@ int qt_coll_run_range(const qt_collective *c, unsigned char *base, float *scratc
  * QT_E_PLAN (peer out of range, or my own rank with unequal sizes; peer == my rank copies). */
 int qt_comm_exchange(int peer, const void *send, int64_t sbytes, void *recv, int64_t rbytes);
 
+/* ---- the pipeline's point-to-point messages (coll_p2p.c; docs/pipeline.md) -------------- */
+
+/* Post a non-blocking send of `bytes` of buf (unchanged until qt_coll_p2p_flush) to world
+ * rank peer on channel tag (0 .. 7). 0 or QT_E_*. */
+int qt_coll_p2p_send(int peer, int tag, const void *buf, int64_t bytes);
+/* Receive exactly `bytes` into buf from world rank peer on channel tag, waiting under the
+ * collectives' deadline (a silent peer is named). 0 or QT_E_*. */
+int qt_coll_p2p_recv(int peer, int tag, void *buf, int64_t bytes);
+/* Wait for every send posted since the last flush (their buffers are free again). */
+int qt_coll_p2p_flush(void);
+/* All-gather over the world ranks ranks[0 .. n) (me: my index): blocks holds n blocks of
+ * blk bytes, mine at index me on entry, every member's on return (bytes only). */
+int qt_coll_p2p_allgather(const int *ranks, int n, int me, void *blocks, int64_t blk);
+
 /* ---- split collectives (coll_async.c; docs/overlap.md) -------------------------------- */
 
 /* Start plan collective `id` (c its row: a reduce-scatter or an all-gather; base its arena
