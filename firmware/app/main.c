@@ -504,6 +504,7 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
         (void)qt_pp_stage_of(rank, size, p->pipeline_stages, &mrank);
     }
     if (qt_comm_mesh_init_slices(p->mesh, p->dcn, mrank, msize) != QT_OK) return QT_EXIT_ERR;
+    qt_comm_mesh_set_base(rank - mrank);
     qt_err_set_rank(rank, size);
     if (qt_main_comm_fail(qt_comm_check_slices(p->mesh, p->dcn, rank, size)) != QT_OK)
         return QT_EXIT_ERR;

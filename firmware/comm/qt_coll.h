@@ -69,6 +69,13 @@ int qt_comm_mesh_init(const int32_t mesh[QT_MESH_COUNT], int rank, int size);
 int qt_comm_mesh_init_slices(const int32_t mesh[QT_MESH_COUNT], const int32_t *dcn, int rank,
                              int size);
 
+/* A mesh that is a part of the world (a pipeline stage's: its ranks are world ranks base ..
+ * base + its size - 1, docs/pipeline.md): after qt_comm_mesh_init_slices with the rank
+ * inside the part and the part's size, the members of every group are named by world rank
+ * (qt_comm_group_rank and the collectives over mesh groups add base). 0 (the default, set
+ * by every mesh init): the mesh is the world. */
+void qt_comm_mesh_set_base(int base);
+
 /* After qt_comm_mesh_init_slices on a mesh of several slices: every rank's host name is
  * gathered and rank 0 notes (qt_note, never an error) a slice whose ranks run on more than
  * one machine, or slices that share one (slices.c). Collective over the world; returns 0

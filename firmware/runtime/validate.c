@@ -362,11 +362,16 @@ static int qt_validate_step(const qt_plan *p)
 int qt_validate_pipeline(const qt_plan *p)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
-    /* what the pipeline driver runs today (runtime/pipeline.c): one rank per stage, one
-     * repeat, fp32, the plain loss; anything else is named by its key */
+    /* what the pipeline driver runs today (runtime/pipeline.c): stages of any one-slice mesh
+     * (their collectives over the stage's ranks, qt_comm_mesh_set_base), one repeat, fp32,
+     * the plain loss; anything else is named by its key */
     const char *what = NULL;
-    if (p->n_ranks != p->pipeline_stages)
-        what = "more than one rank per stage (data, fsdp, tensor, expert or context > 1)";
+    int64_t per = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++) per *= p->mesh[a];
+    if (p->n_ranks != p->pipeline_stages * per)
+        what = "a stage mesh that does not hold n_ranks / stages ranks";
+    else if (qt_mesh_slices(p->dcn) > 1)
+        what = "dcn_*_parallelism (several slices) inside a stage";
     else if (p->pp_repeats > 1)
         what = "num_pipeline_repeats > 1 (circular; num_layers_per_pipeline_stage below the "
                "layers per stage)";
@@ -390,7 +395,7 @@ int qt_validate_pipeline(const qt_plan *p)
         what = "stage tables without their boundaries (a plan from an older configgen)";
     if (!what) return QT_OK;
     return qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages: pipeline plans with %s are not "
-                   "executed yet (docs/pipeline.md: one rank per stage, one repeat, gpipe or "
+                   "executed yet (docs/pipeline.md: one repeat, gpipe or "
                    "1f1b, fp32); generate the run without it, or with pipeline parallelism 1",
                    p->run_name, p->pipeline_stages, what);
 }

@@ -1,8 +1,8 @@
 # 63_pipeline.sh - pipeline execution (issue 36, docs/pipeline.md "How the firmware runs
 # it"), sourced by run_all.sh. Each cell is configgen's plan of a tiny test run with the
-# pipeline keys (one rank per stage, one repeat: num_layers_per_pipeline_stage = the layers
-# / S), built by `make plan-binary`, run under `timeout 120 mpiexec -n S` for 6 steps on the
-# tiny test data, seed 11; its loss bits and parameter fingerprint per step must equal, bit
+# pipeline keys (one repeat: num_layers_per_pipeline_stage = the layers / S), built by
+# `make plan-binary`, run under `timeout 120 mpiexec -n RANKS` for 6 steps on the tiny test
+# data, seed 11; its loss bits and parameter fingerprint per step must equal, bit
 # for bit (0 ulp, no tolerance), the one-rank run of the same model on the same global batch
 # (per_device_batch_size = the pipeline's B; the stage's M x G microbatches are its
 # accumulation microbatches):
@@ -10,6 +10,9 @@
 #     with gradient_accumulation_steps 2 (== one rank with G 2);
 #   * qwen3.5 tiny PP2: gpipe M 2, 1f1b M 4; qwen3-next tiny PP4 (one layer per stage) 1f1b
 #     with M 4;
+#   * stages of 2 ranks (4 ranks, == one rank with per_device_batch_size 8): PP2 x DP2 gpipe,
+#     PP2 x DP2 1f1b M 4 with ZeRO-1, PP2 x FSDP2, PP2 x TP2, PP2 x EP2 1f1b, PP2 x CP2
+#     (== one rank with context_blocks 2, the CP plans' canonical blocks), qwen3.5 PP2 x DP2;
 #   * the check can fail: the same PP2 gpipe run with its backward phase in reverse
 #     microbatch order (QT_PP_TEST_ORDER=reverse, a test hook read at start-up) pushes the
 #     stages' gradient leaves out of the one-rank tree's order, and its bits differ from one
@@ -55,6 +58,8 @@ pp_same() {
 }
 
 NEXT_PP="num_ranks=2 ici_pipeline_parallelism=2 num_layers_per_pipeline_stage=2"
+# a stage of 2 ranks: the other axis named, fsdp's auto fill off
+NEXT_PP4="num_ranks=4 ici_pipeline_parallelism=2 num_layers_per_pipeline_stage=2 ici_fsdp_parallelism=1"
 pp_cells() {
   pp_variant pp1r-next-b4 test-next-tiny per_device_batch_size=4 &&
     pp_variant pp1r-next-b4-g2 test-next-tiny per_device_batch_size=4 gradient_accumulation_steps=2 &&
@@ -66,14 +71,28 @@ pp_cells() {
     pp_variant pp2-35-gpipe test-35-tiny $NEXT_PP &&
     pp_variant pp2-35-1f1b-m4 test-35-tiny $NEXT_PP num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
     pp_variant pp4-next-1f1b-m4 test-next-tiny num_ranks=4 ici_pipeline_parallelism=4 \
-      num_layers_per_pipeline_stage=1 per_device_batch_size=1 num_pipeline_microbatches=4 pipeline_schedule=1f1b
+      num_layers_per_pipeline_stage=1 per_device_batch_size=1 num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp1r-next-b8 test-next-tiny per_device_batch_size=8 &&
+    pp_variant pp1r-next-b8-nb2 test-next-tiny per_device_batch_size=8 context_blocks=2 &&
+    pp_variant pp1r-35-b8 test-35-tiny per_device_batch_size=8 &&
+    pp_variant pp2dp2-next-gpipe test-next-tiny $NEXT_PP4 ici_data_parallelism=2 &&
+    pp_variant pp2dp2-next-1f1b-z1 test-next-tiny $NEXT_PP4 ici_data_parallelism=2 \
+      shard_optimizer_over_data=true num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp2fsdp2-next-gpipe test-next-tiny $NEXT_PP4 ici_fsdp_parallelism=2 &&
+    pp_variant pp2tp2-next-gpipe test-next-tiny $NEXT_PP4 ici_tensor_parallelism=2 &&
+    pp_variant pp2ep2-next-1f1b test-next-tiny $NEXT_PP4 ici_expert_parallelism=2 pipeline_schedule=1f1b &&
+    pp_variant pp2cp2-next-gpipe test-next-tiny $NEXT_PP4 ici_context_parallelism=2 &&
+    pp_variant pp2dp2-35-gpipe test-35-tiny $NEXT_PP4 ici_data_parallelism=2
 }
 check "pipeline: configgen plans and builds the stage-local pipeline cells" pp_cells
 
 for cell in "pp1r-next-b4 pp2-next-gpipe 2" "pp1r-next-b4 pp2-next-gpipe-m4 2" \
             "pp1r-next-b4 pp2-next-1f1b-m4 2" "pp1r-next-b4-g2 pp2-next-gpipe-g2 2" \
             "pp1r-35-b4 pp2-35-gpipe 2" "pp1r-35-b4 pp2-35-1f1b-m4 2" \
-            "pp1r-next-b4 pp4-next-1f1b-m4 4"; do
+            "pp1r-next-b4 pp4-next-1f1b-m4 4" "pp1r-next-b8 pp2dp2-next-gpipe 4" \
+            "pp1r-next-b8 pp2dp2-next-1f1b-z1 4" "pp1r-next-b8 pp2fsdp2-next-gpipe 4" \
+            "pp1r-next-b8 pp2tp2-next-gpipe 4" "pp1r-next-b8 pp2ep2-next-1f1b 4" \
+            "pp1r-next-b8-nb2 pp2cp2-next-gpipe 4" "pp1r-35-b8 pp2dp2-35-gpipe 4"; do
   set -- $cell
   check "pipeline: ${2#pp} ($3 ranks) == one rank ($1), bit for bit" pp_same "$@"
 done
