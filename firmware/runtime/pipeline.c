@@ -165,14 +165,23 @@ int qt_pp_share_metrics(const qt_plan *p, qt_step_metrics *m)
     return qt_coll_p2p_recv(ranks[S - 1], QT_PP_GRAD + 1, m, (int64_t)sizeof *m);
 }
 
+/* Every stage's blk bytes (mine: this stage's) into all[0 .. S) (S blocks of blk bytes),
+ * over the ranks at this rank's place in each stage; *S receives the stage count. */
+static int qt_pp_gather(const qt_plan *p, const void *mine, void *all, int64_t blk, int *S)
+{
+    int ranks[QT_PP_MAX_STAGES];
+    const int s = qt_pp_peers(p, ranks);
+    *S = p->pipeline_stages;
+    memcpy((unsigned char *)all + s * blk, mine, (size_t)blk);
+    return qt_coll_p2p_allgather(ranks, *S, s, all, blk);
+}
+
 int qt_pp_exact_merge(const qt_plan *p, qt_exact *a)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
     static qt_exact all[QT_PP_MAX_STAGES];
-    int ranks[QT_PP_MAX_STAGES];
-    const int S = p->pipeline_stages, s = qt_pp_peers(p, ranks);
-    all[s] = *a;
-    int rc = qt_coll_p2p_allgather(ranks, S, s, all, (int64_t)sizeof *a);
+    int S;
+    int rc = qt_pp_gather(p, a, all, (int64_t)sizeof *a, &S);
     if (rc) return rc;
     qt_exact_clear(a);
     for (int k = 0; k < S; k++) qt_exact_merge(a, &all[k]);
@@ -183,10 +192,8 @@ int qt_pp_sum_u64(const qt_plan *p, uint64_t *v)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
     static uint64_t all[QT_PP_MAX_STAGES];
-    int ranks[QT_PP_MAX_STAGES];
-    const int S = p->pipeline_stages, s = qt_pp_peers(p, ranks);
-    all[s] = *v;
-    int rc = qt_coll_p2p_allgather(ranks, S, s, all, (int64_t)sizeof *v);
+    int S;
+    int rc = qt_pp_gather(p, v, all, (int64_t)sizeof *v, &S);
     if (rc) return rc;
     uint64_t sum = 0;
     for (int k = 0; k < S; k++) sum += all[k];

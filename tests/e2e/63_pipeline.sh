@@ -13,6 +13,7 @@
 #   * stages of 2 ranks (4 ranks, == one rank with per_device_batch_size 8): PP2 x DP2 gpipe,
 #     PP2 x DP2 1f1b M 4 with ZeRO-1, PP2 x FSDP2, PP2 x TP2, PP2 x EP2 1f1b, PP2 x CP2
 #     (== one rank with context_blocks 2, the CP plans' canonical blocks), qwen3.5 PP2 x DP2;
+#   * the shipped run pp-35-pp2-1f1b (qwen3.5 tiny PP2 1f1b, M 2) == one rank;
 #   * the check can fail: the same PP2 gpipe run with its backward phase in reverse
 #     microbatch order (QT_PP_TEST_ORDER=reverse, a test hook read at start-up) pushes the
 #     stages' gradient leaves out of the one-rank tree's order, and its bits differ from one
@@ -96,6 +97,13 @@ for cell in "pp1r-next-b4 pp2-next-gpipe 2" "pp1r-next-b4 pp2-next-gpipe-m4 2" \
   set -- $cell
   check "pipeline: ${2#pp} ($3 ranks) == one rank ($1), bit for bit" pp_same "$@"
 done
+
+# the shipped 1f1b run (configgen/configs/runs/pp-35-pp2-1f1b.yml, built by make) trains too
+pp_shipped() {
+  mkdir -p "$PP_D/pp-35-pp2-1f1b" && ln -sf "$QT_ROOT/build/pp-35-pp2-1f1b/qtrain" "$PP_D/pp-35-pp2-1f1b/qtrain" &&
+    pp_same pp1r-35-b4 pp-35-pp2-1f1b 2
+}
+check "pipeline: the shipped pp-35-pp2-1f1b (2 ranks) == one rank (pp1r-35-b4), bit for bit" pp_shipped
 
 # the check can fail: the backward phase in reverse microbatch order
 pp_reverse_differs() {
