@@ -961,10 +961,8 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     const int pp = s->pp_stages > 1 && s->pp_local;
     const int pp_first = !pp || s->pp_stage == 0, pp_last = !pp || s->pp_stage == s->pp_stages - 1;
     g->pp_in = g->pp_din = g->pp_out = g->pp_dout = g->pp_slots = QT_NONE;
-    if (pp && np > 1)
-        return qt_cg_fail(err, errlen, "mtp_num_layers=%d: pipeline stages' executable tables "
-                          "do not hold the MTP head yet; expected mtp_num_layers=0 with %s > 1",
-                          s->mtp_layers, s->pp_key);
+    if (pp && np > 1) /* driver/pipeline.c plans no stage-local tables with the head */
+        return qt_cg_fail(err, errlen, "internal error: stage-local tables with the MTP head");
     int32_t x, e[8] = {QT_NONE};
     char n[256];
     if (!pp_first) {
