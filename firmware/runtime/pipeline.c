@@ -22,7 +22,7 @@
 
 #define QT_PP_ACT 0   /* channel of the activations, stage s -> s + 1 */
 #define QT_PP_GRAD 1  /* channel of the gradients, stage s + 1 -> s */
-#define QT_PP_MAX_STAGES 64
+#define QT_PP_METRICS 2 /* channel of the step's metrics, the last stage -> the others */
 
 /* The test hook of qt_pp_set_test_order: 1 runs gpipe's backward phase in reverse. */
 static int qt_pp_reverse;
@@ -157,12 +157,12 @@ int qt_pp_share_metrics(const qt_plan *p, qt_step_metrics *m)
     const int S = p->pipeline_stages, s = qt_pp_peers(p, ranks);
     if (s == S - 1) {
         for (int k = 0; k < S - 1; k++) {
-            int rc = qt_coll_p2p_send(ranks[k], QT_PP_GRAD + 1, m, (int64_t)sizeof *m);
+            int rc = qt_coll_p2p_send(ranks[k], QT_PP_METRICS, m, (int64_t)sizeof *m);
             if (rc) return rc;
         }
         return qt_coll_p2p_flush();
     }
-    return qt_coll_p2p_recv(ranks[S - 1], QT_PP_GRAD + 1, m, (int64_t)sizeof *m);
+    return qt_coll_p2p_recv(ranks[S - 1], QT_PP_METRICS, m, (int64_t)sizeof *m);
 }
 
 /* Every stage's blk bytes (mine: this stage's) into all[0 .. S) (S blocks of blk bytes),

@@ -27,6 +27,9 @@ typedef struct qt_pp_hooks {
     void *arg;
 } qt_pp_hooks;
 
+/* The most stages the driver runs (qt_validate_pipeline refuses more). */
+#define QT_PP_MAX_STAGES 64
+
 /* The stage's rank layout in a job of n ranks: S stages of n / S ranks each, stage =
  * rank div (n / S); *local = the rank inside its stage. */
 static inline int qt_pp_stage_of(int rank, int n, int S, int *local)

@@ -15,6 +15,7 @@
 #include "qt_interp.h"
 #include "qt_plan_hash.h"
 #include "qt_step.h"
+#include "qt_pipeline.h"
 #include "qt_err.h"
 #include "comm/qt_coll.h"
 
@@ -368,7 +369,9 @@ int qt_validate_pipeline(const qt_plan *p)
     const char *what = NULL;
     int64_t per = 1;
     for (int a = 0; a < QT_MESH_COUNT; a++) per *= p->mesh[a];
-    if (p->n_ranks != p->pipeline_stages * per)
+    if (p->pipeline_stages > QT_PP_MAX_STAGES)
+        what = "more than 64 stages (ici_pipeline_parallelism x dcn_pipeline_parallelism)";
+    else if (p->n_ranks != p->pipeline_stages * per)
         what = "a stage mesh that does not hold n_ranks / stages ranks";
     else if (qt_mesh_slices(p->dcn) > 1)
         what = "dcn_*_parallelism (several slices) inside a stage";
