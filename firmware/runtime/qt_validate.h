@@ -21,7 +21,7 @@ int qt_validate_bf16(const qt_plan *p, const qt_kernel_entry *table);
 int qt_validate_splits(const qt_plan *p);
 
 /* A pipeline plan (pipeline_stages > 1, issue 36) in a form the pipeline driver does not run
- * yet (more than one rank per stage, circular repeats, bf16, the MTP head, ...): QT_E_PLAN
+ * yet (several slices, circular repeats, bf16, the MTP head, ...): QT_E_PLAN
  * with a message naming the key, else QT_OK. Every rank decides it from the same static
  * fields (each stage's plan carries them alike), so all ranks refuse alike (no hang). */
 int qt_validate_pipeline(const qt_plan *p);
