@@ -694,8 +694,10 @@ int qt_matmul_canon_fwd_fused(float *y, const float *x, const float *w, int64_t 
                               int64_t K, int64_t nseg, int64_t nb)
 {
 #if defined(QT_MM_OPT)
-    if (K < 1 || K > QT_MM_CANON_PMAX || nb < 1 || nb > QT_CANON_BLOCKS || nseg < 1 ||
-        K % (nseg * nb))
+    /* the tile's counter completes the tree for a power of two of blocks only (a count
+     * with another factor, canonical_factor, takes the copying path: qt_canon_tree) */
+    if (K < 1 || K > QT_MM_CANON_PMAX || nb < 1 || nb > QT_CANON_BLOCKS || (nb & (nb - 1)) ||
+        nseg < 1 || K % (nseg * nb))
         return 0;
     const int64_t ncb = qt_mm_canon_cols(K);
     for (int64_t jc = 0; jc < N; jc += ncb) {
@@ -714,8 +716,10 @@ int qt_matmul_canon_bwd_data_fused(float *dx, const float *dy, const float *w, i
                                    int64_t N, int64_t K, int64_t nseg, int64_t nb)
 {
 #if defined(QT_MM_OPT)
-    if (N < 1 || N > QT_MM_CANON_PMAX || nb < 1 || nb > QT_CANON_BLOCKS || nseg < 1 ||
-        N % (nseg * nb))
+    /* the tile's counter completes the tree for a power of two of blocks only (a count
+     * with another factor, canonical_factor, takes the copying path: qt_canon_tree) */
+    if (N < 1 || N > QT_MM_CANON_PMAX || nb < 1 || nb > QT_CANON_BLOCKS || (nb & (nb - 1)) ||
+        nseg < 1 || N % (nseg * nb))
         return 0;
     const int64_t ncb = qt_mm_canon_cols(N);
     for (int64_t jc = 0; jc < K; jc += ncb) {

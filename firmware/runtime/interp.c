@@ -10,7 +10,10 @@
  * No heap: the level pointer table lives on the stack with a fixed bound. With units
  * (plan->grad_units q > 1: the step form on a mesh whose ranks hold a number of leaves that
  * is not a power of two) leaf i goes to unit i / U as leaf i % U of a tree whose top is that
- * unit's level, so every unit is a subtree of the one-rank tree (GRAD_UNITS folds them).
+ * unit's level, so every unit is a subtree of the one-rank tree (GRAD_UNITS folds them); the
+ * microbatch form's units (grad_mb_units q) do the same with a microbatch's leaves and U per
+ * parameter (its leaves a microbatch / q: the routed experts' are E times the others'),
+ * GRAD_MB_UNITS pushing them into the microbatch tree.
  */
 #include <string.h>
 #include <time.h>
@@ -64,11 +67,18 @@ static void qt_interp_levels(const qt_plan *p, int64_t leaves, float **levels)
     }
 }
 
-/* The level pointers of the units' trees (grad_units > 1): levels 0 .. lu-1 are the plan's,
- * level lu is set per leaf (its unit's level), the rest NULL. */
-static void qt_interp_unit_levels(const qt_plan *p, float **levels)
+/* Units a rank and reduction (the step form's grad_units q > 1, the microbatch form's
+ * grad_mb_units q >= 1), or 0: the top q leaf-tree levels are then the unit levels. */
+static int qt_interp_units(const qt_plan *p)
 {
-    const int lu = p->n_tree_levels - p->grad_units;
+    return p->grad_units > 1 ? p->grad_units : p->grad_mb_units > 0 ? p->grad_mb_units : 0;
+}
+
+/* The level pointers of a units' tree of U leaves (U a power of two): levels 0 .. log2(U)-1
+ * are the plan's, level log2(U) is set per leaf (its unit's level), the rest NULL. */
+static void qt_interp_unit_levels(const qt_plan *p, int64_t U, float **levels)
+{
+    const int lu = qt_tree_levels_needed(U) - 1;
     for (int l = 0; l < QT_MAX_TREE_LEVELS; l++)
         levels[l] = l < lu ? (float *)(void *)(p->arena + p->tree_offset[l]) : NULL;
 }
@@ -123,7 +133,7 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
     for (int32_t i = 0; i < p->n_params; i++)
         if (qt_interp_tree_leaves(p, &p->params[i]) > leaves)
             leaves = qt_interp_tree_leaves(p, &p->params[i]);
-    const int mbl = p->n_mb_levels > 0 ? qt_tree_levels_needed(p->train.grad_accum) : 0;
+    int mbl = p->n_mb_levels > 0 ? qt_tree_levels_needed(p->train.grad_accum) : 0;
     int need = qt_tree_levels_needed(leaves) + mbl;
     if (p->grad_units > 1) {
         /* units (step form): q of U leaves, every parameter's tree over all L = q U */
@@ -137,6 +147,30 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
             return qt_fail(QT_E_PLAN, "plan %s: grad_units %d does not fit %lld leaves per step",
                            p->run_name, p->grad_units, (long long)leaves);
         need = qt_tree_levels_needed(U) - 1 + p->grad_units;
+    }
+    if (p->grad_mb_units > 0) {
+        /* units (microbatch form): every parameter's T_p leaves a microbatch q units of a
+         * power of two U_p; levels: log2 max U_p, the q unit levels, and the counter over the
+         * step's G R q units (R the batch group; a range's reduce group is checked by its
+         * GRAD_MB_UNITS) */
+        const int64_t q = p->grad_mb_units;
+        int64_t umax = 1, R = 1;
+        for (int32_t i = 0; i < p->n_params; i++) {
+            const int64_t T = qt_interp_tree_leaves(p, &p->params[i]), U = T & -T;
+            if (T != U * q)
+                return qt_fail(QT_E_PLAN, "plan %s: grad_mb_units %d does not fit parameter %s's "
+                               "%lld leaves a microbatch", p->run_name, p->grad_mb_units,
+                               p->params[i].name, (long long)T);
+            if (U > umax) umax = U;
+        }
+        for (int a = 0; a < QT_MESH_COUNT; a++)
+            if (p->batch_mask & (1u << a)) R *= p->mesh[a];
+        if (!mbl || p->grad_units > 1 || qt_plan_context(p) > 1)
+            return qt_fail(QT_E_PLAN, "plan %s: grad_mb_units without the microbatch form (or "
+                           "with the step form's units or a context axis)",
+                           p->run_name);
+        mbl = qt_tree_levels_needed(p->train.grad_accum * R * q);
+        need = qt_tree_levels_needed(umax) - 1 + (int)q + mbl;
     }
     /* exactly: the gradient region is the top level, which only the last carry fills */
     if (p->n_mb_levels < 0 || p->n_mb_levels != mbl || p->n_tree_levels != need ||
@@ -265,11 +299,13 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
         op->a[QT_A_WGRAD_SEQS] > 0 ? op->a[QT_A_WGRAD_SEQS] : qt_plan_leaves_per_mb(p);
     float *levels[QT_MAX_TREE_LEVELS];
     qt_interp_levels(p, qt_interp_tree_leaves(p, pa), levels);
-    /* units (grad_units q > 1): leaf i is leaf i % U of unit i / U's tree, whose levels are
-     * the first log2 U and whose top is unit level i / U */
-    const int64_t U = p->grad_units > 1 ? qt_interp_tree_leaves(p, pa) / p->grad_units : 0;
-    const int lu = p->n_tree_levels - p->grad_units;
-    if (U) qt_interp_unit_levels(p, levels);
+    /* units (q = qt_interp_units): leaf i is leaf i % U of unit i / U's tree (U = this
+     * parameter's leaves / q), whose levels are the first log2 U and whose top is unit level
+     * i / U (the leaf tree's level lu + i / U) */
+    const int q = qt_interp_units(p);
+    const int64_t U = q ? qt_interp_tree_leaves(p, pa) / q : 0;
+    const int lu = qt_interp_leaf_levels(p) - q, ul = U ? qt_tree_levels_needed(U) - 1 : 0;
+    if (U) qt_interp_unit_levels(p, U, levels);
     qt_stage_map map;
     qt_ctx wctx;
     qt_interp_wgrad_ctx(&table[op->kind], op, ctx, &map, &wctx);
@@ -277,7 +313,7 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
         /* one tree over the step's leaves, or one per microbatch */
         int64_t leaf = p->n_mb_levels > 0 ? s : mb * per_mb + s;
         if (U) {
-            levels[lu] = (float *)(void *)(p->arena + p->tree_offset[lu + leaf / U]);
+            levels[ul] = (float *)(void *)(p->arena + p->tree_offset[lu + leaf / U]);
             leaf %= U;
         }
         float *dw[2] = {NULL, NULL};

@@ -2,7 +2,9 @@
  * microbatch-end schedule of mesh plans: leaf-tree totals, their reduce-scatter, the push
  * into the microbatch tree) and once per optimizer step after the last microbatch
  * (gradient totals, collectives, normalisation and norm, AdamW; GRAD_UNITS: the step
- * form's units exchanged and folded in the one-rank tree's shape), see qt_step.h.
+ * form's units exchanged and folded in the one-rank tree's shape; GRAD_MB_UNITS: the
+ * microbatch form's units exchanged and pushed into a counter over the step's units), see
+ * qt_step.h.
  *
  * Invariants: no heap, no syscalls but the collectives' own; the parameter-sized passes
  * are fused (tree total per cache-sized chunk -> normalise + exact square sum in one pass;
@@ -242,15 +244,62 @@ int qt_step_grad_mb_push(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     return QT_OK;
 }
 
+/* The microbatch form's units (grad_mb_units q): range i's counter runs over the step's
+ * G R_r q units (R_r its reduce group's size) in the top levels of the microbatch tree, so
+ * that its top is the gradient region; *count = G R_r q, and the result is the index of the
+ * counter's level 0 among the microbatch-tree levels. Without units: the G microbatches,
+ * from level 0. */
+static int qt_step_mb_counter(const qt_plan *p, int32_t i, int64_t *count)
+{
+    *count = p->train.grad_accum;
+    if (p->grad_mb_units < 1) return 0;
+    const unsigned mask = p->ranges[i].reduce_mask;
+    *count *= (int64_t)(mask ? qt_comm_group_size(mask) : 1) * p->grad_mb_units;
+    return p->n_mb_levels - qt_tree_levels_needed(*count);
+}
+
+int qt_step_grad_mb_units(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    const qt_plan *p = ctx->plan;
+    const int32_t i = (int32_t)QT_A(op, GRAD_MB_UNITS, range);
+    const qt_flat_range *r = &p->ranges[i];
+    const int q = p->grad_mb_units, lu = p->n_tree_levels - p->n_mb_levels - q;
+    float *unit[QT_MAX_TREE_LEVELS], *top, *mb[QT_MAX_TREE_LEVELS];
+    for (int u = 0; u < q; u++) {
+        unit[u] = qt_step_region(p, p->tree_offset[lu + u]);
+        qt_step_zero_gaps_at(p, i, unit[u]);
+        unit[u] += r->leaf_lo;
+    }
+    const int R = r->reduce_mask ? qt_comm_group_size(r->reduce_mask) : 1;
+    if (R < 1) return R;
+    const int64_t blk = r->n / R;
+    if (R > 1) {
+        char what[96];
+        snprintf(what, sizeof what, "microbatch gradient units of range %d", (int)i);
+        qt_comm_set_context(what, (long long)st->step);
+        int64_t se;
+        float *scratch = qt_plan_comm_scratch(p, 0, &se);
+        const int rc = qt_coll_exchange_units_f32(r->reduce_mask, unit, q, blk, scratch, se);
+        if (rc) return rc;
+    }
+    int64_t n, count;
+    qt_step_trees(p, i, &top, mb, &n);
+    const int l0 = qt_step_mb_counter(p, i, &count);
+    qt_tree_push_units(mb + l0, 0, n, unit, R, q, blk, st->mb * R * q);
+    return QT_OK;
+}
+
 int qt_step_grad_mb_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 {
     (void)st;
+    (void)op;
     const qt_plan *p = ctx->plan;
     float *top, *mb[QT_MAX_TREE_LEVELS];
     for (int32_t i = 0; i < p->n_ranges; i++) {
-        int64_t n;
+        int64_t n, count;
         qt_step_trees(p, i, &top, mb, &n);
-        qt_tree_finalize_range(mb, 0, n, QT_A(op, GRAD_MB_FINALIZE, leaves));
+        const int l0 = qt_step_mb_counter(p, i, &count);
+        qt_tree_finalize_range(mb + l0, 0, n, count);
     }
     return QT_OK;
 }
@@ -508,6 +557,37 @@ int qt_check_grad_units(const qt_plan *p, const qt_op *op, qt_check_state *st)
     const int64_t i = QT_A(op, GRAD_UNITS, range);
     return p->grad_units < 2 || p->n_mb_levels || i < 0 || i >= p->n_ranges ||
            p->n_tree_levels < p->grad_units || !p->ranges[i].reduce_mask;
+}
+
+/* Ranks of group `mask` in plan p (the product of its axes' sizes; 1 for no axis). */
+static int64_t qt_check_group(const qt_plan *p, unsigned mask)
+{
+    int64_t n = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        if (mask & (1u << a)) n *= p->mesh[a];
+    return n;
+}
+
+/* GRAD_MB_UNITS: a range of the plan (counted as pushed, as GRAD_MB_PUSH) whose parameters'
+ * T_p leaves a microbatch are q units and, over its reduce group, cover the batch group's
+ * leaves of a microbatch (T_p R_r = R L), with its counter inside the microbatch levels. */
+int qt_check_grad_mb_units(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    const int64_t i = QT_A(op, GRAD_MB_UNITS, range), q = p->grad_mb_units;
+    if (q < 1 || !p->n_mb_levels || qt_plan_context(p) > 1 || i < 0 || i >= p->n_ranges)
+        return 1;
+    const qt_flat_range *r = &p->ranges[i];
+    const int64_t Rr = qt_check_group(p, r->reduce_mask), G = p->train.grad_accum;
+    const int64_t RL = qt_check_group(p, p->batch_mask) * qt_plan_leaves_per_mb(p);
+    if (qt_tree_levels_needed(G * Rr * q) > p->n_mb_levels || r->n % Rr) return 1;
+    for (int32_t k = 0; k < p->n_params; k++) {
+        const qt_param *pa = &p->params[k];
+        if (pa->flat_offset < r->lo || pa->flat_offset >= r->lo + r->n) continue;
+        const int64_t T = pa->leaves / G;
+        if (T * G != pa->leaves || T != (T & -T) * q || T * Rr != RL) return 1;
+    }
+    if (st->pushed && st->pushed[i] < 255) st->pushed[i]++;
+    return 0;
 }
 
 int qt_check_grad_mb_finalize(const qt_plan *p, const qt_op *op, qt_check_state *st)

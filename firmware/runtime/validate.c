@@ -427,11 +427,13 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
     int rc0 = qt_validate_bf16(p, table);
     if (rc0) return rc0;
     const qt_train_cfg *tc = &p->train;
-    const int64_t nbt = qt_plan_blocks(p);
+    /* token blocks: any count on one rank (its tree takes any), else a multiple of the
+     * context degree C by a power of two (each rank's share a node of that tree) */
+    const int64_t nbt = qt_plan_blocks(p), C = qt_plan_context(p), share = nbt / C;
     if (tc->micro_batch < 1 || tc->seq_len < 1 || tc->grad_accum < 1 ||
         tc->global_batch < tc->micro_batch * tc->grad_accum || p->context_blocks < 0 ||
-        (nbt & (nbt - 1)) || tc->seq_len % nbt || nbt < qt_plan_context(p) ||
-        tc->micro_batch * nbt % qt_plan_context(p)) {
+        tc->seq_len % nbt || nbt < C || nbt % C || (C > 1 && (share & (share - 1))) ||
+        tc->micro_batch * nbt % C) {
         return qt_fail(QT_E_PLAN,
                        "plan %s: bad batch micro_batch=%lld seq_len=%lld grad_accum=%lld "
                        "global_batch=%lld context_blocks=%d", p->run_name,

@@ -7,7 +7,10 @@
 # U leaves (U the largest power of two dividing L, each unit a complete subtree), exchanged
 # and folded in the one-rank tree's shape (qt_ops.def GRAD_UNITS): one rank's bits too. The
 # microbatch form with L not a power of two (or G > 1 over a group that is not a power of
-# two) is deterministic for its mesh and plan, and plan.txt says so ("one-rank bits:" line).
+# two) reduces each microbatch's units likewise and pushes them into a counter over the
+# step's units (GRAD_MB_UNITS, docs/determinism.md "The microbatch form's units"), the
+# per-layer form at each range's last weight gradient. Where no units apply the run is
+# deterministic for its mesh and plan, and plan.txt says so ("one-rank bits:" line).
 # Checks, bit for bit (loss bits and fingerprint, 10 steps):
 #   * == one rank on the same global batch: data 3 (one sequence per rank), data 3 with two
 #     per rank, data 6 (auto), data 3 x expert 2 (6 ranks), data 3 with ZeRO-1 and G 4;
@@ -17,9 +20,26 @@
 #     with three (plan.txt says "yes" and gives the cost); 25 leaves a rank (more units than
 #     tree levels): plan.txt says "no";
 #     dcn data 2 with six: 58_slices.sh;
-#   * data 2, three a microbatch, G 2 in the microbatch form: plan.txt says "no", two runs
-#     are identical, and the bits differ from one rank's 12 sequences (the statement is true,
-#     not vacuous).
+#   * the microbatch form's units (plan.txt says "yes" and gives the cost): expert 2 with
+#     three a microbatch and G 2, data 2 x expert 2 with three and G 2 (the routed experts'
+#     units over data 2, the others' over 4 ranks), data 2 with three and G 2, data 2 ZeRO-1
+#     with three and G 3, data 3 with one and G 2 (units of one leaf, q = 1);
+#   * the per-layer form's units: the data 2 and expert 2 runs with three a microbatch and
+#     G 2 with gradient_reduce=layer, and scanned 16 layers on data 2 x expert 2 with
+#     per-layer gathers, ZeRO-1 and overlapped gathers (plan variants);
+#   * data 2 with 25 a microbatch and G 2 in the microbatch form: 25 unit levels would pass
+#     the 24 a plan has, so the reduce-scatter per microbatch stays (the old arithmetic):
+#     plan.txt says "no", two runs are identical, and the bits differ from one rank's 100
+#     sequences (the statement is true, and the checks above are not vacuous).
+#   * axes of any size (issue 35, docs/determinism.md "Axes of any size"): fsdp 3 (one, two
+#     and three sequences a rank: the last as units), data 2 x fsdp 3, fsdp 3 with per-layer
+#     reduction and per-layer weight gathers, fsdp 3 x expert 2, bf16 fsdp 3; expert 3 and
+#     expert 6 of a 6-expert variant (npow2-e6-*) == its one rank; context 3 with 3 and 6
+#     token blocks of a variant whose heads divide by 3, canonical_factor 3 (npow2-c3-*) ==
+#     its one rank; tensor 3, data 2 x tensor 3 and bf16 tensor 3 of a variant whose split
+#     dimensions divide by 3, canonical_factor 3 (npow2-t3-*, npow2-b16-t3-*) == its one rank; data 2 x expert 3 and data 2 x context 3 plan, plan.txt says "no" (the
+#     expert hosts' 3 leaves a microbatch, the mixers' 3 blocks, reduced over data) and their
+#     bits differ from one rank's.
 # The collectives themselves: 60_collectives.sh (3, 5, 6 and 7 ranks against qt_tree's
 # definition; the units' exchange and fold against the one-rank leaf tree over R x q x U
 # leaves). Run files: configgen/configs/runs/odd-*.yml, split-*.yml.
@@ -38,10 +58,68 @@ for cell in "odd-next-1r-b3 odd-next-dp3 3" "odd-next-1r-b6 odd-next-dp3-b2 3" \
             "odd-next-1r-b12 split-next-dp2-g2-z1 2" "odd-next-1r-b12 split-next-fsdp2-b6 2" \
             "split-35-1r-b12 split-35-dp2fsdp2-b3 4" \
             "split-b16-next-1r-b12 split-b16-next-fsdp2-b6 2" \
-            "odd-next-1r-b12 split-next-dp2tp2-b3 4"; do
+            "odd-next-1r-b12 split-next-dp2tp2-b3 4" \
+            "odd-next-1r-b12 split-next-ep2-b3-g2 2" "odd-next-1r-b24 split-next-dp2ep2-b3-g2 4" \
+            "odd-next-1r-b12 split-next-dp2-g2-mb 2" "odd-next-1r-b18 split-next-dp2-g3-z1-mb 2" \
+            "odd-next-1r-b6 split-next-dp3-g2-mb 3"; do
   set -- $cell
   check "odd ranks: ${2#odd-next-} ($3 ranks) == one rank ($1), bit for bit" odd_same "$@"
 done
+
+# axes of any size (issue 35): fsdp and expert (the gradient's reduce-scatter over a group of
+# 3 or 6 in the counter shape or the step form's units, the flat optimizer vector padded to
+# equal blocks of the group, the weight gathers and the experts' rows copies), context and
+# tensor with canonical_factor 3 (token blocks, head groups and contraction blocks 3 x a
+# power of two, each rank's share a power of two, summed across in the counter shape)
+for cell in "odd-next-1r-b3 npow2-next-fsdp3 3" "odd-next-1r-b6 npow2-next-fsdp3-b2 3" \
+            "odd-next-1r-b9 npow2-next-fsdp3-b3 3" "odd-next-1r-b6 npow2-next-dp2fsdp3 6" \
+            "odd-next-1r-b6 npow2-next-fsdp6 6" \
+            "odd-next-1r-b3 npow2-next-fsdp3-layer 3" "odd-next-1r-b6 npow2-next-fsdp3ep2 6" \
+            "split-b16-next-1r-b12 npow2-b16-next-fsdp3-b4 3" \
+            "npow2-e6-next-1r-b3 npow2-e6-next-ep3 3" "npow2-e6-next-1r-b6 npow2-e6-next-ep3-b2 3" \
+            "npow2-e6-next-1r-b6 npow2-e6-next-ep6 6" \
+            "npow2-c3-next-1r npow2-c3-next-cp3 3" "npow2-c3-next-1r-nb6 npow2-c3-next-cp3-nb6 3" \
+            "npow2-t3-next-1r-b2 npow2-t3-next-dp2tp3 6"; do
+  set -- $cell
+  check "axes of any size: ${2#npow2-} ($3 ranks) == one rank ($1), bit for bit" odd_same "$@"
+done
+# tensor 3 alone has no batch axis (plan.txt has no one-rank-bits line): the bits alone
+for cell in "npow2-t3-next-1r npow2-t3-next-tp3 3" "npow2-b16-t3-next-1r npow2-b16-t3-next-tp3 3"; do
+  set -- $cell
+  check "axes of any size: ${2#npow2-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/odd" "$@"
+done
+
+# data 2 x expert 3: an expert host's tree runs over its group's 3 leaves a microbatch, which
+# the reduction over data does not continue into one rank's tree: configgen plans it, plan.txt
+# says "no" with that reason (no refusal, no wrong "yes"), and the bits do differ from one
+# rank's 6 sequences (the statement is true)
+npow2_expert_no() {
+  local d=$QT_TMP/odd/dp2ep3 r=npow2-e6-next-ep3 a b
+  plan_variant $r "$d" num_ranks=6 ici_data_parallelism=2 || return 1
+  grep -q "one-rank bits: no: each rank's 1 gradient leaf per microbatch go into an expert host's tree over its expert group's leaves, which are not a power of two" \
+    "$d/$r-v/plan/$r/plan.txt" || { grep "one-rank bits" "$d/$r-v/plan/$r/plan.txt"; return 1; }
+  timeout 120 mpiexec -n 6 "$d/$r-v/qtrain" data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 \
+    steps=10 metrics="$d/v.jsonl" 2> "$d/v.err" || { tail -n 3 "$d/v.err"; return 1; }
+  det_fields "$d/v.jsonl" > "$d/v.det" && plan_det npow2-e6-next-1r-b6 1 "$QT_TMP/odd" 10 || return 1
+  a=$(tail -n 1 "$d/v.det") b=$(tail -n 1 "$QT_TMP/odd/npow2-e6-next-1r-b6.det")
+  [ "$a" != "$b" ] || { echo "equals one rank: plan.txt is wrong"; return 1; }
+  echo "data 2 x expert 3: $a; one rank: $b"
+}
+check "axes of any size: data 2 x expert 3 plans, plan.txt says no (the expert hosts' leaves), and its bits are its own" npow2_expert_no
+
+# data 2 x context 3: the GDN mixers' weights, split over context by heads, take all 3 blocks
+# of a sequence, then reduced over data: plan.txt says "no", and the bits differ from one
+# rank's (with the same canonical_factor and context_blocks)
+npow2_ctx_no() {
+  local d=$QT_TMP/odd a b
+  grep -q "one-rank bits: no: .*for the weights split over context by heads, all the blocks of a sequence, which are not a power of two" \
+    generated/npow2-c3-next-dp2cp3/plan.txt || { grep "one-rank bits" generated/npow2-c3-next-dp2cp3/plan.txt; return 1; }
+  plan_det npow2-c3-next-1r-b2 1 "$d" 10 && plan_det npow2-c3-next-dp2cp3 6 "$d" 10 || return 1
+  a=$(tail -n 1 "$d/npow2-c3-next-dp2cp3.det") b=$(tail -n 1 "$d/npow2-c3-next-1r-b2.det")
+  [ "$a" != "$b" ] || { echo "equals one rank: plan.txt is wrong"; return 1; }
+  echo "data 2 x context 3: $a; one rank: $b"
+}
+check "axes of any size: data 2 x context 3 plans, plan.txt says no (the mixers' head-split weights), and its bits are its own" npow2_ctx_no
 
 # the units' cost is stated: bytes and messages, q x the reduce-scatter's bytes
 split_cost() {
@@ -54,19 +132,82 @@ split_cost() {
 }
 check "any split: plan.txt gives the units' cost in bytes and messages" split_cost
 
-# the microbatch form with three leaves a microbatch: deterministic, but not one rank's bits
-# (as plan.txt says)
-split_own_bits() {
-  local d=$QT_TMP/odd r=split-next-dp2-g2-mb
-  grep -q "one-rank bits: no" generated/$r/plan.txt || { echo "plan.txt does not say no"; return 1; }
-  plan_det odd-next-1r-b12 1 "$d" 10 && plan_det $r 2 "$d" 10 || return 1
-  mkdir -p "$d/again"
-  plan_det $r 2 "$d/again" 10 || return 1
-  cmp "$d/$r.det" "$d/again/$r.det" || { echo "two runs differ"; return 1; }
-  ! cmp -s "$d/odd-next-1r-b12.det" "$d/$r.det" || { echo "equals one rank: plan.txt is wrong"; return 1; }
-  echo "deterministic: $(tail -n 1 "$d/$r.det"); one rank: $(tail -n 1 "$d/odd-next-1r-b12.det")"
+# the microbatch form's units: plan.txt gives their cost, and the microbatch-end schedule
+# exchanges units in place of the totals, the reduce-scatter and the push
+split_mb_cost() {
+  local t=generated/split-next-ep2-b3-g2/plan.txt
+  grep -q "one-rank bits: yes: each rank's 3 gradient leaves per microbatch (not a power of two), so each microbatch's are reduced as 3 units of 1 leaf (of 2 for the routed experts" "$t" ||
+    { grep "one-rank bits" "$t"; return 1; }
+  grep -o "cost: [0-9]* bytes sent per rank per step in [0-9]* messages\? ([0-9]* x the reduce-scatter's [0-9]* bytes)" "$t" ||
+    { echo "no cost in $t"; return 1; }
+  grep -q "grad_mb_units" "$t" && ! grep -q "grad_mb_total\|grad_mb_push\|microbatch gradients of range" "$t" ||
+    { echo "$t: not the units' schedule"; return 1; }
 }
-check "any split: the microbatch form with 3 leaves a microbatch is deterministic, not one rank's bits (plan.txt says so)" split_own_bits
+check "any split: the microbatch form's units, plan.txt gives their cost in bytes and messages" split_mb_cost
+
+# var_det D RUN N NAME [ARGS]: the plan variant D/RUN-v/qtrain (plan_variant) on N ranks on
+# the tiny test data, seed 11; its loss bits and fingerprints in D/NAME.det.
+var_det() {
+  local d=$1 r=$2 n=$3 k=$4; shift 4
+  local run=("$d/$r-v/qtrain"); [ "$n" -gt 1 ] && run=(mpiexec -n "$n" "$d/$r-v/qtrain")
+  timeout 300 "${run[@]}" data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 "$@" \
+    metrics="$d/$k.jsonl" 2> "$d/$k.err" || { tail -n 3 "$d/$k.err"; return 1; }
+  det_fields "$d/$k.jsonl" > "$d/$k.det"
+}
+# same_det A B STEPS: A.det and B.det are equal over STEPS steps
+same_det() {
+  [ "$(wc -l < "$1")" -eq "$3" ] && cmp -s "$1" "$2" ||
+    { echo "$2 differs from $1: $(diff "$1" "$2" | sed -n 2,3p | tr '\n' ' ')"; return 1; }
+  echo "$2 == $1: $(tail -n 1 "$2")"
+}
+
+# the per-layer form's units (gradient_reduce=layer: GRAD_MB_UNITS inside the backward, at
+# each range's last weight gradient): data 2 and expert 2 with three a microbatch, G 2 ==
+# one rank (variants of the runs above)
+split_layer_same() {
+  local d=$QT_TMP/odd/layer r=$1 n=$2
+  mkdir -p "$d"
+  plan_variant $r "$d" gradient_reduce=layer || return 1
+  grep -q "one-rank bits: yes: .* per layer, right after its last weight gradient" "$d/$r-v/plan/$r/plan.txt" ||
+    { grep "one-rank bits" "$d/$r-v/plan/$r/plan.txt"; return 1; }
+  plan_det odd-next-1r-b12 1 "$QT_TMP/odd" 10 && var_det "$d" $r $n $r steps=10 &&
+    same_det "$QT_TMP/odd/odd-next-1r-b12.det" "$d/$r.det" 10
+}
+check "any split: data 2 with 3 leaves a microbatch, G 2, per layer (units) == one rank, bit for bit" split_layer_same split-next-dp2-g2-mb 2
+check "any split: expert 2 with 3 leaves a microbatch, G 2, per layer (units) == one rank, bit for bit" split_layer_same split-next-ep2-b3-g2 2
+
+# the per-layer form's units with scanned layers, per-layer parameter gathers, ZeRO-1 and
+# overlapped gathers (GRAD_MB_UNITS a scanned op, its range moved by the stride): data 2 x
+# expert 2, 16 layers, three a microbatch, G 2 == one rank with 24 sequences (8 steps)
+scan_layer_units() {
+  local d=$QT_TMP/odd/scan r=scan-next-16l-dp2ep2-scan one=scan-next-16l-1r-b8
+  mkdir -p "$d"
+  plan_variant $r "$d" per_device_batch_size=3 && plan_variant $one "$d" per_device_batch_size=24 || return 1
+  grep -q "one-rank bits: yes: .* per layer, right after" "$d/$r-v/plan/$r/plan.txt" &&
+    grep -q "scanned" "$d/$r-v/plan/$r/plan.txt" || { echo "not scanned units per layer"; return 1; }
+  var_det "$d" $one 1 one && var_det "$d" $r 4 mesh && same_det "$d/one.det" "$d/mesh.det" 8
+}
+check "any split: scanned data 2 x expert 2 with 3 leaves a microbatch, G 2, per layer with gathers, ZeRO-1 (units) == one rank, bit for bit" scan_layer_units
+
+# the microbatch form where its units do not apply (25 leaves a microbatch: 25 unit levels,
+# over QT_MAX_TREE_LEVELS 24, so the reduce-scatter after each microbatch stays, as before
+# the units): deterministic, not one rank's bits, as plan.txt says - the microbatch form's
+# old arithmetic differs from one rank's (the checks above are not vacuous)
+split_own_bits() {
+  local d=$QT_TMP/odd/own r=split-next-dp2-g2-mb one=odd-next-1r-b12
+  mkdir -p "$d"
+  plan_variant $r "$d" per_device_batch_size=25 || return 1
+  grep -q "one-rank bits: no: each rank's 25 gradient leaves per microbatch are not a power of two.*units do not apply" \
+    "$d/$r-v/plan/$r/plan.txt" || { grep "one-rank bits" "$d/$r-v/plan/$r/plan.txt"; return 1; }
+  grep -q "microbatch gradients of range 0 (reduce-scatter over data)" "$d/$r-v/plan/$r/plan.txt" ||
+    { echo "no reduce-scatter per microbatch"; return 1; }
+  plan_variant $one "$d" per_device_batch_size=100 && var_det "$d" $one 1 one steps=10 &&
+    var_det "$d" $r 2 a steps=10 && var_det "$d" $r 2 b steps=10 || return 1
+  same_det "$d/a.det" "$d/b.det" 10 || { echo "two runs differ"; return 1; }
+  ! cmp -s "$d/one.det" "$d/a.det" || { echo "equals one rank: plan.txt is wrong"; return 1; }
+  echo "deterministic: $(tail -n 1 "$d/a.det"); one rank: $(tail -n 1 "$d/one.det")"
+}
+check "any split: the microbatch form without its units (25 leaves a microbatch) is deterministic, not one rank's bits (plan.txt says so)" split_own_bits
 
 # more units than the plan's tree levels allow (25 leaves a rank: 25 units of one leaf, over
 # QT_MAX_TREE_LEVELS 24): configgen keeps the reduce-scatter and plan.txt says "no" with

@@ -203,3 +203,17 @@ ckm_state_hash_note_once() {
   done
 }
 check "mesh ckpt: the state-hash note of a checkpoint of another global batch is printed once, by rank 0" ckm_state_hash_note_once
+
+# Axes of any size (issue 35, docs/determinism.md "Axes of any size"): the optimizer blocks of
+# a group of 3, experts 2 a rank of 6, heads split 3 ways (canonical_factor 3) and a context
+# axis of 3 gather to the one-rank file and scatter back from it.
+check "mesh ckpt: save on FSDP3 at step 5, resume on one rank == 10 one-rank steps" \
+  ckpt_resume odd-next-1r-b3 npow2-next-fsdp3 3 odd-next-1r-b3 1 .safetensors
+check "mesh ckpt: save on EP3 (6 experts, sharded directory) at step 5, resume on one rank == one rank" \
+  ckpt_resume npow2-e6-next-1r-b3 npow2-e6-next-ep3 3 npow2-e6-next-1r-b3 1
+check "mesh ckpt: save on TP3 (canonical_factor 3) at step 5, resume on one rank == one rank" \
+  ckpt_resume npow2-t3-next-1r npow2-t3-next-tp3 3 npow2-t3-next-1r 1 .safetensors
+check "mesh ckpt: save on one rank, resume on TP3 (canonical_factor 3) == one rank" \
+  ckpt_resume npow2-t3-next-1r npow2-t3-next-1r 1 npow2-t3-next-tp3 3 .safetensors
+check "mesh ckpt: save on CP3 (canonical_factor 3) at step 5, resume on one rank == one rank" \
+  ckpt_resume npow2-c3-next-1r npow2-c3-next-cp3 3 npow2-c3-next-1r 1 .safetensors

@@ -72,10 +72,10 @@ if [ "${BENCH_TORCH:-1}" != 0 ]; then
     echo "bench: /usr/bin/python3 has no torch: make bench installs python3-torch (tests/scripts/deps.sh bench); BENCH_TORCH=0 skips the reference" >&2
     exit 1
   fi
-  pt_line=$(bench_out pt.txt env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 tests/reference/bench_torch.py 2> $out/pt.err | tail -n1) ||
+  pt_line=$(bench_out pt.txt torch_ref 2> $out/pt.err | tail -n1) ||
     { cat $out/pt.err; exit 1; }
   # PyTorch's bf16: CPU autocast around the forward (one thread setting: torch's default)
-  pt16_line=$(bench_out pt16.txt env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 tests/reference/bench_torch.py --bf16 --no-single 2> $out/pt16.err | tail -n1) ||
+  pt16_line=$(bench_out pt16.txt torch_ref --bf16 --no-single 2> $out/pt16.err | tail -n1) ||
     { cat $out/pt16.err; exit 1; }
 fi
 pt16_tps=$(echo "${pt16_line:-}" | grep -o '"tokens_per_s": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$' | awk '{printf "%.1f", $1}' || true)

@@ -38,6 +38,15 @@ bench_out() {
   "$@" | tee "$out/$name"
 }
 
+# torch_ref ARGS...: the PyTorch reference (tests/reference/bench_torch.py) on one core, as
+# qtrain runs: pinned to CPU 0 with one OpenBLAS / OpenMP thread. Unpinned, Debian's OpenBLAS
+# starts a thread per core beside torch's own, so "1 thread" used 1.4 cores (the slice's step:
+# 325 s of CPU time in 227 s of wall time on 2 vCPUs, 2026-12-06) against qtrain's one.
+torch_ref() {
+  taskset -c 0 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
+    /usr/bin/python3 tests/reference/bench_torch.py "$@"
+}
+
 # bench_scratch NAME: makes the scratch directory $out (removed at exit; BENCH_KEEP=DIR copies
 # it to DIR/NAME first: the outputs a canned run reads, under the same names). DIR/NAME must
 # be new or an empty directory, checked before anything runs: the copy never writes over a
@@ -124,5 +133,7 @@ tgt() {
   awk -v n="$1" -v v="$2" -v op="$3" -v t="$4" -v u="$5" -v note="${6:-}" 'BEGIN{
     if (v == "") { printf "  %-46s %9s  (target %s %s%s)  n/a%s\n", n, "-", op, t, u, (note == "" ? "" : ": " note); exit }
     met = (op == ">=") ? (v + 0 >= t + 0) : (v + 0 <= t + 0)
-    printf "  %-46s %8.2f%s  (target %s %s%s)  %s%s\n", n, v, u, op, t, u, (met ? "met" : "not met"), (note == "" ? "" : "; " note) }'
+    # two decimals, or three when two would round a miss onto the target (2.199 -> "2.20")
+    f = sprintf("%.2f", v); if (!met && (f + 0 == t + 0)) f = sprintf("%.3f", v)
+    printf "  %-46s %8s%s  (target %s %s%s)  %s%s\n", n, f, u, op, t, u, (met ? "met" : "not met"), (note == "" ? "" : "; " note) }'
 }

@@ -53,7 +53,7 @@ if [ "$TSTEPS" -gt 0 ]; then
     exit 1
   fi
   need_mem 20480 "the PyTorch slice step (20 GiB resident; TORCH_STEPS=0 skips it)" || exit 1
-  pt_line=$(bench_out pt.txt env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 tests/reference/bench_torch.py \
+  pt_line=$(bench_out pt.txt torch_ref \
               --run $RUN --steps $TSTEPS --warmup 0 --gdn chunked --no-single 2> $out/pt.err | tail -n1) ||
     { cat $out/pt.err; exit 1; }
 fi

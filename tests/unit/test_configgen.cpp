@@ -472,7 +472,10 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         // a tiny positive budget rounds to 0 bytes ("no budget"): refused, not ignored
         {"device_memory_gib=1e-30", NULL, "device_memory_gib=1e-30 (command line): a budget below 1 MiB"},
         // each mesh message blames the key the user set (not the base.yml default it meets)
-        {"num_ranks=3", NULL, "num_ranks=3 (command line): resolves the fsdp mesh axis to 3; expected a power of two"},
+        {"num_ranks=3", "ici_fsdp_parallelism=1|ici_tensor_parallelism=3", "ici_tensor_parallelism=3 (command line): resolves the tensor mesh axis to 3; expected a power of two, or a power of two times an odd factor of canonical_factor=1 (configgen/configs/base.yml:"},
+        {"num_ranks=6", "ici_fsdp_parallelism=1|ici_tensor_parallelism=6|canonical_factor=5", "ici_tensor_parallelism=6 (command line): resolves the tensor mesh axis to 6; expected a power of two, or a power of two times an odd factor of canonical_factor=5 (command line)"},
+        {"num_ranks=3", "ici_fsdp_parallelism=1|ici_tensor_parallelism=3|canonical_factor=3", "ici_tensor_parallelism=3 (command line): tensor parallelism 3 does not divide base_num_query_heads (4)"},
+        {"vocab_parallel=true", "num_ranks=3|ici_fsdp_parallelism=1|ici_tensor_parallelism=3|canonical_factor=3|per_device_batch_size=1|base_emb_dim=48|base_num_query_heads=6|base_num_kv_heads=3|head_dim=12|gdn_num_key_heads=3|gdn_num_value_heads=6|gdn_value_head_dim=6|base_moe_mlp_dim=24|shared_expert_mlp_dim=24", "vocab_parallel=true (command line): true on 3 tensor ranks (ici_tensor_parallelism=3 (command line)): the canonical vocabulary blocks (vocab_blocks) are a power of two"},
         {"ici_tensor_parallelism=4", "num_ranks=4", "tensor parallelism 4 does not divide base_num_kv_heads (2)"},
         // context parallelism: its limits (docs/context.md)
         {"ici_context_parallelism=2", "num_ranks=2|gradient_accumulation_steps=2097152", "per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4): 2 x 1 tensor x 2 context ranks = 4 sequences per batch group, run as microbatches of one sequence each, x gradient_accumulation_steps=2097152 exceed the 24 gradient tree levels"},
@@ -504,8 +507,14 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ici_data_parallelism=-1", NULL, "ici_data_parallelism=-1 (command line): only one ici_*_parallelism may be -1 (ici_fsdp_parallelism is -1 too)"},
         {"dcn_fsdp_parallelism=2", NULL, "dcn_fsdp_parallelism=2 (command line): ici_fsdp_parallelism=-1 (configgen/configs/base.yml:71) cannot be filled: num_ranks=1 (configgen/configs/base.yml:65) is not a multiple of the other ici axes' product x the slices (dcn) = 2"},
         {"dcn_pipeline_parallelism=2", "num_ranks=2|num_pipeline_microbatches=3", "num_pipeline_microbatches=3 (command line): 3 microbatches are not a multiple of the 2 stages (dcn_pipeline_parallelism=2 (command line))"},
-        {"dcn_expert_parallelism=3", "num_ranks=3", "dcn_expert_parallelism=3 (command line): resolves the expert mesh axis to 3; expected a power of two (only the data axis may have another size"},
-        {"ici_fsdp_parallelism=3", "num_ranks=3", "ici_fsdp_parallelism=3 (command line): resolves the fsdp mesh axis to 3; expected a power of two"},
+        // fsdp and expert may have any size that divides what they split (issue 35)
+        {"dcn_expert_parallelism=3", "num_ranks=3", "dcn_expert_parallelism=3 (command line): expert parallelism 3 does not divide num_experts=4"},
+        {"dcn_context_parallelism=3", "num_ranks=3|per_device_batch_size=0.5", "dcn_context_parallelism=3 (command line): resolves the context mesh axis to 3; expected a power of two, or a power of two times an odd factor of canonical_factor=1 (configgen/configs/base.yml:"},
+        {"ici_context_parallelism=3", "num_ranks=3|per_device_batch_size=0.5|canonical_factor=3", "ici_context_parallelism=3 (command line): context parallelism 3 x tensor parallelism 1 = 3 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide base_num_query_heads (4)"},
+        {"canonical_factor=2", NULL, "canonical_factor=2 (command line): 2: expected an odd number from 1 to 8"},
+        {"canonical_factor=9", NULL, "canonical_factor=9 (command line): 9: expected an odd number from 1 to 8"},
+        {"context_blocks=6", "canonical_factor=3", "context_blocks=6 (command line): 6: expected 0 (= the context degree 1) or a power of two times a factor of canonical_factor=3 (command line), a multiple of the context degree by a power of two, that divides max_target_length=16"},
+        {"context_blocks=5", "canonical_factor=3|max_target_length=20", "context_blocks=5 (command line): 5: expected 0"},
         {"logical_axis_rules=[['embed', 'bogus']]", NULL, "unknown mesh axis 'bogus'"},
         {"logical_axis_rules=[['embed']]", NULL, "expected [logical_name, mesh_axis"},
         {"normalization_layer_epsilon=0", NULL, "must be > 0"},

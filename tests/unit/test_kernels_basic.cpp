@@ -371,6 +371,49 @@ TEST(KernelsBasic, MatmulCanonicalFusedBitIdentical)
     LONGS_EQUAL(expect_fused, fused % 1000);
 }
 
+// canonical_factor (issue 35, configgen config/canon.c): block counts 3 x 2^j. The fused tile
+// path declines them (its stack completes the tree only for a power of two), the kernels
+// equal their references (the counter tree qt_canon_tree, 0 ulp), and P = 3 ranks holding
+// nb/3 blocks each, summing their subtrees and then the three subtotals in the counter's
+// shape ((r0 + r1) + r2), give the one-rank bits: tensor 3's identity at kernel level.
+TEST(KernelsBasic, MatmulCanonicalFactorThreeIsTheCounterTree)
+{
+    struct { int64_t M, N, K, nb; } sh[] = {{13, 40, 48, 6}, {5, 33, 96, 3}, {24, 48, 36, 6},
+                                            {1, 7, 6, 6}};
+    uint64_t s = 23;
+    long bad = 0, other = 0;
+    for (auto &d : sh) {
+        std::vector<float> X((size_t)(d.M * d.K)), W((size_t)(d.N * d.K)), O1((size_t)(d.M * d.N)),
+            O2((size_t)(d.M * d.N)), S((size_t)QT_CANON_FWD_SCRATCH(d.M, d.N, d.K, d.nb));
+        for (auto &v : X) v = (float)qt_test_rand(&s);
+        for (auto &v : W) v = (float)qt_test_rand(&s);
+        LONGS_EQUAL(0, qt_matmul_canon_fwd_fused(O1.data(), X.data(), W.data(), d.M, d.N, d.K, 1, d.nb));
+        qt_matmul_canon_fwd(O1.data(), X.data(), W.data(), d.M, d.N, d.K, 1, d.nb, S.data());
+        qt_matmul_canon_fwd_ref(O2.data(), X.data(), W.data(), d.M, d.N, d.K, 1, d.nb, S.data());
+        bad += memcmp(O1.data(), O2.data(), 4 * (size_t)(d.M * d.N)) != 0;
+        // three ranks, each with K/3 contiguous indices = nb/3 canonical blocks
+        const int64_t Kr = d.K / 3;
+        std::vector<float> part((size_t)(3 * d.M * d.N)), Xr((size_t)(d.M * Kr)), Wr((size_t)(d.N * Kr));
+        for (int64_t t = 0; t < 3; t++) {
+            for (int64_t i = 0; i < d.M; i++)
+                for (int64_t k = 0; k < Kr; k++) Xr[(size_t)(i * Kr + k)] = X[(size_t)(i * d.K + t * Kr + k)];
+            for (int64_t j = 0; j < d.N; j++)
+                for (int64_t k = 0; k < Kr; k++) Wr[(size_t)(j * Kr + k)] = W[(size_t)(j * d.K + t * Kr + k)];
+            qt_matmul_canon_fwd(part.data() + t * d.M * d.N, Xr.data(), Wr.data(), d.M, d.N, Kr, 1,
+                                d.nb / 3, S.data());
+        }
+        for (int64_t i = 0; i < d.M * d.N; i++) {
+            const float r = (part[(size_t)i] + part[(size_t)(d.M * d.N + i)]) + part[(size_t)(2 * d.M * d.N + i)];
+            bad += memcmp(&r, &O1[(size_t)i], 4) != 0;
+            // another order of the same three subtotals differs somewhere (not vacuous)
+            const float o = part[(size_t)i] + (part[(size_t)(d.M * d.N + i)] + part[(size_t)(2 * d.M * d.N + i)]);
+            other += memcmp(&o, &O1[(size_t)i], 4) != 0;
+        }
+    }
+    LONGS_EQUAL(0, bad);
+    CHECK(other > 0);
+}
+
 // Not a timed test: prints GFLOP/s (best of 3) for the shapes named in the brief.
 TEST(KernelsBasic, MatmulBenchPrint)
 {

@@ -31,6 +31,18 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
         while ((seqs / g->grad_units) >> (lv + 1)) lv++;
         lv += g->grad_units;
     }
+    if (g->grad_mb_units > 0) {  /* log2 max U_p, the q unit levels, the units' counter */
+        const int64_t n = G * g->grad_mb_units * qt_cg_group_size(g->s, g->s->batch_mask);
+        int mbl = 0;
+        while (n >> mbl) mbl++;
+        lv = 0;
+        while ((seqs & -seqs) >> (lv + 1)) lv++;
+        lv += g->grad_mb_units + mbl;
+        if (g->n_mb_levels != mbl || g->grad_units > 1)
+            return qt_cg_fail(err, errlen, "%d microbatch-tree levels, the units' counter over "
+                              "%lld needs %d (one form of units)",
+                              g->n_mb_levels, (long long)n, mbl);
+    }
     if (g->n_tree_levels != lv || lv < 1 || lv > QT_MAX_TREE_LEVELS)
         return qt_cg_fail(err, errlen, "%d tree levels, %lld sequences per step need %lld",
                           g->n_tree_levels, (long long)seqs, (long long)lv);
@@ -99,8 +111,10 @@ static int check_windows(const qt_cg_graph *g, char *err, size_t errlen)
     for (int r = 0; r < g->n_ranges; r++) live[2 * r] = live[2 * r + 1] = -1;
     for (int o = 0; o < g->nmb && !rc; o++) {
         const qt_op *op = &g->mb[o];
-        if (op->kind == QT_OP_GRAD_MB_PUSH) {
-            const int64_t r = QT_A(op, GRAD_MB_PUSH, r0), r1 = QT_A(op, GRAD_MB_PUSH, r1);
+        if (op->kind == QT_OP_GRAD_MB_PUSH || op->kind == QT_OP_GRAD_MB_UNITS) {
+            /* the push, or the units' exchange and push (one range: a0) */
+            const int64_t r = QT_A(op, GRAD_MB_PUSH, r0),
+                          r1 = op->kind == QT_OP_GRAD_MB_UNITS ? r + 1 : QT_A(op, GRAD_MB_PUSH, r1);
             if (r1 != r + 1 || r < 0 || r >= g->n_ranges || live[2 * r + 1] >= 0)
                 rc = qt_cg_fail(err, errlen, "microbatch op %d pushes ranges [%lld, %lld): "
                                 "expected one range, once", o, (long long)r,

@@ -94,6 +94,9 @@ int qt_cg_rule_bad(const qt_cg_config *c, char *err, size_t errlen, const char *
  * into s->mtp_layers and s->mtp_factor. */
 int qt_cg_settings_mtp(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
 int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
+/* The canonical count of a contraction or head-group sum over n (config/canon.c): the
+ * blocks of the plan's canonical_factor x a power of two, at most QT_CANON_BLOCKS. */
+int64_t qt_cg_canon(const qt_cg_settings *s, int64_t n);
 void qt_cg_settings_free(qt_cg_settings *s);
 /* The MoE form keys (config/moe.c): sparse_matmul, capacity_factor, ragged_buffer_factor
  * into s->moe_dense, capacity_factor, moe_capacity, moe_note; needs the model, training and

@@ -6,7 +6,9 @@
  * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW, an MoE with one
  * shared expert (its form and capacity: config/moe.c; the schedule, objective and eval:
  * config/train_rules.c), and the mesh: -1 axes resolve from num_ranks, the product must
- * be num_ranks, every axis a power of two; data, fsdp, tensor, expert and context execute;
+ * be num_ranks, tensor and context powers of two times an odd factor of canonical_factor
+ * (data, fsdp and expert any size that divides what they split); data, fsdp, tensor,
+ * expert and context execute;
  * pipeline stages are planned (config/pipeline.c) and qtrain refuses to run them for now.
  * A message about a relation between keys blames the key the user set (its value not from
  * base.yml; qt_cg_known.where) and names the value it meets, with where that was set.
@@ -357,8 +359,9 @@ static int check_model(const qt_cg_vctx *v, qt_cg_settings *s)
 }
 
 /* context_blocks: the canonical token blocks per sequence (docs/context.md): a power of two,
- * at least the context degree (0 = that degree), dividing max_target_length; the gradient
- * trees then take micro_batch x grad_accum x blocks leaves per step. */
+ * at least the context degree (0 = that degree), dividing max_target_length (with
+ * canonical_factor f > 1: a factor of f x a power of two, the context degree x a power of
+ * two); the gradient trees then take micro_batch x grad_accum x blocks leaves per step. */
 static int context_blocks(const qt_cg_vctx *v, qt_cg_settings *s)
 {
     const int64_t nb = geti(v, "context_blocks"), cp = s->mesh[QT_MESH_CONTEXT];
@@ -370,10 +373,22 @@ static int context_blocks(const qt_cg_vctx *v, qt_cg_settings *s)
         return bad(v, "max_target_length", "%lld is not a multiple of the context degree %lld "
                    "(%s): each context rank holds an equal share of every sequence",
                    (long long)S, (long long)cp, other(v, "ici_context_parallelism", o, sizeof o));
-    if (n < 1 || (n & (n - 1)) || n < cp || n > S || S % n)
+    if (s->canon_factor <= 1 && (n < 1 || (n & (n - 1)) || n < cp || n > S || S % n))
         return bad(v, "context_blocks", "%lld: expected 0 (= the context degree %lld) or a "
                    "power of two >= it that divides %s", (long long)nb, (long long)cp,
                    other(v, "max_target_length", o, sizeof o));
+    /* with canonical_factor f: f' x 2^k blocks, f' a factor of f, each context rank's share
+     * a power of two (aligned: a node of the one-rank tree; docs/determinism.md) */
+    const int64_t share = n / cp;
+    if (s->canon_factor > 1 && (n < 1 || s->canon_factor % (n / (n & -n)) || n < cp ||
+                                n % cp || (cp > 1 && (share & (share - 1))) || n > S || S % n)) {
+        char o2[400];
+        return bad(v, "context_blocks", "%lld: expected 0 (= the context degree %lld) or a "
+                   "power of two times a factor of %s, a multiple of the context degree by a "
+                   "power of two, that divides %s", (long long)nb, (long long)cp,
+                   other(v, "canonical_factor", o2, sizeof o2),
+                   other(v, "max_target_length", o, sizeof o));
+    }
     const int64_t leaves = s->tr.micro_batch * s->tr.grad_accum * n;
     if (leaves >= (1ll << (QT_MAX_TREE_LEVELS - 1)))
         return bad(v, "context_blocks", "%lld blocks x %lld sequences per step = %lld gradient "
@@ -675,8 +690,9 @@ static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x
     return 0;
 }
 
-/* The resolved axes into s->mesh: data, fsdp, tensor, expert and context execute, each a
- * power of two (data any size); pipeline (any size) into s->pp_stages. */
+/* The resolved axes into s->mesh: data, fsdp, tensor, expert and context execute, tensor
+ * and context each a power of two times an odd factor of canonical_factor (data, fsdp,
+ * expert any size); pipeline (any size) into s->pp_stages. */
 static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
 {
     char (*ici)[48] = x->ici, (*dcn)[48] = x->dcn;
@@ -715,14 +731,29 @@ static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
             snprintf(s->pp_key, sizeof s->pp_key, "%s", axis_key[i]);
             continue;
         }
-        /* data may have any size (the reduce-scatter of a group that is not a power of two
-         * sums in the one-rank tree's binary-counter shape: qt_coll.h); the axes that split
-         * weights, heads, experts or tokens stay powers of two (their canonical blocks) */
-        if (size > 1 && (size & (size - 1)) && i != 0)
-            return bad(v, axis_key[i], "resolves the %s mesh axis to %lld; "
-                       "expected a power of two (only the data axis may have another size: "
-                       "the %s axis splits canonical power-of-two blocks)",
-                       axes[i], (long long)size, axes[i]);
+        /* data, fsdp and expert may have any size (issue 35): they split the batch, whose
+         * reduce-scatter over a group that is not a power of two sums in the one-rank
+         * tree's binary-counter shape (qt_coll.h), the flat optimizer vector (padded to
+         * equal blocks, memory/ranges.c) and whole experts (mesh_splits); plan.txt's
+         * "one-rank bits:" line says when the leaves a rank make that one rank's tree.
+         * Tensor and context split canonical counts (the contraction blocks and head
+         * groups; context_blocks), powers of two times canonical_factor on one rank too
+         * (config/canon.c; docs/determinism.md "Axes of any size"): the odd part of their
+         * size must divide the factor */
+        const int64_t odd = size / (size & -size);
+        if (size > 1 && (i == 2 || i == 4) && s->canon_factor % odd) {
+            char o[400];
+            return bad(v, axis_key[i], "resolves the %s mesh axis to %lld; expected a power "
+                       "of two, or a power of two times an odd factor of %s: %s, powers of "
+                       "two times canonical_factor on one rank too (config/canon.c), which "
+                       "%lld ranks do not split (docs/determinism.md \"Axes of any size\")",
+                       axes[i], (long long)size, other(v, "canonical_factor", o, sizeof o),
+                       i == 2 ? "a tensor rank holds its share of the canonical contraction "
+                                "blocks and head groups"
+                              : "the context ranks split context_blocks and the GDN norm's "
+                                "canonical head groups",
+                       (long long)size);
+        }
     }
     s->n_ranks = (int32_t)n_ranks;
     return 0;
@@ -741,18 +772,18 @@ static int mesh_splits(const qt_cg_vctx *v, const qt_cg_settings *s, const qt_cg
             {"base_num_query_heads", m->n_q_heads}, {"base_num_kv_heads", m->n_kv_heads},
             {"gdn_num_key_heads", m->gdn_k_heads}, {"gdn_num_value_heads", m->gdn_v_heads},
             {"shared_expert_mlp_dim", m->shared_dim}, {"base_moe_mlp_dim", m->moe_dim},
-            {"the canonical blocks of the experts' down contraction", qt_canon_blocks(m->moe_dim, 1)},
+            {"the canonical blocks of the experts' down contraction", qt_cg_canon(s, m->moe_dim)},
             {"the canonical blocks of o_proj's contraction (heads x head_dim)",
-             qt_canon_blocks(m->n_q_heads * m->head_dim, 1)},
+             qt_cg_canon(s, m->n_q_heads * m->head_dim)},
             {"the canonical blocks of out_proj's contraction (GDN value heads x dim)",
-             qt_canon_blocks(m->gdn_v_heads * m->gdn_v_dim, 1)},
+             qt_cg_canon(s, m->gdn_v_heads * m->gdn_v_dim)},
             {"the canonical blocks of the shared expert's down contraction",
-             qt_canon_blocks(m->shared_dim, 1)},
-            {"the canonical blocks of q_proj's outputs", qt_canon_blocks(2 * m->n_q_heads * m->head_dim, 1)},
-            {"the canonical blocks of k_proj's outputs", qt_canon_blocks(m->n_kv_heads * m->head_dim, 1)},
-            {"the canonical head groups of q_norm", qt_canon_blocks(m->n_q_heads, 1)},
-            {"the canonical head groups of k_norm", qt_canon_blocks(m->n_kv_heads, 1)},
-            {"the canonical head groups of the GDN norm", qt_canon_blocks(m->gdn_v_heads, 1)},
+             qt_cg_canon(s, m->shared_dim)},
+            {"the canonical blocks of q_proj's outputs", qt_cg_canon(s, 2 * m->n_q_heads * m->head_dim)},
+            {"the canonical blocks of k_proj's outputs", qt_cg_canon(s, m->n_kv_heads * m->head_dim)},
+            {"the canonical head groups of q_norm", qt_cg_canon(s, m->n_q_heads)},
+            {"the canonical head groups of k_norm", qt_cg_canon(s, m->n_kv_heads)},
+            {"the canonical head groups of the GDN norm", qt_cg_canon(s, m->gdn_v_heads)},
             {"head_dim", m->head_dim}, {"gdn_value_head_dim", m->gdn_v_dim},
             {"base_emb_dim", m->d},
         };
@@ -768,7 +799,7 @@ static int mesh_splits(const qt_cg_vctx *v, const qt_cg_settings *s, const qt_cg
         const qt_model_dims *m = &s->m;
         const struct { const char *what; int64_t n; } heads[] = {
             {"base_num_query_heads", m->n_q_heads}, {"gdn_num_key_heads", m->gdn_k_heads},
-            {"the canonical head groups of the GDN norm", qt_canon_blocks(m->gdn_v_heads, 1)},
+            {"the canonical head groups of the GDN norm", qt_cg_canon(s, m->gdn_v_heads)},
             {"gdn_value_head_dim (the GDN norm weight's gradient summed over them)", m->gdn_v_dim},
         };
         for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
@@ -804,6 +835,13 @@ static int check_mesh(const qt_cg_vctx *v, qt_cg_settings *s)
     memset(&x, 0, sizeof x);
     if (check_topology(v, s, &x.n_ranks)) return -1;
     if (x.n_ranks < 1) return bad(v, "num_ranks", "expected >= 1");
+    /* canonical_factor (config/canon.c): an odd factor of every canonical count */
+    const int64_t cf = geti(v, "canonical_factor");
+    if (cf < 1 || cf % 2 == 0 || cf > QT_CANON_BLOCKS)
+        return bad(v, "canonical_factor", "%lld: expected an odd number from 1 to %d (the "
+                   "canonical blocks and head groups are it x a power of two, at most %d)",
+                   (long long)cf, QT_CANON_BLOCKS, QT_CANON_BLOCKS);
+    s->canon_factor = (int32_t)cf;
     return mesh_read_axes(v, &x) || mesh_fill(v, s, &x) || mesh_execute(v, s, &x) ||
            mesh_splits(v, s, &x) ? -1 : 0;
 }
@@ -939,6 +977,14 @@ static int check_vocab(const qt_cg_vctx *v, qt_cg_settings *s)
     const int par = getb(v, "vocab_parallel") && tp > 1;
     const int64_t n = nb == 0 ? (par ? tp : 1) : nb;
     char o[400];
+    /* the vocabulary blocks stay powers of two (the cross entropy's block tree, xent.h), so a
+     * vocab-parallel tensor axis must be one too */
+    if (par && (tp & (tp - 1)))
+        return bad(v, "vocab_parallel", "true on %lld tensor ranks (%s): the canonical "
+                   "vocabulary blocks (vocab_blocks) are a power of two, a multiple of the "
+                   "tensor degree, which %lld is not; expected false (whole logits on every "
+                   "tensor rank) or a tensor axis that is a power of two", (long long)tp,
+                   other(v, "ici_tensor_parallelism", o, sizeof o), (long long)tp);
     if (n < 1 || (n & (n - 1)) || V % n)
         return bad(v, "vocab_blocks", "%lld: expected 0 (= the tensor degree with "
                    "vocab_parallel, else 1) or a power of two dividing %s", (long long)nb,

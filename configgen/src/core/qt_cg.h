@@ -131,6 +131,9 @@ typedef struct qt_cg_settings {
                                   with a tensor degree > 1: vocab_parallel) */
     int32_t vocab_blocks;      /* canonical vocabulary blocks (vocab_blocks resolved: >= 1;
                                   1 = the plain cross entropy; docs/determinism.md) */
+    int32_t canon_factor;      /* canonical_factor: canonical blocks and head groups are this
+                                  odd factor x a power of two (config/canon.c; 1 = the
+                                  powers of two of every plan without the key) */
     char topology[64];         /* compile_topology, "" = none */
     double budget_gib;         /* per-rank arena budget (device_memory_gib), 0 = unchecked */
     uint8_t batch_mask;        /* mesh axes (size > 1) that split the global batch */
@@ -286,6 +289,9 @@ typedef struct qt_cg_graph {
     int32_t n_mb_levels;       /* microbatch tree levels (qt_plan.h), 0 for one tree */
     int32_t grad_units;        /* step form, L leaves a batch rank not a power of two: the
                                   q = L / U unit levels (qt_plan_fields.def), else 0 */
+    int32_t grad_mb_units;     /* microbatch or per-layer form whose reduce-scatter is not a
+                                  split of the one-rank tree: q >= 1 units a rank and microbatch
+                                  (qt_plan_fields.def grad_mb_units), else 0 */
     int reduce_per_mb;         /* 1: reduce-scatter after each microbatch (n_mb_levels > 0
                                   on meshes with batch axes); chosen by qt_cg_plan_build */
     int layer_reduce;          /* 1 (with reduce_per_mb): per layer, inside the microbatch

@@ -226,36 +226,98 @@ static void coords_txt(const qt_cg_settings *s, int64_t r, int32_t coord[QT_MESH
     if (!k) snprintf(out, n, "-");
 }
 
+/* The units' cost per rank and step (docs/determinism.md "Any split"): q units of each
+ * range's block exchanged with each other member of its reduce group, `reductions` times a
+ * step (1, or G in the microbatch form), chunked through the comm scratch as the firmware
+ * does (qt_coll.h qt_coll_exchange_units_f32); *rs = the reduce-scatter's bytes in their
+ * place. */
+static void units_cost(const qt_cg_graph *g, int64_t q, int64_t reductions, int64_t *rs,
+                       int64_t *sent, int64_t *msgs)
+{
+    const int64_t se = g->comm_scratch_elems - g->comm_split_elems;
+    int64_t c = se / (2 * q);
+    if (c > ((int64_t)16 << 20) / 4 / q) c = ((int64_t)16 << 20) / 4 / q;
+    *rs = *sent = *msgs = 0;
+    for (int i = 0; i < g->n_ranges; i++) {
+        const int64_t R = qt_cg_group_size(g->s, g->ranges[i].reduce_mask);
+        const int64_t blk = g->ranges[i].n / R;
+        *rs += reductions * 4 * blk * (R - 1);
+        *sent += reductions * 4 * q * blk * (R - 1);
+        *msgs += reductions * (R - 1) * (c > 0 ? (blk + c - 1) / c : 0);
+    }
+}
+
+/* The microbatch form's units (grad_mb_units): the "yes" line with its cost. */
+static void mb_units_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t leaves, int lpow2)
+{
+    const qt_cg_settings *s = g->s;
+    const int64_t q = g->grad_mb_units, U = leaves / q, G = s->tr.grad_accum;
+    int64_t umax = U, tmax = 0;
+    for (int p = 0; p < g->np; p++) {
+        const int64_t T = g->ps[p].leaves / G;
+        if ((T & -T) > umax) umax = T & -T;
+        if (T > tmax) tmax = T;
+    }
+    int lv = 0, mbl = 0;
+    while (tmax >> lv) lv++;
+    while (G >> mbl) mbl++;
+    int64_t rs, sent, msgs;
+    units_cost(g, q, G, &rs, &sent, &msgs);
+    char ex[96] = "";
+    if (umax != U)
+        snprintf(ex, sizeof ex, " (of %lld for the routed experts, over their expert group)",
+                 (long long)umax);
+    const int n_leaf = g->n_tree_levels - g->n_mb_levels;
+    qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient %s per microbatch (%s), "
+                     "so each microbatch's are reduced as %lld unit%s of %lld %s%s, each one "
+                     "complete subtree of the one-rank tree over the global leaf index, "
+                     "exchanged pairwise over each range's reduce group%s and pushed by each "
+                     "block's owner into a counter over the step's units (docs/determinism.md "
+                     "\"The microbatch form's units\"); cost: %lld bytes sent per rank per step "
+                     "in %lld message%s (%lld x the reduce-scatter's %lld bytes), %d leaf "
+                     "level%s (%lld for the units, %d below them) in place of %d, and %d "
+                     "microbatch levels in place of %d\n",
+                     (long long)leaves, leaves == 1 ? "leaf" : "leaves",
+                     !lpow2 ? "not a power of two"
+                            : "reduced microbatch by microbatch, G > 1, over a batch group that "
+                              "is not a power of two",
+                     (long long)q, qt_cg_s(q), (long long)U, U == 1 ? "leaf" : "leaves", ex,
+                     g->layer_reduce ? " per layer, right after its last weight gradient" : "",
+                     (long long)sent, (long long)msgs, qt_cg_s(msgs), (long long)q,
+                     (long long)rs, n_leaf, qt_cg_s(n_leaf), (long long)q, n_leaf - (int)q, lv,
+                     g->n_mb_levels, mbl);
+}
+
 /* Whether the plan gives one rank's bits over its batch group of nb ranks, and at what cost
  * (issue 35; docs/determinism.md "Meshes", "Any split"). The reductions continue the
  * one-rank leaf tree when each rank's leaves per reduction are one complete subtree of it: a
  * power of two (the reduce-scatter pairs ranks by recursive halving, or sums a group that is
  * not a power of two in the tree's binary-counter shape), and in the microbatch and layer
- * forms, with a group that is not a power of two, one microbatch per step. The step form with
- * L leaves a rank, L not a power of two, reduces q = L / U units of U leaves instead
- * (grad_units): one rank's bits, at q times the reduce-scatter's bytes. */
+ * forms, with a group that is not a power of two, one microbatch per step. Otherwise the
+ * step form reduces q = L / U units of U leaves instead (grad_units) and the microbatch
+ * and per-layer forms each microbatch's units (grad_mb_units): one rank's bits, at q times
+ * the reduce-scatter's bytes; context parallelism keeps its own bits. An expert host's
+ * tree runs over its expert group's leaves, which must be a power of two too unless the
+ * group is the whole batch group (an expert axis of any size, docs/determinism.md "Axes of
+ * any size"). */
 static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
 {
     const qt_cg_settings *s = g->s;
     const int64_t C = s->mesh[QT_MESH_CONTEXT], G = s->tr.grad_accum;
     const int mbmaj = g->n_mb_levels > 0, pow2 = (nb & (nb - 1)) == 0;
     const int64_t leaves = s->tr.micro_batch * qt_cg_blocks(s) / C * (mbmaj ? 1 : G);
-    const int64_t lpow2 = (leaves & (leaves - 1)) == 0;
+    const int lpow2 = (leaves & (leaves - 1)) == 0;
     const char *per = mbmaj ? "microbatch" : "step";
+    if (g->grad_mb_units > 0) {
+        mb_units_line(b, g, leaves, lpow2);
+        return;
+    }
     if (g->grad_units > 1) {
         const int64_t q = g->grad_units, U = leaves / q;
         int lv = 1;
         while (leaves >> lv) lv++;
-        int64_t rs = 0, sent = 0, msgs = 0;
-        const int64_t se = g->comm_scratch_elems - g->comm_split_elems;
-        int64_t c = se / (2 * q);
-        if (c > ((int64_t)16 << 20) / 4 / q) c = ((int64_t)16 << 20) / 4 / q;
-        for (int i = 0; i < g->n_ranges; i++) {
-            const int64_t blk = g->ranges[i].n / nb;
-            rs += 4 * blk * (nb - 1);
-            sent += 4 * q * blk * (nb - 1);
-            msgs += (nb - 1) * (c > 0 ? (blk + c - 1) / c : 0);
-        }
+        int64_t rs, sent, msgs;
+        units_cost(g, q, 1, &rs, &sent, &msgs);
         qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient %s per step are "
                          "not a power of two, so they are reduced as %lld units of %lld %s "
                          "(each one complete subtree of the one-rank tree over the global leaf "
@@ -271,7 +333,17 @@ static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
                          g->n_tree_levels - (int)q, lv);
         return;
     }
-    const int whole = lpow2 && (!mbmaj || G == 1 || pow2);
+    /* an expert host's tree runs over its expert group's Eg x leaves a microbatch, the
+     * group's contiguous block of the global order: a node of the one-rank tree when that is
+     * a power of two, or the whole microbatch when the group is the whole batch group */
+    const int64_t Eg = s->mesh[QT_MESH_EXPERT] > 1 ? s->mesh[QT_MESH_EXPERT] * C : 1;
+    const int64_t el = leaves * Eg;
+    const int expert_ok = Eg == 1 || (el & (el - 1)) == 0 || Eg == nb;
+    /* the weights split over context by heads (the GDN mixers', model/context.c) take every
+     * block of a sequence, C x leaves, reduced over the batch axes but context */
+    const int64_t lc = leaves * C;
+    const int ctx_ok = C == 1 || (lc & (lc - 1)) == 0 || C == nb;
+    const int whole = lpow2 && expert_ok && ctx_ok && (!mbmaj || G == 1 || pow2);
     if (whole) {
         qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient %s per %s are "
                          "one complete subtree of the one-rank tree, which the reduce-scatter "
@@ -288,14 +360,26 @@ static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
                      (long long)leaves, leaves == 1 ? "leaf" : "leaves", per,
                      !lpow2 ? "are not a power of two, so not one complete subtree of the "
                               "one-rank tree"
+                     : !expert_ok ? "go into an expert host's tree over its expert group's "
+                                    "leaves, which are not a power of two and are then reduced "
+                                    "over the other batch axes: not one complete subtree of "
+                                    "the one-rank tree"
+                     : !ctx_ok ? "make, for the weights split over context by heads, all the "
+                                 "blocks of a sequence, which are not a power of two and are "
+                                 "then reduced over the other batch axes: not one complete "
+                                 "subtree of the one-rank tree"
                             : "are reduced microbatch by microbatch (G > 1) over a batch group "
                               "that is not a power of two, which is not a split of the "
                               "one-rank tree",
-                     step_ok && !mbmaj ? "the units of the step form do not apply: a range "
+                     !mbmaj ? (step_ok ? "the units of the step form do not apply: a range "
                                          "reduced over fewer axes, over 1024 units, or "
                                          "more unit levels than 24"
-                     : step_ok ? "gradient_reduce=step reduces any split with one rank's bits"
-                               : "not yet with expert or context parallelism, issue 35");
+                                       : "the units of the step form do not apply")
+                     : s->mesh[QT_MESH_CONTEXT] > 1
+                         ? "not yet with context parallelism, issue 35"
+                         : "the microbatch form's units do not apply: a parameter's leaves "
+                           "that are not q units over its range's reduce group, over 1024 "
+                           "units, or more tree levels than 24");
 }
 
 /* Who reads which sequences over the batch axes: ranks that differ on an axis other than
@@ -409,6 +493,13 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          "in (sequence, block) order: %lld leaves per step on this rank\n",
                          (long long)qt_cg_blocks(s), (long long)qt_cg_blocks(s),
                          (long long)qt_cg_leaf_tokens(s), (long long)(per * qt_cg_blocks(s) / C));
+    if (s->canon_factor > 1)
+        qt_cg_buf_printf(b, "  canonical_factor %d: canonical contraction blocks and head groups "
+                         "are %d x a power of two where %d divides the length (config/canon.c), "
+                         "so an axis of %d x a power of two splits them; the bits are those of "
+                         "one rank with the same factor (docs/determinism.md \"Axes of any "
+                         "size\")\n", s->canon_factor, s->canon_factor, s->canon_factor,
+                         s->canon_factor);
     if (s->ctx_seq_split > 1)
         qt_cg_buf_printf(b, "  per_device_batch_size x tensor x context = %d sequences per batch "
                          "group: run as %d microbatches of one sequence each (context "
@@ -437,11 +528,16 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          "batch axes%s in axis order (data, fsdp, expert); microbatch-major: "
                          "microbatch m of batch index k holds [(m*%lld + k)*%lld, +%lld), so "
                          "one microbatch over the batch ranks is one contiguous block "
-                         "(reduce-scattered %s into the microbatch tree)\n",
+                         "(%s into the microbatch tree)\n",
                          C > 1 ? " but context," : "", (long long)nb, (long long)mb, (long long)mb,
-                         g->layer_reduce ? "per layer, right after each flat range's last weight "
-                                           "gradient (gradient_reduce=layer)"
-                                         : "after each microbatch");
+                         g->layer_reduce && g->grad_mb_units
+                             ? "its units exchanged and pushed per layer, right after each flat "
+                               "range's last weight gradient (gradient_reduce=layer),"
+                         : g->layer_reduce ? "reduce-scattered per layer, right after each flat "
+                                             "range's last weight gradient (gradient_reduce=layer)"
+                         : g->grad_mb_units ? "its units exchanged and pushed after each "
+                                              "microbatch,"
+                                            : "reduce-scattered after each microbatch");
     else
         qt_cg_buf_printf(b, "  batch index k of a rank = its mixed-radix coordinate over the "
                          "batch axes%s in axis order (data, fsdp, expert); the rank reads the "
@@ -711,6 +807,14 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
     }
     qt_cg_buf_printf(b, "  total sent per rank per step: %lld bytes (%.3f MiB)\n",
                      (long long)total, (double)total / 1048576.0);
+    if (g->grad_mb_units > 0) {  /* point to point, not in the collectives table */
+        int64_t rs, sent, msgs;
+        units_cost(g, g->grad_mb_units, g->s->tr.grad_accum, &rs, &sent, &msgs);
+        qt_cg_buf_printf(b, "  not in the table: the gradient units' pairwise exchanges "
+                         "(GRAD_MB_UNITS, once a microbatch): %lld bytes sent per rank per "
+                         "step in %lld message%s\n", (long long)sent, (long long)msgs,
+                         qt_cg_s(msgs));
+    }
     /* expert parallelism: the row exchanges are microbatch ops with routing-dependent sizes */
     int n_ep = 0;
     unsigned ep_mask = 0;
@@ -905,9 +1009,12 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
     schedule(b, g, "init schedule", g->init, g->ninit, -1);
     schedule(b, g, "microbatch schedule", g->mb, g->nmb, g->n_fwd);
     if (g->nmbend)
-        schedule(b, g, "microbatch-end schedule (after each microbatch: leaf-tree totals, "
-                 "their reduce-scatter, the push into the microbatch tree)", g->mbend, g->nmbend,
-                 -1);
+        schedule(b, g, g->grad_mb_units
+                           ? "microbatch-end schedule (after each microbatch: each range's "
+                             "units exchanged and pushed into the microbatch tree)"
+                           : "microbatch-end schedule (after each microbatch: leaf-tree totals, "
+                             "their reduce-scatter, the push into the microbatch tree)",
+                 g->mbend, g->nmbend, -1);
     schedule(b, g, "step schedule (after the last microbatch; a0 leaves, a1 tokens)", g->step,
              g->nstep, -1);
 }

@@ -217,6 +217,49 @@ int64_t qt_cg_grad_units(const qt_cg_graph *g)
     return q;
 }
 
+/* Bit length of n (levels of a binary counter over n >= 1 leaves). */
+static int bit_length(int64_t n)
+{
+    int l = 0;
+    while (n >> l) l++;
+    return l;
+}
+
+/* The microbatch form's units (qt_plan_fields.def grad_mb_units, docs/determinism.md "The
+ * microbatch form's units"): q = L / U >= 1 when the microbatch or per-layer form (no
+ * context axis) would not continue the one-rank tree: the batch ranks' L leaves a microbatch
+ * are not a power of two, or G > 1 over a batch group of R ranks that is not a power of two.
+ * Every parameter's T_p leaves a microbatch must be q units of a power of two (U_p = T_p / q)
+ * covering the microbatch's R L leaves over its range's reduce group (T_p R_r = R L: L over
+ * the batch group, E L over it without the expert axis), so a member's units are those of
+ * its group index in the global (microbatch, batch index) order. 0 otherwise, or when the
+ * units would be more than QT_CG_MAX_UNITS over the group or need more than
+ * QT_MAX_TREE_LEVELS levels (the plan then keeps the reduce-scatter and plan.txt says no). */
+int64_t qt_cg_grad_mb_units(const qt_cg_graph *g)
+{
+    const qt_cg_settings *s = g->s;
+    if (!g->reduce_per_mb || !s->batch_mask || s->n_ranks < 2 || g->np < 1 ||
+        s->mesh[QT_MESH_CONTEXT] > 1)
+        return 0;
+    const int64_t G = s->tr.grad_accum, R = qt_cg_group_size(s, s->batch_mask);
+    const int64_t L = s->tr.micro_batch * qt_cg_blocks(s);
+    if (!(L & (L - 1)) && (G == 1 || !(R & (R - 1)))) return 0; /* one rank's bits already */
+    const int64_t q = L / (L & -L);
+    int64_t umax = 1;
+    for (int p = 0; p < g->np; p++) {
+        const int64_t T = g->ps[p].leaves / G, U = T & -T;
+        const int r = qt_cg_range_of(g, p);
+        if (r < 0 || T < 1 || T != U * q ||
+            T * qt_cg_group_size(s, g->ranges[r].reduce_mask) != R * L)
+            return 0;
+        if (U > umax) umax = U;
+    }
+    if (q * R > QT_CG_MAX_UNITS ||
+        bit_length(umax) - 1 + q + bit_length(G * R * q) > QT_MAX_TREE_LEVELS)
+        return 0;
+    return q;
+}
+
 /* The gradient trees: their levels, and which of them are compact (mb_elems floats). */
 static int tree_levels(qt_cg_graph *g, char *err, size_t errlen)
 {
@@ -238,6 +281,12 @@ static int tree_levels(qt_cg_graph *g, char *err, size_t errlen)
         lv = 0;
         while ((seqs / g->grad_units) >> (lv + 1)) lv++;
         lv += g->grad_units;
+    }
+    g->grad_mb_units = (int32_t)qt_cg_grad_mb_units(g);
+    if (g->grad_mb_units > 0) { /* log2 max U_p, the q unit levels, the units' counter */
+        g->n_mb_levels = bit_length(g->s->tr.grad_accum * g->grad_mb_units *
+                                    qt_cg_group_size(g->s, g->s->batch_mask));
+        lv = bit_length(seqs & -seqs) - 1 + g->grad_mb_units + g->n_mb_levels;
     }
     if (lv < 1 || lv > QT_MAX_TREE_LEVELS)
         return qt_cg_fail(err, errlen, "%lld sequences per step need %lld tree levels (1..%d)",
@@ -316,7 +365,8 @@ static void fixed_regions(qt_cg_graph *g, int64_t flat0)
          * range, within the cap */
         const int64_t want = g->ranges[r].n < QT_CG_COMM_SCRATCH_SPLIT
                                  ? (g->ranges[r].n + 1) / 2 * 2 : QT_CG_COMM_SCRATCH_SPLIT;
-        if (g->ranges[r].reduce_mask && want > g->comm_split_elems) g->comm_split_elems = want;
+        if (g->ranges[r].reduce_mask && !g->grad_mb_units && want > g->comm_split_elems)
+            g->comm_split_elems = want;  /* units: no reduce-scatter to split */
     }
     g->comm_scratch_elems += g->comm_split_elems;
     /* Checkpoint staging (multi-rank plans only, so one-rank plans keep their layout): the

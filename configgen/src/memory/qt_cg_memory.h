@@ -33,6 +33,8 @@ int64_t qt_cg_tree_leaves(const qt_cg_graph *g, int p);
  * QT_CG_MAX_UNITS units over the batch group (the firmware's fold, qt_coll.h). */
 #define QT_CG_MAX_UNITS 1024
 int64_t qt_cg_grad_units(const qt_cg_graph *g);
+/* The microbatch form's unit count q >= 1 (qt_plan_fields.def grad_mb_units), or 0. */
+int64_t qt_cg_grad_mb_units(const qt_cg_graph *g);
 /* Floats of tree level l (qt_plan.h qt_tree_level_elems). */
 int64_t qt_cg_tree_level_elems(const qt_cg_graph *g, int l);
 /* The per-rank budget in bytes (0 = none) and its check: 0, or -1 with an error naming

@@ -122,7 +122,8 @@ int qt_cg_flat_ranges(qt_cg_graph *g, char *err, size_t errlen)
 
 /* Per-layer reduction: the ranges' leaf windows, placed first fit in range order among the
  * windows of ranges in use at the same time (from the range's first WGRAD op to its
- * GRAD_MB_PUSH, schedule/layer_ops.c); the leaf-tree levels then span g->leaf_elems. */
+ * GRAD_MB_PUSH or GRAD_MB_UNITS, schedule/layer_ops.c); the leaf-tree levels then span
+ * g->leaf_elems. */
 void qt_cg_leaf_windows(qt_cg_graph *g)
 {
     int64_t *live = qt_cg_alloc((size_t)(2 * g->n_ranges) * sizeof *live);
@@ -130,6 +131,7 @@ void qt_cg_leaf_windows(qt_cg_graph *g)
     for (int o = 0; o < g->nmb; o++) {
         const qt_op *op = &g->mb[o];
         if (op->kind == QT_OP_GRAD_MB_PUSH) live[2 * QT_A(op, GRAD_MB_PUSH, r0) + 1] = o;
+        if (op->kind == QT_OP_GRAD_MB_UNITS) live[2 * QT_A(op, GRAD_MB_UNITS, range) + 1] = o;
         if (!(op->flags & QT_OPF_WGRAD)) continue;
         for (int k = 0; k < 2; k++) {
             const int64_t pi = op->a[QT_A_WGRAD_PARAM + k];

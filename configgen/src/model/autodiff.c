@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
+#include "config/qt_cg_config.h"
 #include "model/qt_cg_model.h"
 #include "../../firmware/kernels/gdn_core.h"
 #include "../../firmware/kernels/gdn_chunk.h"
@@ -234,7 +235,7 @@ static int backward_dense(qt_cg_ad *ad, const qt_op *f)
         /* heads: the global heads of a per-head norm (graph.c), 0 for the others */
         const int64_t tp = g->s->mesh[QT_MESH_TENSOR];
         QT_A(op, RMSNORM_WGRAD, heads) =
-            FA(RMSNORM, heads) > 1 ? qt_canon_blocks(FA(RMSNORM, heads), 1) / tp : 0;
+            FA(RMSNORM, heads) > 1 ? qt_cg_canon(g->s, FA(RMSNORM, heads)) / tp : 0;
         return 1;
     }
     case QT_OP_MATMUL_FWD: {
@@ -463,7 +464,7 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
              * are split over tensor (x context on the head side) */
             const int64_t tc = g->s->mesh[QT_MESH_TENSOR] * qt_cg_context(g->s);
             QT_A(op, GATED_RMSNORM_WGRAD, groups) =
-                qt_canon_blocks(FA(GATED_RMSNORM, Hv) * tc, 1) / tc;
+                qt_cg_canon(g->s, FA(GATED_RMSNORM, Hv) * tc) / tc;
         }
         return 1;
     }

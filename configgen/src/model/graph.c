@@ -16,6 +16,7 @@
 #include <string.h>
 #include "core/qt_cg.h"
 #include "mesh/qt_cg_mesh.h"
+#include "config/qt_cg_config.h"
 #include "model/qt_cg_model.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/matmul_canon.h"
@@ -130,7 +131,7 @@ static int32_t scratch(qt_cg_graph *g, const char *name, int64_t n);
 static void canon_of(const qt_cg_graph *g, int32_t w, int dim, int64_t *nb_local, int64_t *mask)
 {
     const qt_tensor *wt = &g->ts[w].t;
-    const int64_t nb = qt_canon_blocks(wt->global_shape[dim], 1);
+    const int64_t nb = qt_cg_canon(g->s, wt->global_shape[dim]);
     const int64_t split = wt->global_shape[dim] / wt->shape[dim];
     *nb_local = nb / split;
     *mask = split > 1 ? (int64_t)(1u << QT_MESH_TENSOR) : 0;
@@ -412,8 +413,7 @@ static void attn_layer(qt_cg_graph *g, const char *ppre, const char *apre, int l
  * parallelism (kernels/matmul_canon.h). */
 static int64_t expert_canon(const qt_cg_graph *g, const qt_cg_dims *D)
 {
-    (void)g;
-    return qt_canon_blocks(D->f * D->tp, 1) / D->tp;
+    return qt_cg_canon(g->s, D->f * D->tp) / D->tp;
 }
 
 /* Scratch of the expert FFN forward over R rows of k slots with nb canonical blocks

@@ -21,8 +21,9 @@
 /* Per-layer reduction: right after the last WGRAD op of each flat range's parameters, the
  * range's leaf-tree total (GRAD_MB_TOTAL), its reduce-scatter over the range's reduction
  * group (a COLLECTIVE whose a0 is -1 - range until qt_cg_step_schedule creates it) and
- * its push into the microbatch tree (GRAD_MB_PUSH). STEP ops left by an earlier call are
- * dropped first. */
+ * its push into the microbatch tree (GRAD_MB_PUSH); with the microbatch form's units
+ * (memory/memplan.c qt_cg_grad_mb_units) the range's GRAD_MB_UNITS in their place. STEP ops
+ * left by an earlier call are dropped first. */
 void qt_cg_layer_reduces(qt_cg_graph *g)
 {
     int n = 0;
@@ -39,6 +40,8 @@ void qt_cg_layer_reduces(qt_cg_graph *g)
             if (g->mb[o].a[QT_A_WGRAD_PARAM + k] >= 0)
                 last[range_of[g->mb[o].a[QT_A_WGRAD_PARAM + k]]] = o;
     }
+    /* the microbatch form's units: one GRAD_MB_UNITS (exchange and push) per range instead */
+    const int units = qt_cg_grad_mb_units(g) > 0;
     qt_op *old = g->mb;
     int cap = n + 3 * g->n_ranges;
     g->mb = qt_cg_alloc((size_t)cap * sizeof *g->mb);
@@ -48,6 +51,12 @@ void qt_cg_layer_reduces(qt_cg_graph *g)
         g->mb[g->nmb++] = old[o];
         for (int r = 0; r < g->n_ranges; r++) {
             if (last[r] != o) continue;
+            if (units) {
+                qt_op *q = &g->mb[g->nmb++];
+                qt_cg_op_blank(q, QT_OP_GRAD_MB_UNITS);
+                QT_A(q, GRAD_MB_UNITS, range) = r;
+                continue;
+            }
             const int kinds[3] = {QT_OP_GRAD_MB_TOTAL, QT_OP_COLLECTIVE, QT_OP_GRAD_MB_PUSH};
             for (int k = 0; k < 3; k++) {
                 if (kinds[k] == QT_OP_COLLECTIVE && !g->ranges[r].reduce_mask) continue;

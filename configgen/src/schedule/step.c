@@ -26,7 +26,11 @@
  * power of two (grad_units q > 1: q units of U leaves, each a complete subtree of the
  * one-rank tree), GRAD_UNITS per range replaces the tree total and the reduce-scatter: the
  * members exchange their units pairwise and each owner folds all R x q of them in the
- * one-rank tree's shape (docs/determinism.md "Any split").
+ * one-rank tree's shape (docs/determinism.md "Any split"). The microbatch form does the
+ * same per microbatch when its reduce-scatter would not continue the one-rank tree
+ * (grad_mb_units q >= 1): GRAD_MB_UNITS per range exchanges the units and each owner pushes
+ * the R x q pieces into a counter over the step's G x R x q units, which GRAD_MB_FINALIZE
+ * completes (docs/determinism.md "The microbatch form's units").
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +145,13 @@ void qt_cg_step_schedule(qt_cg_graph *g)
             op->a[QT_CG_A_COLLECTIVE_GATHER] = 0;
         }
         free(made);
+        QT_A(step_op(g, QT_OP_GRAD_MB_FINALIZE), GRAD_MB_FINALIZE, leaves) = t->grad_accum;
+    } else if (mb && g->grad_mb_units > 0) {
+        /* units: after each microbatch every range's q unit totals exchanged over its reduce
+         * group and pushed by each block's owner into a counter over the step's units (in
+         * place of the totals, the reduce-scatter and the push) */
+        for (int i = 0; i < g->n_ranges; i++)
+            QT_A(sched_op(g, 1, QT_OP_GRAD_MB_UNITS), GRAD_MB_UNITS, range) = i;
         QT_A(step_op(g, QT_OP_GRAD_MB_FINALIZE), GRAD_MB_FINALIZE, leaves) = t->grad_accum;
     } else if (mb) {
         /* after each microbatch: its totals, reduce-scattered over the batch axes (fixed
