@@ -77,6 +77,18 @@ void qt_f32_from_bf16_n(float *dst, const qt_bf16 *src, int64_t n)
     for (int64_t i = 0; i < n; i++) dst[i] = qt_f32_from_bf16(src[i]);
 }
 
+void qt_bf16_add_n(qt_bf16 *y, const qt_bf16 *a, const qt_bf16 *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = qt_bf16_from_f32(qt_f32_from_bf16(a[i]) + qt_f32_from_bf16(b[i]));
+}
+
+void qt_bf16_acc_n(qt_bf16 *dst, const qt_bf16 *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = qt_bf16_from_f32(qt_f32_from_bf16(dst[i]) + qt_f32_from_bf16(src[i]));
+}
+
 /* ------------------------------------------------------------------ AVX2 emulation */
 #ifdef QT_BF16_HAVE_EMUL
 /* One step on 8 lanes; the caller has set MXCSR.FTZ|DAZ. The FMA gives DAZ, RNE, FTZ and

@@ -87,6 +87,11 @@ static inline float qt_f32_from_bf16(qt_bf16 h)
 void qt_bf16_from_f32_n(qt_bf16 *dst, const float *src, int64_t n);
 /* dst[n] = fp32(src) (writes; exact). */
 void qt_f32_from_bf16_n(float *dst, const qt_bf16 *src, int64_t n);
+/* y[n] = bf16(fp32(a) + fp32(b)) (writes; y may be a or b) and dst[n] = bf16(fp32(dst) +
+ * fp32(src)) (accumulates): one fp32 add and one rounding per element in one pass, the bits
+ * of widening, qt_add / qt_acc (elementwise.h) and rounding back. */
+void qt_bf16_add_n(qt_bf16 *y, const qt_bf16 *a, const qt_bf16 *b, int64_t n);
+void qt_bf16_acc_n(qt_bf16 *dst, const qt_bf16 *src, int64_t n);
 
 /* One FMA step of VDPBF16PS: a*b + c with DAZ, NaN selection, RNE and FTZ (see above). */
 float qt_bf16_fma_ref(float a, float b, float c);

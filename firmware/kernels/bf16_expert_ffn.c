@@ -5,8 +5,12 @@
  * are the fp32 kernel's (expert_ffn.c) on widened bf16 values, so forward, backward and
  * wgrad compute h and dgu with the same bits; dx[t] receives its slots in slot order (the
  * expert-major path parks each row's fp32 contribution and adds them per token; the
- * slot-major path adds them slot by slot: the same per-element add sequence). Every scratch
- * region keeps one element type (fp32 or bf16) for the whole call. No heap, no VLA.
+ * slot-major path adds them slot by slot: the same per-element add sequence). Gathered bf16
+ * rows of a width that is a multiple of 1024 are padded by a line (qt_bx_ld; the padding is
+ * never read); with canonical blocks (nb > 0) y and the parked dx rows are written in place
+ * through the row list (bf16_matmul_canon.h _ld_on): strides and maps never change a bit.
+ * Every scratch region keeps one element type (fp32 or bf16) for the whole call. No heap,
+ * no VLA.
  */
 #ifndef QT_REAL_DOUBLE
 #include <string.h>
@@ -45,15 +49,39 @@ static int64_t qt_bx_next(float *list, int64_t *n, const int32_t *idx, int64_t k
     return r;
 }
 
+/* Fetch the n bf16 at p into the caches (the next scattered row of a row loop: its first
+ * lines would otherwise wait on memory one by one). */
+static void qt_bx_prefetch(const qt_bf16 *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 32) __builtin_prefetch(p + i);
+}
+
+/* The row stride of gathered bf16 rows of `width` elements: a width of a multiple of 1024
+ * (a 2 or 4 KiB stride: d = 2048 put a matmul tile's 12 rows in one L1 set, 12 lines for its
+ * 8 ways) gets one 64-byte line more; other widths are kept (the scratch of small shapes
+ * is not stretched). */
+static int64_t qt_bx_ld(int64_t width) { return width % 1024 ? width : width + 32; }
+
+/* dst[n, ld] <- rows of src (row r/k when per_token, else r, for r = list[j]); the ld -
+ * width padding elements are not written. */
+static void qt_bx_gather_ld(qt_bf16 *dst, int64_t ld, const qt_bf16 *src, int64_t width,
+                            int per_token, const float *list, int64_t n, int64_t k)
+{
+    for (int64_t j = 0; j < n; j++) {
+        const int64_t r = (int64_t)list[j];
+        if (j + 1 < n)
+            qt_bx_prefetch(src + (per_token ? (int64_t)list[j + 1] / k : (int64_t)list[j + 1]) *
+                                     width, width);
+        memcpy(dst + j * ld, src + (per_token ? r / k : r) * width,
+               (size_t)width * sizeof(qt_bf16));
+    }
+}
+
 /* dst[n,width] <- rows of src (row r/k when per_token, else r, for r = list[j]). */
 static void qt_bx_gather(qt_bf16 *dst, const qt_bf16 *src, int64_t width, int per_token,
                          const float *list, int64_t n, int64_t k)
 {
-    for (int64_t j = 0; j < n; j++) {
-        const int64_t r = (int64_t)list[j];
-        const qt_bf16 *s = src + (per_token ? r / k : r) * width;
-        for (int64_t i = 0; i < width; i++) dst[j * width + i] = s[i];
-    }
+    qt_bx_gather_ld(dst, width, src, width, per_token, list, n, k);
 }
 
 /* h[n,f] = bf16(silu(gate) * up), gate and up widened from gu's rows list[0..n). */
@@ -62,6 +90,7 @@ static void qt_bx_swiglu(qt_bf16 *h, const qt_bf16 *gu, const float *list, int64
 {
     for (int64_t j = 0; j < n; j++) {
         const qt_bf16 *g = gu + (int64_t)list[j] * 2 * f;
+        if (j + 1 < n) qt_bx_prefetch(gu + (int64_t)list[j + 1] * 2 * f, 2 * f);
         for (int64_t i = 0; i < f; i++) {
             const float a = qt_f32_from_bf16(g[i]), u = qt_f32_from_bf16(g[f + i]);
             h[j * f + i] = qt_bf16_from_f32(QT_SILU(a) * u);
@@ -69,19 +98,21 @@ static void qt_bx_swiglu(qt_bf16 *h, const qt_bf16 *gu, const float *list, int64
     }
 }
 
-/* dg[n,2f] = bf16(d gate, d up) from dh[n,f] (fp32) and gu's rows list[0..n) widened:
- * d gate = (dh*u) * (sg*(1 + a*(1 - sg))), d up = dh*silu(a) (expert_ffn.c's expressions). */
-static void qt_bx_swiglu_bwd(qt_bf16 *dg, const float *dh, const qt_bf16 *gu,
+/* dg[n,2f] (row stride ldg) = bf16(d gate, d up) from dh[n,f] (fp32) and gu's rows
+ * list[0..n) widened: d gate = (dh*u) * (sg*(1 + a*(1 - sg))), d up = dh*silu(a)
+ * (expert_ffn.c's expressions). */
+static void qt_bx_swiglu_bwd(qt_bf16 *dg, int64_t ldg, const float *dh, const qt_bf16 *gu,
                              const float *list, int64_t n, int64_t f)
 {
     for (int64_t j = 0; j < n; j++) {
         const qt_bf16 *g = gu + (int64_t)list[j] * 2 * f;
+        if (j + 1 < n) qt_bx_prefetch(gu + (int64_t)list[j + 1] * 2 * f, 2 * f);
         for (int64_t i = 0; i < f; i++) {
             const float a = qt_f32_from_bf16(g[i]), u = qt_f32_from_bf16(g[f + i]);
             const float gr = dh[j * f + i];
             const float sg = QT_SIGMOID(a);
-            dg[j * 2 * f + i] = qt_bf16_from_f32((gr * u) * (sg * (1.0f + a * (1.0f - sg))));
-            dg[j * 2 * f + f + i] = qt_bf16_from_f32(gr * QT_SILU(a));
+            dg[j * ldg + i] = qt_bf16_from_f32((gr * u) * (sg * (1.0f + a * (1.0f - sg))));
+            dg[j * ldg + f + i] = qt_bf16_from_f32(gr * QT_SILU(a));
         }
     }
 }
@@ -95,12 +126,12 @@ int qt_bf16_expert_ffn_fwd_on(int path, float *y, qt_bf16 *gu, const qt_bf16 *x,
     if (!qt_bf16_path_built(path)) return -1;
     /* per row: list 1, X (bf16 d), C/Y (fp32 max(2f, d)), H (bf16 f), canonical
      * partials and packs nb*d + f/nb; fixed: the packed weight block d*(f/nb) */
-    const int64_t R = T * k, cy = 2 * f > d ? 2 * f : d;
-    const int64_t row = 1 + qt_bx_h(d) + cy + qt_bx_h(f) + (nb > 0 ? nb * d + f / nb : 0);
+    const int64_t R = T * k, cy = 2 * f > d ? 2 * f : d, ldx = qt_bx_ld(d);
+    const int64_t row = 1 + qt_bx_h(ldx) + cy + qt_bx_h(f) + (nb > 0 ? nb * d + f / nb : 0);
     const int64_t fixed = nb > 0 ? d * (f / nb) : 0;
     const int64_t cap = scratch_elems > fixed ? (scratch_elems - fixed) / row : 0;
     if (cap < 1 || R > QT_BX_MAX_ROWS) { qt_bx_poison(y, R * d); return 0; }
-    float *list = scratch, *C = list + cap + cap * qt_bx_h(d);
+    float *list = scratch, *C = list + cap + cap * qt_bx_h(ldx);
     qt_bf16 *X = qt_bx_b16(list + cap), *H = qt_bx_b16(C + cap * cy);
     float *K = C + cap * cy + cap * qt_bx_h(f);
     for (int32_t e = 0; e < E; e++) {
@@ -108,17 +139,21 @@ int qt_bf16_expert_ffn_fwd_on(int path, float *y, qt_bf16 *gu, const qt_bf16 *x,
         for (int64_t r0 = 0, r1, n; r0 < R; r0 = r1) {
             r1 = qt_bx_next(list, &n, idx, k, e, -1, r0, R, cap);
             if (n == 0) break;
-            qt_bx_gather(X, x, d, 1, list, n, k);
-            qt_bf16_matmul_fwd_on(path, C, X, wg, n, 2 * f, d);
+            qt_bx_gather_ld(X, ldx, x, d, 1, list, n, k);
+            qt_bf16_matmul_fwd_ld_on(path, C, 2 * f, X, ldx, wg, n, 2 * f, d);
             for (int64_t j = 0; j < n; j++) { /* gu rounded: the stored value is h's input */
                 qt_bf16 *g = gu + (int64_t)list[j] * 2 * f;
                 if (qt_bf16_from_f32_insn(g, C + j * 2 * f, 2 * f) != 0) /* the same bits */
                     for (int64_t i = 0; i < 2 * f; i++) g[i] = qt_bf16_from_f32(C[j * 2 * f + i]);
             }
             qt_bx_swiglu(H, gu, list, n, f);
-            qt_bf16_matmul_canon_fwd_on(path, C, H, wd, n, d, f, 1, nb, K); /* nb 0: plain */
-            for (int64_t j = 0; j < n; j++)
-                memcpy(y + (int64_t)list[j] * d, C + j * d, (size_t)d * sizeof(float));
+            if (nb > 0) /* y's rows written in place */
+                qt_bf16_matmul_canon_fwd_ld_on(path, y, d, list, H, f, wd, n, d, f, 1, nb, K);
+            else { /* the plain chain */
+                qt_bf16_matmul_fwd_on(path, C, H, wd, n, d, f);
+                for (int64_t j = 0; j < n; j++)
+                    memcpy(y + (int64_t)list[j] * d, C + j * d, (size_t)d * sizeof(float));
+            }
         }
     }
     return 0;
@@ -134,8 +169,8 @@ void qt_bf16_expert_ffn_fwd(float *y, qt_bf16 *gu, const qt_bf16 *x, const int32
 }
 
 /* ------------------------------------------------------------------ backward */
-/* The chunk buffers of cap rows: DY (bf16 d), DH/A (fp32 max(f, d): dh, then the dx rows),
- * DG (bf16 2f), K (canonical scratch). */
+/* The chunk buffers of cap rows: DY (bf16 d, row stride qt_bx_ld(d)), DH/A (fp32 max(f, d):
+ * dh, then the dx rows), DG (bf16 2f, row stride qt_bx_ld(2f)), K (canonical scratch). */
 typedef struct {
     qt_bf16 *dyb, *dgb;
     float *dha, *K;
@@ -143,37 +178,39 @@ typedef struct {
 
 static int64_t qt_bx_bwd_row(int64_t d, int64_t f, int64_t nb)
 {
-    return qt_bx_h(d) + (f > d ? f : d) + f + (nb > 0 ? nb * d + 2 * f / nb : 0);
+    return qt_bx_h(qt_bx_ld(d)) + (f > d ? f : d) + qt_bx_h(qt_bx_ld(2 * f)) +
+           (nb > 0 ? nb * d + 2 * f / nb : 0);
 }
 
 static qt_bx_bufs qt_bx_bwd_bufs(float *p, int64_t cap, int64_t d, int64_t f)
 {
     qt_bx_bufs b;
     b.dyb = qt_bx_b16(p);
-    b.dha = p + cap * qt_bx_h(d);
+    b.dha = p + cap * qt_bx_h(qt_bx_ld(d));
     b.dgb = qt_bx_b16(b.dha + cap * (f > d ? f : d));
-    b.K = b.dha + cap * (f > d ? f : d) + cap * f;
+    b.K = b.dha + cap * (f > d ? f : d) + cap * qt_bx_h(qt_bx_ld(2 * f));
     return b;
 }
 
 /* The data-gradient rows of list[0..n) (expert e's weights wg, wd) into b->dha[n,d] (fp32,
- * written), dgu rows stored when dgu != NULL. */
-static void qt_bx_bwd_chunk(int path, const qt_bx_bufs *b, qt_bf16 *dgu, const qt_bf16 *dy,
-                            const qt_bf16 *gu, const qt_bf16 *wg, const qt_bf16 *wd,
-                            const float *list, int64_t n, int64_t k, int64_t d, int64_t f,
-                            int64_t nb)
+ * written), or with out != NULL (and nb > 0) into out's rows list[j] (row stride d); dgu
+ * rows stored when dgu != NULL. */
+static void qt_bx_bwd_chunk(int path, const qt_bx_bufs *b, float *out, qt_bf16 *dgu,
+                            const qt_bf16 *dy, const qt_bf16 *gu, const qt_bf16 *wg,
+                            const qt_bf16 *wd, const float *list, int64_t n, int64_t k,
+                            int64_t d, int64_t f, int64_t nb)
 {
-    qt_bx_gather(b->dyb, dy, d, 0, list, n, k);
+    const int64_t ldy = qt_bx_ld(d), ldg = qt_bx_ld(2 * f);
+    qt_bx_gather_ld(b->dyb, ldy, dy, d, 0, list, n, k);
     qt_bx_zero(b->dha, n * f);
-    qt_bf16_matmul_bwd_data_on(path, b->dha, b->dyb, wd, n, d, f); /* dh = (+0) + chain */
-    qt_bx_swiglu_bwd(b->dgb, b->dha, gu, list, n, f);
+    qt_bf16_matmul_bwd_data_ld_on(path, b->dha, f, b->dyb, ldy, wd, n, d, f); /* (+0) + chain */
+    qt_bx_swiglu_bwd(b->dgb, ldg, b->dha, gu, list, n, f);
     if (dgu)
-        for (int64_t j = 0; j < n; j++) {
-            qt_bf16 *dst = dgu + (int64_t)list[j] * 2 * f;
-            for (int64_t i = 0; i < 2 * f; i++) dst[i] = b->dgb[j * 2 * f + i];
-        }
+        for (int64_t j = 0; j < n; j++)
+            memcpy(dgu + (int64_t)list[j] * 2 * f, b->dgb + j * ldg, (size_t)(2 * f) * 2);
     /* nb 0 / 1: (+0) + the plain chain over 2f; else the canonical tree, 2 parts */
-    qt_bf16_matmul_canon_bwd_data_on(path, b->dha, b->dgb, wg, n, 2 * f, d, 2, nb, b->K);
+    qt_bf16_matmul_canon_bwd_data_ld_on(path, out ? out : b->dha, d, out ? list : 0, b->dgb, ldg,
+                                        wg, n, 2 * f, d, 2, nb, b->K);
 }
 
 /* Slot-major: for each slot, every expert's rows of that slot, added into dx directly. */
@@ -191,7 +228,7 @@ static void qt_bx_bwd_slots(int path, float *dx, qt_bf16 *dgu, const qt_bf16 *dy
             for (int64_t r0 = 0, r1, n; r0 < T * k; r0 = r1) {
                 r1 = qt_bx_next(list, &n, idx, k, e, slot, r0, T * k, cap);
                 if (n == 0) break;
-                qt_bx_bwd_chunk(path, &b, dgu, dy, gu, wg, wd, list, n, k, d, f, nb);
+                qt_bx_bwd_chunk(path, &b, 0, dgu, dy, gu, wg, wd, list, n, k, d, f, nb);
                 for (int64_t j = 0; j < n; j++) {
                     float *dst = dx + ((int64_t)list[j] / k) * d;
                     for (int64_t i = 0; i < d; i++) dst[i] += b.dha[j * d + i];
@@ -226,8 +263,9 @@ int qt_bf16_expert_ffn_bwd_on(int path, float *dx, qt_bf16 *dgu, const qt_bf16 *
         const int64_t end = (int64_t)off[e + 1];
         for (int64_t j0 = (int64_t)off[e]; j0 < end; j0 += capx) {
             const int64_t n = end - j0 < capx ? end - j0 : capx;
-            qt_bx_bwd_chunk(path, &b, dgu, dy, gu, wg, wd, list + j0, n, k, d, f, nb);
-            for (int64_t j = 0; j < n; j++) {
+            qt_bx_bwd_chunk(path, &b, nb > 0 ? Dx : 0, dgu, dy, gu, wg, wd, list + j0, n, k, d,
+                            f, nb); /* nb > 0: Dx's rows written in place */
+            for (int64_t j = 0; nb == 0 && j < n; j++) {
                 float *dst = Dx + (int64_t)list[j0 + j] * d;
                 for (int64_t i = 0; i < d; i++) dst[i] = b.dha[j * d + i];
             }
@@ -335,7 +373,7 @@ static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *
     } else { /* recomputed: dh = (+0) + dy W_down chain, then rounded as the backward */
         qt_bx_zero(b->dh, n * f);
         qt_bf16_matmul_bwd_data_on(path, b->dh, b->dx, wd, n, d, f);
-        qt_bx_swiglu_bwd(b->dg, b->dh, gu, b->list, n, f);
+        qt_bx_swiglu_bwd(b->dg, 2 * f, b->dh, gu, b->list, n, f);
     }
     qt_bx_gather(b->dx, x, d, 1, b->list, n, k);
     if (whole && cg)

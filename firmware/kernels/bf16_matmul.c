@@ -372,6 +372,28 @@ static void qt_bm_i_pack_b(const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t n
     }
 }
 
+/* The register tile's chains continued over kq pairs: acc[i][h] (rows i < mr, columns
+ * 16h..16h+15) += VDPBF16PS of A's pair (i, q) at ap + q*asq + i*asi (bf16 units) and B's
+ * pairs bp[q*32 + jj]. Inlined into each tile, so acc stays in registers. */
+static inline __attribute__((always_inline)) void
+qt_bm_i_chain(__m512 acc[QT_BM_I_MR][2], const qt_bf16 *ap, int64_t asq, int64_t asi,
+              const uint32_t *bp, int64_t kq, const int mr)
+{
+    for (int64_t q = 0; q < kq; q++) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR);
+        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR + 16);
+        const qt_bf16 *a = ap + q * asq;
+#pragma GCC unroll 12
+        for (int i = 0; i < mr; i++) {
+            uint32_t v;
+            memcpy(&v, a + i * asi, sizeof v);
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)v);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
+        }
+    }
+}
+
 /* One tile: mr rows x 32 cols of part (row stride QT_BM_NC), the chain over kq pairs
  * continued from part (first: from +0). A's pair (i, q) is the 32-bit word at
  * ap + q*asq + i*asi (bf16 units: the packed micro-panel, or A's rows in place); B's pairs
@@ -397,19 +419,7 @@ qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
                 _mm_prefetch((const char *)t, _MM_HINT_T0);
                 _mm_prefetch((const char *)(t + nr - 1), _MM_HINT_T0);
             }
-    for (int64_t q = 0; q < kq; q++) {
-        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR);
-        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * QT_BM_I_NR + 16);
-        const qt_bf16 *a = ap + q * asq;
-#pragma GCC unroll 12
-        for (int i = 0; i < mr; i++) {
-            uint32_t v;
-            memcpy(&v, a + i * asi, sizeof v);
-            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)v);
-            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
-            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
-        }
-    }
+    qt_bm_i_chain(acc, ap, asq, asi, bp, kq, mr);
     if (out) {
         const __mmask16 m0 = qt_bm_lanes(nr), m1 = qt_bm_lanes(nr - 16);
         for (int i = 0; i < mr; i++) {
@@ -497,16 +507,17 @@ static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
 
 #ifdef QT_BM_INSN
 /* One tile of the fused canonical contraction (bf16_matmul_canon.h): mr rows x 32 columns,
- * for each block j its chain from +0 in registers over the block's pairs (segment by
- * segment: a later segment continues from the stored partial, exact), its partial (plus:
- * (+0) + chain; NaN 0x7fc00000, as the copying path's per-block kernel finish), then the
- * pairwise tree merged as the blocks finish (a binary counter over qt_bm.stk: after block
- * j, as many stacked subtotals as j has trailing one bits are added on the left, so
- * ((b0+b1)+(b2+b3))+... keeps qt_canon_tree's pairs and order); the last block stores the
- * total's nr <= 32 valid columns into out (row stride ldo). A's pair (i, q) of the whole
- * contraction at ap + 2q + i*asi (rows in place); B's at bp[q*32 + jj]. */
+ * for each block j its chain from +0 in the tile's registers over the block's pairs (segment
+ * after segment: the same chain continued), its partial (plus: (+0) + chain; NaN 0x7fc00000,
+ * as the copying path's per-block kernel finish), then the pairwise tree merged as the blocks
+ * finish (a binary counter over qt_bm.stk: after block j, as many stacked subtotals as j has
+ * trailing one bits are added on the left, so ((b0+b1)+(b2+b3))+... keeps qt_canon_tree's
+ * pairs and order), straight from the registers; the last block stores the total's nr <= 32
+ * valid columns into out row i = orow[i] (orow[i] a pointer to the row's first column). A's
+ * pair (i, q) of the whole contraction at ap + 2q + i*asi (rows in place); B's at
+ * bp[q*32 + jj]. */
 static inline __attribute__((always_inline)) void
-qt_bm_c_tile(float *out, int64_t ldo, int64_t nr, const qt_bf16 *ap, int64_t asi,
+qt_bm_c_tile(float *const *orow, int64_t nr, const qt_bf16 *ap, int64_t asi,
              const uint32_t *bp, int64_t nseg, int64_t L, int64_t nb, int64_t sl, int plus,
              const int mr)
 {
@@ -515,39 +526,46 @@ qt_bm_c_tile(float *out, int64_t ldo, int64_t nr, const qt_bf16 *ap, int64_t asi
     const __mmask16 m0 = qt_bm_lanes(nr), m1 = qt_bm_lanes(nr - 16);
     int64_t depth = 0;
     for (int64_t j = 0; j < nb; j++) {
-        float *pj = qt_bm.stk + depth * tile;
+        __m512 acc[QT_BM_I_MR][2];
+#pragma GCC unroll 12
+        for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
         for (int64_t g = 0; g < nseg; g++) {
             const int64_t q0 = (g * L + j * sl) / 2;
-            qt_bm_i_tile(pj, g == 0, ap + 2 * q0, 2, asi, bp + q0 * QT_BM_I_NR, sl / 2, mr, 0, 0,
-                         0, 0, 0, QT_BM_I_NR);
+            const qt_bf16 *a0 = ap + 2 * q0;
+            const uint32_t *b0p = bp + q0 * QT_BM_I_NR;
+            qt_bm_i_chain(acc, a0, 2, asi, b0p, sl / 2, mr);
         }
         int nm = 0;
         for (int64_t q = j; q & 1; q >>= 1) nm++;
+        float *pj = qt_bm.stk + depth * tile;
         float *dst = j + 1 < nb ? pj - nm * tile : 0;
+#pragma GCC unroll 12
         for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 const int64_t o = i * QT_BM_I_NR + 16 * h;
-                __m512 r = _mm512_loadu_ps(pj + o);
+                __m512 r = acc[i][h];
                 if (plus) r = _mm512_add_ps(_mm512_setzero_ps(), r);
                 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r, qnan);
                 for (int k = 1; k <= nm; k++) r = qt_bm_add_lr(_mm512_loadu_ps(pj - k * tile + o), r);
                 if (dst) _mm512_storeu_ps(dst + o, r);
-                else _mm512_mask_storeu_ps(out + i * ldo + 16 * h, h ? m1 : m0, r);
+                else _mm512_mask_storeu_ps(orow[i] + 16 * h, h ? m1 : m0, r);
             }
         depth = depth - nm + 1;
     }
 }
 
-/* The fused canonical contraction on the instruction path: C[I,J] (ldc) = tree over nb
- * blocks of A(i,p) = a[i*sai + p] (rows in place) and B(p,j) = b[p*sbp + j*sbj], the
- * contraction P = nseg * L, L = nb * sl, sl even (a block's pairs are pairs of the whole
+/* The fused canonical contraction on the instruction path: C[I,J] (row i at c + i*ldc, or,
+ * orow != NULL, at c + orow[i]*ldc: orow holds row numbers as floats, exact below 2^24) =
+ * tree over nb blocks of A(i,p) = a[i*sai + p] (rows in place) and B(p,j) = b[p*sbp + j*sbj],
+ * the contraction P = nseg * L, L = nb * sl, sl even (a block's pairs are pairs of the whole
  * contraction: its pairs are the copying path's, none spans a segment); plus: the block
  * partials are (+0) + chain (the data gradient's). B's column panels are packed once for
  * the whole contraction. Returns 0, or -1 (nothing written) when the shape does not fit
  * (the caller copies). */
-int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const qt_bf16 *a, int64_t sai,
-                          const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I, int64_t J,
-                          int64_t nseg, int64_t nb, int64_t sl, int plus)
+int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const float *orow, const qt_bf16 *a,
+                          int64_t sai, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
+                          int64_t J, int64_t nseg, int64_t nb, int64_t sl, int plus)
 {
     const int64_t L = nb * sl, P = nseg * L, nq = P / 2;
     if (sl < 2 || sl % 2 || nb < 2 || nb > (1 << QT_BM_CANON_LOG) || (nb & (nb - 1)) ||
@@ -560,17 +578,21 @@ int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const qt_bf16 *a, int64_t sai,
         qt_bm_i_pack_b(b + jc * sbj, sbp, sbj, nc, 0, nq, P);
         for (int64_t ir = 0; ir < I; ir += QT_BM_I_MR) {
             const int mr = (int)qt_bm_min(QT_BM_I_MR, I - ir);
+            float *rows[QT_BM_I_MR];
+            for (int i = 0; i < mr; i++)
+                rows[i] = c + (orow ? (int64_t)orow[ir + i] : ir + i) * ldc + jc;
             for (int64_t s = 0; s * QT_BM_I_NR < nc; s++) {
-                float *o = c + ir * ldc + jc + s * QT_BM_I_NR;
+                float *o[QT_BM_I_MR];
+                for (int i = 0; i < mr; i++) o[i] = rows[i] + s * QT_BM_I_NR;
                 const int64_t nr = nc - s * QT_BM_I_NR;
                 const qt_bf16 *ap = a + ir * sai;
                 const uint32_t *bp = qt_bm.ib + s * nq * QT_BM_I_NR;
-#define QT_BM_CASE(h) case h: qt_bm_c_tile(o, ldc, nr, ap, sai, bp, nseg, L, nb, sl, plus, h); break;
+#define QT_BM_CASE(h) case h: qt_bm_c_tile(o, nr, ap, sai, bp, nseg, L, nb, sl, plus, h); break;
                 switch (mr) {
                 QT_BM_CASE(1) QT_BM_CASE(2) QT_BM_CASE(3) QT_BM_CASE(4) QT_BM_CASE(5)
                 QT_BM_CASE(6) QT_BM_CASE(7) QT_BM_CASE(8) QT_BM_CASE(9) QT_BM_CASE(10)
                 QT_BM_CASE(11)
-                default: qt_bm_c_tile(o, ldc, nr, ap, sai, bp, nseg, L, nb, sl, plus, 12); break;
+                default: qt_bm_c_tile(o, nr, ap, sai, bp, nseg, L, nb, sl, plus, 12); break;
                 }
 #undef QT_BM_CASE
             }
@@ -579,11 +601,11 @@ int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const qt_bf16 *a, int64_t sai,
     return 0;
 }
 #else
-int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const qt_bf16 *a, int64_t sai,
-                          const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I, int64_t J,
-                          int64_t nseg, int64_t nb, int64_t sl, int plus)
+int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const float *orow, const qt_bf16 *a,
+                          int64_t sai, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
+                          int64_t J, int64_t nseg, int64_t nb, int64_t sl, int plus)
 {
-    (void)c, (void)ldc, (void)a, (void)sai, (void)b, (void)sbp, (void)sbj, (void)I, (void)J;
+    (void)c, (void)ldc, (void)orow, (void)a, (void)sai, (void)b, (void)sbp, (void)sbj, (void)I, (void)J;
     (void)nseg, (void)nb, (void)sl, (void)plus;
     return -1;
 }
@@ -807,18 +829,31 @@ static int qt_bm_run(int path, float *c, int64_t ldc, int fin, const qt_leaf_car
     }
 }
 
-/* fwd: C = y[M,N], A(m,k) = x[m*K + k], B(k,n) = w[n*K + k]. */
+/* fwd: C = y[M,N] (row stride ldy), A(m,k) = x[m*ldx + k], B(k,n) = w[n*K + k]. */
+int qt_bf16_matmul_fwd_ld_on(int path, float *y, int64_t ldy, const qt_bf16 *x, int64_t ldx,
+                             const qt_bf16 *w, int64_t M, int64_t N, int64_t K)
+{
+    return qt_bm_run(path, y, ldy, QT_BM_FIN_WRITE, 0, x, ldx, 1, w, 1, K, M, N, K);
+}
+
 int qt_bf16_matmul_fwd_on(int path, float *y, const qt_bf16 *x, const qt_bf16 *w, int64_t M,
                           int64_t N, int64_t K)
 {
-    return qt_bm_run(path, y, N, QT_BM_FIN_WRITE, 0, x, K, 1, w, 1, K, M, N, K);
+    return qt_bf16_matmul_fwd_ld_on(path, y, N, x, K, w, M, N, K);
 }
 
-/* bwd_data: C = dx[M,K], A(m,n) = dy[m*N + n], B(n,k) = w[n*K + k]. */
+/* bwd_data: C = dx[M,K] (row stride lddx), A(m,n) = dy[m*lddy + n], B(n,k) = w[n*K + k]. */
+int qt_bf16_matmul_bwd_data_ld_on(int path, float *dx, int64_t lddx, const qt_bf16 *dy,
+                                  int64_t lddy, const qt_bf16 *w, int64_t M, int64_t N,
+                                  int64_t K)
+{
+    return qt_bm_run(path, dx, lddx, QT_BM_FIN_ADD, 0, dy, lddy, 1, w, K, 1, M, K, N);
+}
+
 int qt_bf16_matmul_bwd_data_on(int path, float *dx, const qt_bf16 *dy, const qt_bf16 *w,
                                int64_t M, int64_t N, int64_t K)
 {
-    return qt_bm_run(path, dx, K, QT_BM_FIN_ADD, 0, dy, N, 1, w, K, 1, M, K, N);
+    return qt_bf16_matmul_bwd_data_ld_on(path, dx, K, dy, N, w, M, N, K);
 }
 
 /* wgrad: C = dw[N,K], A(n,m) = dy[m*N + n], B(m,k) = x[m*K + k]. */

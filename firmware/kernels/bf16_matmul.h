@@ -67,6 +67,14 @@ int qt_bf16_matmul_bwd_data_on(int path, float *dx, const qt_bf16 *dy, const qt_
                                int64_t M, int64_t N, int64_t K);
 int qt_bf16_matmul_wgrad_on(int path, float *dw, const qt_bf16 *dy, const qt_bf16 *x,
                             int64_t M, int64_t N, int64_t K);
+/* fwd and bwd_data with row strides (ld*: elements between rows, >= the row's width): the
+ * same chains and bits for every stride (the expert FFN pads gathered rows so that 12 rows
+ * of a tile never share one L1 set). */
+int qt_bf16_matmul_fwd_ld_on(int path, float *y, int64_t ldy, const qt_bf16 *x, int64_t ldx,
+                             const qt_bf16 *w, int64_t M, int64_t N, int64_t K);
+int qt_bf16_matmul_bwd_data_ld_on(int path, float *dx, int64_t lddx, const qt_bf16 *dy,
+                                  int64_t lddy, const qt_bf16 *w, int64_t M, int64_t N,
+                                  int64_t K);
 
 /* The weight gradient with the leaf-tree carry of qt_leaf_carry.h in its finish: instead of
  * the leaf dw = (+0) + chain (NaN 0x7fc00000), cy->dst[e] = add[n-1][e] + (... + (add[0][e] +
@@ -90,15 +98,16 @@ int qt_bf16_matmul_wgrad_carry_s_on(int path, const qt_leaf_carry *cy, const qt_
 int qt_bf16_matmul_wgrad_carry_stream(int64_t numel);
 
 /* The canonical blocked contraction of bf16_matmul_canon.h fused on the instruction path
- * (its implementation; not a public entry): C[I,J] (row stride ldc) = the pairwise tree over
+ * (its implementation; not a public entry): C[I,J] (row i at c + i*ldc, or with orow at
+ * c + orow[i]*ldc, orow the row numbers as floats) = the pairwise tree over
  * nb blocks of the block chains of A(i,p) = a[i*sai + p] and B(p,j) = b[p*sbp + j*sbj], the
  * contraction nseg segments of nb slices of sl; plus: block partials (+0) + chain (the data
  * gradient's). The copying path's bits. Returns 0, or -1 (nothing written) when the build
  * lacks the instruction or the shape is not handled (sl odd, nb not a power of two up to 64,
  * a contraction over 2^14 pairs). */
-int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const qt_bf16 *a, int64_t sai,
-                          const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I, int64_t J,
-                          int64_t nseg, int64_t nb, int64_t sl, int plus);
+int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const float *orow, const qt_bf16 *a,
+                          int64_t sai, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
+                          int64_t J, int64_t nseg, int64_t nb, int64_t sl, int plus);
 
 #ifdef __cplusplus
 }

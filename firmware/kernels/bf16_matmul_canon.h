@@ -61,6 +61,19 @@ int qt_bf16_matmul_canon_fwd_on(int path, float *out, const qt_bf16 *x, const qt
 int qt_bf16_matmul_canon_bwd_data_on(int path, float *out, const qt_bf16 *dy,
                                      const qt_bf16 *w, int64_t M, int64_t N, int64_t K,
                                      int64_t nseg, int64_t nb, float *scratch);
+/* The same with row strides and an optional row map: out row m at out + orow[m] * ldo
+ * (orow: row numbers as floats, exact below 2^24; NULL: out + m * ldo), the left operand's
+ * row m at x + m * ldx (dy + m * lddy); strides >= the rows' widths. The same bits for every
+ * stride and map (the expert FFN's padded gathered rows and its rows written in place).
+ * Scratch as above (with nb <= 1 and a map the rows are computed there, then placed). */
+int qt_bf16_matmul_canon_fwd_ld_on(int path, float *out, int64_t ldo, const float *orow,
+                                   const qt_bf16 *x, int64_t ldx, const qt_bf16 *w, int64_t M,
+                                   int64_t N, int64_t K, int64_t nseg, int64_t nb,
+                                   float *scratch);
+int qt_bf16_matmul_canon_bwd_data_ld_on(int path, float *out, int64_t ldo, const float *orow,
+                                        const qt_bf16 *dy, int64_t lddy, const qt_bf16 *w,
+                                        int64_t M, int64_t N, int64_t K, int64_t nseg,
+                                        int64_t nb, float *scratch);
 
 /* 1 when this build has bf16 path `path` (QT_BF16_PATH_*), else 0. */
 int qt_bf16_path_built(int path);

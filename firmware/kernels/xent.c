@@ -29,27 +29,36 @@ static inline qt_real qt_xent_row_exp(qt_real *g, qt_real *sum, const qt_real *l
     return m + QT_LOG(s);
 }
 
+/* Rows [0, R) (t increasing) onto the running loss sum *acc: qt_xent's row loop. */
+void QT_FN(qt_xent_chain)(qt_real *acc, qt_real *dlogits, const qt_real *logits,
+                          const int32_t *targets, int64_t R, int64_t V)
+{
+    qt_real a = *acc;
+    for (int64_t t = 0; t < R; t++) {
+        const qt_real *l = logits + t * V;
+        qt_real *g = dlogits + t * V;
+        qt_real sum;
+        qt_real lse = qt_xent_row_exp(g, &sum, l, V);
+        qt_real inv = QT_R(1.0) / sum;
+        for (int64_t v = 0; v < V; v++) g[v] = g[v] * inv;
+        int64_t tg = targets[t];
+        if (tg >= 0 && tg < V) {
+            g[tg] = g[tg] - QT_R(1.0);
+            a = a + (lse - l[tg]);
+        } else { /* no target (a packed document's last token): no loss, no gradient */
+            for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
+        }
+    }
+    *acc = a;
+}
+
 void QT_FN(qt_xent)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
                     const int32_t *targets, int64_t b, int64_t S, int64_t V)
 {
     for (int64_t s = 0; s < b; s++) {
         qt_real acc = 0;
-        for (int64_t tt = 0; tt < S; tt++) {
-            int64_t t = s * S + tt;
-            const qt_real *l = logits + t * V;
-            qt_real *g = dlogits + t * V;
-            qt_real sum;
-            qt_real lse = qt_xent_row_exp(g, &sum, l, V);
-            qt_real inv = QT_R(1.0) / sum;
-            for (int64_t v = 0; v < V; v++) g[v] = g[v] * inv;
-            int64_t tg = targets[t];
-            if (tg >= 0 && tg < V) {
-                g[tg] = g[tg] - QT_R(1.0);
-                acc = acc + (lse - l[tg]);
-            } else { /* no target (a packed document's last token): no loss, no gradient */
-                for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
-            }
-        }
+        QT_FN(qt_xent_chain)(&acc, dlogits + s * S * V, logits + s * S * V, targets + s * S, S,
+                             V);
         loss_seq[s] = acc;
     }
 }
@@ -59,31 +68,42 @@ void QT_FN(qt_xent)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
  * l[target]) + zt; dlogits[t, v] = (exp(l_v - m) * (1/sum)) * (1 + 2 z lse) - [v ==
  * target]. A row without a target has no loss, no z term and a zero gradient row (MaxText
  * masks both). z_seq[s] = sum over the rows of sequence s (t increasing) of zt. */
+/* Rows [0, R) onto the running sums *acc (loss) and *zacc (z terms): qt_xent_z's row loop. */
+void QT_FN(qt_xent_z_chain)(qt_real *acc, qt_real *zacc, qt_real *dlogits,
+                            const qt_real *logits, const int32_t *targets, int64_t R,
+                            int64_t V, qt_real z)
+{
+    qt_real a = *acc, za = *zacc;
+    for (int64_t t = 0; t < R; t++) {
+        const qt_real *l = logits + t * V;
+        qt_real *g = dlogits + t * V;
+        qt_real sum;
+        const qt_real lse = qt_xent_row_exp(g, &sum, l, V);
+        const qt_real inv = QT_R(1.0) / sum;
+        const qt_real c = QT_R(1.0) + QT_R(2.0) * z * lse;
+        int64_t tg = targets[t];
+        if (tg >= 0 && tg < V) {
+            for (int64_t v = 0; v < V; v++) g[v] = (g[v] * inv) * c;
+            g[tg] = g[tg] - QT_R(1.0);
+            const qt_real zt = z * lse * lse;
+            a = a + ((lse - l[tg]) + zt);
+            za = za + zt;
+        } else {
+            for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
+        }
+    }
+    *acc = a;
+    *zacc = za;
+}
+
 void QT_FN(qt_xent_z)(qt_real *loss_seq, qt_real *z_seq, qt_real *dlogits,
                       const qt_real *logits, const int32_t *targets, int64_t b, int64_t S,
                       int64_t V, qt_real z)
 {
     for (int64_t s = 0; s < b; s++) {
         qt_real acc = 0, zacc = 0;
-        for (int64_t tt = 0; tt < S; tt++) {
-            int64_t t = s * S + tt;
-            const qt_real *l = logits + t * V;
-            qt_real *g = dlogits + t * V;
-            qt_real sum;
-            const qt_real lse = qt_xent_row_exp(g, &sum, l, V);
-            const qt_real inv = QT_R(1.0) / sum;
-            const qt_real c = QT_R(1.0) + QT_R(2.0) * z * lse;
-            int64_t tg = targets[t];
-            if (tg >= 0 && tg < V) {
-                for (int64_t v = 0; v < V; v++) g[v] = (g[v] * inv) * c;
-                g[tg] = g[tg] - QT_R(1.0);
-                const qt_real zt = z * lse * lse;
-                acc = acc + ((lse - l[tg]) + zt);
-                zacc = zacc + zt;
-            } else {
-                for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
-            }
-        }
+        QT_FN(qt_xent_z_chain)(&acc, &zacc, dlogits + s * S * V, logits + s * S * V,
+                               targets + s * S, S, V, z);
         loss_seq[s] = acc;
         z_seq[s] = zacc;
     }

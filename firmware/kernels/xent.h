@@ -22,6 +22,19 @@ void qt_xent(float *loss_seq, float *dlogits, const float *logits, const int32_t
 void qt_xent_f64(double *loss_seq, double *dlogits, const double *logits,
                  const int32_t *targets, int64_t b, int64_t S, int64_t V);
 
+/* The row loops of qt_xent and qt_xent_z on R rows (t increasing), continuing the running
+ * sums *acc (and *zacc: the z terms) instead of starting them at 0, so a sequence's rows can
+ * be fed in consecutive blocks with the bits of one call (qt_xent is these from acc = 0 over
+ * the sequence's S rows). Writes dlogits[R, V]; reads logits, targets[R]. */
+void qt_xent_chain(float *acc, float *dlogits, const float *logits, const int32_t *targets,
+                   int64_t R, int64_t V);
+void qt_xent_chain_f64(double *acc, double *dlogits, const double *logits,
+                       const int32_t *targets, int64_t R, int64_t V);
+void qt_xent_z_chain(float *acc, float *zacc, float *dlogits, const float *logits,
+                     const int32_t *targets, int64_t R, int64_t V, float z);
+void qt_xent_z_chain_f64(double *acc, double *zacc, double *dlogits, const double *logits,
+                         const int32_t *targets, int64_t R, int64_t V, double z);
+
 /* MaxText's z-loss (z_loss_multiplier z != 0; issue 33), the plain form only: as qt_xent
  * with loss_t = lse - l[target] + z lse^2 and dlogits[t, v] = softmax_v (1 + 2 z lse) -
  * [v == target] (T5X's cross_entropy_with_logits); rows without a target add nothing.

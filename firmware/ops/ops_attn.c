@@ -10,6 +10,7 @@
  * (qt_plan_positions) restart the rotation and the causal window at every document.
  */
 #include "qt_op_fns.h"
+#include "qt_ops_bf16.h"
 #include "../kernels/rope.h"
 #include "../kernels/attention.h"
 
@@ -27,6 +28,10 @@ void qt_op_rope_table(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_rope_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_rope_fwd(op, ctx);
+        return;
+    }
     qt_rope_fwd_pos(qt_f32(ctx, QT_T(op, ROPE_FWD, y)), qt_f32(ctx, QT_T(op, ROPE_FWD, x)),
                 qt_f32(ctx, QT_T(op, ROPE_FWD, table)), qt_plan_positions(ctx), QT_A(op, ROPE_FWD, b),
                 QT_A(op, ROPE_FWD, S), QT_A(op, ROPE_FWD, H), QT_A(op, ROPE_FWD, hd),
@@ -35,6 +40,10 @@ void qt_op_rope_fwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_rope_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_rope_bwd(op, ctx);
+        return;
+    }
     qt_rope_bwd_pos(qt_f32(ctx, QT_T(op, ROPE_BWD, dx)), qt_f32(ctx, QT_T(op, ROPE_BWD, dy)),
                 qt_f32(ctx, QT_T(op, ROPE_BWD, table)), qt_plan_positions(ctx), QT_A(op, ROPE_BWD, b),
                 QT_A(op, ROPE_BWD, S), QT_A(op, ROPE_BWD, H), QT_A(op, ROPE_BWD, hd),
@@ -43,6 +52,10 @@ void qt_op_rope_bwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_attn_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_attn_fwd(op, ctx);
+        return;
+    }
     const int64_t S = QT_A(op, ATTN_FWD, S);
     const int32_t ts = QT_T(op, ATTN_FWD, scratch);
     float *scratch = 0;
@@ -60,6 +73,10 @@ void qt_op_attn_fwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_attn_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_attn_bwd(op, ctx);
+        return;
+    }
     qt_attn_bwd_docs(qt_f32(ctx, QT_T(op, ATTN_BWD, dq)), qt_f32(ctx, QT_T(op, ATTN_BWD, dk)),
                   qt_f32(ctx, QT_T(op, ATTN_BWD, dv)), qt_f32(ctx, QT_T(op, ATTN_BWD, dout)),
                   qt_f32(ctx, QT_T(op, ATTN_BWD, q)), qt_f32(ctx, QT_T(op, ATTN_BWD, k)),

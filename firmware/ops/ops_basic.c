@@ -320,6 +320,10 @@ static void qt_op_xent_rows(const qt_ctx *ctx, float *loss_seq, float *z_seq, fl
  * multiplier (0: no z term; else t5 z_seq, the per-sequence z sums, plain or blocked). */
 void qt_op_xent(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_xent(op, ctx);
+        return;
+    }
     const int64_t nb = QT_A(op, XENT, nb);
     const float z = op->f[0];
     qt_op_xent_rows(ctx, qt_f32(ctx, QT_T(op, XENT, loss_seq)),

@@ -2,7 +2,8 @@
  * ADD, ACC, SWIGLU_FWD / BWD, SIGMOID_GATE_FWD / BWD, RMSNORM_FWD / BWD / WGRAD,
  * GATED_RMSNORM_FWD / BWD / WGRAD, MOE_COMBINE_FWD / BWD, and by whole sequences the GDN
  * short conv (GDN_CONV_FWD / BWD / WGRAD) and the delta rule (GDN_CORE_FWD / BWD)
- * (docs/precision.md, "Executing bf16 plans", pattern (B)).
+ * (docs/precision.md, "Executing bf16 plans", pattern (B)); the other kinds' forms are in
+ * ops_bf16_seq.c, the block machinery in ops_bf16_blocks.c (qt_r16.h).
  *
  * Shape: the op's rows (tokens, or runs of elements) go in blocks of about QT_R16_BLOCK
  * floats per slot. For each block, every bf16 slot's rows are widened (exact) into a buffer
@@ -30,8 +31,7 @@
  * tensor in two slots, or a region too small for the blocks, runs through the boundary
  * (the same bits). No state, no heap, no VLAs.
  */
-#include <string.h>
-#include "qt_ops_bf16.h"
+#include "qt_r16.h"
 #include "kernels/bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/gated_rmsnorm.h"
@@ -40,145 +40,6 @@
 #include "kernels/gdn_core.h"
 #include "kernels/moe_combine.h"
 #include "kernels/rmsnorm.h"
-
-/* Floats per slot and block (a few blocks stay in L1/L2 while the kernel runs). */
-#define QT_R16_BLOCK 2048
-#define QT_R16_MAX 8
-
-/* One slot of a row-block op: rows of n values, row r at element off + r*s of tensor id. */
-typedef struct {
-    int32_t id;
-    int64_t off, n, s;
-    int rd, wr;  /* the kernel reads the slot / writes (or accumulates into) it */
-    int fixed;   /* one row for the whole op (a norm's weight): loaded once */
-    float *buf;  /* the block's rows packed n apart, or NULL (fp32, contiguous: in place) */
-} qt_r16_slot;
-
-typedef struct {
-    const qt_ctx *ctx;
-    int ns;
-    qt_r16_slot sl[QT_R16_MAX];
-} qt_r16;
-
-static int64_t qt_r16_up16(int64_t n)
-{
-    return (n + 15) / 16 * 16;
-}
-
-static qt_r16_slot *qt_r16_add(qt_r16 *b, int32_t id, int64_t off, int64_t n, int64_t s, int rd,
-                               int wr)
-{
-    qt_r16_slot *x = &b->sl[b->ns++];
-    x->id = id;
-    x->off = off;
-    x->n = n;
-    x->s = s;
-    x->rd = rd;
-    x->wr = wr;
-    x->fixed = 0;
-    x->buf = 0;
-    return x;
-}
-
-/* Takes the buffers for blocks of up to rows rows: 0, or -1 when an op's tensor appears in
- * two slots or the staging region cannot hold them (the caller then runs the boundary). */
-static int qt_r16_plan(qt_r16 *b, int64_t rows)
-{
-    const qt_plan *p = b->ctx->plan;
-    for (int i = 0; i < b->ns; i++)
-        for (int j = 0; j < i; j++)
-            if (b->sl[i].id == b->sl[j].id) return -1;
-    float *at = qt_op_bf16_stage(b->ctx);
-    int64_t left = p->bf16_stage_elems;
-    for (int i = 0; i < b->ns; i++) {
-        qt_r16_slot *x = &b->sl[i];
-        if (!qt_is_b16(b->ctx, x->id) && (x->s == x->n || rows == 1 || x->fixed)) continue;
-        const int64_t need = qt_r16_up16((x->fixed ? 1 : rows) * x->n);
-        if (need > left) return -1;
-        x->buf = at;
-        at += need;
-        left -= need;
-    }
-    return 0;
-}
-
-/* Rows per block for slots of the given widest row (at least 1, at most R). */
-static int64_t qt_r16_rows(int64_t widest, int64_t R)
-{
-    int64_t rows = widest > 0 ? QT_R16_BLOCK / widest : R;
-    if (rows < 1) rows = 1;
-    return rows < R ? rows : (R > 0 ? R : 1);
-}
-
-/* The block of rows [r0, r0 + nr) of slot x as fp32 rows n apart (loaded when read). */
-static float *qt_r16_get(const qt_r16 *b, const qt_r16_slot *x, int64_t r0, int64_t nr)
-{
-    const qt_ctx *ctx = b->ctx;
-    if (!x->buf) return qt_f32(ctx, x->id) + x->off + r0 * x->s;
-    if (!x->rd) return x->buf;
-    const int64_t per = x->s == x->n ? nr : 1; /* contiguous rows: one conversion */
-    for (int64_t r = 0; r < nr; r += per) {
-        const int64_t at = x->off + (r0 + r) * x->s;
-        if (qt_is_b16(ctx, x->id))
-            qt_f32_from_bf16_n(x->buf + r * x->n, qt_b16(ctx, x->id) + at, per * x->n);
-        else
-            memcpy(x->buf + r * x->n, qt_f32(ctx, x->id) + at, (size_t)(per * x->n) * sizeof(float));
-    }
-    return x->buf;
-}
-
-/* Stores the block of a written slot back (rounded when bf16). */
-static void qt_r16_put(const qt_r16 *b, const qt_r16_slot *x, int64_t r0, int64_t nr)
-{
-    const qt_ctx *ctx = b->ctx;
-    if (!x->buf || !x->wr) return;
-    const int64_t per = x->s == x->n ? nr : 1;
-    for (int64_t r = 0; r < nr; r += per) {
-        const int64_t at = x->off + (r0 + r) * x->s;
-        if (qt_is_b16(ctx, x->id)) qt_bf16_from_f32_n(qt_b16(ctx, x->id) + at, x->buf + r * x->n, per * x->n);
-        else memcpy(qt_f32(ctx, x->id) + at, x->buf + r * x->n, (size_t)(per * x->n) * sizeof(float));
-    }
-}
-
-/* A norm's weight: n values read once. */
-static qt_r16_slot *qt_r16_weight(qt_r16 *b, int32_t id, int64_t n)
-{
-    qt_r16_slot *x = qt_r16_add(b, id, 0, n, n, 1, 0);
-    x->fixed = 1;
-    return x;
-}
-
-static void qt_r16_boundary(const qt_op *op, const qt_ctx *ctx)
-{
-    ctx->bf16_boundary(op, ctx);
-}
-
-/* qt_r16_plan, or, when it cannot take the buffers, the op run through the boundary:
- * nonzero then (the caller returns). */
-static int qt_r16_start(qt_r16 *b, const qt_op *op, int64_t rows)
-{
-    if (!qt_r16_plan(b, rows)) return 0;
-    qt_r16_boundary(op, b->ctx);
-    return 1;
-}
-
-/* Stores the block of every written slot back (qt_r16_put; the slots are distinct tensors,
- * so the order does not matter). */
-static void qt_r16_put_all(const qt_r16 *b, int64_t r0, int64_t nr)
-{
-    for (int i = 0; i < b->ns; i++) qt_r16_put(b, &b->sl[i], r0, nr);
-}
-
-static void qt_r16_boundary_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq,
-                                  float *const dw[2])
-{
-    ctx->bf16_boundary_wgrad(op, ctx, seq, dw);
-}
-
-static int64_t qt_r16_min(int64_t a, int64_t b)
-{
-    return a < b ? a : b;
-}
 
 /* ------------------------------------------------------------------ elementwise */
 
@@ -192,11 +53,16 @@ static void qt_r16_span(qt_r16 *b, int64_t e0, int64_t m)
     }
 }
 
-#define QT_R16_G(i, r0, nr) qt_r16_get(&b, &b.sl[i], r0, nr)
-
+/* ADD and ACC with every slot bf16: one pass (qt_bf16_add_n / _acc_n: the same add and
+ * rounding per element); an fp32 slot takes the row blocks. */
 void qt_op16_add(const qt_op *op, const qt_ctx *ctx)
 {
+    const int32_t y = QT_T(op, ADD, y), a = QT_T(op, ADD, a), c = QT_T(op, ADD, b);
     const int64_t n = QT_A(op, ADD, n), w = qt_r16_min(n, QT_R16_BLOCK);
+    if (qt_is_b16(ctx, y) && qt_is_b16(ctx, a) && qt_is_b16(ctx, c)) {
+        qt_bf16_add_n(qt_b16(ctx, y), qt_b16(ctx, a), qt_b16(ctx, c), n);
+        return;
+    }
     qt_r16 b = {ctx, 0, {{0}}};
     qt_r16_add(&b, QT_T(op, ADD, y), 0, w, w, 0, 1);
     qt_r16_add(&b, QT_T(op, ADD, a), 0, w, w, 1, 0);
@@ -212,7 +78,12 @@ void qt_op16_add(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op16_acc(const qt_op *op, const qt_ctx *ctx)
 {
+    const int32_t d = QT_T(op, ACC, dst), src = QT_T(op, ACC, src);
     const int64_t n = QT_A(op, ACC, n), w = qt_r16_min(n, QT_R16_BLOCK);
+    if (qt_is_b16(ctx, d) && qt_is_b16(ctx, src)) {
+        qt_bf16_acc_n(qt_b16(ctx, d), qt_b16(ctx, src), n);
+        return;
+    }
     qt_r16 b = {ctx, 0, {{0}}};
     qt_r16_add(&b, QT_T(op, ACC, dst), 0, w, w, 1, 1);
     qt_r16_add(&b, QT_T(op, ACC, src), 0, w, w, 1, 0);
@@ -528,21 +399,6 @@ void qt_op16_moe_combine_bwd(const qt_op *op, const qt_ctx *ctx)
 static int64_t qt_r16_conv_channels(int64_t hk, int64_t dk, int64_t hv, int64_t dv)
 {
     return 2 * hk * dk + hv * dv;
-}
-
-/* A per-sequence slot: w values per sequence (the kernel's layout, qt_ops.def); a tensor
- * holding fewer than nseq * w is refused (*bad set: the op then runs through the boundary). */
-static qt_r16_slot *qt_r16_seq(qt_r16 *b, int32_t id, int64_t nseq, int64_t w, int rd, int wr,
-                               int *bad)
-{
-    if (b->ctx->plan->tensors[id].numel < nseq * w) *bad = 1;
-    return qt_r16_add(b, id, 0, w, w, rd, wr);
-}
-
-static const int32_t *qt_r16_pos(const qt_ctx *ctx, int64_t s, int64_t S)
-{
-    const int32_t *pos = qt_plan_positions(ctx);
-    return pos ? pos + s * S : 0;
 }
 
 void qt_op16_gdn_conv_fwd(const qt_op *op, const qt_ctx *ctx)

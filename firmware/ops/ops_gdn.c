@@ -86,6 +86,10 @@ void qt_op_gdn_conv_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t leaf, floa
 /* gates: a0 T, a1 Hk, a2 Hv (a3 S for WGRAD) */
 void qt_op_gdn_gates_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gdn_gates_fwd(op, ctx);
+        return;
+    }
     qt_gdn_gates_fwd(
         qt_f32(ctx, QT_T(op, GDN_GATES_FWD, beta)), qt_f32(ctx, QT_T(op, GDN_GATES_FWD, g)),
         qt_f32(ctx, QT_T(op, GDN_GATES_FWD, ba)), qt_f32(ctx, QT_T(op, GDN_GATES_FWD, A_log)),
@@ -95,6 +99,10 @@ void qt_op_gdn_gates_fwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_gdn_gates_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gdn_gates_bwd(op, ctx);
+        return;
+    }
     qt_gdn_gates_bwd(
         qt_f32(ctx, QT_T(op, GDN_GATES_BWD, dba)), qt_f32(ctx, QT_T(op, GDN_GATES_BWD, dbeta)),
         qt_f32(ctx, QT_T(op, GDN_GATES_BWD, dg)), qt_f32(ctx, QT_T(op, GDN_GATES_BWD, ba)),
@@ -104,6 +112,10 @@ void qt_op_gdn_gates_bwd(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_gdn_gates_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_gdn_gates_wgrad(op, ctx, seq, dw);
+        return;
+    }
     int64_t S = QT_A(op, GDN_GATES_WGRAD, S), hv = QT_A(op, GDN_GATES_WGRAD, Hv);
     /* slots: t0 dg, t1 ba, t2 A_log (dw[0]), t3 dt_bias (dw[1]) */
     qt_gdn_gates_wgrad(dw[0], dw[1], qt_f32(ctx, QT_T(op, GDN_GATES_WGRAD, dg)) + seq * S * hv,

@@ -78,6 +78,10 @@ static int qt_moe_lb_ctx_fwd(const qt_op *op, const qt_ctx *ctx, float *lb)
  * and the term is formed from the group's combined statistics (qt_moe_lb_ctx_fwd). */
 void qt_op_moe_route_fwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_moe_route_fwd(op, ctx);
+        return;
+    }
     float *lb = QT_T(op, MOE_ROUTE_FWD, lb_seq) != QT_NONE
                     ? qt_f32(ctx, QT_T(op, MOE_ROUTE_FWD, lb_seq))
                     : 0;
@@ -96,6 +100,10 @@ void qt_op_moe_route_fwd(const qt_op *op, const qt_ctx *ctx)
  * whole sequence's counts: the kernel's order (routing rows first, then the term). */
 void qt_op_moe_route_bwd(const qt_op *op, const qt_ctx *ctx)
 {
+    if (qt_op_native16(ctx)) {
+        qt_op16_moe_route_bwd(op, ctx);
+        return;
+    }
     const int split = op->f[0] != 0.0f && QT_A(op, MOE_ROUTE_BWD, ctx) > 1;
     float *dl = qt_f32(ctx, QT_T(op, MOE_ROUTE_BWD, dlogits));
     const float *logits = qt_f32(ctx, QT_T(op, MOE_ROUTE_BWD, logits));

@@ -1,4 +1,5 @@
-/* qt_ops_bf16.h - native bf16 wrappers and their helpers (ops_bf16.c, ops_ep.c, ops_moe.c):
+/* qt_ops_bf16.h - native bf16 wrappers and their helpers (ops_bf16.c, ops_ep.c, ops_moe.c,
+ * ops_bf16_rows.c, ops_bf16_seq.c):
  * what the QT_OPP_BF16 kinds' wrappers call in a bf16 plan (docs/precision.md, "Executing
  * bf16 plans"). Same op records and slots as the fp32 wrappers (qt_ops.def), bf16 storage
  * where the row's "bf16 plans" line says so.
@@ -66,6 +67,20 @@ void qt_op16_gdn_conv_bwd(const qt_op *op, const qt_ctx *ctx);
 void qt_op16_gdn_conv_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t leaf, float *const dw[2]);
 void qt_op16_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx);
 void qt_op16_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx);
+
+/* ops_bf16_seq.c: the GDN gates and the rotary embedding in token blocks, attention and
+ * the router by whole sequences, the cross entropy in row blocks with each sequence's sums
+ * continued (what needs exchanges or vocabulary blocks runs through the boundary). */
+void qt_op16_gdn_gates_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_gdn_gates_bwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_gdn_gates_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2]);
+void qt_op16_rope_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_rope_bwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_attn_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_attn_bwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_moe_route_fwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_moe_route_bwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_xent(const qt_op *op, const qt_ctx *ctx);
 
 #ifdef __cplusplus
 }

@@ -187,8 +187,8 @@ check "aot: the seed's guard case (qwen3-next-80b-a3b 4 layers, DP64 x context 2
 # (4096) rows and the checkpoint staging to a window: 16384 and 32768 tokens now fit with
 # context 8 (60132 / 94098 MiB), 16384 without (62238); 65536 needs 149830 MiB, of which
 # 136419 activations: the dispatched rows themselves ([Rmax, d] received rows, their
-# gradients, gu and d(gu): 32 GiB per [Rmax, d] buffer at Rmax = 4194304), which chunked
-# dispatch rounds would bound (docs/plan.md).
+# gradients, gu and d(gu): 32 GiB per [Rmax, d] buffer at Rmax = 4194304), which the expert
+# dispatch in rounds bounds (issue 35, below: 41544 MiB).
 check "aot: qwen3-next-80b-a3b v5p-512 context 8 x FSDP 4 x EP 8 at 8192 tokens: fits 95 GiB and compiles" \
   aot_case aot-next80-v5p512-cp8-8k fits
 check "aot: qwen3-next-80b-a3b v5p-512 FSDP 32 x EP 8 at 8192 tokens (no context axis): fits 95 GiB and compiles" \
@@ -197,8 +197,30 @@ check "aot: qwen3-next-80b-a3b v5p-512 context 8 x FSDP 4 x EP 8 at 32768 tokens
   aot_case aot-next80-v5p512-cp8-8k fits next80-cp8-32k max_target_length=32768 run_name=next80-cp8-32k
 check "aot: qwen3-next-80b-a3b v5p-512 FSDP 32 x EP 8 at 16384 tokens (no context axis): fits 95 GiB (62238 MiB) and compiles" \
   aot_case aot-next80-v5p512-8k fits next80-16k max_target_length=16384 run_name=next80-16k
-check "aot: qwen3-next-80b-a3b v5p-512 context 8 at 65536 tokens: over budget (the experts' dropless worst-case buffers)" \
-  aot_case aot-next80-v5p512-cp8-64k "needs 149830.0 MiB per rank, over the budget of 97280.0 MiB by 52550.0 MiB; biggest consumers: activations (peak) 136418.6 MiB"
+check "aot: qwen3-next-80b-a3b v5p-512 context 8 at 65536 tokens, whole dispatch: over budget (the experts' dropless worst-case buffers)" \
+  aot_case aot-next80-v5p512-cp8-64k "needs 149830.0 MiB per rank, over the budget of 97280.0 MiB by 52550.0 MiB; biggest consumers: activations (peak) 136418.6 MiB" \
+  next80-cp8-64k-whole expert_dispatch=whole expert_chunk_rows=4096 run_name=next80-cp8-64k-whole
+# Issue 35: the same case as committed (tests/aot/aot-next80-v5p512-cp8-64k.yml: 8192 tokens
+# per chip, context 8 x fsdp 4 x expert 8, per_device_batch_size 0.125) with the expert
+# dispatch in rounds of expert_chunk_rows = 65536 host rows (a leaf's worst case: 8192 tokens
+# x min(k 10, 8 experts per rank)) instead of the dropless worst case of 4194304: the host's
+# buffers hold one round (0.5 GiB per [R, d] buffer instead of 32), gu and d(gu) recomputed
+# per round. Per rank (MiB): 13626 compute copy + 10508 gradient tree + 2374 Adam + 14665
+# activations (136419 with the whole dispatch) + 96 leaf scratch + 17 comm scratch +
+# staging = 41544 MiB (42.7%; whole: 149830, over).
+aot_rounds_64k() {
+  aot_case aot-next80-v5p512-cp8-64k fits || return 1
+  local p=$AOT_OUT/aot-next80-v5p512-cp8-64k/aot-next80-v5p512-cp8-64k/plan.txt
+  grep "moe dispatch:" "$p"
+  grep -q "^  moe dispatch: rounds of 65536 host rows (expert_dispatch=rounds, expert_chunk_rows) instead of buffers for the dropless worst case 4194304 (1.56%)" "$p" &&
+    grep -qi "moe_rounds_wgrad" "$p" && ! grep -qi "moe_dispatch_fwd" "$p" ||
+    { echo "plan.txt lacks the rounds (or still dispatches whole)"; return 1; }
+  grep -qE "^  activations \(peak\) +[0-9]+ bytes +14664\.908 MiB" "$p" &&
+    grep -qE "^  arena \(2 MiB rounded\) +[0-9]+ bytes +41544\.000 MiB" "$p" ||
+    { echo "expected 14664.908 MiB of activations and a 41544 MiB arena"; return 1; }
+}
+check "aot: qwen3-next-80b-a3b v5p-512 context 8 x FSDP 4 x EP 8 at 65536 tokens, expert dispatch in rounds: fits 95 GiB and compiles" \
+  aot_rounds_64k
 # sparse_matmul: false (issue 32): the seed's refusal is lifted. Its old 4-layer DP128 case
 # (no ZeRO-1, Adam replicated on every rank) now plans and is refused for memory alone, as
 # its sparse twin would be: 117798 MiB, 55008 of them Adam.
@@ -217,8 +239,26 @@ check "aot: the seed's dense-guard case with capacity_factor 1.25 fits (59898 Mi
 # tokens the dropless plan needs 112858 MiB (the experts' worst-case buffers: Rmax 2621440
 # rows per host), capacity_factor 1.25 holds 409600 (15.6%) and fits in 64404 MiB; at 65536
 # tokens 214280 -> 112108 MiB (still over: the per-token activations without a context axis).
-check "aot: 80B FSDP32 x EP8 at 32768 tokens, dropless: over budget (the experts' worst-case buffers)" \
-  aot_case aot-next80-v5p512-8k "needs 112858.0 MiB per rank" next80-32k max_target_length=32768 run_name=next80-32k
+check "aot: 80B FSDP32 x EP8 at 32768 tokens, dropless, whole dispatch: over budget (the experts' worst-case buffers)" \
+  aot_case aot-next80-v5p512-8k "needs 112858.0 MiB per rank" next80-32k expert_dispatch=whole max_target_length=32768 run_name=next80-32k
+# expert_dispatch auto (the default, issue 35): a plan whose whole dispatch is over the budget
+# is planned with the dispatch in rounds of max(expert_chunk_rows, a leaf's worst case) rows
+# when it can: the 80B at 32768 tokens on FSDP 32 x EP 8 (rounds of 327680 = 32768 tokens x
+# min(k 10, 64 experts per rank) rows; the worst case 2621440) fits in 64404 MiB, and at 65536
+# tokens on context 8 (rounds of 65536 rows, the FFN in chunks of 4096) in 39590 MiB.
+aot_rounds_auto() {
+  local name=$1 run=$2 rows=$3 mib=$4; shift 4
+  aot_case "$name" fits "$run" "$@" run_name="$run" || return 1
+  local p=$AOT_OUT/$run/$run/plan.txt
+  grep "moe dispatch:" "$p"
+  grep -q "^  moe dispatch: rounds of $rows host rows (expert_dispatch=auto: the whole dispatch is over the budget)" "$p" &&
+    grep -qE "^  arena \(2 MiB rounded\) +[0-9]+ bytes +$mib\.000 MiB" "$p" ||
+    { echo "expected rounds of $rows rows and a $mib MiB arena"; return 1; }
+}
+check "aot: expert_dispatch auto: 80B FSDP32 x EP8 at 32768 tokens takes rounds (whole is over): fits (64404 MiB) and compiles" \
+  aot_rounds_auto aot-next80-v5p512-8k next80-32k-auto 327680 64404 max_target_length=32768
+check "aot: expert_dispatch auto: 80B CP8 x FSDP4 x EP8 at 65536 tokens, expert_chunk_rows 4096, takes rounds of 65536: fits (39590 MiB) and compiles" \
+  aot_rounds_auto aot-next80-v5p512-cp8-64k next80-cp8-64k-auto 65536 39590 expert_dispatch=auto expert_chunk_rows=4096
 check "aot: 80B FSDP32 x EP8 at 32768 tokens, sparse_matmul false + capacity_factor 1.25: fits (64404 MiB) and compiles" \
   aot_case aot-next80-v5p512-8k fits next80-32k-cf125 max_target_length=32768 sparse_matmul=false capacity_factor=1.25 run_name=next80-32k-cf125
 # With a context axis (token dropping continues each block's queues from the earlier blocks'
@@ -226,7 +266,7 @@ check "aot: 80B FSDP32 x EP8 at 32768 tokens, sparse_matmul false + capacity_fac
 # the experts' worst-case received rows), fits with capacity_factor 1.25 (C = 1600; a host
 # holds 819200 rows per layer instead of 4194304): 57572 MiB.
 check "aot: 80B CP8 x FSDP4 x EP8 at 65536 tokens, sparse_matmul false + capacity_factor 1.25: fits (57572 MiB) and compiles" \
-  aot_case aot-next80-v5p512-cp8-64k fits next80-cp8-64k-cf125 sparse_matmul=false capacity_factor=1.25 run_name=next80-cp8-64k-cf125
+  aot_case aot-next80-v5p512-cp8-64k fits next80-cp8-64k-cf125 sparse_matmul=false capacity_factor=1.25 expert_dispatch=whole expert_chunk_rows=4096 run_name=next80-cp8-64k-cf125
 
 # The same cases in bf16 (dtype=bfloat16, docs/precision.md: activations, matmul operands
 # and the gathered compute copy in bf16; fp32 master blocks, Adam, gradient trees, loss,

@@ -18,7 +18,9 @@
  *               definition; QT_E_PLAN with less than R-1 floats of scratch); all-gather; broadcast
  *               from every root; uint64/int64 sums; all-to-all counts and v with uneven
  *               counts including zeros (gaps between blocks must stay untouched); the
- *               fixed-size all-to-all and its refusals; plan check with equal hashes; the
+ *               fixed-size all-to-all and its refusals; the expert dispatch in rounds
+ *               (check_ep_rounds: counts, rounds, rows to hosts and home against the
+ *               whole dispatch's order, a too-large leaf refused); plan check with equal hashes; the
  *               context exchange ops (as --ctx). Every rank's failures are summed; exit 0
  *               iff none.
  *   --p2p S     the pipeline's point-to-point messages on S stages (run_p2p): pairing,
@@ -54,6 +56,8 @@
 #include "comm/qt_coll.h"
 #include "qt_ops.h"
 #include "parallel/cp_pack.h"
+#include "parallel/ep_rounds.h"
+#include "ops/qt_ep_rounds.h"
 #include "kernels/bf16.h"
 #include "runtime/qt_tree.h"
 
@@ -839,6 +843,102 @@ static void check_split(unsigned mask, const int *members, int R, int idx)
     }
 }
 
+/* The expert dispatch in rounds (ops/qt_ep_rounds.h; issue 35): every member routes T = b*S
+ * tokens of k slots to experts of the group (E = 2 per member, some slots -1), exchanges
+ * the counts, walks rounds of R rows (R = the largest leaf, so several rounds whenever a host
+ * holds more) and moves each round's rows to their hosts and back. Checked against the
+ * whole dispatch's definition written out here (every rank regenerates every member's
+ * routing): each round brings the host the next rows of its whole order (member, block, t,
+ * slot) with their local expert ids, every row comes home to its (t, slot) place, and a
+ * leaf larger than the rounds is refused (QT_E_PLAN) on every member alike. */
+static int32_t epr_expert(int rank, int64_t r, int64_t E)
+{
+    const uint32_t h = (uint32_t)pat(rank, r, 90) * 2654435761u + (uint32_t)pat(rank, r, 91);
+    return (h % 5u) == 0 ? -1 : (int32_t)(h % (uint32_t)E);
+}
+
+static void check_ep_rounds(unsigned mask, const int *members, int M, int me)
+{
+    enum { B = 3, S = 5, K = 2, EL = 2, D = 3 };
+    const int64_t T = B * S, E = (int64_t)M * EL, rb = D * (int64_t)sizeof(float);
+    int64_t *G = xmalloc((size_t)(M * M * B) * 8);
+    qt_ep_round *rd = xmalloc(sizeof *rd);
+    int32_t idx[B * S * K], ids[B * S * K];
+    float x[B * S * D], xs[B * S * K * D], ret[B * S * K * D], y[B * S * K * D];
+    for (int64_t r = 0; r < T * K; r++) idx[r] = epr_expert(cc.rank, r, E);
+    for (int64_t e = 0; e < T * D; e++) x[e] = (float)(cc.rank * 1000 + e);
+    int rc = qt_ep_rounds_counts(mask, idx, T, K, E, EL, B, G, rd);
+    CHECK(rc == 0, "mask 0x%x: ep rounds counts returned %d", mask, rc);
+    /* my whole order as host: member, block, token, slot */
+    int64_t n = 0, most = 0;
+    float *want = xmalloc((size_t)(M * T * K * D + 1) * 4);
+    int32_t *wid = xmalloc((size_t)(M * T * K + 1) * 4);
+    for (int i = 0; i < M; i++)
+        for (int64_t r = 0; r < T * K; r++) {
+            const int32_t e = epr_expert(members[i], r, E);
+            if (e < 0 || e / EL != me) continue;
+            for (int c = 0; c < D; c++)
+                want[n * D + c] = (float)(members[i] * 1000 + (r / K) * D + c);
+            wid[n++] = e - me * EL;
+        }
+    for (int64_t j = 0; j < M; j++)
+        for (int64_t L = 0; L < M * B; L++)
+            if (qt_ep_leaf_rows(G, M, B, j, L) > most) most = qt_ep_leaf_rows(G, M, B, j, L);
+    qt_moe_pack(xs, ids, x, 1, idx, T, K, rb, EL, E, rd->home_off);
+    float *hx = xmalloc((size_t)(most * D + 1) * 4);
+    int32_t *hid = xmalloc((size_t)(most + 1) * 4);
+    int64_t at = 0, rounds = 0;
+    long bad = 0;
+    int more;
+    while ((more = qt_ep_rounds_next(mask, G, B, most, rd, NULL)) == 1) {
+        rounds++;
+        rc = qt_ep_round_send(mask, rd, xs, hx, rb);
+        if (!rc) rc = qt_ep_round_send(mask, rd, ids, hid, 4);
+        CHECK(rc == 0 && rd->rows <= most, "mask 0x%x: round send returned %d", mask, rc);
+        for (int64_t r = 0; r < rd->rows && at + r < n; r++) {
+            bad += hid[r] != wid[at + r];
+            for (int c = 0; c < D; c++)
+                bad += fbits(hx[r * D + c]) != fbits(want[(at + r) * D + c]);
+            for (int c = 0; c < D; c++) hx[r * D + c] = 2.0f * hx[r * D + c] + (float)hid[r];
+        }
+        at += rd->rows;
+        rc = qt_ep_round_back(mask, rd, hx, ret, rb);
+        CHECK(rc == 0, "mask 0x%x: round back returned %d", mask, rc);
+    }
+    CHECK(more == 0 && at == n && bad == 0, "mask 0x%x: ep rounds: %ld values differ, %lld of "
+          "%lld rows arrived, walk ended %d", mask, bad, (long long)at, (long long)n, more);
+    memset(y, 0, sizeof y);
+    qt_moe_unpack(y, ret, idx, T, K, rb, EL, E, rd->home_off);
+    bad = 0;
+    for (int64_t r = 0; r < T * K; r++)
+        for (int c = 0; c < D && idx[r] >= 0; c++)
+            bad += fbits(y[r * D + c]) !=
+                   fbits(2.0f * x[(r / K) * D + c] + (float)(idx[r] - (idx[r] / EL) * EL));
+    CHECK(bad == 0, "mask 0x%x: ep rounds: %ld values came home wrong", mask, bad);
+    /* several rounds whenever some host holds more than the largest leaf */
+    int64_t hmax = n;
+    CHECK(qt_coll_max_i64(mask, &hmax, 1) == 0 && (hmax <= most || rounds > 1),
+          "mask 0x%x: ep rounds: %lld rounds for %lld rows of at most %lld", mask,
+          (long long)rounds, (long long)hmax, (long long)most);
+    /* a leaf larger than the round: refused alike on every member, nothing exchanged */
+    if (most > 0) {
+        qt_set_quiet(1);
+        rd->L1 = 0;
+        int64_t L = 0;
+        while ((more = qt_ep_rounds_next(mask, G, B, most - 1, rd, NULL)) == 1) L = rd->L1;
+        qt_set_quiet(0);
+        CHECK(more == QT_E_PLAN, "mask 0x%x: ep rounds: a %lld-row leaf in rounds of %lld "
+              "gave %d after leaf %lld", mask, (long long)most, (long long)(most - 1), more,
+              (long long)L);
+    }
+    free(G);
+    free(rd);
+    free(want);
+    free(wid);
+    free(hx);
+    free(hid);
+}
+
 static int run_checks(int ctx_only)
 {
     int members[1 << 10];
@@ -861,6 +961,7 @@ static int run_checks(int ctx_only)
         check_max(mask, members, R, idx);
         check_all_to_all(mask, members, R, idx);
         check_all_to_all_fixed(mask, members, R, idx);
+        check_ep_rounds(mask, members, R, idx);
         check_ctx_exchange(mask, members, R, idx);
     }
     CHECK(qt_comm_check_same(0x0123456789abcdefull) == 0, "check_same with equal hashes failed");

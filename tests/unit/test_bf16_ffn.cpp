@@ -222,6 +222,54 @@ void canon_case(int64_t M, int64_t N, int64_t K, int64_t nseg, int64_t nb, uint6
         CHECK_EQUAL(0, diff(what, of.data(), rf.data(), no, nan_any));
         CHECK_EQUAL(0, diff(what, ob.data(), rbw.data(), no, nan_any));
     }
+    // the strided / row-mapped forms (the expert FFN's padded gathered rows, rows written in
+    // place): left rows at a stride of K + 3 (odd: pairs off their natural alignment), out
+    // row m at row orow[m] = 2 (M - 1 - m) + 1 of a buffer with stride N + 5 (bwd N + 7),
+    // and without a map at those strides; the same bits, every other element untouched
+    for (int pi = 0; pi < 4; pi++) {
+        const int64_t lx = K + 3, lyb = K + 3, lo = N + 5, lob = N + 7, rows = 2 * M + 1;
+        vb xs_((size_t)(M * lx), 0x7fc1), dys((size_t)(M * lyb), 0x7fc1);
+        for (int64_t m = 0; m < M; m++) {
+            memcpy(&xs_[(size_t)(m * lx)], &x[(size_t)(m * K)], (size_t)K * sizeof(qt_bf16));
+            memcpy(&dys[(size_t)(m * lyb)], &dy[(size_t)(m * K)], (size_t)K * sizeof(qt_bf16));
+        }
+        vf orow((size_t)M);
+        for (int64_t m = 0; m < M; m++) orow[(size_t)m] = (float)(2 * (M - 1 - m) + 1);
+        for (int map = 0; map < 2; map++) {
+            vf of((size_t)(rows * lo), -3.0f), ob((size_t)(rows * lob), 5.0f);
+            if (qt_bf16_matmul_canon_fwd_ld_on(PATHS[pi], of.data(), lo, map ? orow.data() : 0,
+                                               xs_.data(), lx, w.data(), M, N, K, nseg, nb,
+                                               sf.data()) != 0) break;
+            CHECK_EQUAL(0, qt_bf16_matmul_canon_bwd_data_ld_on(PATHS[pi], ob.data(), lob,
+                                                               map ? orow.data() : 0, dys.data(),
+                                                               lyb, wb.data(), M, K, N, nseg, nb,
+                                                               sb.data()));
+            vf ef((size_t)(rows * lo), -3.0f), eb((size_t)(rows * lob), 5.0f);
+            for (int64_t m = 0; m < M; m++) {
+                const int64_t r = map ? (int64_t)orow[(size_t)m] : m;
+                memcpy(&ef[(size_t)(r * lo)], &rf[(size_t)(m * N)], (size_t)N * sizeof(float));
+                memcpy(&eb[(size_t)(r * lob)], &rbw[(size_t)(m * N)], (size_t)N * sizeof(float));
+            }
+            char w2[200];
+            snprintf(w2, sizeof w2, "%s ld %s map %d", what, PATH_NAME[pi], map);
+            CHECK_EQUAL(0, diff(w2, of.data(), ef.data(), of.size(), nan_any));
+            CHECK_EQUAL(0, diff(w2, ob.data(), eb.data(), ob.size(), nan_any));
+        }
+        // the plain strided matmuls (fwd writes, bwd_data adds into +0 here)
+        if (nb == 1) {
+            vf pf((size_t)(M * lo), -3.0f), pb((size_t)(M * lob), 0.0f);
+            CHECK_EQUAL(0, qt_bf16_matmul_fwd_ld_on(PATHS[pi], pf.data(), lo, xs_.data(), lx,
+                                                    w.data(), M, N, K));
+            CHECK_EQUAL(0, qt_bf16_matmul_bwd_data_ld_on(PATHS[pi], pb.data(), lob, dys.data(),
+                                                         lyb, wb.data(), M, K, N));
+            for (int64_t m = 0; m < M; m++) {
+                CHECK_EQUAL(0, diff(what, &pf[(size_t)(m * lo)], &rf[(size_t)(m * N)], (size_t)N, nan_any));
+                CHECK_EQUAL(0, diff(what, &pb[(size_t)(m * lob)], &rbw[(size_t)(m * N)], (size_t)N, nan_any));
+                for (int64_t i = N; i < lo; i++) CHECK(pf[(size_t)(m * lo + i)] == -3.0f);
+                for (int64_t i = N; i < lob; i++) CHECK(pb[(size_t)(m * lob + i)] == 0.0f);
+            }
+        }
+    }
     vf of(no), ob(no);
     qt_bf16_matmul_canon_fwd(of.data(), x.data(), w.data(), M, N, K, nseg, nb, sf.data());
     qt_bf16_matmul_canon_bwd_data(ob.data(), dy.data(), wb.data(), M, K, N, nseg, nb, sb.data());
@@ -554,7 +602,8 @@ void ffn_case(int64_t T, int64_t k, int64_t E, int64_t d, int64_t f, int64_t nb,
 
 TEST_GROUP(Bf16Ffn) {};
 
-// (a), (b), (c): shapes {T, k, E, d, f, nb}; odd and even d, f, T; f/nb odd slices
+// (a), (b), (c): shapes {T, k, E, d, f, nb}; odd and even d, f, T; d = 1024 and f = 512 (the
+// padded row strides of the gathered rows); f/nb odd slices
 // (f = 6, nb = 2; f = 20, nb = 4; f = 12, nb = 4); k = 1, 2, 4; E - 1 used experts, so the
 // last never has rows (and with T*k small some others neither).
 TEST(Bf16Ffn, MatchesScalarReferenceOnEveryPath)
@@ -564,6 +613,8 @@ TEST(Bf16Ffn, MatchesScalarReferenceOnEveryPath)
         {5, 1, 3, 7, 6, 0}, {6, 2, 4, 8, 8, 2}, {7, 4, 6, 9, 12, 4}, {4, 2, 5, 16, 4, 1},
         {9, 2, 3, 5, 10, 2}, {3, 4, 8, 6, 8, 4}, {11, 1, 2, 13, 6, 2}, {8, 2, 9, 33, 20, 4},
         {13, 4, 7, 12, 5, 0}, {16, 2, 3, 40, 24, 2},
+        // widths of a multiple of 1024 (d; 2f): the gathered rows padded by a line
+        {6, 2, 3, 1024, 6, 2}, {16, 2, 3, 64, 512, 4}, {3, 1, 2, 1024, 512, 0},
     };
     for (const auto &sh : shapes) ffn_case(sh[0], sh[1], sh[2], sh[3], sh[4], sh[5], &s);
 }

@@ -40,6 +40,7 @@ extern "C" {
 #include "kernels/embed.h"
 #include "kernels/gdn_chunk.h"
 #include "kernels/gdn_core.h"
+#include "kernels/attention.h"
 #include "kernels/gdn_gates.h"
 #include "kernels/rmsnorm.h"
 }
@@ -926,6 +927,7 @@ void clone(Hand &src, Hand &dst)
         const qt_tensor &t = src.t[id];
         const int32_t j = dst.add(t.numel, t.dtype, t.name);
         LONGS_EQUAL(id, j);
+        dst.t[j].role = t.role;
     }
     dst.plan.train = src.plan.train;
     dst.plan.context_blocks = src.plan.context_blocks;
@@ -969,28 +971,38 @@ void native_vs_boundary(const char *what, Hand &h, const qt_op &op)
 
 // The same for a WGRAD kind over every sequence: leaves (nl of them, n floats each, from a
 // nonzero start as a leaf tree's carry could be) equal bit for bit; nothing written.
+// n1 > 0: a second leaf of n1 floats (dw[1]: the GDN gates' dt_bias), checked the same way.
 void native_vs_boundary_wgrad(const char *what, Hand &h, const qt_op &op, int64_t seqs,
-                              int64_t n)
+                              int64_t n, int64_t n1 = 0)
 {
     const qt_kernel_entry *e = &qt_kernel_table[op.kind];
     CHECK(e->props & QT_OPP_BF16);
     Hand r(QT_BF16, g_a32);
     clone(h, r);
+    const int64_t nl = n1 > 0 ? 2 : 1, len[2] = {n, n1};
     for (int64_t q = 0; q < seqs; q++) {
-        vecf a0((size_t)n, 0.0f), b0((size_t)n, 0.0f);
-        for (int64_t k = 0; k < n; k++) a0[(size_t)k] = b0[(size_t)k] = (float)(k % 3) * 0.25f;
-        float *const da[2] = {a0.data(), NULL}, *const db[2] = {b0.data(), NULL};
+        vecf a[2], b[2];
+        for (int64_t l = 0; l < nl; l++) {
+            a[l].assign((size_t)len[l], 0.0f);
+            for (int64_t k = 0; k < len[l]; k++) a[l][(size_t)k] = (float)(k % 3) * 0.25f;
+            b[l] = a[l];
+        }
+        float *const da[2] = {a[0].data(), nl > 1 ? a[1].data() : NULL},
+                     *const db[2] = {b[0].data(), nl > 1 ? b[1].data() : NULL};
         qt_bf16_boundary_wgrad(e, &op, &r.ctx, q, da);
         qt_interp_call_wgrad(e, &op, &h.ctx, q, db);
-        int64_t bad = 0;
-        for (int64_t k = 0; k < n; k++)
-            if (bits(a0[(size_t)k]) != bits(b0[(size_t)k]) && !bad++)
-                fprintf(stderr, "%s seq %lld: leaf [%lld] boundary 0x%08x native 0x%08x\n", what,
-                        (long long)q, (long long)k, bits(a0[(size_t)k]), bits(b0[(size_t)k]));
-        LONGS_EQUAL(0, bad);
-        int64_t changed = 0;
-        for (int64_t k = 0; k < n; k++) changed += a0[(size_t)k] != (float)(k % 3) * 0.25f;
-        CHECK(changed > 0);
+        for (int64_t l = 0; l < nl; l++) {
+            int64_t bad = 0, changed = 0;
+            for (int64_t k = 0; k < len[l]; k++) {
+                const float x = a[l][(size_t)k], y = b[l][(size_t)k];
+                if (bits(x) != bits(y) && !bad++)
+                    fprintf(stderr, "%s seq %lld: leaf %lld [%lld] boundary 0x%08x native 0x%08x\n",
+                            what, (long long)q, (long long)l, (long long)k, bits(x), bits(y));
+                changed += bits(x) != bits((float)(k % 3) * 0.25f);
+            }
+            LONGS_EQUAL(0, bad);
+            CHECK(changed > 0);
+        }
     }
     LONGS_EQUAL(0, diff_arenas(what, r, h));
 }
@@ -1316,6 +1328,158 @@ static void body_GdnCoreEqualsTheBoundary()
             }
 }
 
+// GDN_GATES_FWD / BWD / WGRAD (ops_bf16_seq.c, token blocks): Hk 2, Hv 8 over 300 tokens
+// (blocks of 128 rows and a short last one) and Hk 1, Hv 3 over 5 (one block); the WGRAD's
+// two leaves (dA_log, ddt_bias) over 3 sequences, the parameters widened once.
+static void body_GdnGatesEqualTheBoundary()
+{
+    uint64_t s = 79;
+    const int64_t cases[2][3] = {{300, 2, 8}, {5, 1, 3}};  // T (per sequence for WGRAD), Hk, Hv
+    for (auto &c : cases) {
+        const int64_t T = c[0], hk = c[1], hv = c[2];
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_GDN_GATES_FWD);
+            o.t[0] = rand_sp(h, T * hv, &s, "beta"), o.t[1] = rand_sp(h, T * hv, &s, "g"),
+            o.t[2] = rand_sp(h, T * 2 * hv, &s, "ba"), o.t[3] = rand_sp(h, hv, &s, "A_log"),
+            o.t[4] = rand_sp(h, hv, &s, "dt_bias");
+            o.a[0] = T, o.a[1] = hk, o.a[2] = hv;
+            native_vs_boundary("gdn_gates_fwd", h, o);
+        }
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_GDN_GATES_BWD);
+            o.t[0] = rand_sp(h, T * 2 * hv, &s, "dba"), o.t[1] = rand_sp(h, T * hv, &s, "dbeta"),
+            o.t[2] = rand_sp(h, T * hv, &s, "dg"), o.t[3] = rand_sp(h, T * 2 * hv, &s, "ba"),
+            o.t[4] = rand_sp(h, hv, &s, "A_log"), o.t[5] = rand_sp(h, hv, &s, "dt_bias");
+            o.a[0] = T, o.a[1] = hk, o.a[2] = hv;
+            native_vs_boundary("gdn_gates_bwd", h, o);
+        }
+        const int64_t b = 3;
+        Hand h(QT_BF16, g_a16);
+        qt_op o = make_op(QT_OP_GDN_GATES_WGRAD);
+        o.flags = QT_OPF_WGRAD;
+        o.t[0] = rand_sp(h, b * T * hv, &s, "dg"), o.t[1] = rand_sp(h, b * T * 2 * hv, &s, "ba"),
+        o.t[2] = rand_sp(h, hv, &s, "A_log"), o.t[3] = rand_sp(h, hv, &s, "dt_bias");
+        o.a[0] = b * T, o.a[1] = hk, o.a[2] = hv, o.a[3] = T, o.a[8] = 0, o.a[9] = 1;
+        native_vs_boundary_wgrad("gdn_gates_wgrad", h, o, b, hv, hv);
+    }
+}
+
+// ROPE_FWD / BWD (token blocks inside each sequence): rows of 4 x 70 (blocks of 7 rows, a
+// short last one per sequence of 37) rotating 64 channels, and rows of 3 x 8 (one block per
+// sequence) rotating all 8; plain (table offset per block) and packed documents (positions
+// offset with the rows). The table is fp32, as planned.
+static void body_RopeEqualsTheBoundary()
+{
+    uint64_t s = 80;
+    const int64_t cases[2][5] = {{3, 37, 4, 70, 64}, {2, 5, 3, 8, 8}};  // b, S, H, hd, R
+    for (auto &c : cases)
+        for (int packed = 0; packed < 2; packed++) {
+            const int64_t b = c[0], S = c[1], H = c[2], hd = c[3], R = c[4], n = b * S * H * hd;
+            for (int bwd = 0; bwd < 2; bwd++) {
+                Hand h(QT_BF16, g_a16);
+                qt_op o = make_op(bwd ? QT_OP_ROPE_BWD : QT_OP_ROPE_FWD);
+                o.t[0] = rand_sp(h, n, &s, bwd ? "dx" : "y"), o.t[1] = rand_sp(h, n, &s, "x");
+                o.t[2] = h.rand_f32(S * R, &s, "table");
+                for (int i = 0; i < 5; i++) o.a[i] = c[i];
+                if (packed) pack_docs(h, b, S, &s);
+                native_vs_boundary(bwd ? "rope_bwd" : "rope_fwd", h, o);
+            }
+        }
+}
+
+// ATTN_FWD / BWD (one sequence at a time): 3 sequences of 9 tokens, Hq 4 over Hkv 2, hd 16
+// (the blocked backward with QT_ATTN_BWD_SCRATCH(S)) and hd 5 (the reference paths, a
+// backward scratch of S floats); plain and packed documents. lse and the scratch are fp32.
+static void body_AttnEqualsTheBoundary()
+{
+    uint64_t s = 81;
+    const int64_t b = 3, S = 9, hq = 4, hkv = 2, T = b * S;
+    for (int64_t hd : {16, 5})
+        for (int packed = 0; packed < 2; packed++) {
+            const int64_t a[5] = {b, S, hq, hkv, hd};
+            {
+                Hand h(QT_BF16, g_a16);
+                qt_op o = make_op(QT_OP_ATTN_FWD);
+                o.t[0] = rand_sp(h, T * hq * hd, &s, "o"), o.t[1] = h.rand_f32(b * hq * S, &s, "lse"),
+                o.t[2] = rand_sp(h, T * hq * hd, &s, "q"), o.t[3] = rand_sp(h, T * hkv * hd, &s, "k"),
+                o.t[4] = rand_sp(h, T * hkv * hd, &s, "v"), o.t[5] = h.add(S, QT_F32, "scratch");
+                h.t[o.t[5]].role = QT_ROLE_SCRATCH;
+                for (int i = 0; i < 5; i++) o.a[i] = a[i];
+                o.f[0] = 0.25f;
+                if (packed) pack_docs(h, b, S, &s);
+                native_vs_boundary("attn_fwd", h, o);
+            }
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_ATTN_BWD);
+            o.t[0] = rand_sp(h, T * hq * hd, &s, "dq"), o.t[1] = rand_sp(h, T * hkv * hd, &s, "dk"),
+            o.t[2] = rand_sp(h, T * hkv * hd, &s, "dv"), o.t[3] = rand_sp(h, T * hq * hd, &s, "do"),
+            o.t[4] = rand_sp(h, T * hq * hd, &s, "q"), o.t[5] = rand_sp(h, T * hkv * hd, &s, "k"),
+            o.t[6] = rand_sp(h, T * hkv * hd, &s, "v"), o.t[7] = rand_sp(h, T * hq * hd, &s, "o"),
+            o.t[8] = h.rand_f32(b * hq * S, &s, "lse");
+            o.t[9] = h.add(hd == 16 ? QT_ATTN_BWD_SCRATCH(S) : S, QT_F32, "scratch");
+            h.t[o.t[9]].role = QT_ROLE_SCRATCH;
+            for (int i = 0; i < 5; i++) o.a[i] = a[i];
+            o.f[0] = 0.25f;
+            if (packed) pack_docs(h, b, S, &s);
+            native_vs_boundary("attn_bwd", h, o);
+        }
+}
+
+// MOE_ROUTE_FWD / BWD (one sequence at a time): 3 sequences of 50 tokens, E 16, k 4, with
+// the load-balance term (lb_seq fp32, accumulated; the backward's coefficient) and without
+// it (no lb_seq, c = 0); the backward's idx random in [0, E).
+static void body_MoeRouteEqualsTheBoundary()
+{
+    uint64_t s = 82;
+    const int64_t b = 3, S = 50, E = 16, k = 4, T = b * S;
+    for (int lb = 0; lb < 2; lb++) {
+        {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_MOE_ROUTE_FWD);
+            o.t[0] = h.add(T * k, QT_I32, "idx"), o.t[1] = rand_sp(h, T * k, &s, "p");
+            if (lb) o.t[2] = h.rand_f32(b, &s, "lb_seq");
+            o.t[3] = rand_sp(h, T * E, &s, "logits");
+            o.a[0] = T, o.a[1] = E, o.a[2] = k, o.a[3] = S;
+            o.f[0] = lb ? 0.01f : 0.0f;
+            native_vs_boundary("moe_route_fwd", h, o);
+        }
+        Hand h(QT_BF16, g_a16);
+        qt_op o = make_op(QT_OP_MOE_ROUTE_BWD);
+        o.t[0] = rand_sp(h, T * E, &s, "dlogits"), o.t[1] = rand_sp(h, T * k, &s, "dp"),
+        o.t[2] = rand_sp(h, T * E, &s, "logits"), o.t[3] = h.add(T * k, QT_I32, "idx"),
+        o.t[4] = rand_sp(h, T * k, &s, "p");
+        for (int64_t q = 0; q < T * k; q++) h.i(o.t[3])[q] = (int32_t)(xs(&s) % (uint64_t)E);
+        o.a[0] = T, o.a[1] = E, o.a[2] = k, o.a[3] = S;
+        o.f[0] = lb ? 0.3f : 0.0f;
+        native_vs_boundary("moe_route_bwd", h, o);
+    }
+}
+
+// XENT, plain form (row blocks, each sequence's sums continued across them): V 2100 (one
+// row per block, past the block size) and V 300 (6 rows per block, a short last one), 2
+// sequences of 7 rows, targets in range, -1 and V (no loss, zero rows); with and without the
+// z-loss (z_seq fp32).
+static void body_XentEqualsTheBoundary()
+{
+    uint64_t s = 83;
+    const int64_t b = 2, S = 7, T = b * S;
+    for (int64_t V : {2100, 300})
+        for (int zl = 0; zl < 2; zl++) {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_XENT);
+            o.t[0] = h.rand_f32(b, &s, "loss_seq"), o.t[1] = rand_sp(h, T * V, &s, "dlogits"),
+            o.t[2] = rand_sp(h, T * V, &s, "logits"), o.t[3] = h.add(T, QT_I32, "targets");
+            for (int64_t t = 0; t < T; t++)
+                h.i(o.t[3])[t] = t == 3 ? -1 : t == 9 ? (int32_t)V : (int32_t)(xs(&s) % (uint64_t)V);
+            if (zl) o.t[5] = h.rand_f32(b, &s, "z_seq");
+            o.a[0] = b, o.a[1] = S, o.a[2] = V;
+            o.f[0] = zl ? 1e-4f : 0.0f;
+            native_vs_boundary(zl ? "xent z" : "xent", h, o);
+        }
+}
+
 // Each body above with no special values, with one in 64 and with one in 5.
 TEST(Bf16NativeRows, ElementwiseKindsEqualTheBoundary)
 {
@@ -1378,5 +1542,45 @@ TEST(Bf16NativeRows, GdnCoreEqualsTheBoundary)
     for (int sp : {0, 64, 5}) {
         g_sp = sp;
         body_GdnCoreEqualsTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, GdnGatesEqualTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_GdnGatesEqualTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, RopeEqualsTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_RopeEqualsTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, AttnEqualsTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_AttnEqualsTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, MoeRouteEqualsTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_MoeRouteEqualsTheBoundary();
+    }
+}
+
+TEST(Bf16NativeRows, XentEqualsTheBoundary)
+{
+    for (int sp : {0, 64, 5}) {
+        g_sp = sp;
+        body_XentEqualsTheBoundary();
     }
 }

@@ -154,7 +154,9 @@ TEST(Registry, OpPropsAndHooksFromTheRows)
     for (int k = 0; k < QT_OP_COUNT; k++) {
         const qt_kernel_entry *e = &qt_kernel_table[k];
         const int writes = (e->props & QT_OPP_WGRAD_WRITES) != 0;
-        CHECK_EQUAL(k == QT_OP_MATMUL_WGRAD || k == QT_OP_EXPERT_FFN_WGRAD, writes);
+        CHECK_EQUAL(k == QT_OP_MATMUL_WGRAD || k == QT_OP_EXPERT_FFN_WGRAD ||
+                        k == QT_OP_MOE_ROUNDS_WGRAD,
+                    writes);
         if (writes) LONGS_EQUAL(QT_OPC_WGRAD, e->cls);
     }
     CHECK(qt_kernel_table[QT_OP_GDN_CORE_FWD].check == qt_check_gdn_core_fwd);
@@ -163,6 +165,29 @@ TEST(Registry, OpPropsAndHooksFromTheRows)
     CHECK(qt_kernel_table[QT_OP_ADAMW].props & QT_OPP_UPDATE);
     LONGS_EQUAL(7, QT_A_GDN_CORE_FWD_algo);
     LONGS_EQUAL(10, QT_T_GDN_CORE_BWD_scratch);
+}
+
+// The expert dispatch in rounds (issue 35): three kinds appended after GRAD_MB_UNITS (kind
+// numbers are in the plan hash), the two RUN kinds and the WGRAD kind sharing a0..a7 (the
+// wrappers read them through MOE_ROUNDS_FWD's names; a7 is the WGRAD's leaf count), the
+// WGRAD writing its leaves and naming its parameters in t3, t4.
+TEST(Registry, MoeRoundsRows)
+{
+    LONGS_EQUAL(QT_OP_GRAD_MB_UNITS + 1, QT_OP_MOE_ROUNDS_FWD);
+    LONGS_EQUAL(QT_OP_GRAD_MB_UNITS + 2, QT_OP_MOE_ROUNDS_BWD);
+    LONGS_EQUAL(QT_OP_GRAD_MB_UNITS + 3, QT_OP_MOE_ROUNDS_WGRAD);
+    LONGS_EQUAL(QT_OPC_RUN, qt_kernel_table[QT_OP_MOE_ROUNDS_FWD].cls);
+    LONGS_EQUAL(QT_OPC_RUN, qt_kernel_table[QT_OP_MOE_ROUNDS_BWD].cls);
+    LONGS_EQUAL(QT_OPC_WGRAD, qt_kernel_table[QT_OP_MOE_ROUNDS_WGRAD].cls);
+    STRCMP_EQUAL("wrrppsssss", qt_kernel_table[QT_OP_MOE_ROUNDS_FWD].slots);
+    STRCMP_EQUAL("arrrppssssss", qt_kernel_table[QT_OP_MOE_ROUNDS_BWD].slots);
+    STRCMP_EQUAL("rrrppssssss", qt_kernel_table[QT_OP_MOE_ROUNDS_WGRAD].slots);
+    LONGS_EQUAL(QT_A_MOE_ROUNDS_FWD_R, QT_A_MOE_ROUNDS_BWD_R);
+    LONGS_EQUAL(QT_A_MOE_ROUNDS_FWD_R, QT_A_MOE_ROUNDS_WGRAD_R);
+    LONGS_EQUAL(QT_A_MOE_ROUNDS_FWD_nb, QT_A_MOE_ROUNDS_WGRAD_nb);
+    LONGS_EQUAL(QT_A_WGRAD_SEQS, QT_A_MOE_ROUNDS_FWD_leaves);
+    LONGS_EQUAL(QT_A_WGRAD_SEQS, QT_A_MOE_ROUNDS_BWD_leaves);
+    CHECK(qt_kernel_table[QT_OP_MOE_ROUNDS_WGRAD].props & QT_OPP_WGRAD_WRITES);
 }
 
 // MAX_I64's combine: signed order at the extremes and between signs (an unsigned or a

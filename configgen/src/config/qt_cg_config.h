@@ -102,6 +102,10 @@ void qt_cg_settings_free(qt_cg_settings *s);
  * into s->moe_dense, capacity_factor, moe_capacity, moe_note; needs the model, training and
  * mesh settings resolved. 0, or -1 with the message in err. */
 int qt_cg_moe_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
+/* The expert dispatch key (config/dispatch.c): expert_dispatch whole or rounds into
+ * s->expert_dispatch, checked against the mesh, dtype and expert_chunk_rows; needs the
+ * model, training and mesh settings resolved. 0, or -1 with the message in err. */
+int qt_cg_dispatch_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
 /* The schedule, objective and evaluation keys (config/train_rules.c, issue 33), after the
  * batch split: lr_schedule_type / wsd_*, z_loss_multiplier, eval_*. 0 or -1 with err set. */
 int qt_cg_train_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);

@@ -1024,6 +1024,7 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
     if (batch_split(&v, s) || check_vocab(&v, s) || qt_cg_train_rules(c, s, err, errlen))
         return -1;
     if (qt_cg_moe_rules(c, s, err, errlen)) return -1;
+    if (qt_cg_dispatch_rules(c, s, err, errlen)) return -1;
     if (qt_cg_settings_mtp(c, s, err, errlen)) return -1;
     s->batch_mask = 0;
     s->opt_mask = 0;

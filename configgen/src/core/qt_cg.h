@@ -100,6 +100,7 @@ typedef struct qt_cg_rule {
 enum qt_cg_remat_policy { QT_CG_REMAT_NONE = 0, QT_CG_REMAT_FULL, QT_CG_REMAT_SAVE_DOT };
 enum qt_cg_param_gather { QT_CG_GATHER_AUTO = 0, QT_CG_GATHER_STEP, QT_CG_GATHER_LAYER };
 enum qt_cg_overlap { QT_CG_OVERLAP_AUTO = 0, QT_CG_OVERLAP_ON, QT_CG_OVERLAP_OFF };
+enum qt_cg_expert_dispatch { QT_CG_DISPATCH_WHOLE = 0, QT_CG_DISPATCH_ROUNDS };
 enum qt_cg_grad_reduce { QT_CG_REDUCE_AUTO = 0, QT_CG_REDUCE_STEP, QT_CG_REDUCE_MICROBATCH,
                          QT_CG_REDUCE_LAYER };
 
@@ -118,6 +119,10 @@ typedef struct qt_cg_settings {
     int32_t scan_layers;       /* scan_layers: store repeated layer cycles once */
     int64_t expert_chunk_rows; /* expert_chunk_rows: rows per chunk of the routed expert
                                   FFN's forward and backward scratch (qt_cg_expert_chunk) */
+    int32_t expert_dispatch;   /* enum qt_cg_expert_dispatch (expert_dispatch, config/dispatch.c) */
+    int32_t expert_rounds_auto; /* expert_dispatch auto with rounds possible: the driver plans
+                                   rounds when the whole dispatch is over the budget */
+    int64_t expert_round_rows; /* rows per round of the dispatch in rounds (config/dispatch.c) */
     int64_t ckpt_window;       /* checkpoint_window_floats: floats per checkpoint gather
                                   window (memory/memplan.c ckpt_window) */
     int32_t grad_reduce;       /* enum qt_cg_grad_reduce (gradient_reduce) */

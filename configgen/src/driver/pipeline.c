@@ -191,7 +191,17 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
     }
     if (qt_cg_config_load(c, configs_dir, run_path, n_over, over, err, errlen)) return -1;
     if (qt_cg_settings_resolve(c, s, err, errlen)) return -1;
-    if (s->pp_stages <= 1) return plan_graph(s, g, err, errlen);
+    if (s->pp_stages <= 1) {
+        if (plan_graph(s, g, err, errlen)) return -1;
+        /* expert_dispatch auto (config/dispatch.c): the whole dispatch unless its plan is over
+         * the budget and rounds are possible; then the plan with rounds */
+        const int64_t budget = qt_cg_budget_bytes(s);
+        if (!s->expert_rounds_auto || budget <= 0 || qt_cg_need_bytes(g) <= budget) return 0;
+        qt_cg_graph_free(g);
+        memset(g, 0, sizeof *g);
+        s->expert_dispatch = QT_CG_DISPATCH_ROUNDS;
+        return plan_graph(s, g, err, errlen);
+    }
     /* pipeline stages (docs/pipeline.md): every stage is planned with its own layers (each
      * with the embedding and the head: an upper bound for the middle stages); the plan
      * keeps the stage that needs the most under the schedule, and each stage's figures */

@@ -734,6 +734,33 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
 _Static_assert(EP_SAME_ALL(MOE_RETURN_FWD) && EP_SAME_ALL(MOE_RETURN_BWD) &&
                EP_SAME_ALL(MOE_DISPATCH_BWD), "report.c: the EP exchanges' attributes differ");
 
+/* The expert dispatch in rounds (expert_dispatch=rounds): its ops per microbatch, the group,
+ * the round size and what each op moves (routing-dependent, so outside the table). */
+static void ep_rounds_line(qt_cg_buf *b, const qt_cg_graph *g)
+{
+    int n = 0;
+    unsigned mask = 0;
+    int64_t R = 0;
+    for (int i = 0; i < g->nmb; i++) {
+        const qt_op *o = &g->mb[i];
+        if (o->kind != QT_OP_MOE_ROUNDS_FWD && o->kind != QT_OP_MOE_ROUNDS_BWD &&
+            o->kind != QT_OP_MOE_ROUNDS_WGRAD)
+            continue;
+        n++;
+        mask |= (unsigned)QT_A(o, MOE_ROUNDS_FWD, mask);
+        R = QT_A(o, MOE_ROUNDS_FWD, R);
+    }
+    if (!n) return;
+    char grp[64];
+    const int64_t M = qt_cg_group_size(g->s, mask);
+    qt_cg_buf_printf(b, "  not in the table: %d expert dispatch ops in rounds per microbatch "
+                     "(MOE_ROUNDS_FWD, _BWD, _WGRAD) over %s (%lld rank%s): each all-gathers "
+                     "the group's row counts, then moves its rows in rounds of at most %lld "
+                     "host rows (every home row out and back once per op; the BWD and WGRAD "
+                     "also send the row gradients)\n", n, qt_cg_mask_name(mask, grp, sizeof grp),
+                     (long long)M, qt_cg_s(M), (long long)R);
+}
+
 /* Context parallelism's head exchanges (CTX_TO_HEADS / CTX_TO_TOKENS and their BWD kinds)
  * and the kv replica chains (CTX_CHAIN_SEND): microbatch ops of fixed sizes, each rank
  * sending C - 1 of its C blocks per exchange, a chain member its dk and dv. */
@@ -844,6 +871,7 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
                          (long long)(ep_max * g->s->tr.grad_accum),
                          (long long)g->s->tr.grad_accum, g->s->tr.grad_accum == 1 ? "" : "es");
     }
+    ep_rounds_line(b, g);
     cp_exchange_line(b, g);
     qt_cg_buf_printf(b, "  not counted: the small all-gathers of exact accumulators (the loss "
                      "over the batch axes, the gradient norm^2 over the optimizer axes)\n");
@@ -943,7 +971,16 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
                      (long long)m->n_experts, (long long)m->top_k, (long long)m->moe_dim,
                      (long long)m->shared_dim);
     if (s->moe_note[0]) qt_cg_buf_printf(b, "  moe form: %s\n", s->moe_note);
-    if (s->moe_capacity > 0 && g->ep_rows_dropless > 0)
+    if (s->expert_dispatch == QT_CG_DISPATCH_ROUNDS && g->ep_rows_dropless > 0)
+        qt_cg_buf_printf(b, "  moe dispatch: rounds of %lld host rows (expert_dispatch=%s) instead "
+                         "of buffers for the dropless worst case %lld (%.2f%%): a host's round "
+                         "buffers, gate/up and FFN scratch hold one round; gu and d(gu) are "
+                         "recomputed per round in the backward\n", (long long)g->ep_rows,
+                         s->expert_rounds_auto ? "auto: the whole dispatch is over the budget"
+                                               : "rounds, expert_chunk_rows",
+                         (long long)g->ep_rows_dropless,
+                         100.0 * (double)g->ep_rows / (double)g->ep_rows_dropless);
+    else if (s->moe_capacity > 0 && g->ep_rows_dropless > 0)
         qt_cg_buf_printf(b, "  moe capacity: an expert host holds %lld routed rows per layer "
                          "(members x sequences x local experts x C) instead of the dropless "
                          "worst case %lld (%.1f%%): its received tokens, expert outputs, gate/up "

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "../../firmware/parallel/ep_rounds.h"
 #include "core/qt_cg.h"
 #include "config/qt_cg_config.h"
 #include "model/qt_cg_model.h"
@@ -546,6 +547,42 @@ static void backward_expert_ffn(qt_cg_ad *ad, const qt_op *f)
     }
 }
 
+/* The expert dispatch in rounds (MOE_ROUNDS_FWD): the data gradient (MOE_ROUNDS_BWD) and the
+ * experts' weight gradient (MOE_ROUNDS_WGRAD), each moving the rows again round by round
+ * with round buffers like the forward's (gu and d(gu) recomputed per round, nothing of the
+ * forward's host side kept), the forward's FFN scratch size, and a home scratch that also
+ * holds the packed row gradients. */
+static void backward_moe_rounds(qt_cg_ad *ad, const qt_op *f)
+{
+    qt_cg_graph *g = ad->g;
+    const char *nm = g->ts[FT(MOE_ROUNDS, y)].t.name;
+    const int64_t R = FA(MOE_ROUNDS, R), T = FA(MOE_ROUNDS, T), k = FA(MOE_ROUNDS, k);
+    const int64_t xn = g->ts[FT(MOE_ROUNDS, xr)].t.numel, gn = g->ts[FT(MOE_ROUNDS, gu)].t.numel;
+    const int64_t M = g->s->mesh[QT_MESH_EXPERT] * qt_cg_context(g->s);
+    const int64_t hn = QT_EP_ROUNDS_HOME_FLOATS(T, k, xn / R, M, FA(MOE_ROUNDS, leaves) / M, R, 1);
+    const int64_t fn = g->ts[FT(MOE_ROUNDS, scratch)].t.numel;
+    int32_t dx = dgrad(ad, FT(MOE_ROUNDS, x)), dy = dout(ad, FT(MOE_ROUNDS, y));
+    qt_op *op = bwd(ad, QT_OP_MOE_ROUNDS_BWD, f);
+    QT_CG_SET_T(op, MOE_ROUNDS_BWD, .dx = dx, .dy = dy, .x = FT(MOE_ROUNDS, x),
+                .idx = FT(MOE_ROUNDS, idx), .w_gu = FT(MOE_ROUNDS, w_gu),
+                .w_down = FT(MOE_ROUNDS, w_down), .xr = bwd_scratch(ad, "bwd_xr", nm, xn),
+                .dyr = bwd_scratch(ad, "bwd_dyr", nm, xn), .gu = bwd_scratch(ad, "bwd_gu", nm, gn),
+                .dxr = bwd_scratch(ad, "bwd_dxr", nm, xn),
+                .scratch = bwd_scratch(ad, "bwd_scratch", nm, fn),
+                .home = bwd_scratch(ad, "bwd_home", nm, hn));
+    op = wgrad(ad, QT_OP_MOE_ROUNDS_WGRAD, f, FT(MOE_ROUNDS, w_gu), FT(MOE_ROUNDS, w_down));
+    QT_CG_SET_T(op, MOE_ROUNDS_WGRAD, .dy = dy, .x = FT(MOE_ROUNDS, x), .idx = FT(MOE_ROUNDS, idx),
+                .w_gu = FT(MOE_ROUNDS, w_gu), .w_down = FT(MOE_ROUNDS, w_down),
+                .xr = bwd_scratch(ad, "wgrad_xr", nm, xn),
+                .dyr = bwd_scratch(ad, "wgrad_dyr", nm, xn),
+                .gu = bwd_scratch(ad, "wgrad_gu", nm, gn),
+                .yr = bwd_scratch(ad, "wgrad_yr", nm, xn),
+                .scratch = bwd_scratch(ad, "wgrad_scratch", nm, fn),
+                .home = bwd_scratch(ad, "wgrad_home", nm, hn));
+    /* the leaves: every token block of the expert group's members (a7, as the forward's) */
+    op->a[QT_A_WGRAD_SEQS] = FA(MOE_ROUNDS, leaves);
+}
+
 /* The MoE ops: router, expert FFN and the expert-parallel row exchange. */
 static int backward_moe(qt_cg_ad *ad, const qt_op *f)
 {
@@ -608,6 +645,9 @@ static int backward_moe(qt_cg_ad *ad, const qt_op *f)
                     .idx = FT(MOE_DISPATCH, idx), .seg = FT(MOE_DISPATCH, seg), .scratch = scr);
         return 1;
     }
+    case QT_OP_MOE_ROUNDS_FWD:
+        backward_moe_rounds(ad, f);
+        return 1;
     default:
         return 0;
     }

@@ -21,6 +21,7 @@
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/matmul_canon.h"
 #include "../../firmware/kernels/xent.h"
+#include "../../firmware/parallel/ep_rounds.h"
 
 #define SHP(...) ((const int64_t[]){__VA_ARGS__})
 /* The decoder layers' declaration for their residual-stream activations. */
@@ -431,6 +432,53 @@ static int64_t expert_scratch(const qt_cg_graph *g, int64_t R, int64_t k, const 
     return rows * row + rows + D->E + 1 + rows * d + d * (2 * f / nb);
 }
 
+/* Scratch of the expert FFN over one round of R host rows (k = 1, El local experts, nb
+ * canonical blocks): what its forward (expert_scratch), its backward (autodiff.c's rule for
+ * R rows of one slot) and a leaf's weight gradient (one leaf's rows of one expert, at most
+ * the leaf's tokens, one chunk) need; MOE_ROUNDS_* share it. */
+static int64_t rounds_scratch(const qt_cg_graph *g, int64_t R, int64_t El, const qt_cg_dims *D,
+                              int64_t nb)
+{
+    const int64_t d = D->d, f = D->f, C = qt_cg_expert_chunk(g->s);
+    int ext;
+    int64_t n = expert_scratch(g, R, 1, D, nb, &ext);
+    const int64_t brow = d + 3 * f + nb * d + 2 * f / nb, bfix = d * (2 * f / nb);
+    const int64_t bsz = R > C ? C * brow + bfix : R * brow + R + El + 1 + R * d + bfix;
+    const int64_t wsz = qt_cg_leaf_tokens(g->s) * (d + 3 * f);
+    if (bsz > n) n = bsz;
+    return wsz > n ? wsz : n;
+}
+
+/* The expert dispatch in rounds (expert_dispatch=rounds, config/dispatch.c; qt_ops.def
+ * MOE_ROUNDS_FWD): the same rows as expert_parallel's exchange, moved and computed in
+ * rounds of R = expert_round_rows host rows (expert_chunk_rows, or auto's bound), so the
+ * host's buffers hold R rows instead of the dropless worst case; nothing of the host is
+ * kept for the backward (MOE_ROUNDS_BWD and MOE_ROUNDS_WGRAD move the rows again and
+ * recompute gu and d(gu) per round). */
+static void expert_rounds(qt_cg_graph *g, const char *apre, int32_t h2, int32_t idx, int32_t ey,
+                          int32_t wgu, int32_t wd, const qt_cg_dims *D, int64_t M, int64_t El,
+                          int64_t mask, int64_t blocks, int64_t nb)
+{
+    char n[256];
+    const int64_t R = g->s->expert_round_rows;
+    g->ep_rows = R;
+#define AN(s) (snprintf(n, sizeof n, "%s.moe.ep_round_%s", apre, s), n)
+    int32_t xr = scratch(g, AN("x"), R * D->d);
+    int32_t yr = scratch(g, AN("y"), R * D->d);
+    int32_t gur = scratch(g, AN("gu"), R * 2 * D->f);
+    int32_t fscr = scratch(g, AN("ffn_scratch"), rounds_scratch(g, R, El, D, nb));
+    int32_t home = scratch(g, AN("home"),
+                           QT_EP_ROUNDS_HOME_FLOATS(D->T, D->k, D->d, M, blocks, R, 0));
+#undef AN
+    qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_ROUNDS_FWD);
+    QT_CG_SET_T(op, MOE_ROUNDS_FWD, .y = ey, .x = h2, .idx = idx, .w_gu = wgu, .w_down = wd,
+                .xr = xr, .yr = yr, .gu = gur, .scratch = fscr, .home = home);
+    QT_CG_SET_A(op, MOE_ROUNDS_FWD, .T = D->T, .k = D->k, .E = D->E, .El = El, .mask = mask,
+                .R = R, .nb = nb, .leaves = M * blocks);
+    g->ps[g->ts[wgu].param].leaves *= M;
+    g->ps[g->ts[wd].param].leaves *= M;
+}
+
 /* Expert parallelism (qt_ops.def MOE_DISPATCH_FWD ...): the routed rows of this rank's
  * tokens go to the ranks holding their experts, run through the same expert FFN kernel
  * there (packed rows, k = 1, local expert ids) and come back to their (t, slot) rows. */
@@ -455,6 +503,10 @@ static void expert_parallel(qt_cg_graph *g, const char *apre, int32_t h2, int32_
     /* this rank's token blocks: the exchange's "sequences" */
     const int64_t blocks = D->b * D->nbt / D->C;
     const int64_t nb = expert_canon(g, D);
+    if (g->s->expert_dispatch == QT_CG_DISPATCH_ROUNDS && M > 1) {
+        expert_rounds(g, apre, h2, idx, ey, wgu, wd, D, M, El, mask, blocks, nb);
+        return;
+    }
 #define AN(s) (snprintf(n, sizeof n, "%s.moe.ep_%s", apre, s), n)
     int32_t xr = qt_cg_add_tensor(g, AN("x"), QT_ROLE_ACT, QT_F32, 2, SHP(rmax, D->d), AX(0, 0));
     int32_t er = qt_cg_add_tensor(g, AN("expert"), QT_ROLE_ACT, QT_I32, 1, SHP(rmax), AX(0));
