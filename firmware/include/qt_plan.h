@@ -184,6 +184,13 @@ static inline int64_t qt_coll_sent_BLOCKS(int64_t R, int64_t bytes)
     return R <= 1 ? 0 : bytes / R * (R - 1);
 }
 
+/* A point-to-point message (SEND_RECV): its bytes, once. */
+static inline int64_t qt_coll_sent_ONE(int64_t R, int64_t bytes)
+{
+    (void)R;
+    return bytes;
+}
+
 static inline int64_t qt_coll_sent_TREE(int64_t R, int64_t bytes)
 {
     int64_t stages = 0;

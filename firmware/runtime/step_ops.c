@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "qt_step.h"
+#include "qt_pipeline.h"
 #include "ops/qt_op_fns.h"
 #include "qt_blocks.h"
 #include "qt_interp.h"
@@ -119,6 +120,9 @@ int qt_step_grad_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     qt_exact_clear(&sq);
     qt_step_normalise_range(p, qt_step_region(p, p->grads_offset), 0, p->n_param_elems,
                             qt_step_tokens(p, op->a[QT_A_GRAD_FINALIZE_tokens], st), 1, &sq);
+    /* a pipeline stage: the squares of every stage's parameters, exactly */
+    int rc = qt_pp_exact_merge(p, &sq);
+    if (rc) return rc;
     st->m->grad_norm = qt_sqrt(qt_exact_value(&sq));
     return QT_OK;
 }
@@ -315,6 +319,7 @@ int qt_step_grad_normalise(const qt_op *op, const qt_ctx *ctx, qt_step_state *st
                                 qt_step_primary(ctx, &p->ranges[i]) ? &sq : &none);
     }
     int rc = p->n_ranks > 1 ? qt_step_exact_merge(QT_COLL_ALL, &sq) : QT_OK;
+    if (!rc) rc = qt_pp_exact_merge(p, &sq);  /* over the pipeline's stages */
     if (rc) return rc;
     st->m->grad_norm = qt_sqrt(qt_exact_value(&sq));
     return QT_OK;
@@ -324,7 +329,7 @@ int qt_step_grad_normalise(const qt_op *op, const qt_ctx *ctx, qt_step_state *st
 static uint64_t qt_step_fp_range(const qt_plan *p, int64_t lo, int64_t hi)
 {
     uint64_t fp = 0;
-    int64_t gbase = 0;
+    int64_t gbase = p->pp_elem0;  /* a pipeline stage's: its one-rank index */
     for (int32_t i = 0; i < p->n_params; i++) {
         const int64_t off = p->params[i].flat_offset, n = p->params[i].numel;
         const int64_t a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
@@ -351,7 +356,7 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w
     /* the padding between and after the parameters is never updated (it stays zero, as
      * updating it would leave it) */
     uint64_t fp = 0;
-    int64_t gbase = 0;
+    int64_t gbase = p->pp_elem0;  /* a pipeline stage's: its one-rank index */
     for (int32_t i = 0; i < p->n_params; i++) {
         const int64_t off = p->params[i].flat_offset, pn = p->params[i].numel;
         const int64_t a = off > lo ? off : lo, b = off + pn < hi ? off + pn : hi;
@@ -436,6 +441,7 @@ int qt_step_adamw(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     }
     if (p->n_ranks > 1) {
         int rc = qt_coll_sum_u64(QT_COLL_ALL, &fp, 1);
+        if (!rc) rc = qt_pp_sum_u64(p, &fp);  /* over the pipeline's stages */
         if (rc) return rc;
     }
     m->fingerprint = fp;
