@@ -319,7 +319,7 @@ static void mb_units_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t leaves, in
  * forms, with a group that is not a power of two, one microbatch per step. Otherwise the
  * step form reduces q = L / U units of U leaves instead (grad_units) and the microbatch
  * and per-layer forms each microbatch's units (grad_mb_units): one rank's bits, at q times
- * the reduce-scatter's bytes; context parallelism keeps its own bits. An expert host's
+ * the reduce-scatter's bytes (q_r a range: docs/determinism.md). An expert host's
  * tree runs over its expert group's leaves, which must be a power of two too unless the
  * group is the whole batch group (an expert axis of any size, docs/determinism.md "Axes of
  * any size"). */
@@ -398,9 +398,7 @@ static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
                                          "reduced over fewer axes, over 1024 units, or "
                                          "more unit levels than 24"
                                        : "the units of the step form do not apply")
-                     : s->mesh[QT_MESH_CONTEXT] > 1
-                         ? "not yet with context parallelism, issue 35"
-                         : "the microbatch form's units do not apply: a parameter's leaves "
+                     : "the microbatch form's units do not apply: a parameter's leaves "
                            "that are not q units over its range's reduce group, over 1024 "
                            "units, or more tree levels than 24");
 }
