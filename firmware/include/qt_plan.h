@@ -443,6 +443,23 @@ static inline int64_t qt_plan_leaves_per_mb(const struct qt_plan *p)
     return p->train.micro_batch * qt_plan_blocks(p) / qt_plan_context(p);
 }
 
+/* The microbatch form's units of flat range i (grad_mb_units > 0, docs/determinism.md "The
+ * microbatch form's units"): its parameters' T leaves a microbatch cover the batch group's
+ * R L over its reduce group of R_r ranks (T = R L / R_r), as q_r units of U_r leaves (U_r
+ * the largest power of two dividing T, q_r odd, q_r <= grad_mb_units); returns q_r, and
+ * *count = G R_r q_r, the units its counter runs over in a step. */
+static inline int64_t qt_plan_range_mb_units(const struct qt_plan *p, int32_t i, int64_t *count)
+{
+    int64_t R = 1, Rr = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++) {
+        if (p->batch_mask & (1u << a)) R *= p->mesh[a];
+        if (p->ranges[i].reduce_mask & (1u << a)) Rr *= p->mesh[a];
+    }
+    const int64_t T = R * qt_plan_leaves_per_mb(p) / Rr, q = T > 0 ? T / (T & -T) : 0;
+    *count = p->train.grad_accum * Rr * q;
+    return q;
+}
+
 /* The comm scratch of the blocking collectives (split = 0) or of the split reduce-scatters
  * (split = 1): its first float in *elems floats (comm_split_elems, qt_plan_fields.def). */
 static inline float *qt_plan_comm_scratch(const struct qt_plan *p, int split, int64_t *elems)

@@ -253,8 +253,7 @@ static int qt_step_mb_counter(const qt_plan *p, int32_t i, int64_t *count)
 {
     *count = p->train.grad_accum;
     if (p->grad_mb_units < 1) return 0;
-    const unsigned mask = p->ranges[i].reduce_mask;
-    *count *= (int64_t)(mask ? qt_comm_group_size(mask) : 1) * p->grad_mb_units;
+    (void)qt_plan_range_mb_units(p, i, count);
     return p->n_mb_levels - qt_tree_levels_needed(*count);
 }
 
@@ -263,7 +262,10 @@ int qt_step_grad_mb_units(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     const qt_plan *p = ctx->plan;
     const int32_t i = (int32_t)QT_A(op, GRAD_MB_UNITS, range);
     const qt_flat_range *r = &p->ranges[i];
-    const int q = p->grad_mb_units, lu = p->n_tree_levels - p->n_mb_levels - q;
+    /* this range's q_r units sit in the lowest q_r of the grad_mb_units unit levels */
+    int64_t cnt;
+    const int q = (int)qt_plan_range_mb_units(p, i, &cnt);
+    const int lu = p->n_tree_levels - p->n_mb_levels - p->grad_mb_units;
     float *unit[QT_MAX_TREE_LEVELS], *top, *mb[QT_MAX_TREE_LEVELS];
     for (int u = 0; u < q; u++) {
         unit[u] = qt_step_region(p, p->tree_offset[lu + u]);
@@ -573,13 +575,16 @@ static int64_t qt_check_group(const qt_plan *p, unsigned mask)
  * leaves of a microbatch (T_p R_r = R L), with its counter inside the microbatch levels. */
 int qt_check_grad_mb_units(const qt_plan *p, const qt_op *op, qt_check_state *st)
 {
-    const int64_t i = QT_A(op, GRAD_MB_UNITS, range), q = p->grad_mb_units;
-    if (q < 1 || !p->n_mb_levels || qt_plan_context(p) > 1 || i < 0 || i >= p->n_ranges)
-        return 1;
+    const int64_t i = QT_A(op, GRAD_MB_UNITS, range);
+    if (p->grad_mb_units < 1 || !p->n_mb_levels || i < 0 || i >= p->n_ranges) return 1;
     const qt_flat_range *r = &p->ranges[i];
     const int64_t Rr = qt_check_group(p, r->reduce_mask), G = p->train.grad_accum;
     const int64_t RL = qt_check_group(p, p->batch_mask) * qt_plan_leaves_per_mb(p);
-    if (qt_tree_levels_needed(G * Rr * q) > p->n_mb_levels || r->n % Rr) return 1;
+    int64_t cnt;
+    const int64_t q = qt_plan_range_mb_units(p, (int32_t)i, &cnt);
+    if (q < 1 || q > p->grad_mb_units || qt_tree_levels_needed(cnt) > p->n_mb_levels ||
+        r->n % Rr)
+        return 1;
     for (int32_t k = 0; k < p->n_params; k++) {
         const qt_param *pa = &p->params[k];
         if (pa->flat_offset < r->lo || pa->flat_offset >= r->lo + r->n) continue;
