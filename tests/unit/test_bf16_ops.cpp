@@ -889,6 +889,9 @@ TEST_GROUP(Bf16NativeRows) {};
 namespace {
 // 0: no special values; N: one value in N is special (each test runs with both).
 int g_sp;
+// 1: the specials are finite (+-0 for +-inf and the NaN), so the one-pass forms
+// (kernels/bf16_rows.h) run on them; 0: with inf and NaN, which take the blocks.
+int g_fin;
 
 // A bf16 value of rndf, or (one in g_sp) a special one: +-0, a bf16 denormal, +-inf, the
 // quiet NaN, the largest finite, FLT_MIN's bf16, a tiny normal (products underflow) or a
@@ -898,7 +901,11 @@ qt_bf16 rnd_special(uint64_t *s)
     static const qt_bf16 sp[] = {0x0000, 0x8000, 0x0001, 0x8045, 0x7f80, 0xff80, 0x7fc0,
                                  0x7f7f, 0xff7f, 0x0080, 0x8080, 0x0d00, 0x8d37, 0x7e00, 0xfe55};
     const uint64_t r = xs(s);
-    if (g_sp && r % (uint64_t)g_sp == 0) return sp[(r >> 8) % (sizeof sp / sizeof sp[0])];
+    if (g_sp && r % (uint64_t)g_sp == 0) {
+        const qt_bf16 v = sp[(r >> 8) % (sizeof sp / sizeof sp[0])];
+        // g_fin: finite specials only (the one-pass forms run; inf/NaN take the blocks)
+        return g_fin && (v & 0x7f80) == 0x7f80 ? (qt_bf16)(v & 0x8000) : v;
+    }
     return qt_bf16_from_f32(rndf(s));
 }
 
@@ -1075,7 +1082,7 @@ static void body_SigmoidGateEqualsTheBoundary()
         }
         Hand h(QT_BF16, g_a16);
         qt_op o = make_op(QT_OP_SIGMOID_GATE_BWD);
-        o.t[0] = rand_sp(h, T * n, &s, "dx"), o.t[1] = rand_sp(h, T * gw, &s, "dgate"),
+        o.t[0] = rand_sp(h, T * n, &s, "dx"), o.t[1] = rand_stored(h, T * gw, &s, "dgate"),
         o.t[2] = rand_sp(h, T * n, &s, "dy"), o.t[3] = rand_sp(h, T * n, &s, "x"),
         o.t[4] = rand_sp(h, T * gw, &s, "gate");
         o.a[0] = T, o.a[1] = n, o.a[2] = c[2], o.a[3] = c[3];
@@ -1198,32 +1205,33 @@ static void body_GatedRmsnormEqualsTheBoundary()
 static void body_MoeCombineEqualsTheBoundary()
 {
     uint64_t s = 76;
-    const int64_t T = 300, k = 3, d = 11;
-    for (int drop = 0; drop < 2; drop++) {
-        {
+    for (int64_t d : {11, 1100})  // 1100: past the one-pass form's 512-column passes
+        for (int drop = 0; drop < 2; drop++) {
+            const int64_t T = d > 100 ? 7 : 300, k = 3;
+            {
+                Hand h(QT_BF16, g_a16);
+                qt_op o = make_op(QT_OP_MOE_COMBINE_FWD);
+                o.t[0] = rand_sp(h, T * d, &s, "out"), o.t[1] = rand_sp(h, T * k, &s, "p"),
+                o.t[2] = rand_sp(h, T * k * d, &s, "y");
+                if (drop) {
+                    o.t[3] = h.add(T * k, QT_I32, "kidx");
+                    for (int64_t q = 0; q < T * k; q++) h.i(o.t[3])[q] = xs(&s) % 4 == 0 ? -1 : 1;
+                }
+                o.a[0] = T, o.a[1] = k, o.a[2] = d;
+                native_vs_boundary("moe_combine_fwd", h, o);
+            }
             Hand h(QT_BF16, g_a16);
-            qt_op o = make_op(QT_OP_MOE_COMBINE_FWD);
-            o.t[0] = rand_sp(h, T * d, &s, "out"), o.t[1] = rand_sp(h, T * k, &s, "p"),
-            o.t[2] = rand_sp(h, T * k * d, &s, "y");
+            qt_op o = make_op(QT_OP_MOE_COMBINE_BWD);
+            o.t[0] = rand_stored(h, T * k, &s, "dp"), o.t[1] = rand_stored(h, T * k * d, &s, "dy"),
+            o.t[2] = rand_sp(h, T * d, &s, "dout"), o.t[3] = rand_sp(h, T * k, &s, "p"),
+            o.t[4] = rand_sp(h, T * k * d, &s, "y");
             if (drop) {
-                o.t[3] = h.add(T * k, QT_I32, "kidx");
-                for (int64_t q = 0; q < T * k; q++) h.i(o.t[3])[q] = xs(&s) % 4 == 0 ? -1 : 1;
+                o.t[5] = h.add(T * k, QT_I32, "kidx");
+                for (int64_t q = 0; q < T * k; q++) h.i(o.t[5])[q] = xs(&s) % 4 == 0 ? -1 : 1;
             }
             o.a[0] = T, o.a[1] = k, o.a[2] = d;
-            native_vs_boundary("moe_combine_fwd", h, o);
+            native_vs_boundary("moe_combine_bwd", h, o);
         }
-        Hand h(QT_BF16, g_a16);
-        qt_op o = make_op(QT_OP_MOE_COMBINE_BWD);
-        o.t[0] = rand_sp(h, T * k, &s, "dp"), o.t[1] = rand_sp(h, T * k * d, &s, "dy"),
-        o.t[2] = rand_sp(h, T * d, &s, "dout"), o.t[3] = rand_sp(h, T * k, &s, "p"),
-        o.t[4] = rand_sp(h, T * k * d, &s, "y");
-        if (drop) {
-            o.t[5] = h.add(T * k, QT_I32, "kidx");
-            for (int64_t q = 0; q < T * k; q++) h.i(o.t[5])[q] = xs(&s) % 4 == 0 ? -1 : 1;
-        }
-        o.a[0] = T, o.a[1] = k, o.a[2] = d;
-        native_vs_boundary("moe_combine_bwd", h, o);
-    }
 }
 
 // Packed documents for b sequences of S tokens: positions restarting at a few tokens.
@@ -1483,34 +1491,42 @@ static void body_XentEqualsTheBoundary()
 // Each body above with no special values, with one in 64 and with one in 5.
 TEST(Bf16NativeRows, ElementwiseKindsEqualTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_ElementwiseKindsEqualTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_ElementwiseKindsEqualTheBoundary();
+        }
+    g_fin = 0;
 }
 
 TEST(Bf16NativeRows, SigmoidGateEqualsTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_SigmoidGateEqualsTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_SigmoidGateEqualsTheBoundary();
+        }
+    g_fin = 0;
 }
 
 TEST(Bf16NativeRows, RmsnormFwdBwdEqualTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_RmsnormFwdBwdEqualTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_RmsnormFwdBwdEqualTheBoundary();
+        }
+    g_fin = 0;
 }
 
 TEST(Bf16NativeRows, RmsnormWgradEqualsTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_RmsnormWgradEqualsTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_RmsnormWgradEqualsTheBoundary();
+        }
+    g_fin = 0;
 }
 
 TEST(Bf16NativeRows, GatedRmsnormEqualsTheBoundary)
@@ -1523,10 +1539,12 @@ TEST(Bf16NativeRows, GatedRmsnormEqualsTheBoundary)
 
 TEST(Bf16NativeRows, MoeCombineEqualsTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_MoeCombineEqualsTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_MoeCombineEqualsTheBoundary();
+        }
+    g_fin = 0;
 }
 
 TEST(Bf16NativeRows, GdnConvEqualsTheBoundary)
