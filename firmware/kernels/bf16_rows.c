@@ -1,6 +1,6 @@
 /* bf16_rows.c - one-pass bf16 forms of the row kernels (see bf16_rows.h).
  *
- * Each function is its fp32 kernel (rmsnorm.c, moe_combine.c, elementwise.c) with every bf16
+ * Each function is its fp32 kernel (rmsnorm.c, gated_rmsnorm.c, moe_combine.c, elementwise.c) with every bf16
  * read replaced by its exact widening (W) and every bf16 write by one rounding (R) of the
  * same fp32 value: the same expressions, in the same order, reductions serial in increasing
  * index as there. Loops are only split where the elements are independent (a reduction and
@@ -24,31 +24,66 @@ static float qt_b16_scale(const float *w, int64_t i, int flags)
     return (flags & QT_RMSNORM_ZERO_CENTRED) ? 1.0f + w[i] : w[i];
 }
 
+/* Four rows' sums at once, each serial in increasing i as the fp32 kernel's (four
+ * independent chains: the adds' latency overlaps, every sum keeps its order and bits). */
+static void qt_b16_sumsq4(float ss[4], const qt_bf16 *x, int64_t xs, int64_t n)
+{
+    float a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float v0 = W(x[i]), v1 = W(x[xs + i]), v2 = W(x[2 * xs + i]), v3 = W(x[3 * xs + i]);
+        a = a + v0 * v0, b = b + v1 * v1, c = c + v2 * v2, d = d + v3 * v3;
+    }
+    ss[0] = a, ss[1] = b, ss[2] = c, ss[3] = d;
+}
+
 void qt_b16_rmsnorm_fwd(qt_bf16 *y, float *rstd, const qt_bf16 *x, const float *w, int64_t R,
                         int64_t n, int64_t xs, int64_t ys, int flags, float eps)
 {
+    float ss4[4];
     for (int64_t r = 0; r < R; r++) {
         const qt_bf16 *xr = x + r * xs;
         qt_bf16 *yr = y + r * ys;
+        if (r % 4 == 0 && r + 4 <= R) qt_b16_sumsq4(ss4, xr, xs, n);
         float ss = 0;
-        for (int64_t i = 0; i < n; i++) ss = ss + W(xr[i]) * W(xr[i]);
+        if (r - r % 4 + 4 <= R) ss = ss4[r % 4];
+        else
+            for (int64_t i = 0; i < n; i++) ss = ss + W(xr[i]) * W(xr[i]);
         const float rs = 1.0f / QT_SQRT(ss / (float)n + eps);
         rstd[r] = rs;
         for (int64_t i = 0; i < n; i++) yr[i] = R((W(xr[i]) * rs) * qt_b16_scale(w, i, flags));
     }
 }
 
+/* Four rows' dots sum_i (dy_i s_i) x_i at once, each serial in increasing i. */
+static void qt_b16_dot4(float dot[4], const qt_bf16 *dy, const qt_bf16 *x, const float *w,
+                        int64_t n, int64_t xs, int64_t ys, int flags)
+{
+    float a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float sc = qt_b16_scale(w, i, flags);
+        a = a + (W(dy[i]) * sc) * W(x[i]);
+        b = b + (W(dy[ys + i]) * sc) * W(x[xs + i]);
+        c = c + (W(dy[2 * ys + i]) * sc) * W(x[2 * xs + i]);
+        d = d + (W(dy[3 * ys + i]) * sc) * W(x[3 * xs + i]);
+    }
+    dot[0] = a, dot[1] = b, dot[2] = c, dot[3] = d;
+}
+
 void qt_b16_rmsnorm_bwd(qt_bf16 *dx, const qt_bf16 *dy, const qt_bf16 *x, const float *w,
                         const float *rstd, int64_t R, int64_t n, int64_t xs, int64_t ys,
                         int flags)
 {
+    float dot4[4];
     for (int64_t r = 0; r < R; r++) {
         const qt_bf16 *xr = x + r * xs, *dyr = dy + r * ys;
         qt_bf16 *dxr = dx + r * xs;
         const float rs = rstd[r];
+        if (r % 4 == 0 && r + 4 <= R) qt_b16_dot4(dot4, dyr, xr, w, n, xs, ys, flags);
         float dot = 0;
-        for (int64_t i = 0; i < n; i++)
-            dot = dot + (W(dyr[i]) * qt_b16_scale(w, i, flags)) * W(xr[i]);
+        if (r - r % 4 + 4 <= R) dot = dot4[r % 4];
+        else
+            for (int64_t i = 0; i < n; i++)
+                dot = dot + (W(dyr[i]) * qt_b16_scale(w, i, flags)) * W(xr[i]);
         const float coef = ((rs * rs) * rs) * dot / (float)n;
         for (int64_t i = 0; i < n; i++)
             dxr[i] = R(W(dxr[i]) + (rs * (W(dyr[i]) * qt_b16_scale(w, i, flags)) - W(xr[i]) * coef));
@@ -86,19 +121,48 @@ void qt_b16_moe_combine_fwd(qt_bf16 *out, const qt_bf16 *p, const qt_bf16 *y,
         }
 }
 
+/* The dot of g with four slots' rows y0..y3 (d apart) at once, each serial in increasing i. */
+static void qt_b16_gdot4(float acc[4], const qt_bf16 *g, const qt_bf16 *const y[4], int64_t d)
+{
+    float a = 0, b = 0, c = 0, e = 0;
+    for (int64_t i = 0; i < d; i++) {
+        const float gi = W(g[i]);
+        a += gi * W(y[0][i]), b += gi * W(y[1][i]), c += gi * W(y[2][i]), e += gi * W(y[3][i]);
+    }
+    acc[0] = a, acc[1] = b, acc[2] = c, acc[3] = e;
+}
+
 void qt_b16_moe_combine_bwd(qt_bf16 *dp, qt_bf16 *dy, const qt_bf16 *dout, const qt_bf16 *p,
                             const qt_bf16 *y, const int32_t *kidx, int64_t T, int64_t k,
                             int64_t d)
 {
     for (int64_t t = 0; t < T; t++) {
         const qt_bf16 *g = dout + t * d;
+        int64_t act[4], na = 0; /* the next kept slots, their sums taken four at a time */
+        float acc4[4];
         for (int64_t s = 0; s < k; s++) {
             if (kidx && kidx[t * k + s] < 0) continue;
             const float w = W(p[t * k + s]);
             const qt_bf16 *yr = y + (t * k + s) * d;
             qt_bf16 *dyr = dy + (t * k + s) * d;
             float acc = 0;
-            for (int64_t i = 0; i < d; i++) acc += W(g[i]) * W(yr[i]);
+            if (na == 0) { /* gather up to four kept slots from s on */
+                for (int64_t q = s; q < k && na < 4; q++)
+                    if (!kidx || kidx[t * k + q] >= 0) act[na++] = q;
+                if (na == 4) {
+                    const qt_bf16 *const ys4[4] = {y + (t * k + act[0]) * d, y + (t * k + act[1]) * d,
+                                                   y + (t * k + act[2]) * d, y + (t * k + act[3]) * d};
+                    qt_b16_gdot4(acc4, g, ys4, d);
+                } else {
+                    na = 0;
+                }
+            }
+            if (na > 0) {
+                acc = acc4[4 - na];
+                na--;
+            } else {
+                for (int64_t i = 0; i < d; i++) acc += W(g[i]) * W(yr[i]);
+            }
             for (int64_t i = 0; i < d; i++) dyr[i] = R(W(dyr[i]) + w * W(g[i]));
             dp[t * k + s] = R(W(dp[t * k + s]) + acc);
         }
@@ -170,5 +234,57 @@ void qt_b16_sigmoid_gate_bwd(qt_bf16 *dx, qt_bf16 *dgate, const qt_bf16 *dy, con
             }
         }
     }
+}
+/* Column of value head j's z within a qkvz row (gated_rmsnorm.c's qt_grn_zcol). */
+static int64_t qt_b16_zcol(int64_t j, int64_t hk, int64_t dk, int64_t hv, int64_t dv)
+{
+    const int64_t r = hv / hk;
+    return (j / r) * (2 * dk + 2 * r * dv) + 2 * dk + r * dv + (j % r) * dv;
+}
+
+void qt_b16_gated_rmsnorm_fwd(qt_bf16 *y, float *rstd, const qt_bf16 *o, const qt_bf16 *qkvz,
+                              const float *w, int64_t T, int64_t hk, int64_t dk, int64_t hv,
+                              int64_t dv, float eps)
+{
+    const int64_t wq = hk * (2 * dk + 2 * (hv / hk) * dv);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < hv; j++) {
+            const qt_bf16 *x = o + (t * hv + j) * dv;
+            const qt_bf16 *z = qkvz + t * wq + qt_b16_zcol(j, hk, dk, hv, dv);
+            qt_bf16 *yr = y + (t * hv + j) * dv;
+            float ss = 0.0f;
+            for (int64_t i = 0; i < dv; i++) ss += W(x[i]) * W(x[i]);
+            const float rs = 1.0f / QT_SQRT(ss / (float)dv + eps);
+            rstd[t * hv + j] = rs;
+            for (int64_t i = 0; i < dv; i++)
+                yr[i] = R(((W(x[i]) * rs) * w[i]) * QT_SILU(W(z[i])));
+        }
+}
+
+void qt_b16_gated_rmsnorm_bwd(qt_bf16 *d_o, qt_bf16 *dqkvz, const float *rstd,
+                              const qt_bf16 *dy, const qt_bf16 *o, const qt_bf16 *qkvz,
+                              const float *w, int64_t T, int64_t hk, int64_t dk, int64_t hv,
+                              int64_t dv)
+{
+    const int64_t wq = hk * (2 * dk + 2 * (hv / hk) * dv);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < hv; j++) {
+            const int64_t e0 = (t * hv + j) * dv, zc = t * wq + qt_b16_zcol(j, hk, dk, hv, dv);
+            const qt_bf16 *x = o + e0, *z = qkvz + zc, *dyr = dy + e0;
+            const float rs = rstd[t * hv + j];
+            float dot = 0.0f;
+            for (int64_t i = 0; i < dv; i++) {
+                const float n = W(x[i]) * rs, zi = W(z[i]), sg = QT_SIGMOID(zi);
+                dqkvz[zc + i] = R(W(dqkvz[zc + i]) +
+                                  (W(dyr[i]) * (n * w[i])) * (sg * (1.0f + zi * (1.0f - sg))));
+            }
+            for (int64_t i = 0; i < dv; i++)
+                dot += (W(x[i]) * rs) * ((W(dyr[i]) * w[i]) * QT_SILU(W(z[i])));
+            const float m = dot / (float)dv;
+            for (int64_t i = 0; i < dv; i++) {
+                const float dn = (W(dyr[i]) * w[i]) * QT_SILU(W(z[i]));
+                d_o[e0 + i] = R(W(d_o[e0 + i]) + rs * (dn - (W(x[i]) * rs) * m));
+            }
+        }
 }
 #endif

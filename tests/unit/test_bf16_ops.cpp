@@ -1176,7 +1176,7 @@ static void body_GatedRmsnormEqualsTheBoundary()
         {
             Hand h(QT_BF16, g_a16);
             qt_op o = make_op(QT_OP_GATED_RMSNORM_BWD);
-            o.t[0] = rand_sp(h, T * hv * dv, &s, "do"), o.t[1] = rand_sp(h, T * wq, &s, "dqkvz"),
+            o.t[0] = rand_sp(h, T * hv * dv, &s, "do"), o.t[1] = rand_stored(h, T * wq, &s, "dqkvz"),
             o.t[2] = rand_sp(h, T * hv * dv, &s, "dy"), o.t[3] = rand_sp(h, T * hv * dv, &s, "o"),
             o.t[4] = rand_sp(h, T * wq, &s, "qkvz"), o.t[5] = rand_sp(h, dv, &s, "w"),
             o.t[6] = h.rand_f32(T * hv, &s, "rstd");
@@ -1199,15 +1199,19 @@ static void body_GatedRmsnormEqualsTheBoundary()
     }
 }
 
-// MOE_COMBINE_FWD / BWD: k 3, d 11 over 300 tokens (blocks of 62 tokens), with and without
-// dropped slots (kidx -1: their dy rows untouched, rounded back unchanged).
+// MOE_COMBINE_FWD / BWD: k 3, d 11 over 300 tokens (blocks of 62 tokens), k 6 and 9, d 13
+// and 600, with and without dropped slots (kidx -1: their dy rows and dp untouched; stored
+// values, which round back unchanged).
 
 static void body_MoeCombineEqualsTheBoundary()
 {
     uint64_t s = 76;
-    for (int64_t d : {11, 1100})  // 1100: past the one-pass form's 512-column passes
+    // {T, k, d}: k 6 and 9 take the one-pass backward's four-slot sums (and its tail),
+    // d 600 the forward's 512-column passes
+    const int64_t cases[3][3] = {{300, 3, 11}, {100, 6, 13}, {3, 9, 600}};
+    for (auto &c : cases)
         for (int drop = 0; drop < 2; drop++) {
-            const int64_t T = d > 100 ? 7 : 300, k = 3;
+            const int64_t T = c[0], k = c[1], d = c[2];
             {
                 Hand h(QT_BF16, g_a16);
                 qt_op o = make_op(QT_OP_MOE_COMBINE_FWD);
@@ -1531,10 +1535,12 @@ TEST(Bf16NativeRows, RmsnormWgradEqualsTheBoundary)
 
 TEST(Bf16NativeRows, GatedRmsnormEqualsTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_GatedRmsnormEqualsTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_GatedRmsnormEqualsTheBoundary();
+        }
+    g_fin = 0;
 }
 
 TEST(Bf16NativeRows, MoeCombineEqualsTheBoundary)
