@@ -1,6 +1,6 @@
 /* bf16_rows.c - one-pass bf16 forms of the row kernels (see bf16_rows.h).
  *
- * Each function is its fp32 kernel (rmsnorm.c, gated_rmsnorm.c, moe_combine.c, elementwise.c) with every bf16
+ * Each function is its fp32 kernel (rmsnorm.c, moe_combine.c, elementwise.c) with every bf16
  * read replaced by its exact widening (W) and every bf16 write by one rounding (R) of the
  * same fp32 value: the same expressions, in the same order, reductions serial in increasing
  * index as there. Loops are only split where the elements are independent (a reduction and
@@ -234,57 +234,5 @@ void qt_b16_sigmoid_gate_bwd(qt_bf16 *dx, qt_bf16 *dgate, const qt_bf16 *dy, con
             }
         }
     }
-}
-/* Column of value head j's z within a qkvz row (gated_rmsnorm.c's qt_grn_zcol). */
-static int64_t qt_b16_zcol(int64_t j, int64_t hk, int64_t dk, int64_t hv, int64_t dv)
-{
-    const int64_t r = hv / hk;
-    return (j / r) * (2 * dk + 2 * r * dv) + 2 * dk + r * dv + (j % r) * dv;
-}
-
-void qt_b16_gated_rmsnorm_fwd(qt_bf16 *y, float *rstd, const qt_bf16 *o, const qt_bf16 *qkvz,
-                              const float *w, int64_t T, int64_t hk, int64_t dk, int64_t hv,
-                              int64_t dv, float eps)
-{
-    const int64_t wq = hk * (2 * dk + 2 * (hv / hk) * dv);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t j = 0; j < hv; j++) {
-            const qt_bf16 *x = o + (t * hv + j) * dv;
-            const qt_bf16 *z = qkvz + t * wq + qt_b16_zcol(j, hk, dk, hv, dv);
-            qt_bf16 *yr = y + (t * hv + j) * dv;
-            float ss = 0.0f;
-            for (int64_t i = 0; i < dv; i++) ss += W(x[i]) * W(x[i]);
-            const float rs = 1.0f / QT_SQRT(ss / (float)dv + eps);
-            rstd[t * hv + j] = rs;
-            for (int64_t i = 0; i < dv; i++)
-                yr[i] = R(((W(x[i]) * rs) * w[i]) * QT_SILU(W(z[i])));
-        }
-}
-
-void qt_b16_gated_rmsnorm_bwd(qt_bf16 *d_o, qt_bf16 *dqkvz, const float *rstd,
-                              const qt_bf16 *dy, const qt_bf16 *o, const qt_bf16 *qkvz,
-                              const float *w, int64_t T, int64_t hk, int64_t dk, int64_t hv,
-                              int64_t dv)
-{
-    const int64_t wq = hk * (2 * dk + 2 * (hv / hk) * dv);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t j = 0; j < hv; j++) {
-            const int64_t e0 = (t * hv + j) * dv, zc = t * wq + qt_b16_zcol(j, hk, dk, hv, dv);
-            const qt_bf16 *x = o + e0, *z = qkvz + zc, *dyr = dy + e0;
-            const float rs = rstd[t * hv + j];
-            float dot = 0.0f;
-            for (int64_t i = 0; i < dv; i++) {
-                const float n = W(x[i]) * rs, zi = W(z[i]), sg = QT_SIGMOID(zi);
-                dqkvz[zc + i] = R(W(dqkvz[zc + i]) +
-                                  (W(dyr[i]) * (n * w[i])) * (sg * (1.0f + zi * (1.0f - sg))));
-            }
-            for (int64_t i = 0; i < dv; i++)
-                dot += (W(x[i]) * rs) * ((W(dyr[i]) * w[i]) * QT_SILU(W(z[i])));
-            const float m = dot / (float)dv;
-            for (int64_t i = 0; i < dv; i++) {
-                const float dn = (W(dyr[i]) * w[i]) * QT_SILU(W(z[i]));
-                d_o[e0 + i] = R(W(d_o[e0 + i]) + rs * (dn - (W(x[i]) * rs) * m));
-            }
-        }
 }
 #endif

@@ -46,14 +46,5 @@ void qt_b16_sigmoid_gate_fwd(qt_bf16 *y, const qt_bf16 *x, const qt_bf16 *gate, 
 /* qt_sigmoid_gate_bwd: accumulates into dx, dgate; reads dy, x, gate. */
 void qt_b16_sigmoid_gate_bwd(qt_bf16 *dx, qt_bf16 *dgate, const qt_bf16 *dy, const qt_bf16 *x,
                              const qt_bf16 *gate, int64_t T, int64_t n, int mode, int64_t hd);
-/* qt_gated_rmsnorm_fwd: writes y[T][hv][dv], rstd[T][hv]; reads o, qkvz (z columns), w[dv]. */
-void qt_b16_gated_rmsnorm_fwd(qt_bf16 *y, float *rstd, const qt_bf16 *o, const qt_bf16 *qkvz,
-                              const float *w, int64_t T, int64_t hk, int64_t dk, int64_t hv,
-                              int64_t dv, float eps);
-/* qt_gated_rmsnorm_bwd: accumulates into d_o and dqkvz's z columns; reads rstd, dy, o, qkvz, w. */
-void qt_b16_gated_rmsnorm_bwd(qt_bf16 *d_o, qt_bf16 *dqkvz, const float *rstd,
-                              const qt_bf16 *dy, const qt_bf16 *o, const qt_bf16 *qkvz,
-                              const float *w, int64_t T, int64_t hk, int64_t dk, int64_t hv,
-                              int64_t dv);
 
 #endif

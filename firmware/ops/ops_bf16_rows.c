@@ -14,7 +14,7 @@
  * what the boundary (runtime/interp_bf16.c) computes, with the conversions done while the
  * block is in cache instead of in whole-tensor passes. fp32 slots (the saved rstd, and any
  * fp32 tensor of a bf16 plan) are read and written in place when their rows are contiguous.
- * The row kinds RMSNORM_*, GATED_RMSNORM_FWD / BWD, MOE_COMBINE_*, SWIGLU_* and SIGMOID_GATE_* skip the blocks when
+ * The row kinds RMSNORM_*, MOE_COMBINE_*, SWIGLU_* and SIGMOID_GATE_* skip the blocks when
  * their row tensors are bf16 and every read tensor is finite (qt_r16_one_pass): one pass,
  * kernels/bf16_rows.h, the same per-element expressions and rounding.
  *
@@ -371,11 +371,6 @@ void qt_op16_gated_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_weight(&b, QT_T(op, GATED_RMSNORM_FWD, w), dv);
     if (qt_r16_start(&b, op, rows)) return;
     const float *w = QT_R16_G(4, 0, 1);
-    if (qt_r16_one_pass(&b, 13u, 2u, T)) {
-        qt_b16_gated_rmsnorm_fwd(QT_R16_B(0), qt_f32(ctx, b.sl[1].id), QT_R16_B(2), QT_R16_B(3),
-                                 w, T, hk, dk, hv, dv, op->f[0]);
-        return;
-    }
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_gated_rmsnorm_fwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),
@@ -400,11 +395,6 @@ void qt_op16_gated_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, GATED_RMSNORM_BWD, rstd), 0, hv, hv, 1, 0);
     if (qt_r16_start(&b, op, rows)) return;
     const float *w = QT_R16_G(5, 0, 1);
-    if (qt_r16_one_pass(&b, 31u, 64u, T)) {
-        qt_b16_gated_rmsnorm_bwd(QT_R16_B(0), QT_R16_B(1), qt_f32(ctx, b.sl[6].id), QT_R16_B(2),
-                                 QT_R16_B(3), QT_R16_B(4), w, T, hk, dk, hv, dv);
-        return;
-    }
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_gated_rmsnorm_bwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(6, t0, nr),
