@@ -967,6 +967,9 @@ void native_vs_boundary(const char *what, Hand &h, const qt_op &op)
 {
     const qt_kernel_entry *e = &qt_kernel_table[op.kind];
     CHECK(e->props & QT_OPP_BF16);
+    // the boundary must fit the harness's staging region, as configgen sizes a plan's (a
+    // case beyond it lets the reference write past the region: T 7, k 9, d 1100 did)
+    CHECK(qt_bf16_stage_need(&h.plan, e, &op) <= STAGE_ELEMS);
     Hand r(QT_BF16, g_a32);
     clone(h, r);
     std::vector<unsigned char> before(h.arena, h.arena + h.off);
@@ -984,6 +987,9 @@ void native_vs_boundary_wgrad(const char *what, Hand &h, const qt_op &op, int64_
 {
     const qt_kernel_entry *e = &qt_kernel_table[op.kind];
     CHECK(e->props & QT_OPP_BF16);
+    // the boundary must fit the harness's staging region, as configgen sizes a plan's (a
+    // case beyond it lets the reference write past the region: T 7, k 9, d 1100 did)
+    CHECK(qt_bf16_stage_need(&h.plan, e, &op) <= STAGE_ELEMS);
     Hand r(QT_BF16, g_a32);
     clone(h, r);
     const int64_t nl = n1 > 0 ? 2 : 1, len[2] = {n, n1};
