@@ -954,60 +954,72 @@ static void dims_of(const qt_cg_settings *s, qt_cg_dims *D)
     D->nch = (D->Sm + m->gdn_chunk - 1) / m->gdn_chunk;
 }
 
-int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen)
+/* The step's inputs, loss sums and tables (tokens, targets, per-block loss sums, the lb and
+ * dropped-count sums, the rope table, packed positions, the MTP head's inputs) and the init
+ * ops that fill or zero them. */
+static void graph_io(qt_cg_graph *g, const qt_cg_dims *D)
 {
-    qt_cg_dims D;
-    memset(g, 0, sizeof *g);
-    g->s = s;
-    dims_of(s, &D);
+    const qt_cg_settings *s = g->s;
     g->lb_seq = g->table = QT_NONE;
     const uint8_t LB = QT_LAX_ACT_EMBED_LOGITS_BATCH, L = QT_LAX_ACT_LENGTH;
-    g->tokens = qt_cg_add_tensor(g, "tokens", QT_ROLE_INPUT, QT_I32, 2, SHP(D.b, D.S), AX(LB, L));
-    g->targets = qt_cg_add_tensor(g, "targets", QT_ROLE_INPUT, QT_I32, 2, SHP(D.b, D.S),
+    g->tokens = qt_cg_add_tensor(g, "tokens", QT_ROLE_INPUT, QT_I32, 2, SHP(D->b, D->S),
+                                 AX(LB, L));
+    g->targets = qt_cg_add_tensor(g, "targets", QT_ROLE_INPUT, QT_I32, 2, SHP(D->b, D->S),
                                   AX(LB, L));
     /* one loss sum per token block (the WGRAD leaves' blocks; per sequence without them) */
     g->loss_seq = qt_cg_add_tensor(g, "loss_seq", QT_ROLE_LOSS, QT_F32, 1,
-                                   SHP(D.b * D.nbt / D.C), AX(LB));
+                                   SHP(D->b * D->nbt / D->C), AX(LB));
     if (s->lb_weight > 0)
-        g->lb_seq = qt_cg_add_tensor(g, "lb_seq", QT_ROLE_LOSS, QT_F32, 1, SHP(D.b), AX(LB));
+        g->lb_seq = qt_cg_add_tensor(g, "lb_seq", QT_ROLE_LOSS, QT_F32, 1, SHP(D->b), AX(LB));
     /* token dropping: each layer's dropped counts per sequence (the metrics' share) */
     g->moe_drops = QT_NONE;
     if (s->moe_capacity > 0) {
         g->moe_drops = qt_cg_add_tensor(g, "moe_drops", QT_ROLE_LOSS, QT_I32, 2,
-                                        SHP(s->m.n_layers + s->mtp_layers, D.b), AX(0, LB));
+                                        SHP(s->m.n_layers + s->mtp_layers, D->b), AX(0, LB));
         g->ts[g->moe_drops].whole = 1;
     }
     g->table = qt_cg_add_tensor(g, "rope_table", QT_ROLE_TABLE, QT_F32, 3,
-                                SHP(D.Sm, D.R / 2, 2), AX(0, 0, 0));
+                                SHP(D->Sm, D->R / 2, 2), AX(0, 0, 0));
     /* packing: each token's position in its document, whole sequences also on a context
      * rank (the sequence mixers run on whole sequences of heads there) */
     g->positions = QT_NONE;
     if (s->packing) {
         g->positions = qt_cg_add_tensor(g, "positions", QT_ROLE_INPUT, QT_I32, 2,
-                                        SHP(D.b, D.Sm), AX(LB, 0));
+                                        SHP(D->b, D->Sm), AX(LB, 0));
         g->ts[g->positions].whole = 1;
     }
-    mtp_io(g, &D);
-    const int64_t np = 1 + s->mtp_layers;
+    mtp_io(g, D);
     g->ts[g->tokens].whole = g->ts[g->targets].whole = g->ts[g->loss_seq].whole = 1;
     g->ts[g->table].whole = 1;
     if (g->lb_seq != QT_NONE) g->ts[g->lb_seq].whole = 1;
 
     qt_op *op = qt_cg_emit_op(g, 1, QT_OP_ROPE_TABLE);
     QT_T(op, ROPE_TABLE, table) = g->table;
-    QT_CG_SET_A(op, ROPE_TABLE, .S = D.Sm, .R = D.R);
+    QT_CG_SET_A(op, ROPE_TABLE, .S = D->Sm, .R = D->R);
     op->f[0] = s->m.rope_theta;
 
     if (g->lb_seq != QT_NONE) {
         op = qt_cg_emit_op(g, 0, QT_OP_ZERO);
         QT_T(op, ZERO, x) = g->lb_seq;
-        QT_A(op, ZERO, n) = D.b;
+        QT_A(op, ZERO, n) = D->b;
     }
     if (g->moe_drops != QT_NONE) {
         op = qt_cg_emit_op(g, 0, QT_OP_ZERO);
         QT_T(op, ZERO, x) = g->moe_drops;
-        QT_A(op, ZERO, n) = (s->m.n_layers + s->mtp_layers) * D.b;
+        QT_A(op, ZERO, n) = (s->m.n_layers + s->mtp_layers) * D->b;
     }
+}
+
+int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen)
+{
+    qt_cg_dims D;
+    memset(g, 0, sizeof *g);
+    g->s = s;
+    dims_of(s, &D);
+    graph_io(g, &D);
+    const uint8_t LB = QT_LAX_ACT_EMBED_LOGITS_BATCH, L = QT_LAX_ACT_LENGTH;
+    const int64_t np = 1 + s->mtp_layers;
+    qt_op *op;
     /* a pipeline stage's executable tables (pp_local): the embedding on stage 0 only, the
      * others start from their input boundary, received from the stage before */
     const int pp = s->pp_stages > 1 && s->pp_local;
