@@ -63,9 +63,11 @@ int qt_pp_action(int schedule, int S, int st, int M, int i, int *j)
     return 1;
 }
 
-static void qt_pp_copy(const qt_ctx *ctx, int32_t dst, const float *src, int64_t n)
+/* A tensor's storage bytes in the arena (the boundaries are stored in the plan's activation
+ * dtype, fp32 or bf16: the messages carry those bytes as they are). */
+static unsigned char *qt_pp_bytes(const qt_ctx *ctx, int32_t id)
 {
-    memcpy(qt_f32(ctx, dst), src, (size_t)n * sizeof(float));
+    return ctx->arena + ctx->plan->tensors[id].offset;
 }
 
 int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st,
@@ -79,16 +81,16 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                        "%lld accumulation microbatches", p->run_name, S, M,
                        (long long)p->train.grad_accum);
     const int s = qt_pp_peers(p, ranks), first = s == 0, last = s == S - 1;
-    const int64_t nb = p->tensors[p->pp_slots].shape[1], bytes = nb * (int64_t)sizeof(float);
-    float *slots = qt_f32(ctx, p->pp_slots);
+    const int64_t bytes = p->tensors[p->pp_slots].shape[1] * qt_dtype_bytes(p->tensors[p->pp_slots].dtype);
+    unsigned char *slots = qt_pp_bytes(ctx, p->pp_slots);
     const int64_t groups = p->train.grad_accum / M;
     for (int64_t g = 0; g < groups; g++) {
         for (int i = 0; i < 2 * M; i++) {
             int j;
             const int bwd = qt_pp_action(p->pp_schedule, S, s, M, i, &j);
             const int64_t mb = g * M + j;
-            float *in = slots + (int64_t)j * nb, *act = slots + (int64_t)(M + j) * nb;
-            float *grad = slots + (int64_t)(2 * M + j) * nb;
+            unsigned char *in = slots + (int64_t)j * bytes, *act = slots + (int64_t)(M + j) * bytes;
+            unsigned char *grad = slots + (int64_t)(2 * M + j) * bytes;
             int rc = QT_OK;
             st->mb = mb;
             if (!bwd) {
@@ -96,12 +98,12 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                  * forward and sends its output on; the last stage's forward runs at B */
                 if (!first) rc = qt_coll_p2p_recv(ranks[s - 1], QT_PP_ACT, in, bytes);
                 if (!rc && !last) {
-                    if (!first) qt_pp_copy(ctx, p->pp_in, in, nb);
+                    if (!first) memcpy(qt_pp_bytes(ctx, p->pp_in), in, (size_t)bytes);
                     rc = h->fill(mb, h->arg);
                     if (!rc) qt_interp_run_forward(ctx, table, p->pp_fwd_ops, st);
                     if (!rc && *ctx->status) rc = *ctx->status;
                     if (!rc) {
-                        memcpy(act, qt_f32(ctx, p->pp_out), (size_t)bytes);
+                        memcpy(act, qt_pp_bytes(ctx, p->pp_out), (size_t)bytes);
                         rc = qt_coll_p2p_send(ranks[s + 1], QT_PP_ACT, act, bytes);
                     }
                 }
@@ -110,14 +112,14 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                  * runs again from the kept input, then the backward; the input's gradient
                  * goes back (stages > 0) */
                 if (!last)
-                    rc = qt_coll_p2p_recv(ranks[s + 1], QT_PP_GRAD, qt_f32(ctx, p->pp_dout), bytes);
-                if (!rc && !first) qt_pp_copy(ctx, p->pp_in, in, nb);
+                    rc = qt_coll_p2p_recv(ranks[s + 1], QT_PP_GRAD, qt_pp_bytes(ctx, p->pp_dout), bytes);
+                if (!rc && !first) memcpy(qt_pp_bytes(ctx, p->pp_in), in, (size_t)bytes);
                 if (!rc) rc = h->fill(mb, h->arg);
                 if (!rc) qt_interp_run_microbatch(ctx, table, mb, st);
                 if (!rc && *ctx->status) rc = *ctx->status;
                 if (!rc) rc = h->done(mb, h->arg);
                 if (!rc && !first) {
-                    memcpy(grad, qt_f32(ctx, p->pp_din), (size_t)bytes);
+                    memcpy(grad, qt_pp_bytes(ctx, p->pp_din), (size_t)bytes);
                     rc = qt_coll_p2p_send(ranks[s - 1], QT_PP_GRAD, grad, bytes);
                 }
             }
@@ -134,16 +136,17 @@ int qt_pp_warm(const qt_plan *p, double deadline)
     if (p->pipeline_stages <= 1) return QT_OK;
     int ranks[QT_PP_MAX_STAGES];
     const int S = p->pipeline_stages, s = qt_pp_peers(p, ranks);
-    const int64_t nb = p->tensors[p->pp_slots].shape[1], M = p->pp_micro;
+    const int64_t nb = p->tensors[p->pp_slots].shape[1] * qt_dtype_bytes(p->tensors[p->pp_slots].dtype);
+    const int64_t M = p->pp_micro;
     unsigned char *slots = p->arena + p->tensors[p->pp_slots].offset;
     /* 8 messages each way in 8 x big bytes: the first two thirds of the slots, which hold
-     * nothing yet (big: a boundary message, at most 64 KiB) */
-    int64_t big = nb * (int64_t)sizeof(float);
+     * nothing yet (big: a boundary message of nb bytes, at most 64 KiB) */
+    int64_t big = nb;
     if (big > (64 << 10)) big = 64 << 10;
-    if (8 * big > M * nb * (int64_t)sizeof(float)) big = M * nb * (int64_t)sizeof(float) / 8;
+    if (8 * big > M * nb) big = M * nb / 8;
     for (int k = 0; k < S && big > 0; k++) {
         if (k == s) continue;
-        int rc = qt_comm_warm(ranks[k], slots, slots + M * nb * (int64_t)sizeof(float), big,
+        int rc = qt_comm_warm(ranks[k], slots, slots + M * nb, big,
                               deadline);
         if (rc) return rc;
     }

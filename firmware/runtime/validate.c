@@ -378,8 +378,6 @@ int qt_validate_pipeline(const qt_plan *p)
     else if (p->pp_repeats > 1)
         what = "num_pipeline_repeats > 1 (circular; num_layers_per_pipeline_stage below the "
                "layers per stage)";
-    else if (p->dtype != QT_F32)
-        what = "dtype=bfloat16";
     else if (p->mtp_layers > 0)
         what = "mtp_num_layers > 0";
     else if (p->lb_seq != QT_NONE)
