@@ -8,7 +8,8 @@
  *  - a microbatch's forward at B is the forward it ran at F (same inputs, same tables,
  *    deterministic kernels): the rematerialisation changes no bit;
  *  - messages: channel 0 the activations (stage s to s + 1), channel 1 the gradients (s + 1
- *    to s), each microbatch once per accumulation group, in the schedule's order on both
+ *    to s), channel 3 (with the load-balance loss) the running lb sums beside the
+ *    activations, each microbatch once per accumulation group, in the schedule's order on both
  *    sides (qt_pp_action), so they match in posting order; sends are flushed at the end of
  *    every group (before its slots are reused); no heap, no reduction of floats.
  */
@@ -23,13 +24,16 @@
 #define QT_PP_ACT 0   /* channel of the activations, stage s -> s + 1 */
 #define QT_PP_GRAD 1  /* channel of the gradients, stage s + 1 -> s */
 #define QT_PP_METRICS 2 /* channel of the step's metrics, the last stage -> the others */
+#define QT_PP_LB 3    /* channel of the running lb sums, stage s -> s + 1 (with the lb loss) */
 
-/* The test hook of qt_pp_set_test_order: 1 runs gpipe's backward phase in reverse. */
-static int qt_pp_reverse;
+/* The test hook of qt_pp_set_test_order: qt_pp_reverse runs gpipe's backward phase in
+ * reverse, qt_pp_lb_local zeroes the received lb sums. */
+static int qt_pp_reverse, qt_pp_lb_local;
 
-void qt_pp_set_test_order(int reverse)
+void qt_pp_set_test_order(int mode)
 {
-    qt_pp_reverse = reverse != 0;
+    qt_pp_reverse = mode == 1;
+    qt_pp_lb_local = mode == 2;
 }
 
 /* The world ranks of this rank's place in every stage, and this stage. */
@@ -70,6 +74,17 @@ static unsigned char *qt_pp_bytes(const qt_ctx *ctx, int32_t id)
     return ctx->arena + ctx->plan->tensors[id].offset;
 }
 
+/* Before a stage's forward: the received input boundary (in: bytes; NULL on the first
+ * stage) into pp_in, and the running lb sums of the stages before (lb_in: lbb bytes, NULL
+ * without them) into lb_seq, which the stage's layers then continue. */
+static void qt_pp_inputs(const qt_ctx *ctx, const unsigned char *in, int64_t bytes,
+                         const unsigned char *lb_in, int64_t lbb)
+{
+    if (in) memcpy(qt_pp_bytes(ctx, ctx->plan->pp_in), in, (size_t)bytes);
+    if (lb_in && qt_pp_lb_local) memset(qt_pp_bytes(ctx, ctx->plan->lb_seq), 0, (size_t)lbb);
+    else if (lb_in) memcpy(qt_pp_bytes(ctx, ctx->plan->lb_seq), lb_in, (size_t)lbb);
+}
+
 int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st,
                        const qt_pp_hooks *h)
 {
@@ -83,6 +98,11 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
     const int s = qt_pp_peers(p, ranks), first = s == 0, last = s == S - 1;
     const int64_t bytes = p->tensors[p->pp_slots].shape[1] * qt_dtype_bytes(p->tensors[p->pp_slots].dtype);
     unsigned char *slots = qt_pp_bytes(ctx, p->pp_slots);
+    /* the load-balance loss: the running lb sums of each microbatch's sequences go on with
+     * its activations (slots j: received, M + j: sent) */
+    const int lb = p->lb_seq != QT_NONE;
+    const int64_t lbb = lb ? p->tensors[p->lb_seq].shape[0] * (int64_t)sizeof(float) : 0;
+    unsigned char *lbs = lb ? qt_pp_bytes(ctx, p->pp_lb_slots) : NULL;
     const int64_t groups = p->train.grad_accum / M;
     for (int64_t g = 0; g < groups; g++) {
         for (int i = 0; i < 2 * M; i++) {
@@ -91,20 +111,27 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
             const int64_t mb = g * M + j;
             unsigned char *in = slots + (int64_t)j * bytes, *act = slots + (int64_t)(M + j) * bytes;
             unsigned char *grad = slots + (int64_t)(2 * M + j) * bytes;
+            unsigned char *lb_in = lb && !first ? lbs + (int64_t)j * lbb : NULL;
+            unsigned char *lb_out = lb ? lbs + (int64_t)(M + j) * lbb : NULL;
             int rc = QT_OK;
             st->mb = mb;
             if (!bwd) {
                 /* F: the input arrives (stages > 0); a stage before the last runs the
                  * forward and sends its output on; the last stage's forward runs at B */
                 if (!first) rc = qt_coll_p2p_recv(ranks[s - 1], QT_PP_ACT, in, bytes);
+                if (!rc && lb_in) rc = qt_coll_p2p_recv(ranks[s - 1], QT_PP_LB, lb_in, lbb);
                 if (!rc && !last) {
-                    if (!first) memcpy(qt_pp_bytes(ctx, p->pp_in), in, (size_t)bytes);
+                    qt_pp_inputs(ctx, first ? NULL : in, bytes, lb_in, lbb);
                     rc = h->fill(mb, h->arg);
                     if (!rc) qt_interp_run_forward(ctx, table, p->pp_fwd_ops, st);
                     if (!rc && *ctx->status) rc = *ctx->status;
                     if (!rc) {
                         memcpy(act, qt_pp_bytes(ctx, p->pp_out), (size_t)bytes);
                         rc = qt_coll_p2p_send(ranks[s + 1], QT_PP_ACT, act, bytes);
+                    }
+                    if (!rc && lb) {
+                        memcpy(lb_out, qt_pp_bytes(ctx, p->lb_seq), (size_t)lbb);
+                        rc = qt_coll_p2p_send(ranks[s + 1], QT_PP_LB, lb_out, lbb);
                     }
                 }
             } else {
@@ -113,7 +140,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                  * goes back (stages > 0) */
                 if (!last)
                     rc = qt_coll_p2p_recv(ranks[s + 1], QT_PP_GRAD, qt_pp_bytes(ctx, p->pp_dout), bytes);
-                if (!rc && !first) memcpy(qt_pp_bytes(ctx, p->pp_in), in, (size_t)bytes);
+                if (!rc) qt_pp_inputs(ctx, first ? NULL : in, bytes, lb_in, lbb);
                 if (!rc) rc = h->fill(mb, h->arg);
                 if (!rc) qt_interp_run_microbatch(ctx, table, mb, st);
                 if (!rc && *ctx->status) rc = *ctx->status;
@@ -191,15 +218,21 @@ int qt_pp_exact_merge(const qt_plan *p, qt_exact *a)
     return QT_OK;
 }
 
-int qt_pp_sum_u64(const qt_plan *p, uint64_t *v)
+int qt_pp_sum_u64(const qt_plan *p, uint64_t *v, int64_t n)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
-    static uint64_t all[QT_PP_MAX_STAGES];
-    int S;
-    int rc = qt_pp_gather(p, v, all, (int64_t)sizeof *v, &S);
-    if (rc) return rc;
-    uint64_t sum = 0;
-    for (int k = 0; k < S; k++) sum += all[k];
-    *v = sum;
+    enum { CHUNK = 64 };
+    static uint64_t all[QT_PP_MAX_STAGES * CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
+        const int64_t k = n - i0 < CHUNK ? n - i0 : CHUNK;
+        int S;
+        int rc = qt_pp_gather(p, v + i0, all, k * (int64_t)sizeof *v, &S);
+        if (rc) return rc;
+        for (int64_t i = 0; i < k; i++) {
+            uint64_t sum = 0;
+            for (int st = 0; st < S; st++) sum += all[st * k + i];
+            v[i0 + i] = sum;
+        }
+    }
     return QT_OK;
 }

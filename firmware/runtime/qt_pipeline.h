@@ -69,15 +69,17 @@ int qt_pp_warm(const qt_plan *p, double deadline);
 int qt_pp_share_metrics(const qt_plan *p, qt_step_metrics *m);
 
 /* Exact merges over the stages (the ranks with this rank's place in the other stages):
- * *a becomes the sum of every stage's accumulator; *v the sum mod 2^64. No-ops without
- * pipeline stages. 0 or QT_E_COMM. */
+ * *a becomes the sum of every stage's accumulator; v[0 .. n) each the sum mod 2^64 (an
+ * int64 count's sum too: two's complement). No-ops without pipeline stages. 0 or
+ * QT_E_COMM. */
 int qt_pp_exact_merge(const qt_plan *p, qt_exact *a);
-int qt_pp_sum_u64(const qt_plan *p, uint64_t *v);
+int qt_pp_sum_u64(const qt_plan *p, uint64_t *v, int64_t n);
 
-/* A test hook (tests/e2e/63_pipeline.sh, read by main from QT_PP_TEST_ORDER=reverse): 1
- * runs gpipe's backward phase in reverse microbatch order, which pushes the gradient leaves
- * out of the one-rank tree's order, so the bits must differ from one rank's (the check is
- * not vacuous). 0 (the default): the schedule's order. */
-void qt_pp_set_test_order(int reverse);
+/* A test hook (tests/e2e/63_pipeline.sh, read by main from QT_PP_TEST_ORDER), so the bit
+ * checks are not vacuous: 1 (=reverse) runs gpipe's backward phase in reverse microbatch
+ * order, which pushes the gradient leaves out of the one-rank tree's order; 2 (=lb-local)
+ * starts every stage's lb sums from zero instead of the stage before's running sums, so the
+ * last stage sums its own layers' load-balance terms only. 0 (the default): neither. */
+void qt_pp_set_test_order(int mode);
 
 #endif

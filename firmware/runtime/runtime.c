@@ -386,17 +386,25 @@ static void qt_runtime_drops_add(const qt_plan *p, qt_step_metrics *m)
 }
 
 /* The step's dropped counts over the batch axes (each sequence counted once: tensor ranks
- * share theirs), exact integer sums; and the step's assignment count. */
+ * share theirs) and the pipeline's stages, exact integer sums; and the step's assignment
+ * count. */
 static int qt_runtime_drops_merge(const qt_plan *p, qt_step_metrics *m)
 {
     if (p->moe_capacity <= 0) return QT_OK;
     const int64_t L = p->model.n_layers;
     m->n_drop_layers = (int32_t)(L < QT_METRICS_MAX_LAYERS ? L : QT_METRICS_MAX_LAYERS);
     m->moe_assignments = p->train.global_batch * p->train.seq_len * p->model.top_k * L;
-    if (!p->batch_mask) return QT_OK;
-    int rc = qt_coll_sum_i64(p->batch_mask, &m->moe_dropped, 1);
-    if (!rc && p->mtp_layers > 0) rc = qt_coll_sum_i64(p->batch_mask, &m->mtp_moe_dropped, 1);
-    return rc ? rc : qt_coll_sum_i64(p->batch_mask, m->moe_dropped_layer, m->n_drop_layers);
+    int rc = QT_OK;
+    if (p->batch_mask) {
+        rc = qt_coll_sum_i64(p->batch_mask, &m->moe_dropped, 1);
+        if (!rc && p->mtp_layers > 0) rc = qt_coll_sum_i64(p->batch_mask, &m->mtp_moe_dropped, 1);
+        if (!rc) rc = qt_coll_sum_i64(p->batch_mask, m->moe_dropped_layer, m->n_drop_layers);
+    }
+    /* a pipeline stage counts its own layers' rows (the others are zero): the sums over the
+     * stages, then the last stage's metrics carry every layer's */
+    if (!rc) rc = qt_pp_sum_u64(p, (uint64_t *)(void *)&m->moe_dropped, 1);
+    if (!rc) rc = qt_pp_sum_u64(p, (uint64_t *)(void *)m->moe_dropped_layer, m->n_drop_layers);
+    return rc;
 }
 
 /* One step's microbatch loop state: the exact loss accumulators and what the fill and the

@@ -443,7 +443,7 @@ int qt_step_adamw(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     }
     if (p->n_ranks > 1) {
         int rc = qt_coll_sum_u64(QT_COLL_ALL, &fp, 1);
-        if (!rc) rc = qt_pp_sum_u64(p, &fp);  /* over the pipeline's stages */
+        if (!rc) rc = qt_pp_sum_u64(p, &fp, 1);  /* over the pipeline's stages */
         if (rc) return rc;
     }
     m->fingerprint = fp;

@@ -364,8 +364,9 @@ int qt_validate_pipeline(const qt_plan *p)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
     /* what the pipeline driver runs today (runtime/pipeline.c): stages of any one-slice mesh
-     * (their collectives over the stage's ranks, qt_comm_mesh_set_base), one repeat, fp32,
-     * the plain loss; anything else is named by its key */
+     * (their collectives over the stage's ranks, qt_comm_mesh_set_base), one repeat, fp32 or
+     * bf16, the load-balance and z losses, token dropping, packing, scanned layers, no MTP
+     * head; anything else is named by its key */
     const char *what = NULL;
     int64_t per = 1;
     for (int a = 0; a < QT_MESH_COUNT; a++) per *= p->mesh[a];
@@ -379,17 +380,8 @@ int qt_validate_pipeline(const qt_plan *p)
         what = "num_pipeline_repeats > 1 (circular; num_layers_per_pipeline_stage below the "
                "layers per stage)";
     else if (p->mtp_layers > 0)
-        what = "mtp_num_layers > 0";
-    else if (p->lb_seq != QT_NONE)
-        what = "load_balance_loss_weight > 0";
-    else if (p->moe_capacity > 0)
-        what = "capacity_factor > 0 (token dropping)";
-    else if (p->packing)
-        what = "packing";
-    else if (p->train.z_loss != 0.0f)
-        what = "z_loss_multiplier";
-    else if (p->n_scans > 0)
-        what = "scan_layers";
+        what = "mtp_num_layers > 0 (the MTP head: its embedding is stage 0's, its layers "
+               "and loss the last stage's)";
     else if (p->train.eval_interval > 0)
         what = "eval_interval (the held-out eval)";
     else if (p->pp_slots == QT_NONE || p->pp_stage < 0 || p->pp_stage >= p->pipeline_stages)
@@ -397,7 +389,7 @@ int qt_validate_pipeline(const qt_plan *p)
     if (!what) return QT_OK;
     return qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages: pipeline plans with %s are not "
                    "executed yet (docs/pipeline.md: one repeat, gpipe or "
-                   "1f1b, fp32); generate the run without it, or with pipeline parallelism 1",
+                   "1f1b); generate the run without it, or with pipeline parallelism 1",
                    p->run_name, p->pipeline_stages, what);
 }
 

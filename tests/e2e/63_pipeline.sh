@@ -14,12 +14,20 @@
 #     PP2 x DP2 1f1b M 4 with ZeRO-1, PP2 x FSDP2, PP2 x TP2, PP2 x EP2 1f1b, PP2 x CP2
 #     (== one rank with context_blocks 2, the CP plans' canonical blocks), qwen3.5 PP2 x DP2;
 #   * the shipped run pp-35-pp2-1f1b (qwen3.5 tiny PP2 1f1b, M 2) == one rank;
+#   * the other forms (bf16, the load-balance loss, the z-loss, token dropping, packing,
+#     scanned layers), each == one rank with the same keys in the loss bits, fingerprint and
+#     every metrics field but the timings: bf16 qwen3-next PP2 gpipe, qwen3.5 PP2 1f1b M 4,
+#     PP2 x DP2 1f1b; lb PP2 gpipe, PP4 1f1b M 4, PP2 x EP2 1f1b; qwen3.5 bf16 lb + z-loss
+#     PP2; z-loss PP2 1f1b; capacity PP2, PP2 x EP2; packing PP2 1f1b, PP2 x DP2; 16 layers
+#     with scan_layers PP2 gpipe (fp32) and 1f1b (bf16), stage 0's tables scanned;
 #   * the check can fail: the same PP2 gpipe run with its backward phase in reverse
 #     microbatch order (QT_PP_TEST_ORDER=reverse, a test hook read at start-up) pushes the
 #     stages' gradient leaves out of the one-rank tree's order, and its bits differ from one
-#     rank's at step 1 or later (its step-0 loss, computed before any update, is equal);
+#     rank's at step 1 or later (its step-0 loss, computed before any update, is equal); the
+#     lb PP2 run with every stage's lb sums started from zero (QT_PP_TEST_ORDER=lb-local)
+#     has another step-0 loss than one rank;
 #   * refusals: a pipeline form the driver does not run yet names its key (circular repeats,
-#     pp-next-pp2) and save= is refused on a pipeline plan.
+#     pp-next-pp2; the MTP head) and save= is refused on a pipeline plan.
 PP_D=$QT_TMP/pp
 PP_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 
@@ -87,6 +95,47 @@ pp_cells() {
 }
 check "pipeline: configgen plans and builds the stage-local pipeline cells" pp_cells
 
+# the forms beside the plain loss (issue 36): bf16, the load-balance loss, the z-loss, token
+# dropping, packing, scanned layers; each cell against one rank with the same keys
+B16="dtype=bfloat16"
+LB="load_balance_loss_weight=0.01"
+CAP="sparse_matmul=false capacity_factor=1.0"
+PACK="packing=true eos_id=7"
+L16="base_num_decoder_layers=16 scan_layers=true"
+pp_form_cells() {
+  pp_variant pp1r-next-b4-bf16 test-next-tiny per_device_batch_size=4 $B16 &&
+    pp_variant pp2-next-gpipe-bf16 test-next-tiny $NEXT_PP $B16 &&
+    pp_variant pp1r-35-b4-bf16 test-35-tiny per_device_batch_size=4 $B16 &&
+    pp_variant pp2-35-1f1b-m4-bf16 test-35-tiny $NEXT_PP $B16 num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp1r-next-b8-bf16 test-next-tiny per_device_batch_size=8 $B16 &&
+    pp_variant pp2dp2-next-1f1b-bf16 test-next-tiny $NEXT_PP4 ici_data_parallelism=2 $B16 pipeline_schedule=1f1b &&
+    pp_variant pp1r-next-b4-lb test-next-tiny per_device_batch_size=4 $LB &&
+    pp_variant pp2-next-gpipe-lb test-next-tiny $NEXT_PP $LB &&
+    pp_variant pp4-next-1f1b-m4-lb test-next-tiny num_ranks=4 ici_pipeline_parallelism=4 \
+      num_layers_per_pipeline_stage=1 per_device_batch_size=1 num_pipeline_microbatches=4 pipeline_schedule=1f1b $LB &&
+    pp_variant pp1r-next-b8-lb test-next-tiny per_device_batch_size=8 $LB &&
+    pp_variant pp2ep2-next-1f1b-lb test-next-tiny $NEXT_PP4 ici_expert_parallelism=2 pipeline_schedule=1f1b $LB &&
+    pp_variant pp1r-35-b4-lb-z-bf16 test-35-tiny per_device_batch_size=4 $LB z_loss_multiplier=0.001 $B16 &&
+    pp_variant pp2-35-gpipe-lb-z-bf16 test-35-tiny $NEXT_PP $LB z_loss_multiplier=0.001 $B16 &&
+    pp_variant pp1r-next-b4-z test-next-tiny per_device_batch_size=4 z_loss_multiplier=0.001 &&
+    pp_variant pp2-next-1f1b-m4-z test-next-tiny $NEXT_PP z_loss_multiplier=0.001 num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp1r-next-b4-cap test-next-tiny per_device_batch_size=4 $CAP &&
+    pp_variant pp2-next-gpipe-cap test-next-tiny $NEXT_PP $CAP &&
+    pp_variant pp1r-next-b8-cap test-next-tiny per_device_batch_size=8 $CAP &&
+    pp_variant pp2ep2-next-gpipe-cap test-next-tiny $NEXT_PP4 ici_expert_parallelism=2 $CAP &&
+    pp_variant pp1r-next-b4-pack test-next-tiny per_device_batch_size=4 $PACK &&
+    pp_variant pp2-next-1f1b-m4-pack test-next-tiny $NEXT_PP $PACK num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp1r-next-b8-pack test-next-tiny per_device_batch_size=8 $PACK &&
+    pp_variant pp2dp2-next-gpipe-pack test-next-tiny $NEXT_PP4 ici_data_parallelism=2 $PACK &&
+    pp_variant pp1r-next16-b4-scan test-next-tiny per_device_batch_size=4 $L16 &&
+    pp_variant pp2-next16-gpipe-scan test-next-tiny num_ranks=2 ici_pipeline_parallelism=2 \
+      num_layers_per_pipeline_stage=8 $L16 &&
+    pp_variant pp1r-next16-b4-scan-bf16 test-next-tiny per_device_batch_size=4 $L16 $B16 &&
+    pp_variant pp2-next16-1f1b-m4-scan-bf16 test-next-tiny num_ranks=2 ici_pipeline_parallelism=2 \
+      num_layers_per_pipeline_stage=8 $L16 $B16 num_pipeline_microbatches=4 pipeline_schedule=1f1b
+}
+check "pipeline: configgen plans and builds the cells of the other forms (bf16, lb, z, capacity, packing, scan)" pp_form_cells
+
 for cell in "pp1r-next-b4 pp2-next-gpipe 2" "pp1r-next-b4 pp2-next-gpipe-m4 2" \
             "pp1r-next-b4 pp2-next-1f1b-m4 2" "pp1r-next-b4-g2 pp2-next-gpipe-g2 2" \
             "pp1r-35-b4 pp2-35-gpipe 2" "pp1r-35-b4 pp2-35-1f1b-m4 2" \
@@ -97,6 +146,42 @@ for cell in "pp1r-next-b4 pp2-next-gpipe 2" "pp1r-next-b4 pp2-next-gpipe-m4 2" \
   set -- $cell
   check "pipeline: ${2#pp} ($3 ranks) == one rank ($1), bit for bit" pp_same "$@"
 done
+
+# pp_same_metrics ONE PP RANKS: pp_same, and every metrics field but the timings equal (the
+# loss, the norm, the z-loss, the dropped counts per layer, the packed loss tokens)
+pp_same_metrics() {
+  pp_same "$@" > /dev/null || { pp_same "$@"; return 1; }
+  local f
+  for f in "$1" "$2"; do
+    grep -v '^{"manifest":' "$PP_D/$f.jsonl" | sed 's/"tokens_per_s":[^,]*,"step_s":[^,]*,//' > "$PP_D/$f.m"
+  done
+  cmp "$PP_D/$1.m" "$PP_D/$2.m" || { diff "$PP_D/$1.m" "$PP_D/$2.m" | head -4; return 1; }
+  echo "identical to $1 over 6 steps, every metric: $(tail -n 1 "$PP_D/$2.m" | cut -c1-160)"
+}
+
+for cell in "pp1r-next-b4-bf16 pp2-next-gpipe-bf16 2" "pp1r-35-b4-bf16 pp2-35-1f1b-m4-bf16 2" \
+            "pp1r-next-b8-bf16 pp2dp2-next-1f1b-bf16 4" "pp1r-next-b4-lb pp2-next-gpipe-lb 2" \
+            "pp1r-next-b4-lb pp4-next-1f1b-m4-lb 4" "pp1r-next-b8-lb pp2ep2-next-1f1b-lb 4" \
+            "pp1r-35-b4-lb-z-bf16 pp2-35-gpipe-lb-z-bf16 2" "pp1r-next-b4-z pp2-next-1f1b-m4-z 2" \
+            "pp1r-next-b4-cap pp2-next-gpipe-cap 2" "pp1r-next-b8-cap pp2ep2-next-gpipe-cap 4" \
+            "pp1r-next-b4-pack pp2-next-1f1b-m4-pack 2" "pp1r-next-b8-pack pp2dp2-next-gpipe-pack 4" \
+            "pp1r-next16-b4-scan pp2-next16-gpipe-scan 2" \
+            "pp1r-next16-b4-scan-bf16 pp2-next16-1f1b-m4-scan-bf16 2"; do
+  set -- $cell
+  check "pipeline: ${2#pp} ($3 ranks) == one rank ($1), bit for bit, every metric" pp_same_metrics "$@"
+done
+
+# the scanned cells really scan inside a stage (16 layers, 8 a stage: two 4-layer cycles;
+# schedule/scan.c stores stage 0's forward as one cycle run twice; stage 1's last cycle feeds
+# the head, so its two cycles differ and stay unrolled, as one rank's last cycle does)
+pp_stage_scans() {
+  local c=$PP_D/pp2-next16-gpipe-scan/plan/pp2-next16-gpipe-scan/plan.c
+  local t=${c%plan.c}plan.txt
+  [ "$(grep -c '^ *\.n_scans = [1-9]' "$c")" -ge 1 ] || { echo "$c: no scanned stage"; return 1; }
+  grep -q "stage 0: .*, scanned, arena" "$t" || { echo "$t: stage 0 not scanned"; return 1; }
+  echo "$(grep -c '^ *\.n_scans = [1-9]' "$c") stage table set(s) scanned: $(grep -o 'stage 0: .*' "$t" | cut -c1-60)..."
+}
+check "pipeline: scan_layers scans each stage's tables when its layers are whole cycles" pp_stage_scans
 
 # the shipped 1f1b run (configgen/configs/runs/pp-35-pp2-1f1b.yml, built by make) trains too
 pp_shipped() {
@@ -116,6 +201,17 @@ pp_reverse_differs() {
 }
 check "pipeline: the backward in reverse microbatch order is not one rank's bits (non-vacuous)" pp_reverse_differs
 
+# and the lb check can fail: every stage summing its own layers' lb terms from zero (the
+# running sums not carried, QT_PP_TEST_ORDER=lb-local) gives another step-0 loss
+pp_lb_local_differs() {
+  pp_det pp1r-next-b4-lb 1 && pp_det pp2-next-gpipe-lb 2 QT_PP_TEST_ORDER=lb-local || return 1
+  local a=$PP_D/pp1r-next-b4-lb.det b=$PP_D/pp2-next-gpipe-lb.QT_PP_TEST_ORDER.det
+  [ "$(head -n 1 "$a" | cut -d' ' -f2)" != "$(head -n 1 "$b" | cut -d' ' -f2)" ] ||
+    { echo "step-0 losses equal without the running lb sums"; return 1; }
+  echo "one rank step 0: $(head -n 1 "$a" | cut -d' ' -f2); lb sums not carried: $(head -n 1 "$b" | cut -d' ' -f2)"
+}
+check "pipeline: the lb terms summed per stage from zero are not one rank's loss (non-vacuous)" pp_lb_local_differs
+
 # what is not executed yet is refused, naming the key, on every rank, before any step
 pp_refusals() {
   local e=$PP_D/refuse.err
@@ -127,6 +223,10 @@ pp_refusals() {
     > /dev/null 2> "$e" && { echo "save= accepted"; return 1; }
   grep -q "pipeline plans with save= are not executed yet" "$e" || { cat "$e"; return 1; }
   [ ! -e "$PP_D/ck" ] || { echo "save= wrote $PP_D/ck"; return 1; }
+  pp_variant pp2-next-gpipe-mtp test-next-tiny $NEXT_PP mtp_num_layers=1 || return 1
+  timeout 60 mpiexec -n 2 "$PP_D/pp2-next-gpipe-mtp/qtrain" steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
+    { echo "MTP pipeline plan accepted"; return 1; }
+  grep -q "pipeline plans with mtp_num_layers > 0 (the MTP head" "$e" || { cat "$e"; return 1; }
   head -n 1 "$e"
 }
-check "pipeline: forms not executed yet (circular, save=) are refused naming the key" pp_refusals
+check "pipeline: forms not executed yet (circular, MTP, save=) are refused naming the key" pp_refusals

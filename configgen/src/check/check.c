@@ -342,10 +342,13 @@ int qt_cg_check_schedule(const qt_cg_graph *g, char *err, size_t errlen)
         written[i] = r == QT_ROLE_PARAM || r == QT_ROLE_INPUT;
     }
     /* a pipeline stage's boundaries that the driver fills before the schedule runs: the input
-     * (received from the stage before) and the output's gradient (from the stage after) */
+     * (received from the stage before), the output's gradient (from the stage after) and
+     * the running lb sums */
     if (g->s->pp_local) {
         if (g->pp_in != QT_NONE) written[g->pp_in] = 1;
         if (g->pp_dout != QT_NONE) written[g->pp_dout] = 1;
+        /* the running lb sums of the stages before (stages > 0) */
+        if (g->pp_in != QT_NONE && g->lb_seq != QT_NONE) written[g->lb_seq] = 1;
     }
     int rc = check_ops(g, g->init, g->ninit, "init", written, count, err, errlen);
     if (!rc) rc = check_ops(g, g->mb, g->nmb, "microbatch", written, count, err, errlen);

@@ -136,7 +136,10 @@ int qt_cg_pipeline_rules(const qt_cg_config *c, qt_cg_settings *s, double B, cha
                               (1ll << (QT_MAX_TREE_LEVELS - 1)) - 1, QT_MAX_TREE_LEVELS);
     s->pp_micro = (int32_t)M;
     s->pp_batch = Bi;
-    /* a stage's layers need not be whole layer cycles: its tables stay unrolled */
+    /* a stage's layers need not be whole layer cycles: the planning graphs stay unrolled;
+     * the stage-local tables scan when a stage's layers are whole cycles
+     * (driver/pipeline.c) */
+    s->pp_scan = s->scan_layers;
     s->scan_layers = 0;
     return 0;
 }

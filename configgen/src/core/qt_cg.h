@@ -178,6 +178,10 @@ typedef struct qt_cg_settings {
      * model's order (its initialisation and fingerprint). */
     int32_t pp_local;
     int64_t pp_param0, pp_elem0;
+    /* pp_scan: the run's scan_layers, kept for the stage-local tables (config/pipeline.c
+     * turns scan_layers off for the planning graphs; driver/pipeline.c scans a stage's
+     * tables when its layers are whole layer cycles) */
+    int32_t pp_scan;
     char pp_key[48];
     qt_cg_rule *rules;
     int n_rules;
@@ -350,8 +354,10 @@ typedef struct qt_cg_graph {
      * boundary (stages > 0) and its gradient, the output boundary (stages < S - 1) and its
      * gradient (the backward's seed), the in-flight slots (F32 [3 M, boundary]: M received
      * inputs, M activation sends, M gradient sends), each live for the whole microbatch
-     * schedule; QT_NONE otherwise */
-    int32_t pp_in, pp_din, pp_out, pp_dout, pp_slots;
+     * schedule; QT_NONE otherwise. pp_lb_slots (with the load-balance loss): F32 [2 M, b],
+     * M received and M sent partial lb_seq sums (the one-rank layer order's running sum,
+     * carried from stage to stage beside the activations), else QT_NONE */
+    int32_t pp_in, pp_din, pp_out, pp_dout, pp_slots, pp_lb_slots;
     /* driver/pipeline.c, a pipeline plan: every stage's stage-local plan (the files hold
      * these), their settings, and the hash that names them together */
     struct qt_cg_graph *pp_graphs;

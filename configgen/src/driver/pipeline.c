@@ -160,6 +160,9 @@ static int pp_local_plans(const qt_cg_settings *s, qt_cg_graph *g, char *err, si
         ss->pp_local = 1;
         ss->pp_param0 = param0;
         ss->pp_elem0 = elem0;
+        /* scan_layers inside a stage: each stage (and repeat) holds Lps consecutive layers
+         * from a multiple of Lps, so whole layer cycles when the cycle divides Lps */
+        ss->scan_layers = s->pp_scan && s->m.cycle > 0 && s->pp_lps % s->m.cycle == 0;
         snprintf(ss->cname, sizeof ss->cname, "%.100s_s%d", s->cname, st);
         if (plan_graph(ss, gs, err, errlen)) return -1;
         for (int i = 0; i < gs->np; i++) {

@@ -143,8 +143,18 @@ static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
     }
 }
 
+/* 1 when some stage's executed tables are scanned (scan_layers with whole layer cycles in a
+ * stage, driver/pipeline.c). */
+static int pp_scanned(const qt_cg_graph *g)
+{
+    for (int st = 0; g->pp_graphs && st < g->s->pp_stages; st++)
+        if (g->pp_graphs[st].n_scans > 0) return 1;
+    return 0;
+}
+
 /* The stage-local tables qtrain executes (driver/pipeline.c pp_local_plans): per stage its
- * parameters (one-rank indices), its boundaries and its arena. */
+ * parameters (one-rank indices), its boundaries, its scans (when stored scanned) and its
+ * arena. */
 static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
@@ -156,13 +166,13 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
     for (int st = 0; st < s->pp_stages; st++) {
         const qt_cg_graph *x = &g->pp_graphs[st];
         qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters (one-rank indices "
-                         "%lld..%lld, elements from %lld), %s%s%s, arena %.2f MiB\n", st,
+                         "%lld..%lld, elements from %lld), %s%s%s%s, arena %.2f MiB\n", st,
                          (unsigned long long)x->hash, x->np, (long long)x->s->pp_param0,
                          (long long)(x->s->pp_param0 + x->np - 1), (long long)x->s->pp_elem0,
                          x->pp_in != QT_NONE ? "input from stage before" : "the embedding",
                          x->pp_out != QT_NONE ? ", output to the stage after" : ", the head and loss",
                          x->pp_slots != QT_NONE ? " (in-flight slots: 3 M boundary messages)" : "",
-                         (double)x->arena_bytes / QT_CG_MIB);
+                         x->n_scans > 0 ? ", scanned" : "", (double)x->arena_bytes / QT_CG_MIB);
     }
 }
 
@@ -186,10 +196,12 @@ void qt_cg_report_pipeline(const qt_cg_graph *g, qt_cg_buf *b)
                      "stage runs its M x G = %lld microbatches per step as accumulation microbatches "
                      "(the batch line above), so its weight gradients over them are the "
                      "one-rank leaf tree, pushed in leaf order (backwards in forward order); "
-                     "scan_layers off (a stage need not hold whole layer cycles); qtrain runs "
+                     "scan_layers off (a stage need not hold whole layer cycles%s); qtrain runs "
                      "the stage-local tables below (plan.c: qt_plan_<run>_s<k>; the forms it "
                      "does not run yet it refuses at start-up, docs/pipeline.md)\n",
-                     s->pp_stage, (long long)(M * G));
+                     s->pp_stage, (long long)(M * G),
+                     pp_scanned(g) ? "; the executed tables below are scanned where they "
+                                     "repeat a layer cycle" : "");
     executed_lines(b, g);
     layer_map(b, s);
     const double bubble = (double)(S - 1) / (double)(R * M + S - 1);

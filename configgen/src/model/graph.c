@@ -998,7 +998,10 @@ static void graph_io(qt_cg_graph *g, const qt_cg_dims *D)
     QT_CG_SET_A(op, ROPE_TABLE, .S = D->Sm, .R = D->R);
     op->f[0] = s->m.rope_theta;
 
-    if (g->lb_seq != QT_NONE) {
+    /* a pipeline stage after the first continues the stage before's running lb sums, which
+     * the driver writes into lb_seq before each forward (runtime/pipeline.c) */
+    const int pp_later = s->pp_stages > 1 && s->pp_local && s->pp_stage > 0;
+    if (g->lb_seq != QT_NONE && !pp_later) {
         op = qt_cg_emit_op(g, 0, QT_OP_ZERO);
         QT_T(op, ZERO, x) = g->lb_seq;
         QT_A(op, ZERO, n) = D->b;
@@ -1024,7 +1027,7 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
      * others start from their input boundary, received from the stage before */
     const int pp = s->pp_stages > 1 && s->pp_local;
     const int pp_first = !pp || s->pp_stage == 0, pp_last = !pp || s->pp_stage == s->pp_stages - 1;
-    g->pp_in = g->pp_din = g->pp_out = g->pp_dout = g->pp_slots = QT_NONE;
+    g->pp_in = g->pp_din = g->pp_out = g->pp_dout = g->pp_slots = g->pp_lb_slots = QT_NONE;
     if (pp && np > 1) /* driver/pipeline.c plans no stage-local tables with the head */
         return qt_cg_fail(err, errlen, "internal error: stage-local tables with the MTP head");
     int32_t x, e[8] = {QT_NONE};
@@ -1082,6 +1085,13 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
         g->pp_slots = qt_cg_add_tensor(g, "pp_slots", QT_ROLE_ACT, QT_F32, 2, SHP(3 * M, nb),
                                        AX(0, 0));
         g->ts[g->pp_slots].whole = 1;
+        /* the load-balance loss's running sums per sequence, sent on with the activations
+         * (lb_seq: the layers' terms added in the one-rank layer order) */
+        if (g->lb_seq != QT_NONE) {
+            g->pp_lb_slots = qt_cg_add_tensor(g, "pp_lb_slots", QT_ROLE_LOSS, QT_F32, 2,
+                                              SHP(2 * M, D.b), AX(0, 0));
+            g->ts[g->pp_lb_slots].whole = 1;
+        }
     }
     if (!pp_last) {
         /* the output boundary, sent to the next stage, and its gradient, received back:
