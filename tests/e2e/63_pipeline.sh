@@ -19,7 +19,8 @@
 #     every metrics field but the timings: bf16 qwen3-next PP2 gpipe, qwen3.5 PP2 1f1b M 4,
 #     PP2 x DP2 1f1b; lb PP2 gpipe, PP4 1f1b M 4, PP2 x EP2 1f1b; qwen3.5 bf16 lb + z-loss
 #     PP2; z-loss PP2 1f1b; capacity PP2, PP2 x EP2; packing PP2 1f1b, PP2 x DP2; 16 layers
-#     with scan_layers PP2 gpipe (fp32) and 1f1b (bf16), stage 0's tables scanned;
+#     with scan_layers PP2 gpipe (fp32) and 1f1b (bf16), stage 0's tables scanned; all of
+#     bf16, lb, z-loss, capacity and packing at once on PP2 x EP2 1f1b M 4;
 #   * the check can fail: the same PP2 gpipe run with its backward phase in reverse
 #     microbatch order (QT_PP_TEST_ORDER=reverse, a test hook read at start-up) pushes the
 #     stages' gradient leaves out of the one-rank tree's order, and its bits differ from one
@@ -102,6 +103,7 @@ LB="load_balance_loss_weight=0.01"
 CAP="sparse_matmul=false capacity_factor=1.0"
 PACK="packing=true eos_id=7"
 L16="base_num_decoder_layers=16 scan_layers=true"
+ALL="$B16 $LB $CAP $PACK z_loss_multiplier=0.001"  # every form at once
 pp_form_cells() {
   pp_variant pp1r-next-b4-bf16 test-next-tiny per_device_batch_size=4 $B16 &&
     pp_variant pp2-next-gpipe-bf16 test-next-tiny $NEXT_PP $B16 &&
@@ -132,7 +134,10 @@ pp_form_cells() {
       num_layers_per_pipeline_stage=8 $L16 &&
     pp_variant pp1r-next16-b4-scan-bf16 test-next-tiny per_device_batch_size=4 $L16 $B16 &&
     pp_variant pp2-next16-1f1b-m4-scan-bf16 test-next-tiny num_ranks=2 ici_pipeline_parallelism=2 \
-      num_layers_per_pipeline_stage=8 $L16 $B16 num_pipeline_microbatches=4 pipeline_schedule=1f1b
+      num_layers_per_pipeline_stage=8 $L16 $B16 num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp1r-next-b8-all test-next-tiny per_device_batch_size=8 $ALL &&
+    pp_variant pp2ep2-next-1f1b-m4-all test-next-tiny $NEXT_PP4 ici_expert_parallelism=2 \
+      pipeline_schedule=1f1b num_pipeline_microbatches=4 $ALL
 }
 check "pipeline: configgen plans and builds the cells of the other forms (bf16, lb, z, capacity, packing, scan)" pp_form_cells
 
@@ -166,7 +171,8 @@ for cell in "pp1r-next-b4-bf16 pp2-next-gpipe-bf16 2" "pp1r-35-b4-bf16 pp2-35-1f
             "pp1r-next-b4-cap pp2-next-gpipe-cap 2" "pp1r-next-b8-cap pp2ep2-next-gpipe-cap 4" \
             "pp1r-next-b4-pack pp2-next-1f1b-m4-pack 2" "pp1r-next-b8-pack pp2dp2-next-gpipe-pack 4" \
             "pp1r-next16-b4-scan pp2-next16-gpipe-scan 2" \
-            "pp1r-next16-b4-scan-bf16 pp2-next16-1f1b-m4-scan-bf16 2"; do
+            "pp1r-next16-b4-scan-bf16 pp2-next16-1f1b-m4-scan-bf16 2" \
+            "pp1r-next-b8-all pp2ep2-next-1f1b-m4-all 4"; do
   set -- $cell
   check "pipeline: ${2#pp} ($3 ranks) == one rank ($1), bit for bit, every metric" pp_same_metrics "$@"
 done
