@@ -9,8 +9,8 @@
  *    deterministic kernels): the rematerialisation changes no bit;
  *  - messages: channel 0 the activations (stage s to s + 1), channel 1 the gradients (s + 1
  *    to s), channel 3 (with the load-balance loss) the running lb sums beside the
- *    activations, each microbatch once per accumulation group, in the schedule's order on both
- *    sides (qt_pp_action), so they match in posting order; sends are flushed at the end of
+ *    activations, each microbatch once per accumulation group, in the schedule's order on
+ *    both sides (qt_pp_action), so they match in posting order; sends are flushed at the end of
  *    every group (before its slots are reused); no heap, no reduction of floats.
  */
 #include <string.h>
@@ -74,6 +74,13 @@ static unsigned char *qt_pp_bytes(const qt_ctx *ctx, int32_t id)
     return ctx->arena + ctx->plan->tensors[id].offset;
 }
 
+/* The bytes of one boundary message: a row of pp_slots in its dtype. */
+static int64_t qt_pp_msg_bytes(const qt_plan *p)
+{
+    const qt_tensor *t = &p->tensors[p->pp_slots];
+    return t->shape[1] * qt_dtype_bytes(t->dtype);
+}
+
 /* Before a stage's forward: the received input boundary (in: bytes; NULL on the first
  * stage) into pp_in, and the running lb sums of the stages before (lb_in: lbb bytes, NULL
  * without them) into lb_seq, which the stage's layers then continue. */
@@ -96,7 +103,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                        "%lld accumulation microbatches", p->run_name, S, M,
                        (long long)p->train.grad_accum);
     const int s = qt_pp_peers(p, ranks), first = s == 0, last = s == S - 1;
-    const int64_t bytes = p->tensors[p->pp_slots].shape[1] * qt_dtype_bytes(p->tensors[p->pp_slots].dtype);
+    const int64_t bytes = qt_pp_msg_bytes(p);
     unsigned char *slots = qt_pp_bytes(ctx, p->pp_slots);
     /* the load-balance loss: the running lb sums of each microbatch's sequences go on with
      * its activations (slots j: received, M + j: sent) */
@@ -139,7 +146,8 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                  * runs again from the kept input, then the backward; the input's gradient
                  * goes back (stages > 0) */
                 if (!last)
-                    rc = qt_coll_p2p_recv(ranks[s + 1], QT_PP_GRAD, qt_pp_bytes(ctx, p->pp_dout), bytes);
+                    rc = qt_coll_p2p_recv(ranks[s + 1], QT_PP_GRAD, qt_pp_bytes(ctx, p->pp_dout),
+                                          bytes);
                 if (!rc) qt_pp_inputs(ctx, first ? NULL : in, bytes, lb_in, lbb);
                 if (!rc) rc = h->fill(mb, h->arg);
                 if (!rc) qt_interp_run_microbatch(ctx, table, mb, st);
@@ -163,8 +171,7 @@ int qt_pp_warm(const qt_plan *p, double deadline)
     if (p->pipeline_stages <= 1) return QT_OK;
     int ranks[QT_PP_MAX_STAGES];
     const int S = p->pipeline_stages, s = qt_pp_peers(p, ranks);
-    const int64_t nb = p->tensors[p->pp_slots].shape[1] * qt_dtype_bytes(p->tensors[p->pp_slots].dtype);
-    const int64_t M = p->pp_micro;
+    const int64_t nb = qt_pp_msg_bytes(p), M = p->pp_micro;
     unsigned char *slots = p->arena + p->tensors[p->pp_slots].offset;
     /* 8 messages each way in 8 x big bytes: the first two thirds of the slots, which hold
      * nothing yet (big: a boundary message of nb bytes, at most 64 KiB) */
@@ -173,8 +180,7 @@ int qt_pp_warm(const qt_plan *p, double deadline)
     if (8 * big > M * nb) big = M * nb / 8;
     for (int k = 0; k < S && big > 0; k++) {
         if (k == s) continue;
-        int rc = qt_comm_warm(ranks[k], slots, slots + M * nb, big,
-                              deadline);
+        int rc = qt_comm_warm(ranks[k], slots, slots + M * nb, big, deadline);
         if (rc) return rc;
     }
     return QT_OK;

@@ -352,11 +352,12 @@ typedef struct qt_cg_graph {
                                   bytes saved per microbatch (4 per stage), else NULL */
     /* pipeline stage-local tables (pp_local, model/graph.c, model/autodiff.c): the input
      * boundary (stages > 0) and its gradient, the output boundary (stages < S - 1) and its
-     * gradient (the backward's seed), the in-flight slots (F32 [3 M, boundary]: M received
-     * inputs, M activation sends, M gradient sends), each live for the whole microbatch
-     * schedule; QT_NONE otherwise. pp_lb_slots (with the load-balance loss): F32 [2 M, b],
-     * M received and M sent partial lb_seq sums (the one-rank layer order's running sum,
-     * carried from stage to stage beside the activations), else QT_NONE */
+     * gradient (the backward's seed), the in-flight slots ([3 M, boundary], F32, bf16 in
+     * a bf16 plan: M received inputs, M activation sends, M gradient sends), each live for
+     * the whole microbatch schedule; QT_NONE otherwise. pp_lb_slots (with the
+     * load-balance loss): F32 [2 M, b], M received and M sent partial lb_seq sums (the
+     * one-rank layer order's running sum, carried from stage to stage beside the
+     * activations), else QT_NONE */
     int32_t pp_in, pp_din, pp_out, pp_dout, pp_slots, pp_lb_slots;
     /* driver/pipeline.c, a pipeline plan: every stage's stage-local plan (the files hold
      * these), their settings, and the hash that names them together */
