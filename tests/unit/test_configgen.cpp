@@ -466,7 +466,6 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"expert_dispatch=sometimes", NULL, "expert_dispatch=sometimes (command line): expected auto, whole or rounds"},
         {"expert_dispatch=rounds", NULL, "expert_dispatch=rounds (command line): rounds without expert parallelism (ici_expert_parallelism=1"},
         {"expert_dispatch=rounds", "ici_expert_parallelism=2|num_ranks=2|expert_chunk_rows=31", "expert_dispatch=rounds (command line): rounds of expert_chunk_rows=31 (command line) rows: a leaf (16 tokens) can bring 32 rows to one host (tokens x min(k 2, experts per rank 2)) and rounds cut between leaves only; expected expert_chunk_rows >= 32"},
-        {"expert_dispatch=rounds", "ici_expert_parallelism=2|num_ranks=2|expert_chunk_rows=32|dtype=bfloat16", "the round ops run float32 plans only"},
         {"checkpoint_window_floats=0", NULL, "checkpoint_window_floats=0 (command line): 0: expected a positive float count"},
         {"param_gather=often", NULL, "param_gather=often (command line): expected auto, step or layer"},
         {"param_gather=layer", "gradient_reduce=step", "param_gather=layer (command line): layer with gradient_reduce=step: a layer's gathered weights are dropped after its backward"},

@@ -473,8 +473,10 @@ static void expert_rounds(qt_cg_graph *g, const char *apre, int32_t h2, int32_t 
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_ROUNDS_FWD);
     QT_CG_SET_T(op, MOE_ROUNDS_FWD, .y = ey, .x = h2, .idx = idx, .w_gu = wgu, .w_down = wd,
                 .xr = xr, .yr = yr, .gu = gur, .scratch = fscr, .home = home);
+    /* tensor parallelism: the rounds' host rows are summed over the tensor group (a8) */
     QT_CG_SET_A(op, MOE_ROUNDS_FWD, .T = D->T, .k = D->k, .E = D->E, .El = El, .mask = mask,
-                .R = R, .nb = nb, .leaves = M * blocks);
+                .R = R, .nb = nb, .leaves = M * blocks,
+                .tmask = D->tp > 1 ? 1 << QT_MESH_TENSOR : 0);
     g->ps[g->ts[wgu].param].leaves *= M;
     g->ps[g->ts[wd].param].leaves *= M;
 }
