@@ -71,6 +71,10 @@ er_same() {
   plan_variant $r "$d" expert_dispatch=rounds expert_chunk_rows=$R || return 1
   grep -qi "moe_rounds_wgrad" "$d/$r-v/plan/$r/plan.txt" && ! grep -qi "moe_dispatch_fwd" "$d/$r-v/plan/$r/plan.txt" ||
     { echo "$r with rounds: not the rounds' ops"; return 1; }
+  # plan.txt names the per-round tensor sums of a tensor mesh, and only there
+  case $r in *tp2*) grep -q "sum each round's host rows over tensor" "$d/$r-v/plan/$r/plan.txt" ;;
+             *) ! grep -q "sum each round's host rows over tensor" "$d/$r-v/plan/$r/plan.txt" ;; esac ||
+    { echo "$r: plan.txt's rounds line is wrong about the tensor sums"; return 1; }
   plan_det $one 1 "$ER_DIR" 10 && plan_det $r $n "$ER_DIR" 10 || return 1
   timeout 120 mpiexec -n $n "$d/$r-v/qtrain" data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 \
     steps=10 metrics="$d/rounds.jsonl" 2> "$d/rounds.err" || { tail -n 3 "$d/rounds.err"; return 1; }

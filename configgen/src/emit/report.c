@@ -760,7 +760,7 @@ _Static_assert(EP_SAME_ALL(MOE_RETURN_FWD) && EP_SAME_ALL(MOE_RETURN_BWD) &&
 static void ep_rounds_line(qt_cg_buf *b, const qt_cg_graph *g)
 {
     int n = 0;
-    unsigned mask = 0;
+    unsigned mask = 0, tmask = 0;
     int64_t R = 0;
     for (int i = 0; i < g->nmb; i++) {
         const qt_op *o = &g->mb[i];
@@ -769,6 +769,7 @@ static void ep_rounds_line(qt_cg_buf *b, const qt_cg_graph *g)
             continue;
         n++;
         mask |= (unsigned)QT_A(o, MOE_ROUNDS_FWD, mask);
+        if (o->kind != QT_OP_MOE_ROUNDS_WGRAD) tmask |= (unsigned)QT_A(o, MOE_ROUNDS_FWD, tmask);
         R = QT_A(o, MOE_ROUNDS_FWD, R);
     }
     if (!n) return;
@@ -778,8 +779,12 @@ static void ep_rounds_line(qt_cg_buf *b, const qt_cg_graph *g)
                      "(MOE_ROUNDS_FWD, _BWD, _WGRAD) over %s (%lld rank%s): each all-gathers "
                      "the group's row counts, then moves its rows in rounds of at most %lld "
                      "host rows (every home row out and back once per op; the BWD and WGRAD "
-                     "also send the row gradients)\n", n, qt_cg_mask_name(mask, grp, sizeof grp),
-                     (long long)M, qt_cg_s(M), (long long)R);
+                     "also send the row gradients)%s\n", n,
+                     qt_cg_mask_name(mask, grp, sizeof grp), (long long)M, qt_cg_s(M),
+                     (long long)R,
+                     tmask ? "; the FWD and BWD sum each round's host rows over tensor "
+                             "(reduce-scatter + all-gather of R x d floats a round)"
+                           : "");
 }
 
 /* Context parallelism's head exchanges (CTX_TO_HEADS / CTX_TO_TOKENS and their BWD kinds)
