@@ -46,6 +46,21 @@ static void qt_b16_sumsq4(float ss[4], const qt_bf16 *x, int64_t xs, int64_t n)
     ss[0] = a, ss[1] = b, ss[2] = c, ss[3] = d;
 }
 
+/* 1/sqrt(mean of squares + eps) of row r of R rows of n (xs apart from x): the sums of four
+ * rows at once where r's group of four is whole (ss4 holds them from its first row on), else
+ * one serial sum; each serial in increasing i, the fp32 kernels' expression. */
+static float qt_b16_row_rstd(float ss4[4], const qt_bf16 *x, int64_t r, int64_t R, int64_t xs,
+                             int64_t n, float eps)
+{
+    const qt_bf16 *xr = x + r * xs;
+    if (r % 4 == 0 && r + 4 <= R) qt_b16_sumsq4(ss4, xr, xs, n);
+    float ss = 0;
+    if (r - r % 4 + 4 <= R) ss = ss4[r % 4];
+    else
+        for (int64_t i = 0; i < n; i++) ss = ss + W(xr[i]) * W(xr[i]);
+    return 1.0f / QT_SQRT(ss / (float)n + eps);
+}
+
 void qt_b16_rmsnorm_fwd(qt_bf16 *y, float *rstd, const qt_bf16 *x, const float *w, int64_t R,
                         int64_t n, int64_t xs, int64_t ys, int flags, float eps)
 {
@@ -53,12 +68,7 @@ void qt_b16_rmsnorm_fwd(qt_bf16 *y, float *rstd, const qt_bf16 *x, const float *
     for (int64_t r = 0; r < R; r++) {
         const qt_bf16 *xr = x + r * xs;
         qt_bf16 *yr = y + r * ys;
-        if (r % 4 == 0 && r + 4 <= R) qt_b16_sumsq4(ss4, xr, xs, n);
-        float ss = 0;
-        if (r - r % 4 + 4 <= R) ss = ss4[r % 4];
-        else
-            for (int64_t i = 0; i < n; i++) ss = ss + W(xr[i]) * W(xr[i]);
-        const float rs = 1.0f / QT_SQRT(ss / (float)n + eps);
+        const float rs = qt_b16_row_rstd(ss4, x, r, R, xs, n, eps);
         rstd[r] = rs;
         int64_t i = 0;
 #ifdef QT_BF16_HAVE_V16
@@ -156,12 +166,7 @@ void qt_b16_gated_rmsnorm_fwd(qt_bf16 *y, float *rstd, const qt_bf16 *o, const q
         const int64_t t = r / hv, j = r % hv;
         const qt_bf16 *x = o + r * dv, *z = qkvz + t * wq + qt_b16_zcol(j, hk, dk, hv, dv);
         qt_bf16 *yr = y + r * dv;
-        if (r % 4 == 0 && r + 4 <= R) qt_b16_sumsq4(ss4, x, dv, dv);
-        float ss = 0;
-        if (r - r % 4 + 4 <= R) ss = ss4[r % 4];
-        else
-            for (int64_t i = 0; i < dv; i++) ss = ss + W(x[i]) * W(x[i]);
-        const float rs = 1.0f / QT_SQRT(ss / (float)dv + eps);
+        const float rs = qt_b16_row_rstd(ss4, o, r, R, dv, dv, eps);
         rstd[r] = rs;
         for (int64_t i = 0; i < dv; i++) yr[i] = R(((W(x[i]) * rs) * w[i]) * QT_SILU(W(z[i])));
     }
