@@ -2,8 +2,10 @@
  *
  * Each function is its fp32 kernel (rmsnorm.c, moe_combine.c, elementwise.c,
  * gated_rmsnorm.c) with every bf16 read replaced by its exact widening (W) and every bf16
- * write by one rounding (R) of the same fp32 value: the same expressions, in the same order, reductions serial in increasing
- * index as there. Loops are only split where the elements are independent (a reduction and
+ * write by one rounding (R) of the same fp32 value: the same expressions, in the same
+ * order, reductions serial in increasing index as there. Plain loops run sixteen lanes at a
+ * time where the build has AVX-512BW (bf16.h's qt_bf16_widen16 / qt_bf16_store16: the same
+ * IEEE operation per lane, no FMA). Loops are only split where the elements are independent (a reduction and
  * an elementwise update of other tensors over the same index), which changes no value.
  * Invariants: no state, no heap, no VLAs; the stack holds at most QT_B16_COLS floats (the
  * gated norm's backward: 8 * QT_B16_GRN_DV).
@@ -118,8 +120,8 @@ void qt_b16_rmsnorm_bwd(qt_bf16 *dx, const qt_bf16 *dy, const qt_bf16 *x, const 
         for (; i + 16 <= n; i += 16) {
             const __m512 t = _mm512_mul_ps(rv, _mm512_mul_ps(qt_bf16_widen16(dyr + i),
                                                              qt_b16_scale16(w, i, flags)));
-            qt_bf16_store16(dxr + i, _mm512_add_ps(qt_bf16_widen16(dxr + i),
-                                                   _mm512_sub_ps(t, _mm512_mul_ps(qt_bf16_widen16(xr + i), cv))));
+            const __m512 u = _mm512_sub_ps(t, _mm512_mul_ps(qt_bf16_widen16(xr + i), cv));
+            qt_bf16_store16(dxr + i, _mm512_add_ps(qt_bf16_widen16(dxr + i), u));
         }
 #endif
         for (; i < n; i++)
@@ -258,7 +260,8 @@ void qt_b16_moe_combine_fwd(qt_bf16 *out, const qt_bf16 *p, const qt_bf16 *y,
             }
             int64_t i = 0;
 #ifdef QT_BF16_HAVE_V16
-            for (; i + 16 <= m; i += 16) qt_bf16_store16(out + t * d + c0 + i, _mm512_loadu_ps(o + i));
+            for (; i + 16 <= m; i += 16)
+                qt_bf16_store16(out + t * d + c0 + i, _mm512_loadu_ps(o + i));
 #endif
             for (; i < m; i++) out[t * d + c0 + i] = R(o[i]);
         }

@@ -14,9 +14,10 @@
  * what the boundary (runtime/interp_bf16.c) computes, with the conversions done while the
  * block is in cache instead of in whole-tensor passes. fp32 slots (the saved rstd, and any
  * fp32 tensor of a bf16 plan) are read and written in place when their rows are contiguous.
- * The row kinds RMSNORM_*, MOE_COMBINE_*, SWIGLU_* and SIGMOID_GATE_* skip the blocks when
- * their row tensors are bf16 and every read tensor is finite (qt_r16_one_pass): one pass,
- * kernels/bf16_rows.h, the same per-element expressions and rounding.
+ * The row kinds RMSNORM_*, GATED_RMSNORM_* (Dv <= QT_B16_GRN_DV), MOE_COMBINE_*, SWIGLU_*
+ * and SIGMOID_GATE_* skip the blocks when their row tensors are bf16 and every read tensor
+ * is finite (qt_r16_one_pass): one pass, kernels/bf16_rows.h, the same per-element
+ * expressions and rounding.
  *
  * The GDN kinds' kernels never mix sequences (the conv's taps and the recurrence stay inside
  * one; packed documents restart by the positions, indexed like the rows), so their blocks
