@@ -64,8 +64,8 @@ FW_COMMON := $(foreach d,$(FW_DIRS),$(wildcard firmware/$(d)/*.c))
 # The glibc build talks MPI (MPICH); the musl static build is single-rank (comm_local.c).
 # comm_env.c (the single-rank build's process-manager check) is in both, so the unit tests
 # reach it.
-FW_SRC := $(FW_COMMON) firmware/comm/coll.c firmware/comm/coll_range.c firmware/comm/coll_steps.c firmware/comm/coll_async.c firmware/comm/comm_env.c firmware/comm/comm_mpi.c firmware/comm/slices.c
-FW_SRC_MUSL := $(FW_COMMON) firmware/comm/coll.c firmware/comm/coll_range.c firmware/comm/coll_steps.c firmware/comm/coll_async.c firmware/comm/comm_env.c firmware/comm/comm_local.c firmware/comm/slices.c
+FW_SRC := $(FW_COMMON) firmware/comm/coll.c firmware/comm/coll_range.c firmware/comm/coll_steps.c firmware/comm/coll_async.c firmware/comm/coll_p2p.c firmware/comm/comm_env.c firmware/comm/comm_mpi.c firmware/comm/slices.c
+FW_SRC_MUSL := $(FW_COMMON) firmware/comm/coll.c firmware/comm/coll_range.c firmware/comm/coll_steps.c firmware/comm/coll_async.c firmware/comm/coll_p2p.c firmware/comm/comm_env.c firmware/comm/comm_local.c firmware/comm/slices.c
 FW_MAIN := firmware/app/main.c $(filter-out firmware/app/main.c,$(wildcard firmware/app/*.c))
 KERNEL_SRC := $(wildcard firmware/kernels/*.c)
 CG_SRC := $(wildcard configgen/src/*/*.c)
@@ -357,7 +357,7 @@ FUZZ_CFLAGS := -std=c11 -O1 -g $(ARCH) -ffp-contract=off -Wall -Wextra -Werror -
                -Ifirmware/include -Ifirmware/base -Ifirmware
 FUZZ_CFLAGS_INST := $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link
 # The readers and what they reach (single rank, comm_local.c); kernels and ops are not.
-FUZZ_FW_SRC := $(foreach d,base math runtime io,$(wildcard firmware/$(d)/*.c)) firmware/comm/coll.c firmware/comm/coll_range.c firmware/comm/coll_steps.c firmware/comm/coll_async.c firmware/comm/comm_env.c \
+FUZZ_FW_SRC := $(foreach d,base math runtime io,$(wildcard firmware/$(d)/*.c)) firmware/comm/coll.c firmware/comm/coll_range.c firmware/comm/coll_steps.c firmware/comm/coll_async.c firmware/comm/coll_p2p.c firmware/comm/comm_env.c \
                firmware/comm/comm_local.c firmware/app/cli.c
 FUZZ_FW_OBJ := $(patsubst firmware/%.c,$(BUILD)/fuzz/fw/%.o,$(FUZZ_FW_SRC))
 FUZZ_CG_OBJ := $(patsubst configgen/src/%.c,$(BUILD)/fuzz/configgen/%.o,$(filter-out configgen/src/driver/main.c,$(CG_SRC)))

@@ -15,6 +15,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "qt_cli.h"
@@ -26,6 +27,7 @@
 #include "io/hf_config.h"
 #include "runtime/qt_runtime.h"
 #include "runtime/qt_validate.h"
+#include "runtime/qt_pipeline.h"
 #include "qt_app_eval.h"
 
 #define QT_EXIT_ERR 1
@@ -472,18 +474,38 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     if (size < 2 && st != QT_OK) return QT_EXIT_ARG;
     const qt_plan *p = qt_main_plan();
     qt_err_set_rank(rank, size);
-    /* a pipeline plan is refused before anything else about the job (its rank count
-     * included): every rank reads the same field and stops alike */
+    /* a pipeline plan in a form the driver does not run is refused before anything else
+     * about the job (its rank count included): every rank reads the same fields and stops
+     * alike; so are the files a pipeline run cannot write or read yet */
     if (qt_validate_pipeline(p) != QT_OK) return QT_EXIT_ERR;
+    if (p->pipeline_stages > 1 && (cli->save || cli->load || cli->dump_grads || cli->eval_data)) {
+        qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages: pipeline plans with %s are not "
+                "executed yet (docs/pipeline.md)", p->run_name, p->pipeline_stages,
+                cli->save ? "save=" : cli->load ? "load=" : cli->dump_grads ? "dump_grads="
+                                                                                : "eval_data=");
+        return QT_EXIT_ERR;
+    }
     /* every rank first checks that all ranks run the same plan on the same world (whatever
      * their plans' rank counts: `mpiexec -n 2 A : -n 2 B` is refused by all four), then the
-     * world size against the plan: a wrong -n is an error on every rank, never a hang */
-    if (qt_main_comm_fail(qt_comm_check_same(p->hash)) != QT_OK) return QT_EXIT_ERR;
+     * world size against the plan: a wrong -n is an error on every rank, never a hang (a
+     * pipeline's stages carry different tables: they agree on the hash naming them all) */
+    const uint64_t job_hash = p->pipeline_stages > 1 ? p->pp_group_hash : p->hash;
+    if (qt_main_comm_fail(qt_comm_check_same(job_hash)) != QT_OK) return QT_EXIT_ERR;
     if (size != p->n_ranks) {
         qt_main_wrong_size(p, size);
         return QT_EXIT_ERR;
     }
-    if (qt_comm_mesh_init_slices(p->mesh, p->dcn, rank, size) != QT_OK) return QT_EXIT_ERR;
+    /* a pipeline stage's mesh is its own ranks' (stage = rank div (ranks / S)) */
+    int mrank = rank, msize = size;
+    if (p->pipeline_stages > 1) {
+        const char *order = getenv("QT_PP_TEST_ORDER");  /* qt_pp_set_test_order */
+        qt_pp_set_test_order(order && !strcmp(order, "reverse"));
+        msize = size / p->pipeline_stages;
+        (void)qt_pp_stage_of(rank, size, p->pipeline_stages, &mrank);
+    }
+    if (qt_comm_mesh_init_slices(p->mesh, p->dcn, mrank, msize) != QT_OK) return QT_EXIT_ERR;
+    qt_comm_mesh_set_base(rank - mrank);
+    qt_err_set_rank(rank, size);
     if (qt_main_comm_fail(qt_comm_check_slices(p->mesh, p->dcn, rank, size)) != QT_OK)
         return QT_EXIT_ERR;
     /* the file-size limits of the destinations (each rank's own), agreed with the checks
@@ -514,7 +536,8 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
         st = qt_main_comm_fail(qt_checkpoint_claim(p, "save", cli->save, cli->overwrite))
                  ? QT_E_ARG : QT_OK;
     if (st != QT_OK) return st == QT_E_ARG ? QT_EXIT_ARG : QT_EXIT_ERR;
-    qt_run_opts opts = {cli->seed, cli->learning_rate, 0, rank, size};
+    qt_run_opts opts = {cli->seed, cli->learning_rate, 0, p->pipeline_stages > 1 ? mrank : rank,
+                        size};
     if (qt_main_comm_fail(qt_runtime_init(p, &opts)) != QT_OK) return QT_EXIT_ERR;
     qt_main_state.plan = p;
     qt_runtime_profile_enable(cli->profile);

@@ -35,6 +35,7 @@ typedef void (*qt_coll_combine)(uint64_t *acc, const uint64_t *in, int n);
 static struct {
     int ready;                              /* qt_comm_mesh_init succeeded */
     int rank, size;
+    int base;                   /* world rank of the mesh's rank 0 (qt_comm_mesh_set_base) */
     int32_t mesh[QT_MESH_COUNT];
     int32_t dcn[QT_MESH_COUNT];             /* slices per axis (qt_mesh_coords) */
     int32_t coord[QT_MESH_COUNT];
@@ -110,6 +111,7 @@ int qt_comm_mesh_init_slices(const int32_t mesh[QT_MESH_COUNT], const int32_t *d
     }
     qt_coll_s.rank = rank;
     qt_coll_s.size = size;
+    qt_coll_s.base = 0;
     qt_coll_s.ready = 1;
     qt_err_set_rank(rank, size);
     return QT_OK;
@@ -141,7 +143,12 @@ int qt_comm_group_rank(unsigned mask, int index)
             index /= qt_coll_s.mesh[a];
         }
     }
-    return (int)qt_mesh_rank(qt_coll_s.mesh, qt_coll_s.dcn, c);
+    return qt_coll_s.base + (int)qt_mesh_rank(qt_coll_s.mesh, qt_coll_s.dcn, c);
+}
+
+void qt_comm_mesh_set_base(int base)
+{
+    qt_coll_s.base = base;
 }
 
 /* ---- deadline, context, counters -------------------------------------------------------- */

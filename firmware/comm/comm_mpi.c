@@ -35,6 +35,7 @@
 #define QT_COMM_SERVE_S 0.05            /* a wait this long starts answering probes */
 #define QT_PROBE_MAX 1024               /* ranks probed (the lowest ones and `waited`, past that) */
 #define QT_SLOT_TAG (QT_COMM_TAG + 16)  /* + slot: the split transfers (qt_comm_post) */
+#define QT_P2P_TAG (QT_COMM_TAG + 32)   /* + channel: the pipeline's messages (qt_comm_p2p_post) */
 
 static struct {
     int initialised;
@@ -403,4 +404,61 @@ int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double dea
         struct timespec ts = {0, QT_COMM_SLEEP_NS};
         nanosleep(&ts, NULL);
     }
+}
+
+/* The pipeline's non-blocking messages (qt_comm_p2p_post): a fixed pool of requests. */
+static struct {
+    MPI_Request req[QT_COMM_P2P_MAX];
+    int peer[QT_COMM_P2P_MAX], bytes[QT_COMM_P2P_MAX], send[QT_COMM_P2P_MAX];
+    int used[QT_COMM_P2P_MAX];
+} qt_p2p;
+
+int qt_comm_p2p_post(int peer, int tag, void *buf, int64_t bytes, int send, int *id)
+{
+    *id = -1;
+    if (!qt_comm_state.initialised || peer < 0 || peer >= qt_comm_state.size ||
+        peer == qt_comm_state.rank || tag < 0 || tag > 7 || bytes <= 0 ||
+        bytes > QT_COMM_CHUNK_BYTES || !buf)
+        return qt_fail(QT_E_PLAN, "comm: bad pipeline message (%s %lld bytes, rank %d of %d, "
+                       "channel %d)", send ? "send" : "receive", (long long)bytes, peer,
+                       qt_comm_state.size, tag);
+    int k = 0;
+    while (k < QT_COMM_P2P_MAX && qt_p2p.used[k]) k++;
+    if (k == QT_COMM_P2P_MAX)
+        return qt_fail(QT_E_PLAN, "comm: more than %d pipeline messages in flight",
+                       QT_COMM_P2P_MAX);
+    int rc = send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, QT_P2P_TAG + tag,
+                              qt_comm_state.comm, &qt_p2p.req[k])
+                  : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, QT_P2P_TAG + tag,
+                              qt_comm_state.comm, &qt_p2p.req[k]);
+    if (rc != MPI_SUCCESS)
+        return qt_fail(QT_E_COMM, "comm: MPI_%s %s rank %d failed", send ? "Isend" : "Irecv",
+                       send ? "to" : "from", peer);
+    qt_p2p.used[k] = 1;
+    qt_p2p.peer[k] = peer;
+    qt_p2p.bytes[k] = (int)bytes;
+    qt_p2p.send[k] = send;
+    *id = k;
+    return QT_OK;
+}
+
+int qt_comm_p2p_test(int id, int *done)
+{
+    *done = 0;
+    if (id < 0 || id >= QT_COMM_P2P_MAX || !qt_p2p.used[id])
+        return qt_fail(QT_E_PLAN, "comm: pipeline message %d is not in flight", id);
+    MPI_Status st;
+    if (MPI_Test(&qt_p2p.req[id], done, &st) != MPI_SUCCESS)
+        return qt_fail(QT_E_COMM, "comm: pipeline %s rank %d failed", qt_p2p.send[id] ? "send to"
+                       : "receive from (a longer message than expected?)", qt_p2p.peer[id]);
+    if (!*done) return QT_OK;
+    qt_p2p.used[id] = 0;
+    if (!qt_p2p.send[id]) {
+        int got = -1;
+        MPI_Get_count(&st, MPI_BYTE, &got);
+        if (got != qt_p2p.bytes[id])
+            return qt_fail(QT_E_COMM, "comm: rank %d sent a pipeline message of %d bytes, %d "
+                           "expected", qt_p2p.peer[id], got, qt_p2p.bytes[id]);
+    }
+    return QT_OK;
 }

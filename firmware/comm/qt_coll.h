@@ -69,6 +69,13 @@ int qt_comm_mesh_init(const int32_t mesh[QT_MESH_COUNT], int rank, int size);
 int qt_comm_mesh_init_slices(const int32_t mesh[QT_MESH_COUNT], const int32_t *dcn, int rank,
                              int size);
 
+/* A mesh that is a part of the world (a pipeline stage's: its ranks are world ranks base ..
+ * base + its size - 1, docs/pipeline.md): after qt_comm_mesh_init_slices with the rank
+ * inside the part and the part's size, the members of every group are named by world rank
+ * (qt_comm_group_rank and the collectives over mesh groups add base). 0 (the default, set
+ * by every mesh init): the mesh is the world. */
+void qt_comm_mesh_set_base(int base);
+
 /* After qt_comm_mesh_init_slices on a mesh of several slices: every rank's host name is
  * gathered and rank 0 notes (qt_note, never an error) a slice whose ranks run on more than
  * one machine, or slices that share one (slices.c). Collective over the world; returns 0
@@ -245,6 +252,20 @@ int qt_coll_run_range(const qt_collective *c, unsigned char *base, float *scratc
  * ranks themselves. Returns 0, QT_E_COMM (silent peer, size mismatch, MPI error) or
  * QT_E_PLAN (peer out of range, or my own rank with unequal sizes; peer == my rank copies). */
 int qt_comm_exchange(int peer, const void *send, int64_t sbytes, void *recv, int64_t rbytes);
+
+/* ---- the pipeline's point-to-point messages (coll_p2p.c; docs/pipeline.md) -------------- */
+
+/* Post a non-blocking send of `bytes` of buf (unchanged until qt_coll_p2p_flush) to world
+ * rank peer on channel tag (0 .. 7). 0 or QT_E_*. */
+int qt_coll_p2p_send(int peer, int tag, const void *buf, int64_t bytes);
+/* Receive exactly `bytes` into buf from world rank peer on channel tag, waiting under the
+ * collectives' deadline (a silent peer is named). 0 or QT_E_*. */
+int qt_coll_p2p_recv(int peer, int tag, void *buf, int64_t bytes);
+/* Wait for every send posted since the last flush (their buffers are free again). */
+int qt_coll_p2p_flush(void);
+/* All-gather over the world ranks ranks[0 .. n) (me: my index): blocks holds n blocks of
+ * blk bytes, mine at index me on entry, every member's on return (bytes only). */
+int qt_coll_p2p_allgather(const int *ranks, int n, int me, void *blocks, int64_t blk);
 
 /* ---- split collectives (coll_async.c; docs/overlap.md) -------------------------------- */
 

@@ -92,4 +92,21 @@ int qt_comm_test(int slot, int *done, int *waiting);
  * cheaper on this node (not oversubscribed, within the first 200 us). */
 void qt_comm_idle(double waited_s);
 
+/* ---- pipeline point-to-point (coll_p2p.c; docs/pipeline.md) ------------------------------ */
+
+/* Requests of the pipeline's non-blocking messages in flight at once (a stage's sends of one
+ * accumulation step: at most 2 M, waited for before the slots are reused). */
+#define QT_COMM_P2P_MAX 256
+
+/* Post one non-blocking message of `bytes` (at most QT_COMM_CHUNK_BYTES) on channel `tag`
+ * (0 .. 7; messages of one channel between two ranks match in order): a send of buf to world
+ * rank peer (send = 1) or a receive into buf from it (send = 0), and return at once; *id
+ * names the request for qt_comm_p2p_test. 0, QT_E_PLAN for bad arguments or a full pool,
+ * QT_E_COMM after a message (MPI error; the single-rank back end has no peer). */
+int qt_comm_p2p_post(int peer, int tag, void *buf, int64_t bytes, int send, int *id);
+
+/* Test request id once: *done = 1 when it completed (its slot is free again; a receive
+ * delivered exactly the posted bytes, else QT_E_COMM with a message), else 0. */
+int qt_comm_p2p_test(int id, int *done);
+
 #endif

@@ -184,6 +184,13 @@ static inline int64_t qt_coll_sent_BLOCKS(int64_t R, int64_t bytes)
     return R <= 1 ? 0 : bytes / R * (R - 1);
 }
 
+/* A point-to-point message (SEND_RECV): its bytes, once. */
+static inline int64_t qt_coll_sent_ONE(int64_t R, int64_t bytes)
+{
+    (void)R;
+    return bytes;
+}
+
 static inline int64_t qt_coll_sent_TREE(int64_t R, int64_t bytes)
 {
     int64_t stages = 0;
@@ -434,6 +441,23 @@ static inline int64_t qt_plan_tokens_per_seq(const struct qt_plan *p)
 static inline int64_t qt_plan_leaves_per_mb(const struct qt_plan *p)
 {
     return p->train.micro_batch * qt_plan_blocks(p) / qt_plan_context(p);
+}
+
+/* The microbatch form's units of flat range i (grad_mb_units > 0, docs/determinism.md "The
+ * microbatch form's units"): its parameters' T leaves a microbatch cover the batch group's
+ * R L over its reduce group of R_r ranks (T = R L / R_r), as q_r units of U_r leaves (U_r
+ * the largest power of two dividing T, q_r odd, q_r <= grad_mb_units); returns q_r, and
+ * *count = G R_r q_r, the units its counter runs over in a step. */
+static inline int64_t qt_plan_range_mb_units(const struct qt_plan *p, int32_t i, int64_t *count)
+{
+    int64_t R = 1, Rr = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++) {
+        if (p->batch_mask & (1u << a)) R *= p->mesh[a];
+        if (p->ranges[i].reduce_mask & (1u << a)) Rr *= p->mesh[a];
+    }
+    const int64_t T = R * qt_plan_leaves_per_mb(p) / Rr, q = T > 0 ? T / (T & -T) : 0;
+    *count = p->train.grad_accum * Rr * q;
+    return q;
 }
 
 /* The comm scratch of the blocking collectives (split = 0) or of the split reduce-scatters

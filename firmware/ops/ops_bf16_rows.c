@@ -14,6 +14,9 @@
  * what the boundary (runtime/interp_bf16.c) computes, with the conversions done while the
  * block is in cache instead of in whole-tensor passes. fp32 slots (the saved rstd, and any
  * fp32 tensor of a bf16 plan) are read and written in place when their rows are contiguous.
+ * The row kinds RMSNORM_*, MOE_COMBINE_*, SWIGLU_* and SIGMOID_GATE_* skip the blocks when
+ * their row tensors are bf16 and every read tensor is finite (qt_r16_one_pass): one pass,
+ * kernels/bf16_rows.h, the same per-element expressions and rounding.
  *
  * The GDN kinds' kernels never mix sequences (the conv's taps and the recurrence stay inside
  * one; packed documents restart by the positions, indexed like the rows), so their blocks
@@ -33,6 +36,7 @@
  */
 #include "qt_r16.h"
 #include "kernels/bf16.h"
+#include "kernels/bf16_rows.h"
 #include "kernels/elementwise.h"
 #include "kernels/gated_rmsnorm.h"
 #include "kernels/gdn_chunk.h"
@@ -40,6 +44,48 @@
 #include "kernels/gdn_core.h"
 #include "kernels/moe_combine.h"
 #include "kernels/rmsnorm.h"
+
+/* Nonzero when slot x's rows [0, rows) (from its first element to the last row's end,
+ * gaps included; its whole tensor when rows <= 0) hold an inf or a NaN. */
+static int qt_r16_nonfinite(const qt_ctx *ctx, const qt_r16_slot *x, int64_t rows)
+{
+    int64_t at = 0, n = ctx->plan->tensors[x->id].numel;
+    if (x->fixed) n = x->n;
+    else if (rows > 0) at = x->off, n = (rows - 1) * x->s + x->n;
+    unsigned any = 0;
+    if (qt_is_b16(ctx, x->id)) {
+        const qt_bf16 *v = qt_b16(ctx, x->id) + at;
+        for (int64_t i = 0; i < n; i++) any |= (v[i] & 0x7f80u) == 0x7f80u;
+    } else {
+        const uint32_t *v = (const uint32_t *)(const void *)(qt_f32(ctx, x->id) + at);
+        for (int64_t i = 0; i < n; i++) any |= (v[i] & 0x7f800000u) == 0x7f800000u;
+    }
+    return any != 0;
+}
+
+/* One pass (kernels/bf16_rows.h) when the slots in mask b16 are bf16, those in f32 are fp32
+ * and no read slot holds an inf or a NaN in the op's rows [0, rows) (rows <= 0: the
+ * elementwise kinds, whole tensors): the op's rows read and written in place, the same
+ * bits as the blocks. With finite inputs every NaN the arithmetic makes is the default
+ * NaN, so no operation ever chooses between two different NaNs, and commutative operations
+ * give the same bits in whichever operand order the compiler emits them (the one-pass and
+ * the fp32 kernels are compiled separately); a non-finite input sends the op through the
+ * blocks (the fp32 kernel's own code). Called after qt_r16_start (so no tensor is named
+ * twice); a norm's weight is widened by qt_r16_get as before and checked here. */
+static int qt_r16_one_pass(const qt_r16 *b, unsigned b16, unsigned f32, int64_t rows)
+{
+    for (int i = 0; i < b->ns; i++) {
+        const int is16 = qt_is_b16(b->ctx, b->sl[i].id);
+        if (((b16 >> i) & 1u) && !is16) return 0;
+        if (((f32 >> i) & 1u) && is16) return 0;
+    }
+    for (int i = 0; i < b->ns; i++)
+        if (b->sl[i].rd && qt_r16_nonfinite(b->ctx, &b->sl[i], rows)) return 0;
+    return 1;
+}
+
+/* Slot i's tensor as bf16 from its first element (the one-pass forms). */
+#define QT_R16_B(i) (qt_b16(ctx, b.sl[i].id) + b.sl[i].off)
 
 /* ------------------------------------------------------------------ elementwise */
 
@@ -104,6 +150,10 @@ void qt_op16_swiglu_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, SWIGLU_FWD, a), 0, w, w, 1, 0);
     qt_r16_add(&b, QT_T(op, SWIGLU_FWD, u), 0, w, w, 1, 0);
     if (qt_r16_start(&b, op, 1)) return;
+    if (qt_r16_one_pass(&b, 7u, 0, 0)) {
+        qt_b16_swiglu_fwd(QT_R16_B(0), QT_R16_B(1), QT_R16_B(2), n);
+        return;
+    }
     for (int64_t e0 = 0; e0 < n; e0 += w) {
         const int64_t m = qt_r16_min(w, n - e0);
         qt_r16_span(&b, e0, m);
@@ -122,6 +172,10 @@ void qt_op16_swiglu_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, SWIGLU_BWD, a), 0, w, w, 1, 0);
     qt_r16_add(&b, QT_T(op, SWIGLU_BWD, u), 0, w, w, 1, 0);
     if (qt_r16_start(&b, op, 1)) return;
+    if (qt_r16_one_pass(&b, 31u, 0, 0)) {
+        qt_b16_swiglu_bwd(QT_R16_B(0), QT_R16_B(1), QT_R16_B(2), QT_R16_B(3), QT_R16_B(4), n);
+        return;
+    }
     for (int64_t e0 = 0; e0 < n; e0 += w) {
         const int64_t m = qt_r16_min(w, n - e0);
         qt_r16_span(&b, e0, m);
@@ -156,6 +210,10 @@ void qt_op16_sigmoid_gate_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, SIGMOID_GATE_FWD, x), 0, n, n, 1, 0);
     qt_r16_add(&b, QT_T(op, SIGMOID_GATE_FWD, gate), 0, gw, gw, 1, 0);
     if (qt_r16_start(&b, op, rows)) return;
+    if (qt_r16_one_pass(&b, 7u, 0, T)) {
+        qt_b16_sigmoid_gate_fwd(QT_R16_B(0), QT_R16_B(1), QT_R16_B(2), T, n, mode, hd);
+        return;
+    }
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_sigmoid_gate_fwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr), nr, n,
@@ -177,6 +235,11 @@ void qt_op16_sigmoid_gate_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, SIGMOID_GATE_BWD, x), 0, n, n, 1, 0);
     qt_r16_add(&b, QT_T(op, SIGMOID_GATE_BWD, gate), 0, gw, gw, 1, 0);
     if (qt_r16_start(&b, op, rows)) return;
+    if (qt_r16_one_pass(&b, 31u, 0, T)) {
+        qt_b16_sigmoid_gate_bwd(QT_R16_B(0), QT_R16_B(1), QT_R16_B(2), QT_R16_B(3), QT_R16_B(4),
+                                T, n, mode, hd);
+        return;
+    }
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_sigmoid_gate_bwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),
@@ -196,6 +259,12 @@ void qt_op16_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_weight(&b, QT_T(op, RMSNORM_FWD, w), n);
     if (qt_r16_start(&b, op, rows)) return;
     const float *w = QT_R16_G(3, 0, 1);
+    if (qt_r16_one_pass(&b, 5u, 2u, R)) {
+        qt_b16_rmsnorm_fwd(QT_R16_B(0), qt_f32(ctx, b.sl[1].id), QT_R16_B(2), w, R, n,
+                           QT_A(op, RMSNORM_FWD, xs), QT_A(op, RMSNORM_FWD, ys),
+                           (int)QT_A(op, RMSNORM_FWD, flags), op->f[0]);
+        return;
+    }
     for (int64_t r0 = 0; r0 < R; r0 += rows) {
         const int64_t nr = qt_r16_min(rows, R - r0);
         qt_rmsnorm_fwd(QT_R16_G(0, r0, nr), QT_R16_G(1, r0, nr), QT_R16_G(2, r0, nr), w, nr, n, n,
@@ -217,6 +286,11 @@ void qt_op16_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, RMSNORM_BWD, rstd), 0, 1, 1, 1, 0);
     if (qt_r16_start(&b, op, rows)) return;
     const float *w = QT_R16_G(3, 0, 1);
+    if (qt_r16_one_pass(&b, 7u, 16u, R)) {
+        qt_b16_rmsnorm_bwd(QT_R16_B(0), QT_R16_B(1), QT_R16_B(2), w, qt_f32(ctx, b.sl[4].id), R,
+                           n, xs, ys, (int)QT_A(op, RMSNORM_BWD, flags));
+        return;
+    }
     for (int64_t r0 = 0; r0 < R; r0 += rows) {
         const int64_t nr = qt_r16_min(rows, R - r0);
         qt_rmsnorm_bwd(QT_R16_G(0, r0, nr), QT_R16_G(1, r0, nr), QT_R16_G(2, r0, nr), w,
@@ -245,6 +319,20 @@ void qt_op16_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, floa
     qt_r16_add(&b, QT_T(op, RMSNORM_WGRAD, rstd), r0, 1, 1, 1, 0);
     if (groups > QT_OP_MAX_GROUPS || qt_r16_plan(&b, rows)) {
         qt_r16_boundary_wgrad(op, ctx, seq, dw);
+        return;
+    }
+    if (qt_r16_one_pass(&b, 3u, 4u, rps)) {
+        const float *rs = qt_f32(ctx, b.sl[2].id) + r0;
+        if (groups <= 0)
+            qt_b16_rmsnorm_wgrad_heads(dw[0], QT_R16_B(0), QT_R16_B(1), rs, rps, 1, 0, 1, n, xs,
+                                       ys);
+        for (int64_t gi = 0; gi < groups; gi++) {
+            float *part = qt_op_group_buf(gi, n);
+            if (part)
+                qt_b16_rmsnorm_wgrad_heads(part, QT_R16_B(0), QT_R16_B(1), rs, rps / H, H,
+                                           gi * (H / groups), (gi + 1) * (H / groups), n, xs, ys);
+        }
+        if (groups > 0) qt_op_group_finish(ctx, dw[0], n, groups, 1u << QT_MESH_TENSOR);
         return;
     }
     if (groups <= 0) {
@@ -364,6 +452,10 @@ void qt_op16_moe_combine_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, MOE_COMBINE_FWD, p), 0, k, k, 1, 0);
     qt_r16_add(&b, QT_T(op, MOE_COMBINE_FWD, y), 0, k * d, k * d, 1, 0);
     if (qt_r16_start(&b, op, rows)) return;
+    if (qt_r16_one_pass(&b, 7u, 0, T)) {
+        qt_b16_moe_combine_fwd(QT_R16_B(0), QT_R16_B(1), QT_R16_B(2), kidx, T, k, d);
+        return;
+    }
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_moe_combine_kept_fwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),
@@ -385,6 +477,11 @@ void qt_op16_moe_combine_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, MOE_COMBINE_BWD, p), 0, k, k, 1, 0);
     qt_r16_add(&b, QT_T(op, MOE_COMBINE_BWD, y), 0, k * d, k * d, 1, 0);
     if (qt_r16_start(&b, op, rows)) return;
+    if (qt_r16_one_pass(&b, 31u, 0, T)) {
+        qt_b16_moe_combine_bwd(QT_R16_B(0), QT_R16_B(1), QT_R16_B(2), QT_R16_B(3), QT_R16_B(4),
+                               kidx, T, k, d);
+        return;
+    }
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_moe_combine_kept_bwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),

@@ -12,7 +12,8 @@
  * is not a power of two) leaf i goes to unit i / U as leaf i % U of a tree whose top is that
  * unit's level, so every unit is a subtree of the one-rank tree (GRAD_UNITS folds them); the
  * microbatch form's units (grad_mb_units q) do the same with a microbatch's leaves and U per
- * parameter (its leaves a microbatch / q: the routed experts' are E times the others'),
+ * parameter (the largest power of two dividing its leaves a microbatch T, q_p = T / U <= q
+ * units: the routed experts' are E times the others'),
  * GRAD_MB_UNITS pushing them into the microbatch tree.
  */
 #include <string.h>
@@ -116,19 +117,12 @@ static int qt_interp_check_op(const qt_plan *p, const qt_kernel_entry *table, co
     return QT_OK;
 }
 
-int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
+/* The tree levels a plan needs (its leaf levels, the step or microbatch form's units, and
+ * its microbatch levels) into *mbl_out / *need_out, and the widest leaf count into
+ * *leaves_out; QT_E_PLAN when the plan's units do not fit its parameters. */
+static int qt_interp_levels_needed(const qt_plan *p, int *mbl_out, int *need_out,
+                                   int64_t *leaves_out)
 {
-    int rc = QT_OK;
-    for (int32_t i = 0; i < p->n_init_ops && !rc; i++)
-        rc = qt_interp_check_op(p, table, &p->init_ops[i], i, "init", 0);
-    for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
-        rc = qt_interp_check_op(p, table, c.op, c.logical, "microbatch", 1);
-    if (rc) return rc;
-    if (p->n_params < 0 || p->n_params > QT_INTERP_MAX_PARAMS) {
-        return qt_fail(QT_E_PLAN,
-                       "plan %s: %d params (firmware limit %d)", p->run_name, p->n_params,
-                       QT_INTERP_MAX_PARAMS);
-    }
     int64_t leaves = 0;
     for (int32_t i = 0; i < p->n_params; i++)
         if (qt_interp_tree_leaves(p, &p->params[i]) > leaves)
@@ -154,24 +148,51 @@ int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
          * step's G R q units (R the batch group; a range's reduce group is checked by its
          * GRAD_MB_UNITS) */
         const int64_t q = p->grad_mb_units;
-        int64_t umax = 1, R = 1;
+        int64_t umax = 1, qmax = 1, cmax = 1;
         for (int32_t i = 0; i < p->n_params; i++) {
             const int64_t T = qt_interp_tree_leaves(p, &p->params[i]), U = T & -T;
-            if (T != U * q)
+            if (T < 1 || T / U > q)
                 return qt_fail(QT_E_PLAN, "plan %s: grad_mb_units %d does not fit parameter %s's "
                                "%lld leaves a microbatch", p->run_name, p->grad_mb_units,
                                p->params[i].name, (long long)T);
             if (U > umax) umax = U;
+            if (T / U > qmax) qmax = T / U;
         }
-        for (int a = 0; a < QT_MESH_COUNT; a++)
-            if (p->batch_mask & (1u << a)) R *= p->mesh[a];
-        if (!mbl || p->grad_units > 1 || qt_plan_context(p) > 1)
-            return qt_fail(QT_E_PLAN, "plan %s: grad_mb_units without the microbatch form (or "
-                           "with the step form's units or a context axis)",
-                           p->run_name);
-        mbl = qt_tree_levels_needed(p->train.grad_accum * R * q);
+        for (int32_t i = 0; i < p->n_ranges; i++) {
+            int64_t cnt;
+            (void)qt_plan_range_mb_units(p, i, &cnt);
+            if (cnt > cmax) cmax = cnt;
+        }
+        if (!mbl || p->grad_units > 1 || qmax != q)
+            return qt_fail(QT_E_PLAN, "plan %s: grad_mb_units %d without the microbatch form, "
+                           "with the step form's units, or not the most units of a parameter "
+                           "(%lld)", p->run_name, p->grad_mb_units, (long long)qmax);
+        mbl = qt_tree_levels_needed(cmax);
         need = qt_tree_levels_needed(umax) - 1 + (int)q + mbl;
     }
+    *mbl_out = mbl;
+    *need_out = need;
+    *leaves_out = leaves;
+    return QT_OK;
+}
+
+int qt_interp_validate(const qt_plan *p, const qt_kernel_entry *table)
+{
+    int rc = QT_OK;
+    for (int32_t i = 0; i < p->n_init_ops && !rc; i++)
+        rc = qt_interp_check_op(p, table, &p->init_ops[i], i, "init", 0);
+    for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
+        rc = qt_interp_check_op(p, table, c.op, c.logical, "microbatch", 1);
+    if (rc) return rc;
+    if (p->n_params < 0 || p->n_params > QT_INTERP_MAX_PARAMS) {
+        return qt_fail(QT_E_PLAN,
+                       "plan %s: %d params (firmware limit %d)", p->run_name, p->n_params,
+                       QT_INTERP_MAX_PARAMS);
+    }
+    int mbl = 0, need = 0;
+    int64_t leaves = 0;
+    rc = qt_interp_levels_needed(p, &mbl, &need, &leaves);
+    if (rc) return rc;
     /* exactly: the gradient region is the top level, which only the last carry fills */
     if (p->n_mb_levels < 0 || p->n_mb_levels != mbl || p->n_tree_levels != need ||
         need > QT_MAX_TREE_LEVELS) {
@@ -299,11 +320,11 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
         op->a[QT_A_WGRAD_SEQS] > 0 ? op->a[QT_A_WGRAD_SEQS] : qt_plan_leaves_per_mb(p);
     float *levels[QT_MAX_TREE_LEVELS];
     qt_interp_levels(p, qt_interp_tree_leaves(p, pa), levels);
-    /* units (q = qt_interp_units): leaf i is leaf i % U of unit i / U's tree (U = this
-     * parameter's leaves / q), whose levels are the first log2 U and whose top is unit level
+    /* units (q = qt_interp_units): leaf i is leaf i % U of unit i / U's tree (U = the largest
+     * power of two dividing this parameter's leaves), whose levels are the first log2 U and whose top is unit level
      * i / U (the leaf tree's level lu + i / U) */
     const int q = qt_interp_units(p);
-    const int64_t U = q ? qt_interp_tree_leaves(p, pa) / q : 0;
+    const int64_t T = qt_interp_tree_leaves(p, pa), U = q ? T & -T : 0;
     const int lu = qt_interp_leaf_levels(p) - q, ul = U ? qt_tree_levels_needed(U) - 1 : 0;
     if (U) qt_interp_unit_levels(p, U, levels);
     qt_stage_map map;

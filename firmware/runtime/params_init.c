@@ -189,7 +189,9 @@ void qt_params_init(const qt_plan *p, uint64_t seed)
             int64_t run = qt_global_run(t, j);
             if (run > j1 - j) run = j1 - j;
             const int64_t g = qt_global_index(p, t, j);
-            for (int64_t k = 0; k < run; k++) w[j + k - j0] = qt_init_value(pa, seed, i, g + k);
+            /* a pipeline stage's parameters by their one-rank index (pp_param0: 0 else) */
+            for (int64_t k = 0; k < run; k++)
+                w[j + k - j0] = qt_init_value(pa, seed, p->pp_param0 + i, g + k);
             j += run;
         }
     }
@@ -240,7 +242,8 @@ uint64_t qt_param_fp_chunk(const qt_plan *p, int32_t i, int64_t gbase, int64_t j
 uint64_t qt_param_fingerprint(const qt_plan *p)
 {
     uint64_t sum = 0;
-    int64_t gbase = 0;  /* global flat index of the parameter's first element */
+    int64_t gbase = p->pp_elem0;  /* global flat index of the parameter's first element (a
+                                     pipeline stage's first: its one-rank index) */
     for (int32_t i = 0; i < p->n_params; i++) {
         sum += qt_param_fp_chunk(p, i, gbase, 0, p->params[i].numel);
         gbase += qt_param_global_numel(p, i);

@@ -20,13 +20,14 @@ int qt_validate_bf16(const qt_plan *p, const qt_kernel_entry *table);
  * Reads p only. QT_OK, or QT_E_PLAN after one line naming the schedule, op and collective. */
 int qt_validate_splits(const qt_plan *p);
 
-/* A pipeline plan (pipeline_stages > 1, issue 36) is planned ahead of time only: QT_E_PLAN
- * with a message saying pipeline execution is not built yet, else QT_OK. Every rank decides
- * it from the same static field, so all ranks refuse alike (no hang). */
+/* A pipeline plan (pipeline_stages > 1, issue 36) in a form the pipeline driver does not run
+ * yet (several slices, circular repeats, bf16, the MTP head, ...): QT_E_PLAN
+ * with a message naming the key, else QT_OK. Every rank decides it from the same static
+ * fields (each stage's plan carries them alike), so all ranks refuse alike (no hang). */
 int qt_validate_pipeline(const qt_plan *p);
 
 /* Checks that plan p can run as rank o->rank of o->n_ranks with the kernel table `table`
- * (the same table the steps will use): no pipeline stages, ranks, plan hash, batch, io tensors, regions,
+ * (the same table the steps will use): a pipeline form the driver runs, ranks, plan hash, batch, io tensors, regions,
  * parameters and the step schedules. Reads p only. QT_OK, or QT_E_PLAN after printing
  * one message naming the plan and what does not fit. */
 int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_entry *table);

@@ -22,6 +22,7 @@
 #include "qt_interp.h"
 #include "qt_interp_bf16.h"
 #include "qt_optim.h"
+#include "qt_pipeline.h"
 #include "qt_rng.h"
 #include "qt_vec.h"
 #include "qt_step.h"
@@ -227,6 +228,7 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
     memset(p->arena + p->adam_v_offset, 0, (size_t)p->adam_elems * sizeof(float));
     qt_interp_run_init(ctx, qt_runtime_table());
     if (p->n_ranks > 1 && (rc = qt_runtime_warm_comm(p)) != QT_OK) return rc;
+    if ((rc = qt_pp_warm(p, qt_runtime_now() + 300.0)) != QT_OK) return rc;
     qt_rng_set_rank(o->rank);
     qt_params_init(p, o->seed);
     return qt_runtime_params_changed();
@@ -397,92 +399,144 @@ static int qt_runtime_drops_merge(const qt_plan *p, qt_step_metrics *m)
     return rc ? rc : qt_coll_sum_i64(p->batch_mask, m->moe_dropped_layer, m->n_drop_layers);
 }
 
+/* One step's microbatch loop state: the exact loss accumulators and what the fill and the
+ * microbatch's end need (qt_runtime_mb_fill / qt_runtime_mb_done, the pipeline's hooks). */
+typedef struct qt_rt_mbs {
+    const qt_plan *p;
+    int64_t step, R, St, t0;
+    qt_step_state *mst;
+    qt_step_metrics *m;
+    qt_exact loss, lb, cnt, mtp, zl;
+    int32_t zt;
+    double t;
+} qt_rt_mbs;
+
+/* Microbatch mb's inputs (tokens, targets; packed: the count of targets with a loss). */
+static int qt_runtime_mb_fill(int64_t mb, void *arg)
+{
+    qt_rt_mbs *a = arg;
+    const qt_plan *p = a->p;
+    const qt_ctx *ctx = &qt_rt.ctx;
+    int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
+    int rc = qt_runtime_fill_mb(p, a->step, mb, a->R, a->St, a->t0);
+    if (rc) return rc;
+    if (pos) { /* packed: the targets with a loss (the normaliser), counted exactly */
+        int64_t n = 0;
+        for (int64_t i = 0; i < p->train.micro_batch * a->St; i++) n += tg[i] >= 0;
+        qt_exact_add_f(&a->cnt, (float)n);
+    }
+    qt_runtime_lap(&a->t, QT_PH_DATA);
+    return QT_OK;
+}
+
+/* After microbatch mb's schedule: the microbatch-end schedule (its totals, reduced and
+ * pushed), its per-sequence losses into the exact accumulators, its dropped counts. */
+static int qt_runtime_mb_done(int64_t mb, void *arg)
+{
+    qt_rt_mbs *a = arg;
+    const qt_plan *p = a->p;
+    const qt_kernel_entry *table = qt_runtime_table();
+    const qt_ctx *ctx = &qt_rt.ctx;
+    qt_runtime_lap(&a->t, QT_PH_SCHED);
+    a->mst->mb = mb;
+    for (int32_t i = 0; i < p->n_mbend_ops; i++) {
+        int rc = table[p->mbend_ops[i].kind].step(&p->mbend_ops[i], ctx, a->mst);
+        if (rc) return rc;
+    }
+    const float *ls = qt_f32(ctx, p->loss_seq);
+    for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&a->loss, ls[s]);
+    if (p->mtp_layers > 0) {
+        const float *ms = qt_f32(ctx, p->mtp_loss_seq);
+        for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&a->mtp, ms[s]);
+    }
+    if (a->zt != QT_NONE) {
+        const float *zs = qt_f32(ctx, a->zt);
+        for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&a->zl, zs[s]);
+    }
+    if (p->lb_seq != QT_NONE) {
+        const float *lbs = qt_f32(ctx, p->lb_seq);
+        for (int64_t s = 0; s < p->train.micro_batch; s++) qt_exact_add_f(&a->lb, lbs[s]);
+    }
+    qt_runtime_drops_add(p, a->m);
+    qt_runtime_lap(&a->t, QT_PH_LOSS);
+    return QT_OK;
+}
+
 /* Every microbatch of the step: fill its tokens, run the schedule (forward, backward,
  * per-sequence leaves into the trees), and add its per-sequence losses to the exact
  * accumulators, merged over the batch axes. Leaves the step's token count, loss and
  * learning rate in *m. Returns the data fill's error (an id no longer in range: the file
- * changed) before that microbatch's schedule runs. */
+ * changed) before that microbatch's schedule runs. A pipeline stage runs its share of
+ * every microbatch in the order of the plan's schedule (pipeline.c); the last stage's
+ * losses become every stage's metrics. */
 static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metrics *m)
 {
     if (!qt_rt.tokens) return QT_E_PLAN;
     const qt_kernel_entry *table = qt_runtime_table();
     const qt_ctx *ctx = &qt_rt.ctx;
-    const int64_t b = p->train.micro_batch, G = p->train.grad_accum;
+    const int64_t G = p->train.grad_accum;
     /* One tree over the step's leaves: the rank owns a contiguous, rank-major block of the
      * global batch. With a microbatch tree: microbatch-major, so one microbatch's sequences
      * over the batch axes are a contiguous block (docs/design.md s.6): mb * R * b + index * b.
      * Under context parallelism R counts the sequence groups (the batch axes but context)
      * and the rank reads its token block [c * S/C, (c+1) * S/C) of each sequence. */
     const unsigned seq_mask = p->batch_mask & ~(1u << QT_MESH_CONTEXT);
-    const int64_t R = seq_mask ? qt_comm_group_size(seq_mask) : 1;
-    const int64_t St = qt_plan_tokens_per_seq(p), t0 = St * qt_rt.ctx.coord[QT_MESH_CONTEXT];
     qt_step_state mst = {step, 0, m};
-    qt_exact loss, lb, cnt, mtp, zl;
-    qt_exact_clear(&loss);
-    qt_exact_clear(&lb);
-    qt_exact_clear(&cnt);
-    qt_exact_clear(&mtp);
-    qt_exact_clear(&zl);
-    const int32_t zt = qt_runtime_z_seq(p);
+    static qt_rt_mbs a;
+    memset(&a, 0, sizeof a);
+    a.p = p;
+    a.step = step;
+    a.R = seq_mask ? qt_comm_group_size(seq_mask) : 1;
+    a.St = qt_plan_tokens_per_seq(p);
+    a.t0 = a.St * qt_rt.ctx.coord[QT_MESH_CONTEXT];
+    a.mst = &mst;
+    a.m = m;
+    qt_exact_clear(&a.loss);
+    qt_exact_clear(&a.lb);
+    qt_exact_clear(&a.cnt);
+    qt_exact_clear(&a.mtp);
+    qt_exact_clear(&a.zl);
+    a.zt = qt_runtime_z_seq(p);
     m->moe_dropped = m->moe_assignments = m->mtp_moe_dropped = 0;
     m->n_drop_layers = 0;
     memset(m->moe_dropped_layer, 0, sizeof m->moe_dropped_layer);
-    double t = qt_rt.profile ? qt_runtime_now() : 0.0;
+    a.t = qt_rt.profile ? qt_runtime_now() : 0.0;
     int64_t n_mtp_packed = 0;
     if (p->mtp_layers > 0 && p->packing) {
-        int rc = qt_runtime_mtp_prepass(p, step, R, St, t0, &n_mtp_packed);
+        int rc = qt_runtime_mtp_prepass(p, step, a.R, a.St, a.t0, &n_mtp_packed);
         if (rc) return rc;
-        qt_runtime_lap(&t, QT_PH_DATA);
+        qt_runtime_lap(&a.t, QT_PH_DATA);
     }
-    for (int64_t mb = 0; mb < G; mb++) {
-        int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
-        int rc = qt_runtime_fill_mb(p, step, mb, R, St, t0);
+    if (p->pipeline_stages > 1) {
+        const qt_pp_hooks h = {qt_runtime_mb_fill, qt_runtime_mb_done, &a};
+        int rc = qt_pp_microbatches(ctx, table, &mst, &h);
         if (rc) return rc;
-        if (pos) { /* packed: the targets with a loss (the normaliser), counted exactly */
-            int64_t n = 0;
-            for (int64_t i = 0; i < b * St; i++) n += tg[i] >= 0;
-            qt_exact_add_f(&cnt, (float)n);
-        }
-        qt_runtime_lap(&t, QT_PH_DATA);
+    }
+    for (int64_t mb = 0; mb < G && p->pipeline_stages <= 1; mb++) {
+        int rc = qt_runtime_mb_fill(mb, &a);
+        if (rc) return rc;
         mst.mb = mb;
         qt_interp_run_microbatch(ctx, table, mb, &mst);
         if (qt_rt.status) return qt_rt.status;
-        qt_runtime_lap(&t, QT_PH_SCHED);
-        /* the microbatch-end schedule: this microbatch's totals, reduced and pushed */
-        for (int32_t i = 0; i < p->n_mbend_ops; i++) {
-            rc = table[p->mbend_ops[i].kind].step(&p->mbend_ops[i], ctx, &mst);
-            if (rc) return rc;
-        }
-        const float *ls = qt_f32(ctx, p->loss_seq);
-        for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&loss, ls[s]);
-        if (p->mtp_layers > 0) {
-            const float *ms = qt_f32(ctx, p->mtp_loss_seq);
-            for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&mtp, ms[s]);
-        }
-        if (zt != QT_NONE) {
-            const float *zs = qt_f32(ctx, zt);
-            for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&zl, zs[s]);
-        }
-        if (p->lb_seq != QT_NONE) {
-            const float *lbs = qt_f32(ctx, p->lb_seq);
-            for (int64_t s = 0; s < b; s++) qt_exact_add_f(&lb, lbs[s]);
-        }
-        qt_runtime_drops_add(p, m);
-        qt_runtime_lap(&t, QT_PH_LOSS);
+        rc = qt_runtime_mb_done(mb, &a);
+        if (rc) return rc;
     }
-    int rc = qt_step_exact_merge(p->batch_mask, &loss);
-    if (!rc && p->lb_seq != QT_NONE) rc = qt_step_exact_merge(p->batch_mask, &lb);
-    if (!rc && p->packing) rc = qt_step_exact_merge(p->batch_mask, &cnt);
-    if (!rc && p->mtp_layers > 0) rc = qt_step_exact_merge(p->batch_mask, &mtp);
-    if (!rc && zt != QT_NONE) rc = qt_step_exact_merge(p->batch_mask, &zl);
+    qt_exact *const loss = &a.loss, *const lb = &a.lb, *const cnt = &a.cnt, *const mtp = &a.mtp;
+    qt_exact *const zl = &a.zl;
+    const int32_t zt = a.zt;
+    int rc = qt_step_exact_merge(p->batch_mask, loss);
+    if (!rc && p->lb_seq != QT_NONE) rc = qt_step_exact_merge(p->batch_mask, lb);
+    if (!rc && p->packing) rc = qt_step_exact_merge(p->batch_mask, cnt);
+    if (!rc && p->mtp_layers > 0) rc = qt_step_exact_merge(p->batch_mask, mtp);
+    if (!rc && zt != QT_NONE) rc = qt_step_exact_merge(p->batch_mask, zl);
     if (!rc) rc = qt_runtime_drops_merge(p, m);
     if (rc) return rc;
-    qt_runtime_lap(&t, QT_PH_LOSS);
+    qt_runtime_lap(&a.t, QT_PH_LOSS);
     const double n_all = (double)(p->train.global_batch * p->train.seq_len);
     /* the mean over the targets with a loss (at least one: a step of separators only has
      * loss 0 and a zero gradient) */
-    const double n_tok = p->packing ? qt_exact_value(&cnt) : n_all;
-    double loss_v = qt_exact_value(&loss) / (n_tok > 1.0 ? n_tok : 1.0) + qt_exact_value(&lb);
+    const double n_tok = p->packing ? qt_exact_value(cnt) : n_all;
+    double loss_v = qt_exact_value(loss) / (n_tok > 1.0 ? n_tok : 1.0) + qt_exact_value(lb);
     /* the MTP head: its CE mean over the step's positions with an MTP loss (B x (S - j)
      * per depth j; packed, the pre-pass's count), times the factor */
     m->mtp = p->mtp_layers > 0;
@@ -491,7 +545,7 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
         double n_mtp = (double)n_mtp_packed;
         for (int64_t j = 1; j <= p->mtp_layers && !p->packing; j++)
             n_mtp += (double)(p->train.global_batch * (p->train.seq_len - j));
-        m->mtp_loss = qt_exact_value(&mtp) / (n_mtp > 1.0 ? n_mtp : 1.0);
+        m->mtp_loss = qt_exact_value(mtp) / (n_mtp > 1.0 ? n_mtp : 1.0);
         loss_v += (double)p->mtp_factor * m->mtp_loss;
     }
     m->step = step;
@@ -501,10 +555,11 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     m->loss_tokens = (int64_t)n_tok;
     m->packed = p->packing != 0;
     m->has_z = zt != QT_NONE;
-    m->z_loss = m->has_z ? (double)(float)(qt_exact_value(&zl) / (n_tok > 1.0 ? n_tok : 1.0))
+    m->z_loss = m->has_z ? (double)(float)(qt_exact_value(zl) / (n_tok > 1.0 ? n_tok : 1.0))
                          : 0.0;
     m->lr = qt_runtime_lr(p, step);
-    return QT_OK;
+    /* a pipeline: the loss is the last stage's */
+    return qt_pp_share_metrics(p, m);
 }
 
 int64_t qt_runtime_eval_batch(const qt_plan *p)

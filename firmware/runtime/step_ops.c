@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "qt_step.h"
+#include "qt_pipeline.h"
 #include "ops/qt_op_fns.h"
 #include "qt_blocks.h"
 #include "qt_interp.h"
@@ -119,6 +120,9 @@ int qt_step_grad_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     qt_exact_clear(&sq);
     qt_step_normalise_range(p, qt_step_region(p, p->grads_offset), 0, p->n_param_elems,
                             qt_step_tokens(p, op->a[QT_A_GRAD_FINALIZE_tokens], st), 1, &sq);
+    /* a pipeline stage: the squares of every stage's parameters, exactly */
+    int rc = qt_pp_exact_merge(p, &sq);
+    if (rc) return rc;
     st->m->grad_norm = qt_sqrt(qt_exact_value(&sq));
     return QT_OK;
 }
@@ -249,8 +253,7 @@ static int qt_step_mb_counter(const qt_plan *p, int32_t i, int64_t *count)
 {
     *count = p->train.grad_accum;
     if (p->grad_mb_units < 1) return 0;
-    const unsigned mask = p->ranges[i].reduce_mask;
-    *count *= (int64_t)(mask ? qt_comm_group_size(mask) : 1) * p->grad_mb_units;
+    (void)qt_plan_range_mb_units(p, i, count);
     return p->n_mb_levels - qt_tree_levels_needed(*count);
 }
 
@@ -259,7 +262,10 @@ int qt_step_grad_mb_units(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     const qt_plan *p = ctx->plan;
     const int32_t i = (int32_t)QT_A(op, GRAD_MB_UNITS, range);
     const qt_flat_range *r = &p->ranges[i];
-    const int q = p->grad_mb_units, lu = p->n_tree_levels - p->n_mb_levels - q;
+    /* this range's q_r units sit in the lowest q_r of the grad_mb_units unit levels */
+    int64_t cnt;
+    const int q = (int)qt_plan_range_mb_units(p, i, &cnt);
+    const int lu = p->n_tree_levels - p->n_mb_levels - p->grad_mb_units;
     float *unit[QT_MAX_TREE_LEVELS], *top, *mb[QT_MAX_TREE_LEVELS];
     for (int u = 0; u < q; u++) {
         unit[u] = qt_step_region(p, p->tree_offset[lu + u]);
@@ -315,6 +321,7 @@ int qt_step_grad_normalise(const qt_op *op, const qt_ctx *ctx, qt_step_state *st
                                 qt_step_primary(ctx, &p->ranges[i]) ? &sq : &none);
     }
     int rc = p->n_ranks > 1 ? qt_step_exact_merge(QT_COLL_ALL, &sq) : QT_OK;
+    if (!rc) rc = qt_pp_exact_merge(p, &sq);  /* over the pipeline's stages */
     if (rc) return rc;
     st->m->grad_norm = qt_sqrt(qt_exact_value(&sq));
     return QT_OK;
@@ -324,7 +331,7 @@ int qt_step_grad_normalise(const qt_op *op, const qt_ctx *ctx, qt_step_state *st
 static uint64_t qt_step_fp_range(const qt_plan *p, int64_t lo, int64_t hi)
 {
     uint64_t fp = 0;
-    int64_t gbase = 0;
+    int64_t gbase = p->pp_elem0;  /* a pipeline stage's: its one-rank index */
     for (int32_t i = 0; i < p->n_params; i++) {
         const int64_t off = p->params[i].flat_offset, n = p->params[i].numel;
         const int64_t a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
@@ -351,7 +358,7 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w
     /* the padding between and after the parameters is never updated (it stays zero, as
      * updating it would leave it) */
     uint64_t fp = 0;
-    int64_t gbase = 0;
+    int64_t gbase = p->pp_elem0;  /* a pipeline stage's: its one-rank index */
     for (int32_t i = 0; i < p->n_params; i++) {
         const int64_t off = p->params[i].flat_offset, pn = p->params[i].numel;
         const int64_t a = off > lo ? off : lo, b = off + pn < hi ? off + pn : hi;
@@ -436,6 +443,7 @@ int qt_step_adamw(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     }
     if (p->n_ranks > 1) {
         int rc = qt_coll_sum_u64(QT_COLL_ALL, &fp, 1);
+        if (!rc) rc = qt_pp_sum_u64(p, &fp);  /* over the pipeline's stages */
         if (rc) return rc;
     }
     m->fingerprint = fp;
@@ -567,13 +575,16 @@ static int64_t qt_check_group(const qt_plan *p, unsigned mask)
  * leaves of a microbatch (T_p R_r = R L), with its counter inside the microbatch levels. */
 int qt_check_grad_mb_units(const qt_plan *p, const qt_op *op, qt_check_state *st)
 {
-    const int64_t i = QT_A(op, GRAD_MB_UNITS, range), q = p->grad_mb_units;
-    if (q < 1 || !p->n_mb_levels || qt_plan_context(p) > 1 || i < 0 || i >= p->n_ranges)
-        return 1;
+    const int64_t i = QT_A(op, GRAD_MB_UNITS, range);
+    if (p->grad_mb_units < 1 || !p->n_mb_levels || i < 0 || i >= p->n_ranges) return 1;
     const qt_flat_range *r = &p->ranges[i];
     const int64_t Rr = qt_check_group(p, r->reduce_mask), G = p->train.grad_accum;
     const int64_t RL = qt_check_group(p, p->batch_mask) * qt_plan_leaves_per_mb(p);
-    if (qt_tree_levels_needed(G * Rr * q) > p->n_mb_levels || r->n % Rr) return 1;
+    int64_t cnt;
+    const int64_t q = qt_plan_range_mb_units(p, (int32_t)i, &cnt);
+    if (q < 1 || q > p->grad_mb_units || qt_tree_levels_needed(cnt) > p->n_mb_levels ||
+        r->n % Rr)
+        return 1;
     for (int32_t k = 0; k < p->n_params; k++) {
         const qt_param *pa = &p->params[k];
         if (pa->flat_offset < r->lo || pa->flat_offset >= r->lo + r->n) continue;

@@ -1,7 +1,7 @@
 /* validate.c - the plan's start-up validation (qt_validate.h): everything the runtime checks
  * before it touches the arena, so a stale, hand-edited or foreign plan is refused with a
- * message instead of failing inside a step: no pipeline stages (their execution is not
- * built yet: issue 36), the rank count and this rank's id, the plan
+ * message instead of failing inside a step: pipeline plans only in the forms the driver
+ * runs (issue 36), the rank count and this rank's id, the plan
  * hash, the batch, the io tensors, the flat regions and ranges, the parameters, and the
  * step schedule (every op a STEP kind fitting the plan through its registry check hook,
  * one normalisation and one update, scanned blocks that unroll to the logical schedule,
@@ -15,6 +15,7 @@
 #include "qt_interp.h"
 #include "qt_plan_hash.h"
 #include "qt_step.h"
+#include "qt_pipeline.h"
 #include "qt_err.h"
 #include "comm/qt_coll.h"
 
@@ -362,12 +363,44 @@ static int qt_validate_step(const qt_plan *p)
 int qt_validate_pipeline(const qt_plan *p)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
-    return qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages (ici_pipeline_parallelism x "
-                   "dcn_pipeline_parallelism): pipeline execution is not built yet, so this "
-                   "plan is for ahead-of-time planning only (its plan.txt gives the "
-                   "layer-to-stage map, the schedules, the bubble and each stage's memory; "
-                   "docs/pipeline.md); generate the run with pipeline parallelism 1 to train",
-                   p->run_name, p->pipeline_stages);
+    /* what the pipeline driver runs today (runtime/pipeline.c): stages of any one-slice mesh
+     * (their collectives over the stage's ranks, qt_comm_mesh_set_base), one repeat, fp32,
+     * the plain loss; anything else is named by its key */
+    const char *what = NULL;
+    int64_t per = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++) per *= p->mesh[a];
+    if (p->pipeline_stages > QT_PP_MAX_STAGES)
+        what = "more than 64 stages (ici_pipeline_parallelism x dcn_pipeline_parallelism)";
+    else if (p->n_ranks != p->pipeline_stages * per)
+        what = "a stage mesh that does not hold n_ranks / stages ranks";
+    else if (qt_mesh_slices(p->dcn) > 1)
+        what = "dcn_*_parallelism (several slices) inside a stage";
+    else if (p->pp_repeats > 1)
+        what = "num_pipeline_repeats > 1 (circular; num_layers_per_pipeline_stage below the "
+               "layers per stage)";
+    else if (p->dtype != QT_F32)
+        what = "dtype=bfloat16";
+    else if (p->mtp_layers > 0)
+        what = "mtp_num_layers > 0";
+    else if (p->lb_seq != QT_NONE)
+        what = "load_balance_loss_weight > 0";
+    else if (p->moe_capacity > 0)
+        what = "capacity_factor > 0 (token dropping)";
+    else if (p->packing)
+        what = "packing";
+    else if (p->train.z_loss != 0.0f)
+        what = "z_loss_multiplier";
+    else if (p->n_scans > 0)
+        what = "scan_layers";
+    else if (p->train.eval_interval > 0)
+        what = "eval_interval (the held-out eval)";
+    else if (p->pp_slots == QT_NONE || p->pp_stage < 0 || p->pp_stage >= p->pipeline_stages)
+        what = "stage tables without their boundaries (a plan from an older configgen)";
+    if (!what) return QT_OK;
+    return qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages: pipeline plans with %s are not "
+                   "executed yet (docs/pipeline.md: one repeat, gpipe or "
+                   "1f1b, fp32); generate the run without it, or with pipeline parallelism 1",
+                   p->run_name, p->pipeline_stages, what);
 }
 
 int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_entry *table)

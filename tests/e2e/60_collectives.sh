@@ -37,6 +37,13 @@ for c in "2 1 1 1 1 2" "4 1 1 1 1 4" "4 2 1 1 1 2" "8 1 1 2 1 4"; do
     coll_mesh "$1" --ctx "${@:2}"
 done
 
+# the pipeline's point-to-point messages (qt_coll.def SEND_RECV, coll_p2p.c): 2 stages of
+# 1 and of 2 ranks, 3 and 4 stages of 1 (pairing, bytes, 1f1b order, a short message refused)
+for c in "2 2" "4 2" "3 3" "4 4"; do
+  set -- $c
+  check "pipeline messages: $1 ranks as $2 stages" coll_mesh "$1" --p2p "$2"
+done
+
 coll_mismatch() {
   local n=$1
   timeout 60 mpiexec -n "$n" $CC_BIN --mismatch "$n" < /dev/null || return 1

@@ -37,9 +37,10 @@
 #     expert 6 of a 6-expert variant (npow2-e6-*) == its one rank; context 3 with 3 and 6
 #     token blocks of a variant whose heads divide by 3, canonical_factor 3 (npow2-c3-*) ==
 #     its one rank; tensor 3, data 2 x tensor 3 and bf16 tensor 3 of a variant whose split
-#     dimensions divide by 3, canonical_factor 3 (npow2-t3-*, npow2-b16-t3-*) == its one rank; data 2 x expert 3 and data 2 x context 3 plan, plan.txt says "no" (the
-#     expert hosts' 3 leaves a microbatch, the mixers' 3 blocks, reduced over data) and their
-#     bits differ from one rank's.
+#     dimensions divide by 3, canonical_factor 3 (npow2-t3-*, npow2-b16-t3-*) == its one rank; data 2 x expert 3 and data 2 x context 3 (the
+#     expert hosts' 3 leaves a microbatch, the mixers' 3 blocks, reduced over data: units per
+#     range) and data 3 x context 2 with G 4 (the microbatch form's units with a context
+#     axis) == one rank.
 # The collectives themselves: 60_collectives.sh (3, 5, 6 and 7 ranks against qt_tree's
 # definition; the units' exchange and fold against the one-rank leaf tree over R x q x U
 # leaves). Run files: configgen/configs/runs/odd-*.yml, split-*.yml.
@@ -89,37 +90,50 @@ for cell in "npow2-t3-next-1r npow2-t3-next-tp3 3" "npow2-b16-t3-next-1r npow2-b
   check "axes of any size: ${2#npow2-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/odd" "$@"
 done
 
-# data 2 x expert 3: an expert host's tree runs over its group's 3 leaves a microbatch, which
-# the reduction over data does not continue into one rank's tree: configgen plans it, plan.txt
-# says "no" with that reason (no refusal, no wrong "yes"), and the bits do differ from one
-# rank's 6 sequences (the statement is true)
-npow2_expert_no() {
-  local d=$QT_TMP/odd/dp2ep3 r=npow2-e6-next-ep3 a b
+# data 2 x expert 3: an expert host's tree runs over its group's 3 leaves a microbatch, then
+# reduced over data: the routed experts' range is reduced as 3 units of one leaf over data 2
+# (a counter over 6), the others' as 1 unit over the 6 ranks (units per range,
+# docs/determinism.md "The microbatch form's units"): plan.txt says "yes" and the bits are
+# one rank's 6 sequences (before the per-range units: 0x4067e749 against 0x4067e736)
+npow2_expert_units() {
+  local d=$QT_TMP/odd/dp2ep3 r=npow2-e6-next-ep3
   plan_variant $r "$d" num_ranks=6 ici_data_parallelism=2 || return 1
-  grep -q "one-rank bits: no: each rank's 1 gradient leaf per microbatch go into an expert host's tree over its expert group's leaves, which are not a power of two" \
+  grep -q "one-rank bits: yes: each rank's 1 gradient leaf per microbatch go, for some weights" \
     "$d/$r-v/plan/$r/plan.txt" || { grep "one-rank bits" "$d/$r-v/plan/$r/plan.txt"; return 1; }
   timeout 120 mpiexec -n 6 "$d/$r-v/qtrain" data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 \
     steps=10 metrics="$d/v.jsonl" 2> "$d/v.err" || { tail -n 3 "$d/v.err"; return 1; }
   det_fields "$d/v.jsonl" > "$d/v.det" && plan_det npow2-e6-next-1r-b6 1 "$QT_TMP/odd" 10 || return 1
-  a=$(tail -n 1 "$d/v.det") b=$(tail -n 1 "$QT_TMP/odd/npow2-e6-next-1r-b6.det")
-  [ "$a" != "$b" ] || { echo "equals one rank: plan.txt is wrong"; return 1; }
-  echo "data 2 x expert 3: $a; one rank: $b"
+  cmp "$d/v.det" "$QT_TMP/odd/npow2-e6-next-1r-b6.det" && echo "identical: $(tail -n 1 "$d/v.det")"
 }
-check "axes of any size: data 2 x expert 3 plans, plan.txt says no (the expert hosts' leaves), and its bits are its own" npow2_expert_no
+check "axes of any size: data 2 x expert 3 (units per range: the expert hosts' 3 leaves over data) == one rank, bit for bit" npow2_expert_units
 
 # data 2 x context 3: the GDN mixers' weights, split over context by heads, take all 3 blocks
-# of a sequence, then reduced over data: plan.txt says "no", and the bits differ from one
-# rank's (with the same canonical_factor and context_blocks)
-npow2_ctx_no() {
-  local d=$QT_TMP/odd a b
-  grep -q "one-rank bits: no: .*for the weights split over context by heads, all the blocks of a sequence, which are not a power of two" \
-    generated/npow2-c3-next-dp2cp3/plan.txt || { grep "one-rank bits" generated/npow2-c3-next-dp2cp3/plan.txt; return 1; }
-  plan_det npow2-c3-next-1r-b2 1 "$d" 10 && plan_det npow2-c3-next-dp2cp3 6 "$d" 10 || return 1
-  a=$(tail -n 1 "$d/npow2-c3-next-dp2cp3.det") b=$(tail -n 1 "$d/npow2-c3-next-1r-b2.det")
-  [ "$a" != "$b" ] || { echo "equals one rank: plan.txt is wrong"; return 1; }
-  echo "data 2 x context 3: $a; one rank: $b"
+# of a sequence, then reduced over data: 3 units of one block over data 2 for their ranges,
+# 1 unit over the 6 ranks for the others (one sequence a microbatch, so a context rank's
+# blocks are contiguous in the global (sequence, block) order): plan.txt says "yes" and the
+# bits are one rank's with the same canonical_factor and context_blocks (this plan said "no"
+# before and differed)
+check "axes of any size: data 2 x context 3 (units per range: the mixers' head-split weights over data) == one rank, bit for bit" \
+  odd_same npow2-c3-next-1r-b2 npow2-c3-next-dp2cp3 6
+
+# data 3 x context 2 with G 4 (one sequence a microbatch, 12 a step): G > 1 over a batch
+# group of 6, which is not a power of two: the microbatch form's units with a context axis
+# (1 unit of 2 blocks, the routed experts' of 4 over their expert group) == one rank's 12
+# sequences of 4 blocks
+ctx_units() {
+  local d=$QT_TMP/odd/dp3cp2 r=ctx-next-cp2-b2 o=ctx-next-1r-nb4
+  plan_variant $r "$d" num_ranks=6 ici_data_parallelism=3 || return 1
+  grep -q "one-rank bits: yes: each rank's 2 gradient leaves per microbatch (reduced microbatch by microbatch, G > 1" \
+    "$d/$r-v/plan/$r/plan.txt" || { grep "one-rank bits" "$d/$r-v/plan/$r/plan.txt"; return 1; }
+  plan_variant $o "$d" per_device_batch_size=12 || return 1
+  timeout 120 mpiexec -n 6 "$d/$r-v/qtrain" data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 \
+    steps=10 metrics="$d/v.jsonl" 2> "$d/v.err" || { tail -n 3 "$d/v.err"; return 1; }
+  timeout 120 "$d/$o-v/qtrain" data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 \
+    steps=10 metrics="$d/o.jsonl" 2> "$d/o.err" || { tail -n 3 "$d/o.err"; return 1; }
+  det_fields "$d/v.jsonl" > "$d/v.det" && det_fields "$d/o.jsonl" > "$d/o.det" || return 1
+  cmp "$d/v.det" "$d/o.det" && echo "identical: $(tail -n 1 "$d/v.det")"
 }
-check "axes of any size: data 2 x context 3 plans, plan.txt says no (the mixers' head-split weights), and its bits are its own" npow2_ctx_no
+check "context units: data 3 x context 2 with G 4 (a batch group of 6) == one rank's 12 sequences, bit for bit" ctx_units
 
 # the units' cost is stated: bytes and messages, q x the reduce-scatter's bytes
 split_cost() {

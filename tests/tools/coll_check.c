@@ -1,7 +1,8 @@
 /* coll_check.c - checks the collectives of firmware/comm/qt_coll.h under mpiexec (run by
  * tests/e2e/60_collectives.sh).
  *
- * usage: mpiexec -n R coll_check [--dcn d,f,t,e,c] [--mismatch | --timeout | --bench | --ctx]
+ * usage: mpiexec -n R coll_check [--dcn d,f,t,e,c] [--mismatch | --timeout | --bench | --ctx |
+ *        --p2p S]
  *        D [F [T [E [C]]]]
  *   mesh sizes data, fsdp, tensor, expert, context (missing = 1); product must be R;
  *   --dcn: the slices of each axis (dividing it; ranks slice-major, qt_plan.h
@@ -23,6 +24,9 @@
  *               whole dispatch's order, a too-large leaf refused); plan check with equal hashes; the
  *               context exchange ops (as --ctx). Every rank's failures are summed; exit 0
  *               iff none.
+ *   --p2p S     the pipeline's point-to-point messages on S stages (run_p2p): pairing,
+ *               bytes, 1f1b order with unflushed sends, a short message refused, the
+ *               all-gather over the stage peers.
  *   --ctx       for every group mask (group arithmetic too): context parallelism's exchange
  *               ops (qt_ops.def CTX_TO_HEADS, CTX_TO_HEADS_BWD, CTX_TO_TOKENS,
  *               CTX_TO_TOKENS_BWD) through their kernel-table entries (start-up check and
@@ -1182,10 +1186,91 @@ static int run_bench(void)
     return cc.fails ? 1 : 0;
 }
 
+/* --p2p S: the pipeline's point-to-point messages (coll_p2p.c, qt_coll.def SEND_RECV) on S
+ * stages of R / S ranks (stage = rank div (R / S)): M = 4 microbatches in 1f1b order
+ * (warm-up forwards, then F/B pairs), activations to stage s + 1 on channel 0, gradients to
+ * s - 1 on channel 1, every message's bytes a pattern of (sender, channel, microbatch,
+ * index) checked by the receiver, sends flushed only at the end (they must not block);
+ * then a message shorter than its receive is an error (never taken as whole), and the
+ * all-gather over the stage peers gives every member's block. */
+static int run_p2p(int S)
+{
+    enum { M = 4, N = 1000 };
+    static float act[M][N], grad[M][N], in[N];
+    const int R = cc.size, per = R / S, s = cc.rank / per, loc = cc.rank % per;
+    if (S < 2 || R % S) {
+        CHECK(0, "--p2p %d on %d ranks: the stages must divide the ranks", S, R);
+        return 1;
+    }
+    const int prev = s > 0 ? (s - 1) * per + loc : -1, next = s < S - 1 ? (s + 1) * per + loc : -1;
+    const int w = S - s - 1 < M ? S - s - 1 : M;
+    int nf = 0, nb = 0;
+    for (int i = 0; i < 2 * M; i++) {
+        /* 1f1b: w forwards, then alternate, then the remaining backwards */
+        const int fwd = i < w || (i - w < 2 * (M - w) && (i - w) % 2 == 0);
+        if (fwd && nf < M) {
+            const int j = nf++;
+            if (prev >= 0) {
+                memset(in, 0, sizeof in);
+                if (qt_coll_p2p_recv(prev, 0, in, sizeof in)) return 2;
+                long bad = 0;
+                for (int k = 0; k < N; k++) bad += in[k] != (float)(prev * 100000 + j * 1000 + k);
+                CHECK(bad == 0, "activation %d from rank %d: %ld floats differ", j, prev, bad);
+            }
+            if (next >= 0) {
+                for (int k = 0; k < N; k++) act[j][k] = (float)(cc.rank * 100000 + j * 1000 + k);
+                if (qt_coll_p2p_send(next, 0, act[j], sizeof act[j])) return 2;
+            }
+        } else {
+            const int j = nb++;
+            if (next >= 0) {
+                memset(in, 0, sizeof in);
+                if (qt_coll_p2p_recv(next, 1, in, sizeof in)) return 2;
+                long bad = 0;
+                for (int k = 0; k < N; k++) bad += in[k] != (float)-(next * 100000 + j * 1000 + k);
+                CHECK(bad == 0, "gradient %d from rank %d: %ld floats differ", j, next, bad);
+            }
+            if (prev >= 0) {
+                for (int k = 0; k < N; k++) grad[j][k] = (float)-(cc.rank * 100000 + j * 1000 + k);
+                if (qt_coll_p2p_send(prev, 1, grad[j], sizeof grad[j])) return 2;
+            }
+        }
+    }
+    CHECK(nf == M && nb == M, "schedule: %d forwards, %d backwards", nf, nb);
+    if (qt_coll_p2p_flush()) return 2;
+    /* a message shorter than the receive expects: an error on the receiver, never a
+     * partly filled buffer taken as whole (a longer one is MPI's truncation, which MPICH
+     * makes fatal: the job stops, which is not silent either) */
+    if (s == 1) {
+        const int rc = qt_coll_p2p_recv(prev, 2, in, (N - 2) * sizeof(float));
+        CHECK(rc != 0, "a %d-byte message received into %d bytes was accepted",
+              (int)((N - 4) * sizeof(float)), (int)((N - 2) * sizeof(float)));
+    } else if (s == 0) {
+        if (qt_coll_p2p_send(next, 2, act[0], (N - 4) * sizeof(float)) || qt_coll_p2p_flush())
+            return 2;
+    }
+    int ranks[64];
+    uint64_t blocks[64];
+    for (int k = 0; k < S && k < 64; k++) ranks[k] = k * per + loc;
+    memset(blocks, 0, sizeof blocks);
+    blocks[s] = 0x9e3779b97f4a7c15ull * (uint64_t)(cc.rank + 1);
+    if (qt_coll_p2p_allgather(ranks, S, s, blocks, sizeof blocks[0])) return 2;
+    for (int k = 0; k < S; k++)
+        CHECK(blocks[k] == 0x9e3779b97f4a7c15ull * (uint64_t)(ranks[k] + 1),
+              "all-gather block %d (rank %d) wrong", k, ranks[k]);
+    int64_t f[2] = {cc.fails, cc.checks};
+    if (qt_coll_sum_i64(QT_COLL_ALL, f, 2)) return 2;
+    if (cc.rank == 0)
+        printf("coll_check: p2p: %d stages of %d rank%s, %d microbatches each way (1f1b order): "
+               "%lld checks, %lld failures\n", S, per, per == 1 ? "" : "s", M, (long long)f[1],
+               (long long)f[0]);
+    return f[0] ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (qt_comm_init(&argc, &argv, &cc.rank, &cc.size) != 0) return 2;
-    int mode = 0, nmesh = 0;
+    int mode = 0, nmesh = 0, p2p_stages = 0;
     for (int a = 0; a < QT_MESH_COUNT; a++) cc.mesh[a] = cc.dcn[a] = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dcn") && i + 1 < argc) {
@@ -1199,6 +1284,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--timeout")) mode = 2;
         else if (!strcmp(argv[i], "--bench")) mode = 3;
         else if (!strcmp(argv[i], "--ctx")) mode = 4;
+        else if (!strcmp(argv[i], "--p2p") && i + 1 < argc) {
+            mode = 5;
+            p2p_stages = atoi(argv[++i]);
+        }
         else if (nmesh < QT_MESH_COUNT && atoi(argv[i]) > 0) cc.mesh[nmesh++] = atoi(argv[i]);
         else {
             fprintf(stderr, "usage: coll_check [--mismatch|--timeout|--bench|--ctx] D [F [T [E "
@@ -1219,6 +1308,7 @@ int main(int argc, char **argv)
     case 2: rc = run_timeout(); break;
     case 3: rc = run_bench(); break;
     case 4: rc = run_checks(1); break;
+    case 5: rc = run_p2p(p2p_stages); break;
     default: rc = run_checks(0); break;
     }
     fflush(stdout);

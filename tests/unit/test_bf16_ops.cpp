@@ -889,6 +889,9 @@ TEST_GROUP(Bf16NativeRows) {};
 namespace {
 // 0: no special values; N: one value in N is special (each test runs with both).
 int g_sp;
+// 1: the specials are finite (+-0 for +-inf and the NaN), so the one-pass forms
+// (kernels/bf16_rows.h) run on them; 0: with inf and NaN, which take the blocks.
+int g_fin;
 
 // A bf16 value of rndf, or (one in g_sp) a special one: +-0, a bf16 denormal, +-inf, the
 // quiet NaN, the largest finite, FLT_MIN's bf16, a tiny normal (products underflow) or a
@@ -898,7 +901,11 @@ qt_bf16 rnd_special(uint64_t *s)
     static const qt_bf16 sp[] = {0x0000, 0x8000, 0x0001, 0x8045, 0x7f80, 0xff80, 0x7fc0,
                                  0x7f7f, 0xff7f, 0x0080, 0x8080, 0x0d00, 0x8d37, 0x7e00, 0xfe55};
     const uint64_t r = xs(s);
-    if (g_sp && r % (uint64_t)g_sp == 0) return sp[(r >> 8) % (sizeof sp / sizeof sp[0])];
+    if (g_sp && r % (uint64_t)g_sp == 0) {
+        const qt_bf16 v = sp[(r >> 8) % (sizeof sp / sizeof sp[0])];
+        // g_fin: finite specials only (the one-pass forms run; inf/NaN take the blocks)
+        return g_fin && (v & 0x7f80) == 0x7f80 ? (qt_bf16)(v & 0x8000) : v;
+    }
     return qt_bf16_from_f32(rndf(s));
 }
 
@@ -960,6 +967,9 @@ void native_vs_boundary(const char *what, Hand &h, const qt_op &op)
 {
     const qt_kernel_entry *e = &qt_kernel_table[op.kind];
     CHECK(e->props & QT_OPP_BF16);
+    // the boundary must fit the harness's staging region, as configgen sizes a plan's (a
+    // case beyond it lets the reference write past the region: T 7, k 9, d 1100 did)
+    CHECK(qt_bf16_stage_need(&h.plan, e, &op) <= STAGE_ELEMS);
     Hand r(QT_BF16, g_a32);
     clone(h, r);
     std::vector<unsigned char> before(h.arena, h.arena + h.off);
@@ -977,6 +987,9 @@ void native_vs_boundary_wgrad(const char *what, Hand &h, const qt_op &op, int64_
 {
     const qt_kernel_entry *e = &qt_kernel_table[op.kind];
     CHECK(e->props & QT_OPP_BF16);
+    // the boundary must fit the harness's staging region, as configgen sizes a plan's (a
+    // case beyond it lets the reference write past the region: T 7, k 9, d 1100 did)
+    CHECK(qt_bf16_stage_need(&h.plan, e, &op) <= STAGE_ELEMS);
     Hand r(QT_BF16, g_a32);
     clone(h, r);
     const int64_t nl = n1 > 0 ? 2 : 1, len[2] = {n, n1};
@@ -1075,7 +1088,7 @@ static void body_SigmoidGateEqualsTheBoundary()
         }
         Hand h(QT_BF16, g_a16);
         qt_op o = make_op(QT_OP_SIGMOID_GATE_BWD);
-        o.t[0] = rand_sp(h, T * n, &s, "dx"), o.t[1] = rand_sp(h, T * gw, &s, "dgate"),
+        o.t[0] = rand_sp(h, T * n, &s, "dx"), o.t[1] = rand_stored(h, T * gw, &s, "dgate"),
         o.t[2] = rand_sp(h, T * n, &s, "dy"), o.t[3] = rand_sp(h, T * n, &s, "x"),
         o.t[4] = rand_sp(h, T * gw, &s, "gate");
         o.a[0] = T, o.a[1] = n, o.a[2] = c[2], o.a[3] = c[3];
@@ -1169,7 +1182,7 @@ static void body_GatedRmsnormEqualsTheBoundary()
         {
             Hand h(QT_BF16, g_a16);
             qt_op o = make_op(QT_OP_GATED_RMSNORM_BWD);
-            o.t[0] = rand_sp(h, T * hv * dv, &s, "do"), o.t[1] = rand_sp(h, T * wq, &s, "dqkvz"),
+            o.t[0] = rand_sp(h, T * hv * dv, &s, "do"), o.t[1] = rand_stored(h, T * wq, &s, "dqkvz"),
             o.t[2] = rand_sp(h, T * hv * dv, &s, "dy"), o.t[3] = rand_sp(h, T * hv * dv, &s, "o"),
             o.t[4] = rand_sp(h, T * wq, &s, "qkvz"), o.t[5] = rand_sp(h, dv, &s, "w"),
             o.t[6] = h.rand_f32(T * hv, &s, "rstd");
@@ -1192,38 +1205,43 @@ static void body_GatedRmsnormEqualsTheBoundary()
     }
 }
 
-// MOE_COMBINE_FWD / BWD: k 3, d 11 over 300 tokens (blocks of 62 tokens), with and without
-// dropped slots (kidx -1: their dy rows untouched, rounded back unchanged).
+// MOE_COMBINE_FWD / BWD: k 3, d 11 over 300 tokens (blocks of 62 tokens), k 6 and 9, d 13
+// and 600, with and without dropped slots (kidx -1: their dy rows and dp untouched; stored
+// values, which round back unchanged).
 
 static void body_MoeCombineEqualsTheBoundary()
 {
     uint64_t s = 76;
-    const int64_t T = 300, k = 3, d = 11;
-    for (int drop = 0; drop < 2; drop++) {
-        {
+    // {T, k, d}: k 6 and 9 take the one-pass backward's four-slot sums (and its tail),
+    // d 600 the forward's 512-column passes
+    const int64_t cases[3][3] = {{300, 3, 11}, {100, 6, 13}, {3, 9, 600}};
+    for (auto &c : cases)
+        for (int drop = 0; drop < 2; drop++) {
+            const int64_t T = c[0], k = c[1], d = c[2];
+            {
+                Hand h(QT_BF16, g_a16);
+                qt_op o = make_op(QT_OP_MOE_COMBINE_FWD);
+                o.t[0] = rand_sp(h, T * d, &s, "out"), o.t[1] = rand_sp(h, T * k, &s, "p"),
+                o.t[2] = rand_sp(h, T * k * d, &s, "y");
+                if (drop) {
+                    o.t[3] = h.add(T * k, QT_I32, "kidx");
+                    for (int64_t q = 0; q < T * k; q++) h.i(o.t[3])[q] = xs(&s) % 4 == 0 ? -1 : 1;
+                }
+                o.a[0] = T, o.a[1] = k, o.a[2] = d;
+                native_vs_boundary("moe_combine_fwd", h, o);
+            }
             Hand h(QT_BF16, g_a16);
-            qt_op o = make_op(QT_OP_MOE_COMBINE_FWD);
-            o.t[0] = rand_sp(h, T * d, &s, "out"), o.t[1] = rand_sp(h, T * k, &s, "p"),
-            o.t[2] = rand_sp(h, T * k * d, &s, "y");
+            qt_op o = make_op(QT_OP_MOE_COMBINE_BWD);
+            o.t[0] = rand_stored(h, T * k, &s, "dp"), o.t[1] = rand_stored(h, T * k * d, &s, "dy"),
+            o.t[2] = rand_sp(h, T * d, &s, "dout"), o.t[3] = rand_sp(h, T * k, &s, "p"),
+            o.t[4] = rand_sp(h, T * k * d, &s, "y");
             if (drop) {
-                o.t[3] = h.add(T * k, QT_I32, "kidx");
-                for (int64_t q = 0; q < T * k; q++) h.i(o.t[3])[q] = xs(&s) % 4 == 0 ? -1 : 1;
+                o.t[5] = h.add(T * k, QT_I32, "kidx");
+                for (int64_t q = 0; q < T * k; q++) h.i(o.t[5])[q] = xs(&s) % 4 == 0 ? -1 : 1;
             }
             o.a[0] = T, o.a[1] = k, o.a[2] = d;
-            native_vs_boundary("moe_combine_fwd", h, o);
+            native_vs_boundary("moe_combine_bwd", h, o);
         }
-        Hand h(QT_BF16, g_a16);
-        qt_op o = make_op(QT_OP_MOE_COMBINE_BWD);
-        o.t[0] = rand_sp(h, T * k, &s, "dp"), o.t[1] = rand_sp(h, T * k * d, &s, "dy"),
-        o.t[2] = rand_sp(h, T * d, &s, "dout"), o.t[3] = rand_sp(h, T * k, &s, "p"),
-        o.t[4] = rand_sp(h, T * k * d, &s, "y");
-        if (drop) {
-            o.t[5] = h.add(T * k, QT_I32, "kidx");
-            for (int64_t q = 0; q < T * k; q++) h.i(o.t[5])[q] = xs(&s) % 4 == 0 ? -1 : 1;
-        }
-        o.a[0] = T, o.a[1] = k, o.a[2] = d;
-        native_vs_boundary("moe_combine_bwd", h, o);
-    }
 }
 
 // Packed documents for b sequences of S tokens: positions restarting at a few tokens.
@@ -1483,50 +1501,62 @@ static void body_XentEqualsTheBoundary()
 // Each body above with no special values, with one in 64 and with one in 5.
 TEST(Bf16NativeRows, ElementwiseKindsEqualTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_ElementwiseKindsEqualTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_ElementwiseKindsEqualTheBoundary();
+        }
+    g_fin = 0;
 }
 
 TEST(Bf16NativeRows, SigmoidGateEqualsTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_SigmoidGateEqualsTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_SigmoidGateEqualsTheBoundary();
+        }
+    g_fin = 0;
 }
 
 TEST(Bf16NativeRows, RmsnormFwdBwdEqualTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_RmsnormFwdBwdEqualTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_RmsnormFwdBwdEqualTheBoundary();
+        }
+    g_fin = 0;
 }
 
 TEST(Bf16NativeRows, RmsnormWgradEqualsTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_RmsnormWgradEqualsTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_RmsnormWgradEqualsTheBoundary();
+        }
+    g_fin = 0;
 }
 
 TEST(Bf16NativeRows, GatedRmsnormEqualsTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_GatedRmsnormEqualsTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_GatedRmsnormEqualsTheBoundary();
+        }
+    g_fin = 0;
 }
 
 TEST(Bf16NativeRows, MoeCombineEqualsTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_MoeCombineEqualsTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_MoeCombineEqualsTheBoundary();
+        }
+    g_fin = 0;
 }
 
 TEST(Bf16NativeRows, GdnConvEqualsTheBoundary)

@@ -307,7 +307,8 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
  * they start (a split all-gather of collective_overlap) before n_fwd. */
 static int check_eval_forward(const qt_cg_graph *g, char *err, size_t errlen)
 {
-    if (g->s->tr.eval_interval <= 0) return 0;
+    /* a pipeline stage before the last has no loss (the firmware refuses its eval) */
+    if (g->s->tr.eval_interval <= 0 || (g->s->pp_local && g->pp_dout != QT_NONE)) return 0;
     if (g->n_fwd < 1 || g->mb[g->n_fwd - 1].kind != QT_OP_XENT)
         return qt_cg_fail(err, errlen, "the eval forward (microbatch ops 0..%d) does not end "
                           "with the cross entropy", g->n_fwd - 1);
@@ -339,6 +340,12 @@ int qt_cg_check_schedule(const qt_cg_graph *g, char *err, size_t errlen)
     for (int i = 0; i < g->nt; i++) {
         int r = g->ts[i].t.role;
         written[i] = r == QT_ROLE_PARAM || r == QT_ROLE_INPUT;
+    }
+    /* a pipeline stage's boundaries that the driver fills before the schedule runs: the input
+     * (received from the stage before) and the output's gradient (from the stage after) */
+    if (g->s->pp_local) {
+        if (g->pp_in != QT_NONE) written[g->pp_in] = 1;
+        if (g->pp_dout != QT_NONE) written[g->pp_dout] = 1;
     }
     int rc = check_ops(g, g->init, g->ninit, "init", written, count, err, errlen);
     if (!rc) rc = check_ops(g, g->mb, g->nmb, "microbatch", written, count, err, errlen);

@@ -32,11 +32,11 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
         lv += g->grad_units;
     }
     if (g->grad_mb_units > 0) {  /* log2 max U_p, the q unit levels, the units' counter */
-        const int64_t n = G * g->grad_mb_units * qt_cg_group_size(g->s, g->s->batch_mask);
-        int mbl = 0;
-        while (n >> mbl) mbl++;
+        int64_t umax = 1;
+        const int mbl = qt_cg_grad_mb_levels(g, &umax);
+        const int64_t n = (int64_t)1 << (mbl - 1);
         lv = 0;
-        while ((seqs & -seqs) >> (lv + 1)) lv++;
+        while (umax >> (lv + 1)) lv++;
         lv += g->grad_mb_units + mbl;
         if (g->n_mb_levels != mbl || g->grad_units > 1)
             return qt_cg_fail(err, errlen, "%d microbatch-tree levels, the units' counter over "

@@ -35,5 +35,9 @@ void qt_cg_graph_free(qt_cg_graph *g)
     for (int i = 0; i < g->ncoll; i++) free((char *)g->coll[i].name);
     free(g->coll);
     free(g->pp_stage_figs);
+    for (int st = 0; g->pp_graphs && st < g->pp_settings[0].pp_stages; st++)
+        qt_cg_graph_free(&g->pp_graphs[st]);
+    free(g->pp_graphs);
+    free(g->pp_settings);
     memset(g, 0, sizeof *g);
 }

@@ -171,6 +171,13 @@ typedef struct qt_cg_settings {
      * pp_key = the mesh key that set S (messages). */
     int32_t pp_stages, pp_dcn, pp_lps, pp_repeats, pp_micro, pp_schedule, pp_stage;
     int64_t pp_batch;
+    /* pp_local 1: the stage's executable tables (driver/pipeline.c): the embedding on stage
+     * 0 only, the final norm, head and loss on the last stage only, the boundaries as
+     * tensors (model/graph.c); 0: the planning graph with both (an upper bound). pp_param0,
+     * pp_elem0: the stage's first parameter index and global element index in the one-rank
+     * model's order (its initialisation and fingerprint). */
+    int32_t pp_local;
+    int64_t pp_param0, pp_elem0;
     char pp_key[48];
     qt_cg_rule *rules;
     int n_rules;
@@ -339,6 +346,17 @@ typedef struct qt_cg_graph {
     int64_t *pp_stage_figs;    /* pipeline stages (driver/pipeline.c): per stage, the need
                                   under gpipe and 1f1b, the one-microbatch arena and the
                                   bytes saved per microbatch (4 per stage), else NULL */
+    /* pipeline stage-local tables (pp_local, model/graph.c, model/autodiff.c): the input
+     * boundary (stages > 0) and its gradient, the output boundary (stages < S - 1) and its
+     * gradient (the backward's seed), the in-flight slots (F32 [3 M, boundary]: M received
+     * inputs, M activation sends, M gradient sends), each live for the whole microbatch
+     * schedule; QT_NONE otherwise */
+    int32_t pp_in, pp_din, pp_out, pp_dout, pp_slots;
+    /* driver/pipeline.c, a pipeline plan: every stage's stage-local plan (the files hold
+     * these), their settings, and the hash that names them together */
+    struct qt_cg_graph *pp_graphs;
+    qt_cg_settings *pp_settings;
+    uint64_t pp_group_hash;
     /* layout (memory/memplan.c) */
     int64_t n_param_elems, n_flat, adam_elems;
     int32_t n_ranges, capranges;

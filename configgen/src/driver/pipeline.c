@@ -135,6 +135,48 @@ static int plan_graph(qt_cg_settings *s, qt_cg_graph *g, char *err, size_t errle
     return 0;
 }
 
+/* The pipeline's executable tables (docs/pipeline.md "How the firmware runs it"): every
+ * stage planned again with its layers alone (pp_local: the embedding on stage 0 only, the
+ * head on the last stage only, the boundaries as tensors), each under the C name
+ * <run>_s<k>, its parameters numbered from where the stages before it end in the one-rank
+ * order; the hash that names them together (pp_group_hash) becomes the plan's hash. g (the
+ * planning graph of the report) keeps them. Not with the MTP head (below). */
+static int pp_local_plans(const qt_cg_settings *s, qt_cg_graph *g, char *err, size_t errlen)
+{
+    /* the MTP head is not split over the stages yet: such a plan stays the planning graph of
+     * the heaviest stage (ahead of time only; qtrain refuses it, naming mtp_num_layers) */
+    if (s->mtp_layers > 0) return 0;
+    const int S = s->pp_stages;
+    g->pp_settings = qt_cg_alloc((size_t)S * sizeof *g->pp_settings);
+    g->pp_graphs = qt_cg_alloc((size_t)S * sizeof *g->pp_graphs);
+    memset(g->pp_graphs, 0, (size_t)S * sizeof *g->pp_graphs);
+    int64_t param0 = 0, elem0 = 0;
+    uint64_t h = 0x51746f7070656c69ull; /* "pipeline" */
+    for (int st = 0; st < S; st++) {
+        qt_cg_settings *ss = &g->pp_settings[st];
+        qt_cg_graph *gs = &g->pp_graphs[st];
+        *ss = *s;
+        ss->pp_stage = st;
+        ss->pp_local = 1;
+        ss->pp_param0 = param0;
+        ss->pp_elem0 = elem0;
+        snprintf(ss->cname, sizeof ss->cname, "%.100s_s%d", s->cname, st);
+        if (plan_graph(ss, gs, err, errlen)) return -1;
+        for (int i = 0; i < gs->np; i++) {
+            const qt_tensor *t = &gs->ts[gs->ps[i].tensor].t;
+            int64_t n = 1;
+            for (int k = 0; k < t->ndim; k++) n *= t->global_shape[k];
+            elem0 += n;
+        }
+        param0 += gs->np;
+        h = (h ^ gs->hash) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    for (int st = 0; st < S; st++) g->pp_graphs[st].pp_group_hash = h;
+    g->pp_group_hash = g->hash = h;
+    return 0;
+}
+
 int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
                      char *const *over, qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g,
                      char *err, size_t errlen)
@@ -188,7 +230,7 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
         }
     }
     g->pp_stage_figs = need;
-    return 0;
+    return pp_local_plans(s, g, err, errlen);
 }
 
 void qt_cg_plan_free(qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g)

@@ -47,7 +47,14 @@ void qt_cg_emit_plan_h(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
     qt_cg_buf_printf(b, "#define QT_PLAN_HASH_%s 0x%016llxull\n", up, (unsigned long long)g->hash);
     qt_cg_buf_printf(b, "#define QT_PLAN_ARENA_BYTES_%s %lldll\n\n", up,
                      (long long)g->arena_bytes);
-    qt_cg_buf_printf(b, "extern const qt_plan qt_plan_%s;\n\n#endif\n", g->s->cname);
+    if (!g->pp_graphs) {
+        qt_cg_buf_printf(b, "extern const qt_plan qt_plan_%s;\n\n#endif\n", g->s->cname);
+        return;
+    }
+    /* a pipeline: one plan per stage (plan_main.c picks the rank's) */
+    for (int st = 0; st < g->s->pp_stages; st++)
+        qt_cg_buf_printf(b, "extern const qt_plan qt_plan_%s;\n", g->pp_graphs[st].s->cname);
+    qt_cg_buf_printf(b, "\n#endif\n");
 }
 
 static void emit_ops(qt_cg_buf *b, const qt_cg_graph *g, const char *tab, const qt_op *ops,
@@ -290,12 +297,10 @@ static void emit_plan_struct(qt_cg_buf *b, const qt_plan *p, const char *c)
     qt_cg_buf_printf(b, "};\n");
 }
 
-void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char *banner,
-                       qt_cg_buf *b)
+/* One plan's tables and its qt_plan_<c> (c: its settings' C name). */
+static void emit_plan_tables(const qt_cg_graph *g, const qt_cg_config *cfg, qt_cg_buf *b)
 {
     const char *c = g->s->cname;
-    qt_cg_buf_printf(b, "/* plan.c - %s */\n", banner);
-    qt_cg_buf_printf(b, "#include \"plan.h\"\n#include \"qt_ops.h\"\n\n");
     qt_cg_buf_printf(b, "__attribute__((section(\".bss.qt_arena\"), aligned(%u))) "
                      "static unsigned char qt_arena_%s[%lld];\n\n", QT_ARENA_ALIGN, c,
                      (long long)g->arena_bytes);
@@ -315,11 +320,42 @@ void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char
     qt_cg_plan_view_free(&v);
 }
 
+void qt_cg_emit_plan_c(const qt_cg_graph *g, const qt_cg_config *cfg, const char *banner,
+                       qt_cg_buf *b)
+{
+    qt_cg_buf_printf(b, "/* plan.c - %s */\n", banner);
+    qt_cg_buf_printf(b, "#include \"plan.h\"\n#include \"qt_ops.h\"\n\n");
+    if (!g->pp_graphs) {
+        emit_plan_tables(g, cfg, b);
+        return;
+    }
+    /* a pipeline: every stage's stage-local plan, one after the other (each its own arena) */
+    for (int st = 0; st < g->s->pp_stages; st++) {
+        if (st) qt_cg_buf_printf(b, "\n");
+        emit_plan_tables(&g->pp_graphs[st], cfg, b);
+    }
+}
+
 void qt_cg_emit_plan_main(const qt_cg_graph *g, const char *banner, qt_cg_buf *b)
 {
     qt_cg_buf_printf(b, "/* plan_main.c - %s\n * Selects this plan as the binary's plan "
                      "(qt_runtime.h: qt_main_plan). */\n", banner);
     qt_cg_buf_printf(b, "#include \"plan.h\"\n\nconst qt_plan *qt_main_plan(void);\n\n");
-    qt_cg_buf_printf(b, "const qt_plan *qt_main_plan(void) { return &qt_plan_%s; }\n",
-                     g->s->cname);
+    if (!g->pp_graphs) {
+        qt_cg_buf_printf(b, "const qt_plan *qt_main_plan(void) { return &qt_plan_%s; }\n",
+                         g->s->cname);
+        return;
+    }
+    /* a pipeline: the rank's stage, stage = rank div (ranks / S) (comm/qt_comm.h
+     * qt_comm_world); a job of another size gets stage 0, whose rank check refuses it */
+    const int S = g->s->pp_stages;
+    qt_cg_buf_printf(b, "void qt_comm_world(int *rank, int *size);\n\n"
+                     "static const qt_plan *const qt_main_stages[%d] = {", S);
+    for (int st = 0; st < S; st++)
+        qt_cg_buf_printf(b, "%s&qt_plan_%s", st ? ", " : "", g->pp_graphs[st].s->cname);
+    qt_cg_buf_printf(b, "};\n\nconst qt_plan *qt_main_plan(void)\n{\n"
+                     "    int rank = 0, size = 1;\n    qt_comm_world(&rank, &size);\n"
+                     "    if (size != %d || rank < 0 || rank >= size) return qt_main_stages[0];\n"
+                     "    return qt_main_stages[rank / (size / %d)];\n}\n",
+                     g->s->n_ranks, S);
 }

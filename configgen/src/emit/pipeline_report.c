@@ -143,6 +143,29 @@ static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
     }
 }
 
+/* The stage-local tables qtrain executes (driver/pipeline.c pp_local_plans): per stage its
+ * parameters (one-rank indices), its boundaries and its arena. */
+static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
+{
+    const qt_cg_settings *s = g->s;
+    if (!g->pp_graphs) return;
+    qt_cg_buf_printf(b, "  executed tables (stage-local: the embedding on stage 0 only, the final "
+                     "norm, head and loss on the last stage only; a stage before the last runs "
+                     "a microbatch's forward again at its backward, keeping only its inputs in "
+                     "flight), group hash 0x%016llx:\n", (unsigned long long)g->pp_group_hash);
+    for (int st = 0; st < s->pp_stages; st++) {
+        const qt_cg_graph *x = &g->pp_graphs[st];
+        qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters (one-rank indices "
+                         "%lld..%lld, elements from %lld), %s%s%s, arena %.2f MiB\n", st,
+                         (unsigned long long)x->hash, x->np, (long long)x->s->pp_param0,
+                         (long long)(x->s->pp_param0 + x->np - 1), (long long)x->s->pp_elem0,
+                         x->pp_in != QT_NONE ? "input from stage before" : "the embedding",
+                         x->pp_out != QT_NONE ? ", output to the stage after" : ", the head and loss",
+                         x->pp_slots != QT_NONE ? " (in-flight slots: 3 M boundary messages)" : "",
+                         (double)x->arena_bytes / QT_CG_MIB);
+    }
+}
+
 void qt_cg_report_pipeline(const qt_cg_graph *g, qt_cg_buf *b)
 {
     const qt_cg_settings *s = g->s;
@@ -163,9 +186,11 @@ void qt_cg_report_pipeline(const qt_cg_graph *g, qt_cg_buf *b)
                      "stage runs its M x G = %lld microbatches per step as accumulation microbatches "
                      "(the batch line above), so its weight gradients over them are the "
                      "one-rank leaf tree, pushed in leaf order (backwards in forward order); "
-                     "scan_layers off (a stage need not hold whole layer cycles); qtrain "
-                     "refuses to run a pipeline plan until its execution lands "
-                     "(docs/pipeline.md)\n", s->pp_stage, (long long)(M * G));
+                     "scan_layers off (a stage need not hold whole layer cycles); qtrain runs "
+                     "the stage-local tables below (plan.c: qt_plan_<run>_s<k>; the forms it "
+                     "does not run yet it refuses at start-up, docs/pipeline.md)\n",
+                     s->pp_stage, (long long)(M * G));
+    executed_lines(b, g);
     layer_map(b, s);
     const double bubble = (double)(S - 1) / (double)(R * M + S - 1);
     qt_cg_buf_printf(b, "  bubble: (S-1)/(R*M+S-1) = %lld/%lld = %.4f (%.1f%% of each "
@@ -183,8 +208,9 @@ void qt_cg_report_pipeline(const qt_cg_graph *g, qt_cg_buf *b)
                      "bytes = %.3f MiB (a microbatch's activations forward, their gradient "
                      "backward); per microbatch R*S-1 = %lld boundar%s crossed; per step (%lld "
                      "accumulation step%s x %lld microbatches, both directions) %.1f MiB per "
-                     "pipeline of %lld ranks, at most %.1f MiB sent by one rank; sends and "
-                     "receives are non-blocking and overlap the next microbatch's compute\n",
+                     "pipeline of %lld ranks, at most %.1f MiB sent by one rank; collective "
+                     "kind send-recv (qt_coll.def SEND_RECV): sends non-blocking, flushed per "
+                     "accumulation step, receives waited for just before use\n",
                      (long long)(msg / (s->m.d * qt_dtype_bytes((unsigned)s->dtype))),
                      (long long)s->m.d, (long long)qt_dtype_bytes((unsigned)s->dtype),
                      (double)msg / QT_CG_MIB, (long long)crossings, crossings == 1 ? "y" : "ies",

@@ -234,13 +234,17 @@ static void coords_txt(const qt_cg_settings *s, int64_t r, int32_t coord[QT_MESH
 static void units_cost(const qt_cg_graph *g, int64_t q, int64_t reductions, int64_t *rs,
                        int64_t *sent, int64_t *msgs)
 {
-    const int64_t se = g->comm_scratch_elems - g->comm_split_elems;
-    int64_t c = se / (2 * q);
-    if (c > ((int64_t)16 << 20) / 4 / q) c = ((int64_t)16 << 20) / 4 / q;
+    const int64_t se = g->comm_scratch_elems - g->comm_split_elems, q0 = q;
+    const int64_t RL = qt_cg_group_size(g->s, g->s->batch_mask) * g->s->tr.micro_batch *
+                       qt_cg_blocks(g->s) / qt_cg_context(g->s);
     *rs = *sent = *msgs = 0;
     for (int i = 0; i < g->n_ranges; i++) {
         const int64_t R = qt_cg_group_size(g->s, g->ranges[i].reduce_mask);
-        const int64_t blk = g->ranges[i].n / R;
+        const int64_t blk = g->ranges[i].n / R, T = RL / R;
+        /* the microbatch form's units: each range's own q_r (the odd part of its leaves) */
+        q = g->grad_mb_units > 0 && T > 0 ? T / (T & -T) : q0;
+        int64_t c = se / (2 * q);
+        if (c > ((int64_t)16 << 20) / 4 / q) c = ((int64_t)16 << 20) / 4 / q;
         *rs += reductions * 4 * blk * (R - 1);
         *sent += reductions * 4 * q * blk * (R - 1);
         *msgs += reductions * (R - 1) * (c > 0 ? (blk + c - 1) / c : 0);
@@ -263,11 +267,30 @@ static void mb_units_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t leaves, in
     while (G >> mbl) mbl++;
     int64_t rs, sent, msgs;
     units_cost(g, q, G, &rs, &sent, &msgs);
+    const int n_leaf = g->n_tree_levels - g->n_mb_levels;
+    if (U * q != leaves) { /* a power of two a rank; some weights' trees over more leaves */
+        qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient %s per microbatch "
+                         "go, for some weights (an expert host's over its expert group, the "
+                         "head-split mixer weights' over a sequence's context blocks), into trees "
+                         "over a count that is not a power of two, so each range's are reduced "
+                         "as up to %lld units (a range's leaves T over its reduce group cover the "
+                         "batch group's: the largest power of two dividing T a unit), each one "
+                         "complete subtree of the one-rank tree over the global leaf index, "
+                         "exchanged pairwise over the range's reduce group and pushed by each "
+                         "block's owner into a counter over the step's units (docs/determinism.md "
+                         "\"The microbatch form's units\"); cost: %lld bytes sent per rank per "
+                         "step in %lld message%s (the reduce-scatter's: %lld bytes), %d leaf "
+                         "level%s (%lld for the units) in place of %d, and %d microbatch levels "
+                         "in place of %d\n",
+                         (long long)leaves, leaves == 1 ? "leaf" : "leaves", (long long)q,
+                         (long long)sent, (long long)msgs, qt_cg_s(msgs), (long long)rs,
+                         n_leaf, qt_cg_s(n_leaf), (long long)q, lv, g->n_mb_levels, mbl);
+        return;
+    }
     char ex[96] = "";
     if (umax != U)
         snprintf(ex, sizeof ex, " (of %lld for the routed experts, over their expert group)",
                  (long long)umax);
-    const int n_leaf = g->n_tree_levels - g->n_mb_levels;
     qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient %s per microbatch (%s), "
                      "so each microbatch's are reduced as %lld unit%s of %lld %s%s, each one "
                      "complete subtree of the one-rank tree over the global leaf index, "
@@ -296,7 +319,7 @@ static void mb_units_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t leaves, in
  * forms, with a group that is not a power of two, one microbatch per step. Otherwise the
  * step form reduces q = L / U units of U leaves instead (grad_units) and the microbatch
  * and per-layer forms each microbatch's units (grad_mb_units): one rank's bits, at q times
- * the reduce-scatter's bytes; context parallelism keeps its own bits. An expert host's
+ * the reduce-scatter's bytes (q_r a range: docs/determinism.md). An expert host's
  * tree runs over its expert group's leaves, which must be a power of two too unless the
  * group is the whole batch group (an expert axis of any size, docs/determinism.md "Axes of
  * any size"). */
@@ -375,9 +398,7 @@ static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
                                          "reduced over fewer axes, over 1024 units, or "
                                          "more unit levels than 24"
                                        : "the units of the step form do not apply")
-                     : s->mesh[QT_MESH_CONTEXT] > 1
-                         ? "not yet with context parallelism, issue 35"
-                         : "the microbatch form's units do not apply: a parameter's leaves "
+                     : "the microbatch form's units do not apply: a parameter's leaves "
                            "that are not q units over its range's reduce group, over 1024 "
                            "units, or more tree levels than 24");
 }

@@ -63,6 +63,11 @@ void qt_cg_report_flops(const qt_cg_graph *g, qt_cg_buf *b)
     qt_cg_model_flops(&s->m, t->seq_len, s->mtp_layers, &f);
     qt_cg_buf_printf(b, "\n== model FLOPs (per token: forward 2 x multiply-accumulates, training "
                      "3 x forward; docs/bench.md) ==\n");
+    if (f.too_big) {
+        qt_cg_buf_printf(b, "  not counted: a part's count reaches 2^58 per token (the model's "
+                         "dimensions are too large to count in 64 bits)\n");
+        return;
+    }
     qt_cg_buf_printf(b, "  counted: every matmul a token touches (its top-%lld routed experts, not "
                      "all %lld), the causal attention's scores and values (hq x hd x S: S/2 keys "
                      "on average), the delta rule (3 x Dk x Dv per value head); not counted: the "
@@ -181,6 +186,10 @@ void qt_cg_report_mtp(const qt_cg_graph *g, qt_cg_buf *b)
                      n_a, (double)all_b / 1048576.0, (double)peak / 1048576.0);
     qt_cg_flops f;
     qt_cg_model_flops(&s->m, s->tr.seq_len, s->mtp_layers, &f);
+    if (f.too_big) {
+        qt_cg_buf_printf(b, "  MTP head FLOPs: not counted (a count reaches 2^58 per token)\n");
+        return;
+    }
     const int64_t tok = s->tr.global_batch * s->tr.seq_len;
     char u[32], us[32];
     unit_txt(u, sizeof u, 3.0 * (double)f.fwd_mtp);

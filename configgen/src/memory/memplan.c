@@ -226,38 +226,56 @@ static int bit_length(int64_t n)
 }
 
 /* The microbatch form's units (qt_plan_fields.def grad_mb_units, docs/determinism.md "The
- * microbatch form's units"): q = L / U >= 1 when the microbatch or per-layer form (no
- * context axis) would not continue the one-rank tree: the batch ranks' L leaves a microbatch
- * are not a power of two, or G > 1 over a batch group of R ranks that is not a power of two.
- * Every parameter's T_p leaves a microbatch must be q units of a power of two (U_p = T_p / q)
- * covering the microbatch's R L leaves over its range's reduce group (T_p R_r = R L: L over
- * the batch group, E L over it without the expert axis), so a member's units are those of
- * its group index in the global (microbatch, batch index) order. 0 otherwise, or when the
- * units would be more than QT_CG_MAX_UNITS over the group or need more than
- * QT_MAX_TREE_LEVELS levels (the plan then keeps the reduce-scatter and plan.txt says no). */
-int64_t qt_cg_grad_mb_units(const qt_cg_graph *g)
+ * microbatch form's units"): q = the most units q_p of a parameter when the microbatch or
+ * per-layer form would not continue the one-rank tree: a parameter's T_p leaves a microbatch
+ * are not a power of two (the batch ranks' L, an expert host's over its expert group, the
+ * head-split mixer weights' over a sequence's context blocks) unless they are the whole
+ * microbatch of one step, or G > 1 over a batch group of R ranks that is not a power of two.
+ * Every parameter's T_p leaves must be q_p units of a power of two U_p (q_p odd) covering
+ * the microbatch's R L leaves over its range's reduce group (T_p R_r = R L), so a member's
+ * units are those of its group index in the global (microbatch, batch index) order (the
+ * context axis least significant: one sequence a microbatch, a context rank's blocks
+ * contiguous). 0 otherwise, or when a range's units would be more than QT_CG_MAX_UNITS over
+ * its group or need more than QT_MAX_TREE_LEVELS levels (the plan then keeps the
+ * reduce-scatter and plan.txt says no). *umax: max U_p, *cmax: max over ranges of G R_r q_p
+ * (the units the widest counter runs over). */
+static int64_t mb_units(const qt_cg_graph *g, int64_t *umax, int64_t *cmax)
 {
     const qt_cg_settings *s = g->s;
-    if (!g->reduce_per_mb || !s->batch_mask || s->n_ranks < 2 || g->np < 1 ||
-        s->mesh[QT_MESH_CONTEXT] > 1)
-        return 0;
+    *umax = *cmax = 1;
+    if (!g->reduce_per_mb || !s->batch_mask || s->n_ranks < 2 || g->np < 1) return 0;
     const int64_t G = s->tr.grad_accum, R = qt_cg_group_size(s, s->batch_mask);
-    const int64_t L = s->tr.micro_batch * qt_cg_blocks(s);
-    if (!(L & (L - 1)) && (G == 1 || !(R & (R - 1)))) return 0; /* one rank's bits already */
-    const int64_t q = L / (L & -L);
-    int64_t umax = 1;
+    const int64_t L = s->tr.micro_batch * qt_cg_blocks(s) / qt_cg_context(s);
+    int one_rank = G == 1 || !(R & (R - 1)); /* one rank's bits already? */
+    int64_t q = 1;
     for (int p = 0; p < g->np; p++) {
         const int64_t T = g->ps[p].leaves / G, U = T & -T;
         const int r = qt_cg_range_of(g, p);
-        if (r < 0 || T < 1 || T != U * q ||
-            T * qt_cg_group_size(s, g->ranges[r].reduce_mask) != R * L)
+        if (r < 0 || T < 1 || T * qt_cg_group_size(s, g->ranges[r].reduce_mask) != R * L)
             return 0;
-        if (U > umax) umax = U;
+        const int64_t Rr = qt_cg_group_size(s, g->ranges[r].reduce_mask);
+        if (T != U && !(G == 1 && Rr == 1)) one_rank = 0;
+        if (T / U > q) q = T / U;
+        if (U > *umax) *umax = U;
+        if (G * Rr * (T / U) > *cmax) *cmax = G * Rr * (T / U);
+        if ((T / U) * Rr > QT_CG_MAX_UNITS) return 0;
     }
-    if (q * R > QT_CG_MAX_UNITS ||
-        bit_length(umax) - 1 + q + bit_length(G * R * q) > QT_MAX_TREE_LEVELS)
-        return 0;
+    if (one_rank) return 0;
+    if (bit_length(*umax) - 1 + q + bit_length(*cmax) > QT_MAX_TREE_LEVELS) return 0;
     return q;
+}
+
+int64_t qt_cg_grad_mb_units(const qt_cg_graph *g)
+{
+    int64_t umax, cmax;
+    return mb_units(g, &umax, &cmax);
+}
+
+int qt_cg_grad_mb_levels(const qt_cg_graph *g, int64_t *umax)
+{
+    int64_t cmax;
+    (void)mb_units(g, umax, &cmax);
+    return bit_length(cmax);
 }
 
 /* The gradient trees: their levels, and which of them are compact (mb_elems floats). */
@@ -284,9 +302,9 @@ static int tree_levels(qt_cg_graph *g, char *err, size_t errlen)
     }
     g->grad_mb_units = (int32_t)qt_cg_grad_mb_units(g);
     if (g->grad_mb_units > 0) { /* log2 max U_p, the q unit levels, the units' counter */
-        g->n_mb_levels = bit_length(g->s->tr.grad_accum * g->grad_mb_units *
-                                    qt_cg_group_size(g->s, g->s->batch_mask));
-        lv = bit_length(seqs & -seqs) - 1 + g->grad_mb_units + g->n_mb_levels;
+        int64_t umax;
+        g->n_mb_levels = qt_cg_grad_mb_levels(g, &umax);
+        lv = bit_length(umax) - 1 + g->grad_mb_units + g->n_mb_levels;
     }
     if (lv < 1 || lv > QT_MAX_TREE_LEVELS)
         return qt_cg_fail(err, errlen, "%lld sequences per step need %lld tree levels (1..%d)",

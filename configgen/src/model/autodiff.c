@@ -701,7 +701,12 @@ int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
         }
     }
     const qt_op *xent = &g->mb[g->n_fwd - 1];
-    if (xent->kind == QT_OP_XENT) {
+    const int pp = g->s && g->s->pp_stages > 1 && g->s->pp_local;
+    if (pp && g->pp_dout != QT_NONE) {
+        /* a pipeline stage before the last: the backward starts from the gradient of its
+         * output boundary, received from the next stage */
+        ad.grad[g->pp_out] = g->pp_dout;
+    } else if (xent->kind == QT_OP_XENT) {
         ad.grad[QT_T(xent, XENT, logits)] = QT_T(xent, XENT, dlogits);
     } else if (xent->kind == QT_OP_XENT_MTP) {
         ad.grad[QT_T(xent, XENT_MTP, logits)] = QT_T(xent, XENT_MTP, dlogits);
@@ -717,6 +722,17 @@ int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
         backward_of(&ad, &f);
         g->bwd_src = qt_cg_grow(g->bwd_src, &cap_src, g->nmb - g->n_fwd, sizeof *g->bwd_src);
         for (int o = before; o < g->nmb; o++) g->bwd_src[o - g->n_fwd] = i;
+    }
+    /* a pipeline stage after the first: its input boundary's gradient, sent back, lives
+     * to the end of the schedule */
+    if (pp && g->pp_in != QT_NONE && !ad.failed) {
+        g->pp_din = ad.grad[g->pp_in];
+        if (g->pp_din == QT_NONE) {
+            ad.failed = 1;
+            qt_cg_fail(err, errlen, "internal error: no gradient reaches the stage's input");
+        } else {
+            g->ts[g->pp_din].whole = 1;
+        }
     }
     free(ad.grad);
     free(ad.sh);

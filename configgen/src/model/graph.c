@@ -954,82 +954,106 @@ static void dims_of(const qt_cg_settings *s, qt_cg_dims *D)
     D->nch = (D->Sm + m->gdn_chunk - 1) / m->gdn_chunk;
 }
 
-int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen)
+/* The step's inputs, loss sums and tables (tokens, targets, per-block loss sums, the lb and
+ * dropped-count sums, the rope table, packed positions, the MTP head's inputs) and the init
+ * ops that fill or zero them. */
+static void graph_io(qt_cg_graph *g, const qt_cg_dims *D)
 {
-    qt_cg_dims D;
-    memset(g, 0, sizeof *g);
-    g->s = s;
-    dims_of(s, &D);
+    const qt_cg_settings *s = g->s;
     g->lb_seq = g->table = QT_NONE;
     const uint8_t LB = QT_LAX_ACT_EMBED_LOGITS_BATCH, L = QT_LAX_ACT_LENGTH;
-    g->tokens = qt_cg_add_tensor(g, "tokens", QT_ROLE_INPUT, QT_I32, 2, SHP(D.b, D.S), AX(LB, L));
-    g->targets = qt_cg_add_tensor(g, "targets", QT_ROLE_INPUT, QT_I32, 2, SHP(D.b, D.S),
+    g->tokens = qt_cg_add_tensor(g, "tokens", QT_ROLE_INPUT, QT_I32, 2, SHP(D->b, D->S),
+                                 AX(LB, L));
+    g->targets = qt_cg_add_tensor(g, "targets", QT_ROLE_INPUT, QT_I32, 2, SHP(D->b, D->S),
                                   AX(LB, L));
     /* one loss sum per token block (the WGRAD leaves' blocks; per sequence without them) */
     g->loss_seq = qt_cg_add_tensor(g, "loss_seq", QT_ROLE_LOSS, QT_F32, 1,
-                                   SHP(D.b * D.nbt / D.C), AX(LB));
+                                   SHP(D->b * D->nbt / D->C), AX(LB));
     if (s->lb_weight > 0)
-        g->lb_seq = qt_cg_add_tensor(g, "lb_seq", QT_ROLE_LOSS, QT_F32, 1, SHP(D.b), AX(LB));
+        g->lb_seq = qt_cg_add_tensor(g, "lb_seq", QT_ROLE_LOSS, QT_F32, 1, SHP(D->b), AX(LB));
     /* token dropping: each layer's dropped counts per sequence (the metrics' share) */
     g->moe_drops = QT_NONE;
     if (s->moe_capacity > 0) {
         g->moe_drops = qt_cg_add_tensor(g, "moe_drops", QT_ROLE_LOSS, QT_I32, 2,
-                                        SHP(s->m.n_layers + s->mtp_layers, D.b), AX(0, LB));
+                                        SHP(s->m.n_layers + s->mtp_layers, D->b), AX(0, LB));
         g->ts[g->moe_drops].whole = 1;
     }
     g->table = qt_cg_add_tensor(g, "rope_table", QT_ROLE_TABLE, QT_F32, 3,
-                                SHP(D.Sm, D.R / 2, 2), AX(0, 0, 0));
+                                SHP(D->Sm, D->R / 2, 2), AX(0, 0, 0));
     /* packing: each token's position in its document, whole sequences also on a context
      * rank (the sequence mixers run on whole sequences of heads there) */
     g->positions = QT_NONE;
     if (s->packing) {
         g->positions = qt_cg_add_tensor(g, "positions", QT_ROLE_INPUT, QT_I32, 2,
-                                        SHP(D.b, D.Sm), AX(LB, 0));
+                                        SHP(D->b, D->Sm), AX(LB, 0));
         g->ts[g->positions].whole = 1;
     }
-    mtp_io(g, &D);
-    const int64_t np = 1 + s->mtp_layers;
+    mtp_io(g, D);
     g->ts[g->tokens].whole = g->ts[g->targets].whole = g->ts[g->loss_seq].whole = 1;
     g->ts[g->table].whole = 1;
     if (g->lb_seq != QT_NONE) g->ts[g->lb_seq].whole = 1;
 
     qt_op *op = qt_cg_emit_op(g, 1, QT_OP_ROPE_TABLE);
     QT_T(op, ROPE_TABLE, table) = g->table;
-    QT_CG_SET_A(op, ROPE_TABLE, .S = D.Sm, .R = D.R);
+    QT_CG_SET_A(op, ROPE_TABLE, .S = D->Sm, .R = D->R);
     op->f[0] = s->m.rope_theta;
 
     if (g->lb_seq != QT_NONE) {
         op = qt_cg_emit_op(g, 0, QT_OP_ZERO);
         QT_T(op, ZERO, x) = g->lb_seq;
-        QT_A(op, ZERO, n) = D.b;
+        QT_A(op, ZERO, n) = D->b;
     }
     if (g->moe_drops != QT_NONE) {
         op = qt_cg_emit_op(g, 0, QT_OP_ZERO);
         QT_T(op, ZERO, x) = g->moe_drops;
-        QT_A(op, ZERO, n) = (s->m.n_layers + s->mtp_layers) * D.b;
+        QT_A(op, ZERO, n) = (s->m.n_layers + s->mtp_layers) * D->b;
     }
-    int32_t w_emb = add_param(g, "model.embed_tokens.weight", 2, SHP(D.V, D.d),
-                              AX(QT_LAX_VOCAB, QT_LAX_EMBED_VOCAB), QT_INIT_NORMAL, 1.0, -1);
-    int32_t x = act3(g, "x0", &D, D.d, LB, L, QT_LAX_ACT_EMBED);
-    char n[256];
-    /* with the MTP head one gather embeds the main and the shifted tokens, stacked per
-     * token block (the embedding keeps one weight gradient), and SPLIT parts them */
-    int32_t e[8] = {x}, xall = x;
-    if (np > 1) {
-        xall = qt_cg_add_tensor(g, "x0_all", QT_ROLE_ACT, QT_F32, 3, SHP(D.b, np * D.S, D.d),
-                                AX(LB, L, QT_LAX_ACT_EMBED));
-        for (int j = 1; j < np; j++) {
-            snprintf(n, sizeof n, "MTP%d.emb", j - 1);
-            e[j] = act3(g, n, &D, D.d, LB, L, QT_LAX_ACT_EMBED);
-        }
-    }
-    op = qt_cg_emit_op(g, 0, QT_OP_EMBED_FWD);
-    QT_CG_SET_T(op, EMBED_FWD, .x = xall, .tokens = np > 1 ? g->mtp_tokens : g->tokens,
-                .w = w_emb);
-    QT_CG_SET_A(op, EMBED_FWD, .T = np * D.T, .d = D.d, .V = D.V);
-    if (np > 1)
-        stack_op(g, QT_OP_SPLIT, xall, e, np, D.b * D.nbt / D.C, D.Sm / D.nbt, D.d);
+}
 
+int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen)
+{
+    qt_cg_dims D;
+    memset(g, 0, sizeof *g);
+    g->s = s;
+    dims_of(s, &D);
+    graph_io(g, &D);
+    const uint8_t LB = QT_LAX_ACT_EMBED_LOGITS_BATCH, L = QT_LAX_ACT_LENGTH;
+    const int64_t np = 1 + s->mtp_layers;
+    qt_op *op;
+    /* a pipeline stage's executable tables (pp_local): the embedding on stage 0 only, the
+     * others start from their input boundary, received from the stage before */
+    const int pp = s->pp_stages > 1 && s->pp_local;
+    const int pp_first = !pp || s->pp_stage == 0, pp_last = !pp || s->pp_stage == s->pp_stages - 1;
+    g->pp_in = g->pp_din = g->pp_out = g->pp_dout = g->pp_slots = QT_NONE;
+    if (pp && np > 1) /* driver/pipeline.c plans no stage-local tables with the head */
+        return qt_cg_fail(err, errlen, "internal error: stage-local tables with the MTP head");
+    int32_t x, e[8] = {QT_NONE};
+    char n[256];
+    if (!pp_first) {
+        x = g->pp_in = act3(g, "pp_in", &D, D.d, LB, L, QT_LAX_ACT_EMBED);
+        g->ts[x].whole = 1;
+    } else {
+        int32_t w_emb = add_param(g, "model.embed_tokens.weight", 2, SHP(D.V, D.d),
+                                  AX(QT_LAX_VOCAB, QT_LAX_EMBED_VOCAB), QT_INIT_NORMAL, 1.0, -1);
+        x = e[0] = act3(g, "x0", &D, D.d, LB, L, QT_LAX_ACT_EMBED);
+        /* with the MTP head one gather embeds the main and the shifted tokens, stacked per
+         * token block (the embedding keeps one weight gradient), and SPLIT parts them */
+        int32_t xall = x;
+        if (np > 1) {
+            xall = qt_cg_add_tensor(g, "x0_all", QT_ROLE_ACT, QT_F32, 3, SHP(D.b, np * D.S, D.d),
+                                    AX(LB, L, QT_LAX_ACT_EMBED));
+            for (int j = 1; j < np; j++) {
+                snprintf(n, sizeof n, "MTP%d.emb", j - 1);
+                e[j] = act3(g, n, &D, D.d, LB, L, QT_LAX_ACT_EMBED);
+            }
+        }
+        op = qt_cg_emit_op(g, 0, QT_OP_EMBED_FWD);
+        QT_CG_SET_T(op, EMBED_FWD, .x = xall, .tokens = np > 1 ? g->mtp_tokens : g->tokens,
+                    .w = w_emb);
+        QT_CG_SET_A(op, EMBED_FWD, .T = np * D.T, .d = D.d, .V = D.V);
+        if (np > 1)
+            stack_op(g, QT_OP_SPLIT, xall, e, np, D.b * D.nbt / D.C, D.Sm / D.nbt, D.d);
+    }
     /* a pipeline stage's tables hold its layers only, named and initialised by their
      * global index (qt_cg_pp_layer: MaxText's layer-to-stage map); else every layer */
     g->n_layers_rec = (int)qt_cg_stage_layers(s);
@@ -1051,6 +1075,26 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
         g->layer_t1[l] = g->nt;
         /* the layer's layout declaration: its residual-stream activations stay whole */
         qt_cg_layout_declare(g, layer_t0, QT_LAX_ACT_EMBED, QT_CG_WHOLE_EMBED);
+    }
+    if (pp) {
+        /* the in-flight message slots of the pipeline driver */
+        const int64_t nb = g->ts[x].t.numel, M = s->pp_micro;
+        g->pp_slots = qt_cg_add_tensor(g, "pp_slots", QT_ROLE_ACT, QT_F32, 2, SHP(3 * M, nb),
+                                       AX(0, 0));
+        g->ts[g->pp_slots].whole = 1;
+    }
+    if (!pp_last) {
+        /* the output boundary, sent to the next stage, and its gradient, received back:
+         * the backward's seed (model/autodiff.c) */
+        qt_tensor xt = g->ts[x].t;
+        g->pp_out = x;
+        g->pp_dout = qt_cg_add_tensor(g, "d.pp_out", QT_ROLE_ACT_GRAD, QT_F32, xt.ndim, xt.shape,
+                                      xt.axes);
+        memcpy(g->ts[g->pp_dout].exec, g->ts[x].exec, sizeof g->ts[x].exec);
+        g->ts[x].whole = g->ts[g->pp_dout].whole = 1;
+        g->head_w = QT_NONE;
+        g->n_fwd = g->nmb;
+        return 0;
     }
     int32_t w_fn = norm_w(g, "model.norm.weight", D.d, QT_INIT_ZEROS, -1);
     if (head_and_xent(g, x, w_fn, e + 1, &D, err, errlen)) return -1;

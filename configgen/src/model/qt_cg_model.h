@@ -78,6 +78,7 @@ typedef struct qt_cg_flops {
     int64_t lm_head, mtp_fc;               /* per lm_head pass; per MTP depth */
     int64_t n_gdn, n_attn, n_moe, n_mtp;   /* layers of each kind; MTP depths */
     int64_t fwd_main, fwd_mtp;             /* forward FLOPs per token */
+    int too_big;                           /* a count reached 2^58: every count 0 */
 } qt_cg_flops;
 void qt_cg_model_flops(const qt_model_dims *m, int64_t S, int64_t mtp_layers, qt_cg_flops *f);
 

@@ -1,0 +1,238 @@
+/* bf16_rows.c - one-pass bf16 forms of the row kernels (see bf16_rows.h).
+ *
+ * Each function is its fp32 kernel (rmsnorm.c, moe_combine.c, elementwise.c) with every bf16
+ * read replaced by its exact widening (W) and every bf16 write by one rounding (R) of the
+ * same fp32 value: the same expressions, in the same order, reductions serial in increasing
+ * index as there. Loops are only split where the elements are independent (a reduction and
+ * an elementwise update of other tensors over the same index), which changes no value.
+ * Invariants: no state, no heap, no VLAs; the stack holds at most QT_B16_COLS floats.
+ * Float build only (empty under -DQT_REAL_DOUBLE).
+ */
+#include "bf16_rows.h"
+
+#ifndef QT_REAL_DOUBLE
+#include "qt_ops.h"
+#include "qt_real.h"
+
+#define W(v) qt_f32_from_bf16(v)
+#define R(v) qt_bf16_from_f32(v)
+/* Output columns per pass of MOE_COMBINE_FWD's fp32 row accumulator. */
+#define QT_B16_COLS 512
+
+static float qt_b16_scale(const float *w, int64_t i, int flags)
+{
+    return (flags & QT_RMSNORM_ZERO_CENTRED) ? 1.0f + w[i] : w[i];
+}
+
+/* Four rows' sums at once, each serial in increasing i as the fp32 kernel's (four
+ * independent chains: the adds' latency overlaps, every sum keeps its order and bits). */
+static void qt_b16_sumsq4(float ss[4], const qt_bf16 *x, int64_t xs, int64_t n)
+{
+    float a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float v0 = W(x[i]), v1 = W(x[xs + i]), v2 = W(x[2 * xs + i]), v3 = W(x[3 * xs + i]);
+        a = a + v0 * v0, b = b + v1 * v1, c = c + v2 * v2, d = d + v3 * v3;
+    }
+    ss[0] = a, ss[1] = b, ss[2] = c, ss[3] = d;
+}
+
+void qt_b16_rmsnorm_fwd(qt_bf16 *y, float *rstd, const qt_bf16 *x, const float *w, int64_t R,
+                        int64_t n, int64_t xs, int64_t ys, int flags, float eps)
+{
+    float ss4[4];
+    for (int64_t r = 0; r < R; r++) {
+        const qt_bf16 *xr = x + r * xs;
+        qt_bf16 *yr = y + r * ys;
+        if (r % 4 == 0 && r + 4 <= R) qt_b16_sumsq4(ss4, xr, xs, n);
+        float ss = 0;
+        if (r - r % 4 + 4 <= R) ss = ss4[r % 4];
+        else
+            for (int64_t i = 0; i < n; i++) ss = ss + W(xr[i]) * W(xr[i]);
+        const float rs = 1.0f / QT_SQRT(ss / (float)n + eps);
+        rstd[r] = rs;
+        for (int64_t i = 0; i < n; i++) yr[i] = R((W(xr[i]) * rs) * qt_b16_scale(w, i, flags));
+    }
+}
+
+/* Four rows' dots sum_i (dy_i s_i) x_i at once, each serial in increasing i. */
+static void qt_b16_dot4(float dot[4], const qt_bf16 *dy, const qt_bf16 *x, const float *w,
+                        int64_t n, int64_t xs, int64_t ys, int flags)
+{
+    float a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float sc = qt_b16_scale(w, i, flags);
+        a = a + (W(dy[i]) * sc) * W(x[i]);
+        b = b + (W(dy[ys + i]) * sc) * W(x[xs + i]);
+        c = c + (W(dy[2 * ys + i]) * sc) * W(x[2 * xs + i]);
+        d = d + (W(dy[3 * ys + i]) * sc) * W(x[3 * xs + i]);
+    }
+    dot[0] = a, dot[1] = b, dot[2] = c, dot[3] = d;
+}
+
+void qt_b16_rmsnorm_bwd(qt_bf16 *dx, const qt_bf16 *dy, const qt_bf16 *x, const float *w,
+                        const float *rstd, int64_t R, int64_t n, int64_t xs, int64_t ys,
+                        int flags)
+{
+    float dot4[4];
+    for (int64_t r = 0; r < R; r++) {
+        const qt_bf16 *xr = x + r * xs, *dyr = dy + r * ys;
+        qt_bf16 *dxr = dx + r * xs;
+        const float rs = rstd[r];
+        if (r % 4 == 0 && r + 4 <= R) qt_b16_dot4(dot4, dyr, xr, w, n, xs, ys, flags);
+        float dot = 0;
+        if (r - r % 4 + 4 <= R) dot = dot4[r % 4];
+        else
+            for (int64_t i = 0; i < n; i++)
+                dot = dot + (W(dyr[i]) * qt_b16_scale(w, i, flags)) * W(xr[i]);
+        const float coef = ((rs * rs) * rs) * dot / (float)n;
+        for (int64_t i = 0; i < n; i++)
+            dxr[i] = R(W(dxr[i]) + (rs * (W(dyr[i]) * qt_b16_scale(w, i, flags)) - W(xr[i]) * coef));
+    }
+}
+
+void qt_b16_rmsnorm_wgrad_heads(float *dw, const qt_bf16 *dy, const qt_bf16 *x,
+                                const float *rstd, int64_t T, int64_t H, int64_t h0, int64_t h1,
+                                int64_t n, int64_t xs, int64_t ys)
+{
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = h0; h < h1; h++) {
+            const int64_t r = t * H + h;
+            const qt_bf16 *xr = x + r * xs, *dyr = dy + r * ys;
+            const float rs = rstd[r];
+            for (int64_t i = 0; i < n; i++) dw[i] = dw[i] + W(dyr[i]) * (W(xr[i]) * rs);
+        }
+}
+
+void qt_b16_moe_combine_fwd(qt_bf16 *out, const qt_bf16 *p, const qt_bf16 *y,
+                            const int32_t *kidx, int64_t T, int64_t k, int64_t d)
+{
+    float o[QT_B16_COLS];
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c0 = 0; c0 < d; c0 += QT_B16_COLS) {
+            const int64_t m = d - c0 < QT_B16_COLS ? d - c0 : QT_B16_COLS;
+            for (int64_t i = 0; i < m; i++) o[i] = 0;
+            for (int64_t s = 0; s < k; s++) {
+                if (kidx && kidx[t * k + s] < 0) continue;
+                const float w = W(p[t * k + s]);
+                const qt_bf16 *yr = y + (t * k + s) * d + c0;
+                for (int64_t i = 0; i < m; i++) o[i] += w * W(yr[i]);
+            }
+            for (int64_t i = 0; i < m; i++) out[t * d + c0 + i] = R(o[i]);
+        }
+}
+
+/* The dot of g with four slots' rows y0..y3 (d apart) at once, each serial in increasing i. */
+static void qt_b16_gdot4(float acc[4], const qt_bf16 *g, const qt_bf16 *const y[4], int64_t d)
+{
+    float a = 0, b = 0, c = 0, e = 0;
+    for (int64_t i = 0; i < d; i++) {
+        const float gi = W(g[i]);
+        a += gi * W(y[0][i]), b += gi * W(y[1][i]), c += gi * W(y[2][i]), e += gi * W(y[3][i]);
+    }
+    acc[0] = a, acc[1] = b, acc[2] = c, acc[3] = e;
+}
+
+void qt_b16_moe_combine_bwd(qt_bf16 *dp, qt_bf16 *dy, const qt_bf16 *dout, const qt_bf16 *p,
+                            const qt_bf16 *y, const int32_t *kidx, int64_t T, int64_t k,
+                            int64_t d)
+{
+    for (int64_t t = 0; t < T; t++) {
+        const qt_bf16 *g = dout + t * d;
+        int64_t act[4], na = 0; /* the next kept slots, their sums taken four at a time */
+        float acc4[4];
+        for (int64_t s = 0; s < k; s++) {
+            if (kidx && kidx[t * k + s] < 0) continue;
+            const float w = W(p[t * k + s]);
+            const qt_bf16 *yr = y + (t * k + s) * d;
+            qt_bf16 *dyr = dy + (t * k + s) * d;
+            float acc = 0;
+            if (na == 0) { /* gather up to four kept slots from s on */
+                for (int64_t q = s; q < k && na < 4; q++)
+                    if (!kidx || kidx[t * k + q] >= 0) act[na++] = q;
+                if (na == 4) {
+                    const qt_bf16 *const ys4[4] = {y + (t * k + act[0]) * d, y + (t * k + act[1]) * d,
+                                                   y + (t * k + act[2]) * d, y + (t * k + act[3]) * d};
+                    qt_b16_gdot4(acc4, g, ys4, d);
+                } else {
+                    na = 0;
+                }
+            }
+            if (na > 0) {
+                acc = acc4[4 - na];
+                na--;
+            } else {
+                for (int64_t i = 0; i < d; i++) acc += W(g[i]) * W(yr[i]);
+            }
+            for (int64_t i = 0; i < d; i++) dyr[i] = R(W(dyr[i]) + w * W(g[i]));
+            dp[t * k + s] = R(W(dp[t * k + s]) + acc);
+        }
+    }
+}
+
+void qt_b16_swiglu_fwd(qt_bf16 *h, const qt_bf16 *a, const qt_bf16 *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) h[i] = R(QT_SILU(W(a[i])) * W(u[i]));
+}
+
+void qt_b16_swiglu_bwd(qt_bf16 *da, qt_bf16 *du, const qt_bf16 *dh, const qt_bf16 *a,
+                       const qt_bf16 *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float ai = W(a[i]), hi = W(dh[i]);
+        const float sp = QT_SIGMOID(ai), sm = QT_SIGMOID(-ai);
+        const float dsilu = sp * (1.0f + ai * sm);
+        da[i] = R(W(da[i]) + (hi * W(u[i])) * dsilu);
+        du[i] = R(W(du[i]) + hi * QT_SILU(ai));
+    }
+}
+
+/* Offset of the gate of element i of row t (elementwise.c's qt_gate_index). */
+static int64_t qt_b16_gate_index(int64_t t, int64_t i, int64_t n, int mode, int64_t hd)
+{
+    if (mode == QT_GATE_ROW) return t;
+    const int64_t h = i / hd;
+    return t * 2 * n + h * 2 * hd + hd + (i - h * hd);
+}
+
+void qt_b16_sigmoid_gate_fwd(qt_bf16 *y, const qt_bf16 *x, const qt_bf16 *gate, int64_t T,
+                             int64_t n, int mode, int64_t hd)
+{
+    for (int64_t t = 0; t < T; t++) {
+        if (mode == QT_GATE_ROW) {
+            const float sp = QT_SIGMOID(W(gate[t]));
+            for (int64_t i = 0; i < n; i++) y[t * n + i] = R(W(x[t * n + i]) * sp);
+            continue;
+        }
+        for (int64_t h = 0; h * hd < n; h++) {
+            const int64_t o = t * n + h * hd, w = n - h * hd < hd ? n - h * hd : hd;
+            const qt_bf16 *g = gate + qt_b16_gate_index(t, h * hd, n, mode, hd);
+            for (int64_t j = 0; j < w; j++) y[o + j] = R(W(x[o + j]) * QT_SIGMOID(W(g[j])));
+        }
+    }
+}
+
+void qt_b16_sigmoid_gate_bwd(qt_bf16 *dx, qt_bf16 *dgate, const qt_bf16 *dy, const qt_bf16 *x,
+                             const qt_bf16 *gate, int64_t T, int64_t n, int mode, int64_t hd)
+{
+    for (int64_t t = 0; t < T; t++) {
+        if (mode == QT_GATE_ROW) {
+            const float g = W(gate[t]), sp = QT_SIGMOID(g), sm = QT_SIGMOID(-g);
+            float dot = 0;
+            for (int64_t i = 0; i < n; i++) dot = dot + W(dy[t * n + i]) * W(x[t * n + i]);
+            for (int64_t i = 0; i < n; i++) dx[t * n + i] = R(W(dx[t * n + i]) + W(dy[t * n + i]) * sp);
+            dgate[t] = R(W(dgate[t]) + dot * (sp * sm));
+            continue;
+        }
+        for (int64_t h = 0; h * hd < n; h++) {
+            const int64_t o = t * n + h * hd, w = n - h * hd < hd ? n - h * hd : hd;
+            const int64_t go = qt_b16_gate_index(t, h * hd, n, mode, hd);
+            for (int64_t j = 0; j < w; j++) {
+                const float gj = W(gate[go + j]), sp = QT_SIGMOID(gj), sm = QT_SIGMOID(-gj);
+                const float dyj = W(dy[o + j]);
+                dx[o + j] = R(W(dx[o + j]) + dyj * sp);
+                dgate[go + j] = R(W(dgate[go + j]) + (dyj * W(x[o + j])) * (sp * sm));
+            }
+        }
+    }
+}
+#endif

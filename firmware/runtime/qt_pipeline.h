@@ -1,0 +1,83 @@
+/* qt_pipeline.h - the pipeline driver: one stage's part of an accumulation step (issue 36,
+ * docs/pipeline.md "How the firmware runs it").
+ *
+ * A pipeline plan's tables are one stage's (qt_plan_fields.def pp_*): its layers, the
+ * embedding on stage 0 only, the final norm, head and loss on the last stage only. To the
+ * stage the step's M x G microbatches are G' = M x G accumulation microbatches in the order
+ * of their sequences, so pushing each one's weight-gradient leaves in that order (the
+ * backward of microbatch m before that of m + 1, which both schedules do) gives the
+ * one-rank gradient tree, bit for bit. The scalars crossing stages are exact: the norm
+ * squared (exact accumulators merged over the stages), the fingerprint (a sum mod 2^64);
+ * the loss is the last stage's, sent to the others.
+ */
+#ifndef QT_PIPELINE_H
+#define QT_PIPELINE_H
+
+#include <stdint.h>
+#include "qt_ops.h"
+#include "qt_exact.h"
+#include "qt_metrics.h"
+
+/* What the runtime does around one accumulation microbatch mb (0 .. G' - 1) of the step:
+ * fill writes its inputs (tokens, targets; the data source), done takes its results (the
+ * loss sums, on the last stage; the microbatch-end schedule). 0 or QT_E_*. */
+typedef struct qt_pp_hooks {
+    int (*fill)(int64_t mb, void *arg);
+    int (*done)(int64_t mb, void *arg);
+    void *arg;
+} qt_pp_hooks;
+
+/* The most stages the driver runs (qt_validate_pipeline refuses more). */
+#define QT_PP_MAX_STAGES 64
+
+/* The stage's rank layout in a job of n ranks: S stages of n / S ranks each, stage =
+ * rank div (n / S); *local = the rank inside its stage. */
+static inline int qt_pp_stage_of(int rank, int n, int S, int *local)
+{
+    const int per = S > 0 && n >= S ? n / S : 1;
+    *local = rank % per;
+    return rank / per;
+}
+
+/* Action i (0 .. 2M - 1) of stage st of S's schedule for one group of M microbatches: *j
+ * the microbatch, returns 1 for its backward B, 0 for its forward F. schedule 0 gpipe:
+ * F0 .. F(M-1), then B0 .. B(M-1); 1 1f1b (Megatron's non-interleaved): w = min(S - st - 1,
+ * M) warm-up forwards, then M - w pairs F(w + i) B(i), then the w remaining backwards.
+ * Either way each j is forwarded once and then backwarded once, and the backwards come in
+ * increasing j (the one-rank leaf order; tests/unit/test_pipeline.cpp). */
+int qt_pp_action(int schedule, int S, int st, int M, int i, int *j);
+
+/* Runs the stage's share of every accumulation microbatch of the step (ctx->plan a
+ * pipeline stage's plan; G' = plan grad_accum microbatches, groups of pp_micro) in the order
+ * of the plan's schedule (pp_schedule: gpipe, or 1f1b), sending its output boundary to the
+ * next stage and its input's gradient to the one before (non-blocking, firmware/comm
+ * coll_p2p.c), and receiving theirs. A stage before the last runs a microbatch's forward
+ * when the schedule says F and, when it says B, the forward again (stage-boundary
+ * rematerialisation: only the inputs of the microbatches in flight are kept, in pp_slots)
+ * and the backward; the last stage runs forward and backward at B. Writes the arena and
+ * the gradient trees; st->mb is set per microbatch. 0 or QT_E_* (a hook's, a peer's). */
+int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st,
+                       const qt_pp_hooks *h);
+
+/* Start-up: the connection warm-up of qt_comm_warm with this rank's place in every other
+ * stage, in increasing rank order (the steps' messages then allocate nothing); the buffers
+ * are the pipeline slots, which hold nothing yet. 0, or QT_E_COMM past `deadline`. */
+int qt_pp_warm(const qt_plan *p, double deadline);
+
+/* The step's metrics on every stage from the last stage's (*m: the loss fields the last
+ * stage computed; the others receive them). 0 or QT_E_COMM. */
+int qt_pp_share_metrics(const qt_plan *p, qt_step_metrics *m);
+
+/* Exact merges over the stages (the ranks with this rank's place in the other stages):
+ * *a becomes the sum of every stage's accumulator; *v the sum mod 2^64. No-ops without
+ * pipeline stages. 0 or QT_E_COMM. */
+int qt_pp_exact_merge(const qt_plan *p, qt_exact *a);
+int qt_pp_sum_u64(const qt_plan *p, uint64_t *v);
+
+/* A test hook (tests/e2e/63_pipeline.sh, read by main from QT_PP_TEST_ORDER=reverse): 1
+ * runs gpipe's backward phase in reverse microbatch order, which pushes the gradient leaves
+ * out of the one-rank tree's order, so the bits must differ from one rank's (the check is
+ * not vacuous). 0 (the default): the schedule's order. */
+void qt_pp_set_test_order(int reverse);
+
+#endif

@@ -1,0 +1,132 @@
+# 63_pipeline.sh - pipeline execution (issue 36, docs/pipeline.md "How the firmware runs
+# it"), sourced by run_all.sh. Each cell is configgen's plan of a tiny test run with the
+# pipeline keys (one repeat: num_layers_per_pipeline_stage = the layers / S), built by
+# `make plan-binary`, run under `timeout 120 mpiexec -n RANKS` for 6 steps on the tiny test
+# data, seed 11; its loss bits and parameter fingerprint per step must equal, bit
+# for bit (0 ulp, no tolerance), the one-rank run of the same model on the same global batch
+# (per_device_batch_size = the pipeline's B; the stage's M x G microbatches are its
+# accumulation microbatches):
+#   * qwen3-next tiny PP2: gpipe with M 2 (the default S) and M 4, 1f1b with M 4, gpipe
+#     with gradient_accumulation_steps 2 (== one rank with G 2);
+#   * qwen3.5 tiny PP2: gpipe M 2, 1f1b M 4; qwen3-next tiny PP4 (one layer per stage) 1f1b
+#     with M 4;
+#   * stages of 2 ranks (4 ranks, == one rank with per_device_batch_size 8): PP2 x DP2 gpipe,
+#     PP2 x DP2 1f1b M 4 with ZeRO-1, PP2 x FSDP2, PP2 x TP2, PP2 x EP2 1f1b, PP2 x CP2
+#     (== one rank with context_blocks 2, the CP plans' canonical blocks), qwen3.5 PP2 x DP2;
+#   * the shipped run pp-35-pp2-1f1b (qwen3.5 tiny PP2 1f1b, M 2) == one rank;
+#   * the check can fail: the same PP2 gpipe run with its backward phase in reverse
+#     microbatch order (QT_PP_TEST_ORDER=reverse, a test hook read at start-up) pushes the
+#     stages' gradient leaves out of the one-rank tree's order, and its bits differ from one
+#     rank's at step 1 or later (its step-0 loss, computed before any update, is equal);
+#   * refusals: a pipeline form the driver does not run yet names its key (circular repeats,
+#     pp-next-pp2) and save= is refused on a pipeline plan.
+PP_D=$QT_TMP/pp
+PP_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
+
+# pp_variant NAME RUN KEY=VALUE...: configgen's plan of RUN.yml under run_name NAME with the
+# overrides, built into $PP_D/NAME/qtrain (kept: a second call does nothing).
+pp_variant() {
+  local name=$1 run=$2 d=$PP_D/$1; shift 2
+  [ -x "$d/qtrain" ] && return 0
+  rm -rf "$d"; mkdir -p "$d"
+  build/configgen/configgen -o "$d/plan" "configgen/configs/runs/$run.yml" run_name=$name "$@" \
+    > "$d/configgen.log" 2>&1 || { tail -n 3 "$d/configgen.log"; return 1; }
+  make -s plan-binary PLAN="$d/plan/$name" OUT="$d/qtrain" > "$d/make.log" 2>&1 ||
+    { tail -n 5 "$d/make.log"; return 1; }
+}
+
+# pp_det NAME RANKS [ENV=VALUE]: 6 steps of $PP_D/NAME/qtrain on RANKS ranks; its
+# det_fields lines in $PP_D/NAME.det (or NAME.ENV.det with an environment setting).
+pp_det() {
+  local name=$1 n=$2 env=${3:-} out=$PP_D/$1
+  [ -n "$env" ] && out=$out.${env%%=*}
+  [ -s "$out.det" ] && return 0
+  local cmd="$PP_D/$name/qtrain data=$PP_DATA seed=11 steps=6 metrics=$out.jsonl"
+  rm -f "$out.jsonl"
+  if [ "$n" -eq 1 ]; then
+    env $env timeout 120 $cmd 2> "$out.err"
+  else
+    env $env timeout 120 mpiexec -n "$n" $cmd 2> "$out.err"
+  fi || { tail -n 3 "$out.err"; return 1; }
+  det_fields "$out.jsonl" > "$out.det"
+}
+
+# pp_same ONE PP RANKS: the pipeline run PP on RANKS ranks == ONE on one rank, bit for bit
+pp_same() {
+  pp_det "$1" 1 && pp_det "$2" "$3" || return 1
+  cmp "$PP_D/$1.det" "$PP_D/$2.det" || { diff "$PP_D/$1.det" "$PP_D/$2.det" | head -4; return 1; }
+  echo "identical to $1 over 6 steps: $(tail -n 1 "$PP_D/$2.det")"
+}
+
+NEXT_PP="num_ranks=2 ici_pipeline_parallelism=2 num_layers_per_pipeline_stage=2"
+# a stage of 2 ranks: the other axis named, fsdp's auto fill off
+NEXT_PP4="num_ranks=4 ici_pipeline_parallelism=2 num_layers_per_pipeline_stage=2 ici_fsdp_parallelism=1"
+pp_cells() {
+  pp_variant pp1r-next-b4 test-next-tiny per_device_batch_size=4 &&
+    pp_variant pp1r-next-b4-g2 test-next-tiny per_device_batch_size=4 gradient_accumulation_steps=2 &&
+    pp_variant pp1r-35-b4 test-35-tiny per_device_batch_size=4 &&
+    pp_variant pp2-next-gpipe test-next-tiny $NEXT_PP &&
+    pp_variant pp2-next-gpipe-m4 test-next-tiny $NEXT_PP num_pipeline_microbatches=4 &&
+    pp_variant pp2-next-1f1b-m4 test-next-tiny $NEXT_PP num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp2-next-gpipe-g2 test-next-tiny $NEXT_PP gradient_accumulation_steps=2 &&
+    pp_variant pp2-35-gpipe test-35-tiny $NEXT_PP &&
+    pp_variant pp2-35-1f1b-m4 test-35-tiny $NEXT_PP num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp4-next-1f1b-m4 test-next-tiny num_ranks=4 ici_pipeline_parallelism=4 \
+      num_layers_per_pipeline_stage=1 per_device_batch_size=1 num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp1r-next-b8 test-next-tiny per_device_batch_size=8 &&
+    pp_variant pp1r-next-b8-nb2 test-next-tiny per_device_batch_size=8 context_blocks=2 &&
+    pp_variant pp1r-35-b8 test-35-tiny per_device_batch_size=8 &&
+    pp_variant pp2dp2-next-gpipe test-next-tiny $NEXT_PP4 ici_data_parallelism=2 &&
+    pp_variant pp2dp2-next-1f1b-z1 test-next-tiny $NEXT_PP4 ici_data_parallelism=2 \
+      shard_optimizer_over_data=true num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp2fsdp2-next-gpipe test-next-tiny $NEXT_PP4 ici_fsdp_parallelism=2 &&
+    pp_variant pp2tp2-next-gpipe test-next-tiny $NEXT_PP4 ici_tensor_parallelism=2 &&
+    pp_variant pp2ep2-next-1f1b test-next-tiny $NEXT_PP4 ici_expert_parallelism=2 pipeline_schedule=1f1b &&
+    pp_variant pp2cp2-next-gpipe test-next-tiny $NEXT_PP4 ici_context_parallelism=2 &&
+    pp_variant pp2dp2-35-gpipe test-35-tiny $NEXT_PP4 ici_data_parallelism=2
+}
+check "pipeline: configgen plans and builds the stage-local pipeline cells" pp_cells
+
+for cell in "pp1r-next-b4 pp2-next-gpipe 2" "pp1r-next-b4 pp2-next-gpipe-m4 2" \
+            "pp1r-next-b4 pp2-next-1f1b-m4 2" "pp1r-next-b4-g2 pp2-next-gpipe-g2 2" \
+            "pp1r-35-b4 pp2-35-gpipe 2" "pp1r-35-b4 pp2-35-1f1b-m4 2" \
+            "pp1r-next-b4 pp4-next-1f1b-m4 4" "pp1r-next-b8 pp2dp2-next-gpipe 4" \
+            "pp1r-next-b8 pp2dp2-next-1f1b-z1 4" "pp1r-next-b8 pp2fsdp2-next-gpipe 4" \
+            "pp1r-next-b8 pp2tp2-next-gpipe 4" "pp1r-next-b8 pp2ep2-next-1f1b 4" \
+            "pp1r-next-b8-nb2 pp2cp2-next-gpipe 4" "pp1r-35-b8 pp2dp2-35-gpipe 4"; do
+  set -- $cell
+  check "pipeline: ${2#pp} ($3 ranks) == one rank ($1), bit for bit" pp_same "$@"
+done
+
+# the shipped 1f1b run (configgen/configs/runs/pp-35-pp2-1f1b.yml, built by make) trains too
+pp_shipped() {
+  mkdir -p "$PP_D/pp-35-pp2-1f1b" && ln -sf "$QT_ROOT/build/pp-35-pp2-1f1b/qtrain" "$PP_D/pp-35-pp2-1f1b/qtrain" &&
+    pp_same pp1r-35-b4 pp-35-pp2-1f1b 2
+}
+check "pipeline: the shipped pp-35-pp2-1f1b (2 ranks) == one rank (pp1r-35-b4), bit for bit" pp_shipped
+
+# the check can fail: the backward phase in reverse microbatch order
+pp_reverse_differs() {
+  pp_det pp1r-next-b4 1 && pp_det pp2-next-gpipe-m4 2 QT_PP_TEST_ORDER=reverse || return 1
+  local a=$PP_D/pp1r-next-b4.det b=$PP_D/pp2-next-gpipe-m4.QT_PP_TEST_ORDER.det
+  [ "$(head -n 1 "$a" | cut -d' ' -f2)" = "$(head -n 1 "$b" | cut -d' ' -f2)" ] ||
+    { echo "step-0 losses differ"; return 1; }
+  ! cmp -s "$a" "$b" || { echo "the reversed order gave one rank's bits"; return 1; }
+  echo "one rank: $(tail -n 1 "$a"); reversed: $(tail -n 1 "$b")"
+}
+check "pipeline: the backward in reverse microbatch order is not one rank's bits (non-vacuous)" pp_reverse_differs
+
+# what is not executed yet is refused, naming the key, on every rank, before any step
+pp_refusals() {
+  local e=$PP_D/refuse.err
+  timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
+    { echo "circular plan accepted"; return 1; }
+  grep -q "pipeline plans with num_pipeline_repeats > 1 (circular" "$e" || { cat "$e"; return 1; }
+  pp_variant pp2-next-gpipe test-next-tiny $NEXT_PP || return 1
+  timeout 60 mpiexec -n 2 "$PP_D/pp2-next-gpipe/qtrain" steps=1 data=$PP_DATA save=$PP_D/ck \
+    > /dev/null 2> "$e" && { echo "save= accepted"; return 1; }
+  grep -q "pipeline plans with save= are not executed yet" "$e" || { cat "$e"; return 1; }
+  [ ! -e "$PP_D/ck" ] || { echo "save= wrote $PP_D/ck"; return 1; }
+  head -n 1 "$e"
+}
+check "pipeline: forms not executed yet (circular, save=) are refused naming the key" pp_refusals
