@@ -1,0 +1,67 @@
+# 64_ep_overlap.sh - the experts' exchanges beside compute (sourced by run_all.sh; issue 35;
+# docs/overlap.md "The experts' all-to-alls"): with collective_overlap: all, configgen splits
+# each MOE_RETURN_FWD and MOE_DISPATCH_BWD into a start op and a wait op with the shared
+# expert's forward / backward (and the router's backward) between, every conflicting pair of
+# ops in its order; the firmware runs the split all-to-all-v beside them.
+#
+# Each cell: the committed run with collective_overlap=all (a variant built into
+# $QT_TMP/ep_overlap/RUN-v; its plan holds moe_return_start and moe_dispatch_bwd_start) ==
+# the committed run (blocking exchanges) == its one-rank baseline, loss bits and parameter
+# fingerprint of every step over 10 steps (0 ulp): EP2 of both decoders, DP2 x EP2, CP2 x EP2
+# of both decoders, EP2 with G=2 in the microbatch form (3 leaves a microbatch, per-layer
+# units), DP2 x EP2 with ZeRO-1 and per-layer gathers overlapped too (G=4), bf16 EP2
+# (blocking == overlapped only: its one-rank cells live in 77_bf16.sh). Checked by hand
+# once (docs/overlap.md): waiting before starting, or the wait placed before the shared
+# expert's ops, keep the bits (nothing wrong there) but the shared expert's matmul reading
+# the receive buffer (ep_return_scratch) instead of h2 fails every cell.
+EO_DIR=$QT_TMP/ep_overlap
+
+# eo_cell ONE RUN RANKS: RUN with collective_overlap=all == RUN == ONE (ONE "-": no one-rank
+# baseline here), bit for bit.
+eo_cell() {
+  local one=$1 run=$2 n=$3 d=$EO_DIR
+  plan_det "$run" "$n" "$d" 10 || return 1
+  [ "$one" = "-" ] || plan_det "$one" 1 "$d" 10 || return 1
+  plan_variant "$run" "$d" collective_overlap=all || return 1
+  local t=$d/$run-v/plan/$run/plan.txt
+  grep -q " moe_return_start " "$t" && grep -q " moe_dispatch_bwd_start " "$t" ||
+    { echo "no split expert exchange in $t"; return 1; }
+  timeout 120 mpiexec -n "$n" "$d/$run-v/qtrain" data=tests/golden/e2e/test-next-tiny/tokens.npy \
+    seed=11 steps=10 metrics="$d/$run-all.jsonl" 2> "$d/$run-all.err" ||
+    { tail -n 3 "$d/$run-all.err"; return 1; }
+  det_fields "$d/$run-all.jsonl" > "$d/$run-all.det" || return 1
+  cmp "$d/$run.det" "$d/$run-all.det" || { echo "overlapped != blocking"; return 1; }
+  [ "$one" = "-" ] || cmp "$d/$one.det" "$d/$run-all.det" || { echo "overlapped != one rank"; return 1; }
+  echo "$(grep -c ' moe_return_start ' "$t") + $(grep -c ' moe_dispatch_bwd_start ' "$t") split exchanges; identical: $(tail -n 1 "$d/$run-all.det")"
+}
+
+for cell in "mesh-next-1r mesh-next-ep2 2" "mesh-35-1r mesh-35-ep2 2" \
+            "mesh-next-1r mesh-next-dp2ep2 4" "ctx-next-1r-nb4 ctx-next-cp2ep2 4" \
+            "ctx-35t-1r-nb4 ctx-35t-cp2ep2 4" "odd-next-1r-b12 split-next-ep2-b3-g2 2" \
+            "zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1-gather 4" "- bf16-next-ep2 2"; do
+  set -- $cell
+  check "experts' exchanges overlapped: ${2} ($3 ranks, collective_overlap all) == blocking == one rank (${1}), bit for bit" eo_cell "$@"
+done
+
+# the plan: the shared expert's forward between moe_return_start and moe_return_wait
+eo_plan() {
+  local t=$EO_DIR/mesh-next-ep2-v/plan/mesh-next-ep2/plan.txt
+  [ -s "$t" ] || plan_variant mesh-next-ep2 "$EO_DIR" collective_overlap=all || return 1
+  awk '/ moe_return_start /{s=1; next} / moe_return_wait /{exit} s' "$t" | cut -c 1-60 |
+    tee "$EO_DIR/between.txt"
+  grep -q "shared_expert.down_proj" "$EO_DIR/between.txt" || { echo "no shared expert between"; return 1; }
+  grep -q "split beside compute" "$t"
+}
+check "experts' exchanges overlapped: the shared expert's forward runs between start and wait (plan.txt)" eo_plan
+
+# eo_refused: an unknown collective_overlap names the values
+eo_refused() {
+  local out=$EO_DIR/refused
+  rm -rf "$out"; mkdir -p "$out"
+  if build/configgen/configgen -o "$out" configgen/configs/runs/mesh-next-ep2.yml collective_overlap=most > "$out/log" 2>&1; then
+    echo "planned"; return 1
+  fi
+  grep -qF "expected auto, on, off or all" "$out/log" || { cat "$out/log"; return 1; }
+  [ -z "$(ls "$out" | grep -v '^log$')" ] && cat "$out/log"
+}
+check "experts' exchanges overlapped: an unknown collective_overlap refused" eo_refused
