@@ -10,10 +10,11 @@
 # fingerprint of every step over 10 steps (0 ulp): EP2 of both decoders, DP2 x EP2, CP2 x EP2
 # of both decoders, EP2 with G=2 in the microbatch form (3 leaves a microbatch, per-layer
 # units), DP2 x EP2 with ZeRO-1 and per-layer gathers overlapped too (G=4), bf16 EP2
-# (blocking == overlapped only: its one-rank cells live in 77_bf16.sh). Checked by hand
-# once (docs/overlap.md): waiting before starting, or the wait placed before the shared
-# expert's ops, keep the bits (nothing wrong there) but the shared expert's matmul reading
-# the receive buffer (ep_return_scratch) instead of h2 fails every cell.
+# (blocking == overlapped only: its one-rank cells live in 77_bf16.sh). Mutations tried by
+# hand once: configgen placing the backward's ops after MOE_DISPATCH_BWD without checking
+# them against its dx (the router's d.h2 sum and the norm's backward before the wait): EP2
+# of both decoders differ from step 1; the wait op unpacking before it waits: EP2 and
+# DP2 x EP2 differ at step 0; the wait op not waiting: step 0 fails (slots exhausted).
 EO_DIR=$QT_TMP/ep_overlap
 
 # eo_cell ONE RUN RANKS: RUN with collective_overlap=all == RUN == ONE (ONE "-": no one-rank
@@ -26,13 +27,14 @@ eo_cell() {
   local t=$d/$run-v/plan/$run/plan.txt
   grep -q " moe_return_start " "$t" && grep -q " moe_dispatch_bwd_start " "$t" ||
     { echo "no split expert exchange in $t"; return 1; }
+  rm -f "$d/$run-all.jsonl"
   timeout 120 mpiexec -n "$n" "$d/$run-v/qtrain" data=tests/golden/e2e/test-next-tiny/tokens.npy \
     seed=11 steps=10 metrics="$d/$run-all.jsonl" 2> "$d/$run-all.err" ||
     { tail -n 3 "$d/$run-all.err"; return 1; }
   det_fields "$d/$run-all.jsonl" > "$d/$run-all.det" || return 1
   cmp "$d/$run.det" "$d/$run-all.det" || { echo "overlapped != blocking"; return 1; }
   [ "$one" = "-" ] || cmp "$d/$one.det" "$d/$run-all.det" || { echo "overlapped != one rank"; return 1; }
-  echo "$(grep -c ' moe_return_start ' "$t") + $(grep -c ' moe_dispatch_bwd_start ' "$t") split exchanges; identical: $(tail -n 1 "$d/$run-all.det")"
+  echo "$(grep -cE '^ +[0-9]+ moe_return_start ' "$t") + $(grep -cE '^ +[0-9]+ moe_dispatch_bwd_start ' "$t") split exchanges; identical: $(tail -n 1 "$d/$run-all.det")"
 }
 
 for cell in "mesh-next-1r mesh-next-ep2 2" "mesh-35-1r mesh-35-ep2 2" \
@@ -47,9 +49,10 @@ done
 eo_plan() {
   local t=$EO_DIR/mesh-next-ep2-v/plan/mesh-next-ep2/plan.txt
   [ -s "$t" ] || plan_variant mesh-next-ep2 "$EO_DIR" collective_overlap=all || return 1
-  awk '/ moe_return_start /{s=1; next} / moe_return_wait /{exit} s' "$t" | cut -c 1-60 |
-    tee "$EO_DIR/between.txt"
-  grep -q "shared_expert.down_proj" "$EO_DIR/between.txt" || { echo "no shared expert between"; return 1; }
+  awk '/^ +[0-9]+ moe_return_start /{s=1; next} /^ +[0-9]+ moe_return_wait /{exit} s' "$t" |
+    tee "$EO_DIR/between.txt" | cut -c 1-70
+  grep -q "w:L0.moe.shared_out " "$EO_DIR/between.txt" && grep -q "w:L0.moe.shared_gated " "$EO_DIR/between.txt" ||
+    { echo "no shared expert between"; return 1; }
   grep -q "split beside compute" "$t"
 }
 check "experts' exchanges overlapped: the shared expert's forward runs between start and wait (plan.txt)" eo_plan
