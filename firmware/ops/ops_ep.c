@@ -184,26 +184,32 @@ static void qt_ep_unpack_y(const qt_op *op, const qt_ctx *ctx, const qt_ep_dims 
                   qt_ep.home_off);
 }
 
-void qt_op_moe_return_fwd(const qt_op *op, const qt_ctx *ctx)
+/* How a host -> home op runs its exchange: whole, started, or waited for and unpacked. */
+enum { QT_EP_WHOLE, QT_EP_START, QT_EP_WAIT };
+typedef void (*qt_ep_unpack_fn)(const qt_op *op, const qt_ctx *ctx, const qt_ep_dims *D);
+
+static void qt_ep_home_op(const qt_op *op, const qt_ctx *ctx, int how, qt_ep_unpack_fn unpack)
 {
     qt_ep_dims D;
-    int rc = qt_ep_bring_home(op, ctx, &D, 0);
-    if (!rc) qt_ep_unpack_y(op, ctx, &D);
+    const int rc = how == QT_EP_WAIT ? qt_ep_wait_home(op, &D)
+                                     : qt_ep_bring_home(op, ctx, &D, how == QT_EP_START);
+    if (!rc && how != QT_EP_START) unpack(op, ctx, &D);
     qt_ep_status(ctx, rc);
+}
+
+void qt_op_moe_return_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_home_op(op, ctx, QT_EP_WHOLE, qt_ep_unpack_y);
 }
 
 void qt_op_moe_return_start(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_ep_dims D;
-    qt_ep_status(ctx, qt_ep_bring_home(op, ctx, &D, 1));
+    qt_ep_home_op(op, ctx, QT_EP_START, qt_ep_unpack_y);
 }
 
 void qt_op_moe_return_wait(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_ep_dims D;
-    int rc = qt_ep_wait_home(op, &D);
-    if (!rc) qt_ep_unpack_y(op, ctx, &D);
-    qt_ep_status(ctx, rc);
+    qt_ep_home_op(op, ctx, QT_EP_WAIT, qt_ep_unpack_y);
 }
 
 void qt_op_moe_return_bwd(const qt_op *op, const qt_ctx *ctx)
@@ -241,22 +247,15 @@ static void qt_ep_unpack_dx(const qt_op *op, const qt_ctx *ctx, const qt_ep_dims
 
 void qt_op_moe_dispatch_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_ep_dims D;
-    int rc = qt_ep_bring_home(op, ctx, &D, 0);
-    if (!rc) qt_ep_unpack_dx(op, ctx, &D);
-    qt_ep_status(ctx, rc);
+    qt_ep_home_op(op, ctx, QT_EP_WHOLE, qt_ep_unpack_dx);
 }
 
 void qt_op_moe_dispatch_bwd_start(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_ep_dims D;
-    qt_ep_status(ctx, qt_ep_bring_home(op, ctx, &D, 1));
+    qt_ep_home_op(op, ctx, QT_EP_START, qt_ep_unpack_dx);
 }
 
 void qt_op_moe_dispatch_bwd_wait(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_ep_dims D;
-    int rc = qt_ep_wait_home(op, &D);
-    if (!rc) qt_ep_unpack_dx(op, ctx, &D);
-    qt_ep_status(ctx, rc);
+    qt_ep_home_op(op, ctx, QT_EP_WAIT, qt_ep_unpack_dx);
 }

@@ -10,7 +10,8 @@
 # fingerprint of every step over 10 steps (0 ulp): EP2 of both decoders, DP2 x EP2, CP2 x EP2
 # of both decoders, EP2 with G=2 in the microbatch form (3 leaves a microbatch, per-layer
 # units), DP2 x EP2 with ZeRO-1 and per-layer gathers overlapped too (G=4), bf16 EP2
-# (blocking == overlapped only: its one-rank cells live in 77_bf16.sh). Mutations tried by
+# (blocking == overlapped only: its one-rank cells live in 77_bf16.sh); DP2 x EP2 with the
+# held-out eval (blocking == overlapped, training and eval loss bits). Mutations tried by
 # hand once: configgen placing the backward's ops after MOE_DISPATCH_BWD without checking
 # them against its dx (the router's d.h2 sum and the norm's backward before the wait): EP2
 # of both decoders differ from step 1; the wait op unpacking before it waits: EP2 and
@@ -44,6 +45,26 @@ for cell in "mesh-next-1r mesh-next-ep2 2" "mesh-35-1r mesh-35-ep2 2" \
   set -- $cell
   check "experts' exchanges overlapped: ${2} ($3 ranks, collective_overlap all) == blocking == one rank (${1}), bit for bit" eo_cell "$@"
 done
+
+# the held-out eval (eval_holdout=8, every 3 steps): its forward runs the split exchanges
+# too; blocking == overlapped, training and eval loss bits (one rank: 62_eval.sh)
+eo_eval() {
+  local d=$EO_DIR run=eval-next-dp2ep2 a
+  plan_variant $run "$d" collective_overlap=all || return 1
+  for a in blocking overlapped; do
+    local b=build/$run/qtrain
+    [ $a = overlapped ] && b=$d/$run-v/qtrain
+    rm -f "$d/eval-$a.jsonl"
+    timeout 120 mpiexec -n 4 "$b" data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 \
+      steps=10 eval_holdout=8 metrics="$d/eval-$a.jsonl" 2> "$d/eval-$a.err" ||
+      { tail -n 3 "$d/eval-$a.err"; return 1; }
+    det_fields "$d/eval-$a.jsonl" > "$d/eval-$a.det" || return 1
+  done
+  grep -q eval_loss_bits "$d/eval-overlapped.det" || { echo "no eval line"; return 1; }
+  cmp "$d/eval-blocking.det" "$d/eval-overlapped.det" &&
+    echo "identical: $(grep -c eval_loss_bits "$d/eval-overlapped.det") evals, $(tail -n 1 "$d/eval-overlapped.det")"
+}
+check "experts' exchanges overlapped: DP2 x EP2 with the held-out eval == blocking, training and eval bits" eo_eval
 
 # the plan: the shared expert's forward between moe_return_start and moe_return_wait
 eo_plan() {
