@@ -25,7 +25,9 @@ static int qt_ep_exchange_kind(int k)
 
 int qt_validate_ep_splits(const qt_plan *p)
 {
-    const qt_op *open = NULL;   /* the start in flight */
+    /* the start in flight, copied: a scanned run's op lives in the cursor's buffer */
+    qt_op start;
+    const qt_op *open = NULL;
     int32_t at = -1;
     const int64_t eval_end = p->train.eval_interval > 0 ? p->train.eval_fwd_ops : -1;
     for (qt_mb_cursor c = qt_mb_begin(p); qt_mb_next(&c);) {
@@ -37,7 +39,8 @@ int qt_validate_ep_splits(const qt_plan *p)
         else if (k == QT_OP_MOE_RETURN_START || k == QT_OP_MOE_DISPATCH_BWD_START) {
             if (open) why = "starts an expert exchange while another is in flight";
             else {
-                open = op, at = c.logical;
+                start = *op;
+                open = &start, at = c.logical;
                 continue;
             }
         } else if (k == QT_OP_MOE_RETURN_WAIT || k == QT_OP_MOE_DISPATCH_BWD_WAIT) {

@@ -10,8 +10,12 @@
 # fingerprint of every step over 10 steps (0 ulp): EP2 of both decoders, DP2 x EP2, CP2 x EP2
 # of both decoders, EP2 with G=2 in the microbatch form (3 leaves a microbatch, per-layer
 # units), DP2 x EP2 with ZeRO-1 and per-layer gathers overlapped too (G=4), bf16 EP2
-# (blocking == overlapped only: its one-rank cells live in 77_bf16.sh); DP2 x EP2 with the
-# held-out eval (blocking == overlapped, training and eval loss bits). Mutations tried by
+# (blocking == overlapped only: its one-rank cells live in 77_bf16.sh); remat full (the
+# forward's return split again in the backward's recompute), scan_layers over 16 layers (a
+# scanned run's start and wait), EP2 x TP2 (the expert outputs' all-reduce before the start,
+# the shared expert's tensor sums between), the MTP head (blocking == overlapped for the
+# last three); DP2 x EP2 with the held-out eval (blocking == overlapped, training and eval
+# loss bits). Mutations tried by
 # hand once: configgen placing the backward's ops after MOE_DISPATCH_BWD without checking
 # them against its dx (the router's d.h2 sum and the norm's backward before the wait): EP2
 # of both decoders differ from step 1; the wait op unpacking before it waits: EP2 and
@@ -41,7 +45,9 @@ eo_cell() {
 for cell in "mesh-next-1r mesh-next-ep2 2" "mesh-35-1r mesh-35-ep2 2" \
             "mesh-next-1r mesh-next-dp2ep2 4" "ctx-next-1r-nb4 ctx-next-cp2ep2 4" \
             "ctx-35t-1r-nb4 ctx-35t-cp2ep2 4" "odd-next-1r-b12 split-next-ep2-b3-g2 2" \
-            "zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1-gather 4" "- bf16-next-ep2 2"; do
+            "zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1-gather 4" "- bf16-next-ep2 2" \
+            "mesh-next-1r remat-full-mesh-next-dp2ep2 4" "- scan-next-16l-dp2ep2-scan 4" \
+            "- mesh-next-ep2tp2 4" "- mtp-next-ep2 2"; do
   set -- $cell
   check "experts' exchanges overlapped: ${2} ($3 ranks, collective_overlap all) == blocking == one rank (${1}), bit for bit" eo_cell "$@"
 done
