@@ -12,14 +12,13 @@
 # units), DP2 x EP2 with ZeRO-1 and per-layer gathers overlapped too (G=4), bf16 EP2
 # (blocking == overlapped only: its one-rank cells live in 77_bf16.sh); remat full (the
 # forward's return split again in the backward's recompute), scan_layers over 16 layers (a
-# scanned run's start and wait), EP2 x TP2 (the expert outputs' all-reduce before the start,
-# the shared expert's tensor sums between), the MTP head (blocking == overlapped for the
-# last three); DP2 x EP2 with the held-out eval (blocking == overlapped, training and eval
-# loss bits). Mutations tried by
-# hand once: configgen placing the backward's ops after MOE_DISPATCH_BWD without checking
-# them against its dx (the router's d.h2 sum and the norm's backward before the wait): EP2
-# of both decoders differ from step 1; the wait op unpacking before it waits: EP2 and
-# DP2 x EP2 differ at step 0; the wait op not waiting: step 0 fails (slots exhausted).
+# scanned run's start and wait), EP2 x TP2 (the expert outputs' all-reduce before the start),
+# the MTP head (blocking == overlapped for the last three); DP2 x EP2 with the held-out eval
+# (blocking == overlapped, training and eval loss bits). Mutations tried by hand once:
+# configgen placing the backward's ops after MOE_DISPATCH_BWD without checking them against
+# its dx (the router's d.h2 sum and the norm's backward before the wait): EP2 of both
+# decoders differ from step 1; the wait op unpacking before it waits: EP2 and DP2 x EP2
+# differ at step 0; the wait op not waiting: step 0 fails (slots exhausted).
 EO_DIR=$QT_TMP/ep_overlap
 
 # eo_cell ONE RUN RANKS: RUN with collective_overlap=all == RUN == ONE (ONE "-": no one-rank
