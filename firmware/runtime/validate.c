@@ -343,6 +343,7 @@ static int qt_validate_step(const qt_plan *p)
     for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
         rc = qt_validate_step_op(p, c.op, c.logical, "microbatch", 1, &mb_norm, &mb_update);
     rc = rc ? rc : qt_validate_splits(p);
+    rc = rc ? rc : qt_validate_ep_splits(p);
     rc = rc ? rc : qt_validate_eval(p);
     if (rc) return rc;
     /* a microbatch tree receives every range exactly once per microbatch */

@@ -48,6 +48,13 @@ static const qt_vb_slot qt_vb_slots[] = {
     QT_VB(MOE_DISPATCH_BWD, scratch, QT_F32), QT_VB(CTX_TO_HEADS, scratch, QT_F32),
     QT_VB(CTX_TO_HEADS_BWD, scratch, QT_F32), QT_VB(CTX_TO_TOKENS, scratch, QT_F32),
     QT_VB(CTX_TO_TOKENS_BWD, scratch, QT_F32),
+    /* the split expert exchanges: the slots of the kind they split */
+    QT_VB(MOE_RETURN_START, yr, QT_BF16),
+    QT_VB(MOE_RETURN_WAIT, y, QT_BF16),    QT_VB(MOE_RETURN_WAIT, yr, QT_BF16),
+    QT_VB(MOE_DISPATCH_BWD_START, dxr, QT_F32),
+    QT_VB(MOE_DISPATCH_BWD_WAIT, dx, QT_BF16), QT_VB(MOE_DISPATCH_BWD_WAIT, dxr, QT_F32),
+    QT_VB(MOE_RETURN_START, scratch, QT_F32), QT_VB(MOE_RETURN_WAIT, scratch, QT_F32),
+    QT_VB(MOE_DISPATCH_BWD_START, scratch, QT_F32), QT_VB(MOE_DISPATCH_BWD_WAIT, scratch, QT_F32),
     /* the row-block forms (ops_bf16_rows.c) read and write each activation slot in its own
      * dtype; the saved statistics are fp32, written and read in place */
     QT_VB(RMSNORM_FWD, rstd, QT_F32),      QT_VB(RMSNORM_BWD, rstd, QT_F32),

@@ -460,7 +460,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"shard_mode=manual", NULL, "expected auto or explicit"},
         {"gradient_reduce=sometimes", NULL, "gradient_reduce=sometimes (command line): expected auto, step, microbatch or layer"},
         {"remat_policy=partial", NULL, "remat_policy=partial (command line): expected none, full or save_dot"},
-        {"collective_overlap=sometimes", NULL, "collective_overlap=sometimes (command line): expected auto, on or off"},
+        {"collective_overlap=sometimes", NULL, "collective_overlap=sometimes (command line): expected auto, on, off or all"},
         {"expert_chunk_rows=0", NULL, "expert_chunk_rows=0 (command line): 0: expected 1 .. 16777216 rows"},
         // the expert dispatch in rounds (config/dispatch.c)
         {"expert_dispatch=sometimes", NULL, "expert_dispatch=sometimes (command line): expected auto, whole or rounds"},

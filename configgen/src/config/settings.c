@@ -889,7 +889,8 @@ static int check_policies(const qt_cg_vctx *v, qt_cg_settings *s)
     if (!strcmp(co, "auto")) s->overlap = QT_CG_OVERLAP_AUTO;
     else if (!strcmp(co, "on")) s->overlap = QT_CG_OVERLAP_ON;
     else if (!strcmp(co, "off")) s->overlap = QT_CG_OVERLAP_OFF;
-    else return bad(v, "collective_overlap", "expected auto, on or off");
+    else if (!strcmp(co, "all")) s->overlap = QT_CG_OVERLAP_ALL;
+    else return bad(v, "collective_overlap", "expected auto, on, off or all");
     const char *rp = gets_(v, "remat_policy");
     if (!strcmp(rp, "none")) s->remat = QT_CG_REMAT_NONE;
     else if (!strcmp(rp, "full")) s->remat = QT_CG_REMAT_FULL;

@@ -99,7 +99,7 @@ typedef struct qt_cg_rule {
 
 enum qt_cg_remat_policy { QT_CG_REMAT_NONE = 0, QT_CG_REMAT_FULL, QT_CG_REMAT_SAVE_DOT };
 enum qt_cg_param_gather { QT_CG_GATHER_AUTO = 0, QT_CG_GATHER_STEP, QT_CG_GATHER_LAYER };
-enum qt_cg_overlap { QT_CG_OVERLAP_AUTO = 0, QT_CG_OVERLAP_ON, QT_CG_OVERLAP_OFF };
+enum qt_cg_overlap { QT_CG_OVERLAP_AUTO = 0, QT_CG_OVERLAP_ON, QT_CG_OVERLAP_OFF, QT_CG_OVERLAP_ALL };
 enum qt_cg_expert_dispatch { QT_CG_DISPATCH_WHOLE = 0, QT_CG_DISPATCH_ROUNDS };
 enum qt_cg_grad_reduce { QT_CG_REDUCE_AUTO = 0, QT_CG_REDUCE_STEP, QT_CG_REDUCE_MICROBATCH,
                          QT_CG_REDUCE_LAYER };

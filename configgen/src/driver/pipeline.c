@@ -126,6 +126,11 @@ static int plan_graph(qt_cg_settings *s, qt_cg_graph *g, char *err, size_t errle
     if (g->overlap && s->overlap == QT_CG_OVERLAP_AUTO && budget > 0 && qt_cg_need_bytes(g) > budget &&
         overlap(g, 0, err, errlen))
         return -1;
+    /* collective_overlap all: the experts' host -> home exchanges beside compute too */
+    if (s->overlap == QT_CG_OVERLAP_ALL && s->mesh[QT_MESH_EXPERT] > 1 && qt_cg_ep_overlap(g)) {
+        if (g->layer_reduce) qt_cg_leaf_windows(g);
+        if (qt_cg_memplan(g, err, errlen)) return -1;
+    }
     qt_cg_step_schedule(g);
     if (qt_cg_check_schedule(g, err, errlen)) return -1;
     if (qt_cg_layout_check(g, &g->n_reshards, err, errlen)) return -1;

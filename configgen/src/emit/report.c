@@ -753,7 +753,9 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
 #define EP_SAME_ALL(e) (EP_SAME(e, T) && EP_SAME(e, k) && EP_SAME(e, d) && EP_SAME(e, mask) && \
                         EP_SAME(e, Rmax))
 _Static_assert(EP_SAME_ALL(MOE_RETURN_FWD) && EP_SAME_ALL(MOE_RETURN_BWD) &&
-               EP_SAME_ALL(MOE_DISPATCH_BWD), "report.c: the EP exchanges' attributes differ");
+               EP_SAME_ALL(MOE_DISPATCH_BWD) && EP_SAME_ALL(MOE_RETURN_START) &&
+               EP_SAME_ALL(MOE_DISPATCH_BWD_START),
+               "report.c: the EP exchanges' attributes differ");
 
 /* The expert dispatch in rounds (expert_dispatch=rounds): its ops per microbatch, the group,
  * the round size and what each op moves (routing-dependent, so outside the table). */
@@ -869,7 +871,7 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
                          qt_cg_s(msgs));
     }
     /* expert parallelism: the row exchanges are microbatch ops with routing-dependent sizes */
-    int n_ep = 0;
+    int n_ep = 0, n_ep_split = 0;
     unsigned ep_mask = 0;
     int64_t ep_max = 0;
     for (int i = 0; i < g->nmb; i++) {
@@ -877,11 +879,13 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
         int64_t rows;
         if (o->kind == QT_OP_MOE_DISPATCH_FWD || o->kind == QT_OP_MOE_RETURN_BWD)
             rows = EP_A(o, T) * EP_A(o, k);   /* the home rows T*k */
-        else if (o->kind == QT_OP_MOE_RETURN_FWD || o->kind == QT_OP_MOE_DISPATCH_BWD)
-            rows = EP_A(o, Rmax);             /* the host rows Rmax */
+        else if (o->kind == QT_OP_MOE_RETURN_FWD || o->kind == QT_OP_MOE_DISPATCH_BWD ||
+                 o->kind == QT_OP_MOE_RETURN_START || o->kind == QT_OP_MOE_DISPATCH_BWD_START)
+            rows = EP_A(o, Rmax);             /* the host rows Rmax (a split one at its start) */
         else
             continue;
         n_ep++;
+        n_ep_split += o->kind == QT_OP_MOE_RETURN_START || o->kind == QT_OP_MOE_DISPATCH_BWD_START;
         ep_mask |= (unsigned)EP_A(o, mask);
         ep_max += qt_dtype_bytes((unsigned)g->s->dtype) * rows * EP_A(o, d);
     }
@@ -896,6 +900,10 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
                          qt_cg_s(qt_cg_group_size(g->s, ep_mask)),
                          (long long)(ep_max * g->s->tr.grad_accum),
                          (long long)g->s->tr.grad_accum, g->s->tr.grad_accum == 1 ? "" : "es");
+        if (n_ep_split)
+            qt_cg_buf_printf(b, "  of which %d split beside compute (collective_overlap all: "
+                             "moe_return_start .. moe_return_wait, moe_dispatch_bwd_start .. "
+                             "moe_dispatch_bwd_wait in the microbatch schedule)\n", n_ep_split);
     }
     ep_rounds_line(b, g);
     cp_exchange_line(b, g);
