@@ -23,9 +23,10 @@
 # Knobs: PP_SEQ (default 1024: 4 x 1024 tokens per step, the slice's tokens per step), PP_M
 # (default 4; even), PP_STEPS (default 2), PP_OUT=DIR keeps the logs (else a scratch dir),
 # PP_REPORT_ONLY=1 with PP_OUT formats the logs already there, PP_LOCK=FILE runs each
-# variant under `flock FILE` (its memory checked once the lock is held), BENCH_CANNED=DIR formats canned
-# outputs (tests/scripts/bench_common.sh). The runs never overlap (the one-rank arena is
-# 12.6 GiB at S 1024, the two DP2 and PP2 ranks 7-8 GiB each); each is refused unless
+# variant under `flock FILE` (its memory checked once the lock is held, and waited for up to
+# 10 minutes), BENCH_CANNED=DIR formats canned outputs (tests/scripts/bench_common.sh).
+# The runs never overlap (the one-rank arena is
+# 12.6 GiB at S 1024, the two DP2 and PP2 ranks about 8 GiB each); each is refused unless
 # MemAvailable covers it. On this VM the two vCPUs share their FP units (docs/toolchain.md
 # section 0), so a 2-rank run is two processes on about one core's FMA: the speed-up is
 # bounded by the cores, and what the rows show is the pipeline's extra forward (stage 0
@@ -86,12 +87,19 @@ plan_arena() {
     awk '/^    stage [0-9]+: plan hash/ {for (i = 1; i < NF; i++) if ($i == "arena") {v = $(i+1) + 0; if (v > m) m = v}} END {printf "%.0f", m}' "$f"
   else awk 'index($0, "  arena") == 1 {printf "%.0f", $(NF-1); exit}' "$f"; fi
 }
+# mem_wait MIB WHAT: need_mem; with PP_LOCK, memory that other jobs (outside the lock) hold may
+# come free: retried every 20 s for up to 10 minutes before the run is refused
+mem_wait() {
+  local t=0
+  while [ -n "${PP_LOCK:-}" ] && [ $t -lt 600 ] && ! need_mem "$@" 2> /dev/null; do sleep 20; t=$((t + 20)); done
+  need_mem "$@"
+}
 if [ -z "${PP_REPORT_ONLY:-}" ]; then
   for v in "${VARS[@]}"; do
     n=${RANKS[$v]}
     # PP_LOCK=FILE: each run, and its memory check, under flock FILE
     if [ -n "${PP_LOCK:-}" ] && [ -z "${BENCH_CANNED:-}" ]; then exec 9> "$PP_LOCK"; flock 9; fi
-    need_mem $((n * $(plan_arena $v))) "${LABEL[$v]} ($n x $(plan_arena $v) MiB)"
+    mem_wait $((n * $(plan_arena $v))) "${LABEL[$v]} ($n x $(plan_arena $v) MiB)"
     cmd="./$BD/$v steps=$STEPS metrics=$out/$v.jsonl"
     [ "$n" -gt 1 ] && cmd="mpiexec -n $n $cmd"
     # shellcheck disable=SC2086
