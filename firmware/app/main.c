@@ -110,6 +110,9 @@ static int qt_main_finish(int code)
     qt_app_eval_close();
     if (qt_main_state.data_open) qt_data_close(&qt_main_state.data);
     qt_checkpoint_unlock();
+    /* a pipeline plan: each stage's first rank says where its schedule's time went */
+    if (qt_main_state.plan && qt_main_state.steps_run)
+        qt_pp_time_print(stderr, qt_main_state.plan, qt_main_state.steps_run);
     if (qt_main_state.plan && qt_main_state.rank == 0) {
         qt_main_comm_print(stderr);
         qt_runtime_profile_print(stderr);

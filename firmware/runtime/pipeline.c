@@ -10,7 +10,9 @@
  *  - messages: channel 0 the activations (stage s to s + 1), channel 1 the gradients (s + 1
  *    to s), each microbatch once per accumulation group, in the schedule's order on both
  *    sides (qt_pp_action), so they match in posting order; sends are flushed at the end of
- *    every group (before its slots are reused); no heap, no reduction of floats.
+ *    every group (before its slots are reused); no heap, no reduction of floats;
+ *  - the bubble's clocks (pipeline_time.c) are read around the waits only: no bit depends
+ *    on them.
  */
 #include <string.h>
 #include "qt_pipeline.h"
@@ -82,6 +84,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
     const int64_t nb = p->tensors[p->pp_slots].shape[1], bytes = nb * (int64_t)sizeof(float);
     float *slots = qt_f32(ctx, p->pp_slots);
     const int64_t groups = p->train.grad_accum / M;
+    const double t0 = qt_pp_clock();
     for (int64_t g = 0; g < groups; g++) {
         for (int i = 0; i < 2 * M; i++) {
             int j;
@@ -94,7 +97,11 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
             if (!bwd) {
                 /* F: the input arrives (stages > 0); a stage before the last runs the
                  * forward and sends its output on; the last stage's forward runs at B */
-                if (!first) rc = qt_coll_p2p_recv(ranks[s - 1], QT_PP_ACT, in, bytes);
+                if (!first) {
+                    const double w0 = qt_pp_clock();
+                    rc = qt_coll_p2p_recv(ranks[s - 1], QT_PP_ACT, in, bytes);
+                    qt_pp_time_add(QT_PP_T_WAIT, w0);
+                }
                 if (!rc && !last) {
                     if (!first) qt_pp_copy(ctx, p->pp_in, in, nb);
                     rc = h->fill(mb, h->arg);
@@ -109,8 +116,11 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                 /* B: the output's gradient arrives (stages before the last), the forward
                  * runs again from the kept input, then the backward; the input's gradient
                  * goes back (stages > 0) */
-                if (!last)
+                if (!last) {
+                    const double w0 = qt_pp_clock();
                     rc = qt_coll_p2p_recv(ranks[s + 1], QT_PP_GRAD, qt_f32(ctx, p->pp_dout), bytes);
+                    qt_pp_time_add(QT_PP_T_WAIT, w0);
+                }
                 if (!rc && !first) qt_pp_copy(ctx, p->pp_in, in, nb);
                 if (!rc) rc = h->fill(mb, h->arg);
                 if (!rc) qt_interp_run_microbatch(ctx, table, mb, st);
@@ -123,9 +133,12 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
             }
             if (rc) return rc;
         }
+        const double w0 = qt_pp_clock();
         int rc = qt_coll_p2p_flush();
+        qt_pp_time_add(QT_PP_T_WAIT, w0);
         if (rc) return rc;
     }
+    qt_pp_time_add(QT_PP_T_SCHED, t0);
     return QT_OK;
 }
 
@@ -162,7 +175,10 @@ int qt_pp_share_metrics(const qt_plan *p, qt_step_metrics *m)
         }
         return qt_coll_p2p_flush();
     }
-    return qt_coll_p2p_recv(ranks[S - 1], QT_PP_METRICS, m, (int64_t)sizeof *m);
+    const double w0 = qt_pp_clock();
+    int rc = qt_coll_p2p_recv(ranks[S - 1], QT_PP_METRICS, m, (int64_t)sizeof *m);
+    qt_pp_time_add(QT_PP_T_MERGE, w0);
+    return rc;
 }
 
 /* Every stage's blk bytes (mine: this stage's) into all[0 .. S) (S blocks of blk bytes),
@@ -173,7 +189,10 @@ static int qt_pp_gather(const qt_plan *p, const void *mine, void *all, int64_t b
     const int s = qt_pp_peers(p, ranks);
     *S = p->pipeline_stages;
     memcpy((unsigned char *)all + s * blk, mine, (size_t)blk);
-    return qt_coll_p2p_allgather(ranks, *S, s, all, blk);
+    const double w0 = qt_pp_clock();
+    int rc = qt_coll_p2p_allgather(ranks, *S, s, all, blk);
+    qt_pp_time_add(QT_PP_T_MERGE, w0);
+    return rc;
 }
 
 int qt_pp_exact_merge(const qt_plan *p, qt_exact *a)

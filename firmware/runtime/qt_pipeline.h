@@ -14,6 +14,7 @@
 #define QT_PIPELINE_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "qt_ops.h"
 #include "qt_exact.h"
 #include "qt_metrics.h"
@@ -79,5 +80,17 @@ int qt_pp_sum_u64(const qt_plan *p, uint64_t *v);
  * out of the one-rank tree's order, so the bits must differ from one rank's (the check is
  * not vacuous). 0 (the default): the schedule's order. */
 void qt_pp_set_test_order(int reverse);
+
+/* The bubble's clocks (pipeline_time.c): qt_pp_clock is the monotonic clock in seconds;
+ * qt_pp_time_add(kind, t0) adds qt_pp_clock() - t0 to the counter of kind (QT_PP_T_SCHED the
+ * stage's microbatch schedule, QT_PP_T_WAIT the waits for boundary messages inside it,
+ * QT_PP_T_MERGE the waits at the merges over the stages after it). qt_pp_time_print writes,
+ * on the first rank of each stage of a pipeline plan that ran `steps` steps, one line: the
+ * schedule's time, computing (schedule - waits), the waits and the measured bubble
+ * (waits / (schedule + merge waits)) beside the formula (S-1)/(M+S-1). Nothing otherwise. */
+enum { QT_PP_T_SCHED, QT_PP_T_WAIT, QT_PP_T_MERGE, QT_PP_T_COUNT };
+double qt_pp_clock(void);
+void qt_pp_time_add(int kind, double t0);
+void qt_pp_time_print(FILE *f, const qt_plan *p, int64_t steps);
 
 #endif

@@ -13,7 +13,8 @@
 #   * stages of 2 ranks (4 ranks, == one rank with per_device_batch_size 8): PP2 x DP2 gpipe,
 #     PP2 x DP2 1f1b M 4 with ZeRO-1, PP2 x FSDP2, PP2 x TP2, PP2 x EP2 1f1b, PP2 x CP2
 #     (== one rank with context_blocks 2, the CP plans' canonical blocks), qwen3.5 PP2 x DP2;
-#   * the shipped run pp-35-pp2-1f1b (qwen3.5 tiny PP2 1f1b, M 2) == one rank;
+#   * the shipped run pp-35-pp2-1f1b (qwen3.5 tiny PP2 1f1b, M 2) == one rank, and its stages'
+#     bubble lines (the waits measured beside (S-1)/(M+S-1));
 #   * the check can fail: the same PP2 gpipe run with its backward phase in reverse
 #     microbatch order (QT_PP_TEST_ORDER=reverse, a test hook read at start-up) pushes the
 #     stages' gradient leaves out of the one-rank tree's order, and its bits differ from one
@@ -104,6 +105,25 @@ pp_shipped() {
     pp_same pp1r-35-b4 pp-35-pp2-1f1b 2
 }
 check "pipeline: the shipped pp-35-pp2-1f1b (2 ranks) == one rank (pp1r-35-b4), bit for bit" pp_shipped
+
+# the bubble's clocks (firmware/runtime/pipeline_time.c): each stage's first rank ends the run
+# with one line, its figures consistent (computing + waiting = the schedule, to the printed
+# 0.001 s; bubble in [0, 1]) and the formula (S-1)/(M+S-1) of the plan's S 2 and M 2 (1/3);
+# one rank's run prints none
+pp_bubble_lines() {
+  local e=$PP_D/pp-35-pp2-1f1b.err
+  [ -s "$e" ] || { echo "no log of the shipped run"; return 1; }
+  for st in 0 1; do
+    grep "^qtrain: pipeline stage $st of 2 (rank $st, 1f1b, M 2): schedule" "$e" | awk '
+      { for (i = 1; i <= NF; i++) { if ($i == "schedule") sc = $(i+1); if ($i == "computing") c = $(i+1)
+          if ($i == "waiting") w = $(i+1); if ($i == "bubble") b = $(i+1); if ($i == "=") f = $(i+1) } n++ }
+      END { d = sc - c - w; if (d < 0) d = -d
+            if (n != 1 || d > 0.0015 || b < 0 || b > 1 || f != "0.3333") { print "bad line: " $0; exit 1 }
+            print "stage: schedule " sc " s, computing " c " s, waiting " w " s, bubble " b " (formula " f ")" }' || return 1
+  done
+  ! grep -q 'pipeline stage' "$PP_D/pp1r-35-b4.err" || { echo "one rank printed a stage line"; return 1; }
+}
+check "pipeline: each stage's measured bubble line at the end of the run, beside the formula 1/3" pp_bubble_lines
 
 # the check can fail: the backward phase in reverse microbatch order
 pp_reverse_differs() {

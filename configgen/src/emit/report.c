@@ -824,10 +824,17 @@ static void cp_exchange_line(qt_cg_buf *b, const qt_cg_graph *g)
 
 static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
 {
+    static const char pp_small[] = "the pipeline's step metrics (the last stage to the "
+                                   "others) and exact merges over the stages (gradient norm^2, "
+                                   "fingerprint): a few bytes each";
     qt_cg_buf_printf(b, "\n== collectives per step ==\n");
     if (g->ncoll == 0) {
         if (g->s->n_ranks == 1) qt_cg_buf_printf(b, "  1 rank: no collectives, 0 bytes moved\n");
+        else if (g->s->pp_stages > 1) qt_cg_buf_printf(b, "  none in the table\n");
         else qt_cg_buf_printf(b, "  none: 0 bytes moved\n");
+        qt_cg_report_pp_boundaries(g, b);
+        if (g->s->pp_stages > 1)
+            qt_cg_buf_printf(b, "  not counted: %s\n", pp_small);
         return;
     }
     qt_cg_buf_printf(b, "  sent/rank counts every run in a step: the microbatch-end collectives "
@@ -907,8 +914,10 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
     }
     ep_rounds_line(b, g);
     cp_exchange_line(b, g);
+    qt_cg_report_pp_boundaries(g, b);
     qt_cg_buf_printf(b, "  not counted: the small all-gathers of exact accumulators (the loss "
-                     "over the batch axes, the gradient norm^2 over the optimizer axes)\n");
+                     "over the batch axes, the gradient norm^2 over the optimizer axes)%s%s\n",
+                     g->s->pp_stages > 1 ? "; " : "", g->s->pp_stages > 1 ? pp_small : "");
 }
 
 /* Activations held otherwise than their logical axes declare (mesh/layout.c): declared by
