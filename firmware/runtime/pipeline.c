@@ -12,6 +12,7 @@
  *    sides (qt_pp_action), so they match in posting order; sends are flushed at the end of
  *    every group (before its slots are reused); no heap, no reduction of floats.
  */
+#include <stdint.h>
 #include <string.h>
 #include "qt_pipeline.h"
 #include "qt_interp.h"
@@ -63,9 +64,109 @@ int qt_pp_action(int schedule, int S, int st, int M, int i, int *j)
     return 1;
 }
 
+int qt_pp_action_circ(int M, int R, int i, int *j, int *r)
+{
+    const int bwd = i >= M * R, k = bwd ? i - M * R : i;
+    *j = k % M;
+    if (bwd && qt_pp_reverse) *j = M - 1 - *j;
+    *r = bwd ? R - 1 - k / M : k / M;
+    return bwd;
+}
+
 static void qt_pp_copy(const qt_ctx *ctx, int32_t dst, const float *src, int64_t n)
 {
     memcpy(qt_f32(ctx, dst), src, (size_t)n * sizeof(float));
+}
+
+/* The chunk table of qt_pp_chunks, for the plan it was built for. */
+static struct {
+    const qt_plan *p;
+    int R;
+    qt_pp_chunk c[QT_PP_MAX_REPEATS];
+} qt_pp_ct;
+
+/* Chunk r from its forward marker m; ranges set by the caller. */
+static void qt_pp_chunk_of(qt_pp_chunk *c, const qt_op *m)
+{
+    c->in = (int32_t)QT_A(m, PP_CHUNK, in);
+    c->out = (int32_t)QT_A(m, PP_CHUNK, out);
+    c->dout = (int32_t)QT_A(m, PP_CHUNK, dout);
+    c->din = (int32_t)QT_A(m, PP_CHUNK, din);
+    c->param0 = (int32_t)QT_A(m, PP_CHUNK, param0);
+    c->gparam = QT_A(m, PP_CHUNK, gparam);
+    c->gelem = QT_A(m, PP_CHUNK, gelem);
+}
+
+const qt_pp_chunk *qt_pp_chunks(const qt_plan *p, int *R)
+{
+    *R = 0;
+    if (p->pipeline_stages <= 1) return NULL;
+    if (qt_pp_ct.p == p) {
+        *R = qt_pp_ct.R;
+        return qt_pp_ct.c;
+    }
+    qt_pp_chunk *c = qt_pp_ct.c;
+    const int n = p->pp_repeats;
+    if (n <= 1) { /* one chunk: the plan's fields */
+        c[0] = (qt_pp_chunk){0, p->pp_fwd_ops, p->pp_fwd_ops, INT64_MAX, p->pp_in, p->pp_out,
+                             p->pp_dout, p->pp_din, 0, p->pp_param0, p->pp_elem0};
+    } else {
+        /* the markers: R forward ones in chunk order, then R backward end markers in
+         * reverse chunk order (model/graph.c, model/autodiff.c; configgen checks that each
+         * chunk's runs read only what they write: check/check.c check_chunks) */
+        int nf = 0, nb = 0, bad = n > QT_PP_MAX_REPEATS;
+        for (int32_t i = 0; i < p->n_mb_ops && !bad; i++) {
+            const qt_op *o = &p->mb_ops[i];
+            if (o->kind != QT_OP_PP_CHUNK) continue;
+            const int bwd = QT_A(o, PP_CHUNK, bwd) != 0;
+            const int64_t want = bwd ? n - 1 - nb : nf;
+            if (QT_A(o, PP_CHUNK, chunk) != want || (bwd ? nb >= n || nf < n : nf >= n)) {
+                bad = 1;
+            } else if (!bwd) {
+                qt_pp_chunk_of(&c[nf], o);
+                c[nf].f0 = nf ? i : 0;
+                if (nf) c[nf - 1].f1 = i;
+                nf++;
+            } else {
+                if (nb == 0) c[n - 1].f1 = p->pp_fwd_ops;
+                c[want].b0 = nb ? c[want + 1].b1 + 1 : p->pp_fwd_ops;
+                c[want].b1 = want ? i : INT64_MAX;
+                nb++;
+            }
+        }
+        if (bad || nf != n || nb != n) {
+            qt_fail(QT_E_PLAN, "plan %s: %d repeats, but its pipeline chunk markers (PP_CHUNK) "
+                    "are not %d forward ones in order and %d backward ones in reverse order",
+                    p->run_name, n, n, n);
+            return NULL;
+        }
+    }
+    qt_pp_ct.p = p;
+    qt_pp_ct.R = *R = n <= 1 ? 1 : n;
+    return c;
+}
+
+/* The chunk holding local parameter i (the last whose first parameter is at most i). */
+static const qt_pp_chunk *qt_pp_chunk_of_param(const qt_plan *p, int32_t i)
+{
+    int R;
+    const qt_pp_chunk *c = qt_pp_chunks(p, &R);
+    if (!c) return NULL;
+    int r = 0;
+    while (r + 1 < R && c[r + 1].param0 <= i) r++;
+    return &c[r];
+}
+
+int64_t qt_pp_param_index(const qt_plan *p, int32_t i)
+{
+    const qt_pp_chunk *c = qt_pp_chunk_of_param(p, i);
+    return c ? c->gparam + (i - c->param0) : i;
+}
+
+int64_t qt_pp_elem_base(const qt_plan *p, int32_t i, int64_t next)
+{
+    const qt_pp_chunk *c = qt_pp_chunk_of_param(p, i);
+    return c && c->param0 == i ? c->gelem : next;
 }
 
 int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st,
@@ -73,52 +174,63 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
 {
     const qt_plan *p = ctx->plan;
     const int S = p->pipeline_stages, M = p->pp_micro;
-    int ranks[QT_PP_MAX_STAGES];
+    int ranks[QT_PP_MAX_STAGES], R;
+    const qt_pp_chunk *ch = qt_pp_chunks(p, &R);
+    if (!ch) return QT_E_PLAN;
     if (S < 2 || S > QT_PP_MAX_STAGES || M < 1 || p->train.grad_accum % M)
         return qt_fail(QT_E_PLAN, "plan %s: pipeline of %d stages with %d microbatches and "
                        "%lld accumulation microbatches", p->run_name, S, M,
                        (long long)p->train.grad_accum);
-    const int s = qt_pp_peers(p, ranks), first = s == 0, last = s == S - 1;
+    const int s = qt_pp_peers(p, ranks);
+    /* a chunk's input comes from the stage before, stage 0's (repeats > 0) from the last
+     * stage's previous repeat (the wrap-around); its output goes to the stage after, the
+     * last stage's (repeats < R - 1) to stage 0's next repeat */
+    const int prev = ranks[s > 0 ? s - 1 : S - 1], next = ranks[s < S - 1 ? s + 1 : 0];
     const int64_t nb = p->tensors[p->pp_slots].shape[1], bytes = nb * (int64_t)sizeof(float);
+    const int64_t MR = (int64_t)M * R;
     float *slots = qt_f32(ctx, p->pp_slots);
     const int64_t groups = p->train.grad_accum / M;
     for (int64_t g = 0; g < groups; g++) {
-        for (int i = 0; i < 2 * M; i++) {
-            int j;
-            const int bwd = qt_pp_action(p->pp_schedule, S, s, M, i, &j);
-            const int64_t mb = g * M + j;
-            float *in = slots + (int64_t)j * nb, *act = slots + (int64_t)(M + j) * nb;
-            float *grad = slots + (int64_t)(2 * M + j) * nb;
+        for (int i = 0; i < 2 * MR; i++) {
+            int j, r = 0;
+            const int bwd = R > 1 ? qt_pp_action_circ(M, R, i, &j, &r)
+                                  : qt_pp_action(p->pp_schedule, S, s, M, i, &j);
+            const qt_pp_chunk *c = &ch[r];
+            const int64_t mb = g * M + j, k = (int64_t)r * M + j;
+            float *in = slots + k * nb, *act = slots + (MR + k) * nb;
+            float *grad = slots + (2 * MR + k) * nb;
             int rc = QT_OK;
             st->mb = mb;
             if (!bwd) {
-                /* F: the input arrives (stages > 0); a stage before the last runs the
-                 * forward and sends its output on; the last stage's forward runs at B */
-                if (!first) rc = qt_coll_p2p_recv(ranks[s - 1], QT_PP_ACT, in, bytes);
-                if (!rc && !last) {
-                    if (!first) qt_pp_copy(ctx, p->pp_in, in, nb);
+                /* F: the input arrives (a chunk with one); a chunk with an output runs its
+                 * forward and sends it on; the last stage's last chunk runs at B */
+                if (c->in != QT_NONE) rc = qt_coll_p2p_recv(prev, QT_PP_ACT, in, bytes);
+                if (!rc && c->out != QT_NONE) {
+                    if (c->in != QT_NONE) qt_pp_copy(ctx, c->in, in, nb);
                     rc = h->fill(mb, h->arg);
-                    if (!rc) qt_interp_run_forward(ctx, table, p->pp_fwd_ops, st);
+                    if (!rc) qt_interp_run_range(ctx, table, c->f0, c->f1, mb, st);
                     if (!rc && *ctx->status) rc = *ctx->status;
                     if (!rc) {
-                        memcpy(act, qt_f32(ctx, p->pp_out), (size_t)bytes);
-                        rc = qt_coll_p2p_send(ranks[s + 1], QT_PP_ACT, act, bytes);
+                        memcpy(act, qt_f32(ctx, c->out), (size_t)bytes);
+                        rc = qt_coll_p2p_send(next, QT_PP_ACT, act, bytes);
                     }
                 }
             } else {
-                /* B: the output's gradient arrives (stages before the last), the forward
+                /* B: the output's gradient arrives (a chunk with an output), the forward
                  * runs again from the kept input, then the backward; the input's gradient
-                 * goes back (stages > 0) */
-                if (!last)
-                    rc = qt_coll_p2p_recv(ranks[s + 1], QT_PP_GRAD, qt_f32(ctx, p->pp_dout), bytes);
-                if (!rc && !first) qt_pp_copy(ctx, p->pp_in, in, nb);
+                 * goes back (a chunk with an input); the microbatch's results are taken
+                 * after its last repeat (the loss) */
+                if (c->out != QT_NONE)
+                    rc = qt_coll_p2p_recv(next, QT_PP_GRAD, qt_f32(ctx, c->dout), bytes);
+                if (!rc && c->in != QT_NONE) qt_pp_copy(ctx, c->in, in, nb);
                 if (!rc) rc = h->fill(mb, h->arg);
-                if (!rc) qt_interp_run_microbatch(ctx, table, mb, st);
+                if (!rc) qt_interp_run_range(ctx, table, c->f0, c->f1, mb, st);
+                if (!rc && !*ctx->status) qt_interp_run_range(ctx, table, c->b0, c->b1, mb, st);
                 if (!rc && *ctx->status) rc = *ctx->status;
-                if (!rc) rc = h->done(mb, h->arg);
-                if (!rc && !first) {
-                    memcpy(grad, qt_f32(ctx, p->pp_din), (size_t)bytes);
-                    rc = qt_coll_p2p_send(ranks[s - 1], QT_PP_GRAD, grad, bytes);
+                if (!rc && r == R - 1) rc = h->done(mb, h->arg);
+                if (!rc && c->in != QT_NONE) {
+                    memcpy(grad, qt_f32(ctx, c->din), (size_t)bytes);
+                    rc = qt_coll_p2p_send(prev, QT_PP_GRAD, grad, bytes);
                 }
             }
             if (rc) return rc;
