@@ -25,7 +25,8 @@
 #     per stage and repeat (== one rank of the same depth), and the shipped pp-next-pp2
 #     (PP2 R2 M 4); its reversed backward order differs too;
 #   * refusals: a pipeline form the driver does not run yet names its key (dump_grads=, on
-#     pp-next-pp2) and save= is refused on a pipeline plan.
+#     pp-next-pp2; repeats with expert parallelism's microbatch gradient form) and save= is
+#     refused on a pipeline plan.
 PP_D=$QT_TMP/pp
 PP_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 
@@ -163,6 +164,13 @@ pp_refusals() {
     > /dev/null 2> "$e" && { echo "dump_grads= accepted"; return 1; }
   grep -q "pipeline plans with dump_grads= are not executed yet" "$e" || { cat "$e"; return 1; }
   [ ! -e "$PP_D/dg" ] || { echo "dump_grads= wrote $PP_D/dg"; return 1; }
+  # repeats with the microbatch gradient form (expert parallelism) name both
+  pp_variant pp2r2ep2-next test-next-tiny $NEXT_PPC num_ranks=4 ici_fsdp_parallelism=1 \
+    ici_expert_parallelism=2 || return 1
+  timeout 60 mpiexec -n 4 "$PP_D/pp2r2ep2-next/qtrain" steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
+    { echo "repeats with the microbatch form accepted"; return 1; }
+  grep -q "pipeline plans with num_pipeline_repeats > 1 and the microbatch or per-layer gradient form" "$e" ||
+    { cat "$e"; return 1; }
   pp_variant pp2-next-gpipe test-next-tiny $NEXT_PP || return 1
   timeout 60 mpiexec -n 2 "$PP_D/pp2-next-gpipe/qtrain" steps=1 data=$PP_DATA save=$PP_D/ck \
     > /dev/null 2> "$e" && { echo "save= accepted"; return 1; }
@@ -170,4 +178,4 @@ pp_refusals() {
   [ ! -e "$PP_D/ck" ] || { echo "save= wrote $PP_D/ck"; return 1; }
   head -n 1 "$e"
 }
-check "pipeline: forms not executed yet (dump_grads=, save=) are refused naming the key" pp_refusals
+check "pipeline: forms not executed yet (dump_grads=, repeats x EP2, save=) are refused naming the key" pp_refusals
