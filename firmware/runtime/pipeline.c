@@ -33,6 +33,14 @@ void qt_pp_set_test_order(int reverse)
     qt_pp_reverse = reverse != 0;
 }
 
+/* Receives posted ahead (qt_pp_set_prefetch; default on). */
+static int qt_pp_prefetch = 1;
+
+void qt_pp_set_prefetch(int on)
+{
+    qt_pp_prefetch = on != 0;
+}
+
 /* The world ranks of this rank's place in every stage, and this stage. */
 static int qt_pp_peers(const qt_plan *p, int *ranks)
 {
@@ -169,6 +177,25 @@ int64_t qt_pp_elem_base(const qt_plan *p, int32_t i, int64_t next)
     return c && c->param0 == i ? c->gelem : next;
 }
 
+/* Action i of the stage's group schedule: the microbatch j, the repeat r, the chunk, the slot
+ * index k = r M + j, and whether it is a backward. */
+typedef struct qt_pp_act {
+    int bwd, j, r;
+    int64_t k;
+    const qt_pp_chunk *c;
+} qt_pp_act;
+
+static qt_pp_act qt_pp_at(const qt_plan *p, const qt_pp_chunk *ch, int R, int S, int s, int i)
+{
+    qt_pp_act a;
+    a.r = 0;
+    a.bwd = R > 1 ? qt_pp_action_circ(p->pp_micro, R, i, &a.j, &a.r)
+                  : qt_pp_action(p->pp_schedule, S, s, p->pp_micro, i, &a.j);
+    a.k = (int64_t)a.r * p->pp_micro + a.j;
+    a.c = &ch[a.r];
+    return a;
+}
+
 int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st,
                        const qt_pp_hooks *h)
 {
@@ -191,21 +218,47 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
     float *slots = qt_f32(ctx, p->pp_slots);
     const int64_t groups = p->train.grad_accum / M;
     for (int64_t g = 0; g < groups; g++) {
+        /* the receive of the next action posted ahead (ahead >= 0: its request), landing in
+         * its input slot, or for a gradient in the slot `land` of a backward's input that
+         * is consumed (the same bytes either way: only when they arrive changes) */
+        int ahead = -1;
+        float *land = NULL;
         for (int i = 0; i < 2 * MR; i++) {
-            int j, r = 0;
-            const int bwd = R > 1 ? qt_pp_action_circ(M, R, i, &j, &r)
-                                  : qt_pp_action(p->pp_schedule, S, s, M, i, &j);
-            const qt_pp_chunk *c = &ch[r];
-            const int64_t mb = g * M + j, k = (int64_t)r * M + j;
-            float *in = slots + k * nb, *act = slots + (MR + k) * nb;
-            float *grad = slots + (2 * MR + k) * nb;
+            const qt_pp_act a = qt_pp_at(p, ch, R, S, s, i);
+            const qt_pp_chunk *c = a.c;
+            const int64_t mb = g * M + a.j;
+            float *in = slots + a.k * nb, *act = slots + (MR + a.k) * nb;
+            float *grad = slots + (2 * MR + a.k) * nb;
             int rc = QT_OK;
             st->mb = mb;
-            if (!bwd) {
-                /* F: the input arrives (a chunk with one); a chunk with an output runs its
-                 * forward and sends it on; the last stage's last chunk runs at B */
-                if (c->in != QT_NONE) rc = qt_coll_p2p_recv(prev, QT_PP_ACT, in, bytes);
-                if (!rc && c->out != QT_NONE) {
+            /* this action's message: posted ahead, or received now */
+            const int src = a.bwd ? (c->out != QT_NONE ? next : -1) : (c->in != QT_NONE ? prev : -1);
+            float *dst = a.bwd ? qt_f32(ctx, c->dout) : in;
+            if (ahead >= 0) {
+                rc = qt_coll_p2p_wait_recv(ahead, src);
+                if (!rc && land) memcpy(dst, land, (size_t)bytes);
+                ahead = -1;
+            } else if (src >= 0) {
+                rc = qt_coll_p2p_recv(src, a.bwd ? QT_PP_GRAD : QT_PP_ACT, dst, bytes);
+            }
+            /* a backward's input is consumed now, so its slot is free */
+            if (!rc && a.bwd && c->in != QT_NONE) qt_pp_copy(ctx, c->in, in, nb);
+            /* the next action's receive, posted before this action computes: a forward's
+             * into its own slot, a backward's (after a backward) into this one's freed slot */
+            if (!rc && i + 1 < 2 * MR && qt_pp_prefetch) {
+                const qt_pp_act n = qt_pp_at(p, ch, R, S, s, i + 1);
+                if (!n.bwd && n.c->in != QT_NONE) {
+                    land = NULL;
+                    rc = qt_coll_p2p_post_recv(prev, QT_PP_ACT, slots + n.k * nb, bytes, &ahead);
+                } else if (n.bwd && n.c->out != QT_NONE && a.bwd) {
+                    land = in;
+                    rc = qt_coll_p2p_post_recv(next, QT_PP_GRAD, land, bytes, &ahead);
+                }
+            }
+            if (!rc && !a.bwd) {
+                /* F: a chunk with an output runs its forward and sends it on; the last
+                 * stage's last chunk runs at B */
+                if (c->out != QT_NONE) {
                     if (c->in != QT_NONE) qt_pp_copy(ctx, c->in, in, nb);
                     rc = h->fill(mb, h->arg);
                     if (!rc) qt_interp_run_range(ctx, table, c->f0, c->f1, mb, st);
@@ -215,19 +268,15 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                         rc = qt_coll_p2p_send(next, QT_PP_ACT, act, bytes);
                     }
                 }
-            } else {
-                /* B: the output's gradient arrives (a chunk with an output), the forward
-                 * runs again from the kept input, then the backward; the input's gradient
-                 * goes back (a chunk with an input); the microbatch's results are taken
-                 * after its last repeat (the loss) */
-                if (c->out != QT_NONE)
-                    rc = qt_coll_p2p_recv(next, QT_PP_GRAD, qt_f32(ctx, c->dout), bytes);
-                if (!rc && c->in != QT_NONE) qt_pp_copy(ctx, c->in, in, nb);
-                if (!rc) rc = h->fill(mb, h->arg);
+            } else if (!rc) {
+                /* B: the forward runs again from the kept input, then the backward; the
+                 * input's gradient goes back (a chunk with an input); the microbatch's
+                 * results are taken after its last repeat (the loss) */
+                rc = h->fill(mb, h->arg);
                 if (!rc) qt_interp_run_range(ctx, table, c->f0, c->f1, mb, st);
                 if (!rc && !*ctx->status) qt_interp_run_range(ctx, table, c->b0, c->b1, mb, st);
                 if (!rc && *ctx->status) rc = *ctx->status;
-                if (!rc && r == R - 1) rc = h->done(mb, h->arg);
+                if (!rc && a.r == R - 1) rc = h->done(mb, h->arg);
                 if (!rc && c->in != QT_NONE) {
                     memcpy(grad, qt_f32(ctx, c->din), (size_t)bytes);
                     rc = qt_coll_p2p_send(prev, QT_PP_GRAD, grad, bytes);

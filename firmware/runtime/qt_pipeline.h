@@ -114,4 +114,12 @@ int qt_pp_sum_u64(const qt_plan *p, uint64_t *v);
  * not vacuous). 0 (the default): the schedule's order. */
 void qt_pp_set_test_order(int reverse);
 
+/* Receives posted ahead (main reads QT_PP_PREFETCH=0 to turn them off, for the A/B timing and
+ * the test that both give the same bits): 1 (the default) posts the next action's receive
+ * before the current action computes, so the boundary message can arrive meanwhile: a
+ * forward's into its own input slot, a backward's gradient, when the action before is a
+ * backward too, into that action's input slot (consumed by then) and copied into the
+ * chunk's d.pp_out at its turn. 0: every receive posted and waited for just before use. */
+void qt_pp_set_prefetch(int on);
+
 #endif

@@ -385,9 +385,10 @@ int qt_validate_pipeline(const qt_plan *p)
         what = "num_pipeline_repeats > 1 and the microbatch or per-layer gradient form "
                "(gradient_reduce, expert or context parallelism: a microbatch's gradients "
                "complete only after its last repeat)";
-    else if (2 * (int64_t)p->pp_micro * (p->pp_repeats > 1 ? p->pp_repeats : 1) > QT_COMM_P2P_MAX)
-        what = "more than 256 boundary messages sent per accumulation group (2 x "
-               "num_pipeline_microbatches x num_pipeline_repeats)";
+    else if (2 * (int64_t)p->pp_micro * (p->pp_repeats > 1 ? p->pp_repeats : 1) >= QT_COMM_P2P_MAX)
+        what = "more than 255 boundary messages sent per accumulation group (2 x "
+               "num_pipeline_microbatches x num_pipeline_repeats; one request stays for the "
+               "receive posted ahead)";
     else if (p->dtype != QT_F32)
         what = "dtype=bfloat16";
     else if (p->mtp_layers > 0)

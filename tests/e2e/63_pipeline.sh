@@ -24,6 +24,7 @@
 #     cycle), PP2 R2 x DP2 (4 ranks), with 8 layers PP4 R2, PP2 R4 and PP2 R2 of 2 layers
 #     per stage and repeat (== one rank of the same depth), and the shipped pp-next-pp2
 #     (PP2 R2 M 4); its reversed backward order differs too;
+#   * receives posted ahead off (QT_PP_PREFETCH=0) give the same bits;
 #   * refusals: a pipeline form the driver does not run yet names its key (dump_grads=, on
 #     pp-next-pp2; repeats with expert parallelism's microbatch gradient form) and save= is
 #     refused on a pipeline plan.
@@ -156,6 +157,19 @@ pp_reverse_circ_differs() {
   echo "one rank: $(tail -n 1 "$a"); reversed: $(tail -n 1 "$b")"
 }
 check "pipeline: circular repeats with the backward in reverse microbatch order are not one rank's bits (non-vacuous)" pp_reverse_circ_differs
+
+# receives posted ahead (the default) change when a boundary message arrives, not its bytes:
+# with them off (QT_PP_PREFETCH=0, every receive posted just before use) 1f1b and circular
+# gpipe give the same bits (== one rank, above)
+pp_prefetch_off_same() {
+  local c
+  for c in pp2-next-1f1b-m4 pp2r2-next-gpipe-m4; do
+    pp_det "$c" 2 && pp_det "$c" 2 QT_PP_PREFETCH=0 || return 1
+    cmp "$PP_D/$c.det" "$PP_D/$c.QT_PP_PREFETCH.det" || return 1
+  done
+  echo "identical with and without receives posted ahead: $(tail -n 1 "$PP_D/$c.det")"
+}
+check "pipeline: receives posted ahead off (QT_PP_PREFETCH=0) give the same bits (1f1b, circular gpipe)" pp_prefetch_off_same
 
 # what is not executed yet is refused, naming the key, on every rank, before any step
 pp_refusals() {
