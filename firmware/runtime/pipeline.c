@@ -1,16 +1,22 @@
 /* pipeline.c - the pipeline driver (qt_pipeline.h): one stage's microbatches in the order of
- * the plan's schedule, the boundary messages, and the exact merges over the stages.
+ * the plan's schedule, its repeat chunks (circular repeats), the boundary messages, and the
+ * exact merges over the stages.
  *
  * Invariants:
  *  - the weight-gradient leaves of microbatch m are pushed (by its B) before those of
- *    m + 1: GPipe's backward phase runs B0 .. B(M-1), 1F1B's backwards are B0, B1, ... by
- *    construction, so the stage's trees are the one-rank trees over the step's leaves;
+ *    m + 1, chunk by chunk: GPipe's backward phase runs B0 .. B(M-1) in every repeat (the
+ *    repeats descending; a chunk's parameters are its own), 1F1B's backwards are B0, B1,
+ *    ... by construction, so the stage's trees are the one-rank trees over the step's leaves;
  *  - a microbatch's forward at B is the forward it ran at F (same inputs, same tables,
- *    deterministic kernels): the rematerialisation changes no bit;
- *  - messages: channel 0 the activations (stage s to s + 1), channel 1 the gradients (s + 1
- *    to s), each microbatch once per accumulation group, in the schedule's order on both
- *    sides (qt_pp_action), so they match in posting order; sends are flushed at the end of
- *    every group (before its slots are reused); no heap, no reduction of floats.
+ *    deterministic kernels): the rematerialisation changes no bit; a chunk's forward and
+ *    backward runs read only what they write and its boundaries (configgen's check_chunks);
+ *  - messages: channel 0 the activations (stage s to s + 1, and the last stage's repeat r
+ *    to stage 0's r + 1: the wrap-around), channel 1 the gradients the reverse way, each
+ *    (microbatch, repeat) once per accumulation group, in the schedule's order on both sides
+ *    (qt_pp_action, qt_pp_action_circ), so they match in posting order; a receive may be
+ *    posted one action ahead (into a slot nothing else uses until it is waited for), which
+ *    keeps that order; sends are flushed at the end of every group (before its slots are
+ *    reused); no heap, no reduction of floats.
  */
 #include <stdint.h>
 #include <string.h>
