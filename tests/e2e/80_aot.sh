@@ -144,7 +144,7 @@ check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compil
 # repeat, R = 15) has the bubble 3/63 and puts every full-attention layer on stage 3
 # (layers 3, 7, ..., 59: the hybrid cycle of 4 over 4 stages), 81616 MiB. The plan (its four
 # stage-local table sets, docs/pipeline.md) compiles; qtrain would refuse the circular form
-# (40_bad_input.sh).
+# here at start-up (repeats with expert parallelism's microbatch gradient form, 63_pipeline.sh).
 pp_aot() {
   aot_case aot-397b-v5p512-pp4 fits || return 1
   local p=$AOT_OUT/aot-397b-v5p512-pp4/aot-397b-v5p512-pp4/plan.txt
