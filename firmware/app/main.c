@@ -503,6 +503,8 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     if (p->pipeline_stages > 1) {
         const char *order = getenv("QT_PP_TEST_ORDER");  /* qt_pp_set_test_order */
         qt_pp_set_test_order(order && !strcmp(order, "reverse"));
+        const char *pf = getenv("QT_PP_PREFETCH");  /* qt_pp_set_prefetch */
+        qt_pp_set_prefetch(!(pf && !strcmp(pf, "0")));
         msize = size / p->pipeline_stages;
         (void)qt_pp_stage_of(rank, size, p->pipeline_stages, &mrank);
     }

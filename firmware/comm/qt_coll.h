@@ -261,6 +261,12 @@ int qt_coll_p2p_send(int peer, int tag, const void *buf, int64_t bytes);
 /* Receive exactly `bytes` into buf from world rank peer on channel tag, waiting under the
  * collectives' deadline (a silent peer is named). 0 or QT_E_*. */
 int qt_coll_p2p_recv(int peer, int tag, void *buf, int64_t bytes);
+/* The same in two halves, for a receive posted ahead of use (the message may arrive while
+ * the caller computes): post it (*id its request; buf must not be read before the wait),
+ * then wait for it under the deadline. Receives of one channel from one peer match in
+ * posting order. 0 or QT_E_*. */
+int qt_coll_p2p_post_recv(int peer, int tag, void *buf, int64_t bytes, int *id);
+int qt_coll_p2p_wait_recv(int id, int peer);
 /* Wait for every send posted since the last flush (their buffers are free again). */
 int qt_coll_p2p_flush(void);
 /* All-gather over the world ranks ranks[0 .. n) (me: my index): blocks holds n blocks of

@@ -34,11 +34,13 @@ void qt_pp_time_print(FILE *f, const qt_plan *p, int64_t steps)
     if (local != 0) return;
     const double sched = qt_pp_secs[QT_PP_T_SCHED], wait = qt_pp_secs[QT_PP_T_WAIT];
     const double merge = qt_pp_secs[QT_PP_T_MERGE], span = sched + merge;
-    const double M = (double)p->pp_micro;
+    /* circular repeats: R x M forward slots a stage (MaxText's M*R + S - 1 iterations) */
+    const int R = p->pp_repeats > 1 ? p->pp_repeats : 1;
+    const double RM = (double)R * (double)p->pp_micro;
     fprintf(f, "qtrain: pipeline stage %d of %d (rank %d, %s, M %d): schedule %.3f s over %lld "
             "steps, computing %.3f s, waiting %.3f s for boundary messages + %.3f s at the "
             "step's merges over the stages; bubble %.4f (waiting / (schedule + merge waits)), "
-            "formula (S-1)/(M+S-1) = %.4f\n", s, S, rank, p->pp_schedule ? "1f1b" : "gpipe",
+            "formula (S-1)/(%sM+S-1) = %.4f\n", s, S, rank, p->pp_schedule ? "1f1b" : "gpipe",
             p->pp_micro, sched, (long long)steps, sched - wait, wait, merge,
-            span > 0.0 ? (wait + merge) / span : 0.0, (S - 1) / (M + S - 1));
+            span > 0.0 ? (wait + merge) / span : 0.0, R > 1 ? "R*" : "", (S - 1) / (RM + S - 1));
 }

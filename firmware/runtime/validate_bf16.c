@@ -75,7 +75,7 @@ static const char *qt_vb_name(unsigned dtype)
 static int qt_vb_op(const qt_plan *p, const qt_kernel_entry *table, const qt_op *op,
                     int32_t i, const char *sched)
 {
-    if (op->kind >= QT_OP_COUNT || op->kind == QT_OP_NOP) return QT_OK; /* interp.c reports */
+    if (op->kind >= QT_OP_COUNT || qt_op_inert(op->kind)) return QT_OK; /* interp.c reports */
     const qt_kernel_entry *e = &table[op->kind];
     for (int k = 0; k < QT_OP_MAX_T; k++)
         if (op->t[k] != QT_NONE && (op->t[k] < 0 || op->t[k] >= p->n_tensors)) return QT_OK;

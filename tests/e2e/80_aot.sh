@@ -150,7 +150,7 @@ check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compil
 # qtrain does not run circular repeats yet; the boundary 3 -> 0 is crossed R - 1 = 14 times
 # per microbatch). The plan (its four
 # stage-local table sets, docs/pipeline.md) compiles; qtrain would refuse the circular form
-# (40_bad_input.sh).
+# here at start-up (repeats with expert parallelism's microbatch gradient form, 63_pipeline.sh).
 pp_aot() {
   aot_case aot-397b-v5p512-pp4 fits || return 1
   local p=$AOT_OUT/aot-397b-v5p512-pp4/aot-397b-v5p512-pp4/plan.txt

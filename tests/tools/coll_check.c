@@ -25,7 +25,8 @@
  *               context exchange ops (as --ctx). Every rank's failures are summed; exit 0
  *               iff none.
  *   --p2p S     the pipeline's point-to-point messages on S stages (run_p2p): pairing,
- *               bytes, 1f1b order with unflushed sends, a short message refused, the
+ *               bytes, 1f1b order with unflushed sends, gpipe with 2 circular repeats (the
+ *               wrap-around pairing), a short message refused, the
  *               all-gather over the stage peers.
  *   --ctx       for every group mask (group arithmetic too): context parallelism's exchange
  *               ops (qt_ops.def CTX_TO_HEADS, CTX_TO_HEADS_BWD, CTX_TO_TOKENS,
@@ -1186,6 +1187,62 @@ static int run_bench(void)
     return cc.fails ? 1 : 0;
 }
 
+/* --p2p's circular part: MaxText's gpipe with RC = 2 repeats (runtime/pipeline.c
+ * qt_pp_action_circ) on S stages of per ranks: the forwards repeat by repeat, a chunk's
+ * input from the stage before or, for stage 0's second repeat, from the last stage's first
+ * (the wrap-around), its output to the stage after or the last stage's first repeat's to
+ * stage 0; the backwards with the repeats descending, the gradients the reverse way (stage
+ * 0's second repeat's input gradient back to the last stage). Every message's bytes name
+ * the sender and its (repeat, microbatch); sends flushed only at the end. 2 on a
+ * communication error, else 0 (the checks count failures). */
+static int run_p2p_circular(int S, int per, int s, int loc)
+{
+    enum { M = 4, RC = 2, N = 1000 };
+    static float act[RC * M][N], grad[RC * M][N], in[N];
+    const int prev = (s > 0 ? s - 1 : S - 1) * per + loc, next = (s < S - 1 ? s + 1 : 0) * per + loc;
+    int wraps = 0;
+    for (int i = 0; i < 2 * M * RC; i++) {
+        const int bwd = i >= M * RC, k = bwd ? i - M * RC : i, j = k % M;
+        const int r = bwd ? RC - 1 - k / M : k / M, x = r * M + j;
+        const int has_in = s > 0 || r > 0, has_out = s < S - 1 || r < RC - 1;
+        if (!bwd) {
+            if (has_in) {
+                /* the sender's (repeat, microbatch): the same, or the repeat before */
+                const int xs = s > 0 ? x : x - M;
+                memset(in, 0, sizeof in);
+                if (qt_coll_p2p_recv(prev, 0, in, sizeof in)) return 2;
+                long bad = 0;
+                for (int q = 0; q < N; q++) bad += in[q] != (float)(prev * 100000 + xs * 1000 + q);
+                CHECK(bad == 0, "circular: activation r%d m%d from rank %d: %ld floats differ", r,
+                      j, prev, bad);
+                wraps += s == 0;
+            }
+            if (has_out) {
+                for (int q = 0; q < N; q++) act[x][q] = (float)(cc.rank * 100000 + x * 1000 + q);
+                if (qt_coll_p2p_send(next, 0, act[x], sizeof act[x])) return 2;
+            }
+        } else {
+            if (has_out) {
+                const int xs = s < S - 1 ? x : x + M;
+                memset(in, 0, sizeof in);
+                if (qt_coll_p2p_recv(next, 1, in, sizeof in)) return 2;
+                long bad = 0;
+                for (int q = 0; q < N; q++) bad += in[q] != (float)-(next * 100000 + xs * 1000 + q);
+                CHECK(bad == 0, "circular: gradient r%d m%d from rank %d: %ld floats differ", r, j,
+                      next, bad);
+                wraps += s == S - 1;
+            }
+            if (has_in) {
+                for (int q = 0; q < N; q++) grad[x][q] = (float)-(cc.rank * 100000 + x * 1000 + q);
+                if (qt_coll_p2p_send(prev, 1, grad[x], sizeof grad[x])) return 2;
+            }
+        }
+    }
+    CHECK(wraps == ((s == 0 || s == S - 1) ? M * (RC - 1) : 0),
+          "circular: %d wrap-around messages received on stage %d", wraps, s);
+    return qt_coll_p2p_flush() ? 2 : 0;
+}
+
 /* --p2p S: the pipeline's point-to-point messages (coll_p2p.c, qt_coll.def SEND_RECV) on S
  * stages of R / S ranks (stage = rank div (R / S)): M = 4 microbatches in 1f1b order
  * (warm-up forwards, then F/B pairs), activations to stage s + 1 on channel 0, gradients to
@@ -1238,6 +1295,7 @@ static int run_p2p(int S)
     }
     CHECK(nf == M && nb == M, "schedule: %d forwards, %d backwards", nf, nb);
     if (qt_coll_p2p_flush()) return 2;
+    if (run_p2p_circular(S, per, s, loc)) return 2;
     /* a message shorter than the receive expects: an error on the receiver, never a
      * partly filled buffer taken as whole (a longer one is MPI's truncation, which MPICH
      * makes fatal: the job stops, which is not silent either) */
@@ -1261,7 +1319,8 @@ static int run_p2p(int S)
     int64_t f[2] = {cc.fails, cc.checks};
     if (qt_coll_sum_i64(QT_COLL_ALL, f, 2)) return 2;
     if (cc.rank == 0)
-        printf("coll_check: p2p: %d stages of %d rank%s, %d microbatches each way (1f1b order): "
+        printf("coll_check: p2p: %d stages of %d rank%s, %d microbatches each way (1f1b order; "
+               "gpipe with 2 circular repeats, the wrap-around): "
                "%lld checks, %lld failures\n", S, per, per == 1 ? "" : "s", M, (long long)f[1],
                (long long)f[0]);
     return f[0] ? 1 : 0;

@@ -1996,6 +1996,50 @@ TEST(CgPipeline, StagePlanHoldsItsLayersAndTheReportGivesMapBubbleSchedules)
     CHECK(rep.find("1f1b: not planned with R = 2 repeats") != std::string::npos);
 }
 
+// Circular repeats executed (pp-next-pp2: S 2, R 2): each stage's executable tables hold its
+// 2 chunks, delimited by PP_CHUNK markers (one at each chunk's start in the forward, one
+// where its backward ends, in reverse order), with the boundaries MaxText's map implies
+// (stage 0's chunk 1 and stage 1's chunk 0: the wrap-around) and the chunk's parameters'
+// one-rank indices (stage 0: the embedding + layer 0, then layer 2 from index 33).
+TEST(CgPipeline, CircularStageTablesHoldChunkMarkers)
+{
+    CgPlan p;
+    LONGS_EQUAL(0, p.build("configgen/configs/runs/pp-next-pp2.yml"));
+    CHECK(p.g.pp_graphs != NULL);
+    for (int st = 0; st < 2; st++) {
+        const qt_cg_graph *x = &p.g.pp_graphs[st];
+        int fwd[2] = {-1, -1}, nb = 0;
+        for (int i = 0; i < x->nmb; i++) {
+            const qt_op *o = &x->mb[i];
+            if (o->kind != QT_OP_PP_CHUNK) continue;
+            const int c = (int)o->a[QT_A_PP_CHUNK_chunk];
+            if (o->a[QT_A_PP_CHUNK_bwd]) {
+                CHECK(i >= x->n_fwd);
+                LONGS_EQUAL(1 - nb, c);  // end markers in reverse chunk order
+                nb++;
+            } else {
+                CHECK(i < x->n_fwd);
+                fwd[c] = i;
+            }
+        }
+        LONGS_EQUAL(2, nb);
+        CHECK(fwd[0] >= 0 && fwd[1] > fwd[0]);
+        const qt_op *c0 = &x->mb[fwd[0]], *c1 = &x->mb[fwd[1]];
+        // every chunk has an input but stage 0's first, an output but stage 1's last
+        CHECK((c0->a[QT_A_PP_CHUNK_in] == QT_NONE) == (st == 0));
+        CHECK(c1->a[QT_A_PP_CHUNK_in] != QT_NONE && c1->a[QT_A_PP_CHUNK_din] != QT_NONE);
+        CHECK(c0->a[QT_A_PP_CHUNK_out] != QT_NONE && c0->a[QT_A_PP_CHUNK_dout] != QT_NONE);
+        CHECK((c1->a[QT_A_PP_CHUNK_out] == QT_NONE) == (st == 1));
+        LONGS_EQUAL(st ? 17 : 0, c0->a[QT_A_PP_CHUNK_gparam]);
+        LONGS_EQUAL(st ? 49 : 33, c1->a[QT_A_PP_CHUNK_gparam]);
+        LONGS_EQUAL(0, c0->a[QT_A_PP_CHUNK_param0]);
+        LONGS_EQUAL(st ? 16 : 17, c1->a[QT_A_PP_CHUNK_param0]);
+        LONGS_EQUAL(3 * 4 * 2, x->ts[x->pp_slots].t.shape[0]);  // 3 M R boundary messages
+    }
+    const std::string rep = report_of(p);
+    CHECK(rep.find("    stage 0 chunks (one-rank parameter indices, first element): r0 0..16 (0) | r1 33..48 (28640)\n") != std::string::npos);
+}
+
 // 1F1B (one repeat): Megatron's warm-up min(S-s-1, M), then one forward one backward, then
 // the drain; stage s holds at most min(S - s, M) microbatches, GPipe all M.
 TEST(CgPipeline, OneFOneBTableAndInFlight)

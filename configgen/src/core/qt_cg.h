@@ -178,6 +178,10 @@ typedef struct qt_cg_settings {
      * model's order (its initialisation and fingerprint). */
     int32_t pp_local;
     int64_t pp_param0, pp_elem0;
+    /* circular stage-local tables (pp_local, R > 1): per repeat chunk r of the stage,
+     * [2 r] its first parameter's one-rank index and [2 r + 1] its one-rank element index
+     * (driver/pipeline.c; model/graph.c writes them into the PP_CHUNK markers) */
+    const int64_t *pp_chunk_base;
     char pp_key[48];
     qt_cg_rule *rules;
     int n_rules;
@@ -357,6 +361,8 @@ typedef struct qt_cg_graph {
     struct qt_cg_graph *pp_graphs;
     qt_cg_settings *pp_settings;
     uint64_t pp_group_hash;
+    int64_t *pp_chunk_base;    /* circular repeats: every stage's chunks' one-rank bases
+                                  (driver/pipeline.c; the stages' settings point into it) */
     /* layout (memory/memplan.c) */
     int64_t n_param_elems, n_flat, adam_elems;
     int32_t n_ranges, capranges;

@@ -176,8 +176,47 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
                      "norm, head and loss on the last stage only; a stage before the last runs "
                      "a microbatch's forward again at its backward, keeping only its inputs in "
                      "flight), group hash 0x%016llx:\n", (unsigned long long)g->pp_group_hash);
+    if (s->pp_repeats > 1)
+        qt_cg_buf_printf(b, "  circular: each stage runs its %d repeats as chunks (PP_CHUNK "
+                         "markers in its schedule: a chunk's forward, then its backward, each run "
+                         "alone), every chunk from its own input boundary to its own output; "
+                         "stage 0's later chunks take the last stage's output of the repeat "
+                         "before (the wrap-around message), and the last stage's earlier chunks "
+                         "send theirs to stage 0; in-flight slots 3 M R boundary messages; a "
+                         "chunk's parameters are consecutive in the one-rank order:\n",
+                         s->pp_repeats);
+    for (int st = 0; st < s->pp_stages && s->pp_repeats > 1; st++) {
+        const qt_cg_graph *x = &g->pp_graphs[st];
+        qt_cg_buf_printf(b, "    stage %d chunks (one-rank parameter indices, first element):",
+                         st);
+        for (int i = 0, r = 0; i < x->n_fwd; i++) {
+            const qt_op *o = &x->mb[i];
+            if (o->kind != QT_OP_PP_CHUNK) continue;
+            int next = x->np;
+            for (int k = i + 1; k < x->n_fwd; k++)
+                if (x->mb[k].kind == QT_OP_PP_CHUNK) {
+                    next = (int)QT_A(&x->mb[k], PP_CHUNK, param0);
+                    break;
+                }
+            const int64_t gp = QT_A(o, PP_CHUNK, gparam);
+            qt_cg_buf_printf(b, "%s r%d %lld..%lld (%lld)", r ? " |" : "", r, (long long)gp,
+                             (long long)(gp + next - QT_A(o, PP_CHUNK, param0) - 1),
+                             (long long)QT_A(o, PP_CHUNK, gelem));
+            r++;
+        }
+        qt_cg_buf_printf(b, "\n");
+    }
     for (int st = 0; st < s->pp_stages; st++) {
         const qt_cg_graph *x = &g->pp_graphs[st];
+        if (s->pp_repeats > 1) {
+            qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters, %s, %s, arena "
+                             "%.2f MiB\n", st, (unsigned long long)x->hash, x->np,
+                             x->pp_in != QT_NONE ? "input from stage before" : "the embedding",
+                             x->pp_out != QT_NONE ? "output to the stage after"
+                                                  : "the head and loss",
+                             (double)x->arena_bytes / QT_CG_MIB);
+            continue;
+        }
         qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters (one-rank indices "
                          "%lld..%lld, elements from %lld), %s%s%s, arena %.2f MiB\n", st,
                          (unsigned long long)x->hash, x->np, (long long)x->s->pp_param0,
