@@ -14,7 +14,8 @@
 #   make fuzz    libFuzzer targets (tests/fuzz/, clang) for FUZZ_SECONDS (default 60) each
 #   make goldens regenerate tests/golden/ with the PyTorch reference (needs python3-torch)
 #   make bench   tokens/s and MFU of qtrain and of the PyTorch reference, the kernel table
-#                (BENCH_SLICE=1: also the 80B slice and its CP2 run at S 8192; make bench-slice,
+#                (BENCH_SLICE=1: also the 80B slice, its CP2 run at S 8192 and its PP2 runs;
+#                make bench-slice, make bench-pipeline,
 #                make bench-context: only one of those; make bench-tokenizer: qtrain-data
 #                against the Hugging Face tokenizers engine)
 #   make layers  the code's shape: dependencies against tests/layers.txt, longest functions
@@ -114,7 +115,7 @@ LINK_ARENA := -Wl,-T,linker/arena.ld
 
 
 .PHONY: bench-tokenizer
-.PHONY: all deps bench-deps gen run plot test goldens bench bench-slice bench-context clean check-deps tools asan print-cflags layers plan-binary
+.PHONY: all deps bench-deps gen run plot test goldens bench bench-slice bench-context bench-pipeline clean check-deps tools asan print-cflags layers plan-binary
 .DEFAULT_GOAL := all
 # The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
 # build/plans/<run>.o): keep them. Only them: a bare .SECONDARY would make every target
@@ -474,6 +475,7 @@ bench: bench-deps
 	@./tests/scripts/bench_tokenizer.sh
 	@if [ -n "$(BENCH_SLICE)" ]; then ./tests/scripts/bench_slice.sh; fi
 	@if [ -n "$(BENCH_SLICE)" ]; then ./tests/scripts/bench_context.sh; fi
+	@if [ -n "$(BENCH_SLICE)" ]; then ./tests/scripts/bench_pipeline.sh; fi
 
 # qtrain-data encode against the Hugging Face tokenizers engine, one core each, on the
 # seeded tokenizer corpus: MB/s and tokens/s side by side (tests/scripts/bench_tokenizer.sh).
@@ -495,6 +497,16 @@ bench-context: deps
 	@$(MAKE) --no-print-directory $(BUILD)/bench/kernel_bench $(BUILD)/bench-80b-ctx1/qtrain \
 	  $(BUILD)/bench-80b-ctx2/qtrain > /dev/null
 	@./tests/scripts/bench_context.sh
+
+# Pipeline parallelism on the 80B slice (tests/scripts/bench_pipeline.sh, issue 36): PP2 under
+# gpipe and 1f1b beside one rank and DP2 (ZeRO-1) on the same global batch of PP_M (default 4)
+# sequences of PP_SEQ (default 1024) tokens: tokens/s, MFU, the share in collectives, each
+# stage's measured bubble against (S-1)/(M+S-1); PP_STEPS (default 2) steps per run; arenas of
+# 7-13 GiB, minutes per step. `make bench BENCH_SLICE=1` appends it.
+bench-pipeline: deps
+	@$(MAKE) --no-print-directory $(BUILD)/bench/kernel_bench $(CONFIGGEN) $(FW_OBJ) $(FW_APP_OBJ) \
+	  $(ARENA_UNLOAD) > /dev/null
+	@./tests/scripts/bench_pipeline.sh
 
 # The code's shape (tests/scripts/structure.py): every file -> file dependency (symbols read
 # with nm from the objects, #include "..." from the sources) against the layer order of

@@ -110,6 +110,9 @@ static int qt_main_finish(int code)
     qt_app_eval_close();
     if (qt_main_state.data_open) qt_data_close(&qt_main_state.data);
     qt_checkpoint_unlock();
+    /* a pipeline plan: each stage's first rank says where its schedule's time went */
+    if (qt_main_state.plan && qt_main_state.steps_run)
+        qt_pp_time_print(stderr, qt_main_state.plan, qt_main_state.steps_run);
     if (qt_main_state.plan && qt_main_state.rank == 0) {
         qt_main_comm_print(stderr);
         qt_runtime_profile_print(stderr);
@@ -501,6 +504,8 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
         const char *order = getenv("QT_PP_TEST_ORDER");  /* qt_pp_set_test_order */
         qt_pp_set_test_order(!order ? 0 : !strcmp(order, "reverse") ? 1
                              : !strcmp(order, "lb-local") ? 2 : 0);
+        const char *pf = getenv("QT_PP_PREFETCH");  /* qt_pp_set_prefetch */
+        qt_pp_set_prefetch(!(pf && !strcmp(pf, "0")));
         msize = size / p->pipeline_stages;
         (void)qt_pp_stage_of(rank, size, p->pipeline_stages, &mrank);
     }

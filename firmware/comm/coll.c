@@ -607,11 +607,11 @@ int qt_coll_all_to_all_counts(unsigned mask, const int64_t *send_counts, int64_t
     return qt_coll_end(rc);
 }
 
-int qt_coll_all_to_all_v(unsigned mask, const void *send, const int64_t *send_counts,
-                         const int64_t *send_offs, void *recv, const int64_t *recv_counts,
-                         const int64_t *recv_offs, int64_t elem_bytes)
+int qt_coll_a2av_setup(const char *op, unsigned mask, const void *send,
+                       const int64_t *send_counts, const int64_t *send_offs, void *recv,
+                       const int64_t *recv_counts, const int64_t *recv_offs,
+                       int64_t elem_bytes, qt_grp *gp, qt_coll_cursor *c)
 {
-    static const char op[] = "all_to_all_v";
     qt_grp g;
     int rc = qt_coll_group(op, mask, 0, &g);
     if (rc) return rc;
@@ -626,24 +626,27 @@ int qt_coll_all_to_all_v(unsigned mask, const void *send, const int64_t *send_co
                            "receive %lld at %lld", op, mask, j, (long long)send_counts[j],
                            (long long)send_offs[j], (long long)recv_counts[j],
                            (long long)recv_offs[j]);
-    const char *s = send;
-    char *r = recv;
     if (send_counts[idx] != recv_counts[idx])
         return qt_fail(QT_E_PLAN, "%s over mask 0x%x: my own block: send %lld, receive %lld",
                        op, mask, (long long)send_counts[idx], (long long)recv_counts[idx]);
-    if (send_counts[idx])
-        memmove(r + recv_offs[idx] * elem_bytes, s + send_offs[idx] * elem_bytes,
-                (size_t)(send_counts[idx] * elem_bytes));
-    if (R == 1) return QT_OK;
+    qt_coll_cursor_a2av(c, R, idx, send, send_counts, send_offs, recv, recv_counts, recv_offs,
+                        elem_bytes);
+    *gp = g;
+    return QT_OK;
+}
+
+int qt_coll_all_to_all_v(unsigned mask, const void *send, const int64_t *send_counts,
+                         const int64_t *send_offs, void *recv, const int64_t *recv_counts,
+                         const int64_t *recv_offs, int64_t elem_bytes)
+{
+    static const char op[] = "all_to_all_v";
+    qt_grp g;
+    qt_coll_cursor c;
+    int rc = qt_coll_a2av_setup(op, mask, send, send_counts, send_offs, recv, recv_counts,
+                                recv_offs, elem_bytes, &g, &c);
+    if (rc || g.size == 1) return rc;
     qt_coll_begin(op, mask, 0);
-    for (int k = 1; k < R && rc == QT_OK; k++) {
-        const int dst = (idx + k) % R, src = (idx - k + R) % R;
-        qt_coll_s.op_stage = k;
-        rc = qt_coll_xfer(&g, dst, s + send_offs[dst] * elem_bytes,
-                          send_counts[dst] * elem_bytes, src, r + recv_offs[src] * elem_bytes,
-                          recv_counts[src] * elem_bytes);
-    }
-    return qt_coll_end(rc);
+    return qt_coll_end(qt_coll_run_cursor(&g, &c));
 }
 
 int qt_coll_all_to_all(unsigned mask, const void *send, void *recv, int64_t blk_bytes)

@@ -1,7 +1,8 @@
 /* coll_async.c - split collectives: a plan's reduce-scatter or all-gather started by one op
- * (qt_coll_start_range), advanced between the ops that follow (qt_coll_progress, called by
- * the interpreter) and completed by a later op (qt_coll_wait_range), so its transfers run
- * beside compute (docs/overlap.md).
+ * (qt_coll_start_range), or an all-to-all-v (qt_coll_start_a2av), advanced between the ops
+ * that follow (qt_coll_progress, called by the interpreter) and completed by a later op
+ * (qt_coll_wait_range / qt_coll_wait_a2av), so its transfers run beside compute
+ * (docs/overlap.md).
  *
  * Invariants:
  *  - a split collective walks the same cursor (coll_steps.c) as the blocking one, so it
@@ -27,8 +28,8 @@ typedef struct qt_coll_job {
     int busy;                /* started and not yet waited */
     int running;             /* steps left (0: complete, waiting for its wait) */
     int posted;              /* a piece of the current step is posted on the slot */
-    int64_t id;              /* the plan's collective index */
-    const char *op;          /* "reduce_scatter" / "all_gather", for messages */
+    int64_t id;              /* the plan's collective index; < 0: a split all-to-all-v */
+    const char *op;          /* "reduce_scatter" / "all_gather" / "all_to_all_v", for messages */
     qt_grp g;
     qt_coll_cursor cur;
     int64_t soff, roff, sn, rn;
@@ -86,6 +87,31 @@ static int qt_async_advance(qt_coll_job *j, int slot, int *waiting)
     return QT_OK;
 }
 
+/* The lowest free slot into *slot: 0, or QT_E_PLAN naming collective `name`. */
+static int qt_async_free_slot(const char *name, int *slot)
+{
+    int s = 0;
+    while (s < QT_COMM_SLOTS && qt_async.job[s].busy) s++;
+    if (s == QT_COMM_SLOTS)
+        return qt_fail(QT_E_PLAN, "collective %s: %d collectives already in flight", name,
+                       QT_COMM_SLOTS);
+    *slot = s;
+    return QT_OK;
+}
+
+/* Job `slot` (its group and cursor set) runs from here: its first post. t0: the start's
+ * clock, for the counters. */
+static int qt_async_launch(int slot, double t0)
+{
+    qt_coll_job *j = &qt_async.job[slot];
+    j->busy = j->running = 1;
+    qt_async.n_running++;
+    int waiting;
+    int rc = qt_async_advance(j, slot, &waiting);
+    qt_coll_count(0, qt_coll_now() - t0, 1);
+    return rc;
+}
+
 int qt_coll_start_range(int64_t id, const qt_collective *c, unsigned char *base, float *scratch,
                         int64_t scratch_elems)
 {
@@ -99,10 +125,8 @@ int qt_coll_start_range(int64_t id, const qt_collective *c, unsigned char *base,
     if (rc) return rc;
     if (g.size == 1 || c->bytes == 0) return QT_OK;   /* nothing moves: nothing in flight */
     int slot = 0;
-    while (slot < QT_COMM_SLOTS && qt_async.job[slot].busy) slot++;
-    if (slot == QT_COMM_SLOTS)
-        return qt_fail(QT_E_PLAN, "collective %s: %d collectives already in flight", c->name,
-                       QT_COMM_SLOTS);
+    rc = qt_async_free_slot(c->name, &slot);
+    if (rc) return rc;
     const int64_t blk = c->bytes / g.size;
     if (reduce && ((!qt_coll_pow2(g.size) && g.size > QT_COLL_MAX_ANY) || !scratch ||
                    scratch_elems < (qt_coll_pow2(g.size) ? 2 : g.size - 1)))
@@ -110,18 +134,35 @@ int qt_coll_start_range(int64_t id, const qt_collective *c, unsigned char *base,
                        g.size, (long long)scratch_elems);
     const double t0 = qt_coll_now();
     qt_coll_job *j = &qt_async.job[slot];
-    *j = (qt_coll_job){.busy = 1, .running = 1, .id = id, .op = op, .g = g};
+    *j = (qt_coll_job){.id = id, .op = op, .g = g};
     if (reduce)
         qt_coll_cursor_rs(&j->cur, g.size, g.index, (float *)(void *)base, blk / 4, scratch,
                           scratch_elems);
     else
         qt_coll_cursor_ag(&j->cur, g.size, g.index, base, blk,
                           qt_coll_pow2(g.size) ? qt_coll_slice_bits(c->mask) : 0);
-    qt_async.n_running++;
-    int waiting;
-    rc = qt_async_advance(j, slot, &waiting);
-    qt_coll_count(0, qt_coll_now() - t0, 1);
-    return rc;
+    return qt_async_launch(slot, t0);
+}
+
+int qt_coll_start_a2av(int64_t id, unsigned mask, const void *send, const int64_t *send_counts,
+                       const int64_t *send_offs, void *recv, const int64_t *recv_counts,
+                       const int64_t *recv_offs, int64_t elem_bytes)
+{
+    static const char op[] = "all_to_all_v";
+    if (id >= 0)
+        return qt_fail(QT_E_PLAN, "split %s over mask 0x%x: id %lld, expected < 0 (the plan's "
+                       "collectives own the ids >= 0)", op, mask, (long long)id);
+    const double t0 = qt_coll_now();
+    qt_grp g;
+    qt_coll_cursor c;
+    int rc = qt_coll_a2av_setup(op, mask, send, send_counts, send_offs, recv, recv_counts,
+                                recv_offs, elem_bytes, &g, &c);
+    if (rc || g.size == 1) return rc;                 /* one member: copied, nothing in flight */
+    int slot = 0;
+    rc = qt_async_free_slot(op, &slot);
+    if (rc) return rc;
+    qt_async.job[slot] = (qt_coll_job){.id = id, .op = op, .g = g, .cur = c};
+    return qt_async_launch(slot, t0);
 }
 
 int qt_coll_progress(void)
@@ -135,16 +176,17 @@ int qt_coll_progress(void)
     return rc;
 }
 
-int qt_coll_wait_range(int64_t id, const qt_collective *c)
+/* The slot of the job with id `id` in flight, or -1. */
+static int qt_async_slot_of(int64_t id)
 {
-    int slot = 0;
-    while (slot < QT_COMM_SLOTS && !(qt_async.job[slot].busy && qt_async.job[slot].id == id))
-        slot++;
-    if (slot == QT_COMM_SLOTS) {
-        /* a group of one (or an empty range) never starts a job */
-        if (qt_comm_group_size(c->mask) == 1 || c->bytes == 0) return QT_OK;
-        return qt_fail(QT_E_PLAN, "collective %s: waited for, but not in flight", c->name);
-    }
+    for (int s = 0; s < QT_COMM_SLOTS; s++)
+        if (qt_async.job[s].busy && qt_async.job[s].id == id) return s;
+    return -1;
+}
+
+/* Complete the job on `slot`, progressing every job in flight, under the deadline. */
+static int qt_async_wait(int slot)
+{
     qt_coll_job *j = &qt_async.job[slot];
     const double t0 = qt_coll_now(), d = qt_coll_deadline_s();
     int rc = QT_OK;
@@ -168,6 +210,28 @@ int qt_coll_wait_range(int64_t id, const qt_collective *c)
     if (rc == QT_OK) j->busy = 0;
     qt_coll_count(0, qt_coll_now() - t0, 0);
     return rc;
+}
+
+int qt_coll_wait_range(int64_t id, const qt_collective *c)
+{
+    const int slot = qt_async_slot_of(id);
+    if (slot < 0) {
+        /* a group of one (or an empty range) never starts a job */
+        if (qt_comm_group_size(c->mask) == 1 || c->bytes == 0) return QT_OK;
+        return qt_fail(QT_E_PLAN, "collective %s: waited for, but not in flight", c->name);
+    }
+    return qt_async_wait(slot);
+}
+
+int qt_coll_wait_a2av(int64_t id, unsigned mask)
+{
+    const int slot = qt_async_slot_of(id);
+    if (slot < 0) {
+        if (qt_comm_group_size(mask) == 1) return QT_OK;   /* a group of one starts nothing */
+        return qt_fail(QT_E_PLAN, "split all_to_all_v %lld over mask 0x%x: waited for, but not "
+                       "in flight", (long long)id, mask);
+    }
+    return qt_async_wait(slot);
 }
 
 int qt_coll_in_flight(void)

@@ -1,6 +1,6 @@
 /* coll_int.h - what coll.c shares with the split collectives of coll_async.c (inside
  * firmware/comm only): groups, the current collective's context for messages, the deadline,
- * the counters.
+ * the counters, the all-to-all-v's checks.
  *
  * Invariant: the module state stays in coll.c's one static struct; these functions are its
  * only other door.
@@ -34,5 +34,13 @@ void qt_coll_note(const char *op, unsigned mask, int stage);
 int qt_coll_silent(int silent);
 /* Add to the counters of qt_comm_stats. */
 void qt_coll_count(int64_t bytes_sent, double seconds, int64_t calls);
+
+struct qt_coll_cursor;
+/* The checks of qt_coll_all_to_all_v (its arguments, op names it in messages), then the
+ * group into *g and the cursor into *c (my own block already copied): 0 or QT_E_PLAN. */
+int qt_coll_a2av_setup(const char *op, unsigned mask, const void *send,
+                       const int64_t *send_counts, const int64_t *send_offs, void *recv,
+                       const int64_t *recv_counts, const int64_t *recv_offs,
+                       int64_t elem_bytes, qt_grp *g, struct qt_coll_cursor *c);
 
 #endif

@@ -55,13 +55,23 @@ int qt_coll_p2p_send(int peer, int tag, const void *buf, int64_t bytes)
     return QT_OK;
 }
 
+int qt_coll_p2p_post_recv(int peer, int tag, void *buf, int64_t bytes, int *id)
+{
+    int rc = qt_comm_p2p_post(peer, tag, buf, bytes, 0, id);
+    if (!rc) qt_coll_count(0, 0.0, 1);
+    return rc;
+}
+
+int qt_coll_p2p_wait_recv(int id, int peer)
+{
+    return qt_coll_p2p_wait(id, peer, "pipeline receive");
+}
+
 int qt_coll_p2p_recv(int peer, int tag, void *buf, int64_t bytes)
 {
     int id;
-    int rc = qt_comm_p2p_post(peer, tag, buf, bytes, 0, &id);
-    if (rc) return rc;
-    qt_coll_count(0, 0.0, 1);
-    return qt_coll_p2p_wait(id, peer, "pipeline receive");
+    int rc = qt_coll_p2p_post_recv(peer, tag, buf, bytes, &id);
+    return rc ? rc : qt_coll_p2p_wait_recv(id, peer);
 }
 
 int qt_coll_p2p_flush(void)

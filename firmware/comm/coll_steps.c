@@ -2,7 +2,8 @@
  * (coll_steps.h): recursive halving with fixed pairing, the direct exchange summed in the
  * one-rank tree's binary-counter shape for a group that is not a power of two (and the
  * fold of the step form's units, qt_coll_fold_units, in the same shape), recursive
- * doubling (slice bits first on several slices) and the ring.
+ * doubling (slice bits first on several slices), the ring, and the all-to-all-v's
+ * pairwise exchange (copies only).
  *
  * Invariants: floats are only ever added here, elementwise, as mine + partner's in the
  * fixed pairing (a perfect pairwise tree over group indices), or in qt_coll_counter_tree's
@@ -235,9 +236,32 @@ static int qt_coll_ag_ring_next(qt_coll_cursor *c)
     return 1;
 }
 
+void qt_coll_cursor_a2av(qt_coll_cursor *c, int R, int idx, const void *send,
+                         const int64_t *scnt, const int64_t *soff, void *recv,
+                         const int64_t *rcnt, const int64_t *roff, int64_t eb)
+{
+    *c = (qt_coll_cursor){.a2a = 1, .R = R, .idx = idx, .k = 1, .a_s = send, .a_r = recv,
+                          .scnt = scnt, .soff = soff, .rcnt = rcnt, .roff = roff, .eb = eb};
+    if (scnt[idx])
+        memmove(c->a_r + roff[idx] * eb, c->a_s + soff[idx] * eb, (size_t)(scnt[idx] * eb));
+}
+
+/* All-to-all-v, step k: send to idx + k, receive from idx - k (copies only). */
+static int qt_coll_a2av_next(qt_coll_cursor *c)
+{
+    const int R = c->R, k = c->k;
+    if (k >= R) return 0;
+    const int dst = (c->idx + k) % R, src = (c->idx - k + R) % R;
+    c->x = (qt_coll_step){dst, src, c->a_s + c->soff[dst] * c->eb, c->a_r + c->roff[src] * c->eb,
+                          c->scnt[dst] * c->eb, c->rcnt[src] * c->eb};
+    c->stage = k;
+    return 1;
+}
+
 int qt_coll_cursor_next(qt_coll_cursor *c)
 {
     const int pow2 = qt_coll_pow2(c->R);
+    if (c->a2a) return qt_coll_a2av_next(c);
     if (c->reduce) return pow2 ? qt_coll_rs_pow2_next(c) : qt_coll_rs_any_next(c);
     return pow2 ? qt_coll_ag_doubling_next(c) : qt_coll_ag_ring_next(c);
 }
@@ -245,7 +269,9 @@ int qt_coll_cursor_next(qt_coll_cursor *c)
 void qt_coll_cursor_done(qt_coll_cursor *c)
 {
     const int pow2 = qt_coll_pow2(c->R);
-    if (c->reduce && pow2)
+    if (c->a2a)
+        c->k++;
+    else if (c->reduce && pow2)
         qt_coll_rs_pow2_done(c);
     else if (c->reduce)
         qt_coll_rs_any_done(c);

@@ -1,5 +1,5 @@
-/* coll_steps.h - the float reduce-scatter and the all-gather of qt_coll.h as cursors over
- * their point-to-point steps (coll_steps.c), shared by the blocking collectives (coll.c)
+/* coll_steps.h - the float reduce-scatter, the all-gather and the all-to-all-v of qt_coll.h
+ * as cursors over their point-to-point steps (coll_steps.c), shared by the blocking collectives (coll.c)
  * and the split ones that run beside compute (coll_async.c), so both move the same bytes
  * and add the same operands in the same order: the bits cannot depend on which form ran.
  *
@@ -41,6 +41,12 @@ typedef struct qt_coll_cursor {
     int64_t done, off, sub, sub_next, held;
     qt_coll_step x;             /* the current step (valid after next() returned 1) */
     int stage;                  /* the current step's stage, for messages */
+    /* all-to-all-v (a2a = 1): the caller's buffers and tables, elements of eb bytes */
+    int a2a;
+    const char *a_s;
+    char *a_r;
+    const int64_t *scnt, *soff, *rcnt, *roff;
+    int64_t eb;
 } qt_coll_cursor;
 
 /* 1 when r is a power of two (r > 0). */
@@ -55,6 +61,14 @@ void qt_coll_cursor_rs(qt_coll_cursor *c, int R, int idx, float *buf, int64_t bl
  * index bits that cross slices (0 on one slice; R a power of two when nonzero). */
 void qt_coll_cursor_ag(qt_coll_cursor *c, int R, int idx, void *buf, int64_t blk_bytes,
                        int64_t slow);
+/* All-to-all-v of qt_coll_all_to_all_v over R members (R >= 1), my index idx: copies my
+ * own block (send block idx to receive block idx, memmove) here, then steps k = 1..R-1 send
+ * block (idx + k) % R to that member and receive block (idx - k) % R from it (pairwise
+ * order). Counts and offsets are in elements of eb bytes, arrays of R read when a step is
+ * taken: they, send and recv must stay unchanged until the cursor is finished. */
+void qt_coll_cursor_a2av(qt_coll_cursor *c, int R, int idx, const void *send,
+                         const int64_t *scnt, const int64_t *soff, void *recv,
+                         const int64_t *rcnt, const int64_t *roff, int64_t eb);
 /* The fold of qt_coll_reduce_units_f32: unit[u] (u < q) are R*blk floats each, block m of
  * unit u holding member m's unit u of my block (R * q <= QT_COLL_MAX_ANY). The R*q pieces, in
  * the order (m, u), are summed in qt_coll_counter_tree's shape (the one-rank leaf tree's

@@ -261,6 +261,12 @@ int qt_coll_p2p_send(int peer, int tag, const void *buf, int64_t bytes);
 /* Receive exactly `bytes` into buf from world rank peer on channel tag, waiting under the
  * collectives' deadline (a silent peer is named). 0 or QT_E_*. */
 int qt_coll_p2p_recv(int peer, int tag, void *buf, int64_t bytes);
+/* The same in two halves, for a receive posted ahead of use (the message may arrive while
+ * the caller computes): post it (*id its request; buf must not be read before the wait),
+ * then wait for it under the deadline. Receives of one channel from one peer match in
+ * posting order. 0 or QT_E_*. */
+int qt_coll_p2p_post_recv(int peer, int tag, void *buf, int64_t bytes, int *id);
+int qt_coll_p2p_wait_recv(int id, int peer);
 /* Wait for every send posted since the last flush (their buffers are free again). */
 int qt_coll_p2p_flush(void);
 /* All-gather over the world ranks ranks[0 .. n) (me: my index): blocks holds n blocks of
@@ -278,6 +284,21 @@ int qt_coll_p2p_allgather(const int *ranks, int n, int me, void *blocks, int64_t
  * (QT_E_PLAN: another kind, QT_COMM_SLOTS collectives already in flight). */
 int qt_coll_start_range(int64_t id, const qt_collective *c, unsigned char *base, float *scratch,
                         int64_t scratch_elems);
+
+/* Start qt_coll_all_to_all_v's exchange (same arguments, same checks, same pairwise steps,
+ * same bytes in the same places) as split collective `id` (< 0: the plan's collectives own
+ * the ids >= 0) and return before it completes: my own block is copied here, the others
+ * arrive on a transfer slot while the caller computes (qt_coll_progress), complete after
+ * qt_coll_wait_a2av(id). Until then send, recv and the four tables must stay unchanged and
+ * unread (recv). A group of one copies and starts nothing. 0 or QT_E_*. */
+int qt_coll_start_a2av(int64_t id, unsigned mask, const void *send, const int64_t *send_counts,
+                       const int64_t *send_offs, void *recv, const int64_t *recv_counts,
+                       const int64_t *recv_offs, int64_t elem_bytes);
+
+/* Complete split all-to-all-v `id` started over `mask` (as qt_coll_wait_range). 0,
+ * QT_E_COMM, or QT_E_PLAN when `id` is not in flight (and the group has more than one
+ * member). */
+int qt_coll_wait_a2av(int64_t id, unsigned mask);
 
 /* Advance every collective in flight as far as its transfers allow, without waiting (one
  * test per busy slot; a finished step's adds and the next step's post). Returns at once

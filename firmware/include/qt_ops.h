@@ -92,6 +92,13 @@ enum qt_op_kind {
     QT_OP_COUNT
 };
 
+/* The kinds that run nothing: NOP, and the circular pipeline's chunk markers (PP_CHUNK,
+ * read by firmware/runtime/pipeline.c). */
+static inline int qt_op_inert(unsigned kind)
+{
+    return kind == QT_OP_NOP || kind == QT_OP_PP_CHUNK;
+}
+
 /* Named slots and attributes. For each row, QT_T_<ENUM>_<slot> and QT_A_<ENUM>_<attribute>
  * are the indices of its named slots and attributes, in row order; use them through
  *     QT_T(op, MATMUL_FWD, x)    the tensor id in slot x of a MATMUL_FWD op (an lvalue)

@@ -41,6 +41,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,6 +85,41 @@ static inline float qt_f32_from_bf16(qt_bf16 h)
 {
     return qt_bf16_f32_bits((uint32_t)h << 16);
 }
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define QT_BF16_HAVE_V16 1
+/* Sixteen lanes of qt_bf16_from_f32 in its integer form (the same rule lane by lane: zero
+ * and denormals to the zero of their sign, NaN quieted keeping its sign and 7 high mantissa
+ * bits, else nearest even on the 16 dropped bits), not VCVTNEPS2BF16: the same on every
+ * AVX-512 CPU, so the tests cover it wherever they run. */
+static inline __m256i qt_bf16_round16(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i hi = _mm512_srli_epi32(u, 16);
+    const __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                             _mm512_and_si512(hi, _mm512_set1_epi32(1)))), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000));
+    const __mmask16 tiny = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x0040));
+    r = _mm512_mask_and_epi32(r, tiny, hi, _mm512_set1_epi32(0x8000));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+/* Sixteen bf16 at p widened (exact). */
+static inline __m512 qt_bf16_widen16(const qt_bf16 *p)
+{
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* qt_bf16_round16(x) stored to p[0..15]. */
+static inline void qt_bf16_store16(qt_bf16 *p, __m512 x)
+{
+    _mm256_storeu_si256((__m256i *)(void *)p, qt_bf16_round16(x));
+}
+#endif
 
 /* dst[n] = bf16(src) (writes). */
 void qt_bf16_from_f32_n(qt_bf16 *dst, const float *src, int64_t n);

@@ -1,11 +1,14 @@
 /* bf16_rows.c - one-pass bf16 forms of the row kernels (see bf16_rows.h).
  *
- * Each function is its fp32 kernel (rmsnorm.c, moe_combine.c, elementwise.c) with every bf16
- * read replaced by its exact widening (W) and every bf16 write by one rounding (R) of the
- * same fp32 value: the same expressions, in the same order, reductions serial in increasing
- * index as there. Loops are only split where the elements are independent (a reduction and
+ * Each function is its fp32 kernel (rmsnorm.c, moe_combine.c, elementwise.c,
+ * gated_rmsnorm.c) with every bf16 read replaced by its exact widening (W) and every bf16
+ * write by one rounding (R) of the same fp32 value: the same expressions, in the same
+ * order, reductions serial in increasing index as there. Plain loops run sixteen lanes at a
+ * time where the build has AVX-512BW (bf16.h's qt_bf16_widen16 / qt_bf16_store16: the same
+ * IEEE operation per lane, no FMA). Loops are only split where the elements are independent (a reduction and
  * an elementwise update of other tensors over the same index), which changes no value.
- * Invariants: no state, no heap, no VLAs; the stack holds at most QT_B16_COLS floats.
+ * Invariants: no state, no heap, no VLAs; the stack holds at most QT_B16_COLS floats (the
+ * gated norm's backward: 8 * QT_B16_GRN_DV).
  * Float build only (empty under -DQT_REAL_DOUBLE).
  */
 #include "bf16_rows.h"
@@ -24,6 +27,15 @@ static float qt_b16_scale(const float *w, int64_t i, int flags)
     return (flags & QT_RMSNORM_ZERO_CENTRED) ? 1.0f + w[i] : w[i];
 }
 
+#ifdef QT_BF16_HAVE_V16
+/* qt_b16_scale of elements i..i+15. */
+static __m512 qt_b16_scale16(const float *w, int64_t i, int flags)
+{
+    const __m512 v = _mm512_loadu_ps(w + i);
+    return (flags & QT_RMSNORM_ZERO_CENTRED) ? _mm512_add_ps(_mm512_set1_ps(1.0f), v) : v;
+}
+#endif
+
 /* Four rows' sums at once, each serial in increasing i as the fp32 kernel's (four
  * independent chains: the adds' latency overlaps, every sum keeps its order and bits). */
 static void qt_b16_sumsq4(float ss[4], const qt_bf16 *x, int64_t xs, int64_t n)
@@ -36,6 +48,21 @@ static void qt_b16_sumsq4(float ss[4], const qt_bf16 *x, int64_t xs, int64_t n)
     ss[0] = a, ss[1] = b, ss[2] = c, ss[3] = d;
 }
 
+/* 1/sqrt(mean of squares + eps) of row r of R rows of n (xs apart from x): the sums of four
+ * rows at once where r's group of four is whole (ss4 holds them from its first row on), else
+ * one serial sum; each serial in increasing i, the fp32 kernels' expression. */
+static float qt_b16_row_rstd(float ss4[4], const qt_bf16 *x, int64_t r, int64_t R, int64_t xs,
+                             int64_t n, float eps)
+{
+    const qt_bf16 *xr = x + r * xs;
+    if (r % 4 == 0 && r + 4 <= R) qt_b16_sumsq4(ss4, xr, xs, n);
+    float ss = 0;
+    if (r - r % 4 + 4 <= R) ss = ss4[r % 4];
+    else
+        for (int64_t i = 0; i < n; i++) ss = ss + W(xr[i]) * W(xr[i]);
+    return 1.0f / QT_SQRT(ss / (float)n + eps);
+}
+
 void qt_b16_rmsnorm_fwd(qt_bf16 *y, float *rstd, const qt_bf16 *x, const float *w, int64_t R,
                         int64_t n, int64_t xs, int64_t ys, int flags, float eps)
 {
@@ -43,14 +70,16 @@ void qt_b16_rmsnorm_fwd(qt_bf16 *y, float *rstd, const qt_bf16 *x, const float *
     for (int64_t r = 0; r < R; r++) {
         const qt_bf16 *xr = x + r * xs;
         qt_bf16 *yr = y + r * ys;
-        if (r % 4 == 0 && r + 4 <= R) qt_b16_sumsq4(ss4, xr, xs, n);
-        float ss = 0;
-        if (r - r % 4 + 4 <= R) ss = ss4[r % 4];
-        else
-            for (int64_t i = 0; i < n; i++) ss = ss + W(xr[i]) * W(xr[i]);
-        const float rs = 1.0f / QT_SQRT(ss / (float)n + eps);
+        const float rs = qt_b16_row_rstd(ss4, x, r, R, xs, n, eps);
         rstd[r] = rs;
-        for (int64_t i = 0; i < n; i++) yr[i] = R((W(xr[i]) * rs) * qt_b16_scale(w, i, flags));
+        int64_t i = 0;
+#ifdef QT_BF16_HAVE_V16
+        const __m512 rv = _mm512_set1_ps(rs);
+        for (; i + 16 <= n; i += 16)
+            qt_bf16_store16(yr + i, _mm512_mul_ps(_mm512_mul_ps(qt_bf16_widen16(xr + i), rv),
+                                                  qt_b16_scale16(w, i, flags)));
+#endif
+        for (; i < n; i++) yr[i] = R((W(xr[i]) * rs) * qt_b16_scale(w, i, flags));
     }
 }
 
@@ -85,7 +114,17 @@ void qt_b16_rmsnorm_bwd(qt_bf16 *dx, const qt_bf16 *dy, const qt_bf16 *x, const 
             for (int64_t i = 0; i < n; i++)
                 dot = dot + (W(dyr[i]) * qt_b16_scale(w, i, flags)) * W(xr[i]);
         const float coef = ((rs * rs) * rs) * dot / (float)n;
-        for (int64_t i = 0; i < n; i++)
+        int64_t i = 0;
+#ifdef QT_BF16_HAVE_V16
+        const __m512 rv = _mm512_set1_ps(rs), cv = _mm512_set1_ps(coef);
+        for (; i + 16 <= n; i += 16) {
+            const __m512 t = _mm512_mul_ps(rv, _mm512_mul_ps(qt_bf16_widen16(dyr + i),
+                                                             qt_b16_scale16(w, i, flags)));
+            const __m512 u = _mm512_sub_ps(t, _mm512_mul_ps(qt_bf16_widen16(xr + i), cv));
+            qt_bf16_store16(dxr + i, _mm512_add_ps(qt_bf16_widen16(dxr + i), u));
+        }
+#endif
+        for (; i < n; i++)
             dxr[i] = R(W(dxr[i]) + (rs * (W(dyr[i]) * qt_b16_scale(w, i, flags)) - W(xr[i]) * coef));
     }
 }
@@ -103,6 +142,108 @@ void qt_b16_rmsnorm_wgrad_heads(float *dw, const qt_bf16 *dy, const qt_bf16 *x,
         }
 }
 
+/* ------------------------------------------------------------------ gated norm */
+
+/* Column of element 0 of value head j's z in a qkvz row (gated_rmsnorm.c's qt_grn_zcol). */
+static int64_t qt_b16_zcol(int64_t j, int64_t hk, int64_t dk, int64_t hv, int64_t dv)
+{
+    const int64_t r = hv / hk;
+    return (j / r) * (2 * dk + 2 * r * dv) + 2 * dk + r * dv + (j % r) * dv;
+}
+
+static int64_t qt_b16_qkvz_w(int64_t hk, int64_t dk, int64_t hv, int64_t dv)
+{
+    return hk * (2 * dk + 2 * (hv / hk) * dv);
+}
+
+/* Rows (t, j) are o's rows of dv in order (row r = t*hv + j): four at a time share
+ * qt_b16_sumsq4's four chains; each row's sum is serial in increasing i as the kernel's. */
+void qt_b16_gated_rmsnorm_fwd(qt_bf16 *y, float *rstd, const qt_bf16 *o, const qt_bf16 *qkvz,
+                              const float *w, int64_t T, int64_t hk, int64_t dk, int64_t hv,
+                              int64_t dv, float eps)
+{
+    const int64_t wq = qt_b16_qkvz_w(hk, dk, hv, dv), R = T * hv;
+    float ss4[4];
+    for (int64_t r = 0; r < R; r++) {
+        const int64_t t = r / hv, j = r % hv;
+        const qt_bf16 *x = o + r * dv, *z = qkvz + t * wq + qt_b16_zcol(j, hk, dk, hv, dv);
+        qt_bf16 *yr = y + r * dv;
+        const float rs = qt_b16_row_rstd(ss4, o, r, R, dv, dv, eps);
+        rstd[r] = rs;
+        for (int64_t i = 0; i < dv; i++) yr[i] = R(((W(x[i]) * rs) * w[i]) * QT_SILU(W(z[i])));
+    }
+}
+
+/* Backward, four rows (t, j) at a time: a vectorisable pass per row writes dqkvz's z columns
+ * and keeps silu(z) and the dot's terms n*((dy*w)*silu(z)) (the kernel's values: the same
+ * expressions); the four dots are summed as four serial chains in increasing i; a second
+ * pass per row writes d_o from the kept silu(z) (the kernel recomputes it: the same value). */
+void qt_b16_gated_rmsnorm_bwd(qt_bf16 *d_o, qt_bf16 *dqkvz, const float *rstd,
+                              const qt_bf16 *dy, const qt_bf16 *o, const qt_bf16 *qkvz,
+                              const float *w, int64_t T, int64_t hk, int64_t dk, int64_t hv,
+                              int64_t dv)
+{
+    const int64_t wq = qt_b16_qkvz_w(hk, dk, hv, dv), R = T * hv;
+    float sl[4][QT_B16_GRN_DV], term[4][QT_B16_GRN_DV], dot[4];
+    for (int64_t r0 = 0; r0 < R; r0 += 4) {
+        const int64_t g = R - r0 < 4 ? R - r0 : 4;
+        for (int64_t h = 0; h < g; h++) {
+            const int64_t r = r0 + h, zc = (r / hv) * wq + qt_b16_zcol(r % hv, hk, dk, hv, dv);
+            const qt_bf16 *x = o + r * dv, *dyr = dy + r * dv, *z = qkvz + zc;
+            qt_bf16 *dz = dqkvz + zc;
+            const float rs = rstd[r];
+            float *slh = sl[h], *th = term[h];
+            for (int64_t i = 0; i < dv; i++) {
+                const float xi = W(x[i]), zi = W(z[i]), di = W(dyr[i]);
+                const float n = xi * rs, sg = QT_SIGMOID(zi), s = QT_SILU(zi);
+                dz[i] = R(W(dz[i]) + (di * (n * w[i])) * (sg * (1.0f + zi * (1.0f - sg))));
+                slh[i] = s;
+                th[i] = n * ((di * w[i]) * s);
+            }
+        }
+        if (g == 4) {
+            float a = 0, b = 0, c = 0, e = 0;
+            for (int64_t i = 0; i < dv; i++)
+                a = a + term[0][i], b = b + term[1][i], c = c + term[2][i], e = e + term[3][i];
+            dot[0] = a, dot[1] = b, dot[2] = c, dot[3] = e;
+        } else {
+            for (int64_t h = 0; h < g; h++) {
+                float a = 0;
+                for (int64_t i = 0; i < dv; i++) a = a + term[h][i];
+                dot[h] = a;
+            }
+        }
+        for (int64_t h = 0; h < g; h++) {
+            const int64_t r = r0 + h;
+            const qt_bf16 *x = o + r * dv, *dyr = dy + r * dv;
+            qt_bf16 *dx = d_o + r * dv;
+            const float rs = rstd[r], m = dot[h] / (float)dv, *slh = sl[h];
+            for (int64_t i = 0; i < dv; i++) {
+                const float dn = (W(dyr[i]) * w[i]) * slh[i];
+                dx[i] = R(W(dx[i]) + rs * (dn - (W(x[i]) * rs) * m));
+            }
+        }
+    }
+}
+
+void qt_b16_gated_rmsnorm_wgrad_heads(float *dw, const float *rstd, const qt_bf16 *dy,
+                                      const qt_bf16 *o, const qt_bf16 *qkvz, int64_t S,
+                                      int64_t hk, int64_t dk, int64_t hv, int64_t dv,
+                                      int64_t j0, int64_t j1)
+{
+    const int64_t wq = qt_b16_qkvz_w(hk, dk, hv, dv);
+    for (int64_t t = 0; t < S; t++)
+        for (int64_t j = j0; j < j1; j++) {
+            const int64_t e0 = (t * hv + j) * dv;
+            const qt_bf16 *z = qkvz + t * wq + qt_b16_zcol(j, hk, dk, hv, dv);
+            const float rs = rstd[t * hv + j];
+            for (int64_t i = 0; i < dv; i++)
+                dw[i] = dw[i] + (W(dy[e0 + i]) * (W(o[e0 + i]) * rs)) * QT_SILU(W(z[i]));
+        }
+}
+
+/* ------------------------------------------------------------------ MoE combine */
+
 void qt_b16_moe_combine_fwd(qt_bf16 *out, const qt_bf16 *p, const qt_bf16 *y,
                             const int32_t *kidx, int64_t T, int64_t k, int64_t d)
 {
@@ -117,8 +258,27 @@ void qt_b16_moe_combine_fwd(qt_bf16 *out, const qt_bf16 *p, const qt_bf16 *y,
                 const qt_bf16 *yr = y + (t * k + s) * d + c0;
                 for (int64_t i = 0; i < m; i++) o[i] += w * W(yr[i]);
             }
-            for (int64_t i = 0; i < m; i++) out[t * d + c0 + i] = R(o[i]);
+            int64_t i = 0;
+#ifdef QT_BF16_HAVE_V16
+            for (; i + 16 <= m; i += 16)
+                qt_bf16_store16(out + t * d + c0 + i, _mm512_loadu_ps(o + i));
+#endif
+            for (; i < m; i++) out[t * d + c0 + i] = R(o[i]);
         }
+}
+
+/* d[i] = bf16(W(d[i]) + w * W(g[i])) for i < n: sixteen lanes at a time where the build
+ * has AVX-512BW (bf16.h), the same multiply, add and rounding per element. */
+static void qt_b16_add_scaled(qt_bf16 *d, float w, const qt_bf16 *g, int64_t n)
+{
+    int64_t i = 0;
+#ifdef QT_BF16_HAVE_V16
+    const __m512 wv = _mm512_set1_ps(w);
+    for (; i + 16 <= n; i += 16)
+        qt_bf16_store16(d + i, _mm512_add_ps(qt_bf16_widen16(d + i),
+                                             _mm512_mul_ps(wv, qt_bf16_widen16(g + i))));
+#endif
+    for (; i < n; i++) d[i] = R(W(d[i]) + w * W(g[i]));
 }
 
 /* The dot of g with four slots' rows y0..y3 (d apart) at once, each serial in increasing i. */
@@ -163,7 +323,7 @@ void qt_b16_moe_combine_bwd(qt_bf16 *dp, qt_bf16 *dy, const qt_bf16 *dout, const
             } else {
                 for (int64_t i = 0; i < d; i++) acc += W(g[i]) * W(yr[i]);
             }
-            for (int64_t i = 0; i < d; i++) dyr[i] = R(W(dyr[i]) + w * W(g[i]));
+            qt_b16_add_scaled(dyr, w, g, d);
             dp[t * k + s] = R(W(dp[t * k + s]) + acc);
         }
     }

@@ -1,6 +1,6 @@
 /* bf16_rows.h - one-pass bf16 forms of the row kernels (rmsnorm.h, moe_combine.h,
- * elementwise.h): bf16 rows widened in registers, the fp32 kernel's arithmetic in its order,
- * each written element rounded once on store (qt_bf16_from_f32).
+ * elementwise.h, gated_rmsnorm.h): bf16 rows widened in registers, the fp32 kernel's
+ * arithmetic in its order, each written element rounded once on store (qt_bf16_from_f32).
  *
  * Contract: for every element, the result is bit-identical to "widen every bf16 input
  * (exact), run the fp32 kernel, round every written bf16 output" (the boundary,
@@ -16,6 +16,10 @@
 #include <stdint.h>
 #include "bf16.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* qt_rmsnorm_fwd: writes y (R rows of n, ys apart) and rstd[R]; reads x (xs apart), w[n]. */
 void qt_b16_rmsnorm_fwd(qt_bf16 *y, float *rstd, const qt_bf16 *x, const float *w, int64_t R,
                         int64_t n, int64_t xs, int64_t ys, int flags, float eps);
@@ -28,6 +32,26 @@ void qt_b16_rmsnorm_bwd(qt_bf16 *dx, const qt_bf16 *dy, const qt_bf16 *x, const 
 void qt_b16_rmsnorm_wgrad_heads(float *dw, const qt_bf16 *dy, const qt_bf16 *x,
                                 const float *rstd, int64_t T, int64_t H, int64_t h0, int64_t h1,
                                 int64_t n, int64_t xs, int64_t ys);
+/* Widest value head (Dv) of the one-pass gated norm (its backward keeps four heads' silu
+ * and dot terms on the stack); wider heads take the blocks (ops_bf16_rows.c). */
+#define QT_B16_GRN_DV 256
+/* qt_gated_rmsnorm_fwd (gated_rmsnorm.h): writes y[T, hv*dv] and the fp32 rstd[T*hv]; reads
+ * o, the z columns of qkvz (rows hk*(2dk + 2(hv/hk)dv) wide), w[dv]; dv <= QT_B16_GRN_DV. */
+void qt_b16_gated_rmsnorm_fwd(qt_bf16 *y, float *rstd, const qt_bf16 *o, const qt_bf16 *qkvz,
+                              const float *w, int64_t T, int64_t hk, int64_t dk, int64_t hv,
+                              int64_t dv, float eps);
+/* qt_gated_rmsnorm_bwd: accumulates into d_o and the z columns of dqkvz (others untouched);
+ * reads rstd (fp32), dy, o, qkvz, w; dv <= QT_B16_GRN_DV. */
+void qt_b16_gated_rmsnorm_bwd(qt_bf16 *d_o, qt_bf16 *dqkvz, const float *rstd,
+                              const qt_bf16 *dy, const qt_bf16 *o, const qt_bf16 *qkvz,
+                              const float *w, int64_t T, int64_t hk, int64_t dk, int64_t hv,
+                              int64_t dv);
+/* qt_gated_rmsnorm_wgrad_heads: accumulates into the fp32 dw[dv] over S tokens (pointers at
+ * the sequence's first row), value heads [j0, j1), in increasing (t, j). */
+void qt_b16_gated_rmsnorm_wgrad_heads(float *dw, const float *rstd, const qt_bf16 *dy,
+                                      const qt_bf16 *o, const qt_bf16 *qkvz, int64_t S,
+                                      int64_t hk, int64_t dk, int64_t hv, int64_t dv,
+                                      int64_t j0, int64_t j1);
 /* qt_moe_combine_kept_fwd: writes out[T][d]; reads p[T][k], y[T][k][d], kidx (or NULL). */
 void qt_b16_moe_combine_fwd(qt_bf16 *out, const qt_bf16 *p, const qt_bf16 *y,
                             const int32_t *kidx, int64_t T, int64_t k, int64_t d);
@@ -46,5 +70,9 @@ void qt_b16_sigmoid_gate_fwd(qt_bf16 *y, const qt_bf16 *x, const qt_bf16 *gate, 
 /* qt_sigmoid_gate_bwd: accumulates into dx, dgate; reads dy, x, gate. */
 void qt_b16_sigmoid_gate_bwd(qt_bf16 *dx, qt_bf16 *dgate, const qt_bf16 *dy, const qt_bf16 *x,
                              const qt_bf16 *gate, int64_t T, int64_t n, int mode, int64_t hd);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

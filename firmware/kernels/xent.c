@@ -161,7 +161,10 @@ void QT_FN(qt_xent_blk_sums)(qt_real *sums, qt_real *dlogits, const qt_real *log
     }
 }
 
-/* The pairwise tree over n partials in place ((p0+p1)+(p2+p3))+...: the total in p[0]. */
+/* The pairwise tree over n partials in place ((p0+p1)+(p2+p3))+...: the total in p[0]. For
+ * n not a power of two (3 x 2^j blocks with canonical_factor 3) it is the binary counter
+ * (qt_tree.h's shape, config/canon.c): the last incomplete group is carried up and added
+ * once its left neighbour is complete, e.g. 6: ((p0+p1)+(p2+p3))+(p4+p5), 3: (p0+p1)+p2. */
 static qt_real QT_FN(qt_xent_tree)(qt_real *p, int64_t n)
 {
     for (int64_t s = 1; s < n; s *= 2)

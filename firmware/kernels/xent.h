@@ -47,7 +47,8 @@ void qt_xent_z_f64(double *loss_seq, double *z_seq, double *dlogits, const doubl
 /* The blocked form (canonical vocabulary blocks; qt_ops.def XENT with a3 = nb > 0). The
  * V columns of a row are nb equal blocks; the sum of exponentials is one chain per block
  * (v increasing, from 0) and the blocks' partials combine by the pairwise tree
- * ((p0+p1)+(p2+p3))+... over the global block order, so nb = 1 is qt_xent's bits. A
+ * ((p0+p1)+(p2+p3))+... over the global block order (the binary counter when nb*P is not a
+ * power of two: 3 x 2^j blocks with canonical_factor 3), so nb = 1 is qt_xent's bits. A
  * vocab-parallel row is P shards of V columns (shard j = columns [j*V, (j+1)*V), nb blocks
  * each, global blocks j*nb .. j*nb+nb-1); the firmware runs the phases with an all-gather
  * over the tensor group after stats and after sums (ops_basic.c):

@@ -14,9 +14,10 @@
  * what the boundary (runtime/interp_bf16.c) computes, with the conversions done while the
  * block is in cache instead of in whole-tensor passes. fp32 slots (the saved rstd, and any
  * fp32 tensor of a bf16 plan) are read and written in place when their rows are contiguous.
- * The row kinds RMSNORM_*, MOE_COMBINE_*, SWIGLU_* and SIGMOID_GATE_* skip the blocks when
- * their row tensors are bf16 and every read tensor is finite (qt_r16_one_pass): one pass,
- * kernels/bf16_rows.h, the same per-element expressions and rounding.
+ * The row kinds RMSNORM_*, GATED_RMSNORM_* (Dv <= QT_B16_GRN_DV), MOE_COMBINE_*, SWIGLU_*
+ * and SIGMOID_GATE_* skip the blocks when their row tensors are bf16 and every read tensor
+ * is finite (qt_r16_one_pass): one pass, kernels/bf16_rows.h, the same per-element
+ * expressions and rounding.
  *
  * The GDN kinds' kernels never mix sequences (the conv's taps and the recurrence stay inside
  * one; packed documents restart by the positions, indexed like the rows), so their blocks
@@ -371,6 +372,11 @@ void qt_op16_gated_rmsnorm_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_weight(&b, QT_T(op, GATED_RMSNORM_FWD, w), dv);
     if (qt_r16_start(&b, op, rows)) return;
     const float *w = QT_R16_G(4, 0, 1);
+    if (dv <= QT_B16_GRN_DV && qt_r16_one_pass(&b, 13u, 2u, T)) {
+        qt_b16_gated_rmsnorm_fwd(QT_R16_B(0), qt_f32(ctx, b.sl[1].id), QT_R16_B(2), QT_R16_B(3),
+                                 w, T, hk, dk, hv, dv, op->f[0]);
+        return;
+    }
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_gated_rmsnorm_fwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),
@@ -395,6 +401,11 @@ void qt_op16_gated_rmsnorm_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, GATED_RMSNORM_BWD, rstd), 0, hv, hv, 1, 0);
     if (qt_r16_start(&b, op, rows)) return;
     const float *w = QT_R16_G(5, 0, 1);
+    if (dv <= QT_B16_GRN_DV && qt_r16_one_pass(&b, 31u, 64u, T)) {
+        qt_b16_gated_rmsnorm_bwd(QT_R16_B(0), QT_R16_B(1), qt_f32(ctx, b.sl[6].id), QT_R16_B(2),
+                                 QT_R16_B(3), QT_R16_B(4), w, T, hk, dk, hv, dv);
+        return;
+    }
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
         qt_gated_rmsnorm_bwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(6, t0, nr),
@@ -426,7 +437,19 @@ void qt_op16_gated_rmsnorm_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq
     float *part[QT_OP_MAX_GROUPS];
     const int64_t hpg = groups > 0 ? hv / groups : hv;
     for (int64_t gi = 0; gi < groups; gi++) part[gi] = qt_op_group_buf(gi, dv);
-    for (int64_t q = 0; q < S; q += rows) {
+    const int one = qt_r16_one_pass(&b, 7u, 8u, S);
+    if (one) { /* the sequence's rows in one pass (dy, o, qkvz bf16; rstd fp32) */
+        const qt_bf16 *dy = QT_R16_B(0), *o = QT_R16_B(1), *z = QT_R16_B(2);
+        const float *rs = qt_f32(ctx, b.sl[3].id) + b.sl[3].off;
+        for (int64_t gi = groups > 0 ? 0 : -1; gi < groups; gi++) {
+            float *acc = gi < 0 ? dw[0] : part[gi];
+            if (acc)
+                qt_b16_gated_rmsnorm_wgrad_heads(acc, rs, dy, o, z, S, hk, dk, hv, dv,
+                                                 gi < 0 ? 0 : gi * hpg,
+                                                 gi < 0 ? hv : (gi + 1) * hpg);
+        }
+    }
+    for (int64_t q = 0; !one && q < S; q += rows) {
         const int64_t nr = qt_r16_min(rows, S - q);
         const float *dy = QT_R16_G(0, q, nr), *o = QT_R16_G(1, q, nr), *z = QT_R16_G(2, q, nr),
                     *rs = QT_R16_G(3, q, nr);

@@ -4,8 +4,13 @@
  * whose counts derive from idx (home side) and seg (host side), so only the forward
  * dispatch exchanges counts. Rows are copied, never combined, so the arithmetic is the one
  * of the one-rank kernels (the bits do not depend on the expert degree).
- * State: the count tables of the current exchange, one static struct; a failed exchange
- * stores its code in *ctx->status and the interpreter stops the step.
+ * MOE_RETURN_START / _WAIT and MOE_DISPATCH_BWD_START / _WAIT (collective_overlap: all) are
+ * the two host -> home exchanges split around compute: the start op fills the count tables
+ * and starts the split all-to-all-v (QT_EP_SPLIT_ID), the wait op completes it and unpacks
+ * as the blocking op; the same transfers and the same unpack, so the same bits.
+ * State: the count tables of the current exchange, one static struct (so one exchange in
+ * flight and no other exchange op between a start and its wait: qt_validate_ep_splits); a
+ * failed exchange stores its code in *ctx->status and the interpreter stops the step.
  */
 #include "qt_op_fns.h"
 #include "qt_ops_bf16.h"
@@ -123,34 +128,88 @@ void qt_op_moe_dispatch_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_ep_status(ctx, rc);
 }
 
+/* The split exchange's id (< 0: the plan's collectives own the ids >= 0). */
+#define QT_EP_SPLIT_ID (-2)
+
+/* The split kinds name the slots and attributes of the blocking kind they split. */
+#define QT_EP_SAME(a, b, s) ((int)QT_T_##a##_##s == (int)QT_T_##b##_##s)
+_Static_assert(QT_EP_SAME(MOE_RETURN_START, MOE_RETURN_FWD, y) &&
+               QT_EP_SAME(MOE_RETURN_START, MOE_RETURN_FWD, scratch) &&
+               QT_EP_SAME(MOE_RETURN_WAIT, MOE_RETURN_FWD, y) &&
+               QT_EP_SAME(MOE_RETURN_WAIT, MOE_RETURN_FWD, scratch) &&
+               QT_EP_SAME(MOE_DISPATCH_BWD, MOE_RETURN_FWD, idx) &&
+               QT_EP_SAME(MOE_DISPATCH_BWD_START, MOE_DISPATCH_BWD, dx) &&
+               QT_EP_SAME(MOE_DISPATCH_BWD_START, MOE_DISPATCH_BWD, scratch) &&
+               QT_EP_SAME(MOE_DISPATCH_BWD_WAIT, MOE_DISPATCH_BWD, dx) &&
+               QT_EP_SAME(MOE_DISPATCH_BWD_WAIT, MOE_DISPATCH_BWD, scratch),
+               "ops_ep.c: a split expert exchange's slots differ from its blocking kind's");
+
 /* Host -> home: every host sends back the rows it holds for each member (t1 of the op,
  * [Rmax,d]); the home receives its rows member by member into t4 (scratch), in the order it
- * sent them. Fills the count tables. 0 or QT_E_*. */
-static int qt_ep_bring_home(const qt_op *op, const qt_ctx *ctx, qt_ep_dims *D)
+ * sent them. Fills the count tables; split: only starts the exchange (QT_EP_SPLIT_ID).
+ * 0 or QT_E_*. */
+static int qt_ep_bring_home(const qt_op *op, const qt_ctx *ctx, qt_ep_dims *D, int split)
 {
     int rc = qt_ep_dims_of(op, D);
     if (rc) return rc;
-    /* MOE_RETURN_FWD and MOE_DISPATCH_BWD share this slot layout (host rows, idx, seg,
-     * scratch): named by MOE_RETURN_FWD's row */
+    /* MOE_RETURN_FWD and MOE_DISPATCH_BWD (and their split kinds) share this slot layout
+     * (host rows, idx, seg, scratch): named by MOE_RETURN_FWD's row */
     qt_ep_home_counts(qt_i32(ctx, QT_T(op, MOE_RETURN_FWD, idx)), D);
     qt_ep_host_counts(qt_i32(ctx, QT_T(op, MOE_RETURN_FWD, seg)), D);
     const int32_t yr = QT_T(op, MOE_RETURN_FWD, yr);
-    return qt_coll_all_to_all_v(D->mask, qt_f32(ctx, yr), qt_ep.host_n, qt_ep.host_off,
-                                qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, scratch)), qt_ep.home_n,
-                                qt_ep.home_off, D->d * qt_ep_eb(ctx, yr));
+    const int64_t rb = D->d * qt_ep_eb(ctx, yr);
+    float *home = qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, scratch));
+    if (split)
+        return qt_coll_start_a2av(QT_EP_SPLIT_ID, D->mask, qt_f32(ctx, yr), qt_ep.host_n,
+                                  qt_ep.host_off, home, qt_ep.home_n, qt_ep.home_off, rb);
+    return qt_coll_all_to_all_v(D->mask, qt_f32(ctx, yr), qt_ep.host_n, qt_ep.host_off, home,
+                                qt_ep.home_n, qt_ep.home_off, rb);
+}
+
+/* The wait op of a split exchange: completes it (the count tables are still the start
+ * op's: nothing between touches them). 0 or QT_E_*. */
+static int qt_ep_wait_home(const qt_op *op, qt_ep_dims *D)
+{
+    int rc = qt_ep_dims_of(op, D);
+    return rc ? rc : qt_coll_wait_a2av(QT_EP_SPLIT_ID, D->mask);
+}
+
+/* The home rows in t4 (scratch) placed into y[T*k,d] (t0), as they were sent. */
+static void qt_ep_unpack_y(const qt_op *op, const qt_ctx *ctx, const qt_ep_dims *D)
+{
+    qt_moe_unpack(qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, y)),
+                  qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, scratch)),
+                  qt_i32(ctx, QT_T(op, MOE_RETURN_FWD, idx)), D->T, D->k,
+                  D->d * qt_ep_eb(ctx, QT_T(op, MOE_RETURN_FWD, y)), D->El, D->E,
+                  qt_ep.home_off);
+}
+
+/* How a host -> home op runs its exchange: whole, started, or waited for and unpacked. */
+enum { QT_EP_WHOLE, QT_EP_START, QT_EP_WAIT };
+typedef void (*qt_ep_unpack_fn)(const qt_op *op, const qt_ctx *ctx, const qt_ep_dims *D);
+
+static void qt_ep_home_op(const qt_op *op, const qt_ctx *ctx, int how, qt_ep_unpack_fn unpack)
+{
+    qt_ep_dims D;
+    const int rc = how == QT_EP_WAIT ? qt_ep_wait_home(op, &D)
+                                     : qt_ep_bring_home(op, ctx, &D, how == QT_EP_START);
+    if (!rc && how != QT_EP_START) unpack(op, ctx, &D);
+    qt_ep_status(ctx, rc);
 }
 
 void qt_op_moe_return_fwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_ep_dims D;
-    int rc = qt_ep_bring_home(op, ctx, &D);
-    if (!rc)
-        qt_moe_unpack(qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, y)),
-                      qt_f32(ctx, QT_T(op, MOE_RETURN_FWD, scratch)),
-                      qt_i32(ctx, QT_T(op, MOE_RETURN_FWD, idx)), D.T, D.k,
-                      D.d * qt_ep_eb(ctx, QT_T(op, MOE_RETURN_FWD, y)), D.El, D.E,
-                      qt_ep.home_off);
-    qt_ep_status(ctx, rc);
+    qt_ep_home_op(op, ctx, QT_EP_WHOLE, qt_ep_unpack_y);
+}
+
+void qt_op_moe_return_start(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_home_op(op, ctx, QT_EP_START, qt_ep_unpack_y);
+}
+
+void qt_op_moe_return_wait(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_home_op(op, ctx, QT_EP_WAIT, qt_ep_unpack_y);
 }
 
 void qt_op_moe_return_bwd(const qt_op *op, const qt_ctx *ctx)
@@ -172,19 +231,31 @@ void qt_op_moe_return_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_ep_status(ctx, rc);
 }
 
+/* The home rows' gradients in t4 (scratch) added into dx[T,d] (t0), each token's slots in
+ * increasing slot order. */
+static void qt_ep_unpack_dx(const qt_op *op, const qt_ctx *ctx, const qt_ep_dims *D)
+{
+    /* the host's row gradients are fp32 (a bf16 plan's too): a bf16 dx is widened, gets
+     * its tokens' slots added in fp32 and is rounded once */
+    const int32_t dxid = QT_T(op, MOE_DISPATCH_BWD, dx);
+    float *dx = qt_op_widen_b16(ctx, dxid, qt_op_bf16_stage(ctx), D->T * D->d);
+    qt_moe_unpack_tokens_acc(dx, qt_f32(ctx, QT_T(op, MOE_DISPATCH_BWD, scratch)),
+                             qt_i32(ctx, QT_T(op, MOE_DISPATCH_BWD, idx)), D->T, D->k, D->d,
+                             D->El, D->E, qt_ep.home_off);
+    qt_op_store_b16(ctx, dxid, dx, D->T * D->d);
+}
+
 void qt_op_moe_dispatch_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_ep_dims D;
-    int rc = qt_ep_bring_home(op, ctx, &D);
-    if (!rc) {
-        /* the host's row gradients are fp32 (a bf16 plan's too): a bf16 dx is widened, gets
-         * its tokens' slots added in fp32 and is rounded once */
-        const int32_t dxid = QT_T(op, MOE_DISPATCH_BWD, dx);
-        float *dx = qt_op_widen_b16(ctx, dxid, qt_op_bf16_stage(ctx), D.T * D.d);
-        qt_moe_unpack_tokens_acc(dx, qt_f32(ctx, QT_T(op, MOE_DISPATCH_BWD, scratch)),
-                                 qt_i32(ctx, QT_T(op, MOE_DISPATCH_BWD, idx)), D.T, D.k, D.d, D.El,
-                                 D.E, qt_ep.home_off);
-        qt_op_store_b16(ctx, dxid, dx, D.T * D.d);
-    }
-    qt_ep_status(ctx, rc);
+    qt_ep_home_op(op, ctx, QT_EP_WHOLE, qt_ep_unpack_dx);
+}
+
+void qt_op_moe_dispatch_bwd_start(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_home_op(op, ctx, QT_EP_START, qt_ep_unpack_dx);
+}
+
+void qt_op_moe_dispatch_bwd_wait(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_home_op(op, ctx, QT_EP_WAIT, qt_ep_unpack_dx);
 }

@@ -16,6 +16,7 @@
  * units: the routed experts' are E times the others'),
  * GRAD_MB_UNITS pushing them into the microbatch tree.
  */
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 #include "qt_interp.h"
@@ -93,7 +94,7 @@ static int qt_interp_check_op(const qt_plan *p, const qt_kernel_entry *table, co
         return qt_fail(QT_E_PLAN, "plan %s: %s op %d has kind %u (>= %d)", p->run_name, sched, i,
                        op->kind, QT_OP_COUNT);
     }
-    if (op->kind == QT_OP_NOP) return QT_OK;
+    if (qt_op_inert(op->kind)) return QT_OK;
     int is_w = (op->flags & QT_OPF_WGRAD) != 0;
     /* STEP ops inside the microbatch schedule: per-layer reduction (qt_plan.h) */
     if (!is_w && table[op->kind].step && p->layer_reduce && in_mb) return QT_OK;
@@ -276,7 +277,7 @@ void qt_interp_run_init(const qt_ctx *ctx, const qt_kernel_entry *table)
     const qt_plan *p = ctx->plan;
     for (int32_t i = 0; i < p->n_init_ops; i++) {
         const qt_op *op = &p->init_ops[i];
-        if (op->kind != QT_OP_NOP) qt_interp_call_run(&table[op->kind], op, ctx);
+        if (!qt_op_inert(op->kind)) qt_interp_call_run(&table[op->kind], op, ctx);
     }
 }
 
@@ -370,12 +371,18 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
 void qt_interp_run_microbatch(const qt_ctx *c, const qt_kernel_entry *table, int64_t mb,
                               qt_step_state *st)
 {
+    qt_interp_run_range(c, table, 0, INT64_MAX, mb, st);  /* every op, scans unrolled */
+}
+
+void qt_interp_run_range(const qt_ctx *c, const qt_kernel_entry *table, int64_t lo, int64_t hi,
+                         int64_t mb, qt_step_state *st)
+{
     const qt_plan *p = c->plan;
     const qt_ctx ctx = *c;
     qt_interp_prof *prof = qt_interp_state.prof;
-    for (qt_mb_cursor cur = qt_mb_begin(p); qt_mb_next(&cur);) {
+    for (qt_mb_cursor cur = qt_mb_begin(p); qt_mb_next(&cur) && cur.logical < hi;) {
         const qt_op *op = cur.op;
-        if (op->kind == QT_OP_NOP) continue;
+        if (cur.logical < lo || qt_op_inert(op->kind)) continue;
         if (ctx.status && *ctx.status) return;  /* a collective failed: the step stops */
         if (op->flags & QT_OPF_WGRAD) {
             qt_interp_wgrad(p, table, op, &ctx, mb);
@@ -407,7 +414,7 @@ void qt_interp_run_forward(const qt_ctx *c, const qt_kernel_entry *table, int64_
     const qt_ctx ctx = *c;
     for (qt_mb_cursor cur = qt_mb_begin(c->plan); qt_mb_next(&cur) && cur.logical < n_ops;) {
         const qt_op *op = cur.op;
-        if (op->kind == QT_OP_NOP || (op->flags & QT_OPF_WGRAD)) continue;
+        if (qt_op_inert(op->kind) || (op->flags & QT_OPF_WGRAD)) continue;
         if (ctx.status && *ctx.status) return;  /* a collective failed: the eval stops */
         if (table[op->kind].step) {
             int rc = table[op->kind].step(op, &ctx, st);

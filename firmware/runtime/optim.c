@@ -208,29 +208,6 @@ static inline __m512i qt_fp_terms8(__m512i bits, __m512i gk)
  * (three divisions and a square root per vector) for the memory it moves. */
 #define QT_ADAMW_PREFETCH 512
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-/* qt_bf16_from_f32 on 16 lanes (bf16.h's rule: zero and denormals to the zero of their
- * sign, NaN quieted with its sign and 7 high mantissa bits, else RNE on the dropped 16
- * bits), stored to dst[0..15]: the integer form of qt_bf16_from_f32, lane by lane. (Not
- * VCVTNEPS2BF16, the same rule in one instruction: this form is the same on every AVX-512
- * CPU, so the unit test covers it wherever it runs, and the pass is bound by its
- * divisions, not by these integer operations.) */
-static inline void qt_adamw_store_bf16(qt_bf16 *dst, __m512 x)
-{
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i hi = _mm512_srli_epi32(u, 16);
-    const __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                             _mm512_and_si512(hi, _mm512_set1_epi32(1)))), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000));
-    const __mmask16 tiny = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x0040));
-    r = _mm512_mask_and_epi32(r, tiny, hi, _mm512_set1_epi32(0x8000));
-    _mm256_storeu_si256((__m256i *)(void *)dst, _mm512_cvtepi32_epi16(r));
-}
-#endif
-
 uint64_t qt_adamw_update_fp(float *p, float *m, float *v, const float *g, int64_t n,
                             const qt_adamw_hp *hp, float gscale, int scaled, uint64_t gidx0,
                             qt_bf16 *cc)
@@ -259,7 +236,7 @@ uint64_t qt_adamw_update_fp(float *p, float *m, float *v, const float *g, int64_
         }
         const __m512 pn = qt_adamw_v16(p, m, v, g, i, hp, gscale, scaled);
 #if defined(__AVX512BW__)
-        if (cc) qt_adamw_store_bf16(cc + i, pn);
+        if (cc) qt_bf16_store16(cc + i, pn); /* bf16.h: the integer form, not the insn */
 #else
         if (cc)
             for (int l = 0; l < 16; l++) cc[i + l] = qt_bf16_from_f32(p[i + l]);

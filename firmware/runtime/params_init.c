@@ -12,6 +12,7 @@
 #include "qt_rng.h"
 #include "qt_blocks.h"
 #include "qt_optim.h"
+#include "qt_pipeline.h"
 #include "math/qt_math.h"
 
 #define QT_TWO_PI 6.28318530717958647692
@@ -189,9 +190,10 @@ void qt_params_init(const qt_plan *p, uint64_t seed)
             int64_t run = qt_global_run(t, j);
             if (run > j1 - j) run = j1 - j;
             const int64_t g = qt_global_index(p, t, j);
-            /* a pipeline stage's parameters by their one-rank index (pp_param0: 0 else) */
+            /* a pipeline stage's parameters by their one-rank index (qt_pp_param_index) */
+            const int64_t pi = qt_pp_param_index(p, i);
             for (int64_t k = 0; k < run; k++)
-                w[j + k - j0] = qt_init_value(pa, seed, p->pp_param0 + i, g + k);
+                w[j + k - j0] = qt_init_value(pa, seed, pi, g + k);
             j += run;
         }
     }
@@ -245,6 +247,7 @@ uint64_t qt_param_fingerprint(const qt_plan *p)
     int64_t gbase = p->pp_elem0;  /* global flat index of the parameter's first element (a
                                      pipeline stage's first: its one-rank index) */
     for (int32_t i = 0; i < p->n_params; i++) {
+        gbase = qt_pp_elem_base(p, i, gbase);  /* a circular stage's chunk restarts it */
         sum += qt_param_fp_chunk(p, i, gbase, 0, p->params[i].numel);
         gbase += qt_param_global_numel(p, i);
     }

@@ -1,18 +1,28 @@
 /* pipeline.c - the pipeline driver (qt_pipeline.h): one stage's microbatches in the order of
- * the plan's schedule, the boundary messages, and the exact merges over the stages.
+ * the plan's schedule, its repeat chunks (circular repeats), the boundary messages, and the
+ * exact merges over the stages.
  *
  * Invariants:
  *  - the weight-gradient leaves of microbatch m are pushed (by its B) before those of
- *    m + 1: GPipe's backward phase runs B0 .. B(M-1), 1F1B's backwards are B0, B1, ... by
- *    construction, so the stage's trees are the one-rank trees over the step's leaves;
+ *    m + 1, chunk by chunk: GPipe's backward phase runs B0 .. B(M-1) in every repeat (the
+ *    repeats descending; a chunk's parameters are its own), 1F1B's backwards are B0, B1,
+ *    ... by construction, so the stage's trees are the one-rank trees over the step's leaves;
  *  - a microbatch's forward at B is the forward it ran at F (same inputs, same tables,
- *    deterministic kernels): the rematerialisation changes no bit;
- *  - messages: channel 0 the activations (stage s to s + 1), channel 1 the gradients (s + 1
- *    to s), channel 3 (with the load-balance loss) the running lb sums beside the
- *    activations, each microbatch once per accumulation group, in the schedule's order on
- *    both sides (qt_pp_action), so they match in posting order; sends are flushed at the end of
- *    every group (before its slots are reused); no heap, no reduction of floats.
+ *    deterministic kernels): the rematerialisation changes no bit; a chunk's forward and
+ *    backward runs read only what they write and its boundaries (configgen's check_chunks);
+ *  - messages: channel 0 the activations (stage s to s + 1, and the last stage's repeat r
+ *    to stage 0's r + 1: the wrap-around), channel 1 the gradients the reverse way, channel
+ *    3 (with the load-balance loss) the running lb sums the activations' way beside them
+ *    (so the sums also wrap around between repeats: one rank's layer order), each
+ *    (microbatch, repeat) once per accumulation group, in the schedule's order on both sides
+ *    (qt_pp_action, qt_pp_action_circ), so they match in posting order; a receive may be
+ *    posted one action ahead (into a slot nothing else uses until it is waited for), which
+ *    keeps that order; sends are flushed at the end of every group (before its slots are
+ *    reused); no heap, no reduction of floats;
+ *  - the bubble's clocks (pipeline_time.c) are read around the waits only: no bit depends
+ *    on them.
  */
+#include <stdint.h>
 #include <string.h>
 #include "qt_pipeline.h"
 #include "qt_interp.h"
@@ -24,7 +34,7 @@
 #define QT_PP_ACT 0   /* channel of the activations, stage s -> s + 1 */
 #define QT_PP_GRAD 1  /* channel of the gradients, stage s + 1 -> s */
 #define QT_PP_METRICS 2 /* channel of the step's metrics, the last stage -> the others */
-#define QT_PP_LB 3    /* channel of the running lb sums, stage s -> s + 1 (with the lb loss) */
+#define QT_PP_LB 3    /* channel of the running lb sums, beside the activations (lb loss) */
 
 /* The test hook of qt_pp_set_test_order: qt_pp_reverse runs gpipe's backward phase in
  * reverse, qt_pp_lb_local zeroes the received lb sums. */
@@ -34,6 +44,14 @@ void qt_pp_set_test_order(int mode)
 {
     qt_pp_reverse = mode == 1;
     qt_pp_lb_local = mode == 2;
+}
+
+/* Receives posted ahead (qt_pp_set_prefetch; default on). */
+static int qt_pp_prefetch = 1;
+
+void qt_pp_set_prefetch(int on)
+{
+    qt_pp_prefetch = on != 0;
 }
 
 /* The world ranks of this rank's place in every stage, and this stage. */
@@ -67,6 +85,15 @@ int qt_pp_action(int schedule, int S, int st, int M, int i, int *j)
     return 1;
 }
 
+int qt_pp_action_circ(int M, int R, int i, int *j, int *r)
+{
+    const int bwd = i >= M * R, k = bwd ? i - M * R : i;
+    *j = k % M;
+    if (bwd && qt_pp_reverse) *j = M - 1 - *j;
+    *r = bwd ? R - 1 - k / M : k / M;
+    return bwd;
+}
+
 /* A tensor's storage bytes in the arena (the boundaries are stored in the plan's activation
  * dtype, fp32 or bf16: the messages carry those bytes as they are). */
 static unsigned char *qt_pp_bytes(const qt_ctx *ctx, int32_t id)
@@ -81,15 +108,125 @@ static int64_t qt_pp_msg_bytes(const qt_plan *p)
     return t->shape[1] * qt_dtype_bytes(t->dtype);
 }
 
-/* Before a stage's forward: the received input boundary (in: bytes; NULL on the first
- * stage) into pp_in, and the running lb sums of the stages before (lb_in: lbb bytes, NULL
- * without them) into lb_seq, which the stage's layers then continue. */
-static void qt_pp_inputs(const qt_ctx *ctx, const unsigned char *in, int64_t bytes,
+/* Before a chunk's forward: the received input boundary (in: bytes; NULL for a chunk
+ * without one) into its input tensor, and the running lb sums of the layers before (lb_in:
+ * lbb bytes, NULL without them) into lb_seq, which the chunk's layers then continue. */
+static void qt_pp_inputs(const qt_ctx *ctx, int32_t id, const unsigned char *in, int64_t bytes,
                          const unsigned char *lb_in, int64_t lbb)
 {
-    if (in) memcpy(qt_pp_bytes(ctx, ctx->plan->pp_in), in, (size_t)bytes);
+    if (in) memcpy(qt_pp_bytes(ctx, id), in, (size_t)bytes);
     if (lb_in && qt_pp_lb_local) memset(qt_pp_bytes(ctx, ctx->plan->lb_seq), 0, (size_t)lbb);
     else if (lb_in) memcpy(qt_pp_bytes(ctx, ctx->plan->lb_seq), lb_in, (size_t)lbb);
+}
+
+/* The chunk table of qt_pp_chunks, for the plan it was built for. */
+static struct {
+    const qt_plan *p;
+    int R;
+    qt_pp_chunk c[QT_PP_MAX_REPEATS];
+} qt_pp_ct;
+
+/* Chunk r from its forward marker m; ranges set by the caller. */
+static void qt_pp_chunk_of(qt_pp_chunk *c, const qt_op *m)
+{
+    c->in = (int32_t)QT_A(m, PP_CHUNK, in);
+    c->out = (int32_t)QT_A(m, PP_CHUNK, out);
+    c->dout = (int32_t)QT_A(m, PP_CHUNK, dout);
+    c->din = (int32_t)QT_A(m, PP_CHUNK, din);
+    c->param0 = (int32_t)QT_A(m, PP_CHUNK, param0);
+    c->gparam = QT_A(m, PP_CHUNK, gparam);
+    c->gelem = QT_A(m, PP_CHUNK, gelem);
+}
+
+const qt_pp_chunk *qt_pp_chunks(const qt_plan *p, int *R)
+{
+    *R = 0;
+    if (p->pipeline_stages <= 1) return NULL;
+    if (qt_pp_ct.p == p) {
+        *R = qt_pp_ct.R;
+        return qt_pp_ct.c;
+    }
+    qt_pp_chunk *c = qt_pp_ct.c;
+    const int n = p->pp_repeats;
+    if (n <= 1) { /* one chunk: the plan's fields */
+        c[0] = (qt_pp_chunk){0, p->pp_fwd_ops, p->pp_fwd_ops, INT64_MAX, p->pp_in, p->pp_out,
+                             p->pp_dout, p->pp_din, 0, p->pp_param0, p->pp_elem0};
+    } else {
+        /* the markers: R forward ones in chunk order, then R backward end markers in
+         * reverse chunk order (model/graph.c, model/autodiff.c; configgen checks that each
+         * chunk's runs read only what they write: check/check.c check_chunks) */
+        int nf = 0, nb = 0, bad = n > QT_PP_MAX_REPEATS;
+        for (int32_t i = 0; i < p->n_mb_ops && !bad; i++) {
+            const qt_op *o = &p->mb_ops[i];
+            if (o->kind != QT_OP_PP_CHUNK) continue;
+            const int bwd = QT_A(o, PP_CHUNK, bwd) != 0;
+            const int64_t want = bwd ? n - 1 - nb : nf;
+            if (QT_A(o, PP_CHUNK, chunk) != want || (bwd ? nb >= n || nf < n : nf >= n)) {
+                bad = 1;
+            } else if (!bwd) {
+                qt_pp_chunk_of(&c[nf], o);
+                c[nf].f0 = nf ? i : 0;
+                if (nf) c[nf - 1].f1 = i;
+                nf++;
+            } else {
+                if (nb == 0) c[n - 1].f1 = p->pp_fwd_ops;
+                c[want].b0 = nb ? c[want + 1].b1 + 1 : p->pp_fwd_ops;
+                c[want].b1 = want ? i : INT64_MAX;
+                nb++;
+            }
+        }
+        if (bad || nf != n || nb != n) {
+            qt_fail(QT_E_PLAN, "plan %s: %d repeats, but its pipeline chunk markers (PP_CHUNK) "
+                    "are not %d forward ones in order and %d backward ones in reverse order",
+                    p->run_name, n, n, n);
+            return NULL;
+        }
+    }
+    qt_pp_ct.p = p;
+    qt_pp_ct.R = *R = n <= 1 ? 1 : n;
+    return c;
+}
+
+/* The chunk holding local parameter i (the last whose first parameter is at most i). */
+static const qt_pp_chunk *qt_pp_chunk_of_param(const qt_plan *p, int32_t i)
+{
+    int R;
+    const qt_pp_chunk *c = qt_pp_chunks(p, &R);
+    if (!c) return NULL;
+    int r = 0;
+    while (r + 1 < R && c[r + 1].param0 <= i) r++;
+    return &c[r];
+}
+
+int64_t qt_pp_param_index(const qt_plan *p, int32_t i)
+{
+    const qt_pp_chunk *c = qt_pp_chunk_of_param(p, i);
+    return c ? c->gparam + (i - c->param0) : i;
+}
+
+int64_t qt_pp_elem_base(const qt_plan *p, int32_t i, int64_t next)
+{
+    const qt_pp_chunk *c = qt_pp_chunk_of_param(p, i);
+    return c && c->param0 == i ? c->gelem : next;
+}
+
+/* Action i of the stage's group schedule: the microbatch j, the repeat r, the chunk, the slot
+ * index k = r M + j, and whether it is a backward. */
+typedef struct qt_pp_act {
+    int bwd, j, r;
+    int64_t k;
+    const qt_pp_chunk *c;
+} qt_pp_act;
+
+static qt_pp_act qt_pp_at(const qt_plan *p, const qt_pp_chunk *ch, int R, int S, int s, int i)
+{
+    qt_pp_act a;
+    a.r = 0;
+    a.bwd = R > 1 ? qt_pp_action_circ(p->pp_micro, R, i, &a.j, &a.r)
+                  : qt_pp_action(p->pp_schedule, S, s, p->pp_micro, i, &a.j);
+    a.k = (int64_t)a.r * p->pp_micro + a.j;
+    a.c = &ch[a.r];
+    return a;
 }
 
 int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st,
@@ -97,72 +234,112 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
 {
     const qt_plan *p = ctx->plan;
     const int S = p->pipeline_stages, M = p->pp_micro;
-    int ranks[QT_PP_MAX_STAGES];
+    int ranks[QT_PP_MAX_STAGES], R;
+    const qt_pp_chunk *ch = qt_pp_chunks(p, &R);
+    if (!ch) return QT_E_PLAN;
     if (S < 2 || S > QT_PP_MAX_STAGES || M < 1 || p->train.grad_accum % M)
         return qt_fail(QT_E_PLAN, "plan %s: pipeline of %d stages with %d microbatches and "
                        "%lld accumulation microbatches", p->run_name, S, M,
                        (long long)p->train.grad_accum);
-    const int s = qt_pp_peers(p, ranks), first = s == 0, last = s == S - 1;
-    const int64_t bytes = qt_pp_msg_bytes(p);
+    const int s = qt_pp_peers(p, ranks);
+    /* a chunk's input comes from the stage before, stage 0's (repeats > 0) from the last
+     * stage's previous repeat (the wrap-around); its output goes to the stage after, the
+     * last stage's (repeats < R - 1) to stage 0's next repeat */
+    const int prev = ranks[s > 0 ? s - 1 : S - 1], next = ranks[s < S - 1 ? s + 1 : 0];
+    const int64_t bytes = qt_pp_msg_bytes(p), MR = (int64_t)M * R;
     unsigned char *slots = qt_pp_bytes(ctx, p->pp_slots);
-    /* the load-balance loss: the running lb sums of each microbatch's sequences go on with
-     * its activations (slots j: received, M + j: sent) */
+    /* the load-balance loss: the running lb sums of each (microbatch, repeat)'s sequences
+     * go the activations' way (slots k: received, MR + k: sent) */
     const int lb = p->lb_seq != QT_NONE;
     const int64_t lbb = lb ? p->tensors[p->lb_seq].shape[0] * (int64_t)sizeof(float) : 0;
     unsigned char *lbs = lb ? qt_pp_bytes(ctx, p->pp_lb_slots) : NULL;
     const int64_t groups = p->train.grad_accum / M;
+    const double t0 = qt_pp_clock();
     for (int64_t g = 0; g < groups; g++) {
-        for (int i = 0; i < 2 * M; i++) {
-            int j;
-            const int bwd = qt_pp_action(p->pp_schedule, S, s, M, i, &j);
-            const int64_t mb = g * M + j;
-            unsigned char *in = slots + (int64_t)j * bytes, *act = slots + (int64_t)(M + j) * bytes;
-            unsigned char *grad = slots + (int64_t)(2 * M + j) * bytes;
-            unsigned char *lb_in = lb && !first ? lbs + (int64_t)j * lbb : NULL;
-            unsigned char *lb_out = lb ? lbs + (int64_t)(M + j) * lbb : NULL;
+        /* the receive of the next action posted ahead (ahead >= 0: its request), landing in
+         * its input slot, or for a gradient in the slot `land` of a backward's input that
+         * is consumed (the same bytes either way: only when they arrive changes) */
+        int ahead = -1;
+        unsigned char *land = NULL;
+        for (int i = 0; i < 2 * MR; i++) {
+            const qt_pp_act a = qt_pp_at(p, ch, R, S, s, i);
+            const qt_pp_chunk *c = a.c;
+            const int64_t mb = g * M + a.j;
+            unsigned char *in = slots + a.k * bytes, *act = slots + (MR + a.k) * bytes;
+            unsigned char *grad = slots + (2 * MR + a.k) * bytes;
+            unsigned char *lb_in = lb && c->in != QT_NONE ? lbs + a.k * lbb : NULL;
+            unsigned char *lb_out = lb ? lbs + (MR + a.k) * lbb : NULL;
             int rc = QT_OK;
             st->mb = mb;
-            if (!bwd) {
-                /* F: the input arrives (stages > 0); a stage before the last runs the
-                 * forward and sends its output on; the last stage's forward runs at B */
-                if (!first) rc = qt_coll_p2p_recv(ranks[s - 1], QT_PP_ACT, in, bytes);
-                if (!rc && lb_in) rc = qt_coll_p2p_recv(ranks[s - 1], QT_PP_LB, lb_in, lbb);
-                if (!rc && !last) {
-                    qt_pp_inputs(ctx, first ? NULL : in, bytes, lb_in, lbb);
+            /* this action's message: posted ahead, or received now */
+            const int src = a.bwd ? (c->out != QT_NONE ? next : -1) : (c->in != QT_NONE ? prev : -1);
+            unsigned char *dst = a.bwd ? qt_pp_bytes(ctx, c->dout) : in;
+            const double w0 = qt_pp_clock();
+            if (ahead >= 0) {
+                rc = qt_coll_p2p_wait_recv(ahead, src);
+                if (!rc && land) memcpy(dst, land, (size_t)bytes);
+                ahead = -1;
+            } else if (src >= 0) {
+                rc = qt_coll_p2p_recv(src, a.bwd ? QT_PP_GRAD : QT_PP_ACT, dst, bytes);
+            }
+            /* the lb sums, beside a forward's input (kept in their slot for the B) */
+            if (!rc && !a.bwd && lb_in) rc = qt_coll_p2p_recv(prev, QT_PP_LB, lb_in, lbb);
+            qt_pp_time_add(QT_PP_T_WAIT, w0);
+            /* a backward's input is consumed now, so its slot is free */
+            if (!rc && a.bwd)
+                qt_pp_inputs(ctx, c->in, c->in != QT_NONE ? in : NULL, bytes, lb_in, lbb);
+            /* the next action's receive, posted before this action computes: a forward's
+             * into its own slot, a backward's (after a backward) into this one's freed slot */
+            if (!rc && i + 1 < 2 * MR && qt_pp_prefetch) {
+                const qt_pp_act n = qt_pp_at(p, ch, R, S, s, i + 1);
+                if (!n.bwd && n.c->in != QT_NONE) {
+                    land = NULL;
+                    rc = qt_coll_p2p_post_recv(prev, QT_PP_ACT, slots + n.k * bytes, bytes,
+                                               &ahead);
+                } else if (n.bwd && n.c->out != QT_NONE && a.bwd) {
+                    land = in;
+                    rc = qt_coll_p2p_post_recv(next, QT_PP_GRAD, land, bytes, &ahead);
+                }
+            }
+            if (!rc && !a.bwd) {
+                /* F: a chunk with an output runs its forward and sends it on; the last
+                 * stage's last chunk runs at B */
+                if (c->out != QT_NONE) {
+                    qt_pp_inputs(ctx, c->in, c->in != QT_NONE ? in : NULL, bytes, lb_in, lbb);
                     rc = h->fill(mb, h->arg);
-                    if (!rc) qt_interp_run_forward(ctx, table, p->pp_fwd_ops, st);
+                    if (!rc) qt_interp_run_range(ctx, table, c->f0, c->f1, mb, st);
                     if (!rc && *ctx->status) rc = *ctx->status;
                     if (!rc) {
-                        memcpy(act, qt_pp_bytes(ctx, p->pp_out), (size_t)bytes);
-                        rc = qt_coll_p2p_send(ranks[s + 1], QT_PP_ACT, act, bytes);
+                        memcpy(act, qt_pp_bytes(ctx, c->out), (size_t)bytes);
+                        rc = qt_coll_p2p_send(next, QT_PP_ACT, act, bytes);
                     }
                     if (!rc && lb) {
                         memcpy(lb_out, qt_pp_bytes(ctx, p->lb_seq), (size_t)lbb);
-                        rc = qt_coll_p2p_send(ranks[s + 1], QT_PP_LB, lb_out, lbb);
+                        rc = qt_coll_p2p_send(next, QT_PP_LB, lb_out, lbb);
                     }
                 }
-            } else {
-                /* B: the output's gradient arrives (stages before the last), the forward
-                 * runs again from the kept input, then the backward; the input's gradient
-                 * goes back (stages > 0) */
-                if (!last)
-                    rc = qt_coll_p2p_recv(ranks[s + 1], QT_PP_GRAD, qt_pp_bytes(ctx, p->pp_dout),
-                                          bytes);
-                if (!rc) qt_pp_inputs(ctx, first ? NULL : in, bytes, lb_in, lbb);
-                if (!rc) rc = h->fill(mb, h->arg);
-                if (!rc) qt_interp_run_microbatch(ctx, table, mb, st);
+            } else if (!rc) {
+                /* B: the forward runs again from the kept input, then the backward; the
+                 * input's gradient goes back (a chunk with an input); the microbatch's
+                 * results are taken after its last repeat (the loss) */
+                rc = h->fill(mb, h->arg);
+                if (!rc) qt_interp_run_range(ctx, table, c->f0, c->f1, mb, st);
+                if (!rc && !*ctx->status) qt_interp_run_range(ctx, table, c->b0, c->b1, mb, st);
                 if (!rc && *ctx->status) rc = *ctx->status;
-                if (!rc) rc = h->done(mb, h->arg);
-                if (!rc && !first) {
-                    memcpy(grad, qt_pp_bytes(ctx, p->pp_din), (size_t)bytes);
-                    rc = qt_coll_p2p_send(ranks[s - 1], QT_PP_GRAD, grad, bytes);
+                if (!rc && a.r == R - 1) rc = h->done(mb, h->arg);
+                if (!rc && c->in != QT_NONE) {
+                    memcpy(grad, qt_pp_bytes(ctx, c->din), (size_t)bytes);
+                    rc = qt_coll_p2p_send(prev, QT_PP_GRAD, grad, bytes);
                 }
             }
             if (rc) return rc;
         }
+        const double w0 = qt_pp_clock();
         int rc = qt_coll_p2p_flush();
+        qt_pp_time_add(QT_PP_T_WAIT, w0);
         if (rc) return rc;
     }
+    qt_pp_time_add(QT_PP_T_SCHED, t0);
     return QT_OK;
 }
 
@@ -198,7 +375,10 @@ int qt_pp_share_metrics(const qt_plan *p, qt_step_metrics *m)
         }
         return qt_coll_p2p_flush();
     }
-    return qt_coll_p2p_recv(ranks[S - 1], QT_PP_METRICS, m, (int64_t)sizeof *m);
+    const double w0 = qt_pp_clock();
+    int rc = qt_coll_p2p_recv(ranks[S - 1], QT_PP_METRICS, m, (int64_t)sizeof *m);
+    qt_pp_time_add(QT_PP_T_MERGE, w0);
+    return rc;
 }
 
 /* Every stage's blk bytes (mine: this stage's) into all[0 .. S) (S blocks of blk bytes),
@@ -209,7 +389,10 @@ static int qt_pp_gather(const qt_plan *p, const void *mine, void *all, int64_t b
     const int s = qt_pp_peers(p, ranks);
     *S = p->pipeline_stages;
     memcpy((unsigned char *)all + s * blk, mine, (size_t)blk);
-    return qt_coll_p2p_allgather(ranks, *S, s, all, blk);
+    const double w0 = qt_pp_clock();
+    int rc = qt_coll_p2p_allgather(ranks, *S, s, all, blk);
+    qt_pp_time_add(QT_PP_T_MERGE, w0);
+    return rc;
 }
 
 int qt_pp_exact_merge(const qt_plan *p, qt_exact *a)

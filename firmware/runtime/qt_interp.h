@@ -40,6 +40,11 @@ void qt_interp_run_forward(const qt_ctx *ctx, const qt_kernel_entry *table, int6
 void qt_interp_run_microbatch(const qt_ctx *ctx, const qt_kernel_entry *table, int64_t mb,
                               qt_step_state *st);
 
+/* As qt_interp_run_microbatch over the logical microbatch ops [lo, hi) only (a circular
+ * pipeline stage's chunk: its forward, or its backward, runtime/pipeline.c). */
+void qt_interp_run_range(const qt_ctx *ctx, const qt_kernel_entry *table, int64_t lo, int64_t hi,
+                         int64_t mb, qt_step_state *st);
+
 /* Completes the leaf-tree total of every parameter whose flat offset lies in [lo, hi), in
  * place in the leaf tree's top level (at its leaf_offset): over the step's leaves into the
  * gradient region (one tree, after the last microbatch), or, with a microbatch tree

@@ -14,6 +14,7 @@
 #define QT_PIPELINE_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "qt_ops.h"
 #include "qt_exact.h"
 #include "qt_metrics.h"
@@ -29,6 +30,33 @@ typedef struct qt_pp_hooks {
 
 /* The most stages the driver runs (qt_validate_pipeline refuses more). */
 #define QT_PP_MAX_STAGES 64
+
+/* The most repeats (circular chunks) a stage runs (qt_validate_pipeline refuses more). */
+#define QT_PP_MAX_REPEATS 64
+
+/* One repeat chunk of the stage (docs/pipeline.md "How the firmware runs it"): its forward,
+ * logical microbatch ops [f0, f1), and its backward, [b0, b1); its boundary tensors (QT_NONE
+ * where it has none): in (received), out (sent on), dout (out's gradient, received: the
+ * backward's seed), din (in's gradient, sent back); param0 its first local parameter, gparam
+ * and gelem that parameter's one-rank index and first element's one-rank index. One repeat:
+ * one chunk from the plan's pp_* fields; R > 1: from the PP_CHUNK markers (qt_ops.def). */
+typedef struct qt_pp_chunk {
+    int64_t f0, f1, b0, b1;
+    int32_t in, out, dout, din;
+    int32_t param0;
+    int64_t gparam, gelem;
+} qt_pp_chunk;
+
+/* The stage's chunks (its plan's; cached per plan), *R their count; NULL when the markers do
+ * not make R chunks in order (a message names the plan), or without pipeline stages. */
+const qt_pp_chunk *qt_pp_chunks(const qt_plan *p, int *R);
+
+/* The one-rank index of local parameter i (its initialisation's), and the one-rank index of
+ * its first element given `next` = the one after the parameter before it (the fingerprint's
+ * running index, which a circular stage's chunk restarts). Without pipeline stages: i and
+ * next. */
+int64_t qt_pp_param_index(const qt_plan *p, int32_t i);
+int64_t qt_pp_elem_base(const qt_plan *p, int32_t i, int64_t next);
 
 /* The stage's rank layout in a job of n ranks: S stages of n / S ranks each, stage =
  * rank div (n / S); *local = the rank inside its stage. */
@@ -46,6 +74,13 @@ static inline int qt_pp_stage_of(int rank, int n, int S, int *local)
  * Either way each j is forwarded once and then backwarded once, and the backwards come in
  * increasing j (the one-rank leaf order; tests/unit/test_pipeline.cpp). */
 int qt_pp_action(int schedule, int S, int st, int M, int i, int *j);
+
+/* Action i (0 .. 2 M R - 1) of a stage of gpipe with R circular repeats (MaxText's): the
+ * forwards repeat by repeat, microbatches 0 .. M-1 in each, then the backwards with the
+ * repeats descending, microbatches 0 .. M-1 in each; *j the microbatch, *r the repeat,
+ * returns 1 for a backward. R = 1: qt_pp_action's gpipe. Each chunk's backwards come in
+ * increasing j (its parameters' one-rank leaf order). */
+int qt_pp_action_circ(int M, int R, int i, int *j, int *r);
 
 /* Runs the stage's share of every accumulation microbatch of the step (ctx->plan a
  * pipeline stage's plan; G' = plan grad_accum microbatches, groups of pp_micro) in the order
@@ -81,5 +116,24 @@ int qt_pp_sum_u64(const qt_plan *p, uint64_t *v, int64_t n);
  * starts every stage's lb sums from zero instead of the stage before's running sums, so the
  * last stage sums its own layers' load-balance terms only. 0 (the default): neither. */
 void qt_pp_set_test_order(int mode);
+
+/* The bubble's clocks (pipeline_time.c): qt_pp_clock is the monotonic clock in seconds;
+ * qt_pp_time_add(kind, t0) adds qt_pp_clock() - t0 to the counter of kind (QT_PP_T_SCHED the
+ * stage's microbatch schedule, QT_PP_T_WAIT the waits for boundary messages inside it,
+ * QT_PP_T_MERGE the waits at the merges over the stages after it). qt_pp_time_print writes,
+ * on the first rank of each stage of a pipeline plan that ran `steps` steps, one line: the
+ * schedule's time, computing (schedule - waits), the waits and the measured bubble
+ * (waits / (schedule + merge waits)) beside the formula (S-1)/(M+S-1). Nothing otherwise. */
+enum { QT_PP_T_SCHED, QT_PP_T_WAIT, QT_PP_T_MERGE, QT_PP_T_COUNT };
+double qt_pp_clock(void);
+void qt_pp_time_add(int kind, double t0);
+void qt_pp_time_print(FILE *f, const qt_plan *p, int64_t steps);
+/* Receives posted ahead (main reads QT_PP_PREFETCH=0 to turn them off, for the A/B timing and
+ * the test that both give the same bits): 1 (the default) posts the next action's receive
+ * before the current action computes, so the boundary message can arrive meanwhile: a
+ * forward's into its own input slot, a backward's gradient, when the action before is a
+ * backward too, into that action's input slot (consumed by then) and copied into the
+ * chunk's d.pp_out at its turn. 0: every receive posted and waited for just before use. */
+void qt_pp_set_prefetch(int on);
 
 #endif

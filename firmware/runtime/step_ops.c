@@ -333,6 +333,7 @@ static uint64_t qt_step_fp_range(const qt_plan *p, int64_t lo, int64_t hi)
     uint64_t fp = 0;
     int64_t gbase = p->pp_elem0;  /* a pipeline stage's: its one-rank index */
     for (int32_t i = 0; i < p->n_params; i++) {
+        gbase = qt_pp_elem_base(p, i, gbase);  /* a circular stage's chunk restarts it */
         const int64_t off = p->params[i].flat_offset, n = p->params[i].numel;
         const int64_t a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
         if (a < b) fp += qt_param_fp_chunk(p, i, gbase, a - off, b - a);
@@ -360,6 +361,7 @@ static uint64_t qt_step_update(const qt_plan *p, int64_t lo, int64_t n, float *w
     uint64_t fp = 0;
     int64_t gbase = p->pp_elem0;  /* a pipeline stage's: its one-rank index */
     for (int32_t i = 0; i < p->n_params; i++) {
+        gbase = qt_pp_elem_base(p, i, gbase);  /* a circular stage's chunk restarts it */
         const int64_t off = p->params[i].flat_offset, pn = p->params[i].numel;
         const int64_t a = off > lo ? off : lo, b = off + pn < hi ? off + pn : hi;
         /* one fused pass per run of consecutive global indices (the whole chunk when the

@@ -18,6 +18,7 @@
 #include "qt_pipeline.h"
 #include "qt_err.h"
 #include "comm/qt_coll.h"
+#include "comm/qt_comm.h"
 
 /* Most flat ranges a plan may have (per-layer reduction: a few per decoder layer). */
 #define QT_VAL_MAX_RANGES (1 << 14)
@@ -343,6 +344,7 @@ static int qt_validate_step(const qt_plan *p)
     for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
         rc = qt_validate_step_op(p, c.op, c.logical, "microbatch", 1, &mb_norm, &mb_update);
     rc = rc ? rc : qt_validate_splits(p);
+    rc = rc ? rc : qt_validate_ep_splits(p);
     rc = rc ? rc : qt_validate_eval(p);
     if (rc) return rc;
     /* a microbatch tree receives every range exactly once per microbatch */
@@ -364,8 +366,8 @@ int qt_validate_pipeline(const qt_plan *p)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
     /* what the pipeline driver runs today (runtime/pipeline.c): stages of any one-slice mesh
-     * (their collectives over the stage's ranks, qt_comm_mesh_set_base), one repeat, fp32 or
-     * bf16, the load-balance and z losses, token dropping, packing, scanned layers, no MTP
+     * (their collectives over the stage's ranks, qt_comm_mesh_set_base), gpipe with circular
+     * repeats or 1f1b with one, fp32 or bf16, the load-balance and z losses, token dropping, packing, scanned layers, no MTP
      * head; anything else is named by its key */
     const char *what = NULL;
     int64_t per = 1;
@@ -376,9 +378,21 @@ int qt_validate_pipeline(const qt_plan *p)
         what = "a stage mesh that does not hold n_ranks / stages ranks";
     else if (qt_mesh_slices(p->dcn) > 1)
         what = "dcn_*_parallelism (several slices) inside a stage";
-    else if (p->pp_repeats > 1)
-        what = "num_pipeline_repeats > 1 (circular; num_layers_per_pipeline_stage below the "
-               "layers per stage)";
+    else if (p->pp_repeats > QT_PP_MAX_REPEATS)
+        what = "num_pipeline_repeats above 64";
+    else if (p->pp_repeats > 1 && p->pp_schedule != 0)
+        what = "pipeline_schedule=1f1b and num_pipeline_repeats > 1 (Megatron's interleaved "
+               "schedule)";
+    else if (p->pp_repeats > 1 && (p->n_mb_levels > 0 || p->n_mbend_ops > 0))
+        what = "num_pipeline_repeats > 1 and the microbatch or per-layer gradient form "
+               "(gradient_reduce, expert or context parallelism: a microbatch's gradients "
+               "complete only after its last repeat)";
+    else if ((p->lb_seq != QT_NONE ? 3 : 2) * (int64_t)p->pp_micro
+                 * (p->pp_repeats > 1 ? p->pp_repeats : 1) >= QT_COMM_P2P_MAX)
+        what = "more than 255 boundary messages sent per accumulation group (2 x "
+               "num_pipeline_microbatches x num_pipeline_repeats, 3 x with "
+               "load_balance_loss_weight > 0: the lb sums; one request stays for the "
+               "receive posted ahead)";
     else if (p->mtp_layers > 0)
         what = "mtp_num_layers > 0 (the MTP head: its embedding is stage 0's, its layers "
                "and loss the last stage's)";
@@ -386,10 +400,12 @@ int qt_validate_pipeline(const qt_plan *p)
         what = "eval_interval (the held-out eval)";
     else if (p->pp_slots == QT_NONE || p->pp_stage < 0 || p->pp_stage >= p->pipeline_stages)
         what = "stage tables without their boundaries (a plan from an older configgen)";
-    if (!what) return QT_OK;
+    int R;
+    if (!what) return qt_pp_chunks(p, &R) ? QT_OK : QT_E_PLAN;
     return qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages: pipeline plans with %s are not "
-                   "executed yet (docs/pipeline.md: one repeat, gpipe or "
-                   "1f1b); generate the run without it, or with pipeline parallelism 1",
+                   "executed yet (docs/pipeline.md: gpipe with circular repeats, or "
+                   "1f1b with one); generate the run without it, or with pipeline "
+                   "parallelism 1",
                    p->run_name, p->pipeline_stages, what);
 }
 

@@ -48,6 +48,13 @@ static const qt_vb_slot qt_vb_slots[] = {
     QT_VB(MOE_DISPATCH_BWD, scratch, QT_F32), QT_VB(CTX_TO_HEADS, scratch, QT_F32),
     QT_VB(CTX_TO_HEADS_BWD, scratch, QT_F32), QT_VB(CTX_TO_TOKENS, scratch, QT_F32),
     QT_VB(CTX_TO_TOKENS_BWD, scratch, QT_F32),
+    /* the split expert exchanges: the slots of the kind they split */
+    QT_VB(MOE_RETURN_START, yr, QT_BF16),
+    QT_VB(MOE_RETURN_WAIT, y, QT_BF16),    QT_VB(MOE_RETURN_WAIT, yr, QT_BF16),
+    QT_VB(MOE_DISPATCH_BWD_START, dxr, QT_F32),
+    QT_VB(MOE_DISPATCH_BWD_WAIT, dx, QT_BF16), QT_VB(MOE_DISPATCH_BWD_WAIT, dxr, QT_F32),
+    QT_VB(MOE_RETURN_START, scratch, QT_F32), QT_VB(MOE_RETURN_WAIT, scratch, QT_F32),
+    QT_VB(MOE_DISPATCH_BWD_START, scratch, QT_F32), QT_VB(MOE_DISPATCH_BWD_WAIT, scratch, QT_F32),
     /* the row-block forms (ops_bf16_rows.c) read and write each activation slot in its own
      * dtype; the saved statistics are fp32, written and read in place */
     QT_VB(RMSNORM_FWD, rstd, QT_F32),      QT_VB(RMSNORM_BWD, rstd, QT_F32),
@@ -68,7 +75,7 @@ static const char *qt_vb_name(unsigned dtype)
 static int qt_vb_op(const qt_plan *p, const qt_kernel_entry *table, const qt_op *op,
                     int32_t i, const char *sched)
 {
-    if (op->kind >= QT_OP_COUNT || op->kind == QT_OP_NOP) return QT_OK; /* interp.c reports */
+    if (op->kind >= QT_OP_COUNT || qt_op_inert(op->kind)) return QT_OK; /* interp.c reports */
     const qt_kernel_entry *e = &table[op->kind];
     for (int k = 0; k < QT_OP_MAX_T; k++)
         if (op->t[k] != QT_NONE && (op->t[k] < 0 || op->t[k] >= p->n_tensors)) return QT_OK;

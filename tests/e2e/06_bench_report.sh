@@ -1,7 +1,7 @@
 # 06_bench_report.sh - the bench reports under Debian's awk (sourced by tests/scripts/run_all.sh).
-# make bench, bench-slice and bench-context run for minutes to an hour, so no other test runs
-# their report code, and an awk program mawk cannot parse went unseen until a user ran
-# make bench-slice (exit 2: `>` inside printf's arguments is a redirection to mawk). Here each
+# make bench, bench-slice, bench-context and bench-pipeline run for minutes to an hour, so no
+# other test runs their report code, and an awk program mawk cannot parse went unseen until a
+# user ran make bench-slice (exit 2: `>` inside printf's arguments is a redirection to mawk). Here each
 # script formats canned outputs (BENCH_CANNED=DIR: no build, no measurement;
 # tests/bench/canned/, kept from real runs by BENCH_KEEP=DIR and trimmed) with `awk` resolved
 # to mawk, and must exit 0, write nothing to stderr and print its targets with met / not met.
@@ -77,3 +77,8 @@ check "make bench-slice's report under mawk (canned outputs): the slice's target
 check "make bench-context's report under mawk (canned outputs): the table and the same-bits line" \
   br_run context tests/scripts/bench_context.sh '^qtrain fp32, CP2 +[0-9.]+' '^same bits on 1 rank and CP2: step 2' \
   '^CP2 / 1 rank: [0-9.]+x' -- BENCH_CANNED=$BR_CANNED/context
+check "make bench-pipeline's report under mawk (canned outputs): the table with each stage's bubble, the same-bits line" \
+  br_run pipeline tests/scripts/bench_pipeline.sh '^qtrain fp32, PP2 gpipe +[0-9.]+ +[0-9.]+ +[0-9.]+% +[0-9.]+% +[0-9]+ +0\.[0-9]{4} / 0\.[0-9]{4}$' \
+  '^qtrain fp32, PP2 1f1b +[0-9.]+' '^qtrain fp32, DP2 ZeRO-1 +[0-9.]+' '^PP2 1f1b / 1 rank: [0-9.]+x' \
+  '^bubble formula \(S - 1\) / \(M \+ S - 1\) = 1 / 5 = 0\.2000' \
+  '^same bits on 1 rank, DP2, PP2 gpipe and PP2 1f1b: step 2' -- BENCH_CANNED=$BR_CANNED/pipeline PP_SEQ=256

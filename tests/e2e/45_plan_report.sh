@@ -121,7 +121,9 @@ check "plan.txt: model FLOPs per token, step and rank (bench 180.4 MFLOP = bench
 # Pipeline plans (issue 36, docs/pipeline.md), both decoders: plan.txt's pipeline section has
 # MaxText's layer-to-stage map with every layer's kind, the bubble, the gpipe table (circular:
 # microbatch and repeat per stage and iteration) or the 1f1b order, each stage's memory under
-# both schedules and the point-to-point bytes; the mesh and data lines are a stage's.
+# both schedules (the executed stage tables beside the planning bound; pp-next-pp2 is circular,
+# not executed: the bound only) and the point-to-point bytes, and the collectives section a
+# line per stage boundary; the mesh and data lines are a stage's.
 report_pipeline() {
   local a=generated/pp-next-pp2/plan.txt b=generated/pp-35-pp2-1f1b/plan.txt
   grep -qx '  stages S 2 (ici_pipeline_parallelism), repeats R 2, layers per stage and repeat Lps 1, microbatches M 4 per accumulation step (B = 4 sequences per batch group, 1 each), schedule gpipe' $a &&
@@ -135,7 +137,10 @@ report_pipeline() {
     grep -qx '    stage 0 (warm-up 1): F0 F1 B0 B1' $b &&
     grep -qx '    stage 1 (warm-up 0): F0 B0 F1 B1' $b &&
     grep -qF '  bubble: (S-1)/(R*M+S-1) = 1/3 = 0.3333 (33.3% of each pipeline flush idle); 1f1b the same' $b &&
-    grep -qE '^    stage [01]: arena [0-9]+, saved per microbatch [0-9.]+; gpipe [0-9]+; 1f1b [0-9]+ <- these tables' $b &&
+    grep -qE '^    stage [01]: executed [0-9]+; bound: arena [0-9]+, saved per microbatch [0-9.]+; gpipe [0-9]+; 1f1b [0-9]+ <- these tables' $b &&
+    grep -qx '    stage 0 -> 1: 6144 bytes (0.006 MiB) per microbatch each way; 2 messages each way per step, 4 in all, 0.012 MiB sent each way per rank pair' $b &&
+    grep -qE '^    stage 1 -> 0 \(the next repeat\): 2048 bytes .* 4 messages each way per step' $a &&
+    grep -qE '^    stage 0: arena [0-9]+, saved per microbatch [0-9.]+; gpipe [0-9]+; 1f1b n/a' $a &&
     ! grep -q '== pipeline ==' generated/test-next-tiny/plan.txt generated/default/plan.txt
 }
 check "plan.txt: a pipeline plan gives the layer-to-stage map with kinds, bubble, gpipe / 1f1b tables, memory per stage (both decoders)" report_pipeline

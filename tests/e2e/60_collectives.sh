@@ -3,7 +3,7 @@
 #
 # One check per (rank count, mesh; also meshes of several slices, --dcn): group arithmetic, bit-exact reduce-scatter against the
 # pairwise tree (non-vacuous), the units of the step and microbatch forms against the
-# one-rank leaf tree (issue 35, non-vacuous), all-gather, broadcast, integer sums, all-to-all-v, the
+# one-rank leaf tree (issue 35, non-vacuous), all-gather, broadcast, integer sums, all-to-all-v (blocking and split), the
 # fixed-size all-to-all, the context exchange ops; then the context exchange ops alone
 # (--ctx) on context meshes (context 2; context 4; data 2 x context 2 and tensor 2 x
 # context 4, where a context group is not the whole world), forward and BWD, fp32 and bf16,

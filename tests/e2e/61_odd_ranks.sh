@@ -37,7 +37,9 @@
 #     expert 6 of a 6-expert variant (npow2-e6-*) == its one rank; context 3 with 3 and 6
 #     token blocks of a variant whose heads divide by 3, canonical_factor 3 (npow2-c3-*) ==
 #     its one rank; tensor 3, data 2 x tensor 3 and bf16 tensor 3 of a variant whose split
-#     dimensions divide by 3, canonical_factor 3 (npow2-t3-*, npow2-b16-t3-*) == its one rank; data 2 x expert 3 and data 2 x context 3 (the
+#     dimensions divide by 3, canonical_factor 3 (npow2-t3-*, npow2-b16-t3-*) == its one rank;
+#     vocab_parallel on tensor 3 (vocab_size 96 variants: 3 and 6 vocabulary blocks, bf16 with
+#     3, data 2 x tensor 3 with 6) == one rank with the same blocks; data 2 x expert 3 and data 2 x context 3 (the
 #     expert hosts' 3 leaves a microbatch, the mixers' 3 blocks, reduced over data: units per
 #     range) and data 3 x context 2 with G 4 (the microbatch form's units with a context
 #     axis) == one rank.
@@ -174,6 +176,33 @@ same_det() {
     { echo "$2 differs from $1: $(diff "$1" "$2" | sed -n 2,3p | tr '\n' ' ')"; return 1; }
   echo "$2 == $1: $(tail -n 1 "$2")"
 }
+
+# vocab_parallel on tensor 3 (canonical_factor 3, vocab_size 96): vocab_blocks f x 2^j, a
+# power of two of them a rank; the cross entropy's tree over the gathered blocks and the
+# lm_head data gradient's (its rank's blocks, then summed across in the counter shape) are
+# the binary counter, so each cell == one rank with the same factor and vocab_blocks, and
+# the 3- and 6-block runs differ (the block count is not vacuous). A gather order mutation
+# (shard-minor blocks in xent.c's lse) fails the 6-block cell (checked by hand).
+# vocab3_cell NAME ONE ONE_ARGS MESH RANKS MESH_ARGS: both plan variants, run, compared
+vocab3_cell() {
+  local d=$QT_TMP/odd/vocab3 k=$1 one=$2 oa=$3 mesh=$4 n=$5 ma=$6
+  mkdir -p "$d/$k"
+  plan_variant $one "$d/$k" vocab_size=96 $oa && plan_variant $mesh "$d/$k" vocab_size=96 $ma || return 1
+  grep -q "logits split over tensor (vocab_parallel)" "$d/$k/$mesh-v/plan/$mesh/plan.txt" ||
+    { echo "logits not split"; return 1; }
+  var_det "$d/$k" $one 1 one steps=10 && var_det "$d/$k" $mesh $n mesh steps=10 &&
+    same_det "$d/$k/one.det" "$d/$k/mesh.det" 10 && cp "$d/$k/mesh.det" "$d/$k.det"
+}
+check "axes of any size: vocab_parallel on tensor 3, vocab_blocks 3 == one rank, bit for bit" \
+  vocab3_cell tp3-nb3 npow2-t3-next-1r vocab_blocks=3 npow2-t3-next-tp3 3 vocab_parallel=true
+check "axes of any size: vocab_parallel on tensor 3, vocab_blocks 6 == one rank, bit for bit" \
+  vocab3_cell tp3-nb6 npow2-t3-next-1r vocab_blocks=6 npow2-t3-next-tp3 3 "vocab_parallel=true vocab_blocks=6"
+check "axes of any size: vocab_parallel on tensor 3: 3 and 6 vocabulary blocks differ" \
+  eval '! cmp -s "$QT_TMP/odd/vocab3/tp3-nb3.det" "$QT_TMP/odd/vocab3/tp3-nb6.det"'
+check "axes of any size: bf16 vocab_parallel on tensor 3, vocab_blocks 3 == one bf16 rank, bit for bit" \
+  vocab3_cell b16-tp3-nb3 npow2-b16-t3-next-1r vocab_blocks=3 npow2-b16-t3-next-tp3 3 vocab_parallel=true
+check "axes of any size: vocab_parallel on data 2 x tensor 3, vocab_blocks 6 == one rank, bit for bit" \
+  vocab3_cell dp2tp3-nb6 npow2-t3-next-1r-b2 vocab_blocks=6 npow2-t3-next-dp2tp3 6 "vocab_parallel=true vocab_blocks=6"
 
 # the per-layer form's units (gradient_reduce=layer: GRAD_MB_UNITS inside the backward, at
 # each range's last weight gradient): data 2 and expert 2 with three a microbatch, G 2 ==

@@ -10,7 +10,9 @@
 # bits and fingerprint over 10 steps (same_bits, run_all.sh; 0 ulp). Not vacuous: the EP2
 # plan with rounds of 32 makes more collective calls than the same plan with one round per
 # op (expert_chunk_rows 1000), so several rounds ran; the plans hold MOE_ROUNDS_* ops and
-# no MOE_DISPATCH_FWD, their round buffers R x d. The refusals name the key and the bound.
+# no MOE_DISPATCH_FWD, their round buffers R x d. bf16 EP2 of both decoders, EP2 x TP2 and
+# bf16 EP2 x TP2 with rounds == their whole dispatch == one rank. The refusals name the key
+# and the bound.
 ER_DIR=$QT_TMP/rounds
 
 for cell in "mesh-next-1r mesh-next-ep2-rounds 2" "mesh-35-1r mesh-35-ep2-rounds 2" \
@@ -55,6 +57,39 @@ er_plan() {
 }
 check "expert dispatch in rounds: the plan holds MOE_ROUNDS_* ops and round buffers of 32 rows (whole: 128)" er_plan
 
+# bf16 and tensor parallelism (docs/precision.md, MOE_ROUNDS row; qt_ops.def a8 tmask): in
+# bf16 the rounds move bf16 x and dy rows, run the bf16 expert FFN kernels on the host
+# (d(gu) recomputed: the saved one's bits), round y once on the host and bring the row
+# gradients home fp32; with tensor 2 each round's y and data-gradient rows are summed over
+# the tensor group before they go home (the whole dispatch's ALL_REDUCE). Each plan variant
+# with rounds of a leaf's worst case (several rounds) == the same mesh's whole dispatch ==
+# one rank, loss bits and fingerprint over 10 steps (0 ulp).
+# er_same ONE RUN RANKS R: RUN with expert_dispatch=rounds, expert_chunk_rows=R
+er_same() {
+  local one=$1 r=$2 n=$3 R=$4 d=$ER_DIR/v-$2
+  mkdir -p "$d"
+  plan_variant $r "$d" expert_dispatch=rounds expert_chunk_rows=$R || return 1
+  grep -qi "moe_rounds_wgrad" "$d/$r-v/plan/$r/plan.txt" && ! grep -qi "moe_dispatch_fwd" "$d/$r-v/plan/$r/plan.txt" ||
+    { echo "$r with rounds: not the rounds' ops"; return 1; }
+  # plan.txt names the per-round tensor sums of a tensor mesh, and only there
+  case $r in *tp2*) grep -q "sum each round's host rows over tensor" "$d/$r-v/plan/$r/plan.txt" ;;
+             *) ! grep -q "sum each round's host rows over tensor" "$d/$r-v/plan/$r/plan.txt" ;; esac ||
+    { echo "$r: plan.txt's rounds line is wrong about the tensor sums"; return 1; }
+  plan_det $one 1 "$ER_DIR" 10 && plan_det $r $n "$ER_DIR" 10 || return 1
+  timeout 120 mpiexec -n $n "$d/$r-v/qtrain" data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 \
+    steps=10 metrics="$d/rounds.jsonl" 2> "$d/rounds.err" || { tail -n 3 "$d/rounds.err"; return 1; }
+  det_fields "$d/rounds.jsonl" > "$d/rounds.det" || return 1
+  cmp "$ER_DIR/$r.det" "$d/rounds.det" || { echo "rounds differ from the whole dispatch"; return 1; }
+  cmp "$ER_DIR/$one.det" "$d/rounds.det" || { echo "rounds differ from one rank"; return 1; }
+  echo "rounds of $R == whole == one rank: $(tail -n 1 "$d/rounds.det")"
+}
+for cell in "bf16-next-1r bf16-next-ep2 2 32" "bf16-35-1r bf16-35-ep2 2 48" \
+            "mesh-next-1r mesh-next-ep2tp2 4 32" "bf16-next-1r bf16-next-ep2tp2 4 32"; do
+  set -- $cell
+  check "expert dispatch in rounds: $2 ($3 ranks) with rounds of $4 rows == its whole dispatch == one rank ($1), bit for bit" \
+    er_same "$@"
+done
+
 # er_refused RUN MESSAGE KEY=VALUE...: configgen refuses, naming MESSAGE, nothing written
 er_refused() {
   local run=$1 want=$2 out=$ER_DIR/refused; shift 2
@@ -70,9 +105,5 @@ check "expert dispatch in rounds: rounds below a leaf's worst case refused" \
   er_refused mesh-next-ep2-rounds "expert_chunk_rows=31 (command line) rows: a leaf (16 tokens) can bring 32 rows to one host" expert_chunk_rows=31
 check "expert dispatch in rounds: rounds without an expert axis refused" \
   er_refused mesh-next-1r "rounds without expert parallelism" expert_dispatch=rounds
-check "expert dispatch in rounds: rounds with bfloat16 refused" \
-  er_refused mesh-next-ep2-rounds "the round ops run float32 plans only" dtype=bfloat16
-check "expert dispatch in rounds: rounds with tensor parallelism refused" \
-  er_refused mesh-next-ep2tp2 "not exchanged per round" expert_dispatch=rounds expert_chunk_rows=64
 check "expert dispatch in rounds: an unknown expert_dispatch refused" \
   er_refused mesh-next-ep2 "expert_dispatch=batched (command line): expected auto, whole or rounds" expert_dispatch=batched

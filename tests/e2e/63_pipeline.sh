@@ -13,22 +13,32 @@
 #   * stages of 2 ranks (4 ranks, == one rank with per_device_batch_size 8): PP2 x DP2 gpipe,
 #     PP2 x DP2 1f1b M 4 with ZeRO-1, PP2 x FSDP2, PP2 x TP2, PP2 x EP2 1f1b, PP2 x CP2
 #     (== one rank with context_blocks 2, the CP plans' canonical blocks), qwen3.5 PP2 x DP2;
-#   * the shipped run pp-35-pp2-1f1b (qwen3.5 tiny PP2 1f1b, M 2) == one rank;
+#   * the shipped run pp-35-pp2-1f1b (qwen3.5 tiny PP2 1f1b, M 2) == one rank, and its stages'
+#     bubble lines (the waits measured beside (S-1)/(M+S-1));
 #   * the other forms (bf16, the load-balance loss, the z-loss, token dropping, packing,
 #     scanned layers), each == one rank with the same keys in the loss bits, fingerprint and
 #     every metrics field but the timings: bf16 qwen3-next PP2 gpipe, qwen3.5 PP2 1f1b M 4,
 #     PP2 x DP2 1f1b; lb PP2 gpipe, PP4 1f1b M 4, PP2 x EP2 1f1b; qwen3.5 bf16 lb + z-loss
 #     PP2; z-loss PP2 1f1b; capacity PP2, PP2 x EP2; packing PP2 1f1b, PP2 x DP2; 16 layers
 #     with scan_layers PP2 gpipe (fp32) and 1f1b (bf16), stage 0's tables scanned; all of
-#     bf16, lb, z-loss, capacity and packing at once on PP2 x EP2 1f1b M 4;
+#     bf16, lb, z-loss, capacity and packing at once on PP2 x EP2 1f1b M 4, and on circular PP2 R2
+#     gpipe M 4 (bf16, lb, z-loss, capacity, packing: the lb sums wrap around);
 #   * the check can fail: the same PP2 gpipe run with its backward phase in reverse
 #     microbatch order (QT_PP_TEST_ORDER=reverse, a test hook read at start-up) pushes the
 #     stages' gradient leaves out of the one-rank tree's order, and its bits differ from one
-#     rank's at step 1 or later (its step-0 loss, computed before any update, is equal); the
-#     lb PP2 run with every stage's lb sums started from zero (QT_PP_TEST_ORDER=lb-local)
+#     rank's at step 1 or later (its step-0 loss, computed before any update, is equal);
+#   * circular repeats (num_layers_per_pipeline_stage 1, so R = layers / S; MaxText's gpipe
+#     with the wrap-around message from the last stage to stage 0 per repeat): qwen3-next
+#     tiny PP2 R2 with M 2 and M 4, qwen3.5 tiny PP2 R2 M 4 (a chunk holds part of a layer
+#     cycle), PP2 R2 x DP2 (4 ranks), with 8 layers PP4 R2, PP2 R4 and PP2 R2 of 2 layers
+#     per stage and repeat (== one rank of the same depth), and the shipped pp-next-pp2
+#     (PP2 R2 M 4); its reversed backward order differs too;
+#   * the lb PP2 run with every stage's lb sums started from zero (QT_PP_TEST_ORDER=lb-local)
 #     has another step-0 loss than one rank;
-#   * refusals: a pipeline form the driver does not run yet names its key (circular repeats,
-#     pp-next-pp2; the MTP head) and save= is refused on a pipeline plan.
+#   * receives posted ahead off (QT_PP_PREFETCH=0) give the same bits;
+#   * refusals: a pipeline form the driver does not run yet names its key (dump_grads=, on
+#     pp-next-pp2; repeats with expert parallelism's microbatch gradient form) and save= is
+#     refused on a pipeline plan.
 PP_D=$QT_TMP/pp
 PP_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 
@@ -69,6 +79,8 @@ pp_same() {
 
 NEXT_PP="num_ranks=2 ici_pipeline_parallelism=2 num_layers_per_pipeline_stage=2"
 # a stage of 2 ranks: the other axis named, fsdp's auto fill off
+# circular: one layer per stage and repeat (R = 2 on the 4 layers)
+NEXT_PPC="num_ranks=2 ici_pipeline_parallelism=2 num_layers_per_pipeline_stage=1"
 NEXT_PP4="num_ranks=4 ici_pipeline_parallelism=2 num_layers_per_pipeline_stage=2 ici_fsdp_parallelism=1"
 pp_cells() {
   pp_variant pp1r-next-b4 test-next-tiny per_device_batch_size=4 &&
@@ -92,7 +104,18 @@ pp_cells() {
     pp_variant pp2tp2-next-gpipe test-next-tiny $NEXT_PP4 ici_tensor_parallelism=2 &&
     pp_variant pp2ep2-next-1f1b test-next-tiny $NEXT_PP4 ici_expert_parallelism=2 pipeline_schedule=1f1b &&
     pp_variant pp2cp2-next-gpipe test-next-tiny $NEXT_PP4 ici_context_parallelism=2 &&
-    pp_variant pp2dp2-35-gpipe test-35-tiny $NEXT_PP4 ici_data_parallelism=2
+    pp_variant pp2dp2-35-gpipe test-35-tiny $NEXT_PP4 ici_data_parallelism=2 &&
+    pp_variant pp2r2-next-gpipe test-next-tiny $NEXT_PPC &&
+    pp_variant pp2r2-next-gpipe-m4 test-next-tiny $NEXT_PPC num_pipeline_microbatches=4 &&
+    pp_variant pp2r2-35-gpipe-m4 test-35-tiny $NEXT_PPC num_pipeline_microbatches=4 &&
+    pp_variant pp2r2dp2-next-gpipe test-next-tiny $NEXT_PPC num_ranks=4 ici_fsdp_parallelism=1 \
+      ici_data_parallelism=2 &&
+    pp_variant pp1r-next-b4-l8 test-next-tiny per_device_batch_size=4 base_num_decoder_layers=8 &&
+    pp_variant pp4r2-next-gpipe-l8 test-next-tiny base_num_decoder_layers=8 num_ranks=4 \
+      ici_pipeline_parallelism=4 num_layers_per_pipeline_stage=1 per_device_batch_size=1 &&
+    pp_variant pp2r4-next-gpipe-l8 test-next-tiny $NEXT_PPC base_num_decoder_layers=8 &&
+    pp_variant pp2r2-next-lps2-l8 test-next-tiny $NEXT_PPC base_num_decoder_layers=8 \
+      num_layers_per_pipeline_stage=2 num_pipeline_microbatches=4
 }
 check "pipeline: configgen plans and builds the stage-local pipeline cells" pp_cells
 
@@ -137,7 +160,9 @@ pp_form_cells() {
       num_layers_per_pipeline_stage=8 $L16 $B16 num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
     pp_variant pp1r-next-b8-all test-next-tiny per_device_batch_size=8 $ALL &&
     pp_variant pp2ep2-next-1f1b-m4-all test-next-tiny $NEXT_PP4 ici_expert_parallelism=2 \
-      pipeline_schedule=1f1b num_pipeline_microbatches=4 $ALL
+      pipeline_schedule=1f1b num_pipeline_microbatches=4 $ALL &&
+    pp_variant pp1r-next-b4-all test-next-tiny per_device_batch_size=4 $ALL &&
+    pp_variant pp2r2-next-gpipe-m4-all test-next-tiny $NEXT_PPC num_pipeline_microbatches=4 $ALL
 }
 check "pipeline: configgen plans and builds the cells of the other forms (bf16, lb, z, capacity, packing, scan)" pp_form_cells
 
@@ -147,7 +172,11 @@ for cell in "pp1r-next-b4 pp2-next-gpipe 2" "pp1r-next-b4 pp2-next-gpipe-m4 2" \
             "pp1r-next-b4 pp4-next-1f1b-m4 4" "pp1r-next-b8 pp2dp2-next-gpipe 4" \
             "pp1r-next-b8 pp2dp2-next-1f1b-z1 4" "pp1r-next-b8 pp2fsdp2-next-gpipe 4" \
             "pp1r-next-b8 pp2tp2-next-gpipe 4" "pp1r-next-b8 pp2ep2-next-1f1b 4" \
-            "pp1r-next-b8-nb2 pp2cp2-next-gpipe 4" "pp1r-35-b8 pp2dp2-35-gpipe 4"; do
+            "pp1r-next-b8-nb2 pp2cp2-next-gpipe 4" "pp1r-35-b8 pp2dp2-35-gpipe 4" \
+            "pp1r-next-b4 pp2r2-next-gpipe 2" "pp1r-next-b4 pp2r2-next-gpipe-m4 2" \
+            "pp1r-35-b4 pp2r2-35-gpipe-m4 2" "pp1r-next-b8 pp2r2dp2-next-gpipe 4" \
+            "pp1r-next-b4-l8 pp4r2-next-gpipe-l8 4" "pp1r-next-b4-l8 pp2r4-next-gpipe-l8 2" \
+            "pp1r-next-b4-l8 pp2r2-next-lps2-l8 2"; do
   set -- $cell
   check "pipeline: ${2#pp} ($3 ranks) == one rank ($1), bit for bit" pp_same "$@"
 done
@@ -172,7 +201,8 @@ for cell in "pp1r-next-b4-bf16 pp2-next-gpipe-bf16 2" "pp1r-35-b4-bf16 pp2-35-1f
             "pp1r-next-b4-pack pp2-next-1f1b-m4-pack 2" "pp1r-next-b8-pack pp2dp2-next-gpipe-pack 4" \
             "pp1r-next16-b4-scan pp2-next16-gpipe-scan 2" \
             "pp1r-next16-b4-scan-bf16 pp2-next16-1f1b-m4-scan-bf16 2" \
-            "pp1r-next-b8-all pp2ep2-next-1f1b-m4-all 4"; do
+            "pp1r-next-b8-all pp2ep2-next-1f1b-m4-all 4" \
+            "pp1r-next-b4-all pp2r2-next-gpipe-m4-all 2"; do
   set -- $cell
   check "pipeline: ${2#pp} ($3 ranks) == one rank ($1), bit for bit, every metric" pp_same_metrics "$@"
 done
@@ -195,17 +225,61 @@ pp_shipped() {
     pp_same pp1r-35-b4 pp-35-pp2-1f1b 2
 }
 check "pipeline: the shipped pp-35-pp2-1f1b (2 ranks) == one rank (pp1r-35-b4), bit for bit" pp_shipped
+# and the shipped circular run (configgen/configs/runs/pp-next-pp2.yml: PP2 R2 M 4, otherwise
+# test-next-tiny's settings)
+pp_shipped_circ() {
+  mkdir -p "$PP_D/pp-next-pp2" && ln -sf "$QT_ROOT/build/pp-next-pp2/qtrain" "$PP_D/pp-next-pp2/qtrain" &&
+    pp_same pp1r-next-b4 pp-next-pp2 2
+}
+check "pipeline: the shipped circular pp-next-pp2 (2 ranks, R 2) == one rank (pp1r-next-b4), bit for bit" pp_shipped_circ
 
-# the check can fail: the backward phase in reverse microbatch order
+# the bubble's clocks (firmware/runtime/pipeline_time.c): each stage's first rank ends the run
+# with one line, its figures consistent (computing + waiting = the schedule, to the printed
+# 0.001 s; bubble in [0, 1]) and the formula (S-1)/(M+S-1) of the plan's S 2 and M 2 (1/3);
+# one rank's run prints none
+pp_bubble_lines() {
+  local e=$PP_D/pp-35-pp2-1f1b.err
+  [ -s "$e" ] || { echo "no log of the shipped run"; return 1; }
+  for st in 0 1; do
+    grep "^qtrain: pipeline stage $st of 2 (rank $st, 1f1b, M 2): schedule" "$e" | awk '
+      { for (i = 1; i <= NF; i++) { if ($i == "schedule") sc = $(i+1); if ($i == "computing") c = $(i+1)
+          if ($i == "waiting") w = $(i+1); if ($i == "bubble") b = $(i+1); if ($i == "=") f = $(i+1) } n++ }
+      END { d = sc - c - w; if (d < 0) d = -d
+            if (n != 1 || d > 0.0015 || b < 0 || b > 1 || f != "0.3333") { print "bad line: " $0; exit 1 }
+            print "stage: schedule " sc " s, computing " c " s, waiting " w " s, bubble " b " (formula " f ")" }' || return 1
+  done
+  ! grep -q 'pipeline stage' "$PP_D/pp1r-35-b4.err" || { echo "one rank printed a stage line"; return 1; }
+}
+check "pipeline: each stage's measured bubble line at the end of the run, beside the formula 1/3" pp_bubble_lines
+
+# the check can fail: the backward phase in reverse microbatch order (pp_reverse_differs
+# CELL: CELL's bits with QT_PP_TEST_ORDER=reverse differ from one rank's after step 0)
 pp_reverse_differs() {
-  pp_det pp1r-next-b4 1 && pp_det pp2-next-gpipe-m4 2 QT_PP_TEST_ORDER=reverse || return 1
-  local a=$PP_D/pp1r-next-b4.det b=$PP_D/pp2-next-gpipe-m4.QT_PP_TEST_ORDER.det
+  pp_det pp1r-next-b4 1 && pp_det "$1" 2 QT_PP_TEST_ORDER=reverse || return 1
+  local a=$PP_D/pp1r-next-b4.det b=$PP_D/$1.QT_PP_TEST_ORDER.det
   [ "$(head -n 1 "$a" | cut -d' ' -f2)" = "$(head -n 1 "$b" | cut -d' ' -f2)" ] ||
     { echo "step-0 losses differ"; return 1; }
   ! cmp -s "$a" "$b" || { echo "the reversed order gave one rank's bits"; return 1; }
   echo "one rank: $(tail -n 1 "$a"); reversed: $(tail -n 1 "$b")"
 }
-check "pipeline: the backward in reverse microbatch order is not one rank's bits (non-vacuous)" pp_reverse_differs
+check "pipeline: the backward in reverse microbatch order is not one rank's bits (non-vacuous)" \
+  pp_reverse_differs pp2-next-gpipe-m4
+# the same with circular repeats: every chunk's backwards reversed
+check "pipeline: circular repeats with the backward in reverse microbatch order are not one rank's bits (non-vacuous)" \
+  pp_reverse_differs pp2r2-next-gpipe-m4
+
+# receives posted ahead (the default) change when a boundary message arrives, not its bytes:
+# with them off (QT_PP_PREFETCH=0, every receive posted just before use) 1f1b and circular
+# gpipe give the same bits (== one rank, above)
+pp_prefetch_off_same() {
+  local c
+  for c in pp2-next-1f1b-m4 pp2r2-next-gpipe-m4; do
+    pp_det "$c" 2 && pp_det "$c" 2 QT_PP_PREFETCH=0 || return 1
+    cmp "$PP_D/$c.det" "$PP_D/$c.QT_PP_PREFETCH.det" || return 1
+  done
+  echo "identical with and without receives posted ahead: $(tail -n 1 "$PP_D/$c.det")"
+}
+check "pipeline: receives posted ahead off (QT_PP_PREFETCH=0) give the same bits (1f1b, circular gpipe)" pp_prefetch_off_same
 
 # and the lb check can fail: every stage summing its own layers' lb terms from zero (the
 # running sums not carried, QT_PP_TEST_ORDER=lb-local) gives another step-0 loss
@@ -221,9 +295,17 @@ check "pipeline: the lb terms summed per stage from zero are not one rank's loss
 # what is not executed yet is refused, naming the key, on every rank, before any step
 pp_refusals() {
   local e=$PP_D/refuse.err
-  timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
-    { echo "circular plan accepted"; return 1; }
-  grep -q "pipeline plans with num_pipeline_repeats > 1 (circular" "$e" || { cat "$e"; return 1; }
+  timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$PP_DATA dump_grads=$PP_D/dg \
+    > /dev/null 2> "$e" && { echo "dump_grads= accepted"; return 1; }
+  grep -q "pipeline plans with dump_grads= are not executed yet" "$e" || { cat "$e"; return 1; }
+  [ ! -e "$PP_D/dg" ] || { echo "dump_grads= wrote $PP_D/dg"; return 1; }
+  # repeats with the microbatch gradient form (expert parallelism) name both
+  pp_variant pp2r2ep2-next test-next-tiny $NEXT_PPC num_ranks=4 ici_fsdp_parallelism=1 \
+    ici_expert_parallelism=2 || return 1
+  timeout 60 mpiexec -n 4 "$PP_D/pp2r2ep2-next/qtrain" steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
+    { echo "repeats with the microbatch form accepted"; return 1; }
+  grep -q "pipeline plans with num_pipeline_repeats > 1 and the microbatch or per-layer gradient form" "$e" ||
+    { cat "$e"; return 1; }
   pp_variant pp2-next-gpipe test-next-tiny $NEXT_PP || return 1
   timeout 60 mpiexec -n 2 "$PP_D/pp2-next-gpipe/qtrain" steps=1 data=$PP_DATA save=$PP_D/ck \
     > /dev/null 2> "$e" && { echo "save= accepted"; return 1; }
@@ -235,4 +317,4 @@ pp_refusals() {
   grep -q "pipeline plans with mtp_num_layers > 0 (the MTP head" "$e" || { cat "$e"; return 1; }
   head -n 1 "$e"
 }
-check "pipeline: forms not executed yet (circular, MTP, save=) are refused naming the key" pp_refusals
+check "pipeline: forms not executed yet (dump_grads=, repeats x EP2, MTP, save=) are refused naming the key" pp_refusals

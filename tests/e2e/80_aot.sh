@@ -140,27 +140,37 @@ check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compil
 # tree, 13614 activations with the per-layer gather windows, 3072 leaf scratch, 320 staging)
 # + 3 x 240 saved activations of the other microbatches in flight (remat full: each layer's
 # input) + 64 receive buffers = 83626 (86.0%) under gpipe; 1f1b holds min(S - s, M): the
-# same on stage 0, less on the others. Bubble 3/7. The circular form (1 layer per stage and
+# same on stage 0, less on the others: the planning bound. The verdict is the stage-local
+# tables qtrain executes (their arenas, in-flight slots included, the same under both
+# schedules): 71048 / 67546 / 65690 / 77496 MiB, stage 3 the largest (79.7%). Bubble 3/7.
+# The collectives section has a line per stage boundary: one 16 MiB message per microbatch
+# each way, 4 each way per step. The circular form (1 layer per stage and
 # repeat, R = 15) has the bubble 3/63 and puts every full-attention layer on stage 3
-# (layers 3, 7, ..., 59: the hybrid cycle of 4 over 4 stages), 81616 MiB. The plan (its four
+# (layers 3, 7, ..., 59: the hybrid cycle of 4 over 4 stages), 81616 MiB (the planning bound:
+# qtrain does not run circular repeats yet; the boundary 3 -> 0 is crossed R - 1 = 14 times
+# per microbatch). The plan (its four
 # stage-local table sets, docs/pipeline.md) compiles; qtrain would refuse the circular form
-# (40_bad_input.sh).
+# here at start-up (repeats with expert parallelism's microbatch gradient form, 63_pipeline.sh).
 pp_aot() {
   aot_case aot-397b-v5p512-pp4 fits || return 1
   local p=$AOT_OUT/aot-397b-v5p512-pp4/aot-397b-v5p512-pp4/plan.txt
-  grep -F "  verdict (budget 97280 MiB): gpipe fits (83626 MiB, 86.0%), 1f1b fits (83626 MiB, 86.0%); the plan's schedule is gpipe" "$p" &&
+  grep -F "  verdict (budget 97280 MiB, the executed tables): fits (77496 MiB, 79.7%, stage 3 the largest), gpipe and 1f1b alike; the planning bound: gpipe fits (83626 MiB, 86.0%), 1f1b fits (83626 MiB, 86.0%); the plan's schedule is gpipe" "$p" &&
+    grep -F "    stage 0: executed 71048 fits; bound: arena 82842, saved per microbatch 240.0; gpipe 83626 fits; 1f1b 83626 fits" "$p" &&
+    grep -F "    stage 3: executed 77496 fits; bound: arena 80812" "$p" &&
     grep -F "  bubble: (S-1)/(R*M+S-1) = 3/7 = 0.4286 (42.9% of each pipeline flush idle)" "$p" &&
     grep -F "    stage 1: 15 layers (GDN 11, full attention 4): 15F 16G 17G 18G 19F" "$p" &&
-    grep -F "arena per rank fits: 83626 MiB of 97280 MiB (86.0%, compile_topology v5p-512; pipeline 4 stages, gpipe, stage 0 the largest)" "$AOT_OUT/aot-397b-v5p512-pp4/log" \
-    || { echo "plan.txt lacks the verdict, bubble or map above"; return 1; }
+    grep -F "    stage 2 -> 3: 16777216 bytes (16.000 MiB) per microbatch each way; 4 messages each way per step, 8 in all, 64.000 MiB sent each way per rank pair" "$p" &&
+    grep -F "arena per rank fits: 77496 MiB of 97280 MiB (79.7%, compile_topology v5p-512; pipeline 4 stages, gpipe, the executed stage tables, stage 3 the largest; planning bound 83626 MiB, stage 0)" "$AOT_OUT/aot-397b-v5p512-pp4/log" \
+    || { echo "plan.txt lacks the verdict, bubble, map or boundary lines above"; return 1; }
   aot_case aot-397b-v5p512-pp4 fits aot-397b-pp4-circ num_layers_per_pipeline_stage=1 run_name=aot-397b-pp4-circ || return 1
   p=$AOT_OUT/aot-397b-pp4-circ/aot-397b-pp4-circ/plan.txt
-  grep -F "  verdict (budget 97280 MiB): gpipe fits (81616 MiB, 83.9%), 1f1b n/a (needs one repeat)" "$p" &&
+  grep -F "  verdict (budget 97280 MiB, the planning bound: qtrain does not run circular repeats yet): gpipe fits (81616 MiB, 83.9%), 1f1b n/a (needs one repeat)" "$p" &&
+    grep -F "    stage 3 -> 0 (the next repeat): 16777216 bytes (16.000 MiB) per microbatch each way; 56 messages each way per step" "$p" &&
     grep -F "  bubble: (S-1)/(R*M+S-1) = 3/63 = 0.0476" "$p" &&
     grep -F "    stage 3: 15 layers (GDN 0, full attention 15), the head and loss: 3F | 7F" "$p" \
     || { echo "the circular plan.txt lacks the verdict, bubble or map above"; return 1; }
 }
-check "aot: qwen3.5-397b-a17b v5p-512 pipeline 4 x FSDP 8 x EP 8: fits under gpipe and 1f1b, bubble 3/7 (circular 3/63), compiles" pp_aot
+check "aot: qwen3.5-397b-a17b v5p-512 pipeline 4 x FSDP 8 x EP 8: the executed stage tables fit (77496 MiB) under gpipe and 1f1b, bubble 3/7 (circular 3/63), a line per boundary, compiles" pp_aot
 # qwen3.5-35b-a3b on EP 256 (2 experts per rank), remat full, per-layer reduction: 9820
 # compute copy + 17976 gradient tree (9 leaf levels: the 256 sequences an expert host sees)
 # + 9038 activations (30869 before issue 21: the expert FFN's dropless scratch, now chunks

@@ -17,14 +17,16 @@
  *               tree's binary-counter shape (counter_sum, written from qt_tree.h's
  *               definition; QT_E_PLAN with less than R-1 floats of scratch); all-gather; broadcast
  *               from every root; uint64/int64 sums; all-to-all counts and v with uneven
- *               counts including zeros (gaps between blocks must stay untouched); the
+ *               counts including zeros (gaps between blocks must stay untouched), also split
+ *               (two in flight beside a split reduce-scatter, against the blocking call); the
  *               fixed-size all-to-all and its refusals; the expert dispatch in rounds
  *               (check_ep_rounds: counts, rounds, rows to hosts and home against the
  *               whole dispatch's order, a too-large leaf refused); plan check with equal hashes; the
  *               context exchange ops (as --ctx). Every rank's failures are summed; exit 0
  *               iff none.
  *   --p2p S     the pipeline's point-to-point messages on S stages (run_p2p): pairing,
- *               bytes, 1f1b order with unflushed sends, a short message refused, the
+ *               bytes, 1f1b order with unflushed sends, gpipe with 2 circular repeats (the
+ *               wrap-around pairing), a short message refused, the
  *               all-gather over the stage peers.
  *   --ctx       for every group mask (group arithmetic too): context parallelism's exchange
  *               ops (qt_ops.def CTX_TO_HEADS, CTX_TO_HEADS_BWD, CTX_TO_TOKENS,
@@ -535,50 +537,129 @@ static int64_t a2a_count(int ws, int wd)
     return (int64_t)(key((uint64_t)ws, (uint64_t)wd, 70) % 4);
 }
 
+/* One all-to-all-v case: uneven counts (a2a_count) with gaps between the blocks on both
+ * sides; the send blocks filled with pat, the receive buffer with 0xAB. */
+typedef struct a2a_case {
+    int64_t *sc, *so, *rc, *ro, stot, rtot;
+    uint8_t *sbuf, *rbuf;
+} a2a_case;
+
+enum { A2A_EB = 12 };
+
+static void a2a_case_make(unsigned mask, const int *members, int R, a2a_case *a)
+{
+    a->sc = xmalloc((size_t)R * 8), a->so = xmalloc((size_t)R * 8);
+    a->rc = xmalloc((size_t)R * 8), a->ro = xmalloc((size_t)R * 8);
+    memset(a->sc, 0, (size_t)R * 8);
+    a->stot = a->rtot = 0;
+    for (int j = 0; j < R; j++) {
+        a->sc[j] = a2a_count(cc.rank, members[j]);
+        a->so[j] = a->stot;
+        a->stot += a->sc[j] + 1; /* one element gap */
+    }
+    int rc = qt_coll_all_to_all_counts(mask, a->sc, a->rc);
+    CHECK(rc == 0, "mask 0x%x: all_to_all_counts returned %d", mask, rc);
+    for (int j = 0; j < R; j++) {
+        CHECK(a->rc[j] == a2a_count(members[j], cc.rank), "mask 0x%x: count from %d is %lld, "
+              "expected %lld", mask, j, (long long)a->rc[j],
+              (long long)a2a_count(members[j], cc.rank));
+        a->ro[j] = a->rtot + 2;
+        a->rtot += a->rc[j] + 2; /* two elements gap before each block */
+    }
+    a->rtot += 1;
+    a->sbuf = xmalloc((size_t)(a->stot * A2A_EB)), a->rbuf = xmalloc((size_t)(a->rtot * A2A_EB));
+    memset(a->sbuf, 0x11, (size_t)(a->stot * A2A_EB));
+    memset(a->rbuf, 0xAB, (size_t)(a->rtot * A2A_EB));
+    for (int j = 0; j < R; j++)
+        for (int64_t k = 0; k < a->sc[j] * A2A_EB; k++)
+            a->sbuf[a->so[j] * A2A_EB + k] = pat(cc.rank, members[j] * 1000003 + k, 71);
+}
+
+/* Bytes of a->rbuf that differ from what member j sent (*bad) or were written in a gap (*gap). */
+static void a2a_case_check(const a2a_case *a, const int *members, int R, long *bad, long *gap)
+{
+    int64_t pos = 0;
+    *bad = *gap = 0;
+    for (int j = 0; j < R; j++) {
+        for (; pos < a->ro[j] * A2A_EB; pos++) *gap += a->rbuf[pos] != 0xAB;
+        for (int64_t k = 0; k < a->rc[j] * A2A_EB; k++, pos++)
+            *bad += a->rbuf[pos] != pat(members[j], cc.rank * 1000003 + k, 71);
+    }
+    for (; pos < a->rtot * A2A_EB; pos++) *gap += a->rbuf[pos] != 0xAB;
+}
+
+static void a2a_case_free(a2a_case *a)
+{
+    free(a->sc); free(a->so); free(a->rc); free(a->ro); free(a->sbuf); free(a->rbuf);
+}
+
 static void check_all_to_all(unsigned mask, const int *members, int R, int idx)
 {
-    enum { EB = 12 };
-    int64_t *sc = xmalloc((size_t)R * 8), *so = xmalloc((size_t)R * 8);
-    int64_t *rc_ = xmalloc((size_t)R * 8), *ro = xmalloc((size_t)R * 8);
-    int64_t stot = 0, rtot = 0;
-    for (int j = 0; j < R; j++) {
-        sc[j] = a2a_count(cc.rank, members[j]);
-        so[j] = stot;
-        stot += sc[j] + 1; /* one element gap */
-    }
-    int rc = qt_coll_all_to_all_counts(mask, sc, rc_);
-    CHECK(rc == 0, "mask 0x%x: all_to_all_counts returned %d", mask, rc);
-    long zeros = 0;
-    for (int j = 0; j < R; j++) {
-        CHECK(rc_[j] == a2a_count(members[j], cc.rank), "mask 0x%x: count from %d is %lld, "
-              "expected %lld", mask, j, (long long)rc_[j],
-              (long long)a2a_count(members[j], cc.rank));
-        zeros += rc_[j] == 0;
-        ro[j] = rtot + 2;
-        rtot += rc_[j] + 2; /* two elements gap before each block */
-    }
-    rtot += 1;
-    uint8_t *sbuf = xmalloc((size_t)(stot * EB)), *rbuf = xmalloc((size_t)(rtot * EB));
-    memset(sbuf, 0x11, (size_t)(stot * EB));
-    memset(rbuf, 0xAB, (size_t)(rtot * EB));
-    for (int j = 0; j < R; j++)
-        for (int64_t k = 0; k < sc[j] * EB; k++)
-            sbuf[so[j] * EB + k] = pat(cc.rank, members[j] * 1000003 + k, 71);
-    rc = qt_coll_all_to_all_v(mask, sbuf, sc, so, rbuf, rc_, ro, EB);
+    a2a_case a;
+    a2a_case_make(mask, members, R, &a);
+    int rc = qt_coll_all_to_all_v(mask, a.sbuf, a.sc, a.so, a.rbuf, a.rc, a.ro, A2A_EB);
     CHECK(rc == 0, "mask 0x%x: all_to_all_v returned %d", mask, rc);
-    long bad = 0, gap = 0;
-    int64_t pos = 0;
-    for (int j = 0; j < R; j++) {
-        for (; pos < ro[j] * EB; pos++) gap += rbuf[pos] != 0xAB;
-        for (int64_t k = 0; k < rc_[j] * EB; k++, pos++)
-            bad += rbuf[pos] != pat(members[j], cc.rank * 1000003 + k, 71);
-    }
-    for (; pos < rtot * EB; pos++) gap += rbuf[pos] != 0xAB;
+    long bad, gap;
+    a2a_case_check(&a, members, R, &bad, &gap);
     CHECK(bad == 0 && gap == 0, "mask 0x%x: all_to_all_v: %ld bytes wrong, %ld gap bytes "
           "written", mask, bad, gap);
     (void)idx;
-    (void)zeros;
-    free(sc); free(so); free(rc_); free(ro); free(sbuf); free(rbuf);
+    a2a_case_free(&a);
+}
+
+/* The split all-to-all-v (qt_coll_start_a2av / progress / wait, coll_async.c): two of them
+ * and a split reduce-scatter in flight at once, the last started waited for at once, the
+ * others progressed between rank-dependent amounts of "compute" and waited for in another
+ * order than started, give every byte of the blocking call's result (gaps untouched) and
+ * the reduce-scatter its blocking bits; a plan collective's id (>= 0) and a wait for an
+ * exchange not in flight are refused. */
+static void check_split_a2a(unsigned mask, const int *members, int R, int idx)
+{
+    enum { BLK = 5000 };
+    a2a_case a, b;
+    a2a_case_make(mask, members, R, &a);
+    a2a_case_make(mask, members, R, &b);
+    float *ref = xmalloc((size_t)R * BLK * 4), *x = xmalloc((size_t)R * BLK * 4);
+    float *tmp = xmalloc((size_t)(R + 4096) * 4);
+    for (int64_t e = 0; e < (int64_t)R * BLK; e++) ref[e] = x[e] = val(cc.rank, e, 5000);
+    CHECK(qt_coll_reduce_scatter_f32(mask, ref, BLK, tmp, R + 4096) == 0, "blocking reference");
+    const qt_collective cx = {.name = "split x", .kind = QT_COLL_REDUCE_SCATTER,
+                              .mask = (uint8_t)mask, .bytes = 4 * (int64_t)R * BLK};
+    int rc = qt_coll_start_a2av(-1, mask, a.sbuf, a.sc, a.so, a.rbuf, a.rc, a.ro, A2A_EB);
+    rc = rc ? rc : qt_coll_start_range(7, &cx, (unsigned char *)x, tmp, R + 4096);
+    rc = rc ? rc : qt_coll_start_a2av(-2, mask, b.sbuf, b.sc, b.so, b.rbuf, b.rc, b.ro, A2A_EB);
+    CHECK(rc == 0, "mask 0x%x: split all_to_all_v starts: rc %d", mask, rc);
+    /* the last started waited for at once (its wait does the transfers), the others after
+     * progress between work */
+    rc = rc ? rc : qt_coll_wait_a2av(-2, mask);
+    long bad2, gap2;
+    a2a_case_check(&b, members, R, &bad2, &gap2);   /* complete at its wait, not later */
+    volatile double sink = 0;
+    for (int it = 0; it < 20 && rc == 0; it++) {
+        for (int w = 0; w < 2000 * (1 + (cc.rank + it) % 3); w++) sink += w * 1e-9;
+        rc = qt_coll_progress();
+    }
+    rc = rc ? rc : qt_coll_wait_range(7, &cx);
+    rc = rc ? rc : qt_coll_wait_a2av(-1, mask);
+    CHECK(rc == 0 && qt_coll_in_flight() == 0, "mask 0x%x: split all_to_all_v waits: rc %d",
+          mask, rc);
+    long bad, gap, rs = 0;
+    a2a_case_check(&a, members, R, &bad, &gap);
+    for (int64_t i = 0; i < BLK; i++) rs += fbits(x[idx * BLK + i]) != fbits(ref[idx * BLK + i]);
+    CHECK(bad + bad2 == 0 && gap + gap2 == 0 && rs == 0, "mask 0x%x: split all_to_all_v: %ld "
+          "bytes wrong, %ld gap bytes written; the reduce-scatter beside it: %ld values differ",
+          mask, bad + bad2, gap + gap2, rs);
+    qt_set_quiet(1);
+    CHECK(qt_coll_start_a2av(0, mask, a.sbuf, a.sc, a.so, a.rbuf, a.rc, a.ro, A2A_EB) ==
+          QT_E_PLAN, "mask 0x%x: split all_to_all_v with id 0 accepted", mask);
+    CHECK(R == 1 || qt_coll_wait_a2av(-3, mask) == QT_E_PLAN, "mask 0x%x: a wait for an "
+          "exchange not in flight accepted", mask);
+    qt_set_quiet(0);
+    a2a_case_free(&a);
+    a2a_case_free(&b);
+    free(ref);
+    free(x);
+    free(tmp);
 }
 
 /* The fixed-size all-to-all (qt_coll_all_to_all): block j of my send buffer reaches member
@@ -960,6 +1041,7 @@ static int run_checks(int ctx_only)
         check_sums(mask, members, R);
         check_max(mask, members, R, idx);
         check_all_to_all(mask, members, R, idx);
+        check_split_a2a(mask, members, R, idx);
         check_all_to_all_fixed(mask, members, R, idx);
         check_ep_rounds(mask, members, R, idx);
         check_ctx_exchange(mask, members, R, idx);
@@ -1105,6 +1187,62 @@ static int run_bench(void)
     return cc.fails ? 1 : 0;
 }
 
+/* --p2p's circular part: MaxText's gpipe with RC = 2 repeats (runtime/pipeline.c
+ * qt_pp_action_circ) on S stages of per ranks: the forwards repeat by repeat, a chunk's
+ * input from the stage before or, for stage 0's second repeat, from the last stage's first
+ * (the wrap-around), its output to the stage after or the last stage's first repeat's to
+ * stage 0; the backwards with the repeats descending, the gradients the reverse way (stage
+ * 0's second repeat's input gradient back to the last stage). Every message's bytes name
+ * the sender and its (repeat, microbatch); sends flushed only at the end. 2 on a
+ * communication error, else 0 (the checks count failures). */
+static int run_p2p_circular(int S, int per, int s, int loc)
+{
+    enum { M = 4, RC = 2, N = 1000 };
+    static float act[RC * M][N], grad[RC * M][N], in[N];
+    const int prev = (s > 0 ? s - 1 : S - 1) * per + loc, next = (s < S - 1 ? s + 1 : 0) * per + loc;
+    int wraps = 0;
+    for (int i = 0; i < 2 * M * RC; i++) {
+        const int bwd = i >= M * RC, k = bwd ? i - M * RC : i, j = k % M;
+        const int r = bwd ? RC - 1 - k / M : k / M, x = r * M + j;
+        const int has_in = s > 0 || r > 0, has_out = s < S - 1 || r < RC - 1;
+        if (!bwd) {
+            if (has_in) {
+                /* the sender's (repeat, microbatch): the same, or the repeat before */
+                const int xs = s > 0 ? x : x - M;
+                memset(in, 0, sizeof in);
+                if (qt_coll_p2p_recv(prev, 0, in, sizeof in)) return 2;
+                long bad = 0;
+                for (int q = 0; q < N; q++) bad += in[q] != (float)(prev * 100000 + xs * 1000 + q);
+                CHECK(bad == 0, "circular: activation r%d m%d from rank %d: %ld floats differ", r,
+                      j, prev, bad);
+                wraps += s == 0;
+            }
+            if (has_out) {
+                for (int q = 0; q < N; q++) act[x][q] = (float)(cc.rank * 100000 + x * 1000 + q);
+                if (qt_coll_p2p_send(next, 0, act[x], sizeof act[x])) return 2;
+            }
+        } else {
+            if (has_out) {
+                const int xs = s < S - 1 ? x : x + M;
+                memset(in, 0, sizeof in);
+                if (qt_coll_p2p_recv(next, 1, in, sizeof in)) return 2;
+                long bad = 0;
+                for (int q = 0; q < N; q++) bad += in[q] != (float)-(next * 100000 + xs * 1000 + q);
+                CHECK(bad == 0, "circular: gradient r%d m%d from rank %d: %ld floats differ", r, j,
+                      next, bad);
+                wraps += s == S - 1;
+            }
+            if (has_in) {
+                for (int q = 0; q < N; q++) grad[x][q] = (float)-(cc.rank * 100000 + x * 1000 + q);
+                if (qt_coll_p2p_send(prev, 1, grad[x], sizeof grad[x])) return 2;
+            }
+        }
+    }
+    CHECK(wraps == ((s == 0 || s == S - 1) ? M * (RC - 1) : 0),
+          "circular: %d wrap-around messages received on stage %d", wraps, s);
+    return qt_coll_p2p_flush() ? 2 : 0;
+}
+
 /* --p2p S: the pipeline's point-to-point messages (coll_p2p.c, qt_coll.def SEND_RECV) on S
  * stages of R / S ranks (stage = rank div (R / S)): M = 4 microbatches in 1f1b order
  * (warm-up forwards, then F/B pairs), activations to stage s + 1 on channel 0, gradients to
@@ -1157,6 +1295,7 @@ static int run_p2p(int S)
     }
     CHECK(nf == M && nb == M, "schedule: %d forwards, %d backwards", nf, nb);
     if (qt_coll_p2p_flush()) return 2;
+    if (run_p2p_circular(S, per, s, loc)) return 2;
     /* a message shorter than the receive expects: an error on the receiver, never a
      * partly filled buffer taken as whole (a longer one is MPI's truncation, which MPICH
      * makes fatal: the job stops, which is not silent either) */
@@ -1180,7 +1319,8 @@ static int run_p2p(int S)
     int64_t f[2] = {cc.fails, cc.checks};
     if (qt_coll_sum_i64(QT_COLL_ALL, f, 2)) return 2;
     if (cc.rank == 0)
-        printf("coll_check: p2p: %d stages of %d rank%s, %d microbatches each way (1f1b order): "
+        printf("coll_check: p2p: %d stages of %d rank%s, %d microbatches each way (1f1b order; "
+               "gpipe with 2 circular repeats, the wrap-around): "
                "%lld checks, %lld failures\n", S, per, per == 1 ? "" : "s", M, (long long)f[1],
                (long long)f[0]);
     return f[0] ? 1 : 0;

@@ -36,6 +36,8 @@ extern "C" {
 #include "kernels/bf16.h"
 #include "kernels/bf16_matmul.h"
 #include "kernels/bf16_matmul_canon.h"
+#include "kernels/bf16_rows.h"
+#include "kernels/gated_rmsnorm.h"
 #include "kernels/elementwise.h"
 #include "kernels/embed.h"
 #include "kernels/gdn_chunk.h"
@@ -1160,12 +1162,15 @@ static void body_RmsnormWgradEqualsTheBoundary()
 }
 
 // GATED_RMSNORM_FWD / BWD / WGRAD (Hk 2, Dk 3, Hv 4, Dv 5: qkvz rows of 32; and a wide case
-// with rows past a block), WGRAD plain and in 2 value-head groups.
+// with rows past a block), WGRAD plain and in 2 value-head groups. One pass (finite inputs,
+// Dv <= QT_B16_GRN_DV): T*Hv rows a multiple of 4 and not (15 rows: the backward's tail of
+// 3), the bench model's heads (Hk 2 of 4 value heads each, Dv 64); Dv 300 takes the blocks.
 
 static void body_GatedRmsnormEqualsTheBoundary()
 {
     uint64_t s = 75;
-    const int64_t cases[2][5] = {{70, 2, 3, 4, 5}, {3, 2, 64, 8, 160}};  // T, Hk, Dk, Hv, Dv
+    const int64_t cases[5][5] = {{70, 2, 3, 4, 5},  {3, 2, 64, 8, 160}, {5, 1, 4, 3, 7},
+                                 {9, 2, 16, 8, 64}, {3, 1, 8, 2, 300}};  // T, Hk, Dk, Hv, Dv
     for (auto &c : cases) {
         const int64_t T = c[0], hk = c[1], dk = c[2], hv = c[3], dv = c[4],
                       wq = hk * (2 * dk + 2 * (hv / hk) * dv);
@@ -1496,6 +1501,60 @@ static void body_XentEqualsTheBoundary()
             o.f[0] = zl ? 1e-4f : 0.0f;
             native_vs_boundary(zl ? "xent z" : "xent", h, o);
         }
+}
+
+// The one-pass gated norm kernels (kernels/bf16_rows.h) against the fp32 kernels on the
+// widened rows, each written bf16 element rounded once, at the bench model's shape (T 1024,
+// Hk 4, Dk 64, Hv 8, Dv 64: 2^19 outputs, so even an fp32 difference of one ulp in a
+// fraction of them shows through the rounding) and 300 times at T 1, Hv 3, Dv 256 (3 rows:
+// the backward's tail, fewer than four rows, 2.3e5 outputs in all). Every byte equal
+// (tolerance 0): y, rstd (fp32), d_o, all of dqkvz (other columns untouched), the fp32
+// weight gradient (all heads, and heads [1, 3)).
+TEST(Bf16NativeRows, GatedRmsnormKernelsEqualTheFp32KernelsAtScale)
+{
+    // T, Hk, Dk, Hv, Dv, repeats
+    const int64_t cases[2][6] = {{1024, 4, 64, 8, 64, 1}, {1, 1, 5, 3, 256, 300}};
+    uint64_t s = 91;
+    for (auto &c : cases)
+    for (int64_t rep = 0; rep < c[5]; rep++) {
+        const int64_t T = c[0], hk = c[1], dk = c[2], hv = c[3], dv = c[4],
+                      wq = hk * (2 * dk + 2 * (hv / hk) * dv), no = T * hv * dv;
+        std::vector<qt_bf16> o(no), dy(no), z(T * wq), y(no), d_o(no), dz(T * wq);
+        vecf w(dv), of(no), dyf(no), zf(T * wq), yf(no), rs(T * hv), rsf(T * hv), dof(no),
+            dzf(T * wq), dw(dv, 0.5f), dwf(dv, 0.5f);
+        auto fill = [&](std::vector<qt_bf16> &b, vecf &f) {
+            for (size_t k = 0; k < b.size(); k++) {
+                b[k] = qt_bf16_from_f32(rndf(&s));
+                f[k] = qt_f32_from_bf16(b[k]);
+            }
+        };
+        fill(o, of), fill(dy, dyf), fill(z, zf), fill(d_o, dof), fill(dz, dzf);
+        for (auto &v : w) v = qt_f32_from_bf16(qt_bf16_from_f32(rndf(&s)));
+        qt_b16_gated_rmsnorm_fwd(y.data(), rs.data(), o.data(), z.data(), w.data(), T, hk, dk, hv,
+                                 dv, 1e-6f);
+        qt_gated_rmsnorm_fwd(yf.data(), rsf.data(), of.data(), zf.data(), w.data(), T, hk, dk, hv,
+                             dv, 1e-6f);
+        int64_t bad = 0;
+        for (int64_t k = 0; k < no; k++) bad += y[k] != qt_bf16_from_f32(yf[k]);
+        for (int64_t k = 0; k < T * hv; k++) bad += bits(rs[k]) != bits(rsf[k]);
+        LONGS_EQUAL(0, bad);
+        qt_b16_gated_rmsnorm_bwd(d_o.data(), dz.data(), rs.data(), dy.data(), o.data(), z.data(),
+                                 w.data(), T, hk, dk, hv, dv);
+        qt_gated_rmsnorm_bwd(dof.data(), dzf.data(), rsf.data(), dyf.data(), of.data(), zf.data(),
+                             w.data(), T, hk, dk, hv, dv);
+        for (int64_t k = 0; k < no; k++) bad += d_o[k] != qt_bf16_from_f32(dof[k]);
+        for (int64_t k = 0; k < T * wq; k++) bad += dz[k] != qt_bf16_from_f32(dzf[k]);
+        LONGS_EQUAL(0, bad);
+        for (int64_t j0 : {0, 1}) {
+            const int64_t j1 = j0 ? (hv < 3 ? hv : 3) : hv;
+            qt_b16_gated_rmsnorm_wgrad_heads(dw.data(), rs.data(), dy.data(), o.data(), z.data(), T,
+                                             hk, dk, hv, dv, j0, j1);
+            qt_gated_rmsnorm_wgrad_heads(dwf.data(), rsf.data(), dyf.data(), of.data(), zf.data(),
+                                         T, hk, dk, hv, dv, j0, j1);
+            for (int64_t i = 0; i < dv; i++) bad += bits(dw[i]) != bits(dwf[i]);
+        }
+        LONGS_EQUAL(0, bad);
+    }
 }
 
 // Each body above with no special values, with one in 64 and with one in 5.

@@ -460,13 +460,12 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"shard_mode=manual", NULL, "expected auto or explicit"},
         {"gradient_reduce=sometimes", NULL, "gradient_reduce=sometimes (command line): expected auto, step, microbatch or layer"},
         {"remat_policy=partial", NULL, "remat_policy=partial (command line): expected none, full or save_dot"},
-        {"collective_overlap=sometimes", NULL, "collective_overlap=sometimes (command line): expected auto, on or off"},
+        {"collective_overlap=sometimes", NULL, "collective_overlap=sometimes (command line): expected auto, on, off or all"},
         {"expert_chunk_rows=0", NULL, "expert_chunk_rows=0 (command line): 0: expected 1 .. 16777216 rows"},
         // the expert dispatch in rounds (config/dispatch.c)
         {"expert_dispatch=sometimes", NULL, "expert_dispatch=sometimes (command line): expected auto, whole or rounds"},
         {"expert_dispatch=rounds", NULL, "expert_dispatch=rounds (command line): rounds without expert parallelism (ici_expert_parallelism=1"},
         {"expert_dispatch=rounds", "ici_expert_parallelism=2|num_ranks=2|expert_chunk_rows=31", "expert_dispatch=rounds (command line): rounds of expert_chunk_rows=31 (command line) rows: a leaf (16 tokens) can bring 32 rows to one host (tokens x min(k 2, experts per rank 2)) and rounds cut between leaves only; expected expert_chunk_rows >= 32"},
-        {"expert_dispatch=rounds", "ici_expert_parallelism=2|num_ranks=2|expert_chunk_rows=32|dtype=bfloat16", "the round ops run float32 plans only"},
         {"checkpoint_window_floats=0", NULL, "checkpoint_window_floats=0 (command line): 0: expected a positive float count"},
         {"param_gather=often", NULL, "param_gather=often (command line): expected auto, step or layer"},
         {"param_gather=layer", "gradient_reduce=step", "param_gather=layer (command line): layer with gradient_reduce=step: a layer's gathered weights are dropped after its backward"},
@@ -480,7 +479,12 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"num_ranks=3", "ici_fsdp_parallelism=1|ici_tensor_parallelism=3", "ici_tensor_parallelism=3 (command line): resolves the tensor mesh axis to 3; expected a power of two, or a power of two times an odd factor of canonical_factor=1 (configgen/configs/base.yml:"},
         {"num_ranks=6", "ici_fsdp_parallelism=1|ici_tensor_parallelism=6|canonical_factor=5", "ici_tensor_parallelism=6 (command line): resolves the tensor mesh axis to 6; expected a power of two, or a power of two times an odd factor of canonical_factor=5 (command line)"},
         {"num_ranks=3", "ici_fsdp_parallelism=1|ici_tensor_parallelism=3|canonical_factor=3", "ici_tensor_parallelism=3 (command line): tensor parallelism 3 does not divide base_num_query_heads (4)"},
-        {"vocab_parallel=true", "num_ranks=3|ici_fsdp_parallelism=1|ici_tensor_parallelism=3|canonical_factor=3|per_device_batch_size=1|base_emb_dim=48|base_num_query_heads=6|base_num_kv_heads=3|head_dim=12|gdn_num_key_heads=3|gdn_num_value_heads=6|gdn_value_head_dim=6|base_moe_mlp_dim=24|shared_expert_mlp_dim=24", "vocab_parallel=true (command line): true on 3 tensor ranks (ici_tensor_parallelism=3 (command line)): the canonical vocabulary blocks (vocab_blocks) are a power of two"},
+        // vocab_parallel on tensor 3 (issue 35): 3 x 2^j vocabulary blocks dividing vocab_size,
+        // a power of two of them a rank; without canonical_factor the mesh says to set it
+        {"vocab_parallel=true", "num_ranks=3|ici_fsdp_parallelism=1|ici_tensor_parallelism=3|canonical_factor=3|per_device_batch_size=1|base_emb_dim=48|base_num_query_heads=6|base_num_kv_heads=3|head_dim=12|gdn_num_key_heads=3|gdn_num_value_heads=6|gdn_value_head_dim=6|base_moe_mlp_dim=24|shared_expert_mlp_dim=24", "vocab_blocks=0 (configgen/configs/base.yml:175): 0: expected 0 (= the tensor degree with vocab_parallel, else 1) or a power of two times a factor of canonical_factor=3 (command line) dividing vocab_size=64"},
+        {"vocab_parallel=true", "num_ranks=3|ici_fsdp_parallelism=1|ici_tensor_parallelism=3|canonical_factor=3|per_device_batch_size=1|base_emb_dim=48|base_num_query_heads=6|base_num_kv_heads=3|head_dim=12|gdn_num_key_heads=3|gdn_num_value_heads=6|gdn_value_head_dim=6|base_moe_mlp_dim=24|shared_expert_mlp_dim=24|vocab_size=96|vocab_blocks=9", "vocab_blocks=9 (command line): 9: expected 0 (= the tensor degree with vocab_parallel, else 1) or a power of two times a factor of canonical_factor=3 (command line) dividing vocab_size=96 (command line)"},
+        {"vocab_parallel=true", "num_ranks=2|ici_fsdp_parallelism=1|ici_tensor_parallelism=2|canonical_factor=3|vocab_size=96|vocab_blocks=6", "vocab_blocks=6 (command line): 6 with vocab_parallel: true on 2 tensor ranks (ici_tensor_parallelism=2 (command line)): expected a multiple of the tensor degree by a power of two"},
+        {"vocab_parallel=true", "num_ranks=3|ici_fsdp_parallelism=1|ici_tensor_parallelism=3", "which 3 ranks do not split (docs/determinism.md \"Axes of any size\"); set canonical_factor: 3"},
         {"ici_tensor_parallelism=4", "num_ranks=4", "tensor parallelism 4 does not divide base_num_kv_heads (2)"},
         // context parallelism: its limits (docs/context.md)
         {"ici_context_parallelism=2", "num_ranks=2|gradient_accumulation_steps=2097152", "per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4): 2 x 1 tensor x 2 context ranks = 4 sequences per batch group, run as microbatches of one sequence each, x gradient_accumulation_steps=2097152 exceed the 24 gradient tree levels"},
@@ -1990,6 +1994,50 @@ TEST(CgPipeline, StagePlanHoldsItsLayersAndTheReportGivesMapBubbleSchedules)
     CHECK(rep.find("9 iterations = M*R + S - 1 = 4*2 + 2 - 1") != std::string::npos);
     CHECK(rep.find("    t   4:     m0/r1     m3/r0\n") != std::string::npos);
     CHECK(rep.find("1f1b: not planned with R = 2 repeats") != std::string::npos);
+}
+
+// Circular repeats executed (pp-next-pp2: S 2, R 2): each stage's executable tables hold its
+// 2 chunks, delimited by PP_CHUNK markers (one at each chunk's start in the forward, one
+// where its backward ends, in reverse order), with the boundaries MaxText's map implies
+// (stage 0's chunk 1 and stage 1's chunk 0: the wrap-around) and the chunk's parameters'
+// one-rank indices (stage 0: the embedding + layer 0, then layer 2 from index 33).
+TEST(CgPipeline, CircularStageTablesHoldChunkMarkers)
+{
+    CgPlan p;
+    LONGS_EQUAL(0, p.build("configgen/configs/runs/pp-next-pp2.yml"));
+    CHECK(p.g.pp_graphs != NULL);
+    for (int st = 0; st < 2; st++) {
+        const qt_cg_graph *x = &p.g.pp_graphs[st];
+        int fwd[2] = {-1, -1}, nb = 0;
+        for (int i = 0; i < x->nmb; i++) {
+            const qt_op *o = &x->mb[i];
+            if (o->kind != QT_OP_PP_CHUNK) continue;
+            const int c = (int)o->a[QT_A_PP_CHUNK_chunk];
+            if (o->a[QT_A_PP_CHUNK_bwd]) {
+                CHECK(i >= x->n_fwd);
+                LONGS_EQUAL(1 - nb, c);  // end markers in reverse chunk order
+                nb++;
+            } else {
+                CHECK(i < x->n_fwd);
+                fwd[c] = i;
+            }
+        }
+        LONGS_EQUAL(2, nb);
+        CHECK(fwd[0] >= 0 && fwd[1] > fwd[0]);
+        const qt_op *c0 = &x->mb[fwd[0]], *c1 = &x->mb[fwd[1]];
+        // every chunk has an input but stage 0's first, an output but stage 1's last
+        CHECK((c0->a[QT_A_PP_CHUNK_in] == QT_NONE) == (st == 0));
+        CHECK(c1->a[QT_A_PP_CHUNK_in] != QT_NONE && c1->a[QT_A_PP_CHUNK_din] != QT_NONE);
+        CHECK(c0->a[QT_A_PP_CHUNK_out] != QT_NONE && c0->a[QT_A_PP_CHUNK_dout] != QT_NONE);
+        CHECK((c1->a[QT_A_PP_CHUNK_out] == QT_NONE) == (st == 1));
+        LONGS_EQUAL(st ? 17 : 0, c0->a[QT_A_PP_CHUNK_gparam]);
+        LONGS_EQUAL(st ? 49 : 33, c1->a[QT_A_PP_CHUNK_gparam]);
+        LONGS_EQUAL(0, c0->a[QT_A_PP_CHUNK_param0]);
+        LONGS_EQUAL(st ? 16 : 17, c1->a[QT_A_PP_CHUNK_param0]);
+        LONGS_EQUAL(3 * 4 * 2, x->ts[x->pp_slots].t.shape[0]);  // 3 M R boundary messages
+    }
+    const std::string rep = report_of(p);
+    CHECK(rep.find("    stage 0 chunks (one-rank parameter indices, first element): r0 0..16 (0) | r1 33..48 (28640)\n") != std::string::npos);
 }
 
 // 1F1B (one repeat): Megatron's warm-up min(S-s-1, M), then one forward one backward, then

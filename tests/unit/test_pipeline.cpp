@@ -67,6 +67,57 @@ TEST(Pipeline, EveryMicrobatchOnceBackwardsInOrderInFlightBounded)
                 }
 }
 
+// gpipe with circular repeats (MaxText's): the forwards repeat by repeat, the backwards with
+// the repeats descending; every (microbatch, repeat) once each way, forward before backward,
+// and each repeat's backwards in increasing microbatch order (its chunk's parameters get
+// their leaves in the one-rank order); R = 1 is qt_pp_action's gpipe.
+static std::string circ(int M, int R)
+{
+    std::string o;
+    for (int i = 0; i < 2 * M * R; i++) {
+        int j = -1, r = -1;
+        const int b = qt_pp_action_circ(M, R, i, &j, &r);
+        o += (i ? " " : "") + std::string(b ? "B" : "F") + std::to_string(j) + "/" +
+             std::to_string(r);
+    }
+    return o;
+}
+
+TEST(Pipeline, CircularGpipeIsMaxTexts)
+{
+    STRCMP_EQUAL("F0/0 F1/0 F0/1 F1/1 B0/1 B1/1 B0/0 B1/0", circ(2, 2).c_str());
+    for (int M = 1; M <= 8; M++) {
+        int j = -1;
+        for (int i = 0; i < 2 * M; i++) {
+            int jc = -1, r = -1;
+            LONGS_EQUAL(qt_pp_action(0, 2, 0, M, i, &j), qt_pp_action_circ(M, 1, i, &jc, &r));
+            LONGS_EQUAL(j, jc);
+            LONGS_EQUAL(0, r);
+        }
+    }
+    for (int M = 2; M <= 6; M++)
+        for (int R = 1; R <= 5; R++) {
+            int fwd[8][8] = {{0}}, bwd[8][8] = {{0}}, next_b[8] = {0}, last_r = R;
+            for (int i = 0; i < 2 * M * R; i++) {
+                int j = -1, r = -1;
+                const int b = qt_pp_action_circ(M, R, i, &j, &r);
+                CHECK(j >= 0 && j < M && r >= 0 && r < R);
+                if (b) {
+                    CHECK(fwd[r][j] == 1 && bwd[r][j] == 0);
+                    LONGS_EQUAL(next_b[r], j);
+                    CHECK(r <= last_r);  // repeats descending
+                    last_r = r;
+                    next_b[r]++;
+                    bwd[r][j]++;
+                } else {
+                    CHECK(fwd[r][j] == 0);
+                    fwd[r][j]++;
+                }
+            }
+            for (int r = 0; r < R; r++) LONGS_EQUAL(M, next_b[r]);
+        }
+}
+
 TEST(Pipeline, SendRecvRegistryRow)
 {
     const qt_coll_kind_info *k = qt_coll_kind(QT_COLL_SEND_RECV);

@@ -496,6 +496,58 @@ TEST(RuntimeSplit, PairingOfStartsAndWaitsIsValidated)
     qt_set_quiet(0);
 }
 
+// ------------------------------------------------------------------ split expert exchanges
+
+// A microbatch schedule of expert exchange ops (qt_validate_ep_splits): "R" / "r" start /
+// wait the return, "D" / "d" start / wait the dispatch backward, "x" a blocking exchange,
+// "m" compute, "c" a COLL_START; eval: the eval forward's op count (0: no eval). A start
+// names t0 QT_NONE, a wait t0 = 5, both t1..t4 = 1..4, unless "t" follows the wait (t4 = 9).
+static int rt_ep_splits(const char *ops, int eval)
+{
+    static qt_op mb[32];
+    static qt_plan p;
+    memset(&p, 0, sizeof p);
+    int n = 0;
+    for (const char *c = ops; *c; c++) {
+        if (*c == 't') {
+            mb[n - 1].t[4] = 9;
+            continue;
+        }
+        qt_op *o = &mb[n++];
+        memset(o, 0, sizeof *o);
+        for (int k = 0; k < QT_OP_MAX_T; k++) o->t[k] = k >= 1 && k <= 4 ? k : QT_NONE;
+        o->kind = *c == 'R' ? QT_OP_MOE_RETURN_START : *c == 'r' ? QT_OP_MOE_RETURN_WAIT
+                  : *c == 'D' ? QT_OP_MOE_DISPATCH_BWD_START
+                  : *c == 'd' ? QT_OP_MOE_DISPATCH_BWD_WAIT
+                  : *c == 'x' ? QT_OP_MOE_RETURN_BWD : *c == 'c' ? QT_OP_COLL_START : QT_OP_ADD;
+        if (*c == 'r' || *c == 'd') o->t[0] = 5;
+    }
+    p.run_name = "ep-split-test";
+    p.mb_ops = mb;
+    p.n_mb_ops = n;
+    p.n_mb_logical = n;
+    p.train.eval_interval = eval ? 1 : 0;
+    p.train.eval_fwd_ops = eval;
+    return qt_validate_ep_splits(&p);
+}
+
+TEST(RuntimeSplit, ExpertExchangeStartsAndWaitsAreValidated)
+{
+    LONGS_EQUAL(0, rt_ep_splits("", 0));
+    LONGS_EQUAL(0, rt_ep_splits("xRmmrmxmDmmdm", 0));   // each start waited for, compute between
+    LONGS_EQUAL(0, rt_ep_splits("Rmrmm", 3));             // closed inside the eval forward
+    qt_set_quiet(1);
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("rR", 0));        // a wait before its start
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Rm", 0));        // never waited for
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("RDdr", 0));      // two in flight
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Rd", 0));        // waited by the other kind
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Rxr", 0));       // another exchange in between
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Rcr", 0));       // a split collective in between
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Rrt", 0));       // the wait names other buffers
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Rmrm", 2));      // in flight at the eval's end
+    qt_set_quiet(0);
+}
+
 // ------------------------------------------------------------------ exact accumulator
 
 TEST_GROUP(RuntimeExact){};

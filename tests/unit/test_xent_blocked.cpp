@@ -11,6 +11,8 @@
 //  (d') the same for the z-loss finish (qt_xent_blk_finish_z, z = 0.05): loss_seq, z_seq
 //      and dlogits of every shard equal one rank's qt_xent_blocked_z with nb x P blocks;
 //      one block is qt_xent_z bit for bit, nb > 1 within 1e-6 relative of it;
+//  (c') 3 x 2^j blocks (canonical_factor 3) against the reference's binary counter, and
+//      3 shards of 1, 2, 4 blocks against one rank's 3, 6, 12, bit for bit;
 //  (e) the canonical data gradient's one-block form (the vocab-parallel lm_head's, no
 //      scratch) equals the plain kernel into zeros, past the fused path's contraction limit.
 #include <math.h>
@@ -52,6 +54,34 @@ bool same_bits(const float *a, const float *b, size_t n)
     return memcmp(a, b, n * sizeof(float)) == 0;
 }
 
+// The blocks' tree as a binary counter (qt_tree.h's shape, written out here): partial i is
+// pushed at level 0 and carried up while the level is taken (the earlier subtotal on the
+// left); the levels left are added lowest first. For a power of two it is the pairwise tree
+// ((p0+p1)+(p2+p3))+...; for 6 it is ((p0+p1)+(p2+p3))+(p4+p5), for 3 (p0+p1)+p2.
+float counter_sum(const float *p, int64_t n)
+{
+    float lv[64];
+    bool taken[64] = {};
+    for (int64_t i = 0; i < n; i++) {
+        float carry = p[i];
+        int k = 0;
+        for (; taken[k]; k++) {
+            carry = lv[k] + carry;
+            taken[k] = false;
+        }
+        lv[k] = carry;
+        taken[k] = true;
+    }
+    float total = 0;
+    bool any = false;
+    for (int k = 0; k < 64; k++)
+        if (taken[k]) {
+            total = any ? lv[k] + total : lv[k];
+            any = true;
+        }
+    return total;
+}
+
 // The scalar reference of the blocked form (xent.h), written out independently.
 void ref_blocked(float *loss, float *dl, const Case &c, int64_t nb)
 {
@@ -73,10 +103,7 @@ void ref_blocked(float *loss, float *dl, const Case &c, int64_t nb)
                 }
                 part[(size_t)i] = p;
             }
-            for (int64_t w = 1; w < nb; w *= 2)
-                for (int64_t j = 0; j + w < nb; j += 2 * w)
-                    part[(size_t)j] = part[(size_t)j] + part[(size_t)(j + w)];
-            const float sum = part[0], lse = m + qt_logf(sum), inv = 1.0f / sum;
+            const float sum = counter_sum(part.data(), nb), lse = m + qt_logf(sum), inv = 1.0f / sum;
             for (int64_t v = 0; v < V; v++) g[v] = g[v] * inv;
             const int32_t y = c.tg[(size_t)t];
             if (y >= 0 && y < V) {
@@ -256,6 +283,24 @@ TEST(XentBlocked, ScalarReferenceBits)
         CHECK(same_bits(l0.data(), l1.data(), l0.size()));
         CHECK(same_bits(d0.data(), d1.data(), d0.size()));
     }
+}
+
+// canonical_factor 3 (issue 35): 3 x 2^j vocabulary blocks are the counter over the blocks
+// on one rank (the reference above), and tensor 3's shards of 1, 2 or 4 blocks combine to
+// one rank's 3, 6 or 12, bit for bit.
+TEST(XentBlocked, FactorThreeIsTheCounter)
+{
+    const Case c = make_case(2, 4, 96, 19);
+    for (int64_t nb : {3, 6, 12, 24}) {
+        vf l0(2), d0(c.logits.size()), l1(2), d1(c.logits.size());
+        ref_blocked(l0.data(), d0.data(), c, nb);
+        run_blocked(l1.data(), d1.data(), c, nb);
+        CHECK(same_bits(l0.data(), l1.data(), l0.size()));
+        CHECK(same_bits(d0.data(), d1.data(), d0.size()));
+    }
+    sharded(c, 3, 1);
+    sharded(c, 3, 2);
+    sharded(c, 3, 4);
 }
 
 TEST(XentBlocked, ShardedCombineBits)

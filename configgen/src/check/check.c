@@ -3,6 +3,7 @@
  * use, parameter slots, the one-WGRAD-per-parameter rule the gradient trees rely on, and
  * that the sizes in op attributes agree with the tensors they name (qt_plan.h invariant).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/qt_cg.h"
@@ -245,6 +246,7 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
         int32_t pslot[2] = {QT_NONE, QT_NONE};
         if (o->kind == QT_OP_NOP || o->kind >= QT_OP_COUNT)
             return qt_cg_fail(err, errlen, "%s op %d: invalid kind %d", which, i, o->kind);
+        if (o->kind == QT_OP_PP_CHUNK) continue; /* a marker: no slots, runs nothing */
         for (int s = 0; s < QT_OP_MAX_T; s++) {
             int32_t id = o->t[s];
             if (s >= ns) {
@@ -333,6 +335,66 @@ static int check_eval_forward(const qt_cg_graph *g, char *err, size_t errlen)
     return 0;
 }
 
+/* A circular pipeline stage's chunks (PP_CHUNK markers, num_pipeline_repeats > 1): the
+ * firmware runs chunk c's forward ops alone (from its marker to the next, chunk 0 from op
+ * 0) and at its backward that forward again followed by its backward ops alone (from the
+ * end marker of chunk c + 1, or the forward's end, to its own end marker, chunk 0's to the
+ * schedule's end), so each such
+ * run must read only what it wrote itself, the parameters, the inputs, what the init
+ * schedule wrote (the rotary table) and the chunk's
+ * boundaries that the driver fills (its input and its output's gradient); the subsequence
+ * of the planned order keeps the arena's liveness. The markers: R forward ones in order,
+ * R end markers in reverse order. */
+static int check_chunks(const qt_cg_graph *g, char *err, size_t errlen)
+{
+    const int R = g->s->pp_local && g->s->pp_stages > 1 ? g->s->pp_repeats : 1;
+    /* the microbatch and per-layer gradient forms (their gathers and pushes may cross a
+     * chunk's edge) are planned ahead of time only: qtrain refuses them with repeats */
+    if (R <= 1 || g->reduce_per_mb || g->layer_reduce) return 0;
+    int *fm = qt_cg_alloc((size_t)(2 * R + 2) * sizeof *fm), *bm = fm + R + 1, nf = 0, nb = 0;
+    int rc = 0;
+    for (int i = 0; i < g->nmb && !rc; i++) {
+        const qt_op *o = &g->mb[i];
+        if (o->kind != QT_OP_PP_CHUNK) continue;
+        const int bwd = QT_A(o, PP_CHUNK, bwd) != 0, want = bwd ? R - 1 - nb : nf;
+        if (bwd != (i >= g->n_fwd) || QT_A(o, PP_CHUNK, chunk) != want || nf > R || nb > R)
+            rc = qt_cg_fail(err, errlen, "internal error: pipeline chunk marker at op %d "
+                            "(chunk %lld, bwd %d) out of order", i,
+                            (long long)QT_A(o, PP_CHUNK, chunk), bwd);
+        else if (bwd) bm[nb++] = i;
+        else fm[nf++] = i;
+    }
+    if (!rc && (nf != R || nb != R))
+        rc = qt_cg_fail(err, errlen, "internal error: %d forward and %d backward chunk markers "
+                        "for %d repeats", nf, nb, R);
+    unsigned char *written = qt_cg_alloc((size_t)g->nt * 2), *init = written + g->nt;
+    int *count = qt_cg_alloc((size_t)(g->np ? g->np : 1) * sizeof *count);
+    for (int i = 0; i < g->nt; i++) {
+        const int r = g->ts[i].t.role;
+        init[i] = r == QT_ROLE_PARAM || r == QT_ROLE_INPUT;
+    }
+    if (!rc) rc = check_ops(g, g->init, g->ninit, "init", init, count, err, errlen);
+    for (int c = 0; c < R && !rc; c++) {
+        const qt_op *m = &g->mb[fm[c]];
+        memcpy(written, init, (size_t)g->nt);
+        if (QT_A(m, PP_CHUNK, in) != QT_NONE) written[QT_A(m, PP_CHUNK, in)] = 1;
+        if (QT_A(m, PP_CHUNK, dout) != QT_NONE) written[QT_A(m, PP_CHUNK, dout)] = 1;
+        /* a chunk with an input continues the running lb sums received with it */
+        if (QT_A(m, PP_CHUNK, in) != QT_NONE && g->lb_seq != QT_NONE) written[g->lb_seq] = 1;
+        const int f0 = c ? fm[c] : 0, f1 = c + 1 < R ? fm[c + 1] : g->n_fwd;
+        const int b0 = c + 1 < R ? bm[R - 2 - c] + 1 : g->n_fwd, b1 = c ? bm[R - 1 - c] : g->nmb;
+        char which[48];
+        snprintf(which, sizeof which, "pipeline chunk %d forward", c);
+        rc = check_ops(g, g->mb + f0, f1 - f0, which, written, count, err, errlen);
+        snprintf(which, sizeof which, "pipeline chunk %d backward", c);
+        if (!rc) rc = check_ops(g, g->mb + b0, b1 - b0, which, written, count, err, errlen);
+    }
+    free(written);
+    free(count);
+    free(fm);
+    return rc;
+}
+
 int qt_cg_check_schedule(const qt_cg_graph *g, char *err, size_t errlen)
 {
     unsigned char *written = qt_cg_alloc((size_t)g->nt);
@@ -347,11 +409,19 @@ int qt_cg_check_schedule(const qt_cg_graph *g, char *err, size_t errlen)
     if (g->s->pp_local) {
         if (g->pp_in != QT_NONE) written[g->pp_in] = 1;
         if (g->pp_dout != QT_NONE) written[g->pp_dout] = 1;
-        /* the running lb sums of the stages before (stages > 0) */
+        /* the running lb sums of the stages before (stages > 0; a circular stage 0's
+         * ZERO of lb_seq is in its first chunk) */
         if (g->pp_in != QT_NONE && g->lb_seq != QT_NONE) written[g->lb_seq] = 1;
+        for (int i = 0; i < g->nmb; i++) /* a circular stage's chunks' (PP_CHUNK) */
+            if (g->mb[i].kind == QT_OP_PP_CHUNK) {
+                const int64_t in = QT_A(&g->mb[i], PP_CHUNK, in), d = QT_A(&g->mb[i], PP_CHUNK, dout);
+                if (in != QT_NONE) written[in] = 1;
+                if (d != QT_NONE) written[d] = 1;
+            }
     }
     int rc = check_ops(g, g->init, g->ninit, "init", written, count, err, errlen);
     if (!rc) rc = check_ops(g, g->mb, g->nmb, "microbatch", written, count, err, errlen);
+    if (!rc) rc = check_chunks(g, err, errlen);
     if (!rc) rc = check_eval_forward(g, err, errlen);
     for (int p = 0; !rc && p < g->np; p++)
         if (count[p] != 1)

@@ -37,10 +37,20 @@ static int check_round(const qt_cg_graph *g, const qt_op *o, int i, const char *
 }
 
 /* Microbatch op i names tensor slot k: allowed after the tensor's ALL_REDUCE? */
+/* MOE_DISPATCH_BWD or one of its split ops (the same slots). */
+static int dispatch_bwd(int kind)
+{
+    return kind == QT_OP_MOE_DISPATCH_BWD || kind == QT_OP_MOE_DISPATCH_BWD_START ||
+           kind == QT_OP_MOE_DISPATCH_BWD_WAIT;
+}
+_Static_assert((int)QT_T_MOE_DISPATCH_BWD_START_dxr == (int)QT_T_MOE_DISPATCH_BWD_dxr &&
+               (int)QT_T_MOE_DISPATCH_BWD_WAIT_dxr == (int)QT_T_MOE_DISPATCH_BWD_dxr,
+               "dtype.c: the split dispatch backward's dxr slot moved");
+
 static int reads_reduced_ok(const qt_op *o, int k)
 {
     return (o->kind == QT_OP_ROUND_BF16 && k == QT_T_ROUND_BF16_x) ||
-           (o->kind == QT_OP_MOE_DISPATCH_BWD && k == QT_T_MOE_DISPATCH_BWD_dxr);
+           (dispatch_bwd(o->kind) && k == QT_T_MOE_DISPATCH_BWD_dxr);
 }
 
 /* The microbatch schedule: partial-sum buffers fp32, and no consumer of a reduced buffer
@@ -51,7 +61,7 @@ static int check_partials(const qt_cg_graph *g, uint8_t *reduced, char *err, siz
         const qt_op *o = &g->mb[i];
         int32_t fp = QT_NONE;
         if (o->kind == QT_OP_ALL_REDUCE) fp = QT_T(o, ALL_REDUCE, buf);
-        else if (o->kind == QT_OP_MOE_DISPATCH_BWD) fp = QT_T(o, MOE_DISPATCH_BWD, dxr);
+        else if (dispatch_bwd(o->kind)) fp = QT_T(o, MOE_DISPATCH_BWD, dxr);
         if (fp >= 0 && g->ts[fp].t.dtype == QT_BF16)
             return qt_cg_fail(err, errlen, "bf16 plan: microbatch op %d (%s): %s is bf16, a partial "
                               "sum rounded before the cross-rank sum; expected fp32", i,

@@ -11,11 +11,13 @@
  * without a budget, or that fits, is whole (so is a pipeline plan, whose stages are planned
  * apart). Invariants of a rounds plan, each refused with
  * the key, its value, where it was set and what was expected: an expert group of more than
- * one rank (expert axis > 1), float32 (the round ops have no bf16 form), no tensor
- * parallelism (the rows' partial sums would need an all-reduce per round), at most 1024
+ * one rank (expert axis > 1), at most 1024
  * members and 65536 leaves (the firmware's tables), and R at least a leaf's worst case on
  * one host (leaf tokens x min(k, experts per rank) rows), since rounds cut between leaves
- * only (a leaf's weight gradient runs over its rows whole, in order).
+ * only (a leaf's weight gradient runs over its rows whole, in order). bf16 plans and
+ * tensor parallelism take rounds too when set (the round ops' native bf16 form and their
+ * per-round sum over the tensor group, ops_ep_rounds.c: the whole dispatch's bits); auto
+ * keeps float32 plans without tensor parallelism, so no existing plan changes.
  * Runs after the model, train and mesh settings (settings.c). Uses core and config only.
  */
 #include <stdio.h>
@@ -42,15 +44,6 @@ int qt_cg_dispatch_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, si
                               "only an expert group's hosts receive routed rows; expected whole "
                               "or ici_expert_parallelism > 1",
                               qt_cg_rule_other(c, "ici_expert_parallelism", other, sizeof other));
-    if (s->dtype != QT_F32)
-        return qt_cg_rule_bad(c, err, errlen, key, "rounds with %s: the round ops run float32 "
-                              "plans only; expected whole or dtype=float32",
-                              qt_cg_rule_other(c, "dtype", other, sizeof other));
-    if (s->mesh[QT_MESH_TENSOR] > 1)
-        return qt_cg_rule_bad(c, err, errlen, key, "rounds with %s: the experts' partial sums "
-                              "over tensor are not exchanged per round; expected whole or "
-                              "ici_tensor_parallelism=1",
-                              qt_cg_rule_other(c, "ici_tensor_parallelism", other, sizeof other));
     const int64_t E = s->m.n_experts, k = s->m.top_k, El = E / M;
     const int64_t leaves = M * s->tr.micro_batch * qt_cg_blocks(s) / cx;
     const int64_t lt = qt_cg_leaf_tokens(s), worst = lt * (k < El ? k : El);

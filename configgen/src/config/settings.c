@@ -742,17 +742,18 @@ static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
          * size must divide the factor */
         const int64_t odd = size / (size & -size);
         if (size > 1 && (i == 2 || i == 4) && s->canon_factor % odd) {
-            char o[400];
+            char o[400], set[64];
+            snprintf(set, sizeof set, "; set canonical_factor: %lld", (long long)odd);
             return bad(v, axis_key[i], "resolves the %s mesh axis to %lld; expected a power "
                        "of two, or a power of two times an odd factor of %s: %s, powers of "
                        "two times canonical_factor on one rank too (config/canon.c), which "
-                       "%lld ranks do not split (docs/determinism.md \"Axes of any size\")",
+                       "%lld ranks do not split (docs/determinism.md \"Axes of any size\")%s",
                        axes[i], (long long)size, other(v, "canonical_factor", o, sizeof o),
                        i == 2 ? "a tensor rank holds its share of the canonical contraction "
-                                "blocks and head groups"
+                                "blocks, head groups and vocabulary blocks"
                               : "the context ranks split context_blocks and the GDN norm's "
                                 "canonical head groups",
-                       (long long)size);
+                       (long long)size, odd < QT_CANON_BLOCKS ? set : "");
         }
     }
     s->n_ranks = (int32_t)n_ranks;
@@ -888,7 +889,8 @@ static int check_policies(const qt_cg_vctx *v, qt_cg_settings *s)
     if (!strcmp(co, "auto")) s->overlap = QT_CG_OVERLAP_AUTO;
     else if (!strcmp(co, "on")) s->overlap = QT_CG_OVERLAP_ON;
     else if (!strcmp(co, "off")) s->overlap = QT_CG_OVERLAP_OFF;
-    else return bad(v, "collective_overlap", "expected auto, on or off");
+    else if (!strcmp(co, "all")) s->overlap = QT_CG_OVERLAP_ALL;
+    else return bad(v, "collective_overlap", "expected auto, on, off or all");
     const char *rp = gets_(v, "remat_policy");
     if (!strcmp(rp, "none")) s->remat = QT_CG_REMAT_NONE;
     else if (!strcmp(rp, "full")) s->remat = QT_CG_REMAT_FULL;
@@ -969,31 +971,36 @@ static int check_packing(const qt_cg_vctx *v, qt_cg_settings *s)
 }
 
 /* vocab_parallel and vocab_blocks (docs/sharding.md "Logits", docs/determinism.md): the
- * logits split over tensor need canonical vocabulary blocks, at least one per tensor rank,
- * so that every rank's shard is whole blocks and the tree over the blocks is one rank's. */
+ * logits split over tensor need canonical vocabulary blocks, a power of two of them per tensor
+ * rank, so that every rank's shard is whole blocks, a node of the blocks' tree (the cross
+ * entropy's, xent.h, and the lm_head data gradient's, matmul_canon.h: both the binary
+ * counter for any count), and the tree over the blocks is one rank's. The count is a power
+ * of two, or with canonical_factor f a power of two times a factor of f (config/canon.c):
+ * tensor 3 with f 3 takes 3 or 6 blocks, as one rank with f 3 and the same count. A tensor
+ * axis whose odd part f lacks is refused by check_mesh, naming canonical_factor. */
 static int check_vocab(const qt_cg_vctx *v, qt_cg_settings *s)
 {
     const int64_t tp = s->mesh[QT_MESH_TENSOR], V = s->m.vocab, nb = geti(v, "vocab_blocks");
     const int par = getb(v, "vocab_parallel") && tp > 1;
-    const int64_t n = nb == 0 ? (par ? tp : 1) : nb;
+    const int64_t n = nb == 0 ? (par ? tp : 1) : nb, f = s->canon_factor > 1 ? s->canon_factor : 1;
+    const int64_t odd = n > 0 ? n / (n & -n) : 0, share = par && n % tp == 0 ? n / tp : 0;
     char o[400];
-    /* the vocabulary blocks stay powers of two (the cross entropy's block tree, xent.h), so a
-     * vocab-parallel tensor axis must be one too */
-    if (par && (tp & (tp - 1)))
-        return bad(v, "vocab_parallel", "true on %lld tensor ranks (%s): the canonical "
-                   "vocabulary blocks (vocab_blocks) are a power of two, a multiple of the "
-                   "tensor degree, which %lld is not; expected false (whole logits on every "
-                   "tensor rank) or a tensor axis that is a power of two", (long long)tp,
-                   other(v, "ici_tensor_parallelism", o, sizeof o), (long long)tp);
-    if (n < 1 || (n & (n - 1)) || V % n)
+    if (f == 1 && (n < 1 || odd != 1 || V % n))
         return bad(v, "vocab_blocks", "%lld: expected 0 (= the tensor degree with "
                    "vocab_parallel, else 1) or a power of two dividing %s", (long long)nb,
                    other(v, "vocab_size", o, sizeof o));
-    if (par && (n < tp || n % tp))
+    if (f > 1 && (n < 1 || f % odd || V % n)) {
+        char o2[400];
+        return bad(v, "vocab_blocks", "%lld: expected 0 (= the tensor degree with "
+                   "vocab_parallel, else 1) or a power of two times a factor of %s dividing "
+                   "%s", (long long)nb, other(v, "canonical_factor", o2, sizeof o2),
+                   other(v, "vocab_size", o, sizeof o));
+    }
+    if (par && (n < tp || n % tp || (share & (share - 1))))
         return bad(v, "vocab_blocks", "%lld with vocab_parallel: true on %lld tensor ranks (%s): "
-                   "expected a multiple of the tensor degree (each rank's vocabulary shard is "
-                   "whole canonical blocks)", (long long)n, (long long)tp,
-                   other(v, "ici_tensor_parallelism", o, sizeof o));
+                   "expected a multiple of the tensor degree by a power of two (each rank's "
+                   "vocabulary shard is whole canonical blocks, a power of two of them)",
+                   (long long)n, (long long)tp, other(v, "ici_tensor_parallelism", o, sizeof o));
     s->vocab_parallel = par;
     s->vocab_blocks = (int32_t)n;
     return 0;

@@ -39,5 +39,6 @@ void qt_cg_graph_free(qt_cg_graph *g)
         qt_cg_graph_free(&g->pp_graphs[st]);
     free(g->pp_graphs);
     free(g->pp_settings);
+    free(g->pp_chunk_base);
     memset(g, 0, sizeof *g);
 }

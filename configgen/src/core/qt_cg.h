@@ -99,7 +99,7 @@ typedef struct qt_cg_rule {
 
 enum qt_cg_remat_policy { QT_CG_REMAT_NONE = 0, QT_CG_REMAT_FULL, QT_CG_REMAT_SAVE_DOT };
 enum qt_cg_param_gather { QT_CG_GATHER_AUTO = 0, QT_CG_GATHER_STEP, QT_CG_GATHER_LAYER };
-enum qt_cg_overlap { QT_CG_OVERLAP_AUTO = 0, QT_CG_OVERLAP_ON, QT_CG_OVERLAP_OFF };
+enum qt_cg_overlap { QT_CG_OVERLAP_AUTO = 0, QT_CG_OVERLAP_ON, QT_CG_OVERLAP_OFF, QT_CG_OVERLAP_ALL };
 enum qt_cg_expert_dispatch { QT_CG_DISPATCH_WHOLE = 0, QT_CG_DISPATCH_ROUNDS };
 enum qt_cg_grad_reduce { QT_CG_REDUCE_AUTO = 0, QT_CG_REDUCE_STEP, QT_CG_REDUCE_MICROBATCH,
                          QT_CG_REDUCE_LAYER };
@@ -182,6 +182,10 @@ typedef struct qt_cg_settings {
      * turns scan_layers off for the planning graphs; driver/pipeline.c scans a stage's
      * tables when its layers are whole layer cycles) */
     int32_t pp_scan;
+    /* circular stage-local tables (pp_local, R > 1): per repeat chunk r of the stage,
+     * [2 r] its first parameter's one-rank index and [2 r + 1] its one-rank element index
+     * (driver/pipeline.c; model/graph.c writes them into the PP_CHUNK markers) */
+    const int64_t *pp_chunk_base;
     char pp_key[48];
     qt_cg_rule *rules;
     int n_rules;
@@ -364,6 +368,8 @@ typedef struct qt_cg_graph {
     struct qt_cg_graph *pp_graphs;
     qt_cg_settings *pp_settings;
     uint64_t pp_group_hash;
+    int64_t *pp_chunk_base;    /* circular repeats: every stage's chunks' one-rank bases
+                                  (driver/pipeline.c; the stages' settings point into it) */
     /* layout (memory/memplan.c) */
     int64_t n_param_elems, n_flat, adam_elems;
     int32_t n_ranges, capranges;

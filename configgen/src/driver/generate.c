@@ -184,13 +184,22 @@ static void summary_line(const qt_cg_settings *s, const qt_cg_graph *g, const ch
     char src[96];
     if (s->topology[0]) snprintf(src, sizeof src, "compile_topology %s", s->topology);
     else snprintf(src, sizeof src, "device_memory_gib %g", s->budget_gib);
-    /* a pipeline stage: its need under the schedule (memory/pipeline_mem.c), else the arena */
-    const int64_t need = qt_cg_need_bytes(g);
+    /* a pipeline: the executed stage tables' largest arena when qtrain runs the plan's form,
+     * else the planning bound under the schedule (memory/pipeline_mem.c); no pipeline: the
+     * arena */
+    int exec_stage;
+    const int64_t bound = qt_cg_need_bytes(g), exec = qt_cg_pp_executed_need(g, &exec_stage);
+    const int64_t need = exec >= 0 ? exec : bound;
     qt_cg_buf_printf(b, "fits: %.0f MiB of %.0f MiB (%.1f%%, %s", (double)need / mib,
                      (double)budget / mib, 100.0 * (double)need / (double)budget, src);
-    if (s->pp_stages > 1)
-        qt_cg_buf_printf(b, "; pipeline %d stages, %s, stage %d the largest", s->pp_stages,
-                         s->pp_schedule ? "1f1b" : "gpipe", s->pp_stage);
+    if (s->pp_stages > 1 && exec >= 0)
+        qt_cg_buf_printf(b, "; pipeline %d stages, %s, the executed stage tables, stage %d the "
+                         "largest; planning bound %.0f MiB, stage %d", s->pp_stages,
+                         s->pp_schedule ? "1f1b" : "gpipe", exec_stage, (double)bound / mib,
+                         s->pp_stage);
+    else if (s->pp_stages > 1)
+        qt_cg_buf_printf(b, "; pipeline %d stages, %s, stage %d the largest (planning bound)",
+                         s->pp_stages, s->pp_schedule ? "1f1b" : "gpipe", s->pp_stage);
     qt_cg_buf_printf(b, ")\n");
 }
 

@@ -126,6 +126,11 @@ static int plan_graph(qt_cg_settings *s, qt_cg_graph *g, char *err, size_t errle
     if (g->overlap && s->overlap == QT_CG_OVERLAP_AUTO && budget > 0 && qt_cg_need_bytes(g) > budget &&
         overlap(g, 0, err, errlen))
         return -1;
+    /* collective_overlap all: the experts' host -> home exchanges beside compute too */
+    if (s->overlap == QT_CG_OVERLAP_ALL && s->mesh[QT_MESH_EXPERT] > 1 && qt_cg_ep_overlap(g)) {
+        if (g->layer_reduce) qt_cg_leaf_windows(g);
+        if (qt_cg_memplan(g, err, errlen)) return -1;
+    }
     qt_cg_step_schedule(g);
     if (qt_cg_check_schedule(g, err, errlen)) return -1;
     if (qt_cg_layout_check(g, &g->n_reshards, err, errlen)) return -1;
@@ -141,6 +146,47 @@ static int plan_graph(qt_cg_settings *s, qt_cg_graph *g, char *err, size_t errle
  * <run>_s<k>, its parameters numbered from where the stages before it end in the one-rank
  * order; the hash that names them together (pp_group_hash) becomes the plan's hash. g (the
  * planning graph of the report) keeps them. Not with the MTP head (below). */
+/* Circular repeats (R > 1): where every stage's chunks start in the one-rank model's
+ * parameter order (a chunk's parameters are consecutive there: the embedding and layers
+ * (r S + st) Lps .., or those layers and the final norm and head): base[(st R + r) 2] the
+ * one-rank index of chunk r's first parameter on stage st, [.. + 1] its first element's.
+ * From the one-rank graph (only built, not planned). NULL after an error in err. */
+static int64_t *pp_chunk_bases(const qt_cg_settings *s, char *err, size_t errlen)
+{
+    const int S = s->pp_stages, R = s->pp_repeats;
+    qt_cg_settings one = *s;
+    one.pp_stages = 1;
+    one.pp_local = 0;
+    qt_cg_graph g1;
+    if (qt_cg_graph_build(&g1, &one, err, errlen)) {
+        qt_cg_graph_free(&g1);
+        return NULL;
+    }
+    int64_t *elem = qt_cg_alloc((size_t)(g1.np + 1) * sizeof *elem);
+    int64_t *base = qt_cg_alloc((size_t)S * R * 2 * sizeof *base);
+    elem[0] = 0;
+    for (int i = 0; i < g1.np; i++) {
+        const qt_tensor *t = &g1.ts[g1.ps[i].tensor].t;
+        int64_t n = 1;
+        for (int k = 0; k < t->ndim; k++) n *= t->global_shape[k];
+        elem[i + 1] = elem[i] + n;
+    }
+    for (int st = 0; st < S; st++)
+        for (int r = 0; r < R; r++) {
+            char pre[64];
+            snprintf(pre, sizeof pre, "model.layers.%lld.",
+                     (long long)qt_cg_pp_layer(s, st, (int64_t)r * s->pp_lps));
+            int i = 0; /* stage 0's first chunk starts with the embedding */
+            while (!(st == 0 && r == 0) && i < g1.np && strncmp(g1.ps[i].name, pre, strlen(pre)))
+                i++;
+            base[2 * (st * R + r)] = i;
+            base[2 * (st * R + r) + 1] = elem[i];
+        }
+    free(elem);
+    qt_cg_graph_free(&g1);
+    return base;
+}
+
 static int pp_local_plans(const qt_cg_settings *s, qt_cg_graph *g, char *err, size_t errlen)
 {
     /* the MTP head is not split over the stages yet: such a plan stays the planning graph of
@@ -152,17 +198,25 @@ static int pp_local_plans(const qt_cg_settings *s, qt_cg_graph *g, char *err, si
     memset(g->pp_graphs, 0, (size_t)S * sizeof *g->pp_graphs);
     int64_t param0 = 0, elem0 = 0;
     uint64_t h = 0x51746f7070656c69ull; /* "pipeline" */
+    if (s->pp_repeats > 1 && !(g->pp_chunk_base = pp_chunk_bases(s, err, errlen))) return -1;
     for (int st = 0; st < S; st++) {
         qt_cg_settings *ss = &g->pp_settings[st];
         qt_cg_graph *gs = &g->pp_graphs[st];
         *ss = *s;
         ss->pp_stage = st;
         ss->pp_local = 1;
+        if (g->pp_chunk_base) { /* circular: the first chunk's (model/graph.c marks each) */
+            ss->pp_chunk_base = g->pp_chunk_base + 2 * st * s->pp_repeats;
+            param0 = ss->pp_chunk_base[0];
+            elem0 = ss->pp_chunk_base[1];
+        }
         ss->pp_param0 = param0;
         ss->pp_elem0 = elem0;
-        /* scan_layers inside a stage: each stage (and repeat) holds Lps consecutive layers
-         * from a multiple of Lps, so whole layer cycles when the cycle divides Lps */
-        ss->scan_layers = s->pp_scan && s->m.cycle > 0 && s->pp_lps % s->m.cycle == 0;
+        /* scan_layers inside a stage: each stage holds Lps consecutive layers from a
+         * multiple of Lps, so whole layer cycles when the cycle divides Lps; a circular
+         * stage's chunks (PP_CHUNK markers between them) stay unrolled */
+        ss->scan_layers = s->pp_scan && s->pp_repeats <= 1 && s->m.cycle > 0
+                          && s->pp_lps % s->m.cycle == 0;
         snprintf(ss->cname, sizeof ss->cname, "%.100s_s%d", s->cname, st);
         if (plan_graph(ss, gs, err, errlen)) return -1;
         for (int i = 0; i < gs->np; i++) {

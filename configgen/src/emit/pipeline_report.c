@@ -98,49 +98,72 @@ static void f1b_table(qt_cg_buf *b, const qt_cg_settings *s)
     }
 }
 
+/* "fits" / "over" against the budget (nothing without one) */
+static const char *verdict_word(int64_t need, int64_t budget)
+{
+    return budget <= 0 ? "" : need <= budget ? " fits" : " over";
+}
+
+/* Per stage: the executed tables' arena (the verdict, when qtrain runs the plan's form:
+ * qt_cg_pp_executed_need) and the planning bound under both schedules; then the verdict. */
 static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
     const int64_t S = s->pp_stages, budget = qt_cg_budget_bytes(s);
     const int64_t *f = g->pp_stage_figs;
-    qt_cg_buf_printf(b, "  memory per rank of each stage (MiB; every stage planned with its own "
-                     "layers, and with the embedding and the head: an upper bound for the "
-                     "middle stages): arena of one microbatch + (microbatches in flight - 1) x "
-                     "the activations saved per microbatch (live from its forward to its "
-                     "backward) + 4 receive buffers of one boundary message; gpipe holds M = "
-                     "%d microbatches (their R = %d repeat%s included), 1f1b min(S - s, M) on "
-                     "stage s:\n", s->pp_micro, s->pp_repeats, qt_cg_s(s->pp_repeats));
+    int heavy;
+    const int64_t exec = qt_cg_pp_executed_need(g, &heavy);
+    qt_cg_buf_printf(b, "  memory per rank of each stage (MiB)%s planning bound = every stage "
+                     "planned with its own layers, and with the embedding and the head (an "
+                     "upper bound for the middle stages): arena of one microbatch + "
+                     "(microbatches in flight - 1) x the activations saved per microbatch (live "
+                     "from its forward to its backward) + 4 receive buffers of one boundary "
+                     "message; gpipe holds M = %d microbatches (their R = %d repeat%s "
+                     "included), 1f1b min(S - s, M) on stage s:\n",
+                     exec >= 0 ? ": executed = the stage-local tables qtrain maps (their arena, "
+                     "the in-flight slots of 3 M boundary messages included: a stage keeps only "
+                     "its inputs in flight, so the same under gpipe and 1f1b);" : ";",
+                     s->pp_micro, s->pp_repeats, qt_cg_s(s->pp_repeats));
     for (int64_t st = 0; st < S && f; st++) {
         const int64_t *x = f + 4 * st;
-        char v0[64] = "", v1[64] = "";
-        if (budget > 0) {
-            snprintf(v0, sizeof v0, " %s", x[0] <= budget ? "fits" : "over");
-            snprintf(v1, sizeof v1, " %s", x[1] <= budget ? "fits" : "over");
-        }
-        char f1[96];
+        char e[96] = "", f1[96];
+        if (exec >= 0)
+            snprintf(e, sizeof e, "executed %.0f%s; bound: ",
+                     (double)g->pp_graphs[st].arena_bytes / QT_CG_MIB,
+                     verdict_word(g->pp_graphs[st].arena_bytes, budget));
         if (s->pp_repeats > 1) snprintf(f1, sizeof f1, "n/a (one repeat needed)");
-        else snprintf(f1, sizeof f1, "%.0f%s", (double)x[1] / QT_CG_MIB, v1);
-        qt_cg_buf_printf(b, "    stage %lld: arena %.0f, saved per microbatch %.1f; gpipe %.0f%s; "
-                         "1f1b %s%s\n", (long long)st, (double)x[2] / QT_CG_MIB,
-                         (double)x[3] / QT_CG_MIB, (double)x[0] / QT_CG_MIB, v0, f1,
-                         st == s->pp_stage ? " <- these tables (the largest under the schedule)" : "");
+        else snprintf(f1, sizeof f1, "%.0f%s", (double)x[1] / QT_CG_MIB, verdict_word(x[1], budget));
+        qt_cg_buf_printf(b, "    stage %lld: %sarena %.0f, saved per microbatch %.1f; gpipe %.0f%s; "
+                         "1f1b %s%s\n", (long long)st, e, (double)x[2] / QT_CG_MIB,
+                         (double)x[3] / QT_CG_MIB, (double)x[0] / QT_CG_MIB,
+                         verdict_word(x[0], budget), f1,
+                         st == s->pp_stage ? " <- these tables (the largest bound under the schedule)" : "");
     }
-    if (budget > 0) {
-        int64_t w0 = 0, w1 = 0;
-        for (int64_t st = 0; st < S && f; st++) {
-            if (f[4 * st] > w0) w0 = f[4 * st];
-            if (f[4 * st + 1] > w1) w1 = f[4 * st + 1];
-        }
-        qt_cg_buf_printf(b, "  verdict (budget %.0f MiB): gpipe %s (%.0f MiB, %.1f%%), 1f1b ",
-                         (double)budget / QT_CG_MIB, w0 <= budget ? "fits" : "does not fit",
-                         (double)w0 / QT_CG_MIB, 100.0 * (double)w0 / (double)budget);
-        if (s->pp_repeats > 1)
-            qt_cg_buf_printf(b, "n/a (needs one repeat)");
-        else
-            qt_cg_buf_printf(b, "%s (%.0f MiB, %.1f%%)", w1 <= budget ? "fits" : "does not fit",
-                             (double)w1 / QT_CG_MIB, 100.0 * (double)w1 / (double)budget);
-        qt_cg_buf_printf(b, "; the plan's schedule is %s\n", s->pp_schedule ? "1f1b" : "gpipe");
+    if (budget <= 0) return;
+    int64_t w0 = 0, w1 = 0;
+    for (int64_t st = 0; st < S && f; st++) {
+        if (f[4 * st] > w0) w0 = f[4 * st];
+        if (f[4 * st + 1] > w1) w1 = f[4 * st + 1];
     }
+    if (exec >= 0)
+        qt_cg_buf_printf(b, "  verdict (budget %.0f MiB, the executed tables): %s (%.0f MiB, "
+                         "%.1f%%, stage %d the largest), gpipe and 1f1b alike; the planning "
+                         "bound: ", (double)budget / QT_CG_MIB,
+                         exec <= budget ? "fits" : "does not fit", (double)exec / QT_CG_MIB,
+                         100.0 * (double)exec / (double)budget, heavy);
+    else
+        qt_cg_buf_printf(b, "  verdict (budget %.0f MiB, the planning bound: %s): ",
+                         (double)budget / QT_CG_MIB,
+                         s->pp_repeats > 1 ? "qtrain does not run circular repeats yet"
+                                           : "no stage-local tables with the MTP head");
+    qt_cg_buf_printf(b, "gpipe %s (%.0f MiB, %.1f%%), 1f1b ", w0 <= budget ? "fits" : "does not fit",
+                     (double)w0 / QT_CG_MIB, 100.0 * (double)w0 / (double)budget);
+    if (s->pp_repeats > 1)
+        qt_cg_buf_printf(b, "n/a (needs one repeat)");
+    else
+        qt_cg_buf_printf(b, "%s (%.0f MiB, %.1f%%)", w1 <= budget ? "fits" : "does not fit",
+                         (double)w1 / QT_CG_MIB, 100.0 * (double)w1 / (double)budget);
+    qt_cg_buf_printf(b, "; the plan's schedule is %s\n", s->pp_schedule ? "1f1b" : "gpipe");
 }
 
 /* 1 when some stage's executed tables are scanned (scan_layers with whole layer cycles in a
@@ -163,8 +186,47 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
                      "norm, head and loss on the last stage only; a stage before the last runs "
                      "a microbatch's forward again at its backward, keeping only its inputs in "
                      "flight), group hash 0x%016llx:\n", (unsigned long long)g->pp_group_hash);
+    if (s->pp_repeats > 1)
+        qt_cg_buf_printf(b, "  circular: each stage runs its %d repeats as chunks (PP_CHUNK "
+                         "markers in its schedule: a chunk's forward, then its backward, each run "
+                         "alone), every chunk from its own input boundary to its own output; "
+                         "stage 0's later chunks take the last stage's output of the repeat "
+                         "before (the wrap-around message), and the last stage's earlier chunks "
+                         "send theirs to stage 0; in-flight slots 3 M R boundary messages; a "
+                         "chunk's parameters are consecutive in the one-rank order:\n",
+                         s->pp_repeats);
+    for (int st = 0; st < s->pp_stages && s->pp_repeats > 1; st++) {
+        const qt_cg_graph *x = &g->pp_graphs[st];
+        qt_cg_buf_printf(b, "    stage %d chunks (one-rank parameter indices, first element):",
+                         st);
+        for (int i = 0, r = 0; i < x->n_fwd; i++) {
+            const qt_op *o = &x->mb[i];
+            if (o->kind != QT_OP_PP_CHUNK) continue;
+            int next = x->np;
+            for (int k = i + 1; k < x->n_fwd; k++)
+                if (x->mb[k].kind == QT_OP_PP_CHUNK) {
+                    next = (int)QT_A(&x->mb[k], PP_CHUNK, param0);
+                    break;
+                }
+            const int64_t gp = QT_A(o, PP_CHUNK, gparam);
+            qt_cg_buf_printf(b, "%s r%d %lld..%lld (%lld)", r ? " |" : "", r, (long long)gp,
+                             (long long)(gp + next - QT_A(o, PP_CHUNK, param0) - 1),
+                             (long long)QT_A(o, PP_CHUNK, gelem));
+            r++;
+        }
+        qt_cg_buf_printf(b, "\n");
+    }
     for (int st = 0; st < s->pp_stages; st++) {
         const qt_cg_graph *x = &g->pp_graphs[st];
+        if (s->pp_repeats > 1) {
+            qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters, %s, %s, arena "
+                             "%.2f MiB\n", st, (unsigned long long)x->hash, x->np,
+                             x->pp_in != QT_NONE ? "input from stage before" : "the embedding",
+                             x->pp_out != QT_NONE ? "output to the stage after"
+                                                  : "the head and loss",
+                             (double)x->arena_bytes / QT_CG_MIB);
+            continue;
+        }
         qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters (one-rank indices "
                          "%lld..%lld, elements from %lld), %s%s%s%s, arena %.2f MiB\n", st,
                          (unsigned long long)x->hash, x->np, (long long)x->s->pp_param0,
@@ -229,4 +291,30 @@ void qt_cg_report_pipeline(const qt_cg_graph *g, qt_cg_buf *b)
                      (long long)G, qt_cg_s(G),
                      (long long)M, (double)total / QT_CG_MIB, (long long)S,
                      (double)rank / QT_CG_MIB);
+}
+
+void qt_cg_report_pp_boundaries(const qt_cg_graph *g, qt_cg_buf *b)
+{
+    const qt_cg_settings *s = g->s;
+    if (s->pp_stages <= 1) return;
+    const int64_t S = s->pp_stages, M = s->pp_micro, R = s->pp_repeats;
+    const int64_t G = s->tr.grad_accum / M, msg = qt_cg_pp_boundary_bytes(s);
+    qt_cg_buf_printf(b, "  not in the table: the pipeline's boundary messages (send-recv, "
+                     "qt_coll.def SEND_RECV; between the ranks at the same place in two "
+                     "stages), per stage boundary: the bytes of one microbatch each way (its "
+                     "activations forward, their gradient back) and the messages per step "
+                     "(%lld accumulation step%s x %lld microbatches%s):\n", (long long)G,
+                     qt_cg_s(G), (long long)M, R > 1 ? " x the repeats crossing it" : "");
+    for (int64_t st = 0; st < S; st++) {
+        /* s -> s + 1 in every repeat; the last stage to stage 0 between repeats */
+        const int64_t cross = st < S - 1 ? R : R - 1;
+        if (cross <= 0) continue;
+        const int64_t n = G * M * cross;
+        qt_cg_buf_printf(b, "    stage %lld -> %lld%s: %lld bytes (%.3f MiB) per microbatch "
+                         "each way; %lld message%s each way per step, %lld in all, %.3f MiB "
+                         "sent each way per rank pair\n", (long long)st, (long long)((st + 1) % S),
+                         st == S - 1 ? " (the next repeat)" : "", (long long)msg,
+                         (double)msg / QT_CG_MIB, (long long)n, qt_cg_s(n), (long long)(2 * n),
+                         (double)(n * msg) / QT_CG_MIB);
+    }
 }

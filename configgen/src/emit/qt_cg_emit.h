@@ -34,5 +34,8 @@ void qt_cg_report_flops(const qt_cg_graph *g, qt_cg_buf *b);
 void qt_cg_report_mtp(const qt_cg_graph *g, qt_cg_buf *b);
 /* plan.txt's pipeline section (emit/pipeline_report.c); nothing without pipeline stages. */
 void qt_cg_report_pipeline(const qt_cg_graph *g, qt_cg_buf *b);
+/* The collectives section's lines of a pipeline plan: one per stage boundary (bytes per
+ * microbatch, messages per step); nothing without pipeline stages. */
+void qt_cg_report_pp_boundaries(const qt_cg_graph *g, qt_cg_buf *b);
 
 #endif

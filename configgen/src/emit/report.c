@@ -753,14 +753,16 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
 #define EP_SAME_ALL(e) (EP_SAME(e, T) && EP_SAME(e, k) && EP_SAME(e, d) && EP_SAME(e, mask) && \
                         EP_SAME(e, Rmax))
 _Static_assert(EP_SAME_ALL(MOE_RETURN_FWD) && EP_SAME_ALL(MOE_RETURN_BWD) &&
-               EP_SAME_ALL(MOE_DISPATCH_BWD), "report.c: the EP exchanges' attributes differ");
+               EP_SAME_ALL(MOE_DISPATCH_BWD) && EP_SAME_ALL(MOE_RETURN_START) &&
+               EP_SAME_ALL(MOE_DISPATCH_BWD_START),
+               "report.c: the EP exchanges' attributes differ");
 
 /* The expert dispatch in rounds (expert_dispatch=rounds): its ops per microbatch, the group,
  * the round size and what each op moves (routing-dependent, so outside the table). */
 static void ep_rounds_line(qt_cg_buf *b, const qt_cg_graph *g)
 {
     int n = 0;
-    unsigned mask = 0;
+    unsigned mask = 0, tmask = 0;
     int64_t R = 0;
     for (int i = 0; i < g->nmb; i++) {
         const qt_op *o = &g->mb[i];
@@ -769,6 +771,7 @@ static void ep_rounds_line(qt_cg_buf *b, const qt_cg_graph *g)
             continue;
         n++;
         mask |= (unsigned)QT_A(o, MOE_ROUNDS_FWD, mask);
+        if (o->kind != QT_OP_MOE_ROUNDS_WGRAD) tmask |= (unsigned)QT_A(o, MOE_ROUNDS_FWD, tmask);
         R = QT_A(o, MOE_ROUNDS_FWD, R);
     }
     if (!n) return;
@@ -778,8 +781,12 @@ static void ep_rounds_line(qt_cg_buf *b, const qt_cg_graph *g)
                      "(MOE_ROUNDS_FWD, _BWD, _WGRAD) over %s (%lld rank%s): each all-gathers "
                      "the group's row counts, then moves its rows in rounds of at most %lld "
                      "host rows (every home row out and back once per op; the BWD and WGRAD "
-                     "also send the row gradients)\n", n, qt_cg_mask_name(mask, grp, sizeof grp),
-                     (long long)M, qt_cg_s(M), (long long)R);
+                     "also send the row gradients)%s\n", n,
+                     qt_cg_mask_name(mask, grp, sizeof grp), (long long)M, qt_cg_s(M),
+                     (long long)R,
+                     tmask ? "; the FWD and BWD sum each round's host rows over tensor "
+                             "(reduce-scatter + all-gather of R x d floats a round)"
+                           : "");
 }
 
 /* Context parallelism's head exchanges (CTX_TO_HEADS / CTX_TO_TOKENS and their BWD kinds)
@@ -817,10 +824,17 @@ static void cp_exchange_line(qt_cg_buf *b, const qt_cg_graph *g)
 
 static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
 {
+    static const char pp_small[] = "the pipeline's step metrics (the last stage to the "
+                                   "others) and exact merges over the stages (gradient norm^2, "
+                                   "fingerprint): a few bytes each";
     qt_cg_buf_printf(b, "\n== collectives per step ==\n");
     if (g->ncoll == 0) {
         if (g->s->n_ranks == 1) qt_cg_buf_printf(b, "  1 rank: no collectives, 0 bytes moved\n");
+        else if (g->s->pp_stages > 1) qt_cg_buf_printf(b, "  none in the table\n");
         else qt_cg_buf_printf(b, "  none: 0 bytes moved\n");
+        qt_cg_report_pp_boundaries(g, b);
+        if (g->s->pp_stages > 1)
+            qt_cg_buf_printf(b, "  not counted: %s\n", pp_small);
         return;
     }
     qt_cg_buf_printf(b, "  sent/rank counts every run in a step: the microbatch-end collectives "
@@ -864,7 +878,7 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
                          qt_cg_s(msgs));
     }
     /* expert parallelism: the row exchanges are microbatch ops with routing-dependent sizes */
-    int n_ep = 0;
+    int n_ep = 0, n_ep_split = 0;
     unsigned ep_mask = 0;
     int64_t ep_max = 0;
     for (int i = 0; i < g->nmb; i++) {
@@ -872,11 +886,13 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
         int64_t rows;
         if (o->kind == QT_OP_MOE_DISPATCH_FWD || o->kind == QT_OP_MOE_RETURN_BWD)
             rows = EP_A(o, T) * EP_A(o, k);   /* the home rows T*k */
-        else if (o->kind == QT_OP_MOE_RETURN_FWD || o->kind == QT_OP_MOE_DISPATCH_BWD)
-            rows = EP_A(o, Rmax);             /* the host rows Rmax */
+        else if (o->kind == QT_OP_MOE_RETURN_FWD || o->kind == QT_OP_MOE_DISPATCH_BWD ||
+                 o->kind == QT_OP_MOE_RETURN_START || o->kind == QT_OP_MOE_DISPATCH_BWD_START)
+            rows = EP_A(o, Rmax);             /* the host rows Rmax (a split one at its start) */
         else
             continue;
         n_ep++;
+        n_ep_split += o->kind == QT_OP_MOE_RETURN_START || o->kind == QT_OP_MOE_DISPATCH_BWD_START;
         ep_mask |= (unsigned)EP_A(o, mask);
         ep_max += qt_dtype_bytes((unsigned)g->s->dtype) * rows * EP_A(o, d);
     }
@@ -891,11 +907,17 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
                          qt_cg_s(qt_cg_group_size(g->s, ep_mask)),
                          (long long)(ep_max * g->s->tr.grad_accum),
                          (long long)g->s->tr.grad_accum, g->s->tr.grad_accum == 1 ? "" : "es");
+        if (n_ep_split)
+            qt_cg_buf_printf(b, "  of which %d split beside compute (collective_overlap all: "
+                             "moe_return_start .. moe_return_wait, moe_dispatch_bwd_start .. "
+                             "moe_dispatch_bwd_wait in the microbatch schedule)\n", n_ep_split);
     }
     ep_rounds_line(b, g);
     cp_exchange_line(b, g);
+    qt_cg_report_pp_boundaries(g, b);
     qt_cg_buf_printf(b, "  not counted: the small all-gathers of exact accumulators (the loss "
-                     "over the batch axes, the gradient norm^2 over the optimizer axes)\n");
+                     "over the batch axes, the gradient norm^2 over the optimizer axes)%s%s\n",
+                     g->s->pp_stages > 1 ? "; " : "", g->s->pp_stages > 1 ? pp_small : "");
 }
 
 /* Activations held otherwise than their logical axes declare (mesh/layout.c): declared by

@@ -10,6 +10,8 @@
  * tensors the embedding and the layers write and the backward still reads; the liveness
  * planner shares everything else); GPipe holds all M microbatches of an accumulation step, 1F1B at most S
  * (Megatron: stage r holds min(S - r, M), stage 0 the most). Reads the finished plan only.
+ * The executed need is the stage-local tables' own arenas: there a stage keeps only its
+ * inputs in flight, in slots of its arena, so nothing is added to them.
  */
 #include "core/qt_cg.h"
 #include "memory/qt_cg_memory.h"
@@ -63,4 +65,18 @@ int64_t qt_cg_pp_need(const qt_cg_graph *g, int schedule)
 int64_t qt_cg_need_bytes(const qt_cg_graph *g)
 {
     return qt_cg_pp_need(g, g->s->pp_schedule);
+}
+
+int64_t qt_cg_pp_executed_need(const qt_cg_graph *g, int *stage)
+{
+    const qt_cg_settings *s = g->s;
+    *stage = -1;
+    if (s->pp_stages <= 1 || s->pp_repeats > 1 || !g->pp_graphs) return -1;
+    int64_t need = -1;
+    for (int st = 0; st < s->pp_stages; st++)
+        if (g->pp_graphs[st].arena_bytes > need) {
+            need = g->pp_graphs[st].arena_bytes;
+            *stage = st;
+        }
+    return need;
 }

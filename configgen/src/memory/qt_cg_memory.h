@@ -59,4 +59,11 @@ int64_t qt_cg_pp_inflight(const qt_cg_settings *s, int schedule);
 int64_t qt_cg_pp_need(const qt_cg_graph *g, int schedule);
 int64_t qt_cg_need_bytes(const qt_cg_graph *g);
 
+/* The need of the stage-local tables qtrain executes (driver/pipeline.c pp_local_plans):
+ * the largest stage arena (its in-flight slots included: the need under both schedules),
+ * *stage the stage that has it; -1 when the plan has none that qtrain runs (no pipeline,
+ * the MTP head: no stage-local tables; circular repeats, R > 1: not executed yet), and the
+ * verdict then stays the planning bound, qt_cg_need_bytes. */
+int64_t qt_cg_pp_executed_need(const qt_cg_graph *g, int *stage);
+
 #endif

@@ -666,6 +666,16 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
      * the sum, already in place */
     case QT_OP_ALL_REDUCE:
         return;
+    case QT_OP_PP_CHUNK: {
+        /* a circular stage's chunk starts: its backward (emitted before, in reverse) is
+         * complete, so the gradient of its input is known; the end marker says so */
+        qt_op *b = qt_cg_emit_op(ad->g, 0, QT_OP_PP_CHUNK);
+        *b = *f;
+        QT_A(b, PP_CHUNK, bwd) = 1;
+        if (QT_A(f, PP_CHUNK, in) != QT_NONE)
+            QT_A(b, PP_CHUNK, din) = ad->grad[QT_A(f, PP_CHUNK, in)];
+        return;
+    }
     default:
         break;
     }
@@ -702,6 +712,11 @@ int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
     }
     const qt_op *xent = &g->mb[g->n_fwd - 1];
     const int pp = g->s && g->s->pp_stages > 1 && g->s->pp_local;
+    /* a circular stage's chunks (PP_CHUNK markers): each backward starts from the gradient
+     * of its chunk's output boundary, received from the next stage */
+    for (int i = 0; pp && i < g->n_fwd; i++)
+        if (g->mb[i].kind == QT_OP_PP_CHUNK && QT_A(&g->mb[i], PP_CHUNK, out) != QT_NONE)
+            ad.grad[QT_A(&g->mb[i], PP_CHUNK, out)] = (int32_t)QT_A(&g->mb[i], PP_CHUNK, dout);
     if (pp && g->pp_dout != QT_NONE) {
         /* a pipeline stage before the last: the backward starts from the gradient of its
          * output boundary, received from the next stage */
@@ -733,6 +748,23 @@ int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
         } else {
             g->ts[g->pp_din].whole = 1;
         }
+    }
+    /* the circular chunks' input gradients (sent back), into their forward markers too */
+    for (int i = g->n_fwd; pp && i < g->nmb && !ad.failed; i++) {
+        qt_op *b = &g->mb[i];
+        if (b->kind != QT_OP_PP_CHUNK || QT_A(b, PP_CHUNK, in) == QT_NONE) continue;
+        const int32_t din = (int32_t)QT_A(b, PP_CHUNK, din);
+        if (din == QT_NONE) {
+            ad.failed = 1;
+            qt_cg_fail(err, errlen, "internal error: no gradient reaches chunk %lld's input",
+                       (long long)QT_A(b, PP_CHUNK, chunk));
+            break;
+        }
+        g->ts[din].whole = 1;
+        for (int j = 0; j < g->n_fwd; j++)
+            if (g->mb[j].kind == QT_OP_PP_CHUNK &&
+                QT_A(&g->mb[j], PP_CHUNK, chunk) == QT_A(b, PP_CHUNK, chunk))
+                QT_A(&g->mb[j], PP_CHUNK, din) = din;
     }
     free(ad.grad);
     free(ad.sh);

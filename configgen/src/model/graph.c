@@ -473,8 +473,10 @@ static void expert_rounds(qt_cg_graph *g, const char *apre, int32_t h2, int32_t 
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_ROUNDS_FWD);
     QT_CG_SET_T(op, MOE_ROUNDS_FWD, .y = ey, .x = h2, .idx = idx, .w_gu = wgu, .w_down = wd,
                 .xr = xr, .yr = yr, .gu = gur, .scratch = fscr, .home = home);
+    /* tensor parallelism: the rounds' host rows are summed over the tensor group (a8) */
     QT_CG_SET_A(op, MOE_ROUNDS_FWD, .T = D->T, .k = D->k, .E = D->E, .El = El, .mask = mask,
-                .R = R, .nb = nb, .leaves = M * blocks);
+                .R = R, .nb = nb, .leaves = M * blocks,
+                .tmask = D->tp > 1 ? 1 << QT_MESH_TENSOR : 0);
     g->ps[g->ts[wgu].param].leaves *= M;
     g->ps[g->ts[wd].param].leaves *= M;
 }
@@ -1013,6 +1015,52 @@ static void graph_io(qt_cg_graph *g, const qt_cg_dims *D)
     }
 }
 
+/* The gradient of a stage's output boundary x (received from the stage after: the
+ * backward's seed, model/autodiff.c); both live for the whole microbatch schedule. */
+static int32_t pp_boundary_grad(qt_cg_graph *g, int32_t x, const char *name)
+{
+    const qt_tensor xt = g->ts[x].t;
+    const int32_t d = qt_cg_add_tensor(g, name, QT_ROLE_ACT_GRAD, QT_F32, xt.ndim, xt.shape,
+                                       xt.axes);
+    memcpy(g->ts[d].exec, g->ts[x].exec, sizeof g->ts[x].exec);
+    g->ts[x].whole = g->ts[d].whole = 1;
+    return d;
+}
+
+/* A circular stage's repeat chunk r starts (num_pipeline_repeats > 1, qt_ops.def PP_CHUNK):
+ * its marker, with the chunk's first parameter (the next one created) and its one-rank
+ * indices; the boundaries are set as they are made. Returns the marker's op index. */
+static int pp_chunk_open(qt_cg_graph *g, const qt_cg_settings *s, int r)
+{
+    qt_op *op = qt_cg_emit_op(g, 0, QT_OP_PP_CHUNK);
+    QT_CG_SET_A(op, PP_CHUNK, .chunk = r, .bwd = 0, .in = QT_NONE, .out = QT_NONE,
+                .dout = QT_NONE, .din = QT_NONE, .param0 = g->np,
+                .gparam = s->pp_chunk_base[2 * r], .gelem = s->pp_chunk_base[2 * r + 1]);
+    return g->nmb - 1;
+}
+
+/* Chunk r's input boundary (what the stage before sent, or for stage 0 the last stage's
+ * output of repeat r - 1) into marker mk; returns it. */
+static int32_t pp_chunk_in(qt_cg_graph *g, const qt_cg_dims *D, int mk, int r)
+{
+    char n[32];
+    snprintf(n, sizeof n, r ? "pp_in.%d" : "pp_in", r);
+    const int32_t x = act3(g, n, D, D->d, QT_LAX_ACT_EMBED_LOGITS_BATCH, QT_LAX_ACT_LENGTH,
+                           QT_LAX_ACT_EMBED);
+    g->ts[x].whole = 1;
+    QT_A(&g->mb[mk], PP_CHUNK, in) = x;
+    return x;
+}
+
+/* Chunk r's output boundary x (sent on) and its gradient into marker mk. */
+static void pp_chunk_out(qt_cg_graph *g, int mk, int r, int32_t x)
+{
+    char n[32];
+    snprintf(n, sizeof n, "d.pp_out.%d", r);
+    QT_A(&g->mb[mk], PP_CHUNK, out) = x;
+    QT_A(&g->mb[mk], PP_CHUNK, dout) = pp_boundary_grad(g, x, n);
+}
+
 int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen)
 {
     qt_cg_dims D;
@@ -1032,7 +1080,13 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
         return qt_cg_fail(err, errlen, "internal error: stage-local tables with the MTP head");
     int32_t x, e[8] = {QT_NONE};
     char n[256];
-    if (!pp_first) {
+    /* circular repeats (R > 1): the stage's R chunks of Lps layers are separate subgraphs,
+     * each from its own input boundary to its own output, delimited by PP_CHUNK markers */
+    const int circ = pp && s->pp_repeats > 1;
+    int mk = circ ? pp_chunk_open(g, s, 0) : -1;
+    if (!pp_first && circ) {
+        x = g->pp_in = pp_chunk_in(g, &D, mk, 0);
+    } else if (!pp_first) {
         x = g->pp_in = act3(g, "pp_in", &D, D.d, LB, L, QT_LAX_ACT_EMBED);
         g->ts[x].whole = 1;
     } else {
@@ -1065,6 +1119,13 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     g->layer_t0 = qt_cg_alloc((size_t)g->n_layers_rec * sizeof *g->layer_t0);
     g->layer_t1 = qt_cg_alloc((size_t)g->n_layers_rec * sizeof *g->layer_t1);
     for (int l = 0; l < g->n_layers_rec; l++) {
+        if (circ && l > 0 && l % s->pp_lps == 0) {
+            /* chunk r - 1 ends at its output boundary; chunk r starts from its input */
+            const int r = l / s->pp_lps;
+            pp_chunk_out(g, mk, r - 1, x);
+            mk = pp_chunk_open(g, s, r);
+            x = pp_chunk_in(g, &D, mk, r);
+        }
         const int32_t layer_t0 = g->nt;
         g->layer_op0[l] = g->nmb;
         g->layer_t0[l] = layer_t0;
@@ -1081,27 +1142,29 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     }
     if (pp) {
         /* the in-flight message slots of the pipeline driver */
-        const int64_t nb = g->ts[x].t.numel, M = s->pp_micro;
-        g->pp_slots = qt_cg_add_tensor(g, "pp_slots", QT_ROLE_ACT, QT_F32, 2, SHP(3 * M, nb),
+        const int64_t nb = g->ts[x].t.numel, MR = (int64_t)s->pp_micro * s->pp_repeats;
+        g->pp_slots = qt_cg_add_tensor(g, "pp_slots", QT_ROLE_ACT, QT_F32, 2, SHP(3 * MR, nb),
                                        AX(0, 0));
         g->ts[g->pp_slots].whole = 1;
         /* the load-balance loss's running sums per sequence, sent on with the activations
-         * (lb_seq: the layers' terms added in the one-rank layer order) */
+         * (lb_seq: the layers' terms added in the one-rank layer order; M R: with circular
+         * repeats they wrap around with the activations) */
         if (g->lb_seq != QT_NONE) {
             g->pp_lb_slots = qt_cg_add_tensor(g, "pp_lb_slots", QT_ROLE_LOSS, QT_F32, 2,
-                                              SHP(2 * M, D.b), AX(0, 0));
+                                              SHP(2 * MR, D.b), AX(0, 0));
             g->ts[g->pp_lb_slots].whole = 1;
         }
     }
     if (!pp_last) {
         /* the output boundary, sent to the next stage, and its gradient, received back:
          * the backward's seed (model/autodiff.c) */
-        qt_tensor xt = g->ts[x].t;
         g->pp_out = x;
-        g->pp_dout = qt_cg_add_tensor(g, "d.pp_out", QT_ROLE_ACT_GRAD, QT_F32, xt.ndim, xt.shape,
-                                      xt.axes);
-        memcpy(g->ts[g->pp_dout].exec, g->ts[x].exec, sizeof g->ts[x].exec);
-        g->ts[x].whole = g->ts[g->pp_dout].whole = 1;
+        if (circ) {
+            pp_chunk_out(g, mk, s->pp_repeats - 1, x);
+            g->pp_dout = QT_A(&g->mb[mk], PP_CHUNK, dout);
+        } else {
+            g->pp_dout = pp_boundary_grad(g, x, "d.pp_out");
+        }
         g->head_w = QT_NONE;
         g->n_fwd = g->nmb;
         return 0;

@@ -27,6 +27,12 @@ void qt_cg_overlap_moves(qt_cg_graph *g, int on);
  * become a COLL_START and a COLL_WAIT over the same placeholder (a0 = -1 - k, a1 as the
  * COLLECTIVE's). */
 void qt_cg_overlap_split(qt_cg_graph *g);
+/* collective_overlap: all, expert parallelism (schedule/ep_overlap.c): each MOE_RETURN_FWD
+ * and MOE_DISPATCH_BWD of the microbatch schedule split into a start and a wait op with the
+ * independent compute of its layer between (the shared expert's), every conflicting pair of
+ * ops in its order (the same bits). Before the leaf windows and the arena are planned again.
+ * Returns the number of exchanges split. */
+int qt_cg_ep_overlap(qt_cg_graph *g);
 /* The per-step schedule after the last microbatch (qt_ops.def, step section): on one rank
  * the fused gradient finalisation and the AdamW update; on a mesh the local tree total,
  * the gradient reduce-scatter (and all-gather) over the batch axes, normalisation and norm

@@ -1,0 +1,96 @@
+# 64_ep_overlap.sh - the experts' exchanges beside compute (sourced by run_all.sh; issue 35;
+# docs/overlap.md "The experts' all-to-alls"): with collective_overlap: all, configgen splits
+# each MOE_RETURN_FWD and MOE_DISPATCH_BWD into a start op and a wait op with the shared
+# expert's forward / backward (and the router's backward) between, every conflicting pair of
+# ops in its order; the firmware runs the split all-to-all-v beside them.
+#
+# Each cell: the committed run with collective_overlap=all (a variant built into
+# $QT_TMP/ep_overlap/RUN-v; its plan holds moe_return_start and moe_dispatch_bwd_start) ==
+# the committed run (blocking exchanges) == its one-rank baseline, loss bits and parameter
+# fingerprint of every step over 10 steps (0 ulp): EP2 of both decoders, DP2 x EP2, CP2 x EP2
+# of both decoders, EP2 with G=2 in the microbatch form (3 leaves a microbatch, per-layer
+# units), DP2 x EP2 with ZeRO-1 and per-layer gathers overlapped too (G=4), bf16 EP2
+# (blocking == overlapped only: its one-rank cells live in 77_bf16.sh); remat full (the
+# forward's return split again in the backward's recompute), scan_layers over 16 layers (a
+# scanned run's start and wait), EP2 x TP2 (the expert outputs' all-reduce before the start),
+# the MTP head (blocking == overlapped for the last three); DP2 x EP2 with the held-out eval
+# (blocking == overlapped, training and eval loss bits). Mutations tried by hand once:
+# configgen placing the backward's ops after MOE_DISPATCH_BWD without checking them against
+# its dx (the router's d.h2 sum and the norm's backward before the wait): EP2 of both
+# decoders differ from step 1; the wait op unpacking before it waits: EP2 and DP2 x EP2
+# differ at step 0; the wait op not waiting: step 0 fails (slots exhausted).
+EO_DIR=$QT_TMP/ep_overlap
+
+# eo_cell ONE RUN RANKS: RUN with collective_overlap=all == RUN == ONE (ONE "-": no one-rank
+# baseline here), bit for bit.
+eo_cell() {
+  local one=$1 run=$2 n=$3 d=$EO_DIR
+  plan_det "$run" "$n" "$d" 10 || return 1
+  [ "$one" = "-" ] || plan_det "$one" 1 "$d" 10 || return 1
+  plan_variant "$run" "$d" collective_overlap=all || return 1
+  local t=$d/$run-v/plan/$run/plan.txt
+  grep -q " moe_return_start " "$t" && grep -q " moe_dispatch_bwd_start " "$t" ||
+    { echo "no split expert exchange in $t"; return 1; }
+  rm -f "$d/$run-all.jsonl"
+  timeout 120 mpiexec -n "$n" "$d/$run-v/qtrain" data=tests/golden/e2e/test-next-tiny/tokens.npy \
+    seed=11 steps=10 metrics="$d/$run-all.jsonl" 2> "$d/$run-all.err" ||
+    { tail -n 3 "$d/$run-all.err"; return 1; }
+  det_fields "$d/$run-all.jsonl" > "$d/$run-all.det" || return 1
+  cmp "$d/$run.det" "$d/$run-all.det" || { echo "overlapped != blocking"; return 1; }
+  [ "$one" = "-" ] || cmp "$d/$one.det" "$d/$run-all.det" || { echo "overlapped != one rank"; return 1; }
+  echo "$(grep -cE '^ +[0-9]+ moe_return_start ' "$t") + $(grep -cE '^ +[0-9]+ moe_dispatch_bwd_start ' "$t") split exchanges; identical: $(tail -n 1 "$d/$run-all.det")"
+}
+
+for cell in "mesh-next-1r mesh-next-ep2 2" "mesh-35-1r mesh-35-ep2 2" \
+            "mesh-next-1r mesh-next-dp2ep2 4" "ctx-next-1r-nb4 ctx-next-cp2ep2 4" \
+            "ctx-35t-1r-nb4 ctx-35t-cp2ep2 4" "odd-next-1r-b12 split-next-ep2-b3-g2 2" \
+            "zero1-next-1r-b16 zero1-next-dp2ep2-g4-z1-gather 4" "- bf16-next-ep2 2" \
+            "mesh-next-1r remat-full-mesh-next-dp2ep2 4" "- scan-next-16l-dp2ep2-scan 4" \
+            "- mesh-next-ep2tp2 4" "- mtp-next-ep2 2"; do
+  set -- $cell
+  check "experts' exchanges overlapped: ${2} ($3 ranks, collective_overlap all) == blocking == one rank (${1}), bit for bit" eo_cell "$@"
+done
+
+# the held-out eval (eval_holdout=8, every 3 steps): its forward runs the split exchanges
+# too; blocking == overlapped, training and eval loss bits (one rank: 62_eval.sh)
+eo_eval() {
+  local d=$EO_DIR run=eval-next-dp2ep2 a
+  plan_variant $run "$d" collective_overlap=all || return 1
+  for a in blocking overlapped; do
+    local b=build/$run/qtrain
+    [ $a = overlapped ] && b=$d/$run-v/qtrain
+    rm -f "$d/eval-$a.jsonl"
+    timeout 120 mpiexec -n 4 "$b" data=tests/golden/e2e/test-next-tiny/tokens.npy seed=11 \
+      steps=10 eval_holdout=8 metrics="$d/eval-$a.jsonl" 2> "$d/eval-$a.err" ||
+      { tail -n 3 "$d/eval-$a.err"; return 1; }
+    det_fields "$d/eval-$a.jsonl" > "$d/eval-$a.det" || return 1
+  done
+  grep -q eval_loss_bits "$d/eval-overlapped.det" || { echo "no eval line"; return 1; }
+  cmp "$d/eval-blocking.det" "$d/eval-overlapped.det" &&
+    echo "identical: $(grep -c eval_loss_bits "$d/eval-overlapped.det") evals, $(tail -n 1 "$d/eval-overlapped.det")"
+}
+check "experts' exchanges overlapped: DP2 x EP2 with the held-out eval == blocking, training and eval bits" eo_eval
+
+# the plan: the shared expert's forward between moe_return_start and moe_return_wait
+eo_plan() {
+  local t=$EO_DIR/mesh-next-ep2-v/plan/mesh-next-ep2/plan.txt
+  [ -s "$t" ] || plan_variant mesh-next-ep2 "$EO_DIR" collective_overlap=all || return 1
+  awk '/^ +[0-9]+ moe_return_start /{s=1; next} /^ +[0-9]+ moe_return_wait /{exit} s' "$t" |
+    tee "$EO_DIR/between.txt" | cut -c 1-70
+  grep -q "w:L0.moe.shared_out " "$EO_DIR/between.txt" && grep -q "w:L0.moe.shared_gated " "$EO_DIR/between.txt" ||
+    { echo "no shared expert between"; return 1; }
+  grep -q "split beside compute" "$t"
+}
+check "experts' exchanges overlapped: the shared expert's forward runs between start and wait (plan.txt)" eo_plan
+
+# eo_refused: an unknown collective_overlap names the values
+eo_refused() {
+  local out=$EO_DIR/refused
+  rm -rf "$out"; mkdir -p "$out"
+  if build/configgen/configgen -o "$out" configgen/configs/runs/mesh-next-ep2.yml collective_overlap=most > "$out/log" 2>&1; then
+    echo "planned"; return 1
+  fi
+  grep -qF "expected auto, on, off or all" "$out/log" || { cat "$out/log"; return 1; }
+  [ -z "$(ls "$out" | grep -v '^log$')" ] && cat "$out/log"
+}
+check "experts' exchanges overlapped: an unknown collective_overlap refused" eo_refused
