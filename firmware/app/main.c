@@ -481,18 +481,6 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     if (qt_validate_pipeline(p) != QT_OK ||
         qt_checkpoint_set_stages(p, qt_main_stage_plan) != QT_OK)
         return QT_EXIT_ERR;
-    if (p->pipeline_stages > 1 && cli->eval_data) {
-        qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages: pipeline plans with eval_data= are "
-                "not executed yet (docs/pipeline.md)", p->run_name, p->pipeline_stages);
-        return QT_EXIT_ERR;
-    }
-    if (p->pipeline_stages > 1 && cli->save && !qt_checkpoint_is_file(cli->save)) {
-        qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages: save=%s names a checkpoint "
-                "directory, which pipeline plans do not write yet; give a path ending in "
-                ".safetensors (one file of the one-rank layout, docs/pipeline.md)", p->run_name,
-                p->pipeline_stages, cli->save);
-        return QT_EXIT_ERR;
-    }
     /* every rank first checks that all ranks run the same plan on the same world (whatever
      * their plans' rank counts: `mpiexec -n 2 A : -n 2 B` is refused by all four), then the
      * world size against the plan: a wrong -n is an error on every rank, never a hang (a

@@ -34,7 +34,10 @@
 static struct {
     const qt_plan *stage[QT_PP_MAX_STAGES];
     int S, mine, rank, n, local;
-    int64_t fill;
+    int64_t fill;                  /* sender: bytes buffered */
+    int from;                      /* writer: the stage being received */
+    int64_t left, at;              /* writer: its region's bytes not yet received; bytes of
+                                      buf consumed (fill: received) */
     unsigned char buf[QT_CKPP_CHUNK];
 } qt_ckpp;
 
@@ -152,17 +155,40 @@ int qt_ckpp_put_end(void)
     return qt_ckpp_send();
 }
 
-int qt_ckpp_take(const qt_plan *p, int k, int *wrc)
+void qt_ckpp_take_begin(const qt_plan *p, int k)
+{
+    qt_ckpp.from = k;
+    qt_ckpp.left = qt_ckpp_region_bytes(qt_ckpp_stage(p, k));
+    qt_ckpp.at = qt_ckpp.fill = 0;
+}
+
+int qt_ckpp_take_n(int64_t n, int *wrc)
 {
     const int per = qt_ckpp.n / qt_ckpp.S;
-    for (int64_t left = qt_ckpp_region_bytes(qt_ckpp_stage(p, k)); left > 0;) {
-        const int64_t c = left < QT_CKPP_CHUNK ? left : QT_CKPP_CHUNK;
-        int rc = qt_coll_p2p_recv(k * per, QT_CKPP_TAG, qt_ckpp.buf, c);
-        if (rc) return rc;
-        if (!*wrc) *wrc = qt_st_wwrite(qt_ckpp.buf, c);
-        left -= c;
+    while (n > 0) {
+        if (qt_ckpp.at == qt_ckpp.fill) {   /* the next chunk, cut as the sender cut it */
+            const int64_t c = qt_ckpp.left < QT_CKPP_CHUNK ? qt_ckpp.left : QT_CKPP_CHUNK;
+            if (c <= 0)
+                return qt_fail(QT_E_PLAN, "checkpoint stream of pipeline stage %d: more bytes "
+                               "asked than its region holds", qt_ckpp.from);
+            int rc = qt_coll_p2p_recv(qt_ckpp.from * per, QT_CKPP_TAG, qt_ckpp.buf, c);
+            if (rc) return rc;
+            qt_ckpp.left -= c;
+            qt_ckpp.at = 0;
+            qt_ckpp.fill = c;
+        }
+        const int64_t k = n < qt_ckpp.fill - qt_ckpp.at ? n : qt_ckpp.fill - qt_ckpp.at;
+        if (!*wrc) *wrc = qt_st_wwrite(qt_ckpp.buf + qt_ckpp.at, k);
+        qt_ckpp.at += k;
+        n -= k;
     }
     return QT_OK;
+}
+
+int qt_ckpp_take(const qt_plan *p, int k, int *wrc)
+{
+    qt_ckpp_take_begin(p, k);
+    return qt_ckpp_take_n(qt_ckpp.left, wrc);
 }
 
 int qt_ckpp_bcast(void *buf, int64_t bytes)

@@ -35,6 +35,10 @@ int qt_ckpp_put_end(void);
  * and writes it to the open safetensors file, unless a write already failed (*wrc: write
  * errors; the stream is still received, so the sender is matched). 0 or QT_E_COMM. */
 int qt_ckpp_take(const qt_plan *p, int k, int *wrc);
+/* The same in parts (a sharded directory: the region spans shards): begin stage k's region,
+ * then take_n its next n bytes into the open file, until the region is complete. */
+void qt_ckpp_take_begin(const qt_plan *p, int k);
+int qt_ckpp_take_n(int64_t n, int *wrc);
 /* World rank 0's `bytes` of buf to every rank (point-to-point, in rank order). 0 or
  * QT_E_COMM. */
 int qt_ckpp_bcast(void *buf, int64_t bytes);

@@ -60,7 +60,8 @@ int qt_checkpoint_set_stages(const qt_plan *p, const qt_plan *(*stage)(int k));
  * data position, plan hash, state hash and run name; config.json of the plan and the
  * tokenizer= files are added where the directory has none (hf_config.h). Shards hold at most shard_bytes of
  * tensor data (a bigger tensor gets its own). Collective on a mesh: every rank writes its
- * share of the shards (shard s by world rank s mod n_ranks), no rank holds more than one
+ * share of the shards (shard s by world rank s mod n_ranks; a pipeline: world rank 0 writes
+ * them all, ckpt_pp.h), no rank holds more than one
  * gathered tensor at a time. Atomic: the directory is built as <dir>.tmp.<pid> and swapped
  * in with renameat2(RENAME_EXCHANGE), the indexes written last; on any failure <dir> is
  * the previous checkpoint, untouched. Every rank returns the same code (QT_E_COMM: abort).

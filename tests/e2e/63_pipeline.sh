@@ -19,7 +19,8 @@
 #     stages' gradient leaves out of the one-rank tree's order, and its bits differ from one
 #     rank's at step 1 or later (its step-0 loss, computed before any update, is equal);
 #   * refusals: a pipeline form the driver does not run yet names its key (circular repeats,
-#     pp-next-pp2) and save= is refused on a pipeline plan.
+#     pp-next-pp2);
+#   * the held-out eval, checkpoints (save=, load=, dump_grads=) on pipeline meshes: below.
 PP_D=$QT_TMP/pp
 PP_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 
@@ -122,19 +123,35 @@ pp_refusals() {
   timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
     { echo "circular plan accepted"; return 1; }
   grep -q "pipeline plans with num_pipeline_repeats > 1 (circular" "$e" || { cat "$e"; return 1; }
-  pp_variant pp2-next-gpipe test-next-tiny $NEXT_PP || return 1
-  timeout 60 mpiexec -n 2 "$PP_D/pp2-next-gpipe/qtrain" steps=1 data=$PP_DATA save=$PP_D/ck \
-    > /dev/null 2> "$e" && { echo "save=DIR accepted"; return 1; }
-  grep -q "save=$PP_D/ck names a checkpoint directory, which pipeline plans do not write yet" "$e" ||
-    { cat "$e"; return 1; }
-  [ ! -e "$PP_D/ck" ] || { echo "save= wrote $PP_D/ck"; return 1; }
-  head -n 1 "$e"
-  timeout 60 mpiexec -n 2 "$PP_D/pp2-next-gpipe/qtrain" steps=1 data=$PP_DATA eval_data=$PP_DATA \
-    > /dev/null 2> "$e" && { echo "eval_data= accepted"; return 1; }
-  grep -q "pipeline plans with eval_data= are not executed yet" "$e" || { cat "$e"; return 1; }
   head -n 1 "$e"
 }
-check "pipeline: forms not executed yet (circular, save= a directory, eval_data=) are refused naming the key" pp_refusals
+check "pipeline: forms not executed yet (circular repeats) are refused naming the key" pp_refusals
+
+# ---- the held-out eval on pipeline meshes (docs/pipeline.md "The held-out eval") ----
+# eval-next-1r.yml (evals after steps 1, 4, 7 on eval_data=, 5 eval batches of 4 sequences)
+# on PP2 and on PP2 x DP2: every training line (loss bits, fingerprint) and every eval line
+# (eval loss bits) over 10 steps == one rank's, and rank 0 prints one rank's eval summary.
+pp_eval_same() {
+  local one=$1 pp=$2 n=$3 d=$PP_D/eval
+  mkdir -p "$d"
+  pp_variant pp1r-eval eval-next-1r &&
+    pp_variant pp2-eval eval-next-1r $NEXT_PP per_device_batch_size=2 &&
+    pp_variant pp2dp2-eval eval-next-1r $NEXT_PP4 ici_data_parallelism=2 per_device_batch_size=1 || return 1
+  [ -s "$d/$one.det" ] || { pp_run "$one" 1 steps=10 eval_data=$PP_DATA metrics=$d/$one.jsonl 2> "$d/$one.err" &&
+    det_fields "$d/$one.jsonl" > "$d/$one.det"; } || return 1
+  rm -f "$d/$pp.jsonl"
+  pp_run "$pp" "$n" steps=10 eval_data=$PP_DATA metrics=$d/$pp.jsonl 2> "$d/$pp.err" ||
+    { tail -n 3 "$d/$pp.err"; return 1; }
+  det_fields "$d/$pp.jsonl" > "$d/$pp.det"
+  [ "$(grep -c eval_loss "$d/$pp.det")" -eq 3 ] || { echo "expected 3 eval lines"; return 1; }
+  cmp "$d/$one.det" "$d/$pp.det" || { diff "$d/$one.det" "$d/$pp.det" | head -4; return 1; }
+  cmp <(grep "evals (" "$d/$one.err") <(grep "evals (" "$d/$pp.err") || return 1
+  echo "identical over 10 steps and 3 evals: $(grep eval_loss "$d/$pp.det" | tail -n 1)"
+}
+check "pipeline eval: PP2 (2 ranks) evals and training == one rank's, bit for bit" \
+  pp_eval_same pp1r-eval pp2-eval 2
+check "pipeline eval: PP2 x DP2 (4 ranks) evals and training == one rank's, bit for bit" \
+  pp_eval_same pp1r-eval pp2dp2-eval 4
 
 # ---- checkpoints on pipeline meshes (docs/pipeline.md "Checkpoints") ----
 # A save on a pipeline mesh is the one-rank file (world rank 0 writes it; each later stage's
@@ -195,6 +212,7 @@ pp_ck_cells() {
     pp_variant pp2-next-1f1b-m4 test-next-tiny $NEXT_PP num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
     pp_variant dp2-next-b4 test-next-tiny num_ranks=2 ici_data_parallelism=2 ici_fsdp_parallelism=1 per_device_batch_size=2 &&
     pp_variant pp1r-next-b8 test-next-tiny per_device_batch_size=8 &&
+    pp_variant pp2-next-b8 test-next-tiny $NEXT_PP per_device_batch_size=4 &&
     pp_variant pp2dp2-next-1f1b-z1 test-next-tiny $NEXT_PP4 ici_data_parallelism=2 \
       shard_optimizer_over_data=true num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
     pp_variant pp1r-35-b4 test-35-tiny per_device_batch_size=4 &&
@@ -207,6 +225,24 @@ check "pipeline ckpt: the PP2 x DP2 ZeRO-1 (1f1b, 4 ranks) checkpoint == the one
   pp_ck_file_eq pp1r-next-b8 pp2dp2-next-1f1b-z1 4
 check "pipeline ckpt: the Qwen3.5 PP2 checkpoint == the one-rank checkpoint, byte for byte" \
   pp_ck_file_eq pp1r-35-b4 pp2-35-gpipe 2
+# pp_ck_dir_eq ONE PP RANKS: PP's sharded directory after 5 steps (64 KiB shards: a shard
+# holds tensors of both stages) == ONE's: every shard and config.json byte for byte, the
+# indexes once plan hash and run name are blanked
+pp_ck_dir_eq() {
+  pp_ck_save "$1" 1 .dir && pp_ck_save "$2" "$3" .dir || return 1
+  cmp "$PP_D/ck/$1.dir/config.json" "$PP_D/ck/$2.dir/config.json" || return 1
+  ckpt_dir_eq "$PP_D/ck/$1.dir" "$PP_D/ck/$2.dir"
+}
+check "pipeline ckpt: the PP2 sharded directory == the one-rank directory, byte for byte" \
+  pp_ck_dir_eq pp1r-next-b4 pp2-next-gpipe 2
+check "pipeline ckpt: the PP2 x DP2 ZeRO-1 sharded directory == the one-rank directory, byte for byte" \
+  pp_ck_dir_eq pp1r-next-b8 pp2dp2-next-1f1b-z1 4
+check "pipeline ckpt: the Qwen3.5 PP2 sharded directory == the one-rank directory, byte for byte" \
+  pp_ck_dir_eq pp1r-35-b4 pp2-35-gpipe 2
+check "pipeline ckpt: save on PP2 (sharded directory) at step 5, resume on one rank == 10 one-rank steps" \
+  pp_ck_resume pp1r-next-b4 pp2-next-gpipe 2 pp1r-next-b4 1 /
+check "pipeline ckpt: save on PP2 x DP2 ZeRO-1 (sharded directory), resume on PP2 == one rank" \
+  pp_ck_resume pp1r-next-b8 pp2dp2-next-1f1b-z1 4 pp2-next-b8 2 /
 check "pipeline ckpt: save on PP2 at step 5, resume on one rank == 10 one-rank steps" \
   pp_ck_resume pp1r-next-b4 pp2-next-gpipe 2 pp1r-next-b4 1
 check "pipeline ckpt: save on one rank, resume on PP2 (1f1b) == one rank" \
