@@ -41,24 +41,24 @@ static struct {
     unsigned char buf[QT_CKPP_CHUNK];
 } qt_ckpp;
 
-int qt_checkpoint_set_stages(const qt_plan *p, const qt_plan *(*stage)(int k))
+int qt_checkpoint_set_stages(const qt_plan *p, const qt_plan *(*stage)(int k), const char *key)
 {
     const int S = p->pipeline_stages;
     qt_ckpp.S = 0;
-    if (S <= 1)
+    if (S <= 1 || !key)   /* no checkpoint file in this run: the stages are not needed */
         return QT_OK;
     if (!stage || S > QT_PP_MAX_STAGES)
-        return qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages, but the binary does not "
-                       "list them (rebuild it from its plan_main.c)", p->run_name, S);
+        return qt_fail(QT_E_PLAN, "%s: plan %s has %d pipeline stages, but the binary does not "
+                       "list them (rebuild it from its plan_main.c)", key, p->run_name, S);
     int64_t param0 = 0, elem0 = 0;
     for (int k = 0; k < S; k++) {
         const qt_plan *q = stage(k);
         if (!q || q->pipeline_stages != S || q->pp_stage != k || q->pp_param0 != param0 ||
             q->pp_elem0 != elem0)
-            return qt_fail(QT_E_PLAN, "plan %s: pipeline stage %d does not hold the one-rank "
+            return qt_fail(QT_E_PLAN, "%s: plan %s: pipeline stage %d does not hold the one-rank "
                            "parameters after stage %d's (first parameter %lld, element %lld; "
                            "expected %lld, %lld): checkpoints need each stage's parameters "
-                           "to follow the previous stage's", p->run_name, k, k - 1,
+                           "to follow the previous stage's", key, p->run_name, k, k - 1,
                            q ? (long long)q->pp_param0 : -1LL, q ? (long long)q->pp_elem0 : -1LL,
                            (long long)param0, (long long)elem0);
         qt_ckpp.stage[k] = q;
@@ -73,7 +73,7 @@ int qt_checkpoint_set_stages(const qt_plan *p, const qt_plan *(*stage)(int k))
     qt_comm_world(&qt_ckpp.rank, &qt_ckpp.n);
     qt_ckpp.mine = qt_pp_stage_of(qt_ckpp.rank, qt_ckpp.n, S, &qt_ckpp.local);
     if (qt_ckpp.stage[qt_ckpp.mine] != p)
-        return qt_fail(QT_E_PLAN, "plan %s: rank %d runs stage %d's plan %s", p->run_name,
+        return qt_fail(QT_E_PLAN, "%s: plan %s: rank %d runs stage %d's plan %s", key, p->run_name,
                        qt_ckpp.rank, qt_ckpp.mine, qt_ckpp.stage[qt_ckpp.mine]->run_name);
     qt_ckpp.S = S;
     qt_ckpp.fill = 0;

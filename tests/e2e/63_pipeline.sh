@@ -219,12 +219,6 @@ pp_ck_cells() {
     pp_variant pp2-35-gpipe test-35-tiny $NEXT_PP
 }
 check "pipeline ckpt: configgen plans and builds the checkpoint cells" pp_ck_cells
-check "pipeline ckpt: the PP2 checkpoint after 5 steps == the one-rank checkpoint, byte for byte" \
-  pp_ck_file_eq pp1r-next-b4 pp2-next-gpipe 2
-check "pipeline ckpt: the PP2 x DP2 ZeRO-1 (1f1b, 4 ranks) checkpoint == the one-rank checkpoint, byte for byte" \
-  pp_ck_file_eq pp1r-next-b8 pp2dp2-next-1f1b-z1 4
-check "pipeline ckpt: the Qwen3.5 PP2 checkpoint == the one-rank checkpoint, byte for byte" \
-  pp_ck_file_eq pp1r-35-b4 pp2-35-gpipe 2
 # pp_ck_dir_eq ONE PP RANKS: PP's sharded directory after 5 steps (64 KiB shards: a shard
 # holds tensors of both stages) == ONE's: every shard and config.json byte for byte, the
 # indexes once plan hash and run name are blanked
@@ -233,12 +227,15 @@ pp_ck_dir_eq() {
   cmp "$PP_D/ck/$1.dir/config.json" "$PP_D/ck/$2.dir/config.json" || return 1
   ckpt_dir_eq "$PP_D/ck/$1.dir" "$PP_D/ck/$2.dir"
 }
-check "pipeline ckpt: the PP2 sharded directory == the one-rank directory, byte for byte" \
-  pp_ck_dir_eq pp1r-next-b4 pp2-next-gpipe 2
-check "pipeline ckpt: the PP2 x DP2 ZeRO-1 sharded directory == the one-rank directory, byte for byte" \
-  pp_ck_dir_eq pp1r-next-b8 pp2dp2-next-1f1b-z1 4
-check "pipeline ckpt: the Qwen3.5 PP2 sharded directory == the one-rank directory, byte for byte" \
-  pp_ck_dir_eq pp1r-35-b4 pp2-35-gpipe 2
+# PP2, PP2 x DP2 ZeRO-1 (1f1b, 4 ranks), Qwen3.5 PP2: the file and the directory
+for cell in "pp1r-next-b4 pp2-next-gpipe 2" "pp1r-next-b8 pp2dp2-next-1f1b-z1 4" \
+            "pp1r-35-b4 pp2-35-gpipe 2"; do
+  set -- $cell
+  check "pipeline ckpt: the ${2#pp} checkpoint file after 5 steps ($3 ranks) == one rank's ($1), byte for byte" \
+    pp_ck_file_eq "$@"
+  check "pipeline ckpt: the ${2#pp} sharded directory after 5 steps ($3 ranks) == one rank's ($1), byte for byte" \
+    pp_ck_dir_eq "$@"
+done
 check "pipeline ckpt: save on PP2 (sharded directory) at step 5, resume on one rank == 10 one-rank steps" \
   pp_ck_resume pp1r-next-b4 pp2-next-gpipe 2 pp1r-next-b4 1 /
 check "pipeline ckpt: save on PP2 x DP2 ZeRO-1 (sharded directory), resume on PP2 == one rank" \
