@@ -26,6 +26,9 @@
  * Optimizer state resumes when the file's "state_hash" (qt_ckpt_state_hash: everything
  * that sets the training trajectory, nothing that only sets the mesh or the batch split)
  * equals the plan's; files without one (older qtrain-1) fall back to the whole-plan hash.
+ * Pipeline meshes (ckpt_pp.h): the file is the one-rank file of every stage's parameters,
+ * stage after stage; world rank 0 writes it and receives the later stages' tensors from
+ * their first ranks; a load checks every stage's tensors and each stage keeps its own.
  *
  * Layering: this file is the dispatcher (file or directory, load or save) and the
  * single-file reader and writer; it calls ckpt_shards.c (sharded load), ckpt_dir.c

@@ -11,7 +11,8 @@
  *    changes;
  *  - the index and the shards agree exactly: each shard holds exactly the tensors the
  *    weight_map assigns to it (an error names the tensor, the shard and the index);
- *  - every plan piece is listed (split or fused expert names, as checkpoint.c), every
+ *  - every plan piece is listed (a pipeline stage: every stage's, ckpt_pp.h; split or fused
+ *    expert names, as checkpoint.c), every
  *    listed tensor is a plan piece or skippable (mtp.*, Qwen3.5 model.visual.*, and
  *    optimizer.* when the moments are not loaded);
  *  - optimizer.safetensors.index.json (same directory) is read, as part of the same weight
