@@ -138,7 +138,7 @@ pp_eval_same() {
     pp_variant pp2-eval eval-next-1r $NEXT_PP per_device_batch_size=2 &&
     pp_variant pp2dp2-eval eval-next-1r $NEXT_PP4 ici_data_parallelism=2 per_device_batch_size=1 || return 1
   [ -s "$d/$one.det" ] || { pp_run "$one" 1 steps=10 eval_data=$PP_DATA metrics=$d/$one.jsonl 2> "$d/$one.err" &&
-    det_fields "$d/$one.jsonl" > "$d/$one.det"; } || return 1
+    det_fields "$d/$one.jsonl" > "$d/$one.det"; } || { tail -n 3 "$d/$one.err"; return 1; }
   rm -f "$d/$pp.jsonl"
   pp_run "$pp" "$n" steps=10 eval_data=$PP_DATA metrics=$d/$pp.jsonl 2> "$d/$pp.err" ||
     { tail -n 3 "$d/$pp.err"; return 1; }
