@@ -10,7 +10,10 @@
  *  - messages: channel 0 the activations (stage s to s + 1), channel 1 the gradients (s + 1
  *    to s), each microbatch once per accumulation group, in the schedule's order on both
  *    sides (qt_pp_action), so they match in posting order; sends are flushed at the end of
- *    every group (before its slots are reused); no heap, no reduction of floats.
+ *    every group (before its slots are reused); no heap, no reduction of floats;
+ *  - the held-out eval (qt_pp_eval_forward) runs forwards only, one chunk at a time through
+ *    the stages on channel 0, each send waited for before the next chunk; its metrics, as
+ *    the step's, are the last stage's (channel 2).
  */
 #include <string.h>
 #include "qt_pipeline.h"
