@@ -127,6 +127,16 @@ pp_refusals() {
 }
 check "pipeline: forms not executed yet (circular repeats) are refused naming the key" pp_refusals
 
+# pp_run NAME RANKS ARGS...: $PP_D/NAME/qtrain on RANKS ranks, tiny data, seed 11
+pp_run() {
+  local name=$1 n=$2; shift 2
+  if [ "$n" -eq 1 ]; then
+    timeout 120 "$PP_D/$name/qtrain" data=$PP_DATA seed=11 "$@"
+  else
+    timeout 120 mpiexec -n "$n" "$PP_D/$name/qtrain" data=$PP_DATA seed=11 "$@"
+  fi
+}
+
 # ---- the held-out eval on pipeline meshes (docs/pipeline.md "The held-out eval") ----
 # eval-next-1r.yml (evals after steps 1, 4, 7 on eval_data=, 5 eval batches of 4 sequences)
 # on PP2 and on PP2 x DP2: every training line (loss bits, fingerprint) and every eval line
@@ -161,15 +171,6 @@ check "pipeline eval: PP2 x DP2 (4 ranks) evals and training == one rank's, bit 
 # tensor bytes); resumes across meshes continue the uninterrupted one-rank run, loss bits and
 # fingerprint of steps 6..10 bit for bit (0 ulp).
 
-# pp_run NAME RANKS ARGS...: $PP_D/NAME/qtrain on RANKS ranks, tiny data, seed 11
-pp_run() {
-  local name=$1 n=$2; shift 2
-  if [ "$n" -eq 1 ]; then
-    timeout 120 "$PP_D/$name/qtrain" data=$PP_DATA seed=11 "$@"
-  else
-    timeout 120 mpiexec -n "$n" "$PP_D/$name/qtrain" data=$PP_DATA seed=11 "$@"
-  fi
-}
 
 # pp_ck_save NAME RANKS [EXT]: NAME's checkpoint after 5 steps, $PP_D/ck/NAME.EXT (cached)
 pp_ck_save() {
