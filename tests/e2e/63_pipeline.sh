@@ -139,14 +139,16 @@ pp_run() {
 
 # ---- the held-out eval on pipeline meshes (docs/pipeline.md "The held-out eval") ----
 # eval-next-1r.yml (evals after steps 1, 4, 7 on eval_data=, 5 eval batches of 4 sequences)
-# on PP2 and on PP2 x DP2: every training line (loss bits, fingerprint) and every eval line
+# on PP2, PP2 x DP2 and PP4: every training line (loss bits, fingerprint) and every eval line
 # (eval loss bits) over 10 steps == one rank's, and rank 0 prints one rank's eval summary.
 pp_eval_same() {
   local one=$1 pp=$2 n=$3 d=$PP_D/eval
   mkdir -p "$d"
   pp_variant pp1r-eval eval-next-1r &&
     pp_variant pp2-eval eval-next-1r $NEXT_PP per_device_batch_size=2 &&
-    pp_variant pp2dp2-eval eval-next-1r $NEXT_PP4 ici_data_parallelism=2 per_device_batch_size=1 || return 1
+    pp_variant pp2dp2-eval eval-next-1r $NEXT_PP4 ici_data_parallelism=2 per_device_batch_size=1 &&
+    pp_variant pp4-eval eval-next-1r num_ranks=4 ici_pipeline_parallelism=4 num_layers_per_pipeline_stage=1 \
+      per_device_batch_size=1 num_pipeline_microbatches=4 pipeline_schedule=1f1b || return 1
   [ -s "$d/$one.det" ] || { pp_run "$one" 1 steps=10 eval_data=$PP_DATA metrics=$d/$one.jsonl 2> "$d/$one.err" &&
     det_fields "$d/$one.jsonl" > "$d/$one.det"; } || { tail -n 3 "$d/$one.err"; return 1; }
   rm -f "$d/$pp.jsonl"
@@ -162,6 +164,8 @@ check "pipeline eval: PP2 (2 ranks) evals and training == one rank's, bit for bi
   pp_eval_same pp1r-eval pp2-eval 2
 check "pipeline eval: PP2 x DP2 (4 ranks) evals and training == one rank's, bit for bit" \
   pp_eval_same pp1r-eval pp2dp2-eval 4
+check "pipeline eval: PP4 (1f1b, two middle stages) evals and training == one rank's, bit for bit" \
+  pp_eval_same pp1r-eval pp4-eval 4
 
 # ---- checkpoints on pipeline meshes (docs/pipeline.md "Checkpoints") ----
 # A save on a pipeline mesh is the one-rank file (world rank 0 writes it; each later stage's
@@ -217,7 +221,9 @@ pp_ck_cells() {
     pp_variant pp2dp2-next-1f1b-z1 test-next-tiny $NEXT_PP4 ici_data_parallelism=2 \
       shard_optimizer_over_data=true num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
     pp_variant pp1r-35-b4 test-35-tiny per_device_batch_size=4 &&
-    pp_variant pp2-35-gpipe test-35-tiny $NEXT_PP
+    pp_variant pp2-35-gpipe test-35-tiny $NEXT_PP &&
+    pp_variant pp4-next-1f1b-m4 test-next-tiny num_ranks=4 ici_pipeline_parallelism=4 \
+      num_layers_per_pipeline_stage=1 per_device_batch_size=1 num_pipeline_microbatches=4 pipeline_schedule=1f1b
 }
 check "pipeline ckpt: configgen plans and builds the checkpoint cells" pp_ck_cells
 # pp_ck_dir_eq ONE PP RANKS: PP's sharded directory after 5 steps (64 KiB shards: a shard
@@ -228,9 +234,10 @@ pp_ck_dir_eq() {
   cmp "$PP_D/ck/$1.dir/config.json" "$PP_D/ck/$2.dir/config.json" || return 1
   ckpt_dir_eq "$PP_D/ck/$1.dir" "$PP_D/ck/$2.dir"
 }
-# PP2, PP2 x DP2 ZeRO-1 (1f1b, 4 ranks), Qwen3.5 PP2: the file and the directory
+# PP2, PP2 x DP2 ZeRO-1 (1f1b, 4 ranks), Qwen3.5 PP2, PP4 (two middle stages streaming to
+# rank 0): the file and the directory
 for cell in "pp1r-next-b4 pp2-next-gpipe 2" "pp1r-next-b8 pp2dp2-next-1f1b-z1 4" \
-            "pp1r-35-b4 pp2-35-gpipe 2"; do
+            "pp1r-35-b4 pp2-35-gpipe 2" "pp1r-next-b4 pp4-next-1f1b-m4 4"; do
   set -- $cell
   check "pipeline ckpt: the ${2#pp} checkpoint file after 5 steps ($3 ranks) == one rank's ($1), byte for byte" \
     pp_ck_file_eq "$@"
@@ -247,6 +254,10 @@ check "pipeline ckpt: save on one rank, resume on PP2 (1f1b) == one rank" \
   pp_ck_resume pp1r-next-b4 pp1r-next-b4 1 pp2-next-1f1b-m4 2
 check "pipeline ckpt: save on one rank (sharded directory), resume on PP2 == one rank" \
   pp_ck_resume pp1r-next-b4 pp1r-next-b4 1 pp2-next-gpipe 2 /
+check "pipeline ckpt: save on PP4 (1f1b, one layer per stage), resume on one rank == one rank" \
+  pp_ck_resume pp1r-next-b4 pp4-next-1f1b-m4 4 pp1r-next-b4 1
+check "pipeline ckpt: save on one rank (sharded directory), resume on PP4 == one rank" \
+  pp_ck_resume pp1r-next-b4 pp1r-next-b4 1 pp4-next-1f1b-m4 4 /
 check "pipeline ckpt: save on PP2, resume on DP2 == one rank" \
   pp_ck_resume pp1r-next-b4 pp2-next-gpipe 2 dp2-next-b4 2
 check "pipeline ckpt: save on PP2 x DP2 ZeRO-1 (4 ranks), resume on one rank == one rank" \
