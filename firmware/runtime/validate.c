@@ -294,7 +294,9 @@ static int qt_validate_eval(const qt_plan *p)
         rc = qt_validate_split_op(p, &w, op, c.logical, "eval forward");
     }
     if (rc) return rc;
-    if (n < 1 || !last || last->kind != QT_OP_XENT)
+    /* a pipeline stage before the last ends at its output boundary (pp_out, sent on) */
+    const int to_loss = p->pipeline_stages <= 1 || p->pp_stage == p->pipeline_stages - 1;
+    if (n < 1 || !last || (to_loss && last->kind != QT_OP_XENT))
         return qt_fail(QT_E_PLAN, "plan %s: the eval forward (microbatch ops 0..%lld) does not "
                        "end with the cross entropy", p->run_name, (long long)n - 1);
     return qt_validate_split_end(p, &w, "eval forward");
@@ -390,6 +392,9 @@ int qt_validate_pipeline(const qt_plan *p)
         what = "more than 255 boundary messages sent per accumulation group (2 x "
                "num_pipeline_microbatches x num_pipeline_repeats; one request stays for the "
                "receive posted ahead)";
+    else if (p->pp_repeats > 1 && p->train.eval_interval > 0)
+        what = "eval_interval > 0 and num_pipeline_repeats > 1 (the held-out eval's forward "
+               "runs each stage's layers once, stage after stage)";
     else if (p->dtype != QT_F32)
         what = "dtype=bfloat16";
     else if (p->mtp_layers > 0)
@@ -404,8 +409,6 @@ int qt_validate_pipeline(const qt_plan *p)
         what = "z_loss_multiplier";
     else if (p->n_scans > 0)
         what = "scan_layers";
-    else if (p->train.eval_interval > 0)
-        what = "eval_interval (the held-out eval)";
     else if (p->pp_slots == QT_NONE || p->pp_stage < 0 || p->pp_stage >= p->pipeline_stages)
         what = "stage tables without their boundaries (a plan from an older configgen)";
     int R;
