@@ -479,15 +479,14 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     qt_err_set_rank(rank, size);
     /* a pipeline plan in a form the driver does not run is refused before anything else
      * about the job (its rank count included): every rank reads the same fields and stops
-     * alike; so are the files a pipeline run cannot write or read yet */
-    if (qt_validate_pipeline(p) != QT_OK) return QT_EXIT_ERR;
-    if (p->pipeline_stages > 1 && (cli->save || cli->load || cli->dump_grads || cli->eval_data)) {
-        qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages: pipeline plans with %s are not "
-                "executed yet (docs/pipeline.md)", p->run_name, p->pipeline_stages,
-                cli->save ? "save=" : cli->load ? "load=" : cli->dump_grads ? "dump_grads="
-                                                                                : "eval_data=");
+     * alike. A run with a checkpoint file spans the stages (qt_checkpoint_set_stages:
+     * every stage's plan, the one-rank file) */
+    if (qt_validate_pipeline(p) != QT_OK ||
+        qt_checkpoint_set_stages(p, qt_main_stage_plan,
+                                 cli->save ? "save" : cli->load ? "load" : cli->dump_grads
+                                                                         ? "dump_grads" : NULL)
+            != QT_OK)
         return QT_EXIT_ERR;
-    }
     /* every rank first checks that all ranks run the same plan on the same world (whatever
      * their plans' rank counts: `mpiexec -n 2 A : -n 2 B` is refused by all four), then the
      * world size against the plan: a wrong -n is an error on every rank, never a hang (a

@@ -26,6 +26,9 @@
  * Optimizer state resumes when the file's "state_hash" (qt_ckpt_state_hash: everything
  * that sets the training trajectory, nothing that only sets the mesh or the batch split)
  * equals the plan's; files without one (older qtrain-1) fall back to the whole-plan hash.
+ * Pipeline meshes (ckpt_pp.h): the file is the one-rank file of every stage's parameters,
+ * stage after stage; world rank 0 writes it and receives the later stages' tensors from
+ * their first ranks; a load checks every stage's tensors and each stage keeps its own.
  *
  * Layering: this file is the dispatcher (file or directory, load or save) and the
  * single-file reader and writer; it calls ckpt_shards.c (sharded load), ckpt_dir.c
@@ -52,6 +55,7 @@
 #include "ckpt_dir.h"
 #include "ckpt_shards.h"
 #include "ckpt_keep.h"
+#include "ckpt_pp.h"
 #include "comm/qt_coll.h"
 #include "runtime/qt_ckpt_gather.h"
 #include "qt_ops.h"
@@ -75,9 +79,12 @@ static int qt_load_skips(const qt_plan *p, int32_t i)
 
 /* ---- ranks ---- */
 
-/* World rank 0 writes files; on one rank that is this process. */
+/* World rank 0 writes files; on one rank that is this process (a pipeline: stage 0's
+ * first rank, not every stage's). */
 static int qt_ckpt_root(const qt_plan *p)
 {
+    if (qt_ckpp_on(p))
+        return qt_ckpp_writer();
     return p->n_ranks <= 1 || qt_comm_group_index(QT_COLL_ALL) == 0;
 }
 
@@ -87,37 +94,59 @@ static int qt_ckpt_agree(const qt_plan *p, int *code)
     if (p->n_ranks <= 1)
         return QT_OK;
     int64_t v = *code;
-    int rc = qt_coll_broadcast(QT_COLL_ALL, &v, (int64_t)sizeof v, 0);
+    int rc = qt_ckpp_on(p) ? qt_ckpp_bcast(&v, (int64_t)sizeof v)
+                           : qt_coll_broadcast(QT_COLL_ALL, &v, (int64_t)sizeof v, 0);
     *code = (int)v;
     return rc;
 }
 
 /* ---- save ---- */
 
+/* Every stage's parameters (a pipeline's stages in order: the one-rank file). */
 static int qt_save_declare(const qt_plan *p, const char *prefix)
 {
     qt_ckpt_piece pc;
     int rc;
-    for (int32_t i = 0; i < p->n_params; i++)
-        for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
-            qt_ckpt_piece_at(p, i, 0, k, &pc);
-            snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
-            if ((rc = qt_st_wadd(qt_ck.name, QT_ST_F32, pc.ndim, pc.shape)))
-                return rc;
-        }
+    for (int s = 0; s < qt_ckpp_count(p); s++) {
+        const qt_plan *q = qt_ckpp_stage(p, s);
+        for (int32_t i = 0; i < q->n_params; i++)
+            for (int32_t k = 0, n = qt_ckpt_count(q, i, 0); k < n; k++) {
+                qt_ckpt_piece_at(q, i, 0, k, &pc);
+                snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
+                if ((rc = qt_st_wadd(qt_ck.name, QT_ST_F32, pc.ndim, pc.shape)))
+                    return rc;
+            }
+    }
     return QT_OK;
 }
 
 /* Every parameter of region src, piece by piece in file order, each gathered window by
  * window (collective on a mesh: every rank walks the same pieces); the root writes unless a
  * write already failed (*wrc), and the walk goes on so the other ranks' collectives are
- * matched. Returns a gather failure; write errors go to *wrc. */
+ * matched. A pipeline: each stage walks its own parameters over its mesh; the root writes
+ * stage 0's and receives the later stages' from their first ranks (ckpt_pp.c), in stage
+ * order. Returns a gather or stream failure; write errors go to *wrc. */
 static int qt_save_data(const qt_plan *p, int src, int root, int *wrc)
 {
-    for (int32_t i = 0; i < p->n_params; i++) {
-        qt_ckpt_win w = {0, 0, 0};
-        for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
-            int rc = qt_ckpt_save_piece(p, src, i, k, root, wrc, &w);
+    const int me = qt_ckpp_mine(p);
+    for (int s = 0; s < qt_ckpp_count(p); s++) {
+        if (s != me) {
+            int rc = root ? qt_ckpp_take(p, s, wrc) : QT_OK;
+            if (rc)
+                return rc;
+            continue;
+        }
+        const int write = s > 0 ? (qt_ckpp_sender() ? QT_CKPT_SEND : 0) : root;
+        for (int32_t i = 0; i < p->n_params; i++) {
+            qt_ckpt_win w = {0, 0, 0};
+            for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
+                int rc = qt_ckpt_save_piece(p, src, i, k, write, wrc, &w);
+                if (rc)
+                    return rc;
+            }
+        }
+        if (write == QT_CKPT_SEND) {
+            int rc = qt_ckpp_put_end();
             if (rc)
                 return rc;
         }
@@ -289,25 +318,31 @@ static int qt_fused_in_file(const qt_plan *p, int h, int32_t i, const char *pref
     return qt_st_find(h, qt_ck.name) != NULL;
 }
 
-/* Check every piece of every parameter under `prefix` and mark the file tensors used. */
+/* Check every piece of every parameter under `prefix` and mark the file tensors used. A
+ * pipeline stage checks every stage's pieces (the file is the one-rank file) and the
+ * values of its own (the other stages check theirs). */
 static int qt_load_check(const qt_plan *p, int h, const char *path, const char *prefix)
 {
     qt_ckpt_piece pc;
-    for (int32_t i = 0; i < p->n_params; i++) {
-        if (qt_load_skips(p, i)) continue;
-        int fused = qt_fused_in_file(p, h, i, prefix);
-        for (int32_t k = 0, n = qt_ckpt_count(p, i, fused); k < n; k++) {
-            qt_ckpt_piece_at(p, i, fused, k, &pc);
-            snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
-            const qt_st_tensor *t = qt_st_find(h, qt_ck.name);
-            int rc = qt_ckpt_check_tensor(&pc, t, path, qt_ck.name);
-            /* values too, before anything is written: a NaN weight or moment, or a
-             * negative second moment, would load "successfully" and train on NaN */
-            if (!rc)
-                rc = qt_ckpt_check_values(h, t, path, qt_ck.name, !strcmp(prefix, QT_CKPT_OPT_V));
-            if (rc)
-                return rc;
-            qt_ck.used[t - qt_st_at(h, 0)] = 1;
+    for (int s = 0; s < qt_ckpp_count(p); s++) {
+        const qt_plan *q = qt_ckpp_stage(p, s);
+        for (int32_t i = 0; i < q->n_params; i++) {
+            if (qt_load_skips(q, i)) continue;
+            int fused = qt_fused_in_file(q, h, i, prefix);
+            for (int32_t k = 0, n = qt_ckpt_count(q, i, fused); k < n; k++) {
+                qt_ckpt_piece_at(q, i, fused, k, &pc);
+                snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
+                const qt_st_tensor *t = qt_st_find(h, qt_ck.name);
+                int rc = qt_ckpt_check_tensor(&pc, t, path, qt_ck.name);
+                /* values too, before anything is written: a NaN weight or moment, or a
+                 * negative second moment, would load "successfully" and train on NaN */
+                if (!rc && q == p)
+                    rc = qt_ckpt_check_values(h, t, path, qt_ck.name,
+                                              !strcmp(prefix, QT_CKPT_OPT_V));
+                if (rc)
+                    return rc;
+                qt_ck.used[t - qt_st_at(h, 0)] = 1;
+            }
         }
     }
     return QT_OK;

@@ -17,6 +17,7 @@
 #include "qt_ops.h"
 #include "ckpt_common.h"
 #include "ckpt_map.h"
+#include "ckpt_pp.h"
 #include "safetensors.h"
 #include "runtime/qt_ckpt_gather.h"
 
@@ -46,10 +47,16 @@ int qt_ckpt_data_hash(char *out)
 int qt_ckpt_check_plan(const qt_plan *p, const char *path)
 {
     (void)path;
-    for (int32_t i = 0; i < p->n_params; i++)
-        if (!qt_ckpt_count(p, i, 0))
-            return QT_E_PLAN;
-    return qt_ckpt_dist_check(p);
+    /* a pipeline: every stage's plan (the writer declares them all; every rank agrees) */
+    for (int s = 0; s < qt_ckpp_count(p); s++) {
+        const qt_plan *q = qt_ckpp_stage(p, s);
+        for (int32_t i = 0; i < q->n_params; i++)
+            if (!qt_ckpt_count(q, i, 0))
+                return QT_E_PLAN;
+        int rc = qt_ckpt_dist_check(q);
+        if (rc) return rc;
+    }
+    return QT_OK;
 }
 
 /* ---- saving a piece window by window ---- */
@@ -81,8 +88,12 @@ static int qt_ckpt_save_run(const qt_plan *p, int src, int32_t i, int64_t ga, in
             }
         }
         const int64_t end = gb < w->w1 * row ? gb : w->w1 * row;
-        if (write && !*wrc)
+        if (write == QT_CKPT_SEND) {   /* a pipeline stage's data, to the writer */
+            int rc = qt_ckpp_put(w->base + (ga - w->w0 * row), 4 * (end - ga));
+            if (rc) return rc;
+        } else if (write && !*wrc) {
             *wrc = qt_st_wwrite(w->base + (ga - w->w0 * row), 4 * (end - ga));
+        }
         ga = end;
     }
     return QT_OK;
@@ -148,25 +159,37 @@ uint64_t qt_ckpt_state_hash(const qt_plan *p)
         for (size_t k = 0; k < sizeof w / sizeof w[0]; k++) qt_sh_i(&h, w[k]);
     }
     if (t->z_loss != 0.0f) qt_sh_f(&h, t->z_loss);  /* the objective (issue 33) */
-    qt_sh_i(&h, p->n_params);
-    for (int32_t i = 0; i < p->n_params; i++) {
-        const qt_tensor *x = &p->tensors[p->params[i].tensor];
-        qt_sh_bytes(&h, p->params[i].name, strlen(p->params[i].name) + 1);
-        qt_sh_i(&h, x->ndim);
-        for (int d = 0; d < x->ndim; d++) qt_sh_i(&h, x->global_shape[d]);
-    }
-    /* the init schedule's attributes (rotary tables: dims, theta, mrope sections) and the
-     * delta-rule algorithm (recurrent and chunked round differently) */
-    for (int32_t i = 0; i < p->n_init_ops; i++) {
-        qt_sh_i(&h, p->init_ops[i].kind);
-        for (int k = 0; k < QT_OP_MAX_A; k++) qt_sh_i(&h, p->init_ops[i].a[k]);
-        for (int k = 0; k < QT_OP_MAX_F; k++) qt_sh_f(&h, p->init_ops[i].f[k]);
-    }
-    for (qt_mb_cursor c = qt_mb_begin(p); qt_mb_next(&c);)
-        if (c.op->kind == QT_OP_GDN_CORE_FWD) {
-            qt_sh_i(&h, QT_A(c.op, GDN_CORE_FWD, algo));
-            break;
+    /* the parameters: a pipeline's stages in order are the one-rank plan's (ckpt_pp.h) */
+    const int S = qt_ckpp_count(p);
+    int64_t n_params = 0;
+    for (int s = 0; s < S; s++) n_params += qt_ckpp_stage(p, s)->n_params;
+    qt_sh_i(&h, n_params);
+    for (int s = 0; s < S; s++) {
+        const qt_plan *q = qt_ckpp_stage(p, s);
+        for (int32_t i = 0; i < q->n_params; i++) {
+            const qt_tensor *x = &q->tensors[q->params[i].tensor];
+            qt_sh_bytes(&h, q->params[i].name, strlen(q->params[i].name) + 1);
+            qt_sh_i(&h, x->ndim);
+            for (int d = 0; d < x->ndim; d++) qt_sh_i(&h, x->global_shape[d]);
         }
+    }
+    /* the init schedule's attributes (rotary tables: dims, theta, mrope sections; every
+     * stage's are the one-rank plan's, stage 0's hashed) and the delta-rule algorithm
+     * (recurrent and chunked round differently; the first stage with a GDN layer) */
+    const qt_plan *q0 = qt_ckpp_stage(p, 0);
+    for (int32_t i = 0; i < q0->n_init_ops; i++) {
+        qt_sh_i(&h, q0->init_ops[i].kind);
+        for (int k = 0; k < QT_OP_MAX_A; k++) qt_sh_i(&h, q0->init_ops[i].a[k]);
+        for (int k = 0; k < QT_OP_MAX_F; k++) qt_sh_f(&h, q0->init_ops[i].f[k]);
+    }
+    int algo = 0;
+    for (int s = 0; s < S && !algo; s++)
+        for (qt_mb_cursor c = qt_mb_begin(qt_ckpp_stage(p, s)); qt_mb_next(&c);)
+            if (c.op->kind == QT_OP_GDN_CORE_FWD) {
+                qt_sh_i(&h, QT_A(c.op, GDN_CORE_FWD, algo));
+                algo = 1;
+                break;
+            }
     return h;
 }
 

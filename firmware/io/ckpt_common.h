@@ -27,9 +27,11 @@ typedef struct qt_ckpt_win {
 /* Save side, collective: piece k of parameter i of region src in file order. Gathers the
  * windows the piece's rows lie in (the same sequence on every rank: call it on every rank
  * for every piece, with the parameter's qt_ckpt_win) and, when write, appends the piece's
- * data to the open safetensors file (qt_st_wwrite), the bytes of the whole-tensor write.
- * Returns a gather failure (the job must stop); a write error goes to *wrc (nothing more is
- * written once it is set). */
+ * data to the open safetensors file (qt_st_wwrite), the bytes of the whole-tensor write;
+ * write == QT_CKPT_SEND (a pipeline stage's first rank) appends them to the stream to the
+ * writer instead (qt_ckpp_put, ckpt_pp.h). Returns a gather or send failure (the job must
+ * stop); a write error goes to *wrc (nothing more is written once it is set). */
+#define QT_CKPT_SEND 2
 int qt_ckpt_save_piece(const qt_plan *p, int src, int32_t i, int32_t k, int write, int *wrc,
                        qt_ckpt_win *w);
 /* Elements of one row of the first dimension of parameter i in its global layout (>= 1). */

@@ -24,6 +24,10 @@
  * window by window through qt_ckpt_save_piece (one collective per window of rows over the
  * ranks holding its parts, as for single files), so no rank ever holds more than one window
  * beyond its own state.
+ * A pipeline plan (ckpt_pp.h): the file tensors are every stage's, stage after stage in each
+ * part (the one-rank order); world rank 0 writes every shard, its own stage's tensors
+ * gathered over its stage's mesh and the later stages' received from their first ranks,
+ * which gather them over their stage's mesh; the directory is the one-rank directory.
  * Commit: rank 0 creates DIR.tmp.<pid> and broadcasts <pid>; each rank writes its shards in
  * it (each one atomically, st_write.c); when every rank reports success, rank 0 writes the
  * optimizer index, then the model index, carries the user's files of the previous DIR over
@@ -50,6 +54,7 @@
 #include "ckpt_common.h"
 #include "ckpt_dir.h"
 #include "ckpt_keep.h"
+#include "ckpt_pp.h"
 #include "hf_config.h"
 #include "safetensors.h"
 #include "st_index.h"
@@ -61,9 +66,10 @@
 
 enum { QT_CD_PARAMS = 0, QT_CD_M, QT_CD_V, QT_CD_PARTS };
 
-/* A file tensor: piece k of parameter i in part (params, m, v). */
+/* A file tensor: piece k of parameter i of pipeline stage st (0 without a pipeline) in part
+ * (params, m, v). */
 typedef struct qt_cd_cur {
-    int32_t part, i, k;
+    int32_t part, st, i, k;
 } qt_cd_cur;
 
 typedef struct qt_cd_shard {
@@ -91,18 +97,23 @@ static const int qt_cd_src[QT_CD_PARTS] = {QT_CKS_PARAMS, QT_CKS_ADAM_M, QT_CKS_
 /* Advance c to the next file tensor of parts [0, n_parts); 0 at the end. */
 static int qt_cd_next(const qt_plan *p, qt_cd_cur *c, int32_t n_parts)
 {
-    if (++c->k < qt_ckpt_count(p, c->i, 0))
+    const qt_plan *q = qt_ckpp_stage(p, c->st);
+    if (++c->k < qt_ckpt_count(q, c->i, 0))
         return 1;
     c->k = 0;
-    if (++c->i < p->n_params)
+    if (++c->i < q->n_params)
         return 1;
     c->i = 0;
+    if (++c->st < qt_ckpp_count(p))
+        return 1;
+    c->st = 0;
     return ++c->part < n_parts;
 }
 
+/* The piece at c (*pc) and its bytes. */
 static int64_t qt_cd_bytes(const qt_plan *p, const qt_cd_cur *c, qt_ckpt_piece *pc)
 {
-    qt_ckpt_piece_at(p, c->i, 0, c->k, pc);
+    qt_ckpt_piece_at(qt_ckpp_stage(p, c->st), c->i, 0, c->k, pc);
     return 4 * pc->rows * pc->row_len;
 }
 
@@ -157,7 +168,7 @@ static int qt_cd_keep_write(const qt_plan *p, int64_t step)
 static int qt_cd_pack(const qt_plan *p, int32_t n_parts, int64_t limit, const char *dir)
 {
     qt_ckpt_piece pc;
-    qt_cd_cur c = {0, 0, 0};
+    qt_cd_cur c = {0, 0, 0, 0};
     qt_cd.n_shards = 0;
     qt_cd.n_model = 0;
     do {
@@ -213,12 +224,36 @@ static int qt_cd_shard_open(const qt_plan *p, int32_t s, int64_t step)
         return rc;
     qt_cd_cur c = qt_cd.shard[s].first;
     for (int64_t t = 0; t < qt_cd.shard[s].n; t++, qt_cd_next(p, &c, QT_CD_PARTS)) {
-        qt_ckpt_piece_at(p, c.i, 0, c.k, &pc);
+        qt_cd_bytes(p, &c, &pc);
         snprintf(qt_cd.name, sizeof qt_cd.name, "%s%s", qt_cd_prefix[c.part], pc.name);
         if ((rc = qt_st_wadd(qt_cd.name, QT_ST_F32, pc.ndim, pc.shape)))
             return rc;
     }
     return qt_st_wbegin();
+}
+
+/* One file tensor (c) of the walk: this rank's stage gathers it (the shard's owner, mine,
+ * writes it; a later pipeline stage's first rank streams it to the writer, ending the
+ * stage's region with the stream's last chunk); another stage's is received by the owner
+ * (world rank 0 on a pipeline). Returns a gather or stream failure. */
+static int qt_cd_tensor(const qt_plan *p, const qt_cd_cur *c, int mine, qt_ckpt_win *w,
+                        int *wrc)
+{
+    const qt_plan *q = qt_ckpp_stage(p, c->st);
+    qt_ckpt_piece pc;
+    if (c->st != qt_ckpp_mine(p)) {
+        if (!mine)
+            return QT_OK;
+        if (c->i == 0 && c->k == 0)
+            qt_ckpp_take_begin(p, c->st);
+        return qt_ckpp_take_n(qt_cd_bytes(p, c, &pc), wrc);
+    }
+    const int write = mine ? 1 : c->st > 0 && qt_ckpp_sender() ? QT_CKPT_SEND : 0;
+    int rc = qt_ckpt_save_piece(q, qt_cd_src[c->part], c->i, c->k, write, wrc, w);
+    if (!rc && write == QT_CKPT_SEND && c->i + 1 == q->n_params &&
+        c->k + 1 == qt_ckpt_count(q, c->i, 0))
+        rc = qt_ckpp_put_end();
+    return rc;
 }
 
 /* The collective walk: every tensor gathered in file order; this rank writes the shards
@@ -229,26 +264,26 @@ static int qt_cd_walk(const qt_plan *p, int32_t n_parts, int me, int n_ranks, in
 {
     int32_t s = 0;
     int64_t left = qt_cd.shard[0].n;
-    for (int32_t part = 0; part < n_parts; part++)
-        for (int32_t i = 0; i < p->n_params; i++) {
-            qt_ckpt_win w = {0, 0, 0};
-            for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
-                const int mine = s % n_ranks == me;
-                if (mine && !*wrc && left == qt_cd.shard[s].n)
-                    *wrc = qt_cd_shard_open(p, s, step);
-                int rc = qt_ckpt_save_piece(p, qt_cd_src[part], i, k, mine, wrc, &w);
-                if (rc)
-                    return rc;
-                if (--left == 0) {
-                    if (mine && !*wrc)
-                        *wrc = qt_st_wcommit();
-                    if (mine && *wrc)
-                        qt_st_wabort();
-                    if (++s < qt_cd.n_shards)
-                        left = qt_cd.shard[s].n;
-                }
-            }
+    qt_cd_cur c = {0, 0, 0, 0};
+    qt_ckpt_win w = {0, 0, 0};
+    do {
+        const int mine = s % n_ranks == me;
+        if (mine && !*wrc && left == qt_cd.shard[s].n)
+            *wrc = qt_cd_shard_open(p, s, step);
+        if (c.k == 0)
+            w = (qt_ckpt_win){0, 0, 0};
+        int rc = qt_cd_tensor(p, &c, mine, &w, wrc);
+        if (rc)
+            return rc;
+        if (--left == 0) {
+            if (mine && !*wrc)
+                *wrc = qt_st_wcommit();
+            if (mine && *wrc)
+                qt_st_wabort();
+            if (++s < qt_cd.n_shards)
+                left = qt_cd.shard[s].n;
         }
+    } while (qt_cd_next(p, &c, n_parts));
     return QT_OK;
 }
 
@@ -331,7 +366,7 @@ static int qt_cd_index(const qt_plan *p, const char *index_name, int32_t s0, int
         qt_cd_shard_name(s, shard, sizeof shard);
         qt_cd_cur c = qt_cd.shard[s].first;
         for (int64_t t = 0; t < qt_cd.shard[s].n; t++, qt_cd_next(p, &c, QT_CD_PARTS)) {
-            qt_ckpt_piece_at(p, c.i, 0, c.k, &pc);
+            qt_cd_bytes(p, &c, &pc);
             qt_cd_put(s == s0 && t == 0 ? "\n    \"" : ",\n    \"", qt_cd_prefix[c.part],
                       pc.name);
             qt_cd_put("\": \"", shard, "\"");
@@ -503,11 +538,19 @@ int qt_ckpt_check_dir_target(const char *key, const char *path, int overwrite)
 
 /* ---- the collective save ---- */
 
+/* Rank 0's bytes of buf to every rank (QT_COLL_ALL, or every stage's ranks: ckpt_pp.h). */
+static int qt_cd_bcast(const qt_plan *p, void *buf, int64_t bytes)
+{
+    return qt_ckpp_on(p) ? qt_ckpp_bcast(buf, bytes) : qt_coll_broadcast(QT_COLL_ALL, buf, bytes, 0);
+}
+
 int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_bytes,
                            int64_t step, int64_t data_pos)
 {
-    const int n_ranks = p->n_ranks > 1 ? p->n_ranks : 1;
-    const int me = n_ranks > 1 ? qt_comm_group_index(QT_COLL_ALL) : 0;
+    /* a pipeline: world rank 0 writes every shard (me 0, the others 1, as if of one rank) */
+    const int multi = p->n_ranks > 1, pp = qt_ckpp_on(p);
+    const int n_ranks = multi && !pp ? p->n_ranks : 1;
+    const int me = pp ? !qt_ckpp_writer() : multi ? qt_comm_group_index(QT_COLL_ALL) : 0;
     int rc, wrc = QT_OK;
     if (strlen(dir) + 32 >= sizeof qt_cd.dir)
         return qt_fail(QT_E_ARG, "save=%s: path too long", dir);
@@ -525,7 +568,7 @@ int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_byte
                           qt_cd.tmp, strerror(errno));
     }
     int64_t hdr[2] = {wrc, pid};
-    if (n_ranks > 1 && (rc = qt_coll_broadcast(QT_COLL_ALL, hdr, (int64_t)sizeof hdr, 0)))
+    if (multi && (rc = qt_cd_bcast(p, hdr, (int64_t)sizeof hdr)))
         return rc;
     if (hdr[0])
         return me == 0 ? wrc : QT_E_IO;
@@ -535,7 +578,7 @@ int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_byte
     if (me == 0 && !wrc && qt_cd.keep)
         wrc = qt_cd_keep_write(p, step);
     int64_t bad = wrc != QT_OK;
-    if (n_ranks > 1 && (rc = qt_coll_sum_i64(QT_COLL_ALL, &bad, 1)))
+    if (multi && (rc = qt_coll_sum_i64(QT_COLL_ALL, &bad, 1)))
         return rc;
     int64_t res = bad ? QT_E_IO : QT_OK;
     if (me == 0) {
@@ -552,7 +595,7 @@ int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_byte
             qt_st_remove_dir(qt_cd.tmp);
         }
     }
-    if (n_ranks > 1 && (rc = qt_coll_broadcast(QT_COLL_ALL, &res, (int64_t)sizeof res, 0)))
+    if (multi && (rc = qt_cd_bcast(p, &res, (int64_t)sizeof res)))
         return rc;
     return (int)res;
 }

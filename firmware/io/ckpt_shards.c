@@ -11,7 +11,8 @@
  *    changes;
  *  - the index and the shards agree exactly: each shard holds exactly the tensors the
  *    weight_map assigns to it (an error names the tensor, the shard and the index);
- *  - every plan piece is listed (split or fused expert names, as checkpoint.c), every
+ *  - every plan piece is listed (a pipeline stage: every stage's, ckpt_pp.h; split or fused
+ *    expert names, as checkpoint.c), every
  *    listed tensor is a plan piece or skippable (mtp.*, Qwen3.5 model.visual.*, and
  *    optimizer.* when the moments are not loaded);
  *  - optimizer.safetensors.index.json (same directory) is read, as part of the same weight
@@ -44,6 +45,7 @@
 #include "ckpt_common.h"
 #include "ckpt_shards.h"
 #include "ckpt_keep.h"
+#include "ckpt_pp.h"
 #include "safetensors.h"
 #include "st_index.h"
 #include "qt_hash64.h"
@@ -122,16 +124,19 @@ static int qt_cs_needed(const qt_ckpt_piece *pc, int32_t part, int32_t i)
     return b >= lo && a <= hi;
 }
 
-/* Every plan piece must be listed; listed tensors must be plan pieces or skippable. */
+/* Every plan piece must be listed (a pipeline stage: every stage's, the one-rank file's);
+ * listed tensors must be plan pieces or skippable. */
 static int qt_cs_check_names(const qt_plan *p, const char *index, int32_t *n_mtp,
                              int32_t *n_other)
 {
     qt_ckpt_piece pc;
     char want[128];
-    for (int32_t part = 0; part < qt_cs.n_parts; part++)
-        for (int32_t i = 0; i < p->n_params; i++)
+    for (int32_t ps = 0; ps < qt_cs.n_parts * qt_ckpp_count(p); ps++) {
+        const int32_t part = ps / qt_ckpp_count(p);
+        const qt_plan *q = qt_ckpp_stage(p, ps % qt_ckpp_count(p));
+        for (int32_t i = 0; i < q->n_params; i++)
             for (int32_t k = 0;; k++) {
-                int32_t e = qt_cs_entry(p, part, i, k, &pc);
+                int32_t e = qt_cs_entry(q, part, i, k, &pc);
                 if (e == -2)
                     break;
                 if (e < 0) {
@@ -142,6 +147,7 @@ static int qt_cs_check_names(const qt_plan *p, const char *index, int32_t *n_mtp
                 }
                 *qt_sx_mark(e) |= QT_MARK_PLAN;
             }
+    }
     for (int32_t e = 0; e < qt_sx_count(); e++) {
         const char *nm = qt_sx_name(e);
         int mtp;

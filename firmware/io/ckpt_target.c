@@ -13,6 +13,8 @@
  * Claim (qt_checkpoint_claim, collective): rank 0 takes the lock, removes the temporaries
  * of dead writers, and on a mesh with a save= directory writes the probe; its status goes
  * to every rank with the probe's bytes, so a refusal on rank 0 stops every rank at once.
+ * A pipeline (one file, written by world rank 0: ckpt_pp.h) has no probe; world rank 0
+ * takes the lock and its status goes to every rank of every stage.
  * Probe: rank 0 writes "<path>.tmp.<pid>" (a name the stale-temporary rule removes if the
  * job dies in between) with its host, pid and clock, fsyncs it and broadcasts the bytes;
  * every rank reads the file back and compares; the ranks sum their verdicts, so all of them
@@ -37,6 +39,7 @@
 #include "qt_err.h"
 #include "ckpt_map.h"
 #include "ckpt_dir.h"
+#include "ckpt_pp.h"
 #include "safetensors.h"
 #include "st_index.h"
 #include "comm/qt_coll.h"
@@ -223,11 +226,17 @@ static int64_t qt_ct_probe_read(const char *key, const char *path, long pid0)
     return 0;
 }
 
+/* Rank 0's bcast bytes (QT_COLL_ALL, or every stage's ranks: ckpt_pp.h) to every rank. */
+static int qt_ct_bcast(const qt_plan *p, void *buf, int64_t bytes)
+{
+    return qt_ckpp_on(p) ? qt_ckpp_bcast(buf, bytes) : qt_coll_broadcast(QT_COLL_ALL, buf, bytes, 0);
+}
+
 int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int overwrite)
 {
     const int n = p->n_ranks > 1 ? p->n_ranks : 1;
-    const int me = n > 1 ? qt_comm_group_index(QT_COLL_ALL) : 0;
-    const int probe = n > 1 && !qt_checkpoint_is_file(path);
+    const int me = n == 1 ? 0 : qt_ckpp_on(p) ? !qt_ckpp_writer() : qt_comm_group_index(QT_COLL_ALL);
+    const int probe = n > 1 && !qt_checkpoint_is_file(path) && !qt_ckpp_on(p);
     int rc;
     int64_t st = QT_OK, pid0 = (int64_t)getpid();
     qt_ct_host();
@@ -241,8 +250,8 @@ int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int
     if (n == 1)
         return (int)st;
     memcpy(qt_ct.bcast, &st, 8);
-    if ((rc = qt_coll_broadcast(QT_COLL_ALL, qt_ct.bcast, (int64_t)sizeof qt_ct.bcast, 0)) ||
-        (rc = qt_coll_broadcast(QT_COLL_ALL, &pid0, (int64_t)sizeof pid0, 0)))
+    if ((rc = qt_ct_bcast(p, qt_ct.bcast, (int64_t)sizeof qt_ct.bcast)) ||
+        (rc = qt_ct_bcast(p, &pid0, (int64_t)sizeof pid0)))
         return rc;
     memcpy(&st, qt_ct.bcast, 8);
     if (st != QT_OK) {   /* rank 0 said why; every rank stops with it */
@@ -272,16 +281,12 @@ int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int
 
 /* ---- the file-size limit ---- */
 
-/* Tensor data bytes of one region (parameters, or one Adam moment) in a file. */
+/* Tensor data bytes of one region (parameters, or one Adam moment) in a file (a
+ * pipeline's: every stage's). */
 static int64_t qt_ct_region_bytes(const qt_plan *p)
 {
-    qt_ckpt_piece pc;
     int64_t total = 0;
-    for (int32_t i = 0; i < p->n_params; i++)
-        for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
-            qt_ckpt_piece_at(p, i, 0, k, &pc);
-            total += 4 * pc.rows * pc.row_len;
-        }
+    for (int s = 0; s < qt_ckpp_count(p); s++) total += qt_ckpp_region_bytes(qt_ckpp_stage(p, s));
     return total;
 }
 

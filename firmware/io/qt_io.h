@@ -44,6 +44,17 @@ int qt_checkpoint_load(const qt_plan *p, const char *path, int want_optimizer,
 int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer,
                        int64_t step, int64_t data_pos);
 
+/* A pipeline plan p (pipeline_stages S > 1, docs/pipeline.md "Checkpoints") in a run that
+ * reads or writes a checkpoint file (key: the first of save=, load=, dump_grads= given;
+ * NULL: none, and this is a no-op): every stage's plan, stage(k) for k = 0 .. S - 1
+ * (qt_main_stage_plan), so that checkpoints span the stages: a save writes the one-rank file
+ * (world rank 0 writes it, each later stage's first rank streams its stage's data to it), a
+ * load checks every stage's tensors and keeps this stage's, and the state hash is the
+ * one-rank plan's. Each stage's parameters must follow the previous stage's in the one-rank
+ * order (else QT_E_PLAN naming the key and the stage; the same verdict on every rank). Call
+ * it on every rank before any other checkpoint function; 0 without stages. */
+int qt_checkpoint_set_stages(const qt_plan *p, const qt_plan *(*stage)(int k), const char *key);
+
 /* Write a checkpoint as a Hugging Face sharded directory `dir` (ckpt_dir.c): model-0000K-of-
  * 0000N.safetensors + model.safetensors.index.json (HF names, loadable by transformers),
  * and the Adam moments as optimizer-0000K-of-0000M.safetensors +
@@ -51,7 +62,8 @@ int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer,
  * data position, plan hash, state hash and run name; config.json of the plan and the
  * tokenizer= files are added where the directory has none (hf_config.h). Shards hold at most shard_bytes of
  * tensor data (a bigger tensor gets its own). Collective on a mesh: every rank writes its
- * share of the shards (shard s by world rank s mod n_ranks), no rank holds more than one
+ * share of the shards (shard s by world rank s mod n_ranks; a pipeline: world rank 0 writes
+ * them all, ckpt_pp.h), no rank holds more than one
  * gathered tensor at a time. Atomic: the directory is built as <dir>.tmp.<pid> and swapped
  * in with renameat2(RENAME_EXCHANGE), the indexes written last; on any failure <dir> is
  * the previous checkpoint, untouched. Every rank returns the same code (QT_E_COMM: abort).

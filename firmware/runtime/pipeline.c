@@ -20,7 +20,10 @@
  *    keeps that order; sends are flushed at the end of every group (before its slots are
  *    reused); no heap, no reduction of floats;
  *  - the bubble's clocks (pipeline_time.c) are read around the waits only: no bit depends
- *    on them.
+ *    on them;
+ *  - the held-out eval (qt_pp_eval_forward, plans without repeats) runs forwards only, one
+ *    chunk at a time through the stages on channel 0 (the lb sums on 3), each send waited
+ *    for before the next chunk; its metrics, as the step's, are the last stage's (channel 2).
  */
 #include <stdint.h>
 #include <string.h>
@@ -363,21 +366,58 @@ int qt_pp_warm(const qt_plan *p, double deadline)
     return QT_OK;
 }
 
-int qt_pp_share_metrics(const qt_plan *p, qt_step_metrics *m)
+/* The last stage's `bytes` of m to the other stages (at this rank's place in each). */
+static int qt_pp_share_last(const qt_plan *p, void *m, int64_t bytes)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
     int ranks[QT_PP_MAX_STAGES];
     const int S = p->pipeline_stages, s = qt_pp_peers(p, ranks);
     if (s == S - 1) {
         for (int k = 0; k < S - 1; k++) {
-            int rc = qt_coll_p2p_send(ranks[k], QT_PP_METRICS, m, (int64_t)sizeof *m);
+            int rc = qt_coll_p2p_send(ranks[k], QT_PP_METRICS, m, bytes);
             if (rc) return rc;
         }
         return qt_coll_p2p_flush();
     }
     const double w0 = qt_pp_clock();
-    int rc = qt_coll_p2p_recv(ranks[S - 1], QT_PP_METRICS, m, (int64_t)sizeof *m);
+    int rc = qt_coll_p2p_recv(ranks[S - 1], QT_PP_METRICS, m, bytes);
     qt_pp_time_add(QT_PP_T_MERGE, w0);
+    return rc;
+}
+
+int qt_pp_share_metrics(const qt_plan *p, qt_step_metrics *m)
+{
+    return qt_pp_share_last(p, m, (int64_t)sizeof *m);
+}
+
+int qt_pp_share_eval(const qt_plan *p, qt_eval_metrics *e)
+{
+    return qt_pp_share_last(p, e, (int64_t)sizeof *e);
+}
+
+int qt_pp_eval_forward(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st)
+{
+    const qt_plan *p = ctx->plan;
+    int ranks[QT_PP_MAX_STAGES];
+    const int S = p->pipeline_stages, s = qt_pp_peers(p, ranks);
+    const int64_t bytes = qt_pp_msg_bytes(p);
+    /* with the load-balance loss the running lb sums go on beside the activations, as in
+     * training (channel 3), so every stage's lb_seq is one rank's */
+    const int64_t lbb = p->lb_seq != QT_NONE
+                            ? p->tensors[p->lb_seq].shape[0] * (int64_t)sizeof(float) : 0;
+    int rc = s > 0 ? qt_coll_p2p_recv(ranks[s - 1], QT_PP_ACT, qt_pp_bytes(ctx, p->pp_in), bytes)
+                   : QT_OK;
+    if (!rc && s > 0 && lbb)
+        rc = qt_coll_p2p_recv(ranks[s - 1], QT_PP_LB, qt_pp_bytes(ctx, p->lb_seq), lbb);
+    if (rc) return rc;
+    qt_interp_run_forward(ctx, table, s == S - 1 ? p->train.eval_fwd_ops : p->pp_fwd_ops, st);
+    if (*ctx->status) return *ctx->status;
+    if (s < S - 1) {
+        rc = qt_coll_p2p_send(ranks[s + 1], QT_PP_ACT, qt_pp_bytes(ctx, p->pp_out), bytes);
+        if (!rc && lbb)
+            rc = qt_coll_p2p_send(ranks[s + 1], QT_PP_LB, qt_pp_bytes(ctx, p->lb_seq), lbb);
+        if (!rc) rc = qt_coll_p2p_flush();
+    }
     return rc;
 }
 

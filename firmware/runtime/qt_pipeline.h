@@ -102,6 +102,15 @@ int qt_pp_warm(const qt_plan *p, double deadline);
 /* The step's metrics on every stage from the last stage's (*m: the loss fields the last
  * stage computed; the others receive them). 0 or QT_E_COMM. */
 int qt_pp_share_metrics(const qt_plan *p, qt_step_metrics *m);
+/* The same for an eval's metrics (the last stage computes the loss). */
+int qt_pp_share_eval(const qt_plan *p, qt_eval_metrics *e);
+
+/* One chunk of the held-out eval (its tokens and targets filled on every stage): a stage
+ * after the first receives its input boundary from the one before; a stage before the last
+ * runs its forward (pp_fwd_ops) and sends its output on (waiting for the send); the last
+ * stage runs the eval forward through the loss (eval_fwd_ops: loss_seq). Forward only: no
+ * gradient, nothing pushed. 0 or QT_E_* (a kernel's, a peer's). */
+int qt_pp_eval_forward(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st);
 
 /* Exact merges over the stages (the ranks with this rank's place in the other stages):
  * *a becomes the sum of every stage's accumulator; v[0 .. n) each the sum mod 2^64 (an

@@ -33,6 +33,9 @@ void qt_heap_audit_mark(int in_steps) __attribute__((weak));
 
 /* The plan this binary was built for (generated/<run>/plan_main.c). */
 const qt_plan *qt_main_plan(void);
+/* A pipeline plan's stage k (0 .. pipeline_stages - 1), or NULL: defined by the
+ * plan_main.c of pipeline plans only (weak: NULL elsewhere). */
+const qt_plan *qt_main_stage_plan(int k) __attribute__((weak));
 
 int qt_runtime_init(const qt_plan *p, const qt_run_opts *o);
 /* Initialise every parameter from the plan's init rules with the given seed (counter-based

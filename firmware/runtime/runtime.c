@@ -611,7 +611,12 @@ int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_m
                 for (int64_t i = 0; i < b * St; i++) n += tg[i] >= 0;
                 qt_exact_add_f(&cnt, (float)n);
             }
-            qt_interp_run_forward(ctx, table, p->train.eval_fwd_ops, &st);
+            if (p->pipeline_stages > 1) {   /* the stages in turn, the loss on the last */
+                rc = qt_pp_eval_forward(ctx, table, &st);
+                if (rc) return rc;
+            } else {
+                qt_interp_run_forward(ctx, table, p->train.eval_fwd_ops, &st);
+            }
             if (qt_rt.status) return qt_rt.status;
             const float *ls = qt_f32(ctx, p->loss_seq);
             for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&loss, ls[s]);
@@ -627,7 +632,8 @@ int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_m
     e->tokens = (int64_t)n_tok;
     e->batches = n_batches;
     e->seconds = qt_runtime_now() - tstart;
-    return QT_OK;
+    /* a pipeline: the loss is the last stage's */
+    return qt_pp_share_eval(p, e);
 }
 
 /* Walks the step schedule through the kernel table; with `grads_only` it stops before the

@@ -294,7 +294,9 @@ static int qt_validate_eval(const qt_plan *p)
         rc = qt_validate_split_op(p, &w, op, c.logical, "eval forward");
     }
     if (rc) return rc;
-    if (n < 1 || !last || last->kind != QT_OP_XENT)
+    /* a pipeline stage before the last ends at its output boundary (pp_out, sent on) */
+    const int to_loss = p->pipeline_stages <= 1 || p->pp_stage == p->pipeline_stages - 1;
+    if (n < 1 || !last || (to_loss && last->kind != QT_OP_XENT))
         return qt_fail(QT_E_PLAN, "plan %s: the eval forward (microbatch ops 0..%lld) does not "
                        "end with the cross entropy", p->run_name, (long long)n - 1);
     return qt_validate_split_end(p, &w, "eval forward");
@@ -367,8 +369,9 @@ int qt_validate_pipeline(const qt_plan *p)
     if (p->pipeline_stages <= 1) return QT_OK;
     /* what the pipeline driver runs today (runtime/pipeline.c): stages of any one-slice mesh
      * (their collectives over the stage's ranks, qt_comm_mesh_set_base), gpipe with circular
-     * repeats or 1f1b with one, fp32 or bf16, the load-balance and z losses, token dropping, packing, scanned layers, no MTP
-     * head; anything else is named by its key */
+     * repeats or 1f1b with one, fp32 or bf16, the load-balance and z losses, token
+     * dropping, packing, scanned layers, the held-out eval without repeats, no MTP head;
+     * anything else is named by its key */
     const char *what = NULL;
     int64_t per = 1;
     for (int a = 0; a < QT_MESH_COUNT; a++) per *= p->mesh[a];
@@ -393,11 +396,12 @@ int qt_validate_pipeline(const qt_plan *p)
                "num_pipeline_microbatches x num_pipeline_repeats, 3 x with "
                "load_balance_loss_weight > 0: the lb sums; one request stays for the "
                "receive posted ahead)";
+    else if (p->pp_repeats > 1 && p->train.eval_interval > 0)
+        what = "eval_interval > 0 and num_pipeline_repeats > 1 (the held-out eval's forward "
+               "runs each stage's layers once, stage after stage)";
     else if (p->mtp_layers > 0)
         what = "mtp_num_layers > 0 (the MTP head: its embedding is stage 0's, its layers "
                "and loss the last stage's)";
-    else if (p->train.eval_interval > 0)
-        what = "eval_interval (the held-out eval)";
     else if (p->pp_slots == QT_NONE || p->pp_stage < 0 || p->pp_stage >= p->pipeline_stages)
         what = "stage tables without their boundaries (a plan from an older configgen)";
     int R;

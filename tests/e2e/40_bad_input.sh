@@ -294,11 +294,11 @@ check "configgen: 1f1b with circular repeats names the repeats" \
 check "configgen: a pipeline schedule over the budget names the schedule and the microbatches" \
   expect_fail "(pipeline stage 0 of 2 under pipeline_schedule=gpipe with num_pipeline_microbatches=2: 2 microbatches in flight; 1f1b needs one repeat)" \
   $PP device_memory_gib=0.001
-# a pipeline run in a form the driver does not execute yet (dump_grads=) is refused, on
+# a pipeline run in a form the driver does not execute yet (dump_grads= on a circular plan) is refused, on
 # one rank or on its 2, naming the key, before qtrain maps the arena or reads the data
 pp_refused() {
   local d=$QT_TMP/pp-refused; rm -rf $d; mkdir -p $d
-  local msg="plan pp-next-pp2 has 2 pipeline stages: pipeline plans with dump_grads= are not executed yet"
+  local msg="dump_grads: plan pp-next-pp2 has num_pipeline_repeats 2: checkpoints on a circular pipeline are not written yet"
   expect_fail "$msg" build/pp-next-pp2/qtrain steps=1 data=$T dump_grads=$d/dg || return 1
   timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$T dump_grads=$d/dg > /dev/null 2> $d/err.txt && { echo "mpiexec -n 2: accepted"; return 1; }
   [ "$(grep -c -F "$msg" $d/err.txt)" -ge 1 ] || { cat $d/err.txt; return 1; }

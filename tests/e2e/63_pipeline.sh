@@ -37,8 +37,10 @@
 #     has another step-0 loss than one rank;
 #   * receives posted ahead off (QT_PP_PREFETCH=0) give the same bits;
 #   * refusals: a pipeline form the driver does not run yet names its key (dump_grads=, on
-#     pp-next-pp2; repeats with expert parallelism's microbatch gradient form) and save= is
-#     refused on a pipeline plan.
+#   * refusals: a pipeline form the driver does not run yet names its key (dump_grads= and
+#     save= on the circular pp-next-pp2; repeats with expert parallelism's microbatch gradient
+#     form);
+#   * the held-out eval, checkpoints (save=, load=, dump_grads=) on pipeline meshes: below.
 PP_D=$QT_TMP/pp
 PP_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 
@@ -297,7 +299,8 @@ pp_refusals() {
   local e=$PP_D/refuse.err
   timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$PP_DATA dump_grads=$PP_D/dg \
     > /dev/null 2> "$e" && { echo "dump_grads= accepted"; return 1; }
-  grep -q "pipeline plans with dump_grads= are not executed yet" "$e" || { cat "$e"; return 1; }
+  grep -q "num_pipeline_repeats 2: checkpoints on a circular pipeline are not written yet" "$e" ||
+    { cat "$e"; return 1; }
   [ ! -e "$PP_D/dg" ] || { echo "dump_grads= wrote $PP_D/dg"; return 1; }
   # repeats with the microbatch gradient form (expert parallelism) name both
   pp_variant pp2r2ep2-next test-next-tiny $NEXT_PPC num_ranks=4 ici_fsdp_parallelism=1 \
@@ -306,15 +309,229 @@ pp_refusals() {
     { echo "repeats with the microbatch form accepted"; return 1; }
   grep -q "pipeline plans with num_pipeline_repeats > 1 and the microbatch or per-layer gradient form" "$e" ||
     { cat "$e"; return 1; }
-  pp_variant pp2-next-gpipe test-next-tiny $NEXT_PP || return 1
-  timeout 60 mpiexec -n 2 "$PP_D/pp2-next-gpipe/qtrain" steps=1 data=$PP_DATA save=$PP_D/ck \
-    > /dev/null 2> "$e" && { echo "save= accepted"; return 1; }
-  grep -q "pipeline plans with save= are not executed yet" "$e" || { cat "$e"; return 1; }
-  [ ! -e "$PP_D/ck" ] || { echo "save= wrote $PP_D/ck"; return 1; }
+  timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$PP_DATA save=$PP_D/ck.safetensors \
+    > /dev/null 2> "$e" && { echo "save= accepted on a circular plan"; return 1; }
+  grep -q "num_pipeline_repeats 2: checkpoints on a circular pipeline are not written yet" "$e" ||
+    { cat "$e"; return 1; }
+  [ ! -e "$PP_D/ck.safetensors" ] || { echo "save= wrote $PP_D/ck.safetensors"; return 1; }
   pp_variant pp2-next-gpipe-mtp test-next-tiny $NEXT_PP mtp_num_layers=1 || return 1
   timeout 60 mpiexec -n 2 "$PP_D/pp2-next-gpipe-mtp/qtrain" steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
     { echo "MTP pipeline plan accepted"; return 1; }
   grep -q "pipeline plans with mtp_num_layers > 0 (the MTP head" "$e" || { cat "$e"; return 1; }
   head -n 1 "$e"
 }
-check "pipeline: forms not executed yet (dump_grads=, repeats x EP2, MTP, save=) are refused naming the key" pp_refusals
+check "pipeline: forms not executed yet (dump_grads= and save= on a circular plan, repeats x EP2, MTP) are refused naming the key" pp_refusals
+
+# pp_run NAME RANKS ARGS...: $PP_D/NAME/qtrain on RANKS ranks, tiny data, seed 11
+pp_run() {
+  local name=$1 n=$2; shift 2
+  if [ "$n" -eq 1 ]; then
+    timeout 120 "$PP_D/$name/qtrain" data=$PP_DATA seed=11 "$@"
+  else
+    timeout 120 mpiexec -n "$n" "$PP_D/$name/qtrain" data=$PP_DATA seed=11 "$@"
+  fi
+}
+
+# ---- the held-out eval on pipeline meshes (docs/pipeline.md "The held-out eval") ----
+# eval-next-1r.yml (evals after steps 1, 4, 7 on eval_data=, 5 eval batches of 4 sequences)
+# on PP2, PP2 x DP2 and PP4: every training line (loss bits, fingerprint) and every eval line
+# (eval loss bits) over 10 steps == one rank's, and rank 0 prints one rank's eval summary.
+pp_eval_same() {
+  local one=$1 pp=$2 n=$3 d=$PP_D/eval
+  mkdir -p "$d"
+  pp_variant pp1r-eval eval-next-1r &&
+    pp_variant pp2-eval eval-next-1r $NEXT_PP per_device_batch_size=2 &&
+    pp_variant pp2dp2-eval eval-next-1r $NEXT_PP4 ici_data_parallelism=2 per_device_batch_size=1 &&
+    pp_variant pp4-eval eval-next-1r num_ranks=4 ici_pipeline_parallelism=4 num_layers_per_pipeline_stage=1 \
+      per_device_batch_size=1 num_pipeline_microbatches=4 pipeline_schedule=1f1b || return 1
+  [ -s "$d/$one.det" ] || { pp_run "$one" 1 steps=10 eval_data=$PP_DATA metrics=$d/$one.jsonl 2> "$d/$one.err" &&
+    det_fields "$d/$one.jsonl" > "$d/$one.det"; } || { tail -n 3 "$d/$one.err"; return 1; }
+  rm -f "$d/$pp.jsonl"
+  pp_run "$pp" "$n" steps=10 eval_data=$PP_DATA metrics=$d/$pp.jsonl 2> "$d/$pp.err" ||
+    { tail -n 3 "$d/$pp.err"; return 1; }
+  det_fields "$d/$pp.jsonl" > "$d/$pp.det"
+  [ "$(grep -c eval_loss "$d/$pp.det")" -eq 3 ] || { echo "expected 3 eval lines"; return 1; }
+  cmp "$d/$one.det" "$d/$pp.det" || { diff "$d/$one.det" "$d/$pp.det" | head -4; return 1; }
+  cmp <(grep "evals (" "$d/$one.err") <(grep "evals (" "$d/$pp.err") || return 1
+  echo "identical over 10 steps and 3 evals: $(grep eval_loss "$d/$pp.det" | tail -n 1)"
+}
+check "pipeline eval: PP2 (2 ranks) evals and training == one rank's, bit for bit" \
+  pp_eval_same pp1r-eval pp2-eval 2
+check "pipeline eval: PP2 x DP2 (4 ranks) evals and training == one rank's, bit for bit" \
+  pp_eval_same pp1r-eval pp2dp2-eval 4
+check "pipeline eval: PP4 (1f1b, two middle stages) evals and training == one rank's, bit for bit" \
+  pp_eval_same pp1r-eval pp4-eval 4
+
+# ---- checkpoints on pipeline meshes (docs/pipeline.md "Checkpoints") ----
+# A save on a pipeline mesh is the one-rank file (world rank 0 writes it; each later stage's
+# first rank streams its stage's tensors to it); a load on a pipeline mesh checks every
+# stage's tensors and each stage keeps its own. Checked: the file after 5 steps == one
+# rank's, byte for byte (ckpt_same_file: the header with plan hash and run name blanked, the
+# tensor bytes); resumes across meshes continue the uninterrupted one-rank run, loss bits and
+# fingerprint of steps 6..10 bit for bit (0 ulp).
+
+
+# pp_ck_save NAME RANKS [EXT]: NAME's checkpoint after 5 steps, $PP_D/ck/NAME.EXT (cached)
+pp_ck_save() {
+  local f=$PP_D/ck/$1${3:-.safetensors}
+  mkdir -p "$PP_D/ck"
+  [ -e "$f" ] || pp_run "$1" "$2" steps=5 save=$f save_shard_size=64K 2> "$PP_D/ck/$1.save.log" ||
+    { tail -n 3 "$PP_D/ck/$1.save.log"; return 1; }
+}
+
+# pp_ck_file_eq ONE PP RANKS: PP's checkpoint file after 5 steps == ONE's (one rank)
+pp_ck_file_eq() {
+  pp_ck_save "$1" 1 && pp_ck_save "$2" "$3" || return 1
+  ckpt_same_file "$PP_D/ck/$1.safetensors" "$PP_D/ck/$2.safetensors"
+}
+
+# pp_ck_resume ONE SAVE SAVE_RANKS LOAD LOAD_RANKS [EXT]: SAVE's checkpoint at step 5 (a
+# .safetensors file, or EXT "/" a sharded directory), resumed by LOAD to step 10: steps 6..10
+# == ONE's uninterrupted 10 steps on one rank
+pp_ck_resume() {
+  local one=$1 sv=$2 sn=$3 ld=$4 ln=$5 ext=${6:-.safetensors} d=$PP_D/ck tag=$2-to-$4${6:+-dir}
+  mkdir -p "$d"
+  if [ ! -s "$d/$one-ref.det" ]; then
+    pp_run "$one" 1 steps=10 metrics=$d/$one-ref.jsonl 2> /dev/null || return 1
+    det_fields "$d/$one-ref.jsonl" | tail -n 5 > "$d/$one-ref.det"
+  fi
+  [ "$ext" = / ] && ext=.dir
+  pp_ck_save "$sv" "$sn" "$ext" || return 1
+  rm -f "$d/$tag.jsonl"
+  pp_run "$ld" "$ln" steps=10 load=$d/$sv$ext metrics=$d/$tag.jsonl 2> "$d/$tag.log" ||
+    { tail -n 3 "$d/$tag.log"; return 1; }
+  grep -q "resuming from .* at step 5" "$d/$tag.log" || { echo "did not resume at step 5"; return 1; }
+  det_fields "$d/$tag.jsonl" > "$d/$tag.det"
+  [ "$(wc -l < "$d/$tag.det")" -eq 5 ] || { echo "expected 5 metrics lines (steps 6..10)"; return 1; }
+  cmp "$d/$one-ref.det" "$d/$tag.det" && echo "steps 6..10 identical: $(tail -n 1 "$d/$tag.det")"
+}
+
+pp_ck_cells() {
+  pp_variant pp1r-next-b4 test-next-tiny per_device_batch_size=4 &&
+    pp_variant pp2-next-gpipe test-next-tiny $NEXT_PP &&
+    pp_variant pp2-next-1f1b-m4 test-next-tiny $NEXT_PP num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant dp2-next-b4 test-next-tiny num_ranks=2 ici_data_parallelism=2 ici_fsdp_parallelism=1 per_device_batch_size=2 &&
+    pp_variant pp1r-next-b8 test-next-tiny per_device_batch_size=8 &&
+    pp_variant pp2-next-b8 test-next-tiny $NEXT_PP per_device_batch_size=4 &&
+    pp_variant pp2dp2-next-1f1b-z1 test-next-tiny $NEXT_PP4 ici_data_parallelism=2 \
+      shard_optimizer_over_data=true num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp1r-35-b4 test-35-tiny per_device_batch_size=4 &&
+    pp_variant pp2-35-gpipe test-35-tiny $NEXT_PP &&
+    pp_variant pp4-next-1f1b-m4 test-next-tiny num_ranks=4 ici_pipeline_parallelism=4 \
+      num_layers_per_pipeline_stage=1 per_device_batch_size=1 num_pipeline_microbatches=4 pipeline_schedule=1f1b
+}
+check "pipeline ckpt: configgen plans and builds the checkpoint cells" pp_ck_cells
+# pp_ck_dir_eq ONE PP RANKS: PP's sharded directory after 5 steps (64 KiB shards: a shard
+# holds tensors of both stages) == ONE's: every shard and config.json byte for byte, the
+# indexes once plan hash and run name are blanked
+pp_ck_dir_eq() {
+  pp_ck_save "$1" 1 .dir && pp_ck_save "$2" "$3" .dir || return 1
+  cmp "$PP_D/ck/$1.dir/config.json" "$PP_D/ck/$2.dir/config.json" || return 1
+  ckpt_dir_eq "$PP_D/ck/$1.dir" "$PP_D/ck/$2.dir"
+}
+# PP2, PP2 x DP2 ZeRO-1 (1f1b, 4 ranks), Qwen3.5 PP2, PP4 (two middle stages streaming to
+# rank 0): the file and the directory
+for cell in "pp1r-next-b4 pp2-next-gpipe 2" "pp1r-next-b8 pp2dp2-next-1f1b-z1 4" \
+            "pp1r-35-b4 pp2-35-gpipe 2" "pp1r-next-b4 pp4-next-1f1b-m4 4"; do
+  set -- $cell
+  check "pipeline ckpt: the ${2#pp} checkpoint file after 5 steps ($3 ranks) == one rank's ($1), byte for byte" \
+    pp_ck_file_eq "$@"
+  check "pipeline ckpt: the ${2#pp} sharded directory after 5 steps ($3 ranks) == one rank's ($1), byte for byte" \
+    pp_ck_dir_eq "$@"
+done
+check "pipeline ckpt: save on PP2 (sharded directory) at step 5, resume on one rank == 10 one-rank steps" \
+  pp_ck_resume pp1r-next-b4 pp2-next-gpipe 2 pp1r-next-b4 1 /
+check "pipeline ckpt: save on PP2 x DP2 ZeRO-1 (sharded directory), resume on PP2 == one rank" \
+  pp_ck_resume pp1r-next-b8 pp2dp2-next-1f1b-z1 4 pp2-next-b8 2 /
+check "pipeline ckpt: save on PP2 at step 5, resume on one rank == 10 one-rank steps" \
+  pp_ck_resume pp1r-next-b4 pp2-next-gpipe 2 pp1r-next-b4 1
+check "pipeline ckpt: save on one rank, resume on PP2 (1f1b) == one rank" \
+  pp_ck_resume pp1r-next-b4 pp1r-next-b4 1 pp2-next-1f1b-m4 2
+check "pipeline ckpt: save on one rank (sharded directory), resume on PP2 == one rank" \
+  pp_ck_resume pp1r-next-b4 pp1r-next-b4 1 pp2-next-gpipe 2 /
+check "pipeline ckpt: save on PP4 (1f1b, one layer per stage), resume on one rank == one rank" \
+  pp_ck_resume pp1r-next-b4 pp4-next-1f1b-m4 4 pp1r-next-b4 1
+check "pipeline ckpt: save on one rank (sharded directory), resume on PP4 == one rank" \
+  pp_ck_resume pp1r-next-b4 pp1r-next-b4 1 pp4-next-1f1b-m4 4 /
+check "pipeline ckpt: save on PP2, resume on DP2 == one rank" \
+  pp_ck_resume pp1r-next-b4 pp2-next-gpipe 2 dp2-next-b4 2
+check "pipeline ckpt: save on PP2 x DP2 ZeRO-1 (4 ranks), resume on one rank == one rank" \
+  pp_ck_resume pp1r-next-b8 pp2dp2-next-1f1b-z1 4 pp1r-next-b8 1
+check "pipeline ckpt: save on one rank, resume on PP2 x DP2 ZeRO-1 (4 ranks) == one rank" \
+  pp_ck_resume pp1r-next-b8 pp1r-next-b8 1 pp2dp2-next-1f1b-z1 4
+check "pipeline ckpt: Qwen3.5 save on PP2, resume on one rank == one rank" \
+  pp_ck_resume pp1r-35-b4 pp2-35-gpipe 2 pp1r-35-b4 1
+check "pipeline ckpt: Qwen3.5 save on one rank, resume on PP2 == one rank" \
+  pp_ck_resume pp1r-35-b4 pp1r-35-b4 1 pp2-35-gpipe 2
+
+# dump_grads= on PP2 and on PP2 x DP2 ZeRO-1: the gradient file == one rank's
+pp_ck_grads() {
+  local one=$1 pp=$2 n=$3 d=$PP_D/ck
+  mkdir -p "$d"
+  pp_run "$one" 1 steps=0 dump_grads=$d/g-$one.safetensors overwrite=1 2> /dev/null || return 1
+  pp_run "$pp" "$n" steps=0 dump_grads=$d/g-$pp.safetensors overwrite=1 2> "$d/g-$pp.log" ||
+    { tail -n 3 "$d/g-$pp.log"; return 1; }
+  ckpt_same_file "$d/g-$one.safetensors" "$d/g-$pp.safetensors"
+}
+check "pipeline ckpt: dump_grads on PP2 == one rank's gradient file" pp_ck_grads pp1r-next-b4 pp2-next-gpipe 2
+check "pipeline ckpt: dump_grads on PP2 x DP2 ZeRO-1 == one rank's gradient file" \
+  pp_ck_grads pp1r-next-b8 pp2dp2-next-1f1b-z1 4
+
+# pp_ck_drop IN OUT NAME: the safetensors file IN without tensor NAME, as OUT
+pp_ck_drop() {
+  python3 - "$@" << 'PY'
+import json, struct, sys
+src, dst, drop = sys.argv[1:4]
+b = open(src, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+data, out, at = b[8 + n:], {}, 0
+parts = []
+for k, v in h.items():
+    if k == '__metadata__' or k == drop:
+        if k == '__metadata__': out[k] = v
+        continue
+    s, e = v['data_offsets']
+    parts.append(data[s:e])
+    out[k] = dict(v, data_offsets=[at, at + e - s])
+    at += e - s
+hb = json.dumps(out, separators=(',', ':')).encode()
+open(dst, 'wb').write(struct.pack('<Q', len(hb)) + hb + b''.join(parts))
+PY
+}
+
+# bad checkpoints are refused on every rank of the pipeline, naming the file, before any
+# step (no metrics file): one byte short; another model's (Qwen3.5's into Qwen3-Next); the
+# one-rank file without the final norm (a tensor of stage 1: stage 0's rank names it too,
+# every stage checks every stage's tensors)
+pp_ck_bad() {
+  local d=$PP_D/ck bad=$PP_D/ck/bad.safetensors out what want
+  pp_ck_save pp1r-next-b4 1 && pp_ck_save pp1r-35-b4 1 || return 1
+  for what in short other missing; do
+    rm -f "$d/bad.jsonl"
+    want="rank [01]/2: .*$bad"
+    case $what in
+      short) cp "$d/pp1r-next-b4.safetensors" "$bad" && truncate -s -1 "$bad" ;;
+      other) cp "$d/pp1r-35-b4.safetensors" "$bad" ;;
+      missing) pp_ck_drop "$d/pp1r-next-b4.safetensors" "$bad" model.norm.weight || return 1
+               want="rank 0/2: .*$bad.*model.norm.weight" ;;
+    esac
+    out=$(pp_run pp2-next-gpipe 2 steps=10 load=$bad metrics=$d/bad.jsonl 2>&1) &&
+      { echo "$what: loaded a bad checkpoint"; return 1; }
+    echo "$out" | grep -m1 "$want" || { echo "$out" | tail -n 3; return 1; }
+    [ ! -e "$d/bad.jsonl" ] || { echo "$what: a metrics file was written"; return 1; }
+  done
+}
+check "pipeline ckpt: a truncated checkpoint, another model's and one missing a stage-1 tensor are refused on PP2, naming the file" pp_ck_bad
+
+# save= on a pipeline mesh never replaces a file that is not a qtrain checkpoint without
+# overwrite=1 (the rule of every save), and writes nothing
+pp_ck_no_clobber() {
+  local f=$PP_D/ck/user.safetensors out
+  mkdir -p "$PP_D/ck"
+  echo "user data" > "$f"
+  out=$(pp_run pp2-next-gpipe 2 steps=1 save=$f 2>&1) && { echo "replaced a user's file"; return 1; }
+  echo "$out" | grep -m1 "save=$f exists and is not a qtrain checkpoint" || { echo "$out" | tail -n 3; return 1; }
+  [ "$(cat "$f")" = "user data" ] || { echo "the file changed"; return 1; }
+}
+check "pipeline ckpt: save= on PP2 refuses to replace a user's file without overwrite=1" pp_ck_no_clobber

@@ -98,17 +98,22 @@ static int tr_eval(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t e
                                       "evaluation); set eval_interval to the steps between evals");
         return 0;
     }
+    /* a pipeline's sequence group spans its S stages (MaxText's global eval batch: the
+     * per-device batch x every device, as for training: config/settings.c) */
     const int32_t tp = s->mesh[QT_MESH_TENSOR], cp = s->mesh[QT_MESH_CONTEXT];
-    const double per = (eb > 0 ? eb : s->per_device_batch) * (double)tp * (double)cp;
+    const int32_t ps = s->pp_stages > 1 ? s->pp_stages : 1;
+    const double per = (eb > 0 ? eb : s->per_device_batch) * (double)tp * (double)cp * ps;
     const int64_t mb = t->micro_batch;
+    char pipe[48] = "";
+    if (ps > 1) snprintf(pipe, sizeof pipe, " x %d pipeline stages", (int)ps);
     if (per < 1 || per != floor(per) || (int64_t)per % mb)
         return qt_cg_rule_bad(
             c, err, errlen, "eval_per_device_batch_size",
             "%g sequences per rank x "
-            "%d tensor x %d context ranks sharing them = %g per sequence group; "
+            "%d tensor x %d context ranks sharing them%s = %g per sequence group; "
             "expected a whole multiple of the training microbatch's %lld sequences "
             "(the eval runs the microbatch's forward)",
-            eb > 0 ? eb : s->per_device_batch, tp, cp, per, (long long)mb);
+            eb > 0 ? eb : s->per_device_batch, tp, cp, pipe, per, (long long)mb);
     t->eval_interval = (int64_t)iv;
     t->eval_steps = (int64_t)st;
     t->eval_start = (int64_t)e0;

@@ -358,4 +358,8 @@ void qt_cg_emit_plan_main(const qt_cg_graph *g, const char *banner, qt_cg_buf *b
                      "    if (size != %d || rank < 0 || rank >= size) return qt_main_stages[0];\n"
                      "    return qt_main_stages[rank / (size / %d)];\n}\n",
                      g->s->n_ranks, S);
+    /* every stage's plan by its index (checkpoints: the one-rank file of all stages) */
+    qt_cg_buf_printf(b, "\nconst qt_plan *qt_main_stage_plan(int k);\n\n"
+                     "const qt_plan *qt_main_stage_plan(int k)\n{\n"
+                     "    return k >= 0 && k < %d ? qt_main_stages[k] : 0;\n}\n", S);
 }
