@@ -419,26 +419,22 @@ typedef struct qt_rt_mbs {
     double t;
 } qt_rt_mbs;
 
-/* Microbatch mb's inputs (tokens, targets; packed: the count of targets with a loss). */
+/* Microbatch mb's inputs (tokens, targets). A pipeline stage fills a microbatch once per
+ * forward it runs (F, the rematerialised forward at B, each repeat chunk's), so what is
+ * counted once per microbatch is counted at its end (qt_runtime_mb_done). */
 static int qt_runtime_mb_fill(int64_t mb, void *arg)
 {
     qt_rt_mbs *a = arg;
-    const qt_plan *p = a->p;
-    const qt_ctx *ctx = &qt_rt.ctx;
-    int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
-    int rc = qt_runtime_fill_mb(p, a->step, mb, a->R, a->St, a->t0);
+    int rc = qt_runtime_fill_mb(a->p, a->step, mb, a->R, a->St, a->t0);
     if (rc) return rc;
-    if (pos) { /* packed: the targets with a loss (the normaliser), counted exactly */
-        int64_t n = 0;
-        for (int64_t i = 0; i < p->train.micro_batch * a->St; i++) n += tg[i] >= 0;
-        qt_exact_add_f(&a->cnt, (float)n);
-    }
     qt_runtime_lap(&a->t, QT_PH_DATA);
     return QT_OK;
 }
 
 /* After microbatch mb's schedule: the microbatch-end schedule (its totals, reduced and
- * pushed), its per-sequence losses into the exact accumulators, its dropped counts. */
+ * pushed), its per-sequence losses into the exact accumulators, packed: the count of its
+ * targets with a loss (the normaliser, exact: the filled targets are still mb's), its
+ * dropped counts. */
 static int qt_runtime_mb_done(int64_t mb, void *arg)
 {
     qt_rt_mbs *a = arg;
@@ -453,6 +449,12 @@ static int qt_runtime_mb_done(int64_t mb, void *arg)
     }
     const float *ls = qt_f32(ctx, p->loss_seq);
     for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&a->loss, ls[s]);
+    if (qt_plan_positions(ctx)) {
+        const int32_t *tg = qt_i32(ctx, p->targets);
+        int64_t n = 0;
+        for (int64_t i = 0; i < p->train.micro_batch * a->St; i++) n += tg[i] >= 0;
+        qt_exact_add_f(&a->cnt, (float)n);
+    }
     if (p->mtp_layers > 0) {
         const float *ms = qt_f32(ctx, p->mtp_loss_seq);
         for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&a->mtp, ms[s]);
