@@ -70,7 +70,11 @@ static int qt_pp_peers(const qt_plan *p, int *ranks)
 
 int qt_pp_action(int schedule, int S, int st, int M, int i, int *j)
 {
-    if (schedule == 0) {
+    /* gpipe's last stage runs each microbatch's forward and backward as its input arrives
+     * (F j B j: its forward runs at B anyway, and nothing waits for its outputs but the
+     * gradients, which go back in the same order), as 1f1b's last stage does; the other
+     * stages run every forward first */
+    if (schedule == 0 && (st < S - 1 || qt_pp_reverse)) {
         *j = i < M ? i : qt_pp_reverse ? 2 * M - 1 - i : i - M;
         return i >= M;
     }

@@ -69,7 +69,8 @@ static inline int qt_pp_stage_of(int rank, int n, int S, int *local)
 
 /* Action i (0 .. 2M - 1) of stage st of S's schedule for one group of M microbatches: *j
  * the microbatch, returns 1 for its backward B, 0 for its forward F. schedule 0 gpipe:
- * F0 .. F(M-1), then B0 .. B(M-1); 1 1f1b (Megatron's non-interleaved): w = min(S - st - 1,
+ * F0 .. F(M-1), then B0 .. B(M-1), except on the last stage: F0 B0 F1 B1 ... (it computes
+ * each microbatch as it arrives; under the test order "reverse" the first form); 1 1f1b (Megatron's non-interleaved): w = min(S - st - 1,
  * M) warm-up forwards, then M - w pairs F(w + i) B(i), then the w remaining backwards.
  * Either way each j is forwarded once and then backwarded once, and the backwards come in
  * increasing j (the one-rank leaf order; tests/unit/test_pipeline.cpp). */
