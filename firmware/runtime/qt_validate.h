@@ -27,6 +27,14 @@ int qt_validate_splits(const qt_plan *p);
  * eval forward. Reads p only. QT_OK, or QT_E_PLAN after one line naming the op. */
 int qt_validate_ep_splits(const qt_plan *p);
 
+/* The microbatch form's split reduce-scatter (ops flagged QT_OPF_PREV_MB, validate_mb.c):
+ * the microbatch-end schedule's COLL_STARTs waited for, in order, by the microbatch
+ * schedule's flagged COLL_WAITs before its first weight gradient or other step op (as `table`
+ * says), the step schedule opening with the same flagged ops; only in a plan with G > 1
+ * microbatches in the microbatch form without a pipeline. Reads p only. QT_OK, or QT_E_PLAN
+ * after one line naming the op. */
+int qt_validate_mb_splits(const qt_plan *p, const qt_kernel_entry *table);
+
 /* A pipeline plan (pipeline_stages > 1, issue 36) in a form the pipeline driver does not run
  * yet (several slices, circular repeats, bf16, the MTP head, ...): QT_E_PLAN
  * with a message naming the key, else QT_OK. Every rank decides it from the same static
