@@ -103,8 +103,9 @@ check "experts' exchanges overlapped: an unknown collective_overlap refused" eo_
 # rank) blocking (collective_overlap auto) == with collective_overlap=all == ONE, loss bits
 # and fingerprint of every step over 10 steps (0 ulp); the overlapped plan.txt names the
 # split. Mutation tried by hand once: the wait and push placed after the backward's first
-# weight gradient (configgen) -> refused at start-up by qt_validate_mb_splits (the message
-# names the op).
+# weight gradient (schedule/step.c) -> configgen refuses the plan (check/plan.c
+# check_prev_mb, "microbatch op 98 (coll_wait) completes ... after a weight gradient");
+# with that check off, the binary refuses at start-up (qt_validate_mb_splits, op 98).
 MO_DIR=$QT_TMP/mb_overlap
 mo_cell() {
   local one=$1 run=$2 n=$3 a; shift 3
