@@ -395,9 +395,13 @@ void qt_interp_run_range(const qt_ctx *c, const qt_kernel_entry *table, int64_t 
             /* per-layer reduction: a range's total, its reduce-scatter, its push; or the
              * previous microbatch's wait and push (QT_OPF_PREV_MB) */
             double t0 = prof ? qt_interp_now() : 0.0;
-            qt_step_state prev = *st;
-            prev.mb = mb - 1;
-            int rc = table[op->kind].step(op, &ctx, (op->flags & QT_OPF_PREV_MB) ? &prev : st);
+            qt_step_state prev, *sp = st;
+            if (op->flags & QT_OPF_PREV_MB) {
+                prev = *st;
+                prev.mb = mb - 1;
+                sp = &prev;
+            }
+            int rc = table[op->kind].step(op, &ctx, sp);
             if (rc && ctx.status) *ctx.status = rc;
             if (rc) return;
             if (prof) {
