@@ -14,7 +14,9 @@
 int qt_validate_bf16(const qt_plan *p, const qt_kernel_entry *table);
 
 /* The split collectives of p's step, microbatch-end and microbatch schedules (qt_ops.def
- * COLL_START / COLL_WAIT): each start waited for once, later, in the same schedule; at most
+ * COLL_START / COLL_WAIT): each start waited for once, later, in the same schedule (the
+ * microbatch-end's starts: in the next microbatch's schedule and in the step's, by their
+ * QT_OPF_PREV_MB waits, qt_validate_mb_splits); at most
  * QT_MAX_IN_FLIGHT in flight; at most one reduce-scatter in flight and no blocking one
  * beside it (they share the comm scratch); no blocking run of a collective in flight.
  * Reads p only. QT_OK, or QT_E_PLAN after one line naming the schedule, op and collective. */
