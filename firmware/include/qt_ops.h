@@ -61,6 +61,11 @@
                               layer early or a GRAD_MB_PUSH one layer late, so that their
                               collectives overlap compute; scan_layers counts it in the layer
                               of the op before it. The firmware ignores it. */
+#define QT_OPF_PREV_MB 0x4u /* a COLL_WAIT or GRAD_MB_PUSH completing the previous
+                              microbatch's split microbatch-end reduce-scatter (collective_
+                              overlap all, docs/overlap.md): in the microbatch schedule skipped
+                              in microbatch 0 and run for microbatch mb - 1; in the step
+                              schedule run for the last microbatch G - 1 */
 #define QT_RMSNORM_ZERO_CENTRED 0x1   /* a[4] flag: scale by (1 + w) instead of w */
 #define QT_GATE_HEADS 0               /* SIGMOID_GATE a[2]: gate interleaved in q_proj output */
 #define QT_GATE_ROW 1                 /* SIGMOID_GATE a[2]: one gate scalar per row */

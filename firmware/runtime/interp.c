@@ -96,8 +96,11 @@ static int qt_interp_check_op(const qt_plan *p, const qt_kernel_entry *table, co
     }
     if (qt_op_inert(op->kind)) return QT_OK;
     int is_w = (op->flags & QT_OPF_WGRAD) != 0;
-    /* STEP ops inside the microbatch schedule: per-layer reduction (qt_plan.h) */
-    if (!is_w && table[op->kind].step && p->layer_reduce && in_mb) return QT_OK;
+    /* STEP ops inside the microbatch schedule: per-layer reduction (qt_plan.h), or the
+     * previous microbatch's split reduce-scatter (QT_OPF_PREV_MB, validate_mb.c) */
+    if (!is_w && table[op->kind].step && (p->layer_reduce || (op->flags & QT_OPF_PREV_MB)) &&
+        in_mb)
+        return QT_OK;
     if ((is_w && !table[op->kind].wgrad) || (!is_w && !table[op->kind].run)) {
         return qt_fail(QT_E_PLAN, "plan %s: %s op %d (%s) has no %s wrapper", p->run_name, sched, i,
                        table[op->kind].name ? table[op->kind].name : "?", is_w ? "wgrad" : "run");
@@ -383,13 +386,22 @@ void qt_interp_run_range(const qt_ctx *c, const qt_kernel_entry *table, int64_t 
     for (qt_mb_cursor cur = qt_mb_begin(p); qt_mb_next(&cur) && cur.logical < hi;) {
         const qt_op *op = cur.op;
         if (cur.logical < lo || qt_op_inert(op->kind)) continue;
+        /* the previous microbatch's split reduce-scatter: none before microbatch 0 */
+        if ((op->flags & QT_OPF_PREV_MB) && mb == 0) continue;
         if (ctx.status && *ctx.status) return;  /* a collective failed: the step stops */
         if (op->flags & QT_OPF_WGRAD) {
             qt_interp_wgrad(p, table, op, &ctx, mb);
         } else if (table[op->kind].step) {
-            /* per-layer reduction: a range's total, its reduce-scatter, its push */
+            /* per-layer reduction: a range's total, its reduce-scatter, its push; or the
+             * previous microbatch's wait and push (QT_OPF_PREV_MB) */
             double t0 = prof ? qt_interp_now() : 0.0;
-            int rc = table[op->kind].step(op, &ctx, st);
+            qt_step_state prev, *sp = st;
+            if (op->flags & QT_OPF_PREV_MB) {
+                prev = *st;
+                prev.mb = mb - 1;
+                sp = &prev;
+            }
+            int rc = table[op->kind].step(op, &ctx, sp);
             if (rc && ctx.status) *ctx.status = rc;
             if (rc) return;
             if (prof) {
@@ -414,7 +426,7 @@ void qt_interp_run_forward(const qt_ctx *c, const qt_kernel_entry *table, int64_
     const qt_ctx ctx = *c;
     for (qt_mb_cursor cur = qt_mb_begin(c->plan); qt_mb_next(&cur) && cur.logical < n_ops;) {
         const qt_op *op = cur.op;
-        if (qt_op_inert(op->kind) || (op->flags & QT_OPF_WGRAD)) continue;
+        if (qt_op_inert(op->kind) || (op->flags & (QT_OPF_WGRAD | QT_OPF_PREV_MB))) continue;
         if (ctx.status && *ctx.status) return;  /* a collective failed: the eval stops */
         if (table[op->kind].step) {
             int rc = table[op->kind].step(op, &ctx, st);

@@ -651,6 +651,8 @@ static int qt_runtime_step_schedule(const qt_plan *p, int64_t step, qt_step_metr
         const qt_op *op = &p->step_ops[i];
         if (grads_only && op->kind == QT_OP_ADAMW) break;
         double t0 = prof ? qt_runtime_now() : 0.0;
+        /* the last microbatch's split reduce-scatter: its wait and push */
+        st.mb = (op->flags & QT_OPF_PREV_MB) ? p->train.grad_accum - 1 : 0;
         int rc = table[op->kind].step(op, &qt_rt.ctx, &st);
         if (rc) return rc;
         if (prof) {

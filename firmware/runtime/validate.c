@@ -184,7 +184,7 @@ static int qt_validate_step_op(const qt_plan *p, const qt_op *op, int32_t i, con
     const int64_t leaves = qt_plan_leaves_per_mb(p) * tc->grad_accum, tokens = tc->global_batch * tc->seq_len;
     const qt_kernel_entry *table = qt_val.table;
     if (in_mb && (op->kind >= QT_OP_COUNT || !table[op->kind].step)) return QT_OK;
-    if (in_mb && !p->layer_reduce)
+    if (in_mb && !p->layer_reduce && !(op->flags & QT_OPF_PREV_MB))
         return qt_fail(QT_E_PLAN, "plan %s: %s op %d (%s) is a step op", p->run_name, which,
                        i, table[op->kind].name);
     if (op->kind >= QT_OP_COUNT || !table[op->kind].step)
@@ -193,7 +193,9 @@ static int qt_validate_step_op(const qt_plan *p, const qt_op *op, int32_t i, con
     /* the kind's own check (qt_ops.def CHECK) and its role in the schedule (PROPS) */
     qt_check_state cs;
     memset(&cs, 0, sizeof cs);
-    cs.pushed = qt_val.pushed;
+    /* the step schedule's PREV_MB push is the last microbatch's: the microbatch schedule's
+     * counts once per microbatch (qt_validate_mb_splits pairs them) */
+    cs.pushed = !in_mb && (op->flags & QT_OPF_PREV_MB) ? NULL : qt_val.pushed;
     const int bad = table[op->kind].check && table[op->kind].check(p, op, &cs);
     if (table[op->kind].props & QT_OPP_NORM) (*n_norm)++;
     if (table[op->kind].props & QT_OPP_UPDATE) (*n_update)++;
@@ -256,14 +258,18 @@ int qt_validate_splits(const qt_plan *p)
         return qt_fail(QT_E_PLAN, "plan %s: %lld floats of the %lld-float comm scratch for the "
                        "split reduce-scatters (the blocking ones need 2 at least)", p->run_name,
                        (long long)p->comm_split_elems, (long long)p->comm_scratch_elems);
-    qt_split_walk w = {{0}, 0, 0};
+    /* the microbatch-end's starts stay in flight into the next microbatch's schedule and
+     * the step's (the microbatch form's split reduce-scatter: their PREV_MB waits,
+     * qt_validate_mb_splits) */
+    qt_split_walk end = {{0}, 0, 0};
     int rc = QT_OK;
+    for (int32_t i = 0; i < p->n_mbend_ops && !rc; i++)
+        rc = qt_validate_split_op(p, &end, &p->mbend_ops[i], i, "microbatch-end");
+    qt_split_walk w = end;
     for (int32_t i = 0; i < p->n_step_ops && !rc; i++)
         rc = qt_validate_split_op(p, &w, &p->step_ops[i], i, "step");
     rc = rc ? rc : qt_validate_split_end(p, &w, "step");
-    for (int32_t i = 0; i < p->n_mbend_ops && !rc; i++)
-        rc = qt_validate_split_op(p, &w, &p->mbend_ops[i], i, "microbatch-end");
-    rc = rc ? rc : qt_validate_split_end(p, &w, "microbatch-end");
+    w = end;
     for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
         rc = qt_validate_split_op(p, &w, c.op, c.logical, "microbatch");
     return rc ? rc : qt_validate_split_end(p, &w, "microbatch");
@@ -345,6 +351,7 @@ static int qt_validate_step(const qt_plan *p)
                                  &mb_update);
     for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
         rc = qt_validate_step_op(p, c.op, c.logical, "microbatch", 1, &mb_norm, &mb_update);
+    rc = rc ? rc : qt_validate_mb_splits(p, qt_val.table);
     rc = rc ? rc : qt_validate_splits(p);
     rc = rc ? rc : qt_validate_ep_splits(p);
     rc = rc ? rc : qt_validate_eval(p);

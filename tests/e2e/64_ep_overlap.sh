@@ -94,3 +94,42 @@ eo_refused() {
   [ -z "$(ls "$out" | grep -v '^log$')" ] && cat "$out/log"
 }
 check "experts' exchanges overlapped: an unknown collective_overlap refused" eo_refused
+
+# The microbatch form's reduce-scatter (collective_overlap all, G > 1; docs/overlap.md "The
+# microbatch form's reduce-scatter"): the microbatch-end's last reduce-scatter starts after
+# the microbatch's totals and is waited for (and pushed) first in the next microbatch's
+# backward, its forward running beside it; the last microbatch's at the step's start.
+# mo_cell ONE RUN RANKS OVERRIDES...: RUN with OVERRIDES (G=2, one sequence a microbatch a
+# rank) blocking (collective_overlap auto) == with collective_overlap=all == ONE, loss bits
+# and fingerprint of every step over 10 steps (0 ulp); the overlapped plan.txt names the
+# split. Mutation tried by hand once: the wait and push placed after the backward's first
+# weight gradient (schedule/step.c) -> configgen refuses the plan (check/plan.c
+# check_prev_mb, "microbatch op 98 (coll_wait) completes ... after a weight gradient");
+# with that check off, the binary refuses at start-up (qt_validate_mb_splits, op 98).
+MO_DIR=$QT_TMP/mb_overlap
+mo_cell() {
+  local one=$1 run=$2 n=$3 a; shift 3
+  plan_det "$one" 1 "$EO_DIR" 10 || return 1
+  for a in auto all; do
+    local d=$MO_DIR/$a
+    mkdir -p "$d"
+    plan_variant "$run" "$d" "$@" collective_overlap=$a || return 1
+    rm -f "$d/$run.jsonl"
+    timeout 120 mpiexec -n "$n" "$d/$run-v/qtrain" data=tests/golden/e2e/test-next-tiny/tokens.npy \
+      seed=11 steps=10 metrics="$d/$run.jsonl" 2> "$d/$run.err" ||
+      { tail -n 3 "$d/$run.err"; return 1; }
+    det_fields "$d/$run.jsonl" > "$d/$run.det" || return 1
+  done
+  local t=$MO_DIR/all/$run-v/plan/$run/plan.txt
+  grep -q "split: waited for before the next microbatch's backward" "$t" &&
+    grep -qE '^ +[0-9]+ coll_wait .*PREV_MB' "$t" || { echo "no split reduce-scatter in $t"; return 1; }
+  ! grep -q "PREV_MB" "$MO_DIR/auto/$run-v/plan/$run/plan.txt" || { echo "split without all"; return 1; }
+  cmp "$MO_DIR/auto/$run.det" "$MO_DIR/all/$run.det" || { echo "overlapped != blocking"; return 1; }
+  cmp "$EO_DIR/$one.det" "$MO_DIR/all/$run.det" || { echo "overlapped != one rank"; return 1; }
+  echo "identical: $(tail -n 1 "$MO_DIR/all/$run.det")"
+}
+for cell in "mesh-next-1r mesh-next-dp2 2" "mesh-next-1r mesh-next-ep2 2"; do
+  set -- $cell
+  check "microbatch reduce-scatter overlapped: ${2} G=2 microbatch form ($3 ranks, all) == blocking == one rank (${1}), bit for bit" \
+    mo_cell "$@" per_device_batch_size=1 gradient_accumulation_steps=2 gradient_reduce=microbatch
+done

@@ -548,6 +548,60 @@ TEST(RuntimeSplit, ExpertExchangeStartsAndWaitsAreValidated)
     qt_set_quiet(0);
 }
 
+// ------------------------------------------------------------------ the microbatch form's split
+
+// qt_validate_mb_splits over a plan whose microbatch-end schedule is GRAD_MB_TOTAL then
+// COLL_START of collective 0 ("S", or "C" a blocking COLLECTIVE, "P" its push); mb: the
+// microbatch schedule, "m" compute, "g" a weight gradient, "w" / "p" the flagged wait /
+// push (PREV_MB), "W" an unflagged wait; step: "w" / "p" flagged as above, "f" the finalize.
+static int rt_mb_splits(const char *end, const char *mbs, const char *step, int G)
+{
+    static qt_op mbend[8], mb[16], st[8];
+    static qt_plan p;
+    memset(&p, 0, sizeof p);
+    const char *src[3] = {end, mbs, step};
+    qt_op *dst[3] = {mbend, mb, st};
+    int n[3] = {0, 0, 0};
+    for (int s = 0; s < 3; s++)
+        for (const char *c = src[s]; *c; c++) {
+            qt_op *o = &dst[s][n[s]++];
+            memset(o, 0, sizeof *o);
+            for (int k = 0; k < QT_OP_MAX_T; k++) o->t[k] = QT_NONE;
+            o->kind = *c == 'S' ? QT_OP_COLL_START : *c == 'C' ? QT_OP_COLLECTIVE
+                      : *c == 'w' || *c == 'W' ? QT_OP_COLL_WAIT
+                      : *c == 'p' || *c == 'P' ? QT_OP_GRAD_MB_PUSH
+                      : *c == 'f' ? QT_OP_GRAD_MB_FINALIZE : *c == 'g' ? QT_OP_MATMUL_WGRAD
+                      : QT_OP_ADD;
+            if (*c == 'w' || *c == 'p') o->flags = QT_OPF_PREV_MB;
+            if (*c == 'g') o->flags = QT_OPF_WGRAD;
+        }
+    p.run_name = "mb-split-test";
+    p.mbend_ops = mbend;
+    p.n_mbend_ops = n[0];
+    p.mb_ops = mb;
+    p.n_mb_ops = p.n_mb_logical = n[1];
+    p.step_ops = st;
+    p.n_step_ops = n[2];
+    p.n_mb_levels = 1;
+    p.train.grad_accum = G;
+    return qt_validate_mb_splits(&p, qt_kernel_table);
+}
+
+TEST(RuntimeSplit, MicrobatchFormSplitReduceScatterIsValidated)
+{
+    LONGS_EQUAL(0, rt_mb_splits("S", "mmwpgm", "wpf", 2));     // the committed shape
+    LONGS_EQUAL(0, rt_mb_splits("CP", "mmgm", "f", 2));        // blocking: nothing flagged
+    qt_set_quiet(1);
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("S", "mgwpm", "wpf", 2));  // after a weight gradient
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("S", "mmpm", "pf", 2));    // started, never waited
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("S", "mmwpm", "f", 2));    // the step's missing
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("S", "mmwpm", "fwp", 2));  // the step's not first
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("Sp", "mmwpm", "wpf", 2)); // flagged at the microbatch end
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("CP", "wpm", "wpf", 2));   // waits for no start
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("S", "mmwpm", "wpf", 1));  // G = 1: no next microbatch
+    qt_set_quiet(0);
+}
+
 // ------------------------------------------------------------------ exact accumulator
 
 TEST_GROUP(RuntimeExact){};

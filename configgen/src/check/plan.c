@@ -147,6 +147,27 @@ static int check_windows(const qt_cg_graph *g, char *err, size_t errlen)
     return rc;
 }
 
+/* The microbatch form's split reduce-scatter (schedule/step.c, QT_OPF_PREV_MB): its wait
+ * and push come before the microbatch schedule's first weight gradient and first other step
+ * op, the only ops that write the leaf tree's top level it reads. */
+static int check_prev_mb(const qt_cg_graph *g, char *err, size_t errlen)
+{
+    int written = 0;
+    for (int o = 0; o < g->nmb; o++) {
+        const qt_op *op = &g->mb[o];
+        if (!(op->flags & QT_OPF_PREV_MB)) {
+            written |= (op->flags & QT_OPF_WGRAD) || qt_cg_op_class(op->kind) == QT_OPC_STEP ||
+                       qt_cg_op_class(op->kind) == QT_OPC_WGRAD;
+            continue;
+        }
+        if (written)
+            return qt_cg_fail(err, errlen, "microbatch op %d (%s) completes the previous "
+                              "microbatch's reduce-scatter after a weight gradient or step op "
+                              "that writes what it reads", o, qt_cg_op_name(op->kind));
+    }
+    return 0;
+}
+
 int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen)
 {
     if (g->arena_bytes % QT_ARENA_ALIGN)
@@ -154,6 +175,7 @@ int qt_cg_check_plan(const qt_cg_graph *g, char *err, size_t errlen)
                           (long long)g->arena_bytes);
     int rc = check_regions(g, err, errlen);
     if (!rc) rc = check_windows(g, err, errlen);
+    if (!rc) rc = check_prev_mb(g, err, errlen);
     if (!rc) rc = qt_cg_check_dtypes(g, err, errlen);
     if (rc) return rc;
     for (int i = 0; i < g->nt; i++) {

@@ -200,6 +200,9 @@ static void schedule(qt_cg_buf *b, const qt_cg_graph *g, const char *title, cons
         if (o->f[0] != 0.0f || o->f[1] != 0.0f)
             qt_cg_buf_printf(b, " f=[%.9g,%.9g]", (double)o->f[0], (double)o->f[1]);
         if (o->flags & QT_OPF_WGRAD) qt_cg_buf_printf(b, " WGRAD");
+        if (o->flags & QT_OPF_PREV_MB)
+            qt_cg_buf_printf(b, " PREV_MB (completes the previous microbatch's split "
+                             "reduce-scatter; in the step schedule the last microbatch's)");
         if (o->kind == QT_OP_COLLECTIVE && QT_A(o, COLLECTIVE, coll) >= 0 &&
             QT_A(o, COLLECTIVE, coll) < g->ncoll) {
             const qt_collective *c = &g->coll[QT_A(o, COLLECTIVE, coll)];
@@ -854,7 +857,7 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
         /* a collective of the microbatch-end schedule runs once per microbatch */
         int64_t times = 1;
         for (int k = 0; k < g->nmbend; k++)
-            if (g->mbend[k].kind == QT_OP_COLLECTIVE &&
+            if ((g->mbend[k].kind == QT_OP_COLLECTIVE || g->mbend[k].kind == QT_OP_COLL_START) &&
                 QT_A(&g->mbend[k], COLLECTIVE, coll) == i)
                 times = g->s->tr.grad_accum;
         for (int k = 0; k < g->nmb; k++)  /* per-layer reduction: inside the microbatch */

@@ -378,7 +378,8 @@ static void fixed_regions(qt_cg_graph *g, int64_t flat0)
                                       (int64_t)QT_TENSOR_ALIGN);
     g->comm_scratch_elems = g->s->n_ranks > 1 ? QT_CG_COMM_SCRATCH : 0;
     g->comm_split_elems = 0;
-    for (int r = 0; r < g->n_ranges && g->overlap && g->s->n_ranks > 1; r++) {
+    for (int r = 0; r < g->n_ranges && (g->overlap || g->mb_overlap) && g->s->n_ranks > 1;
+         r++) {
         /* the split reduce-scatters' own part after it: their messages up to a whole
          * range, within the cap */
         const int64_t want = g->ranges[r].n < QT_CG_COMM_SCRATCH_SPLIT

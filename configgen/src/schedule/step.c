@@ -108,6 +108,41 @@ static int layer_collective(qt_cg_graph *g, int k, int gather, int64_t top)
                           4 * r->n);
 }
 
+/* collective_overlap all in the microbatch form (g->mb_overlap): the range whose
+ * microbatch-end reduce-scatter is split (the last one with a reduction; the others stay
+ * blocking before it: one reduce-scatter in flight), or -1 (then g->mb_overlap = 0) when
+ * the forward is not free of weight gradients and step ops (the split one reads the leaf
+ * tree's top level and the comm scratch's split part until the next microbatch's backward). */
+static int mb_split_range(qt_cg_graph *g)
+{
+    int last = -1;
+    for (int i = 0; i < g->n_ranges; i++)
+        if (g->ranges[i].reduce_mask) last = i;
+    for (int o = 0; o < g->n_fwd && last >= 0; o++)
+        if ((g->mb[o].flags & QT_OPF_WGRAD) || qt_cg_op_class(g->mb[o].kind) != QT_OPC_RUN)
+            last = -1;
+    g->mb_overlap = last >= 0;
+    return last;
+}
+
+/* The completion of split collective c and the push, flagged QT_OPF_PREV_MB: first in the
+ * backward of the microbatch schedule (the next microbatch's forward runs beside it; its
+ * backward's weight gradients write the leaf tree after), and first in the step schedule
+ * (the last microbatch's, before GRAD_MB_FINALIZE). */
+static void mb_split_wait(qt_cg_graph *g, int c)
+{
+    qt_op ops[2];
+    qt_cg_op_blank(&ops[0], QT_OP_COLL_WAIT);
+    QT_A(&ops[0], COLL_WAIT, coll) = c;
+    qt_cg_op_blank(&ops[1], QT_OP_GRAD_MB_PUSH);
+    ops[0].flags = ops[1].flags = QT_OPF_PREV_MB;
+    g->mb = qt_cg_grow(g->mb, &g->capmb, g->nmb + 2, sizeof *g->mb);
+    memmove(&g->mb[g->n_fwd + 2], &g->mb[g->n_fwd], (size_t)(g->nmb - g->n_fwd) * sizeof *g->mb);
+    memcpy(&g->mb[g->n_fwd], ops, sizeof ops);
+    g->nmb += 2;
+    for (int k = 0; k < 2; k++) *step_op(g, ops[k].kind) = ops[k];
+}
+
 void qt_cg_step_schedule(qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
@@ -158,17 +193,27 @@ void qt_cg_step_schedule(qt_cg_graph *g)
          * pairing: the upper levels of the one-rank tree of that microbatch's block of the
          * global batch), pushed into the microbatch tree */
         const int64_t top = g->tree_offset[g->n_tree_levels - g->n_mb_levels - 1];
+        const int split = g->mb_overlap ? mb_split_range(g) : -1;
         sched_op(g, 1, QT_OP_GRAD_MB_TOTAL);
         for (int i = 0; i < g->n_ranges; i++) {
             const qt_flat_range *r = &g->ranges[i];
             if (!r->reduce_mask) continue;
-            char name[160], axes[64];
+            char name[200], axes[64];
             snprintf(name, sizeof name, "microbatch gradients of range %d (reduce-scatter over "
-                     "%s)", i, qt_cg_mask_name(r->reduce_mask, axes, sizeof axes));
-            collective(g, 1, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask, top + 4 * r->leaf_lo,
-                       4 * r->n);
+                     "%s%s)", i, qt_cg_mask_name(r->reduce_mask, axes, sizeof axes),
+                     i == split ? ", split: waited for before the next microbatch's backward"
+                                : "");
+            if (i != split) {
+                collective(g, 1, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask,
+                           top + 4 * r->leaf_lo, 4 * r->n);
+                continue;
+            }
+            const int c = new_collective(g, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask,
+                                         top + 4 * r->leaf_lo, 4 * r->n);
+            QT_A(sched_op(g, 1, QT_OP_COLL_START), COLL_START, coll) = c;
+            mb_split_wait(g, c);
         }
-        sched_op(g, 1, QT_OP_GRAD_MB_PUSH);
+        if (split < 0) sched_op(g, 1, QT_OP_GRAD_MB_PUSH);
         QT_A(step_op(g, QT_OP_GRAD_MB_FINALIZE), GRAD_MB_FINALIZE, leaves) = t->grad_accum;
     } else if (g->grad_units > 1) {
         /* units: every rank's q unit totals of each range exchanged and folded in the
