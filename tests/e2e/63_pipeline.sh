@@ -321,9 +321,14 @@ pp_refusals() {
   timeout 60 mpiexec -n 2 "$PP_D/pp2-next-gpipe-mtp/qtrain" steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
     { echo "MTP pipeline plan accepted"; return 1; }
   grep -q "pipeline plans with mtp_num_layers > 0 (the MTP head" "$e" || { cat "$e"; return 1; }
+  # token dropping with circular repeats: configgen names both keys, writes nothing
+  build/configgen/configgen -o "$PP_D/cap-circ" configgen/configs/runs/test-next-tiny.yml \
+    run_name=cap-circ $NEXT_PPC $CAP > /dev/null 2> "$e" && { echo "capacity x repeats planned"; return 1; }
+  grep -q "capacity_factor=1 (token dropping) with num_pipeline_repeats=2" "$e" || { cat "$e"; return 1; }
+  [ ! -e "$PP_D/cap-circ/cap-circ" ] || { echo "configgen wrote the refused plan"; return 1; }
   head -n 1 "$e"
 }
-check "pipeline: forms not executed yet (dump_grads= and save= on a circular plan, repeats x EP2, MTP) are refused naming the key" pp_refusals
+check "pipeline: forms not executed yet (dump_grads= and save= on a circular plan, repeats x EP2, MTP, token dropping x repeats) are refused naming the key" pp_refusals
 
 # pp_run NAME RANKS ARGS...: $PP_D/NAME/qtrain on RANKS ranks, tiny data, seed 11
 pp_run() {
