@@ -502,7 +502,8 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     if (p->pipeline_stages > 1) {
         const char *order = getenv("QT_PP_TEST_ORDER");  /* qt_pp_set_test_order */
         qt_pp_set_test_order(!order ? 0 : !strcmp(order, "reverse") ? 1
-                             : !strcmp(order, "lb-local") ? 2 : 0);
+                             : !strcmp(order, "lb-local") ? 2
+                             : !strcmp(order, "mtp-drop") ? 3 : 0);
         const char *pf = getenv("QT_PP_PREFETCH");  /* qt_pp_set_prefetch */
         qt_pp_set_prefetch(!(pf && !strcmp(pf, "0")));
         msize = size / p->pipeline_stages;

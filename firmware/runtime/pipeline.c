@@ -13,7 +13,9 @@
  *  - messages: channel 0 the activations (stage s to s + 1, and the last stage's repeat r
  *    to stage 0's r + 1: the wrap-around), channel 1 the gradients the reverse way, channel
  *    3 (with the load-balance loss) the running lb sums the activations' way beside them
- *    (so the sums also wrap around between repeats: one rank's layer order), each
+ *    (so the sums also wrap around between repeats: one rank's layer order), channels 5
+ *    and 6 (with the MTP head, one repeat) the head's embeddings from stage 0 straight to
+ *    the last stage and their gradients back (the middle stages see neither), each
  *    (microbatch, repeat) once per accumulation group, in the schedule's order on both sides
  *    (qt_pp_action, qt_pp_action_circ), so they match in posting order; a receive may be
  *    posted one action ahead (into a slot nothing else uses until it is waited for), which
@@ -38,15 +40,20 @@
 #define QT_PP_GRAD 1  /* channel of the gradients, stage s + 1 -> s */
 #define QT_PP_METRICS 2 /* channel of the step's metrics, the last stage -> the others */
 #define QT_PP_LB 3    /* channel of the running lb sums, beside the activations (lb loss) */
+/* channel 4: the checkpoints' stream (io/ckpt_pp.c) */
+#define QT_PP_MTP 5   /* channel of the MTP head's embeddings, stage 0 -> the last stage */
+#define QT_PP_MTP_GRAD 6 /* channel of their gradients, the last stage -> stage 0 */
 
 /* The test hook of qt_pp_set_test_order: qt_pp_reverse runs gpipe's backward phase in
- * reverse, qt_pp_lb_local zeroes the received lb sums. */
-static int qt_pp_reverse, qt_pp_lb_local;
+ * reverse, qt_pp_lb_local zeroes the received lb sums, qt_pp_mtp_drop the received
+ * gradient of the MTP head's embeddings. */
+static int qt_pp_reverse, qt_pp_lb_local, qt_pp_mtp_drop;
 
 void qt_pp_set_test_order(int mode)
 {
     qt_pp_reverse = mode == 1;
     qt_pp_lb_local = mode == 2;
+    qt_pp_mtp_drop = mode == 3;
 }
 
 /* Receives posted ahead (qt_pp_set_prefetch; default on). */
@@ -126,6 +133,22 @@ static void qt_pp_inputs(const qt_ctx *ctx, int32_t id, const unsigned char *in,
     else if (lb_in) memcpy(qt_pp_bytes(ctx, ctx->plan->lb_seq), lb_in, (size_t)lbb);
 }
 
+/* The MTP head's D boundaries of one microbatch between stage 0 and the last stage (peer):
+ * D messages of `bytes` (one boundary) each on channel ch, sent from buf (a slot row left
+ * untouched until the group's flush) or received into buf (waited for, on the clock of the
+ * waits). */
+static int qt_pp_mtp_move(int send, int peer, int ch, unsigned char *buf, int64_t bytes,
+                          int64_t D)
+{
+    const double w0 = qt_pp_clock();
+    int rc = QT_OK;
+    for (int64_t k = 0; k < D && !rc; k++)
+        rc = send ? qt_coll_p2p_send(peer, ch, buf + k * bytes, bytes)
+                  : qt_coll_p2p_recv(peer, ch, buf + k * bytes, bytes);
+    if (!send) qt_pp_time_add(QT_PP_T_WAIT, w0);
+    return rc;
+}
+
 /* Action i of the stage's group schedule: the microbatch j, the repeat r, the chunk, the slot
  * index k = r M + j, and whether it is a backward. */
 typedef struct qt_pp_act {
@@ -169,6 +192,13 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
     const int lb = p->lb_seq != QT_NONE;
     const int64_t lbb = lb ? p->tensors[p->lb_seq].shape[0] * (int64_t)sizeof(float) : 0;
     unsigned char *lbs = lb ? qt_pp_bytes(ctx, p->pp_lb_slots) : NULL;
+    /* the MTP head (D depths, one repeat): stage 0 sends each microbatch's D embeddings to
+     * the last stage at F (slot row j) and receives their gradient at B, before the
+     * backward that seeds with it; the last stage receives them at B, before its forward,
+     * and sends their gradient back after its backward (slot row j) */
+    const int64_t D = p->mtp_layers > 0 && (s == 0 || s == S - 1) ? p->mtp_layers : 0;
+    unsigned char *mslots = D ? qt_pp_bytes(ctx, p->pp_mtp_slots) : NULL;
+    const int mpeer = ranks[s == 0 ? S - 1 : 0];
     const int64_t groups = p->train.grad_accum / M;
     const double t0 = qt_pp_clock();
     for (int64_t g = 0; g < groups; g++) {
@@ -233,12 +263,25 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                         memcpy(lb_out, qt_pp_bytes(ctx, p->lb_seq), (size_t)lbb);
                         rc = qt_coll_p2p_send(next, QT_PP_LB, lb_out, lbb);
                     }
+                    if (!rc && D && s == 0) {
+                        unsigned char *row = mslots + a.j * D * bytes;
+                        memcpy(row, qt_pp_bytes(ctx, p->pp_mtp_out), (size_t)(D * bytes));
+                        rc = qt_pp_mtp_move(1, mpeer, QT_PP_MTP, row, bytes, D);
+                    }
                 }
             } else if (!rc) {
                 /* B: the forward runs again from the kept input, then the backward; the
                  * input's gradient goes back (a chunk with an input); the microbatch's
                  * results are taken after its last repeat (the loss) */
-                rc = h->fill(mb, h->arg);
+                if (D && s == S - 1) /* the MTP head's input, then its gradient's seed */
+                    rc = qt_pp_mtp_move(0, mpeer, QT_PP_MTP, qt_pp_bytes(ctx, p->pp_mtp_in),
+                                        bytes, D);
+                if (!rc && D && s == 0) {
+                    unsigned char *dm = qt_pp_bytes(ctx, p->pp_mtp_dout);
+                    rc = qt_pp_mtp_move(0, mpeer, QT_PP_MTP_GRAD, dm, bytes, D);
+                    if (qt_pp_mtp_drop) memset(dm, 0, (size_t)(D * bytes));
+                }
+                if (!rc) rc = h->fill(mb, h->arg);
                 if (!rc) qt_interp_run_range(ctx, table, c->f0, c->f1, mb, st);
                 if (!rc && !*ctx->status) qt_interp_run_range(ctx, table, c->b0, c->b1, mb, st);
                 if (!rc && *ctx->status) rc = *ctx->status;
@@ -246,6 +289,11 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                 if (!rc && c->in != QT_NONE) {
                     memcpy(grad, qt_pp_bytes(ctx, c->din), (size_t)bytes);
                     rc = qt_coll_p2p_send(prev, QT_PP_GRAD, grad, bytes);
+                }
+                if (!rc && D && s == S - 1) {
+                    unsigned char *row = mslots + a.j * D * bytes;
+                    memcpy(row, qt_pp_bytes(ctx, p->pp_mtp_din), (size_t)(D * bytes));
+                    rc = qt_pp_mtp_move(1, mpeer, QT_PP_MTP_GRAD, row, bytes, D);
                 }
             }
             if (rc) return rc;

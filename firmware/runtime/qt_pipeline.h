@@ -90,8 +90,11 @@ int qt_pp_action_circ(int M, int R, int i, int *j, int *r);
  * coll_p2p.c), and receiving theirs. A stage before the last runs a microbatch's forward
  * when the schedule says F and, when it says B, the forward again (stage-boundary
  * rematerialisation: only the inputs of the microbatches in flight are kept, in pp_slots)
- * and the backward; the last stage runs forward and backward at B. Writes the arena and
- * the gradient trees; st->mb is set per microbatch. 0 or QT_E_* (a hook's, a peer's). */
+ * and the backward; the last stage runs forward and backward at B. With the MTP head
+ * (one repeat) stage 0 also sends each microbatch's pp_mtp_out to the last stage at F and
+ * receives pp_mtp_dout at B; the last stage receives pp_mtp_in at B and sends pp_mtp_din
+ * back. Writes the arena and the gradient trees; st->mb is set per microbatch. 0 or
+ * QT_E_* (a hook's, a peer's). */
 int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st,
                        const qt_pp_hooks *h);
 
@@ -124,7 +127,9 @@ int qt_pp_sum_u64(const qt_plan *p, uint64_t *v, int64_t n);
  * checks are not vacuous: 1 (=reverse) runs gpipe's backward phase in reverse microbatch
  * order, which pushes the gradient leaves out of the one-rank tree's order; 2 (=lb-local)
  * starts every stage's lb sums from zero instead of the stage before's running sums, so the
- * last stage sums its own layers' load-balance terms only. 0 (the default): neither. */
+ * last stage sums its own layers' load-balance terms only; 3 (=mtp-drop) zeroes, on stage
+ * 0, the received gradient of the MTP head's embeddings (received as always: the messages
+ * still pair), so the embedding's gradient lacks the head's part. 0 (the default): none. */
 void qt_pp_set_test_order(int mode);
 
 /* The bubble's clocks (pipeline_time.c): qt_pp_clock is the monotonic clock in seconds;

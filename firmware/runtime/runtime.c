@@ -512,7 +512,9 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     memset(m->moe_dropped_layer, 0, sizeof m->moe_dropped_layer);
     a.t = qt_rt.profile ? qt_runtime_now() : 0.0;
     int64_t n_mtp_packed = 0;
-    if (p->mtp_layers > 0 && p->packing) {
+    /* (a pipeline: on the last stage, which holds the head; the others' scale is unread) */
+    if (p->mtp_layers > 0 && p->packing &&
+        (p->pipeline_stages <= 1 || p->pp_stage == p->pipeline_stages - 1)) {
         int rc = qt_runtime_mtp_prepass(p, step, a.R, a.St, a.t0, &n_mtp_packed);
         if (rc) return rc;
         qt_runtime_lap(&a.t, QT_PH_DATA);

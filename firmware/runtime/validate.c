@@ -371,13 +371,46 @@ static int qt_validate_step(const qt_plan *p)
     return QT_OK;
 }
 
+/* The boundary messages one stage sends per microbatch and repeat, the most over the
+ * stages: a middle stage's activation and gradient (2), with the lb sums 3; with the MTP
+ * head stage 0's activation, its lb sums and the head's D embeddings, the last stage's
+ * gradient and the D embeddings' gradients. */
+static int64_t qt_pp_sends_per_microbatch(const qt_plan *p)
+{
+    const int64_t lb = p->lb_seq != QT_NONE, first = 1 + lb + p->mtp_layers;
+    return first > 2 + lb ? first : 2 + lb;
+}
+
+/* With the MTP head: stage 0 has the head's embeddings to send and their gradient's seed,
+ * the last stage their input and gradient, both the slots of the sends in flight (the
+ * microbatch's D boundaries each); 1 without the head. */
+static int qt_pp_mtp_tables_ok(const qt_plan *p)
+{
+    if (p->mtp_layers <= 0) return 1;
+    const int first = p->pp_stage == 0, last = p->pp_stage == p->pipeline_stages - 1;
+    const int64_t nb = p->pp_slots != QT_NONE ? p->tensors[p->pp_slots].shape[1] : 0;
+    const int32_t ids[] = {p->pp_mtp_out, p->pp_mtp_dout, p->pp_mtp_in, p->pp_mtp_din};
+    for (int k = 0; k < 4; k++) {
+        const int want = k < 2 ? first : last;
+        if ((ids[k] != QT_NONE) != want) return 0;
+        if (want && (ids[k] < 0 || ids[k] >= p->n_tensors ||
+                     p->tensors[ids[k]].numel != p->mtp_layers * nb))
+            return 0;
+    }
+    if (!first && !last) return 1;
+    if (p->pp_mtp_slots < 0 || p->pp_mtp_slots >= p->n_tensors) return 0;
+    const qt_tensor *t = &p->tensors[p->pp_mtp_slots];
+    return t->shape[0] == p->pp_micro && t->shape[1] == p->mtp_layers * nb;
+}
+
 int qt_validate_pipeline(const qt_plan *p)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
     /* what the pipeline driver runs today (runtime/pipeline.c): stages of any one-slice mesh
      * (their collectives over the stage's ranks, qt_comm_mesh_set_base), gpipe with circular
      * repeats or 1f1b with one, fp32 or bf16, the load-balance and z losses, token
-     * dropping, packing, scanned layers, the held-out eval without repeats, no MTP head;
+     * dropping, packing, scanned layers, the held-out eval without repeats, the MTP head
+     * without repeats;
      * anything else is named by its key */
     const char *what = NULL;
     int64_t per = 1;
@@ -397,19 +430,22 @@ int qt_validate_pipeline(const qt_plan *p)
         what = "num_pipeline_repeats > 1 and the microbatch or per-layer gradient form "
                "(gradient_reduce, expert or context parallelism: a microbatch's gradients "
                "complete only after its last repeat)";
-    else if ((p->lb_seq != QT_NONE ? 3 : 2) * (int64_t)p->pp_micro
+    else if (qt_pp_sends_per_microbatch(p) * (int64_t)p->pp_micro
                  * (p->pp_repeats > 1 ? p->pp_repeats : 1) >= QT_COMM_P2P_MAX)
         what = "more than 255 boundary messages sent per accumulation group (2 x "
                "num_pipeline_microbatches x num_pipeline_repeats, 3 x with "
-               "load_balance_loss_weight > 0: the lb sums; one request stays for the "
+               "load_balance_loss_weight > 0: the lb sums, (1 + mtp_num_layers) x on stage 0 "
+               "with the MTP head (+ 1 with the lb sums); one request stays for the "
                "receive posted ahead)";
     else if (p->pp_repeats > 1 && p->train.eval_interval > 0)
         what = "eval_interval > 0 and num_pipeline_repeats > 1 (the held-out eval's forward "
                "runs each stage's layers once, stage after stage)";
-    else if (p->mtp_layers > 0)
-        what = "mtp_num_layers > 0 (the MTP head: its embedding is stage 0's, its layers "
-               "and loss the last stage's)";
-    else if (p->pp_slots == QT_NONE || p->pp_stage < 0 || p->pp_stage >= p->pipeline_stages)
+    else if (p->mtp_layers > 0 && p->pp_repeats > 1)
+        what = "mtp_num_layers > 0 and num_pipeline_repeats > 1 (the MTP head's embeddings "
+               "cross from stage 0 to the last stage once per microbatch, outside the "
+               "repeats' chunks)";
+    else if (p->pp_slots == QT_NONE || p->pp_stage < 0 || p->pp_stage >= p->pipeline_stages ||
+             !qt_pp_mtp_tables_ok(p))
         what = "stage tables without their boundaries (a plan from an older configgen)";
     int R;
     if (!what) return qt_pp_chunks(p, &R) ? QT_OK : QT_E_PLAN;

@@ -417,6 +417,9 @@ int qt_cg_check_schedule(const qt_cg_graph *g, char *err, size_t errlen)
     if (g->s->pp_local) {
         if (g->pp_in != QT_NONE) written[g->pp_in] = 1;
         if (g->pp_dout != QT_NONE) written[g->pp_dout] = 1;
+        /* the MTP head's embeddings (the last stage) and their gradient (stage 0) */
+        if (g->pp_mtp_in != QT_NONE) written[g->pp_mtp_in] = 1;
+        if (g->pp_mtp_dout != QT_NONE) written[g->pp_mtp_dout] = 1;
         /* the running lb sums of the stages before (stages > 0; a circular stage 0's
          * ZERO of lb_seq is in its first chunk) */
         if (g->pp_in != QT_NONE && g->lb_seq != QT_NONE) written[g->lb_seq] = 1;

@@ -366,6 +366,15 @@ typedef struct qt_cg_graph {
      * one-rank layer order's running sum, carried from stage to stage beside the
      * activations), else QT_NONE */
     int32_t pp_in, pp_din, pp_out, pp_dout, pp_slots, pp_lb_slots;
+    /* the MTP head on a pipeline (mtp_num_layers D > 0, docs/pipeline.md "The MTP head on a
+     * pipeline"): stage 0's pp_mtp_out, the depths' embeddings MTP<j>.emb of the one
+     * stacked EMBED_FWD (D > 1: STACKed per token block into one tensor [b, D S, d]), sent
+     * straight to the last stage, and pp_mtp_dout its gradient (received back: a second
+     * seed of the backward); the last stage's pp_mtp_in (received; D > 1: SPLIT into the
+     * depths' inputs) and pp_mtp_din its gradient (sent back); pp_mtp_slots [M, D x
+     * boundary] on both: the sends in flight. Each live for the whole microbatch
+     * schedule; QT_NONE otherwise */
+    int32_t pp_mtp_in, pp_mtp_din, pp_mtp_out, pp_mtp_dout, pp_mtp_slots;
     /* driver/pipeline.c, a pipeline plan: every stage's stage-local plan (the files hold
      * these), their settings, and the hash that names them together */
     struct qt_cg_graph *pp_graphs;

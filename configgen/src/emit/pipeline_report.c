@@ -151,11 +151,9 @@ static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
                          "bound: ", (double)budget / QT_CG_MIB,
                          exec <= budget ? "fits" : "does not fit", (double)exec / QT_CG_MIB,
                          100.0 * (double)exec / (double)budget, heavy);
-    else
-        qt_cg_buf_printf(b, "  verdict (budget %.0f MiB, the planning bound: %s): ",
-                         (double)budget / QT_CG_MIB,
-                         s->pp_repeats > 1 ? "qtrain does not run circular repeats yet"
-                                           : "no stage-local tables with the MTP head");
+    else /* circular repeats (R > 1): the verdict stays the planning bound */
+        qt_cg_buf_printf(b, "  verdict (budget %.0f MiB, the planning bound: qtrain does not "
+                         "run circular repeats yet): ", (double)budget / QT_CG_MIB);
     qt_cg_buf_printf(b, "gpipe %s (%.0f MiB, %.1f%%), 1f1b ", w0 <= budget ? "fits" : "does not fit",
                      (double)w0 / QT_CG_MIB, 100.0 * (double)w0 / (double)budget);
     if (s->pp_repeats > 1)
@@ -228,12 +226,18 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
             continue;
         }
         qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters (one-rank indices "
-                         "%lld..%lld, elements from %lld), %s%s%s%s, arena %.2f MiB\n", st,
+                         "%lld..%lld, elements from %lld), %s%s%s%s%s, arena %.2f MiB\n", st,
                          (unsigned long long)x->hash, x->np, (long long)x->s->pp_param0,
                          (long long)(x->s->pp_param0 + x->np - 1), (long long)x->s->pp_elem0,
                          x->pp_in != QT_NONE ? "input from stage before" : "the embedding",
                          x->pp_out != QT_NONE ? ", output to the stage after" : ", the head and loss",
                          x->pp_slots != QT_NONE ? " (in-flight slots: 3 M boundary messages)" : "",
+                         x->pp_mtp_out != QT_NONE
+                             ? ", the MTP head's embeddings straight to the last stage and their "
+                               "gradient back (in-flight slots: M x mtp_num_layers boundaries)"
+                         : x->pp_mtp_in != QT_NONE
+                             ? ", the MTP head on stage 0's embeddings (their gradient sent back; "
+                               "in-flight slots: M x mtp_num_layers boundaries)" : "",
                          x->n_scans > 0 ? ", scanned" : "", (double)x->arena_bytes / QT_CG_MIB);
     }
 }
@@ -317,4 +321,14 @@ void qt_cg_report_pp_boundaries(const qt_cg_graph *g, qt_cg_buf *b)
                          (double)msg / QT_CG_MIB, (long long)n, qt_cg_s(n), (long long)(2 * n),
                          (double)(n * msg) / QT_CG_MIB);
     }
+    if (s->mtp_layers <= 0 || R > 1) return;
+    /* the MTP head's embeddings, from stage 0 straight to the last stage and back */
+    const int64_t n = G * M * s->mtp_layers;
+    qt_cg_buf_printf(b, "    stage 0 -> %lld (the MTP head's embeddings, %d boundar%s per "
+                     "microbatch, one message each): %lld bytes (%.3f MiB) per microbatch each "
+                     "way; %lld message%s each way per step, %lld in all, %.3f MiB sent each way "
+                     "per rank pair\n", (long long)(S - 1), s->mtp_layers,
+                     s->mtp_layers == 1 ? "y" : "ies", (long long)(s->mtp_layers * msg),
+                     (double)(s->mtp_layers * msg) / QT_CG_MIB, (long long)n, qt_cg_s(n),
+                     (long long)(2 * n), (double)(n * msg) / QT_CG_MIB);
 }

@@ -730,6 +730,9 @@ int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
         free(ad.sh);
         return qt_cg_fail(err, errlen, "internal error: the forward must end with XENT");
     }
+    /* stage 0 with the MTP head: the gradient of the depths' embeddings, received from the
+     * last stage, seeds them too (SPLIT's backward then stacks it with the layers') */
+    if (pp && g->pp_mtp_dout != QT_NONE) ad.grad[g->pp_mtp_out] = g->pp_mtp_dout;
     int cap_src = 0;
     for (int i = g->n_fwd - 1; i >= 0 && !ad.failed; i--) {
         qt_op f = g->mb[i]; /* copy: emitting grows g->mb */
@@ -747,6 +750,16 @@ int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
             qt_cg_fail(err, errlen, "internal error: no gradient reaches the stage's input");
         } else {
             g->ts[g->pp_din].whole = 1;
+        }
+    }
+    /* the last stage with the MTP head: the gradient of stage 0's embeddings, sent back */
+    if (pp && g->pp_mtp_in != QT_NONE && !ad.failed) {
+        g->pp_mtp_din = ad.grad[g->pp_mtp_in];
+        if (g->pp_mtp_din == QT_NONE) {
+            ad.failed = 1;
+            qt_cg_fail(err, errlen, "internal error: no gradient reaches the MTP head's input");
+        } else {
+            g->ts[g->pp_mtp_din].whole = 1;
         }
     }
     /* the circular chunks' input gradients (sent back), into their forward markers too */

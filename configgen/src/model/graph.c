@@ -1061,6 +1061,47 @@ static void pp_chunk_out(qt_cg_graph *g, int mk, int r, int32_t x)
     QT_A(&g->mb[mk], PP_CHUNK, dout) = pp_boundary_grad(g, x, n);
 }
 
+/* The MTP head's D embeddings as one boundary tensor [b, D S, d]: e[0] itself for D = 1,
+ * else a new tensor `name` that op (STACK on stage 0, SPLIT on the last stage) stacks or
+ * splits per token block, as the one-rank stacked embedding holds its parts. */
+static int32_t pp_mtp_stacked(qt_cg_graph *g, const char *name, int kind, int32_t *e,
+                              const qt_cg_dims *D)
+{
+    const int64_t n = g->s->mtp_layers;
+    if (n == 1) return e[0];
+    const int32_t x = qt_cg_add_tensor(g, name, QT_ROLE_ACT, QT_F32, 3, SHP(D->b, n * D->S, D->d),
+                                       AX(QT_LAX_ACT_EMBED_LOGITS_BATCH, QT_LAX_ACT_LENGTH,
+                                          QT_LAX_ACT_EMBED));
+    stack_op(g, kind, x, e, n, D->b * D->nbt / D->C, D->Sm / D->nbt, D->d);
+    return x;
+}
+
+/* Stage 0 with the MTP head (docs/pipeline.md "The MTP head on a pipeline"): the depths'
+ * embeddings e[0 .. D) of the one stacked EMBED_FWD go straight to the last stage
+ * (pp_mtp_out), and their gradient comes back from it (pp_mtp_dout: a second seed of the
+ * backward, which SPLIT's backward stacks with the layers' into the one EMBED_BWD). */
+static void pp_mtp_send(qt_cg_graph *g, int32_t *e, const qt_cg_dims *D)
+{
+    g->pp_mtp_out = pp_mtp_stacked(g, "pp_mtp_out", QT_OP_STACK, e, D);
+    g->pp_mtp_dout = pp_boundary_grad(g, g->pp_mtp_out, "d.pp_mtp_out");
+}
+
+/* The last stage with the MTP head: the depths' embeddings received from stage 0
+ * (pp_mtp_in, live for the whole schedule) into e[0 .. D); its gradient (pp_mtp_din, sent
+ * back) is autodiff's (model/autodiff.c). */
+static void pp_mtp_recv(qt_cg_graph *g, int32_t *e, const qt_cg_dims *D)
+{
+    char n[32];
+    const int depths = g->s->mtp_layers;
+    for (int j = 0; j < depths; j++) {
+        snprintf(n, sizeof n, depths == 1 ? "pp_mtp_in" : "MTP%d.emb", j);
+        e[j] = act3(g, n, D, D->d, QT_LAX_ACT_EMBED_LOGITS_BATCH, QT_LAX_ACT_LENGTH,
+                    QT_LAX_ACT_EMBED);
+    }
+    g->pp_mtp_in = pp_mtp_stacked(g, "pp_mtp_in", QT_OP_SPLIT, e, D);
+    g->ts[g->pp_mtp_in].whole = 1;
+}
+
 int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen)
 {
     qt_cg_dims D;
@@ -1076,8 +1117,10 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     const int pp = s->pp_stages > 1 && s->pp_local;
     const int pp_first = !pp || s->pp_stage == 0, pp_last = !pp || s->pp_stage == s->pp_stages - 1;
     g->pp_in = g->pp_din = g->pp_out = g->pp_dout = g->pp_slots = g->pp_lb_slots = QT_NONE;
-    if (pp && np > 1) /* driver/pipeline.c plans no stage-local tables with the head */
-        return qt_cg_fail(err, errlen, "internal error: stage-local tables with the MTP head");
+    g->pp_mtp_in = g->pp_mtp_din = g->pp_mtp_out = g->pp_mtp_dout = g->pp_mtp_slots = QT_NONE;
+    if (pp && np > 1 && s->pp_repeats > 1) /* driver/pipeline.c plans none with both */
+        return qt_cg_fail(err, errlen, "internal error: circular stage-local tables with the "
+                          "MTP head");
     int32_t x, e[8] = {QT_NONE};
     char n[256];
     /* circular repeats (R > 1): the stage's R chunks of Lps layers are separate subgraphs,
@@ -1089,6 +1132,8 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     } else if (!pp_first) {
         x = g->pp_in = act3(g, "pp_in", &D, D.d, LB, L, QT_LAX_ACT_EMBED);
         g->ts[x].whole = 1;
+        /* the last stage's MTP head reads stage 0's embeddings of the shifted tokens */
+        if (pp_last && np > 1) pp_mtp_recv(g, e + 1, &D);
     } else {
         int32_t w_emb = add_param(g, "model.embed_tokens.weight", 2, SHP(D.V, D.d),
                                   AX(QT_LAX_VOCAB, QT_LAX_EMBED_VOCAB), QT_INIT_NORMAL, 1.0, -1);
@@ -1110,6 +1155,7 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
         QT_CG_SET_A(op, EMBED_FWD, .T = np * D.T, .d = D.d, .V = D.V);
         if (np > 1)
             stack_op(g, QT_OP_SPLIT, xall, e, np, D.b * D.nbt / D.C, D.Sm / D.nbt, D.d);
+        if (pp && np > 1) pp_mtp_send(g, e + 1, &D);
     }
     /* a pipeline stage's tables hold its layers only, named and initialised by their
      * global index (qt_cg_pp_layer: MaxText's layer-to-stage map); else every layer */
@@ -1146,6 +1192,13 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
         g->pp_slots = qt_cg_add_tensor(g, "pp_slots", QT_ROLE_ACT, QT_F32, 2, SHP(3 * MR, nb),
                                        AX(0, 0));
         g->ts[g->pp_slots].whole = 1;
+        /* the MTP head's embeddings (stage 0) or their gradients (the last stage) in flight:
+         * M sends of D boundaries each */
+        if (np > 1 && (pp_first || pp_last)) {
+            g->pp_mtp_slots = qt_cg_add_tensor(g, "pp_mtp_slots", QT_ROLE_ACT, QT_F32, 2,
+                                               SHP(s->pp_micro, (np - 1) * nb), AX(0, 0));
+            g->ts[g->pp_mtp_slots].whole = 1;
+        }
         /* the load-balance loss's running sums per sequence, sent on with the activations
          * (lb_seq: the layers' terms added in the one-rank layer order; M R: with circular
          * repeats they wrap around with the activations) */
