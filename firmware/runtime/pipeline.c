@@ -194,8 +194,9 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
     unsigned char *lbs = lb ? qt_pp_bytes(ctx, p->pp_lb_slots) : NULL;
     /* the MTP head (D depths, one repeat): stage 0 sends each microbatch's D embeddings to
      * the last stage at F (slot row j) and receives their gradient at B, before the
-     * backward that seeds with it; the last stage receives them at B, before its forward,
-     * and sends their gradient back after its backward (slot row j) */
+     * backward that seeds with it; the last stage receives them at F (slot row j: both
+     * sides in forward order, whatever the backwards' order), copies them into pp_mtp_in
+     * at B, and sends their gradient back after its backward (slot row M + j) */
     const int64_t D = p->mtp_layers > 0 && (s == 0 || s == S - 1) ? p->mtp_layers : 0;
     unsigned char *mslots = D ? qt_pp_bytes(ctx, p->pp_mtp_slots) : NULL;
     const int mpeer = ranks[s == 0 ? S - 1 : 0];
@@ -268,15 +269,19 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                         memcpy(row, qt_pp_bytes(ctx, p->pp_mtp_out), (size_t)(D * bytes));
                         rc = qt_pp_mtp_move(1, mpeer, QT_PP_MTP, row, bytes, D);
                     }
+                } else if (D) { /* the last stage: the MTP head's input, kept for its B */
+                    rc = qt_pp_mtp_move(0, mpeer, QT_PP_MTP, mslots + a.j * D * bytes, bytes, D);
                 }
             } else if (!rc) {
                 /* B: the forward runs again from the kept input, then the backward; the
                  * input's gradient goes back (a chunk with an input); the microbatch's
                  * results are taken after its last repeat (the loss) */
-                if (D && s == S - 1) /* the MTP head's input, then its gradient's seed */
-                    rc = qt_pp_mtp_move(0, mpeer, QT_PP_MTP, qt_pp_bytes(ctx, p->pp_mtp_in),
-                                        bytes, D);
-                if (!rc && D && s == 0) {
+                /* the MTP head: its input on the last stage, its gradient (the backward's
+                 * second seed) on stage 0 */
+                if (D && s == S - 1)
+                    memcpy(qt_pp_bytes(ctx, p->pp_mtp_in), mslots + a.j * D * bytes,
+                           (size_t)(D * bytes));
+                if (D && s == 0) {
                     unsigned char *dm = qt_pp_bytes(ctx, p->pp_mtp_dout);
                     rc = qt_pp_mtp_move(0, mpeer, QT_PP_MTP_GRAD, dm, bytes, D);
                     if (qt_pp_mtp_drop) memset(dm, 0, (size_t)(D * bytes));
@@ -291,7 +296,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                     rc = qt_coll_p2p_send(prev, QT_PP_GRAD, grad, bytes);
                 }
                 if (!rc && D && s == S - 1) {
-                    unsigned char *row = mslots + a.j * D * bytes;
+                    unsigned char *row = mslots + (M + a.j) * D * bytes;
                     memcpy(row, qt_pp_bytes(ctx, p->pp_mtp_din), (size_t)(D * bytes));
                     rc = qt_pp_mtp_move(1, mpeer, QT_PP_MTP_GRAD, row, bytes, D);
                 }

@@ -382,8 +382,8 @@ static int64_t qt_pp_sends_per_microbatch(const qt_plan *p)
 }
 
 /* With the MTP head: stage 0 has the head's embeddings to send and their gradient's seed,
- * the last stage their input and gradient, both the slots of the sends in flight (the
- * microbatch's D boundaries each); 1 without the head. */
+ * the last stage their input and gradient, both their slots (D boundaries a microbatch: M
+ * sends in flight, and on the last stage M received); 1 without the head. */
 static int qt_pp_mtp_tables_ok(const qt_plan *p)
 {
     if (p->mtp_layers <= 0) return 1;
@@ -400,7 +400,7 @@ static int qt_pp_mtp_tables_ok(const qt_plan *p)
     if (!first && !last) return 1;
     if (p->pp_mtp_slots < 0 || p->pp_mtp_slots >= p->n_tensors) return 0;
     const qt_tensor *t = &p->tensors[p->pp_mtp_slots];
-    return t->shape[0] == p->pp_micro && t->shape[1] == p->mtp_layers * nb;
+    return t->shape[0] == (last ? 2 : 1) * p->pp_micro && t->shape[1] == p->mtp_layers * nb;
 }
 
 int qt_validate_pipeline(const qt_plan *p)

@@ -23,6 +23,15 @@
 #     with scan_layers PP2 gpipe (fp32) and 1f1b (bf16), stage 0's tables scanned; all of
 #     bf16, lb, z-loss, capacity and packing at once on PP2 x EP2 1f1b M 4, and on circular PP2 R2
 #     gpipe M 4 (bf16, lb, z-loss, packing: the lb sums wrap around);
+#   * the MTP head (mtp_num_layers; stage 0 sends each microbatch's MTP embeddings straight
+#     to the last stage and gets their gradient back), each == one rank with the same keys in
+#     the loss bits, fingerprint and every metric (mtp_loss included): qwen3-next PP2 gpipe
+#     and 1f1b M 4, qwen3.5 PP2 gpipe, 2 depths PP2 1f1b M 4, PP4 1f1b M 4 (the middle stages
+#     see none of it), PP2 x DP2 gpipe, bf16 PP2 gpipe, packing PP2 1f1b M 4 (the pre-pass on
+#     the last stage), all forms (bf16, lb, z-loss, token dropping, packing) on PP2 x EP2
+#     1f1b M 4; its checkpoint file after 5 steps on PP2 and PP4 == one rank's and resumes
+#     PP2 -> one rank, one rank's directory -> PP2 1f1b; the gradient of the embeddings not
+#     applied on stage 0 (QT_PP_TEST_ORDER=mtp-drop) is not one rank's (non-vacuous);
 #   * the check can fail: the same PP2 gpipe run with its backward phase in reverse
 #     microbatch order (QT_PP_TEST_ORDER=reverse, a test hook read at start-up) pushes the
 #     stages' gradient leaves out of the one-rank tree's order, and its bits differ from one
@@ -36,10 +45,9 @@
 #   * the lb PP2 run with every stage's lb sums started from zero (QT_PP_TEST_ORDER=lb-local)
 #     has another step-0 loss than one rank;
 #   * receives posted ahead off (QT_PP_PREFETCH=0) give the same bits;
-#   * refusals: a pipeline form the driver does not run yet names its key (dump_grads=, on
 #   * refusals: a pipeline form the driver does not run yet names its key (dump_grads= and
 #     save= on the circular pp-next-pp2; repeats with expert parallelism's microbatch gradient
-#     form);
+#     form; the MTP head with circular repeats, both keys);
 #   * the held-out eval, checkpoints (save=, load=, dump_grads=) on pipeline meshes: below.
 PP_D=$QT_TMP/pp
 PP_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
@@ -212,6 +220,62 @@ for cell in "pp1r-next-b4-bf16 pp2-next-gpipe-bf16 2" "pp1r-35-b4-bf16 pp2-35-1f
   check "pipeline: ${2#pp} ($3 ranks) == one rank ($1), bit for bit, every metric" pp_same_metrics "$@"
 done
 
+# the MTP head on a pipeline (docs/pipeline.md "The MTP head on a pipeline"): stage 0 keeps
+# the one stacked embedding and sends the depths' embeddings straight to the last stage,
+# whose head, shared lm_head and MTP loss run after the main head; their gradient goes back
+# into stage 0's one embedding backward. Each cell == one rank with the same keys, every
+# metric (mtp_loss, and with token dropping mtp_moe_dropped, included)
+MTP="mtp_num_layers=1"
+pp_mtp_cells() {
+  pp_variant pp1r-next-b4-mtp test-next-tiny per_device_batch_size=4 $MTP &&
+    pp_variant pp2-next-gpipe-mtp test-next-tiny $NEXT_PP $MTP &&
+    pp_variant pp2-next-1f1b-m4-mtp test-next-tiny $NEXT_PP num_pipeline_microbatches=4 pipeline_schedule=1f1b $MTP &&
+    pp_variant pp1r-35-b4-mtp test-35-tiny per_device_batch_size=4 $MTP &&
+    pp_variant pp2-35-gpipe-mtp test-35-tiny $NEXT_PP $MTP &&
+    pp_variant pp1r-next-b4-mtp2 test-next-tiny per_device_batch_size=4 mtp_num_layers=2 &&
+    pp_variant pp2-next-1f1b-m4-mtp2 test-next-tiny $NEXT_PP num_pipeline_microbatches=4 pipeline_schedule=1f1b mtp_num_layers=2 &&
+    pp_variant pp4-next-1f1b-m4-mtp test-next-tiny num_ranks=4 ici_pipeline_parallelism=4 \
+      num_layers_per_pipeline_stage=1 per_device_batch_size=1 num_pipeline_microbatches=4 pipeline_schedule=1f1b $MTP &&
+    pp_variant pp1r-next-b8-mtp test-next-tiny per_device_batch_size=8 $MTP &&
+    pp_variant pp2dp2-next-gpipe-mtp test-next-tiny $NEXT_PP4 ici_data_parallelism=2 $MTP &&
+    pp_variant pp1r-next-b4-mtp-bf16 test-next-tiny per_device_batch_size=4 $MTP $B16 &&
+    pp_variant pp2-next-gpipe-mtp-bf16 test-next-tiny $NEXT_PP $MTP $B16 &&
+    pp_variant pp1r-next-b4-mtp-pack test-next-tiny per_device_batch_size=4 $MTP $PACK &&
+    pp_variant pp2-next-1f1b-m4-mtp-pack test-next-tiny $NEXT_PP num_pipeline_microbatches=4 pipeline_schedule=1f1b $MTP $PACK &&
+    pp_variant pp1r-next-b8-all-mtp test-next-tiny per_device_batch_size=8 $ALL $MTP &&
+    pp_variant pp2ep2-next-1f1b-m4-all-mtp test-next-tiny $NEXT_PP4 ici_expert_parallelism=2 \
+      pipeline_schedule=1f1b num_pipeline_microbatches=4 $ALL $MTP
+}
+check "pipeline: configgen plans and builds the MTP head's cells" pp_mtp_cells
+
+# pp_same_mtp ONE PP RANKS: pp_same_metrics, and the metrics carry the head's loss
+pp_same_mtp() {
+  pp_same_metrics "$@" || return 1
+  grep -q '"mtp_loss":' "$PP_D/$2.jsonl" || { echo "$2: no mtp_loss in the metrics"; return 1; }
+}
+for cell in "pp1r-next-b4-mtp pp2-next-gpipe-mtp 2" "pp1r-next-b4-mtp pp2-next-1f1b-m4-mtp 2" \
+            "pp1r-35-b4-mtp pp2-35-gpipe-mtp 2" "pp1r-next-b4-mtp2 pp2-next-1f1b-m4-mtp2 2" \
+            "pp1r-next-b4-mtp pp4-next-1f1b-m4-mtp 4" "pp1r-next-b8-mtp pp2dp2-next-gpipe-mtp 4" \
+            "pp1r-next-b4-mtp-bf16 pp2-next-gpipe-mtp-bf16 2" \
+            "pp1r-next-b4-mtp-pack pp2-next-1f1b-m4-mtp-pack 2" \
+            "pp1r-next-b8-all-mtp pp2ep2-next-1f1b-m4-all-mtp 4"; do
+  set -- $cell
+  check "pipeline MTP: ${2#pp} ($3 ranks) == one rank ($1), bit for bit, every metric" pp_same_mtp "$@"
+done
+
+# the MTP check can fail: stage 0 zeroing the received gradient of the head's embeddings
+# (QT_PP_TEST_ORDER=mtp-drop; the messages still pair) trains the embedding without the
+# head's part: the step-0 loss (before any update) is one rank's, a later step's bits differ
+pp_mtp_drop_differs() {
+  pp_det pp1r-next-b4-mtp 1 && pp_det pp2-next-gpipe-mtp 2 QT_PP_TEST_ORDER=mtp-drop || return 1
+  local a=$PP_D/pp1r-next-b4-mtp.det b=$PP_D/pp2-next-gpipe-mtp.QT_PP_TEST_ORDER.det
+  [ "$(head -n 1 "$a")" = "$(head -n 1 "$b")" ] || { echo "step 0 differs"; return 1; }
+  ! cmp -s "$a" "$b" || { echo "the dropped MTP gradient gave one rank's bits"; return 1; }
+  echo "one rank: $(tail -n 1 "$a"); MTP gradient dropped: $(tail -n 1 "$b")"
+}
+check "pipeline MTP: the head's embedding gradient not applied on stage 0 is not one rank's bits (non-vacuous)" \
+  pp_mtp_drop_differs
+
 # the scanned cells really scan inside a stage (16 layers, 8 a stage: two 4-layer cycles;
 # schedule/scan.c stores stage 0's forward as one cycle run twice; stage 1's last cycle feeds
 # the head, so its two cycles differ and stay unrolled, as one rank's last cycle does)
@@ -317,10 +381,12 @@ pp_refusals() {
   grep -q "num_pipeline_repeats 2: checkpoints on a circular pipeline are not written yet" "$e" ||
     { cat "$e"; return 1; }
   [ ! -e "$PP_D/ck.safetensors" ] || { echo "save= wrote $PP_D/ck.safetensors"; return 1; }
-  pp_variant pp2-next-gpipe-mtp test-next-tiny $NEXT_PP mtp_num_layers=1 || return 1
-  timeout 60 mpiexec -n 2 "$PP_D/pp2-next-gpipe-mtp/qtrain" steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
-    { echo "MTP pipeline plan accepted"; return 1; }
-  grep -q "pipeline plans with mtp_num_layers > 0 (the MTP head" "$e" || { cat "$e"; return 1; }
+  # the MTP head with circular repeats names both keys
+  pp_variant pp2r2-next-gpipe-mtp test-next-tiny $NEXT_PPC $MTP || return 1
+  timeout 60 mpiexec -n 2 "$PP_D/pp2r2-next-gpipe-mtp/qtrain" steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
+    { echo "MTP with circular repeats accepted"; return 1; }
+  [ "$(grep -c "pipeline plans with mtp_num_layers > 0 and num_pipeline_repeats > 1 (the MTP head" "$e")" -eq 2 ] ||
+    { cat "$e"; return 1; }
   # token dropping with circular repeats: configgen names both keys, writes nothing
   build/configgen/configgen -o "$PP_D/cap-circ" configgen/configs/runs/test-next-tiny.yml \
     run_name=cap-circ $NEXT_PPC $CAP > /dev/null 2> "$e" && { echo "capacity x repeats planned"; return 1; }
@@ -328,7 +394,7 @@ pp_refusals() {
   [ ! -e "$PP_D/cap-circ/cap-circ" ] || { echo "configgen wrote the refused plan"; return 1; }
   head -n 1 "$e"
 }
-check "pipeline: forms not executed yet (dump_grads= and save= on a circular plan, repeats x EP2, MTP, token dropping x repeats) are refused naming the key" pp_refusals
+check "pipeline: forms not executed yet (dump_grads= and save= on a circular plan, repeats x EP2, MTP x repeats, token dropping x repeats) are refused naming the key" pp_refusals
 
 # pp_run NAME RANKS ARGS...: $PP_D/NAME/qtrain on RANKS ranks, tiny data, seed 11
 pp_run() {
@@ -471,6 +537,19 @@ check "pipeline ckpt: Qwen3.5 save on PP2, resume on one rank == one rank" \
   pp_ck_resume pp1r-35-b4 pp2-35-gpipe 2 pp1r-35-b4 1
 check "pipeline ckpt: Qwen3.5 save on one rank, resume on PP2 == one rank" \
   pp_ck_resume pp1r-35-b4 pp1r-35-b4 1 pp2-35-gpipe 2
+
+# the MTP head (its mtp.* tensors the last stage's, after the head's): the file after 5 steps
+# on PP2 and PP4 == one rank's; PP2 -> one rank; one rank's directory -> PP2 1f1b
+pp_ck_mtp_cells() {
+  pp_mtp_cells || return 1
+  pp_ck_file_eq pp1r-next-b4-mtp pp2-next-gpipe-mtp 2 && pp_ck_file_eq pp1r-next-b4-mtp pp4-next-1f1b-m4-mtp 4
+}
+check "pipeline ckpt: the MTP head's checkpoint files after 5 steps on PP2 and PP4 == one rank's, byte for byte" \
+  pp_ck_mtp_cells
+check "pipeline ckpt: the MTP head, save on PP2 at step 5, resume on one rank == one rank" \
+  pp_ck_resume pp1r-next-b4-mtp pp2-next-gpipe-mtp 2 pp1r-next-b4-mtp 1
+check "pipeline ckpt: the MTP head, save on one rank (sharded directory), resume on PP2 (1f1b) == one rank" \
+  pp_ck_resume pp1r-next-b4-mtp pp1r-next-b4-mtp 1 pp2-next-1f1b-m4-mtp 2 /
 
 # dump_grads= on PP2 and on PP2 x DP2 ZeRO-1: the gradient file == one rank's
 pp_ck_grads() {

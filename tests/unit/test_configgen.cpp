@@ -2040,6 +2040,54 @@ TEST(CgPipeline, CircularStageTablesHoldChunkMarkers)
     CHECK(rep.find("    stage 0 chunks (one-rank parameter indices, first element): r0 0..16 (0) | r1 33..48 (28640)\n") != std::string::npos);
 }
 
+// The MTP head on a pipeline (one repeat, docs/pipeline.md "The MTP head"): stage 0's tables
+// send the depths' embeddings (pp_mtp_out, for 2 depths their STACK of [b, 2 S, d]) and take
+// their gradient back as a second seed; the last stage's receive them (pp_mtp_in, SPLIT)
+// and send their gradient; slots of D boundaries: M sends, and on the last stage M
+// received; the head's mtp.* parameters
+// are the last stage's, after lm_head.weight. With circular repeats: no stage-local tables.
+TEST(CgPipeline, MtpHeadCrossesFromStageZeroToTheLast)
+{
+    char o0[] = "num_ranks=2", o1[] = "ici_pipeline_parallelism=2",
+         o2[] = "num_layers_per_pipeline_stage=2", o3[] = "mtp_num_layers=2";
+    char *over[] = {o0, o1, o2, o3};
+    CgPlan p;
+    LONGS_EQUAL(0, p.build("configgen/configs/runs/test-next-tiny.yml", 4, over));
+    CHECK(p.g.pp_graphs != NULL);
+    const qt_cg_graph *s0 = &p.g.pp_graphs[0], *s1 = &p.g.pp_graphs[1];
+    CHECK(s0->pp_mtp_out != QT_NONE && s0->pp_mtp_dout != QT_NONE);
+    CHECK(s0->pp_mtp_in == QT_NONE && s0->pp_mtp_din == QT_NONE);
+    CHECK(s1->pp_mtp_in != QT_NONE && s1->pp_mtp_din != QT_NONE);
+    CHECK(s1->pp_mtp_out == QT_NONE && s1->pp_mtp_dout == QT_NONE);
+    const int64_t nb = s0->ts[s0->pp_slots].t.shape[1];
+    LONGS_EQUAL(2 * nb, s0->ts[s0->pp_mtp_out].t.numel);
+    LONGS_EQUAL(2 * nb, s1->ts[s1->pp_mtp_din].t.numel);
+    for (const qt_cg_graph *x : {s0, s1}) {  // M sends (+ M received on the last stage)
+        LONGS_EQUAL((x == s1 ? 2 : 1) * x->s->pp_micro, x->ts[x->pp_mtp_slots].t.shape[0]);
+        LONGS_EQUAL(2 * nb, x->ts[x->pp_mtp_slots].t.shape[1]);
+    }
+    // stage 0: the embedding's one EMBED_WGRAD; the last stage: the head's parameters
+    int embed_bwd = 0, split = 0;
+    for (int i = s0->n_fwd; i < s0->nmb; i++) embed_bwd += s0->mb[i].kind == QT_OP_EMBED_WGRAD;
+    for (int i = 0; i < s1->n_fwd; i++) split += s1->mb[i].kind == QT_OP_SPLIT;
+    LONGS_EQUAL(1, embed_bwd);
+    LONGS_EQUAL(1, split);
+    int first_mtp = -1;
+    for (int i = 0; i < s1->np && first_mtp < 0; i++)
+        if (!strncmp(s1->ps[i].name, "mtp.", 4)) first_mtp = i;
+    CHECK(first_mtp > 0);
+    STRCMP_EQUAL("lm_head.weight", s1->ps[first_mtp - 1].name);
+    for (int i = 0; i < s0->np; i++) CHECK(strncmp(s0->ps[i].name, "mtp.", 4) != 0);
+    const std::string rep = report_of(p);
+    CHECK(rep.find("    stage 0 -> 1 (the MTP head's embeddings, 2 boundaries per microbatch") != std::string::npos);
+    // circular repeats with the head: the planning tables only (qtrain refuses them)
+    char c2[] = "num_layers_per_pipeline_stage=1";
+    char *overc[] = {o0, o1, c2, o3};
+    CgPlan pc;
+    LONGS_EQUAL(0, pc.build("configgen/configs/runs/test-next-tiny.yml", 4, overc));
+    CHECK(pc.g.pp_graphs == NULL);
+}
+
 // 1F1B (one repeat): Megatron's warm-up min(S-s-1, M), then one forward one backward, then
 // the drain; stage s holds at most min(S - s, M) microbatches, GPipe all M.
 TEST(CgPipeline, OneFOneBTableAndInFlight)

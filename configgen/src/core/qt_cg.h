@@ -372,8 +372,9 @@ typedef struct qt_cg_graph {
      * straight to the last stage, and pp_mtp_dout its gradient (received back: a second
      * seed of the backward); the last stage's pp_mtp_in (received; D > 1: SPLIT into the
      * depths' inputs) and pp_mtp_din its gradient (sent back); pp_mtp_slots [M, D x
-     * boundary] on both: the sends in flight. Each live for the whole microbatch
-     * schedule; QT_NONE otherwise */
+     * boundary] on stage 0 (the sends in flight), [2 M, D x boundary] on the last stage (M
+     * received, M sends in flight). Each live for the whole microbatch schedule; QT_NONE
+     * otherwise */
     int32_t pp_mtp_in, pp_mtp_din, pp_mtp_out, pp_mtp_dout, pp_mtp_slots;
     /* driver/pipeline.c, a pipeline plan: every stage's stage-local plan (the files hold
      * these), their settings, and the hash that names them together */

@@ -1079,7 +1079,7 @@ static int32_t pp_mtp_stacked(qt_cg_graph *g, const char *name, int kind, int32_
 /* Stage 0 with the MTP head (docs/pipeline.md "The MTP head on a pipeline"): the depths'
  * embeddings e[0 .. D) of the one stacked EMBED_FWD go straight to the last stage
  * (pp_mtp_out), and their gradient comes back from it (pp_mtp_dout: a second seed of the
- * backward, which SPLIT's backward stacks with the layers' into the one EMBED_BWD). */
+ * backward, which SPLIT's backward stacks with the layers' into the one EMBED_WGRAD). */
 static void pp_mtp_send(qt_cg_graph *g, int32_t *e, const qt_cg_dims *D)
 {
     g->pp_mtp_out = pp_mtp_stacked(g, "pp_mtp_out", QT_OP_STACK, e, D);
@@ -1192,11 +1192,12 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
         g->pp_slots = qt_cg_add_tensor(g, "pp_slots", QT_ROLE_ACT, QT_F32, 2, SHP(3 * MR, nb),
                                        AX(0, 0));
         g->ts[g->pp_slots].whole = 1;
-        /* the MTP head's embeddings (stage 0) or their gradients (the last stage) in flight:
-         * M sends of D boundaries each */
+        /* the MTP head's D boundaries per microbatch: stage 0's M sends of the embeddings;
+         * the last stage's M received embeddings and M sends of their gradient */
         if (np > 1 && (pp_first || pp_last)) {
             g->pp_mtp_slots = qt_cg_add_tensor(g, "pp_mtp_slots", QT_ROLE_ACT, QT_F32, 2,
-                                               SHP(s->pp_micro, (np - 1) * nb), AX(0, 0));
+                                               SHP((pp_last ? 2 : 1) * s->pp_micro,
+                                                   (np - 1) * nb), AX(0, 0));
             g->ts[g->pp_mtp_slots].whole = 1;
         }
         /* the load-balance loss's running sums per sequence, sent on with the activations
