@@ -689,6 +689,22 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
     }
 }
 
+/* The gradient of a pipeline stage's input boundary `in` (QT_NONE: the stage has none, then
+ * QT_NONE), which the driver sends back: it lives to the end of the schedule. None reaching
+ * it is an internal error naming `what`. */
+static int32_t boundary_grad(qt_cg_ad *ad, int32_t in, const char *what)
+{
+    if (in == QT_NONE || ad->failed) return QT_NONE;
+    const int32_t d = ad->grad[in];
+    if (d == QT_NONE) {
+        ad->failed = 1;
+        qt_cg_fail(ad->err, ad->errlen, "internal error: no gradient reaches %s", what);
+    } else {
+        ad->g->ts[d].whole = 1;
+    }
+    return d;
+}
+
 int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
 {
     qt_cg_ad ad = {g, NULL, g->nt, err, errlen, 0, NULL};
@@ -741,26 +757,11 @@ int qt_cg_autodiff(qt_cg_graph *g, char *err, size_t errlen)
         g->bwd_src = qt_cg_grow(g->bwd_src, &cap_src, g->nmb - g->n_fwd, sizeof *g->bwd_src);
         for (int o = before; o < g->nmb; o++) g->bwd_src[o - g->n_fwd] = i;
     }
-    /* a pipeline stage after the first: its input boundary's gradient, sent back, lives
-     * to the end of the schedule */
-    if (pp && g->pp_in != QT_NONE && !ad.failed) {
-        g->pp_din = ad.grad[g->pp_in];
-        if (g->pp_din == QT_NONE) {
-            ad.failed = 1;
-            qt_cg_fail(err, errlen, "internal error: no gradient reaches the stage's input");
-        } else {
-            g->ts[g->pp_din].whole = 1;
-        }
-    }
-    /* the last stage with the MTP head: the gradient of stage 0's embeddings, sent back */
-    if (pp && g->pp_mtp_in != QT_NONE && !ad.failed) {
-        g->pp_mtp_din = ad.grad[g->pp_mtp_in];
-        if (g->pp_mtp_din == QT_NONE) {
-            ad.failed = 1;
-            qt_cg_fail(err, errlen, "internal error: no gradient reaches the MTP head's input");
-        } else {
-            g->ts[g->pp_mtp_din].whole = 1;
-        }
+    /* a pipeline stage after the first: its input boundary's gradient, sent back; the last
+     * stage with the MTP head: the gradient of stage 0's embeddings, sent back */
+    if (pp) {
+        g->pp_din = boundary_grad(&ad, g->pp_in, "the stage's input");
+        g->pp_mtp_din = boundary_grad(&ad, g->pp_mtp_in, "the MTP head's input");
     }
     /* the circular chunks' input gradients (sent back), into their forward markers too */
     for (int i = g->n_fwd; pp && i < g->nmb && !ad.failed; i++) {
