@@ -2040,7 +2040,7 @@ TEST(CgPipeline, CircularStageTablesHoldChunkMarkers)
     CHECK(rep.find("    stage 0 chunks (one-rank parameter indices, first element): r0 0..16 (0) | r1 33..48 (28640)\n") != std::string::npos);
 }
 
-// The MTP head on a pipeline (one repeat, docs/pipeline.md "The MTP head"): stage 0's tables
+// The MTP head on a pipeline (one repeat, docs/pipeline.md, its bullet): stage 0's tables
 // send the depths' embeddings (pp_mtp_out, for 2 depths their STACK of [b, 2 S, d]) and take
 // their gradient back as a second seed; the last stage's receive them (pp_mtp_in, SPLIT)
 // and send their gradient; slots of D boundaries: M sends, and on the last stage M

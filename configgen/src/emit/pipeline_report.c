@@ -237,7 +237,8 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
                                "gradient back (in-flight slots: M x mtp_num_layers boundaries)"
                          : x->pp_mtp_in != QT_NONE
                              ? ", the MTP head on stage 0's embeddings (their gradient sent back; "
-                               "in-flight slots: M x mtp_num_layers boundaries)" : "",
+                               "slots: 2 M x mtp_num_layers boundaries, M received, M sends)"
+                             : "",
                          x->n_scans > 0 ? ", scanned" : "", (double)x->arena_bytes / QT_CG_MIB);
     }
 }
