@@ -133,20 +133,71 @@ static void qt_pp_inputs(const qt_ctx *ctx, int32_t id, const unsigned char *in,
     else if (lb_in) memcpy(qt_pp_bytes(ctx, ctx->plan->lb_seq), lb_in, (size_t)lbb);
 }
 
-/* The MTP head's D boundaries of one microbatch between stage 0 and the last stage (peer):
- * D messages of `bytes` (one boundary) each on channel ch, sent from buf (a slot row left
- * untouched until the group's flush) or received into buf (waited for, on the clock of the
- * waits). */
-static int qt_pp_mtp_move(int send, int peer, int ch, unsigned char *buf, int64_t bytes,
-                          int64_t D)
+/* The MTP head's messages on this stage (one repeat): D its depths on stage 0 and the last
+ * stage, 0 elsewhere (the middle stages see none); slots its pp_mtp_slots, peer the other
+ * end (the last stage, or stage 0), bytes one boundary, M the microbatches of a group. */
+typedef struct qt_pp_mtp {
+    int64_t D, bytes, M;
+    int first, peer;
+    unsigned char *slots;
+} qt_pp_mtp;
+
+static qt_pp_mtp qt_pp_mtp_of(const qt_ctx *ctx, const int *ranks, int s, int64_t bytes)
+{
+    const qt_plan *p = ctx->plan;
+    const int S = p->pipeline_stages;
+    qt_pp_mtp m = {0, bytes, p->pp_micro, s == 0, ranks[s == 0 ? S - 1 : 0], NULL};
+    if (p->mtp_layers > 0 && (s == 0 || s == S - 1)) {
+        m.D = p->mtp_layers;
+        m.slots = qt_pp_bytes(ctx, p->pp_mtp_slots);
+    }
+    return m;
+}
+
+/* The head's D boundaries of one microbatch in buf, as D messages of one boundary each (so
+ * none is larger than the activations') on channel ch to or from the other end: sends stay
+ * in flight until the group's flush, receives are waited for on the clock of the waits. */
+static int qt_pp_mtp_msgs(const qt_pp_mtp *m, int send, int ch, unsigned char *buf)
 {
     const double w0 = qt_pp_clock();
     int rc = QT_OK;
-    for (int64_t k = 0; k < D && !rc; k++)
-        rc = send ? qt_coll_p2p_send(peer, ch, buf + k * bytes, bytes)
-                  : qt_coll_p2p_recv(peer, ch, buf + k * bytes, bytes);
+    for (int64_t k = 0; k < m->D && !rc; k++)
+        rc = send ? qt_coll_p2p_send(m->peer, ch, buf + k * m->bytes, m->bytes)
+                  : qt_coll_p2p_recv(m->peer, ch, buf + k * m->bytes, m->bytes);
     if (!send) qt_pp_time_add(QT_PP_T_WAIT, w0);
     return rc;
+}
+
+/* Microbatch j's MTP messages (nothing on a middle stage), at its F (phase 0), before its
+ * B's forward (1) and after its B's backward (2). At F stage 0 sends pp_mtp_out from slot
+ * row j (channel 5) and the last stage receives it into its row j: both in forward order,
+ * whatever the backwards' order. Before B the last stage copies row j into pp_mtp_in, and
+ * stage 0 receives the gradient into pp_mtp_dout, the backward's second seed (channel 6;
+ * zeroed under the test order mtp-drop). After B the last stage sends pp_mtp_din back
+ * from row M + j. 0 or QT_E_*. */
+static int qt_pp_mtp_step(const qt_ctx *ctx, const qt_pp_mtp *m, int64_t j, int phase)
+{
+    const qt_plan *p = ctx->plan;
+    const int64_t n = m->D * m->bytes;
+    if (!m->D || (phase == 2 && m->first)) return QT_OK;
+    unsigned char *row = m->slots + (phase == 2 ? m->M + j : j) * n;
+    if (phase == 0 && m->first) {
+        memcpy(row, qt_pp_bytes(ctx, p->pp_mtp_out), (size_t)n);
+        return qt_pp_mtp_msgs(m, 1, QT_PP_MTP, row);
+    }
+    if (phase == 0) return qt_pp_mtp_msgs(m, 0, QT_PP_MTP, row);
+    if (phase == 1 && !m->first) {
+        memcpy(qt_pp_bytes(ctx, p->pp_mtp_in), row, (size_t)n);
+        return QT_OK;
+    }
+    if (phase == 1) {
+        unsigned char *d = qt_pp_bytes(ctx, p->pp_mtp_dout);
+        int rc = qt_pp_mtp_msgs(m, 0, QT_PP_MTP_GRAD, d);
+        if (!rc && qt_pp_mtp_drop) memset(d, 0, (size_t)n);
+        return rc;
+    }
+    memcpy(row, qt_pp_bytes(ctx, p->pp_mtp_din), (size_t)n);
+    return qt_pp_mtp_msgs(m, 1, QT_PP_MTP_GRAD, row);
 }
 
 /* Action i of the stage's group schedule: the microbatch j, the repeat r, the chunk, the slot
@@ -192,14 +243,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
     const int lb = p->lb_seq != QT_NONE;
     const int64_t lbb = lb ? p->tensors[p->lb_seq].shape[0] * (int64_t)sizeof(float) : 0;
     unsigned char *lbs = lb ? qt_pp_bytes(ctx, p->pp_lb_slots) : NULL;
-    /* the MTP head (D depths, one repeat): stage 0 sends each microbatch's D embeddings to
-     * the last stage at F (slot row j) and receives their gradient at B, before the
-     * backward that seeds with it; the last stage receives them at F (slot row j: both
-     * sides in forward order, whatever the backwards' order), copies them into pp_mtp_in
-     * at B, and sends their gradient back after its backward (slot row M + j) */
-    const int64_t D = p->mtp_layers > 0 && (s == 0 || s == S - 1) ? p->mtp_layers : 0;
-    unsigned char *mslots = D ? qt_pp_bytes(ctx, p->pp_mtp_slots) : NULL;
-    const int mpeer = ranks[s == 0 ? S - 1 : 0];
+    const qt_pp_mtp mtp = qt_pp_mtp_of(ctx, ranks, s, bytes); /* the MTP head's messages */
     const int64_t groups = p->train.grad_accum / M;
     const double t0 = qt_pp_clock();
     for (int64_t g = 0; g < groups; g++) {
@@ -264,28 +308,13 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                         memcpy(lb_out, qt_pp_bytes(ctx, p->lb_seq), (size_t)lbb);
                         rc = qt_coll_p2p_send(next, QT_PP_LB, lb_out, lbb);
                     }
-                    if (!rc && D && s == 0) {
-                        unsigned char *row = mslots + a.j * D * bytes;
-                        memcpy(row, qt_pp_bytes(ctx, p->pp_mtp_out), (size_t)(D * bytes));
-                        rc = qt_pp_mtp_move(1, mpeer, QT_PP_MTP, row, bytes, D);
-                    }
-                } else if (D) { /* the last stage: the MTP head's input, kept for its B */
-                    rc = qt_pp_mtp_move(0, mpeer, QT_PP_MTP, mslots + a.j * D * bytes, bytes, D);
                 }
+                if (!rc) rc = qt_pp_mtp_step(ctx, &mtp, a.j, 0);
             } else if (!rc) {
                 /* B: the forward runs again from the kept input, then the backward; the
                  * input's gradient goes back (a chunk with an input); the microbatch's
                  * results are taken after its last repeat (the loss) */
-                /* the MTP head: its input on the last stage, its gradient (the backward's
-                 * second seed) on stage 0 */
-                if (D && s == S - 1)
-                    memcpy(qt_pp_bytes(ctx, p->pp_mtp_in), mslots + a.j * D * bytes,
-                           (size_t)(D * bytes));
-                if (D && s == 0) {
-                    unsigned char *dm = qt_pp_bytes(ctx, p->pp_mtp_dout);
-                    rc = qt_pp_mtp_move(0, mpeer, QT_PP_MTP_GRAD, dm, bytes, D);
-                    if (qt_pp_mtp_drop) memset(dm, 0, (size_t)(D * bytes));
-                }
+                rc = qt_pp_mtp_step(ctx, &mtp, a.j, 1);
                 if (!rc) rc = h->fill(mb, h->arg);
                 if (!rc) qt_interp_run_range(ctx, table, c->f0, c->f1, mb, st);
                 if (!rc && !*ctx->status) qt_interp_run_range(ctx, table, c->b0, c->b1, mb, st);
@@ -295,11 +324,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                     memcpy(grad, qt_pp_bytes(ctx, c->din), (size_t)bytes);
                     rc = qt_coll_p2p_send(prev, QT_PP_GRAD, grad, bytes);
                 }
-                if (!rc && D && s == S - 1) {
-                    unsigned char *row = mslots + (M + a.j) * D * bytes;
-                    memcpy(row, qt_pp_bytes(ctx, p->pp_mtp_din), (size_t)(D * bytes));
-                    rc = qt_pp_mtp_move(1, mpeer, QT_PP_MTP_GRAD, row, bytes, D);
-                }
+                if (!rc) rc = qt_pp_mtp_step(ctx, &mtp, a.j, 2);
             }
             if (rc) return rc;
         }

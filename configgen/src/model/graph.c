@@ -1102,6 +1102,34 @@ static void pp_mtp_recv(qt_cg_graph *g, int32_t *e, const qt_cg_dims *D)
     g->ts[g->pp_mtp_in].whole = 1;
 }
 
+/* The pipeline driver's in-flight message slots of a stage whose boundary holds nb elements:
+ * pp_slots (3 M R boundaries), with the MTP head on stage 0 and the last stage
+ * pp_mtp_slots, with the load-balance loss pp_lb_slots; all live for the whole schedule. */
+static void pp_slot_tensors(qt_cg_graph *g, int64_t nb, int pp_first, int pp_last)
+{
+    const qt_cg_settings *s = g->s;
+    const int64_t MR = (int64_t)s->pp_micro * s->pp_repeats, D = s->mtp_layers;
+    g->pp_slots = qt_cg_add_tensor(g, "pp_slots", QT_ROLE_ACT, QT_F32, 2, SHP(3 * MR, nb),
+                                   AX(0, 0));
+    g->ts[g->pp_slots].whole = 1;
+    /* the MTP head's D boundaries per microbatch: stage 0's M sends of the embeddings; the
+     * last stage's M received embeddings and M sends of their gradient */
+    if (D > 0 && (pp_first || pp_last)) {
+        g->pp_mtp_slots = qt_cg_add_tensor(g, "pp_mtp_slots", QT_ROLE_ACT, QT_F32, 2,
+                                           SHP((pp_last ? 2 : 1) * s->pp_micro, D * nb),
+                                           AX(0, 0));
+        g->ts[g->pp_mtp_slots].whole = 1;
+    }
+    /* the load-balance loss's running sums per sequence, sent on with the activations
+     * (lb_seq: the layers' terms added in the one-rank layer order; M R: with circular
+     * repeats they wrap around with the activations) */
+    if (g->lb_seq != QT_NONE) {
+        g->pp_lb_slots = qt_cg_add_tensor(g, "pp_lb_slots", QT_ROLE_LOSS, QT_F32, 2,
+                                          SHP(2 * MR, s->tr.micro_batch), AX(0, 0));
+        g->ts[g->pp_lb_slots].whole = 1;
+    }
+}
+
 int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen)
 {
     qt_cg_dims D;
@@ -1186,29 +1214,7 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
         /* the layer's layout declaration: its residual-stream activations stay whole */
         qt_cg_layout_declare(g, layer_t0, QT_LAX_ACT_EMBED, QT_CG_WHOLE_EMBED);
     }
-    if (pp) {
-        /* the in-flight message slots of the pipeline driver */
-        const int64_t nb = g->ts[x].t.numel, MR = (int64_t)s->pp_micro * s->pp_repeats;
-        g->pp_slots = qt_cg_add_tensor(g, "pp_slots", QT_ROLE_ACT, QT_F32, 2, SHP(3 * MR, nb),
-                                       AX(0, 0));
-        g->ts[g->pp_slots].whole = 1;
-        /* the MTP head's D boundaries per microbatch: stage 0's M sends of the embeddings;
-         * the last stage's M received embeddings and M sends of their gradient */
-        if (np > 1 && (pp_first || pp_last)) {
-            g->pp_mtp_slots = qt_cg_add_tensor(g, "pp_mtp_slots", QT_ROLE_ACT, QT_F32, 2,
-                                               SHP((pp_last ? 2 : 1) * s->pp_micro,
-                                                   (np - 1) * nb), AX(0, 0));
-            g->ts[g->pp_mtp_slots].whole = 1;
-        }
-        /* the load-balance loss's running sums per sequence, sent on with the activations
-         * (lb_seq: the layers' terms added in the one-rank layer order; M R: with circular
-         * repeats they wrap around with the activations) */
-        if (g->lb_seq != QT_NONE) {
-            g->pp_lb_slots = qt_cg_add_tensor(g, "pp_lb_slots", QT_ROLE_LOSS, QT_F32, 2,
-                                              SHP(2 * MR, D.b), AX(0, 0));
-            g->ts[g->pp_lb_slots].whole = 1;
-        }
-    }
+    if (pp) pp_slot_tensors(g, g->ts[x].t.numel, pp_first, pp_last);
     if (!pp_last) {
         /* the output boundary, sent to the next stage, and its gradient, received back:
          * the backward's seed (model/autodiff.c) */
