@@ -178,10 +178,12 @@ check "aot: qwen3.5-397b-a17b v5p-512 pipeline 4 x FSDP 8 x EP 8: the executed s
 # executed tables (issue 36): every stage's stage-local tables choose their forms (gradient
 # reduce, gathers, collective_overlap auto) against the budget on their own arena, the
 # largest stage's arena is checked, and each stage's planning graph takes its stage's forms
-# (the bound beside it in plan.txt is of what runs). At device_memory_gib 62 (63488 MiB) the
-# planning bound refused the 397B pp4 before (65690 MiB, stage 0, in the smallest forms);
-# now stage 2 keeps collective_overlap on (61770 MiB executed; its bound in those forms
-# 79702, over) and the plan is accepted with the executed verdict. Circular (R = 15) at 64
+# (the bound beside it in plan.txt is of what runs); expert_dispatch auto takes rounds on
+# every stage when the largest stage's whole dispatch is over (64734 MiB with it here). At
+# device_memory_gib 62 (63488 MiB) the planning bound refused the 397B pp4 before (65690
+# MiB, stage 0, in the smallest forms); now the stages dispatch in rounds and stage 2 keeps
+# collective_overlap on (61770 MiB executed; its bound in those forms 79702, over): accepted
+# with the executed verdict. Circular (R = 15) at 64
 # GiB likewise: refused on the bound (65704) before, now 65404 MiB (stage 1). At 58 GiB
 # (59392 MiB) stage 3's tables need 60832 MiB in their smallest forms: refused, naming the
 # stage, its MiB, the budget and the pipeline keys, nothing written.
@@ -190,6 +192,7 @@ pp_aot_budget() {
   aot_case aot-397b-v5p512-pp4 fits pp4-62 device_memory_gib=62 run_name=pp4-62 || return 1
   grep -F "  verdict (budget 63488 MiB, the executed tables): fits (61770 MiB, 97.3%, stage 2 the largest), gpipe and 1f1b alike; the planning bound: gpipe does not fit (79702 MiB, 125.5%), 1f1b does not fit (79222 MiB, 124.8%)" "$p" &&
     grep -F "    stage 2: executed 61770 fits; bound: arena 78918, saved per microbatch 240.0; gpipe 79702 over; 1f1b 79222 over <- these tables" "$p" &&
+    grep -F "  moe dispatch: rounds of 10240 host rows (expert_dispatch=auto: the whole dispatch is over the budget)" "$p" &&
     grep -F "arena per rank fits: 61770 MiB of 63488 MiB (97.3%, compile_topology v5p-512; pipeline 4 stages, gpipe, the executed stage tables, stage 2 the largest; planning bound 79702 MiB, stage 2)" "$AOT_OUT/pp4-62/log" \
     || { echo "pp4 at 62 GiB: not the executed verdict above"; return 1; }
   aot_case aot-397b-v5p512-pp4 fits circ-64 num_layers_per_pipeline_stage=1 device_memory_gib=64 run_name=circ-64 || return 1
