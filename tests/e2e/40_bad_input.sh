@@ -291,8 +291,8 @@ check "configgen: pipeline repeats inconsistent with stages x layers per stage n
 check "configgen: 1f1b with circular repeats names the repeats" \
   expect_fail "pipeline_schedule=1f1b (command line): 1f1b is Megatron's non-interleaved schedule and each stage here holds 2 repeats (num_pipeline_repeats=-1 (configgen/configs/base.yml:" \
   $PP pipeline_schedule=1f1b
-check "configgen: a pipeline schedule over the budget names the schedule and the microbatches" \
-  expect_fail "(pipeline stage 0 of 2 under pipeline_schedule=gpipe with num_pipeline_microbatches=2: 2 microbatches in flight; 1f1b needs one repeat)" \
+check "configgen: a pipeline stage over the budget names the stage, its executed tables' MiB and the pipeline keys" \
+  expect_fail "needs 4.0 MiB per rank, over the budget of 1.0 MiB by 3.0 MiB (pipeline stage 0 of 2, the stage whose executed stage-local tables need the most: 4.0 MiB, the in-flight slots of 3 M R = 12 boundary messages included (0.0 MiB; M = num_pipeline_microbatches=2, R = 2); the same under pipeline_schedule gpipe and 1f1b)" \
   $PP device_memory_gib=0.001
 # a pipeline run in a form the driver does not execute yet (dump_grads= on a circular plan) is refused, on
 # one rank or on its 2, naming the key, before qtrain maps the arena or reads the data

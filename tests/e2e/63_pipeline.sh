@@ -622,3 +622,19 @@ pp_ck_no_clobber() {
   [ "$(cat "$f")" = "user data" ] || { echo "the file changed"; return 1; }
 }
 check "pipeline ckpt: save= on PP2 refuses to replace a user's file without overwrite=1" pp_ck_no_clobber
+
+# ---- expert dispatch in rounds on a pipeline stage (issue 36, ppbudget): configgen's
+# expert_dispatch auto takes rounds on every stage when the largest stage's stage-local
+# tables are over the budget with the whole dispatch (80_aot.sh: the 397B pp4 at 62 GiB);
+# here set explicitly on PP2 x EP2 1f1b (rounds of 32 host rows, a leaf's worst case: 16
+# tokens x min(k 2, 2 experts per rank)), the run == one rank (per_device_batch_size 8), bit
+# for bit, as the whole dispatch's pp2ep2-next-1f1b is
+pp_rounds_same() {
+  pp_variant pp1r-next-b8 test-next-tiny per_device_batch_size=8 &&
+    pp_variant pp2ep2-next-1f1b-rounds test-next-tiny $NEXT_PP4 ici_expert_parallelism=2 \
+      pipeline_schedule=1f1b expert_dispatch=rounds expert_chunk_rows=32 || return 1
+  grep -q "^  moe dispatch: rounds of 32 host rows" "$PP_D/pp2ep2-next-1f1b-rounds/plan/pp2ep2-next-1f1b-rounds/plan.txt" ||
+    { echo "the plan does not dispatch in rounds"; return 1; }
+  pp_same pp1r-next-b8 pp2ep2-next-1f1b-rounds 4
+}
+check "pipeline: PP2 x EP2 1f1b with the expert dispatch in rounds == one rank, bit for bit" pp_rounds_same

@@ -2109,3 +2109,60 @@ TEST(CgPipeline, OneFOneBTableAndInFlight)
     CHECK(qt_cg_pp_saved_bytes(&p.g) > 0);
     CHECK(qt_cg_pp_need(&p.g, 0) > p.g.arena_bytes);
 }
+
+// The budget of a pipeline plan is checked on its stage-local tables (issue 36): the
+// executed need is the largest stage arena (circular repeats included: pp-next-pp2, R 2),
+// a stage-local graph's need is its arena (its in-flight slots are in it), and the check
+// passes at exactly that need though the planning bound is over it, and fails one MiB below
+// it naming the stage, its MiB and the pipeline keys.
+TEST(CgPipeline, BudgetCheckOnTheExecutedStageTables)
+{
+    CgPlan p;
+    LONGS_EQUAL(0, p.build("configgen/configs/runs/pp-next-pp2.yml"));
+    CHECK(p.g.pp_graphs != NULL);
+    int st = -2;
+    const int64_t exec = qt_cg_pp_executed_need(&p.g, &st);
+    int want = 0;
+    for (int k = 1; k < 2; k++)
+        if (p.g.pp_graphs[k].arena_bytes > p.g.pp_graphs[want].arena_bytes) want = k;
+    LONGS_EQUAL(want, st);
+    LONGS_EQUAL(p.g.pp_graphs[want].arena_bytes, exec);
+    for (int k = 0; k < 2; k++)
+        LONGS_EQUAL(p.g.pp_graphs[k].arena_bytes, qt_cg_need_bytes(&p.g.pp_graphs[k]));
+    CHECK(qt_cg_need_bytes(&p.g) > exec);  // the planning bound: over the budget below
+    char err[4096] = "";
+    p.s.budget_gib = (double)exec / 1073741824.0;
+    LONGS_EQUAL(0, qt_cg_budget_check(&p.g, err, sizeof err));
+    p.s.budget_gib = (double)(exec - 1048576) / 1073741824.0;
+    LONGS_EQUAL(-1, qt_cg_budget_check(&p.g, err, sizeof err));
+    char want_s[160];
+    snprintf(want_s, sizeof want_s, "(pipeline stage %d of 2, the stage whose executed "
+             "stage-local tables need the most: %.1f MiB", want, (double)exec / 1048576.0);
+    STRCMP_CONTAINS(want_s, err);
+    STRCMP_CONTAINS("M = num_pipeline_microbatches=4, R = 2); the same under pipeline_schedule "
+                    "gpipe and 1f1b)", err);
+    STRCMP_CONTAINS("more pipeline stages (ici_pipeline_parallelism", err);
+    p.s.budget_gib = 0;  // no budget: nothing checked
+    LONGS_EQUAL(0, qt_cg_budget_check(&p.g, err, sizeof err));
+}
+
+// Without stage-local tables (the MTP head with circular repeats: ahead of time only) the
+// verdict and the budget check stay the planning bound of the heaviest stage.
+TEST(CgPipeline, BudgetCheckWithoutStageTablesIsTheBound)
+{
+    CgPlan p;
+    char *o[] = {(char *)"mtp_num_layers=1"};
+    LONGS_EQUAL(0, p.build("configgen/configs/runs/pp-next-pp2.yml", 1, o));
+    CHECK(p.g.pp_graphs == NULL);
+    int st = -2;
+    LONGS_EQUAL(-1, qt_cg_pp_executed_need(&p.g, &st));
+    LONGS_EQUAL(-1, st);
+    const int64_t bound = qt_cg_need_bytes(&p.g);
+    CHECK(bound > p.g.arena_bytes);
+    char err[4096] = "";
+    p.s.budget_gib = (double)bound / 1073741824.0;
+    LONGS_EQUAL(0, qt_cg_budget_check(&p.g, err, sizeof err));
+    p.s.budget_gib = (double)(bound - 1) / 1073741824.0;
+    LONGS_EQUAL(-1, qt_cg_budget_check(&p.g, err, sizeof err));
+    STRCMP_CONTAINS("under pipeline_schedule=gpipe with num_pipeline_microbatches=4", err);
+}

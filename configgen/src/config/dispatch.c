@@ -7,9 +7,9 @@
  * plan that does not set rounds). rounds: MOE_ROUNDS_FWD / BWD / WGRAD, host buffers of
  * R = expert_chunk_rows rows, the same bits. auto: whole, and when the whole plan is over
  * the device budget and rounds are possible (the conditions below), the driver plans rounds
- * of max(expert_chunk_rows, a leaf's worst case) rows instead (driver/pipeline.c); a plan
- * without a budget, or that fits, is whole (so is a pipeline plan, whose stages are planned
- * apart). Invariants of a rounds plan, each refused with
+ * of max(expert_chunk_rows, a leaf's worst case) rows instead (driver/pipeline.c; a pipeline
+ * plan: on every stage when its largest stage-local tables are over); a plan without a
+ * budget, or that fits, is whole. Invariants of a rounds plan, each refused with
  * the key, its value, where it was set and what was expected: an expert group of more than
  * one rank (expert axis > 1), at most 1024
  * members and 65536 leaves (the firmware's tables), and R at least a leaf's worst case on
