@@ -533,10 +533,11 @@ check "pipeline ckpt: save= on PP2 refuses to replace a user's file without over
 # save walks the stages' chunks in that order (blocks: (stage 0, chunk 0), (stage 1, chunk
 # 0), ..., each streamed by its stage's first rank), so the file is still one rank's. Checked
 # as above: the file and the sharded directory after 5 steps == one rank's, byte for byte,
-# on PP2 R2 (M 2), PP2 R2 x DP2 ZeRO-1 (4 ranks, M 4) and PP4 R2 (8 layers: every stage
-# streams two blocks, interleaved with the other stages'); resumes PP2 R2 <-> one rank (file
-# and directory) and PP2 R2 x DP2 ZeRO-1 <-> one rank: steps 6..10 == the uninterrupted
-# one-rank run; dump_grads= on PP2 R2 and PP2 R2 x DP2 ZeRO-1 == one rank's gradient file.
+# on PP2 R2 (M 2), PP2 R2 x DP2 ZeRO-1 (4 ranks, M 4), PP4 R2 (8 layers: every stage
+# streams two blocks, interleaved with the other stages') and Qwen3.5 PP2 R2 (M 4: its
+# chunks hold parts of a layer cycle); resumes PP2 R2 <-> one rank (file and directory), PP2
+# R2 x DP2 ZeRO-1 <-> one rank and Qwen3.5 PP2 R2 <-> one rank: steps 6..10 == the
+# uninterrupted one-rank run; dump_grads= on PP2 R2 and PP2 R2 x DP2 ZeRO-1 == one rank's gradient file.
 # The eval's forward runs chunk by chunk with the wrap-around: eval-next-1r on PP2 R2, PP2 R2
 # x DP2, and PP2 R2 with bf16 and the lb loss (the lb sums wrap around) == one rank's
 # training and eval lines. Token dropping: each chunk's forward counts its own layers' drops
@@ -548,7 +549,9 @@ pp_circ_cells() {
   pp_variant pp1r-next-b4 test-next-tiny per_device_batch_size=4 &&
     pp_variant pp1r-next-b8 test-next-tiny per_device_batch_size=8 &&
     pp_variant pp1r-next-b4-l8 test-next-tiny per_device_batch_size=4 base_num_decoder_layers=8 &&
+    pp_variant pp1r-35-b4 test-35-tiny per_device_batch_size=4 &&
     pp_variant pp2r2-next-gpipe test-next-tiny $NEXT_PPC &&
+    pp_variant pp2r2-35-gpipe-m4 test-35-tiny $NEXT_PPC num_pipeline_microbatches=4 &&
     pp_variant pp2r2dp2-next-z1 test-next-tiny $NEXT_PPC4 shard_optimizer_over_data=true \
       num_pipeline_microbatches=4 &&
     pp_variant pp4r2-next-gpipe-l8 test-next-tiny base_num_decoder_layers=8 num_ranks=4 \
@@ -566,7 +569,7 @@ pp_circ_cells() {
 }
 check "pipeline circular: configgen plans and builds the checkpoint, eval and token-dropping cells" pp_circ_cells
 for cell in "pp1r-next-b4 pp2r2-next-gpipe 2" "pp1r-next-b8 pp2r2dp2-next-z1 4" \
-            "pp1r-next-b4-l8 pp4r2-next-gpipe-l8 4"; do
+            "pp1r-next-b4-l8 pp4r2-next-gpipe-l8 4" "pp1r-35-b4 pp2r2-35-gpipe-m4 2"; do
   set -- $cell
   check "pipeline circular ckpt: the ${2#pp} checkpoint file after 5 steps ($3 ranks) == one rank's ($1), byte for byte" \
     pp_ck_file_eq "$@"
@@ -575,7 +578,8 @@ for cell in "pp1r-next-b4 pp2r2-next-gpipe 2" "pp1r-next-b8 pp2r2dp2-next-z1 4" 
 done
 for cell in "pp1r-next-b4 pp2r2-next-gpipe 2 pp1r-next-b4 1" "pp1r-next-b4 pp1r-next-b4 1 pp2r2-next-gpipe 2" \
             "pp1r-next-b4 pp2r2-next-gpipe 2 pp1r-next-b4 1 /" "pp1r-next-b4 pp1r-next-b4 1 pp2r2-next-gpipe 2 /" \
-            "pp1r-next-b8 pp2r2dp2-next-z1 4 pp1r-next-b8 1" "pp1r-next-b8 pp1r-next-b8 1 pp2r2dp2-next-z1 4"; do
+            "pp1r-next-b8 pp2r2dp2-next-z1 4 pp1r-next-b8 1" "pp1r-next-b8 pp1r-next-b8 1 pp2r2dp2-next-z1 4" \
+            "pp1r-35-b4 pp2r2-35-gpipe-m4 2 pp1r-35-b4 1" "pp1r-35-b4 pp1r-35-b4 1 pp2r2-35-gpipe-m4 2"; do
   set -- $cell
   check "pipeline circular ckpt: save on ${2#pp} ($3 ranks${6:+, sharded directory}), resume on ${4#pp} ($5 ranks) == 10 one-rank steps" \
     pp_ck_resume "$@"
