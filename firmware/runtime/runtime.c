@@ -434,7 +434,7 @@ static int qt_runtime_mb_fill(int64_t mb, void *arg)
 /* After microbatch mb's schedule: the microbatch-end schedule (its totals, reduced and
  * pushed), its per-sequence losses into the exact accumulators, packed: the count of its
  * targets with a loss (the normaliser, exact: the filled targets are still mb's), its
- * dropped counts. */
+ * dropped counts (a pipeline stage's: qt_runtime_mb_chunk). */
 static int qt_runtime_mb_done(int64_t mb, void *arg)
 {
     qt_rt_mbs *a = arg;
@@ -467,8 +467,19 @@ static int qt_runtime_mb_done(int64_t mb, void *arg)
         const float *lbs = qt_f32(ctx, p->lb_seq);
         for (int64_t s = 0; s < p->train.micro_batch; s++) qt_exact_add_f(&a->lb, lbs[s]);
     }
-    qt_runtime_drops_add(p, a->m);
+    if (p->pipeline_stages <= 1) qt_runtime_drops_add(p, a->m);   /* a pipeline's: per chunk */
     qt_runtime_lap(&a->t, QT_PH_LOSS);
+    return QT_OK;
+}
+
+/* A pipeline stage after each repeat chunk's B of microbatch mb: the chunk's dropped counts
+ * (its forward zeroed moe_drops and added its layers' rows; integers, so their order over
+ * the chunks and stages is free). */
+static int qt_runtime_mb_chunk(int64_t mb, void *arg)
+{
+    qt_rt_mbs *a = arg;
+    (void)mb;
+    qt_runtime_drops_add(a->p, a->m);
     return QT_OK;
 }
 
@@ -520,7 +531,7 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
         qt_runtime_lap(&a.t, QT_PH_DATA);
     }
     if (p->pipeline_stages > 1) {
-        const qt_pp_hooks h = {qt_runtime_mb_fill, qt_runtime_mb_done, &a};
+        const qt_pp_hooks h = {qt_runtime_mb_fill, qt_runtime_mb_chunk, qt_runtime_mb_done, &a};
         int rc = qt_pp_microbatches(ctx, table, &mst, &h);
         if (rc) return rc;
     }

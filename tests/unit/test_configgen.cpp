@@ -2088,6 +2088,34 @@ TEST(CgPipeline, MtpHeadCrossesFromStageZeroToTheLast)
     CHECK(pc.g.pp_graphs == NULL);
 }
 
+// Token dropping with circular repeats (pp-next-pp2 with capacity_factor): each chunk's
+// forward zeroes the dropped counts right after its PP_CHUNK marker (the driver takes them
+// after each chunk's B), and nothing zeroes them outside a chunk, so the chunk check
+// (check_chunks) holds: configgen plans it.
+TEST(CgPipeline, CircularTokenDroppingZeroesTheCountsPerChunk)
+{
+    CgPlan p;
+    const char *o[] = {"sparse_matmul=false", "capacity_factor=1.0"};
+    LONGS_EQUAL(0, p.build("configgen/configs/runs/pp-next-pp2.yml", 2, (char **)o));
+    CHECK(p.g.pp_graphs != NULL);
+    for (int st = 0; st < 2; st++) {
+        const qt_cg_graph *x = &p.g.pp_graphs[st];
+        CHECK(x->moe_drops != QT_NONE);
+        int chunks = 0, zeros = 0;
+        for (int i = 0; i < x->nmb; i++) {
+            const qt_op *o = &x->mb[i];
+            if (o->kind == QT_OP_ZERO && QT_T(o, ZERO, x) == x->moe_drops) zeros++;
+            if (o->kind != QT_OP_PP_CHUNK || o->a[QT_A_PP_CHUNK_bwd]) continue;
+            chunks++;
+            CHECK(i + 1 < x->nmb);
+            LONGS_EQUAL(QT_OP_ZERO, x->mb[i + 1].kind);
+            LONGS_EQUAL(x->moe_drops, QT_T(&x->mb[i + 1], ZERO, x));
+        }
+        LONGS_EQUAL(2, chunks);
+        LONGS_EQUAL(2, zeros);
+    }
+}
+
 // 1F1B (one repeat): Megatron's warm-up min(S-s-1, M), then one forward one backward, then
 // the drain; stage s holds at most min(S - s, M) microbatches, GPipe all M.
 TEST(CgPipeline, OneFOneBTableAndInFlight)
