@@ -18,9 +18,14 @@
 //      pushing it with qt_tree_push, 0 ulp, on the whole level buffer: 1, 2, 3 and 5 addends,
 //      odd shapes, an empty contraction, contractions past the blocking, streamed carries,
 //      NaN and infinite leaves, levels holding infinities, signed zeros and denormals.
+//  (g) the sixteen-lane rounding (qt_bf16_round16: VCVTNEPS2BF16 where built) against its
+//      integer form on all 2^32 fp32 inputs and against the scalar rounding on one in 64,
+//      again on one in 16 under MXCSR DAZ|FTZ|round-toward-zero; qt_bf16_acc_f32_n and
+//      qt_bf16_from_f32_n against their scalar forms at every length 0..40 and 5000.
 // A mutated reference (pairs in the other order, or no flushing) fails (a); a carry adding
-// its levels in another order fails (f): the mutation runs are recorded in
-// docs/precision.md.
+// its levels in another order fails (f); (g) fails with the integer form's denormal or NaN
+// rule dropped or the instruction fed one zeroed lane: the mutation runs are recorded in
+// docs/precision.md and the branches' notes.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
