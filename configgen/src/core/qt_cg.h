@@ -139,6 +139,9 @@ typedef struct qt_cg_settings {
     int32_t canon_factor;      /* canonical_factor: canonical blocks and head groups are this
                                   odd factor x a power of two (config/canon.c; 1 = the
                                   powers of two of every plan without the key) */
+    int32_t canon_implied;     /* 1: canonical_factor was not set and the tensor / context
+                                  axes imply canon_factor (their odd parts; config/settings.c
+                                  mesh_canon): the bits are one rank's with that factor */
     char topology[64];         /* compile_topology, "" = none */
     double budget_gib;         /* per-rank arena budget (device_memory_gib), 0 = unchecked */
     uint8_t batch_mask;        /* mesh axes (size > 1) that split the global batch */
