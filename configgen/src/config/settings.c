@@ -730,13 +730,24 @@ static int mesh_canon(const qt_cg_vctx *v, qt_cg_settings *s, const char *const 
         const int64_t size = s->mesh[qa[k]], odd = size / (size & -size);
         need = need / gcd64(need, odd) * odd;
         if (!(set ? s->canon_factor % odd : need > QT_CANON_BLOCKS)) continue;
-        char o[400], hint[96];
-        if (set)
-            snprintf(hint, sizeof hint, "; set canonical_factor: %lld or leave it unset (the "
-                     "axes then imply it)", (long long)odd);
-        else
-            snprintf(hint, sizeof hint, "; the axes would imply a factor of %lld, over the %d "
-                     "blocks a count holds", (long long)need, QT_CANON_BLOCKS);
+        char o[400], with[48] = "";
+        if (k && s->mesh[QT_MESH_TENSOR] / (s->mesh[QT_MESH_TENSOR] & -s->mesh[QT_MESH_TENSOR]) > 1)
+            snprintf(with, sizeof with, " beside tensor %d", s->mesh[QT_MESH_TENSOR]);
+        if (!set)
+            return bad(v, axis_key[ax[k]], "resolves the %s mesh axis to %lld%s: "
+                       "canonical_factor is unset (%s), so the tensor and context axes imply "
+                       "the least common multiple of their odd parts, %lld, but a canonical "
+                       "count holds at most "
+                       "%d blocks (config/canon.c): these ranks cannot split the canonical "
+                       "contraction blocks, head groups and token blocks (docs/determinism.md "
+                       "\"The implied factor\"); expected tensor and context axes whose odd "
+                       "parts have a least common multiple of at most %d",
+                       k ? "context" : "tensor", (long long)size, with,
+                       other(v, "canonical_factor", o, sizeof o),
+                       (long long)need, QT_CANON_BLOCKS, QT_CANON_BLOCKS - 1);
+        char hint[96];
+        snprintf(hint, sizeof hint, "; set canonical_factor: %lld or leave it unset (the axes "
+                 "then imply it)", (long long)odd);
         return bad(v, axis_key[ax[k]], "resolves the %s mesh axis to %lld; expected a power "
                    "of two, or a power of two times an odd factor of %s: %s, powers of "
                    "two times canonical_factor on one rank too (config/canon.c), which "
@@ -747,7 +758,7 @@ static int mesh_canon(const qt_cg_vctx *v, qt_cg_settings *s, const char *const 
                        "head groups"
                      : "a tensor rank holds its share of the canonical contraction blocks, "
                        "head groups and vocabulary blocks",
-                   (long long)size, odd < QT_CANON_BLOCKS || !set ? hint : "");
+                   (long long)size, odd < QT_CANON_BLOCKS ? hint : "");
     }
     if (!set && need > 1) s->canon_factor = (int32_t)need;
     s->canon_implied = !set && need > 1;
