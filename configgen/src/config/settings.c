@@ -6,7 +6,8 @@
  * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW, an MoE with one
  * shared expert (its form and capacity: config/moe.c; the schedule, objective and eval:
  * config/train_rules.c), and the mesh: -1 axes resolve from num_ranks, the product must
- * be num_ranks, tensor and context powers of two times an odd factor of canonical_factor
+ * be num_ranks, tensor and context powers of two times an odd factor of canonical_factor,
+ * which the config may leave to the axes to imply (then s->canon_implied; mesh_canon)
  * (data, fsdp and expert any size that divides what they split); data, fsdp, tensor,
  * expert and context execute;
  * pipeline stages are planned (config/pipeline.c) and qtrain refuses to run them for now.
@@ -766,8 +767,8 @@ static int mesh_canon(const qt_cg_vctx *v, qt_cg_settings *s, const char *const 
 }
 
 /* The resolved axes into s->mesh: data, fsdp, tensor, expert and context execute, tensor
- * and context each a power of two times an odd factor of canonical_factor (data, fsdp,
- * expert any size); pipeline (any size) into s->pp_stages. */
+ * and context each a power of two times an odd factor of canonical_factor, set or implied
+ * (mesh_canon; data, fsdp, expert any size); pipeline (any size) into s->pp_stages. */
 static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
 {
     char (*ici)[48] = x->ici, (*dcn)[48] = x->dcn;
