@@ -716,10 +716,10 @@ static int64_t gcd64(int64_t a, int64_t b)
  * context_blocks), powers of two times canonical_factor f on one rank too (config/canon.c;
  * docs/determinism.md "Axes of any size"), so the odd part of their sizes must divide f.
  * Without the key (base.yml's 1) the axes imply it (issue 35): f becomes the least common
- * multiple of their odd parts (3 for tensor 3, 6 or 12, or context 3), s->canon_implied
- * says so, and the plan's bits are those of one rank with canonical_factor: f, which
- * plan.txt's "one-rank bits:" line states. Refused: an implied f over QT_CANON_BLOCKS (a
- * count holds at most that many blocks: tensor 3 x context 5), and a factor the user set
+ * multiple of their odd parts (3 for tensor 3 or 6 and context 3 or 6, 5 for tensor 5),
+ * s->canon_implied says so, and the plan's bits are those of one rank with canonical_factor: f, which
+ * plan.txt's "one-rank bits:" line states. Refused: an implied f over QT_CANON_BLOCKS - 1 (a
+ * count holds at most QT_CANON_BLOCKS blocks: tensor 9, tensor 3 x context 5), and a factor the user set
  * that lacks an axis's odd part (it asks for that factor's bits, which the axis cannot
  * split). */
 static int mesh_canon(const qt_cg_vctx *v, qt_cg_settings *s, const char *const *axis_key)
