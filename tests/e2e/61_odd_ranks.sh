@@ -46,7 +46,8 @@
 #   * tensor 3, context 3, data 2 x context 3 and tensor 5 (a variant dividing by 5) without
 #     canonical_factor (MaxText's command line): the axes imply the factor 3 (5); plan.txt says "one-rank bits: no" and names the
 #     factor; two runs are identical, equal one rank with canonical_factor 3 and differ from
-#     one rank without it.
+#     one rank without it; tensor 16 (over the 8 canonical blocks one rank holds: the cap
+#     raised to 16): deterministic, its own bits, as plan.txt says.
 # The collectives themselves: 60_collectives.sh (3, 5, 6 and 7 ranks against qt_tree's
 # definition; the units' exchange and fold against the one-rank leaf tree over R x q x U
 # leaves). Run files: configgen/configs/runs/odd-*.yml, split-*.yml.
@@ -295,6 +296,27 @@ implied_t5() {
   echo "one rank without the key: $(tail -n 1 "$d/plain.det")"
 }
 check "axes of any size: tensor 5 without canonical_factor (implied 5): deterministic, == one rank with canonical_factor 5, != one rank without it" implied_t5
+
+# tensor 16 without canonical_factor (a tiny variant whose split dimensions divide by 16):
+# one rank holds at most 8 canonical blocks a count, so the axis raises the plan's cap to
+# 16 blocks; no one-rank plan has those counts: plan.txt says "no" (its own bits); two runs
+# identical, and != one rank of the same model (8 blocks)
+implied_t16() {
+  local d=$QT_TMP/odd/implied/tp16 r=test-next-tiny
+  local m="base_num_query_heads=16 base_num_kv_heads=16 gdn_num_key_heads=16 gdn_num_value_heads=16 base_moe_mlp_dim=64 shared_expert_mlp_dim=64 head_dim=16 base_emb_dim=64 gdn_value_head_dim=16 gdn_key_head_dim=16 steps=10"
+  mkdir -p "$d/one" "$d/mesh"
+  plan_variant $r "$d/one" $m per_device_batch_size=1 &&
+    plan_variant $r "$d/mesh" $m num_ranks=16 ici_fsdp_parallelism=1 ici_tensor_parallelism=16 per_device_batch_size=0.0625 ||
+    return 1
+  grep -q "one-rank bits: no: tensor 16 without canonical_factor: one rank holds at most 8 canonical blocks a count, .* counts go up to 16 blocks .* its bits are its own" \
+    "$d/mesh/$r-v/plan/$r/plan.txt" || { grep "one-rank bits" "$d/mesh/$r-v/plan/$r/plan.txt"; return 1; }
+  var_det "$d/mesh" $r 16 a steps=10 && var_det "$d/mesh" $r 16 b steps=10 && var_det "$d/one" $r 1 one steps=10 ||
+    return 1
+  same_det "$d/mesh/a.det" "$d/mesh/b.det" 10 || { echo "two runs differ"; return 1; }
+  ! cmp -s "$d/one/one.det" "$d/mesh/a.det" || { echo "equals one rank: plan.txt is wrong"; return 1; }
+  echo "one rank (8 blocks): $(tail -n 1 "$d/one/one.det")"
+}
+check "axes of any size: tensor 16 without canonical_factor (the cap raised to 16 blocks): deterministic, its own bits (plan.txt says so)" implied_t16
 
 # the per-layer form's units (gradient_reduce=layer: GRAD_MB_UNITS inside the backward, at
 # each range's last weight gradient): data 2 and expert 2 with three a microbatch, G 2 ==

@@ -478,12 +478,14 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         // each mesh message blames the key the user set (not the base.yml default it meets)
         // tensor 3 without canonical_factor implies the factor 3 (issue 35): refused here by
         // the heads only, as MaxText would; a factor the user set must carry the axis's odd
-        // part; an implied factor over the 8 blocks a count holds is refused
+        // part, and keeps the cap of 8 blocks
         {"num_ranks=3", "ici_fsdp_parallelism=1|ici_tensor_parallelism=3", "ici_tensor_parallelism=3 (command line): tensor parallelism 3 does not divide base_num_query_heads (4)"},
         {"num_ranks=6", "ici_fsdp_parallelism=1|ici_tensor_parallelism=6|canonical_factor=5", "ici_tensor_parallelism=6 (command line): resolves the tensor mesh axis to 6; expected a power of two, or a power of two times an odd factor of canonical_factor=5 (command line): a tensor rank holds its share of the canonical contraction blocks, head groups and vocabulary blocks, powers of two times canonical_factor on one rank too (config/canon.c), which 6 ranks do not split (docs/determinism.md \"Axes of any size\"); set canonical_factor: 3 or leave it unset (the axes then imply it)"},
-        {"num_ranks=15", "ici_fsdp_parallelism=1|ici_tensor_parallelism=3|ici_context_parallelism=5", "ici_context_parallelism=5 (command line): resolves the context mesh axis to 5 beside tensor 3: canonical_factor is unset (canonical_factor=1 (configgen/configs/base.yml:"},
-        {"num_ranks=15", "ici_fsdp_parallelism=1|ici_tensor_parallelism=3|ici_context_parallelism=5", "imply the least common multiple of their odd parts, 15, but a canonical count holds at most 8 blocks (config/canon.c)"},
-        {"num_ranks=9", "ici_fsdp_parallelism=1|ici_tensor_parallelism=9", "ici_tensor_parallelism=9 (command line): resolves the tensor mesh axis to 9: canonical_factor is unset"},
+        // tensor 3 x context 5 and tensor 16 imply the factor 15 and a cap of 15 / 16 blocks:
+        // refused here only by the heads (MaxText's rule too)
+        {"num_ranks=15", "ici_fsdp_parallelism=1|ici_tensor_parallelism=3|ici_context_parallelism=5", "ici_tensor_parallelism=3 (command line): tensor parallelism 3 does not divide base_num_query_heads (4)"},
+        {"num_ranks=16", "ici_fsdp_parallelism=1|ici_tensor_parallelism=16", "ici_tensor_parallelism=16 (command line): tensor parallelism 16 does not divide base_num_query_heads (4)"},
+        {"num_ranks=16", "ici_fsdp_parallelism=1|ici_tensor_parallelism=16|canonical_factor=1|base_num_query_heads=16|base_num_kv_heads=16|gdn_num_key_heads=16|gdn_num_value_heads=16|base_moe_mlp_dim=64|shared_expert_mlp_dim=64", "ici_tensor_parallelism=16 (command line): tensor parallelism 16 does not divide the canonical blocks of the experts' down contraction (8)"},
         {"num_ranks=3", "ici_fsdp_parallelism=1|ici_tensor_parallelism=3|canonical_factor=3", "ici_tensor_parallelism=3 (command line): tensor parallelism 3 does not divide base_num_query_heads (4)"},
         // vocab_parallel on tensor 3 (issue 35): 3 x 2^j vocabulary blocks dividing vocab_size,
         // a power of two of them a rank; without canonical_factor the axis implies it

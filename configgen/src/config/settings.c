@@ -714,55 +714,46 @@ static int64_t gcd64(int64_t a, int64_t b)
 
 /* Tensor and context split canonical counts (the contraction blocks and head groups;
  * context_blocks), powers of two times canonical_factor f on one rank too (config/canon.c;
- * docs/determinism.md "Axes of any size"), so the odd part of their sizes must divide f.
- * Without the key (base.yml's 1) the axes imply it (issue 35): f becomes the least common
+ * docs/determinism.md "Axes of any size"), at most QT_CANON_BLOCKS of them, so the odd
+ * part of their sizes must divide f and tensor x context must divide the counts. Without
+ * the key (base.yml's 1) the axes imply both (issue 35): f becomes the least common
  * multiple of their odd parts (3 for tensor 3 or 6 and context 3 or 6, 5 for tensor 5),
- * s->canon_implied says so, and the plan's bits are those of one rank with canonical_factor: f, which
- * plan.txt's "one-rank bits:" line states. Refused: an implied f over QT_CANON_BLOCKS - 1 (a
- * count holds at most QT_CANON_BLOCKS blocks: tensor 9, tensor 3 x context 5), and a factor the user set
- * that lacks an axis's odd part (it asks for that factor's bits, which the axis cannot
- * split). */
+ * and a tensor x context group over QT_CANON_BLOCKS ranks raises the cap to its size
+ * (s->canon_max: tensor 12 or 16, context 16, tensor 3 x context 5); s->canon_implied
+ * says so. The plan's bits are then those of one rank with canonical_factor: f when the
+ * cap stays, its own when it is raised (no one-rank plan has those counts); plan.txt's
+ * "one-rank bits:" line states which. Refused: a factor the user set that lacks an axis's
+ * odd part (it asks for that factor's bits, which the axis cannot split). */
 static int mesh_canon(const qt_cg_vctx *v, qt_cg_settings *s, const char *const *axis_key)
 {
     static const int ax[2] = {2, 4}, qa[2] = {QT_MESH_TENSOR, QT_MESH_CONTEXT};
-    const int set = !from_base(v, "canonical_factor");
+    const int64_t tc = (int64_t)s->mesh[QT_MESH_TENSOR] * s->mesh[QT_MESH_CONTEXT];
     int64_t need = 1;
     for (int k = 0; k < 2; k++) {
         const int64_t size = s->mesh[qa[k]], odd = size / (size & -size);
         need = need / gcd64(need, odd) * odd;
-        if (!(set ? s->canon_factor % odd : need > QT_CANON_BLOCKS)) continue;
-        char o[400], with[48] = "";
-        if (k && s->mesh[QT_MESH_TENSOR] / (s->mesh[QT_MESH_TENSOR] & -s->mesh[QT_MESH_TENSOR]) > 1)
-            snprintf(with, sizeof with, " beside tensor %d", s->mesh[QT_MESH_TENSOR]);
-        if (!set)
-            return bad(v, axis_key[ax[k]], "resolves the %s mesh axis to %lld%s: "
-                       "canonical_factor is unset (%s), so the tensor and context axes imply "
-                       "the least common multiple of their odd parts, %lld, but a canonical "
-                       "count holds at most "
-                       "%d blocks (config/canon.c): these ranks cannot split the canonical "
-                       "contraction blocks, head groups and token blocks (docs/determinism.md "
-                       "\"The implied factor\"); expected tensor and context axes whose odd "
-                       "parts have a least common multiple of at most %d",
-                       k ? "context" : "tensor", (long long)size, with,
+        if (!from_base(v, "canonical_factor") && s->canon_factor % odd) {
+            char o[400], hint[96];
+            snprintf(hint, sizeof hint, "; set canonical_factor: %lld or leave it unset (the "
+                     "axes then imply it)", (long long)odd);
+            return bad(v, axis_key[ax[k]], "resolves the %s mesh axis to %lld; expected a "
+                       "power of two, or a power of two times an odd factor of %s: %s, powers "
+                       "of two times canonical_factor on one rank too (config/canon.c), which "
+                       "%lld ranks do not split (docs/determinism.md \"Axes of any size\")%s",
+                       k ? "context" : "tensor", (long long)size,
                        other(v, "canonical_factor", o, sizeof o),
-                       (long long)need, QT_CANON_BLOCKS, QT_CANON_BLOCKS - 1);
-        char hint[96];
-        snprintf(hint, sizeof hint, "; set canonical_factor: %lld or leave it unset (the axes "
-                 "then imply it)", (long long)odd);
-        return bad(v, axis_key[ax[k]], "resolves the %s mesh axis to %lld; expected a power "
-                   "of two, or a power of two times an odd factor of %s: %s, powers of "
-                   "two times canonical_factor on one rank too (config/canon.c), which "
-                   "%lld ranks do not split (docs/determinism.md \"Axes of any size\")%s",
-                   k ? "context" : "tensor", (long long)size,
-                   other(v, "canonical_factor", o, sizeof o),
-                   k ? "the context ranks split context_blocks and the GDN norm's canonical "
-                       "head groups"
-                     : "a tensor rank holds its share of the canonical contraction blocks, "
-                       "head groups and vocabulary blocks",
-                   (long long)size, odd < QT_CANON_BLOCKS ? hint : "");
+                       k ? "the context ranks split context_blocks and the GDN norm's "
+                           "canonical head groups"
+                         : "a tensor rank holds its share of the canonical contraction "
+                           "blocks, head groups and vocabulary blocks",
+                       (long long)size, odd < QT_CANON_BLOCKS ? hint : "");
+        }
     }
-    if (!set && need > 1) s->canon_factor = (int32_t)need;
-    s->canon_implied = !set && need > 1;
+    if (!from_base(v, "canonical_factor")) return 0;
+    /* need <= tc, so the raised cap holds the implied factor */
+    if (need > 1) s->canon_factor = (int32_t)need;
+    s->canon_max = tc > QT_CANON_BLOCKS ? (int32_t)tc : 0;
+    s->canon_implied = need > 1 || s->canon_max > 0;
     return 0;
 }
 
