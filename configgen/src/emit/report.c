@@ -576,12 +576,14 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
     if (s->canon_factor > 1)
         qt_cg_buf_printf(b, "  canonical_factor %d%s: canonical contraction blocks and head "
                          "groups are %d x a power of two where %d divides the length "
-                         "(config/canon.c), so an axis of %d x a power of two splits them; the "
-                         "bits are those of one rank with the same factor (docs/determinism.md "
-                         "\"Axes of any size\")\n", s->canon_factor,
+                         "(config/canon.c), so an axis of %d x a power of two splits them; %s "
+                         "(docs/determinism.md \"Axes of any size\")\n", s->canon_factor,
                          s->canon_implied ? " (implied by the tensor / context axes: the config "
                                             "does not set canonical_factor)" : "",
-                         s->canon_factor, s->canon_factor, s->canon_factor);
+                         s->canon_factor, s->canon_factor, s->canon_factor,
+                         s->canon_max > 0 ? "with the cap raised (mesh section) the bits are "
+                                            "this plan's own"
+                                          : "the bits are those of one rank with the same factor");
     if (s->ctx_seq_split > 1)
         qt_cg_buf_printf(b, "  per_device_batch_size x tensor x context = %d sequences per batch "
                          "group: run as %d microbatches of one sequence each (context "
