@@ -22,7 +22,14 @@
 # its dx (the router's d.h2 sum and the norm's backward before the wait): EP2 of both
 # decoders differ from step 1; the wait op unpacking before it waits: EP2 and DP2 x EP2
 # differ at step 0; the wait op not waiting: step 0 fails (slots exhausted).
-# Session 14 (the dispatch forward and the return backward split): MUTATIONS-S14
+# Session 14 (the dispatch forward and the return backward split too), mutations tried by
+# hand once: configgen checking the ops after a home -> host exchange against its slots but
+# t0 (the host rows the transport writes): the expert backward and weight gradient read dyr
+# before the return backward's wait, EP2 and DP2 x EP2 differ from step 1; the dispatch
+# forward's start op starting the rows' exchange before it packs them: both differ at step
+# 0; its wait op not waiting: step 0 fails (EP2; DP2 x EP2: "4 collectives already in
+# flight"); configgen naming the dispatch start's t0 none: configgen refuses ("slot t0
+# unset"), and the start-up check refuses it (unit test RuntimeSplit.Expert...).
 EO_DIR=$QT_TMP/ep_overlap
 
 # eo_cell ONE RUN RANKS: RUN with collective_overlap=all == RUN == ONE (ONE "-": no one-rank
