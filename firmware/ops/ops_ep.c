@@ -174,10 +174,16 @@ void qt_op_moe_dispatch_fwd_start(const qt_op *op, const qt_ctx *ctx)
     qt_ep_dispatch(op, ctx, 1);
 }
 
-void qt_op_moe_dispatch_fwd_wait(const qt_op *op, const qt_ctx *ctx)
+/* The wait op of a home -> host exchange: completion only (the host rows need no unpack). */
+static void qt_ep_wait_op(const qt_op *op, const qt_ctx *ctx)
 {
     qt_ep_dims D;
     qt_ep_status(ctx, qt_ep_wait(op, &D));
+}
+
+void qt_op_moe_dispatch_fwd_wait(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_wait_op(op, ctx);
 }
 
 /* The split kinds name the slots and attributes of the blocking kind they split. */
@@ -286,8 +292,7 @@ void qt_op_moe_return_bwd_start(const qt_op *op, const qt_ctx *ctx)
 
 void qt_op_moe_return_bwd_wait(const qt_op *op, const qt_ctx *ctx)
 {
-    qt_ep_dims D;
-    qt_ep_status(ctx, qt_ep_wait(op, &D));
+    qt_ep_wait_op(op, ctx);
 }
 
 /* The home rows' gradients in t4 (scratch) added into dx[T,d] (t0), each token's slots in
