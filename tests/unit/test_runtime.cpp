@@ -556,14 +556,14 @@ TEST(RuntimeSplit, ExpertExchangeStartsAndWaitsAreValidated)
     qt_set_quiet(0);
     // the home -> host kinds (session 14): the start names t0 too
     LONGS_EQUAL(0, rt_ep_splits("FmmfmRmrmBmmbmDmd", 0));  // all four kinds of a layer
-    LONGS_EQUAL(0, rt_ep_splits("Fmfm", 2));                 // closed inside the eval forward
+    LONGS_EQUAL(0, rt_ep_splits("Fmfm", 3));                 // closed inside the eval forward
     qt_set_quiet(1);
     LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("F0mf", 0));       // the start does not name t0
     LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Fmb", 0));        // waited by another kind
     LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("FRrf", 0));       // two in flight
     LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Bxb", 0));        // another exchange in between
     LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Bbt", 0));        // the wait names other buffers
-    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Fmfm", 1));       // in flight at the eval's end
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Fmfm", 2));       // in flight at the eval's end
     LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Bm", 0));         // never waited for
     qt_set_quiet(0);
 }
