@@ -96,8 +96,8 @@ static void qt_ep_status(const qt_ctx *ctx, int rc)
 enum { QT_EP_WHOLE, QT_EP_START, QT_EP_WAIT };
 
 /* Home -> host rows of the op's slots (send: the packed home rows, T*k*d floats of scratch;
- * recv: the host rows t0): whole (blocking) or started (split, QT_EP_SPLIT_ID); the count
- * tables filled. 0 or QT_E_*. */
+ * recv: the host rows t0), over the count tables the caller filled: whole (blocking) or
+ * started (split, QT_EP_SPLIT_ID). 0 or QT_E_*. */
 static int qt_ep_send_rows(const qt_ep_dims *D, const void *send, void *recv, int64_t rb,
                            int split)
 {
