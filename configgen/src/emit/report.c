@@ -817,7 +817,8 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
                         EP_SAME(e, Rmax))
 _Static_assert(EP_SAME_ALL(MOE_RETURN_FWD) && EP_SAME_ALL(MOE_RETURN_BWD) &&
                EP_SAME_ALL(MOE_DISPATCH_BWD) && EP_SAME_ALL(MOE_RETURN_START) &&
-               EP_SAME_ALL(MOE_DISPATCH_BWD_START),
+               EP_SAME_ALL(MOE_DISPATCH_BWD_START) && EP_SAME_ALL(MOE_DISPATCH_FWD_START) &&
+               EP_SAME_ALL(MOE_RETURN_BWD_START),
                "report.c: the EP exchanges' attributes differ");
 
 /* The expert dispatch in rounds (expert_dispatch=rounds): its ops per microbatch, the group,
@@ -947,15 +948,20 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
     for (int i = 0; i < g->nmb; i++) {
         const qt_op *o = &g->mb[i];
         int64_t rows;
-        if (o->kind == QT_OP_MOE_DISPATCH_FWD || o->kind == QT_OP_MOE_RETURN_BWD)
-            rows = EP_A(o, T) * EP_A(o, k);   /* the home rows T*k */
+        const int split = o->kind == QT_OP_MOE_RETURN_START ||
+                          o->kind == QT_OP_MOE_DISPATCH_BWD_START ||
+                          o->kind == QT_OP_MOE_DISPATCH_FWD_START ||
+                          o->kind == QT_OP_MOE_RETURN_BWD_START;
+        if (o->kind == QT_OP_MOE_DISPATCH_FWD || o->kind == QT_OP_MOE_RETURN_BWD ||
+            o->kind == QT_OP_MOE_DISPATCH_FWD_START || o->kind == QT_OP_MOE_RETURN_BWD_START)
+            rows = EP_A(o, T) * EP_A(o, k);   /* the home rows T*k (a split one at its start) */
         else if (o->kind == QT_OP_MOE_RETURN_FWD || o->kind == QT_OP_MOE_DISPATCH_BWD ||
                  o->kind == QT_OP_MOE_RETURN_START || o->kind == QT_OP_MOE_DISPATCH_BWD_START)
             rows = EP_A(o, Rmax);             /* the host rows Rmax (a split one at its start) */
         else
             continue;
         n_ep++;
-        n_ep_split += o->kind == QT_OP_MOE_RETURN_START || o->kind == QT_OP_MOE_DISPATCH_BWD_START;
+        n_ep_split += split;
         ep_mask |= (unsigned)EP_A(o, mask);
         ep_max += qt_dtype_bytes((unsigned)g->s->dtype) * rows * EP_A(o, d);
     }
@@ -972,8 +978,9 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
                          (long long)g->s->tr.grad_accum, g->s->tr.grad_accum == 1 ? "" : "es");
         if (n_ep_split)
             qt_cg_buf_printf(b, "  of which %d split beside compute (collective_overlap all: "
-                             "moe_return_start .. moe_return_wait, moe_dispatch_bwd_start .. "
-                             "moe_dispatch_bwd_wait in the microbatch schedule)\n", n_ep_split);
+                             "moe_dispatch_fwd_start .. _wait, moe_return_start .. _wait, "
+                             "moe_return_bwd_start .. _wait, moe_dispatch_bwd_start .. _wait in "
+                             "the microbatch schedule)\n", n_ep_split);
     }
     ep_rounds_line(b, g);
     cp_exchange_line(b, g);
