@@ -302,6 +302,14 @@ check "aot: expert_dispatch auto: 80B FSDP32 x EP8 at 32768 tokens takes rounds 
   aot_rounds_auto aot-next80-v5p512-8k next80-32k-auto 327680 64404 max_target_length=32768
 check "aot: expert_dispatch auto: 80B CP8 x FSDP4 x EP8 at 65536 tokens, expert_chunk_rows 4096, takes rounds of 65536: fits (39590 MiB) and compiles" \
   aot_rounds_auto aot-next80-v5p512-cp8-64k next80-cp8-64k-auto 65536 39590 expert_dispatch=auto expert_chunk_rows=4096
+# bf16 plans (and tensor-parallel ones) take rounds under auto too since session 14 (the
+# round ops' native bf16 form, 63_ep_rounds.sh): the bf16 80B at 32768 tokens on FSDP 32 x EP 8,
+# 134632 MiB whole (the bf16 staging of the expert FFN's worst-case rows: 61440 MiB), fits in
+# rounds of 327680 rows in 81050 MiB. (With tensor 2 x FSDP 16 it stays over: 188784 -> 113746.)
+check "aot: bf16 80B FSDP32 x EP8 at 32768 tokens, whole dispatch: over budget (134632 MiB)" \
+  aot_case aot-next80-v5p512-8k "needs 134632.0 MiB per rank" next80-32k-bf16 expert_dispatch=whole max_target_length=32768 dtype=bfloat16 run_name=next80-32k-bf16
+check "aot: expert_dispatch auto: bf16 80B FSDP32 x EP8 at 32768 tokens takes rounds (whole is over): fits (81050 MiB) and compiles" \
+  aot_rounds_auto aot-next80-v5p512-8k next80-32k-bf16-auto 327680 81050 max_target_length=32768 dtype=bfloat16
 check "aot: 80B FSDP32 x EP8 at 32768 tokens, sparse_matmul false + capacity_factor 1.25: fits (64404 MiB) and compiles" \
   aot_case aot-next80-v5p512-8k fits next80-32k-cf125 max_target_length=32768 sparse_matmul=false capacity_factor=1.25 run_name=next80-32k-cf125
 # With a context axis (token dropping continues each block's queues from the earlier blocks'

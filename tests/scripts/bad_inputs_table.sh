@@ -261,6 +261,8 @@ row "configgen" "configgen test-next-tiny.yml base_emb_dimm=64" "$E40: configgen
 row "configgen" "configgen test-next-tiny.yml num_ranks=4 ici_context_parallelism=4" "$E40: configgen: context parallelism beyond the heads" cg $RUN num_ranks=4 ici_context_parallelism=4
 row "configgen" "configgen test-next-tiny.yml num_ranks=3 ici_fsdp_parallelism=1 ici_tensor_parallelism=3" "$EC" cg $RUN num_ranks=3 ici_fsdp_parallelism=1 ici_tensor_parallelism=3
 row "configgen" "configgen npow2-t3-next-tp3.yml vocab_parallel=true" "$EC" cg configgen/configs/runs/npow2-t3-next-tp3.yml vocab_parallel=true
+row "configgen" "configgen test-next-tiny.yml num_ranks=15 ici_fsdp_parallelism=1 ici_tensor_parallelism=3 ici_context_parallelism=5" "$EC" cg $RUN num_ranks=15 ici_fsdp_parallelism=1 ici_tensor_parallelism=3 ici_context_parallelism=5
+row "configgen" "configgen test-next-tiny.yml num_ranks=6 ici_fsdp_parallelism=1 ici_tensor_parallelism=6 canonical_factor=5" "$EC" cg $RUN num_ranks=6 ici_fsdp_parallelism=1 ici_tensor_parallelism=6 canonical_factor=5
 row "configgen" "configgen test-next-tiny.yml dtype=float16" "unit \`CgBadConfig\`" cg $RUN dtype=float16
 row "configgen" "configgen test-next-tiny.yml packing=true (no eos_id)" "unit \`CgBadConfig\`" cg $RUN packing=true
 row "configgen" "configgen test-next-cap1.yml capacity_factor=0.1" "$E40: configgen: a capacity_factor whose capacity C is 0" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=0.1

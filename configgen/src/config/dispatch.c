@@ -15,9 +15,10 @@
  * members and 65536 leaves (the firmware's tables), and R at least a leaf's worst case on
  * one host (leaf tokens x min(k, experts per rank) rows), since rounds cut between leaves
  * only (a leaf's weight gradient runs over its rows whole, in order). bf16 plans and
- * tensor parallelism take rounds too when set (the round ops' native bf16 form and their
- * per-round sum over the tensor group, ops_ep_rounds.c: the whole dispatch's bits); auto
- * keeps float32 plans without tensor parallelism, so no existing plan changes.
+ * tensor parallelism take rounds too (the round ops' native bf16 form and their per-round
+ * sum over the tensor group, ops_ep_rounds.c: the whole dispatch's bits), set or picked by
+ * auto; auto changes only plans whose whole dispatch is over the budget, which configgen
+ * refused before, so no plan that was written changes.
  * Runs after the model, train and mesh settings (settings.c). Uses core and config only.
  */
 #include <stdio.h>
@@ -38,7 +39,7 @@ int qt_cg_dispatch_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, si
     if (!au && strcmp(v, "rounds"))
         return qt_cg_rule_bad(c, err, errlen, key, "expected auto, whole or rounds");
     const int64_t ep = s->mesh[QT_MESH_EXPERT], cx = qt_cg_context(s), M = ep * cx;
-    if (au && (ep < 2 || s->dtype != QT_F32 || s->mesh[QT_MESH_TENSOR] > 1)) return 0;
+    if (au && ep < 2) return 0;
     if (ep < 2)
         return qt_cg_rule_bad(c, err, errlen, key, "rounds without expert parallelism (%s): "
                               "only an expert group's hosts receive routed rows; expected whole "

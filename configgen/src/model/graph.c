@@ -659,11 +659,13 @@ static void moe_block(qt_cg_graph *g, const char *ppre, const char *apre, int l,
         snprintf(n2, sizeof n2, "%s.moe.expert_gu", apre);
         int32_t gu = qt_cg_add_tensor(g, n2, QT_ROLE_SAVED, QT_F32, 4,
                                       SHP(D->b, D->S, D->k, 2 * D->f), AX(B, L, 0, QT_LAX_ACT_MLP));
-        /* qt_ops.h: >= max(T*k*(d+f), S*(d+3f)), so one sequence's rows always fit. */
-        const int64_t nb = expert_canon(g, D);
+        /* qt_ops.h: >= max(T*k*(d+f), S*(d+3f)), so one sequence's rows always fit (S the
+         * whole sequence, as check/check.c counts it: on a context mesh more than this rank's
+         * D->S tokens; every plan whose partials did not cover that was refused there) */
+        const int64_t nb = expert_canon(g, D), Sg = g->s->tr.seq_len;
         int ext;
         int64_t escr = expert_scratch(g, D->T, D->k, D, nb, &ext);
-        if (ext && D->S * (D->d + 3 * D->f) > escr) escr = D->S * (D->d + 3 * D->f);
+        if (ext && Sg * (D->d + 3 * D->f) > escr) escr = Sg * (D->d + 3 * D->f);
         snprintf(n2, sizeof n2, "%s.moe.expert_fwd_scratch", apre);
         int32_t fscr = scratch(g, n2, escr);
         qt_cg_layout_declare(g, gu, QT_LAX_ACT_MLP, "the routed experts are replicated over "
