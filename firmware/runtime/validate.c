@@ -346,9 +346,12 @@ static int qt_validate_step(const qt_plan *p)
     int rc = QT_OK;
     for (int32_t i = 0; i < p->n_step_ops && !rc; i++)
         rc = qt_validate_step_op(p, &p->step_ops[i], i, "step", 0, &n_norm, &n_update);
+    /* a circular pipeline stage's microbatch-end schedule is cut per repeat chunk by
+     * PP_CHUNK markers (their order: qt_pp_chunks, at qt_validate_pipeline) */
     for (int32_t i = 0; i < p->n_mbend_ops && !rc; i++)
-        rc = qt_validate_step_op(p, &p->mbend_ops[i], i, "microbatch-end", 0, &mb_norm,
-                                 &mb_update);
+        if (p->mbend_ops[i].kind != QT_OP_PP_CHUNK || p->pp_repeats <= 1)
+            rc = qt_validate_step_op(p, &p->mbend_ops[i], i, "microbatch-end", 0, &mb_norm,
+                                     &mb_update);
     for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
         rc = qt_validate_step_op(p, c.op, c.logical, "microbatch", 1, &mb_norm, &mb_update);
     rc = rc ? rc : qt_validate_mb_splits(p, qt_val.table);
@@ -393,10 +396,10 @@ int qt_validate_pipeline(const qt_plan *p)
     else if (p->pp_repeats > 1 && p->pp_schedule != 0)
         what = "pipeline_schedule=1f1b and num_pipeline_repeats > 1 (Megatron's interleaved "
                "schedule)";
-    else if (p->pp_repeats > 1 && (p->n_mb_levels > 0 || p->n_mbend_ops > 0))
-        what = "num_pipeline_repeats > 1 and the microbatch or per-layer gradient form "
-               "(gradient_reduce, expert or context parallelism: a microbatch's gradients "
-               "complete only after its last repeat)";
+    else if (p->pp_repeats > 1 && p->layer_reduce)
+        what = "num_pipeline_repeats > 1 and the per-layer gradient form (gradient_reduce="
+               "layer or param_gather=layer: its reductions and gathers are not cut per "
+               "repeat chunk yet)";
     else if ((p->lb_seq != QT_NONE ? 3 : 2) * (int64_t)p->pp_micro
                  * (p->pp_repeats > 1 ? p->pp_repeats : 1) >= QT_COMM_P2P_MAX)
         what = "more than 255 boundary messages sent per accumulation group (2 x "
