@@ -10,6 +10,7 @@
  * Invariants: reads the plan only; its one piece of state is the validation scratch below;
  * returns QT_OK or QT_E_PLAN after printing one message.
  */
+#include <stdio.h>
 #include <string.h>
 #include "qt_validate.h"
 #include "qt_interp.h"
@@ -374,6 +375,32 @@ static int qt_validate_step(const qt_plan *p)
     return QT_OK;
 }
 
+/* A circular stage's chunk runs (the driver runs each chunk's forward, and its forward and
+ * backward, alone: runtime/pipeline.c): every split collective a run starts is waited for
+ * inside it (the per-layer gathers and reduce-scatters of collective_overlap: configgen
+ * moves none across a chunk's edge, schedule/overlap.c), and each part of the
+ * microbatch-end schedule likewise. */
+static int qt_validate_chunk_splits(const qt_plan *p, const qt_pp_chunk *c, int R)
+{
+    int rc = QT_OK;
+    for (int r = 0; r < R && R > 1 && !rc; r++) {
+        char which[64];
+        snprintf(which, sizeof which, "pipeline chunk %d", r);
+        qt_split_walk w = {{0}, 0, 0};
+        for (qt_mb_cursor k = qt_mb_begin(p); !rc && qt_mb_next(&k);)
+            if ((k.logical >= c[r].f0 && k.logical < c[r].f1) ||
+                (k.logical >= c[r].b0 && k.logical < c[r].b1))
+                rc = qt_validate_split_op(p, &w, k.op, k.logical, which);
+        rc = rc ? rc : qt_validate_split_end(p, &w, which);
+        snprintf(which, sizeof which, "pipeline chunk %d's microbatch end", r);
+        qt_split_walk e = {{0}, 0, 0};
+        for (int32_t i = c[r].e0; i < c[r].e1 && !rc; i++)
+            rc = qt_validate_split_op(p, &e, &p->mbend_ops[i], i, which);
+        rc = rc ? rc : qt_validate_split_end(p, &e, which);
+    }
+    return rc;
+}
+
 int qt_validate_pipeline(const qt_plan *p)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
@@ -396,10 +423,6 @@ int qt_validate_pipeline(const qt_plan *p)
     else if (p->pp_repeats > 1 && p->pp_schedule != 0)
         what = "pipeline_schedule=1f1b and num_pipeline_repeats > 1 (Megatron's interleaved "
                "schedule)";
-    else if (p->pp_repeats > 1 && p->layer_reduce)
-        what = "num_pipeline_repeats > 1 and the per-layer gradient form (gradient_reduce="
-               "layer or param_gather=layer: its reductions and gathers are not cut per "
-               "repeat chunk yet)";
     else if ((p->lb_seq != QT_NONE ? 3 : 2) * (int64_t)p->pp_micro
                  * (p->pp_repeats > 1 ? p->pp_repeats : 1) >= QT_COMM_P2P_MAX)
         what = "more than 255 boundary messages sent per accumulation group (2 x "
@@ -415,7 +438,10 @@ int qt_validate_pipeline(const qt_plan *p)
     else if (p->pp_slots == QT_NONE || p->pp_stage < 0 || p->pp_stage >= p->pipeline_stages)
         what = "stage tables without their boundaries (a plan from an older configgen)";
     int R;
-    if (!what) return qt_pp_chunks(p, &R) ? QT_OK : QT_E_PLAN;
+    if (!what) {
+        const qt_pp_chunk *c = qt_pp_chunks(p, &R);
+        return c ? qt_validate_chunk_splits(p, c, R) : QT_E_PLAN;
+    }
     return qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages: pipeline plans with %s are not "
                    "executed yet (docs/pipeline.md: gpipe with circular repeats, or "
                    "1f1b with one); generate the run without it, or with pipeline "

@@ -351,7 +351,7 @@ static int check_chunks(const qt_cg_graph *g, char *err, size_t errlen)
     /* the per-layer gradient form (its gathers and pushes may cross a chunk's edge) is
      * planned ahead of time only: qtrain refuses it with repeats; the microbatch form's
      * pushes are the microbatch-end schedule's, per chunk (schedule/step.c) */
-    if (R <= 1 || g->layer_reduce) return 0;
+    if (R <= 1) return 0;
     /* token dropping's per-step drop counts are written by every chunk's MoE layers, which
      * the chunk runs below would read as another chunk's writes: named by its keys */
     if (g->s->moe_capacity > 0)
