@@ -38,8 +38,7 @@
 #   * receives posted ahead off (QT_PP_PREFETCH=0) give the same bits;
 #   * refusals: a pipeline form the driver does not run yet names its key (dump_grads=, on
 #   * refusals: a pipeline form the driver does not run yet names its key (dump_grads= and
-#     save= on the circular pp-next-pp2; repeats with expert parallelism's microbatch gradient
-#     form);
+#     save= on the circular pp-next-pp2);
 #   * the held-out eval, checkpoints (save=, load=, dump_grads=) on pipeline meshes: below.
 PP_D=$QT_TMP/pp
 PP_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
@@ -305,13 +304,6 @@ pp_refusals() {
   grep -q "num_pipeline_repeats 2: checkpoints on a circular pipeline are not written yet" "$e" ||
     { cat "$e"; return 1; }
   [ ! -e "$PP_D/dg" ] || { echo "dump_grads= wrote $PP_D/dg"; return 1; }
-  # repeats with the microbatch gradient form (expert parallelism) name both
-  pp_variant pp2r2ep2-next test-next-tiny $NEXT_PPC num_ranks=4 ici_fsdp_parallelism=1 \
-    ici_expert_parallelism=2 || return 1
-  timeout 60 mpiexec -n 4 "$PP_D/pp2r2ep2-next/qtrain" steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
-    { echo "repeats with the microbatch form accepted"; return 1; }
-  grep -q "pipeline plans with num_pipeline_repeats > 1 and the microbatch or per-layer gradient form" "$e" ||
-    { cat "$e"; return 1; }
   timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$PP_DATA save=$PP_D/ck.safetensors \
     > /dev/null 2> "$e" && { echo "save= accepted on a circular plan"; return 1; }
   grep -q "num_pipeline_repeats 2: checkpoints on a circular pipeline are not written yet" "$e" ||
@@ -328,7 +320,7 @@ pp_refusals() {
   [ ! -e "$PP_D/cap-circ/cap-circ" ] || { echo "configgen wrote the refused plan"; return 1; }
   head -n 1 "$e"
 }
-check "pipeline: forms not executed yet (dump_grads= and save= on a circular plan, repeats x EP2, MTP, token dropping x repeats) are refused naming the key" pp_refusals
+check "pipeline: forms not executed yet (dump_grads= and save= on a circular plan, MTP, token dropping x repeats) are refused naming the key" pp_refusals
 
 # pp_run NAME RANKS ARGS...: $PP_D/NAME/qtrain on RANKS ranks, tiny data, seed 11
 pp_run() {
@@ -543,3 +535,73 @@ pp_ck_no_clobber() {
   [ "$(cat "$f")" = "user data" ] || { echo "the file changed"; return 1; }
 }
 check "pipeline ckpt: save= on PP2 refuses to replace a user's file without overwrite=1" pp_ck_no_clobber
+
+# ---- circular repeats with the microbatch and per-layer gradient forms (docs/pipeline.md
+# "Circular repeats"): a stage's flat ranges are cut per repeat chunk and each chunk's part of
+# the microbatch-end schedule runs right after its backward (the backwards come repeats
+# descending, microbatches ascending in each), so every range's microbatch counter gets its
+# leaves in one rank's order; the per-layer form's reduce-scatters and gathers (with
+# collective_overlap's moves, which stay inside a chunk) run inside the chunks. Each cell ==
+# one rank on the same global batch (loss bits + fingerprint, 6 steps, 0 ulp): PP2 R2 x EP2
+# (qwen3-next, M 2), x EP2 with 3 sequences a microbatch (the units form, grad_mb_units 3,
+# == one rank of 12), x CP2 (qwen3-next, == one rank with context_blocks 2; qwen3.5 M 4),
+# x EP2 with the lb loss (every metric), x EP2 with bf16, lb, z-loss and packing at once
+# (every metric); the per-layer form: x DP2 gradient_reduce=layer, x DP2 ZeRO-1 with
+# per-layer gathers (param_gather=layer, overlap on: split collectives inside the chunks),
+# x FSDP2 per-layer gathers, x EP2 gradient_reduce=layer. The negative control: PP2 R2 x EP2
+# with the backward in reverse microbatch order (QT_PP_TEST_ORDER=reverse) differs from one
+# rank after step 0 (the same step-0 loss).
+PPCM="$NEXT_PPC num_ranks=4 ici_fsdp_parallelism=1"
+pp_cmb_cells() {
+  pp_variant pp1r-next-b8 test-next-tiny per_device_batch_size=8 &&
+    pp_variant pp1r-next-b12 test-next-tiny per_device_batch_size=12 &&
+    pp_variant pp1r-next-b8-nb2 test-next-tiny per_device_batch_size=8 context_blocks=2 &&
+    pp_variant pp1r-35-b8-nb2 test-35-tiny per_device_batch_size=8 context_blocks=2 &&
+    pp_variant pp1r-next-b8-lb test-next-tiny per_device_batch_size=8 $LB &&
+    pp_variant pp1r-next-b8-circ test-next-tiny per_device_batch_size=8 $CIRC &&
+    pp_variant pp2r2ep2-next test-next-tiny $PPCM ici_expert_parallelism=2 &&
+    pp_variant pp2r2ep2-next-b3 test-next-tiny $PPCM ici_expert_parallelism=2 per_device_batch_size=3 &&
+    pp_variant pp2r2cp2-next test-next-tiny $PPCM ici_context_parallelism=2 &&
+    pp_variant pp2r2cp2-35-m4 test-35-tiny $PPCM ici_context_parallelism=2 num_pipeline_microbatches=4 &&
+    pp_variant pp2r2ep2-next-lb test-next-tiny $PPCM ici_expert_parallelism=2 $LB &&
+    pp_variant pp2r2ep2-next-m4-circ test-next-tiny $PPCM ici_expert_parallelism=2 num_pipeline_microbatches=4 $CIRC &&
+    pp_variant pp2r2dp2-next-layer test-next-tiny $PPCM ici_data_parallelism=2 gradient_reduce=layer &&
+    pp_variant pp2r2dp2-next-z1pg test-next-tiny $PPCM ici_data_parallelism=2 \
+      shard_optimizer_over_data=true param_gather=layer &&
+    pp_variant pp2r2fsdp2-next-pg test-next-tiny $PPCM ici_fsdp_parallelism=2 param_gather=layer &&
+    pp_variant pp2r2ep2-next-layer test-next-tiny $PPCM ici_expert_parallelism=2 gradient_reduce=layer || return 1
+  # the forms the cells claim: units in the b3 cell, a cut microbatch-end schedule, and
+  # split collectives (overlap) in the per-layer gathers' cell
+  local c=$PP_D/pp2r2ep2-next-b3/plan/pp2r2ep2-next-b3/plan.c
+  grep -q '\.grad_mb_units = 3' "$c" || { echo "$c: no grad_mb_units 3"; return 1; }
+  c=$PP_D/pp2r2ep2-next/plan/pp2r2ep2-next/plan.c
+  [ "$(grep -c '^    {QT_OP_PP_CHUNK, 0x0, {[-0-9, ]*}, {[01]ll, 2ll' "$c")" -eq 4 ] ||
+    { echo "$c: not 2 microbatch-end chunk markers a stage"; return 1; }
+  c=$PP_D/pp2r2dp2-next-z1pg/plan/pp2r2dp2-next-z1pg/plan.c
+  grep -q 'QT_OP_COLL_START' "$c" || { echo "$c: no split collective"; return 1; }
+}
+check "pipeline: configgen plans and builds the circular cells of the microbatch and per-layer forms" pp_cmb_cells
+
+for cell in "pp1r-next-b8 pp2r2ep2-next 4" "pp1r-next-b12 pp2r2ep2-next-b3 4" \
+            "pp1r-next-b8-nb2 pp2r2cp2-next 4" "pp1r-35-b8-nb2 pp2r2cp2-35-m4 4" \
+            "pp1r-next-b8 pp2r2dp2-next-layer 4" "pp1r-next-b8 pp2r2dp2-next-z1pg 4" \
+            "pp1r-next-b8 pp2r2fsdp2-next-pg 4" "pp1r-next-b8 pp2r2ep2-next-layer 4"; do
+  set -- $cell
+  check "pipeline: circular ${2#pp} ($3 ranks) == one rank ($1), bit for bit" pp_same "$@"
+done
+for cell in "pp1r-next-b8-lb pp2r2ep2-next-lb 4" "pp1r-next-b8-circ pp2r2ep2-next-m4-circ 4"; do
+  set -- $cell
+  check "pipeline: circular ${2#pp} ($3 ranks) == one rank ($1), bit for bit, every metric" pp_same_metrics "$@"
+done
+
+# the check can fail: PP2 R2 x EP2 with every chunk's backwards in reverse microbatch order
+pp_cmb_reverse_differs() {
+  pp_det pp1r-next-b8 1 && pp_det pp2r2ep2-next 4 QT_PP_TEST_ORDER=reverse || return 1
+  local a=$PP_D/pp1r-next-b8.det b=$PP_D/pp2r2ep2-next.QT_PP_TEST_ORDER.det
+  [ "$(head -n 1 "$a" | cut -d' ' -f2)" = "$(head -n 1 "$b" | cut -d' ' -f2)" ] ||
+    { echo "step-0 losses differ"; return 1; }
+  ! cmp -s "$a" "$b" || { echo "the reversed order gave one rank's bits"; return 1; }
+  echo "one rank: $(tail -n 1 "$a"); reversed: $(tail -n 1 "$b")"
+}
+check "pipeline: circular x EP2 with the backward in reverse microbatch order is not one rank's bits (non-vacuous)" \
+  pp_cmb_reverse_differs
