@@ -375,9 +375,9 @@ static int qt_validate_step(const qt_plan *p)
     return QT_OK;
 }
 
-/* A circular stage's chunk runs (the driver runs each chunk's forward, and its forward and
- * backward, alone: runtime/pipeline.c): every split collective a run starts is waited for
- * inside it (the per-layer gathers and reduce-scatters of collective_overlap: configgen
+/* A circular stage's chunk runs (the driver runs each chunk's forward alone, and at B its
+ * forward and backward: runtime/pipeline.c): every split collective the forward or the
+ * backward starts is waited for inside it (the per-layer gathers and reduce-scatters of collective_overlap: configgen
  * moves none across a chunk's edge, schedule/overlap.c), and each part of the
  * microbatch-end schedule likewise. */
 static int qt_validate_chunk_splits(const qt_plan *p, const qt_pp_chunk *c, int R)
@@ -385,13 +385,16 @@ static int qt_validate_chunk_splits(const qt_plan *p, const qt_pp_chunk *c, int 
     int rc = QT_OK;
     for (int r = 0; r < R && R > 1 && !rc; r++) {
         char which[64];
-        snprintf(which, sizeof which, "pipeline chunk %d", r);
-        qt_split_walk w = {{0}, 0, 0};
-        for (qt_mb_cursor k = qt_mb_begin(p); !rc && qt_mb_next(&k);)
-            if ((k.logical >= c[r].f0 && k.logical < c[r].f1) ||
-                (k.logical >= c[r].b0 && k.logical < c[r].b1))
-                rc = qt_validate_split_op(p, &w, k.op, k.logical, which);
-        rc = rc ? rc : qt_validate_split_end(p, &w, which);
+        for (int bwd = 0; bwd < 2 && !rc; bwd++) { /* the forward runs alone at F */
+            const int64_t lo = bwd ? c[r].b0 : c[r].f0, hi = bwd ? c[r].b1 : c[r].f1;
+            snprintf(which, sizeof which, "pipeline chunk %d's %s", r,
+                     bwd ? "backward" : "forward");
+            qt_split_walk w = {{0}, 0, 0};
+            for (qt_mb_cursor k = qt_mb_begin(p); !rc && qt_mb_next(&k);)
+                if (k.logical >= lo && k.logical < hi)
+                    rc = qt_validate_split_op(p, &w, k.op, k.logical, which);
+            rc = rc ? rc : qt_validate_split_end(p, &w, which);
+        }
         snprintf(which, sizeof which, "pipeline chunk %d's microbatch end", r);
         qt_split_walk e = {{0}, 0, 0};
         for (int32_t i = c[r].e0; i < c[r].e1 && !rc; i++)
@@ -405,8 +408,9 @@ int qt_validate_pipeline(const qt_plan *p)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
     /* what the pipeline driver runs today (runtime/pipeline.c): stages of any one-slice mesh
-     * (their collectives over the stage's ranks, qt_comm_mesh_set_base), gpipe with circular
-     * repeats or 1f1b with one, fp32 or bf16, the load-balance and z losses, token
+     * (their collectives over the stage's ranks, qt_comm_mesh_set_base; with repeats too, in
+     * every gradient form: qt_validate_chunk_splits), gpipe with circular repeats or 1f1b
+     * with one, fp32 or bf16, the load-balance and z losses, token
      * dropping, packing, scanned layers, the held-out eval without repeats, no MTP head;
      * anything else is named by its key */
     const char *what = NULL;
