@@ -73,8 +73,10 @@ const qt_pp_chunk *qt_pp_chunks(const qt_plan *p, int *R)
          * chunk's runs read only what they write: check/check.c check_chunks), and the
          * microbatch-end schedule's (schedule/step.c) */
         int nf = 0, nb = 0, bad = n > QT_PP_MAX_REPEATS;
-        for (int32_t i = 0; i < p->n_mb_ops && !bad; i++) {
-            const qt_op *o = &p->mb_ops[i];
+        /* logical indices (a chunk's layer cycles may be scanned: qt_mb_cursor unrolls) */
+        for (qt_mb_cursor k = qt_mb_begin(p); !bad && qt_mb_next(&k);) {
+            const qt_op *o = k.op;
+            const int64_t i = k.logical;
             if (o->kind != QT_OP_PP_CHUNK) continue;
             const int bwd = QT_A(o, PP_CHUNK, bwd) != 0;
             const int64_t want = bwd ? n - 1 - nb : nf;

@@ -605,3 +605,28 @@ pp_cmb_reverse_differs() {
 }
 check "pipeline: circular x EP2 with the backward in reverse microbatch order is not one rank's bits (non-vacuous)" \
   pp_cmb_reverse_differs
+
+# scanned layers inside a circular stage's chunks: 32 layers, PP2 R2 with 8 layers a chunk
+# (two 4-layer cycles each, schedule/scan.c stores a run of them once; the driver finds the
+# chunks by logical op), scan_layers on: == one rank of 32 layers (2 ranks), and x EP2 (the
+# microbatch form, 4 ranks); plan.txt says which stages' executed tables are scanned
+L32C="base_num_decoder_layers=32 scan_layers=true num_layers_per_pipeline_stage=8 ici_pipeline_parallelism=2"
+pp_cmb_scan_cells() {
+  pp_variant pp1r-next32-b4-scan test-next-tiny base_num_decoder_layers=32 scan_layers=true per_device_batch_size=4 &&
+    pp_variant pp1r-next32-b8-scan test-next-tiny base_num_decoder_layers=32 scan_layers=true per_device_batch_size=8 &&
+    pp_variant pp2r2-next32-scan test-next-tiny $L32C num_ranks=2 &&
+    pp_variant pp2r2ep2-next32-scan test-next-tiny $L32C num_ranks=4 ici_fsdp_parallelism=1 ici_expert_parallelism=2 ||
+    return 1
+  local c t
+  for c in pp2r2-next32-scan pp2r2ep2-next32-scan; do
+    t=$PP_D/$c/plan/$c/plan.txt
+    [ "$(grep -c '^ *\.n_scans = [1-9]' "${t%plan.txt}plan.c")" -eq 2 ] || { echo "$c: not both stages scanned"; return 1; }
+    grep -q "stage 0: .*, scanned, arena" "$t" || { echo "$t: stage 0 not scanned"; return 1; }
+  done
+  echo "both stages scanned: $(grep -o 'stage 0: .*' "$t" | cut -c1-60)..."
+}
+check "pipeline: scan_layers scans a circular stage's chunks (32 layers, PP2 R2, 8 a chunk)" pp_cmb_scan_cells
+for cell in "pp1r-next32-b4-scan pp2r2-next32-scan 2" "pp1r-next32-b8-scan pp2r2ep2-next32-scan 4"; do
+  set -- $cell
+  check "pipeline: circular scanned ${2#pp} ($3 ranks) == one rank ($1), bit for bit" pp_same "$@"
+done

@@ -219,12 +219,12 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
     for (int st = 0; st < s->pp_stages; st++) {
         const qt_cg_graph *x = &g->pp_graphs[st];
         if (s->pp_repeats > 1) {
-            qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters, %s, %s, arena "
+            qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters, %s, %s%s, arena "
                              "%.2f MiB\n", st, (unsigned long long)x->hash, x->np,
                              x->pp_in != QT_NONE ? "input from stage before" : "the embedding",
                              x->pp_out != QT_NONE ? "output to the stage after"
                                                   : "the head and loss",
-                             (double)x->arena_bytes / QT_CG_MIB);
+                             x->n_scans > 0 ? ", scanned" : "", (double)x->arena_bytes / QT_CG_MIB);
             continue;
         }
         qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters (one-rank indices "
