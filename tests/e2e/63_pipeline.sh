@@ -40,6 +40,8 @@
 #   * refusals: a pipeline form the driver does not run yet names its key (dump_grads= and
 #     save= on the circular pp-next-pp2);
 #   * the held-out eval, checkpoints (save=, load=, dump_grads=) on pipeline meshes: below.
+#   * circular repeats with the microbatch and per-layer gradient forms (x EP2, x CP2, per-layer
+#     x DP2 / FSDP2 / EP2) and scanned circular chunks: at the end.
 PP_D=$QT_TMP/pp
 PP_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 
