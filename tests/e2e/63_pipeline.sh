@@ -579,6 +579,8 @@ pp_cmb_cells() {
   c=$PP_D/pp2r2ep2-next/plan/pp2r2ep2-next/plan.c
   [ "$(grep -c '^    {QT_OP_PP_CHUNK, 0x0, {[-0-9, ]*}, {[01]ll, 2ll' "$c")" -eq 4 ] ||
     { echo "$c: not 2 microbatch-end chunk markers a stage"; return 1; }
+  grep -q "stage 1: 4 flat ranges, each inside one chunk (per chunk and holding pattern)" \
+    "${c%plan.c}plan.txt" || { echo "${c%plan.c}plan.txt: no per-chunk ranges line"; return 1; }
   c=$PP_D/pp2r2dp2-next-z1pg/plan/pp2r2dp2-next-z1pg/plan.c
   grep -q 'QT_OP_COLL_START' "$c" || { echo "$c: no split collective"; return 1; }
 }
