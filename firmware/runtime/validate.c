@@ -377,9 +377,9 @@ static int qt_validate_step(const qt_plan *p)
 
 /* A circular stage's chunk runs (the driver runs each chunk's forward alone, and at B its
  * forward and backward: runtime/pipeline.c): every split collective the forward or the
- * backward starts is waited for inside it (the per-layer gathers and reduce-scatters of collective_overlap: configgen
- * moves none across a chunk's edge, schedule/overlap.c), and each part of the
- * microbatch-end schedule likewise. */
+ * backward starts is waited for inside it (the per-layer gathers and reduce-scatters of
+ * collective_overlap: configgen moves none across a chunk's edge, schedule/overlap.c),
+ * and each part of the microbatch-end schedule likewise. */
 static int qt_validate_chunk_splits(const qt_plan *p, const qt_pp_chunk *c, int R)
 {
     int rc = QT_OK;

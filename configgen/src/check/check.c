@@ -348,9 +348,9 @@ static int check_eval_forward(const qt_cg_graph *g, char *err, size_t errlen)
 static int check_chunks(const qt_cg_graph *g, char *err, size_t errlen)
 {
     const int R = g->s->pp_local && g->s->pp_stages > 1 ? g->s->pp_repeats : 1;
-    /* the per-layer gradient form (its gathers and pushes may cross a chunk's edge) is
-     * planned ahead of time only: qtrain refuses it with repeats; the microbatch form's
-     * pushes are the microbatch-end schedule's, per chunk (schedule/step.c) */
+    /* every gradient form: the microbatch form's pushes are the microbatch-end schedule's,
+     * cut per chunk (schedule/step.c); the per-layer form's gathers and pushes lie inside
+     * their chunk's runs (schedule/overlap.c moves none across a chunk's edge) */
     if (R <= 1) return 0;
     /* token dropping's per-step drop counts are written by every chunk's MoE layers, which
      * the chunk runs below would read as another chunk's writes: named by its keys */

@@ -11,9 +11,9 @@
  *     total) and a COLL_WAIT right before its push.
  * Invariants: the moves touch only those PARAM_GATHER and GRAD_MB_PUSH ops and are exact
  * inverses (moves(g, 0) restores the schedule layer_ops.c made); a gather moves only within
- * the forward or within the backward (and within a circular pipeline stage's repeat chunk:
- * a push waits for the next reduce-scatter only inside it too), by one group, and only groups of at most
- * QT_MAX_IN_FLIGHT - 1 gathers (with one reduce-scatter, the slots); one reduce-scatter is
+ * the forward or within the backward (and within a circular pipeline stage's repeat
+ * chunk: a push waits for the next reduce-scatter only inside it too), by one group, and
+ * only groups of at most QT_MAX_IN_FLIGHT - 1 gathers (with one reduce-scatter, the slots); one reduce-scatter is
  * in flight at a time (they share the comm scratch); the bits never change: the same
  * collectives, the same adds, only when they run.
  */
