@@ -550,7 +550,8 @@ check "pipeline ckpt: save= on PP2 refuses to replace a user's file without over
 # x EP2 with the lb loss (every metric), x EP2 with bf16, lb, z-loss and packing at once
 # (every metric); the per-layer form: x DP2 gradient_reduce=layer, x DP2 ZeRO-1 with
 # per-layer gathers (param_gather=layer, overlap on: split collectives inside the chunks),
-# x FSDP2 per-layer gathers, x EP2 gradient_reduce=layer. The negative control: PP2 R2 x EP2
+# x FSDP2 per-layer gathers, x EP2 gradient_reduce=layer, and with 3 sequences a microbatch
+# (the per-layer units, == one rank of 12). The negative control: PP2 R2 x EP2
 # with the backward in reverse microbatch order (QT_PP_TEST_ORDER=reverse) differs from one
 # rank after step 0 (the same step-0 loss).
 PPCM="$NEXT_PPC num_ranks=4 ici_fsdp_parallelism=1"
@@ -571,11 +572,16 @@ pp_cmb_cells() {
     pp_variant pp2r2dp2-next-z1pg test-next-tiny $PPCM ici_data_parallelism=2 \
       shard_optimizer_over_data=true param_gather=layer &&
     pp_variant pp2r2fsdp2-next-pg test-next-tiny $PPCM ici_fsdp_parallelism=2 param_gather=layer &&
-    pp_variant pp2r2ep2-next-layer test-next-tiny $PPCM ici_expert_parallelism=2 gradient_reduce=layer || return 1
+    pp_variant pp2r2ep2-next-layer test-next-tiny $PPCM ici_expert_parallelism=2 gradient_reduce=layer &&
+    pp_variant pp2r2ep2-next-b3-layer test-next-tiny $PPCM ici_expert_parallelism=2 per_device_batch_size=3 \
+      gradient_reduce=layer || return 1
   # the forms the cells claim: units in the b3 cell, a cut microbatch-end schedule, and
   # split collectives (overlap) in the per-layer gathers' cell
-  local c=$PP_D/pp2r2ep2-next-b3/plan/pp2r2ep2-next-b3/plan.c
-  grep -q '\.grad_mb_units = 3' "$c" || { echo "$c: no grad_mb_units 3"; return 1; }
+  local c
+  for c in pp2r2ep2-next-b3 pp2r2ep2-next-b3-layer; do
+    c=$PP_D/$c/plan/$c/plan.c
+    grep -q '\.grad_mb_units = 3' "$c" || { echo "$c: no grad_mb_units 3"; return 1; }
+  done
   c=$PP_D/pp2r2ep2-next/plan/pp2r2ep2-next/plan.c
   [ "$(grep -c '^    {QT_OP_PP_CHUNK, 0x0, {[-0-9, ]*}, {[01]ll, 2ll' "$c")" -eq 4 ] ||
     { echo "$c: not 2 microbatch-end chunk markers a stage"; return 1; }
@@ -589,7 +595,8 @@ check "pipeline: configgen plans and builds the circular cells of the microbatch
 for cell in "pp1r-next-b8 pp2r2ep2-next 4" "pp1r-next-b12 pp2r2ep2-next-b3 4" \
             "pp1r-next-b8-nb2 pp2r2cp2-next 4" "pp1r-35-b8-nb2 pp2r2cp2-35-m4 4" \
             "pp1r-next-b8 pp2r2dp2-next-layer 4" "pp1r-next-b8 pp2r2dp2-next-z1pg 4" \
-            "pp1r-next-b8 pp2r2fsdp2-next-pg 4" "pp1r-next-b8 pp2r2ep2-next-layer 4"; do
+            "pp1r-next-b8 pp2r2fsdp2-next-pg 4" "pp1r-next-b8 pp2r2ep2-next-layer 4" \
+            "pp1r-next-b12 pp2r2ep2-next-b3-layer 4"; do
   set -- $cell
   check "pipeline: circular ${2#pp} ($3 ranks) == one rank ($1), bit for bit" pp_same "$@"
 done
