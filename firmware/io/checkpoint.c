@@ -27,8 +27,9 @@
  * that sets the training trajectory, nothing that only sets the mesh or the batch split)
  * equals the plan's; files without one (older qtrain-1) fall back to the whole-plan hash.
  * Pipeline meshes (ckpt_pp.h): the file is the one-rank file of every stage's parameters,
- * stage after stage; world rank 0 writes it and receives the later stages' tensors from
- * their first ranks; a load checks every stage's tensors and each stage keeps its own.
+ * block after block (the stages' repeat chunks in the one-rank order); world rank 0 writes
+ * it and receives the other stages' tensors from their first ranks; a load checks every
+ * stage's tensors and each stage keeps its own.
  *
  * Layering: this file is the dispatcher (file or directory, load or save) and the
  * single-file reader and writer; it calls ckpt_shards.c (sharded load), ckpt_dir.c
@@ -102,16 +103,17 @@ static int qt_ckpt_agree(const qt_plan *p, int *code)
 
 /* ---- save ---- */
 
-/* Every stage's parameters (a pipeline's stages in order: the one-rank file). */
+/* Every stage's parameters (a pipeline's blocks in order: the one-rank file). */
 static int qt_save_declare(const qt_plan *p, const char *prefix)
 {
     qt_ckpt_piece pc;
     int rc;
-    for (int s = 0; s < qt_ckpp_count(p); s++) {
-        const qt_plan *q = qt_ckpp_stage(p, s);
-        for (int32_t i = 0; i < q->n_params; i++)
-            for (int32_t k = 0, n = qt_ckpt_count(q, i, 0); k < n; k++) {
-                qt_ckpt_piece_at(q, i, 0, k, &pc);
+    for (int b = 0; b < qt_ckpp_blocks(p); b++) {
+        const qt_ckpp_blk *k = qt_ckpp_block(p, b);
+        const qt_plan *q = qt_ckpp_stage(p, k->stage);
+        for (int32_t i = k->i0; i < k->i1; i++)
+            for (int32_t j = 0, n = qt_ckpt_count(q, i, 0); j < n; j++) {
+                qt_ckpt_piece_at(q, i, 0, j, &pc);
                 snprintf(qt_ck.name, sizeof qt_ck.name, "%s%s", prefix, pc.name);
                 if ((rc = qt_st_wadd(qt_ck.name, QT_ST_F32, pc.ndim, pc.shape)))
                     return rc;
@@ -123,24 +125,25 @@ static int qt_save_declare(const qt_plan *p, const char *prefix)
 /* Every parameter of region src, piece by piece in file order, each gathered window by
  * window (collective on a mesh: every rank walks the same pieces); the root writes unless a
  * write already failed (*wrc), and the walk goes on so the other ranks' collectives are
- * matched. A pipeline: each stage walks its own parameters over its mesh; the root writes
- * stage 0's and receives the later stages' from their first ranks (ckpt_pp.c), in stage
+ * matched. A pipeline: each stage walks its own blocks over its mesh; the root writes
+ * stage 0's and receives the other stages' from their first ranks (ckpt_pp.c), in block
  * order. Returns a gather or stream failure; write errors go to *wrc. */
 static int qt_save_data(const qt_plan *p, int src, int root, int *wrc)
 {
     const int me = qt_ckpp_mine(p);
-    for (int s = 0; s < qt_ckpp_count(p); s++) {
-        if (s != me) {
-            int rc = root ? qt_ckpp_take(p, s, wrc) : QT_OK;
+    for (int b = 0; b < qt_ckpp_blocks(p); b++) {
+        const qt_ckpp_blk *k = qt_ckpp_block(p, b);
+        if (k->stage != me) {
+            int rc = root ? qt_ckpp_take(p, b, wrc) : QT_OK;
             if (rc)
                 return rc;
             continue;
         }
-        const int write = s > 0 ? (qt_ckpp_sender() ? QT_CKPT_SEND : 0) : root;
-        for (int32_t i = 0; i < p->n_params; i++) {
+        const int write = k->stage > 0 ? (qt_ckpp_sender() ? QT_CKPT_SEND : 0) : root;
+        for (int32_t i = k->i0; i < k->i1; i++) {
             qt_ckpt_win w = {0, 0, 0};
-            for (int32_t k = 0, n = qt_ckpt_count(p, i, 0); k < n; k++) {
-                int rc = qt_ckpt_save_piece(p, src, i, k, write, wrc, &w);
+            for (int32_t j = 0, n = qt_ckpt_count(p, i, 0); j < n; j++) {
+                int rc = qt_ckpt_save_piece(p, src, i, j, write, wrc, &w);
                 if (rc)
                     return rc;
             }

@@ -159,14 +159,15 @@ uint64_t qt_ckpt_state_hash(const qt_plan *p)
         for (size_t k = 0; k < sizeof w / sizeof w[0]; k++) qt_sh_i(&h, w[k]);
     }
     if (t->z_loss != 0.0f) qt_sh_f(&h, t->z_loss);  /* the objective (issue 33) */
-    /* the parameters: a pipeline's stages in order are the one-rank plan's (ckpt_pp.h) */
+    /* the parameters: a pipeline's blocks in order are the one-rank plan's (ckpt_pp.h) */
     const int S = qt_ckpp_count(p);
     int64_t n_params = 0;
     for (int s = 0; s < S; s++) n_params += qt_ckpp_stage(p, s)->n_params;
     qt_sh_i(&h, n_params);
-    for (int s = 0; s < S; s++) {
-        const qt_plan *q = qt_ckpp_stage(p, s);
-        for (int32_t i = 0; i < q->n_params; i++) {
+    for (int b = 0; b < qt_ckpp_blocks(p); b++) {
+        const qt_ckpp_blk *k = qt_ckpp_block(p, b);
+        const qt_plan *q = qt_ckpp_stage(p, k->stage);
+        for (int32_t i = k->i0; i < k->i1; i++) {
             const qt_tensor *x = &q->tensors[q->params[i].tensor];
             qt_sh_bytes(&h, q->params[i].name, strlen(q->params[i].name) + 1);
             qt_sh_i(&h, x->ndim);

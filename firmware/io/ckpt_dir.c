@@ -24,10 +24,11 @@
  * window by window through qt_ckpt_save_piece (one collective per window of rows over the
  * ranks holding its parts, as for single files), so no rank ever holds more than one window
  * beyond its own state.
- * A pipeline plan (ckpt_pp.h): the file tensors are every stage's, stage after stage in each
- * part (the one-rank order); world rank 0 writes every shard, its own stage's tensors
- * gathered over its stage's mesh and the later stages' received from their first ranks,
- * which gather them over their stage's mesh; the directory is the one-rank directory.
+ * A pipeline plan (ckpt_pp.h): the file tensors are every stage's, block after block (the
+ * stages' repeat chunks) in each part (the one-rank order); world rank 0 writes every
+ * shard, its own stage's tensors gathered over its stage's mesh and the other stages'
+ * received from their first ranks, which gather them over their stage's mesh; the
+ * directory is the one-rank directory.
  * Commit: rank 0 creates DIR.tmp.<pid> and broadcasts <pid>; each rank writes its shards in
  * it (each one atomically, st_write.c); when every rank reports success, rank 0 writes the
  * optimizer index, then the model index, carries the user's files of the previous DIR over
@@ -66,10 +67,10 @@
 
 enum { QT_CD_PARAMS = 0, QT_CD_M, QT_CD_V, QT_CD_PARTS };
 
-/* A file tensor: piece k of parameter i of pipeline stage st (0 without a pipeline) in part
- * (params, m, v). */
+/* A file tensor: piece k of local parameter i of block b of the one-rank order (ckpt_pp.h:
+ * a pipeline stage's repeat chunk; 0 without a pipeline) in part (params, m, v). */
 typedef struct qt_cd_cur {
-    int32_t part, st, i, k;
+    int32_t part, b, i, k;
 } qt_cd_cur;
 
 typedef struct qt_cd_shard {
@@ -97,23 +98,22 @@ static const int qt_cd_src[QT_CD_PARTS] = {QT_CKS_PARAMS, QT_CKS_ADAM_M, QT_CKS_
 /* Advance c to the next file tensor of parts [0, n_parts); 0 at the end. */
 static int qt_cd_next(const qt_plan *p, qt_cd_cur *c, int32_t n_parts)
 {
-    const qt_plan *q = qt_ckpp_stage(p, c->st);
-    if (++c->k < qt_ckpt_count(q, c->i, 0))
+    const qt_ckpp_blk *k = qt_ckpp_block(p, c->b);
+    if (++c->k < qt_ckpt_count(qt_ckpp_stage(p, k->stage), c->i, 0))
         return 1;
     c->k = 0;
-    if (++c->i < q->n_params)
+    if (++c->i < k->i1)
         return 1;
-    c->i = 0;
-    if (++c->st < qt_ckpp_count(p))
-        return 1;
-    c->st = 0;
-    return ++c->part < n_parts;
+    if (++c->b >= qt_ckpp_blocks(p))
+        c->b = 0;
+    c->i = qt_ckpp_block(p, c->b)->i0;
+    return c->b > 0 || ++c->part < n_parts;
 }
 
 /* The piece at c (*pc) and its bytes. */
 static int64_t qt_cd_bytes(const qt_plan *p, const qt_cd_cur *c, qt_ckpt_piece *pc)
 {
-    qt_ckpt_piece_at(qt_ckpp_stage(p, c->st), c->i, 0, c->k, pc);
+    qt_ckpt_piece_at(qt_ckpp_stage(p, qt_ckpp_block(p, c->b)->stage), c->i, 0, c->k, pc);
     return 4 * pc->rows * pc->row_len;
 }
 
@@ -234,23 +234,24 @@ static int qt_cd_shard_open(const qt_plan *p, int32_t s, int64_t step)
 
 /* One file tensor (c) of the walk: this rank's stage gathers it (the shard's owner, mine,
  * writes it; a later pipeline stage's first rank streams it to the writer, ending the
- * stage's region with the stream's last chunk); another stage's is received by the owner
+ * block's region with the stream's last chunk); another stage's is received by the owner
  * (world rank 0 on a pipeline). Returns a gather or stream failure. */
 static int qt_cd_tensor(const qt_plan *p, const qt_cd_cur *c, int mine, qt_ckpt_win *w,
                         int *wrc)
 {
-    const qt_plan *q = qt_ckpp_stage(p, c->st);
+    const qt_ckpp_blk *k = qt_ckpp_block(p, c->b);
+    const qt_plan *q = qt_ckpp_stage(p, k->stage);
     qt_ckpt_piece pc;
-    if (c->st != qt_ckpp_mine(p)) {
+    if (k->stage != qt_ckpp_mine(p)) {
         if (!mine)
             return QT_OK;
-        if (c->i == 0 && c->k == 0)
-            qt_ckpp_take_begin(p, c->st);
+        if (c->i == k->i0 && c->k == 0)
+            qt_ckpp_take_begin(p, c->b);
         return qt_ckpp_take_n(qt_cd_bytes(p, c, &pc), wrc);
     }
-    const int write = mine ? 1 : c->st > 0 && qt_ckpp_sender() ? QT_CKPT_SEND : 0;
+    const int write = mine ? 1 : k->stage > 0 && qt_ckpp_sender() ? QT_CKPT_SEND : 0;
     int rc = qt_ckpt_save_piece(q, qt_cd_src[c->part], c->i, c->k, write, wrc, w);
-    if (!rc && write == QT_CKPT_SEND && c->i + 1 == q->n_params &&
+    if (!rc && write == QT_CKPT_SEND && c->i + 1 == k->i1 &&
         c->k + 1 == qt_ckpt_count(q, c->i, 0))
         rc = qt_ckpp_put_end();
     return rc;

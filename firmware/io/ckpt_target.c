@@ -286,7 +286,7 @@ int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int
 static int64_t qt_ct_region_bytes(const qt_plan *p)
 {
     int64_t total = 0;
-    for (int s = 0; s < qt_ckpp_count(p); s++) total += qt_ckpp_region_bytes(qt_ckpp_stage(p, s));
+    for (int b = 0; b < qt_ckpp_blocks(p); b++) total += qt_ckpp_block_bytes(p, b);
     return total;
 }
 

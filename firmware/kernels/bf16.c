@@ -67,9 +67,15 @@ void qt_bf16_dp_ref(float *acc, const qt_bf16 *a, const qt_bf16 *b, int64_t n)
     }
 }
 
+/* Sixteen lanes at a time where the build has AVX-512BW (bf16.h's qt_bf16_store16, the same
+ * bits lane by lane), the rest one by one. */
 void qt_bf16_from_f32_n(qt_bf16 *dst, const float *src, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) dst[i] = qt_bf16_from_f32(src[i]);
+    int64_t i = 0;
+#ifdef QT_BF16_HAVE_V16
+    for (; i + 16 <= n; i += 16) qt_bf16_store16(dst + i, _mm512_loadu_ps(src + i));
+#endif
+    for (; i < n; i++) dst[i] = qt_bf16_from_f32(src[i]);
 }
 
 void qt_f32_from_bf16_n(float *dst, const qt_bf16 *src, int64_t n)
@@ -94,6 +100,16 @@ void qt_bf16_add_n(qt_bf16 *y, const qt_bf16 *a, const qt_bf16 *b, int64_t n)
 void qt_bf16_acc_n(qt_bf16 *dst, const qt_bf16 *src, int64_t n)
 {
     qt_bf16_add_n(dst, dst, src, n);
+}
+
+void qt_bf16_acc_f32_n(qt_bf16 *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+#ifdef QT_BF16_HAVE_V16
+    for (; i + 16 <= n; i += 16)
+        qt_bf16_store16(dst + i, _mm512_add_ps(qt_bf16_widen16(dst + i), _mm512_loadu_ps(src + i)));
+#endif
+    for (; i < n; i++) dst[i] = qt_bf16_from_f32(qt_f32_from_bf16(dst[i]) + src[i]);
 }
 
 /* ------------------------------------------------------------------ AVX2 emulation */

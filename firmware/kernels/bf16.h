@@ -90,9 +90,9 @@ static inline float qt_f32_from_bf16(qt_bf16 h)
 #define QT_BF16_HAVE_V16 1
 /* Sixteen lanes of qt_bf16_from_f32 in its integer form (the same rule lane by lane: zero
  * and denormals to the zero of their sign, NaN quieted keeping its sign and 7 high mantissa
- * bits, else nearest even on the 16 dropped bits), not VCVTNEPS2BF16: the same on every
- * AVX-512 CPU, so the tests cover it wherever they run. */
-static inline __m256i qt_bf16_round16(__m512 x)
+ * bits, else nearest even on the 16 dropped bits): about twelve vector integer operations,
+ * on every AVX-512BW CPU. */
+static inline __m256i qt_bf16_round16_int(__m512 x)
 {
     const __m512i u = _mm512_castps_si512(x);
     const __m512i hi = _mm512_srli_epi32(u, 16);
@@ -105,6 +105,20 @@ static inline __m256i qt_bf16_round16(__m512 x)
     r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x0040));
     r = _mm512_mask_and_epi32(r, tiny, hi, _mm512_set1_epi32(0x8000));
     return _mm512_cvtepi32_epi16(r);
+}
+
+/* Sixteen lanes of qt_bf16_from_f32: VCVTNEPS2BF16 where the build has AVX512_BF16, else
+ * the integer form. The two give the same bits on all 2^32 fp32 inputs, under any MXCSR (the
+ * instruction reads none of it: nearest even, denormal inputs to signed zero, NaN quieted),
+ * checked exhaustively by the unit test Bf16.Round16AllInputs on the machine at hand and on
+ * the edge table by qt_bf16_check at start-up; the integer form stays the tested fallback. */
+static inline __m256i qt_bf16_round16(__m512 x)
+{
+#if defined(__AVX512BF16__)
+    return (__m256i)_mm512_cvtneps_pbh(x);
+#else
+    return qt_bf16_round16_int(x);
+#endif
 }
 
 /* Sixteen bf16 at p widened (exact). */
@@ -130,6 +144,9 @@ void qt_f32_from_bf16_n(float *dst, const qt_bf16 *src, int64_t n);
  * of widening, qt_add / qt_acc (elementwise.h) and rounding back. */
 void qt_bf16_add_n(qt_bf16 *y, const qt_bf16 *a, const qt_bf16 *b, int64_t n);
 void qt_bf16_acc_n(qt_bf16 *dst, const qt_bf16 *src, int64_t n);
+/* dst[n] = bf16(fp32(dst) + src) for fp32 src (accumulates): one add and one rounding per
+ * element. */
+void qt_bf16_acc_f32_n(qt_bf16 *dst, const float *src, int64_t n);
 
 /* One FMA step of VDPBF16PS: a*b + c with DAZ, NaN selection, RNE and FTZ (see above). */
 float qt_bf16_fma_ref(float a, float b, float c);

@@ -8,7 +8,7 @@
  * IEEE operation per lane, no FMA). Loops are only split where the elements are independent (a reduction and
  * an elementwise update of other tensors over the same index), which changes no value.
  * Invariants: no state, no heap, no VLAs; the stack holds at most QT_B16_COLS floats (the
- * gated norm's backward: 8 * QT_B16_GRN_DV).
+ * gated norm's backward: 8 * QT_B16_GRN_DV; the pointwise kinds' runs: 2 * QT_B16_RUN).
  * Float build only (empty under -DQT_REAL_DOUBLE).
  */
 #include "bf16_rows.h"
@@ -329,20 +329,43 @@ void qt_b16_moe_combine_bwd(qt_bf16 *dp, qt_bf16 *dy, const qt_bf16 *dout, const
     }
 }
 
+/* The pointwise kinds below compute QT_B16_RUN fp32 results at a time into a stack buffer (a
+ * loop gcc vectorises, the inline math included) and round the run with qt_bf16_from_f32_n
+ * (sixteen lanes per instruction, bf16.h): the same expression and one rounding per
+ * element. A run reads its inputs before it writes, so an output may be its own input. */
+#define QT_B16_RUN 256
+
+static int64_t qt_b16_run(int64_t n, int64_t i0)
+{
+    return n - i0 < QT_B16_RUN ? n - i0 : QT_B16_RUN;
+}
+
 void qt_b16_swiglu_fwd(qt_bf16 *h, const qt_bf16 *a, const qt_bf16 *u, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) h[i] = R(QT_SILU(W(a[i])) * W(u[i]));
+    float t[QT_B16_RUN];
+    for (int64_t i0 = 0; i0 < n; i0 += QT_B16_RUN) {
+        const int64_t m = qt_b16_run(n, i0);
+        for (int64_t i = 0; i < m; i++) t[i] = QT_SILU(W(a[i0 + i])) * W(u[i0 + i]);
+        qt_bf16_from_f32_n(h + i0, t, m);
+    }
 }
 
 void qt_b16_swiglu_bwd(qt_bf16 *da, qt_bf16 *du, const qt_bf16 *dh, const qt_bf16 *a,
                        const qt_bf16 *u, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        const float ai = W(a[i]), hi = W(dh[i]);
-        const float sp = QT_SIGMOID(ai), sm = QT_SIGMOID(-ai);
-        const float dsilu = sp * (1.0f + ai * sm);
-        da[i] = R(W(da[i]) + (hi * W(u[i])) * dsilu);
-        du[i] = R(W(du[i]) + hi * QT_SILU(ai));
+    float ta[QT_B16_RUN], tu[QT_B16_RUN];
+    for (int64_t i0 = 0; i0 < n; i0 += QT_B16_RUN) {
+        const int64_t m = qt_b16_run(n, i0);
+        for (int64_t j = 0; j < m; j++) {
+            const int64_t i = i0 + j;
+            const float ai = W(a[i]), hi = W(dh[i]);
+            const float sp = QT_SIGMOID(ai), sm = QT_SIGMOID(-ai);
+            const float dsilu = sp * (1.0f + ai * sm);
+            ta[j] = W(da[i]) + (hi * W(u[i])) * dsilu;
+            tu[j] = W(du[i]) + hi * QT_SILU(ai);
+        }
+        qt_bf16_from_f32_n(da + i0, ta, m);
+        qt_bf16_from_f32_n(du + i0, tu, m);
     }
 }
 
@@ -357,16 +380,26 @@ static int64_t qt_b16_gate_index(int64_t t, int64_t i, int64_t n, int mode, int6
 void qt_b16_sigmoid_gate_fwd(qt_bf16 *y, const qt_bf16 *x, const qt_bf16 *gate, int64_t T,
                              int64_t n, int mode, int64_t hd)
 {
+    float ty[QT_B16_RUN];
     for (int64_t t = 0; t < T; t++) {
         if (mode == QT_GATE_ROW) {
             const float sp = QT_SIGMOID(W(gate[t]));
-            for (int64_t i = 0; i < n; i++) y[t * n + i] = R(W(x[t * n + i]) * sp);
+            for (int64_t i0 = 0; i0 < n; i0 += QT_B16_RUN) {
+                const int64_t m = qt_b16_run(n, i0);
+                for (int64_t i = 0; i < m; i++) ty[i] = W(x[t * n + i0 + i]) * sp;
+                qt_bf16_from_f32_n(y + t * n + i0, ty, m);
+            }
             continue;
         }
         for (int64_t h = 0; h * hd < n; h++) {
             const int64_t o = t * n + h * hd, w = n - h * hd < hd ? n - h * hd : hd;
             const qt_bf16 *g = gate + qt_b16_gate_index(t, h * hd, n, mode, hd);
-            for (int64_t j = 0; j < w; j++) y[o + j] = R(W(x[o + j]) * QT_SIGMOID(W(g[j])));
+            for (int64_t j0 = 0; j0 < w; j0 += QT_B16_RUN) {
+                const int64_t m = qt_b16_run(w, j0);
+                for (int64_t j = 0; j < m; j++)
+                    ty[j] = W(x[o + j0 + j]) * QT_SIGMOID(W(g[j0 + j]));
+                qt_bf16_from_f32_n(y + o + j0, ty, m);
+            }
         }
     }
 }
@@ -374,23 +407,35 @@ void qt_b16_sigmoid_gate_fwd(qt_bf16 *y, const qt_bf16 *x, const qt_bf16 *gate, 
 void qt_b16_sigmoid_gate_bwd(qt_bf16 *dx, qt_bf16 *dgate, const qt_bf16 *dy, const qt_bf16 *x,
                              const qt_bf16 *gate, int64_t T, int64_t n, int mode, int64_t hd)
 {
+    float tx[QT_B16_RUN], tg[QT_B16_RUN];
     for (int64_t t = 0; t < T; t++) {
         if (mode == QT_GATE_ROW) {
             const float g = W(gate[t]), sp = QT_SIGMOID(g), sm = QT_SIGMOID(-g);
             float dot = 0;
             for (int64_t i = 0; i < n; i++) dot = dot + W(dy[t * n + i]) * W(x[t * n + i]);
-            for (int64_t i = 0; i < n; i++) dx[t * n + i] = R(W(dx[t * n + i]) + W(dy[t * n + i]) * sp);
+            for (int64_t i0 = 0; i0 < n; i0 += QT_B16_RUN) {
+                const int64_t m = qt_b16_run(n, i0);
+                for (int64_t i = 0; i < m; i++)
+                    tx[i] = W(dx[t * n + i0 + i]) + W(dy[t * n + i0 + i]) * sp;
+                qt_bf16_from_f32_n(dx + t * n + i0, tx, m);
+            }
             dgate[t] = R(W(dgate[t]) + dot * (sp * sm));
             continue;
         }
         for (int64_t h = 0; h * hd < n; h++) {
             const int64_t o = t * n + h * hd, w = n - h * hd < hd ? n - h * hd : hd;
             const int64_t go = qt_b16_gate_index(t, h * hd, n, mode, hd);
-            for (int64_t j = 0; j < w; j++) {
-                const float gj = W(gate[go + j]), sp = QT_SIGMOID(gj), sm = QT_SIGMOID(-gj);
-                const float dyj = W(dy[o + j]);
-                dx[o + j] = R(W(dx[o + j]) + dyj * sp);
-                dgate[go + j] = R(W(dgate[go + j]) + (dyj * W(x[o + j])) * (sp * sm));
+            for (int64_t j0 = 0; j0 < w; j0 += QT_B16_RUN) {
+                const int64_t m = qt_b16_run(w, j0);
+                for (int64_t jj = 0; jj < m; jj++) {
+                    const int64_t j = j0 + jj;
+                    const float gj = W(gate[go + j]), sp = QT_SIGMOID(gj), sm = QT_SIGMOID(-gj);
+                    const float dyj = W(dy[o + j]);
+                    tx[jj] = W(dx[o + j]) + dyj * sp;
+                    tg[jj] = W(dgate[go + j]) + (dyj * W(x[o + j])) * (sp * sm);
+                }
+                qt_bf16_from_f32_n(dx + o + j0, tx, m);
+                qt_bf16_from_f32_n(dgate + go + j0, tg, m);
             }
         }
     }

@@ -110,9 +110,7 @@ void qt_op16_matmul_bwd_data(const qt_op *op, const qt_ctx *ctx)
         qt_op_sum_across(ctx, total, M * K, (unsigned)QT_A(op, MATMUL_BWD_DATA, mask)))
         return;
     if (qt_is_b16(ctx, dxid)) {
-        qt_bf16 *dx = qt_b16(ctx, dxid);
-        for (int64_t i = 0; i < M * K; i++)
-            dx[i] = qt_bf16_from_f32(qt_f32_from_bf16(dx[i]) + total[i]);
+        qt_bf16_acc_f32_n(qt_b16(ctx, dxid), total, M * K);
     } else {
         float *dx = qt_f32(ctx, dxid);
         for (int64_t i = 0; i < M * K; i++) dx[i] = dx[i] + total[i];

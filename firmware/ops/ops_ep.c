@@ -8,6 +8,10 @@
  * the two host -> home exchanges split around compute: the start op fills the count tables
  * and starts the split all-to-all-v (QT_EP_SPLIT_ID), the wait op completes it and unpacks
  * as the blocking op; the same transfers and the same unpack, so the same bits.
+ * MOE_DISPATCH_FWD_START / _WAIT and MOE_RETURN_BWD_START / _WAIT split the two home -> host
+ * exchanges the same way: the start op runs the blocking op up to the rows' all-to-all-v
+ * (the dispatch's count and row-id exchanges stay blocking in it) and starts that one; the
+ * wait op completes it (the host rows need no unpack).
  * State: the count tables of the current exchange, one static struct (so one exchange in
  * flight and no other exchange op between a start and its wait: qt_validate_ep_splits); a
  * failed exchange stores its code in *ctx->status and the interpreter stops the step.
@@ -85,7 +89,37 @@ static void qt_ep_status(const qt_ctx *ctx, int rc)
     if (rc && ctx->status && !*ctx->status) *ctx->status = rc;
 }
 
-void qt_op_moe_dispatch_fwd(const qt_op *op, const qt_ctx *ctx)
+/* The split exchange's id (< 0: the plan's collectives own the ids >= 0). */
+#define QT_EP_SPLIT_ID (-2)
+
+/* How an exchange op runs: whole, started, or waited for (and unpacked). */
+enum { QT_EP_WHOLE, QT_EP_START, QT_EP_WAIT };
+
+/* Home -> host rows of the op's slots (send: the packed home rows, T*k*d floats of scratch;
+ * recv: the host rows t0), over the count tables the caller filled: whole (blocking) or
+ * started (split, QT_EP_SPLIT_ID). 0 or QT_E_*. */
+static int qt_ep_send_rows(const qt_ep_dims *D, const void *send, void *recv, int64_t rb,
+                           int split)
+{
+    if (split)
+        return qt_coll_start_a2av(QT_EP_SPLIT_ID, D->mask, send, qt_ep.home_n, qt_ep.home_off,
+                                  recv, qt_ep.host_n, qt_ep.host_off, rb);
+    return qt_coll_all_to_all_v(D->mask, send, qt_ep.home_n, qt_ep.home_off, recv, qt_ep.host_n,
+                                qt_ep.host_off, rb);
+}
+
+/* The wait op of a split exchange: completes it (the count tables are still the start
+ * op's: nothing between touches them). 0 or QT_E_*. */
+static int qt_ep_wait(const qt_op *op, qt_ep_dims *D)
+{
+    int rc = qt_ep_dims_of(op, D);
+    return rc ? rc : qt_coll_wait_a2av(QT_EP_SPLIT_ID, D->mask);
+}
+
+/* MOE_DISPATCH_FWD whole or started: the count exchange, seg, the pack, the row ids (the
+ * blocking op sends them after the rows; other buffers, so the order changes no byte), then
+ * the rows (split: only started). */
+static void qt_ep_dispatch(const qt_op *op, const qt_ctx *ctx, int split)
 {
     qt_ep_dims D;
     int rc = qt_ep_dims_of(op, &D);
@@ -111,16 +145,18 @@ void qt_op_moe_dispatch_fwd(const qt_op *op, const qt_ctx *ctx)
             rc = qt_fail(QT_E_PLAN, "expert exchange: %d rows arrive, the plan holds %lld",
                          seg[D.M * D.b], (long long)D.rmax);
     }
+    const int32_t x = QT_T(op, MOE_DISPATCH_FWD, x);
+    const int64_t rb = D.d * qt_ep_eb(ctx, x);
     if (!rc) {
         qt_ep_host_counts(seg, &D);
-        const int32_t x = QT_T(op, MOE_DISPATCH_FWD, x);
-        const int64_t rb = D.d * qt_ep_eb(ctx, x);
         qt_moe_pack(send, ids, qt_f32(ctx, x), 1, idx, D.T, D.k, rb, D.El, D.E, qt_ep.home_off);
-        rc = qt_coll_all_to_all_v(D.mask, send, qt_ep.home_n, qt_ep.home_off,
-                                  qt_f32(ctx, QT_T(op, MOE_DISPATCH_FWD, xr)), qt_ep.host_n,
-                                  qt_ep.host_off, rb);
+        if (split)
+            rc = qt_coll_all_to_all_v(D.mask, ids, qt_ep.home_n, qt_ep.home_off, er,
+                                      qt_ep.host_n, qt_ep.host_off, (int64_t)sizeof(int32_t));
     }
     if (!rc)
+        rc = qt_ep_send_rows(&D, send, qt_f32(ctx, QT_T(op, MOE_DISPATCH_FWD, xr)), rb, split);
+    if (!rc && !split)
         rc = qt_coll_all_to_all_v(D.mask, ids, qt_ep.home_n, qt_ep.home_off, er, qt_ep.host_n,
                                   qt_ep.host_off, (int64_t)sizeof(int32_t));
     if (!rc)
@@ -128,8 +164,27 @@ void qt_op_moe_dispatch_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_ep_status(ctx, rc);
 }
 
-/* The split exchange's id (< 0: the plan's collectives own the ids >= 0). */
-#define QT_EP_SPLIT_ID (-2)
+void qt_op_moe_dispatch_fwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_dispatch(op, ctx, 0);
+}
+
+void qt_op_moe_dispatch_fwd_start(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_dispatch(op, ctx, 1);
+}
+
+/* The wait op of a home -> host exchange: completion only (the host rows need no unpack). */
+static void qt_ep_wait_op(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_dims D;
+    qt_ep_status(ctx, qt_ep_wait(op, &D));
+}
+
+void qt_op_moe_dispatch_fwd_wait(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_wait_op(op, ctx);
+}
 
 /* The split kinds name the slots and attributes of the blocking kind they split. */
 #define QT_EP_SAME(a, b, s) ((int)QT_T_##a##_##s == (int)QT_T_##b##_##s)
@@ -141,7 +196,11 @@ _Static_assert(QT_EP_SAME(MOE_RETURN_START, MOE_RETURN_FWD, y) &&
                QT_EP_SAME(MOE_DISPATCH_BWD_START, MOE_DISPATCH_BWD, dx) &&
                QT_EP_SAME(MOE_DISPATCH_BWD_START, MOE_DISPATCH_BWD, scratch) &&
                QT_EP_SAME(MOE_DISPATCH_BWD_WAIT, MOE_DISPATCH_BWD, dx) &&
-               QT_EP_SAME(MOE_DISPATCH_BWD_WAIT, MOE_DISPATCH_BWD, scratch),
+               QT_EP_SAME(MOE_DISPATCH_BWD_WAIT, MOE_DISPATCH_BWD, scratch) &&
+               QT_EP_SAME(MOE_DISPATCH_FWD_START, MOE_DISPATCH_FWD, scratch) &&
+               QT_EP_SAME(MOE_DISPATCH_FWD_WAIT, MOE_DISPATCH_FWD, scratch) &&
+               QT_EP_SAME(MOE_RETURN_BWD_START, MOE_RETURN_BWD, scratch) &&
+               QT_EP_SAME(MOE_RETURN_BWD_WAIT, MOE_RETURN_BWD, scratch),
                "ops_ep.c: a split expert exchange's slots differ from its blocking kind's");
 
 /* Host -> home: every host sends back the rows it holds for each member (t1 of the op,
@@ -166,14 +225,6 @@ static int qt_ep_bring_home(const qt_op *op, const qt_ctx *ctx, qt_ep_dims *D, i
                                 qt_ep.home_n, qt_ep.home_off, rb);
 }
 
-/* The wait op of a split exchange: completes it (the count tables are still the start
- * op's: nothing between touches them). 0 or QT_E_*. */
-static int qt_ep_wait_home(const qt_op *op, qt_ep_dims *D)
-{
-    int rc = qt_ep_dims_of(op, D);
-    return rc ? rc : qt_coll_wait_a2av(QT_EP_SPLIT_ID, D->mask);
-}
-
 /* The home rows in t4 (scratch) placed into y[T*k,d] (t0), as they were sent. */
 static void qt_ep_unpack_y(const qt_op *op, const qt_ctx *ctx, const qt_ep_dims *D)
 {
@@ -184,14 +235,13 @@ static void qt_ep_unpack_y(const qt_op *op, const qt_ctx *ctx, const qt_ep_dims 
                   qt_ep.home_off);
 }
 
-/* How a host -> home op runs its exchange: whole, started, or waited for and unpacked. */
-enum { QT_EP_WHOLE, QT_EP_START, QT_EP_WAIT };
+/* How a host -> home op runs its exchange: QT_EP_WHOLE, _START or _WAIT (and unpacks). */
 typedef void (*qt_ep_unpack_fn)(const qt_op *op, const qt_ctx *ctx, const qt_ep_dims *D);
 
 static void qt_ep_home_op(const qt_op *op, const qt_ctx *ctx, int how, qt_ep_unpack_fn unpack)
 {
     qt_ep_dims D;
-    const int rc = how == QT_EP_WAIT ? qt_ep_wait_home(op, &D)
+    const int rc = how == QT_EP_WAIT ? qt_ep_wait(op, &D)
                                      : qt_ep_bring_home(op, ctx, &D, how == QT_EP_START);
     if (!rc && how != QT_EP_START) unpack(op, ctx, &D);
     qt_ep_status(ctx, rc);
@@ -212,7 +262,8 @@ void qt_op_moe_return_wait(const qt_op *op, const qt_ctx *ctx)
     qt_ep_home_op(op, ctx, QT_EP_WAIT, qt_ep_unpack_y);
 }
 
-void qt_op_moe_return_bwd(const qt_op *op, const qt_ctx *ctx)
+/* MOE_RETURN_BWD whole or started: the count tables, dy packed, sent to the hosts' dyr. */
+static void qt_ep_return_bwd(const qt_op *op, const qt_ctx *ctx, int split)
 {
     qt_ep_dims D;
     int rc = qt_ep_dims_of(op, &D);
@@ -224,11 +275,24 @@ void qt_op_moe_return_bwd(const qt_op *op, const qt_ctx *ctx)
         const int32_t dy = QT_T(op, MOE_RETURN_BWD, dy);
         const int64_t rb = D.d * qt_ep_eb(ctx, dy);
         qt_moe_pack(send, 0, qt_f32(ctx, dy), 0, idx, D.T, D.k, rb, D.El, D.E, qt_ep.home_off);
-        rc = qt_coll_all_to_all_v(D.mask, send, qt_ep.home_n, qt_ep.home_off,
-                                  qt_f32(ctx, QT_T(op, MOE_RETURN_BWD, dyr)), qt_ep.host_n,
-                                  qt_ep.host_off, rb);
+        rc = qt_ep_send_rows(&D, send, qt_f32(ctx, QT_T(op, MOE_RETURN_BWD, dyr)), rb, split);
     }
     qt_ep_status(ctx, rc);
+}
+
+void qt_op_moe_return_bwd(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_return_bwd(op, ctx, 0);
+}
+
+void qt_op_moe_return_bwd_start(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_return_bwd(op, ctx, 1);
+}
+
+void qt_op_moe_return_bwd_wait(const qt_op *op, const qt_ctx *ctx)
+{
+    qt_ep_wait_op(op, ctx);
 }
 
 /* The home rows' gradients in t4 (scratch) added into dx[T,d] (t0), each token's slots in

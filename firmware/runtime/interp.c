@@ -423,10 +423,18 @@ void qt_interp_run_range(const qt_ctx *c, const qt_kernel_entry *table, int64_t 
 void qt_interp_run_forward(const qt_ctx *c, const qt_kernel_entry *table, int64_t n_ops,
                            qt_step_state *st)
 {
+    qt_interp_run_forward_range(c, table, 0, n_ops, st);
+}
+
+void qt_interp_run_forward_range(const qt_ctx *c, const qt_kernel_entry *table, int64_t lo,
+                                 int64_t hi, qt_step_state *st)
+{
     const qt_ctx ctx = *c;
-    for (qt_mb_cursor cur = qt_mb_begin(c->plan); qt_mb_next(&cur) && cur.logical < n_ops;) {
+    for (qt_mb_cursor cur = qt_mb_begin(c->plan); qt_mb_next(&cur) && cur.logical < hi;) {
         const qt_op *op = cur.op;
-        if (qt_op_inert(op->kind) || (op->flags & (QT_OPF_WGRAD | QT_OPF_PREV_MB))) continue;
+        if (cur.logical < lo || qt_op_inert(op->kind) ||
+            (op->flags & (QT_OPF_WGRAD | QT_OPF_PREV_MB)))
+            continue;
         if (ctx.status && *ctx.status) return;  /* a collective failed: the eval stops */
         if (table[op->kind].step) {
             int rc = table[op->kind].step(op, &ctx, st);

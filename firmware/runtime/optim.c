@@ -236,7 +236,7 @@ uint64_t qt_adamw_update_fp(float *p, float *m, float *v, const float *g, int64_
         }
         const __m512 pn = qt_adamw_v16(p, m, v, g, i, hp, gscale, scaled);
 #if defined(__AVX512BW__)
-        if (cc) qt_bf16_store16(cc + i, pn); /* bf16.h: the integer form, not the insn */
+        if (cc) qt_bf16_store16(cc + i, pn); /* bf16.h: VCVTNEPS2BF16 where built */
 #else
         if (cc)
             for (int l = 0; l < 16; l++) cc[i + l] = qt_bf16_from_f32(p[i + l]);

@@ -24,9 +24,10 @@
  *    reused); no heap, no reduction of floats;
  *  - the bubble's clocks (pipeline_time.c) are read around the waits only: no bit depends
  *    on them;
- *  - the held-out eval (qt_pp_eval_forward, plans without repeats) runs forwards only, one
- *    chunk at a time through the stages on channel 0 (the lb sums on 3), each send waited
- *    for before the next chunk; its metrics, as the step's, are the last stage's (channel 2).
+ *  - the held-out eval (qt_pp_eval_forward) runs forwards only, one eval chunk at a time
+ *    through the stages, repeat chunk by repeat chunk with the wrap-around (circular
+ *    repeats), on channel 0 (the lb sums on 3), each send waited for before the next; its
+ *    metrics, as the step's, are the last stage's (channel 2).
  */
 #include <stdint.h>
 #include <string.h>
@@ -256,13 +257,15 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                 }
             } else if (!rc) {
                 /* B: the forward runs again from the kept input, then the backward; the
-                 * input's gradient goes back (a chunk with an input); the microbatch's
-                 * results are taken after its last repeat (the loss) */
+                 * input's gradient goes back (a chunk with an input); the chunk's results
+                 * are taken now (its layers' dropped counts), the microbatch's after its
+                 * last repeat (the loss) */
                 rc = h->fill(mb, h->arg);
                 if (!rc) qt_interp_run_range(ctx, table, c->f0, c->f1, mb, st);
                 if (!rc && !*ctx->status) qt_interp_run_range(ctx, table, c->b0, c->b1, mb, st);
                 if (!rc && *ctx->status) rc = *ctx->status;
                 if (!rc) rc = qt_pp_mb_end(ctx, table, c, mb, st);
+                if (!rc) rc = h->chunk(mb, h->arg);
                 if (!rc && a.r == R - 1) rc = h->done(mb, h->arg);
                 if (!rc && c->in != QT_NONE) {
                     memcpy(grad, qt_pp_bytes(ctx, c->din), (size_t)bytes);
@@ -332,27 +335,39 @@ int qt_pp_share_eval(const qt_plan *p, qt_eval_metrics *e)
 int qt_pp_eval_forward(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st)
 {
     const qt_plan *p = ctx->plan;
-    int ranks[QT_PP_MAX_STAGES];
+    int ranks[QT_PP_MAX_STAGES], R;
     const int S = p->pipeline_stages, s = qt_pp_peers(p, ranks);
+    const qt_pp_chunk *ch = qt_pp_chunks(p, &R);
+    if (!ch) return QT_E_PLAN;
+    /* as in training: a chunk's input from the stage before (stage 0's repeats > 0: the last
+     * stage's previous repeat), its output to the stage after (the last stage's repeats
+     * < R - 1: stage 0's next repeat) */
+    const int prev = ranks[s > 0 ? s - 1 : S - 1], next = ranks[s < S - 1 ? s + 1 : 0];
     const int64_t bytes = qt_pp_msg_bytes(p);
     /* with the load-balance loss the running lb sums go on beside the activations, as in
      * training (channel 3), so every stage's lb_seq is one rank's */
     const int64_t lbb = p->lb_seq != QT_NONE
                             ? p->tensors[p->lb_seq].shape[0] * (int64_t)sizeof(float) : 0;
-    int rc = s > 0 ? qt_coll_p2p_recv(ranks[s - 1], QT_PP_ACT, qt_pp_bytes(ctx, p->pp_in), bytes)
-                   : QT_OK;
-    if (!rc && s > 0 && lbb)
-        rc = qt_coll_p2p_recv(ranks[s - 1], QT_PP_LB, qt_pp_bytes(ctx, p->lb_seq), lbb);
-    if (rc) return rc;
-    qt_interp_run_forward(ctx, table, s == S - 1 ? p->train.eval_fwd_ops : p->pp_fwd_ops, st);
-    if (*ctx->status) return *ctx->status;
-    if (s < S - 1) {
-        rc = qt_coll_p2p_send(ranks[s + 1], QT_PP_ACT, qt_pp_bytes(ctx, p->pp_out), bytes);
-        if (!rc && lbb)
-            rc = qt_coll_p2p_send(ranks[s + 1], QT_PP_LB, qt_pp_bytes(ctx, p->lb_seq), lbb);
-        if (!rc) rc = qt_coll_p2p_flush();
+    for (int r = 0; r < R; r++) {
+        const qt_pp_chunk *c = &ch[r];
+        int rc = QT_OK;
+        if (c->in != QT_NONE) {
+            rc = qt_coll_p2p_recv(prev, QT_PP_ACT, qt_pp_bytes(ctx, c->in), bytes);
+            if (!rc && lbb) rc = qt_coll_p2p_recv(prev, QT_PP_LB, qt_pp_bytes(ctx, p->lb_seq), lbb);
+            if (rc) return rc;
+        }
+        /* the chunk's forward; the last stage's last chunk (no output) through the loss */
+        qt_interp_run_forward_range(ctx, table, c->f0,
+                                    c->out != QT_NONE ? c->f1 : p->train.eval_fwd_ops, st);
+        if (*ctx->status) return *ctx->status;
+        if (c->out != QT_NONE) {
+            rc = qt_coll_p2p_send(next, QT_PP_ACT, qt_pp_bytes(ctx, c->out), bytes);
+            if (!rc && lbb) rc = qt_coll_p2p_send(next, QT_PP_LB, qt_pp_bytes(ctx, p->lb_seq), lbb);
+            if (!rc) rc = qt_coll_p2p_flush();
+            if (rc) return rc;
+        }
     }
-    return rc;
+    return QT_OK;
 }
 
 /* Every stage's blk bytes (mine: this stage's) into all[0 .. S) (S blocks of blk bytes),

@@ -28,6 +28,10 @@ void qt_interp_run_init(const qt_ctx *ctx, const qt_kernel_entry *table);
  * them; no weight-gradient leaf exists before n_ops. */
 void qt_interp_run_forward(const qt_ctx *ctx, const qt_kernel_entry *table, int64_t n_ops,
                            qt_step_state *st);
+/* As qt_interp_run_forward over the logical ops [lo, hi) only (a circular pipeline stage's
+ * chunk of the eval forward, runtime/pipeline.c). */
+void qt_interp_run_forward_range(const qt_ctx *ctx, const qt_kernel_entry *table, int64_t lo,
+                                 int64_t hi, qt_step_state *st);
 
 /* Runs the microbatch schedule for microbatch `mb` (0-based within the step; inputs must
  * already be filled). Plain ops call table[kind].run. WGRAD ops call table[kind].wgrad

@@ -20,11 +20,13 @@
 #include "qt_metrics.h"
 
 /* What the runtime does around one accumulation microbatch mb (0 .. G' - 1) of the step:
- * fill writes its inputs (tokens, targets; the data source), done takes its results (the
- * loss sums, on the last stage; not the microbatch-end schedule, which the driver runs per
- * chunk). 0 or QT_E_*. */
+ * fill writes its inputs (tokens, targets; the data source), chunk takes what one repeat
+ * chunk's forward leaves (after each of its B's: token dropping's counts of the chunk's
+ * layers), done takes its results after its last repeat (the loss sums, on the last stage;
+ * not the microbatch-end schedule, which the driver runs per chunk). 0 or QT_E_*. */
 typedef struct qt_pp_hooks {
     int (*fill)(int64_t mb, void *arg);
+    int (*chunk)(int64_t mb, void *arg);
     int (*done)(int64_t mb, void *arg);
     void *arg;
 } qt_pp_hooks;
@@ -111,11 +113,13 @@ int qt_pp_share_metrics(const qt_plan *p, qt_step_metrics *m);
 /* The same for an eval's metrics (the last stage computes the loss). */
 int qt_pp_share_eval(const qt_plan *p, qt_eval_metrics *e);
 
-/* One chunk of the held-out eval (its tokens and targets filled on every stage): a stage
- * after the first receives its input boundary from the one before; a stage before the last
- * runs its forward (pp_fwd_ops) and sends its output on (waiting for the send); the last
- * stage runs the eval forward through the loss (eval_fwd_ops: loss_seq). Forward only: no
- * gradient, nothing pushed. 0 or QT_E_* (a kernel's, a peer's). */
+/* One chunk of the held-out eval (its tokens and targets filled on every stage), repeat
+ * chunk by repeat chunk (qt_pp_chunks; one without repeats): a chunk with an input boundary
+ * receives it from the stage before (stage 0's later repeats: from the last stage, the
+ * wrap-around), a chunk with an output runs its forward ops and sends its output on
+ * (waiting for the send); the last stage's last chunk runs the eval forward through the loss
+ * (to eval_fwd_ops: loss_seq). Forward only: no gradient, nothing pushed. 0 or QT_E_* (a
+ * kernel's, a peer's). */
 int qt_pp_eval_forward(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st);
 
 /* Exact merges over the stages (the ranks with this rank's place in the other stages):

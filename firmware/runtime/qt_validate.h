@@ -23,7 +23,8 @@ int qt_validate_bf16(const qt_plan *p, const qt_kernel_entry *table);
 int qt_validate_splits(const qt_plan *p);
 
 /* The split expert exchanges of p's microbatch schedule (qt_ops.def MOE_RETURN_START /
- * _WAIT, MOE_DISPATCH_BWD_START / _WAIT; validate_ep.c): each start waited for once, later,
+ * _WAIT, MOE_DISPATCH_BWD_START / _WAIT, MOE_DISPATCH_FWD_START / _WAIT, MOE_RETURN_BWD_START
+ * / _WAIT; validate_ep.c): each start waited for once, later,
  * by a wait of its kind naming the same slots and attributes; one in flight at a time; no
  * other expert exchange and no split collective between; none in flight at the end of the
  * eval forward. Reads p only. QT_OK, or QT_E_PLAN after one line naming the op. */

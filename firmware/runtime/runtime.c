@@ -434,8 +434,8 @@ static int qt_runtime_mb_fill(int64_t mb, void *arg)
 
 /* After microbatch mb's schedule: its per-sequence losses into the exact accumulators,
  * packed: the count of its targets with a loss (the normaliser, exact: the filled targets
- * are still mb's), its dropped counts (a pipeline's hook: the driver ran the microbatch-end
- * schedule). */
+ * are still mb's), its dropped counts (a pipeline stage's: qt_runtime_mb_chunk; a
+ * pipeline's hook: the driver ran the microbatch-end schedule). */
 static int qt_runtime_mb_take(int64_t mb, void *arg)
 {
     qt_rt_mbs *a = arg;
@@ -462,7 +462,7 @@ static int qt_runtime_mb_take(int64_t mb, void *arg)
         const float *lbs = qt_f32(ctx, p->lb_seq);
         for (int64_t s = 0; s < p->train.micro_batch; s++) qt_exact_add_f(&a->lb, lbs[s]);
     }
-    qt_runtime_drops_add(p, a->m);
+    if (p->pipeline_stages <= 1) qt_runtime_drops_add(p, a->m);   /* a pipeline's: per chunk */
     qt_runtime_lap(&a->t, QT_PH_LOSS);
     return QT_OK;
 }
@@ -490,6 +490,17 @@ static int qt_runtime_pp_done(int64_t mb, void *arg)
     qt_rt_mbs *a = arg;
     qt_runtime_lap(&a->t, QT_PH_SCHED);
     return qt_runtime_mb_take(mb, arg);
+}
+
+/* A pipeline stage after each repeat chunk's B of microbatch mb: the chunk's dropped counts
+ * (its forward zeroed moe_drops and added its layers' rows; integers, so their order over
+ * the chunks and stages is free). */
+static int qt_runtime_mb_chunk(int64_t mb, void *arg)
+{
+    qt_rt_mbs *a = arg;
+    (void)mb;
+    qt_runtime_drops_add(a->p, a->m);
+    return QT_OK;
 }
 
 /* Every microbatch of the step: fill its tokens, run the schedule (forward, backward,
@@ -538,7 +549,7 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
         qt_runtime_lap(&a.t, QT_PH_DATA);
     }
     if (p->pipeline_stages > 1) {
-        const qt_pp_hooks h = {qt_runtime_mb_fill, qt_runtime_pp_done, &a};
+        const qt_pp_hooks h = {qt_runtime_mb_fill, qt_runtime_mb_chunk, qt_runtime_pp_done, &a};
         int rc = qt_pp_microbatches(ctx, table, &mst, &h);
         if (rc) return rc;
     }

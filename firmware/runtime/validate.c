@@ -411,7 +411,7 @@ int qt_validate_pipeline(const qt_plan *p)
      * (their collectives over the stage's ranks, qt_comm_mesh_set_base; with repeats too, in
      * every gradient form: qt_validate_chunk_splits), gpipe with circular repeats or 1f1b
      * with one, fp32 or bf16, the load-balance and z losses, token
-     * dropping, packing, scanned layers, the held-out eval without repeats, no MTP head;
+     * dropping, packing, scanned layers, the held-out eval, no MTP head;
      * anything else is named by its key */
     const char *what = NULL;
     int64_t per = 1;
@@ -433,9 +433,6 @@ int qt_validate_pipeline(const qt_plan *p)
                "num_pipeline_microbatches x num_pipeline_repeats, 3 x with "
                "load_balance_loss_weight > 0: the lb sums; one request stays for the "
                "receive posted ahead)";
-    else if (p->pp_repeats > 1 && p->train.eval_interval > 0)
-        what = "eval_interval > 0 and num_pipeline_repeats > 1 (the held-out eval's forward "
-               "runs each stage's layers once, stage after stage)";
     else if (p->mtp_layers > 0)
         what = "mtp_num_layers > 0 (the MTP head: its embedding is stage 0's, its layers "
                "and loss the last stage's)";

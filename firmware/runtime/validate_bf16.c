@@ -55,6 +55,12 @@ static const qt_vb_slot qt_vb_slots[] = {
     QT_VB(MOE_DISPATCH_BWD_WAIT, dx, QT_BF16), QT_VB(MOE_DISPATCH_BWD_WAIT, dxr, QT_F32),
     QT_VB(MOE_RETURN_START, scratch, QT_F32), QT_VB(MOE_RETURN_WAIT, scratch, QT_F32),
     QT_VB(MOE_DISPATCH_BWD_START, scratch, QT_F32), QT_VB(MOE_DISPATCH_BWD_WAIT, scratch, QT_F32),
+    QT_VB(MOE_DISPATCH_FWD_START, xr, QT_BF16), QT_VB(MOE_DISPATCH_FWD_START, x, QT_BF16),
+    QT_VB(MOE_DISPATCH_FWD_WAIT, xr, QT_BF16), QT_VB(MOE_DISPATCH_FWD_WAIT, x, QT_BF16),
+    QT_VB(MOE_RETURN_BWD_START, dyr, QT_BF16), QT_VB(MOE_RETURN_BWD_START, dy, QT_BF16),
+    QT_VB(MOE_RETURN_BWD_WAIT, dyr, QT_BF16), QT_VB(MOE_RETURN_BWD_WAIT, dy, QT_BF16),
+    QT_VB(MOE_DISPATCH_FWD_START, scratch, QT_F32), QT_VB(MOE_DISPATCH_FWD_WAIT, scratch, QT_F32),
+    QT_VB(MOE_RETURN_BWD_START, scratch, QT_F32), QT_VB(MOE_RETURN_BWD_WAIT, scratch, QT_F32),
     /* the row-block forms (ops_bf16_rows.c) read and write each activation slot in its own
      * dtype; the saved statistics are fp32, written and read in place */
     QT_VB(RMSNORM_FWD, rstd, QT_F32),      QT_VB(RMSNORM_BWD, rstd, QT_F32),

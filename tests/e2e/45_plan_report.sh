@@ -121,8 +121,8 @@ check "plan.txt: model FLOPs per token, step and rank (bench 180.4 MFLOP = bench
 # Pipeline plans (issue 36, docs/pipeline.md), both decoders: plan.txt's pipeline section has
 # MaxText's layer-to-stage map with every layer's kind, the bubble, the gpipe table (circular:
 # microbatch and repeat per stage and iteration) or the 1f1b order, each stage's memory under
-# both schedules (the executed stage tables beside the planning bound; pp-next-pp2 is circular,
-# not executed: the bound only) and the point-to-point bytes, and the collectives section a
+# both schedules (the executed stage tables beside the planning bound; pp-next-pp2 is circular:
+# its stage tables with their R chunks, beside the gpipe bound) and the point-to-point bytes, and the collectives section a
 # line per stage boundary; the mesh and data lines are a stage's.
 report_pipeline() {
   local a=generated/pp-next-pp2/plan.txt b=generated/pp-35-pp2-1f1b/plan.txt
@@ -140,7 +140,8 @@ report_pipeline() {
     grep -qE '^    stage [01]: executed [0-9]+; bound: arena [0-9]+, saved per microbatch [0-9.]+; gpipe [0-9]+; 1f1b [0-9]+ <- these tables' $b &&
     grep -qx '    stage 0 -> 1: 6144 bytes (0.006 MiB) per microbatch each way; 2 messages each way per step, 4 in all, 0.012 MiB sent each way per rank pair' $b &&
     grep -qE '^    stage 1 -> 0 \(the next repeat\): 2048 bytes .* 4 messages each way per step' $a &&
-    grep -qE '^    stage 0: arena [0-9]+, saved per microbatch [0-9.]+; gpipe [0-9]+; 1f1b n/a' $a &&
+    grep -qE '^    stage 0: executed [0-9]+; bound: arena [0-9]+, saved per microbatch [0-9.]+; gpipe [0-9]+; 1f1b n/a' $a &&
+    grep -qF 'executed = the stage-local tables qtrain maps (their arena, the in-flight slots of 3 M R boundary messages included' $a &&
     ! grep -q '== pipeline ==' generated/test-next-tiny/plan.txt generated/default/plan.txt
 }
 check "plan.txt: a pipeline plan gives the layer-to-stage map with kinds, bubble, gpipe / 1f1b tables, memory per stage (both decoders)" report_pipeline

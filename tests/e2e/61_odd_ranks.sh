@@ -42,7 +42,12 @@
 #     3, data 2 x tensor 3 with 6) == one rank with the same blocks; data 2 x expert 3 and data 2 x context 3 (the
 #     expert hosts' 3 leaves a microbatch, the mixers' 3 blocks, reduced over data: units per
 #     range) and data 3 x context 2 with G 4 (the microbatch form's units with a context
-#     axis) == one rank.
+#     axis) == one rank;
+#   * tensor 3, context 3, data 2 x context 3 and tensor 5 (a variant dividing by 5) without
+#     canonical_factor (MaxText's command line): the axes imply the factor 3 (5); plan.txt says "one-rank bits: no" and names the
+#     factor; two runs are identical, equal one rank with canonical_factor 3 and differ from
+#     one rank without it; tensor 16 (over the 8 canonical blocks one rank holds: the cap
+#     raised to 16): deterministic, its own bits, as plan.txt says.
 # The collectives themselves: 60_collectives.sh (3, 5, 6 and 7 ranks against qt_tree's
 # definition; the units' exchange and fold against the one-rank leaf tree over R x q x U
 # leaves). Run files: configgen/configs/runs/odd-*.yml, split-*.yml.
@@ -137,6 +142,20 @@ ctx_units() {
 }
 check "context units: data 3 x context 2 with G 4 (a batch group of 6) == one rank's 12 sequences, bit for bit" ctx_units
 
+# context 3 with 6 blocks a sequence and G 3 in the per-layer form (canonical_factor 3): a
+# context rank's 2 blocks are a node, the head-split mixer weights take all 6 blocks of the
+# microbatch's sequence (not a power of two): each range's units at its last weight
+# gradient, pushed into a counter over the step's 3 microbatches == one rank's 3 sequences
+ctx_layer_units() {
+  local d=$QT_TMP/odd/cp3layer r=npow2-c3-next-cp3-nb6 o=npow2-c3-next-1r-nb6
+  mkdir -p "$d"
+  plan_variant $r "$d" gradient_reduce=layer gradient_accumulation_steps=3 &&
+    plan_variant $o "$d" per_device_batch_size=3 || return 1
+  grep -q "one-rank bits: yes: each rank's 2 gradient leaves per microbatch go, for some weights" "$d/$r-v/plan/$r/plan.txt" ||
+    { grep "one-rank bits" "$d/$r-v/plan/$r/plan.txt"; return 1; }
+  var_det "$d" $o 1 one steps=10 && var_det "$d" $r 3 mesh steps=10 && same_det "$d/one.det" "$d/mesh.det" 10
+}
+
 # the units' cost is stated: bytes and messages, q x the reduce-scatter's bytes
 split_cost() {
   local t=generated/split-next-dp2-b6/plan.txt
@@ -203,6 +222,101 @@ check "axes of any size: bf16 vocab_parallel on tensor 3, vocab_blocks 3 == one 
   vocab3_cell b16-tp3-nb3 npow2-b16-t3-next-1r vocab_blocks=3 npow2-b16-t3-next-tp3 3 vocab_parallel=true
 check "axes of any size: vocab_parallel on data 2 x tensor 3, vocab_blocks 6 == one rank, bit for bit" \
   vocab3_cell dp2tp3-nb6 npow2-t3-next-1r-b2 vocab_blocks=6 npow2-t3-next-dp2tp3 6 "vocab_parallel=true vocab_blocks=6"
+
+# tensor and context axes of 3 without canonical_factor (issue 35: MaxText takes any size
+# that divides what they split): the axes imply the factor 3 (config/settings.c mesh_canon),
+# so the plan's canonical counts are one rank's with canonical_factor: 3, and plan.txt says
+# "one-rank bits: no" with that factor. Each cell: the mesh run twice is identical, equals
+# the one-rank run with canonical_factor 3 (and its context_blocks), and differs from the
+# one-rank run of the same config without the key (the statement "no" is true).
+# implied_plan RUN DIR KEY...: RUN.yml without canonical_factor and the KEYs, its plan and
+# binary in DIR/RUN-v/ (var_det's layout)
+implied_plan() {
+  local run=$1 d=$2 re="^(canonical_factor"; shift 2
+  for k in "$@"; do re="$re|$k"; done
+  rm -rf "$d/$run-v"; mkdir -p "$d/$run-v"
+  grep -Ev "$re):" "configgen/configs/runs/$run.yml" > "$d/$run-v/$run.yml" && yml_plan "$run" "$d"
+}
+# yml_plan RUN DIR: the plan and binary of DIR/RUN-v/RUN.yml in DIR/RUN-v/
+yml_plan() {
+  local run=$1 d=$2
+  build/configgen/configgen -o "$d/$run-v/plan" "$d/$run-v/$run.yml" > "$d/$run-v/configgen.log" 2>&1 ||
+    { tail -n 3 "$d/$run-v/configgen.log"; return 1; }
+  make -s plan-binary PLAN="$d/$run-v/plan/$run" OUT="$d/$run-v/qtrain" > "$d/$run-v/make.log" 2>&1 ||
+    { tail -n 5 "$d/$run-v/make.log"; return 1; }
+}
+# implied_cell NAME MESH RANKS ONE AXES LINE KEY...: MESH (RANKS ranks) and ONE (one rank,
+# canonical_factor 3 in its run file) without canonical_factor and the KEYs; plan.txt's
+# one-rank-bits line for AXES, then LINE (a pattern) after it
+implied_cell() {
+  local k=$1 mesh=$2 n=$3 one=$4 ax=$5 line=$6 d=$QT_TMP/odd/implied/$1 t; shift 6
+  mkdir -p "$d"
+  implied_plan "$mesh" "$d" "$@" && implied_plan "$one" "$d" "$@" || return 1
+  t=$d/$mesh-v/plan/$mesh/plan.txt
+  grep -q "one-rank bits: no: $ax without canonical_factor: the axes imply canonical_factor 3 .*with canonical_factor: 3 the plan gives one rank's bits" "$t" &&
+    grep -q "$line" "$t" || { grep "one-rank bits" "$t"; return 1; }
+  var_det "$d" "$mesh" "$n" a steps=10 && var_det "$d" "$mesh" "$n" b steps=10 || return 1
+  same_det "$d/a.det" "$d/b.det" 10 || { echo "two runs differ"; return 1; }
+  plan_det "$one" 1 "$QT_TMP/odd" 10 && same_det "$QT_TMP/odd/$one.det" "$d/a.det" 10 || return 1
+  var_det "$d" "$one" 1 plain steps=10 || return 1
+  ! cmp -s "$d/plain.det" "$d/a.det" || { echo "equals one rank without the factor: plan.txt is wrong"; return 1; }
+  echo "one rank without the key: $(tail -n 1 "$d/plain.det")"
+}
+check "axes of any size: tensor 3 without canonical_factor (implied 3): deterministic, == one rank with canonical_factor 3, != one rank without it (plan.txt says so)" \
+  implied_cell tp3 npow2-t3-next-tp3 3 npow2-t3-next-1r "tensor 3" "canonical_factor 3 (implied by the tensor / context axes"
+check "axes of any size: context 3 without canonical_factor or context_blocks (implied 3, 3 blocks): deterministic, == one rank with canonical_factor 3 and 3 blocks, != one rank without them" \
+  implied_cell cp3 npow2-c3-next-cp3 3 npow2-c3-next-1r "context 3" "with canonical_factor 3, one-rank bits: yes" context_blocks
+check "axes of any size: data 2 x context 3 without canonical_factor (implied 3; the units per range): == one rank with canonical_factor 3, != one rank without it" \
+  implied_cell dp2cp3 npow2-c3-next-dp2cp3 6 npow2-c3-next-1r-b2 "context 3" "with canonical_factor 3, one-rank bits: yes: each rank's 1 gradient leaf per microbatch go" context_blocks
+
+check "context units: context 3 with 6 blocks, G 3, per layer (canonical_factor 3) == one rank's 3 sequences, bit for bit" ctx_layer_units
+
+# tensor 5 without canonical_factor (a tiny variant whose split dimensions divide by 5, 20
+# tokens): the axis implies the factor 5; == one rank with canonical_factor: 5, != one rank
+# without it, two runs identical
+implied_t5() {
+  local d=$QT_TMP/odd/implied/tp5 one=t5-1r mesh=t5-tp5 plain=t5-plain
+  mkdir -p "$d/$one-v" "$d/$mesh-v" "$d/$plain-v"
+  printf '%s\n' 'model_name: "qwen3-next-tiny"' base_emb_dim:\ 40 base_num_query_heads:\ 10 \
+    base_num_kv_heads:\ 5 head_dim:\ 20 gdn_num_key_heads:\ 5 gdn_num_value_heads:\ 10 \
+    gdn_key_head_dim:\ 10 gdn_value_head_dim:\ 10 base_moe_mlp_dim:\ 20 shared_expert_mlp_dim:\ 20 \
+    max_target_length:\ 20 steps:\ 10 learning_rate:\ 3.0e-3 ici_fsdp_parallelism:\ 1 \
+    gradient_accumulation_steps:\ 1 'remat_policy: "none"' > "$d/common.txt"
+  { cat "$d/common.txt"; echo "per_device_batch_size: 1"; } > "$d/$plain-v/$plain.yml"
+  { cat "$d/$plain-v/$plain.yml"; echo "canonical_factor: 5"; } > "$d/$one-v/$one.yml"
+  { cat "$d/common.txt"; printf '%s\n' "per_device_batch_size: 0.2" "num_ranks: 5" \
+      "ici_tensor_parallelism: 5"; } > "$d/$mesh-v/$mesh.yml"
+  yml_plan $one "$d" && yml_plan $plain "$d" && yml_plan $mesh "$d" || return 1
+  grep -q "one-rank bits: no: tensor 5 without canonical_factor: the axes imply canonical_factor 5 .*with canonical_factor: 5 the plan gives one rank's bits" \
+    "$d/$mesh-v/plan/$mesh/plan.txt" || { grep "one-rank bits" "$d/$mesh-v/plan/$mesh/plan.txt"; return 1; }
+  var_det "$d" $mesh 5 a steps=10 && var_det "$d" $mesh 5 b steps=10 && var_det "$d" $one 1 one steps=10 &&
+    var_det "$d" $plain 1 plain steps=10 || return 1
+  same_det "$d/a.det" "$d/b.det" 10 && same_det "$d/one.det" "$d/a.det" 10 || return 1
+  ! cmp -s "$d/plain.det" "$d/a.det" || { echo "equals one rank without the factor"; return 1; }
+  echo "one rank without the key: $(tail -n 1 "$d/plain.det")"
+}
+check "axes of any size: tensor 5 without canonical_factor (implied 5): deterministic, == one rank with canonical_factor 5, != one rank without it" implied_t5
+
+# tensor 16 without canonical_factor (a tiny variant whose split dimensions divide by 16):
+# one rank holds at most 8 canonical blocks a count, so the axis raises the plan's cap to
+# 16 blocks; no one-rank plan has those counts: plan.txt says "no" (its own bits); two runs
+# identical, and != one rank of the same model (8 blocks)
+implied_t16() {
+  local d=$QT_TMP/odd/implied/tp16 r=test-next-tiny
+  local m="base_num_query_heads=16 base_num_kv_heads=16 gdn_num_key_heads=16 gdn_num_value_heads=16 base_moe_mlp_dim=64 shared_expert_mlp_dim=64 head_dim=16 base_emb_dim=64 gdn_value_head_dim=16 gdn_key_head_dim=16 steps=10"
+  mkdir -p "$d/one" "$d/mesh"
+  plan_variant $r "$d/one" $m per_device_batch_size=1 &&
+    plan_variant $r "$d/mesh" $m num_ranks=16 ici_fsdp_parallelism=1 ici_tensor_parallelism=16 per_device_batch_size=0.0625 ||
+    return 1
+  grep -q "one-rank bits: no: tensor 16 without canonical_factor: one rank holds at most 8 canonical blocks a count, .* counts go up to 16 blocks .* its bits are its own" \
+    "$d/mesh/$r-v/plan/$r/plan.txt" || { grep "one-rank bits" "$d/mesh/$r-v/plan/$r/plan.txt"; return 1; }
+  var_det "$d/mesh" $r 16 a steps=10 && var_det "$d/mesh" $r 16 b steps=10 && var_det "$d/one" $r 1 one steps=10 ||
+    return 1
+  same_det "$d/mesh/a.det" "$d/mesh/b.det" 10 || { echo "two runs differ"; return 1; }
+  ! cmp -s "$d/one/one.det" "$d/mesh/a.det" || { echo "equals one rank: plan.txt is wrong"; return 1; }
+  echo "one rank (8 blocks): $(tail -n 1 "$d/one/one.det")"
+}
+check "axes of any size: tensor 16 without canonical_factor (the cap raised to 16 blocks): deterministic, its own bits (plan.txt says so)" implied_t16
 
 # the per-layer form's units (gradient_reduce=layer: GRAD_MB_UNITS inside the backward, at
 # each range's last weight gradient): data 2 and expert 2 with three a microbatch, G 2 ==

@@ -1,24 +1,35 @@
 # 64_ep_overlap.sh - the experts' exchanges beside compute (sourced by run_all.sh; issue 35;
 # docs/overlap.md "The experts' all-to-alls"): with collective_overlap: all, configgen splits
-# each MOE_RETURN_FWD and MOE_DISPATCH_BWD into a start op and a wait op with the shared
-# expert's forward / backward (and the router's backward) between, every conflicting pair of
-# ops in its order; the firmware runs the split all-to-all-v beside them.
+# each MOE_DISPATCH_FWD, MOE_RETURN_FWD, MOE_RETURN_BWD and MOE_DISPATCH_BWD into a start op
+# and a wait op with independent compute of the layer between (the shared expert's forward
+# shared between the dispatch and the return; the shared expert's backward and the router's
+# beside the return backward, the experts' weight gradient beside the dispatch backward),
+# every conflicting pair of ops in its order; the firmware runs the split all-to-all-v beside
+# them.
 #
 # Each cell: the committed run with collective_overlap=all (a variant built into
-# $QT_TMP/ep_overlap/RUN-v; its plan holds moe_return_start and moe_dispatch_bwd_start) ==
+# $QT_TMP/ep_overlap/RUN-v; its plan holds all four split kinds) ==
 # the committed run (blocking exchanges) == its one-rank baseline, loss bits and parameter
 # fingerprint of every step over 10 steps (0 ulp): EP2 of both decoders, DP2 x EP2, CP2 x EP2
 # of both decoders, EP2 with G=2 in the microbatch form (3 leaves a microbatch, per-layer
 # units), DP2 x EP2 with ZeRO-1 and per-layer gathers overlapped too (G=4), bf16 EP2
 # (blocking == overlapped only: its one-rank cells live in 77_bf16.sh); remat full (the
-# forward's return split again in the backward's recompute), scan_layers over 16 layers (a
-# scanned run's start and wait), EP2 x TP2 (the expert outputs' all-reduce before the start),
+# forward's exchanges split again in the backward's recompute), scan_layers over 16 layers (a
+# scanned run's starts and waits), EP2 x TP2 (the expert outputs' all-reduce before the start),
 # the MTP head (blocking == overlapped for the last three); DP2 x EP2 with the held-out eval
 # (blocking == overlapped, training and eval loss bits). Mutations tried by hand once:
 # configgen placing the backward's ops after MOE_DISPATCH_BWD without checking them against
 # its dx (the router's d.h2 sum and the norm's backward before the wait): EP2 of both
 # decoders differ from step 1; the wait op unpacking before it waits: EP2 and DP2 x EP2
 # differ at step 0; the wait op not waiting: step 0 fails (slots exhausted).
+# Session 14 (the dispatch forward and the return backward split too), mutations tried by
+# hand once: configgen checking the ops after a home -> host exchange against its slots but
+# t0 (the host rows the transport writes): the expert backward and weight gradient read dyr
+# before the return backward's wait, EP2 and DP2 x EP2 differ from step 1; the dispatch
+# forward's start op starting the rows' exchange before it packs them: both differ at step
+# 0; its wait op not waiting: step 0 fails (EP2; DP2 x EP2: "4 collectives already in
+# flight"); configgen naming the dispatch start's t0 none: configgen refuses ("slot t0
+# unset"), and the start-up check refuses it (unit test RuntimeSplit.Expert...).
 EO_DIR=$QT_TMP/ep_overlap
 
 # eo_cell ONE RUN RANKS: RUN with collective_overlap=all == RUN == ONE (ONE "-": no one-rank
@@ -29,8 +40,10 @@ eo_cell() {
   [ "$one" = "-" ] || plan_det "$one" 1 "$d" 10 || return 1
   plan_variant "$run" "$d" collective_overlap=all || return 1
   local t=$d/$run-v/plan/$run/plan.txt
-  grep -q " moe_return_start " "$t" && grep -q " moe_dispatch_bwd_start " "$t" ||
-    { echo "no split expert exchange in $t"; return 1; }
+  local k
+  for k in moe_dispatch_fwd_start moe_return_start moe_return_bwd_start moe_dispatch_bwd_start; do
+    grep -q " $k " "$t" || { echo "no $k in $t"; return 1; }
+  done
   rm -f "$d/$run-all.jsonl"
   timeout 120 mpiexec -n "$n" "$d/$run-v/qtrain" data=tests/golden/e2e/test-next-tiny/tokens.npy \
     seed=11 steps=10 metrics="$d/$run-all.jsonl" 2> "$d/$run-all.err" ||
@@ -38,7 +51,7 @@ eo_cell() {
   det_fields "$d/$run-all.jsonl" > "$d/$run-all.det" || return 1
   cmp "$d/$run.det" "$d/$run-all.det" || { echo "overlapped != blocking"; return 1; }
   [ "$one" = "-" ] || cmp "$d/$one.det" "$d/$run-all.det" || { echo "overlapped != one rank"; return 1; }
-  echo "$(grep -cE '^ +[0-9]+ moe_return_start ' "$t") + $(grep -cE '^ +[0-9]+ moe_dispatch_bwd_start ' "$t") split exchanges; identical: $(tail -n 1 "$d/$run-all.det")"
+  echo "$(grep -cE '^ +[0-9]+ moe_[a-z_]+_start ' "$t") split exchanges; identical: $(tail -n 1 "$d/$run-all.det")"
 }
 
 for cell in "mesh-next-1r mesh-next-ep2 2" "mesh-35-1r mesh-35-ep2 2" \
@@ -71,17 +84,32 @@ eo_eval() {
 }
 check "experts' exchanges overlapped: DP2 x EP2 with the held-out eval == blocking, training and eval bits" eo_eval
 
-# the plan: the shared expert's forward between moe_return_start and moe_return_wait
+# the plan: the shared expert's forward shared between the dispatch (gate, up, SwiGLU) and the
+# return (down, gate logit, sigmoid gate); in the backward the shared expert's backward beside
+# the return backward, the experts' weight gradient beside the dispatch backward
+eo_between() {  # eo_between PLAN KIND: the ops between KIND_start and KIND_wait (first ones)
+  awk -v s="$2_start" -v w="$2_wait" '$2==s{f=1; next} $2==w{exit} f' "$1"
+}
 eo_plan() {
-  local t=$EO_DIR/mesh-next-ep2-v/plan/mesh-next-ep2/plan.txt
+  local t=$EO_DIR/mesh-next-ep2-v/plan/mesh-next-ep2/plan.txt k
   [ -s "$t" ] || plan_variant mesh-next-ep2 "$EO_DIR" collective_overlap=all || return 1
-  awk '/^ +[0-9]+ moe_return_start /{s=1; next} /^ +[0-9]+ moe_return_wait /{exit} s' "$t" |
-    tee "$EO_DIR/between.txt" | cut -c 1-70
-  grep -q "w:L0.moe.shared_out " "$EO_DIR/between.txt" && grep -q "w:L0.moe.shared_gated " "$EO_DIR/between.txt" ||
-    { echo "no shared expert between"; return 1; }
+  for k in moe_dispatch_fwd moe_return moe_return_bwd moe_dispatch_bwd; do
+    eo_between "$t" $k > "$EO_DIR/between-$k.txt"
+    echo "$k: $(awk '{print $2}' "$EO_DIR/between-$k.txt" | tr '\n' ' ')"
+  done
+  grep -q "w:L0.moe.shared_gate " "$EO_DIR/between-moe_dispatch_fwd.txt" &&
+    grep -q "w:L0.moe.shared_up " "$EO_DIR/between-moe_dispatch_fwd.txt" ||
+    { echo "no shared expert beside the dispatch"; return 1; }
+  grep -q "w:L0.moe.shared_out " "$EO_DIR/between-moe_return.txt" &&
+    grep -q "w:L0.moe.shared_gated " "$EO_DIR/between-moe_return.txt" ||
+    { echo "no shared expert beside the return"; return 1; }
+  grep -q "matmul_wgrad .*shared_expert.down_proj" "$EO_DIR/between-moe_return_bwd.txt" ||
+    { echo "no shared expert backward beside the return backward"; return 1; }
+  grep -q "^ *[0-9]* expert_ffn_wgrad " "$EO_DIR/between-moe_dispatch_bwd.txt" ||
+    { echo "no expert weight gradient beside the dispatch backward"; return 1; }
   grep -q "split beside compute" "$t"
 }
-check "experts' exchanges overlapped: the shared expert's forward runs between start and wait (plan.txt)" eo_plan
+check "experts' exchanges overlapped: the shared expert, its backward and the experts' weight gradient between start and wait (plan.txt)" eo_plan
 
 # eo_refused: an unknown collective_overlap names the values
 eo_refused() {

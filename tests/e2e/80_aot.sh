@@ -146,9 +146,10 @@ check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compil
 # The collectives section has a line per stage boundary: one 16 MiB message per microbatch
 # each way, 4 each way per step. The circular form (1 layer per stage and
 # repeat, R = 15) has the bubble 3/63 and puts every full-attention layer on stage 3
-# (layers 3, 7, ..., 59: the hybrid cycle of 4 over 4 stages), 81616 MiB (the planning bound:
-# qtrain does not run circular repeats yet; the boundary 3 -> 0 is crossed R - 1 = 14 times
-# per microbatch). The plan (its four
+# (layers 3, 7, ..., 59: the hybrid cycle of 4 over 4 stages); its stage tables with their 15
+# chunks need 74252 / 69324 / 69324 / 82640 MiB (stage 3: 85.0%; the 3 M R = 180 slots of
+# 16 MiB are 2880 of them, more than the bound's 81616 counts; the boundary 3 -> 0 is crossed
+# R - 1 = 14 times per microbatch). The plan (its four
 # stage-local table sets, docs/pipeline.md) compiles; qtrain would refuse the circular form
 # here at start-up (repeats with expert parallelism's microbatch gradient form, 63_pipeline.sh).
 pp_aot() {
@@ -164,13 +165,45 @@ pp_aot() {
     || { echo "plan.txt lacks the verdict, bubble, map or boundary lines above"; return 1; }
   aot_case aot-397b-v5p512-pp4 fits aot-397b-pp4-circ num_layers_per_pipeline_stage=1 run_name=aot-397b-pp4-circ || return 1
   p=$AOT_OUT/aot-397b-pp4-circ/aot-397b-pp4-circ/plan.txt
-  grep -F "  verdict (budget 97280 MiB, the planning bound: qtrain does not run circular repeats yet): gpipe fits (81616 MiB, 83.9%), 1f1b n/a (needs one repeat)" "$p" &&
+  grep -F "  verdict (budget 97280 MiB, the executed tables): fits (82640 MiB, 85.0%, stage 3 the largest), gpipe with its repeats; the planning bound: gpipe fits (81616 MiB, 83.9%), 1f1b n/a (needs one repeat)" "$p" &&
+    grep -F "    stage 3: executed 82640 fits; bound: arena 80508" "$p" &&
+    grep -F "arena per rank fits: 82640 MiB of 97280 MiB (85.0%, compile_topology v5p-512; pipeline 4 stages, gpipe, the executed stage tables, stage 3 the largest; planning bound 81616 MiB, stage 0)" "$AOT_OUT/aot-397b-pp4-circ/log" &&
     grep -F "    stage 3 -> 0 (the next repeat): 16777216 bytes (16.000 MiB) per microbatch each way; 56 messages each way per step" "$p" &&
     grep -F "  bubble: (S-1)/(R*M+S-1) = 3/63 = 0.0476" "$p" &&
     grep -F "    stage 3: 15 layers (GDN 0, full attention 15), the head and loss: 3F | 7F" "$p" \
     || { echo "the circular plan.txt lacks the verdict, bubble or map above"; return 1; }
 }
 check "aot: qwen3.5-397b-a17b v5p-512 pipeline 4 x FSDP 8 x EP 8: the executed stage tables fit (77496 MiB) under gpipe and 1f1b, bubble 3/7 (circular 3/63), a line per boundary, compiles" pp_aot
+# The budget check and the budget-driven form choices of a pipeline plan use each stage's
+# executed tables (issue 36): every stage's stage-local tables choose their forms (gradient
+# reduce, gathers, collective_overlap auto) against the budget on their own arena, the
+# largest stage's arena is checked, and each stage's planning graph takes its stage's forms
+# (the bound beside it in plan.txt is of what runs); expert_dispatch auto takes rounds on
+# every stage when the largest stage's whole dispatch is over (64734 MiB with it here). At
+# device_memory_gib 62 (63488 MiB) the planning bound refused the 397B pp4 before (65690
+# MiB, stage 0, in the smallest forms); now the stages dispatch in rounds and stage 2 keeps
+# collective_overlap on (61770 MiB executed; its bound in those forms 79702, over): accepted
+# with the executed verdict. Circular (R = 15) at 64
+# GiB likewise: refused on the bound (65704) before, now 65404 MiB (stage 1). At 58 GiB
+# (59392 MiB) stage 3's tables need 60832 MiB in their smallest forms: refused, naming the
+# stage, its MiB, the budget and the pipeline keys, nothing written.
+pp_aot_budget() {
+  local p=$AOT_OUT/pp4-62/pp4-62/plan.txt
+  aot_case aot-397b-v5p512-pp4 fits pp4-62 device_memory_gib=62 run_name=pp4-62 || return 1
+  grep -F "  verdict (budget 63488 MiB, the executed tables): fits (61770 MiB, 97.3%, stage 2 the largest), gpipe and 1f1b alike; the planning bound: gpipe does not fit (79702 MiB, 125.5%), 1f1b does not fit (79222 MiB, 124.8%)" "$p" &&
+    grep -F "    stage 2: executed 61770 fits; bound: arena 78918, saved per microbatch 240.0; gpipe 79702 over; 1f1b 79222 over <- these tables" "$p" &&
+    grep -F "  moe dispatch: rounds of 10240 host rows (expert_dispatch=auto: the whole dispatch is over the budget)" "$p" &&
+    grep -F "arena per rank fits: 61770 MiB of 63488 MiB (97.3%, compile_topology v5p-512; pipeline 4 stages, gpipe, the executed stage tables, stage 2 the largest; planning bound 79702 MiB, stage 2)" "$AOT_OUT/pp4-62/log" \
+    || { echo "pp4 at 62 GiB: not the executed verdict above"; return 1; }
+  aot_case aot-397b-v5p512-pp4 fits circ-64 num_layers_per_pipeline_stage=1 device_memory_gib=64 run_name=circ-64 || return 1
+  grep -F "  verdict (budget 65536 MiB, the executed tables): fits (65404 MiB, 99.8%, stage 1 the largest), gpipe with its repeats; the planning bound: gpipe does not fit (77696 MiB, 118.6%)" "$AOT_OUT/circ-64/circ-64/plan.txt" \
+    || { echo "circular at 64 GiB: not the executed verdict above"; return 1; }
+  aot_case aot-397b-v5p512-pp4 "configgen: device_memory_gib=58 (compile_topology=v5p-512, 256 ranks): plan pp4-58 needs 60832.0 MiB per rank, over the budget of 59392.0 MiB by 1440.0 MiB (pipeline stage 3 of 4, the stage whose executed stage-local tables need the most: 60832.0 MiB, the in-flight slots of 3 M R = 12 boundary messages included (192.0 MiB; M = num_pipeline_microbatches=4, R = 1); the same under pipeline_schedule gpipe and 1f1b); biggest consumers: gradient tree" \
+    pp4-58 device_memory_gib=58 run_name=pp4-58 || return 1
+  grep -qF "more pipeline stages (ici_pipeline_parallelism: fewer layers per stage), more pipeline microbatches (num_pipeline_microbatches: smaller ones, a smaller activation peak)" "$AOT_OUT/pp4-58/log" \
+    || { echo "the refusal does not name the pipeline keys"; return 1; }
+}
+check "aot: a pipeline plan's budget check on its stage tables: the 397B pp4 at 62 GiB (circular at 64) fits on them though its bound does not; at 58 GiB refused naming stage 3 and its 60832 MiB" pp_aot_budget
 # qwen3.5-35b-a3b on EP 256 (2 experts per rank), remat full, per-layer reduction: 9820
 # compute copy + 17976 gradient tree (9 leaf levels: the 256 sequences an expert host sees)
 # + 9038 activations (30869 before issue 21: the expert FFN's dropless scratch, now chunks
@@ -269,6 +302,14 @@ check "aot: expert_dispatch auto: 80B FSDP32 x EP8 at 32768 tokens takes rounds 
   aot_rounds_auto aot-next80-v5p512-8k next80-32k-auto 327680 64404 max_target_length=32768
 check "aot: expert_dispatch auto: 80B CP8 x FSDP4 x EP8 at 65536 tokens, expert_chunk_rows 4096, takes rounds of 65536: fits (39590 MiB) and compiles" \
   aot_rounds_auto aot-next80-v5p512-cp8-64k next80-cp8-64k-auto 65536 39590 expert_dispatch=auto expert_chunk_rows=4096
+# bf16 plans (and tensor-parallel ones) take rounds under auto too since session 14 (the
+# round ops' native bf16 form, 63_ep_rounds.sh): the bf16 80B at 32768 tokens on FSDP 32 x EP 8,
+# 134632 MiB whole (the bf16 staging of the expert FFN's worst-case rows: 61440 MiB), fits in
+# rounds of 327680 rows in 81050 MiB. (With tensor 2 x FSDP 16 it stays over: 188784 -> 113746.)
+check "aot: bf16 80B FSDP32 x EP8 at 32768 tokens, whole dispatch: over budget (134632 MiB)" \
+  aot_case aot-next80-v5p512-8k "needs 134632.0 MiB per rank" next80-32k-bf16 expert_dispatch=whole max_target_length=32768 dtype=bfloat16 run_name=next80-32k-bf16
+check "aot: expert_dispatch auto: bf16 80B FSDP32 x EP8 at 32768 tokens takes rounds (whole is over): fits (81050 MiB) and compiles" \
+  aot_rounds_auto aot-next80-v5p512-8k next80-32k-bf16-auto 327680 81050 max_target_length=32768 dtype=bfloat16
 check "aot: 80B FSDP32 x EP8 at 32768 tokens, sparse_matmul false + capacity_factor 1.25: fits (64404 MiB) and compiles" \
   aot_case aot-next80-v5p512-8k fits next80-32k-cf125 max_target_length=32768 sparse_matmul=false capacity_factor=1.25 run_name=next80-32k-cf125
 # With a context axis (token dropping continues each block's queues from the earlier blocks'

@@ -261,6 +261,8 @@ row "configgen" "configgen test-next-tiny.yml base_emb_dimm=64" "$E40: configgen
 row "configgen" "configgen test-next-tiny.yml num_ranks=4 ici_context_parallelism=4" "$E40: configgen: context parallelism beyond the heads" cg $RUN num_ranks=4 ici_context_parallelism=4
 row "configgen" "configgen test-next-tiny.yml num_ranks=3 ici_fsdp_parallelism=1 ici_tensor_parallelism=3" "$EC" cg $RUN num_ranks=3 ici_fsdp_parallelism=1 ici_tensor_parallelism=3
 row "configgen" "configgen npow2-t3-next-tp3.yml vocab_parallel=true" "$EC" cg configgen/configs/runs/npow2-t3-next-tp3.yml vocab_parallel=true
+row "configgen" "configgen test-next-tiny.yml num_ranks=15 ici_fsdp_parallelism=1 ici_tensor_parallelism=3 ici_context_parallelism=5" "$EC" cg $RUN num_ranks=15 ici_fsdp_parallelism=1 ici_tensor_parallelism=3 ici_context_parallelism=5
+row "configgen" "configgen test-next-tiny.yml num_ranks=6 ici_fsdp_parallelism=1 ici_tensor_parallelism=6 canonical_factor=5" "$EC" cg $RUN num_ranks=6 ici_fsdp_parallelism=1 ici_tensor_parallelism=6 canonical_factor=5
 row "configgen" "configgen test-next-tiny.yml dtype=float16" "unit \`CgBadConfig\`" cg $RUN dtype=float16
 row "configgen" "configgen test-next-tiny.yml packing=true (no eos_id)" "unit \`CgBadConfig\`" cg $RUN packing=true
 row "configgen" "configgen test-next-cap1.yml capacity_factor=0.1" "$E40: configgen: a capacity_factor whose capacity C is 0" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=0.1
@@ -294,8 +296,8 @@ row "configgen" "configgen test-next-tiny.yml $PP num_pipeline_microbatches=8" "
 row "configgen" "configgen test-next-tiny.yml $PP pipeline_schedule=zigzag" "$E40: configgen: an unknown pipeline_schedule" cg $RUN $PP pipeline_schedule=zigzag
 row "configgen" "configgen test-next-tiny.yml $PP num_pipeline_repeats=3" "$E40: configgen: pipeline repeats inconsistent" cg $RUN $PP num_pipeline_repeats=3
 row "configgen" "configgen test-next-tiny.yml $PP pipeline_schedule=1f1b" "$E40: configgen: 1f1b with circular repeats" cg $RUN $PP pipeline_schedule=1f1b
-row "configgen" "configgen test-next-tiny.yml $PP device_memory_gib=0.001" "$E40: configgen: a pipeline schedule over the budget" cg $RUN $PP device_memory_gib=0.001
-row "qtrain" "qtrain of pp-next-pp2 (a pipeline plan) dump_grads=DIR" "$E40: qtrain: a pipeline form not executed yet is refused at start-up" build/pp-next-pp2/qtrain steps=1 data=$T dump_grads=$W/dg
+row "configgen" "configgen test-next-tiny.yml $PP device_memory_gib=0.001" "$E40: configgen: a pipeline stage over the budget names the stage, its executed tables' MiB and the pipeline keys" cg $RUN $PP device_memory_gib=0.001
+row "ranks" "qtrain of pp-next-pp2 (a pipeline plan of 2 ranks) started alone with dump_grads=DIR" "$E40: qtrain: a pipeline plan started alone is refused" build/pp-next-pp2/qtrain steps=1 data=$T dump_grads=$W/dg
 row "configgen" "configgen --diff $W/nope.yml test-next-tiny.yml" "e2e \`45_plan_report.sh\`: configgen --diff: a missing file" $CG --diff $W/nope.yml $RUN
 
 # ---- qtrain-data (the tokenizer tool; a tiny tokenizer.json, tests/tokenizer/tiny_tokenizer.py)

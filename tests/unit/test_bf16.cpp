@@ -18,9 +18,14 @@
 //      pushing it with qt_tree_push, 0 ulp, on the whole level buffer: 1, 2, 3 and 5 addends,
 //      odd shapes, an empty contraction, contractions past the blocking, streamed carries,
 //      NaN and infinite leaves, levels holding infinities, signed zeros and denormals.
+//  (g) the sixteen-lane rounding (qt_bf16_round16: VCVTNEPS2BF16 where built) against its
+//      integer form on all 2^32 fp32 inputs and against the scalar rounding on one in 64,
+//      again on one in 16 under MXCSR DAZ|FTZ|round-toward-zero; qt_bf16_acc_f32_n and
+//      qt_bf16_from_f32_n against their scalar forms at every length 0..40 and 5000.
 // A mutated reference (pairs in the other order, or no flushing) fails (a); a carry adding
-// its levels in another order fails (f): the mutation runs are recorded in
-// docs/precision.md.
+// its levels in another order fails (f); (g) fails with the integer form's denormal or NaN
+// rule dropped or the instruction fed one zeroed lane: the mutation runs are recorded in
+// docs/precision.md and the branches' notes.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -347,6 +352,95 @@ TEST(Bf16, ConvertSweep)
         if (bits(y[i]) != (uint32_t)h[i] << 16)
             FAIL(StringFromFormat("fp32(0x%04x) = 0x%08x", h[i], bits(y[i])).asCharString());
 }
+
+// qt_bf16_acc_f32_n (dst = bf16(widen(dst) + src), the bf16 plans' canonical data-gradient
+// add) and qt_bf16_from_f32_n against their scalar definitions, every length 0..40 (the
+// vector body and the tail) and 5000, on lanes over the whole exponent range (denormals,
+// infinities, NaNs, exact ties of the sum); NaN + NaN lanes compared as NaNs.
+TEST(Bf16, AccF32AndConvertRunsEqualTheScalarForms)
+{
+    uint64_t s = 0x3c6ef372fe94f82bull;
+    std::vector<int64_t> lens;
+    for (int64_t n = 0; n <= 40; n++) lens.push_back(n);
+    lens.push_back(5000);
+    for (int64_t n : lens) {
+        std::vector<qt_bf16> d(n), want(n), h(n);
+        std::vector<float> src(n);
+        for (int64_t i = 0; i < n; i++) {
+            const uint64_t r = xs(&s);
+            d[i] = (qt_bf16)(r >> 48);
+            uint32_t u = (uint32_t)r;
+            if (i % 5 == 1) u = ((uint32_t)d[i] << 16) ^ 0x8000u;    // near-cancellation
+            if (i % 5 == 2) u = (u & 0x807fffffu);                   // denormals
+            if (i % 7 == 3) u |= 0x7f800000u;                        // infinities and NaNs
+            if (i % 5 == 4) u = ((u >> 16) | 0x3f80u) << 16 | 0x8000u; // ties of widen(d) + src
+            src[i] = fbits(u);
+            want[i] = qt_bf16_from_f32(qt_f32_from_bf16(d[i]) + src[i]);
+        }
+        const std::vector<qt_bf16> d0 = d;
+        qt_bf16_acc_f32_n(d.data(), src.data(), n);
+        qt_bf16_from_f32_n(h.data(), src.data(), n);
+        for (int64_t i = 0; i < n; i++) {
+            // NaN meeting NaN: which payload survives is not part of the contract (the
+            // compiler may commute a float +: docs/precision.md), that the result is a NaN is
+            const bool nan2 = (d0[i] & 0x7fffu) > 0x7f80u && (bits(src[i]) & 0x7fffffffu) > 0x7f800000u;
+            if (nan2 ? (d[i] & 0x7fffu) <= 0x7f80u : d[i] != want[i])
+                FAIL(StringFromFormat("acc_f32 n %lld lane %lld: 0x%04x, expected 0x%04x",
+                                      (long long)n, (long long)i, d[i], want[i]).asCharString());
+            if (h[i] != qt_bf16_from_f32(src[i]))
+                FAIL(StringFromFormat("from_f32_n n %lld lane %lld: 0x%04x, expected 0x%04x",
+                                      (long long)n, (long long)i, h[i],
+                                      qt_bf16_from_f32(src[i])).asCharString());
+        }
+    }
+}
+
+#ifdef QT_BF16_HAVE_V16
+// The sixteen-lane rounding of the row kernels, the AdamW compute copy and
+// qt_bf16_from_f32_n (bf16.h's qt_bf16_round16: VCVTNEPS2BF16 where the build has it)
+// against its integer form on every one of the 2^32 fp32 inputs (about 1 s), and both
+// against the scalar qt_bf16_from_f32 on one input in 64 (whole blocks of 16 consecutive
+// encodings spread over every exponent: zeros, denormals, ties, overflow to inf, NaNs);
+// then one input in 16 again under MXCSR with DAZ, FTZ and round-toward-zero set, which
+// the instruction must ignore (it reads no MXCSR field).
+TEST(Bf16, Round16AllInputs)
+{
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const unsigned csr = _mm_getcsr();
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) _mm_setcsr(csr | 0x8040u | 0x6000u); // FTZ, DAZ, RC = toward zero
+        const uint64_t step = pass == 0 ? 16 : 256;
+        uint64_t diff = 0, first = 0, scalar = 0;
+        for (uint64_t u = 0; u < (1ull << 32); u += step) {
+            const __m512 x = _mm512_castsi512_ps(
+                _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)u), lane));
+            const __m256i got = qt_bf16_round16(x), ref = qt_bf16_round16_int(x);
+            const __mmask16 ne = _mm512_cmpneq_epi32_mask(_mm512_cvtepu16_epi32(got),
+                                                           _mm512_cvtepu16_epi32(ref));
+            if (ne && !diff++) first = u + (uint64_t)__builtin_ctz(ne);
+            if (((u >> 4) & 63) == 0) {
+                uint16_t g[16];
+                _mm256_storeu_si256((__m256i *)(void *)g, got);
+                for (int l = 0; l < 16; l++, scalar++)
+                    if (g[l] != qt_bf16_from_f32(fbits((uint32_t)u + (uint32_t)l))) {
+                        _mm_setcsr(csr);
+                        FAIL(StringFromFormat("pass %d: round16(0x%08x) = 0x%04x, scalar 0x%04x",
+                                              pass, (unsigned)u + (unsigned)l, g[l],
+                                              qt_bf16_from_f32(fbits((uint32_t)u + (uint32_t)l)))
+                                 .asCharString());
+                    }
+            }
+        }
+        if (pass == 1) _mm_setcsr(csr);
+        if (diff)
+            FAIL(StringFromFormat("pass %d: qt_bf16_round16 differs from its integer form in %llu "
+                                  "blocks of 16, first at 0x%08llx", pass,
+                                  (unsigned long long)diff, (unsigned long long)first)
+                     .asCharString());
+        CHECK(scalar >= (1ull << 26));
+    }
+}
+#endif
 
 namespace {
 

@@ -476,15 +476,23 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         // a tiny positive budget rounds to 0 bytes ("no budget"): refused, not ignored
         {"device_memory_gib=1e-30", NULL, "device_memory_gib=1e-30 (command line): a budget below 1 MiB"},
         // each mesh message blames the key the user set (not the base.yml default it meets)
-        {"num_ranks=3", "ici_fsdp_parallelism=1|ici_tensor_parallelism=3", "ici_tensor_parallelism=3 (command line): resolves the tensor mesh axis to 3; expected a power of two, or a power of two times an odd factor of canonical_factor=1 (configgen/configs/base.yml:"},
-        {"num_ranks=6", "ici_fsdp_parallelism=1|ici_tensor_parallelism=6|canonical_factor=5", "ici_tensor_parallelism=6 (command line): resolves the tensor mesh axis to 6; expected a power of two, or a power of two times an odd factor of canonical_factor=5 (command line)"},
+        // tensor 3 without canonical_factor implies the factor 3 (issue 35): refused here by
+        // the heads only, as MaxText would; a factor the user set must carry the axis's odd
+        // part, and keeps the cap of 8 blocks
+        {"num_ranks=3", "ici_fsdp_parallelism=1|ici_tensor_parallelism=3", "ici_tensor_parallelism=3 (command line): tensor parallelism 3 does not divide base_num_query_heads (4)"},
+        {"num_ranks=6", "ici_fsdp_parallelism=1|ici_tensor_parallelism=6|canonical_factor=5", "ici_tensor_parallelism=6 (command line): resolves the tensor mesh axis to 6; expected a power of two, or a power of two times an odd factor of canonical_factor=5 (command line): a tensor rank holds its share of the canonical contraction blocks, head groups and vocabulary blocks, powers of two times canonical_factor on one rank too (config/canon.c), which 6 ranks do not split (docs/determinism.md \"Axes of any size\"); set canonical_factor: 3 or leave it unset (the axes then imply it)"},
+        // tensor 3 x context 5 and tensor 16 imply the factor 15 and a cap of 15 / 16 blocks:
+        // refused here only by the heads (MaxText's rule too)
+        {"num_ranks=15", "ici_fsdp_parallelism=1|ici_tensor_parallelism=3|ici_context_parallelism=5", "ici_tensor_parallelism=3 (command line): tensor parallelism 3 does not divide base_num_query_heads (4)"},
+        {"num_ranks=16", "ici_fsdp_parallelism=1|ici_tensor_parallelism=16", "ici_tensor_parallelism=16 (command line): tensor parallelism 16 does not divide base_num_query_heads (4)"},
+        {"num_ranks=16", "ici_fsdp_parallelism=1|ici_tensor_parallelism=16|canonical_factor=1|base_num_query_heads=16|base_num_kv_heads=16|gdn_num_key_heads=16|gdn_num_value_heads=16|base_moe_mlp_dim=64|shared_expert_mlp_dim=64", "ici_tensor_parallelism=16 (command line): tensor parallelism 16 does not divide the canonical blocks of the experts' down contraction (8)"},
         {"num_ranks=3", "ici_fsdp_parallelism=1|ici_tensor_parallelism=3|canonical_factor=3", "ici_tensor_parallelism=3 (command line): tensor parallelism 3 does not divide base_num_query_heads (4)"},
         // vocab_parallel on tensor 3 (issue 35): 3 x 2^j vocabulary blocks dividing vocab_size,
-        // a power of two of them a rank; without canonical_factor the mesh says to set it
+        // a power of two of them a rank; without canonical_factor the axis implies it
         {"vocab_parallel=true", "num_ranks=3|ici_fsdp_parallelism=1|ici_tensor_parallelism=3|canonical_factor=3|per_device_batch_size=1|base_emb_dim=48|base_num_query_heads=6|base_num_kv_heads=3|head_dim=12|gdn_num_key_heads=3|gdn_num_value_heads=6|gdn_value_head_dim=6|base_moe_mlp_dim=24|shared_expert_mlp_dim=24", "vocab_blocks=0 (configgen/configs/base.yml:175): 0: expected 0 (= the tensor degree with vocab_parallel, else 1) or a power of two times a factor of canonical_factor=3 (command line) dividing vocab_size=64"},
         {"vocab_parallel=true", "num_ranks=3|ici_fsdp_parallelism=1|ici_tensor_parallelism=3|canonical_factor=3|per_device_batch_size=1|base_emb_dim=48|base_num_query_heads=6|base_num_kv_heads=3|head_dim=12|gdn_num_key_heads=3|gdn_num_value_heads=6|gdn_value_head_dim=6|base_moe_mlp_dim=24|shared_expert_mlp_dim=24|vocab_size=96|vocab_blocks=9", "vocab_blocks=9 (command line): 9: expected 0 (= the tensor degree with vocab_parallel, else 1) or a power of two times a factor of canonical_factor=3 (command line) dividing vocab_size=96 (command line)"},
         {"vocab_parallel=true", "num_ranks=2|ici_fsdp_parallelism=1|ici_tensor_parallelism=2|canonical_factor=3|vocab_size=96|vocab_blocks=6", "vocab_blocks=6 (command line): 6 with vocab_parallel: true on 2 tensor ranks (ici_tensor_parallelism=2 (command line)): expected a multiple of the tensor degree by a power of two"},
-        {"vocab_parallel=true", "num_ranks=3|ici_fsdp_parallelism=1|ici_tensor_parallelism=3", "which 3 ranks do not split (docs/determinism.md \"Axes of any size\"); set canonical_factor: 3"},
+        {"vocab_parallel=true", "num_ranks=3|ici_fsdp_parallelism=1|ici_tensor_parallelism=3|per_device_batch_size=1|base_emb_dim=48|base_num_query_heads=6|base_num_kv_heads=3|head_dim=12|gdn_num_key_heads=3|gdn_num_value_heads=6|gdn_value_head_dim=6|base_moe_mlp_dim=24|shared_expert_mlp_dim=24", "vocab_blocks=0 (configgen/configs/base.yml:175): 0: expected 0 (= the tensor degree with vocab_parallel, else 1) or a power of two times a factor of canonical_factor 3 (implied by the tensor / context axes: canonical_factor=1 (configgen/configs/base.yml:"},
         {"ici_tensor_parallelism=4", "num_ranks=4", "tensor parallelism 4 does not divide base_num_kv_heads (2)"},
         // context parallelism: its limits (docs/context.md)
         {"ici_context_parallelism=2", "num_ranks=2|gradient_accumulation_steps=2097152", "per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4): 2 x 1 tensor x 2 context ranks = 4 sequences per batch group, run as microbatches of one sequence each, x gradient_accumulation_steps=2097152 exceed the 24 gradient tree levels"},
@@ -494,7 +502,8 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|gradient_reduce=step", "gradient_reduce=step (command line): step with context parallelism 2"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|context_blocks=1", "context_blocks=1 (command line): 1: expected 0 (= the context degree 2) or a power of two >= it"},
         {"ici_context_parallelism=2", "num_ranks=8|ici_expert_parallelism=4|per_device_batch_size=0.5", "context parallelism 2 with expert parallelism 4: the expert group spans the expert and context axes"},
-        {"ici_context_usp_ulysses_parallelism=3", "num_ranks=3|per_device_batch_size=0.5", "ici_context_usp_ulysses_parallelism=3 (command line): resolves the context mesh axis to 3; expected a power of two"},
+        {"ici_context_usp_ulysses_parallelism=3", "num_ranks=3|per_device_batch_size=0.5", "ici_context_usp_ulysses_parallelism=3 (command line): context parallelism 3 x tensor parallelism 1 = 3 ranks share each sequence's heads"},
+        {"ici_context_usp_ulysses_parallelism=3", "num_ranks=3|per_device_batch_size=0.5|canonical_factor=1", "ici_context_usp_ulysses_parallelism=3 (command line): resolves the context mesh axis to 3; expected a power of two"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|max_target_length=15", "max_target_length=15 (command line): 15 is not a multiple of the context degree 2 (ici_context_parallelism=2 (command line)): each context rank holds an equal share of every sequence"},
         // pipeline parallelism (issue 36, config/pipeline.c): MaxText's rules, both keys named
         {"ici_pipeline_parallelism=2", "num_ranks=2|num_layers_per_pipeline_stage=3", "num_layers_per_pipeline_stage=3 (command line): 2 stages x 3 layers per stage = 6 do not divide the 4 pipeline layers"},
@@ -518,7 +527,8 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"dcn_pipeline_parallelism=2", "num_ranks=2|num_pipeline_microbatches=3", "num_pipeline_microbatches=3 (command line): 3 microbatches are not a multiple of the 2 stages (dcn_pipeline_parallelism=2 (command line))"},
         // fsdp and expert may have any size that divides what they split (issue 35)
         {"dcn_expert_parallelism=3", "num_ranks=3", "dcn_expert_parallelism=3 (command line): expert parallelism 3 does not divide num_experts=4"},
-        {"dcn_context_parallelism=3", "num_ranks=3|per_device_batch_size=0.5", "dcn_context_parallelism=3 (command line): resolves the context mesh axis to 3; expected a power of two, or a power of two times an odd factor of canonical_factor=1 (configgen/configs/base.yml:"},
+        {"dcn_context_parallelism=3", "num_ranks=3|per_device_batch_size=0.5", "dcn_context_parallelism=3 (command line): context parallelism 3 x tensor parallelism 1 = 3 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide base_num_query_heads (4)"},
+        {"dcn_context_parallelism=3", "num_ranks=3|per_device_batch_size=0.5|canonical_factor=1", "dcn_context_parallelism=3 (command line): resolves the context mesh axis to 3; expected a power of two, or a power of two times an odd factor of canonical_factor=1 (command line)"},
         {"ici_context_parallelism=3", "num_ranks=3|per_device_batch_size=0.5|canonical_factor=3", "ici_context_parallelism=3 (command line): context parallelism 3 x tensor parallelism 1 = 3 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide base_num_query_heads (4)"},
         {"canonical_factor=2", NULL, "canonical_factor=2 (command line): 2: expected an odd number from 1 to 8"},
         {"canonical_factor=9", NULL, "canonical_factor=9 (command line): 9: expected an odd number from 1 to 8"},
@@ -2040,6 +2050,34 @@ TEST(CgPipeline, CircularStageTablesHoldChunkMarkers)
     CHECK(rep.find("    stage 0 chunks (one-rank parameter indices, first element): r0 0..16 (0) | r1 33..48 (28640)\n") != std::string::npos);
 }
 
+// Token dropping with circular repeats (pp-next-pp2 with capacity_factor): each chunk's
+// forward zeroes the dropped counts right after its PP_CHUNK marker (the driver takes them
+// after each chunk's B), and nothing zeroes them outside a chunk, so the chunk check
+// (check_chunks) holds: configgen plans it.
+TEST(CgPipeline, CircularTokenDroppingZeroesTheCountsPerChunk)
+{
+    CgPlan p;
+    const char *o[] = {"sparse_matmul=false", "capacity_factor=1.0"};
+    LONGS_EQUAL(0, p.build("configgen/configs/runs/pp-next-pp2.yml", 2, (char **)o));
+    CHECK(p.g.pp_graphs != NULL);
+    for (int st = 0; st < 2; st++) {
+        const qt_cg_graph *x = &p.g.pp_graphs[st];
+        CHECK(x->moe_drops != QT_NONE);
+        int chunks = 0, zeros = 0;
+        for (int i = 0; i < x->nmb; i++) {
+            const qt_op *o = &x->mb[i];
+            if (o->kind == QT_OP_ZERO && QT_T(o, ZERO, x) == x->moe_drops) zeros++;
+            if (o->kind != QT_OP_PP_CHUNK || o->a[QT_A_PP_CHUNK_bwd]) continue;
+            chunks++;
+            CHECK(i + 1 < x->nmb);
+            LONGS_EQUAL(QT_OP_ZERO, x->mb[i + 1].kind);
+            LONGS_EQUAL(x->moe_drops, QT_T(&x->mb[i + 1], ZERO, x));
+        }
+        LONGS_EQUAL(2, chunks);
+        LONGS_EQUAL(2, zeros);
+    }
+}
+
 // Circular repeats in the microbatch form (expert parallelism) and the per-layer form with
 // collective_overlap (gradient_reduce=layer on data 2): every flat range holds one repeat
 // chunk's parameters; the microbatch-end schedule is R parts in chunk order, each opened by
@@ -2119,4 +2157,61 @@ TEST(CgPipeline, OneFOneBTableAndInFlight)
     LONGS_EQUAL(1, qt_cg_pp_inflight(&s, 1));
     CHECK(qt_cg_pp_saved_bytes(&p.g) > 0);
     CHECK(qt_cg_pp_need(&p.g, 0) > p.g.arena_bytes);
+}
+
+// The budget of a pipeline plan is checked on its stage-local tables (issue 36): the
+// executed need is the largest stage arena (circular repeats included: pp-next-pp2, R 2),
+// a stage-local graph's need is its arena (its in-flight slots are in it), and the check
+// passes at exactly that need though the planning bound is over it, and fails one MiB below
+// it naming the stage, its MiB and the pipeline keys.
+TEST(CgPipeline, BudgetCheckOnTheExecutedStageTables)
+{
+    CgPlan p;
+    LONGS_EQUAL(0, p.build("configgen/configs/runs/pp-next-pp2.yml"));
+    CHECK(p.g.pp_graphs != NULL);
+    int st = -2;
+    const int64_t exec = qt_cg_pp_executed_need(&p.g, &st);
+    int want = 0;
+    for (int k = 1; k < 2; k++)
+        if (p.g.pp_graphs[k].arena_bytes > p.g.pp_graphs[want].arena_bytes) want = k;
+    LONGS_EQUAL(want, st);
+    LONGS_EQUAL(p.g.pp_graphs[want].arena_bytes, exec);
+    for (int k = 0; k < 2; k++)
+        LONGS_EQUAL(p.g.pp_graphs[k].arena_bytes, qt_cg_need_bytes(&p.g.pp_graphs[k]));
+    CHECK(qt_cg_need_bytes(&p.g) > exec);  // the planning bound: over the budget below
+    char err[4096] = "";
+    p.s.budget_gib = (double)exec / 1073741824.0;
+    LONGS_EQUAL(0, qt_cg_budget_check(&p.g, err, sizeof err));
+    p.s.budget_gib = (double)(exec - 1048576) / 1073741824.0;
+    LONGS_EQUAL(-1, qt_cg_budget_check(&p.g, err, sizeof err));
+    char want_s[160];
+    snprintf(want_s, sizeof want_s, "(pipeline stage %d of 2, the stage whose executed "
+             "stage-local tables need the most: %.1f MiB", want, (double)exec / 1048576.0);
+    STRCMP_CONTAINS(want_s, err);
+    STRCMP_CONTAINS("M = num_pipeline_microbatches=4, R = 2); the same under pipeline_schedule "
+                    "gpipe and 1f1b)", err);
+    STRCMP_CONTAINS("more pipeline stages (ici_pipeline_parallelism", err);
+    p.s.budget_gib = 0;  // no budget: nothing checked
+    LONGS_EQUAL(0, qt_cg_budget_check(&p.g, err, sizeof err));
+}
+
+// Without stage-local tables (the MTP head on a pipeline: ahead of time only) the verdict and
+// the budget check stay the planning bound of the heaviest stage.
+TEST(CgPipeline, BudgetCheckWithoutStageTablesIsTheBound)
+{
+    CgPlan p;
+    char *o[] = {(char *)"mtp_num_layers=1"};
+    LONGS_EQUAL(0, p.build("configgen/configs/runs/pp-35-pp2-1f1b.yml", 1, o));
+    CHECK(p.g.pp_graphs == NULL);
+    int st = -2;
+    LONGS_EQUAL(-1, qt_cg_pp_executed_need(&p.g, &st));
+    LONGS_EQUAL(-1, st);
+    const int64_t bound = qt_cg_need_bytes(&p.g);
+    CHECK(bound > p.g.arena_bytes);
+    char err[4096] = "";
+    p.s.budget_gib = (double)bound / 1073741824.0;
+    LONGS_EQUAL(0, qt_cg_budget_check(&p.g, err, sizeof err));
+    p.s.budget_gib = (double)(bound - 1) / 1073741824.0;
+    LONGS_EQUAL(-1, qt_cg_budget_check(&p.g, err, sizeof err));
+    STRCMP_CONTAINS("under pipeline_schedule=1f1b with num_pipeline_microbatches=2", err);
 }

@@ -499,9 +499,12 @@ TEST(RuntimeSplit, PairingOfStartsAndWaitsIsValidated)
 // ------------------------------------------------------------------ split expert exchanges
 
 // A microbatch schedule of expert exchange ops (qt_validate_ep_splits): "R" / "r" start /
-// wait the return, "D" / "d" start / wait the dispatch backward, "x" a blocking exchange,
-// "m" compute, "c" a COLL_START; eval: the eval forward's op count (0: no eval). A start
-// names t0 QT_NONE, a wait t0 = 5, both t1..t4 = 1..4, unless "t" follows the wait (t4 = 9).
+// wait the return, "D" / "d" start / wait the dispatch backward, "F" / "f" the dispatch
+// forward, "B" / "b" the return backward, "x" a blocking exchange, "m" compute, "c" a
+// COLL_START; eval: the eval forward's op count (0: no eval). A host -> home start (R, D)
+// names t0 QT_NONE, its wait t0 = 5; a home -> host start and wait (F, B) name t0 = 5 (the
+// transport writes it), "0" after such a start names t0 QT_NONE; all t1..t4 = 1..4, unless
+// "t" follows the op (t4 = 9).
 static int rt_ep_splits(const char *ops, int eval)
 {
     static qt_op mb[32];
@@ -509,8 +512,9 @@ static int rt_ep_splits(const char *ops, int eval)
     memset(&p, 0, sizeof p);
     int n = 0;
     for (const char *c = ops; *c; c++) {
-        if (*c == 't') {
-            mb[n - 1].t[4] = 9;
+        if (*c == 't' || *c == '0') {
+            if (*c == 't') mb[n - 1].t[4] = 9;
+            else mb[n - 1].t[0] = QT_NONE;
             continue;
         }
         qt_op *o = &mb[n++];
@@ -519,8 +523,12 @@ static int rt_ep_splits(const char *ops, int eval)
         o->kind = *c == 'R' ? QT_OP_MOE_RETURN_START : *c == 'r' ? QT_OP_MOE_RETURN_WAIT
                   : *c == 'D' ? QT_OP_MOE_DISPATCH_BWD_START
                   : *c == 'd' ? QT_OP_MOE_DISPATCH_BWD_WAIT
+                  : *c == 'F' ? QT_OP_MOE_DISPATCH_FWD_START
+                  : *c == 'f' ? QT_OP_MOE_DISPATCH_FWD_WAIT
+                  : *c == 'B' ? QT_OP_MOE_RETURN_BWD_START
+                  : *c == 'b' ? QT_OP_MOE_RETURN_BWD_WAIT
                   : *c == 'x' ? QT_OP_MOE_RETURN_BWD : *c == 'c' ? QT_OP_COLL_START : QT_OP_ADD;
-        if (*c == 'r' || *c == 'd') o->t[0] = 5;
+        if (*c == 'r' || *c == 'd' || *c == 'F' || *c == 'f' || *c == 'B' || *c == 'b') o->t[0] = 5;
     }
     p.run_name = "ep-split-test";
     p.mb_ops = mb;
@@ -545,6 +553,18 @@ TEST(RuntimeSplit, ExpertExchangeStartsAndWaitsAreValidated)
     LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Rcr", 0));       // a split collective in between
     LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Rrt", 0));       // the wait names other buffers
     LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Rmrm", 2));      // in flight at the eval's end
+    qt_set_quiet(0);
+    // the home -> host kinds (session 14): the start names t0 too
+    LONGS_EQUAL(0, rt_ep_splits("FmmfmRmrmBmmbmDmd", 0));  // all four kinds of a layer
+    LONGS_EQUAL(0, rt_ep_splits("Fmfm", 3));                 // closed inside the eval forward
+    qt_set_quiet(1);
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("F0mf", 0));       // the start does not name t0
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Fmb", 0));        // waited by another kind
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("FRrf", 0));       // two in flight
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Bxb", 0));        // another exchange in between
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Bbt", 0));        // the wait names other buffers
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Fmfm", 2));       // in flight at the eval's end
+    LONGS_EQUAL(QT_E_PLAN, rt_ep_splits("Bm", 0));         // never waited for
     qt_set_quiet(0);
 }
 

@@ -352,14 +352,6 @@ static int check_chunks(const qt_cg_graph *g, char *err, size_t errlen)
      * cut per chunk (schedule/step.c); the per-layer form's gathers and pushes lie inside
      * their chunk's runs (schedule/overlap.c moves none across a chunk's edge) */
     if (R <= 1) return 0;
-    /* token dropping's per-step drop counts are written by every chunk's MoE layers, which
-     * the chunk runs below would read as another chunk's writes: named by its keys */
-    if (g->s->moe_capacity > 0)
-        return qt_cg_fail(err, errlen, "capacity_factor=%g (token dropping) with "
-                          "num_pipeline_repeats=%d: the drop counts span a stage's repeat "
-                          "chunks, which the circular pipeline does not carry yet; expected "
-                          "capacity_factor 0 (dropless) or num_pipeline_repeats 1",
-                          g->s->capacity_factor, R);
     int *fm = qt_cg_alloc((size_t)(2 * R + 2) * sizeof *fm), *bm = fm + R + 1, nf = 0, nb = 0;
     int rc = 0;
     for (int i = 0; i < g->nmb && !rc; i++) {

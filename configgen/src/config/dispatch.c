@@ -7,17 +7,18 @@
  * plan that does not set rounds). rounds: MOE_ROUNDS_FWD / BWD / WGRAD, host buffers of
  * R = expert_chunk_rows rows, the same bits. auto: whole, and when the whole plan is over
  * the device budget and rounds are possible (the conditions below), the driver plans rounds
- * of max(expert_chunk_rows, a leaf's worst case) rows instead (driver/pipeline.c); a plan
- * without a budget, or that fits, is whole (so is a pipeline plan, whose stages are planned
- * apart). Invariants of a rounds plan, each refused with
+ * of max(expert_chunk_rows, a leaf's worst case) rows instead (driver/pipeline.c; a pipeline
+ * plan: on every stage when its largest stage-local tables are over); a plan without a
+ * budget, or that fits, is whole. Invariants of a rounds plan, each refused with
  * the key, its value, where it was set and what was expected: an expert group of more than
  * one rank (expert axis > 1), at most 1024
  * members and 65536 leaves (the firmware's tables), and R at least a leaf's worst case on
  * one host (leaf tokens x min(k, experts per rank) rows), since rounds cut between leaves
  * only (a leaf's weight gradient runs over its rows whole, in order). bf16 plans and
- * tensor parallelism take rounds too when set (the round ops' native bf16 form and their
- * per-round sum over the tensor group, ops_ep_rounds.c: the whole dispatch's bits); auto
- * keeps float32 plans without tensor parallelism, so no existing plan changes.
+ * tensor parallelism take rounds too (the round ops' native bf16 form and their per-round
+ * sum over the tensor group, ops_ep_rounds.c: the whole dispatch's bits), set or picked by
+ * auto; auto changes only plans whose whole dispatch is over the budget, which configgen
+ * refused before, so no plan that was written changes.
  * Runs after the model, train and mesh settings (settings.c). Uses core and config only.
  */
 #include <stdio.h>
@@ -38,7 +39,7 @@ int qt_cg_dispatch_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, si
     if (!au && strcmp(v, "rounds"))
         return qt_cg_rule_bad(c, err, errlen, key, "expected auto, whole or rounds");
     const int64_t ep = s->mesh[QT_MESH_EXPERT], cx = qt_cg_context(s), M = ep * cx;
-    if (au && (ep < 2 || s->dtype != QT_F32 || s->mesh[QT_MESH_TENSOR] > 1)) return 0;
+    if (au && ep < 2) return 0;
     if (ep < 2)
         return qt_cg_rule_bad(c, err, errlen, key, "rounds without expert parallelism (%s): "
                               "only an expert group's hosts receive routed rows; expected whole "

@@ -6,7 +6,8 @@
  * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW, an MoE with one
  * shared expert (its form and capacity: config/moe.c; the schedule, objective and eval:
  * config/train_rules.c), and the mesh: -1 axes resolve from num_ranks, the product must
- * be num_ranks, tensor and context powers of two times an odd factor of canonical_factor
+ * be num_ranks, tensor and context powers of two times an odd factor of canonical_factor,
+ * which the config may leave to the axes to imply (then s->canon_implied; mesh_canon)
  * (data, fsdp and expert any size that divides what they split); data, fsdp, tensor,
  * expert and context execute;
  * pipeline stages are planned (config/pipeline.c) and qtrain refuses to run them for now.
@@ -358,6 +359,18 @@ static int check_model(const qt_cg_vctx *v, qt_cg_settings *s)
     return check_shape(v, s) || check_rotary(v, s) || check_numerics(v, s) ? -1 : 0;
 }
 
+/* canonical_factor as a message names it: "canonical_factor=3 (where)", or the factor the
+ * tensor / context axes imply when the config leaves the key unset (mesh_canon). */
+static const char *factor_txt(const qt_cg_vctx *v, const qt_cg_settings *s, char *buf,
+                              size_t cap)
+{
+    char o[400];
+    if (!s->canon_implied) return other(v, "canonical_factor", buf, cap);
+    snprintf(buf, cap, "canonical_factor %d (implied by the tensor / context axes: %s)",
+             s->canon_factor, other(v, "canonical_factor", o, sizeof o));
+    return buf;
+}
+
 /* context_blocks: the canonical token blocks per sequence (docs/context.md): a power of two,
  * at least the context degree (0 = that degree), dividing max_target_length (with
  * canonical_factor f > 1: a factor of f x a power of two, the context degree x a power of
@@ -386,8 +399,7 @@ static int context_blocks(const qt_cg_vctx *v, qt_cg_settings *s)
         return bad(v, "context_blocks", "%lld: expected 0 (= the context degree %lld) or a "
                    "power of two times a factor of %s, a multiple of the context degree by a "
                    "power of two, that divides %s", (long long)nb, (long long)cp,
-                   other(v, "canonical_factor", o2, sizeof o2),
-                   other(v, "max_target_length", o, sizeof o));
+                   factor_txt(v, s, o2, sizeof o2), other(v, "max_target_length", o, sizeof o));
     }
     const int64_t leaves = s->tr.micro_batch * s->tr.grad_accum * n;
     if (leaves >= (1ll << (QT_MAX_TREE_LEVELS - 1)))
@@ -690,9 +702,64 @@ static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x
     return 0;
 }
 
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        const int64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/* Tensor and context split canonical counts (the contraction blocks and head groups;
+ * context_blocks), powers of two times canonical_factor f on one rank too (config/canon.c;
+ * docs/determinism.md "Axes of any size"), at most QT_CANON_BLOCKS of them, so the odd
+ * part of their sizes must divide f and tensor x context must divide the counts. Without
+ * the key (base.yml's 1) the axes imply both (issue 35): f becomes the least common
+ * multiple of their odd parts (3 for tensor 3 or 6 and context 3 or 6, 5 for tensor 5),
+ * and a tensor x context group over QT_CANON_BLOCKS ranks raises the cap to its size
+ * (s->canon_max: tensor 12 or 16, context 16, tensor 3 x context 5); s->canon_implied
+ * says so. The plan's bits are then those of one rank with canonical_factor: f when the
+ * cap stays, its own when it is raised (no one-rank plan has those counts); plan.txt's
+ * "one-rank bits:" line states which. Refused: a factor the user set that lacks an axis's
+ * odd part (it asks for that factor's bits, which the axis cannot split). */
+static int mesh_canon(const qt_cg_vctx *v, qt_cg_settings *s, const char *const *axis_key)
+{
+    static const int ax[2] = {2, 4}, qa[2] = {QT_MESH_TENSOR, QT_MESH_CONTEXT};
+    const int64_t tc = (int64_t)s->mesh[QT_MESH_TENSOR] * s->mesh[QT_MESH_CONTEXT];
+    int64_t need = 1;
+    for (int k = 0; k < 2; k++) {
+        const int64_t size = s->mesh[qa[k]], odd = size / (size & -size);
+        need = need / gcd64(need, odd) * odd;
+        if (!from_base(v, "canonical_factor") && s->canon_factor % odd) {
+            char o[400], hint[96];
+            snprintf(hint, sizeof hint, "; set canonical_factor: %lld or leave it unset (the "
+                     "axes then imply it)", (long long)odd);
+            return bad(v, axis_key[ax[k]], "resolves the %s mesh axis to %lld; expected a "
+                       "power of two, or a power of two times an odd factor of %s: %s, powers "
+                       "of two times canonical_factor on one rank too (config/canon.c), which "
+                       "%lld ranks do not split (docs/determinism.md \"Axes of any size\")%s",
+                       k ? "context" : "tensor", (long long)size,
+                       other(v, "canonical_factor", o, sizeof o),
+                       k ? "the context ranks split context_blocks and the GDN norm's "
+                           "canonical head groups"
+                         : "a tensor rank holds its share of the canonical contraction "
+                           "blocks, head groups and vocabulary blocks",
+                       (long long)size, odd < QT_CANON_BLOCKS ? hint : "");
+        }
+    }
+    if (!from_base(v, "canonical_factor")) return 0;
+    /* need <= tc, so the raised cap holds the implied factor */
+    if (need > 1) s->canon_factor = (int32_t)need;
+    s->canon_max = tc > QT_CANON_BLOCKS ? (int32_t)tc : 0;
+    s->canon_implied = need > 1 || s->canon_max > 0;
+    return 0;
+}
+
 /* The resolved axes into s->mesh: data, fsdp, tensor, expert and context execute, tensor
- * and context each a power of two times an odd factor of canonical_factor (data, fsdp,
- * expert any size); pipeline (any size) into s->pp_stages. */
+ * and context each a power of two times an odd factor of canonical_factor, set or implied
+ * (mesh_canon; data, fsdp, expert any size); pipeline (any size) into s->pp_stages. */
 static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
 {
     char (*ici)[48] = x->ici, (*dcn)[48] = x->dcn;
@@ -736,28 +803,10 @@ static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
          * tree's binary-counter shape (qt_coll.h), the flat optimizer vector (padded to
          * equal blocks, memory/ranges.c) and whole experts (mesh_splits); plan.txt's
          * "one-rank bits:" line says when the leaves a rank make that one rank's tree.
-         * Tensor and context split canonical counts (the contraction blocks and head
-         * groups; context_blocks), powers of two times canonical_factor on one rank too
-         * (config/canon.c; docs/determinism.md "Axes of any size"): the odd part of their
-         * size must divide the factor */
-        const int64_t odd = size / (size & -size);
-        if (size > 1 && (i == 2 || i == 4) && s->canon_factor % odd) {
-            char o[400], set[64];
-            snprintf(set, sizeof set, "; set canonical_factor: %lld", (long long)odd);
-            return bad(v, axis_key[i], "resolves the %s mesh axis to %lld; expected a power "
-                       "of two, or a power of two times an odd factor of %s: %s, powers of "
-                       "two times canonical_factor on one rank too (config/canon.c), which "
-                       "%lld ranks do not split (docs/determinism.md \"Axes of any size\")%s",
-                       axes[i], (long long)size, other(v, "canonical_factor", o, sizeof o),
-                       i == 2 ? "a tensor rank holds its share of the canonical contraction "
-                                "blocks, head groups and vocabulary blocks"
-                              : "the context ranks split context_blocks and the GDN norm's "
-                                "canonical head groups",
-                       (long long)size, odd < QT_CANON_BLOCKS ? set : "");
-        }
+         * Tensor and context: mesh_canon */
     }
     s->n_ranks = (int32_t)n_ranks;
-    return 0;
+    return mesh_canon(v, s, axis_key);
 }
 
 /* Tensor and expert parallelism must divide what they split. */
@@ -993,7 +1042,7 @@ static int check_vocab(const qt_cg_vctx *v, qt_cg_settings *s)
         char o2[400];
         return bad(v, "vocab_blocks", "%lld: expected 0 (= the tensor degree with "
                    "vocab_parallel, else 1) or a power of two times a factor of %s dividing "
-                   "%s", (long long)nb, other(v, "canonical_factor", o2, sizeof o2),
+                   "%s", (long long)nb, factor_txt(v, s, o2, sizeof o2),
                    other(v, "vocab_size", o, sizeof o));
     }
     if (par && (n < tp || n % tp || (share & (share - 1))))

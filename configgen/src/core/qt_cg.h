@@ -139,6 +139,13 @@ typedef struct qt_cg_settings {
     int32_t canon_factor;      /* canonical_factor: canonical blocks and head groups are this
                                   odd factor x a power of two (config/canon.c; 1 = the
                                   powers of two of every plan without the key) */
+    int32_t canon_implied;     /* 1: canonical_factor was not set and the tensor / context
+                                  axes imply canon_factor (their odd parts; config/settings.c
+                                  mesh_canon): the bits are one rank's with that factor */
+    int32_t canon_max;         /* the most canonical blocks of a count: 0 = QT_CANON_BLOCKS
+                                  (every plan with tensor x context <= it), else tensor x
+                                  context, implied with canonical_factor unset (mesh_canon):
+                                  the plan's bits are its own */
     char topology[64];         /* compile_topology, "" = none */
     double budget_gib;         /* per-rank arena budget (device_memory_gib), 0 = unchecked */
     uint8_t batch_mask;        /* mesh axes (size > 1) that split the global batch */

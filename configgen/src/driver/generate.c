@@ -184,9 +184,9 @@ static void summary_line(const qt_cg_settings *s, const qt_cg_graph *g, const ch
     char src[96];
     if (s->topology[0]) snprintf(src, sizeof src, "compile_topology %s", s->topology);
     else snprintf(src, sizeof src, "device_memory_gib %g", s->budget_gib);
-    /* a pipeline: the executed stage tables' largest arena when qtrain runs the plan's form,
-     * else the planning bound under the schedule (memory/pipeline_mem.c); no pipeline: the
-     * arena */
+    /* a pipeline: the executed stage tables' largest arena (what the budget check used),
+     * else (the MTP head: no stage-local tables) the planning bound under the schedule
+     * (memory/pipeline_mem.c); no pipeline: the arena */
     int exec_stage;
     const int64_t bound = qt_cg_need_bytes(g), exec = qt_cg_pp_executed_need(g, &exec_stage);
     const int64_t need = exec >= 0 ? exec : bound;

@@ -1,8 +1,10 @@
 /* driver/pipeline.c - the plan pipeline, stage by stage, top to bottom (core/qt_cg.h):
  * config -> settings -> forward graph -> autodiff -> remat -> precision (each tensor's
  * dtype) -> memory (flat ranges, per-layer schedule edits, arena; the gradient_reduce / param_gather form chosen against the
- * budget) -> step schedule -> checks -> scan -> hash; with pipeline stages once per stage,
- * keeping the heaviest stage's plan. Writes nothing: driver/generate.c
+ * budget) -> step schedule -> checks -> scan -> hash; with pipeline stages the stage-local
+ * tables of every stage first (their forms chosen against the budget on their own arenas,
+ * the need qtrain maps), then each stage's planning graph in its stage's forms, keeping the
+ * heaviest one for the report. Writes nothing: driver/generate.c
  * renders and writes the files, driver/diff.c compares two plans.
  * Invariant: the first failing stage's message is the error; c, s and g are always safe
  * to pass to qt_cg_plan_free.
@@ -84,14 +86,52 @@ static int overlap(qt_cg_graph *g, int on, char *err, size_t errlen)
     return qt_cg_memplan(g, err, errlen);
 }
 
+/* The rest of a plan once its gradient-reduce, gather and overlap forms are set: the
+ * experts' exchanges and the microbatch-end reduce-scatter beside compute (collective_overlap
+ * all), the step schedule, the checks, the scan and the hash. */
+static int plan_tail(qt_cg_settings *s, qt_cg_graph *g, char *err, size_t errlen)
+{
+    /* collective_overlap all: the experts' host -> home exchanges beside compute too */
+    if (s->overlap == QT_CG_OVERLAP_ALL && s->mesh[QT_MESH_EXPERT] > 1 && qt_cg_ep_overlap(g)) {
+        if (g->layer_reduce) qt_cg_leaf_windows(g);
+        if (qt_cg_memplan(g, err, errlen)) return -1;
+    }
+    /* collective_overlap all, microbatch form with G > 1: the microbatch-end reduce-scatter
+     * beside the next microbatch's forward (schedule/step.c; its split scratch planned here) */
+    g->mb_overlap = s->overlap == QT_CG_OVERLAP_ALL && g->reduce_per_mb && !g->layer_reduce &&
+                    !g->grad_mb_units && s->tr.grad_accum > 1 && s->pp_stages <= 1 &&
+                    s->n_ranks > 1;
+    if (g->mb_overlap && qt_cg_memplan(g, err, errlen)) return -1;
+    qt_cg_step_schedule(g);
+    if (qt_cg_check_schedule(g, err, errlen)) return -1;
+    if (qt_cg_layout_check(g, &g->n_reshards, err, errlen)) return -1;
+    if (qt_cg_check_plan(g, err, errlen)) return -1;
+    if (qt_cg_scan(g, err, errlen)) return -1;
+    g->hash = qt_cg_hash(g);
+    return 0;
+}
+
 /* The plan of the resolved settings (of stage s->pp_stage with pipeline stages): graph to
- * hash. */
-static int plan_graph(qt_cg_settings *s, qt_cg_graph *g, char *err, size_t errlen)
+ * hash. forms NULL: the gradient-reduce, gather and overlap forms chosen here (auto against
+ * the budget, on qt_cg_need_bytes); else forms's (a pipeline stage's planning graph takes
+ * the forms its stage-local tables chose, so the report's bound is of what runs). */
+static int plan_graph(qt_cg_settings *s, qt_cg_graph *g, const qt_cg_graph *forms, char *err,
+                      size_t errlen)
 {
     if (qt_cg_graph_build(g, s, err, errlen)) return -1;
     if (qt_cg_autodiff(g, err, errlen)) return -1;
     if (qt_cg_remat(g, err, errlen)) return -1;
     qt_cg_precision(g);
+    if (forms) {
+        g->params_compact = forms->params_compact;
+        g->reduce_per_mb = forms->reduce_per_mb;
+        g->layer_reduce = forms->layer_reduce;
+        if (plan_memory(g, err, errlen)) return -1;
+        if (g->layer_reduce && s->overlap != QT_CG_OVERLAP_OFF && overlap(g, 1, err, errlen))
+            return -1;
+        if (g->overlap && !forms->overlap && overlap(g, 0, err, errlen)) return -1;
+        return plan_tail(s, g, err, errlen);
+    }
     /* gradient_reduce: the step form (one reduce-scatter after the microbatches) unless
      * expert or context parallelism needs the microbatch form, or auto finds the step form's
      * parameter-sized tree levels over the budget (then the microbatch form, then the
@@ -126,24 +166,7 @@ static int plan_graph(qt_cg_settings *s, qt_cg_graph *g, char *err, size_t errle
     if (g->overlap && s->overlap == QT_CG_OVERLAP_AUTO && budget > 0 && qt_cg_need_bytes(g) > budget &&
         overlap(g, 0, err, errlen))
         return -1;
-    /* collective_overlap all: the experts' host -> home exchanges beside compute too */
-    if (s->overlap == QT_CG_OVERLAP_ALL && s->mesh[QT_MESH_EXPERT] > 1 && qt_cg_ep_overlap(g)) {
-        if (g->layer_reduce) qt_cg_leaf_windows(g);
-        if (qt_cg_memplan(g, err, errlen)) return -1;
-    }
-    /* collective_overlap all, microbatch form with G > 1: the microbatch-end reduce-scatter
-     * beside the next microbatch's forward (schedule/step.c; its split scratch planned here) */
-    g->mb_overlap = s->overlap == QT_CG_OVERLAP_ALL && g->reduce_per_mb && !g->layer_reduce &&
-                    !g->grad_mb_units && s->tr.grad_accum > 1 && s->pp_stages <= 1 &&
-                    s->n_ranks > 1;
-    if (g->mb_overlap && qt_cg_memplan(g, err, errlen)) return -1;
-    qt_cg_step_schedule(g);
-    if (qt_cg_check_schedule(g, err, errlen)) return -1;
-    if (qt_cg_layout_check(g, &g->n_reshards, err, errlen)) return -1;
-    if (qt_cg_check_plan(g, err, errlen)) return -1;
-    if (qt_cg_scan(g, err, errlen)) return -1;
-    g->hash = qt_cg_hash(g);
-    return 0;
+    return plan_tail(s, g, err, errlen);
 }
 
 /* The pipeline's executable tables (docs/pipeline.md "How the firmware runs it"): every
@@ -200,6 +223,7 @@ static int pp_local_plans(const qt_cg_settings *s, qt_cg_graph *g, char *err, si
     if (s->mtp_layers > 0) return 0;
     const int S = s->pp_stages;
     g->pp_settings = qt_cg_alloc((size_t)S * sizeof *g->pp_settings);
+    memset(g->pp_settings, 0, (size_t)S * sizeof *g->pp_settings);
     g->pp_graphs = qt_cg_alloc((size_t)S * sizeof *g->pp_graphs);
     memset(g->pp_graphs, 0, (size_t)S * sizeof *g->pp_graphs);
     int64_t param0 = 0, elem0 = 0;
@@ -225,7 +249,7 @@ static int pp_local_plans(const qt_cg_settings *s, qt_cg_graph *g, char *err, si
         ss->scan_layers = s->pp_scan && s->m.cycle > 0
                           && s->pp_lps % s->m.cycle == 0;
         snprintf(ss->cname, sizeof ss->cname, "%.100s_s%d", s->cname, st);
-        if (plan_graph(ss, gs, err, errlen)) return -1;
+        if (plan_graph(ss, gs, NULL, err, errlen)) return -1;
         for (int i = 0; i < gs->np; i++) {
             const qt_tensor *t = &gs->ts[gs->ps[i].tensor].t;
             int64_t n = 1;
@@ -256,7 +280,7 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
     if (qt_cg_config_load(c, configs_dir, run_path, n_over, over, err, errlen)) return -1;
     if (qt_cg_settings_resolve(c, s, err, errlen)) return -1;
     if (s->pp_stages <= 1) {
-        if (plan_graph(s, g, err, errlen)) return -1;
+        if (plan_graph(s, g, NULL, err, errlen)) return -1;
         /* expert_dispatch auto (config/dispatch.c): the whole dispatch unless its plan is over
          * the budget and rounds are possible; then the plan with rounds */
         const int64_t budget = qt_cg_budget_bytes(s);
@@ -264,20 +288,34 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
         qt_cg_graph_free(g);
         memset(g, 0, sizeof *g);
         s->expert_dispatch = QT_CG_DISPATCH_ROUNDS;
-        return plan_graph(s, g, err, errlen);
+        return plan_graph(s, g, NULL, err, errlen);
     }
-    /* pipeline stages (docs/pipeline.md): every stage is planned with its own layers (each
-     * with the embedding and the head: an upper bound for the middle stages); the plan
-     * keeps the stage that needs the most under the schedule, and each stage's figures */
+    /* pipeline stages (docs/pipeline.md): first every stage's stage-local tables, what
+     * qtrain runs (their forms chosen against the budget on their own arenas; expert_dispatch
+     * auto: rounds on every stage when the largest stage's whole dispatch is over the
+     * budget, as without stages); then every stage's planning graph (its layers, the
+     * embedding and the head: an upper bound for the middle stages) in its stage's forms.
+     * The plan keeps the stage whose bound is the largest under the schedule, each stage's
+     * figures and the stage-local tables. */
     const int S = s->pp_stages;
+    qt_cg_graph loc; /* holds only the stage-local tables (pp_local_plans) */
+    memset(&loc, 0, sizeof loc);
+    loc.s = s;
+    int rc = pp_local_plans(s, &loc, err, errlen), top;
+    const int64_t budget = qt_cg_budget_bytes(s);
+    if (!rc && s->expert_rounds_auto && budget > 0 && qt_cg_pp_executed_need(&loc, &top) > budget) {
+        qt_cg_graph_free(&loc);
+        memset(&loc, 0, sizeof loc);
+        loc.s = s;
+        s->expert_dispatch = QT_CG_DISPATCH_ROUNDS;
+        rc = pp_local_plans(s, &loc, err, errlen);
+    }
     int64_t *need = qt_cg_alloc((size_t)S * 4 * sizeof *need);
     int heavy = 0;
-    for (int st = 0; st < S; st++) {
+    for (int st = 0; st < S && !rc; st++) {
         s->pp_stage = st;
-        if (plan_graph(s, g, err, errlen)) {
-            free(need);
-            return -1;
-        }
+        if ((rc = plan_graph(s, g, loc.pp_graphs ? &loc.pp_graphs[st] : NULL, err, errlen)))
+            break;
         need[4 * st] = qt_cg_pp_need(g, 0);
         need[4 * st + 1] = qt_cg_pp_need(g, 1);
         need[4 * st + 2] = g->arena_bytes;
@@ -285,16 +323,23 @@ int qt_cg_plan_build(const char *configs_dir, const char *run_path, int n_over,
         if (need[4 * st + s->pp_schedule] > need[4 * heavy + s->pp_schedule]) heavy = st;
         if (st == S - 1 && heavy == st) break;
         qt_cg_graph_free(g);
+        memset(g, 0, sizeof *g);
     }
-    if (heavy != S - 1) {
+    if (!rc && heavy != S - 1) {
         s->pp_stage = heavy;
-        if (plan_graph(s, g, err, errlen)) {
-            free(need);
-            return -1;
-        }
+        rc = plan_graph(s, g, loc.pp_graphs ? &loc.pp_graphs[heavy] : NULL, err, errlen);
+    }
+    if (rc) {
+        free(need);
+        qt_cg_graph_free(&loc);
+        return -1;
     }
     g->pp_stage_figs = need;
-    return pp_local_plans(s, g, err, errlen);
+    g->pp_settings = loc.pp_settings;
+    g->pp_graphs = loc.pp_graphs;
+    g->pp_chunk_base = loc.pp_chunk_base;
+    if (g->pp_graphs) g->pp_group_hash = g->hash = loc.pp_group_hash;
+    return 0;
 }
 
 void qt_cg_plan_free(qt_cg_config *c, qt_cg_settings *s, qt_cg_graph *g)

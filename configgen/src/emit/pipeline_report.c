@@ -104,8 +104,9 @@ static const char *verdict_word(int64_t need, int64_t budget)
     return budget <= 0 ? "" : need <= budget ? " fits" : " over";
 }
 
-/* Per stage: the executed tables' arena (the verdict, when qtrain runs the plan's form:
- * qt_cg_pp_executed_need) and the planning bound under both schedules; then the verdict. */
+/* Per stage: the executed tables' arena (the verdict and configgen's budget check, when the
+ * plan has stage-local tables: qt_cg_pp_executed_need) and the planning bound under both
+ * schedules; then the verdict. */
 static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
@@ -120,9 +121,13 @@ static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
                      "from its forward to its backward) + 4 receive buffers of one boundary "
                      "message; gpipe holds M = %d microbatches (their R = %d repeat%s "
                      "included), 1f1b min(S - s, M) on stage s:\n",
-                     exec >= 0 ? ": executed = the stage-local tables qtrain maps (their arena, "
+                     exec < 0 ? ";" : s->pp_repeats > 1 ?
+                     ": executed = the stage-local tables qtrain maps (their arena, the "
+                     "in-flight slots of 3 M R boundary messages included: a stage keeps only "
+                     "its chunks' inputs in flight);" :
+                     ": executed = the stage-local tables qtrain maps (their arena, "
                      "the in-flight slots of 3 M boundary messages included: a stage keeps only "
-                     "its inputs in flight, so the same under gpipe and 1f1b);" : ";",
+                     "its inputs in flight, so the same under gpipe and 1f1b);",
                      s->pp_micro, s->pp_repeats, qt_cg_s(s->pp_repeats));
     for (int64_t st = 0; st < S && f; st++) {
         const int64_t *x = f + 4 * st;
@@ -147,15 +152,14 @@ static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
     }
     if (exec >= 0)
         qt_cg_buf_printf(b, "  verdict (budget %.0f MiB, the executed tables): %s (%.0f MiB, "
-                         "%.1f%%, stage %d the largest), gpipe and 1f1b alike; the planning "
+                         "%.1f%%, stage %d the largest), %s; the planning "
                          "bound: ", (double)budget / QT_CG_MIB,
                          exec <= budget ? "fits" : "does not fit", (double)exec / QT_CG_MIB,
-                         100.0 * (double)exec / (double)budget, heavy);
+                         100.0 * (double)exec / (double)budget, heavy,
+                         s->pp_repeats > 1 ? "gpipe with its repeats" : "gpipe and 1f1b alike");
     else
-        qt_cg_buf_printf(b, "  verdict (budget %.0f MiB, the planning bound: %s): ",
-                         (double)budget / QT_CG_MIB,
-                         s->pp_repeats > 1 ? "qtrain does not run circular repeats yet"
-                                           : "no stage-local tables with the MTP head");
+        qt_cg_buf_printf(b, "  verdict (budget %.0f MiB, the planning bound: no stage-local "
+                         "tables with the MTP head): ", (double)budget / QT_CG_MIB);
     qt_cg_buf_printf(b, "gpipe %s (%.0f MiB, %.1f%%), 1f1b ", w0 <= budget ? "fits" : "does not fit",
                      (double)w0 / QT_CG_MIB, 100.0 * (double)w0 / (double)budget);
     if (s->pp_repeats > 1)

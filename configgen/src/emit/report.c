@@ -24,6 +24,7 @@
 #include "mesh/qt_cg_mesh.h"
 #include "memory/qt_cg_memory.h"
 #include "emit/qt_cg_emit.h"
+#include "../../firmware/kernels/matmul_canon.h"
 
 static const char *const role_txt[QT_ROLE_COUNT] = {
     "param", "grad", "adam_m", "adam_v", "input", "act", "saved", "act_grad", "loss", "table",
@@ -406,6 +407,60 @@ static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
                            "units, or more tree levels than 24");
 }
 
+/* The "one-rank bits:" line of a plan whose tensor / context axes imply canonical_factor
+ * or the canonical cap (s->canon_implied, config/settings.c mesh_canon; issue 35). With
+ * the factor f alone its canonical counts are f x a power of two where one rank's (without
+ * the key) are powers of two, so its bits are not one rank's with this config; they are
+ * one rank's with canonical_factor: f when the batch reduction continues the one-rank tree
+ * (the batch axes' line, under "with canonical_factor f"), and their own otherwise. With
+ * the cap raised (s->canon_max) no one-rank plan has its counts: its own bits. Deterministic
+ * either way. */
+static void implied_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
+{
+    const qt_cg_settings *s = g->s;
+    const int32_t t = s->mesh[QT_MESH_TENSOR], c = s->mesh[QT_MESH_CONTEXT], f = s->canon_factor;
+    const int cap = s->canon_max > 0;
+    const int ut = cap ? t > 1 : t / (t & -t) > 1, uc = cap ? c > 1 : c / (c & -c) > 1;
+    char ax[64], tail[160], lab[64], fs[64] = "";
+    if (f > 1) snprintf(fs, sizeof fs, ", canonical_factor %d implied", f);
+    if (ut && uc) snprintf(ax, sizeof ax, "tensor %d x context %d", t, c);
+    else if (ut) snprintf(ax, sizeof ax, "tensor %d", t);
+    else snprintf(ax, sizeof ax, "context %d", c);
+    qt_cg_buf rb = {0};
+    if (s->batch_mask && nb > 1) one_rank_bits_line(&rb, g, nb);
+    snprintf(lab, sizeof lab, cap ? "with these counts" : "with canonical_factor %d", f);
+    if (cap)
+        snprintf(tail, sizeof tail, "no one-rank plan has these counts, so its bits are its "
+                 "own%s", rb.p ? " (the batch reduction: next line)" : "");
+    else if (!rb.p)
+        snprintf(tail, sizeof tail, "with canonical_factor: %d the plan gives one rank's bits", f);
+    else if (strstr(rb.p, "one-rank bits: yes"))
+        snprintf(tail, sizeof tail, "with canonical_factor: %d the plan gives one rank's bits "
+                 "(the batch reduction: next line)", f);
+    else
+        snprintf(tail, sizeof tail, "with canonical_factor: %d too the batch reduction keeps "
+                 "its own bits (next line)", f);
+    if (cap)
+        qt_cg_buf_printf(b, "  one-rank bits: no: %s without canonical_factor: one rank holds "
+                         "at most %d canonical blocks a count, which these %d ranks cannot "
+                         "split, so the plan's counts go up to %d blocks (config/canon.c%s); "
+                         "the run is deterministic for this mesh and plan; %s "
+                         "(docs/determinism.md \"The implied factor\")\n", ax, QT_CANON_BLOCKS,
+                         s->canon_max, s->canon_max, fs, tail);
+    else
+        qt_cg_buf_printf(b, "  one-rank bits: no: %s without canonical_factor: the axes imply "
+                         "canonical_factor %d (canonical contraction blocks, head groups and "
+                         "token blocks %d x a power of two, config/canon.c, where one rank "
+                         "without the key has powers of two), so the run is deterministic for "
+                         "this mesh and plan and its bits differ from one rank's with this "
+                         "config; %s (docs/determinism.md \"Axes of any size\")\n", ax, f, f,
+                         tail);
+    if (rb.p) {
+        qt_cg_buf_printf(b, "  %s, %s", lab, rb.p + 2);
+        qt_cg_buf_free(&rb);
+    }
+}
+
 /* Who reads which sequences over the batch axes: ranks that differ on an axis other than
  * context read different sequences; the ranks of a context group read the same sequences,
  * each keeping its own part of the tokens (data_section's context line says which). */
@@ -459,7 +514,8 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
     if (s->batch_mask) batch_axes_line(b, s, bm, nb);
     else
         qt_cg_buf_printf(b, "  batch axes: - (every rank reads the whole global batch)\n");
-    if (s->batch_mask && nb > 1) one_rank_bits_line(b, g, nb);
+    if (s->canon_implied) implied_bits_line(b, g, nb);
+    else if (s->batch_mask && nb > 1) one_rank_bits_line(b, g, nb);
     if (s->opt_mask)
         qt_cg_buf_printf(b, "  optimizer axes: %s (Adam m/v and the update split into blocks: "
                          "this rank keeps %lld of the %lld flat elements)\n", om,
@@ -518,12 +574,16 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          (long long)qt_cg_blocks(s), (long long)qt_cg_blocks(s),
                          (long long)qt_cg_leaf_tokens(s), (long long)(per * qt_cg_blocks(s) / C));
     if (s->canon_factor > 1)
-        qt_cg_buf_printf(b, "  canonical_factor %d: canonical contraction blocks and head groups "
-                         "are %d x a power of two where %d divides the length (config/canon.c), "
-                         "so an axis of %d x a power of two splits them; the bits are those of "
-                         "one rank with the same factor (docs/determinism.md \"Axes of any "
-                         "size\")\n", s->canon_factor, s->canon_factor, s->canon_factor,
-                         s->canon_factor);
+        qt_cg_buf_printf(b, "  canonical_factor %d%s: canonical contraction blocks and head "
+                         "groups are %d x a power of two where %d divides the length "
+                         "(config/canon.c), so an axis of %d x a power of two splits them; %s "
+                         "(docs/determinism.md \"Axes of any size\")\n", s->canon_factor,
+                         s->canon_implied ? " (implied by the tensor / context axes: the config "
+                                            "does not set canonical_factor)" : "",
+                         s->canon_factor, s->canon_factor, s->canon_factor,
+                         s->canon_max > 0 ? "with the cap raised (mesh section) the bits are "
+                                            "this plan's own"
+                                          : "the bits are those of one rank with the same factor");
     if (s->ctx_seq_split > 1)
         qt_cg_buf_printf(b, "  per_device_batch_size x tensor x context = %d sequences per batch "
                          "group: run as %d microbatches of one sequence each (context "
@@ -757,7 +817,8 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
                         EP_SAME(e, Rmax))
 _Static_assert(EP_SAME_ALL(MOE_RETURN_FWD) && EP_SAME_ALL(MOE_RETURN_BWD) &&
                EP_SAME_ALL(MOE_DISPATCH_BWD) && EP_SAME_ALL(MOE_RETURN_START) &&
-               EP_SAME_ALL(MOE_DISPATCH_BWD_START),
+               EP_SAME_ALL(MOE_DISPATCH_BWD_START) && EP_SAME_ALL(MOE_DISPATCH_FWD_START) &&
+               EP_SAME_ALL(MOE_RETURN_BWD_START),
                "report.c: the EP exchanges' attributes differ");
 
 /* The expert dispatch in rounds (expert_dispatch=rounds): its ops per microbatch, the group,
@@ -887,15 +948,20 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
     for (int i = 0; i < g->nmb; i++) {
         const qt_op *o = &g->mb[i];
         int64_t rows;
-        if (o->kind == QT_OP_MOE_DISPATCH_FWD || o->kind == QT_OP_MOE_RETURN_BWD)
-            rows = EP_A(o, T) * EP_A(o, k);   /* the home rows T*k */
+        const int split = o->kind == QT_OP_MOE_RETURN_START ||
+                          o->kind == QT_OP_MOE_DISPATCH_BWD_START ||
+                          o->kind == QT_OP_MOE_DISPATCH_FWD_START ||
+                          o->kind == QT_OP_MOE_RETURN_BWD_START;
+        if (o->kind == QT_OP_MOE_DISPATCH_FWD || o->kind == QT_OP_MOE_RETURN_BWD ||
+            o->kind == QT_OP_MOE_DISPATCH_FWD_START || o->kind == QT_OP_MOE_RETURN_BWD_START)
+            rows = EP_A(o, T) * EP_A(o, k);   /* the home rows T*k (a split one at its start) */
         else if (o->kind == QT_OP_MOE_RETURN_FWD || o->kind == QT_OP_MOE_DISPATCH_BWD ||
                  o->kind == QT_OP_MOE_RETURN_START || o->kind == QT_OP_MOE_DISPATCH_BWD_START)
             rows = EP_A(o, Rmax);             /* the host rows Rmax (a split one at its start) */
         else
             continue;
         n_ep++;
-        n_ep_split += o->kind == QT_OP_MOE_RETURN_START || o->kind == QT_OP_MOE_DISPATCH_BWD_START;
+        n_ep_split += split;
         ep_mask |= (unsigned)EP_A(o, mask);
         ep_max += qt_dtype_bytes((unsigned)g->s->dtype) * rows * EP_A(o, d);
     }
@@ -912,8 +978,9 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
                          (long long)g->s->tr.grad_accum, g->s->tr.grad_accum == 1 ? "" : "es");
         if (n_ep_split)
             qt_cg_buf_printf(b, "  of which %d split beside compute (collective_overlap all: "
-                             "moe_return_start .. moe_return_wait, moe_dispatch_bwd_start .. "
-                             "moe_dispatch_bwd_wait in the microbatch schedule)\n", n_ep_split);
+                             "moe_dispatch_fwd_start .. _wait, moe_return_start .. _wait, "
+                             "moe_return_bwd_start .. _wait, moe_dispatch_bwd_start .. _wait in "
+                             "the microbatch schedule)\n", n_ep_split);
     }
     ep_rounds_line(b, g);
     cp_exchange_line(b, g);

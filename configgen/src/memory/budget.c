@@ -4,9 +4,12 @@
  * change (mesh, ZeRO-1, batch) without compiling anything.
  *
  * Invariants: reads the finished plan only (after memplan); the categories are the regions
- * of the arena and add up to it up to alignment padding (a pipeline stage adds its other
- * microbatches in flight and its receive buffers: memory/pipeline_mem.c); the error message fits the
- * caller's buffer (it is cut, never overflowed). A plan without a budget passes.
+ * of the arena and add up to it up to alignment padding; a pipeline plan is checked on its
+ * largest stage's stage-local tables (qt_cg_pp_executed_need: what qtrain maps, in-flight
+ * slots included) and lists that stage's consumers; without stage-local tables (the MTP
+ * head) on the planning bound, the heaviest stage adding its other microbatches in flight
+ * and its receive buffers (memory/pipeline_mem.c); the error message fits the caller's
+ * buffer (it is cut, never overflowed). A plan without a budget passes.
  */
 #include <stdio.h>
 #include <string.h>
@@ -68,13 +71,18 @@ int64_t qt_cg_budget_bytes(const qt_cg_settings *s)
     return (int64_t)(s->budget_gib * 1073741824.0);
 }
 
-int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
+int qt_cg_budget_check(const qt_cg_graph *g0, char *err, size_t errlen)
 {
-    const qt_cg_settings *s = g->s;
+    const qt_cg_settings *s = g0->s;
     const int64_t budget = qt_cg_budget_bytes(s);
-    const int64_t need = qt_cg_need_bytes(g);
+    /* a pipeline with stage-local tables: the largest stage's (what qtrain maps), its
+     * consumers listed; else the plan's need (the planning bound with the MTP head) */
+    int xs;
+    const int64_t exec = qt_cg_pp_executed_need(g0, &xs);
+    const qt_cg_graph *g = exec >= 0 ? &g0->pp_graphs[xs] : g0;
+    const int64_t need = exec >= 0 ? exec : qt_cg_need_bytes(g0);
     if (budget <= 0 || need <= budget) return 0;
-    const int pp = s->pp_stages > 1;
+    const int pp = s->pp_stages > 1 && exec < 0;
     const int64_t saved = pp ? qt_cg_pp_saved_bytes(g) : 0;
     int64_t tree = 0;
     for (int l = 0; l < g->n_tree_levels; l++)
@@ -112,6 +120,16 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
                                 s->run_name, (double)need / QT_CG_MIB,
                                 (double)budget / QT_CG_MIB,
                                 (double)(need - budget) / QT_CG_MIB);
+    if (exec >= 0 && k < errlen) {
+        const int64_t slots = g->pp_slots != QT_NONE ? tensor_bytes(&g->ts[g->pp_slots].t) : 0;
+        k += (size_t)snprintf(err + k, errlen - k, " (pipeline stage %d of %d, the stage "
+                              "whose executed stage-local tables need the most: %.1f MiB, the "
+                              "in-flight slots of 3 M R = %lld boundary messages included "
+                              "(%.1f MiB; M = num_pipeline_microbatches=%d, R = %d); the same "
+                              "under pipeline_schedule gpipe and 1f1b)", xs, s->pp_stages,
+                              (double)need / QT_CG_MIB, 3LL * s->pp_micro * s->pp_repeats,
+                              (double)slots / QT_CG_MIB, s->pp_micro, s->pp_repeats);
+    }
     if (pp && k < errlen) {
         const int o = !s->pp_schedule;
         char alt[160];
@@ -142,6 +160,9 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen)
     if (k < errlen)
         snprintf(err + k, errlen - k, " (plan.txt is not written; shard more: fsdp, expert, "
                  "tensor, ZeRO-1, %sor a smaller batch)",
-                 pp ? "pipeline_schedule=1f1b or more pipeline microbatches, " : "");
+                 pp ? "pipeline_schedule=1f1b or more pipeline microbatches, "
+                 : exec >= 0 ? "more pipeline stages (ici_pipeline_parallelism: fewer layers "
+                               "per stage), more pipeline microbatches (num_pipeline_microbatches: "
+                               "smaller ones, a smaller activation peak), " : "");
     return -1;
 }

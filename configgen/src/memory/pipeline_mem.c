@@ -11,7 +11,8 @@
  * planner shares everything else); GPipe holds all M microbatches of an accumulation step, 1F1B at most S
  * (Megatron: stage r holds min(S - r, M), stage 0 the most). Reads the finished plan only.
  * The executed need is the stage-local tables' own arenas: there a stage keeps only its
- * inputs in flight, in slots of its arena, so nothing is added to them.
+ * inputs in flight, in slots of its arena, so nothing is added to them; a stage-local
+ * graph's need (qt_cg_need_bytes, what its budget-driven form choices compare) is its arena.
  */
 #include "core/qt_cg.h"
 #include "memory/qt_cg_memory.h"
@@ -64,6 +65,7 @@ int64_t qt_cg_pp_need(const qt_cg_graph *g, int schedule)
 
 int64_t qt_cg_need_bytes(const qt_cg_graph *g)
 {
+    if (g->s->pp_local) return g->arena_bytes; /* the stage-local tables: slots included */
     return qt_cg_pp_need(g, g->s->pp_schedule);
 }
 
@@ -71,7 +73,7 @@ int64_t qt_cg_pp_executed_need(const qt_cg_graph *g, int *stage)
 {
     const qt_cg_settings *s = g->s;
     *stage = -1;
-    if (s->pp_stages <= 1 || s->pp_repeats > 1 || !g->pp_graphs) return -1;
+    if (s->pp_stages <= 1 || !g->pp_graphs) return -1;
     int64_t need = -1;
     for (int st = 0; st < s->pp_stages; st++)
         if (g->pp_graphs[st].arena_bytes > need) {

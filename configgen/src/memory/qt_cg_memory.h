@@ -44,7 +44,9 @@ int qt_cg_grad_mb_levels(const qt_cg_graph *g, int64_t *umax);
 /* Floats of tree level l (qt_plan.h qt_tree_level_elems). */
 int64_t qt_cg_tree_level_elems(const qt_cg_graph *g, int l);
 /* The per-rank budget in bytes (0 = none) and its check: 0, or -1 with an error naming
- * the budget, the excess and the biggest consumers by category and tensor (memory/budget.c). */
+ * the budget, the excess and the biggest consumers by category and tensor; a pipeline plan
+ * with stage-local tables is checked on its largest stage's (qt_cg_pp_executed_need), the
+ * error naming that stage (memory/budget.c). */
 int64_t qt_cg_budget_bytes(const qt_cg_settings *s);
 int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen);
 
@@ -55,7 +57,8 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen);
  * min(S - stage, M)), and the
  * per-rank need under a schedule: the arena, the other microbatches in flight and the
  * receive buffers. qt_cg_need_bytes is the need under the plan's schedule: the arena
- * itself without a pipeline. */
+ * itself without a pipeline, and for a stage's stage-local tables (pp_local: their slots
+ * are in it). */
 int64_t qt_cg_pp_saved_bytes(const qt_cg_graph *g);
 int64_t qt_cg_pp_boundary_bytes(const qt_cg_settings *s);
 int64_t qt_cg_pp_inflight(const qt_cg_settings *s, int schedule);
@@ -64,9 +67,9 @@ int64_t qt_cg_need_bytes(const qt_cg_graph *g);
 
 /* The need of the stage-local tables qtrain executes (driver/pipeline.c pp_local_plans):
  * the largest stage arena (its in-flight slots included: the need under both schedules),
- * *stage the stage that has it; -1 when the plan has none that qtrain runs (no pipeline,
- * the MTP head: no stage-local tables; circular repeats, R > 1: not executed yet), and the
- * verdict then stays the planning bound, qt_cg_need_bytes. */
+ * *stage the stage that has it (circular repeats included: their R chunks' slots); -1
+ * when the plan has none (no pipeline; the MTP head: no stage-local tables), and the
+ * verdict and the budget check then stay the planning bound, qt_cg_need_bytes. */
 int64_t qt_cg_pp_executed_need(const qt_cg_graph *g, int *stage);
 
 #endif

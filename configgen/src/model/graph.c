@@ -659,11 +659,13 @@ static void moe_block(qt_cg_graph *g, const char *ppre, const char *apre, int l,
         snprintf(n2, sizeof n2, "%s.moe.expert_gu", apre);
         int32_t gu = qt_cg_add_tensor(g, n2, QT_ROLE_SAVED, QT_F32, 4,
                                       SHP(D->b, D->S, D->k, 2 * D->f), AX(B, L, 0, QT_LAX_ACT_MLP));
-        /* qt_ops.h: >= max(T*k*(d+f), S*(d+3f)), so one sequence's rows always fit. */
-        const int64_t nb = expert_canon(g, D);
+        /* qt_ops.h: >= max(T*k*(d+f), S*(d+3f)), so one sequence's rows always fit (S the
+         * whole sequence, as check/check.c counts it: on a context mesh more than this rank's
+         * D->S tokens; every plan whose partials did not cover that was refused there) */
+        const int64_t nb = expert_canon(g, D), Sg = g->s->tr.seq_len;
         int ext;
         int64_t escr = expert_scratch(g, D->T, D->k, D, nb, &ext);
-        if (ext && D->S * (D->d + 3 * D->f) > escr) escr = D->S * (D->d + 3 * D->f);
+        if (ext && Sg * (D->d + 3 * D->f) > escr) escr = Sg * (D->d + 3 * D->f);
         snprintf(n2, sizeof n2, "%s.moe.expert_fwd_scratch", apre);
         int32_t fscr = scratch(g, n2, escr);
         qt_cg_layout_declare(g, gu, QT_LAX_ACT_MLP, "the routed experts are replicated over "
@@ -956,6 +958,17 @@ static void dims_of(const qt_cg_settings *s, qt_cg_dims *D)
     D->nch = (D->Sm + m->gdn_chunk - 1) / m->gdn_chunk;
 }
 
+/* Token dropping: the ZERO of the dropped counts (moe_drops, every row), before the layers
+ * that add theirs. */
+static void drops_zero(qt_cg_graph *g)
+{
+    const qt_tensor *t = &g->ts[g->moe_drops].t;   /* [layers + MTP depths, b] */
+    const int64_t n = t->shape[0] * t->shape[1];
+    qt_op *op = qt_cg_emit_op(g, 0, QT_OP_ZERO);
+    QT_T(op, ZERO, x) = g->moe_drops;
+    QT_A(op, ZERO, n) = n;
+}
+
 /* The step's inputs, loss sums and tables (tokens, targets, per-block loss sums, the lb and
  * dropped-count sums, the rope table, packed positions, the MTP head's inputs) and the init
  * ops that fill or zero them. */
@@ -1008,11 +1021,9 @@ static void graph_io(qt_cg_graph *g, const qt_cg_dims *D)
         QT_T(op, ZERO, x) = g->lb_seq;
         QT_A(op, ZERO, n) = D->b;
     }
-    if (g->moe_drops != QT_NONE) {
-        op = qt_cg_emit_op(g, 0, QT_OP_ZERO);
-        QT_T(op, ZERO, x) = g->moe_drops;
-        QT_A(op, ZERO, n) = (s->m.n_layers + s->mtp_layers) * D->b;
-    }
+    /* a circular stage's chunks zero the counts each (pp_chunk_open) */
+    if (g->moe_drops != QT_NONE && !(s->pp_stages > 1 && s->pp_local && s->pp_repeats > 1))
+        drops_zero(g);
 }
 
 /* The gradient of a stage's output boundary x (received from the stage after: the
@@ -1036,7 +1047,12 @@ static int pp_chunk_open(qt_cg_graph *g, const qt_cg_settings *s, int r)
     QT_CG_SET_A(op, PP_CHUNK, .chunk = r, .bwd = 0, .in = QT_NONE, .out = QT_NONE,
                 .dout = QT_NONE, .din = QT_NONE, .param0 = g->np,
                 .gparam = s->pp_chunk_base[2 * r], .gelem = s->pp_chunk_base[2 * r + 1]);
-    return g->nmb - 1;
+    const int mk = g->nmb - 1;
+    /* token dropping: each chunk's forward counts its own layers' drops from zero (the
+     * driver takes them after each chunk's B: runtime/pipeline.c), so a chunk's runs read
+     * no other chunk's counts */
+    if (g->moe_drops != QT_NONE) drops_zero(g);
+    return mk;
 }
 
 /* Chunk r's input boundary (what the stage before sent, or for stage 0 the last stage's
