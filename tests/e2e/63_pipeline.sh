@@ -712,3 +712,13 @@ for cell in "pp1r-next32-b4-scan pp2r2-next32-scan 2" "pp1r-next32-b8-scan pp2r2
   set -- $cell
   check "pipeline: circular scanned ${2#pp} ($3 ranks) == one rank ($1), bit for bit" pp_same "$@"
 done
+
+# checkpoints of the circular microbatch and per-layer forms (their ranges cut per chunk):
+# the file after 5 steps == one rank's (PP2 R2 x EP2; x DP2 ZeRO-1 with per-layer gathers),
+# and PP2 R2 x EP2's checkpoint resumed on one rank: steps 6..10 == one rank's 10 steps
+for cell in "pp1r-next-b8 pp2r2ep2-next 4" "pp1r-next-b8 pp2r2dp2-next-z1pg 4"; do
+  set -- $cell
+  check "pipeline ckpt: circular ${2#pp} ($3 ranks) checkpoint file == one rank's ($1)" pp_ck_file_eq "$@"
+done
+check "pipeline ckpt: circular 2r2ep2-next (4 ranks) -> one rank: steps 6..10 == one rank's" \
+  pp_ck_resume pp1r-next-b8 pp2r2ep2-next 4 pp1r-next-b8 1
