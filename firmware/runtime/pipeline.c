@@ -7,6 +7,9 @@
  *    m + 1, chunk by chunk: GPipe's backward phase runs B0 .. B(M-1) in every repeat (the
  *    repeats descending; a chunk's parameters are its own), 1F1B's backwards are B0, B1,
  *    ... by construction, so the stage's trees are the one-rank trees over the step's leaves;
+ *    in the microbatch form each chunk's microbatch-end ops (its own flat ranges: configgen
+ *    cuts them per chunk) run right after its backward, pushing microbatch m into the
+ *    ranges' microbatch trees in the same order;
  *  - a microbatch's forward at B is the forward it ran at F (same inputs, same tables,
  *    deterministic kernels): the rematerialisation changes no bit; a chunk's forward and
  *    backward runs read only what they write and its boundaries (configgen's check_chunks);
@@ -220,6 +223,23 @@ static qt_pp_act qt_pp_at(const qt_plan *p, const qt_pp_chunk *ch, int R, int S,
     return a;
 }
 
+/* After chunk c's backward of microbatch mb: the chunk's part of the microbatch-end
+ * schedule (the microbatch form: its ranges' leaf-tree totals, reduce-scatters over the
+ * stage's mesh and pushes as leaf mb of their microbatch trees; a chunk's parameters get
+ * their leaves only from its own backward, and each chunk's backwards come in increasing
+ * mb, so every range's counter sees the one-rank order). */
+static int qt_pp_mb_end(const qt_ctx *ctx, const qt_kernel_entry *table, const qt_pp_chunk *c,
+                        int64_t mb, qt_step_state *st)
+{
+    const qt_plan *p = ctx->plan;
+    st->mb = mb;
+    for (int32_t i = c->e0; i < c->e1; i++) {
+        const int rc = table[p->mbend_ops[i].kind].step(&p->mbend_ops[i], ctx, st);
+        if (rc) return rc;
+    }
+    return QT_OK;
+}
+
 int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st,
                        const qt_pp_hooks *h)
 {
@@ -321,6 +341,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                 if (!rc) qt_interp_run_range(ctx, table, c->f0, c->f1, mb, st);
                 if (!rc && !*ctx->status) qt_interp_run_range(ctx, table, c->b0, c->b1, mb, st);
                 if (!rc && *ctx->status) rc = *ctx->status;
+                if (!rc) rc = qt_pp_mb_end(ctx, table, c, mb, st);
                 if (!rc) rc = h->chunk(mb, h->arg);
                 if (!rc && a.r == R - 1) rc = h->done(mb, h->arg);
                 if (!rc && c->in != QT_NONE) {

@@ -32,6 +32,27 @@ static void qt_pp_chunk_of(qt_pp_chunk *c, const qt_op *m)
     c->gelem = QT_A(m, PP_CHUNK, gelem);
 }
 
+/* The microbatch-end schedule cut per chunk (the microbatch form on a circular stage): R
+ * markers PP_CHUNK (bwd 2) in chunk order, the first one at op 0, each chunk's ops up to the
+ * next; no ops at all (the step form): every chunk's span empty. 1 when they are not so. */
+static int qt_pp_chunk_ends(const qt_plan *p, qt_pp_chunk *c, int n)
+{
+    int k = 0;
+    for (int r = 0; r < n; r++) c[r].e0 = c[r].e1 = 0;
+    for (int32_t i = 0; i < p->n_mbend_ops; i++) {
+        const qt_op *o = &p->mbend_ops[i];
+        if (o->kind != QT_OP_PP_CHUNK) {
+            if (!k) return 1;
+            c[k - 1].e1 = i + 1;
+            continue;
+        }
+        if (k >= n || QT_A(o, PP_CHUNK, chunk) != k || QT_A(o, PP_CHUNK, bwd) != 2) return 1;
+        c[k].e0 = c[k].e1 = i + 1;
+        k++;
+    }
+    return p->n_mbend_ops > 0 && k != n;
+}
+
 const qt_pp_chunk *qt_pp_chunks(const qt_plan *p, int *R)
 {
     *R = 0;
@@ -43,15 +64,19 @@ const qt_pp_chunk *qt_pp_chunks(const qt_plan *p, int *R)
     qt_pp_chunk *c = qt_pp_ct.c;
     const int n = p->pp_repeats;
     if (n <= 1) { /* one chunk: the plan's fields */
-        c[0] = (qt_pp_chunk){0, p->pp_fwd_ops, p->pp_fwd_ops, INT64_MAX, p->pp_in, p->pp_out,
-                             p->pp_dout, p->pp_din, 0, p->pp_param0, p->pp_elem0};
+        c[0] = (qt_pp_chunk){0, p->pp_fwd_ops, p->pp_fwd_ops, INT64_MAX, 0, p->n_mbend_ops,
+                             p->pp_in, p->pp_out, p->pp_dout, p->pp_din, 0, p->pp_param0,
+                             p->pp_elem0};
     } else {
         /* the markers: R forward ones in chunk order, then R backward end markers in
          * reverse chunk order (model/graph.c, model/autodiff.c; configgen checks that each
-         * chunk's runs read only what they write: check/check.c check_chunks) */
+         * chunk's runs read only what they write: check/check.c check_chunks), and the
+         * microbatch-end schedule's (schedule/step.c) */
         int nf = 0, nb = 0, bad = n > QT_PP_MAX_REPEATS;
-        for (int32_t i = 0; i < p->n_mb_ops && !bad; i++) {
-            const qt_op *o = &p->mb_ops[i];
+        /* logical indices (a chunk's layer cycles may be scanned: qt_mb_cursor unrolls) */
+        for (qt_mb_cursor k = qt_mb_begin(p); !bad && qt_mb_next(&k);) {
+            const qt_op *o = k.op;
+            const int64_t i = k.logical;
             if (o->kind != QT_OP_PP_CHUNK) continue;
             const int bwd = QT_A(o, PP_CHUNK, bwd) != 0;
             const int64_t want = bwd ? n - 1 - nb : nf;
@@ -69,10 +94,12 @@ const qt_pp_chunk *qt_pp_chunks(const qt_plan *p, int *R)
                 nb++;
             }
         }
+        if (!bad && nf == n && nb == n) bad = qt_pp_chunk_ends(p, c, n);
         if (bad || nf != n || nb != n) {
             qt_fail(QT_E_PLAN, "plan %s: %d repeats, but its pipeline chunk markers (PP_CHUNK) "
-                    "are not %d forward ones in order and %d backward ones in reverse order",
-                    p->run_name, n, n, n);
+                    "are not %d forward ones in order and %d backward ones in reverse order "
+                    "(and, with a microbatch-end schedule, %d there in order from its first "
+                    "op)", p->run_name, n, n, n, n);
             return NULL;
         }
     }

@@ -23,7 +23,7 @@
  * fill writes its inputs (tokens, targets; the data source), chunk takes what one repeat
  * chunk's forward leaves (after each of its B's: token dropping's counts of the chunk's
  * layers), done takes its results after its last repeat (the loss sums, on the last stage;
- * the microbatch-end schedule). 0 or QT_E_*. */
+ * not the microbatch-end schedule, which the driver runs per chunk). 0 or QT_E_*. */
 typedef struct qt_pp_hooks {
     int (*fill)(int64_t mb, void *arg);
     int (*chunk)(int64_t mb, void *arg);
@@ -38,13 +38,17 @@ typedef struct qt_pp_hooks {
 #define QT_PP_MAX_REPEATS 64
 
 /* One repeat chunk of the stage (docs/pipeline.md "How the firmware runs it"): its forward,
- * logical microbatch ops [f0, f1), and its backward, [b0, b1); its boundary tensors (QT_NONE
+ * logical microbatch ops [f0, f1), and its backward, [b0, b1); its microbatch-end ops
+ * [e0, e1) (the microbatch form: its ranges' totals, reduce-scatters and pushes, run after
+ * the chunk's backward); its boundary tensors (QT_NONE
  * where it has none): in (received), out (sent on), dout (out's gradient, received: the
  * backward's seed), din (in's gradient, sent back); param0 its first local parameter, gparam
  * and gelem that parameter's one-rank index and first element's one-rank index. One repeat:
- * one chunk from the plan's pp_* fields; R > 1: from the PP_CHUNK markers (qt_ops.def). */
+ * one chunk from the plan's pp_* fields (every microbatch-end op); R > 1: from the PP_CHUNK
+ * markers (qt_ops.def; the microbatch-end schedule's, bwd 2, cut it per chunk). */
 typedef struct qt_pp_chunk {
     int64_t f0, f1, b0, b1;
+    int32_t e0, e1;
     int32_t in, out, dout, din;
     int32_t param0;
     int64_t gparam, gelem;

@@ -408,7 +408,8 @@ static int qt_runtime_drops_merge(const qt_plan *p, qt_step_metrics *m)
 }
 
 /* One step's microbatch loop state: the exact loss accumulators and what the fill and the
- * microbatch's end need (qt_runtime_mb_fill / qt_runtime_mb_done, the pipeline's hooks). */
+ * microbatch's end need (qt_runtime_mb_fill / qt_runtime_mb_done; a pipeline's hooks
+ * qt_runtime_mb_fill / qt_runtime_pp_done). */
 typedef struct qt_rt_mbs {
     const qt_plan *p;
     int64_t step, R, St, t0;
@@ -431,22 +432,16 @@ static int qt_runtime_mb_fill(int64_t mb, void *arg)
     return QT_OK;
 }
 
-/* After microbatch mb's schedule: the microbatch-end schedule (its totals, reduced and
- * pushed), its per-sequence losses into the exact accumulators, packed: the count of its
- * targets with a loss (the normaliser, exact: the filled targets are still mb's), its
- * dropped counts (a pipeline stage's: qt_runtime_mb_chunk). */
-static int qt_runtime_mb_done(int64_t mb, void *arg)
+/* After microbatch mb's schedule: its per-sequence losses into the exact accumulators,
+ * packed: the count of its targets with a loss (the normaliser, exact: the filled targets
+ * are still mb's), its dropped counts (a pipeline stage's: qt_runtime_mb_chunk; a
+ * pipeline's hook: the driver ran the microbatch-end schedule). */
+static int qt_runtime_mb_take(int64_t mb, void *arg)
 {
     qt_rt_mbs *a = arg;
     const qt_plan *p = a->p;
-    const qt_kernel_entry *table = qt_runtime_table();
     const qt_ctx *ctx = &qt_rt.ctx;
-    qt_runtime_lap(&a->t, QT_PH_SCHED);
     a->mst->mb = mb;
-    for (int32_t i = 0; i < p->n_mbend_ops; i++) {
-        int rc = table[p->mbend_ops[i].kind].step(&p->mbend_ops[i], ctx, a->mst);
-        if (rc) return rc;
-    }
     const float *ls = qt_f32(ctx, p->loss_seq);
     for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&a->loss, ls[s]);
     if (qt_plan_positions(ctx)) {
@@ -470,6 +465,31 @@ static int qt_runtime_mb_done(int64_t mb, void *arg)
     if (p->pipeline_stages <= 1) qt_runtime_drops_add(p, a->m);   /* a pipeline's: per chunk */
     qt_runtime_lap(&a->t, QT_PH_LOSS);
     return QT_OK;
+}
+
+/* After microbatch mb's schedule: the microbatch-end schedule (its totals, reduced and
+ * pushed), then qt_runtime_mb_take. */
+static int qt_runtime_mb_done(int64_t mb, void *arg)
+{
+    qt_rt_mbs *a = arg;
+    const qt_plan *p = a->p;
+    const qt_kernel_entry *table = qt_runtime_table();
+    qt_runtime_lap(&a->t, QT_PH_SCHED);
+    a->mst->mb = mb;
+    for (int32_t i = 0; i < p->n_mbend_ops; i++) {
+        int rc = table[p->mbend_ops[i].kind].step(&p->mbend_ops[i], &qt_rt.ctx, a->mst);
+        if (rc) return rc;
+    }
+    return qt_runtime_mb_take(mb, arg);
+}
+
+/* A pipeline stage's end of microbatch mb (its hook: the driver ran the microbatch-end
+ * schedule per chunk). */
+static int qt_runtime_pp_done(int64_t mb, void *arg)
+{
+    qt_rt_mbs *a = arg;
+    qt_runtime_lap(&a->t, QT_PH_SCHED);
+    return qt_runtime_mb_take(mb, arg);
 }
 
 /* A pipeline stage after each repeat chunk's B of microbatch mb: the chunk's dropped counts
@@ -531,7 +551,7 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
         qt_runtime_lap(&a.t, QT_PH_DATA);
     }
     if (p->pipeline_stages > 1) {
-        const qt_pp_hooks h = {qt_runtime_mb_fill, qt_runtime_mb_chunk, qt_runtime_mb_done, &a};
+        const qt_pp_hooks h = {qt_runtime_mb_fill, qt_runtime_mb_chunk, qt_runtime_pp_done, &a};
         int rc = qt_pp_microbatches(ctx, table, &mst, &h);
         if (rc) return rc;
     }

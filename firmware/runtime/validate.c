@@ -10,6 +10,7 @@
  * Invariants: reads the plan only; its one piece of state is the validation scratch below;
  * returns QT_OK or QT_E_PLAN after printing one message.
  */
+#include <stdio.h>
 #include <string.h>
 #include "qt_validate.h"
 #include "qt_interp.h"
@@ -346,9 +347,12 @@ static int qt_validate_step(const qt_plan *p)
     int rc = QT_OK;
     for (int32_t i = 0; i < p->n_step_ops && !rc; i++)
         rc = qt_validate_step_op(p, &p->step_ops[i], i, "step", 0, &n_norm, &n_update);
+    /* a circular pipeline stage's microbatch-end schedule is cut per repeat chunk by
+     * PP_CHUNK markers (their order: qt_pp_chunks, at qt_validate_pipeline) */
     for (int32_t i = 0; i < p->n_mbend_ops && !rc; i++)
-        rc = qt_validate_step_op(p, &p->mbend_ops[i], i, "microbatch-end", 0, &mb_norm,
-                                 &mb_update);
+        if (p->mbend_ops[i].kind != QT_OP_PP_CHUNK || p->pp_repeats <= 1)
+            rc = qt_validate_step_op(p, &p->mbend_ops[i], i, "microbatch-end", 0, &mb_norm,
+                                     &mb_update);
     for (qt_mb_cursor c = qt_mb_begin(p); !rc && qt_mb_next(&c);)
         rc = qt_validate_step_op(p, c.op, c.logical, "microbatch", 1, &mb_norm, &mb_update);
     rc = rc ? rc : qt_validate_mb_splits(p, qt_val.table);
@@ -403,12 +407,42 @@ static int qt_pp_mtp_tables_ok(const qt_plan *p)
     return t->shape[0] == (last ? 2 : 1) * p->pp_micro && t->shape[1] == p->mtp_layers * nb;
 }
 
+/* A circular stage's chunk runs (the driver runs each chunk's forward alone, and at B its
+ * forward and backward: runtime/pipeline.c): every split collective the forward or the
+ * backward starts is waited for inside it (the per-layer gathers and reduce-scatters of
+ * collective_overlap: configgen moves none across a chunk's edge, schedule/overlap.c),
+ * and each part of the microbatch-end schedule likewise. */
+static int qt_validate_chunk_splits(const qt_plan *p, const qt_pp_chunk *c, int R)
+{
+    int rc = QT_OK;
+    for (int r = 0; r < R && R > 1 && !rc; r++) {
+        char which[64];
+        for (int bwd = 0; bwd < 2 && !rc; bwd++) { /* the forward runs alone at F */
+            const int64_t lo = bwd ? c[r].b0 : c[r].f0, hi = bwd ? c[r].b1 : c[r].f1;
+            snprintf(which, sizeof which, "pipeline chunk %d's %s", r,
+                     bwd ? "backward" : "forward");
+            qt_split_walk w = {{0}, 0, 0};
+            for (qt_mb_cursor k = qt_mb_begin(p); !rc && qt_mb_next(&k);)
+                if (k.logical >= lo && k.logical < hi)
+                    rc = qt_validate_split_op(p, &w, k.op, k.logical, which);
+            rc = rc ? rc : qt_validate_split_end(p, &w, which);
+        }
+        snprintf(which, sizeof which, "pipeline chunk %d's microbatch end", r);
+        qt_split_walk e = {{0}, 0, 0};
+        for (int32_t i = c[r].e0; i < c[r].e1 && !rc; i++)
+            rc = qt_validate_split_op(p, &e, &p->mbend_ops[i], i, which);
+        rc = rc ? rc : qt_validate_split_end(p, &e, which);
+    }
+    return rc;
+}
+
 int qt_validate_pipeline(const qt_plan *p)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
     /* what the pipeline driver runs today (runtime/pipeline.c): stages of any one-slice mesh
-     * (their collectives over the stage's ranks, qt_comm_mesh_set_base), gpipe with circular
-     * repeats or 1f1b with one, fp32 or bf16, the load-balance and z losses, token
+     * (their collectives over the stage's ranks, qt_comm_mesh_set_base; with repeats too, in
+     * every gradient form: qt_validate_chunk_splits), gpipe with circular repeats or 1f1b
+     * with one, fp32 or bf16, the load-balance and z losses, token
      * dropping, packing, scanned layers, the held-out eval, the MTP head without repeats;
      * anything else is named by its key */
     const char *what = NULL;
@@ -425,10 +459,6 @@ int qt_validate_pipeline(const qt_plan *p)
     else if (p->pp_repeats > 1 && p->pp_schedule != 0)
         what = "pipeline_schedule=1f1b and num_pipeline_repeats > 1 (Megatron's interleaved "
                "schedule)";
-    else if (p->pp_repeats > 1 && (p->n_mb_levels > 0 || p->n_mbend_ops > 0))
-        what = "num_pipeline_repeats > 1 and the microbatch or per-layer gradient form "
-               "(gradient_reduce, expert or context parallelism: a microbatch's gradients "
-               "complete only after its last repeat)";
     else if (qt_pp_sends_per_microbatch(p) * (int64_t)p->pp_micro
                  * (p->pp_repeats > 1 ? p->pp_repeats : 1) >= QT_COMM_P2P_MAX)
         what = "more than 255 boundary messages sent per accumulation group (2 x "
@@ -444,7 +474,10 @@ int qt_validate_pipeline(const qt_plan *p)
              !qt_pp_mtp_tables_ok(p))
         what = "stage tables without their boundaries (a plan from an older configgen)";
     int R;
-    if (!what) return qt_pp_chunks(p, &R) ? QT_OK : QT_E_PLAN;
+    if (!what) {
+        const qt_pp_chunk *c = qt_pp_chunks(p, &R);
+        return c ? qt_validate_chunk_splits(p, c, R) : QT_E_PLAN;
+    }
     return qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages: pipeline plans with %s are not "
                    "executed yet (docs/pipeline.md: gpipe with circular repeats, or "
                    "1f1b with one); generate the run without it, or with pipeline "

@@ -45,11 +45,12 @@
 #   * the lb PP2 run with every stage's lb sums started from zero (QT_PP_TEST_ORDER=lb-local)
 #     has another step-0 loss than one rank;
 #   * receives posted ahead off (QT_PP_PREFETCH=0) give the same bits;
-#   * refusals: a pipeline form the driver does not run yet names its key (repeats with
-#     expert parallelism's microbatch gradient form; the MTP head with circular repeats,
-#     both keys);
+#   * refusals: a pipeline form the driver does not run yet names its key (the MTP head
+#     with circular repeats, both keys);
 #   * the held-out eval, checkpoints (save=, load=, dump_grads=) on pipeline meshes, and
-#     with circular repeats (with token dropping too): below.
+#     with circular repeats (with token dropping too): below;
+#   * circular repeats with the microbatch and per-layer gradient forms (x EP2, x CP2, per-layer
+#     x DP2 / FSDP2 / EP2) and scanned circular chunks: at the end.
 PP_D=$QT_TMP/pp
 PP_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 
@@ -322,10 +323,12 @@ pp_bubble_lines() {
 check "pipeline: each stage's measured bubble line at the end of the run, beside the formula 1/3" pp_bubble_lines
 
 # the check can fail: the backward phase in reverse microbatch order (pp_reverse_differs
-# CELL: CELL's bits with QT_PP_TEST_ORDER=reverse differ from one rank's after step 0)
+# CELL [ONE RANKS]: CELL's bits on RANKS ranks (2) with QT_PP_TEST_ORDER=reverse differ from
+# one rank's ONE (pp1r-next-b4) after step 0, with the same step-0 loss)
 pp_reverse_differs() {
-  pp_det pp1r-next-b4 1 && pp_det "$1" 2 QT_PP_TEST_ORDER=reverse || return 1
-  local a=$PP_D/pp1r-next-b4.det b=$PP_D/$1.QT_PP_TEST_ORDER.det
+  local one=${2:-pp1r-next-b4} n=${3:-2}
+  pp_det "$one" 1 && pp_det "$1" "$n" QT_PP_TEST_ORDER=reverse || return 1
+  local a=$PP_D/$one.det b=$PP_D/$1.QT_PP_TEST_ORDER.det
   [ "$(head -n 1 "$a" | cut -d' ' -f2)" = "$(head -n 1 "$b" | cut -d' ' -f2)" ] ||
     { echo "step-0 losses differ"; return 1; }
   ! cmp -s "$a" "$b" || { echo "the reversed order gave one rank's bits"; return 1; }
@@ -364,13 +367,6 @@ check "pipeline: the lb terms summed per stage from zero are not one rank's loss
 # what is not executed yet is refused, naming the key, on every rank, before any step
 pp_refusals() {
   local e=$PP_D/refuse.err
-  # repeats with the microbatch gradient form (expert parallelism) name both
-  pp_variant pp2r2ep2-next test-next-tiny $NEXT_PPC num_ranks=4 ici_fsdp_parallelism=1 \
-    ici_expert_parallelism=2 || return 1
-  timeout 60 mpiexec -n 4 "$PP_D/pp2r2ep2-next/qtrain" steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
-    { echo "repeats with the microbatch form accepted"; return 1; }
-  grep -q "pipeline plans with num_pipeline_repeats > 1 and the microbatch or per-layer gradient form" "$e" ||
-    { cat "$e"; return 1; }
   # the MTP head with circular repeats names both keys
   pp_variant pp2r2-next-gpipe-mtp test-next-tiny $NEXT_PPC $MTP || return 1
   timeout 60 mpiexec -n 2 "$PP_D/pp2r2-next-gpipe-mtp/qtrain" steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
@@ -379,7 +375,7 @@ pp_refusals() {
     { cat "$e"; return 1; }
   head -n 1 "$e"
 }
-check "pipeline: forms not executed yet (repeats x EP2, MTP x repeats) are refused naming the key" pp_refusals
+check "pipeline: forms not executed yet (MTP x repeats) are refused naming the key" pp_refusals
 
 # pp_run NAME RANKS ARGS...: $PP_D/NAME/qtrain on RANKS ranks, tiny data, seed 11
 pp_run() {
@@ -695,3 +691,109 @@ for cell in "pp1r-next-b4-cap pp2r2-next-gpipe-m4-cap 2" "pp1r-next-b8-cap pp2r2
   set -- $cell
   check "pipeline circular: ${2#pp} ($3 ranks) == one rank ($1), every metric" pp_same_metrics "$@"
 done
+
+# ---- circular repeats with the microbatch and per-layer gradient forms (docs/pipeline.md
+# "Circular repeats"): a stage's flat ranges are cut per repeat chunk and each chunk's part of
+# the microbatch-end schedule runs right after its backward (the backwards come repeats
+# descending, microbatches ascending in each), so every range's microbatch counter gets its
+# leaves in one rank's order; the per-layer form's reduce-scatters and gathers (with
+# collective_overlap's moves, which stay inside a chunk) run inside the chunks. Each cell ==
+# one rank on the same global batch (loss bits + fingerprint, 6 steps, 0 ulp): PP2 R2 x EP2
+# (qwen3-next, M 2), x EP2 with 3 sequences a microbatch (the units form, grad_mb_units 3,
+# == one rank of 12), x CP2 (qwen3-next, == one rank with context_blocks 2; qwen3.5 M 4),
+# x EP2 with the lb loss (every metric), x EP2 with bf16, lb, z-loss and packing at once
+# (every metric); the per-layer form: x DP2 gradient_reduce=layer, x DP2 ZeRO-1 with
+# per-layer gathers (param_gather=layer, overlap on: split collectives inside the chunks),
+# x FSDP2 per-layer gathers, x EP2 gradient_reduce=layer, and with 3 sequences a microbatch
+# (the per-layer units, == one rank of 12). The negative control: PP2 R2 x EP2
+# with the backward in reverse microbatch order (QT_PP_TEST_ORDER=reverse) differs from one
+# rank after step 0 (the same step-0 loss).
+PPCM="$NEXT_PPC num_ranks=4 ici_fsdp_parallelism=1"
+pp_cmb_cells() {
+  pp_variant pp1r-next-b8 test-next-tiny per_device_batch_size=8 &&
+    pp_variant pp1r-next-b12 test-next-tiny per_device_batch_size=12 &&
+    pp_variant pp1r-next-b8-nb2 test-next-tiny per_device_batch_size=8 context_blocks=2 &&
+    pp_variant pp1r-35-b8-nb2 test-35-tiny per_device_batch_size=8 context_blocks=2 &&
+    pp_variant pp1r-next-b8-lb test-next-tiny per_device_batch_size=8 $LB &&
+    pp_variant pp1r-next-b8-circ test-next-tiny per_device_batch_size=8 $CIRC &&
+    pp_variant pp2r2ep2-next test-next-tiny $PPCM ici_expert_parallelism=2 &&
+    pp_variant pp2r2ep2-next-b3 test-next-tiny $PPCM ici_expert_parallelism=2 per_device_batch_size=3 &&
+    pp_variant pp2r2cp2-next test-next-tiny $PPCM ici_context_parallelism=2 &&
+    pp_variant pp2r2cp2-35-m4 test-35-tiny $PPCM ici_context_parallelism=2 num_pipeline_microbatches=4 &&
+    pp_variant pp2r2ep2-next-lb test-next-tiny $PPCM ici_expert_parallelism=2 $LB &&
+    pp_variant pp2r2ep2-next-m4-circ test-next-tiny $PPCM ici_expert_parallelism=2 num_pipeline_microbatches=4 $CIRC &&
+    pp_variant pp2r2dp2-next-layer test-next-tiny $PPCM ici_data_parallelism=2 gradient_reduce=layer &&
+    pp_variant pp2r2dp2-next-z1pg test-next-tiny $PPCM ici_data_parallelism=2 \
+      shard_optimizer_over_data=true param_gather=layer &&
+    pp_variant pp2r2fsdp2-next-pg test-next-tiny $PPCM ici_fsdp_parallelism=2 param_gather=layer &&
+    pp_variant pp2r2ep2-next-layer test-next-tiny $PPCM ici_expert_parallelism=2 gradient_reduce=layer &&
+    pp_variant pp2r2ep2-next-b3-layer test-next-tiny $PPCM ici_expert_parallelism=2 per_device_batch_size=3 \
+      gradient_reduce=layer || return 1
+  # the forms the cells claim: units in the b3 cell, a cut microbatch-end schedule, and
+  # split collectives (overlap) in the per-layer gathers' cell
+  local c
+  for c in pp2r2ep2-next-b3 pp2r2ep2-next-b3-layer; do
+    c=$PP_D/$c/plan/$c/plan.c
+    grep -q '\.grad_mb_units = 3' "$c" || { echo "$c: no grad_mb_units 3"; return 1; }
+  done
+  c=$PP_D/pp2r2ep2-next/plan/pp2r2ep2-next/plan.c
+  [ "$(grep -c '^    {QT_OP_PP_CHUNK, 0x0, {[-0-9, ]*}, {[01]ll, 2ll' "$c")" -eq 4 ] ||
+    { echo "$c: not 2 microbatch-end chunk markers a stage"; return 1; }
+  grep -q "stage 1: 4 flat ranges, each inside one chunk (per chunk and holding pattern)" \
+    "${c%plan.c}plan.txt" || { echo "${c%plan.c}plan.txt: no per-chunk ranges line"; return 1; }
+  c=$PP_D/pp2r2dp2-next-z1pg/plan/pp2r2dp2-next-z1pg/plan.c
+  grep -q 'QT_OP_COLL_START' "$c" || { echo "$c: no split collective"; return 1; }
+}
+check "pipeline: configgen plans and builds the circular cells of the microbatch and per-layer forms" pp_cmb_cells
+
+for cell in "pp1r-next-b8 pp2r2ep2-next 4" "pp1r-next-b12 pp2r2ep2-next-b3 4" \
+            "pp1r-next-b8-nb2 pp2r2cp2-next 4" "pp1r-35-b8-nb2 pp2r2cp2-35-m4 4" \
+            "pp1r-next-b8 pp2r2dp2-next-layer 4" "pp1r-next-b8 pp2r2dp2-next-z1pg 4" \
+            "pp1r-next-b8 pp2r2fsdp2-next-pg 4" "pp1r-next-b8 pp2r2ep2-next-layer 4" \
+            "pp1r-next-b12 pp2r2ep2-next-b3-layer 4"; do
+  set -- $cell
+  check "pipeline: circular ${2#pp} ($3 ranks) == one rank ($1), bit for bit" pp_same "$@"
+done
+for cell in "pp1r-next-b8-lb pp2r2ep2-next-lb 4" "pp1r-next-b8-circ pp2r2ep2-next-m4-circ 4"; do
+  set -- $cell
+  check "pipeline: circular ${2#pp} ($3 ranks) == one rank ($1), bit for bit, every metric" pp_same_metrics "$@"
+done
+
+# the check can fail: PP2 R2 x EP2 with every chunk's backwards in reverse microbatch order
+check "pipeline: circular x EP2 with the backward in reverse microbatch order is not one rank's bits (non-vacuous)" \
+  pp_reverse_differs pp2r2ep2-next pp1r-next-b8 4
+
+# scanned layers inside a circular stage's chunks: 32 layers, PP2 R2 with 8 layers a chunk
+# (two 4-layer cycles each, schedule/scan.c stores a run of them once; the driver finds the
+# chunks by logical op), scan_layers on: == one rank of 32 layers (2 ranks), and x EP2 (the
+# microbatch form, 4 ranks); plan.txt says which stages' executed tables are scanned
+L32C="base_num_decoder_layers=32 scan_layers=true num_layers_per_pipeline_stage=8 ici_pipeline_parallelism=2"
+pp_cmb_scan_cells() {
+  pp_variant pp1r-next32-b4-scan test-next-tiny base_num_decoder_layers=32 scan_layers=true per_device_batch_size=4 &&
+    pp_variant pp1r-next32-b8-scan test-next-tiny base_num_decoder_layers=32 scan_layers=true per_device_batch_size=8 &&
+    pp_variant pp2r2-next32-scan test-next-tiny $L32C num_ranks=2 &&
+    pp_variant pp2r2ep2-next32-scan test-next-tiny $L32C num_ranks=4 ici_fsdp_parallelism=1 ici_expert_parallelism=2 ||
+    return 1
+  local c t
+  for c in pp2r2-next32-scan pp2r2ep2-next32-scan; do
+    t=$PP_D/$c/plan/$c/plan.txt
+    [ "$(grep -c '^ *\.n_scans = [1-9]' "${t%plan.txt}plan.c")" -eq 2 ] || { echo "$c: not both stages scanned"; return 1; }
+    grep -q "stage 0: .*, scanned, arena" "$t" || { echo "$t: stage 0 not scanned"; return 1; }
+  done
+  echo "both stages scanned: $(grep -o 'stage 0: .*' "$t" | cut -c1-60)..."
+}
+check "pipeline: scan_layers scans a circular stage's chunks (32 layers, PP2 R2, 8 a chunk)" pp_cmb_scan_cells
+for cell in "pp1r-next32-b4-scan pp2r2-next32-scan 2" "pp1r-next32-b8-scan pp2r2ep2-next32-scan 4"; do
+  set -- $cell
+  check "pipeline: circular scanned ${2#pp} ($3 ranks) == one rank ($1), bit for bit" pp_same "$@"
+done
+
+# checkpoints of the circular microbatch and per-layer forms (their ranges cut per chunk):
+# the file after 5 steps == one rank's (PP2 R2 x EP2; x DP2 ZeRO-1 with per-layer gathers),
+# and PP2 R2 x EP2's checkpoint resumed on one rank: steps 6..10 == one rank's 10 steps
+for cell in "pp1r-next-b8 pp2r2ep2-next 4" "pp1r-next-b8 pp2r2dp2-next-z1pg 4"; do
+  set -- $cell
+  check "pipeline ckpt: circular ${2#pp} ($3 ranks) checkpoint file == one rank's ($1)" pp_ck_file_eq "$@"
+done
+check "pipeline ckpt: circular 2r2ep2-next (4 ranks) -> one rank: steps 6..10 == one rank's" \
+  pp_ck_resume pp1r-next-b8 pp2r2ep2-next 4 pp1r-next-b8 1

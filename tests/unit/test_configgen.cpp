@@ -2126,6 +2126,65 @@ TEST(CgPipeline, CircularTokenDroppingZeroesTheCountsPerChunk)
     }
 }
 
+// Circular repeats in the microbatch form (expert parallelism) and the per-layer form with
+// collective_overlap (gradient_reduce=layer on data 2): every flat range holds one repeat
+// chunk's parameters; the microbatch-end schedule is R parts in chunk order, each opened by
+// a PP_CHUNK marker (bwd 2) and pushing exactly its chunk's ranges; no split collective is
+// started in one chunk's forward or backward and waited for in another part.
+TEST(CgPipeline, CircularMicrobatchFormsStayInsideTheirChunks)
+{
+    const char *ep[] = {"num_ranks=4", "ici_fsdp_parallelism=1", "ici_expert_parallelism=2"};
+    const char *lay[] = {"num_ranks=4", "ici_fsdp_parallelism=1", "ici_data_parallelism=2",
+                         "gradient_reduce=layer"};
+    for (int form = 0; form < 2; form++) {
+        CgPlan p;
+        LONGS_EQUAL(0, form ? p.build("configgen/configs/runs/pp-next-pp2.yml", 4, (char **)lay)
+                            : p.build("configgen/configs/runs/pp-next-pp2.yml", 3, (char **)ep));
+        LONGS_EQUAL(2, p.s.pp_repeats);
+        for (int st = 0; st < 2; st++) {
+            const qt_cg_graph *x = &p.g.pp_graphs[st];
+            CHECK(x->reduce_per_mb);
+            LONGS_EQUAL(form, x->layer_reduce);
+            std::vector<int> chunk(x->n_ranges, -1);
+            for (int q = 0; q < x->np; q++) {
+                const int r = qt_cg_range_of(x, q), c = qt_cg_chunk_of(x, q);
+                CHECK(chunk[r] < 0 || chunk[r] == c);
+                chunk[r] = c;
+            }
+            LONGS_EQUAL(0, chunk[0]);
+            LONGS_EQUAL(1, chunk[x->n_ranges - 1]);
+            std::vector<int> part(x->nmb, 0);
+            int waits = 0;
+            for (int i = 0; i < x->nmb; i++) {
+                const qt_op *o = &x->mb[i];
+                part[i] = (i ? part[i - 1] : 0) + (o->kind == QT_OP_PP_CHUNK || i == x->n_fwd);
+                if (o->kind != QT_OP_COLL_WAIT) continue;
+                int j = i - 1;
+                while (j >= 0 && !(x->mb[j].kind == QT_OP_COLL_START && x->mb[j].a[0] == o->a[0]))
+                    j--;
+                CHECK(j >= 0);
+                LONGS_EQUAL(part[j], part[i]);
+                waits++;
+            }
+            CHECK(form == 0 || waits > 0);  // the overlap is on, inside the chunks
+            if (form) continue;
+            int k = -1;
+            for (int i = 0; i < x->nmbend; i++) {
+                const qt_op *o = &x->mbend[i];
+                if (o->kind == QT_OP_PP_CHUNK) {
+                    LONGS_EQUAL(++k, o->a[QT_A_PP_CHUNK_chunk]);
+                    LONGS_EQUAL(2, o->a[QT_A_PP_CHUNK_bwd]);
+                    continue;
+                }
+                CHECK(k >= 0);
+                if (o->kind == QT_OP_GRAD_MB_TOTAL || o->kind == QT_OP_GRAD_MB_PUSH)
+                    for (int64_t r = o->a[0]; r < o->a[1]; r++) LONGS_EQUAL(k, chunk[r]);
+            }
+            LONGS_EQUAL(1, k);
+        }
+    }
+}
+
 // 1F1B (one repeat): Megatron's warm-up min(S-s-1, M), then one forward one backward, then
 // the drain; stage s holds at most min(S - s, M) microbatches, GPipe all M.
 TEST(CgPipeline, OneFOneBTableAndInFlight)

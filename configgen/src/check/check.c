@@ -348,9 +348,10 @@ static int check_eval_forward(const qt_cg_graph *g, char *err, size_t errlen)
 static int check_chunks(const qt_cg_graph *g, char *err, size_t errlen)
 {
     const int R = g->s->pp_local && g->s->pp_stages > 1 ? g->s->pp_repeats : 1;
-    /* the microbatch and per-layer gradient forms (their gathers and pushes may cross a
-     * chunk's edge) are planned ahead of time only: qtrain refuses them with repeats */
-    if (R <= 1 || g->reduce_per_mb || g->layer_reduce) return 0;
+    /* every gradient form: the microbatch form's pushes are the microbatch-end schedule's,
+     * cut per chunk (schedule/step.c); the per-layer form's gathers and pushes lie inside
+     * their chunk's runs (schedule/overlap.c moves none across a chunk's edge) */
+    if (R <= 1) return 0;
     int *fm = qt_cg_alloc((size_t)(2 * R + 2) * sizeof *fm), *bm = fm + R + 1, nf = 0, nb = 0;
     int rc = 0;
     for (int i = 0; i < g->nmb && !rc; i++) {

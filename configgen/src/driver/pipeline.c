@@ -245,9 +245,10 @@ static int pp_local_plans(const qt_cg_settings *s, qt_cg_graph *g, char *err, si
         ss->pp_param0 = param0;
         ss->pp_elem0 = elem0;
         /* scan_layers inside a stage: each stage holds Lps consecutive layers from a
-         * multiple of Lps, so whole layer cycles when the cycle divides Lps; a circular
-         * stage's chunks (PP_CHUNK markers between them) stay unrolled */
-        ss->scan_layers = s->pp_scan && s->pp_repeats <= 1 && s->m.cycle > 0
+         * multiple of Lps per repeat chunk, so whole layer cycles when the cycle divides
+         * Lps (schedule/scan.c stores a run of equal cycles; a circular stage's PP_CHUNK
+         * markers lie between the runs, and the firmware finds its chunks by logical op) */
+        ss->scan_layers = s->pp_scan && s->m.cycle > 0
                           && s->pp_lps % s->m.cycle == 0;
         snprintf(ss->cname, sizeof ss->cname, "%.100s_s%d", s->cname, st);
         if (plan_graph(ss, gs, NULL, err, errlen)) return -1;

@@ -221,15 +221,28 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
         }
         qt_cg_buf_printf(b, "\n");
     }
+    /* the microbatch and per-layer gradient forms: ranges per chunk (memory/ranges.c), the
+     * microbatch-end schedule in parts (schedule/step.c) */
+    for (int st = 0; st < s->pp_stages && s->pp_repeats > 1; st++) {
+        const qt_cg_graph *x = &g->pp_graphs[st];
+        if (!x->reduce_per_mb) continue;
+        qt_cg_buf_printf(b, "    stage %d: %d flat ranges, each inside one chunk (%s); a "
+                         "chunk's microbatch gradients are pushed %s\n", st, x->n_ranges,
+                         x->layer_reduce ? "per layer" : "per chunk and holding pattern",
+                         x->layer_reduce ? "inside its backward, each range after its last "
+                                           "weight gradient"
+                                         : "right after its backward (the microbatch-end "
+                                           "schedule in one part per chunk)");
+    }
     for (int st = 0; st < s->pp_stages; st++) {
         const qt_cg_graph *x = &g->pp_graphs[st];
         if (s->pp_repeats > 1) {
-            qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters, %s, %s, arena "
+            qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters, %s, %s%s, arena "
                              "%.2f MiB\n", st, (unsigned long long)x->hash, x->np,
                              x->pp_in != QT_NONE ? "input from stage before" : "the embedding",
                              x->pp_out != QT_NONE ? "output to the stage after"
                                                   : "the head and loss",
-                             (double)x->arena_bytes / QT_CG_MIB);
+                             x->n_scans > 0 ? ", scanned" : "", (double)x->arena_bytes / QT_CG_MIB);
             continue;
         }
         qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters (one-rank indices "

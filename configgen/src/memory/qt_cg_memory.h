@@ -24,6 +24,9 @@ int qt_cg_lives_overlap(const qt_cg_tensor *a, const qt_cg_tensor *b);
 /* 1 if tree level l is a compact microbatch-tree level (below that tree's top: only this
  * rank's reduce blocks, mb_elems floats); see qt_plan.tree_offset. */
 int qt_cg_tree_level_compact(const qt_cg_graph *g, int l);
+/* The repeat chunk holding parameter p on a circular pipeline stage (the last PP_CHUNK
+ * forward marker whose first parameter is at most p), 0 without markers. */
+int qt_cg_chunk_of(const qt_cg_graph *g, int p);
 /* The flat range holding parameter p (-1 before the memory plan). */
 int qt_cg_range_of(const qt_cg_graph *g, int p);
 /* Leaves of parameter p's leaf tree: its leaves per step, or per microbatch when a

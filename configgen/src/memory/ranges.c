@@ -10,7 +10,9 @@
  * index order) on meshes without expert or tensor parallelism. With per-layer reduction the
  * ranges are per (segment, holding pattern), segments in order of first parameter, and each
  * range's leaf-tree levels are a window placed first fit among the windows in use at the
- * same time (between the range's first WGRAD and its push, schedule/layer_ops.c).
+ * same time (between the range's first WGRAD and its push, schedule/layer_ops.c). A
+ * circular pipeline stage (PP_CHUNK markers) in the microbatch form: ranges per (repeat
+ * chunk, holding pattern), so that no range spans two chunks.
  * Invariants: parameter flat offsets are multiples of 16 elements (32 in bf16 plans, so the
  * bf16 compute copy stays 64-byte aligned: qt_cg_flat_align); the flat region is
  * refused above 2^54 elements; the ranges cover [0, n_flat) in order.
@@ -23,12 +25,24 @@
 
 #define ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
 
+int qt_cg_chunk_of(const qt_cg_graph *g, int p)
+{
+    int c = 0;
+    for (int o = 0; o < g->n_fwd; o++)
+        if (g->mb[o].kind == QT_OP_PP_CHUNK && QT_A(&g->mb[o], PP_CHUNK, param0) <= p)
+            c = (int)QT_A(&g->mb[o], PP_CHUNK, chunk);
+    return c;
+}
+
 /* Segment of parameter p for the flat ranges: everything in one segment, or with per-layer
  * reduction its decoder layer, and a segment of its own for each parameter outside the
- * layers (embedding, final norm, head: their gradients complete at different times). */
+ * layers (embedding, final norm, head: their gradients complete at different times); a
+ * circular pipeline stage in the microbatch form: its repeat chunk (a chunk's gradients
+ * complete at the chunk's backward, and its microbatch-end schedule pushes its ranges
+ * alone: schedule/step.c). */
 static int64_t segment_of(const qt_cg_graph *g, int p)
 {
-    if (!g->layer_reduce) return 0;
+    if (!g->layer_reduce) return g->reduce_per_mb ? qt_cg_chunk_of(g, p) : 0;
     return g->ps[p].layer >= 0 ? g->ps[p].layer : g->s->m.n_layers + p;
 }
 

@@ -11,8 +11,9 @@
  *     total) and a COLL_WAIT right before its push.
  * Invariants: the moves touch only those PARAM_GATHER and GRAD_MB_PUSH ops and are exact
  * inverses (moves(g, 0) restores the schedule layer_ops.c made); a gather moves only within
- * the forward or within the backward, by one group, and only groups of at most
- * QT_MAX_IN_FLIGHT - 1 gathers (with one reduce-scatter, the slots); one reduce-scatter is
+ * the forward or within the backward (and within a circular pipeline stage's repeat
+ * chunk: a push waits for the next reduce-scatter only inside it too), by one group, and
+ * only groups of at most QT_MAX_IN_FLIGHT - 1 gathers (with one reduce-scatter, the slots); one reduce-scatter is
  * in flight at a time (they share the comm scratch); the bits never change: the same
  * collectives, the same adds, only when they run.
  */
@@ -81,14 +82,18 @@ void qt_cg_overlap_moves(qt_cg_graph *g, int on)
     const int n = g->nmb;
     qt_op *old = g->mb, *base = qt_cg_alloc((size_t)n * sizeof *base);
     qt_op *moved = qt_cg_alloc((size_t)n * sizeof *moved);
-    int *fwd = qt_cg_alloc((size_t)n * sizeof *fwd);
-    int nb = 0, nm = 0;
+    /* part[i]: the forward or the backward, and on a circular pipeline stage the repeat
+     * chunk (the PP_CHUNK markers before base op i): nothing moves from one to another,
+     * since the driver runs each chunk's forward and backward alone */
+    int *part = qt_cg_alloc((size_t)n * sizeof *part);
+    int nb = 0, nm = 0, markers = 0;
     for (int o = 0; o < n; o++) {
         if (movable(g, &old[o])) {
             moved[nm++] = old[o];
             continue;
         }
-        fwd[nb] = o < g->n_fwd;
+        markers += old[o].kind == QT_OP_PP_CHUNK;
+        part[nb] = (o < g->n_fwd) + 2 * markers;
         base[nb++] = old[o];
     }
     g->mb = qt_cg_alloc((size_t)g->capmb * sizeof *g->mb);
@@ -99,7 +104,7 @@ void qt_cg_overlap_moves(qt_cg_graph *g, int on)
         if (kind == 1 && (i == 0 || placeholder(&base[i - 1]) != 1)) {
             /* a gather group: its PARAM_GATHERs right before it, unless they went early */
             const int size = group_size(base, nb, i);
-            const int early = on && prev_group >= 0 && fwd[prev_group] == fwd[i] &&
+            const int early = on && prev_group >= 0 && part[prev_group] == part[i] &&
                               size <= QT_MAX_IN_FLIGHT - 1;
             if (!early)
                 for (int j = i; j < i + size; j++) {
@@ -111,7 +116,7 @@ void qt_cg_overlap_moves(qt_cg_graph *g, int on)
             int nx = i + size;
             while (nx < nb && placeholder(&base[nx]) != 1) nx++;
             const int nsize = nx < nb ? group_size(base, nb, nx) : 0;
-            if (on && nsize && fwd[nx] == fwd[i] && nsize <= QT_MAX_IN_FLIGHT - 1)
+            if (on && nsize && part[nx] == part[i] && nsize <= QT_MAX_IN_FLIGHT - 1)
                 for (int j = nx; j < nx + nsize; j++) {
                     const qt_op *p = partner(g, &base[j], moved, nm);
                     if (p) emit(g, p, 1);
@@ -124,13 +129,14 @@ void qt_cg_overlap_moves(qt_cg_graph *g, int on)
             /* the previous reduce-scatter's push, when it waited for this one */
             int pv = i - 1;
             while (on && pv >= 0 && placeholder(&base[pv]) != 2) pv--;
-            const qt_op *p = on && pv >= 0 ? partner(g, &base[pv], moved, nm) : NULL;
+            const qt_op *p =
+                on && pv >= 0 && part[pv] == part[i] ? partner(g, &base[pv], moved, nm) : NULL;
             if (p) emit(g, p, 1);
             emit(g, &base[i], 0);
             int nx = i + 1;
             while (on && nx < nb && placeholder(&base[nx]) != 2) nx++;
             p = partner(g, &base[i], moved, nm);
-            if (p && (!on || nx >= nb)) emit(g, p, 0);
+            if (p && (!on || nx >= nb || part[nx] != part[i])) emit(g, p, 0);
             continue;
         }
         emit(g, &base[i], 0);
@@ -138,7 +144,7 @@ void qt_cg_overlap_moves(qt_cg_graph *g, int on)
     free(old);
     free(base);
     free(moved);
-    free(fwd);
+    free(part);
 }
 
 /* The placeholder a split op pairs with: for op o, moved by qt_cg_overlap_moves, the

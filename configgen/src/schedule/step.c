@@ -37,6 +37,7 @@
 #include <string.h>
 #include "core/qt_cg.h"
 #include "mesh/qt_cg_mesh.h"
+#include "memory/qt_cg_memory.h"
 #include "schedule/qt_cg_schedule.h"
 
 /* Appends an op to the step schedule, or with `mbend` to the microbatch-end schedule. */
@@ -143,6 +144,60 @@ static void mb_split_wait(qt_cg_graph *g, int c)
     for (int k = 0; k < 2; k++) *step_op(g, ops[k].kind) = ops[k];
 }
 
+/* The microbatch-end reduce-scatter of flat range i over its window in the leaf tree's
+ * top level (at byte `top`), blocking, or split when i is `split` (mb_split_range); nothing
+ * for a range without a reduction. */
+static void mb_reduce_scatter(qt_cg_graph *g, int i, int64_t top, int split)
+{
+    const qt_flat_range *r = &g->ranges[i];
+    if (!r->reduce_mask) return;
+    char name[200], axes[64];
+    snprintf(name, sizeof name, "microbatch gradients of range %d (reduce-scatter over "
+             "%s%s)", i, qt_cg_mask_name(r->reduce_mask, axes, sizeof axes),
+             i == split ? ", split: waited for before the next microbatch's backward" : "");
+    if (i != split) {
+        collective(g, 1, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask, top + 4 * r->leaf_lo,
+                   4 * r->n);
+        return;
+    }
+    const int c = new_collective(g, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask,
+                                 top + 4 * r->leaf_lo, 4 * r->n);
+    QT_A(sched_op(g, 1, QT_OP_COLL_START), COLL_START, coll) = c;
+    mb_split_wait(g, c);
+}
+
+/* The repeat chunks of a circular pipeline stage's tables (PP_CHUNK markers), else 1. */
+static int mb_chunks(const qt_cg_graph *g)
+{
+    const qt_cg_settings *s = g->s;
+    return s->pp_local && s->pp_stages > 1 && s->pp_repeats > 1 ? s->pp_repeats : 1;
+}
+
+/* Chunk c's part of the microbatch-end schedule begins: on a circular stage a PP_CHUNK
+ * marker (bwd 2: the ops up to the next marker push chunk c's ranges, which the driver runs
+ * after the chunk's backward); [*r0, *r1) the chunk's flat ranges (memory/ranges.c cuts
+ * them per chunk, in chunk order), every range with one chunk. */
+static void mb_chunk_open(qt_cg_graph *g, int c, int *r0, int *r1)
+{
+    *r0 = 0;
+    *r1 = g->n_ranges;
+    if (mb_chunks(g) <= 1) return;
+    int lo = g->n_ranges, hi = 0;
+    for (int p = 0; p < g->np; p++) {
+        if (qt_cg_chunk_of(g, p) != c) continue;
+        const int r = qt_cg_range_of(g, p);
+        if (r < lo) lo = r;
+        if (r + 1 > hi) hi = r + 1;
+    }
+    *r0 = lo < hi ? lo : 0;
+    *r1 = lo < hi ? hi : 0;
+    qt_op *m = sched_op(g, 1, QT_OP_PP_CHUNK);
+    QT_A(m, PP_CHUNK, chunk) = c;
+    QT_A(m, PP_CHUNK, bwd) = 2;
+    QT_A(m, PP_CHUNK, in) = QT_A(m, PP_CHUNK, out) = QT_NONE;
+    QT_A(m, PP_CHUNK, dout) = QT_A(m, PP_CHUNK, din) = QT_NONE;
+}
+
 void qt_cg_step_schedule(qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
@@ -185,8 +240,25 @@ void qt_cg_step_schedule(qt_cg_graph *g)
         /* units: after each microbatch every range's q unit totals exchanged over its reduce
          * group and pushed by each block's owner into a counter over the step's units (in
          * place of the totals, the reduce-scatter and the push) */
-        for (int i = 0; i < g->n_ranges; i++)
-            QT_A(sched_op(g, 1, QT_OP_GRAD_MB_UNITS), GRAD_MB_UNITS, range) = i;
+        for (int c = 0, r0, r1; c < mb_chunks(g); c++) {
+            mb_chunk_open(g, c, &r0, &r1);
+            for (int i = r0; i < r1; i++)
+                QT_A(sched_op(g, 1, QT_OP_GRAD_MB_UNITS), GRAD_MB_UNITS, range) = i;
+        }
+        QT_A(step_op(g, QT_OP_GRAD_MB_FINALIZE), GRAD_MB_FINALIZE, leaves) = t->grad_accum;
+    } else if (mb && mb_chunks(g) > 1) {
+        /* a circular stage: the same per chunk, over the chunk's ranges alone */
+        const int64_t top = g->tree_offset[g->n_tree_levels - g->n_mb_levels - 1];
+        for (int c = 0, r0, r1; c < mb_chunks(g); c++) {
+            mb_chunk_open(g, c, &r0, &r1);
+            qt_op *tot = sched_op(g, 1, QT_OP_GRAD_MB_TOTAL);
+            QT_A(tot, GRAD_MB_TOTAL, r0) = r0;
+            QT_A(tot, GRAD_MB_TOTAL, r1) = r1;
+            for (int i = r0; i < r1; i++) mb_reduce_scatter(g, i, top, -1);
+            qt_op *push = sched_op(g, 1, QT_OP_GRAD_MB_PUSH);
+            QT_A(push, GRAD_MB_PUSH, r0) = r0;
+            QT_A(push, GRAD_MB_PUSH, r1) = r1;
+        }
         QT_A(step_op(g, QT_OP_GRAD_MB_FINALIZE), GRAD_MB_FINALIZE, leaves) = t->grad_accum;
     } else if (mb) {
         /* after each microbatch: its totals, reduce-scattered over the batch axes (fixed
@@ -195,24 +267,7 @@ void qt_cg_step_schedule(qt_cg_graph *g)
         const int64_t top = g->tree_offset[g->n_tree_levels - g->n_mb_levels - 1];
         const int split = g->mb_overlap ? mb_split_range(g) : -1;
         sched_op(g, 1, QT_OP_GRAD_MB_TOTAL);
-        for (int i = 0; i < g->n_ranges; i++) {
-            const qt_flat_range *r = &g->ranges[i];
-            if (!r->reduce_mask) continue;
-            char name[200], axes[64];
-            snprintf(name, sizeof name, "microbatch gradients of range %d (reduce-scatter over "
-                     "%s%s)", i, qt_cg_mask_name(r->reduce_mask, axes, sizeof axes),
-                     i == split ? ", split: waited for before the next microbatch's backward"
-                                : "");
-            if (i != split) {
-                collective(g, 1, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask,
-                           top + 4 * r->leaf_lo, 4 * r->n);
-                continue;
-            }
-            const int c = new_collective(g, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask,
-                                         top + 4 * r->leaf_lo, 4 * r->n);
-            QT_A(sched_op(g, 1, QT_OP_COLL_START), COLL_START, coll) = c;
-            mb_split_wait(g, c);
-        }
+        for (int i = 0; i < g->n_ranges; i++) mb_reduce_scatter(g, i, top, split);
         if (split < 0) sched_op(g, 1, QT_OP_GRAD_MB_PUSH);
         QT_A(step_op(g, QT_OP_GRAD_MB_FINALIZE), GRAD_MB_FINALIZE, leaves) = t->grad_accum;
     } else if (g->grad_units > 1) {
