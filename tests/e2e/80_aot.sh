@@ -147,11 +147,12 @@ check "aot: qwen3.5-397b-a17b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compil
 # each way, 4 each way per step. The circular form (1 layer per stage and
 # repeat, R = 15) has the bubble 3/63 and puts every full-attention layer on stage 3
 # (layers 3, 7, ..., 59: the hybrid cycle of 4 over 4 stages); its stage tables with their 15
-# chunks need 74252 / 69324 / 69324 / 82640 MiB (stage 3: 85.0%; the 3 M R = 180 slots of
+# chunks need 74252 / 66794 / 66794 / 82184 MiB (stage 3: 84.5%; the gradient ranges cut per
+# chunk (the microbatch form with repeats); the 3 M R = 180 slots of
 # 16 MiB are 2880 of them, more than the bound's 81616 counts; the boundary 3 -> 0 is crossed
 # R - 1 = 14 times per microbatch). The plan (its four
-# stage-local table sets, docs/pipeline.md) compiles; qtrain would refuse the circular form
-# here at start-up (repeats with expert parallelism's microbatch gradient form, 63_pipeline.sh).
+# stage-local table sets, docs/pipeline.md) compiles; the circular form with expert
+# parallelism's microbatch gradient form runs (63_pipeline.sh's circular x EP2 cells).
 pp_aot() {
   aot_case aot-397b-v5p512-pp4 fits || return 1
   local p=$AOT_OUT/aot-397b-v5p512-pp4/aot-397b-v5p512-pp4/plan.txt
@@ -165,9 +166,9 @@ pp_aot() {
     || { echo "plan.txt lacks the verdict, bubble, map or boundary lines above"; return 1; }
   aot_case aot-397b-v5p512-pp4 fits aot-397b-pp4-circ num_layers_per_pipeline_stage=1 run_name=aot-397b-pp4-circ || return 1
   p=$AOT_OUT/aot-397b-pp4-circ/aot-397b-pp4-circ/plan.txt
-  grep -F "  verdict (budget 97280 MiB, the executed tables): fits (82640 MiB, 85.0%, stage 3 the largest), gpipe with its repeats; the planning bound: gpipe fits (81616 MiB, 83.9%), 1f1b n/a (needs one repeat)" "$p" &&
-    grep -F "    stage 3: executed 82640 fits; bound: arena 80508" "$p" &&
-    grep -F "arena per rank fits: 82640 MiB of 97280 MiB (85.0%, compile_topology v5p-512; pipeline 4 stages, gpipe, the executed stage tables, stage 3 the largest; planning bound 81616 MiB, stage 0)" "$AOT_OUT/aot-397b-pp4-circ/log" &&
+  grep -F "  verdict (budget 97280 MiB, the executed tables): fits (82184 MiB, 84.5%, stage 3 the largest), gpipe with its repeats; the planning bound: gpipe fits (81616 MiB, 83.9%), 1f1b n/a (needs one repeat)" "$p" &&
+    grep -F "    stage 3: executed 82184 fits; bound: arena 80508" "$p" &&
+    grep -F "arena per rank fits: 82184 MiB of 97280 MiB (84.5%, compile_topology v5p-512; pipeline 4 stages, gpipe, the executed stage tables, stage 3 the largest; planning bound 81616 MiB, stage 0)" "$AOT_OUT/aot-397b-pp4-circ/log" &&
     grep -F "    stage 3 -> 0 (the next repeat): 16777216 bytes (16.000 MiB) per microbatch each way; 56 messages each way per step" "$p" &&
     grep -F "  bubble: (S-1)/(R*M+S-1) = 3/63 = 0.0476" "$p" &&
     grep -F "    stage 3: 15 layers (GDN 0, full attention 15), the head and loss: 3F | 7F" "$p" \
@@ -184,7 +185,7 @@ check "aot: qwen3.5-397b-a17b v5p-512 pipeline 4 x FSDP 8 x EP 8: the executed s
 # MiB, stage 0, in the smallest forms); now the stages dispatch in rounds and stage 2 keeps
 # collective_overlap on (61770 MiB executed; its bound in those forms 79702, over): accepted
 # with the executed verdict. Circular (R = 15) at 64
-# GiB likewise: refused on the bound (65704) before, now 65404 MiB (stage 1). At 58 GiB
+# GiB likewise: refused on the bound (65704) before, now 64412 MiB (stage 0). At 58 GiB
 # (59392 MiB) stage 3's tables need 60832 MiB in their smallest forms: refused, naming the
 # stage, its MiB, the budget and the pipeline keys, nothing written.
 pp_aot_budget() {
@@ -196,7 +197,7 @@ pp_aot_budget() {
     grep -F "arena per rank fits: 61770 MiB of 63488 MiB (97.3%, compile_topology v5p-512; pipeline 4 stages, gpipe, the executed stage tables, stage 2 the largest; planning bound 79702 MiB, stage 2)" "$AOT_OUT/pp4-62/log" \
     || { echo "pp4 at 62 GiB: not the executed verdict above"; return 1; }
   aot_case aot-397b-v5p512-pp4 fits circ-64 num_layers_per_pipeline_stage=1 device_memory_gib=64 run_name=circ-64 || return 1
-  grep -F "  verdict (budget 65536 MiB, the executed tables): fits (65404 MiB, 99.8%, stage 1 the largest), gpipe with its repeats; the planning bound: gpipe does not fit (77696 MiB, 118.6%)" "$AOT_OUT/circ-64/circ-64/plan.txt" \
+  grep -F "  verdict (budget 65536 MiB, the executed tables): fits (64412 MiB, 98.3%, stage 0 the largest), gpipe with its repeats; the planning bound: gpipe does not fit (77696 MiB, 118.6%)" "$AOT_OUT/circ-64/circ-64/plan.txt" \
     || { echo "circular at 64 GiB: not the executed verdict above"; return 1; }
   aot_case aot-397b-v5p512-pp4 "configgen: device_memory_gib=58 (compile_topology=v5p-512, 256 ranks): plan pp4-58 needs 60832.0 MiB per rank, over the budget of 59392.0 MiB by 1440.0 MiB (pipeline stage 3 of 4, the stage whose executed stage-local tables need the most: 60832.0 MiB, the in-flight slots of 3 M R = 12 boundary messages included (192.0 MiB; M = num_pipeline_microbatches=4, R = 1); the same under pipeline_schedule gpipe and 1f1b); biggest consumers: gradient tree" \
     pp4-58 device_memory_gib=58 run_name=pp4-58 || return 1
