@@ -138,9 +138,10 @@ static void qt_pp_inputs(const qt_ctx *ctx, int32_t id, const unsigned char *in,
     else if (lb_in) memcpy(qt_pp_bytes(ctx, ctx->plan->lb_seq), lb_in, (size_t)lbb);
 }
 
-/* The MTP head's messages on this stage (once per microbatch, whatever the repeats): D its depths on stage 0 and the last
- * stage, 0 elsewhere (the middle stages see none); slots its pp_mtp_slots, peer the other
- * end (the last stage, or stage 0), bytes one boundary, M the microbatches of a group. */
+/* The MTP head's messages on this stage (once per microbatch, whatever the repeats): D its
+ * depths on stage 0 and the last stage, 0 elsewhere (the middle stages see none); slots its
+ * pp_mtp_slots, peer the other end (the last stage, or stage 0), bytes one boundary, M the
+ * microbatches of a group. */
 typedef struct qt_pp_mtp {
     int64_t D, bytes, M;
     int first, peer;
