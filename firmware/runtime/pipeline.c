@@ -17,8 +17,9 @@
  *    to stage 0's r + 1: the wrap-around), channel 1 the gradients the reverse way, channel
  *    3 (with the load-balance loss) the running lb sums the activations' way beside them
  *    (so the sums also wrap around between repeats: one rank's layer order), channels 5
- *    and 6 (with the MTP head, one repeat) the head's embeddings from stage 0 straight to
- *    the last stage and their gradients back (the middle stages see neither), each
+ *    and 6 (with the MTP head) the head's embeddings from stage 0 straight to
+ *    the last stage and their gradients back (the middle stages see neither; once per
+ *    microbatch: stage 0's repeat 0 to and from the last stage's repeat R - 1), each
  *    (microbatch, repeat) once per accumulation group, in the schedule's order on both sides
  *    (qt_pp_action, qt_pp_action_circ), so they match in posting order; a receive may be
  *    posted one action ahead (into a slot nothing else uses until it is waited for), which
@@ -137,9 +138,10 @@ static void qt_pp_inputs(const qt_ctx *ctx, int32_t id, const unsigned char *in,
     else if (lb_in) memcpy(qt_pp_bytes(ctx, ctx->plan->lb_seq), lb_in, (size_t)lbb);
 }
 
-/* The MTP head's messages on this stage (one repeat): D its depths on stage 0 and the last
- * stage, 0 elsewhere (the middle stages see none); slots its pp_mtp_slots, peer the other
- * end (the last stage, or stage 0), bytes one boundary, M the microbatches of a group. */
+/* The MTP head's messages on this stage (once per microbatch, whatever the repeats): D its
+ * depths on stage 0 and the last stage, 0 elsewhere (the middle stages see none); slots its
+ * pp_mtp_slots, peer the other end (the last stage, or stage 0), bytes one boundary, M the
+ * microbatches of a group. */
 typedef struct qt_pp_mtp {
     int64_t D, bytes, M;
     int first, peer;
@@ -173,17 +175,22 @@ static int qt_pp_mtp_msgs(const qt_pp_mtp *m, int send, int ch, unsigned char *b
 }
 
 /* Microbatch j's MTP messages (nothing on a middle stage), at its F (phase 0), before its
- * B's forward (1) and after its B's backward (2). At F stage 0 sends pp_mtp_out from slot
- * row j (channel 5) and the last stage receives it into its row j: both in forward order,
+ * B's forward (1) and after its B's backward (2), of repeat r of R: only in stage 0's first
+ * chunk (r = 0: the embedding, and the backward that takes their gradient) and the last
+ * stage's last (r = R - 1: the head). At F stage 0 sends pp_mtp_out from slot row j
+ * (channel 5) and the last stage receives it into its row j: both in forward order,
  * whatever the backwards' order. Before B the last stage copies row j into pp_mtp_in, and
  * stage 0 receives the gradient into pp_mtp_dout, the backward's second seed (channel 6;
  * zeroed under the test order mtp-drop). After B the last stage sends pp_mtp_din back
- * from row M + j. 0 or QT_E_*. */
-static int qt_pp_mtp_step(const qt_ctx *ctx, const qt_pp_mtp *m, int64_t j, int phase)
+ * from row M + j: both ends run their one chunk's backwards in the same microbatch order
+ * (the test order reverse too), and every last-stage B(j, R - 1) comes before stage 0's
+ * backwards of repeat 0, so neither end waits on the other. 0 or QT_E_*. */
+static int qt_pp_mtp_step(const qt_ctx *ctx, const qt_pp_mtp *m, int64_t j, int r, int R,
+                          int phase)
 {
     const qt_plan *p = ctx->plan;
     const int64_t n = m->D * m->bytes;
-    if (!m->D || (phase == 2 && m->first)) return QT_OK;
+    if (!m->D || (phase == 2 && m->first) || r != (m->first ? 0 : R - 1)) return QT_OK;
     unsigned char *row = m->slots + (phase == 2 ? m->M + j : j) * n;
     if (phase == 0 && m->first) {
         memcpy(row, qt_pp_bytes(ctx, p->pp_mtp_out), (size_t)n);
@@ -330,13 +337,13 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                         rc = qt_coll_p2p_send(next, QT_PP_LB, lb_out, lbb);
                     }
                 }
-                if (!rc) rc = qt_pp_mtp_step(ctx, &mtp, a.j, 0);
+                if (!rc) rc = qt_pp_mtp_step(ctx, &mtp, a.j, a.r, R, 0);
             } else if (!rc) {
                 /* B: the forward runs again from the kept input, then the backward; the
                  * input's gradient goes back (a chunk with an input); the chunk's results
                  * are taken now (its layers' dropped counts), the microbatch's after its
                  * last repeat (the loss) */
-                rc = qt_pp_mtp_step(ctx, &mtp, a.j, 1);
+                rc = qt_pp_mtp_step(ctx, &mtp, a.j, a.r, R, 1);
                 if (!rc) rc = h->fill(mb, h->arg);
                 if (!rc) qt_interp_run_range(ctx, table, c->f0, c->f1, mb, st);
                 if (!rc && !*ctx->status) qt_interp_run_range(ctx, table, c->b0, c->b1, mb, st);
@@ -348,7 +355,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                     memcpy(grad, qt_pp_bytes(ctx, c->din), (size_t)bytes);
                     rc = qt_coll_p2p_send(prev, QT_PP_GRAD, grad, bytes);
                 }
-                if (!rc) rc = qt_pp_mtp_step(ctx, &mtp, a.j, 2);
+                if (!rc) rc = qt_pp_mtp_step(ctx, &mtp, a.j, a.r, R, 2);
             }
             if (rc) return rc;
         }

@@ -443,7 +443,7 @@ int qt_validate_pipeline(const qt_plan *p)
      * (their collectives over the stage's ranks, qt_comm_mesh_set_base; with repeats too, in
      * every gradient form: qt_validate_chunk_splits), gpipe with circular repeats or 1f1b
      * with one, fp32 or bf16, the load-balance and z losses, token
-     * dropping, packing, scanned layers, the held-out eval, the MTP head without repeats;
+     * dropping, packing, scanned layers, the held-out eval, the MTP head (with repeats too);
      * anything else is named by its key */
     const char *what = NULL;
     int64_t per = 1;
@@ -466,10 +466,6 @@ int qt_validate_pipeline(const qt_plan *p)
                "load_balance_loss_weight > 0: the lb sums, (1 + mtp_num_layers) x on stage 0 "
                "with the MTP head (+ 1 with the lb sums); one request stays for the "
                "receive posted ahead)";
-    else if (p->mtp_layers > 0 && p->pp_repeats > 1)
-        what = "mtp_num_layers > 0 and num_pipeline_repeats > 1 (the MTP head's embeddings "
-               "cross from stage 0 to the last stage once per microbatch, outside the "
-               "repeats' chunks)";
     else if (p->pp_slots == QT_NONE || p->pp_stage < 0 || p->pp_stage >= p->pipeline_stages ||
              !qt_pp_mtp_tables_ok(p))
         what = "stage tables without their boundaries (a plan from an older configgen)";

@@ -45,12 +45,11 @@
 #   * the lb PP2 run with every stage's lb sums started from zero (QT_PP_TEST_ORDER=lb-local)
 #     has another step-0 loss than one rank;
 #   * receives posted ahead off (QT_PP_PREFETCH=0) give the same bits;
-#   * refusals: a pipeline form the driver does not run yet names its key (the MTP head
-#     with circular repeats, both keys);
 #   * the held-out eval, checkpoints (save=, load=, dump_grads=) on pipeline meshes, and
 #     with circular repeats (with token dropping too): below;
 #   * circular repeats with the microbatch and per-layer gradient forms (x EP2, x CP2, per-layer
-#     x DP2 / FSDP2 / EP2) and scanned circular chunks: at the end.
+#     x DP2 / FSDP2 / EP2) and scanned circular chunks, then the MTP head with circular
+#     repeats: at the end.
 PP_D=$QT_TMP/pp
 PP_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 
@@ -267,9 +266,11 @@ done
 # the MTP check can fail: stage 0 zeroing the received gradient of the head's embeddings
 # (QT_PP_TEST_ORDER=mtp-drop; the messages still pair) trains the embedding without the
 # head's part: the step-0 loss (before any update) is one rank's, a later step's bits differ
+# (pp_mtp_drop_differs [PP]: PP the pipeline cell, pp2-next-gpipe-mtp unless named)
 pp_mtp_drop_differs() {
-  pp_det pp1r-next-b4-mtp 1 && pp_det pp2-next-gpipe-mtp 2 QT_PP_TEST_ORDER=mtp-drop || return 1
-  local a=$PP_D/pp1r-next-b4-mtp.det b=$PP_D/pp2-next-gpipe-mtp.QT_PP_TEST_ORDER.det
+  local pp=${1:-pp2-next-gpipe-mtp}
+  pp_det pp1r-next-b4-mtp 1 && pp_det "$pp" 2 QT_PP_TEST_ORDER=mtp-drop || return 1
+  local a=$PP_D/pp1r-next-b4-mtp.det b=$PP_D/$pp.QT_PP_TEST_ORDER.det
   [ "$(head -n 1 "$a")" = "$(head -n 1 "$b")" ] || { echo "step 0 differs"; return 1; }
   ! cmp -s "$a" "$b" || { echo "the dropped MTP gradient gave one rank's bits"; return 1; }
   echo "one rank: $(tail -n 1 "$a"); MTP gradient dropped: $(tail -n 1 "$b")"
@@ -363,19 +364,6 @@ pp_lb_local_differs() {
   echo "one rank step 0: $(head -n 1 "$a" | cut -d' ' -f2); lb sums not carried: $(head -n 1 "$b" | cut -d' ' -f2)"
 }
 check "pipeline: the lb terms summed per stage from zero are not one rank's loss (non-vacuous)" pp_lb_local_differs
-
-# what is not executed yet is refused, naming the key, on every rank, before any step
-pp_refusals() {
-  local e=$PP_D/refuse.err
-  # the MTP head with circular repeats names both keys
-  pp_variant pp2r2-next-gpipe-mtp test-next-tiny $NEXT_PPC $MTP || return 1
-  timeout 60 mpiexec -n 2 "$PP_D/pp2r2-next-gpipe-mtp/qtrain" steps=1 data=$PP_DATA > /dev/null 2> "$e" &&
-    { echo "MTP with circular repeats accepted"; return 1; }
-  [ "$(grep -c "pipeline plans with mtp_num_layers > 0 and num_pipeline_repeats > 1 (the MTP head" "$e")" -eq 2 ] ||
-    { cat "$e"; return 1; }
-  head -n 1 "$e"
-}
-check "pipeline: forms not executed yet (MTP x repeats) are refused naming the key" pp_refusals
 
 # pp_run NAME RANKS ARGS...: $PP_D/NAME/qtrain on RANKS ranks, tiny data, seed 11
 pp_run() {
@@ -797,3 +785,40 @@ for cell in "pp1r-next-b8 pp2r2ep2-next 4" "pp1r-next-b8 pp2r2dp2-next-z1pg 4"; 
 done
 check "pipeline ckpt: circular 2r2ep2-next (4 ranks) -> one rank: steps 6..10 == one rank's" \
   pp_ck_resume pp1r-next-b8 pp2r2ep2-next 4 pp1r-next-b8 1
+
+# the MTP head with circular repeats (docs/pipeline.md "The MTP head with circular repeats"):
+# stage 0's first chunk (repeat 0) sends the embeddings straight to the last stage's last
+# chunk (repeat R - 1), whose backward sends their gradient back to stage 0's first chunk's
+# backward; each == one rank with the same keys in the loss bits, fingerprint and every
+# metric (mtp_loss included): qwen3-next PP2 R2 M 4, qwen3.5 PP2 R2 M 4, 2 depths PP2 R2 M 4,
+# PP2 R2 x DP2 and x EP2 (the microbatch form's per-chunk ranges), the checkpoint file after
+# 5 steps on PP2 R2 == one rank's; the check can fail (mtp-drop), and the reversed backward
+# order (both ends reverse their one chunk's backwards alike) runs to the end
+pp_mtpc_cells() {
+  pp_mtp_cells &&
+    pp_variant pp2r2-next-gpipe-m4-mtp test-next-tiny $NEXT_PPC num_pipeline_microbatches=4 $MTP &&
+    pp_variant pp2r2-35-gpipe-m4-mtp test-35-tiny $NEXT_PPC num_pipeline_microbatches=4 $MTP &&
+    pp_variant pp2r2-next-gpipe-m4-mtp2 test-next-tiny $NEXT_PPC num_pipeline_microbatches=4 mtp_num_layers=2 &&
+    pp_variant pp2r2dp2-next-mtp test-next-tiny $PPCM ici_data_parallelism=2 $MTP &&
+    pp_variant pp2r2ep2-next-mtp test-next-tiny $PPCM ici_expert_parallelism=2 $MTP
+}
+check "pipeline: configgen plans and builds the MTP head's circular cells" pp_mtpc_cells
+for cell in "pp1r-next-b4-mtp pp2r2-next-gpipe-m4-mtp 2" "pp1r-35-b4-mtp pp2r2-35-gpipe-m4-mtp 2" \
+            "pp1r-next-b4-mtp2 pp2r2-next-gpipe-m4-mtp2 2" "pp1r-next-b8-mtp pp2r2dp2-next-mtp 4" \
+            "pp1r-next-b8-mtp pp2r2ep2-next-mtp 4"; do
+  set -- $cell
+  check "pipeline MTP circular: ${2#pp} ($3 ranks) == one rank ($1), bit for bit, every metric" pp_same_mtp "$@"
+done
+check "pipeline MTP circular: the head's embedding gradient not applied on stage 0 is not one rank's bits (non-vacuous)" \
+  pp_mtp_drop_differs pp2r2-next-gpipe-m4-mtp
+pp_mtpc_reverse_runs() {
+  pp_det pp1r-next-b4-mtp2 1 && pp_det pp2r2-next-gpipe-m4-mtp2 2 QT_PP_TEST_ORDER=reverse || return 1
+  local a=$PP_D/pp1r-next-b4-mtp2.det b=$PP_D/pp2r2-next-gpipe-m4-mtp2.QT_PP_TEST_ORDER.det
+  [ "$(wc -l < "$b")" -eq 6 ] || { echo "expected 6 steps"; return 1; }
+  [ "$(head -n 1 "$a")" = "$(head -n 1 "$b")" ] || { echo "step 0 differs"; return 1; }
+  echo "reversed backwards, 6 steps, step 0 == one rank: $(head -n 1 "$b")"
+}
+check "pipeline MTP circular: the reversed backward order pairs the head's messages (6 steps, step-0 loss == one rank's)" \
+  pp_mtpc_reverse_runs
+check "pipeline ckpt: the MTP head's checkpoint file after 5 steps on PP2 R2 == one rank's, byte for byte" \
+  pp_ck_file_eq pp1r-next-b4-mtp pp2r2-next-gpipe-m4-mtp 2

@@ -342,7 +342,8 @@ static int check_eval_forward(const qt_cg_graph *g, char *err, size_t errlen)
  * schedule's end), so each such
  * run must read only what it wrote itself, the parameters, the inputs, what the init
  * schedule wrote (the rotary table) and the chunk's
- * boundaries that the driver fills (its input and its output's gradient); the subsequence
+ * boundaries that the driver fills (its input and its output's gradient; with the MTP head
+ * the last chunk's embeddings, the first chunk's their gradient); the subsequence
  * of the planned order keeps the arena's liveness. The markers: R forward ones in order,
  * R end markers in reverse order. */
 static int check_chunks(const qt_cg_graph *g, char *err, size_t errlen)
@@ -382,6 +383,10 @@ static int check_chunks(const qt_cg_graph *g, char *err, size_t errlen)
         if (QT_A(m, PP_CHUNK, dout) != QT_NONE) written[QT_A(m, PP_CHUNK, dout)] = 1;
         /* a chunk with an input continues the running lb sums received with it */
         if (QT_A(m, PP_CHUNK, in) != QT_NONE && g->lb_seq != QT_NONE) written[g->lb_seq] = 1;
+        /* the MTP head's embeddings: the last stage's last chunk reads them, stage 0's
+         * first chunk their gradient (the driver fills both: runtime/pipeline.c) */
+        if (c == R - 1 && g->pp_mtp_in != QT_NONE) written[g->pp_mtp_in] = 1;
+        if (c == 0 && g->pp_mtp_dout != QT_NONE) written[g->pp_mtp_dout] = 1;
         const int f0 = c ? fm[c] : 0, f1 = c + 1 < R ? fm[c + 1] : g->n_fwd;
         const int b0 = c + 1 < R ? bm[R - 2 - c] + 1 : g->n_fwd, b1 = c ? bm[R - 1 - c] : g->nmb;
         char which[48];

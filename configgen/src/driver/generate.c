@@ -185,7 +185,7 @@ static void summary_line(const qt_cg_settings *s, const qt_cg_graph *g, const ch
     if (s->topology[0]) snprintf(src, sizeof src, "compile_topology %s", s->topology);
     else snprintf(src, sizeof src, "device_memory_gib %g", s->budget_gib);
     /* a pipeline: the executed stage tables' largest arena (what the budget check used),
-     * else (the MTP head with circular repeats: no stage-local tables) the planning bound
+     * else (a plan without stage-local tables) the planning bound
      * under the schedule
      * (memory/pipeline_mem.c); no pipeline: the arena */
     int exec_stage;

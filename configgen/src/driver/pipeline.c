@@ -174,8 +174,7 @@ static int plan_graph(qt_cg_settings *s, qt_cg_graph *g, const qt_cg_graph *form
  * head on the last stage only, the boundaries as tensors), each under the C name
  * <run>_s<k>, its parameters numbered from where the stages before it end in the one-rank
  * order; the hash that names them together (pp_group_hash) becomes the plan's hash. g (the
- * planning graph of the report) keeps them. Not with the MTP head and circular repeats
- * together (below). */
+ * planning graph of the report) keeps them. */
 /* Circular repeats (R > 1): where every stage's chunks start in the one-rank model's
  * parameter order (a chunk's parameters are consecutive there: the embedding and layers
  * (r S + st) Lps .., or those layers and the final norm and head): base[(st R + r) 2] the
@@ -219,10 +218,6 @@ static int64_t *pp_chunk_bases(const qt_cg_settings *s, char *err, size_t errlen
 
 static int pp_local_plans(const qt_cg_settings *s, qt_cg_graph *g, char *err, size_t errlen)
 {
-    /* the MTP head with circular repeats is not split over the stages: such a plan stays
-     * the planning graph of the heaviest stage (ahead of time only; qtrain refuses it,
-     * naming mtp_num_layers and num_pipeline_repeats) */
-    if (s->mtp_layers > 0 && s->pp_repeats > 1) return 0;
     const int S = s->pp_stages;
     g->pp_settings = qt_cg_alloc((size_t)S * sizeof *g->pp_settings);
     memset(g->pp_settings, 0, (size_t)S * sizeof *g->pp_settings);

@@ -159,7 +159,7 @@ static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
                          s->pp_repeats > 1 ? "gpipe with its repeats" : "gpipe and 1f1b alike");
     else
         qt_cg_buf_printf(b, "  verdict (budget %.0f MiB, the planning bound: no stage-local "
-                         "tables with the MTP head and circular repeats): ",
+                         "tables): ",
                          (double)budget / QT_CG_MIB);
     qt_cg_buf_printf(b, "gpipe %s (%.0f MiB, %.1f%%), 1f1b ", w0 <= budget ? "fits" : "does not fit",
                      (double)w0 / QT_CG_MIB, 100.0 * (double)w0 / (double)budget);
@@ -178,6 +178,19 @@ static int pp_scanned(const qt_cg_graph *g)
     for (int st = 0; g->pp_graphs && st < g->s->pp_stages; st++)
         if (g->pp_graphs[st].n_scans > 0) return 1;
     return 0;
+}
+
+/* What stage x does for the MTP head (plan.txt's stage line): stage 0 sends the embeddings,
+ * the last stage runs the head on them, "" elsewhere or without the head. */
+static const char *mtp_role(const qt_cg_graph *x)
+{
+    return x->pp_mtp_out != QT_NONE
+               ? ", the MTP head's embeddings straight to the last stage and their gradient "
+                 "back (in-flight slots: M x mtp_num_layers boundaries)"
+           : x->pp_mtp_in != QT_NONE
+               ? ", the MTP head on stage 0's embeddings (their gradient sent back; slots: 2 M "
+                 "x mtp_num_layers boundaries, M received, M sends)"
+               : "";
 }
 
 /* The stage-local tables qtrain executes (driver/pipeline.c pp_local_plans): per stage its
@@ -237,11 +250,14 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
     for (int st = 0; st < s->pp_stages; st++) {
         const qt_cg_graph *x = &g->pp_graphs[st];
         if (s->pp_repeats > 1) {
-            qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters, %s, %s%s, arena "
-                             "%.2f MiB\n", st, (unsigned long long)x->hash, x->np,
+            qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters, %s, %s%s%s%s, "
+                             "arena %.2f MiB\n", st, (unsigned long long)x->hash, x->np,
                              x->pp_in != QT_NONE ? "input from stage before" : "the embedding",
                              x->pp_out != QT_NONE ? "output to the stage after"
-                                                  : "the head and loss",
+                                                  : "the head and loss", mtp_role(x),
+                             x->pp_mtp_out != QT_NONE  ? " (from its first chunk, repeat 0)"
+                             : x->pp_mtp_in != QT_NONE ? " (in its last chunk, repeat R - 1)"
+                                                       : "",
                              x->n_scans > 0 ? ", scanned" : "", (double)x->arena_bytes / QT_CG_MIB);
             continue;
         }
@@ -252,14 +268,8 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
                          x->pp_in != QT_NONE ? "input from stage before" : "the embedding",
                          x->pp_out != QT_NONE ? ", output to the stage after" : ", the head and loss",
                          x->pp_slots != QT_NONE ? " (in-flight slots: 3 M boundary messages)" : "",
-                         x->pp_mtp_out != QT_NONE
-                             ? ", the MTP head's embeddings straight to the last stage and their "
-                               "gradient back (in-flight slots: M x mtp_num_layers boundaries)"
-                         : x->pp_mtp_in != QT_NONE
-                             ? ", the MTP head on stage 0's embeddings (their gradient sent back; "
-                               "slots: 2 M x mtp_num_layers boundaries, M received, M sends)"
-                             : "",
-                         x->n_scans > 0 ? ", scanned" : "", (double)x->arena_bytes / QT_CG_MIB);
+                         mtp_role(x), x->n_scans > 0 ? ", scanned" : "",
+                         (double)x->arena_bytes / QT_CG_MIB);
     }
 }
 
@@ -342,7 +352,7 @@ void qt_cg_report_pp_boundaries(const qt_cg_graph *g, qt_cg_buf *b)
                          (double)msg / QT_CG_MIB, (long long)n, qt_cg_s(n), (long long)(2 * n),
                          (double)(n * msg) / QT_CG_MIB);
     }
-    if (s->mtp_layers <= 0 || R > 1) return;
+    if (s->mtp_layers <= 0) return;
     /* the MTP head's embeddings, from stage 0 straight to the last stage and back */
     const int64_t n = G * M * s->mtp_layers;
     qt_cg_buf_printf(b, "    stage 0 -> %lld (the MTP head's embeddings, %d boundar%s per "

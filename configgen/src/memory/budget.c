@@ -76,8 +76,7 @@ int qt_cg_budget_check(const qt_cg_graph *g0, char *err, size_t errlen)
     const qt_cg_settings *s = g0->s;
     const int64_t budget = qt_cg_budget_bytes(s);
     /* a pipeline with stage-local tables: the largest stage's (what qtrain maps), its
-     * consumers listed; else the plan's need (the planning bound: the MTP head with
-     * circular repeats) */
+     * consumers listed; else the plan's need (the planning bound of a plan without them) */
     int xs;
     const int64_t exec = qt_cg_pp_executed_need(g0, &xs);
     const qt_cg_graph *g = exec >= 0 ? &g0->pp_graphs[xs] : g0;

@@ -68,9 +68,8 @@ int64_t qt_cg_need_bytes(const qt_cg_graph *g);
 /* The need of the stage-local tables qtrain executes (driver/pipeline.c pp_local_plans):
  * the largest stage arena (its in-flight slots included: the need under both schedules),
  * *stage the stage that has it (circular repeats included: their R chunks' slots); -1
- * when the plan has none (no pipeline; the MTP head with circular repeats: no stage-local
- * tables), and the
- * verdict and the budget check then stay the planning bound, qt_cg_need_bytes. */
+ * when the plan has none (no pipeline), and the verdict and the budget check then stay the
+ * planning bound, qt_cg_need_bytes. */
 int64_t qt_cg_pp_executed_need(const qt_cg_graph *g, int *stage);
 
 #endif

@@ -1162,9 +1162,6 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
     const int pp_first = !pp || s->pp_stage == 0, pp_last = !pp || s->pp_stage == s->pp_stages - 1;
     g->pp_in = g->pp_din = g->pp_out = g->pp_dout = g->pp_slots = g->pp_lb_slots = QT_NONE;
     g->pp_mtp_in = g->pp_mtp_din = g->pp_mtp_out = g->pp_mtp_dout = g->pp_mtp_slots = QT_NONE;
-    if (pp && np > 1 && s->pp_repeats > 1) /* driver/pipeline.c plans none with both */
-        return qt_cg_fail(err, errlen, "internal error: circular stage-local tables with the "
-                          "MTP head");
     int32_t x, e[8] = {QT_NONE};
     char n[256];
     /* circular repeats (R > 1): the stage's R chunks of Lps layers are separate subgraphs,
@@ -1245,6 +1242,10 @@ int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t
         g->n_fwd = g->nmb;
         return 0;
     }
+    /* circular: the MTP head's embeddings arrive in the last chunk (repeat R - 1), whose
+     * forward and backward alone read them (docs/pipeline.md "The MTP head with circular
+     * repeats") */
+    if (circ && np > 1) pp_mtp_recv(g, e + 1, &D);
     int32_t w_fn = norm_w(g, "model.norm.weight", D.d, QT_INIT_ZEROS, -1);
     if (head_and_xent(g, x, w_fn, e + 1, &D, err, errlen)) return -1;
     g->n_fwd = g->nmb;
