@@ -3,12 +3,12 @@
  * Every rule refuses a config configgen cannot honour, with a message that names the
  * key(s), the value(s), where they were set and what was expected, so a bad combination
  * fails at generation time. Invariants of a resolved qt_cg_settings: all sizes positive,
- * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW, an MoE with one
- * shared expert and normalised top-k weights (its form and capacity: config/moe.c; other
- * values of shared_experts and norm_topk_prob are ignored with a note, as MaxText ignores
- * them: s->ignored), any layer count (layer l is full attention iff (l+1) % cycle == 0; the
- * schedule, objective and eval: config/train_rules.c), and the mesh: -1 axes resolve from
- * num_ranks, the product must
+ * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW, any layer count
+ * (layer l is full attention iff (l+1) % cycle == 0), an MoE with one shared expert and
+ * normalised top-k weights (other values of shared_experts and norm_topk_prob are ignored
+ * with a note, as MaxText ignores them: s->ignored; the MoE form and capacity:
+ * config/moe.c; the schedule, objective and eval: config/train_rules.c), and the mesh: -1
+ * axes resolve from num_ranks, the product must
  * be num_ranks, tensor and context powers of two times an odd factor of canonical_factor,
  * which the config may leave to the axes to imply (then s->canon_implied; mesh_canon)
  * (data, fsdp and expert any size that divides what they split); data, fsdp, tensor,
