@@ -39,7 +39,9 @@ RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb', 'test-next-pack', 'tes
         'test-next-mtp-pack', 'test-35-mtp-pack', 'test-next-mtp-cap1',
         # issue 31: two MTP depths (the shared fc and norms), the head with the z-loss
         # (MaxText's rule: the main logits only)
-        'test-next-mtp2', 'test-next-mtp-z']
+        'test-next-mtp2', 'test-next-mtp-z',
+        # issue 35: a layer count that is not a multiple of the cycle (6 layers, cycle 4)
+        'test-next-6l']
 N_STEPS = 10
 MIN_MARGIN = 1e-4
 SEED_TRIES = 64

@@ -415,9 +415,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"base_num_query_heads=3", NULL, "must be divisible by base_num_kv_heads=2"},
         {"partial_rotary_factor=0.375", NULL, "Calculated rotary dimension (3) must be a multiple of 2"},
         {"partial_rotary_factor=0.1", NULL, "Calculated rotary dimension (0)"},
-        {"base_num_decoder_layers=6", NULL, "multiple of inhomogeneous_layer_cycle_interval=4"},
         {"num_experts_per_tok=5", NULL, "must be <= num_experts=4"},
-        {"shared_experts=2", NULL, "shared_experts=2 (command line): exactly one gated shared expert"},
         {"use_mrope=true", "mrope_section=[1, 0]", "sum(mrope_section) == rotary_dim/2 = 2"},
         {"decoder_block=llama2", NULL, "decoder_block=llama2 (command line): expected qwen3_next or qwen3_5"},
         {"gdn_core_algorithm=wy", NULL, "gdn_core_algorithm=wy (command line): expected chunked or recurrent"},
@@ -428,7 +426,6 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"lr_schedule_type=linear", NULL, "lr_schedule_type=linear (command line): expected cosine (linear warmup + cosine decay) or wsd"},
         {"lr_schedule_type=wsd", "wsd_decay_steps_fraction=0.95", "warmup_steps_fraction + wsd_decay_steps_fraction = 0.1 + 0.95 = 1.05 is over 1"},
         {"wsd_decay_style=exp", NULL, "wsd_decay_style=exp (command line): expected linear or cosine"},
-        {"eval_steps=5", NULL, "eval_steps=5 (command line): is set but eval_interval is -1 (no evaluation)"},
         {"eval_interval=0", NULL, "eval_interval=0 (command line): expected -1 (no evaluation)"},
         {"eval_interval=10", "eval_per_device_batch_size=0.5", "expected a whole multiple of the training microbatch"},
         {"adam_eps_root=1e-8", NULL, "adam_eps_root=1e-8 (command line): only 0"},
@@ -1005,6 +1002,11 @@ TEST(CgSchedule, FullAttentionLayersFollowTheCycle)
         {"base_num_decoder_layers=6", "inhomogeneous_layer_cycle_interval=2", 6, {1, 3, 5, -1}},
         {"base_num_decoder_layers=3", "inhomogeneous_layer_cycle_interval=1", 3, {0, 1, 2, -1}},
         {"base_num_decoder_layers=5", "inhomogeneous_layer_cycle_interval=5", 5, {4, -1}},
+        // layer counts that are not a multiple of the cycle (issue 35: MaxText's unscanned
+        // decoder builds them; docs/refusals.md): the rule is the same, a partial last cycle
+        {"base_num_decoder_layers=6", "inhomogeneous_layer_cycle_interval=4", 6, {3, -1}},
+        {"base_num_decoder_layers=7", "inhomogeneous_layer_cycle_interval=3", 7, {2, 5, -1}},
+        {"base_num_decoder_layers=2", "inhomogeneous_layer_cycle_interval=4", 2, {-1}},
     };
     const char *runs[] = {kTiny, "configgen/configs/runs/test-35-tiny.yml"};
     for (const char *run : runs) {
@@ -1042,6 +1044,46 @@ TEST(CgSchedule, FullAttentionLayersFollowTheCycle)
             LONGS_EQUAL(c.n_layers - n_full, n_gdn_ops);
         }
     }
+}
+
+// Keys MaxText accepts and ignores (issue 35, docs/refusals.md): each is accepted with a note
+// naming it, its value and why (s.ignored: configgen's stderr and plan.txt), and the plan is
+// the plan without it (the same hash: config_text, which records the value, is not hashed).
+TEST_GROUP(CgIgnored){};
+
+TEST(CgIgnored, KeysMaxTextIgnoresAreNotedAndLeaveThePlan)
+{
+    struct {
+        const char *over, *want;
+    } cases[] = {
+        {"shared_experts=0", "shared_experts=0 (command line) is ignored: the qwen3_next / qwen3_5 MoE block has exactly one gated shared expert"},
+        {"shared_experts=2", "shared_experts=2 (command line) is ignored"},
+        {"norm_topk_prob=false", "norm_topk_prob=false (command line) is ignored: the routing weights are the softmax over the selected k logits"},
+        {"eval_steps=5", "eval_steps=5 (command line) is ignored: eval_interval is -1 (no evaluation), as in MaxText"},
+        {"target_eval_loss=1.5", "target_eval_loss=1.5 (command line) is ignored: eval_interval is -1"},
+    };
+    CgPlan base;
+    LONGS_EQUAL(0, base.build(kTiny));
+    STRCMP_EQUAL("", base.s.ignored);
+    for (auto &c : cases) {
+        char ov[64];
+        snprintf(ov, sizeof ov, "%s", c.over);
+        char *over[] = {ov};
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(kTiny, 1, over));
+        if (!strstr(p.s.ignored, c.want))
+            fprintf(stderr, "%s: ignored '%s', want '%s'\n", c.over, p.s.ignored, c.want);
+        CHECK(strstr(p.s.ignored, c.want) != NULL);
+        CHECK(p.g.hash == base.g.hash);
+    }
+    // two at once: both named, in order
+    char a[] = "shared_experts=0", b[] = "eval_start_step=3";
+    char *two[] = {a, b};
+    CgPlan p;
+    LONGS_EQUAL(0, p.build(kTiny, 2, two));
+    const char *x = strstr(p.s.ignored, "shared_experts=0"), *y = strstr(p.s.ignored, "; eval_start_step=3");
+    CHECK(x != NULL && y != NULL && x < y);
+    CHECK(p.g.hash == base.g.hash);
 }
 
 // ---------------------------------------------------------------- hash and output stability

@@ -86,6 +86,10 @@ int qt_cg_rule_vbad(const qt_cg_config *c, char *err, size_t errlen, const char 
                     const char *fmt, va_list ap);
 int qt_cg_rule_bad(const qt_cg_config *c, char *err, size_t errlen, const char *key,
                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* A key set to a value the plan ignores, as MaxText does (docs/refusals.md: accepted, not
+ * refused): "key=value (where) is ignored: why" appended to s->ignored ("; " between). */
+void qt_cg_rule_ignored(const qt_cg_config *c, qt_cg_settings *s, const char *key,
+                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* ---- validated settings (config/settings.c) ---- */
 

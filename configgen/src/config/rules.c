@@ -2,7 +2,8 @@
  * config/train_rules.c, config/pipeline.c): a key of base.yml by name, its value as a number,
  * another key rendered "key=value (where)" for a message, and the one form of a refusal,
  * "key=value (where): message", which names where the value came from (a run file's line,
- * the command line, base.yml).
+ * the command line, base.yml); and the note for a key whose value the plan ignores, as
+ * MaxText does (qt_cg_rule_ignored: accepted with a note, never refused).
  *
  * Invariants: a key these functions are asked for is one base.yml declares, so its absence
  * is a bug of configgen itself (an internal error, abort), never a user's mistake; a
@@ -11,6 +12,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "core/qt_cg.h"
 #include "config/qt_cg_config.h"
 
@@ -60,4 +62,17 @@ int qt_cg_rule_bad(const qt_cg_config *c, char *err, size_t errlen, const char *
     int rc = qt_cg_rule_vbad(c, err, errlen, key, fmt, ap);
     va_end(ap);
     return rc;
+}
+
+void qt_cg_rule_ignored(const qt_cg_config *c, qt_cg_settings *s, const char *key,
+                        const char *fmt, ...)
+{
+    char who[400], why[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    const size_t n = strlen(s->ignored);
+    snprintf(s->ignored + n, sizeof s->ignored - n, "%s%s is ignored: %s", n ? "; " : "",
+             qt_cg_rule_other(c, key, who, sizeof who), why);
 }

@@ -3,14 +3,17 @@
  * Every rule refuses a config configgen cannot honour, with a message that names the
  * key(s), the value(s), where they were set and what was expected, so a bad combination
  * fails at generation time. Invariants of a resolved qt_cg_settings: all sizes positive,
- * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW, an MoE with one
- * shared expert (its form and capacity: config/moe.c; the schedule, objective and eval:
- * config/train_rules.c), and the mesh: -1 axes resolve from num_ranks, the product must
+ * head counts divide, rotary dim even and > 0, weight_dtype float32, AdamW, any layer count
+ * (layer l is full attention iff (l+1) % cycle == 0), an MoE with one shared expert and
+ * normalised top-k weights (other values of shared_experts and norm_topk_prob are ignored
+ * with a note, as MaxText ignores them: s->ignored; the MoE form and capacity:
+ * config/moe.c; the schedule, objective and eval: config/train_rules.c), and the mesh: -1
+ * axes resolve from num_ranks, the product must
  * be num_ranks, tensor and context powers of two times an odd factor of canonical_factor,
  * which the config may leave to the axes to imply (then s->canon_implied; mesh_canon)
  * (data, fsdp and expert any size that divides what they split); data, fsdp, tensor,
  * expert and context execute;
- * pipeline stages are planned (config/pipeline.c) and qtrain refuses to run them for now.
+ * pipeline stages are planned (config/pipeline.c) and executed (docs/pipeline.md).
  * A message about a relation between keys blames the key the user set (its value not from
  * base.yml; qt_cg_known.where) and names the value it meets, with where that was set.
  * Sizes: every product of keys that sizes a tensor is computed with overflow checks and
@@ -257,10 +260,10 @@ static int check_shape(const qt_cg_vctx *v, qt_cg_settings *s)
     if (m->n_q_heads % m->n_kv_heads)
         return bad(v, "base_num_query_heads", "must be divisible by base_num_kv_heads=%lld",
                    (long long)m->n_kv_heads);
-    if (m->n_layers % m->cycle)
-        return bad(v, "base_num_decoder_layers",
-                   "must be a multiple of inhomogeneous_layer_cycle_interval=%lld",
-                   (long long)m->cycle);
+    /* a layer count that is not a multiple of the cycle is built whole: layer l is full
+     * attention iff (l+1) % cycle == 0, as MaxText's unscanned decoder (with scan_layers
+     * MaxText builds int(L / cycle) blocks and drops the rest; qtrain scans the whole
+     * cycles and runs the rest unrolled: docs/refusals.md) */
     if (m->top_k > m->n_experts)
         return bad(v, "num_experts_per_tok", "must be <= num_experts=%lld",
                    (long long)m->n_experts);
@@ -273,8 +276,11 @@ static int check_shape(const qt_cg_vctx *v, qt_cg_settings *s)
     if (getf(v, "load_balance_loss_weight") != 0.0 && m->n_experts > 1024)
         return bad(v, "num_experts", "must be <= 1024 (QT_MOE_MAX_EXPERTS) when "
                    "load_balance_loss_weight != 0");
+    /* MaxText's qwen3_next / qwen3_5 MoE block builds one gated shared expert whatever
+     * shared_experts says (its base.yml default is 0) */
     if (geti(v, "shared_experts") != 1)
-        return bad(v, "shared_experts", "exactly one gated shared expert is built; expected 1");
+        qt_cg_rule_ignored(v->c, s, "shared_experts", "the qwen3_next / qwen3_5 MoE block has "
+                           "exactly one gated shared expert, as MaxText's");
     return 0;
 }
 
@@ -333,9 +339,12 @@ static int check_numerics(const qt_cg_vctx *v, qt_cg_settings *s)
     if (!getb(v, "use_qk_norm_in_gdn"))
         return bad(v, "use_qk_norm_in_gdn", "the GDN kernel always l2-normalises q and k; "
                    "expected true");
+    /* MaxText's router softmaxes over the selected k logits whatever norm_topk_prob says
+     * (its base.yml default is false): the weights are normalised either way */
     if (!getb(v, "norm_topk_prob"))
-        return bad(v, "norm_topk_prob", "routing weights are always the softmax over the "
-                   "selected k (normalised); expected true");
+        qt_cg_rule_ignored(v->c, s, "norm_topk_prob", "the routing weights are the softmax over "
+                           "the selected k logits (normalised), as MaxText's router computes "
+                           "them for either value");
     if (getb(v, "logits_via_embedding"))
         return bad(v, "logits_via_embedding", "tied embeddings are not supported; expected "
                    "false (separate lm_head)");

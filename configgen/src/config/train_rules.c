@@ -9,12 +9,13 @@
  * every appended field 0, so a cosine plan is the plan it was; with wsd, wsd_warmup =
  * int(L x warmup_steps_fraction) and wsd_decay = int(L x wsd_decay_steps_fraction) are taken
  * in double from the config text, as MaxText does, and warmup + decay fractions are <= 1;
- * eval_interval > 0 only when evaluation is on, then  eval_batch (sequences per sequence group
- * per eval batch) is a positive multiple of micro_batch; eval_steps is -1 or >= 1; eval_fwd_ops
- * is filled from the graph later (qt_cg_train_view); z_loss is 0 or a finite multiplier > 0,
- * in any dtype, with the plain or the blocked / vocab-parallel cross entropy (kernels/xent.h;
- * the MTP head refuses it: config/mtp.c). Each refusal names the key, its value,
- * where it was set and what was expected.
+ * eval_interval > 0 only when evaluation is on (the other eval keys set without it are
+ * ignored with a note, s->ignored, as MaxText ignores them), then eval_batch (sequences per
+ * sequence group per eval batch) is a positive multiple of micro_batch; eval_steps is -1 or
+ * >= 1; eval_fwd_ops is filled from the graph later (qt_cg_train_view); z_loss is 0 or a
+ * finite multiplier > 0, in any dtype, with the plain or the blocked / vocab-parallel cross
+ * entropy (kernels/xent.h; with the MTP head on the main logits only, MaxText's rule). Each
+ * refusal names the key, its value, where it was set and what was expected.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -89,13 +90,14 @@ static int tr_eval(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t e
     if (!(target >= 0))
         return qt_cg_rule_bad(c, err, errlen, "target_eval_loss", "expected 0 (off) or a loss > 0");
     if (iv == -1) {
+        /* MaxText reads them only when it evaluates: set without eval_interval they are
+         * ignored (a note, not a refusal: docs/refusals.md) */
         static const char *const need[] = {"eval_steps", "eval_start_step",
                                            "eval_per_device_batch_size", "target_eval_loss"};
         for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
             if (tr_set(c, need[i]))
-                return qt_cg_rule_bad(c, err, errlen, need[i],
-                                      "is set but eval_interval is -1 (no "
-                                      "evaluation); set eval_interval to the steps between evals");
+                qt_cg_rule_ignored(c, s, need[i], "eval_interval is -1 (no evaluation), as in "
+                                   "MaxText; set eval_interval to the steps between evals");
         return 0;
     }
     /* a pipeline's sequence group spans its S stages (MaxText's global eval batch: the

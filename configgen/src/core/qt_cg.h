@@ -197,6 +197,10 @@ typedef struct qt_cg_settings {
     qt_cg_rule *rules;
     int n_rules;
     char unused[512];          /* accepted-but-unused keys that were set (vision tower) */
+    /* keys set to a value this plan ignores, as MaxText does, each with why (docs/refusals.md:
+     * MaxText runs them, so qtrain does not refuse them); configgen's stderr and plan.txt
+     * say so. The plan is the one without them (same tables). */
+    char ignored[768];
 } qt_cg_settings;
 
 /* Bytes per element of the parameters' compute copy (2 in bf16: docs/precision.md), and the

@@ -239,8 +239,10 @@ int qt_cg_generate_summary(int argc, char **argv, qt_cg_buf *summary, char *err,
     qt_cg_graph g;
     int rc = qt_cg_plan_build(NULL, run, argc - i, argv + i, &c, &s, &g, err, errlen);
     if (!rc) rc = qt_cg_budget_check(&g, err, errlen);
-    /* a key the plan ignores, as MaxText does (capacity_factor with sparse_matmul=true) */
+    /* keys the plan ignores, as MaxText does (capacity_factor with sparse_matmul=true,
+     * s.ignored: docs/refusals.md) */
     if (!rc && !s.moe_dense && s.moe_note[0]) fprintf(stderr, "configgen: note: %s\n", s.moe_note);
+    if (!rc && s.ignored[0]) fprintf(stderr, "configgen: note: %s\n", s.ignored);
     if (!rc) {
         qt_cg_buf ban = {0}, files[4] = {{0}};
         const char *const *names = plan_files;

@@ -19,8 +19,9 @@
  *    once, count = the run's length, stride = that difference. The unrolled schedule is
  *    then exactly what qt_mb_cursor produces; qt_cg_scan checks that by walking both.
  * A part whose cycles do not form such a run (one cycle, or the first cycle reading the
- * embedding where the others read the previous cycle's output) simply stays unrolled
- * there; the bits never depend on the form (same ops, same order).
+ * embedding where the others read the previous cycle's output, or the partial last cycle of
+ * a layer count that is not a multiple of the cycle) simply stays unrolled there; the bits
+ * never depend on the form (same ops, same order).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,7 +175,9 @@ int qt_cg_scan(qt_cg_graph *g, char *err, size_t errlen)
     }
     const int64_t cyc_len = g->s->m.cycle > 0 ? g->s->m.cycle : 1;
     const int n_cycles = (int)(g->s->m.n_layers / cyc_len);
-    if (!g->s->scan_layers || n_cycles < 2 || g->s->m.n_layers % cyc_len) return 0;
+    /* a partial last cycle (layers not a multiple of the cycle) is a shorter block: it
+     * links to no other, so it stays unrolled */
+    if (!g->s->scan_layers || n_cycles < 2) return 0;
     int *cyc = qt_cg_alloc((size_t)(g->nmb ? g->nmb : 1) * sizeof *cyc);
     int prev = -1;
     for (int o = 0; o < g->nmb; o++) {
