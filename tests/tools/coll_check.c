@@ -776,7 +776,7 @@ static void ctx_source(const qt_cp_shape *sh, int to_heads, int64_t c, int64_t e
 static long check_ctx_op(unsigned mask, const int *members, int R, int idx, unsigned kind,
                          unsigned dtype, const int64_t shp[4])
 {
-    const qt_cp_shape sh = {shp[0], shp[1] * R, shp[2] * R, shp[3], R, qt_dtype_bytes(dtype)};
+    const qt_cp_shape sh = {shp[0], shp[1] * R, shp[2] * R, shp[3], R, qt_dtype_bytes(dtype), 0};
     const int64_t n = QT_CP_ELEMS(sh.b, sh.S, sh.G, sh.w, sh.C), eb = sh.eb;
     const int64_t scr = QT_CP_SCRATCH_FLOATS(sh.b, sh.S, sh.G, sh.w, sh.C);
     const int to_heads = kind == QT_OP_CTX_TO_HEADS || kind == QT_OP_CTX_TO_TOKENS_BWD;
