@@ -822,8 +822,10 @@ static long check_ctx_op(unsigned mask, const int *members, int R, int idx, unsi
     op.kind = (uint16_t)kind;
     const int64_t attrs[7] = {sh.b, sh.S, sh.G, sh.w, mask, R, u};
     for (int k = 0; k < 7; k++) op.a[k] = attrs[k];
-    for (int64_t e = 0; e < n_in; e++) ctx_elem(arena + t[1].offset + e * eb, eb, cc.rank, e, 300 + kind);
-    for (int64_t e = 0; e < n; e++) ctx_elem(arena + t[0].offset + e * eb, eb, cc.rank, e, 400 + kind);
+    for (int64_t e = 0; e < n_in; e++)
+        ctx_elem(arena + t[1].offset + e * eb, eb, cc.rank, e, 300 + kind);
+    for (int64_t e = 0; e < n; e++)
+        ctx_elem(arena + t[0].offset + e * eb, eb, cc.rank, e, 400 + kind);
     qt_check_state cs;
     memset(&cs, 0, sizeof cs);
     const qt_kernel_entry *ke = &qt_kernel_table[kind];

@@ -193,8 +193,8 @@ static int sizes_blocks(const qt_cg_graph *g, const qt_op *o, int i, const char 
 }
 /* Context parallelism's head exchange (qt_ops.def CTX_*): the token side holds
  * b*(S/C)*G*w elements, the head side b*S*Gl*w (the same unless G < C: groups shared by a
- * chain of ranks; or u > 0, uneven ownership: Gl slots with padding), the scratch the send and receive blocks. The four kinds share
- * CTX_TO_HEADS's slots and attributes. */
+ * chain of ranks; or u > 0, uneven ownership: Gl slots with padding), the scratch the send
+ * and receive blocks. The four kinds share CTX_TO_HEADS's slots and attributes. */
 static int sizes_exchange(const qt_cg_graph *g, const qt_op *o, int i, const char *which,
                           char *err, size_t errlen)
 {

@@ -44,9 +44,9 @@ void qt_cg_ctx_exchange(qt_cg_graph *g, int kind, int32_t y, int32_t x, int64_t 
     const int64_t C = qt_cg_context(g->s);
     char n[300];
     snprintf(n, sizeof n, "%s.exchange_scratch", g->ts[y].t.name);
+    const int64_t nscr = QT_CP_SCRATCH_FLOATS_U(b, S, G, w, C, u);
     const int32_t scr = qt_cg_add_tensor(g, n, QT_ROLE_SCRATCH, QT_F32, 1,
-                                         (const int64_t[]){QT_CP_SCRATCH_FLOATS_U(b, S, G, w, C, u)},
-                                         (const uint8_t[]){0});
+                                         (const int64_t[]){nscr}, (const uint8_t[]){0});
     qt_op *op = qt_cg_emit_op(g, 0, kind);
     QT_CG_SET_T(op, CTX_TO_HEADS, .y = y, .x = x, .scratch = scr);
     QT_CG_SET_A(op, CTX_TO_HEADS, .b = b, .S = S, .G = G, .w = w,
