@@ -101,7 +101,7 @@ done
 # auto without canonical_factor / context_blocks, implied 3 and 3), CP3 with the 80B's 8:1
 # ratio and 2 kv heads owned 0/1/1 (index 0 holds padding only), qwen3.5 CP3 (2 kv heads,
 # 0/1/1), tensor 3 x context 2 (heads divide tensor, not tensor x context: 3 kv heads a
-# tensor rank, owned 1/2), and bf16 CP3. Tensor 2 x context 3 (2 kv heads a tensor rank,
+# tensor rank, owned 1/2), bf16 CP3 and CP3 0/1/1 with remat full. Tensor 2 x context 3 (2 kv heads a tensor rank,
 # 0/1/1) == tensor 2 alone with the same factor and blocks (tensor 2 with canonical_factor 3
 # is itself 1 ulp off one rank's loss on that model, outside the head exchange).
 for cell in "ctxu-next-1r ctxu-next-cp3 3" "ctxu-next-1r ctxu-next-cp3-auto 3" \
@@ -138,6 +138,16 @@ ctx_uneven_bf16() {
     cmp "$d/one.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
 }
 check "uneven attention heads over context: bf16 CP3 (4 kv heads owned 1/1/2) == one bf16 rank, bit for bit" ctx_uneven_bf16
+ctx_uneven_remat() {
+  local d=$QT_TMP/ctx/urm data=tests/golden/e2e/test-next-tiny/tokens.npy
+  mkdir -p "$d"
+  plan_det ctxu-next2kv-1r 1 "$QT_TMP/ctx" 10 && plan_variant ctxu-next2kv-cp3 "$d" remat_policy=full || return 1
+  timeout 120 mpiexec -n 3 "$d/ctxu-next2kv-cp3-v/qtrain" data=$data seed=11 steps=10 metrics=$d/cp3.jsonl 2> "$d/cp3.err" ||
+    { tail -n 3 "$d/cp3.err"; return 1; }
+  det_fields "$d/cp3.jsonl" > "$d/cp3.det" &&
+    cmp "$QT_TMP/ctx/ctxu-next2kv-1r.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
+}
+check "uneven attention heads over context: CP3 with remat full (the exchanges recomputed; 0/1/1) == one rank, bit for bit" ctx_uneven_remat
 
 # the load-balance loss with context parallelism (issue 35)
 check "load-balance loss with context_blocks 4 changes the one-rank bits (the term is on)" \
