@@ -101,9 +101,10 @@ done
 # auto without canonical_factor / context_blocks, implied 3 and 3), CP3 with the 80B's 8:1
 # ratio and 2 kv heads owned 0/1/1 (index 0 holds padding only), qwen3.5 CP3 (2 kv heads,
 # 0/1/1), tensor 3 x context 2 (heads divide tensor, not tensor x context: 3 kv heads a
-# tensor rank, owned 1/2), bf16 CP3 and CP3 0/1/1 with remat full. Tensor 2 x context 3 (2 kv heads a tensor rank,
-# 0/1/1) == tensor 2 alone with the same factor and blocks (tensor 2 with canonical_factor 3
-# is itself 1 ulp off one rank's loss on that model, outside the head exchange).
+# tensor rank, owned 1/2), bf16 CP3 and CP3 0/1/1 with remat full. Tensor 2 x context 3
+# (2 kv heads a tensor rank, 0/1/1) == tensor 2 alone with the same factor and blocks
+# (tensor 2 with canonical_factor 3 is itself 1 ulp off one rank's loss on that model,
+# outside the head exchange).
 for cell in "ctxu-next-1r ctxu-next-cp3 3" "ctxu-next-1r ctxu-next-cp3-auto 3" \
             "ctxu-next2kv-1r ctxu-next2kv-cp3 3" "ctx-35u-1r ctx-35u-cp3 3" \
             "ctxu-next9-1r ctxu-next9-tp3cp2 6"; do
