@@ -3,7 +3,8 @@
  * start-up check. Each packs this rank's send blocks into the first half of its scratch
  * (parallel/cp_pack.h), exchanges them with one fixed-size all-to-all over the context group
  * (comm/qt_coll.h) into the second half, and unpacks the received blocks into place,
- * written or (BWD) accumulated. Rows move bit for bit in the tensors' dtype (fp32 or bf16:
+ * written or (BWD) accumulated; with a6 u > 0 the heads are owned unevenly (runs of units,
+ * padded blocks: cp_pack.h). Rows move bit for bit in the tensors' dtype (fp32 or bf16:
  * these kinds are native in bf16 plans), so the bits never depend on the context degree.
  * A group of one rank is a plain copy or add (no scratch used). A failed exchange stores
  * its code in *ctx->status and the interpreter stops the step. Also the replica chains of
@@ -19,9 +20,10 @@
 /* The four kinds share CTX_TO_HEADS's slot and attribute layout (qt_ops.def). */
 #define QT_CP_A(op, name) QT_A(op, CTX_TO_HEADS, name)
 #define QT_CP_SAME(e)                                                                          \
-    _Static_assert(QT_T_##e##_COUNT_ == 3 && QT_A_##e##_COUNT_ == 6 &&                         \
+    _Static_assert(QT_T_##e##_COUNT_ == 3 && QT_A_##e##_COUNT_ == 7 &&                         \
                    (int)QT_A_##e##_mask == (int)QT_A_CTX_TO_HEADS_mask &&                      \
                    (int)QT_A_##e##_C == (int)QT_A_CTX_TO_HEADS_C &&                            \
+                   (int)QT_A_##e##_u == (int)QT_A_CTX_TO_HEADS_u &&                            \
                    (int)QT_T_##e##_scratch == (int)QT_T_CTX_TO_HEADS_scratch,                  \
                    "qt_ops.def: " #e " differs from CTX_TO_HEADS's layout")
 QT_CP_SAME(CTX_TO_HEADS_BWD);
@@ -35,7 +37,7 @@ QT_CP_SAME(CTX_TO_TOKENS_BWD);
 static int qt_cp_shape_of(const qt_op *op, const qt_ctx *ctx, qt_cp_shape *sh, unsigned *mask)
 {
     sh->b = QT_CP_A(op, b), sh->S = QT_CP_A(op, S), sh->G = QT_CP_A(op, G);
-    sh->w = QT_CP_A(op, w), sh->C = QT_CP_A(op, C);
+    sh->w = QT_CP_A(op, w), sh->C = QT_CP_A(op, C), sh->u = QT_CP_A(op, u);
     sh->eb = qt_dtype_bytes(ctx->plan->tensors[op->t[QT_CP_OUT]].dtype);
     *mask = (unsigned)QT_CP_A(op, mask);
     int rc = qt_cp_shape_check(sh);
@@ -105,23 +107,24 @@ static const char *qt_cp_name(const qt_tensor *t)
 static int qt_check_cp(const qt_plan *p, const qt_op *op, qt_check_state *st)
 {
     const int64_t b = QT_CP_A(op, b), S = QT_CP_A(op, S), G = QT_CP_A(op, G);
-    const int64_t w = QT_CP_A(op, w), C = QT_CP_A(op, C), mask = QT_CP_A(op, mask);
+    const int64_t w = QT_CP_A(op, w), C = QT_CP_A(op, C), mask = QT_CP_A(op, mask),
+                  u = QT_CP_A(op, u);
     int64_t R = 1;
     for (int a = 0; a < QT_MESH_COUNT; a++)
         if (mask & (1ll << a)) R *= p->mesh[a];
     if (mask < 0 || mask >= (1ll << QT_MESH_COUNT) || C != R || b < 1 || S < 1 || G < 1 ||
-        w < 1 || S % C || (G % C && C % G)) {
-        snprintf(st->why, sizeof st->why, "context exchange of b=%lld S=%lld G=%lld w=%lld "
-                 "over mask 0x%llx (%lld rank%s on this mesh) with C=%lld: needs C = the "
-                 "group's size, sizes >= 1, S a multiple of C, G a multiple or a divisor of C",
-                 (long long)b, (long long)S, (long long)G, (long long)w, (long long)mask,
-                 (long long)R, R == 1 ? "" : "s", (long long)C);
+        w < 1 || u < 0 || S % C || (u > 0 ? G % u : G % C && C % G)) {
+        snprintf(st->why, sizeof st->why, "context exchange b=%lld S=%lld G=%lld w=%lld u=%lld "
+                 "mask 0x%llx (%lld rank%s) C=%lld: needs C = the group's size, sizes >= 1, S "
+                 "a multiple of C, G a multiple or a divisor of C (u > 0: of u)",
+                 (long long)b, (long long)S, (long long)G, (long long)w, (long long)u,
+                 (long long)mask, (long long)R, R == 1 ? "" : "s", (long long)C);
         return 1;
     }
     /* the token side holds b*(S/C)*G*w elements, the head side b*S*Gl*w (equal unless the
-     * groups are shared: G < C) */
-    const int64_t nt = QT_CP_ELEMS(b, S, G, w, C), nh = QT_CP_HEAD_ELEMS(b, S, G, w, C),
-                  need = QT_CP_SCRATCH_FLOATS(b, S, G, w, C);
+     * groups are shared, G < C, or owned unevenly, u > 0: Gl slots with padding) */
+    const int64_t nt = QT_CP_ELEMS(b, S, G, w, C), nh = QT_CP_HEAD_ELEMS_U(b, S, G, w, C, u),
+                  need = QT_CP_SCRATCH_FLOATS_U(b, S, G, w, C, u);
     const int heads_out = op->kind == QT_OP_CTX_TO_HEADS || op->kind == QT_OP_CTX_TO_TOKENS_BWD;
     const int64_t n_out = heads_out ? nh : nt, n_in = heads_out ? nt : nh;
     for (int k = 0; k < 3; k++)

@@ -6,8 +6,9 @@
 # one-rank leaf tree (issue 35, non-vacuous), all-gather, broadcast, integer sums, all-to-all-v (blocking and split), the
 # fixed-size all-to-all, the context exchange ops; then the context exchange ops alone
 # (--ctx) on context meshes (context 2; context 4; data 2 x context 2 and tensor 2 x
-# context 4, where a context group is not the whole world), forward and BWD, fp32 and bf16,
-# bit-exact against the layouts' definition; then the plan-hash mismatch (every rank must
+# context 4, where a context group is not the whole world; context 3), forward and BWD,
+# fp32 and bf16, even and uneven head ownership (issue 35: a member owning two units, one
+# owning none), bit-exact against the layouts' definition; then the plan-hash mismatch (every rank must
 # fail, none may hang), the deadline (a sleeping rank is named, the job ends by itself long
 # before the sleeper wakes) and the 64 MiB timing on 2 ranks (printed, not asserted). Every
 # mpiexec runs under `timeout 60`.
@@ -31,7 +32,7 @@ for c in "4 --dcn 2 4" "4 --dcn 1,2 2 2" "8 --dcn 2,1,1,2 2 2 1 2"; do
   check "collectives on slices: $1 ranks, ${*:2} (data fsdp tensor expert context)" coll_mesh "$@"
 done
 
-for c in "2 1 1 1 1 2" "4 1 1 1 1 4" "4 2 1 1 1 2" "8 1 1 2 1 4"; do
+for c in "2 1 1 1 1 2" "4 1 1 1 1 4" "4 2 1 1 1 2" "8 1 1 2 1 4" "3 1 1 1 1 3"; do
   set -- $c
   check "context exchange ops: $1 rank(s), mesh ${*:2} (data fsdp tensor expert context)" \
     coll_mesh "$1" --ctx "${@:2}"

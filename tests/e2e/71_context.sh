@@ -24,6 +24,8 @@
 # in token order (docs/context.md "Sums over tokens"), == one rank with the same blocks, bit
 # for bit: qwen3-next CP2, CP4 (a chain through 4 ranks), CP2 remat full (the router's
 # recomputation), CP2 x EP2 (auto), qwen3.5 CP2, bf16 CP2; not vacuous: the term changes the bits.
+# Uneven attention heads (issue 35; ctxu-*.yml, ctx-35u-*.yml): CP3, TP2 x CP3, qwen3.5 and
+# bf16 with heads that do not divide by tensor x context == one rank.
 # Run files: configgen/configs/runs/ctx-*.yml; runs through plan_det (run_all.sh: the tiny
 # test data, seed 11, every mpiexec under `timeout`).
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
@@ -90,6 +92,63 @@ for cell in "ctx-next-1r-nb4 ctx-next-cp2 2" "ctx-next-1r-nb4 ctx-next-cp2-auto 
   set -- $cell
   check "context parallelism: ${2#ctx-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/ctx" "$@"
 done
+
+# Attention heads owned unevenly over context (issue 35, docs/context.md): query heads that
+# do not divide by the context degree (or kv heads neither a multiple nor a divisor of it)
+# split in runs of kv heads with their query heads, sizes differing by at most one, padding
+# slots computing zeros. Each == one rank with the same canonical_factor and blocks, bit
+# for bit (loss bits and fingerprint, 10 steps): CP3 with 4 kv heads owned 1/1/2 (explicit;
+# auto without canonical_factor / context_blocks, implied 3 and 3), CP3 with the 80B's 8:1
+# ratio and 2 kv heads owned 0/1/1 (index 0 holds padding only), qwen3.5 CP3 (2 kv heads,
+# 0/1/1), tensor 3 x context 2 (heads divide tensor, not tensor x context: 3 kv heads a
+# tensor rank, owned 1/2), bf16 CP3 and CP3 0/1/1 with remat full. Tensor 2 x context 3
+# (2 kv heads a tensor rank, 0/1/1) == tensor 2 alone with the same factor and blocks
+# (tensor 2 with canonical_factor 3 is itself 1 ulp off one rank's loss on that model,
+# outside the head exchange).
+for cell in "ctxu-next-1r ctxu-next-cp3 3" "ctxu-next-1r ctxu-next-cp3-auto 3" \
+            "ctxu-next2kv-1r ctxu-next2kv-cp3 3" "ctx-35u-1r ctx-35u-cp3 3" \
+            "ctxu-next9-1r ctxu-next9-tp3cp2 6"; do
+  set -- $cell
+  check "uneven attention heads over context: ${2#ctx*-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/ctx" "$@"
+done
+ctx_uneven_tp2() {
+  local d=$QT_TMP/ctx
+  plan_det ctxu-next6-tp2 2 "$d" 10 && plan_det ctxu-next6-tp2cp3 6 "$d" 10 || return 1
+  cmp "$d/ctxu-next6-tp2.det" "$d/ctxu-next6-tp2cp3.det" && echo "identical: $(tail -n 1 "$d/ctxu-next6-tp2cp3.det")"
+}
+check "uneven attention heads over context: tensor 2 x context 3 (6 ranks) == tensor 2 alone (ctxu-next6-tp2), bit for bit" ctx_uneven_tp2
+ctx_uneven_owners() {
+  local p=generated/ctxu-next2kv-cp3/plan.txt
+  grep -q "attention heads owned unevenly over context" "$p" &&
+    grep -q "context index 0: kv \[0, 0) q \[0, 0) (none: padding only), 1: kv \[0, 1) q \[0, 8), 2: kv \[1, 2) q \[8, 16)" "$p" ||
+    { echo "$p does not name the owners"; return 1; }
+  grep -q "attention heads owned unevenly" generated/ctx-next4h-cp4/plan.txt &&
+    { echo "an even split says uneven"; return 1; }
+  grep -o "context index 0:.*" "$p" | head -n 1
+}
+check "uneven attention heads over context: plan.txt names each context index's heads (0/1/1 with padding)" ctx_uneven_owners
+ctx_uneven_bf16() {
+  local d=$QT_TMP/ctx/u16
+  mkdir -p "$d"
+  plan_variant ctxu-next-1r "$d" dtype=bfloat16 && plan_variant ctxu-next-cp3 "$d" dtype=bfloat16 || return 1
+  local data=tests/golden/e2e/test-next-tiny/tokens.npy
+  timeout 120 "$d/ctxu-next-1r-v/qtrain" data=$data seed=11 steps=10 metrics=$d/one.jsonl 2> "$d/one.err" &&
+    timeout 120 mpiexec -n 3 "$d/ctxu-next-cp3-v/qtrain" data=$data seed=11 steps=10 metrics=$d/cp3.jsonl 2> "$d/cp3.err" ||
+    { tail -n 3 "$d/one.err" "$d/cp3.err"; return 1; }
+  det_fields "$d/one.jsonl" > "$d/one.det" && det_fields "$d/cp3.jsonl" > "$d/cp3.det" &&
+    cmp "$d/one.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
+}
+check "uneven attention heads over context: bf16 CP3 (4 kv heads owned 1/1/2) == one bf16 rank, bit for bit" ctx_uneven_bf16
+ctx_uneven_remat() {
+  local d=$QT_TMP/ctx/urm data=tests/golden/e2e/test-next-tiny/tokens.npy
+  mkdir -p "$d"
+  plan_det ctxu-next2kv-1r 1 "$QT_TMP/ctx" 10 && plan_variant ctxu-next2kv-cp3 "$d" remat_policy=full || return 1
+  timeout 120 mpiexec -n 3 "$d/ctxu-next2kv-cp3-v/qtrain" data=$data seed=11 steps=10 metrics=$d/cp3.jsonl 2> "$d/cp3.err" ||
+    { tail -n 3 "$d/cp3.err"; return 1; }
+  det_fields "$d/cp3.jsonl" > "$d/cp3.det" &&
+    cmp "$QT_TMP/ctx/ctxu-next2kv-1r.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
+}
+check "uneven attention heads over context: CP3 with remat full (the exchanges recomputed; 0/1/1) == one rank, bit for bit" ctx_uneven_remat
 
 # the load-balance loss with context parallelism (issue 35)
 check "load-balance loss with context_blocks 4 changes the one-rank bits (the term is on)" \

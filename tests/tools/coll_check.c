@@ -32,8 +32,9 @@
  *               ops (qt_ops.def CTX_TO_HEADS, CTX_TO_HEADS_BWD, CTX_TO_TOKENS,
  *               CTX_TO_TOKENS_BWD) through their kernel-table entries (start-up check and
  *               wrapper) on a hand-made plan of this mesh, C = the group's size, fp32 and
- *               bf16, two shapes: every output element bit-exact against the layouts'
- *               definition written out here (the BWD kinds: the initial value plus it, one
+ *               bf16, two shapes (and with C >= 2 two of uneven ownership, a6 u > 0):
+ *               every output element bit-exact against the layouts' definition written out
+ *               here (padding slots: zeros) (the BWD kinds: the initial value plus it, one
  *               add, bf16 rounded once), and non-vacuous when R >= 2.
  *   --mismatch  the last rank passes another plan hash: every rank must get QT_E_MISMATCH
  *               (exit 0 iff all did).
@@ -752,19 +753,28 @@ static void ctx_elem(void *dst, int64_t eb, int w, int64_t e, uint64_t salt)
 
 /* The layouts' definition (qt_ops.def CTX_*), written out: element e of group index c's
  * output of to_heads (to_heads = 1) or to_tokens comes from element *src of group index
- * *member's input. */
+ * *member's input, or (*member = -1) is a padding slot of uneven ownership (u > 0: member j
+ * owns the units [j*U/C, (j+1)*U/C) of U = G/u, every head side ceil(U/C)*u group slots). */
+static int64_t ctx_first(const qt_cp_shape *sh, int64_t j)
+{
+    return sh->u > 0 ? j * (sh->G / sh->u) / sh->C * sh->u : j * (sh->G / sh->C);
+}
+
 static void ctx_source(const qt_cp_shape *sh, int to_heads, int64_t c, int64_t e,
                        int64_t *member, int64_t *src)
 {
-    const int64_t Sl = sh->S / sh->C, Gl = sh->G / sh->C, w = sh->w, i = e % w;
+    const int64_t Sl = sh->S / sh->C, w = sh->w, i = e % w;
+    const int64_t Gl = sh->u > 0 ? (sh->G / sh->u + sh->C - 1) / sh->C * sh->u : sh->G / sh->C;
     if (to_heads) { /* e = ((s*S + t)*Gl + g)*w + i */
         const int64_t g = e / w % Gl, t = e / w / Gl % sh->S, s = e / w / Gl / sh->S;
-        *member = t / Sl;
-        *src = ((s * Sl + t % Sl) * sh->G + c * Gl + g) * w + i;
+        *member = g < ctx_first(sh, c + 1) - ctx_first(sh, c) ? t / Sl : -1;
+        *src = ((s * Sl + t % Sl) * sh->G + ctx_first(sh, c) + g) * w + i;
     } else { /* e = ((s*Sl + u)*G + g)*w + i */
         const int64_t g = e / w % sh->G, u = e / w / sh->G % Sl, s = e / w / sh->G / Sl;
-        *member = g / Gl;
-        *src = ((s * sh->S + c * Sl + u) * Gl + g % Gl) * w + i;
+        int64_t m = 0;
+        while (m + 1 < sh->C && ctx_first(sh, m + 1) <= g) m++;
+        *member = m;
+        *src = ((s * sh->S + c * Sl + u) * Gl + g - ctx_first(sh, m)) * w + i;
     }
 }
 
@@ -774,20 +784,25 @@ static void ctx_source(const qt_cp_shape *sh, int to_heads, int64_t c, int64_t e
  * once). Returns the elements that differ from this rank's own input at the same index
  * (non-vacuity of the forward kinds). */
 static long check_ctx_op(unsigned mask, const int *members, int R, int idx, unsigned kind,
-                         unsigned dtype, const int64_t shp[4])
+                         unsigned dtype, const int64_t shp[5])
 {
-    const qt_cp_shape sh = {shp[0], shp[1] * R, shp[2] * R, shp[3], R, qt_dtype_bytes(dtype)};
-    const int64_t n = QT_CP_ELEMS(sh.b, sh.S, sh.G, sh.w, sh.C), eb = sh.eb;
-    const int64_t scr = QT_CP_SCRATCH_FLOATS(sh.b, sh.S, sh.G, sh.w, sh.C);
+    /* shp: b, S/C, G/C (u > 0: G itself), w, u */
+    const int64_t u = shp[4];
+    const qt_cp_shape sh = {shp[0], shp[1] * R, u > 0 ? shp[2] : shp[2] * R, shp[3], R,
+                            qt_dtype_bytes(dtype), u};
+    const int64_t nt = QT_CP_ELEMS(sh.b, sh.S, sh.G, sh.w, sh.C), eb = sh.eb;
+    const int64_t nh = QT_CP_HEAD_ELEMS_U(sh.b, sh.S, sh.G, sh.w, sh.C, u);
+    const int64_t scr = QT_CP_SCRATCH_FLOATS_U(sh.b, sh.S, sh.G, sh.w, sh.C, u);
     const int to_heads = kind == QT_OP_CTX_TO_HEADS || kind == QT_OP_CTX_TO_TOKENS_BWD;
     const int acc = kind == QT_OP_CTX_TO_HEADS_BWD || kind == QT_OP_CTX_TO_TOKENS_BWD;
+    const int64_t n = to_heads ? nh : nt, n_in = to_heads ? nt : nh;
     qt_tensor t[3];
     memset(t, 0, sizeof t);
-    const int64_t nb[3] = {(n * eb + 63) / 64 * 64, (n * eb + 63) / 64 * 64, scr * 4};
+    const int64_t nb[3] = {(n * eb + 63) / 64 * 64, (n_in * eb + 63) / 64 * 64, scr * 4};
     for (int k = 0; k < 3; k++) {
         t[k].name = k == 0 ? "out" : k == 1 ? "in" : "scratch";
         t[k].dtype = (uint8_t)(k == 2 ? QT_F32 : dtype);
-        t[k].numel = k == 2 ? scr : n;
+        t[k].numel = k == 2 ? scr : k == 1 ? n_in : n;
         t[k].offset = k ? t[k - 1].offset + nb[k - 1] : 0;
     }
     unsigned char *arena = xmalloc((size_t)(nb[0] + nb[1] + nb[2]));
@@ -805,12 +820,12 @@ static long check_ctx_op(unsigned mask, const int *members, int R, int idx, unsi
     memset(&op, 0, sizeof op);
     for (int k = 0; k < QT_OP_MAX_T; k++) op.t[k] = k < 3 ? k : QT_NONE;
     op.kind = (uint16_t)kind;
-    const int64_t attrs[6] = {sh.b, sh.S, sh.G, sh.w, mask, R};
-    for (int k = 0; k < 6; k++) op.a[k] = attrs[k];
-    for (int64_t e = 0; e < n; e++) {
+    const int64_t attrs[7] = {sh.b, sh.S, sh.G, sh.w, mask, R, u};
+    for (int k = 0; k < 7; k++) op.a[k] = attrs[k];
+    for (int64_t e = 0; e < n_in; e++)
         ctx_elem(arena + t[1].offset + e * eb, eb, cc.rank, e, 300 + kind);
+    for (int64_t e = 0; e < n; e++)
         ctx_elem(arena + t[0].offset + e * eb, eb, cc.rank, e, 400 + kind);
-    }
     qt_check_state cs;
     memset(&cs, 0, sizeof cs);
     const qt_kernel_entry *ke = &qt_kernel_table[kind];
@@ -822,8 +837,8 @@ static long check_ctx_op(unsigned mask, const int *members, int R, int idx, unsi
     for (int64_t e = 0; e < n; e++) {
         int64_t m, src;
         ctx_source(&sh, to_heads, idx, e, &m, &src);
-        unsigned char want[4], own[4];
-        ctx_elem(want, eb, members[m], src, 300 + kind);
+        unsigned char want[4] = {0, 0, 0, 0}, own[4];
+        if (m >= 0) ctx_elem(want, eb, members[m], src, 300 + kind); /* padding: zeros */
         ctx_elem(own, eb, cc.rank, e, 300 + kind);
         if (acc) {
             unsigned char d[4];
@@ -839,25 +854,28 @@ static long check_ctx_op(unsigned mask, const int *members, int R, int idx, unsi
         bad += memcmp(got, want, (size_t)eb) != 0;
         moved += memcmp(got, own, (size_t)eb) != 0;
     }
-    CHECK(bad == 0, "mask 0x%x (%d ranks): %s %s b=%lld S=%lld G=%lld w=%lld: %ld of %lld "
-          "elements differ from the layouts' definition", mask, R, ke->name,
+    CHECK(bad == 0, "mask 0x%x (%d ranks): %s %s b=%lld S=%lld G=%lld w=%lld u=%lld: %ld of "
+          "%lld elements differ from the layouts' definition", mask, R, ke->name,
           dtype == QT_BF16 ? "bf16" : "fp32", (long long)sh.b, (long long)sh.S,
-          (long long)sh.G, (long long)sh.w, bad, (long long)n);
+          (long long)sh.G, (long long)sh.w, (long long)u, bad, (long long)n);
     free(arena);
     return moved;
 }
 
 /* Every exchange kind, fp32 and bf16, two shapes (a few elements per group; 64 tokens and
- * 32-element groups per rank), over group `mask`; with R >= 2 the forward kinds must move
- * something. */
+ * 32-element groups per rank), and with R >= 2 two of uneven ownership (u > 0, issue 35:
+ * R + 1 units of 1 group, one member owning 2; R - 1 units of 2 groups, one member owning
+ * none), over group `mask`; with R >= 2 the forward kinds must move something. */
 static void check_ctx_exchange(unsigned mask, const int *members, int R, int idx)
 {
-    static const int64_t shapes[2][4] = {{2, 3, 2, 5}, {1, 64, 4, 32}}; /* b, S/C, G/C, w */
+    /* b, S/C, G/C (uneven: G), w, u */
+    const int64_t shapes[4][5] = {{2, 3, 2, 5, 0}, {1, 64, 4, 32, 0}, {2, 3, R + 1, 5, 1},
+                                  {1, 4, 2 * (R - 1), 3, 2}};
     static const unsigned kinds[4] = {QT_OP_CTX_TO_HEADS, QT_OP_CTX_TO_HEADS_BWD,
                                       QT_OP_CTX_TO_TOKENS, QT_OP_CTX_TO_TOKENS_BWD};
     const long fails0 = cc.fails;
     long moved = 0;
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < (R >= 2 ? 4 : 2); s++)
         for (int d = 0; d < 2; d++)
             for (int k = 0; k < 4; k++)
                 moved += check_ctx_op(mask, members, R, idx, kinds[k], d ? QT_BF16 : QT_F32,
@@ -865,7 +883,7 @@ static void check_ctx_exchange(unsigned mask, const int *members, int R, int idx
     if (R >= 2) CHECK(moved > 0, "mask 0x%x: the exchange moved nothing (vacuous)", mask);
     if (R >= 2 && cc.rank == 0 && cc.fails == fails0)
         printf("coll_check: mask 0x%02x R=%d context exchange (4 kinds, fp32 and bf16, 2 "
-               "shapes) equals the layouts' definition\n", mask, R);
+               "shapes, 2 uneven) equals the layouts' definition\n", mask, R);
 }
 
 /* The split collectives (qt_coll_start_range / progress / wait, coll_async.c): two

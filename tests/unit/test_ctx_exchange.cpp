@@ -11,7 +11,8 @@
 //      fp32 and bf16 plans, and the registry rows (appended kinds, BF16, CHECK);
 //  (4) the refusals: the kernel's shape check (S % C, G % C) and the start-up check hook
 //      (C against the plan's mesh, dtypes, element counts, scratch), and a wrapper whose C
-//      differs from its group's size stores QT_E_PLAN in ctx->status.
+//      differs from its group's size stores QT_E_PLAN in ctx->status;
+//  (5) uneven ownership (u > 0): runs of units, zero padding slots, both ways.
 // The multi-rank exchange itself runs under MPICH in tests/tools/coll_check.c (--ctx).
 #include <stdint.h>
 #include <string.h>
@@ -83,7 +84,7 @@ struct Shapes {
     int64_t Sl, Gl, n;
     Shapes(int64_t b, int64_t S, int64_t G, int64_t w, int64_t C, int64_t eb)
     {
-        sh = {b, S, G, w, C, eb};
+        sh = {b, S, G, w, C, eb, 0};
         Sl = S / C;
         Gl = G / C;
         n = QT_CP_ELEMS(b, S, G, w, C);
@@ -233,9 +234,9 @@ TEST(CtxExchange, AccumulatingUnpacksAddExactlyOnce)
 TEST(CtxExchange, ShapeCheckRefusesWhatDoesNotSplit)
 {
     qt_set_quiet(1);
-    const qt_cp_shape ok = {2, 8, 4, 3, 4, 2}, s_bad = {2, 6, 4, 3, 4, 2},
-                      g_bad = {2, 8, 6, 3, 4, 4}, eb_bad = {2, 8, 4, 3, 4, 8},
-                      zero = {0, 8, 4, 3, 4, 4};
+    const qt_cp_shape ok = {2, 8, 4, 3, 4, 2, 0}, s_bad = {2, 6, 4, 3, 4, 2, 0},
+                      g_bad = {2, 8, 6, 3, 4, 4, 0}, eb_bad = {2, 8, 4, 3, 4, 8, 0},
+                      zero = {0, 8, 4, 3, 4, 4, 0};
     LONGS_EQUAL(QT_OK, qt_cp_shape_check(&ok));
     LONGS_EQUAL(QT_E_PLAN, qt_cp_shape_check(&s_bad));
     STRCMP_CONTAINS("S = 6 tokens must be a multiple of the context degree C = 4, and G = 4 "
@@ -432,7 +433,7 @@ TEST(CtxExchange, SharedGroupsGoToEveryReplicaAndComeBackFromTheLast)
     for (int64_t G : {1, 2})
         for (int64_t eb : kEb) {
             const int64_t b = 2, S = 8, w = 3, C = 4, rho = C / G, Sl = S / C;
-            const qt_cp_shape sh = {b, S, G, w, C, eb};
+            const qt_cp_shape sh = {b, S, G, w, C, eb, 0};
             LONGS_EQUAL(QT_OK, qt_cp_shape_check(&sh));
             const int64_t nt = QT_CP_ELEMS(b, S, G, w, C), nh = QT_CP_HEAD_ELEMS(b, S, G, w, C);
             LONGS_EQUAL(b * S * w, nh);
@@ -476,4 +477,94 @@ TEST(CtxExchange, SharedGroupsGoToEveryReplicaAndComeBackFromTheLast)
                 CHECK(ref == xs[(size_t)c]);
             }
         }
+}
+
+// (5) Uneven ownership (a6 u > 0, issue 35): the G groups are U = G/u units, member c owns
+// the units [c*U/C, (c+1)*U/C) (runs differing by at most one, possibly none) and its head
+// side has ceil(U/C)*u slots, the ones past its run zeros. Checked against that formula
+// written out here and the firmware's reference, both ways, fp32 and bf16, with runs of
+// 0/1/1, 1/1/2, 1/2/2 and 0/1/1/1 units; to_tokens(to_heads(x)) = x; the accumulating
+// unpack into zeros gives the written one.
+TEST(CtxExchange, UnevenRunsOfUnitsPadAndInvert)
+{
+    const int64_t cases[][3] = {{4, 2, 3}, {8, 2, 3}, {5, 1, 3}, {3, 1, 4}, {16, 8, 3}};
+    uint64_t seed = 0xABCDEF;
+    for (const auto &k : cases)
+        for (int64_t eb : kEb) {
+            const int64_t G = k[0], u = k[1], C = k[2], U = G / u, b = 2, S = 2 * C, w = 3;
+            const qt_cp_shape sh = {b, S, G, w, C, eb, u};
+            LONGS_EQUAL(QT_OK, qt_cp_shape_check(&sh));
+            const int64_t Sl = S / C, P = QT_CP_SLOTS(G, C, u), nt = b * Sl * G * w,
+                          nh = QT_CP_HEAD_ELEMS_U(b, S, G, w, C, u),
+                          blk = qt_cp_block_bytes(&sh);
+            LONGS_EQUAL((U + C - 1) / C * u, P);
+            LONGS_EQUAL(b * S * P * w, nh);
+            LONGS_EQUAL(b * Sl * P * w * eb, blk);
+            CHECK(2 * C * blk <= QT_CP_SCRATCH_FLOATS_U(b, S, G, w, C, u) * 4);
+            int padded = 0;
+            for (int64_t c = 0; c < C; c++) {
+                LONGS_EQUAL(c * U / C * u, qt_cp_first(&sh, c));
+                LONGS_EQUAL(((c + 1) * U / C - c * U / C) * u, qt_cp_count(&sh, c));
+                padded += qt_cp_count(&sh, c) < P;
+            }
+            CHECK(padded > 0);
+            std::vector<bytes> xs, send, ys;
+            for (int64_t c = 0; c < C; c++) {
+                xs.push_back(cx_random(nt, eb, &seed));
+                send.push_back(bytes((size_t)(2 * C * blk), 0xCC));
+                qt_cp_pack_tokens(&sh, send[(size_t)c].data(), xs[(size_t)c].data());
+            }
+            std::vector<bytes> recv = cx_exchange(send, blk);
+            std::vector<const void *> xp, yp;
+            for (int64_t c = 0; c < C; c++) {
+                ys.push_back(bytes((size_t)(nh * eb), 0xDD));
+                qt_cp_unpack_heads(&sh, ys[(size_t)c].data(), recv[(size_t)c].data(), 0);
+                xp.push_back(xs[(size_t)c].data());
+            }
+            const bytes zero((size_t)eb, 0);
+            long bad = 0;
+            for (int64_t c = 0; c < C; c++) {
+                const int64_t k0 = c * U / C, n = ((c + 1) * U / C - k0) * u;
+                for (int64_t s = 0; s < b; s++)
+                    for (int64_t t = 0; t < S; t++)
+                        for (int64_t g = 0; g < P; g++)
+                            for (int64_t i = 0; i < w; i++) {
+                                const int64_t yi = ((s * S + t) * P + g) * w + i;
+                                if (g >= n) {
+                                    bad += !cx_same(ys[(size_t)c], yi, zero, 0, eb);
+                                    continue;
+                                }
+                                bad += !cx_same(ys[(size_t)c], yi, xs[(size_t)(t / Sl)],
+                                                ((s * Sl + t % Sl) * G + k0 * u + g) * w + i, eb);
+                            }
+                bytes ref((size_t)(nh * eb), 0x55);
+                qt_cp_ref_to_heads(&sh, c, ref.data(), xp.data());
+                CHECK(ref == ys[(size_t)c]);
+                yp.push_back(ys[(size_t)c].data());
+            }
+            LONGS_EQUAL(0, bad);
+            // back: pack_heads, exchange, unpack_tokens (written, and added into zeros)
+            std::vector<bytes> send2;
+            for (int64_t c = 0; c < C; c++) {
+                send2.push_back(bytes((size_t)(2 * C * blk), 0xCC));
+                qt_cp_pack_heads(&sh, send2[(size_t)c].data(), ys[(size_t)c].data());
+            }
+            std::vector<bytes> recv2 = cx_exchange(send2, blk);
+            for (int64_t c = 0; c < C; c++) {
+                bytes back((size_t)(nt * eb), 0x77), acc((size_t)(nt * eb), 0);
+                qt_cp_unpack_tokens(&sh, back.data(), recv2[(size_t)c].data(), 0);
+                CHECK(back == xs[(size_t)c]);
+                qt_cp_unpack_tokens(&sh, acc.data(), recv2[(size_t)c].data(), 1);
+                CHECK(acc == xs[(size_t)c]);
+                bytes ref((size_t)(nt * eb), 0x55);
+                qt_cp_ref_to_tokens(&sh, c, ref.data(), yp.data());
+                CHECK(ref == xs[(size_t)c]);
+            }
+        }
+    // the shape check: u > 0 needs G a multiple of u (not of C); u = 0 keeps the old rule
+    qt_set_quiet(1);
+    const qt_cp_shape odd = {1, 3, 5, 2, 3, 4, 2}, even_rule = {1, 3, 5, 2, 3, 4, 0};
+    LONGS_EQUAL(QT_E_PLAN, qt_cp_shape_check(&odd));
+    LONGS_EQUAL(QT_E_PLAN, qt_cp_shape_check(&even_rule));
+    qt_set_quiet(0);
 }

@@ -193,8 +193,8 @@ static int sizes_blocks(const qt_cg_graph *g, const qt_op *o, int i, const char 
 }
 /* Context parallelism's head exchange (qt_ops.def CTX_*): the token side holds
  * b*(S/C)*G*w elements, the head side b*S*Gl*w (the same unless G < C: groups shared by a
- * chain of ranks), the scratch the send and receive blocks. The four kinds share
- * CTX_TO_HEADS's slots and attributes. */
+ * chain of ranks; or u > 0, uneven ownership: Gl slots with padding), the scratch the send
+ * and receive blocks. The four kinds share CTX_TO_HEADS's slots and attributes. */
 static int sizes_exchange(const qt_cg_graph *g, const qt_op *o, int i, const char *which,
                           char *err, size_t errlen)
 {
@@ -209,17 +209,19 @@ static int sizes_exchange(const qt_cg_graph *g, const qt_op *o, int i, const cha
         o->kind != QT_OP_CTX_TO_TOKENS && o->kind != QT_OP_CTX_TO_TOKENS_BWD)
         return 0;
 #define QT_CG_SZ_KIND CTX_TO_HEADS
-    if (A(C) < 1 || A(S) % A(C) || (A(G) % A(C) && A(C) % A(G)))
+    if (A(C) < 1 || A(u) < 0 || A(S) % A(C) ||
+        (A(u) > 0 ? A(G) % A(u) : A(G) % A(C) && A(C) % A(G)))
         return qt_cg_fail(err, errlen, "%s op %d (%s): S = %lld must be a multiple of the "
-                          "context degree C = %lld and G = %lld a multiple or a divisor of it",
-                          which, i, qt_cg_op_name(o->kind), (long long)A(S), (long long)A(C),
-                          (long long)A(G));
+                          "context degree C = %lld and G = %lld a multiple or a divisor of it "
+                          "(uneven ownership, u = %lld > 0: a multiple of u)", which, i,
+                          qt_cg_op_name(o->kind), (long long)A(S), (long long)A(C),
+                          (long long)A(G), (long long)A(u));
     const int64_t nt = QT_CP_ELEMS(A(b), A(S), A(G), A(w), A(C)),
-                  nh = QT_CP_HEAD_ELEMS(A(b), A(S), A(G), A(w), A(C));
+                  nh = QT_CP_HEAD_ELEMS_U(A(b), A(S), A(G), A(w), A(C), A(u));
     const int heads_out = o->kind == QT_OP_CTX_TO_HEADS || o->kind == QT_OP_CTX_TO_TOKENS_BWD;
     NEED(y, heads_out ? nh : nt);
     NEED(x, heads_out ? nt : nh);
-    ATLEAST(scratch, QT_CP_SCRATCH_FLOATS(A(b), A(S), A(G), A(w), A(C)));
+    ATLEAST(scratch, QT_CP_SCRATCH_FLOATS_U(A(b), A(S), A(G), A(w), A(C), A(u)));
 #undef QT_CG_SZ_KIND
     return 0;
 }

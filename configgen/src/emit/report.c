@@ -24,7 +24,9 @@
 #include "mesh/qt_cg_mesh.h"
 #include "memory/qt_cg_memory.h"
 #include "emit/qt_cg_emit.h"
+#include "model/qt_cg_model.h"
 #include "../../firmware/kernels/matmul_canon.h"
+#include "../../firmware/parallel/cp_pack.h"
 
 static const char *const role_txt[QT_ROLE_COUNT] = {
     "param", "grad", "adam_m", "adam_v", "input", "act", "saved", "act_grad", "loss", "table",
@@ -550,6 +552,30 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
 
 #define QT_CG_REPORT_MAX_RANKS 64
 
+/* Attention's heads owned unevenly over context (model/context.c): which context index
+ * holds which kv heads (each with its query heads) of a tensor rank, and the padding. */
+static void attn_owners_line(qt_cg_buf *b, const qt_cg_settings *s)
+{
+    int64_t slots;
+    if (!qt_cg_ctx_attn_uneven(s, &slots)) return;
+    const int64_t C = qt_cg_context(s), tp = s->mesh[QT_MESH_TENSOR];
+    const int64_t kv = s->m.n_kv_heads / tp, r = s->m.n_q_heads / s->m.n_kv_heads;
+    qt_cg_buf_printf(b, "  attention heads owned unevenly over context (a tensor rank's %lld "
+                     "query heads do not divide by %lld, or its %lld kv heads are neither a "
+                     "multiple nor a divisor of it): units of one kv head with its %lld query "
+                     "heads, %lld unit slot%s on every rank's head side (padding computes zeros: "
+                     "the attention core's load is uneven); of a tensor rank's heads, context "
+                     "index", (long long)(kv * r), (long long)C, (long long)kv, (long long)r,
+                     (long long)slots, qt_cg_s(slots));
+    for (int64_t c = 0; c < C; c++) {
+        const int64_t k0 = c * kv / C, k1 = (c + 1) * kv / C;
+        qt_cg_buf_printf(b, "%s %lld: kv [%lld, %lld) q [%lld, %lld)%s", c ? "," : "",
+                         (long long)c, (long long)k0, (long long)k1, (long long)(k0 * r),
+                         (long long)(k1 * r), k1 == k0 ? " (none: padding only)" : "");
+    }
+    qt_cg_buf_printf(b, " (docs/context.md)\n");
+}
+
 static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
 {
     /* a pipeline stage's ranks (the same rule in every stage: docs/pipeline.md) */
@@ -599,6 +625,7 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          (long long)C,
                          (long long)(t->seq_len / C), (long long)(t->seq_len / C),
                          (long long)(qt_cg_blocks(s) / C), (long long)(qt_cg_blocks(s) / C));
+    attn_owners_line(b, s);
     if (nr == 1) {
         qt_cg_buf_printf(b, "  1 rank: reads all of them; microbatch m holds sequences "
                          "[m*%lld, m*%lld+%lld)\n", (long long)t->micro_batch,
@@ -873,8 +900,9 @@ static void cp_exchange_line(qt_cg_buf *b, const qt_cg_graph *g)
         const int64_t C = QT_A(o, CTX_TO_HEADS, C), G = QT_A(o, CTX_TO_HEADS, G);
         const int64_t eb = qt_dtype_bytes(g->ts[o->t[0]].t.dtype);
         n_x++;
+        /* (uneven ownership: blocks of the padded width) */
         sent += (C - 1) * QT_A(o, CTX_TO_HEADS, b) * (QT_A(o, CTX_TO_HEADS, S) / C) *
-                (G >= C ? G / C : 1) * QT_A(o, CTX_TO_HEADS, w) * eb;
+                QT_CP_SLOTS(G, C, QT_A(o, CTX_TO_HEADS, u)) * QT_A(o, CTX_TO_HEADS, w) * eb;
     }
     if (!n_x) return;
     qt_cg_buf_printf(b, "  not in the table: %d head exchanges per microbatch (CTX_TO_HEADS / "

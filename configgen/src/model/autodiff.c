@@ -383,11 +383,14 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
             bwd_scratch(ad, "bwd_scratch", g->ts[FT(ATTN, o)].t.name, QT_ATTN_BWD_SCRATCH(S));
         /* kv heads shared by a chain of context ranks: each continues the previous one's
          * dk and dv sums (qt_ops.def CTX_CHAIN_*) */
+        /* (not when the heads are owned unevenly: each kv head then lives on one rank) */
+        int64_t kslots;
         const int64_t C = qt_cg_context(g->s),
                       kv = g->s->m.n_kv_heads / g->s->mesh[QT_MESH_TENSOR];
+        const int uneven = qt_cg_ctx_attn_uneven(g->s, &kslots);
         const qt_cg_a_CTX_CHAIN_RECV chain = {.n = g->ts[dk].t.numel,
                                               .mask = qt_cg_context_mask(g->s),
-                                              .rho = kv < C ? C / kv : 1};
+                                              .rho = !uneven && kv < C ? C / kv : 1};
         if (chain.rho > 1) {
             op = qt_cg_emit_op(g, 0, QT_OP_CTX_CHAIN_RECV);
             QT_CG_SET_T(op, CTX_CHAIN_RECV, .dk = dk, .dv = dv);

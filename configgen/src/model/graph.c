@@ -278,8 +278,8 @@ static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg
     matmul_col(g, qkvz, h, w.qkvz, D);
     matmul_col(g, ba, h, w.ba, D);
     if (C > 1) {
-        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, qkvz_h, qkvz, b, S, D->Hk, D->G);
-        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, ba_h, ba, b, S, D->Hk, 2 * D->r);
+        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, qkvz_h, qkvz, b, S, D->Hk, D->G, 0);
+        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, ba_h, ba, b, S, D->Hk, 2 * D->r, 0);
     }
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_GDN_CONV_FWD);
     QT_CG_SET_T(op, GDN_CONV_FWD, .c = c, .pre = cpre, .qkvz = qkvz_h, .w = w.conv);
@@ -309,7 +309,7 @@ static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg
                 .w = w.norm);
     QT_CG_SET_A(op, GATED_RMSNORM_FWD, .T = T, .Hk = Hk, .Dk = D->Dk, .Hv = Hv, .Dv = D->Dv);
     op->f[0] = eps;
-    if (C > 1) qt_cg_ctx_exchange(g, QT_OP_CTX_TO_TOKENS, y_t, y, b, S, D->Hv, D->Dv);
+    if (C > 1) qt_cg_ctx_exchange(g, QT_OP_CTX_TO_TOKENS, y_t, y, b, S, D->Hv, D->Dv, 0);
 #undef AN
     matmul_row(g, mix, y_t, w.out, D);
 }
@@ -338,9 +338,14 @@ static void attn_layer(qt_cg_graph *g, const char *ppre, const char *apre, int l
     int32_t kn_w = norm_w(g, PN("k_norm.weight"), D->hd, QT_INIT_ZEROS, l);
 
     /* head side: 1/C of the query heads; the kv heads split C ways, or (fewer kv heads than
-     * context ranks) one kv head shared by a chain of ranks (autodiff: CTX_CHAIN_*) */
-    const int64_t C = D->C, b = D->b, S = D->Sm, Hq = D->Hq / C,
-                  Hkv = D->Hkv >= C ? D->Hkv / C : 1;
+     * context ranks) one kv head shared by a chain of ranks (autodiff: CTX_CHAIN_*); or,
+     * owned unevenly (model/context.c), ceil(kv / C) kv heads with their query heads, the
+     * last slots zero padding on the ranks that own fewer (ur > 0: query heads a unit) */
+    int64_t kslots;
+    const int uneven = qt_cg_ctx_attn_uneven(g->s, &kslots);
+    const int64_t C = D->C, b = D->b, S = D->Sm, ur = uneven ? D->Hq / D->Hkv : 0,
+                  Hq = uneven ? kslots * ur : D->Hq / C,
+                  Hkv = uneven ? kslots : D->Hkv >= C ? D->Hkv / C : 1;
     const uint8_t kvb = QT_LAX_ACT_KV_BATCH, len = QT_LAX_ACT_LENGTH_ATTN,
                   kvh = QT_LAX_ACT_KV_HEADS, hdx = QT_LAX_ACT_KV_HEAD_DIM;
 #define HT(nm, role, H, w) qt_cg_add_tensor(g, AN(nm), role, QT_F32, 4, SHP(b, D->S, H, w), \
@@ -384,9 +389,9 @@ static void attn_layer(qt_cg_graph *g, const char *ppre, const char *apre, int l
     rmsnorm(g, kn, krstd, k0, kn_w, D->T * D->Hkv, D->hd, D->hd, D->hd, eps);
     QT_A(&g->mb[g->nmb - 1], RMSNORM_FWD, heads) = D->tp * D->Hkv;
     if (C > 1) {
-        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, qn_h, qn, b, S, D->Hq, D->hd);
-        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, kn_h, kn, b, S, D->Hkv, D->hd);
-        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, v_h, v, b, S, D->Hkv, D->hd);
+        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, qn_h, qn, b, S, D->Hq, D->hd, ur);
+        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, kn_h, kn, b, S, D->Hkv, D->hd, uneven);
+        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, v_h, v, b, S, D->Hkv, D->hd, uneven);
     }
     int32_t xs[2] = {qn_h, kn_h}, ys[2] = {qr, kr};
     int64_t hs[2] = {Hq, Hkv};
@@ -401,7 +406,7 @@ static void attn_layer(qt_cg_graph *g, const char *ppre, const char *apre, int l
     QT_CG_SET_T(op, ATTN_FWD, .o = att, .lse = lse, .q = qr, .k = kr, .v = v_h, .scratch = ascr);
     QT_CG_SET_A(op, ATTN_FWD, .b = b, .S = S, .Hq = Hq, .Hkv = Hkv, .hd = D->hd);
     op->f[0] = (float)(1.0 / sqrt((double)D->hd));
-    if (C > 1) qt_cg_ctx_exchange(g, QT_OP_CTX_TO_TOKENS, att_t, att, b, S, D->Hq, D->hd);
+    if (C > 1) qt_cg_ctx_exchange(g, QT_OP_CTX_TO_TOKENS, att_t, att, b, S, D->Hq, D->hd, ur);
     op = qt_cg_emit_op(g, 0, QT_OP_SIGMOID_GATE_FWD);
     QT_CG_SET_T(op, SIGMOID_GATE_FWD, .y = gated, .x = att_t, .gate = qg);
     QT_CG_SET_A(op, SIGMOID_GATE_FWD, .T = D->T, .n = D->Hq * D->hd, .mode = QT_GATE_HEADS,

@@ -48,14 +48,20 @@ int32_t qt_cg_clone_tensor(qt_cg_graph *g, int32_t id, const char *suffix);
 /* Context parallelism (model/context.c, docs/context.md); callers emit these only when the
  * context degree is > 1. ctx_exchange: one head exchange op of kind CTX_TO_HEADS or
  * CTX_TO_TOKENS (y written from x; b sequences, S the whole length, G head groups of w
- * elements per token row) with its scratch. ctx_head_side: tensor t is a mixer's head-side
- * activation (whole sequences: len_dim whole, -1 for none; head_dim over tensor x context),
- * a declared layout. ctx_split_param: parameter tensor t's head dim `dim` is split over
- * context too (the head side's weights), its gradient leaves are all the token blocks.
+ * elements per token row; u groups a unit of uneven ownership, 0 for the even split) with
+ * its scratch. ctx_attn_uneven: attention's heads are owned unevenly (the tensor rank's
+ * query heads not a multiple of C, or its kv heads neither a multiple nor a divisor of C):
+ * the unit is a kv head with its query heads, and *slots receives the kv-head slots of every
+ * rank's head side (ceil(kv / C)); 0 with C = 1 or the even split. ctx_head_side: tensor t
+ * is a mixer's head-side activation (whole sequences: len_dim whole, -1 for none; head_dim
+ * over tensor x context), a declared layout. ctx_split_param: parameter tensor t's head
+ * dim `dim` is split over context too (the head side's weights), its gradient leaves are all
+ * the token blocks.
  * ctx_complete_param: parameter tensor t's gradient leaves are complete on every context
  * rank (the GDN norm weight, summed over tensor x context in its WGRAD). */
 void qt_cg_ctx_exchange(qt_cg_graph *g, int kind, int32_t y, int32_t x, int64_t b, int64_t S,
-                        int64_t G, int64_t w);
+                        int64_t G, int64_t w, int64_t u);
+int qt_cg_ctx_attn_uneven(const qt_cg_settings *s, int64_t *slots);
 void qt_cg_ctx_head_side(qt_cg_graph *g, int32_t t, int head_dim, int len_dim);
 void qt_cg_ctx_split_param(qt_cg_graph *g, int32_t t, int dim);
 void qt_cg_ctx_complete_param(qt_cg_graph *g, int32_t t);
