@@ -19,6 +19,8 @@
 #                make bench-context: only one of those; make bench-tokenizer: qtrain-data
 #                against the Hugging Face tokenizers engine)
 #   make layers  the code's shape: dependencies against tests/layers.txt, longest functions
+#   make amx-probe  build/tools/amx-probe: AMX TDPBF16PS's arithmetic against six candidate
+#                orders on a CPU with AMX, and VDPBF16PS against the reference (docs/amx.md)
 #   make clean
 #
 # Every object and binary lives under build/. Generated plans live under generated/: build
