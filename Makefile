@@ -242,7 +242,6 @@ tools: $(TOOLS)
 # object here keeps the project's flags and builds on any x86-64) and the driver. It links the
 # firmware's bf16 paths for the VDPBF16PS part. `make amx-probe` builds it;
 # `build/tools/amx-probe` runs it (a host tool: prints, exits 0 when it ran).
-
 $(BUILD)/tools/amx_probe/%.o: tests/tools/amx_probe/%.c $(wildcard tests/tools/amx_probe/*.h) firmware/kernels/bf16.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_FW) -c $< -o $@

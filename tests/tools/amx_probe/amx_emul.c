@@ -8,24 +8,15 @@
 #include "amx_emul.h"
 #include <math.h>
 #include <string.h>
+#include "kernels/bf16.h"
 
 #define QT_AMX_DEFAULT_NAN 0xffc00000u
 #define QT_AMX_XW 9     /* 64-bit limbs of the exact sum */
 #define QT_AMX_XLSB 300 /* the exact sum's bit 0 is 2^-300 */
 
-static float qt_amx_f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t qt_amx_u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
+/* fp32 <-> bits: the firmware's (bf16.h, portable C) */
+#define qt_amx_f qt_bf16_f32_bits
+#define qt_amx_u qt_bf16_bits_f32
 
 static int qt_amx_isnan(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
 static int qt_amx_isinf(uint32_t u) { return (u & 0x7fffffffu) == 0x7f800000u; }
