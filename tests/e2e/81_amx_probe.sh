@@ -24,28 +24,27 @@ for c in E1 E2 E3 E4g E4f E5 E6; do
   check "amx-probe --fake $c: the harness names $c alone" amx_fake_names_only $c
 done
 
-amx_vdp() {
-  local out
-  out=$($AMXP --tiles 0 --vdp-cases 1000000) || { echo "exit status $?"; echo "$out" | tail -20; return 1; }
-  echo "$out" | grep -A40 '== VDPBF16PS'
-  echo "$out" | grep -q '^VDPBF16PS verdict: the instruction equals the project.s reference bit for bit'
+# amx_probe_says PATTERN ARGS...: runs the probe with ARGS, shows its summary lines, passes
+# when it exits 0 and a line matches PATTERN.
+amx_probe_says() {
+  local pat=$1 out; shift
+  out=$($AMXP "$@") || { echo "exit status $?"; echo "$out" | tail -20; return 1; }
+  echo "$out" | grep -E '^(amx-probe|AMX verdict|candidates|VDPBF16PS|  MXCSR)'
+  echo "$out" | grep -q "$pat"
 }
 vdp_skip=$($AMXP --tiles 0 --vdp-cases 0 | grep '^VDPBF16PS: skipped')
 if [ -n "$vdp_skip" ]; then
   echo "SKIP amx-probe VDPBF16PS part: ${vdp_skip#VDPBF16PS: skipped, }"
 else
-  check "amx-probe: VDPBF16PS equals the reference on the cases and 10^6 lanes, every MXCSR" amx_vdp
+  check "amx-probe: VDPBF16PS equals the reference on the cases and 10^6 lanes, every MXCSR" \
+    amx_probe_says '^VDPBF16PS verdict: the instruction equals the project.s reference bit for bit' \
+    --tiles 0 --vdp-cases 1000000
 fi
 
-amx_hw() {
-  local out
-  out=$($AMXP --quick --tiles 20000 --vdp-cases 0) || { echo "exit status $?"; return 1; }
-  echo "$out" | grep -E '^(amx-probe|AMX verdict|candidates)'
-  echo "$out" | grep -q '^AMX verdict:'
-}
 amx_none=$($AMXP --tiles 0 --vdp-cases 0 | grep '^amx-probe: no AMX')
 if [ -n "$amx_none" ]; then
   echo "SKIP amx-probe on TDPBF16PS: ${amx_none#amx-probe: }"
 else
-  check "amx-probe on this CPU's TDPBF16PS runs to its verdict (docs/amx.md)" amx_hw
+  check "amx-probe on this CPU's TDPBF16PS runs to its verdict (docs/amx.md)" \
+    amx_probe_says '^AMX verdict:' --quick --tiles 20000 --vdp-cases 0
 fi
