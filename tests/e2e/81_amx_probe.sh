@@ -1,7 +1,8 @@
 # 81_amx_probe.sh - the AMX probe (build/tools/amx-probe, docs/amx.md; sourced by run_all.sh).
 # 1. The harness on any CPU: with each candidate emulation standing in for TDPBF16PS
 #    (--fake), the probe must name exactly that candidate as matching and no other (so the
-#    comparison can fail: a probe that counted no mismatch would name all seven).
+#    comparison can fail: a probe that counted no mismatch would name all seven), and its
+#    order masks must include that candidate.
 # 2. VDPBF16PS on this CPU (where it has AVX512_BF16 and the build uses it): the adapted
 #    discriminating cases and 10^6 random lanes equal the project's reference under every
 #    MXCSR mode; else skipped with the reason (not counted).
@@ -18,7 +19,8 @@ amx_fake_names_only() {
   echo "$v"
   [ "$(echo "$v" | grep -o 'E[0-9][gf]\{0,1\} matches bit for bit on every tile run' | sort -u)" = \
     "$c matches bit for bit on every tile run" ] || return 1
-  echo "$out" | grep -q "^candidates (with flag variants) equal to the hardware on every case: $c\( \|$\)"
+  echo "$out" | grep -q "^candidates (with flag variants) equal to the hardware on every case: $c\( \|$\)" &&
+    echo "$out" | grep -q "^candidates with the hardware's masks:.* $c\( \|$\)"
 }
 for c in E1 E2 E3 E4g E4f E5 E6; do
   check "amx-probe --fake $c: the harness names $c alone" amx_fake_names_only $c

@@ -9,8 +9,10 @@
  *   --fake C       run the AMX part with candidate C's emulation standing in for the
  *                  instruction (a harness check on any CPU: C must then match everything)
  * The AMX part, on a CPU with AMX (amx_hw.h) or under --fake:
- *  1. the cases (amx_emul.h: T1-T8, F1-F12) on a 1x1 tile: the hardware's bits beside every
- *     candidate's, and which candidate / flag variant matches every case;
+ *  1. the cases (amx_emul.h: T1-T8, F1-F15) on a 1x1 tile: the hardware's bits beside every
+ *     candidate's, and which candidate / flag variant matches every case; then FPRev-style
+ *     order masks (+-2^30 in two of the 33 addend slots, 1 elsewhere) whose counts
+ *     fingerprint the summation order, compared with every candidate's;
  *  2. every tile shape (rows, cols, K pairs each 1..16) with every case that fits: once in
  *     every (m, n) position at once (A's rows and B's columns all the case, K padded with
  *     zeros at a shape-dependent offset), once at one position among random neighbours;
@@ -197,6 +199,55 @@ static int cases_1x1(void)
             }
     printf("%s\n", any ? "" : " none");
     return 0;
+}
+
+/* ------------------------------------------------------------------ 1b. order masks */
+/* FPRev-style masks on a 1x1 tile with K 16: the 33 addend slots are the products 2k (even)
+ * and 2k+1 (odd) and C (slot 32). For each pair of slots i < j, slot i holds +2^30, slot j
+ * -2^30 and every other slot 1 (products 1 * 1, C 1). A unit added while a big value is in
+ * the running sum is absorbed (2^30 + n rounds to 2^30 for n < 64), so the result counts
+ * the units added after the two big values met: a fingerprint of the summation order,
+ * printed as one base-36 digit per pair for the hardware, compared with every candidate's. */
+static void mask_run(int i, int j, uint32_t *out, int cand)
+{
+    memset(ga, 0, 64 * 2), memset(gb, 0, 16 * 32 * 2);
+    for (int s = 0; s < 32; s++) {
+        ga[s] = s == i ? 0x4e80 : s == j ? 0xce80 : 0x3f80;
+        gb[(s / 2) * 32 + s % 2] = 0x3f80;
+    }
+    gc[0] = j == 32 ? 0xce800000u : i == 32 ? 0x4e800000u : 0x3f800000u;
+    memcpy(ge, gc, sizeof ge);
+    if (cand < 0) dev_run(1, 1, 16, 1, ge, ga, 32, gb, mode_csr[0]);
+    else emu_run(cand, 1, 1, 16, 1, ge, ga, 32, gb);
+    *out = ge[0];
+}
+
+static void masks(void)
+{
+    static const char dig[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    int same[QT_AMX_NCAND];
+    for (int e = 0; e < QT_AMX_NCAND; e++) same[e] = 1;
+    printf("\n== order masks (K 16, 1x1): row i, the count for each j > i as one base-36 digit "
+           "('?' not a small integer); slots 2k even, 2k+1 odd, 32 C\n");
+    for (int i = 0; i < 33; i++) {
+        printf("%2d ", i);
+        for (int j = i + 1; j < 33; j++) {
+            uint32_t h, e;
+            mask_run(i, j, &h, -1);
+            const float f = qt_bf16_f32_bits(h);
+            putchar(f >= 0 && f < 36 && f == (float)(int)f ? dig[(int)f] : '?');
+            for (int c = 0; c < QT_AMX_NCAND; c++) {
+                mask_run(i, j, &e, c);
+                if (e != h) same[c] = 0;
+            }
+        }
+        putchar('\n');
+    }
+    printf("candidates with the hardware's masks:");
+    int any = 0;
+    for (int e = 0; e < QT_AMX_NCAND; e++)
+        if (same[e]) printf(" %s", qt_amx_cand_name(e)), any = 1;
+    printf("%s\n", any ? "" : " none (reconstruct the order from the digits above)");
 }
 
 /* ------------------------------------------------------------------ 2. shapes x cases */
@@ -521,6 +572,7 @@ int main(int argc, char **argv)
     }
     if (g.fake >= 0 || have) {
         cases_1x1();
+        masks();
         printf("\n== every tile shape x every case (%s)\n",
                g.quick ? "--quick: rows, cols, K in {1, 2, 7, 16}" : "16 x 16 x 16 shapes");
         fflush(stdout);
