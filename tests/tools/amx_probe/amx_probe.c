@@ -19,9 +19,10 @@
  *  3. N random tiles of random shapes (exponents in [-40, 40] and in [-2, 2] for
  *     cancellation; one tile in 8 with zeros, denormals, infinities, NaNs);
  *  4. long K (16 .. 4096 pairs) as 16-pair instructions on one C tile;
- *  every hardware run repeated under MXCSR round-toward-zero, round-up and DAZ|FTZ and
- *  compared with the run under the default MXCSR (0x1f80: nearest, DAZ and FTZ off).
- *  A candidate is dropped from the random tiles after 1000 mismatching tiles (">=").
+ *  every hardware run of 2 and 4 repeated under MXCSR round-toward-zero, round-up and
+ *  DAZ|FTZ (each random tile under one of them in turn) and compared with the run under the
+ *  default MXCSR (0x1f80: nearest, DAZ and FTZ off). A candidate is dropped from the random
+ *  tiles after 1000 tiles that mismatch on more than NaN against NaN ("(dropped) >=").
  * The VDPBF16PS part (when the CPU and this build have AVX512_BF16): vdp_cases.h on 16 lanes
  * under each MXCSR, and N random lanes (4-instruction chains, exponents in [-40, 40] and
  * [-2, 2]) against the project's scalar reference (qt_bf16_dp_ref), with the count of lanes
