@@ -19,6 +19,8 @@
 #                make bench-context: only one of those; make bench-tokenizer: qtrain-data
 #                against the Hugging Face tokenizers engine)
 #   make layers  the code's shape: dependencies against tests/layers.txt, longest functions
+#   make amx-probe  build/tools/amx-probe: AMX TDPBF16PS's arithmetic against six candidate
+#                orders on a CPU with AMX, and VDPBF16PS against the reference (docs/amx.md)
 #   make clean
 #
 # Every object and binary lives under build/. Generated plans live under generated/: build
@@ -85,6 +87,11 @@ CG_LIB_OBJ := $(filter-out $(BUILD)/configgen/driver/main.o $(BUILD)/configgen/p
 TEST_OBJ := $(patsubst tests/unit/%.cpp,$(BUILD)/tests/%.o,$(TEST_CPP)) \
             $(patsubst tests/unit/%.c,$(BUILD)/tests/%.o,$(TEST_C))
 TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC)) $(BUILD)/tools/libheap_audit.so
+# The AMX probe (tests/tools/amx_probe/, rules under "tests and tools"); its emulations are
+# linked into the unit tests too.
+AMX_PROBE := $(BUILD)/tools/amx-probe
+AMXP_LIB_OBJ := $(BUILD)/tools/amx_probe/amx_emul.o $(BUILD)/tools/amx_probe/vdp_cases.o
+AMXP_OBJ := $(AMXP_LIB_OBJ) $(BUILD)/tools/amx_probe/amx_hw.o $(BUILD)/tools/amx_probe/amx_probe.o
 
 # qtrain-audit (audit/): a host tool; it reads checkpoints with the firmware's own
 # safetensors and index readers.
@@ -114,7 +121,7 @@ LIBS_GLIBC := -lmpich -Wl,--no-as-needed -lhugetlbfs -Wl,--as-needed
 LINK_ARENA := -Wl,-T,linker/arena.ld
 
 
-.PHONY: bench-tokenizer
+.PHONY: bench-tokenizer amx-probe
 .PHONY: all deps bench-deps gen run plot test goldens bench bench-slice bench-context bench-pipeline clean check-deps tools asan print-cflags layers plan-binary
 .DEFAULT_GOAL := all
 # The plans' objects are reached only through pattern rules (build/<run>/qtrain needs
@@ -129,7 +136,7 @@ PLAN_OBJ_ALL := $(foreach r,$(RUNS),$(BUILD)/plans/$(r).o $(BUILD)/plans/$(r).ma
 .SECONDARY: $(PLAN_OBJ_ALL)
 
 all: $(CONFIGGEN) $(PLANS) $(QTRAIN) $(QTRAIN_STATIC) $(UNIT) $(TOOLS) $(AUDIT) $(KERNEL_BENCH)
-all: $(QTDATA)
+all: $(QTDATA) $(AMX_PROBE)
 
 deps:
 	@./tests/scripts/deps.sh
@@ -216,8 +223,8 @@ $(BUILD)/tests/%.o: tests/unit/%.c $(wildcard tests/unit/*.h firmware/include/*.
 TEST_PLAN_RUNS := $(filter test-%,$(RUNS))
 TEST_PLAN_OBJ := $(foreach r,$(TEST_PLAN_RUNS),$(BUILD)/plans/$(r).o)
 
-$(UNIT): $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ) $(QTD_LIB_OBJ)
-	$(CXX) -o $@ $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ) $(QTD_LIB_OBJ) $(LINK_ARENA) $(LIBS_GLIBC) $$(pkg-config --libs cpputest) -lm
+$(UNIT): $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ) $(QTD_LIB_OBJ) $(AMXP_LIB_OBJ)
+	$(CXX) -o $@ $(TEST_OBJ) $(FW_OBJ) $(K64_OBJ) $(TEST_PLAN_OBJ) $(CG_LIB_OBJ) $(QTD_LIB_OBJ) $(AMXP_LIB_OBJ) $(LINK_ARENA) $(LIBS_GLIBC) $$(pkg-config --libs cpputest) -lm
 
 $(BUILD)/tools/%: tests/tools/%.c $(FW_OBJ)
 	@mkdir -p $(@D)
@@ -228,6 +235,21 @@ $(BUILD)/tools/libheap_audit.so: tests/tools/heap_audit.c
 	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $< -ldl
 
 tools: $(TOOLS)
+
+# The AMX probe (issue 34, docs/amx.md; tests/tools/amx_probe/): the candidate emulations of
+# TDPBF16PS (amx_emul.c, also linked into the unit tests), the VDPBF16PS cases (vdp_cases.c),
+# the hardware side (amx_hw.c: AMX only inside functions with target attributes, so every
+# object here keeps the project's flags and builds on any x86-64) and the driver. It links the
+# firmware's bf16 paths for the VDPBF16PS part. `make amx-probe` builds it;
+# `build/tools/amx-probe` runs it (a host tool: prints, exits 0 when it ran).
+$(BUILD)/tools/amx_probe/%.o: tests/tools/amx_probe/%.c $(wildcard tests/tools/amx_probe/*.h) firmware/kernels/bf16.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_FW) -c $< -o $@
+
+$(AMX_PROBE): $(AMXP_OBJ) $(BUILD)/fw/kernels/bf16.o
+	$(CC) -o $@ $^ -lm
+
+amx-probe: $(AMX_PROBE)
 
 # The kernel table of `make bench` (tests/bench/kernel_bench.c, issue 10): the firmware's
 # kernel and math objects called directly at the 80B slice's shapes (and the runtime's
@@ -332,7 +354,7 @@ $(BUILD)/asan/tests/%.o: tests/unit/%.c $(wildcard tests/unit/*.h firmware/inclu
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) -Itests/unit -Itests -c $< -o $@
 
-$(ASAN_UNIT): $(ASAN_TEST_OBJ) $(ASAN_FW_OBJ) $(ASAN_K64_OBJ) $(ASAN_TEST_PLAN_OBJ) $(ASAN_CG_LIB_OBJ) $(QTD_LIB_OBJ)
+$(ASAN_UNIT): $(ASAN_TEST_OBJ) $(ASAN_FW_OBJ) $(ASAN_K64_OBJ) $(ASAN_TEST_PLAN_OBJ) $(ASAN_CG_LIB_OBJ) $(QTD_LIB_OBJ) $(AMXP_LIB_OBJ)
 	$(CXX) $(SANFLAGS) -o $@ $^ $(LINK_ARENA) $(LIBS_ASAN) $$(pkg-config --libs cpputest)
 
 $(BUILD)/asan/%/qtrain: $(ASAN_FW_OBJ) $(ASAN_APP_OBJ) $(BUILD)/asan/plans/%.o $(BUILD)/asan/plans/%.main.o linker/arena.ld

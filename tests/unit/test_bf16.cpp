@@ -22,6 +22,12 @@
 //      integer form on all 2^32 fp32 inputs and against the scalar rounding on one in 64,
 //      again on one in 16 under MXCSR DAZ|FTZ|round-toward-zero; qt_bf16_acc_f32_n and
 //      qt_bf16_from_f32_n against their scalar forms at every length 0..40 and 5000.
+//  (h) the discriminating vectors of the AMX research (T1, T3, T6-T8) and the NaN-priority
+//      cases adapted to VDPBF16PS (tests/tools/amx_probe/vdp_cases.h, docs/amx.md): the
+//      reference gives the expected bits and not the alternative ones, every built path gives
+//      them on 16 lanes under the default MXCSR and DAZ|FTZ, the instruction also under
+//      round-toward-zero and round-up; and 2 million random lanes (chains of 4, exponents in
+//      [-40, 40] and [-2, 2]) the same way against the reference under the default.
 // A mutated reference (pairs in the other order, or no flushing) fails (a); a carry adding
 // its levels in another order fails (f); (g) fails with the integer form's denormal or NaN
 // rule dropped or the instruction fed one zeroed lane: the mutation runs are recorded in
@@ -40,7 +46,9 @@ extern "C" {
 #include "kernels/elementwise.h"
 #include "kernels/bf16_matmul.h"
 #include "runtime/qt_tree.h"
+#include "tools/amx_probe/vdp_cases.h"
 }
+#include <xmmintrin.h>
 
 namespace {
 
@@ -305,6 +313,90 @@ TEST(Bf16, ReferenceAgainstDoubleModel)
                                   bits(c), bits(got), bits(want)).asCharString());
     }
     CHECK(checked > 1000000);
+}
+
+namespace {
+
+const unsigned kCsr[4] = {0x1f80u, 0x7f80u, 0x5f80u, 0x9fc0u}; // default, RZ, RU, DAZ|FTZ
+
+// The built paths (emulation, instruction, the build's own) under MXCSR csr against want,
+// computed beforehand under the default; the chain's k steps are a[k], b[k]. The instruction
+// reads none of MXCSR and is run under every csr; the AVX2 emulation adds FTZ|DAZ to the
+// caller's MXCSR and keeps its rounding mode (like all of the firmware's fp32 arithmetic, it
+// assumes the process default, round to nearest; docs/amx.md), so it is run only under the
+// csrs that round to nearest.
+void paths_under(unsigned csr, const char *what, const std::vector<float> &c,
+                 const std::vector<std::vector<qt_bf16>> &a, const std::vector<std::vector<qt_bf16>> &b,
+                 const std::vector<float> &want)
+{
+    const int64_t n = (int64_t)c.size();
+    int (*const fn[3])(float *, const qt_bf16 *, const qt_bf16 *, int64_t) = {
+        qt_bf16_dp_emul, qt_bf16_dp_insn,
+        [](float *x, const qt_bf16 *y, const qt_bf16 *z, int64_t m) { qt_bf16_dp(x, y, z, m); return 0; }};
+    const char *names[3] = {"AVX2 emulation", "VDPBF16PS", "qt_bf16_dp"};
+    const int nearest = (csr & 0x6000u) == 0;
+    for (int p = 0; p < 3; p++) {
+        if (!nearest && (p == 0 || (p == 2 && qt_bf16_path() != QT_BF16_PATH_INSN))) continue;
+        std::vector<float> got(c);
+        const unsigned saved = _mm_getcsr();
+        _mm_setcsr(csr);
+        int rc = 0;
+        for (size_t k = 0; k < a.size() && rc == 0; k++) rc = fn[p](got.data(), a[k].data(), b[k].data(), n);
+        _mm_setcsr(saved);
+        if (rc != 0) continue; // not built
+        char name[160];
+        snprintf(name, sizeof name, "%s: %s under MXCSR 0x%04x vs reference", what, names[p], csr);
+        CHECK_EQUAL(0, diff_lanes(name, got.data(), want.data(), c.data(), a[0].data(), b[0].data(), n));
+    }
+}
+
+} // namespace
+
+// (h) the adapted discriminating vectors: expected bits, not the alternative, on 16 lanes.
+TEST(Bf16, DiscriminatingCasesAnyMxcsr)
+{
+    for (int i = 0; i < qt_vdp_case_count(); i++) {
+        const qt_vdp_case *cs = qt_vdp_case_get(i);
+        std::vector<float> c(16, fbits(cs->c));
+        std::vector<std::vector<qt_bf16>> a(cs->k, std::vector<qt_bf16>(32)), b(a);
+        for (int k = 0; k < cs->k; k++)
+            for (int l = 0; l < 16; l++)
+                a[k][2 * l] = cs->alo[k], a[k][2 * l + 1] = cs->ahi[k], b[k][2 * l] = cs->blo[k],
+                b[k][2 * l + 1] = cs->bhi[k];
+        std::vector<float> ref(c);
+        for (int k = 0; k < cs->k; k++) qt_bf16_dp_ref(ref.data(), a[k].data(), b[k].data(), 16);
+        if (bits(ref[0]) != cs->want)
+            FAIL(StringFromFormat("%s (%s): reference 0x%08x, expected 0x%08x", cs->name, cs->what,
+                                  bits(ref[0]), cs->want).asCharString());
+        if (strcmp(cs->name, "V8") != 0) CHECK(cs->alt != cs->want); // V8: no DAZ gives 0 too
+        for (unsigned csr : kCsr) paths_under(csr, cs->name, c, a, b, ref);
+    }
+}
+
+// (h) random chains of 4 under every MXCSR against the reference under the default.
+TEST(Bf16, RandomChainsAnyMxcsr)
+{
+    uint64_t s = 0xbe5466cf34e90c6cull;
+    const int64_t n = (1 << 16) + 5;
+    auto val = [&s](int narrow, int f32) -> uint32_t {
+        const uint64_t r = xs(&s);
+        const int e = narrow ? (int)((r >> 8) % 5) - 2 : (int)((r >> 8) % 81) - 40;
+        const uint32_t u = (uint32_t)(r >> 20 & 1u) << 31 | (uint32_t)(127 + e) << 23 |
+                           (uint32_t)(r >> 24 & 0x7fffffu);
+        return f32 ? u : u >> 16;
+    };
+    for (int rep = 0; rep < 32; rep++) {
+        const int narrow = rep % 2;
+        std::vector<float> c(n);
+        std::vector<std::vector<qt_bf16>> a(4, std::vector<qt_bf16>(2 * n)), b(a);
+        for (int64_t i = 0; i < n; i++) c[i] = fbits(val(narrow, 1));
+        for (int k = 0; k < 4; k++)
+            for (int64_t i = 0; i < 2 * n; i++)
+                a[k][i] = (qt_bf16)val(narrow, 0), b[k][i] = (qt_bf16)val(narrow, 0);
+        std::vector<float> ref(c);
+        for (int k = 0; k < 4; k++) qt_bf16_dp_ref(ref.data(), a[k].data(), b[k].data(), n);
+        paths_under(kCsr[rep % 4], "random chains", c, a, b, ref);
+    }
 }
 
 // fp32 -> bf16: every lane of a sweep against a double-based nearest-even reference (the
