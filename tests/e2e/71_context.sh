@@ -117,6 +117,21 @@ ctx_uneven_tp2() {
   cmp "$d/ctxu-next6-tp2.det" "$d/ctxu-next6-tp2cp3.det" && echo "identical: $(tail -n 1 "$d/ctxu-next6-tp2cp3.det")"
 }
 check "uneven attention heads over context: tensor 2 x context 3 (6 ranks) == tensor 2 alone (ctxu-next6-tp2), bit for bit" ctx_uneven_tp2
+# Tensor 2 with canonical_factor 3 (3 x 2^j canonical blocks split into shares that are not
+# powers of two) is not one rank's bits with the factor, and plan.txt says so (issue 35,
+# session 15: it used to claim them); tensor 3 x context 2 (aligned) keeps its "yes".
+ctx_tp2_factor_own() {
+  local d=$QT_TMP/ctx
+  grep -q "one-rank bits: no: tensor 2 splits canonical_factor 3's blocks" generated/ctxu-next6-tp2/plan.txt ||
+    { echo "ctxu-next6-tp2/plan.txt does not say no"; return 1; }
+  ! grep -q "one-rank bits: no" generated/ctxu-next9-tp3cp2/plan.txt ||
+    { echo "ctxu-next9-tp3cp2/plan.txt says no"; return 1; }
+  plan_det ctxu-next6-tp2 2 "$d" 10 && plan_det ctxu-next6-1r 1 "$d" 10 || return 1
+  ! cmp -s "$d/ctxu-next6-tp2.det" "$d/ctxu-next6-1r.det" ||
+    { echo "tensor 2 now equals one rank: plan.txt's no is stale"; return 1; }
+  echo "differ as stated: $(head -n 1 "$d/ctxu-next6-tp2.det") vs $(head -n 1 "$d/ctxu-next6-1r.det")"
+}
+check "tensor 2 with canonical_factor 3: its own bits (!= one rank with the factor), as plan.txt says" ctx_tp2_factor_own
 ctx_uneven_owners() {
   local p=generated/ctxu-next2kv-cp3/plan.txt
   grep -q "attention heads owned unevenly over context" "$p" &&

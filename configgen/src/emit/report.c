@@ -409,6 +409,25 @@ static void one_rank_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
                            "units, or more tree levels than 24");
 }
 
+/* Whether the tensor axis (and the tensor x context group of the head exchange) splits
+ * canonical_factor f's counts into aligned power-of-two shares (config/canon.c: a count is
+ * f x 2^j where f divides the length): only when the axis's odd part is f (or the axis is
+ * 1). Tensor 2 with f = 3 holds 3 x 2^j / 2 blocks a rank, which is not a node of the
+ * kernels' tree over the blocks (qt_canon_tree), so its bits may differ from one rank's with
+ * the same factor (seen: 1 ulp at step 0, session 15). Writes the axis text to ax. */
+static int canon_split_aligned(const qt_cg_settings *s, char *ax, size_t n)
+{
+    const int64_t f = s->canon_factor, t = s->mesh[QT_MESH_TENSOR];
+    const int64_t tc = t * s->mesh[QT_MESH_CONTEXT];
+    if (f <= 1 || s->canon_max > 0) return 1;
+    if (t > 1 && t / (t & -t) != f) snprintf(ax, n, "tensor %lld", (long long)t);
+    else if (tc > 1 && tc / (tc & -tc) != f)
+        snprintf(ax, n, "tensor %lld x context %lld", (long long)t,
+                 (long long)s->mesh[QT_MESH_CONTEXT]);
+    else return 1;
+    return 0;
+}
+
 /* The "one-rank bits:" line of a plan whose tensor / context axes imply canonical_factor
  * or the canonical cap (s->canon_implied, config/settings.c mesh_canon; issue 35). With
  * the factor f alone its canonical counts are f x a power of two where one rank's (without
@@ -423,7 +442,7 @@ static void implied_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
     const int32_t t = s->mesh[QT_MESH_TENSOR], c = s->mesh[QT_MESH_CONTEXT], f = s->canon_factor;
     const int cap = s->canon_max > 0;
     const int ut = cap ? t > 1 : t / (t & -t) > 1, uc = cap ? c > 1 : c / (c & -c) > 1;
-    char ax[64], tail[160], lab[64], fs[64] = "";
+    char ax[64], tail[256], lab[64], fs[64] = "";
     if (f > 1) snprintf(fs, sizeof fs, ", canonical_factor %d implied", f);
     if (ut && uc) snprintf(ax, sizeof ax, "tensor %d x context %d", t, c);
     else if (ut) snprintf(ax, sizeof ax, "tensor %d", t);
@@ -431,9 +450,14 @@ static void implied_bits_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t nb)
     qt_cg_buf rb = {0};
     if (s->batch_mask && nb > 1) one_rank_bits_line(&rb, g, nb);
     snprintf(lab, sizeof lab, cap ? "with these counts" : "with canonical_factor %d", f);
+    char mis[64];
     if (cap)
         snprintf(tail, sizeof tail, "no one-rank plan has these counts, so its bits are its "
                  "own%s", rb.p ? " (the batch reduction: next line)" : "");
+    else if (!canon_split_aligned(s, mis, sizeof mis))
+        snprintf(tail, sizeof tail, "with canonical_factor: %d too its bits are its own: %s "
+                 "splits %d x 2^j canonical blocks into shares that are not powers of two", f,
+                 mis, f);
     else if (!rb.p)
         snprintf(tail, sizeof tail, "with canonical_factor: %d the plan gives one rank's bits", f);
     else if (strstr(rb.p, "one-rank bits: yes"))
@@ -516,8 +540,21 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
     if (s->batch_mask) batch_axes_line(b, s, bm, nb);
     else
         qt_cg_buf_printf(b, "  batch axes: - (every rank reads the whole global batch)\n");
+    char mis[64];
     if (s->canon_implied) implied_bits_line(b, g, nb);
-    else if (s->batch_mask && nb > 1) one_rank_bits_line(b, g, nb);
+    else if (!canon_split_aligned(s, mis, sizeof mis)) {
+        qt_cg_buf_printf(b, "  one-rank bits: no: %s splits canonical_factor %d's blocks (%d x "
+                         "2^j, config/canon.c) into shares that are not powers of two, so the "
+                         "run is deterministic for this mesh and plan and its bits are its own "
+                         "(docs/determinism.md \"Axes of any size\")\n", mis, s->canon_factor,
+                         s->canon_factor);
+        if (s->batch_mask && nb > 1) {
+            qt_cg_buf rb = {0};
+            one_rank_bits_line(&rb, g, nb);
+            qt_cg_buf_printf(b, "  the batch reduction alone, %s", rb.p + 2);
+            qt_cg_buf_free(&rb);
+        }
+    } else if (s->batch_mask && nb > 1) one_rank_bits_line(b, g, nb);
     if (s->opt_mask)
         qt_cg_buf_printf(b, "  optimizer axes: %s (Adam m/v and the update split into blocks: "
                          "this rank keeps %lld of the %lld flat elements)\n", om,
@@ -599,6 +636,14 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          "in (sequence, block) order: %lld leaves per step on this rank\n",
                          (long long)qt_cg_blocks(s), (long long)qt_cg_blocks(s),
                          (long long)qt_cg_leaf_tokens(s), (long long)(per * qt_cg_blocks(s) / C));
+    char mis[64], own[192];
+    if (s->canon_factor > 1 && !canon_split_aligned(s, mis, sizeof mis))
+        snprintf(own, sizeof own, "%s is not, so the bits are this plan's own (deterministic; "
+                 "they may differ from one rank's with the same factor)", mis);
+    else
+        snprintf(own, sizeof own, "%s", s->canon_max > 0
+                     ? "with the cap raised (mesh section) the bits are this plan's own"
+                     : "the bits are those of one rank with the same factor");
     if (s->canon_factor > 1)
         qt_cg_buf_printf(b, "  canonical_factor %d%s: canonical contraction blocks and head "
                          "groups are %d x a power of two where %d divides the length "
@@ -606,10 +651,7 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          "(docs/determinism.md \"Axes of any size\")\n", s->canon_factor,
                          s->canon_implied ? " (implied by the tensor / context axes: the config "
                                             "does not set canonical_factor)" : "",
-                         s->canon_factor, s->canon_factor, s->canon_factor,
-                         s->canon_max > 0 ? "with the cap raised (mesh section) the bits are "
-                                            "this plan's own"
-                                          : "the bits are those of one rank with the same factor");
+                         s->canon_factor, s->canon_factor, s->canon_factor, own);
     if (s->ctx_seq_split > 1)
         qt_cg_buf_printf(b, "  per_device_batch_size x tensor x context = %d sequences per batch "
                          "group: run as %d microbatches of one sequence each (context "
