@@ -15,7 +15,8 @@
 #     ZeRO-1 + G2, FSDP2 (auto), TP2, EP2, CP2 (the head's inputs past a context rank's
 #     tokens read from the eval file), DP2 x EP2 with ZeRO-1 and per-layer gathers and
 #     reduction (overlap on: split all-gathers waited for inside the eval forward), bf16
-#     DP2 x EP2, packing DP2 x EP2, two depths on TP2 and CP2, Qwen3.5 DP2 x EP2;
+#     DP2 x EP2, packing DP2 x EP2, two depths on TP2 and CP2, Qwen3.5 DP2 x EP2, an eval
+#     batch of 8 unlike training's 4 on DP2 + ZeRO-1 + G2, vocabulary-parallel TP2;
 #   * pipelines (stage 0's first chunk sends the head's embeddings straight to the last
 #     stage, which receives them at its first chunk): PP2 gpipe, PP4 1f1b (two middle stages
 #     that see none of it), circular PP2 R2 and PP2 R2 x DP2, two depths on PP2 1f1b M4 ==
@@ -83,6 +84,22 @@ for cell in "1r mtp-next-1r mtp-next-dp2-g2-zero1 2" "1r mtp-next-1r mtp-next-fs
   set -- $cell
   check "eval with the MTP head: $3${5:+ $5} ($4 ranks) == one rank ($2), eval and training bits" em_same "$@"
 done
+
+# em_pair ONE RUN1 "KEYS1" NAME RUN RANKS "KEYS": as em_same with keys on both sides: an
+# eval batch of 8 (2 batches) unlike training's 4 (DP2 + ZeRO-1 + G2: 4 per rank), and the
+# vocabulary-parallel XENT_MTP (its exchanges inside the eval forward) on TP2 against one
+# rank's vocabulary blocks
+em_pair() {
+  em_det "$1" "$2" 1 $3 && em_det "$4" "$5" "$6" $7 || return 1
+  cmp "$EM_D/$1.det" "$EM_D/$4.det" || { diff "$EM_D/$1.det" "$EM_D/$4.det" | head -4; return 1; }
+  grep -q '"eval_batches":'"$8" "$EM_D/$4.jsonl" || { echo "expected $8 eval batches"; return 1; }
+  echo "identical to one rank: $(grep eval_loss "$EM_D/$4.det" | tail -n 1)"
+}
+check "eval with the MTP head: eval batch 8 (not training's 4), DP2 + ZeRO-1 + G2 (2 ranks) == one rank" \
+  em_pair 1r-eb8 mtp-next-1r "eval_per_device_batch_size=8" dp2-eb8 mtp-next-dp2-g2-zero1 2 \
+  "eval_per_device_batch_size=4" 2
+check "eval with the MTP head: vocab-parallel TP2 (2 ranks) == one rank with vocab_blocks 2" \
+  em_pair 1r-vb2 mtp-next-1r "vocab_blocks=2" tp2-vp mtp-next-tp2 2 "vocab_parallel=true" 5
 
 # pipelines: the one-rank runs' plans with the pipeline keys (per_device_batch_size x the
 # stages: the same global batch and eval batch)
