@@ -29,8 +29,10 @@
  *    on them;
  *  - the held-out eval (qt_pp_eval_forward) runs forwards only, one eval chunk at a time
  *    through the stages, repeat chunk by repeat chunk with the wrap-around (circular
- *    repeats), on channel 0 (the lb sums on 3), each send waited for before the next; its
- *    metrics, as the step's, are the last stage's (channel 2).
+ *    repeats), on channel 0 (the lb sums on 3; with the MTP head stage 0's first chunk
+ *    sends the head's embeddings on 5, which the last stage receives at its first chunk),
+ *    each send waited for before the next; its metrics, as the step's, are the last
+ *    stage's (channel 2).
  */
 #include <stdint.h>
 #include <string.h>
@@ -417,6 +419,18 @@ int qt_pp_share_eval(const qt_plan *p, qt_eval_metrics *e)
     return qt_pp_share_last(p, e, (int64_t)sizeof *e);
 }
 
+/* The eval's MTP messages of one eval chunk (qt_pp_eval_forward): the head's D boundaries
+ * in buf, sent (stage 0, waited for by the chunk's flush) or received (the last stage) on
+ * channel 5, as qt_pp_mtp_msgs moves them but off the bubble's clocks. 0 or QT_E_*. */
+static int qt_pp_eval_mtp(const qt_pp_mtp *m, int send, unsigned char *buf)
+{
+    int rc = QT_OK;
+    for (int64_t k = 0; k < m->D && !rc; k++)
+        rc = send ? qt_coll_p2p_send(m->peer, QT_PP_MTP, buf + k * m->bytes, m->bytes)
+                  : qt_coll_p2p_recv(m->peer, QT_PP_MTP, buf + k * m->bytes, m->bytes);
+    return rc;
+}
+
 int qt_pp_eval_forward(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st)
 {
     const qt_plan *p = ctx->plan;
@@ -433,12 +447,18 @@ int qt_pp_eval_forward(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
      * training (channel 3), so every stage's lb_seq is one rank's */
     const int64_t lbb = p->lb_seq != QT_NONE
                             ? p->tensors[p->lb_seq].shape[0] * (int64_t)sizeof(float) : 0;
+    const qt_pp_mtp mtp = qt_pp_mtp_of(ctx, ranks, s, bytes); /* the MTP head's messages */
     for (int r = 0; r < R; r++) {
         const qt_pp_chunk *c = &ch[r];
         int rc = QT_OK;
         if (c->in != QT_NONE) {
             rc = qt_coll_p2p_recv(prev, QT_PP_ACT, qt_pp_bytes(ctx, c->in), bytes);
             if (!rc && lbb) rc = qt_coll_p2p_recv(prev, QT_PP_LB, qt_pp_bytes(ctx, p->lb_seq), lbb);
+            /* the last stage's first chunk: the head's embeddings from stage 0's first
+             * (channel 5), straight into pp_mtp_in (live for the whole microbatch
+             * schedule), which its last chunk's head reads */
+            if (!rc && mtp.D && !mtp.first && r == 0)
+                rc = qt_pp_eval_mtp(&mtp, 0, qt_pp_bytes(ctx, p->pp_mtp_in));
             if (rc) return rc;
         }
         /* the chunk's forward; the last stage's last chunk (no output) through the loss */
@@ -448,6 +468,8 @@ int qt_pp_eval_forward(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
         if (c->out != QT_NONE) {
             rc = qt_coll_p2p_send(next, QT_PP_ACT, qt_pp_bytes(ctx, c->out), bytes);
             if (!rc && lbb) rc = qt_coll_p2p_send(next, QT_PP_LB, qt_pp_bytes(ctx, p->lb_seq), lbb);
+            if (!rc && mtp.D && mtp.first && r == 0)
+                rc = qt_pp_eval_mtp(&mtp, 1, qt_pp_bytes(ctx, p->pp_mtp_out));
             if (!rc) rc = qt_coll_p2p_flush();
             if (rc) return rc;
         }

@@ -121,8 +121,10 @@ int qt_pp_share_eval(const qt_plan *p, qt_eval_metrics *e);
  * receives it from the stage before (stage 0's later repeats: from the last stage, the
  * wrap-around), a chunk with an output runs its forward ops and sends its output on
  * (waiting for the send); the last stage's last chunk runs the eval forward through the loss
- * (to eval_fwd_ops: loss_seq). Forward only: no gradient, nothing pushed. 0 or QT_E_* (a
- * kernel's, a peer's). */
+ * (to eval_fwd_ops: loss_seq). With the MTP head stage 0's first chunk also sends
+ * pp_mtp_out to the last stage, which receives it into pp_mtp_in at its first chunk (the
+ * head runs, as MaxText's in eval; its loss is not reported). Forward only: no gradient,
+ * nothing pushed. 0 or QT_E_* (a kernel's, a peer's). */
 int qt_pp_eval_forward(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st);
 
 /* Exact merges over the stages (the ranks with this rank's place in the other stages):

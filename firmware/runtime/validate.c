@@ -278,7 +278,8 @@ int qt_validate_splits(const qt_plan *p)
 
 /* The held-out eval's forward (issue 33; qt_runtime_eval runs the microbatch schedule's
  * logical ops [0, eval_fwd_ops) alone, then nothing else): it must end with the cross
- * entropy (loss_seq), hold no weight gradient and no step op but the parameter gathers and
+ * entropy (loss_seq: XENT, or XENT_MTP with the MTP head, whose loss_seq is the main
+ * model's), hold no weight gradient and no step op but the parameter gathers and
  * their collectives (nothing pushed into a gradient tree or accumulated for the update),
  * and every split collective it starts is waited for inside it. */
 static int qt_validate_eval(const qt_plan *p)
@@ -303,7 +304,8 @@ static int qt_validate_eval(const qt_plan *p)
     if (rc) return rc;
     /* a pipeline stage before the last ends at its output boundary (pp_out, sent on) */
     const int to_loss = p->pipeline_stages <= 1 || p->pp_stage == p->pipeline_stages - 1;
-    if (n < 1 || !last || (to_loss && last->kind != QT_OP_XENT))
+    if (n < 1 || !last ||
+        (to_loss && last->kind != QT_OP_XENT && last->kind != QT_OP_XENT_MTP))
         return qt_fail(QT_E_PLAN, "plan %s: the eval forward (microbatch ops 0..%lld) does not "
                        "end with the cross entropy", p->run_name, (long long)n - 1);
     return qt_validate_split_end(p, &w, "eval forward");

@@ -70,3 +70,10 @@ golden_eval_run() {
   [ "$(grep -c '"eval_tokens":320' "$out/metrics.jsonl")" -eq 3 ] || { echo "eval_tokens"; return 1; }
 }
 check "golden qwen3-next tiny, WSD schedule, eval losses after steps 1, 4, 7 vs PyTorch" golden_eval_run test-next-eval
+# Issue 35: the held-out eval with the MTP head (test-next-mtp-eval: factor 0.3, evals after
+# steps 1, 4, 7): the eval forward runs the head, and the eval loss is the main cross entropy
+# alone, as MaxText's (its head's loss only when is_train): against the reference's eval
+# loss (the head's term would move it by ~30%), the training losses with the head's term and
+# mtp_loss, step-0 gradients, at the tolerances above.
+check "golden qwen3-next tiny with the MTP head, eval losses (the main CE alone) after steps 1, 4, 7 vs PyTorch" \
+  golden_eval_run test-next-mtp-eval

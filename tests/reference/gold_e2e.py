@@ -41,7 +41,9 @@ RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb', 'test-next-pack', 'tes
         # (MaxText's rule: the main logits only)
         'test-next-mtp2', 'test-next-mtp-z',
         # issue 35: a layer count that is not a multiple of the cycle (6 layers, cycle 4)
-        'test-next-6l']
+        'test-next-6l',
+        # issue 35: the held-out eval with the MTP head (its eval loss the main CE alone)
+        'test-next-mtp-eval']
 N_STEPS = 10
 MIN_MARGIN = 1e-4
 SEED_TRIES = 64
@@ -114,7 +116,9 @@ def eval_loss(P, dm, tokens):
     """MaxText's eval/avg_loss at weights P over the eval file `tokens` read from its start:
     eval batch e of eval_B sequences is windows e*eval_B .. (the data rule with eval_B), every
     whole eval batch (eval_steps -1) or the first eval_steps; the masked cross entropy (with
-    the z terms, as MaxText's xent_sum) summed over the pass / the targets counted."""
+    the z terms, as MaxText's xent_sum) summed over the pass / the targets counted. With the
+    MTP head (test-next-mtp-eval) loss_fn runs the head but ce is the main model's alone:
+    MaxText adds the head's loss only when is_train (eval reports mtp_loss 0)."""
     S, Be = dm['S'], dm['eval_B']
     W = (len(tokens) - 1) // S
     nb = W // Be

@@ -306,14 +306,17 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
 }
 
 /* The held-out eval's forward (issue 33): the firmware runs microbatch ops [0, n_fwd) alone
- * between steps, so they must end with the cross entropy, hold no weight gradient and no
+ * between steps, so they must end with the cross entropy (XENT, or XENT_MTP with the MTP
+ * head: its loss_seq is the main cross entropy, MaxText's eval loss; the head runs in the
+ * eval as MaxText's does, its loss is not reported), hold no weight gradient and no
  * step op but the parameter gathers and their collectives, and wait for every collective
  * they start (a split all-gather of collective_overlap) before n_fwd. */
 static int check_eval_forward(const qt_cg_graph *g, char *err, size_t errlen)
 {
     /* a pipeline stage before the last has no loss (the firmware refuses its eval) */
     if (g->s->tr.eval_interval <= 0 || (g->s->pp_local && g->pp_dout != QT_NONE)) return 0;
-    if (g->n_fwd < 1 || g->mb[g->n_fwd - 1].kind != QT_OP_XENT)
+    if (g->n_fwd < 1 ||
+        (g->mb[g->n_fwd - 1].kind != QT_OP_XENT && g->mb[g->n_fwd - 1].kind != QT_OP_XENT_MTP))
         return qt_cg_fail(err, errlen, "the eval forward (microbatch ops 0..%d) does not end "
                           "with the cross entropy", g->n_fwd - 1);
     for (int i = 0; i < g->n_fwd; i++) {

@@ -10,8 +10,9 @@
  * read or accumulated into was written earlier (parameters, inputs and the init-written
  * table count as written); 'p' slots hold parameters; WGRAD ops carry QT_OPF_WGRAD and
  * name their parameters in a[8]/a[9]; each parameter has exactly one WGRAD producer; with
- * evaluation, microbatch ops [0, n_fwd) end with XENT, hold no WGRAD or step op but the
- * parameter gathers and their collectives, and wait for every collective they start. */
+ * evaluation, microbatch ops [0, n_fwd) end with XENT (XENT_MTP with the MTP head), hold
+ * no WGRAD or step op but the parameter gathers and their collectives, and wait for every
+ * collective they start. */
 int qt_cg_check_schedule(const qt_cg_graph *g, char *err, size_t errlen);
 
 /* Check the plan invariants (alignment, bounds, no overlap of live tensors, flat regions);
