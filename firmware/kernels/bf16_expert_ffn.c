@@ -219,8 +219,7 @@ static void qt_bx_bwd_chunk(int path, const qt_bx_bufs *b, float *out, qt_bf16 *
 {
     const int64_t ldy = qt_bx_ld(d), ldg = qt_bx_ld(2 * f);
     qt_bx_gather_ld(b->dyb, ldy, dy, d, 0, list, n, k);
-    qt_bx_zero(b->dha, n * f);
-    qt_bf16_matmul_bwd_data_ld_on(path, b->dha, f, b->dyb, ldy, wd, n, d, f); /* (+0) + chain */
+    qt_bf16_matmul_bwd_data_z_ld_on(path, b->dha, f, b->dyb, ldy, wd, n, d, f); /* (+0) + chain */
     qt_bx_swiglu_bwd(b->dgb, ldg, b->dha, gu, list, n, f);
     if (dgu)
         for (int64_t j = 0; j < n; j++)
@@ -388,8 +387,7 @@ static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *
     if (dgu) {
         qt_bx_gather(b->dg, dgu, 2 * f, 0, b->list, n, k);
     } else { /* recomputed: dh = (+0) + dy W_down chain, then rounded as the backward */
-        qt_bx_zero(b->dh, n * f);
-        qt_bf16_matmul_bwd_data_on(path, b->dh, b->dx, wd, n, d, f);
+        qt_bf16_matmul_bwd_data_z_ld_on(path, b->dh, f, b->dx, d, wd, n, d, f);
         qt_bx_swiglu_bwd(b->dg, 2 * f, b->dh, gu, b->list, n, f);
     }
     qt_bx_gather(b->dx, x, d, 1, b->list, n, k);

@@ -539,18 +539,43 @@ qt_bm_c_tile(float *const *orow, int64_t nr, const qt_bf16 *ap, int64_t asi,
         for (int64_t q = j; q & 1; q >>= 1) nm++;
         float *pj = qt_bm.stk + depth * tile;
         float *dst = j + 1 < nb ? pj - nm * tile : 0;
+        /* each step over the whole tile (branches per block, not per register): per element
+         * the same operations in the same order */
+        if (plus) {
+#pragma GCC unroll 12
+            for (int i = 0; i < mr; i++) {
+                acc[i][0] = _mm512_add_ps(_mm512_setzero_ps(), acc[i][0]);
+                acc[i][1] = _mm512_add_ps(_mm512_setzero_ps(), acc[i][1]);
+            }
+        }
 #pragma GCC unroll 12
         for (int i = 0; i < mr; i++)
 #pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                const int64_t o = i * QT_BM_I_NR + 16 * h;
-                __m512 r = acc[i][h];
-                if (plus) r = _mm512_add_ps(_mm512_setzero_ps(), r);
-                r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r, qnan);
-                for (int k = 1; k <= nm; k++) r = qt_bm_add_lr(_mm512_loadu_ps(pj - k * tile + o), r);
-                if (dst) _mm512_storeu_ps(dst + o, r);
-                else _mm512_mask_storeu_ps(orow[i] + 16 * h, h ? m1 : m0, r);
+            for (int h = 0; h < 2; h++)
+                acc[i][h] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(acc[i][h], acc[i][h],
+                                                                    _CMP_UNORD_Q),
+                                                 acc[i][h], qnan);
+        for (int k = 1; k <= nm; k++) {
+            const float *sk = pj - k * tile;
+#pragma GCC unroll 12
+            for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++)
+                    acc[i][h] = qt_bm_add_lr(_mm512_loadu_ps(sk + i * QT_BM_I_NR + 16 * h), acc[i][h]);
+        }
+        if (dst) {
+#pragma GCC unroll 12
+            for (int i = 0; i < mr; i++) {
+                _mm512_storeu_ps(dst + i * QT_BM_I_NR, acc[i][0]);
+                _mm512_storeu_ps(dst + i * QT_BM_I_NR + 16, acc[i][1]);
             }
+        } else {
+#pragma GCC unroll 12
+            for (int i = 0; i < mr; i++) {
+                _mm512_mask_storeu_ps(orow[i], m0, acc[i][0]);
+                _mm512_mask_storeu_ps(orow[i] + 16, m1, acc[i][1]);
+            }
+        }
         depth = depth - nm + 1;
     }
 }
@@ -848,6 +873,15 @@ int qt_bf16_matmul_bwd_data_ld_on(int path, float *dx, int64_t lddx, const qt_bf
                                   int64_t K)
 {
     return qt_bm_run(path, dx, lddx, QT_BM_FIN_ADD, 0, dy, lddy, 1, w, K, 1, M, K, N);
+}
+
+/* bwd_data writing dx = (+0) + chain: the bits of zeroing dx and accumulating (FIN_ADD on
+ * a +0 reads +0: the same one addition), without the zeroing pass and the load. */
+int qt_bf16_matmul_bwd_data_z_ld_on(int path, float *dx, int64_t lddx, const qt_bf16 *dy,
+                                    int64_t lddy, const qt_bf16 *w, int64_t M, int64_t N,
+                                    int64_t K)
+{
+    return qt_bm_run(path, dx, lddx, QT_BM_FIN_ZADD, 0, dy, lddy, 1, w, K, 1, M, K, N);
 }
 
 int qt_bf16_matmul_bwd_data_on(int path, float *dx, const qt_bf16 *dy, const qt_bf16 *w,

@@ -75,6 +75,11 @@ int qt_bf16_matmul_fwd_ld_on(int path, float *y, int64_t ldy, const qt_bf16 *x, 
 int qt_bf16_matmul_bwd_data_ld_on(int path, float *dx, int64_t lddx, const qt_bf16 *dy,
                                   int64_t lddy, const qt_bf16 *w, int64_t M, int64_t N,
                                   int64_t K);
+/* bwd_data into a dx of zeros without reading it: dx = (+0) + chain (every NaN 0x7fc00000),
+ * the bits of zeroing dx and calling qt_bf16_matmul_bwd_data_ld_on (the expert FFN's dh). */
+int qt_bf16_matmul_bwd_data_z_ld_on(int path, float *dx, int64_t lddx, const qt_bf16 *dy,
+                                    int64_t lddy, const qt_bf16 *w, int64_t M, int64_t N,
+                                    int64_t K);
 
 /* The weight gradient with the leaf-tree carry of qt_leaf_carry.h in its finish: instead of
  * the leaf dw = (+0) + chain (NaN 0x7fc00000), cy->dst[e] = add[n-1][e] + (... + (add[0][e] +

@@ -592,6 +592,10 @@ const int64_t MM_SHAPES[][3] = {
     // the instruction path's B panel: fwd P = 5001 narrows the panel below 256 columns (two
     // panels of N = 300); P = 65539 (fwd) and M = 65539 (wgrad) exceed it: packed per block
     {3, 300, 5001}, {2, 33, 65539}, {65539, 2, 33},
+    // whole 32-column strips of B with rows contiguous in j (bwd_data's and wgrad's B): odd
+    // contractions (the last pair's hi +0), two panels (320 columns), and a contraction past
+    // the panel (packed per block, the odd pair last)
+    {7, 33, 64}, {5, 41, 320}, {3, 65539, 32},
 };
 
 void mm_check_f64(const char *what, const std::vector<float> &got, const std::vector<double> &exact,
@@ -771,4 +775,23 @@ TEST(Bf16, MatmulWgradCarryEqualsWriteThenPush)
     CHECK(qt_tree_carry(lv, 0, 1, &none));
     LONGS_EQUAL(1, qt_bf16_matmul_wgrad_carry(&none, &one, &one, 1, 1, 1));
     CHECK(lv1 == 3.0f); // 2 + ((+0) + 1 x 1)
+}
+
+// The data gradient written from (+0) (qt_bf16_matmul_bwd_data_z_ld_on, the expert FFN's
+// dh): a chain ending at -0 (a negative product below the normal range, flushed) is +0 after
+// the (+0) + chain, as zeroing dx and accumulating gives; a row-strided dx's gap untouched.
+TEST(Bf16, MatmulBwdDataZeroWrite)
+{
+    const qt_bf16 dy[2] = {qt_bf16_from_f32(-0x1p-70f), 0};
+    const qt_bf16 w[2] = {qt_bf16_from_f32(0x1p-70f), 0};
+    const int paths[4] = {QT_BF16_PATH_REF, QT_BF16_PATH_EMUL, QT_BF16_PATH_INSN,
+                          QT_BF16_PATH_WIDE};
+    for (int p = 0; p < 4; p++) {
+        float z[2] = {-5.0f, -5.0f}, a[1] = {0.0f};
+        if (qt_bf16_matmul_bwd_data_z_ld_on(paths[p], z, 2, dy, 2, w, 1, 2, 1) != 0) continue;
+        CHECK_EQUAL(0, qt_bf16_matmul_bwd_data_ld_on(paths[p], a, 1, dy, 2, w, 1, 2, 1));
+        LONGS_EQUAL(0x00000000u, bits(z[0]));
+        LONGS_EQUAL(bits(a[0]), bits(z[0]));
+        LONGS_EQUAL(bits(-5.0f), bits(z[1]));
+    }
 }

@@ -262,11 +262,17 @@ void canon_case(int64_t M, int64_t N, int64_t K, int64_t nseg, int64_t nb, uint6
                                                     w.data(), M, N, K));
             CHECK_EQUAL(0, qt_bf16_matmul_bwd_data_ld_on(PATHS[pi], pb.data(), lob, dys.data(),
                                                          lyb, wb.data(), M, K, N));
+            // the writing form (+0) + chain over a dx it never reads (filled with -5)
+            vf pz((size_t)(M * lob), -5.0f);
+            CHECK_EQUAL(0, qt_bf16_matmul_bwd_data_z_ld_on(PATHS[pi], pz.data(), lob, dys.data(),
+                                                           lyb, wb.data(), M, K, N));
             for (int64_t m = 0; m < M; m++) {
                 CHECK_EQUAL(0, diff(what, &pf[(size_t)(m * lo)], &rf[(size_t)(m * N)], (size_t)N, nan_any));
                 CHECK_EQUAL(0, diff(what, &pb[(size_t)(m * lob)], &rbw[(size_t)(m * N)], (size_t)N, nan_any));
+                CHECK_EQUAL(0, diff(what, &pz[(size_t)(m * lob)], &rbw[(size_t)(m * N)], (size_t)N, nan_any));
                 for (int64_t i = N; i < lo; i++) CHECK(pf[(size_t)(m * lo + i)] == -3.0f);
                 for (int64_t i = N; i < lob; i++) CHECK(pb[(size_t)(m * lob + i)] == 0.0f);
+                for (int64_t i = N; i < lob; i++) CHECK(pz[(size_t)(m * lob + i)] == -5.0f);
             }
         }
     }
@@ -811,5 +817,22 @@ TEST(Bf16Ffn, Float64Sanity)
         const double n = ne[i / (size_t)(2 * f * d)];
         if (!(fabs((double)dwg[i] - dwg64[i]) <= (n + 2) * 0x1p-24 * dwgm[i]))
             FAIL(StringFromFormat("dW_gu [%zu]: %.9g vs %.17g", i, (double)dwg[i], dwg64[i]).asCharString());
+    }
+}
+
+// Every block chain ends at -0 (each product a negative value below the normal range,
+// flushed): the data gradient's block partials are (+0) + chain = +0, so the canonical total
+// is +0 on every path (without the (+0) the tree would add -0s into -0).
+TEST(Bf16Canon, DataGradientBlocksEndingAtMinusZero)
+{
+    const int64_t M = 13, K = 64, N = 40, nseg = 2, nb = 8;
+    const vb dy((size_t)(M * K), qt_bf16_from_f32(-0x1p-70f)), wb((size_t)(K * N), qt_bf16_from_f32(0x1p-70f));
+    vf sb((size_t)QT_CANON_BWD_SCRATCH(M, K, N, nb));
+    for (int pi = 0; pi < 4; pi++) {
+        vf ob((size_t)(M * N), -5.0f);
+        if (qt_bf16_matmul_canon_bwd_data_on(PATHS[pi], ob.data(), dy.data(), wb.data(), M, K, N,
+                                             nseg, nb, sb.data()) != 0)
+            continue;
+        for (size_t i = 0; i < ob.size(); i++) LONGS_EQUAL(0x00000000u, bits(ob[i]));
     }
 }
