@@ -172,13 +172,16 @@ done
 # a variant with collective_overlap auto) == RUN with collective_overlap=all == ONE, loss bits
 # and fingerprint of every step over 10 steps (0 ulp); the split plan names the split and its
 # scratch, the blocking one has no PREV_MB op.
-# Mutations tried by hand once (firmware/runtime/step_ops.c, comm/coll_steps.c, runtime/
-# validate_mb.c): the wait op not waiting (it pushes what has not arrived: step 0 differs, or
-# "4 collectives already in flight"); the unpack into block p + 1 in place of block p (every
-# cell fails at step 0, coll_check's split and blocking units fail); configgen placing the
-# wait after the backward's first weight gradient with check/plan.c's check_prev_mb and
-# qt_validate_mb_splits' check off (the weight gradients write the unit levels the exchange
-# is still writing: the bits differ) - with the start-up check on, the binary refuses it.
+# Mutations tried by hand once (session 15): the wait op not waiting (step_ops.c: no
+# qt_coll_wait_units: "id -16 is in flight already", step 0 fails; coll_async.c: the wait
+# lets the job go after one progress: "4 collectives already in flight", step 1 or 2 fails);
+# a piece unpacked into the wrong place (coll_steps.c qt_coll_units_done: into block p + 1:
+# all five cells differ, overlapped != blocking; into unit u + 1: the four with q = 3 differ,
+# and coll_check's units checks fail); configgen placing the wait after the backward's first
+# weight gradient: configgen refuses ("microbatch op 98 (grad_mb_units_wait) completes the
+# previous microbatch's split exchange after a weight gradient ..."), with that check off the
+# binary refuses at start-up (qt_validate_mb_splits, op 98), with both off the loss differs
+# from one rank's at step 2.
 MU_DIR=$QT_TMP/mb_units_overlap
 mu_cell() {
   local one=$1 run=$2 n=$3 a b; shift 3

@@ -932,7 +932,7 @@ static void check_split(unsigned mask, const int *members, int R, int idx)
 static void check_split_units(unsigned mask, const int *members, int R, int idx)
 {
     static const struct { int q; int64_t blk, tmp, ref_tmp; } cases[] = {
-        {3, 37, 6, 1 << 10}, {1, 1001, 2, 64}, {3, 70001, 600, 1 << 14}, {5, 33, 1 << 12, 10},
+        {3, 37, 6, 1 << 10}, {1, 1001, 16, 64}, {3, 70001, 1 << 13, 1 << 14}, {5, 33, 1 << 12, 10},
         {3, 0, 6, 6}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int q = cases[c].q;
