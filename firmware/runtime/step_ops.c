@@ -299,31 +299,39 @@ static void qt_step_mb_units_context(int32_t i, const qt_step_state *st)
     qt_comm_set_context(what, (long long)st->step);
 }
 
-int qt_step_grad_mb_units(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+/* The split units exchange of range i: its id among the split collectives (< 0, below the
+ * experts' -2; qt_coll.h qt_coll_start_units). */
+static int64_t qt_step_units_id(int32_t i)
 {
-    const qt_plan *p = ctx->plan;
-    const int32_t i = (int32_t)QT_A(op, GRAD_MB_UNITS, range);
+    return -16 - (int64_t)i;
+}
+
+/* Range i's units after a microbatch: blocking (`wait` 0: padding zeroed, exchanged through
+ * the blocking comm scratch), or the split exchange's completion (`wait` 1: started by
+ * GRAD_MB_UNITS_START); then pushed for microbatch st->mb. */
+static int qt_step_mb_units_end(const qt_plan *p, int32_t i, int wait, qt_step_state *st)
+{
     float *unit[QT_MAX_TREE_LEVELS];
     int q, R;
     int64_t blk = 0;
-    int rc = qt_step_mb_units_of(p, i, 1, unit, &q, &R, &blk);
+    int rc = qt_step_mb_units_of(p, i, !wait, unit, &q, &R, &blk);
     if (rc) return rc;
     if (R > 1) {
         qt_step_mb_units_context(i, st);
         int64_t se;
         float *scratch = qt_plan_comm_scratch(p, 0, &se);
-        rc = qt_coll_exchange_units_f32(p->ranges[i].reduce_mask, unit, q, blk, scratch, se);
+        const unsigned mask = p->ranges[i].reduce_mask;
+        rc = wait ? qt_coll_wait_units(qt_step_units_id(i), mask, blk)
+                  : qt_coll_exchange_units_f32(mask, unit, q, blk, scratch, se);
         if (rc) return rc;
     }
     qt_step_mb_units_push(p, i, unit, q, R, blk, st->mb);
     return QT_OK;
 }
 
-/* The split units exchange of range i: its id among the split collectives (< 0, below the
- * experts' -2; qt_coll.h qt_coll_start_units). */
-static int64_t qt_step_units_id(int32_t i)
+int qt_step_grad_mb_units(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 {
-    return -16 - (int64_t)i;
+    return qt_step_mb_units_end(ctx->plan, (int32_t)QT_A(op, GRAD_MB_UNITS, range), 0, st);
 }
 
 int qt_step_grad_mb_units_start(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
@@ -344,20 +352,7 @@ int qt_step_grad_mb_units_start(const qt_op *op, const qt_ctx *ctx, qt_step_stat
 
 int qt_step_grad_mb_units_wait(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
 {
-    const qt_plan *p = ctx->plan;
-    const int32_t i = (int32_t)QT_A(op, GRAD_MB_UNITS_WAIT, range);
-    float *unit[QT_MAX_TREE_LEVELS];
-    int q, R;
-    int64_t blk = 0;
-    int rc = qt_step_mb_units_of(p, i, 0, unit, &q, &R, &blk);
-    if (rc) return rc;
-    if (R > 1) {
-        qt_step_mb_units_context(i, st);
-        rc = qt_coll_wait_units(qt_step_units_id(i), p->ranges[i].reduce_mask, blk);
-        if (rc) return rc;
-    }
-    qt_step_mb_units_push(p, i, unit, q, R, blk, st->mb);
-    return QT_OK;
+    return qt_step_mb_units_end(ctx->plan, (int32_t)QT_A(op, GRAD_MB_UNITS_WAIT, range), 1, st);
 }
 
 int qt_step_grad_mb_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
