@@ -2,8 +2,8 @@
  * qt_comm_sendrecv (qt_comm.h): mesh and group arithmetic, the deadline and context of
  * timeout messages, the counters, and the algorithms: the reduce-scatter and all-gather
  * driven with blocking transfers over their step cursors (coll_steps.c, shared with the
- * split collectives of coll_async.c), the units' pairwise exchange (with or without the
- * step form's fold), binomial broadcast, exact integer sums,
+ * split collectives of coll_async.c), the units' pairwise exchange (a cursor too, with or
+ * without the step form's fold), binomial broadcast, exact integer sums,
  * shift-schedule all-to-all, plan check.
  *
  * Invariants:
@@ -345,69 +345,48 @@ int qt_coll_reduce_scatter_f32(unsigned mask, float *buf, int64_t blk, float *tm
     return qt_coll_end(qt_coll_run_cursor(&g, &c));
 }
 
-/* The units' arguments (qt_coll_reduce_units_f32, qt_coll_exchange_units_f32) in a group of
- * R: QT_OK with *c the floats of each unit per message, or QT_E_PLAN. */
-static int qt_coll_units_args(const char *op, unsigned mask, int R, float *const *unit, int q,
-                              int64_t blk, const float *tmp, int64_t tmp_elems, int64_t *c)
+/* The units' arguments (qt_coll_reduce_units_f32, qt_coll_exchange_units_f32, the split
+ * qt_coll_start_units) and their exchange's cursor: see coll_int.h. */
+int qt_coll_units_setup(const char *op, unsigned mask, float *const *unit, int q, int64_t blk,
+                        float *tmp, int64_t tmp_elems, qt_grp *g, qt_coll_cursor *cur)
 {
-    if (q < 1 || (int64_t)q * R > QT_COLL_MAX_ANY || !unit || blk < 0)
+    int rc = qt_coll_group(op, mask, 0, g);
+    if (rc) return rc;
+    const int R = g->size;
+    if (q < 1 || q > QT_COLL_MAX_UNITS || (int64_t)q * R > QT_COLL_MAX_ANY || !unit || blk < 0)
         return qt_fail(QT_E_PLAN, "%s over mask 0x%x: %d units in a group of %d (at most %d "
-                       "units over the group), blk %lld", op, mask, q, R, QT_COLL_MAX_ANY,
-                       (long long)blk);
+                       "units a member and %d over the group), blk %lld", op, mask, q, R,
+                       QT_COLL_MAX_UNITS, QT_COLL_MAX_ANY, (long long)blk);
     for (int u = 0; u < q; u++)
         if (!unit[u]) return qt_fail(QT_E_PLAN, "%s over mask 0x%x: unit %d missing", op, mask, u);
-    if (blk == 0) return QT_OK;
+    if (blk == 0 || R == 1) return QT_OK;
     /* per message: up to c floats of each of the q units out, as many in */
-    *c = tmp_elems / (2 * (int64_t)q);
-    if (*c > QT_COMM_CHUNK_BYTES / 4 / q) *c = QT_COMM_CHUNK_BYTES / 4 / q;
-    if (R > 1 && (!tmp || *c < 1))
+    int64_t c = tmp_elems / (2 * (int64_t)q);
+    if (c > QT_COMM_CHUNK_BYTES / 4 / q) c = QT_COMM_CHUNK_BYTES / 4 / q;
+    if (!tmp || c < 1)
         return qt_fail(QT_E_PLAN, "%s over mask 0x%x: %lld floats of scratch for %d units "
                        "(need >= %d)", op, mask, (long long)tmp_elems, q, 2 * q);
+    qt_coll_cursor_units(cur, R, g->index, unit, q, blk, tmp, c);
     return QT_OK;
 }
 
-/* The units' exchange in group g, c floats of each unit per message: round k pairs members
- * whose indices add up to k (mod R), so each pair meets once, both sides in the same round,
- * and each sends the other its units of the other's block and receives the other's units of
- * its own into the same place, chunk by chunk (packed before it is overwritten). Copies
- * only. */
-static int qt_coll_units_xfer(qt_grp *g, float *const *unit, int q, int64_t blk, float *tmp,
-                              int64_t c)
-{
-    const int R = g->size, idx = g->index;
-    int rc = QT_OK;
-    for (int k = 0; k < R && rc == QT_OK; k++) {
-        const int p = (k - idx + R) % R;
-        if (p == idx) continue;
-        qt_coll_s.op_stage = k;
-        for (int64_t off = 0; off < blk && rc == QT_OK; off += c) {
-            const int64_t n = blk - off < c ? blk - off : c;
-            float *snd = tmp, *rcv = tmp + (int64_t)q * n;
-            for (int u = 0; u < q; u++)
-                memcpy(snd + (int64_t)u * n, unit[u] + (int64_t)p * blk + off,
-                       (size_t)n * sizeof(float));
-            rc = qt_coll_xfer(g, p, snd, 4 * q * n, p, rcv, 4 * q * n);
-            for (int u = 0; u < q && rc == QT_OK; u++)
-                memcpy(unit[u] + (int64_t)p * blk + off, rcv + (int64_t)u * n,
-                       (size_t)n * sizeof(float));
-        }
-    }
-    return rc;
-}
+/* The units' exchange runs its cursor (coll_steps.h qt_coll_cursor_units): round k pairs
+ * members whose indices add up to k (mod R), so each pair meets once, both sides in the same
+ * round, and each sends the other its units of the other's block and receives the other's
+ * units of its own into the same place, chunk by chunk (packed before it is overwritten).
+ * Copies only. */
 
 int qt_coll_reduce_units_f32(unsigned mask, float *const *unit, int q, int64_t blk, float *out,
                              float *tmp, int64_t tmp_elems)
 {
     static const char op[] = "reduce_units";
     qt_grp g;
-    int rc = qt_coll_group(op, mask, 0, &g);
-    if (rc) return rc;
-    int64_t c = 0;
+    qt_coll_cursor c;
     if (!out) return qt_fail(QT_E_PLAN, "%s over mask 0x%x: no output", op, mask);
-    rc = qt_coll_units_args(op, mask, g.size, unit, q, blk, tmp, tmp_elems, &c);
+    int rc = qt_coll_units_setup(op, mask, unit, q, blk, tmp, tmp_elems, &g, &c);
     if (rc || blk == 0) return rc;
     qt_coll_begin(op, mask, 0);
-    rc = qt_coll_units_xfer(&g, unit, q, blk, tmp, c);
+    if (g.size > 1) rc = qt_coll_run_cursor(&g, &c);
     if (rc == QT_OK) qt_coll_fold_units(unit, g.size, q, blk, g.index, out);
     return qt_coll_end(rc);
 }
@@ -417,14 +396,11 @@ int qt_coll_exchange_units_f32(unsigned mask, float *const *unit, int q, int64_t
 {
     static const char op[] = "exchange_units";
     qt_grp g;
-    int rc = qt_coll_group(op, mask, 0, &g);
-    if (rc) return rc;
-    int64_t c = 0;
-    rc = qt_coll_units_args(op, mask, g.size, unit, q, blk, tmp, tmp_elems, &c);
-    if (rc || blk == 0) return rc;
+    qt_coll_cursor c;
+    int rc = qt_coll_units_setup(op, mask, unit, q, blk, tmp, tmp_elems, &g, &c);
+    if (rc || blk == 0 || g.size == 1) return rc;
     qt_coll_begin(op, mask, 0);
-    rc = qt_coll_units_xfer(&g, unit, q, blk, tmp, c);
-    return qt_coll_end(rc);
+    return qt_coll_end(qt_coll_run_cursor(&g, &c));
 }
 
 /* ---- all-gather, broadcast -------------------------------------------------------------- */

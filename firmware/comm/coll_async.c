@@ -1,8 +1,9 @@
 /* coll_async.c - split collectives: a plan's reduce-scatter or all-gather started by one op
- * (qt_coll_start_range), or an all-to-all-v (qt_coll_start_a2av), advanced between the ops
- * that follow (qt_coll_progress, called by the interpreter) and completed by a later op
- * (qt_coll_wait_range / qt_coll_wait_a2av), so its transfers run beside compute
- * (docs/overlap.md).
+ * (qt_coll_start_range), an all-to-all-v (qt_coll_start_a2av) or the microbatch form's
+ * units exchange (qt_coll_start_units), advanced between the ops that follow
+ * (qt_coll_progress, called by the interpreter) and completed by a later op
+ * (qt_coll_wait_range / qt_coll_wait_a2av / qt_coll_wait_units), so its transfers run beside
+ * compute (docs/overlap.md).
  *
  * Invariants:
  *  - a split collective walks the same cursor (coll_steps.c) as the blocking one, so it
@@ -12,7 +13,10 @@
  *    the peers' same collective: every rank runs the same schedule, so every member of a
  *    group gives that collective the same slot;
  *  - MPI moves bytes only inside MPI calls: progress is one test of each busy slot and,
- *    for a finished step, its local adds and the next step's post; no thread;
+ *    for a finished step, its local work (the reduce-scatter's adds, the units exchange's
+ *    unpack of what arrived and pack of the next piece) and the next step's post; no thread;
+ *  - a units job sends from and receives into the scratch only (its cursor packs a piece
+ *    before its post and unpacks it after its completion), never the units themselves;
  *  - no heap: the jobs are this file's one static struct; the buffers are the plan's.
  */
 #include "qt_coll.h"
@@ -29,7 +33,8 @@ typedef struct qt_coll_job {
     int running;             /* steps left (0: complete, waiting for its wait) */
     int posted;              /* a piece of the current step is posted on the slot */
     int64_t id;              /* the plan's collective index; < 0: a split all-to-all-v */
-    const char *op;          /* "reduce_scatter" / "all_gather" / "all_to_all_v", for messages */
+    const char *op;          /* "reduce_scatter" / "all_gather" / "all_to_all_v" /
+                                "exchange_units", for messages */
     qt_grp g;
     qt_coll_cursor cur;
     int64_t soff, roff, sn, rn;
@@ -86,6 +91,8 @@ static int qt_async_advance(qt_coll_job *j, int slot, int *waiting)
     }
     return QT_OK;
 }
+
+static int qt_async_slot_of(int64_t id);
 
 /* The lowest free slot into *slot: 0, or QT_E_PLAN naming collective `name`. */
 static int qt_async_free_slot(const char *name, int *slot)
@@ -165,6 +172,28 @@ int qt_coll_start_a2av(int64_t id, unsigned mask, const void *send, const int64_
     return qt_async_launch(slot, t0);
 }
 
+int qt_coll_start_units(int64_t id, unsigned mask, float *const *unit, int q, int64_t blk,
+                        float *tmp, int64_t tmp_elems)
+{
+    static const char op[] = "exchange_units";
+    if (id >= 0)
+        return qt_fail(QT_E_PLAN, "split %s over mask 0x%x: id %lld, expected < 0 (the plan's "
+                       "collectives own the ids >= 0)", op, mask, (long long)id);
+    if (qt_async_slot_of(id) >= 0)
+        return qt_fail(QT_E_PLAN, "split %s over mask 0x%x: id %lld is in flight already", op,
+                       mask, (long long)id);
+    const double t0 = qt_coll_now();
+    qt_grp g;
+    qt_coll_cursor c;
+    int rc = qt_coll_units_setup(op, mask, unit, q, blk, tmp, tmp_elems, &g, &c);
+    if (rc || g.size == 1 || blk == 0) return rc;     /* nothing moves: nothing in flight */
+    int slot = 0;
+    rc = qt_async_free_slot(op, &slot);
+    if (rc) return rc;
+    qt_async.job[slot] = (qt_coll_job){.id = id, .op = op, .g = g, .cur = c};
+    return qt_async_launch(slot, t0);
+}
+
 int qt_coll_progress(void)
 {
     if (!qt_async.n_running) return QT_OK;
@@ -230,6 +259,17 @@ int qt_coll_wait_a2av(int64_t id, unsigned mask)
         if (qt_comm_group_size(mask) == 1) return QT_OK;   /* a group of one starts nothing */
         return qt_fail(QT_E_PLAN, "split all_to_all_v %lld over mask 0x%x: waited for, but not "
                        "in flight", (long long)id, mask);
+    }
+    return qt_async_wait(slot);
+}
+
+int qt_coll_wait_units(int64_t id, unsigned mask, int64_t blk)
+{
+    const int slot = qt_async_slot_of(id);
+    if (slot < 0) {
+        if (qt_comm_group_size(mask) == 1 || blk == 0) return QT_OK;  /* nothing started */
+        return qt_fail(QT_E_PLAN, "split exchange_units %lld over mask 0x%x: waited for, but "
+                       "not in flight", (long long)id, mask);
     }
     return qt_async_wait(slot);
 }

@@ -43,4 +43,11 @@ int qt_coll_a2av_setup(const char *op, unsigned mask, const void *send,
                        const int64_t *recv_counts, const int64_t *recv_offs,
                        int64_t elem_bytes, qt_grp *g, struct qt_coll_cursor *c);
 
+/* The checks of the units' exchange (qt_coll_exchange_units_f32: its arguments, op names it
+ * in messages), then the group into *g and, when something moves (blk > 0 and a group of
+ * more than one), the exchange's cursor into *c (coll_steps.h qt_coll_cursor_units; tmp's
+ * tmp_elems floats cut into messages of up to QT_COMM_CHUNK_BYTES): 0 or QT_E_PLAN. */
+int qt_coll_units_setup(const char *op, unsigned mask, float *const *unit, int q, int64_t blk,
+                        float *tmp, int64_t tmp_elems, qt_grp *g, struct qt_coll_cursor *c);
+
 #endif

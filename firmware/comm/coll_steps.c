@@ -2,8 +2,10 @@
  * (coll_steps.h): recursive halving with fixed pairing, the direct exchange summed in the
  * one-rank tree's binary-counter shape for a group that is not a power of two (and the
  * fold of the step form's units, qt_coll_fold_units, in the same shape), recursive
- * doubling (slice bits first on several slices), the ring, and the all-to-all-v's
- * pairwise exchange (copies only).
+ * doubling (slice bits first on several slices), the ring, the all-to-all-v's pairwise
+ * exchange and the units' pairwise exchange (copies only; packed and unpacked through the
+ * scratch around each transfer, so the same memory is never sent from and received into
+ * while a transfer is posted).
  *
  * Invariants: floats are only ever added here, elementwise, as mine + partner's in the
  * fixed pairing (a perfect pairwise tree over group indices), or in qt_coll_counter_tree's
@@ -258,9 +260,55 @@ static int qt_coll_a2av_next(qt_coll_cursor *c)
     return 1;
 }
 
+void qt_coll_cursor_units(qt_coll_cursor *c, int R, int idx, float *const *unit, int q,
+                          int64_t blk, float *tmp, int64_t msg)
+{
+    memset(c, 0, sizeof *c);
+    c->units = q;
+    c->R = R;
+    c->idx = idx;
+    c->blk = blk;
+    c->tmp = tmp;
+    c->msg = msg;
+    for (int u = 0; u < q; u++) c->unit[u] = unit[u];
+}
+
+/* The units' exchange: round k's partner p = (k - idx) mod R, piece at c->off of block p. */
+static int qt_coll_units_next(qt_coll_cursor *c)
+{
+    const int R = c->R, idx = c->idx, q = c->units;
+    for (;;) {
+        if (c->k >= R) return 0;
+        if ((c->k - idx + R) % R != idx && c->off < c->blk) break;
+        c->k++;
+        c->off = 0;
+    }
+    const int p = (c->k - idx + R) % R;
+    const int64_t n = c->blk - c->off < c->msg ? c->blk - c->off : c->msg;
+    for (int u = 0; u < q; u++)
+        memcpy(c->tmp + (int64_t)u * n, c->unit[u] + (int64_t)p * c->blk + c->off,
+               (size_t)n * sizeof(float));
+    c->x = (qt_coll_step){p, p, (const char *)c->tmp, (char *)(c->tmp + (int64_t)q * n),
+                          4 * q * n, 4 * q * n};
+    c->stage = c->k;
+    return 1;
+}
+
+static void qt_coll_units_done(qt_coll_cursor *c)
+{
+    const int R = c->R, p = (c->k - c->idx + R) % R, q = c->units;
+    const int64_t n = c->x.rb / 4 / q;
+    const float *rcv = c->tmp + (int64_t)q * n;
+    for (int u = 0; u < q; u++)
+        memcpy(c->unit[u] + (int64_t)p * c->blk + c->off, rcv + (int64_t)u * n,
+               (size_t)n * sizeof(float));
+    c->off += n;
+}
+
 int qt_coll_cursor_next(qt_coll_cursor *c)
 {
     const int pow2 = qt_coll_pow2(c->R);
+    if (c->units) return qt_coll_units_next(c);
     if (c->a2a) return qt_coll_a2av_next(c);
     if (c->reduce) return pow2 ? qt_coll_rs_pow2_next(c) : qt_coll_rs_any_next(c);
     return pow2 ? qt_coll_ag_doubling_next(c) : qt_coll_ag_ring_next(c);
@@ -269,7 +317,9 @@ int qt_coll_cursor_next(qt_coll_cursor *c)
 void qt_coll_cursor_done(qt_coll_cursor *c)
 {
     const int pow2 = qt_coll_pow2(c->R);
-    if (c->a2a)
+    if (c->units)
+        qt_coll_units_done(c);
+    else if (c->a2a)
         c->k++;
     else if (c->reduce && pow2)
         qt_coll_rs_pow2_done(c);

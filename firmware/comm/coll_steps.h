@@ -1,5 +1,6 @@
-/* coll_steps.h - the float reduce-scatter, the all-gather and the all-to-all-v of qt_coll.h
- * as cursors over their point-to-point steps (coll_steps.c), shared by the blocking collectives (coll.c)
+/* coll_steps.h - the float reduce-scatter, the all-gather, the all-to-all-v and the units'
+ * pairwise exchange of qt_coll.h as cursors over their point-to-point steps (coll_steps.c),
+ * shared by the blocking collectives (coll.c)
  * and the split ones that run beside compute (coll_async.c), so both move the same bytes
  * and add the same operands in the same order: the bits cannot depend on which form ran.
  *
@@ -19,6 +20,7 @@
 #include <stdint.h>
 
 #define QT_COLL_MAX_ANY 1024     /* members of a reduce-scatter group that is not a power of 2 */
+#define QT_COLL_MAX_UNITS 32     /* units a member of a units exchange (tree levels: 24) */
 
 /* One point-to-point step, in group indices. */
 typedef struct qt_coll_step {
@@ -47,6 +49,10 @@ typedef struct qt_coll_cursor {
     char *a_r;
     const int64_t *scnt, *soff, *rcnt, *roff;
     int64_t eb;
+    /* units' exchange (units = q > 0): the q unit buffers (R*blk floats each); msg: floats
+     * of each unit a message, packed q side by side into tmp, received after them */
+    int units;
+    float *unit[QT_COLL_MAX_UNITS];
 } qt_coll_cursor;
 
 /* 1 when r is a power of two (r > 0). */
@@ -69,6 +75,16 @@ void qt_coll_cursor_ag(qt_coll_cursor *c, int R, int idx, void *buf, int64_t blk
 void qt_coll_cursor_a2av(qt_coll_cursor *c, int R, int idx, const void *send,
                          const int64_t *scnt, const int64_t *soff, void *recv,
                          const int64_t *rcnt, const int64_t *roff, int64_t eb);
+/* The units' exchange of qt_coll_exchange_units_f32 over R members (R >= 2), my index idx:
+ * unit[u] (u < q <= QT_COLL_MAX_UNITS) R*blk floats each (blk > 0), the pointers copied;
+ * tmp at least 2*q*msg floats (msg >= 1 floats of each unit a message). Round k = 0..R-1
+ * pairs me with p = (k - idx) mod R (p != idx): piece by piece, next() packs my units'
+ * block p (msg floats of each, at the piece's offset) into tmp and names the transfer (send
+ * the q*n packed floats to p, receive p's q*n into tmp + q*n), done() unpacks them into the
+ * same place of block p (copies only). Between next() and done() nothing else may touch
+ * the units' block p or tmp. */
+void qt_coll_cursor_units(qt_coll_cursor *c, int R, int idx, float *const *unit, int q,
+                          int64_t blk, float *tmp, int64_t msg);
 /* The fold of qt_coll_reduce_units_f32: unit[u] (u < q) are R*blk floats each, block m of
  * unit u holding member m's unit u of my block (R * q <= QT_COLL_MAX_ANY). The R*q pieces, in
  * the order (m, u), are summed in qt_coll_counter_tree's shape (the one-rank leaf tree's

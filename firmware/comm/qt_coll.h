@@ -133,7 +133,7 @@ int qt_coll_reduce_scatter_f32(unsigned mask, float *buf, int64_t blk, float *tm
                                int64_t tmp_elems);
 
 /* The step form's units (qt_ops.def GRAD_UNITS; docs/determinism.md "Any split") over group
- * `mask` of size R (R * q <= 1024): unit[u] (u < q) are R*blk floats each, member m's unit u
+ * `mask` of size R (R * q <= 1024, q <= 32): unit[u] (u < q) are R*blk floats each, member m's unit u
  * of a range (its leaves' subtree number m*q + u of the one-rank tree, in that order); block
  * j (floats [j*blk, (j+1)*blk)) is destined to group index j. Members are paired once each
  * (round k: the pair whose indices add up to k mod R) and exchange their q units of each
@@ -299,6 +299,23 @@ int qt_coll_start_a2av(int64_t id, unsigned mask, const void *send, const int64_
  * QT_E_COMM, or QT_E_PLAN when `id` is not in flight (and the group has more than one
  * member). */
 int qt_coll_wait_a2av(int64_t id, unsigned mask);
+
+/* Start qt_coll_exchange_units_f32's exchange (same arguments, same checks, same pairwise
+ * steps and pieces for the same tmp_elems, the same bytes into the same places) as split
+ * collective `id` (< 0, distinct from every other id in flight; the plan's collectives own
+ * the ids >= 0) and return before it completes: its pieces are packed from the units into
+ * tmp, sent, received into tmp and unpacked into the units as qt_coll_progress advances it.
+ * The unit pointers are copied. Until qt_coll_wait_units(id) neither the units' blocks nor
+ * tmp may be touched by anything else. Bytes only move, never combined: the result does not
+ * depend on the scratch size or on when the pieces ran. A group of one (or blk 0) starts
+ * nothing. 0 or QT_E_* (QT_E_PLAN: bad arguments, id in flight, slots exhausted). */
+int qt_coll_start_units(int64_t id, unsigned mask, float *const *unit, int q, int64_t blk,
+                        float *tmp, int64_t tmp_elems);
+
+/* Complete split units exchange `id` started over `mask` with blocks of blk floats (as
+ * qt_coll_wait_range): afterwards the units hold what qt_coll_exchange_units_f32 leaves.
+ * 0, QT_E_COMM, or QT_E_PLAN when `id` is not in flight (and something was to move). */
+int qt_coll_wait_units(int64_t id, unsigned mask, int64_t blk);
 
 /* Advance every collective in flight as far as its transfers allow, without waiting (one
  * test per busy slot; a finished step's adds and the next step's post). Returns at once

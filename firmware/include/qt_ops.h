@@ -62,7 +62,8 @@
                               collectives overlap compute; scan_layers counts it in the layer
                               of the op before it. The firmware ignores it. */
 #define QT_OPF_PREV_MB 0x4u /* a COLL_WAIT or GRAD_MB_PUSH completing the previous
-                              microbatch's split microbatch-end reduce-scatter (collective_
+                              microbatch's split microbatch-end reduce-scatter, or a
+                              GRAD_MB_UNITS_WAIT its split units exchange (collective_
                               overlap all, docs/overlap.md): in the microbatch schedule skipped
                               in microbatch 0 and run for microbatch mb - 1; in the step
                               schedule run for the last microbatch G - 1 */

@@ -14,11 +14,12 @@
 int qt_validate_bf16(const qt_plan *p, const qt_kernel_entry *table);
 
 /* The split collectives of p's step, microbatch-end and microbatch schedules (qt_ops.def
- * COLL_START / COLL_WAIT): each start waited for once, later, in the same schedule (the
- * microbatch-end's starts: in the next microbatch's schedule and in the step's, by their
- * QT_OPF_PREV_MB waits, qt_validate_mb_splits); at most
- * QT_MAX_IN_FLIGHT in flight; at most one reduce-scatter in flight and no blocking one
- * beside it (they share the comm scratch); no blocking run of a collective in flight.
+ * COLL_START / COLL_WAIT, GRAD_MB_UNITS_START / _WAIT): each start waited for once, later,
+ * in the same schedule (the microbatch-end's starts: in the next microbatch's schedule and
+ * in the step's, by their QT_OPF_PREV_MB waits, qt_validate_mb_splits); at most
+ * QT_MAX_IN_FLIGHT in flight; at most one reduce-scatter or units exchange in flight and no
+ * blocking one (GRAD_MB_UNITS, GRAD_UNITS included) beside it (they share the comm scratch);
+ * no blocking run of a collective in flight.
  * Reads p only. QT_OK, or QT_E_PLAN after one line naming the schedule, op and collective. */
 int qt_validate_splits(const qt_plan *p);
 
@@ -30,11 +31,13 @@ int qt_validate_splits(const qt_plan *p);
  * eval forward. Reads p only. QT_OK, or QT_E_PLAN after one line naming the op. */
 int qt_validate_ep_splits(const qt_plan *p);
 
-/* The microbatch form's split reduce-scatter (ops flagged QT_OPF_PREV_MB, validate_mb.c):
- * the microbatch-end schedule's COLL_STARTs waited for, in order, by the microbatch
- * schedule's flagged COLL_WAITs before its first weight gradient or other step op (as `table`
- * says), the step schedule opening with the same flagged ops; only in a plan with G > 1
- * microbatches in the microbatch form without a pipeline. Reads p only. QT_OK, or QT_E_PLAN
+/* The microbatch form's split reduce-scatter and split units exchange (ops flagged
+ * QT_OPF_PREV_MB, validate_mb.c): the microbatch-end schedule's COLL_STARTs and
+ * GRAD_MB_UNITS_STARTs (a units start only as its last op) waited for, in order, by the
+ * microbatch schedule's flagged waits of their kind before its first weight gradient or
+ * other step op (as `table` says), the step schedule opening with the same flagged ops; a
+ * units wait always flagged; only in a plan with G > 1 microbatches in the microbatch form
+ * without a pipeline. Reads p only. QT_OK, or QT_E_PLAN
  * after one line naming the op. */
 int qt_validate_mb_splits(const qt_plan *p, const qt_kernel_entry *table);
 

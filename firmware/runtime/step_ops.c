@@ -3,8 +3,9 @@
  * into the microbatch tree) and once per optimizer step after the last microbatch
  * (gradient totals, collectives, normalisation and norm, AdamW; GRAD_UNITS: the step
  * form's units exchanged and folded in the one-rank tree's shape; GRAD_MB_UNITS: the
- * microbatch form's units exchanged and pushed into a counter over the step's units), see
- * qt_step.h.
+ * microbatch form's units exchanged and pushed into a counter over the step's units, or
+ * split: GRAD_MB_UNITS_START starts the exchange beside the next microbatch's forward and
+ * GRAD_MB_UNITS_WAIT completes and pushes it), see qt_step.h.
  *
  * Invariants: no heap, no syscalls but the collectives' own; the parameter-sized passes
  * are fused (tree total per cache-sized chunk -> normalise + exact square sum in one pass;
@@ -257,38 +258,101 @@ static int qt_step_mb_counter(const qt_plan *p, int32_t i, int64_t *count)
     return p->n_mb_levels - qt_tree_levels_needed(*count);
 }
 
-int qt_step_grad_mb_units(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+/* Range i's q_r unit windows (the lowest q_r of the grad_mb_units unit levels, at the
+ * range's leaf_lo) into unit[], with `zero` their padding zeroed (before the exchange); *R
+ * its reduce group's size, *blk the floats of a block. QT_OK or the group lookup's error. */
+static int qt_step_mb_units_of(const qt_plan *p, int32_t i, int zero, float **unit, int *q,
+                               int *R, int64_t *blk)
 {
-    const qt_plan *p = ctx->plan;
-    const int32_t i = (int32_t)QT_A(op, GRAD_MB_UNITS, range);
     const qt_flat_range *r = &p->ranges[i];
-    /* this range's q_r units sit in the lowest q_r of the grad_mb_units unit levels */
     int64_t cnt;
-    const int q = (int)qt_plan_range_mb_units(p, i, &cnt);
+    *q = (int)qt_plan_range_mb_units(p, i, &cnt);
     const int lu = p->n_tree_levels - p->n_mb_levels - p->grad_mb_units;
-    float *unit[QT_MAX_TREE_LEVELS], *top, *mb[QT_MAX_TREE_LEVELS];
-    for (int u = 0; u < q; u++) {
+    for (int u = 0; u < *q; u++) {
         unit[u] = qt_step_region(p, p->tree_offset[lu + u]);
-        qt_step_zero_gaps_at(p, i, unit[u]);
+        if (zero) qt_step_zero_gaps_at(p, i, unit[u]);
         unit[u] += r->leaf_lo;
     }
-    const int R = r->reduce_mask ? qt_comm_group_size(r->reduce_mask) : 1;
-    if (R < 1) return R;
-    const int64_t blk = r->n / R;
+    *R = r->reduce_mask ? qt_comm_group_size(r->reduce_mask) : 1;
+    if (*R < 1) return *R;
+    *blk = r->n / *R;
+    return QT_OK;
+}
+
+/* Range i's exchanged units (unit[], as qt_step_mb_units_of left them, without zeroing)
+ * pushed by the owner in the order (m, u) as leaves mb R q + m q + u of its counter. */
+static void qt_step_mb_units_push(const qt_plan *p, int32_t i, float *const *unit, int q, int R,
+                                  int64_t blk, int64_t mb)
+{
+    float *top, *mbl[QT_MAX_TREE_LEVELS];
+    int64_t n, count;
+    qt_step_trees(p, i, &top, mbl, &n);
+    const int l0 = qt_step_mb_counter(p, i, &count);
+    qt_tree_push_units(mbl + l0, 0, n, unit, R, q, blk, mb * R * q);
+}
+
+/* The comm context of range i's units exchange. */
+static void qt_step_mb_units_context(int32_t i, const qt_step_state *st)
+{
+    char what[96];
+    snprintf(what, sizeof what, "microbatch gradient units of range %d", (int)i);
+    qt_comm_set_context(what, (long long)st->step);
+}
+
+/* The split units exchange of range i: its id among the split collectives (< 0, below the
+ * experts' -2; qt_coll.h qt_coll_start_units). */
+static int64_t qt_step_units_id(int32_t i)
+{
+    return -16 - (int64_t)i;
+}
+
+/* Range i's units after a microbatch: blocking (`wait` 0: padding zeroed, exchanged through
+ * the blocking comm scratch), or the split exchange's completion (`wait` 1: started by
+ * GRAD_MB_UNITS_START); then pushed for microbatch st->mb. */
+static int qt_step_mb_units_end(const qt_plan *p, int32_t i, int wait, qt_step_state *st)
+{
+    float *unit[QT_MAX_TREE_LEVELS];
+    int q, R;
+    int64_t blk = 0;
+    int rc = qt_step_mb_units_of(p, i, !wait, unit, &q, &R, &blk);
+    if (rc) return rc;
     if (R > 1) {
-        char what[96];
-        snprintf(what, sizeof what, "microbatch gradient units of range %d", (int)i);
-        qt_comm_set_context(what, (long long)st->step);
+        qt_step_mb_units_context(i, st);
         int64_t se;
         float *scratch = qt_plan_comm_scratch(p, 0, &se);
-        const int rc = qt_coll_exchange_units_f32(r->reduce_mask, unit, q, blk, scratch, se);
+        const unsigned mask = p->ranges[i].reduce_mask;
+        rc = wait ? qt_coll_wait_units(qt_step_units_id(i), mask, blk)
+                  : qt_coll_exchange_units_f32(mask, unit, q, blk, scratch, se);
         if (rc) return rc;
     }
-    int64_t n, count;
-    qt_step_trees(p, i, &top, mb, &n);
-    const int l0 = qt_step_mb_counter(p, i, &count);
-    qt_tree_push_units(mb + l0, 0, n, unit, R, q, blk, st->mb * R * q);
+    qt_step_mb_units_push(p, i, unit, q, R, blk, st->mb);
     return QT_OK;
+}
+
+int qt_step_grad_mb_units(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    return qt_step_mb_units_end(ctx->plan, (int32_t)QT_A(op, GRAD_MB_UNITS, range), 0, st);
+}
+
+int qt_step_grad_mb_units_start(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    const qt_plan *p = ctx->plan;
+    const int32_t i = (int32_t)QT_A(op, GRAD_MB_UNITS_START, range);
+    float *unit[QT_MAX_TREE_LEVELS];
+    int q, R;
+    int64_t blk = 0;
+    int rc = qt_step_mb_units_of(p, i, 1, unit, &q, &R, &blk);
+    if (rc || R == 1) return rc;
+    qt_step_mb_units_context(i, st);
+    int64_t se;
+    float *scratch = qt_plan_comm_scratch(p, 1, &se);  /* its own: blocking ones run beside */
+    return qt_coll_start_units(qt_step_units_id(i), p->ranges[i].reduce_mask, unit, q, blk,
+                               scratch, se);
+}
+
+int qt_step_grad_mb_units_wait(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
+{
+    return qt_step_mb_units_end(ctx->plan, (int32_t)QT_A(op, GRAD_MB_UNITS_WAIT, range), 1, st);
 }
 
 int qt_step_grad_mb_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
@@ -572,12 +636,12 @@ static int64_t qt_check_group(const qt_plan *p, unsigned mask)
     return n;
 }
 
-/* GRAD_MB_UNITS: a range of the plan (counted as pushed, as GRAD_MB_PUSH) whose parameters'
- * T_p leaves a microbatch are q units and, over its reduce group, cover the batch group's
- * leaves of a microbatch (T_p R_r = R L), with its counter inside the microbatch levels. */
-int qt_check_grad_mb_units(const qt_plan *p, const qt_op *op, qt_check_state *st)
+/* GRAD_MB_UNITS (and its split form's start and wait): a range of the plan whose
+ * parameters' T_p leaves a microbatch are q units and, over its reduce group, cover the batch
+ * group's leaves of a microbatch (T_p R_r = R L), with its counter inside the microbatch
+ * levels; 0 when it fits. */
+static int qt_check_mb_units_range(const qt_plan *p, int64_t i)
 {
-    const int64_t i = QT_A(op, GRAD_MB_UNITS, range);
     if (p->grad_mb_units < 1 || !p->n_mb_levels || i < 0 || i >= p->n_ranges) return 1;
     const qt_flat_range *r = &p->ranges[i];
     const int64_t Rr = qt_check_group(p, r->reduce_mask), G = p->train.grad_accum;
@@ -593,8 +657,36 @@ int qt_check_grad_mb_units(const qt_plan *p, const qt_op *op, qt_check_state *st
         const int64_t T = pa->leaves / G;
         if (T * G != pa->leaves || T != (T & -T) * q || T * Rr != RL) return 1;
     }
+    return 0;
+}
+
+/* ... counted as pushed (as GRAD_MB_PUSH). */
+int qt_check_grad_mb_units(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    const int64_t i = QT_A(op, GRAD_MB_UNITS, range);
+    if (qt_check_mb_units_range(p, i)) return 1;
     if (st->pushed && st->pushed[i] < 255) st->pushed[i]++;
     return 0;
+}
+
+/* The split start: and, when its group moves anything, the comm scratch's split part holds
+ * a piece of each unit out and in (2 q floats at least). Pushes nothing. */
+int qt_check_grad_mb_units_start(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    (void)st;
+    const int64_t i = QT_A(op, GRAD_MB_UNITS_START, range);
+    if (qt_check_mb_units_range(p, i)) return 1;
+    int64_t cnt;
+    const int64_t q = qt_plan_range_mb_units(p, (int32_t)i, &cnt);
+    return qt_check_group(p, p->ranges[i].reduce_mask) > 1 && p->comm_split_elems < 2 * q;
+}
+
+/* The split wait: the push (counted). */
+int qt_check_grad_mb_units_wait(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    _Static_assert((int)QT_A_GRAD_MB_UNITS_WAIT_range == (int)QT_A_GRAD_MB_UNITS_range,
+                   "step_ops.c: the units wait names its range as GRAD_MB_UNITS does");
+    return qt_check_grad_mb_units(p, op, st);
 }
 
 int qt_check_grad_mb_finalize(const qt_plan *p, const qt_op *op, qt_check_state *st)

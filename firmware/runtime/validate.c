@@ -215,25 +215,42 @@ typedef struct qt_split_walk {
     int n, reduce;
 } qt_split_walk;
 
+_Static_assert((int)QT_A_GRAD_UNITS_range == (int)QT_A_GRAD_MB_UNITS_range &&
+               (int)QT_A_GRAD_MB_UNITS_START_range == (int)QT_A_GRAD_MB_UNITS_range &&
+               (int)QT_A_GRAD_MB_UNITS_WAIT_range == (int)QT_A_GRAD_MB_UNITS_range,
+               "validate.c: the units ops name their range in the same attribute");
+
 static int qt_validate_split_op(const qt_plan *p, qt_split_walk *w, const qt_op *op, int32_t i,
                                 const char *which)
 {
-    const int start = op->kind == QT_OP_COLL_START, wait = op->kind == QT_OP_COLL_WAIT;
-    if (!start && !wait && op->kind != QT_OP_COLLECTIVE) return QT_OK;
-    const int64_t c = QT_A(op, COLLECTIVE, coll);
-    if (c < 0 || c >= p->n_collectives) return QT_OK;  /* the op's own check names it */
-    const int rs = p->collectives[c].kind == QT_COLL_REDUCE_SCATTER;
+    const int k0 = op->kind;
+    const int units = k0 == QT_OP_GRAD_MB_UNITS_START || k0 == QT_OP_GRAD_MB_UNITS_WAIT ||
+                      k0 == QT_OP_GRAD_MB_UNITS || k0 == QT_OP_GRAD_UNITS;
+    const int start = k0 == QT_OP_COLL_START || k0 == QT_OP_GRAD_MB_UNITS_START;
+    const int wait = k0 == QT_OP_COLL_WAIT || k0 == QT_OP_GRAD_MB_UNITS_WAIT;
+    if (!start && !wait && !units && k0 != QT_OP_COLLECTIVE) return QT_OK;
+    /* a units exchange (split or blocking) is named by its range, -16 - range, apart from
+     * the plan's collectives; it uses the comm scratch as a reduce-scatter does */
+    int64_t c = units ? QT_A(op, GRAD_MB_UNITS, range) : QT_A(op, COLLECTIVE, coll);
+    if (units) {
+        if (c < 0 || c >= p->n_ranges) return QT_OK;  /* the op's own check names it */
+        c = -16 - c;
+    } else if (c < 0 || c >= p->n_collectives) {
+        return QT_OK;
+    }
+    const int rs = units || p->collectives[c].kind == QT_COLL_REDUCE_SCATTER;
     int k = 0;
     while (k < w->n && w->id[k] != c) k++;
     const char *why = NULL;
     if (start && k < w->n) why = "is started again while in flight";
     else if (start && w->n == QT_MAX_IN_FLIGHT) why = "would exceed the collectives in flight";
-    else if (rs && w->reduce && !wait) why = "is a reduce-scatter beside one in flight";
+    else if (rs && w->reduce && !wait) why = "is a reduce-scatter or units exchange beside one in flight";
     else if (wait && k == w->n) why = "is waited for without a start before it";
     else if (!start && !wait && k < w->n) why = "runs while its split form is in flight";
     if (why)
-        return qt_fail(QT_E_PLAN, "plan %s: %s op %d: collective %lld %s", p->run_name, which,
-                       i, (long long)c, why);
+        return qt_fail(QT_E_PLAN, "plan %s: %s op %d: %s %lld %s", p->run_name, which, i,
+                       units ? "the units exchange of range" : "collective",
+                       (long long)(units ? -16 - c : c), why);
     if (start) {
         w->id[w->n++] = c;
         w->reduce += rs;
@@ -247,9 +264,11 @@ static int qt_validate_split_op(const qt_plan *p, qt_split_walk *w, const qt_op 
 static int qt_validate_split_end(const qt_plan *p, const qt_split_walk *w, const char *which)
 {
     if (w->n == 0) return QT_OK;
-    return qt_fail(QT_E_PLAN, "plan %s: the %s schedule ends with collective %lld (and %d "
-                   "more) started and never waited for", p->run_name, which,
-                   (long long)w->id[0], w->n - 1);
+    const int units = w->id[0] < 0;  /* -16 - range */
+    return qt_fail(QT_E_PLAN, "plan %s: the %s schedule ends with %s %lld (and %d more) "
+                   "started and never waited for", p->run_name, which,
+                   units ? "the units exchange of range" : "collective",
+                   (long long)(units ? -16 - w->id[0] : w->id[0]), w->n - 1);
 }
 
 int qt_validate_splits(const qt_plan *p)

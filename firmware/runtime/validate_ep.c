@@ -8,8 +8,9 @@
  * later in the same microbatch schedule, by exactly one wait of its kind naming the same
  * slots (t1.. of a host -> home one, all of a home -> host one) and attributes;
  * one exchange in flight at a time, and no other expert exchange op (whose count tables the
- * exchange in flight reads) and no COLL_START / COLL_WAIT between a start and its wait; the
- * held-out eval's forward ends with none in flight.
+ * exchange in flight reads) and no COLL_START / COLL_WAIT (nor a split units exchange's
+ * start or wait) between a start and its wait; the held-out eval's forward ends with none
+ * in flight.
  */
 #include <string.h>
 #include "qt_validate.h"
@@ -72,7 +73,8 @@ int qt_validate_ep_splits(const qt_plan *p)
                 why = "waits with other slots or attributes than its start";
             open = NULL;
         } else if (open && (qt_ep_exchange_kind(k) || k == QT_OP_COLL_START ||
-                            k == QT_OP_COLL_WAIT))
+                            k == QT_OP_COLL_WAIT || k == QT_OP_GRAD_MB_UNITS_START ||
+                            k == QT_OP_GRAD_MB_UNITS_WAIT))
             why = "is another exchange or a split collective while an expert exchange is in flight";
         if (why)
             return qt_fail(QT_E_PLAN, "plan %s: microbatch op %d (%s) %s", p->run_name,

@@ -1,14 +1,18 @@
-/* validate_mb.c - start-up check of the microbatch form's split reduce-scatter
- * (qt_validate.h qt_validate_mb_splits; qt_ops.h QT_OPF_PREV_MB, collective_overlap: all,
- * docs/overlap.md "The microbatch form's reduce-scatter").
+/* validate_mb.c - start-up check of the microbatch form's split reduce-scatter and split
+ * units exchange (qt_validate.h qt_validate_mb_splits; qt_ops.h QT_OPF_PREV_MB,
+ * collective_overlap: all, docs/overlap.md "The microbatch form's reduce-scatter" and "The
+ * microbatch form's units exchange").
  * Invariants: reads the plan only; no state; QT_OK or QT_E_PLAN after one message naming the
- * op. What it guarantees the interpreter: ops flagged QT_OPF_PREV_MB are COLL_WAITs and
- * GRAD_MB_PUSHes of a plan with a microbatch tree, G > 1, no pipeline and no per-layer
- * reduction; the microbatch-end schedule's COLL_STARTs are waited for, in order, by the
- * microbatch schedule's flagged COLL_WAITs, which come before its first weight gradient and
- * its first other step op (the leaf tree's top level the reduce-scatter reads is written
- * only by those), and the step schedule opens with the same flagged ops (the last
- * microbatch's, before GRAD_MB_FINALIZE). The in-flight rules themselves (one reduce-scatter,
+ * op. What it guarantees the interpreter: ops flagged QT_OPF_PREV_MB are COLL_WAITs,
+ * GRAD_MB_PUSHes and GRAD_MB_UNITS_WAITs of a plan with a microbatch tree, G > 1, no pipeline
+ * and no per-layer reduction; a GRAD_MB_UNITS_WAIT is always flagged and a
+ * GRAD_MB_UNITS_START is the microbatch-end schedule's last op (nothing after it there
+ * touches the unit levels it exchanges); the microbatch-end schedule's COLL_STARTs and
+ * GRAD_MB_UNITS_STARTs are waited for, in order, by the microbatch schedule's flagged waits
+ * of their kind (the same collective, the same range), which come before its first weight
+ * gradient and its first other step op (the leaf tree's levels the split reads and writes
+ * are written only by those), and the step schedule opens with the same flagged ops (the
+ * last microbatch's, before GRAD_MB_FINALIZE). The in-flight rules themselves (one reduce-scatter,
  * nothing blocking beside it) are qt_validate_splits', which walks the microbatch and step
  * schedules with the microbatch-end's starts in flight.
  */
@@ -20,7 +24,8 @@
 static int qt_mbs_fail(const qt_plan *p, const char *which, int64_t i, const char *why)
 {
     return qt_fail(QT_E_PLAN, "plan %s: %s op %lld: %s (the microbatch form's split "
-                   "reduce-scatter, docs/overlap.md)", p->run_name, which, (long long)i, why);
+                   "reduce-scatter or units exchange, docs/overlap.md)", p->run_name, which,
+                   (long long)i, why);
 }
 
 /* Whether two flagged ops are the same wait or push (kind and attributes). */
@@ -29,17 +34,30 @@ static int qt_mbs_same(const qt_op *a, const qt_op *b)
     return a->kind == b->kind && a->flags == b->flags && !memcmp(a->a, b->a, sizeof a->a);
 }
 
+/* The start a flagged wait completes: its kind and its collective or range; 0 for others. */
+static int qt_mbs_start_of(const qt_op *op)
+{
+    return op->kind == QT_OP_COLL_WAIT ? QT_OP_COLL_START
+           : op->kind == QT_OP_GRAD_MB_UNITS_WAIT ? QT_OP_GRAD_MB_UNITS_START : 0;
+}
+
 int qt_validate_mb_splits(const qt_plan *p, const qt_kernel_entry *table)
 {
     int n_start = 0;
-    int64_t started[QT_MAX_IN_FLIGHT];
+    qt_op started[QT_MAX_IN_FLIGHT];
     for (int32_t i = 0; i < p->n_mbend_ops; i++) {
         const qt_op *op = &p->mbend_ops[i];
         if (op->flags & QT_OPF_PREV_MB)
             return qt_mbs_fail(p, "microbatch-end", i, "flagged PREV_MB outside the microbatch "
                                "and step schedules");
-        if (op->kind == QT_OP_COLL_START && n_start < QT_MAX_IN_FLIGHT)
-            started[n_start++] = QT_A(op, COLL_START, coll);
+        if (op->kind == QT_OP_GRAD_MB_UNITS_WAIT)
+            return qt_mbs_fail(p, "microbatch-end", i, "a units wait not flagged PREV_MB");
+        if (op->kind == QT_OP_GRAD_MB_UNITS_START && i != p->n_mbend_ops - 1)
+            return qt_mbs_fail(p, "microbatch-end", i, "a units exchange started before the "
+                               "schedule's last op (the ops after it would run beside it)");
+        if ((op->kind == QT_OP_COLL_START || op->kind == QT_OP_GRAD_MB_UNITS_START) &&
+            n_start < QT_MAX_IN_FLIGHT)
+            started[n_start++] = *op;
     }
     /* the microbatch schedule: the flagged ops, before any gradient write */
     qt_op flagged[2 * QT_MAX_IN_FLIGHT];
@@ -47,28 +65,36 @@ int qt_validate_mb_splits(const qt_plan *p, const qt_kernel_entry *table)
     for (qt_mb_cursor c = qt_mb_begin(p); qt_mb_next(&c);) {
         const qt_op *op = c.op;
         const int step = op->kind < QT_OP_COUNT && table[op->kind].step;
+        if (op->kind == QT_OP_GRAD_MB_UNITS_START ||
+            (op->kind == QT_OP_GRAD_MB_UNITS_WAIT && !(op->flags & QT_OPF_PREV_MB)))
+            return qt_mbs_fail(p, "microbatch", c.logical, "a units exchange's start, or a "
+                               "wait not flagged PREV_MB (the split exchange starts at the "
+                               "microbatch's end and completes in the next one)");
         if (!(op->flags & QT_OPF_PREV_MB)) {
             written |= (op->flags & QT_OPF_WGRAD) || step;
             continue;
         }
-        if (op->kind != QT_OP_COLL_WAIT && op->kind != QT_OP_GRAD_MB_PUSH)
+        if (op->kind != QT_OP_COLL_WAIT && op->kind != QT_OP_GRAD_MB_PUSH &&
+            op->kind != QT_OP_GRAD_MB_UNITS_WAIT)
             return qt_mbs_fail(p, "microbatch", c.logical, "flagged PREV_MB but neither a "
-                               "COLL_WAIT nor a GRAD_MB_PUSH");
+                               "COLL_WAIT, a GRAD_MB_PUSH nor a GRAD_MB_UNITS_WAIT");
         if (p->n_mb_levels < 1 || p->train.grad_accum < 2 || p->layer_reduce ||
             p->pipeline_stages > 1)
             return qt_mbs_fail(p, "microbatch", c.logical, "flagged PREV_MB in a plan without "
                                "the microbatch form's G > 1 microbatches (or with a pipeline)");
         if (written)
             return qt_mbs_fail(p, "microbatch", c.logical, "completes the previous "
-                               "microbatch's reduce-scatter after this microbatch's first "
-                               "weight gradient or step op (it writes what the reduce-scatter "
+                               "microbatch's split exchange after this microbatch's first "
+                               "weight gradient or step op (it writes what the exchange "
                                "reads)");
         if (n_flag == 2 * QT_MAX_IN_FLIGHT)
             return qt_mbs_fail(p, "microbatch", c.logical, "too many PREV_MB ops");
-        if (op->kind == QT_OP_COLL_WAIT &&
-            (n_wait >= n_start || QT_A(op, COLL_WAIT, coll) != started[n_wait++]))
+        const int sk = qt_mbs_start_of(op);
+        if (sk && (n_wait >= n_start || started[n_wait].kind != sk ||
+                   started[n_wait].a[0] != op->a[0]))
             return qt_mbs_fail(p, "microbatch", c.logical, "waits for a collective the "
                                "microbatch-end schedule did not start (in this order)");
+        n_wait += sk != 0;
         flagged[n_flag++] = *op;
     }
     if (n_wait != n_start)
@@ -78,9 +104,12 @@ int qt_validate_mb_splits(const qt_plan *p, const qt_kernel_entry *table)
     for (int32_t i = 0; i < p->n_step_ops; i++) {
         const qt_op *op = &p->step_ops[i];
         if ((i < n_flag) != !!(op->flags & QT_OPF_PREV_MB) ||
-            (i < n_flag && !qt_mbs_same(op, &flagged[i])))
+            (i < n_flag && !qt_mbs_same(op, &flagged[i])) ||
+            op->kind == QT_OP_GRAD_MB_UNITS_START ||
+            (op->kind == QT_OP_GRAD_MB_UNITS_WAIT && !(op->flags & QT_OPF_PREV_MB)))
             return qt_mbs_fail(p, "step", i, "the step schedule must open with the microbatch "
-                               "schedule's PREV_MB ops, in order, and have no other");
+                               "schedule's PREV_MB ops, in order, and have no other (nor a "
+                               "units start or unflagged wait)");
     }
     return QT_OK;
 }

@@ -161,3 +161,65 @@ for cell in "mesh-next-1r mesh-next-dp2 2" "mesh-next-1r mesh-next-ep2 2"; do
   check "microbatch reduce-scatter overlapped: ${2} G=2 microbatch form ($3 ranks, all) == blocking == one rank (${1}), bit for bit" \
     mo_cell "$@" per_device_batch_size=1 gradient_accumulation_steps=2 gradient_reduce=microbatch
 done
+
+# The microbatch form's units exchange (collective_overlap all, G > 1, a microbatch's leaves a
+# rank not a power of two: grad_mb_units; docs/overlap.md "The microbatch form's units
+# exchange"): the last exchanged range's GRAD_MB_UNITS becomes GRAD_MB_UNITS_START, the
+# microbatch-end schedule's last op, and a GRAD_MB_UNITS_WAIT (flagged PREV_MB: it completes
+# the exchange and pushes the units) first in the next microbatch's backward and first in the
+# step schedule; the next microbatch's forward runs beside it.
+# mu_cell ONE RUN RANKS [OVERRIDES...]: RUN blocking (the committed build, or with OVERRIDES
+# a variant with collective_overlap auto) == RUN with collective_overlap=all == ONE, loss bits
+# and fingerprint of every step over 10 steps (0 ulp); the split plan names the split and its
+# scratch, the blocking one has no PREV_MB op.
+# Mutations tried by hand once (session 15): the wait op not waiting (step_ops.c: no
+# qt_coll_wait_units: "id -16 is in flight already", step 0 fails; coll_async.c: the wait
+# lets the job go after one progress: "4 collectives already in flight", step 1 or 2 fails);
+# a piece unpacked into the wrong place (coll_steps.c qt_coll_units_done: into block p + 1:
+# all five cells differ, overlapped != blocking; into unit u + 1: the four with q = 3 differ,
+# and coll_check's units checks fail); configgen placing the wait after the backward's first
+# weight gradient: configgen refuses ("microbatch op 98 (grad_mb_units_wait) completes the
+# previous microbatch's split exchange after a weight gradient ..."), with that check off the
+# binary refuses at start-up (qt_validate_mb_splits, op 98), with both off the loss differs
+# from one rank's at step 2.
+MU_DIR=$QT_TMP/mb_units_overlap
+mu_cell() {
+  local one=$1 run=$2 n=$3 a b; shift 3
+  mkdir -p "$MU_DIR"
+  plan_det "$one" 1 "$EO_DIR" 10 || return 1
+  for a in auto all; do
+    local d=$MU_DIR/$a-$run${1:+-$(echo "$*" | tr -c 'a-z0-9\n' '_')}
+    mkdir -p "$d"
+    b=build/$run/qtrain
+    if [ $a = all ] || [ $# -gt 0 ]; then
+      plan_variant "$run" "$d" "$@" collective_overlap=$a || return 1
+      b=$d/$run-v/qtrain
+    fi
+    rm -f "$d/run.jsonl"
+    timeout 120 mpiexec -n "$n" "$b" data=tests/golden/e2e/test-next-tiny/tokens.npy \
+      seed=11 steps=10 metrics="$d/run.jsonl" 2> "$d/run.err" ||
+      { tail -n 3 "$d/run.err"; return 1; }
+    det_fields "$d/run.jsonl" > "$d/run.det" || return 1
+    eval "mu_$a=\$d"
+  done
+  local t=$mu_all/$run-v/plan/$run/plan.txt tb=generated/$run/plan.txt
+  [ $# -gt 0 ] && tb=$mu_auto/$run-v/plan/$run/plan.txt
+  grep -qE '^ +[0-9]+ grad_mb_units_wait .*PREV_MB' "$t" &&
+    grep -qE '^ +[0-9]+ grad_mb_units_start ' "$t" &&
+    grep -q "units exchange (GRAD_MB_UNITS_START at the microbatch's end" "$t" &&
+    grep -q "of which the split units exchange's" "$t" ||
+    { echo "no split units exchange in $t"; return 1; }
+  ! grep -q "PREV_MB\|grad_mb_units_start" "$tb" || { echo "split without all: $tb"; return 1; }
+  cmp "$mu_auto/run.det" "$mu_all/run.det" || { echo "overlapped != blocking"; return 1; }
+  cmp "$EO_DIR/$one.det" "$mu_all/run.det" || { echo "overlapped != one rank"; return 1; }
+  echo "identical: $(tail -n 1 "$mu_all/run.det"); $(grep -o "split: range [0-9]*'s units exchange" "$t"), scratch $(grep "of which the split units" "$t" | awk '{print $(NF-3)}') bytes"
+}
+for cell in "odd-next-1r-b12 split-next-dp2-g2-mb 2" \
+            "odd-next-1r-b18 split-next-dp2-g2-mb 2 gradient_accumulation_steps=3" \
+            "odd-next-1r-b18 split-next-dp2-g3-z1-mb 2" \
+            "odd-next-1r-b12 split-next-ep2-b3-g2 2" \
+            "odd-next-1r-b6 split-next-dp3-g2-mb 3"; do
+  set -- $cell
+  check "microbatch units exchange overlapped: ${2}${4:+ $4} ($3 ranks, all) == blocking == one rank (${1}), bit for bit" \
+    mu_cell "$@"
+done

@@ -942,6 +942,77 @@ static void check_split(unsigned mask, const int *members, int R, int idx)
     }
 }
 
+/* The split units exchange (qt_coll_start_units / progress / wait_units, coll_async.c; the
+ * microbatch form's GRAD_MB_UNITS_START / _WAIT): q units of R blocks exchanged beside an
+ * all-gather in flight, progressed between rank-dependent amounts of "compute" and waited
+ * for in another order than started, with a scratch of another size than the blocking
+ * reference's (other pieces), leave every unit exactly as qt_coll_exchange_units_f32 does. */
+static void check_split_units(unsigned mask, const int *members, int R, int idx)
+{
+    static const struct { int q; int64_t blk, tmp, ref_tmp; } cases[] = {
+        {3, 37, 6, 1 << 10}, {1, 1001, 16, 64}, {3, 70001, 1 << 13, 1 << 14}, {5, 33, 1 << 12, 10},
+        {3, 0, 6, 6}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int q = cases[c].q;
+        const int64_t blk = cases[c].blk, n = R * blk, bb = 4 * blk + 3;
+        if (R * q > 1024) continue;
+        float *unit[5], *ref[5], *tmp = xmalloc((size_t)cases[c].tmp * 4);
+        float *rtmp = xmalloc((size_t)cases[c].ref_tmp * 4);
+        uint8_t *g = xmalloc((size_t)(R * bb));
+        for (int u = 0; u < q; u++) {
+            unit[u] = xmalloc((size_t)(n + 1) * 4);
+            ref[u] = xmalloc((size_t)(n + 1) * 4);
+            for (int64_t e = 0; e < n; e++) unit[u][e] = ref[u][e] = val(cc.rank, e * 8 + u, 9000 + c);
+        }
+        memset(g, 0xEE, (size_t)(R * bb));
+        for (int64_t k = 0; k < bb; k++) g[idx * bb + k] = pat(cc.rank, k, 90 + c);
+        CHECK(qt_coll_exchange_units_f32(mask, ref, q, blk, rtmp, cases[c].ref_tmp) == 0,
+              "blocking units reference");
+        const qt_collective cg = {.name = "split g", .kind = QT_COLL_ALL_GATHER,
+                                  .mask = (uint8_t)mask, .bytes = R * bb};
+        int rc = qt_coll_start_units(-16, mask, unit, q, blk, tmp, cases[c].tmp);
+        rc = rc ? rc : qt_coll_start_range(2, &cg, g, NULL, 0);
+        CHECK(rc == 0 && qt_coll_in_flight() == (R > 1 ? 1 + (blk > 0) : 0),
+              "split units start: rc %d, %d in flight", rc, qt_coll_in_flight());
+        if (R > 1 && blk > 0) {  /* its id is refused while in flight */
+            qt_set_quiet(1);
+            CHECK(qt_coll_start_units(-16, mask, unit, q, blk, tmp, cases[c].tmp) == QT_E_PLAN,
+                  "split units: an id in flight started again");
+            qt_set_quiet(0);
+        }
+        volatile double sink = 0;
+        for (int it = 0; it < 40 && rc == 0; it++) {
+            for (int w = 0; w < 2000 * (1 + (cc.rank + it) % 3); w++) sink += w * 1e-9;
+            rc = qt_coll_progress();
+        }
+        rc = rc ? rc : qt_coll_wait_range(2, &cg);
+        rc = rc ? rc : qt_coll_wait_units(-16, mask, blk);
+        CHECK(rc == 0 && qt_coll_in_flight() == 0, "split units waits: rc %d", rc);
+        long bad = 0, moved = 0;
+        for (int u = 0; u < q; u++)
+            for (int64_t e = 0; e < n; e++) {
+                bad += fbits(unit[u][e]) != fbits(ref[u][e]);
+                moved += fbits(unit[u][e]) != fbits(val(cc.rank, e * 8 + u, 9000 + c));
+            }
+        for (int j = 0; j < R; j++)
+            for (int64_t k = 0; k < bb; k++) bad += g[j * bb + k] != pat(members[j], k, 90 + c);
+        CHECK(bad == 0, "mask 0x%x: split units q %d blk %lld scratch %lld: %ld values differ "
+              "from the blocking exchange", mask, q, (long long)blk, (long long)cases[c].tmp, bad);
+        if (R > 1 && blk > 0)
+            CHECK(moved > 0, "mask 0x%x: the split units exchange moved nothing (vacuous)", mask);
+        for (int u = 0; u < q; u++) {
+            free(unit[u]);
+            free(ref[u]);
+        }
+        free(tmp);
+        free(rtmp);
+        free(g);
+    }
+    if (R >= 2 && cc.rank == 0)
+        printf("coll_check: mask 0x%02x R=%d split units exchange equals the blocking one\n",
+               mask, R);
+}
+
 /* The expert dispatch in rounds (ops/qt_ep_rounds.h; issue 35): every member routes T = b*S
  * tokens of k slots to experts of the group (E = 2 per member, some slots -1), exchanges
  * the counts, walks rounds of R rows (R = the largest leaf, so several rounds whenever a host
@@ -1055,6 +1126,7 @@ static int run_checks(int ctx_only)
         check_units_mb(mask, members, R, idx);
         check_all_gather(mask, members, R, idx);
         check_split(mask, members, R, idx);
+        check_split_units(mask, members, R, idx);
         check_broadcast(mask, members, R, idx);
         check_sums(mask, members, R);
         check_max(mask, members, R, idx);

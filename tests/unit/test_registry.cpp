@@ -190,6 +190,23 @@ TEST(Registry, MoeRoundsRows)
     CHECK(qt_kernel_table[QT_OP_MOE_ROUNDS_WGRAD].props & QT_OPP_WGRAD_WRITES);
 }
 
+// The microbatch form's split units exchange (issue 35): two STEP kinds appended after the
+// last kind before them (kind numbers are in the plan hash), naming their range in a0 as
+// GRAD_MB_UNITS does, each with its own start-up check; the wait belongs to the op before it
+// under scan_layers (it sits first in the backward).
+TEST(Registry, SplitUnitsRows)
+{
+    LONGS_EQUAL(QT_OP_MOE_RETURN_BWD_WAIT + 1, QT_OP_GRAD_MB_UNITS_START);
+    LONGS_EQUAL(QT_OP_MOE_RETURN_BWD_WAIT + 2, QT_OP_GRAD_MB_UNITS_WAIT);
+    LONGS_EQUAL(QT_OPC_STEP, qt_kernel_table[QT_OP_GRAD_MB_UNITS_START].cls);
+    LONGS_EQUAL(QT_OPC_STEP, qt_kernel_table[QT_OP_GRAD_MB_UNITS_WAIT].cls);
+    LONGS_EQUAL(QT_A_GRAD_MB_UNITS_range, QT_A_GRAD_MB_UNITS_START_range);
+    LONGS_EQUAL(QT_A_GRAD_MB_UNITS_range, QT_A_GRAD_MB_UNITS_WAIT_range);
+    CHECK(qt_kernel_table[QT_OP_GRAD_MB_UNITS_START].check == qt_check_grad_mb_units_start);
+    CHECK(qt_kernel_table[QT_OP_GRAD_MB_UNITS_WAIT].check == qt_check_grad_mb_units_wait);
+    CHECK(qt_kernel_table[QT_OP_GRAD_MB_UNITS_WAIT].props & QT_OPP_SCAN_PREV);
+}
+
 // MAX_I64's combine: signed order at the extremes and between signs (an unsigned or a
 // summing combine fails here), every element, nothing past n.
 TEST(Registry, MaxI64Merge)

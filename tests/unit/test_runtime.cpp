@@ -570,15 +570,21 @@ TEST(RuntimeSplit, ExpertExchangeStartsAndWaitsAreValidated)
 
 // ------------------------------------------------------------------ the microbatch form's split
 
-// qt_validate_mb_splits over a plan whose microbatch-end schedule is GRAD_MB_TOTAL then
-// COLL_START of collective 0 ("S", or "C" a blocking COLLECTIVE, "P" its push); mb: the
-// microbatch schedule, "m" compute, "g" a weight gradient, "w" / "p" the flagged wait /
-// push (PREV_MB), "W" an unflagged wait; step: "w" / "p" flagged as above, "f" the finalize.
-static int rt_mb_splits(const char *end, const char *mbs, const char *step, int G)
+// qt_validate_mb_splits (or with `all`, qt_validate_splits) over a plan whose microbatch-end
+// schedule is GRAD_MB_TOTAL then COLL_START of collective 0 ("S", or "C" a blocking
+// COLLECTIVE, "P" its push), or range 0's split units exchange "U" (GRAD_MB_UNITS_START; "B"
+// a blocking GRAD_MB_UNITS of range 1); mb: the microbatch schedule, "m" compute, "g" a weight
+// gradient, "w" / "p" / "u" the flagged wait / push / units wait (PREV_MB), "W" / "V" an
+// unflagged wait / units wait; step: "w" / "p" / "u" flagged as above, "f" the finalize.
+static int rt_mb_splits_in(const char *end, const char *mbs, const char *step, int G, int all)
 {
     static qt_op mbend[8], mb[16], st[8];
     static qt_plan p;
+    static qt_collective coll[1];
     memset(&p, 0, sizeof p);
+    memset(coll, 0, sizeof coll);
+    coll[0].name = "test";
+    coll[0].kind = QT_COLL_REDUCE_SCATTER;
     const char *src[3] = {end, mbs, step};
     qt_op *dst[3] = {mbend, mb, st};
     int n[3] = {0, 0, 0};
@@ -590,11 +596,18 @@ static int rt_mb_splits(const char *end, const char *mbs, const char *step, int 
             o->kind = *c == 'S' ? QT_OP_COLL_START : *c == 'C' ? QT_OP_COLLECTIVE
                       : *c == 'w' || *c == 'W' ? QT_OP_COLL_WAIT
                       : *c == 'p' || *c == 'P' ? QT_OP_GRAD_MB_PUSH
+                      : *c == 'U' ? QT_OP_GRAD_MB_UNITS_START
+                      : *c == 'u' || *c == 'V' ? QT_OP_GRAD_MB_UNITS_WAIT
+                      : *c == 'B' ? QT_OP_GRAD_MB_UNITS
                       : *c == 'f' ? QT_OP_GRAD_MB_FINALIZE : *c == 'g' ? QT_OP_MATMUL_WGRAD
                       : QT_OP_ADD;
-            if (*c == 'w' || *c == 'p') o->flags = QT_OPF_PREV_MB;
+            if (*c == 'w' || *c == 'p' || *c == 'u') o->flags = QT_OPF_PREV_MB;
             if (*c == 'g') o->flags = QT_OPF_WGRAD;
+            if (*c == 'B') o->a[0] = 1;
         }
+    p.collectives = coll;
+    p.n_collectives = 1;
+    p.n_ranges = 2;
     p.run_name = "mb-split-test";
     p.mbend_ops = mbend;
     p.n_mbend_ops = n[0];
@@ -604,7 +617,12 @@ static int rt_mb_splits(const char *end, const char *mbs, const char *step, int 
     p.n_step_ops = n[2];
     p.n_mb_levels = 1;
     p.train.grad_accum = G;
-    return qt_validate_mb_splits(&p, qt_kernel_table);
+    return all ? qt_validate_splits(&p) : qt_validate_mb_splits(&p, qt_kernel_table);
+}
+
+static int rt_mb_splits(const char *end, const char *mbs, const char *step, int G)
+{
+    return rt_mb_splits_in(end, mbs, step, G, 0);
 }
 
 TEST(RuntimeSplit, MicrobatchFormSplitReduceScatterIsValidated)
@@ -619,6 +637,32 @@ TEST(RuntimeSplit, MicrobatchFormSplitReduceScatterIsValidated)
     LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("Sp", "mmwpm", "wpf", 2)); // flagged at the microbatch end
     LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("CP", "wpm", "wpf", 2));   // waits for no start
     LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("S", "mmwpm", "wpf", 1));  // G = 1: no next microbatch
+    qt_set_quiet(0);
+}
+
+// The split units exchange (GRAD_MB_UNITS_START / _WAIT, collective_overlap all with
+// grad_mb_units): the same rules, the units start last in the microbatch-end schedule, its
+// wait always flagged and of its own kind; in flight, no other reduce-scatter or units
+// exchange beside it (qt_validate_splits).
+TEST(RuntimeSplit, MicrobatchFormSplitUnitsExchangeIsValidated)
+{
+    LONGS_EQUAL(0, rt_mb_splits("BU", "mmugm", "uf", 2));      // the committed shape
+    LONGS_EQUAL(0, rt_mb_splits_in("BU", "mmugm", "uf", 2, 1));
+    qt_set_quiet(1);
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("U", "mgum", "uf", 2));    // after a weight gradient
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("U", "mBum", "uf", 2));    // after a step op
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("UB", "mmugm", "uf", 2));  // not the end's last op
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("U", "mmwgm", "wf", 2));   // waited by a COLL_WAIT
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("S", "mmugm", "uf", 2));   // a units wait for a COLL_START
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("U", "mmVgm", "f", 2));    // an unflagged wait
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("U", "mmgm", "f", 2));     // started, never waited
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("U", "mmugm", "f", 2));    // the step's missing
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("U", "mmugm", "ufV", 2));  // an unflagged wait in the step
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("U", "Uumgm", "uf", 2));   // a start in the microbatch
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits("U", "mmugm", "uf", 1));   // G = 1
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits_in("U", "mBugm", "uf", 2, 1));  // a blocking one beside
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits_in("US", "mmuwgm", "uwf", 2, 1)); // two in flight
+    LONGS_EQUAL(QT_E_PLAN, rt_mb_splits_in("U", "mmgm", "f", 2, 1));    // never waited
     qt_set_quiet(0);
 }
 

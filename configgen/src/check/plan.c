@@ -147,9 +147,10 @@ static int check_windows(const qt_cg_graph *g, char *err, size_t errlen)
     return rc;
 }
 
-/* The microbatch form's split reduce-scatter (schedule/step.c, QT_OPF_PREV_MB): its wait
- * and push come before the microbatch schedule's first weight gradient and first other step
- * op, the only ops that write the leaf tree's top level it reads. */
+/* The microbatch form's split reduce-scatter or units exchange (schedule/step.c,
+ * QT_OPF_PREV_MB): its wait and push come before the microbatch schedule's first weight
+ * gradient and first other step op, the only ops that write the leaf tree's levels it reads
+ * (the top one, or the unit levels). */
 static int check_prev_mb(const qt_cg_graph *g, char *err, size_t errlen)
 {
     int written = 0;
@@ -162,7 +163,7 @@ static int check_prev_mb(const qt_cg_graph *g, char *err, size_t errlen)
         }
         if (written)
             return qt_cg_fail(err, errlen, "microbatch op %d (%s) completes the previous "
-                              "microbatch's reduce-scatter after a weight gradient or step op "
+                              "microbatch's split exchange after a weight gradient or step op "
                               "that writes what it reads", o, qt_cg_op_name(op->kind));
     }
     return 0;

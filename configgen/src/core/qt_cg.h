@@ -324,8 +324,9 @@ typedef struct qt_cg_graph {
     int params_compact;        /* 1: per-layer parameter gathers (qt_plan.params_compact);
                                   chosen by qt_cg_plan_build, implies layer_reduce */
     int mb_overlap;            /* 1 (collective_overlap all, microbatch form, G > 1): the
-                                  microbatch-end's last reduce-scatter is split, waited for
-                                  before the next microbatch's backward (schedule/step.c) */
+                                  microbatch-end's last reduce-scatter (with grad_mb_units:
+                                  its last units exchange) is split, waited for before the
+                                  next microbatch's backward (schedule/step.c) */
     int overlap;               /* 1: the per-layer collectives are split (COLL_START /
                                   COLL_WAIT) and moved to overlap compute (schedule/
                                   overlap.c); chosen by qt_cg_plan_build */

@@ -96,11 +96,11 @@ static int plan_tail(qt_cg_settings *s, qt_cg_graph *g, char *err, size_t errlen
         if (g->layer_reduce) qt_cg_leaf_windows(g);
         if (qt_cg_memplan(g, err, errlen)) return -1;
     }
-    /* collective_overlap all, microbatch form with G > 1: the microbatch-end reduce-scatter
-     * beside the next microbatch's forward (schedule/step.c; its split scratch planned here) */
+    /* collective_overlap all, microbatch form with G > 1: the microbatch-end reduce-scatter,
+     * or with units (grad_mb_units) the units exchange, beside the next microbatch's forward
+     * (schedule/step.c; its split scratch planned here) */
     g->mb_overlap = s->overlap == QT_CG_OVERLAP_ALL && g->reduce_per_mb && !g->layer_reduce &&
-                    !g->grad_mb_units && s->tr.grad_accum > 1 && s->pp_stages <= 1 &&
-                    s->n_ranks > 1;
+                    s->tr.grad_accum > 1 && s->pp_stages <= 1 && s->n_ranks > 1;
     if (g->mb_overlap && qt_cg_memplan(g, err, errlen)) return -1;
     qt_cg_step_schedule(g);
     if (qt_cg_check_schedule(g, err, errlen)) return -1;

@@ -204,8 +204,10 @@ static void schedule(qt_cg_buf *b, const qt_cg_graph *g, const char *title, cons
             qt_cg_buf_printf(b, " f=[%.9g,%.9g]", (double)o->f[0], (double)o->f[1]);
         if (o->flags & QT_OPF_WGRAD) qt_cg_buf_printf(b, " WGRAD");
         if (o->flags & QT_OPF_PREV_MB)
-            qt_cg_buf_printf(b, " PREV_MB (completes the previous microbatch's split "
-                             "reduce-scatter; in the step schedule the last microbatch's)");
+            qt_cg_buf_printf(b, " PREV_MB (completes the previous microbatch's split %s; in "
+                             "the step schedule the last microbatch's)",
+                             o->kind == QT_OP_GRAD_MB_UNITS_WAIT
+                                 ? "units exchange and pushes its units" : "reduce-scatter");
         if (o->kind == QT_OP_COLLECTIVE && QT_A(o, COLLECTIVE, coll) >= 0 &&
             QT_A(o, COLLECTIVE, coll) < g->ncoll) {
             const qt_collective *c = &g->coll[QT_A(o, COLLECTIVE, coll)];
@@ -232,6 +234,16 @@ static void coords_txt(const qt_cg_settings *s, int64_t r, int32_t coord[QT_MESH
     if (!k) snprintf(out, n, "-");
 }
 
+/* The range whose microbatch-end units exchange is split (GRAD_MB_UNITS_START, collective_
+ * overlap all, docs/overlap.md), or -1. */
+static int mb_units_split(const qt_cg_graph *g)
+{
+    for (int k = 0; k < g->nmbend; k++)
+        if (g->mbend[k].kind == QT_OP_GRAD_MB_UNITS_START)
+            return (int)QT_A(&g->mbend[k], GRAD_MB_UNITS_START, range);
+    return -1;
+}
+
 /* The units' cost per rank and step (docs/determinism.md "Any split"): q units of each
  * range's block exchanged with each other member of its reduce group, `reductions` times a
  * step (1, or G in the microbatch form), chunked through the comm scratch as the firmware
@@ -240,7 +252,8 @@ static void coords_txt(const qt_cg_settings *s, int64_t r, int32_t coord[QT_MESH
 static void units_cost(const qt_cg_graph *g, int64_t q, int64_t reductions, int64_t *rs,
                        int64_t *sent, int64_t *msgs)
 {
-    const int64_t se = g->comm_scratch_elems - g->comm_split_elems, q0 = q;
+    const int64_t se0 = g->comm_scratch_elems - g->comm_split_elems, q0 = q;
+    const int split = mb_units_split(g);
     const int64_t RL = qt_cg_group_size(g->s, g->s->batch_mask) * g->s->tr.micro_batch *
                        qt_cg_blocks(g->s) / qt_cg_context(g->s);
     *rs = *sent = *msgs = 0;
@@ -249,7 +262,8 @@ static void units_cost(const qt_cg_graph *g, int64_t q, int64_t reductions, int6
         const int64_t blk = g->ranges[i].n / R, T = RL / R;
         /* the microbatch form's units: each range's own q_r (the odd part of its leaves) */
         q = g->grad_mb_units > 0 && T > 0 ? T / (T & -T) : q0;
-        int64_t c = se / (2 * q);
+        /* the split exchange's pieces go through the comm scratch's split part */
+        int64_t c = (i == split ? g->comm_split_elems : se0) / (2 * q);
         if (c > ((int64_t)16 << 20) / 4 / q) c = ((int64_t)16 << 20) / 4 / q;
         *rs += reductions * 4 * blk * (R - 1);
         *sent += reductions * 4 * q * blk * (R - 1);
@@ -811,7 +825,9 @@ static void bytes_section(qt_cg_buf *b, const qt_cg_graph *g)
     mib(b, "leaf scratch (one WGRAD op's leaves)", 4 * g->leaf_scratch_elems);
     mib(b, "comm scratch (reduce-scatter receive buffer)", 4 * g->comm_scratch_elems);
     if (g->comm_split_elems)
-        mib(b, "  of which the split reduce-scatters' (docs/overlap.md)", 4 * g->comm_split_elems);
+        mib(b, g->grad_mb_units ? "  of which the split units exchange's (docs/overlap.md)"
+                                : "  of which the split reduce-scatters' (docs/overlap.md)",
+            4 * g->comm_split_elems);
     mib(b, "activations (peak)", g->act_peak);
     if (s->vocab_blocks > 1) logits_bytes(b, g);
     mib(b, "arena (2 MiB rounded)", g->arena_bytes);
@@ -1010,6 +1026,12 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
                          "(GRAD_MB_UNITS, once a microbatch): %lld bytes sent per rank per "
                          "step in %lld message%s\n", (long long)sent, (long long)msgs,
                          qt_cg_s(msgs));
+        if (mb_units_split(g) >= 0)
+            qt_cg_buf_printf(b, "  split: range %d's units exchange (GRAD_MB_UNITS_START at the "
+                             "microbatch's end, GRAD_MB_UNITS_WAIT before the next microbatch's "
+                             "backward: it runs beside that microbatch's forward), through the "
+                             "comm scratch's split part of %lld bytes\n", mb_units_split(g),
+                             (long long)(4 * g->comm_split_elems));
     }
     /* expert parallelism: the row exchanges are microbatch ops with routing-dependent sizes */
     int n_ep = 0, n_ep_split = 0;

@@ -44,10 +44,11 @@
 /* Receive buffer of the reduce-scatter (floats): large enough that MPICH moves big
  * messages, small next to any model's gradient. */
 #define QT_CG_COMM_SCRATCH (1 << 18)
-/* With collective_overlap the split reduce-scatters get scratch of their own after the
- * blocking collectives' (qt_plan.comm_split_elems: a tensor-parallel sum may run while one
- * is in flight), and since one advances one message per op boundary on each side, for the
- * largest range, up to 16 MiB (8 MiB per message; the bits never depend on its size). */
+/* With collective_overlap the split reduce-scatters (and the split units exchange) get
+ * scratch of their own after the blocking collectives' (qt_plan.comm_split_elems: a
+ * tensor-parallel sum may run while one is in flight), and since one advances one message
+ * per op boundary on each side, for the largest range, up to 16 MiB (8 MiB per message; the
+ * bits never depend on its size). */
 #define QT_CG_COMM_SCRATCH_SPLIT (1 << 22)
 
 static int64_t bytes_of(const qt_tensor *t)
@@ -381,11 +382,24 @@ static void fixed_regions(qt_cg_graph *g, int64_t flat0)
     for (int r = 0; r < g->n_ranges && (g->overlap || g->mb_overlap) && g->s->n_ranks > 1;
          r++) {
         /* the split reduce-scatters' own part after it: their messages up to a whole
-         * range, within the cap */
-        const int64_t want = g->ranges[r].n < QT_CG_COMM_SCRATCH_SPLIT
-                                 ? (g->ranges[r].n + 1) / 2 * 2 : QT_CG_COMM_SCRATCH_SPLIT;
-        if (g->ranges[r].reduce_mask && !g->grad_mb_units && want > g->comm_split_elems)
-            g->comm_split_elems = want;  /* units: no reduce-scatter to split */
+         * range, within the cap; the split units exchange's (mb_overlap with grad_mb_units):
+         * a piece of each of the range's q_r units out and in, up to its whole block of
+         * n / R_r floats (so 2 q_r n / R_r), within the same cap (qt_coll.h
+         * qt_coll_start_units) */
+        int64_t n = g->ranges[r].n;
+        if (g->grad_mb_units) {
+            const qt_cg_settings *s = g->s;
+            const int64_t Rr = qt_cg_group_size(s, g->ranges[r].reduce_mask);
+            const int64_t T = qt_cg_group_size(s, s->batch_mask) * s->tr.micro_batch *
+                              qt_cg_blocks(s) / qt_cg_context(s) / Rr;
+            n = 2 * (T > 0 ? T / (T & -T) : 1) * ((n + Rr - 1) / Rr);
+        }
+        const int64_t want = n < QT_CG_COMM_SCRATCH_SPLIT ? (n + 1) / 2 * 2
+                                                          : QT_CG_COMM_SCRATCH_SPLIT;
+        if (g->ranges[r].reduce_mask && want > g->comm_split_elems &&
+            (!g->grad_mb_units ||
+             (g->mb_overlap && qt_cg_group_size(g->s, g->ranges[r].reduce_mask) > 1)))
+            g->comm_split_elems = want;  /* units per layer: no split exchange */
     }
     g->comm_scratch_elems += g->comm_split_elems;
     /* Checkpoint staging (multi-rank plans only, so one-rank plans keep their layout): the

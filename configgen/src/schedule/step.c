@@ -110,10 +110,11 @@ static int layer_collective(qt_cg_graph *g, int k, int gather, int64_t top)
 }
 
 /* collective_overlap all in the microbatch form (g->mb_overlap): the range whose
- * microbatch-end reduce-scatter is split (the last one with a reduction; the others stay
- * blocking before it: one reduce-scatter in flight), or -1 (then g->mb_overlap = 0) when
+ * microbatch-end reduce-scatter (or units exchange) is split (the last one with a reduction;
+ * the others stay blocking before it: one in flight), or -1 (then g->mb_overlap = 0) when
  * the forward is not free of weight gradients and step ops (the split one reads the leaf
- * tree's top level and the comm scratch's split part until the next microbatch's backward). */
+ * tree's top level, or the unit levels, and the comm scratch's split part until the next
+ * microbatch's backward). */
 static int mb_split_range(qt_cg_graph *g)
 {
     int last = -1;
@@ -126,22 +127,24 @@ static int mb_split_range(qt_cg_graph *g)
     return last;
 }
 
-/* The completion of split collective c and the push, flagged QT_OPF_PREV_MB: first in the
- * backward of the microbatch schedule (the next microbatch's forward runs beside it; its
- * backward's weight gradients write the leaf tree after), and first in the step schedule
- * (the last microbatch's, before GRAD_MB_FINALIZE). */
-static void mb_split_wait(qt_cg_graph *g, int c)
+/* The completion of split collective c and the push (units: range c's wait, which pushes),
+ * flagged QT_OPF_PREV_MB: first in the backward of the microbatch schedule (the next
+ * microbatch's forward runs beside it; its backward's weight gradients write the leaf tree
+ * after), and first in the step schedule (the last microbatch's, before GRAD_MB_FINALIZE). */
+static void mb_split_wait(qt_cg_graph *g, int c, int units)
 {
     qt_op ops[2];
-    qt_cg_op_blank(&ops[0], QT_OP_COLL_WAIT);
-    QT_A(&ops[0], COLL_WAIT, coll) = c;
+    const int n = units ? 1 : 2;
+    qt_cg_op_blank(&ops[0], units ? QT_OP_GRAD_MB_UNITS_WAIT : QT_OP_COLL_WAIT);
+    if (units) QT_A(&ops[0], GRAD_MB_UNITS_WAIT, range) = c;
+    else QT_A(&ops[0], COLL_WAIT, coll) = c;
     qt_cg_op_blank(&ops[1], QT_OP_GRAD_MB_PUSH);
     ops[0].flags = ops[1].flags = QT_OPF_PREV_MB;
-    g->mb = qt_cg_grow(g->mb, &g->capmb, g->nmb + 2, sizeof *g->mb);
-    memmove(&g->mb[g->n_fwd + 2], &g->mb[g->n_fwd], (size_t)(g->nmb - g->n_fwd) * sizeof *g->mb);
-    memcpy(&g->mb[g->n_fwd], ops, sizeof ops);
-    g->nmb += 2;
-    for (int k = 0; k < 2; k++) *step_op(g, ops[k].kind) = ops[k];
+    g->mb = qt_cg_grow(g->mb, &g->capmb, g->nmb + n, sizeof *g->mb);
+    memmove(&g->mb[g->n_fwd + n], &g->mb[g->n_fwd], (size_t)(g->nmb - g->n_fwd) * sizeof *g->mb);
+    memcpy(&g->mb[g->n_fwd], ops, (size_t)n * sizeof *ops);
+    g->nmb += n;
+    for (int k = 0; k < n; k++) *step_op(g, ops[k].kind) = ops[k];
 }
 
 /* The microbatch-end reduce-scatter of flat range i over its window in the leaf tree's
@@ -163,7 +166,7 @@ static void mb_reduce_scatter(qt_cg_graph *g, int i, int64_t top, int split)
     const int c = new_collective(g, name, QT_COLL_REDUCE_SCATTER, r->reduce_mask,
                                  top + 4 * r->leaf_lo, 4 * r->n);
     QT_A(sched_op(g, 1, QT_OP_COLL_START), COLL_START, coll) = c;
-    mb_split_wait(g, c);
+    mb_split_wait(g, c, 0);
 }
 
 /* The repeat chunks of a circular pipeline stage's tables (PP_CHUNK markers), else 1. */
@@ -239,11 +242,20 @@ void qt_cg_step_schedule(qt_cg_graph *g)
     } else if (mb && g->grad_mb_units > 0) {
         /* units: after each microbatch every range's q unit totals exchanged over its reduce
          * group and pushed by each block's owner into a counter over the step's units (in
-         * place of the totals, the reduce-scatter and the push) */
+         * place of the totals, the reduce-scatter and the push); collective_overlap all: the
+         * last exchanged range's exchange split, started last (a range's counter is its own,
+         * so the order of the ranges changes no bit) and waited for, then pushed, before the
+         * next microbatch's backward */
+        const int split = g->mb_overlap ? mb_split_range(g) : -1;
         for (int c = 0, r0, r1; c < mb_chunks(g); c++) {
             mb_chunk_open(g, c, &r0, &r1);
             for (int i = r0; i < r1; i++)
-                QT_A(sched_op(g, 1, QT_OP_GRAD_MB_UNITS), GRAD_MB_UNITS, range) = i;
+                if (i != split)
+                    QT_A(sched_op(g, 1, QT_OP_GRAD_MB_UNITS), GRAD_MB_UNITS, range) = i;
+        }
+        if (split >= 0) {
+            QT_A(sched_op(g, 1, QT_OP_GRAD_MB_UNITS_START), GRAD_MB_UNITS_START, range) = split;
+            mb_split_wait(g, split, 1);
         }
         QT_A(step_op(g, QT_OP_GRAD_MB_FINALIZE), GRAD_MB_FINALIZE, leaves) = t->grad_accum;
     } else if (mb && mb_chunks(g) > 1) {
