@@ -562,26 +562,24 @@ void qt_b16_rope(qt_bf16 *y, const qt_bf16 *x, const float *table, const int32_t
         for (int64_t h = 0; h < H; h++) {
             const qt_bf16 *xr = x + (t * H + h) * hd;
             qt_bf16 *yr = y + (t * H + h) * hd;
-            if (bwd) {
+            if (bwd)
                 for (int64_t i = 0; i < half; i++) {
                     const float c = cs[2 * i], s = cs[2 * i + 1];
                     const float g1 = W(xr[i]), g2 = W(xr[i + half]);
                     o[i] = W(yr[i]) + (g1 * c + g2 * s);
                     o[i + half] = W(yr[i + half]) + (g2 * c - g1 * s);
                 }
-                for (int64_t i = R; i < hd; i++) o[i] = W(yr[i]) + W(xr[i]);
-            } else {
+            else
                 for (int64_t i = 0; i < half; i++) {
                     const float c = cs[2 * i], s = cs[2 * i + 1];
                     const float x1 = W(xr[i]), x2 = W(xr[i + half]);
                     o[i] = x1 * c - x2 * s;
                     o[i + half] = x2 * c + x1 * s;
                 }
-                for (int64_t i = R; i < hd; i++) o[i] = W(xr[i]);
-            }
-            qt_bf16_from_f32_n(yr, o, half);
-            qt_bf16_from_f32_n(yr + half, o + half, half);
-            qt_bf16_from_f32_n(yr + R, o + R, hd - R);
+            qt_bf16_from_f32_n(yr, o, 2 * half);
+            /* the unrotated channels: widened, added (bwd) or copied, rounded */
+            if (bwd) qt_bf16_acc_n(yr + R, xr + R, hd - R);
+            else qt_bf16_copy_n(yr + R, xr + R, hd - R);
         }
     }
 }

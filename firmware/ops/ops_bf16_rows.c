@@ -17,10 +17,7 @@
  * The row kinds RMSNORM_*, GATED_RMSNORM_* (Dv <= QT_B16_GRN_DV), MOE_COMBINE_*, SWIGLU_*
  * and SIGMOID_GATE_* skip the blocks when their row tensors are bf16 and every read tensor
  * is finite (qt_r16_one_pass): one pass, kernels/bf16_rows.h, the same per-element
- * expressions and rounding. SWIGLU_FWD and SIGMOID_GATE_BWD decide block by block instead
- * (qt_r16_finite on the block's read rows, just before the one-pass kernel reads them from
- * cache; a block with an inf or a NaN takes the fp32 kernel): no separate scan of the
- * whole tensors; blocks never share an element, so the bits are the same either way.
+ * expressions and rounding.
  *
  * The GDN kinds' kernels never mix sequences (the conv's taps and the recurrence stay inside
  * one; packed documents restart by the positions, indexed like the rows), so their blocks
@@ -76,19 +73,13 @@ static int qt_r16_nonfinite(const qt_ctx *ctx, const qt_r16_slot *x, int64_t row
  * the fp32 kernels are compiled separately); a non-finite input sends the op through the
  * blocks (the fp32 kernel's own code). Called after qt_r16_start (so no tensor is named
  * twice); a norm's weight is widened by qt_r16_get as before and checked here. */
-static int qt_r16_types(const qt_r16 *b, unsigned b16, unsigned f32)
+static int qt_r16_one_pass(const qt_r16 *b, unsigned b16, unsigned f32, int64_t rows)
 {
     for (int i = 0; i < b->ns; i++) {
         const int is16 = qt_is_b16(b->ctx, b->sl[i].id);
         if (((b16 >> i) & 1u) && !is16) return 0;
         if (((f32 >> i) & 1u) && is16) return 0;
     }
-    return 1;
-}
-
-static int qt_r16_one_pass(const qt_r16 *b, unsigned b16, unsigned f32, int64_t rows)
-{
-    if (!qt_r16_types(b, b16, f32)) return 0;
     for (int i = 0; i < b->ns; i++)
         if (b->sl[i].rd && qt_r16_nonfinite(b->ctx, &b->sl[i], rows)) return 0;
     return 1;
@@ -160,14 +151,13 @@ void qt_op16_swiglu_fwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, SWIGLU_FWD, a), 0, w, w, 1, 0);
     qt_r16_add(&b, QT_T(op, SWIGLU_FWD, u), 0, w, w, 1, 0);
     if (qt_r16_start(&b, op, 1)) return;
-    const int one = qt_r16_types(&b, 7u, 0);
+    if (qt_r16_one_pass(&b, 7u, 0, 0)) {
+        qt_b16_swiglu_fwd(QT_R16_B(0), QT_R16_B(1), QT_R16_B(2), n);
+        return;
+    }
     for (int64_t e0 = 0; e0 < n; e0 += w) {
         const int64_t m = qt_r16_min(w, n - e0);
         qt_r16_span(&b, e0, m);
-        if (one && qt_r16_finite(&b, 0, 1)) {
-            qt_b16_swiglu_fwd(QT_R16_B(0), QT_R16_B(1), QT_R16_B(2), m);
-            continue;
-        }
         qt_swiglu_fwd(QT_R16_G(0, 0, 1), QT_R16_G(1, 0, 1), QT_R16_G(2, 0, 1), m);
         qt_r16_put_all(&b, 0, 1);
     }
@@ -246,15 +236,13 @@ void qt_op16_sigmoid_gate_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_r16_add(&b, QT_T(op, SIGMOID_GATE_BWD, x), 0, n, n, 1, 0);
     qt_r16_add(&b, QT_T(op, SIGMOID_GATE_BWD, gate), 0, gw, gw, 1, 0);
     if (qt_r16_start(&b, op, rows)) return;
-    const int one = qt_r16_types(&b, 31u, 0);
+    if (qt_r16_one_pass(&b, 31u, 0, T)) {
+        qt_b16_sigmoid_gate_bwd(QT_R16_B(0), QT_R16_B(1), QT_R16_B(2), QT_R16_B(3), QT_R16_B(4),
+                                T, n, mode, hd);
+        return;
+    }
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
         const int64_t nr = qt_r16_min(rows, T - t0);
-        if (one && qt_r16_finite(&b, t0, nr)) {
-            qt_b16_sigmoid_gate_bwd(QT_R16_B(0) + t0 * n, QT_R16_B(1) + t0 * gw,
-                                    QT_R16_B(2) + t0 * n, QT_R16_B(3) + t0 * n,
-                                    QT_R16_B(4) + t0 * gw, nr, n, mode, hd);
-            continue;
-        }
         qt_sigmoid_gate_bwd(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), QT_R16_G(2, t0, nr),
                             QT_R16_G(3, t0, nr), QT_R16_G(4, t0, nr), nr, n, mode, hd);
         qt_r16_put_all(&b, t0, nr);
