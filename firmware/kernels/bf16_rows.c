@@ -1,9 +1,9 @@
 /* bf16_rows.c - one-pass bf16 forms of the row kernels (see bf16_rows.h).
  *
  * Each function is its fp32 kernel (rmsnorm.c, moe_combine.c, elementwise.c,
- * gated_rmsnorm.c, rope.c, xent.c) with every bf16 read replaced by its exact widening (W) and every bf16
- * write by one rounding (R) of the same fp32 value: the same expressions, in the same
- * order, reductions serial in increasing index as there. Plain loops run sixteen lanes at a
+ * gated_rmsnorm.c, rope.c, xent.c) with every bf16 read replaced by its exact widening (W)
+ * and every bf16 write by one rounding (R) of the same fp32 value: the same expressions, in
+ * the same order, reductions serial in increasing index as there. Plain loops run sixteen lanes at a
  * time where the build has AVX-512BW (bf16.h's qt_bf16_widen16 / qt_bf16_store16: the same
  * IEEE operation per lane, no FMA). Loops are only split where the elements are independent (a reduction and
  * an elementwise update of other tensors over the same index), which changes no value.

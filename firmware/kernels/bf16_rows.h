@@ -1,6 +1,6 @@
 /* bf16_rows.h - one-pass bf16 forms of the row kernels (rmsnorm.h, moe_combine.h,
- * elementwise.h, gated_rmsnorm.h, rope.h, xent.h): bf16 rows widened in registers, the fp32 kernel's
- * arithmetic in its order, each written element rounded once on store (qt_bf16_from_f32).
+ * elementwise.h, gated_rmsnorm.h, rope.h, xent.h): bf16 rows widened in registers, the fp32
+ * kernel's arithmetic in its order, each written element rounded once on store (qt_bf16_from_f32).
  *
  * Contract: for every element, the result is bit-identical to "widen every bf16 input
  * (exact), run the fp32 kernel, round every written bf16 output" (the boundary,

@@ -231,8 +231,8 @@ void QT_FN(qt_xent_blk_finish)(qt_real *loss_seq, qt_real *dlogits, const qt_rea
  * only then). Per row the same tree sum, lse and 1/sum as qt_xent_blk_finish; with a
  * target, zt = z * lse * lse, dlogits = (e * (1/sum)) * (1 + 2 z lse), the owner subtracts
  * 1, loss_t = (lse - l[target]) + zt, as qt_xent_z per row; z_seq[s] = the sum of zt over
- * the rows of sequence s (t increasing). Every rank computes the same loss_seq and z_seq. */
-/* Rows [t0, t0 + nr) of the z finish onto *acc and *zacc (as qt_xent_blk_finish_chain). */
+ * the rows of sequence s (t increasing). Every rank computes the same loss_seq and z_seq.
+ * The chain form: rows [t0, t0 + nr) onto *acc and *zacc (as qt_xent_blk_finish_chain). */
 void QT_FN(qt_xent_blk_finish_z_chain)(qt_real *acc, qt_real *zacc, qt_real *dlogits,
                                        const qt_real *stat, const qt_real *sums,
                                        const int32_t *targets, int64_t t0, int64_t nr,

@@ -11,17 +11,16 @@
  *    the table offset to the block's first position, or the positions of packed documents
  *    offset with the rows);
  *  - attention and the router: whole sequences (b = 1; attention's rows of a sequence meet in
- *    the scores, the router's in the load-balance statistics of the sequence);
- *  - the cross entropy (the plain form, nb = 0): rows, with each sequence's loss (and z) sum
- *    continued across its blocks (qt_xent_chain: the kernel's own chain, t increasing).
+ *    the scores, the router's in the load-balance statistics of the sequence; over a context
+ *    group the term's statistics take the fp32 wrapper's exchanges, ops_moe.c).
  * Each kernel's header states that rows (or sequences) do not mix and its sums run in row
  * order, so every block gives the whole call's bits on its rows and the blocks, taken in
  * increasing order, add into the leaves and the running sums in the kernel's order: the
  * boundary's bits (runtime/interp_bf16.c), which the unit tests check per kind at 0 ulp.
- * What these forms do not cover runs through the boundary (qt_ctx.bf16_boundary, the same
- * bits): the router with a context degree > 1 and the load-balance term (its exchanges),
- * the cross entropy's vocabulary blocks (nb > 0, vocab-parallel), attention without a
- * planned fp32 scratch row, an op naming one tensor twice, a staging region too small.
+ * Rope's finite bf16 blocks run in one pass (kernels/bf16_rows.h qt_b16_rope). What these
+ * forms do not cover runs through the boundary (qt_ctx.bf16_boundary, the same bits):
+ * attention without a planned fp32 scratch row, an op naming one tensor twice, a staging
+ * region too small.
  * No state, no heap, no VLAs.
  */
 #include "qt_r16.h"

@@ -1559,7 +1559,8 @@ static void body_XentMtpEqualsTheBoundary()
                 o.t[2] = rand_sp(h, T * V, &s, "dlogits"), o.t[3] = rand_sp(h, T * V, &s, "logits"),
                 o.t[4] = h.add(T, QT_I32, "targets");
                 xent_targets(h, o.t[4], T, V, &s);
-                o.t[5] = h.rand_f32(b * n + (nb ? QT_XENT_BLK_SCRATCH(T, nb, 1) : 0), &s, "scratch");
+                const int64_t ns = b * n + (nb ? QT_XENT_BLK_SCRATCH(T, nb, 1) : 0);
+                o.t[5] = h.rand_f32(ns, &s, "scratch");
                 if (tsc) o.t[6] = h.rand_f32(1, &s, "scale");
                 if (zl) o.t[7] = h.rand_f32(b, &s, "z_seq");
                 o.a[0] = b, o.a[1] = S, o.a[2] = V, o.a[3] = nb, o.a[5] = n;
