@@ -78,6 +78,20 @@ void qt_bf16_from_f32_n(qt_bf16 *dst, const float *src, int64_t n)
     for (; i < n; i++) dst[i] = qt_bf16_from_f32(src[i]);
 }
 
+void qt_bf16_copy_n_ref(qt_bf16 *dst, const qt_bf16 *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = qt_bf16_from_f32(qt_f32_from_bf16(src[i]));
+}
+
+void qt_bf16_copy_n(qt_bf16 *dst, const qt_bf16 *src, int64_t n)
+{
+    int64_t i = 0;
+#ifdef QT_BF16_HAVE_V16
+    for (; i + 16 <= n; i += 16) qt_bf16_store16(dst + i, qt_bf16_widen16(src + i));
+#endif
+    qt_bf16_copy_n_ref(dst + i, src + i, n - i);
+}
+
 void qt_f32_from_bf16_n(float *dst, const qt_bf16 *src, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) dst[i] = qt_f32_from_bf16(src[i]);

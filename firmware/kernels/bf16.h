@@ -147,6 +147,11 @@ void qt_bf16_acc_n(qt_bf16 *dst, const qt_bf16 *src, int64_t n);
 /* dst[n] = bf16(fp32(dst) + src) for fp32 src (accumulates): one add and one rounding per
  * element. */
 void qt_bf16_acc_f32_n(qt_bf16 *dst, const float *src, int64_t n);
+/* dst[n] = bf16(fp32(src)) (writes; dst may be src): a copy through the boundary's widening
+ * and rounding (a bf16 denormal becomes the zero of its sign, a NaN is quieted, every other
+ * value is copied), sixteen lanes at a time where built; qt_bf16_copy_n_ref the scalar form. */
+void qt_bf16_copy_n(qt_bf16 *dst, const qt_bf16 *src, int64_t n);
+void qt_bf16_copy_n_ref(qt_bf16 *dst, const qt_bf16 *src, int64_t n);
 
 /* One FMA step of VDPBF16PS: a*b + c with DAZ, NaN selection, RNE and FTZ (see above). */
 float qt_bf16_fma_ref(float a, float b, float c);

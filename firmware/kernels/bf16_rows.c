@@ -1,16 +1,21 @@
 /* bf16_rows.c - one-pass bf16 forms of the row kernels (see bf16_rows.h).
  *
  * Each function is its fp32 kernel (rmsnorm.c, moe_combine.c, elementwise.c,
- * gated_rmsnorm.c) with every bf16 read replaced by its exact widening (W) and every bf16
- * write by one rounding (R) of the same fp32 value: the same expressions, in the same
- * order, reductions serial in increasing index as there. Plain loops run sixteen lanes at a
+ * gated_rmsnorm.c, rope.c, xent.c) with every bf16 read replaced by its exact widening (W)
+ * and every bf16 write by one rounding (R) of the same fp32 value: the same expressions, in
+ * the same order, reductions serial in increasing index as there. Plain loops run sixteen lanes at a
  * time where the build has AVX-512BW (bf16.h's qt_bf16_widen16 / qt_bf16_store16: the same
  * IEEE operation per lane, no FMA). Loops are only split where the elements are independent (a reduction and
  * an elementwise update of other tensors over the same index), which changes no value.
+ * The cross entropy row keeps the fp32 kernel's values with its max taken in sixteen lanes
+ * (finite rows only: see qt_b16_xent_max) and its exponentials in eight (qt_expf_v8, the
+ * same bits as QT_EXP), their sum one serial chain in increasing v as there.
  * Invariants: no state, no heap, no VLAs; the stack holds at most QT_B16_COLS floats (the
- * gated norm's backward: 8 * QT_B16_GRN_DV; the pointwise kinds' runs: 2 * QT_B16_RUN).
+ * gated norm's backward: 8 * QT_B16_GRN_DV; the pointwise kinds' runs: 2 * QT_B16_RUN; the
+ * rotation's head: QT_B16_ROPE_HD).
  * Float build only (empty under -DQT_REAL_DOUBLE).
  */
+#include <string.h>
 #include "bf16_rows.h"
 
 #ifndef QT_REAL_DOUBLE
@@ -437,6 +442,144 @@ void qt_b16_sigmoid_gate_bwd(qt_bf16 *dx, qt_bf16 *dgate, const qt_bf16 *dy, con
                 qt_bf16_from_f32_n(dx + o + j0, tx, m);
                 qt_bf16_from_f32_n(dgate + go + j0, tg, m);
             }
+        }
+    }
+}
+/* ------------------------------------------------------------------ cross entropy rows */
+
+/* The row's max (*m) over V widened logits; 1 when the row holds an inf or a NaN. With
+ * finite values the max is one value whatever the order of the comparisons but for the sign
+ * of a zero max, which changes no exponential (l - (+-0) is l, or +-0 for l = +-0: exp 1), no
+ * lse (+-0 + log(sum), log(sum) >= +0) and no loss: so sixteen lanes at a time give the fp32
+ * kernel's values. */
+static int qt_b16_xent_max(float *m, const qt_bf16 *l, int64_t V)
+{
+    int64_t v = 0;
+    unsigned bad = 0;
+    float mx = W(l[0]);
+#ifdef QT_BF16_HAVE_V16
+    if (V >= 16) {
+        __m512 mv = qt_bf16_widen16(l);
+        __m256i ex = _mm256_setzero_si256();
+        const __m256i e = _mm256_set1_epi16(0x7f80);
+        for (; v + 16 <= V; v += 16) {
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(l + v));
+            ex = _mm256_or_si256(ex, _mm256_cmpeq_epi16(_mm256_and_si256(h, e), e));
+            mv = _mm512_max_ps(mv, qt_bf16_widen16(l + v));
+        }
+        bad = !_mm256_testz_si256(ex, ex);
+        mx = _mm512_reduce_max_ps(mv);
+    }
+#endif
+    for (; v < V; v++) {
+        const float x = W(l[v]);
+        bad |= (l[v] & 0x7f80u) == 0x7f80u;
+        mx = x > mx ? x : mx;
+    }
+    *m = mx;
+    return bad != 0;
+}
+
+/* g[v] = QT_EXP(l[v] - m) for the V widened logits (eight lanes: qt_expf_v8, the same bits). */
+static void qt_b16_xent_exp(float *g, const qt_bf16 *l, float m, int64_t V)
+{
+    int64_t v = 0;
+#ifdef QT_BF16_HAVE_V16
+    for (; v + 16 <= V; v += 16) {
+        const __m512 x = qt_bf16_widen16(l + v);
+        const qt_mi_f8 lo = (qt_mi_f8)_mm512_castps512_ps256(x) - m;
+        const qt_mi_f8 hi = (qt_mi_f8)_mm512_extractf32x8_ps(x, 1) - m;
+        const qt_mi_f8 elo = qt_expf_v8(lo), ehi = qt_expf_v8(hi);
+        memcpy(g + v, &elo, sizeof elo);
+        memcpy(g + v + 8, &ehi, sizeof ehi);
+    }
+#endif
+    for (; v < V; v++) g[v] = QT_EXP(W(l[v]) - m);
+}
+
+/* dl[v] = bf16((g[v] * inv) * c) (zc: the z form's factor) times sc (sc0: none). */
+static void qt_b16_xent_store(qt_bf16 *dl, const float *g, float inv, int zc, float c, int sc0,
+                              float sc, int64_t V)
+{
+    int64_t v = 0;
+#ifdef QT_BF16_HAVE_V16
+    const __m512 vi = _mm512_set1_ps(inv), vc = _mm512_set1_ps(c), vs = _mm512_set1_ps(sc);
+    for (; v + 16 <= V; v += 16) {
+        __m512 d = _mm512_mul_ps(_mm512_loadu_ps(g + v), vi);
+        if (zc) d = _mm512_mul_ps(d, vc);
+        if (sc0) d = _mm512_mul_ps(d, vs);
+        qt_bf16_store16(dl + v, d);
+    }
+#endif
+    for (; v < V; v++) {
+        float d = g[v] * inv;
+        if (zc) d = d * c;
+        if (sc0) d = d * sc;
+        dl[v] = R(d);
+    }
+}
+
+int qt_b16_xent_row(float *acc, float *zacc, qt_bf16 *dl, const qt_bf16 *l, int32_t tg,
+                    int64_t V, float z, int sc0, float sc, float *g)
+{
+    float m;
+    if (V < 1 || qt_b16_xent_max(&m, l, V)) return -1;
+    qt_b16_xent_exp(g, l, m, V);
+    float s = 0;
+    for (int64_t v = 0; v < V; v++) s = s + g[v];
+    const float lse = m + QT_LOG(s), inv = 1.0f / s;
+    if (tg < 0 || tg >= V) { /* no target: no loss, a zero row (scaled as in fp32) */
+        const qt_bf16 zero = R(sc0 ? 0.0f * sc : 0.0f);
+        for (int64_t v = 0; v < V; v++) dl[v] = zero;
+        return 0;
+    }
+    const int zc = z != 0.0f;
+    const float c = zc ? 1.0f + 2.0f * z * lse : 1.0f;
+    qt_b16_xent_store(dl, g, inv, zc, c, sc0, sc, V);
+    float d = g[tg] * inv;
+    if (zc) d = d * c;
+    d = d - 1.0f;
+    if (sc0) d = d * sc;
+    dl[tg] = R(d);
+    if (zc) {
+        const float zt = z * lse * lse;
+        *acc = *acc + ((lse - W(l[tg])) + zt);
+        *zacc = *zacc + zt;
+    } else {
+        *acc = *acc + (lse - W(l[tg]));
+    }
+    return 0;
+}
+/* ------------------------------------------------------------------ rotary rows */
+
+void qt_b16_rope(qt_bf16 *y, const qt_bf16 *x, const float *table, const int32_t *pos,
+                 int64_t T, int64_t H, int64_t hd, int64_t R, int bwd)
+{
+    const int64_t half = R / 2;
+    float o[QT_B16_ROPE_HD];
+    for (int64_t t = 0; t < T; t++) {
+        const float *cs = table + (pos ? (int64_t)pos[t] : t) * half * 2;
+        for (int64_t h = 0; h < H; h++) {
+            const qt_bf16 *xr = x + (t * H + h) * hd;
+            qt_bf16 *yr = y + (t * H + h) * hd;
+            if (bwd)
+                for (int64_t i = 0; i < half; i++) {
+                    const float c = cs[2 * i], s = cs[2 * i + 1];
+                    const float g1 = W(xr[i]), g2 = W(xr[i + half]);
+                    o[i] = W(yr[i]) + (g1 * c + g2 * s);
+                    o[i + half] = W(yr[i + half]) + (g2 * c - g1 * s);
+                }
+            else
+                for (int64_t i = 0; i < half; i++) {
+                    const float c = cs[2 * i], s = cs[2 * i + 1];
+                    const float x1 = W(xr[i]), x2 = W(xr[i + half]);
+                    o[i] = x1 * c - x2 * s;
+                    o[i + half] = x2 * c + x1 * s;
+                }
+            qt_bf16_from_f32_n(yr, o, 2 * half);
+            /* the unrotated channels: widened, added (bwd) or copied, rounded */
+            if (bwd) qt_bf16_acc_n(yr + R, xr + R, hd - R);
+            else qt_bf16_copy_n(yr + R, xr + R, hd - R);
         }
     }
 }

@@ -1,6 +1,6 @@
 /* bf16_rows.h - one-pass bf16 forms of the row kernels (rmsnorm.h, moe_combine.h,
- * elementwise.h, gated_rmsnorm.h): bf16 rows widened in registers, the fp32 kernel's
- * arithmetic in its order, each written element rounded once on store (qt_bf16_from_f32).
+ * elementwise.h, gated_rmsnorm.h, rope.h, xent.h): bf16 rows widened in registers, the fp32
+ * kernel's arithmetic in its order, each written element rounded once on store (qt_bf16_from_f32).
  *
  * Contract: for every element, the result is bit-identical to "widen every bf16 input
  * (exact), run the fp32 kernel, round every written bf16 output" (the boundary,
@@ -70,6 +70,22 @@ void qt_b16_sigmoid_gate_fwd(qt_bf16 *y, const qt_bf16 *x, const qt_bf16 *gate, 
 /* qt_sigmoid_gate_bwd: accumulates into dx, dgate; reads dy, x, gate. */
 void qt_b16_sigmoid_gate_bwd(qt_bf16 *dx, qt_bf16 *dgate, const qt_bf16 *dy, const qt_bf16 *x,
                              const qt_bf16 *gate, int64_t T, int64_t n, int mode, int64_t hd);
+/* qt_rope_fwd_pos (bwd 0: y written from x) or qt_rope_bwd_pos (bwd 1: y = dx accumulated
+ * from x = dy) on T bf16 rows of H heads of hd <= QT_B16_ROPE_HD (rope.h): row t rotates by
+ * table row pos[t], or t without positions (the caller offsets the table); each head's hd
+ * results computed on the widened row, then rounded. */
+#define QT_B16_ROPE_HD 512
+void qt_b16_rope(qt_bf16 *y, const qt_bf16 *x, const float *table, const int32_t *pos,
+                 int64_t T, int64_t H, int64_t hd, int64_t R, int bwd);
+/* One row of qt_xent_chain (z = 0) or qt_xent_z_chain (xent.h) on V bf16 logits l: the
+ * row's loss (and z term) added onto *acc (and *zacc), dlogits rounded on store, each value
+ * first multiplied by sc when sc0 (XENT_MTP's MTP runs: the fp32 wrapper's later product).
+ * g: V floats (the exponentials). The max in sixteen lanes, the exponentials in eight
+ * (qt_expf_v8), their sum one serial chain in increasing v, the stores sixteen lanes: the
+ * fp32 kernel's values on the widened row. Returns -1, nothing written, when the row holds
+ * an inf or a NaN (the caller runs the row through the fp32 kernel), else 0. */
+int qt_b16_xent_row(float *acc, float *zacc, qt_bf16 *dl, const qt_bf16 *l, int32_t tg,
+                    int64_t V, float z, int sc0, float sc, float *g);
 
 #ifdef __cplusplus
 }

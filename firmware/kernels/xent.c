@@ -185,29 +185,44 @@ static qt_real QT_FN(qt_xent_blk_lse)(qt_real *sum, qt_real *tmp, const qt_real 
     return stat[2 * t] + QT_LOG(*sum);
 }
 
+/* Rows [t0, t0 + nr) of the finish (global row indices into stat, sums and targets; dlogits
+ * at row t0) onto the running loss sum *acc: qt_xent_blk_finish's row loop, so a sequence's
+ * rows can be fed in consecutive blocks with the bits of one call. */
+void QT_FN(qt_xent_blk_finish_chain)(qt_real *acc, qt_real *dlogits, const qt_real *stat,
+                                     const qt_real *sums, const int32_t *targets, int64_t t0,
+                                     int64_t nr, int64_t R, int64_t V, int64_t nb, int64_t P,
+                                     int64_t v0, qt_real *tmp)
+{
+    const int64_t Vg = V * P;
+    qt_real a = *acc;
+    for (int64_t tt = 0; tt < nr; tt++) {
+        const int64_t t = t0 + tt;
+        qt_real *g = dlogits + tt * V;
+        qt_real sum;
+        const qt_real lse = QT_FN(qt_xent_blk_lse)(&sum, tmp, stat, sums, t, R, nb, P);
+        const qt_real inv = QT_R(1.0) / sum;
+        for (int64_t v = 0; v < V; v++) g[v] = g[v] * inv;
+        const int64_t tg = targets[t];
+        if (tg >= 0 && tg < Vg) {
+            if (tg >= v0 && tg < v0 + V) g[tg - v0] = g[tg - v0] - QT_R(1.0);
+            a = a + (lse - stat[2 * t + 1]);
+        } else { /* no target: no loss, no gradient (as qt_xent) */
+            for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
+        }
+    }
+    *acc = a;
+}
+
 void QT_FN(qt_xent_blk_finish)(qt_real *loss_seq, qt_real *dlogits, const qt_real *stat,
                                const qt_real *sums, const int32_t *targets, int64_t b,
                                int64_t S, int64_t V, int64_t nb, int64_t P, int64_t v0,
                                qt_real *tmp)
 {
-    const int64_t R = b * S, Vg = V * P;
+    const int64_t R = b * S;
     for (int64_t s = 0; s < b; s++) {
         qt_real acc = 0;
-        for (int64_t tt = 0; tt < S; tt++) {
-            const int64_t t = s * S + tt;
-            qt_real *g = dlogits + t * V;
-            qt_real sum;
-            const qt_real lse = QT_FN(qt_xent_blk_lse)(&sum, tmp, stat, sums, t, R, nb, P);
-            const qt_real inv = QT_R(1.0) / sum;
-            for (int64_t v = 0; v < V; v++) g[v] = g[v] * inv;
-            const int64_t tg = targets[t];
-            if (tg >= 0 && tg < Vg) {
-                if (tg >= v0 && tg < v0 + V) g[tg - v0] = g[tg - v0] - QT_R(1.0);
-                acc = acc + (lse - stat[2 * t + 1]);
-            } else { /* no target: no loss, no gradient (as qt_xent) */
-                for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
-            }
-        }
+        QT_FN(qt_xent_blk_finish_chain)(&acc, dlogits + s * S * V, stat, sums, targets, s * S, S,
+                                        R, V, nb, P, v0, tmp);
         loss_seq[s] = acc;
     }
 }
@@ -216,33 +231,48 @@ void QT_FN(qt_xent_blk_finish)(qt_real *loss_seq, qt_real *dlogits, const qt_rea
  * only then). Per row the same tree sum, lse and 1/sum as qt_xent_blk_finish; with a
  * target, zt = z * lse * lse, dlogits = (e * (1/sum)) * (1 + 2 z lse), the owner subtracts
  * 1, loss_t = (lse - l[target]) + zt, as qt_xent_z per row; z_seq[s] = the sum of zt over
- * the rows of sequence s (t increasing). Every rank computes the same loss_seq and z_seq. */
+ * the rows of sequence s (t increasing). Every rank computes the same loss_seq and z_seq.
+ * The chain form: rows [t0, t0 + nr) onto *acc and *zacc (as qt_xent_blk_finish_chain). */
+void QT_FN(qt_xent_blk_finish_z_chain)(qt_real *acc, qt_real *zacc, qt_real *dlogits,
+                                       const qt_real *stat, const qt_real *sums,
+                                       const int32_t *targets, int64_t t0, int64_t nr,
+                                       int64_t R, int64_t V, int64_t nb, int64_t P, int64_t v0,
+                                       qt_real *tmp, qt_real z)
+{
+    const int64_t Vg = V * P;
+    qt_real a = *acc, za = *zacc;
+    for (int64_t tt = 0; tt < nr; tt++) {
+        const int64_t t = t0 + tt;
+        qt_real *g = dlogits + tt * V;
+        qt_real sum;
+        const qt_real lse = QT_FN(qt_xent_blk_lse)(&sum, tmp, stat, sums, t, R, nb, P);
+        const qt_real inv = QT_R(1.0) / sum;
+        const qt_real c = QT_R(1.0) + QT_R(2.0) * z * lse;
+        const int64_t tg = targets[t];
+        if (tg >= 0 && tg < Vg) {
+            for (int64_t v = 0; v < V; v++) g[v] = (g[v] * inv) * c;
+            if (tg >= v0 && tg < v0 + V) g[tg - v0] = g[tg - v0] - QT_R(1.0);
+            const qt_real zt = z * lse * lse;
+            a = a + ((lse - stat[2 * t + 1]) + zt);
+            za = za + zt;
+        } else {
+            for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
+        }
+    }
+    *acc = a;
+    *zacc = za;
+}
+
 void QT_FN(qt_xent_blk_finish_z)(qt_real *loss_seq, qt_real *z_seq, qt_real *dlogits,
                                  const qt_real *stat, const qt_real *sums,
                                  const int32_t *targets, int64_t b, int64_t S, int64_t V,
                                  int64_t nb, int64_t P, int64_t v0, qt_real *tmp, qt_real z)
 {
-    const int64_t R = b * S, Vg = V * P;
+    const int64_t R = b * S;
     for (int64_t s = 0; s < b; s++) {
         qt_real acc = 0, zacc = 0;
-        for (int64_t tt = 0; tt < S; tt++) {
-            const int64_t t = s * S + tt;
-            qt_real *g = dlogits + t * V;
-            qt_real sum;
-            const qt_real lse = QT_FN(qt_xent_blk_lse)(&sum, tmp, stat, sums, t, R, nb, P);
-            const qt_real inv = QT_R(1.0) / sum;
-            const qt_real c = QT_R(1.0) + QT_R(2.0) * z * lse;
-            const int64_t tg = targets[t];
-            if (tg >= 0 && tg < Vg) {
-                for (int64_t v = 0; v < V; v++) g[v] = (g[v] * inv) * c;
-                if (tg >= v0 && tg < v0 + V) g[tg - v0] = g[tg - v0] - QT_R(1.0);
-                const qt_real zt = z * lse * lse;
-                acc = acc + ((lse - stat[2 * t + 1]) + zt);
-                zacc = zacc + zt;
-            } else {
-                for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
-            }
-        }
+        QT_FN(qt_xent_blk_finish_z_chain)(&acc, &zacc, dlogits + s * S * V, stat, sums, targets,
+                                          s * S, S, R, V, nb, P, v0, tmp, z);
         loss_seq[s] = acc;
         z_seq[s] = zacc;
     }

@@ -79,6 +79,25 @@ void qt_xent_blk_finish(float *loss_seq, float *dlogits, const float *stat, cons
 void qt_xent_blk_finish_z(float *loss_seq, float *z_seq, float *dlogits, const float *stat,
                           const float *sums, const int32_t *targets, int64_t b, int64_t S,
                           int64_t V, int64_t nb, int64_t P, int64_t v0, float *tmp, float z);
+/* The finishes' row loops on rows [t0, t0 + nr) of the R = b*S (global row indices into
+ * stat, sums, targets; dlogits at row t0), continuing *acc (and *zacc) as qt_xent_chain does:
+ * qt_xent_blk_finish(_z) is these from 0 over each sequence's S rows. */
+void qt_xent_blk_finish_chain(float *acc, float *dlogits, const float *stat, const float *sums,
+                              const int32_t *targets, int64_t t0, int64_t nr, int64_t R,
+                              int64_t V, int64_t nb, int64_t P, int64_t v0, float *tmp);
+void qt_xent_blk_finish_chain_f64(double *acc, double *dlogits, const double *stat,
+                                  const double *sums, const int32_t *targets, int64_t t0,
+                                  int64_t nr, int64_t R, int64_t V, int64_t nb, int64_t P,
+                                  int64_t v0, double *tmp);
+void qt_xent_blk_finish_z_chain(float *acc, float *zacc, float *dlogits, const float *stat,
+                                const float *sums, const int32_t *targets, int64_t t0,
+                                int64_t nr, int64_t R, int64_t V, int64_t nb, int64_t P,
+                                int64_t v0, float *tmp, float z);
+void qt_xent_blk_finish_z_chain_f64(double *acc, double *zacc, double *dlogits,
+                                    const double *stat, const double *sums,
+                                    const int32_t *targets, int64_t t0, int64_t nr, int64_t R,
+                                    int64_t V, int64_t nb, int64_t P, int64_t v0, double *tmp,
+                                    double z);
 void qt_xent_blocked_z(float *loss_seq, float *z_seq, float *dlogits, const float *logits,
                        const int32_t *targets, int64_t b, int64_t S, int64_t V, int64_t nb,
                        float *scratch, float z);

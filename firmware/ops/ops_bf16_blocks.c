@@ -52,6 +52,15 @@ int qt_r16_plan(qt_r16 *b, int64_t rows)
     return 0;
 }
 
+float *qt_r16_extra(const qt_r16 *b, int64_t rows, int64_t n)
+{
+    float *at = qt_op_bf16_stage(b->ctx);
+    int64_t used = 0;
+    for (int i = 0; i < b->ns; i++)
+        if (b->sl[i].buf) used += qt_r16_up16((b->sl[i].fixed ? 1 : rows) * b->sl[i].n);
+    return used + qt_r16_up16(n) <= b->ctx->plan->bf16_stage_elems ? at + used : 0;
+}
+
 /* Rows per block for slots of the given widest row (at least 1, at most R). */
 int64_t qt_r16_rows(int64_t widest, int64_t R)
 {
@@ -137,4 +146,36 @@ const int32_t *qt_r16_pos(const qt_ctx *ctx, int64_t s, int64_t S)
 {
     const int32_t *pos = qt_plan_positions(ctx);
     return pos ? pos + s * S : 0;
+}
+
+/* No inf or NaN in n values of slot x from element at (bf16 or fp32). */
+static int qt_r16_finite_at(const qt_ctx *ctx, int32_t id, int64_t at, int64_t n)
+{
+    unsigned any = 0;
+    if (qt_is_b16(ctx, id)) {
+        const qt_bf16 *v = qt_b16(ctx, id) + at;
+        for (int64_t i = 0; i < n; i++) any |= (v[i] & 0x7f80u) == 0x7f80u;
+    } else {
+        const uint32_t *v = (const uint32_t *)(const void *)(qt_f32(ctx, id) + at);
+        for (int64_t i = 0; i < n; i++) any |= (v[i] & 0x7f800000u) == 0x7f800000u;
+    }
+    return any == 0;
+}
+
+int qt_r16_finite(const qt_r16 *b, int64_t r0, int64_t nr)
+{
+    for (int i = 0; i < b->ns; i++) {
+        const qt_r16_slot *x = &b->sl[i];
+        if (x->rd && !x->fixed && nr > 0 &&
+            !qt_r16_finite_at(b->ctx, x->id, x->off + r0 * x->s, (nr - 1) * x->s + x->n))
+            return 0;
+    }
+    return 1;
+}
+
+int qt_r16_finite_fixed(const qt_r16 *b)
+{
+    for (int i = 0; i < b->ns; i++)
+        if (b->sl[i].fixed && !qt_r16_finite_at(b->ctx, b->sl[i].id, 0, b->sl[i].n)) return 0;
+    return 1;
 }

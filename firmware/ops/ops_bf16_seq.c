@@ -1,7 +1,7 @@
 /* ops_bf16_seq.c - the native bf16 forms of the GDN gates (GDN_GATES_FWD / BWD / WGRAD), the
  * rotary embedding (ROPE_FWD / BWD), attention (ATTN_FWD / BWD), the router (MOE_ROUTE_FWD /
- * BWD) and the cross entropy (XENT) (qt_ops_bf16.h; docs/precision.md, "Executing bf16
- * plans", pattern (B)).
+ * BWD) (qt_ops_bf16.h; docs/precision.md, "Executing bf16 plans", pattern (B)); the cross
+ * entropy's are in ops_bf16_xent.c.
  *
  * Shape: as ops_bf16_rows.c (qt_r16.h): each block of rows is widened (exactly) into the
  * staging region, the kind's own fp32 kernel runs on it with the op's arguments restricted to
@@ -11,21 +11,21 @@
  *    the table offset to the block's first position, or the positions of packed documents
  *    offset with the rows);
  *  - attention and the router: whole sequences (b = 1; attention's rows of a sequence meet in
- *    the scores, the router's in the load-balance statistics of the sequence);
- *  - the cross entropy (the plain form, nb = 0): rows, with each sequence's loss (and z) sum
- *    continued across its blocks (qt_xent_chain: the kernel's own chain, t increasing).
+ *    the scores, the router's in the load-balance statistics of the sequence; over a context
+ *    group the term's statistics take the fp32 wrapper's exchanges, ops_moe.c).
  * Each kernel's header states that rows (or sequences) do not mix and its sums run in row
  * order, so every block gives the whole call's bits on its rows and the blocks, taken in
  * increasing order, add into the leaves and the running sums in the kernel's order: the
  * boundary's bits (runtime/interp_bf16.c), which the unit tests check per kind at 0 ulp.
- * What these forms do not cover runs through the boundary (qt_ctx.bf16_boundary, the same
- * bits): the router with a context degree > 1 and the load-balance term (its exchanges),
- * the cross entropy's vocabulary blocks (nb > 0, vocab-parallel), attention without a
- * planned fp32 scratch row, an op naming one tensor twice, a staging region too small.
+ * Rope's finite bf16 blocks run in one pass (kernels/bf16_rows.h qt_b16_rope). What these
+ * forms do not cover runs through the boundary (qt_ctx.bf16_boundary, the same bits):
+ * attention without a planned fp32 scratch row, an op naming one tensor twice, a staging
+ * region too small.
  * No state, no heap, no VLAs.
  */
 #include "qt_r16.h"
 #include "kernels/attention.h"
+#include "kernels/bf16_rows.h"
 #include "kernels/gdn_gates.h"
 #include "kernels/moe_route.h"
 #include "kernels/rope.h"
@@ -100,7 +100,10 @@ void qt_op16_gdn_gates_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, fl
 /* ------------------------------------------------------------------ rotary (tokens) */
 
 /* ROPE_FWD (bwd 0) or ROPE_BWD (bwd 1): slot 0 the written (y) or accumulated (dx) rows,
- * slot 1 the read ones; blocks of rows inside each sequence. Without positions row t of a
+ * slot 1 the read ones; blocks of rows inside each sequence. A block whose read rows (and
+ * the table, once) are finite bf16 runs in one pass (kernels/bf16_rows.h qt_b16_rope: the
+ * kernel's expressions on the widened rows, rounded on store), any other through the fp32
+ * kernel on the widened block. Without positions row t of a
  * block starting at position q0 rotates by table row q0 + t (the kernel's t % S over the
  * block, with the table offset); with them, by pos[t] (offset with the rows). */
 static void qt_op16_rope(const qt_op *op, const qt_ctx *ctx, int bwd)
@@ -116,11 +119,18 @@ static void qt_op16_rope(const qt_op *op, const qt_ctx *ctx, int bwd)
     if (qt_r16_start(&b, op, rows)) return;
     const float *table = QT_R16_G(2, 0, 1);
     const int32_t *pos = qt_plan_positions(ctx);
+    const int one = qt_is_b16(ctx, op->t[0]) && qt_is_b16(ctx, op->t[1]) &&
+                    hd <= QT_B16_ROPE_HD && qt_r16_finite_fixed(&b);
     for (int64_t s = 0; s < nb; s++)
         for (int64_t q0 = 0; q0 < S; q0 += rows) {
             const int64_t nr = qt_r16_min(rows, S - q0), t0 = s * S + q0;
             const float *tb = pos ? table : table + q0 * half * 2;
             const int32_t *pb = pos ? pos + t0 : 0;
+            if (one && qt_r16_finite(&b, t0, nr)) {
+                qt_b16_rope(qt_b16(ctx, op->t[0]) + t0 * w, qt_b16(ctx, op->t[1]) + t0 * w, tb, pb,
+                            nr, H, hd, R, bwd);
+                continue;
+            }
             if (bwd)
                 qt_rope_bwd_pos(QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), tb, pb, 1, nr, H, hd, R);
             else
@@ -209,20 +219,45 @@ void qt_op16_attn_bwd(const qt_op *op, const qt_ctx *ctx)
 
 /* ------------------------------------------------------------------ router (sequences) */
 
-/* Sequences of the router: S rows each (T % S == 0), or 0 when the op needs the boundary
- * (the load-balance term over a context group: the fp32 wrapper's exchanges). */
-static int64_t qt_op16_route_seqs(const qt_op *op, int has_lb)
+/* Sequences of the router: S rows each (T % S == 0), or 0 when the op needs the boundary. */
+static int64_t qt_op16_route_seqs(const qt_op *op)
 {
     const int64_t T = QT_A(op, MOE_ROUTE_FWD, T), S = QT_A(op, MOE_ROUTE_FWD, S);
-    if (has_lb && op->f[0] != 0.0f && QT_A(op, MOE_ROUTE_FWD, ctx) > 1) return 0;
     return S > 0 && T % S == 0 ? T / S : 0;
+}
+
+/* 1 when the op's load-balance term is over a context group (a5 > 1, the term on): the fp32
+ * wrapper's exchanges (ops_moe.c), fed this rank's sequences one at a time. */
+static int qt_op16_route_split(const qt_op *op, int has_lb)
+{
+    return has_lb && op->f[0] != 0.0f && QT_A(op, MOE_ROUTE_FWD, ctx) > 1;
+}
+
+/* The forward's term over a context group, after the routing (the counts read the routed
+ * idx): the chain received, this rank's sequences' Pbar rows added in order (logits widened
+ * again, one sequence at a time), passed on or the term formed; a failed exchange stops the
+ * step (ctx->status), as in fp32. */
+static void qt_op16_route_lb_ctx(const qt_op *op, const qt_ctx *ctx, int64_t ns, float *lb)
+{
+    const int64_t E = QT_A(op, MOE_ROUTE_FWD, E), S = QT_A(op, MOE_ROUTE_FWD, S);
+    float *pbar;
+    int rc = qt_moe_lb_ctx_begin(op, ctx, &pbar);
+    if (rc >= 0) {
+        qt_r16 b = {ctx, 0, {{0}}};
+        qt_r16_add(&b, QT_T(op, MOE_ROUTE_FWD, logits), 0, S * E, S * E, 1, 0);
+        if (qt_r16_plan(&b, 1)) return; /* not reached: the routing's plan held two slots */
+        for (int64_t q = 0; q < ns; q++) qt_moe_lb_pbar(pbar + q * E, QT_R16_G(0, q, 1), S, E, S);
+        rc = qt_moe_lb_ctx_end(op, ctx, lb, pbar, rc);
+    }
+    if (rc && ctx->status && !*ctx->status) *ctx->status = rc;
 }
 
 void qt_op16_moe_route_fwd(const qt_op *op, const qt_ctx *ctx)
 {
     const int32_t lid = QT_T(op, MOE_ROUTE_FWD, lb_seq);
     const int64_t E = QT_A(op, MOE_ROUTE_FWD, E), k = QT_A(op, MOE_ROUTE_FWD, k),
-                  S = QT_A(op, MOE_ROUTE_FWD, S), ns = qt_op16_route_seqs(op, lid != QT_NONE);
+                  S = QT_A(op, MOE_ROUTE_FWD, S), ns = qt_op16_route_seqs(op);
+    const int split = qt_op16_route_split(op, lid != QT_NONE);
     int bad = ns == 0 || (lid != QT_NONE && ctx->plan->tensors[lid].dtype == QT_BF16);
     qt_r16 b = {ctx, 0, {{0}}};
     qt_r16_seq(&b, QT_T(op, MOE_ROUTE_FWD, p), ns, S * k, 0, 1, &bad);
@@ -234,19 +269,24 @@ void qt_op16_moe_route_fwd(const qt_op *op, const qt_ctx *ctx)
     int32_t *idx = qt_i32(ctx, QT_T(op, MOE_ROUTE_FWD, idx));
     float *lb = lid != QT_NONE ? qt_f32(ctx, lid) : 0;
     for (int64_t q = 0; q < ns; q++) {
-        qt_moe_route_fwd(idx + q * S * k, QT_R16_G(0, q, 1), lb ? lb + q : 0, QT_R16_G(1, q, 1),
-                         S, E, k, S, op->f[0]);
+        qt_moe_route_fwd(idx + q * S * k, QT_R16_G(0, q, 1), lb && !split ? lb + q : 0,
+                         QT_R16_G(1, q, 1), S, E, k, S, op->f[0]);
         qt_r16_put_all(&b, q, 1);
     }
+    if (split) qt_op16_route_lb_ctx(op, ctx, ns, lb);
 }
 
 /* MOE_ROUTE_BWD per sequence: the kernel adds the routing rows, then the load-balance
  * term, into each element of dlogits; a sequence's elements see the same two adds in the
- * same order as in the whole call. */
+ * same order as in the whole call. Over a context group the term's counts are the group's
+ * (gathered first: idx is an input) and qt_moe_lb_bwd adds it after the routing rows, as the
+ * fp32 wrapper does over the whole call. */
 void qt_op16_moe_route_bwd(const qt_op *op, const qt_ctx *ctx)
 {
-    const int64_t E = QT_A(op, MOE_ROUTE_BWD, E), k = QT_A(op, MOE_ROUTE_BWD, k),
-                  S = QT_A(op, MOE_ROUTE_BWD, S), ns = qt_op16_route_seqs(op, 1);
+    const int64_t T = QT_A(op, MOE_ROUTE_BWD, T), E = QT_A(op, MOE_ROUTE_BWD, E),
+                  k = QT_A(op, MOE_ROUTE_BWD, k), S = QT_A(op, MOE_ROUTE_BWD, S),
+                  Cc = QT_A(op, MOE_ROUTE_BWD, ctx), ns = qt_op16_route_seqs(op);
+    const int split = qt_op16_route_split(op, 1);
     int bad = ns == 0;
     qt_r16 b = {ctx, 0, {{0}}};
     qt_r16_seq(&b, QT_T(op, MOE_ROUTE_BWD, dlogits), ns, S * E, 1, 1, &bad);
@@ -258,47 +298,17 @@ void qt_op16_moe_route_bwd(const qt_op *op, const qt_ctx *ctx)
         return;
     }
     const int32_t *idx = qt_i32(ctx, QT_T(op, MOE_ROUTE_BWD, idx));
+    int32_t *cnt = split ? qt_i32(ctx, QT_T(op, MOE_ROUTE_BWD, scratch)) : 0;
+    const int c = split ? qt_moe_lb_counts(cnt, idx, T, E, k, S,
+                                           (unsigned)QT_A(op, MOE_ROUTE_BWD, mask), Cc)
+                        : 0;
+    if (c < 0 && ctx->status && !*ctx->status) *ctx->status = c;
     for (int64_t q = 0; q < ns; q++) {
-        qt_moe_route_bwd(QT_R16_G(0, q, 1), QT_R16_G(1, q, 1), QT_R16_G(2, q, 1), idx + q * S * k,
-                         QT_R16_G(3, q, 1), S, E, k, S, op->f[0]);
+        float *dl = QT_R16_G(0, q, 1);
+        const float *lg = QT_R16_G(2, q, 1);
+        qt_moe_route_bwd(dl, QT_R16_G(1, q, 1), lg, idx + q * S * k, QT_R16_G(3, q, 1), S, E, k,
+                         S, split ? 0.0f : op->f[0]);
+        if (split && c >= 0) qt_moe_lb_bwd(dl, lg, cnt + q * E, S, E, S, S * Cc, op->f[0]);
         qt_r16_put_all(&b, q, 1);
-    }
-}
-
-/* ------------------------------------------------------------------ cross entropy (rows) */
-
-/* XENT, the plain form (nb <= 0): each sequence's rows in blocks, its loss (and z) sums
- * continued from +0 across the blocks (qt_xent_chain / qt_xent_z_chain: the kernel's own
- * row loop and order); dlogits rounded per block. loss_seq and z_seq are fp32 (written in
- * place); vocabulary blocks (nb > 0) run through the boundary. */
-void qt_op16_xent(const qt_op *op, const qt_ctx *ctx)
-{
-    const int64_t nseq = QT_A(op, XENT, b), S = QT_A(op, XENT, S), V = QT_A(op, XENT, V),
-                  rows = qt_r16_rows(V, S);
-    const int32_t lid = QT_T(op, XENT, loss_seq), zid = QT_T(op, XENT, z_seq);
-    const float z = op->f[0];
-    int bad = QT_A(op, XENT, nb) > 0 || ctx->plan->tensors[lid].dtype == QT_BF16 ||
-              (z != 0.0f && (zid == QT_NONE || ctx->plan->tensors[zid].dtype == QT_BF16));
-    qt_r16 b = {ctx, 0, {{0}}};
-    qt_r16_add(&b, QT_T(op, XENT, dlogits), 0, V, V, 0, 1);
-    qt_r16_add(&b, QT_T(op, XENT, logits), 0, V, V, 1, 0);
-    if (bad || qt_r16_plan(&b, rows)) {
-        qt_r16_boundary(op, ctx);
-        return;
-    }
-    const int32_t *tg = qt_i32(ctx, QT_T(op, XENT, targets));
-    float *loss = qt_f32(ctx, lid), *zs = z != 0.0f ? qt_f32(ctx, zid) : 0;
-    for (int64_t s = 0; s < nseq; s++) {
-        float acc = 0.0f, zacc = 0.0f;
-        for (int64_t q0 = 0; q0 < S; q0 += rows) {
-            const int64_t nr = qt_r16_min(rows, S - q0), t0 = s * S + q0;
-            if (zs)
-                qt_xent_z_chain(&acc, &zacc, QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), tg + t0, nr,
-                                V, z);
-            else qt_xent_chain(&acc, QT_R16_G(0, t0, nr), QT_R16_G(1, t0, nr), tg + t0, nr, V);
-            qt_r16_put_all(&b, t0, nr);
-        }
-        loss[s] = acc;
-        if (zs) zs[s] = zacc;
     }
 }

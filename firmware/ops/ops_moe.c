@@ -30,8 +30,8 @@
  * this rank's block counts into its slot of buf[Cc x n] (n = b*E), an all-gather, then
  * buf[0..n) = the blocks' sum in block order (integers: exact). Returns the group index
  * (>= 0) or a negative QT_E_* code. */
-static int qt_moe_lb_counts(int32_t *buf, const int32_t *idx, int64_t T, int64_t E, int64_t k,
-                            int64_t S, unsigned mask, int64_t Cc)
+int qt_moe_lb_counts(int32_t *buf, const int32_t *idx, int64_t T, int64_t E, int64_t k,
+                     int64_t S, unsigned mask, int64_t Cc)
 {
     const int64_t n = T / S * E;
     const int c = qt_comm_group_index(mask), R = qt_comm_group_size(mask);
@@ -50,28 +50,50 @@ static int qt_moe_lb_counts(int32_t *buf, const int32_t *idx, int64_t T, int64_t
     return c;
 }
 
-/* The term on a context rank (qt_ops.def MOE_ROUTE_FWD): the counts, then the Pbar chain. */
-static int qt_moe_lb_ctx_fwd(const qt_op *op, const qt_ctx *ctx, float *lb)
+/* The term on a context rank (qt_ops.def MOE_ROUTE_FWD), before this rank's Pbar rows: the
+ * counts (from the routed idx), then the Pbar chain received from rank c-1 (zeros on rank
+ * 0) into *pbar. Returns c or a negative QT_E_* code. */
+int qt_moe_lb_ctx_begin(const qt_op *op, const qt_ctx *ctx, float **pbar)
 {
     const int64_t T = QT_A(op, MOE_ROUTE_FWD, T), E = QT_A(op, MOE_ROUTE_FWD, E),
                   S = QT_A(op, MOE_ROUTE_FWD, S), Cc = QT_A(op, MOE_ROUTE_FWD, ctx),
                   n = T / S * E;
     const unsigned mask = (unsigned)QT_A(op, MOE_ROUTE_FWD, mask);
     int32_t *buf = qt_i32(ctx, QT_T(op, MOE_ROUTE_FWD, scratch));
-    float *pbar = (float *)(void *)(buf + Cc * n);
-    const float *logits = qt_f32(ctx, QT_T(op, MOE_ROUTE_FWD, logits));
+    *pbar = (float *)(void *)(buf + Cc * n);
     const int c = qt_moe_lb_counts(buf, qt_i32(ctx, QT_T(op, MOE_ROUTE_FWD, idx)), T, E,
                                    QT_A(op, MOE_ROUTE_FWD, k), S, mask, Cc);
     if (c < 0) return c;
     int rc = QT_OK;
-    if (c > 0) rc = qt_coll_pass(mask, -1, 0, 0, c - 1, pbar, n * (int64_t)sizeof(float));
+    if (c > 0) rc = qt_coll_pass(mask, -1, 0, 0, c - 1, *pbar, n * (int64_t)sizeof(float));
     else
-        for (int64_t i = 0; i < n; i++) pbar[i] = 0.0f;
-    if (rc) return rc;
-    qt_moe_lb_pbar(pbar, logits, T, E, S);
-    if (c + 1 < Cc) return qt_coll_pass(mask, c + 1, pbar, n * (int64_t)sizeof(float), -1, 0, 0);
-    qt_moe_lb_term(lb, buf, pbar, T / S, E, S * Cc, op->f[0]);
+        for (int64_t i = 0; i < n; i++) (*pbar)[i] = 0.0f;
+    return rc ? rc : c;
+}
+
+/* ... after them: the chain passed on to c+1, or on the last rank the term into lb. */
+int qt_moe_lb_ctx_end(const qt_op *op, const qt_ctx *ctx, float *lb, const float *pbar, int c)
+{
+    const int64_t T = QT_A(op, MOE_ROUTE_FWD, T), E = QT_A(op, MOE_ROUTE_FWD, E),
+                  S = QT_A(op, MOE_ROUTE_FWD, S), Cc = QT_A(op, MOE_ROUTE_FWD, ctx),
+                  n = T / S * E;
+    if (c + 1 < Cc)
+        return qt_coll_pass((unsigned)QT_A(op, MOE_ROUTE_FWD, mask), c + 1, pbar,
+                            n * (int64_t)sizeof(float), -1, 0, 0);
+    qt_moe_lb_term(lb, qt_i32(ctx, QT_T(op, MOE_ROUTE_FWD, scratch)), pbar, T / S, E, S * Cc,
+                   op->f[0]);
     return QT_OK;
+}
+
+/* The term on a context rank: the counts, the Pbar chain through this rank's rows. */
+static int qt_moe_lb_ctx_fwd(const qt_op *op, const qt_ctx *ctx, float *lb)
+{
+    float *pbar;
+    const int c = qt_moe_lb_ctx_begin(op, ctx, &pbar);
+    if (c < 0) return c;
+    qt_moe_lb_pbar(pbar, qt_f32(ctx, QT_T(op, MOE_ROUTE_FWD, logits)), QT_A(op, MOE_ROUTE_FWD, T),
+                   QT_A(op, MOE_ROUTE_FWD, E), QT_A(op, MOE_ROUTE_FWD, S));
+    return qt_moe_lb_ctx_end(op, ctx, lb, pbar, c);
 }
 
 /* MOE_ROUTE_FWD: with a context degree > 1 and the load-balance term on, the kernel routes

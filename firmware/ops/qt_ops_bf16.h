@@ -1,5 +1,5 @@
 /* qt_ops_bf16.h - native bf16 wrappers and their helpers (ops_bf16.c, ops_ep.c, ops_moe.c,
- * ops_bf16_rows.c, ops_bf16_seq.c):
+ * ops_bf16_rows.c, ops_bf16_seq.c, ops_bf16_xent.c, ops_bf16_mtp.c):
  * what the QT_OPP_BF16 kinds' wrappers call in a bf16 plan (docs/precision.md, "Executing
  * bf16 plans"). Same op records and slots as the fp32 wrappers (qt_ops.def), bf16 storage
  * where the row's "bf16 plans" line says so.
@@ -69,8 +69,8 @@ void qt_op16_gdn_core_fwd(const qt_op *op, const qt_ctx *ctx);
 void qt_op16_gdn_core_bwd(const qt_op *op, const qt_ctx *ctx);
 
 /* ops_bf16_seq.c: the GDN gates and the rotary embedding in token blocks, attention and
- * the router by whole sequences, the cross entropy in row blocks with each sequence's sums
- * continued (what needs exchanges or vocabulary blocks runs through the boundary). */
+ * the router by whole sequences (the load-balance term over a context group with the fp32
+ * wrapper's exchanges, ops_moe.c). */
 void qt_op16_gdn_gates_fwd(const qt_op *op, const qt_ctx *ctx);
 void qt_op16_gdn_gates_bwd(const qt_op *op, const qt_ctx *ctx);
 void qt_op16_gdn_gates_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2]);
@@ -80,7 +80,29 @@ void qt_op16_attn_fwd(const qt_op *op, const qt_ctx *ctx);
 void qt_op16_attn_bwd(const qt_op *op, const qt_ctx *ctx);
 void qt_op16_moe_route_fwd(const qt_op *op, const qt_ctx *ctx);
 void qt_op16_moe_route_bwd(const qt_op *op, const qt_ctx *ctx);
+
+/* ops_bf16_xent.c: the cross entropy (plain and vocabulary blocks) and XENT_MTP in row
+ * blocks; ops_bf16_mtp.c: the MTP head's stacking kinds (copies and adds, rounded once). */
 void qt_op16_xent(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_xent_mtp(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_stack(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_stack_bwd(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_split(const qt_op *op, const qt_ctx *ctx);
+void qt_op16_split_bwd(const qt_op *op, const qt_ctx *ctx);
+
+/* ops_basic.c: XENT_MTP's loss_seq / mtp_loss_seq from its b x n entries (both forms). */
+void qt_op_xent_mtp_sums(const qt_op *op, const qt_ctx *ctx, const float *ent);
+
+/* ops_moe.c: the router's load-balance term over a context group in pieces, shared by the
+ * fp32 wrapper and the bf16 form. qt_moe_lb_counts: the whole sequences' counts gathered
+ * into buf[0 .. b*E) (group index or QT_E_*). qt_moe_lb_ctx_begin (MOE_ROUTE_FWD, after the
+ * routing): the counts, then the Pbar chain from rank c-1 (zeros on rank 0) into *pbar;
+ * returns c or QT_E_*. qt_moe_lb_ctx_end: after this rank's Pbar rows, the chain passed on,
+ * or on the last rank the term added into lb. */
+int qt_moe_lb_counts(int32_t *buf, const int32_t *idx, int64_t T, int64_t E, int64_t k,
+                     int64_t S, unsigned mask, int64_t Cc);
+int qt_moe_lb_ctx_begin(const qt_op *op, const qt_ctx *ctx, float **pbar);
+int qt_moe_lb_ctx_end(const qt_op *op, const qt_ctx *ctx, float *lb, const float *pbar, int c);
 
 #ifdef __cplusplus
 }

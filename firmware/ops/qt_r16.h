@@ -47,6 +47,9 @@ qt_r16_slot *qt_r16_seq(qt_r16 *b, int32_t id, int64_t nseq, int64_t w, int rd, 
 /* Takes the buffers for blocks of up to rows rows: 0, or -1 when an op's tensor appears in
  * two slots or the staging region cannot hold them (the caller then runs the boundary). */
 int qt_r16_plan(qt_r16 *b, int64_t rows);
+/* After qt_r16_plan(b, rows): n more floats of the staging region past the slots' buffers
+ * (an op's whole fp32 rows kept between exchanges), or NULL when the region cannot hold them. */
+float *qt_r16_extra(const qt_r16 *b, int64_t rows, int64_t n);
 /* qt_r16_plan, or, when it cannot take the buffers, the op run through the boundary:
  * nonzero then (the caller returns). */
 int qt_r16_start(qt_r16 *b, const qt_op *op, int64_t rows);
@@ -58,6 +61,13 @@ float *qt_r16_get(const qt_r16 *b, const qt_r16_slot *x, int64_t r0, int64_t nr)
 void qt_r16_put(const qt_r16 *b, const qt_r16_slot *x, int64_t r0, int64_t nr);
 /* qt_r16_put of every written slot (distinct tensors: the order does not matter). */
 void qt_r16_put_all(const qt_r16 *b, int64_t r0, int64_t nr);
+/* 1 when every read slot's rows [r0, r0 + nr) (fixed rows: not looked at) hold no inf or
+ * NaN; qt_r16_finite_fixed: the same for the fixed rows (a weight, a table), once per op.
+ * The one-pass forms run on finite inputs only (ops_bf16_rows.c qt_r16_one_pass: with no
+ * NaN in, no operation chooses between two NaNs, so separately compiled code gives the
+ * fp32 kernel's bits); a block that is not finite takes the fp32 kernel. */
+int qt_r16_finite(const qt_r16 *b, int64_t r0, int64_t nr);
+int qt_r16_finite_fixed(const qt_r16 *b);
 /* The op run through the boundary (qt_ctx.bf16_boundary, bf16_boundary_wgrad). */
 void qt_r16_boundary(const qt_op *op, const qt_ctx *ctx);
 void qt_r16_boundary_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2]);

@@ -45,6 +45,9 @@ extern "C" {
 #include "kernels/attention.h"
 #include "kernels/gdn_gates.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/stack.h"
+#include "kernels/xent.h"
 }
 
 #include "qt_test_util.h"
@@ -946,13 +949,15 @@ void clone(Hand &src, Hand &dst)
 }
 
 // Bytes of the two plans' tensors that differ (prints the first tensor and element).
-int64_t diff_arenas(const char *what, Hand &a, Hand &b)
+// Elements [dead_from, numel) of tensor dead (-1: none) are kernel scratch, dead after the op
+// and laid out by each form as it likes (not compared).
+int64_t diff_arenas(const char *what, Hand &a, Hand &b, int32_t dead = -1, int64_t dead_from = 0)
 {
     int64_t bad = 0;
     for (int32_t id = 0; id < a.plan.n_tensors; id++) {
         const size_t eb = (size_t)qt_dtype_bytes(a.t[id].dtype);
         const unsigned char *pa = a.arena + a.t[id].offset, *pb = b.arena + b.t[id].offset;
-        for (int64_t k = 0; k < a.t[id].numel; k++)
+        for (int64_t k = 0; k < (id == dead ? dead_from : a.t[id].numel); k++)
             if (memcmp(pa + (size_t)k * eb, pb + (size_t)k * eb, eb) && !bad++)
                 fprintf(stderr, "%s: tensor %d (%s) [%lld] differs: boundary 0x%04x, native 0x%04x\n",
                         what, id, a.t[id].name, (long long)k,
@@ -965,7 +970,8 @@ int64_t diff_arenas(const char *what, Hand &a, Hand &b)
 // Runs op natively in h (the interpreter's call: the kind is QT_OPP_BF16) and through the
 // boundary in a clone; every tensor byte must agree, and the run must have changed some
 // written tensor (so a wrapper that does nothing cannot pass).
-void native_vs_boundary(const char *what, Hand &h, const qt_op &op)
+void native_vs_boundary(const char *what, Hand &h, const qt_op &op, int32_t dead = -1,
+                        int64_t dead_from = 0)
 {
     const qt_kernel_entry *e = &qt_kernel_table[op.kind];
     CHECK(e->props & QT_OPP_BF16);
@@ -977,7 +983,7 @@ void native_vs_boundary(const char *what, Hand &h, const qt_op &op)
     std::vector<unsigned char> before(h.arena, h.arena + h.off);
     qt_bf16_boundary_run(e, &op, &r.ctx);
     qt_interp_call_run(e, &op, &h.ctx);
-    LONGS_EQUAL(0, diff_arenas(what, r, h));
+    LONGS_EQUAL(0, diff_arenas(what, r, h, dead, dead_from));
     CHECK(memcmp(before.data(), h.arena, (size_t)h.off) != 0);
 }
 
@@ -1503,6 +1509,86 @@ static void body_XentEqualsTheBoundary()
         }
 }
 
+// Targets of T rows over V columns: random, with -1 at row 3 and V at row 9 (no loss, zero
+// rows) when there are that many rows.
+static void xent_targets(Hand &h, int32_t id, int64_t T, int64_t V, uint64_t *s)
+{
+    for (int64_t t = 0; t < T; t++)
+        h.i(id)[t] = t == 3 ? -1 : t == 9 ? (int32_t)V : (int32_t)(xs(s) % (uint64_t)V);
+}
+
+// XENT with canonical vocabulary blocks (nb > 0, one rank: the phases over row blocks, the
+// exponentials kept in the staging region): V 2100 in 4 blocks (a row per block, past the
+// block size) and V 300 in 3 (6 rows per block, a short last one), 2 sequences of 7 rows,
+// with and without the z-loss; the scratch fp32 QT_XENT_BLK_SCRATCH(T, nb, 1).
+static void body_XentBlockedEqualsTheBoundary()
+{
+    uint64_t s = 84;
+    const int64_t b = 2, S = 7, T = b * S;
+    const int64_t cases[2][2] = {{2100, 4}, {300, 3}};
+    for (auto &c : cases)
+        for (int zl = 0; zl < 2; zl++) {
+            const int64_t V = c[0], nb = c[1];
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(QT_OP_XENT);
+            o.t[0] = h.rand_f32(b, &s, "loss_seq"), o.t[1] = rand_sp(h, T * V, &s, "dlogits"),
+            o.t[2] = rand_sp(h, T * V, &s, "logits"), o.t[3] = h.add(T, QT_I32, "targets");
+            xent_targets(h, o.t[3], T, V, &s);
+            o.t[4] = h.rand_f32(QT_XENT_BLK_SCRATCH(T, nb, 1), &s, "scratch");
+            if (zl) o.t[5] = h.rand_f32(b, &s, "z_seq");
+            o.a[0] = b, o.a[1] = S, o.a[2] = V, o.a[3] = nb;
+            o.f[0] = zl ? 1e-4f : 0.0f;
+            native_vs_boundary(zl ? "xent blocked z" : "xent blocked", h, o);
+        }
+}
+
+// XENT_MTP: 2 blocks x 3 parts (the main rows and 2 MTP depths) of 5 rows, V 300, plain and
+// in 3 vocabulary blocks, with and without the z-loss (main runs only), the scale from f0 and
+// from the runtime's t6 tensor. The scratch past the b x n entries is the blocked form's
+// (laid out per run by the boundary's z path: not compared).
+static void body_XentMtpEqualsTheBoundary()
+{
+    uint64_t s = 85;
+    const int64_t b = 2, n = 3, S = 5, V = 300, T = b * n * S;
+    for (int64_t nb : {0, 3})
+        for (int zl = 0; zl < 2; zl++)
+            for (int tsc = 0; tsc < 2; tsc++) {
+                Hand h(QT_BF16, g_a16);
+                qt_op o = make_op(QT_OP_XENT_MTP);
+                o.t[0] = h.rand_f32(b, &s, "loss_seq"), o.t[1] = h.rand_f32(b, &s, "mtp_loss_seq"),
+                o.t[2] = rand_sp(h, T * V, &s, "dlogits"), o.t[3] = rand_sp(h, T * V, &s, "logits"),
+                o.t[4] = h.add(T, QT_I32, "targets");
+                xent_targets(h, o.t[4], T, V, &s);
+                const int64_t ns = b * n + (nb ? QT_XENT_BLK_SCRATCH(T, nb, 1) : 0);
+                o.t[5] = h.rand_f32(ns, &s, "scratch");
+                if (tsc) o.t[6] = h.rand_f32(1, &s, "scale");
+                if (zl) o.t[7] = h.rand_f32(b, &s, "z_seq");
+                o.a[0] = b, o.a[1] = S, o.a[2] = V, o.a[3] = nb, o.a[5] = n;
+                o.f[0] = 0.37f, o.f[1] = zl ? 1e-4f : 0.0f;
+                native_vs_boundary("xent_mtp", h, o, o.t[5], b * n);
+            }
+}
+
+// STACK, SPLIT, STACK_BWD, SPLIT_BWD: 3 blocks of 3 parts of 4 rows x 37, every part given,
+// and with part 2's slot empty (STACK leaves that part of y and SPLIT_BWD that of dy, which
+// the boundary rounds back whole: the native form rounds them onto themselves).
+static void body_MtpStackEqualsTheBoundary()
+{
+    uint64_t s = 86;
+    const int64_t nb = 3, n = 3, rows = 4, w = 37, part = rows * w;
+    const unsigned kinds[4] = {QT_OP_STACK, QT_OP_SPLIT, QT_OP_STACK_BWD, QT_OP_SPLIT_BWD};
+    for (unsigned kind : kinds)
+        for (int gap = 0; gap < 2; gap++) {
+            Hand h(QT_BF16, g_a16);
+            qt_op o = make_op(kind);
+            o.t[0] = rand_sp(h, nb * n * part, &s, "y");
+            for (int64_t j = 0; j < n; j++)
+                if (!(gap && j == 2)) o.t[1 + j] = rand_sp(h, nb * part, &s, "x");
+            o.a[0] = nb, o.a[1] = rows, o.a[2] = w, o.a[3] = n;
+            native_vs_boundary(qt_kernel_table[kind].name, h, o);
+        }
+}
+
 // The one-pass gated norm kernels (kernels/bf16_rows.h) against the fp32 kernels on the
 // widened rows, each written bf16 element rounded once, at the bench model's shape (T 1024,
 // Hk 4, Dk 64, Hv 8, Dv 64: 2^19 outputs, so even an fp32 difference of one ulp in a
@@ -1644,10 +1730,12 @@ TEST(Bf16NativeRows, GdnGatesEqualTheBoundary)
 
 TEST(Bf16NativeRows, RopeEqualsTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_RopeEqualsTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_RopeEqualsTheBoundary();
+        }
+    g_fin = 0;
 }
 
 TEST(Bf16NativeRows, AttnEqualsTheBoundary)
@@ -1668,8 +1756,130 @@ TEST(Bf16NativeRows, MoeRouteEqualsTheBoundary)
 
 TEST(Bf16NativeRows, XentEqualsTheBoundary)
 {
-    for (int sp : {0, 64, 5}) {
-        g_sp = sp;
-        body_XentEqualsTheBoundary();
-    }
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_XentEqualsTheBoundary();
+        }
+    g_fin = 0;
+}
+
+TEST(Bf16NativeRows, XentBlockedEqualsTheBoundary)
+{
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_XentBlockedEqualsTheBoundary();
+        }
+    g_fin = 0;
+}
+
+TEST(Bf16NativeRows, XentMtpEqualsTheBoundary)
+{
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_XentMtpEqualsTheBoundary();
+        }
+    g_fin = 0;
+}
+
+TEST(Bf16NativeRows, MtpStackEqualsTheBoundary)
+{
+    for (int fin : {0, 1})
+        for (int sp : {0, 64, 5}) {
+            g_sp = sp, g_fin = fin;
+            body_MtpStackEqualsTheBoundary();
+        }
+    g_fin = 0;
+}
+
+// qt_bf16_copy_n (sixteen lanes where built) against its scalar form on all 2^16 bf16
+// inputs, out of place and in place, at an offset that leaves a scalar tail.
+TEST(Bf16NativeRows, CopyEqualsItsScalarFormOnAllInputs)
+{
+    std::vector<qt_bf16> src(65536 + 7), a(src.size()), r(src.size());
+    for (size_t k = 0; k < src.size(); k++) src[k] = (qt_bf16)(k * 40503u);
+    qt_bf16_copy_n(a.data(), src.data(), (int64_t)src.size());
+    qt_bf16_copy_n_ref(r.data(), src.data(), (int64_t)src.size());
+    CHECK(a == r);
+    std::set<qt_bf16> seen(src.begin(), src.end());
+    LONGS_EQUAL(65536, (long)seen.size());
+    for (size_t k = 0; k < src.size(); k++)
+        LONGS_EQUAL(qt_bf16_from_f32(qt_f32_from_bf16(src[k])), r[k]);
+    std::vector<qt_bf16> in(src);
+    qt_bf16_copy_n(in.data() + 3, in.data() + 3, (int64_t)in.size() - 3);
+    for (size_t k = 0; k < 3; k++) LONGS_EQUAL(src[k], in[k]);
+    for (size_t k = 3; k < src.size(); k++) LONGS_EQUAL(r[k], in[k]);
+}
+
+// The one-pass cross entropy row (kernels/bf16_rows.h qt_b16_xent_row) against qt_xent_chain /
+// qt_xent_z_chain on the widened rows, each dlogit rounded once (times the MTP scale first
+// where given), at the bench model's vocabulary (V 4096, 48 rows: 2e5 outputs) and at V 37
+// (the sixteen-lane loops' tails): every byte of dlogits and the loss / z sums' bits equal;
+// a row with an inf or a NaN is refused with nothing written.
+TEST(Bf16NativeRows, XentRowKernelEqualsTheFp32Kernel)
+{
+    uint64_t s = 92;
+    for (int64_t V : {4096, 37})
+        for (int mode = 0; mode < 4; mode++) {  // bit 0: z-loss, bit 1: scaled
+            const int64_t T = 48;
+            const float z = (mode & 1) ? 1e-4f : 0.0f, sc = 0.37f;
+            std::vector<qt_bf16> l(T * V), dl(T * V);
+            vecf lf(T * V), g(V), gf(T * V);
+            std::vector<int32_t> tg(T);
+            for (int64_t k = 0; k < T * V; k++) {
+                l[k] = qt_bf16_from_f32(4.0f * rndf(&s));
+                lf[k] = qt_f32_from_bf16(l[k]);
+            }
+            for (int64_t t = 0; t < T; t++)
+                tg[t] = t % 11 == 5 ? -1 : (int32_t)(xs(&s) % (uint64_t)V);
+            float acc = 0.25f, zacc = 0.5f, accf = 0.25f, zaccf = 0.5f;
+            for (int64_t t = 0; t < T; t++)
+                LONGS_EQUAL(0, qt_b16_xent_row(&acc, &zacc, &dl[t * V], &l[t * V], tg[t], V, z,
+                                               mode >> 1, sc, g.data()));
+            if (z != 0.0f) qt_xent_z_chain(&accf, &zaccf, gf.data(), lf.data(), tg.data(), T, V, z);
+            else qt_xent_chain(&accf, gf.data(), lf.data(), tg.data(), T, V);
+            int64_t bad = 0;
+            for (int64_t k = 0; k < T * V; k++)
+                bad += dl[k] != qt_bf16_from_f32((mode >> 1) ? gf[k] * sc : gf[k]);
+            LONGS_EQUAL(0, bad);
+            LONGS_EQUAL(bits(accf), bits(acc));
+            LONGS_EQUAL(bits(zaccf), bits(zacc));
+            std::vector<qt_bf16> keep(dl);
+            l[3] = 0x7fc0;
+            CHECK(qt_b16_xent_row(&acc, &zacc, &dl[0], &l[0], tg[0], V, z, 0, sc, g.data()) != 0);
+            CHECK(dl == keep);
+            LONGS_EQUAL(bits(accf), bits(acc));
+        }
+}
+
+// The one-pass rotation (qt_b16_rope) against qt_rope_fwd_pos / qt_rope_bwd_pos on the
+// widened rows, rounded once: 64 rows of 8 heads of 64 rotating all 64 and 32 of them,
+// 3 heads of 10 rotating 6, plain (rows t) and with positions.
+TEST(Bf16NativeRows, RopeKernelEqualsTheFp32Kernel)
+{
+    uint64_t s = 93;
+    const int64_t cases[3][4] = {{64, 8, 64, 64}, {64, 8, 64, 32}, {5, 3, 10, 6}};  // T, H, hd, R
+    for (auto &c : cases)
+        for (int usepos = 0; usepos < 2; usepos++)
+            for (int bwd = 0; bwd < 2; bwd++) {
+                const int64_t T = c[0], H = c[1], hd = c[2], R = c[3], n = T * H * hd;
+                std::vector<qt_bf16> x(n), y(n);
+                vecf xf(n), yf(n), tab(T * R);
+                std::vector<int32_t> pos(T);
+                for (int64_t k = 0; k < n; k++) {
+                    x[k] = qt_bf16_from_f32(rndf(&s)), y[k] = qt_bf16_from_f32(rndf(&s));
+                    xf[k] = qt_f32_from_bf16(x[k]), yf[k] = qt_f32_from_bf16(y[k]);
+                }
+                for (auto &v : tab) v = rndf(&s);
+                for (int64_t t = 0; t < T; t++) pos[t] = (int32_t)(xs(&s) % (uint64_t)T);
+                const int32_t *p = usepos ? pos.data() : NULL;
+                qt_b16_rope(y.data(), x.data(), tab.data(), p, T, H, hd, R, bwd);
+                if (bwd) qt_rope_bwd_pos(yf.data(), xf.data(), tab.data(), p, 1, T, H, hd, R);
+                else qt_rope_fwd_pos(yf.data(), xf.data(), tab.data(), p, 1, T, H, hd, R);
+                int64_t bad = 0;
+                for (int64_t k = 0; k < n; k++) bad += y[k] != qt_bf16_from_f32(yf[k]);
+                LONGS_EQUAL(0, bad);
+            }
 }
