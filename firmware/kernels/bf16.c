@@ -172,7 +172,7 @@ __attribute__((noinline)) static void qt_bf16_dp_emul_core(float *acc, const qt_
 int qt_bf16_dp_emul(float *acc, const qt_bf16 *a, const qt_bf16 *b, int64_t n)
 {
     const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u); /* FTZ (bit 15) | DAZ (bit 6) */
+    _mm_setcsr(QT_BF16_EMUL_CSR(csr)); /* FTZ | DAZ, round to nearest */
     qt_bf16_dp_emul_core(acc, a, b, n);
     _mm_setcsr(csr);
     return 0;

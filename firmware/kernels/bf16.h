@@ -56,6 +56,13 @@ typedef uint16_t qt_bf16;
 #define QT_BF16_PATH_INSN 2 /* AVX512_BF16 instruction */
 #define QT_BF16_PATH_WIDE 3 /* matmuls only (bf16_matmul.h): the emulation on 16-lane FMAs */
 
+/* The MXCSR the fp32-FMA emulations of VDPBF16PS run under, from the caller's csr: DAZ (bit
+ * 6) and FTZ (bit 15) as the instruction's step, and round to nearest (bits 13-14 cleared)
+ * forced, since the instruction reads no MXCSR: the caller's rounding mode would otherwise
+ * leak into the emulation (under round-toward-zero it differed on 39% of lanes; docs/amx.md).
+ * Under the process default (0x1f80) this is the same csr as FTZ|DAZ alone. */
+#define QT_BF16_EMUL_CSR(csr) (((csr) & ~0x6000u) | 0x8040u)
+
 static inline uint32_t qt_bf16_bits_f32(float f)
 {
     uint32_t u;

@@ -237,7 +237,7 @@ static void qt_bm_emul(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
                 qt_bm_e_pack_a(a + ic * sai, sai, sap, mc, qc, kq, P);
                 qt_bm_e_pack_b(b + jc * sbj, sbp, sbj, nc, qc, kq, P);
                 const unsigned csr = _mm_getcsr();
-                _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ: the step's flushing */
+                _mm_setcsr(QT_BF16_EMUL_CSR(csr)); /* the step's flushing, RNE */
                 qt_bm_e_block(qc == 0, mc, nc, kq);
                 _mm_setcsr(csr);
             }
@@ -824,7 +824,7 @@ static void qt_bm_wide(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
                 if (!cached) qt_bm_w_pack_b(b + jc * sbj, sbp, sbj, nc, qc, kq, P);
                 const int rows = qt_bm_w_pack_a(a + ic * sai, sai, sap, mc, qc, kq, P);
                 const unsigned csr = _mm_getcsr();
-                _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ: the step's flushing */
+                _mm_setcsr(QT_BF16_EMUL_CSR(csr)); /* the step's flushing, RNE */
                 qt_bm_w_block(qc == 0, mc, nc, kq, rows, bp, bps);
                 _mm_setcsr(csr);
             }

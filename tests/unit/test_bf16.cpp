@@ -321,10 +321,10 @@ const unsigned kCsr[4] = {0x1f80u, 0x7f80u, 0x5f80u, 0x9fc0u}; // default, RZ, R
 
 // The built paths (emulation, instruction, the build's own) under MXCSR csr against want,
 // computed beforehand under the default; the chain's k steps are a[k], b[k]. The instruction
-// reads none of MXCSR and is run under every csr; the AVX2 emulation adds FTZ|DAZ to the
-// caller's MXCSR and keeps its rounding mode (like all of the firmware's fp32 arithmetic, it
-// assumes the process default, round to nearest; docs/amx.md), so it is run only under the
-// csrs that round to nearest.
+// reads none of MXCSR and is run under every csr; so is the AVX2 emulation, which sets FTZ|DAZ
+// and forces round to nearest whatever the caller's mode (QT_BF16_EMUL_CSR: it used to keep
+// the caller's rounding mode, docs/amx.md); qt_bf16_dp's scalar reference path, fp32
+// arithmetic under the process default, is run only under the csrs that round to nearest.
 void paths_under(unsigned csr, const char *what, const std::vector<float> &c,
                  const std::vector<std::vector<qt_bf16>> &a, const std::vector<std::vector<qt_bf16>> &b,
                  const std::vector<float> &want)
@@ -336,7 +336,7 @@ void paths_under(unsigned csr, const char *what, const std::vector<float> &c,
     const char *names[3] = {"AVX2 emulation", "VDPBF16PS", "qt_bf16_dp"};
     const int nearest = (csr & 0x6000u) == 0;
     for (int p = 0; p < 3; p++) {
-        if (!nearest && (p == 0 || (p == 2 && qt_bf16_path() != QT_BF16_PATH_INSN))) continue;
+        if (!nearest && p == 2 && qt_bf16_path() == QT_BF16_PATH_REF) continue;
         std::vector<float> got(c);
         const unsigned saved = _mm_getcsr();
         _mm_setcsr(csr);
