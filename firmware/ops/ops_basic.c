@@ -334,21 +334,6 @@ void qt_op_xent(const qt_op *op, const qt_ctx *ctx)
                     QT_A(op, XENT, S), QT_A(op, XENT, V), nb, (unsigned)QT_A(op, XENT, mask), z);
 }
 
-/* XENT_MTP's sums from the b x n entries ent[s*n + j]: loss_seq[s] = entry (s, 0),
- * mtp_loss_seq[s] = entry (s, 1) + entry (s, 2) + ... (j increasing). */
-void qt_op_xent_mtp_sums(const qt_op *op, const qt_ctx *ctx, const float *ent)
-{
-    const int64_t b = QT_A(op, XENT_MTP, b), n = QT_A(op, XENT_MTP, n);
-    float *ls = qt_f32(ctx, QT_T(op, XENT_MTP, loss_seq));
-    float *ms = qt_f32(ctx, QT_T(op, XENT_MTP, mtp_loss_seq));
-    for (int64_t s = 0; s < b; s++) {
-        ls[s] = ent[s * n];
-        float m = ent[s * n + 1];
-        for (int64_t j = 2; j < n; j++) m += ent[s * n + j];
-        ms[s] = m;
-    }
-}
-
 /* XENT_MTP: the main and MTP logits stacked per token block (qt_ops.def): XENT over the
  * b x n runs of S rows into the scratch's first b x n floats, then the main and the MTP
  * sums per block, and the MTP rows' dlogits times f0 (or the runtime's t6 scale). With the
