@@ -87,7 +87,8 @@ uint64_t qt_plan_hash(const qt_plan *p)
     qt_fnv_i(&f, p->F);                                                                    \
     for (int32_t i = 0; i < p->n_params; i++) qt_fnv_i(&f, p->params[i].leaf_offset)
 #define QT_PH_MESH(F, N) for (int i = 0; i < QT_MESH_COUNT; i++) qt_fnv_i(&f, p->F[i])
-#define QT_PH_LEVELS(F, N) for (int i = 0; i < QT_MAX_TREE_LEVELS; i++) qt_fnv_i(&f, p->F[i])
+#define QT_PH_LEVELS(F, N)                                                                 \
+    for (int i = 0; i < QT_TREE_LEVELS_KEPT(p->n_tree_levels); i++) qt_fnv_i(&f, p->F[i])
 #define QT_PH_MODEL(F, N)                                                                  \
     const qt_model_dims *m = &p->F;                                                        \
     const int64_t mi[] = {m->decoder_block, m->d, m->n_layers, m->vocab, m->cycle,         \

@@ -32,7 +32,15 @@
 #define QT_OP_MAX_T 12
 #define QT_OP_MAX_A 10
 #define QT_OP_MAX_F 2
-#define QT_MAX_TREE_LEVELS 24
+/* Gradient tree levels: a tree over n leaves has bit_length(n) levels, so 32 levels hold
+ * 2^31 - 1 sequences per step and batch group. Plans of at most QT_TREE_LEVELS_V1 levels
+ * write and hash only the first QT_TREE_LEVELS_V1 tree_offset entries (the table's size
+ * before it grew from 24 to 32; the rest are zero), so their plan.c and plan hash are
+ * unchanged. */
+#define QT_MAX_TREE_LEVELS 32
+#define QT_TREE_LEVELS_V1 24
+/* The tree_offset entries a plan writes and hashes. */
+#define QT_TREE_LEVELS_KEPT(n) ((n) > QT_TREE_LEVELS_V1 ? QT_MAX_TREE_LEVELS : QT_TREE_LEVELS_V1)
 #define QT_MAX_IN_FLIGHT 4   /* split collectives in flight at once (COLL_START .. COLL_WAIT) */
 #define QT_ARENA_ALIGN (2u << 20)
 #define QT_TENSOR_ALIGN 64

@@ -12,9 +12,18 @@
  * (qt_moe_lb_pbar, qt_moe_lb_term, qt_moe_lb_bwd), so a context rank that feeds them the
  * whole sequence's counts and the running Pbar sums of the earlier blocks (ops_moe.c) does
  * exactly one rank's operations in one rank's order.
+ * Any expert count: the per-expert counters and accumulators live on the stack in blocks of
+ * QT_MOE_EXPERT_BLOCK experts; past one block the kernels take the experts block by block
+ * (rescanning rows and recomputing the same softmax values) so every sum keeps the unblocked
+ * order (e increasing, one accumulator) and the bits do not depend on the block size.
  */
 #include "moe_route.h"
 #include "qt_real.h"
+
+/* Stack blocks: experts per block (up to this many, one block: each row's softmax cached),
+ * and the tokens whose max, sum and dot product the many-expert backward keeps. */
+#define QT_MOE_EXPERT_BLOCK 1024
+#define QT_MOE_TOKEN_BLOCK 256
 
 /* Non-finite logits make the ranking partial; the fallback keeps idx inside [0, E). */
 static int32_t qt_route_pick(const qt_real *row, int64_t E, int64_t slot, int32_t prev)
@@ -38,18 +47,36 @@ static void qt_route_lse(qt_real *m, qt_real *z, const qt_real *row, int64_t E)
     *z = sum;
 }
 
+/* The routed (t, slot) count of experts e0..e0+n-1 over `rows` entries of idx (ids outside
+ * the block are not counted). */
+static void qt_route_block_counts(int32_t *cnt, const int32_t *idx, int64_t rows, int64_t e0,
+                                  int64_t n)
+{
+    for (int64_t j = 0; j < n; j++) cnt[j] = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t j = (int64_t)idx[r] - e0;
+        if (j >= 0 && j < n) cnt[j]++;
+    }
+}
+
+/* ps[j] (j < n) accumulates, over `rows` rows of logits, softmax over all E logits of the row
+ * at expert e0 + j, rows increasing. */
+static void qt_route_pbar_rows(qt_real *ps, const qt_real *logits, int64_t rows, int64_t E,
+                               int64_t e0, int64_t n)
+{
+    for (int64_t t = 0; t < rows; t++) {
+        const qt_real *row = logits + t * E;
+        qt_real m, z;
+        qt_route_lse(&m, &z, row, E);
+        for (int64_t j = 0; j < n; j++) ps[j] += QT_EXP(row[e0 + j] - m) / z;
+    }
+}
+
 void QT_FN(qt_moe_lb_pbar)(qt_real *pbar, const qt_real *logits, int64_t T, int64_t E,
                            int64_t S)
 {
-    for (int64_t s = 0; s < T / S; s++) {
-        qt_real *ps = pbar + s * E;
-        for (int64_t t = s * S; t < (s + 1) * S; t++) {
-            const qt_real *row = logits + t * E;
-            qt_real m, z;
-            qt_route_lse(&m, &z, row, E);
-            for (int64_t e = 0; e < E; e++) ps[e] += QT_EXP(row[e] - m) / z;
-        }
-    }
+    for (int64_t s = 0; s < T / S; s++)
+        qt_route_pbar_rows(pbar + s * E, logits + s * S * E, S, E, 0, E);
 }
 
 void QT_FN(qt_moe_lb_term)(qt_real *lb_seq, const int32_t *cnt, const qt_real *pbar, int64_t b,
@@ -64,20 +91,31 @@ void QT_FN(qt_moe_lb_term)(qt_real *lb_seq, const int32_t *cnt, const qt_real *p
     }
 }
 
-void QT_FN(qt_moe_lb_bwd)(qt_real *dlogits, const qt_real *logits, const int32_t *cnt, int64_t T,
-                          int64_t E, int64_t S, int64_t Sw, qt_real c)
+/* g[j] = c f_e / Sw for the experts e = e0 + j (j < n) of one sequence: f_e from the
+ * sequence's counts row cnt[E] when given, else counted from its `rows` entries of idx. */
+static void qt_route_block_g(qt_real *g, const int32_t *cnt, const int32_t *idx, int64_t rows,
+                             int64_t e0, int64_t n, qt_real c, qt_real inv_s)
 {
-    if (E > QT_MOE_MAX_EXPERTS) {
-        for (int64_t i = 0; i < T * E; i++) dlogits[i] = QT_LOG(QT_R(-1.0));
-        return;
-    }
-    qt_real g[QT_MOE_MAX_EXPERTS], prow[QT_MOE_MAX_EXPERTS];
-    const qt_real inv_s = QT_R(1.0) / (qt_real)Sw;
-    for (int64_t s = 0; s < T / S; s++) {
-        /* d(c sum_e f_e Pbar_e)/dP_te = c f_e / Sw, the same for every token of the sequence. */
-        for (int64_t e = 0; e < E; e++)
-            g[e] = (c * ((qt_real)cnt[s * E + e] * inv_s)) * inv_s;
-        for (int64_t t = s * S; t < (s + 1) * S; t++) {
+    int32_t own[QT_MOE_EXPERT_BLOCK];
+    if (!cnt) qt_route_block_counts(own, idx, rows, e0, n);
+    const int32_t *f = cnt ? cnt + e0 : own;
+    for (int64_t j = 0; j < n; j++) g[j] = (c * ((qt_real)f[j] * inv_s)) * inv_s;
+}
+
+/* The load-balance gradient of one sequence's S rows (qt_moe_lb_bwd, g_e from cnt or idx as
+ * qt_route_block_g). Up to QT_MOE_EXPERT_BLOCK experts: g once, each row's P cached. More:
+ * tokens in blocks of QT_MOE_TOKEN_BLOCK (their max, sum and running dot product kept), the
+ * experts in blocks twice (the dot product over all e first, then the adds), g and P
+ * recomputed by the same expressions: the same values, sums in the same order. */
+static void qt_route_lb_bwd_seq(qt_real *dl, const qt_real *logits, const int32_t *cnt,
+                                const int32_t *idx, int64_t rows, int64_t S, int64_t E,
+                                qt_real c, qt_real inv_s)
+{
+    qt_real g[QT_MOE_EXPERT_BLOCK];
+    if (E <= QT_MOE_EXPERT_BLOCK) {
+        qt_real prow[QT_MOE_EXPERT_BLOCK];
+        qt_route_block_g(g, cnt, idx, rows, 0, E, c, inv_s);
+        for (int64_t t = 0; t < S; t++) {
             const qt_real *row = logits + t * E;
             qt_real m, z, a = 0;
             qt_route_lse(&m, &z, row, E);
@@ -85,9 +123,44 @@ void QT_FN(qt_moe_lb_bwd)(qt_real *dlogits, const qt_real *logits, const int32_t
                 prow[e] = QT_EXP(row[e] - m) / z;
                 a += prow[e] * g[e];
             }
-            for (int64_t e = 0; e < E; e++) dlogits[t * E + e] += prow[e] * (g[e] - a);
+            for (int64_t e = 0; e < E; e++) dl[t * E + e] += prow[e] * (g[e] - a);
         }
+        return;
     }
+    qt_real mt[QT_MOE_TOKEN_BLOCK], zt[QT_MOE_TOKEN_BLOCK], at[QT_MOE_TOKEN_BLOCK];
+    for (int64_t t0 = 0; t0 < S; t0 += QT_MOE_TOKEN_BLOCK) {
+        const int64_t nt = S - t0 < QT_MOE_TOKEN_BLOCK ? S - t0 : QT_MOE_TOKEN_BLOCK;
+        for (int64_t i = 0; i < nt; i++) {
+            qt_route_lse(&mt[i], &zt[i], logits + (t0 + i) * E, E);
+            at[i] = 0;
+        }
+        for (int pass = 0; pass < 2; pass++)
+            for (int64_t e0 = 0; e0 < E; e0 += QT_MOE_EXPERT_BLOCK) {
+                const int64_t n = E - e0 < QT_MOE_EXPERT_BLOCK ? E - e0 : QT_MOE_EXPERT_BLOCK;
+                qt_route_block_g(g, cnt, idx, rows, e0, n, c, inv_s);
+                for (int64_t i = 0; i < nt; i++) {
+                    const qt_real *row = logits + (t0 + i) * E + e0;
+                    qt_real *d = dl + (t0 + i) * E + e0;
+                    for (int64_t j = 0; j < n; j++) {
+                        const qt_real pe = QT_EXP(row[j] - mt[i]) / zt[i];
+                        if (pass == 0)
+                            at[i] += pe * g[j];
+                        else
+                            d[j] += pe * (g[j] - at[i]);
+                    }
+                }
+            }
+    }
+}
+
+void QT_FN(qt_moe_lb_bwd)(qt_real *dlogits, const qt_real *logits, const int32_t *cnt, int64_t T,
+                          int64_t E, int64_t S, int64_t Sw, qt_real c)
+{
+    /* d(c sum_e f_e Pbar_e)/dP_te = c f_e / Sw, the same for every token of the sequence. */
+    const qt_real inv_s = QT_R(1.0) / (qt_real)Sw;
+    for (int64_t s = 0; s < T / S; s++)
+        qt_route_lb_bwd_seq(dlogits + s * S * E, logits + s * S * E, cnt + s * E, 0, 0, S, E, c,
+                            inv_s);
 }
 
 void QT_FN(qt_moe_route_fwd)(int32_t *idx, qt_real *p, qt_real *lb_seq, const qt_real *logits,
@@ -108,18 +181,23 @@ void QT_FN(qt_moe_route_fwd)(int32_t *idx, qt_real *p, qt_real *lb_seq, const qt
         for (int64_t s = 0; s < k; s++) pt[s] = pt[s] / sum;
     }
     if (c == 0 || !lb_seq) return;
-    const int64_t b = T / S;
-    if (E > QT_MOE_MAX_EXPERTS) {
-        for (int64_t s = 0; s < b; s++) lb_seq[s] = QT_LOG(QT_R(-1.0));
-        return;
-    }
-    int32_t count[QT_MOE_MAX_EXPERTS];
-    qt_real pbar[QT_MOE_MAX_EXPERTS];
-    for (int64_t s = 0; s < b; s++) {
-        for (int64_t e = 0; e < E; e++) { count[e] = 0; pbar[e] = 0; }
-        for (int64_t r = s * S * k; r < (s + 1) * S * k; r++) count[idx[r]]++;
-        QT_FN(qt_moe_lb_pbar)(pbar, logits + s * S * E, S, E, S);
-        QT_FN(qt_moe_lb_term)(lb_seq + s, count, pbar, 1, E, S, c);
+    /* per sequence, the experts in blocks: counts and Pbar of a block, then its share of the
+     * sum over e (one accumulator, e increasing: qt_moe_lb_term's order); each block rescans
+     * the sequence's rows for their max and sum (the same values every time). */
+    int32_t count[QT_MOE_EXPERT_BLOCK];
+    qt_real pbar[QT_MOE_EXPERT_BLOCK];
+    const qt_real inv_s = QT_R(1.0) / (qt_real)S;
+    for (int64_t s = 0; s < T / S; s++) {
+        qt_real acc = 0;
+        for (int64_t e0 = 0; e0 < E; e0 += QT_MOE_EXPERT_BLOCK) {
+            const int64_t n = E - e0 < QT_MOE_EXPERT_BLOCK ? E - e0 : QT_MOE_EXPERT_BLOCK;
+            qt_route_block_counts(count, idx + s * S * k, S * k, e0, n);
+            for (int64_t j = 0; j < n; j++) pbar[j] = 0;
+            qt_route_pbar_rows(pbar, logits + s * S * E, S, E, e0, n);
+            for (int64_t j = 0; j < n; j++)
+                acc += ((qt_real)count[j] * inv_s) * (pbar[j] * inv_s);
+        }
+        lb_seq[s] += c * acc;
     }
 }
 
@@ -134,16 +212,10 @@ void QT_FN(qt_moe_route_bwd)(qt_real *dlogits, const qt_real *dp, const qt_real 
         for (int64_t s = 0; s < k; s++) dlogits[t * E + idx[t * k + s]] += pt[s] * (dpt[s] - a);
     }
     if (c == 0) return;
-    if (E > QT_MOE_MAX_EXPERTS) {
-        for (int64_t i = 0; i < T * E; i++) dlogits[i] = QT_LOG(QT_R(-1.0));
-        return;
-    }
-    int32_t count[QT_MOE_MAX_EXPERTS];
-    for (int64_t s = 0; s < T / S; s++) {
-        for (int64_t e = 0; e < E; e++) count[e] = 0;
-        for (int64_t r = s * S * k; r < (s + 1) * S * k; r++) count[idx[r]]++;
-        QT_FN(qt_moe_lb_bwd)(dlogits + s * S * E, logits + s * S * E, count, S, E, S, S, c);
-    }
+    const qt_real inv_s = QT_R(1.0) / (qt_real)S;
+    for (int64_t s = 0; s < T / S; s++)
+        qt_route_lb_bwd_seq(dlogits + s * S * E, logits + s * S * E, 0, idx + s * S * k, S * k,
+                            S, E, c, inv_s);
 }
 
 void QT_FN(qt_moe_capacity)(int32_t *kidx, int32_t *drops, const int32_t *idx, int64_t T,
@@ -152,20 +224,29 @@ void QT_FN(qt_moe_capacity)(int32_t *kidx, int32_t *drops, const int32_t *idx, i
     QT_FN(qt_moe_capacity_from)(kidx, drops, idx, 0, T, E, k, S, C);
 }
 
+/* Each expert's queue is its own: the experts in blocks, each block rescanning the sequence's
+ * assignments for its own experts (ids outside [0, E) are dropped by the first block). */
 void QT_FN(qt_moe_capacity_from)(int32_t *kidx, int32_t *drops, const int32_t *idx,
                                  const int32_t *base, int64_t T, int64_t E, int64_t k,
                                  int64_t S, int64_t C)
 {
-    int64_t count[QT_MOE_MAX_EXPERTS];
+    int64_t count[QT_MOE_EXPERT_BLOCK];
     for (int64_t s = 0; s < T / S; s++) {
         int32_t dropped = 0;
-        for (int64_t e = 0; e < E && e < QT_MOE_MAX_EXPERTS; e++)
-            count[e] = base ? base[s * E + e] : 0;
-        for (int64_t r = s * S * k; r < (s + 1) * S * k; r++) {
-            const int32_t e = idx[r];
-            const int keep = E <= QT_MOE_MAX_EXPERTS && e >= 0 && e < E && ++count[e] <= C;
-            kidx[r] = keep ? e : -1;
-            dropped += !keep;
+        for (int64_t e0 = 0; e0 < E; e0 += QT_MOE_EXPERT_BLOCK) {
+            const int64_t n = E - e0 < QT_MOE_EXPERT_BLOCK ? E - e0 : QT_MOE_EXPERT_BLOCK;
+            for (int64_t j = 0; j < n; j++) count[j] = base ? base[s * E + e0 + j] : 0;
+            for (int64_t r = s * S * k; r < (s + 1) * S * k; r++) {
+                const int32_t e = idx[r];
+                if (e0 == 0 && (e < 0 || e >= E)) {
+                    kidx[r] = -1;
+                    dropped++;
+                } else if (e >= e0 && e - e0 < n) {
+                    const int keep = ++count[e - e0] <= C;
+                    kidx[r] = keep ? e : -1;
+                    dropped += !keep;
+                }
+            }
         }
         if (drops) drops[s] += dropped;
     }

@@ -3,17 +3,14 @@
  *
  * Layouts (qt_ops.h MOE_ROUTE_*): logits[T,E], idx I32[T,k], p[T,k], lb_seq[T/S].
  * Selection order is descending raw logit, ties to the lower expert index; slot s holds the
- * s-th selection. The load-balance term needs per-expert accumulators on the stack, so it
- * supports E <= QT_MOE_MAX_EXPERTS; above that the kernels poison their output with NaN
- * (a loud failure; configgen must reject such plans when the term is on).
+ * s-th selection. Any E >= 1: the per-expert counters and accumulators are stack blocks
+ * (moe_route.c), past one block the experts are taken block by block in the same order.
  * Every kernel exists as float (name) and double (name_f64).
  */
 #ifndef QT_KERNELS_MOE_ROUTE_H
 #define QT_KERNELS_MOE_ROUTE_H
 
 #include <stdint.h>
-
-#define QT_MOE_MAX_EXPERTS 1024
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,7 +37,7 @@ void qt_moe_route_bwd_f64(double *dlogits, const double *dp, const double *logit
                           int64_t k, int64_t S, double c);
 
 /* The load-balance term in pieces (the kernels above use them; context parallelism feeds them
- * a split sequence's combined statistics, ops_moe.c). E <= QT_MOE_MAX_EXPERTS.
+ * a split sequence's combined statistics, ops_moe.c).
  * qt_moe_lb_pbar: pbar[(T/S) x E] accumulates, per sequence of S rows, softmax over all E
  *   logits of each row, rows increasing then e (continue a sum by passing it back in).
  * qt_moe_lb_term: lb_seq[s] += c * sum_e (cnt[s*E+e]/Sw) * (pbar[s*E+e]/Sw), e increasing,
@@ -61,8 +58,8 @@ void qt_moe_lb_bwd_f64(double *dlogits, const double *logits, const int32_t *cnt
 /* Token dropping by capacity (qt_ops.def MOE_CAPACITY): per sequence of S tokens, expert
  * e's queue takes the assignments (t, slot) in increasing t then slot; the n-th (1-based)
  * is kept iff n <= C. kidx[T,k] writes idx or -1 (dropped); drops[T/S] (NULL: none)
- * accumulates each sequence's dropped count. Requires T % S == 0, E <= QT_MOE_MAX_EXPERTS
- * (else every assignment is marked dropped: a loud failure), idx in [0, E). Integer only
+ * accumulates each sequence's dropped count. Requires T % S == 0, E >= 1; an id outside
+ * [0, E) is marked dropped. Integer only
  * (the _f64 name exists for the double test build). */
 void qt_moe_capacity(int32_t *kidx, int32_t *drops, const int32_t *idx, int64_t T, int64_t E,
                      int64_t k, int64_t S, int64_t C);

@@ -436,7 +436,6 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ragged_buffer_factor=1.5", NULL, "ragged_buffer_factor=1.5 (command line): MaxText's sparse path drops the routed rows past an expert-parallel receive buffer"},
         {"capacity_factor=1e39", "sparse_matmul=false", "capacity_factor=1e39 (command line): is inf in float32"},
         {"capacity_factor=nan", "sparse_matmul=false", "capacity_factor: value nan is not a number"},
-        {"capacity_factor=1", "sparse_matmul=false|num_experts=2048", "token dropping with num_experts=2048"},
         {"per_device_batch_size=0", NULL, "per_device_batch_size=0 (command line): expected > 0 (sequences per rank; a fraction when tensor ranks share sequences)"},
         {"per_device_batch_size=abc", NULL, "per_device_batch_size: value abc is not a number"},
         {"per_device_batch_size=2.5", NULL, "per_device_batch_size=2.5 (command line): 2.5 sequences per rank x 1 tensor ranks sharing them (ici_tensor_parallelism=1 (configgen/configs/base.yml:72)) = 2.5 per batch group; expected a whole number >= 1"},
@@ -445,15 +444,15 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"max_target_length=0", NULL, "expected 1..65536"},
         {"gradient_accumulation_steps=0", NULL, "gradient_accumulation_steps=0 (command line): expected >= 1"},
         // too many sequences per step: the key the user set is blamed, the other named
-        {"per_device_batch_size=1e8", NULL, "per_device_batch_size=1e8 (command line): with gradient_accumulation_steps=1 (configgen/configs/base.yml:47), per_device_batch_size x gradient_accumulation_steps = 100000000 x 1 sequences per step exceed the 8388607 that the 24 gradient tree levels hold"},
-        {"gradient_accumulation_steps=8388608", NULL, "gradient_accumulation_steps=8388608 (command line): with per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4), per_device_batch_size x gradient_accumulation_steps = 2 x 8388608 sequences per step exceed the 8388607"},
+        {"per_device_batch_size=3e9", NULL, "per_device_batch_size=3e9 (command line): with gradient_accumulation_steps=1 (configgen/configs/base.yml:47), per_device_batch_size x gradient_accumulation_steps = 3000000000 x 1 sequences per step exceed the 2147483647 that the 32 gradient tree levels hold"},
+        {"gradient_accumulation_steps=1073741824", NULL, "gradient_accumulation_steps=1073741824 (command line): with per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4), per_device_batch_size x gradient_accumulation_steps = 2 x 1073741824 sequences per step exceed the 2147483647"},
         // canonical token blocks: a power of two dividing the sequence; the leaves fit the tree
         {"context_blocks=3", NULL, "context_blocks=3 (command line): 3: expected 0 (= the context degree 1) or a power of two >= it that divides max_target_length=16 (configgen/configs/runs/test-next-tiny.yml:5)"},
         {"context_blocks=32", NULL, "32: expected 0 (= the context degree 1) or a power of two >= it that divides max_target_length=16"},
         {"context_blocks=-2", NULL, "context_blocks=-2 (command line): -2: expected 0"},
         {"packing=true", NULL, "eos_id=-1 (configgen/configs/base.yml:"},
         {"packing=true", "eos_id=64", "eos_id=64 (command line): 64 with packing: true: expected the document separator's token id in 0..63"},
-        {"context_blocks=16", "gradient_accumulation_steps=524288", "context_blocks=16 (command line): 16 blocks x 1048576 sequences per step = 16777216 gradient leaves exceed the 8388607 that the 24 tree levels hold"},
+        {"context_blocks=16", "gradient_accumulation_steps=67108864", "context_blocks=16 (command line): 16 blocks x 134217728 sequences per step = 2147483648 gradient leaves exceed the 2147483647 that the 32 tree levels hold"},
         {"shard_mode=manual", NULL, "expected auto or explicit"},
         {"gradient_reduce=sometimes", NULL, "gradient_reduce=sometimes (command line): expected auto, step, microbatch or layer"},
         {"remat_policy=partial", NULL, "remat_policy=partial (command line): expected none, full or save_dot"},
@@ -492,7 +491,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"vocab_parallel=true", "num_ranks=3|ici_fsdp_parallelism=1|ici_tensor_parallelism=3|per_device_batch_size=1|base_emb_dim=48|base_num_query_heads=6|base_num_kv_heads=3|head_dim=12|gdn_num_key_heads=3|gdn_num_value_heads=6|gdn_value_head_dim=6|base_moe_mlp_dim=24|shared_expert_mlp_dim=24", "vocab_blocks=0 (configgen/configs/base.yml:175): 0: expected 0 (= the tensor degree with vocab_parallel, else 1) or a power of two times a factor of canonical_factor 3 (implied by the tensor / context axes: canonical_factor=1 (configgen/configs/base.yml:"},
         {"ici_tensor_parallelism=4", "num_ranks=4", "tensor parallelism 4 does not divide base_num_kv_heads (2)"},
         // context parallelism: its limits (docs/context.md)
-        {"ici_context_parallelism=2", "num_ranks=2|gradient_accumulation_steps=2097152", "per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4): 2 x 1 tensor x 2 context ranks = 4 sequences per batch group, run as microbatches of one sequence each, x gradient_accumulation_steps=2097152 exceed the 24 gradient tree levels"},
+        {"ici_context_parallelism=2", "num_ranks=2|gradient_accumulation_steps=536870912", "per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4): 2 x 1 tensor x 2 context ranks = 4 sequences per batch group, run as microbatches of one sequence each, x gradient_accumulation_steps=536870912 exceed the 32 gradient tree levels"},
         {"ici_context_parallelism=4", "num_ranks=4", "ici_context_parallelism=4 (command line): context parallelism 4 x tensor parallelism 1 = 4 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide gdn_num_key_heads (2)"},
         // (attention's heads may be owned unevenly, issue 35: 12 query / 6 kv heads on
         // context 4 plan; the GDN layers' heads must still divide)
@@ -544,7 +543,6 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"run_name=..", NULL, "run_name=.. (command line): expected letters"},
         {"run_name=.hidden", NULL, "starting with a letter or digit"},
         {"gdn_key_head_dim=1024", NULL, "gdn_key_head_dim=1024 (command line): must be <= 512"},
-        {"load_balance_loss_weight=0.01", "num_experts=2048", "must be <= 1024 (QT_MOE_MAX_EXPERTS)"},
         // size products beyond 2^56 elements (2^40 x 2^40 wraps to a 0-element embedding)
         {"base_emb_dim=1099511627776", "vocab_size=1099511627776",
          "base_emb_dim=1099511627776 x vocab_size=1099511627776 (embedding and lm_head) exceeds 2^56 elements"},
@@ -825,6 +823,46 @@ TEST(CgPlanner, CheckerCatchesBadFlatRegions)
         CHECK(qt_cg_check_plan(&p.g, err, sizeof err) != 0);
         CHECK(strstr(err, "tree levels") != NULL);
     }
+}
+
+// The gradient tree's 32 levels (qt_plan.h, issue 35: 24 before) hold 2^31 - 1 sequences per
+// step and batch group: test-next-tiny with 2 x (2^30 - 1) sequences plans 31 levels (one
+// parameter copy each), passes the plan checks and writes all 32 tree_offset entries; with
+// 2 x 2^23 (25 levels, past the former limit) likewise; a plan of at most 24 levels writes
+// the former 24 entries (its plan.c and hash as before the table grew). Nothing runs them.
+TEST(CgPlanner, TreeLevelsHoldTwoToTheThirtyOneSequences)
+{
+    const struct {
+        const char *over;
+        int levels, written;
+    } cases[] = {{"gradient_accumulation_steps=1073741823", 31, 32},
+                 {"gradient_accumulation_steps=8388608", 25, 32},
+                 {"gradient_accumulation_steps=4194304", 24, 24}};
+    std::string dir = make_tmpdir();
+    for (auto &c : cases) {
+        CgPlan p;
+        char *over[] = {(char *)c.over};
+        LONGS_EQUAL(0, p.build(kTiny, 1, over));
+        LONGS_EQUAL(c.levels, p.g.n_tree_levels);
+        char err[1024] = "";
+        LONGS_EQUAL(0, qt_cg_check_plan(&p.g, err, sizeof err));
+        LONGS_EQUAL(p.g.tree_offset[c.levels - 1], p.g.grads_offset);
+        const int64_t pb = 4 * p.g.n_param_elems;
+        LONGS_EQUAL(pb * (c.levels - 1), p.g.tree_offset[c.levels - 1] - p.g.tree_offset[0]);
+        // plan.c: the tree_offset initializer has `written` entries
+        std::string gen = dir + "/" + std::to_string(c.levels);
+        char *argv[] = {(char *)"configgen", (char *)"-o", (char *)gen.c_str(), (char *)kTiny,
+                        (char *)c.over};
+        LONGS_EQUAL(0, qt_cg_generate(5, argv, err, sizeof err));
+        const std::string pc = slurp(gen + "/test-next-tiny/plan.c");
+        const size_t at = pc.find(".tree_offset = {");
+        CHECK(at != std::string::npos);
+        const std::string init = pc.substr(at, pc.find('}', at) - at);
+        int n = 1;
+        for (char ch : init) n += ch == ',';
+        LONGS_EQUAL(c.written, n);
+    }
+    rm_rf(dir);
 }
 
 TEST_GROUP(CgSchedule){};

@@ -75,12 +75,6 @@ int qt_cg_moe_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t 
             "num_experts %lld): every routed assignment would be dropped; expected "
             "capacity_factor >= %.6g, or <= 0 for dropless routing",
             (long long)avg, cf, cf, (long long)S, (long long)k, (long long)E, 1.0 / (double)avg);
-    if (E > 1024)
-        return qt_cg_rule_bad(c, err, errlen, "capacity_factor",
-                              "token dropping with num_experts=%lld: "
-                              "the capacity queue's per-expert counters hold at most 1024 experts "
-                              "(firmware/kernels/moe_route.h); expected capacity_factor <= 0",
-                              (long long)E);
     s->moe_capacity = C;
     snprintf(s->moe_note, sizeof s->moe_note,
              "sparse_matmul=false, capacity_factor=%g: "

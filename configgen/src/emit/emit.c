@@ -276,7 +276,7 @@ static void emit_train(qt_cg_buf *b, const qt_train_cfg *t)
         qt_cg_buf_printf(b, "%s%d", i ? ", " : "{", (int)p->F[i]);                         \
     qt_cg_buf_printf(b, "}, /* data fsdp tensor expert context */\n")
 #define QT_CG_E_LEVELS(F, N)                                                               \
-    for (int i = 0; i < QT_MAX_TREE_LEVELS; i++)                                           \
+    for (int i = 0; i < QT_TREE_LEVELS_KEPT(p->n_tree_levels); i++)                        \
         qt_cg_buf_printf(b, "%s%lldll", i ? ", " : "{", (long long)p->F[i]);               \
     qt_cg_buf_printf(b, "},\n")
 

@@ -199,7 +199,7 @@ static int64_t bf16_staging(qt_cg_graph *g, int64_t at)
  * member's group index is its batch index: its leaves are [index * L, (index + 1) * L) of
  * the global order, docs/determinism.md); else 0 (the leaf tree's total is one subtree of
  * the one-rank tree, the plan is not in the step form, or the units would be more than
- * QT_CG_MAX_UNITS over the group or need more than QT_MAX_TREE_LEVELS levels). */
+ * QT_CG_MAX_UNITS over the group or need more than QT_CG_MAX_UNIT_LEVELS levels). */
 int64_t qt_cg_grad_units(const qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
@@ -213,7 +213,7 @@ int64_t qt_cg_grad_units(const qt_cg_graph *g)
     const int64_t U = L & -L, q = L / U;
     int lu = 0;
     while (U >> (lu + 1)) lu++;
-    if (q * qt_cg_group_size(s, s->batch_mask) > QT_CG_MAX_UNITS || lu + q > QT_MAX_TREE_LEVELS)
+    if (q * qt_cg_group_size(s, s->batch_mask) > QT_CG_MAX_UNITS || lu + q > QT_CG_MAX_UNIT_LEVELS)
         return 0;
     return q;
 }
@@ -237,7 +237,7 @@ static int bit_length(int64_t n)
  * units are those of its group index in the global (microbatch, batch index) order (the
  * context axis least significant: one sequence a microbatch, a context rank's blocks
  * contiguous). 0 otherwise, or when a range's units would be more than QT_CG_MAX_UNITS over
- * its group or need more than QT_MAX_TREE_LEVELS levels (the plan then keeps the
+ * its group or need more than QT_CG_MAX_UNIT_LEVELS levels (the plan then keeps the
  * reduce-scatter and plan.txt says no). *umax: max U_p, *cmax: max over ranges of G R_r q_p
  * (the units the widest counter runs over). */
 static int64_t mb_units(const qt_cg_graph *g, int64_t *umax, int64_t *cmax)
@@ -262,7 +262,7 @@ static int64_t mb_units(const qt_cg_graph *g, int64_t *umax, int64_t *cmax)
         if ((T / U) * Rr > QT_CG_MAX_UNITS) return 0;
     }
     if (one_rank) return 0;
-    if (bit_length(*umax) - 1 + q + bit_length(*cmax) > QT_MAX_TREE_LEVELS) return 0;
+    if (bit_length(*umax) - 1 + q + bit_length(*cmax) > QT_CG_MAX_UNIT_LEVELS) return 0;
     return q;
 }
 

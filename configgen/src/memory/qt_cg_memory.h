@@ -35,6 +35,11 @@ int64_t qt_cg_tree_leaves(const qt_cg_graph *g, int p);
 /* The step form's unit count q (qt_plan_fields.def grad_units), or 0; at most
  * QT_CG_MAX_UNITS units over the batch group (the firmware's fold, qt_coll.h). */
 #define QT_CG_MAX_UNITS 1024
+/* The tree levels the units' form may use (both forms): the bound of the 24-level table they
+ * were planned against, kept when the table grew (QT_MAX_TREE_LEVELS 32) so every plan takes
+ * the form it took before (a split whose units need 25..32 levels keeps the reduce-scatter,
+ * plan.txt says why; tests/e2e/61_odd_ranks.sh). */
+#define QT_CG_MAX_UNIT_LEVELS 24
 int64_t qt_cg_grad_units(const qt_cg_graph *g);
 /* The microbatch form's unit count q >= 1 (qt_plan_fields.def grad_mb_units), or 0. */
 int64_t qt_cg_grad_mb_units(const qt_cg_graph *g);
