@@ -10,7 +10,15 @@
 #   * keys MaxText accepts and ignores (shared_experts other than 1, norm_topk_prob false,
 #     the eval_* keys without eval_interval): configgen accepts them with a note naming each
 #     key, its value and why, on stderr and in plan.txt, and the plan is the plan without
-#     them (plan.txt's plan hash line is the same).
+#     them (plan.txt's plan hash line is the same);
+#   * more than 1024 experts (the router's per-expert counters and load-balance accumulators
+#     were one stack array of 1024; now stack blocks taken in order, firmware/kernels/
+#     moe_route.c, bits checked against the unblocked kernels in test_moe_many_experts.cpp):
+#     2048 experts (top 8, width 4) with load_balance_loss_weight 0.01 on DP2 x EP2 == one
+#     rank; 1100 experts (top 16, C = 1: a partial second block, ~15% of the assignments
+#     dropped) with token dropping on DP2 x EP2 == one rank; the same 1100 experts with the
+#     load-balance loss on context 2 (the queues continued from the earlier block's counts,
+#     the term from the group's counts) == one rank; 10 steps, loss bits and fingerprints.
 LIFT_D=$QT_TMP/lifted
 
 # lift_det NAME BIN RANKS: 10 steps of BIN on RANKS ranks on the tiny test data, seed 11;
@@ -81,3 +89,51 @@ lift_ignored() {
   echo "7 settings accepted with their notes, each $h0; e.g. $(cat "$d/norm_topk_prob=false.err")"
 }
 check "lifted: shared_experts, norm_topk_prob false, eval_* without eval_interval: noted, the same plan" lift_ignored
+
+# lift_pair NAME ONE MESH RANKS KEY=VALUE...: the runs ONE (one rank) and MESH (RANKS ranks)
+# with the same overrides, 10 steps each (lift_det), bit for bit
+lift_pair() {
+  local name=$1 one=$2 mesh=$3 n=$4; shift 4
+  mkdir -p "$LIFT_D/$name"
+  plan_variant "$one" "$LIFT_D/$name" "$@" && plan_variant "$mesh" "$LIFT_D/$name" "$@" || return 1
+  lift_det "$name-one" "$LIFT_D/$name/$one-v/qtrain" 1 &&
+    lift_det "$name-mesh" "$LIFT_D/$name/$mesh-v/qtrain" "$n" || return 1
+  cmp "$LIFT_D/$name-one.det" "$LIFT_D/$name-mesh.det" ||
+    { diff "$LIFT_D/$name-one.det" "$LIFT_D/$name-mesh.det" | head -4; return 1; }
+  echo "identical to one rank over 10 steps: $(tail -n 1 "$LIFT_D/$name-mesh.det")"
+}
+# lift_drops NAME: the one-rank run of lift_pair NAME dropped assignments at every step and
+# its mesh run dropped the same counts
+lift_drops() {
+  local a b
+  a=$(grep -o '"moe_dropped":[0-9]*' "$LIFT_D/$1-one.jsonl") b=$(grep -o '"moe_dropped":[0-9]*' "$LIFT_D/$1-mesh.jsonl")
+  [ "$(grep -c '"moe_dropped":[1-9]' <<< "$a")" -eq 10 ] || { echo "not 10 steps with drops: $a"; return 1; }
+  [ "$a" = "$b" ] || { echo "dropped counts differ"; return 1; }
+  echo "dropped at every step, as one rank: $(echo "$a" | tr '\n' ' ')"
+}
+
+LIFT_LB="num_experts=2048 num_experts_per_tok=8 base_moe_mlp_dim=4 load_balance_loss_weight=0.01"
+LIFT_CAP="num_experts=1100 num_experts_per_tok=16 base_moe_mlp_dim=4"
+# shellcheck disable=SC2086
+check "lifted: 2048 experts with the load-balance loss, DP2 x EP2 == one rank, bit for bit" \
+  lift_pair lb2048 mesh-next-1r mesh-next-dp2ep2 4 $LIFT_LB
+# not vacuous: the term is in the loss (the same 2048 experts without it differ)
+lift_lb_counts() {
+  local d=$LIFT_D/lb2048-off
+  mkdir -p "$d"
+  plan_variant mesh-next-1r "$d" num_experts=2048 num_experts_per_tok=8 base_moe_mlp_dim=4 &&
+    lift_det lb2048-off "$d/mesh-next-1r-v/qtrain" 1 || return 1
+  ! cmp -s "$LIFT_D/lb2048-off.det" "$LIFT_D/lb2048-one.det" || { echo "the term changes nothing"; return 1; }
+  echo "with the term: $(tail -n 1 "$LIFT_D/lb2048-one.det"); without: $(tail -n 1 "$LIFT_D/lb2048-off.det")"
+}
+check "lifted: 2048 experts, the load-balance term changes the bits (the cell above is not vacuous)" lift_lb_counts
+# shellcheck disable=SC2086
+check "lifted: 1100 experts with token dropping (C = 1), DP2 x EP2 == one rank, bit for bit" \
+  lift_pair cap1100 cap-next-1r cap-next-dp2ep2 4 $LIFT_CAP
+check "lifted: 1100 experts with token dropping: drops at every step, the mesh's counts are one rank's" \
+  lift_drops cap1100
+# shellcheck disable=SC2086
+check "lifted: 1100 experts, token dropping and the load-balance loss on context 2 == one rank, bit for bit" \
+  lift_pair capctx1100 cap-ctx-next-1r-nb4 cap-ctx-next-cp2 2 $LIFT_CAP load_balance_loss_weight=0.01
+check "lifted: 1100 experts on context 2: drops at every step, the counts are one rank's" \
+  lift_drops capctx1100
