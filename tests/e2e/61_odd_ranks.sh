@@ -347,7 +347,7 @@ scan_layer_units() {
 check "any split: scanned data 2 x expert 2 with 3 leaves a microbatch, G 2, per layer with gathers, ZeRO-1 (units) == one rank, bit for bit" scan_layer_units
 
 # the microbatch form where its units do not apply (25 leaves a microbatch: 25 unit levels,
-# over QT_MAX_TREE_LEVELS 24, so the reduce-scatter after each microbatch stays, as before
+# over QT_CG_MAX_UNIT_LEVELS 24, so the reduce-scatter after each microbatch stays, as before
 # the units): deterministic, not one rank's bits, as plan.txt says - the microbatch form's
 # old arithmetic differs from one rank's (the checks above are not vacuous)
 split_own_bits() {
@@ -367,7 +367,7 @@ split_own_bits() {
 check "any split: the microbatch form without its units (25 leaves a microbatch) is deterministic, not one rank's bits (plan.txt says so)" split_own_bits
 
 # more units than the plan's tree levels allow (25 leaves a rank: 25 units of one leaf, over
-# QT_MAX_TREE_LEVELS 24): configgen keeps the reduce-scatter and plan.txt says "no" with
+# QT_CG_MAX_UNIT_LEVELS 24): configgen keeps the reduce-scatter and plan.txt says "no" with
 # the reason (no refusal, no wrong "yes")
 split_too_many_units() {
   local d=$QT_TMP/odd/units25

@@ -285,7 +285,7 @@ row "configgen" "configgen test-next-tiny.yml adam_eps=1e-50" "$EC" cg $RUN adam
 mkdir -p $W/gen/test-next-tiny && echo "my notes" > $W/gen/test-next-tiny/notes.txt
 row "configgen" "configgen -o DIR test-next-tiny.yml (DIR/test-next-tiny holds notes.txt)" "e2e \`45_plan_report.sh\`: configgen -o keeps files it did not write" cg $RUN
 rm -rf $W/gen/test-next-tiny
-row "configgen" "configgen test-next-tiny.yml per_device_batch_size=1e8" "$EC" cg $RUN per_device_batch_size=1e8
+row "configgen" "configgen test-next-tiny.yml per_device_batch_size=3e9" "$EC" cg $RUN per_device_batch_size=3e9
 row "configgen" "configgen test-next-tiny.yml ici_fsdp_parallelism=2" "$EC" cg $RUN ici_fsdp_parallelism=2
 row "configgen" "configgen test-next-tiny.yml device_memory_gib=1e-30" "$EC" cg $RUN device_memory_gib=1e-30
 PP="num_ranks=2 ici_pipeline_parallelism=2"
