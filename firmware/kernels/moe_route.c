@@ -128,6 +128,7 @@ static void qt_route_lb_bwd_seq(qt_real *dl, const qt_real *logits, const int32_
         return;
     }
     qt_real mt[QT_MOE_TOKEN_BLOCK], zt[QT_MOE_TOKEN_BLOCK], at[QT_MOE_TOKEN_BLOCK];
+    qt_real pb[QT_MOE_EXPERT_BLOCK];
     for (int64_t t0 = 0; t0 < S; t0 += QT_MOE_TOKEN_BLOCK) {
         const int64_t nt = S - t0 < QT_MOE_TOKEN_BLOCK ? S - t0 : QT_MOE_TOKEN_BLOCK;
         for (int64_t i = 0; i < nt; i++) {
@@ -140,13 +141,15 @@ static void qt_route_lb_bwd_seq(qt_real *dl, const qt_real *logits, const int32_
                 qt_route_block_g(g, cnt, idx, rows, e0, n, c, inv_s);
                 for (int64_t i = 0; i < nt; i++) {
                     const qt_real *row = logits + (t0 + i) * E + e0;
-                    qt_real *d = dl + (t0 + i) * E + e0;
-                    for (int64_t j = 0; j < n; j++) {
-                        const qt_real pe = QT_EXP(row[j] - mt[i]) / zt[i];
-                        if (pass == 0)
-                            at[i] += pe * g[j];
-                        else
-                            d[j] += pe * (g[j] - at[i]);
+                    for (int64_t j = 0; j < n; j++) pb[j] = QT_EXP(row[j] - mt[i]) / zt[i];
+                    if (pass == 0) {
+                        qt_real a = at[i];
+                        for (int64_t j = 0; j < n; j++) a += pb[j] * g[j];
+                        at[i] = a;
+                    } else {
+                        qt_real *d = dl + (t0 + i) * E + e0;
+                        const qt_real a = at[i];
+                        for (int64_t j = 0; j < n; j++) d[j] += pb[j] * (g[j] - a);
                     }
                 }
             }
