@@ -93,6 +93,22 @@ check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, explicit: fits 95 GiB and c
   aot_case aot-next80-v5p512 fits
 check "aot: qwen3-next-80b-a3b v5p-512 FSDP32 x EP8, auto: fits 95 GiB and compiles" \
   aot_case aot-next80-v5p512-auto fits
+# A batch past the former 24 gradient tree levels (issue 35: 32 now): G = 2^24 microbatches of
+# one sequence per batch rank (2^32 sequences a step over the 256 ranks) plans 29 tree levels
+# (the leaf tree's 4 per-layer windows, 25 of microbatches: 24 of this rank's reduce blocks,
+# 1245 MiB each, and the gradient), fits (90274 MiB) and compiles with all 32 tree_offset
+# entries written (a plan of <= 24 levels writes the former 24: its plan.c and hash
+# unchanged). Nothing runs it.
+aot_levels() {
+  aot_case aot-next80-v5p512 fits next80-g2p24 gradient_accumulation_steps=16777216 \
+    run_name=next80-g2p24 || return 1
+  local p=$AOT_OUT/next80-g2p24/next80-g2p24
+  grep -q "each step reads 4294967296 sequences" "$p/plan.txt" || { echo "not 2^32 sequences a step"; return 1; }
+  [ "$(grep -o "tree_offset = {[^}]*}" "$p/plan.c" | tr ',' '\n' | wc -l)" -eq 32 ] ||
+    { echo "plan.c does not write 32 tree levels"; return 1; }
+  grep -q "n_tree_levels = 29," "$p/plan.c" || { grep "n_tree_levels" "$p/plan.c"; return 1; }
+}
+check "aot: qwen3-next-80b-a3b v5p-512 with 2^32 sequences a step (G 2^24: 29 tree levels, past the former 24): fits and compiles" aot_levels
 # The same with the multi-token-prediction head (mtp_num_layers 1, issue 31): +241 M flat
 # parameter elements on the rank (mtp.fc, three norms, one full-attention MoE layer with the
 # rank's 64 experts), +920 MiB compute copy, +49 Adam, +526 activations (the MTP0.* layer
