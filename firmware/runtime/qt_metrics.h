@@ -25,8 +25,9 @@ typedef struct qt_step_metrics {
     int mtp;                   /* the plan has the MTP head (mtp_loss in the metrics) */
     double mtp_loss;           /* its cross-entropy mean over the positions with an MTP
                                   loss, before the factor (docs/model.md 1.8) */
-    /* token dropping (plans with a capacity, qt_plan moe_capacity > 0): routed assignments
-     * of the step's global batch dropped past their expert's capacity, their total, and
+    /* token dropping (plans with a capacity, qt_plan_drops: C >= 1 or C = 0): routed
+     * assignments of the step's global batch dropped past their expert's capacity, their
+     * total, and
      * the dropped count per layer (the first QT_METRICS_MAX_LAYERS layers; n_drop_layers of
      * them are reported) */
     int64_t moe_dropped, moe_assignments;

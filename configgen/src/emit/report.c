@@ -555,7 +555,24 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
     else
         qt_cg_buf_printf(b, "  batch axes: - (every rank reads the whole global batch)\n");
     char mis[64];
-    if (s->canon_implied) implied_bits_line(b, g, nb);
+    if (g->moe_ragged) {
+        /* the receive buffers' drops depend on the expert degree: no mesh gives another's */
+        qt_cg_buf_printf(b, "  one-rank bits: no: ragged_buffer_factor=%g: each expert host's "
+                         "receive buffer holds B = int(%lld x %lld x %g) = %lld rows a "
+                         "microbatch and the rows past it drop, in MaxText's order (source "
+                         "rank, expert, token), so which rows drop depends on the expert degree "
+                         "%d and the local batch: the run is deterministic for this mesh and "
+                         "plan, and one expert rank drops nothing (docs/config.md \"MoE "
+                         "form\")\n", s->ragged_factor,
+                         (long long)(s->tr.micro_batch * s->tr.seq_len), (long long)s->m.top_k,
+                         s->ragged_factor, (long long)g->ragged_rows, s->mesh[QT_MESH_EXPERT]);
+        if (s->batch_mask && nb > 1) {
+            qt_cg_buf rb = {0};
+            one_rank_bits_line(&rb, g, nb);
+            qt_cg_buf_printf(b, "  the batch reduction alone, %s", rb.p + 2);
+            qt_cg_buf_free(&rb);
+        }
+    } else if (s->canon_implied) implied_bits_line(b, g, nb);
     else if (!canon_split_aligned(s, mis, sizeof mis)) {
         qt_cg_buf_printf(b, "  one-rank bits: no: %s splits canonical_factor %d's blocks (%d x "
                          "2^j, config/canon.c) into shares that are not powers of two, so the "
@@ -1183,6 +1200,12 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
                          "recomputed per round in the backward\n", (long long)g->ep_rows,
                          s->expert_rounds_auto ? "auto: the whole dispatch is over the budget"
                                                : "rounds, expert_chunk_rows",
+                         (long long)g->ep_rows_dropless,
+                         100.0 * (double)g->ep_rows / (double)g->ep_rows_dropless);
+    else if (g->moe_ragged && g->ep_rows_dropless > 0)
+        qt_cg_buf_printf(b, "  moe receive buffer: an expert host holds %lld routed rows per "
+                         "layer (ragged_buffer_factor: B = int(T x k x r), at least 1) instead "
+                         "of the dropless worst case %lld (%.1f%%)\n", (long long)g->ep_rows,
                          (long long)g->ep_rows_dropless,
                          100.0 * (double)g->ep_rows / (double)g->ep_rows_dropless);
     else if (s->moe_capacity > 0 && g->ep_rows_dropless > 0)
