@@ -14,8 +14,12 @@
 #    order (source rank, expert, token; tests/unit/test_moe_ragged.cpp checks the rule).
 #    EP2 with r 0.5 drops at every step (the metrics' moe_dropped) and changes the bits; EP2
 #    with r 100 drops nothing and has the dropless EP2 run's bits; one expert rank with r 0.5
-#    has the dropless one-rank bits (MaxText drops only with expert parallelism); plan.txt
-#    says "one-rank bits: no" with the buffer.
+#    has the dropless one-rank plan (its hash) and bits (MaxText drops only with expert
+#    parallelism); plan.txt says "one-rank bits: no" with the buffer. The dispatch in rounds
+#    (expert_dispatch rounds, chunks of 32 rows) keeps the same rows: the whole dispatch's
+#    bits. EP4 (one sequence a rank, B = 16) drops other rows than EP2 (the same count when
+#    every host overflows: half the rows): the bits depend on the expert degree, as the
+#    contract says.
 
 MD=$QT_TMP/moedrop
 DATA=tests/golden/e2e/test-next-tiny/tokens.npy
@@ -91,6 +95,10 @@ ragged_drops() {
   d=$(md_dropped rb05-mesh-next-ep2)
   echo "$d" | awk -F/ '{ n++; if ($1 + 0 > 0 && $1 + 0 < $2 + 0) ok++ } END { exit (n == 10 && ok == 10) ? 0 : 1 }' ||
     { echo "expected 0 < dropped < assignments at each of 10 steps: $(echo $d)"; return 1; }
+  # step 0: every host gets more than its 32 rows in every layer, so it keeps exactly 32 of
+  # the group's 128: 4 layers x 64 dropped (a host that counted only its own source's rows,
+  # or placed them source-last, would keep more or other rows)
+  [ "$(echo "$d" | head -n 1)" = "256/512" ] || { echo "step 0: expected 256/512 dropped"; return 1; }
   echo "dropped per step: $(echo $d)"
 }
 check "ragged_buffer_factor 0.5 on EP2: rows drop at every step (metrics), plan.txt: one-rank bits no" ragged_drops
@@ -114,11 +122,35 @@ ragged_large() {
 check "ragged_buffer_factor 100 on EP2 == the dropless EP2 run, bit for bit, 0 dropped" ragged_large
 ragged_one_rank() {
   md_variant mesh-next-1r 1 rb05 ragged_buffer_factor=0.5 || return 1
-  md_run one build/mesh-next-1r/qtrain || return 1
+  md_run one 1 build/mesh-next-1r/qtrain || return 1
   cmp "$MD/one.det" "$MD/rb05-mesh-next-1r.det" || return 1
-  grep -q "ragged_buffer_factor=0.5: no expert parallelism" \
-    "$MD/rb05/mesh-next-1r-v/plan/mesh-next-1r/plan.txt" || { echo "plan.txt lacks the note"; return 1; }
+  local p=$MD/rb05/mesh-next-1r-v/plan/mesh-next-1r/plan.txt
+  grep -q "ragged_buffer_factor=0.5: no expert parallelism" "$p" || { echo "plan.txt lacks the note"; return 1; }
+  # the very plan of the dropless run (the plan hash covers every table and op)
+  [ "$(grep -o 'plan hash 0x[0-9a-f]*' "$p")" = "$(grep -o 'plan hash 0x[0-9a-f]*' generated/mesh-next-1r/plan.txt)" ] ||
+    { echo "the plan differs from mesh-next-1r's"; return 1; }
   ! grep -q '"moe_dropped"' "$MD/rb05-mesh-next-1r.jsonl" || { echo "one rank reports drops"; return 1; }
   echo "identical to the dropless one-rank run: $(tail -n 1 "$MD/one.det")"
 }
 check "ragged_buffer_factor 0.5 on one expert rank == dropless (as MaxText), bit for bit" ragged_one_rank
+ragged_rounds() {
+  md_variant mesh-next-ep2 2 rb05 ragged_buffer_factor=0.5 &&
+    md_variant mesh-next-ep2-rounds 2 rb05 ragged_buffer_factor=0.5 || return 1
+  cmp "$MD/rb05-mesh-next-ep2.det" "$MD/rb05-mesh-next-ep2-rounds.det" || return 1
+  [ "$(md_dropped rb05-mesh-next-ep2)" = "$(md_dropped rb05-mesh-next-ep2-rounds)" ] ||
+    { echo "dropped counts differ"; return 1; }
+  echo "identical: $(tail -n 1 "$MD/rb05-mesh-next-ep2.det")"
+}
+check "ragged_buffer_factor 0.5: EP2 dispatched in rounds == the whole dispatch, bit for bit, same drops" ragged_rounds
+ragged_ep4() {
+  md_variant mesh-next-ep2 2 rb05 ragged_buffer_factor=0.5 &&
+    md_variant mesh-next-ep4 4 rb05 ragged_buffer_factor=0.5 || return 1
+  local a b
+  a=$(md_dropped rb05-mesh-next-ep2 | head -n 1) b=$(md_dropped rb05-mesh-next-ep4 | head -n 1)
+  [ "${b%%/*}" -gt 0 ] || { echo "EP4 drops nothing at step 0: $b"; return 1; }
+  ! cmp -s "$MD/rb05-mesh-next-ep2.det" "$MD/rb05-mesh-next-ep4.det" ||
+    { echo "EP4 has EP2's bits: $(tail -n 1 "$MD/rb05-mesh-next-ep2.det")"; return 1; }
+  echo "step 0 dropped: EP2 $a, EP4 $b (every host over its buffer: half of the rows either"
+  echo "way, but other rows); step 9: EP2 $(tail -n 1 "$MD/rb05-mesh-next-ep2.det"), EP4 $(tail -n 1 "$MD/rb05-mesh-next-ep4.det")"
+}
+check "ragged_buffer_factor 0.5: EP4 drops other rows than EP2 (the bits depend on the expert degree)" ragged_ep4
