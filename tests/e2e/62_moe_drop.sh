@@ -54,6 +54,14 @@ md_dropped() {
       print a[1] "/" (m ? substr($0, RSTART + 18, RLENGTH - 18) : "none") }'
 }
 
+# md_differ A B: runs A and B (their .det) differ at step 10
+md_differ() {
+  local a b
+  a=$(tail -n 1 "$MD/$1.det") b=$(tail -n 1 "$MD/$2.det")
+  [ "$a" != "$b" ] || { echo "$2 has the bits of $1: $a"; return 1; }
+  echo "$1: $a; $2: $b"
+}
+
 cap0_all_dropped() {
   mkdir -p "$MD"
   md_variant cap-next-1r 1 cap0 $CAP0 || return 1
@@ -68,10 +76,7 @@ check "capacity 0: every routed assignment drops at every step (512 of 512), pla
 cap0_differs() {
   md_variant cap-next-1r 1 cap0 $CAP0 &&
     md_variant cap-next-1r 1 cap1lb load_balance_loss_weight=0.01 || return 1
-  local a b
-  a=$(tail -n 1 "$MD/cap0-cap-next-1r.det") b=$(tail -n 1 "$MD/cap1lb-cap-next-1r.det")
-  [ "$a" != "$b" ] || { echo "capacity 0 has capacity 1.0's bits: $a"; return 1; }
-  echo "C=0: $a; C=8: $b"
+  md_differ cap1lb-cap-next-1r cap0-cap-next-1r
 }
 check "capacity 0 changes the bits (vs capacity_factor 1.0, C = 8)" cap0_differs
 cap0_mesh() {
@@ -105,10 +110,7 @@ check "ragged_buffer_factor 0.5 on EP2: rows drop at every step (metrics), plan.
 ragged_differs() {
   md_variant mesh-next-ep2 2 rb05 ragged_buffer_factor=0.5 || return 1
   md_run ep2 2 build/mesh-next-ep2/qtrain || return 1
-  local a b
-  a=$(tail -n 1 "$MD/ep2.det") b=$(tail -n 1 "$MD/rb05-mesh-next-ep2.det")
-  [ "$a" != "$b" ] || { echo "the buffer run has the dropless bits: $a"; return 1; }
-  echo "dropless: $a; r 0.5: $b"
+  md_differ ep2 rb05-mesh-next-ep2
 }
 check "ragged_buffer_factor 0.5 on EP2 changes the bits (vs the dropless EP2 run)" ragged_differs
 ragged_large() {
