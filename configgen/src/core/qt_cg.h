@@ -364,7 +364,8 @@ typedef struct qt_cg_graph {
     int32_t moe_drops;         /* I32 [layers x b] dropped counts (token dropping), else QT_NONE */
     int32_t moe_ragged;        /* 1: the MoE layers drop by the receive buffers (MOE_RAGGED:
                                   ragged_buffer_factor > 0 on an expert group > 1 rank) */
-    int64_t ragged_rows;       /* then B = int(T k r), the rows a host's buffer holds */
+    int64_t ragged_rows;       /* then B = int(T k r), the rows a host's buffer holds, */
+    int64_t ragged_tokens;     /* T: a rank's tokens a microbatch */
     int64_t ep_rows, ep_rows_dropless; /* expert parallelism: rows an expert host holds per MoE
                                           layer (Rmax; with a capacity at most M x b x El x C),
                                           and the dropless worst case; 0 without EP */

@@ -564,7 +564,7 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
                          "%d and the local batch: the run is deterministic for this mesh and "
                          "plan, and one expert rank drops nothing (docs/config.md \"MoE "
                          "form\")\n", s->ragged_factor,
-                         (long long)(s->tr.micro_batch * s->tr.seq_len), (long long)s->m.top_k,
+                         (long long)g->ragged_tokens, (long long)s->m.top_k,
                          s->ragged_factor, (long long)g->ragged_rows, s->mesh[QT_MESH_EXPERT]);
         if (s->batch_mask && nb > 1) {
             qt_cg_buf rb = {0};

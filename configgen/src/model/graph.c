@@ -1027,6 +1027,7 @@ static void graph_io(qt_cg_graph *g, const qt_cg_dims *D)
     /* receive buffers: B = int(T k r) rows, T this rank's tokens a microbatch (MaxText's
      * get_ragged_buffer_size on the local batch); an expert axis of one rank has none */
     g->moe_ragged = s->ragged_factor > 0 && s->mesh[QT_MESH_EXPERT] > 1;
+    g->ragged_tokens = g->moe_ragged ? D->T : 0;
     g->ragged_rows = g->moe_ragged ? (int64_t)((double)(D->T * D->k) * s->ragged_factor) : 0;
     if (s->moe_capacity > 0 || s->moe_drop_all || g->moe_ragged) {
         g->moe_drops = qt_cg_add_tensor(g, "moe_drops", QT_ROLE_LOSS, QT_I32, 2,
