@@ -446,6 +446,15 @@ static inline int64_t qt_plan_tokens_per_seq(const struct qt_plan *p)
     return p->train.seq_len / qt_plan_context(p);
 }
 
+/* Token dropping: sparse_matmul false and capacity_factor > 0, a capacity C >= 1
+ * (moe_capacity) or C = 0 (moe_drop_all: every routed assignment drops), the plan's
+ * MOE_CAPACITY ops; or the expert hosts' receive buffers (moe_ragged, MOE_RAGGED ops).
+ * The plan then has the dropped counts' tensor moe_drops. */
+static inline int qt_plan_drops(const struct qt_plan *p)
+{
+    return p->moe_capacity > 0 || p->moe_drop_all || p->moe_ragged;
+}
+
 static inline int64_t qt_plan_leaves_per_mb(const struct qt_plan *p)
 {
     return p->train.micro_batch * qt_plan_blocks(p) / qt_plan_context(p);

@@ -8,6 +8,9 @@
  * per sequence in (token, slot) order, integers only: its decisions never depend on floats.
  * A sequence split over context ranks continues the earlier ranks' counts (qt_moe_capacity_from's
  * base: their per-expert counts, an exclusive prefix), so every rank decides as one rank does.
+ * The receive-buffer rule (qt_moe_ragged_keep) decides from the group's integer counts too:
+ * a row's place in its host's buffer is the rows of earlier members, of lower experts of
+ * the same member, and of earlier (t, slot) of the same expert before it.
  * The load-balance term is built from three pieces that the one-rank kernels call too
  * (qt_moe_lb_pbar, qt_moe_lb_term, qt_moe_lb_bwd), so a context rank that feeds them the
  * whole sequence's counts and the running Pbar sums of the earlier blocks (ops_moe.c) does
@@ -261,4 +264,31 @@ void QT_FN(qt_moe_capacity_counts)(int32_t *cnt, const int32_t *idx, int64_t T, 
     for (int64_t i = 0; i < (T / S) * E; i++) cnt[i] = 0;
     for (int64_t r = 0; r < T * k; r++)
         if (idx[r] >= 0 && idx[r] < E) cnt[(r / (S * k)) * E + idx[r]]++;
+}
+
+void QT_FN(qt_moe_ragged_keep)(int32_t *kidx, int32_t *drops, const int32_t *idx,
+                               const int32_t *cnt, int64_t T, int64_t E, int64_t k, int64_t S,
+                               int64_t El, int64_t me, int64_t B)
+{
+    /* pos[e]: the 0-based place in host e / El's buffer of this member's next row of e */
+    int64_t pos[QT_MOE_RAGGED_MAX_EXPERTS];
+    const int ok = E <= QT_MOE_RAGGED_MAX_EXPERTS && El >= 1 && E % El == 0;
+    for (int64_t e = 0; ok && e < E; e++) {
+        const int64_t h0 = e / El * El;
+        int64_t p = 0;
+        for (int64_t i = 0; i < me; i++)
+            for (int64_t f = h0; f < h0 + El; f++) p += cnt[i * E + f];
+        for (int64_t f = h0; f < e; f++) p += cnt[me * E + f];
+        pos[e] = p;
+    }
+    for (int64_t s = 0; s < T / S; s++) {
+        int32_t dropped = 0;
+        for (int64_t r = s * S * k; r < (s + 1) * S * k; r++) {
+            const int32_t e = idx[r];
+            const int keep = ok && e >= 0 && e < E && pos[e]++ < B;
+            kidx[r] = keep ? e : -1;
+            dropped += !keep;
+        }
+        if (drops) drops[s] += dropped;
+    }
 }

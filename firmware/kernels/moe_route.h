@@ -10,6 +10,10 @@
 #ifndef QT_KERNELS_MOE_ROUTE_H
 #define QT_KERNELS_MOE_ROUTE_H
 
+/* MOE_RAGGED's per-expert receive positions live on the stack (the routing and capacity
+ * kernels take any E in blocks; the ragged keep rule has not been blocked yet). */
+#define QT_MOE_RAGGED_MAX_EXPERTS 1024
+
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -82,6 +86,22 @@ void qt_moe_capacity_counts(int32_t *cnt, const int32_t *idx, int64_t T, int64_t
                             int64_t S);
 void qt_moe_capacity_counts_f64(int32_t *cnt, const int32_t *idx, int64_t T, int64_t E,
                                 int64_t k, int64_t S);
+
+/* Token dropping by an expert-parallel receive buffer (qt_ops.def MOE_RAGGED; MaxText's
+ * sparse path with ragged_buffer_factor > 0): M ranks of an expert group, member j hosting
+ * experts [j*El, (j+1)*El) (E = M*El); cnt[M x E] = every member's assignment count per
+ * expert over its T rows (member order, qt_moe_capacity_counts with S = T). Host j receives
+ * its rows ordered by source member, then expert, then the source's (t, slot) order, and
+ * keeps the first B of them. This member (index me) writes kidx[T,k] = idx or -1 (past the
+ * buffer) and adds each sequence's dropped count into drops[T/S] (NULL: none). Requires
+ * E <= QT_MOE_RAGGED_MAX_EXPERTS (else every assignment is marked dropped), idx in [0, E). Integer
+ * only (the _f64 name exists for the double test build). */
+void qt_moe_ragged_keep(int32_t *kidx, int32_t *drops, const int32_t *idx, const int32_t *cnt,
+                        int64_t T, int64_t E, int64_t k, int64_t S, int64_t El, int64_t me,
+                        int64_t B);
+void qt_moe_ragged_keep_f64(int32_t *kidx, int32_t *drops, const int32_t *idx,
+                            const int32_t *cnt, int64_t T, int64_t E, int64_t k, int64_t S,
+                            int64_t El, int64_t me, int64_t B);
 
 #ifdef __cplusplus
 }

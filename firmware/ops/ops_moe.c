@@ -15,6 +15,9 @@
  * a sequence split over context does the same with the router's counts (forward and
  * backward) and continues the probability sums along the group in token order (a chain of
  * b x E floats, qt_coll_pass; ops_moe_lb.c), so the term and its gradient are one rank's.
+ * Token dropping by an expert-parallel receive buffer (MOE_RAGGED, ragged_buffer_factor)
+ * all-gathers the expert group's per-expert counts (integers) and marks the rows past their
+ * host's buffer -1 the same way, before any row leaves its home rank.
  */
 #include <stdio.h>
 #include <string.h>
@@ -283,7 +286,7 @@ int qt_check_moe_capacity(const qt_plan *p, const qt_op *op, qt_check_state *st)
 {
     const int64_t E = QT_A(op, MOE_CAPACITY, E), S = QT_A(op, MOE_CAPACITY, S),
                   T = QT_A(op, MOE_CAPACITY, T), C = QT_A(op, MOE_CAPACITY, C);
-    if (E < 1 || S < 1 || T % S || C < 1) {
+    if (E < 1 || S < 1 || T % S || C < 0) {
         snprintf(st->why, sizeof st->why, "token dropping with %lld experts (expected >= 1), "
                  "%lld tokens in sequences of %lld, capacity %lld", (long long)E,
                  (long long)T, (long long)S, (long long)C);
@@ -303,6 +306,64 @@ int qt_check_moe_capacity(const qt_plan *p, const qt_op *op, qt_check_state *st)
                  "(%lld ranks on this mesh), context degree %lld, scratch t3 = %d (needs an "
                  "I32 tensor of >= %lld elements)", (long long)mask, (long long)R,
                  (long long)Cc, (int)ts, (long long)(Cc * (T / S) * E));
+        return 1;
+    }
+    return 0;
+}
+
+/* MOE_RAGGED: this member's counts into its block of the scratch, the group's all-gathered,
+ * then the keep decision of qt_moe_ragged_keep (the drops slot is optional). */
+void qt_op_moe_ragged(const qt_op *op, const qt_ctx *ctx)
+{
+    const int64_t T = QT_A(op, MOE_RAGGED, T), E = QT_A(op, MOE_RAGGED, E),
+                  k = QT_A(op, MOE_RAGGED, k), S = QT_A(op, MOE_RAGGED, S);
+    const unsigned mask = (unsigned)QT_A(op, MOE_RAGGED, mask);
+    const int me = qt_comm_group_index(mask), M = qt_comm_group_size(mask);
+    int rc = me < 0 ? me : M < 0 ? M : QT_OK;
+    if (!rc && (int64_t)M * QT_A(op, MOE_RAGGED, El) != E)
+        rc = qt_fail(QT_E_PLAN, "receive buffer: expert group mask 0x%x has %d ranks, %lld "
+                     "experts of %lld per rank", mask, M, (long long)E,
+                     (long long)QT_A(op, MOE_RAGGED, El));
+    if (rc) {
+        if (ctx->status && !*ctx->status) *ctx->status = rc;
+        return;
+    }
+    int32_t *cnt = qt_i32(ctx, QT_T(op, MOE_RAGGED, scratch));
+    const int32_t *idx = qt_i32(ctx, QT_T(op, MOE_RAGGED, idx));
+    qt_moe_capacity_counts(cnt + me * E, idx, T, E, k, T);
+    rc = qt_coll_all_gather(mask, cnt, E * (int64_t)sizeof(int32_t));
+    if (rc) {
+        if (ctx->status && !*ctx->status) *ctx->status = rc;
+        return;
+    }
+    int32_t *drops = QT_T(op, MOE_RAGGED, drops) != QT_NONE
+                         ? qt_i32(ctx, QT_T(op, MOE_RAGGED, drops)) +
+                               QT_A(op, MOE_RAGGED, layer) * (T / S)
+                         : 0;
+    qt_moe_ragged_keep(qt_i32(ctx, QT_T(op, MOE_RAGGED, kidx)), drops, idx, cnt, T, E, k, S,
+                       QT_A(op, MOE_RAGGED, El), me, QT_A(op, MOE_RAGGED, B));
+}
+
+/* The position counters live on the kernel's stack (moe_route.h); the scratch holds the
+ * group's counts: M x E I32, M the group's size on this plan's mesh. */
+int qt_check_moe_ragged(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    const int64_t E = QT_A(op, MOE_RAGGED, E), S = QT_A(op, MOE_RAGGED, S),
+                  T = QT_A(op, MOE_RAGGED, T), El = QT_A(op, MOE_RAGGED, El),
+                  B = QT_A(op, MOE_RAGGED, B), mask = QT_A(op, MOE_RAGGED, mask);
+    int64_t M = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        if (mask & (1ll << a)) M *= p->mesh[a];
+    const int32_t ts = QT_T(op, MOE_RAGGED, scratch);
+    if (E < 1 || E > QT_MOE_RAGGED_MAX_EXPERTS || S < 1 || T % S || B < 0 || El < 1 ||
+        M * El != E || mask <= 0 || mask >= (1ll << QT_MESH_COUNT) || ts < 0 ||
+        ts >= p->n_tensors || p->tensors[ts].dtype != QT_I32 || p->tensors[ts].numel < M * E) {
+        snprintf(st->why, sizeof st->why, "receive-buffer dropping with %lld experts (kernel "
+                 "limit %d, %lld per rank), %lld tokens in sequences of %lld, buffer %lld rows, "
+                 "group mask 0x%llx (%lld ranks), scratch t3 = %d (needs an I32 tensor of >= "
+                 "%lld elements)", (long long)E, QT_MOE_RAGGED_MAX_EXPERTS, (long long)El,
+                 (long long)T, (long long)S, (long long)B, (long long)mask, (long long)M,
+                 (int)ts, (long long)(M * E));
         return 1;
     }
     return 0;

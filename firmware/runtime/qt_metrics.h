@@ -25,10 +25,10 @@ typedef struct qt_step_metrics {
     int mtp;                   /* the plan has the MTP head (mtp_loss in the metrics) */
     double mtp_loss;           /* its cross-entropy mean over the positions with an MTP
                                   loss, before the factor (docs/model.md 1.8) */
-    /* token dropping (plans with a capacity, qt_plan moe_capacity > 0): routed assignments
-     * of the step's global batch dropped past their expert's capacity, their total, and
-     * the dropped count per layer (the first QT_METRICS_MAX_LAYERS layers; n_drop_layers of
-     * them are reported) */
+    /* token dropping (qt_plan_drops: a capacity C >= 1 or C = 0, or the expert hosts'
+     * receive buffers): routed assignments of the step's global batch dropped (past their
+     * expert's capacity or their host's buffer), their total, and the dropped count per
+     * layer (the first QT_METRICS_MAX_LAYERS layers; n_drop_layers of them are reported) */
     int64_t moe_dropped, moe_assignments;
     int32_t n_drop_layers;
     int64_t moe_dropped_layer[QT_METRICS_MAX_LAYERS];

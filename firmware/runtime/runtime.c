@@ -371,7 +371,7 @@ static int32_t qt_runtime_z_seq(const qt_plan *p)
  * per-layer totals, as int64. */
 static void qt_runtime_drops_add(const qt_plan *p, qt_step_metrics *m)
 {
-    if (p->moe_capacity <= 0) return;
+    if (!qt_plan_drops(p)) return;
     const int32_t *dr = qt_i32(&qt_rt.ctx, p->moe_drops);
     const int64_t b = p->train.micro_batch, L = p->model.n_layers;
     for (int64_t l = 0; l < L; l++) {
@@ -390,7 +390,7 @@ static void qt_runtime_drops_add(const qt_plan *p, qt_step_metrics *m)
  * count. */
 static int qt_runtime_drops_merge(const qt_plan *p, qt_step_metrics *m)
 {
-    if (p->moe_capacity <= 0) return QT_OK;
+    if (!qt_plan_drops(p)) return QT_OK;
     const int64_t L = p->model.n_layers;
     m->n_drop_layers = (int32_t)(L < QT_METRICS_MAX_LAYERS ? L : QT_METRICS_MAX_LAYERS);
     m->moe_assignments = p->train.global_batch * p->train.seq_len * p->model.top_k * L;

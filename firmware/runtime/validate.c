@@ -564,7 +564,7 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
         if (p->mb_ops[i].kind == QT_OP_XENT) /* the z-loss's sums (issue 33) */
             rc = qt_validate_io_tensor(p, QT_T(&p->mb_ops[i], XENT, z_seq), "z_seq", QT_F32,
                                        qt_plan_leaves_per_mb(p));
-    if (!rc && p->moe_capacity > 0)
+    if (!rc && qt_plan_drops(p))
         rc = qt_validate_io_tensor(p, p->moe_drops, "moe_drops", QT_I32,
                                    tc->micro_batch * (p->model.n_layers + p->mtp_layers));
     if (!rc) rc = qt_validate_regions(p);

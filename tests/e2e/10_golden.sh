@@ -21,6 +21,11 @@ check "golden qwen3-next tiny, capacity_factor 1.0 (C=8 of 16 tokens) + load bal
 check "golden qwen3-next tiny, 16 experts, capacity_factor 2.0 (C=4) vs PyTorch" golden_run test-next-cap2
 check "golden qwen3.5 tiny, capacity_factor 1.0 (C=8) vs PyTorch" golden_run test-35-cap1
 check "golden qwen3.5 tiny, 24 experts, capacity_factor 2.0 (C=4) vs PyTorch" golden_run test-35-cap2
+# A capacity of 0 (issue 35: capacity_factor 0.1, C = int(max(8 x 0.1, 0.1)) = 0, MaxText's
+# generate_masks with C = 0): every routed assignment drops (moe_dropped = all 256 a step),
+# the routed experts add nothing and get zero gradients, the router trains through the
+# load-balance term alone; the reference does the same (model.dropping).
+check "golden qwen3-next tiny, capacity_factor 0.1 (C=0: every assignment dropped) + load balance, vs PyTorch" golden_run test-next-cap0
 # sparse_matmul false without a capacity (cf -1, cf 0) is dropless: the sparse goldens, and
 # the very bits of sparse_matmul true (loss bits and fingerprint, 10 steps)
 check "golden qwen3-next tiny, sparse_matmul false dropless, vs the sparse goldens" golden_run test-next-dense test-next-tiny

@@ -248,7 +248,7 @@ cg_plans() {
 check "configgen: context parallelism with GDN layers under shard_mode=explicit (the reference trainer's guard) plans" \
   cg_plans configgen/configs/runs/test-35-tiny.yml num_ranks=2 ici_context_parallelism=2 shard_mode=explicit
 # the reference trainer's dense-MoE guard (sparse_matmul false under explicit) now plans
-# (issue 32); its capacity keys are refused with their reasons
+# (issue 32); a non-finite capacity key is refused
 cg_dense_plans() {
   build/configgen/configgen -o $B/gen-ok "$@" && grep -q "moe form: sparse_matmul=false" $B/gen-ok/*/plan.txt
   local rc=$?
@@ -257,15 +257,15 @@ cg_dense_plans() {
 }
 check "configgen: sparse_matmul=false under shard_mode=explicit (the reference trainer's guard) plans" \
   cg_dense_plans configgen/configs/runs/test-35-tiny.yml sparse_matmul=false shard_mode=explicit capacity_factor=1.0
-check "configgen: a capacity_factor whose capacity C is 0 names the key and the smallest factor" \
-  expect_fail "capacity_factor=0.1 (command line): capacity int(max(ceil(S*k/E) x cf, cf)) = int(max(8 x 0.1, 0.1)) = 0 assignments per expert and sequence" \
-  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-cap1.yml capacity_factor=0.1
 check "configgen: a non-finite capacity_factor names the key" \
   expect_fail "capacity_factor: value nan is not a number" \
   build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-cap1.yml capacity_factor=nan
-check "configgen: ragged_buffer_factor > 0 is refused: results would depend on the expert degree" \
-  expect_fail "so which rows drop (and the results) would depend on the expert degree" \
-  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml ragged_buffer_factor=2.0
+# a capacity of 0 and ragged_buffer_factor > 0 plan since issue 35 (62_moe_drop.sh); the
+# receive buffers over a context axis are refused
+check "configgen: ragged_buffer_factor > 0 with context x expert parallelism is refused, naming both degrees" \
+  expect_fail "ragged_buffer_factor=2.0 (command line): receive-buffer dropping with context parallelism 2 x expert parallelism 2" \
+  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml ragged_buffer_factor=2.0 \
+  num_ranks=4 ici_fsdp_parallelism=1 ici_context_parallelism=2 ici_expert_parallelism=2
 check "configgen: a run file that is /dev/zero is refused at once, not read forever" \
   expect_fail "/dev/zero: is a character device, not a regular file" timeout 20 build/configgen/configgen -o $B/gen /dev/zero
 check "configgen: a run file that is a directory says so" \

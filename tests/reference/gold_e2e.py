@@ -13,7 +13,8 @@ before the factor) and mtp_tokens (its normaliser).
 Capacity runs (sparse_matmul: false, capacity_factor > 0, *-cap*: token dropping, issue 32):
 expected.json also holds moe_dropped (assignments dropped per step, all layers and
 sequences) and moe_assignments (B*S*k*L per step); generation fails if step 0 drops
-nothing (a dropping golden that drops nothing tests nothing).
+nothing (a dropping golden that drops nothing tests nothing). test-next-cap0 has a capacity
+of 0 (issue 35): every assignment drops, moe_dropped = moe_assignments.
 
 Packed runs (packing: true, *-pack): the stream is packed_stream's crafted documents; the
 loss skips the targets whose input is eos and is normalised by the step's count of the
@@ -43,7 +44,10 @@ RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb', 'test-next-pack', 'tes
         # issue 35: a layer count that is not a multiple of the cycle (6 layers, cycle 4)
         'test-next-6l',
         # issue 35: the held-out eval with the MTP head (its eval loss the main CE alone)
-        'test-next-mtp-eval']
+        'test-next-mtp-eval',
+        # issue 35: a capacity of 0 (capacity_factor 0.1: C = 0), every routed assignment
+        # dropped; the router trains through the load-balance term alone
+        'test-next-cap0']
 N_STEPS = 10
 MIN_MARGIN = 1e-4
 SEED_TRIES = 64
@@ -227,7 +231,7 @@ def generate_run(run, outdir, seed0):
                    mtp_loss=rec['mtp_loss'], mtp_tokens=rec['mtp_tokens'])
     if dm['packing']:
         exp.update(packing=True, eos_id=dm['eos'], loss_tokens=rec['loss_tokens'])
-    if model.capacity(dm) > 0:
+    if model.dropping(dm):
         assert rec['moe_dropped'][0] > 0, '%s: step 0 drops no assignment' % run
         exp.update(capacity=model.capacity(dm), moe_dropped=rec['moe_dropped'],
                    moe_assignments=B * S * dm['k'] * dm['L'])

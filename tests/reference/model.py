@@ -256,6 +256,13 @@ def capacity(dm, S=None):
     return int(max(math.ceil(S * dm['k'] / dm['E']) * cf, cf))
 
 
+def dropping(dm):
+    """MaxText drops tokens (dense_matmul's generate_masks) iff sparse_matmul is false and
+    capacity_factor > 0, whatever C is: a capacity of 0 (a tiny factor) drops every routed
+    assignment (qtrain's plan field moe_drop_all)."""
+    return not dm.get('sparse', True) and dm.get('cf', -1.0) > 0
+
+
 def capacity_keep(idx, B, S, E, C):
     """idx [B*S,k] -> bool [B*S,k]: MaxText's dense-path mask, written as MaxText computes it:
     one_hot(top-k) [B,S,k,E] reshaped to [B, S*k, E] (token-major, then top-k rank), cumsum
@@ -271,7 +278,7 @@ def capacity_keep(idx, B, S, E, C):
 def moe_layer(P, pre, h, dm, B, S, lb_c, stats, drops=None):
     """h [T,d] -> ([T,d], lb scalar). HF-style routing: softmax over all E, take the top-k
     (stable: ties to the lower index), renormalise (= softmax over the k selected logits).
-    With a capacity (capacity(dm) > 0) an assignment past its expert's capacity contributes
+    With a capacity (dropping(dm), C >= 0) an assignment past its expert's capacity contributes
     0 and the kept weights are not renormalised; the residual, the gated shared expert and
     the load-balance loss (pre-drop assignments) are unchanged. drops: a list that gets the
     layer's dropped assignment count appended."""
@@ -287,9 +294,8 @@ def moe_layer(P, pre, h, dm, B, S, lb_c, stats, drops=None):
     idx = idx[:, :k]
     w = torch.gather(probs, 1, idx)
     w = w / w.sum(-1, keepdim=True)
-    C = capacity(dm, S)
-    if C > 0:
-        keep = capacity_keep(idx, B, S, E, C)
+    if dropping(dm):
+        keep = capacity_keep(idx, B, S, E, capacity(dm, S))
         w = w * keep.to(w.dtype)
         if drops is not None:
             drops.append(int((~keep).sum()))

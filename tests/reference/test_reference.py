@@ -322,6 +322,33 @@ class OpsComposeToModel(unittest.TestCase):
         self.assertEqual(model.capacity(dict(dm, cf=1.0, sparse=True)), 0)
         self.assertEqual(model.capacity(dict(dm, cf=0.0)), 0)
 
+    def test_moe_capacity_zero_drops_all(self):
+        """A capacity of 0 (cf 0.01: C = 0, issue 35) drops every routed assignment: the MoE
+        block is the gated shared expert alone (routed output exactly 0), every assignment
+        counts as dropped, and the load-balance term (pre-drop counts) is the dropless one."""
+        B, S = self.B, self.S
+        p = 'model.layers.1.'
+        c = 0.37
+        dm = dict(self.dm, sparse=False, cf=0.01)
+        self.assertEqual(model.capacity(dm, S), 0)
+        self.assertTrue(model.dropping(dm))
+        self.assertFalse(model.dropping(dict(dm, cf=0.0)))
+        P, h = self.P, self.h
+        sh = ops.matmul(ops.swiglu(ops.matmul(h, P[p + 'mlp.shared_expert.gate_proj.weight']),
+                                   ops.matmul(h, P[p + 'mlp.shared_expert.up_proj.weight'])),
+                        P[p + 'mlp.shared_expert.down_proj.weight'])
+        sg = ops.matmul(h, P[p + 'mlp.shared_expert_gate.weight'])[:, 0]
+        dl = []
+        ref, lbref = model.moe_layer(P, p, h, dm, B, S, c, None, dl)
+        self.assertEqual(float((ref - ops.sigmoid_gate_row(sh, sg)).abs().max()), 0.0)
+        self.assertEqual(dl[0], B * S * dm['k'])
+        idx, _, _ = ops.moe_route(ops.matmul(h, P[p + 'mlp.gate.weight']), dm['k'], S, c)
+        kidx, drops = ops.moe_capacity(idx, S, dm['E'], 0)
+        self.assertTrue(bool((kidx == -1).all()))
+        self.assertEqual(int(drops.sum()), B * S * dm['k'])
+        _, lbfree = model.moe_layer(P, p, h, dict(dm, cf=-1.0), B, S, c, None)
+        self.assertEqual(float(lbref), float(lbfree))
+
     def test_lb_matches_maxtext_formula(self):
         """sum over layers/sequences of c*sum f*Pbar == w * mean_layers((E/B) sum_b sum_e f Pbar)."""
         dm = dict(self.dm, load_balance_loss_weight=0.01, B=2)

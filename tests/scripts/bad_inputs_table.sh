@@ -265,13 +265,12 @@ row "configgen" "configgen test-next-tiny.yml num_ranks=15 ici_fsdp_parallelism=
 row "configgen" "configgen test-next-tiny.yml num_ranks=6 ici_fsdp_parallelism=1 ici_tensor_parallelism=6 canonical_factor=5" "$EC" cg $RUN num_ranks=6 ici_fsdp_parallelism=1 ici_tensor_parallelism=6 canonical_factor=5
 row "configgen" "configgen test-next-tiny.yml dtype=float16" "unit \`CgBadConfig\`" cg $RUN dtype=float16
 row "configgen" "configgen test-next-tiny.yml packing=true (no eos_id)" "unit \`CgBadConfig\`" cg $RUN packing=true
-row "configgen" "configgen test-next-cap1.yml capacity_factor=0.1" "$E40: configgen: a capacity_factor whose capacity C is 0" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=0.1
 row "configgen" "configgen test-next-cap1.yml capacity_factor=nan" "$E40: configgen: a non-finite capacity_factor" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=nan
 row "configgen" "configgen test-next-cap1.yml capacity_factor=1e39" "$EC" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=1e39
 row "configgen" "configgen test-next-mtp.yml mtp_keep_layers=1" "$EC" cg configgen/configs/runs/test-next-mtp.yml mtp_keep_layers=1
 row "configgen" "configgen test-next-tiny.yml mtp_keep_layers=8" "$EC" cg configgen/configs/runs/test-next-tiny.yml mtp_keep_layers=8
 row "configgen" "configgen test-next-mtp2.yml mtp_num_layers=8" "$EC" cg configgen/configs/runs/test-next-mtp2.yml mtp_num_layers=8
-row "configgen" "configgen test-next-tiny.yml ragged_buffer_factor=2.0" "$E40: configgen: ragged_buffer_factor > 0" cg $RUN ragged_buffer_factor=2.0
+row "configgen" "configgen test-next-tiny.yml ragged_buffer_factor=2.0 num_ranks=4 ici_fsdp_parallelism=1 ici_context_parallelism=2 ici_expert_parallelism=2" "$E40: configgen: ragged_buffer_factor > 0 with context x expert parallelism" cg $RUN ragged_buffer_factor=2.0 num_ranks=4 ici_fsdp_parallelism=1 ici_context_parallelism=2 ici_expert_parallelism=2
 row "configgen" "configgen /dev/zero" "$E40: configgen: /dev/zero" timeout 20 $CG -o $W/gen /dev/zero
 row "configgen" "configgen $W/adir (a directory)" "$E40: configgen: a directory" cg $W/adir
 row "configgen" "configgen $W/empty.yml (an empty run file)" "$ENOM" cg $W/empty.yml

@@ -430,10 +430,10 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"eval_interval=10", "eval_per_device_batch_size=0.5", "expected a whole multiple of the training microbatch"},
         {"adam_eps_root=1e-8", NULL, "adam_eps_root=1e-8 (command line): only 0"},
         {"z_loss_multiplier=-1e-4", NULL, "z_loss_multiplier=-1e-4 (command line): expected 0 (off) or a multiplier > 0"},
-        // the MoE form (config/moe.c, issue 32): C = int(max(ceil(16*2/4) x cf, cf)) = 0,
-        // MaxText's expert-parallel buffer dropping, non-finite factors
-        {"capacity_factor=0.1", "sparse_matmul=false", "capacity_factor=0.1 (command line): capacity int(max(ceil(S*k/E) x cf, cf)) = int(max(8 x 0.1, 0.1)) = 0 assignments per expert and sequence"},
-        {"ragged_buffer_factor=1.5", NULL, "ragged_buffer_factor=1.5 (command line): MaxText's sparse path drops the routed rows past an expert-parallel receive buffer"},
+        // the MoE form (config/moe.c, issues 32, 35): receive-buffer dropping over a context
+        // axis, non-finite factors
+        {"ragged_buffer_factor=0.5", "num_ranks=4|ici_fsdp_parallelism=1|ici_context_parallelism=2|ici_expert_parallelism=2", "ragged_buffer_factor=0.5 (command line): receive-buffer dropping with context parallelism 2 x expert parallelism 2"},
+        {"ragged_buffer_factor=nan", NULL, "ragged_buffer_factor: value nan is not a number"},
         {"capacity_factor=1e39", "sparse_matmul=false", "capacity_factor=1e39 (command line): is inf in float32"},
         {"capacity_factor=nan", "sparse_matmul=false", "capacity_factor: value nan is not a number"},
         {"per_device_batch_size=0", NULL, "per_device_batch_size=0 (command line): expected > 0 (sequences per rank; a fraction when tensor ranks share sequences)"},
@@ -2209,6 +2209,61 @@ TEST(CgPipeline, MtpHeadCrossesFromStageZeroToTheLast)
     }
     CHECK(chunk1_end >= 0);
     CHECK(seed_read > chunk1_end);
+}
+
+TEST_GROUP(CgMoeDrop){};
+
+// Issue 35: a capacity of 0 (cf 0.1 on S 16, k 2, E 4: C = int(max(8 x 0.1, 0.1)) = 0)
+// plans token dropping with moe_drop_all: every MoE layer has a MOE_CAPACITY op with C 0
+// and the drop counts' tensor; cf 0.125 gives C 1 without the flag.
+TEST(CgMoeDrop, CapacityZeroPlansEveryAssignmentDropped)
+{
+    for (int v = 0; v < 2; v++) {
+        CgPlan p;
+        const char *o[] = {"sparse_matmul=false", v ? "capacity_factor=0.125" : "capacity_factor=0.1"};
+        LONGS_EQUAL(0, p.build(kTiny, 2, (char **)o));
+        LONGS_EQUAL(v ? 0 : 1, p.s.moe_drop_all);
+        LONGS_EQUAL(v ? 1 : 0, p.s.moe_capacity);
+        CHECK(p.g.moe_drops != QT_NONE);
+        int caps = 0;
+        for (int i = 0; i < p.g.nmb; i++)
+            if (p.g.mb[i].kind == QT_OP_MOE_CAPACITY) {
+                LONGS_EQUAL(v ? 1 : 0, QT_A(&p.g.mb[i], MOE_CAPACITY, C));
+                caps++;
+            }
+        LONGS_EQUAL(p.s.m.n_layers, caps);
+    }
+}
+
+// Issue 35: ragged_buffer_factor r > 0 with sparse_matmul plans MOE_RAGGED (B = int(T k r)
+// rows, the expert axis's mask) on an expert axis of two ranks, in every MoE layer; one
+// expert rank (MaxText exchanges nothing there) and sparse_matmul false plan none.
+TEST(CgMoeDrop, RaggedBufferOnlyWithExpertParallelism)
+{
+    const char *ep[] = {"ragged_buffer_factor=0.5", "num_ranks=2", "ici_fsdp_parallelism=1",
+                        "ici_expert_parallelism=2"};
+    const char *one[] = {"ragged_buffer_factor=0.5"};
+    const char *dense[] = {"ragged_buffer_factor=0.5", "num_ranks=2", "ici_fsdp_parallelism=1",
+                           "ici_expert_parallelism=2", "sparse_matmul=false"};
+    for (int v = 0; v < 3; v++) {
+        CgPlan p;
+        LONGS_EQUAL(0, v == 0   ? p.build(kTiny, 4, (char **)ep)
+                       : v == 1 ? p.build(kTiny, 1, (char **)one)
+                                : p.build(kTiny, 5, (char **)dense));
+        int n = 0;
+        for (int i = 0; i < p.g.nmb; i++) {
+            const qt_op *o = &p.g.mb[i];
+            if (o->kind != QT_OP_MOE_RAGGED) continue;
+            n++;
+            // T = 2 sequences x 16 tokens a rank (per_device_batch_size 2), k 2: 64 x 0.5
+            LONGS_EQUAL(32, QT_A(o, MOE_RAGGED, B));
+            LONGS_EQUAL(2, QT_A(o, MOE_RAGGED, El));
+            LONGS_EQUAL(1 << QT_MESH_EXPERT, QT_A(o, MOE_RAGGED, mask));
+        }
+        LONGS_EQUAL(v == 0 ? p.s.m.n_layers : 0, n);
+        LONGS_EQUAL(v == 0 ? 1 : 0, p.g.moe_ragged);
+        CHECK((p.g.moe_drops != QT_NONE) == (v == 0));
+    }
 }
 
 // Token dropping with circular repeats (pp-next-pp2 with capacity_factor): each chunk's

@@ -154,10 +154,17 @@ typedef struct qt_cg_settings {
     /* The MoE form (config/moe.c, issue 32): moe_dense = sparse_matmul false (MaxText's
      * dense_matmul); moe_capacity = C, the assignments each expert keeps per sequence of
      * max_target_length tokens (capacity_factor > 0 with the dense form), 0 = dropless;
+     * moe_drop_all: the dense form's capacity rounds to C = 0 (moe_capacity stays 0): every
+     * routed assignment drops, as MaxText's generate_masks with C = 0;
      * moe_note: what plan.txt (and configgen's stderr) says about the form. */
     int32_t moe_dense;
     double capacity_factor;
     int64_t moe_capacity;
+    int32_t moe_drop_all;
+    /* ragged_buffer_factor r (MaxText's sparse path; > 0: the expert hosts' receive buffers
+     * hold int(T k r) rows and drop the rest, model/graph.c moe_ragged; only with an expert
+     * group of more than one rank); -1 when unset or <= 0 */
+    double ragged_factor;
     char moe_note[320];
     int use_mrope;
     int gdn_chunked;           /* gdn_core_algorithm: 1 chunked (WY), 0 recurrent */
@@ -355,6 +362,10 @@ typedef struct qt_cg_graph {
     int n_remat_ops;           /* forward ops recomputed in the backward (model/remat.c) */
     int32_t tokens, targets, loss_seq, lb_seq, table;
     int32_t moe_drops;         /* I32 [layers x b] dropped counts (token dropping), else QT_NONE */
+    int32_t moe_ragged;        /* 1: the MoE layers drop by the receive buffers (MOE_RAGGED:
+                                  ragged_buffer_factor > 0 on an expert group > 1 rank) */
+    int64_t ragged_rows;       /* then B = int(T k r), the rows a host's buffer holds, */
+    int64_t ragged_tokens;     /* T: a rank's tokens a microbatch */
     int64_t ep_rows, ep_rows_dropless; /* expert parallelism: rows an expert host holds per MoE
                                           layer (Rmax; with a capacity at most M x b x El x C),
                                           and the dropless worst case; 0 without EP */

@@ -555,7 +555,24 @@ static void mesh_section(qt_cg_buf *b, const qt_cg_graph *g)
     else
         qt_cg_buf_printf(b, "  batch axes: - (every rank reads the whole global batch)\n");
     char mis[64];
-    if (s->canon_implied) implied_bits_line(b, g, nb);
+    if (g->moe_ragged) {
+        /* the receive buffers' drops depend on the expert degree: no mesh gives another's */
+        qt_cg_buf_printf(b, "  one-rank bits: no: ragged_buffer_factor=%g: each expert host's "
+                         "receive buffer holds B = int(%lld x %lld x %g) = %lld rows a "
+                         "microbatch and the rows past it drop, in MaxText's order (source "
+                         "rank, expert, token), so which rows drop depends on the expert degree "
+                         "%d and the local batch: the run is deterministic for this mesh and "
+                         "plan, and one expert rank drops nothing (docs/config.md \"MoE "
+                         "form\")\n", s->ragged_factor,
+                         (long long)g->ragged_tokens, (long long)s->m.top_k,
+                         s->ragged_factor, (long long)g->ragged_rows, s->mesh[QT_MESH_EXPERT]);
+        if (s->batch_mask && nb > 1) {
+            qt_cg_buf rb = {0};
+            one_rank_bits_line(&rb, g, nb);
+            qt_cg_buf_printf(b, "  the batch reduction alone, %s", rb.p + 2);
+            qt_cg_buf_free(&rb);
+        }
+    } else if (s->canon_implied) implied_bits_line(b, g, nb);
     else if (!canon_split_aligned(s, mis, sizeof mis)) {
         qt_cg_buf_printf(b, "  one-rank bits: no: %s splits canonical_factor %d's blocks (%d x "
                          "2^j, config/canon.c) into shares that are not powers of two, so the "
@@ -1082,6 +1099,36 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
                      g->s->pp_stages > 1 ? "; " : "", g->s->pp_stages > 1 ? pp_small : "");
 }
 
+/* The config section's MoE form lines: the form's note, and how an expert host's buffers
+ * are sized (rounds, a capacity or the receive buffers) against the dropless worst case. */
+static void moe_lines(qt_cg_buf *b, const qt_cg_graph *g)
+{
+    const qt_cg_settings *s = g->s;
+    if (s->moe_note[0]) qt_cg_buf_printf(b, "  moe form: %s\n", s->moe_note);
+    if (s->expert_dispatch == QT_CG_DISPATCH_ROUNDS && g->ep_rows_dropless > 0)
+        qt_cg_buf_printf(b, "  moe dispatch: rounds of %lld host rows (expert_dispatch=%s) instead "
+                         "of buffers for the dropless worst case %lld (%.2f%%): a host's round "
+                         "buffers, gate/up and FFN scratch hold one round; gu and d(gu) are "
+                         "recomputed per round in the backward\n", (long long)g->ep_rows,
+                         s->expert_rounds_auto ? "auto: the whole dispatch is over the budget"
+                                               : "rounds, expert_chunk_rows",
+                         (long long)g->ep_rows_dropless,
+                         100.0 * (double)g->ep_rows / (double)g->ep_rows_dropless);
+    else if (g->moe_ragged && g->ep_rows_dropless > 0)
+        qt_cg_buf_printf(b, "  moe receive buffer: an expert host holds %lld routed rows per "
+                         "layer (ragged_buffer_factor: B = int(T x k x r), at least 1) instead "
+                         "of the dropless worst case %lld (%.1f%%)\n", (long long)g->ep_rows,
+                         (long long)g->ep_rows_dropless,
+                         100.0 * (double)g->ep_rows / (double)g->ep_rows_dropless);
+    else if (s->moe_capacity > 0 && g->ep_rows_dropless > 0)
+        qt_cg_buf_printf(b, "  moe capacity: an expert host holds %lld routed rows per layer "
+                         "(members x sequences x local experts x C) instead of the dropless "
+                         "worst case %lld (%.1f%%): its received tokens, expert outputs, gate/up "
+                         "activations and FFN scratch scale with it\n",
+                         (long long)g->ep_rows, (long long)g->ep_rows_dropless,
+                         100.0 * (double)g->ep_rows / (double)g->ep_rows_dropless);
+}
+
 /* Activations held otherwise than their logical axes declare (mesh/layout.c): declared by
  * their layers under shard_mode=explicit, propagated under auto; the reason, one per line. */
 static void layout_section(qt_cg_buf *b, const qt_cg_graph *g)
@@ -1175,23 +1222,7 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
     qt_cg_buf_printf(b, "  moe: %lld experts, top %lld, width %lld, shared expert width %lld\n",
                      (long long)m->n_experts, (long long)m->top_k, (long long)m->moe_dim,
                      (long long)m->shared_dim);
-    if (s->moe_note[0]) qt_cg_buf_printf(b, "  moe form: %s\n", s->moe_note);
-    if (s->expert_dispatch == QT_CG_DISPATCH_ROUNDS && g->ep_rows_dropless > 0)
-        qt_cg_buf_printf(b, "  moe dispatch: rounds of %lld host rows (expert_dispatch=%s) instead "
-                         "of buffers for the dropless worst case %lld (%.2f%%): a host's round "
-                         "buffers, gate/up and FFN scratch hold one round; gu and d(gu) are "
-                         "recomputed per round in the backward\n", (long long)g->ep_rows,
-                         s->expert_rounds_auto ? "auto: the whole dispatch is over the budget"
-                                               : "rounds, expert_chunk_rows",
-                         (long long)g->ep_rows_dropless,
-                         100.0 * (double)g->ep_rows / (double)g->ep_rows_dropless);
-    else if (s->moe_capacity > 0 && g->ep_rows_dropless > 0)
-        qt_cg_buf_printf(b, "  moe capacity: an expert host holds %lld routed rows per layer "
-                         "(members x sequences x local experts x C) instead of the dropless "
-                         "worst case %lld (%.1f%%): its received tokens, expert outputs, gate/up "
-                         "activations and FFN scratch scale with it\n",
-                         (long long)g->ep_rows, (long long)g->ep_rows_dropless,
-                         100.0 * (double)g->ep_rows / (double)g->ep_rows_dropless);
+    moe_lines(b, g);
     qt_cg_buf_printf(b, "  batch: %lld seq%s x %lld tokens per microbatch, %lld microbatch%s, "
                      "global batch %lld seq%s (%lld tokens)\n", (long long)t->micro_batch,
                      qt_cg_s(t->micro_batch), (long long)t->seq_len, (long long)t->grad_accum,

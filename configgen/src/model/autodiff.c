@@ -665,6 +665,7 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
     case QT_OP_XENT_MTP:
     /* token dropping decides on integer ids: nothing to differentiate */
     case QT_OP_MOE_CAPACITY:
+    case QT_OP_MOE_RAGGED:
     /* a sum of the ranks' partials: each partial's gradient is the (replicated) gradient of
      * the sum, already in place */
     case QT_OP_ALL_REDUCE:

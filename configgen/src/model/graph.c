@@ -505,6 +505,8 @@ static void expert_parallel(qt_cg_graph *g, const char *apre, int32_t h2, int32_
     g->ep_rows_dropless = rmax;
     if (g->s->moe_capacity > 0 && M * D->b * El * g->s->moe_capacity < rmax)
         rmax = M * D->b * El * g->s->moe_capacity;
+    /* receive buffers (MOE_RAGGED): a host keeps at most B rows (at least one row) */
+    if (g->moe_ragged && g->ragged_rows < rmax) rmax = g->ragged_rows > 0 ? g->ragged_rows : 1;
     g->ep_rows = rmax;
     const int64_t mask = Ep > 1 ? (int64_t)((1u << QT_MESH_EXPERT) | qt_cg_context_mask(g->s)) : 0;
     /* this rank's token blocks: the exchange's "sequences" */
@@ -561,11 +563,12 @@ static void expert_parallel(qt_cg_graph *g, const char *apre, int32_t h2, int32_
 
 /* Token dropping (sparse_matmul false, capacity_factor > 0: config/moe.c): MOE_CAPACITY
  * turns idx into the kept ids (-1 past an expert's capacity C per sequence, in token then
- * top-k order) and adds the dropped counts into moe_drops; returns the kept ids' tensor, or
- * QT_NONE without a capacity (the plan of sparse_matmul true). */
+ * top-k order; every id with C = 0, moe_drop_all) and adds the dropped counts into
+ * moe_drops; returns the kept ids' tensor, or QT_NONE without a capacity (the plan of
+ * sparse_matmul true). */
 static int32_t moe_capacity(qt_cg_graph *g, int l, int32_t idx, const qt_cg_dims *D)
 {
-    if (g->s->moe_capacity <= 0) return QT_NONE;
+    if (g->s->moe_capacity <= 0 && !g->s->moe_drop_all) return QT_NONE;
     /* the MTP head's layers (l = -1, depth g->mtp_depth + 1) have their own drop-count
      * rows after the main layers' (qt_plan_fields.def moe_drops) */
     const int64_t row = l >= 0 ? l : g->s->m.n_layers + g->mtp_depth;
@@ -590,6 +593,33 @@ static int32_t moe_capacity(qt_cg_graph *g, int l, int32_t idx, const qt_cg_dims
                 .C = g->s->moe_capacity, .layer = row,
                 .mask = D->C > 1 ? (int64_t)qt_cg_context_mask(g->s) : 0,
                 .ctx = D->C > 1 ? D->C : 0);
+    return kidx;
+}
+
+/* Token dropping by the expert hosts' receive buffers (ragged_buffer_factor r > 0 with
+ * sparse_matmul on an expert axis > 1: config/moe.c; MaxText's sparse path): MOE_RAGGED
+ * all-gathers the expert group's per-expert counts and marks -1 the rows past their host's
+ * buffer of B = int(T k r) rows (order: source rank, expert, token); returns the kept ids'
+ * tensor, or QT_NONE without the buffer rule. */
+static int32_t moe_ragged(qt_cg_graph *g, int l, int32_t idx, const qt_cg_dims *D)
+{
+    if (!g->moe_ragged) return QT_NONE;
+    const int64_t row = l >= 0 ? l : g->s->m.n_layers + g->mtp_depth,
+                  M = g->s->mesh[QT_MESH_EXPERT];
+    char n[256];
+    if (l >= 0) snprintf(n, sizeof n, "L%d.moe.kept_idx", l);
+    else snprintf(n, sizeof n, "MTP%d.moe.kept_idx", g->mtp_depth);
+    int32_t kidx = qt_cg_add_tensor(g, n, QT_ROLE_ACT, QT_I32, 3, SHP(D->b, D->S, D->k),
+                                    AX(QT_LAX_ACT_BATCH, QT_LAX_ACT_LENGTH, 0));
+    if (l >= 0) snprintf(n, sizeof n, "L%d.moe.ragged_scratch", l);
+    else snprintf(n, sizeof n, "MTP%d.moe.ragged_scratch", g->mtp_depth);
+    int32_t scr = qt_cg_add_tensor(g, n, QT_ROLE_SCRATCH, QT_I32, 1, SHP(M * D->E),
+                                   AX(QT_LAX_NONE));
+    qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MOE_RAGGED);
+    QT_CG_SET_T(op, MOE_RAGGED, .kidx = kidx, .drops = g->moe_drops, .idx = idx,
+                .scratch = scr);
+    QT_CG_SET_A(op, MOE_RAGGED, .T = D->T, .E = D->E, .k = D->k, .S = D->S, .El = D->E / M,
+                .B = g->ragged_rows, .layer = row, .mask = 1 << QT_MESH_EXPERT);
     return kidx;
 }
 
@@ -655,7 +685,8 @@ static void moe_block(qt_cg_graph *g, const char *ppre, const char *apre, int l,
         op->f[0] = (float)(g->s->lb_weight * (double)D->E /
                            ((double)g->s->tr.global_batch * (double)g->s->m.n_layers));
     /* token dropping (config/moe.c): the expert path and the combine read the kept ids */
-    const int32_t kidx = moe_capacity(g, l, idx, D);
+    int32_t kidx = moe_capacity(g, l, idx, D);
+    if (kidx == QT_NONE) kidx = moe_ragged(g, l, idx, D);
     const int32_t eidx = kidx != QT_NONE ? kidx : idx;
     if (g->s->mesh[QT_MESH_EXPERT] > 1 || D->tp > 1) {
         expert_parallel(g, apre, h2, eidx, ey, wgu, wd, D);
@@ -993,7 +1024,12 @@ static void graph_io(qt_cg_graph *g, const qt_cg_dims *D)
         g->lb_seq = qt_cg_add_tensor(g, "lb_seq", QT_ROLE_LOSS, QT_F32, 1, SHP(D->b), AX(LB));
     /* token dropping: each layer's dropped counts per sequence (the metrics' share) */
     g->moe_drops = QT_NONE;
-    if (s->moe_capacity > 0) {
+    /* receive buffers: B = int(T k r) rows, T this rank's tokens a microbatch (MaxText's
+     * get_ragged_buffer_size on the local batch); an expert axis of one rank has none */
+    g->moe_ragged = s->ragged_factor > 0 && s->mesh[QT_MESH_EXPERT] > 1;
+    g->ragged_tokens = g->moe_ragged ? D->T : 0;
+    g->ragged_rows = g->moe_ragged ? (int64_t)((double)(D->T * D->k) * s->ragged_factor) : 0;
+    if (s->moe_capacity > 0 || s->moe_drop_all || g->moe_ragged) {
         g->moe_drops = qt_cg_add_tensor(g, "moe_drops", QT_ROLE_LOSS, QT_I32, 2,
                                         SHP(s->m.n_layers + s->mtp_layers, D->b), AX(0, LB));
         g->ts[g->moe_drops].whole = 1;

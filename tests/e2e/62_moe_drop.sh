@@ -1,0 +1,158 @@
+# 62_moe_drop.sh - the two token-dropping forms MaxText accepts beyond a capacity >= 1
+# (sourced by run_all.sh; issue 35, docs/config.md "MoE form"). Variants of committed runs
+# (plan_variant, run_all.sh) built into $QT_TMP/moedrop.
+#
+# 1. A capacity of 0 (sparse_matmul false, capacity_factor 0.1 on 16 tokens, k 2, E 4:
+#    C = int(max(8 x 0.1, 0.1)) = 0): every routed assignment drops (plan field
+#    moe_drop_all). The golden test-next-cap0 (10_golden.sh) checks it against the PyTorch
+#    reference; here: every step reports every assignment dropped, the bits differ from
+#    capacity 1.0's, and EP2, DP2 x EP2 and EP2 x TP2 give one rank's bits (loss bits and
+#    fingerprint, 10 steps) with the load-balance term on (the router's only gradient).
+# 2. The expert hosts' receive buffers (sparse_matmul true, ragged_buffer_factor r > 0):
+#    B = int(T k r) rows a microbatch per host (T = 2 x 16 tokens of a rank, k = 2: r 0.5
+#    gives B = 32 of the 64 rows a host gets on average), rows past it dropped in MaxText's
+#    order (source rank, expert, token; tests/unit/test_moe_ragged.cpp checks the rule).
+#    EP2 with r 0.5 drops at every step (the metrics' moe_dropped) and changes the bits; EP2
+#    with r 100 drops nothing and has the dropless EP2 run's bits; one expert rank with r 0.5
+#    has the dropless one-rank plan (its hash) and bits (MaxText drops only with expert
+#    parallelism); plan.txt says "one-rank bits: no" with the buffer. The dispatch in rounds
+#    (expert_dispatch rounds, chunks of 32 rows) keeps the same rows: the whole dispatch's
+#    bits. EP4 (one sequence a rank, B = 16) drops other rows than EP2 (the same count when
+#    every host overflows: half the rows): the bits depend on the expert degree, as the
+#    contract says.
+
+MD=$QT_TMP/moedrop
+DATA=tests/golden/e2e/test-next-tiny/tokens.npy
+CAP0="capacity_factor=0.1 load_balance_loss_weight=0.01"
+
+# md_run NAME RANKS BIN: 10 steps of BIN on RANKS ranks, metrics in $MD/NAME.jsonl, its
+# det_fields in $MD/NAME.det (cached)
+md_run() {
+  local name=$1 n=$2 bin=$3
+  [ -s "$MD/$name.det" ] && return 0
+  if [ "$n" -eq 1 ]; then
+    timeout 120 "$bin" data=$DATA seed=11 steps=10 metrics="$MD/$name.jsonl" > "$MD/$name.out" 2>&1
+  else
+    timeout 120 mpiexec -n "$n" "$bin" data=$DATA seed=11 steps=10 metrics="$MD/$name.jsonl" \
+      > "$MD/$name.out" 2>&1
+  fi || { tail -n 3 "$MD/$name.out"; return 1; }
+  det_fields "$MD/$name.jsonl" > "$MD/$name.det"
+}
+
+# md_variant RUN RANKS KEY=VALUE...: the variant of RUN (built once per name) run for 10 steps
+md_variant() {
+  local run=$1 n=$2 tag=$3; shift 3
+  mkdir -p "$MD/$tag"
+  [ -x "$MD/$tag/$run-v/qtrain" ] || plan_variant "$run" "$MD/$tag" "$@" || return 1
+  md_run "$tag-$run" "$n" "$MD/$tag/$run-v/qtrain"
+}
+
+# md_dropped NAME: each step's moe_dropped and moe_assignments, "d/a" per line
+md_dropped() {
+  grep -v '^{"manifest"' "$MD/$1.jsonl" |
+    awk -F'"moe_dropped":' '{ split($2, a, ","); m = match($0, /"moe_assignments":[0-9]+/);
+      print a[1] "/" (m ? substr($0, RSTART + 18, RLENGTH - 18) : "none") }'
+}
+
+# md_differ A B: runs A and B (their .det) differ at step 10
+md_differ() {
+  local a b
+  a=$(tail -n 1 "$MD/$1.det") b=$(tail -n 1 "$MD/$2.det")
+  [ "$a" != "$b" ] || { echo "$2 has the bits of $1: $a"; return 1; }
+  echo "$1: $a; $2: $b"
+}
+
+cap0_all_dropped() {
+  mkdir -p "$MD"
+  md_variant cap-next-1r 1 cap0 $CAP0 || return 1
+  grep -q "capacity C = int(max(ceil(16 x 2 / 4) x 0.1, 0.1)) = 0: every routed assignment drops" \
+    "$MD/cap0/cap-next-1r-v/plan/cap-next-1r/plan.txt" || { echo "plan.txt lacks the C = 0 note"; return 1; }
+  local d
+  d=$(md_dropped cap0-cap-next-1r | sort -u)
+  [ "$d" = "512/512" ] || { echo "expected every step 512 of 512 assignments dropped, got: $d"; return 1; }
+  echo "every step: $d assignments dropped"
+}
+check "capacity 0: every routed assignment drops at every step (512 of 512), plan.txt says C = 0" cap0_all_dropped
+cap0_differs() {
+  md_variant cap-next-1r 1 cap0 $CAP0 &&
+    md_variant cap-next-1r 1 cap1lb load_balance_loss_weight=0.01 || return 1
+  md_differ cap1lb-cap-next-1r cap0-cap-next-1r
+}
+check "capacity 0 changes the bits (vs capacity_factor 1.0, C = 8)" cap0_differs
+cap0_mesh() {
+  md_variant cap-next-1r 1 cap0 $CAP0 && md_variant "$1" "$2" cap0 $CAP0 || return 1
+  cmp "$MD/cap0-cap-next-1r.det" "$MD/cap0-$1.det" || return 1
+  [ "$(md_dropped "cap0-$1" | sort -u)" = "512/512" ] || { echo "$1: dropped counts differ"; return 1; }
+  echo "identical to one rank: $(tail -n 1 "$MD/cap0-$1.det")"
+}
+for cell in cap-next-ep2:2 cap-next-dp2ep2:4 cap-next-ep2tp2:4; do
+  run=${cell%%:*} n=${cell##*:}
+  check "capacity 0: $run ($n ranks) == one rank, 10 steps, bit for bit, every assignment dropped" cap0_mesh "$run" "$n"
+done
+
+# 2. receive buffers
+ragged_drops() {
+  mkdir -p "$MD"
+  md_variant mesh-next-ep2 2 rb05 ragged_buffer_factor=0.5 || return 1
+  local p=$MD/rb05/mesh-next-ep2-v/plan/mesh-next-ep2/plan.txt d
+  grep -q "one-rank bits: no: ragged_buffer_factor=0.5: each expert host's receive buffer holds B = int(32 x 2 x 0.5) = 32 rows" "$p" ||
+    { echo "plan.txt lacks the one-rank bits: no line"; grep "one-rank" "$p"; return 1; }
+  d=$(md_dropped rb05-mesh-next-ep2)
+  echo "$d" | awk -F/ '{ n++; if ($1 + 0 > 0 && $1 + 0 < $2 + 0) ok++ } END { exit (n == 10 && ok == 10) ? 0 : 1 }' ||
+    { echo "expected 0 < dropped < assignments at each of 10 steps: $(echo $d)"; return 1; }
+  # step 0: every host gets more than its 32 rows in every layer, so it keeps exactly 32 of
+  # the group's 128: 4 layers x 64 dropped (a host that counted only its own source's rows,
+  # or placed them source-last, would keep more or other rows)
+  [ "$(echo "$d" | head -n 1)" = "256/512" ] || { echo "step 0: expected 256/512 dropped"; return 1; }
+  echo "dropped per step: $(echo $d)"
+}
+check "ragged_buffer_factor 0.5 on EP2: rows drop at every step (metrics), plan.txt: one-rank bits no" ragged_drops
+ragged_differs() {
+  md_variant mesh-next-ep2 2 rb05 ragged_buffer_factor=0.5 || return 1
+  md_run ep2 2 build/mesh-next-ep2/qtrain || return 1
+  md_differ ep2 rb05-mesh-next-ep2
+}
+check "ragged_buffer_factor 0.5 on EP2 changes the bits (vs the dropless EP2 run)" ragged_differs
+ragged_large() {
+  md_variant mesh-next-ep2 2 rb100 ragged_buffer_factor=100 || return 1
+  md_run ep2 2 build/mesh-next-ep2/qtrain || return 1
+  cmp "$MD/ep2.det" "$MD/rb100-mesh-next-ep2.det" || return 1
+  [ "$(md_dropped rb100-mesh-next-ep2 | sort -u)" = "0/512" ] ||
+    { echo "expected 0 of 512 dropped: $(md_dropped rb100-mesh-next-ep2 | sort -u)"; return 1; }
+  echo "identical to the dropless EP2 run, 0 dropped: $(tail -n 1 "$MD/ep2.det")"
+}
+check "ragged_buffer_factor 100 on EP2 == the dropless EP2 run, bit for bit, 0 dropped" ragged_large
+ragged_one_rank() {
+  md_variant mesh-next-1r 1 rb05 ragged_buffer_factor=0.5 || return 1
+  md_run one 1 build/mesh-next-1r/qtrain || return 1
+  cmp "$MD/one.det" "$MD/rb05-mesh-next-1r.det" || return 1
+  local p=$MD/rb05/mesh-next-1r-v/plan/mesh-next-1r/plan.txt
+  grep -q "ragged_buffer_factor=0.5: no expert parallelism" "$p" || { echo "plan.txt lacks the note"; return 1; }
+  # the very plan of the dropless run (the plan hash covers every table and op)
+  [ "$(grep -o 'plan hash 0x[0-9a-f]*' "$p")" = "$(grep -o 'plan hash 0x[0-9a-f]*' generated/mesh-next-1r/plan.txt)" ] ||
+    { echo "the plan differs from mesh-next-1r's"; return 1; }
+  ! grep -q '"moe_dropped"' "$MD/rb05-mesh-next-1r.jsonl" || { echo "one rank reports drops"; return 1; }
+  echo "identical to the dropless one-rank run: $(tail -n 1 "$MD/one.det")"
+}
+check "ragged_buffer_factor 0.5 on one expert rank == dropless (as MaxText), bit for bit" ragged_one_rank
+ragged_rounds() {
+  md_variant mesh-next-ep2 2 rb05 ragged_buffer_factor=0.5 &&
+    md_variant mesh-next-ep2-rounds 2 rb05 ragged_buffer_factor=0.5 || return 1
+  cmp "$MD/rb05-mesh-next-ep2.det" "$MD/rb05-mesh-next-ep2-rounds.det" || return 1
+  [ "$(md_dropped rb05-mesh-next-ep2)" = "$(md_dropped rb05-mesh-next-ep2-rounds)" ] ||
+    { echo "dropped counts differ"; return 1; }
+  echo "identical: $(tail -n 1 "$MD/rb05-mesh-next-ep2.det")"
+}
+check "ragged_buffer_factor 0.5: EP2 dispatched in rounds == the whole dispatch, bit for bit, same drops" ragged_rounds
+ragged_ep4() {
+  md_variant mesh-next-ep2 2 rb05 ragged_buffer_factor=0.5 &&
+    md_variant mesh-next-ep4 4 rb05 ragged_buffer_factor=0.5 || return 1
+  local a b
+  a=$(md_dropped rb05-mesh-next-ep2 | head -n 1) b=$(md_dropped rb05-mesh-next-ep4 | head -n 1)
+  [ "${b%%/*}" -gt 0 ] || { echo "EP4 drops nothing at step 0: $b"; return 1; }
+  ! cmp -s "$MD/rb05-mesh-next-ep2.det" "$MD/rb05-mesh-next-ep4.det" ||
+    { echo "EP4 has EP2's bits: $(tail -n 1 "$MD/rb05-mesh-next-ep2.det")"; return 1; }
+  echo "step 0 dropped: EP2 $a, EP4 $b (every host over its buffer: half of the rows either"
+  echo "way, but other rows); step 9: EP2 $(tail -n 1 "$MD/rb05-mesh-next-ep2.det"), EP4 $(tail -n 1 "$MD/rb05-mesh-next-ep4.det")"
+}
+check "ragged_buffer_factor 0.5: EP4 drops other rows than EP2 (the bits depend on the expert degree)" ragged_ep4
