@@ -43,7 +43,9 @@ RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb', 'test-next-pack', 'tes
         # issue 35: a layer count that is not a multiple of the cycle (6 layers, cycle 4)
         'test-next-6l',
         # issue 35: the held-out eval with the MTP head (its eval loss the main CE alone)
-        'test-next-mtp-eval']
+        'test-next-mtp-eval',
+        # issue 35: an eval batch of 3 on the microbatch of 2 (qtrain pads the last forward)
+        'test-next-eval-b3']
 N_STEPS = 10
 MIN_MARGIN = 1e-4
 SEED_TRIES = 64
