@@ -106,8 +106,8 @@ static int qt_app_eval_install(const qt_plan *p, const qt_cli *cli)
     const char *name = cli->eval_data ? cli->eval_data : "the held-out windows";
     if (W < Bg)
         return qt_fail(QT_E_RANGE, "%s: %lld window%s of %lld tokens, fewer than one eval "
-                       "batch of %lld sequences (eval_per_device_batch_size x the sequence "
-                       "groups): give a longer eval file or a smaller "
+                       "batch of %lld sequences (eval_per_device_batch_size x num_ranks): "
+                       "give a longer eval file or a smaller "
                        "eval_per_device_batch_size", name, (long long)W, W == 1 ? "" : "s",
                        (long long)p->train.seq_len + 1, (long long)Bg);
     qt_app_eval.n_batches = W / Bg;

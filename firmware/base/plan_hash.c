@@ -54,7 +54,8 @@ static void qt_fnv_op(qt_fnv *f, const qt_op *o)
 }
 
 /* The groups of qt_train_cfg appended later (issue 33: the WSD schedule, the z-loss, the
- * held-out evaluation), each only when set, so older plans keep their hashes. */
+ * held-out evaluation; issue 35: the eval batch's real sequences), each only when set, so
+ * older plans keep their hashes. */
 static void qt_ph_train_more(qt_fnv *f, const qt_train_cfg *t)
 {
     if (t->lr_schedule) {
@@ -68,6 +69,7 @@ static void qt_ph_train_more(qt_fnv *f, const qt_train_cfg *t)
         for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) qt_fnv_i(f, e[i]);
         qt_fnv_f(f, t->target_eval_loss);
     }
+    if (t->eval_global) qt_fnv_i(f, t->eval_global);   /* issue 35, only when set */
 }
 
 uint64_t qt_plan_hash(const qt_plan *p)

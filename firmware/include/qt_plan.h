@@ -262,11 +262,18 @@ typedef struct qt_train_cfg {
     float z_loss;                  /* z_loss_multiplier: z x logsumexp^2 per target (0 off) */
     /* Held-out evaluation (docs/cli.md eval_data=): after step s when eval_interval > 0,
      * s >= eval_start and (s - eval_start) % eval_interval == 0; eval_steps batches (-1: the
-     * whole eval file) of eval_batch sequences per sequence group (eval_per_device_batch_size,
-     * a multiple of micro_batch: eval_batch / micro_batch forwards each); the forward is the
-     * microbatch schedule's logical ops [0, eval_fwd_ops); target_eval_loss > 0 stops. */
+     * whole eval file) of eval_batch sequence slots per sequence group, run as
+     * ceil(eval_batch / micro_batch) forwards of the microbatch (the last one's slots past
+     * eval_batch padded with a masked sequence: no loss, no target counted); the forward is
+     * the microbatch schedule's logical ops [0, eval_fwd_ops); target_eval_loss > 0 stops. */
     int64_t eval_interval, eval_start, eval_steps, eval_batch, eval_fwd_ops;
     float target_eval_loss;
+    /* Appended for issue 35, hashed and written only when set: the sequences one eval batch
+     * evaluates over the whole mesh (MaxText's int(devices x eval_per_device_batch_size))
+     * when they do not fill every group's eval_batch slots: the slots of the mesh's eval
+     * batch are its sequences 0 .. eval_global-1 in group order, the rest padded (masked).
+     * 0: eval_batch x the sequence groups, all real. */
+    int64_t eval_global;
 } qt_train_cfg;
 
 /* The plan: its fields are declared once, in qt_plan_fields.def (type, name, how plan.c
@@ -458,6 +465,16 @@ static inline int qt_plan_drops(const struct qt_plan *p)
 static inline int64_t qt_plan_leaves_per_mb(const struct qt_plan *p)
 {
     return p->train.micro_batch * qt_plan_blocks(p) / qt_plan_context(p);
+}
+
+/* The sequence groups: the product of the batch axes but context (the ranks of a group
+ * share its sequences; the held-out eval's batch is cut over them, issue 33 / 35). */
+static inline int64_t qt_plan_seq_groups(const struct qt_plan *p)
+{
+    int64_t R = 1;
+    for (int a = 0; a < QT_MESH_COUNT; a++)
+        if ((p->batch_mask & (1u << a)) && a != QT_MESH_CONTEXT) R *= p->mesh[a];
+    return R;
 }
 
 /* The microbatch form's units of flat range i (grad_mb_units > 0, docs/determinism.md "The

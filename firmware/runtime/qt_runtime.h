@@ -62,13 +62,15 @@ void qt_runtime_set_tokens(qt_token_fill_fn fill, const void *src);
  * over the eval file; its "step" argument is the eval batch (from the file's start every
  * eval), its global batch qt_runtime_eval_batch's. NULL fill: no eval source. */
 void qt_runtime_set_eval_tokens(qt_token_fill_fn fill, const void *src);
-/* Sequences of one eval batch over the whole mesh: the plan's eval_batch per sequence group
- * x the sequence groups (the batch axes but context). 0 when the plan has no evaluation. */
+/* Sequences of one eval batch over the whole mesh (the windows it reads): the plan's
+ * eval_global when set, else its eval_batch per sequence group x the sequence groups (the
+ * batch axes but context). 0 when the plan has no evaluation. */
 int64_t qt_runtime_eval_batch(const qt_plan *p);
 /* One held-out evaluation at the current weights, after step `step`: eval batches
- * 0 .. n_batches-1 of the eval source, each eval_batch / micro_batch forwards of the
+ * 0 .. n_batches-1 of the eval source, each ceil(eval_batch / micro_batch) forwards of the
  * microbatch schedule's forward (no backward, no update, nothing allocated: the training
- * microbatch's arena). Per-sequence losses are summed by the exact accumulator and merged
+ * microbatch's arena), slots past the eval batch's sequences padded with masked targets
+ * (issue 35). Per-sequence losses are summed by the exact accumulator and merged
  * over the batch axes, so every mesh gives one rank's bits. Fills *e. Returns QT_OK,
  * QT_E_PLAN (no eval in the plan or no source), the fill's or a collective's error. */
 int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_metrics *e);

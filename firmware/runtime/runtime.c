@@ -607,15 +607,49 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
 
 int64_t qt_runtime_eval_batch(const qt_plan *p)
 {
-    int64_t R = 1;   /* the sequence groups: the batch axes but context */
-    for (int a = 0; a < QT_MESH_COUNT; a++)
-        if ((p->batch_mask & (1u << a)) && a != QT_MESH_CONTEXT) R *= p->mesh[a];
-    return p->train.eval_interval > 0 ? p->train.eval_batch * R : 0;
+    if (p->train.eval_interval <= 0) return 0;
+    return p->train.eval_global > 0 ? p->train.eval_global
+                                    : p->train.eval_batch * qt_plan_seq_groups(p);
 }
 
-/* The eval's sequences: in eval batch e, the rank's sequence group reads the contiguous block
- * [index * eval_batch, (index + 1) * eval_batch) of the eval batch's global sequences, in
- * chunks of micro_batch; any split gives the same exact sums. */
+/* The eval's token source over the mesh's slots (issue 35): slot j < n (the eval batch's
+ * sequences) is eval sequence j, read by the installed fill with n as its global batch
+ * (eval batch e is windows e n .. e n + n - 1); a slot past them (the last microbatch's
+ * remainder, a group's empty share) is padded with sequence 0's tokens and positions and
+ * every target -1: the cross entropy adds no loss for it and no target is counted (the
+ * packing mask's rule), so the eval loss is the mean over the real sequences' targets. */
+typedef struct qt_rt_eval_slots {
+    qt_token_fill_fn fill;
+    const void *src;
+    int64_t n;
+} qt_rt_eval_slots;
+
+static int qt_runtime_eval_fill(const void *src, int64_t step, int64_t global_batch,
+                                int64_t first, int64_t n_seqs, int64_t S, int64_t tok_lo,
+                                int64_t tok_n, int32_t eos, int32_t *inputs, int32_t *targets,
+                                int32_t *positions)
+{
+    const qt_rt_eval_slots *e = (const qt_rt_eval_slots *)src;
+    (void)global_batch;  /* the slots' count; the windows advance by the real sequences */
+    const int64_t real = first >= e->n ? 0 : e->n - first < n_seqs ? e->n - first : n_seqs;
+    int rc = real > 0 ? e->fill(e->src, step, e->n, first, real, S, tok_lo, tok_n, eos, inputs,
+                                targets, positions)
+                      : QT_OK;
+    for (int64_t j = real; j < n_seqs && rc == QT_OK; j++) {
+        int32_t *tg = targets + j * tok_n;
+        rc = e->fill(e->src, step, e->n, 0, 1, S, tok_lo, tok_n, eos, inputs + j * tok_n, tg,
+                     positions ? positions + j * S : NULL);
+        for (int64_t t = 0; t < tok_n; t++) tg[t] = -1;
+    }
+    return rc;
+}
+
+/* The eval's sequences: in eval batch e, the rank's sequence group holds the slots
+ * [index * eval_batch, (index + 1) * eval_batch) of the mesh's, in ceil(eval_batch /
+ * micro_batch) chunks of micro_batch (every group the same count: the collectives stay in
+ * step); slots past the eval batch's sequences are padded (qt_runtime_eval_fill). Any
+ * split gives the same exact sums: each sequence's loss is its own (the forward mixes no
+ * sequences), a padded one's is 0. */
 int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_metrics *e)
 {
     if (!qt_rt.eval_tokens || p->train.eval_interval <= 0 || p != qt_rt.plan) return QT_E_PLAN;
@@ -624,6 +658,7 @@ int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_m
     const int64_t b = p->train.micro_batch, S = p->train.seq_len;
     const int64_t Bg = qt_runtime_eval_batch(p), per = p->train.eval_batch;
     const int64_t St = qt_plan_tokens_per_seq(p), t0 = St * ctx->coord[QT_MESH_CONTEXT];
+    const qt_rt_eval_slots slots = {qt_rt.eval_tokens, qt_rt.eval_src, Bg};
     const double tstart = qt_runtime_now();
     qt_step_metrics sm;
     memset(&sm, 0, sizeof sm);
@@ -632,14 +667,13 @@ int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_m
     qt_exact_clear(&loss);
     qt_exact_clear(&cnt);
     for (int64_t eb = 0; eb < n_batches; eb++)
-        for (int64_t k = 0; k < per / b; k++) {
+        for (int64_t k = 0; k < (per + b - 1) / b; k++) {
             const int64_t first = qt_rt.batch_index * per + k * b;
             int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
-            int rc = qt_rt.eval_tokens(qt_rt.eval_src, eb, Bg, first, b, S, t0, St,
-                                       p->pack_eos, qt_i32(ctx, p->tokens), tg, pos);
+            int rc = qt_runtime_eval_fill(&slots, eb, Bg, first, b, S, t0, St, p->pack_eos,
+                                          qt_i32(ctx, p->tokens), tg, pos);
             if (!rc && p->mtp_layers > 0) /* the head's inputs: the stacked embedding reads them */
-                rc = qt_runtime_mtp_fill(p, qt_rt.eval_tokens, qt_rt.eval_src, eb, Bg, first, t0,
-                                         St);
+                rc = qt_runtime_mtp_fill(p, qt_runtime_eval_fill, &slots, eb, Bg, first, t0, St);
             if (rc) return rc;
             if (pos) { /* packed: the targets with a loss, as in training */
                 int64_t n = 0;

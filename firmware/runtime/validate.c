@@ -295,7 +295,7 @@ int qt_validate_splits(const qt_plan *p)
     return rc ? rc : qt_validate_split_end(p, &w, "microbatch");
 }
 
-/* The held-out eval's forward (issue 33; qt_runtime_eval runs the microbatch schedule's
+/* The held-out eval's batch and forward (issue 33; qt_runtime_eval runs the microbatch schedule's
  * logical ops [0, eval_fwd_ops) alone, then nothing else): it must end with the cross
  * entropy (loss_seq: XENT, or XENT_MTP with the MTP head, whose loss_seq is the main
  * model's), hold no weight gradient and no step op but the parameter gathers and
@@ -305,6 +305,14 @@ static int qt_validate_eval(const qt_plan *p)
 {
     const int64_t n = p->train.eval_fwd_ops;
     if (p->train.eval_interval <= 0) return QT_OK;
+    /* the eval batch (issue 35): eval_batch >= 1 slots a sequence group; eval_global, when
+     * set, the real sequences among the mesh's slots, filling the last group's partly */
+    const int64_t R = qt_plan_seq_groups(p), per = p->train.eval_batch, ge = p->train.eval_global;
+    if (per < 1 || ge < 0 || (ge > 0 && (ge > per * R || ge <= (per - 1) * R)))
+        return qt_fail(QT_E_PLAN, "plan %s: eval batch of %lld slots a sequence group x %lld "
+                       "groups with eval_global %lld: expected >= 1 slots and eval_global 0 "
+                       "or one whose share of the groups is eval_batch", p->run_name,
+                       (long long)per, (long long)R, (long long)ge);
     qt_split_walk w = {{0}, 0, 0};
     const qt_op *last = NULL;
     int rc = QT_OK;

@@ -65,14 +65,14 @@ check "golden qwen3-next tiny with z-loss 0.01 (loss, z_loss, gradients) vs PyTo
 # losses' tolerance: the weights carry the same fp32 drift; an eval adds one forward's
 # rounding, ~1e-6); lr 1e-6 relative (pure schedule); steps, gradients as above.
 golden_eval_run() {
-  local run=$1 g=tests/golden/e2e/$1 out=$QT_TMP/golden-$1
+  local run=$1 g=tests/golden/e2e/$1 out=$QT_TMP/golden-$1 targets=${2:-320}
   mkdir -p "$out"
   [ -f "$g/init.safetensors" ] || { echo "missing goldens in $g (make goldens)"; return 1; }
   build/$run/qtrain load="$g/init.safetensors" data="$g/tokens.npy" eval_data="$g/tokens.npy" \
       steps=10 metrics="$out/metrics.jsonl" dump_grads="$out/grads0.safetensors" || return 1
   build/tools/st_compare "$out/grads0.safetensors" "$g/grads0.safetensors" 2e-4 || return 1
   build/tools/metrics_compare "$out/metrics.jsonl" "$g/expected.json" 2e-4 1e-3 || return 1
-  [ "$(grep -c '"eval_tokens":320' "$out/metrics.jsonl")" -eq 3 ] || { echo "eval_tokens"; return 1; }
+  [ "$(grep -c '"eval_tokens":'"$targets," "$out/metrics.jsonl")" -eq 3 ] || { echo "eval_tokens"; return 1; }
 }
 check "golden qwen3-next tiny, WSD schedule, eval losses after steps 1, 4, 7 vs PyTorch" golden_eval_run test-next-eval
 # Issue 35: the held-out eval with the MTP head (test-next-mtp-eval: factor 0.3, evals after
@@ -82,3 +82,8 @@ check "golden qwen3-next tiny, WSD schedule, eval losses after steps 1, 4, 7 vs 
 # mtp_loss, step-0 gradients, at the tolerances above.
 check "golden qwen3-next tiny with the MTP head, eval losses (the main CE alone) after steps 1, 4, 7 vs PyTorch" \
   golden_eval_run test-next-mtp-eval
+# Issue 35: an eval batch of 3 on the training microbatch of 2 (test-next-eval-b3: two
+# forwards an eval batch, the second's second slot padded with masked targets; 6 batches,
+# 288 targets): the eval loss is the reference's mean over the real sequences, 2e-4 relative
+check "golden qwen3-next tiny, eval batch 3 on microbatches of 2 (padded), eval losses vs PyTorch" \
+  golden_eval_run test-next-eval-b3 288

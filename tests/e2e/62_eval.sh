@@ -7,6 +7,14 @@
 # training lines equal mesh-next-1r's, bit for bit); every mesh gives the one-rank run's
 # eval and training bits; eval_holdout=N trains on the windows before the held-out ones;
 # target_eval_loss stops early, saves and exits 0; the refusals name what to give.
+# Eval batches that are not whole training microbatches (issue 35: MaxText's global eval batch
+# is int(devices x eval_per_device_batch_size), whatever the microbatch): variants
+# (plan_variant) of eval-next-* with an eval batch of 3 sequences (6 batches of the 20
+# windows, 288 targets) give the same eval bits on microbatches of 1 (no padding), 2 (the
+# last forward's second slot padded) and 4 (one forward, its fourth slot padded), and on DP2
+# with eval_per_device_batch_size 1.5 (group 1 holds one sequence and a pad) and DP2 x EP2
+# with 0.75 (3 sequences over 4 groups: the last group all padding); a fraction of a sequence
+# and an eval file shorter than the 3 are refused.
 EVAL_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 
 # eval_run RUN RANKS OUT ARGS...: 10 steps of build/RUN/qtrain, metrics to OUT.
@@ -93,5 +101,60 @@ check "eval mesh: dp2 x fsdp2, per-layer gathers (overlap auto), remat full = on
   eval_mesh eval-next-dp2fsdp2-remat 4
 check "eval mesh: bf16 dp2 x tp2, ZeRO-1, per-layer gathers and reduction = bf16 one rank" \
   eval_mesh eval-bf16-next-dp2tp2-z1-gather 4 eval-bf16-next-1r
+# eb_det NAME RUN RANKS KEY=VALUE...: RUN.yml with the overrides, built into $EB_D/NAME/, 10
+# steps on RANKS ranks with eval_data=; its det_fields lines in $EB_D/NAME.det (kept: a
+# second call does nothing), with 3 eval lines of 6 batches and 288 targets each.
+EB_D=$QT_TMP/eval-batch
+eb_det() {
+  local name=$1 run=$2 n=$3 d=$EB_D/$1; shift 3
+  [ -s "$EB_D/$name.det" ] && return 0
+  mkdir -p "$d"
+  plan_variant "$run" "$d" "$@" || return 1
+  local cmd="$d/$run-v/qtrain data=$EVAL_DATA eval_data=$EVAL_DATA seed=11 steps=10 metrics=$EB_D/$name.jsonl"
+  if [ "$n" -eq 1 ]; then timeout 120 $cmd 2> "$EB_D/$name.err"
+  else timeout 120 mpiexec -n "$n" $cmd 2> "$EB_D/$name.err"; fi || { tail -n 3 "$EB_D/$name.err"; return 1; }
+  [ "$(grep '"eval_loss"' "$EB_D/$name.jsonl" | grep -c '"eval_tokens":288,.*"eval_batches":6,')" -eq 3 ] ||
+    { echo "$name: expected 3 eval rows of 288 targets in 6 batches"; return 1; }
+  det_fields "$EB_D/$name.jsonl" > "$EB_D/$name.det"
+}
+
+# eval batch 3 on microbatches of 1 (b1: unpadded, the reference), 2 and 4 (padded)
+eval_batch_pad() {
+  eb_det b1 eval-next-1r 1 per_device_batch_size=1 gradient_accumulation_steps=4 eval_per_device_batch_size=3 &&
+    eb_det b2 eval-next-1r 1 per_device_batch_size=2 gradient_accumulation_steps=2 eval_per_device_batch_size=3 &&
+    eb_det b4 eval-next-1r 1 eval_per_device_batch_size=3 || return 1
+  grep -q 'of 3 sequences per sequence group (2 forwards of the microbatch each; the last forward.s 1 slot past them padded' \
+    "$EB_D/b2/eval-next-1r-v/plan/eval-next-1r/plan.txt" || { echo "b2: no padding in the plan report"; return 1; }
+  cmp "$EB_D/b1.det" "$EB_D/b2.det" && cmp "$EB_D/b1.det" "$EB_D/b4.det" || return 1
+  echo "microbatches of 1, 2 (1 padded) and 4 (1 padded): $(grep eval_loss "$EB_D/b1.det" | tail -n 1)"
+}
+
+# eb_mesh NAME RUN RANKS KEY=VALUE...: the variant on RANKS ranks == b1, eval and training bits
+eb_mesh() {
+  eb_det b1 eval-next-1r 1 per_device_batch_size=1 gradient_accumulation_steps=4 eval_per_device_batch_size=3 &&
+    eb_det "$@" || return 1
+  cmp "$EB_D/b1.det" "$EB_D/$1.det" && echo "identical to one rank's eval batch 3: $(grep eval_loss "$EB_D/$1.det" | tail -n 1)"
+}
+
+eval_batch_refusals() {
+  local out
+  out=$(build/configgen/configgen -o "$EB_D/no" configgen/configs/runs/eval-next-1r.yml eval_per_device_batch_size=0.5 2>&1) && return 1
+  echo "$out" | grep -q 'eval_per_device_batch_size=0.5 (command line): 0.5 sequences per rank x num_ranks=1 = 0.5 sequences per eval batch; expected a whole number >= 1' ||
+    { echo "$out"; return 1; }
+  eb_det b2 eval-next-1r 1 per_device_batch_size=2 gradient_accumulation_steps=2 eval_per_device_batch_size=3 || return 1
+  # QTTOKENS, 40 uint16 zeros: 2 windows of 17 tokens, fewer than the eval batch of 3
+  printf 'QTTOKENS\001\000\000\000\002\000\000\000\050\000\000\000\000\000\000\000' > "$EB_D/short.tok"
+  head -c 80 /dev/zero >> "$EB_D/short.tok"
+  out=$("$EB_D/b2/eval-next-1r-v/qtrain" data=$EVAL_DATA steps=1 eval_data=$EB_D/short.tok 2>&1) && return 1
+  echo "$out" | grep -q 'fewer than one eval batch of 3 sequences (eval_per_device_batch_size x num_ranks)' || { echo "$out"; return 1; }
+  echo "refusals: half a sequence per eval batch, a file shorter than one eval batch of 3"
+}
+
+check "eval batch 3 (not whole microbatches): microbatches of 1, 2 and 4 give the same eval bits" eval_batch_pad
+check "eval batch 3 on DP2 (eval_per_device_batch_size 1.5: 2 + 1 and a pad) == one rank" \
+  eb_mesh dp2-e1.5 eval-next-dp2 2 eval_per_device_batch_size=1.5
+check "eval batch 3 on DP2 x EP2 (eval_per_device_batch_size 0.75: a group of padding only) == one rank" \
+  eb_mesh dp2ep2-e0.75 eval-next-dp2ep2 4 eval_per_device_batch_size=0.75
+check "eval batch: refusals" eval_batch_refusals
 check "eval: eval_holdout=N, target_eval_loss" eval_holdout_stop
 check "eval: refusals" eval_refusals

@@ -21,6 +21,10 @@
 #     stage, which receives them at its first chunk): PP2 gpipe, PP4 1f1b (two middle stages
 #     that see none of it), circular PP2 R2 and PP2 R2 x DP2, two depths on PP2 1f1b M4 ==
 #     one rank's training and eval lines.
+#   * eval batches that are not whole microbatches (issue 35): an eval batch of 3 (6 batches)
+#     on the microbatch of 4 (one forward, its fourth slot padded: masked targets, the MTP
+#     head's too), on DP2 x EP2 per-layer (eval_per_device_batch_size 0.75: the fourth group
+#     all padding) and on PP2 (1.5) == the unpadded run on microbatches of 1; packed likewise.
 # The golden (float64 reference, the main CE alone) is 10_golden.sh's test-next-mtp-eval.
 EM_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 EM_D=$QT_TMP/eval-mtp
@@ -116,3 +120,16 @@ for cell in "pp2 2 $EM_PP" \
 done
 check "eval with two MTP depths on a pipeline: PP2 1f1b M4 (2 ranks) == one rank (mtp2-next-1r), eval and training bits" \
   em_same mtp2-1r mtp2-next-1r mtp2-next-1r 2 $EM_PP num_pipeline_microbatches=4 pipeline_schedule=1f1b
+
+# eval batch 3 (issue 35: not whole microbatches; 6 batches of the 20 windows): the unpadded
+# one-rank run on microbatches of 1 is the reference
+EM_B1="per_device_batch_size=1 gradient_accumulation_steps=4 eval_per_device_batch_size=3"
+check "eval with the MTP head: eval batch 3 on the microbatch of 4 (a slot padded) == microbatches of 1" \
+  em_pair 1r-eb3 mtp-next-1r "$EM_B1" 1r-eb3-b4 mtp-next-1r 1 "eval_per_device_batch_size=3" 6
+check "eval with the MTP head: eval batch 3 on DP2 x EP2 per-layer, overlap on (0.75: a group all padding) == one rank" \
+  em_pair 1r-eb3 mtp-next-1r "$EM_B1" dp2ep2-eb3 mtp-next-dp2ep2-layer 4 \
+  "eval_per_device_batch_size=0.75 collective_overlap=on" 6
+check "eval with the MTP head: eval batch 3 on PP2 (1.5) == one rank" \
+  em_pair 1r-eb3 mtp-next-1r "$EM_B1" pp2-eb3 mtp-next-1r 2 "$EM_PP eval_per_device_batch_size=1.5" 6
+check "eval with the MTP head, packed: eval batch 3 on the microbatch of 4 (a slot padded) == microbatches of 1" \
+  em_pair pack-eb3-b1 mtp-pack-next-1r "$EM_B1" pack-eb3-b4 mtp-pack-next-1r 1 "eval_per_device_batch_size=3" 6

@@ -47,7 +47,9 @@ RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb', 'test-next-pack', 'tes
         'test-next-mtp-eval',
         # issue 35: a capacity of 0 (capacity_factor 0.1: C = 0), every routed assignment
         # dropped; the router trains through the load-balance term alone
-        'test-next-cap0']
+        'test-next-cap0',
+        # issue 35: an eval batch of 3 on the microbatch of 2 (qtrain pads the last forward)
+        'test-next-eval-b3']
 N_STEPS = 10
 MIN_MARGIN = 1e-4
 SEED_TRIES = 64

@@ -427,7 +427,9 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"lr_schedule_type=wsd", "wsd_decay_steps_fraction=0.95", "warmup_steps_fraction + wsd_decay_steps_fraction = 0.1 + 0.95 = 1.05 is over 1"},
         {"wsd_decay_style=exp", NULL, "wsd_decay_style=exp (command line): expected linear or cosine"},
         {"eval_interval=0", NULL, "eval_interval=0 (command line): expected -1 (no evaluation)"},
-        {"eval_interval=10", "eval_per_device_batch_size=0.5", "expected a whole multiple of the training microbatch"},
+        // issue 35: MaxText evaluates int(devices x eval_pdbs) sequences; qtrain any whole number
+        {"eval_interval=10", "eval_per_device_batch_size=0.5", "eval_per_device_batch_size=0.5 (command line): 0.5 sequences per rank x num_ranks=1 = 0.5 sequences per eval batch; expected a whole number >= 1"},
+        {"eval_interval=10", "eval_per_device_batch_size=0.75|num_ranks=2|ici_data_parallelism=2", "0.75 sequences per rank x num_ranks=2 = 1.5 sequences per eval batch; expected a whole number >= 1"},
         {"adam_eps_root=1e-8", NULL, "adam_eps_root=1e-8 (command line): only 0"},
         {"z_loss_multiplier=-1e-4", NULL, "z_loss_multiplier=-1e-4 (command line): expected 0 (off) or a multiplier > 0"},
         // the MoE form (config/moe.c, issues 32, 35): receive-buffer dropping over a context
@@ -1124,6 +1126,54 @@ TEST(CgIgnored, KeysMaxTextIgnoresAreNotedAndLeaveThePlan)
     const char *x = strstr(p.s.ignored, "shared_experts=0"), *y = strstr(p.s.ignored, "; eval_start_step=3");
     CHECK(x != NULL && y != NULL && x < y);
     CHECK(p.g.hash == base.g.hash);
+}
+
+// ---------------------------------------------------------------- the eval batch (issue 35)
+
+TEST_GROUP(CgEvalBatch){};
+
+// MaxText's global eval batch, int(devices x eval_per_device_batch_size), whatever the
+// training microbatch: eval_batch = ceil(E / the sequence groups) slots a group, eval_global =
+// E only when the slots are not all real (so the plans of whole eval batches keep their hash).
+TEST(CgEvalBatch, AnyWholeNumberOfSequencesOverTheMesh)
+{
+    struct {
+        const char *over; // '|'-separated overrides after eval_interval=10
+        int64_t mb, batch, global;
+    } cases[] = {
+        {"", 2, 2, 0},                                           // = per_device_batch_size
+        {"eval_per_device_batch_size=4", 2, 4, 0},               // whole microbatches
+        {"eval_per_device_batch_size=3", 2, 3, 0},               // the second forward padded
+        {"eval_per_device_batch_size=1", 2, 1, 0},               // less than a microbatch
+        {"eval_per_device_batch_size=1.5|num_ranks=2|ici_data_parallelism=2", 2, 2, 3},
+        {"eval_per_device_batch_size=0.5|num_ranks=2|ici_data_parallelism=2", 2, 1, 1},
+        {"eval_per_device_batch_size=0.5|num_ranks=2|ici_tensor_parallelism=2", 4, 1, 0},
+        {"eval_per_device_batch_size=0.7|num_ranks=10|ici_data_parallelism=10", 2, 1, 7},
+    };
+    for (auto &c : cases) {
+        char buf[256], *over[8];
+        int n = 0;
+        snprintf(buf, sizeof buf, "eval_interval=10%s%s", *c.over ? "|" : "", c.over);
+        for (char *t = strtok(buf, "|"); t && n < 8; t = strtok(NULL, "|")) over[n++] = t;
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(kTiny, n, over));
+        if (p.s.tr.eval_batch != c.batch || p.s.tr.eval_global != c.global)
+            fprintf(stderr, "%s: eval_batch %lld eval_global %lld\n", c.over,
+                    (long long)p.s.tr.eval_batch, (long long)p.s.tr.eval_global);
+        LONGS_EQUAL(c.mb, p.s.tr.micro_batch);
+        LONGS_EQUAL(c.batch, p.s.tr.eval_batch);
+        LONGS_EQUAL(c.global, p.s.tr.eval_global);
+    }
+    // eval_global enters the hash only when set: 3 sequences over DP2 (2 + 1 and a pad) is
+    // not 4 (2 + 2), though both have 2 slots a group
+    char a[] = "eval_interval=10", b[] = "num_ranks=2", d[] = "ici_data_parallelism=2",
+         e3[] = "eval_per_device_batch_size=1.5", e4[] = "eval_per_device_batch_size=2";
+    char *o3[] = {a, b, d, e3}, *o4[] = {a, b, d, e4};
+    CgPlan p3, p4;
+    LONGS_EQUAL(0, p3.build(kTiny, 4, o3));
+    LONGS_EQUAL(0, p4.build(kTiny, 4, o4));
+    LONGS_EQUAL(p3.s.tr.eval_batch, p4.s.tr.eval_batch);
+    CHECK(p3.g.hash != p4.g.hash);
 }
 
 // ---------------------------------------------------------------- hash and output stability

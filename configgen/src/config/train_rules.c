@@ -10,8 +10,12 @@
  * int(L x warmup_steps_fraction) and wsd_decay = int(L x wsd_decay_steps_fraction) are taken
  * in double from the config text, as MaxText does, and warmup + decay fractions are <= 1;
  * eval_interval > 0 only when evaluation is on (the other eval keys set without it are
- * ignored with a note, s->ignored, as MaxText ignores them), then eval_batch (sequences per
- * sequence group per eval batch) is a positive multiple of micro_batch; eval_steps is -1 or
+ * ignored with a note, s->ignored, as MaxText ignores them), then the eval batch's sequences
+ * over the mesh, E = eval_per_device_batch_size (or per_device_batch_size) x num_ranks
+ * (MaxText's int(devices x eval_pdbs), issue 35), are a whole number >= 1, eval_batch =
+ * ceil(E / the sequence groups) >= 1 slots per group (any number: the eval runs
+ * ceil(eval_batch / micro_batch) microbatch forwards, slots past the real sequences masked)
+ * and eval_global = E when E is not eval_batch x the groups, else 0; eval_steps is -1 or
  * >= 1; eval_fwd_ops is filled from the graph later (qt_cg_train_view); z_loss is 0 or a
  * finite multiplier > 0, in any dtype, with the plain or the blocked / vocab-parallel cross
  * entropy (kernels/xent.h; with the MTP head on the main logits only, MaxText's rule). Each
@@ -100,26 +104,31 @@ static int tr_eval(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t e
                                    "MaxText; set eval_interval to the steps between evals");
         return 0;
     }
-    /* a pipeline's sequence group spans its S stages (MaxText's global eval batch: the
-     * per-device batch x every device, as for training: config/settings.c) */
+    /* MaxText's global eval batch: int(devices x eval_pdbs) sequences (types.py
+     * calculate_global_batch_sizes, L3458-3491; a pipeline's stages, tensor and context
+     * ranks are devices too). A sequence group (the batch axes but context: tp x cp x S
+     * ranks) takes ceil(E / groups) slots, the mesh's slots in group order hold sequences
+     * 0 .. E-1 and the rest are padded: E need not split evenly, nor fill microbatches. A
+     * product within 1e-9 of a whole number is that number (0.7 x 10 is 7.000000000000001
+     * in double; MaxText's int() would also give 7). */
     const int32_t tp = s->mesh[QT_MESH_TENSOR], cp = s->mesh[QT_MESH_CONTEXT];
     const int32_t ps = s->pp_stages > 1 ? s->pp_stages : 1;
-    const double per = (eb > 0 ? eb : s->per_device_batch) * (double)tp * (double)cp * ps;
-    const int64_t mb = t->micro_batch;
-    char pipe[48] = "";
-    if (ps > 1) snprintf(pipe, sizeof pipe, " x %d pipeline stages", (int)ps);
-    if (per < 1 || per != floor(per) || (int64_t)per % mb)
+    const double epb = eb > 0 ? eb : s->per_device_batch, all = epb * (double)s->n_ranks;
+    const double whole = floor(all + 0.5);
+    const int64_t groups = (int64_t)s->n_ranks / tp / cp / ps;
+    if (whole < 1 || fabs(all - whole) > 1e-9 * whole)
         return qt_cg_rule_bad(
             c, err, errlen, "eval_per_device_batch_size",
-            "%g sequences per rank x "
-            "%d tensor x %d context ranks sharing them%s = %g per sequence group; "
-            "expected a whole multiple of the training microbatch's %lld sequences "
-            "(the eval runs the microbatch's forward)",
-            eb > 0 ? eb : s->per_device_batch, tp, cp, pipe, per, (long long)mb);
+            "%g sequences per rank x num_ranks=%d = %.10g sequences per eval batch; expected "
+            "a whole number >= 1 (MaxText evaluates int(devices x eval_per_device_batch_size)"
+            " sequences: a fraction would be dropped)",
+            epb, (int)s->n_ranks, all);
+    const int64_t E = (int64_t)whole, per = (E + groups - 1) / groups;
     t->eval_interval = (int64_t)iv;
     t->eval_steps = (int64_t)st;
     t->eval_start = (int64_t)e0;
-    t->eval_batch = (int64_t)per;
+    t->eval_batch = per;
+    t->eval_global = E == per * groups ? 0 : E;
     t->target_eval_loss = (float)target;
     return 0;
 }

@@ -245,6 +245,8 @@ static void emit_train(qt_cg_buf *b, const qt_train_cfg *t)
                          (long long)t->eval_start, (long long)t->eval_steps,
                          (long long)t->eval_batch, (long long)t->eval_fwd_ops,
                          flit(f[1], t->target_eval_loss));
+    if (t->eval_global) /* issue 35: an eval batch whose sequences leave slots padded */
+        qt_cg_buf_printf(b, ",\n              .eval_global = %lld", (long long)t->eval_global);
     qt_cg_buf_printf(b, "},\n");
 }
 

@@ -158,6 +158,33 @@ static void layout_line(qt_cg_buf *b, const qt_cg_graph *g, int i)
     qt_cg_buf_printf(b, "  %s\n", t->name);
 }
 
+/* The held-out eval's line (issue 33): when it runs, its batches and forwards; issue 35: the
+ * slots past the real sequences (the last forward's rest, or a group's share of an
+ * eval_global that leaves some empty) are padded with a masked sequence. */
+static void eval_line(qt_cg_buf *b, const qt_train_cfg *t, int n_fwd)
+{
+    const int64_t nf = (t->eval_batch + t->micro_batch - 1) / t->micro_batch;
+    char pad[160] = "";
+    if (t->eval_global)
+        snprintf(pad, sizeof pad, "; %lld sequence%s over the mesh, the slots past them "
+                 "padded (masked: no loss, no target)", (long long)t->eval_global,
+                 qt_cg_s(t->eval_global));
+    else if (t->eval_batch % t->micro_batch)
+        snprintf(pad, sizeof pad, "; the last forward's %lld slot%s past them padded "
+                 "(masked: no loss, no target)", (long long)(nf * t->micro_batch -
+                 t->eval_batch), qt_cg_s(nf * t->micro_batch - t->eval_batch));
+    qt_cg_buf_printf(b, "  eval (held-out, eval_data=): after step s >= %lld with (s - %lld) %% "
+                     "%lld == 0 (0-based), %lld eval batch%s of %lld sequence%s per sequence "
+                     "group (%lld forward%s of the microbatch each%s); target_eval_loss %g; "
+                     "the forward is microbatch ops 0..%d on the microbatch's own tensors "
+                     "(arena map below): no memory of its own\n", (long long)t->eval_start,
+                     (long long)t->eval_start, (long long)t->eval_interval,
+                     (long long)t->eval_steps, t->eval_steps == 1 ? "" : "es (-1: the "
+                     "whole eval file)", (long long)t->eval_batch, qt_cg_s(t->eval_batch),
+                     (long long)nf, qt_cg_s(nf), pad, (double)t->target_eval_loss,
+                     n_fwd - 1);
+}
+
 /* The adamw line of a WSD plan (issue 33): the phases by step (0-based, as the schedule
  * counts them; the progress lines count from 1). */
 static void wsd_line(qt_cg_buf *b, const qt_train_cfg *t)
@@ -1235,18 +1262,7 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
                      (double)t->weight_decay, (double)t->clip, (long long)t->schedule_steps,
                      (double)t->warmup_frac, (double)t->final_frac, (long long)t->steps,
                      (double)t->lb_weight);
-    if (t->eval_interval > 0)
-        qt_cg_buf_printf(b, "  eval (held-out, eval_data=): after step s >= %lld with (s - %lld) %% "
-                         "%lld == 0 (0-based), %lld eval batch%s of %lld sequence%s per sequence "
-                         "group (%lld forward%s of the microbatch each); target_eval_loss %g; "
-                         "the forward is microbatch ops 0..%d on the microbatch's own tensors "
-                         "(arena map below): no memory of its own\n", (long long)t->eval_start,
-                         (long long)t->eval_start, (long long)t->eval_interval,
-                         (long long)t->eval_steps, t->eval_steps == 1 ? "" : "es (-1: the "
-                         "whole eval file)", (long long)t->eval_batch, qt_cg_s(t->eval_batch),
-                         (long long)(t->eval_batch / t->micro_batch),
-                         qt_cg_s(t->eval_batch / t->micro_batch),
-                         (double)t->target_eval_loss, g->n_fwd - 1);
+    if (t->eval_interval > 0) eval_line(b, t, g->n_fwd);
     if (s->m.n_layers > s->m.n_layers / (s->m.cycle > 0 ? s->m.cycle : 1))
         qt_cg_buf_printf(b, "  delta rule (GDN core): %s (gdn_core_algorithm; the recurrent form "
                          "measured faster at Dk = Dv = 64 and 128, docs/bench.md)\n",
