@@ -25,7 +25,8 @@
 # for bit: qwen3-next CP2, CP4 (a chain through 4 ranks), CP2 remat full (the router's
 # recomputation), CP2 x EP2 (auto), qwen3.5 CP2, bf16 CP2; not vacuous: the term changes the bits.
 # Uneven attention heads (issue 35; ctxu-*.yml, ctx-35u-*.yml): CP3, TP2 x CP3, qwen3.5 and
-# bf16 with heads that do not divide by tensor x context == one rank.
+# bf16 with heads that do not divide by tensor x context == one rank; uneven GDN heads
+# (gdnu-*.yml): CP3 explicit and auto, TP3 x CP2, bf16 CP3 == one rank, TP2 x CP3 == TP2.
 # Run files: configgen/configs/runs/ctx-*.yml; runs through plan_det (run_all.sh: the tiny
 # test data, seed 11, every mpiexec under `timeout`).
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
@@ -164,6 +165,53 @@ ctx_uneven_remat() {
     cmp "$QT_TMP/ctx/ctxu-next2kv-1r.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
 }
 check "uneven attention heads over context: CP3 with remat full (the exchanges recomputed; 0/1/1) == one rank, bit for bit" ctx_uneven_remat
+
+# GDN heads owned unevenly over context (issue 35, session 16, docs/context.md "GDN heads
+# owned unevenly"): tensor x context not dividing the GDN key heads (or the norm's canonical
+# groups, or gdn_value_head_dim): units of key heads with their value heads (whole canonical
+# groups) in runs differing by at most one, conv1d.weight / A_log / dt_bias whole over
+# context (the head side reads a padded copy of its units, CTX_OWN_UNITS; each WGRAD leaf
+# completed by an all-gather placed by owner) and the norm's group partials gathered over
+# tensor x context and summed by the one-rank tree. Each == one rank with the same
+# canonical_factor and blocks, bit for bit (loss bits and fingerprint, 10 steps): CP3 with 4
+# key heads owned 1/1/2 (explicit; auto without canonical_factor / context_blocks), tensor
+# 3 x context 2 with each tensor rank's key head owned 0/1 (index 0 padding only; the
+# norm's 6 groups gathered over 6 ranks), CP4 on 6 key heads whose unit is 3 key heads
+# (the norm's 4 groups of 3 value heads; 2 units owned 0/1/0/1), bf16 CP3. Tensor 2 x context 3 (a tensor rank's 2
+# key heads owned 0/1/1) == tensor 2 alone with the same factor and blocks (tensor 2 with
+# canonical_factor 3 is its own bits, above).
+for cell in "gdnu-next-1r gdnu-next-cp3 3" "gdnu-next-1r gdnu-next-cp3-auto 3" \
+            "gdnu-next9-1r gdnu-next9-tp3cp2 6" "gdnu-next6k-1r gdnu-next6k-cp4 4"; do
+  set -- $cell
+  check "uneven GDN heads over context: ${2#gdnu-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/ctx" "$@"
+done
+gdn_uneven_tp2() {
+  local d=$QT_TMP/ctx
+  plan_det gdnu-next-tp2 2 "$d" 10 && plan_det gdnu-next-tp2cp3 6 "$d" 10 || return 1
+  cmp "$d/gdnu-next-tp2.det" "$d/gdnu-next-tp2cp3.det" && echo "identical: $(tail -n 1 "$d/gdnu-next-tp2cp3.det")"
+}
+check "uneven GDN heads over context: tensor 2 x context 3 (6 ranks) == tensor 2 alone (gdnu-next-tp2), bit for bit" gdn_uneven_tp2
+gdn_uneven_owners() {
+  local p=generated/gdnu-next-tp2cp3/plan.txt
+  grep -q "GDN heads owned unevenly over context" "$p" &&
+    grep -q "context index 0: key \[0, 0) value \[0, 0) (none: padding only), 1: key \[0, 1) value \[0, 2), 2: key \[1, 2) value \[2, 4)" "$p" ||
+    { echo "$p does not name the GDN owners"; return 1; }
+  grep -q "GDN heads owned unevenly" generated/ctx-next-cp2/plan.txt &&
+    { echo "an even split says uneven"; return 1; }
+  grep -o "GDN heads owned.*" "$p" | grep -o "context index 0:.*"
+}
+check "uneven GDN heads over context: plan.txt names each context index's key and value heads (0/1/1 with padding)" gdn_uneven_owners
+gdn_uneven_bf16() {
+  local d=$QT_TMP/ctx/gu16 data=tests/golden/e2e/test-next-tiny/tokens.npy
+  mkdir -p "$d"
+  plan_variant gdnu-next-1r "$d" dtype=bfloat16 && plan_variant gdnu-next-cp3 "$d" dtype=bfloat16 || return 1
+  timeout 120 "$d/gdnu-next-1r-v/qtrain" data=$data seed=11 steps=10 metrics=$d/one.jsonl 2> "$d/one.err" &&
+    timeout 120 mpiexec -n 3 "$d/gdnu-next-cp3-v/qtrain" data=$data seed=11 steps=10 metrics=$d/cp3.jsonl 2> "$d/cp3.err" ||
+    { tail -n 3 "$d/one.err" "$d/cp3.err"; return 1; }
+  det_fields "$d/one.jsonl" > "$d/one.det" && det_fields "$d/cp3.jsonl" > "$d/cp3.det" &&
+    cmp "$d/one.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
+}
+check "uneven GDN heads over context: bf16 CP3 (4 key heads owned 1/1/2) == one bf16 rank, bit for bit" gdn_uneven_bf16
 
 # the load-balance loss with context parallelism (issue 35)
 check "load-balance loss with context_blocks 4 changes the one-rank bits (the term is on)" \

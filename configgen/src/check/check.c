@@ -267,7 +267,9 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
                 return qt_cg_fail(err, errlen, "%s op %d: tensor id %d out of range", which, i, id);
             const qt_tensor *t = &g->ts[id].t;
             char r = sl[s];
-            if ((r == 'p') != (t->role == QT_ROLE_PARAM))
+            /* (a 'p' slot may read a head-side copy of a parameter's rows: CTX_OWN_UNITS,
+             * heads owned unevenly over context; marked 2 in written[]) */
+            if ((r == 'p') != (t->role == QT_ROLE_PARAM) && !(r == 'p' && written[id] == 2))
                 return qt_cg_fail(err, errlen, "%s op %d (%s): slot t%d holds %s, %s", which, i,
                                   qt_cg_op_name(o->kind), s, t->name,
                                   r == 'p' ? "expected a parameter" : "a parameter is read-only");
@@ -281,6 +283,7 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
         if (check_sizes(g, o, i, which, err, errlen)) return -1;
         for (int s = 0; s < ns; s++)
             if (o->t[s] >= 0 && (sl[s] == 'w' || sl[s] == 'a' || sl[s] == 's')) written[o->t[s]] = 1;
+        if (o->kind == QT_OP_CTX_OWN_UNITS) written[QT_T(o, CTX_OWN_UNITS, y)] = 2;
         int wk = qt_cg_op_class(o->kind) == QT_OPC_WGRAD;
         if (wk != !!(o->flags & QT_OPF_WGRAD))
             return qt_cg_fail(err, errlen, "%s op %d (%s): QT_OPF_WGRAD flag mismatch", which, i,
