@@ -198,3 +198,63 @@ void qt_op_gated_rmsnorm_wgrad_u(const qt_op *op, const qt_ctx *ctx, int64_t seq
         }
     for (int64_t i = 0; i < dv; i++) dw[0][i] += scr[i];
 }
+
+/* Start-up checks of the WGRAD kinds: U >= 1 units, the head side's heads and groups whole
+ * slots of them, the parameters the whole tensor rank's U units, the scratch what the
+ * wrapper gathers into. */
+static int qt_cpu_numel_ok(const qt_plan *p, int32_t id, int64_t need, int exact)
+{
+    if (id < 0 || id >= p->n_tensors) return 0;
+    return exact ? p->tensors[id].numel == need : p->tensors[id].numel >= need;
+}
+
+static int qt_cpu_param_numel(const qt_plan *p, const qt_op *op, int k, int64_t need)
+{
+    const int64_t pi = op->a[QT_A_WGRAD_PARAM + k];
+    return pi >= 0 && pi < p->n_params && p->params[pi].numel == need;
+}
+
+static int qt_cpu_why(qt_check_state *st, const char *what, int64_t U, int64_t C)
+{
+    snprintf(st->why, sizeof st->why, "%s: U = %lld units over a context group of %lld: the "
+             "head side's heads or groups are not whole unit slots, or a parameter or the "
+             "scratch does not hold what the leaf needs", what, (long long)U, (long long)C);
+    return 1;
+}
+
+int qt_check_gdn_conv_wgrad_u(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    const int64_t U = QT_A(op, GDN_CONV_WGRAD_U, U), C = qt_plan_context(p),
+                  hk = QT_A(op, GDN_CONV_WGRAD_U, Hk), hv = QT_A(op, GDN_CONV_WGRAD_U, Hv),
+                  dk = QT_A(op, GDN_CONV_WGRAD_U, Dk), dv = QT_A(op, GDN_CONV_WGRAD_U, Dv),
+                  K = QT_A(op, GDN_CONV_WGRAD_U, K), L = U >= 1 ? qt_cpu_slots(U, C) : 1,
+                  head = (2 * hk * dk + hv * dv) * K;
+    const int ok = U >= 1 && hk >= L && hk % L == 0 && hv % hk == 0 && dk >= 1 && dv >= 1 &&
+                   K >= 1 && qt_cpu_param_numel(p, op, 0, U * (head / L)) &&
+                   qt_cpu_numel_ok(p, QT_T(op, GDN_CONV_WGRAD_U, scratch), C * head, 0);
+    return ok ? 0 : qt_cpu_why(st, "GDN_CONV_WGRAD_U", U, C);
+}
+
+int qt_check_gdn_gates_wgrad_u(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    const int64_t U = QT_A(op, GDN_GATES_WGRAD_U, U), C = qt_plan_context(p),
+                  hv = QT_A(op, GDN_GATES_WGRAD_U, Hv), L = U >= 1 ? qt_cpu_slots(U, C) : 1;
+    const int ok = U >= 1 && hv >= L && hv % L == 0 && qt_cpu_param_numel(p, op, 0, U * (hv / L)) &&
+                   qt_cpu_param_numel(p, op, 1, U * (hv / L)) &&
+                   qt_cpu_numel_ok(p, QT_T(op, GDN_GATES_WGRAD_U, A_log_h), hv, 1) &&
+                   qt_cpu_numel_ok(p, QT_T(op, GDN_GATES_WGRAD_U, dt_bias_h), hv, 1) &&
+                   qt_cpu_numel_ok(p, QT_T(op, GDN_GATES_WGRAD_U, scratch), 2 * C * hv, 0);
+    return ok ? 0 : qt_cpu_why(st, "GDN_GATES_WGRAD_U", U, C);
+}
+
+int qt_check_gated_rmsnorm_wgrad_u(const qt_plan *p, const qt_op *op, qt_check_state *st)
+{
+    const int64_t U = QT_A(op, GATED_RMSNORM_WGRAD_U, U), C = qt_plan_context(p),
+                  tp = p->mesh[QT_MESH_TENSOR] > 1 ? p->mesh[QT_MESH_TENSOR] : 1,
+                  hv = QT_A(op, GATED_RMSNORM_WGRAD_U, Hv), dv = QT_A(op, GATED_RMSNORM_WGRAD_U, Dv),
+                  G = QT_A(op, GATED_RMSNORM_WGRAD_U, groups), L = U >= 1 ? qt_cpu_slots(U, C) : 1;
+    const int ok = U >= 1 && G >= L && G % L == 0 && hv % G == 0 && dv >= 1 &&
+                   qt_cpu_param_numel(p, op, 0, dv) &&
+                   qt_cpu_numel_ok(p, QT_T(op, GATED_RMSNORM_WGRAD_U, scratch), tp * C * G * dv, 0);
+    return ok ? 0 : qt_cpu_why(st, "GATED_RMSNORM_WGRAD_U", U, C);
+}

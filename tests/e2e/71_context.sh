@@ -176,7 +176,7 @@ check "uneven attention heads over context: CP3 with remat full (the exchanges r
 # canonical_factor and blocks, bit for bit (loss bits and fingerprint, 10 steps): CP3 with 4
 # key heads owned 1/1/2 (explicit; auto without canonical_factor / context_blocks), tensor
 # 3 x context 2 with each tensor rank's key head owned 0/1 (index 0 padding only; the
-# norm's 6 groups gathered over 6 ranks), CP4 on 6 key heads whose unit is 3 key heads
+# norm's 6 groups gathered over 6 ranks), CP3 with remat full, CP3 x FSDP2, CP4 on 6 key heads whose unit is 3 key heads
 # (the norm's 4 groups of 3 value heads; 2 units owned 0/1/0/1), bf16 CP3. Tensor 2 x context 3 (a tensor rank's 2
 # key heads owned 0/1/1) == tensor 2 alone with the same factor and blocks (tensor 2 with
 # canonical_factor 3 is its own bits, above).
@@ -212,6 +212,22 @@ gdn_uneven_bf16() {
     cmp "$d/one.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
 }
 check "uneven GDN heads over context: bf16 CP3 (4 key heads owned 1/1/2) == one bf16 rank, bit for bit" gdn_uneven_bf16
+# the same CP3 with remat full (CTX_OWN_UNITS and the exchanges recomputed) and with fsdp 2
+# (the whole-over-context weights' compute copies gathered over fsdp), each == one rank
+gdn_uneven_variant() {
+  local name=$1 n=$2 d=$QT_TMP/ctx/gu-$1 data=tests/golden/e2e/test-next-tiny/tokens.npy
+  shift 2
+  mkdir -p "$d"
+  plan_det gdnu-next-1r 1 "$QT_TMP/ctx" 10 && plan_variant gdnu-next-cp3 "$d" "$@" || return 1
+  timeout 200 mpiexec -n "$n" "$d/gdnu-next-cp3-v/qtrain" data=$data seed=11 steps=10 metrics=$d/v.jsonl 2> "$d/v.err" ||
+    { tail -n 3 "$d/v.err"; return 1; }
+  det_fields "$d/v.jsonl" > "$d/v.det" &&
+    cmp "$QT_TMP/ctx/gdnu-next-1r.det" "$d/v.det" && echo "identical: $(tail -n 1 "$d/v.det")"
+}
+check "uneven GDN heads over context: CP3 with remat full == one rank, bit for bit" \
+  gdn_uneven_variant remat 3 remat_policy=full
+check "uneven GDN heads over context: CP3 x FSDP2 (6 ranks) == one rank, bit for bit" \
+  gdn_uneven_variant fsdp 6 num_ranks=6 ici_fsdp_parallelism=2 gradient_accumulation_steps=1
 
 # the load-balance loss with context parallelism (issue 35)
 check "load-balance loss with context_blocks 4 changes the one-rank bits (the term is on)" \

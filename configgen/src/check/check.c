@@ -225,6 +225,51 @@ static int sizes_exchange(const qt_cg_graph *g, const qt_op *o, int i, const cha
 #undef QT_CG_SZ_KIND
     return 0;
 }
+/* GDN heads owned unevenly over context (qt_ops.def CTX_OWN_UNITS and the *_WGRAD_U kinds):
+ * U units over C members, slots = ceil(U/C); the copy a slot block, the parameter whole,
+ * the WGRAD scratch C (the norm: tensor x C) head sides. */
+static int sizes_units(const qt_cg_graph *g, const qt_op *o, int i, const char *which,
+                       char *err, size_t errlen)
+{
+    const int64_t C = qt_cg_context(g->s), tp = g->s->mesh[QT_MESH_TENSOR];
+    switch (o->kind) {
+    case QT_OP_CTX_OWN_UNITS: {
+#define QT_CG_SZ_KIND CTX_OWN_UNITS
+        const int64_t L = A(C) > 0 ? (A(U) + A(C) - 1) / A(C) : 0, w = A(w0) + A(w1) + A(w2);
+        if (A(U) < 1 || A(C) != C || A(w0) < 1 || A(w1) < 0 || A(w2) < 0)
+            return qt_cg_fail(err, errlen, "%s op %d (%s): U = %lld units, C = %lld (the "
+                              "context degree is %lld), segments %lld/%lld/%lld", which, i,
+                              qt_cg_op_name(o->kind), (long long)A(U), (long long)A(C),
+                              (long long)C, (long long)A(w0), (long long)A(w1), (long long)A(w2));
+        NEED(y, L * w);
+        NEED(x, A(U) * w);
+#undef QT_CG_SZ_KIND
+        return 0;
+    }
+    case QT_OP_GDN_CONV_WGRAD_U: {
+#define QT_CG_SZ_KIND GDN_CONV_WGRAD_U
+        ATLEAST(scratch, C * (2 * A(Hk) * A(Dk) + A(Hv) * A(Dv)) * A(K));
+#undef QT_CG_SZ_KIND
+        return 0;
+    }
+    case QT_OP_GDN_GATES_WGRAD_U: {
+#define QT_CG_SZ_KIND GDN_GATES_WGRAD_U
+        NEED(A_log_h, A(Hv));
+        NEED(dt_bias_h, A(Hv));
+        ATLEAST(scratch, 2 * C * A(Hv));
+#undef QT_CG_SZ_KIND
+        return 0;
+    }
+    case QT_OP_GATED_RMSNORM_WGRAD_U: {
+#define QT_CG_SZ_KIND GATED_RMSNORM_WGRAD_U
+        ATLEAST(scratch, tp * C * A(groups) * A(Dv));
+#undef QT_CG_SZ_KIND
+        return 0;
+    }
+    default:
+        return 0;
+    }
+}
 #undef A
 #undef CHECK_
 #undef NEED
@@ -234,7 +279,8 @@ static int check_sizes(const qt_cg_graph *g, const qt_op *o, int i, const char *
                        char *err, size_t errlen)
 {
     return sizes_basic(g, o, i, which, err, errlen) || sizes_blocks(g, o, i, which, err, errlen) ||
-                   sizes_exchange(g, o, i, which, err, errlen)
+                   sizes_exchange(g, o, i, which, err, errlen) ||
+                   sizes_units(g, o, i, which, err, errlen)
                ? -1 : 0;
 }
 
