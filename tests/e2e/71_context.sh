@@ -176,7 +176,7 @@ check "uneven attention heads over context: CP3 with remat full (the exchanges r
 # canonical_factor and blocks, bit for bit (loss bits and fingerprint, 10 steps): CP3 with 4
 # key heads owned 1/1/2 (explicit; auto without canonical_factor / context_blocks), tensor
 # 3 x context 2 with each tensor rank's key head owned 0/1 (index 0 padding only; the
-# norm's 6 groups gathered over 6 ranks), CP3 with remat full, CP3 x FSDP2, CP4 on 6 key heads whose unit is 3 key heads
+# norm's 6 groups gathered over 6 ranks), qwen3.5 CP3, CP3 with remat full, CP3 x FSDP2, CP4 on 6 key heads whose unit is 3 key heads
 # (the norm's 4 groups of 3 value heads; 2 units owned 0/1/0/1), bf16 CP3. Tensor 2 x context 3 (a tensor rank's 2
 # key heads owned 0/1/1) == tensor 2 alone with the same factor and blocks (tensor 2 with
 # canonical_factor 3 is its own bits, above).
@@ -224,6 +224,20 @@ gdn_uneven_variant() {
   det_fields "$d/v.jsonl" > "$d/v.det" &&
     cmp "$QT_TMP/ctx/gdnu-next-1r.det" "$d/v.det" && echo "identical: $(tail -n 1 "$d/v.det")"
 }
+# qwen3.5 (ctx-35u's model with 4 GDN key / 8 value heads of 8, the 2 kv heads 0/1/1 too)
+gdn_uneven_35() {
+  local d=$QT_TMP/ctx/gu35 data=tests/golden/e2e/test-next-tiny/tokens.npy
+  local k="gdn_num_key_heads=4 gdn_num_value_heads=8 gdn_value_head_dim=8"
+  mkdir -p "$d"
+  plan_variant ctx-35u-1r "$d" $k && plan_variant ctx-35u-cp3 "$d" $k || return 1
+  grep -q "GDN heads owned unevenly" "$d"/ctx-35u-cp3-v/plan/*/plan.txt || { echo "not uneven"; return 1; }
+  timeout 120 "$d/ctx-35u-1r-v/qtrain" data=$data seed=11 steps=10 metrics=$d/one.jsonl 2> "$d/one.err" &&
+    timeout 120 mpiexec -n 3 "$d/ctx-35u-cp3-v/qtrain" data=$data seed=11 steps=10 metrics=$d/cp3.jsonl 2> "$d/cp3.err" ||
+    { tail -n 3 "$d/one.err" "$d/cp3.err"; return 1; }
+  det_fields "$d/one.jsonl" > "$d/one.det" && det_fields "$d/cp3.jsonl" > "$d/cp3.det" &&
+    cmp "$d/one.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
+}
+check "uneven GDN heads over context: qwen3.5 CP3 (4 key heads owned 1/1/2) == one rank, bit for bit" gdn_uneven_35
 check "uneven GDN heads over context: CP3 with remat full == one rank, bit for bit" \
   gdn_uneven_variant remat 3 remat_policy=full
 check "uneven GDN heads over context: CP3 x FSDP2 (6 ranks) == one rank, bit for bit" \
