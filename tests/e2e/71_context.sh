@@ -112,12 +112,39 @@ for cell in "ctxu-next-1r ctxu-next-cp3 3" "ctxu-next-1r ctxu-next-cp3-auto 3" \
   set -- $cell
   check "uneven attention heads over context: ${2#ctx*-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/ctx" "$@"
 done
-ctx_uneven_tp2() {
+# ctx_pair A NA B NB: plan A on NA ranks == plan B on NB ranks, bit for bit (plan_det's cache)
+ctx_pair() {
   local d=$QT_TMP/ctx
-  plan_det ctxu-next6-tp2 2 "$d" 10 && plan_det ctxu-next6-tp2cp3 6 "$d" 10 || return 1
-  cmp "$d/ctxu-next6-tp2.det" "$d/ctxu-next6-tp2cp3.det" && echo "identical: $(tail -n 1 "$d/ctxu-next6-tp2cp3.det")"
+  plan_det "$1" "$2" "$d" 10 && plan_det "$3" "$4" "$d" 10 || return 1
+  cmp "$d/$1.det" "$d/$3.det" && echo "identical: $(tail -n 1 "$d/$3.det")"
 }
-check "uneven attention heads over context: tensor 2 x context 3 (6 ranks) == tensor 2 alone (ctxu-next6-tp2), bit for bit" ctx_uneven_tp2
+# ctx_variant_pair DIR ONE RUN N KEY=VALUE...: one-rank ONE == RUN on N ranks, both planned
+# with the overrides (plan_variant), bit for bit
+ctx_variant_pair() {
+  local d=$1 one=$2 run=$3 n=$4 data=tests/golden/e2e/test-next-tiny/tokens.npy
+  shift 4
+  mkdir -p "$d"
+  plan_variant "$one" "$d" "$@" && plan_variant "$run" "$d" "$@" || return 1
+  timeout 120 "$d/$one-v/qtrain" data=$data seed=11 steps=10 metrics=$d/one.jsonl 2> "$d/one.err" &&
+    timeout 120 mpiexec -n "$n" "$d/$run-v/qtrain" data=$data seed=11 steps=10 metrics=$d/run.jsonl 2> "$d/run.err" ||
+    { tail -n 3 "$d/one.err" "$d/run.err"; return 1; }
+  det_fields "$d/one.jsonl" > "$d/one.det" && det_fields "$d/run.jsonl" > "$d/run.det" &&
+    cmp "$d/one.det" "$d/run.det" && echo "identical: $(tail -n 1 "$d/run.det")"
+}
+# ctx_variant_one DIR ONE RUN N KEY=VALUE...: one-rank ONE (its committed plan) == RUN
+# planned with the overrides on N ranks, bit for bit
+ctx_variant_one() {
+  local d=$1 one=$2 run=$3 n=$4 data=tests/golden/e2e/test-next-tiny/tokens.npy
+  shift 4
+  mkdir -p "$d"
+  plan_det "$one" 1 "$QT_TMP/ctx" 10 && plan_variant "$run" "$d" "$@" || return 1
+  timeout 200 mpiexec -n "$n" "$d/$run-v/qtrain" data=$data seed=11 steps=10 metrics=$d/run.jsonl 2> "$d/run.err" ||
+    { tail -n 3 "$d/run.err"; return 1; }
+  det_fields "$d/run.jsonl" > "$d/run.det" &&
+    cmp "$QT_TMP/ctx/$one.det" "$d/run.det" && echo "identical: $(tail -n 1 "$d/run.det")"
+}
+check "uneven attention heads over context: tensor 2 x context 3 (6 ranks) == tensor 2 alone (ctxu-next6-tp2), bit for bit" \
+  ctx_pair ctxu-next6-tp2 2 ctxu-next6-tp2cp3 6
 # Tensor 2 with canonical_factor 3 (3 x 2^j canonical blocks split into shares that are not
 # powers of two) is not one rank's bits with the factor, and plan.txt says so (issue 35,
 # session 15: it used to claim them); tensor 3 x context 2 (aligned) keeps its "yes".
@@ -133,38 +160,21 @@ ctx_tp2_factor_own() {
   echo "differ as stated: $(head -n 1 "$d/ctxu-next6-tp2.det") vs $(head -n 1 "$d/ctxu-next6-1r.det")"
 }
 check "tensor 2 with canonical_factor 3: its own bits (!= one rank with the factor), as plan.txt says" ctx_tp2_factor_own
-ctx_uneven_owners() {
-  local p=generated/ctxu-next2kv-cp3/plan.txt
-  grep -q "attention heads owned unevenly over context" "$p" &&
-    grep -q "context index 0: kv \[0, 0) q \[0, 0) (none: padding only), 1: kv \[0, 1) q \[0, 8), 2: kv \[1, 2) q \[8, 16)" "$p" ||
-    { echo "$p does not name the owners"; return 1; }
-  grep -q "attention heads owned unevenly" generated/ctx-next4h-cp4/plan.txt &&
-    { echo "an even split says uneven"; return 1; }
-  grep -o "context index 0:.*" "$p" | head -n 1
+# ctx_owners PLAN WHAT OWNERS: PLAN's plan.txt says WHAT (heads owned unevenly) and names
+# the owners as OWNERS (a fixed string); an even split (ctx-next4h-cp4) does not say WHAT
+ctx_owners() {
+  local p=generated/$1/plan.txt
+  grep -q "$2" "$p" && grep -qF "$3" "$p" || { echo "$p does not name the owners"; return 1; }
+  grep -q "$2" generated/ctx-next4h-cp4/plan.txt && { echo "an even split says uneven"; return 1; }
+  grep -o "$2.*" "$p" | grep -o "context index 0:.*"
 }
-check "uneven attention heads over context: plan.txt names each context index's heads (0/1/1 with padding)" ctx_uneven_owners
-ctx_uneven_bf16() {
-  local d=$QT_TMP/ctx/u16
-  mkdir -p "$d"
-  plan_variant ctxu-next-1r "$d" dtype=bfloat16 && plan_variant ctxu-next-cp3 "$d" dtype=bfloat16 || return 1
-  local data=tests/golden/e2e/test-next-tiny/tokens.npy
-  timeout 120 "$d/ctxu-next-1r-v/qtrain" data=$data seed=11 steps=10 metrics=$d/one.jsonl 2> "$d/one.err" &&
-    timeout 120 mpiexec -n 3 "$d/ctxu-next-cp3-v/qtrain" data=$data seed=11 steps=10 metrics=$d/cp3.jsonl 2> "$d/cp3.err" ||
-    { tail -n 3 "$d/one.err" "$d/cp3.err"; return 1; }
-  det_fields "$d/one.jsonl" > "$d/one.det" && det_fields "$d/cp3.jsonl" > "$d/cp3.det" &&
-    cmp "$d/one.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
-}
-check "uneven attention heads over context: bf16 CP3 (4 kv heads owned 1/1/2) == one bf16 rank, bit for bit" ctx_uneven_bf16
-ctx_uneven_remat() {
-  local d=$QT_TMP/ctx/urm data=tests/golden/e2e/test-next-tiny/tokens.npy
-  mkdir -p "$d"
-  plan_det ctxu-next2kv-1r 1 "$QT_TMP/ctx" 10 && plan_variant ctxu-next2kv-cp3 "$d" remat_policy=full || return 1
-  timeout 120 mpiexec -n 3 "$d/ctxu-next2kv-cp3-v/qtrain" data=$data seed=11 steps=10 metrics=$d/cp3.jsonl 2> "$d/cp3.err" ||
-    { tail -n 3 "$d/cp3.err"; return 1; }
-  det_fields "$d/cp3.jsonl" > "$d/cp3.det" &&
-    cmp "$QT_TMP/ctx/ctxu-next2kv-1r.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
-}
-check "uneven attention heads over context: CP3 with remat full (the exchanges recomputed; 0/1/1) == one rank, bit for bit" ctx_uneven_remat
+check "uneven attention heads over context: plan.txt names each context index's heads (0/1/1 with padding)" \
+  ctx_owners ctxu-next2kv-cp3 "attention heads owned unevenly over context" \
+  "context index 0: kv [0, 0) q [0, 0) (none: padding only), 1: kv [0, 1) q [0, 8), 2: kv [1, 2) q [8, 16)"
+check "uneven attention heads over context: bf16 CP3 (4 kv heads owned 1/1/2) == one bf16 rank, bit for bit" \
+  ctx_variant_pair "$QT_TMP/ctx/u16" ctxu-next-1r ctxu-next-cp3 3 dtype=bfloat16
+check "uneven attention heads over context: CP3 with remat full (the exchanges recomputed; 0/1/1) == one rank, bit for bit" \
+  ctx_variant_one "$QT_TMP/ctx/urm" ctxu-next2kv-1r ctxu-next2kv-cp3 3 remat_policy=full
 
 # GDN heads owned unevenly over context (issue 35, session 16, docs/context.md "GDN heads
 # owned unevenly"): tensor x context not dividing the GDN key heads (or the norm's canonical
@@ -185,63 +195,26 @@ for cell in "gdnu-next-1r gdnu-next-cp3 3" "gdnu-next-1r gdnu-next-cp3-auto 3" \
   set -- $cell
   check "uneven GDN heads over context: ${2#gdnu-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/ctx" "$@"
 done
-gdn_uneven_tp2() {
-  local d=$QT_TMP/ctx
-  plan_det gdnu-next-tp2 2 "$d" 10 && plan_det gdnu-next-tp2cp3 6 "$d" 10 || return 1
-  cmp "$d/gdnu-next-tp2.det" "$d/gdnu-next-tp2cp3.det" && echo "identical: $(tail -n 1 "$d/gdnu-next-tp2cp3.det")"
-}
-check "uneven GDN heads over context: tensor 2 x context 3 (6 ranks) == tensor 2 alone (gdnu-next-tp2), bit for bit" gdn_uneven_tp2
-gdn_uneven_owners() {
-  local p=generated/gdnu-next-tp2cp3/plan.txt
-  grep -q "GDN heads owned unevenly over context" "$p" &&
-    grep -q "context index 0: key \[0, 0) value \[0, 0) (none: padding only), 1: key \[0, 1) value \[0, 2), 2: key \[1, 2) value \[2, 4)" "$p" ||
-    { echo "$p does not name the GDN owners"; return 1; }
-  grep -q "GDN heads owned unevenly" generated/ctx-next-cp2/plan.txt &&
-    { echo "an even split says uneven"; return 1; }
-  grep -o "GDN heads owned.*" "$p" | grep -o "context index 0:.*"
-}
-check "uneven GDN heads over context: plan.txt names each context index's key and value heads (0/1/1 with padding)" gdn_uneven_owners
-gdn_uneven_bf16() {
-  local d=$QT_TMP/ctx/gu16 data=tests/golden/e2e/test-next-tiny/tokens.npy
-  mkdir -p "$d"
-  plan_variant gdnu-next-1r "$d" dtype=bfloat16 && plan_variant gdnu-next-cp3 "$d" dtype=bfloat16 || return 1
-  timeout 120 "$d/gdnu-next-1r-v/qtrain" data=$data seed=11 steps=10 metrics=$d/one.jsonl 2> "$d/one.err" &&
-    timeout 120 mpiexec -n 3 "$d/gdnu-next-cp3-v/qtrain" data=$data seed=11 steps=10 metrics=$d/cp3.jsonl 2> "$d/cp3.err" ||
-    { tail -n 3 "$d/one.err" "$d/cp3.err"; return 1; }
-  det_fields "$d/one.jsonl" > "$d/one.det" && det_fields "$d/cp3.jsonl" > "$d/cp3.det" &&
-    cmp "$d/one.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
-}
-check "uneven GDN heads over context: bf16 CP3 (4 key heads owned 1/1/2) == one bf16 rank, bit for bit" gdn_uneven_bf16
+check "uneven GDN heads over context: tensor 2 x context 3 (6 ranks) == tensor 2 alone (gdnu-next-tp2), bit for bit" \
+  ctx_pair gdnu-next-tp2 2 gdnu-next-tp2cp3 6
+check "uneven GDN heads over context: plan.txt names each context index's key and value heads (0/1/1 with padding)" \
+  ctx_owners gdnu-next-tp2cp3 "GDN heads owned unevenly over context" \
+  "context index 0: key [0, 0) value [0, 0) (none: padding only), 1: key [0, 1) value [0, 2), 2: key [1, 2) value [2, 4)"
+check "uneven GDN heads over context: bf16 CP3 (4 key heads owned 1/1/2) == one bf16 rank, bit for bit" \
+  ctx_variant_pair "$QT_TMP/ctx/gu16" gdnu-next-1r gdnu-next-cp3 3 dtype=bfloat16
 # the same CP3 with remat full (CTX_OWN_UNITS and the exchanges recomputed) and with fsdp 2
 # (the whole-over-context weights' compute copies gathered over fsdp), each == one rank
-gdn_uneven_variant() {
-  local name=$1 n=$2 d=$QT_TMP/ctx/gu-$1 data=tests/golden/e2e/test-next-tiny/tokens.npy
-  shift 2
-  mkdir -p "$d"
-  plan_det gdnu-next-1r 1 "$QT_TMP/ctx" 10 && plan_variant gdnu-next-cp3 "$d" "$@" || return 1
-  timeout 200 mpiexec -n "$n" "$d/gdnu-next-cp3-v/qtrain" data=$data seed=11 steps=10 metrics=$d/v.jsonl 2> "$d/v.err" ||
-    { tail -n 3 "$d/v.err"; return 1; }
-  det_fields "$d/v.jsonl" > "$d/v.det" &&
-    cmp "$QT_TMP/ctx/gdnu-next-1r.det" "$d/v.det" && echo "identical: $(tail -n 1 "$d/v.det")"
-}
-# qwen3.5 (ctx-35u's model with 4 GDN key / 8 value heads of 8, the 2 kv heads 0/1/1 too)
+# (below). qwen3.5 (ctx-35u's model with 4 GDN key / 8 value heads of 8, the 2 kv heads 0/1/1 too)
 gdn_uneven_35() {
-  local d=$QT_TMP/ctx/gu35 data=tests/golden/e2e/test-next-tiny/tokens.npy
-  local k="gdn_num_key_heads=4 gdn_num_value_heads=8 gdn_value_head_dim=8"
-  mkdir -p "$d"
-  plan_variant ctx-35u-1r "$d" $k && plan_variant ctx-35u-cp3 "$d" $k || return 1
+  local d=$QT_TMP/ctx/gu35
+  ctx_variant_pair "$d" ctx-35u-1r ctx-35u-cp3 3 gdn_num_key_heads=4 gdn_num_value_heads=8 gdn_value_head_dim=8 || return 1
   grep -q "GDN heads owned unevenly" "$d"/ctx-35u-cp3-v/plan/*/plan.txt || { echo "not uneven"; return 1; }
-  timeout 120 "$d/ctx-35u-1r-v/qtrain" data=$data seed=11 steps=10 metrics=$d/one.jsonl 2> "$d/one.err" &&
-    timeout 120 mpiexec -n 3 "$d/ctx-35u-cp3-v/qtrain" data=$data seed=11 steps=10 metrics=$d/cp3.jsonl 2> "$d/cp3.err" ||
-    { tail -n 3 "$d/one.err" "$d/cp3.err"; return 1; }
-  det_fields "$d/one.jsonl" > "$d/one.det" && det_fields "$d/cp3.jsonl" > "$d/cp3.det" &&
-    cmp "$d/one.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
 }
 check "uneven GDN heads over context: qwen3.5 CP3 (4 key heads owned 1/1/2) == one rank, bit for bit" gdn_uneven_35
 check "uneven GDN heads over context: CP3 with remat full == one rank, bit for bit" \
-  gdn_uneven_variant remat 3 remat_policy=full
+  ctx_variant_one "$QT_TMP/ctx/gu-remat" gdnu-next-1r gdnu-next-cp3 3 remat_policy=full
 check "uneven GDN heads over context: CP3 x FSDP2 (6 ranks) == one rank, bit for bit" \
-  gdn_uneven_variant fsdp 6 num_ranks=6 ici_fsdp_parallelism=2 gradient_accumulation_steps=1
+  ctx_variant_one "$QT_TMP/ctx/gu-fsdp" gdnu-next-1r gdnu-next-cp3 6 num_ranks=6 ici_fsdp_parallelism=2 gradient_accumulation_steps=1
 
 # the load-balance loss with context parallelism (issue 35)
 check "load-balance loss with context_blocks 4 changes the one-rank bits (the term is on)" \

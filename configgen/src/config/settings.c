@@ -711,16 +711,6 @@ static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x
     return 0;
 }
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        const int64_t r = a % b;
-        a = b;
-        b = r;
-    }
-    return a;
-}
-
 /* Tensor and context split canonical counts (the contraction blocks and head groups;
  * context_blocks), powers of two times canonical_factor f on one rank too (config/canon.c;
  * docs/determinism.md "Axes of any size"), at most QT_CANON_BLOCKS of them, so the odd
@@ -740,7 +730,7 @@ static int mesh_canon(const qt_cg_vctx *v, qt_cg_settings *s, const char *const 
     int64_t need = 1;
     for (int k = 0; k < 2; k++) {
         const int64_t size = s->mesh[qa[k]], odd = size / (size & -size);
-        need = need / gcd64(need, odd) * odd;
+        need = need / qt_cg_gcd(need, odd) * odd;
         if (!from_base(v, "canonical_factor") && s->canon_factor % odd) {
             char o[400], hint[96];
             snprintf(hint, sizeof hint, "; set canonical_factor: %lld or leave it unset (the "

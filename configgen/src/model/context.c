@@ -88,16 +88,6 @@ void qt_cg_ctx_complete_param(qt_cg_graph *g, int32_t t)
     g->ps[g->ts[t].param].leaves *= qt_cg_context(g->s);
 }
 
-static int64_t gcd_(int64_t a, int64_t b)
-{
-    while (b) {
-        const int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 int qt_cg_ctx_gdn_uneven(const qt_cg_settings *s, qt_cg_gdn_units *u)
 {
     const qt_model_dims *m = &s->m;
@@ -108,7 +98,7 @@ int qt_cg_ctx_gdn_uneven(const qt_cg_settings *s, qt_cg_gdn_units *u)
     if (m->gdn_k_heads % tc == 0 && G % tc == 0 && m->gdn_v_dim % tc == 0) return 0;
     /* a unit: the fewest key heads whose value heads are whole canonical groups */
     const int64_t r = m->gdn_v_heads / m->gdn_k_heads, hpg = m->gdn_v_heads / G,
-                  l = hpg / gcd_(hpg, r) * r;
+                  l = hpg / qt_cg_gcd(hpg, r) * r;
     u->uk = l / r;
     u->U = m->gdn_k_heads / tp / u->uk;
     u->slots = (u->U + C - 1) / C;
