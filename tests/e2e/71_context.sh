@@ -186,7 +186,8 @@ check "uneven attention heads over context: CP3 with remat full (the exchanges r
 # canonical_factor and blocks, bit for bit (loss bits and fingerprint, 10 steps): CP3 with 4
 # key heads owned 1/1/2 (explicit; auto without canonical_factor / context_blocks), tensor
 # 3 x context 2 with each tensor rank's key head owned 0/1 (index 0 padding only; the
-# norm's 6 groups gathered over 6 ranks), qwen3.5 CP3, CP3 with remat full, CP3 x FSDP2, CP4 on 6 key heads whose unit is 3 key heads
+# norm's 6 groups gathered over 6 ranks), qwen3.5 CP3, CP3 with remat full, CP3 x FSDP2,
+# CP3 x DP2, CP4 on 6 key heads whose unit is 3 key heads
 # (the norm's 4 groups of 3 value heads; 2 units owned 0/1/0/1), bf16 CP3. Tensor 2 x context 3 (a tensor rank's 2
 # key heads owned 0/1/1) == tensor 2 alone with the same factor and blocks (tensor 2 with
 # canonical_factor 3 is its own bits, above).
@@ -203,7 +204,8 @@ check "uneven GDN heads over context: plan.txt names each context index's key an
 check "uneven GDN heads over context: bf16 CP3 (4 key heads owned 1/1/2) == one bf16 rank, bit for bit" \
   ctx_variant_pair "$QT_TMP/ctx/gu16" gdnu-next-1r gdnu-next-cp3 3 dtype=bfloat16
 # the same CP3 with remat full (CTX_OWN_UNITS and the exchanges recomputed) and with fsdp 2
-# (the whole-over-context weights' compute copies gathered over fsdp), each == one rank
+# (the whole-over-context weights' compute copies gathered over fsdp) and with data 2, each
+# == one rank
 # (below). qwen3.5 (ctx-35u's model with 4 GDN key / 8 value heads of 8, the 2 kv heads 0/1/1 too)
 gdn_uneven_35() {
   local d=$QT_TMP/ctx/gu35
@@ -215,6 +217,8 @@ check "uneven GDN heads over context: CP3 with remat full == one rank, bit for b
   ctx_variant_one "$QT_TMP/ctx/gu-remat" gdnu-next-1r gdnu-next-cp3 3 remat_policy=full
 check "uneven GDN heads over context: CP3 x FSDP2 (6 ranks) == one rank, bit for bit" \
   ctx_variant_one "$QT_TMP/ctx/gu-fsdp" gdnu-next-1r gdnu-next-cp3 6 num_ranks=6 ici_fsdp_parallelism=2 gradient_accumulation_steps=1
+check "uneven GDN heads over context: CP3 x DP2 (6 ranks; the complete weights' units over data) == one rank, bit for bit" \
+  ctx_variant_one "$QT_TMP/ctx/gu-dp" gdnu-next-1r gdnu-next-cp3 6 num_ranks=6 ici_data_parallelism=2 gradient_accumulation_steps=1
 
 # the load-balance loss with context parallelism (issue 35)
 check "load-balance loss with context_blocks 4 changes the one-rank bits (the term is on)" \
