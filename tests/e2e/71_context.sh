@@ -25,7 +25,8 @@
 # for bit: qwen3-next CP2, CP4 (a chain through 4 ranks), CP2 remat full (the router's
 # recomputation), CP2 x EP2 (auto), qwen3.5 CP2, bf16 CP2; not vacuous: the term changes the bits.
 # Uneven attention heads (issue 35; ctxu-*.yml, ctx-35u-*.yml): CP3, TP2 x CP3, qwen3.5 and
-# bf16 with heads that do not divide by tensor x context == one rank.
+# bf16 with heads that do not divide by tensor x context == one rank; uneven GDN heads
+# (gdnu-*.yml): CP3 explicit and auto, TP3 x CP2, bf16 CP3 == one rank, TP2 x CP3 == TP2.
 # Run files: configgen/configs/runs/ctx-*.yml; runs through plan_det (run_all.sh: the tiny
 # test data, seed 11, every mpiexec under `timeout`).
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
@@ -111,12 +112,39 @@ for cell in "ctxu-next-1r ctxu-next-cp3 3" "ctxu-next-1r ctxu-next-cp3-auto 3" \
   set -- $cell
   check "uneven attention heads over context: ${2#ctx*-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/ctx" "$@"
 done
-ctx_uneven_tp2() {
+# ctx_pair A NA B NB: plan A on NA ranks == plan B on NB ranks, bit for bit (plan_det's cache)
+ctx_pair() {
   local d=$QT_TMP/ctx
-  plan_det ctxu-next6-tp2 2 "$d" 10 && plan_det ctxu-next6-tp2cp3 6 "$d" 10 || return 1
-  cmp "$d/ctxu-next6-tp2.det" "$d/ctxu-next6-tp2cp3.det" && echo "identical: $(tail -n 1 "$d/ctxu-next6-tp2cp3.det")"
+  plan_det "$1" "$2" "$d" 10 && plan_det "$3" "$4" "$d" 10 || return 1
+  cmp "$d/$1.det" "$d/$3.det" && echo "identical: $(tail -n 1 "$d/$3.det")"
 }
-check "uneven attention heads over context: tensor 2 x context 3 (6 ranks) == tensor 2 alone (ctxu-next6-tp2), bit for bit" ctx_uneven_tp2
+# ctx_variant_pair DIR ONE RUN N KEY=VALUE...: one-rank ONE == RUN on N ranks, both planned
+# with the overrides (plan_variant), bit for bit
+ctx_variant_pair() {
+  local d=$1 one=$2 run=$3 n=$4 data=tests/golden/e2e/test-next-tiny/tokens.npy
+  shift 4
+  mkdir -p "$d"
+  plan_variant "$one" "$d" "$@" && plan_variant "$run" "$d" "$@" || return 1
+  timeout 120 "$d/$one-v/qtrain" data=$data seed=11 steps=10 metrics=$d/one.jsonl 2> "$d/one.err" &&
+    timeout 120 mpiexec -n "$n" "$d/$run-v/qtrain" data=$data seed=11 steps=10 metrics=$d/run.jsonl 2> "$d/run.err" ||
+    { tail -n 3 "$d/one.err" "$d/run.err"; return 1; }
+  det_fields "$d/one.jsonl" > "$d/one.det" && det_fields "$d/run.jsonl" > "$d/run.det" &&
+    cmp "$d/one.det" "$d/run.det" && echo "identical: $(tail -n 1 "$d/run.det")"
+}
+# ctx_variant_one DIR ONE RUN N KEY=VALUE...: one-rank ONE (its committed plan) == RUN
+# planned with the overrides on N ranks, bit for bit
+ctx_variant_one() {
+  local d=$1 one=$2 run=$3 n=$4 data=tests/golden/e2e/test-next-tiny/tokens.npy
+  shift 4
+  mkdir -p "$d"
+  plan_det "$one" 1 "$QT_TMP/ctx" 10 && plan_variant "$run" "$d" "$@" || return 1
+  timeout 200 mpiexec -n "$n" "$d/$run-v/qtrain" data=$data seed=11 steps=10 metrics=$d/run.jsonl 2> "$d/run.err" ||
+    { tail -n 3 "$d/run.err"; return 1; }
+  det_fields "$d/run.jsonl" > "$d/run.det" &&
+    cmp "$QT_TMP/ctx/$one.det" "$d/run.det" && echo "identical: $(tail -n 1 "$d/run.det")"
+}
+check "uneven attention heads over context: tensor 2 x context 3 (6 ranks) == tensor 2 alone (ctxu-next6-tp2), bit for bit" \
+  ctx_pair ctxu-next6-tp2 2 ctxu-next6-tp2cp3 6
 # Tensor 2 with canonical_factor 3 (3 x 2^j canonical blocks split into shares that are not
 # powers of two) is not one rank's bits with the factor, and plan.txt says so (issue 35,
 # session 15: it used to claim them); tensor 3 x context 2 (aligned) keeps its "yes".
@@ -132,38 +160,65 @@ ctx_tp2_factor_own() {
   echo "differ as stated: $(head -n 1 "$d/ctxu-next6-tp2.det") vs $(head -n 1 "$d/ctxu-next6-1r.det")"
 }
 check "tensor 2 with canonical_factor 3: its own bits (!= one rank with the factor), as plan.txt says" ctx_tp2_factor_own
-ctx_uneven_owners() {
-  local p=generated/ctxu-next2kv-cp3/plan.txt
-  grep -q "attention heads owned unevenly over context" "$p" &&
-    grep -q "context index 0: kv \[0, 0) q \[0, 0) (none: padding only), 1: kv \[0, 1) q \[0, 8), 2: kv \[1, 2) q \[8, 16)" "$p" ||
-    { echo "$p does not name the owners"; return 1; }
-  grep -q "attention heads owned unevenly" generated/ctx-next4h-cp4/plan.txt &&
-    { echo "an even split says uneven"; return 1; }
-  grep -o "context index 0:.*" "$p" | head -n 1
+# ctx_owners PLAN WHAT OWNERS: PLAN's plan.txt says WHAT (heads owned unevenly) and names
+# the owners as OWNERS (a fixed string); an even split (ctx-next4h-cp4) does not say WHAT
+ctx_owners() {
+  local p=generated/$1/plan.txt
+  grep -q "$2" "$p" && grep -qF "$3" "$p" || { echo "$p does not name the owners"; return 1; }
+  grep -q "$2" generated/ctx-next4h-cp4/plan.txt && { echo "an even split says uneven"; return 1; }
+  grep -o "$2.*" "$p" | grep -o "context index 0:.*"
 }
-check "uneven attention heads over context: plan.txt names each context index's heads (0/1/1 with padding)" ctx_uneven_owners
-ctx_uneven_bf16() {
-  local d=$QT_TMP/ctx/u16
-  mkdir -p "$d"
-  plan_variant ctxu-next-1r "$d" dtype=bfloat16 && plan_variant ctxu-next-cp3 "$d" dtype=bfloat16 || return 1
-  local data=tests/golden/e2e/test-next-tiny/tokens.npy
-  timeout 120 "$d/ctxu-next-1r-v/qtrain" data=$data seed=11 steps=10 metrics=$d/one.jsonl 2> "$d/one.err" &&
-    timeout 120 mpiexec -n 3 "$d/ctxu-next-cp3-v/qtrain" data=$data seed=11 steps=10 metrics=$d/cp3.jsonl 2> "$d/cp3.err" ||
-    { tail -n 3 "$d/one.err" "$d/cp3.err"; return 1; }
-  det_fields "$d/one.jsonl" > "$d/one.det" && det_fields "$d/cp3.jsonl" > "$d/cp3.det" &&
-    cmp "$d/one.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
+check "uneven attention heads over context: plan.txt names each context index's heads (0/1/1 with padding)" \
+  ctx_owners ctxu-next2kv-cp3 "attention heads owned unevenly over context" \
+  "context index 0: kv [0, 0) q [0, 0) (none: padding only), 1: kv [0, 1) q [0, 8), 2: kv [1, 2) q [8, 16)"
+check "uneven attention heads over context: bf16 CP3 (4 kv heads owned 1/1/2) == one bf16 rank, bit for bit" \
+  ctx_variant_pair "$QT_TMP/ctx/u16" ctxu-next-1r ctxu-next-cp3 3 dtype=bfloat16
+check "uneven attention heads over context: CP3 with remat full (the exchanges recomputed; 0/1/1) == one rank, bit for bit" \
+  ctx_variant_one "$QT_TMP/ctx/urm" ctxu-next2kv-1r ctxu-next2kv-cp3 3 remat_policy=full
+
+# GDN heads owned unevenly over context (issue 35, session 16, docs/context.md "GDN heads
+# owned unevenly"): tensor x context not dividing the GDN key heads (or the norm's canonical
+# groups, or gdn_value_head_dim): units of key heads with their value heads (whole canonical
+# groups) in runs differing by at most one, conv1d.weight / A_log / dt_bias whole over
+# context (the head side reads a padded copy of its units, CTX_OWN_UNITS; each WGRAD leaf
+# completed by an all-gather placed by owner) and the norm's group partials gathered over
+# tensor x context and summed by the one-rank tree. Each == one rank with the same
+# canonical_factor and blocks, bit for bit (loss bits and fingerprint, 10 steps): CP3 with 4
+# key heads owned 1/1/2 (explicit; auto without canonical_factor / context_blocks), tensor
+# 3 x context 2 with each tensor rank's key head owned 0/1 (index 0 padding only; the
+# norm's 6 groups gathered over 6 ranks), qwen3.5 CP3, CP3 with remat full, CP3 x FSDP2,
+# CP3 x DP2, CP4 on 6 key heads whose unit is 3 key heads
+# (the norm's 4 groups of 3 value heads; 2 units owned 0/1/0/1), bf16 CP3. Tensor 2 x context 3 (a tensor rank's 2
+# key heads owned 0/1/1) == tensor 2 alone with the same factor and blocks (tensor 2 with
+# canonical_factor 3 is its own bits, above).
+for cell in "gdnu-next-1r gdnu-next-cp3 3" "gdnu-next-1r gdnu-next-cp3-auto 3" \
+            "gdnu-next9-1r gdnu-next9-tp3cp2 6" "gdnu-next6k-1r gdnu-next6k-cp4 4"; do
+  set -- $cell
+  check "uneven GDN heads over context: ${2#gdnu-} ($3 ranks) == one rank ($1), bit for bit" same_bits "$QT_TMP/ctx" "$@"
+done
+check "uneven GDN heads over context: tensor 2 x context 3 (6 ranks) == tensor 2 alone (gdnu-next-tp2), bit for bit" \
+  ctx_pair gdnu-next-tp2 2 gdnu-next-tp2cp3 6
+check "uneven GDN heads over context: plan.txt names each context index's key and value heads (0/1/1 with padding)" \
+  ctx_owners gdnu-next-tp2cp3 "GDN heads owned unevenly over context" \
+  "context index 0: key [0, 0) value [0, 0) (none: padding only), 1: key [0, 1) value [0, 2), 2: key [1, 2) value [2, 4)"
+check "uneven GDN heads over context: bf16 CP3 (4 key heads owned 1/1/2) == one bf16 rank, bit for bit" \
+  ctx_variant_pair "$QT_TMP/ctx/gu16" gdnu-next-1r gdnu-next-cp3 3 dtype=bfloat16
+# the same CP3 with remat full (CTX_OWN_UNITS and the exchanges recomputed) and with fsdp 2
+# (the whole-over-context weights' compute copies gathered over fsdp) and with data 2, each
+# == one rank
+# (below). qwen3.5 (ctx-35u's model with 4 GDN key / 8 value heads of 8, the 2 kv heads 0/1/1 too)
+gdn_uneven_35() {
+  local d=$QT_TMP/ctx/gu35
+  ctx_variant_pair "$d" ctx-35u-1r ctx-35u-cp3 3 gdn_num_key_heads=4 gdn_num_value_heads=8 gdn_value_head_dim=8 || return 1
+  grep -q "GDN heads owned unevenly" "$d"/ctx-35u-cp3-v/plan/*/plan.txt || { echo "not uneven"; return 1; }
 }
-check "uneven attention heads over context: bf16 CP3 (4 kv heads owned 1/1/2) == one bf16 rank, bit for bit" ctx_uneven_bf16
-ctx_uneven_remat() {
-  local d=$QT_TMP/ctx/urm data=tests/golden/e2e/test-next-tiny/tokens.npy
-  mkdir -p "$d"
-  plan_det ctxu-next2kv-1r 1 "$QT_TMP/ctx" 10 && plan_variant ctxu-next2kv-cp3 "$d" remat_policy=full || return 1
-  timeout 120 mpiexec -n 3 "$d/ctxu-next2kv-cp3-v/qtrain" data=$data seed=11 steps=10 metrics=$d/cp3.jsonl 2> "$d/cp3.err" ||
-    { tail -n 3 "$d/cp3.err"; return 1; }
-  det_fields "$d/cp3.jsonl" > "$d/cp3.det" &&
-    cmp "$QT_TMP/ctx/ctxu-next2kv-1r.det" "$d/cp3.det" && echo "identical: $(tail -n 1 "$d/cp3.det")"
-}
-check "uneven attention heads over context: CP3 with remat full (the exchanges recomputed; 0/1/1) == one rank, bit for bit" ctx_uneven_remat
+check "uneven GDN heads over context: qwen3.5 CP3 (4 key heads owned 1/1/2) == one rank, bit for bit" gdn_uneven_35
+check "uneven GDN heads over context: CP3 with remat full == one rank, bit for bit" \
+  ctx_variant_one "$QT_TMP/ctx/gu-remat" gdnu-next-1r gdnu-next-cp3 3 remat_policy=full
+check "uneven GDN heads over context: CP3 x FSDP2 (6 ranks) == one rank, bit for bit" \
+  ctx_variant_one "$QT_TMP/ctx/gu-fsdp" gdnu-next-1r gdnu-next-cp3 6 num_ranks=6 ici_fsdp_parallelism=2 gradient_accumulation_steps=1
+check "uneven GDN heads over context: CP3 x DP2 (6 ranks; the complete weights' units over data) == one rank, bit for bit" \
+  ctx_variant_one "$QT_TMP/ctx/gu-dp" gdnu-next-1r gdnu-next-cp3 6 num_ranks=6 ici_data_parallelism=2 gradient_accumulation_steps=1
 
 # the load-balance loss with context parallelism (issue 35)
 check "load-balance loss with context_blocks 4 changes the one-rank bits (the term is on)" \

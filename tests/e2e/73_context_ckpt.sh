@@ -5,7 +5,8 @@
 #
 # What a context mesh adds to the gathers and scatters of 72_mesh_ckpt.sh: the GDN mixers'
 # own weights (conv1d.weight in its three q/k/v segments, A_log, dt_bias) split over
-# tensor x context by heads, routed experts under expert parallelism split over
+# tensor x context by heads (or whole over context when the heads are owned unevenly:
+# the gdnu-* cells at the end), routed experts under expert parallelism split over
 # expert x context, and the optimizer blocks of ranges whose gradient is complete on every
 # context rank. The CP plans and their one-rank references (configgen/configs/runs/ctx-*.yml)
 # train the same model on the same global batch, so they share the state hash.
@@ -92,3 +93,12 @@ check "context ckpt: save on CP2xDP2 ZeRO-1 G4 (sharded directory) at step 5, re
   ckpt_resume ctx-next-1r-b8-nb4 ctx-next-cp2dp2-g4-z1 4 ctx-next-1r-b8-nb4 1
 check "context ckpt: CP2xDP2 ZeRO-1 G4 sharded directory after 5 steps == the one-rank directory, shard for shard" \
   cxk_dir_eq ctx-next-1r-b8-nb4 ctx-next-cp2dp2-g4-z1 4
+# GDN heads owned unevenly over context (issue 35, session 16): conv1d.weight, A_log and
+# dt_bias whole over context (every context rank's copy the same), the 4 key heads owned
+# 1/1/2; the attention's 2 kv heads 0/1/1
+check "context ckpt: uneven GDN heads, save on CP3 at step 5, resume on one rank == 10 one-rank steps" \
+  ckpt_resume gdnu-next-1r gdnu-next-cp3 3 gdnu-next-1r 1 .safetensors
+check "context ckpt: uneven GDN heads, save on one rank (sharded directory) at step 5, resume on CP3 == 10 one-rank steps" \
+  ckpt_resume gdnu-next-1r gdnu-next-1r 1 gdnu-next-cp3 3
+check "context ckpt: uneven GDN heads, CP3 checkpoint after 5 steps == the one-rank checkpoint (st_compare 0, same bytes)" \
+  cxk_file_eq gdnu-next-1r gdnu-next-cp3 3

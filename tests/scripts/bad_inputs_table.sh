@@ -258,7 +258,7 @@ printf '' > $W/empty.yml
 printf 'model_name: ""\n' > $W/noname.yml
 LONG=$(printf 'r%.0s' $(seq 200))
 row "configgen" "configgen test-next-tiny.yml base_emb_dimm=64" "$E40: configgen: unknown key" cg $RUN base_emb_dimm=64
-row "configgen" "configgen test-next-tiny.yml num_ranks=4 ici_context_parallelism=4" "$E40: configgen: context parallelism beyond the heads" cg $RUN num_ranks=4 ici_context_parallelism=4
+row "configgen" "configgen test-next-tiny.yml num_ranks=3 ici_context_parallelism=3" "$E40: configgen: context 3 on 16-token sequences" cg $RUN num_ranks=3 ici_context_parallelism=3
 row "configgen" "configgen test-next-tiny.yml num_ranks=3 ici_fsdp_parallelism=1 ici_tensor_parallelism=3" "$EC" cg $RUN num_ranks=3 ici_fsdp_parallelism=1 ici_tensor_parallelism=3
 row "configgen" "configgen npow2-t3-next-tp3.yml vocab_parallel=true" "$EC" cg configgen/configs/runs/npow2-t3-next-tp3.yml vocab_parallel=true
 row "configgen" "configgen test-next-tiny.yml num_ranks=15 ici_fsdp_parallelism=1 ici_tensor_parallelism=3 ici_context_parallelism=5" "$EC" cg $RUN num_ranks=15 ici_fsdp_parallelism=1 ici_tensor_parallelism=3 ici_context_parallelism=5

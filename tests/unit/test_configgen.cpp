@@ -494,15 +494,10 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ici_tensor_parallelism=4", "num_ranks=4", "tensor parallelism 4 does not divide base_num_kv_heads (2)"},
         // context parallelism: its limits (docs/context.md)
         {"ici_context_parallelism=2", "num_ranks=2|gradient_accumulation_steps=536870912", "per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4): 2 x 1 tensor x 2 context ranks = 4 sequences per batch group, run as microbatches of one sequence each, x gradient_accumulation_steps=536870912 exceed the 32 gradient tree levels"},
-        {"ici_context_parallelism=4", "num_ranks=4", "ici_context_parallelism=4 (command line): context parallelism 4 x tensor parallelism 1 = 4 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide gdn_num_key_heads (2)"},
-        // (attention's heads may be owned unevenly, issue 35: 12 query / 6 kv heads on
-        // context 4 plan; the GDN layers' heads must still divide)
-        {"ici_context_parallelism=4", "num_ranks=4|per_device_batch_size=0.25|gdn_num_key_heads=6|gdn_num_value_heads=12|base_num_kv_heads=6|base_num_query_heads=12", "ici_context_parallelism=4 (command line): context parallelism 4 x tensor parallelism 1 = 4 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide gdn_num_key_heads (6); uneven GDN head ownership is not built yet (attention's is)"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.25", "0.25 sequences per rank x 1 tensor x 2 context ranks sharing them"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|gradient_reduce=step", "gradient_reduce=step (command line): step with context parallelism 2"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|context_blocks=1", "context_blocks=1 (command line): 1: expected 0 (= the context degree 2) or a power of two >= it"},
         {"ici_context_parallelism=2", "num_ranks=8|ici_expert_parallelism=4|per_device_batch_size=0.5", "context parallelism 2 with expert parallelism 4: the expert group spans the expert and context axes"},
-        {"ici_context_usp_ulysses_parallelism=3", "num_ranks=3|per_device_batch_size=0.5", "ici_context_usp_ulysses_parallelism=3 (command line): context parallelism 3 x tensor parallelism 1 = 3 ranks share each sequence's heads"},
         {"ici_context_usp_ulysses_parallelism=3", "num_ranks=3|per_device_batch_size=0.5|canonical_factor=1", "ici_context_usp_ulysses_parallelism=3 (command line): resolves the context mesh axis to 3; expected a power of two"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|max_target_length=15", "max_target_length=15 (command line): 15 is not a multiple of the context degree 2 (ici_context_parallelism=2 (command line)): each context rank holds an equal share of every sequence"},
         // pipeline parallelism (issue 36, config/pipeline.c): MaxText's rules, both keys named
@@ -527,9 +522,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"dcn_pipeline_parallelism=2", "num_ranks=2|num_pipeline_microbatches=3", "num_pipeline_microbatches=3 (command line): 3 microbatches are not a multiple of the 2 stages (dcn_pipeline_parallelism=2 (command line))"},
         // fsdp and expert may have any size that divides what they split (issue 35)
         {"dcn_expert_parallelism=3", "num_ranks=3", "dcn_expert_parallelism=3 (command line): expert parallelism 3 does not divide num_experts=4"},
-        {"dcn_context_parallelism=3", "num_ranks=3|per_device_batch_size=0.5", "dcn_context_parallelism=3 (command line): context parallelism 3 x tensor parallelism 1 = 3 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide gdn_num_key_heads (2)"},
         {"dcn_context_parallelism=3", "num_ranks=3|per_device_batch_size=0.5|canonical_factor=1", "dcn_context_parallelism=3 (command line): resolves the context mesh axis to 3; expected a power of two, or a power of two times an odd factor of canonical_factor=1 (command line)"},
-        {"ici_context_parallelism=3", "num_ranks=3|per_device_batch_size=0.5|canonical_factor=3", "ici_context_parallelism=3 (command line): context parallelism 3 x tensor parallelism 1 = 3 ranks share each sequence's heads in the head exchange (docs/context.md) and do not divide gdn_num_key_heads (2)"},
         {"canonical_factor=2", NULL, "canonical_factor=2 (command line): 2: expected an odd number from 1 to 8"},
         {"canonical_factor=9", NULL, "canonical_factor=9 (command line): 9: expected an odd number from 1 to 8"},
         {"context_blocks=6", "canonical_factor=3", "context_blocks=6 (command line): 6: expected 0 (= the context degree 1) or a power of two times a factor of canonical_factor=3 (command line), a multiple of the context degree by a power of two, that divides max_target_length=16"},
@@ -712,7 +705,78 @@ static bool is_planned_role(int r)
     return r != QT_ROLE_PARAM && r != QT_ROLE_GRAD && r != QT_ROLE_ADAM_M && r != QT_ROLE_ADAM_V;
 }
 
+static std::string report_of(CgPlan &p);
+
 TEST_GROUP(CgPlanner){};
+
+// Heads that do not divide by tensor x context are owned unevenly (issue 35): no head count
+// is refused by the head exchange. The GDN layers then hold their weights whole over context
+// (CTX_OWN_UNITS copies a rank's units; the *_WGRAD_U kinds complete the leaves): context 4
+// on 2 GDN key heads (owned 0/1/0/1) and context 3 on 4 (1/1/2) plan, with the ops and
+// attributes the firmware reads; an even split (context 2 on 2) has none of them.
+TEST(CgPlanner, GdnHeadsOwnedUnevenlyOverContext)
+{
+    struct {
+        const char *over;
+        int64_t U, C, slots, n_own;
+    } cases[] = {
+        {"num_ranks=4|ici_context_parallelism=4", 2, 4, 1, 3},
+        {"num_ranks=3|ici_context_parallelism=3|per_device_batch_size=0.3333333333333333|"
+         "max_target_length=24|gdn_num_key_heads=4|gdn_num_value_heads=8", 4, 3, 2, 3},
+        // 12 query / 6 kv, 6 GDN key / 12 value heads on context 4: the norm's 4 groups of
+        // 3 value heads make a unit 3 key heads (2 units, owned 0/1/0/1)
+        {"num_ranks=4|ici_context_parallelism=4|per_device_batch_size=0.25|gdn_num_key_heads=6|"
+         "gdn_num_value_heads=12|base_num_kv_heads=6|base_num_query_heads=12", 2, 4, 1, 3},
+        {"num_ranks=2|ici_context_parallelism=2", 0, 2, 0, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        std::vector<std::string> parts;
+        std::string o = cases[k].over;
+        for (size_t a = 0, b; a <= o.size(); a = b + 1) {
+            b = o.find('|', a);
+            if (b == std::string::npos) b = o.size();
+            parts.push_back(o.substr(a, b - a));
+        }
+        std::vector<char *> argv;
+        for (auto &x : parts) argv.push_back(&x[0]);
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(kTiny, (int)argv.size(), argv.data()));
+        qt_cg_gdn_units u;
+        LONGS_EQUAL(cases[k].U > 0, qt_cg_ctx_gdn_uneven(&p.s, &u));
+        int own = 0, conv_u = 0, gates_u = 0, norm_u = 0, even_wgrad = 0;
+        for (int i = 0; i < p.g.nmb; i++) {
+            const qt_op *o2 = &p.g.mb[i];
+            if (o2->kind == QT_OP_CTX_OWN_UNITS) {
+                own++;
+                LONGS_EQUAL(cases[k].U, QT_A(o2, CTX_OWN_UNITS, U));
+                LONGS_EQUAL(cases[k].C, QT_A(o2, CTX_OWN_UNITS, C));
+                CHECK(p.g.ts[QT_T(o2, CTX_OWN_UNITS, x)].param >= 0);
+            }
+            if (o2->kind == QT_OP_GDN_CONV_WGRAD_U) conv_u++;
+            if (o2->kind == QT_OP_GDN_GATES_WGRAD_U) gates_u++;
+            if (o2->kind == QT_OP_GATED_RMSNORM_WGRAD_U) {
+                norm_u++;
+                LONGS_EQUAL(cases[k].U, QT_A(o2, GATED_RMSNORM_WGRAD_U, U));
+                LONGS_EQUAL(cases[k].slots * u.gpu, QT_A(o2, GATED_RMSNORM_WGRAD_U, groups));
+            }
+            if (o2->kind == QT_OP_GDN_CONV_WGRAD || o2->kind == QT_OP_GATED_RMSNORM_WGRAD)
+                even_wgrad++;
+        }
+        const int layers = own / 3;
+        LONGS_EQUAL(cases[k].n_own ? 3 : 0, layers);
+        LONGS_EQUAL(layers, conv_u);
+        LONGS_EQUAL(layers, gates_u);
+        LONGS_EQUAL(layers, norm_u);
+        LONGS_EQUAL(cases[k].U > 0 ? 0 : 6, even_wgrad);
+        if (cases[k].U > 0) {
+            LONGS_EQUAL(cases[k].slots, u.slots);
+            const std::string rep = report_of(p);
+            CHECK(rep.find("GDN heads owned unevenly over context") != std::string::npos);
+        }
+        char err[1024] = "";
+        LONGS_EQUAL(0, qt_cg_check_plan(&p.g, err, sizeof err));
+    }
+}
 
 // Re-derives lifetimes from the schedule independently of the planner and checks every
 // pair; exact integer checks, no tolerance.

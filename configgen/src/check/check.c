@@ -225,6 +225,51 @@ static int sizes_exchange(const qt_cg_graph *g, const qt_op *o, int i, const cha
 #undef QT_CG_SZ_KIND
     return 0;
 }
+/* GDN heads owned unevenly over context (qt_ops.def CTX_OWN_UNITS and the *_WGRAD_U kinds):
+ * U units over C members, slots = ceil(U/C); the copy a slot block, the parameter whole,
+ * the WGRAD scratch C (the norm: tensor x C) head sides. */
+static int sizes_units(const qt_cg_graph *g, const qt_op *o, int i, const char *which,
+                       char *err, size_t errlen)
+{
+    const int64_t C = qt_cg_context(g->s), tp = g->s->mesh[QT_MESH_TENSOR];
+    switch (o->kind) {
+    case QT_OP_CTX_OWN_UNITS: {
+#define QT_CG_SZ_KIND CTX_OWN_UNITS
+        const int64_t L = A(C) > 0 ? (A(U) + A(C) - 1) / A(C) : 0, w = A(w0) + A(w1) + A(w2);
+        if (A(U) < 1 || A(C) != C || A(w0) < 1 || A(w1) < 0 || A(w2) < 0)
+            return qt_cg_fail(err, errlen, "%s op %d (%s): U = %lld units, C = %lld (the "
+                              "context degree is %lld), segments %lld/%lld/%lld", which, i,
+                              qt_cg_op_name(o->kind), (long long)A(U), (long long)A(C),
+                              (long long)C, (long long)A(w0), (long long)A(w1), (long long)A(w2));
+        NEED(y, L * w);
+        NEED(x, A(U) * w);
+#undef QT_CG_SZ_KIND
+        return 0;
+    }
+    case QT_OP_GDN_CONV_WGRAD_U: {
+#define QT_CG_SZ_KIND GDN_CONV_WGRAD_U
+        ATLEAST(scratch, C * (2 * A(Hk) * A(Dk) + A(Hv) * A(Dv)) * A(K));
+#undef QT_CG_SZ_KIND
+        return 0;
+    }
+    case QT_OP_GDN_GATES_WGRAD_U: {
+#define QT_CG_SZ_KIND GDN_GATES_WGRAD_U
+        NEED(A_log_h, A(Hv));
+        NEED(dt_bias_h, A(Hv));
+        ATLEAST(scratch, 2 * C * A(Hv));
+#undef QT_CG_SZ_KIND
+        return 0;
+    }
+    case QT_OP_GATED_RMSNORM_WGRAD_U: {
+#define QT_CG_SZ_KIND GATED_RMSNORM_WGRAD_U
+        ATLEAST(scratch, tp * C * A(groups) * A(Dv));
+#undef QT_CG_SZ_KIND
+        return 0;
+    }
+    default:
+        return 0;
+    }
+}
 #undef A
 #undef CHECK_
 #undef NEED
@@ -234,7 +279,8 @@ static int check_sizes(const qt_cg_graph *g, const qt_op *o, int i, const char *
                        char *err, size_t errlen)
 {
     return sizes_basic(g, o, i, which, err, errlen) || sizes_blocks(g, o, i, which, err, errlen) ||
-                   sizes_exchange(g, o, i, which, err, errlen)
+                   sizes_exchange(g, o, i, which, err, errlen) ||
+                   sizes_units(g, o, i, which, err, errlen)
                ? -1 : 0;
 }
 
@@ -267,7 +313,9 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
                 return qt_cg_fail(err, errlen, "%s op %d: tensor id %d out of range", which, i, id);
             const qt_tensor *t = &g->ts[id].t;
             char r = sl[s];
-            if ((r == 'p') != (t->role == QT_ROLE_PARAM))
+            /* (a 'p' slot may read a head-side copy of a parameter's rows: CTX_OWN_UNITS,
+             * heads owned unevenly over context; marked 2 in written[]) */
+            if ((r == 'p') != (t->role == QT_ROLE_PARAM) && !(r == 'p' && written[id] == 2))
                 return qt_cg_fail(err, errlen, "%s op %d (%s): slot t%d holds %s, %s", which, i,
                                   qt_cg_op_name(o->kind), s, t->name,
                                   r == 'p' ? "expected a parameter" : "a parameter is read-only");
@@ -281,6 +329,7 @@ static int check_ops(const qt_cg_graph *g, const qt_op *ops, int n, const char *
         if (check_sizes(g, o, i, which, err, errlen)) return -1;
         for (int s = 0; s < ns; s++)
             if (o->t[s] >= 0 && (sl[s] == 'w' || sl[s] == 'a' || sl[s] == 's')) written[o->t[s]] = 1;
+        if (o->kind == QT_OP_CTX_OWN_UNITS) written[QT_T(o, CTX_OWN_UNITS, y)] = 2;
         int wk = qt_cg_op_class(o->kind) == QT_OPC_WGRAD;
         if (wk != !!(o->flags & QT_OPF_WGRAD))
             return qt_cg_fail(err, errlen, "%s op %d (%s): QT_OPF_WGRAD flag mismatch", which, i,

@@ -708,16 +708,6 @@ static int mesh_fill(const qt_cg_vctx *v, const qt_cg_settings *s, qt_cg_axes *x
     return 0;
 }
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        const int64_t r = a % b;
-        a = b;
-        b = r;
-    }
-    return a;
-}
-
 /* Tensor and context split canonical counts (the contraction blocks and head groups;
  * context_blocks), powers of two times canonical_factor f on one rank too (config/canon.c;
  * docs/determinism.md "Axes of any size"), at most QT_CANON_BLOCKS of them, so the odd
@@ -737,7 +727,7 @@ static int mesh_canon(const qt_cg_vctx *v, qt_cg_settings *s, const char *const 
     int64_t need = 1;
     for (int k = 0; k < 2; k++) {
         const int64_t size = s->mesh[qa[k]], odd = size / (size & -size);
-        need = need / gcd64(need, odd) * odd;
+        need = need / qt_cg_gcd(need, odd) * odd;
         if (!from_base(v, "canonical_factor") && s->canon_factor % odd) {
             char o[400], hint[96];
             snprintf(hint, sizeof hint, "; set canonical_factor: %lld or leave it unset (the "
@@ -850,23 +840,11 @@ static int mesh_splits(const qt_cg_vctx *v, const qt_cg_settings *s, const qt_cg
     }
     const int32_t cp = s->mesh[QT_MESH_CONTEXT];
     if (cp > 1) {
-        /* the head exchange gives each of the tensor x context ranks whole sequences of
-         * its share of the GDN mixer's heads (docs/context.md); attention's heads may be
-         * owned unevenly (model/context.c: a kv head with its query heads a unit, any
-         * count of query and kv heads), the GDN layers' not yet */
-        const qt_model_dims *m = &s->m;
-        const struct { const char *what; int64_t n; } heads[] = {
-            {"gdn_num_key_heads", m->gdn_k_heads},
-            {"the canonical head groups of the GDN norm", qt_cg_canon(s, m->gdn_v_heads)},
-            {"gdn_value_head_dim (the GDN norm weight's gradient summed over them)", m->gdn_v_dim},
-        };
-        for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
-            if (heads[i].n % ((int64_t)tp * cp))
-                return bad(v, axis_key[4], "context parallelism %d x tensor parallelism %d = "
-                           "%lld ranks share each sequence's heads in the head exchange "
-                           "(docs/context.md) and do not divide %s (%lld); uneven GDN head "
-                           "ownership is not built yet (attention's is)", cp, tp,
-                           (long long)tp * cp, heads[i].what, (long long)heads[i].n);
+        /* the head exchange gives each of the tensor x context ranks whole sequences of its
+         * share of the mixers' heads (docs/context.md); heads that do not divide are owned
+         * unevenly (model/context.c: attention's a kv head with its query heads a unit, the
+         * GDN layers' key heads with their value heads and whole canonical groups), so no
+         * head count is refused here */
         if (ep > 1 && s->m.n_experts % ((int64_t)ep * cp))
             return bad(v, axis_key[4], "context parallelism %d with expert parallelism %d: the "
                        "expert group spans the expert and context axes (so an expert host "

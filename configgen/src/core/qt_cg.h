@@ -219,6 +219,17 @@ static inline const char *qt_cg_s(long long n)
     return n == 1 ? "" : "s";
 }
 
+/* The greatest common divisor of a and b (>= 0; gcd(a, 0) = a). */
+static inline int64_t qt_cg_gcd(int64_t a, int64_t b)
+{
+    while (b) {
+        const int64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
 static inline int64_t qt_cg_compute_bytes(const qt_cg_settings *s)
 {
     return qt_dtype_bytes((unsigned)s->dtype);

@@ -671,6 +671,34 @@ static void attn_owners_line(qt_cg_buf *b, const qt_cg_settings *s)
     qt_cg_buf_printf(b, " (docs/context.md)\n");
 }
 
+/* The GDN layers' heads owned unevenly over context (model/context.c): which context index
+ * holds which key heads (each with its value heads) of a tensor rank, and the padding. */
+static void gdn_owners_line(qt_cg_buf *b, const qt_cg_settings *s)
+{
+    qt_cg_gdn_units u;
+    if (!qt_cg_ctx_gdn_uneven(s, &u)) return;
+    const int64_t C = qt_cg_context(s), tp = s->mesh[QT_MESH_TENSOR];
+    const int64_t r = s->m.gdn_v_heads / s->m.gdn_k_heads;
+    qt_cg_buf_printf(b, "  GDN heads owned unevenly over context (tensor x context = %lld ranks "
+                     "do not divide gdn_num_key_heads %lld, the GDN norm's %lld canonical head "
+                     "groups or gdn_value_head_dim %lld): units of %lld key head%s with %lld "
+                     "value heads (%lld canonical group%s), %lld unit slot%s on every rank's head "
+                     "side (padding computes zeros); conv1d.weight, A_log and dt_bias whole over "
+                     "context, each leaf completed by an all-gather, the norm's groups summed by "
+                     "the one-rank tree; of a tensor rank's key heads, context index",
+                     (long long)(tp * C), (long long)s->m.gdn_k_heads, (long long)u.groups,
+                     (long long)s->m.gdn_v_dim, (long long)u.uk, qt_cg_s(u.uk),
+                     (long long)(u.uk * r), (long long)u.gpu, qt_cg_s(u.gpu), (long long)u.slots,
+                     qt_cg_s(u.slots));
+    for (int64_t c = 0; c < C; c++) {
+        const int64_t k0 = c * u.U / C * u.uk, k1 = (c + 1) * u.U / C * u.uk;
+        qt_cg_buf_printf(b, "%s %lld: key [%lld, %lld) value [%lld, %lld)%s", c ? "," : "",
+                         (long long)c, (long long)k0, (long long)k1, (long long)(k0 * r),
+                         (long long)(k1 * r), k1 == k0 ? " (none: padding only)" : "");
+    }
+    qt_cg_buf_printf(b, " (docs/context.md)\n");
+}
+
 static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
 {
     /* a pipeline stage's ranks (the same rule in every stage: docs/pipeline.md) */
@@ -726,6 +754,7 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                          (long long)(t->seq_len / C), (long long)(t->seq_len / C),
                          (long long)(qt_cg_blocks(s) / C), (long long)(qt_cg_blocks(s) / C));
     attn_owners_line(b, s);
+    gdn_owners_line(b, s);
     if (nr == 1) {
         qt_cg_buf_printf(b, "  1 rank: reads all of them; microbatch m holds sequences "
                          "[m*%lld, m*%lld+%lld)\n", (long long)t->micro_batch,

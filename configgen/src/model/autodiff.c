@@ -364,6 +364,56 @@ static void backward_exchange(qt_cg_ad *ad, const qt_op *f)
     QT_CG_SET_T(op, CTX_TO_HEADS_BWD, .dx = dx, .dy = dy, .scratch = scr);
 }
 
+/* The GDN weight gradients when the heads are owned unevenly over context (model/context.c):
+ * the own units' leaf, completed over the group in the WGRAD (qt_ops.def GDN_CONV_WGRAD_U,
+ * GDN_GATES_WGRAD_U: the context ranks' rows all-gathered and placed by owner, the
+ * parameters whole over context, read through their CTX_OWN_UNITS copies;
+ * GATED_RMSNORM_WGRAD_U: every canonical group's partial gathered over tensor x context,
+ * the one-rank tree). d is dc, dg or dy of forward op f. Returns 0 (nothing emitted) on an
+ * even split. */
+static int wgrad_units(qt_cg_ad *ad, const qt_op *f, int32_t d)
+{
+    qt_cg_graph *g = ad->g;
+    const int64_t C = qt_cg_context(g->s), Sb = qt_cg_leaf_tokens(g->s);
+    qt_cg_gdn_units gu;
+    if (C <= 1 || !qt_cg_ctx_gdn_uneven(g->s, &gu)) return 0;
+    qt_op *op;
+    int64_t U = 0;
+    if (f->kind == QT_OP_GDN_CONV_FWD) {
+        const int32_t pw = qt_cg_ctx_units_source(g, FT(GDN_CONV, w), &U);
+        const int32_t scr = bwd_scratch(ad, "units_scratch", g->ts[pw].t.name,
+                                        C * g->ts[FT(GDN_CONV, w)].t.numel);
+        op = wgrad(ad, QT_OP_GDN_CONV_WGRAD_U, f, pw, QT_NONE);
+        QT_CG_SET_T(op, GDN_CONV_WGRAD_U, .dc = d, .pre = FT(GDN_CONV, pre),
+                    .qkvz = FT(GDN_CONV, qkvz), .w = pw, .scratch = scr);
+        QT_A(op, GDN_CONV_WGRAD_U, U) = U;
+    } else if (f->kind == QT_OP_GDN_GATES_FWD) {
+        const int32_t pa = qt_cg_ctx_units_source(g, FT(GDN_GATES, A_log), &U),
+                      pd = qt_cg_ctx_units_source(g, FT(GDN_GATES, dt_bias), &U);
+        const int32_t scr = bwd_scratch(ad, "units_scratch", g->ts[pa].t.name,
+                                        2 * C * g->ts[FT(GDN_GATES, A_log)].t.numel);
+        op = wgrad(ad, QT_OP_GDN_GATES_WGRAD_U, f, pa, pd);
+        QT_CG_SET_T(op, GDN_GATES_WGRAD_U, .dg = d, .ba = FT(GDN_GATES, ba), .A_log = pa,
+                    .dt_bias = pd, .A_log_h = FT(GDN_GATES, A_log),
+                    .dt_bias_h = FT(GDN_GATES, dt_bias), .scratch = scr);
+        QT_A(op, GDN_GATES_WGRAD_U, S) = Sb;
+        QT_A(op, GDN_GATES_WGRAD_U, U) = U;
+    } else {
+        const int64_t G = gu.slots * gu.gpu;
+        const int32_t scr = bwd_scratch(ad, "units_scratch", g->ts[FT(GATED_RMSNORM, w)].t.name,
+                                        g->s->mesh[QT_MESH_TENSOR] * C * G * FA(GATED_RMSNORM, Dv));
+        op = wgrad(ad, QT_OP_GATED_RMSNORM_WGRAD_U, f, FT(GATED_RMSNORM, w), QT_NONE);
+        QT_CG_SET_T(op, GATED_RMSNORM_WGRAD_U, .dy = d, .o = FT(GATED_RMSNORM, o),
+                    .qkvz = FT(GATED_RMSNORM, qkvz), .rstd = FT(GATED_RMSNORM, rstd),
+                    .w = FT(GATED_RMSNORM, w), .scratch = scr);
+        QT_A(op, GATED_RMSNORM_WGRAD_U, U) = gu.U;
+        QT_A(op, GATED_RMSNORM_WGRAD_U, S) = Sb;
+        QT_A(op, GATED_RMSNORM_WGRAD_U, groups) = G;
+    }
+    head_side_leaves(g, op);
+    return 1;
+}
+
 /* The sequence mixers: full attention and the Gated DeltaNet ops. */
 static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
 {
@@ -413,6 +463,7 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
         op = bwd(ad, QT_OP_GDN_CONV_BWD, f);
         QT_CG_SET_T(op, GDN_CONV_BWD, .dqkvz = dq, .dc = dc, .pre = FT(GDN_CONV, pre),
                     .w = FT(GDN_CONV, w));
+        if (wgrad_units(ad, f, dc)) return 1;
         op = wgrad(ad, QT_OP_GDN_CONV_WGRAD, f, FT(GDN_CONV, w), QT_NONE);
         QT_CG_SET_T(op, GDN_CONV_WGRAD, .dc = dc, .pre = FT(GDN_CONV, pre),
                     .qkvz = FT(GDN_CONV, qkvz), .w = FT(GDN_CONV, w));
@@ -426,6 +477,7 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
         QT_CG_SET_T(op, GDN_GATES_BWD, .dba = dba, .dbeta = dbeta, .dg = dg,
                     .ba = FT(GDN_GATES, ba), .A_log = FT(GDN_GATES, A_log),
                     .dt_bias = FT(GDN_GATES, dt_bias));
+        if (wgrad_units(ad, f, dg)) return 1;
         op = wgrad(ad, QT_OP_GDN_GATES_WGRAD, f, FT(GDN_GATES, A_log), FT(GDN_GATES, dt_bias));
         QT_CG_SET_T(op, GDN_GATES_WGRAD, .dg = dg, .ba = FT(GDN_GATES, ba),
                     .A_log = FT(GDN_GATES, A_log), .dt_bias = FT(GDN_GATES, dt_bias));
@@ -457,6 +509,7 @@ static int backward_mixers(qt_cg_ad *ad, const qt_op *f)
         QT_CG_SET_T(op, GATED_RMSNORM_BWD, .dout = dO, .dqkvz = dqkvz, .dy = dy,
                     .o = FT(GATED_RMSNORM, o), .qkvz = FT(GATED_RMSNORM, qkvz),
                     .w = FT(GATED_RMSNORM, w), .rstd = FT(GATED_RMSNORM, rstd));
+        if (wgrad_units(ad, f, dy)) return 1;
         op = wgrad(ad, QT_OP_GATED_RMSNORM_WGRAD, f, FT(GATED_RMSNORM, w), QT_NONE);
         QT_CG_SET_T(op, GATED_RMSNORM_WGRAD, .dy = dy, .o = FT(GATED_RMSNORM, o),
                     .qkvz = FT(GATED_RMSNORM, qkvz), .rstd = FT(GATED_RMSNORM, rstd),
@@ -666,6 +719,9 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
     /* token dropping decides on integer ids: nothing to differentiate */
     case QT_OP_MOE_CAPACITY:
     case QT_OP_MOE_RAGGED:
+    /* a copy of a parameter's rows (heads owned unevenly over context): the weight
+     * gradient comes from the reader's WGRAD (*_WGRAD_U), completed there */
+    case QT_OP_CTX_OWN_UNITS:
     /* a sum of the ranks' partials: each partial's gradient is the (replicated) gradient of
      * the sum, already in place */
     case QT_OP_ALL_REDUCE:

@@ -215,7 +215,15 @@ static void gdn_params(qt_cg_graph *g, int l, const qt_cg_dims *D, qt_cg_gdn_w *
     w->out = proj(g, PN("out_proj.weight"), D->d, D->tp * D->Hv * D->Dv, QT_LAX_EMBED,
                   QT_LAX_GDN_HEAD, l);
 #undef PN
-    if (D->C > 1) {
+    qt_cg_gdn_units gu;
+    if (D->C > 1 && qt_cg_ctx_gdn_uneven(g->s, &gu)) {
+        /* heads owned unevenly (model/context.c): the mixer's weights whole over context,
+         * their leaves completed on every context rank by their WGRAD (*_WGRAD_U) */
+        qt_cg_ctx_complete_param(g, w->conv);
+        qt_cg_ctx_complete_param(g, w->a_log);
+        qt_cg_ctx_complete_param(g, w->dt_bias);
+        qt_cg_ctx_complete_param(g, w->norm);
+    } else if (D->C > 1) {
         qt_cg_ctx_split_param(g, w->conv, 0);
         qt_cg_ctx_split_param(g, w->a_log, 0);
         qt_cg_ctx_split_param(g, w->dt_bias, 0);
@@ -243,8 +251,14 @@ static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg
     float eps = g->s->m.norm_eps;
     qt_cg_gdn_w w;
     gdn_params(g, l, D, &w);
-    const int64_t C = D->C, b = D->b, S = D->Sm, T = b * S, Hk = D->Hk / C, Hv = D->Hv / C,
-                  Cc = D->Cc / C;
+    /* heads owned unevenly over context (model/context.c): the head side holds `slots`
+     * units of uk key heads, the exchanges move units (u), the weights come through
+     * padded copies of this rank's units */
+    qt_cg_gdn_units gu;
+    const int un = D->C > 1 && qt_cg_ctx_gdn_uneven(g->s, &gu);
+    const int64_t C = D->C, b = D->b, S = D->Sm, T = b * S,
+                  Hk = un ? gu.slots * gu.uk : D->Hk / C, Hv = un ? Hk * D->r : D->Hv / C,
+                  Cc = un ? 2 * Hk * D->Dk + Hv * D->Dv : D->Cc / C;
 #define AN(s) (snprintf(n, sizeof n, "L%d.gdn.%s", l, s), n)
 #define HA(nm, role, nd, shp, ax, hd) head_act(g, AN(nm), role, D, nd, shp, ax, hd, -1)
     const uint8_t kvb = QT_LAX_ACT_KV_BATCH, kvh = QT_LAX_ACT_KV_HEADS;
@@ -277,17 +291,26 @@ static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg
 #undef HA
     matmul_col(g, qkvz, h, w.qkvz, D);
     matmul_col(g, ba, h, w.ba, D);
+    const int64_t uk = un ? gu.uk : 0;
     if (C > 1) {
-        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, qkvz_h, qkvz, b, S, D->Hk, D->G, 0);
-        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, ba_h, ba, b, S, D->Hk, 2 * D->r, 0);
+        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, qkvz_h, qkvz, b, S, D->Hk, D->G, uk);
+        qt_cg_ctx_exchange(g, QT_OP_CTX_TO_HEADS, ba_h, ba, b, S, D->Hk, 2 * D->r, uk);
+    }
+    int32_t wconv = w.conv, walog = w.a_log, wdtb = w.dt_bias;
+    if (un) {
+        const int64_t K = D->K, wc[3] = {uk * D->Dk * K, uk * D->Dk * K, uk * D->r * D->Dv * K},
+                      wg[3] = {uk * D->r, 0, 0};
+        wconv = qt_cg_ctx_own_units(g, AN("conv1d_weight_heads"), w.conv, gu.U, wc);
+        walog = qt_cg_ctx_own_units(g, AN("A_log_heads"), w.a_log, gu.U, wg);
+        wdtb = qt_cg_ctx_own_units(g, AN("dt_bias_heads"), w.dt_bias, gu.U, wg);
     }
     qt_op *op = qt_cg_emit_op(g, 0, QT_OP_GDN_CONV_FWD);
-    QT_CG_SET_T(op, GDN_CONV_FWD, .c = c, .pre = cpre, .qkvz = qkvz_h, .w = w.conv);
+    QT_CG_SET_T(op, GDN_CONV_FWD, .c = c, .pre = cpre, .qkvz = qkvz_h, .w = wconv);
     QT_CG_SET_A(op, GDN_CONV_FWD, .b = b, .S = S, .Hk = Hk, .Dk = D->Dk, .Hv = Hv, .Dv = D->Dv,
                 .K = D->K);
     op = qt_cg_emit_op(g, 0, QT_OP_GDN_GATES_FWD);
-    QT_CG_SET_T(op, GDN_GATES_FWD, .beta = beta, .g = gg, .ba = ba_h, .A_log = w.a_log,
-                .dt_bias = w.dt_bias);
+    QT_CG_SET_T(op, GDN_GATES_FWD, .beta = beta, .g = gg, .ba = ba_h, .A_log = walog,
+                .dt_bias = wdtb);
     QT_CG_SET_A(op, GDN_GATES_FWD, .T = T, .Hk = Hk, .Hv = Hv);
     /* algo selects the algorithm; only the chunked form needs forward scratch (qt_ops.h:
      * 2*C*Dk + 2*C*Dv + 4*C*C + 3*C with C = min(chunk, S)), the recurrent one gets a
@@ -309,7 +332,7 @@ static void gdn_layer(qt_cg_graph *g, int l, int32_t h, int32_t mix, const qt_cg
                 .w = w.norm);
     QT_CG_SET_A(op, GATED_RMSNORM_FWD, .T = T, .Hk = Hk, .Dk = D->Dk, .Hv = Hv, .Dv = D->Dv);
     op->f[0] = eps;
-    if (C > 1) qt_cg_ctx_exchange(g, QT_OP_CTX_TO_TOKENS, y_t, y, b, S, D->Hv, D->Dv, 0);
+    if (C > 1) qt_cg_ctx_exchange(g, QT_OP_CTX_TO_TOKENS, y_t, y, b, S, D->Hv, D->Dv, uk * D->r);
 #undef AN
     matmul_row(g, mix, y_t, w.out, D);
 }

@@ -65,6 +65,22 @@ int qt_cg_ctx_attn_uneven(const qt_cg_settings *s, int64_t *slots);
 void qt_cg_ctx_head_side(qt_cg_graph *g, int32_t t, int head_dim, int len_dim);
 void qt_cg_ctx_split_param(qt_cg_graph *g, int32_t t, int dim);
 void qt_cg_ctx_complete_param(qt_cg_graph *g, int32_t t);
+/* GDN heads owned unevenly over context (issue 35, model/context.c): when tensor x context
+ * does not divide gdn_num_key_heads, the GDN norm's canonical head groups or
+ * gdn_value_head_dim, a unit is uk key heads with their value heads (whole canonical
+ * groups: gpu of them), a tensor rank has U units, context index c owns units
+ * [c*U/C, (c+1)*U/C) and every head side `slots` = ceil(U/C) unit slots. ctx_gdn_uneven
+ * fills *u and returns 1 then, else 0 (C = 1, or the even split). ctx_own_units: a head-side
+ * copy `name` of parameter p (whole over context: segments of U units of w[i] elements,
+ * w[i] = 0 ends them) written by a CTX_OWN_UNITS op; returns its id. ctx_units_source: the
+ * parameter a CTX_OWN_UNITS op copied into tensor t (and its U), or QT_NONE. */
+typedef struct qt_cg_gdn_units {
+    int64_t uk, U, slots, gpu, groups;
+} qt_cg_gdn_units;
+int qt_cg_ctx_gdn_uneven(const qt_cg_settings *s, qt_cg_gdn_units *u);
+int32_t qt_cg_ctx_own_units(qt_cg_graph *g, const char *name, int32_t p, int64_t U,
+                            const int64_t w[3]);
+int32_t qt_cg_ctx_units_source(const qt_cg_graph *g, int32_t t, int64_t *U);
 
 /* Rematerialisation per s->remat (model/remat.c): after autodiff, before the memory plan. */
 int qt_cg_remat(qt_cg_graph *g, char *err, size_t errlen);
