@@ -451,7 +451,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"context_blocks=3", NULL, "context_blocks=3 (command line): 3: expected 0 (= the context degree 1) or a power of two >= it that divides max_target_length=16 (configgen/configs/runs/test-next-tiny.yml:5)"},
         {"context_blocks=32", NULL, "32: expected 0 (= the context degree 1) or a power of two >= it that divides max_target_length=16"},
         {"context_blocks=-2", NULL, "context_blocks=-2 (command line): -2: expected 0"},
-        {"packing=true", NULL, "eos_id=-1 (configgen/configs/base.yml:"},
+        {"packing=true", "eos_id=-2", "eos_id=-2 (command line): -2 with packing: true: expected the document separator's token id in 0..63 (vocab_size - 1; 151643 is <|endoftext|> of the Qwen vocabulary), or -1: the id the token file records"},
         {"packing=true", "eos_id=64", "eos_id=64 (command line): 64 with packing: true: expected the document separator's token id in 0..63"},
         {"context_blocks=16", "gradient_accumulation_steps=524288", "context_blocks=16 (command line): 16 blocks x 1048576 sequences per step = 16777216 gradient leaves exceed the 8388607 that the 24 tree levels hold"},
         {"shard_mode=manual", NULL, "expected auto or explicit"},

@@ -1010,16 +1010,19 @@ static void note_unused(const qt_cg_vctx *v, qt_cg_settings *s)
  * stream, docs/data.md): documents restart rotary positions, attention, the GDN conv and
  * the delta rule, and no loss is taken across a boundary. Both delta-rule forms restart
  * mid-sequence: the chunked one masks the pairs of different documents inside a chunk and
- * drops the carried state at a start (kernels/gdn_chunk.c). */
+ * drops the carried state at a start (kernels/gdn_chunk.c). eos_id -1 (unset) plans -1:
+ * qtrain takes the separator the token file records at start-up (firmware/io/data.c
+ * qt_data_doc_sep; plan.txt says so). */
 static int check_packing(const qt_cg_vctx *v, qt_cg_settings *s)
 {
     s->packing = getb(v, "packing");
     const int64_t eos = geti(v, "eos_id");
     if (!s->packing) return 0;
-    if (eos < 0 || eos >= s->m.vocab)
+    if (eos < -1 || eos >= s->m.vocab)
         return bad(v, "eos_id", "%lld with packing: true: expected the document separator's "
                    "token id in 0..%lld (vocab_size - 1; 151643 is <|endoftext|> of the Qwen "
-                   "vocabulary)", (long long)eos, (long long)s->m.vocab - 1);
+                   "vocabulary), or -1: the id the token file records", (long long)eos,
+                   (long long)s->m.vocab - 1);
     s->eos_id = (int32_t)eos;
     return 0;
 }

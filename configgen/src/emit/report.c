@@ -1220,6 +1220,15 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
         qt_cg_buf_printf(b, "  delta rule (GDN core): %s (gdn_core_algorithm; the recurrent form "
                          "measured faster at Dk = Dv = 64 and 128, docs/bench.md)\n",
                          s->gdn_chunked ? "chunked WY form" : "recurrent, token by token");
+    /* (a packed plan with eos_id says nothing here: the shipped plan.txt files stay as
+     * they were) */
+    if (s->packing && s->eos_id < 0)
+        qt_cg_buf_printf(b, "  packing: documents end at the separator the token file records, "
+                         "read at start-up (eos_id unset): a QTTOKENS version 2 header's "
+                         "end-of-document id (qtrain-data writes the eos= it encodes with), none "
+                         "for the embedded corpus (each window one document); a file that "
+                         "records nothing (.npy, raw, QTTOKENS version 1) is refused "
+                         "(docs/data.md)\n");
     if (s->dtype == QT_BF16)
         qt_cg_buf_printf(b, "  dtype bfloat16, weight_dtype float32: activations, matmul operands "
                          "and the parameters' compute copy in bf16; master weights, Adam, "
