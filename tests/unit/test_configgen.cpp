@@ -439,8 +439,9 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"capacity_factor=1", "sparse_matmul=false|num_experts=2048", "token dropping with num_experts=2048"},
         {"per_device_batch_size=0", NULL, "per_device_batch_size=0 (command line): expected > 0 (sequences per rank; a fraction when tensor ranks share sequences)"},
         {"per_device_batch_size=abc", NULL, "per_device_batch_size: value abc is not a number"},
-        {"per_device_batch_size=2.5", NULL, "per_device_batch_size=2.5 (command line): 2.5 sequences per rank x 1 tensor ranks sharing them (ici_tensor_parallelism=1 (configgen/configs/base.yml:72)) = 2.5 per batch group; expected a whole number >= 1"},
-        {"per_device_batch_size=0.5", NULL, "0.5 sequences per rank x 1 tensor ranks sharing them"},
+        // a fraction per batch group: MaxText's int(ranks x it) must split evenly (CgBatch)
+        {"per_device_batch_size=2.5", "num_ranks=2", "per_device_batch_size=2.5 (command line): 2.5 sequences per rank x 1 tensor ranks sharing them (ici_tensor_parallelism=1 (configgen/configs/base.yml:72)) = 2.5 per batch group (MaxText trains int(2 ranks x 2.5) = 5 sequences a microbatch, which do not split evenly over the batch groups); expected a whole number >= 1, or int(ranks x per_device_batch_size) a multiple of the 2 batch groups"},
+        {"per_device_batch_size=0.5", NULL, "0.5 sequences per rank x 1 tensor ranks sharing them (ici_tensor_parallelism=1 (configgen/configs/base.yml:72)) = 0.5 per batch group (MaxText trains int(1 rank x 0.5) = 0 sequences a microbatch: none); expected a whole number >= 1"},
         {"max_target_length=70000", NULL, "max_target_length=70000 (command line): expected 1..65536"},
         {"max_target_length=0", NULL, "expected 1..65536"},
         {"gradient_accumulation_steps=0", NULL, "gradient_accumulation_steps=0 (command line): expected >= 1"},
@@ -1086,6 +1087,44 @@ TEST(CgIgnored, KeysMaxTextIgnoresAreNotedAndLeaveThePlan)
     const char *x = strstr(p.s.ignored, "shared_experts=0"), *y = strstr(p.s.ignored, "; eval_start_step=3");
     CHECK(x != NULL && y != NULL && x < y);
     CHECK(p.g.hash == base.g.hash);
+}
+
+// ---------------------------------------------------------------- per_device_batch_size fractions
+
+TEST_GROUP(CgBatch){};
+
+// A per_device_batch_size that leaves a fraction of a sequence per batch group: MaxText
+// trains int(ranks x it) sequences a microbatch (types.py calculate_global_batch_sizes);
+// when they split evenly over the batch groups the plan is the plan of that whole batch,
+// hash for hash (docs/refusals.md; the uneven splits are refused: CgBadConfig)
+TEST(CgBatch, FractionTrainsMaxTextsTruncatedBatch)
+{
+    struct {
+        const char *frac, *whole, *mesh; // mesh: overrides separated by '|'
+        int64_t total;
+    } cases[] = {
+        {"per_device_batch_size=2.5", "per_device_batch_size=2", "", 2},
+        {"per_device_batch_size=2.99", "per_device_batch_size=2", "", 2},
+        {"per_device_batch_size=2.25", "per_device_batch_size=2", "num_ranks=2", 4},
+        {"per_device_batch_size=0.75", "per_device_batch_size=0.5", "num_ranks=2|ici_fsdp_parallelism=1|ici_tensor_parallelism=2", 1},
+        {"per_device_batch_size=0.75", "per_device_batch_size=0.5", "num_ranks=2|ici_fsdp_parallelism=1|ici_context_parallelism=2", 1},
+    };
+    for (auto &c : cases) {
+        char buf[2][256];
+        char *over[2][8];
+        int n[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            snprintf(buf[k], sizeof buf[k], "%s%s%s", k ? c.whole : c.frac, c.mesh[0] ? "|" : "", c.mesh);
+            for (char *t = strtok(buf[k], "|"); t; t = strtok(NULL, "|")) over[k][n[k]++] = t;
+        }
+        CgPlan f, w;
+        LONGS_EQUAL_TEXT(0, f.build(kTiny, n[0], over[0]), c.frac);
+        LONGS_EQUAL_TEXT(0, w.build(kTiny, n[1], over[1]), c.whole);
+        LONGS_EQUAL_TEXT(c.total, f.s.batch_maxtext, c.frac);
+        LONGS_EQUAL(0, w.s.batch_maxtext);
+        LONGS_EQUAL(w.s.tr.global_batch, f.s.tr.global_batch);
+        CHECK_TEXT(f.g.hash == w.g.hash, c.frac);
+    }
 }
 
 // ---------------------------------------------------------------- hash and output stability

@@ -104,7 +104,9 @@ static int tr_eval(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t e
      * per-device batch x every device, as for training: config/settings.c) */
     const int32_t tp = s->mesh[QT_MESH_TENSOR], cp = s->mesh[QT_MESH_CONTEXT];
     const int32_t ps = s->pp_stages > 1 ? s->pp_stages : 1;
-    const double per = (eb > 0 ? eb : s->per_device_batch) * (double)tp * (double)cp * ps;
+    int64_t tot;   /* MaxText's eval batch: the same count as for training, with G = 1 */
+    const double per = qt_cg_group_batch(eb > 0 ? eb : s->per_device_batch, s->n_ranks, tp, cp,
+                                         ps, &tot);
     const int64_t mb = t->micro_batch;
     char pipe[48] = "";
     if (ps > 1) snprintf(pipe, sizeof pipe, " x %d pipeline stages", (int)ps);
@@ -122,6 +124,24 @@ static int tr_eval(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t e
     t->eval_batch = (int64_t)per;
     t->target_eval_loss = (float)target;
     return 0;
+}
+
+double qt_cg_group_batch(double pdb, int32_t n_ranks, int32_t tp, int32_t cp, int32_t S,
+                         int64_t *total)
+{
+    double b = pdb * (double)tp * (double)cp;
+    if (S > 1) b *= (double)S;
+    *total = 0;
+    if (b >= 1 && b == floor(b)) return b;
+    /* MaxText: micro_batch_to_train = int(num_devices * per_device_batch_size) (Python's
+     * int() truncates the double product, as the cast here) */
+    const double t = (double)n_ranks * pdb;
+    const int64_t R = n_ranks / tp / cp / (S > 1 ? S : 1);
+    if (!(t >= 1 && t < 9e15) || R < 1) return b;
+    const int64_t n = (int64_t)t;
+    if (n % R) return b;
+    *total = n;
+    return (double)(n / R);
 }
 
 int qt_cg_train_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen)

@@ -644,6 +644,18 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                      (long long)t->global_batch - 1, (long long)t->micro_batch,
                      (long long)t->grad_accum, t->grad_accum == 1 ? "" : "es", (long long)nb,
                      qt_cg_s(nb));
+    if (s->batch_maxtext > 0)
+        qt_cg_buf_printf(b, "  per_device_batch_size %g: %g x tensor x context%s is not a whole "
+                         "number of sequences per batch group; as MaxText (types.py "
+                         "calculate_global_batch_sizes), int(%d rank%s x %g) = %lld sequences "
+                         "a microbatch are trained, %lld per batch group (docs/refusals.md)\n",
+                         s->per_device_batch, s->per_device_batch,
+                         s->pp_stages > 1 ? " x stages" : "", s->n_ranks,
+                         qt_cg_s(s->n_ranks), s->per_device_batch,
+                         (long long)s->batch_maxtext,
+                         (long long)(s->batch_maxtext / (s->n_ranks / s->mesh[QT_MESH_TENSOR] /
+                                                         s->mesh[QT_MESH_CONTEXT] /
+                                                         (s->pp_stages > 1 ? s->pp_stages : 1))));
     if (qt_cg_blocks(s) > 1)
         qt_cg_buf_printf(b, "  context_blocks %lld: each sequence is %lld canonical token blocks "
                          "of %lld tokens; a weight-gradient leaf and a loss_seq entry per block, "
