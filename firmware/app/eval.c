@@ -98,6 +98,12 @@ int qt_app_eval_open(const qt_plan *p, const qt_cli *cli, qt_data *train, int ra
     return rc ? rc : qt_app_eval_install(p, cli);
 }
 
+int qt_app_eval_doc_sep(const qt_cli *cli, int32_t eos, const char *from)
+{
+    return qt_app_eval.open && cli->eval_data
+               ? qt_data_doc_sep_agrees(&qt_app_eval.data, "eval_data", eos, from) : QT_OK;
+}
+
 /* The eval source is open (qt_app_eval.data): at least one eval batch, the batches each eval
  * reads, installed as the runtime's eval tokens. */
 static int qt_app_eval_install(const qt_plan *p, const qt_cli *cli)

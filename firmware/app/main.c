@@ -450,6 +450,33 @@ static void qt_main_wrong_size(const qt_plan *p, int size)
             p->run_name, p->n_ranks, qt_main_s(p->n_ranks), mesh, size, how);
 }
 
+/* Packed plans: the document separator (io/qt_io.h qt_data_doc_sep): the plan's eos_id, or
+ * the one data= records when the plan has none; an eval_data= file must agree. Installed
+ * in the runtime's fills and config.json; a separator taken from the data is noted on
+ * stderr and in the run manifest. */
+static int qt_main_doc_sep(const qt_plan *p, const qt_cli *cli, int rank)
+{
+    char from[4400];
+    int32_t eos = -1;
+    int rc = qt_data_doc_sep(&qt_main_state.data, "data", p->pack_eos, &eos, from, sizeof from);
+    if (rc == QT_OK) rc = qt_app_eval_doc_sep(cli, eos, from);
+    if (rc != QT_OK) return rc;
+    qt_runtime_set_eos(eos);
+    qt_hf_eos_set(eos);
+    if (p->pack_eos >= 0) return QT_OK;
+    if (rank == 0 && eos >= 0)
+        fprintf(stderr, "qtrain: note: packing: documents end at token id %d, from %s (the "
+                "plan has no eos_id)\n", (int)eos, from);
+    else if (rank == 0)
+        fprintf(stderr, "qtrain: note: packing: no document separator, from %s (the plan has "
+                "no eos_id)\n", from);
+    if (eos >= 0)
+        qt_main_note("packing: eos %d from %s", (int)eos, from);
+    else
+        qt_main_note("packing: no separator, from %s", from);
+    return QT_OK;
+}
+
 /* Start-up, up to a runtime ready to step: the command line, the save targets, the plan
  * against this job (rank count, the same plan on every rank, the mesh), the runtime (arena,
  * parameters) and the banner. Returns QT_MAIN_GO, or the exit code (0 after help=). */
@@ -536,6 +563,7 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
                           p->train.seq_len);
         qt_main_state.data_open = st == QT_OK;
         if (st == QT_OK) st = qt_app_eval_open(p, cli, &qt_main_state.data, rank);
+        if (st == QT_OK && p->packing) st = qt_main_doc_sep(p, cli, rank);
         if (qt_main_agree("opening the data", st) != QT_OK) return QT_EXIT_ERR;
     }
     if (st == QT_OK && cli->save)

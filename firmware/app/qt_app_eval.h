@@ -22,6 +22,10 @@
  * evaluating plan, a plan without a source, and a source shorter than one eval batch.
  * Returns QT_OK or the QT_E_* code after its message. */
 int qt_app_eval_open(const qt_plan *p, const qt_cli *cli, qt_data *train, int rank);
+/* Packed plans, after qt_app_eval_open: QT_OK when the eval_data= file records no
+ * end-of-document id or the run's `eos` (from: where that came from); else QT_E_ARG naming
+ * both (a held-out view shares the training file's). */
+int qt_app_eval_doc_sep(const qt_cli *cli, int32_t eos, const char *from);
 /* 1 if an eval follows step `step` (0-based): step >= eval_start_step and
  * (step - eval_start_step) % eval_interval == 0. */
 int qt_app_eval_due(const qt_plan *p, int64_t step);

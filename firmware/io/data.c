@@ -8,15 +8,23 @@
  *    be a little-endian (or byte-order-free) integer: |u1 |i1 <u2 <i2 <u4 <i4 <u8 <i8. Any
  *    shape, flattened in C order; fortran_order True is refused (NumPy writes it only for
  *    arrays of 2 or more dimensions that are not C-contiguous).
- *  - "QTTOKENS" raw format, version 1. A 24-byte header, all little-endian:
+ *  - "QTTOKENS" raw format, version 1 or 2. A 24-byte (version 1) or 32-byte (version 2)
+ *    header, all little-endian:
  *        bytes 0..7   magic "QTTOKENS"
- *        bytes 8..11  uint32 version = 1
+ *        bytes 8..11  uint32 version, 1 or 2
  *        bytes 12..15 uint32 bytes per token, 2 or 4
  *        bytes 16..23 uint64 token count N
+ *        bytes 24..27 (version 2) uint32 end-of-document id: the separator that follows
+ *                     each document (qtrain-data's eos=), 0xFFFFFFFF: none (not separated)
+ *        bytes 28..31 (version 2) uint32 reserved, 0
  *    followed by exactly N tokens, unsigned little-endian of that width, nothing after.
+ *    Version 1 records no separator (doc_sep QT_DATA_SEP_UNKNOWN, as .npy and raw files).
  *  - Headerless raw tokens when raw_dtype is "uint16" or "uint32" (file size a multiple of
  *    the width).
  *  - path NULL: the embedded corpus (corpus.c), one token per byte; needs vocab >= 256.
+ *    One stream of plain text with no separator byte (doc_sep QT_DATA_SEP_NONE).
+ * The document separator for packing (qt_data_doc_sep): the plan's eos_id when it has one
+ * (a file that records another id is refused), else the one the file records.
  * Invariants after a successful open: every token is in [0, vocab); n_tokens >= seq_len+1;
  * n_windows = (n_tokens-1)/seq_len >= 1. Signed files are validated as signed, so after
  * open every token can be read as an unsigned integer of the same width (8-byte tokens
@@ -48,6 +56,8 @@
 
 #define QT_DATA_MAX_OPEN 4
 #define QT_QTT_HEADER 24
+#define QT_QTT_HEADER2 32
+#define QT_QTT_NO_SEP 0xFFFFFFFFu
 
 typedef struct qt_map_slot {
     const qt_data *owner;
@@ -107,6 +117,7 @@ typedef struct qt_fmt {
     int64_t n;            /* tokens */
     int32_t width;        /* bytes per token */
     int32_t is_signed;
+    int64_t sep;          /* qt_data.doc_sep */
 } qt_fmt;
 
 static uint64_t qt_le(const unsigned char *b, int width)
@@ -338,6 +349,7 @@ static int qt_detect(const char *path, const char *raw_dtype, const unsigned cha
                      int64_t size, qt_fmt *f)
 {
     memset(f, 0, sizeof *f);
+    f->sep = QT_DATA_SEP_UNKNOWN;
     if (raw_dtype && *raw_dtype) {
         if (!strcmp(raw_dtype, "uint16"))
             f->width = 2;
@@ -362,16 +374,31 @@ static int qt_detect(const char *path, const char *raw_dtype, const unsigned cha
                               "header needs %d", path, (long long)size, QT_QTT_HEADER);
         uint32_t ver = (uint32_t)qt_le(m + 8, 4), w = (uint32_t)qt_le(m + 12, 4);
         uint64_t n = qt_le(m + 16, 8);
-        if (ver != 1)
-            return qt_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: version %u (expected 1)",
-                              path, ver);
+        if (ver != 1 && ver != 2)
+            return qt_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: version %u (expected 1 or "
+                              "2)", path, ver);
+        f->offset = QT_QTT_HEADER;
+        if (ver == 2) {
+            if (size < QT_QTT_HEADER2)
+                return qt_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: file has %lld bytes, "
+                               "the version 2 header needs %d", path, (long long)size,
+                               QT_QTT_HEADER2);
+            uint32_t sep = (uint32_t)qt_le(m + 24, 4), rsv = (uint32_t)qt_le(m + 28, 4);
+            if (rsv != 0)
+                return qt_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: reserved bytes 28..31 "
+                               "hold %u (expected 0)", path, rsv);
+            if (sep != QT_QTT_NO_SEP && w == 2 && sep > 0xFFFFu)
+                return qt_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: end-of-document id %u "
+                               "does not fit its 2-byte tokens", path, sep);
+            f->sep = sep == QT_QTT_NO_SEP ? QT_DATA_SEP_NONE : (int64_t)sep;
+            f->offset = QT_QTT_HEADER2;
+        }
         if (w != 2 && w != 4)
             return qt_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: %u bytes per token "
                               "(expected 2 or 4)", path, w);
         if (n > (uint64_t)1 << 58)
             return qt_fail(QT_E_FORMAT, "%s: bad QTTOKENS header: token count %llu", path,
                               (unsigned long long)n);
-        f->offset = QT_QTT_HEADER;
         f->width = (int32_t)w;
         f->n = (int64_t)n;
     } else {
@@ -442,6 +469,7 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
         d->vocab = vocab;
         d->file_bytes = d->n_tokens;
         d->hash = qt_hash64(d->base, (size_t)d->n_tokens);
+        d->doc_sep = QT_DATA_SEP_NONE;   /* plain text, no separator byte */
         return qt_data_finish(d, NULL, seq_len);
     }
     qt_map_slot *s = NULL;
@@ -502,6 +530,7 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
         d->vocab = vocab;
         d->file_bytes = st.st_size;
         d->hash = qt_hash64(m, (size_t)st.st_size);
+        d->doc_sep = f.sep;
         rc = qt_data_finish(d, path, seq_len);
     }
     if (rc) {
@@ -638,6 +667,72 @@ int qt_data_tokens(const void *src, int64_t step, int64_t global_batch, int64_t 
     if (rc || !positions) return rc;
     return qt_data_pack(d, step, global_batch, first_seq, n_seqs, seq_len, tok_n, eos, inputs,
                         targets, positions);
+}
+
+/* "data=FILE" / "the embedded corpus" into buf */
+static const char *qt_data_name(const qt_data *d, const char *key, char *buf, size_t n)
+{
+    if (d->path)
+        snprintf(buf, n, "%s=%s", key, d->path);
+    else
+        snprintf(buf, n, "the embedded corpus");
+    return buf;
+}
+
+int qt_data_doc_sep(const qt_data *d, const char *key, int32_t plan_eos, int32_t *eos,
+                    char *from, size_t from_len)
+{
+    char nm[4200];
+    qt_data_name(d, key, nm, sizeof nm);
+    if (plan_eos >= 0) {
+        if (d->doc_sep >= 0 && d->doc_sep != plan_eos)
+            return qt_fail(QT_E_ARG, "%s records end-of-document id %lld (its QTTOKENS header: "
+                           "the eos= it was encoded with) but the plan's eos_id is %d "
+                           "(packing: true); expected the same id: regenerate the plan with "
+                           "eos_id: %lld or without eos_id (the file's id is then used), or "
+                           "re-encode the text with eos=%d", nm, (long long)d->doc_sep,
+                           (int)plan_eos, (long long)d->doc_sep, (int)plan_eos);
+        *eos = plan_eos;
+        snprintf(from, from_len, "the plan's eos_id");
+        return QT_OK;
+    }
+    if (d->doc_sep == QT_DATA_SEP_UNKNOWN)
+        return qt_fail(QT_E_ARG, "%s: packing: true needs the document separator's token id, "
+                       "and neither the plan (eos_id unset, -1) nor the file (.npy, raw and "
+                       "QTTOKENS version 1 files record none) gives it: set eos_id in the "
+                       "run file (151643 is <|endoftext|> of the Qwen vocabulary), or encode "
+                       "the text with qtrain-data, whose QTTOKENS version 2 header records it",
+                       nm);
+    if (d->doc_sep >= d->vocab)
+        return qt_fail(QT_E_ARG, "%s records end-of-document id %lld (its QTTOKENS header), "
+                       "outside the plan's vocabulary [0, %lld) (vocab_size): the file was "
+                       "encoded with another tokenizer", nm, (long long)d->doc_sep,
+                       (long long)d->vocab);
+    *eos = (int32_t)d->doc_sep;
+    if (d->doc_sep >= 0)
+        snprintf(from, from_len, "the QTTOKENS header of %s", nm);
+    else if (d->path)
+        snprintf(from, from_len, "the QTTOKENS header of %s: none (encoded with eos=none), so "
+                 "each window is one document", nm);
+    else
+        snprintf(from, from_len, "the embedded corpus: none (byte tokens of plain text, no "
+                 "separator), so each window is one document");
+    return QT_OK;
+}
+
+int qt_data_doc_sep_agrees(const qt_data *d, const char *key, int32_t eos, const char *from)
+{
+    char nm[4200];
+    if (d->doc_sep < 0 || d->doc_sep == eos)
+        return QT_OK;
+    qt_data_name(d, key, nm, sizeof nm);
+    if (eos < 0)
+        return qt_fail(QT_E_ARG, "%s records end-of-document id %lld (its QTTOKENS header) but "
+                       "the training data has no separator (%s); expected an eval file of the "
+                       "same encoding", nm, (long long)d->doc_sep, from);
+    return qt_fail(QT_E_ARG, "%s records end-of-document id %lld (its QTTOKENS header) but the "
+                   "run's separator is %d (%s); expected the same id", nm,
+                   (long long)d->doc_sep, (int)eos, from);
 }
 
 void qt_data_close(qt_data *d)

@@ -11,8 +11,9 @@
  * names are those qtrain writes (model.language_model.layers.*, lm_head.weight).
  * Reals are printed with the fewest digits that read back as the same value (the plan's
  * floats as floats: 1e-06, not 9.9999999747524271e-07), integral ones as "N.0".
- * A packed plan (packing, eos_id) adds eos_token_id, its document separator; bos_token_id
- * is not written (the plan has none).
+ * A packed plan (packing, eos_id) adds eos_token_id, its document separator (the plan's
+ * eos_id, or the token file's when the plan has none: qt_hf_eos_set; none when neither
+ * gives one); bos_token_id is not written (the plan has none).
  * Invariants: no heap (static buffers), module state in qt_hf; a file appears in the
  * directory only complete (written as <name>.qtrain-tmp, fsynced, renamed); a file the
  * directory already has is never opened for writing. The one exception is asked for: a
@@ -44,6 +45,8 @@ static struct {
     const char *ind;                 /* indentation of the current object's keys */
     int has_tok, has_tok_cfg;
     int replace_cfg;                 /* the next save replaces the directory's config.json */
+    int eos_set;                     /* qt_hf_eos_set: eos replaces the plan's pack_eos */
+    int32_t eos;
     char tok[QT_HF_PATH], tok_cfg[QT_HF_PATH];
     char dst[QT_HF_PATH], tmp[QT_HF_PATH];
     char json[QT_HF_JSON];
@@ -174,7 +177,8 @@ static void qt_hf_text(const qt_plan *p, int q35)
     qt_hf_bool("use_cache", 1);
     qt_hf_str("torch_dtype", dt);
     qt_hf_str("dtype", dt);
-    if (p->packing) qt_hf_int("eos_token_id", p->pack_eos);   /* the document separator */
+    const int32_t eos = qt_hf.eos_set ? qt_hf.eos : p->pack_eos;   /* the document separator */
+    if (p->packing && eos >= 0) qt_hf_int("eos_token_id", eos);
 }
 
 long qt_hf_config_json(const qt_plan *p, char *buf, size_t n)
@@ -278,6 +282,12 @@ static int qt_hf_copy(const char *src, const char *dir, const char *name)
     }
     close(in);
     return qt_hf_finish(fd, rc);
+}
+
+void qt_hf_eos_set(int32_t eos)
+{
+    qt_hf.eos_set = 1;
+    qt_hf.eos = eos;
 }
 
 void qt_hf_config_replace_set(int on)

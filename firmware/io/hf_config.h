@@ -15,6 +15,10 @@
  * Returns its length, or -1 when it does not fit (nothing usable in buf). */
 long qt_hf_config_json(const qt_plan *p, char *buf, size_t n);
 
+/* The document separator of a packed plan resolved at start-up (qt_data_doc_sep): written
+ * as eos_token_id in place of the plan's eos_id; -1 writes none. */
+void qt_hf_eos_set(int32_t eos);
+
 /* The tokenizer= argument (start-up, the rank that writes the checkpoint's indexes): a
  * tokenizer.json file, or a directory holding one; a tokenizer_config.json beside it is
  * taken too. Checks that each is a readable, non-empty regular file and remembers the

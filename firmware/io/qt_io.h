@@ -164,7 +164,12 @@ typedef struct qt_data {
     int64_t vocab;             /* every id handed out is < vocab (re-checked by fill) */
     int64_t file_bytes;        /* size of the file (the embedded corpus: its bytes) */
     uint64_t hash;             /* XXH64 of the whole file (qt_hash64.h), computed at open */
+    int64_t doc_sep;           /* the end-of-document id the file records (QTTOKENS version
+                                * 2), or QT_DATA_SEP_NONE / QT_DATA_SEP_UNKNOWN */
 } qt_data;
+
+#define QT_DATA_SEP_NONE (-1)     /* recorded: no separator (eos=none; the embedded corpus) */
+#define QT_DATA_SEP_UNKNOWN (-2)  /* nothing recorded (.npy, raw, QTTOKENS version 1) */
 
 /* Open a token file (.npy of an integer dtype, or the raw "QTTOKENS" format documented in
  * docs/formats.md, or headerless raw with dtype given as "uint16"/"uint32") or, with path NULL,
@@ -194,6 +199,18 @@ int qt_data_fill_part(const qt_data *d, int64_t step, int64_t global_batch, int6
 int qt_data_tokens(const void *src, int64_t step, int64_t global_batch, int64_t first_seq,
                    int64_t n_seqs, int64_t seq_len, int64_t tok_lo, int64_t tok_n,
                    int32_t eos, int32_t *inputs, int32_t *targets, int32_t *positions);
+/* The document separator of a packed plan (docs/data.md "Where the separator comes from"),
+ * the data of key ("data"; messages name "key=PATH" or the embedded corpus): plan_eos >= 0
+ * (the plan's eos_id) is taken, and a file that records another id is refused; plan_eos -1
+ * (eos_id unset) takes the id the file records (refused outside [0, vocab)), or -1 when it
+ * records none (eos=none, the embedded corpus: no separator, each window one document); a
+ * file that records nothing (.npy, raw, QTTOKENS version 1) is refused. *eos receives the
+ * separator and `from` (from_len bytes) where it came from. QT_OK or QT_E_ARG. */
+int qt_data_doc_sep(const qt_data *d, const char *key, int32_t plan_eos, int32_t *eos,
+                    char *from, size_t from_len);
+/* QT_OK when d (key: "eval_data") records no id or eos, the run's separator (`from`: where
+ * it came from, for the message); else QT_E_ARG naming the file and both ids. */
+int qt_data_doc_sep_agrees(const qt_data *d, const char *key, int32_t eos, const char *from);
 /* QT_OK if the token file is still the one validated at open: same device and inode at its
  * path, same size and modification time; else QT_E_IO with a message naming the file and
  * the change. Two stat calls; the embedded corpus always passes. A SIGBUS while reading an

@@ -58,6 +58,10 @@ typedef int (*qt_token_fill_fn)(const void *src, int64_t step, int64_t global_ba
                                 int32_t *inputs, int32_t *targets, int32_t *positions);
 /* Installs the token source of qt_runtime_step / _grads (fill called with src). */
 void qt_runtime_set_tokens(qt_token_fill_fn fill, const void *src);
+/* The document separator of a packed plan, resolved at start-up from the plan's eos_id or
+ * the token file (qt_data_doc_sep, io/qt_io.h): replaces p->pack_eos in the fills (the
+ * eos argument of qt_token_fill_fn) and the MTP head's masks; -1: no separator. */
+void qt_runtime_set_eos(int32_t eos);
 /* The held-out evaluation's token source (issue 33): the same kind of fill as the steps',
  * over the eval file; its "step" argument is the eval batch (from the file's start every
  * eval), its global batch qt_runtime_eval_batch's. NULL fill: no eval source. */

@@ -49,6 +49,8 @@ static struct {
     const void *tokens_src;
     qt_token_fill_fn eval_tokens; /* the held-out eval's source (qt_runtime_set_eval_tokens) */
     const void *eval_src;
+    int eos_set;                 /* qt_runtime_set_eos was called: pack_eos replaces the plan's */
+    int32_t pack_eos;
     qt_ctx ctx;                  /* the plan, arena and this rank's mesh coordinates */
     int status;                  /* ctx.status: first error of an op inside a step */
     int64_t batch_index;         /* this rank's block of the global batch */
@@ -72,6 +74,18 @@ void qt_runtime_set_tokens(qt_token_fill_fn fill, const void *src)
 {
     qt_rt.tokens = fill;
     qt_rt.tokens_src = src;
+}
+
+void qt_runtime_set_eos(int32_t eos)
+{
+    qt_rt.eos_set = 1;
+    qt_rt.pack_eos = eos;
+}
+
+/* The document separator of a packed plan: the one resolved at start-up, else the plan's. */
+static int32_t qt_runtime_eos(const qt_plan *p)
+{
+    return qt_rt.eos_set ? qt_rt.pack_eos : p->pack_eos;
 }
 
 void qt_runtime_set_eval_tokens(qt_token_fill_fn fill, const void *src)
@@ -264,6 +278,7 @@ static int qt_runtime_mtp_fill(const qt_plan *p, qt_token_fill_fn fill, const vo
     const qt_ctx *ctx = &qt_rt.ctx;
     const int64_t b = p->train.micro_batch, S = p->train.seq_len, n = 1 + p->mtp_layers;
     const int64_t Sb = S / qt_plan_blocks(p), nbs = St / Sb;
+    const int32_t eos = qt_runtime_eos(p);
     const int32_t *tok = qt_i32(ctx, p->tokens), *tg = qt_i32(ctx, p->targets);
     int32_t *mt = qt_i32(ctx, p->mtp_tokens), *mg = qt_i32(ctx, p->mtp_targets);
     for (int64_t q = 0; q < b; q++)
@@ -284,9 +299,9 @@ static int qt_runtime_mtp_fill(const qt_plan *p, qt_token_fill_fn fill, const vo
              * the inputs x_i .. x_{i+j} (parts 0 .. j at i) is eos: no loss */
             if (p->packing)
                 for (int64_t i = 0; i < Sb; i++) {
-                    int e = mt[blk + i] == p->pack_eos;
+                    int e = mt[blk + i] == eos;
                     for (int64_t j = 1; j < n; j++) {
-                        e |= mt[blk + j * Sb + i] == p->pack_eos;
+                        e |= mt[blk + j * Sb + i] == eos;
                         if (e) mg[blk + j * Sb + i] = -1;
                     }
                 }
@@ -320,7 +335,7 @@ static int qt_runtime_fill_mb(const qt_plan *p, int64_t step, int64_t mb, int64_
                                              : qt_rt.batch_index * b * G + mb * b;
     int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
     int rc = qt_rt.tokens(qt_rt.tokens_src, step, p->train.global_batch, first, b, S, t0, St,
-                          p->pack_eos, qt_i32(ctx, p->tokens), tg, pos);
+                          qt_runtime_eos(p), qt_i32(ctx, p->tokens), tg, pos);
     if (!rc && p->mtp_layers > 0)
         rc = qt_runtime_mtp_fill(p, qt_rt.tokens, qt_rt.tokens_src, step,
                                  p->train.global_batch, first, t0, St);
@@ -670,7 +685,7 @@ int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_m
         for (int64_t k = 0; k < (per + b - 1) / b; k++) {
             const int64_t first = qt_rt.batch_index * per + k * b;
             int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
-            int rc = qt_runtime_eval_fill(&slots, eb, Bg, first, b, S, t0, St, p->pack_eos,
+            int rc = qt_runtime_eval_fill(&slots, eb, Bg, first, b, S, t0, St, qt_runtime_eos(p),
                                           qt_i32(ctx, p->tokens), tg, pos);
             if (!rc && p->mtp_layers > 0) /* the head's inputs: the stacked embedding reads them */
                 rc = qt_runtime_mtp_fill(p, qt_runtime_eval_fill, &slots, eb, Bg, first, t0, St);

@@ -38,7 +38,8 @@ patterns_differ() {
 import struct, sys
 def docs(p):
     b = open(p, 'rb').read(); n = struct.unpack_from('<Q', b, 16)[0]
-    ids = struct.unpack_from('<%dI' % n, b, 24); out = [[]]
+    hdr = 32 if struct.unpack_from('<I', b, 8)[0] == 2 else 24   # version 2 records the eos
+    ids = struct.unpack_from('<%dI' % n, b, hdr); out = [[]]
     for i in ids:
         if i == 151643: out.append([])
         else: out[-1].append(i)
@@ -67,6 +68,8 @@ inputs_agree() {
   $QD encode tokenizer=$HF_T out=$TK/b.tok eos=none field=body $TK/in.jsonl > /dev/null &&
   $QD encode tokenizer=$HF_T out=$TK/c.tok eos=none - < $TK/in.txt > /dev/null &&
   $QD encode tokenizer=$HF_T out=$TK/d.tok eos=7 $TK/in.txt > /dev/null || return 1
-  cmp $TK/a.tok $TK/b.tok && cmp $TK/a.tok $TK/c.tok && [ "$(od -An -tu4 -j24 $TK/d.tok | tr -s ' \n' ' ')" = "$(od -An -tu4 -j24 $TK/a.tok | tr -s ' \n' ' ')7 " ]
+  # the ids after the 32-byte version 2 header, whose bytes 24..27 record the eos: 7, none
+  cmp $TK/a.tok $TK/b.tok && cmp $TK/a.tok $TK/c.tok && [ "$(od -An -tu4 -j32 $TK/d.tok | tr -s ' \n' ' ')" = "$(od -An -tu4 -j32 $TK/a.tok | tr -s ' \n' ' ')7 " ] &&
+    [ "$(od -An -tu4 -j24 -N4 $TK/d.tok | tr -d ' ')" = 7 ] && [ "$(od -An -tu4 -j24 -N4 $TK/a.tok | tr -d ' ')" = 4294967295 ]
 }
 check "tokenizer: text file, JSON lines (field=), stdin and eos= agree" inputs_agree

@@ -61,7 +61,8 @@ b = open(sys.argv[2], "rb").read()
 if b[:8] != b"QTTOKENS":
     sys.exit(f"{sys.argv[2]}: not a QTTOKENS file")
 n = struct.unpack_from("<Q", b, 16)[0]
-ids = struct.unpack_from("<%dI" % n, b, 24)
+hdr = 32 if struct.unpack_from("<I", b, 8)[0] == 2 else 24   # version 2 records the eos
+ids = struct.unpack_from("<%dI" % n, b, hdr)
 W = (n - 1) // S
 bad, short = [], 0
 for m in L:

@@ -264,7 +264,7 @@ row "configgen" "configgen npow2-t3-next-tp3.yml vocab_parallel=true" "$EC" cg c
 row "configgen" "configgen test-next-tiny.yml num_ranks=15 ici_fsdp_parallelism=1 ici_tensor_parallelism=3 ici_context_parallelism=5" "$EC" cg $RUN num_ranks=15 ici_fsdp_parallelism=1 ici_tensor_parallelism=3 ici_context_parallelism=5
 row "configgen" "configgen test-next-tiny.yml num_ranks=6 ici_fsdp_parallelism=1 ici_tensor_parallelism=6 canonical_factor=5" "$EC" cg $RUN num_ranks=6 ici_fsdp_parallelism=1 ici_tensor_parallelism=6 canonical_factor=5
 row "configgen" "configgen test-next-tiny.yml dtype=float16" "unit \`CgBadConfig\`" cg $RUN dtype=float16
-row "configgen" "configgen test-next-tiny.yml packing=true (no eos_id)" "unit \`CgBadConfig\`" cg $RUN packing=true
+row "configgen" "configgen test-next-tiny.yml packing=true eos_id=-2" "unit \`CgBadConfig\`" cg $RUN packing=true eos_id=-2
 row "configgen" "configgen test-next-cap1.yml capacity_factor=nan" "$E40: configgen: a non-finite capacity_factor" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=nan
 row "configgen" "configgen test-next-cap1.yml capacity_factor=1e39" "$EC" cg configgen/configs/runs/test-next-cap1.yml capacity_factor=1e39
 row "configgen" "configgen test-next-mtp.yml mtp_keep_layers=1" "$EC" cg configgen/configs/runs/test-next-mtp.yml mtp_keep_layers=1
@@ -344,6 +344,12 @@ row "make run TEXT=" "make run TEXT=$W/gpl.txt TEXT_OUT=$W/old.tok (a file)" "th
 row "make run TEXT=" "make run TEXT=$W/none.txt" "$E59: a missing file is refused" rt TEXT=$W/none.txt TEXT_OUT=$W/runout2
 row "make run TEXT=" "make run TEXT=$W/gpl.txt STEPS=ten" "this table" rt TEXT=$W/gpl.txt TEXT_OUT=$W/runout2 STEPS=ten
 row "make run TEXT=" "make run TEXT=$W/gpl.txt OVERWRITE=yes" "this table" rt TEXT=$W/gpl.txt TEXT_OUT=$W/runout2 OVERWRITE=yes
+
+# ---- issue 35, session 16 (appended: the rows above keep their numbers)
+# QTTOKENS version 2 recording end-of-document id 9 (pack-next-1r's eos_id is 7)
+{ printf 'QTTOKENS\x02\x00\x00\x00\x02\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00\x09\x00\x00\x00\x00\x00\x00\x00'; printf '\x01\x00%.0s' $(seq 64); } > $W/eos9.tok
+row "token data" "pack-next-1r (eos_id 7) data=$W/eos9.tok (QTTOKENS v2 recording end-of-document id 9)" "e2e \`57_packing.sh\`: packing without eos_id" build/pack-next-1r/qtrain data=$W/eos9.tok steps=1
+row "configgen" "configgen test-next-tiny.yml per_device_batch_size=2.5 num_ranks=2" "unit \`CgBadConfig\`" cg $RUN per_device_batch_size=2.5 num_ranks=2
 
 {
   cat <<'EOF'

@@ -24,8 +24,9 @@ function readTok(file) {
   const b = fs.readFileSync(file);
   if (b.toString('latin1', 0, 8) !== 'QTTOKENS' || b.readUInt32LE(12) !== 4) throw new Error(file + ': not a 4-byte QTTOKENS file');
   const n = Number(b.readBigUInt64LE(16));
+  const hdr = b.readUInt32LE(8) === 2 ? 32 : 24; // version 2 records the end-of-document id
   const ids = new Uint32Array(n);
-  for (let i = 0; i < n; i++) ids[i] = b.readUInt32LE(24 + 4 * i);
+  for (let i = 0; i < n; i++) ids[i] = b.readUInt32LE(hdr + 4 * i);
   return ids;
 }
 

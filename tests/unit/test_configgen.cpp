@@ -429,7 +429,6 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"eval_interval=0", NULL, "eval_interval=0 (command line): expected -1 (no evaluation)"},
         // issue 35: MaxText evaluates int(devices x eval_pdbs) sequences; qtrain any whole number
         {"eval_interval=10", "eval_per_device_batch_size=0.5", "eval_per_device_batch_size=0.5 (command line): 0.5 sequences per rank x num_ranks=1 = 0.5 sequences per eval batch; expected a whole number >= 1"},
-        {"eval_interval=10", "eval_per_device_batch_size=0.75|num_ranks=2|ici_data_parallelism=2", "0.75 sequences per rank x num_ranks=2 = 1.5 sequences per eval batch; expected a whole number >= 1"},
         {"adam_eps_root=1e-8", NULL, "adam_eps_root=1e-8 (command line): only 0"},
         {"z_loss_multiplier=-1e-4", NULL, "z_loss_multiplier=-1e-4 (command line): expected 0 (off) or a multiplier > 0"},
         // the MoE form (config/moe.c, issues 32, 35): receive-buffer dropping over a context
@@ -440,8 +439,9 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"capacity_factor=nan", "sparse_matmul=false", "capacity_factor: value nan is not a number"},
         {"per_device_batch_size=0", NULL, "per_device_batch_size=0 (command line): expected > 0 (sequences per rank; a fraction when tensor ranks share sequences)"},
         {"per_device_batch_size=abc", NULL, "per_device_batch_size: value abc is not a number"},
-        {"per_device_batch_size=2.5", NULL, "per_device_batch_size=2.5 (command line): 2.5 sequences per rank x 1 tensor ranks sharing them (ici_tensor_parallelism=1 (configgen/configs/base.yml:72)) = 2.5 per batch group; expected a whole number >= 1"},
-        {"per_device_batch_size=0.5", NULL, "0.5 sequences per rank x 1 tensor ranks sharing them"},
+        // a fraction per batch group: MaxText's int(ranks x it) must split evenly (CgBatch)
+        {"per_device_batch_size=2.5", "num_ranks=2", "per_device_batch_size=2.5 (command line): 2.5 sequences per rank x 1 tensor ranks sharing them (ici_tensor_parallelism=1 (configgen/configs/base.yml:72)) = 2.5 per batch group (MaxText trains int(2 ranks x 2.5) = 5 sequences a microbatch, which do not split evenly over the batch groups); expected a whole number >= 1, or int(ranks x per_device_batch_size) a multiple of the 2 batch groups"},
+        {"per_device_batch_size=0.5", NULL, "0.5 sequences per rank x 1 tensor ranks sharing them (ici_tensor_parallelism=1 (configgen/configs/base.yml:72)) = 0.5 per batch group (MaxText trains int(1 rank x 0.5) = 0 sequences a microbatch: none); expected a whole number >= 1"},
         {"max_target_length=70000", NULL, "max_target_length=70000 (command line): expected 1..65536"},
         {"max_target_length=0", NULL, "expected 1..65536"},
         {"gradient_accumulation_steps=0", NULL, "gradient_accumulation_steps=0 (command line): expected >= 1"},
@@ -452,7 +452,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"context_blocks=3", NULL, "context_blocks=3 (command line): 3: expected 0 (= the context degree 1) or a power of two >= it that divides max_target_length=16 (configgen/configs/runs/test-next-tiny.yml:5)"},
         {"context_blocks=32", NULL, "32: expected 0 (= the context degree 1) or a power of two >= it that divides max_target_length=16"},
         {"context_blocks=-2", NULL, "context_blocks=-2 (command line): -2: expected 0"},
-        {"packing=true", NULL, "eos_id=-1 (configgen/configs/base.yml:"},
+        {"packing=true", "eos_id=-2", "eos_id=-2 (command line): -2 with packing: true: expected the document separator's token id in 0..63 (vocab_size - 1; 151643 is <|endoftext|> of the Qwen vocabulary), or -1: the id the token file records"},
         {"packing=true", "eos_id=64", "eos_id=64 (command line): 64 with packing: true: expected the document separator's token id in 0..63"},
         {"context_blocks=16", "gradient_accumulation_steps=67108864", "context_blocks=16 (command line): 16 blocks x 134217728 sequences per step = 2147483648 gradient leaves exceed the 2147483647 that the 32 tree levels hold"},
         {"shard_mode=manual", NULL, "expected auto or explicit"},
@@ -1213,6 +1213,8 @@ TEST(CgEvalBatch, AnyWholeNumberOfSequencesOverTheMesh)
         {"eval_per_device_batch_size=0.5|num_ranks=2|ici_data_parallelism=2", 2, 1, 1},
         {"eval_per_device_batch_size=0.5|num_ranks=2|ici_tensor_parallelism=2", 4, 1, 0},
         {"eval_per_device_batch_size=0.7|num_ranks=10|ici_data_parallelism=10", 2, 1, 7},
+        // truncated as MaxText's int(): 1.5 evaluates 1 sequence (group 1's slot padded)
+        {"eval_per_device_batch_size=0.75|num_ranks=2|ici_data_parallelism=2", 2, 1, 1},
     };
     for (auto &c : cases) {
         char buf[256], *over[8];
@@ -1238,6 +1240,42 @@ TEST(CgEvalBatch, AnyWholeNumberOfSequencesOverTheMesh)
     LONGS_EQUAL(0, p4.build(kTiny, 4, o4));
     LONGS_EQUAL(p3.s.tr.eval_batch, p4.s.tr.eval_batch);
     CHECK(p3.g.hash != p4.g.hash);
+// ---------------------------------------------------------------- per_device_batch_size fractions
+
+TEST_GROUP(CgBatch){};
+
+// A per_device_batch_size that leaves a fraction of a sequence per batch group: MaxText
+// trains int(ranks x it) sequences a microbatch (types.py calculate_global_batch_sizes);
+// when they split evenly over the batch groups the plan is the plan of that whole batch,
+// hash for hash (docs/refusals.md; the uneven splits are refused: CgBadConfig)
+TEST(CgBatch, FractionTrainsMaxTextsTruncatedBatch)
+{
+    struct {
+        const char *frac, *whole, *mesh; // mesh: overrides separated by '|'
+        int64_t total;
+    } cases[] = {
+        {"per_device_batch_size=2.5", "per_device_batch_size=2", "", 2},
+        {"per_device_batch_size=2.99", "per_device_batch_size=2", "", 2},
+        {"per_device_batch_size=2.25", "per_device_batch_size=2", "num_ranks=2", 4},
+        {"per_device_batch_size=0.75", "per_device_batch_size=0.5", "num_ranks=2|ici_fsdp_parallelism=1|ici_tensor_parallelism=2", 1},
+        {"per_device_batch_size=0.75", "per_device_batch_size=0.5", "num_ranks=2|ici_fsdp_parallelism=1|ici_context_parallelism=2", 1},
+    };
+    for (auto &c : cases) {
+        char buf[2][256];
+        char *over[2][8];
+        int n[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            snprintf(buf[k], sizeof buf[k], "%s%s%s", k ? c.whole : c.frac, c.mesh[0] ? "|" : "", c.mesh);
+            for (char *t = strtok(buf[k], "|"); t; t = strtok(NULL, "|")) over[k][n[k]++] = t;
+        }
+        CgPlan f, w;
+        LONGS_EQUAL_TEXT(0, f.build(kTiny, n[0], over[0]), c.frac);
+        LONGS_EQUAL_TEXT(0, w.build(kTiny, n[1], over[1]), c.whole);
+        LONGS_EQUAL_TEXT(c.total, f.s.batch_maxtext, c.frac);
+        LONGS_EQUAL(0, w.s.batch_maxtext);
+        LONGS_EQUAL(w.s.tr.global_batch, f.s.tr.global_batch);
+        CHECK_TEXT(f.g.hash == w.g.hash, c.frac);
+    }
 }
 
 // ---------------------------------------------------------------- hash and output stability

@@ -18,6 +18,7 @@
 extern "C" {
 #include "app/args.h"
 #include "app/commands.h"
+#include "app/tokfile.h"
 #include "base/err.h"
 #include "base/json.h"
 #include "base/utf8.h"
@@ -317,9 +318,9 @@ std::vector<uint32_t> ids_of(const std::string &path)
 {
     std::string b = slurp(path);
     std::vector<uint32_t> r;
-    if (b.size() < 24 || b.compare(0, 8, "QTTOKENS"))
+    if (b.size() < 32 || b.compare(0, 8, "QTTOKENS") || b[8] != 2)   // version 2: 32 bytes
         return r;
-    for (size_t k = 24; k + 4 <= b.size(); k += 4)
+    for (size_t k = 32; k + 4 <= b.size(); k += 4)
         r.push_back((uint8_t)b[k] | (uint32_t)(uint8_t)b[k + 1] << 8 | (uint32_t)(uint8_t)b[k + 2] << 16 |
                     (uint32_t)(uint8_t)b[k + 3] << 24);
     return r;
@@ -512,4 +513,46 @@ TEST(dataprep_app, duplicate_field_and_summary_words)
     r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("o2.tok"), "eos=none", p("x.txt"), p("x.txt")});
     LONGS_EQUAL_TEXT(0, r.rc, r.msg.c_str());
     STRCMP_CONTAINS("qtrain-data: 2 documents, 2 bytes, 2 tokens (eos none)", r.out.c_str());
+}
+
+// the header of what encode writes: QTTOKENS version 2 recording the separator it put after
+// each document (257, or 0xFFFFFFFF for eos=none), reserved 0; the reader takes version 2
+// and version 1 (which records nothing) and refuses a set reserved word
+TEST(dataprep_app, header_records_the_separator)
+{
+    spit(p("x.txt"), "ab");
+    enc_run r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("a.tok"), p("x.txt")});
+    LONGS_EQUAL_TEXT(0, r.rc, r.msg.c_str());
+    r = encode(dirbuf, {"tokenizer=" + std::string(tokbuf), "out=" + p("n.tok"), "eos=none", p("x.txt"), p("x.txt")});
+    LONGS_EQUAL_TEXT(0, r.rc, r.msg.c_str());
+    std::string a = slurp(p("a.tok")), n = slurp(p("n.tok"));
+    LONGS_EQUAL(32 + 2 * 4, a.size());
+    CHECK(a.compare(0, 12, std::string("QTTOKENS\x02\0\0\0", 12)) == 0);
+    CHECK(a.compare(24, 8, std::string("\x01\x01\0\0\0\0\0\0", 8)) == 0);   // 257, reserved 0
+    CHECK(n.compare(24, 8, std::string("\xff\xff\xff\xff\0\0\0\0", 8)) == 0);
+    qtd_tokfile f;
+    LONGS_EQUAL_TEXT(0, qtd_tokf_open(&f, p("a.tok").c_str()), qtd_errmsg());
+    LONGS_EQUAL(2, f.version);
+    LONGS_EQUAL(257, f.eos);
+    LONGS_EQUAL(2, f.count);
+    LONGS_EQUAL(256, qtd_tokf_get(&f, 0));
+    LONGS_EQUAL(257, qtd_tokf_get(&f, 1));
+    qtd_tokf_close(&f);
+    LONGS_EQUAL_TEXT(0, qtd_tokf_open(&f, p("n.tok").c_str()), qtd_errmsg());
+    LONGS_EQUAL(-1, f.eos);
+    qtd_tokf_close(&f);
+    // version 1 (24-byte header, no separator recorded), as older qtrain-data wrote
+    spit(p("v1.tok"), std::string("QTTOKENS\x01\0\0\0\x04\0\0\0\x02\0\0\0\0\0\0\0", 24) +
+                          std::string("\x05\0\0\0\x06\0\0\0", 8));
+    LONGS_EQUAL_TEXT(0, qtd_tokf_open(&f, p("v1.tok").c_str()), qtd_errmsg());
+    LONGS_EQUAL(1, f.version);
+    LONGS_EQUAL(-2, f.eos);
+    LONGS_EQUAL(5, qtd_tokf_get(&f, 0));
+    LONGS_EQUAL(6, qtd_tokf_get(&f, 1));
+    qtd_tokf_close(&f);
+    a[28] = 1;
+    spit(p("bad.tok"), a);
+    LONGS_EQUAL(-1, qtd_tokf_open(&f, p("bad.tok").c_str()));
+    STRCMP_CONTAINS("reserved bytes 28..31 hold 1 (expected 0)", qtd_errmsg());
+    qtd_tokf_close(&f);
 }

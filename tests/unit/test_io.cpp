@@ -1235,6 +1235,135 @@ TEST(io, data_rule_npy_qttokens_raw)
     }
 }
 
+// QTTOKENS version 2 (docs/formats.md): a 32-byte header whose bytes 24..27 record the
+// end-of-document id (0xFFFFFFFF: none) and 28..31 are reserved 0; version 1 files still
+// load and record nothing, as .npy and raw files
+static void write_qtt(const char *path, uint32_t ver, uint32_t width, uint32_t eos, uint32_t rsv,
+                      const uint32_t *ids, int n, size_t cut = 0)
+{
+    static unsigned char b[32 + 4 * 64];
+    const size_t h = ver == 2 ? 32 : 24;
+    uint64_t cnt = (uint64_t)n;
+    memcpy(b, "QTTOKENS", 8);
+    memcpy(b + 8, &ver, 4); memcpy(b + 12, &width, 4); memcpy(b + 16, &cnt, 8);
+    if (ver == 2) { memcpy(b + 24, &eos, 4); memcpy(b + 28, &rsv, 4); }
+    for (int i = 0; i < n; i++) {
+        if (width == 4) memcpy(b + h + 4 * i, &ids[i], 4);
+        else { uint16_t v = (uint16_t)ids[i]; memcpy(b + h + 2 * i, &v, 2); }
+    }
+    write_bytes(path, b, cut ? cut : h + width * (size_t)n);
+}
+
+TEST(io, qttokens_v2_records_the_separator)
+{
+    path_in("q.tok");
+    uint32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = (uint32_t)(i % 9 == 8 ? 7 : i % 5);
+    qt_data d;
+    struct { uint32_t ver, width, eos; int64_t want; } ok[] = {
+        { 2, 4, 7, 7 }, { 2, 2, 7, 7 }, { 2, 4, 0xFFFFFFFFu, QT_DATA_SEP_NONE },
+        { 2, 4, 99, 99 }, { 1, 4, 0, QT_DATA_SEP_UNKNOWN } };
+    for (auto &c : ok) {
+        write_qtt(g_path, c.ver, c.width, c.eos, 0, ids, 40);
+        LONGS_EQUAL_TEXT(QT_OK, qt_data_open(&d, g_path, NULL, 100, 4), qt_last_error());
+        LONGS_EQUAL(40, d.n_tokens);
+        LONGS_EQUAL(c.want, d.doc_sep);
+        int32_t in[4], tg[4];
+        qt_data_fill(&d, 0, 1, 1, 1, 4, in, tg);   // the payload starts after the header
+        LONGS_EQUAL((int32_t)ids[4], in[0]);
+        LONGS_EQUAL((int32_t)ids[8], tg[3]);
+        qt_data_close(&d);
+    }
+    uint16_t t16[40];
+    for (int i = 0; i < 40; i++) t16[i] = (uint16_t)ids[i];
+    write_npy(g_path, "<u2", t16, 40, 2);
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, g_path, NULL, 100, 4));
+    LONGS_EQUAL(QT_DATA_SEP_UNKNOWN, d.doc_sep);
+    qt_data_close(&d);
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, NULL, NULL, 256, 16));
+    LONGS_EQUAL(QT_DATA_SEP_NONE, d.doc_sep);   // the embedded corpus: plain text, no separator
+    qt_data_close(&d);
+    // bad version 2 headers: reserved word set, header cut short, a 2-byte file's id > 65535
+    write_qtt(g_path, 2, 4, 7, 1, ids, 40);
+    LONGS_EQUAL(QT_E_FORMAT, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("reserved bytes 28..31 hold 1 (expected 0)"));
+    write_qtt(g_path, 2, 4, 7, 0, ids, 40, 28);
+    LONGS_EQUAL(QT_E_FORMAT, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("file has 28 bytes, the version 2 header needs 32"));
+    write_qtt(g_path, 2, 2, 70000, 0, ids, 40);
+    LONGS_EQUAL(QT_E_FORMAT, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("end-of-document id 70000 does not fit its 2-byte tokens"));
+    write_qtt(g_path, 2, 4, 7, 0, ids, 40, 32 + 4 * 39);
+    LONGS_EQUAL(QT_E_FORMAT, qt_data_open(&d, g_path, NULL, 100, 4));
+    CHECK(has("payload has 156 bytes but the header declares 40 tokens"));
+}
+
+// qt_data_doc_sep: the plan's eos_id wins and must agree with a recorded id; without one
+// the file's id, or none, or a refusal naming the file when it records nothing
+TEST(io, doc_sep_precedence_and_refusals)
+{
+    path_in("q.tok");
+    uint32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = (uint32_t)(i % 6);
+    qt_data d;
+    int32_t eos = 123;
+    char from[512];
+    // recorded 7
+    write_qtt(g_path, 2, 4, 7, 0, ids, 40);
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, g_path, NULL, 100, 4));
+    LONGS_EQUAL(QT_OK, qt_data_doc_sep(&d, "data", -1, &eos, from, sizeof from));
+    LONGS_EQUAL(7, eos);
+    STRCMP_CONTAINS("the QTTOKENS header of data=", from);
+    LONGS_EQUAL(QT_OK, qt_data_doc_sep(&d, "data", 7, &eos, from, sizeof from));
+    LONGS_EQUAL(7, eos);
+    STRCMP_EQUAL("the plan's eos_id", from);
+    LONGS_EQUAL(QT_E_ARG, qt_data_doc_sep(&d, "data", 9, &eos, from, sizeof from));
+    CHECK(has("records end-of-document id 7 (its QTTOKENS header: the eos= it was encoded "
+              "with) but the plan's eos_id is 9 (packing: true); expected the same id"));
+    CHECK(has("data=/"));
+    LONGS_EQUAL(QT_OK, qt_data_doc_sep_agrees(&d, "eval_data", 7, "x"));
+    LONGS_EQUAL(QT_E_ARG, qt_data_doc_sep_agrees(&d, "eval_data", 5, "the plan's eos_id"));
+    CHECK(has("eval_data=/"));
+    CHECK(has("records end-of-document id 7 (its QTTOKENS header) but the run's separator is 5 "
+              "(the plan's eos_id)"));
+    LONGS_EQUAL(QT_E_ARG, qt_data_doc_sep_agrees(&d, "eval_data", -1, "y"));
+    CHECK(has("the training data has no separator (y)"));
+    qt_data_close(&d);
+    // recorded 150, outside a vocabulary of 100 (the file's tokens are all < 100)
+    write_qtt(g_path, 2, 4, 150, 0, ids, 40);
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, g_path, NULL, 100, 4));
+    LONGS_EQUAL(QT_E_ARG, qt_data_doc_sep(&d, "data", -1, &eos, from, sizeof from));
+    CHECK(has("records end-of-document id 150 (its QTTOKENS header), outside the plan's "
+              "vocabulary [0, 100) (vocab_size)"));
+    qt_data_close(&d);
+    // recorded none: no separator without eos_id; the plan's eos_id applies with one
+    write_qtt(g_path, 2, 4, 0xFFFFFFFFu, 0, ids, 40);
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, g_path, NULL, 100, 4));
+    LONGS_EQUAL(QT_OK, qt_data_doc_sep(&d, "data", -1, &eos, from, sizeof from));
+    LONGS_EQUAL(-1, eos);
+    STRCMP_CONTAINS("none (encoded with eos=none), so each window is one document", from);
+    LONGS_EQUAL(QT_OK, qt_data_doc_sep(&d, "data", 3, &eos, from, sizeof from));
+    LONGS_EQUAL(3, eos);
+    LONGS_EQUAL(QT_OK, qt_data_doc_sep_agrees(&d, "eval_data", 3, "x"));
+    qt_data_close(&d);
+    // version 1 records nothing: refused without eos_id, naming the file and the key
+    write_qtt(g_path, 1, 4, 0, 0, ids, 40);
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, g_path, NULL, 100, 4));
+    LONGS_EQUAL(QT_E_ARG, qt_data_doc_sep(&d, "data", -1, &eos, from, sizeof from));
+    CHECK(has(": packing: true needs the document separator's token id, and neither the plan "
+              "(eos_id unset, -1) nor the file (.npy, raw and QTTOKENS version 1 files record "
+              "none) gives it"));
+    LONGS_EQUAL(QT_OK, qt_data_doc_sep(&d, "data", 4, &eos, from, sizeof from));
+    LONGS_EQUAL(4, eos);
+    qt_data_close(&d);
+    // the embedded corpus
+    LONGS_EQUAL(QT_OK, qt_data_open(&d, NULL, NULL, 256, 16));
+    LONGS_EQUAL(QT_OK, qt_data_doc_sep(&d, "data", -1, &eos, from, sizeof from));
+    LONGS_EQUAL(-1, eos);
+    STRCMP_CONTAINS("the embedded corpus: none", from);
+    qt_data_close(&d);
+}
+
 TEST(io, embedded_corpus)
 {
     qt_data d;
@@ -1291,8 +1420,11 @@ TEST(io, bad_token_files)
     memcpy(q + 8, &ver, 4); memcpy(q + 12, &w, 4); memcpy(q + 16, &cnt, 8);
     memcpy(q + 24, tok, 40);
     write_bytes(g_path, q, sizeof q);
+    ver = 3;
+    memcpy(q + 8, &ver, 4);
+    write_bytes(g_path, q, sizeof q);
     LONGS_EQUAL(QT_E_FORMAT, qt_data_open(&d, g_path, NULL, 100, 4));
-    CHECK(has("bad QTTOKENS header: version 2"));
+    CHECK(has("bad QTTOKENS header: version 3 (expected 1 or 2)"));
     ver = 1; w = 3;
     memcpy(q + 8, &ver, 4); memcpy(q + 12, &w, 4);
     write_bytes(g_path, q, sizeof q);

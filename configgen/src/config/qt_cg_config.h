@@ -113,6 +113,15 @@ int qt_cg_dispatch_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, si
 /* The schedule, objective and evaluation keys (config/train_rules.c, issue 33), after the
  * batch split: lr_schedule_type / wsd_*, z_loss_multiplier, eval_*. 0 or -1 with err set. */
 int qt_cg_train_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
+/* Sequences per batch group (and accumulation step) of a per-device batch pdb on n_ranks
+ * ranks whose batch groups are tp x cp x S ranks (tensor, context, pipeline stages share
+ * their sequences): pdb x tp x cp (x S). When that is not a whole number >= 1, MaxText's
+ * count instead (configs/types.py calculate_global_batch_sizes: int(n_ranks x pdb)
+ * sequences trained per microbatch) when it is >= 1 and splits evenly over the
+ * n_ranks / (tp cp S) groups; *total then receives it (else 0), and the caller refuses a
+ * result that is still not whole. */
+double qt_cg_group_batch(double pdb, int32_t n_ranks, int32_t tp, int32_t cp, int32_t S,
+                         int64_t *total);
 
 /* The pipeline keys (config/pipeline.c, issue 36): num_pipeline_microbatches,
  * num_layers_per_pipeline_stage, num_pipeline_repeats, pipeline_parallel_layers and

@@ -420,32 +420,50 @@ static int context_blocks(const qt_cg_vctx *v, qt_cg_settings *s)
 /* MaxText: per_device_batch_size x ranks x G sequences per step; the batch is split over
  * the data, fsdp and expert axes (tensor ranks share their sequences), so a rank processes
  * its batch group's sequences, its own and its tensor peers': per_device_batch_size x
- * tensor, which must be a whole number (a fraction of a sequence per rank is allowed when
- * the tensor peers together hold whole ones: TP2 with 0.5 trains one sequence). */
+ * tensor, a whole number (a fraction of a sequence per rank is allowed when the tensor peers
+ * together hold whole ones: TP2 with 0.5 trains one sequence). Otherwise MaxText trains
+ * int(ranks x per_device_batch_size) sequences a microbatch (qt_cg_group_batch): taken when
+ * they split evenly over the batch groups (one rank with 2.5 trains 2), refused when not
+ * (a group would hold a part of a sequence, or none: docs/refusals.md). */
 static int batch_split(const qt_cg_vctx *v, qt_cg_settings *s)
 {
     const int32_t tp = s->mesh[QT_MESH_TENSOR], cp = s->mesh[QT_MESH_CONTEXT];
-    double b = s->per_device_batch * (double)tp * (double)cp;
-    char o[400], o2[400];
+    char o[400], o2[400], mt[200] = "";
     /* pipeline: the batch group (its S stages' ranks) takes per_device_batch_size x tensor
      * x context x S sequences per accumulation step, cut into M microbatches of B / M
      * (MaxText); to a stage they are M accumulation microbatches (config/pipeline.c) */
     const int64_t S = s->pp_stages > 1 ? s->pp_stages : 1;
+    int64_t total;
+    double b = qt_cg_group_batch(s->per_device_batch, s->n_ranks, tp, cp, (int32_t)S, &total);
+    s->batch_maxtext = total;
     if (S > 1) {
-        if (qt_cg_pipeline_rules(v->c, s, b * (double)S, v->err, v->errlen)) return -1;
+        if (qt_cg_pipeline_rules(v->c, s, b, v->err, v->errlen)) return -1;
         b = (double)(s->pp_batch / s->pp_micro);
         s->tr.grad_accum *= s->pp_micro;
     }
+    const int64_t groups = s->n_ranks / tp / cp / S;
+    const double t = (double)s->n_ranks * s->per_device_batch;
+    if ((b < 1 || b != floor(b)) && t < 9e15)
+        snprintf(mt, sizeof mt, " (MaxText trains int(%d rank%s x %g) = %lld sequence%s a "
+                 "microbatch%s)", s->n_ranks, s->n_ranks == 1 ? "" : "s", s->per_device_batch,
+                 (long long)t, (long long)t == 1 ? "" : "s", (long long)t < 1 ? ": none" :
+                 ", which do not split evenly over the batch groups");
     if ((b < 1 || b != floor(b)) && cp > 1)
         return bad(v, "per_device_batch_size", "%g sequences per rank x %d tensor x %d context "
-                   "ranks sharing them (%s, %s) = %g per batch group; expected a whole number "
-                   ">= 1", s->per_device_batch, tp, cp,
+                   "ranks sharing them (%s, %s) = %g per batch group%s; expected a whole number "
+                   ">= 1, or int(ranks x per_device_batch_size) a multiple of the %lld batch "
+                   "group%s", s->per_device_batch, tp, cp,
                    other(v, "ici_tensor_parallelism", o, sizeof o),
-                   other(v, "ici_context_parallelism", o2, sizeof o2), b);
+                   other(v, "ici_context_parallelism", o2, sizeof o2),
+                   s->per_device_batch * (double)tp * (double)cp, mt, (long long)groups,
+                   groups == 1 ? "" : "s");
     if (b < 1 || b != floor(b))
         return bad(v, "per_device_batch_size", "%g sequences per rank x %d tensor ranks "
-                   "sharing them (%s) = %g per batch group; expected a whole number >= 1",
-                   s->per_device_batch, tp, other(v, "ici_tensor_parallelism", o, sizeof o), b);
+                   "sharing them (%s) = %g per batch group%s; expected a whole number >= 1, or "
+                   "int(ranks x per_device_batch_size) a multiple of the %lld batch group%s",
+                   s->per_device_batch, tp, other(v, "ici_tensor_parallelism", o, sizeof o),
+                   s->per_device_batch * (double)tp, mt, (long long)groups,
+                   groups == 1 ? "" : "s");
     s->tr.micro_batch = (int64_t)b;
     /* context: each rank's token blocks must be one aligned subtree of the microbatch's leaf
      * tree, which holds for one sequence per batch group and microbatch (docs/context.md):
@@ -985,16 +1003,19 @@ static void note_unused(const qt_cg_vctx *v, qt_cg_settings *s)
  * stream, docs/data.md): documents restart rotary positions, attention, the GDN conv and
  * the delta rule, and no loss is taken across a boundary. Both delta-rule forms restart
  * mid-sequence: the chunked one masks the pairs of different documents inside a chunk and
- * drops the carried state at a start (kernels/gdn_chunk.c). */
+ * drops the carried state at a start (kernels/gdn_chunk.c). eos_id -1 (unset) plans -1:
+ * qtrain takes the separator the token file records at start-up (firmware/io/data.c
+ * qt_data_doc_sep; plan.txt says so). */
 static int check_packing(const qt_cg_vctx *v, qt_cg_settings *s)
 {
     s->packing = getb(v, "packing");
     const int64_t eos = geti(v, "eos_id");
     if (!s->packing) return 0;
-    if (eos < 0 || eos >= s->m.vocab)
+    if (eos < -1 || eos >= s->m.vocab)
         return bad(v, "eos_id", "%lld with packing: true: expected the document separator's "
                    "token id in 0..%lld (vocab_size - 1; 151643 is <|endoftext|> of the Qwen "
-                   "vocabulary)", (long long)eos, (long long)s->m.vocab - 1);
+                   "vocabulary), or -1: the id the token file records", (long long)eos,
+                   (long long)s->m.vocab - 1);
     s->eos_id = (int32_t)eos;
     return 0;
 }

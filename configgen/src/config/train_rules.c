@@ -12,7 +12,7 @@
  * eval_interval > 0 only when evaluation is on (the other eval keys set without it are
  * ignored with a note, s->ignored, as MaxText ignores them), then the eval batch's sequences
  * over the mesh, E = eval_per_device_batch_size (or per_device_batch_size) x num_ranks
- * (MaxText's int(devices x eval_pdbs), issue 35), are a whole number >= 1, eval_batch =
+ * truncated (MaxText's int(devices x eval_pdbs), issue 35), are >= 1, eval_batch =
  * ceil(E / the sequence groups) >= 1 slots per group (any number: the eval runs
  * ceil(eval_batch / micro_batch) microbatch forwards, slots past the real sequences masked)
  * and eval_global = E when E is not eval_batch x the groups, else 0; eval_steps is -1 or
@@ -108,20 +108,21 @@ static int tr_eval(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t e
      * calculate_global_batch_sizes, L3458-3491; a pipeline's stages, tensor and context
      * ranks are devices too). A sequence group (the batch axes but context: tp x cp x S
      * ranks) takes ceil(E / groups) slots, the mesh's slots in group order hold sequences
-     * 0 .. E-1 and the rest are padded: E need not split evenly, nor fill microbatches. A
-     * product within 1e-9 of a whole number is that number (0.7 x 10 is 7.000000000000001
-     * in double; MaxText's int() would also give 7). */
+     * 0 .. E-1 and the rest are padded: E need not split evenly, nor fill microbatches. E
+     * is the double product truncated, exactly MaxText's int() (1.5 evaluates 1; 0.7 x 10
+     * is 7.000000000000001, 7; 0.29 x 100 is 28.999999999999996, 28 in both), as the
+     * training batch's count (qt_cg_group_batch). */
     const int32_t tp = s->mesh[QT_MESH_TENSOR], cp = s->mesh[QT_MESH_CONTEXT];
     const int32_t ps = s->pp_stages > 1 ? s->pp_stages : 1;
     const double epb = eb > 0 ? eb : s->per_device_batch, all = epb * (double)s->n_ranks;
-    const double whole = floor(all + 0.5);
+    const double whole = floor(all);
     const int64_t groups = (int64_t)s->n_ranks / tp / cp / ps;
-    if (whole < 1 || fabs(all - whole) > 1e-9 * whole)
+    if (whole < 1)
         return qt_cg_rule_bad(
             c, err, errlen, "eval_per_device_batch_size",
             "%g sequences per rank x num_ranks=%d = %.10g sequences per eval batch; expected "
             "a whole number >= 1 (MaxText evaluates int(devices x eval_per_device_batch_size)"
-            " sequences: a fraction would be dropped)",
+            " sequences, as qtrain: none here)",
             epb, (int)s->n_ranks, all);
     const int64_t E = (int64_t)whole, per = (E + groups - 1) / groups;
     t->eval_interval = (int64_t)iv;
@@ -131,6 +132,24 @@ static int tr_eval(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t e
     t->eval_global = E == per * groups ? 0 : E;
     t->target_eval_loss = (float)target;
     return 0;
+}
+
+double qt_cg_group_batch(double pdb, int32_t n_ranks, int32_t tp, int32_t cp, int32_t S,
+                         int64_t *total)
+{
+    double b = pdb * (double)tp * (double)cp;
+    if (S > 1) b *= (double)S;
+    *total = 0;
+    if (b >= 1 && b == floor(b)) return b;
+    /* MaxText: micro_batch_to_train = int(num_devices * per_device_batch_size) (Python's
+     * int() truncates the double product, as the cast here) */
+    const double t = (double)n_ranks * pdb;
+    const int64_t R = n_ranks / tp / cp / (S > 1 ? S : 1);
+    if (!(t >= 1 && t < 9e15) || R < 1) return b;
+    const int64_t n = (int64_t)t;
+    if (n % R) return b;
+    *total = n;
+    return (double)(n / R);
 }
 
 int qt_cg_train_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen)

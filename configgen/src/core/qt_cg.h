@@ -111,6 +111,10 @@ typedef struct qt_cg_settings {
     qt_model_dims m;
     qt_train_cfg tr;
     double per_device_batch;                   /* per_device_batch_size (may be a fraction) */
+    int64_t batch_maxtext;     /* > 0: per_device_batch_size x tensor x context (x stages) is
+                                * not whole; MaxText's int(n_ranks x per_device_batch_size)
+                                * sequences per microbatch, split evenly over the batch groups
+                                * (qt_cg_group_batch) */
     int32_t mesh[QT_MESH_COUNT];
     int32_t dcn[QT_MESH_COUNT];   /* slices of each axis (dcn_*_parallelism; 1 = one slice) */
     int32_t n_ranks, shard_mode, zero1;

@@ -697,6 +697,40 @@ static void gdn_owners_line(qt_cg_buf *b, const qt_cg_settings *s)
                          (long long)(k1 * r), k1 == k0 ? " (none: padding only)" : "");
     }
     qt_cg_buf_printf(b, " (docs/context.md)\n");
+/* The config section's delta-rule form (plans with GDN layers) and, for a packed plan
+ * without eos_id, where the separator comes from (a packed plan with eos_id says nothing
+ * here: the shipped plan.txt files stay as they were). */
+static void delta_rule_and_packing_lines(qt_cg_buf *b, const qt_cg_settings *s)
+{
+    if (s->m.n_layers > s->m.n_layers / (s->m.cycle > 0 ? s->m.cycle : 1))
+        qt_cg_buf_printf(b, "  delta rule (GDN core): %s (gdn_core_algorithm; the recurrent form "
+                         "measured faster at Dk = Dv = 64 and 128, docs/bench.md)\n",
+                         s->gdn_chunked ? "chunked WY form" : "recurrent, token by token");
+    if (s->packing && s->eos_id < 0)
+        qt_cg_buf_printf(b, "  packing: documents end at the separator the token file records, "
+                         "read at start-up (eos_id unset): a QTTOKENS version 2 header's "
+                         "end-of-document id (qtrain-data writes the eos= it encodes with), none "
+                         "for the embedded corpus (each window one document); a file that "
+                         "records nothing (.npy, raw, QTTOKENS version 1) is refused "
+                         "(docs/data.md)\n");
+}
+
+/* A per_device_batch_size that leaves a fraction per batch group: MaxText's truncated count
+ * (config/train_rules.c qt_cg_group_batch). */
+static void batch_fraction_line(qt_cg_buf *b, const qt_cg_settings *s)
+{
+    const int64_t groups = s->n_ranks / s->mesh[QT_MESH_TENSOR] / s->mesh[QT_MESH_CONTEXT] /
+                           (s->pp_stages > 1 ? s->pp_stages : 1);
+    if (s->batch_maxtext > 0 && groups > 0)
+        qt_cg_buf_printf(b, "  per_device_batch_size %g: %g x tensor x context%s is not a whole "
+                         "number of sequences per batch group; as MaxText (types.py "
+                         "calculate_global_batch_sizes), int(%d rank%s x %g) = %lld sequence%s "
+                         "a microbatch are trained, %lld per batch group (docs/refusals.md)\n",
+                         s->per_device_batch, s->per_device_batch,
+                         s->pp_stages > 1 ? " x stages" : "", s->n_ranks,
+                         qt_cg_s(s->n_ranks), s->per_device_batch,
+                         (long long)s->batch_maxtext, qt_cg_s(s->batch_maxtext),
+                         (long long)(s->batch_maxtext / groups));
 }
 
 static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
@@ -716,6 +750,7 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
                      (long long)t->global_batch - 1, (long long)t->micro_batch,
                      (long long)t->grad_accum, t->grad_accum == 1 ? "" : "es", (long long)nb,
                      qt_cg_s(nb));
+    batch_fraction_line(b, s);
     if (qt_cg_blocks(s) > 1)
         qt_cg_buf_printf(b, "  context_blocks %lld: each sequence is %lld canonical token blocks "
                          "of %lld tokens; a weight-gradient leaf and a loss_seq entry per block, "
@@ -1292,10 +1327,7 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
                      (double)t->warmup_frac, (double)t->final_frac, (long long)t->steps,
                      (double)t->lb_weight);
     if (t->eval_interval > 0) eval_line(b, t, g->n_fwd);
-    if (s->m.n_layers > s->m.n_layers / (s->m.cycle > 0 ? s->m.cycle : 1))
-        qt_cg_buf_printf(b, "  delta rule (GDN core): %s (gdn_core_algorithm; the recurrent form "
-                         "measured faster at Dk = Dv = 64 and 128, docs/bench.md)\n",
-                         s->gdn_chunked ? "chunked WY form" : "recurrent, token by token");
+    delta_rule_and_packing_lines(b, s);
     if (s->dtype == QT_BF16)
         qt_cg_buf_printf(b, "  dtype bfloat16, weight_dtype float32: activations, matmul operands "
                          "and the parameters' compute copy in bf16; master weights, Adam, "

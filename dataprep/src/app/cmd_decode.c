@@ -1,7 +1,8 @@
 /* cmd_decode.c - `qtrain-data decode tokenizer=FILE in=FILE [from=N] [count=N]` (the bytes
  * of tokens from..from+count-1 on stdout, as the tokenizer's vocabulary holds them: a range
  * may start or end inside a multi-byte character) and `qtrain-data info in=FILE [eos=ID]`
- * (tokens, bytes, largest id, documents = number of EOS ids, default 151643).
+ * (tokens, bytes, largest id, documents = number of EOS ids: eos= if given, else the id the
+ * header records (version 2), else 151643; and what the header records).
  * Invariant: a range beyond the file or an id beyond the vocabulary is an error naming it. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,8 +77,18 @@ int qtd_cmd_info(int argc, char **argv)
     if (!in)
         return qtd_fail("info: expected in=FILE [eos=ID]");
     qtd_tokfile f;
-    if (qtd_arg_u64(&a, "eos", 151643, &eos) || qtd_tokf_open(&f, in))
+    if (qtd_tokf_open(&f, in))
         return -1;
+    if (qtd_arg_u64(&a, "eos", f.eos >= 0 ? (uint64_t)f.eos : 151643, &eos)) {
+        qtd_tokf_close(&f);
+        return -1;
+    }
+    char rec[96];
+    if (f.eos >= 0)
+        snprintf(rec, sizeof rec, "version 2, end-of-document id %lld", (long long)f.eos);
+    else
+        snprintf(rec, sizeof rec, "version %u, %s", f.version,
+                 f.eos == -1 ? "no separator (eos=none)" : "no end-of-document id recorded");
     uint64_t docs = 0;
     uint32_t maxid = 0;
     for (uint64_t k = 0; k < f.count; k++) {
@@ -86,9 +97,9 @@ int qtd_cmd_info(int argc, char **argv)
         if (id > maxid)
             maxid = id;
     }
-    printf("%s: %llu token%s of %u bytes, %zu bytes, largest id %u, %llu document%s (EOS id %llu)\n", in,
-           (unsigned long long)f.count, qtd_s(f.count), f.width, f.size, maxid, (unsigned long long)docs, qtd_s(docs),
-           (unsigned long long)eos);
+    printf("%s: %llu token%s of %u bytes, %zu bytes, largest id %u, %llu document%s (EOS id %llu); header: %s\n",
+           in, (unsigned long long)f.count, qtd_s(f.count), f.width, f.size, maxid, (unsigned long long)docs,
+           qtd_s(docs), (unsigned long long)eos, rec);
     qtd_tokf_close(&f);
     return 0;
 }

@@ -1,6 +1,7 @@
 /* cmd_encode.c - `qtrain-data encode tokenizer=FILE out=FILE [field=text]
  * [eos=auto|ID|none] [overwrite=1] [--] INPUT...`: every document of every INPUT (input.h)
- * encoded in order, each followed by the EOS id, into one QTTOKENS file (tokfile.h); a
+ * encoded in order, each followed by the EOS id, into one QTTOKENS file (tokfile.h: version
+ * 2, whose header records that id, or none, for packing: docs/data.md); a
  * summary on stdout and, for long runs, a progress line on stderr about once a second.
  * Invariants: out= and field= are checked before the tokenizer or any input is read
  * (outpath.h: an existing file is replaced only with overwrite=1, never an input); an output
@@ -144,7 +145,7 @@ static int run(enc_ctx *c, const qtd_args *a)
         if (qtd_input_each(a->pos[i], qtd_arg(a, "field", "text"), on_doc, c))
             return -1;
     }
-    if (check_output(c, a) || qtd_tokw_commit(&c->w))
+    if (check_output(c, a) || qtd_tokw_commit(&c->w, c->eos))
         return -1;
     double dt = now() - c->t0;
     if (dt <= 0)

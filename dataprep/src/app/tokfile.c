@@ -60,12 +60,17 @@ static void guard(const char *tmp)
     }
 }
 
-static void header(uint8_t *h, uint64_t count)
+#define QTD_HEADER 32           /* version 2 */
+#define QTD_NO_EOS 0xFFFFFFFFu  /* version 2's "no separator" */
+
+static void header(uint8_t *h, uint64_t count, int64_t eos)
 {
     memcpy(h, "QTTOKENS", 8);
-    le(h + 8, 1, 4);
+    le(h + 8, 2, 4);
     le(h + 12, 4, 4);
     le(h + 16, count, 8);
+    le(h + 24, eos < 0 ? QTD_NO_EOS : (uint64_t)eos, 4);
+    le(h + 28, 0, 4);
 }
 
 int qtd_tokw_open(qtd_tokwriter *w, const char *path, int overwrite)
@@ -86,9 +91,9 @@ int qtd_tokw_open(qtd_tokwriter *w, const char *path, int overwrite)
                         strerror(errno));
     }
     guard(w->tmp);
-    uint8_t h[24];
-    header(h, 0);
-    return write_all(w->fd, h, 24, w->tmp);
+    uint8_t h[QTD_HEADER];
+    header(h, 0, -1);
+    return write_all(w->fd, h, QTD_HEADER, w->tmp);
 }
 
 static int flush(qtd_tokwriter *w)
@@ -133,13 +138,13 @@ static int place(qtd_tokwriter *w)
     return 0;
 }
 
-int qtd_tokw_commit(qtd_tokwriter *w)
+int qtd_tokw_commit(qtd_tokwriter *w, int64_t eos)
 {
-    uint8_t h[24];
-    header(h, w->count);
+    uint8_t h[QTD_HEADER];
+    header(h, w->count, eos);
     if (flush(w))
         return -1;
-    if (pwrite(w->fd, h, 24, 0) != 24)
+    if (pwrite(w->fd, h, QTD_HEADER, 0) != QTD_HEADER)
         return qtd_fail("%s: write failed: %s", w->tmp, strerror(errno));
     if (fchmod(w->fd, 0644) || close(w->fd)) {
         w->fd = -1;
@@ -164,6 +169,11 @@ void qtd_tokw_abort(qtd_tokwriter *w)
     guard(NULL);
 }
 
+static uint32_t u32(const uint8_t *p)
+{
+    return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 int qtd_tokf_open(qtd_tokfile *f, const char *path)
 {
     memset(f, 0, sizeof *f);
@@ -173,23 +183,34 @@ int qtd_tokf_open(qtd_tokfile *f, const char *path)
     if (f->size < 24 || memcmp(m, "QTTOKENS", 8))
         return qtd_fail("%s: not a QTTOKENS token file (expected the 8-byte magic QTTOKENS and a 24-byte header; "
                         "the file has %zu bytes)", path, f->size);
-    uint32_t ver = m[8] | (uint32_t)m[9] << 8 | (uint32_t)m[10] << 16 | (uint32_t)m[11] << 24;
-    f->width = m[12] | (uint32_t)m[13] << 8 | (uint32_t)m[14] << 16 | (uint32_t)m[15] << 24;
+    uint32_t ver = u32(m + 8);
+    f->width = u32(m + 12);
     for (int k = 7; k >= 0; k--)
         f->count = f->count << 8 | m[16 + k];
-    if (ver != 1 || (f->width != 2 && f->width != 4))
-        return qtd_fail("%s: QTTOKENS header has version %u and %u bytes per token (expected version 1, 2 or 4 bytes)",
-                        path, ver, f->width);
-    if (f->count > (f->size - 24) / f->width || (f->size - 24) != f->count * f->width)
+    if ((ver != 1 && ver != 2) || (f->width != 2 && f->width != 4))
+        return qtd_fail("%s: QTTOKENS header has version %u and %u bytes per token (expected version 1 or 2, 2 or 4 "
+                        "bytes)", path, ver, f->width);
+    f->version = ver;
+    f->header = ver == 2 ? QTD_HEADER : 24;
+    f->eos = -2;
+    if (ver == 2) {
+        if (f->size < QTD_HEADER)
+            return qtd_fail("%s: truncated QTTOKENS header: the version 2 header needs %d bytes, the file has %zu",
+                            path, QTD_HEADER, f->size);
+        if (u32(m + 28))
+            return qtd_fail("%s: QTTOKENS header: reserved bytes 28..31 hold %u (expected 0)", path, u32(m + 28));
+        f->eos = u32(m + 24) == QTD_NO_EOS ? -1 : (int64_t)u32(m + 24);
+    }
+    if (f->count > (f->size - f->header) / f->width || (f->size - f->header) != f->count * f->width)
         return qtd_fail("%s: truncated or padded token file: the header says %llu tokens (%llu bytes), the file has "
                         "%zu bytes", path, (unsigned long long)f->count,
-                        (unsigned long long)(24 + f->count * f->width), f->size);
+                        (unsigned long long)(f->header + f->count * f->width), f->size);
     return 0;
 }
 
 uint32_t qtd_tokf_get(const qtd_tokfile *f, uint64_t k)
 {
-    const uint8_t *p = f->map + 24 + k * f->width;
+    const uint8_t *p = f->map + f->header + k * f->width;
     return f->width == 2 ? (uint32_t)(p[0] | p[1] << 8)
                          : p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
