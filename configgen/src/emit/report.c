@@ -697,6 +697,8 @@ static void gdn_owners_line(qt_cg_buf *b, const qt_cg_settings *s)
                          (long long)(k1 * r), k1 == k0 ? " (none: padding only)" : "");
     }
     qt_cg_buf_printf(b, " (docs/context.md)\n");
+}
+
 /* The config section's delta-rule form (plans with GDN layers) and, for a packed plan
  * without eos_id, where the separator comes from (a packed plan with eos_id says nothing
  * here: the shipped plan.txt files stay as they were). */
