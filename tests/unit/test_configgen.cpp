@@ -1240,6 +1240,8 @@ TEST(CgEvalBatch, AnyWholeNumberOfSequencesOverTheMesh)
     LONGS_EQUAL(0, p4.build(kTiny, 4, o4));
     LONGS_EQUAL(p3.s.tr.eval_batch, p4.s.tr.eval_batch);
     CHECK(p3.g.hash != p4.g.hash);
+}
+
 // ---------------------------------------------------------------- per_device_batch_size fractions
 
 TEST_GROUP(CgBatch){};
