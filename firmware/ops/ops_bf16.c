@@ -174,10 +174,6 @@ void qt_op16_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_op_store_b16(ctx, dxid, dx, T * d);
 }
 
-/* EXPERT_FFN_WGRAD: the sequence's fp32 leaves of W_gu and W_down, written whole, or, when
- * ctx->wgrad_epi offers both slots a leaf-tree carry, those carries stored in the kernel's
- * finish (done[0], done[1] set; qt_leaf_carry.h); the rows of the sequence as the fp32
- * wrapper finds them (an expert host's packed rows via seg). */
 /* Every leaf of the op in one kernel call (qt_bf16_expert_ffn_wgrad_leaves: expert by
  * expert, leaf by leaf: the bits of the calls one sequence at a time); 1 when done. */
 static int qt_op16_expert_ffn_wgrad_leaves(const qt_op *op, const qt_ctx *ctx,
@@ -207,6 +203,11 @@ static int qt_op16_expert_ffn_wgrad_leaves(const qt_op *op, const qt_ctx *ctx,
                                            ctx->plan->tensors[sid].numel);
 }
 
+/* EXPERT_FFN_WGRAD: the sequence's fp32 leaves of W_gu and W_down, written whole, or, when
+ * ctx->wgrad_epi offers both slots a leaf-tree carry, those carries stored in the kernel's
+ * finish (done[0], done[1] set; qt_leaf_carry.h); the rows of the sequence as the fp32
+ * wrapper finds them (an expert host's packed rows via seg); offered every leaf at once
+ * (the first sequence), all of them in one call. */
 void qt_op16_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     if (seq == 0 && ctx->wgrad_epi && ctx->wgrad_epi->leaves &&

@@ -6,7 +6,10 @@
  * gradients are reduced only through qt_tree (never summed across sequences by a kernel),
  * so gradient bits depend only on the leaves and their count, not on the batch split; an
  * odd leaf of a writing kind is offered to its wrapper as a carry (qt_tree_carry), which
- * the kernel stores in its epilogue with qt_tree_push's additions, else it is pushed here.
+ * the kernel stores in its epilogue with qt_tree_push's additions, else it is pushed here;
+ * before the first sequence a writing kind's wrapper is also offered every leaf of the op at
+ * once (qt_wgrad_leaves: the loop's own dests and carries), and when it takes the offer the
+ * loop ends there (the leaves' additions per element are the same, in the same order).
  * No heap: the level pointer table lives on the stack with a fixed bound. With units
  * (plan->grad_units q > 1: the step form on a mesh whose ranks hold a number of leaves that
  * is not a power of two) leaf i goes to unit i / U as leaf i % U of a tree whose top is that
