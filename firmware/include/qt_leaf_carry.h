@@ -35,9 +35,27 @@ typedef struct qt_leaf_carry {
  * that applies carry[k] sets done[k] = 1 and leaves dw[k] untouched; one that does not (a
  * kind or precision without the fused epilogue) ignores the offer, writes dw[k] (the leaf
  * scratch) as always, and the interpreter pushes it with qt_tree_push. */
+/* Before the first sequence of a WGRAD op the interpreter may also offer every leaf of the
+ * call at once (qt_wgrad_epi.leaves): leaf s (sequence s of the op) goes to dw[s][k] (an
+ * even leaf: tree level 0, written whole as the wrapper's dw) or, when carried[s], to
+ * carry[s][k] (an odd leaf: its carry for slot k; qt_tree_push would read and write the
+ * same levels). A wrapper that computes them all (each leaf's values as its own call would,
+ * each tree level element seeing the same operations in leaf order) sets done = 1, and the
+ * interpreter then makes no further call and no push for the op; one that does not ignores
+ * the offer and the leaves run one by one as always. */
+#define QT_WGRAD_LEAVES_MAX 16
+typedef struct qt_wgrad_leaves {
+    int32_t n;                                     /* leaves: sequences 0..n-1 of the op */
+    uint8_t carried[QT_WGRAD_LEAVES_MAX];          /* 1: carry[s], 0: dw[s] */
+    float *dw[QT_WGRAD_LEAVES_MAX][2];             /* slot k's level-0 region (NULL: none) */
+    qt_leaf_carry carry[QT_WGRAD_LEAVES_MAX][2];   /* slot k's carry (n = 0: no slot) */
+    uint8_t done;                                  /* written by the wrapper */
+} qt_wgrad_leaves;
+
 typedef struct qt_wgrad_epi {
     const qt_leaf_carry *carry[2]; /* NULL: no offer for that slot */
     uint8_t done[2];               /* written by the wrapper */
+    qt_wgrad_leaves *leaves;       /* NULL, or (the op's first sequence) every leaf at once */
 } qt_wgrad_epi;
 
 #endif

@@ -168,7 +168,9 @@ typedef struct qt_step_state qt_step_state;
  * bits accumulating into zeros would give ((+0) + sum, +0 where nothing contributes).
  * A writing wrapper may also find, in ctx->wgrad_epi, the leaf-tree carry of an odd leaf
  * offered per slot (qt_leaf_carry.h): applying it stores the pushed tree level instead of
- * dw[k] (and sets done[k]); ignoring it is always correct.
+ * dw[k] (and sets done[k]); ignoring it is always correct. Before the op's first sequence
+ * the offer may also hold every leaf of the op (qt_wgrad_epi.leaves): a wrapper that writes
+ * them all in that call sets leaves->done and is not called for the other sequences.
  * `step` runs a step-schedule op and returns 0 or a negative QT_E_* code (qt_err.h);
  * collectives can fail (a silent peer). `check` (CHECK kinds) is called once per op of the
  * plan at start-up, before anything runs: 0 when the op fits the plan and the kernel's

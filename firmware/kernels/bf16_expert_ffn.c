@@ -363,6 +363,8 @@ typedef struct {
     float *list, *dh, *K; /* K: the chain packs (2 max(d, f) floats) */
     qt_bf16 *dx, *h, *dg; /* dy rows, then x rows; h; dgu */
     int64_t ngu, ndown;   /* the whole weights' sizes (E*2f*d, E*d*f) */
+    int64_t cap;          /* rows per chunk */
+    int stream;           /* a carried slice may stream (by the whole weight's size) */
 } qt_bx_wbufs;
 
 /* One chunk of expert e's rows list[0..n): dw_down and dw_gu written from (+0) by the
@@ -381,7 +383,7 @@ static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *
      * the other experts' slices and more leaves have passed through the caches) */
     if (whole && cd)
         qt_bf16_matmul_wgrad_carry_s_on(path, cd, b->dx, b->h, n, d, f,
-                                        qt_bf16_matmul_wgrad_carry_stream(b->ndown));
+                                        b->stream && qt_bf16_matmul_wgrad_carry_stream(b->ndown));
     else if (whole) qt_bf16_matmul_wgrad_on(path, dwd, b->dx, b->h, n, d, f);
     else qt_bx_chain_rows(path, dwd, b->dx, b->h, n, d, f, pa, pb);
     if (dgu) {
@@ -393,9 +395,84 @@ static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *
     qt_bx_gather(b->dx, x, d, 1, b->list, n, k);
     if (whole && cg)
         qt_bf16_matmul_wgrad_carry_s_on(path, cg, b->dg, b->dx, n, 2 * f, d,
-                                        qt_bf16_matmul_wgrad_carry_stream(b->ngu));
+                                        b->stream && qt_bf16_matmul_wgrad_carry_stream(b->ngu));
     else if (whole) qt_bf16_matmul_wgrad_on(path, dwg, b->dg, b->dx, n, 2 * f, d);
     else qt_bx_chain_rows(path, dwg, b->dg, b->dx, n, 2 * f, d, pa, pb);
+}
+
+/* The chunk buffers in scratch (b->cap rows; 0 when not even one row fits). */
+static void qt_bx_wbufs_make(qt_bx_wbufs *b, float *scratch, int64_t E, int64_t d, int64_t f,
+                             int64_t scratch_elems)
+{
+    /* per row: list 1, dy/x (bf16 d), h (bf16 f), dh (fp32 f), dgu (bf16 2f) */
+    const int64_t row = 1 + qt_bx_h(d) + qt_bx_h(f) + 2 * f;
+    const int64_t fixed = 2 * (d > f ? d : f);
+    const int64_t cap = scratch_elems > fixed ? (scratch_elems - fixed) / row : 0;
+    b->K = scratch;
+    b->list = scratch + fixed;
+    b->dx = qt_bx_b16(b->list + cap);
+    b->h = qt_bx_b16(b->list + cap + cap * qt_bx_h(d));
+    b->dh = b->list + cap + cap * (qt_bx_h(d) + qt_bx_h(f));
+    b->dg = qt_bx_b16(b->dh + cap * f);
+    b->ngu = E * 2 * f * d, b->ndown = E * d * f;
+    b->cap = cap;
+    b->stream = 1;
+}
+
+/* The largest number of rows of one expert among the T*k rows of idx. */
+static int64_t qt_bx_max_rows(const int32_t *idx, int64_t R, int64_t E)
+{
+    int64_t nmax = 0;
+    for (int32_t e = 0; e < E; e++) {
+        int64_t ne = 0;
+        for (int64_t r = 0; r < R; r++) ne += idx[r] == e;
+        nmax = ne > nmax ? ne : nmax;
+    }
+    return nmax;
+}
+
+/* Expert e's slices of one leaf: dw_gu / dw_down written, or (c_gu not NULL) the carries'
+ * slices stored (an expert whose rows exceed the cap: its chain continued in the slices,
+ * then finished). Returns 1 when its rows exceed the cap and not even one pair of rows fits
+ * (nothing written: the caller poisons or refuses). */
+static int qt_bx_wgrad_expert(int path, const qt_bx_wbufs *b, int32_t e, float *dw_gu,
+                              float *dw_down, const qt_leaf_carry *c_gu,
+                              const qt_leaf_carry *c_down, const qt_bf16 *dy, const qt_bf16 *x,
+                              const int32_t *idx, const qt_bf16 *gu, const qt_bf16 *dgu,
+                              const qt_bf16 *w_down, int64_t T, int64_t k, int64_t d, int64_t f)
+{
+    const int carry = c_gu != 0;
+    const int64_t R = T * k, cap = b->cap;
+    float *dwg = dw_gu + (int64_t)e * 2 * f * d, *dwd = dw_down + (int64_t)e * d * f;
+    const qt_bf16 *wd = w_down + (int64_t)e * d * f;
+    qt_leaf_carry cg, cd;
+    if (carry) {
+        cg = qt_bx_carry_slice(c_gu, (int64_t)e * 2 * f * d);
+        cd = qt_bx_carry_slice(c_down, (int64_t)e * d * f);
+    }
+    int64_t ne = 0;
+    for (int64_t r = 0; r < R; r++) ne += idx[r] == e;
+    if (ne > cap && cap < 2) return 1; /* not even one pair of rows fits */
+    if (ne > cap) { qt_bx_zero(dwg, 2 * f * d); qt_bx_zero(dwd, d * f); }
+    const int whole = ne <= cap, cw = whole ? cap : cap & ~(int64_t)1;
+    for (int64_t r0 = 0, r1, n; r0 < R; r0 = r1) {
+        r1 = qt_bx_next(b->list, &n, idx, k, e, -1, r0, R, cw);
+        if (n == 0) break;
+        qt_bx_wgrad_chunk(path, whole, b, dwg, dwd, carry ? &cg : 0, carry ? &cd : 0, dy, x,
+                          gu, dgu, wd, n, k, d, f);
+    }
+    if (!whole) {
+        qt_bx_finish(dwg, 2 * f * d, carry ? &cg : 0, 0);
+        qt_bx_finish(dwd, d * f, carry ? &cd : 0, 0);
+    }
+    if (ne == 0 && carry) { /* the leaf is +0: its carry */
+        qt_bx_finish(dwg, 2 * f * d, &cg, 1);
+        qt_bx_finish(dwd, d * f, &cd, 1);
+    } else if (ne == 0) {
+        qt_bx_zero(dwg, 2 * f * d);
+        qt_bx_zero(dwd, d * f);
+    }
+    return 0;
 }
 
 /* The weight gradient, writing the leaves dw_gu, dw_down, or (c_gu, c_down not NULL) their
@@ -410,63 +487,54 @@ static int qt_bx_wgrad(int path, float *dw_gu, float *dw_down, const qt_leaf_car
     if (!qt_bf16_path_built(path)) return -1;
     const int carry = c_gu != 0;
     if (carry) dw_gu = c_gu->dst, dw_down = c_down->dst;
-    /* per row: list 1, dy/x (bf16 d), h (bf16 f), dh (fp32 f), dgu (bf16 2f) */
-    const int64_t R = T * k, row = 1 + qt_bx_h(d) + qt_bx_h(f) + 2 * f;
-    const int64_t fixed = 2 * (d > f ? d : f);
-    const int64_t cap = scratch_elems > fixed ? (scratch_elems - fixed) / row : 0;
     qt_bx_wbufs b;
-    b.K = scratch;
-    b.list = scratch + fixed;
-    b.dx = qt_bx_b16(b.list + cap);
-    b.h = qt_bx_b16(b.list + cap + cap * qt_bx_h(d));
-    b.dh = b.list + cap + cap * (qt_bx_h(d) + qt_bx_h(f));
-    b.dg = qt_bx_b16(b.dh + cap * f);
-    b.ngu = E * 2 * f * d, b.ndown = E * d * f;
-    if (carry) { /* refused before anything is written (the caller then writes the leaves) */
-        int64_t nmax = 0;
-        for (int32_t e = 0; e < E; e++) {
-            int64_t ne = 0;
-            for (int64_t r = 0; r < R; r++) ne += idx[r] == e;
-            nmax = ne > nmax ? ne : nmax;
-        }
-        if (nmax > cap && cap < 2) return -1;
-    }
-    for (int32_t e = 0; e < E; e++) {
-        float *dwg = dw_gu + (int64_t)e * 2 * f * d, *dwd = dw_down + (int64_t)e * d * f;
-        const qt_bf16 *wd = w_down + (int64_t)e * d * f;
-        qt_leaf_carry cg, cd;
-        if (carry) {
-            cg = qt_bx_carry_slice(c_gu, (int64_t)e * 2 * f * d);
-            cd = qt_bx_carry_slice(c_down, (int64_t)e * d * f);
-        }
-        int64_t ne = 0;
-        for (int64_t r = 0; r < R; r++) ne += idx[r] == e;
-        if (ne > cap && cap < 2) { /* not even one pair of rows fits */
+    qt_bx_wbufs_make(&b, scratch, E, d, f, scratch_elems);
+    /* a carry is refused before anything is written (the caller then writes the leaves) */
+    if (carry && qt_bx_max_rows(idx, T * k, E) > b.cap && b.cap < 2) return -1;
+    for (int32_t e = 0; e < E; e++)
+        if (qt_bx_wgrad_expert(path, &b, e, dw_gu, dw_down, c_gu, c_down, dy, x, idx, gu, dgu,
+                               w_down, T, k, d, f)) {
             qt_bx_poison(dw_gu, E * 2 * f * d);
             qt_bx_poison(dw_down, E * d * f);
             return 0;
         }
-        if (ne > cap) { qt_bx_zero(dwg, 2 * f * d); qt_bx_zero(dwd, d * f); }
-        const int whole = ne <= cap, cw = whole ? cap : cap & ~(int64_t)1;
-        for (int64_t r0 = 0, r1, n; r0 < R; r0 = r1) {
-            r1 = qt_bx_next(b.list, &n, idx, k, e, -1, r0, R, cw);
-            if (n == 0) break;
-            qt_bx_wgrad_chunk(path, whole, &b, dwg, dwd, carry ? &cg : 0, carry ? &cd : 0, dy, x,
-                              gu, dgu, wd, n, k, d, f);
-        }
-        if (!whole) {
-            qt_bx_finish(dwg, 2 * f * d, carry ? &cg : 0, 0);
-            qt_bx_finish(dwd, d * f, carry ? &cd : 0, 0);
-        }
-        if (ne == 0 && carry) { /* the leaf is +0: its carry */
-            qt_bx_finish(dwg, 2 * f * d, &cg, 1);
-            qt_bx_finish(dwd, d * f, &cd, 1);
-        } else if (ne == 0) {
-            qt_bx_zero(dwg, 2 * f * d);
-            qt_bx_zero(dwd, d * f);
-        }
-    }
     return 0;
+}
+
+int qt_bf16_expert_ffn_wgrad_leaves_on(int path, const qt_bf16_ffn_leaf *lv, int32_t n,
+                                       const qt_bf16 *w_down, float *scratch, int64_t E,
+                                       int64_t d, int64_t f, int64_t scratch_elems)
+{
+    if (!qt_bf16_path_built(path) || n < 1) return -1;
+    qt_bx_wbufs b;
+    qt_bx_wbufs_make(&b, scratch, E, d, f, scratch_elems);
+    for (int32_t s = 0; s < n; s++) { /* refused before anything is written */
+        const int carry = lv[s].c_gu != 0;
+        if (carry != (lv[s].c_down != 0) || (!carry && (!lv[s].dw_gu || !lv[s].dw_down)))
+            return -1;
+        if (qt_bx_max_rows(lv[s].idx, lv[s].T * lv[s].k, E) > b.cap && b.cap < 2) return -1;
+    }
+    /* expert-major: an expert's slices of every leaf, leaf after leaf, so the tree levels'
+     * slices a later leaf's carry reads are still in the caches; only the last leaf's carry
+     * may stream (the level it writes is read after this call) */
+    for (int32_t e = 0; e < E; e++)
+        for (int32_t s = 0; s < n; s++) {
+            const qt_bf16_ffn_leaf *l = &lv[s];
+            b.stream = s == n - 1;
+            (void)qt_bx_wgrad_expert(path, &b, e, l->c_gu ? l->c_gu->dst : l->dw_gu,
+                                     l->c_gu ? l->c_down->dst : l->dw_down, l->c_gu, l->c_down,
+                                     l->dy, l->x, l->idx, l->gu, l->dgu, w_down, l->T, l->k, d,
+                                     f); /* the cap was checked above */
+        }
+    return 0;
+}
+
+int qt_bf16_expert_ffn_wgrad_leaves(const qt_bf16_ffn_leaf *lv, int32_t n, const qt_bf16 *w_down,
+                                    float *scratch, int64_t E, int64_t d, int64_t f,
+                                    int64_t scratch_elems)
+{
+    return qt_bf16_expert_ffn_wgrad_leaves_on(qt_bf16_mm_path(), lv, n, w_down, scratch, E, d, f,
+                                              scratch_elems) == 0;
 }
 
 int qt_bf16_expert_ffn_wgrad_on(int path, float *dw_gu, float *dw_down, const qt_bf16 *dy,

@@ -80,6 +80,33 @@ int qt_bf16_expert_ffn_wgrad_carry(const qt_leaf_carry *c_gu, const qt_leaf_carr
                                    float *scratch, int64_t T, int64_t k, int64_t E, int64_t d,
                                    int64_t f, int64_t scratch_elems);
 
+/* One leaf (sequence) of qt_bf16_expert_ffn_wgrad_leaves: its rows (T tokens of k slots:
+ * dy, x, idx, gu, dgu offset to its first token, as for qt_bf16_expert_ffn_wgrad) and where
+ * it goes: written into dw_gu, dw_down (c_gu, c_down NULL), or the carries c_gu, c_down. */
+typedef struct qt_bf16_ffn_leaf {
+    const qt_bf16 *dy, *x, *gu, *dgu;
+    const int32_t *idx;
+    int64_t T, k;
+    float *dw_gu, *dw_down;
+    const qt_leaf_carry *c_gu, *c_down;
+} qt_bf16_ffn_leaf;
+
+/* The leaves lv[0..n) of one call in one pass: for each expert, its slices of leaf 0, then
+ * of leaf 1, ... each computed as qt_bf16_expert_ffn_wgrad (or _carry) computes it. An
+ * expert's slices are disjoint from every other expert's in every output and tree level, and
+ * each slice sees the same operations in the same order as when the leaves run one after
+ * the other, so the bits are those of n calls in leaf order; the levels a later leaf's carry
+ * reads are an expert's slices, still in the caches (only the last leaf's carry streams).
+ * Returns 1 when done, 0 (nothing written) when a leaf has neither a whole carry pair nor
+ * both outputs, or the scratch cannot hold a pair of rows of some leaf's expert (the
+ * caller then runs the leaves one by one). The _on form: 0 / -1. */
+int qt_bf16_expert_ffn_wgrad_leaves(const qt_bf16_ffn_leaf *lv, int32_t n,
+                                    const qt_bf16 *w_down, float *scratch, int64_t E, int64_t d,
+                                    int64_t f, int64_t scratch_elems);
+int qt_bf16_expert_ffn_wgrad_leaves_on(int path, const qt_bf16_ffn_leaf *lv, int32_t n,
+                                       const qt_bf16 *w_down, float *scratch, int64_t E,
+                                       int64_t d, int64_t f, int64_t scratch_elems);
+
 /* The same on a chosen path (QT_BF16_PATH_*), for the tests: 0, or -1 (nothing written)
  * when this build lacks the path. */
 int qt_bf16_expert_ffn_fwd_on(int path, float *y, qt_bf16 *gu, const qt_bf16 *x,

@@ -174,12 +174,47 @@ void qt_op16_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
     qt_op_store_b16(ctx, dxid, dx, T * d);
 }
 
+/* Every leaf of the op in one kernel call (qt_bf16_expert_ffn_wgrad_leaves: expert by
+ * expert, leaf by leaf: the bits of the calls one sequence at a time); 1 when done. */
+static int qt_op16_expert_ffn_wgrad_leaves(const qt_op *op, const qt_ctx *ctx,
+                                           const qt_wgrad_leaves *all)
+{
+    qt_bf16_ffn_leaf lv[QT_WGRAD_LEAVES_MAX];
+    const int64_t d = QT_A(op, EXPERT_FFN_WGRAD, d), f = QT_A(op, EXPERT_FFN_WGRAD, f),
+                  E = QT_A(op, EXPERT_FFN_WGRAD, E);
+    const int32_t sid = QT_T(op, EXPERT_FFN_WGRAD, scratch), gid = QT_T(op, EXPERT_FFN_WGRAD, dgu);
+    for (int32_t s = 0; s < all->n; s++) {
+        int64_t t0, S, k;
+        qt_op_expert_wgrad_rows(op, ctx, s, &t0, &S, &k);
+        qt_bf16_ffn_leaf *l = &lv[s];
+        l->dy = qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, dy)) + t0 * k * d;
+        l->x = qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, x)) + t0 * d;
+        l->gu = qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, gu)) + t0 * k * 2 * f;
+        l->dgu = gid != QT_NONE ? qt_b16(ctx, gid) + t0 * k * 2 * f : 0;
+        l->idx = qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, idx)) + t0 * k;
+        l->T = S, l->k = k;
+        const int c = all->carried[s] && all->carry[s][0].n > 0 && all->carry[s][1].n > 0;
+        if (all->carried[s] && !c) return 0;
+        l->dw_gu = all->dw[s][0], l->dw_down = all->dw[s][1];
+        l->c_gu = c ? &all->carry[s][0] : 0, l->c_down = c ? &all->carry[s][1] : 0;
+    }
+    return qt_bf16_expert_ffn_wgrad_leaves(lv, all->n, qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, w_down)),
+                                           qt_f32(ctx, sid), E, d, f,
+                                           ctx->plan->tensors[sid].numel);
+}
+
 /* EXPERT_FFN_WGRAD: the sequence's fp32 leaves of W_gu and W_down, written whole, or, when
  * ctx->wgrad_epi offers both slots a leaf-tree carry, those carries stored in the kernel's
  * finish (done[0], done[1] set; qt_leaf_carry.h); the rows of the sequence as the fp32
- * wrapper finds them (an expert host's packed rows via seg). */
+ * wrapper finds them (an expert host's packed rows via seg); offered every leaf at once
+ * (the first sequence), all of them in one call. */
 void qt_op16_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
+    if (seq == 0 && ctx->wgrad_epi && ctx->wgrad_epi->leaves &&
+        qt_op16_expert_ffn_wgrad_leaves(op, ctx, ctx->wgrad_epi->leaves)) {
+        ctx->wgrad_epi->leaves->done = 1;
+        return;
+    }
     int64_t t0, S, k;
     qt_op_expert_wgrad_rows(op, ctx, seq, &t0, &S, &k);
     const int64_t d = QT_A(op, EXPERT_FFN_WGRAD, d), f = QT_A(op, EXPERT_FFN_WGRAD, f),

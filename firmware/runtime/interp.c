@@ -6,7 +6,10 @@
  * gradients are reduced only through qt_tree (never summed across sequences by a kernel),
  * so gradient bits depend only on the leaves and their count, not on the batch split; an
  * odd leaf of a writing kind is offered to its wrapper as a carry (qt_tree_carry), which
- * the kernel stores in its epilogue with qt_tree_push's additions, else it is pushed here.
+ * the kernel stores in its epilogue with qt_tree_push's additions, else it is pushed here;
+ * before the first sequence a writing kind's wrapper is also offered every leaf of the op at
+ * once (qt_wgrad_leaves: the loop's own dests and carries), and when it takes the offer the
+ * loop ends there (the leaves' additions per element are the same, in the same order).
  * No heap: the level pointer table lives on the stack with a fixed bound. With units
  * (plan->grad_units q > 1: the step form on a mesh whose ranks hold a number of leaves that
  * is not a power of two) leaf i goes to unit i / U as leaf i % U of a tree whose top is that
@@ -29,6 +32,7 @@
 static struct {
     uint8_t wgrad_uses[QT_INTERP_MAX_PARAMS];  /* validation scratch: WGRAD slots per param */
     qt_interp_prof *prof;                      /* NULL: no timing at all */
+    qt_wgrad_leaves leaves;                    /* the all-leaves offer of qt_interp_wgrad */
 } qt_interp_state;
 
 void qt_interp_set_profile(qt_interp_prof *prof)
@@ -308,6 +312,35 @@ static void qt_interp_offer_carry(float *const *levels, const qt_param *pa, cons
     wctx->wgrad_epi = epi;
 }
 
+/* The all-leaves offer (qt_leaf_carry.h) of a writing kind's op: for s = 0..per_mb-1 the
+ * leaf numbers, unit levels and carries the per-sequence loop below computes, in its
+ * order (levels[ul] moved per leaf as there; the loop sets it again before each use). NULL
+ * (no offer) for one leaf, or more than QT_WGRAD_LEAVES_MAX. */
+static qt_wgrad_leaves *qt_interp_leaves(const qt_plan *p, const qt_param *pa, const qt_param *pb,
+                                         float **levels, int64_t per_mb, int64_t mb, int64_t U,
+                                         int lu, int ul)
+{
+    qt_wgrad_leaves *all = &qt_interp_state.leaves;
+    if (per_mb < 2 || per_mb > QT_WGRAD_LEAVES_MAX) return NULL;
+    memset(all, 0, sizeof *all);
+    all->n = (int32_t)per_mb;
+    for (int64_t s = 0; s < per_mb; s++) {
+        int64_t leaf = p->n_mb_levels > 0 ? s : mb * per_mb + s;
+        if (U) {
+            levels[ul] = (float *)(void *)(p->arena + p->tree_offset[lu + leaf / U]);
+            leaf %= U;
+        }
+        if (qt_tree_carry(levels, pa->leaf_offset, leaf, &all->carry[s][0])) {
+            all->carried[s] = 1;
+            if (pb) (void)qt_tree_carry(levels, pb->leaf_offset, leaf, &all->carry[s][1]);
+        } else { /* an even leaf: computed in level 0 (qt_tree_leaf_dest) */
+            all->dw[s][0] = qt_tree_leaf_dest(levels, pa->leaf_offset, NULL, leaf);
+            if (pb) all->dw[s][1] = qt_tree_leaf_dest(levels, pb->leaf_offset, NULL, leaf);
+        }
+    }
+    return all;
+}
+
 static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, const qt_op *op,
                             const qt_ctx *ctx, int64_t mb)
 {
@@ -334,6 +367,8 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
     qt_stage_map map;
     qt_ctx wctx;
     qt_interp_wgrad_ctx(&table[op->kind], op, ctx, &map, &wctx);
+    qt_wgrad_leaves *all = writes ? qt_interp_leaves(p, pa, pb, levels, per_mb, mb, U, lu, ul)
+                                  : NULL;
     for (int64_t s = 0; s < per_mb; s++) {
         /* one tree over the step's leaves, or one per microbatch */
         int64_t leaf = p->n_mb_levels > 0 ? s : mb * per_mb + s;
@@ -346,6 +381,10 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
         qt_wgrad_epi epi;
         if (prof) t0 = qt_interp_now();
         qt_interp_offer_carry(levels, pa, pb, leaf, writes, cy, &epi, &wctx);
+        if (s == 0 && all) { /* every leaf at once, if the wrapper can */
+            epi.leaves = all;
+            wctx.wgrad_epi = &epi;
+        }
         dw[0] = qt_tree_leaf_dest(levels, pa->leaf_offset, scratch, leaf);
         if (!writes) memset(dw[0], 0, (size_t)pa->numel * sizeof(float));
         if (pb) {
@@ -357,6 +396,14 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
         table[op->kind].wgrad(op, &wctx, s, dw);
         qt_interp_progress(ctx);
         if (prof) t2 = qt_interp_now();
+        if (s == 0 && all && all->done) { /* every leaf is in the tree already */
+            if (prof) {
+                prof->leaf_zero_s += t1 - t0;
+                prof->wgrad_s[op->kind] += t2 - t1;
+                prof->wgrad_calls[op->kind] += per_mb;
+            }
+            return;
+        }
         /* a leaf whose carry the kernel stored is in the tree already */
         if (!epi.done[0]) qt_tree_push(levels, pa->leaf_offset, pa->numel, scratch, leaf);
         if (pb && !epi.done[1])

@@ -19,7 +19,10 @@
 //      path and scratch size of (a) (whole experts, experts without rows, chains continued
 //      across chunks in the carry's destination), 1, 2 and 3 addends holding infinities,
 //      signed zeros and denormals, saved and recomputed dgu; a scratch below a pair of rows
-//      is refused.
+//      is refused;
+//  (g) every leaf of a call at once (qt_bf16_expert_ffn_wgrad_leaves, expert-major) against
+//      the leaves one by one (written into level 0 or carried), 2 to 4 sequences from an
+//      even and an odd first leaf, on every path and scratch size, saved and recomputed dgu.
 // Mutations tried by hand (not committed) are recorded in docs/precision.md.
 #include <math.h>
 #include <stdint.h>
@@ -536,6 +539,56 @@ void ffn_carry_case(const char *what, int path, const Ffn &c, const vb &gu, cons
     CHECK_EQUAL(0, diff(w2, fd.data(), rd.data(), fd.size()));
 }
 
+// (g) the leaves of one call at once (qt_bf16_expert_ffn_wgrad_leaves: expert-major) against
+// the same leaves one by one (leaf first + j of the T tokens split into L sequences of T / L:
+// an even leaf written into level 0, an odd one by its carry), on level buffers holding
+// random values (stale levels included): every level equal, 0 ulp.
+void ffn_leaves_case(const char *what, int path, const Ffn &c, const vb &gu, const qt_bf16 *dgu,
+                     vf &sc, int64_t wscr, int32_t L, int64_t first, uint64_t *s)
+{
+    const int64_t d = c.d, f = c.f, k = c.k, E = c.E, S = c.T / L;
+    const int64_t ng = E * 2 * f * d, nd = E * d * f;
+    const int32_t nl = 4; // levels: leaves first .. first + L - 1 <= 7
+    vf rg((size_t)(nl * ng)), rd((size_t)(nl * nd));
+    for (auto &v : rg) v = level_value(s);
+    for (auto &v : rd) v = level_value(s);
+    vf fg(rg), fd(rd);
+    float *lrg[nl], *lrd[nl], *lfg[nl], *lfd[nl];
+    for (int32_t l = 0; l < nl; l++) {
+        lrg[l] = rg.data() + l * ng, lrd[l] = rd.data() + l * nd;
+        lfg[l] = fg.data() + l * ng, lfd[l] = fd.data() + l * nd;
+    }
+    std::vector<qt_bf16_ffn_leaf> lv((size_t)L);
+    std::vector<qt_leaf_carry> cy((size_t)(2 * L));
+    for (int32_t j = 0; j < L; j++) {
+        const int64_t t0 = j * S, leaf = first + j;
+        const qt_bf16 *dyj = c.dy.data() + t0 * k * d, *xj = c.x.data() + t0 * d,
+                      *guj = gu.data() + t0 * k * 2 * f, *dguj = dgu ? dgu + t0 * k * 2 * f : nullptr;
+        const int32_t *idj = c.idx.data() + t0 * k;
+        qt_leaf_carry cg, cd;
+        if (qt_tree_carry(lrg, 0, leaf, &cg)) { // the reference: one call per leaf
+            CHECK(qt_tree_carry(lrd, 0, leaf, &cd));
+            CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_carry_on(path, &cg, &cd, dyj, xj, idj, guj, dguj, c.wdn.data(), sc.data(), S, k, E, d, f, wscr));
+        } else {
+            CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_on(path, lrg[0], lrd[0], dyj, xj, idj, guj, dguj, c.wdn.data(), sc.data(), S, k, E, d, f, wscr));
+        }
+        qt_bf16_ffn_leaf &l = lv[(size_t)j];
+        l.dy = dyj, l.x = xj, l.gu = guj, l.dgu = dguj, l.idx = idj, l.T = S, l.k = k;
+        l.dw_gu = l.dw_down = nullptr, l.c_gu = l.c_down = nullptr;
+        if (qt_tree_carry(lfg, 0, leaf, &cy[(size_t)(2 * j)])) {
+            CHECK(qt_tree_carry(lfd, 0, leaf, &cy[(size_t)(2 * j + 1)]));
+            l.c_gu = &cy[(size_t)(2 * j)], l.c_down = &cy[(size_t)(2 * j + 1)];
+        } else {
+            l.dw_gu = lfg[0], l.dw_down = lfd[0];
+        }
+    }
+    CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_leaves_on(path, lv.data(), L, c.wdn.data(), sc.data(), E, d, f, wscr));
+    char w2[260];
+    snprintf(w2, sizeof w2, "%s leaves L%d first %lld %s", what, (int)L, (long long)first, dgu ? "saved" : "recomputed");
+    CHECK_EQUAL(0, diff(w2, fg.data(), rg.data(), fg.size()));
+    CHECK_EQUAL(0, diff(w2, fd.data(), rd.data(), fd.size()));
+}
+
 void ffn_case(int64_t T, int64_t k, int64_t E, int64_t d, int64_t f, int64_t nb, uint64_t *s)
 {
     char what[200];
@@ -582,6 +635,12 @@ void ffn_case(int64_t T, int64_t k, int64_t E, int64_t d, int64_t f, int64_t nb,
             for (int32_t n = 1; n <= 3; n++)
                 ffn_carry_case(what, pi < 4 ? path : -1, c, gu, n == 2 ? nullptr : dgu.data(),
                                sc, sz.wgrad, dwg, dwd, n, s);
+            // (g) every leaf at once: 2..4 sequences starting at an even and an odd leaf
+            for (int32_t L = 2; L <= 4 && pi < 4; L++)
+                if (T % L == 0)
+                    for (int64_t first = 0; first <= 3; first += 3)
+                        ffn_leaves_case(what, path, c, gu, L == 3 ? nullptr : dgu.data(), sc,
+                                        sz.wgrad, L, first, s);
         }
     // (f) a scratch below a pair of rows, with an expert of more than one row: refused,
     // nothing written
