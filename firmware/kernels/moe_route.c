@@ -270,25 +270,40 @@ void QT_FN(qt_moe_ragged_keep)(int32_t *kidx, int32_t *drops, const int32_t *idx
                                const int32_t *cnt, int64_t T, int64_t E, int64_t k, int64_t S,
                                int64_t El, int64_t me, int64_t B)
 {
-    /* pos[e]: the 0-based place in host e / El's buffer of this member's next row of e */
-    int64_t pos[QT_MOE_RAGGED_MAX_EXPERTS];
-    const int ok = E <= QT_MOE_RAGGED_MAX_EXPERTS && El >= 1 && E % El == 0;
-    for (int64_t e = 0; ok && e < E; e++) {
-        const int64_t h0 = e / El * El;
-        int64_t p = 0;
-        for (int64_t i = 0; i < me; i++)
-            for (int64_t f = h0; f < h0 + El; f++) p += cnt[i * E + f];
-        for (int64_t f = h0; f < e; f++) p += cnt[me * E + f];
-        pos[e] = p;
-    }
+    const int ok = El >= 1 && E % El == 0;
+    /* rows of no expert of [0, E) (or a layout that is not whole hosts): dropped, counted
+     * here once */
     for (int64_t s = 0; s < T / S; s++) {
         int32_t dropped = 0;
-        for (int64_t r = s * S * k; r < (s + 1) * S * k; r++) {
-            const int32_t e = idx[r];
-            const int keep = ok && e >= 0 && e < E && pos[e]++ < B;
-            kidx[r] = keep ? e : -1;
-            dropped += !keep;
-        }
+        for (int64_t r = s * S * k; r < (s + 1) * S * k; r++)
+            if (!ok || idx[r] < 0 || idx[r] >= E) kidx[r] = -1, dropped++;
         if (drops) drops[s] += dropped;
+    }
+    if (!ok) return;
+    /* the experts in stack blocks, block after block: a row's place depends only on the rows
+     * of its own expert before it, so the blocks change no decision (integers only) */
+    int64_t pos[QT_MOE_EXPERT_BLOCK]; /* the 0-based place in host e / El's buffer of this
+                                         member's next row of expert e0 + i */
+    for (int64_t e0 = 0; e0 < E; e0 += QT_MOE_EXPERT_BLOCK) {
+        const int64_t n = E - e0 < QT_MOE_EXPERT_BLOCK ? E - e0 : QT_MOE_EXPERT_BLOCK;
+        for (int64_t e = e0; e < e0 + n; e++) {
+            const int64_t h0 = e / El * El;
+            int64_t p = 0;
+            for (int64_t i = 0; i < me; i++)
+                for (int64_t f = h0; f < h0 + El; f++) p += cnt[i * E + f];
+            for (int64_t f = h0; f < e; f++) p += cnt[me * E + f];
+            pos[e - e0] = p;
+        }
+        for (int64_t s = 0; s < T / S; s++) {
+            int32_t dropped = 0;
+            for (int64_t r = s * S * k; r < (s + 1) * S * k; r++) {
+                const int32_t e = idx[r];
+                if (e < e0 || e >= e0 + n) continue;
+                const int keep = pos[e - e0]++ < B;
+                kidx[r] = keep ? e : -1;
+                dropped += !keep;
+            }
+            if (drops) drops[s] += dropped;
+        }
     }
 }

@@ -10,10 +10,6 @@
 #ifndef QT_KERNELS_MOE_ROUTE_H
 #define QT_KERNELS_MOE_ROUTE_H
 
-/* MOE_RAGGED's per-expert receive positions live on the stack (the routing and capacity
- * kernels take any E in blocks; the ragged keep rule has not been blocked yet). */
-#define QT_MOE_RAGGED_MAX_EXPERTS 1024
-
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -93,8 +89,9 @@ void qt_moe_capacity_counts_f64(int32_t *cnt, const int32_t *idx, int64_t T, int
  * expert over its T rows (member order, qt_moe_capacity_counts with S = T). Host j receives
  * its rows ordered by source member, then expert, then the source's (t, slot) order, and
  * keeps the first B of them. This member (index me) writes kidx[T,k] = idx or -1 (past the
- * buffer) and adds each sequence's dropped count into drops[T/S] (NULL: none). Requires
- * E <= QT_MOE_RAGGED_MAX_EXPERTS (else every assignment is marked dropped), idx in [0, E). Integer
+ * buffer) and adds each sequence's dropped count into drops[T/S] (NULL: none). Takes
+ * any E: the positions are stack blocks of experts (moe_route.c), one pass over the rows per
+ * block; an idx outside [0, E), or E not a multiple of El, is marked dropped. Integer
  * only (the _f64 name exists for the double test build). */
 void qt_moe_ragged_keep(int32_t *kidx, int32_t *drops, const int32_t *idx, const int32_t *cnt,
                         int64_t T, int64_t E, int64_t k, int64_t S, int64_t El, int64_t me,

@@ -355,13 +355,13 @@ int qt_check_moe_ragged(const qt_plan *p, const qt_op *op, qt_check_state *st)
     for (int a = 0; a < QT_MESH_COUNT; a++)
         if (mask & (1ll << a)) M *= p->mesh[a];
     const int32_t ts = QT_T(op, MOE_RAGGED, scratch);
-    if (E < 1 || E > QT_MOE_RAGGED_MAX_EXPERTS || S < 1 || T % S || B < 0 || El < 1 ||
+    if (E < 1 || S < 1 || T % S || B < 0 || El < 1 ||
         M * El != E || mask <= 0 || mask >= (1ll << QT_MESH_COUNT) || ts < 0 ||
         ts >= p->n_tensors || p->tensors[ts].dtype != QT_I32 || p->tensors[ts].numel < M * E) {
-        snprintf(st->why, sizeof st->why, "receive-buffer dropping with %lld experts (kernel "
-                 "limit %d, %lld per rank), %lld tokens in sequences of %lld, buffer %lld rows, "
+        snprintf(st->why, sizeof st->why, "receive-buffer dropping with %lld experts "
+                 "(%lld per rank), %lld tokens in sequences of %lld, buffer %lld rows, "
                  "group mask 0x%llx (%lld ranks), scratch t3 = %d (needs an I32 tensor of >= "
-                 "%lld elements)", (long long)E, QT_MOE_RAGGED_MAX_EXPERTS, (long long)El,
+                 "%lld elements)", (long long)E, (long long)El,
                  (long long)T, (long long)S, (long long)B, (long long)mask, (long long)M,
                  (int)ts, (long long)(M * E));
         return 1;

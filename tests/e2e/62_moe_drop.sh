@@ -156,3 +156,22 @@ ragged_ep4() {
   echo "way, but other rows); step 9: EP2 $(tail -n 1 "$MD/rb05-mesh-next-ep2.det"), EP4 $(tail -n 1 "$MD/rb05-mesh-next-ep4.det")"
 }
 check "ragged_buffer_factor 0.5: EP4 drops other rows than EP2 (the bits depend on the expert degree)" ragged_ep4
+
+# Any expert count: 2048 experts (the keep rule's stack blocks of 1024; each host's 1024
+# experts a block) on EP2: r 100 == the dropless run bit for bit with 0 dropped, r 0.5
+# drops at every step
+RB_MANY="num_experts=2048 num_experts_per_tok=8 base_moe_mlp_dim=4"
+ragged_many() {
+  md_variant mesh-next-ep2 2 rbm0 $RB_MANY &&
+    md_variant mesh-next-ep2 2 rbm100 $RB_MANY ragged_buffer_factor=100 &&
+    md_variant mesh-next-ep2 2 rbm05 $RB_MANY ragged_buffer_factor=0.5 || return 1
+  cmp "$MD/rbm0-mesh-next-ep2.det" "$MD/rbm100-mesh-next-ep2.det" || return 1
+  [ "$(md_dropped rbm100-mesh-next-ep2 | cut -d/ -f1 | sort -u)" = "0" ] ||
+    { echo "r 100 dropped: $(md_dropped rbm100-mesh-next-ep2 | sort -u)"; return 1; }
+  local d
+  d=$(md_dropped rbm05-mesh-next-ep2)
+  echo "$d" | awk -F/ '{ n++; if ($1 + 0 > 0 && $1 + 0 < $2 + 0) ok++ } END { exit (n == 10 && ok == 10) ? 0 : 1 }' ||
+    { echo "r 0.5: expected 0 < dropped < assignments at each of 10 steps: $(echo $d)"; return 1; }
+  echo "r 100 == dropless: $(tail -n 1 "$MD/rbm0-mesh-next-ep2.det"); r 0.5 dropped per step: $(echo $d)"
+}
+check "ragged_buffer_factor with 2048 experts on EP2: r 100 == dropless bit for bit, r 0.5 drops" ragged_many

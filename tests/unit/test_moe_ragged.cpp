@@ -66,12 +66,15 @@ static uint32_t next_u32()
 // hosts overflow), M members of T tokens, buffers B from 0 to beyond the worst case.
 TEST(MoeRagged, KeepsExactlyWhatMaxTextsTruncatedExchangeReceives)
 {
-    const int64_t cases[][5] = {{2, 4, 2, 8, 4}, {4, 8, 2, 6, 3}, {2, 8, 3, 10, 5},
-                                {4, 4, 1, 12, 4}};
+    // {M, E, k, T, S, trials}; the last two pass the kernel's stack block of 1024 experts
+    // (a host's experts straddling a block boundary: 1300 a host of 2600, 768 of 3072)
+    const int64_t cases[][6] = {{2, 4, 2, 8, 4, 20},      {4, 8, 2, 6, 3, 20},
+                                {2, 8, 3, 10, 5, 20},     {4, 4, 1, 12, 4, 20},
+                                {2, 2600, 4, 150, 50, 3}, {4, 3072, 3, 100, 25, 2}};
     int64_t dropped_somewhere = 0, checked = 0;
     for (const auto &c : cases) {
         const int64_t M = c[0], E = c[1], k = c[2], T = c[3], S = c[4];
-        for (int trial = 0; trial < 20; trial++) {
+        for (int trial = 0; trial < c[5]; trial++) {
             std::vector<std::vector<int32_t>> idx(M, std::vector<int32_t>(T * k));
             for (int64_t i = 0; i < M; i++)
                 for (int64_t t = 0; t < T; t++)

@@ -16,7 +16,7 @@
  *    (model/graph.c MOE_RAGGED, MaxText's rule), so the bits depend on the expert degree
  *    (plan.txt says so); Ep 1 or sparse_matmul false: ignored with a note (MaxText has no
  *    buffer there), ragged_factor -1; refused with a context axis (qtrain's expert group
- *    then spans the context ranks) and above 1024 experts.
+ *    then spans the context ranks).
  * Messages name the key, its value and where it was set ("key=value (where): ...").
  * Uses core and config only.
  */
@@ -60,12 +60,6 @@ static int moe_ragged_rules(const qt_cg_config *c, qt_cg_settings *s, double rb,
                               "implemented); expected <= 0 (dropless) with a context axis, or "
                               "context parallelism 1",
                               cp, ep);
-    if (s->m.n_experts > 1024)
-        return qt_cg_rule_bad(c, err, errlen, "ragged_buffer_factor",
-                              "receive-buffer dropping with num_experts=%lld: the kernel's "
-                              "per-expert counters hold at most 1024 experts "
-                              "(QT_MOE_RAGGED_MAX_EXPERTS, firmware/kernels/moe_route.h); expected <= 0 (dropless)",
-                              (long long)s->m.n_experts);
     s->ragged_factor = rb;
     snprintf(s->moe_note, sizeof s->moe_note, "ragged_buffer_factor=%g: each expert host's "
              "receive buffer holds int(T x k x %g) rows a microbatch (T a rank's tokens) and "
