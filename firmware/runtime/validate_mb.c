@@ -15,6 +15,10 @@
  * last microbatch's, before GRAD_MB_FINALIZE). The in-flight rules themselves (one reduce-scatter,
  * nothing blocking beside it) are qt_validate_splits', which walks the microbatch and step
  * schedules with the microbatch-end's starts in flight.
+ * The per-layer form (layer_reduce) has its own units split inside the microbatch schedule
+ * (collective_overlap, docs/overlap.md "The per-layer form's units exchange"): unflagged
+ * GRAD_MB_UNITS_START / _WAIT pairs of one range, in order, one in flight, and no weight
+ * gradient between them writing a leaf window that meets the range's.
  */
 #include <string.h>
 #include "qt_validate.h"
@@ -41,6 +45,51 @@ static int qt_mbs_start_of(const qt_op *op)
            : op->kind == QT_OP_GRAD_MB_UNITS_WAIT ? QT_OP_GRAD_MB_UNITS_START : 0;
 }
 
+/* Whether flat ranges a and b's leaf windows (per-layer reduction: [leaf_lo, + n) of every
+ * leaf-tree level) share an element. */
+static int qt_mbs_windows_meet(const qt_plan *p, int32_t a, int32_t b)
+{
+    const qt_flat_range *x = &p->ranges[a], *y = &p->ranges[b];
+    return x->leaf_lo < y->leaf_lo + y->n && y->leaf_lo < x->leaf_lo + x->n;
+}
+
+/* The per-layer form's split units exchange (layer_reduce, collective_overlap): an unflagged
+ * GRAD_MB_UNITS_START of range r (*split = r) is completed by the same microbatch's next
+ * unflagged GRAD_MB_UNITS_WAIT, of range r (*split = -1), and no weight gradient between
+ * them writes a leaf window that meets r's (the exchange reads and writes r's unit windows
+ * while in flight: r's own weight gradients, or another range's placed over r's window, would
+ * change what it sends). The in-flight rules (one units exchange, nothing blocking beside
+ * it) are qt_validate_splits'. */
+static int qt_mbs_layer_units(const qt_plan *p, const qt_op *op, int32_t i, int32_t *split)
+{
+    if (!p->layer_reduce || (op->flags & QT_OPF_PREV_MB)) return QT_OK;
+    if (op->kind == QT_OP_GRAD_MB_UNITS_START || op->kind == QT_OP_GRAD_MB_UNITS_WAIT) {
+        const int64_t r = QT_A(op, GRAD_MB_UNITS, range);
+        const int start = op->kind == QT_OP_GRAD_MB_UNITS_START;
+        if (r < 0 || r >= p->n_ranges)
+            return qt_mbs_fail(p, "microbatch", i, "a units op whose range is not the plan's");
+        if (start && *split >= 0)
+            return qt_mbs_fail(p, "microbatch", i, "a per-layer units exchange started while "
+                               "another is in flight");
+        if (!start && *split != r)
+            return qt_mbs_fail(p, "microbatch", i, "waits for a per-layer units exchange the "
+                               "schedule did not start (in this order)");
+        *split = start ? (int32_t)r : -1;
+        return QT_OK;
+    }
+    if (*split < 0 || !(op->flags & QT_OPF_WGRAD)) return QT_OK;
+    for (int k = 0; k < 2; k++) {
+        const int64_t pi = op->a[QT_A_WGRAD_PARAM + k];
+        if (pi < 0 || pi >= p->n_params) continue;  /* the op's own check names it */
+        const int32_t r = qt_plan_range_of(p, p->params[pi].flat_offset);
+        if (r >= 0 && qt_mbs_windows_meet(p, r, *split))
+            return qt_mbs_fail(p, "microbatch", i, "a weight gradient writes a leaf window "
+                               "that meets the one of the range whose per-layer units "
+                               "exchange is in flight");
+    }
+    return QT_OK;
+}
+
 int qt_validate_mb_splits(const qt_plan *p, const qt_kernel_entry *table)
 {
     int n_start = 0;
@@ -59,17 +108,26 @@ int qt_validate_mb_splits(const qt_plan *p, const qt_kernel_entry *table)
             n_start < QT_MAX_IN_FLIGHT)
             started[n_start++] = *op;
     }
-    /* the microbatch schedule: the flagged ops, before any gradient write */
+    /* the microbatch schedule: the flagged ops, before any gradient write; and the
+     * per-layer form's split units exchanges (in the same microbatch) */
     qt_op flagged[2 * QT_MAX_IN_FLIGHT];
     int n_flag = 0, n_wait = 0, written = 0;
+    int32_t layer_split = -1;  /* the range whose per-layer split exchange is in flight */
     for (qt_mb_cursor c = qt_mb_begin(p); qt_mb_next(&c);) {
         const qt_op *op = c.op;
         const int step = op->kind < QT_OP_COUNT && table[op->kind].step;
-        if (op->kind == QT_OP_GRAD_MB_UNITS_START ||
-            (op->kind == QT_OP_GRAD_MB_UNITS_WAIT && !(op->flags & QT_OPF_PREV_MB)))
+        const int layer_units = p->layer_reduce && !(op->flags & QT_OPF_PREV_MB) &&
+                                (op->kind == QT_OP_GRAD_MB_UNITS_START ||
+                                 op->kind == QT_OP_GRAD_MB_UNITS_WAIT);
+        if (!layer_units && (op->kind == QT_OP_GRAD_MB_UNITS_START ||
+                             (op->kind == QT_OP_GRAD_MB_UNITS_WAIT &&
+                              !(op->flags & QT_OPF_PREV_MB))))
             return qt_mbs_fail(p, "microbatch", c.logical, "a units exchange's start, or a "
-                               "wait not flagged PREV_MB (the split exchange starts at the "
-                               "microbatch's end and completes in the next one)");
+                               "wait not flagged PREV_MB, without per-layer reduction (the "
+                               "microbatch form's split exchange starts at the microbatch's "
+                               "end and completes in the next one)");
+        const int rc = qt_mbs_layer_units(p, op, c.logical, &layer_split);
+        if (rc) return rc;
         if (!(op->flags & QT_OPF_PREV_MB)) {
             written |= (op->flags & QT_OPF_WGRAD) || step;
             continue;
@@ -100,6 +158,9 @@ int qt_validate_mb_splits(const qt_plan *p, const qt_kernel_entry *table)
     if (n_wait != n_start)
         return qt_mbs_fail(p, "microbatch-end", p->n_mbend_ops, "starts a collective no "
                            "PREV_MB wait of the microbatch schedule completes");
+    if (layer_split >= 0)
+        return qt_mbs_fail(p, "microbatch", p->n_mb_ops, "the microbatch schedule ends with a "
+                           "per-layer split units exchange in flight");
     /* the step schedule opens with the same ops (the last microbatch's), and has no others */
     for (int32_t i = 0; i < p->n_step_ops; i++) {
         const qt_op *op = &p->step_ops[i];

@@ -26,7 +26,9 @@
 #     with three and G 3, data 3 with one and G 2 (units of one leaf, q = 1);
 #   * the per-layer form's units: the data 2 and expert 2 runs with three a microbatch and
 #     G 2 with gradient_reduce=layer, and scanned 16 layers on data 2 x expert 2 with
-#     per-layer gathers, ZeRO-1 and overlapped gathers (plan variants);
+#     per-layer gathers, ZeRO-1 and overlapped gathers (plan variants); their exchange beside
+#     compute (collective_overlap on == off == one rank): data 2 with six, data 3 with three,
+#     fsdp 2 with six and per-layer gathers, data 2 x context 3;
 #   * data 2 with 25 a microbatch and G 2 in the microbatch form: 25 unit levels would pass
 #     the 24 a plan has, so the reduce-scatter per microbatch stays (the old arithmetic):
 #     plan.txt says "no", two runs are identical, and the bits differ from one rank's 100
@@ -332,6 +334,41 @@ split_layer_same() {
 }
 check "any split: data 2 with 3 leaves a microbatch, G 2, per layer (units) == one rank, bit for bit" split_layer_same split-next-dp2-g2-mb 2
 check "any split: expert 2 with 3 leaves a microbatch, G 2, per layer (units) == one rank, bit for bit" split_layer_same split-next-ep2-b3-g2 2
+
+# the per-layer form's units exchange beside compute (collective_overlap, docs/overlap.md "The
+# per-layer form's units exchange"): each range's exchange but the last starts after its last
+# weight gradient (GRAD_MB_UNITS_START) and completes, with the push, before the next range's
+# (GRAD_MB_UNITS_WAIT), beside the next range's weight gradients. `on` == `off` (blocking) ==
+# one rank, loss bits and fingerprint of 10 steps; plan.txt says how many are split (none with
+# off). Mutations that made these fail (tried by hand): the wait not waiting (pushing what the
+# exchange has not yet received: differs from step 0), the start exchanging from the unit
+# windows without zeroing their padding first (differs at step 0 for data 2 with 6),
+# the leaf windows planned without the wait (ranges.c: the next range's window over the one
+# in flight: configgen's check_windows refuses; with that check off the firmware's
+# qt_validate_mb_splits refuses the plan).
+# layer_units_overlap RUN RANKS ONE [KEY=VALUE...]: RUN's variant with gradient_reduce=layer
+layer_units_overlap() {
+  local r=$1 n=$2 one=$3; shift 3
+  local d=$QT_TMP/odd/lov/$r co
+  mkdir -p "$d/on" "$d/off"
+  for co in on off; do
+    plan_variant $r "$d/$co" gradient_reduce=layer collective_overlap=$co "$@" || return 1
+  done
+  local t=$d/on/$r-v/plan/$r/plan.txt
+  grep -q "one-rank bits: yes: .* per layer, right after" "$t" || { grep "one-rank bits" "$t"; return 1; }
+  grep -q "split: [1-9][0-9]* of [0-9]* ranges' units exchanges per layer" "$t" &&
+    grep -q "grad_mb_units_start" "$t" && grep -q "grad_mb_units_wait" "$t" ||
+    { echo "$t: no split units exchange"; return 1; }
+  ! grep -q "grad_mb_units_start\|units exchanges per layer" "$d/off/$r-v/plan/$r/plan.txt" ||
+    { echo "off splits"; return 1; }
+  plan_det "$one" 1 "$QT_TMP/odd" 10 && var_det "$d/on" $r "$n" on steps=10 &&
+    var_det "$d/off" $r "$n" off steps=10 || return 1
+  same_det "$QT_TMP/odd/$one.det" "$d/off/off.det" 10 && same_det "$d/off/off.det" "$d/on/on.det" 10
+}
+check "any split: data 2 with 6 a rank, per layer, units exchange overlapped == blocking == one rank, bit for bit" layer_units_overlap split-next-dp2-b6 2 odd-next-1r-b12
+check "any split: data 3 with 3 a rank, per layer, units exchange overlapped == blocking == one rank, bit for bit" layer_units_overlap odd-next-dp3-b3 3 odd-next-1r-b9
+check "any split: fsdp 2 with 6 a rank, per layer with per-layer gathers, units exchange overlapped (gathers in flight too) == blocking == one rank, bit for bit" layer_units_overlap split-next-fsdp2-b6 2 odd-next-1r-b12 param_gather=layer
+check "any split: data 2 x context 3, per layer, units exchange overlapped == blocking == one rank, bit for bit" layer_units_overlap npow2-c3-next-dp2cp3 6 npow2-c3-next-1r-b2
 
 # the per-layer form's units with scanned layers, per-layer parameter gathers, ZeRO-1 and
 # overlapped gathers (GRAD_MB_UNITS a scanned op, its range moved by the stride): data 2 x

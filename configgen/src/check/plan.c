@@ -102,24 +102,44 @@ static int check_regions(const qt_cg_graph *g, char *err, size_t errlen)
 
 /* Per-layer reduction: every range is totalled, (reduce-scattered) and pushed exactly once
  * per microbatch, after the last WGRAD of its parameters; the leaf windows of two ranges
- * whose uses (first WGRAD .. push) overlap share no element. */
+ * whose uses (first WGRAD .. push, or .. the split units exchange's wait) overlap share no
+ * element; a split units exchange is waited for before the next units op. */
 static int check_windows(const qt_cg_graph *g, char *err, size_t errlen)
 {
     if (!g->layer_reduce) return 0;
     int64_t *live = qt_cg_alloc((size_t)(2 * g->n_ranges) * sizeof *live);
     int rc = 0;
+    int64_t split = -1;  /* the range whose split units exchange is in flight */
     for (int r = 0; r < g->n_ranges; r++) live[2 * r] = live[2 * r + 1] = -1;
     for (int o = 0; o < g->nmb && !rc; o++) {
         const qt_op *op = &g->mb[o];
-        if (op->kind == QT_OP_GRAD_MB_PUSH || op->kind == QT_OP_GRAD_MB_UNITS) {
-            /* the push, or the units' exchange and push (one range: a0) */
+        if (op->kind == QT_OP_GRAD_MB_PUSH || op->kind == QT_OP_GRAD_MB_UNITS ||
+            op->kind == QT_OP_GRAD_MB_UNITS_START) {
+            /* the push, or the units' exchange and push (one range: a0), or its split start */
             const int64_t r = QT_A(op, GRAD_MB_PUSH, r0),
-                          r1 = op->kind == QT_OP_GRAD_MB_UNITS ? r + 1 : QT_A(op, GRAD_MB_PUSH, r1);
+                          r1 = op->kind == QT_OP_GRAD_MB_PUSH ? QT_A(op, GRAD_MB_PUSH, r1) : r + 1;
             if (r1 != r + 1 || r < 0 || r >= g->n_ranges || live[2 * r + 1] >= 0)
                 rc = qt_cg_fail(err, errlen, "microbatch op %d pushes ranges [%lld, %lld): "
                                 "expected one range, once", o, (long long)r,
                                 (long long)r1);
             else live[2 * r + 1] = o;
+            if (!rc && op->kind == QT_OP_GRAD_MB_UNITS_START) split = r;
+        }
+        if (op->kind == QT_OP_GRAD_MB_UNITS_WAIT) {
+            /* the split units exchange's wait and push (schedule/overlap.c): the window lives
+             * until it; one exchange in flight, waited for before the next units op */
+            const int64_t r = QT_A(op, GRAD_MB_UNITS_WAIT, range);
+            if (r != split)
+                rc = qt_cg_fail(err, errlen, "microbatch op %d waits for range %lld's units "
+                                "exchange, expected range %lld's", o, (long long)r,
+                                (long long)split);
+            else live[2 * r + 1] = o;
+            split = -1;
+        } else if (split >= 0 && (op->kind == QT_OP_GRAD_MB_UNITS ||
+                                  (op->kind == QT_OP_GRAD_MB_UNITS_START &&
+                                   QT_A(op, GRAD_MB_UNITS_START, range) != split))) {
+            rc = qt_cg_fail(err, errlen, "microbatch op %d: a units exchange beside range "
+                            "%lld's split one", o, (long long)split);
         }
         if (!(op->flags & QT_OPF_WGRAD)) continue;
         for (int k = 0; k < 2 && !rc; k++) {
@@ -132,6 +152,9 @@ static int check_windows(const qt_cg_graph *g, char *err, size_t errlen)
             if (live[2 * r] < 0) live[2 * r] = o;
         }
     }
+    if (!rc && split >= 0)
+        rc = qt_cg_fail(err, errlen, "range %lld's split units exchange is never waited for",
+                        (long long)split);
     for (int r = 0; r < g->n_ranges && !rc; r++) {
         if (live[2 * r + 1] < 0)
             rc = qt_cg_fail(err, errlen, "flat range %d is never pushed into the microbatch tree", r);

@@ -290,7 +290,8 @@ static void units_cost(const qt_cg_graph *g, int64_t q, int64_t reductions, int6
         /* the microbatch form's units: each range's own q_r (the odd part of its leaves) */
         q = g->grad_mb_units > 0 && T > 0 ? T / (T & -T) : q0;
         /* the split exchange's pieces go through the comm scratch's split part */
-        int64_t c = (i == split ? g->comm_split_elems : se0) / (2 * q);
+        const int split_i = i == split || qt_cg_units_split(g, i);
+        int64_t c = (split_i ? g->comm_split_elems : se0) / (2 * q);
         if (c > ((int64_t)16 << 20) / 4 / q) c = ((int64_t)16 << 20) / 4 / q;
         *rs += reductions * 4 * blk * (R - 1);
         *sent += reductions * 4 * q * blk * (R - 1);
@@ -1142,6 +1143,15 @@ static void coll_section(qt_cg_buf *b, const qt_cg_graph *g)
                              "backward: it runs beside that microbatch's forward), through the "
                              "comm scratch's split part of %lld bytes\n", mb_units_split(g),
                              (long long)(4 * g->comm_split_elems));
+        int n_split = 0;
+        for (int i = 0; i < g->n_ranges; i++) n_split += qt_cg_units_split(g, i);
+        if (n_split)
+            qt_cg_buf_printf(b, "  split: %d of %d ranges' units exchanges per layer "
+                             "(GRAD_MB_UNITS_START after the range's last weight gradient, "
+                             "GRAD_MB_UNITS_WAIT before the next range's units op: the next "
+                             "range's weight gradients run beside it; the last stays blocking), "
+                             "through the comm scratch's split part of %lld bytes\n", n_split,
+                             g->n_ranges, (long long)(4 * g->comm_split_elems));
     }
     /* expert parallelism: the row exchanges are microbatch ops with routing-dependent sizes */
     int n_ep = 0, n_ep_split = 0;

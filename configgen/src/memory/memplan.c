@@ -396,10 +396,12 @@ static void fixed_regions(qt_cg_graph *g, int64_t flat0)
         }
         const int64_t want = n < QT_CG_COMM_SCRATCH_SPLIT ? (n + 1) / 2 * 2
                                                           : QT_CG_COMM_SCRATCH_SPLIT;
+        /* units per layer: the ranges whose exchange is split (schedule/overlap.c) */
         if (g->ranges[r].reduce_mask && want > g->comm_split_elems &&
             (!g->grad_mb_units ||
-             (g->mb_overlap && qt_cg_group_size(g->s, g->ranges[r].reduce_mask) > 1)))
-            g->comm_split_elems = want;  /* units per layer: no split exchange */
+             ((g->mb_overlap || qt_cg_units_split(g, r)) &&
+              qt_cg_group_size(g->s, g->ranges[r].reduce_mask) > 1)))
+            g->comm_split_elems = want;
     }
     g->comm_scratch_elems += g->comm_split_elems;
     /* Checkpoint staging (multi-rank plans only, so one-rank plans keep their layout): the

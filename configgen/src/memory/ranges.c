@@ -136,7 +136,8 @@ int qt_cg_flat_ranges(qt_cg_graph *g, char *err, size_t errlen)
 
 /* Per-layer reduction: the ranges' leaf windows, placed first fit in range order among the
  * windows of ranges in use at the same time (from the range's first WGRAD op to its
- * GRAD_MB_PUSH or GRAD_MB_UNITS, schedule/layer_ops.c); the leaf-tree levels then span
+ * GRAD_MB_PUSH or GRAD_MB_UNITS, schedule/layer_ops.c, or to its split units exchange's
+ * GRAD_MB_UNITS_WAIT, schedule/overlap.c); the leaf-tree levels then span
  * g->leaf_elems. */
 void qt_cg_leaf_windows(qt_cg_graph *g)
 {
@@ -145,7 +146,11 @@ void qt_cg_leaf_windows(qt_cg_graph *g)
     for (int o = 0; o < g->nmb; o++) {
         const qt_op *op = &g->mb[o];
         if (op->kind == QT_OP_GRAD_MB_PUSH) live[2 * QT_A(op, GRAD_MB_PUSH, r0) + 1] = o;
-        if (op->kind == QT_OP_GRAD_MB_UNITS) live[2 * QT_A(op, GRAD_MB_UNITS, range) + 1] = o;
+        /* the units op, or (collective_overlap, schedule/overlap.c) its split start and the
+         * wait after it: the window lives until the wait */
+        if (op->kind == QT_OP_GRAD_MB_UNITS || op->kind == QT_OP_GRAD_MB_UNITS_START ||
+            op->kind == QT_OP_GRAD_MB_UNITS_WAIT)
+            live[2 * QT_A(op, GRAD_MB_UNITS, range) + 1] = o;
         if (!(op->flags & QT_OPF_WGRAD)) continue;
         for (int k = 0; k < 2; k++) {
             const int64_t pi = op->a[QT_A_WGRAD_PARAM + k];
@@ -164,4 +169,13 @@ int qt_cg_range_of(const qt_cg_graph *g, int p)
             g->ps[p].flat_offset < g->ranges[r].lo + g->ranges[r].n)
             return r;
     return -1;
+}
+
+int qt_cg_units_split(const qt_cg_graph *g, int r)
+{
+    for (int o = 0; o < g->nmb; o++)
+        if (g->mb[o].kind == QT_OP_GRAD_MB_UNITS_START &&
+            QT_A(&g->mb[o], GRAD_MB_UNITS_START, range) == r)
+            return 1;
+    return 0;
 }

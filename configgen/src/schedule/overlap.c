@@ -77,6 +77,74 @@ static int group_size(const qt_op *base, int n, int i)
     return e - i;
 }
 
+/* The per-layer form's units (grad_mb_units with per-layer reduction: one GRAD_MB_UNITS per
+ * range at its last weight gradient, schedule/layer_ops.c), one range late: the exchange of
+ * every range but the last of its part starts where the blocking op stood
+ * (GRAD_MB_UNITS_START) and completes, with the push, right before the next range's units
+ * op (GRAD_MB_UNITS_WAIT, flagged MOVED: it belongs to the layer of the op before it), so
+ * the next range's weight gradients run beside it. One units exchange in flight at a time
+ * (they share the comm scratch's split part); a range whose window holds a blocking
+ * reduce-scatter placeholder keeps its blocking op. First undoes an earlier call's split
+ * (exact inverse: on 0 restores layer_ops.c's schedule). */
+static void units_moves(qt_cg_graph *g, int on)
+{
+    int n = 0;
+    for (int o = 0; o < g->nmb; o++) {
+        if (g->mb[o].kind == QT_OP_GRAD_MB_UNITS_WAIT) continue;
+        g->mb[n] = g->mb[o];
+        if (g->mb[n].kind == QT_OP_GRAD_MB_UNITS_START) {
+            const int64_t r = QT_A(&g->mb[n], GRAD_MB_UNITS_START, range);
+            qt_cg_op_blank(&g->mb[n], QT_OP_GRAD_MB_UNITS);
+            QT_A(&g->mb[n], GRAD_MB_UNITS, range) = r;
+        }
+        n++;
+    }
+    g->nmb = n;
+    if (!on || !g->layer_reduce) return;
+    /* the next units op of the same part (forward / backward, pipeline chunk) after each */
+    int *next = qt_cg_alloc((size_t)(n ? n : 1) * sizeof *next);
+    int nsplit = 0, pending = -1, markers = 0, pmark = 0;
+    for (int o = 0; o < n; o++) {
+        next[o] = -1;
+        const qt_op *op = &g->mb[o];
+        markers += op->kind == QT_OP_PP_CHUNK;
+        if (pending >= 0 && (markers != pmark || (o >= g->n_fwd) != (pending >= g->n_fwd) ||
+                             placeholder(op) == 2))
+            pending = -1;  /* another part, or a blocking reduce-scatter in between */
+        if (op->kind != QT_OP_GRAD_MB_UNITS) continue;
+        if (pending >= 0) {
+            next[pending] = o;
+            nsplit++;
+        }
+        pending = o;
+        pmark = markers;
+    }
+    qt_op *old = g->mb;
+    g->capmb = n + nsplit;
+    g->mb = qt_cg_alloc((size_t)g->capmb * sizeof *g->mb);
+    g->nmb = 0;
+    int64_t wait_for = -1;  /* the range whose split exchange completes before op o */
+    for (int o = 0; o < n; o++) {
+        if (old[o].kind == QT_OP_GRAD_MB_UNITS && wait_for >= 0) {
+            qt_op *w = &g->mb[g->nmb++];
+            qt_cg_op_blank(w, QT_OP_GRAD_MB_UNITS_WAIT);
+            QT_A(w, GRAD_MB_UNITS_WAIT, range) = wait_for;
+            w->flags |= QT_OPF_MOVED;
+            wait_for = -1;
+        }
+        qt_op *d = &g->mb[g->nmb++];
+        *d = old[o];
+        if (next[o] >= 0) {
+            const int64_t r = QT_A(d, GRAD_MB_UNITS, range);
+            qt_cg_op_blank(d, QT_OP_GRAD_MB_UNITS_START);
+            QT_A(d, GRAD_MB_UNITS_START, range) = r;
+            wait_for = r;
+        }
+    }
+    free(old);
+    free(next);
+}
+
 void qt_cg_overlap_moves(qt_cg_graph *g, int on)
 {
     const int n = g->nmb;
@@ -145,6 +213,7 @@ void qt_cg_overlap_moves(qt_cg_graph *g, int on)
     free(base);
     free(moved);
     free(part);
+    units_moves(g, on);
 }
 
 /* The placeholder a split op pairs with: for op o, moved by qt_cg_overlap_moves, the

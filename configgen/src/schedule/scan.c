@@ -46,11 +46,13 @@ static int tensor_layer(const qt_cg_graph *g, int32_t id)
 /* Layer of flat range r: its first parameter's (a range holds one segment and starts with
  * a parameter, memory/memplan.c). */
 /* The flat range a QT_OPP_SCAN_RANGE op belongs to is its attribute a0 (qt_ops.h): r0 of
- * GRAD_MB_TOTAL and GRAD_MB_PUSH, range of GRAD_MB_UNITS and PARAM_GATHER. */
+ * GRAD_MB_TOTAL and GRAD_MB_PUSH, range of GRAD_MB_UNITS (and its split start) and
+ * PARAM_GATHER. */
 #define QT_CG_A_SCAN_RANGE 0
 _Static_assert(QT_A_GRAD_MB_TOTAL_r0 == QT_CG_A_SCAN_RANGE &&
                QT_A_GRAD_MB_PUSH_r0 == QT_CG_A_SCAN_RANGE &&
                QT_A_GRAD_MB_UNITS_range == QT_CG_A_SCAN_RANGE &&
+               QT_A_GRAD_MB_UNITS_START_range == QT_CG_A_SCAN_RANGE &&
                QT_A_PARAM_GATHER_range == QT_CG_A_SCAN_RANGE,
                "scan.c: a SCAN_RANGE kind's range is not its a0");
 
