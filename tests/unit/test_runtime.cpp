@@ -666,6 +666,73 @@ TEST(RuntimeSplit, MicrobatchFormSplitUnitsExchangeIsValidated)
     qt_set_quiet(0);
 }
 
+// The per-layer form's split units exchange (collective_overlap with per-layer reduction and
+// grad_mb_units, session 17): in the microbatch schedule, "U" / "X" start range 0's / 1's
+// exchange (GRAD_MB_UNITS_START), "V" / "Y" wait for it (unflagged GRAD_MB_UNITS_WAIT), "B"
+// range 2's blocking GRAD_MB_UNITS, "a" / "b" / "c" a weight gradient of a parameter of range
+// 0 / 1 / 2, "m" compute. Range 2's leaf window is range 0's when `share` (placed over it).
+static int rt_layer_units(const char *mbs, int share, int layer, int all)
+{
+    static qt_op mb[16];
+    static qt_plan p;
+    static qt_flat_range ranges[3];
+    static qt_param params[3];
+    memset(&p, 0, sizeof p);
+    memset(ranges, 0, sizeof ranges);
+    memset(params, 0, sizeof params);
+    int n = 0;
+    for (const char *c = mbs; *c; c++) {
+        qt_op *o = &mb[n++];
+        memset(o, 0, sizeof *o);
+        for (int k = 0; k < QT_OP_MAX_T; k++) o->t[k] = QT_NONE;
+        o->kind = *c == 'U' || *c == 'X' ? QT_OP_GRAD_MB_UNITS_START
+                  : *c == 'V' || *c == 'Y' ? QT_OP_GRAD_MB_UNITS_WAIT
+                  : *c == 'B' ? QT_OP_GRAD_MB_UNITS
+                  : *c >= 'a' && *c <= 'c' ? QT_OP_MATMUL_WGRAD : QT_OP_ADD;
+        o->a[0] = *c == 'X' || *c == 'Y' ? 1 : *c == 'B' ? 2 : 0;
+        if (*c >= 'a' && *c <= 'c') {
+            o->flags = QT_OPF_WGRAD;
+            o->a[QT_A_WGRAD_PARAM] = *c - 'a';
+            o->a[QT_A_WGRAD_PARAM + 1] = -1;
+        }
+    }
+    for (int r = 0; r < 3; r++) {
+        ranges[r].lo = 16 * r;
+        ranges[r].n = 16;
+        ranges[r].leaf_lo = r == 2 && share ? 0 : 16 * r;
+        params[r].flat_offset = 16 * r;
+    }
+    p.ranges = ranges;
+    p.n_ranges = 3;
+    p.params = params;
+    p.n_params = 3;
+    p.layer_reduce = layer;
+    p.run_name = "layer-units-test";
+    p.mb_ops = mb;
+    p.n_mb_ops = p.n_mb_logical = n;
+    p.n_mb_levels = 1;
+    p.train.grad_accum = 1;
+    return all ? qt_validate_splits(&p) : qt_validate_mb_splits(&p, qt_kernel_table);
+}
+
+TEST(RuntimeSplit, PerLayerSplitUnitsExchangeIsValidated)
+{
+    LONGS_EQUAL(0, rt_layer_units("aUbmVXcYB", 0, 1, 0));   // the committed shape
+    LONGS_EQUAL(0, rt_layer_units("aUbmVXcYB", 0, 1, 1));
+    LONGS_EQUAL(0, rt_layer_units("aUbVcB", 1, 1, 0));      // range 2 over range 0 after the wait
+    qt_set_quiet(1);
+    LONGS_EQUAL(QT_E_PLAN, rt_layer_units("aUbV", 0, 0, 0));     // without per-layer reduction
+    LONGS_EQUAL(QT_E_PLAN, rt_layer_units("aUaV", 0, 1, 0));     // its own weight gradient beside
+    LONGS_EQUAL(QT_E_PLAN, rt_layer_units("aUcV", 1, 1, 0));     // a window over it, beside
+    LONGS_EQUAL(QT_E_PLAN, rt_layer_units("aUbXVY", 0, 1, 0));   // two in flight
+    LONGS_EQUAL(QT_E_PLAN, rt_layer_units("aUbY", 0, 1, 0));     // waited for as another range
+    LONGS_EQUAL(QT_E_PLAN, rt_layer_units("aUbm", 0, 1, 0));     // never waited for
+    LONGS_EQUAL(QT_E_PLAN, rt_layer_units("aVUb", 0, 1, 0));     // a wait before its start
+    LONGS_EQUAL(QT_E_PLAN, rt_layer_units("aUbBV", 0, 1, 1));    // a blocking one beside
+    qt_set_quiet(0);
+    LONGS_EQUAL(0, rt_layer_units("aUcV", 0, 1, 0));        // the same, windows apart: fine
+}
+
 // ------------------------------------------------------------------ exact accumulator
 
 TEST_GROUP(RuntimeExact){};
