@@ -37,8 +37,10 @@ int qt_validate_ep_splits(const qt_plan *p);
  * microbatch schedule's flagged waits of their kind before its first weight gradient or
  * other step op (as `table` says), the step schedule opening with the same flagged ops; a
  * units wait always flagged; only in a plan with G > 1 microbatches in the microbatch form
- * without a pipeline. Reads p only. QT_OK, or QT_E_PLAN
- * after one line naming the op. */
+ * without a pipeline. With per-layer reduction, unflagged GRAD_MB_UNITS_START / _WAIT pairs
+ * of one range in the microbatch schedule (collective_overlap), in order, one in flight, no
+ * weight gradient between writing a leaf window that meets the range's. Reads p only. QT_OK,
+ * or QT_E_PLAN after one line naming the op. */
 int qt_validate_mb_splits(const qt_plan *p, const qt_kernel_entry *table);
 
 /* A pipeline plan (pipeline_stages > 1, issue 36) in a form the pipeline driver does not run

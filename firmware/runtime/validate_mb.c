@@ -28,8 +28,8 @@
 static int qt_mbs_fail(const qt_plan *p, const char *which, int64_t i, const char *why)
 {
     return qt_fail(QT_E_PLAN, "plan %s: %s op %lld: %s (the microbatch form's split "
-                   "reduce-scatter or units exchange, docs/overlap.md)", p->run_name, which,
-                   (long long)i, why);
+                   "reduce-scatter or units exchange, or the per-layer form's split units "
+                   "exchange, docs/overlap.md)", p->run_name, which, (long long)i, why);
 }
 
 /* Whether two flagged ops are the same wait or push (kind and attributes). */

@@ -340,9 +340,9 @@ check "any split: expert 2 with 3 leaves a microbatch, G 2, per layer (units) ==
 # weight gradient (GRAD_MB_UNITS_START) and completes, with the push, before the next range's
 # (GRAD_MB_UNITS_WAIT), beside the next range's weight gradients. `on` == `off` (blocking) ==
 # one rank, loss bits and fingerprint of 10 steps; plan.txt says how many are split (none with
-# off). Mutations that made these fail (tried by hand): the wait not waiting (pushing what the
-# exchange has not yet received: differs from step 0), the start exchanging from the unit
-# windows without zeroing their padding first (differs at step 0 for data 2 with 6),
+# off). Mutations that made these fail (tried by hand, data 2 with 6): the wait pushing before
+# it waits (what the exchange has not yet received: the fingerprint differs from step 1), the
+# start exchanging the unit windows without zeroing their padding first (from step 1),
 # the leaf windows planned without the wait (ranges.c: the next range's window over the one
 # in flight: configgen's check_windows refuses; with that check off the firmware's
 # qt_validate_mb_splits refuses the plan).
@@ -355,7 +355,7 @@ layer_units_overlap() {
     plan_variant $r "$d/$co" gradient_reduce=layer collective_overlap=$co "$@" || return 1
   done
   local t=$d/on/$r-v/plan/$r/plan.txt
-  grep -q "one-rank bits: yes: .* per layer, right after" "$t" || { grep "one-rank bits" "$t"; return 1; }
+  grep -q "one-rank bits: yes: " "$t" || { grep "one-rank bits" "$t"; return 1; }
   grep -q "split: [1-9][0-9]* of [0-9]* ranges' units exchanges per layer" "$t" &&
     grep -q "grad_mb_units_start" "$t" && grep -q "grad_mb_units_wait" "$t" ||
     { echo "$t: no split units exchange"; return 1; }
