@@ -16,6 +16,9 @@
  * gradient straight into its contribution buffer in expert-list order and the slot-order
  * sum finds row r of expert e at off[e] + (rows of e before r); rows written for a later op
  * (gu, dgu, y) use streaming stores, fenced before return; row loops prefetch the next row.
+ * The weight gradient's per-expert work (written or carried) is one function each, so the
+ * one-pass form over an op's leaves (qt_expert_ffn_wgrad_saved_leaves: expert-major, leaf
+ * after leaf inside an expert) runs exactly the per-leaf calls' code on each expert slice.
  */
 #include "expert_ffn.h"
 #include "matmul.h"
