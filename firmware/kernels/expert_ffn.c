@@ -16,6 +16,9 @@
  * gradient straight into its contribution buffer in expert-list order and the slot-order
  * sum finds row r of expert e at off[e] + (rows of e before r); rows written for a later op
  * (gu, dgu, y) use streaming stores, fenced before return; row loops prefetch the next row.
+ * The weight gradient's per-expert work (written or carried) is one function each, so the
+ * one-pass form over an op's leaves (qt_expert_ffn_wgrad_saved_leaves: expert-major, leaf
+ * after leaf inside an expert) runs exactly the per-leaf calls' code on each expert slice.
  */
 #include "expert_ffn.h"
 #include "matmul.h"
@@ -415,9 +418,38 @@ static void qt_ffn_gather_swiglu(qt_real *h, const qt_real *gu, const int32_t *i
     }
 }
 
-/* The recompute-free wgrad: d(gu) comes from the backward (same bits as recomputing it,
- * by the matmul row contract), so only h = swiglu(gu) is rebuilt. Same chunking and row
- * order as qt_expert_ffn_wgrad, hence the same bits. */
+/* Expert e's slices of the recompute-free wgrad (dw_gu, dw_down at e's slices): d(gu) comes
+ * from the backward (same bits as recomputing it, by the matmul row contract), so only
+ * h = swiglu(gu) is rebuilt. Same chunking and row order as qt_expert_ffn_wgrad, hence the
+ * same bits. write: the first chunk writes (+0) + sum (and an expert without rows +0). */
+static void qt_ffn_wgrad_saved_expert(qt_real *dwg, qt_real *dwd, const qt_real *dy,
+                                      const qt_real *x, const int32_t *idx, const qt_real *gu,
+                                      const qt_real *dgu, qt_real *scratch, int64_t cap,
+                                      int32_t e, int64_t T, int64_t k, int64_t d, int64_t f,
+                                      int write)
+{
+    qt_real *A = scratch, *B = A + cap * d, *C = B + cap * f;
+    int first = write; /* the expert's first chunk writes (+0) + sum, later ones add */
+    for (int64_t r0 = 0, r1, n; r0 < T * k; r0 = r1) {
+        r1 = qt_ffn_chunk(&n, idx, k, e, -1, r0, T * k, cap);
+        if (n == 0) break;
+        qt_ffn_gather(A, dy, d, 0, idx, k, e, -1, r0, r1);
+        qt_ffn_gather_swiglu(B, gu, idx, e, r0, r1, f);
+        if (first) QT_FN(qt_matmul_wgrad_write)(dwd, A, B, n, d, f);
+        else QT_FN(qt_matmul_wgrad)(dwd, A, B, n, d, f);
+        qt_ffn_gather(C, dgu, 2 * f, 0, idx, k, e, -1, r0, r1);
+        qt_ffn_gather(A, x, d, 1, idx, k, e, -1, r0, r1);
+        if (first) QT_FN(qt_matmul_wgrad_write)(dwg, C, A, n, 2 * f, d);
+        else QT_FN(qt_matmul_wgrad)(dwg, C, A, n, 2 * f, d);
+        first = 0;
+    }
+    if (first) { /* no rows: the zeroed leaf's value */
+        qt_ffn_zero(dwg, 2 * f * d);
+        qt_ffn_zero(dwd, d * f);
+    }
+}
+
+/* The recompute-free wgrad, expert after expert (qt_ffn_wgrad_saved_expert). */
 static void qt_ffn_wgrad_saved(qt_real *dw_gu, qt_real *dw_down, const qt_real *dy,
                                const qt_real *x, const int32_t *idx, const qt_real *gu,
                                const qt_real *dgu, qt_real *scratch, int64_t T, int64_t k,
@@ -429,28 +461,9 @@ static void qt_ffn_wgrad_saved(qt_real *dw_gu, qt_real *dw_down, const qt_real *
         qt_ffn_poison(dw_down, E * d * f);
         return;
     }
-    qt_real *A = scratch, *B = A + cap * d, *C = B + cap * f;
-    for (int32_t e = 0; e < E; e++) {
-        qt_real *dwg = dw_gu + (int64_t)e * 2 * f * d, *dwd = dw_down + (int64_t)e * d * f;
-        int first = write; /* the expert's first chunk writes (+0) + sum, later ones add */
-        for (int64_t r0 = 0, r1, n; r0 < T * k; r0 = r1) {
-            r1 = qt_ffn_chunk(&n, idx, k, e, -1, r0, T * k, cap);
-            if (n == 0) break;
-            qt_ffn_gather(A, dy, d, 0, idx, k, e, -1, r0, r1);
-            qt_ffn_gather_swiglu(B, gu, idx, e, r0, r1, f);
-            if (first) QT_FN(qt_matmul_wgrad_write)(dwd, A, B, n, d, f);
-            else QT_FN(qt_matmul_wgrad)(dwd, A, B, n, d, f);
-            qt_ffn_gather(C, dgu, 2 * f, 0, idx, k, e, -1, r0, r1);
-            qt_ffn_gather(A, x, d, 1, idx, k, e, -1, r0, r1);
-            if (first) QT_FN(qt_matmul_wgrad_write)(dwg, C, A, n, 2 * f, d);
-            else QT_FN(qt_matmul_wgrad)(dwg, C, A, n, 2 * f, d);
-            first = 0;
-        }
-        if (first) { /* no rows: the zeroed leaf's value */
-            qt_ffn_zero(dwg, 2 * f * d);
-            qt_ffn_zero(dwd, d * f);
-        }
-    }
+    for (int32_t e = 0; e < E; e++)
+        qt_ffn_wgrad_saved_expert(dw_gu + (int64_t)e * 2 * f * d, dw_down + (int64_t)e * d * f,
+                                  dy, x, idx, gu, dgu, scratch, cap, e, T, k, d, f, write);
 }
 
 void QT_FN(qt_expert_ffn_wgrad_saved)(qt_real *dw_gu, qt_real *dw_down, const qt_real *dy,
@@ -474,37 +487,83 @@ static qt_leaf_carry qt_ffn_carry_slice(const qt_leaf_carry *cy, int64_t off)
     return s;
 }
 
+/* Expert e's slices of the carrying wgrad (the caller checked cap >= T and the carries):
+ * every expert's rows in one chunk (an expert takes at most one slot of a token, so at most
+ * T rows): each weight slice is written by exactly one call, which can carry. */
+static void qt_ffn_wgrad_carry_expert(const qt_leaf_carry *c_gu, const qt_leaf_carry *c_down,
+                                      const float *dy, const float *x, const int32_t *idx,
+                                      const float *gu, const float *dgu, float *scratch,
+                                      int64_t cap, int32_t e, int64_t T, int64_t k, int64_t d,
+                                      int64_t f)
+{
+    float *A = scratch, *B = A + cap * d, *C = B + cap * f;
+    const qt_leaf_carry cg = qt_ffn_carry_slice(c_gu, (int64_t)e * 2 * f * d);
+    const qt_leaf_carry cd = qt_ffn_carry_slice(c_down, (int64_t)e * d * f);
+    int64_t n = 0;
+    qt_ffn_chunk(&n, idx, k, e, -1, 0, T * k, cap);
+    /* no rows: the leaf is (+0), carried as the empty contraction's */
+    if (n > 0) {
+        qt_ffn_gather(A, dy, d, 0, idx, k, e, -1, 0, T * k);
+        qt_ffn_gather_swiglu(B, gu, idx, e, 0, T * k, f);
+    }
+    qt_matmul_wgrad_write_carry(&cd, A, B, n, d, f);
+    if (n > 0) {
+        qt_ffn_gather(C, dgu, 2 * f, 0, idx, k, e, -1, 0, T * k);
+        qt_ffn_gather(A, x, d, 1, idx, k, e, -1, 0, T * k);
+    }
+    qt_matmul_wgrad_write_carry(&cg, C, A, n, 2 * f, d);
+}
+
+/* 1 when both carries can be applied (the carrying matmul built, addends present) and the
+ * scratch holds T rows; nothing is touched either way. */
+static int qt_ffn_carry_ok(const qt_leaf_carry *c_gu, const qt_leaf_carry *c_down, int64_t T,
+                           int64_t cap)
+{
+    return c_gu && c_down && cap >= T && cap >= 1 &&
+           qt_matmul_wgrad_write_carry(c_gu, NULL, NULL, 0, 0, 0) &&
+           qt_matmul_wgrad_write_carry(c_down, NULL, NULL, 0, 0, 0);
+}
+
 int qt_expert_ffn_wgrad_saved_carry(const qt_leaf_carry *c_gu, const qt_leaf_carry *c_down,
                                     const float *dy, const float *x, const int32_t *idx,
                                     const float *gu, const float *dgu, float *scratch,
                                     int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
                                     int64_t scratch_elems)
 {
-    /* every expert's rows in one chunk (an expert takes at most one slot of a token, so at
-     * most T rows): each weight slice is written by exactly one call, which can carry */
     const int64_t cap = scratch_elems / (d + 3 * f);
-    if (!c_gu || !c_down || cap < T || cap < 1) return 0;
-    if (!qt_matmul_wgrad_write_carry(c_gu, NULL, NULL, 0, 0, 0) ||
-        !qt_matmul_wgrad_write_carry(c_down, NULL, NULL, 0, 0, 0))
-        return 0; /* not built, or no addends: nothing touched */
-    float *A = scratch, *B = A + cap * d, *C = B + cap * f;
-    for (int32_t e = 0; e < E; e++) {
-        const qt_leaf_carry cg = qt_ffn_carry_slice(c_gu, (int64_t)e * 2 * f * d);
-        const qt_leaf_carry cd = qt_ffn_carry_slice(c_down, (int64_t)e * d * f);
-        int64_t n = 0;
-        qt_ffn_chunk(&n, idx, k, e, -1, 0, T * k, cap);
-        /* no rows: the leaf is (+0), carried as the empty contraction's */
-        if (n > 0) {
-            qt_ffn_gather(A, dy, d, 0, idx, k, e, -1, 0, T * k);
-            qt_ffn_gather_swiglu(B, gu, idx, e, 0, T * k, f);
+    if (!qt_ffn_carry_ok(c_gu, c_down, T, cap)) return 0; /* nothing touched */
+    for (int32_t e = 0; e < E; e++)
+        qt_ffn_wgrad_carry_expert(c_gu, c_down, dy, x, idx, gu, dgu, scratch, cap, e, T, k, d, f);
+    return 1;
+}
+
+int qt_expert_ffn_wgrad_saved_leaves(const qt_ffn_leaf *lv, int32_t n, float *scratch,
+                                     int64_t E, int64_t d, int64_t f, int64_t scratch_elems)
+{
+    const int64_t cap = scratch_elems / (d + 3 * f);
+    if (n < 1 || cap < 1) return 0;
+    for (int32_t s = 0; s < n; s++) { /* refused before anything is written */
+        const qt_ffn_leaf *l = &lv[s];
+        if (!l->dy || !l->x || !l->idx || !l->gu || !l->dgu) return 0;
+        if (l->c_gu || l->c_down) {
+            if (!qt_ffn_carry_ok(l->c_gu, l->c_down, l->T, cap)) return 0;
+        } else if (!l->dw_gu || !l->dw_down) {
+            return 0;
         }
-        qt_matmul_wgrad_write_carry(&cd, A, B, n, d, f);
-        if (n > 0) {
-            qt_ffn_gather(C, dgu, 2 * f, 0, idx, k, e, -1, 0, T * k);
-            qt_ffn_gather(A, x, d, 1, idx, k, e, -1, 0, T * k);
-        }
-        qt_matmul_wgrad_write_carry(&cg, C, A, n, 2 * f, d);
     }
+    /* expert-major: an expert's slices of every leaf, leaf after leaf, so the tree levels'
+     * slices a later leaf's carry reads are still in the caches */
+    for (int32_t e = 0; e < E; e++)
+        for (int32_t s = 0; s < n; s++) {
+            const qt_ffn_leaf *l = &lv[s];
+            if (l->c_gu)
+                qt_ffn_wgrad_carry_expert(l->c_gu, l->c_down, l->dy, l->x, l->idx, l->gu, l->dgu,
+                                          scratch, cap, e, l->T, l->k, d, f);
+            else
+                qt_ffn_wgrad_saved_expert(l->dw_gu + (int64_t)e * 2 * f * d,
+                                          l->dw_down + (int64_t)e * d * f, l->dy, l->x, l->idx,
+                                          l->gu, l->dgu, scratch, cap, e, l->T, l->k, d, f, 1);
+        }
     return 1;
 }
 #endif

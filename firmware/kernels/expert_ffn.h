@@ -135,6 +135,31 @@ int qt_expert_ffn_wgrad_saved_carry(const qt_leaf_carry *c_gu, const qt_leaf_car
                                     int64_t T, int64_t k, int64_t E, int64_t d, int64_t f,
                                     int64_t scratch_elems);
 
+/* One leaf (sequence) of qt_expert_ffn_wgrad_saved_leaves: its rows (T tokens of k slots:
+ * dy, x, idx, gu, dgu offset to its first token, as for qt_expert_ffn_wgrad_saved_write) and
+ * where it goes: written into dw_gu, dw_down (c_gu, c_down NULL), or the carries c_gu,
+ * c_down. */
+typedef struct qt_ffn_leaf {
+    const float *dy, *x, *gu, *dgu;
+    const int32_t *idx;
+    int64_t T, k;
+    float *dw_gu, *dw_down;
+    const qt_leaf_carry *c_gu, *c_down;
+} qt_ffn_leaf;
+
+/* The leaves lv[0..n) of one WGRAD op in one pass (the interpreter's all-leaves offer,
+ * qt_leaf_carry.h): for each expert, its slices of leaf 0, then of leaf 1, ..., each computed
+ * as qt_expert_ffn_wgrad_saved_write (or _carry) computes it. An expert's slices are
+ * disjoint from every other expert's in every output and tree level, and each slice sees the
+ * same operations in the same order as when the leaves run one after the other, so the bits
+ * are those of n calls in leaf order; the level slices a later leaf's carry reads were
+ * written a moment before (an expert's gate/up slice is 2f*d floats) instead of whole levels
+ * ago. Returns 1 when done; 0, with nothing written, when a leaf has neither both carries
+ * (applicable, with a scratch of T rows) nor both outputs, or the scratch holds no row (the
+ * caller then runs the leaves one by one). Float only. */
+int qt_expert_ffn_wgrad_saved_leaves(const qt_ffn_leaf *lv, int32_t n, float *scratch,
+                                     int64_t E, int64_t d, int64_t f, int64_t scratch_elems);
+
 /* References of the plan's three passes (kernels/expert_ffn_ref.c): one row at a time on the
  * scalar matmul references (the weight gradient in the same row chunks as above); the same
  * arguments, bits and poisoning as the kernels. Scratch: fwd 2f (+ nb*d + (1+d)*(f/nb) with

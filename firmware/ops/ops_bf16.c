@@ -193,10 +193,10 @@ static int qt_op16_expert_ffn_wgrad_leaves(const qt_op *op, const qt_ctx *ctx,
         l->dgu = gid != QT_NONE ? qt_b16(ctx, gid) + t0 * k * 2 * f : 0;
         l->idx = qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, idx)) + t0 * k;
         l->T = S, l->k = k;
-        const int c = all->carried[s] && all->carry[s][0].n > 0 && all->carry[s][1].n > 0;
-        if (all->carried[s] && !c) return 0;
-        l->dw_gu = all->dw[s][0], l->dw_down = all->dw[s][1];
-        l->c_gu = c ? &all->carry[s][0] : 0, l->c_down = c ? &all->carry[s][1] : 0;
+        float *dw[2];
+        const qt_leaf_carry *c[2];
+        if (!qt_op_expert_wgrad_leaf_dest(all, s, dw, c)) return 0;
+        l->dw_gu = dw[0], l->dw_down = dw[1], l->c_gu = c[0], l->c_down = c[1];
     }
     return qt_bf16_expert_ffn_wgrad_leaves(lv, all->n, qt_b16(ctx, QT_T(op, EXPERT_FFN_WGRAD, w_down)),
                                            qt_f32(ctx, sid), E, d, f,

@@ -156,11 +156,47 @@ void qt_op_expert_ffn_bwd(const qt_op *op, const qt_ctx *ctx)
         QT_A(op, EXPERT_FFN_BWD, bwd_nb));
 }
 
-/* EXPERT_FFN_WGRAD: writes dw[0] (W_gu) and dw[1] (W_down) whole (QT_OPP_WGRAD_WRITES). */
+/* Every leaf of the op in one kernel call (qt_expert_ffn_wgrad_saved_leaves: expert by
+ * expert, leaf by leaf: the bits of the calls one sequence at a time); 1 when done. */
+static int qt_op_expert_ffn_wgrad_leaves(const qt_op *op, const qt_ctx *ctx,
+                                         const qt_wgrad_leaves *all)
+{
+    qt_ffn_leaf lv[QT_WGRAD_LEAVES_MAX];
+    const int64_t d = QT_A(op, EXPERT_FFN_WGRAD, d), f = QT_A(op, EXPERT_FFN_WGRAD, f),
+                  E = QT_A(op, EXPERT_FFN_WGRAD, E);
+    const int32_t sid = QT_T(op, EXPERT_FFN_WGRAD, scratch), gid = QT_T(op, EXPERT_FFN_WGRAD, dgu);
+    if (gid == QT_NONE || all->n < 1 || all->n > QT_WGRAD_LEAVES_MAX) return 0;
+    for (int32_t s = 0; s < all->n; s++) {
+        int64_t t0, S, k;
+        qt_op_expert_wgrad_rows(op, ctx, s, &t0, &S, &k);
+        qt_ffn_leaf *l = &lv[s];
+        l->dy = qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, dy)) + t0 * k * d;
+        l->x = qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, x)) + t0 * d;
+        l->gu = qt_f32(ctx, QT_T(op, EXPERT_FFN_WGRAD, gu)) + t0 * k * 2 * f;
+        l->dgu = qt_f32(ctx, gid) + t0 * k * 2 * f;
+        l->idx = qt_i32(ctx, QT_T(op, EXPERT_FFN_WGRAD, idx)) + t0 * k;
+        l->T = S, l->k = k;
+        float *dw[2];
+        const qt_leaf_carry *c[2];
+        if (!qt_op_expert_wgrad_leaf_dest(all, s, dw, c)) return 0;
+        l->dw_gu = dw[0], l->dw_down = dw[1], l->c_gu = c[0], l->c_down = c[1];
+    }
+    return qt_expert_ffn_wgrad_saved_leaves(lv, all->n, qt_f32(ctx, sid), E, d, f,
+                                            ctx->plan->tensors[sid].numel);
+}
+
+/* EXPERT_FFN_WGRAD: writes dw[0] (W_gu) and dw[1] (W_down) whole (QT_OPP_WGRAD_WRITES), or
+ * the offered carries; offered every leaf at once (the first sequence), all of them in one
+ * call when the plan saves dgu. */
 void qt_op_expert_ffn_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     if (ctx->plan->dtype == QT_BF16) {
         qt_op16_expert_ffn_wgrad(op, ctx, seq, dw);
+        return;
+    }
+    if (seq == 0 && ctx->wgrad_epi && ctx->wgrad_epi->leaves &&
+        qt_op_expert_ffn_wgrad_leaves(op, ctx, ctx->wgrad_epi->leaves)) {
+        ctx->wgrad_epi->leaves->done = 1;
         return;
     }
     int64_t t0, S, k;

@@ -58,6 +58,20 @@ static inline void qt_op_expert_wgrad_rows(const qt_op *op, const qt_ctx *ctx, i
     }
 }
 
+/* Where leaf s of an all-leaves offer (qt_leaf_carry.h) goes, for the fp32 and the bf16
+ * EXPERT_FFN_WGRAD wrapper: dw[0], dw[1] (an even leaf: level 0) or c[0], c[1] (an odd
+ * leaf's carries; NULL for an even one). 0 when an odd leaf lacks either slot's carry (the
+ * wrapper then refuses the offer). */
+static inline int qt_op_expert_wgrad_leaf_dest(const qt_wgrad_leaves *all, int32_t s,
+                                               float *dw[2], const qt_leaf_carry *c[2])
+{
+    const int carry = all->carried[s] && all->carry[s][0].n > 0 && all->carry[s][1].n > 0;
+    if (all->carried[s] && !carry) return 0;
+    dw[0] = all->dw[s][0], dw[1] = all->dw[s][1];
+    c[0] = carry ? &all->carry[s][0] : 0, c[1] = carry ? &all->carry[s][1] : 0;
+    return 1;
+}
+
 /* Canonical head groups of per-head norm weight gradients (ops_comm.c): group g's zeroed
  * partial buffer of n floats (NULL past the limits, which configgen and init check), and
  * the finish: pairwise tree over the groups, sum across the group of the mesh axes in

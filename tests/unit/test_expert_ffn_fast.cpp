@@ -5,7 +5,9 @@
 // without canonical blocks, on awkward shapes: an expert with no rows, one with a single row,
 // rows routed outside [0,E) (left untouched), row counts off the 12-row tiles, widths off the
 // 16-float vectors (unaligned rows), scratch for the whole pass, for a few rows per chunk,
-// and too small for one row (NaN poisoning, as documented in expert_ffn.h).
+// and too small for one row (NaN poisoning, as documented in expert_ffn.h). Every leaf of a
+// WGRAD op in one pass (qt_expert_ffn_wgrad_saved_leaves, expert-major) against the leaves
+// one at a time on the row-at-a-time reference and qt_tree_push.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,6 +15,9 @@
 #include "CppUTest/TestHarness.h"
 #include "qt_test_util.h"
 #include "kernels/expert_ffn.h"
+extern "C" {
+#include "runtime/qt_tree.h"
+}
 
 namespace {
 
@@ -248,4 +253,92 @@ TEST(ExpertFfnFast, WgradCarryEqualsWriteThenPush)
             for (float v : dg2) CHECK(v == 7.0f);
         }
     }
+}
+
+// Every leaf of one WGRAD op at once (qt_expert_ffn_wgrad_saved_leaves: expert by expert,
+// leaf after leaf) against the leaves one at a time on the reference: sequence j of the T
+// tokens split into L is leaf first + j, an even leaf written into level 0 by
+// qt_expert_ffn_wgrad_saved_write_ref, an odd one written by it into a scratch leaf and
+// pushed with qt_tree_push. Levels hold random values (stale ones included); every level
+// equal, bit for bit. A leaf with a carry but a scratch of fewer than its T rows, or with
+// neither carries nor outputs, is refused with nothing written.
+namespace {
+void leaves_case(const Ffn &c, int32_t L, int64_t first, int64_t wscr, uint64_t seed)
+{
+    const int64_t d = c.d, f = c.f, k = c.k, E = c.E, S = c.T / L;
+    const int64_t ng = E * 2 * f * d, nd = E * d * f;
+    const int32_t nl = 4; // leaves first .. first + L - 1 <= 7: at most 3 addends
+    const int64_t R = c.T * k;
+    vf gu = rnd(R * 2 * f, seed, 1.0), dgu = rnd(R * 2 * f, seed + 1, 1.0);
+    vf rg = rnd(nl * ng, seed + 2, 3.0), rd = rnd(nl * nd, seed + 3, 3.0), fg = rg, fd = rd;
+    float *lrg[nl], *lrd[nl], *lfg[nl], *lfd[nl];
+    for (int32_t l = 0; l < nl; l++) {
+        lrg[l] = rg.data() + l * ng, lrd[l] = rd.data() + l * nd;
+        lfg[l] = fg.data() + l * ng, lfd[l] = fd.data() + l * nd;
+    }
+    vf big(plan_scratch(c, 0)), sc(wscr > 0 ? wscr : 1), leaf_g(ng), leaf_d(nd);
+    std::vector<qt_ffn_leaf> lv((size_t)L);
+    std::vector<qt_leaf_carry> cy((size_t)(2 * L));
+    for (int32_t j = 0; j < L; j++) {
+        const int64_t t0 = j * S, leaf = first + j;
+        const float *dyj = c.dy.data() + t0 * k * d, *xj = c.x.data() + t0 * d,
+                    *guj = gu.data() + t0 * k * 2 * f, *dguj = dgu.data() + t0 * k * 2 * f;
+        const int32_t *idj = c.idx.data() + t0 * k;
+        // the reference, one leaf at a time
+        float *wg = qt_tree_leaf_dest(lrg, 0, leaf_g.data(), leaf);
+        float *wd = qt_tree_leaf_dest(lrd, 0, leaf_d.data(), leaf);
+        qt_expert_ffn_wgrad_saved_write_ref(wg, wd, dyj, xj, idj, guj, dguj, big.data(), S, k,
+                                            E, d, f, wscr);
+        if (leaf % 2) {
+            qt_tree_push(lrg, 0, ng, leaf_g.data(), leaf);
+            qt_tree_push(lrd, 0, nd, leaf_d.data(), leaf);
+        }
+        qt_ffn_leaf &l = lv[(size_t)j];
+        l.dy = dyj, l.x = xj, l.gu = guj, l.dgu = dguj, l.idx = idj, l.T = S, l.k = k;
+        l.dw_gu = l.dw_down = nullptr, l.c_gu = l.c_down = nullptr;
+        if (qt_tree_carry(lfg, 0, leaf, &cy[(size_t)(2 * j)])) {
+            CHECK(qt_tree_carry(lfd, 0, leaf, &cy[(size_t)(2 * j + 1)]));
+            l.c_gu = &cy[(size_t)(2 * j)], l.c_down = &cy[(size_t)(2 * j + 1)];
+        } else {
+            l.dw_gu = lfg[0], l.dw_down = lfd[0];
+        }
+    }
+    const vf fg0 = fg, fd0 = fd;
+    const bool any_carry = first % 2 || L > 1;
+    if (any_carry && wscr < S * (d + 3 * f)) { // a carry needs the leaf's rows in one chunk
+        CHECK_EQUAL(0, qt_expert_ffn_wgrad_saved_leaves(lv.data(), L, sc.data(), E, d, f, wscr));
+        CHECK(same_bits(fg, fg0) && same_bits(fd, fd0));
+        return;
+    }
+    CHECK_EQUAL(1, qt_expert_ffn_wgrad_saved_leaves(lv.data(), L, sc.data(), E, d, f, wscr));
+    CHECK(same_bits(fg, rg));
+    CHECK(same_bits(fd, rd));
+}
+} // namespace
+
+TEST(ExpertFfnFast, WgradLeavesInOnePassEqualLeafByLeaf)
+{
+    struct Shape { int64_t T, k, E, d, f; };
+    uint64_t seed = 700;
+    for (const Shape &s : {Shape{24, 3, 6, 33, 12}, Shape{600, 2, 3, 32, 16}, Shape{48, 4, 16, 512, 256}}) {
+        Ffn c = make(s.T, s.k, s.E, s.d, s.f, 650 + (uint64_t)s.d);
+        const int64_t full = plan_scratch(c, 0);
+        for (int32_t L : {2, 3, 4})
+            for (int64_t first : {0, 1, 3, 5}) {
+                if (first + L > 8) continue;
+                if (s.d == 512 && !(L == 4 && first == 0) && !(L == 3 && first == 5))
+                    continue; // the bench's widths: the bench's four leaves, and 3 addends
+                leaves_case(c, L, first, full, seed++);
+            }
+        // one leaf (leaf 0: written, no carry) in 5-row chunks: taken; carried leaves with a
+        // scratch of fewer than T rows: refused
+        leaves_case(c, 1, 0, 5 * (s.d + 3 * s.f), seed++);
+        leaves_case(c, 2, 0, 5 * (s.d + 3 * s.f), seed++);
+    }
+    // neither carries nor outputs: refused
+    Ffn c = make(8, 2, 4, 16, 8, 660);
+    vf sc(plan_scratch(c, 0)), gu(16 * 16, 1.0f);
+    qt_ffn_leaf l = {c.dy.data(), c.x.data(), gu.data(), gu.data(), c.idx.data(), 8, 2,
+                     nullptr, nullptr, nullptr, nullptr};
+    CHECK_EQUAL(0, qt_expert_ffn_wgrad_saved_leaves(&l, 1, sc.data(), 4, 16, 8, (int64_t)sc.size()));
 }
