@@ -288,7 +288,14 @@ static void qt_step_mb_units_push(const qt_plan *p, int32_t i, float *const *uni
     int64_t n, count;
     qt_step_trees(p, i, &top, mbl, &n);
     const int l0 = qt_step_mb_counter(p, i, &count);
-    qt_tree_push_units(mbl + l0, 0, n, unit, R, q, blk, mb * R * q);
+    /* the routed experts replicated over context (expert_ctx_rep): a member's units are
+     * the pieces of its exchange's members, interleaved with the other context indices' */
+    const qt_flat_range *r = &p->ranges[i];
+    const int ilv = p->expert_ctx_rep && (r->hold_mask & (1u << QT_MESH_EXPERT)) &&
+                    (r->reduce_mask & (1u << QT_MESH_CONTEXT));
+    qt_tree_push_units_strided(mbl + l0, 0, n, unit, R, q, blk, mb * R * q,
+                               ilv ? p->mesh[QT_MESH_CONTEXT] : 1,
+                               ilv ? p->mesh[QT_MESH_EXPERT] : 1);
 }
 
 /* The comm context of range i's units exchange. */
@@ -655,7 +662,9 @@ static int qt_check_mb_units_range(const qt_plan *p, int64_t i)
         const qt_param *pa = &p->params[k];
         if (pa->flat_offset < r->lo || pa->flat_offset >= r->lo + r->n) continue;
         const int64_t T = pa->leaves / G;
-        if (T * G != pa->leaves || T != (T & -T) * q || T * Rr != RL) return 1;
+        if (T * G != pa->leaves || T != qt_plan_unit_leaves(p, T, r->hold_mask) * q ||
+            T * Rr != RL)
+            return 1;
     }
     return 0;
 }

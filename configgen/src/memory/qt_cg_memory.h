@@ -43,6 +43,9 @@ int64_t qt_cg_tree_leaves(const qt_cg_graph *g, int p);
 int64_t qt_cg_grad_units(const qt_cg_graph *g);
 /* The microbatch form's unit count q >= 1 (qt_plan_fields.def grad_mb_units), or 0. */
 int64_t qt_cg_grad_mb_units(const qt_cg_graph *g);
+/* The leaves of one unit of a parameter with T leaves a microbatch in a range held over
+ * `hold` (qt_plan.h qt_plan_unit_leaves). */
+int64_t qt_cg_unit_leaves(const qt_cg_graph *g, int64_t T, uint8_t hold);
 /* With grad_mb_units: the microbatch tree's levels (bit length of the most units a range's
  * counter runs over, G R_r q_r) and *umax, the largest unit U_p of a parameter. */
 int qt_cg_grad_mb_levels(const qt_cg_graph *g, int64_t *umax);
