@@ -1,0 +1,77 @@
+# 71_expert_context.sh - the routed experts replicated over context (issue 35, docs/context.md
+# "Experts replicated over context"), sourced by run_all.sh. Where expert x context does not
+# divide num_experts but the expert axis does, the experts split over `expert` alone (MaxText's
+# default rules), each context index exchanges its blocks over the expert axis, and the
+# experts' gradients reduce over context, their units interleaved with the other context
+# indices' in the one-rank tree (qt_plan_fields.def expert_ctx_rep). Each cell: qwen3-next tiny
+# with 6 experts (num_experts=6) on expert 2 x context 2 == one rank with the same
+# context_blocks (4) and global batch, bit for bit (loss bits and fingerprint, 10 steps):
+# dropless explicit and auto, the load-balance term (0.01), capacity dropping (sparse_matmul
+# false, capacity_factor 1), bf16 (auto), and data 2 x expert 2 x context 2 (8 ranks); the
+# term and the capacity are not vacuous (they change the one-rank bits). Mutation: pushing the
+# units in the plain (member, unit) order (firmware/runtime/step_ops.c, ilv = 0) fails every
+# cell (step 1's fingerprint differs). Plans: ctx-next-*, lb-ctx-*, cap-ctx-* run files with
+# overrides (plan_variant), the tiny test data, seed 11, every mpiexec under `timeout`.
+export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
+
+# ectx_file WORDS...: the det file of a run and its overrides (the words joined by one space)
+ectx_file() {
+  local w
+  w=$(echo $*)
+  printf '%s/ectx/%s.det' "$QT_TMP" "$(printf '%s' "$w" | tr -c 'A-Za-z0-9.=-' '_')"
+}
+# ectx_det ONE N KEY=VALUE...: plan run file ONE with the overrides, run it on N ranks for 10
+# steps; its det lines in $QT_TMP/ectx/<ONE + overrides>.det (cached: the one-rank references
+# are shared by the cells)
+ectx_det() {
+  local run=$1 n=$2; shift 2
+  local d data=tests/golden/e2e/test-next-tiny/tokens.npy
+  d=$(ectx_file "$run" "$n" "$@") && d=${d%.det}
+  [ -s "$d.det" ] && return 0
+  mkdir -p "$d"
+  plan_variant "$run" "$d" "$@" || return 1
+  if [ "$n" -eq 1 ]; then
+    timeout 120 "$d/$run-v/qtrain" data=$data seed=11 steps=10 metrics=$d/m.jsonl 2> "$d/err"
+  else
+    timeout 200 mpiexec -n "$n" "$d/$run-v/qtrain" data=$data seed=11 steps=10 metrics=$d/m.jsonl 2> "$d/err"
+  fi || { tail -n 3 "$d/err"; return 1; }
+  det_fields "$d/m.jsonl" > "$d.det"
+}
+
+# ectx_same ONE RUN N "RUN-KEYS" KEY=VALUE...: RUN on N ranks with the overrides and RUN-KEYS
+# (its mesh) == ONE on one rank with the overrides, and RUN's plan says it uses the
+# replicated form
+ectx_same() {
+  local one=$1 run=$2 n=$3 rkeys=$4; shift 4
+  ectx_det "$one" 1 num_experts=6 "$@" && ectx_det "$run" "$n" num_experts=6 $rkeys "$@" || return 1
+  local a b p
+  a=$(ectx_file "$one 1 num_experts=6 $*") b=$(ectx_file "$run $n num_experts=6 $rkeys $*")
+  p=$(dirname "$b")/$(basename "$b" .det)/$run-v/plan/$run/plan.txt
+  grep -q "moe experts: split over expert alone" "$p" || { echo "$p does not name the form"; return 1; }
+  cmp "$a" "$b" && echo "identical: $(tail -n 1 "$b")"
+}
+
+check "experts replicated over context: 6 experts on expert 2 x context 2 (explicit) == one rank, bit for bit" \
+  ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 4 ""
+check "experts replicated over context: expert 2 x context 2 (auto) == one rank, bit for bit" \
+  ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2-auto 4 ""
+check "experts replicated over context: data 2 x expert 2 x context 2 (8 ranks) == one rank, bit for bit" \
+  ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 8 "num_ranks=8 ici_data_parallelism=2 gradient_accumulation_steps=1"
+check "experts replicated over context: the load-balance term on expert 2 x context 2 == one rank, bit for bit" \
+  ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2-auto 4 "" load_balance_loss_weight=0.01
+check "experts replicated over context: capacity dropping on expert 2 x context 2 == one rank, bit for bit" \
+  ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2-auto 4 "" sparse_matmul=false capacity_factor=1.0
+check "experts replicated over context: bf16 expert 2 x context 2 (auto) == one rank, bit for bit" \
+  ectx_same ctx-b16-next-1r-nb4 ctx-b16-next-cp2ep2-auto 4 ""
+# not vacuous: the term and the capacity change the one-rank bits of the 6-expert model
+ectx_differ() {
+  local a b
+  a=$(tail -n 1 "$(ectx_file "ctx-next-1r-nb4 1 num_experts=6 ")") || return 1
+  b=$(tail -n 1 "$(ectx_file "ctx-next-1r-nb4 1 num_experts=6 $*")") || return 1
+  [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ] || { echo "the same bits: $a"; return 1; }
+  echo "dropless: $a; $*: $b"
+}
+check "experts replicated over context: the load-balance term changes the one-rank bits" \
+  ectx_differ load_balance_loss_weight=0.01
+check "experts replicated over context: capacity dropping changes the one-rank bits" \
+  ectx_differ sparse_matmul=false capacity_factor=1.0
