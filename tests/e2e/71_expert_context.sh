@@ -63,6 +63,16 @@ check "experts replicated over context: capacity dropping on expert 2 x context 
   ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2-auto 4 "" sparse_matmul=false capacity_factor=1.0
 check "experts replicated over context: bf16 expert 2 x context 2 (auto) == one rank, bit for bit" \
   ectx_same ctx-b16-next-1r-nb4 ctx-b16-next-cp2ep2-auto 4 ""
+check "experts replicated over context: data 2 with ZeRO-1 (shard_optimizer_over_data) == one rank, bit for bit" \
+  ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 8 "num_ranks=8 ici_data_parallelism=2 gradient_accumulation_steps=1 shard_optimizer_over_data=true"
+check "experts replicated over context: expert 2 x context 4 (8 ranks, one block a rank) == one rank, bit for bit" \
+  ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 8 "num_ranks=8 ici_context_parallelism=4 per_device_batch_size=0.25"
+check "experts replicated over context: per-layer reduction (gradient_reduce=layer) == one rank, bit for bit" \
+  ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 4 "gradient_reduce=layer"
+check "experts replicated over context: the split units exchange (collective_overlap=on) == one rank, bit for bit" \
+  ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 4 "collective_overlap=on"
+check "experts replicated over context: the tiny model's 4 experts on expert 2 x context 3 (canonical_factor 3) == one rank, bit for bit" \
+  ectx_same ctxu-next-1r ctxu-next-cp3 6 "num_ranks=6 ici_expert_parallelism=2 gradient_accumulation_steps=1" num_experts=4
 # not vacuous: the term and the capacity change the one-rank bits of the 6-expert model
 ectx_differ() {
   local a b
