@@ -270,12 +270,9 @@ check "configgen: sparse_matmul=false under shard_mode=explicit (the reference t
 check "configgen: a non-finite capacity_factor names the key" \
   expect_fail "capacity_factor: value nan is not a number" \
   build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-cap1.yml capacity_factor=nan
-# a capacity of 0 and ragged_buffer_factor > 0 plan since issue 35 (62_moe_drop.sh); the
-# receive buffers over a context axis are refused
-check "configgen: ragged_buffer_factor > 0 with context x expert parallelism is refused, naming both degrees" \
-  expect_fail "ragged_buffer_factor=2.0 (command line): receive-buffer dropping with context parallelism 2 x expert parallelism 2" \
-  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml ragged_buffer_factor=2.0 \
-  num_ranks=4 ici_fsdp_parallelism=1 ici_context_parallelism=2 ici_expert_parallelism=2
+# a capacity of 0 and ragged_buffer_factor > 0 plan since issue 35 (62_moe_drop.sh); so do
+# the receive buffers over a context axis (the experts replicated over context,
+# 71_expert_context.sh)
 check "configgen: a run file that is /dev/zero is refused at once, not read forever" \
   expect_fail "/dev/zero: is a character device, not a regular file" timeout 20 build/configgen/configgen -o $B/gen /dev/zero
 check "configgen: a run file that is a directory says so" \

@@ -85,3 +85,34 @@ check "experts replicated over context: the load-balance term changes the one-ra
   ectx_differ load_balance_loss_weight=0.01
 check "experts replicated over context: capacity dropping changes the one-rank bits" \
   ectx_differ sparse_matmul=false capacity_factor=1.0
+
+# Receive buffers (ragged_buffer_factor r > 0) with a context axis: always the replicated form,
+# MaxText's buffer per context index over the expert axis (the tiny model's 4 experts on
+# expert 2 x context 2, which would otherwise span expert x context). r 100 drops nothing and
+# == one rank (ctx-next-1r-nb4); r 0.5 drops at every step (B = int(8 x 2 x 0.5) = 8 rows a
+# host; the 32 routed rows of a context index's exchange over 2 hosts keep 16: 256 of the 512
+# assignments of a step) and plan.txt says one-rank bits: no.
+ectx_dropped() {
+  grep -v '^{"manifest"' "$1" | awk -F'"moe_dropped":' '{ split($2, a, ","); m = match($0, /"moe_assignments":[0-9]+/);
+      print a[1] "/" (m ? substr($0, RSTART + 18, RLENGTH - 18) : "none") }' | sort -u | tr '\n' ' '
+}
+ectx_ragged() {
+  local r=$1 want=$2 f p
+  ectx_det ctx-next-cp2ep2 4 ragged_buffer_factor=$r || return 1
+  f=$(ectx_file ctx-next-cp2ep2 4 ragged_buffer_factor=$r) && f=${f%.det}
+  p=$f/ctx-next-cp2ep2-v/plan/ctx-next-cp2ep2/plan.txt
+  grep -q "moe experts: split over expert alone (2 of 4 a rank)" "$p" || { echo "$p does not name the form"; return 1; }
+  grep -q "one-rank bits: no: ragged_buffer_factor=$r" "$p" || { echo "$p does not say no"; return 1; }
+  [ "$(ectx_dropped "$f/m.jsonl")" = "$want " ] || { echo "dropped: $(ectx_dropped "$f/m.jsonl")"; return 1; }
+  ectx_det ctx-next-1r-nb4 1 || return 1
+  if [ "$want" = 0/512 ]; then
+    cmp "$(ectx_file ctx-next-1r-nb4 1)" "$f.det" || return 1
+  else
+    ! cmp -s "$(ectx_file ctx-next-1r-nb4 1)" "$f.det" || { echo "no drop changed the bits"; return 1; }
+  fi
+  echo "dropped $want a step: $(tail -n 1 "$f.det")"
+}
+check "experts replicated over context: ragged_buffer_factor 100 on expert 2 x context 2 == one rank, 0 dropped" \
+  ectx_ragged 100 0/512
+check "experts replicated over context: ragged_buffer_factor 0.5 on expert 2 x context 2 drops 256/512 a step, bits differ" \
+  ectx_ragged 0.5 256/512

@@ -169,7 +169,7 @@ typedef struct qt_cg_settings {
      * hold int(T k r) rows and drop the rest, model/graph.c moe_ragged; only with an expert
      * group of more than one rank); -1 when unset or <= 0 */
     double ragged_factor;
-    char moe_note[320];
+    char moe_note[512];
     /* expert_ctx_rep: 1 = the routed experts are split over `expert` alone and replicated
      * over context (MaxText's default rules; docs/context.md "Experts replicated over
      * context"): each context index runs its own exchange over the expert axis, and the

@@ -1219,8 +1219,8 @@ static void moe_lines(qt_cg_buf *b, const qt_cg_graph *g)
         }
         const int64_t C = qt_cg_context(s), ep = s->mesh[QT_MESH_EXPERT];
         qt_cg_buf_printf(b, "  moe experts: split over expert alone (%lld of %lld a rank), "
-                         "replicated over context %lld (MaxText's default rules: expert x "
-                         "context = %lld does not divide num_experts%s); each context index "
+                         "replicated over context %lld (MaxText's default rules: %s%lld%s); "
+                         "each context index "
                          "runs its own exchange over the expert axis (%lld ranks: the "
                          "exchanges line of the collectives section), and the experts' "
                          "gradients reduce over context as the dense weights' do, interleaved "
@@ -1230,9 +1230,12 @@ static void moe_lines(qt_cg_buf *b, const qt_cg_graph *g)
                          "a rank at 4 bytes an element), Adam m/v split over the optimizer "
                          "axes as before\n",
                          (long long)(s->m.n_experts / ep), (long long)s->m.n_experts,
-                         (long long)C, (long long)(ep * C),
-                         s->m.n_experts % (ep * C) ? "" : "; ragged_buffer_factor > 0 takes "
-                         "this form too",
+                         (long long)C,
+                         s->m.n_experts % (ep * C) ? "expert x context = " : "ragged_buffer_factor "
+                         "> 0, MaxText's receive buffer per context index; expert x context = ",
+                         (long long)(ep * C),
+                         s->m.n_experts % (ep * C) ? " does not divide num_experts" : " divides "
+                         "num_experts",
                          (long long)ep, (long long)ne, (long long)C,
                          (double)ne * (double)(C - 1) / (double)C * 4.0 / 1048576.0);
     }
