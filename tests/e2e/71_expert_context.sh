@@ -116,3 +116,26 @@ check "experts replicated over context: ragged_buffer_factor 100 on expert 2 x c
   ectx_ragged 100 0/512
 check "experts replicated over context: ragged_buffer_factor 0.5 on expert 2 x context 2 drops 256/512 a step, bits differ" \
   ectx_ragged 0.5 256/512
+
+# Checkpoints (as 73_context_ckpt.sh): the 6-expert model's checkpoint after 5 steps on
+# expert 2 x context 2 (replicated experts, one .safetensors file) is the one-rank file, the
+# same bytes (headers equal once plan hash and run name are blanked), and resuming it on one
+# rank gives steps 6..10 of the uninterrupted one-rank run, bit for bit.
+ectx_ckpt() {
+  local one run d=$QT_TMP/ectx/ckpt data=tests/golden/e2e/test-next-tiny/tokens.npy
+  ectx_det ctx-next-1r-nb4 1 num_experts=6 && ectx_det ctx-next-cp2ep2 4 num_experts=6 || return 1
+  one=$(ectx_file ctx-next-1r-nb4 1 num_experts=6) && one=${one%.det}/ctx-next-1r-nb4-v/qtrain
+  run=$(ectx_file ctx-next-cp2ep2 4 num_experts=6) && run=${run%.det}/ctx-next-cp2ep2-v/qtrain
+  mkdir -p "$d"
+  timeout 120 "$one" data=$data seed=11 steps=5 save=$d/one.safetensors 2> "$d/one.log" &&
+    timeout 120 mpiexec -n 4 "$run" data=$data seed=11 steps=5 save=$d/run.safetensors 2> "$d/run.log" &&
+    timeout 120 "$one" data=$data seed=11 steps=10 load=$d/run.safetensors metrics=$d/res.jsonl 2> "$d/res.log" ||
+    { tail -n 3 "$d"/*.log; return 1; }
+  ckpt_same_file "$d/one.safetensors" "$d/run.safetensors" || return 1
+  grep -q "resuming from .* at step 5" "$d/res.log" || { echo "did not resume at step 5"; return 1; }
+  det_fields "$d/res.jsonl" > "$d/res.det" || return 1
+  cmp <(tail -n 5 "$(ectx_file ctx-next-1r-nb4 1 num_experts=6)") "$d/res.det" &&
+    echo "steps 6..10 identical: $(tail -n 1 "$d/res.det")"
+}
+check "experts replicated over context: the expert 2 x context 2 checkpoint is the one-rank file, and resumes on one rank bit for bit" \
+  ectx_ckpt

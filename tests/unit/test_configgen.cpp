@@ -433,7 +433,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"z_loss_multiplier=-1e-4", NULL, "z_loss_multiplier=-1e-4 (command line): expected 0 (off) or a multiplier > 0"},
         // the MoE form (config/moe.c, issues 32, 35): receive-buffer dropping over a context
         // axis, non-finite factors
-        {"ragged_buffer_factor=0.5", "num_ranks=4|ici_fsdp_parallelism=1|ici_context_parallelism=2|ici_expert_parallelism=2", "ragged_buffer_factor=0.5 (command line): receive-buffer dropping with context parallelism 2 x expert parallelism 2"},
+        {"expert_dispatch=rounds", "ragged_buffer_factor=0.5|num_ranks=4|ici_fsdp_parallelism=1|ici_context_parallelism=2|ici_expert_parallelism=2", "expert_dispatch=rounds (command line): rounds with the routed experts replicated over context"},
         {"ragged_buffer_factor=nan", NULL, "ragged_buffer_factor: value nan is not a number"},
         {"capacity_factor=1e39", "sparse_matmul=false", "capacity_factor=1e39 (command line): is inf in float32"},
         {"capacity_factor=nan", "sparse_matmul=false", "capacity_factor: value nan is not a number"},
