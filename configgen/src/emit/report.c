@@ -307,8 +307,8 @@ static void mb_units_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t leaves, in
     int64_t umax = U, tmax = 0;
     for (int p = 0; p < g->np; p++) {
         const int64_t T = g->ps[p].leaves / G,
-                      U = qt_cg_unit_leaves(g, T, g->ranges[qt_cg_range_of(g, p)].hold_mask);
-        if (U > umax) umax = U;
+                      Up = qt_cg_unit_leaves(g, T, g->ranges[qt_cg_range_of(g, p)].hold_mask);
+        if (Up > umax) umax = Up;
         if (T > tmax) tmax = T;
     }
     int lv = 0, mbl = 0;
