@@ -7,10 +7,13 @@
 # with 6 experts (num_experts=6) on expert 2 x context 2 == one rank with the same
 # context_blocks (4) and global batch, bit for bit (loss bits and fingerprint, 10 steps):
 # dropless explicit and auto, the load-balance term (0.01), capacity dropping (sparse_matmul
-# false, capacity_factor 1), bf16 (auto), and data 2 x expert 2 x context 2 (8 ranks); the
-# term and the capacity are not vacuous (they change the one-rank bits). Mutation: pushing the
+# false, capacity_factor 1), bf16 (auto), data 2 x expert 2 x context 2 (8 ranks), with
+# ZeRO-1, per-layer reduction, the split units exchange (collective_overlap on) and the split
+# expert exchanges (all); expert 2 x context 4; the tiny model's 4 experts on expert 2 x
+# context 3; the checkpoint; the term and the capacity are not vacuous (they change the
+# one-rank bits); ragged_buffer_factor with a context axis (end). Mutation: pushing the
 # units in the plain (member, unit) order (firmware/runtime/step_ops.c, ilv = 0) fails every
-# cell (step 1's fingerprint differs). Plans: ctx-next-*, lb-ctx-*, cap-ctx-* run files with
+# cell (step 1's fingerprint differs). Plans: the ctx-next-*, ctx-b16-*, ctxu-* run files with
 # overrides (plan_variant), the tiny test data, seed 11, every mpiexec under `timeout`.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 
@@ -71,6 +74,8 @@ check "experts replicated over context: per-layer reduction (gradient_reduce=lay
   ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 4 "gradient_reduce=layer"
 check "experts replicated over context: the split units exchange (collective_overlap=on) == one rank, bit for bit" \
   ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 4 "collective_overlap=on"
+check "experts replicated over context: the expert exchanges split too (collective_overlap=all) == one rank, bit for bit" \
+  ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 4 "collective_overlap=all"
 check "experts replicated over context: the tiny model's 4 experts on expert 2 x context 3 (canonical_factor 3) == one rank, bit for bit" \
   ectx_same ctxu-next-1r ctxu-next-cp3 6 "num_ranks=6 ici_expert_parallelism=2 gradient_accumulation_steps=1" num_experts=4
 # not vacuous: the term and the capacity change the one-rank bits of the 6-expert model
