@@ -9,7 +9,8 @@
 # dropless explicit and auto, the load-balance term (0.01), capacity dropping (sparse_matmul
 # false, capacity_factor 1), bf16 (auto), data 2 x expert 2 x context 2 (8 ranks), with
 # ZeRO-1, per-layer reduction, the split units exchange (collective_overlap on) and the split
-# expert exchanges (all); expert 2 x context 4; the tiny model's 4 experts on expert 2 x
+# expert exchanges (all), tensor 2 (8 ranks), pipeline 2
+# (8 ranks), the MTP head, remat full; expert 2 x context 4; the tiny model's 4 experts on expert 2 x
 # context 3; the checkpoint; the term and the capacity are not vacuous (they change the
 # one-rank bits); ragged_buffer_factor with a context axis (end). Mutation: pushing the
 # units in the plain (member, unit) order (firmware/runtime/step_ops.c, ilv = 0) fails every
@@ -76,6 +77,26 @@ check "experts replicated over context: the split units exchange (collective_ove
   ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 4 "collective_overlap=on"
 check "experts replicated over context: the expert exchanges split too (collective_overlap=all) == one rank, bit for bit" \
   ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 4 "collective_overlap=all"
+check "experts replicated over context: tensor 2 x expert 2 x context 2 (8 ranks) == one rank, bit for bit" \
+  ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 8 "num_ranks=8 ici_tensor_parallelism=2 per_device_batch_size=0.25"
+check "experts replicated over context: the MTP head (mtp_num_layers 1, its own routed experts) == one rank, bit for bit" \
+  ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 4 "" mtp_num_layers=1
+check "experts replicated over context: remat full == one rank, bit for bit" \
+  ectx_same ctx-next-1r-nb4 ctx-next-cp2ep2 4 "" remat_policy=full
+# pipeline 2: per_device_batch_size counts the stages too (8 sequences a step), so the
+# one-rank reference takes 8
+ectx_pp() {
+  ectx_det ctx-next-1r-nb4 1 num_experts=6 per_device_batch_size=8 &&
+    ectx_det ctx-next-cp2ep2 8 num_experts=6 num_ranks=8 ici_pipeline_parallelism=2 || return 1
+  local b
+  b=$(ectx_file ctx-next-cp2ep2 8 num_experts=6 num_ranks=8 ici_pipeline_parallelism=2)
+  grep -q "moe experts: split over expert alone" "${b%.det}"/ctx-next-cp2ep2-v/plan/*/plan.txt ||
+    { echo "the plan does not name the form"; return 1; }
+  cmp "$(ectx_file ctx-next-1r-nb4 1 num_experts=6 per_device_batch_size=8)" "$b" &&
+    echo "identical: $(tail -n 1 "$b")"
+}
+check "experts replicated over context: pipeline 2 x expert 2 x context 2 (8 ranks) == one rank, bit for bit" \
+  ectx_pp
 check "experts replicated over context: the tiny model's 4 experts on expert 2 x context 3 (canonical_factor 3) == one rank, bit for bit" \
   ectx_same ctxu-next-1r ctxu-next-cp3 6 "num_ranks=6 ici_expert_parallelism=2 gradient_accumulation_steps=1" num_experts=4
 # not vacuous: the term and the capacity change the one-rank bits of the 6-expert model
