@@ -477,6 +477,20 @@ static inline int64_t qt_plan_seq_groups(const struct qt_plan *p)
     return R;
 }
 
+/* The leaves of one unit (grad_mb_units) of a parameter with T leaves a microbatch in a
+ * range held over hold_mask: the largest power of two dividing T; a routed expert
+ * replicated over context (expert_ctx_rep, held over `expert`) has T = E L leaves, the L
+ * blocks of each of the E members of its exchange, apart in the global order: the largest
+ * power of two dividing L. */
+static inline int64_t qt_plan_unit_leaves(const struct qt_plan *p, int64_t T, unsigned hold_mask)
+{
+    if (p->expert_ctx_rep && (hold_mask & (1u << QT_MESH_EXPERT))) {
+        const int64_t L = qt_plan_leaves_per_mb(p);
+        return L & -L;
+    }
+    return T & -T;
+}
+
 /* The microbatch form's units of flat range i (grad_mb_units > 0, docs/determinism.md "The
  * microbatch form's units"): its parameters' T leaves a microbatch cover the batch group's
  * R L over its reduce group of R_r ranks (T = R L / R_r), as q_r units of U_r leaves (U_r
@@ -489,7 +503,8 @@ static inline int64_t qt_plan_range_mb_units(const struct qt_plan *p, int32_t i,
         if (p->batch_mask & (1u << a)) R *= p->mesh[a];
         if (p->ranges[i].reduce_mask & (1u << a)) Rr *= p->mesh[a];
     }
-    const int64_t T = R * qt_plan_leaves_per_mb(p) / Rr, q = T > 0 ? T / (T & -T) : 0;
+    const int64_t T = R * qt_plan_leaves_per_mb(p) / Rr,
+                  q = T > 0 ? T / qt_plan_unit_leaves(p, T, p->ranges[i].hold_mask) : 0;
     *count = p->train.grad_accum * Rr * q;
     return q;
 }

@@ -80,6 +80,14 @@ static int qt_interp_units(const qt_plan *p)
     return p->grad_units > 1 ? p->grad_units : p->grad_mb_units > 0 ? p->grad_mb_units : 0;
 }
 
+/* The leaves of one unit of parameter pa with T leaves a microbatch (qt_plan.h
+ * qt_plan_unit_leaves over its range's holding axes). */
+static int64_t qt_interp_unit_leaves(const qt_plan *p, const qt_param *pa, int64_t T)
+{
+    const int32_t r = qt_plan_range_of(p, pa->flat_offset);
+    return qt_plan_unit_leaves(p, T, r >= 0 ? p->ranges[r].hold_mask : 0u);
+}
+
 /* The level pointers of a units' tree of U leaves (U a power of two): levels 0 .. log2(U)-1
  * are the plan's, level log2(U) is set per leaf (its unit's level), the rest NULL. */
 static void qt_interp_unit_levels(const qt_plan *p, int64_t U, float **levels)
@@ -158,7 +166,8 @@ static int qt_interp_levels_needed(const qt_plan *p, int *mbl_out, int *need_out
         const int64_t q = p->grad_mb_units;
         int64_t umax = 1, qmax = 1, cmax = 1;
         for (int32_t i = 0; i < p->n_params; i++) {
-            const int64_t T = qt_interp_tree_leaves(p, &p->params[i]), U = T & -T;
+            const int64_t T = qt_interp_tree_leaves(p, &p->params[i]),
+                          U = qt_interp_unit_leaves(p, &p->params[i], T);
             if (T < 1 || T / U > q)
                 return qt_fail(QT_E_PLAN, "plan %s: grad_mb_units %d does not fit parameter %s's "
                                "%lld leaves a microbatch", p->run_name, p->grad_mb_units,
@@ -361,7 +370,7 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
      * power of two dividing this parameter's leaves), whose levels are the first log2 U and whose top is unit level
      * i / U (the leaf tree's level lu + i / U) */
     const int q = qt_interp_units(p);
-    const int64_t T = qt_interp_tree_leaves(p, pa), U = q ? T & -T : 0;
+    const int64_t T = qt_interp_tree_leaves(p, pa), U = q ? qt_interp_unit_leaves(p, pa, T) : 0;
     const int lu = qt_interp_leaf_levels(p) - q, ul = U ? qt_tree_levels_needed(U) - 1 : 0;
     if (U) qt_interp_unit_levels(p, U, levels);
     qt_stage_map map;

@@ -48,6 +48,16 @@ int qt_tree_carry(float *const *levels, int64_t off, int64_t leaf, qt_leaf_carry
 void qt_tree_push_units(float *const *levels, int64_t off, int64_t n, float *const *unit, int R,
                         int q, int64_t blk, int64_t first);
 
+/* As qt_tree_push_units, in the order of a range whose members' units interleave in the
+ * global order (the routed experts replicated over context, qt_plan_fields.def
+ * expert_ctx_rep): member m = hi I + lo (lo < I: its context index), unit u = e Q + s
+ * (Q = q / P; e < P: the piece of the exchange's member e, s < Q its unit), pushed in the
+ * order (hi, e, lo, s) as leaves first, first+1, ... With I = P = 1 this is
+ * qt_tree_push_units' order. Requires I | R, P | q. */
+void qt_tree_push_units_strided(float *const *levels, int64_t off, int64_t n,
+                                float *const *unit, int R, int q, int64_t blk, int64_t first,
+                                int I, int P);
+
 /* Completes the tree total of n_leaves leaves in place in the top level
  * levels[top], top = qt_tree_levels_needed(n_leaves) - 1 (always occupied after the last
  * leaf), for elements [off, off+n): with acc the lower occupied levels (set bits of

@@ -279,6 +279,19 @@ static int qt_step_mb_units_of(const qt_plan *p, int32_t i, int zero, float **un
     return QT_OK;
 }
 
+/* How range i's units interleave in the global order (qt_tree_push_units_strided): the
+ * routed experts replicated over context (expert_ctx_rep, a range held over `expert` and
+ * reduced over context): a member's units are pieces of its exchange's *P members,
+ * interleaved with the other *I context indices'; else *I = *P = 1 (member, unit). */
+static void qt_step_units_interleave(const qt_plan *p, int32_t i, int *I, int *P)
+{
+    const qt_flat_range *r = &p->ranges[i];
+    const int ilv = p->expert_ctx_rep && (r->hold_mask & (1u << QT_MESH_EXPERT)) &&
+                    (r->reduce_mask & (1u << QT_MESH_CONTEXT));
+    *I = ilv ? p->mesh[QT_MESH_CONTEXT] : 1;
+    *P = ilv ? p->mesh[QT_MESH_EXPERT] : 1;
+}
+
 /* Range i's exchanged units (unit[], as qt_step_mb_units_of left them, without zeroing)
  * pushed by the owner in the order (m, u) as leaves mb R q + m q + u of its counter. */
 static void qt_step_mb_units_push(const qt_plan *p, int32_t i, float *const *unit, int q, int R,
@@ -288,7 +301,9 @@ static void qt_step_mb_units_push(const qt_plan *p, int32_t i, float *const *uni
     int64_t n, count;
     qt_step_trees(p, i, &top, mbl, &n);
     const int l0 = qt_step_mb_counter(p, i, &count);
-    qt_tree_push_units(mbl + l0, 0, n, unit, R, q, blk, mb * R * q);
+    int I, P;
+    qt_step_units_interleave(p, i, &I, &P);
+    qt_tree_push_units_strided(mbl + l0, 0, n, unit, R, q, blk, mb * R * q, I, P);
 }
 
 /* The comm context of range i's units exchange. */
@@ -648,14 +663,18 @@ static int qt_check_mb_units_range(const qt_plan *p, int64_t i)
     const int64_t RL = qt_check_group(p, p->batch_mask) * qt_plan_leaves_per_mb(p);
     int64_t cnt;
     const int64_t q = qt_plan_range_mb_units(p, (int32_t)i, &cnt);
+    int I, P;
+    qt_step_units_interleave(p, (int32_t)i, &I, &P);
     if (q < 1 || q > p->grad_mb_units || qt_tree_levels_needed(cnt) > p->n_mb_levels ||
-        r->n % Rr)
+        r->n % Rr || I < 1 || P < 1 || Rr % I || q % P)
         return 1;
     for (int32_t k = 0; k < p->n_params; k++) {
         const qt_param *pa = &p->params[k];
         if (pa->flat_offset < r->lo || pa->flat_offset >= r->lo + r->n) continue;
         const int64_t T = pa->leaves / G;
-        if (T * G != pa->leaves || T != (T & -T) * q || T * Rr != RL) return 1;
+        if (T * G != pa->leaves || T != qt_plan_unit_leaves(p, T, r->hold_mask) * q ||
+            T * Rr != RL)
+            return 1;
     }
     return 0;
 }

@@ -90,13 +90,23 @@ void qt_tree_push(float *const *levels, int64_t off, int64_t n, const float *scr
 void qt_tree_push_units(float *const *levels, int64_t off, int64_t n, float *const *unit, int R,
                         int q, int64_t blk, int64_t first)
 {
-    for (int m = 0; m < R; m++)
-        for (int u = 0; u < q; u++) {
-            const float *x = unit[u] + (int64_t)m * blk;
-            const int64_t leaf = first + (int64_t)m * q + u;
-            if (!(leaf & 1)) memcpy(levels[0] + off, x, (size_t)n * sizeof(float));
-            else qt_tree_push(levels, off, n, x, leaf);
-        }
+    qt_tree_push_units_strided(levels, off, n, unit, R, q, blk, first, 1, 1);
+}
+
+void qt_tree_push_units_strided(float *const *levels, int64_t off, int64_t n,
+                                float *const *unit, int R, int q, int64_t blk, int64_t first,
+                                int I, int P)
+{
+    const int Q = q / P;
+    int64_t leaf = first;
+    for (int hi = 0; hi < R / I; hi++)
+        for (int e = 0; e < P; e++)
+            for (int lo = 0; lo < I; lo++)
+                for (int s = 0; s < Q; s++, leaf++) {
+                    const float *x = unit[e * Q + s] + (int64_t)(hi * I + lo) * blk;
+                    if (!(leaf & 1)) memcpy(levels[0] + off, x, (size_t)n * sizeof(float));
+                    else qt_tree_push(levels, off, n, x, leaf);
+                }
 }
 
 void qt_tree_finalize_range(float *const *levels, int64_t off, int64_t n, int64_t n_leaves)

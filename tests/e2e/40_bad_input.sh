@@ -270,11 +270,12 @@ check "configgen: sparse_matmul=false under shard_mode=explicit (the reference t
 check "configgen: a non-finite capacity_factor names the key" \
   expect_fail "capacity_factor: value nan is not a number" \
   build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-cap1.yml capacity_factor=nan
-# a capacity of 0 and ragged_buffer_factor > 0 plan since issue 35 (62_moe_drop.sh); the
-# receive buffers over a context axis are refused
-check "configgen: ragged_buffer_factor > 0 with context x expert parallelism is refused, naming both degrees" \
-  expect_fail "ragged_buffer_factor=2.0 (command line): receive-buffer dropping with context parallelism 2 x expert parallelism 2" \
-  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml ragged_buffer_factor=2.0 \
+# a capacity of 0 and ragged_buffer_factor > 0 plan since issue 35 (62_moe_drop.sh); so do
+# the receive buffers over a context axis (the experts replicated over context,
+# 71_expert_context.sh), whose dispatch in rounds is refused
+check "configgen: expert_dispatch=rounds with the experts replicated over context is refused, naming the keys" \
+  expect_fail "expert_dispatch=rounds (command line): rounds with the routed experts replicated over context (ici_context_parallelism=2 (command line), ici_expert_parallelism 2" \
+  build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml ragged_buffer_factor=2.0 expert_dispatch=rounds \
   num_ranks=4 ici_fsdp_parallelism=1 ici_context_parallelism=2 ici_expert_parallelism=2
 check "configgen: a run file that is /dev/zero is refused at once, not read forever" \
   expect_fail "/dev/zero: is a character device, not a regular file" timeout 20 build/configgen/configgen -o $B/gen /dev/zero

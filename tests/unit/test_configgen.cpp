@@ -433,7 +433,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"z_loss_multiplier=-1e-4", NULL, "z_loss_multiplier=-1e-4 (command line): expected 0 (off) or a multiplier > 0"},
         // the MoE form (config/moe.c, issues 32, 35): receive-buffer dropping over a context
         // axis, non-finite factors
-        {"ragged_buffer_factor=0.5", "num_ranks=4|ici_fsdp_parallelism=1|ici_context_parallelism=2|ici_expert_parallelism=2", "ragged_buffer_factor=0.5 (command line): receive-buffer dropping with context parallelism 2 x expert parallelism 2"},
+        {"expert_dispatch=rounds", "ragged_buffer_factor=0.5|num_ranks=4|ici_fsdp_parallelism=1|ici_context_parallelism=2|ici_expert_parallelism=2", "expert_dispatch=rounds (command line): rounds with the routed experts replicated over context"},
         {"ragged_buffer_factor=nan", NULL, "ragged_buffer_factor: value nan is not a number"},
         {"capacity_factor=1e39", "sparse_matmul=false", "capacity_factor=1e39 (command line): is inf in float32"},
         {"capacity_factor=nan", "sparse_matmul=false", "capacity_factor: value nan is not a number"},
@@ -497,7 +497,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.25", "0.25 sequences per rank x 1 tensor x 2 context ranks sharing them"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|gradient_reduce=step", "gradient_reduce=step (command line): step with context parallelism 2"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|context_blocks=1", "context_blocks=1 (command line): 1: expected 0 (= the context degree 2) or a power of two >= it"},
-        {"ici_context_parallelism=2", "num_ranks=8|ici_expert_parallelism=4|per_device_batch_size=0.5", "context parallelism 2 with expert parallelism 4: the expert group spans the expert and context axes"},
+        {"expert_dispatch=rounds", "ici_context_parallelism=2|num_ranks=8|ici_expert_parallelism=4|per_device_batch_size=0.5", "expert_dispatch=rounds (command line): rounds with the routed experts replicated over context"},
         {"ici_context_usp_ulysses_parallelism=3", "num_ranks=3|per_device_batch_size=0.5|canonical_factor=1", "ici_context_usp_ulysses_parallelism=3 (command line): resolves the context mesh axis to 3; expected a power of two"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|max_target_length=15", "max_target_length=15 (command line): 15 is not a multiple of the context degree 2 (ici_context_parallelism=2 (command line)): each context rank holds an equal share of every sequence"},
         // pipeline parallelism (issue 36, config/pipeline.c): MaxText's rules, both keys named

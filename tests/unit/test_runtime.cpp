@@ -106,6 +106,41 @@ TEST(RuntimeTree, MatchesRecursivePairwiseBitExactly)
     LONGS_EQUAL(4, qt_tree_levels_needed(9));
 }
 
+TEST(RuntimeTree, StridedUnitsPushTheGlobalOrder)
+{
+    // qt_tree_push_units_strided (the routed experts replicated over context): R = 4 members
+    // (hi 0..1 x context lo 0..1, I = 2), q = 6 units each (P = 2 exchange members x Q = 3).
+    // Global leaf g = ((hi P + e) I + lo) Q + s holds value rt_leafval(g, k); member m's block
+    // of unit u = e Q + s holds that leaf. The counter's total must be the pairwise tree over
+    // the 24 leaves in global order, and the plain (member, unit) order must differ.
+    enum { NE = 5, R = 4, I = 2, P = 2, Q = 3, q = P * Q, N = R * q, NL = 6 };
+    static float ub[q][R * NE], lv[NL][NE];
+    float *unit[q], *levels[NL];
+    for (int u = 0; u < q; u++) unit[u] = ub[u];
+    for (int l = 0; l < NL; l++) levels[l] = lv[l];
+    for (int m = 0; m < R; m++)
+        for (int u = 0; u < q; u++) {
+            const int hi = m / I, lo = m % I, e = u / Q, sq = u % Q;
+            const int64_t g = ((int64_t)(hi * P + e) * I + lo) * Q + sq;
+            for (int k = 0; k < NE; k++) ub[u][m * NE + k] = rt_leafval(g, k);
+        }
+    memset(lv, 0xff, sizeof lv);
+    qt_tree_push_units_strided(levels, 0, NE, unit, R, q, NE, 0, I, P);
+    qt_tree_finalize(levels, NE, N);
+    const int top = qt_tree_levels_needed(N) - 1;
+    int plain_differs = 0;
+    float strided[NE];
+    for (int k = 0; k < NE; k++) {
+        strided[k] = lv[top][k];
+        LONGS_EQUAL(rt_bits(rt_ref_pairwise(0, N, k)), rt_bits(strided[k]));
+    }
+    memset(lv, 0xff, sizeof lv);
+    qt_tree_push_units(levels, 0, NE, unit, R, q, NE, 0);
+    qt_tree_finalize(levels, NE, N);
+    for (int k = 0; k < NE; k++) plain_differs |= rt_bits(lv[top][k]) != rt_bits(strided[k]);
+    CHECK(plain_differs);  // the order matters for these values: the test is not void
+}
+
 TEST(RuntimeTree, LargePushesStreamTheSameBits)
 {
     // parameters of QT_TREE_STREAM (2^19) floats or more take the non-temporal carry

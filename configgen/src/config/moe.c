@@ -41,8 +41,7 @@ static int64_t moe_capacity_of(int64_t S, int64_t k, int64_t E, double cf)
  * int(local_batch x k x r) rows and the rows past it drop (model/graph.c moe_ragged); on one
  * expert rank MaxText exchanges nothing and drops nothing. capacity_factor is ignored, as
  * on the sparse path. */
-static int moe_ragged_rules(const qt_cg_config *c, qt_cg_settings *s, double rb, double cf,
-                            char *err, size_t errlen)
+static int moe_ragged_rules(qt_cg_settings *s, double rb, double cf)
 {
     const int32_t ep = s->mesh[QT_MESH_EXPERT], cp = s->mesh[QT_MESH_CONTEXT];
     const char *cfn = cf > 0 ? "; capacity_factor is ignored (dense form only)" : "";
@@ -52,19 +51,17 @@ static int moe_ragged_rules(const qt_cg_config *c, qt_cg_settings *s, double rb,
                  "nothing drops, as in MaxText: dropless%s", rb, cfn);
         return 0;
     }
-    if (cp > 1)
-        return qt_cg_rule_bad(c, err, errlen, "ragged_buffer_factor",
-                              "receive-buffer dropping with context parallelism %d x expert "
-                              "parallelism %d: qtrain's expert exchange then runs over the "
-                              "expert x context group, not MaxText's expert axis (not "
-                              "implemented); expected <= 0 (dropless) with a context axis, or "
-                              "context parallelism 1",
-                              cp, ep);
+    /* with a context axis the experts are replicated over context (expert_ctx_rep,
+     * config/settings.c): each context index exchanges over the expert axis, MaxText's
+     * buffer, whatever expert x context does for num_experts */
+    if (cp > 1) s->expert_ctx_rep = 1;
     s->ragged_factor = rb;
     snprintf(s->moe_note, sizeof s->moe_note, "ragged_buffer_factor=%g: each expert host's "
              "receive buffer holds int(T x k x %g) rows a microbatch (T a rank's tokens) and "
              "drops the rows past it, in the order source rank, expert, token (MaxText's "
-             "sparse path): the bits depend on the expert degree%s", rb, rb, cfn);
+             "sparse path%s): the bits depend on the expert degree%s", rb, rb,
+             cp > 1 ? "; with context parallelism per context index, over the expert axis, "
+                      "the experts replicated over context" : "", cfn);
     return 0;
 }
 
@@ -89,7 +86,7 @@ int qt_cg_moe_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t 
     s->ragged_factor = -1.0;
     s->moe_note[0] = 0;
     if (sparse) {
-        if (rb > 0) return moe_ragged_rules(c, s, rb, cf, err, errlen);
+        if (rb > 0) return moe_ragged_rules(s, rb, cf);
         if (cf > 0)
             snprintf(s->moe_note, sizeof s->moe_note, "capacity_factor=%g is ignored with "
                      "sparse_matmul=true (MaxText applies it in the dense form only): "

@@ -824,7 +824,7 @@ static int mesh_execute(const qt_cg_vctx *v, qt_cg_settings *s, qt_cg_axes *x)
 }
 
 /* Tensor and expert parallelism must divide what they split. */
-static int mesh_splits(const qt_cg_vctx *v, const qt_cg_settings *s, const qt_cg_axes *x)
+static int mesh_splits(const qt_cg_vctx *v, qt_cg_settings *s, const qt_cg_axes *x)
 {
     const int32_t ep = s->mesh[QT_MESH_EXPERT], tp = s->mesh[QT_MESH_TENSOR];
     const char *const *axis_key = x->key, *tkey = axis_key[2];
@@ -863,12 +863,12 @@ static int mesh_splits(const qt_cg_vctx *v, const qt_cg_settings *s, const qt_cg
          * unevenly (model/context.c: attention's a kv head with its query heads a unit, the
          * GDN layers' key heads with their value heads and whole canonical groups), so no
          * head count is refused here */
-        if (ep > 1 && s->m.n_experts % ((int64_t)ep * cp))
-            return bad(v, axis_key[4], "context parallelism %d with expert parallelism %d: the "
-                       "expert group spans the expert and context axes (so an expert host "
-                       "receives every block of its sequences in token order), and %lld ranks "
-                       "do not divide num_experts=%lld", cp, ep, (long long)ep * cp,
-                       (long long)s->m.n_experts);
+        /* the expert group spans expert x context (an expert host receives every block of
+         * its sequences); where that does not divide num_experts but the expert axis does,
+         * the experts split over `expert` alone, replicated over context (MaxText's
+         * default rules): each context index exchanges over the expert axis */
+        s->expert_ctx_rep = ep > 1 && s->m.n_experts % ((int64_t)ep * cp) != 0 &&
+                            s->m.n_experts % ep == 0;
     }
     if (ep > 1 && s->m.n_experts % ep)
         return bad(v, axis_key[3], "expert parallelism %d does not divide "

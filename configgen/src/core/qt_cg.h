@@ -169,7 +169,15 @@ typedef struct qt_cg_settings {
      * hold int(T k r) rows and drop the rest, model/graph.c moe_ragged; only with an expert
      * group of more than one rank); -1 when unset or <= 0 */
     double ragged_factor;
-    char moe_note[320];
+    char moe_note[512];
+    /* expert_ctx_rep: 1 = the routed experts are split over `expert` alone and replicated
+     * over context (MaxText's default rules; docs/context.md "Experts replicated over
+     * context"): each context index runs its own exchange over the expert axis, and the
+     * experts' gradients reduce over context as the dense weights' do. Planned where the
+     * expert x context group does not divide num_experts but the expert axis does
+     * (config/settings.c), and with ragged_buffer_factor > 0 (config/moe.c). 0: the expert
+     * group spans expert x context. */
+    int32_t expert_ctx_rep;
     int use_mrope;
     int gdn_chunked;           /* gdn_core_algorithm: 1 chunked (WY), 0 recurrent */
     int32_t packing, eos_id;   /* packing: documents end at eos_id (docs/data.md) */
@@ -288,6 +296,21 @@ static inline int64_t qt_cg_context(const qt_cg_settings *s)
 static inline uint8_t qt_cg_context_mask(const qt_cg_settings *s)
 {
     return qt_cg_context(s) > 1 ? (uint8_t)(1u << QT_MESH_CONTEXT) : 0;
+}
+
+/* The expert group (the ranks a routed row can travel to) and its mesh mask: expert x
+ * context, or the expert axis alone with the experts replicated over context
+ * (expert_ctx_rep); one rank (mask 0) without expert parallelism. */
+static inline int64_t qt_cg_expert_group(const qt_cg_settings *s)
+{
+    if (s->mesh[QT_MESH_EXPERT] < 2) return 1;
+    return s->mesh[QT_MESH_EXPERT] * (s->expert_ctx_rep ? 1 : qt_cg_context(s));
+}
+
+static inline uint8_t qt_cg_expert_group_mask(const qt_cg_settings *s)
+{
+    if (s->mesh[QT_MESH_EXPERT] < 2) return 0;
+    return (uint8_t)((1u << QT_MESH_EXPERT) | (s->expert_ctx_rep ? 0 : qt_cg_context_mask(s)));
 }
 
 static inline int64_t qt_cg_flat_align(const qt_cg_settings *s)

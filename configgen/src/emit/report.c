@@ -288,7 +288,8 @@ static void units_cost(const qt_cg_graph *g, int64_t q, int64_t reductions, int6
         const int64_t R = qt_cg_group_size(g->s, g->ranges[i].reduce_mask);
         const int64_t blk = g->ranges[i].n / R, T = RL / R;
         /* the microbatch form's units: each range's own q_r (the odd part of its leaves) */
-        q = g->grad_mb_units > 0 && T > 0 ? T / (T & -T) : q0;
+        q = g->grad_mb_units > 0 && T > 0 ? T / qt_cg_unit_leaves(g, T, g->ranges[i].hold_mask)
+                                           : q0;
         /* the split exchange's pieces go through the comm scratch's split part */
         const int split_i = i == split || qt_cg_units_split(g, i);
         int64_t c = (split_i ? g->comm_split_elems : se0) / (2 * q);
@@ -306,8 +307,9 @@ static void mb_units_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t leaves, in
     const int64_t q = g->grad_mb_units, U = leaves / q, G = s->tr.grad_accum;
     int64_t umax = U, tmax = 0;
     for (int p = 0; p < g->np; p++) {
-        const int64_t T = g->ps[p].leaves / G;
-        if ((T & -T) > umax) umax = T & -T;
+        const int64_t T = g->ps[p].leaves / G,
+                      Up = qt_cg_unit_leaves(g, T, g->ranges[qt_cg_range_of(g, p)].hold_mask);
+        if (Up > umax) umax = Up;
         if (T > tmax) tmax = T;
     }
     int lv = 0, mbl = 0;
@@ -335,8 +337,14 @@ static void mb_units_line(qt_cg_buf *b, const qt_cg_graph *g, int64_t leaves, in
                          n_leaf, qt_cg_s(n_leaf), (long long)q, lv, g->n_mb_levels, mbl);
         return;
     }
-    char ex[96] = "";
-    if (umax != U)
+    char ex[200] = "";
+    if (s->expert_ctx_rep) {
+        const int64_t L = s->tr.micro_batch * qt_cg_blocks(s) / qt_cg_context(s);
+        snprintf(ex, sizeof ex, " (the routed experts, replicated over context: %lld units "
+                 "of %lld, a piece of each of their exchange's members, interleaved with the "
+                 "other context indices' in the global order)",
+                 (long long)(s->mesh[QT_MESH_EXPERT] * L / (L & -L)), (long long)(L & -L));
+    } else if (umax != U)
         snprintf(ex, sizeof ex, " (of %lld for the routed experts, over their expert group)",
                  (long long)umax);
     qt_cg_buf_printf(b, "  one-rank bits: yes: each rank's %lld gradient %s per microbatch (%s), "
@@ -1208,6 +1216,39 @@ static void moe_lines(qt_cg_buf *b, const qt_cg_graph *g)
 {
     const qt_cg_settings *s = g->s;
     if (s->moe_note[0]) qt_cg_buf_printf(b, "  moe form: %s\n", s->moe_note);
+    if (s->expert_ctx_rep) {
+        /* the routed experts' elements a rank holds (split over expert alone) */
+        int64_t ne = 0;
+        for (int p = 0; p < g->np; p++) {
+            const qt_tensor *t = &g->ts[g->ps[p].tensor].t;
+            for (int d = 0; d < t->ndim; d++)
+                if (t->shape[d] != t->global_shape[d] && (t->spec[d] & (1u << QT_MESH_EXPERT))) {
+                    ne += g->ps[p].numel;
+                    break;
+                }
+        }
+        const int64_t C = qt_cg_context(s), ep = s->mesh[QT_MESH_EXPERT];
+        qt_cg_buf_printf(b, "  moe experts: split over expert alone (%lld of %lld a rank), "
+                         "replicated over context %lld (MaxText's default rules: %s%lld%s); "
+                         "each context index "
+                         "runs its own exchange over the expert axis (%lld ranks: the "
+                         "exchanges line of the collectives section), and the experts' "
+                         "gradients reduce over context as the dense weights' do, interleaved "
+                         "in the one-rank tree (the units of the one-rank bits line). Memory: "
+                         "the routed experts' %lld weights a rank and their gradient-tree "
+                         "levels are %lld x the expert x context form's (+%.3f MiB of weights "
+                         "a rank at 4 bytes an element), Adam m/v split over the optimizer "
+                         "axes as before\n",
+                         (long long)(s->m.n_experts / ep), (long long)s->m.n_experts,
+                         (long long)C,
+                         s->m.n_experts % (ep * C) ? "expert x context = " : "ragged_buffer_factor "
+                         "> 0, MaxText's receive buffer per context index; expert x context = ",
+                         (long long)(ep * C),
+                         s->m.n_experts % (ep * C) ? " does not divide num_experts" : " divides "
+                         "num_experts",
+                         (long long)ep, (long long)ne, (long long)C,
+                         (double)ne * (double)(C - 1) / (double)C * 4.0 / 1048576.0);
+    }
     if (s->expert_dispatch == QT_CG_DISPATCH_ROUNDS && g->ep_rows_dropless > 0)
         qt_cg_buf_printf(b, "  moe dispatch: rounds of %lld host rows (expert_dispatch=%s) instead "
                          "of buffers for the dropless worst case %lld (%.2f%%): a host's round "

@@ -218,6 +218,21 @@ int64_t qt_cg_grad_units(const qt_cg_graph *g)
     return q;
 }
 
+/* The leaves of one unit of a parameter with T leaves a microbatch in a range held over
+ * `hold` (the firmware's rule, qt_plan.h qt_plan_unit_leaves): the largest power of two
+ * dividing T; a routed expert replicated over context (expert_ctx_rep) has T = E L leaves,
+ * the L blocks of each of the E members of its exchange (one context index's), which lie
+ * apart in the global order: the largest power of two dividing L. */
+int64_t qt_cg_unit_leaves(const qt_cg_graph *g, int64_t T, uint8_t hold)
+{
+    const qt_cg_settings *s = g->s;
+    if (s->expert_ctx_rep && (hold & (1u << QT_MESH_EXPERT))) {
+        const int64_t L = s->tr.micro_batch * qt_cg_blocks(s) / qt_cg_context(s);
+        return L & -L;
+    }
+    return T & -T;
+}
+
 /* Bit length of n (levels of a binary counter over n >= 1 leaves). */
 static int bit_length(int64_t n)
 {
@@ -250,10 +265,11 @@ static int64_t mb_units(const qt_cg_graph *g, int64_t *umax, int64_t *cmax)
     int one_rank = G == 1 || !(R & (R - 1)); /* one rank's bits already? */
     int64_t q = 1;
     for (int p = 0; p < g->np; p++) {
-        const int64_t T = g->ps[p].leaves / G, U = T & -T;
         const int r = qt_cg_range_of(g, p);
+        const int64_t T = g->ps[p].leaves / G;
         if (r < 0 || T < 1 || T * qt_cg_group_size(s, g->ranges[r].reduce_mask) != R * L)
             return 0;
+        const int64_t U = qt_cg_unit_leaves(g, T, g->ranges[r].hold_mask);
         const int64_t Rr = qt_cg_group_size(s, g->ranges[r].reduce_mask);
         if (T != U && !(G == 1 && Rr == 1)) one_rank = 0;
         if (T / U > q) q = T / U;
@@ -302,6 +318,15 @@ static int tree_levels(qt_cg_graph *g, char *err, size_t errlen)
         lv += g->grad_units;
     }
     g->grad_mb_units = (int32_t)qt_cg_grad_mb_units(g);
+    /* the routed experts replicated over context: their hosts' leaves continue the one-rank
+     * tree only through the units (interleaved with the other context indices') */
+    if (g->s->expert_ctx_rep && g->grad_mb_units < 1)
+        return qt_cg_fail(err, errlen, "the routed experts replicated over context (expert x "
+                          "context does not divide num_experts, or ragged_buffer_factor > 0) "
+                          "need the microbatch form's units (docs/determinism.md), and this "
+                          "mesh and batch have none (over %d units or %d levels); expected "
+                          "expert x context dividing num_experts, or fewer ranks or leaves",
+                          QT_CG_MAX_UNITS, QT_CG_MAX_UNIT_LEVELS);
     if (g->grad_mb_units > 0) { /* log2 max U_p, the q unit levels, the units' counter */
         int64_t umax;
         g->n_mb_levels = qt_cg_grad_mb_levels(g, &umax);
@@ -392,7 +417,8 @@ static void fixed_regions(qt_cg_graph *g, int64_t flat0)
             const int64_t Rr = qt_cg_group_size(s, g->ranges[r].reduce_mask);
             const int64_t T = qt_cg_group_size(s, s->batch_mask) * s->tr.micro_batch *
                               qt_cg_blocks(s) / qt_cg_context(s) / Rr;
-            n = 2 * (T > 0 ? T / (T & -T) : 1) * ((n + Rr - 1) / Rr);
+            n = 2 * (T > 0 ? T / qt_cg_unit_leaves(g, T, g->ranges[r].hold_mask) : 1) *
+                ((n + Rr - 1) / Rr);
         }
         const int64_t want = n < QT_CG_COMM_SCRATCH_SPLIT ? (n + 1) / 2 * 2
                                                           : QT_CG_COMM_SCRATCH_SPLIT;

@@ -46,6 +46,9 @@ int64_t qt_cg_grad_mb_units(const qt_cg_graph *g);
 /* Whether flat range r's per-layer units exchange is split in the microbatch schedule
  * (GRAD_MB_UNITS_START, collective_overlap: schedule/overlap.c). */
 int qt_cg_units_split(const qt_cg_graph *g, int r);
+/* The leaves of one unit of a parameter with T leaves a microbatch in a range held over
+ * `hold` (qt_plan.h qt_plan_unit_leaves). */
+int64_t qt_cg_unit_leaves(const qt_cg_graph *g, int64_t T, uint8_t hold);
 /* With grad_mb_units: the microbatch tree's levels (bit length of the most units a range's
  * counter runs over, G R_r q_r) and *umax, the largest unit U_p of a parameter. */
 int qt_cg_grad_mb_levels(const qt_cg_graph *g, int64_t *umax);

@@ -545,7 +545,7 @@ static void backward_expert_ffn(qt_cg_ad *ad, const qt_op *f)
      * host's packed rows (k = 1) hold up to S*k0 rows of one sequence (k0 the router's
      * top-k), which one wgrad chunk must take whole */
     const int32_t seg = g->ts[FT(EXPERT_FFN, idx)].ep_seg;
-    const int64_t k0 = g->s->m.top_k, Ep = g->s->mesh[QT_MESH_EXPERT];
+    const int64_t k0 = g->s->m.top_k;
     int64_t S = g->s->tr.seq_len, esz = T * k * (d + ff);
     if (S * (d + 3 * ff) > esz) esz = S * (d + 3 * ff);
     if (seg != QT_NONE && S * k0 * (d + 3 * ff) > esz) esz = S * k0 * (d + 3 * ff);
@@ -596,9 +596,9 @@ static void backward_expert_ffn(qt_cg_ad *ad, const qt_op *f)
     QT_A(op, EXPERT_FFN_WGRAD, S) = qt_cg_leaf_tokens(g->s);
     /* an expert host computes a leaf for every token block of its expert group */
     if (seg != QT_NONE) {
-        /* the expert group: expert x context (graph.c expert_parallel), each member's token
-         * blocks */
-        const int64_t C = qt_cg_context(g->s), M = Ep > 1 ? Ep * C : 1;
+        /* the expert group: expert x context, or expert alone with the experts replicated
+         * over context (graph.c expert_parallel), each member's token blocks */
+        const int64_t C = qt_cg_context(g->s), M = qt_cg_expert_group(g->s);
         op->a[QT_A_WGRAD_SEQS] = M * g->s->tr.micro_batch * qt_cg_blocks(g->s) / C;
     }
 }
@@ -614,7 +614,7 @@ static void backward_moe_rounds(qt_cg_ad *ad, const qt_op *f)
     const char *nm = g->ts[FT(MOE_ROUNDS, y)].t.name;
     const int64_t R = FA(MOE_ROUNDS, R), T = FA(MOE_ROUNDS, T), k = FA(MOE_ROUNDS, k);
     const int64_t xn = g->ts[FT(MOE_ROUNDS, xr)].t.numel, gn = g->ts[FT(MOE_ROUNDS, gu)].t.numel;
-    const int64_t M = g->s->mesh[QT_MESH_EXPERT] * qt_cg_context(g->s);
+    const int64_t M = qt_cg_expert_group(g->s);
     const int64_t hn = QT_EP_ROUNDS_HOME_FLOATS(T, k, xn / R, M, FA(MOE_ROUNDS, leaves) / M, R, 1);
     const int64_t fn = g->ts[FT(MOE_ROUNDS, scratch)].t.numel;
     int32_t dx = dgrad(ad, FT(MOE_ROUNDS, x)), dy = dout(ad, FT(MOE_ROUNDS, y));

@@ -52,9 +52,10 @@ static int32_t add_param(qt_cg_graph *g, const char *name, int ndim, const int64
     for (int d = 0; d < ndim; d++) {
         int64_t parts = 1;
         if (axes[d] == QT_LAX_EXP && (pt->spec[d] & (1u << QT_MESH_EXPERT))) {
-            /* with context parallelism the expert group spans expert x context */
-            parts = g->s->mesh[QT_MESH_EXPERT] * qt_cg_context(g->s);
-            pt->spec[d] |= qt_cg_context_mask(g->s);
+            /* with context parallelism the expert group spans expert x context, or the
+             * expert axis alone (replicated over context: expert_ctx_rep) */
+            parts = qt_cg_expert_group(g->s);
+            pt->spec[d] |= qt_cg_expert_group_mask(g->s) & qt_cg_context_mask(g->s);
         }
         /* tensor parallelism splits heads and the shared and routed experts' widths */
         if (qt_cg_tp_axis(axes[d]) && (pt->spec[d] & (1u << QT_MESH_TENSOR)))
@@ -517,10 +518,11 @@ static void expert_parallel(qt_cg_graph *g, const char *apre, int32_t h2, int32_
 {
     char n[256];
     /* the group the rows travel in: the expert axis (and the context axis with it, so a
-     * host receives every block of its members' sequences in token order), or none (tensor
-     * parallelism only: the rows stay on their rank, and only their partial sums cross the
-     * tensor group) */
-    const int64_t Ep = g->s->mesh[QT_MESH_EXPERT], M = Ep > 1 ? Ep * D->C : 1, El = D->E / M;
+     * host receives every block of its members' sequences in token order; or, with the
+     * experts replicated over context, each context index's own exchange over the expert
+     * axis: its members' blocks of that index), or none (tensor parallelism only: the rows
+     * stay on their rank, and only their partial sums cross the tensor group) */
+    const int64_t M = qt_cg_expert_group(g->s), El = D->E / M;
     int64_t rmax = M * D->T * (D->k < El ? D->k : El);
     /* token dropping: each member's sequence brings a host at most C rows per local expert
      * (its capacity), so the receive side and the expert FFN on it hold
@@ -531,7 +533,7 @@ static void expert_parallel(qt_cg_graph *g, const char *apre, int32_t h2, int32_
     /* receive buffers (MOE_RAGGED): a host keeps at most B rows (at least one row) */
     if (g->moe_ragged && g->ragged_rows < rmax) rmax = g->ragged_rows > 0 ? g->ragged_rows : 1;
     g->ep_rows = rmax;
-    const int64_t mask = Ep > 1 ? (int64_t)((1u << QT_MESH_EXPERT) | qt_cg_context_mask(g->s)) : 0;
+    const int64_t mask = qt_cg_expert_group_mask(g->s);
     /* this rank's token blocks: the exchange's "sequences" */
     const int64_t blocks = D->b * D->nbt / D->C;
     const int64_t nb = expert_canon(g, D);
