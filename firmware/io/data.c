@@ -701,8 +701,9 @@ int qt_data_doc_sep(const qt_data *d, const char *key, int32_t plan_eos, int32_t
                        "and neither the plan (eos_id unset, -1) nor the file (.npy, raw and "
                        "QTTOKENS version 1 files record none) gives it: set eos_id in the "
                        "run file (151643 is <|endoftext|> of the Qwen vocabulary), or encode "
-                       "the text with qtrain-data, whose QTTOKENS version 2 header records it",
-                       nm);
+                       "the text with qtrain-data, whose QTTOKENS version 2 header records it, "
+                       "or set packing: false (each window one document, as MaxText's "
+                       "flat-token reader, the OLMo numpy mix, trains it)", nm);
     if (d->doc_sep >= d->vocab)
         return qt_fail(QT_E_ARG, "%s records end-of-document id %lld (its QTTOKENS header), "
                        "outside the plan's vocabulary [0, %lld) (vocab_size): the file was "

@@ -350,8 +350,19 @@ static qt_wgrad_leaves *qt_interp_leaves(const qt_plan *p, const qt_param *pa, c
     return all;
 }
 
+/* A padded sequence's leaf (issue 35): -0.0 in every element, the identity of the tree's
+ * additions (x + -0.0 is x for every x, -0.0 included), so the tree over the real leaves
+ * followed by padded ones is the one-rank tree over the real leaves, bit for bit
+ * (docs/determinism.md "Padded sequences"); pushed as the loop below pushes a leaf. */
+static void qt_interp_pad_leaf(float **levels, const qt_param *pa, float *scratch, int64_t leaf)
+{
+    float *dw = qt_tree_leaf_dest(levels, pa->leaf_offset, scratch, leaf);
+    for (int64_t i = 0; i < pa->numel; i++) dw[i] = -0.0f;
+    qt_tree_push(levels, pa->leaf_offset, pa->numel, scratch, leaf);
+}
+
 static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, const qt_op *op,
-                            const qt_ctx *ctx, int64_t mb)
+                            const qt_ctx *ctx, int64_t mb, int64_t pads)
 {
     float *scratch = (float *)(void *)(p->arena + p->leaf_scratch_offset);
     const qt_param *pa = &p->params[op->a[QT_A_WGRAD_PARAM]];
@@ -376,14 +387,26 @@ static void qt_interp_wgrad(const qt_plan *p, const qt_kernel_entry *table, cons
     qt_stage_map map;
     qt_ctx wctx;
     qt_interp_wgrad_ctx(&table[op->kind], op, ctx, &map, &wctx);
-    qt_wgrad_leaves *all = writes ? qt_interp_leaves(p, pa, pb, levels, per_mb, mb, U, lu, ul)
-                                  : NULL;
+    /* padded sequences (pads > 0, the last of the microbatch): their leaves from `real` on,
+     * each sequence's blocks contiguous. Without expert parallelism (validate.c refuses
+     * padding with it) an op's leaves are its own group's micro_batch sequences in
+     * (sequence, block) order, the expert group's and the head side's included (one
+     * member, or every block of the sequences: autodiff.c) */
+    const int64_t real = pads > 0 ? per_mb - pads * (per_mb / p->train.micro_batch) : per_mb;
+    qt_wgrad_leaves *all = writes && real == per_mb
+                               ? qt_interp_leaves(p, pa, pb, levels, per_mb, mb, U, lu, ul)
+                               : NULL;
     for (int64_t s = 0; s < per_mb; s++) {
         /* one tree over the step's leaves, or one per microbatch */
         int64_t leaf = p->n_mb_levels > 0 ? s : mb * per_mb + s;
         if (U) {
             levels[ul] = (float *)(void *)(p->arena + p->tree_offset[lu + leaf / U]);
             leaf %= U;
+        }
+        if (s >= real) {
+            qt_interp_pad_leaf(levels, pa, scratch, leaf);
+            if (pb) qt_interp_pad_leaf(levels, pb, scratch + pa->numel, leaf);
+            continue;
         }
         float *dw[2] = {NULL, NULL};
         qt_leaf_carry cy[2];
@@ -446,7 +469,7 @@ void qt_interp_run_range(const qt_ctx *c, const qt_kernel_entry *table, int64_t 
         if ((op->flags & QT_OPF_PREV_MB) && mb == 0) continue;
         if (ctx.status && *ctx.status) return;  /* a collective failed: the step stops */
         if (op->flags & QT_OPF_WGRAD) {
-            qt_interp_wgrad(p, table, op, &ctx, mb);
+            qt_interp_wgrad(p, table, op, &ctx, mb, st ? st->pads : 0);
         } else if (table[op->kind].step) {
             /* per-layer reduction: a range's total, its reduce-scatter, its push; or the
              * previous microbatch's wait and push (QT_OPF_PREV_MB) */

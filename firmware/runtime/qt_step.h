@@ -20,6 +20,10 @@ struct qt_step_state {
     int64_t step;              /* 0-based optimizer step */
     int64_t mb;                /* microbatch within the step (microbatch-end schedule) */
     qt_step_metrics *m;        /* grad_norm and fingerprint are written by the step ops */
+    int64_t pads;              /* the microbatch's last `pads` sequences are padding (a batch
+                                * that does not split evenly over the groups, issue 35:
+                                * qt_runtime_pads): their weight-gradient leaves are -0.0,
+                                * the kernels not run (the interpreter); 0 = none */
 };
 
 /* Called once by qt_runtime_init: remembers whether the parameters tile the flat region

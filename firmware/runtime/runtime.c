@@ -309,6 +309,67 @@ static int qt_runtime_mtp_fill(const qt_plan *p, qt_token_fill_fn fill, const vo
     return QT_OK;
 }
 
+/* The eval's token source over the mesh's slots (issue 35): slot j < n (the eval batch's
+ * sequences) is eval sequence j, read by the installed fill with n as its global batch
+ * (eval batch e is windows e n .. e n + n - 1); a slot past them (the last microbatch's
+ * remainder, a group's empty share) is padded with sequence 0's tokens and positions and
+ * every target -1: the cross entropy adds no loss for it and no target is counted (the
+ * packing mask's rule), so the eval loss is the mean over the real sequences' targets. */
+typedef struct qt_rt_eval_slots {
+    qt_token_fill_fn fill;
+    const void *src;
+    int64_t n;
+} qt_rt_eval_slots;
+
+static int qt_runtime_eval_fill(const void *src, int64_t step, int64_t global_batch,
+                                int64_t first, int64_t n_seqs, int64_t S, int64_t tok_lo,
+                                int64_t tok_n, int32_t eos, int32_t *inputs, int32_t *targets,
+                                int32_t *positions)
+{
+    const qt_rt_eval_slots *e = (const qt_rt_eval_slots *)src;
+    (void)global_batch;  /* the slots' count; the windows advance by the real sequences */
+    const int64_t real = first >= e->n ? 0 : e->n - first < n_seqs ? e->n - first : n_seqs;
+    int rc = real > 0 ? e->fill(e->src, step, e->n, first, real, S, tok_lo, tok_n, eos, inputs,
+                                targets, positions)
+                      : QT_OK;
+    for (int64_t j = real; j < n_seqs && rc == QT_OK; j++) {
+        int32_t *tg = targets + j * tok_n;
+        rc = e->fill(e->src, step, e->n, 0, 1, S, tok_lo, tok_n, eos, inputs + j * tok_n, tg,
+                     positions ? positions + j * S : NULL);
+        for (int64_t t = 0; t < tok_n; t++) tg[t] = -1;
+    }
+    return rc;
+}
+
+/* Microbatch mb's first sequence slot on this rank, a global index (R: the sequence
+ * groups): with a microbatch tree microbatch-major, (mb R + index) b; else rank-major,
+ * index b G + mb b. Slot i reads window i of the step (the global leaf order). */
+static int64_t qt_runtime_mb_first(const qt_plan *p, int64_t mb, int64_t R)
+{
+    const int64_t b = p->train.micro_batch, G = p->train.grad_accum;
+    return p->n_mb_levels > 0 ? (mb * R + qt_rt.batch_index) * b
+                              : qt_rt.batch_index * b * G + mb * b;
+}
+
+/* A padded batch (issue 35, docs/refusals.md): the plan's global_batch, MaxText's
+ * int(ranks x per_device_batch_size) a microbatch, fills fewer than the mesh's slots
+ * (micro_batch x grad_accum x the sequence groups); validate.c allows it only without
+ * pipeline stages and expert parallelism. */
+static int qt_runtime_padded(const qt_plan *p)
+{
+    return p->train.global_batch <
+           p->train.micro_batch * p->train.grad_accum * qt_plan_seq_groups(p);
+}
+
+/* The padded sequences at the end of microbatch mb on this rank: its slots at or past the
+ * global_batch real ones (0 unless padded). */
+static int64_t qt_runtime_pads(const qt_plan *p, int64_t mb, int64_t R)
+{
+    const int64_t b = p->train.micro_batch, N = p->train.global_batch;
+    const int64_t first = qt_runtime_mb_first(p, mb, R);
+    return first >= N ? b : first + b > N ? first + b - N : 0;
+}
+
 /* The positions with an MTP loss in this microbatch's filled mtp_targets (parts j >= 1). */
 static int64_t qt_runtime_mtp_count(const qt_plan *p)
 {
@@ -330,15 +391,19 @@ static int qt_runtime_fill_mb(const qt_plan *p, int64_t step, int64_t mb, int64_
                               int64_t St, int64_t t0)
 {
     const qt_ctx *ctx = &qt_rt.ctx;
-    const int64_t b = p->train.micro_batch, S = p->train.seq_len, G = p->train.grad_accum;
-    const int64_t first = p->n_mb_levels > 0 ? (mb * R + qt_rt.batch_index) * b
-                                             : qt_rt.batch_index * b * G + mb * b;
+    const int64_t b = p->train.micro_batch, S = p->train.seq_len;
+    const int64_t first = qt_runtime_mb_first(p, mb, R);
     int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
-    int rc = qt_rt.tokens(qt_rt.tokens_src, step, p->train.global_batch, first, b, S, t0, St,
-                          qt_runtime_eos(p), qt_i32(ctx, p->tokens), tg, pos);
+    /* a padded batch (issue 35): the slots past the step's global_batch sequences are
+     * padded as the eval's (qt_runtime_eval_fill: every target masked) */
+    const qt_rt_eval_slots slots = {qt_rt.tokens, qt_rt.tokens_src, p->train.global_batch};
+    const int padded = qt_runtime_padded(p);
+    const qt_token_fill_fn fill = padded ? qt_runtime_eval_fill : qt_rt.tokens;
+    const void *src = padded ? (const void *)&slots : qt_rt.tokens_src;
+    int rc = fill(src, step, p->train.global_batch, first, b, S, t0, St, qt_runtime_eos(p),
+                  qt_i32(ctx, p->tokens), tg, pos);
     if (!rc && p->mtp_layers > 0)
-        rc = qt_runtime_mtp_fill(p, qt_rt.tokens, qt_rt.tokens_src, step,
-                                 p->train.global_batch, first, t0, St);
+        rc = qt_runtime_mtp_fill(p, fill, src, step, p->train.global_batch, first, t0, St);
     return rc;
 }
 /* Packed documents with the MTP head: a pre-pass over the step's windows (the same fills
@@ -384,20 +449,20 @@ static int32_t qt_runtime_z_seq(const qt_plan *p)
 
 /* Token dropping: adds this microbatch's dropped counts (moe_drops, [layers x b]) into m's
  * per-layer totals, as int64. */
-static void qt_runtime_drops_add(const qt_plan *p, qt_step_metrics *m)
+static void qt_runtime_drops_add(const qt_plan *p, qt_step_metrics *m, int64_t pads)
 {
     if (!qt_plan_drops(p)) return;
     const int32_t *dr = qt_i32(&qt_rt.ctx, p->moe_drops);
-    const int64_t b = p->train.micro_batch, L = p->model.n_layers;
+    const int64_t b = p->train.micro_batch, L = p->model.n_layers, real = b - pads;
     for (int64_t l = 0; l < L; l++) {
         int64_t n = 0;
-        for (int64_t s = 0; s < b; s++) n += dr[l * b + s];
+        for (int64_t s = 0; s < real; s++) n += dr[l * b + s];   /* not a padded sequence's */
         if (l < QT_METRICS_MAX_LAYERS) m->moe_dropped_layer[l] += n;
         m->moe_dropped += n;
     }
     /* the MTP head's MoE layers: rows L .. L + depths - 1, counted apart */
     for (int64_t l = L; l < L + p->mtp_layers; l++)
-        for (int64_t s = 0; s < b; s++) m->mtp_moe_dropped += dr[l * b + s];
+        for (int64_t s = 0; s < real; s++) m->mtp_moe_dropped += dr[l * b + s];
 }
 
 /* The step's dropped counts over the batch axes (each sequence counted once: tensor ranks
@@ -457,27 +522,31 @@ static int qt_runtime_mb_take(int64_t mb, void *arg)
     const qt_plan *p = a->p;
     const qt_ctx *ctx = &qt_rt.ctx;
     a->mst->mb = mb;
+    /* a padded batch: the real sequences' entries only (a padded one's losses are 0, its
+     * targets masked, but its load-balance term and dropped counts are not: issue 35) */
+    const int64_t b = p->train.micro_batch, pads = qt_runtime_pads(p, mb, a->R);
+    const int64_t nl = qt_plan_leaves_per_mb(p) - pads * (qt_plan_leaves_per_mb(p) / b);
     const float *ls = qt_f32(ctx, p->loss_seq);
-    for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&a->loss, ls[s]);
+    for (int64_t s = 0; s < nl; s++) qt_exact_add_f(&a->loss, ls[s]);
     if (qt_plan_positions(ctx)) {
         const int32_t *tg = qt_i32(ctx, p->targets);
         int64_t n = 0;
-        for (int64_t i = 0; i < p->train.micro_batch * a->St; i++) n += tg[i] >= 0;
+        for (int64_t i = 0; i < b * a->St; i++) n += tg[i] >= 0;
         qt_exact_add_f(&a->cnt, (float)n);
     }
     if (p->mtp_layers > 0) {
         const float *ms = qt_f32(ctx, p->mtp_loss_seq);
-        for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&a->mtp, ms[s]);
+        for (int64_t s = 0; s < nl; s++) qt_exact_add_f(&a->mtp, ms[s]);
     }
     if (a->zt != QT_NONE) {
         const float *zs = qt_f32(ctx, a->zt);
-        for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&a->zl, zs[s]);
+        for (int64_t s = 0; s < nl; s++) qt_exact_add_f(&a->zl, zs[s]);
     }
     if (p->lb_seq != QT_NONE) {
         const float *lbs = qt_f32(ctx, p->lb_seq);
-        for (int64_t s = 0; s < p->train.micro_batch; s++) qt_exact_add_f(&a->lb, lbs[s]);
+        for (int64_t s = 0; s < b - pads; s++) qt_exact_add_f(&a->lb, lbs[s]);
     }
-    if (p->pipeline_stages <= 1) qt_runtime_drops_add(p, a->m);   /* a pipeline's: per chunk */
+    if (p->pipeline_stages <= 1) qt_runtime_drops_add(p, a->m, pads);   /* a pipeline's: per chunk */
     qt_runtime_lap(&a->t, QT_PH_LOSS);
     return QT_OK;
 }
@@ -514,7 +583,7 @@ static int qt_runtime_mb_chunk(int64_t mb, void *arg)
 {
     qt_rt_mbs *a = arg;
     (void)mb;
-    qt_runtime_drops_add(a->p, a->m);
+    qt_runtime_drops_add(a->p, a->m, 0);   /* a pipeline is never padded (validate.c) */
     return QT_OK;
 }
 
@@ -537,7 +606,7 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
      * Under context parallelism R counts the sequence groups (the batch axes but context)
      * and the rank reads its token block [c * S/C, (c+1) * S/C) of each sequence. */
     const unsigned seq_mask = p->batch_mask & ~(1u << QT_MESH_CONTEXT);
-    qt_step_state mst = {step, 0, m};
+    qt_step_state mst = {step, 0, m, 0};
     static qt_rt_mbs a;
     memset(&a, 0, sizeof a);
     a.p = p;
@@ -574,6 +643,7 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
         int rc = qt_runtime_mb_fill(mb, &a);
         if (rc) return rc;
         mst.mb = mb;
+        mst.pads = qt_runtime_pads(p, mb, a.R);
         qt_interp_run_microbatch(ctx, table, mb, &mst);
         if (qt_rt.status) return qt_rt.status;
         rc = qt_runtime_mb_done(mb, &a);
@@ -627,38 +697,6 @@ int64_t qt_runtime_eval_batch(const qt_plan *p)
                                     : p->train.eval_batch * qt_plan_seq_groups(p);
 }
 
-/* The eval's token source over the mesh's slots (issue 35): slot j < n (the eval batch's
- * sequences) is eval sequence j, read by the installed fill with n as its global batch
- * (eval batch e is windows e n .. e n + n - 1); a slot past them (the last microbatch's
- * remainder, a group's empty share) is padded with sequence 0's tokens and positions and
- * every target -1: the cross entropy adds no loss for it and no target is counted (the
- * packing mask's rule), so the eval loss is the mean over the real sequences' targets. */
-typedef struct qt_rt_eval_slots {
-    qt_token_fill_fn fill;
-    const void *src;
-    int64_t n;
-} qt_rt_eval_slots;
-
-static int qt_runtime_eval_fill(const void *src, int64_t step, int64_t global_batch,
-                                int64_t first, int64_t n_seqs, int64_t S, int64_t tok_lo,
-                                int64_t tok_n, int32_t eos, int32_t *inputs, int32_t *targets,
-                                int32_t *positions)
-{
-    const qt_rt_eval_slots *e = (const qt_rt_eval_slots *)src;
-    (void)global_batch;  /* the slots' count; the windows advance by the real sequences */
-    const int64_t real = first >= e->n ? 0 : e->n - first < n_seqs ? e->n - first : n_seqs;
-    int rc = real > 0 ? e->fill(e->src, step, e->n, first, real, S, tok_lo, tok_n, eos, inputs,
-                                targets, positions)
-                      : QT_OK;
-    for (int64_t j = real; j < n_seqs && rc == QT_OK; j++) {
-        int32_t *tg = targets + j * tok_n;
-        rc = e->fill(e->src, step, e->n, 0, 1, S, tok_lo, tok_n, eos, inputs + j * tok_n, tg,
-                     positions ? positions + j * S : NULL);
-        for (int64_t t = 0; t < tok_n; t++) tg[t] = -1;
-    }
-    return rc;
-}
-
 /* The eval's sequences: in eval batch e, the rank's sequence group holds the slots
  * [index * eval_batch, (index + 1) * eval_batch) of the mesh's, in ceil(eval_batch /
  * micro_batch) chunks of micro_batch (every group the same count: the collectives stay in
@@ -677,7 +715,7 @@ int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_m
     const double tstart = qt_runtime_now();
     qt_step_metrics sm;
     memset(&sm, 0, sizeof sm);
-    qt_step_state st = {step, 0, &sm};
+    qt_step_state st = {step, 0, &sm, 0};
     qt_exact loss, cnt;
     qt_exact_clear(&loss);
     qt_exact_clear(&cnt);
@@ -726,7 +764,7 @@ static int qt_runtime_step_schedule(const qt_plan *p, int64_t step, qt_step_metr
                                     int grads_only)
 {
     const qt_kernel_entry *table = qt_runtime_table();
-    qt_step_state st = {step, 0, m};
+    qt_step_state st = {step, 0, m, 0};
     qt_interp_prof *prof = qt_rt.profile ? &qt_rt.prof : NULL;
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     for (int32_t i = 0; i < p->n_step_ops; i++) {

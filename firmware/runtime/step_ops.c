@@ -484,7 +484,7 @@ int qt_step_publish_params(const qt_ctx *ctx, int64_t step)
     const qt_plan *p = ctx->plan;
     if (p->dtype != QT_BF16 || !p->compute_offset) return QT_OK;
     for (int32_t i = 0; i < p->n_ranges; i++) qt_step_round_block(p, i);
-    qt_step_state st = {step, 0, NULL};
+    qt_step_state st = {step, 0, NULL, 0};
     const int64_t lo = p->compute_offset, hi = lo + 2 * p->n_flat;
     for (int32_t i = 0; i < p->n_step_ops; i++) {
         const qt_op *op = &p->step_ops[i];

@@ -548,6 +548,18 @@ int qt_validate_plan(const qt_plan *p, const qt_run_opts *o, const qt_kernel_ent
                        (long long)tc->grad_accum, (long long)tc->global_batch,
                        p->context_blocks);
     }
+    /* a padded batch (issue 35): global_batch real sequences fill fewer than the slots;
+     * never with pipeline stages or expert parallelism (their exchanges and expert groups'
+     * leaves would mix a padded sequence in: configgen refuses them, as MaxText) */
+    const int64_t slots = tc->micro_batch * tc->grad_accum * qt_plan_seq_groups(p);
+    if (tc->global_batch > slots ||
+        (tc->global_batch < slots &&
+         (p->pipeline_stages > 1 || p->mesh[QT_MESH_EXPERT] > 1 || tc->global_batch < 1)))
+        return qt_fail(QT_E_PLAN, "plan %s: global_batch=%lld sequences in %lld slots "
+                       "(micro_batch x grad_accum x sequence groups): expected at most the "
+                       "slots, fewer (padded) only without pipeline stages and expert "
+                       "parallelism", p->run_name, (long long)tc->global_batch,
+                       (long long)slots);
     int64_t rows = tc->micro_batch * qt_plan_tokens_per_seq(p);
     int rc = qt_validate_io_tensor(p, p->tokens, "tokens", QT_I32, rows);
     if (!rc) rc = qt_validate_io_tensor(p, p->targets, "targets", QT_I32, rows);

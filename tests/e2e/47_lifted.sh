@@ -137,3 +137,63 @@ check "lifted: 1100 experts, token dropping and the load-balance loss on context
   lift_pair capctx1100 cap-ctx-next-1r-nb4 cap-ctx-next-cp2 2 $LIFT_CAP load_balance_loss_weight=0.01
 check "lifted: 1100 experts on context 2: drops at every step, the counts are one rank's" \
   lift_drops capctx1100
+
+# A per_device_batch_size below 1 whose int(ranks x it) does not split evenly over the batch
+# groups (issue 35, docs/refusals.md): MaxText loads one sequence per device and trains the
+# first int(devices x it), sharded unevenly inside its step (its MoE and GDN replicate such a
+# batch without expert parallelism). qtrain gives each group ceil(n / groups) slots and pads
+# the last ones: every target masked, the padded rows kept out of the load-balance term, the
+# dropped counts and every normaliser, their weight-gradient leaves -0.0 (the tree's
+# identity). So the padded mesh has the bits of one rank with the n real sequences, and the
+# same metrics (moe_dropped, mtp_loss, z_loss, tokens, grad_norm, ...): PAD_X turns on
+# everything a padded sequence could reach. Mutations that fail these cells: computing a
+# padded leaf (interp.c), adding its load-balance term or its drops (runtime.c).
+PAD_X="load_balance_loss_weight=0.01 mtp_num_layers=1 z_loss_multiplier=0.0001 sparse_matmul=false capacity_factor=1.0"
+# pad_same NAME REF ONE RANKS MESH...: mesh-next-1r with the overrides ONE (a '|'-separated
+# list) on one rank (run once as REF) and MESH on RANKS ranks: the same loss bits,
+# fingerprints and metrics (all but the timings) over 10 steps; the plan report names the
+# padding
+pad_same() {
+  local name=$1 ref=$2 one=$3 n=$4 m; shift 4
+  mkdir -p "$LIFT_D/$name" "$LIFT_D/$ref"
+  if [ ! -s "$LIFT_D/$ref.det" ]; then
+    # shellcheck disable=SC2046
+    plan_variant mesh-next-1r "$LIFT_D/$ref" $(tr '|' ' ' <<< "$one") &&
+      lift_det "$ref" "$LIFT_D/$ref/mesh-next-1r-v/qtrain" 1 || return 1
+  fi
+  plan_variant mesh-next-1r "$LIFT_D/$name" "$@" || return 1
+  grep -q "the step's last [0-9]* of its [0-9]* sequence slots are padded" \
+    "$LIFT_D/$name/mesh-next-1r-v/plan/mesh-next-1r/plan.txt" || { echo "no padding in the plan report"; return 1; }
+  lift_det "$name" "$LIFT_D/$name/mesh-next-1r-v/qtrain" "$n" || return 1
+  cmp "$LIFT_D/$ref.det" "$LIFT_D/$name.det" ||
+    { diff "$LIFT_D/$ref.det" "$LIFT_D/$name.det" | head -4; return 1; }
+  for m in "$ref" "$name"; do
+    grep -v '"manifest"' "$LIFT_D/$m.jsonl" | sed -E 's/"(tokens_per_s|step_s)":[^,}]*,?//g' > "$LIFT_D/$m.metrics"
+  done
+  cmp "$LIFT_D/$ref.metrics" "$LIFT_D/$name.metrics" ||
+    { diff "$LIFT_D/$ref.metrics" "$LIFT_D/$name.metrics" | head -4; return 1; }
+  echo "identical to one rank (bits and metrics): $(tail -n 1 "$LIFT_D/$name.det")"
+}
+# shellcheck disable=SC2086
+check "lifted: per_device_batch_size 0.75 on DP4 (3 sequences, the 4th group padding), load balance, MTP, z-loss, token dropping == one rank's 3" \
+  pad_same pad-dp4 pad-one "per_device_batch_size=3|${PAD_X// /|}" 4 num_ranks=4 ici_data_parallelism=4 per_device_batch_size=0.75 $PAD_X
+# shellcheck disable=SC2086
+check "lifted: per_device_batch_size 0.75 on DP2 x TP2 (a padded slot beside a real one in a microbatch), everything on == one rank's 3" \
+  pad_same pad-dp2tp2 pad-one "per_device_batch_size=3|${PAD_X// /|}" 4 num_ranks=4 ici_data_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=0.75 $PAD_X
+# shellcheck disable=SC2086
+check "lifted: per_device_batch_size 0.75 on DP2 x CP2 (the padded slot's token blocks), everything on == one rank's 3 (context_blocks 2)" \
+  pad_same pad-cp pad-cp-one "per_device_batch_size=3|context_blocks=2|${PAD_X// /|}" 4 num_ranks=4 ici_data_parallelism=2 ici_context_parallelism=2 per_device_batch_size=0.75 $PAD_X
+# shellcheck disable=SC2086
+check "lifted: per_device_batch_size 0.75 on DP4, 2 microbatches reduced per microbatch, packed (eos 3) == one rank's 3 x 2" \
+  pad_same pad-g2 pad-g2-one "per_device_batch_size=3|gradient_accumulation_steps=2|packing=true|eos_id=3|${PAD_X// /|}" 4 num_ranks=4 ici_data_parallelism=4 per_device_batch_size=0.75 gradient_accumulation_steps=2 gradient_reduce=microbatch packing=true eos_id=3 $PAD_X
+# not vacuous: the padded slot, trained as a real sequence (one rank, 4 sequences), differs
+pad_differs() {
+  local d=$LIFT_D/pad-4
+  mkdir -p "$d"
+  # shellcheck disable=SC2086
+  plan_variant mesh-next-1r "$d" per_device_batch_size=4 $PAD_X && lift_det pad-4 "$d/mesh-next-1r-v/qtrain" 1 || return 1
+  ! cmp -s "$LIFT_D/pad-4.det" "$LIFT_D/pad-one.det" || { echo "a fourth sequence changes nothing"; return 1; }
+  grep -q '"moe_dropped":[1-9]' "$LIFT_D/pad-dp4.jsonl" || { echo "no drops: the capacity is not exercised"; return 1; }
+  echo "3 sequences: $(tail -n 1 "$LIFT_D/pad-one.det"); 4: $(tail -n 1 "$LIFT_D/pad-4.det")"
+}
+check "lifted: the padded cells are not vacuous (a fourth real sequence changes the bits; tokens are dropped)" pad_differs

@@ -350,6 +350,9 @@ row "make run TEXT=" "make run TEXT=$W/gpl.txt OVERWRITE=yes" "this table" rt TE
 { printf 'QTTOKENS\x02\x00\x00\x00\x02\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00\x09\x00\x00\x00\x00\x00\x00\x00'; printf '\x01\x00%.0s' $(seq 64); } > $W/eos9.tok
 row "token data" "pack-next-1r (eos_id 7) data=$W/eos9.tok (QTTOKENS v2 recording end-of-document id 9)" "e2e \`57_packing.sh\`: packing without eos_id" build/pack-next-1r/qtrain data=$W/eos9.tok steps=1
 row "configgen" "configgen test-next-tiny.yml per_device_batch_size=2.5 num_ranks=2" "unit \`CgBadConfig\`" cg $RUN per_device_batch_size=2.5 num_ranks=2
+# ---- issue 35, session 17 (appended)
+row "configgen" "configgen test-next-tiny.yml per_device_batch_size=0.25 num_ranks=2" "unit \`CgBadConfig\`" cg $RUN per_device_batch_size=0.25 num_ranks=2
+row "configgen" "configgen test-next-tiny.yml per_device_batch_size=0.5 num_ranks=4 ici_fsdp_parallelism=2 ici_expert_parallelism=2" "unit \`CgBadConfig\`" cg $RUN per_device_batch_size=0.5 num_ranks=4 ici_fsdp_parallelism=2 ici_expert_parallelism=2
 
 {
   cat <<'EOF'

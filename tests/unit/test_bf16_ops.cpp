@@ -865,7 +865,7 @@ TEST(Bf16Step, AdamwLeavesTheComputeCopyEqualToTheRoundedMasters)
     memset(&m, 0, sizeof m);
     m.lr = 0.01;
     m.grad_norm = 0.5;
-    qt_step_state st = {0, 0, &m};
+    qt_step_state st = {0, 0, &m, 0};
     qt_op o = make_op(QT_OP_ADAMW);
     LONGS_EQUAL(QT_OK, qt_kernel_table[QT_OP_ADAMW].step(&o, &sp.h.ctx, &st));
     int moved = 0;
@@ -882,7 +882,7 @@ TEST(Bf16Step, ParamGatherRoundsTheMastersIntoABf16Window)
     for (int k = 0; k < 16; k++) sp.h.b(win)[k] = 0xffff;
     qt_op o = make_op(QT_OP_PARAM_GATHER);
     o.t[0] = win, o.a[0] = 1;
-    qt_step_state st = {0, 0, NULL};
+    qt_step_state st = {0, 0, NULL, 0};
     LONGS_EQUAL(QT_OK, qt_kernel_table[QT_OP_PARAM_GATHER].step(&o, &sp.h.ctx, &st));
     for (int k = 0; k < 16; k++) LONGS_EQUAL(qt_bf16_from_f32(sp.masters()[16 + k]), sp.h.b(win)[k]);
 }

@@ -439,9 +439,18 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"capacity_factor=nan", "sparse_matmul=false", "capacity_factor: value nan is not a number"},
         {"per_device_batch_size=0", NULL, "per_device_batch_size=0 (command line): expected > 0 (sequences per rank; a fraction when tensor ranks share sequences)"},
         {"per_device_batch_size=abc", NULL, "per_device_batch_size: value abc is not a number"},
-        // a fraction per batch group: MaxText's int(ranks x it) must split evenly (CgBatch)
-        {"per_device_batch_size=2.5", "num_ranks=2", "per_device_batch_size=2.5 (command line): 2.5 sequences per rank x 1 tensor ranks sharing them (ici_tensor_parallelism=1 (configgen/configs/base.yml:72)) = 2.5 per batch group (MaxText trains int(2 ranks x 2.5) = 5 sequences a microbatch, which do not split evenly over the batch groups); expected a whole number >= 1, or int(ranks x per_device_batch_size) a multiple of the 2 batch groups"},
-        {"per_device_batch_size=0.5", NULL, "0.5 sequences per rank x 1 tensor ranks sharing them (ici_tensor_parallelism=1 (configgen/configs/base.yml:72)) = 0.5 per batch group (MaxText trains int(1 rank x 0.5) = 0 sequences a microbatch: none); expected a whole number >= 1"},
+        // a fraction per batch group: MaxText's int(ranks x it), split evenly or padded (CgBatch)
+        // per_device_batch_size >= 1 whose int(ranks x it) does not split evenly over the
+        // batch groups: MaxText's input pipelines assert it divisible by the devices
+        {"per_device_batch_size=2.5", "num_ranks=2", "per_device_batch_size=2.5 (command line): int(2 ranks x 2.5) = 5 sequences a microbatch do not split evenly over the 2 batch groups; MaxText refuses them too (its input pipelines assert the loaded batch divisible by the 2 devices); expected a multiple of 2 sequences: 4 (per_device_batch_size 2) or 6 (3)"},
+        {"per_device_batch_size=1.25", "num_ranks=4|ici_fsdp_parallelism=2|ici_tensor_parallelism=2", "int(4 ranks x 1.25) = 5 sequences a microbatch do not split evenly over the 2 batch groups (the tensor x context ranks of a group share its sequences: 2 x 1)"},
+        // int() = 0: MaxText trains no sequence
+        {"per_device_batch_size=0.5", NULL, "per_device_batch_size=0.5 (command line): 0.5 sequences per rank x 1 rank = 0.5: MaxText trains int() = 0 sequences a microbatch (its loss_fn keeps the first int(devices x per_device_batch_size) rows of the loaded batch: none, a loss of 0); expected per_device_batch_size >= 1 (int(1 x it) >= 1 sequence)"},
+        {"per_device_batch_size=0.3", "num_ranks=3", "0.3 sequences per rank x 3 ranks = 0.9: MaxText trains int() = 0 sequences a microbatch (its loss_fn keeps the first int(devices x per_device_batch_size) rows of the loaded batch: none, a loss of 0); expected per_device_batch_size >= 1/3 (int(3 x it) >= 1 sequence)"},
+        // < 1, uneven: padded, but not with expert parallelism or pipeline stages (MaxText's
+        // MoE and pipeline shard_maps refuse an uneven batch there)
+        {"per_device_batch_size=0.5", "num_ranks=4|ici_fsdp_parallelism=2|ici_expert_parallelism=2", "int(4 ranks x 0.5) = 2 sequences a microbatch do not split evenly over the 4 batch groups; with expert parallelism (ici_expert_parallelism=2 (command line)) MaxText refuses them too (its MoE replicates an uneven batch only without it); expected a multiple of 4 sequences: 4 (per_device_batch_size 1)"},
+        {"per_device_batch_size=0.75", "num_ranks=4|ici_fsdp_parallelism=2|ici_pipeline_parallelism=2", "int(4 ranks x 0.75) = 3 sequences a microbatch do not split evenly over the 2 batch groups; with pipeline stages (ici_pipeline_parallelism=2 (command line)) MaxText refuses them too (its pipeline shard_maps each microbatch's batch over the data axes); expected a multiple of 2 sequences: 2 (per_device_batch_size 0.5) or 4 (1)"},
         {"max_target_length=70000", NULL, "max_target_length=70000 (command line): expected 1..65536"},
         {"max_target_length=0", NULL, "expected 1..65536"},
         {"gradient_accumulation_steps=0", NULL, "gradient_accumulation_steps=0 (command line): expected >= 1"},
@@ -494,7 +503,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ici_tensor_parallelism=4", "num_ranks=4", "tensor parallelism 4 does not divide base_num_kv_heads (2)"},
         // context parallelism: its limits (docs/context.md)
         {"ici_context_parallelism=2", "num_ranks=2|gradient_accumulation_steps=536870912", "per_device_batch_size=2 (configgen/configs/runs/test-next-tiny.yml:4): 2 x 1 tensor x 2 context ranks = 4 sequences per batch group, run as microbatches of one sequence each, x gradient_accumulation_steps=536870912 exceed the 32 gradient tree levels"},
-        {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.25", "0.25 sequences per rank x 1 tensor x 2 context ranks sharing them"},
+        {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.25", "0.25 sequences per rank x 2 ranks = 0.5: MaxText trains int() = 0 sequences"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|gradient_reduce=step", "gradient_reduce=step (command line): step with context parallelism 2"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|context_blocks=1", "context_blocks=1 (command line): 1: expected 0 (= the context degree 2) or a power of two >= it"},
         {"expert_dispatch=rounds", "ici_context_parallelism=2|num_ranks=8|ici_expert_parallelism=4|per_device_batch_size=0.5", "expert_dispatch=rounds (command line): rounds with the routed experts replicated over context"},
@@ -510,7 +519,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ici_pipeline_parallelism=2", "num_ranks=2|pipeline_parallel_layers=2", "pipeline_parallel_layers=2 (command line): qtrain pipelines every decoder layer"},
         {"ici_pipeline_parallelism=2", "num_ranks=2|num_layers_per_pipeline_stage=0", "num_layers_per_pipeline_stage=0 (command line): expected 1 .. 4 layers per stage"},
         {"ici_pipeline_parallelism=2", "num_ranks=2|num_pipeline_repeats=5", "num_pipeline_repeats=5 (command line): expected -1 (= pipeline layers / (stages x layers per stage)) or 1 .. 4"},
-        {"ici_pipeline_parallelism=2", "num_ranks=2|per_device_batch_size=0.25", "per_device_batch_size=0.25 (command line): x tensor x context x 2 stages (ici_pipeline_parallelism=2 (command line)) = 0.5 sequences"},
+        {"ici_pipeline_parallelism=2", "num_ranks=2|per_device_batch_size=0.25", "per_device_batch_size=0.25 (command line): 0.25 sequences per rank x 2 ranks = 0.5: MaxText trains int() = 0 sequences"},
         {"ici_expert_parallelism=8", "num_ranks=8", "expert parallelism 8 does not divide num_experts=4"},
         {"ici_tensor_parallelism=2", NULL, "ici_tensor_parallelism=2 (command line): ici_fsdp_parallelism=-1 (configgen/configs/base.yml:71) cannot be filled: num_ranks=1 (configgen/configs/base.yml:65) is not a multiple of the other ici axes' product x the slices (dcn) = 2"},
         {"ici_fsdp_parallelism=1", "ici_data_parallelism=2", "ici_data_parallelism=2 (command line): the mesh product of ici_*/dcn_* parallelism is 2 but num_ranks=1 (configgen/configs/base.yml:65); expected them equal"},
@@ -1277,6 +1286,38 @@ TEST(CgBatch, FractionTrainsMaxTextsTruncatedBatch)
         LONGS_EQUAL(0, w.s.batch_maxtext);
         LONGS_EQUAL(w.s.tr.global_batch, f.s.tr.global_batch);
         CHECK_TEXT(f.g.hash == w.g.hash, c.frac);
+    }
+}
+
+// per_device_batch_size < 1 whose int(ranks x it) does not split evenly over the batch
+// groups (issue 35): MaxText loads one sequence per device and trains the first n, sharded
+// unevenly in its step; qtrain gives each group ceil(n / groups) slots and pads the rest
+// (global_batch = n x G, the real ones; tests/e2e/47_lifted.sh: one rank's bits)
+TEST(CgBatch, UnevenFractionPadsTheLastSlots)
+{
+    struct {
+        const char *mesh; // overrides separated by '|'
+        int64_t micro, global, padded, accum;
+    } cases[] = {
+        {"per_device_batch_size=0.75|num_ranks=4|ici_fsdp_parallelism=4", 1, 3, 1, 1},
+        {"per_device_batch_size=0.5|num_ranks=2", 1, 1, 1, 1},
+        {"per_device_batch_size=0.75|num_ranks=4|ici_fsdp_parallelism=2|ici_tensor_parallelism=2", 2, 3, 1, 1},
+        {"per_device_batch_size=0.75|num_ranks=4|ici_fsdp_parallelism=4|gradient_accumulation_steps=2", 1, 6, 1, 2},
+        // context: the group's 2 slots run as 2 microbatches of one
+        {"per_device_batch_size=0.75|num_ranks=4|ici_fsdp_parallelism=2|ici_context_parallelism=2", 1, 3, 1, 2},
+    };
+    for (auto &c : cases) {
+        char buf[256];
+        char *over[8];
+        int n = 0;
+        snprintf(buf, sizeof buf, "%s", c.mesh);
+        for (char *t = strtok(buf, "|"); t; t = strtok(NULL, "|")) over[n++] = t;
+        CgPlan f;
+        LONGS_EQUAL_TEXT(0, f.build(kTiny, n, over), c.mesh);
+        LONGS_EQUAL_TEXT(c.micro, f.s.tr.micro_batch, c.mesh);
+        LONGS_EQUAL_TEXT(c.global, f.s.tr.global_batch, c.mesh);
+        LONGS_EQUAL_TEXT(c.padded, f.s.batch_padded, c.mesh);
+        LONGS_EQUAL_TEXT(c.accum, f.s.tr.grad_accum, c.mesh);
     }
 }
 

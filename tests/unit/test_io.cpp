@@ -1353,6 +1353,8 @@ TEST(io, doc_sep_precedence_and_refusals)
     CHECK(has(": packing: true needs the document separator's token id, and neither the plan "
               "(eos_id unset, -1) nor the file (.npy, raw and QTTOKENS version 1 files record "
               "none) gives it"));
+    CHECK(has("encode the text with qtrain-data, whose QTTOKENS version 2 header records it, "
+              "or set packing: false"));
     LONGS_EQUAL(QT_OK, qt_data_doc_sep(&d, "data", 4, &eos, from, sizeof from));
     LONGS_EQUAL(4, eos);
     qt_data_close(&d);

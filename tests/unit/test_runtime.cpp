@@ -141,6 +141,43 @@ TEST(RuntimeTree, StridedUnitsPushTheGlobalOrder)
     CHECK(plain_differs);  // the order matters for these values: the test is not void
 }
 
+// A padded batch (issue 35, docs/determinism.md "Padded sequences"): N real leaves followed
+// by P leaves of -0.0 (the interpreter's padded-sequence leaf) give the N-leaf tree's bits,
+// for every N and P; a -0.0 total (every leaf -0.0 in an element) keeps its sign, which a
+// +0.0 pad would not.
+static uint32_t rt_tree_total(float (*lv)[8], float **levels, int64_t n, int64_t pads, float pad)
+{
+    static float scratch[8];
+    memset(lv, 0xff, sizeof(float) * 8 * 8);
+    for (int64_t i = 0; i < n + pads; i++) {
+        float *dst = qt_tree_leaf_dest(levels, 0, scratch, i);
+        for (int k = 0; k < 8; k++) dst[k] = i < n ? (k == 7 ? -0.0f : rt_leafval(i, k)) : pad;
+        qt_tree_push(levels, 0, 8, scratch, i);
+    }
+    qt_tree_finalize(levels, 8, n + pads);
+    const float *out = lv[qt_tree_levels_needed(n + pads) - 1];
+    uint32_t h = 0;
+    for (int k = 0; k < 8; k++) h = h * 2654435761u + rt_bits(out[k]);
+    return h;
+}
+
+TEST(RuntimeTree, PaddedLeavesOfMinusZeroAreTheIdentity)
+{
+    static float lv[8][8];
+    float *levels[8];
+    for (int l = 0; l < 8; l++) levels[l] = lv[l];
+    int plus_differs = 0;
+    for (int64_t n = 1; n <= 40; n++) {
+        const uint32_t ref = rt_tree_total(lv, levels, n, 0, 0.0f);
+        CHECK(std::signbit(lv[qt_tree_levels_needed(n) - 1][7]));   // -0.0 sums to -0.0
+        for (int64_t pads = 1; pads <= 9 && n + pads < 128; pads++) {
+            LONGS_EQUAL(ref, rt_tree_total(lv, levels, n, pads, -0.0f));
+            plus_differs |= rt_tree_total(lv, levels, n, pads, 0.0f) != ref;
+        }
+    }
+    CHECK(plus_differs);   // the -0.0 element: a +0.0 pad turns it into +0.0
+}
+
 TEST(RuntimeTree, LargePushesStreamTheSameBits)
 {
     // parameters of QT_TREE_STREAM (2^19) floats or more take the non-temporal carry

@@ -417,18 +417,52 @@ static int context_blocks(const qt_cg_vctx *v, qt_cg_settings *s)
     return 0;
 }
 
+/* per_device_batch_size for c sequences on R ranks (int(R x it) = c): c/R as %g when that
+ * reads back to c, else the fraction "c/R" (1/3 printed 0.333333 would give int() = 0). */
+static const char *pdbs_for(int64_t c, int32_t R, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%g", (double)c / (double)R);
+    if ((int64_t)(strtod(buf, NULL) * (double)R) != c)
+        snprintf(buf, cap, "%lld/%d", (long long)c, (int)R);
+    return buf;
+}
+
+/* The counts that would split evenly over the G batch groups, for a refusal: "a multiple
+ * of G sequences: lo (per_device_batch_size x) or hi (y)", lo left out when 0. */
+static const char *even_counts(int64_t n, int64_t G, int32_t R, char *buf, size_t cap)
+{
+    char a[40], b[40];
+    const int64_t lo = n / G * G, hi = lo + G;
+    if (lo > 0)
+        snprintf(buf, cap, "a multiple of %lld sequences: %lld (per_device_batch_size %s) or "
+                 "%lld (%s)", (long long)G, (long long)lo, pdbs_for(lo, R, a, sizeof a),
+                 (long long)hi, pdbs_for(hi, R, b, sizeof b));
+    else
+        snprintf(buf, cap, "a multiple of %lld sequences: %lld (per_device_batch_size %s)",
+                 (long long)G, (long long)hi, pdbs_for(hi, R, b, sizeof b));
+    return buf;
+}
+
 /* MaxText: per_device_batch_size x ranks x G sequences per step; the batch is split over
  * the data, fsdp and expert axes (tensor ranks share their sequences), so a rank processes
  * its batch group's sequences, its own and its tensor peers': per_device_batch_size x
  * tensor, a whole number (a fraction of a sequence per rank is allowed when the tensor peers
  * together hold whole ones: TP2 with 0.5 trains one sequence). Otherwise MaxText trains
- * int(ranks x per_device_batch_size) sequences a microbatch (qt_cg_group_batch): taken when
- * they split evenly over the batch groups (one rank with 2.5 trains 2), refused when not
- * (a group would hold a part of a sequence, or none: docs/refusals.md). */
+ * n = int(ranks x per_device_batch_size) sequences a microbatch (qt_cg_group_batch): taken
+ * when they split evenly over the batch groups (one rank with 2.5 trains 2). When they do
+ * not (docs/refusals.md, MaxText's source cited there):
+ *  - per_device_batch_size < 1: MaxText loads one sequence per device and trains the first
+ *    n of them, sharded unevenly inside its step (its MoE and GDN replicate such a batch
+ *    without expert parallelism): each group takes ceil(n / groups) slots, the slots past
+ *    the n sequences padded with masked sequences (batch_padded; the runtime keeps them out
+ *    of every sum). With expert parallelism or pipeline stages MaxText's shard_maps refuse
+ *    an uneven batch, and so does qtrain; n = 0 trains nothing there: refused.
+ *  - per_device_batch_size >= 1: MaxText's input pipelines assert the loaded n divisible by
+ *    the devices: refused, naming the counts that split. */
 static int batch_split(const qt_cg_vctx *v, qt_cg_settings *s)
 {
     const int32_t tp = s->mesh[QT_MESH_TENSOR], cp = s->mesh[QT_MESH_CONTEXT];
-    char o[400], o2[400], mt[200] = "";
+    char o[400], o2[400], mt[300] = "";
     /* pipeline: the batch group (its S stages' ranks) takes per_device_batch_size x tensor
      * x context x S sequences per accumulation step, cut into M microbatches of B / M
      * (MaxText); to a stage they are M accumulation microbatches (config/pipeline.c) */
@@ -436,34 +470,55 @@ static int batch_split(const qt_cg_vctx *v, qt_cg_settings *s)
     int64_t total;
     double b = qt_cg_group_batch(s->per_device_batch, s->n_ranks, tp, cp, (int32_t)S, &total);
     s->batch_maxtext = total;
-    if (S > 1) {
+    s->batch_padded = 0;
+    const int64_t groups = s->n_ranks / tp / cp / S, G0 = s->tr.grad_accum;
+    const double t = (double)s->n_ranks * s->per_device_batch;
+    const int64_t n = t < 9e15 ? (int64_t)t : 0;
+    const int uneven = (b < 1 || b != floor(b)) && t < 9e15 && n >= 1;
+    if (uneven && S == 1 && s->per_device_batch < 1.0 && s->mesh[QT_MESH_EXPERT] == 1) {
+        /* padded: ceil(n / groups) slots a group, the last ones masked */
+        b = (double)((n + groups - 1) / groups);
+        s->batch_maxtext = n;
+        s->batch_padded = (int64_t)b * groups - n;
+    }
+    if (S > 1 && b >= 1 && b == floor(b)) {   /* else refused below, naming MaxText's rule */
         if (qt_cg_pipeline_rules(v->c, s, b, v->err, v->errlen)) return -1;
         b = (double)(s->pp_batch / s->pp_micro);
         s->tr.grad_accum *= s->pp_micro;
     }
-    const int64_t groups = s->n_ranks / tp / cp / S;
-    const double t = (double)s->n_ranks * s->per_device_batch;
-    if ((b < 1 || b != floor(b)) && t < 9e15)
-        snprintf(mt, sizeof mt, " (MaxText trains int(%d rank%s x %g) = %lld sequence%s a "
-                 "microbatch%s)", s->n_ranks, s->n_ranks == 1 ? "" : "s", s->per_device_batch,
-                 (long long)t, (long long)t == 1 ? "" : "s", (long long)t < 1 ? ": none" :
-                 ", which do not split evenly over the batch groups");
-    if ((b < 1 || b != floor(b)) && cp > 1)
-        return bad(v, "per_device_batch_size", "%g sequences per rank x %d tensor x %d context "
-                   "ranks sharing them (%s, %s) = %g per batch group%s; expected a whole number "
-                   ">= 1, or int(ranks x per_device_batch_size) a multiple of the %lld batch "
-                   "group%s", s->per_device_batch, tp, cp,
-                   other(v, "ici_tensor_parallelism", o, sizeof o),
-                   other(v, "ici_context_parallelism", o2, sizeof o2),
-                   s->per_device_batch * (double)tp * (double)cp, mt, (long long)groups,
-                   groups == 1 ? "" : "s");
-    if (b < 1 || b != floor(b))
-        return bad(v, "per_device_batch_size", "%g sequences per rank x %d tensor ranks "
-                   "sharing them (%s) = %g per batch group%s; expected a whole number >= 1, or "
-                   "int(ranks x per_device_batch_size) a multiple of the %lld batch group%s",
-                   s->per_device_batch, tp, other(v, "ici_tensor_parallelism", o, sizeof o),
-                   s->per_device_batch * (double)tp, mt, (long long)groups,
-                   groups == 1 ? "" : "s");
+    if ((b < 1 || b != floor(b)) && t < 9e15 && n < 1) {
+        char f[40];
+        return bad(v, "per_device_batch_size", "%g sequences per rank x %d rank%s = %.10g: "
+                   "MaxText trains int() = 0 sequences a microbatch (its loss_fn keeps the "
+                   "first int(devices x per_device_batch_size) rows of the loaded batch: none, "
+                   "a loss of 0); expected per_device_batch_size >= %s (int(%d x it) >= 1 "
+                   "sequence)", s->per_device_batch, s->n_ranks, qt_cg_s(s->n_ranks), t,
+                   pdbs_for(1, s->n_ranks, f, sizeof f), s->n_ranks);
+    }
+    if (b < 1 || b != floor(b)) {
+        char e[200];
+        even_counts(n, groups, s->n_ranks, e, sizeof e);
+        if (s->per_device_batch >= 1.0)
+            snprintf(mt, sizeof mt, "MaxText refuses them too (its input pipelines assert "
+                     "the loaded batch divisible by the %d devices)", s->n_ranks);
+        else if (S > 1)
+            snprintf(mt, sizeof mt, "with pipeline stages (%s) MaxText refuses them too (its "
+                     "pipeline shard_maps each microbatch's batch over the data axes)",
+                     other(v, "ici_pipeline_parallelism", o2, sizeof o2));
+        else
+            snprintf(mt, sizeof mt, "with expert parallelism (%s) MaxText refuses them too "
+                     "(its MoE replicates an uneven batch only without it)",
+                     other(v, "ici_expert_parallelism", o2, sizeof o2));
+        if (tp > 1 || cp > 1)
+            snprintf(o, sizeof o, " (the tensor x context ranks of a group share its "
+                     "sequences: %d x %d)", tp, cp);
+        else
+            o[0] = 0;
+        return bad(v, "per_device_batch_size", "int(%d rank%s x %g) = %lld sequences a "
+                   "microbatch do not split evenly over the %lld batch group%s%s; %s; expected "
+                   "%s", s->n_ranks, qt_cg_s(s->n_ranks), s->per_device_batch, (long long)n,
+                   (long long)groups, qt_cg_s(groups), o, mt, e);
+    }
     s->tr.micro_batch = (int64_t)b;
     /* context: each rank's token blocks must be one aligned subtree of the microbatch's leaf
      * tree, which holds for one sequence per batch group and microbatch (docs/context.md):
@@ -483,6 +538,9 @@ static int batch_split(const qt_cg_vctx *v, qt_cg_settings *s)
         s->ctx_seq_split = (int32_t)b;
     }
     s->tr.global_batch = s->tr.micro_batch * s->tr.grad_accum * (s->n_ranks / tp / cp / S);
+    /* padded: the real sequences, n a microbatch (the windows a step reads, every
+     * normaliser's count); the slots past them are masked (firmware: qt_runtime_pads) */
+    if (s->batch_padded) s->tr.global_batch = s->batch_maxtext * G0;
     return context_blocks(v, s);
 }
 

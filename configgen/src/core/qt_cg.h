@@ -114,7 +114,12 @@ typedef struct qt_cg_settings {
     int64_t batch_maxtext;     /* > 0: per_device_batch_size x tensor x context (x stages) is
                                 * not whole; MaxText's int(n_ranks x per_device_batch_size)
                                 * sequences per microbatch, split evenly over the batch groups
-                                * (qt_cg_group_batch) */
+                                * (qt_cg_group_batch), or (batch_padded) unevenly */
+    int64_t batch_padded;      /* > 0: those sequences do not split evenly over the batch
+                                * groups (per_device_batch_size < 1, as MaxText's sliced
+                                * batch): the groups' slots past them, this many, are padded
+                                * sequences with every target masked (tr.global_batch counts
+                                * the real ones; docs/refusals.md) */
     int32_t mesh[QT_MESH_COUNT];
     int32_t dcn[QT_MESH_COUNT];   /* slices of each axis (dcn_*_parallelism; 1 = one slice) */
     int32_t n_ranks, shard_mode, zero1;

@@ -732,7 +732,7 @@ static void batch_fraction_line(qt_cg_buf *b, const qt_cg_settings *s)
 {
     const int64_t groups = s->n_ranks / s->mesh[QT_MESH_TENSOR] / s->mesh[QT_MESH_CONTEXT] /
                            (s->pp_stages > 1 ? s->pp_stages : 1);
-    if (s->batch_maxtext > 0 && groups > 0)
+    if (s->batch_maxtext > 0 && groups > 0 && !s->batch_padded)
         qt_cg_buf_printf(b, "  per_device_batch_size %g: %g x tensor x context%s is not a whole "
                          "number of sequences per batch group; as MaxText (types.py "
                          "calculate_global_batch_sizes), int(%d rank%s x %g) = %lld sequence%s "
@@ -742,6 +742,19 @@ static void batch_fraction_line(qt_cg_buf *b, const qt_cg_settings *s)
                          qt_cg_s(s->n_ranks), s->per_device_batch,
                          (long long)s->batch_maxtext, qt_cg_s(s->batch_maxtext),
                          (long long)(s->batch_maxtext / groups));
+    const int64_t slots = s->tr.micro_batch * s->tr.grad_accum * groups;
+    if (s->batch_padded && groups > 0)
+        qt_cg_buf_printf(b, "  per_device_batch_size %g: as MaxText (types.py "
+                         "calculate_global_batch_sizes), int(%d rank%s x %g) = %lld sequence%s "
+                         "a microbatch are trained; they do not split evenly over the %lld "
+                         "batch group%s, so the step's last %lld of its %lld sequence slots "
+                         "are padded (every target masked, kept out of every sum and "
+                         "statistic, their gradient leaves -0.0: one rank's bits over the "
+                         "real ones; docs/refusals.md)\n",
+                         s->per_device_batch, s->n_ranks, qt_cg_s(s->n_ranks),
+                         s->per_device_batch, (long long)s->batch_maxtext,
+                         qt_cg_s(s->batch_maxtext), (long long)groups, qt_cg_s(groups),
+                         (long long)(slots - s->tr.global_batch), (long long)slots);
 }
 
 static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
@@ -755,10 +768,12 @@ static void data_section(qt_cg_buf *b, const qt_cg_graph *g)
     const uint8_t seq_mask = (uint8_t)(s->batch_mask & ~qt_cg_context_mask(s));
     const int64_t nb = qt_cg_group_size(s, seq_mask);
     qt_cg_buf_printf(b, "\n== data assignment ==\n");
-    qt_cg_buf_printf(b, "  each step reads %lld sequence%s, numbered 0..%lld: per_device_batch_"
+    qt_cg_buf_printf(b, "  each step reads %lld sequence%s, numbered 0..%lld%s: per_device_batch_"
                      "size %lld x %lld microbatch%s x %lld batch rank%s\n",
                      (long long)t->global_batch, qt_cg_s(t->global_batch),
-                     (long long)t->global_batch - 1, (long long)t->micro_batch,
+                     (long long)t->global_batch - 1,
+                     s->batch_padded ? ", into the slots of (padded past them)" : "",
+                     (long long)t->micro_batch,
                      (long long)t->grad_accum, t->grad_accum == 1 ? "" : "es", (long long)nb,
                      qt_cg_s(nb));
     batch_fraction_line(b, s);
