@@ -143,6 +143,84 @@ check "experts replicated over context: ragged_buffer_factor 100 on expert 2 x c
 check "experts replicated over context: ragged_buffer_factor 0.5 on expert 2 x context 2 drops 256/512 a step, bits differ" \
   ectx_ragged 0.5 256/512
 
+# The expert dispatch in rounds in this form (expert_dispatch: rounds, config/dispatch.c;
+# docs/context.md "Experts replicated over context"): each context index's exchange over the
+# expert axis (M = the expert degree) moves a host's rows in rounds of expert_chunk_rows = 8
+# (a leaf's worst case: 4 tokens x min(k 2, 3 experts a rank); the 4-expert ragged cells:
+# 4 x min(2, 2)), so a host's rows of a layer take several rounds. Each: rounds == the whole
+# dispatch of the same plan == one rank, loss bits and fingerprint over 10 steps; the plan
+# holds the MOE_ROUNDS_* ops and no MOE_DISPATCH_FWD. Mutation (QT_EP_ROUNDS_HOME_FLOATS'
+# member count M x context in the configgen, or the rounds' home tables of member 0 for
+# every member) fails them.
+ectx_rounds_plan() {
+  grep -q "^  moe dispatch: rounds of 8 host rows (expert_dispatch=rounds" "$1" &&
+    grep -qi "moe_rounds_wgrad" "$1" && ! grep -qi "moe_dispatch_fwd" "$1" ||
+    { echo "$1 does not dispatch in rounds of 8 rows"; return 1; }
+}
+# ectx_rounds ONE RUN N "RUN-KEYS" KEY=VALUE...: as ectx_same (ONE without the rounds keys) with
+# RUN's dispatch in rounds of 8 rows, and == RUN's whole dispatch
+ectx_rounds() {
+  local one=$1 run=$2 n=$3 rkeys=$4; shift 4
+  local rr="expert_dispatch=rounds expert_chunk_rows=8"
+  ectx_det "$one" 1 num_experts=6 "$@" && ectx_det "$run" "$n" num_experts=6 $rkeys "$@" &&
+    ectx_det "$run" "$n" num_experts=6 $rkeys $rr "$@" || return 1
+  local a w r p
+  a=$(ectx_file "$one 1 num_experts=6 $*") w=$(ectx_file "$run $n num_experts=6 $rkeys $*")
+  r=$(ectx_file "$run $n num_experts=6 $rkeys $rr $*")
+  p=${r%.det}/$run-v/plan/$run/plan.txt
+  grep -q "moe experts: split over expert alone" "$p" || { echo "$p does not name the form"; return 1; }
+  ectx_rounds_plan "$p" && cmp "$a" "$r" && cmp "$w" "$r" &&
+    echo "== whole == one rank: $(tail -n 1 "$r")"
+}
+check "experts replicated over context: the dispatch in rounds of 8 rows on expert 2 x context 2 == whole == one rank, bit for bit" \
+  ectx_rounds ctx-next-1r-nb4 ctx-next-cp2ep2 4 ""
+check "experts replicated over context: bf16, the dispatch in rounds of 8 rows == whole == one rank, bit for bit" \
+  ectx_rounds ctx-b16-next-1r-nb4 ctx-b16-next-cp2ep2-auto 4 ""
+check "experts replicated over context: capacity dropping, the dispatch in rounds of 8 rows == whole == one rank, bit for bit" \
+  ectx_rounds ctx-next-1r-nb4 ctx-next-cp2ep2-auto 4 "" sparse_matmul=false capacity_factor=1.0
+check "experts replicated over context: data 2 x expert 2 x context 2 (8 ranks), the dispatch in rounds == whole == one rank, bit for bit" \
+  ectx_rounds ctx-next-1r-nb4 ctx-next-cp2ep2 8 "num_ranks=8 ici_data_parallelism=2 gradient_accumulation_steps=1"
+# several rounds ran: rank 0 makes more collective calls with rounds of 8 rows than with
+# one round per op (expert_chunk_rows 1000), same bits
+ectx_calls() {
+  sed -n 's/.*collectives: steps: \([0-9]*\) calls.*/\1/p' "$1" | tail -n 1
+}
+ectx_several_rounds() {
+  ectx_det ctx-next-cp2ep2 4 num_experts=6 expert_dispatch=rounds expert_chunk_rows=8 &&
+    ectx_det ctx-next-cp2ep2 4 num_experts=6 expert_dispatch=rounds expert_chunk_rows=1000 || return 1
+  local a b
+  a=$(ectx_file ctx-next-cp2ep2 4 num_experts=6 expert_dispatch=rounds expert_chunk_rows=8)
+  b=$(ectx_file ctx-next-cp2ep2 4 num_experts=6 expert_dispatch=rounds expert_chunk_rows=1000)
+  cmp "$a" "$b" || { echo "one round per op gives other bits"; return 1; }
+  local ca cb
+  ca=$(ectx_calls "${a%.det}/err") cb=$(ectx_calls "${b%.det}/err")
+  echo "collective calls over 10 steps: rounds of 8 rows $ca, one round per op $cb (same bits)"
+  [ -n "$ca" ] && [ -n "$cb" ] && [ "$ca" -gt "$cb" ]
+}
+check "experts replicated over context: rounds of 8 rows run several rounds (more calls than one round per op, same bits)" \
+  ectx_several_rounds
+# ragged_buffer_factor with a context axis (the replicated form on the 4 experts) in rounds of
+# 8 rows: r 100 == whole == one rank, 0 dropped; r 0.5 == whole, the same drops (256/512)
+ectx_ragged_rounds() {
+  local r=$1 want=$2 f w
+  ectx_det ctx-next-cp2ep2 4 ragged_buffer_factor=$r &&
+    ectx_det ctx-next-cp2ep2 4 ragged_buffer_factor=$r expert_dispatch=rounds expert_chunk_rows=8 || return 1
+  w=$(ectx_file ctx-next-cp2ep2 4 ragged_buffer_factor=$r)
+  f=$(ectx_file ctx-next-cp2ep2 4 ragged_buffer_factor=$r expert_dispatch=rounds expert_chunk_rows=8)
+  ectx_rounds_plan "${f%.det}/ctx-next-cp2ep2-v/plan/ctx-next-cp2ep2/plan.txt" || return 1
+  [ "$(ectx_dropped "${f%.det}/m.jsonl")" = "$want " ] ||
+    { echo "dropped: $(ectx_dropped "${f%.det}/m.jsonl")"; return 1; }
+  cmp "$w" "$f" || return 1
+  if [ "$want" = 0/512 ]; then
+    ectx_det ctx-next-1r-nb4 1 && cmp "$(ectx_file ctx-next-1r-nb4 1)" "$f" || return 1
+  fi
+  echo "== the whole dispatch, dropped $want a step: $(tail -n 1 "$f")"
+}
+check "experts replicated over context: ragged_buffer_factor 100 in rounds of 8 rows == whole == one rank, 0 dropped" \
+  ectx_ragged_rounds 100 0/512
+check "experts replicated over context: ragged_buffer_factor 0.5 in rounds of 8 rows == whole, the same drops" \
+  ectx_ragged_rounds 0.5 256/512
+
 # Checkpoints (as 73_context_ckpt.sh): the 6-expert model's checkpoint after 5 steps on
 # expert 2 x context 2 (replicated experts, one .safetensors file) is the one-rank file, the
 # same bytes (headers equal once plan hash and run name are blanked), and resuming it on one

@@ -327,6 +327,24 @@ check "aot: bf16 80B FSDP32 x EP8 at 32768 tokens, whole dispatch: over budget (
   aot_case aot-next80-v5p512-8k "needs 134632.0 MiB per rank" next80-32k-bf16 expert_dispatch=whole max_target_length=32768 dtype=bfloat16 run_name=next80-32k-bf16
 check "aot: expert_dispatch auto: bf16 80B FSDP32 x EP8 at 32768 tokens takes rounds (whole is over): fits (81050 MiB) and compiles" \
   aot_rounds_auto aot-next80-v5p512-8k next80-32k-bf16-auto 327680 81050 max_target_length=32768 dtype=bfloat16
+# The routed experts replicated over context (docs/context.md "Experts replicated over
+# context"; expert x context does not divide 512) dispatch in rounds too since issue 35's
+# follow-up: the bf16 80B on v5p-768 (384 devices), context 3 x FSDP 16 x EP 8 (24 does not
+# divide 512: 64 experts a rank, each context index exchanging over its 8 expert ranks) at
+# 61440 tokens (20480 a rank): whole, 99670 MiB (the bf16 staging of the worst-case rows,
+# 1638400 a host: 38400 MiB); auto takes rounds of 204800 rows (20480 tokens x min(k 10, 64))
+# and fits in 92854 MiB. Refused before ("rounds with the routed experts replicated over
+# context"; auto stayed whole and over).
+RX="compile_topology=v5p-768 ici_context_parallelism=3 ici_fsdp_parallelism=16 per_device_batch_size=1 max_target_length=61440 dtype=bfloat16 expert_chunk_rows=4096"
+check "aot: bf16 80B v5p-768 context 3 x FSDP 16 x EP 8 (experts replicated over context) at 61440 tokens, whole dispatch: over budget (99670 MiB)" \
+  aot_case aot-next80-v5p512-cp8-64k "needs 99670.0 MiB per rank, over the budget of 97280.0 MiB by 2390.0 MiB" next80-rep-whole $RX expert_dispatch=whole run_name=next80-rep-whole
+aot_rounds_rep() {
+  aot_rounds_auto aot-next80-v5p512-cp8-64k next80-rep-auto 204800 92854 $RX expert_dispatch=auto || return 1
+  grep -q "moe experts: split over expert alone (64 of 512 a rank), replicated over context 3" \
+    "$AOT_OUT/next80-rep-auto/next80-rep-auto/plan.txt" || { echo "plan.txt does not name the form"; return 1; }
+}
+check "aot: expert_dispatch auto: that plan takes rounds of 204800 rows (whole is over): fits (92854 MiB) and compiles" \
+  aot_rounds_rep
 check "aot: 80B FSDP32 x EP8 at 32768 tokens, sparse_matmul false + capacity_factor 1.25: fits (64404 MiB) and compiles" \
   aot_case aot-next80-v5p512-8k fits next80-32k-cf125 max_target_length=32768 sparse_matmul=false capacity_factor=1.25 run_name=next80-32k-cf125
 # With a context axis (token dropping continues each block's queues from the earlier blocks'

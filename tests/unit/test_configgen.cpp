@@ -432,8 +432,9 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"adam_eps_root=1e-8", NULL, "adam_eps_root=1e-8 (command line): only 0"},
         {"z_loss_multiplier=-1e-4", NULL, "z_loss_multiplier=-1e-4 (command line): expected 0 (off) or a multiplier > 0"},
         // the MoE form (config/moe.c, issues 32, 35): receive-buffer dropping over a context
-        // axis, non-finite factors
-        {"expert_dispatch=rounds", "ragged_buffer_factor=0.5|num_ranks=4|ici_fsdp_parallelism=1|ici_context_parallelism=2|ici_expert_parallelism=2", "expert_dispatch=rounds (command line): rounds with the routed experts replicated over context"},
+        // axis in rounds (the experts replicated over context: a round's bound counts the
+        // expert axis' 2 experts a rank), non-finite factors
+        {"expert_dispatch=rounds", "ragged_buffer_factor=0.5|num_ranks=4|ici_fsdp_parallelism=1|ici_context_parallelism=2|ici_expert_parallelism=2|expert_chunk_rows=15", "expert_dispatch=rounds (command line): rounds of expert_chunk_rows=15 (command line) rows: a leaf (8 tokens) can bring 16 rows to one host (tokens x min(k 2, experts per rank 2)) and rounds cut between leaves only; expected expert_chunk_rows >= 16"},
         {"ragged_buffer_factor=nan", NULL, "ragged_buffer_factor: value nan is not a number"},
         {"capacity_factor=1e39", "sparse_matmul=false", "capacity_factor=1e39 (command line): is inf in float32"},
         {"capacity_factor=nan", "sparse_matmul=false", "capacity_factor: value nan is not a number"},
@@ -506,7 +507,9 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.25", "0.25 sequences per rank x 2 ranks = 0.5: MaxText trains int() = 0 sequences"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|gradient_reduce=step", "gradient_reduce=step (command line): step with context parallelism 2"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|context_blocks=1", "context_blocks=1 (command line): 1: expected 0 (= the context degree 2) or a power of two >= it"},
-        {"expert_dispatch=rounds", "ici_context_parallelism=2|num_ranks=8|ici_expert_parallelism=4|per_device_batch_size=0.5", "expert_dispatch=rounds (command line): rounds with the routed experts replicated over context"},
+        // expert 4 x context 2 on 4 experts: replicated over context, one expert a rank (not
+        // 4 / 8 = 0 of the expert x context form)
+        {"expert_dispatch=rounds", "ici_context_parallelism=2|num_ranks=8|ici_expert_parallelism=4|per_device_batch_size=0.5|expert_chunk_rows=7", "expert_dispatch=rounds (command line): rounds of expert_chunk_rows=7 (command line) rows: a leaf (8 tokens) can bring 8 rows to one host (tokens x min(k 2, experts per rank 1)) and rounds cut between leaves only; expected expert_chunk_rows >= 8"},
         {"ici_context_usp_ulysses_parallelism=3", "num_ranks=3|per_device_batch_size=0.5|canonical_factor=1", "ici_context_usp_ulysses_parallelism=3 (command line): resolves the context mesh axis to 3; expected a power of two"},
         {"ici_context_parallelism=2", "num_ranks=2|per_device_batch_size=0.5|max_target_length=15", "max_target_length=15 (command line): 15 is not a multiple of the context degree 2 (ici_context_parallelism=2 (command line)): each context rank holds an equal share of every sequence"},
         // pipeline parallelism (issue 36, config/pipeline.c): MaxText's rules, both keys named

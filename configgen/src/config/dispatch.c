@@ -38,26 +38,16 @@ int qt_cg_dispatch_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, si
     if (!strcmp(v, "whole")) return 0;
     if (!au && strcmp(v, "rounds"))
         return qt_cg_rule_bad(c, err, errlen, key, "expected auto, whole or rounds");
-    const int64_t ep = s->mesh[QT_MESH_EXPERT], cx = qt_cg_context(s), M = ep * cx;
+    /* the exchange group (core/qt_cg.h qt_cg_expert_group): expert x context, or the expert
+     * axis alone within a context index with the experts replicated over context
+     * (expert_ctx_rep); either way a member holds micro_batch x blocks / context leaves */
+    const int64_t ep = s->mesh[QT_MESH_EXPERT], cx = qt_cg_context(s), M = qt_cg_expert_group(s);
     if (au && ep < 2) return 0;
     if (ep < 2)
         return qt_cg_rule_bad(c, err, errlen, key, "rounds without expert parallelism (%s): "
                               "only an expert group's hosts receive routed rows; expected whole "
                               "or ici_expert_parallelism > 1",
                               qt_cg_rule_other(c, "ici_expert_parallelism", other, sizeof other));
-    /* the experts replicated over context (config/settings.c): the whole exchange per
-     * context index only (auto: whole) */
-    if (au && s->expert_ctx_rep) return 0;
-    if (s->expert_ctx_rep)
-        return qt_cg_rule_bad(c, err, errlen, key, "rounds with the routed experts replicated "
-                              "over context (%s, ici_expert_parallelism %lld, num_experts %lld: "
-                              "%s, so each context index exchanges over the expert axis alone): "
-                              "that form runs the whole dispatch only (not implemented in "
-                              "rounds); expected whole or auto",
-                              qt_cg_rule_other(c, "ici_context_parallelism", other, sizeof other),
-                              (long long)ep, (long long)s->m.n_experts,
-                              s->m.n_experts % (ep * cx) ? "expert x context does not divide the "
-                              "experts" : "ragged_buffer_factor > 0 keeps MaxText's buffer");
     const int64_t E = s->m.n_experts, k = s->m.top_k, El = E / M;
     const int64_t leaves = M * s->tr.micro_batch * qt_cg_blocks(s) / cx;
     const int64_t lt = qt_cg_leaf_tokens(s), worst = lt * (k < El ? k : El);
