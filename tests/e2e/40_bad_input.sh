@@ -272,11 +272,11 @@ check "configgen: a non-finite capacity_factor names the key" \
   build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-cap1.yml capacity_factor=nan
 # a capacity of 0 and ragged_buffer_factor > 0 plan since issue 35 (62_moe_drop.sh); so do
 # the receive buffers over a context axis (the experts replicated over context,
-# 71_expert_context.sh), whose dispatch in rounds is refused
-check "configgen: expert_dispatch=rounds with the experts replicated over context is refused, naming the keys" \
-  expect_fail "expert_dispatch=rounds (command line): rounds with the routed experts replicated over context (ici_context_parallelism=2 (command line), ici_expert_parallelism 2" \
+# 71_expert_context.sh), in rounds too: a round's bound counts the expert axis' experts
+check "configgen: expert_dispatch=rounds with the experts replicated over context: rounds below a leaf's rows name the key and the bound" \
+  expect_fail "expert_dispatch=rounds (command line): rounds of expert_chunk_rows=15 (command line) rows: a leaf (8 tokens) can bring 16 rows to one host (tokens x min(k 2, experts per rank 2))" \
   build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-tiny.yml ragged_buffer_factor=2.0 expert_dispatch=rounds \
-  num_ranks=4 ici_fsdp_parallelism=1 ici_context_parallelism=2 ici_expert_parallelism=2
+  num_ranks=4 ici_fsdp_parallelism=1 ici_context_parallelism=2 ici_expert_parallelism=2 expert_chunk_rows=15
 check "configgen: a run file that is /dev/zero is refused at once, not read forever" \
   expect_fail "/dev/zero: is a character device, not a regular file" timeout 20 build/configgen/configgen -o $B/gen /dev/zero
 check "configgen: a run file that is a directory says so" \

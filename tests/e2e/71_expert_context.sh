@@ -221,6 +221,35 @@ check "experts replicated over context: ragged_buffer_factor 100 in rounds of 8 
 check "experts replicated over context: ragged_buffer_factor 0.5 in rounds of 8 rows == whole, the same drops" \
   ectx_ragged_rounds 0.5 256/512
 
+# Slices (58_slices.sh: dcn_*_parallelism, the ranks slice-major, each run as two "nodes"
+# through hydra's fork launcher) splitting the context or the expert axis in this form: the
+# group index of a reduce group is the mixed radix over its axes' global coordinates
+# (context least significant) whichever slice a rank is on, which the interleaved units push
+# assumes. dcn_context 2 x ici_expert 2 and dcn_expert 2 x ici_context 2 (6 experts, 4 ranks),
+# whole and in rounds of 8 rows, == one rank.
+ectx_slices() {
+  local one d f data=tests/golden/e2e/test-next-tiny/tokens.npy
+  ectx_det ctx-next-1r-nb4 1 num_experts=6 || return 1
+  one=$(ectx_file ctx-next-1r-nb4 1 num_experts=6)
+  f=$(ectx_file slices "$@") && d=${f%.det}
+  rm -rf "$d"; mkdir -p "$d"
+  plan_variant ctx-next-cp2ep2 "$d" num_experts=6 "$@" || return 1
+  grep -q "moe experts: split over expert alone" "$d/ctx-next-cp2ep2-v/plan/ctx-next-cp2ep2/plan.txt" &&
+    grep -q "slices (dcn): 2" "$d/ctx-next-cp2ep2-v/plan/ctx-next-cp2ep2/plan.txt" ||
+    { echo "the plan does not name the form and the slices"; return 1; }
+  timeout 200 mpiexec -launcher fork -hosts node0:2,node1:2 -n 4 "$d/ctx-next-cp2ep2-v/qtrain" \
+    data=$data seed=11 steps=10 metrics=$d/m.jsonl > "$d/err" 2>&1 || { tail -n 3 "$d/err"; return 1; }
+  det_fields "$d/m.jsonl" > "$f" && cmp "$one" "$f" && echo "identical: $(tail -n 1 "$f")"
+}
+check "experts replicated over context: slices dcn_context 2 x ici_expert 2 (two nodes) == one rank, bit for bit" \
+  ectx_slices ici_context_parallelism=1 dcn_context_parallelism=2
+check "experts replicated over context: slices dcn_expert 2 x ici_context 2 (two nodes) == one rank, bit for bit" \
+  ectx_slices ici_expert_parallelism=1 dcn_expert_parallelism=2
+check "experts replicated over context: slices dcn_context 2 x ici_expert 2, the dispatch in rounds of 8 rows == one rank, bit for bit" \
+  ectx_slices ici_context_parallelism=1 dcn_context_parallelism=2 expert_dispatch=rounds expert_chunk_rows=8
+check "experts replicated over context: slices dcn_expert 2 x ici_context 2, the dispatch in rounds of 8 rows == one rank, bit for bit" \
+  ectx_slices ici_expert_parallelism=1 dcn_expert_parallelism=2 expert_dispatch=rounds expert_chunk_rows=8
+
 # Checkpoints (as 73_context_ckpt.sh): the 6-expert model's checkpoint after 5 steps on
 # expert 2 x context 2 (replicated experts, one .safetensors file) is the one-rank file, the
 # same bytes (headers equal once plan hash and run name are blanked), and resuming it on one

@@ -270,7 +270,7 @@ row "configgen" "configgen test-next-cap1.yml capacity_factor=1e39" "$EC" cg con
 row "configgen" "configgen test-next-mtp.yml mtp_keep_layers=1" "$EC" cg configgen/configs/runs/test-next-mtp.yml mtp_keep_layers=1
 row "configgen" "configgen test-next-tiny.yml mtp_keep_layers=8" "$EC" cg configgen/configs/runs/test-next-tiny.yml mtp_keep_layers=8
 row "configgen" "configgen test-next-mtp2.yml mtp_num_layers=8" "$EC" cg configgen/configs/runs/test-next-mtp2.yml mtp_num_layers=8
-row "configgen" "configgen test-next-tiny.yml ragged_buffer_factor=2.0 expert_dispatch=rounds num_ranks=4 ici_fsdp_parallelism=1 ici_context_parallelism=2 ici_expert_parallelism=2" "$E40: configgen: expert_dispatch=rounds with the experts replicated over context" cg $RUN ragged_buffer_factor=2.0 expert_dispatch=rounds num_ranks=4 ici_fsdp_parallelism=1 ici_context_parallelism=2 ici_expert_parallelism=2
+row "configgen" "configgen test-next-tiny.yml ragged_buffer_factor=2.0 expert_dispatch=rounds num_ranks=4 ici_fsdp_parallelism=1 ici_context_parallelism=2 ici_expert_parallelism=2 expert_chunk_rows=15" "$E40: configgen: expert_dispatch=rounds with the experts replicated over context: rounds below a leaf's rows" cg $RUN ragged_buffer_factor=2.0 expert_dispatch=rounds num_ranks=4 ici_fsdp_parallelism=1 ici_context_parallelism=2 ici_expert_parallelism=2 expert_chunk_rows=15
 row "configgen" "configgen /dev/zero" "$E40: configgen: /dev/zero" timeout 20 $CG -o $W/gen /dev/zero
 row "configgen" "configgen $W/adir (a directory)" "$E40: configgen: a directory" cg $W/adir
 row "configgen" "configgen $W/empty.yml (an empty run file)" "$ENOM" cg $W/empty.yml

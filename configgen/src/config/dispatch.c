@@ -18,7 +18,11 @@
  * tensor parallelism take rounds too (the round ops' native bf16 form and their per-round
  * sum over the tensor group, ops_ep_rounds.c: the whole dispatch's bits), set or picked by
  * auto; auto changes only plans whose whole dispatch is over the budget, which configgen
- * refused before, so no plan that was written changes.
+ * refused before, so no plan that was written changes. With the routed experts replicated
+ * over context (expert_ctx_rep, config/settings.c and moe.c) the exchange group is the
+ * expert axis within a context index (qt_cg_expert_group: M = the expert degree, E / M
+ * experts a rank), rounds and auto alike (refused before session 17's follow-up; no plan
+ * that was written changes).
  * Runs after the model, train and mesh settings (settings.c). Uses core and config only.
  */
 #include <stdio.h>
