@@ -21,10 +21,6 @@ for cell in "mesh-next-1r mesh-next-ep2-rounds 2" "mesh-35-1r mesh-35-ep2-rounds
   check "expert dispatch in rounds: ${2} ($3 ranks) == one rank ($1), bit for bit" same_bits "$ER_DIR" "$@"
 done
 
-# the collective calls of rank 0's steps (qtrain's "collectives: steps: N calls" line)
-er_calls() {
-  sed -n 's/.*collectives: steps: \([0-9]*\) calls.*/\1/p' "$1" | tail -n 1
-}
 er_several_rounds() {
   plan_det mesh-next-ep2-rounds 2 "$ER_DIR" 10 || return 1
   plan_variant mesh-next-ep2-rounds "$ER_DIR" expert_chunk_rows=1000 || return 1
@@ -34,7 +30,7 @@ er_several_rounds() {
   det_fields "$ER_DIR/one-round.jsonl" | cmp - "$ER_DIR/mesh-next-ep2-rounds.det" ||
     { echo "one round per op gives other bits"; return 1; }
   local a b
-  a=$(er_calls "$ER_DIR/mesh-next-ep2-rounds.err") b=$(er_calls "$ER_DIR/one-round.err")
+  a=$(coll_calls "$ER_DIR/mesh-next-ep2-rounds.err") b=$(coll_calls "$ER_DIR/one-round.err")
   echo "collective calls over 10 steps: rounds of 32 rows $a, one round per op $b (same bits)"
   [ -n "$a" ] && [ -n "$b" ] && [ "$a" -gt "$b" ]
 }

@@ -12,9 +12,10 @@
 # expert exchanges (all), tensor 2 (8 ranks), pipeline 2
 # (8 ranks), the MTP head, remat full; expert 2 x context 4; the tiny model's 4 experts on expert 2 x
 # context 3; the checkpoint; the term and the capacity are not vacuous (they change the
-# one-rank bits); ragged_buffer_factor with a context axis (end). Mutation: pushing the
-# units in the plain (member, unit) order (firmware/runtime/step_ops.c, ilv = 0) fails every
-# cell (step 1's fingerprint differs). Plans: the ctx-next-*, ctx-b16-*, ctxu-* run files with
+# one-rank bits); ragged_buffer_factor with a context axis; the dispatch in rounds in this
+# form (== whole == one rank); slices splitting the context or expert axis (end). Mutation:
+# pushing the units in the plain (member, unit) order (firmware/runtime/step_ops.c, ilv = 0)
+# fails every cell that compares with one rank (step 1's fingerprint differs). Plans: the ctx-next-*, ctx-b16-*, ctxu-* run files with
 # overrides (plan_variant), the tiny test data, seed 11, every mpiexec under `timeout`.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 
@@ -182,9 +183,6 @@ check "experts replicated over context: data 2 x expert 2 x context 2 (8 ranks),
   ectx_rounds ctx-next-1r-nb4 ctx-next-cp2ep2 8 "num_ranks=8 ici_data_parallelism=2 gradient_accumulation_steps=1"
 # several rounds ran: rank 0 makes more collective calls with rounds of 8 rows than with
 # one round per op (expert_chunk_rows 1000), same bits
-ectx_calls() {
-  sed -n 's/.*collectives: steps: \([0-9]*\) calls.*/\1/p' "$1" | tail -n 1
-}
 ectx_several_rounds() {
   ectx_det ctx-next-cp2ep2 4 num_experts=6 expert_dispatch=rounds expert_chunk_rows=8 &&
     ectx_det ctx-next-cp2ep2 4 num_experts=6 expert_dispatch=rounds expert_chunk_rows=1000 || return 1
@@ -193,7 +191,7 @@ ectx_several_rounds() {
   b=$(ectx_file ctx-next-cp2ep2 4 num_experts=6 expert_dispatch=rounds expert_chunk_rows=1000)
   cmp "$a" "$b" || { echo "one round per op gives other bits"; return 1; }
   local ca cb
-  ca=$(ectx_calls "${a%.det}/err") cb=$(ectx_calls "${b%.det}/err")
+  ca=$(coll_calls "${a%.det}/err") cb=$(coll_calls "${b%.det}/err")
   echo "collective calls over 10 steps: rounds of 8 rows $ca, one round per op $cb (same bits)"
   [ -n "$ca" ] && [ -n "$cb" ] && [ "$ca" -gt "$cb" ]
 }

@@ -93,6 +93,12 @@ plan_variant() {
     > "$d/$run-v/make.log" 2>&1 || { tail -n 5 "$d/$run-v/make.log"; return 1; }
 }
 
+# coll_calls ERR: the collective calls of rank 0's steps in a qtrain stderr file (its
+# "collectives: steps: N calls" line; 63_ep_rounds.sh and 71_expert_context.sh count rounds)
+coll_calls() {
+  sed -n 's/.*collectives: steps: \([0-9]*\) calls.*/\1/p' "$1" | tail -n 1
+}
+
 # same_bits DIR ONE RUN RANKS: RUN on RANKS ranks == ONE on one rank, bit for bit (loss bits
 # and fingerprint, 10 steps; plan_det's cache in DIR). The matrices of 57, 61, 69, 71 use it.
 same_bits() {
