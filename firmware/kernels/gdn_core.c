@@ -267,26 +267,57 @@ qt_gdn_fwd_sweep_v(float *restrict ab, float *restrict o, float *restrict sout, 
                    const int wo)
 {
     const __m512 van = _mm512_set1_ps(an);
-    __m512 ov[QT_GDN_FBV];
-    for (int u = 0; u < QT_GDN_FBV; u++) ov[u] = pr[u] = _mm512_setzero_ps();
+    __m512 ov[QT_GDN_FBV], p[QT_GDN_FBV], de[QT_GDN_FBV]; /* in registers, not via pr / dl */
+#pragma GCC unroll 4
+    for (int u = 0; u < QT_GDN_FBV; u++) ov[u] = p[u] = _mm512_setzero_ps(), de[u] = dl[u];
     for (int64_t kk = 0; kk < dk; kk++) {
         float *br = ab + kk * QT_GDN_FB;
         const __m512 kv = _mm512_set1_ps(kh[kk]), qv = wo ? _mm512_set1_ps(qh[kk]) : kv;
         const __m512 nv = kn ? _mm512_set1_ps(kn[kk]) : kv;
 #pragma GCC unroll 4
         for (int u = 0; u < QT_GDN_FBV; u++) {
-            const __m512 sn = _mm512_fmadd_ps(kv, dl[u], _mm512_loadu_ps(br + 16 * u));
+            const __m512 sn = _mm512_fmadd_ps(kv, de[u], _mm512_loadu_ps(br + 16 * u));
             if (wo) ov[u] = _mm512_fmadd_ps(sn, qv, ov[u]);
             if (sout) _mm512_storeu_ps(sout + kk * ld + 16 * u, sn);
             if (kn) {
                 const __m512 as = _mm512_mul_ps(van, sn);
                 _mm512_storeu_ps(br + 16 * u, as);
-                pr[u] = _mm512_fmadd_ps(as, nv, pr[u]);
+                p[u] = _mm512_fmadd_ps(as, nv, p[u]);
             }
         }
     }
+#pragma GCC unroll 4
+    for (int u = 0; u < QT_GDN_FBV; u++) pr[u] = p[u];
     if (wo)
         for (int u = 0; u < QT_GDN_FBV; u++) _mm512_storeu_ps(o + 16 * u, ov[u]);
+}
+
+/* The forward's per-token sweep as its own functions (the three forms the token loop takes),
+ * so each gets a register allocation of its own: inlined into qt_gdn_fwd_block_v, GCC spilled
+ * a broadcast and a state vector to the stack inside the row loop (a store-to-load forward on
+ * the o chain every row). Same instructions otherwise, so the same bits. */
+static __attribute__((noinline)) void
+qt_gdn_fwd_sweep_mid(float *restrict ab, float *restrict o, __m512 pr[QT_GDN_FBV],
+                     const __m512 dl[QT_GDN_FBV], const float *restrict kh,
+                     const float *restrict qh, const float *restrict kn, float an, int64_t dk)
+{
+    qt_gdn_fwd_sweep_v(ab, o, 0, 0, pr, dl, kh, qh, kn, an, dk, 1);
+}
+
+static __attribute__((noinline)) void
+qt_gdn_fwd_sweep_ck(float *restrict ab, float *restrict o, float *restrict sout, int64_t ld,
+                    __m512 pr[QT_GDN_FBV], const __m512 dl[QT_GDN_FBV], const float *restrict kh,
+                    const float *restrict qh, const float *restrict kn, float an, int64_t dk)
+{
+    qt_gdn_fwd_sweep_v(ab, o, sout, ld, pr, dl, kh, qh, kn, an, dk, 1);
+}
+
+static __attribute__((noinline)) void
+qt_gdn_fwd_sweep_last(float *restrict ab, float *restrict o, __m512 pr[QT_GDN_FBV],
+                      const __m512 dl[QT_GDN_FBV], const float *restrict kh,
+                      const float *restrict qh, int64_t dk)
+{
+    qt_gdn_fwd_sweep_v(ab, o, 0, 0, pr, dl, kh, qh, 0, 0.0f, dk, 1);
 }
 
 /* Columns [x0, x0+QT_GDN_FB) of sequence s, value head j, through all S tokens from S_0 = 0:
@@ -336,13 +367,13 @@ static void qt_gdn_fwd_block_v(float *restrict sth, float *restrict o, const flo
             }
         }
         float *orow = o + row * d->hv * dv + j * dv + x0;
-        if (last) /* separate calls, so each inlined sweep has its branches resolved */
-            qt_gdn_fwd_sweep_v(ab, orow, 0, dv, pr, dl, kc, qc, 0, an, dk, 1);
+        if (last) /* separate functions, so each sweep has its branches resolved */
+            qt_gdn_fwd_sweep_last(ab, orow, pr, dl, kc, qc, dk);
         else if ((t + 1) % d->chunk == 0)
-            qt_gdn_fwd_sweep_v(ab, orow, sth + (t + 1) / d->chunk * d->dkdv + x0, dv, pr, dl,
-                               kc, qc, kn, an, dk, 1);
+            qt_gdn_fwd_sweep_ck(ab, orow, sth + (t + 1) / d->chunk * d->dkdv + x0, dv, pr, dl,
+                                kc, qc, kn, an, dk);
         else
-            qt_gdn_fwd_sweep_v(ab, orow, 0, dv, pr, dl, kc, qc, kn, an, dk, 1);
+            qt_gdn_fwd_sweep_mid(ab, orow, pr, dl, kc, qc, kn, an, dk);
     }
 }
 
@@ -722,17 +753,21 @@ qt_gdn_rec_sweep_v(float *restrict sout, const float *restrict sin, int64_t ld,
                    const float *restrict kh, float an, const float *restrict kn, int64_t dk)
 {
     const __m512 va = _mm512_set1_ps(a), van = _mm512_set1_ps(an);
-    for (int u = 0; u < QT_GDN_FBV; u++) pr[u] = _mm512_setzero_ps();
+    __m512 p[QT_GDN_FBV], de[QT_GDN_FBV]; /* in registers, not via pr / dl */
+#pragma GCC unroll 4
+    for (int u = 0; u < QT_GDN_FBV; u++) p[u] = _mm512_setzero_ps(), de[u] = dl[u];
     for (int64_t kk = 0; kk < dk; kk++) {
         const __m512 kv = _mm512_set1_ps(kh[kk]), nv = _mm512_set1_ps(kn[kk]);
 #pragma GCC unroll 4
         for (int u = 0; u < QT_GDN_FBV; u++) {
             const __m512 sn = _mm512_fmadd_ps(
-                kv, dl[u], _mm512_mul_ps(va, _mm512_loadu_ps(sin + kk * ld + 16 * u)));
+                kv, de[u], _mm512_mul_ps(va, _mm512_loadu_ps(sin + kk * ld + 16 * u)));
             _mm512_storeu_ps(sout + kk * ld + 16 * u, sn);
-            pr[u] = _mm512_fmadd_ps(_mm512_mul_ps(van, sn), nv, pr[u]);
+            p[u] = _mm512_fmadd_ps(_mm512_mul_ps(van, sn), nv, p[u]);
         }
     }
+#pragma GCC unroll 4
+    for (int u = 0; u < QT_GDN_FBV; u++) pr[u] = p[u];
 }
 
 /* The backward's recomputation of tokens t0..t0+len-1 of sequence s, value head j (a chunk

@@ -477,7 +477,11 @@ TEST(gdn_core, vector_step_bit_identical_to_scalar)
                            {1, 41, 1, 128, 2, 128, 0, 8}, {2, 11, 1, 128, 1, 128, 0, 64},
                            {1, 1, 1, 64, 2, 128, 0, 4},   {1, 20, 2, 128, 2, 64, 0, 6},
                            {1, 70, 1, 128, 2, 128, 0, 40}, {1, 100, 1, 128, 1, 64, 0, 48},
-                           {1, 9, 1, 13, 2, 64, 0, 4},    {1, 12, 1, 7, 1, 128, 0, 5}};
+                           {1, 9, 1, 13, 2, 64, 0, 4},    {1, 12, 1, 7, 1, 128, 0, 5},
+                           // the bench model's heads (Dk = Dv = 64, chunk 64) over two whole
+                           // chunks and a partial one; the 80B's (128) over a chunk boundary
+                           // with a one-token last chunk (the sweeps' accumulators in registers)
+                           {2, 130, 2, 64, 4, 64, 0, 64}, {1, 129, 1, 128, 2, 128, 0, 64}};
     uint64_t seed = 41;
     for (const gdn_dims &d : ds) {
         core_case k(d, seed++);
