@@ -309,24 +309,25 @@ static int qt_runtime_mtp_fill(const qt_plan *p, qt_token_fill_fn fill, const vo
     return QT_OK;
 }
 
-/* The eval's token source over the mesh's slots (issue 35): slot j < n (the eval batch's
- * sequences) is eval sequence j, read by the installed fill with n as its global batch
- * (eval batch e is windows e n .. e n + n - 1); a slot past them (the last microbatch's
- * remainder, a group's empty share) is padded with sequence 0's tokens and positions and
- * every target -1: the cross entropy adds no loss for it and no target is counted (the
- * packing mask's rule), so the eval loss is the mean over the real sequences' targets. */
-typedef struct qt_rt_eval_slots {
+/* A token source over the mesh's slots when fewer real sequences than slots exist (issue
+ * 35: the eval batch, and a padded training batch): slot j < n (the real sequences) is
+ * sequence j, read by the installed fill with n as its global batch (batch e is windows
+ * e n .. e n + n - 1); a slot past them (the last microbatch's remainder, a group's empty
+ * share) is padded with sequence 0's tokens and positions and every target -1: the cross
+ * entropy adds no loss for it and no target is counted (the packing mask's rule), so the
+ * loss is the mean over the real sequences' targets. */
+typedef struct qt_rt_slots {
     qt_token_fill_fn fill;
     const void *src;
     int64_t n;
-} qt_rt_eval_slots;
+} qt_rt_slots;
 
-static int qt_runtime_eval_fill(const void *src, int64_t step, int64_t global_batch,
+static int qt_runtime_slots_fill(const void *src, int64_t step, int64_t global_batch,
                                 int64_t first, int64_t n_seqs, int64_t S, int64_t tok_lo,
                                 int64_t tok_n, int32_t eos, int32_t *inputs, int32_t *targets,
                                 int32_t *positions)
 {
-    const qt_rt_eval_slots *e = (const qt_rt_eval_slots *)src;
+    const qt_rt_slots *e = (const qt_rt_slots *)src;
     (void)global_batch;  /* the slots' count; the windows advance by the real sequences */
     const int64_t real = first >= e->n ? 0 : e->n - first < n_seqs ? e->n - first : n_seqs;
     int rc = real > 0 ? e->fill(e->src, step, e->n, first, real, S, tok_lo, tok_n, eos, inputs,
@@ -395,10 +396,10 @@ static int qt_runtime_fill_mb(const qt_plan *p, int64_t step, int64_t mb, int64_
     const int64_t first = qt_runtime_mb_first(p, mb, R);
     int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
     /* a padded batch (issue 35): the slots past the step's global_batch sequences are
-     * padded as the eval's (qt_runtime_eval_fill: every target masked) */
-    const qt_rt_eval_slots slots = {qt_rt.tokens, qt_rt.tokens_src, p->train.global_batch};
+     * padded as the eval's are (qt_runtime_slots_fill: every target masked) */
+    const qt_rt_slots slots = {qt_rt.tokens, qt_rt.tokens_src, p->train.global_batch};
     const int padded = qt_runtime_padded(p);
-    const qt_token_fill_fn fill = padded ? qt_runtime_eval_fill : qt_rt.tokens;
+    const qt_token_fill_fn fill = padded ? qt_runtime_slots_fill : qt_rt.tokens;
     const void *src = padded ? (const void *)&slots : qt_rt.tokens_src;
     int rc = fill(src, step, p->train.global_batch, first, b, S, t0, St, qt_runtime_eos(p),
                   qt_i32(ctx, p->tokens), tg, pos);
@@ -700,7 +701,7 @@ int64_t qt_runtime_eval_batch(const qt_plan *p)
 /* The eval's sequences: in eval batch e, the rank's sequence group holds the slots
  * [index * eval_batch, (index + 1) * eval_batch) of the mesh's, in ceil(eval_batch /
  * micro_batch) chunks of micro_batch (every group the same count: the collectives stay in
- * step); slots past the eval batch's sequences are padded (qt_runtime_eval_fill). Any
+ * step); slots past the eval batch's sequences are padded (qt_runtime_slots_fill). Any
  * split gives the same exact sums: each sequence's loss is its own (the forward mixes no
  * sequences), a padded one's is 0. */
 int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_metrics *e)
@@ -711,7 +712,7 @@ int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_m
     const int64_t b = p->train.micro_batch, S = p->train.seq_len;
     const int64_t Bg = qt_runtime_eval_batch(p), per = p->train.eval_batch;
     const int64_t St = qt_plan_tokens_per_seq(p), t0 = St * ctx->coord[QT_MESH_CONTEXT];
-    const qt_rt_eval_slots slots = {qt_rt.eval_tokens, qt_rt.eval_src, Bg};
+    const qt_rt_slots slots = {qt_rt.eval_tokens, qt_rt.eval_src, Bg};
     const double tstart = qt_runtime_now();
     qt_step_metrics sm;
     memset(&sm, 0, sizeof sm);
@@ -723,10 +724,10 @@ int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_m
         for (int64_t k = 0; k < (per + b - 1) / b; k++) {
             const int64_t first = qt_rt.batch_index * per + k * b;
             int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
-            int rc = qt_runtime_eval_fill(&slots, eb, Bg, first, b, S, t0, St, qt_runtime_eos(p),
+            int rc = qt_runtime_slots_fill(&slots, eb, Bg, first, b, S, t0, St, qt_runtime_eos(p),
                                           qt_i32(ctx, p->tokens), tg, pos);
             if (!rc && p->mtp_layers > 0) /* the head's inputs: the stacked embedding reads them */
-                rc = qt_runtime_mtp_fill(p, qt_runtime_eval_fill, &slots, eb, Bg, first, t0, St);
+                rc = qt_runtime_mtp_fill(p, qt_runtime_slots_fill, &slots, eb, Bg, first, t0, St);
             if (rc) return rc;
             if (pos) { /* packed: the targets with a loss, as in training */
                 int64_t n = 0;
