@@ -20,7 +20,8 @@
  * kernel must write or read them (GDN checkpoints).
  *
  * Timing: CLOCK_MONOTONIC around each call; a kernel runs until it has taken about
- * QT_KB_SECONDS (default 2 s, environment) or QT_KB_REPS calls, at least once; the table
+ * QT_KB_SECONDS (default 2 s, environment) or QT_KB_REPS calls, at least QT_KB_MINREPS
+ * (default 1: a kernel whose call takes over the budget is then one call); the table
  * gives the best and the median call. One call of a large kernel is then the whole
  * measurement; attention at S = 4096 runs 2 of the slice's 16 query heads by default
  * (QT_KB_ATTN_HEADS=16 for all: 8x the time), FLOPs counted for the heads that ran. The
@@ -77,6 +78,7 @@ static double qt_kb_peak_row = 0.0; /* the peak qt_kb_row divides by (0: qt_kb_p
 
 static double qt_kb_budget = 2.0;
 static int qt_kb_maxreps = 5;
+static int qt_kb_minreps = 1; /* QT_KB_MINREPS: calls made whatever the budget */
 static double qt_kb_bw = 0.0; /* GB/s measured by the memory section (triad), for roofline */
 
 static clockid_t qt_kb_clock = CLOCK_MONOTONIC; /* QT_KB_CLOCK=cpu: CLOCK_THREAD_CPUTIME_ID */
@@ -138,7 +140,8 @@ static qt_kb_time qt_kb_run(qt_kb_fn fn, void *arg)
         double t0 = qt_kb_now();
         fn(arg);
         t[n++] = qt_kb_now() - t0;
-    } while (n < qt_kb_maxreps && n < 64 && qt_kb_now() - start + t[n - 1] <= qt_kb_budget);
+    } while (n < 64 && (n < qt_kb_minreps ||
+                        (n < qt_kb_maxreps && qt_kb_now() - start + t[n - 1] <= qt_kb_budget)));
     qsort(t, (size_t)n, sizeof t[0], qt_kb_cmp);
     qt_kb_time r = {t[0], t[n / 2], n};
     return r;
@@ -1107,6 +1110,8 @@ int main(int argc, char **argv)
     if (e && !strcmp(e, "cpu")) qt_kb_clock = CLOCK_THREAD_CPUTIME_ID;
     e = getenv("QT_KB_REPS");
     if (e && atoi(e) > 0) qt_kb_maxreps = atoi(e);
+    e = getenv("QT_KB_MINREPS");
+    if (e && atoi(e) > 0) qt_kb_minreps = atoi(e) < 64 ? atoi(e) : 64;
     int all = argc < 2, want[9] = {0};
     const char *names[9] = {"mem", "matmul", "attn", "gdn", "expert", "peak", "bf16", "step",
                             "carry"};
@@ -1155,8 +1160,8 @@ int main(int argc, char **argv)
     }
     printf("kernel bench: %% of peak against %.1f GFLOP/s (one core, %d-float vector FMA, %s); "
            "each kernel timed for ~%.1f s or %d calls (QT_KB_SECONDS, QT_KB_REPS), at least "
-           "one call; %s\n", qt_kb_peak, QT_KB_VW, measured ? "measured now" : "QT_KB_PEAK",
-           qt_kb_budget, qt_kb_maxreps,
+           "%d (QT_KB_MINREPS); %s\n", qt_kb_peak, QT_KB_VW, measured ? "measured now" : "QT_KB_PEAK",
+           qt_kb_budget, qt_kb_maxreps, qt_kb_minreps,
            qt_kb_clock == CLOCK_MONOTONIC ? "wall clock" : "thread CPU time (QT_KB_CLOCK=cpu)");
     if (pm.trials > 0)
         printf("fp32 peak: the fastest of %d trials in thread CPU time after a %.1f s warm-up, "
