@@ -571,7 +571,7 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
                  ? QT_E_ARG : QT_OK;
     if (st != QT_OK) return st == QT_E_ARG ? QT_EXIT_ARG : QT_EXIT_ERR;
     qt_run_opts opts = {cli->seed, cli->learning_rate, 0, p->pipeline_stages > 1 ? mrank : rank,
-                        size};
+                        size, cli->arena_huge /* 1: QT_ARENA_PAGES_HUGE */};
     if (qt_main_comm_fail(qt_runtime_init(p, &opts)) != QT_OK) return QT_EXIT_ERR;
     qt_main_state.plan = p;
     qt_runtime_profile_enable(cli->profile);

@@ -35,6 +35,7 @@ typedef struct qt_cli {
                                   past its start step (crash recovery; noted in the manifest) */
     const char *eval_data;     /* held-out token file (formats of data=), or NULL */
     int64_t eval_holdout;      /* > 0: the last N windows of data= are the eval source */
+    int arena_huge;            /* arena_pages=huge: 1 (wait for every huge page); auto: 0 */
     int help;
 } qt_cli;
 

@@ -25,6 +25,7 @@ typedef struct qt_run_opts {
     int64_t total_steps;       /* for the schedule: plan's schedule_steps unless > 0 */
     int32_t rank;              /* this process's rank (0 when single-rank) */
     int32_t n_ranks;           /* ranks the process was started with; <= 0 means 1 */
+    int32_t arena_pages;       /* enum qt_arena_pages (qt_arena.h): 0 auto, 1 huge */
 } qt_run_opts;
 
 /* Heap audit hook (tests/tools/heap_audit.c, LD_PRELOAD): called with 1 right before the

@@ -60,6 +60,20 @@ peak_rss_within_arena() {
 }
 check "peak RSS of the musl static default run <= arena + binary + 5% arena + 4 MiB" peak_rss_within_arena
 
+# arena_pages=auto (the default: transparent huge pages until the kernel's compaction for
+# them is too slow, then 4 KiB pages) and arena_pages=huge (huge pages however long it
+# takes) train the same bits; the page size is never part of the result.
+arena_pages_same_bits() {
+  local d=$QT_TMP/arena_pages
+  mkdir -p $d
+  build/default/qtrain steps=3 arena_pages=huge metrics=$d/huge.jsonl 2> $d/huge.err || { cat $d/huge.err; return 1; }
+  build/default/qtrain steps=3 arena_pages=auto metrics=$d/auto.jsonl 2> $d/auto.err || { cat $d/auto.err; return 1; }
+  ! grep -q "of the arena on 4 KiB pages" $d/huge.err || { echo "arena_pages=huge gave up huge pages:"; cat $d/huge.err; return 1; }
+  det_fields $d/huge.jsonl > $d/huge.det && det_fields $d/auto.jsonl > $d/auto.det || return 1
+  cmp $d/huge.det $d/auto.det && head -1 $d/auto.err
+}
+check "arena_pages=huge and arena_pages=auto: the same bits" arena_pages_same_bits
+
 # Huge pages: with 2 MiB pages reserved the arena is remapped onto them (the banner says
 # hugetlbfs) and training gives the same bits as on transparent huge pages. Needs root to
 # reserve pages for the duration of the check (restored afterwards); skipped otherwise.

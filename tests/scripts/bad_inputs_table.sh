@@ -57,6 +57,7 @@ row "command line" "qtrain seed=abc" "$E40: cli: non-numeric seed" $Q seed=abc
 row "command line" "qtrain steps" "$E40: cli: argument without '='" $Q steps
 row "command line" "qtrain save_every=2 (no save=)" "this table" $Q save_every=2 steps=1 data=$T
 row "command line" "qtrain save_shard_size=2P" "e2e \`42_ckpt_owner.sh\`: save_shard_size" $Q save_shard_size=2P steps=1 data=$T
+row "command line" "qtrain arena_pages=big" "this table" $Q arena_pages=big
 
 # ---- token files
 printf 'QTTOKENS\x01\x00\x00\x00\x02\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00\x01\x00' > $W/short.tok

@@ -1671,6 +1671,19 @@ TEST(RuntimeStep, ArenaFitAgainstAddressLimitAndMemAvailable)
     LONGS_EQUAL(0, qt_arena_check_fit("t", 82 * mib, 0, 500 * mib, 300 * mib, 83 * mib));
 }
 
+// arena_pages=auto: huge pages while their population has taken under QT_ARENA_COMPACT_S or
+// still runs at QT_ARENA_COMPACT_GBPS or more; 4 KiB pages after (the kernel compacting
+// fragmented memory for each huge page ran at 0.05-0.1 GB/s on this VM).
+TEST(RuntimeStep, ArenaGivesUpHugePagesOnlyAfterSlowCompaction)
+{
+    const long long mib = 1 << 20;
+    CHECK_EQUAL(1, qt_arena_keep_huge(64 * mib, 1.9));       // slow, but under 2 s
+    CHECK_EQUAL(1, qt_arena_keep_huge(2048 * mib, 3.0));     // 0.72 GB/s
+    CHECK_EQUAL(1, qt_arena_keep_huge(1000000000, 2.0));     // exactly 0.5 GB/s
+    CHECK_EQUAL(0, qt_arena_keep_huge(999999999, 2.0));      // just under, at 2 s
+    CHECK_EQUAL(0, qt_arena_keep_huge(256 * mib, 2.2));      // 0.12 GB/s (measured)
+}
+
 // ------------------------------------------------------------------ process-manager check
 
 // qtrain-static under `mpiexec -n 2` used to run two independent jobs writing the same
