@@ -54,11 +54,11 @@ bench_peak_line
 
 bench_make build/bench/qtrain build/bench-bf16/qtrain build/bench-dp2/qtrain \
   build/bench-ep2/qtrain build/bench-dp2-zero1/qtrain
-bench_run m.jsonl -- ./build/bench/qtrain steps=$STEPS metrics=$out/m.jsonl 2> $out/err.txt || { cat $out/err.txt; exit 1; }
+bench_run m.jsonl -- ./build/bench/qtrain $BENCH_ARENA steps=$STEPS metrics=$out/m.jsonl 2> $out/err.txt || { cat $out/err.txt; exit 1; }
 qt_tps=$(mean_of tokens_per_s %.1f $out/m.jsonl)
 qt_step=$(mean_of step_s %.3f $out/m.jsonl)
 # The same model and batch in bf16 (bench-bf16.yml: dtype bfloat16, docs/precision.md)
-bench_run m16.jsonl -- ./build/bench-bf16/qtrain steps=$STEPS metrics=$out/m16.jsonl 2> $out/err16.txt || { cat $out/err16.txt; exit 1; }
+bench_run m16.jsonl -- ./build/bench-bf16/qtrain $BENCH_ARENA steps=$STEPS metrics=$out/m16.jsonl 2> $out/err16.txt || { cat $out/err16.txt; exit 1; }
 qt16_tps=$(mean_of tokens_per_s %.1f $out/m16.jsonl)
 qt16_step=$(mean_of step_s %.3f $out/m16.jsonl)
 
@@ -94,7 +94,7 @@ fi
 declare -A m_tps m_step m_share m_mib m_coll
 for mesh in dp2 ep2; do
   GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 bench_run $mesh.jsonl $mesh.txt -- \
-    timeout 900 mpiexec -n 2 ./build/bench-$mesh/qtrain steps=$STEPS metrics=$out/$mesh.jsonl 2> $out/$mesh.txt ||
+    timeout 900 mpiexec -n 2 ./build/bench-$mesh/qtrain $BENCH_ARENA steps=$STEPS metrics=$out/$mesh.jsonl 2> $out/$mesh.txt ||
     { cat $out/$mesh.txt; exit 1; }
   m_tps[$mesh]=$(mean_of tokens_per_s %.1f $out/$mesh.jsonl)
   m_step[$mesh]=$(mean_of step_s %.3f $out/$mesh.jsonl)
@@ -139,7 +139,7 @@ printf '\n%-34s %10s %12s %12s %14s\n' "overlap (2 ranks, $OV_STEPS steps)" "ste
 for run in dp2-layer dp2-overlap ep2-layer ep2-overlap; do
   bench_make build/bench-$run/qtrain
   GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 bench_run $run.jsonl $run.txt -- \
-    timeout 900 mpiexec -n 2 ./build/bench-$run/qtrain steps=$OV_STEPS metrics=$out/$run.jsonl 2> $out/$run.txt ||
+    timeout 900 mpiexec -n 2 ./build/bench-$run/qtrain $BENCH_ARENA steps=$OV_STEPS metrics=$out/$run.jsonl 2> $out/$run.txt ||
     { cat $out/$run.txt; exit 1; }
   ov_step=$(mean_of step_s %.3f $out/$run.jsonl)
   ov_tps=$(mean_of tokens_per_s %.1f $out/$run.jsonl)
@@ -152,7 +152,7 @@ done
 # ZeRO-1 memory: the same DP2 run with the optimizer state split over data; plan.txt's Adam
 # bytes per rank and rank 0's measured peak RSS, without and with.
 GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 bench_run z1.txt -- \
-  timeout 900 mpiexec -n 2 ./build/bench-dp2-zero1/qtrain steps=4 metrics=$out/z1.jsonl 2> $out/z1.txt ||
+  timeout 900 mpiexec -n 2 ./build/bench-dp2-zero1/qtrain $BENCH_ARENA steps=4 metrics=$out/z1.jsonl 2> $out/z1.txt ||
   { cat $out/z1.txt; exit 1; }
 rss() { grep -o 'peak RSS [0-9.]* MiB (arena [0-9.]* MiB' "$1" | awk '{printf "%s MiB (arena %s MiB)", $3, $6}'; }
 adam() { grep -m1 '^  adam m + v' "generated/$1/plan.txt" | awk '{printf "%s MiB", $(NF-1)}'; }
@@ -165,9 +165,9 @@ fi
 
 # Scaling, stated against two single-rank runs side by side (issue 22): the same one-rank
 # plan started twice at once, one per vCPU, their tokens/s summed, beside DP2 and EP2.
-bench_run pair0.jsonl -- ./build/bench/qtrain steps=$STEPS metrics=$out/pair0.jsonl 2> $out/pair0.txt &
+bench_run pair0.jsonl -- ./build/bench/qtrain $BENCH_ARENA steps=$STEPS metrics=$out/pair0.jsonl 2> $out/pair0.txt &
 pair_pid=$!
-bench_run pair1.jsonl -- ./build/bench/qtrain steps=$STEPS metrics=$out/pair1.jsonl 2> $out/pair1.txt || { cat $out/pair1.txt; exit 1; }
+bench_run pair1.jsonl -- ./build/bench/qtrain $BENCH_ARENA steps=$STEPS metrics=$out/pair1.jsonl 2> $out/pair1.txt || { cat $out/pair1.txt; exit 1; }
 wait $pair_pid || { cat $out/pair0.txt; exit 1; }
 pair_tps=$(awk -v a=$(mean_of tokens_per_s %.1f $out/pair0.jsonl) \
   -v b=$(mean_of tokens_per_s %.1f $out/pair1.jsonl) 'BEGIN{printf "%.1f", a + b}')

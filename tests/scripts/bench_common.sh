@@ -11,6 +11,11 @@
 # BENCH_CPUINFO=FILE reads the CPU from FILE instead of /proc/cpuinfo (the same check, for
 # the targets of other CPUs).
 
+# Every timed qtrain run keeps its whole arena on huge pages however long the kernel takes to
+# compact memory for them at start-up (untimed): under the default arena_pages=auto a
+# fragmented page cache puts part of it on 4 KiB pages, ~3% slower steps (docs/cli.md).
+BENCH_ARENA=arena_pages=huge
+
 # bench_make TARGET...: make the targets quietly (nothing in canned mode).
 bench_make() {
   [ -n "${BENCH_CANNED:-}" ] && return 0

@@ -54,10 +54,10 @@ a1=$(plan_mib $R1 arena); a2=$(plan_mib $R2 arena)
 # CTX_REPORT_ONLY=1 with CTX_OUT: no runs, the report of the logs already in CTX_OUT
 if [ -z "${CTX_REPORT_ONLY:-}" ]; then
   need_mem $((2 * a2)) "CP2 (two arenas)"
-  bench_run r2.jsonl r2.txt -- timeout 3600 mpiexec -n 2 ./build/$R2/qtrain steps=$STEPS profile=1 metrics=$out/r2.jsonl 2> $out/r2.txt ||
+  bench_run r2.jsonl r2.txt -- timeout 3600 mpiexec -n 2 ./build/$R2/qtrain $BENCH_ARENA steps=$STEPS profile=1 metrics=$out/r2.jsonl 2> $out/r2.txt ||
     { cat $out/r2.txt; exit 1; }
   need_mem $a1 "one rank's arena"
-  bench_run r1.jsonl r1.txt -- ./build/$R1/qtrain steps=$STEPS profile=1 metrics=$out/r1.jsonl 2> $out/r1.txt || { cat $out/r1.txt; exit 1; }
+  bench_run r1.jsonl r1.txt -- ./build/$R1/qtrain $BENCH_ARENA steps=$STEPS profile=1 metrics=$out/r1.jsonl 2> $out/r1.txt || { cat $out/r1.txt; exit 1; }
 fi
 
 avg() { awk -v w=$WARM -v key="\"$2\":" -F'"' '/^\{"step"/ && ++n>w { split($0, a, key); split(a[2], v, /[,}]/); s += v[1]; c++ }

@@ -100,7 +100,7 @@ if [ -z "${PP_REPORT_ONLY:-}" ]; then
     # PP_LOCK=FILE: each run, and its memory check, under flock FILE
     if [ -n "${PP_LOCK:-}" ] && [ -z "${BENCH_CANNED:-}" ]; then exec 9> "$PP_LOCK"; flock 9; fi
     mem_wait $((n * $(plan_arena $v))) "${LABEL[$v]} ($n x $(plan_arena $v) MiB)"
-    cmd="./$BD/$v steps=$STEPS metrics=$out/$v.jsonl"
+    cmd="./$BD/$v $BENCH_ARENA steps=$STEPS metrics=$out/$v.jsonl"
     [ "$n" -gt 1 ] && cmd="mpiexec -n $n $cmd"
     # shellcheck disable=SC2086
     bench_run $v.jsonl $v.txt -- timeout 7200 $cmd 2> $out/$v.txt || { cat $out/$v.txt; exit 1; }

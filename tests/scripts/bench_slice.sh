@@ -34,7 +34,7 @@ bench_make build/$RUN/qtrain
 # memory for both runs (they run one after the other), checked before either starts
 need_mem "$(plan_mib $RUN arena)" "qtrain's arena" || exit 1
 [ "$TSTEPS" -gt 0 ] && { need_mem 20480 "the PyTorch slice step (20 GiB resident; TORCH_STEPS=0 skips it)" || exit 1; }
-bench_run m.jsonl err.txt -- ./build/$RUN/qtrain steps=$STEPS metrics=$out/m.jsonl 2> $out/err.txt || { cat $out/err.txt; exit 1; }
+bench_run m.jsonl err.txt -- ./build/$RUN/qtrain $BENCH_ARENA steps=$STEPS metrics=$out/m.jsonl 2> $out/err.txt || { cat $out/err.txt; exit 1; }
 grep -E '^qtrain: (run|peak RSS)' $out/err.txt || true
 avg() { awk -v w=$WARM -v key="\"$1\":" -F'"' '/^\{"step"/ && ++n>w { split($0, a, key); split(a[2], v, /[,}]/); s += v[1]; c++ }
         END { if (c) printf "%.3f", s/c; else printf "?" }' $out/m.jsonl; }
