@@ -222,10 +222,11 @@ TEST(KernelsBasic, MatmulOptimisedPathsBitIdentical)
 // The bench model's matmul shapes (configgen/configs/runs/bench.yml; generated/bench/plan.txt:
 // rows of 1024 tokens, hidden 512; in_proj_qkvz 1536 wide, q_proj 1024, the shared expert and
 // out_proj 512, in_proj_ba / router 16, the shared gate 1) on 100 rows (seven 12-row tiles and
-// a remainder of 16 split 8 + 8, as the step's 1024 rows end), the four plain passes and the plan's canonical forms (nb 8,
-// one segment; the expert FFN's data gradient: two segments of 256), against the scalar
-// references at 0 ulp. These are the row-pointer chains of matmul.c (A rows read in place:
-// the forward, the data gradient, the canonical panels) at the contraction the step runs.
+// a remainder of 16 split 8 + 8, as the step's 1024 rows end): the four plain passes and the
+// plan's canonical forms (nb 8, one segment; the expert FFN's data gradient: two segments of
+// 256), against the scalar references at 0 ulp. These are the row-pointer chains of matmul.c
+// (A rows read in place: the forward, the data gradient, the canonical panels) at the
+// contraction the step runs.
 TEST(KernelsBasic, MatmulBenchShapesBitIdentical)
 {
     const int64_t M = 100, K = 512, Ns[] = {1536, 1024, 512, 16, 1};
