@@ -159,27 +159,34 @@ qt_mm_chain(qt_vec acc[QT_MM_MR][2], const float *ap, int64_t sai, int64_t sap, 
                 for (int i = 0; i < mr; i++) acc[i][0] = QT_VFMA(QT_VBCAST(a[i]), b0, acc[i][0]);
             }
         }
-    } else { /* rows in place (sap 1): four row pointers, offsets 0, sai, 2 sai from each */
+    } else { /* rows in place (sap 1): four row-group pointers, rows 0, sai, 2 sai from each */
         const int64_t s3 = 3 * sai; /* added, not multiplied per row group (gcc vectorised
                                        * the four products into a slow vpmullq) */
-        const float *r[4] = {ap, ap, ap, ap};
-        if (mr > 3) r[1] = ap + s3;
-        if (mr > 6) r[2] = r[1] + s3;
-        if (mr > 9) r[3] = r[2] + s3;
-        for (int64_t p = 0; p < kc; p++) {
-            qt_vec b0 = QT_VLOAD(bp + p * ldb);
+        const float *r0 = ap, *r1 = ap, *r2 = ap, *r3 = ap;
+        if (mr > 3) r1 = ap + s3;
+        if (mr > 6) r2 = r1 + s3;
+        if (mr > 9) r3 = r2 + s3;
+        /* The pointers advance by sap and bp by ldb each step, so a row's element is
+         * (r, sai, 4) or (r, sai, 8) from its group's pointer: nine live integers. With the
+         * index form (r[g][(i%3)*sai + p*sap]) gcc 12 kept four bases, three indexes, the
+         * counter and its bound and spilled the counter to the stack (incq (%rsp) and a
+         * compare against memory every step) and two bases to xmm registers (vmovq). */
+        const float *const bend = bp + kc * ldb;
+        for (; bp != bend; bp += ldb, r0 += sap, r1 += sap, r2 += sap, r3 += sap) {
+            const float *const r[4] = {r0, r1, r2, r3};
+            qt_vec b0 = QT_VLOAD(bp);
             if (nv == 2) {
-                qt_vec b1 = QT_VLOAD(bp + p * ldb + QT_MM_VW);
+                qt_vec b1 = QT_VLOAD(bp + QT_MM_VW);
 #pragma GCC unroll 16
                 for (int i = 0; i < mr; i++) {
-                    qt_vec av = QT_VBCAST(r[i / 3][(i % 3) * sai + p * sap]);
+                    qt_vec av = QT_VBCAST(r[i / 3][(i % 3) * sai]);
                     acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
                     acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
                 }
             } else {
 #pragma GCC unroll 16
                 for (int i = 0; i < mr; i++)
-                    acc[i][0] = QT_VFMA(QT_VBCAST(r[i / 3][(i % 3) * sai + p * sap]), b0, acc[i][0]);
+                    acc[i][0] = QT_VFMA(QT_VBCAST(r[i / 3][(i % 3) * sai]), b0, acc[i][0]);
             }
         }
     }
@@ -374,25 +381,32 @@ static void qt_mm_pack_rows(float *out, const float *b, int64_t sbp, int64_t kc,
 
 #if defined(__AVX512F__)
 /* r[i] <- column i of the 16 x 16 block whose row i was r[i] (unpack, shuffle and two
- * 128-bit lane shuffle stages). */
+ * 128-bit lane shuffle stages). Every loop is unrolled: left as loops (gcc 12 -O2 does not
+ * unroll them by itself), r and t lived on the stack and each stage was a loop of loads and
+ * stores (90 stack references per 16 x 16 block); unrolled, the 32 vectors stay in registers. */
 static inline __attribute__((always_inline)) void qt_mm_tr16(__m512 r[16])
 {
     __m512 t[16];
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i += 4) {
         r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
         r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
         r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
         r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
     }
+#pragma GCC unroll 16
     for (int h = 0; h < 16; h += 8)
+#pragma GCC unroll 16
         for (int i = 0; i < 4; i++) {
             t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
             t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
         }
+#pragma GCC unroll 16
     for (int i = 0; i < 8; i++) {
         r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
         r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);

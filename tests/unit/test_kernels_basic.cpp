@@ -219,6 +219,41 @@ TEST(KernelsBasic, MatmulOptimisedPathsBitIdentical)
     LONGS_EQUAL(0, bad);
 }
 
+// The bench model's matmul shapes (configgen/configs/runs/bench.yml; generated/bench/plan.txt:
+// rows of 1024 tokens, hidden 512; in_proj_qkvz 1536 wide, q_proj 1024, the shared expert and
+// out_proj 512, in_proj_ba / router 16, the shared gate 1) on 100 rows (seven 12-row tiles and
+// a remainder of 16 split 8 + 8, as the step's 1024 rows end): the four plain passes and the
+// plan's canonical forms (nb 8, one segment; the expert FFN's data gradient: two segments of
+// 256), against the scalar references at 0 ulp. These are the row-pointer chains of matmul.c
+// (A rows read in place: the forward, the data gradient, the canonical panels) at the
+// contraction the step runs.
+TEST(KernelsBasic, MatmulBenchShapesBitIdentical)
+{
+    const int64_t M = 100, K = 512, Ns[] = {1536, 1024, 512, 16, 1};
+    const size_t cap = 1 << 21;
+    std::vector<float> A(cap), B(cap), C1(cap), C2(cap), S(cap);
+    uint64_t s = 71;
+    for (auto &v : A) v = (float)qt_test_rand(&s);
+    for (auto &v : B) v = (float)qt_test_rand(&s);
+    long bad = 0;
+    for (int64_t N : Ns) {
+        CHECK((size_t)(M * N + M * K + N * K + 8) < cap);
+        bad += matmul_paths_differ(A, B, C1, C2, M, N, K, 1, 2);
+    }
+    for (int64_t nseg = 1; nseg <= 2; nseg++) {
+        CHECK((size_t)QT_CANON_FWD_SCRATCH(M, 512, K, 8) < cap);
+        CHECK((size_t)QT_CANON_BWD_SCRATCH(M, K, 512, 8) < cap);
+        qt_matmul_canon_fwd(C1.data(), A.data(), B.data(), M, 512, K, nseg, 8, S.data());
+        qt_matmul_canon_fwd_ref(C2.data(), A.data(), B.data(), M, 512, K, nseg, 8, S.data());
+        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * 512)) != 0;
+        qt_matmul_canon_bwd_data(C1.data(), A.data(), B.data(), M, K, 512, nseg, 8, S.data());
+        qt_matmul_canon_bwd_data_ref(C2.data(), A.data(), B.data(), M, K, 512, nseg, 8, S.data());
+        bad += memcmp(C1.data(), C2.data(), 4 * (size_t)(M * 512)) != 0;
+    }
+    printf("\n  matmul bench shapes: %ld of 24 differ", bad);
+    LONGS_EQUAL(0, bad);
+}
+
 // Odd shapes against the scalar references, 0 ulp: M, N, K off every tile (12 rows, 16 and 32
 // columns, 256-step blocks), N of 1, 63, 64, 65 (in_proj_ba's width and its neighbours), K of 1
 // and 2048 + 7, and data-gradient contractions past 2048 (chunked whole-register chains:
