@@ -21,7 +21,11 @@
  * last pair is +0.
  * The writing weight gradient can store the leaf-tree carry of qt_leaf_carry.h in its finish
  * (every path): after (+0) + chain and the NaN fix, the levels are added with qt_tree_push's
- * operations in its order and the level is stored, the leaf never.
+ * operations in its order and the level is stored, the leaf never. On the instruction path
+ * it also computes every leaf of an op in one pass (qt_bf16_matmul_wgrad_leaves: per tile
+ * the leaves in order, each element's operations those of the calls in order).
+ * The instruction path reads A's rows in place unless they lie a multiple of 4 KiB apart
+ * (then each contraction block's rows are copied to padded rows first: the same words).
  * The canonical blocked contractions of bf16_matmul_canon.h with an even slice run fused on
  * the instruction path (qt_bf16_mm_canon_insn): each block's chain in registers, the
  * pairwise tree merged in the tile epilogue through a small stack, no packed copies.
