@@ -21,7 +21,11 @@
  * last pair is +0.
  * The writing weight gradient can store the leaf-tree carry of qt_leaf_carry.h in its finish
  * (every path): after (+0) + chain and the NaN fix, the levels are added with qt_tree_push's
- * operations in its order and the level is stored, the leaf never.
+ * operations in its order and the level is stored, the leaf never. On the instruction path
+ * it also computes every leaf of an op in one pass (qt_bf16_matmul_wgrad_leaves: per tile
+ * the leaves in order, each element's operations those of the calls in order).
+ * The instruction path reads A's rows in place unless they lie a multiple of 4 KiB apart
+ * (then each contraction block's rows are copied to padded rows first: the same words).
  * The canonical blocked contractions of bf16_matmul_canon.h with an even slice run fused on
  * the instruction path (qt_bf16_mm_canon_insn): each block's chain in registers, the
  * pairwise tree merged in the tile epilogue through a small stack, no packed copies.
@@ -89,6 +93,7 @@ static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
 #define QT_BM_I_MR 12 /* instruction tile: 12 x 32 (24 zmm accumulators) */
 #define QT_BM_I_NR 32
 #define QT_BM_I_PANEL (1 << 19) /* u32 pairs of the instruction path's B panel (2 MiB) */
+#define QT_BM_I_APAD 16          /* pairs of padding per row of A's copied rows (64 bytes) */
 #define QT_BM_W_MR 12 /* wide emulation tile: 12 x 32 (24 zmm accumulators) */
 #define QT_BM_W_NR 32
 #define QT_BM_W_PANEL (1 << 20) /* floats of the wide path's widened B panel (4 MiB) */
@@ -98,7 +103,8 @@ static struct {
     float part[QT_BM_MC * QT_BM_NC];             /* partial chains between blocks */
     float ea[QT_BM_MC * QT_BM_KQ * 2];            /* emulations: A widened, [q][hi,lo][MR] */
     float eb[QT_BM_KQ * 2 * QT_BM_NC];            /* emulation: B widened, [q][hi,lo][NR] */
-    uint32_t ia[QT_BM_MC * QT_BM_KQ];             /* instruction: A pairs, [q][mc] */
+    uint32_t ia[QT_BM_MC * (QT_BM_KQ + QT_BM_I_APAD)]; /* instruction: A pairs, [q][mc], or
+                                                    A's rows copied (qt_bm_i_copy_a) */
     uint32_t ib[QT_BM_I_PANEL];                   /* instruction: B panel, [s][q][NR] */
     int carry_stream;                             /* the carry's finish streams (wgrad_carry) */
     float stk[(QT_BM_CANON_LOG + 1) * QT_BM_I_MR * QT_BM_I_NR]; /* canonical subtotals */
@@ -311,43 +317,67 @@ static void qt_bm_v_finish(float *c, int64_t ldc, int fin, const qt_leaf_carry *
 /* Pack A rows [0,mc) of pairs [q0, q0+kq) into ia[q*mc + i] (32-bit pairs, lo | hi << 16;
  * past P: 0). Used where A's pairs are not contiguous in memory (wgrad: sai == 1, rows p and
  * p+1 interleaved, mc elements at a time) and for the block holding an odd P's last pair.
- * Reads a, writes ia[kq*mc]. */
-static void qt_bm_i_pack_a(const qt_bf16 *a, int64_t sai, int64_t sap, int64_t mc, int64_t q0,
-                           int64_t kq, int64_t P)
+ * Reads a, writes ia[kq*mc] (qt_bm_i_pack_a_to: dst[kq*mc], a part of ia). */
+static void qt_bm_i_pack_a_to(uint32_t *ia, const qt_bf16 *a, int64_t sai, int64_t sap,
+                              int64_t mc, int64_t q0, int64_t kq, int64_t P)
 {
     const int64_t qfull = qt_bm_min(kq, P / 2 - q0); /* pairs of the block with both halves */
     int64_t qs = 0;
     if (sai == 1) {
         for (int64_t q = 0; q < qfull; q++) {
             const qt_bf16 *lo = a + 2 * (q0 + q) * sap, *hi = lo + sap;
-            uint32_t *d = qt_bm.ia + q * mc;
+            uint32_t *d = ia + q * mc;
             for (int64_t i = 0; i < mc; i++) d[i] = (uint32_t)lo[i] | (uint32_t)hi[i] << 16;
         }
         qs = qfull;
     } else if (sap == 1) {
         for (int64_t i = 0; i < mc; i++) {
             const qt_bf16 *src = a + i * sai + 2 * q0;
-            for (int64_t q = 0; q < qfull; q++) memcpy(qt_bm.ia + q * mc + i, src + 2 * q, 4);
+            for (int64_t q = 0; q < qfull; q++) memcpy(ia + q * mc + i, src + 2 * q, 4);
         }
         qs = qfull;
     }
     for (int64_t q = qs; q < kq; q++) /* the rest: element by element */
         for (int64_t i = 0; i < mc; i++) {
             const int64_t p = 2 * (q0 + q);
-            qt_bm.ia[q * mc + i] = (uint32_t)qt_bm_at(a, sai, sap, i, p, P) |
-                                   (uint32_t)qt_bm_at(a, sai, sap, i, p + 1, P) << 16;
+            ia[q * mc + i] = (uint32_t)qt_bm_at(a, sai, sap, i, p, P) |
+                             (uint32_t)qt_bm_at(a, sai, sap, i, p + 1, P) << 16;
         }
 }
 
-/* Pack B cols [0,nc) of pairs [q0, q0+kq) into strips ib[s*kq*NR + q*NR + jj] (32-bit pairs,
- * lo | hi << 16; past P and past nc: 0). Reads b, writes ib[ceil(nc/NR)*kq*NR]. */
-static void qt_bm_i_pack_b(const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t nc, int64_t q0,
+static void qt_bm_i_pack_a(const qt_bf16 *a, int64_t sai, int64_t sap, int64_t mc, int64_t q0,
                            int64_t kq, int64_t P)
+{
+    qt_bm_i_pack_a_to(qt_bm.ia, a, sai, sap, mc, q0, kq, P);
+}
+
+/* Whether A's rows, read in place by a tile, would all fall into one L1 set: a row stride
+ * of a multiple of 4 KiB (the 12 rows of a tile then compete for the 8 ways of one set with
+ * each step's B lines; measured 0.67x the speed at the bench model's lm_head data gradient,
+ * dy rows of 4096 bf16). */
+static int qt_bm_i_aliased(int64_t sai) { return sai >= 2048 && sai % 2048 == 0; }
+
+/* Copy A's rows [0,mc), pairs [q0, q0+kq) (all with both halves: sap == 1), into ia as rows of
+ * kq + QT_BM_I_APAD pairs (the row stride breaks the aliasing; the pairs are A's own words,
+ * so the tile reads the same values). Returns the copy's row stride in bf16 units. */
+static int64_t qt_bm_i_copy_a(const qt_bf16 *a, int64_t sai, int64_t mc, int64_t q0, int64_t kq)
+{
+    const int64_t lda = 2 * (kq + QT_BM_I_APAD);
+    qt_bf16 *d = (qt_bf16 *)qt_bm.ia;
+    for (int64_t i = 0; i < mc; i++) memcpy(d + i * lda, a + i * sai + 2 * q0, (size_t)kq * 4u);
+    return lda;
+}
+
+/* Pack B cols [0,nc) of pairs [q0, q0+kq) into strips ib[s*kq*NR + q*NR + jj] (32-bit pairs,
+ * lo | hi << 16; past P and past nc: 0). Reads b, writes ib[ceil(nc/NR)*kq*NR]
+ * (qt_bm_i_pack_b_to: into a part of ib). */
+static void qt_bm_i_pack_b_to(uint32_t *ib, const qt_bf16 *b, int64_t sbp, int64_t sbj,
+                              int64_t nc, int64_t q0, int64_t kq, int64_t P)
 {
     const int64_t qfull = qt_bm_min(kq, P / 2 - q0);
     const int64_t qs = qfull > 0 ? qfull : 0;
     for (int64_t s = 0; s * QT_BM_I_NR < nc; s++) {
-        uint32_t *dst = qt_bm.ib + s * kq * QT_BM_I_NR;
+        uint32_t *dst = ib + s * kq * QT_BM_I_NR;
         const int64_t j0 = s * QT_BM_I_NR, w = qt_bm_min(QT_BM_I_NR, nc - j0);
         if (sbj == 1) { /* rows contiguous in j: interleave rows p and p+1 */
             for (int64_t q = 0; q < qs; q++) {
@@ -370,6 +400,12 @@ static void qt_bm_i_pack_b(const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t n
                                                   : 0u;
             }
     }
+}
+
+static void qt_bm_i_pack_b(const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t nc, int64_t q0,
+                           int64_t kq, int64_t P)
+{
+    qt_bm_i_pack_b_to(qt_bm.ib, b, sbp, sbj, nc, q0, kq, P);
 }
 
 /* The register tile's chains continued over kq pairs: acc[i][h] (rows i < mr, columns
@@ -412,16 +448,25 @@ qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
         acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * pts);
         acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(pt + i * pts + 16);
     }
-    if (out && fin == QT_BM_FIN_CARRY) /* the carry's addends: fetched while the chain runs */
-        for (int i = 0; i < mr; i++)
-            for (int32_t l = 0; l < cy->n; l++) {
-                const float *t = cy->add[l] + (out - cy->dst) + i * ldo;
-                _mm_prefetch((const char *)t, _MM_HINT_T0);
-                _mm_prefetch((const char *)(t + nr - 1), _MM_HINT_T0);
-            }
+    if (out) { /* the finish's lines (the carry's addends, the output): fetched while the chain runs */
+        const int64_t nl = nr < QT_BM_I_NR ? nr : QT_BM_I_NR;
+        for (int i = 0; i < mr; i++) {
+            const float *t = out + i * ldo;
+            __builtin_prefetch(t, 1, 3);
+            __builtin_prefetch(t + nl - 1, 1, 3);
+        }
+        if (fin == QT_BM_FIN_CARRY)
+            for (int i = 0; i < mr; i++)
+                for (int32_t l = 0; l < cy->n; l++) {
+                    const float *t = cy->add[l] + (out - cy->dst) + i * ldo;
+                    _mm_prefetch((const char *)t, _MM_HINT_T0);
+                    _mm_prefetch((const char *)(t + nl - 1), _MM_HINT_T0);
+                }
+    }
     qt_bm_i_chain(acc, ap, asq, asi, bp, kq, mr);
     if (out) {
         const __mmask16 m0 = qt_bm_lanes(nr), m1 = qt_bm_lanes(nr - 16);
+#pragma GCC unroll 12
         for (int i = 0; i < mr; i++) {
             qt_bm_v_fin16(out + i * ldo, acc[i][0], m0, fin, cy);
             qt_bm_v_fin16(out + i * ldo + 16, acc[i][1], m1, fin, cy);
@@ -473,6 +518,23 @@ static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
                        int64_t J, int64_t P)
 {
     const int64_t nq = (P + 1) / 2;
+    const int64_t jw = (J + QT_BM_I_NR - 1) / QT_BM_I_NR * QT_BM_I_NR; /* J in whole strips */
+    if (sap != 1 && nq > 0 && nq <= QT_BM_KQ && jw * nq <= QT_BM_I_PANEL / 4) {
+        /* A packed (wgrad), one contraction block, B whole in a quarter of the panel (512
+         * KiB: it stays in L2 across the row blocks): B packed once, then per row block A
+         * packed once for every column panel (the loops below pack A again for each panel).
+         * The same tiles, each finished in its registers. */
+        qt_bm_i_pack_b(b, sbp, sbj, J, 0, nq, P);
+        for (int64_t ic = 0; ic < I; ic += QT_BM_MC) {
+            const int64_t mc = qt_bm_min(QT_BM_MC, I - ic);
+            qt_bm_i_pack_a(a + ic * sai, sai, sap, mc, 0, nq, P);
+            for (int64_t jc = 0; jc < J; jc += QT_BM_NC)
+                qt_bm_i_block(1, mc, qt_bm_min(QT_BM_NC, J - jc), nq, (const qt_bf16 *)qt_bm.ia,
+                              2, 2 * mc, 2, qt_bm.ib + jc * nq, nq * QT_BM_I_NR,
+                              c + ic * ldc + jc, ldc, fin, cy);
+        }
+        return;
+    }
     int64_t ncw = QT_BM_NC;
     while (ncw > QT_BM_I_NR && ncw * nq > QT_BM_I_PANEL) ncw -= QT_BM_I_NR;
     const int cached = ncw * nq <= QT_BM_I_PANEL;
@@ -490,7 +552,11 @@ static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
                 if (!cached) qt_bm_i_pack_b(b + jc * sbj, sbp, sbj, nc, qc, kq, P);
                 /* the last block finishes in the tiles' registers */
                 float *o = qc + kq >= nq ? c + ic * ldc + jc : 0;
-                if (sap == 1 && 2 * (qc + kq) <= P) /* A in place */
+                if (sap == 1 && 2 * (qc + kq) <= P && qt_bm_i_aliased(sai)) { /* A's rows copied */
+                    const int64_t lda = qt_bm_i_copy_a(a + ic * sai, sai, mc, qc, kq);
+                    qt_bm_i_block(qc == 0, mc, nc, kq, (const qt_bf16 *)qt_bm.ia, lda, 2, lda, bp,
+                                  bps, o, ldc, fin, cy);
+                } else if (sap == 1 && 2 * (qc + kq) <= P) /* A in place */
                     qt_bm_i_block(qc == 0, mc, nc, kq, a + ic * sai + 2 * qc, sai, 2, sai, bp, bps,
                                   o, ldc, fin, cy);
                 else {
@@ -502,6 +568,53 @@ static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
             if (nq == 0) qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, cy, mc, nc);
         }
     }
+}
+#endif
+
+#ifdef QT_BM_INSN
+/* Every leaf of a weight gradient in one pass on the instruction path (bf16_matmul.h,
+ * qt_bf16_matmul_wgrad_leaves_on): leaf s's chain of dy[s] and x[s] over M rows, finished
+ * into dw[s] ((+0) + chain) or, cy[s] != NULL, by its carry. B of every leaf is packed once,
+ * A of every leaf once per row block of mcl rows; then per register tile (12 rows x 32
+ * columns) the leaves in order 0..n-1, each the tile of its own call (the same chain, the
+ * same finish), so a level element written by leaf s is read by a later leaf's carry while
+ * it is still in L1, and every element sees the operations of the calls leaf after leaf.
+ * Only the last leaf's carry streams (an earlier level is read again). Returns 0, or -1
+ * (nothing written) when the shape does not fit the panels (one contraction block, every
+ * leaf's B in ib, A of 12 rows or more per leaf in ia) or the weight is under
+ * QT_BM_LEAVES_MIN elements (measured no faster: its levels stay cached leaf by leaf). */
+#define QT_BM_LEAVES_MIN (1 << 16) /* smaller weights' levels stay cached one leaf at a time */
+static int qt_bm_i_leaves(int n, float *const *dw, const qt_leaf_carry *const *cy,
+                          const qt_bf16 *const *dy, const qt_bf16 *const *x, int64_t M,
+                          int64_t N, int64_t K, int stream)
+{
+    const int64_t nq = (M + 1) / 2, jw = (K + QT_BM_I_NR - 1) / QT_BM_I_NR * QT_BM_I_NR;
+    const int64_t ia_n = (int64_t)(sizeof qt_bm.ia / sizeof qt_bm.ia[0]);
+    int64_t mcl = nq > 0 ? ia_n / (n * nq) : 0;
+    mcl = qt_bm_min(mcl, QT_BM_MC) / QT_BM_I_MR * QT_BM_I_MR;
+    if (n < 1 || nq < 1 || nq > QT_BM_KQ || n * jw * nq > QT_BM_I_PANEL || mcl < QT_BM_I_MR ||
+        N * K < QT_BM_LEAVES_MIN)
+        return -1;
+    for (int s = 0; s < n; s++) /* C = dw[N,K], A(n,m) = dy[m*N + n], B(m,k) = x[m*K + k] */
+        qt_bm_i_pack_b_to(qt_bm.ib + s * jw * nq, x[s], K, 1, K, 0, nq, M);
+    for (int64_t ic = 0; ic < N; ic += mcl) {
+        const int64_t mc = qt_bm_min(mcl, N - ic);
+        for (int s = 0; s < n; s++)
+            qt_bm_i_pack_a_to(qt_bm.ia + s * mc * nq, dy[s] + ic, 1, N, mc, 0, nq, M);
+        for (int64_t j0 = 0; j0 < K; j0 += QT_BM_I_NR) /* the leaves' B strips stay in L2 */
+            for (int64_t ir = 0; ir < mc; ir += QT_BM_I_MR)
+                for (int s = 0; s < n; s++) {
+                    float *o = (cy[s] ? cy[s]->dst : dw[s]) + (ic + ir) * K + j0;
+                    qt_bm.carry_stream = cy[s] && s == n - 1 && stream;
+                    qt_bm_i_block(1, qt_bm_min(QT_BM_I_MR, mc - ir), qt_bm_min(QT_BM_I_NR, K - j0),
+                                  nq, (const qt_bf16 *)(qt_bm.ia + s * mc * nq) + 2 * ir, 2,
+                                  2 * mc, 2, qt_bm.ib + s * jw * nq + j0 * nq, nq * QT_BM_I_NR,
+                                  o, K, cy[s] ? QT_BM_FIN_CARRY : QT_BM_FIN_ZADD, cy[s]);
+                }
+    }
+    if (qt_bm.carry_stream) _mm_sfence();
+    qt_bm.carry_stream = 0;
+    return 0;
 }
 #endif
 
@@ -964,6 +1077,28 @@ int qt_bf16_matmul_wgrad_carry_on(int path, const qt_leaf_carry *cy, const qt_bf
                                   const qt_bf16 *x, int64_t M, int64_t N, int64_t K)
 {
     return qt_bf16_matmul_wgrad_carry_s_on(path, cy, dy, x, M, N, K, -1);
+}
+
+int qt_bf16_matmul_wgrad_leaves_on(int path, int n, float *const *dw,
+                                   const qt_leaf_carry *const *cy, const qt_bf16 *const *dy,
+                                   const qt_bf16 *const *x, int64_t M, int64_t N, int64_t K)
+{
+    if (n < 1 || n > QT_BF16_WGRAD_LEAVES_MAX) return -1;
+    for (int s = 0; s < n; s++)
+        if (cy[s] ? cy[s]->n < 1 || cy[s]->n > QT_LEAF_CARRY_MAX : !dw[s]) return -1;
+#ifdef QT_BM_INSN
+    if (path == QT_BF16_PATH_INSN)
+        return qt_bm_i_leaves(n, dw, cy, dy, x, M, N, K, N * K >= QT_BM_CARRY_STREAM);
+#endif
+    (void)path, (void)dy, (void)x, (void)M, (void)N, (void)K;
+    return -1;
+}
+
+int qt_bf16_matmul_wgrad_leaves(int n, float *const *dw, const qt_leaf_carry *const *cy,
+                                const qt_bf16 *const *dy, const qt_bf16 *const *x, int64_t M,
+                                int64_t N, int64_t K)
+{
+    return qt_bf16_matmul_wgrad_leaves_on(qt_bf16_mm_path(), n, dw, cy, dy, x, M, N, K) == 0;
 }
 
 int qt_bf16_matmul_wgrad_carry_stream(int64_t numel)

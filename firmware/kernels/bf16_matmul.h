@@ -102,6 +102,25 @@ int qt_bf16_matmul_wgrad_carry_s_on(int path, const qt_leaf_carry *cy, const qt_
                                     int stream);
 int qt_bf16_matmul_wgrad_carry_stream(int64_t numel);
 
+/* Every leaf of one weight gradient in one call (the interpreter's all-leaves offer,
+ * qt_leaf_carry.h): leaf s < n from dy[s] and x[s] (M rows each) into dw[s], as
+ * qt_bf16_matmul_wgrad, or, cy[s] != NULL, stored by its carry, as qt_bf16_matmul_wgrad_carry;
+ * per output tile the leaves in order 0..n-1, so every element of every level sees the
+ * operations of the n calls made in order: the same bits (a later leaf's carry reads a level
+ * an earlier leaf wrote a moment before, in L1). The dw and carry regions overlap no dy or
+ * x. _on: 0, or -1 (nothing written) when the path or the shape is not handled (the
+ * instruction path, M <= 512, every leaf's packed x in the B panel) or an argument is out of
+ * range (n in 1..QT_BF16_WGRAD_LEAVES_MAX, each carry's n in 1..QT_LEAF_CARRY_MAX, else a
+ * dw); then the caller makes the calls one by one. qt_bf16_matmul_wgrad_leaves: on
+ * qt_bf16_mm_path(), 1 when done. */
+#define QT_BF16_WGRAD_LEAVES_MAX 16
+int qt_bf16_matmul_wgrad_leaves_on(int path, int n, float *const *dw,
+                                   const qt_leaf_carry *const *cy, const qt_bf16 *const *dy,
+                                   const qt_bf16 *const *x, int64_t M, int64_t N, int64_t K);
+int qt_bf16_matmul_wgrad_leaves(int n, float *const *dw, const qt_leaf_carry *const *cy,
+                                const qt_bf16 *const *dy, const qt_bf16 *const *x, int64_t M,
+                                int64_t N, int64_t K);
+
 /* The canonical blocked contraction of bf16_matmul_canon.h fused on the instruction path
  * (its implementation; not a public entry): C[I,J] (row i at c + i*ldc, or with orow at
  * c + orow[i]*ldc, orow the row numbers as floats) = the pairwise tree over

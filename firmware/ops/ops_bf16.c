@@ -117,9 +117,32 @@ void qt_op16_matmul_bwd_data(const qt_op *op, const qt_ctx *ctx)
     }
 }
 
+/* Every leaf of the op in one kernel call (qt_bf16_matmul_wgrad_leaves: per output tile the
+ * leaves in order, the bits of the calls one sequence at a time); 1 when done. */
+static int qt_op16_matmul_wgrad_leaves(const qt_op *op, const qt_ctx *ctx,
+                                       const qt_wgrad_leaves *all)
+{
+    const int64_t N = QT_A(op, MATMUL_WGRAD, N), K = QT_A(op, MATMUL_WGRAD, K),
+                  rps = QT_A(op, MATMUL_WGRAD, seq_rows);
+    float *dw[QT_WGRAD_LEAVES_MAX];
+    const qt_leaf_carry *cy[QT_WGRAD_LEAVES_MAX];
+    const qt_bf16 *dy[QT_WGRAD_LEAVES_MAX], *x[QT_WGRAD_LEAVES_MAX];
+    if (all->n > QT_WGRAD_LEAVES_MAX) return 0;
+    for (int32_t s = 0; s < all->n; s++) {
+        if (all->carried[s] && all->carry[s][0].n < 1) return 0;
+        dw[s] = all->dw[s][0];
+        cy[s] = all->carried[s] ? &all->carry[s][0] : 0;
+        dy[s] = qt_b16(ctx, QT_T(op, MATMUL_WGRAD, dy)) + s * rps * N;
+        x[s] = qt_b16(ctx, QT_T(op, MATMUL_WGRAD, x)) + s * rps * K;
+    }
+    return qt_bf16_matmul_wgrad_leaves(all->n, dw, cy, dy, x, rps, N, K);
+}
+
 /* MATMUL_WGRAD: the sequence's fp32 leaf from bf16 dy and x (bf16_matmul.h wgrad chain), or,
  * when ctx->wgrad_epi offers slot 0 a leaf-tree carry, that carry stored in the kernel's
- * finish instead (dw[0] untouched, done[0] set; qt_leaf_carry.h), as the fp32 wrapper. */
+ * finish instead (dw[0] untouched, done[0] set; qt_leaf_carry.h), as the fp32 wrapper;
+ * offered every leaf at once (the first sequence), all of them in one call when the kernel
+ * takes the shape. */
 void qt_op16_matmul_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float *const dw[2])
 {
     const int64_t N = QT_A(op, MATMUL_WGRAD, N), K = QT_A(op, MATMUL_WGRAD, K),
@@ -127,6 +150,10 @@ void qt_op16_matmul_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, float
     const qt_bf16 *dy = qt_b16(ctx, QT_T(op, MATMUL_WGRAD, dy)) + seq * rps * N,
                   *x = qt_b16(ctx, QT_T(op, MATMUL_WGRAD, x)) + seq * rps * K;
     qt_wgrad_epi *epi = ctx->wgrad_epi;
+    if (seq == 0 && epi && epi->leaves && qt_op16_matmul_wgrad_leaves(op, ctx, epi->leaves)) {
+        epi->leaves->done = 1;
+        return;
+    }
     if (epi && epi->carry[0] && qt_bf16_matmul_wgrad_carry(epi->carry[0], dy, x, rps, N, K)) {
         epi->done[0] = 1;
         return;

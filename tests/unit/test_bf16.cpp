@@ -17,7 +17,11 @@
 //      qt_leaf_carry.h) on every built path against writing the leaf on that path and
 //      pushing it with qt_tree_push, 0 ulp, on the whole level buffer: 1, 2, 3 and 5 addends,
 //      odd shapes, an empty contraction, contractions past the blocking, streamed carries,
-//      NaN and infinite leaves, levels holding infinities, signed zeros and denormals.
+//      NaN and infinite leaves, levels holding infinities, signed zeros and denormals;
+//      every leaf of a weight gradient in one call (qt_bf16_matmul_wgrad_leaves_on) against
+//      the calls one leaf at a time in order (even leaves written to level 0, odd ones
+//      carried), 0 ulp on the whole level buffer, at the bench model's shapes and odd ones;
+//      the bench model's dense shapes on the instruction path against the vector emulations.
 //  (g) the sixteen-lane rounding (qt_bf16_round16: VCVTNEPS2BF16 where built) against its
 //      integer form on all 2^32 fp32 inputs and against the scalar rounding on one in 64,
 //      again on one in 16 under MXCSR DAZ|FTZ|round-toward-zero; qt_bf16_acc_f32_n and
@@ -29,7 +33,8 @@
 //      round-toward-zero and round-up; and 2 million random lanes (chains of 4, exponents in
 //      [-40, 40] and [-2, 2]) the same way against the reference under the default.
 // A mutated reference (pairs in the other order, or no flushing) fails (a); a carry adding
-// its levels in another order fails (f); (g) fails with the integer form's denormal or NaN
+// its levels in another order fails (f), and so do the leaves visited in reverse inside a
+// tile, and the copied rows of an aliased A taken from the wrong pair; (g) fails with the integer form's denormal or NaN
 // rule dropped or the instruction fed one zeroed lane: the mutation runs are recorded in
 // docs/precision.md and the branches' notes.
 #include <math.h>
@@ -596,6 +601,9 @@ const int64_t MM_SHAPES[][3] = {
     // contractions (the last pair's hi +0), two panels (320 columns), and a contraction past
     // the panel (packed per block, the odd pair last)
     {7, 33, 64}, {5, 41, 320}, {3, 65539, 32},
+    // A's rows 4 KiB apart or a multiple (fwd x of K = 2048 and 4096, bwd_data dy of N = 4096):
+    // the instruction path copies them to padded rows, per contraction block
+    {14, 33, 4096}, {13, 4096, 40}, {25, 19, 2048},
 };
 
 void mm_check_f64(const char *what, const std::vector<float> &got, const std::vector<double> &exact,
@@ -794,4 +802,123 @@ TEST(Bf16, MatmulBwdDataZeroWrite)
         LONGS_EQUAL(bits(a[0]), bits(z[0]));
         LONGS_EQUAL(bits(-5.0f), bits(z[1]));
     }
+}
+
+// (f) every leaf in one call: leaves 0..n-1 of a parameter at offset off in levels of random
+// values, the one-pass kernel against the calls made one leaf at a time as the interpreter
+// makes them (qt_tree_leaf_dest for an even leaf, its carry for an odd one), 0 ulp on the
+// whole buffer; 4 leaves of the bench model's dense weight gradients (256 rows a leaf), odd
+// shapes, more leaves, a streamed last carry; a weight below the kernel's size declines
+// (-1) and writes nothing.
+TEST(Bf16, MatmulWgradLeavesEqualTheCallsInOrder)
+{
+    struct { int64_t M, N, K, off; int n; } sh[] = {
+        {256, 512, 512, 0, 4}, {256, 1536, 512, 0, 4}, {256, 128, 512, 0, 4},
+        {255, 300, 250, 3, 4}, {13, 1031, 67, 1, 5}, {2, 257, 300, 0, 8}, {96, 200, 330, 5, 3},
+        {256, 1024, 512, 0, 4}, // 2^19 floats: the last carry streams
+    };
+    uint64_t s = 0x1eaf1eaf5eed0001ull;
+    long bad = 0, runs = 0;
+    for (const auto &d : sh) {
+        const int64_t n = d.N * d.K, len = (n + d.off + 15) / 16 * 16, NL = 5;
+        std::vector<std::vector<qt_bf16>> dy, x;
+        for (int l = 0; l < d.n; l++) {
+            dy.push_back(mm_operand((size_t)(d.M * d.N), &s, l == 1));
+            x.push_back(mm_operand((size_t)(d.M * d.K), &s, 0));
+        }
+        std::vector<float> init((size_t)(NL * len + 16));
+        for (auto &v : init) v = level_value(&s);
+        std::vector<float> rbuf(init), fbuf(init);
+        float *ref = rbuf.data() + (16 - ((uintptr_t)rbuf.data() / 4) % 16) % 16;
+        float *fus = fbuf.data() + (16 - ((uintptr_t)fbuf.data() / 4) % 16) % 16;
+        memcpy(ref, init.data(), 4 * (size_t)(NL * len));
+        memcpy(fus, init.data(), 4 * (size_t)(NL * len));
+        float *lr[5], *lf[5];
+        for (int l = 0; l < NL; l++) lr[l] = ref + l * len, lf[l] = fus + l * len;
+        float *dw[QT_BF16_WGRAD_LEAVES_MAX];
+        qt_leaf_carry cyv[QT_BF16_WGRAD_LEAVES_MAX];
+        const qt_leaf_carry *cy[QT_BF16_WGRAD_LEAVES_MAX];
+        const qt_bf16 *dyp[QT_BF16_WGRAD_LEAVES_MAX], *xp[QT_BF16_WGRAD_LEAVES_MAX];
+        for (int l = 0; l < d.n; l++) {
+            // the calls in order, on the instruction path (against the reference in (e), (f))
+            qt_leaf_carry c;
+            if (qt_tree_carry(lr, d.off, l, &c)) {
+                if (qt_bf16_matmul_wgrad_carry_on(QT_BF16_PATH_INSN, &c, dy[l].data(),
+                                                  x[l].data(), d.M, d.N, d.K) != 0)
+                    return; // the build lacks the instruction path
+            } else if (qt_bf16_matmul_wgrad_on(QT_BF16_PATH_INSN,
+                                               qt_tree_leaf_dest(lr, d.off, NULL, l), dy[l].data(),
+                                               x[l].data(), d.M, d.N, d.K) != 0)
+                return;
+            cy[l] = qt_tree_carry(lf, d.off, l, &cyv[l]) ? &cyv[l] : NULL;
+            dw[l] = cy[l] ? NULL : qt_tree_leaf_dest(lf, d.off, NULL, l);
+            dyp[l] = dy[l].data(), xp[l] = x[l].data();
+        }
+        CHECK_EQUAL(0, qt_bf16_matmul_wgrad_leaves_on(QT_BF16_PATH_INSN, d.n, dw, cy, dyp, xp,
+                                                      d.M, d.N, d.K));
+        runs++;
+        for (int64_t e = 0; e < NL * len; e++)
+            if (bits(ref[e]) != bits(fus[e])) {
+                fprintf(stderr, "leaves %lldx%lldx%lld n %d: [%lld] 0x%08x vs calls 0x%08x\n",
+                        (long long)d.M, (long long)d.N, (long long)d.K, d.n, (long long)e,
+                        bits(fus[e]), bits(ref[e]));
+                bad++;
+                break;
+            }
+    }
+    LONGS_EQUAL(0, bad);
+    LONGS_EQUAL((long)(sizeof sh / sizeof sh[0]), runs);
+    // below the kernel's size (and on the reference path): declined, nothing written
+    std::vector<qt_bf16> a = mm_operand(64 * 16, &s, 0);
+    std::vector<float> o(16 * 16, 5.0f);
+    float *dw1[1] = {o.data()};
+    const qt_leaf_carry *cy1[1] = {NULL};
+    const qt_bf16 *ap[1] = {a.data()};
+    LONGS_EQUAL(-1, qt_bf16_matmul_wgrad_leaves_on(QT_BF16_PATH_INSN, 1, dw1, cy1, ap, ap, 64, 16, 16));
+    LONGS_EQUAL(-1, qt_bf16_matmul_wgrad_leaves_on(QT_BF16_PATH_REF, 1, dw1, cy1, ap, ap, 64, 16, 16));
+    for (float v : o) CHECK(v == 5.0f);
+}
+
+// The bench model's dense shapes (generated/bench-bf16/plan.txt: 1024 tokens, d 512; the
+// weight gradient per sequence of 256 rows; the lm_head's data gradient with dy rows of 4096,
+// copied to padded rows): the instruction path against the vector emulations, 0 ulp.
+TEST(Bf16, MatmulBenchShapesInstructionEqualsEmulation)
+{
+    const int64_t fb[][3] = {{1024, 512, 512}, {1024, 16, 512}, {1024, 1, 512}, {1024, 4096, 512}};
+    const int64_t wg[][3] = {{256, 512, 512}, {256, 1536, 512}, {256, 16, 512}, {256, 1, 512}};
+    int emul = QT_BF16_PATH_WIDE;
+    {
+        float y = 0.0f;
+        const qt_bf16 one = 0x3f80;
+        if (qt_bf16_matmul_fwd_on(QT_BF16_PATH_INSN, &y, &one, &one, 1, 1, 1) != 0) return;
+        if (qt_bf16_matmul_fwd_on(emul, &y, &one, &one, 1, 1, 1) != 0) emul = QT_BF16_PATH_EMUL;
+    }
+    uint64_t s = 0xbe4c4a11e5ull;
+    for (int kind = 0; kind < 3; kind++)
+        for (int i = 0; i < 4; i++) {
+            const int64_t *d = kind < 2 ? fb[i] : wg[i];
+            const int64_t M = d[0], N = d[1], K = d[2];
+            std::vector<qt_bf16> x = mm_operand((size_t)(M * K), &s, 0),
+                                 w = mm_operand((size_t)(N * K), &s, 0),
+                                 dy = mm_operand((size_t)(M * N), &s, 0);
+            const size_t no = (size_t)(kind == 0 ? M * N : kind == 1 ? M * K : N * K);
+            std::vector<float> got(no), want(no);
+            for (size_t e = 0; e < no; e++) got[e] = want[e] = (float)(e % 7) - 3.0f;
+            int rc = 0;
+            if (kind == 0)
+                rc = qt_bf16_matmul_fwd_on(QT_BF16_PATH_INSN, got.data(), x.data(), w.data(), M, N, K) |
+                     qt_bf16_matmul_fwd_on(emul, want.data(), x.data(), w.data(), M, N, K);
+            else if (kind == 1)
+                rc = qt_bf16_matmul_bwd_data_on(QT_BF16_PATH_INSN, got.data(), dy.data(), w.data(), M, N, K) |
+                     qt_bf16_matmul_bwd_data_on(emul, want.data(), dy.data(), w.data(), M, N, K);
+            else
+                rc = qt_bf16_matmul_wgrad_on(QT_BF16_PATH_INSN, got.data(), dy.data(), x.data(), M, N, K) |
+                     qt_bf16_matmul_wgrad_on(emul, want.data(), dy.data(), x.data(), M, N, K);
+            LONGS_EQUAL(0, rc);
+            char what[96];
+            snprintf(what, sizeof what, "bench %s %lldx%lldx%lld",
+                     kind == 0 ? "fwd" : kind == 1 ? "bwd_data" : "wgrad", (long long)M,
+                     (long long)N, (long long)K);
+            CHECK_EQUAL(0, diff_bits(what, got, want));
+        }
 }
