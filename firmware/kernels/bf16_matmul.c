@@ -24,9 +24,11 @@
  * operations in its order and the level is stored, the leaf never.
  * The canonical blocked contractions of bf16_matmul_canon.h with an even slice run fused on
  * the instruction path (qt_bf16_mm_canon_insn): each block's chain in registers, the
- * pairwise tree merged in the tile epilogue through a small stack, no packed copies.
- * Invariants: no heap; the panels, the partial tile and the canonical stack are one static
- * module struct; padded rows/columns are zero and never stored; MXCSR is restored before any
+ * pairwise tree merged in the tile epilogue through a small stack per 32-column strip, no
+ * packed copies; a row panel runs block after block and, inside a block, strip after strip
+ * (the block's A stays in L1 across the strips).
+ * Invariants: no heap; the panels and the partial tile (also the canonical stacks) are one
+ * static module struct; padded rows/columns are zero and never stored; MXCSR is restored before any
  * output is written.
  */
 #ifndef QT_REAL_DOUBLE
@@ -93,16 +95,18 @@ static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
 #define QT_BM_W_NR 32
 #define QT_BM_W_PANEL (1 << 20) /* floats of the wide path's widened B panel (4 MiB) */
 #define QT_BM_CANON_LOG 6        /* the fused canonical tiles: nb <= 2^6 blocks */
+_Static_assert(QT_BM_NC / QT_BM_I_NR * (QT_BM_CANON_LOG + 1) * QT_BM_I_MR * QT_BM_I_NR <=
+                   QT_BM_MC * QT_BM_NC,
+               "a canonical stack per strip fits the partial tile");
 
 static struct {
-    float part[QT_BM_MC * QT_BM_NC];             /* partial chains between blocks */
+    float part[QT_BM_MC * QT_BM_NC];             /* partial chains between blocks; the fused
+                                                    canonical tiles' stacks of subtotals */
     float ea[QT_BM_MC * QT_BM_KQ * 2];            /* emulations: A widened, [q][hi,lo][MR] */
     float eb[QT_BM_KQ * 2 * QT_BM_NC];            /* emulation: B widened, [q][hi,lo][NR] */
     uint32_t ia[QT_BM_MC * QT_BM_KQ];             /* instruction: A pairs, [q][mc] */
     uint32_t ib[QT_BM_I_PANEL];                   /* instruction: B panel, [s][q][NR] */
     int carry_stream;                             /* the carry's finish streams (wgrad_carry) */
-    float stk[QT_BM_NC / QT_BM_I_NR * (QT_BM_CANON_LOG + 1) * QT_BM_I_MR * QT_BM_I_NR]; /* canonical
-                                                    subtotals: a stack per strip */
 #ifdef QT_BM_WIDE
     float wb[QT_BM_W_PANEL];                      /* wide: B widened, [s][q][hi NR, lo NR] */
 #endif
@@ -577,8 +581,9 @@ qt_bm_c_block(float *const *orow, int64_t col, int64_t nr, const qt_bf16 *ap, in
  * contraction: block after block, and inside a block strip after strip, so the block's A
  * (mr rows x kb pairs) stays in L1 while the strips' B streams (block-major: A read once
  * per block instead of once per strip; each strip keeps its own stack of subtotals in
- * qt_bm.stk). Per output element the operations of qt_bm_c_block in block order. B's strip
- * s at bp + s*bps. Not inlined: one copy per mr, its loop state in registers. */
+ * qt_bm.part). Per output element the operations of qt_bm_c_block in block order. B's strip
+ * s at bp + s*bps. Inlined into one noinline function per mr (qt_bm_c_panel1..12), so
+ * the chain's twelve A pointers and the loop state stay in registers. */
 static inline __attribute__((always_inline)) void
 qt_bm_c_panel(float *const *orow, int64_t nc, const qt_bf16 *ap, int64_t asi,
               const uint32_t *bp, int64_t bps, int64_t nseg, int64_t L, int64_t nb, int64_t sl,
@@ -591,7 +596,7 @@ qt_bm_c_panel(float *const *orow, int64_t nc, const qt_bf16 *ap, int64_t asi,
         for (int64_t q = j; q & 1; q >>= 1) nm++;
         for (int64_t s = 0; s * QT_BM_I_NR < nc; s++)
             qt_bm_c_block(orow, s * QT_BM_I_NR, nc - s * QT_BM_I_NR, ap, asi, bp + s * bps,
-                          nseg, L, nb, sl, plus, j, qt_bm.stk + s * stks, depth, nm, mr);
+                          nseg, L, nb, sl, plus, j, qt_bm.part + s * stks, depth, nm, mr);
         depth = depth - nm + 1;
     }
 }
