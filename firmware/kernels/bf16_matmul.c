@@ -28,8 +28,8 @@
  * packed copies; a row panel runs block after block and, inside a block, strip after strip
  * (the block's A stays in L1 across the strips).
  * Invariants: no heap; the panels and the partial tile (also the canonical stacks) are one
- * static module struct; padded rows/columns are zero and never stored; MXCSR is restored before any
- * output is written.
+ * static module struct; padded rows/columns are zero and never stored; MXCSR is restored
+ * before any output is written.
  */
 #ifndef QT_REAL_DOUBLE
 #include "bf16_matmul.h"
