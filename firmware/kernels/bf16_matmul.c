@@ -28,10 +28,12 @@
  * (then each contraction block's rows are copied to padded rows first: the same words).
  * The canonical blocked contractions of bf16_matmul_canon.h with an even slice run fused on
  * the instruction path (qt_bf16_mm_canon_insn): each block's chain in registers, the
- * pairwise tree merged in the tile epilogue through a small stack, no packed copies.
- * Invariants: no heap; the panels, the partial tile and the canonical stack are one static
- * module struct; padded rows/columns are zero and never stored; MXCSR is restored before any
- * output is written.
+ * pairwise tree merged in the tile epilogue through a small stack per 32-column strip, no
+ * packed copies; a row panel runs block after block and, inside a block, strip after strip
+ * (the block's A stays in L1 across the strips).
+ * Invariants: no heap; the panels and the partial tile (also the canonical stacks) are one
+ * static module struct; padded rows/columns are zero and never stored; MXCSR is restored
+ * before any output is written.
  */
 #ifndef QT_REAL_DOUBLE
 #include "bf16_matmul.h"
@@ -98,16 +100,19 @@ static void qt_bm_ref(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
 #define QT_BM_W_NR 32
 #define QT_BM_W_PANEL (1 << 20) /* floats of the wide path's widened B panel (4 MiB) */
 #define QT_BM_CANON_LOG 6        /* the fused canonical tiles: nb <= 2^6 blocks */
+_Static_assert(QT_BM_NC / QT_BM_I_NR * (QT_BM_CANON_LOG + 1) * QT_BM_I_MR * QT_BM_I_NR <=
+                   QT_BM_MC * QT_BM_NC,
+               "a canonical stack per strip fits the partial tile");
 
 static struct {
-    float part[QT_BM_MC * QT_BM_NC];             /* partial chains between blocks */
+    float part[QT_BM_MC * QT_BM_NC];             /* partial chains between blocks; the fused
+                                                    canonical tiles' stacks of subtotals */
     float ea[QT_BM_MC * QT_BM_KQ * 2];            /* emulations: A widened, [q][hi,lo][MR] */
     float eb[QT_BM_KQ * 2 * QT_BM_NC];            /* emulation: B widened, [q][hi,lo][NR] */
     uint32_t ia[QT_BM_MC * (QT_BM_KQ + QT_BM_I_APAD)]; /* instruction: A pairs, [q][mc], or
                                                     A's rows copied (qt_bm_i_copy_a) */
     uint32_t ib[QT_BM_I_PANEL];                   /* instruction: B panel, [s][q][NR] */
     int carry_stream;                             /* the carry's finish streams (wgrad_carry) */
-    float stk[(QT_BM_CANON_LOG + 1) * QT_BM_I_MR * QT_BM_I_NR]; /* canonical subtotals */
 #ifdef QT_BM_WIDE
     float wb[QT_BM_W_PANEL];                      /* wide: B widened, [s][q][hi NR, lo NR] */
 #endif
@@ -619,79 +624,107 @@ static int qt_bm_i_leaves(int n, float *const *dw, const qt_leaf_carry *const *c
 #endif
 
 #ifdef QT_BM_INSN
-/* One tile of the fused canonical contraction (bf16_matmul_canon.h): mr rows x 32 columns,
- * for each block j its chain from +0 in the tile's registers over the block's pairs (segment
- * after segment: the same chain continued), its partial (plus: (+0) + chain; NaN 0x7fc00000,
- * as the copying path's per-block kernel finish), then the pairwise tree merged as the blocks
- * finish (a binary counter over qt_bm.stk: after block j, as many stacked subtotals as j has
- * trailing one bits are added on the left, so ((b0+b1)+(b2+b3))+... keeps qt_canon_tree's
- * pairs and order), straight from the registers; the last block stores the total's nr <= 32
- * valid columns into out row i = orow[i] (orow[i] a pointer to the row's first column). A's
- * pair (i, q) of the whole contraction at ap + 2q + i*asi (rows in place); B's at
- * bp[q*32 + jj]. */
+/* One block of one tile of the fused canonical contraction (bf16_matmul_canon.h): mr rows x
+ * 32 columns, block j's chain from +0 in the tile's registers over the block's pairs
+ * (segment after segment: the same chain continued), its partial (plus: (+0) + chain; NaN
+ * 0x7fc00000, as the copying path's per-block kernel finish), then the pairwise tree merged
+ * as the blocks finish (a binary counter over this strip's stack stk, depth subtotals on it
+ * before block j: after block j, as many stacked subtotals as j has trailing one bits, nm,
+ * are added on the left, so ((b0+b1)+(b2+b3))+... keeps qt_canon_tree's pairs and order),
+ * straight from the registers; the last block stores the total's nr <= 32 valid columns
+ * into out row i at orow[i] + col (orow[i] a pointer to the row's first column). A's pair
+ * (i, q) of the whole contraction at ap + 2q + i*asi (rows in place); B's at bp[q*32 + jj]. */
 static inline __attribute__((always_inline)) void
-qt_bm_c_tile(float *const *orow, int64_t nr, const qt_bf16 *ap, int64_t asi,
-             const uint32_t *bp, int64_t nseg, int64_t L, int64_t nb, int64_t sl, int plus,
-             const int mr)
+qt_bm_c_block(float *const *orow, int64_t col, int64_t nr, const qt_bf16 *ap, int64_t asi,
+              const uint32_t *bp, int64_t nseg, int64_t L, int64_t nb, int64_t sl, int plus,
+              int64_t j, float *stk, int64_t depth, int nm, const int mr)
 {
     const int64_t tile = QT_BM_I_MR * QT_BM_I_NR;
     const __m512 qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000));
-    const __mmask16 m0 = qt_bm_lanes(nr), m1 = qt_bm_lanes(nr - 16);
-    int64_t depth = 0;
-    for (int64_t j = 0; j < nb; j++) {
-        __m512 acc[QT_BM_I_MR][2];
+    __m512 acc[QT_BM_I_MR][2];
 #pragma GCC unroll 12
-        for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-        for (int64_t g = 0; g < nseg; g++) {
-            const int64_t q0 = (g * L + j * sl) / 2;
-            const qt_bf16 *a0 = ap + 2 * q0;
-            const uint32_t *b0p = bp + q0 * QT_BM_I_NR;
-            qt_bm_i_chain(acc, a0, 2, asi, b0p, sl / 2, mr);
-        }
-        int nm = 0;
-        for (int64_t q = j; q & 1; q >>= 1) nm++;
-        float *pj = qt_bm.stk + depth * tile;
-        float *dst = j + 1 < nb ? pj - nm * tile : 0;
-        /* each step over the whole tile (branches per block, not per register): per element
-         * the same operations in the same order */
-        if (plus) {
+    for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < nseg; g++) {
+        const int64_t q0 = (g * L + j * sl) / 2;
+        qt_bm_i_chain(acc, ap + 2 * q0, 2, asi, bp + q0 * QT_BM_I_NR, sl / 2, mr);
+    }
+    float *pj = stk + depth * tile;
+    /* each step over the whole tile (branches per block, not per register): per element
+     * the same operations in the same order */
+    if (plus) {
 #pragma GCC unroll 12
-            for (int i = 0; i < mr; i++) {
-                acc[i][0] = _mm512_add_ps(_mm512_setzero_ps(), acc[i][0]);
-                acc[i][1] = _mm512_add_ps(_mm512_setzero_ps(), acc[i][1]);
-            }
+        for (int i = 0; i < mr; i++) {
+            acc[i][0] = _mm512_add_ps(_mm512_setzero_ps(), acc[i][0]);
+            acc[i][1] = _mm512_add_ps(_mm512_setzero_ps(), acc[i][1]);
         }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+            acc[i][h] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(acc[i][h], acc[i][h],
+                                                                _CMP_UNORD_Q),
+                                             acc[i][h], qnan);
+    for (int k = 1; k <= nm; k++) {
+        const float *sk = pj - k * tile;
 #pragma GCC unroll 12
         for (int i = 0; i < mr; i++)
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++)
-                acc[i][h] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(acc[i][h], acc[i][h],
-                                                                    _CMP_UNORD_Q),
-                                                 acc[i][h], qnan);
-        for (int k = 1; k <= nm; k++) {
-            const float *sk = pj - k * tile;
+                acc[i][h] = qt_bm_add_lr(_mm512_loadu_ps(sk + i * QT_BM_I_NR + 16 * h), acc[i][h]);
+    }
+    if (j + 1 < nb) {
+        float *dst = pj - nm * tile;
 #pragma GCC unroll 12
-            for (int i = 0; i < mr; i++)
-#pragma GCC unroll 2
-                for (int h = 0; h < 2; h++)
-                    acc[i][h] = qt_bm_add_lr(_mm512_loadu_ps(sk + i * QT_BM_I_NR + 16 * h), acc[i][h]);
+        for (int i = 0; i < mr; i++) {
+            _mm512_storeu_ps(dst + i * QT_BM_I_NR, acc[i][0]);
+            _mm512_storeu_ps(dst + i * QT_BM_I_NR + 16, acc[i][1]);
         }
-        if (dst) {
+    } else {
+        const __mmask16 m0 = qt_bm_lanes(nr), m1 = qt_bm_lanes(nr - 16);
 #pragma GCC unroll 12
-            for (int i = 0; i < mr; i++) {
-                _mm512_storeu_ps(dst + i * QT_BM_I_NR, acc[i][0]);
-                _mm512_storeu_ps(dst + i * QT_BM_I_NR + 16, acc[i][1]);
-            }
-        } else {
-#pragma GCC unroll 12
-            for (int i = 0; i < mr; i++) {
-                _mm512_mask_storeu_ps(orow[i], m0, acc[i][0]);
-                _mm512_mask_storeu_ps(orow[i] + 16, m1, acc[i][1]);
-            }
+        for (int i = 0; i < mr; i++) {
+            _mm512_mask_storeu_ps(orow[i] + col, m0, acc[i][0]);
+            _mm512_mask_storeu_ps(orow[i] + col + 16, m1, acc[i][1]);
         }
+    }
+}
+
+/* mr rows x nc columns (a column panel: its 32-column strips) of the fused canonical
+ * contraction: block after block, and inside a block strip after strip, so the block's A
+ * (mr rows x kb pairs) stays in L1 while the strips' B streams (block-major: A read once
+ * per block instead of once per strip; each strip keeps its own stack of subtotals in
+ * qt_bm.part). Per output element the operations of qt_bm_c_block in block order. B's strip
+ * s at bp + s*bps. Inlined into one noinline function per mr (qt_bm_c_panel1..12), so
+ * the chain's twelve A pointers and the loop state stay in registers. */
+static inline __attribute__((always_inline)) void
+qt_bm_c_panel(float *const *orow, int64_t nc, const qt_bf16 *ap, int64_t asi,
+              const uint32_t *bp, int64_t bps, int64_t nseg, int64_t L, int64_t nb, int64_t sl,
+              int plus, const int mr)
+{
+    const int64_t stks = (QT_BM_CANON_LOG + 1) * QT_BM_I_MR * QT_BM_I_NR;
+    int64_t depth = 0;
+    for (int64_t j = 0; j < nb; j++) {
+        int nm = 0;
+        for (int64_t q = j; q & 1; q >>= 1) nm++;
+        for (int64_t s = 0; s * QT_BM_I_NR < nc; s++)
+            qt_bm_c_block(orow, s * QT_BM_I_NR, nc - s * QT_BM_I_NR, ap, asi, bp + s * bps,
+                          nseg, L, nb, sl, plus, j, qt_bm.part + s * stks, depth, nm, mr);
         depth = depth - nm + 1;
     }
 }
+
+#define QT_BM_C_PANEL(h)                                                                    \
+    __attribute__((noinline)) static void qt_bm_c_panel##h(                                 \
+        float *const *orow, int64_t nc, const qt_bf16 *ap, int64_t asi, const uint32_t *bp, \
+        int64_t bps, int64_t nseg, int64_t L, int64_t nb, int64_t sl, int plus)             \
+    {                                                                                       \
+        qt_bm_c_panel(orow, nc, ap, asi, bp, bps, nseg, L, nb, sl, plus, h);                \
+    }
+QT_BM_C_PANEL(1) QT_BM_C_PANEL(2) QT_BM_C_PANEL(3) QT_BM_C_PANEL(4) QT_BM_C_PANEL(5)
+QT_BM_C_PANEL(6) QT_BM_C_PANEL(7) QT_BM_C_PANEL(8) QT_BM_C_PANEL(9) QT_BM_C_PANEL(10)
+QT_BM_C_PANEL(11) QT_BM_C_PANEL(12)
+#undef QT_BM_C_PANEL
 
 /* The fused canonical contraction on the instruction path: C[I,J] (row i at c + i*ldc, or,
  * orow != NULL, at c + orow[i]*ldc: orow holds row numbers as floats, exact below 2^24) =
@@ -719,21 +752,16 @@ int qt_bf16_mm_canon_insn(float *c, int64_t ldc, const float *orow, const qt_bf1
             float *rows[QT_BM_I_MR];
             for (int i = 0; i < mr; i++)
                 rows[i] = c + (orow ? (int64_t)orow[ir + i] : ir + i) * ldc + jc;
-            for (int64_t s = 0; s * QT_BM_I_NR < nc; s++) {
-                float *o[QT_BM_I_MR];
-                for (int i = 0; i < mr; i++) o[i] = rows[i] + s * QT_BM_I_NR;
-                const int64_t nr = nc - s * QT_BM_I_NR;
-                const qt_bf16 *ap = a + ir * sai;
-                const uint32_t *bp = qt_bm.ib + s * nq * QT_BM_I_NR;
-#define QT_BM_CASE(h) case h: qt_bm_c_tile(o, nr, ap, sai, bp, nseg, L, nb, sl, plus, h); break;
-                switch (mr) {
-                QT_BM_CASE(1) QT_BM_CASE(2) QT_BM_CASE(3) QT_BM_CASE(4) QT_BM_CASE(5)
-                QT_BM_CASE(6) QT_BM_CASE(7) QT_BM_CASE(8) QT_BM_CASE(9) QT_BM_CASE(10)
-                QT_BM_CASE(11)
-                default: qt_bm_c_tile(o, nr, ap, sai, bp, nseg, L, nb, sl, plus, 12); break;
-                }
-#undef QT_BM_CASE
+            const qt_bf16 *ap = a + ir * sai;
+            const int64_t bps = nq * QT_BM_I_NR;
+#define QT_BM_CASE(h) case h: qt_bm_c_panel##h(rows, nc, ap, sai, qt_bm.ib, bps, nseg, L, nb, sl, plus); break;
+            switch (mr) {
+            QT_BM_CASE(1) QT_BM_CASE(2) QT_BM_CASE(3) QT_BM_CASE(4) QT_BM_CASE(5)
+            QT_BM_CASE(6) QT_BM_CASE(7) QT_BM_CASE(8) QT_BM_CASE(9) QT_BM_CASE(10)
+            QT_BM_CASE(11)
+            default: qt_bm_c_panel12(rows, nc, ap, sai, qt_bm.ib, bps, nseg, L, nb, sl, plus); break;
             }
+#undef QT_BM_CASE
         }
     }
     return 0;

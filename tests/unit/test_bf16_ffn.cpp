@@ -334,6 +334,10 @@ TEST(Bf16Canon, MatchesScalarReferencePathsAndSplits)
         // columns past 32 and past a 256-column panel, nb 2..64, one and two segments)
         {25, 70, 64, 1, 4}, {13, 300, 128, 2, 8}, {40, 33, 96, 2, 2}, {7, 45, 256, 1, 64},
         {1, 1, 4, 1, 2}, {12, 32, 512, 2, 16},
+        // the bench model's data gradient over [gate | up] (2f = 512 in two segments, nb 8:
+        // blocks of 32 pairs), two full 256-column panels of eight strips, each strip with
+        // its own stack of subtotals (block-major tiles), and an edge row panel
+        {37, 512, 512, 2, 8},
     };
     for (const auto &sh : shapes)
         for (int mode = 0; mode < 3; mode++) canon_case(sh[0], sh[1], sh[2], sh[3], sh[4], &s, mode);
