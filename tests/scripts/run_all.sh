@@ -94,9 +94,18 @@ plan_variant() {
 }
 
 # coll_calls ERR: the collective calls of rank 0's steps in a qtrain stderr file (its
-# "collectives: steps: N calls" line; 63_ep_rounds.sh and 71_expert_context.sh count rounds)
+# "collectives: steps: N calls" line)
 coll_calls() {
   sed -n 's/.*collectives: steps: \([0-9]*\) calls.*/\1/p' "$1" | tail -n 1
+}
+
+# more_rounds ERR_ROUNDS ERR_ONE WHAT: the run in rounds (ERR_ROUNDS, WHAT its rounds) made
+# more collective calls than the one-round run (ERR_ONE): several rounds really ran
+more_rounds() {
+  local a b
+  a=$(coll_calls "$1") b=$(coll_calls "$2")
+  echo "collective calls over 10 steps: $3 $a, one round per op $b (same bits)"
+  [ -n "$a" ] && [ -n "$b" ] && [ "$a" -gt "$b" ]
 }
 
 # same_bits DIR ONE RUN RANKS: RUN on RANKS ranks == ONE on one rank, bit for bit (loss bits
