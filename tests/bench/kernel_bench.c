@@ -8,7 +8,9 @@
  * The kernels are the firmware's own objects (build/fw/kernels), called directly with the
  * argument values the slice's plan gives them (generated/bench-80b-slice/plan.txt: canonical
  * block counts, scratch sizes, GDN chunk 64). This is a host tool, not firmware: its buffers
- * come from posix_memalign. FLOPs are counted as the model of docs/bench.md counts them
+ * come from posix_memalign, 2 MiB aligned and advised MADV_HUGEPAGE before they are faulted in,
+ * so that under THP's `madvise` mode they sit on huge pages as the qtrain arena does (on 4 KiB
+ * pages the expert FFN rows read 1-3 points of the peak lower). FLOPs are counted as the model of docs/bench.md counts them
  * (2 x multiply-accumulates of the model, whatever the kernel recomputes): a matmul
  * 2*M*N*K per pass; causal attention 2*T*Hq*hd*S forward (scores and values over S/2 keys
  * on average) and twice that backward; the delta rule 2*3*Dk*Dv per value head and token
@@ -57,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "kernels/attention.h"
@@ -97,6 +100,7 @@ static void *qt_kb_alloc(size_t bytes)
         fprintf(stderr, "kernel_bench: cannot allocate %zu bytes\n", bytes);
         exit(1);
     }
+    if (bytes >= (2u << 20)) (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice: may be refused */
     memset(p, 0, bytes); /* fault it in before any timing */
     return p;
 }
@@ -854,7 +858,10 @@ static void qt_kb_expert_ffn_shape(int64_t T, int64_t S, int64_t k, int64_t E, i
 
 static void qt_kb_expert_ffn(void)
 {
-    qt_kb_expert_ffn_shape(4096, 4096, 10, 16, 2048, 512, 104857600, 1);
+    /* wgrad scratch: the plans' (plan.txt L*.moe.expert_y.wgrad_scratch, a leaf's tokens x
+     * (d + 3 f): 4096 x 3584 for the slice, 256 x ... rounded up by the forward's for the
+     * bench model) */
+    qt_kb_expert_ffn_shape(4096, 4096, 10, 16, 2048, 512, 4096 * (2048 + 3 * 512), 1);
     qt_kb_expert_ffn_shape(1024, 256, 4, 16, 512, 256, 3145728, 0);
 }
 
