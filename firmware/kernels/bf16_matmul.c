@@ -24,6 +24,8 @@
  * operations in its order and the level is stored, the leaf never. On the instruction path
  * it also computes every leaf of an op in one pass (qt_bf16_matmul_wgrad_leaves: per tile
  * the leaves in order, each element's operations those of the calls in order).
+ * The instruction path also finishes fwd and bwd_data into a bf16 output (qt_bm_v_fin16h:
+ * the same finish, then bf16.h's qt_bf16_round16, the rounding of the pass it replaces).
  * The instruction path reads A's rows in place unless they lie a multiple of 4 KiB apart
  * (then each contraction block's rows are copied to padded rows first: the same words).
  * The canonical blocked contractions of bf16_matmul_canon.h with an even slice run fused on
