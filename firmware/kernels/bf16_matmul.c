@@ -24,6 +24,8 @@
  * operations in its order and the level is stored, the leaf never. On the instruction path
  * it also computes every leaf of an op in one pass (qt_bf16_matmul_wgrad_leaves: per tile
  * the leaves in order, each element's operations those of the calls in order).
+ * The instruction path also finishes fwd and bwd_data into a bf16 output (qt_bm_v_fin16h:
+ * the same finish, then bf16.h's qt_bf16_round16, the rounding of the pass it replaces).
  * The instruction path reads A's rows in place unless they lie a multiple of 4 KiB apart
  * (then each contraction block's rows are copied to padded rows first: the same words).
  * The canonical blocked contractions of bf16_matmul_canon.h with an even slice run fused on
@@ -47,6 +49,10 @@
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__FMA__)
 #define QT_BM_WIDE 1
+#endif
+#if defined(QT_BM_INSN) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(QT_BF16_HAVE_V16)
+#define QT_BM_I16 1 /* the instruction path's bf16 outputs (qt_bf16_matmul_fwd16_ld_on) */
 #endif
 
 #define QT_BM_FIN_WRITE 0 /* out = acc */
@@ -303,6 +309,25 @@ static inline __mmask16 qt_bm_lanes(int64_t n)
     return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
 }
 
+#ifdef QT_BM_I16
+/* The finish of 16 lanes into a bf16 output (the instruction path's bf16 forms): fin WRITE
+ * or ADD (o's bf16 widened: exact), the NaN fix, then bf16.h's qt_bf16_round16 (the rounding
+ * of qt_bf16_from_f32_n, the pass it replaces: VCVTNEPS2BF16), stored to lanes m of o. The
+ * operations of qt_bm_v_fin16 on the widened output, then the rounding, per element. */
+static inline __attribute__((always_inline)) void
+qt_bm_v_fin16h(qt_bf16 *o, __m512 r, __mmask16 m, int fin)
+{
+    if (!m) return;
+    if (fin == QT_BM_FIN_ADD) {
+        const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, o));
+        r = _mm512_add_ps(_mm512_castsi512_ps(_mm512_slli_epi32(h, 16)), r);
+    }
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r,
+                             _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+    _mm256_mask_storeu_epi16(o, m, qt_bf16_round16(r));
+}
+#endif
+
 static void qt_bm_v_finish(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
                            int64_t mc, int64_t nc)
 {
@@ -441,11 +466,12 @@ qt_bm_i_chain(__m512 acc[QT_BM_I_MR][2], const qt_bf16 *ap, int64_t asq, int64_t
  * are bp[q*32 + jj]. Reads ap, bp, part; writes part, or, the last contraction block
  * (out != NULL), the finish of its nr <= 32 valid columns straight from the registers into
  * out (row stride ldo; qt_bm_v_fin16: the bits of qt_bm_v_finish, without the round trip
- * through part). */
+ * through part). o16 != NULL instead of out: the last block's finish into bf16 (fin WRITE
+ * or ADD; qt_bm_v_fin16h, row stride ldo). */
 static inline __attribute__((always_inline)) void
-qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
-             const uint32_t *bp, int64_t kq, const int mr, float *out, int64_t ldo, int fin,
-             const qt_leaf_carry *cy, int64_t nr, const int64_t pts)
+qt_bm_i_tile_h(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
+               const uint32_t *bp, int64_t kq, const int mr, float *out, qt_bf16 *o16,
+               int64_t ldo, int fin, const qt_leaf_carry *cy, int64_t nr, const int64_t pts)
 {
     __m512 acc[QT_BM_I_MR][2];
 #pragma GCC unroll 12
@@ -468,7 +494,29 @@ qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
                     _mm_prefetch((const char *)(t + nl - 1), _MM_HINT_T0);
                 }
     }
+#ifdef QT_BM_I16
+    if (o16) {
+        const int64_t nl = nr < QT_BM_I_NR ? nr : QT_BM_I_NR;
+        for (int i = 0; i < mr; i++) {
+            __builtin_prefetch(o16 + i * ldo, 1, 3);
+            __builtin_prefetch(o16 + i * ldo + nl - 1, 1, 3);
+        }
+    }
+#endif
     qt_bm_i_chain(acc, ap, asq, asi, bp, kq, mr);
+#ifdef QT_BM_I16
+    if (o16) {
+        const __mmask16 m0 = qt_bm_lanes(nr), m1 = qt_bm_lanes(nr - 16);
+#pragma GCC unroll 12
+        for (int i = 0; i < mr; i++) {
+            qt_bm_v_fin16h(o16 + i * ldo, acc[i][0], m0, fin);
+            qt_bm_v_fin16h(o16 + i * ldo + 16, acc[i][1], m1, fin);
+        }
+        return;
+    }
+#else
+    (void)o16;
+#endif
     if (out) {
         const __mmask16 m0 = qt_bm_lanes(nr), m1 = qt_bm_lanes(nr - 16);
 #pragma GCC unroll 12
@@ -485,12 +533,22 @@ qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
     }
 }
 
+static inline __attribute__((always_inline)) void
+qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
+             const uint32_t *bp, int64_t kq, const int mr, float *out, int64_t ldo, int fin,
+             const qt_leaf_carry *cy, int64_t nr, const int64_t pts)
+{
+    qt_bm_i_tile_h(pt, first, ap, asq, asi, bp, kq, mr, out, 0, ldo, fin, cy, nr, pts);
+}
+
 /* Every tile of rows [0,mc) x cols [0,nc) of part for kq pairs: A as for qt_bm_i_tile, row
  * micro-panel ir at ap + ir*apr; B's strip s at bp + s*bps (u32). Reads A, B, part; writes
- * part (columns past nc up to the strip width come from zero padding, never finished). */
-static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq, const qt_bf16 *ap,
-                          int64_t apr, int64_t asq, int64_t asi, const uint32_t *bp, int64_t bps,
-                          float *c, int64_t ldc, int fin, const qt_leaf_carry *cy)
+ * part (columns past nc up to the strip width come from zero padding, never finished), or
+ * finishes into c (fp32) or c16 (bf16, qt_bm_i_tile_h), whichever is not NULL. */
+static void qt_bm_i_block_h(int first, int64_t mc, int64_t nc, int64_t kq, const qt_bf16 *ap,
+                            int64_t apr, int64_t asq, int64_t asi, const uint32_t *bp,
+                            int64_t bps, float *c, qt_bf16 *c16, int64_t ldc, int fin,
+                            const qt_leaf_carry *cy)
 {
     for (int64_t ir = 0; ir < mc; ir += QT_BM_I_MR) {
         const int mr = (int)qt_bm_min(QT_BM_I_MR, mc - ir);
@@ -499,16 +557,24 @@ static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq, const q
             float *pt = qt_bm.part + ir * QT_BM_NC + s * QT_BM_I_NR;
             const uint32_t *b = bp + s * bps;
             float *o = c ? c + ir * ldc + s * QT_BM_I_NR : 0;
+            qt_bf16 *o16 = c16 ? c16 + ir * ldc + s * QT_BM_I_NR : 0;
             const int64_t nr = nc - s * QT_BM_I_NR;
-#define QT_BM_CASE(h) case h: qt_bm_i_tile(pt, first, a, asq, asi, b, kq, h, o, ldc, fin, cy, nr, QT_BM_NC); break;
+#define QT_BM_CASE(h) case h: qt_bm_i_tile_h(pt, first, a, asq, asi, b, kq, h, o, o16, ldc, fin, cy, nr, QT_BM_NC); break;
             switch (mr) {
             QT_BM_CASE(1) QT_BM_CASE(2) QT_BM_CASE(3) QT_BM_CASE(4) QT_BM_CASE(5) QT_BM_CASE(6)
             QT_BM_CASE(7) QT_BM_CASE(8) QT_BM_CASE(9) QT_BM_CASE(10) QT_BM_CASE(11)
-            default: qt_bm_i_tile(pt, first, a, asq, asi, b, kq, 12, o, ldc, fin, cy, nr, QT_BM_NC); break;
+            default: qt_bm_i_tile_h(pt, first, a, asq, asi, b, kq, 12, o, o16, ldc, fin, cy, nr, QT_BM_NC); break;
             }
 #undef QT_BM_CASE
         }
     }
+}
+
+static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq, const qt_bf16 *ap,
+                          int64_t apr, int64_t asq, int64_t asi, const uint32_t *bp, int64_t bps,
+                          float *c, int64_t ldc, int fin, const qt_leaf_carry *cy)
+{
+    qt_bm_i_block_h(first, mc, nc, kq, ap, apr, asq, asi, bp, bps, c, 0, ldc, fin, cy);
 }
 
 /* The instruction path. Loops: column panels of ncw columns (whole 32-column strips); B's
@@ -516,11 +582,11 @@ static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq, const q
  * block and contraction block); then row blocks of MC rows, contraction blocks of KQ pairs.
  * A is read in place where its pairs are contiguous (sap == 1: fwd, bwd_data), except the
  * block with an odd P's last pair (its hi element must be +0), which is packed; wgrad's A is
- * packed per block. Reads a, b (and c for the add); writes c. */
-static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
-                       const qt_bf16 *a, int64_t sai,
-                       int64_t sap, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
-                       int64_t J, int64_t P)
+ * packed per block. Reads a, b (and c for the add); writes c. qt_bm_insn_h: c16 != NULL
+ * (c NULL, fin WRITE or ADD, sap == 1, P > 0) finishes into bf16 instead (qt_bm_i_tile_h). */
+static void qt_bm_insn_h(float *c, qt_bf16 *c16, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                         const qt_bf16 *a, int64_t sai, int64_t sap, const qt_bf16 *b,
+                         int64_t sbp, int64_t sbj, int64_t I, int64_t J, int64_t P)
 {
     const int64_t nq = (P + 1) / 2;
     const int64_t jw = (J + QT_BM_I_NR - 1) / QT_BM_I_NR * QT_BM_I_NR; /* J in whole strips */
@@ -556,23 +622,32 @@ static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
                 const int64_t bps = (cached ? nq : kq) * QT_BM_I_NR;
                 if (!cached) qt_bm_i_pack_b(b + jc * sbj, sbp, sbj, nc, qc, kq, P);
                 /* the last block finishes in the tiles' registers */
-                float *o = qc + kq >= nq ? c + ic * ldc + jc : 0;
+                const int last = qc + kq >= nq;
+                float *o = last && c ? c + ic * ldc + jc : 0;
+                qt_bf16 *o16 = last && c16 ? c16 + ic * ldc + jc : 0;
                 if (sap == 1 && 2 * (qc + kq) <= P && qt_bm_i_aliased(sai)) { /* A's rows copied */
                     const int64_t lda = qt_bm_i_copy_a(a + ic * sai, sai, mc, qc, kq);
-                    qt_bm_i_block(qc == 0, mc, nc, kq, (const qt_bf16 *)qt_bm.ia, lda, 2, lda, bp,
-                                  bps, o, ldc, fin, cy);
+                    qt_bm_i_block_h(qc == 0, mc, nc, kq, (const qt_bf16 *)qt_bm.ia, lda, 2, lda,
+                                    bp, bps, o, o16, ldc, fin, cy);
                 } else if (sap == 1 && 2 * (qc + kq) <= P) /* A in place */
-                    qt_bm_i_block(qc == 0, mc, nc, kq, a + ic * sai + 2 * qc, sai, 2, sai, bp, bps,
-                                  o, ldc, fin, cy);
+                    qt_bm_i_block_h(qc == 0, mc, nc, kq, a + ic * sai + 2 * qc, sai, 2, sai, bp,
+                                    bps, o, o16, ldc, fin, cy);
                 else {
                     qt_bm_i_pack_a(a + ic * sai, sai, sap, mc, qc, kq, P);
-                    qt_bm_i_block(qc == 0, mc, nc, kq, (const qt_bf16 *)qt_bm.ia, 2, 2 * mc,
-                                  2, bp, bps, o, ldc, fin, cy);
+                    qt_bm_i_block_h(qc == 0, mc, nc, kq, (const qt_bf16 *)qt_bm.ia, 2, 2 * mc,
+                                    2, bp, bps, o, o16, ldc, fin, cy);
                 }
             }
             if (nq == 0) qt_bm_v_finish(c + ic * ldc + jc, ldc, fin, cy, mc, nc);
         }
     }
+}
+
+static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
+                       const qt_bf16 *a, int64_t sai, int64_t sap, const qt_bf16 *b, int64_t sbp,
+                       int64_t sbj, int64_t I, int64_t J, int64_t P)
+{
+    qt_bm_insn_h(c, 0, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P);
 }
 #endif
 
@@ -1029,6 +1104,47 @@ int qt_bf16_matmul_bwd_data_on(int path, float *dx, const qt_bf16 *dy, const qt_
                                int64_t M, int64_t N, int64_t K)
 {
     return qt_bf16_matmul_bwd_data_ld_on(path, dx, K, dy, N, w, M, N, K);
+}
+
+/* The bf16 outputs (bf16_matmul.h): the instruction path only, P > 0; else -1. */
+static int qt_bm_run16(int path, qt_bf16 *c, int64_t ldc, int fin, const qt_bf16 *a,
+                       int64_t sai, const qt_bf16 *b, int64_t sbp, int64_t sbj, int64_t I,
+                       int64_t J, int64_t P)
+{
+#ifdef QT_BM_I16
+    if (path == QT_BF16_PATH_INSN && P > 0) {
+        qt_bm_insn_h(0, c, ldc, fin, 0, a, sai, 1, b, sbp, sbj, I, J, P);
+        return 0;
+    }
+#endif
+    (void)path, (void)c, (void)ldc, (void)fin, (void)a, (void)sai, (void)b, (void)sbp;
+    (void)sbj, (void)I, (void)J, (void)P;
+    return -1;
+}
+
+int qt_bf16_matmul_fwd16_ld_on(int path, qt_bf16 *y, int64_t ldy, const qt_bf16 *x,
+                               int64_t ldx, const qt_bf16 *w, int64_t M, int64_t N, int64_t K)
+{
+    return qt_bm_run16(path, y, ldy, QT_BM_FIN_WRITE, x, ldx, w, 1, K, M, N, K);
+}
+
+int qt_bf16_matmul_bwd_data16_ld_on(int path, qt_bf16 *dx, int64_t lddx, const qt_bf16 *dy,
+                                    int64_t lddy, const qt_bf16 *w, int64_t M, int64_t N,
+                                    int64_t K)
+{
+    return qt_bm_run16(path, dx, lddx, QT_BM_FIN_ADD, dy, lddy, w, K, 1, M, K, N);
+}
+
+int qt_bf16_matmul_fwd16(qt_bf16 *y, const qt_bf16 *x, const qt_bf16 *w, int64_t M, int64_t N,
+                         int64_t K)
+{
+    return qt_bf16_matmul_fwd16_ld_on(qt_bf16_mm_path(), y, N, x, K, w, M, N, K);
+}
+
+int qt_bf16_matmul_bwd_data16(qt_bf16 *dx, const qt_bf16 *dy, const qt_bf16 *w, int64_t M,
+                              int64_t N, int64_t K)
+{
+    return qt_bf16_matmul_bwd_data16_ld_on(qt_bf16_mm_path(), dx, K, dy, N, w, M, N, K);
 }
 
 /* wgrad: C = dw[N,K], A(n,m) = dy[m*N + n], B(m,k) = x[m*K + k]. */

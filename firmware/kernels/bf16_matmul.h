@@ -80,6 +80,23 @@ int qt_bf16_matmul_bwd_data_ld_on(int path, float *dx, int64_t lddx, const qt_bf
 int qt_bf16_matmul_bwd_data_z_ld_on(int path, float *dx, int64_t lddx, const qt_bf16 *dy,
                                     int64_t lddy, const qt_bf16 *w, int64_t M, int64_t N,
                                     int64_t K);
+/* fwd and bwd_data with a bf16 output, rounded in the tile's finish: y = bf16(the fwd's y)
+ * and dx = bf16(fp32(dx) + chain), the bits of the fp32 call followed by qt_bf16_from_f32_n
+ * (dx widened first) - per element the same chain, the same finish (NaN 0x7fc00000) and
+ * bf16.h's qt_bf16_round16, the rounding that pass makes, without the fp32 output's store,
+ * reload and second pass. Only the instruction path (QT_BF16_PATH_INSN, built with
+ * AVX-512BW/VL) has them: 0 when done, -1 (nothing written) on any other path or for P = 0
+ * (K for fwd, N for bwd_data), where the caller takes the fp32 call and the rounding pass.
+ * qt_bf16_matmul_fwd16 / _bwd_data16: on qt_bf16_mm_path(), rows contiguous. */
+int qt_bf16_matmul_fwd16_ld_on(int path, qt_bf16 *y, int64_t ldy, const qt_bf16 *x,
+                               int64_t ldx, const qt_bf16 *w, int64_t M, int64_t N, int64_t K);
+int qt_bf16_matmul_bwd_data16_ld_on(int path, qt_bf16 *dx, int64_t lddx, const qt_bf16 *dy,
+                                    int64_t lddy, const qt_bf16 *w, int64_t M, int64_t N,
+                                    int64_t K);
+int qt_bf16_matmul_fwd16(qt_bf16 *y, const qt_bf16 *x, const qt_bf16 *w, int64_t M, int64_t N,
+                         int64_t K);
+int qt_bf16_matmul_bwd_data16(qt_bf16 *dx, const qt_bf16 *dy, const qt_bf16 *w, int64_t M,
+                              int64_t N, int64_t K);
 
 /* The weight gradient with the leaf-tree carry of qt_leaf_carry.h in its finish: instead of
  * the leaf dw = (+0) + chain (NaN 0x7fc00000), cy->dst[e] = add[n-1][e] + (... + (add[0][e] +

@@ -63,7 +63,8 @@ void qt_op16_embed_fwd(const qt_op *op, const qt_ctx *ctx)
 }
 
 /* MATMUL_FWD: y = bf16(x W^T), the canonical blocks' tree (and the tensor group's sum) in
- * fp32 before the one rounding. */
+ * fp32 before the one rounding; plain with a bf16 y, rounded in the kernel's finish where the
+ * path has it (qt_bf16_matmul_fwd16: the bits of the fp32 call and the rounding pass). */
 void qt_op16_matmul_fwd(const qt_op *op, const qt_ctx *ctx)
 {
     const int64_t M = QT_A(op, MATMUL_FWD, M), N = QT_A(op, MATMUL_FWD, N),
@@ -73,6 +74,8 @@ void qt_op16_matmul_fwd(const qt_op *op, const qt_ctx *ctx)
     const qt_bf16 *x = qt_b16(ctx, QT_T(op, MATMUL_FWD, x)),
                   *w = qt_b16(ctx, QT_T(op, MATMUL_FWD, w));
     if (QT_A(op, MATMUL_FWD, nb) <= 0) {
+        if (qt_is_b16(ctx, yid) && qt_bf16_matmul_fwd16(qt_b16(ctx, yid), x, w, M, N, K) == 0)
+            return; /* rounded in the tiles' finish */
         qt_bf16_matmul_fwd(acc, x, w, M, N, K);
     } else {
         qt_bf16_matmul_canon_fwd(acc, x, w, M, N, K, QT_A(op, MATMUL_FWD, segs),
@@ -86,8 +89,9 @@ void qt_op16_matmul_fwd(const qt_op *op, const qt_ctx *ctx)
 }
 
 /* MATMUL_BWD_DATA: dx = bf16(widen(dx) + dy W): plain, one fp32 add per element after the
- * chain (bf16_matmul.h); canonical, the fp32 tree total (summed over the tensor group) added
- * once. */
+ * chain (bf16_matmul.h; a bf16 dx widened, added and rounded in the kernel's finish where the
+ * path has it: qt_bf16_matmul_bwd_data16); canonical, the fp32 tree total (summed over the
+ * tensor group) added once. */
 void qt_op16_matmul_bwd_data(const qt_op *op, const qt_ctx *ctx)
 {
     const int64_t M = QT_A(op, MATMUL_BWD_DATA, M), N = QT_A(op, MATMUL_BWD_DATA, N),
@@ -97,6 +101,8 @@ void qt_op16_matmul_bwd_data(const qt_op *op, const qt_ctx *ctx)
                   *w = qt_b16(ctx, QT_T(op, MATMUL_BWD_DATA, w));
     float *stage = qt_op_bf16_stage(ctx);
     if (QT_A(op, MATMUL_BWD_DATA, nb) <= 0) {
+        if (qt_is_b16(ctx, dxid) && qt_bf16_matmul_bwd_data16(qt_b16(ctx, dxid), dy, w, M, N, K) == 0)
+            return; /* widened, added and rounded in the tiles' finish */
         float *dx = qt_op_widen_b16(ctx, dxid, stage, M * K);
         qt_bf16_matmul_bwd_data(dx, dy, w, M, N, K);
         qt_op_store_b16(ctx, dxid, dx, M * K);

@@ -922,3 +922,88 @@ TEST(Bf16, MatmulBenchShapesInstructionEqualsEmulation)
             CHECK_EQUAL(0, diff_bits(what, got, want));
         }
 }
+
+// (g) the bf16 outputs rounded in the instruction path's tile finish
+// (qt_bf16_matmul_fwd16_ld_on, qt_bf16_matmul_bwd_data16_ld_on) against what the wrappers
+// did before: the fp32 call (dx widened from its bf16 first), then the rounding, 0 ulp. The
+// MM shapes (special values too, a row stride past the row) against the scalar reference and
+// qt_bf16_from_f32 one element at a time; the bench model's plain shapes against the
+// instruction path's fp32 call and qt_bf16_from_f32_n (the wrappers' pass). The other paths
+// and P = 0 decline (-1, nothing written).
+namespace {
+
+struct mm16_case {
+    int64_t M, N, K, pad;
+};
+
+// fwd (kind 0) or bwd_data (kind 1) into bf16 on the instruction path against fp32 on path
+// `base` and then rounding (vec: qt_bf16_from_f32_n, else one element at a time). Returns
+// the number of differing elements (0 when the path is not built).
+int mm16_one(int kind, const mm16_case &c, int base, int vec, int special, uint64_t *s)
+{
+    const int64_t M = c.M, N = c.N, K = c.K;
+    const int64_t cols = kind == 0 ? N : K, P = kind == 0 ? K : N, ld = cols + c.pad;
+    std::vector<qt_bf16> a = mm_operand((size_t)(M * P), s, special),
+                         w = mm_operand((size_t)(N * K), s, special);
+    std::vector<qt_bf16> got = mm_operand((size_t)(M * ld), s, special), want(got);
+    std::vector<float> f((size_t)(M * ld));
+    for (size_t e = 0; e < f.size(); e++) f[e] = qt_f32_from_bf16(want[e]);
+    int rc = kind == 0
+                 ? qt_bf16_matmul_fwd16_ld_on(QT_BF16_PATH_INSN, got.data(), ld, a.data(), P,
+                                              w.data(), M, N, K)
+                 : qt_bf16_matmul_bwd_data16_ld_on(QT_BF16_PATH_INSN, got.data(), ld, a.data(),
+                                                   P, w.data(), M, N, K);
+    if (rc != 0) {
+        CHECK(got == want); // declined: nothing written
+        return 0;
+    }
+    rc = kind == 0 ? qt_bf16_matmul_fwd_ld_on(base, f.data(), ld, a.data(), P, w.data(), M, N, K)
+                   : qt_bf16_matmul_bwd_data_ld_on(base, f.data(), ld, a.data(), P, w.data(), M,
+                                                   N, K);
+    LONGS_EQUAL(0, rc);
+    for (int64_t m = 0; m < M; m++) {
+        if (vec) qt_bf16_from_f32_n(&want[(size_t)(m * ld)], &f[(size_t)(m * ld)], cols);
+        else
+            for (int64_t j = 0; j < cols; j++)
+                want[(size_t)(m * ld + j)] = qt_bf16_from_f32(f[(size_t)(m * ld + j)]);
+    }
+    int bad = 0;
+    for (size_t e = 0; e < got.size(); e++)
+        if (got[e] != want[e] && bad++ < 4)
+            fprintf(stderr, "%s16 %lldx%lldx%lld pad %lld: [%zu] 0x%04x vs 0x%04x\n",
+                    kind == 0 ? "fwd" : "bwd_data", (long long)M, (long long)N, (long long)K,
+                    (long long)c.pad, e, got[e], want[e]);
+    return bad;
+}
+
+} // namespace
+
+TEST(Bf16, MatmulBf16OutputEqualsFp32ThenRound)
+{
+    uint64_t s = 0x5eed16f1f15ull;
+    int insn = 0;
+    for (const auto &sh : MM_SHAPES)
+        for (int special = 0; special < 2; special++)
+            for (int kind = 0; kind < 2; kind++) {
+                const mm16_case c = {sh[0], sh[1], sh[2], special ? 3 : 0};
+                LONGS_EQUAL(0, mm16_one(kind, c, QT_BF16_PATH_REF, 0, special, &s));
+            }
+    {
+        qt_bf16 y = 0x1234, one = 0x3f80;
+        insn = qt_bf16_matmul_fwd16_ld_on(QT_BF16_PATH_INSN, &y, 1, &one, 1, &one, 1, 1, 1) == 0;
+        // the other paths and P = 0 decline
+        LONGS_EQUAL(-1, qt_bf16_matmul_fwd16_ld_on(QT_BF16_PATH_REF, &y, 1, &one, 1, &one, 1, 1, 1));
+        LONGS_EQUAL(-1, qt_bf16_matmul_bwd_data16_ld_on(QT_BF16_PATH_WIDE, &y, 1, &one, 1, &one, 1, 1, 1));
+        LONGS_EQUAL(-1, qt_bf16_matmul_fwd16_ld_on(QT_BF16_PATH_INSN, &y, 1, &one, 0, &one, 1, 1, 0));
+        LONGS_EQUAL(insn ? 0x3f80 : 0x1234, y);
+    }
+    if (!insn) return;
+    // the bench model's plain fwd (N x K 512) and bwd_data (N = the contraction) shapes
+    const mm16_case fb[] = {{1024, 512, 512, 0},  {1024, 1536, 512, 0}, {1024, 1024, 512, 0},
+                            {1024, 4096, 512, 0}, {1024, 128, 512, 0},  {1024, 16, 512, 0},
+                            {1024, 1, 512, 0}};
+    const mm16_case bd[] = {{1024, 512, 512, 0}, {1024, 4096, 512, 0}, {1024, 16, 512, 0},
+                            {1024, 1, 512, 0}};
+    for (const auto &c : fb) LONGS_EQUAL(0, mm16_one(0, c, QT_BF16_PATH_INSN, 1, 0, &s));
+    for (const auto &c : bd) LONGS_EQUAL(0, mm16_one(1, c, QT_BF16_PATH_INSN, 1, 0, &s));
+}
