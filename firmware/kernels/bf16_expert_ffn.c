@@ -364,6 +364,7 @@ typedef struct {
     qt_bf16 *dx, *h, *dg; /* dy rows, then x rows; h; dgu */
     int64_t ngu, ndown;   /* the whole weights' sizes (E*2f*d, E*d*f) */
     int64_t cap;          /* rows per chunk */
+    float *end;           /* the scratch's end (past dg's cap rows: the matmuls' packed A) */
     int stream;           /* a carried slice may stream (by the whole weight's size) */
 } qt_bx_wbufs;
 
@@ -381,10 +382,15 @@ static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *
     qt_bx_swiglu(b->h, gu, b->list, n, f);
     /* a carried slice streams when the whole weight does (the level is read again only after
      * the other experts' slices and more leaves have passed through the caches) */
-    if (whole && cd)
-        qt_bf16_matmul_wgrad_carry_s_on(path, cd, b->dx, b->h, n, d, f,
-                                        b->stream && qt_bf16_matmul_wgrad_carry_stream(b->ndown));
-    else if (whole) qt_bf16_matmul_wgrad_on(path, dwd, b->dx, b->h, n, d, f);
+    /* the whole chunk's matmuls pack dy^T / dgu^T once into the scratch past the chunk's
+     * dgu rows (the end of the scratch: free while the chunk runs) */
+    float *ws = b->dh + (b->cap + n) * f;
+    ws += (16 - (int64_t)(((uintptr_t)ws / sizeof(float)) & 15)) & 15; /* 64-byte aligned */
+    const int64_t ws_n = b->end - ws;
+    if (whole)
+        qt_bf16_matmul_wgrad_ws_on(path, dwd, cd, b->dx, b->h, n, d, f,
+                                   b->stream && qt_bf16_matmul_wgrad_carry_stream(b->ndown),
+                                   ws_n > 0 ? ws : 0, ws_n);
     else qt_bx_chain_rows(path, dwd, b->dx, b->h, n, d, f, pa, pb);
     if (dgu) {
         qt_bx_gather(b->dg, dgu, 2 * f, 0, b->list, n, k);
@@ -393,10 +399,10 @@ static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *
         qt_bx_swiglu_bwd(b->dg, 2 * f, b->dh, gu, b->list, n, f);
     }
     qt_bx_gather(b->dx, x, d, 1, b->list, n, k);
-    if (whole && cg)
-        qt_bf16_matmul_wgrad_carry_s_on(path, cg, b->dg, b->dx, n, 2 * f, d,
-                                        b->stream && qt_bf16_matmul_wgrad_carry_stream(b->ngu));
-    else if (whole) qt_bf16_matmul_wgrad_on(path, dwg, b->dg, b->dx, n, 2 * f, d);
+    if (whole)
+        qt_bf16_matmul_wgrad_ws_on(path, dwg, cg, b->dg, b->dx, n, 2 * f, d,
+                                   b->stream && qt_bf16_matmul_wgrad_carry_stream(b->ngu),
+                                   ws_n > 0 ? ws : 0, ws_n);
     else qt_bx_chain_rows(path, dwg, b->dg, b->dx, n, 2 * f, d, pa, pb);
 }
 
@@ -416,6 +422,7 @@ static void qt_bx_wbufs_make(qt_bx_wbufs *b, float *scratch, int64_t E, int64_t 
     b->dg = qt_bx_b16(b->dh + cap * f);
     b->ngu = E * 2 * f * d, b->ndown = E * d * f;
     b->cap = cap;
+    b->end = scratch + scratch_elems;
     b->stream = 1;
 }
 
