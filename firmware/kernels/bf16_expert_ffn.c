@@ -364,9 +364,15 @@ typedef struct {
     qt_bf16 *dx, *h, *dg; /* dy rows, then x rows; h; dgu */
     int64_t ngu, ndown;   /* the whole weights' sizes (E*2f*d, E*d*f) */
     int64_t cap;          /* rows per chunk */
-    float *end;           /* the scratch's end (past dg's cap rows: the matmuls' packed A) */
+    float *end;           /* the scratch's end (the matmuls pack A into dh.. or past dg's rows) */
     int stream;           /* a carried slice may stream (by the whole weight's size) */
 } qt_bx_wbufs;
+
+/* p rounded up to 64 bytes. */
+static float *qt_bx_align16(float *p)
+{
+    return p + ((16 - (int64_t)(((uintptr_t)p / sizeof(float)) & 15)) & 15);
+}
 
 /* One chunk of expert e's rows list[0..n): dw_down and dw_gu written from (+0) by the
  * wgrad matmul (whole: 1; with the carries cg, cd when not NULL: their slices' dst, at dwg
@@ -380,13 +386,12 @@ static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *
     qt_bf16 *pa = qt_bx_b16(b->K), *pb = pa + 2 * (d > f ? d : f);
     qt_bx_gather(b->dx, dy, d, 0, b->list, n, k);
     qt_bx_swiglu(b->h, gu, b->list, n, f);
+    /* the whole chunk's matmuls pack dy^T / dgu^T once into free scratch: dW_down's from dh
+     * on (dh and dgu are written after it), dW_gu's past the chunk's dgu rows */
+    float *ws = qt_bx_align16(b->dh);
+    int64_t ws_n = b->end - ws;
     /* a carried slice streams when the whole weight does (the level is read again only after
      * the other experts' slices and more leaves have passed through the caches) */
-    /* the whole chunk's matmuls pack dy^T / dgu^T once into the scratch past the chunk's
-     * dgu rows (the end of the scratch: free while the chunk runs) */
-    float *ws = b->dh + (b->cap + n) * f;
-    ws += (16 - (int64_t)(((uintptr_t)ws / sizeof(float)) & 15)) & 15; /* 64-byte aligned */
-    const int64_t ws_n = b->end - ws;
     if (whole)
         qt_bf16_matmul_wgrad_ws_on(path, dwd, cd, b->dx, b->h, n, d, f,
                                    b->stream && qt_bf16_matmul_wgrad_carry_stream(b->ndown),
@@ -399,6 +404,7 @@ static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *
         qt_bx_swiglu_bwd(b->dg, 2 * f, b->dh, gu, b->list, n, f);
     }
     qt_bx_gather(b->dx, x, d, 1, b->list, n, k);
+    ws = qt_bx_align16(b->dh + (b->cap + n) * f), ws_n = b->end - ws;
     if (whole)
         qt_bf16_matmul_wgrad_ws_on(path, dwg, cg, b->dg, b->dx, n, 2 * f, d,
                                    b->stream && qt_bf16_matmul_wgrad_carry_stream(b->ngu),
