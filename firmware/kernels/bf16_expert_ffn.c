@@ -9,8 +9,10 @@
  * rows of a width that is a multiple of 1024 are padded by a line (qt_bx_ld; the padding is
  * never read); with canonical blocks (nb > 0) y and the parked dx rows are written in place
  * through the row list (bf16_matmul_canon.h _ld_on): strides and maps never change a bit.
- * Every scratch region keeps one element type (fp32 or bf16) for the whole call. No heap,
- * no VLA.
+ * Every scratch region keeps one element type (fp32 or bf16) for the whole call, except that
+ * the wgrad chunk lends free scratch to its matmuls' packed operand (bf16 pairs as 32-bit
+ * words, written and read only inside the bf16_matmul.c call): dW_down's from dh on, before
+ * dh and dgu are written; dW_gu's past the chunk's dgu rows. No heap, no VLA.
  */
 #ifndef QT_REAL_DOUBLE
 #include <string.h>

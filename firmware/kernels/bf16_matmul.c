@@ -26,6 +26,8 @@
  * the leaves in order, each element's operations those of the calls in order).
  * The instruction path reads A's rows in place unless they lie a multiple of 4 KiB apart
  * (then each contraction block's rows are copied to padded rows first: the same words).
+ * The weight gradient with a caller's store (qt_bf16_matmul_wgrad_ws_on) packs its A there
+ * once for every column panel instead of once per panel (the same words).
  * The canonical blocked contractions of bf16_matmul_canon.h with an even slice run fused on
  * the instruction path (qt_bf16_mm_canon_insn): each block's chain in registers, the
  * pairwise tree merged in the tile epilogue through a small stack per 32-column strip, no
