@@ -9,8 +9,10 @@
  * rows of a width that is a multiple of 1024 are padded by a line (qt_bx_ld; the padding is
  * never read); with canonical blocks (nb > 0) y and the parked dx rows are written in place
  * through the row list (bf16_matmul_canon.h _ld_on): strides and maps never change a bit.
- * Every scratch region keeps one element type (fp32 or bf16) for the whole call. No heap,
- * no VLA.
+ * Every scratch region keeps one element type (fp32 or bf16) for the whole call, except that
+ * the wgrad chunk lends free scratch to its matmuls' packed operand (bf16 pairs as 32-bit
+ * words, written and read only inside the bf16_matmul.c call): dW_down's from dh on, before
+ * dh and dgu are written; dW_gu's past the chunk's dgu rows. No heap, no VLA.
  */
 #ifndef QT_REAL_DOUBLE
 #include <string.h>
@@ -364,8 +366,15 @@ typedef struct {
     qt_bf16 *dx, *h, *dg; /* dy rows, then x rows; h; dgu */
     int64_t ngu, ndown;   /* the whole weights' sizes (E*2f*d, E*d*f) */
     int64_t cap;          /* rows per chunk */
+    float *end;           /* the scratch's end (the matmuls pack A into dh.. or past dg's rows) */
     int stream;           /* a carried slice may stream (by the whole weight's size) */
 } qt_bx_wbufs;
+
+/* p rounded up to 64 bytes. */
+static float *qt_bx_align16(float *p)
+{
+    return p + ((16 - (int64_t)(((uintptr_t)p / sizeof(float)) & 15)) & 15);
+}
 
 /* One chunk of expert e's rows list[0..n): dw_down and dw_gu written from (+0) by the
  * wgrad matmul (whole: 1; with the carries cg, cd when not NULL: their slices' dst, at dwg
@@ -379,12 +388,16 @@ static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *
     qt_bf16 *pa = qt_bx_b16(b->K), *pb = pa + 2 * (d > f ? d : f);
     qt_bx_gather(b->dx, dy, d, 0, b->list, n, k);
     qt_bx_swiglu(b->h, gu, b->list, n, f);
+    /* the whole chunk's matmuls pack dy^T / dgu^T once into free scratch: dW_down's from dh
+     * on (dh and dgu are written after it), dW_gu's past the chunk's dgu rows */
+    float *ws = qt_bx_align16(b->dh);
+    int64_t ws_n = b->end - ws;
     /* a carried slice streams when the whole weight does (the level is read again only after
      * the other experts' slices and more leaves have passed through the caches) */
-    if (whole && cd)
-        qt_bf16_matmul_wgrad_carry_s_on(path, cd, b->dx, b->h, n, d, f,
-                                        b->stream && qt_bf16_matmul_wgrad_carry_stream(b->ndown));
-    else if (whole) qt_bf16_matmul_wgrad_on(path, dwd, b->dx, b->h, n, d, f);
+    if (whole)
+        qt_bf16_matmul_wgrad_ws_on(path, dwd, cd, b->dx, b->h, n, d, f,
+                                   b->stream && qt_bf16_matmul_wgrad_carry_stream(b->ndown),
+                                   ws_n > 0 ? ws : 0, ws_n);
     else qt_bx_chain_rows(path, dwd, b->dx, b->h, n, d, f, pa, pb);
     if (dgu) {
         qt_bx_gather(b->dg, dgu, 2 * f, 0, b->list, n, k);
@@ -393,10 +406,11 @@ static void qt_bx_wgrad_chunk(int path, int whole, const qt_bx_wbufs *b, float *
         qt_bx_swiglu_bwd(b->dg, 2 * f, b->dh, gu, b->list, n, f);
     }
     qt_bx_gather(b->dx, x, d, 1, b->list, n, k);
-    if (whole && cg)
-        qt_bf16_matmul_wgrad_carry_s_on(path, cg, b->dg, b->dx, n, 2 * f, d,
-                                        b->stream && qt_bf16_matmul_wgrad_carry_stream(b->ngu));
-    else if (whole) qt_bf16_matmul_wgrad_on(path, dwg, b->dg, b->dx, n, 2 * f, d);
+    ws = qt_bx_align16(b->dh + (b->cap + n) * f), ws_n = b->end - ws;
+    if (whole)
+        qt_bf16_matmul_wgrad_ws_on(path, dwg, cg, b->dg, b->dx, n, 2 * f, d,
+                                   b->stream && qt_bf16_matmul_wgrad_carry_stream(b->ngu),
+                                   ws_n > 0 ? ws : 0, ws_n);
     else qt_bx_chain_rows(path, dwg, b->dg, b->dx, n, 2 * f, d, pa, pb);
 }
 
@@ -416,6 +430,7 @@ static void qt_bx_wbufs_make(qt_bx_wbufs *b, float *scratch, int64_t E, int64_t 
     b->dg = qt_bx_b16(b->dh + cap * f);
     b->ngu = E * 2 * f * d, b->ndown = E * d * f;
     b->cap = cap;
+    b->end = scratch + scratch_elems;
     b->stream = 1;
 }
 

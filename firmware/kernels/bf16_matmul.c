@@ -28,6 +28,8 @@
  * the same finish, then bf16.h's qt_bf16_round16, the rounding of the pass it replaces).
  * The instruction path reads A's rows in place unless they lie a multiple of 4 KiB apart
  * (then each contraction block's rows are copied to padded rows first: the same words).
+ * The weight gradient with a caller's store (qt_bf16_matmul_wgrad_ws_on) packs its A there
+ * once for every column panel instead of once per panel (the same words).
  * The canonical blocked contractions of bf16_matmul_canon.h with an even slice run fused on
  * the instruction path (qt_bf16_mm_canon_insn): each block's chain in registers, the
  * pairwise tree merged in the tile epilogue through a small stack per 32-column strip, no
@@ -582,11 +584,15 @@ static void qt_bm_i_block(int first, int64_t mc, int64_t nc, int64_t kq, const q
  * block and contraction block); then row blocks of MC rows, contraction blocks of KQ pairs.
  * A is read in place where its pairs are contiguous (sap == 1: fwd, bwd_data), except the
  * block with an odd P's last pair (its hi element must be +0), which is packed; wgrad's A is
- * packed per block. Reads a, b (and c for the add); writes c. qt_bm_insn_h: c16 != NULL
- * (c NULL, fin WRITE or ADD, sap == 1, P > 0) finishes into bf16 instead (qt_bm_i_tile_h). */
+ * packed per block, or, with a caller's store pa of pa_n >= I*nq words (wgrad: the expert
+ * FFN's free scratch), ONCE for every column panel: block (ic, qc) at pa + ic*nq + qc*mc,
+ * the words qt_bm_i_pack_a would write for it (the tiles read the same values). Reads a, b
+ * (and c for the add); writes c (and pa). qt_bm_insn_h: c16 != NULL (c NULL, fin WRITE or
+ * ADD, sap == 1, P > 0) finishes into bf16 instead (qt_bm_i_tile_h). */
 static void qt_bm_insn_h(float *c, qt_bf16 *c16, int64_t ldc, int fin, const qt_leaf_carry *cy,
                          const qt_bf16 *a, int64_t sai, int64_t sap, const qt_bf16 *b,
-                         int64_t sbp, int64_t sbj, int64_t I, int64_t J, int64_t P)
+                         int64_t sbp, int64_t sbj, int64_t I, int64_t J, int64_t P, uint32_t *pa,
+                         int64_t pa_n)
 {
     const int64_t nq = (P + 1) / 2;
     const int64_t jw = (J + QT_BM_I_NR - 1) / QT_BM_I_NR * QT_BM_I_NR; /* J in whole strips */
@@ -609,6 +615,14 @@ static void qt_bm_insn_h(float *c, qt_bf16 *c16, int64_t ldc, int fin, const qt_
     int64_t ncw = QT_BM_NC;
     while (ncw > QT_BM_I_NR && ncw * nq > QT_BM_I_PANEL) ncw -= QT_BM_I_NR;
     const int cached = ncw * nq <= QT_BM_I_PANEL;
+    const int prepacked = pa && sap != 1 && nq > 0 && I * nq <= pa_n && J > ncw;
+    if (prepacked) /* A once for every column panel */
+        for (int64_t ic = 0; ic < I; ic += QT_BM_MC) {
+            const int64_t mc = qt_bm_min(QT_BM_MC, I - ic);
+            for (int64_t qc = 0; qc < nq; qc += QT_BM_KQ)
+                qt_bm_i_pack_a_to(pa + ic * nq + qc * mc, a + ic * sai, sai, sap, mc, qc,
+                                  qt_bm_min(QT_BM_KQ, nq - qc), P);
+        }
     for (int64_t jc = 0; jc < J; jc += ncw) {
         const int64_t nc = qt_bm_min(ncw, J - jc);
         if (cached && nq > 0) qt_bm_i_pack_b(b + jc * sbj, sbp, sbj, nc, 0, nq, P);
@@ -632,6 +646,9 @@ static void qt_bm_insn_h(float *c, qt_bf16 *c16, int64_t ldc, int fin, const qt_
                 } else if (sap == 1 && 2 * (qc + kq) <= P) /* A in place */
                     qt_bm_i_block_h(qc == 0, mc, nc, kq, a + ic * sai + 2 * qc, sai, 2, sai, bp,
                                     bps, o, o16, ldc, fin, cy);
+                else if (prepacked) /* A packed above */
+                    qt_bm_i_block(qc == 0, mc, nc, kq, (const qt_bf16 *)(pa + ic * nq + qc * mc),
+                                  2, 2 * mc, 2, bp, bps, o, ldc, fin, cy);
                 else {
                     qt_bm_i_pack_a(a + ic * sai, sai, sap, mc, qc, kq, P);
                     qt_bm_i_block_h(qc == 0, mc, nc, kq, (const qt_bf16 *)qt_bm.ia, 2, 2 * mc,
@@ -645,9 +662,9 @@ static void qt_bm_insn_h(float *c, qt_bf16 *c16, int64_t ldc, int fin, const qt_
 
 static void qt_bm_insn(float *c, int64_t ldc, int fin, const qt_leaf_carry *cy,
                        const qt_bf16 *a, int64_t sai, int64_t sap, const qt_bf16 *b, int64_t sbp,
-                       int64_t sbj, int64_t I, int64_t J, int64_t P)
+                       int64_t sbj, int64_t I, int64_t J, int64_t P, uint32_t *pa, int64_t pa_n)
 {
-    qt_bm_insn_h(c, 0, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P);
+    qt_bm_insn_h(c, 0, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P, pa, pa_n);
 }
 #endif
 
@@ -1061,7 +1078,7 @@ static int qt_bm_run(int path, float *c, int64_t ldc, int fin, const qt_leaf_car
     case QT_BF16_PATH_EMUL: qt_bm_emul(c, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
 #endif
 #ifdef QT_BM_INSN
-    case QT_BF16_PATH_INSN: qt_bm_insn(c, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
+    case QT_BF16_PATH_INSN: qt_bm_insn(c, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P, 0, 0); return 0;
 #endif
 #ifdef QT_BM_WIDE
     case QT_BF16_PATH_WIDE: qt_bm_wide(c, ldc, fin, cy, a, sai, sap, b, sbp, sbj, I, J, P); return 0;
@@ -1113,7 +1130,7 @@ static int qt_bm_run16(int path, qt_bf16 *c, int64_t ldc, int fin, const qt_bf16
 {
 #ifdef QT_BM_I16
     if (path == QT_BF16_PATH_INSN && P > 0) {
-        qt_bm_insn_h(0, c, ldc, fin, 0, a, sai, 1, b, sbp, sbj, I, J, P);
+        qt_bm_insn_h(0, c, ldc, fin, 0, a, sai, 1, b, sbp, sbj, I, J, P, 0, 0);
         return 0;
     }
 #endif
@@ -1176,6 +1193,30 @@ int qt_bf16_matmul_wgrad_carry_s_on(int path, const qt_leaf_carry *cy, const qt_
     qt_bm.carry_stream = 0;
 #endif
     return rc;
+}
+
+/* The weight gradient (cy NULL: dw written, as qt_bf16_matmul_wgrad_on; else the carry, as
+ * qt_bf16_matmul_wgrad_carry_s_on with stream) with a caller's store ws of ws_n floats for
+ * A packed once (the instruction path's pa; other paths ignore it): the same bits. */
+int qt_bf16_matmul_wgrad_ws_on(int path, float *dw, const qt_leaf_carry *cy, const qt_bf16 *dy,
+                               const qt_bf16 *x, int64_t M, int64_t N, int64_t K, int stream,
+                               float *ws, int64_t ws_n)
+{
+#ifdef QT_BM_INSN
+    if (path == QT_BF16_PATH_INSN && ws && ws_n > 0) {
+        if (cy && (cy->n < 1 || cy->n > QT_LEAF_CARRY_MAX)) return -1;
+        uint32_t *pa = (uint32_t *)(void *)ws;
+        qt_bm.carry_stream = cy && (stream < 0 ? N * K >= QT_BM_CARRY_STREAM : stream != 0);
+        qt_bm_insn(cy ? cy->dst : dw, K, cy ? QT_BM_FIN_CARRY : QT_BM_FIN_ZADD, cy, dy, 1, N, x,
+                   K, 1, N, K, M, pa, ws_n);
+        if (qt_bm.carry_stream) _mm_sfence();
+        qt_bm.carry_stream = 0;
+        return 0;
+    }
+#endif
+    (void)ws, (void)ws_n;
+    return cy ? qt_bf16_matmul_wgrad_carry_s_on(path, cy, dy, x, M, N, K, stream)
+              : qt_bf16_matmul_wgrad_on(path, dw, dy, x, M, N, K);
 }
 
 static struct {

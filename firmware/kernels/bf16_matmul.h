@@ -118,6 +118,14 @@ int qt_bf16_matmul_wgrad_carry_s_on(int path, const qt_leaf_carry *cy, const qt_
                                     const qt_bf16 *x, int64_t M, int64_t N, int64_t K,
                                     int stream);
 int qt_bf16_matmul_wgrad_carry_stream(int64_t numel);
+/* The weight gradient written (cy NULL: as qt_bf16_matmul_wgrad_on) or carried (as
+ * qt_bf16_matmul_wgrad_carry_s_on with stream) with the caller's store ws of ws_n floats
+ * (no addend's, dw's, dy's or x's): the instruction path packs dy^T there once for every
+ * 256-column panel of x when N * ceil(M/2) words fit (else per panel, as without it); the
+ * same bits either way. 0, or -1 as the calls it stands for. */
+int qt_bf16_matmul_wgrad_ws_on(int path, float *dw, const qt_leaf_carry *cy, const qt_bf16 *dy,
+                               const qt_bf16 *x, int64_t M, int64_t N, int64_t K, int stream,
+                               float *ws, int64_t ws_n);
 
 /* Every leaf of one weight gradient in one call (the interpreter's all-leaves offer,
  * qt_leaf_carry.h): leaf s < n from dy[s] and x[s] (M rows each) into dw[s], as

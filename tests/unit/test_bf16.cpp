@@ -879,6 +879,55 @@ TEST(Bf16, MatmulWgradLeavesEqualTheCallsInOrder)
     for (float v : o) CHECK(v == 5.0f);
 }
 
+// The weight gradient with A (dy^T) packed once into a caller's store for every column panel
+// (qt_bf16_matmul_wgrad_ws_on; the expert FFN passes its free scratch) against the calls
+// without it, written and carried (streamed and not), 0 ulp on the whole buffer: several
+// contraction blocks (the last short, an odd M's last pair), row blocks (the last short),
+// column panels (the last short); a store one word short (packed per panel again); the 80B
+// slice's expert shapes (dW_gu 1024 x 2048 and dW_down 2048 x 512 over 2561 rows); the
+// reference path on the small shapes.
+TEST(Bf16, MatmulWgradPackedOnceEqualsPerPanel)
+{
+    struct { int64_t M, N, K; } sh[] = {
+        {1027, 197, 300}, {300, 25, 2080}, {513, 385, 257}, {2561, 1024, 2048}, {2561, 2048, 512}};
+    uint64_t s = 0xa11a0ce5eedull;
+    long runs = 0;
+    for (const auto &d : sh) {
+        const int64_t n = d.N * d.K, nq = (d.M + 1) / 2;
+        const int small = d.M * n < (int64_t)1 << 28;
+        std::vector<qt_bf16> dy = mm_operand((size_t)(d.M * d.N), &s, 0);
+        std::vector<qt_bf16> x = mm_operand((size_t)(d.M * d.K), &s, runs == 1);
+        std::vector<float> add((size_t)n), ws((size_t)(d.N * nq + 16));
+        for (auto &v : add) v = level_value(&s);
+        float *wa = ws.data() + (16 - ((uintptr_t)ws.data() / 4) % 16) % 16;
+        qt_leaf_carry cy;
+        cy.n = 1, cy.add[0] = add.data();
+        for (int kind = 0; kind < 3; kind++) { // written, carried, carried and streamed
+            std::vector<float> want((size_t)n, 9.0f), got((size_t)n, 9.0f), shrt((size_t)n, 9.0f);
+            const qt_leaf_carry *c = kind ? &cy : NULL;
+            if (kind) cy.dst = want.data();
+            const int rc = kind ? qt_bf16_matmul_wgrad_carry_s_on(QT_BF16_PATH_INSN, &cy, dy.data(), x.data(), d.M, d.N, d.K, kind == 2)
+                                : qt_bf16_matmul_wgrad_on(QT_BF16_PATH_INSN, want.data(), dy.data(), x.data(), d.M, d.N, d.K);
+            if (rc != 0) return; // the build lacks the instruction path
+            if (kind) cy.dst = got.data();
+            CHECK_EQUAL(0, qt_bf16_matmul_wgrad_ws_on(QT_BF16_PATH_INSN, got.data(), c, dy.data(), x.data(), d.M, d.N, d.K, kind == 2, wa, d.N * nq));
+            if (kind) cy.dst = shrt.data();
+            CHECK_EQUAL(0, qt_bf16_matmul_wgrad_ws_on(QT_BF16_PATH_INSN, shrt.data(), c, dy.data(), x.data(), d.M, d.N, d.K, kind == 2, wa, d.N * nq - 1));
+            char what[96];
+            snprintf(what, sizeof what, "wgrad packed once %lldx%lldx%lld kind %d", (long long)d.M, (long long)d.N, (long long)d.K, kind);
+            CHECK_EQUAL(0, diff_bits(what, got, want));
+            CHECK_EQUAL(0, diff_bits(what, shrt, want));
+            if (small && kind == 0) {
+                std::vector<float> ref((size_t)n, 9.0f);
+                CHECK_EQUAL(0, qt_bf16_matmul_wgrad_on(QT_BF16_PATH_REF, ref.data(), dy.data(), x.data(), d.M, d.N, d.K));
+                CHECK_EQUAL(0, diff_bits(what, got, ref));
+            }
+            runs++;
+        }
+    }
+    LONGS_EQUAL((long)(3 * sizeof sh / sizeof sh[0]), runs);
+}
+
 // The bench model's dense shapes (generated/bench-bf16/plan.txt: 1024 tokens, d 512; the
 // weight gradient per sequence of 256 rows; the lm_head's data gradient with dy rows of 4096,
 // copied to padded rows): the instruction path against the vector emulations, 0 ulp.

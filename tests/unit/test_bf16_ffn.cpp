@@ -797,6 +797,78 @@ TEST(Bf16Ffn, TensorParallelSplitOfF)
 //      (<= (d+2) 2^-24 sum|dy w| << 2^-16) carried by the SwiGLU derivative;
 //  dW_down (h in double from the stored gu): 2^-8 sum |dy h|: h rounded (2^-9);
 //  dW_gu (from the stored dgu): the plain chain bound (n+2) 2^-24 sum |dgu x|.
+// The weight gradient's matmuls with dy^T / dgu^T packed once into the scratch past the
+// chunk's rows (qt_bf16_matmul_wgrad_ws_on; the 80B slice: 8 and 2 column panels) against
+// the vector emulation (which packs per panel and is checked against the reference in (a)),
+// 0 ulp: about 535 rows an expert (two contraction blocks, the last short), dW_gu 528 x 300
+// and dW_down 300 x 264 (several row blocks and column panels, the last short); 4x the
+// plan's scratch (both packed once), the plan's (dW_down packed once) and one whose free
+// tail is too short for the largest expert (it packs per panel),
+// saved and recomputed dgu, written and carried, and the leaves of a call (2 sequences).
+TEST(Bf16Ffn, WgradPackedOnceEqualsTheEmulation)
+{
+    uint64_t s = 0x5ac4ed0cefa11ull;
+    const int64_t T = 700, k = 2, E = 3, d = 300, f = 264, R = T * k;
+    const Ffn c = make_ffn(T, k, E, d, f, &s);
+    int emul = QT_BF16_PATH_WIDE;
+    if (!qt_bf16_path_built(QT_BF16_PATH_INSN)) return;
+    if (!qt_bf16_path_built(emul)) emul = QT_BF16_PATH_EMUL;
+    const vb gu = rbv((size_t)(R * 2 * f), &s, 2.0f), dgu = rbv((size_t)(R * 2 * f), &s, 1.0f);
+    int64_t most = 0;
+    for (int32_t e = 0; e < E; e++) {
+        int64_t ne = 0;
+        for (int64_t r = 0; r < R; r++) ne += c.idx[(size_t)r] == e;
+        most = ne > most ? ne : most;
+    }
+    CHECK(most > 512);
+    const int64_t wrow = 1 + (d + 1) / 2 + (f + 1) / 2 + 2 * f, wfix = 2 * (d > f ? d : f);
+    const int64_t plan = scratch_sizes(c, 0)[0].wgrad, sizes[3] = {4 * plan, plan, wfix + most * wrow + 100};
+    const int64_t ng = E * 2 * f * d, nd = E * d * f;
+    char what[160];
+    for (int64_t wscr : sizes)
+        for (int saved = 0; saved < 2; saved++) {
+            const qt_bf16 *dg = saved ? dgu.data() : nullptr;
+            vf sc((size_t)wscr);
+            vf ig((size_t)ng, 9.0f), id((size_t)nd, 9.0f), eg(ig), ed(id);
+            snprintf(what, sizeof what, "wgrad packed once scratch %lld %s", (long long)wscr,
+                     saved ? "saved" : "recomputed");
+            CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_on(QT_BF16_PATH_INSN, ig.data(), id.data(), c.dy.data(), c.x.data(), c.idx.data(), gu.data(), dg, c.wdn.data(), sc.data(), T, k, E, d, f, wscr));
+            CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_on(emul, eg.data(), ed.data(), c.dy.data(), c.x.data(), c.idx.data(), gu.data(), dg, c.wdn.data(), sc.data(), T, k, E, d, f, wscr));
+            CHECK_EQUAL(0, diff(what, ig.data(), eg.data(), ig.size()));
+            CHECK_EQUAL(0, diff(what, id.data(), ed.data(), id.size()));
+            // the carry (one addend; stale level values), both paths
+            vf lv((size_t)(2 * (ng + nd)));
+            for (auto &v : lv) v = level_value(&s);
+            vf lw(lv);
+            for (int pi = 0; pi < 2; pi++) {
+                float *b = pi ? lw.data() : lv.data();
+                qt_leaf_carry cg, cd;
+                cg.n = 1, cg.add[0] = b, cg.dst = b + ng;
+                cd.n = 1, cd.add[0] = b + 2 * ng, cd.dst = b + 2 * ng + nd;
+                CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_carry_on(pi ? emul : QT_BF16_PATH_INSN, &cg, &cd, c.dy.data(), c.x.data(), c.idx.data(), gu.data(), dg, c.wdn.data(), sc.data(), T, k, E, d, f, wscr));
+            }
+            CHECK_EQUAL(0, diff(what, lv.data(), lw.data(), lv.size()));
+            // the leaves of two sequences (leaf 0 written, leaf 1 carried onto it)
+            for (int pi = 0; pi < 2; pi++) {
+                float *b = pi ? lw.data() : lv.data();
+                qt_leaf_carry cg, cd;
+                cg.n = 1, cg.add[0] = b, cg.dst = b + ng;
+                cd.n = 1, cd.add[0] = b + 2 * ng, cd.dst = b + 2 * ng + nd;
+                qt_bf16_ffn_leaf l2[2];
+                for (int j = 0; j < 2; j++) {
+                    const int64_t t0 = j * (T / 2);
+                    l2[j].dy = c.dy.data() + t0 * k * d, l2[j].x = c.x.data() + t0 * d;
+                    l2[j].gu = gu.data() + t0 * k * 2 * f, l2[j].dgu = dg ? dg + t0 * k * 2 * f : nullptr;
+                    l2[j].idx = c.idx.data() + t0 * k, l2[j].T = T / 2, l2[j].k = k;
+                    l2[j].dw_gu = j ? nullptr : b, l2[j].dw_down = j ? nullptr : b + 2 * ng;
+                    l2[j].c_gu = j ? &cg : nullptr, l2[j].c_down = j ? &cd : nullptr;
+                }
+                CHECK_EQUAL(0, qt_bf16_expert_ffn_wgrad_leaves_on(pi ? emul : QT_BF16_PATH_INSN, l2, 2, c.wdn.data(), sc.data(), E, d, f, wscr));
+            }
+            CHECK_EQUAL(0, diff(what, lv.data(), lw.data(), lv.size()));
+        }
+}
+
 TEST(Bf16Ffn, Float64Sanity)
 {
     uint64_t s = 0x0123456789abcdefull;
