@@ -338,6 +338,9 @@ TEST(Bf16Canon, MatchesScalarReferencePathsAndSplits)
         // blocks of 32 pairs), two full 256-column panels of eight strips, each strip with
         // its own stack of subtotals (block-major tiles), and an edge row panel
         {37, 512, 512, 2, 8},
+        // the bench model's forward down projection (f = 256 in one segment, nb 8: blocks of
+        // 16 pairs) into d = 512 columns (two 256-column panels), an edge row panel
+        {37, 512, 256, 1, 8},
     };
     for (const auto &sh : shapes)
         for (int mode = 0; mode < 3; mode++) canon_case(sh[0], sh[1], sh[2], sh[3], sh[4], &s, mode);
