@@ -628,6 +628,34 @@ static void qt_mm_write_opt(float *c, int64_t ldc, const float *a, int64_t sai, 
     }
 }
 
+/* The tree's merge after subtotal q of nq (a block's or a pair's) of a canonical tile's mr
+ * rows in acc: as many stacked subtotals as q has trailing one bits are added on the left;
+ * unless q is the last, the result is stacked and 1 is returned. */
+static inline __attribute__((always_inline)) int
+qt_mm_canon_merge(qt_vec acc[QT_MM_MR][2], const int mr, int64_t q, int64_t nq, int64_t *depth)
+{
+    const int64_t tile = QT_MM_MR * QT_MM_NR;
+    int nm = 0;
+    for (int64_t b = q; b & 1; b >>= 1) nm++;
+    float *const mrg = qt_mm.stack + (*depth - nm) * tile;
+    for (int k = nm - 1; k >= 0; k--) { /* earlier subtotals on the left */
+        const float *t = mrg + k * tile;
+#pragma GCC unroll 16
+        for (int i = 0; i < mr; i++) {
+            acc[i][0] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR), acc[i][0]);
+            acc[i][1] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR + QT_MM_VW), acc[i][1]);
+        }
+    }
+    if (q + 1 == nq) return 0;
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++) {
+        QT_VSTORE(mrg + i * QT_MM_NR, acc[i][0]);
+        QT_VSTORE(mrg + i * QT_MM_NR + QT_MM_VW, acc[i][1]);
+    }
+    *depth = *depth - nm + 1;
+    return 1;
+}
+
 /* One tile (mr rows, nr columns of a strip) of the canonical-block contraction, every block
  * in one call: block j's chain runs in registers from +0 over segment 0's slice and then,
  * continuing in the same registers, segment 1's ... (the stored and reloaded partial of the
@@ -640,7 +668,6 @@ qt_mm_canon_k(float *out, int64_t ldo, int plus_zero, const float *a, int64_t ld
               const float *bs, int64_t L, int64_t sl, int64_t nseg, int64_t nb, const int mr,
               int nr, const int nv)
 {
-    const int64_t tile = QT_MM_MR * QT_MM_NR;
     int64_t depth = 0; /* stacked subtotals */
     for (int64_t j = 0; j < nb; j++) {
         qt_vec acc[QT_MM_MR][2];
@@ -650,26 +677,7 @@ qt_mm_canon_k(float *out, int64_t ldo, int plus_zero, const float *a, int64_t ld
             const int64_t off = g * L + j * sl;
             qt_mm_chain(acc, a + off, lda, 1, bs + off * QT_MM_NR, QT_MM_NR, sl, mr, nv);
         }
-        int nm = 0;
-        for (int64_t q = j; q & 1; q >>= 1) nm++;
-        float *const mrg = qt_mm.stack + (depth - nm) * tile;
-        for (int k = nm - 1; k >= 0; k--) { /* earlier subtotals on the left */
-            const float *t = mrg + k * tile;
-#pragma GCC unroll 16
-            for (int i = 0; i < mr; i++) {
-                acc[i][0] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR), acc[i][0]);
-                acc[i][1] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR + QT_MM_VW), acc[i][1]);
-            }
-        }
-        if (j + 1 < nb) {
-#pragma GCC unroll 16
-            for (int i = 0; i < mr; i++) {
-                QT_VSTORE(mrg + i * QT_MM_NR, acc[i][0]);
-                QT_VSTORE(mrg + i * QT_MM_NR + QT_MM_VW, acc[i][1]);
-            }
-            depth = depth - nm + 1;
-            continue;
-        }
+        if (qt_mm_canon_merge(acc, mr, j, nb, &depth)) continue;
         if (plus_zero) {
 #pragma GCC unroll 16
             for (int i = 0; i < mr; i++) {
@@ -738,7 +746,7 @@ static inline __attribute__((always_inline)) void
 qt_mm_canon_pk(float *out, int64_t ldo, int plus_zero, const float *a, int64_t lda,
                const float *bs, int64_t L, int64_t sl, int64_t nseg, int64_t nb, const int h)
 {
-    const int64_t tile = QT_MM_MR * QT_MM_NR, db = sl * QT_MM_NR;
+    const int64_t db = sl * QT_MM_NR;
     int64_t depth = 0;
     for (int64_t j = 0; j < nb; j += 2) {
         qt_vec acc[QT_MM_MR][2];
@@ -768,26 +776,7 @@ qt_mm_canon_pk(float *out, int64_t ldo, int plus_zero, const float *a, int64_t l
             acc[i][0] = QT_VADD(acc[i][0], acc[6 + i][0]);
             acc[i][1] = QT_VADD(acc[i][1], acc[6 + i][1]);
         }
-        int nm = 0;
-        for (int64_t q = j / 2; q & 1; q >>= 1) nm++;
-        float *const mrg = qt_mm.stack + (depth - nm) * tile;
-        for (int k = nm - 1; k >= 0; k--) {
-            const float *t = mrg + k * tile;
-#pragma GCC unroll 16
-            for (int i = 0; i < h; i++) {
-                acc[i][0] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR), acc[i][0]);
-                acc[i][1] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR + QT_MM_VW), acc[i][1]);
-            }
-        }
-        if (j + 2 < nb) {
-#pragma GCC unroll 16
-            for (int i = 0; i < h; i++) {
-                QT_VSTORE(mrg + i * QT_MM_NR, acc[i][0]);
-                QT_VSTORE(mrg + i * QT_MM_NR + QT_MM_VW, acc[i][1]);
-            }
-            depth = depth - nm + 1;
-            continue;
-        }
+        if (qt_mm_canon_merge(acc, h, j / 2, nb / 2, &depth)) continue; /* over the pairs */
 #pragma GCC unroll 16
         for (int i = 0; i < h; i++) {
             if (plus_zero) {
