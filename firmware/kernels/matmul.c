@@ -12,8 +12,10 @@
  * qt_leaf_carry.h in the tile epilogue (add 3): the pushed tree level is stored directly,
  * with the additions of qt_tree_push in its order, and the leaf itself is never stored.
  * The canonical-block contractions of matmul_canon.h (contraction up to 2048) run here tile
- * by tile: each block's chain in registers, the pairwise tree merged in the tile's epilogue
- * through a small stack (same bits as the copying form there; qt_mm_canon_panel says why).
+ * by tile, all blocks of a tile in one call: each block's chain in registers (its segments
+ * continued in the same registers), with nb >= 2 two blocks at a time on 6-row tiles and
+ * their pair summed in registers, the rest of the pairwise tree merged through a small
+ * stack (same bits as the copying form there; qt_mm_canon_panel says why).
  * The double build (-DQT_REAL_DOUBLE) uses the scalar path only.
  * Each tile height 1..MR (and strips of one vector) has its own register-resident kernel,
  * in two forms: packed A micro-panels (compile-time offsets) and A rows in place (four row
@@ -207,7 +209,7 @@ qt_mm_chain(qt_vec acc[QT_MM_MR][2], const float *ap, int64_t sai, int64_t sap, 
 static inline __attribute__((always_inline)) void
 qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, const float *ap,
              int64_t sai, int64_t sap, const float *bp, int64_t ldb, int64_t kc, const int mr, int nr,
-             const int nv, const float *mrg, int nmrg, const qt_leaf_carry *cy)
+             const int nv, const qt_leaf_carry *cy)
 {
     qt_vec acc[QT_MM_MR][2];
     if (cin && nr == QT_MM_NR) {
@@ -237,14 +239,6 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
                 _mm_prefetch((const char *)(t + nr - 1), _MM_HINT_T0);
             }
     qt_mm_chain(acc, ap, sai, sap, bp, ldb, kc, mr, nv);
-    for (int k = nmrg - 1; k >= 0; k--) { /* the canonical tree: earlier subtotals on the left */
-        const float *t = mrg + k * QT_MM_MR * QT_MM_NR;
-#pragma GCC unroll 16
-        for (int i = 0; i < mr; i++) {
-            acc[i][0] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR), acc[i][0]);
-            acc[i][1] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR + QT_MM_VW), acc[i][1]);
-        }
-    }
 
     if (nr == QT_MM_NR) {
 #pragma GCC unroll 16
@@ -296,16 +290,14 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
  * its own register-resident kernel. */
 static void qt_mm_tile_m(float *out, int64_t ldo, int add, const float *cin, int64_t ldi,
                          const float *ap, int64_t sai, int64_t sap, const float *bp, int64_t ldb,
-                         int64_t kc, int mr, int nr, const float *mrg, int nmrg,
+                         int64_t kc, int mr, int nr,
                          const qt_leaf_carry *cy)
 {
 #define QT_MM_CASE(h)                                                                         \
     case h:                                                                                   \
         if (nr <= QT_MM_VW)                                                                   \
-            qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 1, mrg, nmrg, \
-                         cy);                                                                 \
-        else qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 2, mrg,   \
-                          nmrg, cy);                                                          \
+            qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 1, cy);       \
+        else qt_mm_tile_k(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, h, nr, 2, cy);  \
         break;
     switch (mr) {
     QT_MM_CASE(1) QT_MM_CASE(2) QT_MM_CASE(3) QT_MM_CASE(4) QT_MM_CASE(5) QT_MM_CASE(6)
@@ -321,7 +313,7 @@ static inline void qt_mm_tile(float *out, int64_t ldo, int add, const float *cin
                               const float *ap, int64_t sai, int64_t sap, const float *bp,
                               int64_t ldb, int64_t kc, int mr, int nr)
 {
-    qt_mm_tile_m(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, mr, nr, 0, 0, 0);
+    qt_mm_tile_m(out, ldo, add, cin, ldi, ap, sai, sap, bp, ldb, kc, mr, nr, 0);
 }
 
 /* Height of the row tile that starts rem rows before the end: MR, except that a remainder
@@ -627,7 +619,7 @@ static void qt_mm_write_opt(float *c, int64_t ldc, const float *a, int64_t sai, 
                         const int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
                         float *o = c + (ic + ir) * ldc + jc + s * QT_MM_NR;
                         qt_mm_tile_m(o, ldc, last ? fin : 0, pc ? o : 0, ldc, ap, tsi, tsp,
-                                     qt_mm.bfull + s * kc * QT_MM_NR, QT_MM_NR, kc, mr, nr, 0, 0,
+                                     qt_mm.bfull + s * kc * QT_MM_NR, QT_MM_NR, kc, mr, nr,
                                      last ? cy : 0);
                     }
                 }
@@ -636,50 +628,222 @@ static void qt_mm_write_opt(float *c, int64_t ldc, const float *a, int64_t sai, 
     }
 }
 
+/* The tree's merge after subtotal q of nq (a block's or a pair's) of a canonical tile's mr
+ * rows in acc: as many stacked subtotals as q has trailing one bits are added on the left;
+ * unless q is the last, the result is stacked and 1 is returned. */
+static inline __attribute__((always_inline)) int
+qt_mm_canon_merge(qt_vec acc[QT_MM_MR][2], const int mr, int64_t q, int64_t nq, int64_t *depth)
+{
+    const int64_t tile = QT_MM_MR * QT_MM_NR;
+    int nm = 0;
+    for (int64_t b = q; b & 1; b >>= 1) nm++;
+    float *const mrg = qt_mm.stack + (*depth - nm) * tile;
+    for (int k = nm - 1; k >= 0; k--) { /* earlier subtotals on the left */
+        const float *t = mrg + k * tile;
+#pragma GCC unroll 16
+        for (int i = 0; i < mr; i++) {
+            acc[i][0] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR), acc[i][0]);
+            acc[i][1] = QT_VADD(QT_VLOAD(t + i * QT_MM_NR + QT_MM_VW), acc[i][1]);
+        }
+    }
+    if (q + 1 == nq) return 0;
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++) {
+        QT_VSTORE(mrg + i * QT_MM_NR, acc[i][0]);
+        QT_VSTORE(mrg + i * QT_MM_NR + QT_MM_VW, acc[i][1]);
+    }
+    *depth = *depth - nm + 1;
+    return 1;
+}
+
+/* One tile (mr rows, nr columns of a strip) of the canonical-block contraction, every block
+ * in one call: block j's chain runs in registers from +0 over segment 0's slice and then,
+ * continuing in the same registers, segment 1's ... (the stored and reloaded partial of the
+ * per-segment form is exact, so this is its chain), then the pairwise tree is merged through
+ * qt_mm.stack (a binary counter: after block j, as many stacked subtotals as j has trailing
+ * one bits are added on the left), and the last block writes out: acc, or (+0) + acc with
+ * plus_zero. mr and nv compile-time after inlining (one copy per tile height). */
+static inline __attribute__((always_inline)) void
+qt_mm_canon_k(float *out, int64_t ldo, int plus_zero, const float *a, int64_t lda,
+              const float *bs, int64_t L, int64_t sl, int64_t nseg, int64_t nb, const int mr,
+              int nr, const int nv)
+{
+    int64_t depth = 0; /* stacked subtotals */
+    for (int64_t j = 0; j < nb; j++) {
+        qt_vec acc[QT_MM_MR][2];
+#pragma GCC unroll 16
+        for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = QT_VZERO();
+        for (int64_t g = 0; g < nseg; g++) {
+            const int64_t off = g * L + j * sl;
+            qt_mm_chain(acc, a + off, lda, 1, bs + off * QT_MM_NR, QT_MM_NR, sl, mr, nv);
+        }
+        if (qt_mm_canon_merge(acc, mr, j, nb, &depth)) continue;
+        if (plus_zero) {
+#pragma GCC unroll 16
+            for (int i = 0; i < mr; i++) {
+                acc[i][0] = QT_VADD(QT_VZERO(), acc[i][0]);
+                acc[i][1] = QT_VADD(QT_VZERO(), acc[i][1]);
+            }
+        }
+        if (nr == QT_MM_NR) {
+#pragma GCC unroll 16
+            for (int i = 0; i < mr; i++) {
+                QT_VSTORE(out + i * ldo, acc[i][0]);
+                QT_VSTORE(out + i * ldo + QT_MM_VW, acc[i][1]);
+            }
+        } else {
+#pragma GCC unroll 16
+            for (int i = 0; i < mr; i++) {
+                QT_VSTORE(qt_mm.edge + i * QT_MM_NR, acc[i][0]);
+                QT_VSTORE(qt_mm.edge + i * QT_MM_NR + QT_MM_VW, acc[i][1]);
+                for (int c = 0; c < nr; c++) out[i * ldo + c] = qt_mm.edge[i * QT_MM_NR + c];
+            }
+        }
+    }
+}
+
 /* The canonical-block contraction (matmul_canon.h) of one column panel, tile by tile:
  * out[i, j] (ld ldo, i < I, j < nc) = tree over blocks b of the chain over block b's indices
  * (segment 0's slice, then segment 1's, ...) of a(i,p) b(p,j), a(i,p) = a[i*lda + p] read in
- * place and B packed in qt_mm.bfull as [P][NR] strips. Each block's chain runs in registers
- * from +0 (a later segment reloads the stored partial: exact); the pairwise tree is merged as
- * the blocks finish, in the tile's epilogue (a binary counter over qt_mm.stack: after block
- * j, as many stacked subtotals as j has trailing one bits are added on the left, so
- * ((b0+b1)+(b2+b3))+((b4+b5)+(b6+b7)) keeps its pairs and order), and the last block's tile
- * writes the total to out: with plus_zero, (+0) + total. The copying path of matmul_canon.c
- * forms (+0) + partial at every leaf instead: the same bits, since a sum of two floats is -0
- * exactly when both are -0 (round to nearest, gradual underflow), so by induction over the
- * tree, the tree of (+0) + b_j is (+0) + the tree of b_j (NaN in, NaN out). */
+ * place and B packed in qt_mm.bfull as [P][NR] strips; each tile runs all its blocks in one
+ * call (one noinline copy per tile height: before, every block and segment was its own
+ * qt_mm_tile_m call, with the partial stored and reloaded between segments - the same
+ * values, 9-13% of the bench model's expert down projection and data gradient at nb 8):
+ * with nb >= 2 and a full strip the paired tile of up to 6 rows (qt_mm_canon_pk: one
+ * subtotal stored per pair of blocks; the canonical forms at the bench model's expert
+ * shapes 100-104 -> 108-110 GFLOP/s, the plain kernel's 111-113), else qt_mm_canon_k's
+ * up to 12 rows. The last block's tile writes the total to out: with plus_zero, (+0) + total. The
+ * copying path of matmul_canon.c forms (+0) + partial at every leaf instead: the same bits,
+ * since a sum of two floats is -0 exactly when both are -0 (round to nearest, gradual
+ * underflow), so by induction over the tree, the tree of (+0) + b_j is (+0) + the tree of
+ * b_j (NaN in, NaN out). */
+#define QT_MM_CANON_H(h)                                                                      \
+    static __attribute__((noinline)) void qt_mm_canon_t##h(                                  \
+        float *out, int64_t ldo, int plus_zero, const float *a, int64_t lda, const float *bs, \
+        int64_t L, int64_t sl, int64_t nseg, int64_t nb, int nr)                               \
+    {                                                                                         \
+        if (nr <= QT_MM_VW)                                                                   \
+            qt_mm_canon_k(out, ldo, plus_zero, a, lda, bs, L, sl, nseg, nb, h, nr, 1);        \
+        else qt_mm_canon_k(out, ldo, plus_zero, a, lda, bs, L, sl, nseg, nb, h, nr, 2);       \
+    }
+QT_MM_CANON_H(1) QT_MM_CANON_H(2) QT_MM_CANON_H(3) QT_MM_CANON_H(4) QT_MM_CANON_H(5)
+QT_MM_CANON_H(6)
+#if QT_MM_MR > 6
+QT_MM_CANON_H(7) QT_MM_CANON_H(8) QT_MM_CANON_H(9) QT_MM_CANON_H(10) QT_MM_CANON_H(11)
+QT_MM_CANON_H(12)
+#endif
+#undef QT_MM_CANON_H
+
+#if QT_MM_MR == 12
+/* The paired canonical tile (nb >= 2, full 32-column strips): h <= 6 rows run blocks 2q and
+ * 2q + 1 interleaved in one loop, rows i in acc[i] (block 2q) and acc[6 + i] (block 2q + 1):
+ * each block's chain is the single tile's (from +0, segment after segment, index increasing),
+ * and the pair's sum b(2q) + b(2q+1) - the tree's first level, earlier block on the left - is
+ * formed in registers, so only one subtotal per pair is stored and merged (the tree over the
+ * pairs is the tree over the blocks from its second level up). 24 accumulators and four B
+ * vectors: the 12 x 32 tile's register budget. */
+static inline __attribute__((always_inline)) void
+qt_mm_canon_pk(float *out, int64_t ldo, int plus_zero, const float *a, int64_t lda,
+               const float *bs, int64_t L, int64_t sl, int64_t nseg, int64_t nb, const int h)
+{
+    const int64_t db = sl * QT_MM_NR;
+    int64_t depth = 0;
+    for (int64_t j = 0; j < nb; j += 2) {
+        qt_vec acc[QT_MM_MR][2];
+#pragma GCC unroll 16
+        for (int i = 0; i < QT_MM_MR; i++) acc[i][0] = acc[i][1] = QT_VZERO();
+        for (int64_t g = 0; g < nseg; g++) {
+            const int64_t off = g * L + j * sl;
+            const float *r0 = a + off, *r1 = a + off + 3 * lda;
+            const float *bp = bs + off * QT_MM_NR, *const bend = bp + db;
+            for (; bp != bend; bp += QT_MM_NR, r0++, r1++) {
+                const float *const r[2] = {r0, r1};
+                const qt_vec b0 = QT_VLOAD(bp), b1 = QT_VLOAD(bp + QT_MM_VW);
+                const qt_vec c0 = QT_VLOAD(bp + db), c1 = QT_VLOAD(bp + db + QT_MM_VW);
+#pragma GCC unroll 16
+                for (int i = 0; i < h; i++) {
+                    const float *ri = r[i / 3] + (i % 3) * lda;
+                    const qt_vec av = QT_VBCAST(ri[0]), cv = QT_VBCAST(ri[sl]);
+                    acc[i][0] = QT_VFMA(av, b0, acc[i][0]);
+                    acc[i][1] = QT_VFMA(av, b1, acc[i][1]);
+                    acc[6 + i][0] = QT_VFMA(cv, c0, acc[6 + i][0]);
+                    acc[6 + i][1] = QT_VFMA(cv, c1, acc[6 + i][1]);
+                }
+            }
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < h; i++) { /* the pair: b(j) + b(j+1) */
+            acc[i][0] = QT_VADD(acc[i][0], acc[6 + i][0]);
+            acc[i][1] = QT_VADD(acc[i][1], acc[6 + i][1]);
+        }
+        if (qt_mm_canon_merge(acc, h, j / 2, nb / 2, &depth)) continue; /* over the pairs */
+#pragma GCC unroll 16
+        for (int i = 0; i < h; i++) {
+            if (plus_zero) {
+                acc[i][0] = QT_VADD(QT_VZERO(), acc[i][0]);
+                acc[i][1] = QT_VADD(QT_VZERO(), acc[i][1]);
+            }
+            QT_VSTORE(out + i * ldo, acc[i][0]);
+            QT_VSTORE(out + i * ldo + QT_MM_VW, acc[i][1]);
+        }
+    }
+}
+
+#define QT_MM_CANON_P(h)                                                                      \
+    static __attribute__((noinline)) void qt_mm_canon_p##h(                                  \
+        float *out, int64_t ldo, int plus_zero, const float *a, int64_t lda, const float *bs, \
+        int64_t L, int64_t sl, int64_t nseg, int64_t nb)                                      \
+    {                                                                                         \
+        qt_mm_canon_pk(out, ldo, plus_zero, a, lda, bs, L, sl, nseg, nb, h);                  \
+    }
+QT_MM_CANON_P(1) QT_MM_CANON_P(2) QT_MM_CANON_P(3) QT_MM_CANON_P(4) QT_MM_CANON_P(5)
+QT_MM_CANON_P(6)
+#undef QT_MM_CANON_P
+#endif
+
 static void qt_mm_canon_panel(float *out, int64_t ldo, const float *a, int64_t lda, int64_t I,
                               int64_t nc, int64_t P, int64_t nseg, int64_t nb, int plus_zero)
 {
-    const int64_t L = P / nseg, sl = L / nb, tile = QT_MM_MR * QT_MM_NR;
+    typedef void (*qt_mm_canon_fn)(float *, int64_t, int, const float *, int64_t, const float *,
+                                   int64_t, int64_t, int64_t, int64_t, int);
+    static const qt_mm_canon_fn tiles[QT_MM_MR + 1] = {
+        0, qt_mm_canon_t1, qt_mm_canon_t2, qt_mm_canon_t3, qt_mm_canon_t4, qt_mm_canon_t5,
+        qt_mm_canon_t6,
+#if QT_MM_MR > 6
+        qt_mm_canon_t7, qt_mm_canon_t8, qt_mm_canon_t9, qt_mm_canon_t10, qt_mm_canon_t11,
+        qt_mm_canon_t12,
+#endif
+    };
+    const int64_t L = P / nseg, sl = L / nb;
     int mr;
-    for (int64_t ir = 0; ir < I; ir += mr) {
-        mr = qt_mm_rows(I - ir);
-        for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
-            const int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
-            const float *bs = qt_mm.bfull + s * P * QT_MM_NR;
-            int64_t depth = 0; /* stacked subtotals */
-            for (int64_t j = 0; j < nb; j++) {
-                float *pj = qt_mm.stack + depth * tile;
-                int nm = 0;
-                for (int64_t q = j; q & 1; q >>= 1) nm++;
-                for (int64_t g = 0; g < nseg; g++) {
-                    const int64_t off = g * L + j * sl;
-                    const float *ap = a + ir * lda + off, *bp = bs + off * QT_MM_NR;
-                    if (g + 1 < nseg)
-                        qt_mm_tile(pj, QT_MM_NR, 0, g ? pj : 0, QT_MM_NR, ap, lda, 1, bp,
-                                   QT_MM_NR, sl, mr, QT_MM_NR);
-                    else if (j + 1 < nb)
-                        qt_mm_tile_m(pj - nm * tile, QT_MM_NR, 0, g ? pj : 0, QT_MM_NR, ap, lda,
-                                     1, bp, QT_MM_NR, sl, mr, QT_MM_NR, pj - nm * tile, nm, 0);
-                    else
-                        qt_mm_tile_m(out + ir * ldo + s * QT_MM_NR, ldo, plus_zero ? 2 : 0,
-                                     g ? pj : 0, QT_MM_NR, ap, lda, 1, bp, QT_MM_NR, sl, mr, nr,
-                                     pj - nm * tile, nm, 0);
-                }
-                depth = depth - nm + 1;
+#if QT_MM_MR == 12
+    if (nb >= 2) { /* paired tiles of up to 6 rows (the last strip, if narrow, unpaired) */
+        typedef void (*qt_mm_pair_fn)(float *, int64_t, int, const float *, int64_t,
+                                      const float *, int64_t, int64_t, int64_t, int64_t);
+        static const qt_mm_pair_fn pairs[7] = {0, qt_mm_canon_p1, qt_mm_canon_p2, qt_mm_canon_p3,
+                                               qt_mm_canon_p4, qt_mm_canon_p5, qt_mm_canon_p6};
+        for (int64_t ir = 0; ir < I; ir += mr) {
+            const int64_t rem = I - ir;
+            mr = rem >= 12 || rem == 6 ? 6 : rem > 6 ? (int)((rem + 1) / 2) : (int)rem;
+            for (int64_t s = 0; s * QT_MM_NR < nc; s++) {
+                const int nr = (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR);
+                if (nr == QT_MM_NR)
+                    pairs[mr](out + ir * ldo + s * QT_MM_NR, ldo, plus_zero, a + ir * lda, lda,
+                              qt_mm.bfull + s * P * QT_MM_NR, L, sl, nseg, nb);
+                else
+                    tiles[mr](out + ir * ldo + s * QT_MM_NR, ldo, plus_zero, a + ir * lda, lda,
+                              qt_mm.bfull + s * P * QT_MM_NR, L, sl, nseg, nb, nr);
             }
         }
+        return;
+    }
+#endif
+    for (int64_t ir = 0; ir < I; ir += mr) {
+        mr = qt_mm_rows(I - ir);
+        for (int64_t s = 0; s * QT_MM_NR < nc; s++)
+            tiles[mr](out + ir * ldo + s * QT_MM_NR, ldo, plus_zero, a + ir * lda, lda,
+                      qt_mm.bfull + s * P * QT_MM_NR, L, sl, nseg, nb,
+                      (int)qt_mm_min(QT_MM_NR, nc - s * QT_MM_NR));
     }
 }
 

@@ -150,6 +150,17 @@ TEST(ExpertFfnFast, BenchWidthsBitIdenticalToReference)
     }
 }
 
+// The bench model's shapes with an expert's row counts of the step (one sequence of 256
+// tokens, top-4 of 16: 60-90 rows per expert, several 12-row tiles and a split remainder),
+// canonical 8 blocks: the down projection's and the data gradient's canonical tiles
+// (matmul.c qt_mm_canon_k) at the plan's contraction, against the row-at-a-time references.
+TEST(ExpertFfnFast, BenchRowsBitIdenticalToReference)
+{
+    Ffn c = make(256, 4, 16, 512, 256, 450);
+    const int64_t full = plan_scratch(c, 8);
+    check_case(c, 8, full, full, full);
+}
+
 // One token, one slot, or no valid rows at all; and scratch too small for a row: the
 // documented NaN poisoning of y, dx and the leaves in both the kernels and the references.
 TEST(ExpertFfnFast, DegenerateRoutingAndTinyScratch)

@@ -254,6 +254,40 @@ TEST(KernelsBasic, MatmulBenchShapesBitIdentical)
     LONGS_EQUAL(0, bad);
 }
 
+// The bench model's expert FFN contractions through the canonical tile (every block of a
+// tile in one call, segments continued in registers: qt_mm_canon_k): the down projection
+// (an expert's rows x d 512 over f 256, one segment) and the data gradient of [gate | up]
+// (rows x d 512 over 2f 512, two segments), nb 1, 2, 4 and 8, at an expert's row counts
+// (256 = 21 x 12 + 2 x 2, 269, 64 = 4 x 12 + 2 x 8, 1), operands of unit scale and tiny ones
+// whose block partials underflow to -0, against the copying references at 0 ulp.
+TEST(KernelsBasic, MatmulCanonicalExpertShapesBitIdentical)
+{
+    const int64_t Ms[] = {256, 269, 64, 1};
+    const size_t cap = 1 << 21;
+    std::vector<float> X(cap), W(cap), O1(cap), O2(cap), S(cap);
+    uint64_t s = 53;
+    long bad = 0, cases = 0;
+    for (int tiny = 0; tiny < 2; tiny++) {
+        for (auto &v : X) v = (float)qt_test_rand(&s) * (tiny ? 1e-25f : 1.0f);
+        for (auto &v : W) v = (float)qt_test_rand(&s) * (tiny ? 1e-25f : 1.0f);
+        for (int64_t M : Ms)
+            for (int64_t nb = 1; nb <= 8; nb *= 2) {
+                CHECK((size_t)QT_CANON_FWD_SCRATCH(M, 512, 256, nb) < cap);
+                CHECK((size_t)QT_CANON_BWD_SCRATCH(M, 512, 512, nb) < cap);
+                qt_matmul_canon_fwd(O1.data(), X.data(), W.data(), M, 512, 256, 1, nb, S.data());
+                qt_matmul_canon_fwd_ref(O2.data(), X.data(), W.data(), M, 512, 256, 1, nb, S.data());
+                bad += memcmp(O1.data(), O2.data(), 4 * (size_t)(M * 512)) != 0;
+                qt_matmul_canon_bwd_data(O1.data(), X.data(), W.data(), M, 512, 512, 2, nb, S.data());
+                qt_matmul_canon_bwd_data_ref(O2.data(), X.data(), W.data(), M, 512, 512, 2, nb, S.data());
+                bad += memcmp(O1.data(), O2.data(), 4 * (size_t)(M * 512)) != 0;
+                cases += 2;
+            }
+    }
+    printf("\n  canonical expert shapes: %ld cases, %ld differ", cases, bad);
+    LONGS_EQUAL(64, cases);
+    LONGS_EQUAL(0, bad);
+}
+
 // Odd shapes against the scalar references, 0 ulp: M, N, K off every tile (12 rows, 16 and 32
 // columns, 256-step blocks), N of 1, 63, 64, 65 (in_proj_ba's width and its neighbours), K of 1
 // and 2048 + 7, and data-gradient contractions past 2048 (chunked whole-register chains:
