@@ -535,15 +535,7 @@ qt_bm_i_tile_h(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi
     }
 }
 
-static inline __attribute__((always_inline)) void
-qt_bm_i_tile(float *pt, int first, const qt_bf16 *ap, int64_t asq, int64_t asi,
-             const uint32_t *bp, int64_t kq, const int mr, float *out, int64_t ldo, int fin,
-             const qt_leaf_carry *cy, int64_t nr, const int64_t pts)
-{
-    qt_bm_i_tile_h(pt, first, ap, asq, asi, bp, kq, mr, out, 0, ldo, fin, cy, nr, pts);
-}
-
-/* Every tile of rows [0,mc) x cols [0,nc) of part for kq pairs: A as for qt_bm_i_tile, row
+/* Every tile of rows [0,mc) x cols [0,nc) of part for kq pairs: A as for qt_bm_i_tile_h, row
  * micro-panel ir at ap + ir*apr; B's strip s at bp + s*bps (u32). Reads A, B, part; writes
  * part (columns past nc up to the strip width come from zero padding, never finished), or
  * finishes into c (fp32) or c16 (bf16, qt_bm_i_tile_h), whichever is not NULL. */
