@@ -16,7 +16,7 @@ enum qt_cli_key {
     QT_KEY_METRICS, QT_KEY_SEED, QT_KEY_LR, QT_KEY_DUMP_GRADS, QT_KEY_PROFILE,
     QT_KEY_COMM_TIMEOUT, QT_KEY_OVERWRITE, QT_KEY_SAVE_SHARD_SIZE, QT_KEY_ALLOW_DATA_CHANGE,
     QT_KEY_LOAD_WEIGHTS_ONLY, QT_KEY_TRUNCATE_METRICS, QT_KEY_TOKENIZER, QT_KEY_HELP,
-    QT_KEY_EVAL_DATA, QT_KEY_EVAL_HOLDOUT, QT_KEY_ARENA_PAGES,
+    QT_KEY_EVAL_DATA, QT_KEY_EVAL_HOLDOUT, QT_KEY_ARENA_PAGES, QT_KEY_START_TIMEOUT,
     QT_KEY_COUNT
 };
 
@@ -24,7 +24,7 @@ static const char *const qt_cli_names[QT_KEY_COUNT] = {
     "steps", "data", "data_dtype", "load", "save", "save_every", "metrics", "seed",
     "learning_rate", "dump_grads", "profile", "comm_timeout", "overwrite", "save_shard_size",
     "allow_data_change", "load_weights_only", "truncate_metrics", "tokenizer", "help",
-    "eval_data", "eval_holdout", "arena_pages"
+    "eval_data", "eval_holdout", "arena_pages", "start_timeout"
 };
 
 void qt_cli_usage(FILE *f, const char *prog)
@@ -55,8 +55,12 @@ void qt_cli_usage(FILE *f, const char *prog)
             "  profile=0|1      1: time every op and optimizer phase (clock_gettime around each\n"
             "                   op) and print ms per step per phase and per op kind at exit;\n"
             "                   adds a little overhead, off by default\n"
-            "  comm_timeout=S   multi-rank watchdog: a collective that waits longer than S\n"
-            "                   seconds for a peer ends the job naming the peer (default 300)\n"
+            "  comm_timeout=S   multi-rank watchdog: a collective of the steps, evals or saves\n"
+            "                   that waits longer than S seconds for a peer ends the job\n"
+            "                   naming the peer (default 300)\n"
+            "  start_timeout=S  the same bound on start-up's waits for a peer (plan check,\n"
+            "                   arena, warm-up, load=, metrics=), which a rank slow to start\n"
+            "                   makes long; default 300, or comm_timeout when that is larger\n"
             "  overwrite=0|1    1: replace an existing metrics file (fresh or resumed run), and\n"
             "                   an existing save=/dump_grads= file that is not a qtrain file\n"
             "  allow_data_change=0|1  1: resume from a checkpoint saved on other data (its\n"
@@ -227,8 +231,9 @@ static int qt_cli_set(qt_cli *c, int k, const char *val)
         break;
     case QT_KEY_PROFILE: return qt_cli_flag(key, val, &c->profile);
     case QT_KEY_COMM_TIMEOUT:
+    case QT_KEY_START_TIMEOUT:
         rc = qt_cli_number(key, val, 0.0, 1, 1e6, "a number of seconds in (0, 1e6]", &v);
-        if (rc == QT_OK) c->comm_timeout = v;
+        if (rc == QT_OK) *(k == QT_KEY_COMM_TIMEOUT ? &c->comm_timeout : &c->start_timeout) = v;
         break;
     case QT_KEY_OVERWRITE: return qt_cli_flag(key, val, &c->overwrite);
     case QT_KEY_ALLOW_DATA_CHANGE: return qt_cli_flag(key, val, &c->allow_data_change);

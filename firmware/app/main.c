@@ -11,7 +11,8 @@
  * (qt_main_agree: the error flag of qt_coll.h) at the end of each phase and of each step,
  * so every rank stops at once: the failing rank with its message, the others naming it. A
  * silent peer (QT_E_COMM) leaves messages posted, so the job is aborted instead
- * (qt_main_comm_fail).
+ * (qt_main_comm_fail). A wait on a peer is bounded by start_timeout= until every rank has
+ * its inputs open, by comm_timeout= from then on (qt_main_deadline).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -362,6 +363,21 @@ static void qt_main_pass_begins(const qt_plan *p, int64_t step, int64_t end)
             "again)\n", (long long)step + 1, (long long)end, (long long)(hi / W + 1));
 }
 
+/* The bounds of a wait on a peer (qt_coll.h qt_comm_set_deadline). Start-up (start_up = 1:
+ * from the plan check to the metrics file's agreement, so the arena's populate, the
+ * warm-up and load= included) waits start_timeout=, by default the larger of 300 s and
+ * comm_timeout=, and a timeout there says so and names the key; from then on (dump_grads=,
+ * the steps, evals, saves) comm_timeout=, by default 300 s. */
+static void qt_main_deadline(const qt_cli *cli, int start_up)
+{
+    double s = cli->comm_timeout > 0 ? cli->comm_timeout : QT_COLL_DEFAULT_DEADLINE;
+    if (start_up) s = cli->start_timeout > 0 ? cli->start_timeout
+                    : s > QT_COLL_DEFAULT_DEADLINE ? s : QT_COLL_DEFAULT_DEADLINE;
+    qt_comm_set_deadline(s);
+    qt_comm_set_timeout_hint(start_up ? "this was during start-up, which start_timeout= "
+                                        "bounds: if a rank is slow to start, raise it" : NULL);
+}
+
 /* A collective failed with QT_E_COMM on a mesh (a silent peer, already named): our
  * messages are still posted and the peer may never answer, so MPI_Finalize could wait
  * forever; end the job. Returns rc otherwise. */
@@ -492,8 +508,8 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
         return 0;
     }
     if (size < 2 && st != QT_OK) return QT_EXIT_ARG;
-    /* the deadline bounds the plan check too, the job's first collective */
-    if (st == QT_OK && cli->comm_timeout > 0) qt_comm_set_deadline(cli->comm_timeout);
+    /* start-up's deadline bounds the plan check too, the job's first collective */
+    if (st == QT_OK) qt_main_deadline(cli, 1);
     if (st == QT_OK &&
         ((cli->save && qt_main_check_dest("save", cli->save, 1, cli, rank) != QT_OK) ||
          (cli->dump_grads && qt_main_check_dest("dump_grads", cli->dump_grads, 0, cli, rank) != QT_OK)))
@@ -778,6 +794,7 @@ int main(int argc, char **argv)
     const qt_plan *p = qt_main_state.plan;
     int64_t start = 0, end = 0;
     code = qt_main_inputs(p, &cli, argc, argv, &start, &end);
+    qt_main_deadline(&cli, 0);   /* every rank is ready: the steps' deadline from here on */
     if (code == QT_MAIN_GO && cli.dump_grads) code = qt_main_dump_grads(p, &cli, start);
     if (code == QT_MAIN_GO && start < end) code = qt_main_train(p, &cli, start, &end);
     if (code != QT_MAIN_GO) return qt_main_finish(code);

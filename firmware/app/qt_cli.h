@@ -25,7 +25,10 @@ typedef struct qt_cli {
     uint64_t seed;
     float learning_rate;       /* < 0: the plan's */
     int profile;               /* 1: per-op / per-phase timing printed at exit */
-    double comm_timeout;       /* seconds a collective may wait for a peer; 0 = default */
+    double comm_timeout;       /* seconds a collective of the steps, evals and saves may
+                                  wait for a peer; 0 = default */
+    double start_timeout;      /* the same before the first step (start-up, load=, metrics=);
+                                  0 = default (the larger of 300 and comm_timeout) */
     int overwrite;             /* 1: replace existing metrics / non-qtrain save targets */
     int allow_data_change;     /* 1: resume although the data hash differs from the
                                   checkpoint's (noted in the run manifest) */

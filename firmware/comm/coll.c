@@ -14,7 +14,8 @@
  *    sizes, so pairwise FIFO order matches the messages (no tags per call);
  *  - no heap, no VLAs, no recursion; all state is qt_coll_s; scratch is the caller's
  *    (floats) or the fixed qt_coll_s.u64 buffer (integer reductions, chunked);
- *  - each public collective runs under one absolute deadline set at its start.
+ *  - each public collective runs under one absolute deadline set at its start; a timeout's
+ *    message is written in one place (qt_coll_silent), the hint last.
  */
 #include <stdio.h>
 #include <string.h>
@@ -42,6 +43,7 @@ static struct {
     int32_t gsize[QT_COLL_MASKS], gindex[QT_COLL_MASKS];
     int deadline_set;                       /* 0: default deadline */
     double deadline_s;
+    char hint[160];                         /* qt_comm_set_timeout_hint, or "" */
     char what[128];
     long long step;
     /* the collective in progress, for messages */
@@ -159,6 +161,16 @@ void qt_comm_set_deadline(double seconds)
     qt_coll_s.deadline_s = seconds;
 }
 
+double qt_comm_deadline(void)
+{
+    return qt_coll_deadline_s();
+}
+
+void qt_comm_set_timeout_hint(const char *hint)
+{
+    snprintf(qt_coll_s.hint, sizeof qt_coll_s.hint, "%s", hint ? hint : "");
+}
+
 void qt_comm_set_context(const char *what, long long step)
 {
     snprintf(qt_coll_s.what, sizeof qt_coll_s.what, "%s", what ? what : "");
@@ -254,26 +266,25 @@ int qt_coll_member(const qt_grp *g, int index)
 
 /* After a deadline passed waiting for world rank `silent` in the collective named by
  * qt_coll_s.op (its context): the rank I waited for may itself wait for a stopped one, so
- * every rank is asked and each live rank names the same, truly silent one. QT_E_COMM. */
+ * every rank is asked and each live rank names the same, truly silent one; the message
+ * ends with the timeout hint, if any. QT_E_COMM. */
 int qt_coll_silent(int silent)
 {
-    char ctx[256];
+    char ctx[256], more[48] = "", why[128] = "";
     qt_coll_context(ctx, sizeof ctx);
     int n_silent = 0;
-    const int who = qt_comm_probe_silent(silent, QT_COLL_PROBE_S, &n_silent);
-    if (who < 0)
-        return qt_fail(QT_E_COMM, "%s: no answer from rank %d within %g s (it answers a "
-                       "liveness probe: it is busy, or in another collective)", ctx,
-                       silent, qt_coll_deadline_s());
-    char more[48] = "";
-    if (n_silent > 1) snprintf(more, sizeof more, " and %d other rank(s)", n_silent - 1);
-    if (who == silent && n_silent == 1)
-        return qt_fail(QT_E_COMM, "%s: no answer from rank %d within %g s", ctx, silent,
-                       qt_coll_deadline_s());
-    return qt_fail(QT_E_COMM, "%s: no answer from rank %d%s within %g s (silent to a "
-                   "liveness probe; rank %d, which this rank waited for, %s)", ctx, who,
-                   more, qt_coll_deadline_s(), silent,
-                   who == silent ? "is one of them" : "answers it");
+    int who = qt_comm_probe_silent(silent, QT_COLL_PROBE_S, &n_silent);
+    if (who < 0) {
+        who = silent;
+        snprintf(why, sizeof why, " (it answers a liveness probe: it is busy, or in another "
+                 "collective)");
+    } else if (who != silent || n_silent != 1) {
+        if (n_silent > 1) snprintf(more, sizeof more, " and %d other rank(s)", n_silent - 1);
+        snprintf(why, sizeof why, " (silent to a liveness probe; rank %d, which this rank "
+                 "waited for, %s)", silent, who == silent ? "is one of them" : "answers it");
+    }
+    return qt_fail(QT_E_COMM, "%s: no answer from rank %d%s within %g s%s%s%s", ctx, who, more,
+                   qt_coll_deadline_s(), why, qt_coll_s.hint[0] ? "; " : "", qt_coll_s.hint);
 }
 
 void qt_coll_note(const char *op, unsigned mask, int stage)
@@ -711,6 +722,19 @@ int qt_comm_check_same(uint64_t plan_hash)
                        (unsigned long long)(other_lo ? v[0] : v[2]), g.size);
     }
     return QT_OK;
+}
+
+int qt_coll_warm(int peer, const void *send, void *recv, int64_t big)
+{
+    static const char op[] = "warm-up";
+    qt_grp g;
+    int rc = qt_coll_group(op, 0, 1, &g);
+    if (rc) return rc;
+    qt_coll_begin(op, 0, 1);
+    int silent = -1;
+    rc = qt_comm_warm(peer, send, recv, big, qt_coll_s.t_deadline, &silent);
+    if (rc == QT_E_COMM && silent >= 0) rc = qt_coll_silent(silent);
+    return qt_coll_end(rc);
 }
 
 /* Lanes of qt_coll_agree: 0 = ok; else (world size - rank) << 16 | -status, so the

@@ -361,8 +361,10 @@ static struct {
     MPI_Status st[2 * (QT_WARM_SMALL + QT_WARM_BIG)];
 } qt_warm;
 
-int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double deadline)
+int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double deadline,
+                 int *silent)
 {
+    *silent = -1;
     if (!qt_comm_state.initialised || peer < 0 || peer >= qt_comm_state.size ||
         peer == qt_comm_state.rank || big < 0 || big > QT_COMM_CHUNK_BYTES)
         return qt_fail(QT_E_PLAN, "comm: bad warm-up with rank %d (%lld bytes)", peer,
@@ -398,8 +400,10 @@ int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double dea
         if (MPI_Testall(n, qt_warm.req, &done, qt_warm.st) != MPI_SUCCESS)
             return qt_fail(QT_E_COMM, "comm: warm-up with rank %d failed", peer);
         if (done) return QT_OK;
-        if (deadline > 0 && qt_comm_now() > deadline)
-            return qt_fail(QT_E_COMM, "comm: start-up warm-up: no answer from rank %d", peer);
+        if (deadline > 0 && qt_comm_now() > deadline) {
+            *silent = peer;
+            return QT_E_COMM;
+        }
         qt_comm_serve();
         struct timespec ts = {0, QT_COMM_SLEEP_NS};
         nanosleep(&ts, NULL);

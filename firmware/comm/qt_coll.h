@@ -24,8 +24,8 @@
  *    state is one static struct in coll.c.
  *  - Every collective runs under a deadline (qt_comm_set_deadline). When a peer does not
  *    answer in time, the call probes every rank (qt_comm_probe_silent) and prints
- *        qtrain: rank R: <context>: no answer from rank P within S s[ (...)]
- *    naming the rank that is really silent (not a live peer that waits for it), to stderr,
+ *        qtrain: rank R: <context>: no answer from rank P within S s[ (...)][; <hint>]
+ *    (the hint of qt_comm_set_timeout_hint, e.g. which phase of the job it was) naming the rank that is really silent (not a live peer that waits for it), to stderr,
  *    and returns QT_E_COMM; its messages stay posted, so the caller must abort
  *    the job (qt_comm_abort) and not call another collective.
  *  - Return codes: 0 ok; QT_E_PLAN misuse (mesh not initialised, bad mask, bad sizes,
@@ -98,6 +98,15 @@ int qt_comm_group_rank(unsigned mask, int index);
 /* Deadline of each later collective call, counted from its start, in seconds; 0 or less =
  * wait forever. Default QT_COLL_DEFAULT_DEADLINE. Local setting: give every rank the same. */
 void qt_comm_set_deadline(double seconds);
+
+/* The deadline of qt_comm_set_deadline in seconds (the default when it was never set). */
+double qt_comm_deadline(void);
+
+/* A clause every later timeout message ends with ("; <hint>", at most 159 characters,
+ * copied; NULL or "" clears it): which phase of the job the wait is in and the setting
+ * that bounds it, e.g. qtrain's start-up and its start_timeout= key. Local, like the
+ * deadline. */
+void qt_comm_set_timeout_hint(const char *hint);
 
 /* Name what the next collectives belong to, for timeout messages: `what` (copied, at most
  * 127 characters; NULL clears it) and `step` (< 0 = no step). The message then reads e.g.
@@ -252,6 +261,12 @@ int qt_coll_run_range(const qt_collective *c, unsigned char *base, float *scratc
  * ranks themselves. Returns 0, QT_E_COMM (silent peer, size mismatch, MPI error) or
  * QT_E_PLAN (peer out of range, or my own rank with unequal sizes; peer == my rank copies). */
 int qt_comm_exchange(int peer, const void *send, int64_t sbytes, void *recv, int64_t rbytes);
+
+/* The start-up connection warm-up with world rank `peer` (qt_comm.h qt_comm_warm: both
+ * call it for each other, visiting their peers in increasing rank order; send and recv hold
+ * 8 * big bytes each) as a collective: under the deadline, a silent peer named as for the
+ * others ("warm-up over all ranks"). Returns 0 or QT_E_*. */
+int qt_coll_warm(int peer, const void *send, void *recv, int64_t big);
 
 /* ---- the pipeline's point-to-point messages (coll_p2p.c; docs/pipeline.md) -------------- */
 

@@ -63,9 +63,12 @@ int qt_comm_probe_silent(int waited, double window, int *n_silent);
  * its peers in increasing rank order): many small and QT_WARM_BIG (8) messages of `big`
  * bytes each way, sent before their receives are posted, so the library connects the pair
  * and sizes its request pools before the steps (which must not allocate). send and recv
- * hold 8 * big bytes each. 0, or QT_E_COMM past the absolute deadline (seconds of the
- * monotonic clock, 0 = none). */
-int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double deadline);
+ * hold 8 * big bytes each. 0; QT_E_COMM with *silent = peer, no message, past the absolute
+ * deadline (seconds of the monotonic clock, 0 = none; the caller names the peer, as after
+ * qt_comm_sendrecv: qt_coll_warm); QT_E_COMM with *silent = -1 after a message (MPI error),
+ * QT_E_PLAN for bad arguments. */
+int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double deadline,
+                 int *silent);
 
 /* ---- split transfers (coll_async.c): a collective that runs beside compute ------------- */
 

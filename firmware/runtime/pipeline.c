@@ -370,7 +370,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
     return QT_OK;
 }
 
-int qt_pp_warm(const qt_plan *p, double deadline)
+int qt_pp_warm(const qt_plan *p)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
     int ranks[QT_PP_MAX_STAGES];
@@ -384,7 +384,7 @@ int qt_pp_warm(const qt_plan *p, double deadline)
     if (8 * big > M * nb) big = M * nb / 8;
     for (int k = 0; k < S && big > 0; k++) {
         if (k == s) continue;
-        int rc = qt_comm_warm(ranks[k], slots, slots + M * nb, big, deadline);
+        int rc = qt_coll_warm(ranks[k], slots, slots + M * nb, big);
         if (rc) return rc;
     }
     return QT_OK;

@@ -105,10 +105,11 @@ int qt_pp_action_circ(int M, int R, int i, int *j, int *r);
 int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st,
                        const qt_pp_hooks *h);
 
-/* Start-up: the connection warm-up of qt_comm_warm with this rank's place in every other
+/* Start-up: the connection warm-up of qt_coll_warm with this rank's place in every other
  * stage, in increasing rank order (the steps' messages then allocate nothing); the buffers
- * are the pipeline slots, which hold nothing yet. 0, or QT_E_COMM past `deadline`. */
-int qt_pp_warm(const qt_plan *p, double deadline);
+ * are the pipeline slots, which hold nothing yet. 0, or QT_E_COMM past the collectives'
+ * deadline (the silent stage named). */
+int qt_pp_warm(const qt_plan *p);
 
 /* The step's metrics on every stage from the last stage's (*m: the loss fields the last
  * stage computed; the others receive them). 0 or QT_E_COMM. */

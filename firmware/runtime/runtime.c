@@ -28,7 +28,6 @@
 #include "qt_step.h"
 #include "qt_err.h"
 #include "comm/qt_coll.h"
-#include "comm/qt_comm.h"
 #include "math/qt_math.h"
 #include "kernels/bf16.h"
 
@@ -162,13 +161,13 @@ static int qt_runtime_warm_comm(const qt_plan *p)
         }
         /* UCX also grows its request and unexpected-message pools when messages arrive
          * before their receives are posted, which depends on timing: drive them deep with
-         * every peer (qt_comm_warm), then run the step's own pattern a few times */
+         * every peer (qt_coll_warm), then run the step's own pattern a few times */
         const int me = qt_comm_group_index(masks[i]);
         const int64_t big = (4 * ge / 8) < (64 << 10) ? (4 * ge / 8) : (64 << 10);
         for (int j = 0; j < r; j++) {
             if (j == me) continue;
-            int rc = qt_comm_warm(qt_comm_group_rank(masks[i], j), p->arena + p->params_offset,
-                                  p->arena + p->grads_offset, big, qt_runtime_now() + 300.0);
+            int rc = qt_coll_warm(qt_comm_group_rank(masks[i], j), p->arena + p->params_offset,
+                                  p->arena + p->grads_offset, big);
             if (rc) return rc;
         }
         for (int round = 0; round < 4; round++) {
@@ -243,8 +242,12 @@ int qt_runtime_init(const qt_plan *p, const qt_run_opts *o)
     memset(p->arena + p->adam_m_offset, 0, (size_t)p->adam_elems * sizeof(float));
     memset(p->arena + p->adam_v_offset, 0, (size_t)p->adam_elems * sizeof(float));
     qt_interp_run_init(ctx, qt_runtime_table());
-    if (p->n_ranks > 1 && (rc = qt_runtime_warm_comm(p)) != QT_OK) return rc;
-    if ((rc = qt_pp_warm(p, qt_runtime_now() + 300.0)) != QT_OK) return rc;
+    /* the warm-ups run under the collectives' deadline, named in a timeout's message */
+    qt_comm_set_context("start-up (connection warm-up)", -1);
+    if (p->n_ranks > 1) rc = qt_runtime_warm_comm(p);
+    if (rc == QT_OK) rc = qt_pp_warm(p);
+    qt_comm_set_context(NULL, -1);
+    if (rc != QT_OK) return rc;
     qt_rng_set_rank(o->rank);
     qt_params_init(p, o->seed);
     return qt_runtime_params_changed();

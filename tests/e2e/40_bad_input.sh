@@ -18,6 +18,22 @@ check "cli: unknown key names it and suggests" expect_fail "unknown key 'stpes' 
 check "cli: negative steps" expect_fail "steps=-3: expected a non-negative integer" $Q steps=-3
 check "cli: non-numeric seed" expect_fail "seed=abc: expected" $Q seed=abc
 check "cli: argument without '='" expect_fail "key=value" $Q steps
+# start_timeout= (seconds in (0, 1e6], as comm_timeout=): each bad value is refused naming
+# the key and the range, exit 2, before anything runs
+cli_start_timeout() {
+  local v rc
+  for v in 0 -3 abc 2e6 nan inf 5s ""; do
+    $Q start_timeout=$v steps=0 > /dev/null 2> $QT_TMP/st.err; rc=$?
+    [ $rc -eq 2 ] || { echo "start_timeout=$v: exit $rc, expected 2"; cat $QT_TMP/st.err; return 1; }
+    grep -qF -- "qtrain: bad argument start_timeout=$v: expected " $QT_TMP/st.err ||
+        { echo "start_timeout=$v:"; cat $QT_TMP/st.err; return 1; }
+  done
+  grep -qF "start_timeout=: expected a non-empty value" $QT_TMP/st.err || return 1
+  expect_fail "bad argument start_timeout=0: expected a number of seconds in (0, 1e6]" \
+      $Q start_timeout=0 || return 1
+  $Q start_timeout=0.5 comm_timeout=1e6 steps=0 data=$T 2> $QT_TMP/st.err || { cat $QT_TMP/st.err; return 1; }
+}
+check "cli: start_timeout: 0, negative, text, above 1e6, nan, inf, a unit, empty are refused; 0.5 is taken" cli_start_timeout
 
 # ---- token files
 printf 'QTTOKENS\x01\x00\x00\x00\x02\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00\x01\x00' > $B/short.tok

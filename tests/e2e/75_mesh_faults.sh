@@ -5,7 +5,7 @@
 # checkpoint written before the kill must be intact (byte-identical to an uninterrupted run
 # to the same step) and loadable by the one-rank binary of the same model. A stopped rank
 # must not hang the others: with comm_timeout=2 the live rank names the silent one and ends
-# the job. Every mpiexec runs under `timeout`, and every rank started here is continued and
+# the job. A rank slow to start is waited for under start_timeout=, not comm_timeout=. Every mpiexec runs under `timeout`, and every rank started here is continued and
 # killed afterwards, so no fault leaves a process behind or hangs the suite.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 FAULT_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
@@ -124,6 +124,65 @@ mesh_silent_rank() {
   [ -z "$left" ] || { echo "ranks left running after mpiexec ended: $left"; return 1; }
 }
 check "mesh: a SIGSTOPped rank is named and the job ends within 10 s (comm_timeout=2), nothing lingers" mesh_silent_rank
+
+# fault_slow_start NAME ARGS...: a DP2 job (steps=2, data = a copy named NAME.npy, so the
+# tag) whose rank 1 is SIGSTOPped as soon as it has mapped its data: inside start-up (rank
+# 0 then waits in the data's or the arena's error flag, or the connection warm-up). Sets
+# FAULT_JOB (mpiexec's pid), FAULT_VICTIM, FAULT_T0 (the stop) and FAULT_TAG.
+fault_slow_start() {
+  local d=$QT_TMP/faults name=$1 i; shift
+  mkdir -p $d; cp $FAULT_DATA $d/$name.npy
+  FAULT_TAG=$d/$name.npy
+  timeout 60 mpiexec -n 2 build/$FAULT_RUN/qtrain data=$FAULT_TAG steps=2 seed=11 "$@" \
+      > $d/$name.log 2>&1 &
+  FAULT_JOB=$! FAULT_VICTIM=
+  for i in $(seq 1000); do
+    FAULT_VICTIM=$(fault_rank_pid $FAULT_TAG 1) && break
+  done
+  [ -n "$FAULT_VICTIM" ] || { echo "rank 1 not found"; return 1; }
+  # a tight loop: start-up after the data's mapping lasts some tens of milliseconds
+  for i in $(seq 20000); do
+    grep -qF $FAULT_TAG /proc/$FAULT_VICTIM/maps 2>/dev/null && break
+    [ -d /proc/$FAULT_VICTIM ] || break
+  done
+  kill -STOP $FAULT_VICTIM 2>/dev/null || { echo "rank 1 ended before it was stopped"; return 1; }
+  FAULT_T0=$(fault_now)
+}
+
+# A rank slow to start (stopped for 5 s inside start-up) with comm_timeout=2: start-up's
+# waits are bounded by start_timeout= (default 300 s), not by the steps' comm_timeout=, so
+# the job waits for it, then trains (it used to end naming the healthy, slow rank).
+mesh_slow_start() {
+  local d=$QT_TMP/faults rc t1
+  fault_slow_start slow comm_timeout=2 || { fault_cleanup slow.npy; wait $FAULT_JOB; return 1; }
+  sleep 5; kill -CONT $FAULT_VICTIM
+  wait $FAULT_JOB; rc=$?; t1=$(fault_now)
+  fault_cleanup $FAULT_TAG
+  grep -v '^step' $d/slow.log | tail -n 4
+  echo "rank 1 (pid $FAULT_VICTIM) stopped 5 s at start-up: mpiexec exit $rc $(fault_secs $FAULT_T0 $t1) s after the stop"
+  [ $rc -eq 0 ] || { echo "expected the job to train"; return 1; }
+  grep -q "qtrain: trained steps 1\.\.2:" $d/slow.log || { echo "no training summary"; return 1; }
+  awk -v a=$FAULT_T0 -v b=$t1 'BEGIN { exit !(b - a >= 5) }' || { echo "the job ended before rank 1 went on"; return 1; }
+}
+check "mesh: a rank stopped 5 s at start-up with comm_timeout=2: the job waits for it (start_timeout, default 300 s) and trains" mesh_slow_start
+
+# The same with start_timeout=2 (comm_timeout at its default): rank 0 names rank 1 within
+# seconds, says it was at start-up and names the key to raise.
+mesh_slow_start_timeout() {
+  local d=$QT_TMP/faults rc t1 left
+  fault_slow_start slowto start_timeout=2 || { fault_cleanup slowto.npy; wait $FAULT_JOB; return 1; }
+  wait $FAULT_JOB; rc=$?; t1=$(fault_now)
+  left=$(fault_left $FAULT_TAG)
+  fault_cleanup $FAULT_TAG
+  grep -v '^step' $d/slowto.log | tail -n 4
+  echo "rank 1 (pid $FAULT_VICTIM) stopped at start-up: mpiexec exit $rc after $(fault_secs $FAULT_T0 $t1) s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a non-zero exit, not a timeout"; return 1; }
+  awk -v a=$FAULT_T0 -v b=$t1 'BEGIN { exit !(b - a <= 10) }' || { echo "the job took more than 10 s to end"; return 1; }
+  grep -q "rank 0/2: .*: no answer from rank 1 within 2 s; this was during start-up, which start_timeout= bounds: if a rank is slow to start, raise it" $d/slowto.log ||
+      { echo "no message naming rank 1, start-up and start_timeout="; return 1; }
+  [ -z "$left" ] || { echo "ranks left running after mpiexec ended: $left"; return 1; }
+}
+check "mesh: a rank stopped at start-up with start_timeout=2: named within 10 s, the message says start-up and start_timeout=" mesh_slow_start_timeout
 
 # 30_memory.sh's contract on every rank of a mesh: the audit library is preloaded into the
 # ranks only (-genv), and each rank must report zero allocation calls during the steps

@@ -5,7 +5,8 @@
  * Invariants (qt_cli.h): parsing never exits and never allocates; it returns QT_OK or
  * QT_E_ARG; on success every string field is NULL or points into one argument (just
  * after its '='), steps is -1 or in [0, INT64_MAX/2], save_every >= 0 and set only with
- * save, learning_rate is -1 or finite in [0, 1e30], comm_timeout 0 or in (0, 1e6],
+ * save, learning_rate is -1 or finite in [0, 1e30], comm_timeout and start_timeout 0 or in
+ * (0, 1e6],
  * profile / overwrite / help are 0 or 1, data_dtype is NULL, "uint16" or "uint32".
  */
 #include <math.h>
@@ -57,6 +58,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                        (isfinite(c.learning_rate) && c.learning_rate >= 0.0f &&
                         c.learning_rate <= 1e30f));
         qt_fuzz_assert(c.comm_timeout == 0.0 || (c.comm_timeout > 0.0 && c.comm_timeout <= 1e6));
+        qt_fuzz_assert(c.start_timeout == 0.0 ||
+                       (c.start_timeout > 0.0 && c.start_timeout <= 1e6));
         qt_fuzz_assert((c.profile | c.overwrite | c.help) <= 1 && c.profile >= 0 &&
                        c.overwrite >= 0 && c.help >= 0);
     }

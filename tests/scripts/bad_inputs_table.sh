@@ -354,6 +354,7 @@ row "configgen" "configgen test-next-tiny.yml per_device_batch_size=2.5 num_rank
 # ---- issue 35, session 17 (appended)
 row "configgen" "configgen test-next-tiny.yml per_device_batch_size=0.25 num_ranks=2" "unit \`CgBadConfig\`" cg $RUN per_device_batch_size=0.25 num_ranks=2
 row "configgen" "configgen test-next-tiny.yml per_device_batch_size=0.5 num_ranks=4 ici_fsdp_parallelism=2 ici_expert_parallelism=2" "unit \`CgBadConfig\`" cg $RUN per_device_batch_size=0.5 num_ranks=4 ici_fsdp_parallelism=2 ici_expert_parallelism=2
+row "command line" "qtrain start_timeout=0" "$E40: cli: start_timeout" $Q start_timeout=0
 
 {
   cat <<'EOF'
@@ -381,7 +382,9 @@ a data file rewritten, truncated or replaced during a run (`40_bad_input.sh`, "d
 file changed during the run", exit 1, `data file PATH changed during the run` or `was
 truncated`); save temporaries left by a killed save (`40_bad_input.sh`, removed at start-up
 with a note); a SIGKILLed or SIGSTOPped rank of a mesh (`75_mesh_faults.sh`: the job ends,
-`no answer from rank P within S s`; `76_mesh_agree.sh`: on 4 ranks every rank names the
+`no answer from rank P within S s`; a rank stopped at start-up is waited for under
+`start_timeout=`, and past it named with `this was during start-up, which start_timeout=
+bounds`; `76_mesh_agree.sh`: on 4 ranks every rank names the
 stopped one, and a stop during a save names `checkpoint save to DIR, step N`); one rank's
 data file changed during a mesh run (`76_mesh_agree.sh`: that rank says `data file PATH
 changed during the run`, the others `end of the step: stopping: rank R/N failed (its message
