@@ -161,11 +161,6 @@ void qt_comm_set_deadline(double seconds)
     qt_coll_s.deadline_s = seconds;
 }
 
-double qt_comm_deadline(void)
-{
-    return qt_coll_deadline_s();
-}
-
 void qt_comm_set_timeout_hint(const char *hint)
 {
     snprintf(qt_coll_s.hint, sizeof qt_coll_s.hint, "%s", hint ? hint : "");

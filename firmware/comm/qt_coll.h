@@ -25,9 +25,10 @@
  *  - Every collective runs under a deadline (qt_comm_set_deadline). When a peer does not
  *    answer in time, the call probes every rank (qt_comm_probe_silent) and prints
  *        qtrain: rank R: <context>: no answer from rank P within S s[ (...)][; <hint>]
- *    (the hint of qt_comm_set_timeout_hint, e.g. which phase of the job it was) naming the rank that is really silent (not a live peer that waits for it), to stderr,
- *    and returns QT_E_COMM; its messages stay posted, so the caller must abort
- *    the job (qt_comm_abort) and not call another collective.
+ *    naming the rank that is really silent (not a live peer that waits for it), to stderr
+ *    (the hint: qt_comm_set_timeout_hint, e.g. which phase of the job it was in), and
+ *    returns QT_E_COMM; its messages stay posted, so the caller must abort the job
+ *    (qt_comm_abort) and not call another collective.
  *  - Return codes: 0 ok; QT_E_PLAN misuse (mesh not initialised, bad mask, bad sizes,
  *    non-power-of-two reduce-scatter group), each with a message on stderr; QT_E_COMM a
  *    peer was silent or MPI failed; QT_E_MISMATCH from qt_comm_check_same.
@@ -98,9 +99,6 @@ int qt_comm_group_rank(unsigned mask, int index);
 /* Deadline of each later collective call, counted from its start, in seconds; 0 or less =
  * wait forever. Default QT_COLL_DEFAULT_DEADLINE. Local setting: give every rank the same. */
 void qt_comm_set_deadline(double seconds);
-
-/* The deadline of qt_comm_set_deadline in seconds (the default when it was never set). */
-double qt_comm_deadline(void);
 
 /* A clause every later timeout message ends with ("; <hint>", at most 159 characters,
  * copied; NULL or "" clears it): which phase of the job the wait is in and the setting
