@@ -57,6 +57,22 @@ fault_cleanup() {
 fault_now() { date +%s.%N; }
 fault_secs() { awk -v a=$1 -v b=$2 'BEGIN { printf "%.2f", b - a }'; }
 
+# fault_stopped_ends JOB TAG T0 LOG LINE: rank 1 of the job tagged TAG (mpiexec's pid JOB,
+# output in LOG) was stopped at T0: the job must end within 10 s with a non-zero code, LOG
+# must hold a line matching LINE (grep), and no rank may be left running
+fault_stopped_ends() {
+  local job=$1 tag=$2 t0=$3 log=$4 line=$5 rc t1 left
+  wait $job; rc=$?; t1=$(fault_now)
+  left=$(fault_left $tag)
+  fault_cleanup $tag
+  grep -v '^step' $log | tail -n 6
+  echo "rank 1 stopped: mpiexec exit $rc after $(fault_secs $t0 $t1) s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a non-zero exit, not a timeout"; return 1; }
+  awk -v a=$t0 -v b=$t1 'BEGIN { exit !(b - a <= 10) }' || { echo "the job took more than 10 s to end"; return 1; }
+  grep -q "$line" $log || { echo "no line matching: $line"; return 1; }
+  [ -z "$left" ] || { echo "ranks left running after mpiexec ended: $left"; return 1; }
+}
+
 # A DP2 run saving every 50 steps; rank 0 (the writer) is SIGKILLed once several
 # checkpoints exist, so the kill may land in the middle of a save.
 mesh_dead_rank() {
@@ -111,17 +127,9 @@ mesh_silent_rank() {
   fault_wait_lines $tag 20 || { fault_cleanup $tag; wait $job; cat $d/stop.log; return 1; }
   local victim
   victim=$(fault_rank_pid $tag 1) || { echo "rank 1 not found"; fault_cleanup $tag; wait $job; return 1; }
-  local t0 t1 rc
-  t0=$(fault_now); kill -STOP $victim; wait $job; rc=$?; t1=$(fault_now)
-  local left
-  left=$(fault_left $tag)
-  fault_cleanup $tag
-  grep -v '^step' $d/stop.log | tail -n 6
-  echo "rank 1 (pid $victim) stopped: mpiexec exit $rc after $(fault_secs $t0 $t1) s"
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a non-zero exit, not a timeout"; return 1; }
-  awk -v a=$t0 -v b=$t1 'BEGIN { exit !(b - a <= 10) }' || { echo "the job took more than 10 s to end"; return 1; }
-  grep -q "no answer from rank 1" $d/stop.log || { echo "no message naming rank 1"; return 1; }
-  [ -z "$left" ] || { echo "ranks left running after mpiexec ended: $left"; return 1; }
+  local t0
+  t0=$(fault_now); kill -STOP $victim
+  fault_stopped_ends $job $tag $t0 $d/stop.log "no answer from rank 1"
 }
 check "mesh: a SIGSTOPped rank is named and the job ends within 10 s (comm_timeout=2), nothing lingers" mesh_silent_rank
 
@@ -169,18 +177,9 @@ check "mesh: a rank stopped 5 s at start-up with comm_timeout=2: the job waits f
 # The same with start_timeout=2 (comm_timeout at its default): rank 0 names rank 1 within
 # seconds, says it was at start-up and names the key to raise.
 mesh_slow_start_timeout() {
-  local d=$QT_TMP/faults rc t1 left
   fault_slow_start slowto start_timeout=2 || { fault_cleanup slowto.npy; wait $FAULT_JOB; return 1; }
-  wait $FAULT_JOB; rc=$?; t1=$(fault_now)
-  left=$(fault_left $FAULT_TAG)
-  fault_cleanup $FAULT_TAG
-  grep -v '^step' $d/slowto.log | tail -n 4
-  echo "rank 1 (pid $FAULT_VICTIM) stopped at start-up: mpiexec exit $rc after $(fault_secs $FAULT_T0 $t1) s"
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "expected a non-zero exit, not a timeout"; return 1; }
-  awk -v a=$FAULT_T0 -v b=$t1 'BEGIN { exit !(b - a <= 10) }' || { echo "the job took more than 10 s to end"; return 1; }
-  grep -q "rank 0/2: .*: no answer from rank 1 within 2 s; this was during start-up, which start_timeout= bounds: if a rank is slow to start, raise it" $d/slowto.log ||
-      { echo "no message naming rank 1, start-up and start_timeout="; return 1; }
-  [ -z "$left" ] || { echo "ranks left running after mpiexec ended: $left"; return 1; }
+  fault_stopped_ends $FAULT_JOB $FAULT_TAG $FAULT_T0 $QT_TMP/faults/slowto.log \
+      "rank 0/2: .*: no answer from rank 1 within 2 s; this was during start-up, which start_timeout= bounds: if a rank is slow to start, raise it"
 }
 check "mesh: a rank stopped at start-up with start_timeout=2: named within 10 s, the message says start-up and start_timeout=" mesh_slow_start_timeout
 
