@@ -5,8 +5,9 @@
 # checkpoint written before the kill must be intact (byte-identical to an uninterrupted run
 # to the same step) and loadable by the one-rank binary of the same model. A stopped rank
 # must not hang the others: with comm_timeout=2 the live rank names the silent one and ends
-# the job. A rank slow to start is waited for under start_timeout=, not comm_timeout=. Every mpiexec runs under `timeout`, and every rank started here is continued and
-# killed afterwards, so no fault leaves a process behind or hangs the suite.
+# the job. A rank slow to start is waited for under start_timeout=, not comm_timeout=.
+# Every mpiexec runs under `timeout`, and every rank started here is continued and killed
+# afterwards, so no fault leaves a process behind or hangs the suite.
 export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
 FAULT_DATA=tests/golden/e2e/test-next-tiny/tokens.npy
 FAULT_RUN=mesh-next-dp2
@@ -138,7 +139,7 @@ check "mesh: a SIGSTOPped rank is named and the job ends within 10 s (comm_timeo
 # 0 then waits in the data's or the arena's error flag, or the connection warm-up). Sets
 # FAULT_JOB (mpiexec's pid), FAULT_VICTIM, FAULT_T0 (the stop) and FAULT_TAG.
 fault_slow_start() {
-  local d=$QT_TMP/faults name=$1 i; shift
+  local d=$QT_TMP/faults name=$1 i mapped=; shift
   mkdir -p $d; cp $FAULT_DATA $d/$name.npy
   FAULT_TAG=$d/$name.npy
   timeout 60 mpiexec -n 2 build/$FAULT_RUN/qtrain data=$FAULT_TAG steps=2 seed=11 "$@" \
@@ -150,9 +151,10 @@ fault_slow_start() {
   [ -n "$FAULT_VICTIM" ] || { echo "rank 1 not found"; return 1; }
   # a tight loop: start-up after the data's mapping lasts some tens of milliseconds
   for i in $(seq 20000); do
-    grep -qF $FAULT_TAG /proc/$FAULT_VICTIM/maps 2>/dev/null && break
+    grep -qF $FAULT_TAG /proc/$FAULT_VICTIM/maps 2>/dev/null && { mapped=1; break; }
     [ -d /proc/$FAULT_VICTIM ] || break
   done
+  [ -n "$mapped" ] || { echo "rank 1 did not map its data"; return 1; }
   kill -STOP $FAULT_VICTIM 2>/dev/null || { echo "rank 1 ended before it was stopped"; return 1; }
   FAULT_T0=$(fault_now)
 }
