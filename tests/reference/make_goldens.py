@@ -70,5 +70,6 @@ def main():
             print(line, flush=True)
     return 0
 
+
 if __name__ == '__main__':
     sys.exit(main())

@@ -53,9 +53,9 @@ if [ -x build/tests/unit_tests ]; then
   while read -r g; do
     cat "$u_dir/$g.log"
     read -r r f c _ < <(unit_summary "$u_dir/$g.log")
-    rc=$(cat "$u_dir/$g.rc" 2>/dev/null || echo 1)
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-      f=1; echo "unit test group $g: exit $rc without a failure counted (crashed?)"
+    u_rc=$(cat "$u_dir/$g.rc" 2>/dev/null || echo 1)
+    if [ "$u_rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+      f=1; echo "unit test group $g: exit $u_rc without a failure counted (crashed?)"
     fi
     u_ran=$((u_ran + r)); u_fail=$((u_fail + f)); u_checks=$((u_checks + c)); u_groups=$((u_groups + 1))
   done < "$u_dir/groups"
@@ -88,7 +88,7 @@ export -f check 2>/dev/null || true
 # check_bg NAME CMD... / check_join: the same check, run in the background, at most
 # QT_CHECK_JOBS (default: the CPU count) at once; check_join waits for all of them and
 # reports and counts each exactly as check does, in the order they were started. Only for
-# single-process CPU-bound checks with nothing timed (fuzz targets, sanitizer shards): never
+# single-process CPU-bound checks with nothing timed (the fuzz targets of 36_fuzz.sh): never
 # for multi-rank runs or a deadline (comm_timeout) cell. CMD runs in a subshell, so it may not
 # set variables the later checks read.
 bg_names=(); bg_pids=(); bg_logs=(); bg_n=0
