@@ -2,7 +2,7 @@
 # run_all.sh - runs every test and ends with one line "N passed, M failed".
 #
 # 1. The CppUTest unit binary (kernels vs goldens and finite differences, math, configgen,
-#    runtime, io): each TEST counts once.
+#    runtime, io), one test group per process, two at a time: each TEST counts once.
 # 2. The end-to-end checks in tests/e2e/*.sh: each `check` call counts once.
 # Exit status is 0 only if nothing failed. Run from the project root after `make all`.
 # QT_E2E='<glob> [<glob> ...]' runs only the e2e scripts whose names match one of the
@@ -18,15 +18,53 @@ export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=171798
 
 passed=0; failed=0; failures=()
 
+# unit_groups BIN DIR ARGS...: the CppUTest binary BIN one test group (-lg) per process
+# (BIN -sg GROUP ARGS...), as many processes at once as there are CPUs (QT_CHECK_JOBS;
+# xargs -P: whichever is free takes the next group). DIR/groups lists the groups,
+# DIR/GROUP.log and DIR/GROUP.rc hold each one's output and exit status. Used for the unit
+# tests below and the sanitizer build's (35_sanitize.sh); the tests use their own mkdtemp
+# directories, so groups side by side share no file.
+unit_groups() {
+  local bin=$1 d=$2; shift 2
+  rm -rf "$d" && mkdir -p "$d" || return 1
+  "$bin" -lg | tr ' ' '\n' | grep . > "$d/groups" || { echo "$bin -lg failed"; return 1; }
+  xargs -P "${QT_CHECK_JOBS:-$(nproc)}" -I{} sh -c \
+    'g=$1 d=$2 b=$3; shift 3; "$b" -sg "$g" "$@" > "$d/$g.log" 2>&1; echo $? > "$d/$g.rc"' \
+    _ {} "$d" "$bin" "$@" < "$d/groups"
+}
+# unit_summary LOG: "RAN FAILURES CHECKS MS" from a CppUTest summary line (0 when absent)
+unit_summary() {
+  awk '/^(OK|Errors) \(/ { s=$0; gsub(/[(),]/," ",s); n=split(s,w," ");
+      for(i=1;i<=n;i++){ if(w[i+1]=="ran") ran=w[i]; if(w[i+1]=="failures") f=w[i];
+                         if(w[i+1]=="checks") c=w[i]; if(w[i+1]=="ms") ms=w[i] } }
+      END { print ran+0, f+0, c+0, ms+0 }' "$1"
+}
+
 # ---- unit tests
-unit_out="$QT_TMP/unit.txt"
+# By group, two at a time (unit_groups); each group's output in -lg order, then one summary
+# line in CppUTest's form (ms: the wall time of all groups). A group that exits non-zero
+# without a failure in its summary (a crash) counts one failure, and the tests that ran must
+# be every test -ln lists, so a group cannot go missing.
 if [ -x build/tests/unit_tests ]; then
-  build/tests/unit_tests -v > "$unit_out" 2>&1; unit_rc=$?
-  cat "$unit_out"
-  read -r u_ran u_fail < <(awk '/^(OK|Errors) \(/ { s=$0; gsub(/[(),]/," ",s); n=split(s,w," ");
-      for(i=1;i<=n;i++){ if(w[i+1]=="ran") ran=w[i]; if(w[i+1]=="failures") f=w[i]; } }
-      END { if (f=="") f=0; if (ran=="") ran=0; print ran, f }' "$unit_out")
-  if [ "$u_ran" = 0 ] && [ "$unit_rc" -ne 0 ]; then u_fail=1; fi
+  u_dir=$QT_TMP/unit u_t0=$(date +%s%N)
+  unit_groups build/tests/unit_tests "$u_dir" -v
+  u_ms=$(( ($(date +%s%N) - u_t0) / 1000000 ))
+  u_ran=0; u_fail=0; u_checks=0; u_groups=0
+  while read -r g; do
+    cat "$u_dir/$g.log"
+    read -r r f c _ < <(unit_summary "$u_dir/$g.log")
+    u_rc=$(cat "$u_dir/$g.rc" 2>/dev/null || echo 1)
+    if [ "$u_rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+      f=1; echo "unit test group $g: exit $u_rc without a failure counted (crashed?)"
+    fi
+    u_ran=$((u_ran + r)); u_fail=$((u_fail + f)); u_checks=$((u_checks + c)); u_groups=$((u_groups + 1))
+  done < "$u_dir/groups"
+  u_all=$(build/tests/unit_tests -ln | tr ' ' '\n' | grep -c .)
+  if [ "$u_ran" -ne "$u_all" ]; then
+    echo "unit tests: $u_ran of the $u_all tests of -ln ran"; u_fail=$((u_fail + 1))
+  fi
+  if [ "$u_fail" -eq 0 ]; then u_word=OK; else u_word=Errors; fi
+  echo "$u_word ($u_all tests, $u_ran ran, $u_checks checks, 0 ignored, 0 filtered out, $u_ms ms) in $u_groups groups, ${QT_CHECK_JOBS:-$(nproc)} at a time"
   passed=$((passed + u_ran - u_fail)); failed=$((failed + u_fail))
   [ "$u_fail" -gt 0 ] && failures+=("unit tests: $u_fail failed (see above)")
 else
@@ -46,6 +84,42 @@ check() {
   fi
 }
 export -f check 2>/dev/null || true
+
+# check_bg NAME CMD... / check_join: the same check, run in the background, at most
+# QT_CHECK_JOBS (default: the CPU count) at once; check_join waits for all of them and
+# reports and counts each exactly as check does, in the order they were started. Only for
+# single-process CPU-bound checks with nothing timed (the fuzz targets of 36_fuzz.sh): never
+# for multi-rank runs or a deadline (comm_timeout) cell. CMD runs in a subshell, so it may not
+# set variables the later checks read.
+bg_names=(); bg_pids=(); bg_logs=(); bg_n=0
+check_bg() {
+  local name=$1; shift
+  local jobs=${QT_CHECK_JOBS:-$(nproc)} base=$QT_TMP/bg.$bg_n i running
+  bg_n=$((bg_n + 1))
+  while :; do  # wait until fewer than $jobs of ours run
+    running=()
+    for i in "${!bg_pids[@]}"; do [ -e "${bg_logs[$i]}.rc" ] || running+=("${bg_pids[$i]}"); done
+    [ "${#running[@]}" -lt "$jobs" ] && break
+    wait -n "${running[@]}"  # one of them ends (at once if one already has)
+  done
+  ( t0=$SECONDS; "$@" > "$base.log" 2>&1; rc=$?
+    echo "$((SECONDS - t0))" > "$base.secs"; echo "$rc" > "$base.rc" ) &
+  bg_names+=("$name"); bg_pids+=($!); bg_logs+=("$base")
+}
+check_join() {
+  local i rc
+  for i in "${!bg_pids[@]}"; do
+    wait "${bg_pids[$i]}"
+    rc=$(cat "${bg_logs[$i]}.rc" 2>/dev/null || echo 1)
+    if [ "$rc" = 0 ]; then
+      passed=$((passed + 1)); echo "PASS ${bg_names[$i]} ($(cat "${bg_logs[$i]}.secs") s)"
+    else
+      failed=$((failed + 1)); failures+=("${bg_names[$i]}"); echo "FAIL ${bg_names[$i]}"
+      tail -n 25 "${bg_logs[$i]}.log" | sed 's/^/    /'
+    fi
+  done
+  bg_names=(); bg_pids=(); bg_logs=()
+}
 
 # Shared by the e2e scripts that compare runs bit for bit:
 # det_fields FILE: one line per step with the step, loss bits and fingerprint; fails (so the
