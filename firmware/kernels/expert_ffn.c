@@ -18,7 +18,11 @@
  * (gu, dgu, y) use streaming stores, fenced before return; row loops prefetch the next row.
  * The weight gradient's per-expert work (written or carried) is one function each, so the
  * one-pass form over an op's leaves (qt_expert_ffn_wgrad_saved_leaves: expert-major, leaf
- * after leaf inside an expert) runs exactly the per-leaf calls' code on each expert slice.
+ * after leaf inside an expert) runs exactly the per-leaf calls' code on each expert slice;
+ * where an expert's rows of every leaf fit at once it runs each weight slice in row panels
+ * instead, every leaf in order inside a panel (qt_matmul_wgrad_panel: the same chain and
+ * epilogue per element; a weight row never reads another row), so the panel's tree-level
+ * rows stay in L2 from one leaf to the next.
  */
 #include "expert_ffn.h"
 #include "matmul.h"

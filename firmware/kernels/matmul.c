@@ -11,6 +11,8 @@
  * The writing weight gradient can finish each element with the leaf-tree carry of
  * qt_leaf_carry.h in the tile epilogue (add 3): the pushed tree level is stored directly,
  * with the additions of qt_tree_push in its order, and the leaf itself is never stored.
+ * The same writing tiles also run row panel by row panel over B packed once per leaf
+ * (qt_matmul_wgrad_panel_pack / qt_matmul_wgrad_panel, for the expert FFN's leaves).
  * The canonical-block contractions of matmul_canon.h (contraction up to 2048) run here tile
  * by tile, all blocks of a tile in one call: each block's chain in registers (its segments
  * continued in the same registers), with nb >= 2 two blocks at a time on 6-row tiles and
