@@ -18,7 +18,11 @@
  * (gu, dgu, y) use streaming stores, fenced before return; row loops prefetch the next row.
  * The weight gradient's per-expert work (written or carried) is one function each, so the
  * one-pass form over an op's leaves (qt_expert_ffn_wgrad_saved_leaves: expert-major, leaf
- * after leaf inside an expert) runs exactly the per-leaf calls' code on each expert slice.
+ * after leaf inside an expert) runs exactly the per-leaf calls' code on each expert slice;
+ * where an expert's rows of every leaf fit at once it runs each weight slice in row panels
+ * instead, every leaf in order inside a panel (qt_matmul_wgrad_panel: the same chain and
+ * epilogue per element; a weight row never reads another row), so the panel's tree-level
+ * rows stay in L2 from one leaf to the next.
  */
 #include "expert_ffn.h"
 #include "matmul.h"
@@ -537,10 +541,102 @@ int qt_expert_ffn_wgrad_saved_carry(const qt_leaf_carry *c_gu, const qt_leaf_car
     return 1;
 }
 
-int qt_expert_ffn_wgrad_saved_leaves(const qt_ffn_leaf *lv, int32_t n, float *scratch,
-                                     int64_t E, int64_t d, int64_t f, int64_t scratch_elems)
+/* Row panels of a weight slice: about this many floats of a level per panel (64 KiB), in
+ * whole 12-row tiles; a panel's rows of every tree level a leaf touches, and the leaves'
+ * packed x (or h) rows, then stay in the 1 MiB L2 while the panel's leaves run. */
+#define QT_FFN_PANEL_FLOATS (1 << 14)
+
+static int64_t qt_ffn_panel_rows(int64_t forced, int64_t K)
+{
+    if (forced > 0) return forced;
+    const int64_t r = QT_FFN_PANEL_FLOATS / K;
+    return r < 12 ? 12 : (r + 11) / 12 * 12;
+}
+
+/* One weight slice of expert e (rows N, columns K: dW_down d x f, dW_gu 2f x d) over every
+ * leaf, in row panels of pr rows, leaf after leaf inside a panel: a[s] the leaf's gathered
+ * A rows (rows[s] x N), bo[s] its packed B (qt_matmul_wgrad_panel_pack), dw[s] its written
+ * slice or c[s] its carry's slice. Every element sees the chain and epilogue of the whole
+ * per-leaf call, in leaf order (a weight row's values never depend on other rows). */
+static void qt_ffn_panel_run(const qt_leaf_carry *c, float *const *dw, const float *const *a,
+                             const int64_t *rows, const int64_t *bo, int32_t n, int64_t N,
+                             int64_t K, int64_t pr)
+{
+    for (int64_t i0 = 0; i0 < N; i0 += pr) {
+        const int64_t i1 = i0 + pr < N ? i0 + pr : N;
+        for (int32_t s = 0; s < n; s++) /* the last leaf's carry is read by no later leaf */
+            qt_matmul_wgrad_panel(dw[s], dw[s] ? 0 : &c[s], a[s], rows[s], N, K, bo[s], i0, i1,
+                                  s + 1 == n);
+    }
+}
+
+/* Expert e's slices of every leaf in row panels (qt_expert_ffn_wgrad_saved_leaves_panels):
+ * each leaf's rows of e gathered once per weight (dy and h for dW_down, dgu and x for dW_gu;
+ * the A rows kept in the scratch, h / x packed at once into the panel buffer), then the
+ * slice in panels. 1 when done; 0, with no output written, when a leaf's rows exceed a
+ * chunk (cap: the per-leaf form would split them) or do not fit the scratch or the panel
+ * buffer (the caller then runs the expert leaf after leaf). */
+static int qt_ffn_wgrad_panels_expert(const qt_ffn_leaf *lv, int32_t n, float *scratch,
+                                      int64_t scratch_elems, int64_t cap, int32_t e, int64_t d,
+                                      int64_t f, int64_t forced)
+{
+    int64_t rows[QT_WGRAD_LEAVES_MAX], bo[QT_WGRAD_LEAVES_MAX] = {0}, sum = 0, most = 0;
+    const float *a[QT_WGRAD_LEAVES_MAX] = {0};
+    float *dg[QT_WGRAD_LEAVES_MAX], *dd[QT_WGRAD_LEAVES_MAX];
+    qt_leaf_carry cg[QT_WGRAD_LEAVES_MAX], cd[QT_WGRAD_LEAVES_MAX];
+    if (n > QT_WGRAD_LEAVES_MAX) return 0;
+    for (int32_t s = 0; s < n; s++) {
+        const qt_ffn_leaf *l = &lv[s];
+        qt_ffn_chunk(&rows[s], l->idx, l->k, e, -1, 0, l->T * l->k, l->T * l->k);
+        if (rows[s] > cap) return 0;
+        sum += rows[s];
+        most = rows[s] > most ? rows[s] : most;
+        dg[s] = l->c_gu ? 0 : l->dw_gu + (int64_t)e * 2 * f * d;
+        dd[s] = l->c_down ? 0 : l->dw_down + (int64_t)e * d * f;
+        if (l->c_gu) {
+            cg[s] = qt_ffn_carry_slice(l->c_gu, (int64_t)e * 2 * f * d);
+            cd[s] = qt_ffn_carry_slice(l->c_down, (int64_t)e * d * f);
+        }
+    }
+    if (sum * d + most * f > scratch_elems || sum * 2 * f + most * d > scratch_elems) return 0;
+    const int64_t width[2] = {f, d}; /* the packed B rows: h for dW_down, x for dW_gu */
+    for (int w = 0; w < 2; w++)
+        for (int64_t s = 0, off = 0, used; s < n; s++, off += used)
+            if ((used = qt_matmul_wgrad_panel_pack(off, 0, rows[s], width[w])) < 0) return 0;
+    /* dW_down[d, f] = dy^T h: A the dy rows, B the h rows */
+    float *A = scratch, *H = scratch + sum * d;
+    int64_t boff = 0;
+    for (int32_t s = 0; s < n; s++) {
+        const qt_ffn_leaf *l = &lv[s];
+        a[s] = A;
+        qt_ffn_gather(A, l->dy, d, 0, l->idx, l->k, e, -1, 0, l->T * l->k);
+        qt_ffn_gather_swiglu(H, l->gu, l->idx, e, 0, l->T * l->k, f);
+        const int64_t used = qt_matmul_wgrad_panel_pack(boff, H, rows[s], f);
+        bo[s] = boff, boff += used, A += rows[s] * d;
+    }
+    qt_ffn_panel_run(cd, dd, a, rows, bo, n, d, f, qt_ffn_panel_rows(forced, f));
+    /* dW_gu[2f, d] = dgu^T x: A the dgu rows, B the x rows (dW_down's packs are done with) */
+    float *X = scratch + sum * 2 * f;
+    A = scratch, boff = 0;
+    for (int32_t s = 0; s < n; s++) {
+        const qt_ffn_leaf *l = &lv[s];
+        a[s] = A;
+        qt_ffn_gather(A, l->dgu, 2 * f, 0, l->idx, l->k, e, -1, 0, l->T * l->k);
+        qt_ffn_gather(X, l->x, d, 1, l->idx, l->k, e, -1, 0, l->T * l->k);
+        const int64_t used = qt_matmul_wgrad_panel_pack(boff, X, rows[s], d);
+        bo[s] = boff, boff += used, A += rows[s] * 2 * f;
+    }
+    qt_ffn_panel_run(cg, dg, a, rows, bo, n, 2 * f, d, qt_ffn_panel_rows(forced, d));
+    return 1;
+}
+
+int qt_expert_ffn_wgrad_saved_leaves_panels(const qt_ffn_leaf *lv, int32_t n, float *scratch,
+                                            int64_t E, int64_t d, int64_t f,
+                                            int64_t scratch_elems, int64_t panel_rows,
+                                            int64_t *paneled)
 {
     const int64_t cap = scratch_elems / (d + 3 * f);
+    if (paneled) *paneled = 0;
     if (n < 1 || cap < 1) return 0;
     for (int32_t s = 0; s < n; s++) { /* refused before anything is written */
         const qt_ffn_leaf *l = &lv[s];
@@ -551,9 +647,15 @@ int qt_expert_ffn_wgrad_saved_leaves(const qt_ffn_leaf *lv, int32_t n, float *sc
             return 0;
         }
     }
-    /* expert-major: an expert's slices of every leaf, leaf after leaf, so the tree levels'
-     * slices a later leaf's carry reads are still in the caches */
-    for (int32_t e = 0; e < E; e++)
+    /* expert-major: an expert's slices of every leaf, in row panels through the leaves or
+     * leaf after leaf, so the tree levels' slices a later leaf's carry reads are still in
+     * the caches */
+    for (int32_t e = 0; e < E; e++) {
+        if (panel_rows != 0 &&
+            qt_ffn_wgrad_panels_expert(lv, n, scratch, scratch_elems, cap, e, d, f, panel_rows)) {
+            if (paneled) *paneled += 1;
+            continue;
+        }
         for (int32_t s = 0; s < n; s++) {
             const qt_ffn_leaf *l = &lv[s];
             if (l->c_gu)
@@ -564,7 +666,15 @@ int qt_expert_ffn_wgrad_saved_leaves(const qt_ffn_leaf *lv, int32_t n, float *sc
                                           l->dw_down + (int64_t)e * d * f, l->dy, l->x, l->idx,
                                           l->gu, l->dgu, scratch, cap, e, l->T, l->k, d, f, 1);
         }
+    }
     return 1;
+}
+
+int qt_expert_ffn_wgrad_saved_leaves(const qt_ffn_leaf *lv, int32_t n, float *scratch,
+                                     int64_t E, int64_t d, int64_t f, int64_t scratch_elems)
+{
+    return qt_expert_ffn_wgrad_saved_leaves_panels(lv, n, scratch, E, d, f, scratch_elems, -1,
+                                                   0);
 }
 #endif
 

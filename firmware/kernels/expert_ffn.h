@@ -160,6 +160,19 @@ typedef struct qt_ffn_leaf {
 int qt_expert_ffn_wgrad_saved_leaves(const qt_ffn_leaf *lv, int32_t n, float *scratch,
                                      int64_t E, int64_t d, int64_t f, int64_t scratch_elems);
 
+/* qt_expert_ffn_wgrad_saved_leaves with the form chosen: panel_rows 0 runs each expert's
+ * slices leaf after leaf (the form before row panels, kept as the reference); otherwise an
+ * expert whose leaves' rows fit (each leaf's rows of it in one chunk of the scratch, every
+ * leaf's gathered A rows in the scratch and packed B rows in the matmul's 1 MiB panel
+ * buffer at once) runs each weight slice in row panels of panel_rows rows (< 0: about 64
+ * KiB of a level, in 12-row tiles), every leaf in order inside a panel; the others leaf
+ * after leaf. Same bits either way (a weight row's chains and carries never read another
+ * row). *paneled (when not NULL) receives the number of experts that ran in panels. */
+int qt_expert_ffn_wgrad_saved_leaves_panels(const qt_ffn_leaf *lv, int32_t n, float *scratch,
+                                            int64_t E, int64_t d, int64_t f,
+                                            int64_t scratch_elems, int64_t panel_rows,
+                                            int64_t *paneled);
+
 /* References of the plan's three passes (kernels/expert_ffn_ref.c): one row at a time on the
  * scalar matmul references (the weight gradient in the same row chunks as above); the same
  * arguments, bits and poisoning as the kernels. Scratch: fwd 2f (+ nb*d + (1+d)*(f/nb) with

@@ -11,6 +11,8 @@
  * The writing weight gradient can finish each element with the leaf-tree carry of
  * qt_leaf_carry.h in the tile epilogue (add 3): the pushed tree level is stored directly,
  * with the additions of qt_tree_push in its order, and the leaf itself is never stored.
+ * The same writing tiles also run row panel by row panel over B packed once per leaf
+ * (qt_matmul_wgrad_panel_pack / qt_matmul_wgrad_panel, for the expert FFN's leaves).
  * The canonical-block contractions of matmul_canon.h (contraction up to 2048) run here tile
  * by tile, all blocks of a tile in one call: each block's chain in registers (its segments
  * continued in the same registers), with nb >= 2 two blocks at a time on 6-row tiles and
@@ -202,8 +204,11 @@ qt_mm_chain(qt_vec acc[QT_MM_MR][2], const float *ap, int64_t sai, int64_t sap, 
  * l = 0..n-1, out = v, e the element's offset from cy->dst (out lies in cy->dst; the
  * addends have its layout) - the additions of qt_tree_push on the stored leaf, in its order.
  * The addends' lines are prefetched before the chain runs (in the epilogue their misses
- * would stall it); add 4 is add 3 with full, aligned rows stored non-temporally when out
- * was not read (no cin): the caller fences.
+ * would stall it), and with add 2 or 3 the destination's lines for writing (a leaf or level
+ * written for the first time in a while: the stores' ownership misses stalled the next
+ * tiles; docs/bench.md, the fp32 expert weight gradient in row panels); add 4 is add 3 with
+ * full, aligned rows stored non-temporally when out was not read (no cin): the caller
+ * fences.
  * a(i,p) = ap[i*sai + p*sap] (packed micro-panel: sai 1, sap MR); b(p, jj) = bp[p*ldb + jj], and when
  * nr < NR the strip is a zero-padded packed one (ldb = NR), so full-width loads are safe. */
 static inline __attribute__((always_inline)) void
@@ -238,6 +243,11 @@ qt_mm_tile_k(float *out, int64_t ldo, int add, const float *cin, int64_t ldi, co
                 _mm_prefetch((const char *)t, _MM_HINT_T0);
                 _mm_prefetch((const char *)(t + nr - 1), _MM_HINT_T0);
             }
+    if (add == 2 || add == 3) /* the destination's lines, owned while the chain runs */
+        for (int i = 0; i < mr; i++) {
+            _mm_prefetch((const char *)(out + i * ldo), _MM_HINT_ET0);
+            _mm_prefetch((const char *)(out + i * ldo + nr - 1), _MM_HINT_ET0);
+        }
     qt_mm_chain(acc, ap, sai, sap, bp, ldb, kc, mr, nv);
 
     if (nr == QT_MM_NR) {
@@ -997,6 +1007,75 @@ int qt_matmul_wgrad_write_carry(const qt_leaf_carry *cy, const float *dy, const 
     return 1;
 #else
     (void)cy, (void)dy, (void)x, (void)M, (void)N, (void)K;
+    return 0;
+#endif
+}
+
+/* One leaf's x packed as qt_mm_write_opt packs its B blocks, but over the whole contraction
+ * at once: strip s at bfull + boff + s*M*NR, [M][NR], zero padded, so block pc of strip s
+ * starts pc*NR further (what qt_mm_pack_rows gives that block on its own). x NULL: only
+ * the size (or -1). */
+int64_t qt_matmul_wgrad_panel_pack(int64_t boff, const float *x, int64_t M, int64_t K)
+{
+#ifdef QT_MM_OPT
+    const int64_t need = M * ((K + QT_MM_NR - 1) / QT_MM_NR) * QT_MM_NR;
+    if (boff < 0 || M < 0 || K < 1 || boff > QT_MM_CANON_B || need > QT_MM_CANON_B - boff)
+        return -1;
+    if (M > 0 && x) qt_mm_pack_rows(qt_mm.bfull + boff, x, K, M, K);
+    return need;
+#else
+    (void)boff, (void)x, (void)M, (void)K;
+    return -1;
+#endif
+}
+
+/* Rows [i0, i1) of qt_mm_write_opt's output with B packed by qt_matmul_wgrad_panel_pack:
+ * the same tiles (A packed per block of MC rows, partial chains of contractions over KC
+ * steps waiting in the destination) and the same epilogue (add 2, or 3 with the carry); the
+ * carry is stored non-temporally (add 4: full aligned rows, fenced before return) when the
+ * caller says no later leaf reads it (stream != 0), else cached (the next leaf reads it). */
+int qt_matmul_wgrad_panel(float *dw, const qt_leaf_carry *cy, const float *dy, int64_t M,
+                          int64_t N, int64_t K, int64_t boff, int64_t i0, int64_t i1,
+                          int stream)
+{
+#ifdef QT_MM_OPT
+    if (cy && (cy->n < 1 || cy->n > QT_LEAF_CARRY_MAX)) return 0;
+    float *const c = cy ? cy->dst : dw;
+    if (M == 0) { /* (+0) + (+0), carried: qt_matmul_wgrad_write(_carry)'s empty contraction */
+        for (int64_t e = i0 * K; e < i1 * K; e++) {
+            float v = 0.0f + 0.0f;
+            if (cy)
+                for (int l = 0; l < cy->n; l++) v = cy->add[l][e] + v;
+            c[e] = v;
+        }
+        return 1;
+    }
+    const int fin = cy ? 3 + (stream != 0) : 2;
+    for (int64_t pc = 0; pc < M; pc += QT_MM_KC) {
+        const int64_t kc = qt_mm_min(QT_MM_KC, M - pc);
+        const int last = pc + kc >= M;
+        for (int64_t ic = i0; ic < i1; ic += QT_MM_MC) {
+            const int64_t mc = qt_mm_min(QT_MM_MC, i1 - ic);
+            qt_mm_pack_a(dy + ic + pc * N, 1, N, mc, kc);
+            int mr;
+            for (int64_t ir = 0, t = 0; ir < mc; ir += mr, t++) {
+                mr = qt_mm_rows(mc - ir);
+                for (int64_t s = 0; s * QT_MM_NR < K; s++) {
+                    const int nr = (int)qt_mm_min(QT_MM_NR, K - s * QT_MM_NR);
+                    float *o = c + (ic + ir) * K + s * QT_MM_NR;
+                    qt_mm_tile_m(o, K, last ? fin : 0, pc ? o : 0, K,
+                                 qt_mm.apack + t * QT_MM_MR * kc, 1, QT_MM_MR,
+                                 qt_mm.bfull + boff + s * M * QT_MM_NR + pc * QT_MM_NR,
+                                 QT_MM_NR, kc, mr, nr, last ? cy : 0);
+                }
+            }
+        }
+    }
+    if (fin == 4) _mm_sfence(); /* the streamed stores are ordered before what follows */
+    return 1;
+#else
+    (void)dw, (void)cy, (void)dy, (void)M, (void)N, (void)K, (void)boff, (void)i0, (void)i1;
+    (void)stream;
     return 0;
 #endif
 }

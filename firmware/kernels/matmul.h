@@ -57,6 +57,26 @@ void qt_matmul_wgrad_write_f64(double *dw, const double *dy, const double *x, in
 int qt_matmul_wgrad_write_carry(const qt_leaf_carry *cy, const float *dy, const float *x,
                                 int64_t M, int64_t N, int64_t K);
 
+/* Row panels of writing weight gradients (the expert FFN's leaves in panels, expert_ffn.c):
+ * qt_matmul_wgrad_panel_pack packs x[M,K] (rows contiguous) as the B operand of one leaf at
+ * float offset boff of the kernel's 1 MiB panel buffer and returns the floats it takes, or
+ * -1 (nothing packed) when it does not fit there or the optimised path is not built (x
+ * NULL: only that answer);
+ * qt_matmul_wgrad_panel then computes rows [i0, i1) of dW[N,K] from dy[M,N] and that packed
+ * x, each element exactly as qt_matmul_wgrad_write (cy NULL: writes dw) or
+ * qt_matmul_wgrad_write_carry (cy: stores the carry in cy->dst, dw unused) computes it: the
+ * same chain and epilogue per element, so running a weight's rows panel by panel, leaf after
+ * leaf inside a panel, gives the bits of the whole calls in leaf order. Packs made for
+ * several leaves stay valid until a call of another matmul entry (which reuse the buffer).
+ * qt_matmul_wgrad_panel returns 1; 0 with nothing written when the optimised path is not
+ * built or cy has no addends. M may be 0 (the empty contraction's (+0) + (+0)). stream != 0:
+ * the carry's full aligned rows are stored non-temporally (for a level nothing reads again
+ * soon; fenced before return); values identical either way. Float only. */
+int64_t qt_matmul_wgrad_panel_pack(int64_t boff, const float *x, int64_t M, int64_t K);
+int qt_matmul_wgrad_panel(float *dw, const qt_leaf_carry *cy, const float *dy, int64_t M,
+                          int64_t N, int64_t K, int64_t boff, int64_t i0, int64_t i1,
+                          int stream);
+
 /* Scalar references with the same contract (used by the tests for bit identity). */
 void qt_matmul_fwd_ref(float *y, const float *x, const float *w, int64_t M, int64_t N,
                        int64_t K);

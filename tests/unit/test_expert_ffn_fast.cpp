@@ -353,3 +353,106 @@ TEST(ExpertFfnFast, WgradLeavesInOnePassEqualLeafByLeaf)
                      nullptr, nullptr, nullptr, nullptr};
     CHECK_EQUAL(0, qt_expert_ffn_wgrad_saved_leaves(&l, 1, sc.data(), 4, 16, 8, (int64_t)sc.size()));
 }
+
+// Row panels through the leaves (qt_expert_ffn_wgrad_saved_leaves_panels): every leaf of an
+// expert gathered once, each weight slice in row panels of pr rows with the leaves in order
+// inside a panel, against the leaf-after-leaf form (panel_rows 0, the form before panels) on
+// the same tree levels of random values, bit for bit, with the number of experts that ran in
+// panels checked (all of them, or, with too small a scratch, fewer).
+namespace {
+void panels_case(const Ffn &c, int32_t L, int64_t first, int64_t wscr, int64_t pr,
+                 int64_t expect_paneled, uint64_t seed)
+{
+    const int64_t d = c.d, f = c.f, k = c.k, E = c.E, S = c.T / L;
+    const int64_t ng = E * 2 * f * d, nd = E * d * f, R = c.T * k;
+    const int32_t nl = 4;
+    vf gu = rnd(R * 2 * f, seed, 1.0), dgu = rnd(R * 2 * f, seed + 1, 1.0);
+    vf g[2] = {rnd(nl * ng, seed + 2, 3.0), vf()}, dd[2] = {rnd(nl * nd, seed + 3, 3.0), vf()};
+    g[1] = g[0], dd[1] = dd[0];
+    vf sc(wscr);
+    int64_t paneled[2] = {-1, -1};
+    for (int form = 0; form < 2; form++) { // 0: leaf after leaf, 1: panels of pr rows
+        float *lg[nl], *ld[nl];
+        for (int32_t l = 0; l < nl; l++)
+            lg[l] = g[form].data() + l * ng, ld[l] = dd[form].data() + l * nd;
+        std::vector<qt_ffn_leaf> lv((size_t)L);
+        std::vector<qt_leaf_carry> cy((size_t)(2 * L));
+        for (int32_t j = 0; j < L; j++) {
+            const int64_t t0 = j * S, leaf = first + j;
+            qt_ffn_leaf &l = lv[(size_t)j];
+            l.dy = c.dy.data() + t0 * k * d, l.x = c.x.data() + t0 * d;
+            l.gu = gu.data() + t0 * k * 2 * f, l.dgu = dgu.data() + t0 * k * 2 * f;
+            l.idx = c.idx.data() + t0 * k, l.T = S, l.k = k;
+            l.dw_gu = l.dw_down = nullptr, l.c_gu = l.c_down = nullptr;
+            if (qt_tree_carry(lg, 0, leaf, &cy[(size_t)(2 * j)])) {
+                CHECK(qt_tree_carry(ld, 0, leaf, &cy[(size_t)(2 * j + 1)]));
+                l.c_gu = &cy[(size_t)(2 * j)], l.c_down = &cy[(size_t)(2 * j + 1)];
+            } else {
+                l.dw_gu = lg[0], l.dw_down = ld[0];
+            }
+        }
+        CHECK_EQUAL(1, qt_expert_ffn_wgrad_saved_leaves_panels(lv.data(), L, sc.data(), E, d, f,
+                                                                wscr, form ? pr : 0,
+                                                                &paneled[form]));
+    }
+    CHECK_EQUAL(0, paneled[0]);
+    if (expect_paneled >= 0) CHECK_EQUAL(expect_paneled, paneled[1]);
+    else CHECK(paneled[1] >= 0 && paneled[1] < E); // some or all experts fall back
+    CHECK(same_bits(g[0], g[1]));
+    CHECK(same_bits(dd[0], dd[1]));
+}
+
+// The bench model's routing: top-k of E distinct experts per token, uniformly at random.
+Ffn make_uniform(int64_t T, int64_t k, int64_t E, int64_t d, int64_t f, uint64_t seed)
+{
+    Ffn c = make(T, k, E, d, f, seed);
+    uint64_t s = seed + 9;
+    for (int64_t t = 0; t < T; t++) {
+        int32_t perm[64];
+        for (int32_t e = 0; e < E; e++) perm[e] = e;
+        for (int64_t j = 0; j < k; j++) {
+            const double u = 0.5 * (qt_test_rand(&s) + 1.0);
+            int64_t m = j + (int64_t)(u * (double)(E - j));
+            if (m >= E) m = E - 1;
+            std::swap(perm[j], perm[m]);
+            c.idx[t * k + j] = perm[j];
+        }
+    }
+    return c;
+}
+} // namespace
+
+TEST(ExpertFfnFast, WgradLeavesInRowPanelsEqualLeafAfterLeaf)
+{
+    uint64_t seed = 900;
+    // the bench model's op: 4 sequences of 256 tokens, top-4 of 16, d 512, f 256 (leaves 0
+    // and 2 written, 1 carried over level 0, 3 over levels 0 and 1; 40-90 rows an expert and
+    // leaf), the plan's scratch; panels of the default size, 5 and 12 rows
+    {
+        Ffn c = make_uniform(1024, 4, 16, 512, 256, 910);
+        for (int64_t pr : {-1, 5, 12}) panels_case(c, 4, 0, 3145728, pr, 16, seed++);
+    }
+    // every token on each of 3 experts: 300 rows an expert and leaf (two contraction blocks
+    // of the tile); with the plan's scratch all in panels, with a scratch of one leaf's rows
+    // (the carries still apply) two leaves' rows do not fit it: every expert leaf after leaf
+    {
+        Ffn c = make_uniform(600, 3, 3, 32, 16, 915);
+        panels_case(c, 2, 1, plan_scratch(c, 0), 12, 3, seed++);
+        panels_case(c, 2, 1, 300 * (32 + 3 * 16), 12, -1, seed++);
+    }
+    // odd shapes (make(): an expert without rows, one with a single row, dropped rows, widths
+    // off the vectors and strips, an expert with over 256 rows a leaf: contraction blocks),
+    // 1-4 leaves from leaves 0, 1, 3, 5; the plan's scratch, panels of 5, 12 and default rows
+    struct Shape { int64_t T, k, E, d, f; };
+    for (const Shape &s : {Shape{24, 3, 6, 33, 12}, Shape{600, 2, 3, 32, 16},
+                           Shape{96, 4, 16, 40, 24}}) {
+        Ffn c = make(s.T, s.k, s.E, s.d, s.f, 920 + (uint64_t)s.d);
+        const int64_t full = plan_scratch(c, 0);
+        for (int32_t L : {1, 2, 4})
+            for (int64_t first : {0, 1, 3, 5}) {
+                if (first + L > 8 || (L == 1 && first > 1)) continue;
+                for (int64_t pr : {5, 12, -1}) panels_case(c, L, first, full, pr, s.E, seed++);
+            }
+
+    }
+}
