@@ -728,6 +728,13 @@ qt_bm_c_block(float *const *orow, int64_t col, int64_t nr, const qt_bf16 *ap, in
     __m512 acc[QT_BM_I_MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    if (j + 1 == nb) { /* the output's lines: fetched (for writing) while the chain runs */
+        const int64_t nl = nr < QT_BM_I_NR ? nr : QT_BM_I_NR;
+        for (int i = 0; i < mr; i++) {
+            __builtin_prefetch(orow[i] + col, 1, 3);
+            __builtin_prefetch(orow[i] + col + nl - 1, 1, 3);
+        }
+    }
     for (int64_t g = 0; g < nseg; g++) {
         const int64_t q0 = (g * L + j * sl) / 2;
         qt_bm_i_chain(acc, ap + 2 * q0, 2, asi, bp + q0 * QT_BM_I_NR, sl / 2, mr);
@@ -735,20 +742,20 @@ qt_bm_c_block(float *const *orow, int64_t col, int64_t nr, const qt_bf16 *ap, in
     float *pj = stk + depth * tile;
     /* each step over the whole tile (branches per block, not per register): per element
      * the same operations in the same order */
-    if (plus) {
+    /* the partial's finish in one instruction per register: (+0) + chain when plus, and the
+     * NaN fix: VFIXUPIMMPS with the input's class choosing the response (QNaN, SNaN: the
+     * destination operand, 0x7fc00000; zero: +0 when plus, else the input; +1, infinities,
+     * other values: the input). The bits of the add, the compare and the blend on every
+     * one of the 2^32 inputs, both forms (the chain's output is never a denormal: the
+     * instruction flushes it, so MXCSR.DAZ never changes the class either). */
+    {
+        const __m512i tbl = _mm512_set1_epi32(plus ? 0x11111800 : 0x11111100);
 #pragma GCC unroll 12
-        for (int i = 0; i < mr; i++) {
-            acc[i][0] = _mm512_add_ps(_mm512_setzero_ps(), acc[i][0]);
-            acc[i][1] = _mm512_add_ps(_mm512_setzero_ps(), acc[i][1]);
-        }
-    }
-#pragma GCC unroll 12
-    for (int i = 0; i < mr; i++)
+        for (int i = 0; i < mr; i++)
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++)
-            acc[i][h] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(acc[i][h], acc[i][h],
-                                                                _CMP_UNORD_Q),
-                                             acc[i][h], qnan);
+            for (int h = 0; h < 2; h++)
+                acc[i][h] = _mm512_fixupimm_ps(qnan, acc[i][h], tbl, 0);
+    }
     for (int k = 1; k <= nm; k++) {
         const float *sk = pj - k * tile;
 #pragma GCC unroll 12
@@ -791,6 +798,17 @@ qt_bm_c_panel(float *const *orow, int64_t nc, const qt_bf16 *ap, int64_t asi,
     for (int64_t j = 0; j < nb; j++) {
         int nm = 0;
         for (int64_t q = j; q & 1; q >>= 1) nm++;
+        { /* A's next block (the next row panel's first after the last): its lines fetched
+           * while this block's strips run */
+            const int64_t jn = j + 1 < nb ? j + 1 : 0;
+            const qt_bf16 *an = j + 1 < nb ? ap : ap + mr * asi;
+            for (int i = 0; i < mr; i++)
+                for (int64_t g = 0; g < nseg; g++) {
+                    const qt_bf16 *p = an + i * asi + g * L + jn * sl;
+                    for (int64_t e = 0; e < sl; e += 32) __builtin_prefetch(p + e, 0, 3);
+                    __builtin_prefetch(p + sl - 1, 0, 3);
+                }
+        }
         for (int64_t s = 0; s * QT_BM_I_NR < nc; s++)
             qt_bm_c_block(orow, s * QT_BM_I_NR, nc - s * QT_BM_I_NR, ap, asi, bp + s * bps,
                           nseg, L, nb, sl, plus, j, qt_bm.part + s * stks, depth, nm, mr);

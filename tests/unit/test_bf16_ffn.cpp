@@ -341,6 +341,11 @@ TEST(Bf16Canon, MatchesScalarReferencePathsAndSplits)
         // the bench model's forward down projection (f = 256 in one segment, nb 8: blocks of
         // 16 pairs) into d = 512 columns (two 256-column panels), an edge row panel
         {37, 512, 256, 1, 8},
+        // the 80B slice's data gradient over [gate | up] (2f = 1024 in two segments, nb 8:
+        // blocks of 64 pairs) into d = 2048 columns (eight 256-column panels), a full row
+        // panel and an edge row (the output lines fetched at the last block, the next
+        // block's A rows while a block's strips run)
+        {13, 1024, 2048, 2, 8},
     };
     for (const auto &sh : shapes)
         for (int mode = 0; mode < 3; mode++) canon_case(sh[0], sh[1], sh[2], sh[3], sh[4], &s, mode);
@@ -972,5 +977,32 @@ TEST(Bf16Canon, DataGradientBlocksEndingAtMinusZero)
                                              nseg, nb, sb.data()) != 0)
             continue;
         for (size_t i = 0; i < ob.size(); i++) LONGS_EQUAL(0x00000000u, bits(ob[i]));
+    }
+}
+
+// One block of every output holds a NaN (a quiet NaN with a payload, 0xffe5, in one column
+// of dy and one row of x): that block's partial is the canonical 0x7fc00000 and no NaN meets
+// another in the tree, so every path's total is exactly 0x7fc00000 (the fused tile's finish
+// by VFIXUPIMMPS: a response keeping the chain's NaN, e.g. QNaN(src), fails here; the random
+// shapes above compare NaNs as NaNs, and a block partial's NaN there often meets another).
+TEST(Bf16Canon, OneNaNBlockGivesTheCanonicalNaN)
+{
+    const int64_t M = 13, K = 128, N = 40, nseg = 2, nb = 8; // sl 8: blocks of 8 pairs
+    uint64_t s = 0x2f6e1d0c3b4a5968ull;
+    vb dy = rbv((size_t)(M * K), &s, 1.0f), x = rbv((size_t)(M * K), &s, 1.0f);
+    const vb w = rbv((size_t)(K * N), &s, 1.0f);
+    for (int64_t m = 0; m < M; m++) dy[(size_t)(m * K + 70)] = 0xffe5; // segment 1, block 0
+    for (int64_t i = 0; i < K; i++) x[(size_t)(5 * K + i)] = i == 3 ? 0xffe5 : x[(size_t)(5 * K + i)];
+    vf sb((size_t)QT_CANON_BWD_SCRATCH(M, K, N, nb)), sf((size_t)QT_CANON_FWD_SCRATCH(M, N, K, nb));
+    for (int pi = 0; pi < 4; pi++) {
+        vf ob((size_t)(M * N), -5.0f), of((size_t)(M * N), -5.0f);
+        if (qt_bf16_matmul_canon_bwd_data_on(PATHS[pi], ob.data(), dy.data(), w.data(), M, K, N,
+                                             nseg, nb, sb.data()) != 0)
+            continue;
+        for (size_t i = 0; i < ob.size(); i++) LONGS_EQUAL(0x7fc00000u, bits(ob[i]));
+        // forward: x[M,K] w^T with w as [N,K]: row 5 of the output is the NaN's
+        CHECK_EQUAL(0, qt_bf16_matmul_canon_fwd_on(PATHS[pi], of.data(), x.data(), w.data(), M, N,
+                                                   K, nseg, nb, sf.data()));
+        for (int64_t j = 0; j < N; j++) LONGS_EQUAL(0x7fc00000u, bits(of[(size_t)(5 * N + j)]));
     }
 }
