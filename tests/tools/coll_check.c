@@ -23,7 +23,7 @@
  *               fixed-size all-to-all and its refusals; the expert dispatch in rounds
  *               (check_ep_rounds: counts, rounds, rows to hosts and home against the
  *               whole dispatch's order, a too-large leaf refused); the split all-gather
- *               alone (check_split_gather); plan check with equal hashes; the
+ *               alone (in check_all_gather); plan check with equal hashes; the
  *               context exchange ops (as --ctx). Every rank's failures are summed; exit 0
  *               iff none.
  *               Per mask or per group (run_checks): masks that differ only in axes of one
@@ -31,7 +31,7 @@
  *               has 8 distinct groups among the 32 masks, 7 7 has 2). The group arithmetic
  *               (check_group) and the checks whose firmware reads the mask beyond the group
  *               tables run on EVERY mask: the all-gathers (their order takes the mask's
- *               slice digits, qt_coll_slice_bits: check_all_gather, check_split_gather,
+ *               slice digits, qt_coll_slice_bits: check_all_gather (blocking and split),
  *               check_ep_rounds whose counts travel by all-gather). Everything else (the
  *               reduce-scatter, the units of both forms, the split collectives and units,
  *               broadcast, the integer sums and max, the all-to-alls, the context
@@ -46,9 +46,10 @@
  *               all-gather over the stage peers.
  *   --ctx       for every group mask the group arithmetic, and once per distinct member
  *               list (as above; the op's start-up check reads the mask only for the group's
- *               size) context parallelism's exchange ops (qt_ops.def CTX_TO_HEADS, CTX_TO_HEADS_BWD, CTX_TO_TOKENS,
- *               CTX_TO_TOKENS_BWD) through their kernel-table entries (start-up check and
- *               wrapper) on a hand-made plan of this mesh, C = the group's size, fp32 and
+ *               size) context parallelism's exchange ops (qt_ops.def CTX_TO_HEADS,
+ *               CTX_TO_HEADS_BWD, CTX_TO_TOKENS, CTX_TO_TOKENS_BWD) through their
+ *               kernel-table entries (start-up check and wrapper) on a hand-made plan of
+ *               this mesh, C = the group's size, fp32 and
  *               bf16, two shapes (and with C >= 2 two of uneven ownership, a6 u > 0):
  *               every output element bit-exact against the layouts' definition written out
  *               here (padding slots: zeros) (the BWD kinds: the initial value plus it, one
@@ -474,21 +475,31 @@ static uint8_t pat(int w, int64_t k, uint64_t salt)
     return (uint8_t)key((uint64_t)w, (uint64_t)k, salt);
 }
 
+/* The all-gather, blocking and (split = 1) split alone (qt_coll_start_range / progress /
+ * wait_range over an ALL_GATHER row): every member's block in place, several sizes. Run on
+ * every mask: both cursors take qt_coll_slice_bits(mask). */
 static void check_all_gather(unsigned mask, const int *members, int R, int idx)
 {
     static const int64_t sizes[] = {1, 13, 40000, 0};
-    for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
-        const int64_t bb = sizes[c];
+    for (size_t c = 0; c < 2 * sizeof sizes / sizeof sizes[0]; c++) {
+        const int64_t bb = sizes[c % 4];
+        const int split = c >= 4;
         uint8_t *buf = xmalloc((size_t)(R * bb));
         memset(buf, 0xEE, (size_t)(R * bb));
         for (int64_t k = 0; k < bb; k++) buf[idx * bb + k] = pat(cc.rank, k, 7 + c);
-        int rc = qt_coll_all_gather(mask, buf, bb);
-        CHECK(rc == 0, "mask 0x%x: all-gather %lld returned %d", mask, (long long)bb, rc);
+        const qt_collective cg = {.name = "split gather", .kind = QT_COLL_ALL_GATHER,
+                                  .mask = (uint8_t)mask, .bytes = R * bb};
+        int rc = split ? qt_coll_start_range(4, &cg, buf, NULL, 0)
+                       : qt_coll_all_gather(mask, buf, bb);
+        for (int it = 0; split && it < 5 && rc == 0; it++) rc = qt_coll_progress();
+        if (split) rc = rc ? rc : qt_coll_wait_range(4, &cg);
+        CHECK(rc == 0 && qt_coll_in_flight() == 0, "mask 0x%x: %sall-gather %lld returned %d",
+              mask, split ? "split " : "", (long long)bb, rc);
         long bad = 0;
         for (int j = 0; j < R; j++)
             for (int64_t k = 0; k < bb; k++) bad += buf[j * bb + k] != pat(members[j], k, 7 + c);
-        CHECK(bad == 0, "mask 0x%x: all-gather of %lld-byte blocks: %ld bytes wrong", mask,
-              (long long)bb, bad);
+        CHECK(bad == 0, "mask 0x%x: %sall-gather of %lld-byte blocks: %ld bytes wrong", mask,
+              split ? "split " : "", (long long)bb, bad);
         free(buf);
     }
 }
@@ -1126,33 +1137,6 @@ static void check_ep_rounds(unsigned mask, const int *members, int M, int me)
     free(hid);
 }
 
-/* The split all-gather alone (qt_coll_start_range / wait_range over an ALL_GATHER row),
- * run on every mask: its cursor takes qt_coll_slice_bits(mask) as the blocking all-gather
- * does, while check_split and check_split_units (its other uses) run once per member list. */
-static void check_split_gather(unsigned mask, const int *members, int R, int idx)
-{
-    static const int64_t sizes[] = {1, 4099, 40003};
-    for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
-        const int64_t bb = sizes[c];
-        uint8_t *g = xmalloc((size_t)(R * bb));
-        memset(g, 0xEE, (size_t)(R * bb));
-        for (int64_t k = 0; k < bb; k++) g[idx * bb + k] = pat(cc.rank, k, 60 + c);
-        const qt_collective cg = {.name = "split gather", .kind = QT_COLL_ALL_GATHER,
-                                  .mask = (uint8_t)mask, .bytes = R * bb};
-        int rc = qt_coll_start_range(4, &cg, g, NULL, 0);
-        for (int it = 0; it < 5 && rc == 0; it++) rc = qt_coll_progress();
-        rc = rc ? rc : qt_coll_wait_range(4, &cg);
-        CHECK(rc == 0 && qt_coll_in_flight() == 0, "mask 0x%x: split all-gather of %lld-byte "
-              "blocks: rc %d", mask, (long long)bb, rc);
-        long bad = 0;
-        for (int j = 0; j < R; j++)
-            for (int64_t k = 0; k < bb; k++) bad += g[j * bb + k] != pat(members[j], k, 60 + c);
-        CHECK(bad == 0, "mask 0x%x: split all-gather of %lld-byte blocks: %ld bytes wrong", mask,
-              (long long)bb, bad);
-        free(g);
-    }
-}
-
 /* The first mask (in increasing order) whose group has the same member list as `mask`'s
  * (lists[m] holds mask m's, from ref_members; n[m] its size): `mask` itself when none
  * before it has. Every rank must find the same (the member list is the same exactly when
@@ -1173,7 +1157,7 @@ static unsigned first_same_members(unsigned mask, int (*lists)[1 << 10], const i
 
 /* Every mask: the group arithmetic (check_group), and the checks whose firmware reads the
  * mask beyond its member list: the all-gathers (their recursive doubling takes the slice
- * digits of the mask, qt_coll_slice_bits: check_all_gather, check_split_gather, and
+ * digits of the mask, qt_coll_slice_bits: check_all_gather, blocking and split, and
  * check_ep_rounds, whose counts travel by all-gather). Once per distinct member list (the
  * first mask in increasing order that names it; the others differ only in axes of one rank,
  * whose group is the same ranks in the same order): everything else, whose firmware sees the
@@ -1198,7 +1182,6 @@ static int run_checks(int ctx_only)
             continue;
         }
         check_all_gather(mask, members, R, idx);
-        check_split_gather(mask, members, R, idx);
         check_ep_rounds(mask, members, R, idx);
         if (first != mask) continue;
         check_reduce_scatter(mask, members, R, idx);
