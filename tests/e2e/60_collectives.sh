@@ -12,16 +12,32 @@
 # fail, none may hang), the deadline (a sleeping rank is named, the job ends by itself long
 # before the sleeper wakes) and the 64 MiB timing on 2 ranks (printed, not asserted). Every
 # mpiexec runs under `timeout 60`.
+# Per mask or per group (coll_check.c's header, run_checks): masks that differ only in axes
+# of one rank name the same group (same members, same order: mesh 2 2 2 has 8 distinct
+# groups among 32 masks). The group arithmetic and the all-gathers (blocking, split, the
+# expert rounds' counts: their order reads the mask's slice digits) run on every mask; the
+# other collectives see the mask only through the group's size, index and members, so they
+# run once per distinct member list (the first mask naming it) - the same code on the same
+# ranks with the same bits as on the duplicates. Each run prints how many masks it skipped.
 CC_BIN=build/tools/coll_check
 
+# coll_mesh N ARGS...: the tool on N ranks; its output also in $QT_TMP/coll_mesh.txt, whose
+# line on the masks skipped as duplicates coll_skipped prints under the cell's PASS/FAIL.
 coll_mesh() {
   local n=$1; shift
-  timeout 60 mpiexec -n "$n" $CC_BIN "$@" < /dev/null
+  timeout 60 mpiexec -n "$n" $CC_BIN "$@" < /dev/null > "$QT_TMP/coll_mesh.txt" 2>&1
+  local rc=$?
+  cat "$QT_TMP/coll_mesh.txt"
+  return $rc
+}
+coll_skipped() {
+  grep -h "distinct member lists" "$QT_TMP/coll_mesh.txt" 2>/dev/null | sed 's/^/    /'
 }
 for c in "1 1" "2 2" "2 1 2" "4 2 2" "4 1 1 2 1 2" "8 2 2 2" "8 1 2 1 4" "8 2 1 1 2 2" "3 3" "6 3 2" \
          "5 5" "7 7"; do
   set -- $c
   check "collectives: $1 rank(s), mesh ${*:2} (data fsdp tensor expert context)" coll_mesh "$@"
+  coll_skipped
 done
 
 # several slices (--dcn: ranks slice-major, the members of each group re-derived by the tool;
@@ -30,12 +46,14 @@ done
 for c in "4 --dcn 2 4" "4 --dcn 1,2 2 2" "8 --dcn 2,1,1,2 2 2 1 2"; do
   set -- $c
   check "collectives on slices: $1 ranks, ${*:2} (data fsdp tensor expert context)" coll_mesh "$@"
+  coll_skipped
 done
 
 for c in "2 1 1 1 1 2" "4 1 1 1 1 4" "4 2 1 1 1 2" "8 1 1 2 1 4" "3 1 1 1 1 3"; do
   set -- $c
   check "context exchange ops: $1 rank(s), mesh ${*:2} (data fsdp tensor expert context)" \
     coll_mesh "$1" --ctx "${@:2}"
+  coll_skipped
 done
 
 # the pipeline's point-to-point messages (qt_coll.def SEND_RECV, coll_p2p.c): 2 stages of

@@ -8,7 +8,8 @@
  *   --dcn: the slices of each axis (dividing it; ranks slice-major, qt_plan.h
  *   qt_mesh_coords, re-derived here), so the group and all-gather checks cover several
  *   slices (the all-gather crosses slices first there).
- *   (default)   for every group mask: group arithmetic against an independent enumeration;
+ *   (default)   for every group mask (see "Per mask or per group" below): group arithmetic
+ *               against an independent enumeration;
  *               reduce-scatter bit-exact against a locally computed perfect pairwise tree of
  *               every member's input (every rank regenerates every input), with several
  *               block and scratch sizes, and non-vacuity (differs from the left-to-right sum
@@ -21,17 +22,34 @@
  *               (two in flight beside a split reduce-scatter, against the blocking call); the
  *               fixed-size all-to-all and its refusals; the expert dispatch in rounds
  *               (check_ep_rounds: counts, rounds, rows to hosts and home against the
- *               whole dispatch's order, a too-large leaf refused); plan check with equal hashes; the
+ *               whole dispatch's order, a too-large leaf refused); the split all-gather
+ *               alone (in check_all_gather); plan check with equal hashes; the
  *               context exchange ops (as --ctx). Every rank's failures are summed; exit 0
  *               iff none.
+ *               Per mask or per group (run_checks): masks that differ only in axes of one
+ *               rank name the same group (the same members in the same order; mesh 2 2 2
+ *               has 8 distinct groups among the 32 masks, 7 7 has 2). The group arithmetic
+ *               (check_group) and the checks whose firmware reads the mask beyond the group
+ *               tables run on EVERY mask: the all-gathers (their order takes the mask's
+ *               slice digits, qt_coll_slice_bits: check_all_gather (blocking and split),
+ *               check_ep_rounds whose counts travel by all-gather). Everything else (the
+ *               reduce-scatter, the units of both forms, the split collectives and units,
+ *               broadcast, the integer sums and max, the all-to-alls, the context
+ *               exchange) sees the mask only through
+ *               qt_comm_group_size / index / rank, so it runs once per distinct member list,
+ *               on the first mask in increasing order that names it: a duplicate mask would
+ *               run the same code over the same ranks with the same bits. The ranks must
+ *               agree on which mask is first (checked); the count skipped is printed.
  *   --p2p S     the pipeline's point-to-point messages on S stages (run_p2p): pairing,
  *               bytes, 1f1b order with unflushed sends, gpipe with 2 circular repeats (the
  *               wrap-around pairing), a short message refused, the
  *               all-gather over the stage peers.
- *   --ctx       for every group mask (group arithmetic too): context parallelism's exchange
- *               ops (qt_ops.def CTX_TO_HEADS, CTX_TO_HEADS_BWD, CTX_TO_TOKENS,
- *               CTX_TO_TOKENS_BWD) through their kernel-table entries (start-up check and
- *               wrapper) on a hand-made plan of this mesh, C = the group's size, fp32 and
+ *   --ctx       for every group mask the group arithmetic, and once per distinct member
+ *               list (as above; the op's start-up check reads the mask only for the group's
+ *               size) context parallelism's exchange ops (qt_ops.def CTX_TO_HEADS,
+ *               CTX_TO_HEADS_BWD, CTX_TO_TOKENS, CTX_TO_TOKENS_BWD) through their
+ *               kernel-table entries (start-up check and wrapper) on a hand-made plan of
+ *               this mesh, C = the group's size, fp32 and
  *               bf16, two shapes (and with C >= 2 two of uneven ownership, a6 u > 0):
  *               every output element bit-exact against the layouts' definition written out
  *               here (padding slots: zeros) (the BWD kinds: the initial value plus it, one
@@ -457,21 +475,31 @@ static uint8_t pat(int w, int64_t k, uint64_t salt)
     return (uint8_t)key((uint64_t)w, (uint64_t)k, salt);
 }
 
+/* The all-gather, blocking and (split = 1) split alone (qt_coll_start_range / progress /
+ * wait_range over an ALL_GATHER row): every member's block in place, several sizes. Run on
+ * every mask: both cursors take qt_coll_slice_bits(mask). */
 static void check_all_gather(unsigned mask, const int *members, int R, int idx)
 {
     static const int64_t sizes[] = {1, 13, 40000, 0};
-    for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
-        const int64_t bb = sizes[c];
+    for (size_t c = 0; c < 2 * sizeof sizes / sizeof sizes[0]; c++) {
+        const int64_t bb = sizes[c % 4];
+        const int split = c >= 4;
         uint8_t *buf = xmalloc((size_t)(R * bb));
         memset(buf, 0xEE, (size_t)(R * bb));
         for (int64_t k = 0; k < bb; k++) buf[idx * bb + k] = pat(cc.rank, k, 7 + c);
-        int rc = qt_coll_all_gather(mask, buf, bb);
-        CHECK(rc == 0, "mask 0x%x: all-gather %lld returned %d", mask, (long long)bb, rc);
+        const qt_collective cg = {.name = "split gather", .kind = QT_COLL_ALL_GATHER,
+                                  .mask = (uint8_t)mask, .bytes = R * bb};
+        int rc = split ? qt_coll_start_range(4, &cg, buf, NULL, 0)
+                       : qt_coll_all_gather(mask, buf, bb);
+        for (int it = 0; split && it < 5 && rc == 0; it++) rc = qt_coll_progress();
+        if (split) rc = rc ? rc : qt_coll_wait_range(4, &cg);
+        CHECK(rc == 0 && qt_coll_in_flight() == 0, "mask 0x%x: %sall-gather %lld returned %d",
+              mask, split ? "split " : "", (long long)bb, rc);
         long bad = 0;
         for (int j = 0; j < R; j++)
             for (int64_t k = 0; k < bb; k++) bad += buf[j * bb + k] != pat(members[j], k, 7 + c);
-        CHECK(bad == 0, "mask 0x%x: all-gather of %lld-byte blocks: %ld bytes wrong", mask,
-              (long long)bb, bad);
+        CHECK(bad == 0, "mask 0x%x: %sall-gather of %lld-byte blocks: %ld bytes wrong", mask,
+              split ? "split " : "", (long long)bb, bad);
         free(buf);
     }
 }
@@ -1109,22 +1137,56 @@ static void check_ep_rounds(unsigned mask, const int *members, int M, int me)
     free(hid);
 }
 
+/* The first mask (in increasing order) whose group has the same member list as `mask`'s
+ * (lists[m] holds mask m's, from ref_members; n[m] its size): `mask` itself when none
+ * before it has. Every rank must find the same (the member list is the same exactly when
+ * the masks agree on the axes of more than one rank, which is not rank-dependent): the
+ * answers are compared over the world, and a disagreement fails and counts as distinct. */
+static unsigned first_same_members(unsigned mask, int (*lists)[1 << 10], const int *n)
+{
+    unsigned first = mask;
+    for (unsigned m = 0; m < mask && first == mask; m++)
+        if (n[m] == n[mask] && !memcmp(lists[m], lists[mask], (size_t)n[mask] * sizeof(int)))
+            first = m;
+    int64_t mx[2] = {first, -(int64_t)first}; /* the world's max and -min */
+    if (qt_coll_max_i64(QT_COLL_ALL, mx, 2) != 0) return mask;
+    CHECK(mx[0] == -mx[1], "mask 0x%x: the ranks disagree on the first mask with its member "
+          "list (0x%llx .. 0x%llx)", mask, (long long)-mx[1], (long long)mx[0]);
+    return mx[0] == -mx[1] ? first : mask;
+}
+
+/* Every mask: the group arithmetic (check_group), and the checks whose firmware reads the
+ * mask beyond its member list: the all-gathers (their recursive doubling takes the slice
+ * digits of the mask, qt_coll_slice_bits: check_all_gather, blocking and split, and
+ * check_ep_rounds, whose counts travel by all-gather). Once per distinct member list (the
+ * first mask in increasing order that names it; the others differ only in axes of one rank,
+ * whose group is the same ranks in the same order): everything else, whose firmware sees the
+ * mask only through the group tables (qt_comm_group_size / index / rank: the same for every
+ * mask of the list) and names the axes of more than one rank in its messages. So a
+ * duplicate mask would run the same code on the same ranks with the same bits. */
 static int run_checks(int ctx_only)
 {
-    int members[1 << 10];
+    static int lists[QT_COLL_ALL + 1][1 << 10];
+    int n[QT_COLL_ALL + 1], distinct = 0, skipped = 0;
     for (unsigned mask = 0; mask < QT_COLL_ALL + 1; mask++) {
-        const int R = ref_members(mask, members);
+        int *members = lists[mask];
+        const int R = n[mask] = ref_members(mask, members);
         const int idx = qt_comm_group_index(mask);
         check_group(mask, members, R, idx);
         if (idx < 0 || idx >= R || members[idx] != cc.rank) continue;
+        const unsigned first = first_same_members(mask, lists, n);
+        distinct += first == mask;
+        skipped += first != mask;
         if (ctx_only) {
-            check_ctx_exchange(mask, members, R, idx);
+            if (first == mask) check_ctx_exchange(mask, members, R, idx);
             continue;
         }
+        check_all_gather(mask, members, R, idx);
+        check_ep_rounds(mask, members, R, idx);
+        if (first != mask) continue;
         check_reduce_scatter(mask, members, R, idx);
         check_reduce_units(mask, members, R, idx);
         check_units_mb(mask, members, R, idx);
-        check_all_gather(mask, members, R, idx);
         check_split(mask, members, R, idx);
         check_split_units(mask, members, R, idx);
         check_broadcast(mask, members, R, idx);
@@ -1133,12 +1195,22 @@ static int run_checks(int ctx_only)
         check_all_to_all(mask, members, R, idx);
         check_split_a2a(mask, members, R, idx);
         check_all_to_all_fixed(mask, members, R, idx);
-        check_ep_rounds(mask, members, R, idx);
         check_ctx_exchange(mask, members, R, idx);
     }
+    /* the distinct lists are the subsets of the axes of more than one rank */
+    int axes = 0;
+    for (int a = 0; a < QT_MESH_COUNT; a++) axes += cc.mesh[a] > 1;
+    CHECK(distinct == 1 << axes, "%d distinct member lists among the masks, expected %d (2^%d "
+          "axes of more than one rank)", distinct, 1 << axes, axes);
+    if (cc.rank == 0)
+        printf("coll_check: %d masks, %d distinct member lists: %s ran once per list, "
+               "skipped on %d duplicate masks (group arithmetic%s on all %d)\n",
+               QT_COLL_ALL + 1, distinct, ctx_only ? "the context exchange" :
+               "the member-list collectives", skipped, ctx_only ? "" : " and the all-gathers",
+               QT_COLL_ALL + 1);
     CHECK(qt_comm_check_same(0x0123456789abcdefull) == 0, "check_same with equal hashes failed");
     qt_set_quiet(1);
-    CHECK(qt_coll_all_gather(QT_COLL_ALL + 1, members, 4) == QT_E_PLAN, "bad mask accepted");
+    CHECK(qt_coll_all_gather(QT_COLL_ALL + 1, lists[0], 4) == QT_E_PLAN, "bad mask accepted");
     qt_set_quiet(0);
     int64_t bytes, calls;
     double secs;
