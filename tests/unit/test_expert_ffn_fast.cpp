@@ -274,6 +274,25 @@ TEST(ExpertFfnFast, WgradCarryEqualsWriteThenPush)
 // equal, bit for bit. A leaf with a carry but a scratch of fewer than its T rows, or with
 // neither carries nor outputs, is refused with nothing written.
 namespace {
+// Leaf j of a WGRAD op over sequence j of c's tokens (S tokens each) as the runtime sets it
+// up: with a carry into levels lg / ld when leaf `leaf` has one (cy[0] for W_gu, cy[1] for
+// W_down), else written into level 0.
+void set_leaf(qt_ffn_leaf &l, qt_leaf_carry *cy, const Ffn &c, const vf &gu, const vf &dgu,
+              int64_t j, int64_t S, int64_t leaf, float **lg, float **ld)
+{
+    const int64_t t0 = j * S, k = c.k, d = c.d, f = c.f;
+    l.dy = c.dy.data() + t0 * k * d, l.x = c.x.data() + t0 * d;
+    l.gu = gu.data() + t0 * k * 2 * f, l.dgu = dgu.data() + t0 * k * 2 * f;
+    l.idx = c.idx.data() + t0 * k, l.T = S, l.k = k;
+    l.dw_gu = l.dw_down = nullptr, l.c_gu = l.c_down = nullptr;
+    if (qt_tree_carry(lg, 0, leaf, &cy[0])) {
+        CHECK(qt_tree_carry(ld, 0, leaf, &cy[1]));
+        l.c_gu = &cy[0], l.c_down = &cy[1];
+    } else {
+        l.dw_gu = lg[0], l.dw_down = ld[0];
+    }
+}
+
 void leaves_case(const Ffn &c, int32_t L, int64_t first, int64_t wscr, uint64_t seed)
 {
     const int64_t d = c.d, f = c.f, k = c.k, E = c.E, S = c.T / L;
@@ -304,15 +323,7 @@ void leaves_case(const Ffn &c, int32_t L, int64_t first, int64_t wscr, uint64_t 
             qt_tree_push(lrg, 0, ng, leaf_g.data(), leaf);
             qt_tree_push(lrd, 0, nd, leaf_d.data(), leaf);
         }
-        qt_ffn_leaf &l = lv[(size_t)j];
-        l.dy = dyj, l.x = xj, l.gu = guj, l.dgu = dguj, l.idx = idj, l.T = S, l.k = k;
-        l.dw_gu = l.dw_down = nullptr, l.c_gu = l.c_down = nullptr;
-        if (qt_tree_carry(lfg, 0, leaf, &cy[(size_t)(2 * j)])) {
-            CHECK(qt_tree_carry(lfd, 0, leaf, &cy[(size_t)(2 * j + 1)]));
-            l.c_gu = &cy[(size_t)(2 * j)], l.c_down = &cy[(size_t)(2 * j + 1)];
-        } else {
-            l.dw_gu = lfg[0], l.dw_down = lfd[0];
-        }
+        set_leaf(lv[(size_t)j], &cy[(size_t)(2 * j)], c, gu, dgu, j, S, leaf, lfg, lfd);
     }
     const vf fg0 = fg, fd0 = fd;
     const bool any_carry = first % 2 || L > 1;
@@ -378,18 +389,7 @@ void panels_case(const Ffn &c, int32_t L, int64_t first, int64_t wscr, int64_t p
         std::vector<qt_ffn_leaf> lv((size_t)L);
         std::vector<qt_leaf_carry> cy((size_t)(2 * L));
         for (int32_t j = 0; j < L; j++) {
-            const int64_t t0 = j * S, leaf = first + j;
-            qt_ffn_leaf &l = lv[(size_t)j];
-            l.dy = c.dy.data() + t0 * k * d, l.x = c.x.data() + t0 * d;
-            l.gu = gu.data() + t0 * k * 2 * f, l.dgu = dgu.data() + t0 * k * 2 * f;
-            l.idx = c.idx.data() + t0 * k, l.T = S, l.k = k;
-            l.dw_gu = l.dw_down = nullptr, l.c_gu = l.c_down = nullptr;
-            if (qt_tree_carry(lg, 0, leaf, &cy[(size_t)(2 * j)])) {
-                CHECK(qt_tree_carry(ld, 0, leaf, &cy[(size_t)(2 * j + 1)]));
-                l.c_gu = &cy[(size_t)(2 * j)], l.c_down = &cy[(size_t)(2 * j + 1)];
-            } else {
-                l.dw_gu = lg[0], l.dw_down = ld[0];
-            }
+            set_leaf(lv[(size_t)j], &cy[(size_t)(2 * j)], c, gu, dgu, j, S, first + j, lg, ld);
         }
         CHECK_EQUAL(1, qt_expert_ffn_wgrad_saved_leaves_panels(lv.data(), L, sc.data(), E, d, f,
                                                                 wscr, form ? pr : 0,
