@@ -356,6 +356,11 @@ row "configgen" "configgen test-next-tiny.yml per_device_batch_size=0.25 num_ran
 row "configgen" "configgen test-next-tiny.yml per_device_batch_size=0.5 num_ranks=4 ici_fsdp_parallelism=2 ici_expert_parallelism=2" "unit \`CgBadConfig\`" cg $RUN per_device_batch_size=0.5 num_ranks=4 ici_fsdp_parallelism=2 ici_expert_parallelism=2
 row "command line" "qtrain start_timeout=0" "$E40: cli: start_timeout" $Q start_timeout=0
 
+# ---- found by session 21's audit (appended, so the rows above keep their numbers)
+E44="e2e \`44_overwrite.sh\`"
+mkdir -p $W/lnk_to && printf 'keep me\n' > $W/lnk_to/notes.txt && ln -s lnk_to $W/lnk
+row "save target" "save=$W/lnk (a symbolic link to the directory $W/lnk_to)" "$E44: a save=/dump_grads= path that is a symbolic link" $Q steps=1 data=$T save=$W/lnk
+
 {
   cat <<'EOF'
 # Bad inputs and what qtrain / configgen say
