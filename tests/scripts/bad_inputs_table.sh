@@ -360,6 +360,8 @@ row "command line" "qtrain start_timeout=0" "$E40: cli: start_timeout" $Q start_
 E44="e2e \`44_overwrite.sh\`"
 mkdir -p $W/lnk_to && printf 'keep me\n' > $W/lnk_to/notes.txt && ln -s lnk_to $W/lnk
 row "save target" "save=$W/lnk (a symbolic link to the directory $W/lnk_to)" "$E44: a save=/dump_grads= path that is a symbolic link" $Q steps=1 data=$T save=$W/lnk
+mkdir -p $W/runout3/hf/eval && touch $W/runout3/.qtrain-make-run && printf 'precious\n' > $W/runout3/hf/eval/scores.txt
+row "make run TEXT=" "make run TEXT=$W/gpl.txt TEXT_OUT=$W/runout3 OVERWRITE=1 (an earlier run's; hf/eval a subdirectory of the user's)" "$E59: a subdirectory in TEXT_OUT/hf is refused" rt TEXT=$W/gpl.txt TEXT_OUT=$W/runout3 OVERWRITE=1
 
 {
   cat <<'EOF'
