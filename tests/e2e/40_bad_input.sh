@@ -419,6 +419,25 @@ qd_inputs() {
 }
 check "qtrain-data: .ndjson, field= on plain text, a BOM in JSON lines, empty outputs" qd_inputs
 
+# ---- FIFOs where a file is read: opening one for reading waits for a writer, so
+# data=, eval_data=, load= (a file, an index), tokenizer= and qtrain-data's tokenizer=, in=
+# and INPUT hung forever. Each is refused at once (well within the 20 s bound), naming it.
+fifo_inputs() {
+  local d=$QT_TMP/fifo; rm -rf $d; mkdir -p $d/ck && mkfifo $d/f $d/f.safetensors $d/ck/model.safetensors.index.json && echo text > $d/in.txt || return 1
+  local QE=build/eval-next-1r/qtrain QD=build/tools/qtrain-data
+  expect_fail "$d/f: is not a regular file" timeout 20 $Q steps=1 data=$d/f || return 1
+  expect_fail "$d/f: is not a regular file" timeout 20 $QE steps=1 data=$T eval_data=$d/f || return 1
+  expect_fail "$d/f.safetensors: is not a regular file" timeout 20 $Q steps=1 data=$T load=$d/f.safetensors || return 1
+  expect_fail "$d/ck/model.safetensors.index.json: not a regular file" timeout 20 $Q steps=1 data=$T load=$d/ck || return 1
+  expect_fail "tokenizer=: the tokenizer file $d/f is not a regular file" timeout 20 $Q steps=1 data=$T save=$d/out tokenizer=$d/f || return 1
+  [ ! -e $d/out ] || return 1
+  expect_fail "$d/f: cannot read the tokenizer file" timeout 20 $QD encode tokenizer=$d/f out=$d/o.tok $d/in.txt || return 1
+  expect_fail "$d/f: cannot read the token file: not a regular file" timeout 20 $QD info in=$d/f || return 1
+  expect_fail "$d/f: cannot read the input: not a regular file" timeout 20 $QD encode tokenizer=$B/tiny.json out=$d/o.tok $d/f || return 1
+  [ ! -e $d/o.tok ] || return 1
+}
+check "FIFOs as data=, eval_data=, load=, tokenizer= and qtrain-data's inputs are refused at once, naming them" fifo_inputs
+
 # ---- the table of bad inputs (docs/bad_inputs.md) is what the binaries print today
 bad_inputs_table_true() {
   # regenerated from the real outputs and compared row by row; the address-space figures of

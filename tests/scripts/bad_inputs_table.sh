@@ -362,6 +362,12 @@ mkdir -p $W/lnk_to && printf 'keep me\n' > $W/lnk_to/notes.txt && ln -s lnk_to $
 row "save target" "save=$W/lnk (a symbolic link to the directory $W/lnk_to)" "$E44: a save=/dump_grads= path that is a symbolic link" $Q steps=1 data=$T save=$W/lnk
 mkdir -p $W/runout3/hf/eval && touch $W/runout3/.qtrain-make-run && printf 'precious\n' > $W/runout3/hf/eval/scores.txt
 row "make run TEXT=" "make run TEXT=$W/gpl.txt TEXT_OUT=$W/runout3 OVERWRITE=1 (an earlier run's; hf/eval a subdirectory of the user's)" "$E59: a subdirectory in TEXT_OUT/hf is refused" rt TEXT=$W/gpl.txt TEXT_OUT=$W/runout3 OVERWRITE=1
+mkfifo $W/fifo.safetensors $W/fifo.tok
+EFF="$E40: FIFOs as data=, eval_data=, load=, tokenizer= and qtrain-data's inputs"
+row "checkpoint" "load=$W/fifo.safetensors (a FIFO; its open used to wait for a writer)" "$EFF" timeout 20 $Q steps=1 data=$T load=$W/fifo.safetensors
+row "qtrain-data" "info in=$W/fifo.tok (a FIFO)" "$EFF" timeout 20 build/tools/qtrain-data info in=$W/fifo.tok
+$Q steps=2 data=$T metrics=$W/plot.jsonl 2> /dev/null
+row "qtrain-audit" "plot $W/plot.jsonl -o '$W/a<TAB>b.png' (a tab in the path)" "e2e \`85_audit.sh\`: audit plot: a run name with a newline runs nothing" build/audit/qtrain-audit plot $W/plot.jsonl -o "$W/a	b.png"
 
 {
   cat <<'EOF'
