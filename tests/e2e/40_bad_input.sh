@@ -438,6 +438,30 @@ fifo_inputs() {
 }
 check "FIFOs as data=, eval_data=, load=, tokenizer= and qtrain-data's inputs are refused at once, naming them" fifo_inputs
 
+# ---- a metrics file on a full disk keeps whole lines: a write that fails part-way (the
+# disk filled inside the run manifest, or inside a step's line) used to leave half a line,
+# which every later resume of that file refuses ("the last line is incomplete"), so
+# truncate_metrics=1 could not recover it. The line is cut off again: the file ends with
+# its last whole line, as a killed run's does. Needs
+# a small file system: a 64 KiB tmpfs (mount as root), else skipped with the reason.
+metrics_full_disk() {
+  local d=$QT_TMP/fulldisk; mkdir -p $d
+  if ! mount -t tmpfs -o size=64k tmpfs $d 2> /dev/null; then echo "skipped: cannot mount a tmpfs here (not root?)"; return 0; fi
+  local rc=0 n
+  for n in 61200 57000 53000; do   # 1, 2, 3 free 4 KiB pages: full in the manifest, in step lines
+    rm -f $d/*; head -c $n /dev/zero > $d/fill 2> /dev/null
+    $Q steps=50 data=$T metrics=$d/m.jsonl > /dev/null 2> $QT_TMP/full.err && { echo "fill $n: the run did not fail"; rc=1; break; }
+    grep -q "writing the metrics file $d/m.jsonl failed" $QT_TMP/full.err || { cat $QT_TMP/full.err; rc=1; break; }
+    if [ -s $d/m.jsonl ] && [ "$(tail -c 1 $d/m.jsonl | od -An -c | tr -d ' ')" != '\n' ]; then
+      echo "fill $n: the metrics file ends inside a line ($(wc -c < $d/m.jsonl) bytes)"; rc=1; break
+    fi
+    echo "fill $n: $(wc -l < $d/m.jsonl) whole line(s) kept"
+  done
+  umount $d
+  return $rc
+}
+check "metrics: a full disk leaves the metrics file with whole lines only" metrics_full_disk
+
 # ---- the table of bad inputs (docs/bad_inputs.md) is what the binaries print today
 bad_inputs_table_true() {
   # regenerated from the real outputs and compared row by row; the address-space figures of
