@@ -462,6 +462,19 @@ metrics_full_disk() {
 }
 check "metrics: a full disk leaves the metrics file with whole lines only" metrics_full_disk
 
+# configgen started outside the project with a run file of its own: base.yml is looked for
+# beside the run file, then in ./configgen/configs; the message used to be only
+# "configgen/configs/base.yml: cannot open", now it says where it looked and what to do
+cg_outside() {
+  local d=$QT_TMP/cgout; rm -rf $d; mkdir -p $d
+  printf 'model_name: "qwen3-next-tiny"\nsteps: 3\n' > $d/mine.yml
+  (cd $d && "$QT_ROOT/build/configgen/configgen" -o $d/gen mine.yml) > /dev/null 2> $d/err && { echo "accepted"; return 1; }
+  grep -F "configgen/configs/base.yml: not found: configgen takes base.yml (and models/) from beside the run file mine.yml" $d/err &&
+    grep -qF "run configgen from the project root, or put the run file in configgen/configs/runs/" $d/err || { cat $d/err; return 1; }
+  [ ! -e $d/gen ] || return 1
+}
+check "configgen: started outside the project, base.yml missing is said with where it was looked for and what to do" cg_outside
+
 # ---- the table of bad inputs (docs/bad_inputs.md) is what the binaries print today
 bad_inputs_table_true() {
   # regenerated from the real outputs and compared row by row; the address-space figures of

@@ -368,6 +368,9 @@ row "checkpoint" "load=$W/fifo.safetensors (a FIFO; its open used to wait for a 
 row "qtrain-data" "info in=$W/fifo.tok (a FIFO)" "$EFF" timeout 20 build/tools/qtrain-data info in=$W/fifo.tok
 $Q steps=2 data=$T metrics=$W/plot.jsonl 2> /dev/null
 row "qtrain-audit" "plot $W/plot.jsonl -o '$W/a<TAB>b.png' (a tab in the path)" "e2e \`85_audit.sh\`: audit plot: a run name with a newline runs nothing" build/audit/qtrain-audit plot $W/plot.jsonl -o "$W/a	b.png"
+mkdir -p $W/outside && printf 'model_name: "qwen3-next-tiny"\n' > $W/outside/mine.yml
+cg_outside() { (cd $W/outside && "$OLDPWD/$CG" -o $W/outside/gen mine.yml); }
+row "configgen" "configgen mine.yml, started in $W/outside (outside the project)" "$E40: configgen: started outside the project" cg_outside
 
 {
   cat <<'EOF'
