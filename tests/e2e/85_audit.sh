@@ -194,3 +194,19 @@ b.png" 2> $d/err.txt && { echo "accepted an -o path with a newline"; return 1; }
   [ -z "$(ls $d | grep -v -x -e evil.jsonl -e "it's.png" -e out.txt -e err.txt)" ] || { echo "left:"; ls $d; return 1; }
 }
 check "audit plot: a run name with a newline runs nothing in gnuplot; a quote in -o is plotted, a control character refused" audit_plot_hostile
+
+# A directory or a FIFO given as a metrics file: runs read a directory as an empty file
+# (verdict "no common steps", exit 1, as if two runs differed) and waited forever on a
+# FIFO. Both are errors (exit 2) naming the path, at once.
+audit_not_a_file() {
+  local d=$AD/notfile; rm -rf $d; mkdir -p $d/dir && mkfifo $d/fifo || return 1
+  local bad rc
+  for bad in $d/dir $d/fifo; do
+    timeout 20 $AU runs $bad $AD/a.jsonl > $d/out 2> $d/err; rc=$?
+    [ $rc -eq 2 ] || { echo "runs $bad: exit $rc"; cat $d/out $d/err | tail -n 3; return 1; }
+    grep -F "qtrain-audit: $bad: is not a regular file" $d/err || { cat $d/err; return 1; }
+    timeout 20 $AU plot $bad -o $d/p.png 2> $d/err && { echo "plot $bad accepted"; return 1; }
+    grep -qF "qtrain-audit: $bad: is not a regular file" $d/err || { cat $d/err; return 1; }
+  done
+}
+check "audit runs/plot: a directory or a FIFO as a metrics file is an error naming it (exit 2), never a verdict or a wait" audit_not_a_file

@@ -371,6 +371,7 @@ row "qtrain-audit" "plot $W/plot.jsonl -o '$W/a<TAB>b.png' (a tab in the path)" 
 mkdir -p $W/outside && printf 'model_name: "qwen3-next-tiny"\n' > $W/outside/mine.yml
 cg_outside() { (cd $W/outside && "$OLDPWD/$CG" -o $W/outside/gen mine.yml); }
 row "configgen" "configgen mine.yml, started in $W/outside (outside the project)" "$E40: configgen: started outside the project" cg_outside
+row "qtrain-audit" "runs $W/adir $W/plot.jsonl (a directory as a metrics file)" "e2e \`85_audit.sh\`: audit runs/plot: a directory or a FIFO as a metrics file" build/audit/qtrain-audit runs $W/adir $W/plot.jsonl
 
 {
   cat <<'EOF'
