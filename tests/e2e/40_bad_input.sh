@@ -475,6 +475,19 @@ cg_outside() {
 }
 check "configgen: started outside the project, base.yml missing is said with where it was looked for and what to do" cg_outside
 
+# qtrain-data's numbers: from=, count= and info's eos= past 2^64 were taken as 2^64-1 (the
+# message then named another value than the one given, and info counted documents at an
+# id no token file holds); info's eos= must be an id a token file can hold (below 2^32)
+qd_numbers() {
+  local d=$QT_TMP/qdnum; rm -rf $d; mkdir -p $d && printf 'abab' > $d/a.txt || return 1
+  $QD encode tokenizer=$B/tiny.json out=$d/a.tok $d/a.txt > /dev/null || return 1
+  expect_fail "from=99999999999999999999: expected a non-negative integer below 2^64" $QD decode tokenizer=$B/tiny.json in=$d/a.tok from=99999999999999999999 || return 1
+  expect_fail "count=18446744073709551616: expected a non-negative integer below 2^64" $QD decode tokenizer=$B/tiny.json in=$d/a.tok count=18446744073709551616 || return 1
+  expect_fail "eos=4294967296: expected a token id below 2^32" $QD info in=$d/a.tok eos=4294967296 || return 1
+  $QD info in=$d/a.tok eos=4294967295 > /dev/null || return 1
+}
+check "qtrain-data: from=, count= past 2^64 and info eos= past 2^32 are refused, naming the value given" qd_numbers
+
 # ---- the table of bad inputs (docs/bad_inputs.md) is what the binaries print today
 bad_inputs_table_true() {
   # regenerated from the real outputs and compared row by row; the address-space figures of

@@ -372,6 +372,8 @@ mkdir -p $W/outside && printf 'model_name: "qwen3-next-tiny"\n' > $W/outside/min
 cg_outside() { (cd $W/outside && "$OLDPWD/$CG" -o $W/outside/gen mine.yml); }
 row "configgen" "configgen mine.yml, started in $W/outside (outside the project)" "$E40: configgen: started outside the project" cg_outside
 row "qtrain-audit" "runs $W/adir $W/plot.jsonl (a directory as a metrics file)" "e2e \`85_audit.sh\`: audit runs/plot: a directory or a FIFO as a metrics file" build/audit/qtrain-audit runs $W/adir $W/plot.jsonl
+build/tools/qtrain-data encode tokenizer=$W/tiny.json out=$W/ok.tok $W/gpl.txt > /dev/null 2>&1
+row "qtrain-data" "info in=$W/ok.tok eos=4294967296 (not an id a token file holds)" "$E40: qtrain-data: from=, count= past 2^64" build/tools/qtrain-data info in=$W/ok.tok eos=4294967296
 
 {
   cat <<'EOF'
