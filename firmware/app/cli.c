@@ -1,7 +1,8 @@
 /* cli.c - key=value command-line parsing for qtrain (see qt_cli.h).
  *
  * Invariants: each key may appear once; numbers must be plain decimal (no sign, no
- * trailing characters) except learning_rate, a finite non-negative decimal float.
+ * leading blank, no trailing characters, no hex); learning_rate and the timeouts are
+ * decimal floats (digits, '.', an exponent).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -166,13 +167,16 @@ static int qt_cli_byte_count(const char *key, const char *val, int64_t *out)
     return QT_OK;
 }
 
-/* A decimal number in (lo, hi] (lo_open) or [lo, hi], else the message naming `expect`. */
+/* A decimal number in (lo, hi] (lo_open) or [lo, hi], else the message naming `expect`.
+ * Plain decimal only: strtod alone also takes a leading blank or sign and hex floats. */
 static int qt_cli_number(const char *key, const char *val, double lo, int lo_open, double hi,
                          const char *expect, double *out)
 {
     errno = 0;
     char *end = NULL;
     double v = strtod(val, &end);
+    if (!((*val >= '0' && *val <= '9') || *val == '.') || strpbrk(val, "xX"))
+        return qt_cli_bad(key, val, expect);
     if (errno || *end || end == val || !(lo_open ? v > lo : v >= lo) || v > hi)
         return qt_cli_bad(key, val, expect);
     *out = v;

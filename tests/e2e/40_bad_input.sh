@@ -34,6 +34,19 @@ cli_start_timeout() {
   $Q start_timeout=0.5 comm_timeout=1e6 steps=0 data=$T 2> $QT_TMP/st.err || { cat $QT_TMP/st.err; return 1; }
 }
 check "cli: start_timeout: 0, negative, text, above 1e6, nan, inf, a unit, empty are refused; 0.5 is taken" cli_start_timeout
+# learning_rate= and the timeouts are plain decimal numbers: strtod also took hex floats
+# (0x1p-3 = 0.125), a leading blank (a quoted "learning_rate= 1e-3") and a signed -0, which
+# the manifest then recorded as given; each is refused naming the value, exit 2
+cli_decimal() {
+  local a rc
+  for a in "learning_rate=0x1p-3" "learning_rate= 1e-3" "learning_rate=-0" "learning_rate=+1e-3" \
+           "comm_timeout=0x10" "start_timeout= 5"; do
+    $Q "$a" steps=0 data=$T > /dev/null 2> $QT_TMP/dec.err; rc=$?
+    [ $rc -eq 2 ] && grep -qF -- "qtrain: bad argument $a: expected " $QT_TMP/dec.err || { echo "$a: exit $rc"; cat $QT_TMP/dec.err; return 1; }
+  done
+  $Q learning_rate=.5e-3 comm_timeout=1. steps=0 data=$T 2> $QT_TMP/dec.err || { cat $QT_TMP/dec.err; return 1; }
+}
+check "cli: learning_rate= and timeouts: hex, a leading blank or a sign are refused; .5e-3 and 1. are taken" cli_decimal
 
 # ---- token files
 printf 'QTTOKENS\x01\x00\x00\x00\x02\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00\x01\x00' > $B/short.tok
