@@ -101,3 +101,27 @@ ow_symlink() {
   echo "ok: $(tail -n 1 $OW/err)"
 }
 check "overwrite: a save=/dump_grads= path that is a symbolic link is refused (the link and what it points to kept)" ow_symlink
+
+# metrics= naming one of the run's inputs or outputs: with overwrite=1 the metrics file
+# replaced the training data (a tab-completed metrics=train.tok overwrite=1), and without
+# it the message ("the last line is incomplete ... give overwrite=1") suggested just that.
+# The data, eval data, loaded checkpoint, tokenizer and the save=/dump_grads= files are
+# refused as metrics= even with overwrite=1, naming the other key; each file is unchanged.
+ow_metrics_clash() {
+  local d=$OW/mc a; rm -rf $d; mkdir -p $d
+  cp $T $d/t.npy && cp $T $d/t2.npy && printf '{}\n' > $d/tok.json || return 1
+  $Q data=$T steps=1 save=$d/ck.safetensors 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  (cd $d && sha256sum t.npy t2.npy tok.json ck.safetensors) > $OW/mc.sum
+  for a in "metrics=$d/t.npy data=$d/t.npy:data=" "metrics=$d/ck.safetensors data=$T load=$d/ck.safetensors:load=" \
+           "metrics=$d/tok.json data=$T save=$d/out tokenizer=$d/tok.json:tokenizer=" \
+           "metrics=$d/ck.safetensors data=$T save=$d/ck.safetensors:save=" "metrics=$d/g.safetensors data=$T dump_grads=$d/g.safetensors:dump_grads="; do
+    # shellcheck disable=SC2086
+    $Q steps=1 overwrite=1 ${a%:*} > /dev/null 2> $OW/err && { echo "accepted: ${a%:*}"; return 1; }
+    grep -q "^qtrain: metrics=.* is the file of ${a##*:}" $OW/err || { echo "${a%:*}:"; cat $OW/err; return 1; }
+    grep -q "^step " $OW/err && { echo "trained: ${a%:*}"; return 1; }
+  done
+  (cd $d && sha256sum -c --quiet $OW/mc.sum) || { echo "a file changed"; return 1; }
+  [ ! -e $d/g.safetensors ] && [ ! -e $d/out ] || { echo "written:"; ls $d; return 1; }
+  echo "ok: $(tail -n 1 $OW/err)"
+}
+check "overwrite: metrics= naming the data, a loaded checkpoint, the tokenizer or a save=/dump_grads= file is refused even with overwrite=1" ow_metrics_clash

@@ -374,6 +374,7 @@ row "configgen" "configgen mine.yml, started in $W/outside (outside the project)
 row "qtrain-audit" "runs $W/adir $W/plot.jsonl (a directory as a metrics file)" "e2e \`85_audit.sh\`: audit runs/plot: a directory or a FIFO as a metrics file" build/audit/qtrain-audit runs $W/adir $W/plot.jsonl
 build/tools/qtrain-data encode tokenizer=$W/tiny.json out=$W/ok.tok $W/gpl.txt > /dev/null 2>&1
 row "qtrain-data" "info in=$W/ok.tok eos=4294967296 (not an id a token file holds)" "$E40: qtrain-data: from=, count= past 2^64" build/tools/qtrain-data info in=$W/ok.tok eos=4294967296
+row "metrics" "metrics=$W/tokens.npy data=$W/tokens.npy overwrite=1 (the data file)" "e2e \`44_overwrite.sh\`: metrics= naming the data" $Q steps=1 data=$W/tokens.npy metrics=$W/tokens.npy overwrite=1
 
 {
   cat <<'EOF'
