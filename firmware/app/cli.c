@@ -296,6 +296,11 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
                 c->save ? "; a save= path ending in .safetensors is one file" : "");
         return QT_E_ARG;
     }
+    if (c->save && c->dump_grads && !strcmp(c->save, c->dump_grads)) {
+        fprintf(stderr, "qtrain: save= and dump_grads= name the same file %s: the checkpoint "
+                "would replace the gradient dump; give two paths\n", c->save);
+        return QT_E_ARG;
+    }
     if (c->load_weights_only && !c->load) {
         fprintf(stderr, "qtrain: load_weights_only=1 needs load=PATH\n");
         return QT_E_ARG;

@@ -47,6 +47,10 @@ cli_decimal() {
   $Q learning_rate=.5e-3 comm_timeout=1. steps=0 data=$T 2> $QT_TMP/dec.err || { cat $QT_TMP/dec.err; return 1; }
 }
 check "cli: learning_rate= and timeouts: hex, a leading blank or a sign are refused; .5e-3 and 1. are taken" cli_decimal
+# save= and dump_grads= naming one file: the first step's gradient dump was written, then
+# silently replaced by the checkpoint at the end
+check "cli: save= and dump_grads= naming the same file are refused" expect_fail \
+  "save= and dump_grads= name the same file $QT_TMP/same.safetensors" $Q steps=1 data=$T save=$QT_TMP/same.safetensors dump_grads=$QT_TMP/same.safetensors
 
 # ---- token files
 printf 'QTTOKENS\x01\x00\x00\x00\x02\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00\x01\x00' > $B/short.tok
