@@ -467,7 +467,7 @@ metrics_full_disk() {
   local rc=0 n
   for n in 61200 57000 53000; do   # 1, 2, 3 free 4 KiB pages: full in the manifest, in step lines
     rm -f $d/*; head -c $n /dev/zero > $d/fill 2> /dev/null
-    $Q steps=50 data=$T metrics=$d/m.jsonl > /dev/null 2> $QT_TMP/full.err && { echo "fill $n: the run did not fail"; rc=1; break; }
+    timeout 60 $Q steps=50 data=$T metrics=$d/m.jsonl > /dev/null 2> $QT_TMP/full.err && { echo "fill $n: the run did not fail"; rc=1; break; }
     grep -q "writing the metrics file $d/m.jsonl failed" $QT_TMP/full.err || { cat $QT_TMP/full.err; rc=1; break; }
     if [ -s $d/m.jsonl ] && [ "$(tail -c 1 $d/m.jsonl | od -An -c | tr -d ' ')" != '\n' ]; then
       echo "fill $n: the metrics file ends inside a line ($(wc -c < $d/m.jsonl) bytes)"; rc=1; break
