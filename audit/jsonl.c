@@ -4,13 +4,18 @@
  * The JSON accepted is what qtrain writes: one object per line; strings without unicode
  * escapes beyond \uXXXX of control characters; nested objects (flattened to dotted keys)
  * and arrays (kept as raw text). Lines are read whole, whatever their length (getline).
- * Invariants: a step line must carry step, loss_bits and fingerprint, else the file is
- * refused naming the line number; a held-out eval line (it carries eval_loss) is kept apart
- * from the step lines; the first manifest line is kept, later ones counted
- * (a resumed run appends one per restart).
+ * Invariants: a metrics file is a regular file (a directory, FIFO or device is refused,
+ * never read as empty or waited on); a step line must carry step, loss_bits and
+ * fingerprint, else the file is refused naming the line number; a held-out eval line (it
+ * carries eval_loss) is kept apart from the step lines; the first manifest line is kept,
+ * later ones counted (a resumed run appends one per restart).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "qt_audit.h"
 
 static void qt_kv_add(qt_audit_kv *kv, const char *k, size_t kn, const char *v, size_t vn)
@@ -155,9 +160,25 @@ int qt_audit_metrics_read(const char *path, qt_audit_metrics *m)
 {
     memset(m, 0, sizeof *m);
     m->path = path;
-    FILE *f = fopen(path, "r");
+    /* O_NONBLOCK: a FIFO opens at once and is refused with a directory or a device (a
+     * directory read as an empty file gave a verdict, a FIFO's open waited forever) */
+    struct stat st = {0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        fprintf(stderr, "qtrain-audit: cannot open %s: %s\n", path, strerror(errno));
+        return QT_AUDIT_ERR;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "qtrain-audit: %s: is not a regular file (%s); expected a metrics "
+                "file (JSON lines, metrics= of qtrain)\n", path, S_ISDIR(st.st_mode) ?
+                "a directory" : "a FIFO, socket or device");
+        close(fd);
+        return QT_AUDIT_ERR;
+    }
+    FILE *f = fdopen(fd, "r");
     if (!f) {
-        fprintf(stderr, "qtrain-audit: cannot open %s\n", path);
+        fprintf(stderr, "qtrain-audit: cannot open %s: %s\n", path, strerror(errno));
+        close(fd);
         return QT_AUDIT_ERR;
     }
     char *line = NULL;

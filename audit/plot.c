@@ -14,7 +14,10 @@
  * command run instead of "gnuplot" (the tests capture the script with it).
  * Invariants: an existing OUT is never replaced without --overwrite, and never when it is not
  * a regular file; OUT is written only when gnuplot succeeds (it renders into OUT.tmp.<pid>,
- * created here exclusively, then renamed); the temporaries are removed in every case.
+ * created here exclusively, then renamed); the temporaries are removed in every case; what
+ * reaches the gnuplot script from a file (run names, file names) or the command line (OUT)
+ * is one single-quoted string each, without control characters (names: '?'; an OUT with
+ * one is refused) and with its quotes escaped, so no input adds a gnuplot command.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,7 +34,9 @@ static const char *qt_base(const char *p)
     return s ? s + 1 : p;
 }
 
-/* "RUN (FILE)" of metrics m into out, quotes dropped (gnuplot's single-quoted strings). */
+/* "RUN (FILE)" of metrics m into out, as text safe inside one of gnuplot's single-quoted
+ * strings: a quote becomes '"' and a control character '?' (a newline would end the
+ * gnuplot command, and what follows in a crafted manifest, `system "..."`, would run). */
 static void qt_plot_name(const qt_audit_metrics *m, const char *path, char *out, size_t n)
 {
     const char *run = qt_audit_kv_get(&m->manifest, "run");
@@ -39,6 +44,21 @@ static void qt_plot_name(const qt_audit_metrics *m, const char *path, char *out,
     else snprintf(out, n, "%s", qt_base(path));
     for (char *c = out; *c; c++)
         if (*c == '\'') *c = '"';
+        else if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+}
+
+/* path into out as the body of a gnuplot single-quoted string ('' for each quote); -1 when
+ * it holds a control character, which no such string can hold, or does not fit. */
+static int qt_plot_quote(const char *path, char *out, size_t n)
+{
+    size_t k = 0;
+    for (const char *c = path; *c; c++) {
+        if ((unsigned char)*c < 0x20 || *c == 0x7f || k + 3 >= n) return -1;
+        if (*c == '\'') out[k++] = '\'';
+        out[k++] = *c;
+    }
+    out[k] = 0;
+    return 0;
 }
 
 /* The existing -o file: 0 when there is none or --overwrite allows replacing it (a regular
@@ -133,8 +153,9 @@ static int qt_plot_data(const char *in, char *dat, size_t dn, char *name, size_t
     return rc;
 }
 
-/* gnuplot's script for n_in data files into the PNG tmp_png. */
-static void qt_plot_script(FILE *g, const char *tmp_png, int n_in, char dat[2][64],
+/* gnuplot's script for n_in data files into the PNG whose path, quoted (qt_plot_quote), is
+ * png_q. */
+static void qt_plot_script(FILE *g, const char *png_q, int n_in, char dat[2][64],
                            char name[2][512], const qt_plot_extra x[2])
 {
     static const char *const panel[4][3] = {
@@ -146,7 +167,7 @@ static void qt_plot_script(FILE *g, const char *tmp_png, int n_in, char dat[2][6
                "set output '%s'\nset datafile missing 'nan'\n"
                "set multiplot layout 2,2 title '%s%s%s' font 'Sans,13'\n"
                "set grid\nset key top right\nset xlabel 'step'\n",
-            tmp_png, name[0], n_in > 1 ? " vs " : "", n_in > 1 ? name[1] : "");
+            png_q, name[0], n_in > 1 ? " vs " : "", n_in > 1 ? name[1] : "");
     for (int p = 0; p < 4; p++) {
         fprintf(g, "set title '%s'\nset ylabel '%s'\n%s\n", panel[p][2], panel[p][1],
                 p == 1 ? "set logscale y" : "unset logscale y");
@@ -180,10 +201,10 @@ static void qt_plot_script(FILE *g, const char *tmp_png, int n_in, char dat[2][6
     fprintf(g, "unset multiplot\nset output\n");
 }
 
-/* Renders into tmp_png (created here, so no file of anyone else's is written) and renames
- * it to out. 0 or QT_AUDIT_ERR. */
-static int qt_plot_render(const char *out, const char *tmp_png, int n_in, char dat[2][64],
-                          char name[2][512], const qt_plot_extra x[2])
+/* Renders into tmp_png (created here, so no file of anyone else's is written; png_q is its
+ * path quoted for gnuplot) and renames it to out. 0 or QT_AUDIT_ERR. */
+static int qt_plot_render(const char *out, const char *tmp_png, const char *png_q, int n_in,
+                          char dat[2][64], char name[2][512], const qt_plot_extra x[2])
 {
     int fd = open(tmp_png, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -197,7 +218,7 @@ static int qt_plot_render(const char *out, const char *tmp_png, int n_in, char d
         perror("qtrain-audit: gnuplot (make deps installs gnuplot-nox)");
         return QT_AUDIT_ERR;
     }
-    qt_plot_script(g, tmp_png, n_in, dat, name, x);
+    qt_plot_script(g, png_q, n_in, dat, name, x);
     int st = pclose(g);
     if (st != 0) {
         fprintf(stderr, "qtrain-audit: gnuplot failed (status %d)\n", st);
@@ -225,17 +246,26 @@ int qt_audit_plot(int argc, char **argv)
         return QT_AUDIT_ERR;
     }
     if (qt_plot_check_out(out, overwrite)) return QT_AUDIT_ERR;
-    char dat[2][64] = {"", ""}, name[2][512], tmp_png[4200];
+    char dat[2][64] = {"", ""}, name[2][512], tmp_png[4200], quoted[2 * 4200];
     qt_plot_extra x[2];
     memset(x, 0, sizeof x);
     int rc = 0;
-    snprintf(tmp_png, sizeof tmp_png, "%s.tmp.%ld", out, (long)getpid());
+    if (snprintf(tmp_png, sizeof tmp_png, "%s.tmp.%ld", out, (long)getpid()) >=
+            (int)sizeof tmp_png || qt_plot_quote(tmp_png, quoted, sizeof quoted)) {
+        fprintf(stderr, "qtrain-audit: plot -o ");
+        for (const unsigned char *c = (const unsigned char *)out; *c; c++)
+            if (*c < 0x20 || *c == 0x7f) fprintf(stderr, "\\%03o", *c);   /* as \ooo */
+            else fputc(*c, stderr);
+        fprintf(stderr, ": the path holds a control character (a newline, a tab) or is over "
+                "4000 bytes, which gnuplot cannot write to; give another path\n");
+        return QT_AUDIT_ERR;
+    }
     for (int k = 0; k < n_in && !rc; k++)
         rc = qt_plot_data(in[k], dat[k], sizeof dat[k], name[k], sizeof name[k], &x[k]);
     int made_tmp = 0;
     if (!rc) {
         made_tmp = access(tmp_png, F_OK) != 0;
-        rc = qt_plot_render(out, tmp_png, n_in, dat, name, x);
+        rc = qt_plot_render(out, tmp_png, quoted, n_in, dat, name, x);
     }
     for (int k = 0; k < n_in; k++)
         if (dat[k][0]) unlink(dat[k]);

@@ -1,7 +1,8 @@
 /* cli.c - key=value command-line parsing for qtrain (see qt_cli.h).
  *
  * Invariants: each key may appear once; numbers must be plain decimal (no sign, no
- * trailing characters) except learning_rate, a finite non-negative decimal float.
+ * leading blank, no trailing characters, no hex); learning_rate and the timeouts are
+ * decimal floats (digits, '.', an exponent).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -166,13 +167,16 @@ static int qt_cli_byte_count(const char *key, const char *val, int64_t *out)
     return QT_OK;
 }
 
-/* A decimal number in (lo, hi] (lo_open) or [lo, hi], else the message naming `expect`. */
+/* A decimal number in (lo, hi] (lo_open) or [lo, hi], else the message naming `expect`.
+ * Plain decimal only: strtod alone also takes a leading blank or sign and hex floats. */
 static int qt_cli_number(const char *key, const char *val, double lo, int lo_open, double hi,
                          const char *expect, double *out)
 {
     errno = 0;
     char *end = NULL;
     double v = strtod(val, &end);
+    if (!((*val >= '0' && *val <= '9') || *val == '.') || strpbrk(val, "xX"))
+        return qt_cli_bad(key, val, expect);
     if (errno || *end || end == val || !(lo_open ? v > lo : v >= lo) || v > hi)
         return qt_cli_bad(key, val, expect);
     *out = v;
@@ -290,6 +294,11 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
         fprintf(stderr, "qtrain: tokenizer=%s needs save=DIR, a checkpoint directory (the "
                 "tokenizer files are copied into it)%s\n", c->tokenizer,
                 c->save ? "; a save= path ending in .safetensors is one file" : "");
+        return QT_E_ARG;
+    }
+    if (c->save && c->dump_grads && !strcmp(c->save, c->dump_grads)) {
+        fprintf(stderr, "qtrain: save= and dump_grads= name the same file %s: the checkpoint "
+                "would replace the gradient dump; give two paths\n", c->save);
         return QT_E_ARG;
     }
     if (c->load_weights_only && !c->load) {

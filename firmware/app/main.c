@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "qt_cli.h"
 #include "qt_build_info.h"
@@ -205,9 +206,37 @@ static int qt_main_truncate_metrics(const char *path, int64_t start, int64_t *la
  * overwrite=1 replaces the file in both cases; truncate_metrics=1 first cuts, on a resumed
  * run, the lines of steps at or past the start (left by a run that crashed after the
  * checkpoint it resumes). */
+/* metrics= may not name a file the run reads or writes otherwise (the data, the eval data,
+ * a loaded checkpoint file, the tokenizer, the save=/dump_grads= file): opening it "w"
+ * replaced it, overwrite=1 or not. The same path, or the same device and inode. */
+static int qt_main_metrics_clash(const qt_cli *cli)
+{
+    static const char *const keys[] = {"data", "eval_data", "load", "tokenizer", "save",
+                                       "dump_grads"};
+    const char *const paths[] = {cli->data, cli->eval_data, cli->load, cli->tokenizer,
+                                 cli->save, cli->dump_grads};
+    struct stat m, o;
+    const int have = stat(cli->metrics, &m) == 0 && S_ISREG(m.st_mode);
+    for (int i = 0; i < (int)(sizeof paths / sizeof paths[0]); i++) {
+        if (!paths[i]) continue;
+        const int same_path = !strcmp(paths[i], cli->metrics);
+        if (same_path || (have && stat(paths[i], &o) == 0 && S_ISREG(o.st_mode) &&
+                          o.st_dev == m.st_dev && o.st_ino == m.st_ino)) {
+            fprintf(stderr, "qtrain: metrics=%s is the file of %s=%s%s; refusing to write the "
+                    "metrics over it, even with overwrite=1: give another metrics= path\n",
+                    cli->metrics, keys[i], paths[i],
+                    same_path ? "" : " (same device and inode)");
+            return QT_E_ARG;
+        }
+    }
+    return QT_OK;
+}
+
 static int qt_main_open_metrics(const qt_cli *cli, int64_t start)
 {
     const char *path = cli->metrics, *mode = "w";
+    if (qt_main_metrics_clash(cli) != QT_OK)
+        return QT_E_ARG;
     if (!cli->overwrite) {
         int64_t last = -1;
         if (qt_metrics_last_step(path, &last) != QT_OK) {

@@ -37,15 +37,18 @@
  * hash, plan check), and none of them calls back.
  *
  * qt_checkpoint_check_target vets a save=/dump_grads= destination before training: it
- * never lets a save replace a non-regular file or the training data, and replaces another
- * kind of file only when asked to (overwrite); it only reads. A gradient dump carries
- * __metadata__ "content":"gradients", so a later dump_grads= replaces only a file qtrain
- * wrote as one (not weights of the same layout).
+ * never lets a save replace a non-regular file, a symbolic link or the training data, and
+ * replaces another kind of file only when asked to (overwrite); it only reads. A gradient
+ * dump carries __metadata__ "content":"gradients", so a later dump_grads= replaces only a
+ * file qtrain wrote as one (not weights of the same layout).
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "qt_io.h"
 #include "qt_err.h"
@@ -256,14 +259,39 @@ static const char *qt_file_kind(mode_t m)
     return "not a regular file";
 }
 
+/* A destination that is a symbolic link: a save renames its new file over the path, or
+ * swaps a new directory in at the path and deletes the old one (ckpt_dir.c), which would
+ * replace the link itself and, for a directory, empty the one it points to (its files
+ * moved to the link's place; across file systems the save failed after training).
+ * Refused whatever overwrite says, naming where it points; QT_OK when path is no link. */
+static int qt_refuse_link(const char *key, const char *path, int is_dir)
+{
+    static char to[PATH_MAX];
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISLNK(st.st_mode))
+        return QT_OK;
+    if (!realpath(path, to)) {   /* dangling: the link's own text */
+        ssize_t n = readlink(path, to, sizeof to - 1);
+        to[n > 0 ? n : 0] = 0;
+    }
+    return qt_fail(QT_E_ARG, "%s=%s is a symbolic link (to %s); a save %s, so it would "
+                   "replace the link, not write to %s%s: give %s=%s (the path it points to) "
+                   "or another path", key, path, to,
+                   is_dir ? "swaps a new directory in at the path and deletes the old one"
+                          : "renames its new file over the path",
+                   to, is_dir ? ", and empty the directory it points to" : "", key, to);
+}
+
 int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_format,
                                int overwrite, const char *data_path)
 {
     struct stat st, ds;
-    if (qtrain_format && !qt_checkpoint_is_file(path))
-        return qt_ckpt_check_dir_target(key, path, overwrite);
+    if (qtrain_format && !qt_checkpoint_is_file(path)) {
+        int rc = qt_ckpt_check_dir_target(key, path, overwrite);
+        return rc != QT_OK ? rc : qt_refuse_link(key, path, 1);
+    }
     if (stat(path, &st) != 0) {
-        if (errno == ENOENT) return QT_OK;
+        if (errno == ENOENT) return qt_refuse_link(key, path, 0);   /* a dangling link */
         return qt_fail(QT_E_ARG, "%s=%s: cannot stat: %s", key, path, strerror(errno));
     }
     if (!S_ISREG(st.st_mode))
@@ -271,6 +299,8 @@ int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_for
                           "write (new, or a %s file to replace)", key, path,
                           qt_file_kind(st.st_mode),
                           qtrain_format ? "qtrain checkpoint" : "safetensors");
+    if (qt_refuse_link(key, path, 0) != QT_OK)
+        return QT_E_ARG;
     if (data_path && stat(data_path, &ds) == 0 && ds.st_dev == st.st_dev &&
         ds.st_ino == st.st_ino)
         return qt_fail(QT_E_ARG, "%s=%s is the data file data=%s (same device and inode); "

@@ -481,7 +481,9 @@ int qt_data_open(qt_data *d, const char *path, const char *raw_dtype, int64_t vo
     if (!s)
         return qt_fail(QT_E_PLAN, "%s: more than %d token files open", path,
                           QT_DATA_MAX_OPEN);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a
+     * writer; reads of a regular file ignore it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return qt_fail(QT_E_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;

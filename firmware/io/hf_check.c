@@ -239,11 +239,13 @@ static int qt_hc_refuse(const char *key, int overwrite, const char *name, int ha
 }
 
 /* Reads qt_hc.file into qt_hc.user: 1 when read, 0 when there is none, or a QT_E_ARG
- * code after a message. */
+ * code after a message. A symbolic link is followed (the Hugging Face hub cache keeps a
+ * snapshot's files as links into its blobs); what it names must be a regular file, so a
+ * FIFO or a device is refused before it is opened (an open would wait). */
 static int qt_hc_read(const char *key)
 {
     struct stat st;
-    if (lstat(qt_hc.file, &st) != 0)
+    if (stat(qt_hc.file, &st) != 0)
         return errno == ENOENT ? 0 : qt_fail(QT_E_ARG, "%s=%s: cannot stat: %s", key,
                                              qt_hc.file, strerror(errno));
     if (!S_ISREG(st.st_mode) || st.st_size > QT_HC_USER)

@@ -329,7 +329,7 @@ static int qt_hf_readable(const char *path, const char *what)
 {
     struct stat st;
     char c;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);   /* a FIFO: no wait */
     if (fd < 0)
         return qt_fail(QT_E_ARG, "tokenizer=: cannot open %s %s: %s", what, path,
                        strerror(errno));

@@ -4,7 +4,10 @@
  * compared bit for bit; the loss bits and the parameter fingerprint are also printed in
  * hex so comparisons do not depend on decimal formatting. JSON has no NaN/Inf: such
  * values are written as null (the hex loss bits still show what happened).
- * Invariant: one complete line per call, flushed, so a killed run leaves whole lines.
+ * Invariant: one complete line per call, flushed, so a killed run leaves whole lines; a
+ * write that fails part-way (a full disk) is undone: the rest of the line is dropped from
+ * the stream's buffer and a regular file cut back to where the line began
+ * (qt_metrics_line_end), so the file ends with a whole line and a resume can append.
  * qt_metrics_last_step reads only the last line of an existing file (scanning back in
  * static chunks, no heap), so a resumed run can check that the file it appends to ends at
  * the step before its own.
@@ -23,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -39,7 +43,27 @@
 static struct {
     char chunk[QT_METRICS_TAIL];        /* backward scan of qt_metrics_last_step */
     char head[QT_METRICS_HEAD + 1];     /* the start of the last line */
+    off_t line_start;                   /* size of the regular file before this line; -1 */
 } qt_met;
+
+/* Before a line: where it begins (every earlier line is flushed, so the file's size). */
+static void qt_metrics_line_begin(FILE *f)
+{
+    struct stat st;
+    qt_met.line_start = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : -1;
+}
+
+/* After a line: flushed; when that fails, the unwritten rest is discarded (so no later
+ * flush or fclose adds it) and a regular file is cut back to the line's start. */
+static void qt_metrics_line_end(FILE *f)
+{
+    if (fflush(f) == 0 && !ferror(f))
+        return;
+    __fpurge(f);
+    if (qt_met.line_start >= 0 && ftruncate(fileno(f), qt_met.line_start) != 0)
+        qt_note("could not cut the metrics file back to its last whole line: %s",
+                strerror(errno));
+}
 
 /* Finite test on the bits: no libm on any firmware path. */
 static int qt_finite(double x)
@@ -61,6 +85,7 @@ void qt_metrics_write(FILE *f, const qt_step_metrics *m)
 {
     uint32_t lb;
     memcpy(&lb, &m->loss_f32, 4);
+    qt_metrics_line_begin(f);
     fprintf(f, "{\"step\":%lld", (long long)m->step);
     qt_num(f, "loss", m->loss, 9);
     fprintf(f, ",\"loss_bits\":\"0x%08x\"", (unsigned)lb);
@@ -85,13 +110,14 @@ void qt_metrics_write(FILE *f, const qt_step_metrics *m)
             fprintf(f, ",\"mtp_moe_dropped\":%lld", (long long)m->mtp_moe_dropped);
     }
     fprintf(f, ",\"fingerprint\":\"0x%016llx\"}\n", (unsigned long long)m->fingerprint);
-    fflush(f);
+    qt_metrics_line_end(f);
 }
 
 void qt_metrics_write_eval(FILE *f, const qt_eval_metrics *e)
 {
     uint32_t lb;
     memcpy(&lb, &e->loss_f32, 4);
+    qt_metrics_line_begin(f);
     fprintf(f, "{\"step\":%lld", (long long)e->step);
     qt_num(f, "eval_loss", e->loss, 9);
     qt_num(f, "eval_perplexity", qt_exp(e->loss), 9);
@@ -100,7 +126,7 @@ void qt_metrics_write_eval(FILE *f, const qt_eval_metrics *e)
     fprintf(f, ",\"eval_batches\":%lld", (long long)e->batches);
     qt_num(f, "eval_s", e->seconds, 9);
     fputs("}\n", f);
-    fflush(f);
+    qt_metrics_line_end(f);
 }
 
 void qt_progress_print_eval(FILE *f, const qt_eval_metrics *e, int64_t total_steps)
@@ -151,6 +177,7 @@ void qt_manifest_write(FILE *f, const qt_manifest *m)
     const qt_plan *p = m->plan;
     static const char *const axes[QT_MESH_COUNT] = {"data", "fsdp", "tensor", "expert",
                                                     "context"};
+    qt_metrics_line_begin(f);
     fprintf(f, QT_MANIFEST_LEAD "\"start_step\":%lld,\"end_step\":%lld,\"run\":",
             (long long)m->start_step, (long long)m->end_step);
     qt_json_str(f, p->run_name, -1);
@@ -223,7 +250,7 @@ void qt_manifest_write(FILE *f, const qt_manifest *m)
         c = *nl ? nl + 1 : nl;
     }
     fputs("}}\n", f);
-    fflush(f);
+    qt_metrics_line_end(f);
 }
 
 /* Reads the first bytes of the file's last line into qt_met.head (NUL-terminated). The

@@ -108,6 +108,7 @@ uint64_t qt_ckpt_state_hash(const qt_plan *p);
 /* Vets a save= (qtrain_format 1) or dump_grads= (0) destination `path` given as `key`
  * before training, reading only: QT_OK when it does not exist. Refused (QT_E_ARG, message
  * naming key, path and what was expected): an existing path that is not a regular file,
+ * a symbolic link (a save would replace the link, and for a directory empty its target),
  * the same file (st_dev, st_ino) as data_path (may be NULL), and - unless overwrite - a
  * file that is not a safetensors file, or for save= one whose __metadata__ format is not
  * "qtrain-1". A save= directory path (qt_checkpoint_is_file 0) must be absent, an empty

@@ -390,7 +390,7 @@ static int qt_sx_read(const char *index_path)
     else if (strcmp(dir, qt_sx.dir))
         return qt_fail(QT_E_ARG, "%s: not in the directory of the first index (%s)",
                        index_path, qt_sx.dir);
-    int fd = open(index_path, O_RDONLY | O_CLOEXEC);
+    int fd = open(index_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);   /* a FIFO: no wait */
     if (fd < 0)
         return qt_fail(QT_E_IO, "%s: cannot open: %s", index_path, strerror(errno));
     char *buf = qt_sx.json + qt_sx.json_used;

@@ -407,7 +407,8 @@ int qt_st_open(const char *path, int *h)
     if (!s)
         return qt_fail(QT_E_PLAN, "%s: more than %d safetensors files open", path,
                           QT_ST_MAX_OPEN);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return qt_fail(QT_E_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -416,6 +417,11 @@ int qt_st_open(const char *path, int *h)
         rc = qt_fail(QT_E_IO, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return rc;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return qt_fail(QT_E_ARG, "%s: is not a regular file (a device, FIFO or socket); "
+                       "expected a safetensors file", path);
     }
     if (st.st_size < 8 || pread(fd, len8, 8, 0) != 8) {
         close(fd);

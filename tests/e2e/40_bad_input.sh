@@ -34,6 +34,23 @@ cli_start_timeout() {
   $Q start_timeout=0.5 comm_timeout=1e6 steps=0 data=$T 2> $QT_TMP/st.err || { cat $QT_TMP/st.err; return 1; }
 }
 check "cli: start_timeout: 0, negative, text, above 1e6, nan, inf, a unit, empty are refused; 0.5 is taken" cli_start_timeout
+# learning_rate= and the timeouts are plain decimal numbers: strtod also took hex floats
+# (0x1p-3 = 0.125), a leading blank (a quoted "learning_rate= 1e-3") and a signed -0, which
+# the manifest then recorded as given; each is refused naming the value, exit 2
+cli_decimal() {
+  local a rc
+  for a in "learning_rate=0x1p-3" "learning_rate= 1e-3" "learning_rate=-0" "learning_rate=+1e-3" \
+           "comm_timeout=0x10" "start_timeout= 5"; do
+    $Q "$a" steps=0 data=$T > /dev/null 2> $QT_TMP/dec.err; rc=$?
+    [ $rc -eq 2 ] && grep -qF -- "qtrain: bad argument $a: expected " $QT_TMP/dec.err || { echo "$a: exit $rc"; cat $QT_TMP/dec.err; return 1; }
+  done
+  $Q learning_rate=.5e-3 comm_timeout=1. steps=0 data=$T 2> $QT_TMP/dec.err || { cat $QT_TMP/dec.err; return 1; }
+}
+check "cli: learning_rate= and timeouts: hex, a leading blank or a sign are refused; .5e-3 and 1. are taken" cli_decimal
+# save= and dump_grads= naming one file: the first step's gradient dump was written, then
+# silently replaced by the checkpoint at the end
+check "cli: save= and dump_grads= naming the same file are refused" expect_fail \
+  "save= and dump_grads= name the same file $QT_TMP/same.safetensors" $Q steps=1 data=$T save=$QT_TMP/same.safetensors dump_grads=$QT_TMP/same.safetensors
 
 # ---- token files
 printf 'QTTOKENS\x01\x00\x00\x00\x02\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00\x01\x00' > $B/short.tok
@@ -418,6 +435,75 @@ qd_inputs() {
   [ -z "$(ls -A $d | grep -e tmp -e o.tok)" ] || { echo "left:"; ls -A $d; return 1; }
 }
 check "qtrain-data: .ndjson, field= on plain text, a BOM in JSON lines, empty outputs" qd_inputs
+
+# ---- FIFOs where a file is read: opening one for reading waits for a writer, so
+# data=, eval_data=, load= (a file, an index), tokenizer= and qtrain-data's tokenizer=, in=
+# and INPUT hung forever. Each is refused at once (well within the 20 s bound), naming it.
+fifo_inputs() {
+  local d=$QT_TMP/fifo; rm -rf $d; mkdir -p $d/ck && mkfifo $d/f $d/f.safetensors $d/ck/model.safetensors.index.json && echo text > $d/in.txt || return 1
+  local QE=build/eval-next-1r/qtrain QD=build/tools/qtrain-data
+  expect_fail "$d/f: is not a regular file" timeout 20 $Q steps=1 data=$d/f || return 1
+  expect_fail "$d/f: is not a regular file" timeout 20 $QE steps=1 data=$T eval_data=$d/f || return 1
+  expect_fail "$d/f.safetensors: is not a regular file" timeout 20 $Q steps=1 data=$T load=$d/f.safetensors || return 1
+  expect_fail "$d/ck/model.safetensors.index.json: not a regular file" timeout 20 $Q steps=1 data=$T load=$d/ck || return 1
+  expect_fail "tokenizer=: the tokenizer file $d/f is not a regular file" timeout 20 $Q steps=1 data=$T save=$d/out tokenizer=$d/f || return 1
+  [ ! -e $d/out ] || return 1
+  expect_fail "$d/f: cannot read the tokenizer file" timeout 20 $QD encode tokenizer=$d/f out=$d/o.tok $d/in.txt || return 1
+  expect_fail "$d/f: cannot read the token file: not a regular file" timeout 20 $QD info in=$d/f || return 1
+  expect_fail "$d/f: cannot read the input: not a regular file" timeout 20 $QD encode tokenizer=$B/tiny.json out=$d/o.tok $d/f || return 1
+  [ ! -e $d/o.tok ] || return 1
+}
+check "FIFOs as data=, eval_data=, load=, tokenizer= and qtrain-data's inputs are refused at once, naming them" fifo_inputs
+
+# ---- a metrics file on a full disk keeps whole lines: a write that fails part-way (the
+# disk filled inside the run manifest, or inside a step's line) used to leave half a line,
+# which every later resume of that file refuses ("the last line is incomplete"), so
+# truncate_metrics=1 could not recover it. The line is cut off again: the file ends with
+# its last whole line, as a killed run's does. Needs
+# a small file system: a 64 KiB tmpfs (mount as root), else skipped with the reason.
+metrics_full_disk() {
+  local d=$QT_TMP/fulldisk; mkdir -p $d
+  if ! mount -t tmpfs -o size=64k tmpfs $d 2> /dev/null; then echo "skipped: cannot mount a tmpfs here (not root?)"; return 0; fi
+  local rc=0 n
+  for n in 61200 57000 53000; do   # 1, 2, 3 free 4 KiB pages: full in the manifest, in step lines
+    rm -f $d/*; head -c $n /dev/zero > $d/fill 2> /dev/null
+    timeout 60 $Q steps=50 data=$T metrics=$d/m.jsonl > /dev/null 2> $QT_TMP/full.err && { echo "fill $n: the run did not fail"; rc=1; break; }
+    grep -q "writing the metrics file $d/m.jsonl failed" $QT_TMP/full.err || { cat $QT_TMP/full.err; rc=1; break; }
+    if [ -s $d/m.jsonl ] && [ "$(tail -c 1 $d/m.jsonl | od -An -c | tr -d ' ')" != '\n' ]; then
+      echo "fill $n: the metrics file ends inside a line ($(wc -c < $d/m.jsonl) bytes)"; rc=1; break
+    fi
+    echo "fill $n: $(wc -l < $d/m.jsonl) whole line(s) kept"
+  done
+  umount $d
+  return $rc
+}
+check "metrics: a full disk leaves the metrics file with whole lines only" metrics_full_disk
+
+# configgen started outside the project with a run file of its own: base.yml is looked for
+# beside the run file, then in ./configgen/configs; the message used to be only
+# "configgen/configs/base.yml: cannot open", now it says where it looked and what to do
+cg_outside() {
+  local d=$QT_TMP/cgout; rm -rf $d; mkdir -p $d
+  printf 'model_name: "qwen3-next-tiny"\nsteps: 3\n' > $d/mine.yml
+  (cd $d && "$QT_ROOT/build/configgen/configgen" -o $d/gen mine.yml) > /dev/null 2> $d/err && { echo "accepted"; return 1; }
+  grep -F "configgen/configs/base.yml: not found: configgen takes base.yml (and models/) from beside the run file mine.yml" $d/err &&
+    grep -qF "run configgen from the project root, or put the run file in configgen/configs/runs/" $d/err || { cat $d/err; return 1; }
+  [ ! -e $d/gen ] || return 1
+}
+check "configgen: started outside the project, base.yml missing is said with where it was looked for and what to do" cg_outside
+
+# qtrain-data's numbers: from=, count= and info's eos= past 2^64 were taken as 2^64-1 (the
+# message then named another value than the one given, and info counted documents at an
+# id no token file holds); info's eos= must be an id a token file can hold (below 2^32)
+qd_numbers() {
+  local d=$QT_TMP/qdnum; rm -rf $d; mkdir -p $d && printf 'abab' > $d/a.txt || return 1
+  $QD encode tokenizer=$B/tiny.json out=$d/a.tok $d/a.txt > /dev/null || return 1
+  expect_fail "from=99999999999999999999: expected a non-negative integer below 2^64" $QD decode tokenizer=$B/tiny.json in=$d/a.tok from=99999999999999999999 || return 1
+  expect_fail "count=18446744073709551616: expected a non-negative integer below 2^64" $QD decode tokenizer=$B/tiny.json in=$d/a.tok count=18446744073709551616 || return 1
+  expect_fail "eos=4294967296: expected a token id below 2^32" $QD info in=$d/a.tok eos=4294967296 || return 1
+  $QD info in=$d/a.tok eos=4294967295 > /dev/null || return 1
+}
+check "qtrain-data: from=, count= past 2^64 and info eos= past 2^32 are refused, naming the value given" qd_numbers
 
 # ---- the table of bad inputs (docs/bad_inputs.md) is what the binaries print today
 bad_inputs_table_true() {

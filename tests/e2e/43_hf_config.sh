@@ -136,3 +136,25 @@ hf_disagree_mesh() {
   echo "both ranks stopped: $(grep -c stopping $log) stopping line(s)"
 }
 check "hf config: on a 2-rank mesh a disagreeing load= config.json stops every rank at start-up" hf_disagree_mesh
+
+# The Hugging Face hub cache (huggingface_hub's snapshot_download) keeps a checkpoint as a
+# snapshot directory of symbolic links into a blobs directory: load= of such a directory
+# was refused because its config.json is a link ("not a regular file"). A link to a regular
+# file is read through; one to a FIFO or a device is still refused, and none hangs.
+hf_hub_layout() {
+  local d=$HF/hubck hub=$HF/hub log=$HF/hub.err f
+  rm -rf $d $hub && mkdir -p $hub/blobs $hub/snapshots/rev
+  ckpt_run test-next-tiny 1 steps=2 save=$d 2> $log || { tail -n 3 $log; return 1; }
+  for f in $d/*; do
+    cp $f $hub/blobs/$(sha1sum < $f | cut -c1-40) && ln -s ../../blobs/$(sha1sum < $f | cut -c1-40) $hub/snapshots/rev/${f##*/} || return 1
+  done
+  ckpt_run test-next-tiny 1 steps=4 load=$d metrics=$HF/hub-a.jsonl 2> $log || { tail -n 3 $log; return 1; }
+  ckpt_run test-next-tiny 1 steps=4 load=$hub/snapshots/rev metrics=$HF/hub-b.jsonl 2> $log || { tail -n 3 $log; return 1; }
+  grep -q "resuming from $hub/snapshots/rev at step 2" $log || { tail -n 3 $log; return 1; }
+  diff <(grep -o '"loss_bits":"[^"]*"' $HF/hub-a.jsonl) <(grep -o '"loss_bits":"[^"]*"' $HF/hub-b.jsonl) || return 1
+  rm $hub/snapshots/rev/config.json && mkfifo $hub/blobs/fifo && ln -s ../../blobs/fifo $hub/snapshots/rev/config.json || return 1
+  ckpt_run test-next-tiny 1 steps=4 load=$hub/snapshots/rev 2> $log && { echo "accepted a FIFO config.json"; return 1; }
+  grep -F "load=$hub/snapshots/rev/config.json: not a regular file" $log || { tail -n 3 $log; return 1; }
+  echo "a snapshot of links resumes as the directory does (loss bits equal); a link to a FIFO refused"
+}
+check "hf config: load= of a hub-cache snapshot (files are symbolic links to blobs) resumes; a config.json link to a FIFO is refused" hf_hub_layout

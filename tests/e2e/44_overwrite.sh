@@ -71,3 +71,57 @@ ow_metrics() {
   echo "overwrite=1 replaces it"
 }
 check "overwrite: metrics=: a file of the user's is kept (refused) unless overwrite=1" ow_metrics
+
+# A save=/dump_grads= path that is a symbolic link: a save renames its temporary over the
+# path (a file) or swaps a new directory in for it and deletes the old one (a directory),
+# so it would replace the link itself and empty the directory it points to (the files of
+# the user's moved into a new directory at the link's place; across file systems the save
+# failed after training). Refused before training, overwrite=1 or not, naming where it
+# points; the link and its target stay as they were.
+ow_symlink() {
+  rm -rf $OW/sl*; mkdir -p $OW/sl_target; printf 'keep me\n' > $OW/sl_target/notes.txt
+  ln -s sl_target $OW/sl_dir
+  $Q data=$T steps=1 save=$OW/sl_real.safetensors 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  ln -s sl_real.safetensors $OW/sl_file.safetensors; ln -s sl_real.safetensors $OW/sl_g.safetensors
+  ln -s sl_missing $OW/sl_dangling
+  cp $OW/sl_real.safetensors $OW/sl_copy
+  local args
+  for args in "save=$OW/sl_dir" "save=$OW/sl_dir overwrite=1" "save=$OW/sl_file.safetensors" \
+              "dump_grads=$OW/sl_g.safetensors overwrite=1" "save=$OW/sl_dangling"; do
+    # shellcheck disable=SC2086
+    $Q data=$T steps=1 $args > /dev/null 2> $OW/err && { echo "accepted: $args"; return 1; }
+    grep -q "is a symbolic link" $OW/err || { echo "$args:"; cat $OW/err; return 1; }
+    grep -q "^step " $OW/err && { echo "trained: $args"; return 1; }
+  done
+  [ -L $OW/sl_dir ] && [ -L $OW/sl_file.safetensors ] && [ -L $OW/sl_g.safetensors ] && [ -L $OW/sl_dangling ] \
+    || { echo "a link was replaced"; ls -la $OW; return 1; }
+  [ "$(ls $OW/sl_target)" = notes.txt ] && [ "$(cat $OW/sl_target/notes.txt)" = "keep me" ] || { echo "the target changed"; return 1; }
+  cmp $OW/sl_real.safetensors $OW/sl_copy || return 1
+  [ ! -e $OW/sl_missing ] || return 1
+  echo "ok: $(tail -n 1 $OW/err)"
+}
+check "overwrite: a save=/dump_grads= path that is a symbolic link is refused (the link and what it points to kept)" ow_symlink
+
+# metrics= naming one of the run's inputs or outputs: with overwrite=1 the metrics file
+# replaced the training data (a tab-completed metrics=train.tok overwrite=1), and without
+# it the message ("the last line is incomplete ... give overwrite=1") suggested just that.
+# The data, eval data, loaded checkpoint, tokenizer and the save=/dump_grads= files are
+# refused as metrics= even with overwrite=1, naming the other key; each file is unchanged.
+ow_metrics_clash() {
+  local d=$OW/mc a; rm -rf $d; mkdir -p $d
+  cp $T $d/t.npy && cp $T $d/t2.npy && printf '{}\n' > $d/tok.json || return 1
+  $Q data=$T steps=1 save=$d/ck.safetensors 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  (cd $d && sha256sum t.npy t2.npy tok.json ck.safetensors) > $OW/mc.sum
+  for a in "metrics=$d/t.npy data=$d/t.npy:data=" "metrics=$d/ck.safetensors data=$T load=$d/ck.safetensors:load=" \
+           "metrics=$d/tok.json data=$T save=$d/out tokenizer=$d/tok.json:tokenizer=" \
+           "metrics=$d/ck.safetensors data=$T save=$d/ck.safetensors:save=" "metrics=$d/g.safetensors data=$T dump_grads=$d/g.safetensors:dump_grads="; do
+    # shellcheck disable=SC2086
+    $Q steps=1 overwrite=1 ${a%:*} > /dev/null 2> $OW/err && { echo "accepted: ${a%:*}"; return 1; }
+    grep -q "^qtrain: metrics=.* is the file of ${a##*:}" $OW/err || { echo "${a%:*}:"; cat $OW/err; return 1; }
+    grep -q "^step " $OW/err && { echo "trained: ${a%:*}"; return 1; }
+  done
+  (cd $d && sha256sum -c --quiet $OW/mc.sum) || { echo "a file changed"; return 1; }
+  [ ! -e $d/g.safetensors ] && [ ! -e $d/out ] || { echo "written:"; ls $d; return 1; }
+  echo "ok: $(tail -n 1 $OW/err)"
+}
+check "overwrite: metrics= naming the data, a loaded checkpoint, the tokenizer or a save=/dump_grads= file is refused even with overwrite=1" ow_metrics_clash

@@ -207,3 +207,36 @@ text_foreign() {
   echo "refused, then OVERWRITE=1 kept notes.md; a rerun kept hf/NOTES.md; TEXT=$in read as a file"
 }
 check "make run TEXT=: a foreign TEXT_OUT refused (OVERWRITE=1 keeps its files), hf/ user files kept, TEXT with '='" text_foreign
+
+# TEXT_OUT/hf is replaced by the new checkpoint directory, and only its plain files were
+# carried over: a subdirectory of the user's there (hf/eval/scores.txt) and a symbolic link
+# were deleted without a word. A subdirectory (or another non-file) is refused before
+# anything is built or run, naming it, every file byte-identical; a symbolic link is carried
+# over as a link; an hf that is itself a link (which the rename would replace) is refused.
+text_hf_kept() {
+  local d=$TXD/hfkept in=$TXD/hfkept.txt
+  rm -rf "$d" && head -c 3000 README.md > "$in" || return 1
+  STEPS=1 timeout 300 make --no-print-directory run TEXT="$in" TEXT_OUT="$d" > "$TXD/hfkept.log" 2>&1 ||
+    { tail -n 5 "$TXD/hfkept.log"; return 1; }
+  mkdir "$d/hf/eval" && echo precious > "$d/hf/eval/scores.txt" || return 1
+  tree_sum "$d" > "$TXD/hfkept.sum"
+  local ow
+  for ow in '' 1; do
+    STEPS=1 OVERWRITE=$ow timeout 300 make --no-print-directory run TEXT="$in" TEXT_OUT="$d" > "$TXD/hfkept.log" 2>&1 &&
+      { echo "accepted with hf/eval (OVERWRITE=$ow)"; return 1; }
+    grep -F "TEXT_OUT=$d: hf/ holds eval (a directory)" "$TXD/hfkept.log" || { cat "$TXD/hfkept.log"; return 1; }
+    grep -q "^step " "$TXD/hfkept.log" && { echo "trained"; return 1; }
+    tree_sum "$d" | diff "$TXD/hfkept.sum" - || { echo "files of $d changed"; return 1; }
+  done
+  mv "$d/hf/eval" "$TXD/hfkept-eval" && ln -s "$in" "$d/hf/source.txt" || return 1
+  STEPS=1 timeout 300 make --no-print-directory run TEXT="$in" TEXT_OUT="$d" > "$TXD/hfkept.log" 2>&1 ||
+    { tail -n 5 "$TXD/hfkept.log"; return 1; }
+  [ -L "$d/hf/source.txt" ] && [ "$(readlink "$d/hf/source.txt")" = "$in" ] || { echo "hf/source.txt (a link) lost"; ls -la "$d/hf"; return 1; }
+  mv "$d/hf" "$d/hf-real" && ln -s hf-real "$d/hf" || return 1
+  STEPS=1 timeout 300 make --no-print-directory run TEXT="$in" TEXT_OUT="$d" > "$TXD/hfkept.log" 2>&1 &&
+    { echo "accepted with hf a symbolic link"; return 1; }
+  grep -F "TEXT_OUT=$d: hf is a symbolic link" "$TXD/hfkept.log" || { cat "$TXD/hfkept.log"; return 1; }
+  [ -L "$d/hf" ] && [ -s "$d/hf-real/config.json" ] || return 1
+  echo "hf/eval refused (kept), hf/source.txt carried as a link, an hf link refused"
+}
+check "make run TEXT=: a subdirectory in TEXT_OUT/hf is refused (kept), a link there carried over, hf itself a link refused" text_hf_kept

@@ -175,3 +175,38 @@ audit_eval_source() {
   echo "$out" | grep -E "^  eval\.(source|hash|holdout) " | tee /dev/stderr | wc -l | grep -qx 3
 }
 check "manifest eval source: eval_data path/bytes/hash, eval_holdout N; qtrain-audit runs diffs them" audit_eval_source
+
+# The plot's names and output path go into the gnuplot script inside single quotes, one
+# command a line: a manifest "run" holding a newline (JSON "\n") then a gnuplot command
+# (system "...") ran that command when the file was plotted, and an -o path with a quote
+# broke the script. Names are drawn with '?' for control characters; a quote in the -o path
+# is escaped (''); an -o path with a control character is refused, naming it.
+audit_plot_hostile() {
+  local d=$AD/hostile; rm -rf $d; mkdir -p $d
+  { printf '{"manifest":"qtrain-1","run":"x\\nsystem \\"touch %s/pwned\\"\\nprint \\"y"}\n' "$d"
+    grep -v '"manifest"' $AD/a.jsonl; } > $d/evil.jsonl
+  $AU plot $d/evil.jsonl -o "$d/it's.png" > $d/out.txt 2> $d/err.txt || { cat $d/err.txt; return 1; }
+  [ ! -e $d/pwned ] || { echo "the manifest's run name ran a command in gnuplot"; return 1; }
+  [ -s "$d/it's.png" ] || { echo "no plot at a path with a quote"; cat $d/err.txt; return 1; }
+  $AU plot $AD/a.jsonl -o "$d/a
+b.png" 2> $d/err.txt && { echo "accepted an -o path with a newline"; return 1; }
+  grep -F "holds a control character" $d/err.txt || { cat $d/err.txt; return 1; }
+  [ -z "$(ls $d | grep -v -x -e evil.jsonl -e "it's.png" -e out.txt -e err.txt)" ] || { echo "left:"; ls $d; return 1; }
+}
+check "audit plot: a run name with a newline runs nothing in gnuplot; a quote in -o is plotted, a control character refused" audit_plot_hostile
+
+# A directory or a FIFO given as a metrics file: runs read a directory as an empty file
+# (verdict "no common steps", exit 1, as if two runs differed) and waited forever on a
+# FIFO. Both are errors (exit 2) naming the path, at once.
+audit_not_a_file() {
+  local d=$AD/notfile; rm -rf $d; mkdir -p $d/dir && mkfifo $d/fifo || return 1
+  local bad rc
+  for bad in $d/dir $d/fifo; do
+    timeout 20 $AU runs $bad $AD/a.jsonl > $d/out 2> $d/err; rc=$?
+    [ $rc -eq 2 ] || { echo "runs $bad: exit $rc"; cat $d/out $d/err | tail -n 3; return 1; }
+    grep -F "qtrain-audit: $bad: is not a regular file" $d/err || { cat $d/err; return 1; }
+    timeout 20 $AU plot $bad -o $d/p.png 2> $d/err && { echo "plot $bad accepted"; return 1; }
+    grep -qF "qtrain-audit: $bad: is not a regular file" $d/err || { cat $d/err; return 1; }
+  done
+}
+check "audit runs/plot: a directory or a FIFO as a metrics file is an error naming it (exit 2), never a verdict or a wait" audit_not_a_file

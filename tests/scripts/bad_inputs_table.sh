@@ -356,6 +356,26 @@ row "configgen" "configgen test-next-tiny.yml per_device_batch_size=0.25 num_ran
 row "configgen" "configgen test-next-tiny.yml per_device_batch_size=0.5 num_ranks=4 ici_fsdp_parallelism=2 ici_expert_parallelism=2" "unit \`CgBadConfig\`" cg $RUN per_device_batch_size=0.5 num_ranks=4 ici_fsdp_parallelism=2 ici_expert_parallelism=2
 row "command line" "qtrain start_timeout=0" "$E40: cli: start_timeout" $Q start_timeout=0
 
+# ---- found by session 21's audit (appended, so the rows above keep their numbers)
+E44="e2e \`44_overwrite.sh\`"
+mkdir -p $W/lnk_to && printf 'keep me\n' > $W/lnk_to/notes.txt && ln -s lnk_to $W/lnk
+row "save target" "save=$W/lnk (a symbolic link to the directory $W/lnk_to)" "$E44: a save=/dump_grads= path that is a symbolic link" $Q steps=1 data=$T save=$W/lnk
+mkdir -p $W/runout3/hf/eval && touch $W/runout3/.qtrain-make-run && printf 'precious\n' > $W/runout3/hf/eval/scores.txt
+row "make run TEXT=" "make run TEXT=$W/gpl.txt TEXT_OUT=$W/runout3 OVERWRITE=1 (an earlier run's; hf/eval a subdirectory of the user's)" "$E59: a subdirectory in TEXT_OUT/hf is refused" rt TEXT=$W/gpl.txt TEXT_OUT=$W/runout3 OVERWRITE=1
+mkfifo $W/fifo.safetensors $W/fifo.tok
+EFF="$E40: FIFOs as data=, eval_data=, load=, tokenizer= and qtrain-data's inputs"
+row "checkpoint" "load=$W/fifo.safetensors (a FIFO; its open used to wait for a writer)" "$EFF" timeout 20 $Q steps=1 data=$T load=$W/fifo.safetensors
+row "qtrain-data" "info in=$W/fifo.tok (a FIFO)" "$EFF" timeout 20 build/tools/qtrain-data info in=$W/fifo.tok
+$Q steps=2 data=$T metrics=$W/plot.jsonl 2> /dev/null
+row "qtrain-audit" "plot $W/plot.jsonl -o '$W/a<TAB>b.png' (a tab in the path)" "e2e \`85_audit.sh\`: audit plot: a run name with a newline runs nothing" build/audit/qtrain-audit plot $W/plot.jsonl -o "$W/a	b.png"
+mkdir -p $W/outside && printf 'model_name: "qwen3-next-tiny"\n' > $W/outside/mine.yml
+cg_outside() { (cd $W/outside && "$OLDPWD/$CG" -o $W/outside/gen mine.yml); }
+row "configgen" "configgen mine.yml, started in $W/outside (outside the project)" "$E40: configgen: started outside the project" cg_outside
+row "qtrain-audit" "runs $W/adir $W/plot.jsonl (a directory as a metrics file)" "e2e \`85_audit.sh\`: audit runs/plot: a directory or a FIFO as a metrics file" build/audit/qtrain-audit runs $W/adir $W/plot.jsonl
+build/tools/qtrain-data encode tokenizer=$W/tiny.json out=$W/ok.tok $W/gpl.txt > /dev/null 2>&1
+row "qtrain-data" "info in=$W/ok.tok eos=4294967296 (not an id a token file holds)" "$E40: qtrain-data: from=, count= past 2^64" build/tools/qtrain-data info in=$W/ok.tok eos=4294967296
+row "metrics" "metrics=$W/tokens.npy data=$W/tokens.npy overwrite=1 (the data file)" "e2e \`44_overwrite.sh\`: metrics= naming the data" $Q steps=1 data=$W/tokens.npy metrics=$W/tokens.npy overwrite=1
+
 {
   cat <<'EOF'
 # Bad inputs and what qtrain / configgen say

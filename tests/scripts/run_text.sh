@@ -27,9 +27,11 @@
 #     byte-identical (the staging directory is removed on exit; one left by a kill -9 is
 #     removed by the next run, as its pid is gone);
 #   * the files a user put in TEXT_OUT/hf beside the checkpoint (notes, an edited
-#     config.json) are hard-linked into the new hf/ before training, so qtrain's save keeps
-#     them as it keeps a save directory's own files (docs/cli.md); a config.json that
-#     disagrees with the plan is then refused by qtrain, naming the key.
+#     config.json) are hard-linked into the new hf/ before training (symbolic links copied
+#     as links), so qtrain's save keeps them as it keeps a save directory's own files
+#     (docs/cli.md); a config.json that disagrees with the plan is then refused by qtrain,
+#     naming the key. What a new hf/ cannot carry (a subdirectory, a FIFO, a device) and an
+#     hf that is a symbolic link are refused before anything runs.
 set -u
 MARK=.qtrain-make-run
 die() { echo "make run: $*" >&2; exit 2; }
@@ -52,6 +54,24 @@ if [ -e "$TEXT_OUT" ] || [ -L "$TEXT_OUT" ]; then
 give another TEXT_OUT=, or OVERWRITE=1 to replace train.tok, metrics.jsonl, loss.png and hf/ there (other files are kept)"
   fi
 fi
+# ---- TEXT_OUT/hf: a run replaces it with the new checkpoint directory (a rename) and carries
+# over the files and symbolic links a user put there; a subdirectory (or a FIFO, a device)
+# it cannot carry, and a link at hf itself the rename would replace: refused, as qtrain's
+# save= refuses them, whatever OVERWRITE says. Nor may train.tok, metrics.jsonl or loss.png
+# be directories (the final mv would move the file into them).
+H=$TEXT_OUT/hf
+if [ -L "$H" ]; then
+  die "TEXT_OUT=$TEXT_OUT: hf is a symbolic link (to $(readlink -- "$H")); a run replaces hf by a rename, which would replace the link: move it away, or give another TEXT_OUT="
+elif [ -e "$H" ]; then
+  [ -d "$H" ] || die "TEXT_OUT=$TEXT_OUT: hf exists and is not a directory; a run writes its checkpoint directory there: move it away, or give another TEXT_OUT="
+  odd=$(find "$H" -mindepth 1 -maxdepth 1 ! -type f ! -type l -printf '%f (%y) ' | head -c 300 |
+        sed -e 's/(d)/(a directory)/g' -e 's/(p)/(a FIFO)/g' -e 's/(s)/(a socket)/g' -e 's/([cb])/(a device)/g')
+  [ -z "$odd" ] || die "TEXT_OUT=$TEXT_OUT: hf/ holds ${odd% }, which a new checkpoint cannot carry over \
+(a run replaces hf/ and keeps only its files and links): move it out of hf/"
+fi
+for f in train.tok metrics.jsonl loss.png; do
+  [ ! -d "$TEXT_OUT/$f" ] || die "TEXT_OUT=$TEXT_OUT: $f is a directory; a run writes its $f file there: move it away"
+done
 [ "${1:-}" = check ] && exit 0
 mkdir -p "$TEXT_OUT" || die "TEXT_OUT=$TEXT_OUT: cannot create the directory"
 OUT=$(cd "$TEXT_OUT" && pwd) || exit 2
@@ -78,12 +98,14 @@ trap 'exit 129' HUP
 if [ -d "$OUT/hf" ]; then
   mkdir "$STAGE/hf" || exit 2
   for f in "$OUT"/hf/* "$OUT"/hf/.[!.]*; do
-    [ -f "$f" ] && [ ! -L "$f" ] || continue
+    [ -f "$f" ] || [ -L "$f" ] || continue
     case ${f##*/} in
       model.safetensors | model-*-of-*.safetensors | optimizer-*-of-*.safetensors | \
       model.safetensors.index.json | optimizer.safetensors.index.json) continue;;
     esac
-    ln "$f" "$STAGE/hf/" 2> /dev/null || cp -p "$f" "$STAGE/hf/" || die "cannot carry $f into the new checkpoint"
+    # a symbolic link is carried as a link (cp -P), never as a copy of what it points to
+    if [ -L "$f" ]; then cp -P -- "$f" "$STAGE/hf/" || die "cannot carry the link $f into the new checkpoint"
+    else ln "$f" "$STAGE/hf/" 2> /dev/null || cp -p "$f" "$STAGE/hf/" || die "cannot carry $f into the new checkpoint"; fi
   done
 fi
 

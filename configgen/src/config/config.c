@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "core/qt_cg.h"
 #include "config/qt_cg_config.h"
 
@@ -219,6 +220,17 @@ int qt_cg_config_load(qt_cg_config *c, const char *configs_dir, const char *run_
     memset(c, 0, sizeof *c);
     snprintf(path, sizeof path, "%s/base.yml", configs_dir);
     c->files[0] = qt_cg_strdup(path);
+    if (access(path, F_OK) != 0) {
+        /* no base.yml where driver/pipeline.c looked: say where that is and what to do,
+         * not only "cannot open" (a run file outside the tree, configgen started elsewhere) */
+        char cwd[4096];
+        return qt_cg_fail(err, errlen, "%s: not found: configgen takes base.yml (and models/) "
+                          "from beside the run file %s (its directory or the one above it), "
+                          "else from configgen/configs under the current directory %s; run "
+                          "configgen from the project root, or put the run file in "
+                          "configgen/configs/runs/", path, run_path,
+                          getcwd(cwd, sizeof cwd) ? cwd : "(unknown)");
+    }
     if (load_doc(path, &c->base, err, errlen)) return -1;
     c->n = c->base.n;
     c->k = qt_cg_alloc((size_t)c->n * sizeof *c->k);

@@ -1,8 +1,9 @@
 /* args.c - key=value parsing (args.h). Invariants: every key given is one of the command's
  * keys and appears once; values are never empty; after the first `--` every argument is
- * positional, '=' or not. */
+ * positional, '=' or not; a number is plain decimal below 2^64 (never clamped). */
 #include "args.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,8 +78,11 @@ int qtd_arg_u64(const qtd_args *a, const char *key, uint64_t def, uint64_t *out)
     char *end;
     if (v[0] < '0' || v[0] > '9')
         return qtd_fail("%s=%s: expected a non-negative integer", key, v);
+    errno = 0;
     *out = strtoull(v, &end, 10);
     if (*end)
         return qtd_fail("%s=%s: expected a non-negative integer", key, v);
+    if (errno == ERANGE)   /* strtoull's 2^64-1 would stand in for the value given */
+        return qtd_fail("%s=%s: expected a non-negative integer below 2^64", key, v);
     return 0;
 }

@@ -79,7 +79,9 @@ int qtd_cmd_info(int argc, char **argv)
     qtd_tokfile f;
     if (qtd_tokf_open(&f, in))
         return -1;
-    if (qtd_arg_u64(&a, "eos", f.eos >= 0 ? (uint64_t)f.eos : 151643, &eos)) {
+    if (qtd_arg_u64(&a, "eos", f.eos >= 0 ? (uint64_t)f.eos : 151643, &eos) ||
+        (eos > 0xFFFFFFFFu && qtd_fail("eos=%s: expected a token id below 2^32 (the ids a token "
+                                       "file holds)", qtd_arg(&a, "eos", "")))) {
         qtd_tokf_close(&f);
         return -1;
     }

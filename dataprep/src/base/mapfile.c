@@ -14,7 +14,7 @@ int qtd_map_file(const char *path, const char *what, uint8_t **data, size_t *siz
 {
     *data = NULL;
     *size = 0;
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);   /* a FIFO: no wait for a writer */
     struct stat st;
     if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
         int e = errno;

@@ -136,7 +136,7 @@ static int read_added(qtd_tok *t, const qtd_json *j, const char *path)
 
 static int read_file(const char *path, qtd_bytes *b)
 {
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);   /* a FIFO: no wait for a writer */
     struct stat st;
     if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
         if (fd >= 0)
