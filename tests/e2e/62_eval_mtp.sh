@@ -173,6 +173,12 @@ check "acceptance rate, two depths, k = 2: CP2 (2 ranks, the context halo) == on
   em_pair acc2-1r-nb4 mtp2-next-1r-nb4 "mtp_eval_target_module=2" acc2-cp2 mtp2-next-cp2 2 "eval_per_device_batch_size=2 mtp_eval_target_module=2" 5
 check "acceptance rate: PP2 (2 ranks) == one rank" \
   em_pair acc-1r mtp-next-1r "$EM_ACC" acc-pp2 mtp-next-1r 2 "$EM_PP $EM_ACC" 5
+# bf16 logits (the op reads them as bf16) and packed documents (depth 1's mask stops at a
+# document end), on DP2 x EP2
+check "acceptance rate: bf16 DP2 x EP2 (4 ranks) == one rank" \
+  em_pair acc-bf16-1r mtp-bf16-next-1r "$EM_ACC" acc-bf16-dp2ep2 mtp-bf16-next-dp2ep2 4 "$EM_ACC" 5
+check "acceptance rate, packed: DP2 x EP2 (4 ranks) == one rank" \
+  em_pair acc-pack-1r mtp-pack-next-1r "$EM_ACC" acc-pack-dp2ep2 mtp-pack-next-dp2ep2 4 "$EM_ACC" 5
 # padded eval slots (issue 35) count no position: an eval batch of 3 on the microbatch of 4
 # == microbatches of 1 (6 batches: 6 x 3 x 15 positions)
 em_acc_padded() {
