@@ -154,6 +154,28 @@ em_acc_one_rank() {
   echo "depth 1: $(grep -o '"eval_mtp_acceptance_rate_percent":[^,]*,[^,]*,"eval_mtp_accepted":[0-9]*' "$j" | tail -n 1)"
 }
 check "eval with the MTP head, mtp_eval_target_module 1: the acceptance fields in every eval row; eval loss and training == without the key" em_acc_one_rank
+# checkpoints: the plan with the key saves the very tensors of the plan without it (only
+# the index's plan hash differs) and resumes its checkpoint with the same training bits
+em_acc_ckpt() {
+  em_det acc-1r mtp-next-1r 1 $EM_ACC && em_det 1r mtp-next-1r 1 || return 1
+  local a=$EM_D/acc-1r/mtp-next-1r-v/qtrain p=$EM_D/1r/mtp-next-1r-v/qtrain c=$EM_D/ck f
+  local run="data=$EM_DATA eval_data=$EM_DATA seed=11"
+  rm -rf "$c"; mkdir -p "$c"
+  timeout 120 $p $run steps=5 save=$c/p.st metrics=$c/p.jsonl 2> "$c/p.err" &&
+    timeout 120 $a $run steps=5 save=$c/a.st metrics=$c/a.jsonl 2> "$c/a.err" ||
+    { tail -n 3 "$c/p.err" "$c/a.err"; return 1; }
+  for f in model-00001-of-00001.safetensors optimizer-00001-of-00001.safetensors; do
+    cmp "$c/p.st/$f" "$c/a.st/$f" || return 1
+  done
+  timeout 120 $a $run load=$c/p.st steps=10 metrics=$c/ra.jsonl 2> "$c/ra.err" &&
+    timeout 120 $p $run load=$c/p.st steps=10 metrics=$c/rp.jsonl 2> "$c/rp.err" ||
+    { tail -n 3 "$c/ra.err" "$c/rp.err"; return 1; }
+  cmp <(det_fields "$c/rp.jsonl" | grep -v eval_loss) <(det_fields "$c/ra.jsonl" | grep -v eval_loss) ||
+    { echo "the resumed training differs"; return 1; }
+  grep -q '"eval_mtp_accepted":' "$c/ra.jsonl" || { echo "no acceptance field after the resume"; return 1; }
+  echo "same checkpoint tensors; resumed under the key: $(det_fields "$c/ra.jsonl" | tail -n 1)"
+}
+check "acceptance rate: the plan with the key saves the same tensors and resumes the plan without it bit for bit" em_acc_ckpt
 # the meshes (em_pair: the key on both sides; the same eval batch of 4, so 5 eval batches:
 # the figure is the mean of the batches' rates, which depends on the eval batch, as in
 # MaxText; data and context set eval_per_device_batch_size for it): data, tensor (whole logits on
