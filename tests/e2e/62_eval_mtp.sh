@@ -139,7 +139,8 @@ check "eval with the MTP head, packed: eval batch 3 on the microbatch of 4 (a sl
 # rates), the depth and the pooled integer counts; det_fields carries them, so every cell
 # below compares them bit for bit with one rank's, as the eval loss and training lines.
 # One rank: the fields in every eval row (depth 1: 5 batches x 4 sequences x 15 positions
-# with a loss), the console's figure, and the eval loss and every training line equal to
+# with a loss), the console's figure (each eval's line and the summary; none without the
+# key), and the eval loss and every training line equal to
 # the run without the key (the op runs in the eval's forward only and changes no bit).
 EM_ACC="mtp_eval_target_module=1"
 em_acc_one_rank() {
@@ -147,8 +148,10 @@ em_acc_one_rank() {
   local j=$EM_D/acc-1r.jsonl
   [ "$(grep '"eval_loss"' "$j" | grep -c '"eval_mtp_acceptance_rate_percent":[0-9.e+-]*,"eval_mtp_target_module":1,"eval_mtp_accepted":[0-9]*,"eval_mtp_accept_positions":300,')" -eq 3 ] ||
     { echo "expected the acceptance fields (300 positions) in 3 eval rows"; return 1; }
-  grep -q '^eval after step 2/10 .* mtp_acceptance_rate [0-9.]*% (depth 1)' "$EM_D/acc-1r.err" ||
+  grep -q '^eval after step 2/10 .* mtp_acceptance_rate [0-9.]*% (depth 1)' "$EM_D/acc-1r.err" &&
+    grep -q 'evals (5 batches each): eval loss .*; MTP acceptance rate (depth 1) [0-9.]*% -> [0-9.]*%' "$EM_D/acc-1r.err" ||
     { echo "no acceptance rate on the console"; return 1; }
+  ! grep -q -i 'acceptance' "$EM_D/1r.err" || { echo "an acceptance rate without the key"; return 1; }
   cmp <(sed 's/ "eval_mtp_acceptance.*//' "$EM_D/acc-1r.det") "$EM_D/1r.det" ||
     { echo "the key changed an eval loss or a training line"; return 1; }
   echo "depth 1: $(grep -o '"eval_mtp_acceptance_rate_percent":[^,]*,[^,]*,"eval_mtp_accepted":[0-9]*' "$j" | tail -n 1)"
