@@ -717,25 +717,6 @@ int64_t qt_runtime_eval_batch(const qt_plan *p)
                                     : p->train.eval_batch * qt_plan_seq_groups(p);
 }
 
-/* The eval's sequences: in eval batch e, the rank's sequence group holds the slots
- * [index * eval_batch, (index + 1) * eval_batch) of the mesh's, in ceil(eval_batch /
- * micro_batch) chunks of micro_batch (every group the same count: the collectives stay in
- * step); slots past the eval batch's sequences are padded (qt_runtime_slots_fill). Any
- * split gives the same exact sums: each sequence's loss is its own (the forward mixes no
- * sequences), a padded one's is 0. */
-static int qt_runtime_eval_run(const qt_plan *p, int64_t step, int64_t n_batches,
-                               qt_eval_metrics *e);
-
-/* The eval's forwards run with ctx.eval set (the eval-only kinds: MTP_ACCEPT). */
-int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_metrics *e)
-{
-    if (!qt_rt.eval_tokens || p->train.eval_interval <= 0 || p != qt_rt.plan) return QT_E_PLAN;
-    qt_rt.ctx.eval = 1;
-    const int rc = qt_runtime_eval_run(p, step, n_batches, e);
-    qt_rt.ctx.eval = 0;
-    return rc;
-}
-
 /* One eval batch's acceptance counts c[2] (matches, positions) summed over the batch axes
  * (integers: exact), then its rate as MaxText's float32 expression, 100 x matches /
  * (positions + EPS) with EPS = 1e-8, added to the pass's sum of rates and counts. */
@@ -753,6 +734,13 @@ static int qt_runtime_accept_batch(const qt_plan *p, int64_t c[2], qt_eval_metri
     return QT_OK;
 }
 
+/* The eval's sequences: in eval batch e, the rank's sequence group holds the slots
+ * [index * eval_batch, (index + 1) * eval_batch) of the mesh's, in ceil(eval_batch /
+ * micro_batch) chunks of micro_batch (every group the same count: the collectives stay in
+ * step); slots past the eval batch's sequences are padded (qt_runtime_slots_fill). Any
+ * split gives the same exact sums: each sequence's loss is its own (the forward mixes no
+ * sequences), a padded one's is 0. With MTP_ACCEPT (mtp_eval_target_module) each forward's
+ * acceptance counts add up per eval batch, whose rate qt_runtime_accept_batch takes. */
 static int qt_runtime_eval_run(const qt_plan *p, int64_t step, int64_t n_batches,
                                qt_eval_metrics *e)
 {
@@ -824,6 +812,16 @@ static int qt_runtime_eval_run(const qt_plan *p, int64_t step, int64_t n_batches
     e->seconds = qt_runtime_now() - tstart;
     /* a pipeline: the loss is the last stage's */
     return qt_pp_share_eval(p, e);
+}
+
+/* The eval's forwards run with ctx.eval set (the eval-only kinds: MTP_ACCEPT). */
+int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_metrics *e)
+{
+    if (!qt_rt.eval_tokens || p->train.eval_interval <= 0 || p != qt_rt.plan) return QT_E_PLAN;
+    qt_rt.ctx.eval = 1;
+    const int rc = qt_runtime_eval_run(p, step, n_batches, e);
+    qt_rt.ctx.eval = 0;
+    return rc;
 }
 
 /* Walks the step schedule through the kernel table; with `grads_only` it stops before the
