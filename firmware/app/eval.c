@@ -28,6 +28,8 @@ static struct {
     int64_t holdout;           /* eval_holdout=N (or the corpus holdout) in use, else 0 */
     int evals;
     double first_loss, last_loss;
+    int32_t acc_k;             /* mtp_eval_target_module (0: none) and its first and last rates */
+    double first_acc, last_acc;
     int64_t last_step;
     int rank;
 } qt_app_eval;
@@ -155,8 +157,13 @@ int qt_app_eval_run(const qt_plan *p, int64_t step, int64_t end, FILE *metrics,
     }
     rc = qt_coll_agree("the eval", rc);
     if (rc) return rc;
-    if (!qt_app_eval.evals++) qt_app_eval.first_loss = e.loss;
+    if (!qt_app_eval.evals++) {
+        qt_app_eval.first_loss = e.loss;
+        qt_app_eval.first_acc = e.mtp_accept_rate;
+    }
     qt_app_eval.last_loss = e.loss;
+    qt_app_eval.acc_k = e.mtp_accept_k;
+    qt_app_eval.last_acc = e.mtp_accept_rate;
     qt_app_eval.last_step = step;
     const float target = p->train.target_eval_loss;
     if (target > 0.0f && e.loss <= (double)target) {
@@ -170,12 +177,16 @@ int qt_app_eval_run(const qt_plan *p, int64_t step, int64_t end, FILE *metrics,
 
 void qt_app_eval_summary(FILE *f)
 {
-    if (qt_app_eval.evals)
-        fprintf(f, "qtrain: %d eval%s (%lld batch%s each): eval loss %.6f -> %.6f (after step "
-                "%lld)\n", qt_app_eval.evals, qt_app_eval.evals == 1 ? "" : "s",
-                (long long)qt_app_eval.n_batches, qt_app_eval.n_batches == 1 ? "" : "es",
-                qt_app_eval.first_loss, qt_app_eval.last_loss,
-                (long long)qt_app_eval.last_step + 1);
+    if (!qt_app_eval.evals) return;
+    char acc[96] = "";
+    if (qt_app_eval.acc_k > 0)
+        snprintf(acc, sizeof acc, "; MTP acceptance rate (depth %d) %.2f%% -> %.2f%%",
+                 (int)qt_app_eval.acc_k, qt_app_eval.first_acc, qt_app_eval.last_acc);
+    fprintf(f, "qtrain: %d eval%s (%lld batch%s each): eval loss %.6f -> %.6f (after step "
+            "%lld)%s\n", qt_app_eval.evals, qt_app_eval.evals == 1 ? "" : "s",
+            (long long)qt_app_eval.n_batches, qt_app_eval.n_batches == 1 ? "" : "es",
+            qt_app_eval.first_loss, qt_app_eval.last_loss,
+            (long long)qt_app_eval.last_step + 1, acc);
 }
 
 void qt_app_eval_close(void)

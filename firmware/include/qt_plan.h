@@ -593,6 +593,9 @@ typedef struct qt_ctx {
     void (*bf16_boundary)(const qt_op *op, const struct qt_ctx *ctx);
     void (*bf16_boundary_wgrad)(const qt_op *op, const struct qt_ctx *ctx, int64_t seq,
                                 float *const dw[2]);
+    /* 1 while the held-out eval's forward runs (qt_runtime_eval), else 0: the eval-only
+     * kinds (MTP_ACCEPT) skip themselves in a training microbatch */
+    int eval;
 } qt_ctx;
 
 /* The tensors of one op that the bf16 boundary (runtime/interp_bf16.c) widened into the

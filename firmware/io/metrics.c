@@ -124,6 +124,12 @@ void qt_metrics_write_eval(FILE *f, const qt_eval_metrics *e)
     fprintf(f, ",\"eval_tokens\":%lld,\"eval_loss_bits\":\"0x%08x\"", (long long)e->tokens,
             (unsigned)lb);
     fprintf(f, ",\"eval_batches\":%lld", (long long)e->batches);
+    if (e->mtp_accept_k > 0) { /* mtp_eval_target_module: MaxText's acceptance rate */
+        qt_num(f, "eval_mtp_acceptance_rate_percent", e->mtp_accept_rate, 17);
+        fprintf(f, ",\"eval_mtp_target_module\":%d,\"eval_mtp_accepted\":%lld,"
+                "\"eval_mtp_accept_positions\":%lld", (int)e->mtp_accept_k,
+                (long long)e->mtp_accepted, (long long)e->mtp_accept_positions);
+    }
     qt_num(f, "eval_s", e->seconds, 9);
     fputs("}\n", f);
     qt_metrics_line_end(f);
@@ -131,9 +137,13 @@ void qt_metrics_write_eval(FILE *f, const qt_eval_metrics *e)
 
 void qt_progress_print_eval(FILE *f, const qt_eval_metrics *e, int64_t total_steps)
 {
-    fprintf(f, "eval after step %lld/%lld  eval_loss %.6f  perplexity %.4g  (%lld targets, "
+    char acc[96] = "";
+    if (e->mtp_accept_k > 0)
+        snprintf(acc, sizeof acc, "  mtp_acceptance_rate %.2f%% (depth %d)", e->mtp_accept_rate,
+                 (int)e->mtp_accept_k);
+    fprintf(f, "eval after step %lld/%lld  eval_loss %.6f  perplexity %.4g%s  (%lld targets, "
             "%.2f s)\n", (long long)(e->step + 1), (long long)total_steps, e->loss,
-            qt_exp(e->loss), (long long)e->tokens, e->seconds);
+            qt_exp(e->loss), acc, (long long)e->tokens, e->seconds);
     fflush(f);
 }
 

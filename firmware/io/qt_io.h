@@ -229,7 +229,9 @@ void qt_metrics_write(FILE *f, const qt_step_metrics *m);
 /* One held-out evaluation as a metrics line (issue 33): {"step":s,"eval_loss":L,
  * "eval_perplexity":exp(L),"eval_tokens":N,"eval_loss_bits":"0x..","eval_batches":n,
  * "eval_s":t}; s is the training step it followed, so the resume and truncation rules of
- * step lines cover it. */
+ * step lines cover it. With mtp_eval_target_module k > 0 (only then) before eval_s:
+ * "eval_mtp_acceptance_rate_percent":r (%.17g),"eval_mtp_target_module":k,
+ * "eval_mtp_accepted":m,"eval_mtp_accept_positions":v (docs/formats.md). */
 void qt_metrics_write_eval(FILE *f, const qt_eval_metrics *e);
 /* Its progress line on f: "eval after step s/total  eval_loss L  perplexity P ...". */
 void qt_progress_print_eval(FILE *f, const qt_eval_metrics *e, int64_t total_steps);

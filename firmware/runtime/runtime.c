@@ -453,6 +453,20 @@ static int32_t qt_runtime_z_seq(const qt_plan *p)
     return QT_NONE;
 }
 
+/* The eval's acceptance counts of the MTP head (mtp_eval_target_module): the MTP_ACCEPT op
+ * of the stored microbatch schedule (a pipeline: the last stage's), else NULL; *k its
+ * depth. */
+static const qt_op *qt_runtime_accept_op(const qt_plan *p, int64_t *k)
+{
+    for (int32_t i = 0; i < p->n_mb_ops; i++)
+        if (p->mb_ops[i].kind == QT_OP_MTP_ACCEPT) {
+            *k = QT_A(&p->mb_ops[i], MTP_ACCEPT, k);
+            return &p->mb_ops[i];
+        }
+    *k = 0;
+    return NULL;
+}
+
 /* Token dropping: adds this microbatch's dropped counts (moe_drops, [layers x b]) into m's
  * per-layer totals, as int64. */
 static void qt_runtime_drops_add(const qt_plan *p, qt_step_metrics *m, int64_t pads)
@@ -703,15 +717,33 @@ int64_t qt_runtime_eval_batch(const qt_plan *p)
                                     : p->train.eval_batch * qt_plan_seq_groups(p);
 }
 
+/* One eval batch's acceptance counts c[2] (matches, positions) summed over the batch axes
+ * (integers: exact), then its rate as MaxText's float32 expression, 100 x matches /
+ * (positions + EPS) with EPS = 1e-8, added to the pass's sum of rates and counts. */
+static int qt_runtime_accept_batch(const qt_plan *p, int64_t c[2], qt_eval_metrics *e)
+{
+    if (p->batch_mask) {
+        int rc = qt_coll_sum_i64(p->batch_mask, c, 2);
+        if (rc) return rc;
+    }
+    const float rate = (float)c[0] / ((float)c[1] + 1e-8f) * 100.0f;
+    e->mtp_accept_sum += (double)rate;
+    e->mtp_accepted += c[0];
+    e->mtp_accept_positions += c[1];
+    c[0] = c[1] = 0;
+    return QT_OK;
+}
+
 /* The eval's sequences: in eval batch e, the rank's sequence group holds the slots
  * [index * eval_batch, (index + 1) * eval_batch) of the mesh's, in ceil(eval_batch /
  * micro_batch) chunks of micro_batch (every group the same count: the collectives stay in
  * step); slots past the eval batch's sequences are padded (qt_runtime_slots_fill). Any
  * split gives the same exact sums: each sequence's loss is its own (the forward mixes no
- * sequences), a padded one's is 0. */
-int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_metrics *e)
+ * sequences), a padded one's is 0. With MTP_ACCEPT (mtp_eval_target_module) each forward's
+ * acceptance counts add up per eval batch, whose rate qt_runtime_accept_batch takes. */
+static int qt_runtime_eval_run(const qt_plan *p, int64_t step, int64_t n_batches,
+                               qt_eval_metrics *e)
 {
-    if (!qt_rt.eval_tokens || p->train.eval_interval <= 0 || p != qt_rt.plan) return QT_E_PLAN;
     const qt_kernel_entry *table = qt_runtime_table();
     const qt_ctx *ctx = &qt_rt.ctx;
     const int64_t b = p->train.micro_batch, S = p->train.seq_len;
@@ -725,7 +757,11 @@ int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_m
     qt_exact loss, cnt;
     qt_exact_clear(&loss);
     qt_exact_clear(&cnt);
-    for (int64_t eb = 0; eb < n_batches; eb++)
+    int64_t depth, acc[2] = {0, 0};
+    const qt_op *aop = qt_runtime_accept_op(p, &depth);
+    e->mtp_accept_sum = 0.0;
+    e->mtp_accepted = e->mtp_accept_positions = 0;
+    for (int64_t eb = 0; eb < n_batches; eb++) {
         for (int64_t k = 0; k < (per + b - 1) / b; k++) {
             const int64_t first = qt_rt.batch_index * per + k * b;
             int32_t *pos = (int32_t *)qt_plan_positions(ctx), *tg = qt_i32(ctx, p->targets);
@@ -748,7 +784,17 @@ int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_m
             if (qt_rt.status) return qt_rt.status;
             const float *ls = qt_f32(ctx, p->loss_seq);
             for (int64_t s = 0; s < qt_plan_leaves_per_mb(p); s++) qt_exact_add_f(&loss, ls[s]);
+            if (aop) { /* this forward's acceptance counts (MTP_ACCEPT t0) */
+                const int32_t *a = qt_i32(ctx, QT_T(aop, MTP_ACCEPT, acc));
+                acc[0] += a[0];
+                acc[1] += a[1];
+            }
         }
+        if (aop) {
+            int rc = qt_runtime_accept_batch(p, acc, e);
+            if (rc) return rc;
+        }
+    }
     int rc = qt_step_exact_merge(p->batch_mask, &loss);
     if (!rc && p->packing) rc = qt_step_exact_merge(p->batch_mask, &cnt);
     if (rc) return rc;
@@ -759,9 +805,23 @@ int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_m
     e->loss = (double)e->loss_f32;
     e->tokens = (int64_t)n_tok;
     e->batches = n_batches;
+    /* MaxText's eval/avg_mtp_acceptance_rate_percent: the plain mean of the eval batches'
+     * rates (its metric logger's sum / eval step count) */
+    e->mtp_accept_k = (int32_t)depth;
+    e->mtp_accept_rate = n_batches > 0 ? e->mtp_accept_sum / (double)n_batches : 0.0;
     e->seconds = qt_runtime_now() - tstart;
     /* a pipeline: the loss is the last stage's */
     return qt_pp_share_eval(p, e);
+}
+
+/* The eval's forwards run with ctx.eval set (the eval-only kinds: MTP_ACCEPT). */
+int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_metrics *e)
+{
+    if (!qt_rt.eval_tokens || p->train.eval_interval <= 0 || p != qt_rt.plan) return QT_E_PLAN;
+    qt_rt.ctx.eval = 1;
+    const int rc = qt_runtime_eval_run(p, step, n_batches, e);
+    qt_rt.ctx.eval = 0;
+    return rc;
 }
 
 /* Walks the step schedule through the kernel table; with `grads_only` it stops before the

@@ -87,3 +87,16 @@ check "golden qwen3-next tiny with the MTP head, eval losses (the main CE alone)
 # 288 targets): the eval loss is the reference's mean over the real sequences, 2e-4 relative
 check "golden qwen3-next tiny, eval batch 3 on microbatches of 2 (padded), eval losses vs PyTorch" \
   golden_eval_run test-next-eval-b3 288
+# MaxText's mtp_eval_target_module: the MTP head's acceptance rate in each eval row
+# (docs/model.md 1.8) against the reference's (tests/reference/gold_e2e.py accept_batch:
+# torch.argmax of the float64 logits, depth k at t against the main model at t + k over
+# depth k's positions with a loss, the float32 per-batch rate, their mean). Tolerance
+# (metrics_compare): the positions exactly; the matches within the reference's count of
+# near ties (a top-2 logit gap below 1e-4 at either position: float32 logits may pick the
+# other index there), the rate within the mean of 100 x near ties / positions; with no near
+# tie (every eval of test-next-mtp2-acc, two of test-next-mtp-pack-acc) both bit for bit.
+# Two depths, k = 2 (280 positions an eval: 20 sequences x 14), and packed documents, k = 1.
+check "golden qwen3-next tiny, two MTP depths, acceptance rate of depth 2 after steps 1, 4, 7 vs PyTorch" \
+  golden_eval_run test-next-mtp2-acc
+check "golden qwen3-next tiny, MTP head on packed documents, acceptance rate of depth 1 vs PyTorch" \
+  golden_eval_run test-next-mtp-pack-acc 285

@@ -300,6 +300,20 @@ cg_dense_plans() {
 }
 check "configgen: sparse_matmul=false under shard_mode=explicit (the reference trainer's guard) plans" \
   cg_dense_plans configgen/configs/runs/test-35-tiny.yml sparse_matmul=false shard_mode=explicit capacity_factor=1.0
+# MaxText's mtp_eval_target_module: a depth of the MTP head (1 .. mtp_num_layers); refused
+# naming both keys (and where each was set) without a head or past its depths, and when not
+# a whole depth; nothing written
+cg_acc_bad() {
+  rm -rf $B/gen-acc
+  expect_fail "mtp_eval_target_module=1 (command line): the acceptance rate compares a depth of the MTP head with the main model, and there is no head (mtp_num_layers=0 (configgen/configs/base.yml:275))" \
+    build/configgen/configgen -o $B/gen-acc configgen/configs/runs/test-next-tiny.yml mtp_eval_target_module=1 &&
+  expect_fail "mtp_eval_target_module=2 (command line): the head has 1 depth (mtp_num_layers=1 (configgen/configs/runs/test-next-mtp.yml:10)); expected 0 (off) or a depth 1 .. 1" \
+    build/configgen/configgen -o $B/gen-acc configgen/configs/runs/test-next-mtp.yml mtp_eval_target_module=2 eval_interval=3 &&
+  expect_fail "mtp_eval_target_module=-1 (command line): expected 0 (no acceptance rate) or a whole depth" \
+    build/configgen/configgen -o $B/gen-acc configgen/configs/runs/test-next-mtp.yml mtp_eval_target_module=-1 || return 1
+  [ ! -e $B/gen-acc ] || { echo "configgen wrote $B/gen-acc"; return 1; }
+}
+check "configgen: mtp_eval_target_module without the MTP head, past its depths, negative: refused naming the keys, nothing written" cg_acc_bad
 check "configgen: a non-finite capacity_factor names the key" \
   expect_fail "capacity_factor: value nan is not a number" \
   build/configgen/configgen -o $B/gen configgen/configs/runs/test-next-cap1.yml capacity_factor=nan

@@ -133,3 +133,82 @@ check "eval with the MTP head: eval batch 3 on PP2 (1.5) == one rank" \
   em_pair 1r-eb3 mtp-next-1r "$EM_B1" pp2-eb3 mtp-next-1r 2 "$EM_PP eval_per_device_batch_size=1.5" 6
 check "eval with the MTP head, packed: eval batch 3 on the microbatch of 4 (a slot padded) == microbatches of 1" \
   em_pair pack-eb3-b1 mtp-pack-next-1r "$EM_B1" pack-eb3-b4 mtp-pack-next-1r 1 "eval_per_device_batch_size=3" 6
+
+# MaxText's mtp_eval_target_module (the head's acceptance rate, docs/model.md 1.8): each
+# eval row gains eval_mtp_acceptance_rate_percent (the mean of the eval batches' float32
+# rates), the depth and the pooled integer counts; det_fields carries them, so every cell
+# below compares them bit for bit with one rank's, as the eval loss and training lines.
+# One rank: the fields in every eval row (depth 1: 5 batches x 4 sequences x 15 positions
+# with a loss), the console's figure (each eval's line and the summary; none without the
+# key), and the eval loss and every training line equal to
+# the run without the key (the op runs in the eval's forward only and changes no bit).
+EM_ACC="mtp_eval_target_module=1"
+em_acc_one_rank() {
+  em_det acc-1r mtp-next-1r 1 $EM_ACC && em_det 1r mtp-next-1r 1 || return 1
+  local j=$EM_D/acc-1r.jsonl
+  [ "$(grep '"eval_loss"' "$j" | grep -c '"eval_mtp_acceptance_rate_percent":[0-9.e+-]*,"eval_mtp_target_module":1,"eval_mtp_accepted":[0-9]*,"eval_mtp_accept_positions":300,')" -eq 3 ] ||
+    { echo "expected the acceptance fields (300 positions) in 3 eval rows"; return 1; }
+  grep -q '^eval after step 2/10 .* mtp_acceptance_rate [0-9.]*% (depth 1)' "$EM_D/acc-1r.err" &&
+    grep -q 'evals (5 batches each): eval loss .*; MTP acceptance rate (depth 1) [0-9.]*% -> [0-9.]*%' "$EM_D/acc-1r.err" ||
+    { echo "no acceptance rate on the console"; return 1; }
+  ! grep -q -i 'acceptance' "$EM_D/1r.err" || { echo "an acceptance rate without the key"; return 1; }
+  cmp <(sed 's/ "eval_mtp_acceptance.*//' "$EM_D/acc-1r.det") "$EM_D/1r.det" ||
+    { echo "the key changed an eval loss or a training line"; return 1; }
+  echo "depth 1: $(grep -o '"eval_mtp_acceptance_rate_percent":[^,]*,[^,]*,"eval_mtp_accepted":[0-9]*' "$j" | tail -n 1)"
+}
+check "eval with the MTP head, mtp_eval_target_module 1: the acceptance fields in every eval row; eval loss and training == without the key" em_acc_one_rank
+# checkpoints: the plan with the key saves the very tensors of the plan without it (only
+# the index's plan hash differs) and resumes its checkpoint with the same training bits
+em_acc_ckpt() {
+  em_det acc-1r mtp-next-1r 1 $EM_ACC && em_det 1r mtp-next-1r 1 || return 1
+  local a=$EM_D/acc-1r/mtp-next-1r-v/qtrain p=$EM_D/1r/mtp-next-1r-v/qtrain c=$EM_D/ck f
+  local run="data=$EM_DATA eval_data=$EM_DATA seed=11"
+  rm -rf "$c"; mkdir -p "$c"
+  timeout 120 $p $run steps=5 save=$c/p.st metrics=$c/p.jsonl 2> "$c/p.err" &&
+    timeout 120 $a $run steps=5 save=$c/a.st metrics=$c/a.jsonl 2> "$c/a.err" ||
+    { tail -n 3 "$c/p.err" "$c/a.err"; return 1; }
+  for f in model-00001-of-00001.safetensors optimizer-00001-of-00001.safetensors; do
+    cmp "$c/p.st/$f" "$c/a.st/$f" || return 1
+  done
+  timeout 120 $a $run load=$c/p.st steps=10 metrics=$c/ra.jsonl 2> "$c/ra.err" &&
+    timeout 120 $p $run load=$c/p.st steps=10 metrics=$c/rp.jsonl 2> "$c/rp.err" ||
+    { tail -n 3 "$c/ra.err" "$c/rp.err"; return 1; }
+  cmp <(det_fields "$c/rp.jsonl" | grep -v eval_loss) <(det_fields "$c/ra.jsonl" | grep -v eval_loss) ||
+    { echo "the resumed training differs"; return 1; }
+  grep -q '"eval_mtp_accepted":' "$c/ra.jsonl" || { echo "no acceptance field after the resume"; return 1; }
+  echo "same checkpoint tensors; resumed under the key: $(det_fields "$c/ra.jsonl" | tail -n 1)"
+}
+check "acceptance rate: the plan with the key saves the same tensors and resumes the plan without it bit for bit" em_acc_ckpt
+# the meshes (em_pair: the key on both sides; the same eval batch of 4, so 5 eval batches:
+# the figure is the mean of the batches' rates, which depends on the eval batch, as in
+# MaxText; data and context set eval_per_device_batch_size for it): data, tensor (whole logits on
+# both ranks), vocabulary-parallel tensor (the (max, index) pairs merged over the group:
+# against one rank's vocab_blocks 2), expert, context with two depths and k = 2 (positions
+# t + 2 past rank 0's 8 tokens from rank 1's halo; its one-rank side in 4 token blocks, so
+# t + 2 also crosses blocks), and a pipeline (the last stage computes it)
+check "acceptance rate: DP2 + ZeRO-1 + G2 (2 ranks) == one rank" \
+  em_pair acc-1r mtp-next-1r "$EM_ACC" acc-dp2 mtp-next-dp2-g2-zero1 2 "eval_per_device_batch_size=2 $EM_ACC" 5
+check "acceptance rate: TP2 (2 ranks) == one rank" \
+  em_pair acc-1r mtp-next-1r "$EM_ACC" acc-tp2 mtp-next-tp2 2 "$EM_ACC" 5
+check "acceptance rate: vocab-parallel TP2 (2 ranks) == one rank with vocab_blocks 2" \
+  em_pair acc-1r-vb2 mtp-next-1r "vocab_blocks=2 $EM_ACC" acc-tp2-vp mtp-next-tp2 2 "vocab_parallel=true $EM_ACC" 5
+check "acceptance rate: EP2 (2 ranks) == one rank" \
+  em_pair acc-1r mtp-next-1r "$EM_ACC" acc-ep2 mtp-next-ep2 2 "$EM_ACC" 5
+check "acceptance rate, two depths, k = 2: CP2 (2 ranks, the context halo) == one rank in 4 token blocks" \
+  em_pair acc2-1r-nb4 mtp2-next-1r-nb4 "mtp_eval_target_module=2" acc2-cp2 mtp2-next-cp2 2 "eval_per_device_batch_size=2 mtp_eval_target_module=2" 5
+check "acceptance rate: PP2 (2 ranks) == one rank" \
+  em_pair acc-1r mtp-next-1r "$EM_ACC" acc-pp2 mtp-next-1r 2 "$EM_PP $EM_ACC" 5
+# bf16 logits (the op reads them as bf16) and packed documents (depth 1's mask stops at a
+# document end), on DP2 x EP2
+check "acceptance rate: bf16 DP2 x EP2 (4 ranks) == one rank" \
+  em_pair acc-bf16-1r mtp-bf16-next-1r "$EM_ACC" acc-bf16-dp2ep2 mtp-bf16-next-dp2ep2 4 "$EM_ACC" 5
+check "acceptance rate, packed: DP2 x EP2 (4 ranks) == one rank" \
+  em_pair acc-pack-1r mtp-pack-next-1r "$EM_ACC" acc-pack-dp2ep2 mtp-pack-next-dp2ep2 4 "$EM_ACC" 5
+# padded eval slots (issue 35) count no position: an eval batch of 3 on the microbatch of 4
+# == microbatches of 1 (6 batches: 6 x 3 x 15 positions)
+em_acc_padded() {
+  em_pair acc-eb3-b1 mtp-next-1r "$EM_B1 $EM_ACC" acc-eb3-b4 mtp-next-1r 1 "eval_per_device_batch_size=3 $EM_ACC" 6 ||
+    return 1
+  grep -q '"eval_mtp_accept_positions":270,' "$EM_D/acc-eb3-b4.jsonl" || { echo "expected 270 positions"; return 1; }
+}
+check "acceptance rate: eval batch 3 on the microbatch of 4 (a padded slot counts nothing) == microbatches of 1" em_acc_padded

@@ -209,6 +209,8 @@ def dims(cfg):
         packing=bool(cfg['packing']), eos=int(cfg['eos_id']),
         # multi-token prediction (docs/model.md 1.8): depths and the loss factor
         mtp=int(cfg['mtp_num_layers']), mtp_scale=float(cfg['mtp_loss_scaling_factor']),
+        # the held-out eval's acceptance rate of depth mtp_eval_k (0: none; gold_e2e.py)
+        mtp_eval_k=int(cfg['mtp_eval_target_module']),
         # MoE form (model.capacity): dropping needs sparse_matmul false and cf > 0
         sparse=bool(cfg['sparse_matmul']), cf=float(cfg['capacity_factor']),
     )

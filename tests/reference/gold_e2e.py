@@ -49,7 +49,10 @@ RUNS = ['test-next-tiny', 'test-35-tiny', 'test-next-lb', 'test-next-pack', 'tes
         # dropped; the router trains through the load-balance term alone
         'test-next-cap0',
         # issue 35: an eval batch of 3 on the microbatch of 2 (qtrain pads the last forward)
-        'test-next-eval-b3']
+        'test-next-eval-b3',
+        # MaxText's mtp_eval_target_module: the acceptance rate of depth 2 of two in the
+        # held-out eval, unpacked and packed (depth 1)
+        'test-next-mtp2-acc', 'test-next-mtp-pack-acc']
 N_STEPS = 10
 MIN_MARGIN = 1e-4
 SEED_TRIES = 64
@@ -118,6 +121,52 @@ def eval_due(dm, step):
     return iv > 0 and step >= s0 and (step - s0) % iv == 0
 
 
+# A prediction whose logits' top-2 gap is below this may differ between the float64
+# reference and the firmware's float32 logits: such positions are counted as near ties, and
+# the firmware's matches may differ from the reference's by at most their count
+# (tests/tools/metrics_compare.c); with none, every count and the rate must be exact. Why
+# 1e-4: on these runs the firmware's eval losses agree with the reference's to <= 3e-8
+# relative and its step-0 gradients to <= 2.3e-6 (the golden checks print both), so logits
+# of magnitude <= 10 differ by ~1e-6 at most even at the gradients' drift; 1e-4 leaves 100x.
+# (test-next-mtp2-acc has no near tie at it, test-next-mtp-pack-acc 2 at its second eval;
+# at 1e-3 they would have 7-14 an eval.)
+TIE_GAP = 1e-4
+
+
+def accept_batch(aux, dm, B, S):
+    """MaxText's calculate_mtp_acceptance_rate for one eval batch (mtp_eval_target_module
+    k = dm['mtp_eval_k']): depth k's argmax at position t (torch.argmax: the first maximum,
+    as jnp.argmax) against the main model's at t + k (roll_and_mask k times), over the
+    positions where depth k has a loss (its cross entropy's mask; t + k stays inside the
+    sequence there). Returns (matches, positions, near ties)."""
+    k = dm['mtp_eval_k']
+    main = aux['logits']
+    lk, keep = aux['heads'][k]
+    keep = keep.reshape(B, S)
+    mp = torch.argmax(main, -1).reshape(B, S)
+    kp = torch.argmax(lk, -1).reshape(B, S)
+
+    def gap(x):
+        top = torch.topk(x, 2, -1).values
+        return (top[:, 0] - top[:, 1]).reshape(B, S)
+    g0, gk = gap(main), gap(lk)
+    hit = valid = near = 0
+    for b in range(B):
+        for t in range(S):
+            if not keep[b, t]:
+                continue
+            assert t + k < S
+            valid += 1
+            hit += int(kp[b, t] == mp[b, t + k])
+            near += int(min(float(gk[b, t]), float(g0[b, t + k])) < TIE_GAP)
+    return hit, valid, near
+
+
+def accept_rate(hit, valid):
+    """MaxText's per-batch rate in float32: (correct / (total + EPS)) * 100, EPS 1e-8."""
+    return float(np.float32(hit) / (np.float32(valid) + np.float32(1e-8)) * np.float32(100))
+
+
 def eval_loss(P, dm, tokens):
     """MaxText's eval/avg_loss at weights P over the eval file `tokens` read from its start:
     eval batch e of eval_B sequences is windows e*eval_B .. (the data rule with eval_B), every
@@ -132,13 +181,32 @@ def eval_loss(P, dm, tokens):
         nb = min(nb, dm['eval_steps'])
     edm = dict(dm, B=Be)
     tot, n = 0.0, 0
+    acc = {'hit': 0, 'valid': 0, 'near': 0, 'rates': [], 'tol': 0.0}
+    k = dm.get('mtp_eval_k', 0)
     with torch.no_grad():
         for e in range(nb):
             inp, tgt = step_batch(tokens, edm, e)
-            _, ce, _ = model.loss_fn(P, dm, inp, tgt, n_tok=1)
+            aux = {'heads': {}} if k else None
+            _, ce, _ = model.loss_fn(P, dm, inp, tgt, n_tok=1, aux=aux)
             tot += float(ce)
-            n += Be * S
-    return tot / n, n
+            # packed: the masked sum's targets (loss_mask), as the firmware counts them
+            n += int(model.loss_mask(dm, inp).sum()) if dm['packing'] else Be * S
+            if k:
+                hit, valid, near = accept_batch(aux, dm, Be, S)
+                acc['hit'] += hit
+                acc['valid'] += valid
+                acc['near'] += near
+                acc['rates'].append(accept_rate(hit, valid))
+                acc['tol'] += 100.0 * near / max(valid, 1)
+    if k:
+        # MaxText's eval/avg_mtp_acceptance_rate_percent: the plain mean of the batches'
+        # rates (a double sum in batch order / the count, as the firmware's)
+        rs = 0.0
+        for r in acc['rates']:
+            rs += r
+        acc['rate'] = rs / nb
+        acc['tol'] /= nb
+    return tot / n, n, acc
 
 
 def train(P0, dm, tokens, steps=N_STEPS, chunk=None):
@@ -182,10 +250,17 @@ def train(P0, dm, tokens, steps=N_STEPS, chunk=None):
         if zs:
             rec['z_loss'].append(float(zs[0]) / n_tok)
         if eval_due(dm, i):
-            el, en = eval_loss(P, dm, tokens)
+            el, en, acc = eval_loss(P, dm, tokens)
             rec['eval_step'].append(i)
             rec['eval_loss'].append(el)
             rec['eval_tokens'].append(en)
+            if dm.get('mtp_eval_k'):
+                for key, val in (('eval_mtp_accepted', acc['hit']),
+                                 ('eval_mtp_accept_positions', acc['valid']),
+                                 ('eval_mtp_accept_near_ties', acc['near']),
+                                 ('eval_mtp_acceptance_rate_percent', acc['rate']),
+                                 ('eval_mtp_accept_rate_tol', acc['tol'])):
+                    rec.setdefault(key, []).append(val)
     return rec, grads0
 
 
@@ -242,6 +317,12 @@ def generate_run(run, outdir, seed0):
     if rec['eval_step']:
         exp.update(eval_step=rec['eval_step'], eval_loss=rec['eval_loss'],
                    eval_tokens=rec['eval_tokens'], lr_schedule_type=dm['lr_schedule_type'])
+    if dm.get('mtp_eval_k') and rec['eval_step']:
+        exp.update(mtp_eval_target_module=dm['mtp_eval_k'], mtp_accept_tie_gap=TIE_GAP)
+        for key in ('eval_mtp_accepted', 'eval_mtp_accept_positions',
+                    'eval_mtp_accept_near_ties', 'eval_mtp_acceptance_rate_percent',
+                    'eval_mtp_accept_rate_tol'):
+            exp[key] = rec[key]
     with open(os.path.join(d, 'expected.json'), 'w') as f:
         json.dump(exp, f, indent=1, sort_keys=True)
         f.write('\n')

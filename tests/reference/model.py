@@ -384,12 +384,13 @@ def mtp_count(dm, inp):
     return n
 
 
-def mtp_head(P, dm, hf, inp, tgt, pos, docs, stats):
+def mtp_head(P, dm, hf, inp, tgt, pos, docs, stats, heads=None):
     """The MTP head on the main model's final-normed hidden states hf [T,d]: returns the sum
     of its cross entropies over every depth and position with a loss. Per depth j:
     z = fc([pre_fc_norm_embedding(emb(x_{i+j})) ; pre_fc_norm_hidden(h^{j-1})]) (embedding
     first, no bias), h^j = the full-attention decoder layer mtp.layers.{j-1} on z (original
-    positions, no load-balance term), logits = lm_head(mtp.norm(h^j)), target x_{i+j+1}."""
+    positions, no load-balance term), logits = lm_head(mtp.norm(h^j)), target x_{i+j+1}.
+    heads (a dict, optional) receives heads[j] = (depth j's logits [B*S,V], keep [B*S])."""
     B, S = inp.shape
     eps = f32(dm['eps'])
     h = hf
@@ -410,6 +411,8 @@ def mtp_head(P, dm, hf, inp, tgt, pos, docs, stats):
         logits = rmsnorm_1p(h, P['mtp.norm.weight'], eps) @ P['lm_head.weight'].t()
         ce = torch.logsumexp(logits, -1) - torch.gather(logits, 1, tj.reshape(-1, 1))[:, 0]
         total = total + torch.where(keep.reshape(-1), ce, torch.zeros_like(ce)).sum()
+        if heads is not None:
+            heads[j] = (logits.detach(), keep.reshape(-1))
     return total
 
 
@@ -421,7 +424,8 @@ def loss_fn(P, dm, inp, tgt, n_tok=None, lb_c=0.0, chunk=None, stats=None, mtp_n
     n_tok defaults to their count (at least 1).
     With the MTP head (dm['mtp'] > 0) the loss adds mtp_loss_scaling_factor x mtp_sum /
     mtp_n, mtp_n (default: mtp_count of this batch, at least 1) the step's positions with an
-    MTP loss; aux (a dict) receives 'mtp_sum' and 'mtp_n'.
+    MTP loss; aux (a dict) receives 'mtp_sum' and 'mtp_n', and with aux['heads'] set to a
+    dict the main logits (aux['logits'], [B*S,V]) and each depth's (mtp_head's heads).
 
     z-loss (dm['z_loss_multiplier'] z != 0, MaxText's / T5X's cross_entropy_with_logits):
     each target's term is lse - logit[target] + z lse^2 (masked as the cross entropy), so
@@ -457,7 +461,10 @@ def loss_fn(P, dm, inp, tgt, n_tok=None, lb_c=0.0, chunk=None, stats=None, mtp_n
             zs.append(torch.where(keep, zt, torch.zeros_like(zt)).sum())
     mtp = 0.0
     if dm.get('mtp'):
-        mtp_sum = mtp_head(P, dm, hf, inp, tgt, pos, docs, stats)
+        heads = aux.get('heads') if aux is not None else None
+        if heads is not None:
+            aux['logits'] = logits.detach()
+        mtp_sum = mtp_head(P, dm, hf, inp, tgt, pos, docs, stats, heads)
         m = mtp_n if mtp_n else max(1, mtp_count(dm, inp))
         mtp = f32(dm['mtp_scale']) * mtp_sum / m
         if aux is not None:

@@ -355,6 +355,10 @@ row "configgen" "configgen test-next-tiny.yml per_device_batch_size=2.5 num_rank
 row "configgen" "configgen test-next-tiny.yml per_device_batch_size=0.25 num_ranks=2" "unit \`CgBadConfig\`" cg $RUN per_device_batch_size=0.25 num_ranks=2
 row "configgen" "configgen test-next-tiny.yml per_device_batch_size=0.5 num_ranks=4 ici_fsdp_parallelism=2 ici_expert_parallelism=2" "unit \`CgBadConfig\`" cg $RUN per_device_batch_size=0.5 num_ranks=4 ici_fsdp_parallelism=2 ici_expert_parallelism=2
 row "command line" "qtrain start_timeout=0" "$E40: cli: start_timeout" $Q start_timeout=0
+row "configgen" "configgen test-next-tiny.yml mtp_eval_target_module=1 (no MTP head)" "$EC" cg $RUN mtp_eval_target_module=1
+row "configgen" "configgen test-next-mtp.yml mtp_eval_target_module=2 eval_interval=3 (one depth)" "$EC" cg configgen/configs/runs/test-next-mtp.yml mtp_eval_target_module=2 eval_interval=3
+row "configgen" "configgen test-next-mtp.yml mtp_eval_target_module=-1" "$EC" cg configgen/configs/runs/test-next-mtp.yml mtp_eval_target_module=-1
+row "configgen" "configgen test-next-mtp.yml mtp_eval_target_module=1 (eval_interval -1; ignored, as MaxText)" "unit \`CgIgnored\`" cg configgen/configs/runs/test-next-mtp.yml mtp_eval_target_module=1
 
 # ---- found by session 21's audit (appended, so the rows above keep their numbers)
 E44="e2e \`44_overwrite.sh\`"

@@ -125,13 +125,15 @@ check_join() {
 # det_fields FILE: one line per step with the step, loss bits and fingerprint; fails (so the
 # comparison cannot pass vacuously) when a metrics line lacks any of them. Run manifest lines
 # ({"manifest":..., one per start of a run) are skipped; a held-out eval line (it carries
-# "eval_loss", issue 33) gives its step and eval loss bits.
+# "eval_loss", issue 33) gives its step and eval loss bits, and with mtp_eval_target_module
+# its acceptance fields (the rate, the depth, the integer counts).
 det_fields() {
   awk '/^\{"manifest":/ { next }
        /"eval_loss":/ { n++; s = match($0, /"step":[0-9]+/) ? substr($0, RSTART, RLENGTH) : "";
          e = match($0, /"eval_loss_bits":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
          if (s == "" || e == "") { print "eval line without step/eval_loss_bits: " $0 > "/dev/stderr"; bad = 1 }
-         print s, e; next }
+         a = match($0, /"eval_mtp_acceptance_rate_percent":[^,]*,"eval_mtp_target_module":[0-9]+,"eval_mtp_accepted":[0-9]+,"eval_mtp_accept_positions":[0-9]+/) ? " " substr($0, RSTART, RLENGTH) : "";
+         print s, e a; next }
        { n++; s = match($0, /"step":[0-9]+/) ? substr($0, RSTART, RLENGTH) : "";
          l = match($0, /"loss_bits":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";
          f = match($0, /"fingerprint":"0x[0-9a-f]+"/) ? substr($0, RSTART, RLENGTH) : "";

@@ -13,6 +13,14 @@
  * Held-out eval (expected.json's eval_step / eval_loss arrays, issue 33): the metrics' eval
  * rows ({"step":s,"eval_loss":L,...}) must be exactly those steps, each L within the loss
  * tolerance; without those arrays eval rows are skipped.
+ * The MTP head's acceptance rate (expected.json's eval_mtp_accepted, ..._accept_positions,
+ * ..._accept_near_ties, ..._acceptance_rate_percent and ..._accept_rate_tol arrays, one
+ * entry an eval; mtp_eval_target_module): each eval row's eval_mtp_accept_positions exactly
+ * the reference's (an integer mask), eval_mtp_accepted within the reference's count of
+ * near-tie positions (the top-2 logit gap below its TIE_GAP at the position or at its
+ * main-model partner: float32 logits may pick the other index there; none: exactly), and
+ * eval_mtp_acceptance_rate_percent within its rate tolerance (the mean over the eval batches
+ * of 100 x near ties / positions; 0: bit for bit, the same float32 and double arithmetic).
  */
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +60,30 @@ static int json_array(const char *text, const char *key, double *out, int cap)
         p = end;
     }
     return n;
+}
+
+static double g_acc[5][MAX_STEPS]; /* the acceptance arrays, in the order of g_acc_key */
+static const char *const g_acc_key[5] = {"eval_mtp_accepted", "eval_mtp_accept_positions",
+                                         "eval_mtp_accept_near_ties",
+                                         "eval_mtp_acceptance_rate_percent",
+                                         "eval_mtp_accept_rate_tol"};
+
+static int json_number(const char *line, const char *key, double *out);
+
+/* Eval row `line` (eval e) against the acceptance arrays: 1 ok, 0 a mismatch (printed). */
+static int accept_ok(const char *line, int e)
+{
+    double m = -1, v = -1, r = NAN;
+    const int has = !json_number(line, "eval_mtp_accepted", &m) &&
+                    !json_number(line, "eval_mtp_accept_positions", &v) &&
+                    !json_number(line, "eval_mtp_acceptance_rate_percent", &r);
+    const double near = g_acc[2][e], tol = g_acc[4][e];
+    const int ok = has && v == g_acc[1][e] && fabs(m - g_acc[0][e]) <= near &&
+                   (tol > 0 ? fabs(r - g_acc[3][e]) <= tol : r == g_acc[3][e]);
+    printf("eval %d acceptance %.17g%% ref %.17g%% (tol %.3g), accepted %.0f ref %.0f (near "
+           "ties %.0f), positions %.0f ref %.0f %s\n", e, r, g_acc[3][e], tol, m, g_acc[0][e],
+           near, v, g_acc[1][e], ok ? "ok" : "MISMATCH");
+    return ok;
 }
 
 /* Value of "key": in one JSON line. */
@@ -94,6 +126,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "metrics_compare: %s: need equal-length loss/grad_norm/lr arrays\n", argv[2]);
         return 2;
     }
+    int na = -1;
+    for (int i = 0; i < 5; i++) {
+        const int c = json_array(g_buf, g_acc_key[i], g_acc[i], MAX_STEPS);
+        if (i > 0 && c != na) {
+            fprintf(stderr, "metrics_compare: %s: the acceptance arrays differ in length\n",
+                    argv[2]);
+            return 2;
+        }
+        na = c;
+    }
+    if (na >= 0 && na != ne) {
+        fprintf(stderr, "metrics_compare: %s: %d acceptance entries, %d evals\n", argv[2], na,
+                ne);
+        return 2;
+    }
     const int nm = json_array(g_buf, "mtp_loss", e_mtp, MAX_STEPS);
     if (nm >= 0 && nm != n) {
         fprintf(stderr, "metrics_compare: %s: mtp_loss has %d steps, loss %d\n", argv[2], nm, n);
@@ -122,6 +169,7 @@ int main(int argc, char **argv)
                    evals < ne ? fabs(el - e_el[evals]) / fmax(fabs(e_el[evals]), 1e-12) : 0.0,
                    ok ? "ok" : "MISMATCH");
             bad += !ok;
+            if (na > 0 && evals < na) bad += !accept_ok(line, evals);
             evals++;
             continue;
         }

@@ -570,6 +570,11 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"mtp_num_layers=1", "max_target_length=1", "mtp_num_layers=1 (command line): 1 depths need sequences longer than that (max_target_length=1 (command line))"},
         {"mtp_keep_layers=8", NULL, "mtp_keep_layers=8 (command line): expected 0 (a loaded checkpoint's mtp.* head is skipped) up to 7"},
         {"mtp_keep_layers=1", "mtp_num_layers=1", "mtp_keep_layers=1 (command line): with a trained head (mtp_num_layers=1 (command line)) its mtp.* tensors are saved anyway"},
+        // mtp_eval_target_module (config/mtp.c): a depth of the head, named with it
+        {"mtp_eval_target_module=1", NULL, "mtp_eval_target_module=1 (command line): the acceptance rate compares a depth of the MTP head with the main model, and there is no head (mtp_num_layers=0 (configgen/configs/base.yml:275)); expected 0, or mtp_num_layers >= 1"},
+        {"mtp_eval_target_module=2", "mtp_num_layers=1|eval_interval=3", "mtp_eval_target_module=2 (command line): the head has 1 depth (mtp_num_layers=1 (command line)); expected 0 (off) or a depth 1 .. 1"},
+        {"mtp_eval_target_module=-1", "mtp_num_layers=1", "mtp_eval_target_module=-1 (command line): expected 0 (no acceptance rate) or a whole depth of the MTP head"},
+        {"mtp_eval_target_module=8", "mtp_num_layers=7", "mtp_eval_target_module=8 (command line): expected 0 (no acceptance rate)"},
     };
     std::string out = make_tmpdir();
     std::string gen = out + "/gen";
@@ -1168,6 +1173,46 @@ TEST(CgSchedule, FullAttentionLayersFollowTheCycle)
 // naming it, its value and why (s.ignored: configgen's stderr and plan.txt), and the plan is
 // the plan without it (the same hash: config_text, which records the value, is not hashed).
 TEST_GROUP(CgIgnored){};
+
+// mtp_eval_target_module (config/mtp.c, model/graph.c): without eval_interval it is noted
+// and the plan is the plain MTP plan, hash for hash; with an eval, exactly one MTP_ACCEPT
+// on the stacked logits and the head's targets just before XENT_MTP, depth k, whose
+// training forward is otherwise the plain plan's (the same ops before and after it); the
+// plan without the key has none.
+TEST(CgIgnored, MtpEvalTargetModuleNotedWithoutEvalAndOneOpWithIt)
+{
+    const char *mtp2 = "configgen/configs/runs/test-next-mtp2.yml";
+    CgPlan base;
+    LONGS_EQUAL(0, base.build(mtp2));
+    char k1[] = "mtp_eval_target_module=1";
+    char *o1[] = {k1};
+    CgPlan noted;
+    LONGS_EQUAL(0, noted.build(mtp2, 1, o1));
+    CHECK(strstr(noted.s.ignored, "mtp_eval_target_module=1 (command line) is ignored: "
+                                  "eval_interval is -1") != NULL);
+    CHECK(noted.g.hash == base.g.hash);
+    char ev[] = "eval_interval=3", k2[] = "mtp_eval_target_module=2";
+    char *o2[] = {ev}, *o3[] = {ev, k2};
+    CgPlan plain, acc;
+    LONGS_EQUAL(0, plain.build(mtp2, 1, o2));
+    LONGS_EQUAL(0, acc.build(mtp2, 2, o3));
+    CHECK(acc.g.hash != plain.g.hash);
+    int n_acc = 0, at = -1;
+    for (int i = 0; i < acc.g.nmb; i++)
+        if (acc.g.mb[i].kind == QT_OP_MTP_ACCEPT) n_acc++, at = i;
+    for (int i = 0; i < plain.g.nmb; i++) CHECK(plain.g.mb[i].kind != QT_OP_MTP_ACCEPT);
+    LONGS_EQUAL(1, n_acc);
+    LONGS_EQUAL(acc.g.n_fwd - 2, at);
+    const qt_op *a = &acc.g.mb[at], *x = &acc.g.mb[at + 1];
+    LONGS_EQUAL(QT_OP_XENT_MTP, x->kind);
+    LONGS_EQUAL(QT_T(x, XENT_MTP, logits), QT_T(a, MTP_ACCEPT, logits));
+    LONGS_EQUAL(QT_T(x, XENT_MTP, targets), QT_T(a, MTP_ACCEPT, targets));
+    LONGS_EQUAL(2, QT_A(a, MTP_ACCEPT, k));
+    LONGS_EQUAL(3, QT_A(a, MTP_ACCEPT, n));
+    LONGS_EQUAL(plain.g.nmb + 1, acc.g.nmb);
+    for (int i = 0; i < plain.g.nmb; i++)
+        LONGS_EQUAL(plain.g.mb[i].kind, acc.g.mb[i < at ? i : i + 1].kind);
+}
 
 TEST(CgIgnored, KeysMaxTextIgnoresAreNotedAndLeaveThePlan)
 {

@@ -18,6 +18,10 @@
  * never depends on files): the published layouts' tensor count (one tensor per routed
  * expert projection, Qwen3-Next's) and element count of that many depths, at 4 bytes an
  * element. Refused beside a trained head (its tensors are saved anyway).
+ * mtp_eval_target_module (MaxText's key): 0, or a depth k of the head (1 .. mtp_num_layers)
+ * whose acceptance rate each held-out eval reports (model/graph.c plans the MTP_ACCEPT op);
+ * refused without a head or past its depths, ignored with a note without eval_interval (as
+ * MaxText, which computes it in eval only, and as the other eval keys).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -103,6 +107,37 @@ static int mtp_keep_rules(qt_cg_settings *s, int64_t full)
     return 0;
 }
 
+/* mtp_eval_target_module (after mtp_num_layers is known): s->mtp_eval_k. */
+static int mtp_eval_rules(qt_cg_settings *s)
+{
+    const char *ke = "mtp_eval_target_module";
+    const char *v = mkv(ke)->val->s;
+    char *end = NULL, o[400];
+    const double k = strtod(v, &end);
+    s->mtp_eval_k = 0;
+    if (!end || end == v || *end || !(k >= 0 && k <= QT_CG_MTP_MAX && k == floor(k)))
+        return mbad(ke, "expected 0 (no acceptance rate) or a whole depth of the MTP head, 1 "
+                    "to mtp_num_layers (the depth whose predictions the held-out eval "
+                    "compares with the main model's)");
+    if (k == 0) return 0;
+    if (s->mtp_layers == 0)
+        return mbad(ke, "the acceptance rate compares a depth of the MTP head with the main "
+                    "model, and there is no head (%s); expected 0, or mtp_num_layers >= %d",
+                    mother("mtp_num_layers", o, sizeof o), (int)k);
+    if (k > s->mtp_layers)
+        return mbad(ke, "the head has %d depth%s (%s); expected 0 (off) or a depth 1 .. %d",
+                    (int)s->mtp_layers, s->mtp_layers == 1 ? "" : "s",
+                    mother("mtp_num_layers", o, sizeof o), (int)s->mtp_layers);
+    if (s->tr.eval_interval <= 0) {
+        qt_cg_rule_ignored(qt_cg_mtp.c, s, ke, "eval_interval is -1 (no evaluation), and "
+                           "MaxText computes the acceptance rate in its eval only; set "
+                           "eval_interval to the steps between evals");
+        return 0;
+    }
+    s->mtp_eval_k = (int32_t)k;
+    return 0;
+}
+
 int qt_cg_settings_mtp(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen)
 {
     qt_cg_mtp.c = c;
@@ -114,6 +149,7 @@ int qt_cg_settings_mtp(const qt_cg_config *c, qt_cg_settings *s, char *err, size
     char o[400];
     s->mtp_layers = 0;
     s->mtp_factor = 0.0;
+    s->mtp_eval_k = 0;
     if (!(isfinite(f) && f >= 0.0 && isfinite((float)f)))
         return mbad(kf, "expected a finite number >= 0 (the objective is the main loss plus "
                     "this factor times the MTP cross-entropy mean)");
@@ -122,7 +158,7 @@ int qt_cg_settings_mtp(const qt_cg_config *c, qt_cg_settings *s, char *err, size
     const int64_t L = s->m.n_layers, cyc = s->m.cycle;
     int64_t full = 0;
     for (int64_t l = 0; l < L; l++) full += cyc > 0 && (l + 1) % cyc == 0;
-    if (n == 0) return mtp_keep_rules(s, full);
+    if (n == 0) return mtp_keep_rules(s, full) ? -1 : mtp_eval_rules(s);
     if (n > QT_CG_MTP_MAX)
         return mbad(kn, "expected at most %d depths (the head's parts stack with the main "
                     "model's per token block, at most %d parts: qt_ops.def STACK)",
@@ -137,5 +173,5 @@ int qt_cg_settings_mtp(const qt_cg_config *c, qt_cg_settings *s, char *err, size
                     mother("max_target_length", o, sizeof o));
     s->mtp_layers = (int32_t)n;
     s->mtp_factor = f;
-    return mtp_keep_rules(s, full);
+    return mtp_keep_rules(s, full) ? -1 : mtp_eval_rules(s);
 }

@@ -189,6 +189,8 @@ typedef struct qt_cg_settings {
     int32_t mtp_layers;        /* multi-token-prediction depths (mtp_num_layers, 0: no head;
                                   config/mtp.c, docs/model.md 1.8) */
     double mtp_factor;         /* mtp_loss_scaling_factor */
+    int32_t mtp_eval_k;        /* mtp_eval_target_module: the depth whose acceptance rate the
+                                  held-out eval reports (config/mtp.c), 0: none */
     int32_t mtp_keep;          /* mtp_keep_layers: depths of a checkpoint's head carried
                                   through untrained (config/mtp.c), 0: none */
     int64_t mtp_keep_bytes;    /* the carried head's region (qt_ckpt_keep.h record layout) */

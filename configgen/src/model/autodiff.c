@@ -716,6 +716,8 @@ static void backward_of(qt_cg_ad *ad, const qt_op *f)
     case QT_OP_ZERO:
     case QT_OP_XENT:
     case QT_OP_XENT_MTP:
+    /* the eval's acceptance counts: integers of the logits' argmax, no gradient */
+    case QT_OP_MTP_ACCEPT:
     /* token dropping decides on integer ids: nothing to differentiate */
     case QT_OP_MOE_CAPACITY:
     case QT_OP_MOE_RAGGED:

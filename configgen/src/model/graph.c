@@ -20,6 +20,7 @@
 #include "model/qt_cg_model.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/matmul_canon.h"
+#include "../../firmware/kernels/argmax.h"
 #include "../../firmware/kernels/xent.h"
 #include "../../firmware/parallel/ep_rounds.h"
 
@@ -881,6 +882,28 @@ static void mtp_io(qt_cg_graph *g, const qt_cg_dims *Dp)
     }
 }
 
+/* mtp_eval_target_module k (config/mtp.c): MTP_ACCEPT before the cross entropy, on the
+ * logits of this rank's columns (split > 1: vocabulary-parallel over tensor) and tokens
+ * (C > 1: the halo over context); it writes the eval's acceptance counts (qt_ops.def). */
+static void mtp_accept(qt_cg_graph *g, int32_t logits, int64_t split, const qt_cg_dims *D)
+{
+    const qt_cg_settings *s = g->s;
+    const int64_t blocks = D->b * D->nbt / D->C, Sb = D->Sm / D->nbt, St = D->Sm / D->C;
+    const int64_t R = blocks * Sb, k = s->mtp_eval_k, kk = k < St ? k : St;
+    const int64_t P = split > 1 ? split : 1;
+    int32_t acc = qt_cg_add_tensor(g, "mtp_accept", QT_ROLE_LOSS, QT_I32, 1, SHP(2), AX(0));
+    g->ts[acc].whole = 1;
+    int32_t scr = qt_cg_add_tensor(g, "logits.mtp_accept_scratch", QT_ROLE_SCRATCH, QT_I32, 1,
+                                   SHP(QT_MTP_ACCEPT_SCRATCH(R, P, D->C, R / St, kk)),
+                                   AX(QT_LAX_NONE));
+    qt_op *op = qt_cg_emit_op(g, 0, QT_OP_MTP_ACCEPT);
+    QT_CG_SET_T(op, MTP_ACCEPT, .acc = acc, .logits = logits, .targets = g->mtp_targets,
+                .scratch = scr);
+    QT_CG_SET_A(op, MTP_ACCEPT, .b = blocks, .S = Sb, .V = D->V / P, .n = 1 + s->mtp_layers,
+                .mask = P > 1 ? (int64_t)(1u << QT_MESH_TENSOR) : 0, .k = k,
+                .cmask = D->C > 1 ? (int64_t)(1u << QT_MESH_CONTEXT) : 0, .St = St);
+}
+
 /* The final norm, the lm_head and the cross entropy. Vocab-parallel (vocab_parallel on a
  * tensor mesh): the lm_head weight, the logits and d.logits hold this rank's V/tp vocabulary
  * columns, as their specs say (vocab, activation_vocab -> tensor); XENT combines the shards
@@ -943,6 +966,7 @@ static int head_and_xent(qt_cg_graph *g, int32_t x, int32_t w_fn, const int32_t 
         for (int64_t j = 1; j < np; j++) m += D->Sm - j;
         const int64_t nb = s->vocab_blocks > 1 ? s->vocab_blocks / split : 0;
         const int64_t P = nb && split > 1 ? split : 1;
+        if (s->mtp_eval_k > 0) mtp_accept(g, logits, split, D);
         qt_op *op = qt_cg_emit_op(g, 0, QT_OP_XENT_MTP);
         int32_t scr = scratch(g, "logits.xent_mtp_scratch",
                               blocks * np + (nb ? QT_XENT_BLK_SCRATCH(np * D->T, nb, P) : 0));
