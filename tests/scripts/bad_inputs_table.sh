@@ -355,6 +355,12 @@ row "configgen" "configgen test-next-tiny.yml per_device_batch_size=2.5 num_rank
 row "configgen" "configgen test-next-tiny.yml per_device_batch_size=0.25 num_ranks=2" "unit \`CgBadConfig\`" cg $RUN per_device_batch_size=0.25 num_ranks=2
 row "configgen" "configgen test-next-tiny.yml per_device_batch_size=0.5 num_ranks=4 ici_fsdp_parallelism=2 ici_expert_parallelism=2" "unit \`CgBadConfig\`" cg $RUN per_device_batch_size=0.5 num_ranks=4 ici_fsdp_parallelism=2 ici_expert_parallelism=2
 row "command line" "qtrain start_timeout=0" "$E40: cli: start_timeout" $Q start_timeout=0
+# ---- session 21, a MaxText user's keys (appended; config/maxtext_keys.c)
+row "configgen" "configgen test-next-tiny.yml enable_checkpointing=true" "unit \`CgBadConfig\`" cg $RUN enable_checkpointing=true
+row "configgen" "configgen test-next-tiny.yml load_parameters_path=gs://bucket/ckpt/0/items" "unit \`CgBadConfig\`" cg $RUN load_parameters_path=gs://bucket/ckpt/0/items
+row "configgen" "configgen test-next-tiny.yml dtype=bfloat16 float32_logits=true" "unit \`CgBadConfig\`" cg $RUN dtype=bfloat16 float32_logits=true
+row "configgen" "configgen test-next-tiny.yml adamw_mask=['.*norm']" "unit \`CgBadConfig\`" cg $RUN "adamw_mask=['.*norm']"
+row "configgen" "configgen test-next-tiny.yml sparse_matmul=yes" "unit \`CgBadConfig\`" cg $RUN sparse_matmul=yes
 
 {
   cat <<'EOF'
