@@ -85,14 +85,6 @@ static const char *type_name(int t)
     }
 }
 
-/* YAML's core-schema bool spellings: 1 true, 0 false, -1 neither. */
-int qt_cg_bool_word(const char *s)
-{
-    if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE")) return 1;
-    if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE")) return 0;
-    return -1;
-}
-
 static int check_type(const char *where, const char *key, int type, const qt_cg_val *v,
                       char *err, size_t errlen)
 {

@@ -72,7 +72,7 @@ typedef struct qt_cg_config {
 } qt_cg_config;
 
 /* YAML's core-schema bool spellings: 1 for true / True / TRUE, 0 for false / False / FALSE,
- * -1 for anything else (config/config.c). */
+ * -1 for anything else (config/yaml.c). */
 int qt_cg_bool_word(const char *s);
 /* MaxText's keys outside base.yml (config/maxtext_keys.c): whether the table has `key`; record
  * a value set for it (the last one counts); and, once the settings are resolved (s->dtype),
