@@ -596,6 +596,8 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"enable_checkpointing=false", "enable_checkpointing=true", "enable_checkpointing=true (command line): MaxText's key"},
         // a bool key takes YAML's core-schema spellings only (yes / no / 1 are not bools)
         {"sparse_matmul=yes", NULL, "command line: sparse_matmul: value yes is not true or false (True / False and TRUE / FALSE are taken too)"},
+        {"steps=-1", NULL, "steps=-1 (command line): -1 takes learning_rate_schedule_steps (as MaxText), which is -1; expected steps >= 1 or learning_rate_schedule_steps >= 1"},
+        {"steps=-2", NULL, "steps=-2 (command line): expected >= 1 (or -1: = learning_rate_schedule_steps)"},
     };
     std::string out = make_tmpdir();
     std::string gen = out + "/gen";
@@ -1326,6 +1328,23 @@ TEST(CgMaxText, KeysWithoutEffectAreNotedAndLeaveThePlan)
     LONGS_EQUAL(0, r.build(kTiny, (int)argv.size(), argv.data()));
     CHECK(strstr(r.s.mt_ignored, "use_tokamax_gmm=true (command line)") != NULL);
     CHECK(strstr(r.s.mt_ignored, "; attention=flash (command line)") != NULL);
+}
+
+// steps -1 is MaxText's "the schedule's length" (configs/types.py: steps = learning_rate_schedule_steps):
+// the plan of steps = that length; both -1 is refused naming both.
+TEST(CgMaxText, StepsMinusOneIsTheScheduleLength)
+{
+    char a[] = "steps=40", b[] = "learning_rate_schedule_steps=40";
+    char *explicit_[] = {a, b};
+    CgPlan base;
+    LONGS_EQUAL(0, base.build(kTiny, 2, explicit_));
+    char c0[] = "steps=-1", d[] = "learning_rate_schedule_steps=40";
+    char *minus[] = {c0, d};
+    CgPlan p;
+    LONGS_EQUAL(0, p.build(kTiny, 2, minus));
+    LONGS_EQUAL(40, p.s.tr.steps);
+    LONGS_EQUAL(40, p.s.tr.schedule_steps);
+    CHECK(p.g.hash == base.g.hash);
 }
 
 // A run file named after a model (runs/qwen3.5-35b.yml) gives run_name its stem, which a '.'

@@ -574,8 +574,14 @@ static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)
                    QT_MAX_TREE_LEVELS);
     }
     t->steps = geti(v, "steps");
-    if (t->steps < 1) return bad(v, "steps", "expected >= 1");
     int64_t ss = geti(v, "learning_rate_schedule_steps");
+    /* MaxText (configs/types.py, C. "SET PRIMARY DEPENDENCIES"): steps -1 is the schedule's
+     * length, learning_rate_schedule_steps -1 the steps; both -1 is no length at all */
+    if (t->steps == -1 && ss >= 1) t->steps = ss;
+    else if (t->steps == -1)
+        return bad(v, "steps", "-1 takes learning_rate_schedule_steps (as MaxText), which is %lld; "
+                   "expected steps >= 1 or learning_rate_schedule_steps >= 1", (long long)ss);
+    if (t->steps < 1) return bad(v, "steps", "expected >= 1 (or -1: = learning_rate_schedule_steps)");
     if (ss == -1) ss = t->steps;
     else if (ss < 1) return bad(v, "learning_rate_schedule_steps", "expected -1 (= steps) or >= 1");
     t->schedule_steps = ss;
