@@ -596,6 +596,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"enable_checkpointing=false", "enable_checkpointing=true", "enable_checkpointing=true (command line): MaxText's key"},
         // a bool key takes YAML's core-schema spellings only (yes / no / 1 are not bools)
         {"sparse_matmul=yes", NULL, "command line: sparse_matmul: value yes is not true or false (True / False and TRUE / FALSE are taken too)"},
+        {"compile_topology_num_slices=2", NULL, "compile_topology_num_slices=2 (command line): MaxText's key, not honoured by qtrain: compile_topology plans the devices of one slice here; for N slices give num_ranks=N x the topology's devices, dcn_data_parallelism=N"},
         {"steps=-1", NULL, "steps=-1 (command line): -1 takes learning_rate_schedule_steps (as MaxText), which is -1; expected steps >= 1 or learning_rate_schedule_steps >= 1"},
         {"steps=-2", NULL, "steps=-2 (command line): expected >= 1 (or -1: = learning_rate_schedule_steps)"},
     };
@@ -1293,6 +1294,7 @@ TEST(CgMaxText, KeysWithoutEffectAreNotedAndLeaveThePlan)
         {"mlp_activations=[\"silu\", \"linear\"]", "mlp_activations=[silu, linear] (command line): the experts' activation is SwiGLU"},
         {"hf_access_token=hf_abc123", "hf_access_token=<not shown> (command line): qtrain downloads nothing"},
         {"max_prefill_predict_length=4", "max_prefill_predict_length=4 (command line): inference (decode) only"},
+        {"compile_topology_num_slices=1", "compile_topology_num_slices=1 (command line): one slice"},
     };
     CgPlan base;
     LONGS_EQUAL(0, base.build(kTiny));

@@ -143,6 +143,14 @@ static const qt_cg_mt_rule mt_rules[] = {
      "qtrain always stops on a non-finite loss (README, Meshes); expected true"},
     {"abort_on_inf_loss", 0, "true", "qtrain stops on a non-finite loss, on every rank",
      "qtrain always stops on a non-finite loss (README, Meshes); expected true"},
+    /* ahead-of-time compilation over several slices (L1040, L698) */
+    {"compile_topology_num_slices", 0, "-1|1", "one slice",
+     "compile_topology plans the devices of one slice here; for N slices give num_ranks=N x "
+     "the topology's devices, dcn_data_parallelism=N (or another dcn_* axis) and "
+     "device_memory_gib=the device's memory in place of compile_topology (docs/config.md, "
+     "memory (AOT)); expected -1 or 1"},
+    {"num_slices", 0, "-1|1", "one slice",
+     "slices are the dcn_*_parallelism axes here (README, Several machines); expected -1 or 1"},
     /* model-side keys the published files do not set, at MaxText's default or the decoders'
      * own form (L187, L1007, L1232) */
     {"mlp_activations", 0, "[silu, linear]",
