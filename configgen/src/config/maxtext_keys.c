@@ -39,6 +39,7 @@ typedef struct qt_cg_mt_rule {
 
 #define CKPT_RUNTIME "qtrain writes a checkpoint only where its command line says: save=DIR (with save_every=N), docs/cli.md"
 #define DATA_RUNTIME "qtrain reads the token file its command line names (data=FILE, eval_data=FILE; text goes through qtrain-data), docs/formats.md"
+#define PREC_DEFAULT "MaxText's default; qtrain's precision is its own fixed rules (docs/precision.md: float32 throughout, or with dtype=bfloat16 bf16 operands and float32 sums, statistics and loss)"
 #define PREC_BF16 "with dtype=bfloat16 qtrain's precision rules are fixed (docs/precision.md) and this value would not be honoured; expected MaxText's default, or dtype=float32 (where every value is the same)"
 
 static const qt_cg_mt_rule mt_rules[] = {
@@ -117,13 +118,13 @@ static const qt_cg_mt_rule mt_rules[] = {
     {"matmul_precision", 0, "default|high|highest",
      "qtrain's matmuls multiply and add in float32 (bf16 operands widened exactly), the bits of "
      "every value", "expected default, high or highest"},
-    {"activations_in_float32", MT_F32_ANY, "false", "MaxText's default", PREC_BF16},
-    {"float32_logits", MT_F32_ANY, "false", "MaxText's default", PREC_BF16},
-    {"float32_qk_product", MT_F32_ANY, "false", "MaxText's default", PREC_BF16},
-    {"float32_weight_sum", MT_F32_ANY, "true", "MaxText's default", PREC_BF16},
-    {"float32_gate_logits", MT_F32_ANY, "false", "MaxText's default", PREC_BF16},
-    {"cast_logits_to_fp32", MT_F32_ANY, "true", "MaxText's default", PREC_BF16},
-    {"logits_dot_in_fp32", MT_F32_ANY, "false", "MaxText's default", PREC_BF16},
+    {"activations_in_float32", MT_F32_ANY, "false", PREC_DEFAULT, PREC_BF16},
+    {"float32_logits", MT_F32_ANY, "false", PREC_DEFAULT, PREC_BF16},
+    {"float32_qk_product", MT_F32_ANY, "false", PREC_DEFAULT, PREC_BF16},
+    {"float32_weight_sum", MT_F32_ANY, "true", PREC_DEFAULT, PREC_BF16},
+    {"float32_gate_logits", MT_F32_ANY, "false", PREC_DEFAULT, PREC_BF16},
+    {"cast_logits_to_fp32", MT_F32_ANY, "true", PREC_DEFAULT, PREC_BF16},
+    {"logits_dot_in_fp32", MT_F32_ANY, "false", PREC_DEFAULT, PREC_BF16},
     {"grad_dtype", 0, "float32", "the gradients are float32",
      "the gradients are kept in float32 (docs/precision.md); expected float32"},
     {"mu_dtype", 0, "|float32", "Adam's moments are float32 (weight_dtype's)",
