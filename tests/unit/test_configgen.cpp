@@ -1332,6 +1332,19 @@ TEST(CgMaxText, KeysWithoutEffectAreNotedAndLeaveThePlan)
     CHECK(strstr(r.s.mt_ignored, "; attention=flash (command line)") != NULL);
 }
 
+// The table of MaxText keys outside base.yml never names a base.yml key (a key moved into
+// base.yml must leave the table, where its entry could never be reached).
+TEST(CgMaxText, TableHoldsNoBaseKey)
+{
+    CgPlan p;
+    LONGS_EQUAL(0, p.build(kTiny));
+    for (int i = 0; i < p.c.n; i++) {
+        if (qt_cg_mt_key_known(p.c.k[i].key)) fprintf(stderr, "in both: %s\n", p.c.k[i].key);
+        CHECK(!qt_cg_mt_key_known(p.c.k[i].key));
+    }
+    CHECK(qt_cg_mt_key_known("enable_checkpointing"));
+}
+
 // steps -1 is MaxText's "the schedule's length" (configs/types.py: steps = learning_rate_schedule_steps):
 // the plan of steps = that length; both -1 is refused naming both.
 TEST(CgMaxText, StepsMinusOneIsTheScheduleLength)
