@@ -158,3 +158,36 @@ hf_hub_layout() {
   echo "a snapshot of links resumes as the directory does (loss bits equal); a link to a FIFO refused"
 }
 check "hf config: load= of a hub-cache snapshot (files are symbolic links to blobs) resumes; a config.json link to a FIFO is refused" hf_hub_layout
+
+# load= of a published Qwen3.5 checkpoint's layout (tests/scripts/hf_published_dir.py from
+# test-35-tiny's init.safetensors): a sharded index whose shards also hold the vision tower
+# (model.visual.*) and the draft head (mtp.*), as the multimodal checkpoints do. The text
+# model loads with a note for each skipped kind: F32 shards give the loss bits of the single
+# file; BF16 shards (the published dtype) load widened. A shard the index lists but that is
+# missing, and a text tensor the model does not have, are refused naming them, before any
+# step.
+hf_published() {
+  local src=tests/golden/e2e/test-35-tiny/init.safetensors d=$HF/pub m
+  for m in f32_vision bf16_vision_mtp missing_shard extra_tensor; do
+    python3 tests/scripts/hf_published_dir.py $src $d.$m $m || return 1
+  done
+  ckpt_run test-35-tiny 1 steps=2 load=$src 2> $HF/pub.ref || { tail -n 3 $HF/pub.ref; return 1; }
+  ckpt_run test-35-tiny 1 steps=2 load=$d.f32_vision 2> $HF/pub.f32 || { tail -n 3 $HF/pub.f32; return 1; }
+  grep -q 'skipped 2 vision-tower or optimizer tensors' $HF/pub.f32 || { echo "no vision note"; return 1; }
+  local a b
+  a=$(grep 'trained steps' $HF/pub.ref); b=$(grep 'trained steps' $HF/pub.f32)
+  [ -n "$a" ] && [ "$a" = "$b" ] || { echo "F32 shards with vision tensors: '$b', the single file: '$a'"; return 1; }
+  ckpt_run test-35-tiny 1 steps=2 load=$d.bf16_vision_mtp 2> $HF/pub.bf16 || { tail -n 3 $HF/pub.bf16; return 1; }
+  grep -q 'skipped 2 mtp.\* tensors' $HF/pub.bf16 && grep -q 'skipped 2 vision-tower' $HF/pub.bf16 \
+    || { echo "BF16 shards: notes missing"; cat $HF/pub.bf16; return 1; }
+  grep -q 'trained steps 1..2' $HF/pub.bf16 || return 1
+  ! ckpt_run test-35-tiny 1 steps=2 load=$d.missing_shard > $HF/pub.miss 2>&1 || { echo "missing shard accepted"; return 1; }
+  grep -q 'model-00002-of-00002.safetensors: cannot open' $HF/pub.miss || { cat $HF/pub.miss; return 1; }
+  ! grep -q '^step ' $HF/pub.miss || { echo "a step ran"; return 1; }
+  ! ckpt_run test-35-tiny 1 steps=2 load=$d.extra_tensor > $HF/pub.extra 2>&1 || { echo "extra tensor accepted"; return 1; }
+  ! grep -q '^step ' $HF/pub.extra || { echo "a step ran"; return 1; }
+  grep -q 'unexpected tensor model.language_model.layers.0.self_attn.q_norm.bias in shard model-00002-of-00002.safetensors' $HF/pub.extra \
+    || { cat $HF/pub.extra; return 1; }
+  echo "F32 shards + vision: $b (== the single file); BF16 + vision + mtp: $(grep 'trained steps' $HF/pub.bf16)"
+}
+check "hf load: a published Qwen3.5 layout (sharded index, BF16, model.visual.* and mtp.* tensors) loads the text model with notes; a missing shard and an extra tensor are refused" hf_published

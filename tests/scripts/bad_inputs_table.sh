@@ -379,6 +379,12 @@ row "qtrain-audit" "runs $W/adir $W/plot.jsonl (a directory as a metrics file)" 
 build/tools/qtrain-data encode tokenizer=$W/tiny.json out=$W/ok.tok $W/gpl.txt > /dev/null 2>&1
 row "qtrain-data" "info in=$W/ok.tok eos=4294967296 (not an id a token file holds)" "$E40: qtrain-data: from=, count= past 2^64" build/tools/qtrain-data info in=$W/ok.tok eos=4294967296
 row "metrics" "metrics=$W/tokens.npy data=$W/tokens.npy overwrite=1 (the data file)" "e2e \`44_overwrite.sh\`: metrics= naming the data" $Q steps=1 data=$W/tokens.npy metrics=$W/tokens.npy overwrite=1
+# ---- session 21, a MaxText user's keys (appended; config/maxtext_keys.c)
+row "configgen" "configgen test-next-tiny.yml enable_checkpointing=true" "unit \`CgBadConfig\`" cg $RUN enable_checkpointing=true
+row "configgen" "configgen test-next-tiny.yml load_parameters_path=gs://bucket/ckpt/0/items" "unit \`CgBadConfig\`" cg $RUN load_parameters_path=gs://bucket/ckpt/0/items
+row "configgen" "configgen test-next-tiny.yml dtype=bfloat16 float32_logits=true" "unit \`CgBadConfig\`" cg $RUN dtype=bfloat16 float32_logits=true
+row "configgen" "configgen test-next-tiny.yml adamw_mask=['.*norm']" "unit \`CgBadConfig\`" cg $RUN "adamw_mask=['.*norm']"
+row "configgen" "configgen test-next-tiny.yml sparse_matmul=yes" "unit \`CgBadConfig\`" cg $RUN sparse_matmul=yes
 
 {
   cat <<'EOF'

@@ -575,6 +575,35 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"mtp_eval_target_module=2", "mtp_num_layers=1|eval_interval=3", "mtp_eval_target_module=2 (command line): the head has 1 depth (mtp_num_layers=1 (command line)); expected 0 (off) or a depth 1 .. 1"},
         {"mtp_eval_target_module=-1", "mtp_num_layers=1", "mtp_eval_target_module=-1 (command line): expected 0 (no acceptance rate) or a whole depth of the MTP head"},
         {"mtp_eval_target_module=8", "mtp_num_layers=7", "mtp_eval_target_module=8 (command line): expected 0 (no acceptance rate)"},
+        // MaxText's keys outside base.yml (config/maxtext_keys.c): a value qtrain cannot honour
+        // is refused with the reason and what to do instead
+        {"enable_checkpointing=true", NULL, "enable_checkpointing=true (command line): MaxText's key, not honoured by qtrain: configgen plans no checkpoint; qtrain writes a checkpoint only where its command line says: save=DIR (with save_every=N)"},
+        {"checkpoint_period=100", NULL, "checkpoint_period=100 (command line): MaxText's key, not honoured by qtrain: the checkpoint period is a run-time key of qtrain: save_every=N"},
+        {"load_parameters_path=/ckpt/0/items", NULL, "load_parameters_path=/ckpt/0/items (command line): MaxText's key, not honoured by qtrain: qtrain loads a checkpoint at run time: load=PATH"},
+        {"load_full_state_path=/ckpt", NULL, "load_full_state_path=/ckpt (command line): MaxText's key, not honoured by qtrain: qtrain resumes at run time: load=DIR"},
+        {"metrics_file=m.txt", NULL, "metrics_file=m.txt (command line): MaxText's key, not honoured by qtrain: the metrics file is a run-time key of qtrain: metrics=FILE"},
+        {"init_weights_seed=3", NULL, "init_weights_seed=3 (command line): MaxText's key, not honoured by qtrain: the initialisation seed is a run-time key of qtrain: seed=N"},
+        {"attention=paged", NULL, "attention=paged (command line): MaxText's key, not honoured by qtrain: expected autoselected, dot_product, flash or cudnn_flash_te"},
+        {"attention_type=local_sliding", NULL, "attention_type=local_sliding (command line): MaxText's key, not honoured by qtrain: the Qwen3-Next / Qwen3.5 full-attention layers are global causal attention; expected global"},
+        {"matmul_precision=fastest", NULL, "matmul_precision=fastest (command line): MaxText's key, not honoured by qtrain: expected default, high or highest"},
+        {"grad_dtype=bfloat16", NULL, "grad_dtype=bfloat16 (command line): MaxText's key, not honoured by qtrain: the gradients are kept in float32"},
+        {"mu_dtype=bfloat16", NULL, "mu_dtype=bfloat16 (command line): MaxText's key, not honoured by qtrain: Adam's moments are kept in float32"},
+        {"quantization=int8", NULL, "quantization=int8 (command line): MaxText's key, not honoured by qtrain: qtrain trains without quantization"},
+        {"adamw_mask=['.*norm']", NULL, "adamw_mask=[.*norm] (command line): MaxText's key, not honoured by qtrain: qtrain's AdamW decays every parameter, norms included"},
+        {"trainable_parameters_mask=['.*indexer.*']", NULL, "trainable_parameters_mask=[.*indexer.*] (command line): MaxText's key, not honoured by qtrain: qtrain trains every parameter"},
+        {"skip_step_on_spikes=True", NULL, "skip_step_on_spikes=true (command line): MaxText's key, not honoured by qtrain: qtrain applies every step's update"},
+        {"abort_on_nan_loss=false", NULL, "abort_on_nan_loss=false (command line): MaxText's key, not honoured by qtrain: qtrain always stops on a non-finite loss"},
+        {"use_multimodal=true", NULL, "use_multimodal=true (command line): MaxText's key, not honoured by qtrain: qtrain trains the text model only"},
+        {"mlp_activations=[gelu, linear]", NULL, "mlp_activations=[gelu, linear] (command line): MaxText's key, not honoured by qtrain: the experts are SwiGLU"},
+        {"dtype=bfloat16", "float32_logits=true", "float32_logits=true (command line): MaxText's key, not honoured by qtrain: with dtype=bfloat16 qtrain's precision rules are fixed"},
+        {"dtype=bfloat16", "cast_logits_to_fp32=false", "cast_logits_to_fp32=false (command line): MaxText's key, not honoured by qtrain: with dtype=bfloat16"},
+        // the last value counts, as for base.yml's keys
+        {"enable_checkpointing=false", "enable_checkpointing=true", "enable_checkpointing=true (command line): MaxText's key"},
+        // a bool key takes YAML's core-schema spellings only (yes / no / 1 are not bools)
+        {"sparse_matmul=yes", NULL, "command line: sparse_matmul: value yes is not true or false (True / False and TRUE / FALSE are taken too)"},
+        {"compile_topology_num_slices=2", NULL, "compile_topology_num_slices=2 (command line): MaxText's key, not honoured by qtrain: compile_topology plans the devices of one slice here; for N slices give num_ranks=N x the topology's devices, dcn_data_parallelism=N"},
+        {"steps=-1", NULL, "steps=-1 (command line): -1 takes learning_rate_schedule_steps (as MaxText), which is -1; expected steps >= 1 or learning_rate_schedule_steps >= 1"},
+        {"steps=-2", NULL, "steps=-2 (command line): expected >= 1 (or -1: = learning_rate_schedule_steps)"},
     };
     std::string out = make_tmpdir();
     std::string gen = out + "/gen";
@@ -1247,6 +1276,156 @@ TEST(CgIgnored, KeysMaxTextIgnoresAreNotedAndLeaveThePlan)
     const char *x = strstr(p.s.ignored, "shared_experts=0"), *y = strstr(p.s.ignored, "; eval_start_step=3");
     CHECK(x != NULL && y != NULL && x < y);
     CHECK(p.g.hash == base.g.hash);
+}
+
+// ---------------------------------------------------------------- a MaxText user's config
+
+TEST_GROUP(CgMaxText){};
+
+// YAML's core-schema bools (MaxText's OmegaConf reads True / False: its published
+// qwen3.5-35b-a3b.yml has `norm_topk_prob: True` and `enable_dropout: False`, its recipes pass
+// `sparse_matmul=True scan_layers=True megablox=True`): taken as true / false, in a file and on
+// the command line, stored lower-case, so the plan is the one of the lower-case spelling.
+TEST(CgMaxText, BoolSpellingsOfYamlCoreSchema)
+{
+    char a[] = "sparse_matmul=true", b[] = "scan_layers=true", c0[] = "packing=false";
+    char *lower[] = {a, b, c0};
+    CgPlan base;
+    LONGS_EQUAL(0, base.build(kTiny, 3, lower));
+    char d[] = "sparse_matmul=True", e[] = "scan_layers=TRUE", f[] = "packing=False";
+    char *upper[] = {d, e, f};
+    CgPlan p;
+    LONGS_EQUAL(0, p.build(kTiny, 3, upper));
+    CHECK(p.g.hash == base.g.hash);
+    STRCMP_EQUAL("true", qt_cg_config_find(&p.c, "sparse_matmul")->val->s);
+    STRCMP_EQUAL("true", qt_cg_config_find(&p.c, "scan_layers")->val->s);
+    STRCMP_EQUAL("false", qt_cg_config_find(&p.c, "packing")->val->s);
+    // a model-file form: a run file with MaxText's capitalised values
+    std::string dir = make_tmpdir();
+    std::string run = dir + "/caps.yml";
+    write_file(run, "model_name: \"qwen3-next-tiny\"\nnorm_topk_prob: True\nenable_dropout: False\n"
+                    "remat_policy: \"none\"\nper_device_batch_size: 2\nmax_target_length: 16\n");
+    CgPlan q;
+    LONGS_EQUAL(0, q.build(run.c_str()));
+    STRCMP_EQUAL("true", qt_cg_config_find(&q.c, "norm_topk_prob")->val->s);
+    STRCMP_EQUAL("false", qt_cg_config_find(&q.c, "enable_dropout")->val->s);
+    STRCMP_EQUAL("", q.s.ignored); // norm_topk_prob True is the normalised routing, no note
+    rm_rf(dir);
+}
+
+// MaxText's routine keys that change nothing qtrain trains (config/maxtext_keys.c): accepted,
+// each noted with why, and the plan is the plan without them (same hash, no base.yml key).
+TEST(CgMaxText, KeysWithoutEffectAreNotedAndLeaveThePlan)
+{
+    struct {
+        const char *over, *want;
+    } cases[] = {
+        {"enable_checkpointing=False", "enable_checkpointing=false (command line): no checkpoint is planned; qtrain writes a checkpoint only where its command line says: save=DIR"},
+        {"async_checkpointing=false", "async_checkpointing=false (command line): qtrain saves synchronously"},
+        {"base_output_directory=gs://bucket/runs", "base_output_directory=gs://bucket/runs (command line): qtrain writes only the files its command line names"},
+        {"tokenizer_path=Qwen/Qwen3-Next-80B-A3B-Instruct", "tokenizer_path=Qwen/Qwen3-Next-80B-A3B-Instruct (command line): the tokenizer is a run-time key of qtrain, tokenizer=PATH"},
+        {"tokenizer_type=huggingface", "tokenizer_type=huggingface (command line)"},
+        {"dataset_type=synthetic", "dataset_type=synthetic (command line): qtrain reads the token file its command line names (data=FILE"},
+        {"attention=flash", "attention=flash (command line): a kernel choice"},
+        {"use_tokamax_gmm=True", "use_tokamax_gmm=true (command line): a kernel choice"},
+        {"matmul_precision=highest", "matmul_precision=highest (command line): qtrain's matmuls multiply and add in float32"},
+        {"activations_in_float32=true", "activations_in_float32=true (command line): dtype is float32"},
+        {"float32_logits=true", "float32_logits=true (command line): dtype is float32"},
+        {"grad_dtype=float32", "grad_dtype=float32 (command line): the gradients are float32"},
+        {"log_period=10", "log_period=10 (command line): qtrain prints and writes every step"},
+        {"profiler=xplane", "profiler=xplane (command line): no XLA / nsys profiler"},
+        {"checkpoint_storage_concurrent_gb=1024", "checkpoint_storage_concurrent_gb=1024 (command line): Orbax I/O tuning"},
+        {"adamw_mask=[]", "adamw_mask=[] (command line): weight decay applies to every parameter"},
+        {"mlp_activations=[\"silu\", \"linear\"]", "mlp_activations=[silu, linear] (command line): the experts' activation is SwiGLU"},
+        {"hf_access_token=hf_abc123", "hf_access_token=<not shown> (command line): qtrain downloads nothing"},
+        {"max_prefill_predict_length=4", "max_prefill_predict_length=4 (command line): inference (decode) only"},
+        {"compile_topology_num_slices=1", "compile_topology_num_slices=1 (command line): one slice"},
+    };
+    CgPlan base;
+    LONGS_EQUAL(0, base.build(kTiny));
+    STRCMP_EQUAL("", base.s.mt_ignored);
+    for (auto &c : cases) {
+        char ov[128];
+        snprintf(ov, sizeof ov, "%s", c.over);
+        char *over[] = {ov};
+        CgPlan p;
+        LONGS_EQUAL(0, p.build(kTiny, 1, over));
+        if (!strstr(p.s.mt_ignored, c.want))
+            fprintf(stderr, "%s: noted '%s', want '%s'\n", c.over, p.s.mt_ignored, c.want);
+        CHECK(strstr(p.s.mt_ignored, c.want) != NULL);
+        CHECK(strstr(p.s.mt_ignored, "hf_abc123") == NULL);
+        STRCMP_EQUAL("", p.s.ignored);
+        CHECK(p.g.hash == base.g.hash);
+        LONGS_EQUAL(base.c.n, p.c.n); // no base.yml key: the config text is the same
+        CHECK(report_of(p).find("MaxText keys without effect here: ") != std::string::npos);
+    }
+    CHECK(report_of(base).find("MaxText keys without effect") == std::string::npos);
+    // a recipe's command line at once (MaxText tests/end_to_end/tpu/qwen/next/
+    // qwen3-next-80b-a3b/2_test_qwen3_next_80b_a3b.sh, pre-training, without weight_dtype=bfloat16,
+    // which base.yml's rules refuse)
+    const char *recipe[] = {"base_output_directory=/tmp/out", "run_name=tokamax_gmm_pre_training",
+                            "tokenizer_type=huggingface", "tokenizer_path=Qwen/Qwen3-Next-80B-A3B-Instruct",
+                            "dataset_type=synthetic", "enable_checkpointing=false", "attention=flash",
+                            "sparse_matmul=True", "use_tokamax_gmm=True", "dtype=bfloat16",
+                            "per_device_batch_size=1", "steps=5", "max_target_length=16"};
+    std::vector<std::string> hold(recipe, recipe + sizeof recipe / sizeof recipe[0]);
+    std::vector<char *> argv;
+    for (auto &h : hold) argv.push_back(&h[0]);
+    CgPlan r;
+    LONGS_EQUAL(0, r.build(kTiny, (int)argv.size(), argv.data()));
+    CHECK(strstr(r.s.mt_ignored, "use_tokamax_gmm=true (command line)") != NULL);
+    CHECK(strstr(r.s.mt_ignored, "; attention=flash (command line)") != NULL);
+}
+
+// The table of MaxText keys outside base.yml never names a base.yml key (a key moved into
+// base.yml must leave the table, where its entry could never be reached).
+TEST(CgMaxText, TableHoldsNoBaseKey)
+{
+    CgPlan p;
+    LONGS_EQUAL(0, p.build(kTiny));
+    for (int i = 0; i < p.c.n; i++) {
+        if (qt_cg_mt_key_known(p.c.k[i].key)) fprintf(stderr, "in both: %s\n", p.c.k[i].key);
+        CHECK(!qt_cg_mt_key_known(p.c.k[i].key));
+    }
+    CHECK(qt_cg_mt_key_known("enable_checkpointing"));
+}
+
+// steps -1 is MaxText's "the schedule's length" (configs/types.py: steps = learning_rate_schedule_steps):
+// the plan of steps = that length; both -1 is refused naming both.
+TEST(CgMaxText, StepsMinusOneIsTheScheduleLength)
+{
+    char a[] = "steps=40", b[] = "learning_rate_schedule_steps=40";
+    char *explicit_[] = {a, b};
+    CgPlan base;
+    LONGS_EQUAL(0, base.build(kTiny, 2, explicit_));
+    char c0[] = "steps=-1", d[] = "learning_rate_schedule_steps=40";
+    char *minus[] = {c0, d};
+    CgPlan p;
+    LONGS_EQUAL(0, p.build(kTiny, 2, minus));
+    LONGS_EQUAL(40, p.s.tr.steps);
+    LONGS_EQUAL(40, p.s.tr.schedule_steps);
+    CHECK(p.g.hash == base.g.hash);
+}
+
+// A run file named after a model (runs/qwen3.5-35b.yml) gives run_name its stem, which a '.'
+// makes no name: the message says the name came from the file, not run_name=''.
+TEST(CgMaxText, RunNameFromTheFileNameIsNamed)
+{
+    std::string dir = make_tmpdir();
+    std::string run = dir + "/qwen3.5-tiny.yml";
+    write_file(run, "model_name: \"qwen3-next-tiny\"\n");
+    qt_cg_config c;
+    qt_cg_settings s;
+    qt_cg_graph g;
+    char err[1024] = "";
+    int rc = qt_cg_plan_build(NULL, run.c_str(), 0, NULL, &c, &s, &g, err, sizeof err);
+    CHECK(rc != 0);
+    std::string want = "run_name defaults to the run file's name, 'qwen3.5-tiny' (" + run + "), which has '.'";
+    if (!strstr(err, want.c_str())) fprintf(stderr, "got: %s\n", err);
+    CHECK(strstr(err, want.c_str()) != NULL);
+    CHECK(strstr(err, "set run_name in the run file or rename it") != NULL);
+    qt_cg_plan_free(&c, &s, &g);
+    rm_rf(dir);
 }
 
 // ---------------------------------------------------------------- the eval batch (issue 35)

@@ -6,7 +6,12 @@
  * the run file, command-line key=value; the last one wins. Invariants: a key not in
  * base.yml is an error naming where it was set and the nearest known key; a value of the
  * wrong type is an error naming key, value and expected type; int keys accept integral
- * numbers written as floats (2.0, 1e7) because MaxText configs do so. A run with no model
+ * numbers written as floats (2.0, 1e7) because MaxText configs do so; a bool key takes YAML's
+ * core-schema spellings true/True/TRUE and false/False/FALSE (MaxText's OmegaConf reads them
+ * all: its published qwen3.5-35b-a3b.yml has `norm_topk_prob: True`, its recipes pass
+ * `sparse_matmul=True`), stored as true / false so the plan and its config text are those of
+ * the lower-case value. Keys MaxText has and base.yml does not are looked up in
+ * config/maxtext_keys.c's table before the "unknown key" error (qt_cg_config.mt). A run with no model
  * (model_name empty) must set every model key (qt_cg_model_keys) itself, so base.yml's
  * default model is never planned by accident; run_name and model_name must fit their
  * 128-byte buffers (a name cut short could make two runs share a plan directory).
@@ -90,13 +95,14 @@ static int check_type(const char *where, const char *key, int type, const qt_cg_
     else if (v->kind != QT_CG_SCALAR) ok = 0;
     else if (type == QT_CG_T_STR) ok = 1;
     else if (v->quoted) ok = 0;
-    else if (type == QT_CG_T_BOOL) ok = !strcmp(v->s, "true") || !strcmp(v->s, "false");
+    else if (type == QT_CG_T_BOOL) ok = qt_cg_bool_word(v->s) >= 0;
     else if (type == QT_CG_T_FLOAT) ok = is_number(v->s, NULL);
     else ok = is_number(v->s, &d) && d == floor(d) && fabs(d) < 9007199254740992.0;
     if (ok) return 0;
     qt_cg_buf b = {0};
     qt_cg_val_render(v, &b);
-    qt_cg_fail(err, errlen, "%s: %s: value %s is not %s", where, key, b.p, type_name(type));
+    qt_cg_fail(err, errlen, "%s: %s: value %s is not %s%s", where, key, b.p, type_name(type),
+               type == QT_CG_T_BOOL ? " (True / False and TRUE / FALSE are taken too)" : "");
     qt_cg_buf_free(&b);
     return -1;
 }
@@ -128,8 +134,17 @@ static int apply(qt_cg_config *c, const char *where, const char *key, const qt_c
                  char *err, size_t errlen)
 {
     qt_cg_known *k = (qt_cg_known *)qt_cg_config_find(c, key);
-    if (!k) return unknown_key(c, where, key, err, errlen);
+    if (!k) {
+        if (qt_cg_mt_key_known(key)) return qt_cg_mt_set(c, where, key, v);
+        return unknown_key(c, where, key, err, errlen);
+    }
     if (check_type(where, key, k->type, v, err, errlen)) return -1;
+    /* True / TRUE (False / FALSE) as true (false): the same length, rewritten in place, so
+     * every later reader of the value sees the lower-case word */
+    if (k->type == QT_CG_T_BOOL) {
+        const int b = qt_cg_bool_word(v->s);
+        memcpy(((qt_cg_val *)v)->s, b ? "true" : "false", b ? 5 : 6);
+    }
     k->val = v;
     snprintf(k->where, sizeof k->where, "%s", where);
     return 0;
@@ -316,6 +331,7 @@ void qt_cg_config_free(qt_cg_config *c)
     free(c->over);
     free(c->over_keys);
     free(c->k);
+    free(c->mt);
     qt_cg_doc_free(&c->base);
     qt_cg_doc_free(&c->model);
     qt_cg_doc_free(&c->run);

@@ -49,6 +49,13 @@ typedef struct qt_cg_known {
     char where[300];           /* "file:line" or "command line" of the current value */
 } qt_cg_known;
 
+/* A MaxText key base.yml does not declare, as set (config/maxtext_keys.c's table). */
+typedef struct qt_cg_mt_entry {
+    const char *key;           /* points into a doc or the override keys */
+    const qt_cg_val *val;      /* last applied value */
+    char where[300];
+} qt_cg_mt_entry;
+
 typedef struct qt_cg_config {
     qt_cg_doc base, model, run;
     int have_model;
@@ -60,7 +67,19 @@ typedef struct qt_cg_config {
     char run_name[128];
     char model_name[128];
     char *files[3];            /* base, model (or NULL), run paths as given */
+    qt_cg_mt_entry *mt;        /* MaxText keys outside base.yml that were set, first-set order */
+    int n_mt;
 } qt_cg_config;
+
+/* YAML's core-schema bool spellings: 1 for true / True / TRUE, 0 for false / False / FALSE,
+ * -1 for anything else (config/yaml.c). */
+int qt_cg_bool_word(const char *s);
+/* MaxText's keys outside base.yml (config/maxtext_keys.c): whether the table has `key`; record
+ * a value set for it (the last one counts); and, once the settings are resolved (s->dtype),
+ * each recorded key either noted into s->mt_ignored ("key=value (where): why") or refused
+ * with the reason and what to do instead (0, or -1 with err set). */
+int qt_cg_mt_key_known(const char *key);
+int qt_cg_mt_set(qt_cg_config *c, const char *where, const char *key, const qt_cg_val *v);
 
 /* Load base.yml and models/<model_name>.yml from configs_dir, the run file, then the
  * overrides ("key=value"). run_name defaults to the run file's stem; a run_name (or
@@ -113,6 +132,7 @@ int qt_cg_dispatch_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, si
 /* The schedule, objective and evaluation keys (config/train_rules.c, issue 33), after the
  * batch split: lr_schedule_type / wsd_*, z_loss_multiplier, eval_*. 0 or -1 with err set. */
 int qt_cg_train_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
+int qt_cg_maxtext_rules(const qt_cg_config *c, qt_cg_settings *s, char *err, size_t errlen);
 /* Sequences per batch group (and accumulation step) of a per-device batch pdb on n_ranks
  * ranks whose batch groups are tp x cp x S ranks (tensor, context, pipeline stages share
  * their sequences): pdb x tp x cp (x S). When that is not a whole number >= 1, MaxText's

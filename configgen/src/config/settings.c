@@ -574,8 +574,14 @@ static int check_train(const qt_cg_vctx *v, qt_cg_settings *s)
                    QT_MAX_TREE_LEVELS);
     }
     t->steps = geti(v, "steps");
-    if (t->steps < 1) return bad(v, "steps", "expected >= 1");
     int64_t ss = geti(v, "learning_rate_schedule_steps");
+    /* MaxText (configs/types.py, C. "SET PRIMARY DEPENDENCIES"): steps -1 is the schedule's
+     * length, learning_rate_schedule_steps -1 the steps; both -1 is no length at all */
+    if (t->steps == -1 && ss >= 1) t->steps = ss;
+    else if (t->steps == -1)
+        return bad(v, "steps", "-1 takes learning_rate_schedule_steps (as MaxText), which is %lld; "
+                   "expected steps >= 1 or learning_rate_schedule_steps >= 1", (long long)ss);
+    if (t->steps < 1) return bad(v, "steps", "expected >= 1 (or -1: = learning_rate_schedule_steps)");
     if (ss == -1) ss = t->steps;
     else if (ss < 1) return bad(v, "learning_rate_schedule_steps", "expected -1 (= steps) or >= 1");
     t->schedule_steps = ss;
@@ -1127,6 +1133,13 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
     for (size_t i = 0; s->run_name[i]; i++) {
         char ch = s->run_name[i];
         int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+        if (((!ok && !strchr("-_", ch)) || (i == 0 && !ok)) && from_base(&v, "run_name"))
+            /* unset: the name is the run file's (config.c), which the message must show */
+            return qt_cg_fail(err, errlen, "run_name defaults to the run file's name, '%s' (%s), "
+                              "which has '%c': expected letters, digits, '-' or '_', starting "
+                              "with a letter or digit (it names the output directory and a C "
+                              "symbol); set run_name in the run file or rename it",
+                              s->run_name, c->files[2] ? c->files[2] : "the run file", ch);
         if ((!ok && !strchr("-_", ch)) || (i == 0 && !ok))
             return bad(&v, "run_name", "expected letters, digits, '-' or '_', starting with a "
                        "letter or digit (it names the output directory and a C symbol)");
@@ -1141,6 +1154,7 @@ int qt_cg_settings_resolve(const qt_cg_config *c, qt_cg_settings *s, char *err, 
     if (qt_cg_moe_rules(c, s, err, errlen)) return -1;
     if (qt_cg_dispatch_rules(c, s, err, errlen)) return -1;
     if (qt_cg_settings_mtp(c, s, err, errlen)) return -1;
+    if (qt_cg_maxtext_rules(c, s, err, errlen)) return -1;
     s->batch_mask = 0;
     s->opt_mask = 0;
     /* the batch axes, in rank order: context last, the least significant (its ranks hold

@@ -301,3 +301,12 @@ void qt_cg_val_render(const qt_cg_val *v, qt_cg_buf *b)
     }
     qt_cg_buf_printf(b, "]");
 }
+
+/* YAML's core-schema bool spellings: 1 true, 0 false, -1 neither (config.c types them by
+ * key: the text stays a scalar here). */
+int qt_cg_bool_word(const char *s)
+{
+    if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE")) return 1;
+    if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE")) return 0;
+    return -1;
+}

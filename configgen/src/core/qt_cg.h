@@ -227,6 +227,9 @@ typedef struct qt_cg_settings {
      * MaxText runs them, so qtrain does not refuse them); configgen's stderr and plan.txt
      * say so. The plan is the one without them (same tables). */
     char ignored[768];
+    /* MaxText keys outside base.yml set to a value without effect here, each "key=value
+     * (where): why" ("; " between; config/maxtext_keys.c); stderr and plan.txt say so */
+    char mt_ignored[16384];
 } qt_cg_settings;
 
 /* Bytes per element of the parameters' compute copy (2 in bf16: docs/precision.md), and the

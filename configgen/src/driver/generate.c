@@ -243,6 +243,8 @@ int qt_cg_generate_summary(int argc, char **argv, qt_cg_buf *summary, char *err,
      * s.ignored: docs/refusals.md) */
     if (!rc && !s.moe_dense && s.moe_note[0]) fprintf(stderr, "configgen: note: %s\n", s.moe_note);
     if (!rc && s.ignored[0]) fprintf(stderr, "configgen: note: %s\n", s.ignored);
+    if (!rc && s.mt_ignored[0])
+        fprintf(stderr, "configgen: note: MaxText keys without effect here: %s\n", s.mt_ignored);
     if (!rc) {
         qt_cg_buf ban = {0}, files[4] = {{0}};
         const char *const *names = plan_files;

@@ -1406,6 +1406,8 @@ void qt_cg_emit_report(const qt_cg_graph *g, const qt_cg_config *c, qt_cg_buf *b
                          s->remat == QT_CG_REMAT_FULL ? "full" : "save_dot", g->n_remat_ops);
     if (s->unused[0]) qt_cg_buf_printf(b, "  accepted but unused (no vision tower): %s\n", s->unused);
     if (s->ignored[0]) qt_cg_buf_printf(b, "  ignored, as in MaxText: %s\n", s->ignored);
+    if (s->mt_ignored[0])
+        qt_cg_buf_printf(b, "  MaxText keys without effect here: %s\n", s->mt_ignored);
 
     mesh_section(b, g);
     qt_cg_report_pipeline(g, b);
