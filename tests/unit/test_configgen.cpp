@@ -592,6 +592,7 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"adamw_mask=['.*norm']", NULL, "adamw_mask=[.*norm] (command line): MaxText's key, not honoured by qtrain: qtrain's AdamW decays every parameter, norms included"},
         {"trainable_parameters_mask=['.*indexer.*']", NULL, "trainable_parameters_mask=[.*indexer.*] (command line): MaxText's key, not honoured by qtrain: qtrain trains every parameter"},
         {"skip_step_on_spikes=True", NULL, "skip_step_on_spikes=true (command line): MaxText's key, not honoured by qtrain: qtrain applies every step's update"},
+        {"enable_data_shuffling=true", NULL, "enable_data_shuffling=true (command line): MaxText's key, not honoured by qtrain: qtrain reads the token file's windows in file order"},
         {"abort_on_nan_loss=false", NULL, "abort_on_nan_loss=false (command line): MaxText's key, not honoured by qtrain: qtrain always stops on a non-finite loss"},
         {"use_multimodal=true", NULL, "use_multimodal=true (command line): MaxText's key, not honoured by qtrain: qtrain trains the text model only"},
         {"mlp_activations=[gelu, linear]", NULL, "mlp_activations=[gelu, linear] (command line): MaxText's key, not honoured by qtrain: the experts are SwiGLU"},

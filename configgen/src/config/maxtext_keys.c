@@ -95,8 +95,11 @@ static const qt_cg_mt_rule mt_rules[] = {
     {"hf_path", MT_ANY, NULL, DATA_RUNTIME, NULL},
     {"hf_train_files", MT_ANY, NULL, DATA_RUNTIME, NULL},
     {"grain_train_files", MT_ANY, NULL, DATA_RUNTIME, NULL},
-    {"enable_data_shuffling", MT_ANY, NULL,
-     "qtrain reads the windows in file order (docs/formats.md, Data order)", NULL},
+    {"enable_data_shuffling", 0, "false",
+     "qtrain reads the windows in file order (docs/formats.md, Data order)",
+     "qtrain reads the token file's windows in file order (docs/formats.md, Data order), so a "
+     "shuffle would not be honoured: shuffle the documents when writing the token file; "
+     "expected false (or leave the key out)"},
     {"data_shuffle_seed", MT_ANY, NULL, "qtrain reads the windows in file order (docs/formats.md, Data order)", NULL},
     {"init_weights_seed", 0, NULL, NULL,
      "the initialisation seed is a run-time key of qtrain: seed=N (docs/cli.md; qtrain's "
