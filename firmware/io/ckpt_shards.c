@@ -191,8 +191,12 @@ static int qt_cs_check_shard(const qt_plan *p, int32_t s, const char *index)
                        "without the optimizer state (give load_weights_only=1 to start from "
                        "the weights at step 0)", qt_cs.opt_index, why);
     }
-    if (rc)
-        return rc;
+    if (rc) {   /* the reader's message, with the index that lists the shard */
+        static char why[QT_SX_PATH_MAX + 256];
+        snprintf(why, sizeof why, "%s", qt_last_error());
+        return qt_fail(rc, "%s lists the shard %s for its tensors, and it cannot be read (%s)",
+                       index, qt_sx_shard_name(s), why);
+    }
     index = qt_cs_index_of(s, index);
     /* the content identity is for the run manifest, which world rank 0 writes: hashing a
      * shard reads all of it, so the other ranks (which read only their parts) skip it */

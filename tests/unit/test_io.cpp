@@ -992,7 +992,8 @@ TEST(io, sharded_load_bad_cases_change_nothing)
     struct { shard_opts o; const char *unlink_shard; int code; const char *msg1, *msg2; } cases[] = {
         // missing shard file
         { {}, "model-00002-of-00003.safetensors", QT_E_IO,
-          "model-00002-of-00003.safetensors: cannot open", "" },
+          "model-00002-of-00003.safetensors: cannot open",
+          "model.safetensors.index.json lists the shard model-00002-of-00003.safetensors" },
         // index lists a tensor its shard does not hold
         { { NULL, NULL, NULL, "mtp.fc.weight", false, false }, NULL, QT_E_MISMATCH,
           "maps tensor mtp.fc.weight to shard", "model-00002-of-00003.safetensors, which does not contain it" },
