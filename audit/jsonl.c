@@ -199,6 +199,11 @@ int qt_audit_metrics_read(const char *path, qt_audit_metrics *m)
                 rc = QT_AUDIT_ERR;
             } else {
                 e.step = (int64_t)step;
+                double k;
+                e.has_mtp_acc = !qt_num(qt_audit_kv_get(&kv, "eval_mtp_acceptance_rate_percent"),
+                                        &e.mtp_acc);
+                if (e.has_mtp_acc && !qt_num(qt_audit_kv_get(&kv, "eval_mtp_target_module"), &k))
+                    e.mtp_k = (int)k;
                 if (m->n_evals == m->eval_cap) {
                     m->eval_cap = m->eval_cap ? 2 * m->eval_cap : 64;
                     m->evals = realloc(m->evals, (size_t)m->eval_cap * sizeof *m->evals);

@@ -6,7 +6,9 @@
  * key). The loss panel also draws each file's held-out eval loss (its eval lines, issue 33),
  * its mtp_loss (the MTP head's cross entropy, issue 31) when its step lines have one, and a
  * dotted line at each step where a new pass over the data begins (from the run
- * manifest's data windows and passes). The title and the keys name each run as "RUN (FILE)": the "run" of the file's first
+ * manifest's data windows and passes). When a file's eval lines carry the MTP head's
+ * acceptance rate (mtp_eval_target_module), a fifth panel draws it against the step (the
+ * layout becomes three rows; without one the script is as before). The title and the keys name each run as "RUN (FILE)": the "run" of the file's first
  * manifest line, and the file's base name (the base name alone when the file has no
  * manifest). The step lines of each file are written to a temporary data file (mkstemp in
  * /tmp), and gnuplot (Debian's gnuplot-nox, installed by `make deps`) renders them with its
@@ -21,6 +23,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -88,6 +91,8 @@ static int qt_plot_check_out(const char *out, int overwrite)
 typedef struct qt_plot_extra {
     int n_evals, n_wraps;
     int mtp;                   /* its step lines have mtp_loss (the MTP head, issue 31) */
+    int n_acc;                 /* its eval lines with an MTP acceptance rate */
+    int acc_k;                 /* their depth when all agree, else 0 */
     long long wrap[QT_PLOT_MAX_WRAPS];
 } qt_plot_extra;
 
@@ -111,7 +116,8 @@ static void qt_plot_wraps(const qt_audit_metrics *m, qt_plot_extra *x)
 }
 
 /* Writes the step lines of metrics file `in` to a new temporary data file (its path in
- * dat; then, when the file holds eval lines, two blank lines and the eval points) and its
+ * dat; then, when the file holds eval lines, two blank lines and the eval points: step,
+ * eval loss, MTP acceptance rate in percent or nan) and its
  * run's name to name. 0 or QT_AUDIT_ERR; dat[0] is 0 when nothing was made. */
 static int qt_plot_data(const char *in, char *dat, size_t dn, char *name, size_t nn,
                         qt_plot_extra *x)
@@ -138,15 +144,22 @@ static int qt_plot_data(const char *in, char *dat, size_t dn, char *name, size_t
     for (int i = 0; f && i < m.n_steps; i++) {
         const qt_audit_step *s = &m.steps[i];
         fprintf(f, "%lld %.9g %.17g %.17g %.9g %.9g\n", (long long)s->step + 1, s->loss,
-                s->has_norm ? s->grad_norm : 0.0 / 0.0, s->lr, s->tokens_per_s,
-                s->has_mtp ? s->mtp_loss : 0.0 / 0.0);
+                s->has_norm ? s->grad_norm : NAN, s->lr, s->tokens_per_s,
+                s->has_mtp ? s->mtp_loss : NAN);
     }
     x->mtp = 0;
     for (int i = 0; i < m.n_steps; i++) x->mtp |= m.steps[i].has_mtp;
     x->n_evals = f ? m.n_evals : 0;
     if (f && m.n_evals) fprintf(f, "\n\n");
-    for (int i = 0; f && i < m.n_evals; i++)
-        fprintf(f, "%lld %.9g\n", (long long)m.evals[i].step + 1, m.evals[i].loss);
+    x->n_acc = x->acc_k = 0;
+    for (int i = 0; f && i < m.n_evals; i++) {
+        const qt_audit_eval *e = &m.evals[i];
+        fprintf(f, "%lld %.9g %.9g\n", (long long)e->step + 1, e->loss,
+                e->has_mtp_acc ? e->mtp_acc : NAN);
+        if (!e->has_mtp_acc) continue;
+        x->acc_k = x->n_acc == 0 || x->acc_k == e->mtp_k ? e->mtp_k : 0;
+        x->n_acc++;
+    }
     qt_plot_wraps(&m, x);
     if (f && fclose(f)) rc = QT_AUDIT_ERR;
     qt_audit_metrics_free(&m);
@@ -163,11 +176,13 @@ static void qt_plot_script(FILE *g, const char *png_q, int n_in, char dat[2][64]
         {"3", "gradient norm (before clipping)", "Gradient norm"},
         {"4", "learning rate", "Learning rate"},
         {"5", "tokens / s", "Throughput"}};
-    fprintf(g, "set terminal pngcairo noenhanced size 1400,900 font 'Sans,11'\n"
+    const int acc = x[0].n_acc || (n_in > 1 && x[1].n_acc);
+    fprintf(g, "set terminal pngcairo noenhanced size 1400,%d font 'Sans,11'\n"
                "set output '%s'\nset datafile missing 'nan'\n"
-               "set multiplot layout 2,2 title '%s%s%s' font 'Sans,13'\n"
+               "set multiplot layout %d,2 title '%s%s%s' font 'Sans,13'\n"
                "set grid\nset key top right\nset xlabel 'step'\n",
-            png_q, name[0], n_in > 1 ? " vs " : "", n_in > 1 ? name[1] : "");
+            acc ? 1350 : 900, png_q, acc ? 3 : 2, name[0], n_in > 1 ? " vs " : "",
+            n_in > 1 ? name[1] : "");
     for (int p = 0; p < 4; p++) {
         fprintf(g, "set title '%s'\nset ylabel '%s'\n%s\n", panel[p][2], panel[p][1],
                 p == 1 ? "set logscale y" : "unset logscale y");
@@ -197,6 +212,21 @@ static void qt_plot_script(FILE *g, const char *png_q, int n_in, char dat[2][64]
                         k ? "B" : "A");
         fprintf(g, "\n");
         if (p == 0) fprintf(g, "unset arrow\n");
+    }
+    /* the MTP head's acceptance rate at each eval (mtp_eval_target_module), in percent */
+    if (acc) {
+        fprintf(g, "set title 'MTP acceptance rate (eval)'\nset ylabel 'accepted, %% of "
+                   "positions'\nunset logscale y\nplot ");
+        for (int k = 0, first = 1; k < n_in; k++) {
+            if (!x[k].n_acc) continue;
+            char depth[32] = "";
+            if (x[k].acc_k > 0) snprintf(depth, sizeof depth, ", depth %d", x[k].acc_k);
+            fprintf(g, "%s'%s' index 1 using 1:3 with linespoints pt 7 lw 2 lc rgb '%s' "
+                    "title '%s: acceptance rate%s'", first ? "" : ", ", dat[k],
+                    k ? "#d62728" : "#1f77b4", k ? "B" : "A", depth);
+            first = 0;
+        }
+        fprintf(g, "\n");
     }
     fprintf(g, "unset multiplot\nset output\n");
 }

@@ -41,10 +41,14 @@ typedef struct qt_audit_kv {
     int n, cap;
 } qt_audit_kv;
 
-/* A held-out eval line ({"step":s,"eval_loss":L,...}, issue 33). */
+/* A held-out eval line ({"step":s,"eval_loss":L,...}, issue 33); with the key
+ * mtp_eval_target_module it also carries the MTP head's acceptance rate. */
 typedef struct qt_audit_eval {
     int64_t step;
     double loss;
+    double mtp_acc;            /* eval_mtp_acceptance_rate_percent, when has_mtp_acc */
+    int has_mtp_acc;
+    int mtp_k;                 /* eval_mtp_target_module (the depth), 0 when absent */
 } qt_audit_eval;
 
 typedef struct qt_audit_metrics {

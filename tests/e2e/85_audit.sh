@@ -161,6 +161,35 @@ audit_plot_mtp() {
 }
 check "audit plot: the loss panel draws mtp_loss for a run with the MTP head (and not without)" audit_plot_mtp
 
+# Eval rows with the MTP head's acceptance rate (mtp_eval_target_module): a fifth panel
+# (three rows) draws it for the run that has it, named with its depth; a run without it
+# keeps the four panels. The rows are a run's own with the eval fields appended as qtrain
+# writes them (docs/cli.md), the second eval's rate missing as in a file cut by a resume.
+audit_plot_acceptance() {
+  local d=$AD/acc; rm -rf $d; mkdir -p $d
+  cp $AD/a.jsonl $d/acc.jsonl
+  printf '%s\n' '{"step":0,"eval_loss":5.5,"eval_mtp_acceptance_rate_percent":12.5,"eval_mtp_target_module":2,"eval_mtp_accepted":5,"eval_mtp_accept_positions":40}' \
+    '{"step":1,"eval_loss":5.25}' \
+    '{"step":2,"eval_loss":5,"eval_mtp_acceptance_rate_percent":37.5,"eval_mtp_target_module":2,"eval_mtp_accepted":15,"eval_mtp_accept_positions":40}' >> $d/acc.jsonl
+  QT_AUDIT_GNUPLOT="tee $d/acc.gp | gnuplot" $AU plot $d/acc.jsonl $AD/c.jsonl -o $d/acc.png > /dev/null || return 1
+  [ -s $d/acc.png ] || return 1
+  grep -qF "set multiplot layout 3,2 " $d/acc.gp &&
+    grep -qF "plot '/tmp/qtrain-audit-" $d/acc.gp &&
+    grep -qF "index 1 using 1:3 with linespoints pt 7 lw 2 lc rgb '#1f77b4' title 'A: acceptance rate, depth 2'" $d/acc.gp ||
+    { grep -n 'multiplot\|acceptance' $d/acc.gp; return 1; }
+  ! grep -q "title 'B: acceptance" $d/acc.gp || { echo "an acceptance rate for the run without one"; return 1; }
+  # the data the panel reads (a copy of the temporary file, taken while gnuplot would run):
+  # the eval block is step+1, eval loss, rate; nan where an eval row has none
+  QT_AUDIT_GNUPLOT="cat > $d/x.gp; cp \$(grep -o '/tmp/qtrain-audit-[A-Za-z0-9]*' $d/x.gp | head -n 1) $d/x.dat" \
+    $AU plot $d/acc.jsonl -o $d/acc2.png > /dev/null || return 1
+  [ "$(awk 'NF == 3' $d/x.dat | tr '\n' ';')" = "1 5.5 12.5;2 5.25 nan;3 5 37.5;" ] ||
+    { echo "eval block:"; awk 'NF == 3' $d/x.dat; return 1; }
+  QT_AUDIT_GNUPLOT="tee $d/noacc.gp > /dev/null" $AU plot $AD/a.jsonl -o $d/noacc.png > /dev/null
+  grep -qF "set multiplot layout 2,2 " $d/noacc.gp && ! grep -q acceptance $d/noacc.gp ||
+    { echo "a run without acceptance rates gained a panel"; return 1; }
+}
+check "audit plot: eval rows with the MTP acceptance rate get their own panel (and only then)" audit_plot_acceptance
+
 # The manifest records the eval source (issue 33): eval_data= with its bytes and XXH64 hash
 # (as data=), eval_holdout=N with its windows; `qtrain-audit runs` shows them in its diff.
 audit_eval_source() {
