@@ -287,12 +287,41 @@ static int qt_main_open_metrics(const qt_cli *cli, int64_t start)
 
 /* A resumed run must train on the data its checkpoint was trained on: the checkpoint's
  * "data_hash" (XXH64 of the data file, recorded by every save) must equal this run's,
- * unless allow_data_change=1, which the manifest then records. Every rank decides alike
- * (same file, same checkpoint); rank 0 prints. A checkpoint without a data hash (written
- * before it was recorded) is not checked, with a note. */
+ * and its "data_holdout" (the windows eval_holdout= kept out of training; absent: 0) this
+ * run's holdout, since the training windows, so the data position and the pass, depend on
+ * it; unless allow_data_change=1, which the manifest then records. Every rank decides alike
+ * (same file, same checkpoint, same arguments); rank 0 prints. A checkpoint without a data
+ * hash (written before it was recorded) is not checked, with a note. */
 static int qt_main_check_data(const qt_cli *cli, int rank)
 {
     const qt_ckpt_ident *id = qt_checkpoint_ident();
+    const int64_t held = qt_app_eval_holdout_windows();
+    if (id->data_holdout != held) {
+        if (!cli->allow_data_change) {
+            char was[128], fix[64];
+            if (id->data_holdout > 0) {
+                snprintf(was, sizeof was, "the data's last %lld window%s held out for the eval "
+                         "(eval_holdout=%lld)", (long long)id->data_holdout,
+                         id->data_holdout == 1 ? "" : "s", (long long)id->data_holdout);
+                snprintf(fix, sizeof fix, "give eval_holdout=%lld", (long long)id->data_holdout);
+            } else {
+                snprintf(was, sizeof was, "no windows held out (no eval_holdout=)");
+                snprintf(fix, sizeof fix, "give eval_data=FILE instead");
+            }
+            if (rank == 0)
+                fprintf(stderr, "qtrain: %s was trained with %s, but this run holds out %lld: "
+                        "its training windows, so the data position and the passes, would "
+                        "differ; refusing to resume (%s; allow_data_change=1 resumes anyway, "
+                        "recorded in the run manifest)\n", cli->load, was, (long long)held, fix);
+            return QT_E_MISMATCH;
+        }
+        if (rank == 0)
+            fprintf(stderr, "qtrain: note: allow_data_change=1: resuming with %lld held-out "
+                    "window%s although %s was trained with %lld\n", (long long)held,
+                    held == 1 ? "" : "s", cli->load, (long long)id->data_holdout);
+        qt_main_note("allow_data_change=1: checkpoint data_holdout %lld, this run's %lld",
+                     (long long)id->data_holdout, (long long)held);
+    }
     char mine[24];
     snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)qt_main_state.data.hash);
     const char *data = cli->data ? cli->data : "(embedded corpus)";
@@ -681,6 +710,7 @@ static int qt_main_inputs(const qt_plan *p, const qt_cli *cli, int argc, char **
     int rc;
     qt_runtime_set_tokens(qt_data_tokens, &qt_main_state.data);
     qt_checkpoint_set_data_hash(qt_main_state.data.hash);   /* recorded by every save */
+    qt_checkpoint_set_data_holdout(qt_app_eval_holdout_windows());   /* by saves, when > 0 */
 
     *start = 0;
     int code = cli->load ? qt_main_load(p, cli, start) : QT_MAIN_GO;

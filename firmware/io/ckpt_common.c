@@ -25,6 +25,7 @@ static struct {
     qt_ckpt_ident ident;                     /* what the last load read */
     int data_hash_set;
     uint64_t data_hash;                      /* recorded by saves ("data_hash") */
+    int64_t data_holdout;                    /* recorded by saves when > 0 ("data_holdout") */
 } qt_ckc;
 
 const qt_ckpt_ident *qt_checkpoint_ident(void) { return &qt_ckc.ident; }
@@ -34,6 +35,16 @@ void qt_checkpoint_set_data_hash(uint64_t hash)
 {
     qt_ckc.data_hash = hash;
     qt_ckc.data_hash_set = 1;
+}
+
+void qt_checkpoint_set_data_holdout(int64_t n) { qt_ckc.data_holdout = n; }
+
+int qt_ckpt_data_holdout(char *out)
+{
+    if (qt_ckc.data_holdout <= 0)
+        return 0;
+    snprintf(out, 24, "%lld", (long long)qt_ckc.data_holdout);
+    return 1;
 }
 
 int qt_ckpt_data_hash(char *out)

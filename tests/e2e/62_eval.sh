@@ -75,6 +75,33 @@ eval_holdout_stop() {
   echo "holdout: 12 training windows, 2 eval batches; early stop after step 4 with a save"
 }
 
+# eval_holdout=N and resumes: the training windows are the data's first W - N, so the data
+# position and the passes depend on N; a save records it ("data_holdout", N > 0), a resume
+# with the same N is bit-identical to the uninterrupted run (eval rows included: evals after
+# steps 1 and 4 before the checkpoint at step 5, after 7 past it; a pass every 3 steps), and
+# one with another N (eval_holdout=4, eval_data=, or a checkpoint that held out none resumed
+# with eval_holdout=8) is refused naming both, writing no metrics file.
+eval_holdout_resume() {
+  local d=$QT_TMP/eval out q="build/eval-next-1r/qtrain data=$EVAL_DATA seed=11"
+  [ -s "$d/ho.jsonl" ] || eval_run eval-next-1r 1 "$d/ho.jsonl" eval_holdout=8 2> "$d/ho.err" || return 1
+  rm -rf "$d/ho5.ckpt" "$d/ho5.jsonl" "$d/ho5x.jsonl" "$d/ed5.safetensors"
+  timeout 120 $q eval_holdout=8 steps=5 save=$d/ho5.ckpt metrics=$d/ho5.jsonl 2> "$d/ho5.err" &&
+    timeout 120 $q eval_holdout=8 steps=10 load=$d/ho5.ckpt metrics=$d/ho5.jsonl 2>> "$d/ho5.err" ||
+    { tail -n 3 "$d/ho5.err"; return 1; }
+  grep -q '"data_holdout":"8"' "$d/ho5.ckpt/model.safetensors.index.json" || { echo "no data_holdout in the index"; return 1; }
+  cmp <(det_fields "$d/ho.jsonl") <(det_fields "$d/ho5.jsonl") || { echo "the resume differs"; return 1; }
+  out=$(timeout 120 $q eval_holdout=4 steps=10 load=$d/ho5.ckpt metrics=$d/ho5x.jsonl 2>&1) && { echo "another holdout resumed"; return 1; }
+  echo "$out" | grep -q "ho5.ckpt was trained with the data's last 8 windows held out for the eval (eval_holdout=8), but this run holds out 4" ||
+    { echo "$out" | tail -n 2; return 1; }
+  out=$(timeout 120 $q eval_data=$EVAL_DATA steps=10 load=$d/ho5.ckpt metrics=$d/ho5x.jsonl 2>&1) && { echo "eval_data= resumed a holdout"; return 1; }
+  echo "$out" | grep -q "but this run holds out 0" || { echo "$out" | tail -n 2; return 1; }
+  timeout 120 $q eval_data=$EVAL_DATA steps=5 save=$d/ed5.safetensors 2> /dev/null || return 1
+  out=$(timeout 120 $q eval_holdout=8 steps=10 load=$d/ed5.safetensors metrics=$d/ho5x.jsonl 2>&1) && { echo "a holdout resumed a checkpoint without one"; return 1; }
+  echo "$out" | grep -q "ed5.safetensors was trained with no windows held out (no eval_holdout=), but this run holds out 8: .*give eval_data=FILE instead" || { echo "$out" | tail -n 2; return 1; }
+  [ ! -e "$d/ho5x.jsonl" ] || { echo "a refused resume wrote its metrics file"; return 1; }
+  echo "resume with eval_holdout=8 == uninterrupted: $(det_fields "$d/ho5.jsonl" | tail -n 1); another holdout refused"
+}
+
 eval_refusals() {
   local d=$QT_TMP/eval out
   out=$(build/eval-next-1r/qtrain data=$EVAL_DATA steps=1 2>&1) && return 1
@@ -157,4 +184,5 @@ check "eval batch 3 on DP2 x EP2 (eval_per_device_batch_size 0.75: a group of pa
   eb_mesh dp2ep2-e0.75 eval-next-dp2ep2 4 eval_per_device_batch_size=0.75
 check "eval batch: refusals" eval_batch_refusals
 check "eval: eval_holdout=N, target_eval_loss" eval_holdout_stop
+check "eval: eval_holdout=N resumes bit for bit; a resume with another holdout is refused" eval_holdout_resume
 check "eval: refusals" eval_refusals
