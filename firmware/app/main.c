@@ -753,11 +753,12 @@ static int qt_main_dump_grads(const qt_plan *p, const qt_cli *cli, int64_t start
 }
 
 /* After step `step` trained into *m (rc: this rank's data check after it): count it,
- * agree with the other ranks on whether to go on, report it (metrics line, progress), stop on
- * a non-finite loss or norm, and write the periodic checkpoint. Returns QT_MAIN_GO, or the
- * exit code after closing the steps' heap audit window. */
-static int qt_main_after_step(const qt_plan *p, const qt_cli *cli, const qt_step_metrics *m,
-                              int64_t step, int64_t end, int rc)
+ * agree with the other ranks on whether to go on, report it (metrics line, progress) and
+ * stop on a non-finite loss or norm (the periodic checkpoint follows the step's eval, in
+ * qt_main_train). Returns QT_MAIN_GO, or the exit code after closing the steps' heap audit
+ * window. */
+static int qt_main_after_step(const qt_cli *cli, const qt_step_metrics *m, int64_t step,
+                              int64_t end, int rc)
 {
     qt_main_state.steps_run++;
     qt_main_state.step_s += m->step_seconds;
@@ -782,17 +783,15 @@ static int qt_main_after_step(const qt_plan *p, const qt_cli *cli, const qt_step
         qt_runtime_mark_steps(0);
         return QT_EXIT_ERR;
     }
-    if (cli->save_every && (step + 1) % cli->save_every == 0 && step + 1 < end &&
-        qt_main_save(p, cli->save, 0, step + 1, cli->save_shard_size) != QT_OK) {
-        qt_runtime_mark_steps(0);
-        return QT_EXIT_ERR;
-    }
     return QT_MAIN_GO;
 }
 
 /* The training loop: steps start .. end-1, each checked against the data file before and
- * after, reported and (save_every=) checkpointed; then one summary line. Returns
- * QT_MAIN_GO or the exit code; a collective failure on a mesh aborts the job here. */
+ * after, reported, evaluated when an eval is due and (save_every=) checkpointed, in that
+ * order: a checkpoint at step s + 1 is written after everything step s reports, its eval
+ * row included, so a run killed after it and resumed there (truncate_metrics=1) has every
+ * row once; then one summary line. Returns QT_MAIN_GO or the exit code; a collective
+ * failure on a mesh aborts the job here. */
 static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int64_t *end)
 {
     const int rank = qt_main_state.rank;
@@ -821,7 +820,7 @@ static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int
         }
         if (step == start) first_loss = m.loss;
         last_loss = m.loss;
-        if (qt_main_after_step(p, cli, &m, step, *end, qt_data_check(&qt_main_state.data)) !=
+        if (qt_main_after_step(cli, &m, step, *end, qt_data_check(&qt_main_state.data)) !=
             QT_MAIN_GO)
             return QT_EXIT_ERR;
         int stop = 0;
@@ -831,6 +830,11 @@ static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int
             return QT_EXIT_ERR;
         }
         if (stop) *end = step + 1;   /* target_eval_loss reached: the final save is here */
+        if (cli->save_every && (step + 1) % cli->save_every == 0 && step + 1 < *end &&
+            qt_main_save(p, cli->save, 0, step + 1, cli->save_shard_size) != QT_OK) {
+            qt_runtime_mark_steps(0);
+            return QT_EXIT_ERR;
+        }
     }
     qt_runtime_mark_steps(0);
     if (rank == 0)
