@@ -172,6 +172,15 @@ uint64_t qt_ckpt_state_hash(const qt_plan *p)
     if (t->z_loss != 0.0f) qt_sh_f(&h, t->z_loss);  /* the objective (issue 33) */
     /* the parameters: a pipeline's blocks in order are the one-rank plan's (ckpt_pp.h) */
     const int S = qt_ckpp_count(p);
+    /* the MTP head's weight in the objective (mtp_loss_scaling_factor, session 22), as the
+     * z-loss: only when not MaxText's default 0.1, so the states of every plan with the
+     * default keep their hash; read from the first stage whose plan has the head */
+    for (int s = 0; s < S; s++) {
+        const qt_plan *q = qt_ckpp_stage(p, s);
+        if (q->mtp_layers <= 0) continue;
+        if (q->mtp_factor != 0.1f) qt_sh_f(&h, q->mtp_factor);
+        break;
+    }
     int64_t n_params = 0;
     for (int s = 0; s < S; s++) n_params += qt_ckpp_stage(p, s)->n_params;
     qt_sh_i(&h, n_params);
