@@ -57,6 +57,8 @@ static int qt_app_eval_holdout(const qt_plan *p, const qt_cli *cli, qt_data *tra
     return QT_OK;
 }
 
+int64_t qt_app_eval_holdout_windows(void) { return qt_app_eval.holdout; }
+
 static int qt_app_eval_install(const qt_plan *p, const qt_cli *cli);
 
 int qt_app_eval_open(const qt_plan *p, const qt_cli *cli, qt_data *train, int rank)

@@ -287,12 +287,41 @@ static int qt_main_open_metrics(const qt_cli *cli, int64_t start)
 
 /* A resumed run must train on the data its checkpoint was trained on: the checkpoint's
  * "data_hash" (XXH64 of the data file, recorded by every save) must equal this run's,
- * unless allow_data_change=1, which the manifest then records. Every rank decides alike
- * (same file, same checkpoint); rank 0 prints. A checkpoint without a data hash (written
- * before it was recorded) is not checked, with a note. */
+ * and its "data_holdout" (the windows eval_holdout= kept out of training; absent: 0) this
+ * run's holdout, since the training windows, so the data position and the pass, depend on
+ * it; unless allow_data_change=1, which the manifest then records. Every rank decides alike
+ * (same file, same checkpoint, same arguments); rank 0 prints. A checkpoint without a data
+ * hash (written before it was recorded) is not checked, with a note. */
 static int qt_main_check_data(const qt_cli *cli, int rank)
 {
     const qt_ckpt_ident *id = qt_checkpoint_ident();
+    const int64_t held = qt_app_eval_holdout_windows();
+    if (id->data_holdout != held) {
+        if (!cli->allow_data_change) {
+            char was[128], fix[64];
+            if (id->data_holdout > 0) {
+                snprintf(was, sizeof was, "the data's last %lld window%s held out for the eval "
+                         "(eval_holdout=%lld)", (long long)id->data_holdout,
+                         id->data_holdout == 1 ? "" : "s", (long long)id->data_holdout);
+                snprintf(fix, sizeof fix, "give eval_holdout=%lld", (long long)id->data_holdout);
+            } else {
+                snprintf(was, sizeof was, "no windows held out (no eval_holdout=)");
+                snprintf(fix, sizeof fix, "give eval_data=FILE instead");
+            }
+            if (rank == 0)
+                fprintf(stderr, "qtrain: %s was trained with %s, but this run holds out %lld: "
+                        "its training windows, so the data position and the passes, would "
+                        "differ; refusing to resume (%s; allow_data_change=1 resumes anyway, "
+                        "recorded in the run manifest)\n", cli->load, was, (long long)held, fix);
+            return QT_E_MISMATCH;
+        }
+        if (rank == 0)
+            fprintf(stderr, "qtrain: note: allow_data_change=1: resuming with %lld held-out "
+                    "window%s although %s was trained with %lld\n", (long long)held,
+                    held == 1 ? "" : "s", cli->load, (long long)id->data_holdout);
+        qt_main_note("allow_data_change=1: checkpoint data_holdout %lld, this run's %lld",
+                     (long long)id->data_holdout, (long long)held);
+    }
     char mine[24];
     snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)qt_main_state.data.hash);
     const char *data = cli->data ? cli->data : "(embedded corpus)";
@@ -681,6 +710,7 @@ static int qt_main_inputs(const qt_plan *p, const qt_cli *cli, int argc, char **
     int rc;
     qt_runtime_set_tokens(qt_data_tokens, &qt_main_state.data);
     qt_checkpoint_set_data_hash(qt_main_state.data.hash);   /* recorded by every save */
+    qt_checkpoint_set_data_holdout(qt_app_eval_holdout_windows());   /* by saves, when > 0 */
 
     *start = 0;
     int code = cli->load ? qt_main_load(p, cli, start) : QT_MAIN_GO;
@@ -723,11 +753,12 @@ static int qt_main_dump_grads(const qt_plan *p, const qt_cli *cli, int64_t start
 }
 
 /* After step `step` trained into *m (rc: this rank's data check after it): count it,
- * agree with the other ranks on whether to go on, report it (metrics line, progress), stop on
- * a non-finite loss or norm, and write the periodic checkpoint. Returns QT_MAIN_GO, or the
- * exit code after closing the steps' heap audit window. */
-static int qt_main_after_step(const qt_plan *p, const qt_cli *cli, const qt_step_metrics *m,
-                              int64_t step, int64_t end, int rc)
+ * agree with the other ranks on whether to go on, report it (metrics line, progress) and
+ * stop on a non-finite loss or norm (the periodic checkpoint follows the step's eval, in
+ * qt_main_train). Returns QT_MAIN_GO, or the exit code after closing the steps' heap audit
+ * window. */
+static int qt_main_after_step(const qt_cli *cli, const qt_step_metrics *m, int64_t step,
+                              int64_t end, int rc)
 {
     qt_main_state.steps_run++;
     qt_main_state.step_s += m->step_seconds;
@@ -752,17 +783,15 @@ static int qt_main_after_step(const qt_plan *p, const qt_cli *cli, const qt_step
         qt_runtime_mark_steps(0);
         return QT_EXIT_ERR;
     }
-    if (cli->save_every && (step + 1) % cli->save_every == 0 && step + 1 < end &&
-        qt_main_save(p, cli->save, 0, step + 1, cli->save_shard_size) != QT_OK) {
-        qt_runtime_mark_steps(0);
-        return QT_EXIT_ERR;
-    }
     return QT_MAIN_GO;
 }
 
 /* The training loop: steps start .. end-1, each checked against the data file before and
- * after, reported and (save_every=) checkpointed; then one summary line. Returns
- * QT_MAIN_GO or the exit code; a collective failure on a mesh aborts the job here. */
+ * after, reported, evaluated when an eval is due and (save_every=) checkpointed, in that
+ * order: a checkpoint at step s + 1 is written after everything step s reports, its eval
+ * row included, so a run killed after it and resumed there (truncate_metrics=1) has every
+ * row once; then one summary line. Returns QT_MAIN_GO or the exit code; a collective
+ * failure on a mesh aborts the job here. */
 static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int64_t *end)
 {
     const int rank = qt_main_state.rank;
@@ -791,7 +820,7 @@ static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int
         }
         if (step == start) first_loss = m.loss;
         last_loss = m.loss;
-        if (qt_main_after_step(p, cli, &m, step, *end, qt_data_check(&qt_main_state.data)) !=
+        if (qt_main_after_step(cli, &m, step, *end, qt_data_check(&qt_main_state.data)) !=
             QT_MAIN_GO)
             return QT_EXIT_ERR;
         int stop = 0;
@@ -801,6 +830,11 @@ static int qt_main_train(const qt_plan *p, const qt_cli *cli, int64_t start, int
             return QT_EXIT_ERR;
         }
         if (stop) *end = step + 1;   /* target_eval_loss reached: the final save is here */
+        if (cli->save_every && (step + 1) % cli->save_every == 0 && step + 1 < *end &&
+            qt_main_save(p, cli->save, 0, step + 1, cli->save_shard_size) != QT_OK) {
+            qt_runtime_mark_steps(0);
+            return QT_EXIT_ERR;
+        }
     }
     qt_runtime_mark_steps(0);
     if (rank == 0)

@@ -40,5 +40,8 @@ void qt_app_eval_close(void);
 /* Fills the manifest's eval_* fields with the source installed (none, eval_data= with its
  * bytes and hash, or the holdout of N windows) and its windows and batches per eval. */
 void qt_app_eval_manifest(qt_manifest *m);
+/* The windows held out of the training data for the eval (eval_holdout=N or the embedded
+ * corpus's holdout), 0 when none: a save records it, a resume must hold out as many. */
+int64_t qt_app_eval_holdout_windows(void);
 
 #endif

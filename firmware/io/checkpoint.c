@@ -181,6 +181,8 @@ static int qt_save_header(const qt_plan *p, const char *path, int with_opt, int 
     }
     if (!rc && qt_ckpt_data_hash(num))
         rc = qt_st_wmeta("data_hash", num);
+    if (!rc && qt_ckpt_data_holdout(num))
+        rc = qt_st_wmeta("data_holdout", num);
     if (!rc) {
         snprintf(num, sizeof num, "0x%016llx", (unsigned long long)p->hash);
         rc = qt_st_wmeta("plan_hash", num);
@@ -546,6 +548,9 @@ int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
         rc = qt_ckpt_meta_int(path, "step", qt_st_meta(h, "step"), &step);
     if (!rc)
         rc = qt_ckpt_meta_int(path, "data_pos", qt_st_meta(h, "data_pos"), &data_pos);
+    if (!rc)
+        rc = qt_ckpt_meta_int(path, "data_holdout", qt_st_meta(h, "data_holdout"),
+                              &id->data_holdout);
     if (!rc) {
         const char *dh = qt_st_meta(h, "data_hash");
         snprintf(id->data_hash, sizeof id->data_hash, "%s", dh ? dh : "");

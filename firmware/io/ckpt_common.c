@@ -25,6 +25,7 @@ static struct {
     qt_ckpt_ident ident;                     /* what the last load read */
     int data_hash_set;
     uint64_t data_hash;                      /* recorded by saves ("data_hash") */
+    int64_t data_holdout;                    /* recorded by saves when > 0 ("data_holdout") */
 } qt_ckc;
 
 const qt_ckpt_ident *qt_checkpoint_ident(void) { return &qt_ckc.ident; }
@@ -34,6 +35,16 @@ void qt_checkpoint_set_data_hash(uint64_t hash)
 {
     qt_ckc.data_hash = hash;
     qt_ckc.data_hash_set = 1;
+}
+
+void qt_checkpoint_set_data_holdout(int64_t n) { qt_ckc.data_holdout = n; }
+
+int qt_ckpt_data_holdout(char *out)
+{
+    if (qt_ckc.data_holdout <= 0)
+        return 0;
+    snprintf(out, 24, "%lld", (long long)qt_ckc.data_holdout);
+    return 1;
 }
 
 int qt_ckpt_data_hash(char *out)
@@ -161,6 +172,15 @@ uint64_t qt_ckpt_state_hash(const qt_plan *p)
     if (t->z_loss != 0.0f) qt_sh_f(&h, t->z_loss);  /* the objective (issue 33) */
     /* the parameters: a pipeline's blocks in order are the one-rank plan's (ckpt_pp.h) */
     const int S = qt_ckpp_count(p);
+    /* the MTP head's weight in the objective (mtp_loss_scaling_factor, session 22), as the
+     * z-loss: only when not MaxText's default 0.1, so the states of every plan with the
+     * default keep their hash; read from the first stage whose plan has the head */
+    for (int s = 0; s < S; s++) {
+        const qt_plan *q = qt_ckpp_stage(p, s);
+        if (q->mtp_layers <= 0) continue;
+        if (q->mtp_factor != 0.1f) qt_sh_f(&h, q->mtp_factor);
+        break;
+    }
     int64_t n_params = 0;
     for (int s = 0; s < S; s++) n_params += qt_ckpp_stage(p, s)->n_params;
     qt_sh_i(&h, n_params);

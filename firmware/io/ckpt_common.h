@@ -40,6 +40,9 @@ int64_t qt_ckpt_row_elems(const qt_plan *p, int32_t i);
 qt_ckpt_ident *qt_ckpt_ident_mut(void);
 /* The data hash saves record: 1 and "0x..." in out[24] when set, else 0. */
 int qt_ckpt_data_hash(char *out);
+/* "data_holdout" for a save's metadata (decimal, into out[24]); 0 when no windows are held
+ * out (the key is then not written: such checkpoints' bytes are unchanged). */
+int qt_ckpt_data_holdout(char *out);
 /* Metadata value v (NULL = absent: *out = 0) of key in file path as a non-negative decimal
  * integer; QT_E_FORMAT naming file, key and value otherwise. */
 int qt_ckpt_meta_int(const char *path, const char *key, const char *v, int64_t *out);

@@ -451,6 +451,9 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
         qt_note("%s: %lld of %lld tensors hold only other ranks' parts (experts, optimizer "
                 "blocks): not read", index, (long long)qt_cs.n_skipped,
                 (long long)qt_cs.n_pieces);
+    if (!rc)
+        rc = qt_ckpt_meta_int(index, "data_holdout", qt_sx_meta(0, "data_holdout"),
+                              &qt_ckpt_ident_mut()->data_holdout);
     if (!rc) {
         qt_ckpt_ident *id = qt_ckpt_ident_mut();
         const char *dh = qt_sx_meta(0, "data_hash");

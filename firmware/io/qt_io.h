@@ -92,11 +92,16 @@ typedef struct qt_ckpt_ident {
                                   (on a mesh computed by world rank 0 only, which writes
                                   the manifest; other ranks leave the hash of nothing) */
     char data_hash[24];        /* metadata "data_hash" ("0x" + 16 hex), "" when absent */
+    int64_t data_holdout;      /* metadata "data_holdout" (eval_holdout=N's N), 0 when absent */
     int n_files;               /* safetensors files hashed */
 } qt_ckpt_ident;
 const qt_ckpt_ident *qt_checkpoint_ident(void);
 /* The data hash that saves record in their metadata ("data_hash"); never called: none. */
 void qt_checkpoint_set_data_hash(uint64_t hash);
+/* The windows at the data's end held out for the eval (eval_holdout=N; 0: none), which
+ * saves record as "data_holdout" when N > 0: the training windows are the file's first
+ * W - N, so a resume must hold out as many (the data position counts in them). */
+void qt_checkpoint_set_data_holdout(int64_t n);
 
 /* State compatibility hash: FNV-1a over everything that sets the training trajectory and
  * the meaning of the optimizer state (model dims, parameter names and global shapes,

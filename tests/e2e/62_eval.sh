@@ -75,6 +75,60 @@ eval_holdout_stop() {
   echo "holdout: 12 training windows, 2 eval batches; early stop after step 4 with a save"
 }
 
+# eval_holdout=N and resumes: the training windows are the data's first W - N, so the data
+# position and the passes depend on N; a save records it ("data_holdout", N > 0), a resume
+# with the same N is bit-identical to the uninterrupted run (eval rows included: evals after
+# steps 1 and 4 before the checkpoint at step 5, after 7 past it; a pass every 3 steps), and
+# one with another N (eval_holdout=4, eval_data=, or a checkpoint that held out none resumed
+# with eval_holdout=8) is refused naming both, writing no metrics file.
+eval_holdout_resume() {
+  local d=$QT_TMP/eval out q="build/eval-next-1r/qtrain data=$EVAL_DATA seed=11"
+  [ -s "$d/ho.jsonl" ] || eval_run eval-next-1r 1 "$d/ho.jsonl" eval_holdout=8 2> "$d/ho.err" || return 1
+  rm -rf "$d/ho5.ckpt" "$d/ho5.jsonl" "$d/ho5x.jsonl" "$d/ed5.safetensors"
+  timeout 120 $q eval_holdout=8 steps=5 save=$d/ho5.ckpt metrics=$d/ho5.jsonl 2> "$d/ho5.err" &&
+    timeout 120 $q eval_holdout=8 steps=10 load=$d/ho5.ckpt metrics=$d/ho5.jsonl 2>> "$d/ho5.err" ||
+    { tail -n 3 "$d/ho5.err"; return 1; }
+  grep -q '"data_holdout":"8"' "$d/ho5.ckpt/model.safetensors.index.json" || { echo "no data_holdout in the index"; return 1; }
+  cmp <(det_fields "$d/ho.jsonl") <(det_fields "$d/ho5.jsonl") || { echo "the resume differs"; return 1; }
+  out=$(timeout 120 $q eval_holdout=4 steps=10 load=$d/ho5.ckpt metrics=$d/ho5x.jsonl 2>&1) && { echo "another holdout resumed"; return 1; }
+  echo "$out" | grep -q "ho5.ckpt was trained with the data's last 8 windows held out for the eval (eval_holdout=8), but this run holds out 4" ||
+    { echo "$out" | tail -n 2; return 1; }
+  out=$(timeout 120 $q eval_data=$EVAL_DATA steps=10 load=$d/ho5.ckpt metrics=$d/ho5x.jsonl 2>&1) && { echo "eval_data= resumed a holdout"; return 1; }
+  echo "$out" | grep -q "but this run holds out 0" || { echo "$out" | tail -n 2; return 1; }
+  timeout 120 $q eval_data=$EVAL_DATA steps=5 save=$d/ed5.safetensors 2> /dev/null || return 1
+  out=$(timeout 120 $q eval_holdout=8 steps=10 load=$d/ed5.safetensors metrics=$d/ho5x.jsonl 2>&1) && { echo "a holdout resumed a checkpoint without one"; return 1; }
+  echo "$out" | grep -q "ed5.safetensors was trained with no windows held out (no eval_holdout=), but this run holds out 8: .*give eval_data=FILE instead" || { echo "$out" | tail -n 2; return 1; }
+  [ ! -e "$d/ho5x.jsonl" ] || { echo "a refused resume wrote its metrics file"; return 1; }
+  echo "resume with eval_holdout=8 == uninterrupted: $(det_fields "$d/ho5.jsonl" | tail -n 1); another holdout refused"
+}
+
+# save_every= and the eval of the same step: the checkpoint at step 5 (save_every=5) is
+# written after step 4's eval row (evals after steps 1, 4, 7), so a run killed once it
+# exists and resumed there with truncate_metrics=1 has every training and eval row once.
+# The eval is made slow (2000 windows of zeros, about 0.4 s an eval) so that a save before
+# the eval (the old order) is caught: the kill then lands in step 4's eval, whose row the
+# resumed run, which starts at step 5, never writes.
+eval_save_order() {
+  local d=$QT_TMP/eval q="build/eval-next-1r/qtrain data=$EVAL_DATA seed=11" pid i
+  rm -rf "$d/so.ckpt" "$d/so.jsonl"
+  # QTTOKENS version 1, 2-byte ids, 32001 zeros: 2000 windows of 17 tokens
+  { printf 'QTTOKENS\001\000\000\000\002\000\000\000\001\175\000\000\000\000\000\000'
+    head -c 64002 /dev/zero; } > "$d/zeros.tok"
+  timeout 120 $q eval_data=$d/zeros.tok steps=10 save=$d/so.ckpt save_every=5 metrics=$d/so.jsonl 2> "$d/so.err" &
+  pid=$!
+  for i in $(seq 1000); do [ -e "$d/so.ckpt" ] && break; sleep 0.01; done
+  pkill -KILL -P $pid 2> /dev/null; kill -KILL $pid 2> /dev/null; wait $pid 2> /dev/null   # qtrain under timeout
+  [ -e "$d/so.ckpt" ] || { echo "no checkpoint at step 5"; tail -n 3 "$d/so.err"; return 1; }
+  timeout 120 $q eval_data=$d/zeros.tok steps=10 load=$d/so.ckpt metrics=$d/so.jsonl truncate_metrics=1 \
+    2>> "$d/so.err" || { tail -n 3 "$d/so.err"; return 1; }
+  grep -q "resuming from .* at step 5" "$d/so.err" || { echo "did not resume at step 5"; return 1; }
+  [ "$(det_fields "$d/so.jsonl" | grep eval_loss | cut -d' ' -f1 | tr '\n' ' ')" = '"step":1 "step":4 "step":7 ' ] ||
+    { echo "eval rows: $(det_fields "$d/so.jsonl" | grep eval_loss | cut -d' ' -f1 | tr '\n' ' ') (expected steps 1, 4, 7 once each)"; return 1; }
+  [ "$(det_fields "$d/so.jsonl" | grep -v eval_loss | cut -d' ' -f1 | tr -d '"step:' | tr '\n' ' ')" = '0 1 2 3 4 5 6 7 8 9 ' ] ||
+    { echo "training rows not steps 0..9 once each"; return 1; }
+  echo "killed after the checkpoint at step 5, resumed: eval rows after steps 1, 4, 7 once each"
+}
+
 eval_refusals() {
   local d=$QT_TMP/eval out
   out=$(build/eval-next-1r/qtrain data=$EVAL_DATA steps=1 2>&1) && return 1
@@ -157,4 +211,6 @@ check "eval batch 3 on DP2 x EP2 (eval_per_device_batch_size 0.75: a group of pa
   eb_mesh dp2ep2-e0.75 eval-next-dp2ep2 4 eval_per_device_batch_size=0.75
 check "eval batch: refusals" eval_batch_refusals
 check "eval: eval_holdout=N, target_eval_loss" eval_holdout_stop
+check "eval: eval_holdout=N resumes bit for bit; a resume with another holdout is refused" eval_holdout_resume
+check "eval: save_every= writes its checkpoint after the step's eval row (killed and resumed: every row once)" eval_save_order
 check "eval: refusals" eval_refusals

@@ -386,6 +386,11 @@ row "configgen" "configgen test-next-tiny.yml dtype=bfloat16 float32_logits=true
 row "configgen" "configgen test-next-tiny.yml adamw_mask=['.*norm']" "unit \`CgBadConfig\`" cg $RUN "adamw_mask=['.*norm']"
 row "configgen" "configgen test-next-tiny.yml sparse_matmul=yes" "unit \`CgBadConfig\`" cg $RUN sparse_matmul=yes
 
+# ---- session 22, feature combinations (appended): a resume must hold out the windows its
+# checkpoint held out (eval_holdout=N changes the training windows, so the data position)
+$QE data=$T eval_holdout=8 steps=2 save=$W/ho8.safetensors 2> /dev/null
+row "checkpoint" "load=$W/ho8.safetensors (saved with eval_holdout=8) with eval_holdout=4" "e2e \`62_eval.sh\`: eval_holdout resumes" $QE data=$T eval_holdout=4 load=$W/ho8.safetensors steps=3
+
 {
   cat <<'EOF'
 # Bad inputs and what qtrain / configgen say

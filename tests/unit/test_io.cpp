@@ -548,6 +548,16 @@ TEST(io, state_hash_ignores_mesh_and_batch_split)
     P.train.adam_b2 = 0.95f;
     CHECK(qt_ckpt_state_hash(&P) != h0);
     P.train.adam_b2 = 0.0f;
+    // the MTP head's weight in the objective (mtp_loss_scaling_factor) sets the trajectory
+    // as the z-loss does; MaxText's default 0.1 keeps the hash states had before it counted,
+    // and without a head the factor is inert
+    P.mtp_factor = 0.3f;
+    CHECK(qt_ckpt_state_hash(&P) == h0);
+    P.mtp_layers = 1;
+    CHECK(qt_ckpt_state_hash(&P) != h0);
+    P.mtp_factor = 0.1f;
+    CHECK(qt_ckpt_state_hash(&P) == h0);
+    P.mtp_layers = 0;
     g_tiny.t[kGuParam].global_shape[0] = 4;   // another expert count
     CHECK(qt_ckpt_state_hash(&P) != h0);
 }
