@@ -183,6 +183,20 @@ static inline qt_mi_f8 qt_siluf_v8(qt_mi_f8 xf)
     return __builtin_convertvector(xn / (1.0 + qt_exp_core_v8(-xc)), qt_mi_f8);
 }
 
+/* qt_sigmoidf_v8(x) into *sg and qt_siluf_v8(x) into *sl with one exponential: both divide
+ * by the same 1 + e^-clamp(x) (the same operations as the two calls, so the same bits). */
+static inline void qt_sigmoid_siluf_v8(qt_mi_f8 xf, qt_mi_f8 *sg, qt_mi_f8 *sl)
+{
+    const qt_mi_d8 lo = {-QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP,
+                         -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP};
+    const qt_mi_d8 xd = __builtin_convertvector(xf, qt_mi_d8);
+    const qt_mi_d8 xc = qt_mi_clamp8(xd);
+    const qt_mi_d8 xn = qt_mi_select8(xd < lo, lo, xd);
+    const qt_mi_d8 d = 1.0 + qt_exp_core_v8(-xc);
+    *sg = __builtin_convertvector(1.0 / d, qt_mi_f8);
+    *sl = __builtin_convertvector(xn / d, qt_mi_f8);
+}
+
 /* log x: -inf at +-0, NaN below 0 and for NaN, +inf at +inf. Float subnormals are normal
  * doubles, so the core needs no scaling path. */
 static inline float qt_logf_inline(float x)
