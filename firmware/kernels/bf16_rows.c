@@ -358,32 +358,10 @@ void qt_b16_swiglu_fwd(qt_bf16 *h, const qt_bf16 *a, const qt_bf16 *u, int64_t n
 void qt_b16_swiglu_bwd(qt_bf16 *da, qt_bf16 *du, const qt_bf16 *dh, const qt_bf16 *a,
                        const qt_bf16 *u, int64_t n)
 {
-    float ta[QT_B16_RUN], tu[QT_B16_RUN], fa[QT_B16_RUN], fh[QT_B16_RUN], fu[QT_B16_RUN];
+    float ta[QT_B16_RUN], tu[QT_B16_RUN];
     for (int64_t i0 = 0; i0 < n; i0 += QT_B16_RUN) {
         const int64_t m = qt_b16_run(n, i0);
-        /* eight at a time: elementwise.c's qt_swiglu_bwd lanes (sig and silu from one
-         * exponential), the same expressions on the widened values */
-        int64_t j8 = 0;
         for (int64_t j = 0; j < m; j++) {
-            fa[j] = W(a[i0 + j]), fh[j] = W(dh[i0 + j]), fu[j] = W(u[i0 + j]);
-            ta[j] = W(da[i0 + j]), tu[j] = W(du[i0 + j]);
-        }
-        for (; j8 + 8 <= m; j8 += 8) {
-            qt_mi_f8 av, hv, uv, tav, tuv, sp, sl;
-            memcpy(&av, fa + j8, sizeof av);
-            memcpy(&hv, fh + j8, sizeof hv);
-            memcpy(&uv, fu + j8, sizeof uv);
-            memcpy(&tav, ta + j8, sizeof tav);
-            memcpy(&tuv, tu + j8, sizeof tuv);
-            qt_sigmoid_siluf_v8(av, &sp, &sl);
-            const qt_mi_f8 sm = qt_sigmoidf_v8(-av);
-            const qt_mi_f8 dsilu = sp * (1.0f + av * sm);
-            tav = tav + (hv * uv) * dsilu;
-            tuv = tuv + hv * sl;
-            memcpy(ta + j8, &tav, sizeof tav);
-            memcpy(tu + j8, &tuv, sizeof tuv);
-        }
-        for (int64_t j = j8; j < m; j++) {
             const int64_t i = i0 + j;
             const float ai = W(a[i]), hi = W(dh[i]);
             const float sp = QT_SIGMOID(ai), sm = QT_SIGMOID(-ai);
