@@ -2,6 +2,7 @@
  * Invariants: 1 - sigmoid(x) is computed as sigmoid(-x) so gate derivatives keep relative
  * accuracy when the gate saturates; the ROW-mode gate gradient sums in increasing i.
  */
+#include <stdint.h>
 #include <string.h>
 #include "elementwise.h"
 #include "qt_real.h"
@@ -36,8 +37,8 @@ void QT_FN(qt_swiglu_fwd)(qt_real *h, const qt_real *a, const qt_real *u, int64_
 }
 
 /* d silu(a)/da = sig(a) + a sig(a)(1 - sig(a)) = sig(a) (1 + a sig(-a)). */
-void QT_FN(qt_swiglu_bwd)(qt_real *da, qt_real *du, const qt_real *dh, const qt_real *a,
-                          const qt_real *u, int64_t n)
+void QT_FN(qt_swiglu_bwd_ref)(qt_real *da, qt_real *du, const qt_real *dh, const qt_real *a,
+                              const qt_real *u, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         qt_real sp = QT_SIGMOID(a[i]), sm = QT_SIGMOID(-a[i]);
@@ -45,6 +46,48 @@ void QT_FN(qt_swiglu_bwd)(qt_real *da, qt_real *du, const qt_real *dh, const qt_
         da[i] = da[i] + (dh[i] * u[i]) * dsilu;
         du[i] = du[i] + dh[i] * QT_SILU(a[i]);
     }
+}
+
+/* [p, p+n) and [q, q+n) share an element. */
+static int qt_ew_overlap(const qt_real *p, const qt_real *q, int64_t n)
+{
+    return (uintptr_t)p < (uintptr_t)(q + n) && (uintptr_t)q < (uintptr_t)(p + n);
+}
+
+/* Eight elements at a time in float: sig(a) and silu(a) from one exponential
+ * (qt_sigmoid_siluf_v8), sig(-a) from a second; each element the reference's expressions in
+ * its order (bit-identical, tested). da is stored before du is read, so da == du (one
+ * accumulator for both, ops_bf16_rows.c) adds both increments in the reference's order; any
+ * other overlap of the outputs with each other or with the inputs runs the reference, as
+ * does the double build (tests). */
+void QT_FN(qt_swiglu_bwd)(qt_real *da, qt_real *du, const qt_real *dh, const qt_real *a,
+                          const qt_real *u, int64_t n)
+{
+    int64_t i0 = 0;
+#ifndef QT_REAL_DOUBLE
+    const int apart = (da == du || !qt_ew_overlap(da, du, n)) && !qt_ew_overlap(da, dh, n) &&
+                      !qt_ew_overlap(da, a, n) && !qt_ew_overlap(da, u, n) &&
+                      !qt_ew_overlap(du, dh, n) && !qt_ew_overlap(du, a, n) &&
+                      !qt_ew_overlap(du, u, n);
+    for (; apart && i0 + 8 <= n; i0 += 8) {
+        qt_mi_f8 av, dhv, uv, dav, duv, sp, sl;
+        memcpy(&av, a + i0, sizeof av);
+        memcpy(&dhv, dh + i0, sizeof dhv);
+        memcpy(&uv, u + i0, sizeof uv);
+        memcpy(&dav, da + i0, sizeof dav);
+        qt_sigmoid_siluf_v8(av, &sp, &sl);
+        const qt_mi_f8 sm = qt_sigmoidf_v8(-av);
+        const qt_mi_f8 dsilu = sp * (1.0f + av * sm);
+        dav = dav + (dhv * uv) * dsilu;
+        memcpy(da + i0, &dav, sizeof dav);
+        memcpy(&duv, du + i0, sizeof duv);
+        duv = duv + dhv * sl;
+        memcpy(du + i0, &duv, sizeof duv);
+    }
+#else
+    (void)qt_ew_overlap;
+#endif
+    QT_FN(qt_swiglu_bwd_ref)(da + i0, du + i0, dh + i0, a + i0, u + i0, n - i0);
 }
 
 /* Offset of the gate of element i of row t (HEADS: q_proj layout, ROW: one per row). */

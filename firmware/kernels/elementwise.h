@@ -26,6 +26,9 @@ void qt_swiglu_fwd(float *h, const float *a, const float *u, int64_t n);
  * Accumulates into da[n], du[n]. */
 void qt_swiglu_bwd(float *da, float *du, const float *dh, const float *a, const float *u,
                    int64_t n);
+/* The scalar reference of qt_swiglu_bwd (bit-identical; the tests compare them). */
+void qt_swiglu_bwd_ref(float *da, float *du, const float *dh, const float *a, const float *u,
+                       int64_t n);
 /* y[T,n] = x * sigmoid(gate) (writes). mode QT_GATE_HEADS: n = H*hd, the gate of
  * x[t][h*hd+i] is gate[t*2n + h*2hd + hd + i] (q_proj output); QT_GATE_ROW: gate[t]. */
 void qt_sigmoid_gate_fwd(float *y, const float *x, const float *gate, int64_t T, int64_t n,
@@ -47,6 +50,8 @@ void qt_acc_f64(double *dst, const double *src, int64_t n);
 void qt_swiglu_fwd_f64(double *h, const double *a, const double *u, int64_t n);
 void qt_swiglu_bwd_f64(double *da, double *du, const double *dh, const double *a,
                        const double *u, int64_t n);
+void qt_swiglu_bwd_ref_f64(double *da, double *du, const double *dh, const double *a,
+                           const double *u, int64_t n);
 void qt_sigmoid_gate_fwd_f64(double *y, const double *x, const double *gate, int64_t T,
                              int64_t n, int mode, int64_t hd);
 void qt_sigmoid_gate_bwd_f64(double *dx, double *dgate, const double *dy, const double *x,

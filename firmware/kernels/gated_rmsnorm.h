@@ -20,7 +20,8 @@ extern "C" {
  * wgrad: rows of one sequence (pointers at its first row, S tokens): accumulates
  *   dw[i] += (dy*n)*silu(z) for t increasing, then j increasing; wgrad_heads only over
  *   value heads [j0, j1) (the canonical head groups of ops_gdn.c).
- * Sums over Dv run in increasing i. */
+ * Sums over Dv run in increasing i. bwd_ref: the scalar reference of bwd (bit-identical,
+ * tested). */
 #define QT_GATED_RMSNORM_DECLARE(R, SFX)                                                  \
     void qt_gated_rmsnorm_fwd##SFX(R *y, R *rstd, const R *o, const R *qkvz, const R *w,   \
                                    int64_t T, int64_t hk, int64_t dk, int64_t hv,          \
@@ -28,6 +29,9 @@ extern "C" {
     void qt_gated_rmsnorm_bwd##SFX(R *d_o, R *dqkvz, const R *rstd, const R *dy,           \
                                    const R *o, const R *qkvz, const R *w, int64_t T,       \
                                    int64_t hk, int64_t dk, int64_t hv, int64_t dv);        \
+    void qt_gated_rmsnorm_bwd_ref##SFX(R *d_o, R *dqkvz, const R *rstd, const R *dy,       \
+                                       const R *o, const R *qkvz, const R *w, int64_t T,   \
+                                       int64_t hk, int64_t dk, int64_t hv, int64_t dv);    \
     void qt_gated_rmsnorm_wgrad##SFX(R *dw, const R *rstd, const R *dy, const R *o,        \
                                      const R *qkvz, int64_t S, int64_t hk, int64_t dk,     \
                                      int64_t hv, int64_t dv);                              \

@@ -34,8 +34,8 @@ extern "C" {
  *   before the document's first token t - pos[t] read 0 exactly as taps before the
  *   sequence start (skipped), so no value crosses a document; pos NULL = the plain names.
  * Argument order: outputs, saved statistics, inputs, weights, sizes.
- * *_ref: the untiled scalar references of bwd / wgrad (same contract, bit-identical; the
- * tests compare them; the tiled versions fall back to them for K > 32). */
+ * *_ref: the untiled scalar references of fwd / bwd / wgrad (same contract, bit-identical;
+ * the tests compare them; the tiled versions fall back to them for K > 32). */
 #define QT_GDN_CONV_DECLARE(R, SFX)                                                       \
     void qt_gdn_conv_fwd##SFX(R *c, R *pre, const R *qkvz, const R *w, int64_t b,         \
                               int64_t S, int64_t hk, int64_t dk, int64_t hv, int64_t dv,   \
@@ -61,6 +61,9 @@ extern "C" {
     void qt_gdn_conv_fwd_pos##SFX(R *c, R *pre, const R *qkvz, const R *w,                \
                                   const int32_t *pos, int64_t b, int64_t S, int64_t hk,    \
                                   int64_t dk, int64_t hv, int64_t dv, int64_t K);          \
+    void qt_gdn_conv_fwd_ref_pos##SFX(R *c, R *pre, const R *qkvz, const R *w,            \
+                                      const int32_t *pos, int64_t b, int64_t S, int64_t hk,\
+                                      int64_t dk, int64_t hv, int64_t dv, int64_t K);      \
     void qt_gdn_conv_bwd_pos##SFX(R *dqkvz, const R *pre, const R *dc, const R *w,        \
                                   const int32_t *pos, int64_t b, int64_t S, int64_t hk,    \
                                   int64_t dk, int64_t hv, int64_t dv, int64_t K);          \

@@ -703,6 +703,36 @@ TEST(KernelsBasic, SwigluFdAndF32)
     CHECK(f32_check("swiglu du", fdu, du) <= F32_TOL);
 }
 
+// The eight-lane SwiGLU backward (sig and silu from one exponential) against the scalar
+// reference, 0 ulp: the bench model's shared-expert shape (524288 elements), a length with a
+// tail of 1..7, and the special values (0, -0, the exp clamps at +-150, +-inf, NaN-free
+// saturation at +-200); accumulated onto nonzero values; da and du one array.
+TEST(KernelsBasic, SwigluBwdFastBitIdenticalToReference)
+{
+    const float edge[] = {0.0f, -0.0f, 150.0f, -150.0f, 151.0f, -151.0f, 200.0f, -200.0f,
+                          INFINITY, -INFINITY, 88.7f, -103.9f, 1e-45f, -1e-45f, 20.0f, -20.0f};
+    for (int64_t n : {(int64_t)524288, (int64_t)13, (int64_t)16 + 7}) {
+        uint64_t s = 71 + (uint64_t)n;
+        vd a = rnd(n, &s, 8.0), u = rnd(n, &s, 2.0), dh = rnd(n, &s), b1 = rnd(n, &s),
+           b2 = rnd(n, &s);
+        vf fa = to_f(a), fu = to_f(u), fdh = to_f(dh);
+        for (int64_t i = 0; i < n && i < 16; i++) fa[i] = edge[i];
+        vf da = to_f(b1), du = to_f(b2), db = da, dv = du;
+        qt_swiglu_bwd(da.data(), du.data(), fdh.data(), fa.data(), fu.data(), n);
+        qt_swiglu_bwd_ref(db.data(), dv.data(), fdh.data(), fa.data(), fu.data(), n);
+        CHECK_TRUE_TEXT(memcmp(da.data(), db.data(), n * sizeof(float)) == 0,
+                        "swiglu bwd da: fast != reference");
+        CHECK_TRUE_TEXT(memcmp(du.data(), dv.data(), n * sizeof(float)) == 0,
+                        "swiglu bwd du: fast != reference");
+        // one accumulator for both (da == du): both increments, the reference's order
+        vf d1 = to_f(b1), d2 = d1;
+        qt_swiglu_bwd(d1.data(), d1.data(), fdh.data(), fa.data(), fu.data(), n);
+        qt_swiglu_bwd_ref(d2.data(), d2.data(), fdh.data(), fa.data(), fu.data(), n);
+        CHECK_TRUE_TEXT(memcmp(d1.data(), d2.data(), n * sizeof(float)) == 0,
+                        "swiglu bwd da == du: fast != reference");
+    }
+}
+
 static void gate_case(int mode)
 {
     uint64_t s = 61 + (uint64_t)mode;

@@ -281,6 +281,101 @@ TEST(gdn_conv, block_leaves_sum_to_the_sequence_and_tiled_equals_reference)
 }
 
 // ------------------------------------------------------------------ gdn_gates
+// The fast fwd / bwd / wgrad_rows (row by row over channel chunks, eight lanes, the lane
+// forms of SiLU and sigmoid) against the scalar references, 0 ulp, float and double: the
+// bench model's shape (Hk 4, Dk 64, Hv 8, Dv 64, K 4: one chunk of 1024 channels, 1024
+// tokens), odd widths (lane tails of 1..7 channels), several chunks (K 5 at Cc 946: a
+// chunk boundary inside a block; K 32: chunks of 128 channels), more blocks than a chunk's
+// 64 pieces (Dk = Dv = 1, 160 blocks), K 1 and K 33 (the reference fallback); every case
+// with and without packed documents (pos: documents of 1..40 tokens), the weight gradient
+// over a whole sequence and over a block of rows (t0 > 0), outputs accumulated onto
+// nonzero values, and inputs scaled so that some pre-activations pass the exp clamps.
+TEST(gdn_conv, fast_paths_bit_identical_to_reference)
+{
+    const gdn_dims cases[] = {{4, 256, 4, 64, 8, 64, 4, 1}, {2, 67, 3, 5, 6, 9, 4, 1},
+                              {1, 50, 2, 70, 6, 111, 5, 1}, {2, 41, 2, 96, 4, 80, 32, 1},
+                              {1, 30, 32, 1, 96, 1, 3, 1}, {2, 23, 1, 7, 2, 3, 1, 1},
+                              {1, 45, 1, 9, 2, 6, 33, 1}};
+    for (const gdn_dims &d : cases) {
+        for (int packed = 0; packed < 2; packed++) {
+            uint64_t seed = 901 + (uint64_t)d.S * 7 + (uint64_t)packed;
+            const size_t nc = d.T() * d.Cc();
+            std::vector<int32_t> pos(d.T());
+            for (int64_t s = 0; s < d.b; s++) {
+                int64_t start = 0, len = 1 + (int64_t)(40.0 * fabs(qt_test_rand(&seed)));
+                for (int64_t t = 0; t < d.S; t++) {
+                    if (t - start >= len) {
+                        start = t;
+                        len = 1 + (int64_t)(40.0 * fabs(qt_test_rand(&seed)));
+                    }
+                    pos[s * d.S + t] = (int32_t)(t - start);
+                }
+            }
+            const int32_t *P = packed ? pos.data() : nullptr;
+            vecd qkvz = rand_vec(&seed, d.T() * d.W(), d.S == 256 ? 1.5 : 60.0);
+            vecd w = rand_vec(&seed, d.Cc() * d.K, 0.9), R = rand_vec(&seed, nc, 1.0);
+            vecd dq0 = rand_vec(&seed, qkvz.size(), 0.5), dw0 = rand_vec(&seed, w.size(), 0.5);
+            const int64_t t0 = d.S / 3, S = d.S;
+            {  // float
+                vecf qf = to_f(qkvz), wf = to_f(w), Rf = to_f(R);
+                vecf ca(nc), pa(nc), cb(nc), pb(nc);
+                qt_gdn_conv_fwd_pos(ca.data(), pa.data(), qf.data(), wf.data(), P, d.b, S, d.hk,
+                                    d.dk, d.hv, d.dv, d.K);
+                qt_gdn_conv_fwd_ref_pos(cb.data(), pb.data(), qf.data(), wf.data(), P, d.b, S,
+                                        d.hk, d.dk, d.hv, d.dv, d.K);
+                CHECK_TRUE_TEXT(same_bits(pa, pb), "conv fwd pre fast != ref (float)");
+                CHECK_TRUE_TEXT(same_bits(ca, cb), "conv fwd silu fast != ref (float)");
+                vecf da = to_f(dq0), db = da;
+                qt_gdn_conv_bwd_pos(da.data(), pa.data(), Rf.data(), wf.data(), P, d.b, S, d.hk,
+                                    d.dk, d.hv, d.dv, d.K);
+                qt_gdn_conv_bwd_ref_pos(db.data(), pa.data(), Rf.data(), wf.data(), P, d.b, S,
+                                        d.hk, d.dk, d.hv, d.dv, d.K);
+                CHECK_TRUE_TEXT(same_bits(da, db), "conv bwd fast != ref (float)");
+                CHECK_TRUE_TEXT(!same_bits(da, to_f(dq0)), "conv bwd added nothing");
+                for (int64_t lo : {(int64_t)0, t0}) {
+                    vecf wa = to_f(dw0), wb = wa;
+                    for (int64_t s = 0; s < d.b; s++) {
+                        const size_t o = s * S * d.Cc(), oq = s * S * d.W();
+                        const int32_t *Ps = P ? P + s * S : nullptr;
+                        qt_gdn_conv_wgrad_rows_pos(wa.data(), pa.data() + o, Rf.data() + o,
+                                                   qf.data() + oq, Ps, lo, S, d.hk, d.dk, d.hv,
+                                                   d.dv, d.K);
+                        qt_gdn_conv_wgrad_rows_ref_pos(wb.data(), pa.data() + o, Rf.data() + o,
+                                                       qf.data() + oq, Ps, lo, S, d.hk, d.dk,
+                                                       d.hv, d.dv, d.K);
+                    }
+                    CHECK_TRUE_TEXT(same_bits(wa, wb), "conv wgrad rows fast != ref (float)");
+                    CHECK_TRUE_TEXT(!same_bits(wa, to_f(dw0)), "conv wgrad added nothing");
+                }
+            }
+            {  // double (the _f64 build of the same source)
+                vecd ca(nc), pa(nc), cb(nc), pb(nc);
+                qt_gdn_conv_fwd_pos_f64(ca.data(), pa.data(), qkvz.data(), w.data(), P, d.b, S,
+                                        d.hk, d.dk, d.hv, d.dv, d.K);
+                qt_gdn_conv_fwd_ref_pos_f64(cb.data(), pb.data(), qkvz.data(), w.data(), P, d.b,
+                                            S, d.hk, d.dk, d.hv, d.dv, d.K);
+                CHECK_TRUE_TEXT(memcmp(pa.data(), pb.data(), nc * sizeof(double)) == 0 &&
+                                    memcmp(ca.data(), cb.data(), nc * sizeof(double)) == 0,
+                                "conv fwd fast != ref (double)");
+                vecd da = dq0, db = dq0;
+                qt_gdn_conv_bwd_pos_f64(da.data(), pa.data(), R.data(), w.data(), P, d.b, S,
+                                        d.hk, d.dk, d.hv, d.dv, d.K);
+                qt_gdn_conv_bwd_ref_pos_f64(db.data(), pa.data(), R.data(), w.data(), P, d.b, S,
+                                            d.hk, d.dk, d.hv, d.dv, d.K);
+                CHECK_TRUE_TEXT(memcmp(da.data(), db.data(), da.size() * sizeof(double)) == 0,
+                                "conv bwd fast != ref (double)");
+                vecd wa = dw0, wb = dw0;
+                qt_gdn_conv_wgrad_rows_pos_f64(wa.data(), pa.data(), R.data(), qkvz.data(), P, t0,
+                                               S, d.hk, d.dk, d.hv, d.dv, d.K);
+                qt_gdn_conv_wgrad_rows_ref_pos_f64(wb.data(), pa.data(), R.data(), qkvz.data(), P,
+                                                   t0, S, d.hk, d.dk, d.hv, d.dv, d.K);
+                CHECK_TRUE_TEXT(memcmp(wa.data(), wb.data(), wa.size() * sizeof(double)) == 0,
+                                "conv wgrad rows fast != ref (double)");
+            }
+        }
+    }
+}
+
 TEST_GROUP(gdn_gates){};
 
 TEST(gdn_gates, backward_matches_finite_differences_and_float)
@@ -622,6 +717,47 @@ TEST(gdn_core, no_leak_across_sequences)
 
 // ------------------------------------------------------------------ gated_rmsnorm
 TEST_GROUP(gated_rmsnorm){};
+
+// The regrouped backward (heads in groups of 8, dots side by side) against the scalar
+// reference, 0 ulp, float and double: the bench model's shape (T 1024, Hk 4, Dk 64, Hv 8,
+// Dv 64), a row count that is not a multiple of the group (T*Hv = 21) with an odd Dv,
+// Dv 256 (the largest the tile takes) and Dv 257 (the reference fallback); z scaled so some
+// values pass the exp clamps; outputs accumulated onto nonzero values.
+TEST(gated_rmsnorm, fast_backward_bit_identical_to_reference)
+{
+    const gdn_dims cases[] = {{1, 1024, 4, 64, 8, 64, 0, 1}, {1, 7, 1, 3, 3, 5, 0, 1},
+                              {1, 9, 1, 2, 2, 256, 0, 1}, {1, 5, 1, 2, 1, 257, 0, 1}};
+    for (const gdn_dims &d : cases) {
+        const int64_t T = d.T(), n = T * d.hv * d.dv;
+        uint64_t seed = 4321 + (uint64_t)d.dv;
+        vecd o = rand_vec(&seed, n, 2.0), qkvz = rand_vec(&seed, T * d.W(), d.dv == 64 ? 4.0 : 200.0);
+        vecd w = rand_vec(&seed, d.dv, 1.0), dy = rand_vec(&seed, n, 1.0);
+        vecd do0 = rand_vec(&seed, n, 0.5), dq0 = rand_vec(&seed, qkvz.size(), 0.5);
+        vecd y(n), rstd(T * d.hv);
+        qt_gated_rmsnorm_fwd_f64(y.data(), rstd.data(), o.data(), qkvz.data(), w.data(), T, d.hk,
+                                 d.dk, d.hv, d.dv, (double)1e-6f);
+        vecf of = to_f(o), qf = to_f(qkvz), wf = to_f(w), dyf = to_f(dy), yf(n), rf(T * d.hv);
+        qt_gated_rmsnorm_fwd(yf.data(), rf.data(), of.data(), qf.data(), wf.data(), T, d.hk, d.dk,
+                             d.hv, d.dv, 1e-6f);
+        vecf da = to_f(do0), db = da, qa = to_f(dq0), qb = qa;
+        qt_gated_rmsnorm_bwd(da.data(), qa.data(), rf.data(), dyf.data(), of.data(), qf.data(),
+                             wf.data(), T, d.hk, d.dk, d.hv, d.dv);
+        qt_gated_rmsnorm_bwd_ref(db.data(), qb.data(), rf.data(), dyf.data(), of.data(),
+                                 qf.data(), wf.data(), T, d.hk, d.dk, d.hv, d.dv);
+        CHECK_TRUE_TEXT(same_bits(da, db), "gated norm bwd d_o fast != ref (float)");
+        CHECK_TRUE_TEXT(same_bits(qa, qb), "gated norm bwd dz fast != ref (float)");
+        CHECK_TRUE_TEXT(!same_bits(da, to_f(do0)) && !same_bits(qa, to_f(dq0)),
+                        "gated norm bwd added nothing");
+        vecd xa = do0, xb = do0, za = dq0, zb = dq0;
+        qt_gated_rmsnorm_bwd_f64(xa.data(), za.data(), rstd.data(), dy.data(), o.data(),
+                                 qkvz.data(), w.data(), T, d.hk, d.dk, d.hv, d.dv);
+        qt_gated_rmsnorm_bwd_ref_f64(xb.data(), zb.data(), rstd.data(), dy.data(), o.data(),
+                                     qkvz.data(), w.data(), T, d.hk, d.dk, d.hv, d.dv);
+        CHECK_TRUE_TEXT(memcmp(xa.data(), xb.data(), n * sizeof(double)) == 0 &&
+                            memcmp(za.data(), zb.data(), za.size() * sizeof(double)) == 0,
+                        "gated norm bwd fast != ref (double)");
+    }
+}
 
 TEST(gated_rmsnorm, backward_matches_finite_differences_and_float)
 {

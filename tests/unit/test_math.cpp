@@ -259,7 +259,8 @@ TEST(Math, InlineVectorAndApiBitIdentical)
     LONGS_EQUAL(0, bad);
 }
 
-// qt_expf_v8 (the eight-lane form the attention softmax uses) gives qt_expf's bits in every
+// qt_expf_v8 (the eight-lane form the attention softmax uses), qt_sigmoidf_v8 and
+// qt_siluf_v8 (the GDN conv's) give qt_expf's / qt_sigmoidf's / qt_siluf's bits in every
 // lane: the edge values and every 4099th bit pattern of all 2^32, the lanes rotated so each
 // value visits a different lane position as the patterns advance.
 TEST(Math, ExpfV8BitIdenticalToApi)
@@ -280,11 +281,15 @@ TEST(Math, ExpfV8BitIdenticalToApi)
                 x[l] = from_bits((uint32_t)b);
             }
         }
-        const qt_mi_f8 y = qt_expf_v8(x);
-        for (int l = 0; l < 8; l++, n++)
+        const qt_mi_f8 y = qt_expf_v8(x), ys = qt_sigmoidf_v8(x), yl = qt_siluf_v8(x);
+        for (int l = 0; l < 8; l++, n++) {
             if (!same_float(y[l], qt_expf(x[l]))) bad++;
+            if (!same_float(ys[l], qt_sigmoidf(x[l]))) bad++;
+            if (!same_float(yl[l], qt_siluf(x[l]))) bad++;
+        }
     }
-    printf("\n  qt_expf_v8 against qt_expf on %ld values, %ld mismatches", n, bad);
+    printf("\n  qt_expf_v8 / qt_sigmoidf_v8 / qt_siluf_v8 against the API on %ld values, %ld "
+           "mismatches", n, bad);
     LONGS_EQUAL(0, bad);
 }
 
