@@ -385,6 +385,10 @@ row "configgen" "configgen test-next-tiny.yml load_parameters_path=gs://bucket/c
 row "configgen" "configgen test-next-tiny.yml dtype=bfloat16 float32_logits=true" "unit \`CgBadConfig\`" cg $RUN dtype=bfloat16 float32_logits=true
 row "configgen" "configgen test-next-tiny.yml adamw_mask=['.*norm']" "unit \`CgBadConfig\`" cg $RUN "adamw_mask=['.*norm']"
 row "configgen" "configgen test-next-tiny.yml sparse_matmul=yes" "unit \`CgBadConfig\`" cg $RUN sparse_matmul=yes
+# ---- session 22, an adversarial new user (appended)
+mkdir -p $W/mt && printf 'run_name: ""\nvllm_hf_overrides: {}\nbase_output_directory: ""\nhardware: "tpu"\n' > $W/mt/base.yml
+row "configgen" "configgen test-next-tiny.yml steps=010 (YAML 1.1 octal: MaxText reads 8)" "unit \`CgConfig.TypeErrorsNameKeyValueAndType\`" cg $RUN steps=010
+row "configgen" "configgen $W/mt/base.yml (MaxText's own configs/base.yml as the run file)" "unit \`CgConfig.BaseYmlAsTheRunFile\`" cg $W/mt/base.yml
 
 {
   cat <<'EOF'
