@@ -399,6 +399,21 @@ qd_nothing_left() {
 }
 check "qtrain-data: a failed encode leaves no output (neither target nor temporary)" qd_nothing_left
 
+# audit22: under `ulimit -f` SIGXFSZ ended qtrain-data with no message (exit 153) and left its
+# half-written temporary (.out.tok.tmp.XXXXXX, a name no later run removes) beside out=; the
+# write now fails with a message naming the limit, exit 1, nothing left. 16 KiB of 4-byte ids
+# from 40 kB of text (the tiny tokenizer: bytes, a few merges).
+qd_fsize() {
+  local d=$QT_TMP/qdfs; rm -rf $d; mkdir -p $d
+  head -c 40000 README.md > $d/in.txt
+  (ulimit -f 16; exec $QD encode tokenizer=$B/tiny.json out=$d/out.tok $d/in.txt) > /dev/null 2> $d/err.txt
+  local rc=$?
+  cat $d/err.txt
+  [ $rc = 1 ] && grep -q "out.tok: write failed: the file-size limit RLIMIT_FSIZE (ulimit -f) is 16384 bytes" $d/err.txt || { echo "exit $rc"; return 1; }
+  [ "$(ls -A $d)" = "$(printf 'err.txt\nin.txt')" ] || { echo "left:"; ls -A $d; return 1; }
+}
+check "qtrain-data: a write past ulimit -f is an error naming the limit and leaves no temporary" qd_fsize
+
 # out= (issue 30): an existing file is replaced only with overwrite=1; a directory, a device,
 # an input (also through a symbolic link) or the tokenizer never; a missing directory is
 # refused before anything is read. Every refusal leaves the file byte for byte and no

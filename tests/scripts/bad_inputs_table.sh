@@ -389,6 +389,8 @@ row "configgen" "configgen test-next-tiny.yml sparse_matmul=yes" "unit \`CgBadCo
 mkdir -p $W/mt && printf 'run_name: ""\nvllm_hf_overrides: {}\nbase_output_directory: ""\nhardware: "tpu"\n' > $W/mt/base.yml
 row "configgen" "configgen test-next-tiny.yml steps=010 (YAML 1.1 octal: MaxText reads 8)" "unit \`CgConfig.TypeErrorsNameKeyValueAndType\`" cg $RUN steps=010
 row "configgen" "configgen $W/mt/base.yml (MaxText's own configs/base.yml as the run file)" "unit \`CgConfig.BaseYmlAsTheRunFile\`" cg $W/mt/base.yml
+head -c 40000 README.md > $W/fs.txt
+row "qtrain-data" "encode out=$W/fs.tok $W/fs.txt under ulimit -f 16 (40 kB of text)" "$E40: qtrain-data: a write past ulimit -f" bash -c 'ulimit -f 16; exec "$@"' _ $QD encode tokenizer=$W/tiny.json out=$W/fs.tok $W/fs.txt
 
 {
   cat <<'EOF'
