@@ -391,6 +391,8 @@ row "configgen" "configgen test-next-tiny.yml steps=010 (YAML 1.1 octal: MaxText
 row "configgen" "configgen $W/mt/base.yml (MaxText's own configs/base.yml as the run file)" "unit \`CgConfig.BaseYmlAsTheRunFile\`" cg $W/mt/base.yml
 head -c 40000 README.md > $W/fs.txt
 row "qtrain-data" "encode out=$W/fs.tok $W/fs.txt under ulimit -f 16 (40 kB of text)" "$E40: qtrain-data: a write past ulimit -f" bash -c 'ulimit -f 16; exec "$@"' _ $QD encode tokenizer=$W/tiny.json out=$W/fs.tok $W/fs.txt
+printf '{"step":0,"loss":1.5,"grad_norm":1,"lr":0.1,"tokens_per_s":10}\n' > $W/m.jsonl
+row "qtrain-audit" "plot $W/m.jsonl -o $W/m.jsonl --overwrite (the metrics file plotted)" "e2e \`85_audit.sh\`: audit plot: -o naming a metrics file being plotted" build/audit/qtrain-audit plot $W/m.jsonl -o $W/m.jsonl --overwrite
 
 {
   cat <<'EOF'
