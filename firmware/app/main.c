@@ -14,6 +14,7 @@
  * (qt_main_comm_fail). A wait on a peer is bounded by start_timeout= until every rank has
  * its inputs open, by comm_timeout= from then on (qt_main_deadline).
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,8 +241,12 @@ static int qt_main_open_metrics(const qt_cli *cli, int64_t start)
     if (!cli->overwrite) {
         int64_t last = -1;
         if (qt_metrics_last_step(path, &last) != QT_OK) {
-            fprintf(stderr, "qtrain: metrics=%s: give overwrite=1 to replace the file, or "
-                    "another path\n", path);
+            /* overwrite=1 helps only with a file that is there (not a metrics file); a path
+             * that cannot be opened at all (through a file, unreadable) it would not cure */
+            struct stat st;
+            if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+                fprintf(stderr, "qtrain: metrics=%s: give overwrite=1 to replace the file, or "
+                        "another path\n", path);
             return QT_E_IO;
         }
         if (start > 0 && last >= start && cli->truncate_metrics &&
@@ -274,12 +279,14 @@ static int qt_main_open_metrics(const qt_cli *cli, int64_t start)
             return QT_E_ARG;
         }
     }
+    errno = 0;
     qt_main_state.metrics = fopen(path, mode);
     if (!qt_main_state.metrics ||
         setvbuf(qt_main_state.metrics, qt_main_state.metrics_buf, _IOFBF,
                 sizeof qt_main_state.metrics_buf) != 0) {
-        fprintf(stderr, "qtrain: cannot open metrics file %s for %s\n", path,
-                *mode == 'a' ? "appending" : "writing");
+        /* the reason too (a read-only directory said only "cannot open") */
+        fprintf(stderr, "qtrain: cannot open metrics file %s for %s: %s\n", path,
+                *mode == 'a' ? "appending" : "writing", errno ? strerror(errno) : "setvbuf failed");
         return QT_E_IO;
     }
     return QT_OK;

@@ -220,6 +220,17 @@ metrics_resume_appends() {
 }
 check "metrics: a resumed run appends (last step must be start-1); a fresh run needs overwrite=1" metrics_resume_appends
 check "metrics: a failing metrics write (full disk) is an error" expect_fail "writing the metrics file /dev/full failed" $Q steps=2 data=$T metrics=/dev/full
+# audit22: a metrics= that cannot be created ended with "give overwrite=1 to replace the
+# file" (there is no file; overwrite=1 then said only "cannot open", not why: a read-only
+# directory, a path through a file)
+printf 'x\n' > $B/plainfile
+metrics_uncreatable() {
+  $Q steps=1 data=$T metrics=$B/plainfile/m.jsonl > /dev/null 2> $B/mu.err && { echo accepted; return 1; }
+  cat $B/mu.err
+  [ "$(grep -v -e '^qtrain: run ' -e 'peak RSS' $B/mu.err)" = "qtrain: metrics file $B/plainfile/m.jsonl: cannot open: Not a directory" ] || return 1
+  expect_fail "qtrain: cannot open metrics file $B/plainfile/m.jsonl for writing: Not a directory" $Q steps=1 data=$T metrics=$B/plainfile/m.jsonl overwrite=1
+}
+check "metrics: a path that cannot be created is refused with the reason, not the advice overwrite=1" metrics_uncreatable
 
 # ---- memory limits
 arena_over_rlimit() {

@@ -393,6 +393,8 @@ head -c 40000 README.md > $W/fs.txt
 row "qtrain-data" "encode out=$W/fs.tok $W/fs.txt under ulimit -f 16 (40 kB of text)" "$E40: qtrain-data: a write past ulimit -f" bash -c 'ulimit -f 16; exec "$@"' _ $QD encode tokenizer=$W/tiny.json out=$W/fs.tok $W/fs.txt
 printf '{"step":0,"loss":1.5,"grad_norm":1,"lr":0.1,"tokens_per_s":10}\n' > $W/m.jsonl
 row "qtrain-audit" "plot $W/m.jsonl -o $W/m.jsonl --overwrite (the metrics file plotted)" "e2e \`85_audit.sh\`: audit plot: -o naming a metrics file being plotted" build/audit/qtrain-audit plot $W/m.jsonl -o $W/m.jsonl --overwrite
+printf 'x\n' > $W/plainfile
+row "metrics" "metrics=$W/plainfile/m.jsonl (a path through a file)" "$E40: metrics: a path that cannot be created" $Q steps=1 data=$T metrics=$W/plainfile/m.jsonl
 
 {
   cat <<'EOF'
