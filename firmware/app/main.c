@@ -140,6 +140,15 @@ static int qt_main_check_dest(const char *key, const char *path, int qtrain_form
                 "shorter than %zu characters)\n", key, path, sizeof qt_main_state.dir_buf);
         return QT_E_ARG;
     }
+    /* save=. (or DIR/., ..): the save's temporary DIR.tmp.<pid> would lie inside the target
+     * ("..tmp.<pid>") and the save failed after training ("holds the subdirectory") */
+    const char *last = slash ? slash + 1 : path;
+    if (!strcmp(last, ".") || !strcmp(last, "..")) {
+        fprintf(stderr, "qtrain: %s=%s: the path ends in '%s'; a save writes beside its "
+                "target and then swaps it in, so it needs the directory's own name: expected "
+                "an absolute path or ../NAME\n", key, path, last);
+        return QT_E_ARG;
+    }
     memcpy(qt_main_state.dir_buf, path, n);
     qt_main_state.dir_buf[n] = 0;
     const char *dir = slash ? (n ? qt_main_state.dir_buf : "/") : ".";

@@ -455,9 +455,11 @@ static int qt_cd_commit(const qt_plan *p)
     char parent[QT_SX_PATH_MAX];
     struct stat st;
     int exists = stat(qt_cd.dir, &st) == 0, rc;
+    /* -1: the directory could not be opened; qt_cd_carry's own failures (QT_E_IO, already
+     * printed) are returned as they are, not followed by "cannot list: Success" */
     if (exists && (rc = qt_st_dir_each(qt_cd.dir, qt_cd_carry, NULL)))
-        return rc < 0 ? qt_fail(QT_E_IO, "save=%s: cannot list: %s", qt_cd.dir,
-                                strerror(errno)) : rc;
+        return rc == -1 ? qt_fail(QT_E_IO, "save=%s: cannot list: %s", qt_cd.dir,
+                                  strerror(errno)) : rc;
     if ((rc = qt_hf_files_write(p, qt_cd.tmp)) || (rc = qt_cd_fsync_path(qt_cd.tmp)))
         return rc;
     if (!exists) {

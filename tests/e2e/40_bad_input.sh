@@ -134,6 +134,21 @@ save_missing_dir() {
   ! ls -d $B/nodir* 2>/dev/null | grep -q .
 }
 check "save: unwritable destination fails at start-up with its name, nothing written" save_missing_dir
+
+# audit22: save=. (or DIR/., ..) trained, then failed at the save ("holds the subdirectory
+# ..tmp.<pid>", the temporary inside the target): the training lost. Refused at start-up now,
+# before any step, the directory unchanged.
+save_dot() {
+  local d=$QT_TMP/savedot; rm -rf $d; mkdir -p $d/w && echo mine > $d/w/notes.txt || return 1
+  local sv
+  for sv in . w/. ..; do
+    (cd $d/w && exec $QT_ROOT/$Q steps=2 data=$QT_ROOT/$T save=$sv) > $d/out 2> $d/err && { echo "save=$sv accepted"; return 1; }
+    grep -F "qtrain: save=$sv: the path ends in '${sv##*/}'; a save writes beside its target" $d/err || { cat $d/err; return 1; }
+    grep -q "^step" $d/out $d/err && { echo "save=$sv trained"; return 1; }
+    [ "$(ls -A $d/w)" = notes.txt ] || { ls -A $d/w; return 1; }
+  done
+}
+check "save: save=. (DIR/., ..) is refused at start-up, nothing trained or written" save_dot
 save_targets_checked() {
   local d=$QT_TMP/targets; rm -rf $d; mkdir -p $d/adir/sub
   check_refused() { local sub=$1; shift; expect_fail "$sub" "$@" || return 1; }
