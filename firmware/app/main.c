@@ -145,8 +145,20 @@ static int qt_main_check_dest(const char *key, const char *path, int qtrain_form
     const char *last = slash ? slash + 1 : path;
     if (!strcmp(last, ".") || !strcmp(last, "..")) {
         fprintf(stderr, "qtrain: %s=%s: the path ends in '%s'; a save writes beside its "
-                "target and then swaps it in, so it needs the directory's own name: expected "
-                "an absolute path or ../NAME\n", key, path, last);
+                "target and then swaps it in, so it needs the target's own name: expected "
+                "e.g. save=ckpt, run from the directory that holds ckpt\n", key, path, last);
+        return QT_E_ARG;
+    }
+    /* save=$PWD: the swap leaves the process in the deleted old directory, where relative
+     * paths (data=tokens.npy) no longer resolve: the run stopped at the first save with
+     * "data file ... changed during the run" */
+    struct stat here, target;
+    if (qtrain_format && !stat(".", &here) && !stat(path, &target) && S_ISDIR(target.st_mode) &&
+        here.st_dev == target.st_dev && here.st_ino == target.st_ino) {
+        fprintf(stderr, "qtrain: %s=%s is the current directory; a save swaps a new directory "
+                "in at that path and deletes the old one, which would leave this run's "
+                "relative paths (data=, metrics=) in a deleted directory: run from another "
+                "directory\n", key, path);
         return QT_E_ARG;
     }
     memcpy(qt_main_state.dir_buf, path, n);

@@ -147,8 +147,16 @@ save_dot() {
     grep -q "^step" $d/out $d/err && { echo "save=$sv trained"; return 1; }
     [ "$(ls -A $d/w)" = notes.txt ] || { ls -A $d/w; return 1; }
   done
+  # save= the current directory by its name: the swap left the run in the deleted old
+  # directory, and relative paths (data=tokens.npy) failed at the first save ("data file changed")
+  cp $T $d/w/tokens.npy || return 1
+  for sv in $d/w ../w; do
+    (cd $d/w && exec $QT_ROOT/$Q steps=2 save_every=1 data=tokens.npy save=$sv) > $d/out 2> $d/err && { echo "save=$sv accepted"; return 1; }
+    grep -F "qtrain: save=$sv is the current directory; a save swaps a new directory in" $d/err || { cat $d/err; return 1; }
+    [ "$(ls -A $d/w | tr '\n' ' ')" = "notes.txt tokens.npy " ] || { ls -A $d/w; return 1; }
+  done
 }
-check "save: save=. (DIR/., ..) is refused at start-up, nothing trained or written" save_dot
+check "save: save=. (DIR/., .., the current directory) is refused at start-up, nothing trained or written" save_dot
 save_targets_checked() {
   local d=$QT_TMP/targets; rm -rf $d; mkdir -p $d/adir/sub
   check_refused() { local sub=$1; shift; expect_fail "$sub" "$@" || return 1; }

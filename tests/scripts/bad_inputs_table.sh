@@ -395,7 +395,9 @@ printf '{"step":0,"loss":1.5,"grad_norm":1,"lr":0.1,"tokens_per_s":10}\n' > $W/m
 row "qtrain-audit" "plot $W/m.jsonl -o $W/m.jsonl --overwrite (the metrics file plotted)" "e2e \`85_audit.sh\`: audit plot: -o naming a metrics file being plotted" build/audit/qtrain-audit plot $W/m.jsonl -o $W/m.jsonl --overwrite
 printf 'x\n' > $W/plainfile
 row "metrics" "metrics=$W/plainfile/m.jsonl (a path through a file)" "$E40: metrics: a path that cannot be created" $Q steps=1 data=$T metrics=$W/plainfile/m.jsonl
-row "save target" "save=. (the current directory; its temporary ..tmp.<pid> would lie inside it)" "$E40: save: save=. (DIR/., ..) is refused at start-up" $Q steps=1 data=$T save=.
+row "save target" "save=. (the current directory; its temporary ..tmp.<pid> would lie inside it)" "$E40: save: save=. (DIR/., .., the current directory) is refused at start-up" $Q steps=1 data=$T save=.
+mkdir -p $W/cwdrun
+row "save target" "save=$W/cwdrun, run in $W/cwdrun (the current directory by its name)" "$E40: save: save=. (DIR/., .., the current directory) is refused at start-up" bash -c 'cd "$0" && exec "$@"' $W/cwdrun $PWD/$Q steps=1 data=$PWD/$T save=$W/cwdrun
 
 {
   cat <<'EOF'
