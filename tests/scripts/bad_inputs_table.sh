@@ -398,6 +398,8 @@ row "metrics" "metrics=$W/plainfile/m.jsonl (a path through a file)" "$E40: metr
 row "save target" "save=. (the current directory; its temporary ..tmp.<pid> would lie inside it)" "$E40: save: save=. (DIR/., .., the current directory) is refused at start-up" $Q steps=1 data=$T save=.
 mkdir -p $W/cwdrun
 row "save target" "save=$W/cwdrun, run in $W/cwdrun (the current directory by its name)" "$E40: save: save=. (DIR/., .., the current directory) is refused at start-up" bash -c 'cd "$0" && exec "$@"' $W/cwdrun $PWD/$Q steps=1 data=$PWD/$T save=$W/cwdrun
+printf 'QTTOKENX\001\000\000\000' > $W/magic.tok
+row "token data" "data=$W/magic.tok (neither .npy nor QTTOKENS, no data_dtype=)" "this table" $Q steps=1 data=$W/magic.tok
 
 {
   cat <<'EOF'
