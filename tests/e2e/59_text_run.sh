@@ -255,3 +255,19 @@ text_hf_kept() {
   echo "hf/eval refused (kept), hf/source.txt carried as a link (through a SIGINT in the moves), an hf link refused, the user's .staging.$dead1 kept"
 }
 check "make run TEXT=: a subdirectory in TEXT_OUT/hf is refused (kept), a link there carried over, hf itself a link refused, a user's .staging.N kept, SIGINT in the moves" text_hf_kept
+
+# audit22: make clean removed build/ whole, build/text-qwen (make run TEXT='s default TEXT_OUT)
+# with it: the trained checkpoint and the files a user put in hf/. A directory with the
+# marker keeps its run files (the rest of it, the binaries, goes); run on a build directory
+# of its own (BUILD=), so the real build/ stays.
+text_clean_keeps() {
+  local b=$TXD/cleanb
+  rm -rf $b && mkdir -p $b/text-qwen/hf $b/fw $b/default || return 1
+  touch $b/text-qwen/qtrain $b/text-qwen/.qtrain-make-run $b/text-qwen/train.tok $b/text-qwen/metrics.jsonl \
+    $b/text-qwen/loss.png $b/fw/x.o $b/default/metrics.jsonl && echo mine > $b/text-qwen/hf/NOTES.md || return 1
+  make --no-print-directory clean BUILD=$b || return 1
+  [ "$(cd $b && find . | sort | tr '\n' ' ')" = ". ./text-qwen ./text-qwen/.qtrain-make-run ./text-qwen/hf ./text-qwen/hf/NOTES.md ./text-qwen/loss.png ./text-qwen/metrics.jsonl ./text-qwen/train.tok " ] ||
+    { echo "left:"; (cd $b && find . | sort); return 1; }
+  [ "$(cat $b/text-qwen/hf/NOTES.md)" = mine ]
+}
+check "make clean keeps make run TEXT= files (train.tok, metrics.jsonl, loss.png, hf/) and removes the rest of build/" text_clean_keeps
