@@ -555,6 +555,18 @@ cg_outside() {
 }
 check "configgen: started outside the project, base.yml missing is said with where it was looked for and what to do" cg_outside
 
+# audit22: under `ulimit -f` SIGXFSZ ended configgen (exit 153, no message) and left
+# OUTDIR/.<run>.tmp.<pid>/ with a cut plan.c; now the write fails naming the limit, exit 1,
+# and nothing is left in OUTDIR.
+cg_fsize() {
+  local o=$QT_TMP/cgfs; rm -rf $o
+  (ulimit -f 8; exec build/configgen/configgen -o $o configgen/configs/runs/test-next-tiny.yml) 2> $QT_TMP/cgfs.err; local rc=$?
+  cat $QT_TMP/cgfs.err
+  [ $rc = 1 ] && grep -q "plan.c: write failed: File too large (the file-size limit, ulimit -f; nothing was written)" $QT_TMP/cgfs.err || { echo "exit $rc"; return 1; }
+  [ -z "$(ls -A $o)" ] || { echo "left:"; find $o; return 1; }
+}
+check "configgen: a write past ulimit -f is an error naming the limit, nothing left in the output directory" cg_fsize
+
 # qtrain-data's numbers: from=, count= and info's eos= past 2^64 were taken as 2^64-1 (the
 # message then named another value than the one given, and info counted documents at an
 # id no token file holds); info's eos= must be an id a token file can hold (below 2^32)

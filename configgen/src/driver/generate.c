@@ -51,7 +51,8 @@ static int write_atomic(const char *path, const qt_cg_buf *b, char *err, size_t 
     if (bad || rename(tmp, path)) {
         int e = errno;
         unlink(tmp);
-        return qt_cg_fail(err, errlen, "%s: write failed: %s", path, strerror(e));
+        return qt_cg_fail(err, errlen, "%s: write failed: %s%s", path, strerror(e),
+                          e == EFBIG ? " (the file-size limit, ulimit -f; nothing was written)" : "");
     }
     return 0;
 }
