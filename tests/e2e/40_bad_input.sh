@@ -562,7 +562,7 @@ cg_fsize() {
   local o=$QT_TMP/cgfs; rm -rf $o
   (ulimit -f 8; exec build/configgen/configgen -o $o configgen/configs/runs/test-next-tiny.yml) 2> $QT_TMP/cgfs.err; local rc=$?
   cat $QT_TMP/cgfs.err
-  [ $rc = 1 ] && grep -q "plan.c: write failed: File too large (the file-size limit, ulimit -f; nothing was written)" $QT_TMP/cgfs.err || { echo "exit $rc"; return 1; }
+  [ $rc = 1 ] && grep -qF "$o/test-next-tiny/plan.c: write failed: File too large (the file-size limit, ulimit -f; nothing was written)" $QT_TMP/cgfs.err || { echo "exit $rc"; return 1; }
   [ -z "$(ls -A $o)" ] || { echo "left:"; find $o; return 1; }
 }
 check "configgen: a write past ulimit -f is an error naming the limit, nothing left in the output directory" cg_fsize
