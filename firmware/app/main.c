@@ -621,7 +621,9 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
      * (rank 0 reads it; the error flag below stops every rank) */
     if (st == QT_OK && rank == 0 &&
         ((cli->load && qt_hf_config_check(p, "load", cli->load, 0) != QT_OK) ||
-         (cli->save && qt_hf_config_check(p, "save", cli->save, cli->overwrite) != QT_OK)))
+         (cli->save && qt_hf_config_check(p, "save", cli->save, cli->overwrite) != QT_OK) ||
+         (cli->save && !cli->overwrite &&
+          qt_checkpoint_check_target_model(p, "save", cli->save) != QT_OK)))
         st = QT_E_ARG;
     if (st == QT_OK && cli->save)
         st = qt_checkpoint_check_fsize(p, "save", cli->save, 1, cli->save_shard_size) ? QT_E_ARG

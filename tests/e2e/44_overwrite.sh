@@ -30,6 +30,24 @@ ow_save_file() {
 }
 check "overwrite: save=FILE.safetensors: a file of the user's is kept (refused); a qtrain checkpoint is replaced" ow_save_file
 
+# audit22: a qtrain checkpoint file of another model (test-35-tiny's) at save= was replaced
+# by this run's without a word (a directory has its config.json check; a file had nothing).
+# Refused now unless overwrite=1, naming its run, the file byte for byte; the same model's
+# file from another plan (mesh-next-dp2 saving over test-next-tiny's) is still replaced.
+ow_save_other_model() {
+  local f=$OW/other.safetensors
+  rm -f $f && build/test-35-tiny/qtrain data=tests/golden/e2e/test-35-tiny/tokens.npy steps=1 save=$f 2> $OW/err &&
+    cp $f $OW/other.orig || { tail -n 2 $OW/err; return 1; }
+  $Q data=$T steps=1 save=$f > /dev/null 2> $OW/err && { echo "replaced"; return 1; }
+  grep -F "save=$f is a qtrain checkpoint of another model (run test-35-tiny; $f: missing tensor" $OW/err || { cat $OW/err; return 1; }
+  grep -q "^step " $OW/err && { echo "trained"; return 1; }
+  cmp $f $OW/other.orig || { echo "changed"; return 1; }
+  $Q data=$T steps=1 save=$f overwrite=1 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  timeout 120 mpiexec -n 2 build/mesh-next-dp2/qtrain data=$T steps=1 save=$f > /dev/null 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  echo "refused, replaced with overwrite=1, and by the same model's mesh plan"
+}
+check "overwrite: save=FILE.safetensors holding a qtrain checkpoint of another model is refused (kept) unless overwrite=1" ow_save_other_model
+
 ow_save_dir() {
   mkdir -p $OW/d1
   keep_refused $OW/d1/model-00001-of-00001.safetensors "save=$OW/d1 holds checkpoint files but no qtrain checkpoint" save=$OW/d1 || return 1

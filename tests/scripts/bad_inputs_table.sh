@@ -22,7 +22,7 @@ Q=build/test-next-tiny/qtrain
 T=tests/golden/e2e/test-next-tiny/tokens.npy
 CG=build/configgen/configgen
 for f in $Q build/test-next-tiny/qtrain-static build/bench/qtrain build/mesh-next-dp2/qtrain \
-         build/mtp-next-1r/qtrain build/mtp-keep-next-1r/qtrain \
+         build/mtp-next-1r/qtrain build/mtp-keep-next-1r/qtrain build/test-35-tiny/qtrain \
          build/mesh-next-dp4/qtrain build/ctx-next-cp2/qtrain build/pp-next-pp2/qtrain $CG \
          build/tools/qtrain-data; do
   [ -x $f ] || { echo "bad_inputs_table.sh: $f missing; run make all first" >&2; exit 1; }
@@ -400,6 +400,9 @@ mkdir -p $W/cwdrun
 row "save target" "save=$W/cwdrun, run in $W/cwdrun (the current directory by its name)" "$E40: save: save=. (DIR/., .., the current directory) is refused at start-up" bash -c 'cd "$0" && exec "$@"' $W/cwdrun $PWD/$Q steps=1 data=$PWD/$T save=$W/cwdrun
 printf 'QTTOKENX\001\000\000\000' > $W/magic.tok
 row "token data" "data=$W/magic.tok (neither .npy nor QTTOKENS, no data_dtype=)" "this table" $Q steps=1 data=$W/magic.tok
+build/test-35-tiny/qtrain steps=1 data=tests/golden/e2e/test-35-tiny/tokens.npy save=$W/c35.safetensors > /dev/null 2>&1
+row "save target" "save=$W/c35.safetensors (a qtrain checkpoint of test-35-tiny, another model)" "e2e \`44_overwrite.sh\`: save=FILE.safetensors holding a qtrain checkpoint of another model" $Q steps=1 data=$T save=$W/c35.safetensors
+row "configgen" "configgen -o $W/cgfs test-next-tiny.yml under ulimit -f 8" "$E40: configgen: a write past ulimit -f" bash -c 'ulimit -f 8; exec "$@"' _ $CG -o $W/cgfs $RUN
 
 {
   cat <<'EOF'
