@@ -125,6 +125,37 @@ static int qt_main_finish(int code)
     return code;
 }
 
+/* A save= file or dump_grads= path may not be a file the run reads (eval_data=, the
+ * tokenizer= file, and for dump_grads= the load= file; data= is the checkpoint check's):
+ * with overwrite=1 the write replaced it (dump_grads= over the loaded checkpoint, over the
+ * eval data). save= naming its load= file is a resume in place and stays allowed. The same
+ * path, or the same device and inode. */
+static int qt_main_dest_clash(const char *key, const char *path, const qt_cli *cli)
+{
+    static char tok[4200];
+    const char *const keys[] = {"eval_data", "tokenizer", "load"};
+    const char *paths[] = {cli->eval_data, cli->tokenizer, strcmp(key, "save") ? cli->load : NULL};
+    struct stat d, o;
+    if (cli->tokenizer && stat(cli->tokenizer, &o) == 0 && S_ISDIR(o.st_mode)) {
+        snprintf(tok, sizeof tok, "%s/tokenizer.json", cli->tokenizer);
+        paths[1] = tok;
+    }
+    const int have = stat(path, &d) == 0 && S_ISREG(d.st_mode);
+    for (int i = 0; i < 3; i++) {
+        if (!paths[i]) continue;
+        const int same_path = !strcmp(paths[i], path);
+        if (same_path || (have && stat(paths[i], &o) == 0 && S_ISREG(o.st_mode) &&
+                          o.st_dev == d.st_dev && o.st_ino == d.st_ino)) {
+            fprintf(stderr, "qtrain: %s=%s is the file of %s=%s%s, which this run reads; "
+                    "refusing to write over it, even with overwrite=1: give another %s= path\n",
+                    key, path, keys[i], paths[i], same_path ? "" : " (same device and inode)",
+                    key);
+            return QT_E_ARG;
+        }
+    }
+    return QT_OK;
+}
+
 /* A file that will be written after training (save=, dump_grads=) must have a writable
  * directory now, and must not be something a save would destroy (a device, a directory,
  * the data file, another kind of file unless overwrite=1): finding out after hours of
@@ -169,6 +200,8 @@ static int qt_main_check_dest(const char *key, const char *path, int qtrain_form
                 path, dir);
         return QT_E_ARG;
     }
+    if ((!qtrain_format || qt_checkpoint_is_file(path)) && qt_main_dest_clash(key, path, cli) != QT_OK)
+        return QT_E_ARG;
     if (qt_checkpoint_check_target(key, path, qtrain_format, cli->overwrite, cli->data) != QT_OK)
         return QT_E_ARG;
     /* a save= target is claimed later (qt_checkpoint_claim: lock, then stale temporaries) */

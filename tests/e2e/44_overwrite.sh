@@ -143,3 +143,27 @@ ow_metrics_clash() {
   echo "ok: $(tail -n 1 $OW/err)"
 }
 check "overwrite: metrics= naming the data, a loaded checkpoint, the tokenizer or a save=/dump_grads= file is refused even with overwrite=1" ow_metrics_clash
+
+# audit22: the same for save= files and dump_grads=: with overwrite=1, dump_grads= naming the
+# load= checkpoint replaced it with the gradients, dump_grads= or save= naming the eval data
+# (or a hard link to it) or the tokenizer replaced them. Refused even with overwrite=1, the
+# files unchanged; save= naming its load= file stays a resume in place.
+ow_dest_clash() {
+  local d=$OW/dc a QE=build/eval-next-1r/qtrain; rm -rf $d; mkdir -p $d
+  cp $T $d/e.npy && ln $d/e.npy $d/e.safetensors && printf '{}\n' > $d/tok.json || return 1
+  $Q data=$T steps=1 save=$d/ck.safetensors 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  (cd $d && sha256sum e.npy tok.json ck.safetensors) > $OW/dc.sum
+  for a in "$Q dump_grads=$d/ck.safetensors load=$d/ck.safetensors:dump_grads=$d/ck.safetensors is the file of load=" \
+           "$QE dump_grads=$d/e.npy eval_data=$d/e.npy:dump_grads=$d/e.npy is the file of eval_data=" \
+           "$QE save=$d/e.safetensors eval_data=$d/e.npy:save=$d/e.safetensors is the file of eval_data=$d/e.npy (same device and inode)" \
+           "$Q dump_grads=$d/tok.json save=$d/out tokenizer=$d/tok.json:dump_grads=$d/tok.json is the file of tokenizer="; do
+    # shellcheck disable=SC2086
+    ${a%%:*} data=$T steps=2 overwrite=1 > /dev/null 2> $OW/err && { echo "accepted: ${a%%:*}"; return 1; }
+    grep -qF "qtrain: ${a#*:}" $OW/err || { echo "${a%%:*}:"; cat $OW/err; return 1; }
+    grep -q "^step " $OW/err && { echo "trained: ${a%%:*}"; return 1; }
+  done
+  (cd $d && sha256sum -c --quiet $OW/dc.sum) || { echo "a file changed"; return 1; }
+  $Q data=$T steps=2 load=$d/ck.safetensors save=$d/ck.safetensors 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  echo "ok: $(tail -n 1 $OW/err)"
+}
+check "overwrite: save=/dump_grads= naming the eval data, the tokenizer or (dump_grads=) the loaded checkpoint is refused even with overwrite=1" ow_dest_clash

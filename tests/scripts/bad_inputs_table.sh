@@ -403,6 +403,8 @@ row "token data" "data=$W/magic.tok (neither .npy nor QTTOKENS, no data_dtype=)"
 build/test-35-tiny/qtrain steps=1 data=tests/golden/e2e/test-35-tiny/tokens.npy save=$W/c35.safetensors > /dev/null 2>&1
 row "save target" "save=$W/c35.safetensors (a qtrain checkpoint of test-35-tiny, another model)" "e2e \`44_overwrite.sh\`: save=FILE.safetensors holding a qtrain checkpoint of another model" $Q steps=1 data=$T save=$W/c35.safetensors
 row "configgen" "configgen -o $W/cgfs test-next-tiny.yml under ulimit -f 8" "$E40: configgen: a write past ulimit -f" bash -c 'ulimit -f 8; exec "$@"' _ $CG -o $W/cgfs $RUN
+$Q steps=1 data=$T save=$W/ldck.safetensors > /dev/null 2>&1
+row "save target" "dump_grads=$W/ldck.safetensors load=$W/ldck.safetensors overwrite=1 (the loaded checkpoint)" "e2e \`44_overwrite.sh\`: save=/dump_grads= naming the eval data, the tokenizer or the loaded checkpoint" $Q steps=2 data=$T load=$W/ldck.safetensors dump_grads=$W/ldck.safetensors overwrite=1
 
 {
   cat <<'EOF'
