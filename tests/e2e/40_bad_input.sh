@@ -420,6 +420,9 @@ check "qtrain-data: a lone surrogate escape is refused" expect_fail "$B/surrogat
 check "qtrain-data: decode of an id beyond the vocabulary names it" expect_fail "$B/bigid.tok: token 0 is id 999999, not in the vocabulary of the tokenizer (258 ids)" $QD decode tokenizer=$B/tiny.json in=$B/bigid.tok
 check "qtrain-data: a truncated token file" expect_fail "$B/trunc4.tok: truncated or padded token file: the header says 64 tokens (280 bytes), the file has 28 bytes" $QD info in=$B/trunc4.tok
 check "qtrain-data: an unreadable tokenizer file" expect_fail "$B/none.json: cannot read the tokenizer file" $QD encode tokenizer=$B/none.json out=$B/o.tok -
+# audit22: a tokenizer.json saved with a byte-order mark said "expected a JSON value at byte 0"
+{ printf '\357\273\277'; cat $B/tiny.json; } > $B/bomtok.json
+check "qtrain-data: a tokenizer.json with a byte-order mark is named as such" expect_fail "$B/bomtok.json: not valid JSON: it starts with a UTF-8 byte-order mark (EF BB BF)" $QD encode tokenizer=$B/bomtok.json out=$B/o.tok -
 check "qtrain-data: an unknown key" expect_fail "encode: unknown key 'tokenizr' in 'tokenizr=x'; expected one of tokenizer= out= field= eos= overwrite=" $QD encode tokenizr=x out=$B/o.tok -
 check "qtrain-data: a tokenizer.json with another Split pattern" expect_fail "$B/other.json: pre_tokenizer Split pattern \"\\s+\" is not a Qwen2/Qwen3/Qwen3.5 pattern" $QD encode tokenizer=$B/other.json out=$B/o.tok -
 # an error after documents were written leaves neither the target nor a temporary file
