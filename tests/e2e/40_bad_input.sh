@@ -15,6 +15,7 @@ B=$QT_TMP/bad; mkdir -p $B
 
 # ---- command line
 check "cli: unknown key names it and suggests" expect_fail "unknown key 'stpes' in 'stpes=3'; did you mean 'steps'?" $Q stpes=3
+check "cli: a key in capitals is told its lower-case name (audit22)" expect_fail "unknown key 'STEPS' in 'STEPS=3'; did you mean 'steps'?" $Q STEPS=3
 check "cli: negative steps" expect_fail "steps=-3: expected a non-negative integer" $Q steps=-3
 check "cli: non-numeric seed" expect_fail "seed=abc: expected" $Q seed=abc
 check "cli: argument without '='" expect_fail "key=value" $Q steps

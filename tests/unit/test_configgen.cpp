@@ -295,6 +295,12 @@ TEST(CgConfig, UnknownKeySuggestsNearest)
     CHECK(rc != 0);
     CHECK(strstr(err, "command line: unknown key 'base_emb_dimm' (did you mean 'base_emb_dim'?)"));
     qt_cg_config_free(&c);
+    // audit22: capitals were told 'dtype' for STEPS (the edit distance was case-sensitive)
+    char *over_caps[] = {(char *)"STEPS=3"};
+    rc = qt_cg_config_load(&c, "configgen/configs", kTiny, 1, over_caps, err, sizeof err);
+    CHECK(rc != 0);
+    CHECK(strstr(err, "command line: unknown key 'STEPS' (did you mean 'steps'?)"));
+    qt_cg_config_free(&c);
 
     // In a file the message names file:line.
     std::string dir = make_tmpdir();

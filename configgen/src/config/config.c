@@ -143,8 +143,12 @@ static int unknown_key(const qt_cg_config *c, const char *where, const char *key
                        size_t errlen)
 {
     int best = -1, bd = 1 << 30;
+    char low[128];   /* capitals as lower case: STEPS=3 is told 'steps' (base.yml's keys are) */
+    snprintf(low, sizeof low, "%s", key);
+    for (char *q = low; *q; q++)
+        if (*q >= 'A' && *q <= 'Z') *q = (char)(*q + 32);
     for (int i = 0; i < c->n; i++) {
-        int d = qt_cg_edit_distance(key, c->k[i].key);
+        int d = qt_cg_edit_distance(low, c->k[i].key);
         if (d < bd) {
             bd = d;
             best = i;
