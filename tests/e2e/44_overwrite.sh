@@ -167,3 +167,21 @@ ow_dest_clash() {
   echo "ok: $(tail -n 1 $OW/err)"
 }
 check "overwrite: save=/dump_grads= naming the eval data, the tokenizer or (dump_grads=) the loaded checkpoint is refused even with overwrite=1" ow_dest_clash
+
+# audit22: save=DIR of a published model's directory (model.safetensors, config.json) kept
+# model.safetensors beside the new sharded checkpoint, and transformers' from_pretrained(DIR)
+# takes model.safetensors before the index: the trained weights were never loaded. Refused
+# unless overwrite=1, which leaves it out of the new checkpoint (the notes kept).
+ow_save_single_beside() {
+  local d=$OW/pubdir; rm -rf $d; mkdir -p $d
+  $Q data=$T steps=1 save=$d/model.safetensors 2> $OW/err && echo "keep me" > $d/notes.txt || { tail -n 2 $OW/err; return 1; }
+  (cd $d && sha256sum model.safetensors notes.txt) > $OW/pub.sum
+  $Q data=$T steps=1 load=$d save=$d > /dev/null 2> $OW/err && { echo "accepted"; return 1; }
+  grep -F "save=$d holds model.safetensors, which transformers' from_pretrained($d) would load instead" $OW/err || { cat $OW/err; return 1; }
+  grep -q "^step " $OW/err && { echo "trained"; return 1; }
+  (cd $d && sha256sum -c --quiet $OW/pub.sum) && [ "$(ls $d | wc -l)" = 2 ] || { echo "changed"; ls $d; return 1; }
+  $Q data=$T steps=2 load=$d save=$d overwrite=1 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  [ ! -e $d/model.safetensors ] && [ -s $d/model.safetensors.index.json ] && [ "$(cat $d/notes.txt)" = "keep me" ] || { ls $d; return 1; }
+  echo "refused; with overwrite=1 model.safetensors left out, notes.txt kept"
+}
+check "overwrite: save=DIR holding model.safetensors (which transformers would load instead) is refused unless overwrite=1, which leaves it out" ow_save_single_beside

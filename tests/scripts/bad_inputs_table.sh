@@ -407,6 +407,8 @@ $Q steps=1 data=$T save=$W/ldck.safetensors > /dev/null 2>&1
 row "save target" "dump_grads=$W/ldck.safetensors load=$W/ldck.safetensors overwrite=1 (the loaded checkpoint)" "e2e \`44_overwrite.sh\`: save=/dump_grads= naming the eval data, the tokenizer or the loaded checkpoint" $Q steps=2 data=$T load=$W/ldck.safetensors dump_grads=$W/ldck.safetensors overwrite=1
 { printf '\357\273\277'; cat $W/tiny.json; } > $W/bomtok.json
 row "qtrain-data" "encode tokenizer=$W/bomtok.json (a tokenizer.json saved with a UTF-8 byte-order mark)" "$E40: qtrain-data: a tokenizer.json with a byte-order mark" $QD encode tokenizer=$W/bomtok.json out=$W/o.tok -
+mkdir -p $W/pubdir && $Q steps=1 data=$T save=$W/pubdir/model.safetensors > /dev/null 2>&1
+row "save target" "save=$W/pubdir (holds model.safetensors, which transformers would load before the index)" "e2e \`44_overwrite.sh\`: save=DIR holding model.safetensors" $Q steps=1 data=$T save=$W/pubdir
 
 {
   cat <<'EOF'
