@@ -555,8 +555,18 @@ plan-binary: $(FW_OBJ) $(FW_APP_OBJ) linker/arena.ld $(ARENA_UNLOAD)
 	$(CC) -o $(OUT) $(FW_OBJ) $(FW_APP_OBJ) $(OUT).plan.o $(OUT).main.o $(LINK_ARENA_FAR) $(LIBS_GLIBC)
 	$(ARENA_UNLOAD) $(OUT) || { rm -f $(OUT); exit 1; }
 
+# build/ but the files of make run TEXT= directories there (TEXT_OUT's default is
+# build/text-qwen, and hf/ may hold files of the user's: README "Two commands"): a directory
+# with the marker .qtrain-make-run keeps train.tok, metrics.jsonl, loss.png and hf/
 clean:
-	rm -rf $(BUILD)
+	@for e in $(BUILD)/* $(BUILD)/.[!.]*; do \
+	  [ -e "$$e" ] || [ -L "$$e" ] || continue; \
+	  if [ -d "$$e" ] && [ ! -L "$$e" ] && [ -f "$$e/.qtrain-make-run" ]; then \
+	    echo "make clean: keeping the make run TEXT= files of $$e (train.tok, metrics.jsonl, loss.png, hf/): rm -r it to remove them"; \
+	    find "$$e" -mindepth 1 -maxdepth 1 ! -name .qtrain-make-run ! -name train.tok ! -name metrics.jsonl \
+	      ! -name loss.png ! -name hf -exec rm -rf {} + || exit 1; \
+	  else rm -rf "$$e" || exit 1; fi; \
+	done; rmdir $(BUILD) 2> /dev/null; true
 
 # The embedded corpus is pulled in with .incbin: rebuild when the text changes.
 $(BUILD)/fw/io/corpus.o $(BUILD)/musl/io/corpus.o $(BUILD)/asan/fw/io/corpus.o: firmware/io/corpus.txt

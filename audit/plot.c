@@ -65,10 +65,12 @@ static int qt_plot_quote(const char *path, char *out, size_t n)
 }
 
 /* The existing -o file: 0 when there is none or --overwrite allows replacing it (a regular
- * file), else QT_AUDIT_ERR after a message. */
-static int qt_plot_check_out(const char *out, int overwrite)
+ * file that is none of the n_in metrics files being plotted: `plot m.jsonl -o m.jsonl
+ * --overwrite` replaced the run's metrics with the picture), else QT_AUDIT_ERR after a
+ * message. */
+static int qt_plot_check_out(const char *out, int overwrite, const char *const *in, int n_in)
 {
-    struct stat st;
+    struct stat st, si;
     if (lstat(out, &st) != 0) {
         if (errno == ENOENT) return 0;
         fprintf(stderr, "qtrain-audit: plot -o %s: cannot stat: %s\n", out, strerror(errno));
@@ -79,6 +81,13 @@ static int qt_plot_check_out(const char *out, int overwrite)
                 "another path\n", out);
         return QT_AUDIT_ERR;
     }
+    for (int k = 0; k < n_in; k++)
+        if (!stat(in[k], &si) && si.st_dev == st.st_dev && si.st_ino == st.st_ino) {
+            fprintf(stderr, "qtrain-audit: plot -o %s is the metrics file %s being plotted; "
+                    "refusing to write the picture over it, even with --overwrite: give "
+                    "another -o path (e.g. loss.png)\n", out, in[k]);
+            return QT_AUDIT_ERR;
+        }
     if (overwrite) return 0;
     fprintf(stderr, "qtrain-audit: plot -o %s: the file exists; give --overwrite to replace "
             "it, or another path\n", out);
@@ -275,7 +284,7 @@ int qt_audit_plot(int argc, char **argv)
         fprintf(stderr, "usage: qtrain-audit plot M.jsonl [M2.jsonl] -o OUT.png [--overwrite]\n");
         return QT_AUDIT_ERR;
     }
-    if (qt_plot_check_out(out, overwrite)) return QT_AUDIT_ERR;
+    if (qt_plot_check_out(out, overwrite, in, n_in)) return QT_AUDIT_ERR;
     char dat[2][64] = {"", ""}, name[2][512], tmp_png[4200], quoted[2 * 4200];
     qt_plot_extra x[2];
     memset(x, 0, sizeof x);

@@ -84,7 +84,8 @@ void qt_cli_usage(FILE *f, const char *prog)
 }
 
 /* Edit distance between key[0..n) and name (both short): a one-row dynamic program over a
- * fixed-size stack row, capped at QT_CLI_KEY_MAX characters. */
+ * fixed-size stack row, capped at QT_CLI_KEY_MAX characters. key's capitals count as their
+ * lower case (the names are lower case), so STEPS=3 is told 'steps'. */
 #define QT_CLI_KEY_MAX 32
 static int qt_cli_distance(const char *key, size_t n, const char *name)
 {
@@ -98,7 +99,8 @@ static int qt_cli_distance(const char *key, size_t n, const char *name)
         row[0] = (int)i;
         for (size_t j = 1; j <= m; j++) {
             int up = row[j];
-            int best = diag + (key[i - 1] != name[j - 1]);
+            const char c = key[i - 1] >= 'A' && key[i - 1] <= 'Z' ? (char)(key[i - 1] + 32) : key[i - 1];
+            int best = diag + (c != name[j - 1]);
             if (up + 1 < best) best = up + 1;
             if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
             row[j] = best;

@@ -14,6 +14,7 @@
  * (qt_main_comm_fail). A wait on a peer is bounded by start_timeout= until every rank has
  * its inputs open, by comm_timeout= from then on (qt_main_deadline).
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +125,37 @@ static int qt_main_finish(int code)
     return code;
 }
 
+/* A save= file or dump_grads= path may not be a file the run reads (eval_data=, the
+ * tokenizer= file, and for dump_grads= the load= file; data= is the checkpoint check's):
+ * with overwrite=1 the write replaced it (dump_grads= over the loaded checkpoint, over the
+ * eval data). save= naming its load= file is a resume in place and stays allowed. The same
+ * path, or the same device and inode. */
+static int qt_main_dest_clash(const char *key, const char *path, const qt_cli *cli)
+{
+    static char tok[4200];
+    const char *const keys[] = {"eval_data", "tokenizer", "load"};
+    const char *paths[] = {cli->eval_data, cli->tokenizer, strcmp(key, "save") ? cli->load : NULL};
+    struct stat d, o;
+    if (cli->tokenizer && stat(cli->tokenizer, &o) == 0 && S_ISDIR(o.st_mode)) {
+        snprintf(tok, sizeof tok, "%s/tokenizer.json", cli->tokenizer);
+        paths[1] = tok;
+    }
+    const int have = stat(path, &d) == 0 && S_ISREG(d.st_mode);
+    for (int i = 0; i < 3; i++) {
+        if (!paths[i]) continue;
+        const int same_path = !strcmp(paths[i], path);
+        if (same_path || (have && stat(paths[i], &o) == 0 && S_ISREG(o.st_mode) &&
+                          o.st_dev == d.st_dev && o.st_ino == d.st_ino)) {
+            fprintf(stderr, "qtrain: %s=%s is the file of %s=%s%s, which this run reads; "
+                    "refusing to write over it, even with overwrite=1: give another %s= path\n",
+                    key, path, keys[i], paths[i], same_path ? "" : " (same device and inode)",
+                    key);
+            return QT_E_ARG;
+        }
+    }
+    return QT_OK;
+}
+
 /* A file that will be written after training (save=, dump_grads=) must have a writable
  * directory now, and must not be something a save would destroy (a device, a directory,
  * the data file, another kind of file unless overwrite=1): finding out after hours of
@@ -139,6 +171,27 @@ static int qt_main_check_dest(const char *key, const char *path, int qtrain_form
                 "shorter than %zu characters)\n", key, path, sizeof qt_main_state.dir_buf);
         return QT_E_ARG;
     }
+    /* save=. (or DIR/., ..): the save's temporary DIR.tmp.<pid> would lie inside the target
+     * ("..tmp.<pid>") and the save failed after training ("holds the subdirectory") */
+    const char *last = slash ? slash + 1 : path;
+    if (!strcmp(last, ".") || !strcmp(last, "..")) {
+        fprintf(stderr, "qtrain: %s=%s: the path ends in '%s'; a save writes beside its "
+                "target and then swaps it in, so it needs the target's own name: expected "
+                "e.g. save=ckpt, run from the directory that holds ckpt\n", key, path, last);
+        return QT_E_ARG;
+    }
+    /* save=$PWD: the swap leaves the process in the deleted old directory, where relative
+     * paths (data=tokens.npy) no longer resolve: the run stopped at the first save with
+     * "data file ... changed during the run" */
+    struct stat here, target;
+    if (qtrain_format && !stat(".", &here) && !stat(path, &target) && S_ISDIR(target.st_mode) &&
+        here.st_dev == target.st_dev && here.st_ino == target.st_ino) {
+        fprintf(stderr, "qtrain: %s=%s is the current directory; a save swaps a new directory "
+                "in at that path and deletes the old one, which would leave this run's "
+                "relative paths (data=, metrics=) in a deleted directory: run from another "
+                "directory\n", key, path);
+        return QT_E_ARG;
+    }
     memcpy(qt_main_state.dir_buf, path, n);
     qt_main_state.dir_buf[n] = 0;
     const char *dir = slash ? (n ? qt_main_state.dir_buf : "/") : ".";
@@ -147,6 +200,8 @@ static int qt_main_check_dest(const char *key, const char *path, int qtrain_form
                 path, dir);
         return QT_E_ARG;
     }
+    if ((!qtrain_format || qt_checkpoint_is_file(path)) && qt_main_dest_clash(key, path, cli) != QT_OK)
+        return QT_E_ARG;
     if (qt_checkpoint_check_target(key, path, qtrain_format, cli->overwrite, cli->data) != QT_OK)
         return QT_E_ARG;
     /* a save= target is claimed later (qt_checkpoint_claim: lock, then stale temporaries) */
@@ -240,8 +295,12 @@ static int qt_main_open_metrics(const qt_cli *cli, int64_t start)
     if (!cli->overwrite) {
         int64_t last = -1;
         if (qt_metrics_last_step(path, &last) != QT_OK) {
-            fprintf(stderr, "qtrain: metrics=%s: give overwrite=1 to replace the file, or "
-                    "another path\n", path);
+            /* overwrite=1 helps only with a file that is there (not a metrics file); a path
+             * that cannot be opened at all (through a file, unreadable) it would not cure */
+            struct stat st;
+            if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+                fprintf(stderr, "qtrain: metrics=%s: give overwrite=1 to replace the file, or "
+                        "another path\n", path);
             return QT_E_IO;
         }
         if (start > 0 && last >= start && cli->truncate_metrics &&
@@ -274,12 +333,14 @@ static int qt_main_open_metrics(const qt_cli *cli, int64_t start)
             return QT_E_ARG;
         }
     }
+    errno = 0;
     qt_main_state.metrics = fopen(path, mode);
     if (!qt_main_state.metrics ||
         setvbuf(qt_main_state.metrics, qt_main_state.metrics_buf, _IOFBF,
                 sizeof qt_main_state.metrics_buf) != 0) {
-        fprintf(stderr, "qtrain: cannot open metrics file %s for %s\n", path,
-                *mode == 'a' ? "appending" : "writing");
+        /* the reason too (a read-only directory said only "cannot open") */
+        fprintf(stderr, "qtrain: cannot open metrics file %s for %s: %s\n", path,
+                *mode == 'a' ? "appending" : "writing", errno ? strerror(errno) : "setvbuf failed");
         return QT_E_IO;
     }
     return QT_OK;
@@ -622,7 +683,9 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
      * (rank 0 reads it; the error flag below stops every rank) */
     if (st == QT_OK && rank == 0 &&
         ((cli->load && qt_hf_config_check(p, "load", cli->load, 0) != QT_OK) ||
-         (cli->save && qt_hf_config_check(p, "save", cli->save, cli->overwrite) != QT_OK)))
+         (cli->save && qt_hf_config_check(p, "save", cli->save, cli->overwrite) != QT_OK) ||
+         (cli->save && !cli->overwrite &&
+          qt_checkpoint_check_target_model(p, "save", cli->save) != QT_OK)))
         st = QT_E_ARG;
     if (st == QT_OK && cli->save)
         st = qt_checkpoint_check_fsize(p, "save", cli->save, 1, cli->save_shard_size) ? QT_E_ARG

@@ -383,6 +383,52 @@ static int qt_load_check(const qt_plan *p, int h, const char *path, const char *
     return QT_OK;
 }
 
+/* The tensors of the plan's parameters (names and shapes; not their values) in an existing
+ * qtrain checkpoint file h: QT_OK, or the first mismatch (quiet: the caller words it). The
+ * MTP head's are not asked for: a plan with the head loads a file without it (its head
+ * keeps its initialisation), so that file is the same model's. */
+static int qt_target_model_check(const qt_plan *p, int h, const char *path)
+{
+    qt_ckpt_piece pc;
+    for (int s = 0; s < qt_ckpp_count(p); s++) {
+        const qt_plan *q = qt_ckpp_stage(p, s);
+        for (int32_t i = 0; i < q->n_params; i++) {
+            if (!strncmp(q->params[i].name, "mtp.", 4)) continue;
+            int fused = qt_fused_in_file(q, h, i, "");
+            for (int32_t k = 0, n = qt_ckpt_count(q, i, fused); k < n; k++) {
+                qt_ckpt_piece_at(q, i, fused, k, &pc);
+                int rc = qt_ckpt_check_tensor(&pc, qt_st_find(h, pc.name), path, pc.name);
+                if (rc) return rc;
+            }
+        }
+    }
+    return QT_OK;
+}
+
+int qt_checkpoint_check_target_model(const qt_plan *p, const char *key, const char *path)
+{
+    struct stat st;
+    if (!qt_checkpoint_is_file(path) || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return QT_OK;
+    static char run[160], why[512];
+    int h, was = qt_set_quiet(1);
+    if (qt_st_open(path, &h) != QT_OK) {   /* not safetensors: qt_checkpoint_check_target's */
+        qt_set_quiet(was);
+        return QT_OK;
+    }
+    const char *fmt = qt_st_meta(h, "format"), *rn = qt_st_meta(h, "run_name");
+    snprintf(run, sizeof run, "%s", rn ? rn : "(unnamed)");
+    int rc = fmt && !strcmp(fmt, QT_CKPT_FORMAT) ? qt_target_model_check(p, h, path) : QT_OK;
+    if (rc) snprintf(why, sizeof why, "%s", qt_last_error());
+    qt_set_quiet(was);
+    qt_st_close(h);
+    if (rc)
+        return qt_fail(QT_E_ARG, "%s=%s is a qtrain checkpoint of another model (run %s; %s); "
+                       "a save would replace it: give another path, or overwrite=1 to "
+                       "replace it", key, path, run, why);
+    return QT_OK;
+}
+
 /* Each parameter's global tensor goes to its place in the region, or window by window
  * (rows of its first dimension) to the staging region and from there to this rank's part
  * (ckpt_gather.c). */

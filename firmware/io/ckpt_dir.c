@@ -87,6 +87,7 @@ static struct {
     int fd;                                     /* index being written */
     int64_t blen;
     int failed;
+    int drop_single;                            /* overwrite=1 on a DIR with model.safetensors */
     char buf[QT_CD_BUF];
 } qt_cd;
 
@@ -430,6 +431,11 @@ static int qt_cd_ours(const char *name)
            strstr(name, "-of-") && n > 12 && !strcmp(name + n - 12, ".safetensors");
 }
 
+/* A single-file model.safetensors beside a sharded index: transformers' from_pretrained(DIR)
+ * takes it before model.safetensors.index.json, so it would load those weights instead of
+ * the checkpoint a save writes (a published model's directory used as load= and save=). */
+#define QT_CD_SINGLE "model.safetensors"
+
 /* The user's files of the previous checkpoint move into the new one as hard links (same
  * inodes), so a save never deletes them; a subdirectory cannot, and fails the save. */
 static int qt_cd_carry(void *ctx, const char *name, int is_dir)
@@ -438,8 +444,10 @@ static int qt_cd_carry(void *ctx, const char *name, int is_dir)
     if (is_dir)
         return qt_fail(QT_E_IO, "save=%s: holds the subdirectory %s, which a save cannot "
                        "carry into the new checkpoint; move it elsewhere", qt_cd.dir, name);
-    if (qt_cd_ours(name) || (!strcmp(name, "config.json") && qt_hf_config_replacing()))
-        return QT_OK;   /* ours are rewritten; a disagreeing config.json (overwrite=1) too */
+    if (qt_cd_ours(name) || (!strcmp(name, "config.json") && qt_hf_config_replacing()) ||
+        (!strcmp(name, QT_CD_SINGLE) && qt_cd.drop_single))
+        return QT_OK;   /* ours are rewritten; a disagreeing config.json (overwrite=1) too,
+                           and model.safetensors (overwrite=1) is left out */
     char from[QT_SX_PATH_MAX + 300];
     snprintf(from, sizeof from, "%s/%s", qt_cd.dir, name);
     snprintf(qt_cd.file, sizeof qt_cd.file, "%s/%s", qt_cd.tmp, name);
@@ -457,9 +465,11 @@ static int qt_cd_commit(const qt_plan *p)
     char parent[QT_SX_PATH_MAX];
     struct stat st;
     int exists = stat(qt_cd.dir, &st) == 0, rc;
+    /* -1: the directory could not be opened; qt_cd_carry's own failures (QT_E_IO, already
+     * printed) are returned as they are, not followed by "cannot list: Success" */
     if (exists && (rc = qt_st_dir_each(qt_cd.dir, qt_cd_carry, NULL)))
-        return rc < 0 ? qt_fail(QT_E_IO, "save=%s: cannot list: %s", qt_cd.dir,
-                                strerror(errno)) : rc;
+        return rc == -1 ? qt_fail(QT_E_IO, "save=%s: cannot list: %s", qt_cd.dir,
+                                  strerror(errno)) : rc;
     if ((rc = qt_hf_files_write(p, qt_cd.tmp)) || (rc = qt_cd_fsync_path(qt_cd.tmp)))
         return rc;
     if (!exists) {
@@ -489,7 +499,7 @@ int qt_checkpoint_is_file(const char *path)
 }
 
 typedef struct qt_cd_scan {
-    int subdir, ours;
+    int subdir, ours, single;
     char first_sub[256];
 } qt_cd_scan;
 
@@ -499,13 +509,14 @@ static int qt_cd_scan_entry(void *ctx, const char *name, int is_dir)
     if (is_dir && !sc->subdir++)
         snprintf(sc->first_sub, sizeof sc->first_sub, "%s", name);
     sc->ours += qt_cd_ours(name);
+    sc->single += !is_dir && !strcmp(name, QT_CD_SINGLE);
     return 0;
 }
 
 int qt_ckpt_check_dir_target(const char *key, const char *path, int overwrite)
 {
     struct stat st;
-    qt_cd_scan sc = {0, 0, ""};
+    qt_cd_scan sc = {0, 0, 0, ""};
     char index[QT_SX_PATH_MAX];
     if (stat(path, &st) != 0)
         return errno == ENOENT ? QT_OK : qt_fail(QT_E_ARG, "%s=%s: cannot stat: %s", key,
@@ -524,6 +535,13 @@ int qt_ckpt_check_dir_target(const char *key, const char *path, int overwrite)
         return qt_fail(QT_E_ARG, "%s=%s holds the subdirectory %s; a save replaces the whole "
                        "directory and keeps only its plain files: give a directory without "
                        "subdirectories", key, path, sc.first_sub);
+    if (sc.single && !overwrite)
+        return qt_fail(QT_E_ARG, "%s=%s holds %s, which transformers' from_pretrained(%s) "
+                       "would load instead of the sharded checkpoint a save writes (it takes "
+                       "%s before %s): move it out of the directory, or give overwrite=1 to "
+                       "leave it out of the new checkpoint", key, path, QT_CD_SINGLE, path,
+                       QT_CD_SINGLE, QT_SX_INDEX_NAME);
+    qt_cd.drop_single = sc.single && overwrite;
     if (!sc.ours || overwrite)
         return QT_OK;
     if (snprintf(index, sizeof index, "%s/%s", path, QT_SX_INDEX_NAME) >= (int)sizeof index)

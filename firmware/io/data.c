@@ -403,8 +403,8 @@ static int qt_detect(const char *path, const char *raw_dtype, const unsigned cha
         f->n = (int64_t)n;
     } else {
         return qt_fail(QT_E_FORMAT, "%s: unknown token file format (expected the .npy magic "
-                          "or a QTTOKENS header; for headerless files give raw dtype "
-                          "uint16/uint32)", path);
+                          "or a QTTOKENS header; for a headerless file of raw ids give "
+                          "data_dtype=uint16 or data_dtype=uint32)", path);
     }
     if (size - f->offset != f->n * f->width)
         return qt_fail(QT_E_FORMAT, "%s: payload has %lld bytes but the header declares "

@@ -122,6 +122,12 @@ uint64_t qt_ckpt_state_hash(const qt_plan *p);
  * directory). */
 int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_format,
                                int overwrite, const char *data_path);
+/* A save= file (qt_checkpoint_is_file) that exists and is a qtrain checkpoint must hold p's
+ * parameters (names and shapes, as a load checks them): a qtrain checkpoint of another
+ * model is refused (QT_E_ARG, naming its run_name and the first mismatch) unless the caller
+ * has overwrite=1 and skips this. QT_OK otherwise (no file, not a qtrain checkpoint: those
+ * are qt_checkpoint_check_target's). Call after qt_checkpoint_set_stages. */
+int qt_checkpoint_check_target_model(const qt_plan *p, const char *key, const char *path);
 /* Removes "<path>.tmp.<pid>" temporaries left by killed writers (process gone), each with
  * a note on stderr (st_write.c, qt_st_remove_stale). */
 void qt_checkpoint_remove_stale(const char *path);

@@ -15,6 +15,7 @@ B=$QT_TMP/bad; mkdir -p $B
 
 # ---- command line
 check "cli: unknown key names it and suggests" expect_fail "unknown key 'stpes' in 'stpes=3'; did you mean 'steps'?" $Q stpes=3
+check "cli: a key in capitals is told its lower-case name (audit22)" expect_fail "unknown key 'STEPS' in 'STEPS=3'; did you mean 'steps'?" $Q STEPS=3
 check "cli: negative steps" expect_fail "steps=-3: expected a non-negative integer" $Q steps=-3
 check "cli: non-numeric seed" expect_fail "seed=abc: expected" $Q seed=abc
 check "cli: argument without '='" expect_fail "key=value" $Q steps
@@ -134,6 +135,29 @@ save_missing_dir() {
   ! ls -d $B/nodir* 2>/dev/null | grep -q .
 }
 check "save: unwritable destination fails at start-up with its name, nothing written" save_missing_dir
+
+# audit22: save=. (or DIR/., ..) trained, then failed at the save ("holds the subdirectory
+# ..tmp.<pid>", the temporary inside the target): the training lost. Refused at start-up now,
+# before any step, the directory unchanged.
+save_dot() {
+  local d=$QT_TMP/savedot; rm -rf $d; mkdir -p $d/w && echo mine > $d/w/notes.txt || return 1
+  local sv
+  for sv in . w/. ..; do
+    (cd $d/w && exec $QT_ROOT/$Q steps=2 data=$QT_ROOT/$T save=$sv) > $d/out 2> $d/err && { echo "save=$sv accepted"; return 1; }
+    grep -F "qtrain: save=$sv: the path ends in '${sv##*/}'; a save writes beside its target" $d/err || { cat $d/err; return 1; }
+    grep -q "^step" $d/out $d/err && { echo "save=$sv trained"; return 1; }
+    [ "$(ls -A $d/w)" = notes.txt ] || { ls -A $d/w; return 1; }
+  done
+  # save= the current directory by its name: the swap left the run in the deleted old
+  # directory, and relative paths (data=tokens.npy) failed at the first save ("data file changed")
+  cp $T $d/w/tokens.npy || return 1
+  for sv in $d/w ../w; do
+    (cd $d/w && exec $QT_ROOT/$Q steps=2 save_every=1 data=tokens.npy save=$sv) > $d/out 2> $d/err && { echo "save=$sv accepted"; return 1; }
+    grep -F "qtrain: save=$sv is the current directory; a save swaps a new directory in" $d/err || { cat $d/err; return 1; }
+    [ "$(ls -A $d/w | tr '\n' ' ')" = "notes.txt tokens.npy " ] || { ls -A $d/w; return 1; }
+  done
+}
+check "save: save=. (DIR/., .., the current directory) is refused at start-up, nothing trained or written" save_dot
 save_targets_checked() {
   local d=$QT_TMP/targets; rm -rf $d; mkdir -p $d/adir/sub
   check_refused() { local sub=$1; shift; expect_fail "$sub" "$@" || return 1; }
@@ -220,6 +244,17 @@ metrics_resume_appends() {
 }
 check "metrics: a resumed run appends (last step must be start-1); a fresh run needs overwrite=1" metrics_resume_appends
 check "metrics: a failing metrics write (full disk) is an error" expect_fail "writing the metrics file /dev/full failed" $Q steps=2 data=$T metrics=/dev/full
+# audit22: a metrics= that cannot be created ended with "give overwrite=1 to replace the
+# file" (there is no file; overwrite=1 then said only "cannot open", not why: a read-only
+# directory, a path through a file)
+printf 'x\n' > $B/plainfile
+metrics_uncreatable() {
+  $Q steps=1 data=$T metrics=$B/plainfile/m.jsonl > /dev/null 2> $B/mu.err && { echo accepted; return 1; }
+  cat $B/mu.err
+  [ "$(grep -v -e '^qtrain: run ' -e 'peak RSS' $B/mu.err)" = "qtrain: metrics file $B/plainfile/m.jsonl: cannot open: Not a directory" ] || return 1
+  expect_fail "qtrain: cannot open metrics file $B/plainfile/m.jsonl for writing: Not a directory" $Q steps=1 data=$T metrics=$B/plainfile/m.jsonl overwrite=1
+}
+check "metrics: a path that cannot be created is refused with the reason, not the advice overwrite=1" metrics_uncreatable
 
 # ---- memory limits
 arena_over_rlimit() {
@@ -386,6 +421,9 @@ check "qtrain-data: a lone surrogate escape is refused" expect_fail "$B/surrogat
 check "qtrain-data: decode of an id beyond the vocabulary names it" expect_fail "$B/bigid.tok: token 0 is id 999999, not in the vocabulary of the tokenizer (258 ids)" $QD decode tokenizer=$B/tiny.json in=$B/bigid.tok
 check "qtrain-data: a truncated token file" expect_fail "$B/trunc4.tok: truncated or padded token file: the header says 64 tokens (280 bytes), the file has 28 bytes" $QD info in=$B/trunc4.tok
 check "qtrain-data: an unreadable tokenizer file" expect_fail "$B/none.json: cannot read the tokenizer file" $QD encode tokenizer=$B/none.json out=$B/o.tok -
+# audit22: a tokenizer.json saved with a byte-order mark said "expected a JSON value at byte 0"
+{ printf '\357\273\277'; cat $B/tiny.json; } > $B/bomtok.json
+check "qtrain-data: a tokenizer.json with a byte-order mark is named as such" expect_fail "$B/bomtok.json: not valid JSON: it starts with a UTF-8 byte-order mark (EF BB BF)" $QD encode tokenizer=$B/bomtok.json out=$B/o.tok -
 check "qtrain-data: an unknown key" expect_fail "encode: unknown key 'tokenizr' in 'tokenizr=x'; expected one of tokenizer= out= field= eos= overwrite=" $QD encode tokenizr=x out=$B/o.tok -
 check "qtrain-data: a tokenizer.json with another Split pattern" expect_fail "$B/other.json: pre_tokenizer Split pattern \"\\s+\" is not a Qwen2/Qwen3/Qwen3.5 pattern" $QD encode tokenizer=$B/other.json out=$B/o.tok -
 # an error after documents were written leaves neither the target nor a temporary file
@@ -398,6 +436,21 @@ qd_nothing_left() {
   [ "$(ls -A $d | grep -c tmp)" = 0 ] && $QD info in=$d/out.tok eos=257
 }
 check "qtrain-data: a failed encode leaves no output (neither target nor temporary)" qd_nothing_left
+
+# audit22: under `ulimit -f` SIGXFSZ ended qtrain-data with no message (exit 153) and left its
+# half-written temporary (.out.tok.tmp.XXXXXX, a name no later run removes) beside out=; the
+# write now fails with a message naming the limit, exit 1, nothing left. 16 KiB of 4-byte ids
+# from 40 kB of text (the tiny tokenizer: bytes, a few merges).
+qd_fsize() {
+  local d=$QT_TMP/qdfs; rm -rf $d; mkdir -p $d
+  head -c 40000 README.md > $d/in.txt
+  (ulimit -f 16; exec $QD encode tokenizer=$B/tiny.json out=$d/out.tok $d/in.txt) > /dev/null 2> $d/err.txt
+  local rc=$?
+  cat $d/err.txt
+  [ $rc = 1 ] && grep -q "out.tok: write failed: the file-size limit RLIMIT_FSIZE (ulimit -f) is 16384 bytes" $d/err.txt || { echo "exit $rc"; return 1; }
+  [ "$(ls -A $d)" = "$(printf 'err.txt\nin.txt')" ] || { echo "left:"; ls -A $d; return 1; }
+}
+check "qtrain-data: a write past ulimit -f is an error naming the limit and leaves no temporary" qd_fsize
 
 # out= (issue 30): an existing file is replaced only with overwrite=1; a directory, a device,
 # an input (also through a symbolic link) or the tokenizer never; a missing directory is
@@ -505,6 +558,18 @@ cg_outside() {
   [ ! -e $d/gen ] || return 1
 }
 check "configgen: started outside the project, base.yml missing is said with where it was looked for and what to do" cg_outside
+
+# audit22: under `ulimit -f` SIGXFSZ ended configgen (exit 153, no message) and left
+# OUTDIR/.<run>.tmp.<pid>/ with a cut plan.c; now the write fails naming the limit, exit 1,
+# and nothing is left in OUTDIR.
+cg_fsize() {
+  local o=$QT_TMP/cgfs; rm -rf $o
+  (ulimit -f 8; exec build/configgen/configgen -o $o configgen/configs/runs/test-next-tiny.yml) 2> $QT_TMP/cgfs.err; local rc=$?
+  cat $QT_TMP/cgfs.err
+  [ $rc = 1 ] && grep -qF "$o/test-next-tiny/plan.c: write failed: File too large (the file-size limit, ulimit -f; nothing was written)" $QT_TMP/cgfs.err || { echo "exit $rc"; return 1; }
+  [ -z "$(ls -A $o)" ] || { echo "left:"; find $o; return 1; }
+}
+check "configgen: a write past ulimit -f is an error naming the limit, nothing left in the output directory" cg_fsize
 
 # qtrain-data's numbers: from=, count= and info's eos= past 2^64 were taken as 2^64-1 (the
 # message then named another value than the one given, and info counted documents at an

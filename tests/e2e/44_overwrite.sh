@@ -30,6 +30,24 @@ ow_save_file() {
 }
 check "overwrite: save=FILE.safetensors: a file of the user's is kept (refused); a qtrain checkpoint is replaced" ow_save_file
 
+# audit22: a qtrain checkpoint file of another model (test-35-tiny's) at save= was replaced
+# by this run's without a word (a directory has its config.json check; a file had nothing).
+# Refused now unless overwrite=1, naming its run, the file byte for byte; the same model's
+# file from another plan (mesh-next-dp2 saving over test-next-tiny's) is still replaced.
+ow_save_other_model() {
+  local f=$OW/other.safetensors
+  rm -f $f && build/test-35-tiny/qtrain data=tests/golden/e2e/test-35-tiny/tokens.npy steps=1 save=$f 2> $OW/err &&
+    cp $f $OW/other.orig || { tail -n 2 $OW/err; return 1; }
+  $Q data=$T steps=1 save=$f > /dev/null 2> $OW/err && { echo "replaced"; return 1; }
+  grep -F "save=$f is a qtrain checkpoint of another model (run test-35-tiny; $f: missing tensor" $OW/err || { cat $OW/err; return 1; }
+  grep -q "^step " $OW/err && { echo "trained"; return 1; }
+  cmp $f $OW/other.orig || { echo "changed"; return 1; }
+  $Q data=$T steps=1 save=$f overwrite=1 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  timeout 120 mpiexec -n 2 build/mesh-next-dp2/qtrain data=$T steps=1 save=$f > /dev/null 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  echo "refused, replaced with overwrite=1, and by the same model's mesh plan"
+}
+check "overwrite: save=FILE.safetensors holding a qtrain checkpoint of another model is refused (kept) unless overwrite=1" ow_save_other_model
+
 ow_save_dir() {
   mkdir -p $OW/d1
   keep_refused $OW/d1/model-00001-of-00001.safetensors "save=$OW/d1 holds checkpoint files but no qtrain checkpoint" save=$OW/d1 || return 1
@@ -125,3 +143,45 @@ ow_metrics_clash() {
   echo "ok: $(tail -n 1 $OW/err)"
 }
 check "overwrite: metrics= naming the data, a loaded checkpoint, the tokenizer or a save=/dump_grads= file is refused even with overwrite=1" ow_metrics_clash
+
+# audit22: the same for save= files and dump_grads=: with overwrite=1, dump_grads= naming the
+# load= checkpoint replaced it with the gradients, dump_grads= or save= naming the eval data
+# (or a hard link to it) or the tokenizer replaced them. Refused even with overwrite=1, the
+# files unchanged; save= naming its load= file stays a resume in place.
+ow_dest_clash() {
+  local d=$OW/dc a QE=build/eval-next-1r/qtrain; rm -rf $d; mkdir -p $d
+  cp $T $d/e.npy && ln $d/e.npy $d/e.safetensors && printf '{}\n' > $d/tok.json || return 1
+  $Q data=$T steps=1 save=$d/ck.safetensors 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  (cd $d && sha256sum e.npy tok.json ck.safetensors) > $OW/dc.sum
+  for a in "$Q dump_grads=$d/ck.safetensors load=$d/ck.safetensors:dump_grads=$d/ck.safetensors is the file of load=" \
+           "$QE dump_grads=$d/e.npy eval_data=$d/e.npy:dump_grads=$d/e.npy is the file of eval_data=" \
+           "$QE save=$d/e.safetensors eval_data=$d/e.npy:save=$d/e.safetensors is the file of eval_data=$d/e.npy (same device and inode)" \
+           "$Q dump_grads=$d/tok.json save=$d/out tokenizer=$d/tok.json:dump_grads=$d/tok.json is the file of tokenizer="; do
+    # shellcheck disable=SC2086
+    ${a%%:*} data=$T steps=2 overwrite=1 > /dev/null 2> $OW/err && { echo "accepted: ${a%%:*}"; return 1; }
+    grep -qF "qtrain: ${a#*:}" $OW/err || { echo "${a%%:*}:"; cat $OW/err; return 1; }
+    grep -q "^step " $OW/err && { echo "trained: ${a%%:*}"; return 1; }
+  done
+  (cd $d && sha256sum -c --quiet $OW/dc.sum) || { echo "a file changed"; return 1; }
+  $Q data=$T steps=2 load=$d/ck.safetensors save=$d/ck.safetensors 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  echo "ok: $(tail -n 1 $OW/err)"
+}
+check "overwrite: save=/dump_grads= naming the eval data, the tokenizer or (dump_grads=) the loaded checkpoint is refused even with overwrite=1" ow_dest_clash
+
+# audit22: save=DIR of a published model's directory (model.safetensors, config.json) kept
+# model.safetensors beside the new sharded checkpoint, and transformers' from_pretrained(DIR)
+# takes model.safetensors before the index: the trained weights were never loaded. Refused
+# unless overwrite=1, which leaves it out of the new checkpoint (the notes kept).
+ow_save_single_beside() {
+  local d=$OW/pubdir; rm -rf $d; mkdir -p $d
+  $Q data=$T steps=1 save=$d/model.safetensors 2> $OW/err && echo "keep me" > $d/notes.txt || { tail -n 2 $OW/err; return 1; }
+  (cd $d && sha256sum model.safetensors notes.txt) > $OW/pub.sum
+  $Q data=$T steps=1 load=$d save=$d > /dev/null 2> $OW/err && { echo "accepted"; return 1; }
+  grep -F "save=$d holds model.safetensors, which transformers' from_pretrained($d) would load instead" $OW/err || { cat $OW/err; return 1; }
+  grep -q "^step " $OW/err && { echo "trained"; return 1; }
+  (cd $d && sha256sum -c --quiet $OW/pub.sum) && [ "$(ls $d | wc -l)" = 2 ] || { echo "changed"; ls $d; return 1; }
+  $Q data=$T steps=2 load=$d save=$d overwrite=1 2> $OW/err || { tail -n 2 $OW/err; return 1; }
+  [ ! -e $d/model.safetensors ] && [ -s $d/model.safetensors.index.json ] && [ "$(cat $d/notes.txt)" = "keep me" ] || { ls $d; return 1; }
+  echo "refused; with overwrite=1 model.safetensors left out, notes.txt kept"
+}
+check "overwrite: save=DIR holding model.safetensors (which transformers would load instead) is refused unless overwrite=1, which leaves it out" ow_save_single_beside

@@ -213,11 +213,23 @@ check "make run TEXT=: a foreign TEXT_OUT refused (OVERWRITE=1 keeps its files),
 # were deleted without a word. A subdirectory (or another non-file) is refused before
 # anything is built or run, naming it, every file byte-identical; a symbolic link is carried
 # over as a link; an hf that is itself a link (which the rename would replace) is refused.
+#
+# audit22, in the same runs: a TEXT_OUT/.staging.<N> whose pid is gone was removed even when
+# the user made it; only one holding a run's marker file .qtrain-staging is removed now. And
+# a SIGINT while the run moves its files into TEXT_OUT (here sent by an `mv` on PATH as it
+# moves the old hf/ aside) removed the old and the new checkpoint both: the moves now run
+# with the signals ignored, and hf/ is the new checkpoint.
 text_hf_kept() {
-  local d=$TXD/hfkept in=$TXD/hfkept.txt
+  local d=$TXD/hfkept in=$TXD/hfkept.txt dead1 dead2
   rm -rf "$d" && head -c 3000 README.md > "$in" || return 1
+  dead1=$(sh -c 'echo $$') dead2=$(sh -c 'echo $$')
+  mkdir -p "$d/.staging.$dead1" "$d/.staging.$dead2" && echo mine > "$d/.staging.$dead1/notes.txt" &&
+    : > "$d/.staging.$dead2/.qtrain-staging" || return 1
   STEPS=1 timeout 300 make --no-print-directory run TEXT="$in" TEXT_OUT="$d" > "$TXD/hfkept.log" 2>&1 ||
     { tail -n 5 "$TXD/hfkept.log"; return 1; }
+  [ "$(cat "$d/.staging.$dead1/notes.txt" 2> /dev/null)" = mine ] || { echo "the user's $d/.staging.$dead1 removed"; return 1; }
+  [ ! -e "$d/.staging.$dead2" ] || { echo "a dead run's $d/.staging.$dead2 kept"; return 1; }
+  rm -rf "$d/.staging.$dead1"
   mkdir "$d/hf/eval" && echo precious > "$d/hf/eval/scores.txt" || return 1
   tree_sum "$d" > "$TXD/hfkept.sum"
   local ow
@@ -229,14 +241,33 @@ text_hf_kept() {
     tree_sum "$d" | diff "$TXD/hfkept.sum" - || { echo "files of $d changed"; return 1; }
   done
   mv "$d/hf/eval" "$TXD/hfkept-eval" && ln -s "$in" "$d/hf/source.txt" || return 1
-  STEPS=1 timeout 300 make --no-print-directory run TEXT="$in" TEXT_OUT="$d" > "$TXD/hfkept.log" 2>&1 ||
-    { tail -n 5 "$TXD/hfkept.log"; return 1; }
+  mkdir -p "$TXD/fakemv" && printf '#!/bin/sh\ncase "$*" in *hf.previous*) kill -INT $PPID;; esac\nexec %s "$@"\n' \
+    "$(command -v mv)" > "$TXD/fakemv/mv" && chmod +x "$TXD/fakemv/mv" || return 1
+  STEPS=1 PATH=$TXD/fakemv:$PATH timeout 300 make --no-print-directory run TEXT="$in" TEXT_OUT="$d" > "$TXD/hfkept.log" 2>&1 ||
+    { tail -n 5 "$TXD/hfkept.log"; ls -A "$d"; return 1; }
+  [ -s "$d/hf/config.json" ] || { echo "SIGINT during the moves: hf/ lost"; return 1; }
   [ -L "$d/hf/source.txt" ] && [ "$(readlink "$d/hf/source.txt")" = "$in" ] || { echo "hf/source.txt (a link) lost"; ls -la "$d/hf"; return 1; }
   mv "$d/hf" "$d/hf-real" && ln -s hf-real "$d/hf" || return 1
   STEPS=1 timeout 300 make --no-print-directory run TEXT="$in" TEXT_OUT="$d" > "$TXD/hfkept.log" 2>&1 &&
     { echo "accepted with hf a symbolic link"; return 1; }
   grep -F "TEXT_OUT=$d: hf is a symbolic link" "$TXD/hfkept.log" || { cat "$TXD/hfkept.log"; return 1; }
   [ -L "$d/hf" ] && [ -s "$d/hf-real/config.json" ] || return 1
-  echo "hf/eval refused (kept), hf/source.txt carried as a link, an hf link refused"
+  echo "hf/eval refused (kept), hf/source.txt carried as a link (through a SIGINT in the moves), an hf link refused, the user's .staging.$dead1 kept"
 }
-check "make run TEXT=: a subdirectory in TEXT_OUT/hf is refused (kept), a link there carried over, hf itself a link refused" text_hf_kept
+check "make run TEXT=: a subdirectory in TEXT_OUT/hf is refused (kept), a link there carried over, hf itself a link refused, a user's .staging.N kept, SIGINT in the moves" text_hf_kept
+
+# audit22: make clean removed build/ whole, build/text-qwen (make run TEXT='s default TEXT_OUT)
+# with it: the trained checkpoint and the files a user put in hf/. A directory with the
+# marker keeps its run files (the rest of it, the binaries, goes); run on a build directory
+# of its own (BUILD=), so the real build/ stays.
+text_clean_keeps() {
+  local b=$TXD/cleanb
+  rm -rf $b && mkdir -p $b/text-qwen/hf $b/fw $b/default || return 1
+  touch $b/text-qwen/qtrain $b/text-qwen/.qtrain-make-run $b/text-qwen/train.tok $b/text-qwen/metrics.jsonl \
+    $b/text-qwen/loss.png $b/fw/x.o $b/default/metrics.jsonl && echo mine > $b/text-qwen/hf/NOTES.md || return 1
+  make --no-print-directory clean BUILD=$b || return 1
+  [ "$(cd $b && find . | sort | tr '\n' ' ')" = ". ./text-qwen ./text-qwen/.qtrain-make-run ./text-qwen/hf ./text-qwen/hf/NOTES.md ./text-qwen/loss.png ./text-qwen/metrics.jsonl ./text-qwen/train.tok " ] ||
+    { echo "left:"; (cd $b && find . | sort); return 1; }
+  [ "$(cat $b/text-qwen/hf/NOTES.md)" = mine ]
+}
+check "make clean keeps make run TEXT= files (train.tok, metrics.jsonl, loss.png, hf/) and removes the rest of build/" text_clean_keeps

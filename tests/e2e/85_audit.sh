@@ -136,6 +136,21 @@ audit_plot_keep() {
 }
 check "audit plot: -o refuses an existing file (kept byte-identical) unless --overwrite" audit_plot_keep
 
+# audit22: `plot m.jsonl -o m.jsonl --overwrite` replaced the run's metrics with the PNG. An -o
+# that is one of the metrics files plotted (by name, or a hard link to it) is refused, even
+# with --overwrite, and the file stays byte for byte.
+audit_plot_input() {
+  rm -f $AD/in.*; cp $AD/a.jsonl $AD/in.jsonl && ln $AD/in.jsonl $AD/in.link.png || return 1
+  local o
+  for o in $AD/in.jsonl $AD/in.link.png; do
+    $AU plot $AD/b.jsonl $AD/in.jsonl -o $o --overwrite 2> $AD/in.err; local rc=$?
+    [ $rc -eq 2 ] && grep -F "qtrain-audit: plot -o $o is the metrics file $AD/in.jsonl being plotted; refusing to write the picture over it, even with --overwrite" $AD/in.err ||
+      { echo "-o $o: exit $rc"; cat $AD/in.err; return 1; }
+    cmp $AD/in.jsonl $AD/a.jsonl || { echo "the metrics file changed"; return 1; }
+  done
+}
+check "audit plot: -o naming a metrics file being plotted is refused even with --overwrite (the file kept)" audit_plot_input
+
 # The plot's title names the runs (the manifest's "run"), each with its file. The script
 # gnuplot reads is captured through QT_AUDIT_GNUPLOT (the command that renders).
 audit_plot_title() {

@@ -22,7 +22,7 @@ Q=build/test-next-tiny/qtrain
 T=tests/golden/e2e/test-next-tiny/tokens.npy
 CG=build/configgen/configgen
 for f in $Q build/test-next-tiny/qtrain-static build/bench/qtrain build/mesh-next-dp2/qtrain \
-         build/mtp-next-1r/qtrain build/mtp-keep-next-1r/qtrain \
+         build/mtp-next-1r/qtrain build/mtp-keep-next-1r/qtrain build/test-35-tiny/qtrain \
          build/mesh-next-dp4/qtrain build/ctx-next-cp2/qtrain build/pp-next-pp2/qtrain $CG \
          build/tools/qtrain-data; do
   [ -x $f ] || { echo "bad_inputs_table.sh: $f missing; run make all first" >&2; exit 1; }
@@ -385,6 +385,30 @@ row "configgen" "configgen test-next-tiny.yml load_parameters_path=gs://bucket/c
 row "configgen" "configgen test-next-tiny.yml dtype=bfloat16 float32_logits=true" "unit \`CgBadConfig\`" cg $RUN dtype=bfloat16 float32_logits=true
 row "configgen" "configgen test-next-tiny.yml adamw_mask=['.*norm']" "unit \`CgBadConfig\`" cg $RUN "adamw_mask=['.*norm']"
 row "configgen" "configgen test-next-tiny.yml sparse_matmul=yes" "unit \`CgBadConfig\`" cg $RUN sparse_matmul=yes
+# ---- session 22, an adversarial new user (appended)
+mkdir -p $W/mt && printf 'run_name: ""\nvllm_hf_overrides: {}\nbase_output_directory: ""\nhardware: "tpu"\n' > $W/mt/base.yml
+row "configgen" "configgen test-next-tiny.yml steps=010 (YAML 1.1 octal: MaxText reads 8)" "unit \`CgConfig.TypeErrorsNameKeyValueAndType\`" cg $RUN steps=010
+row "configgen" "configgen $W/mt/base.yml (MaxText's own configs/base.yml as the run file)" "unit \`CgConfig.BaseYmlAsTheRunFile\`" cg $W/mt/base.yml
+head -c 40000 README.md > $W/fs.txt
+row "qtrain-data" "encode out=$W/fs.tok $W/fs.txt under ulimit -f 16 (40 kB of text)" "$E40: qtrain-data: a write past ulimit -f" bash -c 'ulimit -f 16; exec "$@"' _ $QD encode tokenizer=$W/tiny.json out=$W/fs.tok $W/fs.txt
+printf '{"step":0,"loss":1.5,"grad_norm":1,"lr":0.1,"tokens_per_s":10}\n' > $W/m.jsonl
+row "qtrain-audit" "plot $W/m.jsonl -o $W/m.jsonl --overwrite (the metrics file plotted)" "e2e \`85_audit.sh\`: audit plot: -o naming a metrics file being plotted" build/audit/qtrain-audit plot $W/m.jsonl -o $W/m.jsonl --overwrite
+printf 'x\n' > $W/plainfile
+row "metrics" "metrics=$W/plainfile/m.jsonl (a path through a file)" "$E40: metrics: a path that cannot be created" $Q steps=1 data=$T metrics=$W/plainfile/m.jsonl
+row "save target" "save=. (the current directory; its temporary ..tmp.<pid> would lie inside it)" "$E40: save: save=. (DIR/., .., the current directory) is refused at start-up" $Q steps=1 data=$T save=.
+mkdir -p $W/cwdrun
+row "save target" "save=$W/cwdrun, run in $W/cwdrun (the current directory by its name)" "$E40: save: save=. (DIR/., .., the current directory) is refused at start-up" bash -c 'cd "$0" && exec "$@"' $W/cwdrun $PWD/$Q steps=1 data=$PWD/$T save=$W/cwdrun
+printf 'QTTOKENX\001\000\000\000' > $W/magic.tok
+row "token data" "data=$W/magic.tok (neither .npy nor QTTOKENS, no data_dtype=)" "this table" $Q steps=1 data=$W/magic.tok
+build/test-35-tiny/qtrain steps=1 data=tests/golden/e2e/test-35-tiny/tokens.npy save=$W/c35.safetensors > /dev/null 2>&1
+row "save target" "save=$W/c35.safetensors (a qtrain checkpoint of test-35-tiny, another model)" "e2e \`44_overwrite.sh\`: save=FILE.safetensors holding a qtrain checkpoint of another model" $Q steps=1 data=$T save=$W/c35.safetensors
+row "configgen" "configgen -o $W/cgfs test-next-tiny.yml under ulimit -f 8" "$E40: configgen: a write past ulimit -f" bash -c 'ulimit -f 8; exec "$@"' _ $CG -o $W/cgfs $RUN
+$Q steps=1 data=$T save=$W/ldck.safetensors > /dev/null 2>&1
+row "save target" "dump_grads=$W/ldck.safetensors load=$W/ldck.safetensors overwrite=1 (the loaded checkpoint)" "e2e \`44_overwrite.sh\`: save=/dump_grads= naming the eval data, the tokenizer or the loaded checkpoint" $Q steps=2 data=$T load=$W/ldck.safetensors dump_grads=$W/ldck.safetensors overwrite=1
+{ printf '\357\273\277'; cat $W/tiny.json; } > $W/bomtok.json
+row "qtrain-data" "encode tokenizer=$W/bomtok.json (a tokenizer.json saved with a UTF-8 byte-order mark)" "$E40: qtrain-data: a tokenizer.json with a byte-order mark" $QD encode tokenizer=$W/bomtok.json out=$W/o.tok -
+mkdir -p $W/pubdir && $Q steps=1 data=$T save=$W/pubdir/model.safetensors > /dev/null 2>&1
+row "save target" "save=$W/pubdir (holds model.safetensors, which transformers would load before the index)" "e2e \`44_overwrite.sh\`: save=DIR holding model.safetensors" $Q steps=1 data=$T save=$W/pubdir
 
 # ---- session 22, feature combinations (appended): a resume must hold out the windows its
 # checkpoint held out (eval_holdout=N changes the training windows, so the data position)

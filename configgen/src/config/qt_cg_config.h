@@ -85,6 +85,9 @@ int qt_cg_mt_set(qt_cg_config *c, const char *where, const char *key, const qt_c
  * overrides ("key=value"). run_name defaults to the run file's stem; a run_name (or
  * model_name) of 128 characters or more is refused, as is a run with no model_name that
  * does not set every model key itself. */
+/* 1 if `text` is MaxText's own configs/base.yml (it sets base_output_directory and hardware,
+ * which no qtrain config does): never qtrain's base layer, nor a run file (config.c) */
+int qt_cg_maxtext_base_text(const char *text);
 int qt_cg_config_load(qt_cg_config *c, const char *configs_dir, const char *run_path, int n_over,
                       char *const *over, char *err, size_t errlen);
 void qt_cg_config_free(qt_cg_config *c);

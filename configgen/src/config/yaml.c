@@ -3,7 +3,9 @@
  * Accepted: `key: value` lines starting in column 0; values are numbers, true/false,
  * quoted ('..' or "..") or bare strings, or flow lists `[...]` that may nest and span
  * lines (comments and a trailing comma allowed inside); `#` starts a comment outside
- * quotes. Everything else (indentation, block lists "- x", mappings, anchors, block
+ * quotes, as in YAML only at the start of the value or after a blank (`a: x#1` is the value
+ * `x#1`, as PyYAML reads it, not `x`). A UTF-8 byte-order mark at the start of the file is
+ * skipped, as PyYAML (MaxText's reader) skips it. Everything else (indentation, block lists "- x", mappings, anchors, block
  * scalars, duplicate keys) is rejected as "file:line: ...", because silently reading a
  * richer YAML than we understand would let a config mean something we do not plan for.
  */
@@ -142,7 +144,9 @@ static int parse_bare(qt_cg_lex *l, qt_cg_val *v, int in_list)
     char c0 = l->s[l->i];
     if (c0 && strchr("{}&*!|>%@`", c0))
         return lex_fail_char(l, "unsupported YAML syntax starting with ", c0);
-    while (l->s[l->i] && l->s[l->i] != '\n' && l->s[l->i] != '#') {
+    while (l->s[l->i] && l->s[l->i] != '\n' &&
+           !(l->s[l->i] == '#' &&
+             (l->i == 0 || l->s[l->i - 1] == ' ' || l->s[l->i - 1] == '\t'))) {
         if (in_list && (l->s[l->i] == ',' || l->s[l->i] == ']')) break;
         if (l->s[l->i] == ':' && (l->s[l->i + 1] == ' ' || l->s[l->i + 1] == '\t' ||
                                   l->s[l->i + 1] == '\n' || l->s[l->i + 1] == 0))
@@ -190,6 +194,7 @@ int qt_cg_yaml_parse(const char *file, const char *text, qt_cg_doc *out, char *e
     qt_cg_lex l = {file, text, 0, 1, err, errlen};
     memset(out, 0, sizeof *out);
     out->file = qt_cg_strdup(file);
+    if (!strncmp(text, "\xef\xbb\xbf", 3)) l.i = 3; /* a BOM (Windows editors): PyYAML skips it too */
     while (text[l.i]) {
         size_t ls = l.i;
         skip_inline(&l);

@@ -38,7 +38,9 @@ static int mkdir_p(const char *path, char *err, size_t errlen)
     return 0;
 }
 
-static int write_atomic(const char *path, const qt_cg_buf *b, char *err, size_t errlen)
+/* path is written (via path.tmp.<pid>); errors name `shown` (the file's final place) */
+static int write_atomic(const char *path, const char *shown, const qt_cg_buf *b, char *err,
+                        size_t errlen)
 {
     char tmp[4400];
     snprintf(tmp, sizeof tmp, "%.4300s.tmp.%ld", path, (long)getpid());
@@ -51,7 +53,8 @@ static int write_atomic(const char *path, const qt_cg_buf *b, char *err, size_t 
     if (bad || rename(tmp, path)) {
         int e = errno;
         unlink(tmp);
-        return qt_cg_fail(err, errlen, "%s: write failed: %s", path, strerror(e));
+        return qt_cg_fail(err, errlen, "%s: write failed: %s%s", shown, strerror(e),
+                          e == EFBIG ? " (the file-size limit, ulimit -f; nothing was written)" : "");
     }
     return 0;
 }
@@ -269,8 +272,10 @@ int qt_cg_generate_summary(int argc, char **argv, qt_cg_buf *summary, char *err,
             snprintf(tmpdir, sizeof tmpdir, "%s", dir);
         if (!rc) rc = mkdir_p(tmpdir, err, errlen);
         for (int k = 0; k < 4 && !rc; k++) {
+            char shown[4300];
             snprintf(path, sizeof path, "%s/%s", tmpdir, names[k]);
-            rc = write_atomic(path, &files[k], err, errlen);
+            snprintf(shown, sizeof shown, "%.4000s/%s", dir, names[k]);
+            rc = write_atomic(path, shown, &files[k], err, errlen);
         }
         if (!rc && owned) rc = swap_dir(tmpdir, dir, names, 4, err, errlen);
         if (!rc && summary) summary_line(&s, &g, dir, summary);

@@ -6,7 +6,11 @@
  *   configgen --diff A B                              compare two plans (driver/diff.c): exit 0
  *                                                     when identical apart from names and hash,
  *                                                     1 when they differ, 2 on error
- * Everything else lives in the qt_cg_ library so the unit tests can call it. */
+ * Everything else lives in the qt_cg_ library so the unit tests can call it.
+ * SIGXFSZ (`ulimit -f`) is ignored: a write past the limit fails with EFBIG and the plan
+ * directory's temporaries are removed (driver/generate.c), where the signal ended configgen
+ * and left them. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include "core/qt_cg.h"
@@ -15,6 +19,7 @@
 int main(int argc, char **argv)
 {
     char err[2048];
+    signal(SIGXFSZ, SIG_IGN);
     if (argc > 1 && !strcmp(argv[1], "--diff")) {
         if (argc != 4) {
             fprintf(stderr, "configgen: usage: configgen --diff A B (each a run .yml, a generated "

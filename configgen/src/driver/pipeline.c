@@ -28,6 +28,23 @@ static int exists(const char *path)
     return stat(path, &st) == 0;
 }
 
+/* 1 if `path` exists and is not MaxText's own base.yml: a run file inside a MaxText checkout
+ * (a file of its configs/models/) has MaxText's base.yml beside it, which is not the base layer
+ * configgen needs (it stopped with a YAML error at its line 1339); it is skipped, with a note. */
+static int base_candidate(const char *path)
+{
+    char *text = NULL, e[256];
+    if (!exists(path)) return 0;
+    if (qt_cg_read_file(path, &text, e, sizeof e)) return 1; /* qt_cg_config_load says why */
+    const int mt = qt_cg_maxtext_base_text(text);
+    free(text);
+    if (mt)
+        fprintf(stderr, "configgen: note: not taking %s as the base layer: it is MaxText's own "
+                "base.yml (it sets base_output_directory and hardware); configgen's is "
+                "configgen/configs/base.yml\n", path);
+    return !mt;
+}
+
 static void find_configs(const char *run_path, char *out, size_t n)
 {
     char dir[4096], probe[4200];
@@ -36,7 +53,7 @@ static void find_configs(const char *run_path, char *out, size_t n)
     if (slash) *slash = 0;
     else snprintf(dir, sizeof dir, ".");
     snprintf(probe, sizeof probe, "%s/../base.yml", dir);
-    if (exists(probe)) {
+    if (base_candidate(probe)) {
         /* keep paths readable in banners: "configgen/configs/runs/.." -> "configgen/configs" */
         char *s2 = strrchr(dir, '/');
         if (s2 && strcmp(s2 + 1, "..") && strcmp(s2 + 1, ".")) {
@@ -53,7 +70,7 @@ static void find_configs(const char *run_path, char *out, size_t n)
         return;
     }
     snprintf(probe, sizeof probe, "%s/base.yml", dir);
-    if (exists(probe)) {
+    if (base_candidate(probe)) {
         snprintf(out, n, "%s", dir);
         return;
     }

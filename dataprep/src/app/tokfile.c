@@ -1,6 +1,8 @@
 /* tokfile.c - QTTOKENS writer and reader (tokfile.h). Invariants: the header is written
  * little-endian byte by byte (any host); the target path is only ever created by rename()
- * of a complete file (SIGINT, SIGTERM and SIGHUP remove the temporary file first), and
+ * of a complete file (SIGINT, SIGTERM and SIGHUP remove the temporary file first; SIGXFSZ,
+ * the `ulimit -f` limit, is ignored while it is written, so the write fails with EFBIG and
+ * the error path removes it, where the signal used to end the process and leave it), and
  * without overwrite that rename never replaces an existing file; every write error is
  * reported with the file's name. */
 #include "tokfile.h"
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +34,13 @@ static int write_all(int fd, const void *p, size_t n, const char *name)
         ssize_t r = write(fd, b, n);
         if (r < 0 && errno == EINTR)
             continue;
+        if (r < 0 && errno == EFBIG) {
+            struct rlimit rl;
+            if (!getrlimit(RLIMIT_FSIZE, &rl) && rl.rlim_cur != RLIM_INFINITY)
+                return qtd_fail("%s: write failed: the file-size limit RLIMIT_FSIZE (ulimit -f) is "
+                                "%llu bytes; raise it, nothing was written", name,
+                                (unsigned long long)rl.rlim_cur);
+        }
         if (r <= 0)
             return qtd_fail("%s: write failed: %s", name, strerror(errno));
         b += r;
@@ -57,6 +67,7 @@ static void guard(const char *tmp)
         signal(SIGINT, on_signal);
         signal(SIGTERM, on_signal);
         signal(SIGHUP, on_signal);
+        signal(SIGXFSZ, SIG_IGN);
     }
 }
 
@@ -93,7 +104,7 @@ int qtd_tokw_open(qtd_tokwriter *w, const char *path, int overwrite)
     guard(w->tmp);
     uint8_t h[QTD_HEADER];
     header(h, 0, -1);
-    return write_all(w->fd, h, QTD_HEADER, w->tmp);
+    return write_all(w->fd, h, QTD_HEADER, w->path);
 }
 
 static int flush(qtd_tokwriter *w)
@@ -101,7 +112,7 @@ static int flush(qtd_tokwriter *w)
     uint8_t tmp[sizeof w->buf];
     for (size_t i = 0; i < w->nbuf; i++)
         le(tmp + 4 * i, w->buf[i], 4);
-    int rc = write_all(w->fd, tmp, w->nbuf * 4, w->tmp);
+    int rc = write_all(w->fd, tmp, w->nbuf * 4, w->path);
     w->nbuf = 0;
     return rc;
 }

@@ -167,7 +167,13 @@ int qtd_tok_load(qtd_tok *t, const char *path)
     if (!rc && qtd_json_parse(&j, text.data, text.len)) {
         char why[512];
         snprintf(why, sizeof why, "%s", qtd_errmsg());
-        rc = qtd_fail("%s: not valid JSON: %s", path, why);
+        /* a byte-order mark (a Windows editor's save) said only "a JSON value at byte 0" */
+        if (text.len >= 3 && !memcmp(text.data, "\xef\xbb\xbf", 3))
+            rc = qtd_fail("%s: not valid JSON: it starts with a UTF-8 byte-order mark (EF BB "
+                          "BF), which the Hugging Face engine refuses too; save the file "
+                          "without it", path);
+        else
+            rc = qtd_fail("%s: not valid JSON: %s", path, why);
     }
     if (!rc)
         rc = check_config(t, &j, path);
