@@ -13,7 +13,8 @@
  * The tables live in .bss; only the pages a file actually uses are touched.
  *
  * Reader invariants after a successful qt_st_open: the header parsed completely; names are
- * unique, NUL-terminated and escape-free; every tensor's byte size equals numel times its
+ * unique, NUL-terminated and valid UTF-8 (names and metadata strings have their JSON escapes
+ * decoded in place; \u0000 is refused); every tensor's byte size equals numel times its
  * dtype size; the tensors tile the data region exactly (sorted by offset: first at 0, no
  * gap, no overlap, last ends at the end of the file). The file is mapped privately; names
  * and metadata strings point into that mapping and stay valid until qt_st_close.

@@ -97,23 +97,127 @@ static int qt_js_expect(qt_js *j, char c)
     return QT_OK;
 }
 
-/* Parse a string without escapes; NUL-terminate it in place (over its closing quote). */
+/* Four hex digits at p (end excluded): their value, or -1. */
+static int32_t qt_js_hex4(const char *p, const char *end)
+{
+    int32_t v = 0;
+    if (end - p < 4)
+        return -1;
+    for (int i = 0; i < 4; i++) {
+        const char c = p[i];
+        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
+                      c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0)
+            return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* Bytes of the well-formed UTF-8 sequence at p (end excluded), 0 if it is not one
+ * (overlong forms, surrogates and code points past U+10FFFF are not). */
+static int qt_js_utf8_len(const unsigned char *p, const unsigned char *end)
+{
+    const unsigned c = p[0];
+    int n;
+    uint32_t cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) { n = 2; cp = c & 0x1f; }
+    else if (c >= 0xe0 && c <= 0xef) { n = 3; cp = c & 0x0f; }
+    else if (c >= 0xf0 && c <= 0xf4) { n = 4; cp = c & 0x07; }
+    else return 0;
+    if (end - p < n)
+        return 0;
+    for (int i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (n == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return n;
+}
+
+/* Parse a JSON string; NUL-terminate it in place. Escapes are decoded in place (an escape
+ * is never shorter than the bytes it stands for, so the decoded string ends at or before
+ * the closing quote): a serde_json writer (the safetensors library) escapes '"', '\' and
+ * control characters in metadata values, Python's json non-ASCII too. The text must be
+ * UTF-8 (serde_json refuses anything else); \u0000 is refused, the strings are C strings. */
 static int qt_js_string(qt_js *j, char **out)
 {
     qt_js_ws(j);
     if (j->p >= j->end || *j->p != '"')
         return qt_js_bad(j, "expected a string");
-    char *s = ++j->p;
+    char *s = ++j->p, *w = s;
     while (j->p < j->end && *j->p != '"') {
-        if (*j->p == '\\')
-            return qt_js_bad(j, "escaped characters in strings are not supported");
-        if ((unsigned char)*j->p < 0x20)
+        const unsigned char c = (unsigned char)*j->p;
+        if (c < 0x20)
             return qt_js_bad(j, "control character in string");
-        j->p++;
+        if (c >= 0x80) {
+            const int n = qt_js_utf8_len((const unsigned char *)j->p,
+                                         (const unsigned char *)j->end);
+            if (!n)
+                return qt_js_bad(j, "invalid UTF-8 in a string (JSON text is UTF-8)");
+            memmove(w, j->p, (size_t)n);
+            w += n;
+            j->p += n;
+            continue;
+        }
+        if (c != '\\') {
+            *w++ = *j->p++;
+            continue;
+        }
+        if (j->end - j->p < 2)
+            return qt_js_bad(j, "unterminated string");
+        const char e = j->p[1];
+        static const char esc[] = "\"\\/bfnrt", val[] = "\"\\/\b\f\n\r\t";
+        const char *simple = e ? strchr(esc, e) : NULL;
+        if (simple) {
+            *w++ = val[simple - esc];
+            j->p += 2;
+            continue;
+        }
+        if (e != 'u')
+            return qt_js_bad(j, "invalid escape in a string (expected one of \\\" \\\\ \\/ \\b "
+                                "\\f \\n \\r \\t \\uXXXX)");
+        int32_t cp = qt_js_hex4(j->p + 2, j->end);
+        if (cp < 0)
+            return qt_js_bad(j, "\\u needs four hex digits");
+        int len = 6;
+        if (cp >= 0xdc00 && cp <= 0xdfff)
+            return qt_js_bad(j, "a low surrogate escape without a high one before it");
+        if (cp >= 0xd800 && cp <= 0xdbff) {
+            const int32_t lo = j->end - j->p >= 12 && j->p[6] == '\\' && j->p[7] == 'u' ?
+                               qt_js_hex4(j->p + 8, j->end) : -1;
+            if (lo < 0xdc00 || lo > 0xdfff)
+                return qt_js_bad(j, "a high surrogate escape not followed by a low one");
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            len = 12;
+        }
+        if (cp == 0)
+            return qt_js_bad(j, "\\u0000 (a NUL character) in a string is not supported");
+        if (cp < 0x80) {
+            *w++ = (char)cp;
+        } else if (cp < 0x800) {
+            *w++ = (char)(0xc0 | cp >> 6);
+            *w++ = (char)(0x80 | (cp & 0x3f));
+        } else if (cp < 0x10000) {
+            *w++ = (char)(0xe0 | cp >> 12);
+            *w++ = (char)(0x80 | (cp >> 6 & 0x3f));
+            *w++ = (char)(0x80 | (cp & 0x3f));
+        } else {
+            *w++ = (char)(0xf0 | cp >> 18);
+            *w++ = (char)(0x80 | (cp >> 12 & 0x3f));
+            *w++ = (char)(0x80 | (cp >> 6 & 0x3f));
+            *w++ = (char)(0x80 | (cp & 0x3f));
+        }
+        j->p += len;
     }
     if (j->p >= j->end)
         return qt_js_bad(j, "unterminated string");
-    *j->p++ = '\0';
+    *w = '\0';
+    j->p++;
     *out = s;
     return QT_OK;
 }

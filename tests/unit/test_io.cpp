@@ -1069,6 +1069,40 @@ TEST(io, sharded_load_bad_cases_change_nothing)
 
 // ---------------------------------------------------------------- bad files
 
+// A header's strings may hold JSON escapes: the safetensors library (serde_json) escapes '"',
+// '\' and control characters in metadata values (a description with a newline, a JSON
+// config stored as a string), Python's json non-ASCII too. They are decoded in place; a
+// surrogate pair becomes one 4-byte UTF-8 character; invalid UTF-8, a lone surrogate, an
+// unknown escape and \u0000 are refused, naming the byte.
+TEST(io, safetensors_header_escapes)
+{
+    int h;
+    write_st_raw(path_in("esc.safetensors"),
+                 "{\"__metadata__\":{\"note\":\"a\\nb \\\"q\\\" \\\\ \\/ caf\\u00e9 \\ud83d\\ude00 \\t\","
+                 "\"raw\":\"caf\xc3\xa9\"},"
+                 "\"w\\u002eweigh\\u0074\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4);
+    if (qt_st_open(g_path, &h) != QT_OK) FAIL(qt_last_error());
+    STRCMP_EQUAL("a\nb \"q\" \\ / caf\xc3\xa9 \xf0\x9f\x98\x80 \t", qt_st_meta(h, "note"));
+    STRCMP_EQUAL("caf\xc3\xa9", qt_st_meta(h, "raw"));
+    CHECK(qt_st_find(h, "w.weight") != NULL);
+    qt_st_close(h);
+    struct { const char *json; const char *msg; } cases[] = {
+        { "{\"__metadata__\":{\"k\":\"a\\u0000b\"}}", "\\u0000 (a NUL character)" },
+        { "{\"__metadata__\":{\"k\":\"\\ud83d x\"}}", "high surrogate escape not followed" },
+        { "{\"__metadata__\":{\"k\":\"\\ude00\"}}", "low surrogate escape without" },
+        { "{\"__metadata__\":{\"k\":\"\\x41\"}}", "invalid escape" },
+        { "{\"__metadata__\":{\"k\":\"\\u12G4\"}}", "four hex digits" },
+        { "{\"__metadata__\":{\"k\":\"\xff\"}}", "invalid UTF-8" },
+        { "{\"__metadata__\":{\"k\":\"\xed\xa0\x80\"}}", "invalid UTF-8" },   // a surrogate
+        { "{\"__metadata__\":{\"k\":\"\xc0\xae\"}}", "invalid UTF-8" },       // overlong '.'
+    };
+    for (auto &c : cases) {
+        write_st_raw(path_in("bad.safetensors"), c.json, 0);
+        LONGS_EQUAL(QT_E_FORMAT, qt_st_open(g_path, &h));
+        if (!has(c.msg) || !has("bad safetensors header JSON at byte")) FAIL(qt_last_error());
+    }
+}
+
 TEST(io, bad_safetensors_headers)
 {
     struct { const char *json; size_t data; int64_t hlen; const char *msg; } cases[] = {
