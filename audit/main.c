@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "qt_audit.h"
+#include "qt_err.h"
 
 static int qt_audit_usage(FILE *f)
 {
@@ -29,6 +30,7 @@ static int qt_audit_usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    qt_err_set_program("qtrain-audit");   /* the firmware readers' messages name this tool */
     if (argc < 2) return qt_audit_usage(stderr);
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {

@@ -247,7 +247,9 @@ static int qt_plot_render(const char *out, const char *tmp_png, const char *png_
 {
     int fd = open(tmp_png, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
-        fprintf(stderr, "qtrain-audit: cannot create %s: %s\n", tmp_png, strerror(errno));
+        fprintf(stderr, "qtrain-audit: plot -o %s: cannot create the picture beside it (%s: "
+                "%s); give a path in an existing, writable directory\n", out, tmp_png,
+                strerror(errno));
         return QT_AUDIT_ERR;
     }
     close(fd);

@@ -26,6 +26,7 @@ typedef struct qt_side {
     int n;
     char **name, **file;       /* tensor name, the safetensors file that holds it */
     char step[32], data_hash[24], kind[16];
+    char format[16], content[16];  /* __metadata__ format / content ("" if absent) */
     int h;                     /* open reader handle, -1 */
     const char *open_file;
 } qt_side;
@@ -39,10 +40,34 @@ static void qt_side_add(qt_side *s, const char *name, const char *file)
     s->n++;
 }
 
-static void qt_side_meta(qt_side *s, const char *step, const char *dh)
+static void qt_side_meta(qt_side *s, const char *step, const char *dh, const char *format,
+                         const char *content)
 {
     snprintf(s->step, sizeof s->step, "%s", step ? step : "-");
     snprintf(s->data_hash, sizeof s->data_hash, "%s", dh ? dh : "-");
+    snprintf(s->format, sizeof s->format, "%s", format ? format : "");
+    snprintf(s->content, sizeof s->content, "%s", content ? content : "");
+}
+
+/* A side of the wrong kind for the command: a gradient dump (dump_grads=, __metadata__
+ * content "gradients") given to ckpt, or a qtrain checkpoint (format qtrain-1) given to
+ * grads; their tensors share names, so a comparison would only report differences. */
+static int qt_side_kind_ok(const qt_side *s, const char *what)
+{
+    const int grads = !strcmp(what, "gradients");
+    if (!grads && !strcmp(s->content, "gradients")) {
+        fprintf(stderr, "qtrain-audit: ckpt: %s is a gradient dump (dump_grads=; __metadata__ "
+                "content \"gradients\"), not a checkpoint: compare gradient dumps with "
+                "qtrain-audit grads\n", s->arg);
+        return QT_AUDIT_ERR;
+    }
+    if (grads && strcmp(s->content, "gradients") && !strcmp(s->format, "qtrain-1")) {
+        fprintf(stderr, "qtrain-audit: grads: %s is a qtrain checkpoint (__metadata__ format "
+                "\"qtrain-1\"), not a gradient dump (dump_grads=): compare checkpoints with "
+                "qtrain-audit ckpt\n", s->arg);
+        return QT_AUDIT_ERR;
+    }
+    return 0;
 }
 
 static int qt_side_open(qt_side *s, const char *arg)
@@ -56,7 +81,8 @@ static int qt_side_open(qt_side *s, const char *arg)
     if (!is_index) {
         if (qt_st_open(path, &h)) return QT_AUDIT_ERR;
         for (int32_t i = 0; i < qt_st_count(h); i++) qt_side_add(s, qt_st_at(h, i)->name, path);
-        qt_side_meta(s, qt_st_meta(h, "step"), qt_st_meta(h, "data_hash"));
+        qt_side_meta(s, qt_st_meta(h, "step"), qt_st_meta(h, "data_hash"),
+                     qt_st_meta(h, "format"), qt_st_meta(h, "content"));
         snprintf(s->kind, sizeof s->kind, "file");
         qt_st_close(h);
         return 0;
@@ -74,7 +100,8 @@ static int qt_side_open(qt_side *s, const char *arg)
         if (qt_sx_shard_path(qt_sx_shard(e), shard, sizeof shard)) return QT_AUDIT_ERR;
         qt_side_add(s, qt_sx_name(e), shard);
     }
-    qt_side_meta(s, qt_sx_meta(0, "step"), qt_sx_meta(0, "data_hash"));
+    qt_side_meta(s, qt_sx_meta(0, "step"), qt_sx_meta(0, "data_hash"), qt_sx_meta(0, "format"),
+                 qt_sx_meta(0, "content"));
     snprintf(s->kind, sizeof s->kind, "%d shards", (int)qt_sx_shards());
     return 0;
 }
@@ -192,8 +219,9 @@ int qt_audit_tensors(int argc, char **argv, const char *what)
         return QT_AUDIT_ERR;
     qt_side a, b;
     if (qt_side_open(&a, pa)) return QT_AUDIT_ERR;
-    if (qt_side_open(&b, pb)) {
+    if (qt_side_open(&b, pb) || qt_side_kind_ok(&a, what) || qt_side_kind_ok(&b, what)) {
         qt_side_free(&a);
+        qt_side_free(&b);
         return QT_AUDIT_ERR;
     }
     printf("A: %s (%s, %d tensors, step %s, data_hash %s)\n", pa, a.kind, a.n, a.step, a.data_hash);

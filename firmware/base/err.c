@@ -19,13 +19,16 @@ static struct {
     char note[QT_IO_ERR_MAX];
     int quiet;
     char prefix[48];     /* "rank r/n: " on a mesh, else "" */
+    char program[32];    /* qt_err_set_program; "" = qtrain */
 } qt_err_state;
 
 /* "qtrain: <prefix><kind><msg>\n" in one write (cut to the buffer if longer). */
 static void qt_err_emit(const char *kind, const char *msg)
 {
     static char line[QT_IO_ERR_MAX + 128];
-    int n = snprintf(line, sizeof line, "qtrain: %s%s%s\n", qt_err_state.prefix, kind, msg);
+    int n = snprintf(line, sizeof line, "%s: %s%s%s\n",
+                     qt_err_state.program[0] ? qt_err_state.program : "qtrain",
+                     qt_err_state.prefix, kind, msg);
     if (n < 0) return;
     if ((size_t)n >= sizeof line) {
         n = (int)sizeof line - 1;
@@ -43,6 +46,11 @@ void qt_err_set_rank(int rank, int n)
 {
     if (n > 1) snprintf(qt_err_state.prefix, sizeof qt_err_state.prefix, "rank %d/%d: ", rank, n);
     else qt_err_state.prefix[0] = 0;
+}
+
+void qt_err_set_program(const char *name)
+{
+    snprintf(qt_err_state.program, sizeof qt_err_state.program, "%s", name ? name : "");
 }
 
 int qt_fail(int code, const char *fmt, ...)

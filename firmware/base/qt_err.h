@@ -25,7 +25,8 @@ enum qt_err {
 extern "C" {
 #endif
 
-/* Format a message, print it on stderr as "qtrain: [rank r/n: ]<msg>", remember it,
+/* Format a message, print it on stderr as "qtrain: [rank r/n: ]<msg>" (the program name
+ * of qt_err_set_program in place of qtrain), remember it,
  * return `code` (so callers write `return qt_fail(QT_E_IO, ...)`). */
 int qt_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Informational note on stderr (not an error), also appended to a note log for the tests. */
@@ -40,6 +41,9 @@ const char *qt_last_error(void);
 int qt_set_quiet(int quiet);
 /* This process's rank and the job's rank count: messages get a rank prefix when n > 1. */
 void qt_err_set_rank(int rank, int n);
+/* The program named at the start of every line ("qtrain" unless set): a host tool that
+ * links the firmware's readers (qtrain-audit) names itself, not qtrain. */
+void qt_err_set_program(const char *name);
 
 #ifdef __cplusplus
 }

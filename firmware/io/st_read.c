@@ -537,9 +537,18 @@ int qt_st_open(const char *path, int *h)
         hlen = (hlen << 8) | len8[b];
     if (hlen < 2 || hlen > (uint64_t)QT_ST_MAX_HEADER || hlen > (uint64_t)st.st_size - 8) {
         close(fd);
-        return qt_fail(QT_E_FORMAT, "%s: header length %llu is not sane (file has %lld "
-                          "bytes, limit %d)", path, (unsigned long long)hlen,
-                          (long long)st.st_size, QT_ST_MAX_HEADER);
+        if (hlen > (uint64_t)st.st_size - 8)
+            return qt_fail(QT_E_FORMAT, "%s: not a safetensors file, or a truncated one: its "
+                           "first 8 bytes give a header length of %llu bytes, but the file has "
+                           "%lld (expected an 8-byte little-endian header length, that many "
+                           "bytes of JSON, then the tensor data)", path,
+                           (unsigned long long)hlen, (long long)st.st_size);
+        if (hlen < 2)
+            return qt_fail(QT_E_FORMAT, "%s: header length %llu; expected at least 2 (the "
+                           "JSON object {})", path, (unsigned long long)hlen);
+        return qt_fail(QT_E_FORMAT, "%s: header length %llu is over qtrain's limit of %d "
+                       "bytes of JSON (QT_ST_MAX_HEADER)", path, (unsigned long long)hlen,
+                       QT_ST_MAX_HEADER);
     }
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     close(fd);

@@ -254,3 +254,27 @@ audit_not_a_file() {
   done
 }
 check "audit runs/plot: a directory or a FIFO as a metrics file is an error naming it (exit 2), never a verdict or a wait" audit_not_a_file
+
+# audit23: ckpt and grads on the wrong files. A gradient dump given to ckpt (or a qtrain
+# checkpoint to grads) was compared name by name and reported "differ" (exit 1) with an
+# "earliest differing layer", as if two runs had parted; a file that is not safetensors
+# (a metrics file) was named with a "qtrain:" prefix and an insane header length. Each is
+# an error now (exit 2) naming the file and what to give; the plot's -o in a directory that
+# does not exist names OUT, not its temporary.
+audit_wrong_files() {
+  local d=$AD/wrong rc; rm -rf $d; mkdir -p $d
+  $AU ckpt $AD/a.safetensors $AD/ga.safetensors > $d/out 2> $d/err; rc=$?
+  [ $rc -eq 2 ] && grep -qF "qtrain-audit: ckpt: $AD/ga.safetensors is a gradient dump (dump_grads=; __metadata__ content \"gradients\"), not a checkpoint: compare gradient dumps with qtrain-audit grads" $d/err \
+    || { echo "ckpt A grads: exit $rc"; cat $d/err; tail -n 2 $d/out; return 1; }
+  $AU grads $AD/bdir $AD/gb.safetensors > $d/out 2> $d/err; rc=$?
+  [ $rc -eq 2 ] && grep -qF "qtrain-audit: grads: $AD/bdir is a qtrain checkpoint (__metadata__ format \"qtrain-1\"), not a gradient dump (dump_grads=): compare checkpoints with qtrain-audit ckpt" $d/err \
+    || { echo "grads ckpt B: exit $rc"; cat $d/err; tail -n 2 $d/out; return 1; }
+  $AU ckpt $AD/a.jsonl $AD/a.safetensors > $d/out 2> $d/err; rc=$?
+  [ $rc -eq 2 ] && grep -qF "qtrain-audit: $AD/a.jsonl: not a safetensors file, or a truncated one: its first 8 bytes give a header length of " $d/err \
+    || { echo "ckpt metrics: exit $rc"; cat $d/err; return 1; }
+  $AU plot $AD/a.jsonl -o $d/none/x.png 2> $d/err && { echo "plot into a missing directory accepted"; return 1; }
+  grep -qF "qtrain-audit: plot -o $d/none/x.png: cannot create the picture beside it" $d/err || { cat $d/err; return 1; }
+  # the controls: the right command on each still compares
+  $AU grads $AD/ga.safetensors $AD/gb.safetensors > /dev/null && $AU ckpt $AD/a.safetensors $AD/bdir > /dev/null
+}
+check "audit ckpt/grads: a gradient dump to ckpt, a checkpoint to grads, a metrics file to ckpt are errors naming the file (exit 2) (audit23)" audit_wrong_files

@@ -1106,7 +1106,9 @@ TEST(io, safetensors_header_escapes)
 TEST(io, bad_safetensors_headers)
 {
     struct { const char *json; size_t data; int64_t hlen; const char *msg; } cases[] = {
-        { "{}", 0, 100, "not sane" },
+        { "{}", 0, 100, "not a safetensors file, or a truncated one: its first 8 bytes give a "
+                        "header length of 100 bytes, but the file has 10" },
+        { "{}", 0, 0, "header length 0; expected at least 2" },
         { "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", 4, -1, "bad safetensors header JSON" },
         { "{\"a\":{\"dtype\":\"F32\",\"shape\":[100],\"data_offsets\":[0,400]}}", 4, -1, "past the end" },
         { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, -1, "need 8" },
