@@ -105,6 +105,16 @@ int qt_sx_resolve(const char *path, char *out, int64_t n, int *is_index)
         if (snprintf(out, (size_t)n, "%s/%s", path, QT_SX_INDEX_NAME) >= n)
             return qt_fail(QT_E_ARG, "%s: path too long", path);
         if (stat(out, &st) == 0) {
+            /* transformers' from_pretrained(DIR) takes model.safetensors before the index:
+             * a directory with both is ambiguous (which weights did the user mean?) */
+            char single[QT_SX_PATH_MAX];
+            if (snprintf(single, sizeof single, "%s/model.safetensors", path) <
+                    (int)sizeof single && lstat(single, &st) == 0)
+                return qt_fail(QT_E_ARG, "%s holds both %s (a sharded checkpoint) and "
+                               "model.safetensors (a single-file one): transformers' "
+                               "from_pretrained loads model.safetensors, qtrain would take "
+                               "the index; name the file you mean (%s or %s)", path,
+                               QT_SX_INDEX_NAME, single, out);
             *is_index = 1;
             return QT_OK;
         }

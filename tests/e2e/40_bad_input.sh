@@ -222,6 +222,22 @@ tokenizer_refused() {
 }
 check "tokenizer=: a missing, empty or directory-without-tokenizer.json path, or no save= directory, is refused before training, naming the file" tokenizer_refused
 
+# audit23: load=DIR holding both model.safetensors.index.json and model.safetensors took
+# the index without a word, where transformers' from_pretrained(DIR) takes
+# model.safetensors: two programs, two models from one directory. Refused, naming both
+# files; each named file loads.
+load_dir_both() {
+  local d=$QT_TMP/both; rm -rf $d; mkdir -p $d
+  $Q steps=1 data=$T save=$d/ck 2> /dev/null && cp tests/golden/e2e/test-next-tiny/init.safetensors $d/ck/model.safetensors || return 1
+  expect_fail "qtrain: $d/ck holds both model.safetensors.index.json (a sharded checkpoint) and model.safetensors (a single-file one): transformers' from_pretrained loads model.safetensors, qtrain would take the index; name the file you mean ($d/ck/model.safetensors or $d/ck/model.safetensors.index.json)" \
+      $Q steps=2 data=$T load=$d/ck || return 1
+  grep -q "^step " $QT_TMP/err.txt && { echo "trained"; return 1; }
+  $Q steps=2 data=$T load=$d/ck/model.safetensors.index.json 2> $QT_TMP/err.txt && grep -q "resuming from .* at step 1" $QT_TMP/err.txt \
+    || { cat $QT_TMP/err.txt; return 1; }
+  $Q steps=1 data=$T load=$d/ck/model.safetensors 2> $QT_TMP/err.txt || { cat $QT_TMP/err.txt; return 1; }
+}
+check "load: a directory with both model.safetensors.index.json and model.safetensors is refused naming both; each file loads (audit23)" load_dir_both
+
 metrics_resume_appends() {
   local d=$QT_TMP/mres; rm -rf $d; mkdir -p $d
   $Q steps=2 data=$T metrics=$d/m.jsonl save=$d/ck.safetensors 2> /dev/null || return 1
