@@ -156,6 +156,48 @@ static int qt_main_dest_clash(const char *key, const char *path, const qt_cli *c
     return QT_OK;
 }
 
+/* a and b name one file: the same device and inode when both exist; when neither does,
+ * the same last component in the same directory (./x and x); else not. */
+static int qt_main_same_file(const char *a, const char *b)
+{
+    static char da[4200], db[4200];
+    struct stat sa, sb;
+    const int ha = stat(a, &sa) == 0, hb = stat(b, &sb) == 0;
+    if (ha || hb)
+        return ha && hb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    const char *la = strrchr(a, '/'), *lb = strrchr(b, '/');
+    if (strcmp(la ? la + 1 : a, lb ? lb + 1 : b)) return 0;
+    snprintf(da, sizeof da, "%.*s", la ? (int)(la - a) + 1 : 1, la ? a : ".");
+    snprintf(db, sizeof db, "%.*s", lb ? (int)(lb - b) + 1 : 1, lb ? b : ".");
+    return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+/* save=X holds X.lock from start-up to exit and removes it then (ckpt_target.c): a file the
+ * run reads or writes may not be that path. Before this check, dump_grads=X.lock was
+ * written and then removed with the lock (the gradients lost without a word), metrics=X.lock
+ * was refused as "not a metrics line", and with overwrite=1 (which lets a save take over a
+ * X.lock that is not a lock file) data=X.lock or metrics=X.lock were overwritten and
+ * removed. Refused even with overwrite=1. */
+static int qt_main_lock_clash(const qt_cli *cli)
+{
+    static char lock[4200];
+    static const char *const keys[] = {"data", "eval_data", "load", "tokenizer", "metrics",
+                                       "dump_grads"};
+    const char *const paths[] = {cli->data, cli->eval_data, cli->load, cli->tokenizer,
+                                 cli->metrics, cli->dump_grads};
+    if (snprintf(lock, sizeof lock, "%s.lock", cli->save) >= (int)sizeof lock) return QT_OK;
+    for (int i = 0; i < (int)(sizeof paths / sizeof paths[0]); i++) {
+        if (!paths[i] || !qt_main_same_file(paths[i], lock)) continue;
+        fprintf(stderr, "qtrain: %s=%s is the lock file of save=%s (a job holds %s while it "
+                "runs and removes it at exit), refused even with overwrite=1: give another "
+                "%s= path, or another save= path\n", keys[i], paths[i], cli->save, lock,
+                keys[i]);
+        return QT_E_ARG;
+    }
+    return QT_OK;
+}
+
 /* A file that will be written after training (save=, dump_grads=) must have a writable
  * directory now, and must not be something a save would destroy (a device, a directory,
  * the data file, another kind of file unless overwrite=1): finding out after hours of
@@ -630,7 +672,8 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     /* start-up's deadline bounds the plan check too, the job's first collective */
     if (st == QT_OK) qt_main_deadline(cli, 1);
     if (st == QT_OK &&
-        ((cli->save && qt_main_check_dest("save", cli->save, 1, cli, rank) != QT_OK) ||
+        ((cli->save && (qt_main_lock_clash(cli) != QT_OK ||
+                        qt_main_check_dest("save", cli->save, 1, cli, rank) != QT_OK)) ||
          (cli->dump_grads && qt_main_check_dest("dump_grads", cli->dump_grads, 0, cli, rank) != QT_OK)))
         st = QT_E_ARG;
     /* the tokenizer files: read by rank 0 alone, which writes them into each save= directory */

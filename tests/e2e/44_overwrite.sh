@@ -185,3 +185,34 @@ ow_save_single_beside() {
   echo "refused; with overwrite=1 model.safetensors left out, notes.txt kept"
 }
 check "overwrite: save=DIR holding model.safetensors (which transformers would load instead) is refused unless overwrite=1, which leaves it out" ow_save_single_beside
+
+# audit23: save=X holds X.lock from start-up to exit and removes it then. dump_grads=X.lock
+# was written and removed with the lock (the gradients lost without a word: exit 0);
+# metrics=X.lock on a fresh run was refused as "not a metrics line"; with overwrite=1
+# (which lets a save take over an X.lock that is not a lock file) data=X.lock was
+# overwritten and removed. Every file the run reads or writes at X.lock is refused at
+# start-up, even with overwrite=1, and stays byte for byte; nothing is trained.
+ow_lock_clash() {
+  local d=$OW/lc k; rm -rf $d; mkdir -p $d/sub
+  for k in dump_grads metrics data eval_data; do
+    rm -f $d/ck.lock; [ $k = data ] || [ $k = eval_data ] && cp $T $d/ck.lock
+    local q=$Q dt=data=$T; [ $k = eval_data ] && q=build/eval-next-1r/qtrain; [ $k = data ] && dt=
+    # shellcheck disable=SC2086
+    $q $dt steps=1 save=$d/ck overwrite=1 $k=$d/ck.lock > /dev/null 2> $OW/err && { echo "$k: accepted"; return 1; }
+    grep -qF "qtrain: $k=$d/ck.lock is the lock file of save=$d/ck (a job holds $d/ck.lock while it runs" $OW/err || { echo "$k:"; cat $OW/err; return 1; }
+    grep -q "^step " $OW/err && { echo "$k: trained"; return 1; }
+    if [ $k = data ] || [ $k = eval_data ]; then cmp -s $T $d/ck.lock || { echo "$k: the file changed"; return 1; }
+    else [ -e $d/ck.lock ] && { echo "$k: left $d/ck.lock"; return 1; }; fi
+    [ -e $d/ck ] && { echo "$k: the save directory was created"; return 1; }
+  done
+  # the same file by another spelling (./), and a file save= beside it
+  (cd $d && $OLDPWD/$Q data=$OLDPWD/$T steps=1 save=sub/../ck.safetensors dump_grads=./ck.safetensors.lock > /dev/null 2> $OW/err) \
+    && { echo "./ spelling accepted"; return 1; }
+  grep -qF "dump_grads=./ck.safetensors.lock is the lock file of save=sub/../ck.safetensors" $OW/err || { cat $OW/err; return 1; }
+  # a dump beside the lock (another name) is written and kept
+  rm -f $d/ck.lock
+  $Q data=$T steps=1 save=$d/ck dump_grads=$d/ck.lock.g 2> $OW/err && [ -s $d/ck.lock.g ] && [ ! -e $d/ck.lock ] \
+    || { tail -n 2 $OW/err; ls $d; return 1; }
+  echo "ok: $(grep -c . $OW/err) lines; dump_grads=, metrics=, data=, eval_data= at the lock refused"
+}
+check "overwrite: a file the run reads or writes (dump_grads=, metrics=, data=, eval_data=) at save=X's lock X.lock is refused even with overwrite=1 (audit23)" ow_lock_clash
