@@ -325,20 +325,34 @@ int qt_hf_files_write(const qt_plan *p, const char *dir)
 /* ---- tokenizer= (start-up) ---- */
 
 /* QT_OK when path is a readable non-empty regular file; else the message. */
+/* A tokenizer file to copy: a readable regular file that starts (after JSON white space)
+ * with '{', a JSON object as every Hugging Face tokenizer file is. The bytes are copied
+ * unparsed; the first one is checked so a wrong file (tokenizer=model.safetensors, a
+ * token file) is refused at start-up instead of landing in every save as tokenizer.json. */
 static int qt_hf_readable(const char *path, const char *what)
 {
     struct stat st;
-    char c;
+    char buf[256];
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);   /* a FIFO: no wait */
     if (fd < 0)
         return qt_fail(QT_E_ARG, "tokenizer=: cannot open %s %s: %s", what, path,
                        strerror(errno));
     int rc = QT_OK;
+    ssize_t got = 0;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
         rc = qt_fail(QT_E_ARG, "tokenizer=: %s %s is not a regular file", what, path);
-    else if ((errno = 0, read(fd, &c, 1) != 1))
+    else if ((errno = 0, got = read(fd, buf, sizeof buf)) < 1)
         rc = qt_fail(QT_E_ARG, "tokenizer=: %s %s is empty or unreadable: %s", what, path,
                      errno ? strerror(errno) : "no data");
+    if (rc == QT_OK) {
+        ssize_t i = 0;
+        while (i < got && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r'))
+            i++;
+        if (i < got && buf[i] != '{')
+            rc = qt_fail(QT_E_ARG, "tokenizer=: %s %s is not a Hugging Face tokenizer file (a "
+                         "JSON object): its byte %lld is 0x%02x, not '{'", what, path,
+                         (long long)i, (unsigned)(unsigned char)buf[i]);
+    }
     close(fd);
     return rc;
 }

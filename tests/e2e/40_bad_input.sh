@@ -211,7 +211,10 @@ check "save=/dump_grads=: temporaries of killed saves (process gone) are removed
 tokenizer_refused() {
   local d=$QT_TMP/tokbad rc; rm -rf $d; mkdir -p $d/tokdir $d/emptydir
   : > $d/tokdir/tokenizer.json
-  for arg in "$d/none.json" "$d/emptydir" "$d/tokdir"; do
+  # audit23: a file that is not a JSON object (the model's weights, a token file) was copied
+  # into every save as tokenizer.json
+  cp tests/golden/e2e/test-next-tiny/init.safetensors $d/model.safetensors && cp $T $d/tokens.npy || return 1
+  for arg in "$d/none.json" "$d/emptydir" "$d/tokdir" "$d/model.safetensors" "$d/tokens.npy"; do
     $Q steps=1 data=$T save=$d/ck tokenizer=$arg > /dev/null 2> $QT_TMP/err.txt; rc=$?
     [ $rc -eq 2 ] || { echo "tokenizer=$arg: exit $rc, expected 2"; cat $QT_TMP/err.txt; return 1; }
     grep -q "tokenizer=: .*$arg" $QT_TMP/err.txt || { echo "message does not name $arg:"; cat $QT_TMP/err.txt; return 1; }
@@ -220,7 +223,7 @@ tokenizer_refused() {
   done
   expect_fail "tokenizer=$d/tokdir/tokenizer.json needs save=DIR" $Q steps=1 data=$T tokenizer=$d/tokdir/tokenizer.json
 }
-check "tokenizer=: a missing, empty or directory-without-tokenizer.json path, or no save= directory, is refused before training, naming the file" tokenizer_refused
+check "tokenizer=: a missing, empty, not-JSON-object (audit23) or directory-without-tokenizer.json path, or no save= directory, is refused before training, naming the file" tokenizer_refused
 
 # audit23: load=DIR holding both model.safetensors.index.json and model.safetensors took
 # the index without a word, where transformers' from_pretrained(DIR) takes
