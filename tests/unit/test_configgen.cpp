@@ -187,6 +187,38 @@ TEST(CgYaml, ByteOrderMarkAndHashInsideAValue)
     qt_cg_doc_free(&d);
 }
 
+// "---" before the first key and "..." at the end are YAML document markers, which PyYAML
+// (MaxText's reader) takes; a second document is refused, as PyYAML refuses it ("expected a
+// single document in the stream"). configgen used to call "---" a block list.
+TEST(CgYaml, DocumentMarkers)
+{
+    const char *ok[] = {"---\na: 1\n", "--- # run\r\na: 1\n", "a: 1\n...\n# c\n\n", "---\na: 1\n...",
+                        "---"};
+    for (const char *t : ok) {
+        qt_cg_doc d;
+        char err[512] = "";
+        int rc = qt_cg_yaml_parse("t.yml", t, &d, err, sizeof err);
+        if (rc) FAIL(err);
+        LONGS_EQUAL(strcmp(t, "---") ? 1 : 0, d.n);
+        qt_cg_doc_free(&d);
+    }
+    struct { const char *text, *want; } bad[] = {
+        {"a: 1\n---\nb: 2\n", "t.yml:2: a second YAML document starts here (---)"},
+        {"---\n---\na: 1\n", "t.yml:2: a second YAML document starts here (---)"},
+        {"a: 1\n...\nb: 2\n", "t.yml:3: a key after the document end (... at line 2)"},
+        {"...\na: 1\n", "t.yml:2: a key after the document end (... at line 1)"},
+        {"a: 1\n...\n---\nb: 2\n", "t.yml:3: a second YAML document starts here (---)"},
+        {"---x: 1\n", "t.yml:1: block lists"},
+    };
+    for (auto &b : bad) {
+        qt_cg_doc d;
+        char err[512] = "";
+        CHECK(qt_cg_yaml_parse("t.yml", b.text, &d, err, sizeof err) != 0);
+        if (!strstr(err, b.want)) FAIL(err);
+        qt_cg_doc_free(&d);
+    }
+}
+
 // ---------------------------------------------------------------- layering
 
 TEST_GROUP(CgConfig){};

@@ -5,8 +5,10 @@
  * lines (comments and a trailing comma allowed inside); `#` starts a comment outside
  * quotes, as in YAML only at the start of the value or after a blank (`a: x#1` is the value
  * `x#1`, as PyYAML reads it, not `x`). A UTF-8 byte-order mark at the start of the file is
- * skipped, as PyYAML (MaxText's reader) skips it. Everything else (indentation, block lists "- x", mappings, anchors, block
- * scalars, duplicate keys) is rejected as "file:line: ...", because silently reading a
+ * skipped, as PyYAML (MaxText's reader) skips it; so are a document start "---" before the
+ * first key and a document end "..." (a second document after either is refused, as
+ * MaxText's loader refuses it). Everything else (indentation, block lists "- x", mappings,
+ * anchors, block scalars, duplicate keys) is rejected as "file:line: ...", because silently reading a
  * richer YAML than we understand would let a config mean something we do not plan for.
  */
 #include <stdio.h>
@@ -189,9 +191,33 @@ static int is_key_char(char c)
     return is_key_start(c) || (c >= '0' && c <= '9') || c == '.' || c == '-';
 }
 
+/* A document marker line at l->i (column 0): "---" -> 1, "..." -> 2, each alone on its line
+ * or followed by blanks and a comment; the line is consumed. 0 (nothing consumed) else. */
+static int doc_marker(qt_cg_lex *l)
+{
+    const char *p = l->s + l->i;
+    int kind = !strncmp(p, "---", 3) ? 1 : !strncmp(p, "...", 3) ? 2 : 0;
+    if (!kind || (p[3] && p[3] != '\n' && p[3] != ' ' && p[3] != '\t' && p[3] != '\r'))
+        return 0;
+    size_t save = l->i;
+    l->i += 3;
+    skip_inline(l);
+    skip_comment(l);
+    if (l->s[l->i] != '\n' && l->s[l->i] != 0) {
+        l->i = save;
+        return 0;
+    }
+    if (l->s[l->i] == '\n') {
+        l->i++;
+        l->line++;
+    }
+    return kind;
+}
+
 int qt_cg_yaml_parse(const char *file, const char *text, qt_cg_doc *out, char *err, size_t errlen)
 {
     qt_cg_lex l = {file, text, 0, 1, err, errlen};
+    int doc_started = 0, doc_ended = 0;   /* a "---" line was read; the line of "..." */
     memset(out, 0, sizeof *out);
     out->file = qt_cg_strdup(file);
     if (!strncmp(text, "\xef\xbb\xbf", 3)) l.i = 3; /* a BOM (Windows editors): PyYAML skips it too */
@@ -210,6 +236,31 @@ int qt_cg_yaml_parse(const char *file, const char *text, qt_cg_doc *out, char *e
             return lex_fail(&l, l.line,
                             "indented line: nested mappings and block lists are not supported",
                             NULL);
+        const int mline = l.line, marker = doc_marker(&l);
+        if (marker) {
+            /* "---" opens the document (PyYAML, MaxText's reader, takes one before the first
+             * key), "..." ends it; a key after "..." or a second "---" starts another
+             * document, which MaxText's loader refuses ("expected a single document") */
+            if (marker == 1 && !out->n && !doc_started && !doc_ended) {
+                doc_started = 1;
+                continue;
+            }
+            if (marker == 2 && !doc_ended) {
+                doc_ended = mline;
+                continue;
+            }
+            return lex_fail(&l, mline, marker == 1 ? "a second YAML document starts here (---), "
+                            "which MaxText's loader refuses (it reads one document): put every "
+                            "key in one (a single --- is taken only before the first key)" :
+                            "a second document end (...)", NULL);
+        }
+        if (doc_ended) {
+            char msg[240];
+            snprintf(msg, sizeof msg, "a key after the document end (... at line %d) starts a "
+                     "second YAML document, which MaxText's loader refuses: remove the ... line",
+                     doc_ended);
+            return lex_fail(&l, l.line, msg, NULL);
+        }
         if (text[l.i] == '-')
             return lex_fail(&l, l.line, "block lists (\"- item\") are not supported; use [a, b]",
                             NULL);
