@@ -184,7 +184,12 @@ static int qt_cs_check_shard(const qt_plan *p, int32_t s, const char *index)
     qt_ckpt_piece pc;
     int h, rc;
     const int opt = qt_cs_index_of(s, index) != index;
-    if ((rc = qt_cs_open(s, &h)) && opt) {
+    /* quiet: the reader's message is printed once, inside the one below that names the
+     * index listing the shard (it used to come twice, bare and then quoted) */
+    const int quiet = qt_set_quiet(1);
+    rc = qt_cs_open(s, &h);
+    qt_set_quiet(quiet);
+    if (rc && opt) {
         static char why[QT_SX_PATH_MAX + 256];   /* the reader's message, rewritten below */
         snprintf(why, sizeof why, "%s", qt_last_error());
         return qt_fail(rc, "%s: an optimizer shard cannot be read (%s); refusing to resume "

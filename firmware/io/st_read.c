@@ -524,8 +524,9 @@ int qt_st_open(const char *path, int *h)
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return qt_fail(QT_E_ARG, "%s: is not a regular file (a device, FIFO or socket); "
-                       "expected a safetensors file", path);
+        return qt_fail(QT_E_ARG, "%s: is %s; expected a safetensors file", path,
+                       S_ISDIR(st.st_mode) ? "a directory" :
+                       "not a regular file (a device, FIFO or socket)");
     }
     if (st.st_size < 8 || pread(fd, len8, 8, 0) != 8) {
         close(fd);
