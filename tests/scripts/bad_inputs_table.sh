@@ -415,6 +415,29 @@ row "save target" "save=$W/pubdir (holds model.safetensors, which transformers w
 $QE data=$T eval_holdout=8 steps=2 save=$W/ho8.safetensors 2> /dev/null
 row "checkpoint" "load=$W/ho8.safetensors (saved with eval_holdout=8) with eval_holdout=4" "e2e \`62_eval.sh\`: eval_holdout resumes" $QE data=$T eval_holdout=4 load=$W/ho8.safetensors steps=3
 
+# ---- session 23, an adversarial new user (appended)
+python3 - $W/ck.safetensors $W/badname.safetensors $W/esc.safetensors <<'PYEOF'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); hl = struct.unpack('<Q', b[:8])[0]; h = b[8:8 + hl]
+bad = h.replace(b'"lm_head.weight"', b'"lm_head.weigh\xff"', 1)   # invalid UTF-8, same length
+open(sys.argv[2], 'wb').write(b[:8] + bad + b[8 + hl:])
+j = json.loads(h); j['__metadata__']['note'] = 'trained on "my" notes\nline 2'
+e = json.dumps(j).encode()
+open(sys.argv[3], 'wb').write(struct.pack('<Q', len(e)) + e + b[8 + hl:])
+PYEOF
+row "checkpoint" "load=$W/badname.safetensors (a tensor name with the byte 0xFF)" "unit \`io.safetensors_header_escapes\`" $Q steps=1 data=$T load=$W/badname.safetensors
+row "checkpoint" "load=$W/esc.safetensors (a __metadata__ value with a newline and quotes, JSON-escaped as the safetensors library writes it)" "unit \`io.safetensors_header_escapes\`" $Q steps=2 data=$T load=$W/esc.safetensors
+row "checkpoint" "load=$W/m.jsonl (a metrics file)" "unit \`io.bad_safetensors_headers\`" $Q steps=1 data=$T load=$W/m.jsonl
+mkdir -p $W/bothdir && $Q steps=1 data=$T save=$W/bothdir/ck 2> /dev/null && cp $W/ck.safetensors $W/bothdir/ck/model.safetensors
+row "checkpoint" "load=$W/bothdir/ck (model.safetensors.index.json and model.safetensors)" "$E40: load: a directory with both ..." $Q steps=2 data=$T load=$W/bothdir/ck
+row "save target" "dump_grads=$W/lk.lock save=$W/lk (the save's lock file)" "e2e \`44_overwrite.sh\`: a file ... at save=X's lock X.lock" $Q steps=1 data=$T save=$W/lk dump_grads=$W/lk.lock
+row "save target" "tokenizer=$W/ck.safetensors save=$W/tokck (not a JSON object)" "$E40: tokenizer=" $Q steps=1 data=$T save=$W/tokck tokenizer=$W/ck.safetensors
+$Q steps=1 data=$T dump_grads=$W/g.safetensors 2> /dev/null
+row "qtrain-audit" "ckpt $W/ck.safetensors $W/g.safetensors (a gradient dump)" "e2e \`85_audit.sh\`: audit ckpt/grads: ... wrong files" build/audit/qtrain-audit ckpt $W/ck.safetensors $W/g.safetensors
+row "qtrain-audit" "grads $W/ck.safetensors $W/g.safetensors (a checkpoint)" "e2e \`85_audit.sh\`: audit ckpt/grads: ... wrong files" build/audit/qtrain-audit grads $W/ck.safetensors $W/g.safetensors
+{ printf -- '---\n'; cat configgen/configs/runs/test-next-tiny.yml; printf -- '---\nsteps: 5\n'; } > $W/twodocs.yml
+row "configgen" "configgen $W/twodocs.yml (test-next-tiny.yml after ---, then a second document)" "unit \`CgYaml.DocumentMarkers\`" cg $W/twodocs.yml
+
 {
   cat <<'EOF'
 # Bad inputs and what qtrain / configgen say
