@@ -19,16 +19,18 @@ static struct {
     char note[QT_IO_ERR_MAX];
     int quiet;
     char prefix[48];     /* "rank r/n: " on a mesh, else "" */
+    char line[QT_IO_ERR_MAX + 128];   /* qt_err_emit's output line */
 } qt_err_state;
 
 /* "qtrain: <prefix><kind><msg>\n" in one write (cut to the buffer if longer). */
 static void qt_err_emit(const char *kind, const char *msg)
 {
-    static char line[QT_IO_ERR_MAX + 128];
-    int n = snprintf(line, sizeof line, "qtrain: %s%s%s\n", qt_err_state.prefix, kind, msg);
+    char *const line = qt_err_state.line;
+    const int size = (int)sizeof qt_err_state.line;
+    int n = snprintf(line, (size_t)size, "qtrain: %s%s%s\n", qt_err_state.prefix, kind, msg);
     if (n < 0) return;
-    if ((size_t)n >= sizeof line) {
-        n = (int)sizeof line - 1;
+    if (n >= size) {
+        n = size - 1;
         line[n - 1] = '\n';
     }
     fflush(stderr);

@@ -49,6 +49,19 @@ static struct {
     int64_t data_written;
     int64_t buf_len;
     unsigned char buf[QT_ST_WBUF];
+    /* the directory helpers' buffers, one per function: qt_st_remove_stale's walk calls
+     * qt_st_remove_dir, whose walk must not reuse the outer walk's buffers */
+    struct {
+        unsigned char each_buf[1 << 15], remove_buf[1 << 15], stale_buf[1 << 15];
+        char unlink_full[2 * QT_ST_PATH_MAX], stale_full[2 * QT_ST_PATH_MAX];
+        char stale_dir[QT_ST_PATH_MAX];
+    } dir;
+    /* the file-size limit's message, written by the SIGXFSZ handler */
+    struct {
+        char msg[256];
+        size_t len;
+        volatile sig_atomic_t said;
+    } fsz;
 } qt_stw;
 
 static int qt_stw_fail(int code)
@@ -350,23 +363,22 @@ static int qt_stw_walk(const char *dir, unsigned char *buf, size_t n,
 int qt_st_dir_each(const char *dir, int (*fn)(void *ctx, const char *name, int is_dir),
                    void *ctx)
 {
-    static unsigned char buf[1 << 15];
-    return qt_stw_walk(dir, buf, sizeof buf, fn, ctx);
+    return qt_stw_walk(dir, qt_stw.dir.each_buf, sizeof qt_stw.dir.each_buf, fn, ctx);
 }
 
 /* remove_dir: unlink one entry of the directory in ctx. */
 static int qt_stw_unlink_entry(void *ctx, const char *name, int is_dir)
 {
-    static char full[2 * QT_ST_PATH_MAX];
+    char *const full = qt_stw.dir.unlink_full;
     (void)is_dir;
-    snprintf(full, sizeof full, "%s/%s", (const char *)ctx, name);
+    snprintf(full, sizeof qt_stw.dir.unlink_full, "%s/%s", (const char *)ctx, name);
     return unlink(full) != 0 && errno != ENOENT ? -2 : 0;
 }
 
 int qt_st_remove_dir(const char *path)
 {
-    static unsigned char buf[1 << 15];
-    int rc = qt_stw_walk(path, buf, sizeof buf, qt_stw_unlink_entry, (void *)path);
+    int rc = qt_stw_walk(path, qt_stw.dir.remove_buf, sizeof qt_stw.dir.remove_buf,
+                         qt_stw_unlink_entry, (void *)path);
     if (rc == -1 && errno == ENOENT)
         return 0;
     if (rmdir(path) != 0 && errno != ENOENT) rc = -1;
@@ -417,11 +429,11 @@ typedef struct qt_stw_stale {
 /* remove_stale: one entry of the destination's directory. */
 static int qt_stw_stale_entry(void *ctx, const char *name, int is_dir)
 {
-    static char full[2 * QT_ST_PATH_MAX];
+    char *const full = qt_stw.dir.stale_full;
     qt_stw_stale *st = ctx;
     long pid = qt_stw_tmp_pid(name, st->base, st->blen);
     if (pid <= 0 || pid == (long)getpid() || qt_stw_alive(pid)) return 0;   /* may still write */
-    snprintf(full, sizeof full, "%s/%s", st->dir, name);
+    snprintf(full, sizeof qt_stw.dir.stale_full, "%s/%s", st->dir, name);
     /* a sharded save's temporary is a directory (ckpt_dir.c) */
     if ((is_dir ? qt_st_remove_dir(full) : unlink(full)) == 0) {
         st->removed++;
@@ -435,36 +447,30 @@ static int qt_stw_stale_entry(void *ctx, const char *name, int is_dir)
 
 int qt_st_remove_stale(const char *path)
 {
-    static char dir[QT_ST_PATH_MAX];
-    static unsigned char buf[1 << 15];
+    char *const dir = qt_stw.dir.stale_dir;
     if (strlen(path) >= QT_ST_PATH_MAX) return 0;
-    snprintf(dir, sizeof dir, "%s", path);
+    snprintf(dir, sizeof qt_stw.dir.stale_dir, "%s", path);
     char *slash = strrchr(dir, '/');
     const char *base = slash ? path + (slash - dir) + 1 : path;
-    if (!slash) snprintf(dir, sizeof dir, ".");
+    if (!slash) snprintf(dir, sizeof qt_stw.dir.stale_dir, ".");
     else if (slash == dir) dir[1] = 0;
     else *slash = 0;
     qt_stw_stale st = {dir, base, strlen(base), 0};
     /* a missing directory: the destination check reports it */
-    qt_stw_walk(dir, buf, sizeof buf, qt_stw_stale_entry, &st);
+    qt_stw_walk(dir, qt_stw.dir.stale_buf, sizeof qt_stw.dir.stale_buf, qt_stw_stale_entry,
+                &st);
     return st.removed;
 }
 
 /* ---- the file-size limit ---- */
 
-static struct {
-    char msg[256];
-    size_t len;
-    volatile sig_atomic_t said;
-} qt_fsz;
-
 static void qt_stw_sigxfsz(int sig)
 {
     (void)sig;
-    if (qt_fsz.said)
+    if (qt_stw.fsz.said)
         return;
-    qt_fsz.said = 1;
-    ssize_t w = write(2, qt_fsz.msg, qt_fsz.len);
+    qt_stw.fsz.said = 1;
+    ssize_t w = write(2, qt_stw.fsz.msg, qt_stw.fsz.len);
     (void)w;
 }
 
@@ -473,11 +479,11 @@ void qt_io_fsize_guard(void)
     struct rlimit rl;
     if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
         return;
-    int n = snprintf(qt_fsz.msg, sizeof qt_fsz.msg, "qtrain: a write reached the file-size "
+    int n = snprintf(qt_stw.fsz.msg, sizeof qt_stw.fsz.msg, "qtrain: a write reached the file-size "
                      "limit RLIMIT_FSIZE (ulimit -f) of %llu bytes (%llu KiB); the write fails "
                      "(EFBIG) and this process stops: raise ulimit -f\n",
                      (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_cur / 1024);
-    qt_fsz.len = n > 0 && (size_t)n < sizeof qt_fsz.msg ? (size_t)n : 0;
+    qt_stw.fsz.len = n > 0 && (size_t)n < sizeof qt_stw.fsz.msg ? (size_t)n : 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = qt_stw_sigxfsz;
