@@ -228,7 +228,8 @@ int qt_data_doc_sep_agrees(const qt_data *d, const char *key, int32_t eos, const
  * the change. Two stat calls; the embedded corpus always passes. A SIGBUS while reading an
  * open token file's mapping (truncated under it) prints a message naming it and exits 1. */
 int qt_data_check(const qt_data *d);
-
+/* Unmaps and closes d's file (the SIGBUS handler is removed with the last open file) and
+ * zeroes *d; a zeroed or already closed d is a no-op. */
 void qt_data_close(qt_data *d);
 
 /* ---- metrics (firmware/io/metrics.c) -------------------------------------------------- */
