@@ -44,7 +44,8 @@ PYTHON ?= /usr/bin/python3
 DETFLAGS := -ffp-contract=off -fno-fast-math -fvect-cost-model=dynamic
 # -Wno-psabi: the kernels pass GNU vector types between static inline helpers, which never
 # cross an ABI boundary; gcc still warns about the ABI of such values on non-AVX-512 targets.
-WARN := -Wall -Wextra -Werror -Wno-psabi
+# -Wvla: the firmware has no variable-length arrays (docs/design.md), nor do the host tools.
+WARN := -Wall -Wextra -Werror -Wvla -Wno-psabi
 CFLAGS_FW := -std=c11 -O2 $(ARCH) $(DETFLAGS) $(WARN) -D_GNU_SOURCE -Ifirmware/include -Ifirmware/base -Ifirmware
 CFLAGS_HOST := -std=c11 -O2 $(WARN) -D_GNU_SOURCE -Iconfiggen/src -Ifirmware/include -Ifirmware/base
 CXXFLAGS_TEST := -std=c++17 -O1 $(ARCH) $(DETFLAGS) -Wall -Wextra -Ifirmware/include -Ifirmware/base -Ifirmware -Iconfiggen/src -Itests/unit -Itests
@@ -536,11 +537,14 @@ bench-pipeline: deps
 
 # The code's shape (tests/scripts/structure.py): every file -> file dependency (symbols read
 # with nm from the objects, #include "..." from the sources) against the layer order of
-# tests/layers.txt (no upward edge, no circle), then the longest functions against its limit.
+# tests/layers.txt (no upward edge, no circle), then the longest functions against its limit,
+# then the firmware's rules the compiler does not check (tests/scripts/fw_rules.py: header
+# comments, no heap or exit, one module struct per file, no recursion).
 # `make test` runs the same checks (tests/e2e/05_structure.sh).
 layers: $(FW_OBJ) $(FW_APP_OBJ) $(CG_OBJ) $(AUDIT) $(QTDATA)
 	@python3 tests/scripts/structure.py layers; rc=$$?; \
-	 python3 tests/scripts/structure.py funcs || rc=1; exit $$rc
+	 python3 tests/scripts/structure.py funcs || rc=1; \
+	 python3 tests/scripts/fw_rules.py all || rc=1; exit $$rc
 
 # the firmware's compile flags (tests/e2e/80_aot.sh compiles AOT plans with them)
 print-cflags:
