@@ -239,11 +239,6 @@ int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer, i
     return qt_save(p, path, with_optimizer, QT_CKS_PARAMS, step, data_pos);
 }
 
-int32_t qt_checkpoint_kept(const qt_plan *p)
-{
-    return qt_ckpt_keep_count(p);
-}
-
 int qt_checkpoint_save_grads(const qt_plan *p, const char *path)
 {
     return qt_save(p, path, 0, QT_CKS_GRADS, 0, 0);

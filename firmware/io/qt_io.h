@@ -74,10 +74,6 @@ int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_byte
 /* 1 if a save= path names a single safetensors file (ends in ".safetensors"), 0 if it names
  * a sharded checkpoint directory. */
 int qt_checkpoint_is_file(const char *path);
-/* The mtp.* tensors a plan with mtp_keep_layers carries from its load= (ckpt_keep.c); 0 on
- * other plans and before a load. */
-int32_t qt_checkpoint_kept(const qt_plan *p);
-
 /* Write the normalised gradient (HF on-disk names, F32) to a safetensors file (dump_grads=,
  * tests); collective on a mesh like qt_checkpoint_save. */
 int qt_checkpoint_save_grads(const qt_plan *p, const char *path);
