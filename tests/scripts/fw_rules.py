@@ -47,12 +47,8 @@ HEAP_ALLOWED = {
 
 # object -> (how many static objects it may have in writable sections, why)
 STATICS_ALLOWED = {
-    "comm/comm_mpi.o": (5, "MPI request tables initialised to MPI_REQUEST_NULL (.data) kept "
-                        "apart from the zero-initialised pools (.bss)"),
     "kernels/attention.o": (4, "the kernels' scratch buffers, each declared beside the path "
                             "that uses it, after the sizes that path defines"),
-    "kernels/bf16_matmul.o": (2, "the path choice starts at -1 (.data); the packing "
-                              "buffers are .bss, megabytes the binary should not carry"),
     "runtime/arena.o": (3, "qt_arena_lo / qt_arena_hi are const volatile pointers to the "
                         "linker's arena bounds (volatile: read at run time), not state"),
 }
