@@ -308,8 +308,8 @@ $(QTDATA): $(QTD_OBJ) $(BUILD)/dataprep/gen/ucd_tables.o
 ASAN_RUNS := test-next-tiny test-35-tiny
 SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g
 # -Wno-format-truncation: at -O1 with the sanitizers gcc's range analysis is weaker and it
-# warns about bounded snprintf calls that -O2 proves fit (st_write.c: a getdents64 name,
-# at most NAME_MAX, after a directory shorter than QT_ST_PATH_MAX into 2 * QT_ST_PATH_MAX;
+# warns about bounded snprintf calls that -O2 proves fit (st_dir.c: a getdents64 name,
+# at most NAME_MAX, after a directory shorter than QT_SD_PATH_MAX into 2 * QT_SD_PATH_MAX;
 # mesh/shard.c: a short list of mesh axis names). snprintf truncates, it never overflows.
 CFLAGS_ASAN := $(filter-out -O2,$(CFLAGS_FW)) $(SANFLAGS) -Wno-format-truncation
 CFLAGS_HOST_ASAN := $(filter-out -O2,$(CFLAGS_HOST)) $(SANFLAGS) -Wno-format-truncation

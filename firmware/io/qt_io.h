@@ -125,7 +125,7 @@ int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_for
  * are qt_checkpoint_check_target's). Call after qt_checkpoint_set_stages. */
 int qt_checkpoint_check_target_model(const qt_plan *p, const char *key, const char *path);
 /* Removes "<path>.tmp.<pid>" temporaries left by killed writers (process gone), each with
- * a note on stderr (st_write.c, qt_st_remove_stale). */
+ * a note on stderr (st_dir.c, qt_st_remove_stale). */
 void qt_checkpoint_remove_stale(const char *path);
 
 /* One job at a time per save= target (ckpt_lock.c): takes "<path>.lock" (an exclusive
