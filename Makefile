@@ -18,7 +18,8 @@
 #                make bench-slice, make bench-pipeline,
 #                make bench-context: only one of those; make bench-tokenizer: qtrain-data
 #                against the Hugging Face tokenizers engine)
-#   make layers  the code's shape: dependencies against tests/layers.txt, longest functions
+#   make layers  the code's shape: dependencies against tests/layers.txt, longest functions,
+#                the firmware's rules (tests/scripts/fw_rules.py)
 #   make amx-probe  build/tools/amx-probe: AMX TDPBF16PS's arithmetic against six candidate
 #                orders on a CPU with AMX, and VDPBF16PS against the reference (docs/amx.md)
 #   make clean
