@@ -18,7 +18,8 @@
 #                make bench-slice, make bench-pipeline,
 #                make bench-context: only one of those; make bench-tokenizer: qtrain-data
 #                against the Hugging Face tokenizers engine)
-#   make layers  the code's shape: dependencies against tests/layers.txt, longest functions
+#   make layers  the code's shape: dependencies against tests/layers.txt, longest functions,
+#                the firmware's rules (tests/scripts/fw_rules.py)
 #   make amx-probe  build/tools/amx-probe: AMX TDPBF16PS's arithmetic against six candidate
 #                orders on a CPU with AMX, and VDPBF16PS against the reference (docs/amx.md)
 #   make clean
@@ -44,7 +45,8 @@ PYTHON ?= /usr/bin/python3
 DETFLAGS := -ffp-contract=off -fno-fast-math -fvect-cost-model=dynamic
 # -Wno-psabi: the kernels pass GNU vector types between static inline helpers, which never
 # cross an ABI boundary; gcc still warns about the ABI of such values on non-AVX-512 targets.
-WARN := -Wall -Wextra -Werror -Wno-psabi
+# -Wvla: the firmware has no variable-length arrays (docs/design.md), nor do the host tools.
+WARN := -Wall -Wextra -Werror -Wvla -Wno-psabi
 CFLAGS_FW := -std=c11 -O2 $(ARCH) $(DETFLAGS) $(WARN) -D_GNU_SOURCE -Ifirmware/include -Ifirmware/base -Ifirmware
 CFLAGS_HOST := -std=c11 -O2 $(WARN) -D_GNU_SOURCE -Iconfiggen/src -Ifirmware/include -Ifirmware/base
 CXXFLAGS_TEST := -std=c++17 -O1 $(ARCH) $(DETFLAGS) -Wall -Wextra -Ifirmware/include -Ifirmware/base -Ifirmware -Iconfiggen/src -Itests/unit -Itests
@@ -307,8 +309,8 @@ $(QTDATA): $(QTD_OBJ) $(BUILD)/dataprep/gen/ucd_tables.o
 ASAN_RUNS := test-next-tiny test-35-tiny
 SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g
 # -Wno-format-truncation: at -O1 with the sanitizers gcc's range analysis is weaker and it
-# warns about bounded snprintf calls that -O2 proves fit (st_write.c: a getdents64 name,
-# at most NAME_MAX, after a directory shorter than QT_ST_PATH_MAX into 2 * QT_ST_PATH_MAX;
+# warns about bounded snprintf calls that -O2 proves fit (st_dir.c: a getdents64 name,
+# at most NAME_MAX, after a directory shorter than QT_SD_PATH_MAX into 2 * QT_SD_PATH_MAX;
 # mesh/shard.c: a short list of mesh axis names). snprintf truncates, it never overflows.
 CFLAGS_ASAN := $(filter-out -O2,$(CFLAGS_FW)) $(SANFLAGS) -Wno-format-truncation
 CFLAGS_HOST_ASAN := $(filter-out -O2,$(CFLAGS_HOST)) $(SANFLAGS) -Wno-format-truncation
@@ -536,11 +538,14 @@ bench-pipeline: deps
 
 # The code's shape (tests/scripts/structure.py): every file -> file dependency (symbols read
 # with nm from the objects, #include "..." from the sources) against the layer order of
-# tests/layers.txt (no upward edge, no circle), then the longest functions against its limit.
+# tests/layers.txt (no upward edge, no circle), then the longest functions against its limit,
+# then the firmware's rules the compiler does not check (tests/scripts/fw_rules.py: header
+# comments, no heap or exit, one module struct per file, no recursion).
 # `make test` runs the same checks (tests/e2e/05_structure.sh).
 layers: $(FW_OBJ) $(FW_APP_OBJ) $(CG_OBJ) $(AUDIT) $(QTDATA)
 	@python3 tests/scripts/structure.py layers; rc=$$?; \
-	 python3 tests/scripts/structure.py funcs || rc=1; exit $$rc
+	 python3 tests/scripts/structure.py funcs || rc=1; \
+	 python3 tests/scripts/fw_rules.py all || rc=1; exit $$rc
 
 # the firmware's compile flags (tests/e2e/80_aot.sh compiles AOT plans with them)
 print-cflags:

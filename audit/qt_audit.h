@@ -80,6 +80,10 @@ uint64_t qt_audit_ulp64(uint64_t a, uint64_t b);
 int qt_audit_two_args(int argc, char **argv, const char *usage, const char **a,
                       const char **b, int *all);
 
+/* The commands (main.c passes the arguments after the command's name): runs (two metrics
+ * files), ckpt / grads (qt_audit_tensors; `what` names the kind in the report: "checkpoint",
+ * "gradients"), plot. Each prints its report and returns the exit status: 0 identical
+ * (plot: written), 1 different, QT_AUDIT_ERR (2) on an error or bad usage. */
 int qt_audit_runs(int argc, char **argv);
 int qt_audit_tensors(int argc, char **argv, const char *what);
 int qt_audit_plot(int argc, char **argv);

@@ -132,7 +132,7 @@ static int qt_main_finish(int code)
  * path, or the same device and inode. */
 static int qt_main_dest_clash(const char *key, const char *path, const qt_cli *cli)
 {
-    static char tok[4200];
+    char tok[4200];
     const char *const keys[] = {"eval_data", "tokenizer", "load"};
     const char *paths[] = {cli->eval_data, cli->tokenizer, strcmp(key, "save") ? cli->load : NULL};
     struct stat d, o;

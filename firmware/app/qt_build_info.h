@@ -15,6 +15,7 @@ typedef struct qt_build_info {
     const char *kind;          /* "glibc+mpich", "musl static" or "asan" */
 } qt_build_info;
 
+/* The record of this binary (static, never NULL; the strings are literals). */
 const qt_build_info *qt_build_info_get(void);
 
 #endif

@@ -20,18 +20,20 @@ static struct {
     int quiet;
     char prefix[48];     /* "rank r/n: " on a mesh, else "" */
     char program[32];    /* qt_err_set_program; "" = qtrain */
+    char line[QT_IO_ERR_MAX + 128];   /* qt_err_emit's output line */
 } qt_err_state;
 
-/* "qtrain: <prefix><kind><msg>\n" in one write (cut to the buffer if longer). */
+/* "<program>: <prefix><kind><msg>\n" (program "qtrain" unless set) in one write (cut to the buffer if longer). */
 static void qt_err_emit(const char *kind, const char *msg)
 {
-    static char line[QT_IO_ERR_MAX + 128];
-    int n = snprintf(line, sizeof line, "%s: %s%s%s\n",
+    char *const line = qt_err_state.line;
+    const int size = (int)sizeof qt_err_state.line;
+    int n = snprintf(line, (size_t)size, "%s: %s%s%s\n",
                      qt_err_state.program[0] ? qt_err_state.program : "qtrain",
                      qt_err_state.prefix, kind, msg);
     if (n < 0) return;
-    if ((size_t)n >= sizeof line) {
-        n = (int)sizeof line - 1;
+    if (n >= size) {
+        n = size - 1;
         line[n - 1] = '\n';
     }
     fflush(stderr);

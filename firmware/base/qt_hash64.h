@@ -19,6 +19,9 @@ typedef struct qt_hash64 {
     uint32_t n_buf;
 } qt_hash64_state;
 
+/* Streaming: init sets *h to the empty input; update appends data[0..n) (any alignment,
+ * n may be 0); final returns the hash of everything appended so far and leaves *h as it
+ * is (more updates may follow). */
 void qt_hash64_init(qt_hash64_state *h);
 void qt_hash64_update(qt_hash64_state *h, const void *data, size_t n);
 uint64_t qt_hash64_final(const qt_hash64_state *h);

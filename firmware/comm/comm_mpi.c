@@ -37,6 +37,11 @@
 #define QT_SLOT_TAG (QT_COMM_TAG + 16)  /* + slot: the split transfers (qt_comm_post) */
 #define QT_P2P_TAG (QT_COMM_TAG + 32)   /* + channel: the pipeline's messages (qt_comm_p2p_post) */
 
+#define QT_WARM_SMALL 64                  /* warm-up (qt_comm_warm): eager messages each way */
+#define QT_WARM_BIG 8                     /* and rendezvous ones */
+#define QT_WARM_SMALL_BYTES 64
+#define QT_WARM_TAG (QT_COMM_TAG + 1)
+
 static struct {
     int initialised;
     int rank, size;
@@ -44,25 +49,41 @@ static struct {
     double spin_s;                   /* 0 when the node is oversubscribed */
     MPI_Request ping_req;             /* the posted probe receive, or MPI_REQUEST_NULL */
     int ping_in;
-} qt_comm_state = {0, 0, 1, MPI_COMM_NULL, QT_COMM_SPIN_S, MPI_REQUEST_NULL, 0};
+    /* the split transfers' slots (qt_comm_post / qt_comm_test): one piece each way per slot */
+    struct qt_comm_slots {
+        MPI_Request sreq[QT_COMM_SLOTS], rreq[QT_COMM_SLOTS];
+        int dst[QT_COMM_SLOTS], src[QT_COMM_SLOTS], rn[QT_COMM_SLOTS];
+    } slots;
+    /* the liveness probes in flight (qt_comm_probe_silent) */
+    struct qt_comm_probe {
+        MPI_Request req[QT_PROBE_MAX];
+        int in[QT_PROBE_MAX], done[QT_PROBE_MAX];
+        int rank[QT_PROBE_MAX];          /* the rank probed in each slot */
+    } probe;
+    /* the warm-up's messages (qt_comm_warm) */
+    struct qt_comm_warm {
+        char small_out[QT_WARM_SMALL][QT_WARM_SMALL_BYTES];
+        char small_in[QT_WARM_SMALL][QT_WARM_SMALL_BYTES];
+        MPI_Request req[2 * (QT_WARM_SMALL + QT_WARM_BIG)];
+        MPI_Status st[2 * (QT_WARM_SMALL + QT_WARM_BIG)];
+    } warm;
+    /* the pipeline's non-blocking messages (qt_comm_p2p_post): a fixed pool of requests */
+    struct qt_comm_p2p {
+        MPI_Request req[QT_COMM_P2P_MAX];
+        int peer[QT_COMM_P2P_MAX], bytes[QT_COMM_P2P_MAX], send[QT_COMM_P2P_MAX];
+        int used[QT_COMM_P2P_MAX];
+    } p2p;
+} qt_comm_state = {
+    .rank = 0, .size = 1, .comm = MPI_COMM_NULL, .spin_s = QT_COMM_SPIN_S,
+    .ping_req = MPI_REQUEST_NULL,
+    .slots = {
+        .sreq = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL},
+        .rreq = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL},
+    },
+};
+_Static_assert(QT_COMM_SLOTS == 4, "comm_mpi.c: the slots' initialisers list 4 slots");
 
 static const int qt_pong_value = 1;
-
-/* The split transfers' slots (qt_comm_post / qt_comm_test): one piece each way per slot. */
-static struct {
-    MPI_Request sreq[QT_COMM_SLOTS], rreq[QT_COMM_SLOTS];
-    int dst[QT_COMM_SLOTS], src[QT_COMM_SLOTS], rn[QT_COMM_SLOTS];
-} qt_slots = {
-    .sreq = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL},
-    .rreq = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL},
-};
-_Static_assert(QT_COMM_SLOTS == 4, "comm_mpi.c: qt_slots' initialisers list 4 slots");
-
-static struct {
-    MPI_Request req[QT_PROBE_MAX];
-    int in[QT_PROBE_MAX], done[QT_PROBE_MAX];
-    int rank[QT_PROBE_MAX];          /* the rank probed in each slot */
-} qt_probe;
 
 static double qt_comm_now(void)
 {
@@ -169,6 +190,7 @@ static void qt_comm_serve(void)
 
 int qt_comm_probe_silent(int waited, double window, int *n_silent)
 {
+    struct qt_comm_probe *const pr = &qt_comm_state.probe;
     const int me = qt_comm_state.rank, size = qt_comm_state.size;
     *n_silent = 0;
     if (!qt_comm_state.initialised || size < 2) return -1;
@@ -176,16 +198,16 @@ int qt_comm_probe_silent(int waited, double window, int *n_silent)
      * QT_PROBE_MAX, and always `waited` (in the last slot when it is beyond them) */
     int n = 0;
     for (int r = 0; r < size && n < QT_PROBE_MAX; r++)
-        if (r != me) qt_probe.rank[n++] = r;
-    if (waited >= 0 && waited < size && waited != me && waited > qt_probe.rank[n - 1])
-        qt_probe.rank[n - 1] = waited;
+        if (r != me) pr->rank[n++] = r;
+    if (waited >= 0 && waited < size && waited != me && waited > pr->rank[n - 1])
+        pr->rank[n - 1] = waited;
     for (int i = 0; i < n; i++) {
-        qt_probe.req[i] = MPI_REQUEST_NULL;
-        qt_probe.done[i] = 0;
+        pr->req[i] = MPI_REQUEST_NULL;
+        pr->done[i] = 0;
         MPI_Request s = MPI_REQUEST_NULL;
-        if (MPI_Irecv(&qt_probe.in[i], 1, MPI_INT, qt_probe.rank[i], QT_PONG_TAG,
-                      qt_comm_state.comm, &qt_probe.req[i]) != MPI_SUCCESS ||
-            MPI_Isend(&qt_pong_value, 1, MPI_INT, qt_probe.rank[i], QT_PING_TAG,
+        if (MPI_Irecv(&pr->in[i], 1, MPI_INT, pr->rank[i], QT_PONG_TAG,
+                      qt_comm_state.comm, &pr->req[i]) != MPI_SUCCESS ||
+            MPI_Isend(&qt_pong_value, 1, MPI_INT, pr->rank[i], QT_PING_TAG,
                       qt_comm_state.comm, &s) != MPI_SUCCESS)
             return -1;
         MPI_Request_free(&s);
@@ -196,10 +218,10 @@ int qt_comm_probe_silent(int waited, double window, int *n_silent)
         qt_comm_serve();
         for (int i = 0; i < n; i++) {
             int flag = 0;
-            if (qt_probe.done[i] || MPI_Test(&qt_probe.req[i], &flag, MPI_STATUS_IGNORE) !=
+            if (pr->done[i] || MPI_Test(&pr->req[i], &flag, MPI_STATUS_IGNORE) !=
                                         MPI_SUCCESS || !flag)
                 continue;
-            qt_probe.done[i] = 1;
+            pr->done[i] = 1;
             left--;
         }
         struct timespec ts = {0, QT_COMM_SLEEP_NS};
@@ -207,8 +229,8 @@ int qt_comm_probe_silent(int waited, double window, int *n_silent)
     }
     int first = -1;
     for (int i = 0; i < n; i++)
-        if (!qt_probe.done[i]) {
-            if (first < 0 || qt_probe.rank[i] < first) first = qt_probe.rank[i];
+        if (!pr->done[i]) {
+            if (first < 0 || pr->rank[i] < first) first = pr->rank[i];
             ++*n_silent;
         }
     return first;
@@ -307,10 +329,11 @@ int qt_comm_sendrecv(int dst, const void *send, int64_t sbytes, int src, void *r
 int qt_comm_post(int slot, int dst, const void *send, int64_t sbytes, int src, void *recv,
                  int64_t rbytes)
 {
+    struct qt_comm_slots *const sl = &qt_comm_state.slots;
     if (dst < 0) sbytes = 0;
     if (src < 0) rbytes = 0;
     if (!qt_comm_state.initialised || slot < 0 || slot >= QT_COMM_SLOTS ||
-        qt_slots.sreq[slot] != MPI_REQUEST_NULL || qt_slots.rreq[slot] != MPI_REQUEST_NULL ||
+        sl->sreq[slot] != MPI_REQUEST_NULL || sl->rreq[slot] != MPI_REQUEST_NULL ||
         sbytes < 0 || rbytes < 0 || sbytes > QT_COMM_CHUNK_BYTES ||
         rbytes > QT_COMM_CHUNK_BYTES || dst >= qt_comm_state.size ||
         src >= qt_comm_state.size || (sbytes && dst == qt_comm_state.rank) ||
@@ -318,52 +341,42 @@ int qt_comm_post(int slot, int dst, const void *send, int64_t sbytes, int src, v
         return qt_fail(QT_E_PLAN, "comm: bad split transfer on slot %d (send %lld bytes to %d, "
                        "receive %lld bytes from %d, %d ranks)", slot, (long long)sbytes, dst,
                        (long long)rbytes, src, qt_comm_state.size);
-    qt_slots.dst[slot] = dst;
-    qt_slots.src[slot] = src;
-    qt_slots.rn[slot] = (int)rbytes;
+    sl->dst[slot] = dst;
+    sl->src[slot] = src;
+    sl->rn[slot] = (int)rbytes;
     if (rbytes && MPI_Irecv(recv, (int)rbytes, MPI_BYTE, src, QT_SLOT_TAG + slot,
-                            qt_comm_state.comm, &qt_slots.rreq[slot]) != MPI_SUCCESS)
+                            qt_comm_state.comm, &sl->rreq[slot]) != MPI_SUCCESS)
         return qt_fail(QT_E_COMM, "comm: MPI_Irecv from rank %d failed", src);
     if (sbytes && MPI_Isend(send, (int)sbytes, MPI_BYTE, dst, QT_SLOT_TAG + slot,
-                            qt_comm_state.comm, &qt_slots.sreq[slot]) != MPI_SUCCESS)
+                            qt_comm_state.comm, &sl->sreq[slot]) != MPI_SUCCESS)
         return qt_fail(QT_E_COMM, "comm: MPI_Isend to rank %d failed", dst);
     return QT_OK;
 }
 
 int qt_comm_test(int slot, int *done, int *waiting)
 {
+    struct qt_comm_slots *const sl = &qt_comm_state.slots;
     *done = 0;
     *waiting = -1;
     if (slot < 0 || slot >= QT_COMM_SLOTS)
         return qt_fail(QT_E_PLAN, "comm: test of slot %d (%d slots)", slot, QT_COMM_SLOTS);
-    int sdone = qt_slots.sreq[slot] == MPI_REQUEST_NULL;
-    int rdone = qt_slots.rreq[slot] == MPI_REQUEST_NULL;
-    int rc = qt_comm_test_pair(&qt_slots.sreq[slot], &qt_slots.rreq[slot], &sdone, &rdone,
-                               qt_slots.dst[slot], qt_slots.src[slot], qt_slots.rn[slot]);
+    int sdone = sl->sreq[slot] == MPI_REQUEST_NULL;
+    int rdone = sl->rreq[slot] == MPI_REQUEST_NULL;
+    int rc = qt_comm_test_pair(&sl->sreq[slot], &sl->rreq[slot], &sdone, &rdone,
+                               sl->dst[slot], sl->src[slot], sl->rn[slot]);
     if (rc) return rc;
     *done = sdone && rdone;
-    if (!*done) *waiting = rdone ? qt_slots.dst[slot] : qt_slots.src[slot];
+    if (!*done) *waiting = rdone ? sl->dst[slot] : sl->src[slot];
     return QT_OK;
 }
 
 /* Warm-up (qt_comm.h): QT_WARM_SMALL eager and QT_WARM_BIG rendezvous messages each way,
  * sent before the matching receives are posted (after a pause, so they arrive unexpected):
  * UCX grows its request and unexpected-message pools to this depth now, not in a step. */
-#define QT_WARM_SMALL 64
-#define QT_WARM_BIG 8
-#define QT_WARM_SMALL_BYTES 64
-#define QT_WARM_TAG (QT_COMM_TAG + 1)
-
-static struct {
-    char small_out[QT_WARM_SMALL][QT_WARM_SMALL_BYTES];
-    char small_in[QT_WARM_SMALL][QT_WARM_SMALL_BYTES];
-    MPI_Request req[2 * (QT_WARM_SMALL + QT_WARM_BIG)];
-    MPI_Status st[2 * (QT_WARM_SMALL + QT_WARM_BIG)];
-} qt_warm;
-
 int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double deadline,
                  int *silent)
 {
+    struct qt_comm_warm *const wm = &qt_comm_state.warm;
     *silent = -1;
     if (!qt_comm_state.initialised || peer < 0 || peer >= qt_comm_state.size ||
         peer == qt_comm_state.rank || big < 0 || big > QT_COMM_CHUNK_BYTES)
@@ -371,12 +384,12 @@ int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double dea
                        (long long)big);
     int n = 0;
     for (int i = 0; i < QT_WARM_SMALL; i++)
-        if (MPI_Isend(qt_warm.small_out[i], QT_WARM_SMALL_BYTES, MPI_BYTE, peer, QT_WARM_TAG,
-                      qt_comm_state.comm, &qt_warm.req[n++]) != MPI_SUCCESS)
+        if (MPI_Isend(wm->small_out[i], QT_WARM_SMALL_BYTES, MPI_BYTE, peer, QT_WARM_TAG,
+                      qt_comm_state.comm, &wm->req[n++]) != MPI_SUCCESS)
             return qt_fail(QT_E_COMM, "comm: warm-up send to rank %d failed", peer);
     for (int i = 0; big > 0 && i < QT_WARM_BIG; i++)
         if (MPI_Isend((const char *)send + i * big, (int)big, MPI_BYTE, peer, QT_WARM_TAG,
-                      qt_comm_state.comm, &qt_warm.req[n++]) != MPI_SUCCESS)
+                      qt_comm_state.comm, &wm->req[n++]) != MPI_SUCCESS)
             return qt_fail(QT_E_COMM, "comm: warm-up send to rank %d failed", peer);
     /* drive the progress engine for a while without matching anything, so the peer's
      * messages are taken in as unexpected ones (probing another tag matches nothing) */
@@ -388,16 +401,16 @@ int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double dea
         nanosleep(&ts, NULL);
     }
     for (int i = 0; i < QT_WARM_SMALL; i++)
-        if (MPI_Irecv(qt_warm.small_in[i], QT_WARM_SMALL_BYTES, MPI_BYTE, peer, QT_WARM_TAG,
-                      qt_comm_state.comm, &qt_warm.req[n++]) != MPI_SUCCESS)
+        if (MPI_Irecv(wm->small_in[i], QT_WARM_SMALL_BYTES, MPI_BYTE, peer, QT_WARM_TAG,
+                      qt_comm_state.comm, &wm->req[n++]) != MPI_SUCCESS)
             return qt_fail(QT_E_COMM, "comm: warm-up receive from rank %d failed", peer);
     for (int i = 0; big > 0 && i < QT_WARM_BIG; i++)
         if (MPI_Irecv((char *)recv + i * big, (int)big, MPI_BYTE, peer, QT_WARM_TAG,
-                      qt_comm_state.comm, &qt_warm.req[n++]) != MPI_SUCCESS)
+                      qt_comm_state.comm, &wm->req[n++]) != MPI_SUCCESS)
             return qt_fail(QT_E_COMM, "comm: warm-up receive from rank %d failed", peer);
     for (;;) {
         int done = 0;
-        if (MPI_Testall(n, qt_warm.req, &done, qt_warm.st) != MPI_SUCCESS)
+        if (MPI_Testall(n, wm->req, &done, wm->st) != MPI_SUCCESS)
             return qt_fail(QT_E_COMM, "comm: warm-up with rank %d failed", peer);
         if (done) return QT_OK;
         if (deadline > 0 && qt_comm_now() > deadline) {
@@ -410,15 +423,9 @@ int qt_comm_warm(int peer, const void *send, void *recv, int64_t big, double dea
     }
 }
 
-/* The pipeline's non-blocking messages (qt_comm_p2p_post): a fixed pool of requests. */
-static struct {
-    MPI_Request req[QT_COMM_P2P_MAX];
-    int peer[QT_COMM_P2P_MAX], bytes[QT_COMM_P2P_MAX], send[QT_COMM_P2P_MAX];
-    int used[QT_COMM_P2P_MAX];
-} qt_p2p;
-
 int qt_comm_p2p_post(int peer, int tag, void *buf, int64_t bytes, int send, int *id)
 {
+    struct qt_comm_p2p *const pp = &qt_comm_state.p2p;
     *id = -1;
     if (!qt_comm_state.initialised || peer < 0 || peer >= qt_comm_state.size ||
         peer == qt_comm_state.rank || tag < 0 || tag > 7 || bytes <= 0 ||
@@ -427,42 +434,43 @@ int qt_comm_p2p_post(int peer, int tag, void *buf, int64_t bytes, int send, int 
                        "channel %d)", send ? "send" : "receive", (long long)bytes, peer,
                        qt_comm_state.size, tag);
     int k = 0;
-    while (k < QT_COMM_P2P_MAX && qt_p2p.used[k]) k++;
+    while (k < QT_COMM_P2P_MAX && pp->used[k]) k++;
     if (k == QT_COMM_P2P_MAX)
         return qt_fail(QT_E_PLAN, "comm: more than %d pipeline messages in flight",
                        QT_COMM_P2P_MAX);
     int rc = send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, QT_P2P_TAG + tag,
-                              qt_comm_state.comm, &qt_p2p.req[k])
+                              qt_comm_state.comm, &pp->req[k])
                   : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, QT_P2P_TAG + tag,
-                              qt_comm_state.comm, &qt_p2p.req[k]);
+                              qt_comm_state.comm, &pp->req[k]);
     if (rc != MPI_SUCCESS)
         return qt_fail(QT_E_COMM, "comm: MPI_%s %s rank %d failed", send ? "Isend" : "Irecv",
                        send ? "to" : "from", peer);
-    qt_p2p.used[k] = 1;
-    qt_p2p.peer[k] = peer;
-    qt_p2p.bytes[k] = (int)bytes;
-    qt_p2p.send[k] = send;
+    pp->used[k] = 1;
+    pp->peer[k] = peer;
+    pp->bytes[k] = (int)bytes;
+    pp->send[k] = send;
     *id = k;
     return QT_OK;
 }
 
 int qt_comm_p2p_test(int id, int *done)
 {
+    struct qt_comm_p2p *const pp = &qt_comm_state.p2p;
     *done = 0;
-    if (id < 0 || id >= QT_COMM_P2P_MAX || !qt_p2p.used[id])
+    if (id < 0 || id >= QT_COMM_P2P_MAX || !pp->used[id])
         return qt_fail(QT_E_PLAN, "comm: pipeline message %d is not in flight", id);
     MPI_Status st;
-    if (MPI_Test(&qt_p2p.req[id], done, &st) != MPI_SUCCESS)
-        return qt_fail(QT_E_COMM, "comm: pipeline %s rank %d failed", qt_p2p.send[id] ? "send to"
-                       : "receive from (a longer message than expected?)", qt_p2p.peer[id]);
+    if (MPI_Test(&pp->req[id], done, &st) != MPI_SUCCESS)
+        return qt_fail(QT_E_COMM, "comm: pipeline %s rank %d failed", pp->send[id] ? "send to"
+                       : "receive from (a longer message than expected?)", pp->peer[id]);
     if (!*done) return QT_OK;
-    qt_p2p.used[id] = 0;
-    if (!qt_p2p.send[id]) {
+    pp->used[id] = 0;
+    if (!pp->send[id]) {
         int got = -1;
         MPI_Get_count(&st, MPI_BYTE, &got);
-        if (got != qt_p2p.bytes[id])
+        if (got != pp->bytes[id])
             return qt_fail(QT_E_COMM, "comm: rank %d sent a pipeline message of %d bytes, %d "
-                           "expected", qt_p2p.peer[id], got, qt_p2p.bytes[id]);
+                           "expected", pp->peer[id], got, pp->bytes[id]);
     }
     return QT_OK;
 }

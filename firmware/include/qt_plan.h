@@ -199,6 +199,8 @@ static inline int64_t qt_coll_sent_ONE(int64_t R, int64_t bytes)
     return bytes;
 }
 
+/* A tree-shaped collective (qt_coll.def SENT TREE): its bytes once per stage, ceil(log2 R)
+ * stages. */
 static inline int64_t qt_coll_sent_TREE(int64_t R, int64_t bytes)
 {
     int64_t stages = 0;
@@ -453,6 +455,11 @@ static inline int64_t qt_plan_tokens_per_seq(const struct qt_plan *p)
     return p->train.seq_len / qt_plan_context(p);
 }
 
+static inline int64_t qt_plan_leaves_per_mb(const struct qt_plan *p)
+{
+    return p->train.micro_batch * qt_plan_blocks(p) / qt_plan_context(p);
+}
+
 /* Token dropping: sparse_matmul false and capacity_factor > 0, a capacity C >= 1
  * (moe_capacity) or C = 0 (moe_drop_all: every routed assignment drops), the plan's
  * MOE_CAPACITY ops; or the expert hosts' receive buffers (moe_ragged, MOE_RAGGED ops).
@@ -460,11 +467,6 @@ static inline int64_t qt_plan_tokens_per_seq(const struct qt_plan *p)
 static inline int qt_plan_drops(const struct qt_plan *p)
 {
     return p->moe_capacity > 0 || p->moe_drop_all || p->moe_ragged;
-}
-
-static inline int64_t qt_plan_leaves_per_mb(const struct qt_plan *p)
-{
-    return p->train.micro_batch * qt_plan_blocks(p) / qt_plan_context(p);
 }
 
 /* The sequence groups: the product of the batch axes but context (the ranks of a group
@@ -607,6 +609,8 @@ typedef struct qt_stage_map {
     float *at[QT_OP_MAX_T];
 } qt_stage_map;
 
+/* An fp32 tensor's storage: the arena at its offset, or its staging copy while the bf16
+ * boundary runs the op (c->stage). */
 static inline float *qt_f32(const qt_ctx *c, int32_t id)
 {
     if (c->stage)
@@ -627,6 +631,7 @@ static inline int qt_is_b16(const qt_ctx *c, int32_t id)
     return id != QT_NONE && c->plan->tensors[id].dtype == QT_BF16;
 }
 
+/* An I32 tensor's storage (token ids, positions, counts). */
 static inline int32_t *qt_i32(const qt_ctx *c, int32_t id)
 {
     return (int32_t *)(void *)(c->arena + c->plan->tensors[id].offset);

@@ -239,11 +239,6 @@ int qt_checkpoint_save(const qt_plan *p, const char *path, int with_optimizer, i
     return qt_save(p, path, with_optimizer, QT_CKS_PARAMS, step, data_pos);
 }
 
-int32_t qt_checkpoint_kept(const qt_plan *p)
-{
-    return qt_ckpt_keep_count(p);
-}
-
 int qt_checkpoint_save_grads(const qt_plan *p, const char *path)
 {
     return qt_save(p, path, 0, QT_CKS_GRADS, 0, 0);
@@ -268,7 +263,7 @@ static const char *qt_file_kind(mode_t m)
  * Refused whatever overwrite says, naming where it points; QT_OK when path is no link. */
 static int qt_refuse_link(const char *key, const char *path, int is_dir)
 {
-    static char to[PATH_MAX];
+    char to[PATH_MAX];
     struct stat st;
     if (lstat(path, &st) != 0 || !S_ISLNK(st.st_mode))
         return QT_OK;
@@ -313,7 +308,7 @@ int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_for
     int rc = qt_st_open(path, &h);
     qt_set_quiet(was);
     if (rc) {
-        static char why[512];   /* the reader's message, copied: it is rewritten below */
+        char why[512];   /* the reader's message, copied: it is rewritten below */
         snprintf(why, sizeof why, "%s", qt_last_error());
         return qt_fail(QT_E_ARG, "%s=%s exists and is not a %s (%s); give overwrite=1 to "
                           "replace it", key, path, qtrain_format ? "qtrain checkpoint" :
@@ -410,7 +405,7 @@ int qt_checkpoint_check_target_model(const qt_plan *p, const char *key, const ch
     struct stat st;
     if (!qt_checkpoint_is_file(path) || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
         return QT_OK;
-    static char run[160], why[512];
+    char run[160], why[512];
     int h, was = qt_set_quiet(1);
     if (qt_st_open(path, &h) != QT_OK) {   /* not safetensors: qt_checkpoint_check_target's */
         qt_set_quiet(was);

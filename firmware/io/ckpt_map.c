@@ -15,6 +15,10 @@
 #define QT_SUF_BA ".linear_attn.in_proj_ba.weight"
 #define QT_SUF_CONV ".linear_attn.conv1d.weight"
 
+static struct {
+    float buf[1 << 14];   /* qt_ckpt_check_values' read window */
+} qt_cmap;
+
 static int qt_ends_with(const char *s, const char *suf)
 {
     size_t n = strlen(s), m = strlen(suf);
@@ -273,8 +277,8 @@ int64_t qt_ckpt_copy_piece_window(int h, const qt_st_tensor *t, const qt_ckpt_pi
 int qt_ckpt_check_values(int h, const qt_st_tensor *t, const char *file, const char *name,
                          int nonneg)
 {
-    static float buf[1 << 14];
-    const int64_t chunk = (int64_t)(sizeof buf / sizeof buf[0]);
+    float *const buf = qt_cmap.buf;
+    const int64_t chunk = (int64_t)(sizeof qt_cmap.buf / sizeof qt_cmap.buf[0]);
     for (int64_t k0 = 0; k0 < t->numel; k0 += chunk) {
         int64_t n = t->numel - k0 < chunk ? t->numel - k0 : chunk;
         if (qt_st_read_f32(h, t, k0, n, buf) != 0)

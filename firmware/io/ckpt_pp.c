@@ -49,6 +49,7 @@ static struct {
     int64_t left, at;              /* writer: its region's bytes not yet received; bytes of
                                       buf consumed (fill: received) */
     unsigned char buf[QT_CKPP_CHUNK];
+    qt_ckpp_blk whole;             /* qt_ckpp_block without a pipeline: the plan's parameters */
 } qt_ckpp;
 
 /* Adds stage k's chunks (plan q) to the block table, each at its place in the one-rank
@@ -153,10 +154,9 @@ int qt_ckpp_blocks(const qt_plan *p)
 
 const qt_ckpp_blk *qt_ckpp_block(const qt_plan *p, int b)
 {
-    static qt_ckpp_blk whole;   /* without a pipeline: the plan's parameters */
     if (qt_ckpp_on(p)) return &qt_ckpp.blk[b];
-    whole = (qt_ckpp_blk){0, 0, 0, p->n_params};
-    return &whole;
+    qt_ckpp.whole = (qt_ckpp_blk){0, 0, 0, p->n_params};
+    return &qt_ckpp.whole;
 }
 
 int qt_ckpp_writer(void)

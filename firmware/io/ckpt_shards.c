@@ -190,14 +190,14 @@ static int qt_cs_check_shard(const qt_plan *p, int32_t s, const char *index)
     rc = qt_cs_open(s, &h);
     qt_set_quiet(quiet);
     if (rc && opt) {
-        static char why[QT_SX_PATH_MAX + 256];   /* the reader's message, rewritten below */
+        char why[QT_SX_PATH_MAX + 256];   /* the reader's message, rewritten below */
         snprintf(why, sizeof why, "%s", qt_last_error());
         return qt_fail(rc, "%s: an optimizer shard cannot be read (%s); refusing to resume "
                        "without the optimizer state (give load_weights_only=1 to start from "
                        "the weights at step 0)", qt_cs.opt_index, why);
     }
     if (rc) {   /* the reader's message, with the index that lists the shard */
-        static char why[QT_SX_PATH_MAX + 256];
+        char why[QT_SX_PATH_MAX + 256];
         snprintf(why, sizeof why, "%s", qt_last_error());
         return qt_fail(rc, "%s lists the shard %s for its tensors, and it cannot be read (%s)",
                        index, qt_sx_shard_name(s), why);

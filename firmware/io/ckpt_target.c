@@ -6,7 +6,7 @@
  * save swaps out), held with flock(LOCK_EX | LOCK_NB) by rank 0 for the whole job and
  * holding "host pid\n" for the messages. The kernel releases a flock when its process ends
  * (exit, kill -9, crash; a zombie holds nothing), so a lock whose owner no longer runs is
- * taken over, the rule of the ".tmp.<pid>" temporaries (st_write.c), and two jobs that start
+ * taken over, the rule of the ".tmp.<pid>" temporaries (st_dir.c), and two jobs that start
  * together cannot both win it. Release unlinks the file while still holding the lock; a
  * taker that locked an unlinked file sees that its path no longer names that inode and
  * retries, so at most one process ever holds the lock of a path.

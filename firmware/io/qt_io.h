@@ -74,10 +74,6 @@ int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_byte
 /* 1 if a save= path names a single safetensors file (ends in ".safetensors"), 0 if it names
  * a sharded checkpoint directory. */
 int qt_checkpoint_is_file(const char *path);
-/* The mtp.* tensors a plan with mtp_keep_layers carries from its load= (ckpt_keep.c); 0 on
- * other plans and before a load. */
-int32_t qt_checkpoint_kept(const qt_plan *p);
-
 /* Write the normalised gradient (HF on-disk names, F32) to a safetensors file (dump_grads=,
  * tests); collective on a mesh like qt_checkpoint_save. */
 int qt_checkpoint_save_grads(const qt_plan *p, const char *path);
@@ -129,7 +125,7 @@ int qt_checkpoint_check_target(const char *key, const char *path, int qtrain_for
  * are qt_checkpoint_check_target's). Call after qt_checkpoint_set_stages. */
 int qt_checkpoint_check_target_model(const qt_plan *p, const char *key, const char *path);
 /* Removes "<path>.tmp.<pid>" temporaries left by killed writers (process gone), each with
- * a note on stderr (st_write.c, qt_st_remove_stale). */
+ * a note on stderr (st_dir.c, qt_st_remove_stale). */
 void qt_checkpoint_remove_stale(const char *path);
 
 /* One job at a time per save= target (ckpt_lock.c): takes "<path>.lock" (an exclusive
@@ -228,7 +224,8 @@ int qt_data_doc_sep_agrees(const qt_data *d, const char *key, int32_t eos, const
  * the change. Two stat calls; the embedded corpus always passes. A SIGBUS while reading an
  * open token file's mapping (truncated under it) prints a message naming it and exits 1. */
 int qt_data_check(const qt_data *d);
-
+/* Unmaps and closes d's file (the SIGBUS handler is removed with the last open file) and
+ * zeroes *d; a zeroed or already closed d is a no-op. */
 void qt_data_close(qt_data *d);
 
 /* ---- metrics (firmware/io/metrics.c) -------------------------------------------------- */

@@ -6,10 +6,8 @@
  * offsets known, and the rows are then streamed from the arena in declaration order.
  * Invariants: see safetensors.h. The header is padded with spaces to a multiple of 8 so the
  * data region is 8-byte aligned, as other writers do.
- * A writer killed mid-save leaves its "<path>.tmp.<pid>"; qt_st_remove_stale deletes such
- * files at the next start-up when process <pid> no longer exists (kill(pid, 0) fails with
- * ESRCH) or is a zombie, and never touches one whose writer may still be running. The directory is read
- * with getdents64 into a static buffer (opendir would allocate).
+ * A writer killed mid-save leaves its "<path>.tmp.<pid>" (st_dir.c qt_st_remove_stale
+ * removes it at a later start-up).
  * qt_io_fsize_guard: a write past RLIMIT_FSIZE (ulimit -f) raises SIGXFSZ, whose default
  * action kills the process without a word (exit status 153). The handler instead writes one
  * preformatted line (async-signal-safe: write(2) of a static buffer, once) and returns, so
@@ -23,7 +21,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "qt_io.h"
@@ -49,6 +46,12 @@ static struct {
     int64_t data_written;
     int64_t buf_len;
     unsigned char buf[QT_ST_WBUF];
+    /* the file-size limit's message, written by the SIGXFSZ handler */
+    struct {
+        char msg[256];
+        size_t len;
+        volatile sig_atomic_t said;
+    } fsz;
 } qt_stw;
 
 static int qt_stw_fail(int code)
@@ -314,157 +317,15 @@ void qt_st_wabort(void)
     qt_stw.state = QT_STW_IDLE;
 }
 
-/* ---- stale temporaries ---- */
-
-struct qt_stw_dirent64 {
-    uint64_t d_ino;
-    int64_t d_off;
-    unsigned short d_reclen;
-    unsigned char d_type;
-    char d_name[];
-};
-
-/* Every entry of dir but "." and "..", read with getdents64 into buf (n bytes), until fn
- * returns non-zero. Callers that nest walks pass different buffers. */
-static int qt_stw_walk(const char *dir, unsigned char *buf, size_t n,
-                       int (*fn)(void *ctx, const char *name, int is_dir), void *ctx)
-{
-    struct stat st;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
-    if (fd < 0)
-        return -1;
-    for (long got; !rc && (got = syscall(SYS_getdents64, fd, buf, n)) > 0;)
-        for (long off = 0; off < got && !rc;) {
-            const struct qt_stw_dirent64 *e = (const void *)(buf + off);
-            off += e->d_reclen;
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            int is_dir = e->d_type == 4;   /* DT_DIR; DT_UNKNOWN (0): ask the inode */
-            if (e->d_type == 0 && fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
-                is_dir = S_ISDIR(st.st_mode);
-            rc = fn(ctx, e->d_name, is_dir);
-        }
-    close(fd);
-    return rc;
-}
-
-int qt_st_dir_each(const char *dir, int (*fn)(void *ctx, const char *name, int is_dir),
-                   void *ctx)
-{
-    static unsigned char buf[1 << 15];
-    return qt_stw_walk(dir, buf, sizeof buf, fn, ctx);
-}
-
-/* remove_dir: unlink one entry of the directory in ctx. */
-static int qt_stw_unlink_entry(void *ctx, const char *name, int is_dir)
-{
-    static char full[2 * QT_ST_PATH_MAX];
-    (void)is_dir;
-    snprintf(full, sizeof full, "%s/%s", (const char *)ctx, name);
-    return unlink(full) != 0 && errno != ENOENT ? -2 : 0;
-}
-
-int qt_st_remove_dir(const char *path)
-{
-    static unsigned char buf[1 << 15];
-    int rc = qt_stw_walk(path, buf, sizeof buf, qt_stw_unlink_entry, (void *)path);
-    if (rc == -1 && errno == ENOENT)
-        return 0;
-    if (rmdir(path) != 0 && errno != ENOENT) rc = -1;
-    if (rc)
-        qt_note("could not remove %s completely: %s", path, strerror(errno));
-    return rc ? -1 : 0;
-}
-
-/* The pid in "<base>.tmp.<pid>", or -1 when name is not such a temporary of base. */
-static long qt_stw_tmp_pid(const char *name, const char *base, size_t blen)
-{
-    if (strncmp(name, base, blen) || strncmp(name + blen, ".tmp.", 5)) return -1;
-    const char *c = name + blen + 5;
-    long pid = 0;
-    if (*c < '1' || *c > '9') return -1;
-    for (; *c >= '0' && *c <= '9'; c++) {
-        pid = pid * 10 + (*c - '0');
-        if (pid > 0x7fffffffL) return -1;
-    }
-    return *c ? -1 : pid;
-}
-
-/* 1 if process pid may still run: it exists and is not a zombie. A killed writer whose
- * parent died is reparented to pid 1, which in a container is often not an init that reaps
- * it: kill(pid, 0) then succeeds forever, so the state letter in /proc/<pid>/stat (after the
- * ')' that ends the command name) decides. */
-static int qt_stw_alive(long pid)
-{
-    char path[64], buf[512];
-    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
-    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return 1;
-    buf[n] = 0;
-    const char *close_paren = strrchr(buf, ')');
-    return !(close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z');
-}
-
-typedef struct qt_stw_stale {
-    const char *dir, *base;
-    size_t blen;
-    int removed;
-} qt_stw_stale;
-
-/* remove_stale: one entry of the destination's directory. */
-static int qt_stw_stale_entry(void *ctx, const char *name, int is_dir)
-{
-    static char full[2 * QT_ST_PATH_MAX];
-    qt_stw_stale *st = ctx;
-    long pid = qt_stw_tmp_pid(name, st->base, st->blen);
-    if (pid <= 0 || pid == (long)getpid() || qt_stw_alive(pid)) return 0;   /* may still write */
-    snprintf(full, sizeof full, "%s/%s", st->dir, name);
-    /* a sharded save's temporary is a directory (ckpt_dir.c) */
-    if ((is_dir ? qt_st_remove_dir(full) : unlink(full)) == 0) {
-        st->removed++;
-        qt_note("removed %s, a temporary left by process %ld, which no longer runs (a save "
-                "that did not finish)", full, pid);
-    } else if (errno != ENOENT) {
-        qt_note("could not remove the stale temporary %s: %s", full, strerror(errno));
-    }
-    return 0;
-}
-
-int qt_st_remove_stale(const char *path)
-{
-    static char dir[QT_ST_PATH_MAX];
-    static unsigned char buf[1 << 15];
-    if (strlen(path) >= QT_ST_PATH_MAX) return 0;
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    const char *base = slash ? path + (slash - dir) + 1 : path;
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    qt_stw_stale st = {dir, base, strlen(base), 0};
-    /* a missing directory: the destination check reports it */
-    qt_stw_walk(dir, buf, sizeof buf, qt_stw_stale_entry, &st);
-    return st.removed;
-}
-
 /* ---- the file-size limit ---- */
-
-static struct {
-    char msg[256];
-    size_t len;
-    volatile sig_atomic_t said;
-} qt_fsz;
 
 static void qt_stw_sigxfsz(int sig)
 {
     (void)sig;
-    if (qt_fsz.said)
+    if (qt_stw.fsz.said)
         return;
-    qt_fsz.said = 1;
-    ssize_t w = write(2, qt_fsz.msg, qt_fsz.len);
+    qt_stw.fsz.said = 1;
+    ssize_t w = write(2, qt_stw.fsz.msg, qt_stw.fsz.len);
     (void)w;
 }
 
@@ -473,11 +334,11 @@ void qt_io_fsize_guard(void)
     struct rlimit rl;
     if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
         return;
-    int n = snprintf(qt_fsz.msg, sizeof qt_fsz.msg, "qtrain: a write reached the file-size "
+    int n = snprintf(qt_stw.fsz.msg, sizeof qt_stw.fsz.msg, "qtrain: a write reached the file-size "
                      "limit RLIMIT_FSIZE (ulimit -f) of %llu bytes (%llu KiB); the write fails "
                      "(EFBIG) and this process stops: raise ulimit -f\n",
                      (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_cur / 1024);
-    qt_fsz.len = n > 0 && (size_t)n < sizeof qt_fsz.msg ? (size_t)n : 0;
+    qt_stw.fsz.len = n > 0 && (size_t)n < sizeof qt_stw.fsz.msg ? (size_t)n : 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = qt_stw_sigxfsz;

@@ -141,21 +141,28 @@ static inline __m256 qt_bf16_step8(__m256 a, __m256 b, __m256 c)
     return r;
 }
 
+/* One group of eight lanes: acc[0..8) += the pairs a[0..16), b[0..16) in two steps (the
+ * high then the low half of each pair, VDPBF16PS's order). */
+static inline void qt_bf16_dp_emul8(float *acc, const qt_bf16 *a, const qt_bf16 *b)
+{
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i va = _mm256_loadu_si256((const __m256i *)a);
+    const __m256i vb = _mm256_loadu_si256((const __m256i *)b);
+    __m256 c = _mm256_loadu_ps(acc);
+    c = qt_bf16_step8(_mm256_castsi256_ps(_mm256_and_si256(va, hi)),
+                      _mm256_castsi256_ps(_mm256_and_si256(vb, hi)), c);
+    c = qt_bf16_step8(_mm256_castsi256_ps(_mm256_slli_epi32(va, 16)),
+                      _mm256_castsi256_ps(_mm256_slli_epi32(vb, 16)), c);
+    _mm256_storeu_ps(acc, c);
+}
+
+/* Not inlined into qt_bf16_dp_emul, so that no float operation moves across its MXCSR
+ * writes. */
 __attribute__((noinline)) static void qt_bf16_dp_emul_core(float *acc, const qt_bf16 *a,
                                                            const qt_bf16 *b, int64_t n)
 {
-    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256i va = _mm256_loadu_si256((const __m256i *)(a + 2 * i));
-        const __m256i vb = _mm256_loadu_si256((const __m256i *)(b + 2 * i));
-        __m256 c = _mm256_loadu_ps(acc + i);
-        c = qt_bf16_step8(_mm256_castsi256_ps(_mm256_and_si256(va, hi)),
-                          _mm256_castsi256_ps(_mm256_and_si256(vb, hi)), c);
-        c = qt_bf16_step8(_mm256_castsi256_ps(_mm256_slli_epi32(va, 16)),
-                          _mm256_castsi256_ps(_mm256_slli_epi32(vb, 16)), c);
-        _mm256_storeu_ps(acc + i, c);
-    }
+    for (; i + 8 <= n; i += 8) qt_bf16_dp_emul8(acc + i, a + 2 * i, b + 2 * i);
     if (i < n) { /* the tail through a zero-padded lane group */
         qt_bf16 ta[16] = {0}, tb[16] = {0};
         float tc[8] = {0};
@@ -164,7 +171,7 @@ __attribute__((noinline)) static void qt_bf16_dp_emul_core(float *acc, const qt_
             tb[2 * j] = b[2 * (i + j)], tb[2 * j + 1] = b[2 * (i + j) + 1];
             tc[j] = acc[i + j];
         }
-        qt_bf16_dp_emul_core(tc, ta, tb, 8);
+        qt_bf16_dp_emul8(tc, ta, tb);
         for (int64_t j = 0; j < n - i; j++) acc[i + j] = tc[j];
     }
 }

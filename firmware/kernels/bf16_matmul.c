@@ -121,6 +121,7 @@ static struct {
                                                     A's rows copied (qt_bm_i_copy_a) */
     uint32_t ib[QT_BM_I_PANEL];                   /* instruction: B panel, [s][q][NR] */
     int carry_stream;                             /* the carry's finish streams (wgrad_carry) */
+    int mm_path, mm_path_chosen;                  /* qt_bf16_mm_path's choice, once made */
 #ifdef QT_BM_WIDE
     float wb[QT_BM_W_PANEL];                      /* wide: B widened, [s][q][hi NR, lo NR] */
 #endif
@@ -1229,13 +1230,9 @@ int qt_bf16_matmul_wgrad_ws_on(int path, float *dw, const qt_leaf_carry *cy, con
               : qt_bf16_matmul_wgrad_on(path, dw, dy, x, M, N, K);
 }
 
-static struct {
-    int mm_path; /* qt_bf16_mm_path's choice, -1 until first asked */
-} qt_bm_choice = {-1};
-
 int qt_bf16_mm_path(void)
 {
-    if (qt_bm_choice.mm_path < 0) {
+    if (!qt_bm.mm_path_chosen) {
         int path = qt_bf16_path();
 #ifdef QT_BM_WIDE
         int amd = 0;
@@ -1245,9 +1242,10 @@ int qt_bf16_mm_path(void)
 #endif
         if (!(amd && path == QT_BF16_PATH_INSN)) path = QT_BF16_PATH_WIDE;
 #endif
-        qt_bm_choice.mm_path = path;
+        qt_bm.mm_path = path;
+        qt_bm.mm_path_chosen = 1;
     }
-    return qt_bm_choice.mm_path;
+    return qt_bm.mm_path;
 }
 
 void qt_bf16_matmul_fwd(float *y, const qt_bf16 *x, const qt_bf16 *w, int64_t M, int64_t N,

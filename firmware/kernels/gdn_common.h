@@ -19,6 +19,9 @@ typedef struct qt_gdn_dims {
                                 * state from zero (gdn_core.c qt_gdn_decay) */
 } qt_gdn_dims;
 
+/* The dimension record of one (sequence, layer) call: S rows, hk key heads of dk, hv value
+ * heads of dv (r = hv / hk value heads share a key head), chunk rows per chunk; pos NULL
+ * and scalar 0 (callers set them). */
 static inline qt_gdn_dims qt_gdn_make_dims(int64_t S, int64_t hk, int64_t dk, int64_t hv,
                                            int64_t dv, int64_t chunk)
 {

@@ -1,8 +1,8 @@
 /* xent.c - fused, numerically stable cross-entropy forward + backward (see xent.h).
  * Invariants: the max is subtracted before exponentiating (no overflow for any finite
  * logits); the exponentials are computed once, parked in dlogits, and normalised in place;
- * all sums run in increasing index order. A target outside [0, V) (-1: masked, see
- * qt_data_fill_packed) adds no loss and leaves a zero gradient row. The blocked form
+ * all sums run in increasing index order. A target outside [0, V) (-1: masked, see io/data.c
+ * qt_data_pack) adds no loss and leaves a zero gradient row. The blocked form
  * (canonical vocabulary blocks, vocab-parallel shards: xent.h) computes the same values
  * with the sum of exponentials chained per block and the blocks added by a pairwise tree;
  * its phases take no communication (the op wrapper all-gathers between them). The z-loss

@@ -74,6 +74,7 @@ void qt_r16_boundary_wgrad(const qt_op *op, const qt_ctx *ctx, int64_t seq, floa
 /* The positions of sequence s of S tokens (packed documents), or NULL. */
 const int32_t *qt_r16_pos(const qt_ctx *ctx, int64_t s, int64_t S);
 
+/* The smaller of a and b (row-block bounds). */
 static inline int64_t qt_r16_min(int64_t a, int64_t b)
 {
     return a < b ? a : b;

@@ -51,24 +51,28 @@
 #define QT_PP_MTP 5   /* channel of the MTP head's embeddings, stage 0 -> the last stage */
 #define QT_PP_MTP_GRAD 6 /* channel of their gradients, the last stage -> stage 0 */
 
-/* The test hook of qt_pp_set_test_order: qt_pp_reverse runs gpipe's backward phase in
- * reverse, qt_pp_lb_local zeroes the received lb sums, qt_pp_mtp_drop the received
- * gradient of the MTP head's embeddings. */
-static int qt_pp_reverse, qt_pp_lb_local, qt_pp_mtp_drop;
+#define QT_PP_SUM_CHUNK 64   /* qt_pp_sum_u64's values per gather */
+
+static struct {
+    /* the test hook of qt_pp_set_test_order: reverse runs gpipe's backward phase in
+     * reverse, lb_local zeroes the received lb sums, mtp_drop the received gradient of the
+     * MTP head's embeddings */
+    int reverse, lb_local, mtp_drop;
+    int prefetch;                              /* receives posted ahead (qt_pp_set_prefetch) */
+    qt_exact merge_all[QT_PP_MAX_STAGES];      /* qt_pp_exact_merge: every stage's accumulator */
+    uint64_t sum_all[QT_PP_MAX_STAGES * QT_PP_SUM_CHUNK];   /* qt_pp_sum_u64: every stage's chunk */
+} qt_pps = {.prefetch = 1};
 
 void qt_pp_set_test_order(int mode)
 {
-    qt_pp_reverse = mode == 1;
-    qt_pp_lb_local = mode == 2;
-    qt_pp_mtp_drop = mode == 3;
+    qt_pps.reverse = mode == 1;
+    qt_pps.lb_local = mode == 2;
+    qt_pps.mtp_drop = mode == 3;
 }
-
-/* Receives posted ahead (qt_pp_set_prefetch; default on). */
-static int qt_pp_prefetch = 1;
 
 void qt_pp_set_prefetch(int on)
 {
-    qt_pp_prefetch = on != 0;
+    qt_pps.prefetch = on != 0;
 }
 
 /* The world ranks of this rank's place in every stage, and this stage. */
@@ -88,8 +92,8 @@ int qt_pp_action(int schedule, int S, int st, int M, int i, int *j)
      * (F j B j: its forward runs at B anyway, and nothing waits for its outputs but the
      * gradients, which go back in the same order), as 1f1b's last stage does; the other
      * stages run every forward first */
-    if (schedule == 0 && (st < S - 1 || qt_pp_reverse)) {
-        *j = i < M ? i : qt_pp_reverse ? 2 * M - 1 - i : i - M;
+    if (schedule == 0 && (st < S - 1 || qt_pps.reverse)) {
+        *j = i < M ? i : qt_pps.reverse ? 2 * M - 1 - i : i - M;
         return i >= M;
     }
     const int w = S - st - 1 < M ? S - st - 1 : M;
@@ -110,7 +114,7 @@ int qt_pp_action_circ(int M, int R, int i, int *j, int *r)
 {
     const int bwd = i >= M * R, k = bwd ? i - M * R : i;
     *j = k % M;
-    if (bwd && qt_pp_reverse) *j = M - 1 - *j;
+    if (bwd && qt_pps.reverse) *j = M - 1 - *j;
     *r = bwd ? R - 1 - k / M : k / M;
     return bwd;
 }
@@ -136,7 +140,7 @@ static void qt_pp_inputs(const qt_ctx *ctx, int32_t id, const unsigned char *in,
                          const unsigned char *lb_in, int64_t lbb)
 {
     if (in) memcpy(qt_pp_bytes(ctx, id), in, (size_t)bytes);
-    if (lb_in && qt_pp_lb_local) memset(qt_pp_bytes(ctx, ctx->plan->lb_seq), 0, (size_t)lbb);
+    if (lb_in && qt_pps.lb_local) memset(qt_pp_bytes(ctx, ctx->plan->lb_seq), 0, (size_t)lbb);
     else if (lb_in) memcpy(qt_pp_bytes(ctx, ctx->plan->lb_seq), lb_in, (size_t)lbb);
 }
 
@@ -206,7 +210,7 @@ static int qt_pp_mtp_step(const qt_ctx *ctx, const qt_pp_mtp *m, int64_t j, int 
     if (phase == 1) {
         unsigned char *d = qt_pp_bytes(ctx, p->pp_mtp_dout);
         int rc = qt_pp_mtp_msgs(m, 0, QT_PP_MTP_GRAD, d);
-        if (!rc && qt_pp_mtp_drop) memset(d, 0, (size_t)n);
+        if (!rc && qt_pps.mtp_drop) memset(d, 0, (size_t)n);
         return rc;
     }
     memcpy(row, qt_pp_bytes(ctx, p->pp_mtp_din), (size_t)n);
@@ -311,7 +315,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                 qt_pp_inputs(ctx, c->in, c->in != QT_NONE ? in : NULL, bytes, lb_in, lbb);
             /* the next action's receive, posted before this action computes: a forward's
              * into its own slot, a backward's (after a backward) into this one's freed slot */
-            if (!rc && i + 1 < 2 * MR && qt_pp_prefetch) {
+            if (!rc && i + 1 < 2 * MR && qt_pps.prefetch) {
                 const qt_pp_act n = qt_pp_at(p, ch, R, S, s, i + 1);
                 if (!n.bwd && n.c->in != QT_NONE) {
                     land = NULL;
@@ -494,7 +498,7 @@ static int qt_pp_gather(const qt_plan *p, const void *mine, void *all, int64_t b
 int qt_pp_exact_merge(const qt_plan *p, qt_exact *a)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
-    static qt_exact all[QT_PP_MAX_STAGES];
+    qt_exact *const all = qt_pps.merge_all;
     int S;
     int rc = qt_pp_gather(p, a, all, (int64_t)sizeof *a, &S);
     if (rc) return rc;
@@ -506,8 +510,8 @@ int qt_pp_exact_merge(const qt_plan *p, qt_exact *a)
 int qt_pp_sum_u64(const qt_plan *p, uint64_t *v, int64_t n)
 {
     if (p->pipeline_stages <= 1) return QT_OK;
-    enum { CHUNK = 64 };
-    static uint64_t all[QT_PP_MAX_STAGES * CHUNK];
+    enum { CHUNK = QT_PP_SUM_CHUNK };
+    uint64_t *const all = qt_pps.sum_all;
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
         const int64_t k = n - i0 < CHUNK ? n - i0 : CHUNK;
         int S;

@@ -38,6 +38,11 @@ const qt_plan *qt_main_plan(void);
  * plan_main.c of pipeline plans only (weak: NULL elsewhere). */
 const qt_plan *qt_main_stage_plan(int k) __attribute__((weak));
 
+/* Start-up (see the top of this file): checks the CPU's bf16 path, validates p against this
+ * process and o (NULL: seed 0, one rank, the plan's schedule), maps and prefaults the arena,
+ * warms up the connections, runs the init schedule, zeroes the Adam moments and initialises
+ * the parameters with o->seed. On a mesh every rank must call it (the start-up checks agree
+ * across ranks). QT_OK, or a QT_E_* code once the failure is printed. */
 int qt_runtime_init(const qt_plan *p, const qt_run_opts *o);
 /* Initialise every parameter from the plan's init rules with the given seed (counter-based
  * RNG keyed by (seed, parameter index, element index): independent of sharding). */

@@ -40,6 +40,19 @@ static const char *const qt_rt_phase_names[QT_PH_COUNT] = {
     "step schedule (see step ops)"
 };
 
+/* One step's microbatch loop state: the exact loss accumulators and what the fill and the
+ * microbatch's end need (qt_runtime_mb_fill / qt_runtime_mb_done; a pipeline's hooks
+ * qt_runtime_mb_fill / qt_runtime_pp_done). */
+typedef struct qt_rt_mbs {
+    const qt_plan *p;
+    int64_t step, R, St, t0;
+    qt_step_state *mst;
+    qt_step_metrics *m;
+    qt_exact loss, lb, cnt, mtp, zl;
+    int32_t zt;
+    double t;
+} qt_rt_mbs;
+
 static struct {
     const qt_plan *plan;
     qt_run_opts opts;
@@ -57,6 +70,8 @@ static struct {
     int64_t prof_steps;
     double phase_s[QT_PH_COUNT];
     qt_interp_prof prof;
+    int64_t warm_cnt[QT_STEP_MAX_WARM], warm_off[QT_STEP_MAX_WARM]; /* qt_runtime_warm_comm */
+    qt_rt_mbs mbs;               /* qt_runtime_microbatches' loop state */
 } qt_rt;
 
 /* Extern symbols of the standard GNU ld scripts (glibc and musl static): image start and end
@@ -133,7 +148,7 @@ static void qt_runtime_lap(double *t, int ph)
  * regions, which hold nothing yet (parameters are initialised or loaded afterwards). */
 static int qt_runtime_warm_comm(const qt_plan *p)
 {
-    static int64_t cnt[QT_STEP_MAX_WARM], off[QT_STEP_MAX_WARM];
+    int64_t *const cnt = qt_rt.warm_cnt, *const off = qt_rt.warm_off;
     /* every distinct group mask once (masks are 5-bit) */
     unsigned masks[1u << QT_MESH_COUNT];
     uint32_t seen = 0;
@@ -507,19 +522,6 @@ static int qt_runtime_drops_merge(const qt_plan *p, qt_step_metrics *m)
     return rc;
 }
 
-/* One step's microbatch loop state: the exact loss accumulators and what the fill and the
- * microbatch's end need (qt_runtime_mb_fill / qt_runtime_mb_done; a pipeline's hooks
- * qt_runtime_mb_fill / qt_runtime_pp_done). */
-typedef struct qt_rt_mbs {
-    const qt_plan *p;
-    int64_t step, R, St, t0;
-    qt_step_state *mst;
-    qt_step_metrics *m;
-    qt_exact loss, lb, cnt, mtp, zl;
-    int32_t zt;
-    double t;
-} qt_rt_mbs;
-
 /* Microbatch mb's inputs (tokens, targets). A pipeline stage fills a microbatch once per
  * forward it runs (F, the rematerialised forward at B, each repeat chunk's), so what is
  * counted once per microbatch is counted at its end (qt_runtime_mb_done). */
@@ -627,51 +629,51 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
      * and the rank reads its token block [c * S/C, (c+1) * S/C) of each sequence. */
     const unsigned seq_mask = p->batch_mask & ~(1u << QT_MESH_CONTEXT);
     qt_step_state mst = {step, 0, m, 0};
-    static qt_rt_mbs a;
-    memset(&a, 0, sizeof a);
-    a.p = p;
-    a.step = step;
-    a.R = seq_mask ? qt_comm_group_size(seq_mask) : 1;
-    a.St = qt_plan_tokens_per_seq(p);
-    a.t0 = a.St * qt_rt.ctx.coord[QT_MESH_CONTEXT];
-    a.mst = &mst;
-    a.m = m;
-    qt_exact_clear(&a.loss);
-    qt_exact_clear(&a.lb);
-    qt_exact_clear(&a.cnt);
-    qt_exact_clear(&a.mtp);
-    qt_exact_clear(&a.zl);
-    a.zt = qt_runtime_z_seq(p);
+    qt_rt_mbs *const a = &qt_rt.mbs;
+    memset(a, 0, sizeof *a);
+    a->p = p;
+    a->step = step;
+    a->R = seq_mask ? qt_comm_group_size(seq_mask) : 1;
+    a->St = qt_plan_tokens_per_seq(p);
+    a->t0 = a->St * qt_rt.ctx.coord[QT_MESH_CONTEXT];
+    a->mst = &mst;
+    a->m = m;
+    qt_exact_clear(&a->loss);
+    qt_exact_clear(&a->lb);
+    qt_exact_clear(&a->cnt);
+    qt_exact_clear(&a->mtp);
+    qt_exact_clear(&a->zl);
+    a->zt = qt_runtime_z_seq(p);
     m->moe_dropped = m->moe_assignments = m->mtp_moe_dropped = 0;
     m->n_drop_layers = 0;
     memset(m->moe_dropped_layer, 0, sizeof m->moe_dropped_layer);
-    a.t = qt_rt.profile ? qt_runtime_now() : 0.0;
+    a->t = qt_rt.profile ? qt_runtime_now() : 0.0;
     int64_t n_mtp_packed = 0;
     /* (a pipeline: on the last stage, which holds the head; the others' scale is unread) */
     if (p->mtp_layers > 0 && p->packing &&
         (p->pipeline_stages <= 1 || p->pp_stage == p->pipeline_stages - 1)) {
-        int rc = qt_runtime_mtp_prepass(p, step, a.R, a.St, a.t0, &n_mtp_packed);
+        int rc = qt_runtime_mtp_prepass(p, step, a->R, a->St, a->t0, &n_mtp_packed);
         if (rc) return rc;
-        qt_runtime_lap(&a.t, QT_PH_DATA);
+        qt_runtime_lap(&a->t, QT_PH_DATA);
     }
     if (p->pipeline_stages > 1) {
-        const qt_pp_hooks h = {qt_runtime_mb_fill, qt_runtime_mb_chunk, qt_runtime_pp_done, &a};
+        const qt_pp_hooks h = {qt_runtime_mb_fill, qt_runtime_mb_chunk, qt_runtime_pp_done, a};
         int rc = qt_pp_microbatches(ctx, table, &mst, &h);
         if (rc) return rc;
     }
     for (int64_t mb = 0; mb < G && p->pipeline_stages <= 1; mb++) {
-        int rc = qt_runtime_mb_fill(mb, &a);
+        int rc = qt_runtime_mb_fill(mb, a);
         if (rc) return rc;
         mst.mb = mb;
-        mst.pads = qt_runtime_pads(p, mb, a.R);
+        mst.pads = qt_runtime_pads(p, mb, a->R);
         qt_interp_run_microbatch(ctx, table, mb, &mst);
         if (qt_rt.status) return qt_rt.status;
-        rc = qt_runtime_mb_done(mb, &a);
+        rc = qt_runtime_mb_done(mb, a);
         if (rc) return rc;
     }
-    qt_exact *const loss = &a.loss, *const lb = &a.lb, *const cnt = &a.cnt, *const mtp = &a.mtp;
-    qt_exact *const zl = &a.zl;
-    const int32_t zt = a.zt;
+    qt_exact *const loss = &a->loss, *const lb = &a->lb, *const cnt = &a->cnt, *const mtp = &a->mtp;
+    qt_exact *const zl = &a->zl;
+    const int32_t zt = a->zt;
     int rc = qt_step_exact_merge(p->batch_mask, loss);
     if (!rc && p->lb_seq != QT_NONE) rc = qt_step_exact_merge(p->batch_mask, lb);
     if (!rc && p->packing) rc = qt_step_exact_merge(p->batch_mask, cnt);
@@ -679,7 +681,7 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
     if (!rc && zt != QT_NONE) rc = qt_step_exact_merge(p->batch_mask, zl);
     if (!rc) rc = qt_runtime_drops_merge(p, m);
     if (rc) return rc;
-    qt_runtime_lap(&a.t, QT_PH_LOSS);
+    qt_runtime_lap(&a->t, QT_PH_LOSS);
     const double n_all = (double)(p->train.global_batch * p->train.seq_len);
     /* the mean over the targets with a loss (at least one: a step of separators only has
      * loss 0 and a zero gradient) */

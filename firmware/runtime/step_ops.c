@@ -607,9 +607,9 @@ int qt_step_coll_wait(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     return qt_coll_wait_range(QT_A(op, COLL_WAIT, coll), c);
 }
 
-/* ---- start-up checks of the step ops (qt_ops.def CHECK; qt_runtime_check_step calls them
- * for every op of the step, microbatch-end and per-layer schedules). Each reads the plan
- * and its op and returns nonzero when the op does not fit the plan. */
+/* ---- start-up checks of the step ops (qt_ops.def CHECK; validate.c's qt_validate_step_op
+ * calls them for every op of the step, microbatch-end and per-layer schedules). Each reads
+ * the plan and its op and returns nonzero when the op does not fit the plan. */
 
 static int64_t qt_check_leaves(const qt_plan *p)
 {

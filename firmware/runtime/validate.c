@@ -174,7 +174,7 @@ static int qt_validate_regions(const qt_plan *p)
     return rc;
 }
 
-/* Checks op i of a schedule of STEP ops (see qt_runtime_check_step); counts the
+/* Checks op i of a schedule of STEP ops (and its qt_ops.def CHECK hook); counts the
  * normalisations and updates, and the pushes of each flat range into the microbatch tree.
  * With `in_mb` the schedule is the microbatch schedule: its RUN and WGRAD ops are skipped
  * (the interpreter checks them) and only per-layer reduction plans may have STEP ops there. */

@@ -60,6 +60,8 @@ typedef struct qt_cg_buf {
 void qt_cg_buf_printf(qt_cg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void qt_cg_buf_free(qt_cg_buf *b);
 
+/* Levenshtein distance between a and b (insertions, deletions, substitutions of bytes: the
+ * "did you mean" hints for unknown keys and values). */
 int qt_cg_edit_distance(const char *a, const char *b);
 /* Read a whole file into a fresh NUL-terminated buffer: a regular file of at most 16 MiB
  * (a directory, device or FIFO is refused with a message saying what it is). */
@@ -252,6 +254,7 @@ static inline int64_t qt_cg_gcd(int64_t a, int64_t b)
     return a;
 }
 
+/* Bytes of one element of the compute dtype (4 fp32, 2 bf16). */
 static inline int64_t qt_cg_compute_bytes(const qt_cg_settings *s)
 {
     return qt_dtype_bytes((unsigned)s->dtype);
@@ -323,6 +326,8 @@ static inline uint8_t qt_cg_expert_group_mask(const qt_cg_settings *s)
     return (uint8_t)((1u << QT_MESH_EXPERT) | (s->expert_ctx_rep ? 0 : qt_cg_context_mask(s)));
 }
 
+/* Elements of the compute dtype in QT_TENSOR_ALIGN bytes: a flat range's length is a
+ * multiple of it times its group's size (check/plan.c). */
 static inline int64_t qt_cg_flat_align(const qt_cg_settings *s)
 {
     return QT_TENSOR_ALIGN / qt_cg_compute_bytes(s);

@@ -6,6 +6,9 @@
 #include <string.h>
 #include "core/qt_cg.h"
 
+/* The forward graph of settings s into *g (zeroed first; g->s = s): inputs, parameters,
+ * activations and the forward ops of every layer this rank's tables hold (a pipeline
+ * stage's only), the head and the loss. 0, or -1 with a message in err. */
 int qt_cg_graph_build(qt_cg_graph *g, const qt_cg_settings *s, char *err, size_t errlen);
 /* 1 for the logical axes whose dims tensor parallelism splits for compute (q_heads,
  * kv_heads, gdn_head, mlp); other dims sharded over `tensor` only split optimizer state. */

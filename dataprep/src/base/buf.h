@@ -45,6 +45,7 @@ static inline uint8_t *qtd_bytes_reserve(qtd_bytes *b, size_t extra)
     return b->data + b->len;
 }
 
+/* Appends p[0..n) (grows b; p may be NULL when n is 0). */
 static inline void qtd_bytes_put(qtd_bytes *b, const void *p, size_t n)
 {
     if (!n)
@@ -53,6 +54,7 @@ static inline void qtd_bytes_put(qtd_bytes *b, const void *p, size_t n)
     b->len += n;
 }
 
+/* Appends x (grows v by doubling, from 64). */
 static inline void qtd_u32s_push(qtd_u32s *v, uint32_t x)
 {
     if (v->len == v->cap) {
@@ -62,6 +64,7 @@ static inline void qtd_u32s_push(qtd_u32s *v, uint32_t x)
     v->data[v->len++] = x;
 }
 
+/* Frees the storage and leaves b empty (reusable). */
 static inline void qtd_bytes_free(qtd_bytes *b)
 {
     free(b->data);
@@ -69,6 +72,7 @@ static inline void qtd_bytes_free(qtd_bytes *b)
     b->len = b->cap = 0;
 }
 
+/* Frees the storage and leaves v empty (reusable). */
 static inline void qtd_u32s_free(qtd_u32s *v)
 {
     free(v->data);
