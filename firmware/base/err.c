@@ -23,7 +23,8 @@ static struct {
     char line[QT_IO_ERR_MAX + 128];   /* qt_err_emit's output line */
 } qt_err_state;
 
-/* "<program>: <prefix><kind><msg>\n" (program "qtrain" unless set) in one write (cut to the buffer if longer). */
+/* "<program>: <prefix><kind><msg>\n" (program "qtrain" unless set) in one write (cut to
+ * the buffer if longer). */
 static void qt_err_emit(const char *kind, const char *msg)
 {
     char *const line = qt_err_state.line;
