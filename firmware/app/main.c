@@ -453,6 +453,29 @@ static int qt_main_check_data(const qt_cli *cli, int rank)
     return QT_OK;
 }
 
+/* A resume across the compute dtype (float32 <-> bfloat16; session 23): both plans keep
+ * fp32 master weights and Adam moments, so the state means the same (the state hash leaves
+ * the dtype out) and resumes, as a run switched to bf16 part-way should; but the steps from
+ * here round otherwise than either uninterrupted run, so it is not a bit-exact resume: rank
+ * 0 says so and the run manifest's note records it. The checkpoint's "dtype" metadata
+ * (written by bf16 saves only) read absent is float32, which a bf16 checkpoint written
+ * before it was recorded (December 2026) also reads as, with the note. */
+static void qt_main_check_dtype(const qt_plan *p, const qt_cli *cli, int rank, int64_t start)
+{
+    const char *rec = qt_checkpoint_ident()->dtype;
+    const char *was = rec[0] ? rec : "float32", *mine = p->dtype == QT_BF16 ? "bfloat16" : "float32";
+    if (!strcmp(was, mine)) return;
+    if (rank == 0)
+        fprintf(stderr, "qtrain: note: %s was trained in dtype %s%s, this plan computes in %s: "
+                "the weights and Adam moments resume (fp32 in both) at step %lld, but not "
+                "bit-exactly: the steps from here differ from an uninterrupted run in either "
+                "dtype (recorded in the run manifest)\n", cli->load, was,
+                rec[0] ? "" : " (it records no dtype: a float32 run's, or a bfloat16 run's saved "
+                "before December 2026)", mine, (long long)start);
+    qt_main_note("dtype %s -> %s at step %lld: the state resumed, not bit-exactly", was, mine,
+                 (long long)start);
+}
+
 /* The run manifest, the first line this run writes to the metrics file (qt_io.h). */
 static void qt_main_manifest(const qt_plan *p, const qt_cli *cli, int argc, char **argv,
                              int64_t start, int64_t end)
@@ -792,6 +815,7 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
         fprintf(stderr, "qtrain: resuming from %s at step %lld\n", cli->load, (long long)*start);
     if (*start > 0 && qt_main_check_data(cli, rank) != QT_OK)
         return QT_EXIT_ERR;
+    if (*start > 0) qt_main_check_dtype(p, cli, rank, *start);
     if (*start > 0 && cli->learning_rate >= 0.0f) {
         if (rank == 0)
             fprintf(stderr, "qtrain: note: learning_rate=%g overrides the plan's peak learning "
@@ -802,6 +826,36 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
         qt_main_note("learning_rate=%g overrides the plan's %g from step %lld (resumed)",
                      (double)cli->learning_rate, (double)p->train.lr, (long long)*start);
     }
+    return QT_MAIN_GO;
+}
+
+/* steps= is a total: a resumed run trains steps start .. end-1. A checkpoint past the end
+ * (load= at step 5 with steps=3, which reads like "3 more") would train nothing and exit 0:
+ * refused before anything is written (exit 2), naming both numbers and the steps= that
+ * trains as many more. steps=0 (trains nothing: dump_grads= of the checkpoint's step, a
+ * load and re-save) and steps= equal to the checkpoint's step go on with a note. Every rank
+ * decides alike (same checkpoint, same arguments); rank 0 prints. */
+static int qt_main_check_end(const qt_cli *cli, int64_t start, int64_t end)
+{
+    if (start == 0 || end > start) return QT_MAIN_GO;
+    char given[64];
+    if (cli->steps >= 0)
+        snprintf(given, sizeof given, "steps=%lld", (long long)end);
+    else
+        snprintf(given, sizeof given, "the plan's steps (%lld; no steps= given)", (long long)end);
+    if (end > 0 && end < start) {
+        if (qt_main_state.rank == 0)
+            fprintf(stderr, "qtrain: %s resumes at step %lld, but %s ends before it: steps= is "
+                    "the total to train to, not the steps to add, so nothing would train; give "
+                    "steps=%lld to train %lld more (steps=%lld trains none)\n", cli->load,
+                    (long long)start, given, (long long)(start + end), (long long)end,
+                    (long long)start);
+        return QT_EXIT_ARG;
+    }
+    if (qt_main_state.rank == 0)
+        fprintf(stderr, "qtrain: note: %s resumes at step %lld and %s: no step trains%s\n",
+                cli->load, (long long)start, given,
+                cli->save ? " (save= writes the loaded state)" : "");
     return QT_MAIN_GO;
 }
 
@@ -821,8 +875,9 @@ static int qt_main_inputs(const qt_plan *p, const qt_cli *cli, int argc, char **
     *start = 0;
     int code = cli->load ? qt_main_load(p, cli, start) : QT_MAIN_GO;
     if (code != QT_MAIN_GO) return code;
-    rc = cli->metrics && rank == 0 ? qt_main_open_metrics(cli, *start) : QT_OK;
     *end = cli->steps >= 0 ? cli->steps : p->train.steps;
+    if ((code = qt_main_check_end(cli, *start, *end)) != QT_MAIN_GO) return code;
+    rc = cli->metrics && rank == 0 ? qt_main_open_metrics(cli, *start) : QT_OK;
     if (rank == 0 && *end > p->train.schedule_steps)
         fprintf(stderr, "qtrain: note: steps=%lld goes past the plan's learning-rate schedule "
                 "(%lld steps); later steps run at learning rate 0 (set steps or "

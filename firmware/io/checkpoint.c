@@ -183,6 +183,8 @@ static int qt_save_header(const qt_plan *p, const char *path, int with_opt, int 
         rc = qt_st_wmeta("data_hash", num);
     if (!rc && qt_ckpt_data_holdout(num))
         rc = qt_st_wmeta("data_holdout", num);
+    if (!rc && with_opt && qt_ckpt_dtype_meta(p))
+        rc = qt_st_wmeta("dtype", qt_ckpt_dtype_meta(p));
     if (!rc) {
         snprintf(num, sizeof num, "0x%016llx", (unsigned long long)p->hash);
         rc = qt_st_wmeta("plan_hash", num);
@@ -470,7 +472,7 @@ static int qt_load_opt_decision(const qt_plan *p, int h, const char *path, int w
         snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)qt_ckpt_state_hash(p));
         if (strcmp(fs, mine)) {
             snprintf(qt_ck.note, sizeof qt_ck.note, "%s: optimizer state was saved for state "
-                     "hash %s (model, optimizer, schedule, global batch), this plan's is %s; "
+                     "hash %s (model, optimizer, schedule, global batch, objective), this plan's is %s; "
                      "loading the weights only, from step 0", path, fs, mine);
             *load_opt = 0;
         }
@@ -595,6 +597,8 @@ int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
     if (!rc) {
         const char *dh = qt_st_meta(h, "data_hash");
         snprintf(id->data_hash, sizeof id->data_hash, "%s", dh ? dh : "");
+        const char *dt = qt_st_meta(h, "dtype");
+        snprintf(id->dtype, sizeof id->dtype, "%s", dt ? dt : "");
         id->content_hash = qt_st_hash(h);
         id->n_files = 1;
         id->loaded = 1;

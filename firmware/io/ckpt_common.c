@@ -55,6 +55,11 @@ int qt_ckpt_data_hash(char *out)
     return 1;
 }
 
+const char *qt_ckpt_dtype_meta(const qt_plan *p)
+{
+    return p->dtype == QT_BF16 ? "bfloat16" : NULL;
+}
+
 int qt_ckpt_check_plan(const qt_plan *p, const char *path)
 {
     (void)path;
@@ -181,6 +186,23 @@ uint64_t qt_ckpt_state_hash(const qt_plan *p)
         if (q->mtp_factor != 0.1f) qt_sh_f(&h, q->mtp_factor);
         break;
     }
+    /* the objective's data and MoE settings (session 23), as the z-loss only when not the
+     * default, so every unpacked dropless plan's state keeps its hash: packing with its
+     * separator (which targets have a loss, the normaliser), and token dropping (the
+     * capacity C each expert keeps, or C = 0); the same on every stage. Not the receive
+     * buffers' dropping (moe_ragged), whose bits depend on the expert degree (a mesh). Not
+     * the compute dtype: bf16 and fp32 plans keep the same fp32 masters and moments, so
+     * the state resumes across them (not bit-exactly: the checkpoint's "dtype", main.c). */
+    const qt_plan *q0 = qt_ckpp_stage(p, 0);
+    if (q0->packing) {
+        qt_sh_bytes(&h, "packing", 8);
+        qt_sh_i(&h, q0->pack_eos);
+    }
+    if (q0->moe_capacity > 0 || q0->moe_drop_all) {
+        qt_sh_bytes(&h, "capacity", 9);
+        qt_sh_i(&h, q0->moe_capacity);
+        qt_sh_i(&h, q0->moe_drop_all);
+    }
     int64_t n_params = 0;
     for (int s = 0; s < S; s++) n_params += qt_ckpp_stage(p, s)->n_params;
     qt_sh_i(&h, n_params);
@@ -197,7 +219,6 @@ uint64_t qt_ckpt_state_hash(const qt_plan *p)
     /* the init schedule's attributes (rotary tables: dims, theta, mrope sections; every
      * stage's are the one-rank plan's, stage 0's hashed) and the delta-rule algorithm
      * (recurrent and chunked round differently; the first stage with a GDN layer) */
-    const qt_plan *q0 = qt_ckpp_stage(p, 0);
     for (int32_t i = 0; i < q0->n_init_ops; i++) {
         qt_sh_i(&h, q0->init_ops[i].kind);
         for (int k = 0; k < QT_OP_MAX_A; k++) qt_sh_i(&h, q0->init_ops[i].a[k]);

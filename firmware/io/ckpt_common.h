@@ -43,6 +43,11 @@ int qt_ckpt_data_hash(char *out);
 /* "data_holdout" for a save's metadata (decimal, into out[24]); 0 when no windows are held
  * out (the key is then not written: such checkpoints' bytes are unchanged). */
 int qt_ckpt_data_holdout(char *out);
+/* "dtype" for a save's metadata: "bfloat16" for a bf16 plan, NULL for float32 (the key is
+ * then not written: every fp32 checkpoint's bytes are unchanged; absent reads as float32).
+ * Not in the state hash: both keep fp32 masters and moments, so the state resumes across a
+ * change, but not bit-exactly (main.c notes it). */
+const char *qt_ckpt_dtype_meta(const qt_plan *p);
 /* Metadata value v (NULL = absent: *out = 0) of key in file path as a non-negative decimal
  * integer; QT_E_FORMAT naming file, key and value otherwise. */
 int qt_ckpt_meta_int(const char *path, const char *key, const char *v, int64_t *out);

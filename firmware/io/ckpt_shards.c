@@ -351,7 +351,7 @@ static int qt_cs_optimizer(const qt_plan *p, const char *index, int want_optimiz
                *os = qt_sx_meta(1, "step");
     if (!fs || strcmp(fs, mine)) {
         snprintf(qt_cs.note, sizeof qt_cs.note, "%s: optimizer state was saved for state hash "
-                 "%s (model, optimizer, schedule, global batch), this plan's is %s; loading "
+                 "%s (model, optimizer, schedule, global batch, objective), this plan's is %s; loading "
                  "the weights only, from step 0", qt_cs.opt_index, fs ? fs : "(none)", mine);
         return qt_sx_open(index);
     }
@@ -463,6 +463,8 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
         qt_ckpt_ident *id = qt_ckpt_ident_mut();
         const char *dh = qt_sx_meta(0, "data_hash");
         snprintf(id->data_hash, sizeof id->data_hash, "%s", dh ? dh : "");
+        const char *dt = qt_sx_meta(0, "dtype");
+        snprintf(id->dtype, sizeof id->dtype, "%s", dt ? dt : "");
         id->content_hash = qt_hash64_final(&qt_cs.ident);
         id->n_files = qt_sx_shards();
         id->loaded = 1;

@@ -89,6 +89,8 @@ typedef struct qt_ckpt_ident {
                                   the manifest; other ranks leave the hash of nothing) */
     char data_hash[24];        /* metadata "data_hash" ("0x" + 16 hex), "" when absent */
     int64_t data_holdout;      /* metadata "data_holdout" (eval_holdout=N's N), 0 when absent */
+    char dtype[16];            /* metadata "dtype" (the compute dtype of a bf16 run's save,
+                                  "bfloat16"), "" when absent (float32, or older) */
     int n_files;               /* safetensors files hashed */
 } qt_ckpt_ident;
 const qt_ckpt_ident *qt_checkpoint_ident(void);
@@ -102,9 +104,11 @@ void qt_checkpoint_set_data_holdout(int64_t n);
 /* State compatibility hash: FNV-1a over everything that sets the training trajectory and
  * the meaning of the optimizer state (model dims, parameter names and global shapes,
  * rotary tables, delta-rule algorithm, optimizer hyper-parameters, learning-rate schedule,
- * global batch, sequence length), nothing that only sets the mesh, the batch split (micro
+ * global batch, sequence length, the objective: load-balance weight, z-loss, MTP factor,
+ * packing, token dropping), nothing that only sets the mesh, the batch split (micro
  * batch x accumulation) or the arena layout. Equal hashes: the saved moments resume this
- * plan bit-exactly. */
+ * plan bit-exactly, unless the compute dtype differs (not hashed: the checkpoint's "dtype"
+ * metadata, qt_ckpt_ident.dtype; the state resumes, noted as not bit-exact). */
 uint64_t qt_ckpt_state_hash(const qt_plan *p);
 /* Vets a save= (qtrain_format 1) or dump_grads= (0) destination `path` given as `key`
  * before training, reading only: QT_OK when it does not exist. Refused (QT_E_ARG, message

@@ -51,12 +51,14 @@ typedef struct qt_eval_metrics {
     int64_t tokens;            /* targets with a loss over the pass (eval_tokens) */
     int64_t batches;           /* eval batches read (from the eval file's start) */
     double seconds;
-    /* mtp_eval_target_module k > 0 (else mtp_accept_k 0 and the rest 0): MaxText's
-     * eval/avg_mtp_acceptance_rate_percent, the mean over the eval batches of each batch's
-     * float32 100 x matches / (positions + 1e-8); the pass's matches (depth k's prediction
-     * at t equal to the main model's at t + k) and positions (depth k has a loss at t) */
+    /* mtp_eval_target_module k > 0 (else mtp_accept_k 0 and the rest 0): the acceptance
+     * rate of the pass, 100 x matches / positions in double (MaxText's
+     * eval/avg_mtp_acceptance_rate_percent up to its per-batch float32 rounding when the
+     * batches have equal positions; pooled, so the eval's batch size does not change it);
+     * the pass's matches (depth k's prediction at t equal to the main model's at t + k) and
+     * positions (depth k has a loss at t) */
     int32_t mtp_accept_k;
-    double mtp_accept_rate, mtp_accept_sum;
+    double mtp_accept_rate;
     int64_t mtp_accepted, mtp_accept_positions;
 } qt_eval_metrics;
 

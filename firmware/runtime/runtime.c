@@ -720,16 +720,13 @@ int64_t qt_runtime_eval_batch(const qt_plan *p)
 }
 
 /* One eval batch's acceptance counts c[2] (matches, positions) summed over the batch axes
- * (integers: exact), then its rate as MaxText's float32 expression, 100 x matches /
- * (positions + EPS) with EPS = 1e-8, added to the pass's sum of rates and counts. */
+ * (integers: exact), added to the pass's counts (the rate is theirs: qt_runtime_eval_run). */
 static int qt_runtime_accept_batch(const qt_plan *p, int64_t c[2], qt_eval_metrics *e)
 {
     if (p->batch_mask) {
         int rc = qt_coll_sum_i64(p->batch_mask, c, 2);
         if (rc) return rc;
     }
-    const float rate = (float)c[0] / ((float)c[1] + 1e-8f) * 100.0f;
-    e->mtp_accept_sum += (double)rate;
     e->mtp_accepted += c[0];
     e->mtp_accept_positions += c[1];
     c[0] = c[1] = 0;
@@ -761,7 +758,6 @@ static int qt_runtime_eval_run(const qt_plan *p, int64_t step, int64_t n_batches
     qt_exact_clear(&cnt);
     int64_t depth, acc[2] = {0, 0};
     const qt_op *aop = qt_runtime_accept_op(p, &depth);
-    e->mtp_accept_sum = 0.0;
     e->mtp_accepted = e->mtp_accept_positions = 0;
     for (int64_t eb = 0; eb < n_batches; eb++) {
         for (int64_t k = 0; k < (per + b - 1) / b; k++) {
@@ -807,10 +803,16 @@ static int qt_runtime_eval_run(const qt_plan *p, int64_t step, int64_t n_batches
     e->loss = (double)e->loss_f32;
     e->tokens = (int64_t)n_tok;
     e->batches = n_batches;
-    /* MaxText's eval/avg_mtp_acceptance_rate_percent: the plain mean of the eval batches'
-     * rates (its metric logger's sum / eval step count) */
+    /* the acceptance rate over the whole pass, 100 x matches / positions (session 23), as
+     * the eval loss is the pass's sum over its targets: the same bits however the eval is
+     * cut into batches (eval_per_device_batch_size, which defaults to the microbatch's
+     * per_device_batch_size, so G changes it). MaxText's eval/avg_mtp_acceptance_rate_percent
+     * is the plain mean of the batches' float32 rates; unpacked, every batch has the same
+     * positions and the two agree up to that rounding (docs/model.md 1.8) */
     e->mtp_accept_k = (int32_t)depth;
-    e->mtp_accept_rate = n_batches > 0 ? e->mtp_accept_sum / (double)n_batches : 0.0;
+    e->mtp_accept_rate = e->mtp_accept_positions > 0
+                             ? 100.0 * (double)e->mtp_accepted / (double)e->mtp_accept_positions
+                             : 0.0;
     e->seconds = qt_runtime_now() - tstart;
     /* a pipeline: the loss is the last stage's */
     return qt_pp_share_eval(p, e);

@@ -90,7 +90,7 @@ check "golden qwen3-next tiny, eval batch 3 on microbatches of 2 (padded), eval 
 # MaxText's mtp_eval_target_module: the MTP head's acceptance rate in each eval row
 # (docs/model.md 1.8) against the reference's (tests/reference/gold_e2e.py accept_batch:
 # torch.argmax of the float64 logits, depth k at t against the main model at t + k over
-# depth k's positions with a loss, the float32 per-batch rate, their mean). Tolerance
+# depth k's positions with a loss, pooled over the pass: 100 x matches / positions). Tolerance
 # (metrics_compare): the positions exactly; the matches within the reference's count of
 # near ties (a top-2 logit gap below 1e-4 at either position: float32 logits may pick the
 # other index there), the rate within the mean of 100 x near ties / positions; with no near

@@ -135,8 +135,8 @@ check "eval with the MTP head, packed: eval batch 3 on the microbatch of 4 (a sl
   em_pair pack-eb3-b1 mtp-pack-next-1r "$EM_B1" pack-eb3-b4 mtp-pack-next-1r 1 "eval_per_device_batch_size=3" 6
 
 # MaxText's mtp_eval_target_module (the head's acceptance rate, docs/model.md 1.8): each
-# eval row gains eval_mtp_acceptance_rate_percent (the mean of the eval batches' float32
-# rates), the depth and the pooled integer counts; det_fields carries them, so every cell
+# eval row gains eval_mtp_acceptance_rate_percent (the pass's pooled rate, session 23),
+# the depth and the pooled integer counts; det_fields carries them, so every cell
 # below compares them bit for bit with one rank's, as the eval loss and training lines.
 # One rank: the fields in every eval row (depth 1: 5 batches x 4 sequences x 15 positions
 # with a loss), the console's figure (each eval's line and the summary; none without the
@@ -180,8 +180,8 @@ em_acc_ckpt() {
 }
 check "acceptance rate: the plan with the key saves the same tensors and resumes the plan without it bit for bit" em_acc_ckpt
 # the meshes (em_pair: the key on both sides; the same eval batch of 4, so 5 eval batches:
-# the figure is the mean of the batches' rates, which depends on the eval batch, as in
-# MaxText; data and context set eval_per_device_batch_size for it): data, tensor (whole logits on
+# data and context set eval_per_device_batch_size for it; the pooled figure does not depend
+# on the eval batch: the cells after these check that): data, tensor (whole logits on
 # both ranks), vocabulary-parallel tensor (the (max, index) pairs merged over the group:
 # against one rank's vocab_blocks 2), expert, context with two depths and k = 2 (positions
 # t + 2 past rank 0's 8 tokens from rank 1's halo; its one-rank side in 4 token blocks, so
@@ -212,3 +212,15 @@ em_acc_padded() {
   grep -q '"eval_mtp_accept_positions":270,' "$EM_D/acc-eb3-b4.jsonl" || { echo "expected 270 positions"; return 1; }
 }
 check "acceptance rate: eval batch 3 on the microbatch of 4 (a padded slot counts nothing) == microbatches of 1" em_acc_padded
+# The split of the global batch (session 23): eval_per_device_batch_size defaults to
+# per_device_batch_size, the microbatch's, so G2 (2 x 2) evaluates in 10 batches of 2 where
+# G1 (4) reads 5 of 4, and DP2 + ZeRO-1 + G2 (1 x 2 ranks x 2) in 10 of 2. The figure is the
+# pass's pooled rate, so all give one rank's bits (the mean of the batches' float32 rates,
+# MaxText's, differed in the last digits); packed, G4 (20 batches of 1, whose positions
+# differ from batch to batch: the mean of their rates is another number) likewise.
+check "acceptance rate: G2 on one rank (default eval batch 2: 10 batches) == G1 (5 batches of 4), eval and training bits" \
+  em_pair acc-1r mtp-next-1r "$EM_ACC" acc-1r-g2 mtp-next-1r 1 "per_device_batch_size=2 gradient_accumulation_steps=2 $EM_ACC" 10
+check "acceptance rate: DP2 + ZeRO-1 + G2 (2 ranks, default eval batch 2: 10 batches) == one rank G1" \
+  em_pair acc-1r mtp-next-1r "$EM_ACC" acc-dp2-eb2 mtp-next-dp2-g2-zero1 2 "$EM_ACC" 10
+check "acceptance rate, packed: G4 on one rank (default eval batch 1: 20 batches) == G1 (5 batches of 4)" \
+  em_pair acc-pack-1r mtp-pack-next-1r "$EM_ACC" acc-pack-g4 mtp-pack-next-1r 1 "per_device_batch_size=1 gradient_accumulation_steps=4 $EM_ACC" 20

@@ -113,7 +113,7 @@ mk_head_refusals() {
   mk_head || return 1
   [ -e $MK_DIR/head-dir ] || mk_run mtp-next-1r 1 steps=2 save=$MK_DIR/head-dir save_shard_size=64K 2> /dev/null || return 1
   # the sharded head loads back into the head's plan
-  mk_run mtp-next-1r 1 steps=1 load=$MK_DIR/head-dir 2> /dev/null > /dev/null || { echo "dir round trip"; return 1; }
+  mk_run mtp-next-1r 1 steps=3 load=$MK_DIR/head-dir 2> /dev/null > /dev/null || { echo "dir round trip"; return 1; }
   # an extra depth (mtp.layers.1.*) beside depth 0: refused
   /usr/bin/python3 - "$MK_DIR/head.safetensors" "$MK_DIR/extra.safetensors" <<'PY' || return 1
 import sys

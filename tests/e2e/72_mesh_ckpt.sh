@@ -217,3 +217,75 @@ check "mesh ckpt: save on one rank, resume on TP3 (canonical_factor 3) == one ra
   ckpt_resume npow2-t3-next-1r npow2-t3-next-1r 1 npow2-t3-next-tp3 3 .safetensors
 check "mesh ckpt: save on CP3 (canonical_factor 3) at step 5, resume on one rank == one rank" \
   ckpt_resume npow2-c3-next-1r npow2-c3-next-cp3 3 npow2-c3-next-1r 1 .safetensors
+
+# Resumes across settings the mesh does not set (session 23). The mesh-next-1r checkpoint
+# at step 5 loaded by the same model with packing (pack-next-1r, eos 7) or token dropping
+# (cap-next-1r, C = 8): another objective, so another state hash: the weights only, from
+# step 0, with the note naming both state hashes (before, both resumed as bit-exact resumes).
+# The same checkpoint in bf16 (bf16-next-1r): the state resumes at step 5 (fp32 masters and
+# moments in both), with a note and the manifest's note saying it is not bit-exact; a bf16
+# save records "dtype" (fp32 saves do not: their bytes are unchanged) and resumes in bf16
+# without a note, bit for bit with the uninterrupted bf16 run, and in fp32 with the note.
+ckm_setting_change() {
+  local d=$QT_TMP/ckm-set p n
+  mkdir -p "$d"
+  ckpt_run mesh-next-1r 1 steps=5 save=$d/f32.safetensors 2> /dev/null || return 1
+  ckpt_header "$d/f32.safetensors" | grep -o '"__metadata__":{[^}]*}' | grep -q '"dtype"' &&
+    { echo "an fp32 save records a dtype"; return 1; }
+  for p in pack-next-1r cap-next-1r; do
+    ckpt_run $p 1 steps=6 load=$d/f32.safetensors metrics=$d/$p.jsonl 2> $d/$p.err ||
+      { tail -n 3 $d/$p.err; return 1; }
+    grep -q "resuming from" $d/$p.err && { echo "$p resumed the fp32 dropless unpacked state"; return 1; }
+    grep -q "optimizer state was saved for state hash .* (model, optimizer, schedule, global batch, objective), this plan's is .*; loading the weights only, from step 0" $d/$p.err ||
+      { echo "$p: no state-hash note"; cat $d/$p.err; return 1; }
+    n=$(grep -c '"loss_bits"' $d/$p.jsonl)
+    [ "$n" -eq 6 ] || { echo "$p: $n steps, expected 6 (from step 0)"; return 1; }
+  done
+  echo "packing, token dropping: weights only, from step 0"
+  # fp32 -> bf16: resumes at step 5, noted in stderr and in the manifest
+  ckpt_run bf16-next-1r 1 steps=10 load=$d/f32.safetensors metrics=$d/to16.jsonl 2> $d/to16.err ||
+    { tail -n 3 $d/to16.err; return 1; }
+  grep -q "resuming from .* at step 5" $d/to16.err || { echo "fp32 -> bf16 did not resume"; cat $d/to16.err; return 1; }
+  grep -q "note: .*f32.safetensors was trained in dtype float32 (it records no dtype.*), this plan computes in bfloat16: the weights and Adam moments resume (fp32 in both) at step 5, but not bit-exactly" $d/to16.err ||
+    { echo "fp32 -> bf16: no dtype note"; cat $d/to16.err; return 1; }
+  head -n 1 $d/to16.jsonl | grep -q '"note":"dtype float32 -> bfloat16 at step 5: the state resumed, not bit-exactly"' ||
+    { echo "fp32 -> bf16: the manifest has no note"; head -c 600 $d/to16.jsonl; return 1; }
+  [ "$(grep -c '"loss_bits"' $d/to16.jsonl)" -eq 5 ] || { echo "fp32 -> bf16: expected steps 5..9"; return 1; }
+  # bf16 save (directory): records dtype; bf16 resumes bit for bit without a note; fp32 notes
+  ckpt_run bf16-next-1r 1 steps=10 metrics=$d/b16-ref.jsonl 2> /dev/null || return 1
+  ckpt_run bf16-next-1r 1 steps=5 save=$d/b16 save_shard_size=64K 2> /dev/null || return 1
+  for n in model optimizer; do
+    grep -q '"dtype":"bfloat16"' $d/b16/$n.safetensors.index.json || { echo "$n index: no dtype"; return 1; }
+  done
+  ckpt_run bf16-next-1r 1 steps=10 load=$d/b16 metrics=$d/b16-res.jsonl 2> $d/b16.err || { tail -n 3 $d/b16.err; return 1; }
+  grep -q "dtype" $d/b16.err && { echo "bf16 -> bf16 noted a dtype change"; cat $d/b16.err; return 1; }
+  cmp <(det_fields $d/b16-ref.jsonl | tail -n 5) <(det_fields $d/b16-res.jsonl) || { echo "bf16 resume differs"; return 1; }
+  ckpt_run mesh-next-1r 1 steps=10 load=$d/b16 metrics=$d/to32.jsonl 2> $d/to32.err || { tail -n 3 $d/to32.err; return 1; }
+  grep -q "note: .*b16 was trained in dtype bfloat16, this plan computes in float32: .* at step 5, but not bit-exactly" $d/to32.err ||
+    { echo "bf16 -> fp32: no dtype note"; cat $d/to32.err; return 1; }
+  head -n 1 $d/to32.jsonl | grep -q '"note":"dtype bfloat16 -> float32 at step 5' || { echo "bf16 -> fp32: no manifest note"; return 1; }
+  echo "dtype: resumes with the note both ways; bf16 -> bf16 bit for bit, silent"
+}
+check "mesh ckpt: a resume into packing or token dropping loads the weights only (another state hash); fp32 <-> bf16 resumes, noted as not bit-exact" \
+  ckm_setting_change
+
+# steps= is a total (session 23): a checkpoint at step 5 with steps=3 is refused (exit 2)
+# naming both and the steps= that trains 3 more, before the metrics file or a save is
+# written; steps=5 and steps=0 train nothing, with a note (a load and re-save, dump_grads=).
+ckm_steps_before_ckpt() {
+  local d=$QT_TMP/ckm-end rc out
+  mkdir -p "$d"
+  ckpt_run mesh-next-1r 1 steps=5 save=$d/ck.safetensors 2> /dev/null || return 1
+  out=$(ckpt_run mesh-next-1r 1 steps=3 load=$d/ck.safetensors metrics=$d/m.jsonl save=$d/out 2>&1); rc=$?
+  [ $rc -eq 2 ] || { echo "exit $rc, expected 2"; echo "$out" | tail -n 3; return 1; }
+  echo "$out" | grep -q "qtrain: $d/ck.safetensors resumes at step 5, but steps=3 ends before it: steps= is the total to train to, not the steps to add, so nothing would train; give steps=8 to train 3 more (steps=5 trains none)" ||
+    { echo "message:"; echo "$out" | tail -n 3; return 1; }
+  [ -e $d/m.jsonl ] || [ -e $d/out ] && { echo "refused, but wrote the metrics file or the save"; return 1; }
+  echo "$out" | grep "steps=3 ends"
+  out=$(ckpt_run mesh-next-1r 1 steps=5 load=$d/ck.safetensors metrics=$d/m5.jsonl 2>&1) || { echo "$out" | tail -n 3; return 1; }
+  echo "$out" | grep -q "note: .*ck.safetensors resumes at step 5 and steps=5: no step trains" || { echo "steps=5: no note"; return 1; }
+  out=$(ckpt_run mesh-next-1r 1 steps=0 load=$d/ck.safetensors 2>&1) || { echo "$out" | tail -n 3; return 1; }
+  echo "$out" | grep -q "note: .*resumes at step 5 and steps=0: no step trains" || { echo "steps=0: no note"; return 1; }
+}
+check "mesh ckpt: load= of a step-5 checkpoint with steps=3 is refused naming both (steps=8 trains 3 more); steps=5 / steps=0 train nothing, with a note" \
+  ckm_steps_before_ckpt

@@ -162,11 +162,6 @@ def accept_batch(aux, dm, B, S):
     return hit, valid, near
 
 
-def accept_rate(hit, valid):
-    """MaxText's per-batch rate in float32: (correct / (total + EPS)) * 100, EPS 1e-8."""
-    return float(np.float32(hit) / (np.float32(valid) + np.float32(1e-8)) * np.float32(100))
-
-
 def eval_loss(P, dm, tokens):
     """MaxText's eval/avg_loss at weights P over the eval file `tokens` read from its start:
     eval batch e of eval_B sequences is windows e*eval_B .. (the data rule with eval_B), every
@@ -181,7 +176,7 @@ def eval_loss(P, dm, tokens):
         nb = min(nb, dm['eval_steps'])
     edm = dict(dm, B=Be)
     tot, n = 0.0, 0
-    acc = {'hit': 0, 'valid': 0, 'near': 0, 'rates': [], 'tol': 0.0}
+    acc = {'hit': 0, 'valid': 0, 'near': 0}
     k = dm.get('mtp_eval_k', 0)
     with torch.no_grad():
         for e in range(nb):
@@ -196,16 +191,13 @@ def eval_loss(P, dm, tokens):
                 acc['hit'] += hit
                 acc['valid'] += valid
                 acc['near'] += near
-                acc['rates'].append(accept_rate(hit, valid))
-                acc['tol'] += 100.0 * near / max(valid, 1)
     if k:
-        # MaxText's eval/avg_mtp_acceptance_rate_percent: the plain mean of the batches'
-        # rates (a double sum in batch order / the count, as the firmware's)
-        rs = 0.0
-        for r in acc['rates']:
-            rs += r
-        acc['rate'] = rs / nb
-        acc['tol'] /= nb
+        # the pass's rate, 100 x matches / positions in double, as the firmware's (session
+        # 23; MaxText's eval/avg_mtp_acceptance_rate_percent, the plain mean of the batches'
+        # float32 rates, agrees up to that rounding when the batches have equal positions);
+        # its tolerance 100 x near ties / positions
+        acc['rate'] = 100.0 * acc['hit'] / acc['valid'] if acc['valid'] else 0.0
+        acc['tol'] = 100.0 * acc['near'] / max(acc['valid'], 1)
     return tot / n, n, acc
 
 

@@ -414,6 +414,9 @@ row "save target" "save=$W/pubdir (holds model.safetensors, which transformers w
 # checkpoint held out (eval_holdout=N changes the training windows, so the data position)
 $QE data=$T eval_holdout=8 steps=2 save=$W/ho8.safetensors 2> /dev/null
 row "checkpoint" "load=$W/ho8.safetensors (saved with eval_holdout=8) with eval_holdout=4" "e2e \`62_eval.sh\`: eval_holdout resumes" $QE data=$T eval_holdout=4 load=$W/ho8.safetensors steps=3
+# steps= is a total: a checkpoint past it would train nothing (session 23)
+$Q data=$T steps=5 save=$W/st5.safetensors 2> /dev/null
+row "checkpoint" "load=$W/st5.safetensors (step 5) steps=3" "e2e \`72_mesh_ckpt.sh\`: steps=3 below the checkpoint's step" $Q data=$T steps=3 load=$W/st5.safetensors
 
 # ---- session 23, an adversarial new user (appended)
 python3 - $W/ck.safetensors $W/badname.safetensors $W/esc.safetensors <<'PYEOF'

@@ -19,8 +19,8 @@
  * the reference's (an integer mask), eval_mtp_accepted within the reference's count of
  * near-tie positions (the top-2 logit gap below its TIE_GAP at the position or at its
  * main-model partner: float32 logits may pick the other index there; none: exactly), and
- * eval_mtp_acceptance_rate_percent within its rate tolerance (the mean over the eval batches
- * of 100 x near ties / positions; 0: bit for bit, the same float32 and double arithmetic).
+ * eval_mtp_acceptance_rate_percent within its rate tolerance (100 x near ties / positions
+ * over the pass; 0: bit for bit, the same double arithmetic: 100 x matches / positions).
  */
 #include <math.h>
 #include <stdio.h>

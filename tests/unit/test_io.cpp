@@ -558,6 +558,33 @@ TEST(io, state_hash_ignores_mesh_and_batch_split)
     P.mtp_factor = 0.1f;
     CHECK(qt_ckpt_state_hash(&P) == h0);
     P.mtp_layers = 0;
+    // packing (with its separator) and token dropping set the objective too (session 23);
+    // off, the hash states had before they counted; the compute dtype does not count (the
+    // same fp32 masters and moments: a resume across it is noted, main.c)
+    P.dtype = QT_BF16;
+    CHECK(qt_ckpt_state_hash(&P) == h0);
+    P.dtype = QT_F32;
+    P.pack_eos = 7;
+    CHECK(qt_ckpt_state_hash(&P) == h0);
+    P.packing = 1;
+    const uint64_t hp = qt_ckpt_state_hash(&P);
+    CHECK(hp != h0);
+    P.pack_eos = 9;
+    CHECK(qt_ckpt_state_hash(&P) != hp);
+    P.packing = 0;
+    P.moe_ragged = 1;                     // the receive buffers' dropping: the expert degree's
+    CHECK(qt_ckpt_state_hash(&P) == h0);
+    P.moe_ragged = 0;
+    P.moe_capacity = 8;
+    const uint64_t hc = qt_ckpt_state_hash(&P);
+    CHECK(hc != h0);
+    P.moe_capacity = 4;
+    CHECK(qt_ckpt_state_hash(&P) != hc);
+    P.moe_capacity = 0;
+    P.moe_drop_all = 1;
+    CHECK(qt_ckpt_state_hash(&P) != h0);
+    P.moe_drop_all = 0;
+    CHECK(qt_ckpt_state_hash(&P) == h0);
     g_tiny.t[kGuParam].global_shape[0] = 4;   // another expert count
     CHECK(qt_ckpt_state_hash(&P) != h0);
 }
