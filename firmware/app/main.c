@@ -160,7 +160,7 @@ static int qt_main_dest_clash(const char *key, const char *path, const qt_cli *c
  * the same last component in the same directory (./x and x); else not. */
 static int qt_main_same_file(const char *a, const char *b)
 {
-    static char da[4200], db[4200];
+    char da[4200], db[4200];   /* the two directories (start-up only: locals) */
     struct stat sa, sb;
     const int ha = stat(a, &sa) == 0, hb = stat(b, &sb) == 0;
     if (ha || hb)
@@ -181,7 +181,7 @@ static int qt_main_same_file(const char *a, const char *b)
  * removed. Refused even with overwrite=1. */
 static int qt_main_lock_clash(const qt_cli *cli)
 {
-    static char lock[4200];
+    char lock[4200];   /* X.lock of save=X */
     static const char *const keys[] = {"data", "eval_data", "load", "tokenizer", "metrics",
                                        "dump_grads"};
     const char *const paths[] = {cli->data, cli->eval_data, cli->load, cli->tokenizer,
