@@ -22,6 +22,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 /* 1.5*2^52: adding it rounds |v| < 2^51 to an integer held in the low mantissa bits. */
 #define QT_MI_ROUND_MAGIC 0x1.8p52
@@ -149,19 +152,71 @@ static inline qt_mi_d8 qt_exp_core_v8(qt_mi_d8 x)
     return p * (qt_mi_d8)e;
 }
 
+/* x < lo ? lo : x and x > hi ? hi : x on eight lanes (NaN passes: it fails both
+ * comparisons). With AVX-512 one VMAXPD / VMINPD each: MAXPD(a, b) is a > b ? a : b and
+ * MINPD(a, b) a < b ? a : b, returning b when either is NaN, so with the bound as a and x
+ * as b they are these selects exactly (the bound is never NaN or a zero). gcc keeps the
+ * intrinsics' operand order (they are not the commutative smax / smin; the all-ones
+ * zero-masked forms compile to the plain instructions and, unlike the unmasked intrinsics,
+ * give g++ no "used uninitialized" warning from their undefined pass-through), and does not
+ * turn the mask selects below into them, nor the float-to-double conversion of a generic
+ * vector into one VCVTPS2PD (it splits it in two halves): together 8 of the exp's ~35
+ * instructions for eight values, and 0.92 -> 0.68 ns a value for qt_expf_v8 on Zen 4. */
+static inline qt_mi_d8 qt_mi_max_lo8(qt_mi_d8 lo, qt_mi_d8 x)
+{
+#if defined(__AVX512F__)
+    __m512d a, b;
+    memcpy(&a, &lo, sizeof a);
+    memcpy(&b, &x, sizeof b);
+    b = _mm512_maskz_max_pd((__mmask8)0xff, a, b);
+    memcpy(&x, &b, sizeof x);
+    return x;
+#else
+    return qt_mi_select8(x < lo, lo, x);
+#endif
+}
+
+static inline qt_mi_d8 qt_mi_min_hi8(qt_mi_d8 hi, qt_mi_d8 x)
+{
+#if defined(__AVX512F__)
+    __m512d a, b;
+    memcpy(&a, &hi, sizeof a);
+    memcpy(&b, &x, sizeof b);
+    b = _mm512_maskz_min_pd((__mmask8)0xff, a, b);
+    memcpy(&x, &b, sizeof x);
+    return x;
+#else
+    return qt_mi_select8(x > hi, hi, x);
+#endif
+}
+
+/* (double)x lane by lane (exact). */
+static inline qt_mi_d8 qt_mi_widen8(qt_mi_f8 xf)
+{
+#if defined(__AVX512F__)
+    __m256 a;
+    memcpy(&a, &xf, sizeof a);
+    const __m512d d = _mm512_maskz_cvtps_pd((__mmask8)0xff, a);
+    qt_mi_d8 x;
+    memcpy(&x, &d, sizeof x);
+    return x;
+#else
+    return __builtin_convertvector(xf, qt_mi_d8);
+#endif
+}
+
 /* qt_mi_clamp on eight lanes (NaN passes). */
 static inline qt_mi_d8 qt_mi_clamp8(qt_mi_d8 x)
 {
     const qt_mi_d8 lo = {-QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP,
                          -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP};
     const qt_mi_d8 hi = -lo;
-    x = qt_mi_select8(x < lo, lo, x);
-    return qt_mi_select8(x > hi, hi, x);
+    return qt_mi_min_hi8(hi, qt_mi_max_lo8(lo, x));
 }
 
 static inline qt_mi_f8 qt_expf_v8(qt_mi_f8 xf)
 {
-    const qt_mi_d8 x = qt_mi_clamp8(__builtin_convertvector(xf, qt_mi_d8));
+    const qt_mi_d8 x = qt_mi_clamp8(qt_mi_widen8(xf));
     return __builtin_convertvector(qt_exp_core_v8(x), qt_mi_f8);
 }
 
@@ -169,7 +224,7 @@ static inline qt_mi_f8 qt_expf_v8(qt_mi_f8 xf)
  * lane, so the same bits (tested like qt_expf_v8). */
 static inline qt_mi_f8 qt_sigmoidf_v8(qt_mi_f8 xf)
 {
-    const qt_mi_d8 xc = qt_mi_clamp8(__builtin_convertvector(xf, qt_mi_d8));
+    const qt_mi_d8 xc = qt_mi_clamp8(qt_mi_widen8(xf));
     return __builtin_convertvector(1.0 / (1.0 + qt_exp_core_v8(-xc)), qt_mi_f8);
 }
 
@@ -177,9 +232,9 @@ static inline qt_mi_f8 qt_siluf_v8(qt_mi_f8 xf)
 {
     const qt_mi_d8 lo = {-QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP,
                          -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP};
-    const qt_mi_d8 xd = __builtin_convertvector(xf, qt_mi_d8);
+    const qt_mi_d8 xd = qt_mi_widen8(xf);
     const qt_mi_d8 xc = qt_mi_clamp8(xd);
-    const qt_mi_d8 xn = qt_mi_select8(xd < lo, lo, xd);
+    const qt_mi_d8 xn = qt_mi_max_lo8(lo, xd);
     return __builtin_convertvector(xn / (1.0 + qt_exp_core_v8(-xc)), qt_mi_f8);
 }
 
@@ -189,9 +244,9 @@ static inline void qt_sigmoid_siluf_v8(qt_mi_f8 xf, qt_mi_f8 *sg, qt_mi_f8 *sl)
 {
     const qt_mi_d8 lo = {-QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP,
                          -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP, -QT_MI_EXP_CLAMP};
-    const qt_mi_d8 xd = __builtin_convertvector(xf, qt_mi_d8);
+    const qt_mi_d8 xd = qt_mi_widen8(xf);
     const qt_mi_d8 xc = qt_mi_clamp8(xd);
-    const qt_mi_d8 xn = qt_mi_select8(xd < lo, lo, xd);
+    const qt_mi_d8 xn = qt_mi_max_lo8(lo, xd);
     const qt_mi_d8 d = 1.0 + qt_exp_core_v8(-xc);
     *sg = __builtin_convertvector(1.0 / d, qt_mi_f8);
     *sl = __builtin_convertvector(xn / d, qt_mi_f8);

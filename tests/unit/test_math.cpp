@@ -259,10 +259,12 @@ TEST(Math, InlineVectorAndApiBitIdentical)
     LONGS_EQUAL(0, bad);
 }
 
-// qt_expf_v8 (the eight-lane form the attention softmax uses), qt_sigmoidf_v8 and
-// qt_siluf_v8 (the GDN conv's) give qt_expf's / qt_sigmoidf's / qt_siluf's bits in every
-// lane: the edge values and every 4099th bit pattern of all 2^32, the lanes rotated so each
-// value visits a different lane position as the patterns advance.
+// qt_expf_v8 (the eight-lane form the attention softmax uses), qt_sigmoidf_v8,
+// qt_siluf_v8 and qt_sigmoid_siluf_v8 (the GDN conv's, SwiGLU's and the gated norm's) give
+// qt_expf's / qt_sigmoidf's / qt_siluf's bits in every lane (their clamps and widening are
+// AVX-512 instructions where built, the mask selects elsewhere): the edge values (NaN and
+// the infinities pass the clamps) and every 4099th bit pattern of all 2^32, the lanes
+// rotated so each value visits a different lane position as the patterns advance.
 TEST(Math, ExpfV8BitIdenticalToApi)
 {
     const float edge[] = {0.0f, -0.0f, 88.72f, 88.73f, -103.97f, -104.0f, -150.0f, 150.0f,
@@ -282,13 +284,17 @@ TEST(Math, ExpfV8BitIdenticalToApi)
             }
         }
         const qt_mi_f8 y = qt_expf_v8(x), ys = qt_sigmoidf_v8(x), yl = qt_siluf_v8(x);
+        qt_mi_f8 bs, bl;
+        qt_sigmoid_siluf_v8(x, &bs, &bl);
         for (int l = 0; l < 8; l++, n++) {
             if (!same_float(y[l], qt_expf(x[l]))) bad++;
             if (!same_float(ys[l], qt_sigmoidf(x[l]))) bad++;
             if (!same_float(yl[l], qt_siluf(x[l]))) bad++;
+            if (!same_float(bs[l], qt_sigmoidf(x[l])) || !same_float(bl[l], qt_siluf(x[l]))) bad++;
         }
     }
-    printf("\n  qt_expf_v8 / qt_sigmoidf_v8 / qt_siluf_v8 against the API on %ld values, %ld "
+    printf("\n  qt_expf_v8 / qt_sigmoidf_v8 / qt_siluf_v8 / qt_sigmoid_siluf_v8 against the API "
+           "on %ld values, %ld "
            "mismatches", n, bad);
     LONGS_EQUAL(0, bad);
 }
