@@ -125,37 +125,6 @@ static int qt_main_finish(int code)
     return code;
 }
 
-/* A save= file or dump_grads= path may not be a file the run reads (eval_data=, the
- * tokenizer= file, and for dump_grads= the load= file; data= is the checkpoint check's):
- * with overwrite=1 the write replaced it (dump_grads= over the loaded checkpoint, over the
- * eval data). save= naming its load= file is a resume in place and stays allowed. The same
- * path, or the same device and inode. */
-static int qt_main_dest_clash(const char *key, const char *path, const qt_cli *cli)
-{
-    char tok[4200];
-    const char *const keys[] = {"eval_data", "tokenizer", "load"};
-    const char *paths[] = {cli->eval_data, cli->tokenizer, strcmp(key, "save") ? cli->load : NULL};
-    struct stat d, o;
-    if (cli->tokenizer && stat(cli->tokenizer, &o) == 0 && S_ISDIR(o.st_mode)) {
-        snprintf(tok, sizeof tok, "%s/tokenizer.json", cli->tokenizer);
-        paths[1] = tok;
-    }
-    const int have = stat(path, &d) == 0 && S_ISREG(d.st_mode);
-    for (int i = 0; i < 3; i++) {
-        if (!paths[i]) continue;
-        const int same_path = !strcmp(paths[i], path);
-        if (same_path || (have && stat(paths[i], &o) == 0 && S_ISREG(o.st_mode) &&
-                          o.st_dev == d.st_dev && o.st_ino == d.st_ino)) {
-            fprintf(stderr, "qtrain: %s=%s is the file of %s=%s%s, which this run reads; "
-                    "refusing to write over it, even with overwrite=1: give another %s= path\n",
-                    key, path, keys[i], paths[i], same_path ? "" : " (same device and inode)",
-                    key);
-            return QT_E_ARG;
-        }
-    }
-    return QT_OK;
-}
-
 /* a and b name one file: the same device and inode when both exist; when neither does,
  * the same last component in the same directory (./x and x); else not. */
 static int qt_main_same_file(const char *a, const char *b)
@@ -171,6 +140,35 @@ static int qt_main_same_file(const char *a, const char *b)
     snprintf(db, sizeof db, "%.*s", lb ? (int)(lb - b) + 1 : 1, lb ? b : ".");
     return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev &&
            sa.st_ino == sb.st_ino;
+}
+
+/* A save= file or dump_grads= path may not be a file the run reads (eval_data=, the
+ * tokenizer= file, and for dump_grads= the load= file; data= is the checkpoint check's):
+ * with overwrite=1 the write replaced it (dump_grads= over the loaded checkpoint, over the
+ * eval data). save= naming its load= file is a resume in place and stays allowed. The same
+ * path, or the same file (qt_main_same_file, as the lock check's). */
+static int qt_main_dest_clash(const char *key, const char *path, const qt_cli *cli)
+{
+    char tok[4200];
+    const char *const keys[] = {"eval_data", "tokenizer", "load"};
+    const char *paths[] = {cli->eval_data, cli->tokenizer, strcmp(key, "save") ? cli->load : NULL};
+    struct stat o;
+    if (cli->tokenizer && stat(cli->tokenizer, &o) == 0 && S_ISDIR(o.st_mode)) {
+        snprintf(tok, sizeof tok, "%s/tokenizer.json", cli->tokenizer);
+        paths[1] = tok;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (!paths[i]) continue;
+        const int same_path = !strcmp(paths[i], path);
+        if (same_path || qt_main_same_file(paths[i], path)) {
+            fprintf(stderr, "qtrain: %s=%s is the file of %s=%s%s, which this run reads; "
+                    "refusing to write over it, even with overwrite=1: give another %s= path\n",
+                    key, path, keys[i], paths[i], same_path ? "" : " (same device and inode)",
+                    key);
+            return QT_E_ARG;
+        }
+    }
+    return QT_OK;
 }
 
 /* save=X holds X.lock from start-up to exit and removes it then (ckpt_target.c): a file the
