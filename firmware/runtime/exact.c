@@ -173,8 +173,15 @@ double qt_exact_value(qt_exact *a)
  * no bin can wrap whatever the call sizes. Each bin then enters the long accumulator as one
  * exact deposit. Exact sums commute, so the result equals per-element deposits. */
 #define QT_SQ_BLOCK (1ll << 16)
-/* what qt_exact_sq_run does to each x first: nothing, x / d, x * d */
-enum { QT_SQ_READ = 0, QT_SQ_DIV = 1, QT_SQ_MUL = 2 };
+/* what qt_exact_sq_run does to each x first: nothing, x / d, x * d (QT_SQ_OP bits); with
+ * QT_SQ_KEEP the quotient or product is squared but not stored (x is only read) */
+enum { QT_SQ_READ = 0, QT_SQ_DIV = 1, QT_SQ_MUL = 2, QT_SQ_OP = 3, QT_SQ_KEEP = 4 };
+
+/* x / d or x * d as the mode says (the scalar form of the lanes' operation) */
+static inline float qt_exact_sq_op(float x, int op, float d)
+{
+    return op == QT_SQ_DIV ? x / d : op == QT_SQ_MUL ? x * d : x;
+}
 
 static void qt_exact_sq_flush_bins(qt_exact_sq *q, qt_exact *a)
 {
@@ -253,7 +260,8 @@ static void qt_exact_sq_deposit_lanes(qt_exact *a, __m512i acc, int pos)
 }
 
 /* x[0..n), n a multiple of 16 up to QT_SQ_SUB, in the window at lo; mode QT_SQ_DIV / MUL
- * first replaces x by x / d or x * d. Returns the largest biased exponent seen. */
+ * first replaces x by x / d or x * d (stored back unless QT_SQ_KEEP). Returns the largest
+ * biased exponent seen. */
 static inline int qt_exact_sq_window(qt_exact_sq *q, qt_exact *a, float *x, int64_t n, int lo,
                                      int mode, float d, int64_t pf_lim)
 {
@@ -270,9 +278,9 @@ static inline int qt_exact_sq_window(qt_exact_sq *q, qt_exact *a, float *x, int6
         /* the loop is long for the memory it reads: the loads ahead are issued here */
         if (j + QT_SQ_PREFETCH < pf_lim) _mm_prefetch((const char *)(x + j + QT_SQ_PREFETCH), _MM_HINT_T0);
         __m512 xv = _mm512_loadu_ps(x + j);
-        if (mode == QT_SQ_DIV) xv = _mm512_div_ps(xv, dv);
-        if (mode == QT_SQ_MUL) xv = _mm512_mul_ps(xv, dv);
-        if (mode != QT_SQ_READ) _mm512_storeu_ps(x + j, xv);
+        if ((mode & QT_SQ_OP) == QT_SQ_DIV) xv = _mm512_div_ps(xv, dv);
+        if ((mode & QT_SQ_OP) == QT_SQ_MUL) xv = _mm512_mul_ps(xv, dv);
+        if ((mode & QT_SQ_OP) && !(mode & QT_SQ_KEEP)) _mm512_storeu_ps(x + j, xv);
         const __m512i b = _mm512_castps_si512(xv);
         const __m512i e = _mm512_and_si512(_mm512_srli_epi32(b, 23), e_mask);
         emax = _mm512_max_epu32(emax, e);
@@ -335,15 +343,24 @@ static int64_t qt_exact_sq_vector(qt_exact_sq *q, qt_exact *a, float *x, int64_t
         if (c > QT_SQ_SUB) c = QT_SQ_SUB;
         if (!q->lo) {  /* the first window: the largest exponent of the first 16 results */
             __m512 xv = _mm512_loadu_ps(x + j);
-            if (mode == QT_SQ_DIV) xv = _mm512_div_ps(xv, _mm512_set1_ps(d));
-            if (mode == QT_SQ_MUL) xv = _mm512_mul_ps(xv, _mm512_set1_ps(d));
+            if ((mode & QT_SQ_OP) == QT_SQ_DIV) xv = _mm512_div_ps(xv, _mm512_set1_ps(d));
+            if ((mode & QT_SQ_OP) == QT_SQ_MUL) xv = _mm512_mul_ps(xv, _mm512_set1_ps(d));
             const __m512i b = _mm512_and_si512(_mm512_castps_si512(xv), _mm512_set1_epi32(0x7fffffff));
             q->lo = qt_exact_sq_lo((int)(_mm512_reduce_max_epu32(b) >> 23) + 1);
         }
         int e;
-        if (mode == QT_SQ_DIV) e = qt_exact_sq_window(q, a, x + j, c, q->lo, QT_SQ_DIV, d, len - j);
-        else if (mode == QT_SQ_MUL) e = qt_exact_sq_window(q, a, x + j, c, q->lo, QT_SQ_MUL, d, len - j);
-        else e = qt_exact_sq_window(q, a, x + j, c, q->lo, QT_SQ_READ, d, len - j);
+        /* each mode a constant, so every call is its own specialised loop */
+        switch (mode) {
+        case QT_SQ_DIV: e = qt_exact_sq_window(q, a, x + j, c, q->lo, QT_SQ_DIV, d, len - j); break;
+        case QT_SQ_MUL: e = qt_exact_sq_window(q, a, x + j, c, q->lo, QT_SQ_MUL, d, len - j); break;
+        case QT_SQ_DIV | QT_SQ_KEEP:
+            e = qt_exact_sq_window(q, a, x + j, c, q->lo, QT_SQ_DIV | QT_SQ_KEEP, d, len - j);
+            break;
+        case QT_SQ_MUL | QT_SQ_KEEP:
+            e = qt_exact_sq_window(q, a, x + j, c, q->lo, QT_SQ_MUL | QT_SQ_KEEP, d, len - j);
+            break;
+        default: e = qt_exact_sq_window(q, a, x + j, c, q->lo, QT_SQ_READ, d, len - j); break;
+        }
         q->lo = qt_exact_sq_lo(e);
         j += c;
     }
@@ -351,7 +368,8 @@ static int64_t qt_exact_sq_vector(qt_exact_sq *q, qt_exact *a, float *x, int64_t
 }
 #endif
 
-/* qt_exact_sq_add's blocks; mode: the quotient or product replaces each x first. */
+/* qt_exact_sq_add's blocks; mode: the quotient or product replaces each x first (with
+ * QT_SQ_KEEP: is squared in its place, x is not written). */
 static void qt_exact_sq_run(qt_exact_sq *q, qt_exact *a, float *x, int64_t n, int mode, float d)
 {
     int64_t k = 0;
@@ -363,9 +381,18 @@ static void qt_exact_sq_run(qt_exact_sq *q, qt_exact *a, float *x, int64_t n, in
 #if defined(__AVX512F__)
         j = qt_exact_sq_vector(q, a, xs, len, mode, d);
 #endif
-        for (int64_t i = j; mode != QT_SQ_READ && i < len; i++)
-            xs[i] = mode == QT_SQ_DIV ? xs[i] / d : xs[i] * d;
-        qt_exact_sq_bins(q, xs + j, len - j);
+        const int op = mode & QT_SQ_OP;
+        if (op && (mode & QT_SQ_KEEP)) {
+            /* the rest's quotients through the outside buffer (free between windows) */
+            for (int64_t i = j; i < len; i += QT_EXACT_SQ_SUB) {
+                const int64_t c = len - i < QT_EXACT_SQ_SUB ? len - i : QT_EXACT_SQ_SUB;
+                for (int64_t t = 0; t < c; t++) q->outside[t] = qt_exact_sq_op(xs[i + t], op, d);
+                qt_exact_sq_bins(q, q->outside, c);
+            }
+        } else {
+            for (int64_t i = j; op && i < len; i++) xs[i] = qt_exact_sq_op(xs[i], op, d);
+            qt_exact_sq_bins(q, xs + j, len - j);
+        }
         /* bin 255 collects inf/NaN: record them through the scalar path, which tracks them */
         int special = 0;
         for (int c = 0; c < QT_EXACT_SQ_COPIES; c++) {
@@ -374,9 +401,10 @@ static void qt_exact_sq_run(qt_exact_sq *q, qt_exact *a, float *x, int64_t n, in
         }
         if (special) {
             for (j = 0; j < len; j++) {
+                const float v = (mode & QT_SQ_KEEP) ? qt_exact_sq_op(xs[j], op, d) : xs[j];
                 uint32_t b;
-                memcpy(&b, &xs[j], sizeof b);
-                if (((b >> 23) & 0xffu) == 0xffu) qt_exact_add_prod(a, xs[j], xs[j]);
+                memcpy(&b, &v, sizeof b);
+                if (((b >> 23) & 0xffu) == 0xffu) qt_exact_add_prod(a, v, v);
             }
         }
         q->used += len;
@@ -391,7 +419,7 @@ void qt_exact_sq_add(qt_exact_sq *q, qt_exact *a, const float *x, int64_t n)
     qt_exact_sq_run(q, a, (float *)(uintptr_t)x, n, QT_SQ_READ, 1.0f);
 }
 
-void qt_exact_sq_add_div(qt_exact_sq *q, qt_exact *a, float *x, int64_t n, float d)
+int qt_exact_div_inverse(float d, float *inv)
 {
     uint32_t b;
     memcpy(&b, &d, sizeof b);
@@ -399,12 +427,26 @@ void qt_exact_sq_add_div(qt_exact_sq *q, qt_exact *a, float *x, int64_t n, float
     /* d = 2^(e - 127) exactly, 1/d normal too: multiply by the exact inverse */
     if (!(b & 0x807fffffu) && e >= 2 && e <= 252) {
         const uint32_t ib = (254u - e) << 23;
-        float inv;
-        memcpy(&inv, &ib, sizeof inv);
-        qt_exact_sq_run(q, a, x, n, QT_SQ_MUL, inv);
-    } else {
-        qt_exact_sq_run(q, a, x, n, QT_SQ_DIV, d);
+        memcpy(inv, &ib, sizeof *inv);
+        return 1;
     }
+    *inv = d;
+    return 0;
+}
+
+void qt_exact_sq_add_div(qt_exact_sq *q, qt_exact *a, float *x, int64_t n, float d)
+{
+    float f;
+    if (qt_exact_div_inverse(d, &f)) qt_exact_sq_run(q, a, x, n, QT_SQ_MUL, f);
+    else qt_exact_sq_run(q, a, x, n, QT_SQ_DIV, d);
+}
+
+void qt_exact_sq_add_quot(qt_exact_sq *q, qt_exact *a, const float *x, int64_t n, float d)
+{
+    /* QT_SQ_KEEP never writes x */
+    float *xw = (float *)(uintptr_t)x, f;
+    if (qt_exact_div_inverse(d, &f)) qt_exact_sq_run(q, a, xw, n, QT_SQ_MUL | QT_SQ_KEEP, f);
+    else qt_exact_sq_run(q, a, xw, n, QT_SQ_DIV | QT_SQ_KEEP, d);
 }
 
 void qt_exact_sq_flush(qt_exact_sq *q, qt_exact *a)

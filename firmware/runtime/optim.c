@@ -74,6 +74,14 @@ void qt_adamw_hp_make(qt_adamw_hp *hp, float lr, float b1, float b2, float eps, 
     hp->wd = wd;
     hp->bc1 = 1.0 - qt_powi((double)b1, t + 1);
     hp->bc2 = 1.0 - qt_powi((double)b2, t + 1);
+    qt_adamw_hp_divide(hp, 0.0f);
+}
+
+void qt_adamw_hp_divide(qt_adamw_hp *hp, float n_tokens)
+{
+    hp->gdiv = n_tokens;
+    hp->ginv = n_tokens != 0.0f && qt_exact_div_inverse(n_tokens, &hp->gmul);
+    if (!hp->ginv) hp->gmul = n_tokens;
 }
 
 void qt_grads_normalise(float *g, int64_t n, float n_tokens)
@@ -113,6 +121,12 @@ void qt_grads_normalise_sumsq(float *g, int64_t n, float n_tokens, qt_exact_sq *
     qt_exact_sq_add_div(q, acc, g, n, n_tokens);
 }
 
+void qt_grads_sumsq_quot(const float *g, int64_t n, float n_tokens, qt_exact_sq *q,
+                         qt_exact *acc)
+{
+    qt_exact_sq_add_quot(q, acc, g, n, n_tokens);
+}
+
 void qt_adamw_update(float *p, float *m, float *v, const float *g, int64_t n,
                      const qt_adamw_hp *hp)
 {
@@ -125,8 +139,11 @@ void qt_adamw_update_ref(float *p, float *m, float *v, const float *g, int64_t n
     const float b1 = hp->b1, b2 = hp->b2, c1 = 1.0f - hp->b1, c2 = 1.0f - hp->b2;
     const float bc1 = (float)hp->bc1, bc2 = (float)hp->bc2;
     const float lr = hp->lr, eps = hp->eps, wd = hp->wd;
+    const int div = hp->gdiv != 0.0f, inv = hp->ginv;
+    const float gd = hp->gmul;
     for (int64_t i = 0; i < n; i++) {
-        float gi = scaled ? g[i] * gscale : g[i];
+        float gi = !div ? g[i] : inv ? g[i] * gd : g[i] / gd;
+        gi = scaled ? gi * gscale : gi;
         float mi = (b1 * m[i]) + (c1 * gi);
         float vi = (b2 * v[i]) + (c2 * (gi * gi));
         m[i] = mi;
@@ -149,6 +166,9 @@ static inline __m512 qt_adamw_v16(float *p, float *m, float *v, const float *g, 
     const __m512 lr = _mm512_set1_ps(hp->lr), eps = _mm512_set1_ps(hp->eps);
     const __m512 wd = _mm512_set1_ps(hp->wd);
     __m512 gi = _mm512_loadu_ps(g + i);
+    if (hp->gdiv != 0.0f)  /* the normalisation left to the update: its quotient */
+        gi = hp->ginv ? _mm512_mul_ps(gi, _mm512_set1_ps(hp->gmul))
+                      : _mm512_div_ps(gi, _mm512_set1_ps(hp->gmul));
     if (scaled) gi = _mm512_mul_ps(gi, _mm512_set1_ps(gscale));
     __m512 pi = _mm512_loadu_ps(p + i);
     __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(c1, gi));
@@ -173,7 +193,8 @@ void qt_adamw_update_scaled(float *p, float *m, float *v, const float *g, int64_
     /* Lane-wise the same IEEE operations in the same order as the scalar loop (separate
      * mul/add, no FMA; vsqrtps is correctly rounded like qt_sqrtf, and v >= 0 or NaN), so
      * the bits equal qt_adamw_update_ref's; tested against it. */
-    for (; i + 16 <= n; i += 16) qt_adamw_v16(p, m, v, g, i, hp, gscale, scaled);
+    const qt_adamw_hp h = *hp;  /* a local copy: the stores cannot alias it (constants hoisted) */
+    for (; i + 16 <= n; i += 16) qt_adamw_v16(p, m, v, g, i, &h, gscale, scaled);
 #endif
     qt_adamw_update_ref(p + i, m + i, v + i, g + i, n - i, hp, gscale, scaled);
 }
@@ -227,6 +248,9 @@ uint64_t qt_adamw_update_fp(float *p, float *m, float *v, const float *g, int64_
                                                    _mm512_set1_epi64((long long)k)));
     const __m512i k8 = _mm512_set1_epi64((long long)(8 * k));
 #endif
+    /* a local copy of the constants: the float stores below cannot alias it, so they are
+     * broadcast once, not reloaded (and bc1 / bc2 converted) every iteration */
+    const qt_adamw_hp h = *hp;
     for (; i + 16 <= n; i += 16) {
         if (i + QT_ADAMW_PREFETCH < n) {
             _mm_prefetch((const char *)(g + i + QT_ADAMW_PREFETCH), _MM_HINT_T0);
@@ -234,7 +258,7 @@ uint64_t qt_adamw_update_fp(float *p, float *m, float *v, const float *g, int64_
             _mm_prefetch((const char *)(m + i + QT_ADAMW_PREFETCH), _MM_HINT_T0);
             _mm_prefetch((const char *)(v + i + QT_ADAMW_PREFETCH), _MM_HINT_T0);
         }
-        const __m512 pn = qt_adamw_v16(p, m, v, g, i, hp, gscale, scaled);
+        const __m512 pn = qt_adamw_v16(p, m, v, g, i, &h, gscale, scaled);
 #if defined(__AVX512BW__)
         if (cc) qt_bf16_store16(cc + i, pn); /* bf16.h: VCVTNEPS2BF16 where built */
 #else

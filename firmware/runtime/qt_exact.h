@@ -58,6 +58,14 @@ void qt_exact_sq_add(qt_exact_sq *q, qt_exact *a, const float *x, int64_t n);
 /* x[i] = x[i] / d (float division) for i < n, then the squares of the quotients as
  * qt_exact_sq_add adds them, in one pass. Writes x. */
 void qt_exact_sq_add_div(qt_exact_sq *q, qt_exact *a, float *x, int64_t n, float d);
+/* The same squares of the same quotients (so the same value), x not written: the one-pass
+ * norm of a gradient whose division is left to its reader (AdamW). Reads x. */
+void qt_exact_sq_add_quot(qt_exact_sq *q, qt_exact *a, const float *x, int64_t n, float d);
+/* How those quotients are computed: when d is a power of two whose inverse is a normal
+ * float, *inv = 1/d and returns 1 (x * inv is the correctly rounded x / d: the same bits);
+ * else *inv = d and returns 0 (x / d). Every reader that divides a gradient left
+ * undivided by qt_exact_sq_add_quot computes its quotients this way. */
+int qt_exact_div_inverse(float d, float *inv);
 /* Moves everything still held in the bins into a and empties them. */
 void qt_exact_sq_flush(qt_exact_sq *q, qt_exact *a);
 /* The sum, correctly rounded to double. Normalises a (does not change its value). */

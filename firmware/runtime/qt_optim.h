@@ -16,6 +16,13 @@ typedef struct qt_adamw_hp {
     float lr;            /* this step's learning rate (already scheduled) */
     float b1, b2, eps, wd;
     double bc1, bc2;     /* 1 - b1^(t+1), 1 - b2^(t+1) */
+    float gdiv;          /* 0: g is the normalised gradient; else g is still to be divided
+                          * by gdiv (the step's token count: the normalisation left to the
+                          * update by qt_grads_sumsq_quot), as qt_exact_div_inverse says:
+                          * g * gmul when ginv, else g / gdiv - the quotients the
+                          * normalising pass would have stored */
+    float gmul;
+    int ginv;
 } qt_adamw_hp;
 
 /* Warmup + cosine schedule at 0-based step t: warm = (int64)(sched_steps * warmup_frac);
@@ -36,9 +43,13 @@ double qt_lr_schedule_wsd(int64_t t, double peak, int64_t sched_steps, int64_t w
 /* b^n in double by binary exponentiation (fixed operation order). */
 double qt_powi(double b, int64_t n);
 
-/* Fills hp for 0-based step t (bias corrections with count t+1). */
+/* Fills hp for 0-based step t (bias corrections with count t+1); gdiv 0 (g normalised). */
 void qt_adamw_hp_make(qt_adamw_hp *hp, float lr, float b1, float b2, float eps, float wd,
                       int64_t t);
+/* Leaves the normalisation to the update: every g[i] is read as the quotient g[i] /
+ * n_tokens of qt_grads_normalise_sumsq (the same operation, so the same bits) before the
+ * clip scale; n_tokens 0 turns it off. */
+void qt_adamw_hp_divide(qt_adamw_hp *hp, float n_tokens);
 
 /* g[i] = g[i] / n_tokens (float division) for i < n. Writes g. */
 void qt_grads_normalise(float *g, int64_t n, float n_tokens);
@@ -47,6 +58,10 @@ void qt_grads_normalise(float *g, int64_t n, float n_tokens);
  * the caller clears and flushes q) in one pass over g. Writes g. */
 void qt_grads_normalise_sumsq(float *g, int64_t n, float n_tokens, qt_exact_sq *q,
                               qt_exact *acc);
+/* The exact squares of the same quotients g[i] / n_tokens (the same value in acc), g not
+ * written: the norm pass when the update divides (qt_adamw_hp_divide). Reads g. */
+void qt_grads_sumsq_quot(const float *g, int64_t n, float n_tokens, qt_exact_sq *q,
+                         qt_exact *acc);
 
 /* Global-norm clipping: if clip > 0 and norm > clip, g[i] = g[i] * (float)(clip/norm).
  * Returns the float scale used (1 when not clipped). Writes g. */
@@ -65,7 +80,8 @@ double qt_grads_sumsq_ref(const float *g, int64_t n);
 void qt_adamw_update(float *p, float *m, float *v, const float *g, int64_t n,
                      const qt_adamw_hp *hp);
 /* The same with clipping folded in: when `scaled`, every g[i] is replaced by the float
- * product g[i] * gscale before use (bit-identical to scaling g first; g is not written).
+ * product g[i] * gscale before use (bit-identical to scaling g first; g is not written);
+ * with hp->gdiv set, g[i] is first divided (qt_adamw_hp_divide), again without writing g.
  * Vectorised where the CPU allows; qt_adamw_update_ref is the scalar reference and gives
  * identical bits. */
 void qt_adamw_update_scaled(float *p, float *m, float *v, const float *g, int64_t n,

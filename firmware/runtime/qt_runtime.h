@@ -85,8 +85,9 @@ int64_t qt_runtime_eval_batch(const qt_plan *p);
  * QT_E_PLAN (no eval in the plan or no source), the fill's or a collective's error. */
 int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_metrics *e);
 /* One optimizer step `step` (0-based) over the installed token source. Fills *m (loss,
- * norm, lr, fingerprint). Clipping is folded into the update, so afterwards the gradient
- * region holds the normalised, unclipped gradient. Returns QT_OK, QT_E_PLAN when no token
+ * norm, lr, fingerprint). Normalisation and clipping are folded into the update, so
+ * afterwards the gradient region holds the unnormalised gradient total of the step
+ * (qt_runtime_grads leaves the normalised one). Returns QT_OK, QT_E_PLAN when no token
  * source is installed, or the source's error (qt_data_fill's QT_E_RANGE: a token id out of
  * range, the data file changed) before any schedule ran on the bad tokens. */
 int qt_runtime_step(const qt_plan *p, int64_t step, qt_step_metrics *m);

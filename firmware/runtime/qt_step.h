@@ -24,6 +24,12 @@ struct qt_step_state {
                                 * that does not split evenly over the groups, issue 35:
                                 * qt_runtime_pads): their weight-gradient leaves are -0.0,
                                 * the kernels not run (the interpreter); 0 = none */
+    int update_next;           /* set by the step schedule's walk (runtime.c): the op it runs
+                                * next is ADAMW (never in the grads-only walk, which stops
+                                * before it); then GRAD_FINALIZE / GRAD_NORMALISE leave their
+                                * division to it and only read the gradient */
+    float gdiv;                /* the divisor they left to that ADAMW (the step's token count;
+                                * 0: the gradient region holds the normalised gradient) */
 };
 
 /* Called once by qt_runtime_init: remembers whether the parameters tile the flat region

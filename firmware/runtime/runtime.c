@@ -628,7 +628,7 @@ static int qt_runtime_microbatches(const qt_plan *p, int64_t step, qt_step_metri
      * Under context parallelism R counts the sequence groups (the batch axes but context)
      * and the rank reads its token block [c * S/C, (c+1) * S/C) of each sequence. */
     const unsigned seq_mask = p->batch_mask & ~(1u << QT_MESH_CONTEXT);
-    qt_step_state mst = {step, 0, m, 0};
+    qt_step_state mst = {step, 0, m, 0, 0, 0.0f};
     qt_rt_mbs *const a = &qt_rt.mbs;
     memset(a, 0, sizeof *a);
     a->p = p;
@@ -752,7 +752,7 @@ static int qt_runtime_eval_run(const qt_plan *p, int64_t step, int64_t n_batches
     const double tstart = qt_runtime_now();
     qt_step_metrics sm;
     memset(&sm, 0, sizeof sm);
-    qt_step_state st = {step, 0, &sm, 0};
+    qt_step_state st = {step, 0, &sm, 0, 0, 0.0f};
     qt_exact loss, cnt;
     qt_exact_clear(&loss);
     qt_exact_clear(&cnt);
@@ -829,12 +829,13 @@ int qt_runtime_eval(const qt_plan *p, int64_t step, int64_t n_batches, qt_eval_m
 }
 
 /* Walks the step schedule through the kernel table; with `grads_only` it stops before the
- * update (the gradient region then holds the normalised, unclipped gradient). */
+ * update (the gradient region then holds the normalised, unclipped gradient; without, the
+ * normalising op before ADAMW leaves its division to it: st.update_next). */
 static int qt_runtime_step_schedule(const qt_plan *p, int64_t step, qt_step_metrics *m,
                                     int grads_only)
 {
     const qt_kernel_entry *table = qt_runtime_table();
-    qt_step_state st = {step, 0, m, 0};
+    qt_step_state st = {step, 0, m, 0, 0, 0.0f};
     qt_interp_prof *prof = qt_rt.profile ? &qt_rt.prof : NULL;
     double t = qt_rt.profile ? qt_runtime_now() : 0.0;
     for (int32_t i = 0; i < p->n_step_ops; i++) {
@@ -843,6 +844,8 @@ static int qt_runtime_step_schedule(const qt_plan *p, int64_t step, qt_step_metr
         double t0 = prof ? qt_runtime_now() : 0.0;
         /* the last microbatch's split reduce-scatter: its wait and push */
         st.mb = (op->flags & QT_OPF_PREV_MB) ? p->train.grad_accum - 1 : 0;
+        st.update_next = !grads_only && i + 1 < p->n_step_ops &&
+                         p->step_ops[i + 1].kind == QT_OP_ADAMW;
         int rc = table[op->kind].step(op, &qt_rt.ctx, &st);
         if (rc) return rc;
         if (prof) {

@@ -10,11 +10,16 @@
  * Invariants: no heap, no syscalls but the collectives' own; the parameter-sized passes
  * are fused (tree total per cache-sized chunk -> normalise + exact square sum in one pass;
  * clip + AdamW + fingerprint in one pass), each stage keeping the exact per-element
- * operations of the unfused version, so fusion changes speed, never bits. A rank works on its blocks of
- * each flat range (qt_step_block); padding elements between and after the parameters
- * hold zeros, so normalising, squaring or updating them changes nothing, and the
- * fingerprint visits parameter elements only. Collectives that fail (a silent peer)
- * return their QT_E_COMM code up the walk; nothing here exits.
+ * operations of the unfused version, so fusion changes speed, never bits. When ADAMW runs
+ * right after the normalising op (GRAD_FINALIZE / GRAD_NORMALISE: every shipped step
+ * schedule), the normalising pass squares the quotients g / n_tokens without storing them
+ * and the update computes the same quotients as it reads g (qt_adamw_hp_divide): one write
+ * of the gradient less, the same bits; the gradient region then ends the step holding the
+ * gradient sum, not the normalised gradient (the grads-only walk still stores that). A rank
+ * works on its blocks of each flat range (qt_step_block); padding elements between and
+ * after the parameters hold zeros, so normalising, squaring or updating them changes
+ * nothing, and the fingerprint visits parameter elements only. Collectives that fail (a
+ * silent peer) return their QT_E_COMM code up the walk; nothing here exits.
  */
 #include <stdio.h>
 #include <string.h>
@@ -89,19 +94,17 @@ int qt_step_exact_merge(unsigned mask, qt_exact *a)
 
 /* Divide the gradient elements flat [lo, lo+n), which sit at g, by n_tok and add their
  * squares to *sq, per chunk; with `tree_total` the chunk's tree total is completed first
- * (one-rank fused path). */
+ * (one-rank fused path); with `keep` the quotients are squared but not stored (the update
+ * divides: qt_adamw_hp_divide). */
 static void qt_step_normalise_range(const qt_plan *p, float *g, int64_t lo, int64_t n,
-                                    float n_tok, int tree_total, qt_exact *sq)
+                                    float n_tok, int tree_total, int keep, qt_exact *sq)
 {
     qt_exact_sq_clear(&qt_step_s.sq);
-    if (!tree_total) {
-        qt_grads_normalise_sumsq(g, n, n_tok, &qt_step_s.sq, sq);
-    } else {
-        for (int64_t j = 0; j < n; j += QT_STEP_CHUNK) {
-            int64_t c = n - j < QT_STEP_CHUNK ? n - j : QT_STEP_CHUNK;
-            qt_interp_finalize_grads_range(p, lo + j, c);
-            qt_grads_normalise_sumsq(g + j, c, n_tok, &qt_step_s.sq, sq);
-        }
+    for (int64_t j = 0; j < n; j += tree_total ? QT_STEP_CHUNK : n) {
+        int64_t c = !tree_total || n - j < QT_STEP_CHUNK ? n - j : QT_STEP_CHUNK;
+        if (tree_total) qt_interp_finalize_grads_range(p, lo + j, c);
+        if (keep) qt_grads_sumsq_quot(g + j, c, n_tok, &qt_step_s.sq, sq);
+        else qt_grads_normalise_sumsq(g + j, c, n_tok, &qt_step_s.sq, sq);
     }
     qt_exact_sq_flush(&qt_step_s.sq, sq);
 }
@@ -119,8 +122,10 @@ int qt_step_grad_finalize(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     const qt_plan *p = ctx->plan;
     qt_exact sq;
     qt_exact_clear(&sq);
-    qt_step_normalise_range(p, qt_step_region(p, p->grads_offset), 0, p->n_param_elems,
-                            qt_step_tokens(p, op->a[QT_A_GRAD_FINALIZE_tokens], st), 1, &sq);
+    const float n_tok = qt_step_tokens(p, op->a[QT_A_GRAD_FINALIZE_tokens], st);
+    qt_step_normalise_range(p, qt_step_region(p, p->grads_offset), 0, p->n_param_elems, n_tok,
+                            1, st->update_next, &sq);
+    st->gdiv = st->update_next ? n_tok : 0.0f;
     /* a pipeline stage: the squares of every stage's parameters, exactly */
     int rc = qt_pp_exact_merge(p, &sq);
     if (rc) return rc;
@@ -390,15 +395,17 @@ int qt_step_grad_normalise(const qt_op *op, const qt_ctx *ctx, qt_step_state *st
     const qt_plan *p = ctx->plan;
     qt_exact sq, none;
     qt_exact_clear(&sq);
+    const float n_tok = qt_step_tokens(p, op->a[QT_A_GRAD_NORMALISE_tokens], st);
     for (int32_t i = 0; i < p->n_ranges; i++) {
         int64_t lo, n;
         qt_step_block(p, i, &lo, &n);
         qt_exact_clear(&none);
-        /* every block is normalised; only the counted copy adds to the norm */
-        qt_step_normalise_range(p, qt_step_grad_at(p, i, lo), lo, n,
-                                qt_step_tokens(p, op->a[QT_A_GRAD_NORMALISE_tokens], st), 0,
+        /* every block is normalised (or left to ADAMW, which updates the same blocks); only
+         * the counted copy adds to the norm */
+        qt_step_normalise_range(p, qt_step_grad_at(p, i, lo), lo, n, n_tok, 0, st->update_next,
                                 qt_step_primary(ctx, &p->ranges[i]) ? &sq : &none);
     }
+    st->gdiv = st->update_next ? n_tok : 0.0f;
     int rc = p->n_ranks > 1 ? qt_step_exact_merge(QT_COLL_ALL, &sq) : QT_OK;
     if (!rc) rc = qt_pp_exact_merge(p, &sq);  /* over the pipeline's stages */
     if (rc) return rc;
@@ -484,7 +491,7 @@ int qt_step_publish_params(const qt_ctx *ctx, int64_t step)
     const qt_plan *p = ctx->plan;
     if (p->dtype != QT_BF16 || !p->compute_offset) return QT_OK;
     for (int32_t i = 0; i < p->n_ranges; i++) qt_step_round_block(p, i);
-    qt_step_state st = {step, 0, NULL, 0};
+    qt_step_state st = {step, 0, NULL, 0, 0, 0.0f};
     const int64_t lo = p->compute_offset, hi = lo + 2 * p->n_flat;
     for (int32_t i = 0; i < p->n_step_ops; i++) {
         const qt_op *op = &p->step_ops[i];
@@ -511,6 +518,9 @@ int qt_step_adamw(const qt_op *op, const qt_ctx *ctx, qt_step_state *st)
     qt_adamw_hp hp;
     qt_adamw_hp_make(&hp, (float)m->lr, p->train.adam_b1, p->train.adam_b2, p->train.adam_eps,
                      p->train.weight_decay, st->step);
+    /* the normalising op right before left its division to the update */
+    qt_adamw_hp_divide(&hp, st->gdiv);
+    st->gdiv = 0.0f;
     uint64_t fp = 0;
     for (int32_t i = 0; i < p->n_ranges; i++) {
         int64_t lo, n;

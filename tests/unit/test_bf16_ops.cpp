@@ -865,13 +865,67 @@ TEST(Bf16Step, AdamwLeavesTheComputeCopyEqualToTheRoundedMasters)
     memset(&m, 0, sizeof m);
     m.lr = 0.01;
     m.grad_norm = 0.5;
-    qt_step_state st = {0, 0, &m, 0};
+    qt_step_state st = {0, 0, &m, 0, 0, 0.0f};
     qt_op o = make_op(QT_OP_ADAMW);
     LONGS_EQUAL(QT_OK, qt_kernel_table[QT_OP_ADAMW].step(&o, &sp.h.ctx, &st));
     int moved = 0;
     for (int k = 0; k < StepPlan::NF; k++) moved += bits(before[k]) != bits(sp.masters()[k]);
     CHECK(moved >= 10);
     LONGS_EQUAL(0, sp.check_copy("adamw"));
+}
+
+// GRAD_NORMALISE then ADAMW with the division left to the update (st.update_next, as the
+// runtime's step walk sets it) and without (the grads-only walk's form, then the update):
+// the same masters, Adam moments, compute copy, norm and fingerprint; the gradient region is
+// only read in the first (it keeps the step's sum) and normalised in the second. Token
+// counts 4 (a power of two: the exact inverse's product) and 3 (the division), clipped and not.
+TEST(Bf16Step, NormaliseLeftToAdamwGivesTheSameStep)
+{
+    const int64_t toks[] = {4, 3};
+    const float clips[] = {1.0f, 0.05f, 0.0f};
+    int clipped = 0;
+    for (int64_t tok : toks) {
+        for (float clip : clips) {
+            std::vector<float> out[2];
+            std::vector<uint16_t> cc[2];
+            double norm[2];
+            uint64_t fp[2];
+            for (int defer = 0; defer < 2; defer++) {
+                StepPlan sp;
+                sp.h.plan.train.clip = clip;
+                qt_step_init(&sp.h.plan);
+                const float *g = sp.h.f(1);
+                const std::vector<float> g0(g, g + StepPlan::NF);
+                qt_step_metrics m;
+                memset(&m, 0, sizeof m);
+                m.lr = 0.01;
+                qt_step_state st = {0, 0, &m, 0, defer, 0.0f};
+                qt_op o = make_op(QT_OP_GRAD_NORMALISE);
+                o.a[0] = tok;
+                LONGS_EQUAL(QT_OK, qt_kernel_table[QT_OP_GRAD_NORMALISE].step(&o, &sp.h.ctx, &st));
+                CHECK(st.gdiv == (defer ? (float)tok : 0.0f));
+                for (int k = 0; k < StepPlan::NF; k++)  // read only, or the quotients stored
+                    LONGS_EQUAL(bits(defer ? g0[k] : g0[k] / (float)tok), bits(g[k]));
+                o = make_op(QT_OP_ADAMW);
+                st.update_next = 0;
+                LONGS_EQUAL(QT_OK, qt_kernel_table[QT_OP_ADAMW].step(&o, &sp.h.ctx, &st));
+                CHECK(st.gdiv == 0.0f);  // consumed
+                for (int r : {0, 2, 3})  // masters, Adam m, v
+                    out[defer].insert(out[defer].end(), sp.h.f(r), sp.h.f(r) + StepPlan::NF);
+                cc[defer].assign(sp.copy(), sp.copy() + StepPlan::NF + 16);
+                norm[defer] = m.grad_norm;
+                fp[defer] = m.fingerprint;
+                LONGS_EQUAL(0, sp.check_copy("adamw after normalise"));
+            }
+            clipped += clip > 0.0f && norm[0] > (double)clip;
+            CHECK(norm[0] > 0.0);
+            CHECK(memcmp(&norm[0], &norm[1], sizeof norm[0]) == 0);
+            CHECK(fp[0] == fp[1]);
+            CHECK(cc[0] == cc[1]);
+            for (int k = 0; k < 3 * StepPlan::NF; k++) LONGS_EQUAL(bits(out[0][k]), bits(out[1][k]));
+        }
+    }
+    CHECK(clipped >= 2);  // both token counts ran the clip scale too
 }
 
 // PARAM_GATHER into a bf16 window: this rank's block of the range is bf16(masters).
@@ -882,7 +936,7 @@ TEST(Bf16Step, ParamGatherRoundsTheMastersIntoABf16Window)
     for (int k = 0; k < 16; k++) sp.h.b(win)[k] = 0xffff;
     qt_op o = make_op(QT_OP_PARAM_GATHER);
     o.t[0] = win, o.a[0] = 1;
-    qt_step_state st = {0, 0, NULL, 0};
+    qt_step_state st = {0, 0, NULL, 0, 0, 0.0f};
     LONGS_EQUAL(QT_OK, qt_kernel_table[QT_OP_PARAM_GATHER].step(&o, &sp.h.ctx, &st));
     for (int k = 0; k < 16; k++) LONGS_EQUAL(qt_bf16_from_f32(sp.masters()[16 + k]), sp.h.b(win)[k]);
 }

@@ -1039,6 +1039,46 @@ TEST(RuntimeExact, DividedSquaresEqualDivisionThenSquares)
     }
 }
 
+TEST(RuntimeExact, QuotientSquaresEqualTheStoredQuotientsSquares)
+{
+    // qt_exact_sq_add_quot (qt_grads_sumsq_quot: the norm pass when AdamW divides) adds the
+    // squares of the quotients qt_exact_sq_add_div stores - the same value, to the bit - and
+    // never writes x; powers of two (the exact inverse's product) and other divisors,
+    // subnormal quotients, inf / NaN, pieces with vector tails (odd lengths).
+    enum { N = 100003 };
+    static float x[N], x0[N], y[N];
+    static qt_exact_sq q;
+    const float ds[] = {1024.0f, 1000.0f, 3.0f, 1.0f, 0.5f, 0x1p-125f, 0x1p126f, 7777.0f};
+    const int64_t pieces[] = {30011, 16, 15, 1};
+    uint64_t st = 29;
+    for (int kind = 0; kind < 3; kind++) {
+        for (float d : ds) {
+            for (int i = 0; i < N; i++)
+                x[i] = kind == 0 ? rt_randf(&st, 110, 118) : kind == 1 ? rt_randf(&st, 0, 254)
+                                                                     : rt_randf(&st, 1, 30);
+            if (kind == 2) x[77] = NAN, x[78] = INFINITY;
+            memcpy(x0, x, sizeof x);
+            qt_exact a, b;
+            for (int64_t piece : pieces) {
+                const int64_t n = piece < 1000 ? 1000 : N;  // the short pieces over a prefix
+                qt_exact_clear(&a);
+                qt_exact_sq_clear(&q);
+                memcpy(y, x, sizeof x);
+                qt_grads_normalise_sumsq(y, n, d, &q, &a);
+                qt_exact_sq_flush(&q, &a);
+                qt_exact_clear(&b);
+                qt_exact_sq_clear(&q);
+                for (int64_t k = 0; k < n; k += piece)
+                    qt_grads_sumsq_quot(x + k, n - k < piece ? n - k : piece, d, &q, &b);
+                qt_exact_sq_flush(&q, &b);
+                const double va = qt_exact_value(&a), vb = qt_exact_value(&b);
+                CHECK(rt_bits_d(va) == rt_bits_d(vb) || (va != va && vb != vb));
+                CHECK(memcmp(x, x0, sizeof x) == 0);  // read only
+            }
+        }
+    }
+}
+
 // ------------------------------------------------------------------ schedule and AdamW
 
 TEST_GROUP(RuntimeOptim){};
@@ -1258,6 +1298,73 @@ TEST(RuntimeOptim, FusedAdamWFingerprintMatchesSeparatePasses)
             }
         }
     }
+}
+
+TEST(RuntimeOptim, DividingUpdateEqualsTheNormalisedGradientsUpdate)
+{
+    // The update with the normalisation left to it (qt_adamw_hp_divide: the step's token
+    // count; GRAD_FINALIZE / GRAD_NORMALISE then only square the quotients) on the raw
+    // gradient gives the bits of the plain update on the gradient qt_grads_normalise_sumsq
+    // wrote: p, m, v, the fingerprint and the bf16 copy, vector and scalar forms, clipped or
+    // not, for power-of-two token counts (the exact inverse's product) and others, subnormal
+    // quotients included.
+    enum { N = 2085 };
+    static float p0[N], m0[N], v0[N], g[N], gn[N], p1[N], m1[N], v1[N], p2[N], m2[N], v2[N];
+    static qt_bf16 c1[N], c2[N];
+    static qt_exact_sq q;
+    uint64_t st = 17;
+    for (int i = 0; i < N; i++) {
+        p0[i] = rt_randf(&st, 100, 130);
+        m0[i] = rt_randf(&st, 90, 125);
+        v0[i] = fabsf(rt_randf(&st, 80, 125));
+        g[i] = rt_randf(&st, i % 7 ? 95 : 0, 130);
+    }
+    const float toks[] = {1024.0f, 1000.0f, 3.0f, 1.0f, 65536.0f};
+    const int64_t lens[] = {N, 529, 16, 15, 1};
+    int differs = 0;
+    for (float tok : toks) {
+        memcpy(gn, g, sizeof g);
+        qt_exact acc;
+        qt_exact_clear(&acc);
+        qt_exact_sq_clear(&q);
+        qt_grads_normalise_sumsq(gn, N, tok, &q, &acc);
+        differs += memcmp(gn, g, sizeof g) != 0;
+        qt_adamw_hp hp, hd;
+        qt_adamw_hp_make(&hp, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+        hd = hp;
+        qt_adamw_hp_divide(&hd, tok);
+        for (int scaled = 0; scaled < 2; scaled++) {
+            for (int64_t n : lens) {
+                for (int form = 0; form < 3; form++) {
+                    memcpy(p1, p0, sizeof p0); memcpy(m1, m0, sizeof m0); memcpy(v1, v0, sizeof v0);
+                    memcpy(p2, p0, sizeof p0); memcpy(m2, m0, sizeof m0); memcpy(v2, v0, sizeof v0);
+                    uint64_t f1 = 0, f2 = 0;
+                    if (form == 0) {  // the step's fused pass, with the bf16 copy
+                        f1 = qt_adamw_update_fp(p1, m1, v1, g, n, &hd, 0.37f, scaled, 5, c1);
+                        f2 = qt_adamw_update_fp(p2, m2, v2, gn, n, &hp, 0.37f, scaled, 5, c2);
+                        CHECK(memcmp(c1, c2, (size_t)n * sizeof c1[0]) == 0);
+                    } else if (form == 1) {
+                        qt_adamw_update_scaled(p1, m1, v1, g, n, &hd, 0.37f, scaled);
+                        qt_adamw_update_scaled(p2, m2, v2, gn, n, &hp, 0.37f, scaled);
+                    } else {
+                        qt_adamw_update_ref(p1, m1, v1, g, n, &hd, 0.37f, scaled);
+                        qt_adamw_update_ref(p2, m2, v2, gn, n, &hp, 0.37f, scaled);
+                    }
+                    CHECK(f1 == f2);
+                    CHECK(memcmp(p1, p2, sizeof p1) == 0);
+                    CHECK(memcmp(m1, m2, sizeof m1) == 0);
+                    CHECK(memcmp(v1, v2, sizeof v1) == 0);
+                }
+            }
+        }
+    }
+    CHECK(differs == 4);  // every token count but 1 changed the gradient
+    // gdiv 0 (qt_adamw_hp_make's) reads g as it is
+    qt_adamw_hp hp, hd;
+    qt_adamw_hp_make(&hp, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    hd = hp;
+    qt_adamw_hp_divide(&hd, 0.0f);
+    CHECK(hd.gdiv == 0.0f && hp.gdiv == 0.0f);
 }
 
 TEST(RuntimeOptim, FusedAdamWWritesTheBf16CopyOfTheUpdate)
