@@ -10,6 +10,7 @@
  * do not depend on it; so is the blocked form's z finish (qt_xent_blk_finish_z, after the
  * same stats, merge and sums), so qt_xent_blk_finish's bits do not either.
  */
+#include <string.h>
 #include "xent.h"
 #include "qt_real.h"
 
@@ -29,27 +30,114 @@ static inline qt_real qt_xent_row_exp(qt_real *g, qt_real *sum, const qt_real *l
     return m + QT_LOG(s);
 }
 
-/* Rows [0, R) (t increasing) onto the running loss sum *acc: qt_xent's row loop. */
-void QT_FN(qt_xent_chain)(qt_real *acc, qt_real *dlogits, const qt_real *logits,
-                          const int32_t *targets, int64_t R, int64_t V)
+/* The rest of a row after its exponentials g (sum, lse): normalised in place, the one-hot
+ * term subtracted; returns the running loss a with the row's loss added. */
+static inline qt_real qt_xent_row_finish(qt_real a, qt_real *g, const qt_real *l, qt_real sum,
+                                         qt_real lse, int64_t tg, int64_t V)
+{
+    qt_real inv = QT_R(1.0) / sum;
+    for (int64_t v = 0; v < V; v++) g[v] = g[v] * inv;
+    if (tg >= 0 && tg < V) {
+        g[tg] = g[tg] - QT_R(1.0);
+        a = a + (lse - l[tg]);
+    } else { /* no target (a packed document's last token): no loss, no gradient */
+        for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
+    }
+    return a;
+}
+
+#ifndef QT_REAL_DOUBLE
+/* qt_xent_row_exp on four consecutive rows (l, g: row r at + r V) side by side: per row its
+ * operations in its order - the max chain and the sum chain each in increasing v - the
+ * exponentials eight at a time through qt_expf_v8 (QT_EXP's bits lane by lane for every
+ * input but NaN, whose payload it keeps where QT_EXP may not: a row whose sum is NaN is
+ * redone by the caller), the four rows' serial chains interleaved so their latencies overlap
+ * (one row's max and sum chains alone are latency-bound: ~2 and ~3 cycles an element).
+ * Writes sum[4], lse[4], g. */
+static void qt_xent_rows4_exp(float *g, float *sum, float *lse, const float *l, int64_t V)
+{
+    const float *l0 = l, *l1 = l + V, *l2 = l + 2 * V, *l3 = l + 3 * V;
+    float *g0 = g, *g1 = g + V, *g2 = g + 2 * V, *g3 = g + 3 * V;
+    float m0 = l0[0], m1 = l1[0], m2 = l2[0], m3 = l3[0];
+    for (int64_t v = 1; v < V; v++) {
+        m0 = l0[v] > m0 ? l0[v] : m0;
+        m1 = l1[v] > m1 ? l1[v] : m1;
+        m2 = l2[v] > m2 ? l2[v] : m2;
+        m3 = l3[v] > m3 ? l3[v] : m3;
+    }
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t v = 0;
+    for (; v + 8 <= V; v += 8) {
+        qt_mi_f8 x0, x1, x2, x3;
+        memcpy(&x0, l0 + v, sizeof x0);
+        memcpy(&x1, l1 + v, sizeof x1);
+        memcpy(&x2, l2 + v, sizeof x2);
+        memcpy(&x3, l3 + v, sizeof x3);
+        x0 = qt_expf_v8(x0 - m0);
+        x1 = qt_expf_v8(x1 - m1);
+        x2 = qt_expf_v8(x2 - m2);
+        x3 = qt_expf_v8(x3 - m3);
+        memcpy(g0 + v, &x0, sizeof x0);
+        memcpy(g1 + v, &x1, sizeof x1);
+        memcpy(g2 + v, &x2, sizeof x2);
+        memcpy(g3 + v, &x3, sizeof x3);
+        for (int u = 0; u < 8; u++) {
+            s0 = s0 + x0[u];
+            s1 = s1 + x1[u];
+            s2 = s2 + x2[u];
+            s3 = s3 + x3[u];
+        }
+    }
+    for (; v < V; v++) {
+        const float e0 = QT_EXP(l0[v] - m0), e1 = QT_EXP(l1[v] - m1);
+        const float e2 = QT_EXP(l2[v] - m2), e3 = QT_EXP(l3[v] - m3);
+        g0[v] = e0, g1[v] = e1, g2[v] = e2, g3[v] = e3;
+        s0 = s0 + e0, s1 = s1 + e1, s2 = s2 + e2, s3 = s3 + e3;
+    }
+    sum[0] = s0, sum[1] = s1, sum[2] = s2, sum[3] = s3;
+    lse[0] = m0 + QT_LOG(s0), lse[1] = m1 + QT_LOG(s1);
+    lse[2] = m2 + QT_LOG(s2), lse[3] = m3 + QT_LOG(s3);
+}
+#endif
+
+/* Rows [0, R) (t increasing) onto the running loss sum *acc: qt_xent's row loop; `ref`: row
+ * by row through qt_xent_row_exp (qt_xent_ref), else (float build) four rows at a time
+ * through qt_xent_rows4_exp, the rows' losses still added in increasing t. */
+static void QT_FN(qt_xent_chain_on)(qt_real *acc, qt_real *dlogits, const qt_real *logits,
+                                    const int32_t *targets, int64_t R, int64_t V, int ref)
 {
     qt_real a = *acc;
-    for (int64_t t = 0; t < R; t++) {
+    int64_t t = 0;
+#ifndef QT_REAL_DOUBLE
+    for (; !ref && t + 4 <= R; t += 4) {
+        float sum[4], lse[4];
+        qt_xent_rows4_exp(dlogits + t * V, sum, lse, logits + t * V, V);
+        for (int r = 0; r < 4; r++) {
+            float *g = dlogits + (t + r) * V;
+            const float *l = logits + (t + r) * V;
+            /* a NaN reached the row's sum (a NaN logit, or inf - inf): again through the
+             * scalar loop, whose exponential keeps another NaN payload than the lanes' */
+            if (sum[r] != sum[r]) lse[r] = qt_xent_row_exp(g, &sum[r], l, V);
+            a = qt_xent_row_finish(a, g, l, sum[r], lse[r], targets[t + r], V);
+        }
+    }
+#else
+    (void)ref;
+#endif
+    for (; t < R; t++) {
         const qt_real *l = logits + t * V;
         qt_real *g = dlogits + t * V;
         qt_real sum;
         qt_real lse = qt_xent_row_exp(g, &sum, l, V);
-        qt_real inv = QT_R(1.0) / sum;
-        for (int64_t v = 0; v < V; v++) g[v] = g[v] * inv;
-        int64_t tg = targets[t];
-        if (tg >= 0 && tg < V) {
-            g[tg] = g[tg] - QT_R(1.0);
-            a = a + (lse - l[tg]);
-        } else { /* no target (a packed document's last token): no loss, no gradient */
-            for (int64_t v = 0; v < V; v++) g[v] = QT_R(0.0);
-        }
+        a = qt_xent_row_finish(a, g, l, sum, lse, targets[t], V);
     }
     *acc = a;
+}
+
+void QT_FN(qt_xent_chain)(qt_real *acc, qt_real *dlogits, const qt_real *logits,
+                          const int32_t *targets, int64_t R, int64_t V)
+{
+    QT_FN(qt_xent_chain_on)(acc, dlogits, logits, targets, R, V, 0);
 }
 
 void QT_FN(qt_xent)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
@@ -57,8 +145,19 @@ void QT_FN(qt_xent)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
 {
     for (int64_t s = 0; s < b; s++) {
         qt_real acc = 0;
-        QT_FN(qt_xent_chain)(&acc, dlogits + s * S * V, logits + s * S * V, targets + s * S, S,
-                             V);
+        QT_FN(qt_xent_chain_on)(&acc, dlogits + s * S * V, logits + s * S * V, targets + s * S,
+                                S, V, 0);
+        loss_seq[s] = acc;
+    }
+}
+
+void QT_FN(qt_xent_ref)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
+                        const int32_t *targets, int64_t b, int64_t S, int64_t V)
+{
+    for (int64_t s = 0; s < b; s++) {
+        qt_real acc = 0;
+        QT_FN(qt_xent_chain_on)(&acc, dlogits + s * S * V, logits + s * S * V, targets + s * S,
+                                S, V, 1);
         loss_seq[s] = acc;
     }
 }

@@ -21,6 +21,13 @@ void qt_xent(float *loss_seq, float *dlogits, const float *logits, const int32_t
 
 void qt_xent_f64(double *loss_seq, double *dlogits, const double *logits,
                  const int32_t *targets, int64_t b, int64_t S, int64_t V);
+/* qt_xent's scalar reference: one row at a time, the exponentials in the row's one loop (the
+ * float build of qt_xent takes four rows side by side, the exponentials eight at a time:
+ * the same operations per row, the same bits; tested against this). */
+void qt_xent_ref(float *loss_seq, float *dlogits, const float *logits, const int32_t *targets,
+                 int64_t b, int64_t S, int64_t V);
+void qt_xent_ref_f64(double *loss_seq, double *dlogits, const double *logits,
+                     const int32_t *targets, int64_t b, int64_t S, int64_t V);
 
 /* The row loops of qt_xent and qt_xent_z on R rows (t increasing), continuing the running
  * sums *acc (and *zacc: the z terms) instead of starting them at 0, so a sequence's rows can

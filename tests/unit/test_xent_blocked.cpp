@@ -326,3 +326,43 @@ TEST(XentBlocked, CanonBwdOneBlockIsPlain)
     qt_matmul_canon_bwd_data_ref(r.data(), dy.data(), w.data(), M, N, K, 1, 1, r.data());
     CHECK(same_bits(a.data(), r.data(), a.size()));
 }
+
+// (f) the float build's qt_xent (four rows side by side, the exponentials eight at a time)
+// against its scalar reference qt_xent_ref (one row at a time, the exponentials in the row's
+// loop), bit for bit: loss_seq and dlogits. Row counts 1-9 (every tail of the groups of
+// four), V with and without lane tails, logits in [-4, 4] and spread x40 (the sums' chains
+// then differ in many low bits between orders), a masked and an out-of-range target, a row
+// holding +0 and -0 maxima, NaNs with payloads (those rows are redone by the scalar loop:
+// the lanes' exponential keeps a payload QT_EXP drops) and an infinity (inf - inf).
+TEST(XentBlocked, FourRowsEqualTheScalarReference)
+{
+    const int64_t Vs[] = {4096, 4099, 37, 5, 1};
+    int cases = 0;
+    for (int64_t V : Vs) {
+        for (int64_t S = 1; S <= 9; S++) {
+            for (int spread = 0; spread < 2; spread++) {
+                Case c = make_case(2, S, V, (uint64_t)(V * 131 + S * 7 + spread));
+                if (spread)
+                    for (auto &x : c.logits) x *= 40.0f;
+                if (S >= 3) c.tg[2] = (int32_t)V;  // out of range: no loss, no gradient
+                if (S >= 6 && V >= 5) {
+                    float *r = c.logits.data() + 4 * V;
+                    r[0] = -0.0f, r[1] = 0.0f;                 // equal maxima, signs differ
+                    for (int64_t v = 2; v < V; v++) r[v] = -1.0f - (float)v;
+                    c.logits[(size_t)(5 * V + 1)] = qt_test_float(0xffa00001u);  // payloads:
+                    c.logits[(size_t)(5 * V + 3)] = NAN;  // the lanes' exp keeps them
+                    c.logits[(size_t)(S * V + 3)] = INFINITY;  // sequence 1, row 0
+                    if (S >= 8) c.logits[(size_t)(7 * V)] = qt_test_float(0x7fc12345u);
+                }
+                const size_t n = c.logits.size();
+                vf g1(n, 7.0f), g2(n, 9.0f), l1(2, 5.0f), l2(2, 6.0f);
+                qt_xent(l1.data(), g1.data(), c.logits.data(), c.tg.data(), 2, S, V);
+                qt_xent_ref(l2.data(), g2.data(), c.logits.data(), c.tg.data(), 2, S, V);
+                CHECK(same_bits(l1.data(), l2.data(), 2));
+                CHECK(same_bits(g1.data(), g2.data(), n));
+                cases++;
+            }
+        }
+    }
+    LONGS_EQUAL(90, cases);
+}
