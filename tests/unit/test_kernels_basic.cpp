@@ -780,6 +780,34 @@ TEST(KernelsBasic, ZeroAddAcc)
     LONGS_EQUAL(0, iz[0] | iz[1] | iz[2]);
 }
 
+// qt_zero from 4 MiB on (the streamed form, elementwise.c): every element +0.0 and nothing
+// written outside, for starts off the 64-byte line by 0-17 floats and lengths around the
+// threshold (the line-alignment head, the 16-float body, the tail; thr - 1: the plain loop).
+TEST(KernelsBasic, ZeroStreamsLargeBuffersExactly)
+{
+    const int64_t thr = (4ll << 20) / 4;
+    const int64_t lens[] = {thr - 1, thr, thr + 7, thr + 33};
+    std::vector<float> buf((size_t)(thr + 160), 0.0f);
+    float *base = buf.data();
+    while ((uintptr_t)base & 63u) base++;
+    base += 16;  // a line before it for the guard
+    int checked = 0;
+    for (int64_t n : lens) {
+        for (int off = 0; off <= 17; off += (off < 3 ? 1 : 7)) {
+            memset(buf.data(), 0xab, buf.size() * sizeof(float));
+            float *y = base + off;
+            qt_zero(y, n);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n; i++) bad += qt_test_bits(y[i]) != 0u;
+            LONGS_EQUAL(0, bad);
+            LONGS_EQUAL(0xababababu, qt_test_bits(y[-1]));
+            LONGS_EQUAL(0xababababu, qt_test_bits(y[n]));
+            checked++;
+        }
+    }
+    LONGS_EQUAL(24, checked);
+}
+
 // The MTP head's stacking kernels (kernels/stack.h, qt_ops.def STACK .. SPLIT_BWD): STACK's
 // backward (split_acc) and SPLIT's backward (stack_acc) against finite differences of
 // L = sum(out * R) in double, accumulating onto non-zero bases, a skipped (NULL) part, and
