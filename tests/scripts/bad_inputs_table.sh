@@ -440,6 +440,8 @@ row "qtrain-audit" "ckpt $W/ck.safetensors $W/g.safetensors (a gradient dump)" "
 row "qtrain-audit" "grads $W/ck.safetensors $W/g.safetensors (a checkpoint)" "e2e \`85_audit.sh\`: audit ckpt/grads: ... wrong files" build/audit/qtrain-audit grads $W/ck.safetensors $W/g.safetensors
 { printf -- '---\n'; cat configgen/configs/runs/test-next-tiny.yml; printf -- '---\nsteps: 5\n'; } > $W/twodocs.yml
 row "configgen" "configgen $W/twodocs.yml (test-next-tiny.yml after ---, then a second document)" "unit \`CgYaml.DocumentMarkers\`" cg $W/twodocs.yml
+row "configgen" "configgen test-next-tiny.yml base_num_decoder_layers=2147483648 (used to abort: out of memory)" "unit \`CgBadConfig\`" cg $RUN base_num_decoder_layers=2147483648
+row "configgen" "configgen test-next-tiny.yml steps=9223372036854775807" "unit \`CgConfig.TypeErrorsNameKeyValueAndType\`" cg $RUN steps=9223372036854775807
 
 {
   cat <<'EOF'
