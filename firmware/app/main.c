@@ -1009,6 +1009,7 @@ int main(int argc, char **argv)
 {
     int rank = 0, size = 1;
     qt_io_fsize_guard();   /* before MPI_Init, which writes shared-memory files */
+    qt_checkpoint_signal_guard();   /* Ctrl-C / kill: no lock or half-written save left */
     if (qt_comm_init(&argc, &argv, &rank, &size) != QT_OK) return QT_EXIT_ERR;
     qt_cli cli;
     int code = qt_main_start(&cli, argc, argv, rank, size);

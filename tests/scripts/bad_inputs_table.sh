@@ -478,7 +478,10 @@ changed during the run`, the others `end of the step: stopping: rank R/N failed 
 says why)`, all within seconds); a second job started on the `save=` target of a running
 one (`42_ckpt_owner.sh`: refused at once, exit 2, naming the holder's host and pid) and the
 lock of a killed job (taken over with a note); a write that reaches `ulimit -f` during a run
-(`42_ckpt_owner.sh`: a message naming RLIMIT_FSIZE, exit 1, instead of SIGXFSZ).
+(`42_ckpt_owner.sh`: a message naming RLIMIT_FSIZE, exit 1, instead of SIGXFSZ); SIGTERM or
+SIGINT during a run or a save, on one rank and under `mpiexec -n 2` (`42_ckpt_owner.sh`: exit
+143 / 130, `qtrain: stopped by SIGTERM; removed the unfinished write of this process; removed
+the lock ...`, no `.tmp.<pid>` or lock left, the checkpoint resumes bit-exactly).
 EOF
 } > "$OUT"
 echo "bad_inputs_table.sh: $n rows -> $OUT"
