@@ -36,6 +36,10 @@
 #define QT_EXIT_ERR 1
 #define QT_EXIT_ARG 2
 #define QT_MAIN_GO (-1)        /* a phase of main succeeded: go on to the next */
+/* longest save= / dump_grads= path: the longest name a save derives from it,
+ * DIR.tmp.<pid>/optimizer-0000K-of-0000N.safetensors.tmp.<pid>, is 61 bytes longer, and
+ * the kernel takes 4095; at 4054 characters the run trained and then failed at the save */
+#define QT_MAIN_DEST_MAX 4000
 
 /* Collective counters of one kind of work (qt_main_coll_*). */
 enum { QT_MAIN_COLL_STEPS, QT_MAIN_COLL_SAVES, QT_MAIN_COLL_FLAGS, QT_MAIN_COLL_KINDS };
@@ -206,9 +210,11 @@ static int qt_main_check_dest(const char *key, const char *path, int qtrain_form
 {
     const char *slash = strrchr(path, '/');
     size_t n = slash ? (size_t)(slash - path) : 0;
-    if (!path[0] || (slash && !slash[1]) || strlen(path) >= sizeof qt_main_state.dir_buf) {
-        fprintf(stderr, "qtrain: %s=%s: expected a path (not empty, not ending in '/', "
-                "shorter than %zu characters)\n", key, path, sizeof qt_main_state.dir_buf);
+    if (!path[0] || (slash && !slash[1]) || strlen(path) > QT_MAIN_DEST_MAX) {
+        fprintf(stderr, "qtrain: %s=%s: expected a path (not empty, not ending in '/', at most "
+                "%d characters: a save writes longer names beside and inside it, such as "
+                "PATH.tmp.<pid>/optimizer-00001-of-00001.safetensors.tmp.<pid>, and a path "
+                "holds at most 4095)\n", key, path, QT_MAIN_DEST_MAX);
         return QT_E_ARG;
     }
     /* save=. (or DIR/., ..): the save's temporary DIR.tmp.<pid> would lie inside the target

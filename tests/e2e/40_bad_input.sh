@@ -275,6 +275,39 @@ metrics_uncreatable() {
 }
 check "metrics: a path that cannot be created is refused with the reason, not the advice overwrite=1" metrics_uncreatable
 
+# Long paths (audit24): a save= path of 4001-4034 characters passed the start-up check
+# (< 4096), trained, and failed at the first save, whose names are up to 61 bytes longer
+# (DIR.tmp.<pid>/optimizer-00001-of-00001.safetensors.tmp.<pid>); and every message was cut
+# at 1024 bytes, so one about a path in a deep directory ended inside the path, before it
+# said what was wrong. Now: at most 4000 characters, refused at start-up with nothing
+# written; 4000 saves and loads (directory and file); a missing data= in the deep
+# directory says "No such file or directory".
+long_paths() {
+  local d=$B/long c n200 name p rc
+  n200=$(printf 'd%.0s' $(seq 200)); d=$B/long
+  while [ ${#d} -lt 3750 ]; do d=$d/$n200; done
+  mkdir -p $d || return 1
+  for suf in "" .safetensors; do
+    name=$(printf 'c%.0s' $(seq $((4000 - ${#d} - 1 - ${#suf}))))$suf; p=$d/$name
+    $Q steps=1 data=$T save=$p > /dev/null 2> $B/lp.err || { echo "${#p} characters:"; tail -c 300 $B/lp.err; return 1; }
+    $Q steps=2 data=$T load=$p > /dev/null 2> $B/lp.err || { echo "load ${#p} characters:"; tail -c 300 $B/lp.err; return 1; }
+    rm -rf $p
+    for x in x xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; do   # 4001, 4054
+      p=$d/${name%.safetensors}$x$suf
+      $Q steps=1 data=$T save=$p metrics=$d/m.jsonl > /dev/null 2> $B/lp.err; rc=$?
+      [ $rc -eq 2 ] && grep -qF "qtrain: save=$p: expected a path (not empty, not ending in '/', at most 4000 characters: a save writes longer names" $B/lp.err ||
+        { echo "${#p} characters: exit $rc"; tail -c 400 $B/lp.err; return 1; }
+      [ -z "$(ls -A $d)" ] || { echo "${#p} characters: left in the directory:"; ls -A $d | cut -c1-80; return 1; }
+    done
+    echo "ok: save= of 4000 characters saves and loads, 4001 and 4054 refused at start-up (${suf:-directory})"
+  done
+  $Q steps=1 data=$d/missing.npy > /dev/null 2> $B/lp.err
+  grep -qF "qtrain: $d/missing.npy: cannot open: No such file or directory" $B/lp.err ||
+    { echo "the message was cut:"; tail -c 200 $B/lp.err; return 1; }
+  rm -rf $B/long
+}
+check "paths: save= up to 4000 characters works, longer is refused at start-up (it failed at the first save); messages on long paths are whole" long_paths
+
 # ---- memory limits
 arena_over_rlimit() {
   # The bench arena (2 GiB) cannot fit a 1 GB address-space limit: both builds refuse at
