@@ -733,9 +733,24 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     int mrank = rank, msize = size;
     if (p->pipeline_stages > 1) {
         const char *order = getenv("QT_PP_TEST_ORDER");  /* qt_pp_set_test_order */
-        qt_pp_set_test_order(!order ? 0 : !strcmp(order, "reverse") ? 1
-                             : !strcmp(order, "lb-local") ? 2
-                             : !strcmp(order, "mtp-drop") ? 3 : 0);
+        const int mode = !order || !*order ? 0 : !strcmp(order, "reverse") ? 1
+                         : !strcmp(order, "lb-local") ? 2 : !strcmp(order, "mtp-drop") ? 3 : -1;
+        /* a test hook that changes the bits (lb-local, mtp-drop: wrong gradients on
+         * purpose): left set in a shell it silently trained another model (audit24) */
+        if (mode < 0) {
+            fprintf(stderr, "qtrain: QT_PP_TEST_ORDER=%s: expected reverse, lb-local or "
+                    "mtp-drop (a test hook of tests/e2e/63_pipeline.sh); unset it to train\n",
+                    order);
+            return QT_EXIT_ARG;
+        }
+        if (mode) {
+            if (rank == 0)
+                qt_note("QT_PP_TEST_ORDER=%s: a test hook (docs/pipeline.md) that changes this "
+                        "run's bits on purpose; unset it to train", order);
+            qt_main_note("QT_PP_TEST_ORDER=%s (a test hook: these bits are not the plan's)",
+                         order);
+        }
+        qt_pp_set_test_order(mode);
         const char *pf = getenv("QT_PP_PREFETCH");  /* qt_pp_set_prefetch */
         qt_pp_set_prefetch(!(pf && !strcmp(pf, "0")));
         msize = size / p->pipeline_stages;

@@ -48,6 +48,17 @@ cli_decimal() {
   $Q learning_rate=.5e-3 comm_timeout=1. steps=0 data=$T 2> $QT_TMP/dec.err || { cat $QT_TMP/dec.err; return 1; }
 }
 check "cli: learning_rate= and timeouts: hex, a leading blank or a sign are refused; .5e-3 and 1. are taken" cli_decimal
+# audit24: a whole number past the limit was told "expected a non-negative integer", which it
+# is; the messages now give the limit
+cli_big_numbers() {
+  local m=4611686018427387903
+  expect_fail "bad argument steps=18446744073709551616: expected a non-negative integer up to $m (2^62 - 1)" $Q steps=18446744073709551616 || return 1
+  expect_fail "bad argument steps=4611686018427387904: expected a non-negative integer up to $m" $Q steps=4611686018427387904 || return 1
+  expect_fail "bad argument save_every=9223372036854775807: expected a positive integer up to $m" $Q save_every=9223372036854775807 save=$QT_TMP/x || return 1
+  expect_fail "bad argument seed=18446744073709551616: expected an unsigned decimal integer up to 18446744073709551615 (2^64 - 1)" $Q seed=18446744073709551616 || return 1
+  $Q steps=0 seed=18446744073709551615 data=$T 2> /dev/null
+}
+check "cli: integers past their limit are told the limit" cli_big_numbers
 # save= and dump_grads= naming one file: the first step's gradient dump was written, then
 # silently replaced by the checkpoint at the end
 check "cli: save= and dump_grads= naming the same file are refused" expect_fail \
@@ -439,6 +450,25 @@ check "configgen: 1f1b with circular repeats names the repeats" \
 check "configgen: a pipeline stage over the budget names the stage, its executed tables' MiB and the pipeline keys" \
   expect_fail "needs 4.0 MiB per rank, over the budget of 1.0 MiB by 3.0 MiB (pipeline stage 0 of 2, the stage whose executed stage-local tables need the most: 4.0 MiB, the in-flight slots of 3 M R = 12 boundary messages included (0.0 MiB; M = num_pipeline_microbatches=2, R = 2); the same under pipeline_schedule gpipe and 1f1b)" \
   $PP device_memory_gib=0.001
+# audit24: QT_PP_TEST_ORDER, a test hook of 63_pipeline.sh read from the environment, made a
+# pipeline run compute wrong gradients on purpose (lb-local, mtp-drop) without a word, and
+# ignored a value it did not know; now an unknown value is refused (exit 2) and a known one
+# is a note on stderr and in the run manifest
+pp_test_hook() {
+  local d=$QT_TMP/pphook; rm -rf $d; mkdir -p $d
+  QT_PP_TEST_ORDER=Reverse timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$T > /dev/null 2> $d/err &&
+    { echo "QT_PP_TEST_ORDER=Reverse accepted"; return 1; }
+  grep -qF "qtrain: QT_PP_TEST_ORDER=Reverse: expected reverse, lb-local or mtp-drop (a test hook of tests/e2e/63_pipeline.sh); unset it to train" $d/err ||
+    { cat $d/err; return 1; }
+  QT_PP_TEST_ORDER=lb-local timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$T metrics=$d/m.jsonl > /dev/null 2> $d/err ||
+    { cat $d/err; return 1; }
+  [ $(grep -c "qtrain: rank 0/2: note: QT_PP_TEST_ORDER=lb-local: a test hook (docs/pipeline.md) that changes this run's bits on purpose" $d/err) -eq 1 ] ||
+    { cat $d/err; return 1; }
+  head -n 1 $d/m.jsonl | grep -qF "QT_PP_TEST_ORDER=lb-local (a test hook: these bits are not the plan's)" || { head -c 600 $d/m.jsonl; return 1; }
+  echo "ok: an unknown value refused; lb-local noted once and in the manifest"
+}
+check "environment: QT_PP_TEST_ORDER (a pipeline test hook) unknown is refused, known is noted on stderr and in the manifest" pp_test_hook
+
 # the circular pipeline plan pp-next-pp2 (2 stages, 2 repeats) started alone with dump_grads=
 # is refused naming the rank count, before qtrain maps the arena or reads the data, and
 # writes nothing; on its 2 ranks the same run writes the gradient file (dump_grads= on a
@@ -610,6 +640,16 @@ cg_outside() {
   [ ! -e $d/gen ] || return 1
 }
 check "configgen: started outside the project, base.yml missing is said with where it was looked for and what to do" cg_outside
+
+# audit24: -o naming a file said "FILE/test-next-tiny: cannot read: Not a directory"; it
+# now names -o and what -o takes, and the file is untouched
+cg_o_file() {
+  local d=$QT_TMP/cgofile; rm -rf $d; mkdir -p $d; printf 'mine\n' > $d/afile
+  expect_fail "configgen: -o $d/afile: not a directory (a file is in the way); expected -o to name a directory (created if missing), in which configgen writes test-next-tiny/" \
+    build/configgen/configgen -o $d/afile configgen/configs/runs/test-next-tiny.yml || return 1
+  [ "$(cat $d/afile)" = mine ] && [ "$(ls -A $d)" = afile ]
+}
+check "configgen: -o naming a file says so, the file untouched" cg_o_file
 
 # audit22: under `ulimit -f` SIGXFSZ ended configgen (exit 153, no message) and left
 # OUTDIR/.<run>.tmp.<pid>/ with a cut plan.c; now the write fails naming the limit, exit 1,

@@ -442,6 +442,10 @@ row "qtrain-audit" "grads $W/ck.safetensors $W/g.safetensors (a checkpoint)" "e2
 row "configgen" "configgen $W/twodocs.yml (test-next-tiny.yml after ---, then a second document)" "unit \`CgYaml.DocumentMarkers\`" cg $W/twodocs.yml
 row "configgen" "configgen test-next-tiny.yml base_num_decoder_layers=2147483648 (used to abort: out of memory)" "unit \`CgBadConfig\`" cg $RUN base_num_decoder_layers=2147483648
 row "configgen" "configgen test-next-tiny.yml steps=9223372036854775807" "unit \`CgConfig.TypeErrorsNameKeyValueAndType\`" cg $RUN steps=9223372036854775807
+row "command line" "qtrain steps=18446744073709551616" "$E40: cli: integers past their limit" $Q steps=18446744073709551616
+printf 'mine\n' > $W/afile
+row "configgen" "configgen -o $W/afile test-next-tiny.yml (-o a file)" "$E40: configgen: -o naming a file" $CG -o $W/afile $RUN
+row "environment" "QT_PP_TEST_ORDER=Reverse mpiexec -n 2 pp-next-pp2 (a test hook's unknown value)" "$E40: environment: QT_PP_TEST_ORDER" env QT_PP_TEST_ORDER=Reverse timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$T
 
 {
   cat <<'EOF'
