@@ -31,7 +31,9 @@
  * system calls on names fixed before the signal: async-signal-safe; a signal the kernel
  * hands to another thread (MPICH's) is sent on to the main thread, which does the writes,
  * so a temporary cannot appear after the handler looked. A disposition that was
- * SIG_IGN at start (nohup, a background job of a non-interactive shell) is kept.
+ * SIG_IGN at start (nohup, a background job of a non-interactive shell) is kept. On a mesh
+ * hydra passes the signal to every rank and kills the others once one rank has died, so a
+ * rank > 0 waits half a second before dying, for rank 0 to remove the lock.
  * Invariants: no heap (one static struct), every failure names the key, the path and what
  * was expected; nothing here writes anything but the lock and probe files.
  */
@@ -67,6 +69,7 @@ static struct {
     char host[128];
     char probe[QT_SX_PATH_MAX + 32];
     volatile int probe_live;   /* rank 0 wrote the probe file and has not removed it */
+    volatile int follower;     /* a rank > 0 of a mesh job with a save= target */
     char said[2 * QT_SX_PATH_MAX + 300];   /* the signal handler's line */
     size_t said_len;
     char bcast[8 + QT_CT_PROBE];     /* int64 status, then the probe bytes */
@@ -257,6 +260,7 @@ int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int
     int rc;
     int64_t st = QT_OK, pid0 = (int64_t)getpid();
     qt_ct_host();
+    qt_ct.follower = me != 0;
     if (me == 0) {
         st = qt_checkpoint_lock(key, path, overwrite);
         if (st == QT_OK)
@@ -338,6 +342,12 @@ static void qt_ct_on_signal(int sig)
     QT_CT_SAY("\n");
     ssize_t w = write(2, qt_ct.said, qt_ct.said_len);   /* one write: ranks' lines stay whole */
     (void)w;
+    /* mpiexec passes the signal to every rank and kills the rest once one has died: a rank
+     * > 0 gives rank 0 half a second to remove the lock first (it was left 1 time in 3) */
+    if (qt_ct.follower) {
+        const struct timespec half = {0, 500000000};
+        nanosleep(&half, NULL);
+    }
     signal(sig, SIG_DFL);
     raise(sig);   /* delivered when the handler returns: the exit status is the signal's */
 }
