@@ -405,6 +405,14 @@ static int qt_cd_index(const qt_plan *p, const char *index_name, int32_t s0, int
 
 /* ---- the temporary directory (rank 0) ---- */
 
+/* The process's umask, with the owner's bits cleared (its own directory stays rwx for it). */
+static mode_t qt_cd_umask(void)
+{
+    const mode_t m = umask(022);
+    umask(m);
+    return m & 077;
+}
+
 static int qt_cd_fsync_path(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -623,7 +631,10 @@ int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_byte
     if (me == 0) {
         snprintf(qt_cd.tmp, sizeof qt_cd.tmp, "%s.tmp.%lld", dir, (long long)pid);
         qt_cd.active = 1;   /* before the mkdir: a signal delivered as it returns finds it */
-        if (mkdir(qt_cd.tmp, 0755) != 0) {
+        /* owner rwx whatever the umask: under umask 0277 the directory was r-x, so the run
+         * trained and then failed at the save, leaving it (audit24); the files keep the
+         * umask's modes */
+        if (mkdir(qt_cd.tmp, 0755) != 0 || chmod(qt_cd.tmp, 0755 & ~qt_cd_umask()) != 0) {
             qt_cd.active = 0;
             wrc = qt_fail(QT_E_IO, "%s: cannot create the temporary directory: %s",
                           qt_cd.tmp, strerror(errno));
