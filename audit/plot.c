@@ -144,7 +144,10 @@ static int qt_plot_data(const char *in, char *dat, size_t dn, char *name, size_t
     int fd = rc ? -1 : mkstemp(dat);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!rc && !f) {
-        perror(dat);
+        /* it said only "/tmp/qtrain-audit-sMiIb9: Read-only file system" (audit24) */
+        fprintf(stderr, "qtrain-audit: plot: cannot create its temporary data file %s: %s; "
+                "plot writes the step lines to a file in /tmp for gnuplot, so /tmp must be "
+                "writable\n", dat, strerror(errno));
         if (fd >= 0) { close(fd); unlink(dat); }
         dat[0] = 0;
         rc = QT_AUDIT_ERR;
@@ -170,7 +173,11 @@ static int qt_plot_data(const char *in, char *dat, size_t dn, char *name, size_t
         x->n_acc++;
     }
     qt_plot_wraps(&m, x);
-    if (f && fclose(f)) rc = QT_AUDIT_ERR;
+    if (f && fclose(f)) {   /* a full /tmp failed here without a word */
+        fprintf(stderr, "qtrain-audit: plot: writing its temporary data file %s failed: %s "
+                "(plot needs room in /tmp for the step lines)\n", dat, strerror(errno));
+        rc = QT_AUDIT_ERR;
+    }
     qt_audit_metrics_free(&m);
     return rc;
 }

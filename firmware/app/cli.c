@@ -116,6 +116,10 @@ static int qt_cli_bad(const char *key, const char *val, const char *expect)
     return QT_E_ARG;
 }
 
+/* the largest steps=, save_every=, eval_holdout= (INT64_MAX / 2), in the messages: a value
+ * past it (or past 2^64) was told "expected a non-negative integer", which it is (audit24) */
+#define QT_CLI_MAX_TEXT "4611686018427387903 (2^62 - 1)"
+
 static int qt_cli_u64(const char *s, uint64_t *out)
 {
     if (*s < '0' || *s > '9') return -1;
@@ -203,22 +207,24 @@ static int qt_cli_set(qt_cli *c, int k, const char *val)
     switch (k) {
     case QT_KEY_STEPS:
         if (qt_cli_u64(val, &u) || u > (uint64_t)INT64_MAX / 2)
-            return qt_cli_bad(key, val, "a non-negative integer");
+            return qt_cli_bad(key, val, "a non-negative integer up to " QT_CLI_MAX_TEXT);
         c->steps = (int64_t)u;
         break;
     case QT_KEY_SAVE_EVERY:
         if (qt_cli_u64(val, &u) || u == 0 || u > (uint64_t)INT64_MAX / 2)
-            return qt_cli_bad(key, val, "a positive integer");
+            return qt_cli_bad(key, val, "a positive integer up to " QT_CLI_MAX_TEXT);
         c->save_every = (int64_t)u;
         break;
     case QT_KEY_EVAL_HOLDOUT:
         if (qt_cli_u64(val, &u) || u == 0 || u > (uint64_t)INT64_MAX / 2)
-            return qt_cli_bad(key, val, "a positive number of windows");
+            return qt_cli_bad(key, val, "a positive number of windows up to " QT_CLI_MAX_TEXT);
         c->eval_holdout = (int64_t)u;
         break;
     case QT_KEY_SAVE_SHARD_SIZE: return qt_cli_byte_count(key, val, &c->save_shard_size);
     case QT_KEY_SEED:
-        if (qt_cli_u64(val, &u)) return qt_cli_bad(key, val, "an unsigned decimal integer");
+        if (qt_cli_u64(val, &u))
+            return qt_cli_bad(key, val, "an unsigned decimal integer up to 18446744073709551615 "
+                              "(2^64 - 1)");
         c->seed = u;
         break;
     case QT_KEY_LR:

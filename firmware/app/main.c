@@ -36,6 +36,10 @@
 #define QT_EXIT_ERR 1
 #define QT_EXIT_ARG 2
 #define QT_MAIN_GO (-1)        /* a phase of main succeeded: go on to the next */
+/* longest save= / dump_grads= path: the longest name a save derives from it,
+ * DIR.tmp.<pid>/optimizer-0000K-of-0000N.safetensors.tmp.<pid>, is 61 bytes longer, and
+ * the kernel takes 4095; at 4054 characters the run trained and then failed at the save */
+#define QT_MAIN_DEST_MAX 4000
 
 /* Collective counters of one kind of work (qt_main_coll_*). */
 enum { QT_MAIN_COLL_STEPS, QT_MAIN_COLL_SAVES, QT_MAIN_COLL_FLAGS, QT_MAIN_COLL_KINDS };
@@ -206,9 +210,11 @@ static int qt_main_check_dest(const char *key, const char *path, int qtrain_form
 {
     const char *slash = strrchr(path, '/');
     size_t n = slash ? (size_t)(slash - path) : 0;
-    if (!path[0] || (slash && !slash[1]) || strlen(path) >= sizeof qt_main_state.dir_buf) {
-        fprintf(stderr, "qtrain: %s=%s: expected a path (not empty, not ending in '/', "
-                "shorter than %zu characters)\n", key, path, sizeof qt_main_state.dir_buf);
+    if (!path[0] || (slash && !slash[1]) || strlen(path) > QT_MAIN_DEST_MAX) {
+        fprintf(stderr, "qtrain: %s=%s: expected a path (not empty, not ending in '/', at most "
+                "%d characters: a save writes longer names beside and inside it, such as "
+                "PATH.tmp.<pid>/optimizer-00001-of-00001.safetensors.tmp.<pid>, and a path "
+                "holds at most 4095)\n", key, path, QT_MAIN_DEST_MAX);
         return QT_E_ARG;
     }
     /* save=. (or DIR/., ..): the save's temporary DIR.tmp.<pid> would lie inside the target
@@ -727,9 +733,24 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     int mrank = rank, msize = size;
     if (p->pipeline_stages > 1) {
         const char *order = getenv("QT_PP_TEST_ORDER");  /* qt_pp_set_test_order */
-        qt_pp_set_test_order(!order ? 0 : !strcmp(order, "reverse") ? 1
-                             : !strcmp(order, "lb-local") ? 2
-                             : !strcmp(order, "mtp-drop") ? 3 : 0);
+        const int mode = !order || !*order ? 0 : !strcmp(order, "reverse") ? 1
+                         : !strcmp(order, "lb-local") ? 2 : !strcmp(order, "mtp-drop") ? 3 : -1;
+        /* a test hook that changes the bits (lb-local, mtp-drop: wrong gradients on
+         * purpose): left set in a shell it silently trained another model (audit24) */
+        if (mode < 0) {
+            fprintf(stderr, "qtrain: QT_PP_TEST_ORDER=%s: expected reverse, lb-local or "
+                    "mtp-drop (a test hook of tests/e2e/63_pipeline.sh); unset it to train\n",
+                    order);
+            return QT_EXIT_ARG;
+        }
+        if (mode) {
+            if (rank == 0)
+                qt_note("QT_PP_TEST_ORDER=%s: a test hook (docs/pipeline.md) that changes this "
+                        "run's bits on purpose; unset it to train", order);
+            qt_main_note("QT_PP_TEST_ORDER=%s (a test hook: these bits are not the plan's)",
+                         order);
+        }
+        qt_pp_set_test_order(mode);
         const char *pf = getenv("QT_PP_PREFETCH");  /* qt_pp_set_prefetch */
         qt_pp_set_prefetch(!(pf && !strcmp(pf, "0")));
         msize = size / p->pipeline_stages;
@@ -1009,6 +1030,7 @@ int main(int argc, char **argv)
 {
     int rank = 0, size = 1;
     qt_io_fsize_guard();   /* before MPI_Init, which writes shared-memory files */
+    qt_checkpoint_signal_guard();   /* Ctrl-C / kill: no lock or half-written save left */
     if (qt_comm_init(&argc, &argv, &rank, &size) != QT_OK) return QT_EXIT_ERR;
     qt_cli cli;
     int code = qt_main_start(&cli, argc, argv, rank, size);

@@ -1,6 +1,7 @@
 /* err.c - the firmware's failure path (qt_err.h): print one line with the rank prefix on a
  * mesh, keep it for the tests.
- * Invariants: the stored message is always NUL-terminated and at most QT_IO_ERR_MAX-1 bytes;
+ * Invariants: the stored message is always NUL-terminated and at most QT_IO_ERR_MAX-1 bytes
+ * (three whole paths and the text);
  * each line reaches stderr in one write(2), so lines of several ranks (or of processes a
  * launcher started together) never interleave mid-line (a pipe keeps writes up to PIPE_BUF
  * whole; stdio on an unbuffered stream may split one line into several writes).
@@ -12,7 +13,9 @@
 #include <unistd.h>
 #include "qt_err.h"
 
-#define QT_IO_ERR_MAX 1024
+/* room for a message naming three paths of PATH_MAX (4096) bytes: at 1024 a message about a
+ * path of a deep directory was cut before it said what was wrong (audit24) */
+#define QT_IO_ERR_MAX (3 * 4096 + 1024)
 
 static struct {
     char last[QT_IO_ERR_MAX];

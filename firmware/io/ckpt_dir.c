@@ -39,6 +39,9 @@
  * complete checkpoint or the new complete one; a crash leaves DIR.tmp.<pid>, which
  * qt_st_remove_stale deletes at the next start. A failure anywhere removes the temporary
  * directory and every rank returns an error.
+ * SIGINT / SIGTERM / SIGHUP during a save: ckpt_target.c's handler removes DIR.tmp.<pid>
+ * through qt_ckpt_dir_signal (every rank; `active` while the name is this save's), so DIR
+ * stays the previous checkpoint (before the swap) or the new one (after it).
  * Invariants: no heap (static buffers), the index writer uses write(2) on a static buffer.
  */
 #include <errno.h>
@@ -88,6 +91,7 @@ static struct {
     int64_t blen;
     int failed;
     int drop_single;                            /* overwrite=1 on a DIR with model.safetensors */
+    volatile int active;                        /* 1 while tmp names this save's directory */
     char buf[QT_CD_BUF];
 } qt_cd;
 
@@ -401,6 +405,14 @@ static int qt_cd_index(const qt_plan *p, const char *index_name, int32_t s0, int
 
 /* ---- the temporary directory (rank 0) ---- */
 
+/* The process's umask, with the owner's bits cleared (its own directory stays rwx for it). */
+static mode_t qt_cd_umask(void)
+{
+    const mode_t m = umask(022);
+    umask(m);
+    return m & 077;
+}
+
 static int qt_cd_fsync_path(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -567,35 +579,11 @@ static int qt_cd_bcast(const qt_plan *p, void *buf, int64_t bytes)
     return qt_ckpp_on(p) ? qt_ckpp_bcast(buf, bytes) : qt_coll_broadcast(QT_COLL_ALL, buf, bytes, 0);
 }
 
-int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_bytes,
+/* qt_checkpoint_save_dir once DIR.tmp.<pid> exists: the shards, the indexes, the swap. */
+static int qt_cd_save_rest(const qt_plan *p, const char *dir, int me, int n_ranks, int multi,
                            int64_t step, int64_t data_pos)
 {
-    /* a pipeline: world rank 0 writes every shard (me 0, the others 1, as if of one rank) */
-    const int multi = p->n_ranks > 1, pp = qt_ckpp_on(p);
-    const int n_ranks = multi && !pp ? p->n_ranks : 1;
-    const int me = pp ? !qt_ckpp_writer() : multi ? qt_comm_group_index(QT_COLL_ALL) : 0;
     int rc, wrc = QT_OK;
-    if (strlen(dir) + 32 >= sizeof qt_cd.dir)
-        return qt_fail(QT_E_ARG, "save=%s: path too long", dir);
-    snprintf(qt_cd.dir, sizeof qt_cd.dir, "%s", dir);
-    /* the same verdicts on every rank: plan and packing read only the plan */
-    if ((rc = qt_ckpt_check_plan(p, dir)) ||
-        (rc = qt_cd_pack(p, QT_CD_PARTS, shard_bytes > 0 ? shard_bytes : 1, dir)))
-        return rc;
-    qt_cd.keep = qt_ckpt_keep_count(p) > 0;
-    int64_t pid = (int64_t)getpid();
-    if (me == 0) {
-        snprintf(qt_cd.tmp, sizeof qt_cd.tmp, "%s.tmp.%lld", dir, (long long)pid);
-        if (mkdir(qt_cd.tmp, 0755) != 0)
-            wrc = qt_fail(QT_E_IO, "%s: cannot create the temporary directory: %s",
-                          qt_cd.tmp, strerror(errno));
-    }
-    int64_t hdr[2] = {wrc, pid};
-    if (multi && (rc = qt_cd_bcast(p, hdr, (int64_t)sizeof hdr)))
-        return rc;
-    if (hdr[0])
-        return me == 0 ? wrc : QT_E_IO;
-    snprintf(qt_cd.tmp, sizeof qt_cd.tmp, "%s.tmp.%lld", dir, (long long)hdr[1]);
     if ((rc = qt_cd_walk(p, QT_CD_PARTS, me, n_ranks, step, &wrc)))
         return rc;
     if (me == 0 && !wrc && qt_cd.keep)
@@ -621,4 +609,52 @@ int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_byte
     if (multi && (rc = qt_cd_bcast(p, &res, (int64_t)sizeof res)))
         return rc;
     return (int)res;
+}
+
+int qt_checkpoint_save_dir(const qt_plan *p, const char *dir, int64_t shard_bytes,
+                           int64_t step, int64_t data_pos)
+{
+    /* a pipeline: world rank 0 writes every shard (me 0, the others 1, as if of one rank) */
+    const int multi = p->n_ranks > 1, pp = qt_ckpp_on(p);
+    const int n_ranks = multi && !pp ? p->n_ranks : 1;
+    const int me = pp ? !qt_ckpp_writer() : multi ? qt_comm_group_index(QT_COLL_ALL) : 0;
+    int rc, wrc = QT_OK;
+    if (strlen(dir) + 32 >= sizeof qt_cd.dir)
+        return qt_fail(QT_E_ARG, "save=%s: path too long", dir);
+    snprintf(qt_cd.dir, sizeof qt_cd.dir, "%s", dir);
+    /* the same verdicts on every rank: plan and packing read only the plan */
+    if ((rc = qt_ckpt_check_plan(p, dir)) ||
+        (rc = qt_cd_pack(p, QT_CD_PARTS, shard_bytes > 0 ? shard_bytes : 1, dir)))
+        return rc;
+    qt_cd.keep = qt_ckpt_keep_count(p) > 0;
+    int64_t pid = (int64_t)getpid();
+    if (me == 0) {
+        snprintf(qt_cd.tmp, sizeof qt_cd.tmp, "%s.tmp.%lld", dir, (long long)pid);
+        qt_cd.active = 1;   /* before the mkdir: a signal delivered as it returns finds it */
+        /* owner rwx whatever the umask: under umask 0277 the directory was r-x, so the run
+         * trained and then failed at the save, leaving it (audit24); the files keep the
+         * umask's modes */
+        if (mkdir(qt_cd.tmp, 0755) != 0 || chmod(qt_cd.tmp, 0755 & ~qt_cd_umask()) != 0) {
+            qt_cd.active = 0;
+            wrc = qt_fail(QT_E_IO, "%s: cannot create the temporary directory: %s",
+                          qt_cd.tmp, strerror(errno));
+        }
+    }
+    int64_t hdr[2] = {wrc, pid};
+    if (multi && (rc = qt_cd_bcast(p, hdr, (int64_t)sizeof hdr)))
+        return rc;
+    if (hdr[0])
+        return me == 0 ? wrc : QT_E_IO;
+    if (me != 0) {   /* rank 0's name; set before it is marked active */
+        snprintf(qt_cd.tmp, sizeof qt_cd.tmp, "%s.tmp.%lld", dir, (long long)hdr[1]);
+        qt_cd.active = 1;
+    }
+    rc = qt_cd_save_rest(p, dir, me, n_ranks, multi, step, data_pos);
+    qt_cd.active = 0;
+    return rc;
+}
+
+int qt_ckpt_dir_signal(void)
+{
+    return qt_cd.active && qt_st_remove_dir_signal(qt_cd.tmp) == 0;
 }

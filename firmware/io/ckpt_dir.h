@@ -13,5 +13,9 @@ int qt_ckpt_check_dir_target(const char *key, const char *path, int overwrite);
  * (the packing of qt_checkpoint_save_dir), or -1 when it cannot pack (its error then comes
  * from the save). */
 int64_t qt_ckpt_dir_largest(const qt_plan *p, int64_t shard_bytes);
+/* From a signal handler that ends the process (async-signal-safe): remove the temporary
+ * directory DIR.tmp.<pid> of a save in progress on this rank (the half-written checkpoint,
+ * or after the swap the previous one); 1 if one was removed, else 0. */
+int qt_ckpt_dir_signal(void);
 
 #endif

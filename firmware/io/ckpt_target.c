@@ -22,16 +22,30 @@
  * A "<path>.lock" that exists but holds anything else than a lock's "host pid" line (a
  * file of the user's) is refused unless overwrite=1: a job truncates its lock and removes
  * it at exit.
+ * Signals (qt_checkpoint_signal_guard): SIGINT, SIGTERM and SIGHUP (Ctrl-C, kill, a batch
+ * system's time limit, a closed terminal) used to end the job at once, leaving its lock and
+ * a half-written "<path>.tmp.<pid>" (a checkpoint directory of any size) until a later job
+ * on the same target removed them. The handler removes this process's temporaries (the
+ * save directory's, st_write.c's file, the probe) and, on rank 0, the lock, says so in one
+ * line and re-raises the signal, so the exit status stays the signal's (130, 143). Only
+ * system calls on names fixed before the signal: async-signal-safe; a signal the kernel
+ * hands to another thread (MPICH's) is sent on to the main thread, which does the writes,
+ * so a temporary cannot appear after the handler looked. A disposition that was
+ * SIG_IGN at start (nohup, a background job of a non-interactive shell) is kept. On a mesh
+ * hydra passes the signal to every rank and kills the others once one rank has died, so a
+ * rank > 0 waits half a second before dying, for rank 0 to remove the lock.
  * Invariants: no heap (one static struct), every failure names the key, the path and what
  * was expected; nothing here writes anything but the lock and probe files.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,6 +68,10 @@ static struct {
     char owner[256];
     char host[128];
     char probe[QT_SX_PATH_MAX + 32];
+    volatile int probe_live;   /* rank 0 wrote the probe file and has not removed it */
+    volatile int follower;     /* a rank > 0 of a mesh job with a save= target */
+    char said[2 * QT_SX_PATH_MAX + 300];   /* the signal handler's line */
+    size_t said_len;
     char bcast[8 + QT_CT_PROBE];     /* int64 status, then the probe bytes */
     char got[QT_CT_PROBE];
 } qt_ct;
@@ -192,11 +210,13 @@ static int qt_ct_probe_write(const char *key, const char *path)
     if (fd < 0)
         return qt_fail(QT_E_ARG, "%s=%s: cannot create the probe file %s: %s", key, path,
                        qt_ct.probe, strerror(errno));
+    qt_ct.probe_live = 1;
     int ok = write(fd, bytes, n) == (ssize_t)n && fsync(fd) == 0;
     int e = errno;
     ok = close(fd) == 0 && ok;
     if (!ok) {
         unlink(qt_ct.probe);
+        qt_ct.probe_live = 0;
         return qt_fail(QT_E_ARG, "%s=%s: cannot write the probe file %s: %s", key, path,
                        qt_ct.probe, strerror(e));
     }
@@ -240,6 +260,7 @@ int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int
     int rc;
     int64_t st = QT_OK, pid0 = (int64_t)getpid();
     qt_ct_host();
+    qt_ct.follower = me != 0;
     if (me == 0) {
         st = qt_checkpoint_lock(key, path, overwrite);
         if (st == QT_OK)
@@ -263,8 +284,10 @@ int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int
         return QT_OK;
     int64_t bad = me == 0 ? 0 : qt_ct_probe_read(key, path, (long)pid0);
     rc = qt_coll_sum_i64(QT_COLL_ALL, &bad, 1);
-    if (me == 0)
+    if (me == 0) {
         unlink(qt_ct.probe);
+        qt_ct.probe_live = 0;
+    }
     if (rc)
         return rc;
     if (!bad)
@@ -277,6 +300,70 @@ int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int
                 "0 alone)", key, path, (long long)bad, n, bad == 1 ? "does" : "do", qt_ct.host,
                 key);
     return QT_E_ARG;
+}
+
+/* ---- SIGINT, SIGTERM, SIGHUP ---- */
+
+/* Appends n bytes of s to the handler's line (cut at its end). */
+static void qt_ct_say(const char *s, size_t n)
+{
+    if (n > sizeof qt_ct.said - 1 - qt_ct.said_len)
+        n = sizeof qt_ct.said - 1 - qt_ct.said_len;
+    memcpy(qt_ct.said + qt_ct.said_len, s, n);
+    qt_ct.said_len += n;
+}
+#define QT_CT_SAY(lit) qt_ct_say(lit, sizeof lit - 1)
+
+static void qt_ct_on_signal(int sig)
+{
+    /* MPICH runs a thread of its own, and the kernel may hand the signal to it while the
+     * main thread goes on and opens a new temporary: the main thread handles it */
+    const pid_t pid = getpid();
+    if ((pid_t)syscall(SYS_gettid) != pid) {
+        syscall(SYS_tgkill, pid, pid, sig);
+        return;
+    }
+    const char *nm = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
+    const int unfinished = qt_ckpt_dir_signal() | qt_st_wsignal();
+    if (qt_ct.probe_live)
+        unlink(qt_ct.probe);
+    QT_CT_SAY("qtrain: stopped by ");
+    qt_ct_say(nm, strlen(nm));
+    if (unfinished)
+        QT_CT_SAY("; removed the unfinished write of this process");
+    if (qt_ct.held) {
+        unlink(qt_ct.path);
+        QT_CT_SAY("; removed the lock ");
+        qt_ct_say(qt_ct.path, strlen(qt_ct.path));
+        QT_CT_SAY(" (save=");
+        qt_ct_say(qt_ct.path, strlen(qt_ct.path) - 5);   /* "<path>.lock" */
+        QT_CT_SAY(" keeps the last checkpoint this job completed, or the one it found)");
+    }
+    QT_CT_SAY("\n");
+    ssize_t w = write(2, qt_ct.said, qt_ct.said_len);   /* one write: ranks' lines stay whole */
+    (void)w;
+    /* mpiexec passes the signal to every rank and kills the rest once one has died: a rank
+     * > 0 gives rank 0 half a second to remove the lock first (it was left 1 time in 3) */
+    if (qt_ct.follower) {
+        const struct timespec half = {0, 500000000};
+        nanosleep(&half, NULL);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);   /* delivered when the handler returns: the exit status is the signal's */
+}
+
+void qt_checkpoint_signal_guard(void)
+{
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction sa, old;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN)
+            continue;   /* nohup, a background job: stays ignored */
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = qt_ct_on_signal;
+        sigfillset(&sa.sa_mask);   /* one handler at a time */
+        sigaction(sigs[i], &sa, NULL);
+    }
 }
 
 /* ---- the file-size limit ---- */

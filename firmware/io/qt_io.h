@@ -154,6 +154,10 @@ void qt_checkpoint_unlock(void);
  * messages of the ranks that do not see the directory; QT_E_COMM: abort. overwrite: as for
  * qt_checkpoint_lock. */
 int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int overwrite);
+/* Installs the SIGINT / SIGTERM / SIGHUP handler (ckpt_target.c): it removes this process's
+ * save temporaries and the save= lock, prints one line and re-raises the signal (exit
+ * status 128 + signal). A signal ignored at start stays ignored. Call first in main. */
+void qt_checkpoint_signal_guard(void);
 /* At start-up, when RLIMIT_FSIZE (ulimit -f) is finite: QT_E_ARG (message naming key,
  * path, the limit and the size) if the largest file a save= (qtrain_format 1; a directory
  * with shards of at most shard_bytes) or dump_grads= (0) target would write holds more

@@ -95,12 +95,18 @@ int qt_st_wwrite(const void *bytes, int64_t n);
 int qt_st_wcommit(void);
 /* Discard: close and unlink <path>.tmp. Safe to call in any state. */
 void qt_st_wabort(void);
+/* From a signal handler that ends the process: unlink the temporary of a write in
+ * progress (async-signal-safe; nothing else is touched); 1 if one was removed. */
+int qt_st_wsignal(void);
 /* Removes "<path>.tmp.<pid>" files (and directories) in path's directory whose process <pid> no longer exists
  * (left by a writer that was killed), with a note on stderr for each; returns how many. */
 int qt_st_remove_stale(const char *path);
 /* Removes the directory `path` and the files in it (one level: a sharded checkpoint or its
  * temporary). 0, or -1 with a note on stderr when something could not be removed. */
 int qt_st_remove_dir(const char *path);
+/* The same from a signal handler (async-signal-safe: system calls only, no message):
+ * 0 when path is gone (or was never there), -1 when something stayed. */
+int qt_st_remove_dir_signal(const char *path);
 /* Calls fn(ctx, name, is_dir) for every entry of directory dir but "." and "..", in
  * directory order, until fn returns non-zero (returned). -1 (errno set) if dir cannot be
  * opened. Entries are read with getdents64 into a static buffer: fn must not call it. */

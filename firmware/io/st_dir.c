@@ -6,6 +6,8 @@
  * qt_st_remove_stale deletes such files at the next start-up when process <pid> no longer
  * exists (kill(pid, 0) fails with ESRCH) or is a zombie, and never touches one whose writer
  * may still be running.
+ * qt_st_remove_dir_signal is the same removal from a signal handler: system calls only
+ * (open, getdents64 into a buffer of its own, unlinkat, rmdir), no stdio, no message.
  * Invariants: no heap: a directory is read with getdents64 into a static buffer (opendir
  * would allocate), one buffer per function, since qt_st_remove_stale's walk calls
  * qt_st_remove_dir, whose walk must not reuse the outer walk's buffers; nothing outside the
@@ -28,6 +30,7 @@
 
 static struct {
     unsigned char each_buf[1 << 15], remove_buf[1 << 15], stale_buf[1 << 15];
+    unsigned char signal_buf[1 << 12];   /* qt_st_remove_dir_signal's own */
     char unlink_full[2 * QT_SD_PATH_MAX], stale_full[2 * QT_SD_PATH_MAX];
     char stale_dir[QT_SD_PATH_MAX];
 } qt_sd;
@@ -88,6 +91,23 @@ int qt_st_remove_dir(const char *path)
     if (rc)
         qt_note("could not remove %s completely: %s", path, strerror(errno));
     return rc ? -1 : 0;
+}
+
+int qt_st_remove_dir_signal(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -1;
+    for (long got; (got = syscall(SYS_getdents64, fd, qt_sd.signal_buf,
+                                  sizeof qt_sd.signal_buf)) > 0;)
+        for (long off = 0; off < got;) {
+            const struct qt_sd_dirent64 *e = (const void *)(qt_sd.signal_buf + off);
+            off += e->d_reclen;
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                unlinkat(fd, e->d_name, 0);   /* what stays makes the rmdir fail */
+        }
+    close(fd);
+    return rmdir(path) == 0 || errno == ENOENT ? 0 : -1;
 }
 
 /* The pid in "<base>.tmp.<pid>", or -1 when name is not such a temporary of base. */

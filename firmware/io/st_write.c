@@ -7,7 +7,8 @@
  * Invariants: see safetensors.h. The header is padded with spaces to a multiple of 8 so the
  * data region is 8-byte aligned, as other writers do.
  * A writer killed mid-save leaves its "<path>.tmp.<pid>" (st_dir.c qt_st_remove_stale
- * removes it at a later start-up).
+ * removes it at a later start-up); SIGINT / SIGTERM / SIGHUP do not (qt_st_wsignal, called
+ * by ckpt_target.c's handler, unlinks it).
  * qt_io_fsize_guard: a write past RLIMIT_FSIZE (ulimit -f) raises SIGXFSZ, whose default
  * action kills the process without a word (exit status 153). The handler instead writes one
  * preformatted line (async-signal-safe: write(2) of a static buffer, once) and returns, so
@@ -33,7 +34,7 @@
 enum { QT_STW_IDLE = 0, QT_STW_META, QT_STW_TENSORS, QT_STW_DATA, QT_STW_FAILED };
 
 static struct {
-    int state;
+    volatile int state;   /* read by qt_st_wsignal from a signal handler */
     int fd;
     char path[QT_ST_PATH_MAX];
     char tmp[QT_ST_PATH_MAX + 32];
@@ -116,10 +117,14 @@ int qt_st_wopen(const char *path)
     /* A per-process name created exclusively: never truncates someone else's file, and two
      * writers of the same path cannot interleave in one temporary. */
     snprintf(qt_stw.tmp, sizeof qt_stw.tmp, "%s.tmp.%ld", path, (long)getpid());
-    qt_stw.fd = open(qt_stw.tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (qt_stw.fd < 0)
-        return qt_fail(QT_E_IO, "%s: cannot create: %s", qt_stw.tmp, strerror(errno));
+    /* not idle before the open: a signal delivered as the open returns finds the file
+     * (qt_st_wsignal) */
     qt_stw.state = QT_STW_META;
+    qt_stw.fd = open(qt_stw.tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (qt_stw.fd < 0) {
+        qt_stw.state = QT_STW_IDLE;
+        return qt_fail(QT_E_IO, "%s: cannot create: %s", qt_stw.tmp, strerror(errno));
+    }
     qt_stw.hlen = 0;
     qt_stw.n_meta = 0;
     qt_stw.n_tensors = 0;
@@ -304,6 +309,11 @@ int qt_st_wcommit(void)
     }
     qt_stw.state = QT_STW_IDLE;
     return qt_stw_sync_dir();
+}
+
+int qt_st_wsignal(void)
+{
+    return qt_stw.state != QT_STW_IDLE && unlink(qt_stw.tmp) == 0;
 }
 
 void qt_st_wabort(void)

@@ -48,6 +48,17 @@ cli_decimal() {
   $Q learning_rate=.5e-3 comm_timeout=1. steps=0 data=$T 2> $QT_TMP/dec.err || { cat $QT_TMP/dec.err; return 1; }
 }
 check "cli: learning_rate= and timeouts: hex, a leading blank or a sign are refused; .5e-3 and 1. are taken" cli_decimal
+# audit24: a whole number past the limit was told "expected a non-negative integer", which it
+# is; the messages now give the limit
+cli_big_numbers() {
+  local m=4611686018427387903
+  expect_fail "bad argument steps=18446744073709551616: expected a non-negative integer up to $m (2^62 - 1)" $Q steps=18446744073709551616 || return 1
+  expect_fail "bad argument steps=4611686018427387904: expected a non-negative integer up to $m" $Q steps=4611686018427387904 || return 1
+  expect_fail "bad argument save_every=9223372036854775807: expected a positive integer up to $m" $Q save_every=9223372036854775807 save=$QT_TMP/x || return 1
+  expect_fail "bad argument seed=18446744073709551616: expected an unsigned decimal integer up to 18446744073709551615 (2^64 - 1)" $Q seed=18446744073709551616 || return 1
+  $Q steps=0 seed=18446744073709551615 data=$T 2> /dev/null
+}
+check "cli: integers past their limit are told the limit" cli_big_numbers
 # save= and dump_grads= naming one file: the first step's gradient dump was written, then
 # silently replaced by the checkpoint at the end
 check "cli: save= and dump_grads= naming the same file are refused" expect_fail \
@@ -275,6 +286,56 @@ metrics_uncreatable() {
 }
 check "metrics: a path that cannot be created is refused with the reason, not the advice overwrite=1" metrics_uncreatable
 
+# Long paths (audit24): a save= path of 4001-4034 characters passed the start-up check
+# (< 4096), trained, and failed at the first save, whose names are up to 61 bytes longer
+# (DIR.tmp.<pid>/optimizer-00001-of-00001.safetensors.tmp.<pid>); and every message was cut
+# at 1024 bytes, so one about a path in a deep directory ended inside the path, before it
+# said what was wrong. Now: at most 4000 characters, refused at start-up with nothing
+# written; 4000 saves and loads (directory and file); a missing data= in the deep
+# directory says "No such file or directory".
+long_paths() {
+  local d=$B/long c n200 name p rc
+  n200=$(printf 'd%.0s' $(seq 200)); d=$B/long
+  while [ ${#d} -lt 3750 ]; do d=$d/$n200; done
+  mkdir -p $d || return 1
+  for suf in "" .safetensors; do
+    name=$(printf 'c%.0s' $(seq $((4000 - ${#d} - 1 - ${#suf}))))$suf; p=$d/$name
+    $Q steps=1 data=$T save=$p > /dev/null 2> $B/lp.err || { echo "${#p} characters:"; tail -c 300 $B/lp.err; return 1; }
+    $Q steps=2 data=$T load=$p > /dev/null 2> $B/lp.err || { echo "load ${#p} characters:"; tail -c 300 $B/lp.err; return 1; }
+    rm -rf $p
+    for x in x xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; do   # 4001, 4054
+      p=$d/${name%.safetensors}$x$suf
+      $Q steps=1 data=$T save=$p metrics=$d/m.jsonl > /dev/null 2> $B/lp.err; rc=$?
+      [ $rc -eq 2 ] && grep -qF "qtrain: save=$p: expected a path (not empty, not ending in '/', at most 4000 characters: a save writes longer names" $B/lp.err ||
+        { echo "${#p} characters: exit $rc"; tail -c 400 $B/lp.err; return 1; }
+      [ -z "$(ls -A $d)" ] || { echo "${#p} characters: left in the directory:"; ls -A $d | cut -c1-80; return 1; }
+    done
+    echo "ok: save= of 4000 characters saves and loads, 4001 and 4054 refused at start-up (${suf:-directory})"
+  done
+  $Q steps=1 data=$d/missing.npy > /dev/null 2> $B/lp.err
+  grep -qF "qtrain: $d/missing.npy: cannot open: No such file or directory" $B/lp.err ||
+    { echo "the message was cut:"; tail -c 200 $B/lp.err; return 1; }
+  rm -rf $B/long
+}
+check "paths: save= up to 4000 characters works, longer is refused at start-up (it failed at the first save); messages on long paths are whole" long_paths
+
+# umask (audit24): the save's temporary directory was made with 0755 less the umask, so under
+# umask 0277 (files readable by their owner only) it was r-x: the run trained, then failed at
+# the first save ("cannot create: Permission denied") and left a directory it could not
+# remove. It is owner-rwx now; the files keep the umask's modes. Run as nobody (root writes
+# anyway) with the single-rank build (MPICH's own start-up fails under that umask); skipped
+# where su is not possible.
+umask_save() {
+  su nobody -s /bin/sh -c "test -r $QT_ROOT/$T" 2> /dev/null || { echo "skipped: cannot run as nobody here"; return 0; }
+  local d; d=$(mktemp -d /tmp/qt-umask.XXXXXX) && chmod 777 $d || return 1   # $QT_TMP is 0700
+  su nobody -s /bin/sh -c "cd $d && umask 0277 && $QT_ROOT/build/test-next-tiny/qtrain-static data=$QT_ROOT/$T steps=2 save=ck save_every=1 > /dev/null 2> err && $QT_ROOT/build/test-next-tiny/qtrain-static data=$QT_ROOT/$T steps=3 load=ck save=ck > /dev/null 2> err2" ||
+    { echo "umask 0277:"; cat $d/err $d/err2; rm -rf $d; return 1; }
+  [ "$(ls -A $d | tr '\n' ' ')" = "ck err err2 " ] || { ls -A $d; rm -rf $d; return 1; }
+  echo "umask 0277: saved, resumed and saved again; $(stat -c '%A' $d/ck/model.safetensors.index.json) files"
+  rm -rf $d
+}
+check "umask: a save under umask 0277 writes its checkpoint (it trained, then failed at the save)" umask_save
+
 # ---- memory limits
 arena_over_rlimit() {
   # The bench arena (2 GiB) cannot fit a 1 GB address-space limit: both builds refuse at
@@ -406,6 +467,25 @@ check "configgen: 1f1b with circular repeats names the repeats" \
 check "configgen: a pipeline stage over the budget names the stage, its executed tables' MiB and the pipeline keys" \
   expect_fail "needs 4.0 MiB per rank, over the budget of 1.0 MiB by 3.0 MiB (pipeline stage 0 of 2, the stage whose executed stage-local tables need the most: 4.0 MiB, the in-flight slots of 3 M R = 12 boundary messages included (0.0 MiB; M = num_pipeline_microbatches=2, R = 2); the same under pipeline_schedule gpipe and 1f1b)" \
   $PP device_memory_gib=0.001
+# audit24: QT_PP_TEST_ORDER, a test hook of 63_pipeline.sh read from the environment, made a
+# pipeline run compute wrong gradients on purpose (lb-local, mtp-drop) without a word, and
+# ignored a value it did not know; now an unknown value is refused (exit 2) and a known one
+# is a note on stderr and in the run manifest
+pp_test_hook() {
+  local d=$QT_TMP/pphook; rm -rf $d; mkdir -p $d
+  QT_PP_TEST_ORDER=Reverse timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$T > /dev/null 2> $d/err &&
+    { echo "QT_PP_TEST_ORDER=Reverse accepted"; return 1; }
+  grep -qF "qtrain: QT_PP_TEST_ORDER=Reverse: expected reverse, lb-local or mtp-drop (a test hook of tests/e2e/63_pipeline.sh); unset it to train" $d/err ||
+    { cat $d/err; return 1; }
+  QT_PP_TEST_ORDER=lb-local timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$T metrics=$d/m.jsonl > /dev/null 2> $d/err ||
+    { cat $d/err; return 1; }
+  [ $(grep -c "qtrain: rank 0/2: note: QT_PP_TEST_ORDER=lb-local: a test hook (docs/pipeline.md) that changes this run's bits on purpose" $d/err) -eq 1 ] ||
+    { cat $d/err; return 1; }
+  head -n 1 $d/m.jsonl | grep -qF "QT_PP_TEST_ORDER=lb-local (a test hook: these bits are not the plan's)" || { head -c 600 $d/m.jsonl; return 1; }
+  echo "ok: an unknown value refused; lb-local noted once and in the manifest"
+}
+check "environment: QT_PP_TEST_ORDER (a pipeline test hook) unknown is refused, known is noted on stderr and in the manifest" pp_test_hook
+
 # the circular pipeline plan pp-next-pp2 (2 stages, 2 repeats) started alone with dump_grads=
 # is refused naming the rank count, before qtrain maps the arena or reads the data, and
 # writes nothing; on its 2 ranks the same run writes the gradient file (dump_grads= on a
@@ -577,6 +657,16 @@ cg_outside() {
   [ ! -e $d/gen ] || return 1
 }
 check "configgen: started outside the project, base.yml missing is said with where it was looked for and what to do" cg_outside
+
+# audit24: -o naming a file said "FILE/test-next-tiny: cannot read: Not a directory"; it
+# now names -o and what -o takes, and the file is untouched
+cg_o_file() {
+  local d=$QT_TMP/cgofile; rm -rf $d; mkdir -p $d; printf 'mine\n' > $d/afile
+  expect_fail "configgen: -o $d/afile: not a directory (a file is in the way); expected -o to name a directory (created if missing), in which configgen writes test-next-tiny/" \
+    build/configgen/configgen -o $d/afile configgen/configs/runs/test-next-tiny.yml || return 1
+  [ "$(cat $d/afile)" = mine ] && [ "$(ls -A $d)" = afile ]
+}
+check "configgen: -o naming a file says so, the file untouched" cg_o_file
 
 # audit22: under `ulimit -f` SIGXFSZ ended configgen (exit 153, no message) and left
 # OUTDIR/.<run>.tmp.<pid>/ with a cut plan.c; now the write fails naming the limit, exit 1,

@@ -278,3 +278,27 @@ audit_wrong_files() {
   $AU grads $AD/ga.safetensors $AD/gb.safetensors > /dev/null && $AU ckpt $AD/a.safetensors $AD/bdir > /dev/null
 }
 check "audit ckpt/grads: a gradient dump to ckpt, a checkpoint to grads, a metrics file to ckpt are errors naming the file (exit 2) (audit23)" audit_wrong_files
+
+# audit24: plot writes the step lines to a temporary file in /tmp for gnuplot. A read-only
+# /tmp was told only "/tmp/qtrain-audit-XXXXXX: Read-only file system" (no program, no
+# reason), and a full /tmp failed with exit 2 and no message at all. Each now names the
+# program, the file and what plot needs; nothing is written at -o. A private mount namespace
+# (unshare -m) puts a read-only and a full tmpfs at /tmp for the one command (skipped where
+# that is not allowed).
+audit_plot_tmp() {
+  local d=$AD/ptmp rc; rm -rf $d; mkdir -p $d; cp $AD/a.jsonl $d/a.jsonl
+  unshare -m true 2> /dev/null && [ -d /mnt ] || { echo "skipped: unshare -m is not allowed here (not root?)"; return 0; }
+  # inside the namespace: $d (under /tmp here) bound at /mnt/ad, then a tmpfs over /tmp
+  local pre='mount -t tmpfs -o size=64k none /mnt && mkdir /mnt/ad && mount --bind "$0" /mnt/ad'
+  unshare -m sh -c "$pre"' && mount -t tmpfs -o ro,size=64k none /tmp && exec "$@"' $d \
+      $AU plot /mnt/ad/a.jsonl -o /mnt/ad/ro.png > /dev/null 2> $d/err; rc=$?
+  [ $rc -eq 2 ] && grep -qE "^qtrain-audit: plot: cannot create its temporary data file /tmp/qtrain-audit-.*: Read-only file system; plot writes the step lines to a file in /tmp for gnuplot, so /tmp must be writable" $d/err ||
+    { echo "read-only /tmp: exit $rc"; cat $d/err; return 1; }
+  unshare -m sh -c "$pre"' && mount -t tmpfs -o size=4k none /tmp && head -c 4096 /dev/zero > /tmp/fill; exec "$@"' $d \
+      $AU plot /mnt/ad/a.jsonl -o /mnt/ad/full.png > /dev/null 2> $d/err; rc=$?
+  [ $rc -eq 2 ] && grep -qE "^qtrain-audit: plot: writing its temporary data file /tmp/qtrain-audit-.* failed: No space left on device" $d/err ||
+    { echo "full /tmp: exit $rc"; cat $d/err; return 1; }
+  [ "$(ls -A $d)" = "$(printf 'a.jsonl\nerr')" ] || { ls -A $d; return 1; }
+  echo "read-only and full /tmp: named, exit 2, no picture"
+}
+check "audit plot: a read-only or full /tmp is an error naming the temporary file and what plot needs (it was silent)" audit_plot_tmp

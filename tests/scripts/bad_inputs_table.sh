@@ -440,6 +440,12 @@ row "qtrain-audit" "ckpt $W/ck.safetensors $W/g.safetensors (a gradient dump)" "
 row "qtrain-audit" "grads $W/ck.safetensors $W/g.safetensors (a checkpoint)" "e2e \`85_audit.sh\`: audit ckpt/grads: ... wrong files" build/audit/qtrain-audit grads $W/ck.safetensors $W/g.safetensors
 { printf -- '---\n'; cat configgen/configs/runs/test-next-tiny.yml; printf -- '---\nsteps: 5\n'; } > $W/twodocs.yml
 row "configgen" "configgen $W/twodocs.yml (test-next-tiny.yml after ---, then a second document)" "unit \`CgYaml.DocumentMarkers\`" cg $W/twodocs.yml
+row "configgen" "configgen test-next-tiny.yml base_num_decoder_layers=2147483648 (used to abort: out of memory)" "unit \`CgBadConfig\`" cg $RUN base_num_decoder_layers=2147483648
+row "configgen" "configgen test-next-tiny.yml steps=9223372036854775807" "unit \`CgConfig.TypeErrorsNameKeyValueAndType\`" cg $RUN steps=9223372036854775807
+row "command line" "qtrain steps=18446744073709551616" "$E40: cli: integers past their limit" $Q steps=18446744073709551616
+printf 'mine\n' > $W/afile
+row "configgen" "configgen -o $W/afile test-next-tiny.yml (-o a file)" "$E40: configgen: -o naming a file" $CG -o $W/afile $RUN
+row "environment" "QT_PP_TEST_ORDER=Reverse mpiexec -n 2 pp-next-pp2 (a test hook's unknown value)" "$E40: environment: QT_PP_TEST_ORDER" env QT_PP_TEST_ORDER=Reverse timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$T
 
 {
   cat <<'EOF'
@@ -476,7 +482,10 @@ changed during the run`, the others `end of the step: stopping: rank R/N failed 
 says why)`, all within seconds); a second job started on the `save=` target of a running
 one (`42_ckpt_owner.sh`: refused at once, exit 2, naming the holder's host and pid) and the
 lock of a killed job (taken over with a note); a write that reaches `ulimit -f` during a run
-(`42_ckpt_owner.sh`: a message naming RLIMIT_FSIZE, exit 1, instead of SIGXFSZ).
+(`42_ckpt_owner.sh`: a message naming RLIMIT_FSIZE, exit 1, instead of SIGXFSZ); SIGTERM or
+SIGINT during a run or a save, on one rank and under `mpiexec -n 2` (`42_ckpt_owner.sh`: exit
+143 / 130, `qtrain: stopped by SIGTERM; removed the unfinished write of this process; removed
+the lock ...`, no `.tmp.<pid>` or lock left, the checkpoint resumes bit-exactly).
 EOF
 } > "$OUT"
 echo "bad_inputs_table.sh: $n rows -> $OUT"

@@ -363,6 +363,9 @@ TEST(CgConfig, TypeErrorsNameKeyValueAndType)
         {"steps=010", "steps: value 010 has a leading zero: YAML 1.1 (PyYAML, MaxText's reader) takes it as the octal number 8"},
         {"learning_rate=-07", "learning_rate: value -07 has a leading zero"},
         {"steps=12#x", "steps: value 12#x is not an integer"},
+        // audit24: a whole number past 2^53 was "not an integer"; it is out of range
+        {"steps=9223372036854775807", "steps: value 9223372036854775807 is out of range: expected an integer of magnitude below 2^53 (9007199254740992)"},
+        {"vocab_size=-9007199254740992", "vocab_size: value -9007199254740992 is out of range"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         qt_cg_config c;
@@ -551,6 +554,10 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"per_device_batch_size=0.75", "num_ranks=4|ici_fsdp_parallelism=2|ici_pipeline_parallelism=2", "int(4 ranks x 0.75) = 3 sequences a microbatch do not split evenly over the 2 batch groups; with pipeline stages (ici_pipeline_parallelism=2 (command line)) MaxText refuses them too (its pipeline shard_maps each microbatch's batch over the data axes); expected a multiple of 2 sequences: 2 (per_device_batch_size 0.5) or 4 (1)"},
         {"max_target_length=70000", NULL, "max_target_length=70000 (command line): expected 1..65536"},
         {"max_target_length=0", NULL, "expected 1..65536"},
+        // audit24: 2^31 layers ended in "configgen: out of memory" (an abort), 10^6 took
+        // 21 GB before the OOM killer: planning time grows with the square of the count
+        {"base_num_decoder_layers=2147483648", NULL, "base_num_decoder_layers=2147483648 (command line): expected 1..1024 (configgen plans every layer"},
+        {"base_num_decoder_layers=1025", NULL, "base_num_decoder_layers=1025 (command line): expected 1..1024"},
         {"gradient_accumulation_steps=0", NULL, "gradient_accumulation_steps=0 (command line): expected >= 1"},
         // too many sequences per step: the key the user set is blamed, the other named
         {"per_device_batch_size=3e9", NULL, "per_device_batch_size=3e9 (command line): with gradient_accumulation_steps=1 (configgen/configs/base.yml:47), per_device_batch_size x gradient_accumulation_steps = 3000000000 x 1 sequences per step exceed the 2147483647 that the 32 gradient tree levels hold"},

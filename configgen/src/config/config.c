@@ -126,7 +126,13 @@ static int check_type(const char *where, const char *key, int type, const qt_cg_
     if (ok) return 0;
     qt_cg_buf b = {0};
     qt_cg_val_render(v, &b);
-    qt_cg_fail(err, errlen, "%s: %s: value %s is not %s%s", where, key, b.p, type_name(type),
+    /* a whole number past 2^53 is an integer, but not one a double holds exactly */
+    if (type == QT_CG_T_INT && v->kind == QT_CG_SCALAR && !v->quoted && is_number(v->s, &d) &&
+        d == floor(d))
+        qt_cg_fail(err, errlen, "%s: %s: value %s is out of range: expected an integer of "
+                   "magnitude below 2^53 (9007199254740992)", where, key, b.p);
+    else
+        qt_cg_fail(err, errlen, "%s: %s: value %s is not %s%s", where, key, b.p, type_name(type),
                type == QT_CG_T_BOOL ? " (True / False and TRUE / FALSE are taken too)" : "");
     qt_cg_buf_free(&b);
     return -1;

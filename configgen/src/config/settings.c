@@ -142,6 +142,7 @@ static int check_floats(const qt_cg_vctx *v)
 }
 
 #define QT_CG_MAX_ELEMS ((int64_t)1 << 56)
+#define QT_CG_MAX_LAYERS 1024   /* base_num_decoder_layers (check_shape) */
 
 /* The product of n (key, value) factors (key NULL: a constant factor) sizes `what`; it
  * must not exceed QT_CG_MAX_ELEMS, with overflow-checked arithmetic. The message names every
@@ -244,6 +245,15 @@ static int check_shape(const qt_cg_vctx *v, qt_cg_settings *s)
     };
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (positive(v, sizes[i].key, (int64_t *)(void *)((char *)m + sizes[i].off))) return -1;
+    /* configgen plans every layer one by one: its time grows with the square of the layer
+     * count (0.5 s at 60 layers, 7 s at 240, about 2 minutes at 1024) and its memory with
+     * the count; base_num_decoder_layers=2147483648 ended in "out of memory" (an abort)
+     * and 1000000 took 21 GB before the kernel killed it */
+    if (m->n_layers > QT_CG_MAX_LAYERS)
+        return bad(v, "base_num_decoder_layers", "expected 1..%d (configgen plans every layer: "
+                   "its time grows with the square of the count, about 2 minutes at %d; the "
+                   "largest Qwen3-Next / Qwen3.5 model has 60)", QT_CG_MAX_LAYERS,
+                   QT_CG_MAX_LAYERS);
     int64_t mlp;
     if (positive(v, "base_mlp_dim", &mlp)) return -1;
     int64_t sh = geti(v, "shared_expert_mlp_dim");

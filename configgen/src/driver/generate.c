@@ -100,6 +100,12 @@ static int plan_dir_owned(const char *dir, char *foreign, size_t flen, char *err
     struct stat st;
     if (lstat(dir, &st)) {
         if (errno == ENOENT) return 1;
+        /* -o FILE (or a path through a file): say which -o it is and what -o takes */
+        const char *slash = strrchr(dir, '/');
+        if (errno == ENOTDIR && slash)
+            return qt_cg_fail(err, errlen, "-o %.*s: not a directory (a file is in the way); "
+                              "expected -o to name a directory (created if missing), in which "
+                              "configgen writes %s/", (int)(slash - dir), dir, slash + 1);
         return qt_cg_fail(err, errlen, "%s: cannot read: %s", dir, strerror(errno));
     }
     if (!S_ISDIR(st.st_mode))
