@@ -791,9 +791,10 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
     if (rank == 0 && cli->load_weights_only)
         fprintf(stderr, "qtrain: note: load_weights_only=1: loading the weights of %s only; "
                 "training starts at step 0 with fresh Adam moments\n", cli->load);
+    const int want = cli->load_weights_only ? QT_LOAD_WEIGHTS
+                   : cli->allow_state_change ? QT_LOAD_RESUME_ANY : QT_LOAD_RESUME;
     if (qt_main_agree("loading the checkpoint",
-                      qt_checkpoint_load(p, cli->load, !cli->load_weights_only, start,
-                                         &data_pos)) != QT_OK)
+                      qt_checkpoint_load(p, cli->load, want, start, &data_pos)) != QT_OK)
         return QT_EXIT_ERR;
     /* bf16 plans: the compute copy from the loaded masters */
     if (qt_main_agree("publishing the loaded parameters", qt_runtime_params_changed()) != QT_OK)
@@ -801,6 +802,22 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
     if (*start < 0) {
         fprintf(stderr, "qtrain: %s: step %lld in the metadata is negative\n", cli->load,
                 (long long)*start);
+        return QT_EXIT_ERR;
+    }
+    const qt_ckpt_ident *id = qt_checkpoint_ident();
+    if (data_pos != qt_main_data_pos(p, *start) && id->state_changed && *start > 0 &&
+        data_pos % *start == 0) {
+        /* allow_state_change=1 across a global batch change: step i reads sequences i x B
+         * onwards, so the checkpoint's data position does not continue on this plan */
+        if (rank == 0)
+            fprintf(stderr, "qtrain: %s: allow_state_change=1 cannot resume a checkpoint of "
+                    "another global batch: it was trained with %lld sequences a step (data "
+                    "position %lld at step %lld), this plan trains %lld; step i reads the "
+                    "data from sequence i x global batch, so the run would skip or reread "
+                    "data (give load_weights_only=1 to start from its weights at step 0, or "
+                    "the checkpoint's global batch)\n", cli->load,
+                    (long long)(data_pos / *start), (long long)data_pos, (long long)*start,
+                    (long long)p->train.global_batch);
         return QT_EXIT_ERR;
     }
     if (data_pos != qt_main_data_pos(p, *start)) {
@@ -814,6 +831,13 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
     if (*start > 0 && qt_main_check_data(cli, rank) != QT_OK)
         return QT_EXIT_ERR;
     if (*start > 0) qt_main_check_dtype(p, cli, rank, *start);
+    if (id->state_changed)
+        qt_main_note("allow_state_change=1: %s %s -> %s at step %lld: the optimizer state and "
+                     "step resumed, not bit-exactly", id->state_kind, id->state_was,
+                     id->state_now, (long long)*start);
+    else if (cli->allow_state_change && rank == 0)
+        fprintf(stderr, "qtrain: note: allow_state_change=1: %s has this plan's state hash: "
+                "nothing to allow (a bit-exact resume)\n", cli->load);
     if (*start > 0 && cli->learning_rate >= 0.0f) {
         if (rank == 0)
             fprintf(stderr, "qtrain: note: learning_rate=%g overrides the plan's peak learning "

@@ -34,6 +34,8 @@ typedef struct qt_cli {
                                   checkpoint's (noted in the run manifest) */
     int load_weights_only;     /* 1: load= takes the weights only (step 0, fresh Adam
                                   moments), even from a checkpoint with optimizer state */
+    int allow_state_change;    /* 1: load= resumes the Adam moments and the step although
+                                  the checkpoint's state hash differs (noted in the manifest) */
     int truncate_metrics;      /* 1: a resumed run cuts the metrics= lines of steps at or
                                   past its start step (crash recovery; noted in the manifest) */
     const char *eval_data;     /* held-out token file (formats of data=), or NULL */

@@ -39,6 +39,20 @@ void qt_checkpoint_set_data_hash(uint64_t hash)
 
 void qt_checkpoint_set_data_holdout(int64_t n) { qt_ckc.data_holdout = n; }
 
+void qt_ckpt_state_change(const char *path, const char *kind, const char *was,
+                          const char *now, char *note, size_t n)
+{
+    qt_ckpt_ident *id = &qt_ckc.ident;
+    id->state_changed = 1;
+    snprintf(id->state_kind, sizeof id->state_kind, "%s", kind);
+    snprintf(id->state_was, sizeof id->state_was, "%s", was);
+    snprintf(id->state_now, sizeof id->state_now, "%s", now);
+    snprintf(note, n, "allow_state_change=1: %s: optimizer state was saved for %s %s, this "
+             "plan's is %s (another model setting, optimizer, schedule, global batch or "
+             "objective); resuming its Adam moments and step anyway: not a bit-exact resume "
+             "(recorded in the run manifest)", path, kind, was, now);
+}
+
 int qt_ckpt_data_holdout(char *out)
 {
     if (qt_ckc.data_holdout <= 0)

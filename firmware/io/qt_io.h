@@ -15,14 +15,25 @@
 
 /* ---- weights and checkpoints (firmware/io/checkpoint.c) ----------------------------- */
 
+/* want_optimizer of qt_checkpoint_load: what the load takes besides the weights. */
+#define QT_LOAD_WEIGHTS 0      /* the weights only (load_weights_only=1): step 0 */
+#define QT_LOAD_RESUME 1       /* also the Adam moments and the step when the checkpoint's
+                                  state hash is this plan's (a bit-exact resume) */
+#define QT_LOAD_RESUME_ANY 2   /* allow_state_change=1: the moments and the step under
+                                  another state hash too (a deliberate change of a hashed
+                                  setting: not bit-exact; qt_ckpt_ident.state_changed); a
+                                  checkpoint without optimizer state is refused */
+
 /* Load parameters from a safetensors file into the plan's parameter region (and, when the
- * file carries them and `want_optimizer` is set, Adam m/v and the step metadata).
+ * file carries them and `want_optimizer` is not QT_LOAD_WEIGHTS, Adam m/v and the step
+ * metadata).
  * Accepts the Hugging Face on-disk names of the plan's decoder (Qwen3-Next or Qwen3.5
  * layouts, per-expert experts.E.{gate,up,down}_proj) and the fused in-memory expert names
  * (mlp.experts.gate_up_proj [E,2I,H], mlp.experts.down_proj [E,H,I]); F32, BF16 or F16 tensors.
  * mtp.* tensors are skipped with a note on stderr. Missing, extra or mis-shaped tensors are
  * errors naming them. Optimizer state saved under another state hash (qt_ckpt_state_hash;
- * files without one: another plan hash) is skipped with a note and only the weights load.
+ * files without one: another plan hash) is skipped with a note and only the weights load,
+ * unless QT_LOAD_RESUME_ANY: then it loads, with a note naming both hashes.
  * On a mesh every rank reads the file itself and keeps its own part (its compute copy or
  * expert shard, its optimizer blocks); no collective runs. On success *step_out / *data_pos_out receive the step
  * metadata when the optimizer state was loaded with it, else 0; they may be NULL.
@@ -92,6 +103,13 @@ typedef struct qt_ckpt_ident {
     char dtype[16];            /* metadata "dtype" (the compute dtype of a bf16 run's save,
                                   "bfloat16"), "" when absent (float32, or older) */
     int n_files;               /* safetensors files hashed */
+    int state_changed;         /* QT_LOAD_RESUME_ANY: the moments and the step loaded
+                                  although the checkpoint's state hash (a file without one:
+                                  its plan hash) is not this plan's */
+    char state_kind[16];       /* with state_changed: "state hash" or "plan hash" */
+    char state_was[24];        /* with state_changed: the checkpoint's hash ("0x" + 16 hex,
+                                  or "(none)") */
+    char state_now[24];        /* with state_changed: this plan's */
 } qt_ckpt_ident;
 const qt_ckpt_ident *qt_checkpoint_ident(void);
 /* The data hash that saves record in their metadata ("data_hash"); never called: none. */

@@ -24,6 +24,7 @@ CG=build/configgen/configgen
 for f in $Q build/test-next-tiny/qtrain-static build/bench/qtrain build/mesh-next-dp2/qtrain \
          build/mtp-next-1r/qtrain build/mtp-keep-next-1r/qtrain build/test-35-tiny/qtrain \
          build/mesh-next-dp4/qtrain build/ctx-next-cp2/qtrain build/pp-next-pp2/qtrain $CG \
+         build/mesh-next-1r-b1/qtrain \
          build/tools/qtrain-data; do
   [ -x $f ] || { echo "bad_inputs_table.sh: $f missing; run make all first" >&2; exit 1; }
 done
@@ -440,6 +441,14 @@ row "qtrain-audit" "ckpt $W/ck.safetensors $W/g.safetensors (a gradient dump)" "
 row "qtrain-audit" "grads $W/ck.safetensors $W/g.safetensors (a checkpoint)" "e2e \`85_audit.sh\`: audit ckpt/grads: ... wrong files" build/audit/qtrain-audit grads $W/ck.safetensors $W/g.safetensors
 { printf -- '---\n'; cat configgen/configs/runs/test-next-tiny.yml; printf -- '---\nsteps: 5\n'; } > $W/twodocs.yml
 row "configgen" "configgen $W/twodocs.yml (test-next-tiny.yml after ---, then a second document)" "unit \`CgYaml.DocumentMarkers\`" cg $W/twodocs.yml
+
+# ---- session 24: allow_state_change=1 where it cannot apply (appended)
+E72SC="e2e \`72_mesh_ckpt.sh\`: allow_state_change=1"
+row "command line" "qtrain allow_state_change=1 load_weights_only=1 load=$W/st5.safetensors" "$E72SC" $Q data=$T steps=7 allow_state_change=1 load_weights_only=1 load=$W/st5.safetensors
+row "command line" "qtrain allow_state_change=1 (no load=)" "this table" $Q data=$T steps=7 allow_state_change=1
+row "checkpoint" "load=<test-next-tiny init.safetensors> allow_state_change=1 (no optimizer state)" "$E72SC" $Q data=$T steps=3 allow_state_change=1 load=tests/golden/e2e/test-next-tiny/init.safetensors
+row "checkpoint" "load=$W/noidx allow_state_change=1 (no optimizer.safetensors.index.json)" "$E72SC" $Q data=$T steps=3 allow_state_change=1 load=$W/noidx
+row "checkpoint" "mesh-next-1r-b1 load=$W/st5.safetensors allow_state_change=1 (global batch 2 -> 1)" "$E72SC" build/mesh-next-1r-b1/qtrain data=$T steps=7 allow_state_change=1 load=$W/st5.safetensors
 
 {
   cat <<'EOF'
