@@ -474,6 +474,33 @@ static void qt_main_check_dtype(const qt_plan *p, const qt_cli *cli, int rank, i
                  (long long)start);
 }
 
+/* A resume of a plan that drops past the expert hosts' receive buffers (ragged_buffer_factor
+ * r > 0 on an expert group of Ep > 1 ranks), or of a checkpoint such a plan saved: which
+ * rows drop depends on the expert degree, a rank's tokens a microbatch and the buffer's
+ * rows, which the mesh and r set and the state hash leaves out, so the checkpoint records
+ * them ("moe_buffer", qt_ckpt_buffer_meta). Another value (or one side without the
+ * buffers) resumes the state, but the steps from here drop other rows than the run that
+ * saved it would have: not a bit-exact resume, which rank 0 says and the run manifest's
+ * note records (a checkpoint saved before it was recorded, December 2026, reads as none). */
+static void qt_main_check_buffer(const qt_plan *p, const qt_cli *cli, int rank, int64_t start)
+{
+    char mine[96] = "";
+    const char *was = qt_checkpoint_ident()->moe_buffer;
+    const int on = qt_ckpt_buffer_meta(p, mine, sizeof mine);
+    if (!strcmp(was, mine)) return;
+    if (rank == 0)
+        fprintf(stderr, "qtrain: note: %s was trained with %s%s, this plan %s%s: the state "
+                "resumes at step %lld, but the steps from here drop other rows than the run "
+                "that saved it: not a bit-exact resume (recorded in the run manifest)\n",
+                cli->load, was[0] ? "expert receive buffers " : "no expert receive-buffer "
+                "dropping", was[0] ? was : " (it records none: a run without "
+                "ragged_buffer_factor, or one saved before December 2026)",
+                on ? "drops past receive buffers " : "has no receive-buffer dropping", mine,
+                (long long)start);
+    qt_main_note("moe_buffer %s -> %s at step %lld: the state resumed, not bit-exactly",
+                 was[0] ? was : "none", on ? mine : "none", (long long)start);
+}
+
 /* The run manifest, the first line this run writes to the metrics file (qt_io.h). */
 static void qt_main_manifest(const qt_plan *p, const qt_cli *cli, int argc, char **argv,
                              int64_t start, int64_t end)
@@ -831,6 +858,7 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
     if (*start > 0 && qt_main_check_data(cli, rank) != QT_OK)
         return QT_EXIT_ERR;
     if (*start > 0) qt_main_check_dtype(p, cli, rank, *start);
+    if (*start > 0) qt_main_check_buffer(p, cli, rank, *start);
     if (id->state_changed)
         qt_main_note("allow_state_change=1: %s %s -> %s at step %lld: the optimizer state and "
                      "step resumed, not bit-exactly", id->state_kind, id->state_was,

@@ -73,6 +73,7 @@ static struct {
                                                 the weights are known to fit */
     int skip_mtp;                            /* a plan with the MTP head loading a file
                                                 without mtp.*: the head keeps its init */
+    char buf[96];                            /* a save's "moe_buffer" value */
 } qt_ck;
 
 /* Parameter i is the MTP head's and the file does not hold the head (qt_load_validate). */
@@ -185,6 +186,8 @@ static int qt_save_header(const qt_plan *p, const char *path, int with_opt, int 
         rc = qt_st_wmeta("data_holdout", num);
     if (!rc && with_opt && qt_ckpt_dtype_meta(p))
         rc = qt_st_wmeta("dtype", qt_ckpt_dtype_meta(p));
+    if (!rc && with_opt && qt_ckpt_buffer_meta(p, qt_ck.buf, sizeof qt_ck.buf))
+        rc = qt_st_wmeta("moe_buffer", qt_ck.buf);
     if (!rc) {
         snprintf(num, sizeof num, "0x%016llx", (unsigned long long)p->hash);
         rc = qt_st_wmeta("plan_hash", num);
@@ -613,6 +616,8 @@ int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
         snprintf(id->data_hash, sizeof id->data_hash, "%s", dh ? dh : "");
         const char *dt = qt_st_meta(h, "dtype");
         snprintf(id->dtype, sizeof id->dtype, "%s", dt ? dt : "");
+        const char *mb = qt_st_meta(h, "moe_buffer");
+        snprintf(id->moe_buffer, sizeof id->moe_buffer, "%s", mb ? mb : "");
         id->content_hash = qt_st_hash(h);
         id->n_files = 1;
         id->loaded = 1;

@@ -74,6 +74,23 @@ const char *qt_ckpt_dtype_meta(const qt_plan *p)
     return p->dtype == QT_BF16 ? "bfloat16" : NULL;
 }
 
+int qt_ckpt_buffer_meta(const qt_plan *p, char *out, size_t n)
+{
+    for (int s = 0; s < qt_ckpp_count(p); s++) {
+        const qt_plan *q = qt_ckpp_stage(p, s);
+        if (!q->moe_ragged) continue;
+        for (qt_mb_cursor c = qt_mb_begin(q); qt_mb_next(&c);)
+            if (c.op->kind == QT_OP_MOE_RAGGED) {
+                const int64_t E = QT_A(c.op, MOE_RAGGED, E), El = QT_A(c.op, MOE_RAGGED, El);
+                snprintf(out, n, "ep=%lld tokens=%lld rows=%lld microbatches=%lld",
+                         (long long)(El > 0 ? E / El : 0), (long long)QT_A(c.op, MOE_RAGGED, T),
+                         (long long)QT_A(c.op, MOE_RAGGED, B), (long long)q->train.grad_accum);
+                return 1;
+            }
+    }
+    return 0;
+}
+
 int qt_ckpt_check_plan(const qt_plan *p, const char *path)
 {
     (void)path;

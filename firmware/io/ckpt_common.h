@@ -5,7 +5,6 @@
 #ifndef QT_CKPT_COMMON_H
 #define QT_CKPT_COMMON_H
 
-#include <stddef.h>
 #include <stdint.h>
 #include "qt_plan.h"
 #include "qt_io.h"

@@ -362,6 +362,9 @@ static int qt_cd_index(const qt_plan *p, const char *index_name, int32_t s0, int
         qt_cd_meta("data_holdout", num, 0);
     if (qt_ckpt_dtype_meta(p))
         qt_cd_meta("dtype", qt_ckpt_dtype_meta(p), 0);
+    char buf[96];
+    if (qt_ckpt_buffer_meta(p, buf, sizeof buf))
+        qt_cd_meta("moe_buffer", buf, 0);
     snprintf(num, sizeof num, "0x%016llx", (unsigned long long)p->hash);
     qt_cd_meta("plan_hash", num, 0);
     snprintf(num, sizeof num, "0x%016llx", (unsigned long long)qt_ckpt_state_hash(p));

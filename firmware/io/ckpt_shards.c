@@ -477,6 +477,8 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
         snprintf(id->data_hash, sizeof id->data_hash, "%s", dh ? dh : "");
         const char *dt = qt_sx_meta(0, "dtype");
         snprintf(id->dtype, sizeof id->dtype, "%s", dt ? dt : "");
+        const char *mb = qt_sx_meta(0, "moe_buffer");
+        snprintf(id->moe_buffer, sizeof id->moe_buffer, "%s", mb ? mb : "");
         id->content_hash = qt_hash64_final(&qt_cs.ident);
         id->n_files = qt_sx_shards();
         id->loaded = 1;

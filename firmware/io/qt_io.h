@@ -6,6 +6,7 @@
 #ifndef QT_IO_H
 #define QT_IO_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include "qt_plan.h"
@@ -102,6 +103,8 @@ typedef struct qt_ckpt_ident {
     int64_t data_holdout;      /* metadata "data_holdout" (eval_holdout=N's N), 0 when absent */
     char dtype[16];            /* metadata "dtype" (the compute dtype of a bf16 run's save,
                                   "bfloat16"), "" when absent (float32, or older) */
+    char moe_buffer[96];       /* metadata "moe_buffer" (a receive-buffer dropping run's
+                                  drop geometry, qt_ckpt_buffer_meta), "" when absent */
     int n_files;               /* safetensors files hashed */
     int state_changed;         /* QT_LOAD_RESUME_ANY: the moments and the step loaded
                                   although the checkpoint's state hash (a file without one:
@@ -128,6 +131,14 @@ void qt_checkpoint_set_data_holdout(int64_t n);
  * plan bit-exactly, unless the compute dtype differs (not hashed: the checkpoint's "dtype"
  * metadata, qt_ckpt_ident.dtype; the state resumes, noted as not bit-exact). */
 uint64_t qt_ckpt_state_hash(const qt_plan *p);
+/* "moe_buffer" for a save's metadata, into out[n]: a plan that drops past the expert
+ * hosts' receive buffers (moe_ragged, ragged_buffer_factor > 0 on an expert group of more
+ * than one rank) records what its drops depend on, "ep=Ep tokens=T rows=B microbatches=G"
+ * (the expert degree, a rank's tokens a microbatch, the buffer's rows, the accumulation
+ * steps): 1. 0 for every other plan (the key is then not written: their checkpoints' bytes
+ * are unchanged). Not in the state hash (Ep and T are the mesh's and the batch split's):
+ * a resume whose value differs continues the state, not bit-exactly (main.c notes it). */
+int qt_ckpt_buffer_meta(const qt_plan *p, char *out, size_t n);
 /* Vets a save= (qtrain_format 1) or dump_grads= (0) destination `path` given as `key`
  * before training, reading only: QT_OK when it does not exist. Refused (QT_E_ARG, message
  * naming key, path and what was expected): an existing path that is not a regular file,
