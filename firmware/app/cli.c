@@ -220,7 +220,9 @@ static int qt_cli_set(qt_cli *c, int k, const char *val)
             return qt_cli_bad(key, val, "a positive number of windows");
         c->eval_holdout = (int64_t)u;
         break;
-    case QT_KEY_SAVE_SHARD_SIZE: return qt_cli_byte_count(key, val, &c->save_shard_size);
+    case QT_KEY_SAVE_SHARD_SIZE:
+        c->save_shard_size_arg = val;
+        return qt_cli_byte_count(key, val, &c->save_shard_size);
     case QT_KEY_SEED:
         if (qt_cli_u64(val, &u)) return qt_cli_bad(key, val, "an unsigned decimal integer");
         c->seed = u;

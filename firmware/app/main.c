@@ -778,6 +778,15 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
          (cli->save && !cli->overwrite &&
           qt_checkpoint_check_target_model(p, "save", cli->save) != QT_OK)))
         st = QT_E_ARG;
+    if (st == QT_OK && cli->save) {
+        /* every rank counts alike; rank 0 says it */
+        const int was = qt_set_quiet(rank != 0);
+        st = qt_checkpoint_check_shards(p, cli->save, cli->save_shard_size,
+                                        cli->save_shard_size_arg ? cli->save_shard_size_arg
+                                                                 : "4G (the default)")
+                 ? QT_E_ARG : QT_OK;
+        qt_set_quiet(was);
+    }
     if (st == QT_OK && cli->save)
         st = qt_checkpoint_check_fsize(p, "save", cli->save, 1, cli->save_shard_size) ? QT_E_ARG
                                                                                        : QT_OK;

@@ -17,6 +17,7 @@ typedef struct qt_cli {
     const char *save;          /* checkpoint written at the end (directory, or one *.safetensors
                                   file), or NULL */
     int64_t save_shard_size;   /* largest shard of a save= directory, bytes (default 4 GiB) */
+    const char *save_shard_size_arg;   /* save_shard_size= as given, or NULL */
     int64_t save_every;        /* 0 = off */
     const char *tokenizer;     /* tokenizer.json (or its directory) copied into save= dirs,
                                   or NULL */

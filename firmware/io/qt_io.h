@@ -189,6 +189,13 @@ int qt_checkpoint_claim(const qt_plan *p, const char *key, const char *path, int
  * tensor data than the limit allows. */
 int qt_checkpoint_check_fsize(const qt_plan *p, const char *key, const char *path,
                               int qtrain_format, int64_t shard_bytes);
+/* At start-up, for a save= directory (not a *.safetensors file): QT_E_ARG (message naming
+ * save_shard_size= as `given`, the path, the shard count, the limit QT_SX_MAX_SHARDS and the
+ * smallest accepted size) if its shards of at most shard_bytes would be more than a
+ * checkpoint directory may hold (ckpt_dir.c's packing, counted from the plan's tensors), so
+ * that it is not found only at the first save, after training. QT_OK otherwise. */
+int qt_checkpoint_check_shards(const qt_plan *p, const char *path, int64_t shard_bytes,
+                               const char *given);
 /* Installs the SIGXFSZ handler (st_write.c): a write past RLIMIT_FSIZE then fails with
  * EFBIG (reported by the writer, the checkpoint untouched) instead of killing the process
  * silently, and the handler prints once which limit was hit. Call first in main. */

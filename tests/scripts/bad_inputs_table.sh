@@ -449,6 +449,10 @@ row "command line" "qtrain allow_state_change=1 (no load=)" "this table" $Q data
 row "checkpoint" "load=<test-next-tiny init.safetensors> allow_state_change=1 (no optimizer state)" "$E72SC" $Q data=$T steps=3 allow_state_change=1 load=tests/golden/e2e/test-next-tiny/init.safetensors
 row "checkpoint" "load=$W/noidx allow_state_change=1 (no optimizer.safetensors.index.json)" "$E72SC" $Q data=$T steps=3 allow_state_change=1 load=$W/noidx
 row "checkpoint" "mesh-next-1r-b1 load=$W/st5.safetensors allow_state_change=1 (global batch 2 -> 1)" "$E72SC" build/mesh-next-1r-b1/qtrain data=$T steps=7 allow_state_change=1 load=$W/st5.safetensors
+# save_shard_size= needing more than 4096 shards: refused at start-up (test-next-tiny with 2048 experts)
+$CG -o $W/many configgen/configs/runs/test-next-tiny.yml num_experts=2048 num_experts_per_tok=8 base_moe_mlp_dim=4 > /dev/null 2>&1 &&
+  make -s plan-binary PLAN=$W/many/test-next-tiny OUT=$W/many/qtrain > /dev/null 2>&1
+row "command line" "save=$W/ck1k save_shard_size=1K (test-next-tiny with num_experts=2048: 37002 shards)" "e2e \`42_ckpt_owner.sh\`: save_shard_size: a size needing more than 4096 shards" $W/many/qtrain data=$T steps=2 save=$W/ck1k save_shard_size=1K
 
 {
   cat <<'EOF'
