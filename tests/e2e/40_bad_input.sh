@@ -580,15 +580,37 @@ check "configgen: started outside the project, base.yml missing is said with whe
 
 # audit22: under `ulimit -f` SIGXFSZ ended configgen (exit 153, no message) and left
 # OUTDIR/.<run>.tmp.<pid>/ with a cut plan.c; now the write fails naming the limit, exit 1,
-# and nothing is left in OUTDIR.
+# and nothing is left in OUTDIR. Session 24: nor OUTDIR itself, or its parents, when this
+# run created them (-o a/b: neither a nor b is left); an OUTDIR that existed stays, with
+# its files.
 cg_fsize() {
   local o=$QT_TMP/cgfs; rm -rf $o
-  (ulimit -f 8; exec build/configgen/configgen -o $o configgen/configs/runs/test-next-tiny.yml) 2> $QT_TMP/cgfs.err; local rc=$?
+  (ulimit -f 8; exec build/configgen/configgen -o $o/a/b configgen/configs/runs/test-next-tiny.yml) 2> $QT_TMP/cgfs.err; local rc=$?
   cat $QT_TMP/cgfs.err
-  [ $rc = 1 ] && grep -qF "$o/test-next-tiny/plan.c: write failed: File too large (the file-size limit, ulimit -f; nothing was written)" $QT_TMP/cgfs.err || { echo "exit $rc"; return 1; }
-  [ -z "$(ls -A $o)" ] || { echo "left:"; find $o; return 1; }
+  [ $rc = 1 ] && grep -qF "$o/a/b/test-next-tiny/plan.c: write failed: File too large (the file-size limit, ulimit -f; nothing was written)" $QT_TMP/cgfs.err || { echo "exit $rc"; return 1; }
+  [ ! -e $o ] || { echo "left:"; find $o; return 1; }
+  mkdir -p $o/mine && echo keep > $o/mine/notes.txt
+  (ulimit -f 8; exec build/configgen/configgen -o $o/mine configgen/configs/runs/test-next-tiny.yml) 2> /dev/null && { echo "accepted"; return 1; }
+  [ "$(cd $o && find . | sort | tr '\n' ' ')" = ". ./mine ./mine/notes.txt " ] || { echo "the existing -o changed:"; find $o; return 1; }
 }
-check "configgen: a write past ulimit -f is an error naming the limit, nothing left in the output directory" cg_fsize
+check "configgen: a write past ulimit -f is an error naming the limit, nothing left: no output directory it created" cg_fsize
+
+# configgen on a full disk (a 16 KiB tmpfs, when this runs as root and may mount one): the
+# error names the file and ENOSPC, and the -o directory configgen created is removed.
+cg_full_disk() {
+  local m=$QT_TMP/cgfull rc
+  mkdir -p $m
+  if ! mount -t tmpfs -o size=16k tmpfs $m 2> /dev/null; then
+    echo "cannot mount a tmpfs (not root?): the ulimit -f case covers the removal"; return 0
+  fi
+  build/configgen/configgen -o $m/out configgen/configs/runs/test-next-tiny.yml 2> $QT_TMP/cgfull.err; rc=$?
+  local left; left=$(ls -A $m)
+  umount $m
+  cat $QT_TMP/cgfull.err
+  [ $rc = 1 ] && grep -qF "$m/out/test-next-tiny/" $QT_TMP/cgfull.err && grep -qF "No space left on device" $QT_TMP/cgfull.err || { echo "exit $rc"; return 1; }
+  [ -z "$left" ] || { echo "left on the full disk: $left"; return 1; }
+}
+check "configgen: a full disk (16 KiB tmpfs) is an error naming the file, and the -o directory it created is removed" cg_full_disk
 
 # qtrain-data's numbers: from=, count= and info's eos= past 2^64 were taken as 2^64-1 (the
 # message then named another value than the one given, and info counted documents at an
