@@ -455,6 +455,22 @@ qd_nothing_left() {
   [ "$(ls -A $d | grep -c tmp)" = 0 ] && $QD info in=$d/out.tok eos=257
 }
 check "qtrain-data: a failed encode leaves no output (neither target nor temporary)" qd_nothing_left
+# A document that is one long pre-tokenizer piece (session 24): byte-level BPE merges a piece
+# whole, as Hugging Face does, about 20 bytes of memory a byte (a 50 MB one-letter line took
+# 1.1 GB). A piece of 16 MiB or more is reported with its size and memory; a 1 MiB one is
+# not; out of memory (ulimit -v) names the piece and its need, exit 1, nothing left.
+qd_long_piece() {
+  local d=$QT_TMP/qdlong; rm -rf $d; mkdir -p $d
+  head -c 16777216 /dev/zero | tr '\0' a > $d/long.txt
+  head -c 1048576 /dev/zero | tr '\0' a > $d/short.txt
+  $QD encode tokenizer=$B/tiny.json out=$d/l.tok $d/short.txt $d/long.txt > /dev/null 2> $d/err.txt || { cat $d/err.txt; return 1; }
+  grep -F "qtrain-data: note: $d/long.txt: document 2 holds a pre-tokenizer piece of 16777216 bytes" $d/err.txt || { cat $d/err.txt; return 1; }
+  grep -q "short.txt: document" $d/err.txt && { echo "a 1 MiB piece was reported"; return 1; }
+  (ulimit -v 250000; exec $QD encode tokenizer=$B/tiny.json out=$d/m.tok $d/long.txt) > /dev/null 2> $d/oom.txt && { echo "accepted under ulimit -v"; return 1; }
+  grep -F "qtrain-data: out of memory for a pre-tokenizer piece of 16777216 bytes: byte-level BPE merges a piece whole" $d/oom.txt || { cat $d/oom.txt; return 1; }
+  [ -z "$(ls -A $d | grep '^m\.tok')" ] || { echo "left:"; ls -A $d; return 1; }
+}
+check "qtrain-data: a 16 MiB one-word document is reported with the memory its BPE takes; out of memory names the piece" qd_long_piece
 
 # audit22: under `ulimit -f` SIGXFSZ ended qtrain-data with no message (exit 153) and left its
 # half-written temporary (.out.tok.tmp.XXXXXX, a name no later run removes) beside out=; the
