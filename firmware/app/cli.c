@@ -18,14 +18,14 @@ enum qt_cli_key {
     QT_KEY_COMM_TIMEOUT, QT_KEY_OVERWRITE, QT_KEY_SAVE_SHARD_SIZE, QT_KEY_ALLOW_DATA_CHANGE,
     QT_KEY_LOAD_WEIGHTS_ONLY, QT_KEY_TRUNCATE_METRICS, QT_KEY_TOKENIZER, QT_KEY_HELP,
     QT_KEY_EVAL_DATA, QT_KEY_EVAL_HOLDOUT, QT_KEY_ARENA_PAGES, QT_KEY_START_TIMEOUT,
-    QT_KEY_COUNT
+    QT_KEY_ALLOW_STATE_CHANGE, QT_KEY_COUNT
 };
 
 static const char *const qt_cli_names[QT_KEY_COUNT] = {
     "steps", "data", "data_dtype", "load", "save", "save_every", "metrics", "seed",
     "learning_rate", "dump_grads", "profile", "comm_timeout", "overwrite", "save_shard_size",
     "allow_data_change", "load_weights_only", "truncate_metrics", "tokenizer", "help",
-    "eval_data", "eval_holdout", "arena_pages", "start_timeout"
+    "eval_data", "eval_holdout", "arena_pages", "start_timeout", "allow_state_change"
 };
 
 void qt_cli_usage(FILE *f, const char *prog)
@@ -66,6 +66,10 @@ void qt_cli_usage(FILE *f, const char *prog)
             "                   an existing save=/dump_grads= file that is not a qtrain file\n"
             "  allow_data_change=0|1  1: resume from a checkpoint saved on other data (its\n"
             "                   data_hash differs); the run manifest records a note\n"
+            "  allow_state_change=0|1  1: resume the Adam moments and the step of load= although\n"
+            "                   its state hash differs (another schedule, learning rate,\n"
+            "                   global batch or objective: a deliberate change, not a bit-exact\n"
+            "                   resume; the run manifest records a note)\n"
             "  load_weights_only=0|1  1: load= takes the weights only and training starts at\n"
             "                   step 0 with fresh Adam moments (a qtrain checkpoint whose\n"
             "                   optimizer state is missing is refused without it)\n"
@@ -220,7 +224,9 @@ static int qt_cli_set(qt_cli *c, int k, const char *val)
             return qt_cli_bad(key, val, "a positive number of windows up to " QT_CLI_MAX_TEXT);
         c->eval_holdout = (int64_t)u;
         break;
-    case QT_KEY_SAVE_SHARD_SIZE: return qt_cli_byte_count(key, val, &c->save_shard_size);
+    case QT_KEY_SAVE_SHARD_SIZE:
+        c->save_shard_size_arg = val;
+        return qt_cli_byte_count(key, val, &c->save_shard_size);
     case QT_KEY_SEED:
         if (qt_cli_u64(val, &u))
             return qt_cli_bad(key, val, "an unsigned decimal integer up to 18446744073709551615 "
@@ -250,6 +256,7 @@ static int qt_cli_set(qt_cli *c, int k, const char *val)
     case QT_KEY_OVERWRITE: return qt_cli_flag(key, val, &c->overwrite);
     case QT_KEY_ALLOW_DATA_CHANGE: return qt_cli_flag(key, val, &c->allow_data_change);
     case QT_KEY_LOAD_WEIGHTS_ONLY: return qt_cli_flag(key, val, &c->load_weights_only);
+    case QT_KEY_ALLOW_STATE_CHANGE: return qt_cli_flag(key, val, &c->allow_state_change);
     case QT_KEY_TRUNCATE_METRICS: return qt_cli_flag(key, val, &c->truncate_metrics);
     case QT_KEY_DATA: c->data = val; break;
     case QT_KEY_EVAL_DATA: c->eval_data = val; break;
@@ -311,6 +318,18 @@ int qt_cli_parse(qt_cli *c, int argc, char **argv)
     }
     if (c->load_weights_only && !c->load) {
         fprintf(stderr, "qtrain: load_weights_only=1 needs load=PATH\n");
+        return QT_E_ARG;
+    }
+    if (c->allow_state_change && !c->load) {
+        fprintf(stderr, "qtrain: allow_state_change=1 needs load=PATH (the checkpoint whose "
+                "optimizer state and step it resumes)\n");
+        return QT_E_ARG;
+    }
+    if (c->allow_state_change && c->load_weights_only) {
+        fprintf(stderr, "qtrain: allow_state_change=1 and load_weights_only=1 contradict each "
+                "other: the first resumes the Adam moments and the step of load=%s across a "
+                "state-hash change, the second loads its weights only, from step 0; give one\n",
+                c->load);
         return QT_E_ARG;
     }
     if (c->truncate_metrics && !c->metrics) {

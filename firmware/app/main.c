@@ -480,6 +480,33 @@ static void qt_main_check_dtype(const qt_plan *p, const qt_cli *cli, int rank, i
                  (long long)start);
 }
 
+/* A resume of a plan that drops past the expert hosts' receive buffers (ragged_buffer_factor
+ * r > 0 on an expert group of Ep > 1 ranks), or of a checkpoint such a plan saved: which
+ * rows drop depends on the expert degree, a rank's tokens a microbatch and the buffer's
+ * rows, which the mesh and r set and the state hash leaves out, so the checkpoint records
+ * them ("moe_buffer", qt_ckpt_buffer_meta). Another value (or one side without the
+ * buffers) resumes the state, but the steps from here drop other rows than the run that
+ * saved it would have: not a bit-exact resume, which rank 0 says and the run manifest's
+ * note records (a checkpoint saved before it was recorded, December 2026, reads as none). */
+static void qt_main_check_buffer(const qt_plan *p, const qt_cli *cli, int rank, int64_t start)
+{
+    char mine[96] = "";
+    const char *was = qt_checkpoint_ident()->moe_buffer;
+    const int on = qt_ckpt_buffer_meta(p, mine, sizeof mine);
+    if (!strcmp(was, mine)) return;
+    if (rank == 0)
+        fprintf(stderr, "qtrain: note: %s was trained with %s%s, this plan %s%s: the state "
+                "resumes at step %lld, but the steps from here drop other rows than the run "
+                "that saved it: not a bit-exact resume (recorded in the run manifest)\n",
+                cli->load, was[0] ? "expert receive buffers " : "no expert receive-buffer "
+                "dropping", was[0] ? was : " (it records none: a run without "
+                "ragged_buffer_factor, or one saved before December 2026)",
+                on ? "drops past receive buffers " : "has no receive-buffer dropping", mine,
+                (long long)start);
+    qt_main_note("moe_buffer %s -> %s at step %lld: the state resumed, not bit-exactly",
+                 was[0] ? was : "none", on ? mine : "none", (long long)start);
+}
+
 /* The run manifest, the first line this run writes to the metrics file (qt_io.h). */
 static void qt_main_manifest(const qt_plan *p, const qt_cli *cli, int argc, char **argv,
                              int64_t start, int64_t end)
@@ -772,6 +799,15 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
          (cli->save && !cli->overwrite &&
           qt_checkpoint_check_target_model(p, "save", cli->save) != QT_OK)))
         st = QT_E_ARG;
+    if (st == QT_OK && cli->save) {
+        /* every rank counts alike; rank 0 says it */
+        const int was = qt_set_quiet(rank != 0);
+        st = qt_checkpoint_check_shards(p, cli->save, cli->save_shard_size,
+                                        cli->save_shard_size_arg ? cli->save_shard_size_arg
+                                                                 : "4G (the default)")
+                 ? QT_E_ARG : QT_OK;
+        qt_set_quiet(was);
+    }
     if (st == QT_OK && cli->save)
         st = qt_checkpoint_check_fsize(p, "save", cli->save, 1, cli->save_shard_size) ? QT_E_ARG
                                                                                        : QT_OK;
@@ -812,9 +848,10 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
     if (rank == 0 && cli->load_weights_only)
         fprintf(stderr, "qtrain: note: load_weights_only=1: loading the weights of %s only; "
                 "training starts at step 0 with fresh Adam moments\n", cli->load);
+    const int want = cli->load_weights_only ? QT_LOAD_WEIGHTS
+                   : cli->allow_state_change ? QT_LOAD_RESUME_ANY : QT_LOAD_RESUME;
     if (qt_main_agree("loading the checkpoint",
-                      qt_checkpoint_load(p, cli->load, !cli->load_weights_only, start,
-                                         &data_pos)) != QT_OK)
+                      qt_checkpoint_load(p, cli->load, want, start, &data_pos)) != QT_OK)
         return QT_EXIT_ERR;
     /* bf16 plans: the compute copy from the loaded masters */
     if (qt_main_agree("publishing the loaded parameters", qt_runtime_params_changed()) != QT_OK)
@@ -822,6 +859,22 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
     if (*start < 0) {
         fprintf(stderr, "qtrain: %s: step %lld in the metadata is negative\n", cli->load,
                 (long long)*start);
+        return QT_EXIT_ERR;
+    }
+    const qt_ckpt_ident *id = qt_checkpoint_ident();
+    if (data_pos != qt_main_data_pos(p, *start) && id->state_changed && *start > 0 &&
+        data_pos % *start == 0) {
+        /* allow_state_change=1 across a global batch change: step i reads sequences i x B
+         * onwards, so the checkpoint's data position does not continue on this plan */
+        if (rank == 0)
+            fprintf(stderr, "qtrain: %s: allow_state_change=1 cannot resume a checkpoint of "
+                    "another global batch: it was trained with %lld sequences a step (data "
+                    "position %lld at step %lld), this plan trains %lld; step i reads the "
+                    "data from sequence i x global batch, so the run would skip or reread "
+                    "data (give load_weights_only=1 to start from its weights at step 0, or "
+                    "the checkpoint's global batch)\n", cli->load,
+                    (long long)(data_pos / *start), (long long)data_pos, (long long)*start,
+                    (long long)p->train.global_batch);
         return QT_EXIT_ERR;
     }
     if (data_pos != qt_main_data_pos(p, *start)) {
@@ -835,6 +888,14 @@ static int qt_main_load(const qt_plan *p, const qt_cli *cli, int64_t *start)
     if (*start > 0 && qt_main_check_data(cli, rank) != QT_OK)
         return QT_EXIT_ERR;
     if (*start > 0) qt_main_check_dtype(p, cli, rank, *start);
+    if (*start > 0) qt_main_check_buffer(p, cli, rank, *start);
+    if (id->state_changed)
+        qt_main_note("allow_state_change=1: %s %s -> %s at step %lld: the optimizer state and "
+                     "step resumed, not bit-exactly", id->state_kind, id->state_was,
+                     id->state_now, (long long)*start);
+    else if (cli->allow_state_change && rank == 0)
+        fprintf(stderr, "qtrain: note: allow_state_change=1: %s has this plan's state hash: "
+                "nothing to allow (a bit-exact resume)\n", cli->load);
     if (*start > 0 && cli->learning_rate >= 0.0f) {
         if (rank == 0)
             fprintf(stderr, "qtrain: note: learning_rate=%g overrides the plan's peak learning "

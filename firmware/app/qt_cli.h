@@ -17,6 +17,7 @@ typedef struct qt_cli {
     const char *save;          /* checkpoint written at the end (directory, or one *.safetensors
                                   file), or NULL */
     int64_t save_shard_size;   /* largest shard of a save= directory, bytes (default 4 GiB) */
+    const char *save_shard_size_arg;   /* save_shard_size= as given, or NULL */
     int64_t save_every;        /* 0 = off */
     const char *tokenizer;     /* tokenizer.json (or its directory) copied into save= dirs,
                                   or NULL */
@@ -34,6 +35,8 @@ typedef struct qt_cli {
                                   checkpoint's (noted in the run manifest) */
     int load_weights_only;     /* 1: load= takes the weights only (step 0, fresh Adam
                                   moments), even from a checkpoint with optimizer state */
+    int allow_state_change;    /* 1: load= resumes the Adam moments and the step although
+                                  the checkpoint's state hash differs (noted in the manifest) */
     int truncate_metrics;      /* 1: a resumed run cuts the metrics= lines of steps at or
                                   past its start step (crash recovery; noted in the manifest) */
     const char *eval_data;     /* held-out token file (formats of data=), or NULL */

@@ -69,10 +69,11 @@ static struct {
     unsigned char used[QT_ST_MAX_TENSORS];   /* file tensor consumed by the plan */
     char name[QT_ST_NAME_MAX + 16];
     char path[QT_SX_PATH_MAX];               /* load= argument resolved (st_index.c) */
-    char note[QT_SX_PATH_MAX + 256];         /* why the moments do not load, printed once
+    char note[QT_SX_PATH_MAX + 512];         /* why the moments do not load, printed once
                                                 the weights are known to fit */
     int skip_mtp;                            /* a plan with the MTP head loading a file
                                                 without mtp.*: the head keeps its init */
+    char buf[96];                            /* a save's "moe_buffer" value */
 } qt_ck;
 
 /* Parameter i is the MTP head's and the file does not hold the head (qt_load_validate). */
@@ -185,6 +186,8 @@ static int qt_save_header(const qt_plan *p, const char *path, int with_opt, int 
         rc = qt_st_wmeta("data_holdout", num);
     if (!rc && with_opt && qt_ckpt_dtype_meta(p))
         rc = qt_st_wmeta("dtype", qt_ckpt_dtype_meta(p));
+    if (!rc && with_opt && qt_ckpt_buffer_meta(p, qt_ck.buf, sizeof qt_ck.buf))
+        rc = qt_st_wmeta("moe_buffer", qt_ck.buf);
     if (!rc) {
         snprintf(num, sizeof num, "0x%016llx", (unsigned long long)p->hash);
         rc = qt_st_wmeta("plan_hash", num);
@@ -457,20 +460,31 @@ static void qt_load_copy(const qt_plan *p, int h, const char *prefix, int src)
  * into qt_ck.note (printed only once the weights are known to fit, so a checkpoint of
  * another model is refused without first announcing "the weights only"). A qtrain
  * checkpoint (format qtrain-1) always holds its optimizer state: without it, a resume is
- * refused (QT_E_MISMATCH) unless the caller wants the weights only (want_opt 0,
- * load_weights_only=1). */
+ * refused (QT_E_MISMATCH) unless the caller wants the weights only (want_opt
+ * QT_LOAD_WEIGHTS, load_weights_only=1). want_opt QT_LOAD_RESUME_ANY (allow_state_change=1)
+ * loads the moments under another state hash too (the note says so, the load record keeps
+ * both hashes) and refuses a file without them. */
 static int qt_load_opt_decision(const qt_plan *p, int h, const char *path, int want_opt,
                                 int has_opt, int *load_opt)
 {
     char mine[24];
     const char *fs = qt_st_meta(h, "state_hash"), *fmt = qt_st_meta(h, "format");
     qt_ck.note[0] = 0;
-    *load_opt = want_opt && has_opt;
+    *load_opt = want_opt != QT_LOAD_WEIGHTS && has_opt;
+    if (want_opt == QT_LOAD_RESUME_ANY && !has_opt)
+        return qt_fail(QT_E_MISMATCH, "%s: allow_state_change=1, but the file holds no "
+                       "optimizer state (no optimizer.* tensors): there are no Adam moments "
+                       "or step to resume (without allow_state_change=1 %s)", path,
+                       fmt && !strcmp(fmt, QT_CKPT_FORMAT)
+                           ? "load_weights_only=1 starts from its weights at step 0"
+                           : "its weights load, from step 0");
     if (*load_opt && fs) {
         /* Same model, optimizer, schedule and global batch: the moments resume this plan
          * bit-exactly whatever mesh or batch split saved them. */
         snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)qt_ckpt_state_hash(p));
-        if (strcmp(fs, mine)) {
+        if (strcmp(fs, mine) && want_opt == QT_LOAD_RESUME_ANY) {
+            qt_ckpt_state_change(path, "state hash", fs, mine, qt_ck.note, sizeof qt_ck.note);
+        } else if (strcmp(fs, mine)) {
             snprintf(qt_ck.note, sizeof qt_ck.note, "%s: optimizer state was saved for state "
                      "hash %s (model, optimizer, schedule, global batch, objective), this plan's is %s; "
                      "loading the weights only, from step 0", path, fs, mine);
@@ -480,7 +494,10 @@ static int qt_load_opt_decision(const qt_plan *p, int h, const char *path, int w
         /* a file without a state hash: the old rule, the whole plan must be the same */
         const char *fh = qt_st_meta(h, "plan_hash");
         snprintf(mine, sizeof mine, "0x%016llx", (unsigned long long)p->hash);
-        if (!fh || strcmp(fh, mine)) {
+        if ((!fh || strcmp(fh, mine)) && want_opt == QT_LOAD_RESUME_ANY) {
+            qt_ckpt_state_change(path, "plan hash", fh ? fh : "(none)", mine, qt_ck.note,
+                                 sizeof qt_ck.note);
+        } else if (!fh || strcmp(fh, mine)) {
             /* Another plan's Adam state (other batch split, schedule or run) does not resume
              * this plan bit-exactly; its weights are still good, so they load alone. */
             snprintf(qt_ck.note, sizeof qt_ck.note, "%s: optimizer state was saved for plan "
@@ -488,13 +505,13 @@ static int qt_load_opt_decision(const qt_plan *p, int h, const char *path, int w
                      path, fh ? fh : "(none)", mine);
             *load_opt = 0;
         }
-    } else if (want_opt && fmt && !strcmp(fmt, QT_CKPT_FORMAT)) {
+    } else if (want_opt != QT_LOAD_WEIGHTS && fmt && !strcmp(fmt, QT_CKPT_FORMAT)) {
         return qt_fail(QT_E_MISMATCH, "%s: a qtrain checkpoint (format %s) without its "
                        "optimizer state (no optimizer.* tensors): refusing to resume from the "
                        "weights alone, which would restart at step 0 (give load_weights_only=1 "
                        "to start from its weights at step 0 with fresh Adam moments)", path,
                        QT_CKPT_FORMAT);
-    } else if (want_opt) {
+    } else if (want_opt != QT_LOAD_WEIGHTS) {
         snprintf(qt_ck.note, sizeof qt_ck.note, "%s: no optimizer state in the file; Adam "
                  "moments not loaded", path);
     }
@@ -599,6 +616,8 @@ int qt_checkpoint_load(const qt_plan *p, const char *arg, int want_optimizer,
         snprintf(id->data_hash, sizeof id->data_hash, "%s", dh ? dh : "");
         const char *dt = qt_st_meta(h, "dtype");
         snprintf(id->dtype, sizeof id->dtype, "%s", dt ? dt : "");
+        const char *mb = qt_st_meta(h, "moe_buffer");
+        snprintf(id->moe_buffer, sizeof id->moe_buffer, "%s", mb ? mb : "");
         id->content_hash = qt_st_hash(h);
         id->n_files = 1;
         id->loaded = 1;

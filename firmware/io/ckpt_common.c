@@ -39,6 +39,20 @@ void qt_checkpoint_set_data_hash(uint64_t hash)
 
 void qt_checkpoint_set_data_holdout(int64_t n) { qt_ckc.data_holdout = n; }
 
+void qt_ckpt_state_change(const char *path, const char *kind, const char *was,
+                          const char *now, char *note, size_t n)
+{
+    qt_ckpt_ident *id = &qt_ckc.ident;
+    id->state_changed = 1;
+    snprintf(id->state_kind, sizeof id->state_kind, "%s", kind);
+    snprintf(id->state_was, sizeof id->state_was, "%s", was);
+    snprintf(id->state_now, sizeof id->state_now, "%s", now);
+    snprintf(note, n, "allow_state_change=1: %s: optimizer state was saved for %s %s, this "
+             "plan's is %s (another model setting, optimizer, schedule, global batch or "
+             "objective); resuming its Adam moments and step anyway: not a bit-exact resume "
+             "(recorded in the run manifest)", path, kind, was, now);
+}
+
 int qt_ckpt_data_holdout(char *out)
 {
     if (qt_ckc.data_holdout <= 0)
@@ -58,6 +72,23 @@ int qt_ckpt_data_hash(char *out)
 const char *qt_ckpt_dtype_meta(const qt_plan *p)
 {
     return p->dtype == QT_BF16 ? "bfloat16" : NULL;
+}
+
+int qt_ckpt_buffer_meta(const qt_plan *p, char *out, size_t n)
+{
+    for (int s = 0; s < qt_ckpp_count(p); s++) {
+        const qt_plan *q = qt_ckpp_stage(p, s);
+        if (!q->moe_ragged) continue;
+        for (qt_mb_cursor c = qt_mb_begin(q); qt_mb_next(&c);)
+            if (c.op->kind == QT_OP_MOE_RAGGED) {
+                const int64_t E = QT_A(c.op, MOE_RAGGED, E), El = QT_A(c.op, MOE_RAGGED, El);
+                snprintf(out, n, "ep=%lld tokens=%lld rows=%lld microbatches=%lld",
+                         (long long)(El > 0 ? E / El : 0), (long long)QT_A(c.op, MOE_RAGGED, T),
+                         (long long)QT_A(c.op, MOE_RAGGED, B), (long long)q->train.grad_accum);
+                return 1;
+            }
+    }
+    return 0;
 }
 
 int qt_ckpt_check_plan(const qt_plan *p, const char *path)

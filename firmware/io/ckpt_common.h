@@ -38,6 +38,12 @@ int qt_ckpt_save_piece(const qt_plan *p, int src, int32_t i, int32_t k, int writ
 int64_t qt_ckpt_row_elems(const qt_plan *p, int32_t i);
 /* The record of the last load (qt_checkpoint_ident), filled by the loaders. */
 qt_ckpt_ident *qt_ckpt_ident_mut(void);
+/* A load (QT_LOAD_RESUME_ANY, allow_state_change=1) takes the moments and the step of
+ * `path` although its `kind` ("state hash", or "plan hash" for a file without one) `was`
+ * is not this plan's `now`: records it in the load record (state_changed) and writes the
+ * note rank 0 prints into note[n]. */
+void qt_ckpt_state_change(const char *path, const char *kind, const char *was,
+                          const char *now, char *note, size_t n);
 /* The data hash saves record: 1 and "0x..." in out[24] when set, else 0. */
 int qt_ckpt_data_hash(char *out);
 /* "data_holdout" for a save's metadata (decimal, into out[24]); 0 when no windows are held

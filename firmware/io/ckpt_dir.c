@@ -198,6 +198,57 @@ static int qt_cd_pack(const qt_plan *p, int32_t n_parts, int64_t limit, const ch
     return QT_OK;
 }
 
+/* Shards qt_cd_pack makes with shards of at most `limit` bytes (the same rule, counted
+ * only: no table, no bound), and the tensor bytes of all of them into *total. Next-fit in a
+ * fixed order with fixed breaks (the parameters, then the moments): a larger limit never
+ * makes more shards, so the smallest accepted limit can be searched for. */
+static int64_t qt_cd_count(const qt_plan *p, int64_t limit, int64_t *total)
+{
+    qt_ckpt_piece pc;
+    qt_cd_cur c = {0, 0, 0, 0};
+    int64_t n = 0, bytes = 0, all = 0;
+    int prev_params = -1;
+    do {
+        const int64_t b = qt_cd_bytes(p, &c, &pc);
+        const int params = c.part == QT_CD_PARAMS;
+        if (!n || params != prev_params || bytes + b > limit) {
+            n++;
+            bytes = 0;
+        }
+        bytes += b;
+        all += b;
+        prev_params = params;
+    } while (qt_cd_next(p, &c, QT_CD_PARTS));
+    if (total) *total = all;
+    return n;
+}
+
+int qt_checkpoint_check_shards(const qt_plan *p, const char *path, int64_t shard_bytes,
+                               const char *given)
+{
+    if (qt_checkpoint_is_file(path) || qt_ckpt_check_plan(p, ""))
+        return QT_OK;   /* one file; a plan the save cannot map is refused by the save */
+    int64_t total = 0;
+    const int64_t n = qt_cd_count(p, shard_bytes > 0 ? shard_bytes : 1, &total);
+    if (n <= QT_SX_MAX_SHARDS)
+        return QT_OK;
+    int64_t lo = shard_bytes > 0 ? shard_bytes : 1, hi = total > lo ? total : lo + 1;
+    while (hi - lo > 1) {   /* count(lo) > max >= count(hi) */
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (qt_cd_count(p, mid, NULL) > QT_SX_MAX_SHARDS) lo = mid; else hi = mid;
+    }
+    char alt[48] = "";
+    if (hi >= 1024)
+        snprintf(alt, sizeof alt, " (save_shard_size=%lldK or more)",
+                 (long long)((hi + 1023) / 1024));
+    return qt_fail(QT_E_ARG, "save_shard_size=%s: save=%s would need %lld shard files of at "
+                   "most %lld bytes for the parameters and Adam moments (%lld bytes), more "
+                   "than the %d a checkpoint directory may hold (QT_SX_MAX_SHARDS); the "
+                   "smallest accepted save_shard_size is %lld bytes%s", given, path,
+                   (long long)n, (long long)shard_bytes, (long long)total, QT_SX_MAX_SHARDS,
+                   (long long)hi, alt);
+}
+
 int64_t qt_ckpt_dir_largest(const qt_plan *p, int64_t shard_bytes)
 {
     int64_t big = 0;
@@ -366,6 +417,9 @@ static int qt_cd_index(const qt_plan *p, const char *index_name, int32_t s0, int
         qt_cd_meta("data_holdout", num, 0);
     if (qt_ckpt_dtype_meta(p))
         qt_cd_meta("dtype", qt_ckpt_dtype_meta(p), 0);
+    char buf[96];
+    if (qt_ckpt_buffer_meta(p, buf, sizeof buf))
+        qt_cd_meta("moe_buffer", buf, 0);
     snprintf(num, sizeof num, "0x%016llx", (unsigned long long)p->hash);
     qt_cd_meta("plan_hash", num, 0);
     snprintf(num, sizeof num, "0x%016llx", (unsigned long long)qt_ckpt_state_hash(p));

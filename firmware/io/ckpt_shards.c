@@ -317,7 +317,9 @@ static int qt_cs_copy(const qt_plan *p, const char *index, int *h, int32_t *open
 }
 
 /* Decide whether the moments load: optimizer.safetensors.index.json beside the index, of
- * this plan's state hash and the index's step. Appends it to the weight map if so. */
+ * this plan's state hash (want_optimizer QT_LOAD_RESUME_ANY, allow_state_change=1: of any
+ * state hash, with a note; its absence refused) and the index's step. Appends it to the
+ * weight map if so. */
 static int qt_cs_optimizer(const qt_plan *p, const char *index, int want_optimizer)
 {
     struct stat st;
@@ -329,10 +331,17 @@ static int qt_cs_optimizer(const qt_plan *p, const char *index, int want_optimiz
                   : snprintf(qt_cs.opt_index, sizeof qt_cs.opt_index, "%s", QT_SX_OPT_INDEX_NAME);
     if (n < 0 || n >= (int)sizeof qt_cs.opt_index)
         return qt_fail(QT_E_ARG, "%s: path too long", index);
-    if (!want_optimizer)
+    if (want_optimizer == QT_LOAD_WEIGHTS)
         return QT_OK;
     if (stat(qt_cs.opt_index, &st) != 0) {
         const char *fmt = qt_sx_meta(0, "format");
+        if (want_optimizer == QT_LOAD_RESUME_ANY)
+            return qt_fail(QT_E_MISMATCH, "%s: allow_state_change=1, but %s is missing (no "
+                           "optimizer state): there are no Adam moments or step to resume "
+                           "(without allow_state_change=1 %s)", index, qt_cs.opt_index,
+                           fmt && !strcmp(fmt, QT_CKPT_FORMAT)
+                               ? "load_weights_only=1 starts from its weights at step 0"
+                               : "its weights load, from step 0");
         if (fmt && !strcmp(fmt, QT_CKPT_FORMAT))
             return qt_fail(QT_E_MISMATCH, "%s: a qtrain checkpoint (format %s) without its "
                            "optimizer state: %s is missing; refusing to resume from the "
@@ -349,7 +358,10 @@ static int qt_cs_optimizer(const qt_plan *p, const char *index, int want_optimiz
         return rc;
     const char *fs = qt_sx_meta(1, "state_hash"), *ms = qt_sx_meta(0, "step"),
                *os = qt_sx_meta(1, "step");
-    if (!fs || strcmp(fs, mine)) {
+    if ((!fs || strcmp(fs, mine)) && want_optimizer == QT_LOAD_RESUME_ANY) {
+        qt_ckpt_state_change(qt_cs.opt_index, "state hash", fs ? fs : "(none)", mine,
+                             qt_cs.note, sizeof qt_cs.note);
+    } else if (!fs || strcmp(fs, mine)) {
         snprintf(qt_cs.note, sizeof qt_cs.note, "%s: optimizer state was saved for state hash "
                  "%s (model, optimizer, schedule, global batch, objective), this plan's is %s; loading "
                  "the weights only, from step 0", qt_cs.opt_index, fs ? fs : "(none)", mine);
@@ -465,6 +477,8 @@ int qt_ckpt_load_index(const qt_plan *p, const char *index, int want_optimizer,
         snprintf(id->data_hash, sizeof id->data_hash, "%s", dh ? dh : "");
         const char *dt = qt_sx_meta(0, "dtype");
         snprintf(id->dtype, sizeof id->dtype, "%s", dt ? dt : "");
+        const char *mb = qt_sx_meta(0, "moe_buffer");
+        snprintf(id->moe_buffer, sizeof id->moe_buffer, "%s", mb ? mb : "");
         id->content_hash = qt_hash64_final(&qt_cs.ident);
         id->n_files = qt_sx_shards();
         id->loaded = 1;

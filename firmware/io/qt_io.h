@@ -6,6 +6,7 @@
 #ifndef QT_IO_H
 #define QT_IO_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include "qt_plan.h"
@@ -15,14 +16,25 @@
 
 /* ---- weights and checkpoints (firmware/io/checkpoint.c) ----------------------------- */
 
+/* want_optimizer of qt_checkpoint_load: what the load takes besides the weights. */
+#define QT_LOAD_WEIGHTS 0      /* the weights only (load_weights_only=1): step 0 */
+#define QT_LOAD_RESUME 1       /* also the Adam moments and the step when the checkpoint's
+                                  state hash is this plan's (a bit-exact resume) */
+#define QT_LOAD_RESUME_ANY 2   /* allow_state_change=1: the moments and the step under
+                                  another state hash too (a deliberate change of a hashed
+                                  setting: not bit-exact; qt_ckpt_ident.state_changed); a
+                                  checkpoint without optimizer state is refused */
+
 /* Load parameters from a safetensors file into the plan's parameter region (and, when the
- * file carries them and `want_optimizer` is set, Adam m/v and the step metadata).
+ * file carries them and `want_optimizer` is not QT_LOAD_WEIGHTS, Adam m/v and the step
+ * metadata).
  * Accepts the Hugging Face on-disk names of the plan's decoder (Qwen3-Next or Qwen3.5
  * layouts, per-expert experts.E.{gate,up,down}_proj) and the fused in-memory expert names
  * (mlp.experts.gate_up_proj [E,2I,H], mlp.experts.down_proj [E,H,I]); F32, BF16 or F16 tensors.
  * mtp.* tensors are skipped with a note on stderr. Missing, extra or mis-shaped tensors are
  * errors naming them. Optimizer state saved under another state hash (qt_ckpt_state_hash;
- * files without one: another plan hash) is skipped with a note and only the weights load.
+ * files without one: another plan hash) is skipped with a note and only the weights load,
+ * unless QT_LOAD_RESUME_ANY: then it loads, with a note naming both hashes.
  * On a mesh every rank reads the file itself and keeps its own part (its compute copy or
  * expert shard, its optimizer blocks); no collective runs. On success *step_out / *data_pos_out receive the step
  * metadata when the optimizer state was loaded with it, else 0; they may be NULL.
@@ -91,7 +103,16 @@ typedef struct qt_ckpt_ident {
     int64_t data_holdout;      /* metadata "data_holdout" (eval_holdout=N's N), 0 when absent */
     char dtype[16];            /* metadata "dtype" (the compute dtype of a bf16 run's save,
                                   "bfloat16"), "" when absent (float32, or older) */
+    char moe_buffer[96];       /* metadata "moe_buffer" (a receive-buffer dropping run's
+                                  drop geometry, qt_ckpt_buffer_meta), "" when absent */
     int n_files;               /* safetensors files hashed */
+    int state_changed;         /* QT_LOAD_RESUME_ANY: the moments and the step loaded
+                                  although the checkpoint's state hash (a file without one:
+                                  its plan hash) is not this plan's */
+    char state_kind[16];       /* with state_changed: "state hash" or "plan hash" */
+    char state_was[24];        /* with state_changed: the checkpoint's hash ("0x" + 16 hex,
+                                  or "(none)") */
+    char state_now[24];        /* with state_changed: this plan's */
 } qt_ckpt_ident;
 const qt_ckpt_ident *qt_checkpoint_ident(void);
 /* The data hash that saves record in their metadata ("data_hash"); never called: none. */
@@ -110,6 +131,14 @@ void qt_checkpoint_set_data_holdout(int64_t n);
  * plan bit-exactly, unless the compute dtype differs (not hashed: the checkpoint's "dtype"
  * metadata, qt_ckpt_ident.dtype; the state resumes, noted as not bit-exact). */
 uint64_t qt_ckpt_state_hash(const qt_plan *p);
+/* "moe_buffer" for a save's metadata, into out[n]: a plan that drops past the expert
+ * hosts' receive buffers (moe_ragged, ragged_buffer_factor > 0 on an expert group of more
+ * than one rank) records what its drops depend on, "ep=Ep tokens=T rows=B microbatches=G"
+ * (the expert degree, a rank's tokens a microbatch, the buffer's rows, the accumulation
+ * steps): 1. 0 for every other plan (the key is then not written: their checkpoints' bytes
+ * are unchanged). Not in the state hash (Ep and T are the mesh's and the batch split's):
+ * a resume whose value differs continues the state, not bit-exactly (main.c notes it). */
+int qt_ckpt_buffer_meta(const qt_plan *p, char *out, size_t n);
 /* Vets a save= (qtrain_format 1) or dump_grads= (0) destination `path` given as `key`
  * before training, reading only: QT_OK when it does not exist. Refused (QT_E_ARG, message
  * naming key, path and what was expected): an existing path that is not a regular file,
@@ -164,6 +193,13 @@ void qt_checkpoint_signal_guard(void);
  * tensor data than the limit allows. */
 int qt_checkpoint_check_fsize(const qt_plan *p, const char *key, const char *path,
                               int qtrain_format, int64_t shard_bytes);
+/* At start-up, for a save= directory (not a *.safetensors file): QT_E_ARG (message naming
+ * save_shard_size= as `given`, the path, the shard count, the limit QT_SX_MAX_SHARDS and the
+ * smallest accepted size) if its shards of at most shard_bytes would be more than a
+ * checkpoint directory may hold (ckpt_dir.c's packing, counted from the plan's tensors), so
+ * that it is not found only at the first save, after training. QT_OK otherwise. */
+int qt_checkpoint_check_shards(const qt_plan *p, const char *path, int64_t shard_bytes,
+                               const char *given);
 /* Installs the SIGXFSZ handler (st_write.c): a write past RLIMIT_FSIZE then fails with
  * EFBIG (reported by the writer, the checkpoint untouched) instead of killing the process
  * silently, and the handler prints once which limit was hit. Call first in main. */

@@ -8,7 +8,7 @@
  * Adam state stored per expert: Qwen3.5-397B has ~93k parameter tensors, x3 with m and v =
  * ~280k tensors, ~40 MB of JSON):
  *   QT_ST_MAX_TENSORS  2^19 tensors per file      QT_ST_MAX_HEADER  64 MiB of JSON
- *   QT_ST_MAX_DIMS     8 dims per tensor          QT_ST_MAX_META    64 metadata entries
+ *   QT_ST_MAX_DIMS     8 dims per tensor          QT_ST_MAX_META  4096 metadata entries
  *   QT_ST_MAX_OPEN     2 files open for reading at once (st_compare needs two)
  * The tables live in .bss; only the pages a file actually uses are touched.
  *
@@ -33,7 +33,8 @@
 #define QT_ST_MAX_TENSORS (1 << 19)
 #define QT_ST_MAX_HEADER (64 << 20)
 #define QT_ST_MAX_DIMS 8
-#define QT_ST_MAX_META 64
+#define QT_ST_MAX_META 4096   /* 64 until session 24, which refused files other tools write
+                                 with 50-80 entries; 2 x 4096 pointers a slot, in .bss */
 #define QT_ST_MAX_OPEN 2
 #define QT_ST_NAME_MAX 512
 

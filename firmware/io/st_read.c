@@ -269,8 +269,9 @@ static int qt_st_parse_meta(qt_st_slot *s, qt_js *j)
             (rc = qt_js_string(j, &v)))
             return rc;
         if (s->n_meta >= QT_ST_MAX_META)
-            return qt_fail(QT_E_FORMAT, "%s: more than %d __metadata__ entries",
-                              j->path, QT_ST_MAX_META);
+            return qt_fail(QT_E_FORMAT, "%s: more than %d __metadata__ entries "
+                           "(QT_ST_MAX_META); expected at most that many string pairs",
+                           j->path, QT_ST_MAX_META);
         s->meta_key[s->n_meta] = k;
         s->meta_val[s->n_meta++] = v;
         if ((rc = qt_js_next(j, '}', &more)))

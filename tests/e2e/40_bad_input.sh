@@ -535,6 +535,22 @@ qd_nothing_left() {
   [ "$(ls -A $d | grep -c tmp)" = 0 ] && $QD info in=$d/out.tok eos=257
 }
 check "qtrain-data: a failed encode leaves no output (neither target nor temporary)" qd_nothing_left
+# A document that is one long pre-tokenizer piece (session 24): byte-level BPE merges a piece
+# whole, as Hugging Face does, about 20 bytes of memory a byte (a 50 MB one-letter line took
+# 1.1 GB). A piece of 16 MiB or more is reported with its size and memory; a 1 MiB one is
+# not; out of memory (ulimit -v) names the piece and its need, exit 1, nothing left.
+qd_long_piece() {
+  local d=$QT_TMP/qdlong; rm -rf $d; mkdir -p $d
+  head -c 16777216 /dev/zero | tr '\0' a > $d/long.txt
+  head -c 1048576 /dev/zero | tr '\0' a > $d/short.txt
+  $QD encode tokenizer=$B/tiny.json out=$d/l.tok $d/short.txt $d/long.txt > /dev/null 2> $d/err.txt || { cat $d/err.txt; return 1; }
+  grep -F "qtrain-data: note: $d/long.txt: document 2 holds a pre-tokenizer piece of 16777216 bytes" $d/err.txt || { cat $d/err.txt; return 1; }
+  grep -q "short.txt: document" $d/err.txt && { echo "a 1 MiB piece was reported"; return 1; }
+  (ulimit -v 250000; exec $QD encode tokenizer=$B/tiny.json out=$d/m.tok $d/long.txt) > /dev/null 2> $d/oom.txt && { echo "accepted under ulimit -v"; return 1; }
+  grep -F "qtrain-data: out of memory for a pre-tokenizer piece of 16777216 bytes: byte-level BPE merges a piece whole" $d/oom.txt || { cat $d/oom.txt; return 1; }
+  [ -z "$(ls -A $d | grep '^m\.tok')" ] || { echo "left:"; ls -A $d; return 1; }
+}
+check "qtrain-data: a 16 MiB one-word document is reported with the memory its BPE takes; out of memory names the piece" qd_long_piece
 
 # audit22: under `ulimit -f` SIGXFSZ ended qtrain-data with no message (exit 153) and left its
 # half-written temporary (.out.tok.tmp.XXXXXX, a name no later run removes) beside out=; the
@@ -670,15 +686,37 @@ check "configgen: -o naming a file says so, the file untouched" cg_o_file
 
 # audit22: under `ulimit -f` SIGXFSZ ended configgen (exit 153, no message) and left
 # OUTDIR/.<run>.tmp.<pid>/ with a cut plan.c; now the write fails naming the limit, exit 1,
-# and nothing is left in OUTDIR.
+# and nothing is left in OUTDIR. Session 24: nor OUTDIR itself, or its parents, when this
+# run created them (-o a/b: neither a nor b is left); an OUTDIR that existed stays, with
+# its files.
 cg_fsize() {
   local o=$QT_TMP/cgfs; rm -rf $o
-  (ulimit -f 8; exec build/configgen/configgen -o $o configgen/configs/runs/test-next-tiny.yml) 2> $QT_TMP/cgfs.err; local rc=$?
+  (ulimit -f 8; exec build/configgen/configgen -o $o/a/b configgen/configs/runs/test-next-tiny.yml) 2> $QT_TMP/cgfs.err; local rc=$?
   cat $QT_TMP/cgfs.err
-  [ $rc = 1 ] && grep -qF "$o/test-next-tiny/plan.c: write failed: File too large (the file-size limit, ulimit -f; nothing was written)" $QT_TMP/cgfs.err || { echo "exit $rc"; return 1; }
-  [ -z "$(ls -A $o)" ] || { echo "left:"; find $o; return 1; }
+  [ $rc = 1 ] && grep -qF "$o/a/b/test-next-tiny/plan.c: write failed: File too large (the file-size limit, ulimit -f; nothing was written)" $QT_TMP/cgfs.err || { echo "exit $rc"; return 1; }
+  [ ! -e $o ] || { echo "left:"; find $o; return 1; }
+  mkdir -p $o/mine && echo keep > $o/mine/notes.txt
+  (ulimit -f 8; exec build/configgen/configgen -o $o/mine configgen/configs/runs/test-next-tiny.yml) 2> /dev/null && { echo "accepted"; return 1; }
+  [ "$(cd $o && find . | sort | tr '\n' ' ')" = ". ./mine ./mine/notes.txt " ] || { echo "the existing -o changed:"; find $o; return 1; }
 }
-check "configgen: a write past ulimit -f is an error naming the limit, nothing left in the output directory" cg_fsize
+check "configgen: a write past ulimit -f is an error naming the limit, nothing left: no output directory it created" cg_fsize
+
+# configgen on a full disk (a 16 KiB tmpfs, when this runs as root and may mount one): the
+# error names the file and ENOSPC, and the -o directory configgen created is removed.
+cg_full_disk() {
+  local m=$QT_TMP/cgfull rc
+  mkdir -p $m
+  if ! mount -t tmpfs -o size=16k tmpfs $m 2> /dev/null; then
+    echo "cannot mount a tmpfs (not root?): the ulimit -f case covers the removal"; return 0
+  fi
+  build/configgen/configgen -o $m/out configgen/configs/runs/test-next-tiny.yml 2> $QT_TMP/cgfull.err; rc=$?
+  local left; left=$(ls -A $m)
+  umount $m
+  cat $QT_TMP/cgfull.err
+  [ $rc = 1 ] && grep -qF "$m/out/test-next-tiny/" $QT_TMP/cgfull.err && grep -qF "No space left on device" $QT_TMP/cgfull.err || { echo "exit $rc"; return 1; }
+  [ -z "$left" ] || { echo "left on the full disk: $left"; return 1; }
+}
+check "configgen: a full disk (16 KiB tmpfs) is an error naming the file, and the -o directory it created is removed" cg_full_disk
 
 # qtrain-data's numbers: from=, count= and info's eos= past 2^64 were taken as 2^64-1 (the
 # message then named another value than the one given, and info counted documents at an

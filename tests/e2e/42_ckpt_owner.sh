@@ -171,6 +171,32 @@ own_shard_size() {
 }
 check "save_shard_size: 1P (as the help says) is accepted, 2P refused" own_shard_size
 
+# A save_shard_size= so small that a save= directory would need more than the 4096 shard
+# files a checkpoint directory may hold (QT_SX_MAX_SHARDS) failed only at the first save,
+# after training (session 24: refused at start-up, exit 2, before any step, nothing written,
+# naming the key as given, the shard count and the smallest accepted size, counted from the
+# plan's tensors). test-next-tiny with 2048 experts (per-expert tensors, 41 MB with the
+# moments): 1K needs 37002 shards, 9727 bytes 4158, and 9728 (the smallest accepted) saves
+# 3942.
+own_many_shards() {
+  local d=$QT_TMP/own/shards out rc
+  mkdir -p $d; rm -rf $d/ck $d/m.jsonl
+  [ -x $d/test-next-tiny-v/qtrain ] || plan_variant test-next-tiny $d num_experts=2048 num_experts_per_tok=8 base_moe_mlp_dim=4 || return 1
+  out=$(timeout 120 $d/test-next-tiny-v/qtrain data=$T steps=2 save=$d/ck save_shard_size=1K metrics=$d/m.jsonl 2>&1); rc=$?
+  [ $rc -eq 2 ] || { echo "exit $rc, expected 2"; echo "$out" | tail -n 3; return 1; }
+  echo "$out" | grep -qF "qtrain: save_shard_size=1K: save=$d/ck would need 37002 shard files of at most 1024 bytes for the parameters and Adam moments (41275008 bytes), more than the 4096 a checkpoint directory may hold (QT_SX_MAX_SHARDS); the smallest accepted save_shard_size is 9728 bytes (save_shard_size=10K or more)" ||
+    { echo "$out" | tail -n 3; return 1; }
+  echo "$out" | grep -q "^step \|trained" && { echo "trained before refusing"; return 1; }
+  [ ! -e $d/ck ] && [ ! -e $d/m.jsonl ] || { echo "refused, but wrote the save or the metrics file"; return 1; }
+  out=$(timeout 120 $d/test-next-tiny-v/qtrain data=$T steps=1 save=$d/ck save_shard_size=9727 2>&1) && { echo "9727 accepted"; return 1; }
+  echo "$out" | grep -q "save_shard_size=9727: .* would need 4158 shard files" || { echo "$out" | tail -n 2; return 1; }
+  timeout 120 $d/test-next-tiny-v/qtrain data=$T steps=1 save=$d/ck save_shard_size=9728 2> $d/e || { tail -n 3 $d/e; return 1; }
+  local n; n=$(ls $d/ck | grep -c -- '-of-')
+  [ "$n" -le 4096 ] || { echo "$n shards"; return 1; }
+  echo "1K refused at start-up (37002 shards), 9727 refused (4158), 9728 saved $n shards"
+}
+check "save_shard_size: a size needing more than 4096 shards is refused at start-up (exit 2), naming the count and the smallest accepted size" own_many_shards
+
 # ulimit -f (RLIMIT_FSIZE). MPICH's start-up (UCX shared memory) needs about 5 MiB of file
 # size, so limits below that are tried on the single-rank musl build, which has no MPI.
 own_fsize() {

@@ -175,3 +175,49 @@ ragged_many() {
   echo "r 100 == dropless: $(tail -n 1 "$MD/rbm0-mesh-next-ep2.det"); r 0.5 dropped per step: $(echo $d)"
 }
 check "ragged_buffer_factor with 2048 experts on EP2: r 100 == dropless bit for bit, r 0.5 drops" ragged_many
+
+# Resumes under receive-buffer dropping (session 24). Which rows drop depends on the expert
+# degree, a rank's tokens a microbatch and the buffer's rows (the factor r), which the state
+# hash leaves out (the mesh's), so a save records them ("moe_buffer": ep, tokens, rows,
+# microbatches; not written without the buffers, so every other checkpoint's bytes are
+# unchanged). A resume with the same value is the bit-exact one (EP2 r 0.5 at step 5 ->
+# 10 == the uninterrupted run, silent); another expert degree (EP4), another factor
+# (r 100), no buffers (one rank) or a dropless checkpoint into the buffers resume the state
+# at step 5 with a note and the manifest's note saying it is not bit-exact.
+ragged_resume() {
+  local d=$MD/rbres bin2=$MD/rb05/mesh-next-ep2-v/qtrain c t rc
+  mkdir -p "$d"; rm -f "$d"/*
+  md_variant mesh-next-ep2 2 rb05 ragged_buffer_factor=0.5 &&
+    md_variant mesh-next-ep4 4 rb05 ragged_buffer_factor=0.5 &&
+    md_variant mesh-next-ep2 2 rb100 ragged_buffer_factor=100 || return 1
+  timeout 120 mpiexec -n 2 $bin2 data=$DATA seed=11 steps=5 save=$d/rb.safetensors > /dev/null 2>&1 || return 1
+  ckpt_header $d/rb.safetensors | grep -q '"moe_buffer":"ep=2 tokens=32 rows=32 microbatches=1"' ||
+    { echo "no moe_buffer in the save:"; ckpt_header $d/rb.safetensors | grep -o '"__metadata__":{[^}]*}'; return 1; }
+  timeout 120 build/mesh-next-1r/qtrain data=$DATA seed=11 steps=5 save=$d/one.safetensors > /dev/null 2>&1 || return 1
+  ckpt_header $d/one.safetensors | grep -q moe_buffer && { echo "a dropless save records moe_buffer"; return 1; }
+  # the same buffers: bit for bit, no note
+  timeout 120 mpiexec -n 2 $bin2 data=$DATA seed=11 steps=10 load=$d/rb.safetensors metrics=$d/same.jsonl 2> $d/same.err || { tail -n 3 $d/same.err; return 1; }
+  grep -q "moe_buffer\|receive.buffer" $d/same.err && { echo "same buffers: a note"; cat $d/same.err; return 1; }
+  cmp <(tail -n 5 "$MD/rb05-mesh-next-ep2.det") <(det_fields $d/same.jsonl) || { echo "same buffers: not the uninterrupted run's bits"; return 1; }
+  # another geometry: the state resumes at step 5, noted
+  for c in "ep4:4:$MD/rb05/mesh-next-ep4-v/qtrain:ep=4 tokens=16 rows=16 microbatches=1" \
+           "r100:2:$MD/rb100/mesh-next-ep2-v/qtrain:ep=2 tokens=32 rows=6400 microbatches=1" \
+           "one:1:build/mesh-next-1r/qtrain:none"; do
+    IFS=: read -r t n b now <<< "$c"
+    timeout 120 mpiexec -n $n $b data=$DATA seed=11 steps=7 load=$d/rb.safetensors metrics=$d/$t.jsonl 2> $d/$t.err ||
+      { tail -n 3 $d/$t.err; return 1; }
+    grep -q "resuming from $d/rb.safetensors at step 5" $d/$t.err || { echo "$t: no resume"; return 1; }
+    grep -q "note: $d/rb.safetensors was trained with expert receive buffers ep=2 tokens=32 rows=32 microbatches=1, this plan .*: the state resumes at step 5, but .*not a bit-exact resume" $d/$t.err ||
+      { echo "$t: no note"; cat $d/$t.err; return 1; }
+    head -n 1 $d/$t.jsonl | grep -qF "\"note\":\"moe_buffer ep=2 tokens=32 rows=32 microbatches=1 -> $now at step 5: the state resumed, not bit-exactly\"" ||
+      { echo "$t: manifest note"; head -c 700 $d/$t.jsonl; return 1; }
+    echo "$t: resumed at step 5 with the note (-> $now)"
+  done
+  # a dropless checkpoint into the buffers
+  timeout 120 mpiexec -n 2 $bin2 data=$DATA seed=11 steps=7 load=$d/one.safetensors metrics=$d/in.jsonl 2> $d/in.err || { tail -n 3 $d/in.err; return 1; }
+  grep -q "note: $d/one.safetensors was trained with no expert receive-buffer dropping (it records none: .*), this plan drops past receive buffers ep=2 tokens=32 rows=32 microbatches=1: .*not a bit-exact resume" $d/in.err ||
+    { echo "dropless -> buffers: no note"; cat $d/in.err; return 1; }
+  head -n 1 $d/in.jsonl | grep -qF '"note":"moe_buffer none -> ep=2 tokens=32 rows=32 microbatches=1 at step 5' || { echo "dropless -> buffers: manifest"; return 1; }
+  echo "dropless -> EP2 r 0.5: resumed with the note"
+}
+check "ragged_buffer_factor: a save records its drop geometry (moe_buffer); the same resumes bit for bit, another expert degree / factor / none resumes with a not-bit-exact note" ragged_resume

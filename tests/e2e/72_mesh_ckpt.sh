@@ -269,6 +269,67 @@ ckm_setting_change() {
 check "mesh ckpt: a resume into packing or token dropping loads the weights only (another state hash); fp32 <-> bf16 resumes, noted as not bit-exact" \
   ckm_setting_change
 
+# allow_state_change=1 (session 24): a deliberate change of a hashed setting (here token
+# dropping, cap-next-1r, and packing, pack-next-1r, from the mesh-next-1r checkpoint at step
+# 5, a file and a directory) resumes the Adam moments and the step, with a note naming both
+# state hashes and the manifest's note saying it is not bit-exact. A load and re-save
+# (steps=5) writes the checkpoint's tensor bytes unchanged under the new plan's state hash;
+# with the checkpoint's own hash the key changes nothing (bit for bit, a note). Refused: with
+# load_weights_only=1 (exit 2, before anything), without optimizer state (Hugging Face
+# weights, a directory without its optimizer index), across a global batch change
+# (mesh-next-1r-b1: the data position would not continue); no metrics file is written.
+ckm_state_change() {
+  local d=$QT_TMP/ckm-sc p ck was now out rc
+  rm -rf "$d"; mkdir -p "$d"
+  ckpt_run mesh-next-1r 1 steps=5 save=$d/f32.safetensors 2> /dev/null || return 1
+  ckpt_run mesh-next-1r 1 steps=5 save=$d/dir save_shard_size=64K 2> /dev/null || return 1
+  was=$(ckpt_header $d/f32.safetensors | grep -o '"state_hash":"0x[0-9a-f]*"' | grep -o '0x[0-9a-f]*')
+  [ -n "$was" ] || { echo "no state hash in the checkpoint"; return 1; }
+  grep -q "\"state_hash\":\"$was\"" $d/dir/optimizer.safetensors.index.json || { echo "dir: another state hash"; return 1; }
+  for p in cap-next-1r:f32.safetensors pack-next-1r:dir; do
+    ck=$d/${p#*:}; p=${p%%:*}
+    ckpt_run $p 1 steps=7 load=$ck allow_state_change=1 metrics=$d/$p.jsonl 2> $d/$p.err ||
+      { tail -n 3 $d/$p.err; return 1; }
+    grep -q "resuming from $ck at step 5" $d/$p.err || { echo "$p: did not resume at step 5"; cat $d/$p.err; return 1; }
+    now=$(grep -o "optimizer state was saved for state hash $was, this plan's is 0x[0-9a-f]*" $d/$p.err | grep -o '0x[0-9a-f]*$')
+    [ -n "$now" ] && [ "$now" != "$was" ] || { echo "$p: no note naming both state hashes"; cat $d/$p.err; return 1; }
+    grep -q "note: allow_state_change=1: $ck.*state hash $was, this plan's is $now (.*); resuming its Adam moments and step anyway: not a bit-exact resume" $d/$p.err ||
+      { echo "$p: note"; cat $d/$p.err; return 1; }
+    head -n 1 $d/$p.jsonl | grep -qF "\"note\":\"allow_state_change=1: state hash $was -> $now at step 5: the optimizer state and step resumed, not bit-exactly\"" ||
+      { echo "$p: no manifest note"; head -c 800 $d/$p.jsonl; return 1; }
+    [ "$(grep -c '"loss_bits"' $d/$p.jsonl)" -eq 2 ] || { echo "$p: expected steps 5 and 6"; return 1; }
+    grep -q '"step":5,' $d/$p.jsonl || { echo "$p: no step 5 line"; return 1; }
+    echo "$p: resumed at step 5 across state hash $was -> $now"
+  done
+  # the moments and the step carried as they are: re-saved bytes equal the checkpoint's
+  ckpt_run cap-next-1r 1 steps=5 load=$d/f32.safetensors allow_state_change=1 save=$d/re.safetensors 2> /dev/null || return 1
+  cmp <(ckpt_data $d/f32.safetensors) <(ckpt_data $d/re.safetensors) || { echo "re-saved state differs"; return 1; }
+  ckpt_header $d/re.safetensors | grep -q '"step":"5"' || { echo "re-save: not step 5"; ckpt_header $d/re.safetensors | head -c 400; return 1; }
+  ckpt_header $d/re.safetensors | grep -q "\"state_hash\":\"$was\"" && { echo "re-save kept the old state hash"; return 1; }
+  # the checkpoint's own state hash: nothing to allow, the same bits as a plain resume
+  ckpt_run mesh-next-1r 1 steps=7 load=$d/f32.safetensors metrics=$d/plain.jsonl 2> /dev/null || return 1
+  ckpt_run mesh-next-1r 1 steps=7 load=$d/f32.safetensors allow_state_change=1 metrics=$d/same.jsonl 2> $d/same.err || { tail -n 3 $d/same.err; return 1; }
+  grep -q "note: allow_state_change=1: $d/f32.safetensors has this plan's state hash: nothing to allow" $d/same.err || { echo "same hash: no note"; cat $d/same.err; return 1; }
+  cmp <(det_fields $d/plain.jsonl) <(det_fields $d/same.jsonl) || { echo "same hash: bits differ"; return 1; }
+  head -n 1 $d/same.jsonl | grep -q '"note":null' || { echo "same hash: a manifest note"; return 1; }
+  # refusals, before any step, without a metrics file
+  out=$(ckpt_run cap-next-1r 1 steps=7 load=$d/f32.safetensors allow_state_change=1 load_weights_only=1 metrics=$d/r1.jsonl 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "allow_state_change=1 and load_weights_only=1 contradict each other" || { echo "with load_weights_only=1: exit $rc"; echo "$out" | tail -n 2; return 1; }
+  out=$(ckpt_run mesh-next-1r 1 steps=7 load=tests/golden/e2e/test-next-tiny/init.safetensors allow_state_change=1 metrics=$d/r2.jsonl 2>&1) &&
+    { echo "HF weights: accepted"; return 1; }
+  echo "$out" | grep -q "init.safetensors: allow_state_change=1, but the file holds no optimizer state (no optimizer.\* tensors)" || { echo "$out" | tail -n 2; return 1; }
+  cp -r $d/dir $d/noidx && rm $d/noidx/optimizer.safetensors.index.json
+  out=$(ckpt_run cap-next-1r 1 steps=7 load=$d/noidx allow_state_change=1 metrics=$d/r3.jsonl 2>&1) && { echo "no optimizer index: accepted"; return 1; }
+  echo "$out" | grep -q "allow_state_change=1, but $d/noidx/optimizer.safetensors.index.json is missing" || { echo "$out" | tail -n 2; return 1; }
+  out=$(ckpt_run mesh-next-1r-b1 1 steps=7 load=$d/f32.safetensors allow_state_change=1 metrics=$d/r4.jsonl 2>&1) && { echo "global batch 1: accepted"; return 1; }
+  echo "$out" | grep -q "allow_state_change=1 cannot resume a checkpoint of another global batch: it was trained with 4 sequences a step (data position 20 at step 5), this plan trains 1" ||
+    { echo "$out" | tail -n 2; return 1; }
+  ls $d/r?.jsonl 2> /dev/null && { echo "a refused run wrote its metrics file"; return 1; }
+  echo "refused: with load_weights_only=1, without optimizer state (file, directory), another global batch"
+}
+check "mesh ckpt: allow_state_change=1 resumes the moments and step across a state-hash change (packing, token dropping), noted as not bit-exact; refused where it cannot apply" \
+  ckm_state_change
+
 # steps= is a total (session 23): a checkpoint at step 5 with steps=3 is refused (exit 2)
 # naming both and the steps= that trains 3 more, before the metrics file or a save is
 # written; steps=5 and steps=0 train nothing, with a note (a load and re-save, dump_grads=).

@@ -24,6 +24,7 @@ CG=build/configgen/configgen
 for f in $Q build/test-next-tiny/qtrain-static build/bench/qtrain build/mesh-next-dp2/qtrain \
          build/mtp-next-1r/qtrain build/mtp-keep-next-1r/qtrain build/test-35-tiny/qtrain \
          build/mesh-next-dp4/qtrain build/ctx-next-cp2/qtrain build/pp-next-pp2/qtrain $CG \
+         build/mesh-next-1r-b1/qtrain \
          build/tools/qtrain-data; do
   [ -x $f ] || { echo "bad_inputs_table.sh: $f missing; run make all first" >&2; exit 1; }
 done
@@ -446,6 +447,18 @@ row "command line" "qtrain steps=18446744073709551616" "$E40: cli: integers past
 printf 'mine\n' > $W/afile
 row "configgen" "configgen -o $W/afile test-next-tiny.yml (-o a file)" "$E40: configgen: -o naming a file" $CG -o $W/afile $RUN
 row "environment" "QT_PP_TEST_ORDER=Reverse mpiexec -n 2 pp-next-pp2 (a test hook's unknown value)" "$E40: environment: QT_PP_TEST_ORDER" env QT_PP_TEST_ORDER=Reverse timeout 60 mpiexec -n 2 build/pp-next-pp2/qtrain steps=1 data=$T
+
+# ---- session 24: allow_state_change=1 where it cannot apply (appended)
+E72SC="e2e \`72_mesh_ckpt.sh\`: allow_state_change=1"
+row "command line" "qtrain allow_state_change=1 load_weights_only=1 load=$W/st5.safetensors" "$E72SC" $Q data=$T steps=7 allow_state_change=1 load_weights_only=1 load=$W/st5.safetensors
+row "command line" "qtrain allow_state_change=1 (no load=)" "this table" $Q data=$T steps=7 allow_state_change=1
+row "checkpoint" "load=<test-next-tiny init.safetensors> allow_state_change=1 (no optimizer state)" "$E72SC" $Q data=$T steps=3 allow_state_change=1 load=tests/golden/e2e/test-next-tiny/init.safetensors
+row "checkpoint" "load=$W/noidx allow_state_change=1 (no optimizer.safetensors.index.json)" "$E72SC" $Q data=$T steps=3 allow_state_change=1 load=$W/noidx
+row "checkpoint" "mesh-next-1r-b1 load=$W/st5.safetensors allow_state_change=1 (global batch 2 -> 1)" "$E72SC" build/mesh-next-1r-b1/qtrain data=$T steps=7 allow_state_change=1 load=$W/st5.safetensors
+# save_shard_size= needing more than 4096 shards: refused at start-up (test-next-tiny with 2048 experts)
+$CG -o $W/many configgen/configs/runs/test-next-tiny.yml num_experts=2048 num_experts_per_tok=8 base_moe_mlp_dim=4 > /dev/null 2>&1 &&
+  make -s plan-binary PLAN=$W/many/test-next-tiny OUT=$W/many/qtrain > /dev/null 2>&1
+row "command line" "save=$W/ck1k save_shard_size=1K (test-next-tiny with num_experts=2048: 37002 shards)" "e2e \`42_ckpt_owner.sh\`: save_shard_size: a size needing more than 4096 shards" $W/many/qtrain data=$T steps=2 save=$W/ck1k save_shard_size=1K
 
 {
   cat <<'EOF'

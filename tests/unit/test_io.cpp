@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <string>
 
 extern "C" {
 #include "qt_plan.h"
@@ -1128,6 +1129,47 @@ TEST(io, safetensors_header_escapes)
         LONGS_EQUAL(QT_E_FORMAT, qt_st_open(g_path, &h));
         if (!has(c.msg) || !has("bad safetensors header JSON at byte")) FAIL(qt_last_error());
     }
+}
+
+// __metadata__ with as many entries as other tools write (session 24: 64 was the limit,
+// and files with 50-80 entries were refused): 80 and QT_ST_MAX_META open, each value read
+// back; one more is refused naming the file, the count and QT_ST_MAX_META.
+static void write_st_meta(const char *path, int n)
+{
+    std::string j = "{\"__metadata__\":{";
+    for (int k = 0; k < n; k++)
+        j += (k ? ",\"key" : "\"key") + std::to_string(k) + "\":\"value " + std::to_string(k) + "\"";
+    j += "},\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    std::string f(8, '\0');
+    for (int b = 0; b < 8; b++) f[b] = (char)((uint64_t)j.size() >> (8 * b));
+    f += j;
+    f.append(4, '\0');
+    write_bytes(path, f.data(), f.size());
+}
+
+TEST(io, safetensors_many_metadata_entries)
+{
+    int h;
+    for (int n : {80, QT_ST_MAX_META}) {
+        write_st_meta(path_in("meta.safetensors"), n);
+        if (qt_st_open(g_path, &h) != QT_OK) FAIL(qt_last_error());
+        char key[32], want[32];
+        for (int k = 0; k < n; k += n / 8) {
+            snprintf(key, sizeof key, "key%d", k);
+            snprintf(want, sizeof want, "value %d", k);
+            STRCMP_EQUAL(want, qt_st_meta(h, key));
+        }
+        snprintf(key, sizeof key, "key%d", n - 1);
+        snprintf(want, sizeof want, "value %d", n - 1);
+        STRCMP_EQUAL(want, qt_st_meta(h, key));
+        qt_st_close(h);
+    }
+    CHECK(QT_ST_MAX_META >= 1024);
+    write_st_meta(path_in("meta.safetensors"), QT_ST_MAX_META + 1);
+    LONGS_EQUAL(QT_E_FORMAT, qt_st_open(g_path, &h));
+    char msg[96];
+    snprintf(msg, sizeof msg, "more than %d __metadata__ entries (QT_ST_MAX_META)", QT_ST_MAX_META);
+    if (!has(msg) || !has(g_path)) FAIL(qt_last_error());
 }
 
 TEST(io, bad_safetensors_headers)

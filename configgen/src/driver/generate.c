@@ -22,20 +22,51 @@
 #include "emit/qt_cg_emit.h"
 #include "driver/qt_cg_driver.h"
 
-static int mkdir_p(const char *path, char *err, size_t errlen)
+/* The directories mkdir_p created, outermost first (path prefixes of `path`, each given
+ * by its length): a failed generation removes them again, innermost first, and so leaves
+ * nothing it created (never a directory that existed before: rmdir removes only empty
+ * ones, and only these). */
+typedef struct {
+    char path[4400];
+    size_t len[64];
+    int n;
+} made_dirs;
+
+static int mkdir_one(made_dirs *m, char *buf, char *err, size_t errlen)
 {
-    char buf[4400];
-    snprintf(buf, sizeof buf, "%s", path);
+    if (!mkdir(buf, 0777)) {
+        if (m->n < (int)(sizeof m->len / sizeof m->len[0])) m->len[m->n++] = strlen(buf);
+        return 0;
+    }
+    if (errno == EEXIST) return 0;
+    return qt_cg_fail(err, errlen, "%s: cannot create directory: %s", buf, strerror(errno));
+}
+
+static int mkdir_p(const char *path, made_dirs *m, char *err, size_t errlen)
+{
+    char *buf = m->path;
+    m->n = 0;
+    snprintf(buf, sizeof m->path, "%s", path);
     for (char *p = buf + 1; *p; p++) {
         if (*p != '/') continue;
         *p = 0;
-        if (mkdir(buf, 0777) && errno != EEXIST)
-            return qt_cg_fail(err, errlen, "%s: cannot create directory: %s", buf, strerror(errno));
+        int rc = mkdir_one(m, buf, err, errlen);
         *p = '/';
+        if (rc) return rc;
     }
-    if (mkdir(buf, 0777) && errno != EEXIST)
-        return qt_cg_fail(err, errlen, "%s: cannot create directory: %s", buf, strerror(errno));
-    return 0;
+    return mkdir_one(m, buf, err, errlen);
+}
+
+/* Removes the directories mkdir_p created (innermost first; each must be empty by now). */
+static void unmake_dirs(made_dirs *m)
+{
+    while (m->n > 0) {
+        const size_t n = m->len[--m->n];
+        const char keep = m->path[n];
+        m->path[n] = 0;
+        rmdir(m->path);
+        m->path[n] = keep;
+    }
 }
 
 /* path is written (via path.tmp.<pid>); errors name `shown` (the file's final place) */
@@ -276,7 +307,9 @@ int qt_cg_generate_summary(int argc, char **argv, qt_cg_buf *summary, char *err,
                             "files kept)", dir, foreign);
         else if (!owned) /* --overwrite: the four files one by one, the user's others kept */
             snprintf(tmpdir, sizeof tmpdir, "%s", dir);
-        if (!rc) rc = mkdir_p(tmpdir, err, errlen);
+        made_dirs made;
+        made.n = 0;
+        if (!rc) rc = mkdir_p(tmpdir, &made, err, errlen);
         for (int k = 0; k < 4 && !rc; k++) {
             char shown[4300];
             snprintf(path, sizeof path, "%s/%s", tmpdir, names[k]);
@@ -292,6 +325,10 @@ int qt_cg_generate_summary(int argc, char **argv, qt_cg_buf *summary, char *err,
             }
             rmdir(tmpdir);
         }
+        /* -o's directories this run created (the plan directory's parents, or with
+         * --overwrite nothing: the directory exists), removed on failure; a success keeps
+         * them (the tmpdir itself became the plan directory) */
+        if (rc) unmake_dirs(&made);
         for (int k = 0; k < 4; k++) qt_cg_buf_free(&files[k]);
         qt_cg_buf_free(&ban);
     }

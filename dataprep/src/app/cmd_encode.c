@@ -41,7 +41,17 @@ static int on_doc(void *vc, const uint8_t *doc, size_t n, size_t done, size_t to
 {
     enc_ctx *c = (enc_ctx *)vc;
     c->ids.len = 0;
+    c->tok.longest_piece = 0;
     qtd_tok_encode(&c->tok, doc, n, &c->ids);
+    if (c->tok.longest_piece >= QTD_LONG_PIECE)
+        qtd_note("%s: document %llu holds a pre-tokenizer piece of %zu bytes (a run with no "
+                 "space, punctuation or letter / digit change for the Split pattern to cut "
+                 "at): byte-level BPE merges a piece whole, as Hugging Face does, which took "
+                 "about %.0f MiB of memory (%d bytes a byte) and grows with the piece: a 500 "
+                 "MB one needs about 10 GB", c->input, (unsigned long long)c->docs + 1,
+                 c->tok.longest_piece,
+                 (double)c->tok.longest_piece * QTD_BPE_BYTES_PER_BYTE / 1048576.0,
+                 QTD_BPE_BYTES_PER_BYTE);
     if (c->eos >= 0)
         qtd_u32s_push(&c->ids, (uint32_t)c->eos);
     c->docs++;

@@ -8,6 +8,7 @@
  * position never holds the same pair twice).
  * Invariants: no allocation per byte (work arrays grow and are kept); the cache holds only
  * pieces of at most QTD_CACHE_MAX_PIECE bytes and is emptied when its pools pass a bound. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,13 +128,26 @@ static work *get_work(qtd_tok *t, size_t n)
         t->scratch = w;
     }
     if (n > w->cap) {
-        w->cap = n * 2;
-        w->id = (uint32_t *)qtd_xrealloc(w->id, w->cap * sizeof *w->id);
-        w->next = (int32_t *)qtd_xrealloc(w->next, w->cap * sizeof *w->next);
-        w->prev = (int32_t *)qtd_xrealloc(w->prev, w->cap * sizeof *w->prev);
+        /* twice the need for ordinary pieces (few regrowths); exactly the need for long
+         * ones, whose arrays are the run's largest allocation */
+        w->cap = n < QTD_LONG_PIECE ? n * 2 : n;
         /* at most n - 1 initial pairs plus 2 new ones per merge */
         w->hcap = w->cap * 3;
-        w->heap = (heap_ent *)qtd_xrealloc(w->heap, w->hcap * sizeof *w->heap);
+        void *a = realloc(w->id, w->cap * sizeof *w->id), *b = a ? realloc(w->next, w->cap * sizeof *w->next) : NULL;
+        if (a) w->id = (uint32_t *)a;
+        if (b) w->next = (int32_t *)b;
+        void *c = b ? realloc(w->prev, w->cap * sizeof *w->prev) : NULL;
+        if (c) w->prev = (int32_t *)c;
+        void *d = c ? realloc(w->heap, w->hcap * sizeof *w->heap) : NULL;
+        if (!d) {
+            fprintf(stderr, "qtrain-data: out of memory for a pre-tokenizer piece of %zu bytes: "
+                    "byte-level BPE merges a piece whole, as Hugging Face does, and needs about "
+                    "%d bytes of memory per byte of it (%.0f MiB); split such a document (a line "
+                    "with no space or punctuation) or give the job more memory\n", n,
+                    QTD_BPE_BYTES_PER_BYTE, (double)n * QTD_BPE_BYTES_PER_BYTE / 1048576.0);
+            exit(1);
+        }
+        w->heap = (heap_ent *)d;
     }
     return w;
 }

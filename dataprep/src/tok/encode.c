@@ -13,6 +13,7 @@ static void encode_pieces(qtd_tok *t, const uint8_t *s, size_t n, qtd_u32s *out)
     size_t i = 0;
     while (i < n) {
         size_t e = qtd_pretok_next(s, n, i, t->pattern);
+        if (e - i > t->longest_piece) t->longest_piece = e - i;
         qtd_bpe_piece(t, s + i, e - i, out);
         i = e;
     }

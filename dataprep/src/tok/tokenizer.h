@@ -47,7 +47,18 @@ typedef struct {
     qtd_u32s cache_ids;
     qtd_bytes norm;   /* NFC output of one segment */
     void *scratch;    /* bpe.c's merge work arrays */
+    size_t longest_piece;   /* bytes of the longest piece encoded since the caller zeroed
+                               it (a long one costs QTD_BPE_BYTES_PER_BYTE of memory a byte) */
 } qtd_tok;
+
+/* Memory the byte-level BPE of one piece takes per byte of it, rounded up (bpe.c: the
+ * symbol ids and the list links, 12 bytes, and the candidate-pair heap, 8 bytes an entry):
+ * a piece is merged whole, as Hugging Face does, so a document that is one long "word"
+ * (no space, punctuation or letter / digit change for the Split pattern to cut at) needs
+ * about 20 x its length (a 50 MB one-letter line 1.1 GB, measured) and O(N log N) time. */
+#define QTD_BPE_BYTES_PER_BYTE 20
+/* Pieces from this length on are reported (cmd_encode.c): 16 MiB, about 320 MiB to merge. */
+#define QTD_LONG_PIECE ((size_t)16 << 20)
 
 /* Reads the tokenizer.json at path into t (zeroed first). Returns 0, or -1 with a message
  * naming the file and what it holds where a Qwen byte-level BPE tokenizer was expected. */
