@@ -6,7 +6,10 @@
  *  - the weight-gradient leaves of microbatch m are pushed (by its B) before those of
  *    m + 1, chunk by chunk: GPipe's backward phase runs B0 .. B(M-1) in every repeat (the
  *    repeats descending; a chunk's parameters are its own), 1F1B's backwards are B0, B1,
- *    ... by construction, so the stage's trees are the one-rank trees over the step's leaves;
+ *    ... by construction, and interleaved 1F1B's (1f1b with repeats, qt_pp_sched.h) take
+ *    each chunk's microbatches in increasing order, whatever the other chunks' backwards
+ *    between them (a chunk's leaves go into its own parameters' trees only), so the stage's
+ *    trees are the one-rank trees over the step's leaves;
  *    in the microbatch form each chunk's microbatch-end ops (its own flat ranges: configgen
  *    cuts them per chunk) run right after its backward, pushing microbatch m into the
  *    ranges' microbatch trees in the same order;
@@ -21,12 +24,13 @@
  *    the last stage and their gradients back (the middle stages see neither; once per
  *    microbatch: stage 0's repeat 0 to and from the last stage's repeat R - 1), each
  *    (microbatch, repeat) once per accumulation group, in the schedule's order on both sides
- *    (qt_pp_action, qt_pp_action_circ), so they match in posting order; a receive may be
+ *    (qt_pp_action, qt_pp_action_circ, qt_pp_action_intl: the forwards' order of the pairs,
+ *    and the backwards', is the same on every stage), so they match in posting order; a receive may be
  *    posted one action ahead (into a slot nothing else uses until it is waited for), which
  *    keeps that order; sends are flushed at the end of every group (before its slots are
  *    reused); no heap, no reduction of floats;
- *  - the bubble's clocks (pipeline_time.c) are read around the waits only: no bit depends
- *    on them;
+ *  - the bubble's clocks (pipeline_time.c) are read around the waits only, and the order
+ *    trace (qt_pp_set_trace) only records the actions: no bit depends on them;
  *  - the held-out eval (qt_pp_eval_forward) runs forwards only, one eval chunk at a time
  *    through the stages, repeat chunk by repeat chunk with the wrap-around (circular
  *    repeats), on channel 0 (the lb sums on 3; with the MTP head stage 0's first chunk
@@ -35,8 +39,10 @@
  *    stage's (channel 2).
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include "qt_pipeline.h"
+#include "qt_pp_sched.h"
 #include "qt_interp.h"
 #include "qt_step.h"
 #include "qt_err.h"
@@ -59,6 +65,9 @@ static struct {
      * MTP head's embeddings */
     int reverse, lb_local, mtp_drop;
     int prefetch;                              /* receives posted ahead (qt_pp_set_prefetch) */
+    int trace, traced;                         /* qt_pp_set_trace; the order printed once */
+    char order[QT_PP_TRACE_BYTES];             /* the first group's actions as they ran */
+    size_t order_n;
     qt_exact merge_all[QT_PP_MAX_STAGES];      /* qt_pp_exact_merge: every stage's accumulator */
     uint64_t sum_all[QT_PP_MAX_STAGES * QT_PP_SUM_CHUNK];   /* qt_pp_sum_u64: every stage's chunk */
 } qt_pps = {.prefetch = 1};
@@ -73,6 +82,36 @@ void qt_pp_set_test_order(int mode)
 void qt_pp_set_prefetch(int on)
 {
     qt_pps.prefetch = on != 0;
+}
+
+void qt_pp_set_trace(int on)
+{
+    qt_pps.trace = on != 0;
+}
+
+/* The trace (qt_pp_set_trace): action a of the first group appended to the order line as it
+ * runs ("F<j>/<r>", "B<j>/<r>"; R = 1: "F<j>"), cut with "..." when the line is full; at the
+ * group's end (a NULL) the line goes to stderr, once per run. No bit depends on it. */
+static void qt_pp_trace(const qt_plan *p, int s, const int *a, int R)
+{
+    if (!qt_pps.trace || qt_pps.traced) return;
+    char *o = qt_pps.order;
+    const size_t cap = sizeof qt_pps.order;
+    if (!a) {
+        fprintf(stderr, "qtrain: pipeline stage %d of %d order (%s%s, M %d, R %d):%s\n", s,
+                p->pipeline_stages, p->pp_schedule ? "1f1b" : "gpipe",
+                p->pp_schedule && R > 1 ? " interleaved" : "", p->pp_micro, R, o);
+        qt_pps.traced = 1;
+        return;
+    }
+    if (qt_pps.order_n + 16 >= cap) {
+        if (qt_pps.order_n + 4 < cap) qt_pps.order_n += (size_t)snprintf(o + qt_pps.order_n, 5, " ...");
+        return;
+    }
+    qt_pps.order_n += (size_t)(R > 1 ? snprintf(o + qt_pps.order_n, cap - qt_pps.order_n,
+                                                " %c%d/%d", a[0] ? 'B' : 'F', a[1], a[2])
+                                     : snprintf(o + qt_pps.order_n, cap - qt_pps.order_n,
+                                                " %c%d", a[0] ? 'B' : 'F', a[1]));
 }
 
 /* The world ranks of this rank's place in every stage, and this stage. */
@@ -229,8 +268,16 @@ static qt_pp_act qt_pp_at(const qt_plan *p, const qt_pp_chunk *ch, int R, int S,
 {
     qt_pp_act a;
     a.r = 0;
-    a.bwd = R > 1 ? qt_pp_action_circ(p->pp_micro, R, i, &a.j, &a.r)
-                  : qt_pp_action(p->pp_schedule, S, s, p->pp_micro, i, &a.j);
+    if (R > 1 && p->pp_schedule == 1) {
+        /* Megatron's interleaved 1F1B (qt_pp_sched.h); the test order reverse relabels the
+         * microbatches j -> M - 1 - j on every stage alike (so the messages still pair and
+         * nothing deadlocks), which pushes every chunk's leaves in descending order */
+        a.bwd = qt_pp_action_intl(S, s, p->pp_micro, R, i, &a.j, &a.r);
+        if (qt_pps.reverse) a.j = p->pp_micro - 1 - a.j;
+    } else {
+        a.bwd = R > 1 ? qt_pp_action_circ(p->pp_micro, R, i, &a.j, &a.r)
+                      : qt_pp_action(p->pp_schedule, S, s, p->pp_micro, i, &a.j);
+    }
     a.k = (int64_t)a.r * p->pp_micro + a.j;
     a.c = &ch[a.r];
     return a;
@@ -251,6 +298,18 @@ static int qt_pp_mb_end(const qt_ctx *ctx, const qt_kernel_entry *table, const q
         if (rc) return rc;
     }
     return QT_OK;
+}
+
+/* The end of an accumulation group: its sends flushed (their slots are reused by the next
+ * group; the wait on the bubble's clock), and after the first group (first) the order trace.
+ * 0 or QT_E_*. */
+static int qt_pp_group_end(const qt_plan *p, int s, int R, int first)
+{
+    const double w0 = qt_pp_clock();
+    const int rc = qt_coll_p2p_flush();
+    qt_pp_time_add(QT_PP_T_WAIT, w0);
+    if (!rc && first) qt_pp_trace(p, s, NULL, R);
+    return rc;
 }
 
 int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st,
@@ -296,6 +355,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
             unsigned char *lb_out = lb ? lbs + (MR + a.k) * lbb : NULL;
             int rc = QT_OK;
             st->mb = mb;
+            if (g == 0) qt_pp_trace(p, s, (const int[3]){a.bwd, a.j, a.r}, R);
             /* this action's message: posted ahead, or received now */
             const int src = a.bwd ? (c->out != QT_NONE ? next : -1) : (c->in != QT_NONE ? prev : -1);
             unsigned char *dst = a.bwd ? qt_pp_bytes(ctx, c->dout) : in;
@@ -365,9 +425,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
             }
             if (rc) return rc;
         }
-        const double w0 = qt_pp_clock();
-        int rc = qt_coll_p2p_flush();
-        qt_pp_time_add(QT_PP_T_WAIT, w0);
+        const int rc = qt_pp_group_end(p, s, R, g == 0);
         if (rc) return rc;
     }
     qt_pp_time_add(QT_PP_T_SCHED, t0);

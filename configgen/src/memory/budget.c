@@ -133,11 +133,9 @@ int qt_cg_budget_check(const qt_cg_graph *g0, char *err, size_t errlen)
     if (pp && k < errlen) {
         const int o = !s->pp_schedule;
         char alt[160];
-        if (o && s->pp_repeats > 1)
-            snprintf(alt, sizeof alt, "1f1b needs one repeat");
-        else
-            snprintf(alt, sizeof alt, "%s would need %.1f MiB", o ? "1f1b" : "gpipe",
-                     (double)qt_cg_pp_need(g, o) / QT_CG_MIB);
+        snprintf(alt, sizeof alt, "%s would need %.1f MiB",
+                 !o ? "gpipe" : s->pp_repeats > 1 ? "1f1b (interleaved)" : "1f1b",
+                 (double)qt_cg_pp_need(g, o) / QT_CG_MIB);
         k += (size_t)snprintf(err + k, errlen - k, " (pipeline stage %d of %d under "
                               "pipeline_schedule=%s with num_pipeline_microbatches=%d: %lld "
                               "microbatches in flight; %s)", s->pp_stage, s->pp_stages,
