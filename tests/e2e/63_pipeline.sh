@@ -835,7 +835,8 @@ check "pipeline ckpt: the MTP head's checkpoint file after 5 steps on PP2 R2 == 
 # table is the hand-written one; the check can fail (QT_PP_TEST_ORDER=reverse relabels the
 # microbatches j -> M - 1 - j on every stage: it runs, its step-0 loss is one rank's, its
 # bits later are not); receives posted ahead off give the same bits; the bubble line prints
-# (S-1)/(R*M+S-1); the checkpoint file after 5 steps == one rank's.
+# (S-1)/(R*M+S-1); the checkpoint file after 5 steps == one rank's; the held-out eval (PP2
+# R2 M 2) over 10 steps == one rank's.
 pp_intl_cells() {
   # the one-rank cells (built above already in a full run: pp_variant keeps them)
   pp_variant pp1r-next-b4 test-next-tiny per_device_batch_size=4 &&
@@ -860,7 +861,8 @@ pp_intl_cells() {
     pp_variant pp2r2-next-1f1b-m4-circ test-next-tiny $NEXT_PPC num_pipeline_microbatches=4 \
       pipeline_schedule=1f1b $CIRC &&
     pp_variant pp2r2-next-1f1b-m4-mtp test-next-tiny $NEXT_PPC num_pipeline_microbatches=4 \
-      pipeline_schedule=1f1b $MTP || return 1
+      pipeline_schedule=1f1b $MTP &&
+    pp_variant pp2r2-eval-1f1b eval-next-1r $NEXT_PPC per_device_batch_size=2 pipeline_schedule=1f1b || return 1
   # plan.txt: the interleaved table per stage (S 2, R 2, M 4: written out by hand in
   # tests/unit/test_pipeline.cpp) and its bubble
   local t=$PP_D/pp2r2-next-1f1b-m4/plan/pp2r2-next-1f1b-m4/plan.txt
@@ -926,3 +928,5 @@ pp_intl_bubble() {
 check "pipeline interleaved 1f1b: each stage's bubble line beside (S-1)/(R*M+S-1)" pp_intl_bubble
 check "pipeline interleaved 1f1b ckpt: the checkpoint file after 5 steps on PP2 R2 == one rank's, byte for byte" \
   pp_ck_file_eq pp1r-next-b4 pp2r2-next-1f1b-m4 2
+check "pipeline interleaved 1f1b eval: PP2 R2 M 2 (M = S: every forward first) evals and training == one rank's, bit for bit" \
+  pp_eval_same pp1r-eval pp2r2-eval-1f1b 2
