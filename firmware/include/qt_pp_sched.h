@@ -17,9 +17,19 @@
  * order, and the backward order, of the pairs is the same on every stage, so the boundary
  * messages pair in posting order, and no stage waits on a message not yet sent (the
  * simulation of the unit test, S 2..5, R 2..4, M S..3S). No state: pure functions.
+ *
+ * Input slots (qt_pp_intl_slots): a pair's received input is kept in a slot from its forward
+ * to its backward; walking the order, each forward takes the lowest free slot and each
+ * backward frees its pair's, so no two pairs in flight share a slot and the slots used are
+ * exactly the order's peak (qt_pp_intl_inflight): a forward finds a free slot below the
+ * pairs then in flight. configgen sizes the stage's tables with that count and the driver
+ * walks the same function, so both hold the one assignment.
  */
 #ifndef QT_PP_SCHED_H
 #define QT_PP_SCHED_H
+
+/* The most (microbatch, chunk) pairs of a group the driver's slot table holds. */
+#define QT_PP_MAX_PAIRS 4096
 
 /* The warm-up forwards of stage st (0 .. S - 1) of S with R chunks and M microbatches. */
 static inline int qt_pp_intl_warmup(int S, int st, int M, int R)
@@ -62,6 +72,32 @@ static inline int qt_pp_intl_inflight(int S, int st, int M, int R)
 {
     const int w = qt_pp_intl_warmup(S, st, M, R);
     return w < M * R ? w + 1 : M * R;
+}
+
+/* The input slot of every action of stage st (slot[i], i = 0 .. 2 M R - 1: a forward's slot
+ * taken, a backward's freed), with the caller's scratch held[M R] (pair r M + j's slot) and
+ * used[M R] (1: a slot holds a pair in flight); returns the slots used, the order's peak. */
+static inline int qt_pp_intl_slots(int S, int st, int M, int R, int *slot, int *held,
+                                   int *used)
+{
+    const int total = M * R;
+    int n = 0;
+    for (int q = 0; q < total; q++) used[q] = 0;
+    for (int i = 0; i < 2 * total; i++) {
+        int j, r, x = 0;
+        const int bwd = qt_pp_action_intl(S, st, M, R, i, &j, &r);
+        if (bwd) {
+            x = held[r * M + j];
+            used[x] = 0;
+        } else {
+            while (used[x]) x++;
+            used[x] = 1;
+            held[r * M + j] = x;
+            if (x + 1 > n) n = x + 1;
+        }
+        slot[i] = x;
+    }
+    return n;
 }
 
 #endif

@@ -870,6 +870,13 @@ pp_intl_cells() {
     grep -qxF "    stage 1 (warm-up 2, at most 3 chunk inputs in flight): F0/0 F1/0 F0/1 B0/1 F1/1 B1/1 F2/0 B0/0 F3/0 B1/0 F2/1 B2/1 F3/1 B3/1 B2/0 B3/0" "$t" &&
     grep -qF "  bubble: (S-1)/(R*M+S-1) = 1/9 = 0.1111 (11.1% of each pipeline flush idle); interleaved 1f1b the same" "$t" ||
     { echo "$t: no interleaved table or bubble line"; return 1; }
+  # the executed input slots cut to each stage's peak pairs in flight (5 and 3 of M R = 8;
+  # qt_pp_intl_slots): pp_slots 21 and 19 rows where circular gpipe's hold 3 M R = 24
+  grep -qF "    stage 0: plan hash " "$t" &&
+    grep -F "in-flight slots 5 input + 16 sent boundary messages (21 of 3 M R = 24 rows;" "$t" &&
+    grep -F "in-flight slots 3 input + 16 sent boundary messages (19 of 3 M R = 24 rows;" "$t" &&
+    grep -qE '"pp_slots", QT_ROLE_ACT, QT_F32, 2, \{21, ' "${t%plan.txt}plan.c" ||
+    { echo "$t: the interleaved input slots are not the order's peak"; return 1; }
   t=$PP_D/pp4r2-next-1f1b-m8-l8/plan/pp4r2-next-1f1b-m8-l8/plan.txt
   grep -qxF "    stage 3 (warm-up 4, at most 5 chunk inputs in flight): F0/0 F1/0 F2/0 F3/0 F0/1 B0/1 F1/1 B1/1 F2/1 B2/1 F3/1 B3/1 F4/0 B0/0 F5/0 B1/0 F6/0 B2/0 F7/0 B3/0 F4/1 B4/1 F5/1 B5/1 F6/1 B6/1 F7/1 B7/1 B4/0 B5/0 B6/0 B7/0" "$t" ||
     { echo "$t: no S 4 / R 2 / M 8 table"; return 1; }

@@ -239,6 +239,45 @@ TEST(Pipeline, InterleavedRunsToTheEndWithoutDeadlock)
             }
 }
 
+// The input slots of interleaved 1F1B (qt_pp_intl_slots, what configgen sizes and the driver
+// walks): replaying the order, a forward's slot holds no pair in flight, a backward frees
+// the slot its pair's forward took, every slot is below the count, and the count is the
+// order's peak in flight (the 397B plan's S 4, R 15, M 8: 63 / 61 / 59 / 57 of 120).
+static void check_slots(int S, int M, int R, int st, int peak)
+{
+    static int slot[2 * 8 * 15 * 4], held[8 * 15 * 4], used[8 * 15 * 4], owner[8 * 15 * 4];
+    const int n = qt_pp_intl_slots(S, st, M, R, slot, held, used);
+    LONGS_EQUAL(qt_pp_intl_inflight(S, st, M, R), n);
+    if (peak) LONGS_EQUAL(peak, n);
+    for (int q = 0; q < M * R; q++) owner[q] = -1;
+    int live = 0, most = 0;
+    for (int i = 0; i < 2 * M * R; i++) {
+        int j = -1, r = -1;
+        const int b = qt_pp_action_intl(S, st, M, R, i, &j, &r), x = slot[i];
+        CHECK(x >= 0 && x < n);
+        if (b) {
+            LONGS_EQUAL(r * M + j, owner[x]);
+            owner[x] = -1;
+            live--;
+        } else {
+            LONGS_EQUAL(-1, owner[x]);
+            owner[x] = r * M + j;
+            if (++live > most) most = live;
+        }
+    }
+    LONGS_EQUAL(most, n);
+}
+
+TEST(Pipeline, InterleavedSlotsHoldOnlyThePeak)
+{
+    for (int S = 2; S <= 5; S++)
+        for (int R = 2; R <= 4; R++)
+            for (int M = S; M <= 3 * S; M += S)
+                for (int st = 0; st < S; st++) check_slots(S, M, R, st, 0);
+    const int peak397[4] = {63, 61, 59, 57};
+    for (int st = 0; st < 4; st++) check_slots(4, 8, 15, st, peak397[st]);
+}
+
 TEST(Pipeline, SendRecvRegistryRow)
 {
     const qt_coll_kind_info *k = qt_coll_kind(QT_COLL_SEND_RECV);

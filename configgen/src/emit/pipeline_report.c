@@ -12,6 +12,7 @@
  */
 #include <stdio.h>
 #include "core/qt_cg.h"
+#include "model/qt_cg_model.h"
 #include "memory/qt_cg_memory.h"
 #include "emit/qt_cg_emit.h"
 #include "qt_pp_sched.h"
@@ -152,7 +153,11 @@ static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
                      "from its forward to its backward) + 4 receive buffers of one boundary "
                      "message; gpipe holds M = %d microbatches (their R = %d repeat%s "
                      "included), 1f1b %s on stage s:\n",
-                     exec < 0 ? ";" : s->pp_repeats > 1 ?
+                     exec < 0 ? ";" : intl ?
+                     ": executed = the stage-local tables qtrain maps (their arena, the "
+                     "in-flight slots included: an input slot per (microbatch, chunk) pair in "
+                     "flight, the order's peak, and 2 M R sent boundary messages);" :
+                     s->pp_repeats > 1 ?
                      ": executed = the stage-local tables qtrain maps (their arena, the "
                      "in-flight slots of 3 M R boundary messages included: a stage keeps only "
                      "its chunks' inputs in flight);" :
@@ -189,7 +194,7 @@ static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
                          "bound: ", (double)budget / QT_CG_MIB,
                          exec <= budget ? "fits" : "does not fit", (double)exec / QT_CG_MIB,
                          100.0 * (double)exec / (double)budget, heavy,
-                         intl ? "gpipe and interleaved 1f1b alike (3 M R slots either way)"
+                         intl ? "interleaved 1f1b (peak input slots + 2 M R sends)"
                          : s->pp_repeats > 1 ? "gpipe with its repeats" : "gpipe and 1f1b alike");
     else
         qt_cg_buf_printf(b, "  verdict (budget %.0f MiB, the planning bound: no stage-local "
@@ -227,6 +232,19 @@ static const char *mtp_role(const qt_cg_graph *x)
                : "";
 }
 
+/* A stage's in-flight slots: 3 M boundary messages (M R with repeats: the same words), under
+ * interleaved 1F1B its input slots (the order's peak pairs in flight) and its 2 M R sends. */
+static const char *slots_note(const qt_cg_graph *x)
+{
+    static char n[128];
+    const qt_cg_settings *s = x->s;
+    if (x->pp_slots == QT_NONE) return "";
+    if (s->pp_repeats <= 1 || s->pp_schedule != 1) return " (in-flight slots: 3 M boundary messages)";
+    snprintf(n, sizeof n, " (in-flight slots: %lld input + %lld sent boundary messages)",
+             (long long)qt_cg_pp_in_slots(s), 2LL * s->pp_micro * s->pp_repeats);
+    return n;
+}
+
 /* The stage-local tables qtrain executes (driver/pipeline.c pp_local_plans): per stage its
  * parameters (one-rank indices), its boundaries, its scans (when stored scanned) and its
  * arena. */
@@ -244,9 +262,10 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
                          "alone), every chunk from its own input boundary to its own output; "
                          "stage 0's later chunks take the last stage's output of the repeat "
                          "before (the wrap-around message), and the last stage's earlier chunks "
-                         "send theirs to stage 0; in-flight slots 3 M R boundary messages; a "
+                         "send theirs to stage 0; in-flight slots %s; a "
                          "chunk's parameters are consecutive in the one-rank order:\n",
-                         s->pp_repeats);
+                         s->pp_repeats, s->pp_schedule == 1 ? "the order's peak input slots "
+                         "and 2 M R sent boundary messages (below)" : "3 M R boundary messages");
     for (int st = 0; st < s->pp_stages && s->pp_repeats > 1; st++) {
         const qt_cg_graph *x = &g->pp_graphs[st];
         qt_cg_buf_printf(b, "    stage %d chunks (one-rank parameter indices, first element):",
@@ -284,7 +303,18 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
     for (int st = 0; st < s->pp_stages; st++) {
         const qt_cg_graph *x = &g->pp_graphs[st];
         if (s->pp_repeats > 1) {
-            qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters, %s, %s%s%s%s, "
+            char sl[192] = "";
+            if (s->pp_schedule == 1 && x->pp_slots != QT_NONE) {
+                /* interleaved: the input slots cut to the order's peak (qt_pp_intl_slots) */
+                const qt_cg_tensor *t = &x->ts[x->pp_slots];
+                const int64_t MR = (int64_t)s->pp_micro * s->pp_repeats;
+                const int64_t rows = t->t.shape[0];
+                snprintf(sl, sizeof sl, ", in-flight slots %lld input + %lld sent boundary "
+                         "messages (%lld of 3 M R = %lld rows; arena %lld bytes)",
+                         (long long)(rows - 2 * MR), (long long)(2 * MR), (long long)rows,
+                         (long long)(3 * MR), (long long)x->arena_bytes);
+            }
+            qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters, %s, %s%s%s%s%s, "
                              "arena %.2f MiB\n", st, (unsigned long long)x->hash, x->np,
                              x->pp_in != QT_NONE ? "input from stage before" : "the embedding",
                              x->pp_out != QT_NONE ? "output to the stage after"
@@ -292,7 +322,8 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
                              x->pp_mtp_out != QT_NONE  ? " (from its first chunk, repeat 0)"
                              : x->pp_mtp_in != QT_NONE ? " (in its last chunk, repeat R - 1)"
                                                        : "",
-                             x->n_scans > 0 ? ", scanned" : "", (double)x->arena_bytes / QT_CG_MIB);
+                             x->n_scans > 0 ? ", scanned" : "", sl,
+                             (double)x->arena_bytes / QT_CG_MIB);
             continue;
         }
         qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters (one-rank indices "
@@ -301,7 +332,7 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
                          (long long)(x->s->pp_param0 + x->np - 1), (long long)x->s->pp_elem0,
                          x->pp_in != QT_NONE ? "input from stage before" : "the embedding",
                          x->pp_out != QT_NONE ? ", output to the stage after" : ", the head and loss",
-                         x->pp_slots != QT_NONE ? " (in-flight slots: 3 M boundary messages)" : "",
+                         slots_note(x),
                          mtp_role(x), x->n_scans > 0 ? ", scanned" : "",
                          (double)x->arena_bytes / QT_CG_MIB);
     }
