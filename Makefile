@@ -148,7 +148,7 @@ bench-deps:
 	@./tests/scripts/deps.sh bench
 
 # ---------------------------------------------------------------- configgen and plans
-$(BUILD)/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_plan_fields.def firmware/include/qt_ops.h firmware/include/qt_ops.def
+$(BUILD)/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_plan_fields.def firmware/include/qt_ops.h firmware/include/qt_ops.def firmware/include/qt_pp_sched.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_HOST) -Iconfiggen/src -c $< -o $@
 
@@ -346,7 +346,7 @@ $(BUILD)/asan/plans/%.main.o: generated/%/plan.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) -Igenerated/$* -c generated/$*/plan_main.c -o $@
 
-$(BUILD)/asan/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_plan_fields.def firmware/include/qt_ops.h firmware/include/qt_ops.def
+$(BUILD)/asan/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_plan_fields.def firmware/include/qt_ops.h firmware/include/qt_ops.def firmware/include/qt_pp_sched.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_HOST_ASAN) -Iconfiggen/src -c $< -o $@
 
@@ -402,7 +402,7 @@ $(BUILD)/fuzz/fw/%.o: firmware/%.c $(wildcard firmware/include/*.h firmware/incl
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS_INST) -c $< -o $@
 
-$(BUILD)/fuzz/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_plan_fields.def firmware/include/qt_ops.h firmware/include/qt_ops.def
+$(BUILD)/fuzz/configgen/%.o: configgen/src/%.c $(wildcard configgen/src/*/*.h) firmware/include/qt_plan.h firmware/include/qt_plan_fields.def firmware/include/qt_ops.h firmware/include/qt_ops.def firmware/include/qt_pp_sched.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS_INST) -Iconfiggen/src -c $< -o $@
 

@@ -780,6 +780,8 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
         qt_pp_set_test_order(mode);
         const char *pf = getenv("QT_PP_PREFETCH");  /* qt_pp_set_prefetch */
         qt_pp_set_prefetch(!(pf && !strcmp(pf, "0")));
+        const char *tr = getenv("QT_PP_TRACE");  /* qt_pp_set_trace */
+        qt_pp_set_trace(tr && !strcmp(tr, "1"));
         msize = size / p->pipeline_stages;
         (void)qt_pp_stage_of(rank, size, p->pipeline_stages, &mrank);
     }

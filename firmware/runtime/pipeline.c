@@ -6,7 +6,10 @@
  *  - the weight-gradient leaves of microbatch m are pushed (by its B) before those of
  *    m + 1, chunk by chunk: GPipe's backward phase runs B0 .. B(M-1) in every repeat (the
  *    repeats descending; a chunk's parameters are its own), 1F1B's backwards are B0, B1,
- *    ... by construction, so the stage's trees are the one-rank trees over the step's leaves;
+ *    ... by construction, and interleaved 1F1B's (1f1b with repeats, qt_pp_sched.h) take
+ *    each chunk's microbatches in increasing order, whatever the other chunks' backwards
+ *    between them (a chunk's leaves go into its own parameters' trees only), so the stage's
+ *    trees are the one-rank trees over the step's leaves;
  *    in the microbatch form each chunk's microbatch-end ops (its own flat ranges: configgen
  *    cuts them per chunk) run right after its backward, pushing microbatch m into the
  *    ranges' microbatch trees in the same order;
@@ -21,12 +24,13 @@
  *    the last stage and their gradients back (the middle stages see neither; once per
  *    microbatch: stage 0's repeat 0 to and from the last stage's repeat R - 1), each
  *    (microbatch, repeat) once per accumulation group, in the schedule's order on both sides
- *    (qt_pp_action, qt_pp_action_circ), so they match in posting order; a receive may be
+ *    (qt_pp_action, qt_pp_action_circ, qt_pp_action_intl: the forwards' order of the pairs,
+ *    and the backwards', is the same on every stage), so they match in posting order; a receive may be
  *    posted one action ahead (into a slot nothing else uses until it is waited for), which
  *    keeps that order; sends are flushed at the end of every group (before its slots are
  *    reused); no heap, no reduction of floats;
- *  - the bubble's clocks (pipeline_time.c) are read around the waits only: no bit depends
- *    on them;
+ *  - the bubble's clocks (pipeline_time.c) are read around the waits only, and the order
+ *    trace (qt_pp_set_trace) only records the actions: no bit depends on them;
  *  - the held-out eval (qt_pp_eval_forward) runs forwards only, one eval chunk at a time
  *    through the stages, repeat chunk by repeat chunk with the wrap-around (circular
  *    repeats), on channel 0 (the lb sums on 3; with the MTP head stage 0's first chunk
@@ -35,8 +39,10 @@
  *    stage's (channel 2).
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include "qt_pipeline.h"
+#include "qt_pp_sched.h"
 #include "qt_interp.h"
 #include "qt_step.h"
 #include "qt_err.h"
@@ -59,8 +65,13 @@ static struct {
      * MTP head's embeddings */
     int reverse, lb_local, mtp_drop;
     int prefetch;                              /* receives posted ahead (qt_pp_set_prefetch) */
+    int trace, traced;                         /* qt_pp_set_trace; the order printed once */
+    char order[QT_PP_TRACE_BYTES];             /* the first group's actions as they ran */
+    size_t order_n;
     qt_exact merge_all[QT_PP_MAX_STAGES];      /* qt_pp_exact_merge: every stage's accumulator */
     uint64_t sum_all[QT_PP_MAX_STAGES * QT_PP_SUM_CHUNK];   /* qt_pp_sum_u64: every stage's chunk */
+    /* interleaved 1F1B's input slots (qt_pp_intl_slots: per action, and its scratch) */
+    int slot[2 * QT_PP_MAX_PAIRS], held[QT_PP_MAX_PAIRS], used[QT_PP_MAX_PAIRS];
 } qt_pps = {.prefetch = 1};
 
 void qt_pp_set_test_order(int mode)
@@ -73,6 +84,36 @@ void qt_pp_set_test_order(int mode)
 void qt_pp_set_prefetch(int on)
 {
     qt_pps.prefetch = on != 0;
+}
+
+void qt_pp_set_trace(int on)
+{
+    qt_pps.trace = on != 0;
+}
+
+/* The trace (qt_pp_set_trace): action a of the first group appended to the order line as it
+ * runs ("F<j>/<r>", "B<j>/<r>"; R = 1: "F<j>"), cut with "..." when the line is full; at the
+ * group's end (a NULL) the line goes to stderr, once per run. No bit depends on it. */
+static void qt_pp_trace(const qt_plan *p, int s, const int *a, int R)
+{
+    if (!qt_pps.trace || qt_pps.traced) return;
+    char *o = qt_pps.order;
+    const size_t cap = sizeof qt_pps.order;
+    if (!a) {
+        fprintf(stderr, "qtrain: pipeline stage %d of %d order (%s%s, M %d, R %d):%s\n", s,
+                p->pipeline_stages, p->pp_schedule ? "1f1b" : "gpipe",
+                p->pp_schedule && R > 1 ? " interleaved" : "", p->pp_micro, R, o);
+        qt_pps.traced = 1;
+        return;
+    }
+    if (qt_pps.order_n + 16 >= cap) {
+        if (qt_pps.order_n + 4 < cap) qt_pps.order_n += (size_t)snprintf(o + qt_pps.order_n, 5, " ...");
+        return;
+    }
+    qt_pps.order_n += (size_t)(R > 1 ? snprintf(o + qt_pps.order_n, cap - qt_pps.order_n,
+                                                " %c%d/%d", a[0] ? 'B' : 'F', a[1], a[2])
+                                     : snprintf(o + qt_pps.order_n, cap - qt_pps.order_n,
+                                                " %c%d", a[0] ? 'B' : 'F', a[1]));
 }
 
 /* The world ranks of this rank's place in every stage, and this stage. */
@@ -217,11 +258,13 @@ static int qt_pp_mtp_step(const qt_ctx *ctx, const qt_pp_mtp *m, int64_t j, int 
     return qt_pp_mtp_msgs(m, 1, QT_PP_MTP_GRAD, row);
 }
 
-/* Action i of the stage's group schedule: the microbatch j, the repeat r, the chunk, the slot
- * index k = r M + j, and whether it is a backward. */
+/* Action i of the stage's group schedule: the microbatch j, the repeat r, the chunk, the
+ * pair index k = r M + j (its send slots'), its input slot x (k, or under interleaved 1F1B
+ * the slot qt_pp_intl_slots gave action i: a slot per pair in flight), and whether it is a
+ * backward. */
 typedef struct qt_pp_act {
     int bwd, j, r;
-    int64_t k;
+    int64_t k, x;
     const qt_pp_chunk *c;
 } qt_pp_act;
 
@@ -229,8 +272,18 @@ static qt_pp_act qt_pp_at(const qt_plan *p, const qt_pp_chunk *ch, int R, int S,
 {
     qt_pp_act a;
     a.r = 0;
-    a.bwd = R > 1 ? qt_pp_action_circ(p->pp_micro, R, i, &a.j, &a.r)
-                  : qt_pp_action(p->pp_schedule, S, s, p->pp_micro, i, &a.j);
+    if (R > 1 && p->pp_schedule == 1) {
+        /* Megatron's interleaved 1F1B (qt_pp_sched.h); the test order reverse relabels the
+         * microbatches j -> M - 1 - j on every stage alike (so the messages still pair and
+         * nothing deadlocks), which pushes every chunk's leaves in descending order */
+        a.bwd = qt_pp_action_intl(S, s, p->pp_micro, R, i, &a.j, &a.r);
+        if (qt_pps.reverse) a.j = p->pp_micro - 1 - a.j;
+        a.x = qt_pps.slot[i];
+    } else {
+        a.bwd = R > 1 ? qt_pp_action_circ(p->pp_micro, R, i, &a.j, &a.r)
+                      : qt_pp_action(p->pp_schedule, S, s, p->pp_micro, i, &a.j);
+        a.x = (int64_t)a.r * p->pp_micro + a.j;
+    }
     a.k = (int64_t)a.r * p->pp_micro + a.j;
     a.c = &ch[a.r];
     return a;
@@ -253,6 +306,43 @@ static int qt_pp_mb_end(const qt_ctx *ctx, const qt_kernel_entry *table, const q
     return QT_OK;
 }
 
+/* The end of an accumulation group: its sends flushed (their slots are reused by the next
+ * group; the wait on the bubble's clock), and after the first group (first) the order trace.
+ * 0 or QT_E_*. */
+static int qt_pp_group_end(const qt_plan *p, int s, int R, int first)
+{
+    const double w0 = qt_pp_clock();
+    const int rc = qt_coll_p2p_flush();
+    qt_pp_time_add(QT_PP_T_WAIT, w0);
+    if (!rc && first) qt_pp_trace(p, s, NULL, R);
+    return rc;
+}
+
+/* The input slot rows of stage s with R chunks: M R, or under interleaved 1F1B the order's
+ * peak (qt_pp_intl_slots, which also fills qt_pps.slot); -1 (failed) when the plan's
+ * pp_slots (P + 2 M R rows) or pp_lb_slots (P + M R) were sized otherwise. */
+static int64_t qt_pp_in_slots(const qt_plan *p, int s, int R)
+{
+    const int M = p->pp_micro;
+    const int64_t MR = (int64_t)M * R;
+    int64_t P = MR;
+    if (R > 1 && p->pp_schedule == 1) {
+        if (MR > QT_PP_MAX_PAIRS)
+            return qt_fail(QT_E_PLAN, "plan %s: %lld (microbatch, chunk) pairs per group, the "
+                           "driver holds at most %d (QT_PP_MAX_PAIRS)", p->run_name,
+                           (long long)MR, QT_PP_MAX_PAIRS), -1;
+        P = qt_pp_intl_slots(p->pipeline_stages, s, M, R, qt_pps.slot, qt_pps.held,
+                             qt_pps.used);
+    }
+    const int64_t rows = p->tensors[p->pp_slots].shape[0];
+    const int64_t lbr = p->lb_seq != QT_NONE ? p->tensors[p->pp_lb_slots].shape[0] : P + MR;
+    if (rows != P + 2 * MR || lbr != P + MR)
+        return qt_fail(QT_E_PLAN, "plan %s: stage %d's pp_slots has %lld rows (pp_lb_slots %lld), "
+                       "its schedule needs %lld (%lld)", p->run_name, s, (long long)rows,
+                       (long long)lbr, (long long)(P + 2 * MR), (long long)(P + MR)), -1;
+    return P;
+}
+
 int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_state *st,
                        const qt_pp_hooks *h)
 {
@@ -263,17 +353,18 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
     if (!ch) return QT_E_PLAN;
     if (S < 2 || S > QT_PP_MAX_STAGES || M < 1 || p->train.grad_accum % M)
         return qt_fail(QT_E_PLAN, "plan %s: pipeline of %d stages with %d microbatches and "
-                       "%lld accumulation microbatches", p->run_name, S, M,
-                       (long long)p->train.grad_accum);
+                       "%lld accumulation microbatches", p->run_name, S, M, (long long)p->train.grad_accum);
     const int s = qt_pp_peers(p, ranks);
     /* a chunk's input comes from the stage before, stage 0's (repeats > 0) from the last
      * stage's previous repeat (the wrap-around); its output goes to the stage after, the
      * last stage's (repeats < R - 1) to stage 0's next repeat */
     const int prev = ranks[s > 0 ? s - 1 : S - 1], next = ranks[s < S - 1 ? s + 1 : 0];
     const int64_t bytes = qt_pp_msg_bytes(p), MR = (int64_t)M * R;
+    const int64_t P = qt_pp_in_slots(p, s, R); /* input slots, then the sends' 2 M R */
+    if (P < 0) return QT_E_PLAN;
     unsigned char *slots = qt_pp_bytes(ctx, p->pp_slots);
     /* the load-balance loss: the running lb sums of each (microbatch, repeat)'s sequences
-     * go the activations' way (slots k: received, MR + k: sent) */
+     * go the activations' way (slots x: received, P + k: sent) */
     const int lb = p->lb_seq != QT_NONE;
     const int64_t lbb = lb ? p->tensors[p->lb_seq].shape[0] * (int64_t)sizeof(float) : 0;
     unsigned char *lbs = lb ? qt_pp_bytes(ctx, p->pp_lb_slots) : NULL;
@@ -290,12 +381,13 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
             const qt_pp_act a = qt_pp_at(p, ch, R, S, s, i);
             const qt_pp_chunk *c = a.c;
             const int64_t mb = g * M + a.j;
-            unsigned char *in = slots + a.k * bytes, *act = slots + (MR + a.k) * bytes;
-            unsigned char *grad = slots + (2 * MR + a.k) * bytes;
-            unsigned char *lb_in = lb && c->in != QT_NONE ? lbs + a.k * lbb : NULL;
-            unsigned char *lb_out = lb ? lbs + (MR + a.k) * lbb : NULL;
+            unsigned char *in = slots + a.x * bytes, *act = slots + (P + a.k) * bytes;
+            unsigned char *grad = slots + (P + MR + a.k) * bytes;
+            unsigned char *lb_in = lb && c->in != QT_NONE ? lbs + a.x * lbb : NULL;
+            unsigned char *lb_out = lb ? lbs + (P + a.k) * lbb : NULL;
             int rc = QT_OK;
             st->mb = mb;
+            if (g == 0) qt_pp_trace(p, s, (const int[3]){a.bwd, a.j, a.r}, R);
             /* this action's message: posted ahead, or received now */
             const int src = a.bwd ? (c->out != QT_NONE ? next : -1) : (c->in != QT_NONE ? prev : -1);
             unsigned char *dst = a.bwd ? qt_pp_bytes(ctx, c->dout) : in;
@@ -319,7 +411,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
                 const qt_pp_act n = qt_pp_at(p, ch, R, S, s, i + 1);
                 if (!n.bwd && n.c->in != QT_NONE) {
                     land = NULL;
-                    rc = qt_coll_p2p_post_recv(prev, QT_PP_ACT, slots + n.k * bytes, bytes,
+                    rc = qt_coll_p2p_post_recv(prev, QT_PP_ACT, slots + n.x * bytes, bytes,
                                                &ahead);
                 } else if (n.bwd && n.c->out != QT_NONE && a.bwd) {
                     land = in;
@@ -365,9 +457,7 @@ int qt_pp_microbatches(const qt_ctx *ctx, const qt_kernel_entry *table, qt_step_
             }
             if (rc) return rc;
         }
-        const double w0 = qt_pp_clock();
-        int rc = qt_coll_p2p_flush();
-        qt_pp_time_add(QT_PP_T_WAIT, w0);
+        const int rc = qt_pp_group_end(p, s, R, g == 0);
         if (rc) return rc;
     }
     qt_pp_time_add(QT_PP_T_SCHED, t0);

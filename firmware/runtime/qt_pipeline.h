@@ -163,4 +163,12 @@ void qt_pp_time_print(FILE *f, const qt_plan *p, int64_t steps);
  * chunk's d.pp_out at its turn. 0: every receive posted and waited for just before use. */
 void qt_pp_set_prefetch(int on);
 
+/* The order trace (main reads QT_PP_TRACE=1; tests/e2e/63_pipeline.sh checks the executed
+ * interleaved order against the hand-written table): 1 records the first accumulation
+ * group's actions as the driver runs them and, at that group's end, writes one line to
+ * stderr, "qtrain: pipeline stage s of S order (schedule, M m, R r): F0/0 F1/0 ..." (R = 1:
+ * "F0 B0 ..."; cut with "..." past QT_PP_TRACE_BYTES), once per run. 0 (the default): none. */
+#define QT_PP_TRACE_BYTES 2048
+void qt_pp_set_trace(int on);
+
 #endif

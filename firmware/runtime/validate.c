@@ -470,8 +470,8 @@ int qt_validate_pipeline(const qt_plan *p)
     if (p->pipeline_stages <= 1) return QT_OK;
     /* what the pipeline driver runs today (runtime/pipeline.c): stages of any one-slice mesh
      * (their collectives over the stage's ranks, qt_comm_mesh_set_base; with repeats too, in
-     * every gradient form: qt_validate_chunk_splits), gpipe with circular repeats or 1f1b
-     * with one, fp32 or bf16, the load-balance and z losses, token
+     * every gradient form: qt_validate_chunk_splits), gpipe with circular repeats, 1f1b
+     * with one or (Megatron's interleaved) with several, fp32 or bf16, the load-balance and z losses, token
      * dropping, packing, scanned layers, the held-out eval, the MTP head (with repeats too);
      * anything else is named by its key */
     const char *what = NULL;
@@ -485,9 +485,10 @@ int qt_validate_pipeline(const qt_plan *p)
         what = "dcn_*_parallelism (several slices) inside a stage";
     else if (p->pp_repeats > QT_PP_MAX_REPEATS)
         what = "num_pipeline_repeats above 64";
-    else if (p->pp_repeats > 1 && p->pp_schedule != 0)
-        what = "pipeline_schedule=1f1b and num_pipeline_repeats > 1 (Megatron's interleaved "
-               "schedule)";
+    else if (p->pp_repeats > 1 && p->pp_schedule == 1 && p->pp_micro % p->pipeline_stages)
+        what = "pipeline_schedule=1f1b with repeats and num_pipeline_microbatches not a "
+               "multiple of the stages (Megatron's interleaved schedule walks groups of S "
+               "microbatches; a hand-made plan: configgen refuses it)";
     else if (qt_pp_sends_per_microbatch(p) * (int64_t)p->pp_micro
                  * (p->pp_repeats > 1 ? p->pp_repeats : 1) >= QT_COMM_P2P_MAX)
         what = "more than 255 boundary messages sent per accumulation group (2 x "
@@ -504,8 +505,8 @@ int qt_validate_pipeline(const qt_plan *p)
         return c ? qt_validate_chunk_splits(p, c, R) : QT_E_PLAN;
     }
     return qt_fail(QT_E_PLAN, "plan %s has %d pipeline stages: pipeline plans with %s are not "
-                   "executed yet (docs/pipeline.md: gpipe with circular repeats, or "
-                   "1f1b with one); generate the run without it, or with pipeline "
+                   "executed yet (docs/pipeline.md: gpipe or 1f1b, each with circular "
+                   "repeats or without); generate the run without it, or with pipeline "
                    "parallelism 1",
                    p->run_name, p->pipeline_stages, what);
 }

@@ -461,9 +461,6 @@ check "configgen: an unknown pipeline_schedule" \
 check "configgen: pipeline repeats inconsistent with stages x layers per stage name the keys" \
   expect_fail "num_pipeline_repeats=3 (command line): 2 stages (ici_pipeline_parallelism=2 (command line)) x 3 repeats x 1 layers per stage (num_layers_per_pipeline_stage=1 (configgen/configs/base.yml:" \
   $PP num_pipeline_repeats=3
-check "configgen: 1f1b with circular repeats names the repeats" \
-  expect_fail "pipeline_schedule=1f1b (command line): 1f1b is Megatron's non-interleaved schedule and each stage here holds 2 repeats (num_pipeline_repeats=-1 (configgen/configs/base.yml:" \
-  $PP pipeline_schedule=1f1b
 check "configgen: a pipeline stage over the budget names the stage, its executed tables' MiB and the pipeline keys" \
   expect_fail "needs 4.0 MiB per rank, over the budget of 1.0 MiB by 3.0 MiB (pipeline stage 0 of 2, the stage whose executed stage-local tables need the most: 4.0 MiB, the in-flight slots of 3 M R = 12 boundary messages included (0.0 MiB; M = num_pipeline_microbatches=2, R = 2); the same under pipeline_schedule gpipe and 1f1b)" \
   $PP device_memory_gib=0.001

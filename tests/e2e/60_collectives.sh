@@ -57,7 +57,8 @@ for c in "2 1 1 1 1 2" "4 1 1 1 1 4" "4 2 1 1 1 2" "8 1 1 2 1 4" "3 1 1 1 1 3"; 
 done
 
 # the pipeline's point-to-point messages (qt_coll.def SEND_RECV, coll_p2p.c): 2 stages of
-# 1 and of 2 ranks, 3 and 4 stages of 1 (pairing, bytes, 1f1b order, a short message refused)
+# 1 and of 2 ranks, 3 and 4 stages of 1 (pairing, bytes, 1f1b order, circular gpipe with 2
+# repeats and, on 2 and 4 stages, interleaved 1f1b's order; a short message refused)
 for c in "2 2" "4 2" "3 3" "4 4"; do
   set -- $c
   check "pipeline messages: $1 ranks as $2 stages" coll_mesh "$1" --p2p "$2"

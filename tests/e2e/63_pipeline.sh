@@ -822,3 +822,118 @@ check "pipeline MTP circular: the reversed backward order pairs the head's messa
   pp_mtpc_reverse_runs
 check "pipeline ckpt: the MTP head's checkpoint file after 5 steps on PP2 R2 == one rank's, byte for byte" \
   pp_ck_file_eq pp1r-next-b4-mtp pp2r2-next-gpipe-m4-mtp 2
+
+# ---- interleaved 1F1B: pipeline_schedule=1f1b with circular repeats (docs/pipeline.md
+# "Schedules", firmware/include/qt_pp_sched.h): Megatron's forward_backward_pipelining_with_
+# interleaving over the (microbatch, chunk) pairs, groups of S microbatches, warm-up
+# min(2 (S - s - 1) + (R - 1) S, M R) (all M R when M = S), each chunk's backwards in
+# microbatch order. Each cell == one rank on the same global batch (loss bits + fingerprint,
+# 6 steps, 0 ulp): qwen3-next PP2 R2 M 4, qwen3.5 PP2 R2 M 4, PP2 R2 x DP2 M 4, PP2 R2 x EP2
+# M 4 (the microbatch form's per-chunk ranges), 8 layers PP4 R2 M 8 (the S 4 / R 2 / M 8
+# table) and M 4 (M = S: every forward first), every metric with bf16, lb, z-loss and
+# packing at once, the MTP head (every metric, mtp_loss included); plan.txt's interleaved
+# table is the hand-written one; the check can fail (QT_PP_TEST_ORDER=reverse relabels the
+# microbatches j -> M - 1 - j on every stage: it runs, its step-0 loss is one rank's, its
+# bits later are not); receives posted ahead off give the same bits; the bubble line prints
+# (S-1)/(R*M+S-1); the checkpoint file after 5 steps == one rank's; the held-out eval (PP2
+# R2 M 2) over 10 steps == one rank's.
+pp_intl_cells() {
+  # the one-rank cells (built above already in a full run: pp_variant keeps them)
+  pp_variant pp1r-next-b4 test-next-tiny per_device_batch_size=4 &&
+    pp_variant pp1r-35-b4 test-35-tiny per_device_batch_size=4 &&
+    pp_variant pp1r-next-b8 test-next-tiny per_device_batch_size=8 &&
+    pp_variant pp1r-next-b4-l8 test-next-tiny per_device_batch_size=4 base_num_decoder_layers=8 &&
+    pp_variant pp1r-next-b4-circ test-next-tiny per_device_batch_size=4 $CIRC &&
+    pp_variant pp1r-next-b4-mtp test-next-tiny per_device_batch_size=4 $MTP &&
+    pp_variant pp2r2-next-1f1b-m4 test-next-tiny $NEXT_PPC num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp2r2-35-1f1b-m4 test-35-tiny $NEXT_PPC num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp2r2dp2-next-1f1b-m4 test-next-tiny $PPCM ici_data_parallelism=2 \
+      num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp2r2ep2-next-1f1b-m4 test-next-tiny $PPCM ici_expert_parallelism=2 \
+      num_pipeline_microbatches=4 pipeline_schedule=1f1b &&
+    pp_variant pp1r-next-b8-l8 test-next-tiny per_device_batch_size=8 base_num_decoder_layers=8 &&
+    pp_variant pp4r2-next-1f1b-m8-l8 test-next-tiny base_num_decoder_layers=8 num_ranks=4 \
+      ici_pipeline_parallelism=4 num_layers_per_pipeline_stage=1 num_pipeline_microbatches=8 \
+      pipeline_schedule=1f1b &&
+    pp_variant pp4r2-next-1f1b-m4-l8 test-next-tiny base_num_decoder_layers=8 num_ranks=4 \
+      ici_pipeline_parallelism=4 num_layers_per_pipeline_stage=1 per_device_batch_size=1 \
+      pipeline_schedule=1f1b &&
+    pp_variant pp2r2-next-1f1b-m4-circ test-next-tiny $NEXT_PPC num_pipeline_microbatches=4 \
+      pipeline_schedule=1f1b $CIRC &&
+    pp_variant pp2r2-next-1f1b-m4-mtp test-next-tiny $NEXT_PPC num_pipeline_microbatches=4 \
+      pipeline_schedule=1f1b $MTP &&
+    pp_variant pp2r2-eval-1f1b eval-next-1r $NEXT_PPC per_device_batch_size=2 pipeline_schedule=1f1b || return 1
+  # plan.txt: the interleaved table per stage (S 2, R 2, M 4: written out by hand in
+  # tests/unit/test_pipeline.cpp) and its bubble
+  local t=$PP_D/pp2r2-next-1f1b-m4/plan/pp2r2-next-1f1b-m4/plan.txt
+  grep -qxF "    stage 0 (warm-up 4, at most 5 chunk inputs in flight): F0/0 F1/0 F0/1 F1/1 F2/0 B0/1 F3/0 B1/1 F2/1 B0/0 F3/1 B1/0 B2/1 B3/1 B2/0 B3/0" "$t" &&
+    grep -qxF "    stage 1 (warm-up 2, at most 3 chunk inputs in flight): F0/0 F1/0 F0/1 B0/1 F1/1 B1/1 F2/0 B0/0 F3/0 B1/0 F2/1 B2/1 F3/1 B3/1 B2/0 B3/0" "$t" &&
+    grep -qF "  bubble: (S-1)/(R*M+S-1) = 1/9 = 0.1111 (11.1% of each pipeline flush idle); interleaved 1f1b the same" "$t" ||
+    { echo "$t: no interleaved table or bubble line"; return 1; }
+  # the executed input slots cut to each stage's peak pairs in flight (5 and 3 of M R = 8;
+  # qt_pp_intl_slots): pp_slots 21 and 19 rows where circular gpipe's hold 3 M R = 24
+  grep -qF "    stage 0: plan hash " "$t" &&
+    grep -F "in-flight slots 5 input + 16 sent boundary messages (21 of 3 M R = 24 rows;" "$t" &&
+    grep -F "in-flight slots 3 input + 16 sent boundary messages (19 of 3 M R = 24 rows;" "$t" &&
+    grep -qE '"pp_slots", QT_ROLE_ACT, QT_F32, 2, \{21, ' "${t%plan.txt}plan.c" ||
+    { echo "$t: the interleaved input slots are not the order's peak"; return 1; }
+  t=$PP_D/pp4r2-next-1f1b-m8-l8/plan/pp4r2-next-1f1b-m8-l8/plan.txt
+  grep -qxF "    stage 3 (warm-up 4, at most 5 chunk inputs in flight): F0/0 F1/0 F2/0 F3/0 F0/1 B0/1 F1/1 B1/1 F2/1 B2/1 F3/1 B3/1 F4/0 B0/0 F5/0 B1/0 F6/0 B2/0 F7/0 B3/0 F4/1 B4/1 F5/1 B5/1 F6/1 B6/1 F7/1 B7/1 B4/0 B5/0 B6/0 B7/0" "$t" ||
+    { echo "$t: no S 4 / R 2 / M 8 table"; return 1; }
+  echo "plan.txt: $(grep -c 'chunk inputs in flight' "$t") stage lines of the S 4 / R 2 / M 8 table"
+}
+check "pipeline interleaved 1f1b: configgen plans, tabulates and builds the cells" pp_intl_cells
+for cell in "pp1r-next-b4 pp2r2-next-1f1b-m4 2" "pp1r-35-b4 pp2r2-35-1f1b-m4 2" \
+            "pp1r-next-b8 pp2r2dp2-next-1f1b-m4 4" "pp1r-next-b8 pp2r2ep2-next-1f1b-m4 4" \
+            "pp1r-next-b8-l8 pp4r2-next-1f1b-m8-l8 4" "pp1r-next-b4-l8 pp4r2-next-1f1b-m4-l8 4"; do
+  set -- $cell
+  check "pipeline interleaved 1f1b: ${2#pp} ($3 ranks) == one rank ($1), bit for bit" pp_same "$@"
+done
+check "pipeline interleaved 1f1b: 2r2-next-1f1b-m4-circ (2 ranks; bf16, lb, z-loss, packing) == one rank, every metric" \
+  pp_same_metrics pp1r-next-b4-circ pp2r2-next-1f1b-m4-circ 2
+check "pipeline interleaved 1f1b: the MTP head, 2r2-next-1f1b-m4-mtp (2 ranks) == one rank, every metric" \
+  pp_same_mtp pp1r-next-b4-mtp pp2r2-next-1f1b-m4-mtp 2
+check "pipeline interleaved 1f1b: the microbatches relabelled in reverse are not one rank's bits (non-vacuous)" \
+  pp_reverse_differs pp2r2-next-1f1b-m4
+pp_intl_prefetch_off_same() {
+  local c=pp2r2-next-1f1b-m4
+  pp_det "$c" 2 && pp_det "$c" 2 QT_PP_PREFETCH=0 || return 1
+  cmp "$PP_D/$c.det" "$PP_D/$c.QT_PP_PREFETCH.det" || return 1
+  echo "identical with and without receives posted ahead: $(tail -n 1 "$PP_D/$c.det")"
+}
+check "pipeline interleaved 1f1b: receives posted ahead off (QT_PP_PREFETCH=0) give the same bits" \
+  pp_intl_prefetch_off_same
+# the driver runs the hand-written tables (tests/unit/test_pipeline.cpp): the order trace
+# (QT_PP_TRACE=1: each stage prints its first group's actions as they ran) of PP2 R2 M 4 and
+# of PP4 R2 M 8, the bits unchanged by the trace
+pp_intl_order() {
+  local c=pp2r2-next-1f1b-m4 c4=pp4r2-next-1f1b-m8-l8
+  pp_det "$c" 2 && pp_det "$c" 2 QT_PP_TRACE=1 && pp_det "$c4" 4 QT_PP_TRACE=1 || return 1
+  cmp "$PP_D/$c.det" "$PP_D/$c.QT_PP_TRACE.det" || return 1
+  local e=$PP_D/$c.QT_PP_TRACE.err e4=$PP_D/$c4.QT_PP_TRACE.err h="qtrain: pipeline stage"
+  grep -qxF "$h 0 of 2 order (1f1b interleaved, M 4, R 2): F0/0 F1/0 F0/1 F1/1 F2/0 B0/1 F3/0 B1/1 F2/1 B0/0 F3/1 B1/0 B2/1 B3/1 B2/0 B3/0" "$e" &&
+    grep -qxF "$h 1 of 2 order (1f1b interleaved, M 4, R 2): F0/0 F1/0 F0/1 B0/1 F1/1 B1/1 F2/0 B0/0 F3/0 B1/0 F2/1 B2/1 F3/1 B3/1 B2/0 B3/0" "$e" ||
+    { grep "order" "$e"; return 1; }
+  grep -qxF "$h 0 of 4 order (1f1b interleaved, M 8, R 2): F0/0 F1/0 F2/0 F3/0 F0/1 F1/1 F2/1 F3/1 F4/0 F5/0 F6/0 B0/1 F7/0 B1/1 F4/1 B2/1 F5/1 B3/1 F6/1 B0/0 F7/1 B1/0 B2/0 B3/0 B4/1 B5/1 B6/1 B7/1 B4/0 B5/0 B6/0 B7/0" "$e4" &&
+    grep -qxF "$h 1 of 4 order (1f1b interleaved, M 8, R 2): F0/0 F1/0 F2/0 F3/0 F0/1 F1/1 F2/1 F3/1 F4/0 B0/1 F5/0 B1/1 F6/0 B2/1 F7/0 B3/1 F4/1 B0/0 F5/1 B1/0 F6/1 B2/0 F7/1 B3/0 B4/1 B5/1 B6/1 B7/1 B4/0 B5/0 B6/0 B7/0" "$e4" &&
+    grep -qxF "$h 2 of 4 order (1f1b interleaved, M 8, R 2): F0/0 F1/0 F2/0 F3/0 F0/1 F1/1 F2/1 B0/1 F3/1 B1/1 F4/0 B2/1 F5/0 B3/1 F6/0 B0/0 F7/0 B1/0 F4/1 B2/0 F5/1 B3/0 F6/1 B4/1 F7/1 B5/1 B6/1 B7/1 B4/0 B5/0 B6/0 B7/0" "$e4" &&
+    grep -qxF "$h 3 of 4 order (1f1b interleaved, M 8, R 2): F0/0 F1/0 F2/0 F3/0 F0/1 B0/1 F1/1 B1/1 F2/1 B2/1 F3/1 B3/1 F4/0 B0/0 F5/0 B1/0 F6/0 B2/0 F7/0 B3/0 F4/1 B4/1 F5/1 B5/1 F6/1 B6/1 F7/1 B7/1 B4/0 B5/0 B6/0 B7/0" "$e4" ||
+    { grep "order" "$e4"; return 1; }
+  grep "order" "$e4" | cut -c1-120
+}
+check "pipeline interleaved 1f1b: the driver runs the hand-written S 2 / R 2 / M 4 and S 4 / R 2 / M 8 orders (QT_PP_TRACE=1), same bits" \
+  pp_intl_order
+# the bubble line of each stage: 1f1b, M 4, the formula (S-1)/(R*M+S-1) = 1/9
+pp_intl_bubble() {
+  local e=$PP_D/pp2r2-next-1f1b-m4.err st
+  for st in 0 1; do
+    grep -q "^qtrain: pipeline stage $st of 2 (rank $st, 1f1b, M 4): schedule .* formula (S-1)/(R\*M+S-1) = 0.1111$" "$e" ||
+      { echo "$e: no bubble line of stage $st"; return 1; }
+  done
+  grep "^qtrain: pipeline stage" "$e" | sed 's/.*bubble/bubble/'
+}
+check "pipeline interleaved 1f1b: each stage's bubble line beside (S-1)/(R*M+S-1)" pp_intl_bubble
+check "pipeline interleaved 1f1b ckpt: the checkpoint file after 5 steps on PP2 R2 == one rank's, byte for byte" \
+  pp_ck_file_eq pp1r-next-b4 pp2r2-next-1f1b-m4 2
+check "pipeline interleaved 1f1b eval: PP2 R2 M 2 (M = S: every forward first) evals and training == one rank's, bit for bit" \
+  pp_eval_same pp1r-eval pp2r2-eval-1f1b 2

@@ -191,6 +191,23 @@ pp_aot() {
     || { echo "the circular plan.txt lacks the verdict, bubble or map above"; return 1; }
 }
 check "aot: qwen3.5-397b-a17b v5p-512 pipeline 4 x FSDP 8 x EP 8: the executed stage tables fit (77496 MiB) under gpipe and 1f1b, bubble 3/7 (circular 3/63), a line per boundary, compiles" pp_aot
+# Interleaved 1f1b on the circular form (R = 15, M 8): each stage's input slots are cut to
+# its peak (microbatch, chunk) pairs in flight, 63 / 61 / 59 / 57 of the 120
+# (qt_pp_intl_slots), so the stage tables need 912 / 944 / 976 / 1008 MiB (that many 16 MiB
+# slots) less than circular gpipe's 83072 / 75552 / 75552 / 90912 with the same keys
+pp_aot_intl() {
+  local keys="num_layers_per_pipeline_stage=1 per_device_batch_size=2 num_pipeline_microbatches=8"
+  # shellcheck disable=SC2086
+  aot_case aot-397b-v5p512-pp4 fits aot-397b-pp4-intl $keys pipeline_schedule=1f1b run_name=aot-397b-pp4-intl || return 1
+  local p=$AOT_OUT/aot-397b-pp4-intl/aot-397b-pp4-intl/plan.txt
+  grep -F "  verdict (budget 97280 MiB, the executed tables): fits (89904 MiB, 92.4%, stage 3 the largest), interleaved 1f1b (peak input slots + 2 M R sends)" "$p" &&
+    grep -F "    stage 0: executed 82160 fits; bound: arena 86832" "$p" &&
+    grep -F "    stage 3: executed 89904 fits; bound: arena 86496" "$p" &&
+    grep -F "in-flight slots 63 input + 240 sent boundary messages (303 of 3 M R = 360 rows;" "$p" &&
+    grep -F "in-flight slots 57 input + 240 sent boundary messages (297 of 3 M R = 360 rows;" "$p" \
+    || { echo "the interleaved plan.txt lacks the cut slots or verdict above"; return 1; }
+}
+check "aot: the 397B pp4 circular (R 15, M 8) under interleaved 1f1b: input slots cut to the peak pairs, 89904 MiB against circular gpipe's 90912, compiles" pp_aot_intl
 # The budget check and the budget-driven form choices of a pipeline plan use each stage's
 # executed tables (issue 36): every stage's stage-local tables choose their forms (gradient
 # reduce, gathers, collective_overlap auto) against the budget on their own arena, the

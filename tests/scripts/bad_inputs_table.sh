@@ -295,7 +295,6 @@ row "configgen" "configgen test-next-tiny.yml $PP num_pipeline_microbatches=3" "
 row "configgen" "configgen test-next-tiny.yml $PP num_pipeline_microbatches=8" "$E40: configgen: pipeline microbatches that do not divide the batch" cg $RUN $PP num_pipeline_microbatches=8
 row "configgen" "configgen test-next-tiny.yml $PP pipeline_schedule=zigzag" "$E40: configgen: an unknown pipeline_schedule" cg $RUN $PP pipeline_schedule=zigzag
 row "configgen" "configgen test-next-tiny.yml $PP num_pipeline_repeats=3" "$E40: configgen: pipeline repeats inconsistent" cg $RUN $PP num_pipeline_repeats=3
-row "configgen" "configgen test-next-tiny.yml $PP pipeline_schedule=1f1b" "$E40: configgen: 1f1b with circular repeats" cg $RUN $PP pipeline_schedule=1f1b
 row "configgen" "configgen test-next-tiny.yml $PP device_memory_gib=0.001" "$E40: configgen: a pipeline stage over the budget names the stage, its executed tables' MiB and the pipeline keys" cg $RUN $PP device_memory_gib=0.001
 row "ranks" "qtrain of pp-next-pp2 (a pipeline plan of 2 ranks) started alone with dump_grads=DIR" "$E40: qtrain: a pipeline plan started alone is refused" build/pp-next-pp2/qtrain steps=1 data=$T dump_grads=$W/dg
 row "configgen" "configgen --diff $W/nope.yml test-next-tiny.yml" "e2e \`45_plan_report.sh\`: configgen --diff: a missing file" $CG --diff $W/nope.yml $RUN

@@ -42,7 +42,8 @@
  *               agree on which mask is first (checked); the count skipped is printed.
  *   --p2p S     the pipeline's point-to-point messages on S stages (run_p2p): pairing,
  *               bytes, 1f1b order with unflushed sends, gpipe with 2 circular repeats (the
- *               wrap-around pairing), a short message refused, the
+ *               wrap-around pairing) and, for S dividing 4, the same in interleaved 1f1b
+ *               order (qt_pp_sched.h), a short message refused, the
  *               all-gather over the stage peers.
  *   --ctx       for every group mask the group arithmetic, and once per distinct member
  *               list (as above; the op's start-up check reads the mask only for the group's
@@ -76,6 +77,7 @@
 #include "comm/qt_comm.h"
 #include "comm/qt_coll.h"
 #include "qt_ops.h"
+#include "qt_pp_sched.h"
 #include "parallel/cp_pack.h"
 #include "parallel/ep_rounds.h"
 #include "ops/qt_ep_rounds.h"
@@ -1355,17 +1357,20 @@ static int run_bench(void)
  * (the wrap-around), its output to the stage after or the last stage's first repeat's to
  * stage 0; the backwards with the repeats descending, the gradients the reverse way (stage
  * 0's second repeat's input gradient back to the last stage). Every message's bytes name
- * the sender and its (repeat, microbatch); sends flushed only at the end. 2 on a
- * communication error, else 0 (the checks count failures). */
-static int run_p2p_circular(int S, int per, int s, int loc)
+ * the sender and its (repeat, microbatch); sends flushed only at the end. intl: the same
+ * messages in Megatron's interleaved 1F1B order instead (qt_pp_sched.h qt_pp_action_intl,
+ * pipeline_schedule 1f1b with repeats; M = 4 a multiple of S). 2 on a communication error,
+ * else 0 (the checks count failures). */
+static int run_p2p_circular(int S, int per, int s, int loc, int intl)
 {
     enum { M = 4, RC = 2, N = 1000 };
     static float act[RC * M][N], grad[RC * M][N], in[N];
     const int prev = (s > 0 ? s - 1 : S - 1) * per + loc, next = (s < S - 1 ? s + 1 : 0) * per + loc;
     int wraps = 0;
     for (int i = 0; i < 2 * M * RC; i++) {
-        const int bwd = i >= M * RC, k = bwd ? i - M * RC : i, j = k % M;
-        const int r = bwd ? RC - 1 - k / M : k / M, x = r * M + j;
+        const int gb = i >= M * RC, k = gb ? i - M * RC : i;
+        int j = k % M, r = gb ? RC - 1 - k / M : k / M;
+        const int bwd = intl ? qt_pp_action_intl(S, s, M, RC, i, &j, &r) : gb, x = r * M + j;
         const int has_in = s > 0 || r > 0, has_out = s < S - 1 || r < RC - 1;
         if (!bwd) {
             if (has_in) {
@@ -1401,7 +1406,8 @@ static int run_p2p_circular(int S, int per, int s, int loc)
         }
     }
     CHECK(wraps == ((s == 0 || s == S - 1) ? M * (RC - 1) : 0),
-          "circular: %d wrap-around messages received on stage %d", wraps, s);
+          "circular%s: %d wrap-around messages received on stage %d", intl ? " (interleaved)" : "",
+          wraps, s);
     return qt_coll_p2p_flush() ? 2 : 0;
 }
 
@@ -1457,7 +1463,8 @@ static int run_p2p(int S)
     }
     CHECK(nf == M && nb == M, "schedule: %d forwards, %d backwards", nf, nb);
     if (qt_coll_p2p_flush()) return 2;
-    if (run_p2p_circular(S, per, s, loc)) return 2;
+    if (run_p2p_circular(S, per, s, loc, 0)) return 2;
+    if (4 % S == 0 && run_p2p_circular(S, per, s, loc, 1)) return 2;
     /* a message shorter than the receive expects: an error on the receiver, never a
      * partly filled buffer taken as whole (a longer one is MPI's truncation, which MPICH
      * makes fatal: the job stops, which is not silent either) */
@@ -1482,8 +1489,9 @@ static int run_p2p(int S)
     if (qt_coll_sum_i64(QT_COLL_ALL, f, 2)) return 2;
     if (cc.rank == 0)
         printf("coll_check: p2p: %d stages of %d rank%s, %d microbatches each way (1f1b order; "
-               "gpipe with 2 circular repeats, the wrap-around): "
-               "%lld checks, %lld failures\n", S, per, per == 1 ? "" : "s", M, (long long)f[1],
+               "gpipe with 2 circular repeats, the wrap-around%s): "
+               "%lld checks, %lld failures\n", S, per, per == 1 ? "" : "s", M,
+               4 % S == 0 ? "; interleaved 1f1b with them" : "", (long long)f[1],
                (long long)f[0]);
     return f[0] ? 1 : 0;
 }

@@ -622,7 +622,6 @@ TEST(CgBadConfig, EachRuleRefusesWithItsMessageAndWritesNothing)
         {"ici_pipeline_parallelism=2", "num_ranks=2|num_pipeline_microbatches=8", "8 microbatches do not divide the batch group's 4 sequences per accumulation step"},
         {"ici_pipeline_parallelism=2", "num_ranks=2|num_pipeline_repeats=1", "num_pipeline_repeats=1 (command line): 2 stages (ici_pipeline_parallelism=2 (command line)) x 1 repeats x 1 layers per stage"},
         {"ici_pipeline_parallelism=2", "num_ranks=2|pipeline_schedule=zigzag", "pipeline_schedule=zigzag (command line): unknown schedule"},
-        {"ici_pipeline_parallelism=2", "num_ranks=2|pipeline_schedule=1f1b", "pipeline_schedule=1f1b (command line): 1f1b is Megatron's non-interleaved schedule and each stage here holds 2 repeats"},
         {"ici_pipeline_parallelism=2", "num_ranks=2|pipeline_parallel_layers=2", "pipeline_parallel_layers=2 (command line): qtrain pipelines every decoder layer"},
         {"ici_pipeline_parallelism=2", "num_ranks=2|num_layers_per_pipeline_stage=0", "num_layers_per_pipeline_stage=0 (command line): expected 1 .. 4 layers per stage"},
         {"ici_pipeline_parallelism=2", "num_ranks=2|num_pipeline_repeats=5", "num_pipeline_repeats=5 (command line): expected -1 (= pipeline layers / (stages x layers per stage)) or 1 .. 4"},

@@ -14,7 +14,8 @@
  *    sequences per accumulation step (per_device_batch_size x tensor x context x S): each
  *    microbatch holds B / M whole sequences;
  *  - pp_schedule 0 gpipe (MaxText's, circular repeats) or 1 1f1b (Megatron's
- *    non-interleaved one-forward-one-backward, so R = 1);
+ *    one-forward-one-backward: non-interleaved with R = 1, interleaved with R > 1, whose
+ *    microbatch groups of S need M a multiple of S, the rule above for every schedule);
  *  - B x gradient_accumulation_steps leaves fit the gradient tree levels (the pipeline's
  *    microbatches are accumulation microbatches to a stage: the one-rank tree).
  * Messages name the key, its value and where it was set, and the other key of the rule with
@@ -115,16 +116,7 @@ int qt_cg_pipeline_rules(const qt_cg_config *c, qt_cg_settings *s, double B, cha
     else
         return qt_cg_rule_bad(c, err, errlen, KS, "unknown schedule; expected gpipe (MaxText's, "
                               "with circular repeats) or 1f1b (Megatron's one forward one "
-                              "backward)");
-    if (s->pp_schedule == 1 && s->pp_repeats > 1)
-        return qt_cg_rule_bad(c, err, errlen, KS, "1f1b is Megatron's non-interleaved schedule "
-                              "and each stage here holds %d repeats (%s, %s; %lld layers / "
-                              "(%lld stages x %lld per stage)); expected gpipe for circular "
-                              "repeats, or num_layers_per_pipeline_stage = layers / stages "
-                              "(%lld) for one repeat", s->pp_repeats,
-                              qt_cg_rule_other(c, KR, o, sizeof o),
-                              qt_cg_rule_other(c, KL, o2, sizeof o2), (long long)L,
-                              (long long)S, (long long)lps, (long long)(L / S));
+                              "backward, interleaved with circular repeats)");
     int64_t leaves;
     if (__builtin_mul_overflow(Bi, s->tr.grad_accum, &leaves) ||
         leaves >= (1ll << (QT_MAX_TREE_LEVELS - 1)))

@@ -1,7 +1,8 @@
 /* emit/pipeline_report.c - plan.txt's "pipeline" section (issue 36, docs/pipeline.md): the
  * stages, repeats and microbatches; MaxText's layer-to-stage map with every layer's kind
- * (GDN or full attention) per stage; the two schedules as iteration tables (GPipe with
- * circular repeats, MaxText's; 1F1B, Megatron's) and the bubble; each stage's memory under
+ * (GDN or full attention) per stage; the schedules as iteration tables (GPipe with
+ * circular repeats, MaxText's; 1F1B, Megatron's; with repeats under 1f1b Megatron's
+ * interleaved order per stage) and the bubble; each stage's memory under
  * both schedules against the budget; and the point-to-point bytes per step.
  *
  * Invariants: written only for a plan with pipeline stages (pp_stages > 1), so no other plan's
@@ -11,8 +12,10 @@
  */
 #include <stdio.h>
 #include "core/qt_cg.h"
+#include "model/qt_cg_model.h"
 #include "memory/qt_cg_memory.h"
 #include "emit/qt_cg_emit.h"
+#include "qt_pp_sched.h"
 
 #define QT_CG_PP_ROWS 64
 #define QT_CG_MIB (1024.0 * 1024.0)
@@ -98,6 +101,34 @@ static void f1b_table(qt_cg_buf *b, const qt_cg_settings *s)
     }
 }
 
+/* Interleaved 1F1B (Megatron's forward_backward_pipelining_with_interleaving, R > 1 chunks a
+ * stage; qt_pp_sched.h, the order the firmware runs): per stage its warm-up, its peak
+ * (microbatch, chunk) pairs in flight and its actions, F<m>/<r> and B<m>/<r>. */
+static void intl_table(qt_cg_buf *b, const qt_cg_settings *s)
+{
+    const int S = s->pp_stages, M = s->pp_micro, R = s->pp_repeats;
+    qt_cg_buf_printf(b, "  1f1b interleaved (Megatron's, each stage's %d repeats its model chunks): "
+                     "the M*R (microbatch, chunk) pairs in groups of S microbatches, forwards "
+                     "chunk by chunk ascending and backwards descending within a group; stage "
+                     "s runs %s warm-up forwards, then one forward and one backward, then "
+                     "drains the backwards (F<m>/<r> forward, B<m>/<r> backward of microbatch "
+                     "m in chunk r; each chunk's backwards in microbatch order):\n", R,
+                     M == S ? "all M*R (M = S: every forward first, Megatron's case)"
+                            : "min((S-s-1)*2 + (R-1)*S, M*R)");
+    for (int st = 0; st < S; st++) {
+        const int n = 2 * M * R;
+        qt_cg_buf_printf(b, "    stage %d (warm-up %d, at most %d chunk inputs in flight):", st,
+                         qt_pp_intl_warmup(S, st, M, R), qt_pp_intl_inflight(S, st, M, R));
+        for (int i = 0; i < n && i < QT_CG_PP_ROWS; i++) {
+            int j, r;
+            const int bwd = qt_pp_action_intl(S, st, M, R, i, &j, &r);
+            qt_cg_buf_printf(b, " %c%d/%d", bwd ? 'B' : 'F', j, r);
+        }
+        if (n > QT_CG_PP_ROWS) qt_cg_buf_printf(b, " ... (%d steps)", n);
+        qt_cg_buf_printf(b, "\n");
+    }
+}
+
 /* "fits" / "over" against the budget (nothing without one) */
 static const char *verdict_word(int64_t need, int64_t budget)
 {
@@ -114,21 +145,28 @@ static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
     const int64_t *f = g->pp_stage_figs;
     int heavy;
     const int64_t exec = qt_cg_pp_executed_need(g, &heavy);
+    const int intl = s->pp_repeats > 1 && s->pp_schedule == 1; /* interleaved 1f1b */
     qt_cg_buf_printf(b, "  memory per rank of each stage (MiB)%s planning bound = every stage "
                      "planned with its own layers, and with the embedding and the head (an "
                      "upper bound for the middle stages): arena of one microbatch + "
                      "(microbatches in flight - 1) x the activations saved per microbatch (live "
                      "from its forward to its backward) + 4 receive buffers of one boundary "
                      "message; gpipe holds M = %d microbatches (their R = %d repeat%s "
-                     "included), 1f1b min(S - s, M) on stage s:\n",
-                     exec < 0 ? ";" : s->pp_repeats > 1 ?
+                     "included), 1f1b %s on stage s:\n",
+                     exec < 0 ? ";" : intl ?
+                     ": executed = the stage-local tables qtrain maps (their arena, the "
+                     "in-flight slots included: an input slot per (microbatch, chunk) pair in "
+                     "flight, the order's peak, and 2 M R sent boundary messages);" :
+                     s->pp_repeats > 1 ?
                      ": executed = the stage-local tables qtrain maps (their arena, the "
                      "in-flight slots of 3 M R boundary messages included: a stage keeps only "
                      "its chunks' inputs in flight);" :
                      ": executed = the stage-local tables qtrain maps (their arena, "
                      "the in-flight slots of 3 M boundary messages included: a stage keeps only "
                      "its inputs in flight, so the same under gpipe and 1f1b);",
-                     s->pp_micro, s->pp_repeats, qt_cg_s(s->pp_repeats));
+                     s->pp_micro, s->pp_repeats, qt_cg_s(s->pp_repeats),
+                     intl ? "(interleaved) its peak (microbatch, chunk) pairs in flight / R, "
+                            "rounded up," : "min(S - s, M)");
     for (int64_t st = 0; st < S && f; st++) {
         const int64_t *x = f + 4 * st;
         char e[96] = "", f1[96];
@@ -136,7 +174,7 @@ static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
             snprintf(e, sizeof e, "executed %.0f%s; bound: ",
                      (double)g->pp_graphs[st].arena_bytes / QT_CG_MIB,
                      verdict_word(g->pp_graphs[st].arena_bytes, budget));
-        if (s->pp_repeats > 1) snprintf(f1, sizeof f1, "n/a (one repeat needed)");
+        if (s->pp_repeats > 1 && !intl) snprintf(f1, sizeof f1, "n/a (one repeat needed)");
         else snprintf(f1, sizeof f1, "%.0f%s", (double)x[1] / QT_CG_MIB, verdict_word(x[1], budget));
         qt_cg_buf_printf(b, "    stage %lld: %sarena %.0f, saved per microbatch %.1f; gpipe %.0f%s; "
                          "1f1b %s%s\n", (long long)st, e, (double)x[2] / QT_CG_MIB,
@@ -156,14 +194,15 @@ static void memory_lines(qt_cg_buf *b, const qt_cg_graph *g)
                          "bound: ", (double)budget / QT_CG_MIB,
                          exec <= budget ? "fits" : "does not fit", (double)exec / QT_CG_MIB,
                          100.0 * (double)exec / (double)budget, heavy,
-                         s->pp_repeats > 1 ? "gpipe with its repeats" : "gpipe and 1f1b alike");
+                         intl ? "interleaved 1f1b (peak input slots + 2 M R sends)"
+                         : s->pp_repeats > 1 ? "gpipe with its repeats" : "gpipe and 1f1b alike");
     else
         qt_cg_buf_printf(b, "  verdict (budget %.0f MiB, the planning bound: no stage-local "
                          "tables): ",
                          (double)budget / QT_CG_MIB);
     qt_cg_buf_printf(b, "gpipe %s (%.0f MiB, %.1f%%), 1f1b ", w0 <= budget ? "fits" : "does not fit",
                      (double)w0 / QT_CG_MIB, 100.0 * (double)w0 / (double)budget);
-    if (s->pp_repeats > 1)
+    if (s->pp_repeats > 1 && !intl)
         qt_cg_buf_printf(b, "n/a (needs one repeat)");
     else
         qt_cg_buf_printf(b, "%s (%.0f MiB, %.1f%%)", w1 <= budget ? "fits" : "does not fit",
@@ -193,6 +232,19 @@ static const char *mtp_role(const qt_cg_graph *x)
                : "";
 }
 
+/* A stage's in-flight slots: 3 M boundary messages (M R with repeats: the same words), under
+ * interleaved 1F1B its input slots (the order's peak pairs in flight) and its 2 M R sends. */
+static const char *slots_note(const qt_cg_graph *x)
+{
+    static char n[128];
+    const qt_cg_settings *s = x->s;
+    if (x->pp_slots == QT_NONE) return "";
+    if (s->pp_repeats <= 1 || s->pp_schedule != 1) return " (in-flight slots: 3 M boundary messages)";
+    snprintf(n, sizeof n, " (in-flight slots: %lld input + %lld sent boundary messages)",
+             (long long)qt_cg_pp_in_slots(s), 2LL * s->pp_micro * s->pp_repeats);
+    return n;
+}
+
 /* The stage-local tables qtrain executes (driver/pipeline.c pp_local_plans): per stage its
  * parameters (one-rank indices), its boundaries, its scans (when stored scanned) and its
  * arena. */
@@ -210,9 +262,10 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
                          "alone), every chunk from its own input boundary to its own output; "
                          "stage 0's later chunks take the last stage's output of the repeat "
                          "before (the wrap-around message), and the last stage's earlier chunks "
-                         "send theirs to stage 0; in-flight slots 3 M R boundary messages; a "
+                         "send theirs to stage 0; in-flight slots %s; a "
                          "chunk's parameters are consecutive in the one-rank order:\n",
-                         s->pp_repeats);
+                         s->pp_repeats, s->pp_schedule == 1 ? "the order's peak input slots "
+                         "and 2 M R sent boundary messages (below)" : "3 M R boundary messages");
     for (int st = 0; st < s->pp_stages && s->pp_repeats > 1; st++) {
         const qt_cg_graph *x = &g->pp_graphs[st];
         qt_cg_buf_printf(b, "    stage %d chunks (one-rank parameter indices, first element):",
@@ -250,7 +303,18 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
     for (int st = 0; st < s->pp_stages; st++) {
         const qt_cg_graph *x = &g->pp_graphs[st];
         if (s->pp_repeats > 1) {
-            qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters, %s, %s%s%s%s, "
+            char sl[192] = "";
+            if (s->pp_schedule == 1 && x->pp_slots != QT_NONE) {
+                /* interleaved: the input slots cut to the order's peak (qt_pp_intl_slots) */
+                const qt_cg_tensor *t = &x->ts[x->pp_slots];
+                const int64_t MR = (int64_t)s->pp_micro * s->pp_repeats;
+                const int64_t rows = t->t.shape[0];
+                snprintf(sl, sizeof sl, ", in-flight slots %lld input + %lld sent boundary "
+                         "messages (%lld of 3 M R = %lld rows; arena %lld bytes)",
+                         (long long)(rows - 2 * MR), (long long)(2 * MR), (long long)rows,
+                         (long long)(3 * MR), (long long)x->arena_bytes);
+            }
+            qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters, %s, %s%s%s%s%s, "
                              "arena %.2f MiB\n", st, (unsigned long long)x->hash, x->np,
                              x->pp_in != QT_NONE ? "input from stage before" : "the embedding",
                              x->pp_out != QT_NONE ? "output to the stage after"
@@ -258,7 +322,8 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
                              x->pp_mtp_out != QT_NONE  ? " (from its first chunk, repeat 0)"
                              : x->pp_mtp_in != QT_NONE ? " (in its last chunk, repeat R - 1)"
                                                        : "",
-                             x->n_scans > 0 ? ", scanned" : "", (double)x->arena_bytes / QT_CG_MIB);
+                             x->n_scans > 0 ? ", scanned" : "", sl,
+                             (double)x->arena_bytes / QT_CG_MIB);
             continue;
         }
         qt_cg_buf_printf(b, "    stage %d: plan hash 0x%016llx, %d parameters (one-rank indices "
@@ -267,7 +332,7 @@ static void executed_lines(qt_cg_buf *b, const qt_cg_graph *g)
                          (long long)(x->s->pp_param0 + x->np - 1), (long long)x->s->pp_elem0,
                          x->pp_in != QT_NONE ? "input from stage before" : "the embedding",
                          x->pp_out != QT_NONE ? ", output to the stage after" : ", the head and loss",
-                         x->pp_slots != QT_NONE ? " (in-flight slots: 3 M boundary messages)" : "",
+                         slots_note(x),
                          mtp_role(x), x->n_scans > 0 ? ", scanned" : "",
                          (double)x->arena_bytes / QT_CG_MIB);
     }
@@ -304,10 +369,14 @@ void qt_cg_report_pipeline(const qt_cg_graph *g, qt_cg_buf *b)
     const double bubble = (double)(S - 1) / (double)(R * M + S - 1);
     qt_cg_buf_printf(b, "  bubble: (S-1)/(R*M+S-1) = %lld/%lld = %.4f (%.1f%% of each "
                      "pipeline flush idle)%s\n", (long long)(S - 1), (long long)(R * M + S - 1),
-                     bubble, 100.0 * bubble, R > 1 ? "" : "; 1f1b the same (Megatron: "
-                     "(S-1)/(M+S-1))");
+                     bubble, 100.0 * bubble,
+                     R == 1 ? "; 1f1b the same (Megatron: (S-1)/(M+S-1))"
+                     : s->pp_schedule == 1 ? "; interleaved 1f1b the same: its bubble is (S-1) "
+                                             "chunk forwards and backwards, (S-1)/(R*M) of the "
+                                             "ideal time (Megatron)" : "");
     gpipe_table(b, s);
     if (R == 1) f1b_table(b, s);
+    else if (s->pp_schedule == 1) intl_table(b, s);
     else qt_cg_buf_printf(b, "  1f1b: not planned with R = %lld repeats (Megatron's "
                           "interleaved schedule would be needed)\n", (long long)R);
     memory_lines(b, g);

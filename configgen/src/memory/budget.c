@@ -122,7 +122,18 @@ int qt_cg_budget_check(const qt_cg_graph *g0, char *err, size_t errlen)
                                 (double)(need - budget) / QT_CG_MIB);
     if (exec >= 0 && k < errlen) {
         const int64_t slots = g->pp_slots != QT_NONE ? tensor_bytes(&g->ts[g->pp_slots].t) : 0;
-        k += (size_t)snprintf(err + k, errlen - k, " (pipeline stage %d of %d, the stage "
+        const int intl = s->pp_repeats > 1 && s->pp_schedule == 1;
+        const int64_t rows = g->pp_slots != QT_NONE ? g->ts[g->pp_slots].t.shape[0] : 0;
+        if (intl)
+            k += (size_t)snprintf(err + k, errlen - k, " (pipeline stage %d of %d, the stage "
+                                  "whose executed stage-local tables need the most: %.1f MiB, "
+                                  "the in-flight slots of the interleaved order's peak input "
+                                  "pairs + 2 M R sends = %lld boundary messages included "
+                                  "(%.1f MiB; M = num_pipeline_microbatches=%d, R = %d))", xs,
+                                  s->pp_stages, (double)need / QT_CG_MIB, (long long)rows,
+                                  (double)slots / QT_CG_MIB, s->pp_micro, s->pp_repeats);
+        else
+            k += (size_t)snprintf(err + k, errlen - k, " (pipeline stage %d of %d, the stage "
                               "whose executed stage-local tables need the most: %.1f MiB, the "
                               "in-flight slots of 3 M R = %lld boundary messages included "
                               "(%.1f MiB; M = num_pipeline_microbatches=%d, R = %d); the same "
@@ -133,11 +144,9 @@ int qt_cg_budget_check(const qt_cg_graph *g0, char *err, size_t errlen)
     if (pp && k < errlen) {
         const int o = !s->pp_schedule;
         char alt[160];
-        if (o && s->pp_repeats > 1)
-            snprintf(alt, sizeof alt, "1f1b needs one repeat");
-        else
-            snprintf(alt, sizeof alt, "%s would need %.1f MiB", o ? "1f1b" : "gpipe",
-                     (double)qt_cg_pp_need(g, o) / QT_CG_MIB);
+        snprintf(alt, sizeof alt, "%s would need %.1f MiB",
+                 !o ? "gpipe" : s->pp_repeats > 1 ? "1f1b (interleaved)" : "1f1b",
+                 (double)qt_cg_pp_need(g, o) / QT_CG_MIB);
         k += (size_t)snprintf(err + k, errlen - k, " (pipeline stage %d of %d under "
                               "pipeline_schedule=%s with num_pipeline_microbatches=%d: %lld "
                               "microbatches in flight; %s)", s->pp_stage, s->pp_stages,

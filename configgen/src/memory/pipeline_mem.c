@@ -9,13 +9,15 @@
  * add k - 1 times the bytes one microbatch keeps from its forward for its backward (the
  * tensors the embedding and the layers write and the backward still reads; the liveness
  * planner shares everything else); GPipe holds all M microbatches of an accumulation step, 1F1B at most S
- * (Megatron: stage r holds min(S - r, M), stage 0 the most). Reads the finished plan only.
+ * (Megatron: stage r holds min(S - r, M), stage 0 the most), interleaved 1F1B (R > 1) its
+ * peak (microbatch, chunk) pairs in flight, qt_pp_intl_inflight, over R, rounded up. Reads the finished plan only.
  * The executed need is the stage-local tables' own arenas: there a stage keeps only its
  * inputs in flight, in slots of its arena, so nothing is added to them; a stage-local
  * graph's need (qt_cg_need_bytes, what its budget-driven form choices compare) is its arena.
  */
 #include "core/qt_cg.h"
 #include "memory/qt_cg_memory.h"
+#include "qt_pp_sched.h"
 
 static int64_t local_bytes(const qt_tensor *t)
 {
@@ -49,6 +51,14 @@ int64_t qt_cg_pp_boundary_bytes(const qt_cg_settings *s)
 int64_t qt_cg_pp_inflight(const qt_cg_settings *s, int schedule)
 {
     if (s->pp_stages <= 1) return 1;
+    const int64_t R = s->pp_repeats;
+    if (schedule == 1 && R > 1) {
+        /* interleaved: (microbatch, chunk) pairs, each 1 / R of a microbatch's saved bytes
+         * (qt_pp_sched.h), rounded up to whole microbatches */
+        const int64_t pairs = qt_pp_intl_inflight(s->pp_stages, s->pp_stage, s->pp_micro,
+                                                  s->pp_repeats);
+        return (pairs + R - 1) / R;
+    }
     const int64_t held = (int64_t)s->pp_stages - s->pp_stage; /* Megatron: min(S - s, M) */
     return schedule == 1 && held < s->pp_micro ? held : s->pp_micro;
 }

@@ -65,7 +65,8 @@ int qt_cg_budget_check(const qt_cg_graph *g, char *err, size_t errlen);
  * microbatch's forward/backward boundary (saved for its backward), one boundary message
  * (a microbatch's activations or their gradient: rows x hidden x the activation bytes),
  * the microbatches in flight on stage s->pp_stage under a schedule (0 gpipe: M; 1 1f1b:
- * min(S - stage, M)), and the
+ * min(S - stage, M); with R > 1 repeats the interleaved 1f1b's peak (microbatch, chunk)
+ * pairs / R, rounded up), and the
  * per-rank need under a schedule: the arena, the other microbatches in flight and the
  * receive buffers. qt_cg_need_bytes is the need under the plan's schedule: the arena
  * itself without a pipeline, and for a stage's stage-local tables (pp_local: their slots

@@ -18,6 +18,7 @@
 #include "mesh/qt_cg_mesh.h"
 #include "config/qt_cg_config.h"
 #include "model/qt_cg_model.h"
+#include "qt_pp_sched.h"
 #include "../../firmware/kernels/gdn_chunk.h"
 #include "../../firmware/kernels/matmul_canon.h"
 #include "../../firmware/kernels/argmax.h"
@@ -1208,14 +1209,28 @@ static void pp_mtp_recv(qt_cg_graph *g, int32_t *e, const qt_cg_dims *D)
     g->ts[g->pp_mtp_in].whole = 1;
 }
 
+int64_t qt_cg_pp_in_slots(const qt_cg_settings *s)
+{
+    const int S = s->pp_stages, M = s->pp_micro, R = s->pp_repeats;
+    if (S <= 1 || R <= 1 || s->pp_schedule != 1) return (int64_t)M * (R > 1 ? R : 1);
+    /* interleaved 1F1B: the order's peak, the slot per pair in flight the driver assigns */
+    int *buf = malloc(4 * (size_t)M * R * sizeof *buf);
+    if (!buf) return (int64_t)M * R;
+    const int n = qt_pp_intl_slots(S, s->pp_stage, M, R, buf, buf + 2 * M * R, buf + 3 * M * R);
+    free(buf);
+    return n;
+}
+
 /* The pipeline driver's in-flight message slots of a stage whose boundary holds nb elements:
- * pp_slots (3 M R boundaries), with the MTP head on stage 0 and the last stage
+ * pp_slots (P input slots, P = M R or under interleaved 1F1B the order's peak,
+ * qt_cg_pp_in_slots, then M R sent activations and M R sent gradients), with the MTP head on stage 0 and the last stage
  * pp_mtp_slots, with the load-balance loss pp_lb_slots; all live for the whole schedule. */
 static void pp_slot_tensors(qt_cg_graph *g, int64_t nb, int pp_first, int pp_last)
 {
     const qt_cg_settings *s = g->s;
     const int64_t MR = (int64_t)s->pp_micro * s->pp_repeats, D = s->mtp_layers;
-    g->pp_slots = qt_cg_add_tensor(g, "pp_slots", QT_ROLE_ACT, QT_F32, 2, SHP(3 * MR, nb),
+    const int64_t P = qt_cg_pp_in_slots(s);
+    g->pp_slots = qt_cg_add_tensor(g, "pp_slots", QT_ROLE_ACT, QT_F32, 2, SHP(P + 2 * MR, nb),
                                    AX(0, 0));
     g->ts[g->pp_slots].whole = 1;
     /* the MTP head's D boundaries per microbatch: stage 0's M sends of the embeddings; the
@@ -1231,7 +1246,7 @@ static void pp_slot_tensors(qt_cg_graph *g, int64_t nb, int pp_first, int pp_las
      * repeats they wrap around with the activations) */
     if (g->lb_seq != QT_NONE) {
         g->pp_lb_slots = qt_cg_add_tensor(g, "pp_lb_slots", QT_ROLE_LOSS, QT_F32, 2,
-                                          SHP(2 * MR, s->tr.micro_batch), AX(0, 0));
+                                          SHP(P + MR, s->tr.micro_batch), AX(0, 0));
         g->ts[g->pp_lb_slots].whole = 1;
     }
 }

@@ -107,4 +107,9 @@ typedef struct qt_cg_flops {
 } qt_cg_flops;
 void qt_cg_model_flops(const qt_model_dims *m, int64_t S, int64_t mtp_layers, qt_cg_flops *f);
 
+/* The input slot rows of stage s->pp_stage's tables: M R (M without repeats), or under
+ * interleaved 1F1B the order's peak pairs in flight (qt_pp_intl_slots: the driver's own
+ * assignment); its pp_slots then hold that + 2 M R boundaries, pp_lb_slots that + M R. */
+int64_t qt_cg_pp_in_slots(const qt_cg_settings *s);
+
 #endif
