@@ -140,26 +140,29 @@ void QT_FN(qt_xent_chain)(qt_real *acc, qt_real *dlogits, const qt_real *logits,
     QT_FN(qt_xent_chain_on)(acc, dlogits, logits, targets, R, V, 0);
 }
 
-void QT_FN(qt_xent)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
-                    const int32_t *targets, int64_t b, int64_t S, int64_t V)
+/* qt_xent's sequence loop; `ref` picks the scalar reference rows (qt_xent_chain_on). */
+static void QT_FN(qt_xent_seqs)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
+                                const int32_t *targets, int64_t b, int64_t S, int64_t V,
+                                int ref)
 {
     for (int64_t s = 0; s < b; s++) {
         qt_real acc = 0;
         QT_FN(qt_xent_chain_on)(&acc, dlogits + s * S * V, logits + s * S * V, targets + s * S,
-                                S, V, 0);
+                                S, V, ref);
         loss_seq[s] = acc;
     }
+}
+
+void QT_FN(qt_xent)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
+                    const int32_t *targets, int64_t b, int64_t S, int64_t V)
+{
+    QT_FN(qt_xent_seqs)(loss_seq, dlogits, logits, targets, b, S, V, 0);
 }
 
 void QT_FN(qt_xent_ref)(qt_real *loss_seq, qt_real *dlogits, const qt_real *logits,
                         const int32_t *targets, int64_t b, int64_t S, int64_t V)
 {
-    for (int64_t s = 0; s < b; s++) {
-        qt_real acc = 0;
-        QT_FN(qt_xent_chain_on)(&acc, dlogits + s * S * V, logits + s * S * V, targets + s * S,
-                                S, V, 1);
-        loss_seq[s] = acc;
-    }
+    QT_FN(qt_xent_seqs)(loss_seq, dlogits, logits, targets, b, S, V, 1);
 }
 
 /* The z-loss form (z != 0; qt_xent's bits are untouched: the op calls it only then). Per
