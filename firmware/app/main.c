@@ -708,6 +708,37 @@ static int qt_main_doc_sep(const qt_plan *p, const qt_cli *cli, int rank)
     return QT_OK;
 }
 
+/* The pipeline driver's test hooks from the environment (docs/pipeline.md; read on every
+ * rank alike): QT_PP_TEST_ORDER (refused unless a known value; a known one is noted, since it
+ * changes the bits on purpose), QT_PP_PREFETCH=0, QT_PP_TRACE=1. Returns QT_OK or QT_E_ARG. */
+static int qt_main_pp_hooks(int rank)
+{
+    const char *order = getenv("QT_PP_TEST_ORDER");  /* qt_pp_set_test_order */
+    const int mode = !order || !*order ? 0 : !strcmp(order, "reverse") ? 1
+                     : !strcmp(order, "lb-local") ? 2 : !strcmp(order, "mtp-drop") ? 3 : -1;
+    /* a test hook that changes the bits (lb-local, mtp-drop: wrong gradients on
+     * purpose): left set in a shell it silently trained another model (audit24) */
+    if (mode < 0) {
+        fprintf(stderr, "qtrain: QT_PP_TEST_ORDER=%s: expected reverse, lb-local or "
+                "mtp-drop (a test hook of tests/e2e/63_pipeline.sh); unset it to train\n",
+                order);
+        return QT_E_ARG;
+    }
+    if (mode) {
+        if (rank == 0)
+            qt_note("QT_PP_TEST_ORDER=%s: a test hook (docs/pipeline.md) that changes this "
+                    "run's bits on purpose; unset it to train", order);
+        qt_main_note("QT_PP_TEST_ORDER=%s (a test hook: these bits are not the plan's)",
+                     order);
+    }
+    qt_pp_set_test_order(mode);
+    const char *pf = getenv("QT_PP_PREFETCH");  /* qt_pp_set_prefetch */
+    qt_pp_set_prefetch(!(pf && !strcmp(pf, "0")));
+    const char *tr = getenv("QT_PP_TRACE");  /* qt_pp_set_trace */
+    qt_pp_set_trace(tr && !strcmp(tr, "1"));
+    return QT_OK;
+}
+
 /* Start-up, up to a runtime ready to step: the command line, the save targets, the plan
  * against this job (rank count, the same plan on every rank, the mesh), the runtime (arena,
  * parameters) and the banner. Returns QT_MAIN_GO, or the exit code (0 after help=). */
@@ -759,29 +790,7 @@ static int qt_main_start(qt_cli *cli, int argc, char **argv, int rank, int size)
     /* a pipeline stage's mesh is its own ranks' (stage = rank div (ranks / S)) */
     int mrank = rank, msize = size;
     if (p->pipeline_stages > 1) {
-        const char *order = getenv("QT_PP_TEST_ORDER");  /* qt_pp_set_test_order */
-        const int mode = !order || !*order ? 0 : !strcmp(order, "reverse") ? 1
-                         : !strcmp(order, "lb-local") ? 2 : !strcmp(order, "mtp-drop") ? 3 : -1;
-        /* a test hook that changes the bits (lb-local, mtp-drop: wrong gradients on
-         * purpose): left set in a shell it silently trained another model (audit24) */
-        if (mode < 0) {
-            fprintf(stderr, "qtrain: QT_PP_TEST_ORDER=%s: expected reverse, lb-local or "
-                    "mtp-drop (a test hook of tests/e2e/63_pipeline.sh); unset it to train\n",
-                    order);
-            return QT_EXIT_ARG;
-        }
-        if (mode) {
-            if (rank == 0)
-                qt_note("QT_PP_TEST_ORDER=%s: a test hook (docs/pipeline.md) that changes this "
-                        "run's bits on purpose; unset it to train", order);
-            qt_main_note("QT_PP_TEST_ORDER=%s (a test hook: these bits are not the plan's)",
-                         order);
-        }
-        qt_pp_set_test_order(mode);
-        const char *pf = getenv("QT_PP_PREFETCH");  /* qt_pp_set_prefetch */
-        qt_pp_set_prefetch(!(pf && !strcmp(pf, "0")));
-        const char *tr = getenv("QT_PP_TRACE");  /* qt_pp_set_trace */
-        qt_pp_set_trace(tr && !strcmp(tr, "1"));
+        if (qt_main_pp_hooks(rank) != QT_OK) return QT_EXIT_ARG;
         msize = size / p->pipeline_stages;
         (void)qt_pp_stage_of(rank, size, p->pipeline_stages, &mrank);
     }
