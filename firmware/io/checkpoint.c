@@ -475,9 +475,7 @@ static int qt_load_opt_decision(const qt_plan *p, int h, const char *path, int w
         return qt_fail(QT_E_MISMATCH, "%s: allow_state_change=1, but the file holds no "
                        "optimizer state (no optimizer.* tensors): there are no Adam moments "
                        "or step to resume (without allow_state_change=1 %s)", path,
-                       fmt && !strcmp(fmt, QT_CKPT_FORMAT)
-                           ? "load_weights_only=1 starts from its weights at step 0"
-                           : "its weights load, from step 0");
+                       qt_ckpt_no_state_hint(fmt));
     if (*load_opt && fs) {
         /* Same model, optimizer, schedule and global batch: the moments resume this plan
          * bit-exactly whatever mesh or batch split saved them. */

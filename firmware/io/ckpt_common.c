@@ -74,6 +74,13 @@ const char *qt_ckpt_dtype_meta(const qt_plan *p)
     return p->dtype == QT_BF16 ? "bfloat16" : NULL;
 }
 
+const char *qt_ckpt_no_state_hint(const char *fmt)
+{
+    return fmt && !strcmp(fmt, QT_CKPT_FORMAT)
+               ? "load_weights_only=1 starts from its weights at step 0"
+               : "its weights load, from step 0";
+}
+
 int qt_ckpt_buffer_meta(const qt_plan *p, char *out, size_t n)
 {
     for (int s = 0; s < qt_ckpp_count(p); s++) {

@@ -44,6 +44,10 @@ qt_ckpt_ident *qt_ckpt_ident_mut(void);
  * note rank 0 prints into note[n]. */
 void qt_ckpt_state_change(const char *path, const char *kind, const char *was,
                           const char *now, char *note, size_t n);
+/* The end of allow_state_change=1's refusal of a checkpoint without optimizer state: what a
+ * load without the key does with it (a qtrain checkpoint, `fmt` QT_CKPT_FORMAT, needs
+ * load_weights_only=1; another file's weights load from step 0). */
+const char *qt_ckpt_no_state_hint(const char *fmt);
 /* The data hash saves record: 1 and "0x..." in out[24] when set, else 0. */
 int qt_ckpt_data_hash(char *out);
 /* "data_holdout" for a save's metadata (decimal, into out[24]); 0 when no windows are held

@@ -339,9 +339,7 @@ static int qt_cs_optimizer(const qt_plan *p, const char *index, int want_optimiz
             return qt_fail(QT_E_MISMATCH, "%s: allow_state_change=1, but %s is missing (no "
                            "optimizer state): there are no Adam moments or step to resume "
                            "(without allow_state_change=1 %s)", index, qt_cs.opt_index,
-                           fmt && !strcmp(fmt, QT_CKPT_FORMAT)
-                               ? "load_weights_only=1 starts from its weights at step 0"
-                               : "its weights load, from step 0");
+                           qt_ckpt_no_state_hint(fmt));
         if (fmt && !strcmp(fmt, QT_CKPT_FORMAT))
             return qt_fail(QT_E_MISMATCH, "%s: a qtrain checkpoint (format %s) without its "
                            "optimizer state: %s is missing; refusing to resume from the "

@@ -1008,6 +1008,15 @@ TEST(RuntimeExact, WindowedSquaresEqualPerElementDeposits)
     CHECK(qt_grads_sumsq(x, 4096) != qt_grads_sumsq(x, 4096));
 }
 
+/* The divided-squares tests' inputs, by biased exponent: kind 0 110..118 (near 1), kind 1
+ * 0..254 (every finite one, subnormals included), kind 2 1..30 (tiny). */
+static void rt_fill_kind(float *x, int n, int kind, uint64_t *st)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = kind == 0 ? rt_randf(st, 110, 118) : kind == 1 ? rt_randf(st, 0, 254)
+                                                             : rt_randf(st, 1, 30);
+}
+
 TEST(RuntimeExact, DividedSquaresEqualDivisionThenSquares)
 {
     // qt_exact_sq_add_div (and qt_grads_normalise_sumsq): the quotients written back are
@@ -1020,9 +1029,7 @@ TEST(RuntimeExact, DividedSquaresEqualDivisionThenSquares)
     uint64_t st = 13;
     for (int kind = 0; kind < 3; kind++) {
         for (float d : ds) {
-            for (int i = 0; i < N; i++)
-                x[i] = kind == 0 ? rt_randf(&st, 110, 118) : kind == 1 ? rt_randf(&st, 0, 254)
-                                                                     : rt_randf(&st, 1, 30);
+            rt_fill_kind(x, N, kind, &st);
             if (kind == 2) x[77] = NAN;
             for (int i = 0; i < N; i++) y[i] = x[i] / d;
             const double ref = qt_grads_sumsq_ref(y, N);
@@ -1053,9 +1060,7 @@ TEST(RuntimeExact, QuotientSquaresEqualTheStoredQuotientsSquares)
     uint64_t st = 29;
     for (int kind = 0; kind < 3; kind++) {
         for (float d : ds) {
-            for (int i = 0; i < N; i++)
-                x[i] = kind == 0 ? rt_randf(&st, 110, 118) : kind == 1 ? rt_randf(&st, 0, 254)
-                                                                     : rt_randf(&st, 1, 30);
+            rt_fill_kind(x, N, kind, &st);
             if (kind == 2) x[77] = NAN, x[78] = INFINITY;
             memcpy(x0, x, sizeof x);
             qt_exact a, b;
@@ -1265,6 +1270,18 @@ TEST(RuntimeOptim, VectorAdamWAndFingerprintMatchScalarBitExactly)
     CHECK(one == qt_fp_mix(p0, 40, 9));  // the documented per-element term
 }
 
+/* AdamW tests' state and gradient: parameters, moments (v >= 0) and gradients of spread
+ * exponents, every seventh gradient from the whole low range (subnormals included). */
+static void rt_adamw_inputs(float *p, float *m, float *v, float *g, int n, uint64_t *st)
+{
+    for (int i = 0; i < n; i++) {
+        p[i] = rt_randf(st, 100, 130);
+        m[i] = rt_randf(st, 90, 125);
+        v[i] = fabsf(rt_randf(st, 80, 125));
+        g[i] = rt_randf(st, i % 7 ? 95 : 0, 130);
+    }
+}
+
 TEST(RuntimeOptim, FusedAdamWFingerprintMatchesSeparatePasses)
 {
     // qt_adamw_update_fp (the step's one pass: vector update, the fingerprint terms of the
@@ -1274,12 +1291,7 @@ TEST(RuntimeOptim, FusedAdamWFingerprintMatchesSeparatePasses)
     enum { N = 3001 };
     static float p0[N], m0[N], v0[N], g[N], p1[N], m1[N], v1[N], p2[N], m2[N], v2[N];
     uint64_t st = 7;
-    for (int i = 0; i < N; i++) {
-        p0[i] = rt_randf(&st, 100, 130);
-        m0[i] = rt_randf(&st, 90, 125);
-        v0[i] = fabsf(rt_randf(&st, 80, 125));
-        g[i] = rt_randf(&st, i % 7 ? 95 : 0, 130);
-    }
+    rt_adamw_inputs(p0, m0, v0, g, N, &st);
     qt_adamw_hp hp;
     qt_adamw_hp_make(&hp, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
     const int64_t lens[] = {N, 2048, 529, 16, 15, 1, 0};
@@ -1313,12 +1325,7 @@ TEST(RuntimeOptim, DividingUpdateEqualsTheNormalisedGradientsUpdate)
     static qt_bf16 c1[N], c2[N];
     static qt_exact_sq q;
     uint64_t st = 17;
-    for (int i = 0; i < N; i++) {
-        p0[i] = rt_randf(&st, 100, 130);
-        m0[i] = rt_randf(&st, 90, 125);
-        v0[i] = fabsf(rt_randf(&st, 80, 125));
-        g[i] = rt_randf(&st, i % 7 ? 95 : 0, 130);
-    }
+    rt_adamw_inputs(p0, m0, v0, g, N, &st);
     const float toks[] = {1024.0f, 1000.0f, 3.0f, 1.0f, 65536.0f};
     const int64_t lens[] = {N, 529, 16, 15, 1};
     int differs = 0;
